@@ -1,0 +1,71 @@
+"""What every defense does after training: measure, describe and package the model as a record."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from dpaudit.claims import PrivacyClaim
+from dpaudit.data import DatasetBundle, Splits
+from dpaudit.provenance import provenance
+from dpaudit.records import Membership, TrainedModel, make_model_id
+from dpaudit.training import evaluate
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """A defense config dataclass as a plain dict (what the record stores)."""
+    return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
+
+
+def model_id_for(*, defense: str, bundle: DatasetBundle, model_name: str, model_options: dict[str, Any], config: Any, splits: Splits, seed: int) -> str:
+    """The stable id of the model this training call would produce (used to resume)."""
+    full = {"config": config_dict(config), "model_options": model_options, "split_seed": splits.seed, "num_members": int(len(splits.members))}
+    return make_model_id(defense=defense, dataset=bundle.name, model_name=model_name, seed=seed, config=full)
+
+
+def build_record(
+    *,
+    defense: str,
+    model: nn.Module,
+    bundle: DatasetBundle,
+    splits: Splits,
+    model_name: str,
+    model_options: dict[str, Any],
+    config: Any,
+    claim: PrivacyClaim,
+    seed: int,
+    device: torch.device,
+    started: float,
+    extra_metrics: dict[str, Any] | None = None,
+    canaries: Any = (),
+) -> TrainedModel:
+    """Evaluates ``model`` on members, non-members and test, and wraps everything as a record."""
+    everything = bundle.all()
+    members = everything.subset(splits.members)
+    non_members = everything.subset(splits.non_members)
+    metrics: dict[str, Any] = {}
+    for name, part in (("train", members), ("non_member", non_members), ("test", bundle.test)):
+        res = evaluate(model, part.features, part.labels, device=device)
+        metrics[f"{name}_accuracy"] = res["accuracy"]
+        metrics[f"{name}_loss"] = res["loss"]
+    metrics["train_seconds"] = time.monotonic() - started
+    metrics.update(extra_metrics or {})
+    return TrainedModel(
+        model_id=model_id_for(defense=defense, bundle=bundle, model_name=model_name, model_options=model_options, config=config, splits=splits, seed=seed),
+        defense=defense,
+        model_name=model_name,
+        model_options=model_options,
+        dataset=bundle.name,
+        input_shape=bundle.input_shape,
+        num_classes=bundle.num_classes,
+        config={**config_dict(config), "split_seed": splits.seed},
+        claim=claim,
+        membership=Membership(members=splits.members, non_members=splits.non_members, population=splits.population, canaries=canaries),
+        seed=seed,
+        metrics=metrics,
+        provenance=provenance(device=str(device)),
+    )

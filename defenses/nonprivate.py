@@ -1,0 +1,112 @@
+"""The non-private baseline: plain mini-batch SGD (with momentum) and no privacy mechanism.
+
+The reference row of every comparison: its claim is explicitly non-private (ε = ∞), and its
+accuracy is what the private defenses give up utility against.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from dpaudit import _validate as v
+from dpaudit.claims import NonPrivateClaim
+from dpaudit.data import DatasetBundle, Splits
+from dpaudit.models import build_model
+from dpaudit.progress import Progress
+from dpaudit.records import TrainedModel
+from dpaudit.seeding import derive_seed, torch_generator
+from dpaudit.training import shuffled_batches
+from defenses._common import build_record
+
+__all__ = ["NonPrivateConfig", "train_nonprivate"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NonPrivateConfig:
+    """Hyperparameters of non-private SGD.
+
+    Attributes:
+        epochs: passes over the members.
+        batch_size: examples per step.
+        learning_rate: SGD step size.
+        momentum: heavy-ball momentum (0 for plain SGD).
+        weight_decay: L2 penalty.
+    """
+
+    epochs: int = 10
+    batch_size: int = 64
+    learning_rate: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        v.integer("epochs", self.epochs, minimum=1)
+        v.integer("batch_size", self.batch_size, minimum=1)
+        v.positive("learning_rate", self.learning_rate)
+        if not 0 <= v.real("momentum", self.momentum) < 1:
+            raise ValueError(f"momentum must lie in [0, 1), got {self.momentum!r}")
+        v.non_negative("weight_decay", self.weight_decay)
+
+
+def train_nonprivate(
+    *,
+    bundle: DatasetBundle,
+    splits: Splits,
+    model_name: str,
+    model_options: dict[str, Any] | None = None,
+    config: NonPrivateConfig = NonPrivateConfig(),
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+) -> tuple[TrainedModel, nn.Module]:
+    """Trains a zoo model on the split's members with non-private SGD.
+
+    Args:
+        bundle: the dataset.
+        splits: membership split; only ``splits.members`` are trained on.
+        model_name: zoo architecture.
+        model_options: architecture options.
+        config: hyperparameters.
+        seed: root seed (initialisation and batch order are independent streams of it).
+        device: where to train.
+        progress: report epochs on stderr.
+
+    Returns:
+        The record and the trained module (in eval mode).
+    """
+    started = time.monotonic()
+    model_options = dict(model_options or {})
+    device = torch.device(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
+        model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+    model.to(device).train()
+    opt = torch.optim.SGD(model.parameters(), lr=config.learning_rate, momentum=config.momentum, weight_decay=config.weight_decay)
+    members = bundle.all().subset(splits.members)
+    x, y = members.features.to(device), members.labels.to(device)
+    gen = torch_generator(seed, "batches")
+    loss_fn = nn.CrossEntropyLoss()
+    with Progress(config.epochs, f"train nonprivate {model_name} on {bundle.name}", enabled=progress) as bar:
+        for _ in range(config.epochs):
+            total, count = 0.0, 0
+            for idx in shuffled_batches(len(x), config.batch_size, generator=gen):
+                idx = idx.to(device)
+                opt.zero_grad(set_to_none=True)
+                loss = loss_fn(model(x[idx]), y[idx])
+                loss.backward()
+                opt.step()
+                total += loss.item() * len(idx)
+                count += len(idx)
+            bar.update(1, loss=total / max(count, 1))
+    model.eval()
+    record = build_record(
+        defense="nonprivate", model=model, bundle=bundle, splits=splits, model_name=model_name, model_options=model_options,
+        config=config, claim=NonPrivateClaim(), seed=seed, device=device, started=started,
+        extra_metrics={"num_steps": config.epochs * -(-len(x) // config.batch_size)},
+    )
+    return record, model

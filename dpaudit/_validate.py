@@ -1,0 +1,78 @@
+"""Shared validators for user-facing arguments.
+
+Every public function checks its inputs through these helpers so that bad input always
+raises a ``ValueError`` or ``TypeError`` whose message names the argument and the value it
+got (DESIGN.md, "Style"). The CLI turns these errors into a one-line message and exit
+status 2.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+from typing import Any
+
+
+def _fmt(value: Any) -> str:
+    return repr(value)
+
+
+def real(name: str, value: Any) -> float:
+    """Returns ``value`` as a finite-or-infinite float, rejecting bools, strings and NaN."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {_fmt(value)}")
+    out = float(value)
+    if math.isnan(out):
+        raise ValueError(f"{name} must not be NaN, got {_fmt(value)}")
+    return out
+
+
+def positive(name: str, value: Any, *, allow_inf: bool = False) -> float:
+    """Validates ``value > 0`` (finite unless ``allow_inf``)."""
+    out = real(name, value)
+    if not out > 0 or (math.isinf(out) and not allow_inf):
+        raise ValueError(f"{name} must be {'> 0' if allow_inf else 'finite and > 0'}, got {_fmt(value)}")
+    return out
+
+
+def non_negative(name: str, value: Any) -> float:
+    """Validates a finite ``value >= 0``."""
+    out = real(name, value)
+    if not (out >= 0 and math.isfinite(out)):
+        raise ValueError(f"{name} must be finite and >= 0, got {_fmt(value)}")
+    return out
+
+
+def open_unit(name: str, value: Any) -> float:
+    """Validates ``0 < value < 1`` (a δ, a confidence, a failure probability)."""
+    out = real(name, value)
+    if not 0.0 < out < 1.0:
+        raise ValueError(f"{name} must lie in (0, 1), got {_fmt(value)}")
+    return out
+
+
+def half_open_unit(name: str, value: Any) -> float:
+    """Validates ``0 < value <= 1`` (a sampling rate)."""
+    out = real(name, value)
+    if not 0.0 < out <= 1.0:
+        raise ValueError(f"{name} must lie in (0, 1], got {_fmt(value)}")
+    return out
+
+
+def integer(name: str, value: Any, *, minimum: int | None = None) -> int:
+    """Validates an integer (bools rejected), optionally ``>= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {_fmt(value)}")
+    out = int(value)
+    if minimum is not None and out < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {_fmt(value)}")
+    return out
+
+
+def choice(name: str, value: Any, options: Iterable[str]) -> str:
+    """Validates that ``value`` is one of ``options``."""
+    opts = tuple(options)
+    if value not in opts:
+        raise ValueError(f"{name} must be one of {', '.join(opts)}; got {_fmt(value)}")
+    return value

@@ -1,0 +1,187 @@
+"""The run store: atomic JSON/NPZ/weights writes and the run-directory layout.
+
+Everything a run produces lands under one run directory::
+
+    RUN_DIR/
+      run.json               what created it, when, with which package versions
+      records/<model_id>/    record.json + model.safetensors (one per trained model)
+      attacks/               attack results (JSON + NPZ)
+      audits/                audit results and their scores
+      reports/               rendered HTML/Markdown and figures
+
+Writes go to a temporary file in the same directory followed by ``os.replace``, so a crash
+never leaves a half-written file under a final name and a rerun can tell what is finished.
+Results are JSON + NPZ with a schema version; nothing is ever pickled.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "RunDir",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "atomic_save_npz",
+    "read_json",
+    "load_npz",
+    "to_jsonable",
+    "from_jsonable",
+]
+
+SCHEMA_VERSION = 1
+_SUBDIRS = ("records", "attacks", "audits", "reports")
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Writes ``data`` to ``path`` atomically (temp file + fsync + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Writes UTF-8 ``text`` atomically."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Plain JSON types for ``obj``; non-finite floats become the strings "inf", "-inf", "nan".
+
+    Strict JSON has no infinity, yet a non-private claim's ε is ∞; a string keeps the file
+    readable by every JSON parser, and :func:`from_jsonable` turns it back into a float.
+    """
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(val) for k, val in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(x) for x in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        x = float(obj)
+        if math.isnan(x):
+            return "nan"
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        return x
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+_NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def from_jsonable(obj: Any) -> Any:
+    """Inverse of :func:`to_jsonable` for the non-finite float strings."""
+    if isinstance(obj, dict):
+        return {k: from_jsonable(val) for k, val in obj.items()}
+    if isinstance(obj, list):
+        return [from_jsonable(x) for x in obj]
+    if isinstance(obj, str) and obj in _NONFINITE:
+        return _NONFINITE[obj]
+    return obj
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Writes ``obj`` as strict JSON (see :func:`to_jsonable`) atomically."""
+    text = json.dumps(to_jsonable(obj), indent=2, sort_keys=False, allow_nan=False)
+    return atomic_write_text(path, text + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Reads a JSON file written by :func:`atomic_write_json`.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: the file is not valid JSON (names the path).
+    """
+    path = Path(path)
+    try:
+        return from_jsonable(json.loads(path.read_text(encoding="utf-8")))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+
+
+def atomic_save_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> Path:
+    """Saves arrays to a compressed NPZ atomically; object arrays are refused (they need pickle)."""
+    for name, arr in arrays.items():
+        if np.asarray(arr).dtype == object:
+            raise TypeError(f"array {name!r} has dtype object, which NPZ can only store by pickling")
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **{k: np.asarray(a) for k, a in arrays.items()})
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def load_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Loads an NPZ file with ``allow_pickle=False``."""
+    with np.load(Path(path), allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}
+
+
+class RunDir:
+    """A run directory (see the module docstring for its layout).
+
+    Args:
+        path: the directory; created on :meth:`create`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def create(self, *, command: str = "") -> RunDir:
+        """Creates the layout (idempotent) and writes ``run.json`` on first use."""
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(f"out must be a directory, got existing file {str(self.path)!r}")
+        for sub in _SUBDIRS:
+            (self.path / sub).mkdir(parents=True, exist_ok=True)
+        manifest = self.path / "run.json"
+        if not manifest.exists():
+            from dpaudit.provenance import provenance
+
+            atomic_write_json(
+                manifest,
+                {"schema_version": SCHEMA_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": command, "provenance": provenance()},
+            )
+        return self
+
+    def subdir(self, name: str) -> Path:
+        """``records``, ``attacks``, ``audits`` or ``reports`` under the run."""
+        if name not in _SUBDIRS:
+            raise ValueError(f"name must be one of {', '.join(_SUBDIRS)}; got {name!r}")
+        return self.path / name
+
+    def record_dir(self, model_id: str) -> Path:
+        """Where the record of ``model_id`` lives."""
+        return self.subdir("records") / model_id
+
+    def record_dirs(self) -> list[Path]:
+        """Every finished record (those whose record.json exists), sorted by name."""
+        root = self.subdir("records")
+        if not root.is_dir():
+            return []
+        return sorted(p for p in root.iterdir() if (p / "record.json").is_file())

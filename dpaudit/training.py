@@ -1,0 +1,63 @@
+"""Training plumbing shared by every defense: devices, batching, evaluation.
+
+Kept in the core so that defenses differ only in what makes them private (how gradients are
+clipped and noised, how labels are aggregated), not in how they loop over data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from dpaudit import _validate as v
+
+__all__ = ["resolve_device", "shuffled_batches", "evaluate", "predict_logits"]
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``auto`` → CUDA when available, else CPU; an unavailable explicit device is an error.
+
+    Raises:
+        ValueError: ``device`` names CUDA on a machine without it, or is not a device string.
+    """
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} requested but CUDA is not available on this machine")
+    return dev
+
+
+def shuffled_batches(num_examples: int, batch_size: int, *, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Index tensors of one epoch of shuffled mini-batches (the last may be smaller)."""
+    v.integer("batch_size", batch_size, minimum=1)
+    order = torch.randperm(num_examples, generator=generator)
+    yield from order.split(batch_size)
+
+
+@torch.no_grad()
+def predict_logits(model: nn.Module, features: torch.Tensor, *, device: torch.device | str = "cpu", batch_size: int = 1024) -> torch.Tensor:
+    """Logits of ``model`` on ``features`` in inference mode, batched, returned on the CPU."""
+    was_training = model.training
+    model.eval()
+    out = [model(chunk.to(device)).float().cpu() for chunk in features.split(batch_size)]
+    model.train(was_training)
+    return torch.cat(out) if out else torch.zeros(0)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, *, device: torch.device | str = "cpu", batch_size: int = 1024) -> dict[str, float]:
+    """Accuracy and mean cross-entropy of ``model`` on (features, labels)."""
+    if len(features) == 0:
+        return {"accuracy": float("nan"), "loss": float("nan")}
+    logits = predict_logits(model, features, device=device, batch_size=batch_size)
+    loss = nn.functional.cross_entropy(logits, labels.cpu()).item()
+    acc = (logits.argmax(1) == labels.cpu()).float().mean().item()
+    return {"accuracy": acc, "loss": loss}
