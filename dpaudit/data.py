@@ -53,6 +53,7 @@ import torch
 from dpaudit import _validate as v
 
 __all__ = [
+    "sorted_id_set",
     "DATASETS",
     "DATA_ROOT_ENV",
     "CACHE_ENV",
@@ -1183,7 +1184,8 @@ def dataset_info(*, data_root: str | os.PathLike[str] | None = None) -> list[Dat
 # ----------------------------------------------------------------------------- splits
 
 
-def _split_ids(name: str, values: Any) -> np.ndarray:
+def sorted_id_set(name: str, values: Any) -> np.ndarray:
+    """Validated, sorted, read-only int64 array of distinct non-negative sample ids."""
     if isinstance(values, (list, tuple)) and any(isinstance(x, bool) for x in values):
         raise TypeError(f"{name} must hold integer sample ids, got a bool")
     arr = _id_array(name, values)
@@ -1230,7 +1232,7 @@ class Splits:
             raise TypeError(f"dataset must be a non-empty string, got {self.dataset!r}")
         object.__setattr__(self, "seed", v.integer("seed", self.seed, minimum=0))
         for name in _SPLIT_FIELDS:
-            object.__setattr__(self, name, _split_ids(name, getattr(self, name)))
+            object.__setattr__(self, name, sorted_id_set(name, getattr(self, name)))
         for i, a in enumerate(_SPLIT_FIELDS):
             for b in _SPLIT_FIELDS[i + 1 :]:
                 overlap = np.intersect1d(getattr(self, a), getattr(self, b))

@@ -32,6 +32,7 @@ from safetensors.torch import save as _save_safetensors
 from torch import nn
 
 from dpaudit import _validate as v
+from dpaudit.data import sorted_id_set
 from dpaudit.claims import NonPrivateClaim, PrivacyClaim, claim_from_dict
 from dpaudit.models import build_model
 from dpaudit.store import SCHEMA_VERSION, atomic_write_bytes, atomic_write_json, read_json
@@ -73,15 +74,6 @@ def _thaw(obj: Any) -> Any:
     return obj
 
 
-def _ids(name: str, values: Any) -> np.ndarray:
-    arr = np.asarray(values if values is not None else [], dtype=np.int64).reshape(-1)
-    if np.unique(arr).size != arr.size:
-        raise ValueError(f"{name} contains duplicate sample ids")
-    arr = np.sort(arr)
-    arr.flags.writeable = False
-    return arr
-
-
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Membership:
     """Membership ground truth of a trained model, by sample id.
@@ -100,7 +92,7 @@ class Membership:
 
     def __post_init__(self) -> None:
         for name in ("members", "non_members", "population", "canaries"):
-            object.__setattr__(self, name, _ids(name, getattr(self, name)))
+            object.__setattr__(self, name, sorted_id_set(name, getattr(self, name)))
         seen: dict[str, np.ndarray] = {}
         for name in ("members", "non_members", "population", "canaries"):
             for other, arr in seen.items():
