@@ -100,10 +100,14 @@ def _epsilon_for(mu: float, delta: float) -> float:
     while _delta_for(mu, hi) > delta:
         hi *= 2.0
     eps = optimize.brentq(lambda e: _delta_for(mu, e) - delta, 0.0, hi, xtol=1e-13, rtol=1e-14)
-    # Never report an ε whose δ exceeds the target: step up past the root if needed.
+    # Never report an ε whose δ exceeds the target: step up past the root if needed. The step
+    # doubles, so this ends in at most ~1100 evaluations even where δ(ε) is flat at the
+    # rounding level (target δ within a few ulps of δ(0), root ε ~ 1e-16); a fixed relative
+    # step (as before) could need ~10^11 iterations there, i.e. hang.
+    step = max(eps * 1e-16, 5e-324)
     while _delta_for(mu, eps) > delta:
-        eps = math.nextafter(eps, math.inf) if eps > 0 else 1e-300
-        eps *= 1 + 1e-12
+        eps += step
+        step *= 2.0
     return eps
 
 
@@ -160,10 +164,12 @@ def analytic_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0) ->
     while excess(hi) > 0:
         hi += 10.0
     log_sigma = optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=1e-15)
-    sigma = math.exp(log_sigma)
-    while _delta_for(1.0 / sigma, epsilon) > delta:
+    # Check the guarantee on the scaled σ, exactly as gaussian_delta evaluates it: checking at
+    # Δ = 1 and then scaling lets rounding of Δ/(Δσ) ≠ 1/σ overshoot δ by an ulp.
+    sigma = sensitivity * math.exp(log_sigma)
+    while _delta_for(sensitivity / sigma, epsilon) > delta:
         sigma *= 1 + 1e-13
-    return sensitivity * sigma
+    return sigma
 
 
 def extended_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0) -> float:

@@ -1,0 +1,607 @@
+"""Tests for dpaudit.accountants: golden numbers, cross-checks against independent
+implementations (Opacus, dp_accounting, a reference moments accountant written here, numerical
+integration), calibration properties and bad-input contracts.
+
+References: ../shared/reference/accounting.md §1-§4.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import itertools
+import logging
+import math
+import pathlib
+
+import dp_accounting
+import numpy as np
+import pytest
+from dp_accounting import dp_event as dpe
+from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.rdp import rdp_privacy_accountant
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dpaudit import accountants as acc
+from dpaudit import gaussian
+
+pytestmark = [
+    # The optimum sitting at an end of the order grid is expected for some grid cells.
+    pytest.mark.filterwarnings("ignore:.*optimal RDP order.*:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore:Optimal order is the.*:UserWarning"),
+]
+logging.getLogger("absl").setLevel(logging.ERROR)
+
+FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _event(q: float, sigma: float, steps: int) -> dpe.DpEvent:
+    return acc.sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps)
+
+
+@functools.cache
+def _eps(q: float, sigma: float, steps: int, delta: float, accountant: str) -> float:
+    return acc.compute_epsilon(_event(q, sigma, steps), delta=delta, accountant=accountant)
+
+
+# --------------------------------------------------------------------------------------------
+# 1. Golden numbers (accounting.md §3, §4)
+# --------------------------------------------------------------------------------------------
+
+# [exact] entries are given to 5 significant digits: compare at rel 5e-5. "≈" entries: 1 %.
+# Note: 7.3293 (q = 0.04) is dp_accounting's conservative fractional-order RDP; the exact
+# signed series (Opacus, numerical integration) gives 7.32911, still within 5e-5 of it.
+SECTION3 = [
+    (0.01, 4.0, 10_000, "moments", 1.2586, 5e-5),
+    (0.01, 4.0, 10_000, "rdp", 1.0355, 5e-5),
+    (0.01, 4.0, 10_000, "pld", 0.947, 1e-2),
+    (0.01, 4.0, 40_000, "moments", 2.5759, 5e-5),
+    (0.01, 4.0, 40_000, "rdp", 2.2097, 5e-5),
+    (0.01, 4.0, 40_000, "pld", 2.033, 1e-2),
+    (0.04, 1.5, 2_250, "rdp", 7.3293, 5e-5),
+]
+
+
+@pytest.mark.parametrize(("q", "sigma", "steps", "accountant", "expected", "rel"), SECTION3)
+def test_section3_vectors(q, sigma, steps, accountant, expected, rel):
+    assert _eps(q, sigma, steps, 1e-5, accountant) == pytest.approx(expected, rel=rel)
+
+
+def test_moments_reproduces_abadi_headline_number():
+    # Abadi et al.: q = 0.01, σ = 4, δ = 1e-5, T = 10,000 -> ε ≈ 1.26.
+    assert round(_eps(0.01, 4.0, 10_000, 1e-5, "moments"), 2) == 1.26
+
+
+def test_strong_composition_section4():
+    assert _eps(0.01, 4.0, 10_000, 1e-5, "strong") == pytest.approx(9.35, rel=1e-2)
+
+
+def test_strong_is_much_looser_than_moments_fig2():
+    for steps in (1_000, 10_000, 40_000):
+        assert _eps(0.01, 4.0, steps, 1e-5, "strong") > 3 * _eps(0.01, 4.0, steps, 1e-5, "moments")
+
+
+def test_strong_matches_formula_with_closed_form_split():
+    # Independent evaluation of the DRV bound, optimising the δ split on a fine grid.
+    q, sigma, steps, delta = 0.01, 4.0, 10_000, 1e-5
+
+    def bound(frac: float) -> float:
+        delta_g = (1 - frac) * delta / (steps * q)
+        eps0 = q * math.sqrt(2 * math.log(1.25 / delta_g)) / sigma
+        return math.sqrt(2 * steps * math.log(1 / (frac * delta))) * eps0 + steps * eps0 * math.expm1(eps0)
+
+    best = min(bound(f) for f in np.linspace(1e-4, 1 - 1e-4, 20_001))
+    got = _eps(q, sigma, steps, delta, "strong")
+    assert got <= best * (1 + 1e-9)
+    assert got == pytest.approx(best, rel=1e-4)
+
+
+# --------------------------------------------------------------------------------------------
+# 2. Cross-checks on a grid
+# --------------------------------------------------------------------------------------------
+
+QS = (0.001, 0.01, 0.1)
+SIGMAS = (0.8, 1.5, 4.0)
+STEPS = (1, 100, 5000)
+DELTAS = (1e-5, 1e-6)
+GRID = list(itertools.product(QS, SIGMAS, STEPS))
+
+
+@functools.cache
+def _opacus_rdp_module():
+    """Opacus's RDP analysis module, loaded from its file so that ``opacus/__init__`` (and
+    torch, ~5 s) is not imported; falls back to the regular import."""
+    spec = importlib.util.find_spec("opacus")
+    if spec is not None and spec.submodule_search_locations:
+        path = pathlib.Path(next(iter(spec.submodule_search_locations))) / "accountants" / "analysis" / "rdp.py"
+        if path.is_file():
+            mod_spec = importlib.util.spec_from_file_location("_opacus_analysis_rdp", path)
+            module = importlib.util.module_from_spec(mod_spec)
+            mod_spec.loader.exec_module(module)
+            return module
+    try:
+        from opacus.accountants.analysis import rdp  # noqa: PLC0415
+    except ImportError:
+        pytest.skip("opacus is not installed")
+    return rdp
+
+
+@functools.cache
+def _opacus_rdp(q: float, sigma: float, steps: int) -> np.ndarray:
+    module = _opacus_rdp_module()
+    return np.asarray(module.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=list(acc.RDP_ORDERS)))
+
+
+def test_opacus_conversion_is_the_improved_bound():
+    # accounting.md §2: ε = min_α RDP(α) − (ln δ + ln α)/(α − 1) + ln((α − 1)/α).
+    module = _opacus_rdp_module()
+    orders = np.asarray(acc.RDP_ORDERS, dtype=float)
+    rdp = _opacus_rdp(0.01, 1.5, 100)
+    delta = 1e-5
+    eps, order = module.get_privacy_spent(orders=list(orders), rdp=rdp, delta=delta)
+    by_hand = rdp - (math.log(delta) + np.log(orders)) / (orders - 1) + np.log((orders - 1) / orders)
+    assert eps == pytest.approx(by_hand.min(), rel=1e-12)
+    assert order == orders[np.argmin(by_hand)]
+
+
+@pytest.mark.parametrize("delta", DELTAS)
+@pytest.mark.parametrize(("q", "sigma", "steps"), GRID)
+def test_rdp_matches_opacus(q, sigma, steps, delta):
+    module = _opacus_rdp_module()
+    eps_opacus, _ = module.get_privacy_spent(orders=list(acc.RDP_ORDERS), rdp=_opacus_rdp(q, sigma, steps), delta=delta)
+    # dp_accounting's conversion (used by dpaudit) clips at 0; Opacus's does not.
+    assert _eps(q, sigma, steps, delta, "rdp") == pytest.approx(max(float(eps_opacus), 0.0), rel=1e-6)
+
+
+def _ref_log_a_int(q: float, sigma: float, alpha: int) -> float:
+    """ln A_α, accounting.md §1, integer α: log-space sum with exact fsum."""
+    if q == 1.0:
+        return alpha * (alpha - 1) / (2 * sigma**2)
+    logs = [
+        math.lgamma(alpha + 1)
+        - math.lgamma(k + 1)
+        - math.lgamma(alpha - k + 1)
+        + (alpha - k) * math.log1p(-q)
+        + k * math.log(q)
+        + (k * k - k) / (2 * sigma**2)
+        for k in range(alpha + 1)
+    ]
+    top = max(logs)
+    return top + math.log(math.fsum(math.exp(x - top) for x in logs))
+
+
+def _ref_moments_epsilon(q: float, sigma: float, steps: int, delta: float) -> float:
+    """Abadi et al.'s moments accountant: orders 2..33, standard conversion (Mironov Prop. 3)."""
+    return min(
+        steps * _ref_log_a_int(q, sigma, a) / (a - 1) + math.log(1 / delta) / (a - 1) for a in range(2, 34)
+    )
+
+
+@pytest.mark.parametrize("delta", DELTAS)
+@pytest.mark.parametrize(("q", "sigma", "steps"), GRID)
+def test_moments_matches_reference_implementation(q, sigma, steps, delta):
+    assert _eps(q, sigma, steps, delta, "moments") == pytest.approx(
+        _ref_moments_epsilon(q, sigma, steps, delta), rel=1e-9
+    )
+
+
+def test_moments_orders_are_abadis():
+    assert acc.MOMENTS_ORDERS == tuple(range(2, 34))
+
+
+@pytest.mark.parametrize(
+    ("q", "sigma", "alpha"),
+    [(0.1, 0.8, 1.3), (0.1, 0.8, 2.4), (0.1, 1.5, 1.8), (0.04, 1.5, 3.9), (0.01, 0.8, 3.6), (0.5, 0.5, 1.5)],
+)
+def test_fractional_rdp_matches_numerical_integration(q, sigma, alpha):
+    """RDP(α) = ln E_{z~N(0,σ²)}[((1−q) + q e^{(2z−1)/(2σ²)})^α] / (α − 1), by quadrature."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 30
+    qq, s, a = mp.mpf(q), mp.mpf(sigma), mp.mpf(alpha)
+
+    def integrand(z):
+        return mp.npdf(z, 0, s) * ((1 - qq) + qq * mp.exp((2 * z - 1) / (2 * s * s))) ** a
+
+    exact = float(mp.log(mp.quad(integrand, [-mp.inf, -20 * s, 0, 0.5, a, a + 20 * s, mp.inf])) / (a - 1))
+    event = dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma))
+    got = acc._rdp_curve(event, (alpha,), "add_or_remove_one")[0]
+    assert got == pytest.approx(exact, rel=1e-9)
+
+
+@pytest.mark.parametrize(("q", "sigma"), [(0.001, 0.8), (0.01, 1.5), (0.1, 0.8), (0.1, 4.0), (0.3, 1.0)])
+def test_rdp_curve_never_looser_than_dp_accounting(q, sigma):
+    """Exact at integer orders; at fractional orders ≤ dp_accounting's |C(α,i)| upper bound."""
+    event = dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma))
+    ours = acc._rdp_curve(event, acc.RDP_ORDERS, "add_or_remove_one")
+    ref = rdp_privacy_accountant.RdpAccountant(orders=list(acc.RDP_ORDERS))
+    ref.compose(event)
+    theirs = np.asarray(ref.rdp)
+    integer = np.array([float(a).is_integer() for a in acc.RDP_ORDERS])
+    assert np.all(np.isfinite(ours))
+    np.testing.assert_array_equal(ours[integer], theirs[integer])
+    assert np.all(ours <= theirs * (1 + 1e-12))
+
+
+@pytest.mark.parametrize("delta", DELTAS)
+@pytest.mark.parametrize(("q", "sigma", "steps"), GRID)
+def test_rdp_le_moments(q, sigma, steps, delta):
+    assert _eps(q, sigma, steps, delta, "rdp") <= _eps(q, sigma, steps, delta, "moments")
+
+
+@functools.cache
+def _direct_pld(q: float, sigma: float, steps: int) -> pld_privacy_accountant.PLDAccountant:
+    pld = pld_privacy_accountant.PLDAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+        value_discretization_interval=acc.PLD_DISCRETIZATION,
+    )
+    pld.compose(dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma)), steps)
+    return pld
+
+
+# Building a PLD costs ~1 s at σ = 0.8 (~0.1 s at σ = 4), once per δ inside dpaudit: the direct
+# comparison runs on the cheap σ = 4 cells at both δ plus one cell each for σ = 1.5 and 0.8;
+# the ordering runs on the whole grid at δ = 1e-5.
+PLD_DIRECT = [(q, 4.0, t, d) for q in QS for t in STEPS for d in DELTAS] + [
+    (0.1, 1.5, 100, 1e-6),
+    (0.01, 0.8, 5000, 1e-5),
+]
+
+
+@pytest.mark.parametrize(("q", "sigma", "steps", "delta"), PLD_DIRECT)
+def test_pld_matches_dp_accounting(q, sigma, steps, delta):
+    assert _eps(q, sigma, steps, delta, "pld") == pytest.approx(_direct_pld(q, sigma, steps).get_epsilon(delta), rel=1e-9)
+
+
+@pytest.mark.parametrize(("q", "sigma", "steps"), GRID)
+def test_pld_le_rdp(q, sigma, steps):
+    pld = _eps(q, sigma, steps, 1e-5, "pld")
+    assert 0 <= pld <= _eps(q, sigma, steps, 1e-5, "rdp") * 1.0001
+
+
+@pytest.mark.parametrize(("sigma", "steps"), [(1.0, 1), (2.0, 10), (0.7, 4)])
+def test_unsampled_gaussian_against_exact_curve(sigma, steps):
+    """q = 1: T Gaussian steps = one Gaussian with σ/√T; its exact ε is known (Balle-Wang)."""
+    delta = 1e-5
+    exact = gaussian.gaussian_epsilon(delta=delta, sigma=sigma / math.sqrt(steps))
+    pld = _eps(1.0, sigma, steps, delta, "pld")
+    assert exact <= pld <= exact * 1.002 + 1e-3
+    # RDP of the Gaussian is α/(2σ²) per step; improved conversion by hand.
+    orders = np.asarray(acc.RDP_ORDERS, dtype=float)
+    rdp = steps * orders / (2 * sigma**2)
+    by_hand = np.min(rdp - (math.log(delta) + np.log(orders)) / (orders - 1) + np.log((orders - 1) / orders))
+    assert _eps(1.0, sigma, steps, delta, "rdp") == pytest.approx(by_hand, rel=1e-9)
+    assert exact <= _eps(1.0, sigma, steps, delta, "rdp") <= _eps(1.0, sigma, steps, delta, "moments")
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Calibration and structural properties
+# --------------------------------------------------------------------------------------------
+
+sampling_rates = st.floats(1e-3, 1.0)
+deltas = st.sampled_from([1e-4, 1e-5, 1e-6, 1e-8])
+
+
+@FAST
+@given(
+    q=sampling_rates,
+    steps=st.integers(1, 20_000),
+    target=st.floats(1.0, 10.0),
+    delta=deltas,
+    tolerance=st.sampled_from([1e-3, 1e-2]),
+)
+def test_calibrate_noise_multiplier_moments(q, steps, target, delta, tolerance):
+    sigma = acc.calibrate_noise_multiplier(
+        target_epsilon=target, delta=delta, sampling_rate=q, num_steps=steps, accountant="moments", tolerance=tolerance
+    )
+    event = _event(q, sigma, steps)
+    assert acc.compute_epsilon(event, delta=delta, accountant="moments") <= target
+    smaller = _event(q, sigma * (1 - 2 * tolerance), steps)
+    assert acc.compute_epsilon(smaller, delta=delta, accountant="moments") > target
+
+
+@pytest.mark.parametrize(
+    ("q", "steps", "target", "accountant", "tolerance"),
+    [
+        (0.01, 1000, 2.0, "rdp", 1e-3),
+        (0.1, 50, 0.7, "rdp", 1e-3),
+        (0.004, 10_000, 8.0, "rdp", 1e-2),
+        (0.01, 100, 0.08, "pld", 1e-2),
+    ],
+)
+def test_calibrate_noise_multiplier_rdp_pld(q, steps, target, accountant, tolerance):
+    sigma = acc.calibrate_noise_multiplier(
+        target_epsilon=target, delta=1e-5, sampling_rate=q, num_steps=steps, accountant=accountant, tolerance=tolerance
+    )
+    assert acc.compute_epsilon(_event(q, sigma, steps), delta=1e-5, accountant=accountant) <= target
+    smaller = _event(q, sigma * (1 - 2 * tolerance), steps)
+    assert acc.compute_epsilon(smaller, delta=1e-5, accountant=accountant) > target
+
+
+def test_calibrate_noise_multiplier_unreachable_target():
+    # Orders stop at 33, so moments can never go below ln(1/δ)/32.
+    with pytest.raises(ValueError, match="unreachable"):
+        acc.calibrate_noise_multiplier(
+            target_epsilon=0.1, delta=1e-5, sampling_rate=0.01, num_steps=10, accountant="moments"
+        )
+
+
+@FAST
+@given(
+    q=st.floats(1e-3, 0.5),
+    sigma=st.floats(0.7, 8.0),
+    target=st.floats(0.8, 10.0),
+    delta=deltas,
+    accountant=st.sampled_from(["moments", "rdp"]),
+)
+def test_calibrate_num_steps(q, sigma, target, delta, accountant):
+    def eps(steps: int) -> float:
+        return acc.compute_epsilon(_event(q, sigma, steps), delta=delta, accountant=accountant)
+
+    max_steps = 10**7
+    try:
+        steps = acc.calibrate_num_steps(
+            target_epsilon=target, delta=delta, sampling_rate=q, noise_multiplier=sigma, accountant=accountant
+        )
+    except ValueError as err:
+        assert "target_epsilon" in str(err)
+        assert eps(1) > target
+        return
+    assert 1 <= steps <= max_steps
+    assert eps(steps) <= target
+    if steps < max_steps:
+        assert eps(steps + 1) > target
+
+
+def test_calibrate_num_steps_respects_max_steps():
+    assert (
+        acc.calibrate_num_steps(
+            target_epsilon=5.0, delta=1e-5, sampling_rate=0.001, noise_multiplier=4.0, accountant="rdp", max_steps=1000
+        )
+        == 1000
+    )
+
+
+def test_calibrate_num_steps_pld():
+    steps = acc.calibrate_num_steps(
+        target_epsilon=0.5, delta=1e-5, sampling_rate=0.01, noise_multiplier=4.0, accountant="pld"
+    )
+    assert _eps(0.01, 4.0, steps, 1e-5, "pld") <= 0.5 < _eps(0.01, 4.0, steps + 1, 1e-5, "pld")
+
+
+@FAST
+@given(
+    q=sampling_rates,
+    sigma=st.floats(0.5, 10.0),
+    steps=st.integers(1, 10_000),
+    extra=st.integers(0, 10_000),
+    factor=st.floats(1.0, 3.0),
+    delta=deltas,
+    accountant=st.sampled_from(["moments", "rdp"]),
+)
+def test_epsilon_monotone_in_steps_and_sigma(q, sigma, steps, extra, factor, delta, accountant):
+    def eps(s: float, t: int) -> float:
+        return acc.compute_epsilon(_event(q, s, t), delta=delta, accountant=accountant)
+
+    base = eps(sigma, steps)
+    assert base <= eps(sigma, steps + extra) * (1 + 1e-12)
+    assert eps(sigma * factor, steps) <= base * (1 + 1e-12)
+
+
+@FAST
+@given(
+    q=sampling_rates,
+    sigma=st.floats(0.5, 10.0),
+    n=st.integers(1, 8),
+    delta=deltas,
+    accountant=st.sampled_from(["moments", "rdp", "strong"]),
+)
+def test_self_composition_equals_explicit_composition(q, sigma, n, delta, accountant):
+    step = dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma)) if q < 1 else dpe.GaussianDpEvent(sigma)
+    a = acc.compute_epsilon(dpe.SelfComposedDpEvent(step, n), delta=delta, accountant=accountant)
+    b = acc.compute_epsilon(dpe.ComposedDpEvent([step] * n), delta=delta, accountant=accountant)
+    assert a == pytest.approx(b, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize(("q", "sigma", "n"), [(0.01, 4.0, 3), (0.05, 2.0, 2)])
+def test_self_composition_equals_explicit_composition_pld(q, sigma, n):
+    step = dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma))
+    a = acc.compute_epsilon(dpe.SelfComposedDpEvent(step, n), delta=1e-5, accountant="pld")
+    b = acc.compute_epsilon(dpe.ComposedDpEvent([step] * n), delta=1e-5, accountant="pld")
+    assert a == pytest.approx(b, rel=1e-3)
+
+
+@FEW
+@given(q=st.floats(1e-3, 0.999), sigma=st.floats(0.5, 10.0), n=st.one_of(st.integers(1, 20), st.integers(1, 10_000)))
+def test_rdp_curve_of_n_steps_is_n_times_one_step(q, sigma, n):
+    step = dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma))
+    # dp_accounting's RdpAccountant directly (a short order list: its fractional orders are slow) ...
+    orders = [1.5, 2.0, 2.5, 3.0, 4.5, 8.0, 16.0, 32.0, 63.5]
+    one = rdp_privacy_accountant.RdpAccountant(orders=orders)
+    one.compose(step)
+    many = rdp_privacy_accountant.RdpAccountant(orders=orders)
+    many.compose(dpe.SelfComposedDpEvent(step, n))
+    np.testing.assert_allclose(many.rdp, n * np.asarray(one.rdp), rtol=1e-12)
+    # ... and the curve dpaudit's accountants use.
+    for orders in (acc.RDP_ORDERS, acc.MOMENTS_ORDERS):
+        single = acc._rdp_curve(step, orders, "add_or_remove_one")
+        composed = acc._rdp_curve(dpe.SelfComposedDpEvent(step, n), orders, "add_or_remove_one")
+        np.testing.assert_allclose(composed, n * single, rtol=1e-12)
+        if n <= 20:
+            explicit = acc._rdp_curve(dpe.ComposedDpEvent([step] * n), orders, "add_or_remove_one")
+            np.testing.assert_allclose(explicit, n * single, rtol=1e-12)
+
+
+def test_heterogeneous_composition_adds_rdp():
+    a = dpe.PoissonSampledDpEvent(0.01, dpe.GaussianDpEvent(1.0))
+    b = dpe.PoissonSampledDpEvent(0.1, dpe.GaussianDpEvent(3.0))
+    both = dpe.ComposedDpEvent([dpe.SelfComposedDpEvent(a, 100), dpe.SelfComposedDpEvent(b, 7)])
+    curve = acc._rdp_curve(both, acc.RDP_ORDERS, "add_or_remove_one")
+    expected = 100 * acc._rdp_curve(a, acc.RDP_ORDERS, "add_or_remove_one") + 7 * acc._rdp_curve(
+        b, acc.RDP_ORDERS, "add_or_remove_one"
+    )
+    np.testing.assert_allclose(curve, expected, rtol=1e-12)
+    for name in ("moments", "rdp", "pld", "strong"):
+        assert acc.compute_epsilon(both, delta=1e-5, accountant=name) > acc.compute_epsilon(
+            dpe.SelfComposedDpEvent(a, 100), delta=1e-5, accountant=name
+        )
+
+
+@pytest.mark.parametrize("accountant", acc.ACCOUNTANTS)
+def test_zero_steps_is_zero_epsilon(accountant):
+    assert acc.compute_epsilon(_event(0.01, 1.0, 0), delta=1e-5, accountant=accountant) == 0.0
+    assert acc.compute_epsilon(dpe.NoOpDpEvent(), delta=1e-5, accountant=accountant) == 0.0
+
+
+def test_sampled_gaussian_event_structure():
+    assert _event(0.01, 1.5, 7) == dpe.SelfComposedDpEvent(dpe.PoissonSampledDpEvent(0.01, dpe.GaussianDpEvent(1.5)), 7)
+    assert _event(1.0, 1.5, 7) == dpe.SelfComposedDpEvent(dpe.GaussianDpEvent(1.5), 7)
+
+
+def test_numpy_scalars_are_accepted():
+    event = acc.sampled_gaussian_event(
+        sampling_rate=np.float64(0.01), noise_multiplier=np.float32(4.0), num_steps=np.int64(100)
+    )
+    assert acc.compute_epsilon(event, delta=np.float64(1e-5), accountant="moments") == pytest.approx(
+        _eps(0.01, 4.0, 100, 1e-5, "moments"), rel=1e-9
+    )
+
+
+def test_edge_of_grid_warns():
+    # One step at large σ and tiny q: the moments optimum sits at α = 33, the end of the grid.
+    with pytest.warns(RuntimeWarning, match="end of the order grid"):
+        acc.compute_epsilon(_event(0.001, 4.0, 1), delta=1e-5, accountant="moments")
+
+
+# --------------------------------------------------------------------------------------------
+# 5. Bad input
+# --------------------------------------------------------------------------------------------
+
+NAN, INF = math.nan, math.inf
+OPEN_UNIT = [(0.0, ValueError), (1.0, ValueError), (-0.1, ValueError), (1.5, ValueError), (NAN, ValueError),
+             (INF, ValueError), (True, TypeError), ("0.1", TypeError), (None, TypeError)]  # fmt: skip
+POSITIVE = [(0.0, ValueError), (-1.0, ValueError), (-INF, ValueError), (NAN, ValueError), (INF, ValueError),
+            (True, TypeError), ("1.0", TypeError), (None, TypeError)]  # fmt: skip
+HALF_OPEN = [(0.0, ValueError), (-0.1, ValueError), (1.0001, ValueError), (NAN, ValueError), (INF, ValueError),
+             (False, TypeError), ("0.1", TypeError)]  # fmt: skip
+INTEGER0 = [(-1, ValueError), (2.5, TypeError), (100.0, TypeError), (True, TypeError), ("3", TypeError),
+            (NAN, TypeError), (None, TypeError)]  # fmt: skip
+INTEGER1 = [(0, ValueError), *INTEGER0]
+ACCOUNTANT = [("nope", ValueError), ("RDP", ValueError), ("", ValueError), (None, ValueError), (3, ValueError)]
+NEIGHBOURING = [("replace", ValueError), ("add_remove", ValueError), (None, ValueError)]
+
+_GOOD_EVENT = _event(0.01, 1.0, 10)
+PUBLIC = {
+    "sampled_gaussian_event": (
+        acc.sampled_gaussian_event,
+        {"sampling_rate": 0.01, "noise_multiplier": 1.0, "num_steps": 10},
+        {"sampling_rate": HALF_OPEN, "noise_multiplier": POSITIVE, "num_steps": INTEGER0},
+    ),
+    "compute_epsilon": (
+        lambda **kw: acc.compute_epsilon(_GOOD_EVENT, **kw),
+        {"delta": 1e-5, "accountant": "rdp", "neighbouring": "add_or_remove_one"},
+        {"delta": OPEN_UNIT, "accountant": ACCOUNTANT, "neighbouring": NEIGHBOURING},
+    ),
+    "calibrate_noise_multiplier": (
+        acc.calibrate_noise_multiplier,
+        {"target_epsilon": 2.0, "delta": 1e-5, "sampling_rate": 0.01, "num_steps": 100, "accountant": "moments",
+         "tolerance": 1e-3},  # fmt: skip
+        {"target_epsilon": POSITIVE, "delta": OPEN_UNIT, "sampling_rate": HALF_OPEN, "num_steps": INTEGER1,
+         "accountant": ACCOUNTANT, "tolerance": POSITIVE},  # fmt: skip
+    ),
+    "calibrate_num_steps": (
+        acc.calibrate_num_steps,
+        {"target_epsilon": 2.0, "delta": 1e-5, "sampling_rate": 0.01, "noise_multiplier": 1.0,
+         "accountant": "moments", "max_steps": 1000},  # fmt: skip
+        {"target_epsilon": POSITIVE, "delta": OPEN_UNIT, "sampling_rate": HALF_OPEN, "noise_multiplier": POSITIVE,
+         "accountant": ACCOUNTANT, "max_steps": INTEGER1},  # fmt: skip
+    ),
+}
+BAD_CASES = [
+    pytest.param(fname, arg, bad, exc, id=f"{fname}-{arg}-{bad!r}")
+    for fname, (_, _, table) in PUBLIC.items()
+    for arg, bads in table.items()
+    for bad, exc in bads
+]
+
+
+@pytest.mark.parametrize(("fname", "arg", "bad", "exc"), BAD_CASES)
+def test_bad_input_is_rejected_with_name_and_value(fname, arg, bad, exc):
+    fn, good, _ = PUBLIC[fname]
+    with pytest.raises(exc) as info:
+        fn(**{**good, arg: bad})
+    message = str(info.value)
+    assert arg in message
+    assert repr(bad) in message
+
+
+@pytest.mark.parametrize("fname", list(PUBLIC))
+def test_good_inputs_of_bad_input_table_work(fname):
+    fn, good, _ = PUBLIC[fname]
+    fn(**good)
+
+
+@pytest.mark.parametrize("bad", ["event", 3, None, [dpe.GaussianDpEvent(1.0)]])
+def test_compute_epsilon_rejects_non_events(bad):
+    with pytest.raises(TypeError) as info:
+        acc.compute_epsilon(bad, delta=1e-5)
+    assert "event" in str(info.value) and repr(bad) in str(info.value)
+
+
+NON_PRIVATE = [
+    dpe.NonPrivateDpEvent(),
+    dpe.SelfComposedDpEvent(dpe.NonPrivateDpEvent(), 3),
+    dpe.PoissonSampledDpEvent(0.1, dpe.NonPrivateDpEvent()),
+    dpe.ComposedDpEvent([_GOOD_EVENT, dpe.NonPrivateDpEvent()]),
+    dpe.ComposedDpEvent([_GOOD_EVENT, dpe.SelfComposedDpEvent(dpe.ComposedDpEvent([dpe.NonPrivateDpEvent()]), 2)]),
+]
+
+
+@pytest.mark.parametrize("accountant", acc.ACCOUNTANTS)
+@pytest.mark.parametrize("event", NON_PRIVATE, ids=lambda e: type(e).__name__)
+def test_non_private_event_is_infinite(event, accountant):
+    assert acc.compute_epsilon(event, delta=1e-5, accountant=accountant) == math.inf
+
+
+# --------------------------------------------------------------------------------------------
+# 6. Unsupported events
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        dpe.LaplaceDpEvent(1.0),
+        dpe.ComposedDpEvent([_GOOD_EVENT, dpe.LaplaceDpEvent(1.0)]),
+        dpe.PoissonSampledDpEvent(0.1, dpe.LaplaceDpEvent(1.0)),
+        dpe.SampledWithoutReplacementDpEvent(1000, 10, dpe.GaussianDpEvent(1.0)),
+        dpe.UnsupportedDpEvent(),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_strong_rejects_unsupported_event(event):
+    with pytest.raises(ValueError, match="strong") as info:
+        acc.compute_epsilon(event, delta=1e-5, accountant="strong")
+    assert "Gaussian" in str(info.value)
+
+
+def test_strong_rejects_replace_one():
+    with pytest.raises(ValueError, match="replace_one"):
+        acc.compute_epsilon(_GOOD_EVENT, delta=1e-5, accountant="strong", neighbouring="replace_one")
+
+
+@pytest.mark.parametrize("accountant", ["moments", "rdp", "pld"])
+def test_unsupported_event_is_a_clear_error(accountant):
+    with pytest.raises(ValueError, match=accountant):
+        acc.compute_epsilon(dpe.UnsupportedDpEvent(), delta=1e-5, accountant=accountant)
+
+
+@pytest.mark.parametrize("accountant", ["moments", "rdp", "pld"])
+def test_laplace_is_supported_by_dp_accounting_backed_accountants(accountant):
+    # Pure ε-DP Laplace (scale b = 1/ε0 at sensitivity 1): every accountant must stay ≥ 0 and
+    # PLD (tight) must not exceed ε0 = 1 by more than discretisation.
+    eps = acc.compute_epsilon(dpe.LaplaceDpEvent(1.0), delta=1e-5, accountant=accountant)
+    assert 0.0 <= eps
+    if accountant == "pld":
+        assert eps <= 1.0 + 1e-3
