@@ -1,0 +1,364 @@
+"""Audit statistics: honest empirical lower bounds ε_LB from IN/OUT observations.
+
+Pure NumPy/SciPy (no torch), so results can be recomputed and reported anywhere.
+
+* Hypothesis-testing bound (Kairouz, Oh & Viswanath 2015, Theorem 2.1; used for auditing by
+  Jagielski et al. 2020 and Nasr et al. 2021): an (ε, δ)-DP mechanism forces
+  FPR + e^ε FNR ≥ 1 − δ and e^ε FPR + FNR ≥ 1 − δ; Clopper–Pearson upper bounds on FPR and
+  FNR turn observed counts into ε_LB at a stated confidence.
+* Gaussian-DP bound (Nasr et al. 2023, "Tight Auditing", §4): one (FPR, FNR) point of a
+  μ-GDP mechanism pins μ ≥ Φ⁻¹(1 − FPR) − Φ⁻¹(FNR); μ_LB converts to ε at δ
+  (Dong, Roth & Su 2019, Corollary 2.13).
+* One-run bound (Steinke, Nasr & Jagielski 2023, Theorem 3.1 / Proposition 5.7): m canaries
+  included independently with probability ½, r guesses of which v are correct.
+
+Choosing the threshold on the same observations that bound it inflates ε_LB (several
+published tools do this). Every bound here either pays for the selection (Bonferroni over
+the candidate thresholds) or selects on one half and bounds on the other (split); the
+uncorrected maximum is available only as an explicitly labelled point estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from dpaudit import _validate as v
+from dpaudit.gaussian import gdp_epsilon
+
+__all__ = [
+    "THRESHOLD_STRATEGIES",
+    "clopper_pearson_upper",
+    "epsilon_from_rates",
+    "epsilon_lb_from_counts",
+    "gdp_mu_lb_from_counts",
+    "gdp_epsilon_lb_from_counts",
+    "one_run_p_value",
+    "one_run_epsilon_lb",
+    "ThresholdBound",
+    "bound_from_scores",
+    "one_run_bound_from_scores",
+    "point_estimate",
+]
+
+THRESHOLD_STRATEGIES = ("bonferroni", "split")
+BOUND_METHODS = ("clopper-pearson", "gdp")
+
+
+def clopper_pearson_upper(successes: int, trials: int, *, alpha: float) -> float:
+    """One-sided Clopper–Pearson upper bound on a binomial rate at level 1 − ``alpha``.
+
+    Defined at the edges: ``successes == trials`` gives 1 (never NaN).
+    """
+    k = v.integer("successes", successes, minimum=0)
+    n = v.integer("trials", trials, minimum=1)
+    alpha = v.open_unit("alpha", alpha)
+    if k > n:
+        raise ValueError(f"successes must be <= trials={n}, got {k}")
+    if k == n:
+        return 1.0
+    return float(stats.beta.ppf(1.0 - alpha, k + 1, n - k))
+
+
+def epsilon_from_rates(*, tpr: float, fpr: float, delta: float) -> float:
+    """max(0, ln((TPR − δ)/FPR), ln((1 − δ − FPR)/(1 − TPR))): ε implied by one test's rates.
+
+    Returns ``math.inf`` when a rate of 0 makes the ratio unbounded.
+    """
+    tpr, fpr = float(tpr), float(fpr)
+    best = 0.0
+    if tpr - delta > 0:
+        best = max(best, math.inf if fpr <= 0 else math.log((tpr - delta) / fpr))
+    if 1.0 - delta - fpr > 0:
+        best = max(best, math.inf if tpr >= 1 else math.log((1.0 - delta - fpr) / (1.0 - tpr)))
+    return best
+
+
+def _check_counts(tp: int, num_in: int, fp: int, num_out: int) -> None:
+    v.integer("num_in", num_in, minimum=1)
+    v.integer("num_out", num_out, minimum=1)
+    if not 0 <= v.integer("true_positives", tp) <= num_in:
+        raise ValueError(f"true_positives must lie in [0, num_in={num_in}], got {tp}")
+    if not 0 <= v.integer("false_positives", fp) <= num_out:
+        raise ValueError(f"false_positives must lie in [0, num_out={num_out}], got {fp}")
+
+
+def _upper_rates(tp: int, num_in: int, fp: int, num_out: int, alpha: float) -> tuple[float, float]:
+    """(FPR_hi, FNR_hi), each at level 1 − alpha/2 so both hold jointly at 1 − alpha."""
+    fpr_hi = clopper_pearson_upper(fp, num_out, alpha=alpha / 2)
+    fnr_hi = clopper_pearson_upper(num_in - tp, num_in, alpha=alpha / 2)
+    return fpr_hi, fnr_hi
+
+
+def epsilon_lb_from_counts(
+    *, true_positives: int, num_in: int, false_positives: int, num_out: int, delta: float, confidence: float = 0.95, group_size: int = 1, num_tests: int = 1
+) -> float:
+    """Clopper–Pearson ε_LB from the counts of one threshold test (audit.md §1).
+
+    Args:
+        true_positives: IN observations guessed IN.
+        num_in: IN observations.
+        false_positives: OUT observations guessed IN.
+        num_out: OUT observations.
+        delta: the δ of the claim being tested.
+        confidence: joint confidence of the bound (1 − a).
+        group_size: k when the canary was inserted k times (group privacy: divide by k).
+        num_tests: Bonferroni factor when the test was chosen among this many.
+
+    Returns:
+        ε_LB ≥ 0 that holds with probability ≥ ``confidence``.
+    """
+    _check_counts(true_positives, num_in, false_positives, num_out)
+    delta = v.open_unit("delta", delta)
+    confidence = v.open_unit("confidence", confidence)
+    k = v.integer("group_size", group_size, minimum=1)
+    tests = v.integer("num_tests", num_tests, minimum=1)
+    fpr_hi, fnr_hi = _upper_rates(true_positives, num_in, false_positives, num_out, (1 - confidence) / tests)
+    return epsilon_from_rates(tpr=1.0 - fnr_hi, fpr=fpr_hi, delta=delta) / k
+
+
+def gdp_mu_lb_from_counts(*, true_positives: int, num_in: int, false_positives: int, num_out: int, confidence: float = 0.95, num_tests: int = 1) -> float:
+    """μ_LB = Φ⁻¹(1 − FPR_hi) − Φ⁻¹(FNR_hi), clipped at 0 (Nasr et al. 2023, §4)."""
+    _check_counts(true_positives, num_in, false_positives, num_out)
+    confidence = v.open_unit("confidence", confidence)
+    tests = v.integer("num_tests", num_tests, minimum=1)
+    fpr_hi, fnr_hi = _upper_rates(true_positives, num_in, false_positives, num_out, (1 - confidence) / tests)
+    mu = float(stats.norm.isf(fpr_hi) - stats.norm.ppf(fnr_hi))
+    return max(mu, 0.0) if math.isfinite(mu) else 0.0
+
+
+def gdp_epsilon_lb_from_counts(
+    *, true_positives: int, num_in: int, false_positives: int, num_out: int, delta: float, confidence: float = 0.95, num_tests: int = 1
+) -> float:
+    """ε at δ of the μ_LB-GDP curve: a lower bound for mechanisms whose curve is Gaussian.
+
+    Sound only under the assumption that the audited mechanism's trade-off curve is a GDP
+    curve (true of the Gaussian mechanism, asymptotically of DP-SGD); report it as such.
+    """
+    mu = gdp_mu_lb_from_counts(true_positives=true_positives, num_in=num_in, false_positives=false_positives, num_out=num_out, confidence=confidence, num_tests=num_tests)
+    delta = v.open_unit("delta", delta)
+    return 0.0 if mu <= 0 else gdp_epsilon(mu=mu, delta=delta)
+
+
+# ----------------------------------------------------------------------------- one run
+def one_run_p_value(*, epsilon: float, delta: float, num_canaries: int, num_guesses: int, num_correct: int) -> float:
+    """p-value of observing ≥ v correct of r guesses under (ε, δ)-DP (audit.md §4).
+
+    β̂ = P[Bin(r, q) ≥ v], α̂ = max_{i=1..v} P[v − i ≤ Bin(r, q) < v] / i, q = e^ε/(1 + e^ε),
+    p = min(1, β̂ + 2 m δ α̂).
+    """
+    eps = v.non_negative("epsilon", epsilon)
+    r = v.integer("num_guesses", num_guesses, minimum=0)
+    m = v.integer("num_canaries", num_canaries, minimum=max(r, 1))
+    vv = v.integer("num_correct", num_correct, minimum=0)
+    if vv > r:
+        raise ValueError(f"num_correct must be <= num_guesses={r}, got {vv}")
+    if r == 0 or vv == 0:
+        return 1.0
+    q = 1.0 / (1.0 + math.exp(-eps))
+    # cdf[j + 1] = P[X ≤ j] for j = −1 … v − 1, evaluated once.
+    cdf = stats.binom.cdf(np.arange(-1, vv), r, q)
+    beta = 1.0 - float(cdf[-1])
+    i = np.arange(1, vv + 1)
+    # P[v − i ≤ X < v] = P[X ≤ v − 1] − P[X ≤ v − i − 1]
+    alpha = float(np.max((cdf[-1] - cdf[vv - i]) / i))
+    return min(1.0, beta + 2.0 * m * delta * alpha)
+
+
+def one_run_epsilon_lb(*, num_canaries: int, num_guesses: int, num_correct: int, delta: float, confidence: float = 0.95, num_tests: int = 1) -> float:
+    """Largest ε whose p-value is below 1 − confidence (Steinke, Nasr & Jagielski 2023).
+
+    ``num_tests`` is the Bonferroni factor when (k₊, k₋) were chosen among that many.
+    """
+    delta = v.open_unit("delta", delta)
+    confidence = v.open_unit("confidence", confidence)
+    tests = v.integer("num_tests", num_tests, minimum=1)
+    level = (1.0 - confidence) / tests
+
+    def p(eps: float) -> float:
+        return one_run_p_value(epsilon=eps, delta=delta, num_canaries=num_canaries, num_guesses=num_guesses, num_correct=num_correct)
+
+    if p(0.0) >= level:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while p(hi) < level:
+        lo, hi = hi, 2 * hi
+        if hi > 100:
+            return lo
+    while hi - lo > 1e-7:
+        mid = 0.5 * (lo + hi)
+        if p(mid) < level:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# ----------------------------------------------------------------------------- from scores
+@dataclass(frozen=True, kw_only=True)
+class ThresholdBound:
+    """ε_LB from scores, with the test that produced it.
+
+    Attributes:
+        epsilon_lb: the lower bound (valid at ``confidence`` after threshold selection).
+        threshold: the score threshold (guess IN when score ≥ threshold).
+        true_positives / num_in / false_positives / num_out: counts on the bounding data.
+        num_tests: Bonferroni factor paid for the selection (1 for split).
+    """
+
+    epsilon_lb: float
+    threshold: float
+    true_positives: int
+    num_in: int
+    false_positives: int
+    num_out: int
+    num_tests: int
+
+
+def _as_scores(name: str, values: Sequence[float] | np.ndarray) -> np.ndarray:
+    arr = np.asarray(values, dtype=float).reshape(-1)
+    if arr.size == 0:
+        raise ValueError(f"{name} must hold at least one score, got none")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite; found {arr[~np.isfinite(arr)][:3].tolist()}")
+    return arr
+
+
+def _candidate_thresholds(in_scores: np.ndarray, out_scores: np.ndarray, num: int) -> np.ndarray:
+    pooled = np.concatenate([in_scores, out_scores])
+    qs = np.quantile(pooled, np.linspace(0, 1, num + 1)[1:], method="higher") if num < pooled.size else np.sort(pooled)
+    return np.unique(qs)
+
+
+def _counts(in_scores: np.ndarray, out_scores: np.ndarray, thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    s_in, s_out = np.sort(in_scores), np.sort(out_scores)
+    tp = s_in.size - np.searchsorted(s_in, thresholds, side="left")
+    fp = s_out.size - np.searchsorted(s_out, thresholds, side="left")
+    return tp, fp
+
+
+def _upper_rate_arrays(tp: np.ndarray, num_in: int, fp: np.ndarray, num_out: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised :func:`_upper_rates` (Clopper–Pearson, 1 at the k = n edge)."""
+    fn = num_in - tp
+    with np.errstate(invalid="ignore"):
+        fpr_hi = np.where(fp >= num_out, 1.0, stats.beta.ppf(1 - alpha / 2, fp + 1, np.maximum(num_out - fp, 1)))
+        fnr_hi = np.where(fn >= num_in, 1.0, stats.beta.ppf(1 - alpha / 2, fn + 1, np.maximum(num_in - fn, 1)))
+    return fpr_hi, fnr_hi
+
+
+def _best(in_scores: np.ndarray, out_scores: np.ndarray, thresholds: np.ndarray, *, method: str, delta: float, confidence: float, num_tests: int, group_size: int) -> ThresholdBound:
+    tp, fp = _counts(in_scores, out_scores, thresholds)
+    fpr_hi, fnr_hi = _upper_rate_arrays(tp, in_scores.size, fp, out_scores.size, (1 - confidence) / num_tests)
+    if method == "clopper-pearson":
+        tpr_lo = 1.0 - fnr_hi
+        with np.errstate(divide="ignore", invalid="ignore"):
+            a = np.where((tpr_lo - delta > 0) & (fpr_hi > 0), np.log(np.maximum(tpr_lo - delta, 1e-300) / fpr_hi), 0.0)
+            b = np.where((1 - delta - fpr_hi > 0) & (fnr_hi > 0), np.log(np.maximum(1 - delta - fpr_hi, 1e-300) / fnr_hi), 0.0)
+        values = np.maximum(np.maximum(a, b), 0.0)
+        i = int(np.argmax(values))
+        eps = float(values[i])
+    else:
+        # ε at δ is increasing in μ, so the best threshold is the one with the largest μ_LB.
+        mu = np.nan_to_num(stats.norm.isf(fpr_hi) - stats.norm.ppf(fnr_hi), nan=0.0, posinf=0.0, neginf=0.0)
+        i = int(np.argmax(mu))
+        eps = 0.0 if mu[i] <= 0 else gdp_epsilon(mu=float(mu[i]), delta=delta)
+    return ThresholdBound(
+        epsilon_lb=eps / group_size, threshold=float(thresholds[i]), true_positives=int(tp[i]), num_in=in_scores.size,
+        false_positives=int(fp[i]), num_out=out_scores.size, num_tests=num_tests,
+    )
+
+
+def bound_from_scores(
+    in_scores: Sequence[float] | np.ndarray,
+    out_scores: Sequence[float] | np.ndarray,
+    *,
+    delta: float,
+    confidence: float = 0.95,
+    method: str = "clopper-pearson",
+    strategy: str = "bonferroni",
+    num_thresholds: int = 20,
+    group_size: int = 1,
+    seed: int = 0,
+) -> ThresholdBound:
+    """ε_LB from IN and OUT scores (higher = IN) with an honest threshold choice.
+
+    Args:
+        in_scores: attack scores of IN observations.
+        out_scores: attack scores of OUT observations.
+        delta: δ of the claim.
+        confidence: confidence of the bound after selection.
+        method: ``clopper-pearson`` (ratio bound) or ``gdp`` (Gaussian-DP bound).
+        strategy: ``bonferroni`` (pay a/num_tests over candidate thresholds) or ``split``
+            (choose on a random half, bound on the other half).
+        num_thresholds: candidate thresholds, at quantiles of the pooled scores.
+        group_size: canary multiplicity k (group privacy).
+        seed: seed of the random halves for ``split``.
+    """
+    s_in, s_out = _as_scores("in_scores", in_scores), _as_scores("out_scores", out_scores)
+    delta = v.open_unit("delta", delta)
+    confidence = v.open_unit("confidence", confidence)
+    method = v.choice("method", method, BOUND_METHODS)
+    strategy = v.choice("strategy", strategy, THRESHOLD_STRATEGIES)
+    num = v.integer("num_thresholds", num_thresholds, minimum=1)
+    k = v.integer("group_size", group_size, minimum=1)
+    if strategy == "bonferroni":
+        thresholds = _candidate_thresholds(s_in, s_out, num)
+        return _best(s_in, s_out, thresholds, method=method, delta=delta, confidence=confidence, num_tests=len(thresholds), group_size=k)
+    if s_in.size < 2 or s_out.size < 2:
+        raise ValueError(f"strategy='split' needs at least 2 IN and 2 OUT scores, got {s_in.size} and {s_out.size}")
+    rng = np.random.default_rng(seed)
+    pin, pout = rng.permutation(s_in.size), rng.permutation(s_out.size)
+    sel_in, bnd_in = s_in[pin[: s_in.size // 2]], s_in[pin[s_in.size // 2 :]]
+    sel_out, bnd_out = s_out[pout[: s_out.size // 2]], s_out[pout[s_out.size // 2 :]]
+    # Choose by the bound the selection half itself would give; nothing about the other half leaks.
+    chosen = _best(sel_in, sel_out, _candidate_thresholds(sel_in, sel_out, num), method=method, delta=delta, confidence=confidence, num_tests=1, group_size=k)
+    return _best(bnd_in, bnd_out, np.array([chosen.threshold]), method=method, delta=delta, confidence=confidence, num_tests=1, group_size=k)
+
+
+def point_estimate(in_scores: Sequence[float] | np.ndarray, out_scores: Sequence[float] | np.ndarray, *, delta: float) -> float:
+    """Uncorrected best-threshold ε from raw rates: an *estimate*, never a bound.
+
+    Rates of 0 are replaced by 0.5/n (a continuity correction) so the estimate stays finite.
+    """
+    s_in, s_out = _as_scores("in_scores", in_scores), _as_scores("out_scores", out_scores)
+    delta = v.open_unit("delta", delta)
+    thresholds = np.unique(np.concatenate([s_in, s_out]))
+    tp, fp = _counts(s_in, s_out, thresholds)
+    tpr = np.clip(tp / s_in.size, 0.5 / s_in.size, 1 - 0.5 / s_in.size)
+    fpr = np.clip(fp / s_out.size, 0.5 / s_out.size, 1 - 0.5 / s_out.size)
+    return max(epsilon_from_rates(tpr=a, fpr=b, delta=delta) for a, b in zip(tpr, fpr))
+
+
+def one_run_bound_from_scores(
+    scores: Sequence[float] | np.ndarray,
+    included: Sequence[bool] | np.ndarray,
+    *,
+    delta: float,
+    confidence: float = 0.95,
+    guess_counts: Sequence[int] | None = None,
+) -> tuple[float, int, int]:
+    """One-run ε_LB: guess IN for the top-k scores and OUT for the bottom-k, for k in
+    ``guess_counts`` (Bonferroni over them); returns (ε_LB, guesses r, correct v) of the best.
+    """
+    s = _as_scores("scores", scores)
+    inc = np.asarray(included, dtype=bool).reshape(-1)
+    if inc.size != s.size:
+        raise ValueError(f"included must have one entry per score ({s.size}), got {inc.size}")
+    m = s.size
+    counts = list(guess_counts) if guess_counts is not None else sorted({max(1, int(m * f)) for f in (0.02, 0.05, 0.1, 0.2, 0.5)})
+    order = np.argsort(-s, kind="stable")
+    best = (0.0, 0, 0)
+    for k in counts:
+        k = v.integer("guess_counts[i]", k, minimum=1)
+        if 2 * k > m:
+            raise ValueError(f"guess_counts entries must be <= m/2 = {m // 2}, got {k}")
+        top, bottom = order[:k], order[m - k :]
+        correct = int(inc[top].sum() + (~inc[bottom]).sum())
+        eps = one_run_epsilon_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, delta=delta, confidence=confidence, num_tests=len(counts))
+        if eps > best[0] or best[1] == 0:
+            best = (eps, 2 * k, correct)
+    return best
