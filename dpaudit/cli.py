@@ -82,6 +82,10 @@ def _fmt_eps(x: float) -> str:
 def _cmd_epsilon(args: argparse.Namespace) -> int:
     from dpaudit.accountants import ACCOUNTANTS, calibrate_noise_multiplier, calibrate_num_steps, sampled_gaussian_event, compute_epsilon
 
+    if args.mechanism == "gaussian":
+        return _gaussian_epsilon(args)
+    if args.sampling_rate is None:
+        raise UsageError("--sampling-rate is required for --mechanism dpsgd")
     names = ACCOUNTANTS if args.accountant == "all" else (args.accountant,)
     q, delta = args.sampling_rate, args.delta
     if args.target_epsilon is None:
@@ -129,6 +133,40 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
         + (f"noise multiplier sigma = {sigma:.4f} for T={steps}" if args.solve == "noise-multiplier" else f"at most T = {steps} steps at sigma={sigma:g}"),
         "epsilon reached:",
     ] + [f"  {n:<8} {_fmt_eps(e)}" for n, e in values.items()]
+    _emit(args, payload, "\n".join(lines))
+    return EXIT_OK
+
+
+def _gaussian_epsilon(args: argparse.Namespace) -> int:
+    """A single Gaussian mechanism: its exact ε at δ, or σ under each calibration."""
+    from dpaudit.gaussian import GAUSSIAN_CALIBRATIONS, calibrate_gaussian, gaussian_epsilon
+
+    if args.sampling_rate is not None or args.steps is not None:
+        raise UsageError("--sampling-rate and --steps apply to --mechanism dpsgd only")
+    delta, sens = args.delta, args.sensitivity
+    if args.target_epsilon is None:
+        if args.noise_multiplier is None:
+            raise UsageError("--noise-multiplier or --target-epsilon is required for --mechanism gaussian")
+        sigma = args.noise_multiplier * sens
+        eps = gaussian_epsilon(delta=delta, sigma=sigma, sensitivity=sens)
+        payload = {"mechanism": "gaussian", "noise_multiplier": args.noise_multiplier, "sensitivity": sens, "delta": delta, "epsilon": eps}
+        _emit(args, payload, f"Gaussian mechanism, sigma = {args.noise_multiplier:g} x sensitivity {sens:g}: exact epsilon at delta={delta:g} is {eps:.6f} (Balle & Wang 2018)")
+        return EXIT_OK
+    if args.noise_multiplier is not None:
+        raise UsageError(f"--noise-multiplier={args.noise_multiplier!r} conflicts with --target-epsilon for --mechanism gaussian; omit it")
+    names = GAUSSIAN_CALIBRATIONS if args.calibration == "all" else (args.calibration,)
+    sigmas: dict[str, float | None] = {}
+    notes: dict[str, str] = {}
+    for name in names:
+        try:
+            sigmas[name] = calibrate_gaussian(epsilon=args.target_epsilon, delta=delta, sensitivity=sens, method=name)
+        except ValueError as exc:
+            if args.calibration != "all":
+                raise
+            sigmas[name], notes[name] = None, str(exc)  # e.g. classical at epsilon > 1
+    payload = {"mechanism": "gaussian", "target_epsilon": args.target_epsilon, "delta": delta, "sensitivity": sens, "sigma": sigmas}
+    lines = [f"Gaussian noise std for epsilon={args.target_epsilon:g}, delta={delta:g}, sensitivity={sens:g}:"]
+    lines += [f"  {n:<9} " + (f"{val:.6f}" if val is not None else f"n/a ({notes[n]})") for n, val in sigmas.items()]
     _emit(args, payload, "\n".join(lines))
     return EXIT_OK
 
@@ -224,13 +262,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     p = sub.add_parser("epsilon", help="epsilon of DP-SGD under each accountant, or solve for sigma / steps", description="ε of the sampled Gaussian mechanism (DP-SGD) under the moments, RDP, PLD and strong-composition accountants; or solve for the noise multiplier (or steps) that reaches a target ε without overshooting it.")
-    p.add_argument("--sampling-rate", type=_sampling_rate, required=True, metavar="Q", help="Poisson sampling rate q = lot size / N, in (0, 1]")
+    p.add_argument("--mechanism", choices=("dpsgd", "gaussian"), default="dpsgd", help="dpsgd: the sampled Gaussian composed over steps (default); gaussian: one Gaussian mechanism (exact ε, or σ under each calibration)")
+    p.add_argument("--sampling-rate", type=_sampling_rate, metavar="Q", help="Poisson sampling rate q = lot size / N, in (0, 1] (dpsgd)")
     p.add_argument("--noise-multiplier", type=_noise, metavar="SIGMA", help="noise std / clipping norm, > 0")
     p.add_argument("--steps", type=_steps, metavar="T", help="number of steps (lots), >= 1")
     p.add_argument("--delta", type=_delta, required=True, metavar="D", help="target delta in (0, 1)")
     p.add_argument("--accountant", choices=(*ACCOUNTANTS, "all"), default="all", help="accountant (default: all)")
     p.add_argument("--target-epsilon", type=_target_eps, metavar="E", help="solve for the value that reaches this epsilon")
     p.add_argument("--solve", choices=("noise-multiplier", "steps"), default="noise-multiplier", help="what --target-epsilon solves for (default: noise-multiplier)")
+    p.add_argument("--calibration", choices=("classical", "analytic", "extended", "all"), default="all", help="gaussian: calibration for --target-epsilon (classical: Dwork-Roth, epsilon <= 1; analytic: Balle-Wang; extended: Phan et al. Thm 2)")
+    p.add_argument("--sensitivity", type=_arg("--sensitivity", v.positive), default=1.0, help="gaussian: L2 sensitivity (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=_cmd_epsilon)
 

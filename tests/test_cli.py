@@ -210,3 +210,53 @@ def test_baseline_mnist_reaches_97_percent(capsys, tmp_path, shared_data):
     code, out, err = run(capsys, "train", "--defense", "nonprivate", "--dataset", "mnist", "--model", "abadi-mnist", "--epochs", "5", "--data-root", str(shared_data), "--out", str(tmp_path), "--quiet", "--json")
     assert code == 0, err
     assert json.loads(out)["metrics"]["test_accuracy"] >= 0.97
+
+
+AGM = [((0.1, 1e-5), 30.749566), ((0.5, 1e-5), 7.031827), ((1, 1e-5), 3.730632), ((2, 1e-5), 1.993812), ((4, 1e-5), 1.081162), ((8, 1e-5), 0.600229), ((1, 1e-6), 4.224679), ((1, 0.05), 1.332778), ((4, 0.05), 0.545137), ((0.5, 0.3), 0.865869)]
+EGM = [((1, 1e-5), 4.854241), ((4, 1e-5), 1.285080), ((1, 0.05), 2.549790), ((4, 0.05), 0.754169)]
+
+
+@pytest.mark.parametrize("target, sigma", AGM)
+def test_epsilon_gaussian_analytic_vectors(capsys, target, sigma):
+    eps, delta = target
+    code, out, _ = run(capsys, "epsilon", "--mechanism", "gaussian", "--target-epsilon", str(eps), "--delta", str(delta), "--calibration", "analytic", "--json")
+    assert code == 0 and round(json.loads(out)["sigma"]["analytic"], 6) == sigma
+
+
+@pytest.mark.parametrize("target, sigma", EGM)
+def test_epsilon_gaussian_extended_vectors(capsys, target, sigma):
+    eps, delta = target
+    code, out, _ = run(capsys, "epsilon", "--mechanism", "gaussian", "--target-epsilon", str(eps), "--delta", str(delta), "--json")
+    data = json.loads(out)["sigma"]
+    assert code == 0 and round(data["extended"], 6) == sigma
+    assert (data["classical"] is None) == (eps > 1)
+
+
+def test_epsilon_gaussian_exact_epsilon_inverts_calibration(capsys):
+    code, out, _ = run(capsys, "epsilon", "--mechanism", "gaussian", "--noise-multiplier", "3.730632", "--delta", "1e-5", "--json")
+    assert code == 0 and json.loads(out)["epsilon"] == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (("--target-epsilon", "4", "--delta", "1e-5", "--calibration", "classical"), "<= 1"),
+        (("--sampling-rate", "0.1", "--target-epsilon", "1", "--delta", "1e-5"), "dpsgd only"),
+        (("--delta", "1e-5"), "--noise-multiplier or --target-epsilon"),
+        (("--target-epsilon", "1", "--delta", "0.6", "--calibration", "extended"), "0.484"),
+        (("--noise-multiplier", "1", "--target-epsilon", "1", "--delta", "1e-5"), "conflicts"),
+    ],
+)
+def test_epsilon_gaussian_bad_input(capsys, argv, needle):
+    code, out, err = run(capsys, "epsilon", "--mechanism", "gaussian", *argv)
+    assert code == 2 and out == "" and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_epsilon_gaussian_bad_sensitivity(capsys):
+    code, _, err = run_exit(capsys, "epsilon", "--mechanism", "gaussian", "--noise-multiplier", "1", "--delta", "1e-5", "--sensitivity", "0")
+    assert code == 2 and "--sensitivity" in err
+
+
+def test_epsilon_dpsgd_needs_sampling_rate(capsys):
+    code, _, err = run(capsys, "epsilon", "--noise-multiplier", "1", "--steps", "3", "--delta", "1e-5")
+    assert code == 2 and "--sampling-rate" in err
