@@ -303,7 +303,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=_cmd_train)
+
+    # Verbs that live in their own modules (audit, attack, certify, report) register here.
+    # Each module defines ``register(subparsers, shared)`` where ``shared`` holds the common
+    # argument types and helpers of this module; a missing module is simply not offered.
+    import importlib
+
+    shared = {"arg": _arg, "emit": _emit, "UsageError": UsageError, "delta": _delta, "seed": _seed, "fmt_eps": _fmt_eps, "EXIT_VIOLATION": EXIT_VIOLATION, "EXIT_OK": EXIT_OK}
+    for name in EXTENSION_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        module.register(sub, shared)
     return parser
+
+
+EXTENSION_MODULES = ("dpaudit.cli_audit", "dpaudit.cli_attack", "dpaudit.cli_certify", "dpaudit.cli_report")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
