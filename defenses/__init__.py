@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from defenses.dpsgd import DPSGDConfig, train_dpsgd
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 
 __all__ = ["DefenseSpec", "DEFENSES"]
@@ -27,4 +28,5 @@ class DefenseSpec:
 
 DEFENSES: dict[str, DefenseSpec] = {
     "nonprivate": DefenseSpec(name="nonprivate", config_type=NonPrivateConfig, train=train_nonprivate, summary="non-private SGD baseline (ε = ∞)"),
+    "dpsgd": DefenseSpec(name="dpsgd", config_type=DPSGDConfig, train=train_dpsgd, summary="DP-SGD with Poisson lots, per-example clipping and Gaussian noise (+ DP-PCA) (Abadi et al. 2016)"),
 }

@@ -245,11 +245,27 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# Flags that configure a defense, by config field; a flag given for a defense whose config has
+# no such field is a usage error rather than silently ignored.
+_DEFENSE_FLAGS = {
+    "epochs": "--epochs", "batch_size": "--batch-size", "learning_rate": "--learning-rate", "momentum": "--momentum",
+    "noise_multiplier": "--noise-multiplier", "clip_norm": "--clip-norm", "lot_size": "--lot-size",
+    "target_epsilon": "--target-epsilon", "accountant": "--accountant", "per_layer": "--per-layer",
+    "pca_components": "--pca", "pca_noise": "--pca-noise", "sampling": "--sampling",
+}
+
+
 def _config_kwargs(args: argparse.Namespace, config_type: type) -> dict[str, Any]:
     import dataclasses
 
     names = {f.name for f in dataclasses.fields(config_type)}
-    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    for field, flag in _DEFENSE_FLAGS.items():
+        if getattr(args, field, None) not in (None, False) and field not in names:
+            raise UsageError(f"{flag}={getattr(args, field)!r} does not apply to --defense {args.defense}")
+    out = {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    if "delta" in names:
+        out["delta"] = args.delta
+    return out
 
 
 # ----------------------------------------------------------------------------- parser
@@ -292,6 +308,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=_epochs)
     p.add_argument("--batch-size", type=_batch)
     p.add_argument("--learning-rate", type=_lr)
+    p.add_argument("--momentum", type=_arg("--momentum", v.non_negative))
+    g = p.add_argument_group("DP-SGD (--defense dpsgd; Abadi et al. 2016)")
+    g.add_argument("--noise-multiplier", type=_noise, metavar="SIGMA", help="noise std / clip norm; with --target-epsilon, train until the budget is spent")
+    g.add_argument("--clip-norm", type=_arg("--clip-norm", v.positive), metavar="C", help="per-example L2 clipping norm")
+    g.add_argument("--lot-size", type=_arg("--lot-size", lambda n, x: v.integer(n, x, minimum=1), int), metavar="L", help="expected lot size (sampling rate q = L/N)")
+    g.add_argument("--target-epsilon", type=_target_eps, metavar="E", help="privacy budget at --delta")
+    g.add_argument("--accountant", choices=ACCOUNTANTS, help="accountant for the budget (default pld)")
+    g.add_argument("--per-layer", action="store_true", default=None, help="clip each layer to C/sqrt(#layers)")
+    g.add_argument("--pca", dest="pca_components", type=_arg("--pca", lambda n, x: v.integer(n, x, minimum=1), int), metavar="K", help="DP-PCA projection to K components (abadi-mnist)")
+    g.add_argument("--pca-noise", type=_arg("--pca-noise", v.positive), metavar="SIGMA_P", help="DP-PCA noise multiplier")
+    g.add_argument("--sampling", choices=("poisson", "shuffle-non-private-accounting"), help="lot sampling (default poisson)")
     p.add_argument("--seed", type=_seed, default=0, help="root seed (default 0)")
     p.add_argument("--split-seed", type=_arg("--split-seed", lambda n, x: v.integer(n, x, minimum=0), int), help="seed of the member/non-member split (default: --seed)")
     p.add_argument("--member-fraction", type=_frac, default=0.5, help="fraction of the training pool used as members (default 0.5)")

@@ -260,3 +260,45 @@ def test_epsilon_gaussian_bad_sensitivity(capsys):
 def test_epsilon_dpsgd_needs_sampling_rate(capsys):
     code, _, err = run(capsys, "epsilon", "--noise-multiplier", "1", "--steps", "3", "--delta", "1e-5")
     assert code == 2 and "--sampling-rate" in err
+
+
+DPSGD = ("train", "--defense", "dpsgd", "--dataset", "digits", "--model", "digits-mlp", "--clip-norm", "1", "--lot-size", "64", "--learning-rate", "0.5", "--quiet")
+
+
+def test_train_dpsgd_budget_mode_from_the_cli(capsys, tmp_path):
+    code, out, err = run(capsys, *DPSGD, "--noise-multiplier", "2", "--target-epsilon", "1", "--accountant", "rdp", "--out", str(tmp_path), "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    record = load_record(data["record_path"])
+    assert record.defense == "dpsgd" and record.claim.is_private
+    assert data["epsilon"]["rdp"] <= 1.0
+    assert record.metrics["num_steps"] > 1
+    # the claim describes the steps actually taken
+    assert f"T={record.metrics['num_steps']}" in record.claim.description
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (("--clip-norm", "0"), "--clip-norm"),
+        (("--lot-size", "0"), "--lot-size"),
+        (("--noise-multiplier", "-2"), "--noise-multiplier"),
+        (("--pca", "0"), "--pca"),
+        (("--pca-noise", "0"), "--pca-noise"),
+        (("--accountant", "magic"), "magic"),
+        (("--sampling", "shuffle"), "shuffle"),
+    ],
+)
+def test_train_dpsgd_bad_flags(capsys, tmp_path, argv, needle):
+    code, out, err = run_exit(capsys, *DPSGD, *argv, "--out", str(tmp_path))
+    assert code == 2 and out == "" and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_dpsgd_flags_refused_for_nonprivate(capsys, tmp_path):
+    code, out, err = run(capsys, *TRAIN, "--clip-norm", "1", "--out", str(tmp_path))
+    assert code == 2 and "--clip-norm" in err and "nonprivate" in err
+
+
+def test_train_dpsgd_inconsistent_pca_is_a_usage_error(capsys, tmp_path):
+    code, out, err = run(capsys, *DPSGD, "--noise-multiplier", "2", "--pca", "10", "--out", str(tmp_path))
+    assert code == 2 and "pca" in err.lower() and len(err.strip().splitlines()) == 1

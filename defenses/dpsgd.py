@@ -1,0 +1,626 @@
+"""DP-SGD with the moments accountant, and DP-PCA preprocessing (Abadi et al. 2016).
+
+Implements Algorithm 1 of Abadi, Chu, Goodfellow, McMahan, Mironov, Talwar & Zhang, "Deep
+Learning with Differential Privacy" (CCS 2016):
+
+1. **Lots.** Each step draws a lot by Poisson sampling: every member is included
+   independently with probability q = L/N (§3.1, "Lots"; the lot size varies). A
+   fixed-size shuffling mode exists only as an explicitly labelled option
+   (``sampling="shuffle-non-private-accounting"``): the accounting assumes Poisson
+   sampling, so its claim says the guarantee does not strictly hold.
+2. **Clip.** Each example's gradient is clipped to L2 norm C (``clip_norm``), or each layer
+   to C_l = C/√(#layers) with ``per_layer`` (§3.1 "Per-layer and time-dependent
+   parameters"), computed without per-example gradients by :mod:`defenses.clipping`.
+3. **Noise.** The clipped sum gets N(0, σ²C²I) once per lot (σ = ``noise_multiplier``; with
+   per-layer clipping C is the total sensitivity √(Σ C_l²)), and is divided by the *public*
+   expected lot size q·N — never the realised lot size, which depends on the data.
+4. **Descend.** Plain or momentum SGD (momentum only post-processes the released noisy
+   gradients), with the paper's schedule: linear decay from ``learning_rate`` to
+   ``final_learning_rate`` over ``lr_decay_epochs`` epochs, then constant (§5.1).
+
+**Budget.** With ``target_epsilon`` and ``noise_multiplier`` set, the number of steps is the
+largest T whose ε (under ``accountant``, including DP-PCA) stays ≤ the target; it is computed
+once up front (:func:`dpaudit.accountants.calibrate_num_steps` or the same bisection on the
+composed event), and training stops there. With ``target_epsilon`` and no
+``noise_multiplier``, σ is calibrated for ``epochs``. Otherwise σ and ``epochs`` are fixed.
+The record's claim is built from the steps actually taken (counted, not planned).
+
+**DP-PCA** (§4 "Differentially private PCA"; §5.1): a Poisson sample (rate
+``pca_sampling_rate``) of the members, each flattened and scaled to unit L2 norm, forms
+A = XᵀX. Adding or removing one example changes A by xxᵀ, of Frobenius norm ‖x‖² = 1, so
+releasing A's upper triangle plus iid N(0, σ_p²) noise (mirrored to keep A symmetric) is a
+Gaussian mechanism with noise multiplier σ_p = ``pca_noise``. The top-k eigenvectors of the
+noisy A are installed in the model's :class:`~dpaudit.models.Projection`. Its cost enters the
+claim as ``Gaussian(σ_p)`` (``PoissonSampled(q_p, Gaussian(σ_p))`` when q_p < 1), composed
+with the DP-SGD event.
+
+**White-box hooks** (for audits in the threat model of §2: the adversary sees every update):
+
+* ``on_step(step_index, noisy_update, lot_size)`` receives, after every step, the released
+  quantity Σ_i clip(g_i) + N(0, σ²C²I) as ``{parameter name: tensor}`` (before division by
+  the expected lot size) and the realised lot size. The tensors are fresh and not reused.
+* ``canary_gradient(step_index) -> {name: tensor} | flat tensor | None`` injects an extra
+  per-step "gradient canary" (Nasr et al. 2021, "Adversary Instantiation", §4; Jagielski et
+  al. 2020) into the clipped sum *before* the noise. It is clipped exactly like one
+  example's gradient (flat or per layer), so it is one more record under the same claim.
+  A flat tensor is split over parameters in :func:`parameter_names` order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from dp_accounting import dp_event as dpe
+from torch import nn
+
+from dpaudit import _validate as v
+from dpaudit.accountants import ACCOUNTANTS, calibrate_noise_multiplier, calibrate_num_steps
+from dpaudit.claims import DPClaim, dpsgd_claim
+from dpaudit.data import DatasetBundle, Splits
+from dpaudit.models import Projection, build_model
+from dpaudit.progress import Progress
+from dpaudit.records import TrainedModel
+from dpaudit.seeding import derive_seed, torch_generator
+from defenses._common import build_record
+from defenses.clipping import CLIPPING_METHODS, GradientClipper, clip_gradient
+
+__all__ = [
+    "SAMPLING_MODES",
+    "DPSGDConfig",
+    "DPSGDPlan",
+    "train_dpsgd",
+    "plan_dpsgd",
+    "dp_pca",
+    "pca_claim",
+    "learning_rate_at",
+    "noisy_clipped_sum",
+    "parameter_names",
+    "poisson_lot",
+]
+
+SAMPLING_MODES = ("poisson", "shuffle-non-private-accounting")
+DEFAULT_SAMPLING_RATE = 0.01
+DEFAULT_EPOCHS = 10
+
+OnStep = Callable[[int, dict[str, torch.Tensor], int], None]
+CanaryGradient = Callable[[int], "dict[str, torch.Tensor] | torch.Tensor | None"]
+OnEpoch = Callable[[int, nn.Module], None]
+
+
+def _optional(name: str, value: Any, check: Callable[[str, Any], Any]) -> None:
+    if value is not None:
+        check(name, value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DPSGDConfig:
+    """Hyperparameters of DP-SGD (+ DP-PCA); every privacy argument is keyword-only.
+
+    Attributes:
+        noise_multiplier: σ, noise std / clipping norm. ``None`` with ``target_epsilon`` set
+            means: calibrate σ so that ``epochs`` epochs meet the target.
+        clip_norm: C, the per-example L2 bound (total bound with ``per_layer``).
+        lot_size: expected lot size L; the sampling rate is q = L / N (N = number of
+            members). Give this or ``sampling_rate``, not both.
+        sampling_rate: q directly, in (0, 1]. With neither given, q = 0.01 (Abadi et al.'s
+            lots of 600 out of 60,000).
+        expected_lot_size: the public divisor of the noisy sum; ``None`` → q·N.
+        target_epsilon: privacy budget ε; with ``noise_multiplier`` set, train for as many
+            steps as the budget allows (capped by ``epochs`` if that is set).
+        delta: δ of the budget and of the reported ε.
+        accountant: accountant of the budget (one of ``dpaudit.accountants.ACCOUNTANTS``).
+        epochs: number of epochs (expected passes, 1/q steps each); in budget mode an
+            optional cap. ``None`` means uncapped in budget mode, else ``DEFAULT_EPOCHS``.
+        learning_rate: initial learning rate lr0.
+        final_learning_rate: floor of the linear decay; ``None`` → constant learning rate.
+        lr_decay_epochs: epochs over which the rate decays linearly to the floor.
+        momentum: heavy-ball momentum (0 = plain SGD).
+        weight_decay: L2 penalty (applied to parameters, not data: no privacy cost).
+        per_layer: clip each layer (a module's own parameters, e.g. a Linear's weight and
+            bias together) to C/√(#layers) instead of the whole gradient to C; the total
+            sensitivity, and so the noise σ·C, is unchanged.
+        sampling: ``poisson`` (private) or ``shuffle-non-private-accounting`` (fixed-size
+            lots from a shuffle; the claim's accounting does not strictly apply).
+        pca_components: k for DP-PCA into the model's Projection (``None`` = no PCA).
+        pca_noise: σ_p of DP-PCA (required with ``pca_components``).
+        pca_sampling_rate: Poisson rate of the sample DP-PCA uses (1 = all members).
+        clipping_method: ``auto`` / ``hooks`` / ``vmap`` (see :mod:`defenses.clipping`).
+        physical_batch_size: most examples per forward/backward pass (lots are split; exact).
+    """
+
+    noise_multiplier: float | None = 1.1
+    clip_norm: float = 4.0
+    lot_size: int | None = None
+    sampling_rate: float | None = None
+    expected_lot_size: float | None = None
+    target_epsilon: float | None = None
+    delta: float = 1e-5
+    accountant: str = "pld"
+    epochs: float | None = None
+    learning_rate: float = 0.1
+    final_learning_rate: float | None = None
+    lr_decay_epochs: float = 10
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    per_layer: bool = False
+    sampling: str = "poisson"
+    pca_components: int | None = None
+    pca_noise: float | None = None
+    pca_sampling_rate: float = 1.0
+    clipping_method: str = "auto"
+    physical_batch_size: int = 1024
+
+    def __post_init__(self) -> None:
+        _optional("noise_multiplier", self.noise_multiplier, v.positive)
+        v.positive("clip_norm", self.clip_norm)
+        if self.lot_size is not None and self.sampling_rate is not None:
+            raise ValueError(
+                f"give lot_size or sampling_rate, not both; got lot_size={self.lot_size!r}, sampling_rate={self.sampling_rate!r}"
+            )
+        _optional("lot_size", self.lot_size, lambda n, x: v.integer(n, x, minimum=1))
+        _optional("sampling_rate", self.sampling_rate, v.half_open_unit)
+        _optional("expected_lot_size", self.expected_lot_size, v.positive)
+        _optional("target_epsilon", self.target_epsilon, v.positive)
+        v.open_unit("delta", self.delta)
+        v.choice("accountant", self.accountant, ACCOUNTANTS)
+        _optional("epochs", self.epochs, v.positive)
+        if self.target_epsilon is None and self.noise_multiplier is None:
+            raise ValueError("noise_multiplier must be given unless target_epsilon is set (then it is calibrated), got None")
+        if self.epochs is None and (self.target_epsilon is None or self.noise_multiplier is None):
+            # Only budget mode (target ε with a fixed σ) runs without an epoch count.
+            object.__setattr__(self, "epochs", DEFAULT_EPOCHS)
+        v.positive("learning_rate", self.learning_rate)
+        _optional("final_learning_rate", self.final_learning_rate, v.positive)
+        v.positive("lr_decay_epochs", self.lr_decay_epochs)
+        if not 0 <= v.real("momentum", self.momentum) < 1:
+            raise ValueError(f"momentum must lie in [0, 1), got {self.momentum!r}")
+        v.non_negative("weight_decay", self.weight_decay)
+        if not isinstance(self.per_layer, bool):
+            raise TypeError(f"per_layer must be a bool, got {self.per_layer!r}")
+        v.choice("sampling", self.sampling, SAMPLING_MODES)
+        _optional("pca_components", self.pca_components, lambda n, x: v.integer(n, x, minimum=1))
+        _optional("pca_noise", self.pca_noise, v.positive)
+        if (self.pca_components is None) != (self.pca_noise is None):
+            raise ValueError(
+                f"pca_components and pca_noise go together (DP-PCA needs both), got pca_components={self.pca_components!r}, "
+                f"pca_noise={self.pca_noise!r}"
+            )
+        v.half_open_unit("pca_sampling_rate", self.pca_sampling_rate)
+        v.choice("clipping_method", self.clipping_method, CLIPPING_METHODS)
+        v.integer("physical_batch_size", self.physical_batch_size, minimum=1)
+
+    def rate(self, num_members: int) -> float:
+        """The sampling rate q for ``num_members`` members."""
+        n = v.integer("num_members", num_members, minimum=1)
+        if self.sampling_rate is not None:
+            return float(self.sampling_rate)
+        if self.lot_size is None:
+            return DEFAULT_SAMPLING_RATE
+        if self.lot_size > n:  # type: ignore[operator]
+            raise ValueError(f"lot_size must be <= the number of members ({n}), got {self.lot_size!r}")
+        return self.lot_size / n  # type: ignore[operator]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DPSGDPlan:
+    """What a DP-SGD run will do, fixed before it sees any data beyond N.
+
+    Attributes:
+        sampling_rate: q.
+        noise_multiplier: σ (given or calibrated).
+        num_steps: steps to take.
+        steps_per_epoch: round(1/q) (for the schedule and epoch callbacks).
+        expected_lot_size: the divisor q·N (or as configured).
+        noise_std: σ·C per coordinate of the noisy sum.
+    """
+
+    sampling_rate: float
+    noise_multiplier: float
+    num_steps: int
+    steps_per_epoch: int
+    expected_lot_size: float
+    noise_std: float
+
+
+def pca_claim(config: DPSGDConfig) -> DPClaim | None:
+    """The claim of DP-PCA alone (``None`` without PCA)."""
+    if config.pca_components is None:
+        return None
+    sigma_p = float(config.pca_noise)  # type: ignore[arg-type]
+    event: dpe.DpEvent = dpe.GaussianDpEvent(sigma_p)
+    desc = f"DP-PCA k={config.pca_components} sigma_p={sigma_p:g}"
+    if config.pca_sampling_rate < 1.0:
+        event = dpe.PoissonSampledDpEvent(config.pca_sampling_rate, event)
+        desc += f" q_p={config.pca_sampling_rate:g}"
+    return DPClaim(event=event, description=desc)
+
+
+def _claim(config: DPSGDConfig, *, sampling_rate: float, noise_multiplier: float, num_steps: int) -> DPClaim:
+    desc = (
+        f"DP-SGD q={sampling_rate:g} sigma={noise_multiplier:g} T={num_steps} C={config.clip_norm:g}"
+        f"{' per-layer' if config.per_layer else ''}"
+    )
+    if config.sampling != "poisson":
+        desc += (
+            " [non-private-accounting: lots drawn by fixed-size shuffling, but the accounting assumes Poisson "
+            "sampling; this epsilon is NOT a valid guarantee for the run]"
+        )
+    claim = dpsgd_claim(sampling_rate=sampling_rate, noise_multiplier=noise_multiplier, num_steps=num_steps, description=desc)
+    pca = pca_claim(config)
+    if pca is None:
+        return claim
+    if num_steps == 0:  # dp_accounting's PLD cannot compose zero steps
+        return DPClaim(event=pca.event, description=f"{pca.description} + {desc}")
+    return pca.compose(claim)
+
+
+def _max_steps_composed(config: DPSGDConfig, q: float, sigma: float, cap: int) -> int:
+    """Largest T ≤ cap with ε(PCA ∘ DP-SGD_T) ≤ target (bisection; never overshoots)."""
+    target = float(config.target_epsilon)  # type: ignore[arg-type]
+
+    def eps(t: int) -> float:
+        return _claim(config, sampling_rate=q, noise_multiplier=sigma, num_steps=t).epsilon(delta=config.delta, accountant=config.accountant)
+
+    pca = pca_claim(config)
+    if pca is not None and pca.epsilon(delta=config.delta, accountant=config.accountant) >= target:
+        raise ValueError(f"target_epsilon={target!r} is already exceeded by DP-PCA alone (pca_noise={config.pca_noise!r})")
+    if eps(1) > target:
+        raise ValueError(f"target_epsilon={target!r} is exceeded by a single step at noise_multiplier={sigma!r}, sampling_rate={q!r}")
+    lo, hi = 1, 2
+    while hi <= cap and eps(hi) <= target:
+        lo, hi = hi, hi * 2
+    if hi > cap:
+        if eps(cap) <= target:
+            return cap
+        hi = cap
+    while hi - lo > 1:  # invariant: eps(lo) <= target < eps(hi)
+        mid = (lo + hi) // 2
+        if eps(mid) <= target:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _calibrate_sigma_composed(config: DPSGDConfig, q: float, steps: int) -> float:
+    """Smallest σ (to 0.1 %) with ε(PCA ∘ DP-SGD) ≤ target; keeps the upper end (never overshoots)."""
+    target = float(config.target_epsilon)  # type: ignore[arg-type]
+
+    def eps(sigma: float) -> float:
+        return _claim(config, sampling_rate=q, noise_multiplier=sigma, num_steps=steps).epsilon(delta=config.delta, accountant=config.accountant)
+
+    pca = pca_claim(config)
+    if pca is not None and pca.epsilon(delta=config.delta, accountant=config.accountant) >= target:
+        raise ValueError(f"target_epsilon={target!r} is already used up by DP-PCA alone (pca_noise={config.pca_noise!r})")
+    lo, hi = 0.0, 1.0
+    while eps(hi) > target:
+        lo, hi = hi, hi * 2
+        if hi > 1e5:
+            raise ValueError(f"target_epsilon={target!r} is unreachable with any noise_multiplier")
+    if lo == 0.0:
+        lo = hi / 2
+        while lo > 1e-3 and eps(lo) <= target:
+            hi, lo = lo, lo / 2
+    while (hi - lo) / hi > 1e-3:
+        mid = 0.5 * (lo + hi)
+        if eps(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def plan_dpsgd(config: DPSGDConfig, *, num_members: int) -> DPSGDPlan:
+    """Resolves q, σ and the number of steps for ``num_members`` members (see module docstring).
+
+    Raises:
+        ValueError: the budget cannot be met (e.g. one step already exceeds it).
+    """
+    n = v.integer("num_members", num_members, minimum=1)
+    q = config.rate(n)
+    steps_per_epoch = max(1, round(1.0 / q))
+    epoch_steps = None if config.epochs is None else max(1, round(config.epochs * steps_per_epoch))
+    sigma = config.noise_multiplier
+    pca = config.pca_components is not None
+    if config.target_epsilon is None:
+        steps = int(epoch_steps)  # type: ignore[arg-type]
+    elif sigma is not None:
+        if pca:
+            steps = _max_steps_composed(config, q, sigma, epoch_steps if epoch_steps is not None else 10**7)
+        else:
+            steps = calibrate_num_steps(
+                target_epsilon=config.target_epsilon, delta=config.delta, sampling_rate=q, noise_multiplier=sigma,
+                accountant=config.accountant, max_steps=epoch_steps if epoch_steps is not None else 10**7,
+            )
+    else:
+        steps = int(epoch_steps)  # type: ignore[arg-type]
+        if pca:
+            sigma = _calibrate_sigma_composed(config, q, steps)
+        else:
+            sigma = calibrate_noise_multiplier(
+                target_epsilon=config.target_epsilon, delta=config.delta, sampling_rate=q, num_steps=steps, accountant=config.accountant
+            )
+    divisor = float(config.expected_lot_size) if config.expected_lot_size is not None else q * n
+    return DPSGDPlan(
+        sampling_rate=q, noise_multiplier=float(sigma), num_steps=int(steps), steps_per_epoch=steps_per_epoch,  # type: ignore[arg-type]
+        expected_lot_size=divisor, noise_std=float(sigma) * config.clip_norm,  # type: ignore[arg-type]
+    )
+
+
+def learning_rate_at(config: DPSGDConfig, epoch: float) -> float:
+    """The paper's schedule: linear from lr0 to the floor over ``lr_decay_epochs``, then flat."""
+    if config.final_learning_rate is None:
+        return config.learning_rate
+    frac = min(1.0, max(0.0, epoch) / config.lr_decay_epochs)
+    return config.learning_rate + (config.final_learning_rate - config.learning_rate) * frac
+
+
+def poisson_lot(num_members: int, sampling_rate: float, *, generator: torch.Generator) -> torch.Tensor:
+    """Positions (0..N-1) of one Poisson lot: each included independently with prob. q."""
+    return torch.nonzero(torch.rand(num_members, generator=generator) < sampling_rate).reshape(-1)
+
+
+def _find_projection(model: nn.Module) -> Projection:
+    found = [m for m in model.modules() if isinstance(m, Projection)]
+    if len(found) != 1:
+        raise ValueError(f"DP-PCA needs a model with exactly one Projection layer (e.g. abadi-mnist with pca_components), found {len(found)}")
+    return found[0]
+
+
+@torch.no_grad()
+def dp_pca(features: torch.Tensor, *, num_components: int, noise: float, sampling_rate: float = 1.0, generator: torch.Generator) -> torch.Tensor:
+    """DP-PCA of Abadi et al. (2016, §4): top-k eigenvectors of a noisy XᵀX.
+
+    Args:
+        features: (N, …) private examples (flattened here).
+        num_components: k.
+        noise: σ_p; the upper triangle of XᵀX gets iid N(0, σ_p²), mirrored (sensitivity 1
+            after scaling each example to unit L2 norm).
+        sampling_rate: Poisson rate of the sample used (1 = all).
+        generator: randomness for the sample and the noise (CPU).
+
+    Returns:
+        (k, d) projection matrix whose rows are the top-k eigenvectors.
+    """
+    k = v.integer("num_components", num_components, minimum=1)
+    sigma_p = v.positive("noise", noise)
+    q = v.half_open_unit("sampling_rate", sampling_rate)
+    x = features.reshape(features.shape[0], -1).to(torch.float64)
+    d = x.shape[1]
+    if k > d:
+        raise ValueError(f"num_components must be <= the input dimension {d}, got {k}")
+    if q < 1.0:
+        keep = torch.rand(x.shape[0], generator=generator) < q
+        x = x[keep.to(x.device)]
+    norms = x.norm(dim=1, keepdim=True)
+    x = x / norms.clamp_min(1e-12)  # zero rows stay zero
+    a = x.T @ x
+    upper = torch.triu(torch.randn(d, d, generator=generator, dtype=torch.float64) * sigma_p).to(a.device)
+    a = a + upper + torch.triu(upper, diagonal=1).T
+    _, vecs = torch.linalg.eigh(a)  # ascending eigenvalues
+    return vecs[:, -k:].flip(1).T.contiguous().to(torch.float32)
+
+
+def noisy_clipped_sum(
+    clipper: GradientClipper,
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    lot: torch.Tensor,
+    *,
+    noise_std: float,
+    generator: torch.Generator,
+    physical_batch_size: int = 1024,
+    extra: dict[str, torch.Tensor] | None = None,
+    scale: float = 1.0,
+) -> tuple[dict[str, torch.Tensor], float]:
+    """One lot's released quantity, times ``scale``: Σ_{i∈lot} clip(g_i) (+ ``extra``) + N(0, noise_std² I).
+
+    Args:
+        clipper: the clipping engine attached to the model.
+        features: all members' features (indexed by ``lot``).
+        labels: all members' labels.
+        lot: positions of the lot's examples (may be empty).
+        noise_std: σ·C, the noise std per coordinate of the (unscaled) sum.
+        generator: noise randomness (on the parameters' device).
+        physical_batch_size: most examples per forward/backward pass.
+        extra: an already-clipped gradient added before the noise (a gradient canary).
+        scale: constant multiplying the result (1 / expected lot size gives the update
+            direction directly; folded into the clipping factors and the noise scale).
+
+    Returns:
+        ({parameter name: scale · noisy sum}, Σ loss over the lot).
+    """
+    total: dict[str, torch.Tensor] | None = None
+    loss_sum = 0.0
+    for chunk in lot.split(physical_batch_size):
+        res = clipper.clipped_sum(features[chunk], labels[chunk], scale=scale)
+        if total is None:
+            total = res.grads
+        else:
+            for name, g in res.grads.items():
+                total[name].add_(g)
+        loss_sum += res.loss_sum
+    if total is None:  # empty lot: the release is pure noise
+        total = {name: torch.zeros_like(p) for name, p in clipper.parameters().items()}
+    if extra is not None:
+        for name, g in extra.items():
+            total[name].add_(g, alpha=scale)
+    for t in total.values():
+        t.add_(torch.randn(t.shape, generator=generator, device=t.device, dtype=t.dtype), alpha=noise_std * scale)
+    return total, loss_sum
+
+
+def parameter_names(model: nn.Module) -> list[str]:
+    """Trainable parameter names in the order a flat canary gradient is split by."""
+    return [n for n, p in model.named_parameters() if p.requires_grad]
+
+
+def _canary_dict(value: dict[str, torch.Tensor] | torch.Tensor, params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        total = sum(p.numel() for p in params.values())
+        if value.numel() != total:
+            raise ValueError(f"canary_gradient returned a flat tensor of {value.numel()} entries; the model has {total} parameters")
+        out, k = {}, 0
+        for n, p in params.items():
+            out[n] = value.reshape(-1)[k : k + p.numel()].reshape(p.shape).to(p.device, p.dtype)
+            k += p.numel()
+        return out
+    if isinstance(value, dict):
+        unknown = set(value) - set(params)
+        if unknown:
+            raise ValueError(f"canary_gradient names unknown parameters {sorted(unknown)!r}")
+        return {n: value[n].to(p.device, p.dtype).reshape(p.shape) for n, p in params.items() if n in value}
+    raise TypeError(f"canary_gradient must return a dict of tensors, a flat tensor or None, got {type(value).__name__}")
+
+
+def train_dpsgd(
+    *,
+    bundle: DatasetBundle,
+    splits: Splits,
+    model_name: str,
+    model_options: dict[str, Any] | None = None,
+    config: DPSGDConfig = DPSGDConfig(),
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+    on_step: OnStep | None = None,
+    canary_gradient: CanaryGradient | None = None,
+    on_epoch: OnEpoch | None = None,
+) -> tuple[TrainedModel, nn.Module]:
+    """Trains a zoo model on the split's members with DP-SGD (+ DP-PCA).
+
+    Args:
+        bundle: the dataset.
+        splits: membership split; only ``splits.members`` are trained on (N = their number).
+        model_name: zoo architecture.
+        model_options: architecture options; ``pca_components`` is filled in from the config.
+        config: hyperparameters and privacy parameters.
+        seed: root seed; initialisation, DP-PCA, lots and noise use independent streams.
+        device: where to train.
+        progress: report progress on stderr.
+        on_step: white-box hook ``(step_index, noisy_update, lot_size)`` (module docstring).
+        canary_gradient: per-step gradient canary ``step_index -> dict | flat tensor | None``.
+        on_epoch: ``(epoch_index, model)`` after every ``steps_per_epoch`` steps (evaluation).
+
+    Returns:
+        The record (claim from the steps actually taken) and the trained module (eval mode).
+
+    Raises:
+        ValueError: inconsistent options (e.g. a PCA config for a model without Projection),
+            or a budget that cannot be met.
+    """
+    started = time.monotonic()
+    if not isinstance(config, DPSGDConfig):
+        raise TypeError(f"config must be a DPSGDConfig, got {type(config).__name__}")
+    model_options = dict(model_options or {})
+    if config.pca_components is not None:
+        given = model_options.setdefault("pca_components", config.pca_components)
+        if given != config.pca_components:
+            raise ValueError(f"model_options pca_components={given!r} disagrees with config.pca_components={config.pca_components!r}")
+    device = torch.device(device)
+    members = bundle.all().subset(splits.members)
+    n = len(members)
+    plan = plan_dpsgd(config, num_members=n)
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
+        model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+    if config.pca_components is not None:
+        proj = _find_projection(model)
+        matrix = dp_pca(
+            members.features, num_components=config.pca_components, noise=float(config.pca_noise),  # type: ignore[arg-type]
+            sampling_rate=config.pca_sampling_rate, generator=torch_generator(seed, "pca"),
+        )
+        proj.set(matrix)
+    model.to(device).train()
+    clipper = GradientClipper(model, clip_norm=config.clip_norm, per_layer=config.per_layer, method=config.clipping_method)
+    params = clipper.parameters()
+    layer_groups = [[clipper._full(layer, local) for local in layer.params] for layer in clipper.layers]
+    opt = torch.optim.SGD(list(params.values()), lr=config.learning_rate, momentum=config.momentum, weight_decay=config.weight_decay)
+    x, y = members.features.to(device), members.labels.to(device)
+    lot_gen = torch_generator(seed, "lots")
+    noise_gen = torch_generator(seed, "noise", device=device)
+    noise_std = plan.noise_multiplier * clipper.sensitivity
+
+    steps_taken = 0
+    lot_sizes: list[int] = []
+    canary_steps = 0
+    order: list[torch.Tensor] = []
+    loss_total, loss_count = 0.0, 0
+    try:
+        with Progress(plan.num_steps, f"train dpsgd {model_name} on {bundle.name}", enabled=progress) as bar:
+            for step in range(plan.num_steps):
+                if config.sampling == "poisson":
+                    lot = poisson_lot(n, plan.sampling_rate, generator=lot_gen)
+                else:
+                    if not order:
+                        size = max(1, round(plan.sampling_rate * n))
+                        order = list(torch.randperm(n, generator=lot_gen).split(size))
+                        if len(order) > 1 and len(order[-1]) < size:
+                            order.pop()  # fixed-size lots only
+                    lot = order.pop(0)
+                lot = lot.to(device)
+                extra = None
+                if canary_gradient is not None:
+                    canary = canary_gradient(step)
+                    if canary is not None:
+                        extra = clip_gradient(
+                            _canary_dict(canary, params), clip_norm=config.clip_norm,
+                            layer_groups=layer_groups if clipper.layer_clip_norms else None,
+                            layer_clip_norms=clipper.layer_clip_norms,
+                        )
+                        canary_steps += 1
+                # The 1/L of the update is folded into the clipping factors and the noise scale.
+                update, loss_sum = noisy_clipped_sum(
+                    clipper, x, y, lot, noise_std=noise_std, generator=noise_gen,
+                    physical_batch_size=config.physical_batch_size, extra=extra, scale=1.0 / plan.expected_lot_size,
+                )
+                loss_total += loss_sum
+                loss_count += int(lot.numel())
+                if on_step is not None:  # the released sum itself, before the division by L
+                    on_step(step, {name: t.detach() * plan.expected_lot_size for name, t in update.items()}, int(lot.numel()))
+                lr = learning_rate_at(config, step / plan.steps_per_epoch)
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                for name, p in params.items():
+                    p.grad = update[name]
+                opt.step()
+                steps_taken += 1
+                lot_sizes.append(int(lot.numel()))
+                bar.update(1, loss=loss_total / max(loss_count, 1))
+                if on_epoch is not None and steps_taken % plan.steps_per_epoch == 0:
+                    on_epoch(steps_taken // plan.steps_per_epoch - 1, model)
+                    model.train()
+    finally:
+        clipper.close()
+    for p in params.values():
+        p.grad = None
+    model.eval()
+
+    claim = _claim(config, sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=steps_taken)
+    epsilon = claim.epsilon(delta=config.delta, accountant=config.accountant)
+    if config.target_epsilon is not None and epsilon > config.target_epsilon * (1 + 1e-9):
+        raise RuntimeError(f"internal error: DP-SGD spent epsilon={epsilon!r} > target_epsilon={config.target_epsilon!r}")
+    record = build_record(
+        defense="dpsgd", model=model, bundle=bundle, splits=splits, model_name=model_name, model_options=model_options,
+        config=config, claim=claim, seed=seed, device=device, started=started,
+        extra_metrics={
+            "num_steps": steps_taken,
+            "epochs_completed": steps_taken * plan.sampling_rate,
+            "sampling_rate": plan.sampling_rate,
+            "noise_multiplier": plan.noise_multiplier,
+            "noise_std": noise_std,
+            "expected_lot_size": plan.expected_lot_size,
+            "mean_lot_size": float(sum(lot_sizes) / max(len(lot_sizes), 1)),
+            "epsilon": epsilon,
+            "epsilon_accountant": config.accountant,
+            "delta": config.delta,
+            "gradient_canary_steps": canary_steps,
+            "train_loss_mean": loss_total / max(loss_count, 1),
+        },
+    )
+    return record, model
