@@ -1,0 +1,432 @@
+"""Shadow and reference models: planning, training as independent jobs, and the run-store cache.
+
+Membership-inference attacks that imitate the target learn what a member looks like from
+models whose training sets the attacker chose: Shokri et al. (2017, §V "shadow models"),
+Carlini et al. (2022, §IV-B, LiRA's IN/OUT models), Zarifzadeh et al. (2024, §3, RMIA's
+reference models). Each such model is one *job*: a seed, a set of training ids and the
+target's architecture and (non-private) training hyperparameters. Jobs run through a
+:mod:`dpaudit.executors` executor (process pool or Ray) and each finished model is written at
+once, atomically, as a record under ``RUN_DIR/attacks/shadows/<shadow_id>/`` (weights first,
+``record.json`` last, :func:`dpaudit.records.save_record`), so later attacks reuse it and an
+interrupted run resumes where it stopped.
+
+Training sets come in *complementary pairs*: shadow ``2j`` trains on a random ``m``-subset
+``A_j`` of a pool of ids and shadow ``2j+1`` on another ``m``-subset ``B_j`` disjoint from it;
+when the pool has exactly ``2m`` ids, ``B_j`` is the complement and every pool id is IN for
+exactly half of any even number of shadows (the balanced design of Carlini et al. 2022,
+§IV-B, made prefix-consistent: the first 4 of 64 shadows are again balanced, so RMIA's few
+reference models are the first few LiRA shadows and are trained once).
+
+* ``online`` pool: the queried ids (target members and non-members) plus population ids up
+  to ``2m`` — each queried example is IN for ~half of the shadows.
+* ``offline`` pool: population ids only — shadows never see a queried example.
+
+Shadows are trained with plain SGD (this module imports only the core; attacks never import
+defenses): the target's architecture, epochs, batch size and learning rate where its record
+states them. Non-private shadows for a private target are the usual choice in the literature
+(Carlini et al. 2022, §VI-C).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dpaudit import _validate as v
+from dpaudit.claims import NonPrivateClaim
+from dpaudit.data import DatasetBundle, load_dataset, sorted_id_set
+from dpaudit.executors import Executor, Job, SerialExecutor
+from dpaudit.models import build_model
+from dpaudit.progress import Progress
+from dpaudit.provenance import provenance
+from dpaudit.records import RECORD_FILE, Membership, TrainedModel, import_callable, load_model, make_model_id, save_record
+from dpaudit.seeding import derive_seed, numpy_rng, torch_generator
+from dpaudit.training import evaluate, shuffled_batches
+
+__all__ = [
+    "SHADOW_SUBDIR",
+    "ShadowTraining",
+    "ShadowSpec",
+    "ShadowRun",
+    "plan_shadows",
+    "train_shadow",
+    "train_shadow_job",
+    "ensure_shadows",
+    "shadow_dir",
+]
+
+#: Where shadow records live under a run directory.
+SHADOW_SUBDIR = ("attacks", "shadows")
+POOL_KINDS = ("online", "offline")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShadowTraining:
+    """Non-private SGD hyperparameters of a shadow model (those of the target where known).
+
+    Attributes:
+        epochs: passes over the shadow's training set.
+        batch_size: examples per step.
+        learning_rate: SGD step size.
+        momentum: heavy-ball momentum.
+        weight_decay: L2 penalty.
+    """
+
+    epochs: int = 30
+    batch_size: int = 64
+    learning_rate: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        v.integer("epochs", self.epochs, minimum=1)
+        v.integer("batch_size", self.batch_size, minimum=1)
+        v.positive("learning_rate", self.learning_rate)
+        if not 0 <= v.real("momentum", self.momentum) < 1:
+            raise ValueError(f"momentum must lie in [0, 1), got {self.momentum!r}")
+        v.non_negative("weight_decay", self.weight_decay)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], **overrides: Any) -> ShadowTraining:
+        """The hyperparameters a target's record states, defaults for the rest.
+
+        A DP-SGD config has ``epochs`` and ``learning_rate`` but ``lot_size`` rather than
+        ``batch_size``; only keys of this class with usable values are taken.
+
+        Args:
+            config: a record's ``config``.
+            **overrides: values that win over ``config`` (``None`` values are ignored).
+        """
+        kwargs: dict[str, Any] = {}
+        for f in fields(cls):
+            for source in (overrides, config):
+                value = source.get(f.name)
+                if value is not None and not isinstance(value, bool):
+                    kwargs[f.name] = int(value) if f.type in ("int", int) else float(value)
+                    break
+        if "batch_size" not in kwargs and isinstance(config.get("lot_size"), int):
+            kwargs["batch_size"] = int(config["lot_size"])
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _freeze(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(obj))
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ShadowSpec:
+    """Everything that determines one shadow model (its id is a hash of it).
+
+    Attributes:
+        dataset: dataset name.
+        model_name: zoo name or ``external:module:function``.
+        model_options: architecture options.
+        input_shape: shape of one example.
+        num_classes: number of outputs.
+        training: SGD hyperparameters.
+        train_ids: sorted ids the shadow trains on.
+        seed: seed of initialisation and batch order.
+    """
+
+    dataset: str
+    model_name: str
+    model_options: Mapping[str, Any] = field(default_factory=dict)
+    input_shape: tuple[int, ...]
+    num_classes: int
+    training: ShadowTraining
+    train_ids: np.ndarray
+    seed: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "train_ids", sorted_id_set("train_ids", self.train_ids))
+        if self.train_ids.size == 0:
+            raise ValueError("train_ids must not be empty")
+        object.__setattr__(self, "seed", v.integer("seed", self.seed, minimum=0))
+        object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
+        object.__setattr__(self, "model_options", _freeze(self.model_options))
+        if not isinstance(self.training, ShadowTraining):
+            raise TypeError(f"training must be a ShadowTraining, got {type(self.training).__name__}")
+
+    @property
+    def ids_digest(self) -> str:
+        return hashlib.sha256(self.train_ids.tobytes()).hexdigest()[:16]
+
+    @property
+    def shadow_id(self) -> str:
+        """Stable id: the same spec always maps to the same cache directory."""
+        config = {
+            "training": self.training.to_dict(),
+            "model_options": dict(self.model_options),
+            "input_shape": list(self.input_shape),
+            "num_classes": self.num_classes,
+            "num_train": int(self.train_ids.size),
+            "train_ids_sha256": self.ids_digest,
+        }
+        return make_model_id(defense="shadow", dataset=self.dataset, model_name=self.model_name, seed=self.seed, config=config)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (sent to workers; they rebuild the spec)."""
+        return {
+            "dataset": self.dataset,
+            "model_name": self.model_name,
+            "model_options": dict(self.model_options),
+            "input_shape": list(self.input_shape),
+            "num_classes": self.num_classes,
+            "training": self.training.to_dict(),
+            "train_ids": self.train_ids.tolist(),
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ShadowSpec:
+        return cls(
+            dataset=data["dataset"],
+            model_name=data["model_name"],
+            model_options=data.get("model_options", {}),
+            input_shape=tuple(data["input_shape"]),
+            num_classes=data["num_classes"],
+            training=ShadowTraining(**data["training"]),
+            train_ids=np.asarray(data["train_ids"], dtype=np.int64),
+            seed=data["seed"],
+        )
+
+
+def plan_shadows(
+    *,
+    template: TrainedModel,
+    pool_ids: np.ndarray | Sequence[int],
+    num_shadows: int,
+    seed: int,
+    kind: str,
+    train_size: int | None = None,
+    training: ShadowTraining | None = None,
+) -> list[ShadowSpec]:
+    """Shadow specs in complementary pairs over ``pool_ids`` (see the module docstring).
+
+    Args:
+        template: the target's record (architecture, dataset, training config).
+        pool_ids: ids the shadows' training sets are drawn from.
+        num_shadows: number of shadow models, >= 1.
+        seed: root seed of the plan; pair ``j`` of pool ``kind`` draws from its own stream,
+            so the first shadows of a larger plan equal those of a smaller one.
+        kind: ``online`` or ``offline`` (names the stream).
+        train_size: ids per shadow (default: the target's number of members), capped at half
+            the pool.
+        training: SGD hyperparameters (default: from the target's config).
+
+    Returns:
+        ``num_shadows`` specs.
+
+    Raises:
+        ValueError: fewer than 2 pool ids, or bad counts.
+    """
+    num_shadows = v.integer("num_shadows", num_shadows, minimum=1)
+    kind = v.choice("kind", kind, POOL_KINDS)
+    pool = sorted_id_set("pool_ids", pool_ids)
+    if pool.size < 2:
+        raise ValueError(f"pool_ids must hold at least 2 ids to draw shadow training sets from, got {pool.size}")
+    default = max(len(template.membership.members), 1)
+    m = v.integer("train_size", train_size if train_size is not None else default, minimum=1)
+    m = min(m, pool.size // 2)
+    training = training or ShadowTraining.from_config(template.config)
+    specs = []
+    for i in range(num_shadows):
+        pair, side = divmod(i, 2)
+        perm = numpy_rng(seed, "shadows", kind, pair).permutation(pool)
+        ids = perm[:m] if side == 0 else perm[m : 2 * m]
+        specs.append(
+            ShadowSpec(
+                dataset=template.dataset,
+                model_name=template.model_name,
+                model_options=dict(template.model_options),
+                input_shape=template.input_shape,
+                num_classes=template.num_classes,
+                training=training,
+                train_ids=ids,
+                seed=derive_seed(seed, "shadow-training", kind, i),
+            )
+        )
+    return specs
+
+
+def _build(spec: ShadowSpec) -> nn.Module:
+    if spec.model_name.startswith("external:"):
+        fn = import_callable(spec.model_name.removeprefix("external:"), argument="model_name")
+        model = fn()
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"model builder {spec.model_name!r} must return a torch.nn.Module, got {type(model).__name__}")
+        return model
+    return build_model(spec.model_name, input_shape=spec.input_shape, num_classes=spec.num_classes, **dict(spec.model_options))
+
+
+def train_shadow(spec: ShadowSpec, *, bundle: DatasetBundle, device: torch.device | str = "cpu") -> tuple[TrainedModel, nn.Module]:
+    """Trains one shadow model with non-private mini-batch SGD, deterministically from its seed.
+
+    Args:
+        spec: what to train.
+        bundle: the dataset (``spec.train_ids`` are looked up in ``bundle.all()``).
+        device: where to train.
+
+    Returns:
+        The shadow's record (members = its training ids) and the module in eval mode.
+    """
+    started = time.monotonic()
+    device = torch.device(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(spec.seed, "init"))  # inside fork_rng: global state restored after
+        model = _build(spec)
+    model.to(device).train()
+    cfg = spec.training
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.learning_rate, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    data = bundle.all().subset(spec.train_ids)
+    x, y = data.features.to(device), data.labels.to(device)
+    gen = torch_generator(spec.seed, "batches")
+    loss_fn = nn.CrossEntropyLoss()
+    for _ in range(cfg.epochs):
+        for idx in shuffled_batches(len(x), cfg.batch_size, generator=gen):
+            idx = idx.to(device)
+            opt.zero_grad(set_to_none=True)
+            loss_fn(model(x[idx]), y[idx]).backward()
+            opt.step()
+    model.eval()
+    fit = evaluate(model, x, y, device=device)
+    record = TrainedModel(
+        model_id=spec.shadow_id,
+        defense="shadow",
+        model_name=spec.model_name,
+        model_options=dict(spec.model_options),
+        dataset=spec.dataset,
+        input_shape=spec.input_shape,
+        num_classes=spec.num_classes,
+        config={**cfg.to_dict(), "train_ids_sha256": spec.ids_digest},
+        claim=NonPrivateClaim(),
+        membership=Membership(members=spec.train_ids, non_members=np.zeros(0, dtype=np.int64)),
+        seed=spec.seed,
+        metrics={"train_accuracy": fit["accuracy"], "train_loss": fit["loss"], "train_seconds": time.monotonic() - started},
+        provenance=provenance(device=str(device)),
+    )
+    return record, model
+
+
+def train_shadow_job(*, spec: Mapping[str, Any], data_root: str | None = None, device: str = "cpu") -> dict[str, Any]:
+    """Executor job: trains the shadow described by ``spec`` (a :meth:`ShadowSpec.to_dict`).
+
+    Returns plain data (the record as a dict and the weights as NumPy arrays) rather than
+    writing files, so the job also works on Ray nodes that do not share the run directory;
+    the caller persists it.
+    """
+    shadow = ShadowSpec.from_dict(spec)
+    bundle = load_dataset(shadow.dataset, data_root=data_root)  # cached per worker process
+    record, model = train_shadow(shadow, bundle=bundle, device=device)
+    state = {k: t.detach().cpu().contiguous().numpy() for k, t in model.state_dict().items()}
+    return {"record": record.to_dict(), "state": state}
+
+
+def shadow_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """``RUN_DIR/attacks/shadows``."""
+    return Path(run_dir).joinpath(*SHADOW_SUBDIR)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShadowRun:
+    """Shadow models ready for an attack.
+
+    Attributes:
+        specs: the specs, in plan order.
+        models: the trained modules (eval mode), aligned with ``specs``.
+        trained: ids trained by this call.
+        reused: ids loaded from the cache.
+    """
+
+    specs: tuple[ShadowSpec, ...]
+    models: tuple[nn.Module, ...]
+    trained: tuple[str, ...]
+    reused: tuple[str, ...]
+
+
+def _module_from_state(spec: ShadowSpec, state: Mapping[str, np.ndarray]) -> nn.Module:
+    model = _build(spec)
+    model.load_state_dict({k: torch.from_numpy(np.array(a)) for k, a in state.items()}, strict=True)
+    return model.eval()
+
+
+def ensure_shadows(
+    specs: Sequence[ShadowSpec],
+    *,
+    directory: str | os.PathLike[str] | None,
+    executor: Executor | None = None,
+    data_root: str | os.PathLike[str] | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+    on_trained: Callable[[ShadowSpec, TrainedModel], None] | None = None,
+) -> ShadowRun:
+    """Loads the cached shadows among ``specs`` and trains the rest through ``executor``.
+
+    Each model is saved (atomically) as soon as its job returns, before ``on_trained`` is
+    called; if training stops early — an exception from a job or from ``on_trained``, or
+    Ctrl-C — everything saved so far is kept and a rerun trains only what is missing.
+
+    Args:
+        specs: the shadows wanted.
+        directory: the cache (``RUN_DIR/attacks/shadows``); ``None`` keeps nothing on disk.
+        executor: where jobs run (default: in this process).
+        data_root: the data root, passed to workers.
+        device: where workers train.
+        progress: report on stderr.
+        on_trained: called in this process after each newly trained shadow was saved.
+
+    Returns:
+        The models, aligned with ``specs``.
+    """
+    specs = list(specs)
+    by_id: dict[str, ShadowSpec] = {}
+    for s in specs:
+        if not isinstance(s, ShadowSpec):
+            raise TypeError(f"specs must hold ShadowSpec values, got {type(s).__name__}")
+        by_id[s.shadow_id] = s
+    root = Path(directory) if directory is not None else None
+    models: dict[str, nn.Module] = {}
+    reused: list[str] = []
+    if root is not None:
+        for sid in by_id:
+            if (root / sid / RECORD_FILE).is_file():
+                models[sid] = load_model(root / sid)
+                reused.append(sid)
+    todo = [sid for sid in by_id if sid not in models]
+    trained: list[str] = []
+    if todo:
+        executor = executor or SerialExecutor()
+        root_text = os.fspath(data_root) if data_root is not None else None
+        jobs = [Job(key=sid, fn=train_shadow_job, kwargs={"spec": by_id[sid].to_dict(), "data_root": root_text, "device": device}) for sid in todo]
+        with Progress(len(by_id), f"shadow models ({executor.name}, {executor.workers} workers)", enabled=progress) as bar:
+            bar.count = len(reused)
+            for job, out in executor.run(jobs):
+                spec = by_id[job.key]
+                record = TrainedModel.from_dict(out["record"])
+                model = _module_from_state(spec, out["state"])
+                if root is not None:
+                    save_record(record, model, root / job.key)
+                models[job.key] = model
+                trained.append(job.key)
+                bar.update(1, reused=len(reused))
+                if on_trained is not None:
+                    on_trained(spec, record)
+    return ShadowRun(
+        specs=tuple(specs),
+        models=tuple(models[s.shadow_id] for s in specs),
+        trained=tuple(trained),
+        reused=tuple(reused),
+    )

@@ -1,0 +1,382 @@
+"""Executors: run independent jobs (shadow models, audit trials, grids) in parallel.
+
+Shadow and reference models for membership inference (Shokri et al. 2017, §V; Carlini et al.
+2022, §IV-B; Zarifzadeh et al. 2024, §3) are many independent training runs, each fully
+described by its arguments (a seed and a split). DESIGN.md ("Scale") asks for a process pool
+on one machine and Ray beyond it, nothing home-made; this module offers both behind one small
+interface:
+
+* :class:`SerialExecutor` — in this process, in order (tests, debugging, ``--workers 1``
+  without the cost of starting a worker).
+* :class:`LocalExecutor` — ``concurrent.futures.ProcessPoolExecutor`` with a ``spawn`` (or
+  ``forkserver``) context: forking a process that already runs torch's thread pools can
+  deadlock, so workers start fresh. Each worker pins torch to one intra-op thread, because W
+  workers × all-cores threads oversubscribe the CPU and are slower than W single-threaded
+  jobs.
+* :class:`RayExecutor` — Ray tasks (``ray.init(address=...)``; a local Ray when no address
+  is given). Ray is imported only when this executor is used, so it stays an optional extra.
+
+A job is a module-level function plus keyword arguments (both must pickle, since they cross
+process boundaries; this is transport between our own processes, never a file a user
+receives). :meth:`Executor.run` yields ``(job, result)`` as jobs finish, so callers persist
+each result at once; if the caller stops early (an exception, Ctrl-C), pending jobs are
+cancelled and local workers are stopped, and whatever was already persisted survives.
+"""
+
+from __future__ import annotations
+
+import abc
+import concurrent.futures as cf
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpaudit import _validate as v
+
+__all__ = ["EXECUTORS", "Job", "Executor", "SerialExecutor", "LocalExecutor", "RayExecutor", "make_executor"]
+
+EXECUTORS: tuple[str, ...] = ("serial", "local", "ray")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """One independent unit of work.
+
+    Attributes:
+        key: a unique name (e.g. the shadow model's id), used in errors and by callers.
+        fn: a module-level function (it must be importable by name in a worker).
+        kwargs: its keyword arguments (picklable).
+    """
+
+    key: str
+    fn: Callable[..., Any]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, str) or not self.key:
+            raise TypeError(f"key must be a non-empty string, got {self.key!r}")
+        if not callable(self.fn):
+            raise TypeError(f"fn must be callable, got {self.fn!r}")
+        if not isinstance(self.kwargs, Mapping):
+            raise TypeError(f"kwargs must be a mapping, got {type(self.kwargs).__name__}")
+
+
+def _limit_threads(num_threads: int) -> None:
+    """Pins BLAS/OpenMP and torch to ``num_threads`` in a worker process."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(num_threads)
+    try:
+        import torch
+    except ImportError:  # a job that does not need torch
+        return
+    torch.set_num_threads(num_threads)
+    try:
+        torch.set_num_interop_threads(num_threads)
+    except RuntimeError:  # only settable before the first parallel work; harmless if too late
+        pass
+
+
+def _call(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+    return fn(**kwargs)
+
+
+def _ray_call(fn: Callable[..., Any], kwargs: Mapping[str, Any], num_threads: int) -> Any:
+    # Ray reuses worker processes across tasks, so pin threads on every call (cheap).
+    _limit_threads(num_threads)
+    return fn(**kwargs)
+
+
+def _noop() -> int:
+    return os.getpid()
+
+
+def _with_key(exc: BaseException, job: Job) -> BaseException:
+    exc.add_note(f"(in job {job.key!r})")
+    return exc
+
+
+class Executor(abc.ABC):
+    """Runs :class:`Job` s and yields their results as they finish.
+
+    Use as a context manager (or call :meth:`close`) so worker processes are released.
+    """
+
+    name: str = "executor"
+    workers: int = 1
+
+    @abc.abstractmethod
+    def run(self, jobs: Sequence[Job]) -> Iterator[tuple[Job, Any]]:
+        """Runs ``jobs``; yields ``(job, result)`` in completion order.
+
+        If a job raises, its exception propagates (with the job key in a note) and the
+        remaining jobs are cancelled. Closing the iterator early cancels them as well.
+
+        Raises:
+            TypeError: an element of ``jobs`` is not a :class:`Job`.
+            ValueError: two jobs share a key.
+        """
+
+    def warm_up(self) -> None:
+        """Starts the workers now (so that timing excludes start-up). No-op by default."""
+
+    def close(self) -> None:
+        """Releases workers. Idempotent."""
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(workers={self.workers})"
+
+
+def _check_jobs(jobs: Sequence[Job]) -> list[Job]:
+    jobs = list(jobs)
+    keys = set()
+    for job in jobs:
+        if not isinstance(job, Job):
+            raise TypeError(f"jobs must hold Job values, got {type(job).__name__}")
+        if job.key in keys:
+            raise ValueError(f"jobs must have unique keys, got {job.key!r} twice")
+        keys.add(job.key)
+    return jobs
+
+
+class SerialExecutor(Executor):
+    """Runs jobs one after another in this process (no start-up cost, no parallelism).
+
+    Args:
+        threads_per_worker: torch intra-op threads while a job runs (default 1, like the
+            pool's workers, so that results and speed match theirs); the previous setting is
+            restored after each job. ``None`` leaves torch's setting alone.
+    """
+
+    name = "serial"
+
+    def __init__(self, *, threads_per_worker: int | None = 1) -> None:
+        self.workers = 1
+        self.threads_per_worker = None if threads_per_worker is None else v.integer("threads_per_worker", threads_per_worker, minimum=1)
+
+    def run(self, jobs: Sequence[Job]) -> Iterator[tuple[Job, Any]]:
+        for job in _check_jobs(jobs):
+            try:
+                result = self._call(job)
+            except Exception as exc:
+                raise _with_key(exc, job)
+            yield job, result
+
+    def _call(self, job: Job) -> Any:
+        if self.threads_per_worker is None:
+            return _call(job.fn, job.kwargs)
+        import torch
+
+        # Small models on a busy machine run many times slower with several threads that
+        # contend for cores; pin for the job only, so the caller's setting survives.
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.threads_per_worker)
+        try:
+            return _call(job.fn, job.kwargs)
+        finally:
+            torch.set_num_threads(before)
+
+
+class LocalExecutor(Executor):
+    """A pool of ``workers`` fresh processes on this machine.
+
+    Args:
+        workers: number of worker processes (default: ``os.cpu_count()``).
+        start_method: ``spawn`` (default) or ``forkserver``; ``fork`` is refused because
+            forking a process that has started torch's thread pools can deadlock.
+        threads_per_worker: torch / BLAS threads in each worker (default 1).
+
+    Raises:
+        ValueError: ``workers`` < 1 or an unknown start method.
+    """
+
+    name = "local"
+
+    def __init__(self, *, workers: int | None = None, start_method: str = "spawn", threads_per_worker: int = 1) -> None:
+        self.workers = v.integer("workers", workers if workers is not None else (os.cpu_count() or 1), minimum=1)
+        self.start_method = v.choice("start_method", start_method, ("spawn", "forkserver"))
+        self.threads_per_worker = v.integer("threads_per_worker", threads_per_worker, minimum=1)
+        self._pool: cf.ProcessPoolExecutor | None = None
+
+    def _ensure_pool(self) -> cf.ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=multiprocessing.get_context(self.start_method),
+                initializer=_limit_threads,
+                initargs=(self.threads_per_worker,),
+            )
+        return self._pool
+
+    def warm_up(self) -> None:
+        pool = self._ensure_pool()
+        # One task per worker; the pool starts processes on demand, so submit enough at once.
+        for f in [pool.submit(_noop) for _ in range(self.workers)]:
+            f.result()
+
+    def run(self, jobs: Sequence[Job]) -> Iterator[tuple[Job, Any]]:
+        jobs = _check_jobs(jobs)
+        if not jobs:
+            return
+        pool = self._ensure_pool()
+        futures = {pool.submit(_call, job.fn, job.kwargs): job for job in jobs}
+        finished = False
+        try:
+            for fut in cf.as_completed(futures):
+                job = futures[fut]
+                try:
+                    result = fut.result()
+                except cf.process.BrokenProcessPool as exc:
+                    raise RuntimeError(f"a worker process died while running job {job.key!r} (out of memory?)") from exc
+                except Exception as exc:
+                    raise _with_key(exc, job)
+                yield job, result
+            finished = True
+        finally:
+            if not finished:
+                for fut in futures:
+                    fut.cancel()
+                # Jobs already running would otherwise keep the CPU busy (and delay exit)
+                # for results nobody will read; stop the workers, a later run starts new ones.
+                self._terminate()
+
+    def _terminate(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+        if terminate is not None:
+            terminate()
+            return
+        for proc in list(getattr(pool, "_processes", {}).values()):  # earlier Pythons: no public API
+            if proc.is_alive():
+                proc.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+class RayExecutor(Executor):
+    """Ray tasks, one CPU each, on a local Ray or the cluster at ``address``.
+
+    Workers must be able to import the job functions (install dpaudit on every node).
+
+    Args:
+        address: a Ray cluster address (``auto``, ``ray://host:10001``, ``host:6379``); ``None``
+            starts a local Ray with ``workers`` CPUs (or joins the one this process already
+            initialised).
+        workers: CPUs of the local Ray (ignored with ``address``).
+        threads_per_worker: torch threads per task, and the CPUs each task reserves.
+        init_kwargs: extra arguments for ``ray.init``.
+
+    Raises:
+        ImportError: Ray is not installed (``pip install 'dpaudit[ray]'``).
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        *,
+        address: str | None = None,
+        workers: int | None = None,
+        threads_per_worker: int = 1,
+        init_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        try:
+            import ray  # noqa: F401  (imported lazily: Ray is an optional extra)
+        except ImportError:
+            raise ImportError("executor 'ray' needs Ray: pip install 'dpaudit[ray]' (or pip install 'ray>=2.9')") from None
+        if address is not None and (not isinstance(address, str) or not address.strip()):
+            raise ValueError(f"address must be a non-empty string, got {address!r}")
+        self.address = address
+        self.workers = v.integer("workers", workers if workers is not None else (os.cpu_count() or 1), minimum=1)
+        self.threads_per_worker = v.integer("threads_per_worker", threads_per_worker, minimum=1)
+        self.init_kwargs = dict(init_kwargs or {})
+        self._started = False
+        self._remote: Any = None
+
+    def _ensure(self) -> Any:
+        import ray
+
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, **self.init_kwargs}
+            if self.address is None:
+                kwargs.setdefault("num_cpus", self.workers)
+            ray.init(address=self.address, **kwargs)
+            self._started = True
+        if self._remote is None:
+            self._remote = ray.remote(num_cpus=self.threads_per_worker)(_ray_call)
+        return ray
+
+    def warm_up(self) -> None:
+        ray = self._ensure()
+        ray.get([ray.remote(num_cpus=self.threads_per_worker)(_noop).remote() for _ in range(self.workers)])
+
+    def run(self, jobs: Sequence[Job]) -> Iterator[tuple[Job, Any]]:
+        jobs = _check_jobs(jobs)
+        if not jobs:
+            return
+        ray = self._ensure()
+        pending = {self._remote.remote(job.fn, dict(job.kwargs), self.threads_per_worker): job for job in jobs}
+        try:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                ref = done[0]
+                job = pending.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except Exception as exc:  # RayTaskError wraps the job's exception
+                    cause = getattr(exc, "cause", None)
+                    raise _with_key(cause if isinstance(cause, Exception) else exc, job)
+                yield job, result
+        finally:
+            for ref in pending:
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - best effort; the task may have just finished
+                    pass
+
+    def close(self) -> None:
+        if self._started:
+            import ray
+
+            ray.shutdown()
+            self._started = False
+            self._remote = None
+
+
+def make_executor(kind: str = "local", *, workers: int | None = None, address: str | None = None) -> Executor:
+    """The executor named ``kind``.
+
+    Args:
+        kind: ``local`` (process pool, default), ``ray``, or ``serial`` (in-process).
+        workers: parallel workers (local processes / local Ray CPUs); ``local`` with
+            ``workers=1`` still uses one worker process (so timing compares like with like).
+        address: Ray cluster address (``ray`` only).
+
+    Raises:
+        ValueError: unknown ``kind``, ``workers`` < 1, or ``address`` given for a non-Ray
+            executor.
+        ImportError: ``kind='ray'`` without Ray installed.
+    """
+    kind = v.choice("executor", kind, EXECUTORS)
+    if address is not None and kind != "ray":
+        raise ValueError(f"address={address!r} applies to executor 'ray' only, got executor={kind!r}")
+    if workers is not None:
+        workers = v.integer("workers", workers, minimum=1)
+    if kind == "serial":
+        return SerialExecutor()
+    if kind == "local":
+        return LocalExecutor(workers=workers)
+    return RayExecutor(address=address, workers=workers)
