@@ -21,9 +21,10 @@ install: $(VENV)/.installed
 
 demo: install
 	$(BIN)/dpaudit epsilon --sampling-rate 0.01 --noise-multiplier 4 --steps 10000 --delta 1e-5
-	$(BIN)/dpaudit epsilon --sampling-rate 0.01 --steps 10000 --delta 1e-5 --target-epsilon 2
-	$(BIN)/dpaudit datasets
-	$(BIN)/dpaudit train --defense nonprivate --dataset digits --model digits-mlp --epochs 30 --out $(RUN_DIR)
+	$(BIN)/dpaudit audit --threat white-box --dataset digits --model digits-mlp --epsilon 2 --delta 1e-5 \
+		--sampling-rate 0.01 --steps 8000 --trials 2 --workers 2 --name demo-white-box --out $(RUN_DIR)
+	$(BIN)/dpaudit audit --threat black-box --method one-run --dataset digits --model digits-mlp --epsilon 2 --delta 1e-5 \
+		--sampling-rate 0.05 --epochs 10 --learning-rate 0.5 --canaries 300 --name demo-one-run --out $(RUN_DIR)
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -1,0 +1,461 @@
+"""Audit results: an empirical lower bound ε_LB set against the claim's upper bound ε_UB.
+
+An audit plays a distinguishing game (audit.md §1): a canary is IN or OUT, an attack scores
+it, and the scores give ε_LB at a stated confidence (:mod:`dpaudit.audit_stats`). This module
+holds the value that carries the outcome, :class:`AuditResult`, and the torch-free helpers
+that turn scores and a :class:`~dpaudit.claims.PrivacyClaim` into one:
+
+* :func:`audit_from_scores` — IN/OUT observations (multi-run and white-box games), bounded by
+  Clopper–Pearson (Kairouz, Oh & Viswanath 2015, Thm 2.1) or the Gaussian-DP estimator of
+  Nasr et al. (2023, "Tight Auditing", §4), with an honest threshold choice (Bonferroni or
+  split, audit.md §2);
+* :func:`audit_from_one_run` — m canaries of one training run (Steinke, Nasr & Jagielski
+  2023, Thm 3.1);
+* :func:`gaussian_step_claim` — the claim of ONE un-sampled Gaussian step, the mechanism the
+  white-box per-step game exercises (see :mod:`attacks.audit_procedures`);
+* :func:`composed_gdp_epsilon` — the central-limit composition of per-step μ over T
+  Poisson-sampled steps (Dong, Roth & Su 2019, Thm 3.5; Nasr et al. 2023, §4). An
+  approximation, reported only as an *estimate*, never as a bound.
+
+ε_UB is the tightest of the claim's accountants (``claim.tightest``): an audit that beats the
+best available upper bound is the strongest evidence of a broken implementation, and one
+that does not is compared against the bound users would quote. Results persist as JSON
+through :mod:`dpaudit.store` (strict JSON, schema-versioned).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from dpaudit import _validate as v
+from dpaudit.accountants import ACCOUNTANTS
+from dpaudit.audit_stats import (
+    THRESHOLD_STRATEGIES,
+    bound_from_scores,
+    one_run_bound_from_scores,
+    point_estimate,
+)
+from dpaudit.claims import DPClaim, PrivacyClaim
+from dpaudit.gaussian import gdp_epsilon
+from dpaudit.store import SCHEMA_VERSION, atomic_write_json, read_json
+
+__all__ = [
+    "AUDIT_METHODS",
+    "AUDIT_BOUNDS",
+    "THREAT_MODELS",
+    "AuditResult",
+    "audit_from_scores",
+    "audit_from_one_run",
+    "epsilon_ub_of",
+    "gaussian_step_claim",
+    "composed_gdp_epsilon",
+    "save_audit_result",
+    "load_audit_result",
+    "RESULT_FILE",
+]
+
+AUDIT_METHODS = ("multi-run", "one-run", "white-box")
+AUDIT_BOUNDS = ("clopper-pearson", "gdp", "one-run")
+THREAT_MODELS = ("black-box", "white-box")
+# One-run audits guess IN for the top-k and OUT for the bottom-k scores (Steinke et al. 2023, §5).
+_STRATEGIES = (*THRESHOLD_STRATEGIES, "top-bottom")
+RESULT_FILE = "result.json"
+
+
+def _freeze(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return MappingProxyType({str(k): _freeze(x) for k, x in obj.items()})
+    if isinstance(obj, (list, tuple)):
+        return tuple(_freeze(x) for x in obj)
+    if isinstance(obj, np.ndarray):
+        return tuple(_freeze(x) for x in obj.tolist())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def _thaw(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {k: _thaw(x) for k, x in obj.items()}
+    if isinstance(obj, tuple):
+        return [_thaw(x) for x in obj]
+    return obj
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class AuditResult:
+    """The outcome of one audit: ε_LB beside the ε_UB it is set against.
+
+    Attributes:
+        epsilon_lb: the lower bound; holds with probability ≥ ``confidence`` (after paying for
+            the threshold choice) if the audited mechanism satisfies the claim.
+        confidence: confidence of ``epsilon_lb``, e.g. 0.95.
+        method: the game: ``multi-run`` (one observation per training), ``one-run`` (m
+            canaries in one training) or ``white-box`` (one observation per released step).
+        bound: ``clopper-pearson``, ``gdp`` (assumes a Gaussian trade-off curve, exact for a
+            Gaussian mechanism) or ``one-run``.
+        delta: the δ at which both bounds are stated.
+        threshold_strategy: how the test was chosen: ``bonferroni``, ``split`` or
+            ``top-bottom`` (one-run guesses).
+        num_in: IN observations (IN canaries for one-run).
+        num_out: OUT observations (OUT canaries for one-run).
+        epsilon_ub: the claim's tightest upper bound at ``delta`` (``math.inf`` if none).
+        accountant: the accountant ``epsilon_ub`` came from.
+        epsilon_ub_by_accountant: ε_UB under every accountant that could evaluate the claim.
+        epsilon_estimate: an uncorrected point *estimate* of ε (best threshold on the raw
+            rates, or a composed GDP estimate); never a bound, ``None`` if not computed.
+        group_size: canary multiplicity k; ``epsilon_lb`` is already divided by k.
+        threat_model: ``black-box`` (final model only) or ``white-box`` (every update).
+        claim_description: the mechanism ``epsilon_ub`` describes, in words. For white-box
+            audits this is ONE step of the Gaussian mechanism, not the whole training.
+        details: further JSON-able facts (threshold, counts, full-run claim, timings).
+    """
+
+    epsilon_lb: float
+    confidence: float
+    method: str
+    bound: str
+    delta: float
+    threshold_strategy: str
+    num_in: int
+    num_out: int
+    epsilon_ub: float
+    accountant: str
+    epsilon_ub_by_accountant: Mapping[str, float] = field(default_factory=dict)
+    epsilon_estimate: float | None = None
+    group_size: int = 1
+    threat_model: str = "black-box"
+    claim_description: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon_lb", v.non_negative("epsilon_lb", self.epsilon_lb))
+        object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
+        v.choice("method", self.method, AUDIT_METHODS)
+        v.choice("bound", self.bound, AUDIT_BOUNDS)
+        object.__setattr__(self, "delta", v.open_unit("delta", self.delta))
+        v.choice("threshold_strategy", self.threshold_strategy, _STRATEGIES)
+        object.__setattr__(self, "num_in", v.integer("num_in", self.num_in, minimum=0))
+        object.__setattr__(self, "num_out", v.integer("num_out", self.num_out, minimum=0))
+        ub = v.real("epsilon_ub", self.epsilon_ub)
+        if ub < 0:
+            raise ValueError(f"epsilon_ub must be >= 0, got {self.epsilon_ub!r}")
+        object.__setattr__(self, "epsilon_ub", ub)
+        if not isinstance(self.accountant, str) or not self.accountant:
+            raise TypeError(f"accountant must be a non-empty string, got {self.accountant!r}")
+        if not isinstance(self.epsilon_ub_by_accountant, Mapping):
+            raise TypeError(f"epsilon_ub_by_accountant must be a mapping, got {type(self.epsilon_ub_by_accountant).__name__}")
+        by = {str(k): v.real(f"epsilon_ub_by_accountant[{k!r}]", x) for k, x in self.epsilon_ub_by_accountant.items()}
+        object.__setattr__(self, "epsilon_ub_by_accountant", MappingProxyType(by))
+        if self.epsilon_estimate is not None:
+            object.__setattr__(self, "epsilon_estimate", v.real("epsilon_estimate", self.epsilon_estimate))
+        object.__setattr__(self, "group_size", v.integer("group_size", self.group_size, minimum=1))
+        v.choice("threat_model", self.threat_model, THREAT_MODELS)
+        if not isinstance(self.claim_description, str):
+            raise TypeError(f"claim_description must be a string, got {self.claim_description!r}")
+        if not isinstance(self.details, Mapping):
+            raise TypeError(f"details must be a mapping, got {type(self.details).__name__}")
+        object.__setattr__(self, "details", _freeze(self.details))
+        if self.method == "one-run" and self.bound != "one-run":
+            raise ValueError(f"method 'one-run' needs bound 'one-run', got bound={self.bound!r}")
+
+    @property
+    def violation(self) -> bool:
+        """ε_LB > ε_UB: the implementation (or its claim) is broken, at ``confidence``."""
+        return self.epsilon_lb > self.epsilon_ub
+
+    @property
+    def tightness(self) -> float:
+        """ε_LB / ε_UB (0 when ε_UB is ∞ or 0)."""
+        if math.isinf(self.epsilon_ub) or self.epsilon_ub <= 0:
+            return 0.0
+        return self.epsilon_lb / self.epsilon_ub
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict (non-finite floats are handled by :mod:`dpaudit.store`)."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "epsilon_lb": self.epsilon_lb,
+            "epsilon_ub": self.epsilon_ub,
+            "accountant": self.accountant,
+            "confidence": self.confidence,
+            "delta": self.delta,
+            "method": self.method,
+            "violation": self.violation,
+            "tightness": self.tightness,
+            "bound": self.bound,
+            "threshold_strategy": self.threshold_strategy,
+            "threat_model": self.threat_model,
+            "num_in": self.num_in,
+            "num_out": self.num_out,
+            "group_size": self.group_size,
+            "epsilon_ub_by_accountant": dict(self.epsilon_ub_by_accountant),
+            "epsilon_estimate": self.epsilon_estimate,
+            "claim_description": self.claim_description,
+            "details": _thaw(self.details),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AuditResult:
+        """Rebuilds a result from :meth:`to_dict` output; derived keys are ignored.
+
+        Raises:
+            ValueError: wrong schema version or a missing key.
+        """
+        if not isinstance(data, Mapping):
+            raise TypeError(f"data must be a mapping, got {type(data).__name__}")
+        version = data.get("schema_version", SCHEMA_VERSION)
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
+        required = ("epsilon_lb", "confidence", "method", "bound", "delta", "threshold_strategy", "num_in", "num_out", "epsilon_ub", "accountant")
+        missing = [k for k in required if k not in data]
+        if missing:
+            raise ValueError(f"audit result is missing keys {missing}")
+        optional = ("epsilon_ub_by_accountant", "epsilon_estimate", "group_size", "threat_model", "claim_description", "details")
+        return cls(**{k: data[k] for k in required}, **{k: data[k] for k in optional if k in data})
+
+    def summary(self) -> str:
+        """One line for terminals and logs."""
+        ub = "inf" if math.isinf(self.epsilon_ub) else f"{self.epsilon_ub:.4f}"
+        flag = "VIOLATION" if self.violation else "ok"
+        return (
+            f"epsilon_lb {self.epsilon_lb:.4f} ({self.method}, {self.bound}, {self.confidence:.0%} confidence, "
+            f"{self.num_in} in / {self.num_out} out) vs epsilon_ub {ub} ({self.accountant}) at delta={self.delta:g}: {flag}"
+        )
+
+
+def epsilon_ub_of(claim: PrivacyClaim, *, delta: float, accountants: Sequence[str] = ACCOUNTANTS) -> tuple[str, float, dict[str, float]]:
+    """(accountant, ε_UB, ε_UB by accountant) of a claim: the tightest bound and all of them.
+
+    Accountants that cannot analyse the claim's event are skipped (e.g. strong composition
+    of a non-Gaussian event).
+    """
+    if not isinstance(claim, PrivacyClaim):
+        raise TypeError(f"claim must be a PrivacyClaim, got {type(claim).__name__}")
+    # Accountants (PLD especially) cost up to a second; audits re-evaluate the same claim often.
+    key = (json.dumps(claim.to_dict(), sort_keys=True, default=str), float(delta), tuple(accountants))
+    cached = _UB_CACHE.get(key)
+    if cached is not None:
+        return cached[0], cached[1], dict(cached[2])
+    values: dict[str, float] = {}
+    for name in accountants:
+        try:
+            values[name] = float(claim.epsilon(delta=delta, accountant=name))
+        except ValueError:
+            continue
+    if not values:
+        raise ValueError(f"no accountant among {tuple(accountants)} can evaluate the claim {claim.description!r}")
+    best = min(values, key=values.__getitem__)
+    if len(_UB_CACHE) > 256:
+        _UB_CACHE.clear()
+    _UB_CACHE[key] = (best, values[best], dict(values))
+    return best, values[best], values
+
+
+_UB_CACHE: dict[tuple[str, float, tuple[str, ...]], tuple[str, float, dict[str, float]]] = {}
+
+
+def gaussian_step_claim(*, noise_multiplier: float, description: str | None = None) -> DPClaim:
+    """The claim of one un-sampled Gaussian mechanism with noise σ·C on sensitivity C.
+
+    This is what one DP-SGD step releases about a record that is certainly in the lot (the
+    auditor inserted it): Σ clip(g_i) + N(0, σ²C²I) is a Gaussian mechanism with μ = 1/σ
+    (Abadi et al. 2016, §3.1; Dong, Roth & Su 2019, Thm 2.7).
+    """
+    from dp_accounting import dp_event as dpe
+
+    sigma = v.positive("noise_multiplier", noise_multiplier)
+    desc = description or f"one un-sampled Gaussian step, sigma={sigma:g} (mu = 1/sigma = {1 / sigma:.4g})"
+    return DPClaim(event=dpe.GaussianDpEvent(sigma), description=desc)
+
+
+def composed_gdp_epsilon(*, mu_step: float, sampling_rate: float, num_steps: int, delta: float) -> float:
+    """ε at δ of μ_total = q·√(T·(e^{μ_step²} − 1)): the CLT composition of T sampled steps.
+
+    Dong, Roth & Su (2019, Thm 3.5/Cor. 5.4); used by Nasr et al. (2023, §4) to compose
+    per-step audits. It is an asymptotic *approximation* (it can under- or over-state the
+    exact composition), so audits report it only as ``epsilon_estimate``.
+    """
+    mu = v.non_negative("mu_step", mu_step)
+    q = v.half_open_unit("sampling_rate", sampling_rate)
+    t = v.integer("num_steps", num_steps, minimum=1)
+    delta = v.open_unit("delta", delta)
+    if mu == 0:
+        return 0.0
+    total = q * math.sqrt(t * math.expm1(min(mu * mu, 700.0)))
+    return gdp_epsilon(mu=total, delta=delta) if total > 0 else 0.0
+
+
+def audit_from_scores(
+    in_scores: Sequence[float] | np.ndarray,
+    out_scores: Sequence[float] | np.ndarray,
+    *,
+    claim: PrivacyClaim,
+    delta: float,
+    confidence: float = 0.95,
+    method: str = "multi-run",
+    bound: str = "gdp",
+    strategy: str = "bonferroni",
+    num_thresholds: int = 20,
+    group_size: int = 1,
+    threat_model: str = "black-box",
+    seed: int = 0,
+    details: Mapping[str, Any] | None = None,
+) -> AuditResult:
+    """ε_LB from IN/OUT observations (higher score = IN), set against ``claim``.
+
+    Args:
+        in_scores: scores of IN observations.
+        out_scores: scores of OUT observations.
+        claim: what the audited mechanism claims (per observation: for a white-box per-step
+            game, the claim of one step; see :func:`gaussian_step_claim`).
+        delta: δ of both bounds.
+        confidence: confidence of ε_LB.
+        method: ``multi-run`` or ``white-box``.
+        bound: ``clopper-pearson`` or ``gdp``.
+        strategy: ``bonferroni`` or ``split`` (audit.md §2).
+        num_thresholds: candidate thresholds (Bonferroni factor).
+        group_size: canary multiplicity k.
+        threat_model: ``black-box`` or ``white-box``.
+        seed: seed of the random halves for ``split``.
+        details: extra facts to keep with the result.
+
+    Returns:
+        The :class:`AuditResult`; ``epsilon_estimate`` is the uncorrected best-threshold
+        ratio estimate (an estimate, never a bound).
+    """
+    v.choice("method", method, ("multi-run", "white-box"))
+    v.choice("bound", bound, ("clopper-pearson", "gdp"))
+    delta = v.open_unit("delta", delta)
+    tb = bound_from_scores(
+        in_scores, out_scores, delta=delta, confidence=confidence, method=bound, strategy=strategy, num_thresholds=num_thresholds,
+        group_size=group_size, seed=seed,
+    )
+    acc, ub, by = epsilon_ub_of(claim, delta=delta)
+    s_in, s_out = np.asarray(in_scores, dtype=float).reshape(-1), np.asarray(out_scores, dtype=float).reshape(-1)
+    if bound == "gdp":
+        estimate, kind = _gdp_point_estimate(s_in, s_out, delta=delta, num_thresholds=num_thresholds), "GDP fit of the raw rates at the best candidate threshold (an estimate, not a bound)"
+    else:
+        estimate, kind = point_estimate(s_in, s_out, delta=delta), "uncorrected best-threshold ratio (an estimate, not a bound)"
+    estimate /= group_size
+    info = {
+        "threshold": tb.threshold,
+        "true_positives": tb.true_positives,
+        "false_positives": tb.false_positives,
+        "bounding_num_in": tb.num_in,
+        "bounding_num_out": tb.num_out,
+        "num_tests": tb.num_tests,
+        "estimate_kind": kind,
+        **dict(details or {}),
+    }
+    return AuditResult(
+        epsilon_lb=tb.epsilon_lb, confidence=confidence, method=method, bound=bound, delta=delta, threshold_strategy=strategy,
+        num_in=int(s_in.size), num_out=int(s_out.size), epsilon_ub=ub, accountant=acc, epsilon_ub_by_accountant=by,
+        epsilon_estimate=estimate, group_size=group_size, threat_model=threat_model, claim_description=claim.description, details=info,
+    )
+
+
+def _gdp_point_estimate(s_in: np.ndarray, s_out: np.ndarray, *, delta: float, num_thresholds: int) -> float:
+    """ε at δ of μ̂ = max over candidate thresholds of Φ⁻¹(1 − FPR) − Φ⁻¹(FNR) on raw rates.
+
+    Nasr et al. (2023, §4)'s estimator without the confidence correction: an *estimate*.
+    Candidates are pooled-score quantiles (as for the bound), away from the noisy extreme tails.
+    """
+    from scipy import stats
+
+    qs = np.quantile(np.concatenate([s_in, s_out]), np.linspace(0, 1, num_thresholds + 2)[1:-1])
+    tpr = np.array([(s_in >= t).mean() for t in qs])
+    fpr = np.array([(s_out >= t).mean() for t in qs])
+    lo_in, lo_out = 0.5 / s_in.size, 0.5 / s_out.size  # continuity correction keeps μ̂ finite
+    mu = stats.norm.isf(np.clip(fpr, lo_out, 1 - lo_out)) - stats.norm.ppf(np.clip(1 - tpr, lo_in, 1 - lo_in))
+    best = float(np.max(mu))
+    return 0.0 if best <= 0 else gdp_epsilon(mu=best, delta=delta)
+
+
+def one_run_curve(scores: np.ndarray, included: np.ndarray, *, delta: float, confidence: float, guess_counts: Sequence[int]) -> list[tuple[int, int, float]]:
+    """(guesses r, correct v, ε_LB) for each k in ``guess_counts``, each bounded on its own.
+
+    For plotting ε_LB against the number of guesses; each point is valid alone, the curve's
+    maximum is not (it would need the Bonferroni factor the headline bound pays).
+    """
+    from dpaudit.audit_stats import one_run_epsilon_lb
+
+    m = scores.size
+    order = np.argsort(-scores, kind="stable")
+    out = []
+    for k in guess_counts:
+        if 2 * k > m:
+            continue
+        correct = int(included[order[:k]].sum() + (~included[order[m - k :]]).sum())
+        out.append((2 * k, correct, one_run_epsilon_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, delta=delta, confidence=confidence)))
+    return out
+
+
+def audit_from_one_run(
+    scores: Sequence[float] | np.ndarray,
+    included: Sequence[bool] | np.ndarray,
+    *,
+    claim: PrivacyClaim,
+    delta: float,
+    confidence: float = 0.95,
+    guess_counts: Sequence[int] | None = None,
+    threat_model: str = "black-box",
+    details: Mapping[str, Any] | None = None,
+) -> AuditResult:
+    """One-run ε_LB (Steinke, Nasr & Jagielski 2023) from m canary scores, against ``claim``.
+
+    Args:
+        scores: one score per canary (higher = IN).
+        included: whether each canary was included (each independently with probability ½).
+        claim: the training's claim.
+        delta: δ of both bounds.
+        confidence: confidence of ε_LB.
+        guess_counts: the k values (top-k guessed IN, bottom-k OUT) tried, Bonferroni over them.
+        threat_model: ``black-box`` or ``white-box``.
+        details: extra facts to keep.
+    """
+    delta = v.open_unit("delta", delta)
+    s = np.asarray(scores, dtype=float).reshape(-1)
+    inc = np.asarray(included, dtype=bool).reshape(-1)
+    eps, r, correct = one_run_bound_from_scores(s, inc, delta=delta, confidence=confidence, guess_counts=guess_counts)
+    acc, ub, by = epsilon_ub_of(claim, delta=delta)
+    m = s.size
+    ks = sorted({k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if 2 * k <= m} | ({r // 2} if r else set()))
+    curve = one_run_curve(s, inc, delta=delta, confidence=confidence, guess_counts=ks)
+    info = {
+        "num_guesses": r,
+        "num_correct": correct,
+        "num_canaries": m,
+        "guess_curve": [{"num_guesses": a, "num_correct": b, "epsilon_lb": c} for a, b, c in curve],
+        **dict(details or {}),
+    }
+    estimate = point_estimate(s[inc], s[~inc], delta=delta) if inc.any() and (~inc).any() else None
+    return AuditResult(
+        epsilon_lb=eps, confidence=confidence, method="one-run", bound="one-run", delta=delta, threshold_strategy="top-bottom",
+        num_in=int(inc.sum()), num_out=int((~inc).sum()), epsilon_ub=ub, accountant=acc, epsilon_ub_by_accountant=by,
+        epsilon_estimate=estimate, threat_model=threat_model, claim_description=claim.description, details=info,
+    )
+
+
+def save_audit_result(result: AuditResult, directory: str | os.PathLike[str]) -> Path:
+    """Writes ``result.json`` under ``directory`` atomically; returns its path."""
+    if not isinstance(result, AuditResult):
+        raise TypeError(f"result must be an AuditResult, got {type(result).__name__}")
+    return atomic_write_json(Path(directory) / RESULT_FILE, result.to_dict())
+
+
+def load_audit_result(path: str | os.PathLike[str]) -> AuditResult:
+    """Reads an audit result from its directory or its ``result.json``."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / RESULT_FILE
+    return AuditResult.from_dict(read_json(p))

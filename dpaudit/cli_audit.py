@@ -1,0 +1,146 @@
+"""``dpaudit audit``: empirical ε lower bounds set against a training's claimed ε.
+
+Part of the application layer (DESIGN.md, "Import rule"); the work is done by
+:func:`dpaudit.runner.run_audit`. Games (audit.md §3–5): black-box ``multi-run`` (R trainings
+with and R without a canary), black-box ``one-run`` (m canaries in one training; Steinke,
+Nasr & Jagielski 2023) and ``white-box`` per-step Dirac-canary audits of DP-SGD (Nasr et al.
+2021, 2023), whose compared claim is one un-sampled Gaussian step.
+
+Exit status 3 when ε_LB > ε_UB, so users can gate their CI on ``dpaudit audit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from dpaudit import _validate as v
+
+__all__ = ["register"]
+
+
+def _claim_from_args(args: argparse.Namespace, shared: dict[str, Any]) -> Any:
+    from dpaudit.claims import claim_from_dict, dpsgd_claim
+    from dpaudit.store import read_json
+
+    parts = (args.claim_noise_multiplier, args.claim_sampling_rate, args.claim_steps)
+    if args.claim is not None:
+        if any(p is not None for p in parts):
+            raise shared["UsageError"]("--claim FILE conflicts with --claim-noise-multiplier/--claim-sampling-rate/--claim-steps; give one or the other")
+        path = Path(args.claim)
+        if not path.is_file():
+            raise shared["UsageError"](f"--claim: file {args.claim!r} does not exist")
+        try:
+            return claim_from_dict(read_json(path))
+        except (ValueError, TypeError) as exc:
+            raise shared["UsageError"](f"--claim {args.claim!r}: {exc}") from None
+    if all(p is None for p in parts):
+        return None
+    if any(p is None for p in parts):
+        raise shared["UsageError"]("--claim-noise-multiplier, --claim-sampling-rate and --claim-steps go together")
+    return dpsgd_claim(sampling_rate=args.claim_sampling_rate, noise_multiplier=args.claim_noise_multiplier, num_steps=args.claim_steps, description=f"claimed by {args.train_fn}: DP-SGD q={args.claim_sampling_rate:g} sigma={args.claim_noise_multiplier:g} T={args.claim_steps}")
+
+
+def _cmd_audit(args: argparse.Namespace, shared: dict[str, Any]) -> int:
+    from dpaudit.runner import run_audit
+
+    usage = shared["UsageError"]
+    claim = _claim_from_args(args, shared)
+    if args.train_fn is None:
+        if claim is not None:
+            raise usage("--claim/--claim-* apply to --train-fn; --defense dpsgd builds its own claim")
+        if (args.epsilon is None) == (args.noise_multiplier is None):
+            raise usage(f"give exactly one of --epsilon and --noise-multiplier (got {args.epsilon!r} and {args.noise_multiplier!r})")
+    else:
+        if claim is None:
+            raise usage("--train-fn needs the claim it is audited against: --claim FILE or --claim-noise-multiplier/--claim-sampling-rate/--claim-steps")
+        if args.threat == "white-box":
+            raise usage("--threat white-box needs the suite's DP-SGD hooks; audit --train-fn with --threat black-box")
+        if args.epsilon is not None or args.noise_multiplier is not None:
+            raise usage("--epsilon/--noise-multiplier configure --defense dpsgd; with --train-fn the claim comes from --claim/--claim-*")
+    result, directory = run_audit(
+        out=args.out, dataset=args.dataset, model=args.model, threat=args.threat, method=args.method, train_fn=args.train_fn, claim=claim,
+        epsilon=args.epsilon, noise_multiplier=args.noise_multiplier, delta=args.delta, clip_norm=args.clip_norm,
+        sampling_rate=args.sampling_rate, epochs=args.epochs, steps=args.steps, learning_rate=args.learning_rate,
+        num_members=args.num_members, trials=args.trials, canaries=args.canaries, canary=args.canary, group_size=args.group_size,
+        confidence=args.confidence, bound=args.bound, strategy=args.strategy, score=args.score, workers=args.workers, seed=args.seed,
+        name=args.name, data_root=args.data_root, device=args.device, progress=not args.quiet, report=not args.no_report,
+    )
+    report = Path(args.out) / "reports" / f"audit-{directory.name}.html"
+    payload = {**result.to_dict(), "audit_dir": str(directory), "report": str(report) if not args.no_report else None}
+    fmt = shared["fmt_eps"]
+    lines = [
+        f"audit {directory.name}: {result.threat_model} {'per-step Dirac game' if result.method == 'white-box' else result.method}, {result.num_in} IN / {result.num_out} OUT observations",
+        f"  epsilon_lb  {result.epsilon_lb:.4f}  ({result.bound}, {result.confidence:.0%} confidence, delta={result.delta:g})",
+        f"  epsilon_ub  {fmt(result.epsilon_ub)}  ({result.accountant}; {result.claim_description})",
+        "  by accountant: " + ", ".join(f"{k} {fmt(x)}" for k, x in result.epsilon_ub_by_accountant.items()),
+        f"  tightness   {result.tightness:.3f}" + ("" if result.epsilon_estimate is None else f"   (point estimate, not a bound: {result.epsilon_estimate:.4f})"),
+        "  VIOLATION: epsilon_lb > epsilon_ub — the implementation does not meet its claim" if result.violation else "  no violation",
+        f"  results: {directory}",
+    ]
+    if not args.no_report:
+        lines.append(f"  report:  {report}")
+    shared["emit"](args, payload, "\n".join(lines))
+    return shared["EXIT_VIOLATION"] if result.violation else shared["EXIT_OK"]
+
+
+def register(sub: argparse._SubParsersAction, shared: dict[str, Any]) -> None:
+    """Adds ``audit`` to the ``dpaudit`` parser."""
+    from dpaudit.data import DATASETS
+    from dpaudit.models import MODELS
+
+    arg = shared["arg"]
+    pos_int = lambda name: arg(name, lambda n, x: v.integer(n, x, minimum=1), int)  # noqa: E731
+    p = sub.add_parser(
+        "audit",
+        help="empirical epsilon lower bound of a training procedure vs its claimed epsilon",
+        description=(
+            "Audit a DP training procedure: play a distinguishing game with canaries and bound epsilon from below "
+            "(epsilon_lb, at --confidence, with an honest threshold choice), then set it against the claim's tightest "
+            "upper bound (epsilon_ub). Exit status 3 when epsilon_lb > epsilon_ub. Games: black-box multi-run "
+            "(--trials trainings with and without one canary), black-box one-run (--canaries m canaries in one training, "
+            "Steinke et al. 2023), and white-box (Dirac gradient canary inserted at random steps of DP-SGD; the compared "
+            "claim is ONE un-sampled Gaussian step, the mechanism each step's release is about the canary)."
+        ),
+    )
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--defense", choices=("dpsgd",), default="dpsgd", help="the suite's training procedure to audit (default dpsgd)")
+    who.add_argument("--train-fn", metavar="MODULE:FUNCTION", help="third-party train(dataset, *, seed) -> nn.Module, as module:function or path/to/file.py:function (black-box only)")
+    p.add_argument("--dataset", choices=DATASETS, default="digits")
+    p.add_argument("--model", choices=tuple(MODELS), default="digits-mlp", help="zoo model for --defense dpsgd (default digits-mlp)")
+    p.add_argument("--threat", choices=("black-box", "white-box"), default="black-box", help="black-box: final model only; white-box: every released update (default black-box)")
+    p.add_argument("--method", choices=("multi-run", "one-run"), default="multi-run", help="black-box game (default multi-run)")
+    p.add_argument("--epsilon", type=arg("--epsilon", v.positive), metavar="E", help="calibrate sigma so the audited claim has epsilon_ub = E (black-box: the whole training; white-box: one step)")
+    p.add_argument("--noise-multiplier", type=arg("--noise-multiplier", v.positive), metavar="SIGMA", help="DP-SGD noise multiplier (instead of --epsilon)")
+    p.add_argument("--delta", type=shared["delta"], default=1e-5, help="delta of both bounds (default 1e-5)")
+    p.add_argument("--clip-norm", type=arg("--clip-norm", v.positive), default=1.0, help="DP-SGD clipping norm C (default 1)")
+    p.add_argument("--sampling-rate", type=arg("--sampling-rate", v.half_open_unit), default=0.01, help="DP-SGD Poisson sampling rate q (default 0.01)")
+    steps = p.add_mutually_exclusive_group()
+    steps.add_argument("--epochs", type=arg("--epochs", v.positive), help="DP-SGD epochs (1/q steps each; default 10)")
+    steps.add_argument("--steps", type=pos_int("--steps"), help="DP-SGD steps T (instead of --epochs)")
+    p.add_argument("--learning-rate", type=arg("--learning-rate", v.positive), default=0.1, help="DP-SGD learning rate (default 0.1)")
+    p.add_argument("--num-members", type=pos_int("--num-members"), help="training set size drawn from the dataset (default: half its training split)")
+    p.add_argument("--trials", type=pos_int("--trials"), help="multi-run: trainings per side (default 50); white-box: independent runs pooled (default 1)")
+    p.add_argument("--canaries", type=arg("--canaries", lambda n, x: v.integer(n, x, minimum=2), int), default=100, help="one-run: number of canaries m (default 100)")
+    p.add_argument("--canary", choices=("clipbkd", "mislabelled"), default="clipbkd", help="multi-run input canary (default clipbkd)")
+    p.add_argument("--group-size", type=pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)")
+    p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="confidence of epsilon_lb (default 0.95)")
+    p.add_argument("--bound", choices=("gdp", "clopper-pearson"), default="gdp", help="multi-run/white-box bound (default gdp: Nasr et al. 2023)")
+    p.add_argument("--strategy", choices=("bonferroni", "split"), default="bonferroni", help="honest threshold choice (default bonferroni)")
+    p.add_argument("--score", choices=("dirac", "norm"), default="dirac", help="white-box score: the canary coordinate, or minus the update's norm (default dirac)")
+    p.add_argument("--claim", metavar="FILE", help="--train-fn: the claim as JSON (dpaudit claim format)")
+    p.add_argument("--claim-noise-multiplier", type=arg("--claim-noise-multiplier", v.positive), metavar="SIGMA", help="--train-fn: claimed DP-SGD noise multiplier")
+    p.add_argument("--claim-sampling-rate", type=arg("--claim-sampling-rate", v.half_open_unit), metavar="Q", help="--train-fn: claimed Poisson sampling rate")
+    p.add_argument("--claim-steps", type=pos_int("--claim-steps"), metavar="T", help="--train-fn: claimed number of steps")
+    p.add_argument("--workers", type=pos_int("--workers"), default=1, help="parallel worker processes for trials (default 1: in this process)")
+    p.add_argument("--seed", type=shared["seed"], default=0, help="root seed (default 0)")
+    p.add_argument("--name", metavar="NAME", help="audit name under RUN_DIR/audits/ (default: derived from the configuration; reruns resume)")
+    p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory")
+    p.add_argument("--data-root", metavar="DIR")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    p.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.set_defaults(func=lambda a: _cmd_audit(a, shared))

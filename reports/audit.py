@@ -1,0 +1,153 @@
+"""Audit figures and the audit report section: ε_LB beside ε_UB, with the evidence.
+
+Plots follow DESIGN.md ("Style"): each takes results (and an optional matplotlib axes) and
+returns a figure; saving is left to :mod:`reports.render`. Shown:
+
+* a table of ε_LB (method, bound, confidence, δ, observation counts) beside ε_UB under every
+  accountant, with a violation banner when ε_LB > ε_UB;
+* IN/OUT score histograms;
+* the ROC curve on log–log axes (Carlini et al. 2022, "Membership Inference Attacks From
+  First Principles", §III: the low-FPR regime is what privacy is about);
+* for one-run audits, ε_LB against the number of guesses (Steinke, Nasr & Jagielski 2023, Fig. 2).
+
+Torch-free: it renders from a stored :class:`~dpaudit.audit.AuditResult` and ``scores.npz``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure as MplFigure  # noqa: E402
+
+from dpaudit.audit import AuditResult  # noqa: E402
+from reports.render import Banner, Figure, Section, Table, format_number  # noqa: E402
+
+__all__ = ["score_histogram", "roc_figure", "guess_curve_figure", "bounds_table", "audit_section", "split_scores"]
+
+
+def _axes(ax: Axes | None, size: tuple[float, float] = (5.0, 3.6)) -> tuple[MplFigure, Axes]:
+    if ax is not None:
+        return ax.figure, ax
+    fig = MplFigure(figsize=size)
+    return fig, fig.add_subplot(1, 1, 1)
+
+
+def split_scores(scores: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(IN scores, OUT scores) from an audit's ``scores.npz`` (multi-run, white-box or one-run)."""
+    if "in_scores" in scores:
+        return np.asarray(scores["in_scores"], dtype=float), np.asarray(scores["out_scores"], dtype=float)
+    if "scores" in scores and "included" in scores:
+        s, inc = np.asarray(scores["scores"], dtype=float), np.asarray(scores["included"], dtype=bool)
+        return s[inc], s[~inc]
+    raise ValueError(f"scores must hold in_scores/out_scores or scores/included, got keys {sorted(scores)}")
+
+
+def score_histogram(in_scores: np.ndarray, out_scores: np.ndarray, *, ax: Axes | None = None, label: str = "score (higher = IN)") -> MplFigure:
+    """Overlaid histograms of IN and OUT scores."""
+    fig, ax = _axes(ax)
+    both = np.concatenate([in_scores, out_scores])
+    bins = np.histogram_bin_edges(both, bins=min(60, max(10, int(math.sqrt(both.size))))) if both.size else 10
+    ax.hist(out_scores, bins=bins, alpha=0.55, label=f"OUT (n={out_scores.size})", color="tab:blue", density=True)
+    ax.hist(in_scores, bins=bins, alpha=0.55, label=f"IN (n={in_scores.size})", color="tab:red", density=True)
+    ax.set_xlabel(label)
+    ax.set_ylabel("density")
+    ax.legend(frameon=False)
+    return fig
+
+
+def _roc(in_scores: np.ndarray, out_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    thresholds = np.unique(np.concatenate([in_scores, out_scores]))[::-1]
+    s_in, s_out = np.sort(in_scores), np.sort(out_scores)
+    tpr = (s_in.size - np.searchsorted(s_in, thresholds, side="left")) / max(s_in.size, 1)
+    fpr = (s_out.size - np.searchsorted(s_out, thresholds, side="left")) / max(s_out.size, 1)
+    return np.concatenate([[0.0], fpr]), np.concatenate([[0.0], tpr])
+
+
+def roc_figure(in_scores: np.ndarray, out_scores: np.ndarray, *, ax: Axes | None = None) -> MplFigure:
+    """ROC of the threshold test on log–log axes, with the chance diagonal."""
+    fig, ax = _axes(ax)
+    fpr, tpr = _roc(np.asarray(in_scores, float), np.asarray(out_scores, float))
+    floor = 0.5 / max(min(in_scores.size, out_scores.size), 1)
+    auc = float(np.trapezoid(tpr, fpr)) if hasattr(np, "trapezoid") else float(np.trapz(tpr, fpr))
+    ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), color="tab:red", label=f"attack (AUC {auc:.3f})")
+    grid = np.logspace(math.log10(floor), 0, 50)
+    ax.plot(grid, grid, ls="--", color="grey", label="chance")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("false positive rate")
+    ax.set_ylabel("true positive rate")
+    ax.legend(frameon=False, loc="lower right")
+    return fig
+
+
+def guess_curve_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFigure:
+    """One-run audits: ε_LB of each guess count r (each point bounded on its own) vs ε_UB."""
+    fig, ax = _axes(ax)
+    curve = result.details.get("guess_curve", ())
+    r = [p["num_guesses"] for p in curve]
+    e = [p["epsilon_lb"] for p in curve]
+    ax.plot(r, e, marker="o", color="tab:red", label="ε_LB at r guesses")
+    if math.isfinite(result.epsilon_ub):
+        ax.axhline(result.epsilon_ub, ls="--", color="black", label=f"ε_UB ({result.accountant})")
+    ax.axhline(result.epsilon_lb, ls=":", color="tab:red", label="headline ε_LB (Bonferroni over k)")
+    ax.set_xscale("log")
+    ax.set_xlabel("number of guesses r")
+    ax.set_ylabel("ε")
+    ax.legend(frameon=False)
+    return fig
+
+
+def bounds_table(result: AuditResult) -> Table:
+    """ε_LB (with method, bound, confidence, δ and counts) beside ε_UB under each accountant."""
+    rows: list[list[Any]] = [
+        ["ε_LB (empirical lower bound)", result.epsilon_lb, f"{result.method} / {result.bound} / {result.threshold_strategy}, {result.confidence:.0%} confidence, δ={result.delta:g}, {result.num_in} IN / {result.num_out} OUT" + (f", group size {result.group_size}" if result.group_size > 1 else "")]
+    ]
+    for name, value in result.epsilon_ub_by_accountant.items():
+        mark = " (tightest: compared)" if name == result.accountant else ""
+        rows.append([f"ε_UB {name}{mark}", value, result.claim_description])
+    if result.epsilon_estimate is not None:
+        rows.append(["ε estimate (not a bound)", result.epsilon_estimate, str(result.details.get("estimate_kind", "point estimate"))])
+    comp = result.details.get("composed_estimate")
+    if comp:
+        rows.append(["full-run ε estimate (not a bound)", comp["epsilon"], f"CLT composition of μ_LB over T={comp['num_steps']} steps at q={comp['sampling_rate']:g}"])
+    full = result.details.get("full_run_claim")
+    if full:
+        rows.append([f"full-run ε_UB {full['accountant']} (context)", full["epsilon_ub"], full["description"]])
+    rows.append(["tightness ε_LB / ε_UB", result.tightness, ""])
+    return Table(columns=["quantity", "ε", "how"], rows=rows, caption=f"δ = {result.delta:g}; confidence {result.confidence:.0%}.")
+
+
+def audit_section(result: AuditResult, scores: Mapping[str, np.ndarray] | None = None, *, title: str = "Audit") -> Section:
+    """The report section of one audit: banner, bounds table, explanation and figures."""
+    blocks: list[Any] = []
+    ub = format_number(result.epsilon_ub)
+    if result.violation:
+        blocks.append(Banner(text=f"VIOLATION: ε_LB = {result.epsilon_lb:.3f} > ε_UB = {ub} ({result.accountant}) at {result.confidence:.0%} confidence. The implementation does not meet its claim.", level="alert"))
+    else:
+        blocks.append(Banner(text=f"No violation: ε_LB = {result.epsilon_lb:.3f} ≤ ε_UB = {ub} ({result.accountant}); tightness {result.tightness:.2f}.", level="ok"))
+    blocks.append(bounds_table(result))
+    lines = [f"- threat model: **{result.threat_model}**, game: **{result.method}**, bound: **{result.bound}** ({result.threshold_strategy})"]
+    if result.method == "white-box":
+        lines.append("- compared claim: **one un-sampled Gaussian step** — the auditor inserts the Dirac gradient canary itself, so whenever it is IN it is certainly in the lot; each step is one observation of that mechanism")
+        canary = result.details.get("canary")
+        if canary:
+            lines.append(f"- canary coordinate: `{canary['parameter']}[{canary['index']}]`, magnitude {format_number(float(canary['magnitude']))}; {canary['reason']}")
+    lines.append(f"- score: {result.details.get('score', 'n/a')}")
+    lines.append("- ε estimates are point estimates, never bounds; only ε_LB carries the stated confidence")
+    blocks.append("\n".join(lines))
+    if scores:
+        s_in, s_out = split_scores(scores)
+        if s_in.size and s_out.size:
+            blocks.append(Figure(figure=score_histogram(s_in, s_out), name="scores", caption="IN and OUT scores (higher = IN)."))
+            blocks.append(Figure(figure=roc_figure(s_in, s_out), name="roc", caption="ROC of the threshold test, log–log axes."))
+    if result.method == "one-run" and result.details.get("guess_curve"):
+        blocks.append(Figure(figure=guess_curve_figure(result), name="guesses", caption="One-run ε_LB against the number of guesses."))
+    return Section(title=title, blocks=blocks)
