@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit.store import freeze as _freeze
+from dpaudit.store import thaw as _thaw
 from dpaudit import _validate as v
 from dpaudit.accountants import ACCOUNTANTS
 from dpaudit.audit_stats import (
@@ -71,24 +73,8 @@ _STRATEGIES = (*THRESHOLD_STRATEGIES, "top-bottom")
 RESULT_FILE = "result.json"
 
 
-def _freeze(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return MappingProxyType({str(k): _freeze(x) for k, x in obj.items()})
-    if isinstance(obj, (list, tuple)):
-        return tuple(_freeze(x) for x in obj)
-    if isinstance(obj, np.ndarray):
-        return tuple(_freeze(x) for x in obj.tolist())
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
-def _thaw(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {k: _thaw(x) for k, x in obj.items()}
-    if isinstance(obj, tuple):
-        return [_thaw(x) for x in obj]
-    return obj
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

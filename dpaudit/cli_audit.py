@@ -12,7 +12,6 @@ Exit status 3 when ε_LB > ε_UB, so users can gate their CI on ``dpaudit audit`
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import Any
 

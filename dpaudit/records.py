@@ -21,7 +21,6 @@ import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -31,6 +30,8 @@ from safetensors.torch import load_file as _load_safetensors
 from safetensors.torch import save as _save_safetensors
 from torch import nn
 
+from dpaudit.store import freeze as _freeze
+from dpaudit.store import thaw as _thaw
 from dpaudit import _validate as v
 from dpaudit.data import sorted_id_set
 from dpaudit.claims import NonPrivateClaim, PrivacyClaim, claim_from_dict
@@ -57,21 +58,8 @@ RECORD_FILE = "record.json"
 WEIGHTS_FILE = "model.safetensors"
 
 
-def _freeze(obj: Any) -> Any:
-    """Deep read-only copy of JSON-like data (mappings become MappingProxyType, lists tuples)."""
-    if isinstance(obj, Mapping):
-        return MappingProxyType({str(k): _freeze(val) for k, val in obj.items()})
-    if isinstance(obj, (list, tuple)):
-        return tuple(_freeze(x) for x in obj)
-    return obj
 
 
-def _thaw(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {k: _thaw(val) for k, val in obj.items()}
-    if isinstance(obj, tuple):
-        return [_thaw(x) for x in obj]
-    return obj
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

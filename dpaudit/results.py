@@ -24,11 +24,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
+from dpaudit.store import freeze as _freeze
+from dpaudit.store import thaw as _thaw
 from dpaudit import _validate as v
 from dpaudit.audit_stats import ThresholdBound, bound_from_scores
 from dpaudit.store import atomic_save_npz, atomic_write_json, load_npz, read_json
@@ -48,23 +49,8 @@ DEFAULT_FPRS: tuple[float, ...] = (0.001, 0.01)
 _ARRAYS = ("sample_ids", "scores", "is_member")
 
 
-def _freeze(obj: Any) -> Any:
-    """Deep read-only copy of JSON-like data (mappings → MappingProxyType, lists → tuples)."""
-    if isinstance(obj, Mapping):
-        return MappingProxyType({str(k): _freeze(val) for k, val in obj.items()})
-    if isinstance(obj, (list, tuple)):
-        return tuple(_freeze(x) for x in obj)
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
-def _thaw(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {k: _thaw(val) for k, val in obj.items()}
-    if isinstance(obj, tuple):
-        return [_thaw(x) for x in obj]
-    return obj
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:

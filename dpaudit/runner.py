@@ -21,16 +21,14 @@ import functools
 import hashlib
 import importlib.util
 import json
-import math
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
 from dpaudit import _validate as v

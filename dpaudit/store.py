@@ -24,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,8 @@ __all__ = [
     "load_npz",
     "to_jsonable",
     "from_jsonable",
+    "freeze",
+    "thaw",
 ]
 
 SCHEMA_VERSION = 1
@@ -90,6 +93,32 @@ def to_jsonable(obj: Any) -> Any:
         return x
     if isinstance(obj, Path):
         return str(obj)
+    return obj
+
+
+def freeze(obj: Any) -> Any:
+    """Deep read-only copy of JSON-like data for immutable result values.
+
+    Mappings become ``MappingProxyType``, lists, tuples and arrays become tuples, NumPy
+    scalars become Python scalars; :func:`thaw` turns it back into plain dicts and lists.
+    """
+    if isinstance(obj, Mapping):
+        return MappingProxyType({str(k): freeze(x) for k, x in obj.items()})
+    if isinstance(obj, (list, tuple)):
+        return tuple(freeze(x) for x in obj)
+    if isinstance(obj, np.ndarray):
+        return tuple(freeze(x) for x in obj.tolist())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def thaw(obj: Any) -> Any:
+    """Plain dicts and lists from :func:`freeze` output (for JSON)."""
+    if isinstance(obj, Mapping):
+        return {k: thaw(x) for k, x in obj.items()}
+    if isinstance(obj, tuple):
+        return [thaw(x) for x in obj]
     return obj
 
 

@@ -26,7 +26,6 @@ loose (audit.md §5).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
