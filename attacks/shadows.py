@@ -51,7 +51,7 @@ from dpaudit.progress import Progress
 from dpaudit.provenance import provenance
 from dpaudit.records import RECORD_FILE, Membership, TrainedModel, import_callable, load_model, make_model_id, save_record
 from dpaudit.seeding import derive_seed, numpy_rng, torch_generator
-from dpaudit.training import evaluate, shuffled_batches
+from dpaudit.training import SGDConfig, evaluate, shuffled_batches
 
 __all__ = [
     "SHADOW_SUBDIR",
@@ -71,30 +71,14 @@ POOL_KINDS = ("online", "offline")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ShadowTraining:
+class ShadowTraining(SGDConfig):
     """Non-private SGD hyperparameters of a shadow model (those of the target where known).
 
-    Attributes:
-        epochs: passes over the shadow's training set.
-        batch_size: examples per step.
-        learning_rate: SGD step size.
-        momentum: heavy-ball momentum.
-        weight_decay: L2 penalty.
+    Same fields and checks as :class:`dpaudit.training.SGDConfig`; shadows default to 30
+    epochs so that they overfit like the targets membership inference is run against.
     """
 
     epochs: int = 30
-    batch_size: int = 64
-    learning_rate: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-
-    def __post_init__(self) -> None:
-        v.integer("epochs", self.epochs, minimum=1)
-        v.integer("batch_size", self.batch_size, minimum=1)
-        v.positive("learning_rate", self.learning_rate)
-        if not 0 <= v.real("momentum", self.momentum) < 1:
-            raise ValueError(f"momentum must lie in [0, 1), got {self.momentum!r}")
-        v.non_negative("weight_decay", self.weight_decay)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], **overrides: Any) -> ShadowTraining:

@@ -7,50 +7,25 @@ accuracy is what the private defenses give up utility against.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from dpaudit import _validate as v
 from dpaudit.claims import NonPrivateClaim
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model
 from dpaudit.progress import Progress
 from dpaudit.records import TrainedModel
 from dpaudit.seeding import derive_seed, torch_generator
-from dpaudit.training import shuffled_batches
+from dpaudit.training import SGDConfig, shuffled_batches
 from defenses._common import build_record
 
 __all__ = ["NonPrivateConfig", "train_nonprivate"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class NonPrivateConfig:
-    """Hyperparameters of non-private SGD.
-
-    Attributes:
-        epochs: passes over the members.
-        batch_size: examples per step.
-        learning_rate: SGD step size.
-        momentum: heavy-ball momentum (0 for plain SGD).
-        weight_decay: L2 penalty.
-    """
-
-    epochs: int = 10
-    batch_size: int = 64
-    learning_rate: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-
-    def __post_init__(self) -> None:
-        v.integer("epochs", self.epochs, minimum=1)
-        v.integer("batch_size", self.batch_size, minimum=1)
-        v.positive("learning_rate", self.learning_rate)
-        if not 0 <= v.real("momentum", self.momentum) < 1:
-            raise ValueError(f"momentum must lie in [0, 1), got {self.momentum!r}")
-        v.non_negative("weight_decay", self.weight_decay)
+class NonPrivateConfig(SGDConfig):
+    """Hyperparameters of the non-private baseline (see :class:`dpaudit.training.SGDConfig`)."""
 
 
 def train_nonprivate(

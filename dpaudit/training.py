@@ -7,13 +7,43 @@ clipped and noised, how labels are aggregated), not in how they loop over data.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from dpaudit import _validate as v
 
-__all__ = ["resolve_device", "shuffled_batches", "evaluate", "predict_logits"]
+__all__ = ["SGDConfig", "resolve_device", "shuffled_batches", "evaluate", "predict_logits"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SGDConfig:
+    """Hyperparameters of plain (non-private) mini-batch SGD with momentum.
+
+    Shared by the non-private baseline defense and by shadow / reference models of attacks.
+
+    Attributes:
+        epochs: passes over the training set.
+        batch_size: examples per step.
+        learning_rate: SGD step size.
+        momentum: heavy-ball momentum (0 for plain SGD).
+        weight_decay: L2 penalty.
+    """
+
+    epochs: int = 10
+    batch_size: int = 64
+    learning_rate: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        v.integer("epochs", self.epochs, minimum=1)
+        v.integer("batch_size", self.batch_size, minimum=1)
+        v.positive("learning_rate", self.learning_rate)
+        if not 0 <= v.real("momentum", self.momentum) < 1:
+            raise ValueError(f"momentum must lie in [0, 1), got {self.momentum!r}")
+        v.non_negative("weight_decay", self.weight_decay)
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
