@@ -48,6 +48,7 @@ with the DP-SGD event.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,7 +59,7 @@ from dp_accounting import dp_event as dpe
 from torch import nn
 
 from dpaudit import _validate as v
-from dpaudit.accountants import ACCOUNTANTS, calibrate_noise_multiplier, calibrate_num_steps
+from dpaudit.accountants import ACCOUNTANTS, calibrate_noise_multiplier, calibrate_num_steps, largest_num_steps, smallest_noise_multiplier
 from dpaudit.claims import DPClaim, dpsgd_claim
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import Projection, build_model
@@ -268,22 +269,10 @@ def _max_steps_composed(config: DPSGDConfig, q: float, sigma: float, cap: int) -
     pca = pca_claim(config)
     if pca is not None and pca.epsilon(delta=config.delta, accountant=config.accountant) >= target:
         raise ValueError(f"target_epsilon={target!r} is already exceeded by DP-PCA alone (pca_noise={config.pca_noise!r})")
-    if eps(1) > target:
+    steps = largest_num_steps(eps, target=target, max_steps=cap)
+    if steps == 0:
         raise ValueError(f"target_epsilon={target!r} is exceeded by a single step at noise_multiplier={sigma!r}, sampling_rate={q!r}")
-    lo, hi = 1, 2
-    while hi <= cap and eps(hi) <= target:
-        lo, hi = hi, hi * 2
-    if hi > cap:
-        if eps(cap) <= target:
-            return cap
-        hi = cap
-    while hi - lo > 1:  # invariant: eps(lo) <= target < eps(hi)
-        mid = (lo + hi) // 2
-        if eps(mid) <= target:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return steps
 
 
 def _calibrate_sigma_composed(config: DPSGDConfig, q: float, steps: int) -> float:
@@ -296,22 +285,10 @@ def _calibrate_sigma_composed(config: DPSGDConfig, q: float, steps: int) -> floa
     pca = pca_claim(config)
     if pca is not None and pca.epsilon(delta=config.delta, accountant=config.accountant) >= target:
         raise ValueError(f"target_epsilon={target!r} is already used up by DP-PCA alone (pca_noise={config.pca_noise!r})")
-    lo, hi = 0.0, 1.0
-    while eps(hi) > target:
-        lo, hi = hi, hi * 2
-        if hi > 1e5:
-            raise ValueError(f"target_epsilon={target!r} is unreachable with any noise_multiplier")
-    if lo == 0.0:
-        lo = hi / 2
-        while lo > 1e-3 and eps(lo) <= target:
-            hi, lo = lo, lo / 2
-    while (hi - lo) / hi > 1e-3:
-        mid = 0.5 * (lo + hi)
-        if eps(mid) <= target:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    sigma = smallest_noise_multiplier(eps, target=target, tolerance=1e-3, max_sigma=1e5)
+    if math.isinf(sigma):
+        raise ValueError(f"target_epsilon={target!r} is unreachable with any noise_multiplier")
+    return sigma
 
 
 def plan_dpsgd(config: DPSGDConfig, *, num_members: int) -> DPSGDPlan:

@@ -47,6 +47,8 @@ __all__ = [
     "compute_epsilon",
     "calibrate_noise_multiplier",
     "calibrate_num_steps",
+    "smallest_noise_multiplier",
+    "largest_num_steps",
     "sampled_gaussian_event",
 ]
 
@@ -354,22 +356,10 @@ def calibrate_noise_multiplier(
         event = sampled_gaussian_event(sampling_rate=sampling_rate, noise_multiplier=sigma, num_steps=steps)
         return compute_epsilon(event, delta=delta, accountant=accountant)
 
-    lo, hi = 0.0, 1.0
-    while eps(hi) > target:
-        lo, hi = hi, hi * 2.0
-        if hi > 1e6:
-            raise ValueError(f"target_epsilon={target!r} is unreachable at delta={delta!r} with any noise multiplier")
-    if lo == 0.0:
-        lo = hi / 2.0
-        while lo > 1e-3 and eps(lo) <= target:
-            hi, lo = lo, lo / 2.0
-    while (hi - lo) / hi > tolerance:
-        mid = 0.5 * (lo + hi)
-        if eps(mid) <= target:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    sigma = smallest_noise_multiplier(eps, target=target, tolerance=tolerance)
+    if math.isinf(sigma):
+        raise ValueError(f"target_epsilon={target!r} is unreachable at delta={delta!r} with any noise multiplier")
+    return sigma
 
 
 def calibrate_num_steps(
@@ -397,22 +387,54 @@ def calibrate_num_steps(
         event = sampled_gaussian_event(sampling_rate=sampling_rate, noise_multiplier=noise_multiplier, num_steps=steps)
         return compute_epsilon(event, delta=delta, accountant=accountant)
 
-    if eps(1) > target:
+    steps = largest_num_steps(eps, target=target, max_steps=max_steps)
+    if steps == 0:
         raise ValueError(
             f"target_epsilon={target!r} is exceeded by a single step at noise_multiplier={noise_multiplier!r}, "
             f"sampling_rate={sampling_rate!r}"
         )
+    return steps
+
+
+def smallest_noise_multiplier(epsilon_of: Callable[[float], float], *, target: float, tolerance: float = 1e-3, max_sigma: float = 1e6) -> float:
+    """Smallest σ (to ``tolerance`` relative) with ``epsilon_of(σ)`` ≤ ``target``, for any
+    mechanism whose ε decreases in σ; ``math.inf`` when even ``max_sigma`` overshoots.
+
+    Bisection keeping the upper end of the bracket, so the result never overshoots.
+    """
+    lo, hi = 0.0, 1.0
+    while epsilon_of(hi) > target:
+        lo, hi = hi, hi * 2.0
+        if hi > max_sigma:
+            return math.inf
+    if lo == 0.0:
+        lo = hi / 2.0
+        while lo > 1e-3 and epsilon_of(lo) <= target:
+            hi, lo = lo, lo / 2.0
+    while (hi - lo) / hi > tolerance:
+        mid = 0.5 * (lo + hi)
+        if epsilon_of(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def largest_num_steps(epsilon_of: Callable[[int], float], *, target: float, max_steps: int) -> int:
+    """Largest T ≤ ``max_steps`` with ``epsilon_of(T)`` ≤ ``target`` for ε increasing in T;
+    0 when a single step already overshoots (never overshooting)."""
+    if epsilon_of(1) > target:
+        return 0
     lo, hi = 1, 2
-    while eps(hi) <= target:
+    while hi <= max_steps and epsilon_of(hi) <= target:
         lo, hi = hi, hi * 2
-        if hi > max_steps:
-            if eps(max_steps) <= target:
-                return max_steps
-            hi = max_steps
-            break
-    while hi - lo > 1:  # invariant: eps(lo) <= target < eps(hi)
+    if hi > max_steps:
+        if epsilon_of(max_steps) <= target:
+            return max_steps
+        hi = max_steps
+    while hi - lo > 1:  # invariant: epsilon_of(lo) <= target < epsilon_of(hi)
         mid = (lo + hi) // 2
-        if eps(mid) <= target:
+        if epsilon_of(mid) <= target:
             lo = mid
         else:
             hi = mid
