@@ -50,6 +50,7 @@ __all__ = [
     "load_weights",
     "load_external_model",
     "import_callable",
+    "callable_attribute",
     "resolve_record_dir",
     "make_model_id",
 ]
@@ -320,12 +321,21 @@ def import_callable(spec: str, *, argument: str = "spec") -> Any:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"{argument}={spec!r}: cannot import module {module_name!r} ({exc})") from None
+    return callable_attribute(obj, attr_path, label=f"{argument}={spec!r}")
+
+
+def callable_attribute(obj: Any, attr_path: str, *, label: str) -> Any:
+    """``obj.a.b`` for ``attr_path`` "a.b", which must be callable; errors start with ``label``.
+
+    Raises:
+        ValueError: an attribute is missing or the result is not callable.
+    """
     for part in attr_path.split("."):
         if not hasattr(obj, part):
-            raise ValueError(f"{argument}={spec!r}: {module_name!r} has no attribute {attr_path!r}")
+            raise ValueError(f"{label}: no attribute {attr_path!r} there")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise ValueError(f"{argument}={spec!r} is not callable")
+        raise ValueError(f"{label} is not callable")
     return obj
 
 

@@ -35,7 +35,7 @@ from dpaudit import _validate as v
 from dpaudit.audit import AuditResult
 from dpaudit.claims import PrivacyClaim, dpsgd_claim
 from dpaudit.data import ArrayDataset, DatasetBundle, Splits, load_dataset, make_splits
-from dpaudit.records import import_callable
+from dpaudit.records import callable_attribute, import_callable
 from dpaudit.store import RunDir, to_jsonable
 
 __all__ = [
@@ -161,14 +161,7 @@ class FileCallable:
             module = importlib.util.module_from_spec(spec)
             sys.modules[mod_name] = module
             spec.loader.exec_module(module)
-        fn = module
-        for part in self.name.split("."):
-            if not hasattr(fn, part):
-                raise ValueError(f"train-fn: {self.path!r} has no attribute {self.name!r}")
-            fn = getattr(fn, part)
-        if not callable(fn):
-            raise ValueError(f"train-fn: {self.path}:{self.name} is not callable")
-        return fn
+        return callable_attribute(module, self.name, label=f"train-fn={self.path}:{self.name}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.resolve()(*args, **kwargs)
