@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
+from dpaudit.noise import add_noise_layer
 
 __all__ = ["MODELS", "ModelSpec", "build_model", "Projection"]
 
@@ -153,13 +154,15 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
-def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, **kwargs: object) -> nn.Module:
+def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, noise_layer: bool = False, **kwargs: object) -> nn.Module:
     """Builds the zoo model ``name`` for inputs of ``input_shape`` and ``num_classes`` outputs.
 
     Args:
         name: one of :data:`MODELS`.
         input_shape: shape of one example, e.g. (1, 28, 28).
         num_classes: number of output logits.
+        noise_layer: wrap the first layer in a :class:`~dpaudit.noise.NoiseLayer` (PixelDP /
+            HGM; its σ starts at 0 and is set by the defense).
         **kwargs: architecture options of that model (e.g. ``pca_components`` for abadi-mnist).
 
     Raises:
@@ -170,7 +173,10 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, **
     shape = tuple(int(x) for x in input_shape)
     if not shape or any(x <= 0 for x in shape):
         raise ValueError(f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
+    if not isinstance(noise_layer, bool):
+        raise TypeError(f"noise_layer must be a bool, got {noise_layer!r}")
     try:
-        return MODELS[name].builder(shape, num_classes, **kwargs)
+        model = MODELS[name].builder(shape, num_classes, **kwargs)
     except TypeError as exc:  # unknown keyword for this architecture
         raise ValueError(f"model {name!r} does not accept options {sorted(kwargs)!r}: {exc}") from None
+    return add_noise_layer(model, input_shape=shape) if noise_layer else model
