@@ -467,6 +467,8 @@ def train_dpsgd(
     on_step: OnStep | None = None,
     canary_gradient: CanaryGradient | None = None,
     on_epoch: OnEpoch | None = None,
+    prepare_model: Callable[[nn.Module], None] | None = None,
+    after_step: Callable[[int, nn.Module], None] | None = None,
 ) -> tuple[TrainedModel, nn.Module]:
     """Trains a zoo model on the split's members with DP-SGD (+ DP-PCA).
 
@@ -482,6 +484,10 @@ def train_dpsgd(
         on_step: white-box hook ``(step_index, noisy_update, lot_size)`` (module docstring).
         canary_gradient: per-step gradient canary ``step_index -> dict | flat tensor | None``.
         on_epoch: ``(epoch_index, model)`` after every ``steps_per_epoch`` steps (evaluation).
+        prepare_model: called once with the built model (on ``device``, after DP-PCA) before
+            training, e.g. to install a noise layer (Secure-SGD).
+        after_step: ``(step_index, model)`` after every optimiser step; it may only
+            post-process the released parameters (e.g. rescale a layer), which costs no privacy.
 
     Returns:
         The record (claim from the steps actually taken) and the trained module (eval mode).
@@ -514,6 +520,8 @@ def train_dpsgd(
         )
         proj.set(matrix)
     model.to(device).train()
+    if prepare_model is not None:
+        prepare_model(model)
     clipper = GradientClipper(model, clip_norm=config.clip_norm, per_layer=config.per_layer, method=config.clipping_method)
     params = clipper.parameters()
     layer_groups = [[clipper._full(layer, local) for local in layer.params] for layer in clipper.layers]
@@ -566,6 +574,8 @@ def train_dpsgd(
                 for name, p in params.items():
                     p.grad = update[name]
                 opt.step()
+                if after_step is not None:
+                    after_step(step, model)
                 steps_taken += 1
                 lot_sizes.append(int(lot.numel()))
                 bar.update(1, loss=loss_total / max(loss_count, 1))

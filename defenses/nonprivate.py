@@ -7,6 +7,7 @@ accuracy is what the private defenses give up utility against.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,6 +39,8 @@ def train_nonprivate(
     seed: int = 0,
     device: torch.device | str = "cpu",
     progress: bool = True,
+    prepare_model: Callable[[nn.Module], None] | None = None,
+    after_step: Callable[[int, nn.Module], None] | None = None,
 ) -> tuple[TrainedModel, nn.Module]:
     """Trains a zoo model on the split's members with non-private SGD.
 
@@ -50,6 +53,10 @@ def train_nonprivate(
         seed: root seed (initialisation and batch order are independent streams of it).
         device: where to train.
         progress: report epochs on stderr.
+        prepare_model: called once with the built model (on ``device``) before training,
+            e.g. to install a noise layer's σ and r.
+        after_step: called with (step index, model) after every optimiser step, e.g. to
+            project the first layer back to sensitivity ≤ 1 (PixelDP).
 
     Returns:
         The record and the trained module (in eval mode).
@@ -61,11 +68,14 @@ def train_nonprivate(
         torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
         model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
     model.to(device).train()
+    if prepare_model is not None:
+        prepare_model(model)
     opt = torch.optim.SGD(model.parameters(), lr=config.learning_rate, momentum=config.momentum, weight_decay=config.weight_decay)
     members = bundle.all().subset(splits.members)
     x, y = members.features.to(device), members.labels.to(device)
     gen = torch_generator(seed, "batches")
     loss_fn = nn.CrossEntropyLoss()
+    step = 0
     with Progress(config.epochs, f"train nonprivate {model_name} on {bundle.name}", enabled=progress) as bar:
         for _ in range(config.epochs):
             total, count = 0.0, 0
@@ -75,6 +85,9 @@ def train_nonprivate(
                 loss = loss_fn(model(x[idx]), y[idx])
                 loss.backward()
                 opt.step()
+                if after_step is not None:
+                    after_step(step, model)
+                step += 1
                 total += loss.item() * len(idx)
                 count += len(idx)
             bar.update(1, loss=total / max(count, 1))

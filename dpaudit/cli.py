@@ -252,6 +252,8 @@ _DEFENSE_FLAGS = {
     "noise_multiplier": "--noise-multiplier", "clip_norm": "--clip-norm", "lot_size": "--lot-size",
     "target_epsilon": "--target-epsilon", "accountant": "--accountant", "per_layer": "--per-layer",
     "pca_components": "--pca", "pca_noise": "--pca-noise", "sampling": "--sampling",
+    "robustness_epsilon": "--robustness-epsilon", "robustness_delta": "--robustness-delta", "attack_norm_bound": "--attack-norm-bound",
+    "attack_norm": "--attack-norm", "noise_ramp_fraction": "--noise-ramp", "redistribute": "--redistribute", "inflation": "--inflation",
 }
 
 
@@ -319,6 +321,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--pca", dest="pca_components", type=_arg("--pca", lambda n, x: v.integer(n, x, minimum=1), int), metavar="K", help="DP-PCA projection to K components (abadi-mnist)")
     g.add_argument("--pca-noise", type=_arg("--pca-noise", v.positive), metavar="SIGMA_P", help="DP-PCA noise multiplier")
     g.add_argument("--sampling", choices=("poisson", "shuffle-non-private-accounting"), help="lot sampling (default poisson)")
+    r = p.add_argument_group("certified robustness (--defense pixeldp|agm|hgm|secure-sgd; Lecuyer et al. 2019, Phan et al. 2019)")
+    r.add_argument("--robustness-epsilon", type=_arg("--robustness-epsilon", v.positive), metavar="EPS_R", help="epsilon_r of the noise layer (pixeldp: <= 1; default 1 for pixeldp/agm, 4 for hgm/secure-sgd)")
+    r.add_argument("--robustness-delta", type=_arg("--robustness-delta", v.open_unit), metavar="DELTA_R", help="delta_r of the noise layer (default 0.05)")
+    r.add_argument("--attack-norm-bound", type=_arg("--attack-norm-bound", v.positive), metavar="L", help="attack size L the noise is calibrated for (default 0.1 pixeldp/agm, 0.2 hgm/secure-sgd)")
+    r.add_argument("--attack-norm", choices=("l2", "linf", "l1"), help="norm of the attacks certified against (default l2)")
+    r.add_argument("--noise-ramp", dest="noise_ramp_fraction", type=_arg("--noise-ramp", v.non_negative), metavar="FRACTION", help="fraction of training over which the noise ramps up (default 0.1)")
+    r.add_argument("--redistribute", action=argparse.BooleanOptionalAction, default=None, help="HGM heterogeneous noise from a pre-trained model's forward derivative (default on for hgm/secure-sgd)")
+    r.add_argument("--inflation", type=_arg("--inflation", v.non_negative), metavar="BETA", help="HGM inflation rate beta (default 0.5)")
     p.add_argument("--seed", type=_seed, default=0, help="root seed (default 0)")
     p.add_argument("--split-seed", type=_arg("--split-seed", lambda n, x: v.integer(n, x, minimum=0), int), help="seed of the member/non-member split (default: --seed)")
     p.add_argument("--member-fraction", type=_frac, default=0.5, help="fraction of the training pool used as members (default 0.5)")

@@ -97,7 +97,10 @@ class NoiseLayer(nn.Module):
         return self.noise_std * self.redistribution.sqrt()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.layer(x)
+        return self.add_noise(self.layer(x))
+
+    def add_noise(self, h: torch.Tensor) -> torch.Tensor:
+        """h + σ √r ⊙ z for a batch of first-layer outputs (identity when disabled or σ = 0)."""
         if not self.enabled or float(self.noise_std) == 0.0:
             return h
         gen = self.generator

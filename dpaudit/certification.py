@@ -1,0 +1,883 @@
+"""Certification mathematics: certified robustness from noise layers and randomized smoothing.
+
+Pure NumPy/SciPy (no torch), so reports can recompute and render certificates from stored
+results. Everything is vectorised over test points.
+
+* **PixelDP expected-output stability** (Lecuyer et al. 2019, "Certified Robustness to
+  Adversarial Examples with Differential Privacy", §3, Lemma 1 / Proposition 1): if the
+  randomized scoring function A is (ε, δ)-DP with respect to input changes of size ≤ L, the
+  prediction k is robust within L whenever
+  E_lb[A_k(x)] > e^{2ε} max_{i≠k} E_ub[A_i(x)] + (1 + e^ε) δ. The expectations are bounded
+  from Monte Carlo draws (Clopper–Pearson on argmax counts, Hoeffding or empirical Bernstein
+  on softmax means), with a Bonferroni union over the classes.
+* **Certified size**: noise with σ per unit of sensitivity (σ/Δ) is (ε', δ')-DP for attacks of
+  size L' = (σ/Δ)/c(ε', δ'), where c is the multiplier of the calibration (σ = c·Δ). Searching
+  (ε', δ') over the robustness condition gives the largest certified L'. PixelDP uses the
+  classical multiplier with ε' ≤ 1; the heterogeneous Gaussian mechanism of Phan et al. 2019
+  ("Scalable Differential Privacy with Certified Robustness in Adversarial Learning",
+  Theorems 2–3, Eq. 10) uses the extended multiplier with ε' > 0 unbounded; the analytic
+  multiplier (Balle & Wang 2018) is offered as the tight alternative.
+* **Randomized smoothing** (Cohen, Rosenfeld & Kolter 2019, Theorem 1 and CERTIFY):
+  R = σ Φ⁻¹(p_A) with p_A a one-sided Clopper–Pearson lower bound.
+
+Formulas and test vectors: ``reference/certified.md``. A certificate is a *lower* bound on
+robust accuracy; :func:`soundness_violations` flags sizes where it exceeds the accuracy an
+actual attack left, which means a bug (or a failure of the 1 − η event).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import special, stats
+
+from dpaudit import _validate as v
+from dpaudit.gaussian import calibrate_gaussian
+from dpaudit.store import atomic_save_npz, atomic_write_json, load_npz, read_json
+from dpaudit.store import freeze as _freeze
+from dpaudit.store import thaw as _thaw
+
+__all__ = [
+    "CERTIFICATION_MECHANISMS",
+    "CERTIFICATION_NORMS",
+    "CERTIFICATION_SCHEMA_VERSION",
+    "DEFAULT_DELTA_GRID",
+    "RADIUS_SEARCHES",
+    "SCORE_BOUNDS",
+    "CertificationResult",
+    "ScoreBounds",
+    "certified_radius",
+    "count_bounds",
+    "load_certification_result",
+    "mean_bounds",
+    "noise_multiplier",
+    "robust",
+    "save_certification_result",
+    "smoothing_certify",
+    "smoothing_lower_bound",
+    "soundness_violations",
+]
+
+#: Calibrations whose multiplier c(ε, δ) (σ = c·Δ) a noise layer may have used.
+CERTIFICATION_MECHANISMS = ("classical", "analytic", "extended")
+#: Ways of bounding the expected scores from Monte Carlo draws.
+SCORE_BOUNDS = ("clopper-pearson", "hoeffding", "bernstein")
+#: How :func:`certified_radius` finds the largest ε' for each δ'.
+RADIUS_SEARCHES = ("exact", "pixeldp")
+#: Attack norms a certified radius can be measured in.
+CERTIFICATION_NORMS = ("l2", "linf", "l1")
+CERTIFICATION_SCHEMA_VERSION = 1
+
+#: δ' grid of the certified-size search: 0.001, 0.002, …, 0.299 (certified.md §1).
+DEFAULT_DELTA_GRID = np.arange(1, 300) / 1000.0
+DEFAULT_DELTA_GRID.flags.writeable = False
+
+# Theorem 2 of Phan et al. needs δ ≤ 0.484 (accounting.md §5); mirrors dpaudit.gaussian.
+_EGM_MAX_DELTA = 0.484
+_DEFAULT_TOLERANCE = {"exact": 1e-6, "pixeldp": 1e-3}
+_ARRAYS = ("labels", "predictions", "radii")
+
+
+# --------------------------------------------------------------------------------------------
+# Validation helpers
+# --------------------------------------------------------------------------------------------
+def _readonly(arr: np.ndarray) -> np.ndarray:
+    arr = np.array(arr, copy=True)
+    arr.flags.writeable = False
+    return arr
+
+
+def _real_array(name: str, value: Any) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype == bool or arr.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    arr = arr.astype(np.float64)
+    if not np.all(np.isfinite(arr)):
+        bad = arr[~np.isfinite(arr)][:3].tolist()
+        raise ValueError(f"{name} must be finite, got e.g. {bad}")
+    return arr
+
+
+def _probabilities(name: str, value: Any) -> np.ndarray:
+    arr = _real_array(name, value)
+    if np.any((arr < 0) | (arr > 1)):
+        bad = arr[(arr < 0) | (arr > 1)][:3].tolist()
+        raise ValueError(f"{name} must lie in [0, 1], got e.g. {bad}")
+    return arr
+
+
+def _int_array(name: str, value: Any, *, ndim: int) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype == bool or (arr.size and arr.dtype.kind not in "iu"):
+        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
+    return arr.astype(np.int64)
+
+
+def _count_matrix(name: str, value: Any) -> np.ndarray:
+    counts = _int_array(name, value, ndim=2)
+    if counts.shape[0] == 0 or counts.shape[1] < 2:
+        raise ValueError(f"{name} must have shape (n >= 1, num_classes >= 2), got {counts.shape}")
+    if np.any(counts < 0):
+        raise ValueError(f"{name} must be non-negative counts, got e.g. {counts[counts < 0][:3].tolist()}")
+    empty = counts.sum(axis=1) == 0
+    if np.any(empty):
+        raise ValueError(f"{name} must count at least one draw per test point; rows {np.flatnonzero(empty)[:5].tolist()} are empty")
+    return counts
+
+
+def _bonferroni_level(confidence: float, num_classes: int) -> float:
+    """η/k: one-sided failure probability of each of the k bounds of the union."""
+    return (1.0 - confidence) / num_classes
+
+
+# --------------------------------------------------------------------------------------------
+# Noise multipliers
+# --------------------------------------------------------------------------------------------
+def noise_multiplier(mechanism: str, *, epsilon: float, delta: float) -> float:
+    """The multiplier c(ε, δ) of a Gaussian calibration: σ = c·Δ.
+
+    Args:
+        mechanism: one of :data:`CERTIFICATION_MECHANISMS`.
+        epsilon: ε > 0 (≤ 1 for ``"classical"``).
+        delta: δ in (0, 1) (≤ 0.484 for ``"extended"``).
+
+    Returns:
+        σ of the calibration at sensitivity 1 (:func:`dpaudit.gaussian.calibrate_gaussian`).
+
+    Raises:
+        ValueError: unknown mechanism or (ε, δ) outside the calibration's validity.
+    """
+    mechanism = v.choice("mechanism", mechanism, CERTIFICATION_MECHANISMS)
+    return calibrate_gaussian(epsilon=epsilon, delta=delta, sensitivity=1.0, method=mechanism)
+
+
+def _log_gaussian_delta(mu: np.ndarray, epsilon: np.ndarray) -> np.ndarray:
+    """ln δ(ε) of the Gaussian mechanism with Δ/σ = mu (Balle & Wang 2018, Thm 8), vectorised."""
+    a = special.log_ndtr(mu / 2.0 - epsilon / mu)
+    b = epsilon + special.log_ndtr(-mu / 2.0 - epsilon / mu)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = a + np.log1p(-np.exp(np.minimum(b - a, 0.0)))
+    return np.where(b < a, out, -np.inf)
+
+
+def _analytic_multipliers(epsilon: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """Smallest σ (Δ = 1) with δ(ε; σ) ≤ δ, over whole arrays (analytic Gaussian mechanism).
+
+    Safeguarded Newton on t = ln σ for f(t) = ln δ(ε; e^{-t}) − ln δ_target, using
+    dδ/dμ = φ(μ/2 − ε/μ) (the two Gaussian terms of the derivative coincide), with a
+    bisection step whenever Newton leaves the bracket. The answer is then nudged up until the
+    condition holds as evaluated, so the mechanism is never under-noised: an under-estimated
+    c would over-state the certified size.
+    """
+    epsilon, delta = np.broadcast_arrays(np.asarray(epsilon, dtype=np.float64), np.asarray(delta, dtype=np.float64))
+    log_target = np.log(delta)
+    lo = np.full(epsilon.shape, -30.0)  # σ = e^-30: δ(ε) ≈ 1, fails every target δ < 1
+    hi = np.full(epsilon.shape, 30.0)  # σ = e^30: δ(ε) ≈ 0, meets every target
+    # EGM's σ is always at least AGM's (accounting.md §5): a close start from above.
+    s = np.log(math.sqrt(2.0 / math.pi) / np.minimum(delta, _EGM_MAX_DELTA))
+    t = np.where(delta <= _EGM_MAX_DELTA, np.log((np.sqrt(s) + np.sqrt(s + epsilon)) / (math.sqrt(2.0) * epsilon)), 0.0)
+
+    def excess(t: np.ndarray) -> np.ndarray:
+        return _log_gaussian_delta(np.exp(-t), epsilon) - log_target
+
+    for _ in range(200):
+        f = excess(t)
+        ok = f <= 0
+        hi = np.where(ok, np.minimum(hi, t), hi)
+        lo = np.where(ok, lo, np.maximum(lo, t))
+        mu = np.exp(-t)
+        with np.errstate(over="ignore", invalid="ignore"):
+            step = f * np.exp(f + log_target - np.log(mu) - stats.norm.logpdf(mu / 2.0 - epsilon / mu))
+            t_new = t + step
+        # A converged Newton iterate sits on the bracket's end (t = hi), so test convergence
+        # before falling back to bisection.
+        done = np.abs(step) <= 1e-13 * np.maximum(1.0, np.abs(t))
+        inside = np.isfinite(t_new) & (t_new > lo) & (t_new < hi)
+        t = np.where(done, t, np.where(inside, t_new, 0.5 * (lo + hi)))
+        if np.all(done):
+            break
+    # Step up past the root where rounding left t on the wrong side; the step doubles, so
+    # this ends quickly (and at the bracket's end at worst).
+    bump = 4e-16 * np.maximum(1.0, np.abs(t))
+    for _ in range(200):
+        bad = excess(t) > 0
+        if not np.any(bad):
+            break
+        t = np.where(bad, np.minimum(t + bump, hi), t)
+        bump = bump * 2.0
+    return np.exp(t)
+
+
+def _multipliers(mechanism: str, epsilon: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """c(ε, δ) over broadcast arrays (ε > 0); the caller enforces each formula's validity."""
+    if mechanism == "classical":
+        return np.sqrt(2.0 * np.log(1.25 / delta)) / epsilon
+    if mechanism == "extended":
+        s = np.log(math.sqrt(2.0 / math.pi) / delta)
+        return (np.sqrt(s) + np.sqrt(s + epsilon)) / (math.sqrt(2.0) * epsilon)
+    return _analytic_multipliers(epsilon, delta)
+
+
+# --------------------------------------------------------------------------------------------
+# Bounds on the expected scores
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ScoreBounds:
+    """Bounds on the expected scores that the robustness condition needs, per test point.
+
+    The bounds of one test point hold jointly with probability ≥ ``confidence``: one
+    one-sided bound per class, each at level η/k (η = 1 − confidence, Bonferroni over the k
+    classes).
+
+    Attributes:
+        top: (n,) int, the class with the largest estimated expected score.
+        lower: (n,) float, lower bound on E[A_top(x)].
+        upper: (n,) float, upper bound on max_{i≠top} E[A_i(x)].
+        method: one of :data:`SCORE_BOUNDS`.
+        confidence: joint confidence 1 − η of the bounds of one test point.
+        num_draws: Monte Carlo draws per test point.
+    """
+
+    top: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    method: str
+    confidence: float
+    num_draws: int
+
+    def __post_init__(self) -> None:
+        v.choice("method", self.method, SCORE_BOUNDS)
+        object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
+        object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=1))
+        top = _int_array("top", self.top, ndim=1)
+        if np.any(top < 0):
+            raise ValueError(f"top must hold class indices >= 0, got e.g. {top[top < 0][:3].tolist()}")
+        lower = _probabilities("lower", self.lower)
+        upper = _probabilities("upper", self.upper)
+        for name, arr in (("lower", lower), ("upper", upper)):
+            if arr.shape != top.shape:
+                raise ValueError(f"{name} must have shape {top.shape} (one per test point), got {arr.shape}")
+        object.__setattr__(self, "top", _readonly(top))
+        object.__setattr__(self, "lower", _readonly(lower))
+        object.__setattr__(self, "upper", _readonly(upper))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ScoreBounds):
+            return NotImplemented
+        return (
+            self.method == other.method
+            and self.confidence == other.confidence
+            and self.num_draws == other.num_draws
+            and all(np.array_equal(getattr(self, a), getattr(other, a)) for a in ("top", "lower", "upper"))
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def count_bounds(counts: np.ndarray, *, confidence: float = 0.95) -> ScoreBounds:
+    """Clopper–Pearson bounds from argmax counts (PixelDP, Lecuyer et al. 2019, §3).
+
+    With η = 1 − confidence and k classes, each bound is a *one-sided* Clopper–Pearson bound
+    at level η/k (Bonferroni over the classes), as in the PixelDP reference code:
+
+    * lower = BetaInv(η/k; n_top, n − n_top + 1), 0 when n_top = 0;
+    * upper = BetaInv(1 − η/k; n_2 + 1, n − n_2), 1 when n_2 = n, with n_2 the largest count
+      among the other classes.
+
+    These reproduce the certified.md §1 vectors (n = 2000, k = 10, η = 0.05) to 5 decimals;
+    the two-sided form (quantiles at η/(2k)) does not (e.g. 0.99701 instead of 0.99735).
+
+    Args:
+        counts: (n, k) non-negative integer counts of the argmax class over the draws; every
+            row must sum to the same number of draws.
+        confidence: joint confidence 1 − η, in (0, 1).
+
+    Returns:
+        The bounds, with ``method="clopper-pearson"``; ties for the top class go to the lowest
+        class index.
+
+    Raises:
+        TypeError: ``counts`` does not hold integers.
+        ValueError: bad shape, negative counts, empty rows or unequal row totals.
+    """
+    counts = _count_matrix("counts", counts)
+    confidence = v.open_unit("confidence", confidence)
+    totals = counts.sum(axis=1)
+    if np.any(totals != totals[0]):
+        raise ValueError(f"counts must sum to the same number of draws in every row, got totals {np.unique(totals)[:5].tolist()}")
+    n = int(totals[0])
+    rows = np.arange(counts.shape[0])
+    top = np.argmax(counts, axis=1)
+    top_count = counts[rows, top]
+    others = counts.copy()
+    others[rows, top] = -1
+    second = others.max(axis=1)
+    level = _bonferroni_level(confidence, counts.shape[1])
+    # Substitute harmless parameters where the bound is fixed by definition, so beta.ppf
+    # never sees a zero shape parameter.
+    lower = np.where(top_count > 0, stats.beta.ppf(level, np.maximum(top_count, 1), n - top_count + 1), 0.0)
+    upper = np.where(second < n, stats.beta.ppf(1.0 - level, second + 1, np.maximum(n - second, 1)), 1.0)
+    return ScoreBounds(top=top, lower=lower, upper=upper, method="clopper-pearson", confidence=confidence, num_draws=n)
+
+
+def mean_bounds(
+    means: np.ndarray,
+    *,
+    num_draws: int,
+    variances: np.ndarray | None = None,
+    method: str = "hoeffding",
+    confidence: float = 0.95,
+) -> ScoreBounds:
+    """Hoeffding or empirical-Bernstein bounds from mean softmax scores (PixelDP, §3).
+
+    With η = 1 − confidence, k classes and n draws, each class gets a one-sided bound at η/k:
+
+    * Hoeffding: E ± √(ln(k/η) / (2n));
+    * empirical Bernstein (Maurer & Pontil 2009):
+      E ± [√(2 V ln(2k/η) / n) + 7 ln(2k/η) / (3(n − 1))], V the unbiased sample variance.
+
+    The upper bound is max over the non-top classes of (mean + its bound), which covers the
+    largest of them even when a class with a lower mean has a wider (Bernstein) interval; the
+    PixelDP code bounds only the class with the second-largest mean. Bounds are clipped into
+    [0, 1], where every expected softmax score lies.
+
+    Args:
+        means: (n_points, k) mean softmax scores over ``num_draws`` draws, in [0, 1].
+        num_draws: draws per test point (≥ 2 for Bernstein).
+        variances: (n_points, k) unbiased sample variances; required for ``"bernstein"``,
+            ignored for ``"hoeffding"``.
+        method: ``"hoeffding"`` or ``"bernstein"``.
+        confidence: joint confidence 1 − η, in (0, 1).
+
+    Returns:
+        The bounds; ties for the top class go to the lowest class index.
+
+    Raises:
+        ValueError: bad shapes or values, an unknown method, or Bernstein without variances.
+    """
+    method = v.choice("method", method, ("hoeffding", "bernstein"))
+    confidence = v.open_unit("confidence", confidence)
+    num_draws = v.integer("num_draws", num_draws, minimum=2 if method == "bernstein" else 1)
+    means = _probabilities("means", means)
+    if means.ndim != 2 or means.shape[0] == 0 or means.shape[1] < 2:
+        raise ValueError(f"means must have shape (n >= 1, num_classes >= 2), got {means.shape}")
+    k = means.shape[1]
+    eta = 1.0 - confidence
+    if method == "hoeffding":
+        width = np.full(means.shape, math.sqrt(math.log(k / eta) / (2.0 * num_draws)))
+    else:
+        if variances is None:
+            raise ValueError("variances must be given for method='bernstein', got None")
+        var = _real_array("variances", variances)
+        if var.shape != means.shape:
+            raise ValueError(f"variances must have shape {means.shape} (like means), got {var.shape}")
+        if np.any(var < 0):
+            raise ValueError(f"variances must be >= 0, got e.g. {var[var < 0][:3].tolist()}")
+        log_term = math.log(2.0 * k / eta)
+        width = np.sqrt(2.0 * var * log_term / num_draws) + 7.0 * log_term / (3.0 * (num_draws - 1))
+    rows = np.arange(means.shape[0])
+    top = np.argmax(means, axis=1)
+    lower = means[rows, top] - width[rows, top]
+    others = means + width
+    others[rows, top] = -np.inf
+    upper = others.max(axis=1)
+    return ScoreBounds(
+        top=top, lower=np.clip(lower, 0.0, 1.0), upper=np.clip(upper, 0.0, 1.0), method=method, confidence=confidence, num_draws=num_draws
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The robustness condition and the certified size
+# --------------------------------------------------------------------------------------------
+def robust(p_lower: np.ndarray, p_upper: np.ndarray, *, epsilon: float | np.ndarray, delta: float | np.ndarray) -> np.ndarray:
+    """PixelDP robustness condition p_lb > e^{2ε} p_ub + (1 + e^ε) δ (Lecuyer et al. 2019, Prop. 1).
+
+    Args:
+        p_lower: lower bounds on the top class's expected score, in [0, 1].
+        p_upper: upper bounds on the largest other expected score, in [0, 1].
+        epsilon: ε ≥ 0 of the noise for the attack size in question (scalar or array).
+        delta: δ in [0, 1) (scalar or array).
+
+    Returns:
+        A bool array of the broadcast shape of the four arguments.
+
+    Raises:
+        ValueError: values out of range or shapes that do not broadcast.
+    """
+    p_lower = _probabilities("p_lower", p_lower)
+    p_upper = _probabilities("p_upper", p_upper)
+    eps = _real_array("epsilon", epsilon)
+    if np.any(eps < 0):
+        raise ValueError(f"epsilon must be >= 0, got e.g. {eps[eps < 0][:3].tolist()}")
+    dlt = _real_array("delta", delta)
+    if np.any((dlt < 0) | (dlt >= 1)):
+        raise ValueError(f"delta must lie in [0, 1), got e.g. {dlt[(dlt < 0) | (dlt >= 1)][:3].tolist()}")
+    try:
+        np.broadcast_shapes(p_lower.shape, p_upper.shape, eps.shape, dlt.shape)
+    except ValueError:
+        raise ValueError(
+            f"p_lower, p_upper, epsilon and delta must broadcast together, got shapes {p_lower.shape}, {p_upper.shape}, {eps.shape}, {dlt.shape}"
+        ) from None
+    return _robust(p_lower, p_upper, eps, dlt)
+
+
+def _robust(p_lower: np.ndarray, p_upper: np.ndarray, epsilon: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        # e^{2ε}·0 must be 0 even where e^{2ε} overflows.
+        spread = np.where(p_upper > 0, np.exp(2.0 * epsilon) * p_upper, 0.0)
+        slack = np.where(delta > 0, (1.0 + np.exp(epsilon)) * delta, 0.0)
+        return np.asarray(p_lower > spread + slack)
+
+
+def _supremum_epsilon(p_lower: np.ndarray, p_upper: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """sup{ε : robust(ε, δ)}; ≤ 0 (or NaN-free −inf) where even ε = 0 fails.
+
+    With x = e^ε the condition is the quadratic p_ub x² + δ x − (p_lb − δ) < 0, whose positive
+    root x* = 2(p_lb − δ)/(δ + √(δ² + 4 p_ub (p_lb − δ))) is written so that p_ub = 0 and tiny
+    p_ub do not cancel. The condition is decreasing in ε, so it holds exactly for ε < ln x*.
+    """
+    slack = p_lower - delta
+    with np.errstate(divide="ignore", invalid="ignore"):
+        root = 2.0 * slack / (delta + np.sqrt(delta * delta + 4.0 * p_upper * np.maximum(slack, 0.0)))
+        return np.where(slack > 0, np.log(root), -np.inf)
+
+
+def certified_radius(
+    p_lower: np.ndarray,
+    p_upper: np.ndarray,
+    *,
+    noise_per_sensitivity: float,
+    mechanism: str,
+    max_epsilon: float | None = None,
+    delta_grid: np.ndarray | None = None,
+    tolerance: float | None = None,
+    search: str = "exact",
+    allow_classical_above_one: bool = False,
+) -> np.ndarray:
+    """Largest attack size certified by a Gaussian noise layer, per test point.
+
+    The layer adds Gaussian noise with standard deviation σ per unit of (r-weighted)
+    sensitivity, ``noise_per_sensitivity = σ/Δ``; a layer calibrated at (ε, δ) for attack size
+    L under multiplier c has σ/Δ = L·c(ε, δ). The same noise is (ε', δ')-DP for attacks of
+    size L' = (σ/Δ)/c(ε', δ') (certified.md §1; Phan et al. 2019, Eq. 10 for the
+    heterogeneous mechanism, where Δ is the r-weighted sensitivity). For each δ' of the grid
+    the largest ε' satisfying :func:`robust` is found; c decreases in ε', so that ε' gives
+    the largest L' at this δ'. The certified size is the maximum over the grid, 0 where no
+    (ε', δ') certifies.
+
+    Two searches for ε':
+
+    * ``"exact"`` (default): the condition is a quadratic in e^{ε'}, so its supremum has a
+      closed form (:func:`_supremum_epsilon`); the returned ε' is ``tolerance`` below it (the
+      condition is strict, the supremum itself is not certified) or ``max_epsilon`` when that
+      already certifies. The result is verified against :func:`robust`.
+    * ``"pixeldp"``: the bisection of the PixelDP reference code — ε' bracketed in
+      [0, max_epsilon], first test at the midpoint, the upper end never tested, stop when the
+      bracket is narrower than ``tolerance`` (default 1e-3), keep the last certified ε'. It
+      reproduces the published PixelDP sizes (certified.md §1) and is slightly smaller than
+      the exact search. It needs a finite ``max_epsilon``.
+
+    Args:
+        p_lower: lower bounds on the top class's expected score, in [0, 1].
+        p_upper: upper bounds on the largest other expected score, same shape.
+        noise_per_sensitivity: σ/Δ > 0.
+        mechanism: the calibration whose multiplier defines L', one of
+            :data:`CERTIFICATION_MECHANISMS`.
+        max_epsilon: upper end of the ε' search. For ``"classical"`` the default is 1 and
+            larger values are refused (the classical formula is not DP above ε = 1) unless
+            ``allow_classical_above_one``; for the others the default ``None`` searches
+            ε' > 0 without bound.
+        delta_grid: δ' values, each in (0, 1) (≤ 0.484 for ``"extended"``); default
+            :data:`DEFAULT_DELTA_GRID` (0.001, …, 0.299).
+        tolerance: how far below the largest certifying ε' the returned ε' may lie; default
+            1e-6 for ``"exact"`` and 1e-3 (PixelDP's) for ``"pixeldp"``.
+        search: ``"exact"`` or ``"pixeldp"``.
+        allow_classical_above_one: accept ``max_epsilon > 1`` with the classical multiplier,
+            only to reproduce published numbers that did so; such sizes are not certificates.
+
+    Returns:
+        Float array of certified sizes, same shape as ``p_lower``.
+
+    Raises:
+        ValueError: bad bounds, unknown mechanism or search, a grid outside the mechanism's
+            validity, or a ``max_epsilon`` the mechanism does not allow.
+    """
+    p_lower = _probabilities("p_lower", p_lower)
+    p_upper = _probabilities("p_upper", p_upper)
+    if p_lower.shape != p_upper.shape:
+        raise ValueError(f"p_upper must have the shape of p_lower {p_lower.shape}, got {p_upper.shape}")
+    scale = v.positive("noise_per_sensitivity", noise_per_sensitivity)
+    mechanism = v.choice("mechanism", mechanism, CERTIFICATION_MECHANISMS)
+    search = v.choice("search", search, RADIUS_SEARCHES)
+    if not isinstance(allow_classical_above_one, bool):
+        raise TypeError(f"allow_classical_above_one must be a bool, got {allow_classical_above_one!r}")
+    if max_epsilon is None:
+        max_eps = 1.0 if mechanism == "classical" else math.inf
+    else:
+        max_eps = v.positive("max_epsilon", max_epsilon)
+    if mechanism == "classical" and max_eps > 1.0 and not allow_classical_above_one:
+        raise ValueError(
+            f"max_epsilon must be <= 1 for the classical multiplier (it is not DP above epsilon = 1), got {max_epsilon!r}; "
+            "pass allow_classical_above_one=True only to reproduce published numbers"
+        )
+    if search == "pixeldp" and math.isinf(max_eps):
+        raise ValueError(f"max_epsilon must be finite for search='pixeldp' (its bisection brackets [0, max_epsilon]), got {max_epsilon!r}")
+    tol = _DEFAULT_TOLERANCE[search] if tolerance is None else v.positive("tolerance", tolerance)
+    grid = DEFAULT_DELTA_GRID if delta_grid is None else _real_array("delta_grid", delta_grid)
+    if grid.ndim != 1 or grid.size == 0:
+        raise ValueError(f"delta_grid must be a non-empty 1-D array, got shape {grid.shape}")
+    if np.any((grid <= 0) | (grid >= 1)):
+        raise ValueError(f"delta_grid must lie in (0, 1), got e.g. {grid[(grid <= 0) | (grid >= 1)][:3].tolist()}")
+    if mechanism == "extended" and np.any(grid > _EGM_MAX_DELTA):
+        raise ValueError(f"delta_grid must be <= {_EGM_MAX_DELTA} for the extended mechanism, got e.g. {grid[grid > _EGM_MAX_DELTA][:3].tolist()}")
+
+    shape = p_lower.shape
+    if p_lower.size == 0:
+        return np.zeros(shape)
+    # Test sets repeat the same bounds (every draw on one class): solve each pair once.
+    pairs, inverse = np.unique(np.stack([p_lower.ravel(), p_upper.ravel()], axis=1), axis=0, return_inverse=True)
+    pl, pu, d = pairs[:, :1], pairs[:, 1:], grid[None, :]
+    if search == "exact":
+        sup = _supremum_epsilon(pl, pu, d)
+        eps = np.where(sup > max_eps, max_eps, sup - tol)
+    else:
+        lo = np.zeros((pairs.shape[0], grid.size))
+        hi = np.full_like(lo, max_eps)
+        width = max_eps
+        while width >= tol:
+            mid = 0.5 * (lo + hi)
+            ok = _robust(pl, pu, mid, d)
+            lo = np.where(ok, mid, lo)
+            hi = np.where(ok, hi, mid)
+            width *= 0.5
+        eps = lo
+    valid = (eps > 0) & _robust(pl, pu, np.maximum(eps, 0.0), d)
+    sizes = np.zeros(eps.shape)
+    if np.any(valid):
+        sizes[valid] = scale / _multipliers(mechanism, eps[valid], np.broadcast_to(d, eps.shape)[valid])
+    return sizes.max(axis=1)[inverse.ravel()].reshape(shape)
+
+
+# --------------------------------------------------------------------------------------------
+# Randomized smoothing
+# --------------------------------------------------------------------------------------------
+def smoothing_lower_bound(n_a: int | np.ndarray, n: int | np.ndarray, *, alpha: float = 0.001) -> np.ndarray:
+    """One-sided Clopper–Pearson lower bound p_A = BetaInv(α; n_A, n − n_A + 1).
+
+    Cohen, Rosenfeld & Kolter (2019), CERTIFY; 0 where n_A = 0. ``alpha`` keeps the paper's
+    name for the failure probability of the certificate (confidence 1 − α); it is not an RDP
+    order.
+
+    Args:
+        n_a: counts of the guessed class (integers, 0 ≤ n_A ≤ n).
+        n: numbers of draws (integers ≥ 1), broadcast against ``n_a``.
+        alpha: failure probability α in (0, 1).
+
+    Returns:
+        Float array of the broadcast shape.
+    """
+    alpha = v.open_unit("alpha", alpha)
+    n_a_arr = np.asarray(n_a)
+    n_arr = np.asarray(n)
+    for name, arr in (("n_a", n_a_arr), ("n", n_arr)):
+        if arr.dtype == bool or arr.dtype.kind not in "iu":
+            raise TypeError(f"{name} must hold integers, got {arr!r}")
+    n_a_arr, n_arr = np.broadcast_arrays(n_a_arr.astype(np.int64), n_arr.astype(np.int64))
+    if np.any(n_arr < 1):
+        raise ValueError(f"n must be >= 1, got e.g. {n_arr[n_arr < 1][:3].tolist()}")
+    if np.any((n_a_arr < 0) | (n_a_arr > n_arr)):
+        raise ValueError(f"n_a must lie in [0, n], got e.g. {n_a_arr[(n_a_arr < 0) | (n_a_arr > n_arr)][:3].tolist()}")
+    bound = stats.beta.ppf(alpha, np.maximum(n_a_arr, 1), n_arr - n_a_arr + 1)
+    return np.asarray(np.where(n_a_arr > 0, bound, 0.0), dtype=np.float64)
+
+
+def smoothing_certify(
+    selection_counts: np.ndarray, estimation_counts: np.ndarray, *, sigma: float, alpha: float = 0.001
+) -> tuple[np.ndarray, np.ndarray]:
+    """CERTIFY of randomized smoothing (Cohen, Rosenfeld & Kolter 2019, Theorem 1, §3.2).
+
+    Guesses c_A = argmax of the selection counts (n0 draws), bounds P(f(x + e) = c_A) from
+    below with the independent estimation counts (n draws) by :func:`smoothing_lower_bound`,
+    abstains when p_A < ½ and otherwise certifies the L2 radius R = σ Φ⁻¹(p_A) (p_B = 1 − p_A).
+
+    Args:
+        selection_counts: (n_points, k) class counts from the selection draws.
+        estimation_counts: (n_points, k) class counts from fresh draws, same shape.
+        sigma: standard deviation σ > 0 of the smoothing noise.
+        alpha: failure probability α of the certificate (Cohen et al.'s name; confidence
+            1 − α).
+
+    Returns:
+        ``(predictions, radii)``: int64 predictions (−1 = abstain) and float64 radii (0 where
+        abstaining).
+
+    Raises:
+        ValueError: bad shapes, negative counts or empty rows.
+    """
+    selection = _count_matrix("selection_counts", selection_counts)
+    estimation = _count_matrix("estimation_counts", estimation_counts)
+    if estimation.shape != selection.shape:
+        raise ValueError(f"estimation_counts must have the shape of selection_counts {selection.shape}, got {estimation.shape}")
+    sigma = v.positive("sigma", sigma)
+    guess = np.argmax(selection, axis=1)
+    n_a = estimation[np.arange(selection.shape[0]), guess]
+    p_a = smoothing_lower_bound(n_a, estimation.sum(axis=1), alpha=alpha)
+    certified = p_a >= 0.5
+    predictions = np.where(certified, guess, -1).astype(np.int64)
+    radii = np.where(certified, sigma * special.ndtri(np.where(certified, p_a, 0.5)), 0.0)
+    return predictions, radii
+
+
+# --------------------------------------------------------------------------------------------
+# Result value
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True, eq=False)
+class CertificationResult:
+    """Certified radii of one certification method on one test set.
+
+    Certified accuracy at size T is the fraction of test points predicted correctly *and*
+    certified at a size ≥ T; conventional accuracy is the plain accuracy of the (Monte Carlo)
+    prediction (certified.md §1). Both are derived, never stored.
+
+    Attributes:
+        method: e.g. ``"pixeldp"``, ``"hgm"``, ``"agm"``, ``"smoothing"``.
+        norm: the attack norm the radii are measured in, one of :data:`CERTIFICATION_NORMS`.
+        labels: (n,) int64 true labels, ≥ 0.
+        predictions: (n,) int64 predictions, −1 = abstain.
+        radii: (n,) float64 certified sizes, finite, ≥ 0 (0 = not certified; abstentions
+            must have 0).
+        num_draws: Monte Carlo draws per test point behind the certificates.
+        confidence: confidence of each certificate.
+        config: parameters (mechanism, σ, sensitivity, …), JSON-like.
+        schema_version: version of the stored format.
+
+    Raises:
+        TypeError: a field has the wrong type.
+        ValueError: shapes disagree or values are out of range.
+    """
+
+    method: str
+    norm: str
+    labels: np.ndarray
+    predictions: np.ndarray
+    radii: np.ndarray
+    num_draws: int
+    confidence: float
+    config: Mapping[str, Any] = field(default_factory=dict)
+    schema_version: int = CERTIFICATION_SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.method, str) or not self.method:
+            raise TypeError(f"method must be a non-empty string, got {self.method!r}")
+        v.choice("norm", self.norm, CERTIFICATION_NORMS)
+        if self.schema_version != CERTIFICATION_SCHEMA_VERSION:
+            raise ValueError(f"schema_version must be {CERTIFICATION_SCHEMA_VERSION}, got {self.schema_version!r}")
+        object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=1))
+        object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
+        labels = _int_array("labels", self.labels, ndim=1)
+        if labels.size == 0:
+            raise ValueError("labels must hold at least one test point, got an empty array")
+        if np.any(labels < 0):
+            raise ValueError(f"labels must be >= 0, got e.g. {labels[labels < 0][:3].tolist()}")
+        predictions = _int_array("predictions", self.predictions, ndim=1)
+        if predictions.shape != labels.shape:
+            raise ValueError(f"predictions must have shape {labels.shape} (like labels), got {predictions.shape}")
+        if np.any(predictions < -1):
+            raise ValueError(f"predictions must be class indices or -1 (abstain), got e.g. {predictions[predictions < -1][:3].tolist()}")
+        radii = _real_array("radii", self.radii)
+        if radii.shape != labels.shape:
+            raise ValueError(f"radii must have shape {labels.shape} (like labels), got {radii.shape}")
+        if np.any(radii < 0):
+            raise ValueError(f"radii must be >= 0, got e.g. {radii[radii < 0][:3].tolist()}")
+        if np.any((predictions == -1) & (radii > 0)):
+            raise ValueError("radii must be 0 where the prediction abstains (-1)")
+        object.__setattr__(self, "labels", _readonly(labels))
+        object.__setattr__(self, "predictions", _readonly(predictions))
+        object.__setattr__(self, "radii", _readonly(radii))
+        if not isinstance(self.config, Mapping):
+            raise TypeError(f"config must be a mapping, got {type(self.config).__name__}")
+        object.__setattr__(self, "config", _freeze(self.config))
+
+    @property
+    def num_points(self) -> int:
+        return int(self.labels.size)
+
+    @property
+    def conventional_accuracy(self) -> float:
+        """Fraction of test points whose prediction equals the label (abstentions are wrong)."""
+        return float(np.mean(self.predictions == self.labels))
+
+    def certified_accuracy(self, sizes: float | Sequence[float] | np.ndarray) -> np.ndarray:
+        """Fraction of test points correct and certified at a size ≥ T, for each T in ``sizes``.
+
+        Non-increasing in T; at T = 0 it equals :attr:`conventional_accuracy`.
+
+        Args:
+            sizes: attack sizes T ≥ 0 (a scalar counts as one size).
+
+        Returns:
+            Float array of shape ``(len(sizes),)``.
+
+        Raises:
+            ValueError: a size is negative or not finite, or ``sizes`` is not 0-D/1-D.
+        """
+        t = np.atleast_1d(_real_array("sizes", sizes))
+        if t.ndim != 1:
+            raise ValueError(f"sizes must be a scalar or 1-D, got shape {t.shape}")
+        if np.any(t < 0):
+            raise ValueError(f"sizes must be >= 0, got e.g. {t[t < 0][:3].tolist()}")
+        correct = self.predictions == self.labels
+        return np.mean(correct[None, :] & (self.radii[None, :] >= t[:, None]), axis=1)
+
+    def summary(self, sizes: Sequence[float] | np.ndarray) -> dict[str, Any]:
+        """The CLI's ``certify`` figures: ``{"conventional_accuracy", "certified_accuracy": {size: …}, …}``."""
+        t = np.atleast_1d(_real_array("sizes", sizes))
+        acc = self.certified_accuracy(t)
+        return {
+            "method": self.method,
+            "norm": self.norm,
+            "conventional_accuracy": self.conventional_accuracy,
+            "certified_accuracy": {f"{s:g}": float(a) for s, a in zip(t.tolist(), acc.tolist())},
+            "num_points": self.num_points,
+            "num_abstained": int(np.sum(self.predictions == -1)),
+            "num_draws": self.num_draws,
+            "confidence": self.confidence,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict (arrays as lists), readable by :meth:`from_dict`."""
+        return {
+            "schema_version": self.schema_version,
+            "method": self.method,
+            "norm": self.norm,
+            "labels": self.labels.tolist(),
+            "predictions": self.predictions.tolist(),
+            "radii": self.radii.tolist(),
+            "num_draws": self.num_draws,
+            "confidence": self.confidence,
+            "config": _thaw(self.config),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CertificationResult:
+        """Rebuilds a result written by :meth:`to_dict` (validated).
+
+        Raises:
+            TypeError: ``data`` is not a mapping.
+            ValueError: a field is missing or the schema version is unknown.
+        """
+        if not isinstance(data, Mapping):
+            raise TypeError(f"data must be a mapping, got {type(data).__name__}")
+        missing = [k for k in ("method", "norm", *_ARRAYS, "num_draws", "confidence") if k not in data]
+        if missing:
+            raise ValueError(f"data is missing keys {missing}")
+        return cls(
+            method=data["method"],
+            norm=data["norm"],
+            labels=np.asarray(data["labels"], dtype=np.int64),
+            predictions=np.asarray(data["predictions"], dtype=np.int64),
+            radii=np.asarray(data["radii"], dtype=np.float64),
+            num_draws=data["num_draws"],
+            confidence=data["confidence"],
+            config=data.get("config", {}),
+            schema_version=data.get("schema_version", CERTIFICATION_SCHEMA_VERSION),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CertificationResult):
+            return NotImplemented
+        return (
+            self.method == other.method
+            and self.norm == other.norm
+            and self.num_draws == other.num_draws
+            and self.confidence == other.confidence
+            and all(np.array_equal(getattr(self, a), getattr(other, a)) for a in _ARRAYS)
+            and _thaw(self.config) == _thaw(other.config)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _file_stem(method: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in method).lstrip(".")
+    return f"certify-{safe or 'method'}"
+
+
+def save_certification_result(result: CertificationResult, directory: str | os.PathLike[str]) -> Path:
+    """Writes ``certify-METHOD.npz`` (arrays) then ``certify-METHOD.json`` atomically.
+
+    The JSON is written last, so a JSON file that exists always has its arrays beside it.
+
+    Returns:
+        The path of the JSON file.
+    """
+    if not isinstance(result, CertificationResult):
+        raise TypeError(f"result must be a CertificationResult, got {type(result).__name__}")
+    directory = Path(directory)
+    stem = _file_stem(result.method)
+    atomic_save_npz(directory / f"{stem}.npz", **{a: getattr(result, a) for a in _ARRAYS})
+    meta = {k: val for k, val in result.to_dict().items() if k not in _ARRAYS}
+    meta["arrays"] = f"{stem}.npz"
+    return atomic_write_json(directory / f"{stem}.json", meta)
+
+
+def load_certification_result(path: str | os.PathLike[str]) -> CertificationResult:
+    """Loads a result written by :func:`save_certification_result` (NPZ read without pickle).
+
+    Args:
+        path: the JSON file.
+
+    Raises:
+        FileNotFoundError: the JSON or its NPZ is missing.
+        ValueError: the files are malformed.
+    """
+    path = Path(path)
+    meta = read_json(path)
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(meta).__name__}")
+    npz = path.parent / str(meta.get("arrays", f"{path.stem}.npz"))
+    if npz.parent != path.parent:
+        raise ValueError(f"arrays must name a file beside {path}, got {meta.get('arrays')!r}")
+    arrays = load_npz(npz)
+    return CertificationResult.from_dict({**meta, **{a: arrays[a] for a in _ARRAYS if a in arrays}})
+
+
+# --------------------------------------------------------------------------------------------
+# Soundness
+# --------------------------------------------------------------------------------------------
+def soundness_violations(
+    certified_accuracy: np.ndarray, robust_accuracy: np.ndarray, *, sizes: Sequence[float] | np.ndarray, tolerance: float = 0.0
+) -> list[float]:
+    """Sizes at which certified accuracy exceeds the accuracy an actual attack left.
+
+    Certified accuracy is a lower bound on robust accuracy and an attack's robust accuracy an
+    upper bound, so certified > empirical (+ ``tolerance``) means a broken certificate (or the
+    rare failure of the 1 − η event behind the bounds).
+
+    Args:
+        certified_accuracy: certified accuracy at each size, in [0, 1].
+        robust_accuracy: accuracy under attack at the same sizes, in [0, 1].
+        sizes: the sizes, 1-D, same length.
+        tolerance: slack ≥ 0 before a difference counts (e.g. for Monte Carlo noise).
+
+    Returns:
+        The offending sizes, in the order given.
+    """
+    t = np.atleast_1d(_real_array("sizes", sizes))
+    if t.ndim != 1:
+        raise ValueError(f"sizes must be 1-D, got shape {t.shape}")
+    cert = np.atleast_1d(_probabilities("certified_accuracy", certified_accuracy))
+    emp = np.atleast_1d(_probabilities("robust_accuracy", robust_accuracy))
+    for name, arr in (("certified_accuracy", cert), ("robust_accuracy", emp)):
+        if arr.shape != t.shape:
+            raise ValueError(f"{name} must have shape {t.shape} (one per size), got {arr.shape}")
+    tolerance = v.non_negative("tolerance", tolerance)
+    return [float(s) for s, bad in zip(t.tolist(), (cert > emp + tolerance).tolist()) if bad]
