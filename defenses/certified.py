@@ -122,7 +122,10 @@ class RobustnessConfig:
         v.integer("redistribution_examples", self.redistribution_examples, minimum=1)
         if max_epsilon is not None and eps > max_epsilon:
             raise ValueError(f"robustness_epsilon must be <= {max_epsilon:g} for the {mechanism} calibration, got {self.robustness_epsilon!r}")
-        calibrate_gaussian(epsilon=eps, delta=self.robustness_delta, method=mechanism)  # e.g. δ_r > 0.484 for EGM
+        try:
+            calibrate_gaussian(epsilon=eps, delta=self.robustness_delta, method=mechanism)
+        except ValueError as exc:  # e.g. δ_r > 0.484 for the extended mechanism; name the field the user set
+            raise ValueError(f"robustness_delta={self.robustness_delta!r} / robustness_epsilon={eps!r} invalid for the {mechanism} calibration: {exc}") from None
 
     def noise_per_sensitivity(self, mechanism: str) -> float:
         """σ/Δ = c(ε_r, δ_r)·L: the base noise std for a first layer of sensitivity 1."""

@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-_SUBDIRS = ("records", "attacks", "audits", "reports")
+_SUBDIRS = ("records", "attacks", "audits", "certify", "reports")
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
@@ -199,7 +199,7 @@ class RunDir:
         return self
 
     def subdir(self, name: str) -> Path:
-        """``records``, ``attacks``, ``audits`` or ``reports`` under the run."""
+        """``records``, ``attacks``, ``audits``, ``certify`` or ``reports`` under the run."""
         if name not in _SUBDIRS:
             raise ValueError(f"name must be one of {', '.join(_SUBDIRS)}; got {name!r}")
         return self.path / name

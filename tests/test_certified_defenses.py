@@ -1,0 +1,143 @@
+"""PixelDP, AGM, HGM and Secure-SGD: calibration, records, and the certify → report pipeline."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from defenses import DEFENSES
+from defenses import certified as cert_mod
+from defenses.certified import AGMConfig, HGMConfig, PixelDPConfig, SecureSGDConfig
+from dpaudit.claims import DPClaim, NonPrivateClaim
+from dpaudit.cli import main
+from dpaudit.data import load_dataset, make_splits
+from dpaudit.gaussian import analytic_sigma, classical_sigma, extended_sigma
+from dpaudit.noise import find_noise_layer, layer_sensitivity
+from dpaudit.records import load_model, load_record, save_record
+
+
+@pytest.fixture(scope="module")
+def digits():
+    bundle = load_dataset("digits")
+    return bundle, make_splits(bundle, seed=0, member_fraction=0.5)
+
+
+@pytest.mark.parametrize(
+    ("defense", "config", "sigma"),
+    [
+        ("pixeldp", PixelDPConfig(epochs=2), 0.1 * classical_sigma(epsilon=1.0, delta=0.05)),
+        ("agm", AGMConfig(epochs=2), 0.1 * analytic_sigma(epsilon=1.0, delta=0.05)),
+        ("hgm", HGMConfig(epochs=2), 0.2 * extended_sigma(epsilon=4.0, delta=0.05)),
+        ("secure-sgd", SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64), 0.2 * extended_sigma(epsilon=4.0, delta=0.05)),
+    ],
+)
+def test_defense_calibrates_noise_and_keeps_sensitivity_at_most_one(digits, tmp_path: Path, defense: str, config, sigma: float) -> None:
+    bundle, splits = digits
+    record, model = DEFENSES[defense].train(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, progress=False)
+    noise = find_noise_layer(model)
+    assert noise is not None
+    assert float(noise.noise_std) == pytest.approx(sigma, rel=1e-6)
+    assert layer_sensitivity(noise, input_shape=bundle.input_shape) <= 1.0 + 1e-6
+    spec = record.config["certification"]
+    assert spec["noise_per_sensitivity"] == pytest.approx(sigma, rel=1e-9)
+    assert record.defense == defense
+    r = noise.redistribution
+    assert float(r.sum()) == pytest.approx(r.numel(), rel=1e-4)
+    assert (float(r.max()) > 1.0) == config.redistribute
+    if defense == "secure-sgd":
+        assert isinstance(record.claim, DPClaim)
+        assert math.isfinite(record.metrics["epsilon"])
+    else:
+        assert isinstance(record.claim, NonPrivateClaim)
+    # The noise layer's σ and r travel with the weights.
+    save_record(record, model, tmp_path / "rec")
+    again = find_noise_layer(load_model(tmp_path / "rec"))
+    assert float(again.noise_std) == pytest.approx(sigma) and np.allclose(again.redistribution.numpy(), r.numpy())
+    assert load_record(tmp_path / "rec").model_id == record.model_id
+
+
+def test_pixeldp_refuses_epsilon_above_one_and_bad_parameters() -> None:
+    with pytest.raises(ValueError, match="robustness_epsilon"):
+        PixelDPConfig(robustness_epsilon=2.0)
+    with pytest.raises(ValueError, match="robustness_delta"):
+        HGMConfig(robustness_delta=0.6)
+    with pytest.raises(ValueError, match="attack_norm"):
+        AGMConfig(attack_norm="l3")
+    with pytest.raises(ValueError, match="attack_norm_bound"):
+        HGMConfig(attack_norm_bound=0.0)
+    AGMConfig(robustness_epsilon=4.0)  # the analytic calibration is valid for any ε
+
+
+def test_secure_sgd_computes_r_from_data_outside_the_members(digits, monkeypatch: pytest.MonkeyPatch) -> None:
+    bundle, splits = digits
+    seen = {}
+    real = cert_mod.compute_redistribution
+
+    def spy(**kw):
+        seen["ids"] = np.asarray(kw["ids"])
+        return real(**kw)
+
+    monkeypatch.setattr(cert_mod, "compute_redistribution", spy)
+    DEFENSES["secure-sgd"].train(bundle=bundle, splits=splits, model_name="digits-mlp", config=SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64), progress=False)
+    assert len(seen["ids"]) > 0
+    assert not set(seen["ids"].tolist()) & set(splits.members.tolist())
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+    code = main([*argv, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out) if out.strip() else {}
+
+
+def test_train_certify_report_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    code, trained = _run(["train", "--defense", "pixeldp", "--dataset", "digits", "--model", "digits-mlp", "--epochs", "8", "--learning-rate", "0.1", "--out", str(run), "--quiet"], capsys)
+    assert code == 0
+    target = trained["record_path"]
+    argv = ["certify", "--target", target, "--draws", "200", "--num-examples", "60", "--attack-sizes", "0.05,0.1,0.2,0.4", "--out", str(run), "--quiet"]
+    code, first = _run(argv, capsys)
+    assert code == 0, first
+    assert set(first) >= {"conventional_accuracy", "certified_accuracy", "robust_accuracy", "smoothing", "soundness_violations"}
+    assert list(first["robust_accuracy"]) == ["fgsm", "ifgsm", "pgd", "mim"]
+    cert = list(first["certified_accuracy"].values())
+    assert all(a >= b for a, b in zip(cert, cert[1:]))  # non-increasing in the size
+    assert first["soundness_violations"] == []
+    for attack, accs in first["robust_accuracy"].items():
+        for size, acc in accs.items():
+            assert first["certified_accuracy"][size] <= acc + 1e-12, (attack, size)
+    result_dir = Path(first["result_dir"])
+    stamps = {p.name: p.stat().st_mtime_ns for p in result_dir.glob("*.npz")}
+    code, second = _run(argv, capsys)  # a rerun reuses the stored results
+    assert code == 0
+    assert {p.name: p.stat().st_mtime_ns for p in result_dir.glob("*.npz")} == stamps
+    assert second["certified_accuracy"] == first["certified_accuracy"]
+    report = run / "reports" / "certified.html"
+    assert report.is_file() and (run / "reports" / "certified_accuracy.csv").is_file()
+    code, rep = _run(["report", str(run)], capsys)
+    assert code == 0 and rep["report"] == str(report)
+
+    # A planted over-claiming certificate is flagged by the report (exit 3).
+    from dpaudit.certification import load_certification_result, save_certification_result
+
+    own = load_certification_result(result_dir / "certify-pixeldp.json")
+    inflated = dataclasses.replace(own, predictions=np.asarray(own.labels), radii=np.full(len(own.labels), 10.0))
+    save_certification_result(inflated, result_dir)
+    code, rep = _run(["report", str(run)], capsys)
+    assert code == 3 and rep["soundness_violations"]
+    assert "SOUNDNESS VIOLATION" in report.read_text()
+
+
+def test_certify_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["certify", "--target", str(tmp_path / "nothing"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "target" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as exc:  # argparse-level errors exit through SystemExit
+        main(["certify", "--target", str(tmp_path), "--out", str(tmp_path), "--attack-sizes", "0.1,-2"])
+    assert exc.value.code == 2
+    assert "--attack-sizes" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing")]) == 2

@@ -1,0 +1,147 @@
+"""The noise layer (PixelDP / HGM): exact sensitivities, projection, redistribution, Monte Carlo."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dpaudit.models import build_model
+from dpaudit.montecarlo import sample_scores
+from dpaudit.noise import (
+    ATTACK_NORMS,
+    NoiseLayer,
+    SensitivityProjector,
+    find_noise_layer,
+    is_randomized,
+    layer_sensitivity,
+    redistribution_from_gradients,
+)
+
+SHAPES = {"digits-mlp": (1, 8, 8), "hgm-cnn": (1, 12, 12), "abadi-mnist": (1, 8, 8)}
+
+
+def _model(name: str, *, seed: int = 0, redistribute: bool = True) -> tuple[torch.nn.Module, NoiseLayer]:
+    torch.manual_seed(seed)
+    m = build_model(name, input_shape=SHAPES[name], num_classes=10, noise_layer=True)
+    nl = find_noise_layer(m)
+    assert nl is not None
+    if redistribute:
+        g = torch.Generator().manual_seed(seed)
+        nl.set_noise(0.3, redistribution_from_gradients(torch.randn(40, *nl.output_shape, generator=g) + 0.2, inflation=0.3))
+    return m, nl
+
+
+def _matrix(nl: NoiseLayer, shape: tuple[int, ...]) -> torch.Tensor:
+    """diag(r)^{-1/2} W, materialised by pushing the identity through the affine block."""
+    d = math.prod(shape)
+    eye = torch.eye(d).reshape(d, *shape)
+    with torch.no_grad():
+        cols = (nl.layer(eye) - nl.layer(torch.zeros(1, *shape))) / nl.redistribution.sqrt()
+    return cols.reshape(d, -1).T.double()
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_sensitivity_matches_materialised_matrix(name: str) -> None:
+    _, nl = _model(name)
+    a = _matrix(nl, SHAPES[name])
+    expected = {
+        "l2": torch.linalg.matrix_norm(a, 2).item(),
+        "l1": a.norm(dim=0).max().item(),
+        "linf": a.abs().sum(1).pow(2).sum().sqrt().item(),
+    }
+    for norm in ATTACK_NORMS:
+        assert layer_sensitivity(nl, input_shape=SHAPES[name], norm=norm) == pytest.approx(expected[norm], rel=1e-6)
+
+
+def test_linf_bound_dominates_l2_times_sqrt_d_and_is_an_upper_bound() -> None:
+    _, nl = _model("digits-mlp")
+    a = _matrix(nl, SHAPES["digits-mlp"])
+    bound = layer_sensitivity(nl, input_shape=(1, 8, 8), norm="linf")
+    # Any input change in the unit L∞ ball moves h by at most the bound (check random corners).
+    g = torch.Generator().manual_seed(1)
+    corners = torch.randint(0, 2, (500, 64), generator=g).double() * 2 - 1
+    assert float((corners @ a.T).norm(dim=1).max()) <= bound + 1e-9
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_projector_then_exact_projection_keeps_sensitivity_at_most_one(name: str) -> None:
+    _, nl = _model(name)
+    proj = SensitivityProjector(nl, input_shape=SHAPES[name], norm="l2", iterations=2)
+    for _ in range(30):
+        proj.project()
+    assert layer_sensitivity(nl, input_shape=SHAPES[name]) <= 1.0 + 2e-3
+    est = proj.estimate()
+    assert est <= layer_sensitivity(nl, input_shape=SHAPES[name]) + 1e-6  # power iteration approaches from below
+
+
+def test_redistribution_properties() -> None:
+    g = torch.Generator().manual_seed(0)
+    grads = torch.randn(100, 3, 4, 4, generator=g)
+    grads[:, 0] += 3.0  # channel 0 is consistently pushed one way: more vulnerable
+    r = redistribution_from_gradients(grads, inflation=0.1)
+    assert r.shape == (3, 4, 4)
+    assert float(r.sum()) == pytest.approx(48, rel=1e-5)
+    assert bool((r > 0).all())
+    assert float(r[0].mean()) > float(r[1:].mean())
+    flat = redistribution_from_gradients(grads, inflation=1e6)
+    assert torch.allclose(flat, torch.ones_like(flat), atol=1e-3)
+    with pytest.raises(ValueError, match="inflation"):
+        redistribution_from_gradients(grads, inflation=-1.0)
+    with pytest.raises(ValueError, match="gradients"):
+        redistribution_from_gradients(torch.zeros(0, 3))
+
+
+def test_noise_has_std_sigma_sqrt_r_and_is_reproducible_with_a_generator() -> None:
+    _, nl = _model("digits-mlp")
+    x = torch.rand(1, 1, 8, 8).repeat(20000, 1, 1, 1)
+    nl.generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        h = nl(x)
+        clean = nl.layer(x[:1])
+    std = (h - clean).std(0)
+    assert torch.allclose(std, nl.noise_scale(), rtol=0.05)
+    nl.generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        assert torch.equal(nl(x[:5]), h[:5])
+    nl.enabled = False
+    with torch.no_grad():
+        assert torch.equal(nl(x[:2]), nl.layer(x[:2]))
+
+
+def test_set_noise_validates_redistribution() -> None:
+    _, nl = _model("digits-mlp", redistribute=False)
+    with pytest.raises(ValueError, match="sum to"):
+        nl.set_noise(0.1, torch.full(nl.output_shape, 2.0))
+    with pytest.raises(ValueError, match="shape"):
+        nl.set_noise(0.1, torch.ones(3))
+    with pytest.raises(ValueError, match="noise_std"):
+        nl.set_noise(-1.0)
+
+
+def test_is_randomized_and_noise_layer_option() -> None:
+    m, nl = _model("hgm-cnn", redistribute=False)
+    assert not is_randomized(m)  # σ = 0 until a defense sets it
+    nl.set_noise(0.2)
+    assert is_randomized(m)
+    assert not is_randomized(build_model("digits-mlp", input_shape=(1, 8, 8), num_classes=10))
+    with pytest.raises(TypeError, match="noise_layer"):
+        build_model("digits-mlp", input_shape=(1, 8, 8), num_classes=10, noise_layer="yes")
+
+
+def test_monte_carlo_counts_batching_invariance_and_determinism() -> None:
+    m, nl = _model("digits-mlp")
+    x = torch.rand(7, 1, 8, 8)
+    a = sample_scores(m, x, num_draws=300, seed=5)
+    b = sample_scores(m, x, num_draws=300, seed=5, batch_size=64)
+    assert a.counts.shape == (7, 10) and (a.counts.sum(1) == 300).all()
+    assert np.array_equal(a.counts, b.counts)
+    np.testing.assert_allclose(a.mean.sum(1), 1.0, rtol=1e-9)
+    c = sample_scores(m, x, num_draws=300, seed=6)
+    assert not np.array_equal(a.counts, c.counts)
+    assert nl.generator is None  # the model's own generator is restored
+    nl.set_noise(0.0)
+    d = sample_scores(m, x, num_draws=50, seed=5)
+    assert (d.counts.max(1) == 50).all()  # a deterministic model votes one class every draw
