@@ -67,6 +67,8 @@ __all__ = [
     "train_secure_sgd",
 ]
 
+SENSITIVITY_CONTROLS = ("project", "scale-noise")
+
 #: defense → (Gaussian calibration of the noise, largest ε' its certification may use).
 CERTIFIED_MECHANISMS: dict[str, tuple[str, float | None]] = {
     "pixeldp": ("classical", 1.0),
@@ -93,6 +95,11 @@ class RobustnessConfig:
         redistribution_exponent: power on the forward-derivative scores (2 on CIFAR-10).
         redistribution_pretrain_epochs: epochs of the noise-free model r is computed from.
         redistribution_examples: examples whose ∂L/∂h are averaged for r.
+        sensitivity_control: ``project`` (PixelDP: rescale the first layer to Δ_r ≤ 1 after
+            every step, noise fixed) or ``scale-noise`` (leave the layer free and set the noise
+            to c·L·Δ_r of the current weights). Both release the same mechanism; projecting a
+            layer whose updates are DP-SGD noise made training diverge in our runs, so
+            Secure-SGD scales the noise instead.
     """
 
     robustness_epsilon: float = 1.0
@@ -105,6 +112,7 @@ class RobustnessConfig:
     redistribution_exponent: float = 1.0
     redistribution_pretrain_epochs: int = 2
     redistribution_examples: int = 1000
+    sensitivity_control: str = "project"
 
     def _check_robustness(self, mechanism: str, max_epsilon: float | None) -> None:
         eps = v.positive("robustness_epsilon", self.robustness_epsilon)
@@ -120,6 +128,7 @@ class RobustnessConfig:
         v.positive("redistribution_exponent", self.redistribution_exponent)
         v.integer("redistribution_pretrain_epochs", self.redistribution_pretrain_epochs, minimum=1)
         v.integer("redistribution_examples", self.redistribution_examples, minimum=1)
+        v.choice("sensitivity_control", self.sensitivity_control, SENSITIVITY_CONTROLS)
         if max_epsilon is not None and eps > max_epsilon:
             raise ValueError(f"robustness_epsilon must be <= {max_epsilon:g} for the {mechanism} calibration, got {self.robustness_epsilon!r}")
         try:
@@ -170,6 +179,7 @@ class SecureSGDConfig(DPSGDConfig, RobustnessConfig):
     robustness_epsilon: float = 4.0
     attack_norm_bound: float = 0.2
     redistribute: bool = True
+    sensitivity_control: str = "scale-noise"
 
     def __post_init__(self) -> None:
         DPSGDConfig.__post_init__(self)
@@ -238,12 +248,18 @@ def compute_redistribution(
 
 
 class _NoiseSchedule:
-    """Installs the noise layer before training and keeps it calibrated after every step."""
+    """Installs the noise layer before training and keeps it calibrated after every step.
+
+    σ = c(ε_r, δ_r)·L per unit of sensitivity. With ``project`` the first layer is rescaled to
+    Δ_r ≤ 1 and the noise is σ; with ``scale-noise`` the noise is σ·Δ_r of the current weights
+    (a warm power-iteration estimate during training, the exact value at the end).
+    """
 
     def __init__(self, *, sigma: float, redistribution: torch.Tensor | None, config: RobustnessConfig, input_shape: tuple[int, ...], total_steps: int) -> None:
         self.sigma = sigma
         self.redistribution = redistribution
         self.config = config
+        self.project = config.sensitivity_control == "project"
         self.input_shape = input_shape
         self.total_steps = max(1, total_steps)
         self.ramp_steps = int(round(config.noise_ramp_fraction * self.total_steps))
@@ -254,34 +270,42 @@ class _NoiseSchedule:
     def _std_at(self, step: int) -> float:
         if self.ramp_steps == 0:
             return self.sigma
-        return self.sigma * min(1.0, (step + 1) / self.ramp_steps)
+        return self.sigma * min(1.0, max(0, step + 1) / self.ramp_steps)
 
     def prepare(self, model: nn.Module) -> None:
         noise = find_noise_layer(model)
         if noise is None:
             raise ValueError("certified defenses need a model built with noise_layer=True")
-        noise.set_noise(self._std_at(-1) if self.ramp_steps else self.sigma, self.redistribution)
+        noise.set_noise(0.0, self.redistribution)
         self.noise = noise
         self.projector = SensitivityProjector(noise, input_shape=self.input_shape, norm=self.config.attack_norm, iterations=2)
-        for _ in range(10):  # start inside the sensitivity ball
-            self.projector.project()
-        self.finish()  # exactly ≤ 1 before the first step too
+        for _ in range(10):  # converge the warm start (and, when projecting, start inside the ball)
+            self.projector.project() if self.project else self.projector.estimate()
+        delta = self.finish(full_noise=False)
+        noise.noise_std.fill_(self._std_at(-1) * (1.0 if self.project else delta))
 
     def after_step(self, step: int, model: nn.Module) -> None:
         assert self.noise is not None and self.projector is not None
-        self.projector.project()
-        self.noise.noise_std.fill_(self._std_at(step))
+        if self.project:
+            self.projector.project()
+            self.noise.noise_std.fill_(self._std_at(step))
+        else:
+            self.noise.noise_std.fill_(self._std_at(step) * self.projector.estimate())
 
     @torch.no_grad()
-    def finish(self) -> float:
-        """Exact projection: scales the first layer so its measured Δ_r ≤ 1; returns Δ_r after."""
+    def finish(self, *, full_noise: bool = True) -> float:
+        """Exact calibration of the released layer; returns its Δ_r (≤ 1 when projecting)."""
         assert self.noise is not None
         delta = layer_sensitivity(self.noise, input_shape=self.input_shape, norm=self.config.attack_norm)
-        if delta > 1.0:
-            weight = next(m for m in self.noise.layer.modules() if hasattr(m, "weight") and isinstance(getattr(m, "weight"), nn.Parameter)).weight
+        if self.project and delta > 1.0:
+            weight = next(m for m in self.noise.layer.modules() if isinstance(getattr(m, "weight", None), nn.Parameter)).weight
             weight.mul_(1.0 / delta)
             delta = layer_sensitivity(self.noise, input_shape=self.input_shape, norm=self.config.attack_norm)
         self.final_sensitivity = delta
+        if full_noise:
+            # σ per unit of the measured sensitivity, never less: a run shorter than the ramp
+            # still releases the calibrated mechanism.
+            self.noise.noise_std.fill_(self.sigma * max(delta, 1.0) if self.project else self.sigma * delta)
         return delta
 
 
@@ -329,7 +353,6 @@ def _train_certified(
     )
     noise = find_noise_layer(model)
     assert noise is not None
-    noise.noise_std.fill_(sigma)  # a run shorter than the ramp still releases the calibrated mechanism
     sensitivity = schedule.finish()
     spec = certification_spec(defense, config)
     full_options = {**model_options, "noise_layer": True}
@@ -338,7 +361,7 @@ def _train_certified(
     model_id = model_id_for(defense=defense, bundle=bundle, model_name=model_name, model_options=model_options, config=config, splits=splits, seed=seed)
     metrics = {
         **record.metrics,
-        "noise_std": sigma,
+        "noise_std": float(noise.noise_std),
         "first_layer_sensitivity": sensitivity,
         "noise_multiplier_robustness": sigma / config.attack_norm_bound,
         "redistribution_min": float(noise.redistribution.min()),
