@@ -200,6 +200,23 @@ def _check_range(clip_min: Any, clip_max: Any) -> tuple[float, float]:
     return lo, hi
 
 
+def _check_call(
+    model: Any, attack: Any, norm: Any, clip_min: Any, clip_max: Any, features: Any, labels: Any, eot_samples: Any, eval_samples: Any, batch_size: Any
+) -> tuple[EvasionConfig, str, float, float, torch.Tensor, torch.Tensor, bool, int, int, int]:
+    """The argument checks :func:`run_evasion` and :func:`adversarial_examples` share."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    config = _resolve_attack(attack)
+    norm = v.choice("norm", norm, EVASION_NORMS)
+    lo, hi = _check_range(clip_min, clip_max)
+    features, labels = _check_data(features, labels, lo, hi)
+    randomized = is_randomized(model)
+    eot = _draws("eot_samples", eot_samples, randomized=randomized, default=DEFAULT_EOT_SAMPLES)
+    n_eval = _draws("eval_samples", eval_samples, randomized=randomized, default=DEFAULT_EVAL_SAMPLES)
+    batch_size = v.integer("batch_size", batch_size, minimum=1)
+    return config, norm, lo, hi, features, labels, randomized, eot, n_eval, batch_size
+
+
 def _draws(name: str, value: Any, *, randomized: bool, default: int) -> int:
     if value is None:
         return default if randomized else 1
@@ -449,17 +466,10 @@ def run_evasion(
             outside [clip_min, clip_max].
     """
     start_time = time.perf_counter()
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    config = _resolve_attack(attack)
     radii_arr = _check_radii(radii)
-    norm = v.choice("norm", norm, EVASION_NORMS)
-    lo, hi = _check_range(clip_min, clip_max)
-    features, labels = _check_data(features, labels, lo, hi)
-    randomized = is_randomized(model)
-    eot = _draws("eot_samples", eot_samples, randomized=randomized, default=DEFAULT_EOT_SAMPLES)
-    n_eval = _draws("eval_samples", eval_samples, randomized=randomized, default=DEFAULT_EVAL_SAMPLES)
-    batch_size = v.integer("batch_size", batch_size, minimum=1)
+    config, norm, lo, hi, features, labels, randomized, eot, n_eval, batch_size = _check_call(
+        model, attack, norm, clip_min, clip_max, features, labels, eot_samples, eval_samples, batch_size
+    )
     seed = v.integer("seed", seed, minimum=0)
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {progress!r}")
@@ -564,17 +574,10 @@ def adversarial_examples(
     Raises:
         TypeError / ValueError: an argument has the wrong type or value (named in the message).
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    config = _resolve_attack(attack)
     r = v.non_negative("radius", radius)
-    norm = v.choice("norm", norm, EVASION_NORMS)
-    lo, hi = _check_range(clip_min, clip_max)
-    features, labels = _check_data(features, labels, lo, hi)
-    randomized = is_randomized(model)
-    eot = _draws("eot_samples", eot_samples, randomized=randomized, default=DEFAULT_EOT_SAMPLES)
-    n_eval = _draws("eval_samples", None, randomized=randomized, default=DEFAULT_EVAL_SAMPLES)
-    batch_size = v.integer("batch_size", batch_size, minimum=1)
+    config, norm, lo, hi, features, labels, randomized, eot, n_eval, batch_size = _check_call(
+        model, attack, norm, clip_min, clip_max, features, labels, eot_samples, None, batch_size
+    )
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     dev = resolve_device(device)

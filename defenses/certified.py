@@ -36,7 +36,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -142,34 +142,38 @@ class RobustnessConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PixelDPConfig(NonPrivateConfig, RobustnessConfig):
+class _CertifiedSGDConfig(NonPrivateConfig, RobustnessConfig):
+    """SGD (see :class:`dpaudit.training.SGDConfig`) plus the noise layer of ``_defense``."""
+
+    _defense: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        SGDConfig.__post_init__(self)
+        self._check_robustness(*CERTIFIED_MECHANISMS[self._defense])
+
+
+@dataclass(frozen=True, kw_only=True)
+class PixelDPConfig(_CertifiedSGDConfig):
     """PixelDP: SGD + noise layer with the classical calibration (ε_r ≤ 1). Defaults: Lecuyer et al."""
 
-    def __post_init__(self) -> None:
-        SGDConfig.__post_init__(self)
-        self._check_robustness(*CERTIFIED_MECHANISMS["pixeldp"])
+    _defense: ClassVar[str] = "pixeldp"
 
 
 @dataclass(frozen=True, kw_only=True)
-class AGMConfig(NonPrivateConfig, RobustnessConfig):
+class AGMConfig(_CertifiedSGDConfig):
     """PixelDP's network with the analytic Gaussian calibration."""
 
-    def __post_init__(self) -> None:
-        SGDConfig.__post_init__(self)
-        self._check_robustness(*CERTIFIED_MECHANISMS["agm"])
+    _defense: ClassVar[str] = "agm"
 
 
 @dataclass(frozen=True, kw_only=True)
-class HGMConfig(NonPrivateConfig, RobustnessConfig):
+class HGMConfig(_CertifiedSGDConfig):
     """HGM_PixelDP: extended calibration, redistributed noise. Defaults: Phan et al.'s MNIST run."""
 
+    _defense: ClassVar[str] = "hgm"
     robustness_epsilon: float = 4.0
     attack_norm_bound: float = 0.2
     redistribute: bool = True
-
-    def __post_init__(self) -> None:
-        SGDConfig.__post_init__(self)
-        self._check_robustness(*CERTIFIED_MECHANISMS["hgm"])
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -39,7 +39,7 @@ from scipy import special, stats
 
 from dpaudit import _validate as v
 from dpaudit.gaussian import calibrate_gaussian
-from dpaudit.store import atomic_save_npz, atomic_write_json, load_npz, read_json
+from dpaudit.store import load_result_files, save_result_files
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import thaw as _thaw
 
@@ -821,12 +821,8 @@ def save_certification_result(result: CertificationResult, directory: str | os.P
     """
     if not isinstance(result, CertificationResult):
         raise TypeError(f"result must be a CertificationResult, got {type(result).__name__}")
-    directory = Path(directory)
-    stem = _file_stem(result.method)
-    atomic_save_npz(directory / f"{stem}.npz", **{a: getattr(result, a) for a in _ARRAYS})
     meta = {k: val for k, val in result.to_dict().items() if k not in _ARRAYS}
-    meta["arrays"] = f"{stem}.npz"
-    return atomic_write_json(directory / f"{stem}.json", meta)
+    return save_result_files(directory, _file_stem(result.method), arrays={a: getattr(result, a) for a in _ARRAYS}, meta=meta)
 
 
 def load_certification_result(path: str | os.PathLike[str]) -> CertificationResult:
@@ -839,15 +835,7 @@ def load_certification_result(path: str | os.PathLike[str]) -> CertificationResu
         FileNotFoundError: the JSON or its NPZ is missing.
         ValueError: the files are malformed.
     """
-    path = Path(path)
-    meta = read_json(path)
-    if not isinstance(meta, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(meta).__name__}")
-    npz = path.parent / str(meta.get("arrays", f"{path.stem}.npz"))
-    if npz.parent != path.parent:
-        raise ValueError(f"arrays must name a file beside {path}, got {meta.get('arrays')!r}")
-    arrays = load_npz(npz)
-    return CertificationResult.from_dict({**meta, **{a: arrays[a] for a in _ARRAYS if a in arrays}})
+    return CertificationResult.from_dict(load_result_files(path, _ARRAYS))
 
 
 # --------------------------------------------------------------------------------------------

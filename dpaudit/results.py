@@ -37,7 +37,7 @@ from dpaudit.store import freeze as _freeze
 from dpaudit.store import thaw as _thaw
 from dpaudit import _validate as v
 from dpaudit.audit_stats import ThresholdBound, bound_from_scores
-from dpaudit.store import atomic_save_npz, atomic_write_json, load_npz, read_json
+from dpaudit.store import load_result_files, save_result_files
 
 __all__ = [
     "RESULT_SCHEMA_VERSION",
@@ -302,12 +302,8 @@ def save_membership_result(result: MembershipResult, directory: str | os.PathLik
     """
     if not isinstance(result, MembershipResult):
         raise TypeError(f"result must be a MembershipResult, got {type(result).__name__}")
-    directory = Path(directory)
-    stem = _file_stem(result.attack)
-    atomic_save_npz(directory / f"{stem}.npz", **{a: getattr(result, a) for a in _ARRAYS})
     meta = {k: val for k, val in result.to_dict().items() if k not in _ARRAYS}
-    meta["arrays"] = f"{stem}.npz"
-    return atomic_write_json(directory / f"{stem}.json", meta)
+    return save_result_files(directory, _file_stem(result.attack), arrays={a: getattr(result, a) for a in _ARRAYS}, meta=meta)
 
 
 def load_membership_result(path: str | os.PathLike[str]) -> MembershipResult:
@@ -320,15 +316,7 @@ def load_membership_result(path: str | os.PathLike[str]) -> MembershipResult:
         FileNotFoundError: the JSON or its NPZ is missing.
         ValueError: the files are malformed.
     """
-    path = Path(path)
-    meta = read_json(path)
-    if not isinstance(meta, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(meta).__name__}")
-    npz = path.parent / str(meta.get("arrays", f"{path.stem}.npz"))
-    if npz.parent != path.parent:
-        raise ValueError(f"arrays must name a file beside {path}, got {meta.get('arrays')!r}")
-    arrays = load_npz(npz)
-    return MembershipResult.from_dict({**meta, **{a: arrays[a] for a in _ARRAYS if a in arrays}})
+    return MembershipResult.from_dict(load_result_files(path, _ARRAYS))
 
 
 
@@ -548,12 +536,9 @@ def save_evasion_result(result: EvasionResult, directory: str | os.PathLike[str]
     """
     if not isinstance(result, EvasionResult):
         raise TypeError(f"result must be an EvasionResult, got {type(result).__name__}")
-    directory = Path(directory)
-    stem = _file_stem(f"evasion-{result.attack}-{result.norm}")
-    atomic_save_npz(directory / f"{stem}.npz", **{a: getattr(result, a) for a in _EVASION_ARRAYS})
     meta = {k: val for k, val in result.to_dict().items() if k not in _EVASION_ARRAYS}
-    meta["arrays"] = f"{stem}.npz"
-    return atomic_write_json(directory / f"{stem}.json", meta)
+    stem = _file_stem(f"evasion-{result.attack}-{result.norm}")
+    return save_result_files(directory, stem, arrays={a: getattr(result, a) for a in _EVASION_ARRAYS}, meta=meta)
 
 
 def load_evasion_result(path: str | os.PathLike[str]) -> EvasionResult:
@@ -566,12 +551,4 @@ def load_evasion_result(path: str | os.PathLike[str]) -> EvasionResult:
         FileNotFoundError: the JSON or its NPZ is missing.
         ValueError: the files are malformed.
     """
-    path = Path(path)
-    meta = read_json(path)
-    if not isinstance(meta, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(meta).__name__}")
-    npz = path.parent / str(meta.get("arrays", f"{path.stem}.npz"))
-    if npz.parent != path.parent:
-        raise ValueError(f"arrays must name a file beside {path}, got {meta.get('arrays')!r}")
-    arrays = load_npz(npz)
-    return EvasionResult.from_dict({**meta, **{a: arrays[a] for a in _EVASION_ARRAYS if a in arrays}})
+    return EvasionResult.from_dict(load_result_files(path, _EVASION_ARRAYS))

@@ -214,3 +214,35 @@ class RunDir:
         if not root.is_dir():
             return []
         return sorted(p for p in root.iterdir() if (p / "record.json").is_file())
+
+
+def save_result_files(directory: str | os.PathLike[str], stem: str, *, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
+    """Writes ``STEM.npz`` (the arrays) then ``STEM.json`` (the rest), both atomically.
+
+    The JSON is written last and names its NPZ, so a JSON file that exists always has its
+    arrays beside it. Every result type (membership, evasion, certification) is stored so.
+
+    Returns:
+        The path of the JSON file.
+    """
+    directory = Path(directory)
+    atomic_save_npz(directory / f"{stem}.npz", **arrays)
+    return atomic_write_json(directory / f"{stem}.json", {**meta, "arrays": f"{stem}.npz"})
+
+
+def load_result_files(path: str | os.PathLike[str], array_names: tuple[str, ...]) -> dict[str, Any]:
+    """Reads what :func:`save_result_files` wrote: the JSON fields merged with the named arrays.
+
+    Raises:
+        FileNotFoundError: the JSON or its NPZ is missing.
+        ValueError: the JSON is not an object, or names an NPZ outside its directory.
+    """
+    path = Path(path)
+    meta = read_json(path)
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(meta).__name__}")
+    npz = path.parent / str(meta.get("arrays", f"{path.stem}.npz"))
+    if npz.parent != path.parent:
+        raise ValueError(f"arrays must name a file beside {path}, got {meta.get('arrays')!r}")
+    arrays = load_npz(npz)
+    return {**meta, **{a: arrays[a] for a in array_names if a in arrays}}
