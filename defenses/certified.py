@@ -47,6 +47,7 @@ from dpaudit.data import DatasetBundle, Splits
 from dpaudit.gaussian import calibrate_gaussian
 from dpaudit.noise import ATTACK_NORMS, NoiseLayer, SensitivityProjector, find_noise_layer, layer_sensitivity, redistribution_from_gradients
 from dpaudit.records import TrainedModel
+from dpaudit.seeding import torch_generator
 from dpaudit.training import SGDConfig
 from defenses._common import config_dict, model_id_for
 from defenses.dpsgd import DPSGDConfig, plan_dpsgd, train_dpsgd
@@ -351,12 +352,19 @@ def _train_certified(
         if step + 1 >= total_steps:
             schedule.finish()  # the released first layer has exactly Δ_r ≤ 1
 
+    def prepare(model: nn.Module) -> None:
+        schedule.prepare(model)
+        # The training noise comes from its own seed stream (not torch's global generator), so a
+        # run is reproducible and two defenses with the same seed see the same noise draws.
+        find_noise_layer(model).generator = torch_generator(seed, "noise-layer", device=device)  # type: ignore[union-attr]
+
     record, model = base_train(
         bundle=bundle, splits=splits, model_name=model_name, model_options={**model_options, "noise_layer": True}, config=config,
-        seed=seed, device=device, progress=progress, prepare_model=schedule.prepare, after_step=after_step,
+        seed=seed, device=device, progress=progress, prepare_model=prepare, after_step=after_step,
     )
     noise = find_noise_layer(model)
     assert noise is not None
+    noise.generator = None  # a released model draws fresh noise; certification seeds its own stream
     sensitivity = schedule.finish()
     spec = certification_spec(defense, config)
     full_options = {**model_options, "noise_layer": True}

@@ -49,15 +49,15 @@ from dpaudit.store import RunDir, atomic_write_json, to_jsonable  # noqa: E402
 from dpaudit.training import resolve_device  # noqa: E402
 
 QUICK = dict(dataset="digits", model="hgm-cnn", num_members=1200, epochs=15, dp_epochs=15, batch_size=32, lot_size=64, draws=300,
-             num_examples=100, epsilons=(8.0,), sizes=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3), learning_rate=0.05, eot_samples=2, pretrain_epochs=2)
+             num_examples=100, epsilons=(8.0,), sizes=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3), learning_rate=0.05, eot_samples=2, pretrain_epochs=2, noise_ramp=0.1)
 # CPU-sized MNIST: the authors' network and robustness parameters, fewer members, epochs and
 # draws than their GPU runs (flags override every field).
 FULL = dict(dataset="mnist", model="hgm-cnn", num_members=20000, epochs=2, dp_epochs=3, batch_size=125, lot_size=250, draws=1000,
-            num_examples=200, epsilons=(2.0,), sizes=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3), learning_rate=0.05, eot_samples=2, pretrain_epochs=1)
+            num_examples=200, epsilons=(2.0,), sizes=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3), learning_rate=0.05, eot_samples=2, pretrain_epochs=1, noise_ramp=0.1)
 
 
 def _models(p: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    sgd = dict(epochs=p["epochs"], batch_size=p["batch_size"], learning_rate=p["learning_rate"], momentum=0.9)
+    sgd = dict(epochs=p["epochs"], batch_size=p["batch_size"], learning_rate=p["learning_rate"], momentum=0.9, noise_ramp_fraction=p["noise_ramp"])
     pre = dict(redistribution_pretrain_epochs=p["pretrain_epochs"])
     rows = [
         ("pixeldp", "pixeldp", dict(sgd, robustness_epsilon=1.0, robustness_delta=0.05, attack_norm_bound=0.1)),
@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="FILE", help="write the measured numbers here")
     for name in ("num_members", "epochs", "dp_epochs", "batch_size", "lot_size", "draws", "num_examples", "eot_samples", "pretrain_epochs"):
         ap.add_argument(f"--{name.replace('_', '-')}", type=int)
+    ap.add_argument("--noise-ramp", type=float, help="fraction of training over which the noise layer's noise ramps up (default 0.1)")
     ap.add_argument("--epsilons", type=lambda s: tuple(float(x) for x in s.split(",")), help="DP epsilons for Secure-SGD and DP-SGD")
     ap.add_argument("--only", help="comma-separated subset of the model labels to run")
     ap.add_argument("--dataset")
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     p = dict(FULL if args.full else QUICK)
-    for key in ("num_members", "epochs", "dp_epochs", "batch_size", "lot_size", "draws", "num_examples", "eot_samples", "pretrain_epochs", "epsilons", "dataset", "model"):
+    for key in ("num_members", "epochs", "dp_epochs", "batch_size", "lot_size", "draws", "num_examples", "eot_samples", "pretrain_epochs", "noise_ramp", "epsilons", "dataset", "model"):
         if getattr(args, key) is not None:
             p[key] = getattr(args, key)
     p.setdefault("dp_learning_rate", 0.1)

@@ -145,3 +145,13 @@ def test_certify_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert exc.value.code == 2
     assert "--attack-sizes" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing")]) == 2
+
+
+def test_training_noise_is_seeded_so_runs_repeat(digits) -> None:
+    bundle, splits = digits
+    states = []
+    for _ in range(2):
+        _, model = DEFENSES["pixeldp"].train(bundle=bundle, splits=splits, model_name="digits-mlp", config=PixelDPConfig(epochs=1), seed=3, progress=False)
+        states.append(model.state_dict())
+        assert find_noise_layer(model).generator is None  # released models draw fresh noise
+    assert all(np.array_equal(states[0][k].numpy(), states[1][k].numpy()) for k in states[0])
