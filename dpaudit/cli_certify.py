@@ -150,6 +150,7 @@ def certify_record(
         summary.update(
             sensitivity=sensitivity, noise_std=sigma, noise_per_sensitivity=per_unit, mechanism=spec["mechanism"],
             robustness_epsilon=spec["robustness_epsilon"], robustness_delta=spec["robustness_delta"], attack_norm_bound=spec["attack_norm_bound"],
+            redistribute=spec.get("redistribute"),
         )
         own = cdir / f"certify-{record.defense}.json"
         smooth = cdir / "certify-smoothing.json"

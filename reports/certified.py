@@ -62,10 +62,17 @@ class CertifiedRun:
 
     @property
     def label(self) -> str:
+        """Defense, its robustness parameters (ε_r, L; r = 1 when HGM's noise is not redistributed) and DP ε."""
         s = self.summary
+        parts = [str(s["defense"])]
+        if "robustness_epsilon" in s:
+            parts.append(f"ε_r={s['robustness_epsilon']:g} L={s['attack_norm_bound']:g}")
+        if s.get("defense") in ("hgm", "secure-sgd") and s.get("redistribute") is False:
+            parts.append("r=1")
         eps = s.get("epsilon")
-        suffix = f" (DP ε={eps:.2g})" if isinstance(eps, (int, float)) and math.isfinite(eps) else ""
-        return f"{s['defense']}{suffix}"
+        if isinstance(eps, (int, float)) and math.isfinite(eps):
+            parts.append(f"DP ε={eps:.2g}")
+        return " ".join(parts)
 
     @property
     def sizes(self) -> np.ndarray:
@@ -122,7 +129,7 @@ def certified_figure(run: CertifiedRun, *, ax: Axes | None = None) -> MplFigure:
 
 def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, include_smoothing: bool = True) -> MplFigure:
     """Every model's own certificate on one axes (and, dotted, smoothing of the same noise)."""
-    fig, ax = _axes(ax)
+    fig, ax = _axes(ax, size=(9.0, 4.2))
     for i, run in enumerate(runs):
         color = f"C{i % 10}"
         conv = run.summary.get("conventional_accuracy", float("nan"))
@@ -132,13 +139,13 @@ def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, i
                 continue
             ax.plot(
                 run.sizes, cert.certified_accuracy(run.sizes), color=color, ls=":" if is_smooth else "-", marker="" if is_smooth else "o",
-                label=f"{run.label} {'smoothing' if is_smooth else 'certificate'} (conv. acc {conv:.3f})",
+                label=f"{run.label}: {'smoothing' if is_smooth else 'certificate'} (conv. acc {conv:.3f})",
             )
     ax.set_xlabel("attack size")
     ax.set_ylabel("certified accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 
