@@ -208,8 +208,12 @@ def robust_rows(runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
     return rows
 
 
-def soundness_problems(run: CertifiedRun, *, tolerance: float = 0.0) -> list[tuple[str, float, float, float]]:
-    """(certificate, size, certified acc, robust acc) wherever a certificate exceeds the strongest attack."""
+def soundness_problems(run: CertifiedRun, *, tolerance: float = 1e-9) -> list[tuple[str, float, float, float]]:
+    """(certificate, size, certified acc, robust acc) wherever a certificate exceeds the strongest attack.
+
+    ``tolerance`` absorbs float rounding only (two fractions of the same count computed in
+    different orders); any real excess is at least one example, 1/n.
+    """
     robust = run.strongest_robust_accuracy()
     if robust is None:
         return []
@@ -274,13 +278,13 @@ def write_certified_report(run_dir: str | Path, *, runs: Sequence[CertifiedRun] 
         overview.append(Banner(text="Sound: at every attack size, certified accuracy ≤ robust accuracy under the strongest attack.", level="ok"))
     if runs:
         overview.append(_run_table(runs))
-        overview.append(Figure(figure=comparison_figure(runs), name="certified-comparison",
+        overview.append(Figure(figure=comparison_figure(runs), name="comparison",
                                caption="Certified accuracy against attack size: each model's own certificate (solid) and randomized smoothing of the same noise (dotted)."))
     else:
         overview.append("No certified models in this run directory (run `dpaudit certify` first).")
     sections.append(Section(title="Certified accuracy", blocks=overview))
     for run in runs:
-        blocks: list[Any] = [Figure(figure=certified_figure(run), name=f"certified-{run.summary['model_id']}",
+        blocks: list[Any] = [Figure(figure=certified_figure(run), name=f"model-{run.summary['model_id']}",
                                     caption="Certified accuracy (solid) against empirical robust accuracy under each attack (dashed).")]
         rows = []
         robust = run.strongest_robust_accuracy()
