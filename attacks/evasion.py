@@ -202,7 +202,7 @@ def _check_range(clip_min: Any, clip_max: Any) -> tuple[float, float]:
 
 def _check_call(
     model: Any, attack: Any, norm: Any, clip_min: Any, clip_max: Any, features: Any, labels: Any, eot_samples: Any, eval_samples: Any, batch_size: Any
-) -> tuple[EvasionConfig, str, float, float, torch.Tensor, torch.Tensor, bool, int, int, int]:
+) -> tuple[EvasionConfig, str, float, float, torch.Tensor, torch.Tensor, bool, int, int, int | None]:
     """The argument checks :func:`run_evasion` and :func:`adversarial_examples` share."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -213,7 +213,7 @@ def _check_call(
     randomized = is_randomized(model)
     eot = _draws("eot_samples", eot_samples, randomized=randomized, default=DEFAULT_EOT_SAMPLES)
     n_eval = _draws("eval_samples", eval_samples, randomized=randomized, default=DEFAULT_EVAL_SAMPLES)
-    batch_size = v.integer("batch_size", batch_size, minimum=1)
+    batch_size = None if batch_size is None else v.integer("batch_size", batch_size, minimum=1)
     return config, norm, lo, hi, features, labels, randomized, eot, n_eval, batch_size
 
 
@@ -416,7 +416,7 @@ def run_evasion(
     norm: str = "linf",
     eot_samples: int | None = None,
     eval_samples: int | None = None,
-    batch_size: int = 256,
+    batch_size: int | None = None,
     device: str | torch.device = "cpu",
     seed: int = 0,
     clip_min: float = 0.0,
@@ -446,7 +446,8 @@ def run_evasion(
         eval_samples: noise draws whose mean softmax makes a prediction of a randomized model
             (default 32; always 1 for a deterministic model).
         batch_size: examples per chunk. A forward pass holds batch_size × (non-zero radii) ×
-            eot_samples rows; lower it for large models.
+            eot_samples rows. ``None`` sizes chunks to about 128 rows on a CPU (small batches
+            stay in cache: 2.4× faster than 1,024 rows for the MNIST CNN) and 8,192 on a GPU.
         device: where to compute (``"cpu"``, ``"cuda"``, ``"auto"``).
         seed: root seed; random starts (and the model's noise, when its noise layer has no
             generator of its own) come from streams derived from it. Results are reproducible
@@ -484,6 +485,9 @@ def run_evasion(
     active_radii = torch.as_tensor(radii_arr[active], dtype=torch.float64, device=dev)
     generator = torch_generator(seed, "evasion", config.name, norm, device="cpu")
 
+    if batch_size is None:
+        rows = 128 if dev.type == "cpu" else 8192
+        batch_size = max(1, rows // (max(1, active.size) * eot))
     chunks = [(begin, min(n, begin + batch_size)) for begin in range(0, n, batch_size)]
     with _attack_mode(model, dev, seed), Progress(n, f"evasion {config.name}/{norm}", enabled=progress) as bar:
         # Clean predictions first, for all chunks: against a randomized model they then use

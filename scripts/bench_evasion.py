@@ -73,7 +73,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=1, help="training epochs (default 1)")
     p.add_argument("--steps", type=int, default=10, help="iterations of ifgsm/pgd (default 10)")
     p.add_argument("--step-ratio", type=float, default=0.1, help="step size relative to the radius (default 0.1, Phan et al. 2019)")
-    p.add_argument("--batch-size", type=int, default=256, help="examples per batch, both implementations (default 256)")
+    p.add_argument("--batch-size", type=int, default=None, help="examples per batch (default: ours sizes its own chunks; Foolbox gets all examples at once)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up; the median is reported (default 3)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
     p.add_argument("--seed", type=int, default=0)
@@ -86,7 +86,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         args.train_examples = args.train_examples or 2000
         args.repeats = 1
     for name in ("num_examples", "epochs", "steps", "batch_size", "repeats"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not args.step_ratio > 0:
         p.error(f"--step-ratio must be > 0, got {args.step_ratio}")
@@ -148,9 +148,10 @@ def _foolbox(fb: Any, fmodel: Any, x: torch.Tensor, y: torch.Tensor, *, cls: str
     attack_cls = getattr(fb.attacks, cls)
     attack = attack_cls() if "Fast" in cls or cls == "FGSM" else attack_cls(steps=args.steps, rel_stepsize=args.step_ratio)
     fooled = np.zeros((len(radii), len(x)), dtype=bool)
-    for begin in range(0, len(x), args.batch_size):
-        xb = x[begin : begin + args.batch_size].to(device)
-        yb = y[begin : begin + args.batch_size].to(device)
+    step = args.batch_size or 32  # the examples per chunk ours picks on a CPU for 4 radii
+    for begin in range(0, len(x), step):
+        xb = x[begin : begin + step].to(device)
+        yb = y[begin : begin + step].to(device)
         _, _, success = attack(fmodel, xb, yb, epsilons=radii)
         fooled[:, begin : begin + len(xb)] = success.cpu().numpy()
     return 1.0 - fooled.mean(axis=1)
@@ -239,7 +240,7 @@ def _certification_throughput(model: torch.nn.Module, model_name: str, bundle: A
 
 def _print_table(rows: list[dict[str, Any]], *, clean: float, args: argparse.Namespace, model_name: str, dataset: str) -> None:
     print(f"\n{model_name} on {dataset}: {args.num_examples} test examples, clean accuracy {100 * clean:.1f}%, "
-          f"{args.steps} steps (iterative attacks), step = {args.step_ratio:g} × radius, batch {args.batch_size}, "
+          f"{args.steps} steps (iterative attacks), step = {args.step_ratio:g} × radius, batch {args.batch_size or 'auto (ours) / 32 (Foolbox)'}, "
           f"device {args.device}, {torch.get_num_threads()} torch threads, median of {args.repeats} after a warm-up\n")
     head = f"{'attack':<6} {'norm':<5} {'foolbox':<26} {'radii':<22} {'robust acc % ours':<26} {'foolbox':<26} {'diff (points)':<28} {'ex·r/s ours':>11} {'foolbox':>9} {'ratio':>6}"
     print(head)
