@@ -39,7 +39,7 @@ from scipy import special, stats
 
 from dpaudit import _validate as v
 from dpaudit.gaussian import calibrate_gaussian
-from dpaudit.store import load_result_files, save_result_files
+from dpaudit.store import load_result_files, safe_stem, save_result_files
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import thaw as _thaw
 
@@ -807,8 +807,7 @@ class CertificationResult:
 
 
 def _file_stem(method: str) -> str:
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in method).lstrip(".")
-    return f"certify-{safe or 'method'}"
+    return f"certify-{safe_stem(method, default='method')}"
 
 
 def save_certification_result(result: CertificationResult, directory: str | os.PathLike[str]) -> Path:

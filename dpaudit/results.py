@@ -37,7 +37,7 @@ from dpaudit.store import freeze as _freeze
 from dpaudit.store import thaw as _thaw
 from dpaudit import _validate as v
 from dpaudit.audit_stats import ThresholdBound, bound_from_scores
-from dpaudit.store import load_result_files, save_result_files
+from dpaudit.store import load_result_files, safe_stem, save_result_files
 
 __all__ = [
     "RESULT_SCHEMA_VERSION",
@@ -288,8 +288,7 @@ class MembershipResult:
 
 
 def _file_stem(attack: str) -> str:
-    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in attack)
-    return stem.lstrip(".") or "attack"
+    return safe_stem(attack, default="attack")
 
 
 def save_membership_result(result: MembershipResult, directory: str | os.PathLike[str]) -> Path:

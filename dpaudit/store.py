@@ -246,3 +246,9 @@ def load_result_files(path: str | os.PathLike[str], array_names: tuple[str, ...]
         raise ValueError(f"arrays must name a file beside {path}, got {meta.get('arrays')!r}")
     arrays = load_npz(npz)
     return {**meta, **{a: arrays[a] for a in array_names if a in arrays}}
+
+
+def safe_stem(name: str, *, default: str) -> str:
+    """``name`` as a file stem: characters other than letters, digits, ``-_.`` become ``_``; no leading dot."""
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".")
+    return stem or default
