@@ -96,7 +96,7 @@ def certify_record(
     )
     from dpaudit.data import load_dataset
     from dpaudit.montecarlo import sample_scores
-    from dpaudit.noise import ATTACK_NORMS, find_noise_layer, layer_sensitivity
+    from dpaudit.noise import ATTACK_NORMS, find_noise_layer, is_randomized, layer_sensitivity
     from dpaudit.records import load_model, load_record, resolve_record_dir
     from dpaudit.results import load_evasion_result, save_evasion_result
     from dpaudit.seeding import numpy_rng
@@ -198,12 +198,14 @@ def certify_record(
     for name in attacks:
         path = cdir / f"evasion-{name}-{norm}.json"
         res = load_evasion_result(path) if path.is_file() else None
-        if res is not None and (list(map(float, res.radii)) != sizes or res.config.get("seed") != seed or res.num_examples != len(pick)):
+        stale = res is not None and (
+            list(map(float, res.radii)) != sizes or res.config.get("seed") != seed or res.num_examples != len(pick)
+            or (eot_samples is not None and is_randomized(model) and res.config.get("eot_samples") != eot_samples)
+        )
+        if stale:
             res = None
         if res is None:
             res = run_evasion(model, x, y, attack=name, radii=sizes, norm=norm, eot_samples=eot_samples, seed=seed, device=dev, progress=progress)
-            res = type(res)(**{**{f: getattr(res, f) for f in ("attack", "norm", "radii", "success", "clean_correct", "max_perturbation")},
-                               "config": {**dict(res.config), "seed": seed}})
             save_evasion_result(res, cdir)
         results[name] = res
         robust[name] = {f"{s:g}": float(a) for s, a in zip(sizes, res.robust_accuracy)}
