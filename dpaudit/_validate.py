@@ -76,3 +76,15 @@ def choice(name: str, value: Any, options: Iterable[str]) -> str:
     if value not in opts:
         raise ValueError(f"{name} must be one of {', '.join(opts)}; got {_fmt(value)}")
     return value
+
+
+def mapping_with(name: str, value: Any, keys: Iterable[str]) -> Any:
+    """Validates that ``value`` is a mapping holding every key of ``keys`` (stored results)."""
+    from collections.abc import Mapping
+
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a mapping, got {type(value).__name__}")
+    missing = [k for k in keys if k not in value]
+    if missing:
+        raise ValueError(f"{name} is missing keys {missing}")
+    return value

@@ -774,11 +774,7 @@ class CertificationResult:
             TypeError: ``data`` is not a mapping.
             ValueError: a field is missing or the schema version is unknown.
         """
-        if not isinstance(data, Mapping):
-            raise TypeError(f"data must be a mapping, got {type(data).__name__}")
-        missing = [k for k in ("method", "norm", *_ARRAYS, "num_draws", "confidence") if k not in data]
-        if missing:
-            raise ValueError(f"data is missing keys {missing}")
+        v.mapping_with("data", data, ("method", "norm", *_ARRAYS, "num_draws", "confidence"))
         return cls(
             method=data["method"],
             norm=data["norm"],

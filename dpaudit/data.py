@@ -1270,14 +1270,10 @@ class Splits:
             TypeError: ``data`` is not a mapping, or holds values of the wrong type.
             ValueError: a key is missing, the schema version is unknown, or sets overlap.
         """
-        if not isinstance(data, Mapping):
-            raise TypeError(f"data must be a mapping, got {type(data).__name__}")
+        v.mapping_with("data", data, ("dataset", "seed", *_SPLIT_FIELDS))
         version = data.get("schema_version", SPLITS_SCHEMA_VERSION)
         if version != SPLITS_SCHEMA_VERSION:
             raise ValueError(f"schema_version must be {SPLITS_SCHEMA_VERSION}, got {version!r}")
-        missing = [k for k in ("dataset", "seed", *_SPLIT_FIELDS) if k not in data]
-        if missing:
-            raise ValueError(f"data is missing keys {missing}")
         return cls(dataset=data["dataset"], seed=data["seed"], **{f: data[f] for f in _SPLIT_FIELDS})
 
 

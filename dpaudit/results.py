@@ -257,11 +257,7 @@ class MembershipResult:
             TypeError: ``data`` is not a mapping.
             ValueError: a field is missing or the schema version is unknown.
         """
-        if not isinstance(data, Mapping):
-            raise TypeError(f"data must be a mapping, got {type(data).__name__}")
-        missing = [k for k in ("attack", "model_id", *_ARRAYS) if k not in data]
-        if missing:
-            raise ValueError(f"data is missing keys {missing}")
+        v.mapping_with("data", data, ("attack", "model_id", *_ARRAYS))
         return cls(
             attack=data["attack"],
             model_id=data["model_id"],
@@ -478,11 +474,7 @@ class EvasionResult:
             TypeError: ``data`` is not a mapping.
             ValueError: a field is missing or the schema version is unknown.
         """
-        if not isinstance(data, Mapping):
-            raise TypeError(f"data must be a mapping, got {type(data).__name__}")
-        missing = [k for k in ("attack", "norm", *_EVASION_ARRAYS) if k not in data]
-        if missing:
-            raise ValueError(f"data is missing keys {missing}")
+        v.mapping_with("data", data, ("attack", "norm", *_EVASION_ARRAYS))
         return cls(
             attack=data["attack"],
             norm=data["norm"],
