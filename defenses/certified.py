@@ -47,7 +47,7 @@ from dpaudit.data import DatasetBundle, Splits
 from dpaudit.gaussian import calibrate_gaussian
 from dpaudit.noise import ATTACK_NORMS, NoiseLayer, SensitivityProjector, find_noise_layer, layer_sensitivity, redistribution_from_gradients
 from dpaudit.records import TrainedModel
-from dpaudit.seeding import torch_generator
+from dpaudit.seeding import numpy_rng, torch_generator
 from dpaudit.training import SGDConfig
 from defenses._common import config_dict, model_id_for
 from defenses.dpsgd import DPSGDConfig, plan_dpsgd, train_dpsgd
@@ -224,8 +224,6 @@ def compute_redistribution(
     Returns:
         r with the noise layer's output shape (r > 0, Σ r = K).
     """
-    from dpaudit.seeding import numpy_rng
-
     ids = np.asarray(ids, dtype=np.int64)
     if len(ids) == 0:
         raise ValueError("the data for the redistribution vector is empty; use --member-fraction < 1 or redistribute=False")
@@ -284,8 +282,9 @@ class _NoiseSchedule:
         noise.set_noise(0.0, self.redistribution)
         self.noise = noise
         self.projector = SensitivityProjector(noise, input_shape=self.input_shape, norm=self.config.attack_norm, iterations=2)
+        step = self.projector.project if self.project else self.projector.estimate
         for _ in range(10):  # converge the warm start (and, when projecting, start inside the ball)
-            self.projector.project() if self.project else self.projector.estimate()
+            step()
         delta = self.finish(full_noise=False)
         noise.noise_std.fill_(self._std_at(-1) * (1.0 if self.project else delta))
 

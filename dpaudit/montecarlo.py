@@ -95,8 +95,7 @@ def sample_scores(
     if noise is not None:
         noise.generator = torch_generator(seed, stream, device=device)
     n = features.shape[0]
-    counts = torch.zeros(n, 0, dtype=torch.int64)
-    sums = sq = None
+    counts = sums = sq = None  # sized on the first batch, once the number of classes is known
     per_input = max(1, batch_size // draws)  # inputs per batch when all their draws fit
     draws_per_batch = min(draws, batch_size)
     try:
@@ -130,7 +129,7 @@ def sample_scores(
         if noise is not None:
             noise.generator = saved_gen
         model.train(was_training)
-    assert sums is not None and sq is not None
+    assert counts is not None and sums is not None and sq is not None
     mean = sums / draws
     var = (sq - draws * mean**2) / max(draws - 1, 1)
     return MonteCarloScores(

@@ -33,7 +33,7 @@ from matplotlib.figure import Figure as MplFigure  # noqa: E402
 from dpaudit.certification import CertificationResult, load_certification_result  # noqa: E402
 from dpaudit.results import EvasionResult, load_evasion_result  # noqa: E402
 from dpaudit.store import atomic_write_text, read_json  # noqa: E402
-from reports.render import Banner, Figure, Section, Table, format_number, write_report  # noqa: E402
+from reports.render import Banner, Figure, Section, Table, write_report  # noqa: E402
 
 __all__ = [
     "CertifiedRun",
@@ -306,7 +306,3 @@ def write_certified_report(run_dir: str | Path, *, runs: Sequence[CertifiedRun] 
     sections.append(Section(title="Tables", blocks=["CSV beside this report: `certified_accuracy.csv`, `robust_accuracy.csv`, `accuracy_vs_epsilon.csv`."]))
     return write_report(out, sections, title="Certified vs conventional accuracy", stem="certified")
 
-
-def format_size_table(values: Mapping[float, float]) -> str:
-    """``size: value`` pairs on one line (CLI output)."""
-    return "  ".join(f"{k:g}: {format_number(float(v))}" for k, v in values.items())
