@@ -1,5 +1,5 @@
 """Attacks: membership inference, model inversion, evasion and canaries.
 
-Each attack takes a record (see ``dpaudit.records``) and produces evidence as an immutable
+Each attack takes a record (see ``dpaudit.results.record``) and produces evidence as an immutable
 result value. Attacks import the core, never ``defenses``.
 """

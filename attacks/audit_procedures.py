@@ -1,6 +1,6 @@
 """Audit procedures: the distinguishing games that turn training runs into ε lower bounds.
 
-Three games (audit.md §3–5), each returning an :class:`~dpaudit.audit.AuditResult`:
+Three games (audit.md §3–5), each returning an :class:`~dpaudit.privacy.audit.AuditResult`:
 
 ``multi-run`` (black-box; Jagielski et al. 2020, §4; Nasr et al. 2021, §3)
     R trainings with the canary and R without (trial i is IN when i is even), each scored on
@@ -16,7 +16,7 @@ Three games (audit.md §3–5), each returning an :class:`~dpaudit.audit.AuditRe
     (``on_step``). A canary the auditor inserts is certainly in the lot, so step t's release
     is, with respect to the canary, ONE un-sampled Gaussian mechanism with sensitivity C and
     noise σC, i.e. μ = 1/σ. **The claim compared against is that one step**
-    (:func:`dpaudit.audit.gaussian_step_claim`), not the whole Poisson-sampled training run,
+    (:func:`dpaudit.privacy.audit.gaussian_step_claim`), not the whole Poisson-sampled training run,
     which is a different (much smaller-per-step) mechanism. When the coordinate's clean
     gradient is structurally zero (:func:`attacks.canaries.find_dirac_coordinate`), the T
     observations are exactly i.i.d. draws of N(C·b_t, σ²C²), so the Clopper–Pearson and GDP
@@ -49,16 +49,35 @@ import numpy as np
 import torch
 from torch import nn
 
+from attacks.canaries import (
+    DIRAC_SCORES,
+    DiracCanary,
+    find_dirac_coordinate,
+    loss_scores,
+    with_canaries,
+)
 from dpaudit import _validate as v
-from dpaudit.audit import AuditResult, audit_from_one_run, audit_from_scores, composed_gdp_epsilon, gaussian_step_claim, save_audit_result
-from dpaudit.audit_stats import gdp_mu_lb_from_counts
-from dpaudit.claims import PrivacyClaim
 from dpaudit.data import ArrayDataset
 from dpaudit.executors import Executor, Job, SerialExecutor
+from dpaudit.privacy.audit import (
+    AuditResult,
+    audit_from_one_run,
+    audit_from_scores,
+    composed_gdp_epsilon,
+    gaussian_step_claim,
+    save_audit_result,
+)
+from dpaudit.privacy.audit_stats import gdp_mu_lb_from_counts
+from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.progress import Progress
 from dpaudit.seeding import derive_seed, numpy_rng
-from dpaudit.store import atomic_save_npz, atomic_write_json, load_npz, read_json, to_jsonable
-from attacks.canaries import DIRAC_SCORES, DiracCanary, find_dirac_coordinate, loss_scores, with_canaries
+from dpaudit.store import (
+    atomic_save_npz,
+    atomic_write_json,
+    load_npz,
+    read_json,
+    to_jsonable,
+)
 
 __all__ = [
     "TrainFn",
@@ -401,7 +420,7 @@ def white_box_audit(
         strategy=strategy, threat_model="white-box", seed=seed, details=details,
     )
     if full_claim is not None:
-        from dpaudit.audit import epsilon_ub_of
+        from dpaudit.privacy.audit import epsilon_ub_of
 
         acc, ub, by = epsilon_ub_of(full_claim, delta=delta)
         details["full_run_claim"] = {"description": full_claim.description, "accountant": acc, "epsilon_ub": ub, "epsilon_ub_by_accountant": by}

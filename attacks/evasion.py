@@ -28,7 +28,7 @@ radii, so PGD defaults to Madry et al.'s a = 2.5 · r / t (``step_ratio=0.25``);
 setting is ``evasion_config("pgd", step_ratio=0.1)``.
 
 **Randomized models.** Against a model with an active noise layer (PixelDP / HGM,
-:func:`dpaudit.noise.is_randomized`) the gradient of one noise draw is a poor direction and
+:func:`dpaudit.robustness.noise.is_randomized`) the gradient of one noise draw is a poor direction and
 robustness would be overstated (Athalye, Carlini & Wagner 2018, "Obfuscated Gradients Give
 a False Sense of Security", expectation over transformation). The attack then uses expectation over transformation: each step's gradient is the mean
 over ``eot_samples`` draws, and a prediction is the argmax of the softmax averaged over
@@ -57,9 +57,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from dpaudit import _validate as v
-from dpaudit.noise import find_noise_layer, is_randomized
 from dpaudit.progress import Progress
 from dpaudit.results import EVASION_NORMS, EvasionResult
+from dpaudit.robustness.noise import find_noise_layer, is_randomized
 from dpaudit.seeding import torch_generator
 from dpaudit.training import resolve_device
 

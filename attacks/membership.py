@@ -51,14 +51,14 @@ import torch
 from scipy import special, stats
 from torch import nn
 
+from attacks.shadows import ShadowSpec, ShadowTraining, ensure_shadows, plan_shadows
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle
 from dpaudit.executors import Executor
-from dpaudit.records import TrainedModel
 from dpaudit.results import MembershipResult, save_membership_result
+from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, numpy_rng
 from dpaudit.training import predict_logits
-from attacks.shadows import ShadowSpec, ShadowTraining, ensure_shadows, plan_shadows
 
 __all__ = [
     "ATTACKS",

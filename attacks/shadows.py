@@ -7,7 +7,7 @@ reference models). Each such model is one *job*: a seed, a set of training ids a
 target's architecture and (non-private) training hyperparameters. Jobs run through a
 :mod:`dpaudit.executors` executor (process pool or Ray) and each finished model is written at
 once, atomically, as a record under ``RUN_DIR/attacks/shadows/<shadow_id>/`` (weights first,
-``record.json`` last, :func:`dpaudit.records.save_record`), so later attacks reuse it and an
+``record.json`` last, :func:`dpaudit.weights.save_record`), so later attacks reuse it and an
 interrupted run resumes where it stopped.
 
 Training sets come in *complementary pairs*: shadow ``2j`` trains on a random ``m``-subset
@@ -43,15 +43,16 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
-from dpaudit.claims import NonPrivateClaim
 from dpaudit.data import DatasetBundle, load_dataset, sorted_id_set
 from dpaudit.executors import Executor, Job, SerialExecutor
 from dpaudit.models import build_model
+from dpaudit.privacy.claims import NonPrivateClaim
 from dpaudit.progress import Progress
 from dpaudit.provenance import provenance
-from dpaudit.records import RECORD_FILE, Membership, TrainedModel, import_callable, load_model, make_model_id, save_record
+from dpaudit.results.record import RECORD_FILE, Membership, TrainedModel, make_model_id
 from dpaudit.seeding import derive_seed, numpy_rng, torch_generator
 from dpaudit.training import SGDConfig, evaluate, shuffled_batches
+from dpaudit.weights import import_callable, load_model, save_record
 
 __all__ = [
     "SHADOW_SUBDIR",

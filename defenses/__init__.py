@@ -10,7 +10,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from defenses.certified import AGMConfig, HGMConfig, PixelDPConfig, SecureSGDConfig, train_agm, train_hgm, train_pixeldp, train_secure_sgd
+from defenses.certified import (
+    AGMConfig,
+    HGMConfig,
+    PixelDPConfig,
+    SecureSGDConfig,
+    train_agm,
+    train_hgm,
+    train_pixeldp,
+    train_secure_sgd,
+)
 from defenses.dpsgd import DPSGDConfig, train_dpsgd
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 

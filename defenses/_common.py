@@ -9,10 +9,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpaudit.claims import PrivacyClaim
 from dpaudit.data import DatasetBundle, Splits
+from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.provenance import provenance
-from dpaudit.records import Membership, TrainedModel, make_model_id
+from dpaudit.results.record import Membership, TrainedModel, make_model_id
 from dpaudit.training import evaluate
 
 

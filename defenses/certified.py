@@ -1,6 +1,6 @@
 """Certified defenses with a noise layer: PixelDP, AGM, HGM and Secure-SGD.
 
-All four share one mechanism (:class:`dpaudit.noise.NoiseLayer`): Gaussian noise added to the
+All four share one mechanism (:class:`dpaudit.robustness.noise.NoiseLayer`): Gaussian noise added to the
 output of the network's first layer, calibrated so that the randomized scores are
 (ε_r, δ_r)-DP with respect to input changes of size ≤ L (the attack norm bound). What differs
 is the calibration and the shape of the noise:
@@ -13,7 +13,7 @@ is the calibration and the shape of the noise:
 * **HGM** (Phan et al. 2019, Theorems 2–3, Eq. 6–8): the extended multiplier (any ε_r > 0)
   and heterogeneous noise N(0, σ² r_k) with a redistribution vector r (Σ r = K) computed from
   the forward derivative of a pre-trained model (Eq. 7, inflation rate β); the sensitivity
-  is the r-weighted Δ_r = ‖diag(r)^{-1/2} W‖ (:func:`dpaudit.noise.layer_sensitivity`).
+  is the r-weighted Δ_r = ‖diag(r)^{-1/2} W‖ (:func:`dpaudit.robustness.noise.layer_sensitivity`).
 * **Secure-SGD** (Phan et al. 2019, Algorithm 1): the HGM noise layer trained with DP-SGD
   (:func:`defenses.dpsgd.train_dpsgd`), so the record carries both the DP claim for the
   training data and the robustness parameters (ε_r, δ_r, L).
@@ -42,16 +42,23 @@ import numpy as np
 import torch
 from torch import nn
 
-from dpaudit import _validate as v
-from dpaudit.data import DatasetBundle, Splits
-from dpaudit.gaussian import calibrate_gaussian
-from dpaudit.noise import ATTACK_NORMS, NoiseLayer, SensitivityProjector, find_noise_layer, layer_sensitivity, redistribution_from_gradients
-from dpaudit.records import TrainedModel
-from dpaudit.seeding import numpy_rng, torch_generator
-from dpaudit.training import SGDConfig
 from defenses._common import config_dict, model_id_for
 from defenses.dpsgd import DPSGDConfig, plan_dpsgd, train_dpsgd
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
+from dpaudit import _validate as v
+from dpaudit.data import DatasetBundle, Splits
+from dpaudit.privacy.gaussian import calibrate_gaussian
+from dpaudit.results.record import TrainedModel
+from dpaudit.robustness.noise import (
+    ATTACK_NORMS,
+    NoiseLayer,
+    SensitivityProjector,
+    find_noise_layer,
+    layer_sensitivity,
+    redistribution_from_gradients,
+)
+from dpaudit.seeding import numpy_rng, torch_generator
+from dpaudit.training import SGDConfig
 
 __all__ = [
     "CERTIFIED_MECHANISMS",

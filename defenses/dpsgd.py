@@ -20,7 +20,7 @@ Learning with Differential Privacy" (CCS 2016):
 
 **Budget.** With ``target_epsilon`` and ``noise_multiplier`` set, the number of steps is the
 largest T whose ε (under ``accountant``, including DP-PCA) stays ≤ the target; it is computed
-once up front (:func:`dpaudit.accountants.calibrate_num_steps` or the same bisection on the
+once up front (:func:`dpaudit.privacy.accountants.calibrate_num_steps` or the same bisection on the
 composed event), and training stops there. With ``target_epsilon`` and no
 ``noise_multiplier``, σ is calibrated for ``epochs``. Otherwise σ and ``epochs`` are fixed.
 The record's claim is built from the steps actually taken (counted, not planned).
@@ -58,16 +58,22 @@ import torch
 from dp_accounting import dp_event as dpe
 from torch import nn
 
-from dpaudit import _validate as v
-from dpaudit.accountants import ACCOUNTANTS, calibrate_noise_multiplier, calibrate_num_steps, largest_num_steps, smallest_noise_multiplier
-from dpaudit.claims import DPClaim, dpsgd_claim
-from dpaudit.data import DatasetBundle, Splits
-from dpaudit.models import Projection, build_model
-from dpaudit.progress import Progress
-from dpaudit.records import TrainedModel
-from dpaudit.seeding import derive_seed, torch_generator
 from defenses._common import build_record
 from defenses.clipping import CLIPPING_METHODS, GradientClipper, clip_gradient
+from dpaudit import _validate as v
+from dpaudit.data import DatasetBundle, Splits
+from dpaudit.models import Projection, build_model
+from dpaudit.privacy.accountants import (
+    ACCOUNTANTS,
+    calibrate_noise_multiplier,
+    calibrate_num_steps,
+    largest_num_steps,
+    smallest_noise_multiplier,
+)
+from dpaudit.privacy.claims import DPClaim, dpsgd_claim
+from dpaudit.progress import Progress
+from dpaudit.results.record import TrainedModel
+from dpaudit.seeding import derive_seed, torch_generator
 
 __all__ = [
     "SAMPLING_MODES",
@@ -113,7 +119,7 @@ class DPSGDConfig:
         target_epsilon: privacy budget ε; with ``noise_multiplier`` set, train for as many
             steps as the budget allows (capped by ``epochs`` if that is set).
         delta: δ of the budget and of the reported ε.
-        accountant: accountant of the budget (one of ``dpaudit.accountants.ACCOUNTANTS``).
+        accountant: accountant of the budget (one of ``dpaudit.privacy.accountants.ACCOUNTANTS``).
         epochs: number of epochs (expected passes, 1/q steps each); in budget mode an
             optional cap. ``None`` means uncapped in budget mode, else ``DEFAULT_EPOCHS``.
         learning_rate: initial learning rate lr0.

@@ -13,14 +13,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpaudit.claims import NonPrivateClaim
+from defenses._common import build_record
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model
+from dpaudit.privacy.claims import NonPrivateClaim
 from dpaudit.progress import Progress
-from dpaudit.records import TrainedModel
+from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, torch_generator
 from dpaudit.training import SGDConfig, shuffled_batches
-from defenses._common import build_record
 
 __all__ = ["NonPrivateConfig", "train_nonprivate"]
 

@@ -39,8 +39,8 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
-from dpaudit.claims import DPClaim, dpsgd_claim
 from dpaudit.data import ArrayDataset
+from dpaudit.privacy.claims import DPClaim, dpsgd_claim
 from dpaudit.seeding import derive_seed, torch_generator
 
 __all__ = [

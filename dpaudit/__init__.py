@@ -1,9 +1,10 @@
 """dpaudit: an attack-and-audit evaluation suite for privacy-preserving deep learning.
 
-The core package: privacy claims and accountants (upper bounds), Gaussian calibrations,
-data, model zoo, records, run store and the command line. Defenses live in ``defenses``,
-attacks in ``attacks`` and rendering in ``reports``; the core imports none of them except
-in its application layer (``dpaudit.cli``), which wires them together.
+The core: :mod:`dpaudit.privacy` (claims, accountants, Gaussian calibrations, audit statistics),
+:mod:`dpaudit.robustness` (noise layer, Monte Carlo, certification), :mod:`dpaudit.results`
+(every result value and the model record, torch-free), :mod:`dpaudit.data`, the model zoo,
+weights and the run store. Defenses live in ``defenses``, attacks in ``attacks`` and rendering
+in ``reports``; only :mod:`dpaudit.app` imports them and wires them together.
 """
 
 __version__ = "0.1.0"

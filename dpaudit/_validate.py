@@ -13,6 +13,8 @@ import numbers
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 
 def _fmt(value: Any) -> str:
     return repr(value)
@@ -88,3 +90,44 @@ def mapping_with(name: str, value: Any, keys: Iterable[str]) -> Any:
     if missing:
         raise ValueError(f"{name} is missing keys {missing}")
     return value
+
+
+def id_array(name: str, values: Any) -> np.ndarray:
+    """A 1-D int64 array of sample ids; rejects floats, bools and non-numbers."""
+    if hasattr(values, "detach") and hasattr(values, "numpy"):  # a torch tensor, without importing torch
+        values = values.detach().cpu().numpy()
+    if isinstance(values, (str, bytes)) or isinstance(values, numbers.Number):
+        raise TypeError(f"{name} must be a 1-D sequence of integer sample ids, got {values!r}")
+    arr = np.asarray(values)
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integer sample ids, got dtype {arr.dtype} ({preview(arr)})")
+    return arr.astype(np.int64, copy=False)
+
+
+def all_unique(arr: np.ndarray) -> bool:
+    if arr.size < 2 or bool(np.all(arr[1:] > arr[:-1])):  # the usual case: increasing ids
+        return True
+    return np.unique(arr).size == arr.size
+
+
+def preview(arr: np.ndarray, k: int = 5) -> str:
+    items = arr[:k].tolist()
+    return repr(items)[:-1] + (", ...]" if arr.size > k else "]")
+
+
+def sorted_id_set(name: str, values: Any) -> np.ndarray:
+    """Validated, sorted, read-only int64 array of distinct non-negative sample ids."""
+    if isinstance(values, (list, tuple)) and any(isinstance(x, bool) for x in values):
+        raise TypeError(f"{name} must hold integer sample ids, got a bool")
+    arr = id_array(name, values)
+    if arr.size and arr.min() < 0:
+        raise ValueError(f"{name} must hold non-negative sample ids, got {int(arr.min())}")
+    if np.unique(arr).size != arr.size:
+        raise ValueError(f"{name} contains duplicate sample ids")
+    arr = np.sort(arr)
+    arr.flags.writeable = False
+    return arr

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
-from dpaudit.noise import add_noise_layer
+from dpaudit.robustness.noise import add_noise_layer
 
 __all__ = ["MODELS", "ModelSpec", "build_model", "Projection"]
 
@@ -161,7 +161,7 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, no
         name: one of :data:`MODELS`.
         input_shape: shape of one example, e.g. (1, 28, 28).
         num_classes: number of output logits.
-        noise_layer: wrap the first layer in a :class:`~dpaudit.noise.NoiseLayer` (PixelDP /
+        noise_layer: wrap the first layer in a :class:`~dpaudit.robustness.noise.NoiseLayer` (PixelDP /
             HGM; its σ starts at 0 and is set by the defense).
         **kwargs: architecture options of that model (e.g. ``pca_components`` for abadi-mnist).
 

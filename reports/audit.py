@@ -10,7 +10,7 @@ returns a figure; saving is left to :mod:`reports.render`. Shown:
   First Principles", §III: the low-FPR regime is what privacy is about);
 * for one-run audits, ε_LB against the number of guesses (Steinke, Nasr & Jagielski 2023, Fig. 2).
 
-Torch-free: it renders from a stored :class:`~dpaudit.audit.AuditResult` and ``scores.npz``.
+Torch-free: it renders from a stored :class:`~dpaudit.privacy.audit.AuditResult` and ``scores.npz``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure as MplFigure  # noqa: E402
 
-from dpaudit.audit import AuditResult  # noqa: E402
+from dpaudit.privacy.audit import AuditResult  # noqa: E402
 from reports.render import Banner, Figure, Section, Table, format_number  # noqa: E402
 
 __all__ = ["score_histogram", "roc_figure", "guess_curve_figure", "bounds_table", "audit_section", "split_scores"]

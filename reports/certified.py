@@ -30,8 +30,11 @@ import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure as MplFigure  # noqa: E402
 
-from dpaudit.certification import CertificationResult, load_certification_result  # noqa: E402
 from dpaudit.results import EvasionResult, load_evasion_result  # noqa: E402
+from dpaudit.robustness.certification import (  # noqa: E402
+    CertificationResult,
+    load_certification_result,
+)
 from dpaudit.store import atomic_write_text, read_json  # noqa: E402
 from reports.render import Banner, Figure, Section, Table, write_report  # noqa: E402
 

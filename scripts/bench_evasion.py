@@ -221,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
 def _certification_throughput(model: torch.nn.Module, model_name: str, bundle: Any, x: torch.Tensor, args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     """Draws per second of the Monte Carlo certifier on the same network with a noise layer."""
     from dpaudit.models import build_model
-    from dpaudit.montecarlo import sample_scores
-    from dpaudit.noise import find_noise_layer
+    from dpaudit.robustness.montecarlo import sample_scores
+    from dpaudit.robustness.noise import find_noise_layer
 
     noisy = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, noise_layer=True)
     state = model.state_dict()

@@ -42,8 +42,9 @@ from defenses import DEFENSES
 from defenses.nonprivate import NonPrivateConfig
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.executors import Job, LocalExecutor, make_executor
-from dpaudit.records import RECORD_FILE, load_model, load_record, save_record
+from dpaudit.results.record import RECORD_FILE, load_record
 from dpaudit.store import RunDir, atomic_write_json
+from dpaudit.weights import load_model, save_record
 from reports.membership import write_membership_report
 
 

@@ -43,9 +43,13 @@ import torch  # noqa: E402
 
 from defenses.dpsgd import DPSGDConfig, train_dpsgd  # noqa: E402
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate  # noqa: E402
-from dpaudit.store import to_jsonable  # noqa: E402
-from dpaudit.accountants import ACCOUNTANTS, compute_epsilon, sampled_gaussian_event  # noqa: E402
 from dpaudit.data import load_dataset, make_splits  # noqa: E402
+from dpaudit.privacy.accountants import (  # noqa: E402
+    ACCOUNTANTS,
+    compute_epsilon,
+    sampled_gaussian_event,
+)
+from dpaudit.store import to_jsonable  # noqa: E402
 from dpaudit.training import evaluate, resolve_device  # noqa: E402
 
 DELTA = 1e-5

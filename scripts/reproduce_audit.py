@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dpaudit.runner import run_audit  # noqa: E402
+from dpaudit.app.runs.audit import run_audit  # noqa: E402
 from dpaudit.store import atomic_write_json  # noqa: E402
 
 TARGETS = (1.0, 2.0, 4.0)

@@ -42,11 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from defenses import DEFENSES  # noqa: E402
 from defenses._common import model_id_for  # noqa: E402
-from dpaudit.cli_certify import certify_record  # noqa: E402
+from dpaudit.app.runs.certify import certify_record  # noqa: E402
 from dpaudit.data import load_dataset, make_splits  # noqa: E402
-from dpaudit.records import RECORD_FILE, load_record, save_record  # noqa: E402
+from dpaudit.results.record import RECORD_FILE, load_record  # noqa: E402
 from dpaudit.store import RunDir, atomic_write_json, to_jsonable  # noqa: E402
 from dpaudit.training import resolve_device  # noqa: E402
+from dpaudit.weights import save_record  # noqa: E402
 
 QUICK = dict(dataset="digits", model="hgm-cnn", num_members=1200, epochs=15, dp_epochs=15, batch_size=32, lot_size=64, draws=300,
              num_examples=100, epsilons=(8.0,), sizes=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3), learning_rate=0.05, eot_samples=2, pretrain_epochs=2, noise_ramp=0.1)

@@ -1,4 +1,4 @@
-"""Tests for dpaudit.accountants: golden numbers, cross-checks against independent
+"""Tests for dpaudit.privacy.accountants: golden numbers, cross-checks against independent
 implementations (Opacus, dp_accounting, a reference moments accountant written here, numerical
 integration), calibration properties and bad-input contracts.
 
@@ -23,8 +23,8 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpaudit import accountants as acc
-from dpaudit import gaussian
+from dpaudit.privacy import accountants as acc
+from dpaudit.privacy import gaussian
 
 pytestmark = [
     # The optimum sitting at an end of the order grid is expected for some grid cells.

@@ -18,10 +18,18 @@ import pytest
 import torch
 from torch import nn
 
-from dpaudit.audit import AuditResult, audit_from_one_run, audit_from_scores, composed_gdp_epsilon, gaussian_step_claim, load_audit_result, save_audit_result
-from dpaudit.claims import dpsgd_claim
 from dpaudit.data import ArrayDataset
-from dpaudit.gaussian import gaussian_epsilon
+from dpaudit.privacy.audit import (
+    AuditResult,
+    audit_from_one_run,
+    audit_from_scores,
+    composed_gdp_epsilon,
+    gaussian_step_claim,
+    load_audit_result,
+    save_audit_result,
+)
+from dpaudit.privacy.claims import dpsgd_claim
+from dpaudit.privacy.gaussian import gaussian_epsilon
 
 ROOT = Path(__file__).resolve().parents[1]
 DELTA = 1e-5
@@ -67,7 +75,7 @@ def test_audit_from_scores_and_one_run_keep_estimates_apart():
 
 
 def test_composed_estimate_matches_clt_formula():
-    from dpaudit.gaussian import gdp_epsilon
+    from dpaudit.privacy.gaussian import gdp_epsilon
 
     mu = 0.01 * math.sqrt(1000 * math.expm1(1.0))
     assert composed_gdp_epsilon(mu_step=1.0, sampling_rate=0.01, num_steps=1000, delta=DELTA) == pytest.approx(gdp_epsilon(mu=mu, delta=DELTA))
@@ -191,12 +199,12 @@ def test_multi_run_and_one_run_flag_a_memoriser(tmp_path):
 
 # ----------------------------------------------------------------------------- CLI
 def _cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "dpaudit.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+    return subprocess.run([sys.executable, "-m", "dpaudit.app.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
 
 
 def _main(capsys, *args):
     """The CLI in this process (saves the interpreter start-up of a subprocess)."""
-    from dpaudit.cli import main
+    from dpaudit.app.cli import main
 
     capsys.readouterr()
     code = main(list(args))

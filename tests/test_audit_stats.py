@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from dpaudit.audit_stats import (
+from dpaudit.privacy.audit_stats import (
     bound_from_scores,
     clopper_pearson_upper,
     epsilon_lb_from_counts,
@@ -15,7 +15,7 @@ from dpaudit.audit_stats import (
     one_run_epsilon_lb,
     point_estimate,
 )
-from dpaudit.gaussian import gdp_epsilon
+from dpaudit.privacy.gaussian import gdp_epsilon
 
 
 @pytest.mark.parametrize("n, ceiling", [(100, 3.28), (500, 4.91), (1000, 5.60), (5000, 7.21), (10_000, 7.90), (100_000, 10.21)])

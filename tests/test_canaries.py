@@ -7,7 +7,14 @@ import pytest
 import torch
 from torch import nn
 
-from attacks.canaries import DiracCanary, clipbkd_canaries, find_dirac_coordinate, loss_scores, mislabelled_canaries, with_canaries
+from attacks.canaries import (
+    DiracCanary,
+    clipbkd_canaries,
+    find_dirac_coordinate,
+    loss_scores,
+    mislabelled_canaries,
+    with_canaries,
+)
 from dpaudit.data import ArrayDataset, load_dataset
 
 

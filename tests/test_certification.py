@@ -1,4 +1,4 @@
-"""Tests for dpaudit.certification: golden numbers (certified.md §1, §3; accounting.md §5),
+"""Tests for dpaudit.robustness.certification: golden numbers (certified.md §1, §3; accounting.md §5),
 a scalar reference for the vectorised certified-size search, monotonicity and coverage
 properties, the result value's contract and bad-input errors."""
 
@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import optimize, stats
 
-from dpaudit import certification as c
-from dpaudit.gaussian import analytic_sigma, classical_sigma, extended_sigma
+from dpaudit.privacy.gaussian import analytic_sigma, classical_sigma, extended_sigma
+from dpaudit.robustness import certification as c
 
 PROPS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -507,5 +507,5 @@ def test_soundness_violations_flags_a_planted_violation():
 
 
 def test_module_does_not_import_torch():
-    code = "import sys, dpaudit.certification; sys.exit('torch' in sys.modules)"
+    code = "import sys, dpaudit.robustness.certification; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

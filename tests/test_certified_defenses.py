@@ -13,12 +13,13 @@ import pytest
 from defenses import DEFENSES
 from defenses import certified as cert_mod
 from defenses.certified import AGMConfig, HGMConfig, PixelDPConfig, SecureSGDConfig
-from dpaudit.claims import DPClaim, NonPrivateClaim
-from dpaudit.cli import main
+from dpaudit.app.cli import main
 from dpaudit.data import load_dataset, make_splits
-from dpaudit.gaussian import analytic_sigma, classical_sigma, extended_sigma
-from dpaudit.noise import find_noise_layer, layer_sensitivity
-from dpaudit.records import load_model, load_record, save_record
+from dpaudit.privacy.claims import DPClaim, NonPrivateClaim
+from dpaudit.privacy.gaussian import analytic_sigma, classical_sigma, extended_sigma
+from dpaudit.results.record import load_record
+from dpaudit.robustness.noise import find_noise_layer, layer_sensitivity
+from dpaudit.weights import load_model, save_record
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,10 @@ def test_train_certify_report_end_to_end(tmp_path: Path, capsys: pytest.CaptureF
     assert code == 0 and rep["report"] == str(report)
 
     # A planted over-claiming certificate is flagged by the report (exit 3).
-    from dpaudit.certification import load_certification_result, save_certification_result
+    from dpaudit.robustness.certification import (
+        load_certification_result,
+        save_certification_result,
+    )
 
     own = load_certification_result(result_dir / "certify-pixeldp.json")
     inflated = dataclasses.replace(own, predictions=np.asarray(own.labels), radii=np.full(len(own.labels), 10.0))

@@ -8,8 +8,9 @@ import sys
 import pytest
 import torch
 
-from dpaudit.cli import main
-from dpaudit.records import load_model, load_record
+from dpaudit.app.cli import main
+from dpaudit.results.record import load_record
+from dpaudit.weights import load_model
 
 
 def run(capsys, *argv):
@@ -202,7 +203,7 @@ def test_train_runtime_errors_exit_2_with_one_line(capsys, tmp_path):
 
 
 def test_console_script_runs_as_a_process():
-    proc = subprocess.run([sys.executable, "-m", "dpaudit.cli", "epsilon", "--sampling-rate", "0.5", "--noise-multiplier", "1", "--steps", "1", "--delta", "2"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "dpaudit.app.cli", "epsilon", "--sampling-rate", "0.5", "--noise-multiplier", "1", "--steps", "1", "--delta", "2"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--delta" in proc.stderr and "Traceback" not in proc.stderr
 
 

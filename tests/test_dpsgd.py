@@ -26,10 +26,10 @@ from defenses.dpsgd import (
     poisson_lot,
     train_dpsgd,
 )
-from dpaudit.accountants import sampled_gaussian_event
-from dpaudit.claims import DPClaim, dpsgd_claim
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.models import Projection
+from dpaudit.privacy.accountants import sampled_gaussian_event
+from dpaudit.privacy.claims import DPClaim, dpsgd_claim
 
 # ----------------------------------------------------------------------------- clipping
 

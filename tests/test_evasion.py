@@ -27,8 +27,8 @@ from attacks.evasion import (
 )
 from dpaudit.data import load_dataset
 from dpaudit.models import build_model
-from dpaudit.noise import find_noise_layer
 from dpaudit.results import EvasionResult, load_evasion_result, save_evasion_result
+from dpaudit.robustness.noise import find_noise_layer
 
 RADII = {"linf": [0.0, 0.05, 0.1, 0.3], "l2": [0.0, 0.5, 1.0, 3.0]}
 NORMS = ("linf", "l2")

@@ -7,8 +7,14 @@ import torch
 
 from attacks.shadows import ShadowTraining, ensure_shadows, plan_shadows
 from dpaudit.data import load_dataset, make_splits
-from dpaudit.executors import Job, LocalExecutor, RayExecutor, SerialExecutor, make_executor
-from dpaudit.records import Membership, TrainedModel
+from dpaudit.executors import (
+    Job,
+    LocalExecutor,
+    RayExecutor,
+    SerialExecutor,
+    make_executor,
+)
+from dpaudit.results.record import Membership, TrainedModel
 from dpaudit.seeding import derive_seed
 
 

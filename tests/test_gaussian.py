@@ -1,4 +1,4 @@
-"""Tests for dpaudit.gaussian: golden numbers (accounting.md §5, §6), the exact privacy curve
+"""Tests for dpaudit.privacy.gaussian: golden numbers (accounting.md §5, §6), the exact privacy curve
 against independent evaluations, calibration properties and bad-input contracts."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from dpaudit import gaussian as g
+from dpaudit.privacy import gaussian as g
 
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

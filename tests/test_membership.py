@@ -29,11 +29,15 @@ from attacks.membership import (
 )
 from attacks.shadows import ShadowTraining, plan_shadows, shadow_dir, train_shadow
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
-from dpaudit.audit_stats import bound_from_scores
-from dpaudit.cli import main
+from dpaudit.app.cli import main
 from dpaudit.data import load_dataset, make_splits
-from dpaudit.records import save_record
-from dpaudit.results import MembershipResult, load_membership_result, save_membership_result
+from dpaudit.privacy.audit_stats import bound_from_scores
+from dpaudit.results import (
+    MembershipResult,
+    load_membership_result,
+    save_membership_result,
+)
+from dpaudit.weights import save_record
 
 NUM_SHADOWS = 8
 
@@ -147,7 +151,7 @@ def test_bad_attack_arguments_name_argument_and_value(target):
 def test_offline_attack_without_population_is_a_clear_error(target):
     import dataclasses
 
-    from dpaudit.records import Membership
+    from dpaudit.results.record import Membership
 
     m = target["record"].membership
     bare = dataclasses.replace(target["record"], membership=Membership(members=m.members, non_members=m.non_members))

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from dpaudit.models import build_model
-from dpaudit.montecarlo import sample_scores
-from dpaudit.noise import (
+from dpaudit.robustness.montecarlo import sample_scores
+from dpaudit.robustness.noise import (
     ATTACK_NORMS,
     NoiseLayer,
     SensitivityProjector,

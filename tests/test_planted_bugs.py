@@ -67,7 +67,7 @@ def test_correct_loop_never_flagged(seed, score, extra, n, digits, tmp_path):
 def test_suite_dpsgd_never_flagged(seed, score, q, n, digits, tmp_path):
     """The suite's DP-SGD under the same audits as the planted bugs (σ = 4, C = 5)."""
     from defenses.dpsgd import DPSGDConfig
-    from dpaudit.runner import DPSGDTrainer
+    from dpaudit.app.runs.audit import DPSGDTrainer
 
     data = digits.subset(digits.ids[:n].numpy())
     config = DPSGDConfig(noise_multiplier=4.0, clip_norm=5.0, sampling_rate=q, expected_lot_size=q * n, epochs=300 * q if q < 1 else 300, learning_rate=0.1)

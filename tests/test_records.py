@@ -8,20 +8,28 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit.claims import NonPrivateClaim, dpsgd_claim
 from dpaudit.models import build_model
-from dpaudit.records import (
+from dpaudit.privacy.claims import NonPrivateClaim, dpsgd_claim
+from dpaudit.results.record import (
     Membership,
     TrainedModel,
+    load_record,
+    resolve_record_dir,
+)
+from dpaudit.store import (
+    RunDir,
+    atomic_save_npz,
+    atomic_write_json,
+    load_npz,
+    read_json,
+)
+from dpaudit.weights import (
     UnsafeWeightsError,
     load_external_model,
     load_model,
-    load_record,
     load_weights,
-    resolve_record_dir,
     save_record,
 )
-from dpaudit.store import RunDir, atomic_save_npz, atomic_write_json, load_npz, read_json
 
 
 def _record(model_id="m1", claim=None):

@@ -22,6 +22,14 @@ from typing import Any
 import numpy as np
 
 from dpaudit import _validate as v
+from dpaudit.app.common import (
+    EXIT_OK,
+    UsageError,
+    arg,
+    delta_type,
+    emit,
+    seed_type,
+)
 
 __all__ = ["register"]
 
@@ -32,11 +40,11 @@ def _attacks_module() -> Any:
     return membership
 
 
-def _int_at_least(name: str, minimum: int, shared: dict[str, Any]) -> Any:
-    return shared["arg"](name, lambda n, x: v.integer(n, x, minimum=minimum), int)
+def _int_at_least(name: str, minimum: int) -> Any:
+    return arg(name, lambda n, x: v.integer(n, x, minimum=minimum), int)
 
 
-def register(sub: argparse._SubParsersAction, shared: dict[str, Any]) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``attack`` (with ``membership``) to the ``dpaudit`` parser."""
     from dpaudit.data import DATASETS
     from dpaudit.executors import EXECUTORS
@@ -63,25 +71,25 @@ def register(sub: argparse._SubParsersAction, shared: dict[str, Any]) -> None:
     m.add_argument("--member-ids", metavar="FILE", help="external model: JSON list or .npy of the training sample ids")
     m.add_argument("--non-member-ids", metavar="FILE", help="external model: held-out ids (default: as many unused training ids)")
     m.add_argument("--attack", action="append", choices=attack_names, required=True, help="attack to run (repeatable; 'all' for every attack)")
-    m.add_argument("--shadows", type=_int_at_least("--shadows", 1, shared), default=16, metavar="N", help="shadow models for shadow/lira/lira-offline (default 16)")
-    m.add_argument("--references", type=_int_at_least("--references", 1, shared), metavar="R", help="reference models for RMIA (default: --shadows)")
+    m.add_argument("--shadows", type=_int_at_least("--shadows", 1), default=16, metavar="N", help="shadow models for shadow/lira/lira-offline (default 16)")
+    m.add_argument("--references", type=_int_at_least("--references", 1), metavar="R", help="reference models for RMIA (default: --shadows)")
     m.add_argument("--executor", choices=EXECUTORS, default="local", help="where shadow models train: local process pool (default), ray, or serial (in-process)")
-    m.add_argument("--workers", type=_int_at_least("--workers", 1, shared), metavar="W", help="parallel workers (default: CPU count)")
+    m.add_argument("--workers", type=_int_at_least("--workers", 1), metavar="W", help="parallel workers (default: CPU count)")
     m.add_argument("--address", metavar="ADDR", help="Ray cluster address (with --executor ray; default: start a local Ray)")
-    m.add_argument("--num-queries", type=_int_at_least("--num-queries", 1, shared), metavar="N", help="query augmentations per example for LiRA/RMIA (default: 2 where mirroring/shifts apply, else 1)")
-    m.add_argument("--num-samples", type=_int_at_least("--num-samples", 1, shared), metavar="N", help="score at most N members and N non-members (seeded subsample)")
-    m.add_argument("--num-population", type=_int_at_least("--num-population", 1, shared), default=1000, metavar="N", help="RMIA population samples z (default 1000)")
-    m.add_argument("--gamma", type=shared["arg"]("--gamma", v.positive), default=1.0, help="RMIA likelihood-ratio threshold (default 1)")
-    m.add_argument("--offline-a", type=shared["arg"]("--offline-a", _unit_closed), metavar="A", help="RMIA offline a in [0, 1] (default: tuned on the references)")
-    m.add_argument("--shadow-epochs", type=_int_at_least("--shadow-epochs", 1, shared), metavar="E", help="shadow training epochs (default: the target's)")
-    m.add_argument("--seed", type=shared["seed"], default=0, help="root seed (default 0)")
-    m.add_argument("--delta", type=shared["delta"], default=1e-5, help="delta of the epsilon lower bound (default 1e-5)")
+    m.add_argument("--num-queries", type=_int_at_least("--num-queries", 1), metavar="N", help="query augmentations per example for LiRA/RMIA (default: 2 where mirroring/shifts apply, else 1)")
+    m.add_argument("--num-samples", type=_int_at_least("--num-samples", 1), metavar="N", help="score at most N members and N non-members (seeded subsample)")
+    m.add_argument("--num-population", type=_int_at_least("--num-population", 1), default=1000, metavar="N", help="RMIA population samples z (default 1000)")
+    m.add_argument("--gamma", type=arg("--gamma", v.positive), default=1.0, help="RMIA likelihood-ratio threshold (default 1)")
+    m.add_argument("--offline-a", type=arg("--offline-a", _unit_closed), metavar="A", help="RMIA offline a in [0, 1] (default: tuned on the references)")
+    m.add_argument("--shadow-epochs", type=_int_at_least("--shadow-epochs", 1), metavar="E", help="shadow training epochs (default: the target's)")
+    m.add_argument("--seed", type=seed_type, default=0, help="root seed (default 0)")
+    m.add_argument("--delta", type=delta_type, default=1e-5, help="delta of the epsilon lower bound (default 1e-5)")
     m.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory (results, shadow cache, report)")
     m.add_argument("--data-root", metavar="DIR", help="data root (default: $DPAUDIT_DATA_ROOT or ~/.dpaudit/data)")
     m.add_argument("--device", default="cpu", help="cpu (default), auto or cuda[:N], for shadow training and inference")
     m.add_argument("--quiet", action="store_true", help="no progress on stderr")
     m.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    m.set_defaults(func=lambda args: _cmd_membership(args, shared))
+    m.set_defaults(func=lambda args: _cmd_membership(args))
 
 
 def _unit_closed(name: str, value: Any) -> float:
@@ -109,10 +117,11 @@ def _read_ids(flag: str, path: str) -> np.ndarray:
 
 
 def _external_target(args: argparse.Namespace, UsageError: type) -> tuple[Any, Any, Any]:
-    from dpaudit.claims import NonPrivateClaim
     from dpaudit.data import load_dataset
-    from dpaudit.records import Membership, TrainedModel, load_external_model
+    from dpaudit.privacy.claims import NonPrivateClaim
+    from dpaudit.results.record import Membership, TrainedModel
     from dpaudit.seeding import numpy_rng
+    from dpaudit.weights import load_external_model
 
     missing = [f for f, val in (("--weights", args.weights), ("--dataset", args.dataset), ("--member-ids", args.member_ids)) if val is None]
     if missing:
@@ -147,14 +156,14 @@ def _external_target(args: argparse.Namespace, UsageError: type) -> tuple[Any, A
     return record, model, bundle
 
 
-def _cmd_membership(args: argparse.Namespace, shared: dict[str, Any]) -> int:
+def _cmd_membership(args: argparse.Namespace) -> int:
     from dpaudit.data import load_dataset
     from dpaudit.executors import make_executor
-    from dpaudit.records import load_model, load_record, resolve_record_dir
+    from dpaudit.results.record import load_record, resolve_record_dir
     from dpaudit.store import RunDir
     from dpaudit.training import resolve_device
+    from dpaudit.weights import load_model
 
-    UsageError = shared["UsageError"]
     if (args.target is None) == (args.model_fn is None):
         raise UsageError("give exactly one of --target PATH or --model-fn MODULE:FUNCTION (with --weights, --dataset, --member-ids)")
     if args.address is not None and args.executor != "ray":
@@ -207,5 +216,5 @@ def _cmd_membership(args: argparse.Namespace, shared: dict[str, Any]) -> int:
             f"{s['tpr_at_fpr']['0.01']:7.4f} {s['epsilon_lb']:7.3f}"
         )
     lines.append(f"  results: {result_dir}\n  report: {report}")
-    shared["emit"](args, payload, "\n".join(lines))
-    return shared["EXIT_OK"]
+    emit(args, payload, "\n".join(lines))
+    return EXIT_OK

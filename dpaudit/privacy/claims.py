@@ -25,7 +25,11 @@ import attr
 from dp_accounting import dp_event as dpe
 
 from dpaudit import _validate as v
-from dpaudit.accountants import ACCOUNTANTS, compute_epsilon, sampled_gaussian_event
+from dpaudit.privacy.accountants import (
+    ACCOUNTANTS,
+    compute_epsilon,
+    sampled_gaussian_event,
+)
 
 __all__ = [
     "PrivacyClaim",

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
-from dpaudit.noise import NoiseLayer, find_noise_layer
 from dpaudit.progress import Progress
+from dpaudit.robustness.noise import NoiseLayer, find_noise_layer
 from dpaudit.seeding import torch_generator
 
 __all__ = ["MonteCarloScores", "sample_scores"]

@@ -1,9 +1,9 @@
 """Audit results: an empirical lower bound ε_LB set against the claim's upper bound ε_UB.
 
 An audit plays a distinguishing game (audit.md §1): a canary is IN or OUT, an attack scores
-it, and the scores give ε_LB at a stated confidence (:mod:`dpaudit.audit_stats`). This module
+it, and the scores give ε_LB at a stated confidence (:mod:`dpaudit.privacy.audit_stats`). This module
 holds the value that carries the outcome, :class:`AuditResult`, and the torch-free helpers
-that turn scores and a :class:`~dpaudit.claims.PrivacyClaim` into one:
+that turn scores and a :class:`~dpaudit.privacy.claims.PrivacyClaim` into one:
 
 * :func:`audit_from_scores` — IN/OUT observations (multi-run and white-box games), bounded by
   Clopper–Pearson (Kairouz, Oh & Viswanath 2015, Thm 2.1) or the Gaussian-DP estimator of
@@ -36,19 +36,19 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.store import freeze as _freeze
-from dpaudit.store import thaw as _thaw
 from dpaudit import _validate as v
-from dpaudit.accountants import ACCOUNTANTS
-from dpaudit.audit_stats import (
+from dpaudit.privacy.accountants import ACCOUNTANTS
+from dpaudit.privacy.audit_stats import (
     THRESHOLD_STRATEGIES,
     bound_from_scores,
     one_run_bound_from_scores,
     point_estimate,
 )
-from dpaudit.claims import DPClaim, PrivacyClaim
-from dpaudit.gaussian import gdp_epsilon
+from dpaudit.privacy.claims import DPClaim, PrivacyClaim
+from dpaudit.privacy.gaussian import gdp_epsilon
 from dpaudit.store import SCHEMA_VERSION, atomic_write_json, read_json
+from dpaudit.store import freeze as _freeze
+from dpaudit.store import thaw as _thaw
 
 __all__ = [
     "AUDIT_METHODS",
@@ -373,7 +373,7 @@ def one_run_curve(scores: np.ndarray, included: np.ndarray, *, delta: float, con
     For plotting ε_LB against the number of guesses; each point is valid alone, the curve's
     maximum is not (it would need the Bonferroni factor the headline bound pays).
     """
-    from dpaudit.audit_stats import one_run_epsilon_lb
+    from dpaudit.privacy.audit_stats import one_run_epsilon_lb
 
     m = scores.size
     order = np.argsort(-scores, kind="stable")

@@ -28,7 +28,7 @@ import numpy as np
 from scipy import stats
 
 from dpaudit import _validate as v
-from dpaudit.gaussian import gdp_epsilon
+from dpaudit.privacy.gaussian import gdp_epsilon
 
 __all__ = [
     "THRESHOLD_STRATEGIES",

@@ -38,9 +38,9 @@ import numpy as np
 from scipy import special, stats
 
 from dpaudit import _validate as v
-from dpaudit.gaussian import calibrate_gaussian
-from dpaudit.store import load_result_files, safe_stem, save_result_files
+from dpaudit.privacy.gaussian import calibrate_gaussian
 from dpaudit.store import freeze as _freeze
+from dpaudit.store import load_result_files, safe_stem, save_result_files
 from dpaudit.store import thaw as _thaw
 
 __all__ = [
@@ -78,7 +78,7 @@ CERTIFICATION_SCHEMA_VERSION = 1
 DEFAULT_DELTA_GRID = np.arange(1, 300) / 1000.0
 DEFAULT_DELTA_GRID.flags.writeable = False
 
-# Theorem 2 of Phan et al. needs δ ≤ 0.484 (accounting.md §5); mirrors dpaudit.gaussian.
+# Theorem 2 of Phan et al. needs δ ≤ 0.484 (accounting.md §5); mirrors dpaudit.privacy.gaussian.
 _EGM_MAX_DELTA = 0.484
 _DEFAULT_TOLERANCE = {"exact": 1e-6, "pixeldp": 1e-3}
 _ARRAYS = ("labels", "predictions", "radii")
@@ -150,7 +150,7 @@ def noise_multiplier(mechanism: str, *, epsilon: float, delta: float) -> float:
         delta: δ in (0, 1) (≤ 0.484 for ``"extended"``).
 
     Returns:
-        σ of the calibration at sensitivity 1 (:func:`dpaudit.gaussian.calibrate_gaussian`).
+        σ of the calibration at sensitivity 1 (:func:`dpaudit.privacy.gaussian.calibrate_gaussian`).
 
     Raises:
         ValueError: unknown mechanism or (ε, δ) outside the calibration's validity.

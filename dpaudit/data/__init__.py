@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from dpaudit import _validate as v
+from dpaudit._validate import sorted_id_set
 
 __all__ = [
     "sorted_id_set",
@@ -139,33 +140,6 @@ def _not_found(name: str, root: Path, expected: str, *, download: bool = False) 
 # ----------------------------------------------------------------------------- containers
 
 
-def _id_array(name: str, values: Any) -> np.ndarray:
-    """A 1-D int64 array of sample ids; rejects floats, bools and non-numbers."""
-    if isinstance(values, torch.Tensor):
-        values = values.detach().cpu().numpy()
-    if isinstance(values, (str, bytes)) or isinstance(values, numbers.Number):
-        raise TypeError(f"{name} must be a 1-D sequence of integer sample ids, got {values!r}")
-    arr = np.asarray(values)
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integer sample ids, got dtype {arr.dtype} ({_preview(arr)})")
-    return arr.astype(np.int64, copy=False)
-
-
-def _all_unique(arr: np.ndarray) -> bool:
-    if arr.size < 2 or bool(np.all(arr[1:] > arr[:-1])):  # the usual case: increasing ids
-        return True
-    return np.unique(arr).size == arr.size
-
-
-def _preview(arr: np.ndarray, k: int = 5) -> str:
-    items = arr[:k].tolist()
-    return repr(items)[:-1] + (", ...]" if arr.size > k else "]")
-
-
 class ArrayDataset(torch.utils.data.Dataset):
     """An in-memory labelled dataset whose samples carry stable integer ids.
 
@@ -223,10 +197,10 @@ class ArrayDataset(torch.utils.data.Dataset):
             raise ValueError(
                 f"labels must lie in [0, {num_classes}), got range [{int(labels_t.min())}, {int(labels_t.max())}]"
             )
-        ids_np = _id_array("ids", ids)
+        ids_np = v.id_array("ids", ids)
         if ids_np.shape != (n,):
             raise ValueError(f"ids must have shape ({n},), got {ids_np.shape}")
-        if not _all_unique(ids_np):
+        if not v.all_unique(ids_np):
             raise ValueError("ids must be unique")
         self._name = name
         self._features = features
@@ -306,7 +280,7 @@ class ArrayDataset(torch.utils.data.Dataset):
         """
         if isinstance(ids, Iterable) and not isinstance(ids, (np.ndarray, torch.Tensor, Sequence, str, bytes)):
             ids = list(ids)  # generators, sets, dict views
-        wanted = _id_array("ids", ids)
+        wanted = v.id_array("ids", ids)
         if self._id_index is None:
             own = self._ids.numpy()
             order = np.argsort(own, kind="stable")
@@ -343,7 +317,7 @@ class ArrayDataset(torch.utils.data.Dataset):
             ValueError: an id is unknown or repeated.
         """
         pos = self.positions(ids)
-        if not _all_unique(pos):
+        if not v.all_unique(pos):
             raise ValueError("ids must not repeat a sample id")
         index = torch.from_numpy(pos)
         return ArrayDataset(
@@ -1184,20 +1158,6 @@ def dataset_info(*, data_root: str | os.PathLike[str] | None = None) -> list[Dat
 # ----------------------------------------------------------------------------- splits
 
 
-def sorted_id_set(name: str, values: Any) -> np.ndarray:
-    """Validated, sorted, read-only int64 array of distinct non-negative sample ids."""
-    if isinstance(values, (list, tuple)) and any(isinstance(x, bool) for x in values):
-        raise TypeError(f"{name} must hold integer sample ids, got a bool")
-    arr = _id_array(name, values)
-    if arr.size and arr.min() < 0:
-        raise ValueError(f"{name} must hold non-negative sample ids, got {int(arr.min())}")
-    if np.unique(arr).size != arr.size:
-        raise ValueError(f"{name} contains duplicate sample ids")
-    arr = np.sort(arr)
-    arr.flags.writeable = False
-    return arr
-
-
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Splits:
     """Membership ground truth over a dataset's sample ids.
@@ -1232,7 +1192,7 @@ class Splits:
             raise TypeError(f"dataset must be a non-empty string, got {self.dataset!r}")
         object.__setattr__(self, "seed", v.integer("seed", self.seed, minimum=0))
         for name in _SPLIT_FIELDS:
-            object.__setattr__(self, name, sorted_id_set(name, getattr(self, name)))
+            object.__setattr__(self, name, v.sorted_id_set(name, getattr(self, name)))
         for i, a in enumerate(_SPLIT_FIELDS):
             for b in _SPLIT_FIELDS[i + 1 :]:
                 overlap = np.intersect1d(getattr(self, a), getattr(self, b))
@@ -1345,3 +1305,4 @@ def make_splits(
         population=perm[num_members + num_non_members :],
         test=bundle.test.ids.numpy(),
     )
+

@@ -1,6 +1,6 @@
 """The audit runner: the application layer that wires defenses, canaries and audit games.
 
-Part of the application layer (DESIGN.md, "Import rule"), like :mod:`dpaudit.cli`: it may
+Part of the application layer (DESIGN.md, "Import rule"), like :mod:`dpaudit.app.cli`: it may
 import ``defenses``, ``attacks`` and ``reports``; the rest of the core may not. It turns the
 options of ``dpaudit audit`` (or of ``scripts/reproduce_audit.py``) into
 
@@ -8,7 +8,7 @@ options of ``dpaudit audit`` (or of ``scripts/reproduce_audit.py``) into
   or any third-party ``train(dataset, *, seed) -> nn.Module`` given as ``module:function``
   or ``path/to/file.py:function`` (:func:`resolve_train_fn`);
 * the claim it is audited against — DP-SGD's own claim, or one given on the command line or
-  as a claim JSON (:func:`dpaudit.claims.claim_from_dict`);
+  as a claim JSON (:func:`dpaudit.privacy.claims.claim_from_dict`);
 * canaries (:mod:`attacks.canaries`) and one of the games of :mod:`attacks.audit_procedures`;
 
 and writes the result and its report under ``RUN_DIR/audits/<name>/`` and
@@ -32,10 +32,10 @@ import numpy as np
 from torch import nn
 
 from dpaudit import _validate as v
-from dpaudit.audit import AuditResult
-from dpaudit.claims import PrivacyClaim, dpsgd_claim
+from dpaudit.privacy.audit import AuditResult
+from dpaudit.privacy.claims import PrivacyClaim, dpsgd_claim
 from dpaudit.data import ArrayDataset, DatasetBundle, Splits, load_dataset, make_splits
-from dpaudit.records import callable_attribute, import_callable
+from dpaudit.weights import callable_attribute, import_callable
 from dpaudit.store import RunDir, to_jsonable
 
 __all__ = [
@@ -246,7 +246,7 @@ def run_audit(
     """
     from attacks import audit_procedures as ap
     from attacks.canaries import clipbkd_canaries, mislabelled_canaries
-    from dpaudit.accountants import calibrate_noise_multiplier
+    from dpaudit.privacy.accountants import calibrate_noise_multiplier
 
     threat = v.choice("threat", threat, THREATS)
     if name is not None and not (isinstance(name, str) and name.replace("-", "").replace("_", "").replace(".", "").isalnum() and not name.startswith(".")):
@@ -277,7 +277,7 @@ def run_audit(
         if noise_multiplier is None:
             eps = v.positive("epsilon", epsilon)
             if threat == "white-box":
-                from dpaudit.gaussian import analytic_sigma
+                from dpaudit.privacy.gaussian import analytic_sigma
 
                 noise_multiplier = analytic_sigma(epsilon=eps, delta=delta)
             else:

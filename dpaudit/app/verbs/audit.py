@@ -1,7 +1,7 @@
 """``dpaudit audit``: empirical ε lower bounds set against a training's claimed ε.
 
 Part of the application layer (DESIGN.md, "Import rule"); the work is done by
-:func:`dpaudit.runner.run_audit`. Games (audit.md §3–5): black-box ``multi-run`` (R trainings
+:func:`dpaudit.app.runs.audit.run_audit`. Games (audit.md §3–5): black-box ``multi-run`` (R trainings
 with and R without a canary), black-box ``one-run`` (m canaries in one training; Steinke,
 Nasr & Jagielski 2023) and ``white-box`` per-step Dirac-canary audits of DP-SGD (Nasr et al.
 2021, 2023), whose compared claim is one un-sampled Gaussian step.
@@ -16,49 +16,58 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit import _validate as v
+from dpaudit.app.common import (
+    EXIT_OK,
+    EXIT_VIOLATION,
+    UsageError,
+    arg,
+    delta_type,
+    emit,
+    fmt_eps,
+    seed_type,
+)
 
 __all__ = ["register"]
 
 
-def _claim_from_args(args: argparse.Namespace, shared: dict[str, Any]) -> Any:
-    from dpaudit.claims import claim_from_dict, dpsgd_claim
+def _claim_from_args(args: argparse.Namespace) -> Any:
+    from dpaudit.privacy.claims import claim_from_dict, dpsgd_claim
     from dpaudit.store import read_json
 
     parts = (args.claim_noise_multiplier, args.claim_sampling_rate, args.claim_steps)
     if args.claim is not None:
         if any(p is not None for p in parts):
-            raise shared["UsageError"]("--claim FILE conflicts with --claim-noise-multiplier/--claim-sampling-rate/--claim-steps; give one or the other")
+            raise UsageError("--claim FILE conflicts with --claim-noise-multiplier/--claim-sampling-rate/--claim-steps; give one or the other")
         path = Path(args.claim)
         if not path.is_file():
-            raise shared["UsageError"](f"--claim: file {args.claim!r} does not exist")
+            raise UsageError(f"--claim: file {args.claim!r} does not exist")
         try:
             return claim_from_dict(read_json(path))
         except (ValueError, TypeError) as exc:
-            raise shared["UsageError"](f"--claim {args.claim!r}: {exc}") from None
+            raise UsageError(f"--claim {args.claim!r}: {exc}") from None
     if all(p is None for p in parts):
         return None
     if any(p is None for p in parts):
-        raise shared["UsageError"]("--claim-noise-multiplier, --claim-sampling-rate and --claim-steps go together")
+        raise UsageError("--claim-noise-multiplier, --claim-sampling-rate and --claim-steps go together")
     return dpsgd_claim(sampling_rate=args.claim_sampling_rate, noise_multiplier=args.claim_noise_multiplier, num_steps=args.claim_steps, description=f"claimed by {args.train_fn}: DP-SGD q={args.claim_sampling_rate:g} sigma={args.claim_noise_multiplier:g} T={args.claim_steps}")
 
 
-def _cmd_audit(args: argparse.Namespace, shared: dict[str, Any]) -> int:
-    from dpaudit.runner import run_audit
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from dpaudit.app.runs.audit import run_audit
 
-    usage = shared["UsageError"]
-    claim = _claim_from_args(args, shared)
+    claim = _claim_from_args(args)
     if args.train_fn is None:
         if claim is not None:
-            raise usage("--claim/--claim-* apply to --train-fn; --defense dpsgd builds its own claim")
+            raise UsageError("--claim/--claim-* apply to --train-fn; --defense dpsgd builds its own claim")
         if (args.epsilon is None) == (args.noise_multiplier is None):
-            raise usage(f"give exactly one of --epsilon and --noise-multiplier (got {args.epsilon!r} and {args.noise_multiplier!r})")
+            raise UsageError(f"give exactly one of --epsilon and --noise-multiplier (got {args.epsilon!r} and {args.noise_multiplier!r})")
     else:
         if claim is None:
-            raise usage("--train-fn needs the claim it is audited against: --claim FILE or --claim-noise-multiplier/--claim-sampling-rate/--claim-steps")
+            raise UsageError("--train-fn needs the claim it is audited against: --claim FILE or --claim-noise-multiplier/--claim-sampling-rate/--claim-steps")
         if args.threat == "white-box":
-            raise usage("--threat white-box needs the suite's DP-SGD hooks; audit --train-fn with --threat black-box")
+            raise UsageError("--threat white-box needs the suite's DP-SGD hooks; audit --train-fn with --threat black-box")
         if args.epsilon is not None or args.noise_multiplier is not None:
-            raise usage("--epsilon/--noise-multiplier configure --defense dpsgd; with --train-fn the claim comes from --claim/--claim-*")
+            raise UsageError("--epsilon/--noise-multiplier configure --defense dpsgd; with --train-fn the claim comes from --claim/--claim-*")
     result, directory = run_audit(
         out=args.out, dataset=args.dataset, model=args.model, threat=args.threat, method=args.method, train_fn=args.train_fn, claim=claim,
         epsilon=args.epsilon, noise_multiplier=args.noise_multiplier, delta=args.delta, clip_norm=args.clip_norm,
@@ -69,7 +78,7 @@ def _cmd_audit(args: argparse.Namespace, shared: dict[str, Any]) -> int:
     )
     report = Path(args.out) / "reports" / f"audit-{directory.name}.html"
     payload = {**result.to_dict(), "audit_dir": str(directory), "report": str(report) if not args.no_report else None}
-    fmt = shared["fmt_eps"]
+    fmt = fmt_eps
     lines = [
         f"audit {directory.name}: {result.threat_model} {'per-step Dirac game' if result.method == 'white-box' else result.method}, {result.num_in} IN / {result.num_out} OUT observations",
         f"  epsilon_lb  {result.epsilon_lb:.4f}  ({result.bound}, {result.confidence:.0%} confidence, delta={result.delta:g})",
@@ -81,16 +90,15 @@ def _cmd_audit(args: argparse.Namespace, shared: dict[str, Any]) -> int:
     ]
     if not args.no_report:
         lines.append(f"  report:  {report}")
-    shared["emit"](args, payload, "\n".join(lines))
-    return shared["EXIT_VIOLATION"] if result.violation else shared["EXIT_OK"]
+    emit(args, payload, "\n".join(lines))
+    return EXIT_VIOLATION if result.violation else EXIT_OK
 
 
-def register(sub: argparse._SubParsersAction, shared: dict[str, Any]) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``audit`` to the ``dpaudit`` parser."""
     from dpaudit.data import DATASETS
     from dpaudit.models import MODELS
 
-    arg = shared["arg"]
     pos_int = lambda name: arg(name, lambda n, x: v.integer(n, x, minimum=1), int)  # noqa: E731
     p = sub.add_parser(
         "audit",
@@ -113,7 +121,7 @@ def register(sub: argparse._SubParsersAction, shared: dict[str, Any]) -> None:
     p.add_argument("--method", choices=("multi-run", "one-run"), default="multi-run", help="black-box game (default multi-run)")
     p.add_argument("--epsilon", type=arg("--epsilon", v.positive), metavar="E", help="calibrate sigma so the audited claim has epsilon_ub = E (black-box: the whole training; white-box: one step)")
     p.add_argument("--noise-multiplier", type=arg("--noise-multiplier", v.positive), metavar="SIGMA", help="DP-SGD noise multiplier (instead of --epsilon)")
-    p.add_argument("--delta", type=shared["delta"], default=1e-5, help="delta of both bounds (default 1e-5)")
+    p.add_argument("--delta", type=delta_type, default=1e-5, help="delta of both bounds (default 1e-5)")
     p.add_argument("--clip-norm", type=arg("--clip-norm", v.positive), default=1.0, help="DP-SGD clipping norm C (default 1)")
     p.add_argument("--sampling-rate", type=arg("--sampling-rate", v.half_open_unit), default=0.01, help="DP-SGD Poisson sampling rate q (default 0.01)")
     steps = p.add_mutually_exclusive_group()
@@ -134,7 +142,7 @@ def register(sub: argparse._SubParsersAction, shared: dict[str, Any]) -> None:
     p.add_argument("--claim-sampling-rate", type=arg("--claim-sampling-rate", v.half_open_unit), metavar="Q", help="--train-fn: claimed Poisson sampling rate")
     p.add_argument("--claim-steps", type=pos_int("--claim-steps"), metavar="T", help="--train-fn: claimed number of steps")
     p.add_argument("--workers", type=pos_int("--workers"), default=1, help="parallel worker processes for trials (default 1: in this process)")
-    p.add_argument("--seed", type=shared["seed"], default=0, help="root seed (default 0)")
+    p.add_argument("--seed", type=seed_type, default=0, help="root seed (default 0)")
     p.add_argument("--name", metavar="NAME", help="audit name under RUN_DIR/audits/ (default: derived from the configuration; reruns resume)")
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory")
     p.add_argument("--data-root", metavar="DIR")
@@ -142,4 +150,4 @@ def register(sub: argparse._SubParsersAction, shared: dict[str, Any]) -> None:
     p.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.set_defaults(func=lambda a: _cmd_audit(a, shared))
+    p.set_defaults(func=lambda a: _cmd_audit(a))

@@ -1,0 +1,73 @@
+"""The ``dpaudit`` command line: the parser, the verbs it offers and the exit-status contract.
+
+Conventions (DESIGN.md, "Command line"): every verb has ``--help`` and ``--json``; progress
+and logs go to stderr; with ``--json`` stdout carries exactly one JSON object whose keys are
+the snake_case field names of the result. Exit status: 0 success, 2 bad usage or input (one
+line naming the argument and the value, no traceback), 1 an internal failure, 3 an audit
+that found ε_LB > ε_UB (or a certificate above what an attack left).
+
+Each verb is one module of :mod:`dpaudit.app.verbs` with ``register(subparsers)``; the heavy
+imports (torch, the registries) happen inside the verbs, so ``dpaudit --help`` stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from dpaudit.app.common import EXIT_INTERNAL, EXIT_USAGE, Parser, UsageError
+
+__all__ = ["main", "build_parser", "UsageError", "VERBS"]
+
+#: The verbs, in the order ``dpaudit --help`` lists them (modules of ``dpaudit.app.verbs``).
+VERBS = ("epsilon", "datasets", "train", "audit", "attack", "certify", "report")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``dpaudit`` parser (every verb registered)."""
+    parser = Parser(prog="dpaudit", description="Attack-and-audit evaluation suite for privacy-preserving deep learning.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on internal errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for name in VERBS:
+        importlib.import_module(f"dpaudit.app.verbs.{name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dpaudit`` console script; returns the exit status."""
+    try:
+        parser = build_parser()
+    except Exception as exc:  # noqa: BLE001 - a broken install must still exit 1 with one line
+        if os.environ.get("DPAUDIT_DEBUG"):
+            traceback.print_exc()
+        print(f"dpaudit: internal error while starting: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"dpaudit {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        # Validation errors from the library name the argument and value already.
+        if args.debug:
+            traceback.print_exc()
+        print(f"dpaudit {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"dpaudit {args.command}: interrupted; finished results are kept, rerun to resume", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence for exit status 1
+        if args.debug or os.environ.get("DPAUDIT_DEBUG"):
+            traceback.print_exc()
+        print(f"dpaudit {args.command}: internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``dpaudit`` verb; each defines ``register(subparsers)``."""

@@ -1,0 +1,50 @@
+"""Every result value of the suite, torch-free: records of trained models, membership, evasion,
+audit and certification results, with their JSON + NPZ serialisation.
+
+Reports import only from here (and :mod:`dpaudit.store`), so a report renders from stored
+results without torch (DESIGN.md, "Import rule").
+"""
+
+from dpaudit.results.evasion import (
+    EVASION_NORMS,
+    EvasionResult,
+    load_evasion_result,
+    save_evasion_result,
+)
+from dpaudit.results.membership import (
+    DEFAULT_FPRS,
+    RESULT_SCHEMA_VERSION,
+    MembershipResult,
+    RocCurve,
+    load_membership_result,
+    save_membership_result,
+)
+from dpaudit.results.record import (
+    RECORD_FILE,
+    WEIGHTS_FILE,
+    Membership,
+    TrainedModel,
+    load_record,
+    make_model_id,
+    resolve_record_dir,
+)
+
+__all__ = [
+    "DEFAULT_FPRS",
+    "EVASION_NORMS",
+    "RECORD_FILE",
+    "RESULT_SCHEMA_VERSION",
+    "WEIGHTS_FILE",
+    "EvasionResult",
+    "Membership",
+    "MembershipResult",
+    "RocCurve",
+    "TrainedModel",
+    "load_evasion_result",
+    "load_membership_result",
+    "load_record",
+    "make_model_id",
+    "resolve_record_dir",
+    "save_evasion_result",
+    "save_membership_result",
+]

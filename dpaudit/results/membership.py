@@ -1,0 +1,292 @@
+"""Membership-inference results: scores per sample id and everything derived from them.
+
+A :class:`MembershipResult` holds what a membership-inference attack produced against one
+target model — one score per queried sample id (higher = more likely a member, always) and
+the true membership — plus the attack's configuration. ROC curve, AUC, balanced accuracy,
+TPR at a fixed FPR and the honest ε lower bound are *derived* from the scores and never
+stored apart (DESIGN.md, "Values and procedures"). Metrics follow Carlini et al. (2022),
+§III-B / §IV; ε_LB comes from :func:`dpaudit.privacy.audit_stats.bound_from_scores`
+(Clopper–Pearson with a Bonferroni-corrected threshold choice; ``reference/audit.md`` §1–2).
+
+On disk a result is ``NAME.json`` (schema-versioned) beside ``NAME.npz`` (``sample_ids``,
+``scores``, ``is_member``); nothing is pickled, and nothing here imports torch.
+"""
+
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpaudit import _validate as v
+from dpaudit.privacy.audit_stats import ThresholdBound, bound_from_scores
+from dpaudit.store import freeze as _freeze
+from dpaudit.store import load_result_files, safe_stem, save_result_files
+from dpaudit.store import thaw as _thaw
+
+__all__ = ["RESULT_SCHEMA_VERSION", "DEFAULT_FPRS", "MembershipResult", "RocCurve", "load_membership_result", "save_membership_result"]
+
+RESULT_SCHEMA_VERSION = 1
+#: The false-positive rates at which TPR is reported (Carlini et al. 2022, §IV).
+DEFAULT_FPRS: tuple[float, ...] = (0.001, 0.01)
+_ARRAYS = ("sample_ids", "scores", "is_member")
+
+
+def _readonly(arr: np.ndarray) -> np.ndarray:
+    arr = np.array(arr, copy=True)
+    arr.flags.writeable = False
+    return arr
+
+
+@dataclass(frozen=True, kw_only=True)
+class RocCurve:
+    """An exact ROC curve (every distinct score is a threshold).
+
+    Attributes:
+        fpr: false-positive rates, non-decreasing, from 0 to 1.
+        tpr: true-positive rates, non-decreasing, from 0 to 1.
+        thresholds: score thresholds (guess member when score ≥ threshold); the first is +inf.
+    """
+
+    fpr: np.ndarray
+    tpr: np.ndarray
+    thresholds: np.ndarray
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class MembershipResult:
+    """Scores of one membership-inference attack against one target model.
+
+    Attributes:
+        attack: attack name (``"loss"``, ``"lira"``, ``"rmia-offline"``, …).
+        model_id: id of the attacked (target) model.
+        sample_ids: int64 ids of the queried samples, unique.
+        scores: float64 membership scores, finite; higher = more likely a member.
+        is_member: bool ground truth (True = the target trained on the sample).
+        config: the attack's parameters as run (JSON-like).
+        metadata: anything else worth keeping (timings, shadow ids, target metrics).
+        schema_version: version of the stored format.
+
+    Raises:
+        TypeError: a field has the wrong type (e.g. float ids, non-bool membership).
+        ValueError: shapes disagree, ids repeat, scores are not finite, or only one class
+            (members or non-members) is present.
+    """
+
+    attack: str
+    model_id: str
+    sample_ids: np.ndarray
+    scores: np.ndarray
+    is_member: np.ndarray
+    config: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    schema_version: int = RESULT_SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        for name in ("attack", "model_id"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise TypeError(f"{name} must be a non-empty string, got {value!r}")
+        if self.schema_version != RESULT_SCHEMA_VERSION:
+            raise ValueError(f"schema_version must be {RESULT_SCHEMA_VERSION}, got {self.schema_version!r}")
+        ids = np.asarray(self.sample_ids)
+        if ids.ndim != 1:
+            raise ValueError(f"sample_ids must be 1-D, got shape {ids.shape}")
+        if ids.size and ids.dtype.kind not in "iu":
+            raise TypeError(f"sample_ids must hold integers, got dtype {ids.dtype}")
+        ids = ids.astype(np.int64)
+        if np.unique(ids).size != ids.size:
+            raise ValueError("sample_ids must not repeat a sample id")
+        scores = np.asarray(self.scores)
+        if scores.dtype.kind not in "fiu" or scores.dtype == bool:
+            raise TypeError(f"scores must be real numbers, got dtype {scores.dtype}")
+        scores = scores.astype(np.float64)
+        if scores.shape != ids.shape:
+            raise ValueError(f"scores must have shape {ids.shape} (one per sample id), got {scores.shape}")
+        if not np.all(np.isfinite(scores)):
+            bad = scores[~np.isfinite(scores)][:3].tolist()
+            raise ValueError(f"scores must be finite, got e.g. {bad}")
+        member = np.asarray(self.is_member)
+        if member.dtype != bool:
+            raise TypeError(f"is_member must be a bool array, got dtype {member.dtype}")
+        if member.shape != ids.shape:
+            raise ValueError(f"is_member must have shape {ids.shape}, got {member.shape}")
+        num_in = int(member.sum())
+        if num_in == 0 or num_in == member.size:
+            raise ValueError(f"is_member must contain both members and non-members, got {num_in} of {member.size} members")
+        object.__setattr__(self, "sample_ids", _readonly(ids))
+        object.__setattr__(self, "scores", _readonly(scores))
+        object.__setattr__(self, "is_member", _readonly(member))
+        for name in ("config", "metadata"):
+            value = getattr(self, name)
+            if not isinstance(value, Mapping):
+                raise TypeError(f"{name} must be a mapping, got {type(value).__name__}")
+            object.__setattr__(self, name, _freeze(value))
+
+    # ------------------------------------------------------------------ derived metrics
+    @property
+    def num_members(self) -> int:
+        return int(self.is_member.sum())
+
+    @property
+    def num_non_members(self) -> int:
+        return int(self.is_member.size - self.is_member.sum())
+
+    def roc(self) -> RocCurve:
+        """The exact ROC curve from the scores (``sklearn.metrics.roc_curve``, all thresholds kept)."""
+        from sklearn.metrics import roc_curve
+
+        fpr, tpr, thr = roc_curve(self.is_member, self.scores, drop_intermediate=False)
+        return RocCurve(fpr=_readonly(fpr), tpr=_readonly(tpr), thresholds=_readonly(thr))
+
+    def auc(self) -> float:
+        """Area under the ROC curve (0.5 = chance)."""
+        from sklearn.metrics import roc_auc_score
+
+        return float(roc_auc_score(self.is_member, self.scores))
+
+    def balanced_accuracy(self) -> float:
+        """Best balanced accuracy ½(TPR + 1 − FPR) over thresholds (Carlini et al. 2022, §IV).
+
+        Chosen on the same scores, so it is an optimistic *estimate*, as in the literature.
+        """
+        curve = self.roc()
+        return float(np.max(0.5 * (curve.tpr + 1.0 - curve.fpr)))
+
+    def tpr_at_fpr(self, fpr: float) -> float:
+        """The largest TPR over thresholds whose FPR is at most ``fpr`` (exact ROC).
+
+        Args:
+            fpr: the false-positive rate, in [0, 1].
+
+        Raises:
+            ValueError: ``fpr`` is outside [0, 1].
+        """
+        fpr = v.real("fpr", fpr)
+        if not 0.0 <= fpr <= 1.0:
+            raise ValueError(f"fpr must lie in [0, 1], got {fpr!r}")
+        curve = self.roc()
+        ok = curve.fpr <= fpr
+        return float(curve.tpr[ok].max()) if ok.any() else 0.0
+
+    def epsilon_bound(self, *, delta: float = 1e-5, confidence: float = 0.95, num_thresholds: int = 20) -> ThresholdBound:
+        """ε_LB from these scores with an honest (Bonferroni) threshold choice.
+
+        Members are the IN observations and non-members the OUT ones
+        (``reference/audit.md`` §1–2; :func:`dpaudit.privacy.audit_stats.bound_from_scores`).
+
+        Args:
+            delta: δ at which the bound holds.
+            confidence: confidence of the bound after threshold selection.
+            num_thresholds: candidate thresholds (the Bonferroni factor).
+
+        Returns:
+            The bound with the chosen threshold and the counts behind it.
+        """
+        return bound_from_scores(
+            self.scores[self.is_member], self.scores[~self.is_member], delta=delta, confidence=confidence, num_thresholds=num_thresholds
+        )
+
+    def summary(self, *, fprs: tuple[float, ...] = DEFAULT_FPRS, delta: float = 1e-5, confidence: float = 0.95) -> dict[str, Any]:
+        """The metrics of the CLI's ``--json`` output, derived from the scores.
+
+        Returns:
+            ``{"auc", "balanced_accuracy", "tpr_at_fpr": {"0.001": …, "0.01": …}, "epsilon_lb",
+            "delta", "confidence", "num_members", "num_non_members"}``.
+        """
+        return {
+            "auc": self.auc(),
+            "balanced_accuracy": self.balanced_accuracy(),
+            "tpr_at_fpr": {f"{f:g}": self.tpr_at_fpr(f) for f in fprs},
+            "epsilon_lb": self.epsilon_bound(delta=delta, confidence=confidence).epsilon_lb,
+            "delta": delta,
+            "confidence": confidence,
+            "num_members": self.num_members,
+            "num_non_members": self.num_non_members,
+        }
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict (arrays as lists), readable by :meth:`from_dict`."""
+        return {
+            "schema_version": self.schema_version,
+            "attack": self.attack,
+            "model_id": self.model_id,
+            "sample_ids": self.sample_ids.tolist(),
+            "scores": self.scores.tolist(),
+            "is_member": self.is_member.tolist(),
+            "config": _thaw(self.config),
+            "metadata": _thaw(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MembershipResult:
+        """Rebuilds a result written by :meth:`to_dict` (validated).
+
+        Raises:
+            TypeError: ``data`` is not a mapping.
+            ValueError: a field is missing or the schema version is unknown.
+        """
+        v.mapping_with("data", data, ("attack", "model_id", *_ARRAYS))
+        return cls(
+            attack=data["attack"],
+            model_id=data["model_id"],
+            sample_ids=np.asarray(data["sample_ids"], dtype=np.int64),
+            scores=np.asarray(data["scores"], dtype=np.float64),
+            is_member=np.asarray(data["is_member"], dtype=bool),
+            config=data.get("config", {}),
+            metadata=data.get("metadata", {}),
+            schema_version=data.get("schema_version", RESULT_SCHEMA_VERSION),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MembershipResult):
+            return NotImplemented
+        return (
+            self.attack == other.attack
+            and self.model_id == other.model_id
+            and all(np.array_equal(getattr(self, a), getattr(other, a)) for a in _ARRAYS)
+            and _thaw(self.config) == _thaw(other.config)
+            and _thaw(self.metadata) == _thaw(other.metadata)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _file_stem(attack: str) -> str:
+    return safe_stem(attack, default="attack")
+
+
+def save_membership_result(result: MembershipResult, directory: str | os.PathLike[str]) -> Path:
+    """Writes ``ATTACK.npz`` (arrays) then ``ATTACK.json`` (the rest) atomically into ``directory``.
+
+    The JSON is written last, so a JSON file that exists always has its arrays beside it.
+
+    Returns:
+        The path of the JSON file.
+    """
+    if not isinstance(result, MembershipResult):
+        raise TypeError(f"result must be a MembershipResult, got {type(result).__name__}")
+    meta = {k: val for k, val in result.to_dict().items() if k not in _ARRAYS}
+    return save_result_files(directory, _file_stem(result.attack), arrays={a: getattr(result, a) for a in _ARRAYS}, meta=meta)
+
+
+def load_membership_result(path: str | os.PathLike[str]) -> MembershipResult:
+    """Loads a result written by :func:`save_membership_result` (NPZ read without pickle).
+
+    Args:
+        path: the JSON file.
+
+    Raises:
+        FileNotFoundError: the JSON or its NPZ is missing.
+        ValueError: the files are malformed.
+    """
+    return MembershipResult.from_dict(load_result_files(path, _ARRAYS))
+
+
+
