@@ -130,10 +130,7 @@ class TrialStore:
         if cfg.is_file():
             old = read_json(cfg)
             if json.loads(json.dumps(to_jsonable(old))) != self.config:
-                raise ValueError(
-                    f"out: audit directory {str(self.path)!r} holds an audit with a different configuration; "
-                    "choose another --name or --out (finished trials are kept there)"
-                )
+                raise ValueError(f"out: audit directory {str(self.path)!r} holds an audit with a different configuration; choose another --name or --out (finished trials are kept there)")
         else:
             atomic_write_json(cfg, self.config)
         (self.path / "trials").mkdir(parents=True, exist_ok=True)
@@ -263,7 +260,9 @@ def multi_run_audit(
     jobs = []
     for i in range(2 * r):
         include = np.full(k, i % 2 == 0)
-        jobs.append((i, Job(key=f"trial-{i}", fn=black_box_trial, kwargs={"train_fn": train_fn, "dataset": dataset, "canaries": canaries, "include": include, "seed": derive_seed(seed, "audit-trial", i)})))
+        jobs.append(
+            (i, Job(key=f"trial-{i}", fn=black_box_trial, kwargs={"train_fn": train_fn, "dataset": dataset, "canaries": canaries, "include": include, "seed": derive_seed(seed, "audit-trial", i)}))
+        )
     _run(store, jobs, executor, f"multi-run audit ({2 * r} trainings)", progress)
     s_in, s_out = [], []
     for i in range(2 * r):
@@ -271,8 +270,18 @@ def multi_run_audit(
         (s_in if bool(res["included"].all()) else s_out).append(float(res["scores"].mean()))
     atomic_save_npz(store.path / "scores.npz", in_scores=np.array(s_in), out_scores=np.array(s_out))
     result = audit_from_scores(
-        s_in, s_out, claim=claim, delta=delta, confidence=confidence, method="multi-run", bound=bound, strategy=strategy,
-        group_size=k, threat_model="black-box", seed=seed, details={"score": "negative canary loss on the final model", **dict(config or {})},
+        s_in,
+        s_out,
+        claim=claim,
+        delta=delta,
+        confidence=confidence,
+        method="multi-run",
+        bound=bound,
+        strategy=strategy,
+        group_size=k,
+        threat_model="black-box",
+        seed=seed,
+        details={"score": "negative canary loss on the final model", **dict(config or {})},
     )
     save_audit_result(result, store.path)
     return result
@@ -319,7 +328,13 @@ def one_run_audit(
     scores, inc = res["scores"], res["included"].astype(bool)
     atomic_save_npz(store.path / "scores.npz", scores=scores, included=inc)
     result = audit_from_one_run(
-        scores, inc, claim=claim, delta=delta, confidence=confidence, guess_counts=guess_counts, threat_model="black-box",
+        scores,
+        inc,
+        claim=claim,
+        delta=delta,
+        confidence=confidence,
+        guess_counts=guess_counts,
+        threat_model="black-box",
         details={"score": "negative canary loss on the final model", **dict(config or {})},
     )
     save_audit_result(result, store.path)
@@ -392,8 +407,7 @@ def white_box_audit(
         {"method": "white-box", "num_trials": r, "seed": seed, "score": score, "noise_multiplier": sigma, "clip_norm": c, "canary": canary.to_dict(), **dict(config or {})},
     )
     jobs = [
-        (i, Job(key=f"trial-{i}", fn=white_box_trial, kwargs={"trainer": trainer, "dataset": dataset, "canary": canary, "score": score, "seed": derive_seed(seed, "audit-trial", i)}))
-        for i in range(r)
+        (i, Job(key=f"trial-{i}", fn=white_box_trial, kwargs={"trainer": trainer, "dataset": dataset, "canary": canary, "score": score, "seed": derive_seed(seed, "audit-trial", i)})) for i in range(r)
     ]
     _run(store, jobs, executor, f"white-box audit ({r} run{'s' if r > 1 else ''})", progress)
     ins, scores, lots = [], [], []
@@ -416,8 +430,17 @@ def white_box_audit(
     }
     claim = gaussian_step_claim(noise_multiplier=sigma)
     result = audit_from_scores(
-        s[inserted], s[~inserted], claim=claim, delta=delta, confidence=confidence, method="white-box", bound=bound,
-        strategy=strategy, threat_model="white-box", seed=seed, details=details,
+        s[inserted],
+        s[~inserted],
+        claim=claim,
+        delta=delta,
+        confidence=confidence,
+        method="white-box",
+        bound=bound,
+        strategy=strategy,
+        threat_model="white-box",
+        seed=seed,
+        details=details,
     )
     if full_claim is not None:
         from dpaudit.privacy.audit import epsilon_ub_of
@@ -428,13 +451,19 @@ def white_box_audit(
     if sampling_rate is not None and num_steps is not None:
         d = result.details
         mu = gdp_mu_lb_from_counts(
-            true_positives=d["true_positives"], num_in=d["bounding_num_in"], false_positives=d["false_positives"],
-            num_out=d["bounding_num_out"], confidence=confidence, num_tests=d["num_tests"],
+            true_positives=d["true_positives"],
+            num_in=d["bounding_num_in"],
+            false_positives=d["false_positives"],
+            num_out=d["bounding_num_out"],
+            confidence=confidence,
+            num_tests=d["num_tests"],
         )
         estimate = composed_gdp_epsilon(mu_step=mu, sampling_rate=sampling_rate, num_steps=num_steps, delta=delta)
         details["mu_step_lb"] = mu
         details["composed_estimate"] = {
-            "epsilon": estimate, "sampling_rate": sampling_rate, "num_steps": num_steps,
+            "epsilon": estimate,
+            "sampling_rate": sampling_rate,
+            "num_steps": num_steps,
             "kind": "CLT composition mu_total = q*sqrt(T*(exp(mu_step^2)-1)) of the per-step mu_LB: an estimate, not a bound",
         }
     if full_claim is not None or estimate is not None:

@@ -78,8 +78,11 @@ def mislabelled_canaries(pool: ArrayDataset, *, num_canaries: int, seed: int, id
     shift = rng.integers(1, pool.num_classes, size=m)
     wrong = (labels + shift) % pool.num_classes
     return ArrayDataset(
-        name="canaries/mislabelled", features=pool.features.index_select(0, pick).clone(), labels=wrong,
-        ids=np.arange(id_offset, id_offset + m, dtype=np.int64), num_classes=pool.num_classes,
+        name="canaries/mislabelled",
+        features=pool.features.index_select(0, pick).clone(),
+        labels=wrong,
+        ids=np.arange(id_offset, id_offset + m, dtype=np.int64),
+        num_classes=pool.num_classes,
     )
 
 
@@ -115,8 +118,11 @@ def clipbkd_canaries(data: ArrayDataset, *, group_size: int = 1, scale: float = 
     label = int(np.argmin(probs))
     feats = torch.from_numpy(np.repeat(point[None], k, axis=0)).float().reshape(k, *data.input_shape)
     return ArrayDataset(
-        name="canaries/clipbkd", features=feats, labels=np.full(k, label, dtype=np.int64),
-        ids=np.arange(id_offset, id_offset + k, dtype=np.int64), num_classes=data.num_classes,
+        name="canaries/clipbkd",
+        features=feats,
+        labels=np.full(k, label, dtype=np.int64),
+        ids=np.arange(id_offset, id_offset + k, dtype=np.int64),
+        num_classes=data.num_classes,
     )
 
 
@@ -133,12 +139,18 @@ def with_canaries(data: ArrayDataset, canaries: ArrayDataset, include: np.ndarra
             return data
         idx = torch.from_numpy(np.nonzero(mask)[0])
         chosen = ArrayDataset(
-            name=canaries.name, features=canaries.features.index_select(0, idx), labels=canaries.labels.index_select(0, idx),
-            ids=canaries.ids.index_select(0, idx), num_classes=canaries.num_classes,
+            name=canaries.name,
+            features=canaries.features.index_select(0, idx),
+            labels=canaries.labels.index_select(0, idx),
+            ids=canaries.ids.index_select(0, idx),
+            num_classes=canaries.num_classes,
         )
     return ArrayDataset(
-        name=data.name, features=torch.cat([data.features, chosen.features]), labels=torch.cat([data.labels, chosen.labels]),
-        ids=torch.cat([data.ids, chosen.ids]), num_classes=data.num_classes,
+        name=data.name,
+        features=torch.cat([data.features, chosen.features]),
+        labels=torch.cat([data.labels, chosen.labels]),
+        ids=torch.cat([data.ids, chosen.ids]),
+        num_classes=data.num_classes,
     )
 
 
@@ -236,7 +248,10 @@ def find_dirac_coordinate(model: nn.Module, data: ArrayDataset, *, magnitude: fl
             _, layer = found
             j = int(zero[0])
             return DiracCanary(
-                parameter=names[id(layer.weight)], index=j, magnitude=magnitude, decoupled=True,
+                parameter=names[id(layer.weight)],
+                index=j,
+                magnitude=magnitude,
+                decoupled=True,
                 reason=f"weight from input feature {j} (zero in all {len(data)} examples) to hidden unit 0",
             )
     # Fallback: per-example gradients on a probe set (torch.func), smallest max |g|.
@@ -259,6 +274,9 @@ def find_dirac_coordinate(model: nn.Module, data: ArrayDataset, *, magnitude: fl
         if float(m[i]) < best[0]:
             best = (float(m[i]), name, i)
     return DiracCanary(
-        parameter=best[1], index=best[2], magnitude=magnitude, decoupled=False,
+        parameter=best[1],
+        index=best[2],
+        magnitude=magnitude,
+        decoupled=False,
         reason=f"smallest largest per-example gradient ({best[0]:.3g}) over {n} examples; not structurally zero",
     )

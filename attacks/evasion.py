@@ -468,9 +468,7 @@ def run_evasion(
     """
     start_time = time.perf_counter()
     radii_arr = _check_radii(radii)
-    config, norm, lo, hi, features, labels, randomized, eot, n_eval, batch_size = _check_call(
-        model, attack, norm, clip_min, clip_max, features, labels, eot_samples, eval_samples, batch_size
-    )
+    config, norm, lo, hi, features, labels, randomized, eot, n_eval, batch_size = _check_call(model, attack, norm, clip_min, clip_max, features, labels, eot_samples, eval_samples, batch_size)
     seed = v.integer("seed", seed, minimum=0)
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {progress!r}")
@@ -504,9 +502,17 @@ def run_evasion(
                 # Row i·k + j is example i at radius j: all radii ride in the same batch.
                 x0 = xb.repeat_interleave(k, dim=0)
                 x_adv, fooled_adv = _attack_rows(
-                    model, x0, yb.repeat_interleave(k), active_radii.repeat(b),
-                    config=config, norm=norm, eot_samples=eot, eval_samples=n_eval,
-                    generator=generator, clip_min=lo, clip_max=hi,
+                    model,
+                    x0,
+                    yb.repeat_interleave(k),
+                    active_radii.repeat(b),
+                    config=config,
+                    norm=norm,
+                    eot_samples=eot,
+                    eval_samples=n_eval,
+                    generator=generator,
+                    clip_min=lo,
+                    clip_max=hi,
                 )
                 success[active, begin:end] = fooled_adv.view(b, k).T.cpu().numpy()
                 measured = _norms(x_adv.double() - x0.double(), norm).view(b, k).amax(0).cpu().numpy()
@@ -579,9 +585,7 @@ def adversarial_examples(
         TypeError / ValueError: an argument has the wrong type or value (named in the message).
     """
     r = v.non_negative("radius", radius)
-    config, norm, lo, hi, features, labels, randomized, eot, n_eval, batch_size = _check_call(
-        model, attack, norm, clip_min, clip_max, features, labels, eot_samples, None, batch_size
-    )
+    config, norm, lo, hi, features, labels, randomized, eot, n_eval, batch_size = _check_call(model, attack, norm, clip_min, clip_max, features, labels, eot_samples, None, batch_size)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     dev = resolve_device(device)
@@ -596,8 +600,17 @@ def adversarial_examples(
             yb = labels[begin : begin + batch_size].to(dev)
             radius_rows = torch.full((xb.shape[0],), r, dtype=torch.float64, device=dev)
             x_adv, _ = _attack_rows(
-                model, xb, yb, radius_rows, config=config, norm=norm, eot_samples=eot, eval_samples=n_eval,
-                generator=gen, clip_min=lo, clip_max=hi,
+                model,
+                xb,
+                yb,
+                radius_rows,
+                config=config,
+                norm=norm,
+                eot_samples=eot,
+                eval_samples=n_eval,
+                generator=gen,
+                clip_min=lo,
+                clip_max=hi,
             )
             out.append(x_adv.cpu().to(features.dtype))
     return torch.cat(out)

@@ -446,9 +446,13 @@ def tune_rmia_offline_a(
         labels = keep[r, pick]
         for i, a in enumerate(_A_GRID):
             s = rmia_scores(
-                target_logp_x=ref_logp[r, pick], ref_logp_x=ref_logp[others][:, pick],
-                target_logp_z=ref_logp[r, z_index], ref_logp_z=ref_logp[others][:, z_index],
-                keep_z=keep[others][:, z_index], offline_a=float(a), gamma=gamma,
+                target_logp_x=ref_logp[r, pick],
+                ref_logp_x=ref_logp[others][:, pick],
+                target_logp_z=ref_logp[r, z_index],
+                ref_logp_z=ref_logp[others][:, z_index],
+                keep_z=keep[others][:, z_index],
+                offline_a=float(a),
+                gamma=gamma,
             )
             aucs[i] += roc_auc_score(labels, s)
         used += 1
@@ -710,7 +714,7 @@ def run_membership_attacks(
             raise ValueError("sample_ids must not repeat a sample id")
     everything = bundle.all()
     everything.positions(ids)  # raises ValueError naming an unknown id
-    labels_of = lambda q: everything.labels[torch.from_numpy(everything.positions(q))].numpy()  # noqa: E731
+    labels_of = lambda q: everything.labels[torch.from_numpy(everything.positions(q))].numpy()
 
     augs_all = augmentations_for(bundle.name, bundle.input_shape)
     if num_queries is None:
@@ -749,8 +753,13 @@ def run_membership_attacks(
     offline_models: list[nn.Module] = []
     if specs_online or specs_offline:
         run = ensure_shadows(
-            specs_online + specs_offline, directory=shadow_directory, executor=executor, data_root=data_root,
-            device=device, progress=progress, on_trained=on_shadow_trained,
+            specs_online + specs_offline,
+            directory=shadow_directory,
+            executor=executor,
+            data_root=data_root,
+            device=device,
+            progress=progress,
+            on_trained=on_shadow_trained,
         )
         online_models = list(run.models[: len(specs_online)])
         offline_models = list(run.models[len(specs_online) :])
@@ -837,15 +846,25 @@ def run_membership_attacks(
                     keep_pool = np.stack([np.isin(offline_pool, s.train_ids) for s in specs[:k]])
                     a_used = tune_rmia_offline_a(ref_logp=ref_pool, keep=keep_pool, z_index=np.searchsorted(offline_pool, z), seed=seed, gamma=gamma)
             scores = rmia_scores(
-                target_logp_x=logp_true(target_logits, pos["ids"]), ref_logp_x=ref_x,
-                target_logp_z=logp_true(target_logits, zpos), ref_logp_z=ref_z,
-                keep_x=keep_x, keep_z=keep_z, offline_a=a_used, gamma=gamma,
+                target_logp_x=logp_true(target_logits, pos["ids"]),
+                ref_logp_x=ref_x,
+                target_logp_z=logp_true(target_logits, zpos),
+                ref_logp_z=ref_z,
+                keep_x=keep_x,
+                keep_z=keep_z,
+                offline_a=a_used,
+                gamma=gamma,
             )
             config.update(num_references=k, gamma=gamma, num_population=int(z.size), tie_break=True)
             if not online:
                 config.update(offline_a=a_used, offline_a_tuned=offline_a is None)
         results[name] = MembershipResult(
-            attack=name, model_id=record.model_id, sample_ids=ids, scores=scores, is_member=member, config=config,
+            attack=name,
+            model_id=record.model_id,
+            sample_ids=ids,
+            scores=scores,
+            is_member=member,
+            config=config,
             metadata={**base_meta, "attack_seconds": time.monotonic() - t0, "total_seconds": time.monotonic() - started},
         )
     return results

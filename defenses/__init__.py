@@ -39,8 +39,12 @@ class DefenseSpec:
 DEFENSES: dict[str, DefenseSpec] = {
     "nonprivate": DefenseSpec(name="nonprivate", config_type=NonPrivateConfig, train=train_nonprivate, summary="non-private SGD baseline (ε = ∞)"),
     "dpsgd": DefenseSpec(name="dpsgd", config_type=DPSGDConfig, train=train_dpsgd, summary="DP-SGD with Poisson lots, per-example clipping and Gaussian noise (+ DP-PCA) (Abadi et al. 2016)"),
-    "pixeldp": DefenseSpec(name="pixeldp", config_type=PixelDPConfig, train=train_pixeldp, summary="noise layer after the first layer, classical Gaussian calibration (eps_r <= 1) (Lecuyer et al. 2019)"),
+    "pixeldp": DefenseSpec(
+        name="pixeldp", config_type=PixelDPConfig, train=train_pixeldp, summary="noise layer after the first layer, classical Gaussian calibration (eps_r <= 1) (Lecuyer et al. 2019)"
+    ),
     "agm": DefenseSpec(name="agm", config_type=AGMConfig, train=train_agm, summary="PixelDP's noise layer with the analytic Gaussian calibration (Balle & Wang 2018)"),
     "hgm": DefenseSpec(name="hgm", config_type=HGMConfig, train=train_hgm, summary="heterogeneous Gaussian noise layer, any eps_r > 0 (Phan et al. 2019)"),
-    "secure-sgd": DefenseSpec(name="secure-sgd", config_type=SecureSGDConfig, train=train_secure_sgd, summary="HGM noise layer + DP-SGD: DP for the training data and certified robustness (Phan et al. 2019)"),
+    "secure-sgd": DefenseSpec(
+        name="secure-sgd", config_type=SecureSGDConfig, train=train_secure_sgd, summary="HGM noise layer + DP-SGD: DP for the training data and certified robustness (Phan et al. 2019)"
+    ),
 }

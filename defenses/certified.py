@@ -237,9 +237,14 @@ def compute_redistribution(
     empty = np.zeros(0, dtype=np.int64)
     pre_splits = Splits(dataset=bundle.name, seed=seed, members=np.sort(ids), non_members=empty, population=empty, test=np.asarray(bundle.test.ids, dtype=np.int64))
     _, pre = train_nonprivate(
-        bundle=bundle, splits=pre_splits, model_name=model_name, model_options={**model_options, "noise_layer": True},
+        bundle=bundle,
+        splits=pre_splits,
+        model_name=model_name,
+        model_options={**model_options, "noise_layer": True},
         config=NonPrivateConfig(epochs=config.redistribution_pretrain_epochs, batch_size=batch_size, learning_rate=learning_rate),
-        seed=seed + 1, device=device, progress=progress,
+        seed=seed + 1,
+        device=device,
+        progress=progress,
     )
     noise = find_noise_layer(pre)
     assert noise is not None  # built with noise_layer=True
@@ -348,8 +353,16 @@ def _train_certified(
     r = None
     if config.redistribute:
         r = compute_redistribution(
-            bundle=bundle, ids=redistribution_ids, model_name=model_name, model_options=model_options, config=config,
-            batch_size=batch_size, learning_rate=learning_rate, seed=seed, device=device, progress=progress,
+            bundle=bundle,
+            ids=redistribution_ids,
+            model_name=model_name,
+            model_options=model_options,
+            config=config,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            seed=seed,
+            device=device,
+            progress=progress,
         )
     schedule = _NoiseSchedule(sigma=sigma, redistribution=r, config=config, input_shape=bundle.input_shape, total_steps=total_steps)
 
@@ -365,8 +378,16 @@ def _train_certified(
         find_noise_layer(model).generator = torch_generator(seed, "noise-layer", device=device)  # type: ignore[union-attr]
 
     record, model = base_train(
-        bundle=bundle, splits=splits, model_name=model_name, model_options={**model_options, "noise_layer": True}, config=config,
-        seed=seed, device=device, progress=progress, prepare_model=prepare, after_step=after_step,
+        bundle=bundle,
+        splits=splits,
+        model_name=model_name,
+        model_options={**model_options, "noise_layer": True},
+        config=config,
+        seed=seed,
+        device=device,
+        progress=progress,
+        prepare_model=prepare,
+        after_step=after_step,
     )
     noise = find_noise_layer(model)
     assert noise is not None
@@ -387,8 +408,12 @@ def _train_certified(
         "train_seconds": time.monotonic() - started,
     }
     record = dataclasses.replace(
-        record, model_id=model_id, defense=defense, model_options=full_options,
-        config={**config_dict(config), "split_seed": splits.seed, "certification": spec}, metrics=metrics,
+        record,
+        model_id=model_id,
+        defense=defense,
+        model_options=full_options,
+        config={**config_dict(config), "split_seed": splits.seed, "certification": spec},
+        metrics=metrics,
     )
     return record, model
 
@@ -413,9 +438,20 @@ def _make_nonprivate_trainer(defense: str, config_type: type) -> Callable[..., t
         if not isinstance(config, config_type):
             raise TypeError(f"config must be a {config_type.__name__}, got {type(config).__name__}")
         return _train_certified(
-            defense, bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, config=config, seed=seed,
-            device=device, progress=progress, base_train=train_nonprivate, total_steps=_sgd_steps(config, len(splits.members)),
-            redistribution_ids=splits.members, batch_size=config.batch_size, learning_rate=config.learning_rate,
+            defense,
+            bundle=bundle,
+            splits=splits,
+            model_name=model_name,
+            model_options=model_options,
+            config=config,
+            seed=seed,
+            device=device,
+            progress=progress,
+            base_train=train_nonprivate,
+            total_steps=_sgd_steps(config, len(splits.members)),
+            redistribution_ids=splits.members,
+            batch_size=config.batch_size,
+            learning_rate=config.learning_rate,
         )
 
     train.__name__ = f"train_{defense.replace('-', '_')}"
@@ -462,7 +498,18 @@ def train_secure_sgd(
     plan = plan_dpsgd(config, num_members=len(splits.members))
     public = splits.population if len(splits.population) else splits.non_members
     return _train_certified(
-        "secure-sgd", bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, config=config, seed=seed,
-        device=device, progress=progress, base_train=train_dpsgd, total_steps=plan.num_steps, redistribution_ids=public,
-        batch_size=max(1, round(plan.expected_lot_size)), learning_rate=config.learning_rate,
+        "secure-sgd",
+        bundle=bundle,
+        splits=splits,
+        model_name=model_name,
+        model_options=model_options,
+        config=config,
+        seed=seed,
+        device=device,
+        progress=progress,
+        base_train=train_dpsgd,
+        total_steps=plan.num_steps,
+        redistribution_ids=public,
+        batch_size=max(1, round(plan.expected_lot_size)),
+        learning_rate=config.learning_rate,
     )

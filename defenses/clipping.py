@@ -155,8 +155,7 @@ class GradientClipper:
         mixing = [n for n, m in model.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
         if mixing:
             raise ValueError(
-                f"model contains BatchNorm ({', '.join(mixing)}), which mixes the examples of a batch: per-example "
-                "gradients and their clipping are then undefined; use GroupNorm / LayerNorm instead"
+                f"model contains BatchNorm ({', '.join(mixing)}), which mixes the examples of a batch: per-example gradients and their clipping are then undefined; use GroupNorm / LayerNorm instead"
             )
         self.layers: list[_Layer] = []
         for name, module in model.named_modules():
@@ -175,9 +174,7 @@ class GradientClipper:
         if layer_clip_norms is not None:
             norms = tuple(v.positive("layer_clip_norms", c) for c in layer_clip_norms)
             if len(norms) != len(self.layers):
-                raise ValueError(
-                    f"layer_clip_norms must have one entry per layer ({len(self.layers)}: {self.layer_names}), got {len(norms)}"
-                )
+                raise ValueError(f"layer_clip_norms must have one entry per layer ({len(self.layers)}: {self.layer_names}), got {len(norms)}")
             total = math.sqrt(sum(c * c for c in norms))
             if not math.isclose(total, self.clip_norm, rel_tol=1e-6):
                 raise ValueError(f"clip_norm must equal sqrt(sum(layer_clip_norms**2)) = {total:g}, got {clip_norm!r}")
@@ -290,15 +287,11 @@ class GradientClipper:
         outputs: list[torch.Tensor] = []
         for layer in self.layers:
             if not layer.outputs:
-                raise RuntimeError(
-                    f"layer {layer.name!r} has trainable parameters but its forward never ran; its parameters may be "
-                    "used outside its forward (use method='vmap')"
-                )
+                raise RuntimeError(f"layer {layer.name!r} has trainable parameters but its forward never ran; its parameters may be used outside its forward (use method='vmap')")
             for out, ver in zip(layer.outputs, layer.versions):
                 if out._version != ver:
                     raise RuntimeError(
-                        f"the output of layer {layer.name!r} was modified in place (e.g. ReLU(inplace=True)); "
-                        "per-example gradients would be wrong — avoid in-place ops after it or use method='vmap'"
+                        f"the output of layer {layer.name!r} was modified in place (e.g. ReLU(inplace=True)); per-example gradients would be wrong — avoid in-place ops after it or use method='vmap'"
                     )
                 outputs.append(out)
         grads_out = torch.autograd.grad(losses.sum(), outputs, allow_unused=True)

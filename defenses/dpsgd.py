@@ -165,9 +165,7 @@ class DPSGDConfig:
         _optional("noise_multiplier", self.noise_multiplier, v.positive)
         v.positive("clip_norm", self.clip_norm)
         if self.lot_size is not None and self.sampling_rate is not None:
-            raise ValueError(
-                f"give lot_size or sampling_rate, not both; got lot_size={self.lot_size!r}, sampling_rate={self.sampling_rate!r}"
-            )
+            raise ValueError(f"give lot_size or sampling_rate, not both; got lot_size={self.lot_size!r}, sampling_rate={self.sampling_rate!r}")
         _optional("lot_size", self.lot_size, lambda n, x: v.integer(n, x, minimum=1))
         _optional("sampling_rate", self.sampling_rate, v.half_open_unit)
         _optional("expected_lot_size", self.expected_lot_size, v.positive)
@@ -192,10 +190,7 @@ class DPSGDConfig:
         _optional("pca_components", self.pca_components, lambda n, x: v.integer(n, x, minimum=1))
         _optional("pca_noise", self.pca_noise, v.positive)
         if (self.pca_components is None) != (self.pca_noise is None):
-            raise ValueError(
-                f"pca_components and pca_noise go together (DP-PCA needs both), got pca_components={self.pca_components!r}, "
-                f"pca_noise={self.pca_noise!r}"
-            )
+            raise ValueError(f"pca_components and pca_noise go together (DP-PCA needs both), got pca_components={self.pca_components!r}, pca_noise={self.pca_noise!r}")
         v.half_open_unit("pca_sampling_rate", self.pca_sampling_rate)
         v.choice("clipping_method", self.clipping_method, CLIPPING_METHODS)
         v.integer("physical_batch_size", self.physical_batch_size, minimum=1)
@@ -247,15 +242,9 @@ def pca_claim(config: DPSGDConfig) -> DPClaim | None:
 
 
 def _claim(config: DPSGDConfig, *, sampling_rate: float, noise_multiplier: float, num_steps: int) -> DPClaim:
-    desc = (
-        f"DP-SGD q={sampling_rate:g} sigma={noise_multiplier:g} T={num_steps} C={config.clip_norm:g}"
-        f"{' per-layer' if config.per_layer else ''}"
-    )
+    desc = f"DP-SGD q={sampling_rate:g} sigma={noise_multiplier:g} T={num_steps} C={config.clip_norm:g}{' per-layer' if config.per_layer else ''}"
     if config.sampling != "poisson":
-        desc += (
-            " [non-private-accounting: lots drawn by fixed-size shuffling, but the accounting assumes Poisson "
-            "sampling; this epsilon is NOT a valid guarantee for the run]"
-        )
+        desc += " [non-private-accounting: lots drawn by fixed-size shuffling, but the accounting assumes Poisson sampling; this epsilon is NOT a valid guarantee for the run]"
     claim = dpsgd_claim(sampling_rate=sampling_rate, noise_multiplier=noise_multiplier, num_steps=num_steps, description=desc)
     pca = pca_claim(config)
     if pca is None:
@@ -316,21 +305,27 @@ def plan_dpsgd(config: DPSGDConfig, *, num_members: int) -> DPSGDPlan:
             steps = _max_steps_composed(config, q, sigma, epoch_steps if epoch_steps is not None else 10**7)
         else:
             steps = calibrate_num_steps(
-                target_epsilon=config.target_epsilon, delta=config.delta, sampling_rate=q, noise_multiplier=sigma,
-                accountant=config.accountant, max_steps=epoch_steps if epoch_steps is not None else 10**7,
+                target_epsilon=config.target_epsilon,
+                delta=config.delta,
+                sampling_rate=q,
+                noise_multiplier=sigma,
+                accountant=config.accountant,
+                max_steps=epoch_steps if epoch_steps is not None else 10**7,
             )
     else:
         steps = int(epoch_steps)  # type: ignore[arg-type]
         if pca:
             sigma = _calibrate_sigma_composed(config, q, steps)
         else:
-            sigma = calibrate_noise_multiplier(
-                target_epsilon=config.target_epsilon, delta=config.delta, sampling_rate=q, num_steps=steps, accountant=config.accountant
-            )
+            sigma = calibrate_noise_multiplier(target_epsilon=config.target_epsilon, delta=config.delta, sampling_rate=q, num_steps=steps, accountant=config.accountant)
     divisor = float(config.expected_lot_size) if config.expected_lot_size is not None else q * n
     return DPSGDPlan(
-        sampling_rate=q, noise_multiplier=float(sigma), num_steps=int(steps), steps_per_epoch=steps_per_epoch,  # type: ignore[arg-type]
-        expected_lot_size=divisor, noise_std=float(sigma) * config.clip_norm,  # type: ignore[arg-type]
+        sampling_rate=q,
+        noise_multiplier=float(sigma),
+        num_steps=int(steps),
+        steps_per_epoch=steps_per_epoch,  # type: ignore[arg-type]
+        expected_lot_size=divisor,
+        noise_std=float(sigma) * config.clip_norm,  # type: ignore[arg-type]
     )
 
 
@@ -521,8 +516,11 @@ def train_dpsgd(
     if config.pca_components is not None:
         proj = _find_projection(model)
         matrix = dp_pca(
-            members.features, num_components=config.pca_components, noise=float(config.pca_noise),  # type: ignore[arg-type]
-            sampling_rate=config.pca_sampling_rate, generator=torch_generator(seed, "pca"),
+            members.features,
+            num_components=config.pca_components,
+            noise=float(config.pca_noise),  # type: ignore[arg-type]
+            sampling_rate=config.pca_sampling_rate,
+            generator=torch_generator(seed, "pca"),
         )
         proj.set(matrix)
     model.to(device).train()
@@ -560,15 +558,23 @@ def train_dpsgd(
                     canary = canary_gradient(step)
                     if canary is not None:
                         extra = clip_gradient(
-                            _canary_dict(canary, params), clip_norm=config.clip_norm,
+                            _canary_dict(canary, params),
+                            clip_norm=config.clip_norm,
                             layer_groups=layer_groups if clipper.layer_clip_norms else None,
                             layer_clip_norms=clipper.layer_clip_norms,
                         )
                         canary_steps += 1
                 # The 1/L of the update is folded into the clipping factors and the noise scale.
                 update, loss_sum = noisy_clipped_sum(
-                    clipper, x, y, lot, noise_std=noise_std, generator=noise_gen,
-                    physical_batch_size=config.physical_batch_size, extra=extra, scale=1.0 / plan.expected_lot_size,
+                    clipper,
+                    x,
+                    y,
+                    lot,
+                    noise_std=noise_std,
+                    generator=noise_gen,
+                    physical_batch_size=config.physical_batch_size,
+                    extra=extra,
+                    scale=1.0 / plan.expected_lot_size,
                 )
                 loss_total += loss_sum
                 loss_count += int(lot.numel())
@@ -599,8 +605,17 @@ def train_dpsgd(
     if config.target_epsilon is not None and epsilon > config.target_epsilon * (1 + 1e-9):
         raise RuntimeError(f"internal error: DP-SGD spent epsilon={epsilon!r} > target_epsilon={config.target_epsilon!r}")
     record = build_record(
-        defense="dpsgd", model=model, bundle=bundle, splits=splits, model_name=model_name, model_options=model_options,
-        config=config, claim=claim, seed=seed, device=device, started=started,
+        defense="dpsgd",
+        model=model,
+        bundle=bundle,
+        splits=splits,
+        model_name=model_name,
+        model_options=model_options,
+        config=config,
+        claim=claim,
+        seed=seed,
+        device=device,
+        started=started,
         extra_metrics={
             "num_steps": steps_taken,
             "epochs_completed": steps_taken * plan.sampling_rate,

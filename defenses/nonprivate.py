@@ -93,8 +93,17 @@ def train_nonprivate(
             bar.update(1, loss=total / max(count, 1))
     model.eval()
     record = build_record(
-        defense="nonprivate", model=model, bundle=bundle, splits=splits, model_name=model_name, model_options=model_options,
-        config=config, claim=NonPrivateClaim(), seed=seed, device=device, started=started,
+        defense="nonprivate",
+        model=model,
+        bundle=bundle,
+        splits=splits,
+        model_name=model_name,
+        model_options=model_options,
+        config=config,
+        claim=NonPrivateClaim(),
+        seed=seed,
+        device=device,
+        started=started,
         extra_metrics={"num_steps": config.epochs * -(-len(x) // config.batch_size)},
     )
     return record, model

@@ -344,7 +344,7 @@ class RayExecutor(Executor):
             for ref in pending:
                 try:
                     ray.cancel(ref, force=True)
-                except Exception:  # noqa: BLE001 - best effort; the task may have just finished
+                except Exception:
                     pass
 
     def close(self) -> None:

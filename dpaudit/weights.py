@@ -52,8 +52,6 @@ def build_module(record: TrainedModel) -> nn.Module:
     return build_model(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, **_thaw(record.model_options))
 
 
-
-
 def save_record(record: TrainedModel, model: nn.Module, directory: str | os.PathLike[str]) -> Path:
     """Writes ``record.json`` and ``model.safetensors`` into ``directory`` atomically.
 

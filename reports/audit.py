@@ -23,12 +23,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure as MplFigure  # noqa: E402
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure as MplFigure
 
-from dpaudit.privacy.audit import AuditResult  # noqa: E402
-from reports.render import Banner, Figure, Section, Table, format_number  # noqa: E402
+from dpaudit.privacy.audit import AuditResult
+from reports.render import Banner, Figure, Section, Table, format_number
 
 __all__ = ["score_histogram", "roc_figure", "guess_curve_figure", "bounds_table", "audit_section", "split_scores"]
 
@@ -108,7 +108,12 @@ def guess_curve_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFig
 def bounds_table(result: AuditResult) -> Table:
     """ε_LB (with method, bound, confidence, δ and counts) beside ε_UB under each accountant."""
     rows: list[list[Any]] = [
-        ["ε_LB (empirical lower bound)", result.epsilon_lb, f"{result.method} / {result.bound} / {result.threshold_strategy}, {result.confidence:.0%} confidence, δ={result.delta:g}, {result.num_in} IN / {result.num_out} OUT" + (f", group size {result.group_size}" if result.group_size > 1 else "")]
+        [
+            "ε_LB (empirical lower bound)",
+            result.epsilon_lb,
+            f"{result.method} / {result.bound} / {result.threshold_strategy}, {result.confidence:.0%} confidence, δ={result.delta:g}, {result.num_in} IN / {result.num_out} OUT"
+            + (f", group size {result.group_size}" if result.group_size > 1 else ""),
+        ]
     ]
     for name, value in result.epsilon_ub_by_accountant.items():
         mark = " (tightest: compared)" if name == result.accountant else ""
@@ -130,13 +135,19 @@ def audit_section(result: AuditResult, scores: Mapping[str, np.ndarray] | None =
     blocks: list[Any] = []
     ub = format_number(result.epsilon_ub)
     if result.violation:
-        blocks.append(Banner(text=f"VIOLATION: ε_LB = {result.epsilon_lb:.3f} > ε_UB = {ub} ({result.accountant}) at {result.confidence:.0%} confidence. The implementation does not meet its claim.", level="alert"))
+        blocks.append(
+            Banner(
+                text=f"VIOLATION: ε_LB = {result.epsilon_lb:.3f} > ε_UB = {ub} ({result.accountant}) at {result.confidence:.0%} confidence. The implementation does not meet its claim.", level="alert"
+            )
+        )
     else:
         blocks.append(Banner(text=f"No violation: ε_LB = {result.epsilon_lb:.3f} ≤ ε_UB = {ub} ({result.accountant}); tightness {result.tightness:.2f}.", level="ok"))
     blocks.append(bounds_table(result))
     lines = [f"- threat model: **{result.threat_model}**, game: **{result.method}**, bound: **{result.bound}** ({result.threshold_strategy})"]
     if result.method == "white-box":
-        lines.append("- compared claim: **one un-sampled Gaussian step** — the auditor inserts the Dirac gradient canary itself, so whenever it is IN it is certainly in the lot; each step is one observation of that mechanism")
+        lines.append(
+            "- compared claim: **one un-sampled Gaussian step** — the auditor inserts the Dirac gradient canary itself, so whenever it is IN it is certainly in the lot; each step is one observation of that mechanism"
+        )
         canary = result.details.get("canary")
         if canary:
             lines.append(f"- canary coordinate: `{canary['parameter']}[{canary['index']}]`, magnitude {format_number(float(canary['magnitude']))}; {canary['reason']}")

@@ -26,17 +26,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure as MplFigure  # noqa: E402
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure as MplFigure
 
-from dpaudit.results import EvasionResult, load_evasion_result  # noqa: E402
-from dpaudit.robustness.certification import (  # noqa: E402
+from dpaudit.results import EvasionResult, load_evasion_result
+from dpaudit.robustness.certification import (
     CertificationResult,
     load_certification_result,
 )
-from dpaudit.store import atomic_write_text, read_json  # noqa: E402
-from reports.render import Banner, Figure, Section, Table, write_report  # noqa: E402
+from dpaudit.store import atomic_write_text, read_json
+from reports.render import Banner, Figure, Section, Table, write_report
 
 __all__ = [
     "CertifiedRun",
@@ -141,7 +141,11 @@ def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, i
             if is_smooth and not include_smoothing:
                 continue
             ax.plot(
-                run.sizes, cert.certified_accuracy(run.sizes), color=color, ls=":" if is_smooth else "-", marker="" if is_smooth else "o",
+                run.sizes,
+                cert.certified_accuracy(run.sizes),
+                color=color,
+                ls=":" if is_smooth else "-",
+                marker="" if is_smooth else "o",
                 label=f"{run.label}: {'smoothing' if is_smooth else 'certificate'} (conv. acc {conv:.3f})",
             )
     ax.set_xlabel("attack size")
@@ -169,8 +173,14 @@ def accuracy_epsilon_rows(run_dir: str | Path, runs: Sequence[CertifiedRun]) -> 
         run = certified.get(rec["model_id"])
         acc = run.summary["conventional_accuracy"] if run is not None else metrics.get("test_accuracy", float("nan"))
         rows.append(
-            {"defense": rec["defense"], "model_id": rec["model_id"], "epsilon": float(eps), "delta": metrics.get("delta"),
-             "conventional_accuracy": float(acc), "source": "monte carlo" if run is not None else "record test accuracy"}
+            {
+                "defense": rec["defense"],
+                "model_id": rec["model_id"],
+                "epsilon": float(eps),
+                "delta": metrics.get("delta"),
+                "conventional_accuracy": float(acc),
+                "source": "monte carlo" if run is not None else "record test accuracy",
+            }
         )
     return sorted(rows, key=lambda r: (r["defense"], r["epsilon"]))
 
@@ -195,8 +205,17 @@ def certified_rows(runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
     for run in runs:
         for name, cert in run.certificates.items():
             for size, acc in zip(run.sizes, cert.certified_accuracy(run.sizes)):
-                rows.append({"defense": run.summary["defense"], "model_id": run.summary["model_id"], "certificate": name, "norm": cert.norm,
-                             "size": float(size), "certified_accuracy": float(acc), "conventional_accuracy": float(cert.conventional_accuracy)})
+                rows.append(
+                    {
+                        "defense": run.summary["defense"],
+                        "model_id": run.summary["model_id"],
+                        "certificate": name,
+                        "norm": cert.norm,
+                        "size": float(size),
+                        "certified_accuracy": float(acc),
+                        "conventional_accuracy": float(cert.conventional_accuracy),
+                    }
+                )
     return rows
 
 
@@ -206,8 +225,17 @@ def robust_rows(runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
     for run in runs:
         for name, res in run.attacks.items():
             for size, acc in zip(res.radii, res.robust_accuracy):
-                rows.append({"defense": run.summary["defense"], "model_id": run.summary["model_id"], "attack": name, "norm": res.norm,
-                             "size": float(size), "robust_accuracy": float(acc), "clean_accuracy": float(res.clean_accuracy)})
+                rows.append(
+                    {
+                        "defense": run.summary["defense"],
+                        "model_id": run.summary["model_id"],
+                        "attack": name,
+                        "norm": res.norm,
+                        "size": float(size),
+                        "robust_accuracy": float(acc),
+                        "clean_accuracy": float(res.clean_accuracy),
+                    }
+                )
     return rows
 
 
@@ -244,14 +272,25 @@ def _run_table(runs: Sequence[CertifiedRun]) -> Table:
     rows = []
     for run in runs:
         s = run.summary
-        rows.append([
-            s["defense"], s["model_id"], s.get("epsilon"), s.get("robustness_epsilon"), s.get("attack_norm_bound"), s.get("noise_std"),
-            s.get("sensitivity"), s.get("conventional_accuracy"), s.get("num_examples"), s.get("num_draws"), s.get("draws_per_second"),
-        ])
+        rows.append(
+            [
+                s["defense"],
+                s["model_id"],
+                s.get("epsilon"),
+                s.get("robustness_epsilon"),
+                s.get("attack_norm_bound"),
+                s.get("noise_std"),
+                s.get("sensitivity"),
+                s.get("conventional_accuracy"),
+                s.get("num_examples"),
+                s.get("num_draws"),
+                s.get("draws_per_second"),
+            ]
+        )
     return Table(
-        columns=["defense", "model", "DP ε", "ε_r", "L", "σ", "Δ_r", "conv. acc", "examples", "draws", "draws/s"], rows=rows,
-        caption="σ: base noise std of the noise layer; Δ_r: its measured (r-weighted) sensitivity in the attack norm; "
-        "conventional accuracy of the Monte Carlo prediction.",
+        columns=["defense", "model", "DP ε", "ε_r", "L", "σ", "Δ_r", "conv. acc", "examples", "draws", "draws/s"],
+        rows=rows,
+        caption="σ: base noise std of the noise layer; Δ_r: its measured (r-weighted) sensitivity in the attack norm; conventional accuracy of the Monte Carlo prediction.",
     )
 
 
@@ -281,14 +320,20 @@ def write_certified_report(run_dir: str | Path, *, runs: Sequence[CertifiedRun] 
         overview.append(Banner(text="Sound: at every attack size, certified accuracy ≤ robust accuracy under the strongest attack.", level="ok"))
     if runs:
         overview.append(_run_table(runs))
-        overview.append(Figure(figure=comparison_figure(runs), name="comparison",
-                               caption="Certified accuracy against attack size: each model's own certificate (solid) and randomized smoothing of the same noise (dotted)."))
+        overview.append(
+            Figure(
+                figure=comparison_figure(runs),
+                name="comparison",
+                caption="Certified accuracy against attack size: each model's own certificate (solid) and randomized smoothing of the same noise (dotted).",
+            )
+        )
     else:
         overview.append("No certified models in this run directory (run `dpaudit certify` first).")
     sections.append(Section(title="Certified accuracy", blocks=overview))
     for run in runs:
-        blocks: list[Any] = [Figure(figure=certified_figure(run), name=f"model-{run.summary['model_id']}",
-                                    caption="Certified accuracy (solid) against empirical robust accuracy under each attack (dashed).")]
+        blocks: list[Any] = [
+            Figure(figure=certified_figure(run), name=f"model-{run.summary['model_id']}", caption="Certified accuracy (solid) against empirical robust accuracy under each attack (dashed).")
+        ]
         rows = []
         robust = run.strongest_robust_accuracy()
         for j, size in enumerate(run.sizes):
@@ -301,11 +346,17 @@ def write_certified_report(run_dir: str | Path, *, runs: Sequence[CertifiedRun] 
         blocks.append(Table(columns=cols, rows=rows))
         sections.append(Section(title=f"{run.label} — {run.summary['model_id']}", blocks=blocks))
     if eps_rows:
-        sections.append(Section(title="Conventional accuracy against DP ε", blocks=[
-            Figure(figure=accuracy_epsilon_figure(eps_rows), name="accuracy-vs-epsilon", caption="Conventional accuracy against the training data's ε (at each record's δ)."),
-            Table(columns=["defense", "model", "ε", "δ", "conv. acc", "source"],
-                  rows=[[r["defense"], r["model_id"], r["epsilon"], r["delta"], r["conventional_accuracy"], r["source"]] for r in eps_rows]),
-        ]))
+        sections.append(
+            Section(
+                title="Conventional accuracy against DP ε",
+                blocks=[
+                    Figure(figure=accuracy_epsilon_figure(eps_rows), name="accuracy-vs-epsilon", caption="Conventional accuracy against the training data's ε (at each record's δ)."),
+                    Table(
+                        columns=["defense", "model", "ε", "δ", "conv. acc", "source"],
+                        rows=[[r["defense"], r["model_id"], r["epsilon"], r["delta"], r["conventional_accuracy"], r["source"]] for r in eps_rows],
+                    ),
+                ],
+            )
+        )
     sections.append(Section(title="Tables", blocks=["CSV beside this report: `certified_accuracy.csv`, `robust_accuracy.csv`, `accuracy_vs_epsilon.csv`."]))
     return write_report(out, sections, title="Certified vs conventional accuracy", stem="certified")
-

@@ -26,9 +26,9 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on servers and CI; must precede pyplot
 
-from matplotlib.figure import Figure as MplFigure  # noqa: E402
+from matplotlib.figure import Figure as MplFigure
 
-from dpaudit.store import atomic_write_bytes, atomic_write_text  # noqa: E402
+from dpaudit.store import atomic_write_bytes, atomic_write_text
 
 __all__ = ["Table", "Figure", "Banner", "Section", "write_report", "format_number"]
 

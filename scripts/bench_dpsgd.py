@@ -31,18 +31,19 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
+import torch
+from torch import nn
+from torch.nn import functional as F
 
-from defenses.clipping import GradientClipper  # noqa: E402
-from defenses.dpsgd import noisy_clipped_sum  # noqa: E402
-from dpaudit.models import build_model  # noqa: E402
+from defenses.clipping import GradientClipper
+from defenses.dpsgd import noisy_clipped_sum
+from dpaudit.models import build_model
 
 SETUPS = {"abadi-mnist": 600, "hgm-cnn": 128}
 CLIP, SIGMA, LR = 1.0, 1.0, 0.05
@@ -107,13 +108,24 @@ def _opacus(name: str, x: torch.Tensor, y: torch.Tensor, mode: str) -> Callable[
         warnings.simplefilter("ignore")
         if mode == "ghost":
             module, optimizer, criterion, _ = engine.make_private(
-                module=model, optimizer=opt, criterion=nn.CrossEntropyLoss(), data_loader=loader, noise_multiplier=SIGMA,
-                max_grad_norm=CLIP, poisson_sampling=False, grad_sample_mode="ghost",
+                module=model,
+                optimizer=opt,
+                criterion=nn.CrossEntropyLoss(),
+                data_loader=loader,
+                noise_multiplier=SIGMA,
+                max_grad_norm=CLIP,
+                poisson_sampling=False,
+                grad_sample_mode="ghost",
             )
         else:
             module, optimizer, _ = engine.make_private(
-                module=model, optimizer=opt, data_loader=loader, noise_multiplier=SIGMA, max_grad_norm=CLIP,
-                poisson_sampling=False, grad_sample_mode="hooks",
+                module=model,
+                optimizer=opt,
+                data_loader=loader,
+                noise_multiplier=SIGMA,
+                max_grad_norm=CLIP,
+                poisson_sampling=False,
+                grad_sample_mode="hooks",
             )
             criterion = nn.CrossEntropyLoss()
 
@@ -201,8 +213,14 @@ def bench(name: str, batch: int, *, rounds: int, steps: int, with_opacus: bool, 
         ratios["opacus-ghost/dpaudit"] = ms["opacus-ghost"] / ms["dpaudit"]
     _, _, source = _data(1)
     return {
-        "model": name, "batch_size": batch, "data": source, "ms_per_step": ms, "ratios": ratios, "rounds": rounds,
-        "steps_per_round": steps, "all_ms": {m: [1000 * t for t in v] for m, v in times.items()},
+        "model": name,
+        "batch_size": batch,
+        "data": source,
+        "ms_per_step": ms,
+        "ratios": ratios,
+        "rounds": rounds,
+        "steps_per_round": steps,
+        "all_ms": {m: [1000 * t for t in v] for m, v in times.items()},
     }
 
 
@@ -225,10 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     threads = args.threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
-    results = [
-        bench(m, SETUPS[m], rounds=args.rounds, steps=args.steps, with_opacus=not args.no_opacus, threads=threads, in_process=args.in_process)
-        for m in args.models
-    ]
+    results = [bench(m, SETUPS[m], rounds=args.rounds, steps=args.steps, with_opacus=not args.no_opacus, threads=threads, in_process=args.in_process) for m in args.models]
     header = f"{'model':<12} {'batch':>5}  {'method':<13} {'ms/step':>9}  {'x nonprivate':>12}"
     where = "one process" if args.in_process else "one worker process per method"
     print(f"DP-SGD step time, torch {torch.__version__}, {threads} threads, {where} (median of {args.rounds} interleaved rounds)")

@@ -54,8 +54,7 @@ from dpaudit.seeding import torch_generator
 from dpaudit.store import atomic_write_json
 from dpaudit.training import resolve_device
 
-RADII = {"mnist": {"linf": [0.05, 0.1, 0.2, 0.3], "l2": [0.5, 1.0, 2.0, 3.0]},
-         "digits": {"linf": [0.05, 0.1, 0.2, 0.3], "l2": [0.25, 0.5, 1.0, 2.0]}}
+RADII = {"mnist": {"linf": [0.05, 0.1, 0.2, 0.3], "l2": [0.5, 1.0, 2.0, 3.0]}, "digits": {"linf": [0.05, 0.1, 0.2, 0.3], "l2": [0.25, 0.5, 1.0, 2.0]}}
 PAIRS = (("fgsm", "FGSM", "L2FastGradientAttack"), ("ifgsm", "LinfBasicIterativeAttack", "L2BasicIterativeAttack"), ("pgd", "LinfPGD", "L2PGD"))
 PGD_TOLERANCE = 0.01  # one point of accuracy
 
@@ -188,13 +187,24 @@ def main(argv: list[str] | None = None) -> int:
                 torch.manual_seed(args.seed)
                 fb_acc, fb_s, fb_times = _timed(lambda: _foolbox(fb, fmodel, x, y, cls=cls, radii=radii, args=args, device=device), args.repeats)
             work = len(x) * len(radii)
-            rows.append({
-                "attack": ours_name, "norm": norm, "foolbox_attack": cls, "radii": radii,
-                "robust_accuracy_ours": ours_acc.tolist(), "robust_accuracy_foolbox": fb_acc.tolist(),
-                "difference_points": (100 * (ours_acc - fb_acc)).tolist(),
-                "seconds_ours": ours_s, "seconds_foolbox": fb_s, "times_ours": ours_times, "times_foolbox": fb_times,
-                "throughput_ours": work / ours_s, "throughput_foolbox": work / fb_s, "throughput_ratio": fb_s / ours_s,
-            })
+            rows.append(
+                {
+                    "attack": ours_name,
+                    "norm": norm,
+                    "foolbox_attack": cls,
+                    "radii": radii,
+                    "robust_accuracy_ours": ours_acc.tolist(),
+                    "robust_accuracy_foolbox": fb_acc.tolist(),
+                    "difference_points": (100 * (ours_acc - fb_acc)).tolist(),
+                    "seconds_ours": ours_s,
+                    "seconds_foolbox": fb_s,
+                    "times_ours": ours_times,
+                    "times_foolbox": fb_times,
+                    "throughput_ours": work / ours_s,
+                    "throughput_foolbox": work / fb_s,
+                    "throughput_ratio": fb_s / ours_s,
+                }
+            )
 
     cert = _certification_throughput(model, model_name, bundle, x, args, device)
 
@@ -203,17 +213,31 @@ def main(argv: list[str] | None = None) -> int:
     _print_table(rows, clean=clean, args=args, model_name=model_name, dataset=bundle.name)
     print(f"criterion: our PGD robust accuracy <= Foolbox's + {100 * PGD_TOLERANCE:g} point at every radius: {'PASS' if pgd_ok else 'FAIL'}")
     print(f"criterion: our throughput >= Foolbox's for every attack: {'PASS' if speed_ok else 'FAIL'}")
-    print(f"certification throughput ({model_name} with a noise layer after its first layer, {cert['num_examples']} inputs × "
-          f"{cert['num_draws']} draws): {cert['draws_per_second']:.0f} draws/s")
+    print(f"certification throughput ({model_name} with a noise layer after its first layer, {cert['num_examples']} inputs × {cert['num_draws']} draws): {cert['draws_per_second']:.0f} draws/s")
     if args.json is not None:
-        atomic_write_json(args.json, {
-            "dataset": bundle.name, "model": model_name, "num_examples": len(x), "clean_accuracy": clean,
-            "steps": args.steps, "step_ratio": args.step_ratio, "batch_size": args.batch_size, "repeats": args.repeats,
-            "device": str(device), "quick": args.quick, "seed": args.seed,
-            "torch": torch.__version__, "foolbox": fb.__version__, "torch_threads": torch.get_num_threads(),
-            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-            "results": rows, "certification": cert, "criteria": {"pgd_not_weaker_than_foolbox": pgd_ok, "throughput_at_least_foolbox": speed_ok},
-        })
+        atomic_write_json(
+            args.json,
+            {
+                "dataset": bundle.name,
+                "model": model_name,
+                "num_examples": len(x),
+                "clean_accuracy": clean,
+                "steps": args.steps,
+                "step_ratio": args.step_ratio,
+                "batch_size": args.batch_size,
+                "repeats": args.repeats,
+                "device": str(device),
+                "quick": args.quick,
+                "seed": args.seed,
+                "torch": torch.__version__,
+                "foolbox": fb.__version__,
+                "torch_threads": torch.get_num_threads(),
+                "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+                "results": rows,
+                "certification": cert,
+                "criteria": {"pgd_not_weaker_than_foolbox": pgd_ok, "throughput_at_least_foolbox": speed_ok},
+            },
+        )
         _log(f"wrote {args.json}")
     return 0 if pgd_ok and speed_ok else 1
 
@@ -239,15 +263,19 @@ def _certification_throughput(model: torch.nn.Module, model_name: str, bundle: A
 
 
 def _print_table(rows: list[dict[str, Any]], *, clean: float, args: argparse.Namespace, model_name: str, dataset: str) -> None:
-    print(f"\n{model_name} on {dataset}: {args.num_examples} test examples, clean accuracy {100 * clean:.1f}%, "
-          f"{args.steps} steps (iterative attacks), step = {args.step_ratio:g} × radius, batch {args.batch_size or 'auto (ours) / 32 (Foolbox)'}, "
-          f"device {args.device}, {torch.get_num_threads()} torch threads, median of {args.repeats} after a warm-up\n")
+    print(
+        f"\n{model_name} on {dataset}: {args.num_examples} test examples, clean accuracy {100 * clean:.1f}%, "
+        f"{args.steps} steps (iterative attacks), step = {args.step_ratio:g} × radius, batch {args.batch_size or 'auto (ours) / 32 (Foolbox)'}, "
+        f"device {args.device}, {torch.get_num_threads()} torch threads, median of {args.repeats} after a warm-up\n"
+    )
     head = f"{'attack':<6} {'norm':<5} {'foolbox':<26} {'radii':<22} {'robust acc % ours':<26} {'foolbox':<26} {'diff (points)':<28} {'ex·r/s ours':>11} {'foolbox':>9} {'ratio':>6}"
     print(head)
     print("-" * len(head))
     for r in rows:
+
         def fmt(values: list[float], scale: float = 100.0, spec: str = ".1f") -> str:
             return " ".join(f"{scale * val:{spec}}" for val in values)
+
         print(
             f"{r['attack']:<6} {r['norm']:<5} {r['foolbox_attack']:<26} {' '.join(f'{q:g}' for q in r['radii']):<22} "
             f"{fmt(r['robust_accuracy_ours']):<26} {fmt(r['robust_accuracy_foolbox']):<26} {fmt(r['difference_points'], 1.0, '+.1f'):<28} "

@@ -69,9 +69,18 @@ def _train_target(run: RunDir, *, defense: str, config: Any, bundle: Any, splits
 def _attack(args: argparse.Namespace, run: RunDir, record: Any, model: Any, bundle: Any, *, num_shadows: int, executor: Any) -> dict[str, Any]:
     t0 = time.monotonic()
     results = run_membership_attacks(
-        list(ATTACKS), record=record, model=model, bundle=bundle, seed=args.seed, num_shadows=num_shadows,
-        num_references=args.references, num_queries=args.num_queries, shadow_directory=shadow_dir(run.path), executor=executor,
-        data_root=args.data_root, progress=not args.quiet,
+        list(ATTACKS),
+        record=record,
+        model=model,
+        bundle=bundle,
+        seed=args.seed,
+        num_shadows=num_shadows,
+        num_references=args.references,
+        num_queries=args.num_queries,
+        shadow_directory=shadow_dir(run.path),
+        executor=executor,
+        data_root=args.data_root,
+        progress=not args.quiet,
     )
     elapsed = time.monotonic() - t0
     save_membership_results(results, run.path)
@@ -101,9 +110,7 @@ def _table(block: dict[str, Any]) -> str:
         f"  {'attack':<17} {'AUC':>7} {'TPR@0.1%':>9} {'TPR@1%':>8} {'bal.acc':>8} {'eps_lb':>7}",
     ]
     for name, s in block["attacks"].items():
-        lines.append(
-            f"  {name:<17} {s['auc']:7.4f} {s['tpr_at_fpr']['0.001']:9.4f} {s['tpr_at_fpr']['0.01']:8.4f} {s['balanced_accuracy']:8.4f} {s['epsilon_lb']:7.3f}"
-        )
+        lines.append(f"  {name:<17} {s['auc']:7.4f} {s['tpr_at_fpr']['0.001']:9.4f} {s['tpr_at_fpr']['0.01']:8.4f} {s['balanced_accuracy']:8.4f} {s['epsilon_lb']:7.3f}")
     return "\n".join(lines)
 
 
@@ -127,7 +134,11 @@ def _scaling(args: argparse.Namespace, record: Any) -> dict[str, Any]:
     noise-robust estimator of a benchmark's time), with every round kept in the JSON.
     """
     specs = plan_shadows(
-        template=record, pool_ids=record.membership.population, num_shadows=args.scaling_shadows, seed=args.seed + 1, kind="offline",
+        template=record,
+        pool_ids=record.membership.population,
+        num_shadows=args.scaling_shadows,
+        seed=args.seed + 1,
+        kind="offline",
         training=ShadowTraining.from_config(record.config),
     )
     out: dict[str, Any] = {"num_shadows": args.scaling_shadows, "rounds": [], "load_before": list(os.getloadavg())}
@@ -184,9 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     bundle = load_dataset(args.dataset, data_root=args.data_root)
     splits = make_splits(bundle, seed=args.seed, num_members=args.num_members, num_non_members=args.num_non_members)
     run = RunDir(args.out).create(command=" ".join(["bench_mia.py", *sys.argv[1:]]))
-    record, model = _train_target(
-        run, defense="nonprivate", config=NonPrivateConfig(epochs=args.epochs), bundle=bundle, splits=splits, model=args.model, seed=args.seed, quiet=args.quiet
-    )
+    record, model = _train_target(run, defense="nonprivate", config=NonPrivateConfig(epochs=args.epochs), bundle=bundle, splits=splits, model=args.model, seed=args.seed, quiet=args.quiet)
     figures: dict[str, Any] = {"dataset": args.dataset, "model": args.model, "num_members": args.num_members, "num_non_members": args.num_non_members, "cpu_count": os.cpu_count()}
     if args.scaling or args.scaling_only:
         figures["scaling"] = _scaling(args, record)

@@ -57,7 +57,11 @@ def _train(dataset: torch.utils.data.Dataset, *, seed: int, noise_multiplier: fl
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Opacus warns about secure RNG and the zero-noise variant
         model, optimizer, loader = engine.make_private(
-            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=noise_multiplier, max_grad_norm=MAX_GRAD_NORM,
+            module=model,
+            optimizer=optimizer,
+            data_loader=loader,
+            noise_multiplier=noise_multiplier,
+            max_grad_norm=MAX_GRAD_NORM,
             poisson_sampling=False,  # the loader already draws Poisson lots at SAMPLING_RATE
             noise_generator=torch.Generator().manual_seed(seed + 1),
         )

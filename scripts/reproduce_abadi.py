@@ -35,22 +35,22 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import torch
 
-from defenses.dpsgd import DPSGDConfig, train_dpsgd  # noqa: E402
-from defenses.nonprivate import NonPrivateConfig, train_nonprivate  # noqa: E402
-from dpaudit.data import load_dataset, make_splits  # noqa: E402
-from dpaudit.privacy.accountants import (  # noqa: E402
+from defenses.dpsgd import DPSGDConfig, train_dpsgd
+from defenses.nonprivate import NonPrivateConfig, train_nonprivate
+from dpaudit.data import load_dataset, make_splits
+from dpaudit.privacy.accountants import (
     ACCOUNTANTS,
     compute_epsilon,
     sampled_gaussian_event,
 )
-from dpaudit.store import to_jsonable  # noqa: E402
-from dpaudit.training import evaluate, resolve_device  # noqa: E402
+from dpaudit.store import to_jsonable
+from dpaudit.training import evaluate, resolve_device
 
 DELTA = 1e-5
 FIG2 = {"sampling_rate": 0.01, "noise_multiplier": 4.0, "delta": DELTA}
@@ -96,9 +96,18 @@ def run_row(row: dict[str, Any], *, bundle, splits, epochs_cap: float | None, se
             history.append({"epoch": epoch + 1, "test_accuracy": res["accuracy"]})
 
     config = DPSGDConfig(
-        noise_multiplier=row["noise_multiplier"], clip_norm=4.0, lot_size=600, target_epsilon=row["target_epsilon"], delta=DELTA,
-        accountant="moments", epochs=epochs_cap, learning_rate=0.1, final_learning_rate=0.052, lr_decay_epochs=10,
-        pca_components=60, pca_noise=row["pca_noise"],
+        noise_multiplier=row["noise_multiplier"],
+        clip_norm=4.0,
+        lot_size=600,
+        target_epsilon=row["target_epsilon"],
+        delta=DELTA,
+        accountant="moments",
+        epochs=epochs_cap,
+        learning_rate=0.1,
+        final_learning_rate=0.052,
+        lr_decay_epochs=10,
+        pca_components=60,
+        pca_noise=row["pca_noise"],
     )
     started = time.monotonic()
     record, _ = train_dpsgd(bundle=bundle, splits=splits, model_name="abadi-mnist", config=config, seed=seed, device=device, progress=progress, on_epoch=on_epoch)
@@ -171,7 +180,9 @@ def comparison_markdown(baseline: dict[str, Any], rows: list[dict[str, Any]]) ->
     lines.append(f"| {baseline['label']} ({baseline['epochs']} epochs) | ∞ | ∞ | {100 * baseline['test_accuracy']:.2f} % | — |")
     for r in rows:
         gap = 100 * (baseline["test_accuracy"] - r["test_accuracy"])
-        lines.append(f"| DP-SGD σ={r['noise_multiplier']:g}, σ_p={r['pca_noise']:g} | {r['epsilon']['moments']:.2f} | {r['epsilon']['pld']:.2f} | {100 * r['test_accuracy']:.2f} % | {gap:.2f} points |")
+        lines.append(
+            f"| DP-SGD σ={r['noise_multiplier']:g}, σ_p={r['pca_noise']:g} | {r['epsilon']['moments']:.2f} | {r['epsilon']['pld']:.2f} | {100 * r['test_accuracy']:.2f} % | {gap:.2f} points |"
+        )
     return "\n".join(lines)
 
 
@@ -189,9 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-mnist", action="store_true", help="only Figure 2")
     parser.add_argument("--baseline", action="store_true", help="also train the non-private baseline and print baseline vs DP-SGD at each ε")
     parser.add_argument(
-        "--threads", type=int, default=1,
-        help="torch threads (default 1: these models are small, and on a shared 2-core machine a second "
-        "OpenMP thread waits for a busy core on every op, which made runs several times slower)",
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1: these models are small, and on a shared 2-core machine a second OpenMP thread waits for a busy core on every op, which made runs several times slower)",
     )
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
@@ -249,8 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     report = [
         "# Abadi et al. (2016) reproduction",
         "",
-        f"Mode: {results['mode']}; total time {results['seconds']:.0f} s; torch {torch.__version__}, device {device}, "
-        f"{torch.get_num_threads()} thread(s); seed {args.seed}.",
+        f"Mode: {results['mode']}; total time {results['seconds']:.0f} s; torch {torch.__version__}, device {device}, {torch.get_num_threads()} thread(s); seed {args.seed}.",
         "",
         "## Figure 2: ε vs epochs (q = 0.01, σ = 4, δ = 1e-5)",
         "",

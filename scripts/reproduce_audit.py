@@ -61,33 +61,68 @@ def main(argv: list[str] | None = None) -> int:
                 steps = max(2000, int(WHITE_BOX_STEPS[target] * scale))
                 runs = 2 * args.workers if args.workers > 1 else 1
                 result, directory = run_audit(
-                    **common, threat="white-box", sampling_rate=0.01, steps=steps // runs, trials=runs, clip_norm=1.0, learning_rate=0.1,
+                    **common,
+                    threat="white-box",
+                    sampling_rate=0.01,
+                    steps=steps // runs,
+                    trials=runs,
+                    clip_norm=1.0,
+                    learning_rate=0.1,
                     name=f"white-box-eps{target:g}-T{steps}",
                 )
             elif mode == "multi-run":
                 result, directory = run_audit(
-                    **common, threat="black-box", method="multi-run", sampling_rate=0.05, epochs=10, trials=max(10, int(50 * scale)),
-                    num_members=300, canary="clipbkd", clip_norm=1.0, learning_rate=0.5, name=f"multi-run-eps{target:g}{'-quick' if args.quick else ''}",
+                    **common,
+                    threat="black-box",
+                    method="multi-run",
+                    sampling_rate=0.05,
+                    epochs=10,
+                    trials=max(10, int(50 * scale)),
+                    num_members=300,
+                    canary="clipbkd",
+                    clip_norm=1.0,
+                    learning_rate=0.5,
+                    name=f"multi-run-eps{target:g}{'-quick' if args.quick else ''}",
                 )
             elif mode == "one-run":
                 result, directory = run_audit(
-                    **common, threat="black-box", method="one-run", sampling_rate=0.05, epochs=10, canaries=max(50, int(500 * scale)),
-                    clip_norm=1.0, learning_rate=0.5, name=f"one-run-eps{target:g}{'-quick' if args.quick else ''}",
+                    **common,
+                    threat="black-box",
+                    method="one-run",
+                    sampling_rate=0.05,
+                    epochs=10,
+                    canaries=max(50, int(500 * scale)),
+                    clip_norm=1.0,
+                    learning_rate=0.5,
+                    name=f"one-run-eps{target:g}{'-quick' if args.quick else ''}",
                 )
             else:
                 raise SystemExit(f"--modes: unknown mode {mode!r}")
             seconds = time.monotonic() - started
-            rows.append({
-                "target_epsilon": target, "mode": mode, "epsilon_lb": result.epsilon_lb, "epsilon_ub": result.epsilon_ub,
-                "accountant": result.accountant, "tightness": result.tightness, "violation": result.violation,
-                "num_in": result.num_in, "num_out": result.num_out, "bound": result.bound, "claim": result.claim_description,
-                "seconds": seconds, "audit_dir": str(directory),
-            })
+            rows.append(
+                {
+                    "target_epsilon": target,
+                    "mode": mode,
+                    "epsilon_lb": result.epsilon_lb,
+                    "epsilon_ub": result.epsilon_ub,
+                    "accountant": result.accountant,
+                    "tightness": result.tightness,
+                    "violation": result.violation,
+                    "num_in": result.num_in,
+                    "num_out": result.num_out,
+                    "bound": result.bound,
+                    "claim": result.claim_description,
+                    "seconds": seconds,
+                    "audit_dir": str(directory),
+                }
+            )
             print(f"[{mode} eps={target:g}] {result.summary()} ({seconds:.0f}s)", file=sys.stderr)
     header = f"{'eps_UB':>6}  {'mode':<10} {'eps_LB':>7} {'eps_UB(PLD)':>11} {'ratio':>6} {'in/out':>13} {'time':>6}  compared claim"
     print(header)
     for r in rows:
-        print(f"{r['target_epsilon']:>6g}  {r['mode']:<10} {r['epsilon_lb']:>7.3f} {r['epsilon_ub']:>11.3f} {r['tightness']:>6.3f} {str(r['num_in']) + '/' + str(r['num_out']):>13} {r['seconds']:>5.0f}s  {r['claim']}")
+        print(
+            f"{r['target_epsilon']:>6g}  {r['mode']:<10} {r['epsilon_lb']:>7.3f} {r['epsilon_ub']:>11.3f} {r['tightness']:>6.3f} {str(r['num_in']) + '/' + str(r['num_out']):>13} {r['seconds']:>5.0f}s  {r['claim']}"
+        )
     if args.json:
         atomic_write_json(args.json, {"delta": DELTA, "quick": args.quick, "workers": args.workers, "rows": rows})
     return 0

@@ -40,21 +40,51 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-from defenses import DEFENSES  # noqa: E402
-from defenses._common import model_id_for  # noqa: E402
-from dpaudit.app.runs.certify import certify_record  # noqa: E402
-from dpaudit.data import load_dataset, make_splits  # noqa: E402
-from dpaudit.results.record import RECORD_FILE, load_record  # noqa: E402
-from dpaudit.store import RunDir, atomic_write_json, to_jsonable  # noqa: E402
-from dpaudit.training import resolve_device  # noqa: E402
-from dpaudit.weights import save_record  # noqa: E402
+from defenses import DEFENSES
+from defenses._common import model_id_for
+from dpaudit.app.runs.certify import certify_record
+from dpaudit.data import load_dataset, make_splits
+from dpaudit.results.record import RECORD_FILE, load_record
+from dpaudit.store import RunDir, atomic_write_json, to_jsonable
+from dpaudit.training import resolve_device
+from dpaudit.weights import save_record
 
-QUICK = dict(dataset="digits", model="hgm-cnn", num_members=1200, epochs=15, dp_epochs=15, batch_size=32, lot_size=64, draws=300,
-             num_examples=100, epsilons=(8.0,), sizes=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3), learning_rate=0.05, eot_samples=2, pretrain_epochs=2, noise_ramp=0.1)
+QUICK = dict(
+    dataset="digits",
+    model="hgm-cnn",
+    num_members=1200,
+    epochs=15,
+    dp_epochs=15,
+    batch_size=32,
+    lot_size=64,
+    draws=300,
+    num_examples=100,
+    epsilons=(8.0,),
+    sizes=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3),
+    learning_rate=0.05,
+    eot_samples=2,
+    pretrain_epochs=2,
+    noise_ramp=0.1,
+)
 # CPU-sized MNIST: the authors' network and robustness parameters, fewer members, epochs and
 # draws than their GPU runs (flags override every field).
-FULL = dict(dataset="mnist", model="hgm-cnn", num_members=20000, epochs=2, dp_epochs=3, batch_size=125, lot_size=250, draws=1000,
-            num_examples=200, epsilons=(2.0,), sizes=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3), learning_rate=0.05, eot_samples=2, pretrain_epochs=1, noise_ramp=0.1)
+FULL = dict(
+    dataset="mnist",
+    model="hgm-cnn",
+    num_members=20000,
+    epochs=2,
+    dp_epochs=3,
+    batch_size=125,
+    lot_size=250,
+    draws=1000,
+    num_examples=200,
+    epsilons=(2.0,),
+    sizes=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3),
+    learning_rate=0.05,
+    eot_samples=2,
+    pretrain_epochs=1,
+    noise_ramp=0.1,
+)
 
 
 def _models(p: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -124,12 +154,22 @@ def main(argv: list[str] | None = None) -> int:
         train_s = record.metrics.get("train_seconds", time.monotonic() - t0)
         t1 = time.monotonic()
         summary = certify_record(
-            rdir, out=run.path, num_draws=p["draws"], attack_sizes=p["sizes"], num_examples=p["num_examples"], seed=args.seed, device=str(device),
+            rdir,
+            out=run.path,
+            num_draws=p["draws"],
+            attack_sizes=p["sizes"],
+            num_examples=p["num_examples"],
+            seed=args.seed,
+            device=str(device),
             eot_samples=p["eot_samples"],
         )
         measured["models"][label] = {
-            "defense": defense, "model_id": model_id, "train_seconds": train_s, "certify_seconds": time.monotonic() - t1,
-            "test_accuracy_one_draw": record.metrics.get("test_accuracy"), "epsilon": record.metrics.get("epsilon", float("inf")),
+            "defense": defense,
+            "model_id": model_id,
+            "train_seconds": train_s,
+            "certify_seconds": time.monotonic() - t1,
+            "test_accuracy_one_draw": record.metrics.get("test_accuracy"),
+            "epsilon": record.metrics.get("epsilon", float("inf")),
             **{k: summary.get(k) for k in ("conventional_accuracy", "certified_accuracy", "robust_accuracy", "smoothing", "noise_std", "sensitivity", "draws_per_second", "soundness_violations")},
         }
         print(f"[{label}] conventional {summary['conventional_accuracy']:.4f}  certified {summary.get('certified_accuracy', {})}", file=sys.stderr)

@@ -122,7 +122,7 @@ def _opacus_rdp_module():
             mod_spec.loader.exec_module(module)
             return module
     try:
-        from opacus.accountants.analysis import rdp  # noqa: PLC0415
+        from opacus.accountants.analysis import rdp
     except ImportError:
         pytest.skip("opacus is not installed")
     return rdp
@@ -159,32 +159,20 @@ def _ref_log_a_int(q: float, sigma: float, alpha: int) -> float:
     """ln A_α, accounting.md §1, integer α: log-space sum with exact fsum."""
     if q == 1.0:
         return alpha * (alpha - 1) / (2 * sigma**2)
-    logs = [
-        math.lgamma(alpha + 1)
-        - math.lgamma(k + 1)
-        - math.lgamma(alpha - k + 1)
-        + (alpha - k) * math.log1p(-q)
-        + k * math.log(q)
-        + (k * k - k) / (2 * sigma**2)
-        for k in range(alpha + 1)
-    ]
+    logs = [math.lgamma(alpha + 1) - math.lgamma(k + 1) - math.lgamma(alpha - k + 1) + (alpha - k) * math.log1p(-q) + k * math.log(q) + (k * k - k) / (2 * sigma**2) for k in range(alpha + 1)]
     top = max(logs)
     return top + math.log(math.fsum(math.exp(x - top) for x in logs))
 
 
 def _ref_moments_epsilon(q: float, sigma: float, steps: int, delta: float) -> float:
     """Abadi et al.'s moments accountant: orders 2..33, standard conversion (Mironov Prop. 3)."""
-    return min(
-        steps * _ref_log_a_int(q, sigma, a) / (a - 1) + math.log(1 / delta) / (a - 1) for a in range(2, 34)
-    )
+    return min(steps * _ref_log_a_int(q, sigma, a) / (a - 1) + math.log(1 / delta) / (a - 1) for a in range(2, 34))
 
 
 @pytest.mark.parametrize("delta", DELTAS)
 @pytest.mark.parametrize(("q", "sigma", "steps"), GRID)
 def test_moments_matches_reference_implementation(q, sigma, steps, delta):
-    assert _eps(q, sigma, steps, delta, "moments") == pytest.approx(
-        _ref_moments_epsilon(q, sigma, steps, delta), rel=1e-9
-    )
+    assert _eps(q, sigma, steps, delta, "moments") == pytest.approx(_ref_moments_epsilon(q, sigma, steps, delta), rel=1e-9)
 
 
 def test_moments_orders_are_abadis():
@@ -292,9 +280,7 @@ deltas = st.sampled_from([1e-4, 1e-5, 1e-6, 1e-8])
     tolerance=st.sampled_from([1e-3, 1e-2]),
 )
 def test_calibrate_noise_multiplier_moments(q, steps, target, delta, tolerance):
-    sigma = acc.calibrate_noise_multiplier(
-        target_epsilon=target, delta=delta, sampling_rate=q, num_steps=steps, accountant="moments", tolerance=tolerance
-    )
+    sigma = acc.calibrate_noise_multiplier(target_epsilon=target, delta=delta, sampling_rate=q, num_steps=steps, accountant="moments", tolerance=tolerance)
     event = _event(q, sigma, steps)
     assert acc.compute_epsilon(event, delta=delta, accountant="moments") <= target
     smaller = _event(q, sigma * (1 - 2 * tolerance), steps)
@@ -311,9 +297,7 @@ def test_calibrate_noise_multiplier_moments(q, steps, target, delta, tolerance):
     ],
 )
 def test_calibrate_noise_multiplier_rdp_pld(q, steps, target, accountant, tolerance):
-    sigma = acc.calibrate_noise_multiplier(
-        target_epsilon=target, delta=1e-5, sampling_rate=q, num_steps=steps, accountant=accountant, tolerance=tolerance
-    )
+    sigma = acc.calibrate_noise_multiplier(target_epsilon=target, delta=1e-5, sampling_rate=q, num_steps=steps, accountant=accountant, tolerance=tolerance)
     assert acc.compute_epsilon(_event(q, sigma, steps), delta=1e-5, accountant=accountant) <= target
     smaller = _event(q, sigma * (1 - 2 * tolerance), steps)
     assert acc.compute_epsilon(smaller, delta=1e-5, accountant=accountant) > target
@@ -322,9 +306,7 @@ def test_calibrate_noise_multiplier_rdp_pld(q, steps, target, accountant, tolera
 def test_calibrate_noise_multiplier_unreachable_target():
     # Orders stop at 33, so moments can never go below ln(1/δ)/32.
     with pytest.raises(ValueError, match="unreachable"):
-        acc.calibrate_noise_multiplier(
-            target_epsilon=0.1, delta=1e-5, sampling_rate=0.01, num_steps=10, accountant="moments"
-        )
+        acc.calibrate_noise_multiplier(target_epsilon=0.1, delta=1e-5, sampling_rate=0.01, num_steps=10, accountant="moments")
 
 
 @FAST
@@ -341,9 +323,7 @@ def test_calibrate_num_steps(q, sigma, target, delta, accountant):
 
     max_steps = 10**7
     try:
-        steps = acc.calibrate_num_steps(
-            target_epsilon=target, delta=delta, sampling_rate=q, noise_multiplier=sigma, accountant=accountant
-        )
+        steps = acc.calibrate_num_steps(target_epsilon=target, delta=delta, sampling_rate=q, noise_multiplier=sigma, accountant=accountant)
     except ValueError as err:
         assert "target_epsilon" in str(err)
         assert eps(1) > target
@@ -355,18 +335,11 @@ def test_calibrate_num_steps(q, sigma, target, delta, accountant):
 
 
 def test_calibrate_num_steps_respects_max_steps():
-    assert (
-        acc.calibrate_num_steps(
-            target_epsilon=5.0, delta=1e-5, sampling_rate=0.001, noise_multiplier=4.0, accountant="rdp", max_steps=1000
-        )
-        == 1000
-    )
+    assert acc.calibrate_num_steps(target_epsilon=5.0, delta=1e-5, sampling_rate=0.001, noise_multiplier=4.0, accountant="rdp", max_steps=1000) == 1000
 
 
 def test_calibrate_num_steps_pld():
-    steps = acc.calibrate_num_steps(
-        target_epsilon=0.5, delta=1e-5, sampling_rate=0.01, noise_multiplier=4.0, accountant="pld"
-    )
+    steps = acc.calibrate_num_steps(target_epsilon=0.5, delta=1e-5, sampling_rate=0.01, noise_multiplier=4.0, accountant="pld")
     assert _eps(0.01, 4.0, steps, 1e-5, "pld") <= 0.5 < _eps(0.01, 4.0, steps + 1, 1e-5, "pld")
 
 
@@ -438,14 +411,10 @@ def test_heterogeneous_composition_adds_rdp():
     b = dpe.PoissonSampledDpEvent(0.1, dpe.GaussianDpEvent(3.0))
     both = dpe.ComposedDpEvent([dpe.SelfComposedDpEvent(a, 100), dpe.SelfComposedDpEvent(b, 7)])
     curve = acc._rdp_curve(both, acc.RDP_ORDERS, "add_or_remove_one")
-    expected = 100 * acc._rdp_curve(a, acc.RDP_ORDERS, "add_or_remove_one") + 7 * acc._rdp_curve(
-        b, acc.RDP_ORDERS, "add_or_remove_one"
-    )
+    expected = 100 * acc._rdp_curve(a, acc.RDP_ORDERS, "add_or_remove_one") + 7 * acc._rdp_curve(b, acc.RDP_ORDERS, "add_or_remove_one")
     np.testing.assert_allclose(curve, expected, rtol=1e-12)
     for name in ("moments", "rdp", "pld", "strong"):
-        assert acc.compute_epsilon(both, delta=1e-5, accountant=name) > acc.compute_epsilon(
-            dpe.SelfComposedDpEvent(a, 100), delta=1e-5, accountant=name
-        )
+        assert acc.compute_epsilon(both, delta=1e-5, accountant=name) > acc.compute_epsilon(dpe.SelfComposedDpEvent(a, 100), delta=1e-5, accountant=name)
 
 
 @pytest.mark.parametrize("accountant", acc.ACCOUNTANTS)
@@ -460,12 +429,8 @@ def test_sampled_gaussian_event_structure():
 
 
 def test_numpy_scalars_are_accepted():
-    event = acc.sampled_gaussian_event(
-        sampling_rate=np.float64(0.01), noise_multiplier=np.float32(4.0), num_steps=np.int64(100)
-    )
-    assert acc.compute_epsilon(event, delta=np.float64(1e-5), accountant="moments") == pytest.approx(
-        _eps(0.01, 4.0, 100, 1e-5, "moments"), rel=1e-9
-    )
+    event = acc.sampled_gaussian_event(sampling_rate=np.float64(0.01), noise_multiplier=np.float32(4.0), num_steps=np.int64(100))
+    assert acc.compute_epsilon(event, delta=np.float64(1e-5), accountant="moments") == pytest.approx(_eps(0.01, 4.0, 100, 1e-5, "moments"), rel=1e-9)
 
 
 def test_edge_of_grid_warns():
@@ -505,25 +470,16 @@ PUBLIC = {
     ),
     "calibrate_noise_multiplier": (
         acc.calibrate_noise_multiplier,
-        {"target_epsilon": 2.0, "delta": 1e-5, "sampling_rate": 0.01, "num_steps": 100, "accountant": "moments",
-         "tolerance": 1e-3},  # fmt: skip
-        {"target_epsilon": POSITIVE, "delta": OPEN_UNIT, "sampling_rate": HALF_OPEN, "num_steps": INTEGER1,
-         "accountant": ACCOUNTANT, "tolerance": POSITIVE},  # fmt: skip
+        {"target_epsilon": 2.0, "delta": 1e-5, "sampling_rate": 0.01, "num_steps": 100, "accountant": "moments", "tolerance": 1e-3},  # fmt: skip
+        {"target_epsilon": POSITIVE, "delta": OPEN_UNIT, "sampling_rate": HALF_OPEN, "num_steps": INTEGER1, "accountant": ACCOUNTANT, "tolerance": POSITIVE},  # fmt: skip
     ),
     "calibrate_num_steps": (
         acc.calibrate_num_steps,
-        {"target_epsilon": 2.0, "delta": 1e-5, "sampling_rate": 0.01, "noise_multiplier": 1.0,
-         "accountant": "moments", "max_steps": 1000},  # fmt: skip
-        {"target_epsilon": POSITIVE, "delta": OPEN_UNIT, "sampling_rate": HALF_OPEN, "noise_multiplier": POSITIVE,
-         "accountant": ACCOUNTANT, "max_steps": INTEGER1},  # fmt: skip
+        {"target_epsilon": 2.0, "delta": 1e-5, "sampling_rate": 0.01, "noise_multiplier": 1.0, "accountant": "moments", "max_steps": 1000},  # fmt: skip
+        {"target_epsilon": POSITIVE, "delta": OPEN_UNIT, "sampling_rate": HALF_OPEN, "noise_multiplier": POSITIVE, "accountant": ACCOUNTANT, "max_steps": INTEGER1},  # fmt: skip
     ),
 }
-BAD_CASES = [
-    pytest.param(fname, arg, bad, exc, id=f"{fname}-{arg}-{bad!r}")
-    for fname, (_, _, table) in PUBLIC.items()
-    for arg, bads in table.items()
-    for bad, exc in bads
-]
+BAD_CASES = [pytest.param(fname, arg, bad, exc, id=f"{fname}-{arg}-{bad!r}") for fname, (_, _, table) in PUBLIC.items() for arg, bads in table.items() for bad, exc in bads]
 
 
 @pytest.mark.parametrize(("fname", "arg", "bad", "exc"), BAD_CASES)

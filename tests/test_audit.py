@@ -56,7 +56,17 @@ def test_audit_result_properties_and_round_trip(tmp_path):
 
 @pytest.mark.parametrize(
     "kw",
-    [dict(epsilon_lb=-1.0), dict(confidence=1.0), dict(method="nope"), dict(bound="x"), dict(delta=0.0), dict(num_in=-1), dict(threshold_strategy="best"), dict(epsilon_ub=-1.0), dict(method="one-run")],
+    [
+        dict(epsilon_lb=-1.0),
+        dict(confidence=1.0),
+        dict(method="nope"),
+        dict(bound="x"),
+        dict(delta=0.0),
+        dict(num_in=-1),
+        dict(threshold_strategy="best"),
+        dict(epsilon_ub=-1.0),
+        dict(method="one-run"),
+    ],
 )
 def test_audit_result_validation(kw):
     with pytest.raises((ValueError, TypeError)):
@@ -130,8 +140,16 @@ def test_white_box_per_step_coverage_on_gaussian_release(tmp_path, bound, strate
     lbs = []
     for rep in range(reps):
         r = white_box_audit(
-            trainer=GaussianRelease(sigma, 300), dataset=data, noise_multiplier=sigma, clip_norm=1.0, directory=tmp_path / f"{bound}-{strategy}-{rep}",
-            delta=DELTA, bound=bound, strategy=strategy, seed=rep, progress=False,
+            trainer=GaussianRelease(sigma, 300),
+            dataset=data,
+            noise_multiplier=sigma,
+            clip_norm=1.0,
+            directory=tmp_path / f"{bound}-{strategy}-{rep}",
+            delta=DELTA,
+            bound=bound,
+            strategy=strategy,
+            seed=rep,
+            progress=False,
         )
         assert r.epsilon_ub == pytest.approx(true_eps, rel=1e-3)
         assert r.details["canary"]["decoupled"]
@@ -238,8 +256,23 @@ def test_cli_flags_a_broken_training_function_with_exit_3(tmp_path, capsys):
     claim = tmp_path / "claim.json"
     claim.write_text(json.dumps(dpsgd_claim(sampling_rate=0.1, noise_multiplier=5.0, num_steps=10).to_dict()))
     code, p = _main(
-        capsys, "audit", "--train-fn", f"{ROOT}/tests/test_audit.py:_memoriser", "--claim", str(claim), "--method", "one-run", "--canaries", "200",
-        "--num-members", "100", "--out", str(tmp_path / "run"), "--json", "--quiet", "--no-report",
+        capsys,
+        "audit",
+        "--train-fn",
+        f"{ROOT}/tests/test_audit.py:_memoriser",
+        "--claim",
+        str(claim),
+        "--method",
+        "one-run",
+        "--canaries",
+        "200",
+        "--num-members",
+        "100",
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+        "--quiet",
+        "--no-report",
     )
     assert code == 3, p.err
     assert json.loads(p.out)["violation"] is True
@@ -248,7 +281,25 @@ def test_cli_flags_a_broken_training_function_with_exit_3(tmp_path, capsys):
 def test_opacus_train_fn_audit(tmp_path, capsys):
     """An Opacus DP-SGD through --train-fn is not flagged; silently broken variants are."""
     pytest.importorskip("opacus")
-    args = ["--threat", "black-box", "--method", "one-run", "--canaries", "200", "--num-members", "300", "--claim-noise-multiplier", "6.6", "--claim-sampling-rate", "0.1", "--claim-steps", "300", "--json", "--quiet", "--no-report"]
+    args = [
+        "--threat",
+        "black-box",
+        "--method",
+        "one-run",
+        "--canaries",
+        "200",
+        "--num-members",
+        "300",
+        "--claim-noise-multiplier",
+        "6.6",
+        "--claim-sampling-rate",
+        "0.1",
+        "--claim-steps",
+        "300",
+        "--json",
+        "--quiet",
+        "--no-report",
+    ]
     found = {}
     for fn in ("train", "train_no_noise", "train_extra_nonprivate_epochs"):
         code, p = _main(capsys, "audit", "--train-fn", str(ROOT / f"scripts/opacus_train_fn.py:{fn}"), "--out", str(tmp_path / fn), *args)

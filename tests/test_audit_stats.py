@@ -39,7 +39,9 @@ def test_clopper_pearson_edges_defined():
     )
 
 
-@pytest.mark.parametrize("r, correct, m, delta, expected", [(100, 100, 100, 1e-5, 3.49), (1000, 1000, 1000, 1e-12, 5.81), (5000, 5000, 5000, 1e-5, 7.28), (1000, 800, 5000, 1e-5, 1.25), (1000, 900, 5000, 1e-5, 2.02)])
+@pytest.mark.parametrize(
+    "r, correct, m, delta, expected", [(100, 100, 100, 1e-5, 3.49), (1000, 1000, 1000, 1e-12, 5.81), (5000, 5000, 5000, 1e-5, 7.28), (1000, 800, 5000, 1e-5, 1.25), (1000, 900, 5000, 1e-5, 2.02)]
+)
 def test_one_run_reference_numbers(r, correct, m, delta, expected):
     assert round(one_run_epsilon_lb(num_canaries=m, num_guesses=r, num_correct=correct, delta=delta), 2) == expected
 

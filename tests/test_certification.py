@@ -69,9 +69,7 @@ def test_count_bounds_are_one_sided_at_eta_over_k():
 def test_pixeldp_search_reproduces_classical_columns(pixeldp_bounds):
     b = pixeldp_bounds
     unit = c.certified_radius(b.lower, b.upper, noise_per_sensitivity=_classical_scale(), mechanism="classical", search="pixeldp")
-    four = c.certified_radius(
-        b.lower, b.upper, noise_per_sensitivity=_classical_scale(), mechanism="classical", search="pixeldp", max_epsilon=4.0, allow_classical_above_one=True
-    )
+    four = c.certified_radius(b.lower, b.upper, noise_per_sensitivity=_classical_scale(), mechanism="classical", search="pixeldp", max_epsilon=4.0, allow_classical_above_one=True)
     assert np.round(unit, 5).tolist() == [row[3] for row in PIXELDP_ROWS]
     assert np.round(four, 5).tolist() == [row[4] for row in PIXELDP_ROWS]
 

@@ -29,9 +29,7 @@ def test_dpsgd_claim_matches_event_and_reference_vector():
 
 
 def test_claim_round_trips_through_json():
-    claim = dpsgd_claim(sampling_rate=0.02, noise_multiplier=1.1, num_steps=500).compose(
-        DPClaim(event=dpe.GaussianDpEvent(7.0), description="DP-PCA")
-    )
+    claim = dpsgd_claim(sampling_rate=0.02, noise_multiplier=1.1, num_steps=500).compose(DPClaim(event=dpe.GaussianDpEvent(7.0), description="DP-PCA"))
     again = claim_from_dict(json.loads(json.dumps(claim.to_dict())))
     assert again.event == claim.event
     assert again.description == claim.description

@@ -56,7 +56,9 @@ def test_epsilon_solves_sigma_without_overshooting(capsys):
 
 
 def test_epsilon_solves_steps(capsys):
-    code, out, _ = run(capsys, "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--delta", "1e-5", "--target-epsilon", "1.2586", "--solve", "steps", "--accountant", "moments", "--json")
+    code, out, _ = run(
+        capsys, "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--delta", "1e-5", "--target-epsilon", "1.2586", "--solve", "steps", "--accountant", "moments", "--json"
+    )
     assert code == 0
     data = json.loads(out)
     assert data["epsilon"]["moments"] <= 1.2586
@@ -208,12 +210,25 @@ def test_console_script_runs_as_a_process():
 
 
 def test_baseline_mnist_reaches_97_percent(capsys, tmp_path, shared_data):
-    code, out, err = run(capsys, "train", "--defense", "nonprivate", "--dataset", "mnist", "--model", "abadi-mnist", "--epochs", "5", "--data-root", str(shared_data), "--out", str(tmp_path), "--quiet", "--json")
+    code, out, err = run(
+        capsys, "train", "--defense", "nonprivate", "--dataset", "mnist", "--model", "abadi-mnist", "--epochs", "5", "--data-root", str(shared_data), "--out", str(tmp_path), "--quiet", "--json"
+    )
     assert code == 0, err
     assert json.loads(out)["metrics"]["test_accuracy"] >= 0.97
 
 
-AGM = [((0.1, 1e-5), 30.749566), ((0.5, 1e-5), 7.031827), ((1, 1e-5), 3.730632), ((2, 1e-5), 1.993812), ((4, 1e-5), 1.081162), ((8, 1e-5), 0.600229), ((1, 1e-6), 4.224679), ((1, 0.05), 1.332778), ((4, 0.05), 0.545137), ((0.5, 0.3), 0.865869)]
+AGM = [
+    ((0.1, 1e-5), 30.749566),
+    ((0.5, 1e-5), 7.031827),
+    ((1, 1e-5), 3.730632),
+    ((2, 1e-5), 1.993812),
+    ((4, 1e-5), 1.081162),
+    ((8, 1e-5), 0.600229),
+    ((1, 1e-6), 4.224679),
+    ((1, 0.05), 1.332778),
+    ((4, 0.05), 0.545137),
+    ((0.5, 0.3), 0.865869),
+]
 EGM = [((1, 1e-5), 4.854241), ((4, 1e-5), 1.285080), ((1, 0.05), 2.549790), ((4, 0.05), 0.754169)]
 
 

@@ -281,9 +281,7 @@ def test_adult_preprocessing_on_small_files(tmp_path):
     header = "age,workclass,fnlwgt,income\n"
     folder = tmp_path / "adult"
     folder.mkdir()
-    (folder / "adult_train.csv").write_text(
-        header + "20,Private,100,<=50K\n40,?,200,>50K\n60,State-gov,300,>50K\n"
-    )
+    (folder / "adult_train.csv").write_text(header + "20,Private,100,<=50K\n40,?,200,>50K\n60,State-gov,300,>50K\n")
     (folder / "adult_test.csv").write_text(header + "80,Private,50,>50K.\n30,Never-worked,200,<=50K.\n")
     b = load_dataset("adult", data_root=tmp_path)
     # row with '?' dropped; categories: Never-worked, Private, State-gov (union of files)
@@ -449,8 +447,7 @@ def _write_fake_cifar(folder: Path, *, per_batch: int, protocol: int) -> dict[st
     for name in (*data._CIFAR_TRAIN, *data._CIFAR_TEST):
         arr = rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8)
         labels = rng.integers(0, 10, size=per_batch).tolist()
-        batch = {b"batch_label": name.encode(), b"data": arr, b"labels": labels,
-                 b"filenames": [f"img{i}.png".encode() for i in range(per_batch)]}
+        batch = {b"batch_label": name.encode(), b"data": arr, b"labels": labels, b"filenames": [f"img{i}.png".encode() for i in range(per_batch)]}
         (folder / name).write_bytes(pickle.dumps(batch, protocol=protocol))
         written[name] = (arr, labels)
     meta = {b"num_cases_per_batch": per_batch, b"label_names": [b"airplane"] * 10, b"num_vis": 3072}
@@ -520,4 +517,3 @@ def test_cifar10_malicious_meta_reported_by_info(tmp_path):
     info = {i.name: i for i in dataset_info(data_root=tmp_path)}["cifar10"]
     assert not info.available and "refusing" in info.detail
     assert not sentinel.exists()
-

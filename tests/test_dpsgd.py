@@ -87,8 +87,12 @@ def _model(kind: str) -> tuple[nn.Module, tuple[int, ...]]:
     if kind == "groupnorm":
         return (
             nn.Sequential(
-                nn.Conv2d(2, 4, 3, padding="same", padding_mode="reflect"), nn.GroupNorm(2, 4), nn.ReLU(),
-                nn.Conv2d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(64, 3),
+                nn.Conv2d(2, 4, 3, padding="same", padding_mode="reflect"),
+                nn.GroupNorm(2, 4),
+                nn.ReLU(),
+                nn.Conv2d(4, 4, 3, groups=2),
+                nn.Flatten(),
+                nn.Linear(64, 3),
             ),
             (2, 6, 6),
         )
@@ -220,7 +224,12 @@ def test_claim_counts_the_steps_taken_and_lots_are_poisson(digits) -> None:
     seen: list[tuple[int, int]] = []
     cfg = _small(momentum=0.5)
     record, model = train_dpsgd(
-        bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=3, progress=False,
+        bundle=bundle,
+        splits=splits,
+        model_name="digits-mlp",
+        config=cfg,
+        seed=3,
+        progress=False,
         on_step=lambda i, update, lot: seen.append((i, lot)),
     )
     n = len(splits.members)
@@ -243,8 +252,15 @@ def test_noise_has_std_sigma_c_per_coordinate(digits) -> None:
     lots: list[int] = []
     for per_layer in (False, True):
         cfg = DPSGDConfig(
-            noise_multiplier=2.5, clip_norm=0.8, lot_size=None, sampling_rate=1e-9, expected_lot_size=1.0,
-            epochs=4e-9, learning_rate=1e-9, per_layer=per_layer, accountant="rdp",
+            noise_multiplier=2.5,
+            clip_norm=0.8,
+            lot_size=None,
+            sampling_rate=1e-9,
+            expected_lot_size=1.0,
+            epochs=4e-9,
+            learning_rate=1e-9,
+            per_layer=per_layer,
+            accountant="rdp",
         )
 
         def keep(i: int, update: dict[str, torch.Tensor], lot: int) -> None:
@@ -268,14 +284,26 @@ def test_gradient_canary_is_clipped_and_added_before_noise(digits) -> None:
     # is exactly what the canary added.
     bundle, splits = digits
     cfg = DPSGDConfig(
-        noise_multiplier=1.0, clip_norm=0.5, lot_size=None, sampling_rate=1e-9, expected_lot_size=1.0,
-        epochs=2e-9, learning_rate=1e-9, accountant="rdp",
+        noise_multiplier=1.0,
+        clip_norm=0.5,
+        lot_size=None,
+        sampling_rate=1e-9,
+        expected_lot_size=1.0,
+        epochs=2e-9,
+        learning_rate=1e-9,
+        accountant="rdp",
     )
     runs: list[list[dict[str, torch.Tensor]]] = [[], []]
     for k, canary in enumerate((None, lambda step: None if step == 1 else torch.ones(9610) * 3.0)):
         record, model = train_dpsgd(
-            bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=0, progress=False,
-            on_step=lambda i, u, lot, k=k: runs[k].append(u), canary_gradient=canary,
+            bundle=bundle,
+            splits=splits,
+            model_name="digits-mlp",
+            config=cfg,
+            seed=0,
+            progress=False,
+            on_step=lambda i, u, lot, k=k: runs[k].append(u),
+            canary_gradient=canary,
         )
     names = parameter_names(model)
     assert sum(p.numel() for p in model.parameters()) == 9610
@@ -365,7 +393,7 @@ def test_training_is_deterministic_under_a_seed(digits) -> None:
     _, a = train_dpsgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=7, progress=False)
     _, b = train_dpsgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=7, progress=False)
     _, c = train_dpsgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=8, progress=False)
-    for (n, pa), pb, pc in zip(a.state_dict().items(), b.state_dict().values(), c.state_dict().values()):
+    for (n, pa), pb, _pc in zip(a.state_dict().items(), b.state_dict().values(), c.state_dict().values()):
         assert torch.equal(pa, pb), n
     assert any(not torch.equal(pa, pc) for pa, pc in zip(a.state_dict().values(), c.state_dict().values()))
 

@@ -27,8 +27,14 @@ def specs():
     bundle = load_dataset("digits")
     splits = make_splits(bundle, seed=0, num_members=200, num_non_members=100)
     template = TrainedModel(
-        model_id="t", defense="nonprivate", model_name="digits-mlp", dataset="digits", input_shape=(1, 8, 8), num_classes=10,
-        membership=Membership(members=splits.members, non_members=splits.non_members, population=splits.population), seed=0,
+        model_id="t",
+        defense="nonprivate",
+        model_name="digits-mlp",
+        dataset="digits",
+        input_shape=(1, 8, 8),
+        num_classes=10,
+        membership=Membership(members=splits.members, non_members=splits.non_members, population=splits.population),
+        seed=0,
     )
     return plan_shadows(template=template, pool_ids=splits.population, num_shadows=2, seed=7, kind="offline", training=ShadowTraining(epochs=4))
 

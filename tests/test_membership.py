@@ -65,8 +65,14 @@ def target(tmp_path_factory):
 @pytest.fixture(scope="module")
 def results(target):
     return run_membership_attacks(
-        "all", record=target["record"], model=target["model"], bundle=target["bundle"], num_shadows=NUM_SHADOWS, seed=0,
-        shadow_directory=shadow_dir(target["run"]), progress=False,
+        "all",
+        record=target["record"],
+        model=target["model"],
+        bundle=target["bundle"],
+        num_shadows=NUM_SHADOWS,
+        seed=0,
+        shadow_directory=shadow_dir(target["run"]),
+        progress=False,
     )
 
 
@@ -85,8 +91,14 @@ def test_scores_shaped_and_oriented(attack, results, target):
 
 def test_every_attack_deterministic_under_a_seed(results, target):
     again = run_membership_attacks(
-        "all", record=target["record"], model=target["model"], bundle=target["bundle"], num_shadows=NUM_SHADOWS, seed=0,
-        shadow_directory=shadow_dir(target["run"]), progress=False,
+        "all",
+        record=target["record"],
+        model=target["model"],
+        bundle=target["bundle"],
+        num_shadows=NUM_SHADOWS,
+        seed=0,
+        shadow_directory=shadow_dir(target["run"]),
+        progress=False,
     )
     assert again["lira"].metadata["shadows_reused"] == 2 * NUM_SHADOWS and again["lira"].metadata["shadows_trained"] == 0
     for name in ATTACKS:
@@ -106,8 +118,17 @@ def test_inputs_not_mutated(target):
     feats_before = target["bundle"].all().features.clone()
     params_before = [p.detach().clone() for p in target["model"].parameters()]
     membership_attack(
-        "lira", record=target["record"], model=target["model"], bundle=target["bundle"], sample_ids=ids, is_member=member,
-        num_shadows=2, seed=0, shadow_directory=shadow_dir(target["run"]), progress=False, training=ShadowTraining(epochs=2),
+        "lira",
+        record=target["record"],
+        model=target["model"],
+        bundle=target["bundle"],
+        sample_ids=ids,
+        is_member=member,
+        num_shadows=2,
+        seed=0,
+        shadow_directory=shadow_dir(target["run"]),
+        progress=False,
+        training=ShadowTraining(epochs=2),
     )
     np.testing.assert_array_equal(ids, ids_before)
     np.testing.assert_array_equal(member, member_before)
@@ -165,8 +186,7 @@ class _Stop(Exception):
 
 
 def test_interrupted_run_keeps_finished_shadows_and_resumes(target, tmp_path):
-    kw = dict(record=target["record"], model=target["model"], bundle=target["bundle"], num_shadows=6, seed=11, progress=False,
-              shadow_directory=tmp_path, training=ShadowTraining(epochs=3))
+    kw = dict(record=target["record"], model=target["model"], bundle=target["bundle"], num_shadows=6, seed=11, progress=False, shadow_directory=tmp_path, training=ShadowTraining(epochs=3))
     done = []
 
     def stop_after_three(spec, record):
@@ -236,7 +256,7 @@ def test_threshold_scores_match_reference_formulas():
 def test_rmia_matches_brute_force():
     rng = np.random.default_rng(2)
     k, n, m = 4, 30, 25
-    lp = lambda *s: np.log(rng.uniform(0.05, 1.0, size=s))  # noqa: E731
+    lp = lambda *s: np.log(rng.uniform(0.05, 1.0, size=s))
     tx, rx, tz, rz = lp(n), lp(k, n), lp(m), lp(k, m)
     keep_x, keep_z = rng.random((k, n)) < 0.5, rng.random((k, m)) < 0.5
     keep_x[0], keep_x[1] = True, False  # every x has an IN and an OUT reference
@@ -280,6 +300,7 @@ def test_lira_separates_gaussian_in_out_and_uses_global_variance_below_64():
     offline = lira_offline_scores(target, rng.normal(size=(k, n)))
     per_example = lira_online_scores(target, shadow, keep, global_variance=False)
     assert roc_auc_score(member, online) > 0.8 and roc_auc_score(member, offline) > 0.8 and roc_auc_score(member, per_example) > 0.75
+
     # By hand: per-example medians, one pooled residual σ per side (k = 16 < 64 → global).
     def fit(mask):
         mu = np.nanmedian(np.where(mask, shadow, np.nan), axis=0)
@@ -355,8 +376,28 @@ def build_digits_mlp():
 
 
 def test_cli_json_for_a_record(target, capsys, tmp_path):
-    code = main(["attack", "membership", "--target", str(target["run"]), "--attack", "loss", "--attack", "rmia", "--shadows", "2",
-                 "--executor", "serial", "--out", str(tmp_path), "--json", "--quiet", "--shadow-epochs", "5"])
+    code = main(
+        [
+            "attack",
+            "membership",
+            "--target",
+            str(target["run"]),
+            "--attack",
+            "loss",
+            "--attack",
+            "rmia",
+            "--shadows",
+            "2",
+            "--executor",
+            "serial",
+            "--out",
+            str(tmp_path),
+            "--json",
+            "--quiet",
+            "--shadow-epochs",
+            "5",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     data = json.loads(out)
@@ -376,8 +417,26 @@ def test_cli_external_model(target, capsys, tmp_path):
     save_file({k: t.contiguous() for k, t in target["model"].state_dict().items()}, str(weights))
     ids = tmp_path / "members.json"
     ids.write_text(json.dumps(target["record"].membership.members.tolist()))
-    code = main(["attack", "membership", "--model-fn", "test_membership:build_digits_mlp", "--weights", str(weights), "--dataset", "digits",
-                 "--member-ids", str(ids), "--attack", "loss", "--out", str(tmp_path / "run"), "--json", "--quiet"])
+    code = main(
+        [
+            "attack",
+            "membership",
+            "--model-fn",
+            "test_membership:build_digits_mlp",
+            "--weights",
+            str(weights),
+            "--dataset",
+            "digits",
+            "--member-ids",
+            str(ids),
+            "--attack",
+            "loss",
+            "--out",
+            str(tmp_path / "run"),
+            "--json",
+            "--quiet",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     data = json.loads(out)

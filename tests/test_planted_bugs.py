@@ -26,8 +26,15 @@ def digits():
 
 def _audit(trainer, data, tmp_path, score="dirac", seed=0):
     return white_box_audit(
-        trainer=trainer, dataset=data, noise_multiplier=trainer.config.noise_multiplier,
-        clip_norm=trainer.config.clip_norm, directory=tmp_path, delta=DELTA, score=score, seed=seed, progress=False,
+        trainer=trainer,
+        dataset=data,
+        noise_multiplier=trainer.config.noise_multiplier,
+        clip_norm=trainer.config.clip_norm,
+        directory=tmp_path,
+        delta=DELTA,
+        score=score,
+        seed=seed,
+        progress=False,
     )
 
 

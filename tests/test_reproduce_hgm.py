@@ -16,10 +16,27 @@ def test_reproduce_hgm_quick_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     out = tmp_path / "hgm.json"
-    code = mod.main([
-        "--quick", "--out", str(tmp_path / "run"), "--json", str(out), "--only", "pixeldp,hgm-matched-r1",
-        "--num-members", "800", "--epochs", "8", "--draws", "60", "--num-examples", "30", "--eot-samples", "1",
-    ])
+    code = mod.main(
+        [
+            "--quick",
+            "--out",
+            str(tmp_path / "run"),
+            "--json",
+            str(out),
+            "--only",
+            "pixeldp,hgm-matched-r1",
+            "--num-members",
+            "800",
+            "--epochs",
+            "8",
+            "--draws",
+            "60",
+            "--num-examples",
+            "30",
+            "--eot-samples",
+            "1",
+        ]
+    )
     printed = capsys.readouterr().out
     measured = json.loads(out.read_text())
     assert code == 0, printed  # 1 would mean a soundness violation

@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dpaudit`` console script; returns the exit status."""
     try:
         parser = build_parser()
-    except Exception as exc:  # noqa: BLE001 - a broken install must still exit 1 with one line
+    except Exception as exc:
         if os.environ.get("DPAUDIT_DEBUG"):
             traceback.print_exc()
         print(f"dpaudit: internal error while starting: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"dpaudit {args.command}: interrupted; finished results are kept, rerun to resume", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - the last line of defence for exit status 1
+    except Exception as exc:
         if args.debug or os.environ.get("DPAUDIT_DEBUG"):
             traceback.print_exc()
         print(f"dpaudit {args.command}: internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)", file=sys.stderr)

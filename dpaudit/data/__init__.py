@@ -194,9 +194,7 @@ class ArrayDataset(torch.utils.data.Dataset):
         if tuple(labels_t.shape) != (n,):
             raise ValueError(f"labels must have shape ({n},), got {tuple(labels_t.shape)}")
         if n and (int(labels_t.min()) < 0 or int(labels_t.max()) >= num_classes):
-            raise ValueError(
-                f"labels must lie in [0, {num_classes}), got range [{int(labels_t.min())}, {int(labels_t.max())}]"
-            )
+            raise ValueError(f"labels must lie in [0, {num_classes}), got range [{int(labels_t.min())}, {int(labels_t.max())}]")
         ids_np = v.id_array("ids", ids)
         if ids_np.shape != (n,):
             raise ValueError(f"ids must have shape ({n},), got {ids_np.shape}")
@@ -259,10 +257,7 @@ class ArrayDataset(torch.utils.data.Dataset):
         return self._features[i], self._labels[i]
 
     def __repr__(self) -> str:
-        return (
-            f"ArrayDataset(name={self._name!r}, n={len(self)}, input_shape={self.input_shape}, "
-            f"num_classes={self._num_classes})"
-        )
+        return f"ArrayDataset(name={self._name!r}, n={len(self)}, input_shape={self.input_shape}, num_classes={self._num_classes})"
 
     # -- selection
     def positions(self, ids: Iterable[int] | np.ndarray | torch.Tensor) -> np.ndarray:
@@ -395,9 +390,7 @@ def _bundle(
     description: str,
 ) -> DatasetBundle:
     n_train, n_test = int(x_train.shape[0]), int(x_test.shape[0])
-    train = ArrayDataset(
-        name=f"{name}/train", features=x_train, labels=y_train, ids=np.arange(n_train, dtype=np.int64), num_classes=num_classes
-    )
+    train = ArrayDataset(name=f"{name}/train", features=x_train, labels=y_train, ids=np.arange(n_train, dtype=np.int64), num_classes=num_classes)
     test = ArrayDataset(
         name=f"{name}/test",
         features=x_test,
@@ -405,9 +398,7 @@ def _bundle(
         ids=np.arange(n_train, n_train + n_test, dtype=np.int64),
         num_classes=num_classes,
     )
-    return DatasetBundle(
-        name=name, train=train, test=test, num_classes=num_classes, input_shape=train.input_shape, description=description
-    )
+    return DatasetBundle(name=name, train=train, test=test, num_classes=num_classes, input_shape=train.input_shape, description=description)
 
 
 # ----------------------------------------------------------------------------- digits
@@ -434,10 +425,7 @@ def _load_digits() -> DatasetBundle:
         x_test=x[te].contiguous(),
         y_test=y[te].contiguous(),
         num_classes=10,
-        description=(
-            f"scikit-learn bundled 8x8 digits (UCI optical recognition of handwritten digits), "
-            f"pixels/16; fixed split (seed {_DIGITS_SEED}): {n_train} train / {len(y) - n_train} test"
-        ),
+        description=(f"scikit-learn bundled 8x8 digits (UCI optical recognition of handwritten digits), pixels/16; fixed split (seed {_DIGITS_SEED}): {n_train} train / {len(y) - n_train} test"),
     )
 
 
@@ -474,8 +462,7 @@ def _idx_not_found(name: str, root: Path, download: bool) -> DatasetNotFoundErro
     return _not_found(
         name,
         root,
-        f"{root / folder / (_IDX_FILES[0] + '.gz')} and the other three IDX files "
-        f"(or torchvision's {root / cls_name / 'raw' / _IDX_FILES[0]})",
+        f"{root / folder / (_IDX_FILES[0] + '.gz')} and the other three IDX files (or torchvision's {root / cls_name / 'raw' / _IDX_FILES[0]})",
         download=download,
     )
 
@@ -504,7 +491,7 @@ def _materialize(src: Path, dst: Path) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
     try:
         with os.fdopen(fd, "wb") as out:
-            with (gzip.open(src, "rb") if gz else open(src, "rb")) as inp:
+            with gzip.open(src, "rb") if gz else open(src, "rb") as inp:
                 shutil.copyfileobj(inp, out, 1 << 20)
         os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
         os.replace(tmp, dst)
@@ -556,10 +543,7 @@ def _load_idx(name: str, root: Path) -> DatasetBundle:
         x_test=x_te,
         y_test=y_te,
         num_classes=10,
-        description=(
-            f"{pretty} ({cite}), {len(y_tr)} train / {len(y_te)} test, 28x28 grey, pixels/255; "
-            f"read with torchvision.datasets.{cls_name} from {found[1]}"
-        ),
+        description=(f"{pretty} ({cite}), {len(y_tr)} train / {len(y_te)} test, 28x28 grey, pixels/255; read with torchvision.datasets.{cls_name} from {found[1]}"),
     )
 
 
@@ -653,8 +637,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
                 return _codecs.encode
             return _numpy_global(module, name)
         raise pickle.UnpicklingError(
-            f"refusing to load global {module}.{name} from {self._source}: CIFAR-10 batch files hold only "
-            f"numpy arrays, lists and strings, so this file is not a genuine batch (and may be malicious)"
+            f"refusing to load global {module}.{name} from {self._source}: CIFAR-10 batch files hold only numpy arrays, lists and strings, so this file is not a genuine batch (and may be malicious)"
         )
 
 
@@ -673,10 +656,7 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"{path}: expected keys 'data' and 'labels', got {sorted(map(str, entries))}")
     data = entries["data"]
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
-        raise ValueError(
-            f"{path}: 'data' must be a uint8 array of shape (n, 3072), got "
-            f"{type(data).__name__} {getattr(data, 'dtype', '')} {getattr(data, 'shape', '')}"
-        )
+        raise ValueError(f"{path}: 'data' must be a uint8 array of shape (n, 3072), got {type(data).__name__} {getattr(data, 'dtype', '')} {getattr(data, 'shape', '')}")
     labels = np.asarray(entries["labels"])
     if labels.shape != (data.shape[0],) or labels.dtype.kind not in "iu":
         raise ValueError(f"{path}: 'labels' must be {data.shape[0]} integers, got shape {labels.shape} dtype {labels.dtype}")
@@ -696,8 +676,7 @@ def _cifar_not_found(root: Path, download: bool) -> DatasetNotFoundError:
     return _not_found(
         "cifar10",
         root,
-        f"{root / _CIFAR_DIR / 'data_batch_1'} ... data_batch_5 and test_batch "
-        f"(or {root / 'cifar10' / _CIFAR_DIR / 'data_batch_1'} ...)",
+        f"{root / _CIFAR_DIR / 'data_batch_1'} ... data_batch_5 and test_batch (or {root / 'cifar10' / _CIFAR_DIR / 'data_batch_1'} ...)",
         download=download,
     )
 
@@ -722,10 +701,7 @@ def _load_cifar10(root: Path) -> DatasetBundle:
         x_test=x_te,
         y_test=y_te,
         num_classes=10,
-        description=(
-            f"CIFAR-10 (Krizhevsky 2009), {len(y_tr)} train / {len(y_te)} test, 3x32x32, pixels/255; "
-            f"python batches from {folder} read with a restricted unpickler"
-        ),
+        description=(f"CIFAR-10 (Krizhevsky 2009), {len(y_tr)} train / {len(y_te)} test, 3x32x32, pixels/255; python batches from {folder} read with a restricted unpickler"),
     )
 
 
@@ -816,8 +792,7 @@ def _faces_not_found(root: Path, download: bool) -> DatasetNotFoundError:
     return _not_found(
         "faces",
         root,
-        f"{_orl_path(root, 1, 1)} (AT&T/ORL faces, s1..s40/1..10.pgm) "
-        f"or {root / 'olivetti' / 'olivetti_faces.npy'} with olivetti_faces_target.npy",
+        f"{_orl_path(root, 1, 1)} (AT&T/ORL faces, s1..s40/1..10.pgm) or {root / 'olivetti' / 'olivetti_faces.npy'} with olivetti_faces_target.npy",
         download=download,
     )
 
@@ -836,10 +811,7 @@ def _per_identity_split(x: np.ndarray, y: np.ndarray, image_index: np.ndarray, s
         x_test=torch.from_numpy(np.ascontiguousarray(x_te)),
         y_test=torch.from_numpy(y_te.astype(np.int64)),
         num_classes=_ORL_SUBJECTS,
-        description=(
-            f"{source}; 40 identities, per-identity split: images 1-{_FACES_TRAIN_PER_ID} train "
-            f"({len(y_tr)}), {_FACES_TRAIN_PER_ID + 1}-{_ORL_IMAGES} test ({len(y_te)})"
-        ),
+        description=(f"{source}; 40 identities, per-identity split: images 1-{_FACES_TRAIN_PER_ID} train ({len(y_tr)}), {_FACES_TRAIN_PER_ID + 1}-{_ORL_IMAGES} test ({len(y_te)})"),
     )
 
 
@@ -868,9 +840,7 @@ def _load_faces(root: Path) -> DatasetBundle:
     target = np.load(folder / "olivetti_faces_target.npy", allow_pickle=False)
     n = _ORL_SUBJECTS * _ORL_IMAGES
     if faces.shape != (n, 64, 64) or target.shape != (n,):
-        raise ValueError(
-            f"Olivetti arrays under {folder} must have shapes (400, 64, 64) and (400,), got {faces.shape} and {target.shape}"
-        )
+        raise ValueError(f"Olivetti arrays under {folder} must have shapes (400, 64, 64) and (400,), got {faces.shape} and {target.shape}")
     if not (np.all(target == np.arange(n) // _ORL_IMAGES)):
         raise ValueError(f"olivetti_faces_target.npy under {folder} must be i // 10 for sample i")
     x = np.clip(faces.astype(np.float32), 0.0, 1.0)[:, None]
@@ -885,12 +855,7 @@ def _faces_info(root: Path) -> DatasetInfo:
     kind, folder = found
     n_train, n_test = _ORL_SUBJECTS * _FACES_TRAIN_PER_ID, _ORL_SUBJECTS * (_ORL_IMAGES - _FACES_TRAIN_PER_ID)
     if kind == "orl":
-        missing = [
-            str(_orl_path(root, s, i))
-            for s in range(1, _ORL_SUBJECTS + 1)
-            for i in range(1, _ORL_IMAGES + 1)
-            if not _orl_path(root, s, i).is_file()
-        ]
+        missing = [str(_orl_path(root, s, i)) for s in range(1, _ORL_SUBJECTS + 1) for i in range(1, _ORL_IMAGES + 1) if not _orl_path(root, s, i).is_file()]
         if missing:
             return _missing_info("faces", f"ORL folder {folder} is incomplete: {len(missing)} missing, e.g. {missing[0]}")
         shape: tuple[int, ...] = (1, 112, 92)
@@ -898,7 +863,12 @@ def _faces_info(root: Path) -> DatasetInfo:
         arr = np.load(folder / "olivetti_faces.npy", mmap_mode="r", allow_pickle=False)
         shape = (1, *arr.shape[1:])
     return DatasetInfo(
-        name="faces", available=True, num_train=n_train, num_test=n_test, input_shape=shape, num_classes=_ORL_SUBJECTS,
+        name="faces",
+        available=True,
+        num_train=n_train,
+        num_test=n_test,
+        input_shape=shape,
+        num_classes=_ORL_SUBJECTS,
         detail=str(folder),
     )
 
@@ -952,10 +922,7 @@ def _load_adult(root: Path) -> DatasetBundle:
     span[span == 0] = 1.0
 
     # One category list per column from the union of both files, so train and test agree.
-    categories = {
-        c: sorted(np.union1d(train_df[c].astype(str).unique(), test_df[c].astype(str).unique()).tolist())
-        for c in categorical
-    }
+    categories = {c: sorted(np.union1d(train_df[c].astype(str).unique(), test_df[c].astype(str).unique()).tolist()) for c in categorical}
 
     def encode(df: Any) -> np.ndarray:
         blocks = [np.clip((df[numeric].to_numpy(dtype=np.float64) - lo) / span, 0.0, 1.0)]
@@ -1002,7 +969,7 @@ def _normalize_name(name: Any) -> str:
     return key
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cached(key: tuple[str, Path | None]) -> DatasetBundle:
     name, root = key
     if name == "digits":
@@ -1202,11 +1169,7 @@ class Splits:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Splits):
             return NotImplemented
-        return (
-            self.dataset == other.dataset
-            and self.seed == other.seed
-            and all(np.array_equal(getattr(self, f), getattr(other, f)) for f in _SPLIT_FIELDS)
-        )
+        return self.dataset == other.dataset and self.seed == other.seed and all(np.array_equal(getattr(self, f), getattr(other, f)) for f in _SPLIT_FIELDS)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -1305,4 +1268,3 @@ def make_splits(
         population=perm[num_members + num_non_members :],
         test=bundle.test.ids.numpy(),
     )
-

@@ -137,12 +137,7 @@ def _log_a_frac(q: float, sigma: float, alpha: float) -> float | None:
         start += _FRAC_CHUNK
         # A_α ≥ 1 (a Rényi divergence is ≥ 0), so terms below e^-TAIL are below e^-TAIL · A_α;
         # once they are also decreasing, the alternating tail is bounded by the first of them.
-        tail_done = (
-            start > alpha + 2
-            and max(s0[-1], s1[-1]) < -_FRAC_TAIL
-            and bool(np.all(np.diff(s0[-half:]) <= 0))
-            and bool(np.all(np.diff(s1[-half:]) <= 0))
-        )
+        tail_done = start > alpha + 2 and max(s0[-1], s1[-1]) < -_FRAC_TAIL and bool(np.all(np.diff(s0[-half:]) <= 0)) and bool(np.all(np.diff(s1[-half:]) <= 0))
         if tail_done:
             all_logs = np.concatenate(logs)
             top = float(np.max(all_logs))
@@ -166,9 +161,7 @@ def _sampled_gaussian_rdp(q: float, sigma: float, orders: tuple[float, ...]) -> 
                     out[k] = log_a / (alpha - 1.0)
     rest = [k for k in range(len(orders)) if np.isnan(out[k])]
     if rest:  # integer orders (exact, all terms positive), edge cases and refused orders
-        acc = rdp_privacy_accountant.RdpAccountant(
-            orders=[orders[k] for k in rest], neighboring_relation=_NEIGHBOURING["add_or_remove_one"]
-        )
+        acc = rdp_privacy_accountant.RdpAccountant(orders=[orders[k] for k in rest], neighboring_relation=_NEIGHBOURING["add_or_remove_one"])
         acc.compose(dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma)))
         out[rest] = acc.rdp
     out.setflags(write=False)
@@ -177,9 +170,7 @@ def _sampled_gaussian_rdp(q: float, sigma: float, orders: tuple[float, ...]) -> 
 
 def _add_remove_rdp(event: dpe.DpEvent, orders: tuple[float, ...]) -> np.ndarray:
     if isinstance(event, dpe.PoissonSampledDpEvent) and isinstance(event.event, dpe.GaussianDpEvent):
-        return _sampled_gaussian_rdp(
-            float(event.sampling_probability), float(event.event.noise_multiplier), tuple(orders)
-        )
+        return _sampled_gaussian_rdp(float(event.sampling_probability), float(event.event.noise_multiplier), tuple(orders))
     if isinstance(event, dpe.SelfComposedDpEvent):
         if event.count == 0:
             return np.zeros(len(orders))
@@ -189,9 +180,7 @@ def _add_remove_rdp(event: dpe.DpEvent, orders: tuple[float, ...]) -> np.ndarray
         for e in event.events:
             total = total + _add_remove_rdp(e, orders)
         return total
-    acc = rdp_privacy_accountant.RdpAccountant(
-        orders=list(orders), neighboring_relation=_NEIGHBOURING["add_or_remove_one"]
-    )
+    acc = rdp_privacy_accountant.RdpAccountant(orders=list(orders), neighboring_relation=_NEIGHBOURING["add_or_remove_one"])
     acc.compose(event)
     return np.asarray(acc.rdp, dtype=float)
 
@@ -218,8 +207,7 @@ def _rdp_curve(event: dpe.DpEvent, orders: tuple[float, ...], neighbouring: str)
 def _warn_if_edge(orders: tuple[float, ...], best: int, name: str) -> None:
     if best in (0, len(orders) - 1) and len(orders) > 1:
         warnings.warn(
-            f"{name}: the optimal RDP order {orders[best]} lies at the end of the order grid; "
-            "the bound is valid but may be loose",
+            f"{name}: the optimal RDP order {orders[best]} lies at the end of the order grid; the bound is valid but may be loose",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -245,9 +233,7 @@ def _rdp_epsilon(event: dpe.DpEvent, delta: float, neighbouring: str) -> float:
 
 
 def _pld_epsilon(event: dpe.DpEvent, delta: float, neighbouring: str) -> float:
-    acc = pld_privacy_accountant.PLDAccountant(
-        neighboring_relation=_NEIGHBOURING[neighbouring], value_discretization_interval=PLD_DISCRETIZATION
-    )
+    acc = pld_privacy_accountant.PLDAccountant(neighboring_relation=_NEIGHBOURING[neighbouring], value_discretization_interval=PLD_DISCRETIZATION)
     if not acc.supports(event):
         raise ValueError(f"accountant 'pld' does not support the event {event!r}")
     acc.compose(event)
@@ -266,9 +252,7 @@ def _flatten_gaussians(event: dpe.DpEvent, count: int = 1) -> list[tuple[int, fl
         return _flatten_gaussians(event.event, count * int(event.count))
     if isinstance(event, dpe.ComposedDpEvent):
         return [g for e in event.events for g in _flatten_gaussians(e, count)]
-    raise ValueError(
-        f"accountant 'strong' supports compositions of (Poisson-sampled) Gaussian events only, got {event!r}"
-    )
+    raise ValueError(f"accountant 'strong' supports compositions of (Poisson-sampled) Gaussian events only, got {event!r}")
 
 
 def _strong_epsilon(event: dpe.DpEvent, delta: float) -> float:
@@ -300,9 +284,7 @@ _DISPATCH: dict[str, Callable[[dpe.DpEvent, float, str], float]] = {
 }
 
 
-def compute_epsilon(
-    event: dpe.DpEvent, *, delta: float, accountant: str = "pld", neighbouring: str = "add_or_remove_one"
-) -> float:
+def compute_epsilon(event: dpe.DpEvent, *, delta: float, accountant: str = "pld", neighbouring: str = "add_or_remove_one") -> float:
     """ε at ``delta`` of the mechanism described by ``event`` under the named accountant.
 
     Args:
@@ -389,10 +371,7 @@ def calibrate_num_steps(
 
     steps = largest_num_steps(eps, target=target, max_steps=max_steps)
     if steps == 0:
-        raise ValueError(
-            f"target_epsilon={target!r} is exceeded by a single step at noise_multiplier={noise_multiplier!r}, "
-            f"sampling_rate={sampling_rate!r}"
-        )
+        raise ValueError(f"target_epsilon={target!r} is exceeded by a single step at noise_multiplier={noise_multiplier!r}, sampling_rate={sampling_rate!r}")
     return steps
 
 

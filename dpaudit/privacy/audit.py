@@ -73,10 +73,6 @@ _STRATEGIES = (*THRESHOLD_STRATEGIES, "top-bottom")
 RESULT_FILE = "result.json"
 
 
-
-
-
-
 @dataclass(frozen=True, kw_only=True, eq=False)
 class AuditResult:
     """The outcome of one audit: ε_LB beside the ε_UB it is set against.
@@ -323,8 +319,15 @@ def audit_from_scores(
     v.choice("bound", bound, ("clopper-pearson", "gdp"))
     delta = v.open_unit("delta", delta)
     tb = bound_from_scores(
-        in_scores, out_scores, delta=delta, confidence=confidence, method=bound, strategy=strategy, num_thresholds=num_thresholds,
-        group_size=group_size, seed=seed,
+        in_scores,
+        out_scores,
+        delta=delta,
+        confidence=confidence,
+        method=bound,
+        strategy=strategy,
+        num_thresholds=num_thresholds,
+        group_size=group_size,
+        seed=seed,
     )
     acc, ub, by = epsilon_ub_of(claim, delta=delta)
     s_in, s_out = np.asarray(in_scores, dtype=float).reshape(-1), np.asarray(out_scores, dtype=float).reshape(-1)
@@ -344,9 +347,22 @@ def audit_from_scores(
         **dict(details or {}),
     }
     return AuditResult(
-        epsilon_lb=tb.epsilon_lb, confidence=confidence, method=method, bound=bound, delta=delta, threshold_strategy=strategy,
-        num_in=int(s_in.size), num_out=int(s_out.size), epsilon_ub=ub, accountant=acc, epsilon_ub_by_accountant=by,
-        epsilon_estimate=estimate, group_size=group_size, threat_model=threat_model, claim_description=claim.description, details=info,
+        epsilon_lb=tb.epsilon_lb,
+        confidence=confidence,
+        method=method,
+        bound=bound,
+        delta=delta,
+        threshold_strategy=strategy,
+        num_in=int(s_in.size),
+        num_out=int(s_out.size),
+        epsilon_ub=ub,
+        accountant=acc,
+        epsilon_ub_by_accountant=by,
+        epsilon_estimate=estimate,
+        group_size=group_size,
+        threat_model=threat_model,
+        claim_description=claim.description,
+        details=info,
     )
 
 
@@ -426,9 +442,21 @@ def audit_from_one_run(
     }
     estimate = point_estimate(s[inc], s[~inc], delta=delta) if inc.any() and (~inc).any() else None
     return AuditResult(
-        epsilon_lb=eps, confidence=confidence, method="one-run", bound="one-run", delta=delta, threshold_strategy="top-bottom",
-        num_in=int(inc.sum()), num_out=int((~inc).sum()), epsilon_ub=ub, accountant=acc, epsilon_ub_by_accountant=by,
-        epsilon_estimate=estimate, threat_model=threat_model, claim_description=claim.description, details=info,
+        epsilon_lb=eps,
+        confidence=confidence,
+        method="one-run",
+        bound="one-run",
+        delta=delta,
+        threshold_strategy="top-bottom",
+        num_in=int(inc.sum()),
+        num_out=int((~inc).sum()),
+        epsilon_ub=ub,
+        accountant=acc,
+        epsilon_ub_by_accountant=by,
+        epsilon_estimate=estimate,
+        threat_model=threat_model,
+        claim_description=claim.description,
+        details=info,
     )
 
 

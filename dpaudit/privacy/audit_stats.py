@@ -94,9 +94,7 @@ def _upper_rates(tp: int, num_in: int, fp: int, num_out: int, alpha: float) -> t
     return fpr_hi, fnr_hi
 
 
-def epsilon_lb_from_counts(
-    *, true_positives: int, num_in: int, false_positives: int, num_out: int, delta: float, confidence: float = 0.95, group_size: int = 1, num_tests: int = 1
-) -> float:
+def epsilon_lb_from_counts(*, true_positives: int, num_in: int, false_positives: int, num_out: int, delta: float, confidence: float = 0.95, group_size: int = 1, num_tests: int = 1) -> float:
     """Clopper–Pearson ε_LB from the counts of one threshold test (audit.md §1).
 
     Args:
@@ -131,9 +129,7 @@ def gdp_mu_lb_from_counts(*, true_positives: int, num_in: int, false_positives: 
     return max(mu, 0.0) if math.isfinite(mu) else 0.0
 
 
-def gdp_epsilon_lb_from_counts(
-    *, true_positives: int, num_in: int, false_positives: int, num_out: int, delta: float, confidence: float = 0.95, num_tests: int = 1
-) -> float:
+def gdp_epsilon_lb_from_counts(*, true_positives: int, num_in: int, false_positives: int, num_out: int, delta: float, confidence: float = 0.95, num_tests: int = 1) -> float:
     """ε at δ of the μ_LB-GDP curve: a lower bound for mechanisms whose curve is Gaussian.
 
     Sound only under the assumption that the audited mechanism's trade-off curve is a GDP
@@ -267,8 +263,13 @@ def _best(in_scores: np.ndarray, out_scores: np.ndarray, thresholds: np.ndarray,
         i = int(np.argmax(mu))
         eps = 0.0 if mu[i] <= 0 else gdp_epsilon(mu=float(mu[i]), delta=delta)
     return ThresholdBound(
-        epsilon_lb=eps / group_size, threshold=float(thresholds[i]), true_positives=int(tp[i]), num_in=in_scores.size,
-        false_positives=int(fp[i]), num_out=out_scores.size, num_tests=num_tests,
+        epsilon_lb=eps / group_size,
+        threshold=float(thresholds[i]),
+        true_positives=int(tp[i]),
+        num_in=in_scores.size,
+        false_positives=int(fp[i]),
+        num_out=out_scores.size,
+        num_tests=num_tests,
     )
 
 

@@ -168,9 +168,7 @@ class DPClaim(PrivacyClaim):
         if not isinstance(other, DPClaim):
             raise TypeError(f"other must be a DPClaim, got {other!r}")
         if other.neighbouring != self.neighbouring:
-            raise ValueError(
-                f"cannot compose claims under different neighbouring relations: {self.neighbouring!r} and {other.neighbouring!r}"
-            )
+            raise ValueError(f"cannot compose claims under different neighbouring relations: {self.neighbouring!r} and {other.neighbouring!r}")
         desc = description if description is not None else " + ".join(d for d in (self.description, other.description) if d)
         return DPClaim(event=dpe.ComposedDpEvent([self.event, other.event]), neighbouring=self.neighbouring, description=desc)
 
@@ -195,9 +193,7 @@ class NonPrivateClaim(PrivacyClaim):
         return math.inf
 
 
-def dpsgd_claim(
-    *, sampling_rate: float, noise_multiplier: float, num_steps: int, description: str | None = None
-) -> DPClaim:
+def dpsgd_claim(*, sampling_rate: float, noise_multiplier: float, num_steps: int, description: str | None = None) -> DPClaim:
     """Claim of DP-SGD with Poisson sampling (Abadi et al. 2016, Algorithm 1)."""
     event = sampled_gaussian_event(sampling_rate=sampling_rate, noise_multiplier=noise_multiplier, num_steps=num_steps)
     if description is None:

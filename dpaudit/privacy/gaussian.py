@@ -138,10 +138,7 @@ def classical_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0) -
     delta = v.open_unit("delta", delta)
     sensitivity = v.positive("sensitivity", sensitivity)
     if epsilon > 1.0:
-        raise ValueError(
-            f"epsilon must be <= 1 for the classical Gaussian calibration, got {epsilon!r}; "
-            "use the 'analytic' or 'extended' calibration"
-        )
+        raise ValueError(f"epsilon must be <= 1 for the classical Gaussian calibration, got {epsilon!r}; use the 'analytic' or 'extended' calibration")
     return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
 
 

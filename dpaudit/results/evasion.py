@@ -6,7 +6,6 @@ the clean predictions; clean and robust accuracy are derived from these booleans
 is ``evasion-ATTACK-NORM.json`` beside ``evasion-ATTACK-NORM.npz``; nothing here imports torch.
 """
 
-
 from __future__ import annotations
 
 import os
@@ -97,10 +96,7 @@ class EvasionResult:
             raise ValueError(f"success must have shape {(radii.size, clean.size)} (radii × examples), got {success.shape}")
         if np.any(success[:-1] & ~success[1:]):
             k = int(np.argmax(np.any(success[:-1] & ~success[1:], axis=1)))
-            raise ValueError(
-                f"success must be monotone in the radius (fooled within {radii[k]:g} implies fooled within "
-                f"{radii[k + 1]:g}), violated between rows {k} and {k + 1}"
-            )
+            raise ValueError(f"success must be monotone in the radius (fooled within {radii[k]:g} implies fooled within {radii[k + 1]:g}), violated between rows {k} and {k + 1}")
         if np.any(~clean & ~success[0]):
             raise ValueError("success must be True for every example with clean_correct False (the clean input lies in every ball)")
         max_pert = _real_array("max_perturbation", self.max_perturbation)
@@ -202,10 +198,7 @@ class EvasionResult:
         return (
             self.attack == other.attack
             and self.norm == other.norm
-            and all(
-                getattr(self, a).shape == getattr(other, a).shape and np.array_equal(getattr(self, a), getattr(other, a))
-                for a in _EVASION_ARRAYS
-            )
+            and all(getattr(self, a).shape == getattr(other, a).shape and np.array_equal(getattr(self, a), getattr(other, a)) for a in _EVASION_ARRAYS)
             and _thaw(self.config) == _thaw(other.config)
         )
 

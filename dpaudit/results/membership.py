@@ -12,7 +12,6 @@ On disk a result is ``NAME.json`` (schema-versioned) beside ``NAME.npz`` (``samp
 ``scores``, ``is_member``); nothing is pickled, and nothing here imports torch.
 """
 
-
 from __future__ import annotations
 
 import os
@@ -188,9 +187,7 @@ class MembershipResult:
         Returns:
             The bound with the chosen threshold and the counts behind it.
         """
-        return bound_from_scores(
-            self.scores[self.is_member], self.scores[~self.is_member], delta=delta, confidence=confidence, num_thresholds=num_thresholds
-        )
+        return bound_from_scores(self.scores[self.is_member], self.scores[~self.is_member], delta=delta, confidence=confidence, num_thresholds=num_thresholds)
 
     def summary(self, *, fprs: tuple[float, ...] = DEFAULT_FPRS, delta: float = 1e-5, confidence: float = 0.95) -> dict[str, Any]:
         """The metrics of the CLI's ``--json`` output, derived from the scores.
@@ -287,6 +284,3 @@ def load_membership_result(path: str | os.PathLike[str]) -> MembershipResult:
         ValueError: the files are malformed.
     """
     return MembershipResult.from_dict(load_result_files(path, _ARRAYS))
-
-
-

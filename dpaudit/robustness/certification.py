@@ -389,9 +389,7 @@ def mean_bounds(
     others = means + width
     others[rows, top] = -np.inf
     upper = others.max(axis=1)
-    return ScoreBounds(
-        top=top, lower=np.clip(lower, 0.0, 1.0), upper=np.clip(upper, 0.0, 1.0), method=method, confidence=confidence, num_draws=num_draws
-    )
+    return ScoreBounds(top=top, lower=np.clip(lower, 0.0, 1.0), upper=np.clip(upper, 0.0, 1.0), method=method, confidence=confidence, num_draws=num_draws)
 
 
 # --------------------------------------------------------------------------------------------
@@ -423,9 +421,7 @@ def robust(p_lower: np.ndarray, p_upper: np.ndarray, *, epsilon: float | np.ndar
     try:
         np.broadcast_shapes(p_lower.shape, p_upper.shape, eps.shape, dlt.shape)
     except ValueError:
-        raise ValueError(
-            f"p_lower, p_upper, epsilon and delta must broadcast together, got shapes {p_lower.shape}, {p_upper.shape}, {eps.shape}, {dlt.shape}"
-        ) from None
+        raise ValueError(f"p_lower, p_upper, epsilon and delta must broadcast together, got shapes {p_lower.shape}, {p_upper.shape}, {eps.shape}, {dlt.shape}") from None
     return _robust(p_lower, p_upper, eps, dlt)
 
 
@@ -525,8 +521,7 @@ def certified_radius(
         max_eps = v.positive("max_epsilon", max_epsilon)
     if mechanism == "classical" and max_eps > 1.0 and not allow_classical_above_one:
         raise ValueError(
-            f"max_epsilon must be <= 1 for the classical multiplier (it is not DP above epsilon = 1), got {max_epsilon!r}; "
-            "pass allow_classical_above_one=True only to reproduce published numbers"
+            f"max_epsilon must be <= 1 for the classical multiplier (it is not DP above epsilon = 1), got {max_epsilon!r}; pass allow_classical_above_one=True only to reproduce published numbers"
         )
     if search == "pixeldp" and math.isinf(max_eps):
         raise ValueError(f"max_epsilon must be finite for search='pixeldp' (its bisection brackets [0, max_epsilon]), got {max_epsilon!r}")
@@ -599,9 +594,7 @@ def smoothing_lower_bound(n_a: int | np.ndarray, n: int | np.ndarray, *, alpha: 
     return np.asarray(np.where(n_a_arr > 0, bound, 0.0), dtype=np.float64)
 
 
-def smoothing_certify(
-    selection_counts: np.ndarray, estimation_counts: np.ndarray, *, sigma: float, alpha: float = 0.001
-) -> tuple[np.ndarray, np.ndarray]:
+def smoothing_certify(selection_counts: np.ndarray, estimation_counts: np.ndarray, *, sigma: float, alpha: float = 0.001) -> tuple[np.ndarray, np.ndarray]:
     """CERTIFY of randomized smoothing (Cohen, Rosenfeld & Kolter 2019, Theorem 1, §3.2).
 
     Guesses c_A = argmax of the selection counts (n0 draws), bounds P(f(x + e) = c_A) from
@@ -836,9 +829,7 @@ def load_certification_result(path: str | os.PathLike[str]) -> CertificationResu
 # --------------------------------------------------------------------------------------------
 # Soundness
 # --------------------------------------------------------------------------------------------
-def soundness_violations(
-    certified_accuracy: np.ndarray, robust_accuracy: np.ndarray, *, sizes: Sequence[float] | np.ndarray, tolerance: float = 0.0
-) -> list[float]:
+def soundness_violations(certified_accuracy: np.ndarray, robust_accuracy: np.ndarray, *, sizes: Sequence[float] | np.ndarray, tolerance: float = 0.0) -> list[float]:
     """Sizes at which certified accuracy exceeds the accuracy an actual attack left.
 
     Certified accuracy is a lower bound on robust accuracy and an attack's robust accuracy an

@@ -132,6 +132,4 @@ def sample_scores(
     assert counts is not None and sums is not None and sq is not None
     mean = sums / draws
     var = (sq - draws * mean**2) / max(draws - 1, 1)
-    return MonteCarloScores(
-        counts=counts.numpy(), mean=mean.numpy(), variance=var.clamp_min(0).numpy(), num_draws=draws, seconds=time.monotonic() - started
-    )
+    return MonteCarloScores(counts=counts.numpy(), mean=mean.numpy(), variance=var.clamp_min(0).numpy(), num_draws=draws, seconds=time.monotonic() - started)

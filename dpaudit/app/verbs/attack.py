@@ -171,6 +171,7 @@ def _cmd_membership(args: argparse.Namespace) -> int:
     device = str(resolve_device(args.device))
     mia = _attacks_module()
     from attacks import shadows
+
     if args.target is not None:
         for flag, val in (("--weights", args.weights), ("--dataset", args.dataset), ("--member-ids", args.member_ids), ("--non-member-ids", args.non_member_ids)):
             if val is not None:
@@ -196,11 +197,24 @@ def _cmd_membership(args: argparse.Namespace) -> int:
     with executor:
         results = mia.run_membership_attacks(
             args.attack,
-            record=record, model=model, bundle=bundle, sample_ids=sample_ids, is_member=is_member, seed=args.seed,
-            num_shadows=args.shadows, num_references=args.references, num_queries=args.num_queries,
-            num_population=args.num_population, gamma=args.gamma, offline_a=args.offline_a, training=training,
-            shadow_directory=shadows.shadow_dir(run.path), executor=executor, data_root=args.data_root,
-            device=device, progress=not args.quiet,
+            record=record,
+            model=model,
+            bundle=bundle,
+            sample_ids=sample_ids,
+            is_member=is_member,
+            seed=args.seed,
+            num_shadows=args.shadows,
+            num_references=args.references,
+            num_queries=args.num_queries,
+            num_population=args.num_population,
+            gamma=args.gamma,
+            offline_a=args.offline_a,
+            training=training,
+            shadow_directory=shadows.shadow_dir(run.path),
+            executor=executor,
+            data_root=args.data_root,
+            device=device,
+            progress=not args.quiet,
         )
     result_dir = mia.save_membership_results(results, run.path)
     from reports.membership import write_membership_report
@@ -211,10 +225,7 @@ def _cmd_membership(args: argparse.Namespace) -> int:
     lines = [f"membership inference against {record.model_id} ({int(is_member.sum())} members, {int((~is_member).sum())} non-members)"]
     lines.append(f"  {'attack':<17} {'AUC':>6} {'bal.acc':>7} {'TPR@0.1%':>9} {'TPR@1%':>7} {'eps_lb':>7}")
     for name, s in summaries.items():
-        lines.append(
-            f"  {name:<17} {s['auc']:6.4f} {s['balanced_accuracy']:7.4f} {s['tpr_at_fpr']['0.001']:9.4f} "
-            f"{s['tpr_at_fpr']['0.01']:7.4f} {s['epsilon_lb']:7.3f}"
-        )
+        lines.append(f"  {name:<17} {s['auc']:6.4f} {s['balanced_accuracy']:7.4f} {s['tpr_at_fpr']['0.001']:9.4f} {s['tpr_at_fpr']['0.01']:7.4f} {s['epsilon_lb']:7.3f}")
     lines.append(f"  results: {result_dir}\n  report: {report}")
     emit(args, payload, "\n".join(lines))
     return EXIT_OK

@@ -49,7 +49,12 @@ def _claim_from_args(args: argparse.Namespace) -> Any:
         return None
     if any(p is None for p in parts):
         raise UsageError("--claim-noise-multiplier, --claim-sampling-rate and --claim-steps go together")
-    return dpsgd_claim(sampling_rate=args.claim_sampling_rate, noise_multiplier=args.claim_noise_multiplier, num_steps=args.claim_steps, description=f"claimed by {args.train_fn}: DP-SGD q={args.claim_sampling_rate:g} sigma={args.claim_noise_multiplier:g} T={args.claim_steps}")
+    return dpsgd_claim(
+        sampling_rate=args.claim_sampling_rate,
+        noise_multiplier=args.claim_noise_multiplier,
+        num_steps=args.claim_steps,
+        description=f"claimed by {args.train_fn}: DP-SGD q={args.claim_sampling_rate:g} sigma={args.claim_noise_multiplier:g} T={args.claim_steps}",
+    )
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
@@ -69,12 +74,37 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         if args.epsilon is not None or args.noise_multiplier is not None:
             raise UsageError("--epsilon/--noise-multiplier configure --defense dpsgd; with --train-fn the claim comes from --claim/--claim-*")
     result, directory = run_audit(
-        out=args.out, dataset=args.dataset, model=args.model, threat=args.threat, method=args.method, train_fn=args.train_fn, claim=claim,
-        epsilon=args.epsilon, noise_multiplier=args.noise_multiplier, delta=args.delta, clip_norm=args.clip_norm,
-        sampling_rate=args.sampling_rate, epochs=args.epochs, steps=args.steps, learning_rate=args.learning_rate,
-        num_members=args.num_members, trials=args.trials, canaries=args.canaries, canary=args.canary, group_size=args.group_size,
-        confidence=args.confidence, bound=args.bound, strategy=args.strategy, score=args.score, workers=args.workers, seed=args.seed,
-        name=args.name, data_root=args.data_root, device=args.device, progress=not args.quiet, report=not args.no_report,
+        out=args.out,
+        dataset=args.dataset,
+        model=args.model,
+        threat=args.threat,
+        method=args.method,
+        train_fn=args.train_fn,
+        claim=claim,
+        epsilon=args.epsilon,
+        noise_multiplier=args.noise_multiplier,
+        delta=args.delta,
+        clip_norm=args.clip_norm,
+        sampling_rate=args.sampling_rate,
+        epochs=args.epochs,
+        steps=args.steps,
+        learning_rate=args.learning_rate,
+        num_members=args.num_members,
+        trials=args.trials,
+        canaries=args.canaries,
+        canary=args.canary,
+        group_size=args.group_size,
+        confidence=args.confidence,
+        bound=args.bound,
+        strategy=args.strategy,
+        score=args.score,
+        workers=args.workers,
+        seed=args.seed,
+        name=args.name,
+        data_root=args.data_root,
+        device=args.device,
+        progress=not args.quiet,
+        report=not args.no_report,
     )
     report = Path(args.out) / "reports" / f"audit-{directory.name}.html"
     payload = {**result.to_dict(), "audit_dir": str(directory), "report": str(report) if not args.no_report else None}
@@ -99,7 +129,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from dpaudit.data import DATASETS
     from dpaudit.models import MODELS
 
-    pos_int = lambda name: arg(name, lambda n, x: v.integer(n, x, minimum=1), int)  # noqa: E731
+    pos_int = lambda name: arg(name, lambda n, x: v.integer(n, x, minimum=1), int)
     p = sub.add_parser(
         "audit",
         help="empirical epsilon lower bound of a training procedure vs its claimed epsilon",

@@ -42,6 +42,7 @@ from dpaudit.app.runs.certify import (
 
 __all__ = ["register"]
 
+
 def _sizes() -> Any:
     def parse(text: str) -> list[float]:
         try:
@@ -62,19 +63,29 @@ def _cmd_certify(args: argparse.Namespace) -> int:
         attacks = []
     try:
         summary = certify_record(
-            args.target, out=args.out, num_draws=args.draws, attack_sizes=args.attack_sizes or list(DEFAULT_ATTACK_SIZES), attacks=attacks,
-            norm=args.norm, num_examples=args.num_examples, confidence=args.confidence, bound=args.bound, smoothing=not args.no_smoothing,
-            selection_draws=args.selection_draws, smoothing_alpha=args.smoothing_alpha, eot_samples=args.eot_samples, seed=args.seed,
-            device=args.device, data_root=args.data_root, progress=not args.quiet,
+            args.target,
+            out=args.out,
+            num_draws=args.draws,
+            attack_sizes=args.attack_sizes or list(DEFAULT_ATTACK_SIZES),
+            attacks=attacks,
+            norm=args.norm,
+            num_examples=args.num_examples,
+            confidence=args.confidence,
+            bound=args.bound,
+            smoothing=not args.no_smoothing,
+            selection_draws=args.selection_draws,
+            smoothing_alpha=args.smoothing_alpha,
+            eot_samples=args.eot_samples,
+            seed=args.seed,
+            device=args.device,
+            data_root=args.data_root,
+            progress=not args.quiet,
         )
     except FileNotFoundError as exc:
         raise UsageError(f"--target {args.target!r}: {exc}") from None
     lines = [f"certified {summary['model_id']} on {summary['num_examples']} test examples ({summary['norm']} attacks)"]
     if "certified_accuracy" in summary:
-        lines.append(
-            f"  noise std {summary['noise_std']:.4g}, sensitivity {summary['sensitivity']:.4g}, {summary['num_draws']} draws "
-            f"({summary['draws_per_second']:.0f} draws/s)"
-        )
+        lines.append(f"  noise std {summary['noise_std']:.4g}, sensitivity {summary['sensitivity']:.4g}, {summary['num_draws']} draws ({summary['draws_per_second']:.0f} draws/s)")
     lines.append(f"  conventional accuracy {summary['conventional_accuracy']:.4f}")
     head = "  " + f"{'size':<22}" + "".join(f"{s:>7g}" for s in summary["attack_sizes"])
     lines.append(head)

@@ -20,7 +20,14 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
     payload = {
         "data_root": str(root),
         "datasets": {
-            i.name: {"available": i.available, "num_train": i.num_train, "num_test": i.num_test, "input_shape": list(i.input_shape) if i.input_shape else None, "num_classes": i.num_classes, "detail": i.detail}
+            i.name: {
+                "available": i.available,
+                "num_train": i.num_train,
+                "num_test": i.num_test,
+                "input_shape": list(i.input_shape) if i.input_shape else None,
+                "num_classes": i.num_classes,
+                "detail": i.detail,
+            }
             for i in infos
         },
     }

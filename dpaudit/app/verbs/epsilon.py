@@ -129,8 +129,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``epsilon`` to the ``dpaudit`` parser."""
     from dpaudit.privacy.accountants import ACCOUNTANTS
 
-    p = sub.add_parser("epsilon", help="epsilon of DP-SGD under each accountant, or solve for sigma / steps", description="ε of the sampled Gaussian mechanism (DP-SGD) under the moments, RDP, PLD and strong-composition accountants; or solve for the noise multiplier (or steps) that reaches a target ε without overshooting it.")
-    p.add_argument("--mechanism", choices=("dpsgd", "gaussian"), default="dpsgd", help="dpsgd: the sampled Gaussian composed over steps (default); gaussian: one Gaussian mechanism (exact ε, or σ under each calibration)")
+    p = sub.add_parser(
+        "epsilon",
+        help="epsilon of DP-SGD under each accountant, or solve for sigma / steps",
+        description="ε of the sampled Gaussian mechanism (DP-SGD) under the moments, RDP, PLD and strong-composition accountants; or solve for the noise multiplier (or steps) that reaches a target ε without overshooting it.",
+    )
+    p.add_argument(
+        "--mechanism",
+        choices=("dpsgd", "gaussian"),
+        default="dpsgd",
+        help="dpsgd: the sampled Gaussian composed over steps (default); gaussian: one Gaussian mechanism (exact ε, or σ under each calibration)",
+    )
     p.add_argument("--sampling-rate", type=arg("--sampling-rate", v.half_open_unit), metavar="Q", help="Poisson sampling rate q = lot size / N, in (0, 1] (dpsgd)")
     p.add_argument("--noise-multiplier", type=arg("--noise-multiplier", v.positive), metavar="SIGMA", help="noise std / clipping norm, > 0")
     p.add_argument("--steps", type=positive_int("--steps"), metavar="T", help="number of steps (lots), >= 1")
@@ -138,7 +147,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--accountant", choices=(*ACCOUNTANTS, "all"), default="all", help="accountant (default: all)")
     p.add_argument("--target-epsilon", type=arg("--target-epsilon", v.positive), metavar="E", help="solve for the value that reaches this epsilon")
     p.add_argument("--solve", choices=("noise-multiplier", "steps"), default="noise-multiplier", help="what --target-epsilon solves for (default: noise-multiplier)")
-    p.add_argument("--calibration", choices=("classical", "analytic", "extended", "all"), default="all", help="gaussian: calibration for --target-epsilon (classical: Dwork-Roth, epsilon <= 1; analytic: Balle-Wang; extended: Phan et al. Thm 2)")
+    p.add_argument(
+        "--calibration",
+        choices=("classical", "analytic", "extended", "all"),
+        default="all",
+        help="gaussian: calibration for --target-epsilon (classical: Dwork-Roth, epsilon <= 1; analytic: Balle-Wang; extended: Phan et al. Thm 2)",
+    )
     p.add_argument("--sensitivity", type=arg("--sensitivity", v.positive), default=1.0, help="gaussian: L2 sensitivity (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=_cmd_epsilon)

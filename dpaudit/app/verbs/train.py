@@ -74,12 +74,26 @@ def _cmd_train(args: argparse.Namespace) -> int:
 # Flags that configure a defense, by config field; a flag given for a defense whose config has
 # no such field is a usage error rather than silently ignored.
 _DEFENSE_FLAGS = {
-    "epochs": "--epochs", "batch_size": "--batch-size", "learning_rate": "--learning-rate", "momentum": "--momentum",
-    "noise_multiplier": "--noise-multiplier", "clip_norm": "--clip-norm", "lot_size": "--lot-size",
-    "target_epsilon": "--target-epsilon", "accountant": "--accountant", "per_layer": "--per-layer",
-    "pca_components": "--pca", "pca_noise": "--pca-noise", "sampling": "--sampling",
-    "robustness_epsilon": "--robustness-epsilon", "robustness_delta": "--robustness-delta", "attack_norm_bound": "--attack-norm-bound",
-    "attack_norm": "--attack-norm", "noise_ramp_fraction": "--noise-ramp", "redistribute": "--redistribute", "inflation": "--inflation",
+    "epochs": "--epochs",
+    "batch_size": "--batch-size",
+    "learning_rate": "--learning-rate",
+    "momentum": "--momentum",
+    "noise_multiplier": "--noise-multiplier",
+    "clip_norm": "--clip-norm",
+    "lot_size": "--lot-size",
+    "target_epsilon": "--target-epsilon",
+    "accountant": "--accountant",
+    "per_layer": "--per-layer",
+    "pca_components": "--pca",
+    "pca_noise": "--pca-noise",
+    "sampling": "--sampling",
+    "robustness_epsilon": "--robustness-epsilon",
+    "robustness_delta": "--robustness-delta",
+    "attack_norm_bound": "--attack-norm-bound",
+    "attack_norm": "--attack-norm",
+    "noise_ramp_fraction": "--noise-ramp",
+    "redistribute": "--redistribute",
+    "inflation": "--inflation",
 }
 
 
@@ -103,7 +117,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     from dpaudit.models import MODELS
     from dpaudit.privacy.accountants import ACCOUNTANTS
 
-    p = sub.add_parser("train", help="train a defense and write its record", description="Train a model under a defense on a dataset split and write the record (claim, membership ids, metrics, weights) under RUN_DIR/records/.")
+    p = sub.add_parser(
+        "train",
+        help="train a defense and write its record",
+        description="Train a model under a defense on a dataset split and write the record (claim, membership ids, metrics, weights) under RUN_DIR/records/.",
+    )
     p.add_argument("--defense", choices=tuple(DEFENSES), required=True)
     p.add_argument("--dataset", choices=DATASETS, default="digits")
     p.add_argument("--model", choices=tuple(MODELS), required=True)
@@ -123,7 +141,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--pca-noise", type=arg("--pca-noise", v.positive), metavar="SIGMA_P", help="DP-PCA noise multiplier")
     g.add_argument("--sampling", choices=("poisson", "shuffle-non-private-accounting"), help="lot sampling (default poisson)")
     r = p.add_argument_group("certified robustness (--defense pixeldp|agm|hgm|secure-sgd; Lecuyer et al. 2019, Phan et al. 2019)")
-    r.add_argument("--robustness-epsilon", type=arg("--robustness-epsilon", v.positive), metavar="EPS_R", help="epsilon_r of the noise layer (pixeldp: <= 1; default 1 for pixeldp/agm, 4 for hgm/secure-sgd)")
+    r.add_argument(
+        "--robustness-epsilon", type=arg("--robustness-epsilon", v.positive), metavar="EPS_R", help="epsilon_r of the noise layer (pixeldp: <= 1; default 1 for pixeldp/agm, 4 for hgm/secure-sgd)"
+    )
     r.add_argument("--robustness-delta", type=arg("--robustness-delta", v.open_unit), metavar="DELTA_R", help="delta_r of the noise layer (default 0.05)")
     r.add_argument("--attack-norm-bound", type=arg("--attack-norm-bound", v.positive), metavar="L", help="attack size L the noise is calibrated for (default 0.1 pixeldp/agm, 0.2 hgm/secure-sgd)")
     r.add_argument("--attack-norm", choices=("l2", "linf", "l1"), help="norm of the attacks certified against (default l2)")
