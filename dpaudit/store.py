@@ -210,10 +210,44 @@ class RunDir:
 
     def record_dirs(self) -> list[Path]:
         """Every finished record (those whose record.json exists), sorted by name."""
-        root = self.subdir("records")
-        if not root.is_dir():
-            return []
-        return sorted(p for p in root.iterdir() if (p / "record.json").is_file())
+        return self._children("records", "record.json")
+
+    def audit_dir(self, name: str) -> Path:
+        """Where the audit ``name`` keeps its trials, scores and result."""
+        return self.subdir("audits") / safe_stem(name, default="audit")
+
+    def audit_dirs(self) -> list[Path]:
+        """Every finished audit (those whose result.json exists), sorted by name."""
+        return self._children("audits", "result.json")
+
+    def membership_dir(self, model_id: str) -> Path:
+        """Where the membership-inference results against ``model_id`` live."""
+        return self.subdir("attacks") / "membership" / safe_stem(model_id, default="target")
+
+    def membership_dirs(self) -> list[Path]:
+        """Every target with stored membership results, sorted by name."""
+        root = self.subdir("attacks") / "membership"
+        return sorted(p for p in root.iterdir() if p.is_dir() and any(p.glob("*.json"))) if root.is_dir() else []
+
+    def shadow_dir(self) -> Path:
+        """The cache of shadow / reference models (shared by every attack of the run)."""
+        return self.subdir("attacks") / "shadows"
+
+    def certify_dir(self, model_id: str) -> Path:
+        """Where the certificates and evasion results of ``model_id`` live."""
+        return self.subdir("certify") / safe_stem(model_id, default="model")
+
+    def certify_dirs(self) -> list[Path]:
+        """Every model with a stored certify summary, sorted by name."""
+        return self._children("certify", "summary.json")
+
+    def reports_dir(self) -> Path:
+        """Where rendered reports (HTML, Markdown, figures, CSV) go."""
+        return self.subdir("reports")
+
+    def _children(self, sub: str, marker: str) -> list[Path]:
+        root = self.subdir(sub)
+        return sorted(p for p in root.iterdir() if (p / marker).is_file()) if root.is_dir() else []
 
 
 def save_result_files(directory: str | os.PathLike[str], stem: str, *, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
