@@ -27,11 +27,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -46,9 +42,7 @@ from dpaudit.privacy.audit_stats import (
 )
 from dpaudit.privacy.claims import DPClaim, PrivacyClaim
 from dpaudit.privacy.gaussian import gdp_epsilon
-from dpaudit.store import SCHEMA_VERSION, atomic_write_json, read_json
-from dpaudit.store import freeze as _freeze
-from dpaudit.store import thaw as _thaw
+from dpaudit.results.audit import AUDIT_BOUNDS, AUDIT_METHODS, RESULT_FILE, THREAT_MODELS, AuditResult, load_audit_result, save_audit_result
 
 __all__ = [
     "AUDIT_METHODS",
@@ -65,154 +59,8 @@ __all__ = [
     "RESULT_FILE",
 ]
 
-AUDIT_METHODS = ("multi-run", "one-run", "white-box")
-AUDIT_BOUNDS = ("clopper-pearson", "gdp", "one-run")
-THREAT_MODELS = ("black-box", "white-box")
 # One-run audits guess IN for the top-k and OUT for the bottom-k scores (Steinke et al. 2023, §5).
 _STRATEGIES = (*THRESHOLD_STRATEGIES, "top-bottom")
-RESULT_FILE = "result.json"
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class AuditResult:
-    """The outcome of one audit: ε_LB beside the ε_UB it is set against.
-
-    Attributes:
-        epsilon_lb: the lower bound; holds with probability ≥ ``confidence`` (after paying for
-            the threshold choice) if the audited mechanism satisfies the claim.
-        confidence: confidence of ``epsilon_lb``, e.g. 0.95.
-        method: the game: ``multi-run`` (one observation per training), ``one-run`` (m
-            canaries in one training) or ``white-box`` (one observation per released step).
-        bound: ``clopper-pearson``, ``gdp`` (assumes a Gaussian trade-off curve, exact for a
-            Gaussian mechanism) or ``one-run``.
-        delta: the δ at which both bounds are stated.
-        threshold_strategy: how the test was chosen: ``bonferroni``, ``split`` or
-            ``top-bottom`` (one-run guesses).
-        num_in: IN observations (IN canaries for one-run).
-        num_out: OUT observations (OUT canaries for one-run).
-        epsilon_ub: the claim's tightest upper bound at ``delta`` (``math.inf`` if none).
-        accountant: the accountant ``epsilon_ub`` came from.
-        epsilon_ub_by_accountant: ε_UB under every accountant that could evaluate the claim.
-        epsilon_estimate: an uncorrected point *estimate* of ε (best threshold on the raw
-            rates, or a composed GDP estimate); never a bound, ``None`` if not computed.
-        group_size: canary multiplicity k; ``epsilon_lb`` is already divided by k.
-        threat_model: ``black-box`` (final model only) or ``white-box`` (every update).
-        claim_description: the mechanism ``epsilon_ub`` describes, in words. For white-box
-            audits this is ONE step of the Gaussian mechanism, not the whole training.
-        details: further JSON-able facts (threshold, counts, full-run claim, timings).
-    """
-
-    epsilon_lb: float
-    confidence: float
-    method: str
-    bound: str
-    delta: float
-    threshold_strategy: str
-    num_in: int
-    num_out: int
-    epsilon_ub: float
-    accountant: str
-    epsilon_ub_by_accountant: Mapping[str, float] = field(default_factory=dict)
-    epsilon_estimate: float | None = None
-    group_size: int = 1
-    threat_model: str = "black-box"
-    claim_description: str = ""
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon_lb", v.non_negative("epsilon_lb", self.epsilon_lb))
-        object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
-        v.choice("method", self.method, AUDIT_METHODS)
-        v.choice("bound", self.bound, AUDIT_BOUNDS)
-        object.__setattr__(self, "delta", v.open_unit("delta", self.delta))
-        v.choice("threshold_strategy", self.threshold_strategy, _STRATEGIES)
-        object.__setattr__(self, "num_in", v.integer("num_in", self.num_in, minimum=0))
-        object.__setattr__(self, "num_out", v.integer("num_out", self.num_out, minimum=0))
-        ub = v.real("epsilon_ub", self.epsilon_ub)
-        if ub < 0:
-            raise ValueError(f"epsilon_ub must be >= 0, got {self.epsilon_ub!r}")
-        object.__setattr__(self, "epsilon_ub", ub)
-        if not isinstance(self.accountant, str) or not self.accountant:
-            raise TypeError(f"accountant must be a non-empty string, got {self.accountant!r}")
-        if not isinstance(self.epsilon_ub_by_accountant, Mapping):
-            raise TypeError(f"epsilon_ub_by_accountant must be a mapping, got {type(self.epsilon_ub_by_accountant).__name__}")
-        by = {str(k): v.real(f"epsilon_ub_by_accountant[{k!r}]", x) for k, x in self.epsilon_ub_by_accountant.items()}
-        object.__setattr__(self, "epsilon_ub_by_accountant", MappingProxyType(by))
-        if self.epsilon_estimate is not None:
-            object.__setattr__(self, "epsilon_estimate", v.real("epsilon_estimate", self.epsilon_estimate))
-        object.__setattr__(self, "group_size", v.integer("group_size", self.group_size, minimum=1))
-        v.choice("threat_model", self.threat_model, THREAT_MODELS)
-        if not isinstance(self.claim_description, str):
-            raise TypeError(f"claim_description must be a string, got {self.claim_description!r}")
-        if not isinstance(self.details, Mapping):
-            raise TypeError(f"details must be a mapping, got {type(self.details).__name__}")
-        object.__setattr__(self, "details", _freeze(self.details))
-        if self.method == "one-run" and self.bound != "one-run":
-            raise ValueError(f"method 'one-run' needs bound 'one-run', got bound={self.bound!r}")
-
-    @property
-    def violation(self) -> bool:
-        """ε_LB > ε_UB: the implementation (or its claim) is broken, at ``confidence``."""
-        return self.epsilon_lb > self.epsilon_ub
-
-    @property
-    def tightness(self) -> float:
-        """ε_LB / ε_UB (0 when ε_UB is ∞ or 0)."""
-        if math.isinf(self.epsilon_ub) or self.epsilon_ub <= 0:
-            return 0.0
-        return self.epsilon_lb / self.epsilon_ub
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict (non-finite floats are handled by :mod:`dpaudit.store`)."""
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "epsilon_lb": self.epsilon_lb,
-            "epsilon_ub": self.epsilon_ub,
-            "accountant": self.accountant,
-            "confidence": self.confidence,
-            "delta": self.delta,
-            "method": self.method,
-            "violation": self.violation,
-            "tightness": self.tightness,
-            "bound": self.bound,
-            "threshold_strategy": self.threshold_strategy,
-            "threat_model": self.threat_model,
-            "num_in": self.num_in,
-            "num_out": self.num_out,
-            "group_size": self.group_size,
-            "epsilon_ub_by_accountant": dict(self.epsilon_ub_by_accountant),
-            "epsilon_estimate": self.epsilon_estimate,
-            "claim_description": self.claim_description,
-            "details": _thaw(self.details),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AuditResult:
-        """Rebuilds a result from :meth:`to_dict` output; derived keys are ignored.
-
-        Raises:
-            ValueError: wrong schema version or a missing key.
-        """
-        if not isinstance(data, Mapping):
-            raise TypeError(f"data must be a mapping, got {type(data).__name__}")
-        version = data.get("schema_version", SCHEMA_VERSION)
-        if version != SCHEMA_VERSION:
-            raise ValueError(f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
-        required = ("epsilon_lb", "confidence", "method", "bound", "delta", "threshold_strategy", "num_in", "num_out", "epsilon_ub", "accountant")
-        missing = [k for k in required if k not in data]
-        if missing:
-            raise ValueError(f"audit result is missing keys {missing}")
-        optional = ("epsilon_ub_by_accountant", "epsilon_estimate", "group_size", "threat_model", "claim_description", "details")
-        return cls(**{k: data[k] for k in required}, **{k: data[k] for k in optional if k in data})
-
-    def summary(self) -> str:
-        """One line for terminals and logs."""
-        ub = "inf" if math.isinf(self.epsilon_ub) else f"{self.epsilon_ub:.4f}"
-        flag = "VIOLATION" if self.violation else "ok"
-        return (
-            f"epsilon_lb {self.epsilon_lb:.4f} ({self.method}, {self.bound}, {self.confidence:.0%} confidence, "
-            f"{self.num_in} in / {self.num_out} out) vs epsilon_ub {ub} ({self.accountant}) at delta={self.delta:g}: {flag}"
-        )
 
 
 def epsilon_ub_of(claim: PrivacyClaim, *, delta: float, accountants: Sequence[str] = ACCOUNTANTS) -> tuple[str, float, dict[str, float]]:
@@ -458,18 +306,3 @@ def audit_from_one_run(
         claim_description=claim.description,
         details=info,
     )
-
-
-def save_audit_result(result: AuditResult, directory: str | os.PathLike[str]) -> Path:
-    """Writes ``result.json`` under ``directory`` atomically; returns its path."""
-    if not isinstance(result, AuditResult):
-        raise TypeError(f"result must be an AuditResult, got {type(result).__name__}")
-    return atomic_write_json(Path(directory) / RESULT_FILE, result.to_dict())
-
-
-def load_audit_result(path: str | os.PathLike[str]) -> AuditResult:
-    """Reads an audit result from its directory or its ``result.json``."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / RESULT_FILE
-    return AuditResult.from_dict(read_json(p))

@@ -5,6 +5,8 @@ Reports import only from here (and :mod:`dpaudit.store`), so a report renders fr
 results without torch (DESIGN.md, "Import rule").
 """
 
+from dpaudit.results.audit import AuditResult, load_audit_result, save_audit_result
+from dpaudit.results.certification import CertificationResult, load_certification_result, save_certification_result
 from dpaudit.results.evasion import (
     EVASION_NORMS,
     EvasionResult,
@@ -35,16 +37,22 @@ __all__ = [
     "RECORD_FILE",
     "RESULT_SCHEMA_VERSION",
     "WEIGHTS_FILE",
+    "AuditResult",
+    "CertificationResult",
     "EvasionResult",
     "Membership",
     "MembershipResult",
     "RocCurve",
     "TrainedModel",
+    "load_audit_result",
+    "load_certification_result",
     "load_evasion_result",
     "load_membership_result",
     "load_record",
     "make_model_id",
     "resolve_record_dir",
+    "save_audit_result",
+    "save_certification_result",
     "save_evasion_result",
     "save_membership_result",
 ]

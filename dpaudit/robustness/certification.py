@@ -28,10 +28,8 @@ actual attack left, which means a bug (or a failure of the 1 − η event).
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,14 +37,11 @@ from scipy import special, stats
 
 from dpaudit import _validate as v
 from dpaudit.privacy.gaussian import calibrate_gaussian
-from dpaudit.store import freeze as _freeze
-from dpaudit.store import load_result_files, safe_stem, save_result_files
-from dpaudit.store import thaw as _thaw
+from dpaudit.results.certification import CERTIFICATION_NORMS, CertificationResult, _int_array, _readonly, _real_array, load_certification_result, save_certification_result
 
 __all__ = [
     "CERTIFICATION_MECHANISMS",
     "CERTIFICATION_NORMS",
-    "CERTIFICATION_SCHEMA_VERSION",
     "DEFAULT_DELTA_GRID",
     "RADIUS_SEARCHES",
     "SCORE_BOUNDS",
@@ -71,8 +66,6 @@ SCORE_BOUNDS = ("clopper-pearson", "hoeffding", "bernstein")
 #: How :func:`certified_radius` finds the largest ε' for each δ'.
 RADIUS_SEARCHES = ("exact", "pixeldp")
 #: Attack norms a certified radius can be measured in.
-CERTIFICATION_NORMS = ("l2", "linf", "l1")
-CERTIFICATION_SCHEMA_VERSION = 1
 
 #: δ' grid of the certified-size search: 0.001, 0.002, …, 0.299 (certified.md §1).
 DEFAULT_DELTA_GRID = np.arange(1, 300) / 1000.0
@@ -87,38 +80,12 @@ _ARRAYS = ("labels", "predictions", "radii")
 # --------------------------------------------------------------------------------------------
 # Validation helpers
 # --------------------------------------------------------------------------------------------
-def _readonly(arr: np.ndarray) -> np.ndarray:
-    arr = np.array(arr, copy=True)
-    arr.flags.writeable = False
-    return arr
-
-
-def _real_array(name: str, value: Any) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.dtype == bool or arr.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
-    arr = arr.astype(np.float64)
-    if not np.all(np.isfinite(arr)):
-        bad = arr[~np.isfinite(arr)][:3].tolist()
-        raise ValueError(f"{name} must be finite, got e.g. {bad}")
-    return arr
-
-
 def _probabilities(name: str, value: Any) -> np.ndarray:
     arr = _real_array(name, value)
     if np.any((arr < 0) | (arr > 1)):
         bad = arr[(arr < 0) | (arr > 1)][:3].tolist()
         raise ValueError(f"{name} must lie in [0, 1], got e.g. {bad}")
     return arr
-
-
-def _int_array(name: str, value: Any, *, ndim: int) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.dtype == bool or (arr.size and arr.dtype.kind not in "iu"):
-        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
-    if arr.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
-    return arr.astype(np.int64)
 
 
 def _count_matrix(name: str, value: Any) -> np.ndarray:
@@ -631,203 +598,6 @@ def smoothing_certify(selection_counts: np.ndarray, estimation_counts: np.ndarra
 
 # --------------------------------------------------------------------------------------------
 # Result value
-# --------------------------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True, eq=False)
-class CertificationResult:
-    """Certified radii of one certification method on one test set.
-
-    Certified accuracy at size T is the fraction of test points predicted correctly *and*
-    certified at a size ≥ T; conventional accuracy is the plain accuracy of the (Monte Carlo)
-    prediction (certified.md §1). Both are derived, never stored.
-
-    Attributes:
-        method: e.g. ``"pixeldp"``, ``"hgm"``, ``"agm"``, ``"smoothing"``.
-        norm: the attack norm the radii are measured in, one of :data:`CERTIFICATION_NORMS`.
-        labels: (n,) int64 true labels, ≥ 0.
-        predictions: (n,) int64 predictions, −1 = abstain.
-        radii: (n,) float64 certified sizes, finite, ≥ 0 (0 = not certified; abstentions
-            must have 0).
-        num_draws: Monte Carlo draws per test point behind the certificates.
-        confidence: confidence of each certificate.
-        config: parameters (mechanism, σ, sensitivity, …), JSON-like.
-        schema_version: version of the stored format.
-
-    Raises:
-        TypeError: a field has the wrong type.
-        ValueError: shapes disagree or values are out of range.
-    """
-
-    method: str
-    norm: str
-    labels: np.ndarray
-    predictions: np.ndarray
-    radii: np.ndarray
-    num_draws: int
-    confidence: float
-    config: Mapping[str, Any] = field(default_factory=dict)
-    schema_version: int = CERTIFICATION_SCHEMA_VERSION
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.method, str) or not self.method:
-            raise TypeError(f"method must be a non-empty string, got {self.method!r}")
-        v.choice("norm", self.norm, CERTIFICATION_NORMS)
-        if self.schema_version != CERTIFICATION_SCHEMA_VERSION:
-            raise ValueError(f"schema_version must be {CERTIFICATION_SCHEMA_VERSION}, got {self.schema_version!r}")
-        object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=1))
-        object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
-        labels = _int_array("labels", self.labels, ndim=1)
-        if labels.size == 0:
-            raise ValueError("labels must hold at least one test point, got an empty array")
-        if np.any(labels < 0):
-            raise ValueError(f"labels must be >= 0, got e.g. {labels[labels < 0][:3].tolist()}")
-        predictions = _int_array("predictions", self.predictions, ndim=1)
-        if predictions.shape != labels.shape:
-            raise ValueError(f"predictions must have shape {labels.shape} (like labels), got {predictions.shape}")
-        if np.any(predictions < -1):
-            raise ValueError(f"predictions must be class indices or -1 (abstain), got e.g. {predictions[predictions < -1][:3].tolist()}")
-        radii = _real_array("radii", self.radii)
-        if radii.shape != labels.shape:
-            raise ValueError(f"radii must have shape {labels.shape} (like labels), got {radii.shape}")
-        if np.any(radii < 0):
-            raise ValueError(f"radii must be >= 0, got e.g. {radii[radii < 0][:3].tolist()}")
-        if np.any((predictions == -1) & (radii > 0)):
-            raise ValueError("radii must be 0 where the prediction abstains (-1)")
-        object.__setattr__(self, "labels", _readonly(labels))
-        object.__setattr__(self, "predictions", _readonly(predictions))
-        object.__setattr__(self, "radii", _readonly(radii))
-        if not isinstance(self.config, Mapping):
-            raise TypeError(f"config must be a mapping, got {type(self.config).__name__}")
-        object.__setattr__(self, "config", _freeze(self.config))
-
-    @property
-    def num_points(self) -> int:
-        return int(self.labels.size)
-
-    @property
-    def conventional_accuracy(self) -> float:
-        """Fraction of test points whose prediction equals the label (abstentions are wrong)."""
-        return float(np.mean(self.predictions == self.labels))
-
-    def certified_accuracy(self, sizes: float | Sequence[float] | np.ndarray) -> np.ndarray:
-        """Fraction of test points correct and certified at a size ≥ T, for each T in ``sizes``.
-
-        Non-increasing in T; at T = 0 it equals :attr:`conventional_accuracy`.
-
-        Args:
-            sizes: attack sizes T ≥ 0 (a scalar counts as one size).
-
-        Returns:
-            Float array of shape ``(len(sizes),)``.
-
-        Raises:
-            ValueError: a size is negative or not finite, or ``sizes`` is not 0-D/1-D.
-        """
-        t = np.atleast_1d(_real_array("sizes", sizes))
-        if t.ndim != 1:
-            raise ValueError(f"sizes must be a scalar or 1-D, got shape {t.shape}")
-        if np.any(t < 0):
-            raise ValueError(f"sizes must be >= 0, got e.g. {t[t < 0][:3].tolist()}")
-        correct = self.predictions == self.labels
-        return np.mean(correct[None, :] & (self.radii[None, :] >= t[:, None]), axis=1)
-
-    def summary(self, sizes: Sequence[float] | np.ndarray) -> dict[str, Any]:
-        """The CLI's ``certify`` figures: ``{"conventional_accuracy", "certified_accuracy": {size: …}, …}``."""
-        t = np.atleast_1d(_real_array("sizes", sizes))
-        acc = self.certified_accuracy(t)
-        return {
-            "method": self.method,
-            "norm": self.norm,
-            "conventional_accuracy": self.conventional_accuracy,
-            "certified_accuracy": {f"{s:g}": float(a) for s, a in zip(t.tolist(), acc.tolist())},
-            "num_points": self.num_points,
-            "num_abstained": int(np.sum(self.predictions == -1)),
-            "num_draws": self.num_draws,
-            "confidence": self.confidence,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict (arrays as lists), readable by :meth:`from_dict`."""
-        return {
-            "schema_version": self.schema_version,
-            "method": self.method,
-            "norm": self.norm,
-            "labels": self.labels.tolist(),
-            "predictions": self.predictions.tolist(),
-            "radii": self.radii.tolist(),
-            "num_draws": self.num_draws,
-            "confidence": self.confidence,
-            "config": _thaw(self.config),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CertificationResult:
-        """Rebuilds a result written by :meth:`to_dict` (validated).
-
-        Raises:
-            TypeError: ``data`` is not a mapping.
-            ValueError: a field is missing or the schema version is unknown.
-        """
-        v.mapping_with("data", data, ("method", "norm", *_ARRAYS, "num_draws", "confidence"))
-        return cls(
-            method=data["method"],
-            norm=data["norm"],
-            labels=np.asarray(data["labels"], dtype=np.int64),
-            predictions=np.asarray(data["predictions"], dtype=np.int64),
-            radii=np.asarray(data["radii"], dtype=np.float64),
-            num_draws=data["num_draws"],
-            confidence=data["confidence"],
-            config=data.get("config", {}),
-            schema_version=data.get("schema_version", CERTIFICATION_SCHEMA_VERSION),
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, CertificationResult):
-            return NotImplemented
-        return (
-            self.method == other.method
-            and self.norm == other.norm
-            and self.num_draws == other.num_draws
-            and self.confidence == other.confidence
-            and all(np.array_equal(getattr(self, a), getattr(other, a)) for a in _ARRAYS)
-            and _thaw(self.config) == _thaw(other.config)
-        )
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-def _file_stem(method: str) -> str:
-    return f"certify-{safe_stem(method, default='method')}"
-
-
-def save_certification_result(result: CertificationResult, directory: str | os.PathLike[str]) -> Path:
-    """Writes ``certify-METHOD.npz`` (arrays) then ``certify-METHOD.json`` atomically.
-
-    The JSON is written last, so a JSON file that exists always has its arrays beside it.
-
-    Returns:
-        The path of the JSON file.
-    """
-    if not isinstance(result, CertificationResult):
-        raise TypeError(f"result must be a CertificationResult, got {type(result).__name__}")
-    meta = {k: val for k, val in result.to_dict().items() if k not in _ARRAYS}
-    return save_result_files(directory, _file_stem(result.method), arrays={a: getattr(result, a) for a in _ARRAYS}, meta=meta)
-
-
-def load_certification_result(path: str | os.PathLike[str]) -> CertificationResult:
-    """Loads a result written by :func:`save_certification_result` (NPZ read without pickle).
-
-    Args:
-        path: the JSON file.
-
-    Raises:
-        FileNotFoundError: the JSON or its NPZ is missing.
-        ValueError: the files are malformed.
-    """
-    return CertificationResult.from_dict(load_result_files(path, _ARRAYS))
-
-
-# --------------------------------------------------------------------------------------------
-# Soundness
 # --------------------------------------------------------------------------------------------
 def soundness_violations(certified_accuracy: np.ndarray, robust_accuracy: np.ndarray, *, sizes: Sequence[float] | np.ndarray, tolerance: float = 0.0) -> list[float]:
     """Sizes at which certified accuracy exceeds the accuracy an actual attack left.

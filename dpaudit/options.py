@@ -1,0 +1,202 @@
+"""Configuration fields that describe their own command-line flag.
+
+A defense's or an attack's configuration is a frozen dataclass; each field made with
+:func:`option` carries its flag, help text, metavar, choices and a validator. The command line
+is generated from these fields (:func:`add_option_flags`, :func:`options_from_args`), so a new
+defense or attack needs no hand-written argparse code and no field can lack a flag
+(DESIGN.md, "Adding a defense or an attack is one module plus one registry entry").
+
+Several configs may share a flag (``--epochs`` for every trained defense): the flag is declared
+once and must mean the same thing everywhere (same type, choices and help), which
+:func:`add_option_flags` checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["OptionSpec", "option", "option_specs", "add_option_flags", "options_from_args", "OptionConflictError"]
+
+_KEY = "dpaudit_option"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OptionSpec:
+    """How one config field appears on the command line.
+
+    Attributes:
+        field: the dataclass field name (also the argparse ``dest``).
+        flag: the flag, e.g. ``--noise-multiplier``.
+        help: one line of help.
+        kind: ``float``, ``int``, ``str`` or ``bool`` (a ``--flag/--no-flag`` pair).
+        metavar: placeholder in ``--help``.
+        choices: allowed values, if any.
+        check: validator ``check(flag, value) -> value`` from :mod:`dpaudit._validate` (raises
+            ValueError/TypeError naming the flag and value).
+        default: the field's default (shown in ``--help``), or ``dataclasses.MISSING``.
+    """
+
+    field: str
+    flag: str
+    help: str
+    kind: type
+    metavar: str | None = None
+    choices: tuple[Any, ...] | None = None
+    check: Callable[[str, Any], Any] | None = None
+    default: Any = dataclasses.MISSING
+
+    def same_meaning(self, other: OptionSpec) -> bool:
+        """Whether two configs may share this flag (same field, type and choices)."""
+        return (self.field, self.kind, self.choices) == (other.field, other.kind, other.choices)
+
+
+def option(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    flag: str | None = None,
+    kind: type | None = None,
+    metavar: str | None = None,
+    choices: Sequence[Any] | None = None,
+    check: Callable[[str, Any], Any] | None = None,
+    default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+) -> Any:
+    """A dataclass field that declares its command-line flag.
+
+    Args:
+        default: the default value (``None`` for "decided by the defense").
+        help: one line of help for ``--help``.
+        flag: the flag; default ``--`` plus the field name with ``_`` as ``-``.
+        kind: the value type; default the type of ``default`` (``float`` when it is ``None``).
+        metavar: placeholder in ``--help``.
+        choices: allowed values.
+        check: validator ``check(flag, value) -> value``.
+        default_factory: as for :func:`dataclasses.field`.
+
+    Returns:
+        A :func:`dataclasses.field` carrying the option's metadata.
+    """
+    if kind is None:
+        kind = type(default) if default not in (None, dataclasses.MISSING) else float
+        if choices and default in (None, dataclasses.MISSING):
+            kind = type(next(iter(choices)))
+    meta = {_KEY: {"help": help, "flag": flag, "kind": kind, "metavar": metavar, "choices": tuple(choices) if choices is not None else None, "check": check}}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def option_specs(config_type: type) -> tuple[OptionSpec, ...]:
+    """The :class:`OptionSpec` of every field of ``config_type`` declared with :func:`option`.
+
+    Raises:
+        TypeError: ``config_type`` is not a dataclass.
+    """
+    if not dataclasses.is_dataclass(config_type):
+        raise TypeError(f"config_type must be a dataclass, got {config_type!r}")
+    out = []
+    for f in dataclasses.fields(config_type):
+        meta = f.metadata.get(_KEY)
+        if meta is None:
+            continue
+        out.append(
+            OptionSpec(
+                field=f.name,
+                flag=meta["flag"] or "--" + f.name.replace("_", "-"),
+                help=meta["help"],
+                kind=meta["kind"],
+                metavar=meta["metavar"],
+                choices=meta["choices"],
+                check=meta["check"],
+                default=f.default,
+            )
+        )
+    return tuple(out)
+
+
+class OptionConflictError(ValueError):
+    """Two configs declare the same flag with different meanings."""
+
+
+def _argparse_type(spec: OptionSpec) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = spec.kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{spec.flag} expects a {spec.kind.__name__}, got {text!r}") from None
+        if spec.check is not None:
+            try:
+                value = spec.check(spec.flag, value)
+            except (ValueError, TypeError) as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    parse.__name__ = spec.flag
+    return parse
+
+
+def add_option_flags(parser: argparse.ArgumentParser, groups: Mapping[str, type]) -> dict[str, OptionSpec]:
+    """Adds one flag per distinct option of the given config types.
+
+    Args:
+        parser: where to add the flags.
+        groups: a title (e.g. a defense name) → its config type. Flags shared by several types
+            are added once, to a "shared" group.
+
+    Returns:
+        Flag → spec, for every flag added.
+
+    Raises:
+        OptionConflictError: a flag is declared with different meanings.
+    """
+    by_flag: dict[str, OptionSpec] = {}
+    owners: dict[str, list[str]] = {}
+    for title, config_type in groups.items():
+        for spec in option_specs(config_type):
+            seen = by_flag.get(spec.flag)
+            if seen is not None and not seen.same_meaning(spec):
+                raise OptionConflictError(f"flag {spec.flag} means field {seen.field!r} ({seen.kind.__name__}) in one config and {spec.field!r} ({spec.kind.__name__}) in {title!r}")
+            by_flag.setdefault(spec.flag, spec)
+            owners.setdefault(spec.flag, []).append(title)
+    shared = parser.add_argument_group("options shared by several of them") if any(len(o) > 1 for o in owners.values()) else None
+    per_title = {}
+    for flag, spec in by_flag.items():
+        names = owners[flag]
+        if len(names) > 1:
+            group = shared
+            suffix = f" [{', '.join(names)}]"
+        else:
+            if names[0] not in per_title:
+                per_title[names[0]] = parser.add_argument_group(f"{names[0]} options")
+            group = per_title[names[0]]
+            suffix = ""
+        # A shared flag's default may differ per config, so only a single owner's default is shown.
+        default = "" if len(names) > 1 or spec.default in (None, dataclasses.MISSING) or spec.kind is bool else f" (default {spec.default})"
+        assert group is not None
+        if spec.kind is bool:
+            group.add_argument(spec.flag, dest=spec.field, action=argparse.BooleanOptionalAction, default=None, help=spec.help + default + suffix)
+        else:
+            group.add_argument(spec.flag, dest=spec.field, type=_argparse_type(spec), choices=spec.choices, metavar=spec.metavar, default=None, help=spec.help + default + suffix)
+    return by_flag
+
+
+def options_from_args(args: argparse.Namespace, config_type: type, flags: Mapping[str, OptionSpec], *, owner: str) -> dict[str, Any]:
+    """The keyword arguments of ``config_type`` given on the command line.
+
+    Raises:
+        ValueError: a flag was given that ``config_type`` has no field for (names the flag and
+            ``owner``, e.g. the defense).
+    """
+    mine = {s.field for s in option_specs(config_type)}
+    out: dict[str, Any] = {}
+    for flag, spec in flags.items():
+        value = getattr(args, spec.field, None)
+        if value is None:
+            continue
+        if spec.field not in mine:
+            raise ValueError(f"{flag}={value!r} does not apply to {owner}")
+        out[spec.field] = value
+    return out
