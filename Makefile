@@ -26,7 +26,12 @@ demo: install
 	$(BIN)/dpaudit audit --threat black-box --method one-run --dataset digits --model digits-mlp --epsilon 2 --delta 1e-5 \
 		--sampling-rate 0.05 --epochs 10 --learning-rate 0.5 --canaries 300 --name demo-one-run --out $(RUN_DIR)
 
+# The test command: lint (ruff), format check, types (mypy on the torch-free core), then the
+# default (not slow) test suite.
 test: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 test-slow: install

@@ -1,14 +1,16 @@
-"""Progress reporting on stderr for long work (training epochs, shadow models, audit trials).
+"""Progress reporting on stderr for long work (training, shadow models, audit trials, Monte Carlo).
 
-Deliberately tiny: a counter that rewrites one line on a terminal and prints a line at most
-every few seconds otherwise (CI logs), so long runs show they are alive without flooding.
+A thin layer over tqdm, so every long loop of the suite reports the same way: a live bar on a
+terminal, and on a pipe or CI log a line at most every ``interval`` seconds (tqdm's
+``mininterval``), never on stdout, so ``--json`` output stays one clean object.
 """
 
 from __future__ import annotations
 
 import sys
-import time
-from typing import TextIO
+from typing import Any, TextIO
+
+from tqdm import tqdm
 
 __all__ = ["Progress"]
 
@@ -18,44 +20,55 @@ class Progress:
 
     Args:
         total: the number of units expected.
-        description: what is being counted ("epochs", "shadow models").
+        description: what is being counted ("train dpsgd …", "shadow models").
         enabled: set False to silence (``--quiet``).
         stream: where to write; stderr so that ``--json`` stdout stays clean.
-        interval: seconds between reports when not on a terminal.
+        interval: least seconds between reports when not on a terminal.
     """
 
     def __init__(self, total: int, description: str, *, enabled: bool = True, stream: TextIO | None = None, interval: float = 5.0) -> None:
         self.total = max(int(total), 0)
         self.description = description
         self.enabled = enabled
-        self.stream = stream if stream is not None else sys.stderr
-        self.interval = interval
         self.count = 0
-        self.start = time.monotonic()
-        self._last = 0.0
-        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        out = stream if stream is not None else sys.stderr
+        tty = bool(getattr(out, "isatty", lambda: False)())
+        self._bar: Any = None
+        if enabled:
+            self._bar = tqdm(
+                total=self.total,
+                desc=description,
+                file=out,
+                mininterval=0.2 if tty else interval,
+                # Off a terminal, carriage returns would pile up in logs: one line per report.
+                dynamic_ncols=tty,
+                ncols=None if tty else 100,
+                ascii=not tty,
+                leave=True,
+            )
 
     def update(self, n: int = 1, **info: object) -> None:
         """Advances by ``n`` units; ``info`` (e.g. loss=0.3) is shown beside the count."""
         self.count += n
-        now = time.monotonic()
-        done = self.count >= self.total
-        if not self.enabled or (not done and now - self._last < (0.2 if self._tty else self.interval)):
+        if self._bar is None:
             return
-        self._last = now
-        elapsed = now - self.start
-        eta = elapsed / self.count * (self.total - self.count) if self.count else 0.0
-        extra = " ".join(f"{k}={val:.4g}" if isinstance(val, float) else f"{k}={val}" for k, val in info.items())
-        line = f"{self.description}: {self.count}/{self.total} [{elapsed:.0f}s elapsed, ~{eta:.0f}s left] {extra}".rstrip()
-        if self._tty:
-            self.stream.write("\r" + line + ("\n" if done else ""))
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+        if info:
+            self._bar.set_postfix({k: (f"{val:.4g}" if isinstance(val, float) else val) for k, val in info.items()}, refresh=False)
+        self._bar.update(n)
+
+    def write(self, message: str) -> None:
+        """Prints one line above the bar (or plainly when disabled: not at all)."""
+        if self._bar is not None:
+            self._bar.write(message, file=self._bar.fp)
+
+    def close(self) -> None:
+        """Finishes the bar (idempotent)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
     def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.enabled and self._tty and self.count < self.total:
-            self.stream.write("\n")
+        self.close()

@@ -209,6 +209,7 @@ def test_console_script_runs_as_a_process():
     assert proc.returncode == 2 and "--delta" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # a reproduction (5 epochs of full MNIST, ~1 min on 2 cores): opt in with -m slow
 def test_baseline_mnist_reaches_97_percent(capsys, tmp_path, shared_data):
     code, out, err = run(
         capsys, "train", "--defense", "nonprivate", "--dataset", "mnist", "--model", "abadi-mnist", "--epochs", "5", "--data-root", str(shared_data), "--out", str(tmp_path), "--quiet", "--json"

@@ -23,25 +23,46 @@ from dpaudit.app.common import EXIT_INTERNAL, EXIT_USAGE, Parser, UsageError
 
 __all__ = ["main", "build_parser", "UsageError", "VERBS"]
 
-#: The verbs, in the order ``dpaudit --help`` lists them (modules of ``dpaudit.app.verbs``).
-VERBS = ("epsilon", "datasets", "train", "audit", "attack", "certify", "report")
+#: The verbs, in the order ``dpaudit --help`` lists them (modules of ``dpaudit.app.verbs``), with
+#: their one-line help. Only the verb being run is imported, so ``dpaudit --help`` and
+#: ``dpaudit epsilon`` never load torch or the registries.
+VERBS: dict[str, str] = {
+    "epsilon": "ε of DP-SGD under each accountant, σ or T for a target ε, one Gaussian mechanism",
+    "datasets": "list the datasets available under the data root",
+    "train": "train a registered defense and write its record",
+    "audit": "empirical ε lower bound of a training procedure against its claimed ε",
+    "attack": "run attacks (membership inference) against a trained model",
+    "certify": "certified vs conventional accuracy of a noise-layer model, beside evasion attacks",
+    "report": "render every stored result of a run directory as HTML and Markdown",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``dpaudit`` parser (every verb registered)."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``dpaudit`` parser.
+
+    Args:
+        argv: the arguments about to be parsed. When they name a verb, only that verb is fully
+            registered (the others appear by name and help), which keeps start-up light;
+            ``None`` registers every verb fully (for tests that enumerate every flag).
+    """
     parser = Parser(prog="dpaudit", description="Attack-and-audit evaluation suite for privacy-preserving deep learning.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on internal errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    for name in VERBS:
-        importlib.import_module(f"dpaudit.app.verbs.{name}").register(sub)
+    chosen = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
+    for name, summary in VERBS.items():
+        if chosen is None or name == chosen:
+            importlib.import_module(f"dpaudit.app.verbs.{name}").register(sub)
+        else:
+            sub.add_parser(name, help=summary)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dpaudit`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        parser = build_parser()
+        parser = build_parser(argv)
     except Exception as exc:
         if os.environ.get("DPAUDIT_DEBUG"):
             traceback.print_exc()
