@@ -15,12 +15,13 @@ from defenses.certified import (
     HGMConfig,
     PixelDPConfig,
     SecureSGDConfig,
+    certification_spec,
     train_agm,
     train_hgm,
     train_pixeldp,
     train_secure_sgd,
 )
-from defenses.dpsgd import DPSGDConfig, train_dpsgd
+from defenses.dpsgd import DPSGDConfig, DPSGDTrainer, train_dpsgd
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 
 __all__ = ["DefenseSpec", "DEFENSES"]
@@ -28,23 +29,75 @@ __all__ = ["DefenseSpec", "DEFENSES"]
 
 @dataclass(frozen=True, kw_only=True)
 class DefenseSpec:
-    """A registered defense: its config type and its training function."""
+    """A registered defense: everything the CLI, the runs and the reports need to know about it.
+
+    Attributes:
+        name: registry key (``--defense`` value, ``record.defense``).
+        summary: one line for ``--help`` and reports (cite the paper).
+        config_type: frozen dataclass of the defense's hyper-parameters.
+        train: ``train(*, bundle, splits, model_name, model_options, config, seed, device,
+            progress) -> (TrainedModel, nn.Module)``.
+        claim_kind: the :class:`dpaudit.privacy.claims.PrivacyClaim` kind its records carry.
+        audit_trainer: optional white-box adapter for audits: ``audit_trainer(config=...,
+            model_name=..., device=...)`` returns an
+            :class:`attacks.audit_procedures.HookedTrainer`.
+        certification: optional ``certification(config) -> CertificationSpec`` for defenses
+            whose models carry a noise layer that ``certify`` can certify.
+    """
 
     name: str
+    summary: str
     config_type: type
     train: Callable[..., Any]
-    summary: str
+    claim_kind: str
+    audit_trainer: Callable[..., Any] | None = None
+    certification: Callable[[Any], Any] | None = None
+
+
+def _certification(defense: str) -> Callable[[Any], Any]:
+    return lambda config: certification_spec(defense, config)
 
 
 DEFENSES: dict[str, DefenseSpec] = {
-    "nonprivate": DefenseSpec(name="nonprivate", config_type=NonPrivateConfig, train=train_nonprivate, summary="non-private SGD baseline (ε = ∞)"),
-    "dpsgd": DefenseSpec(name="dpsgd", config_type=DPSGDConfig, train=train_dpsgd, summary="DP-SGD with Poisson lots, per-example clipping and Gaussian noise (+ DP-PCA) (Abadi et al. 2016)"),
-    "pixeldp": DefenseSpec(
-        name="pixeldp", config_type=PixelDPConfig, train=train_pixeldp, summary="noise layer after the first layer, classical Gaussian calibration (eps_r <= 1) (Lecuyer et al. 2019)"
+    "nonprivate": DefenseSpec(name="nonprivate", config_type=NonPrivateConfig, train=train_nonprivate, claim_kind="nonprivate", summary="non-private SGD baseline (ε = ∞)"),
+    "dpsgd": DefenseSpec(
+        name="dpsgd",
+        config_type=DPSGDConfig,
+        train=train_dpsgd,
+        claim_kind="dp",
+        audit_trainer=DPSGDTrainer,
+        summary="DP-SGD with Poisson lots, per-example clipping and Gaussian noise (+ DP-PCA) (Abadi et al. 2016)",
     ),
-    "agm": DefenseSpec(name="agm", config_type=AGMConfig, train=train_agm, summary="PixelDP's noise layer with the analytic Gaussian calibration (Balle & Wang 2018)"),
-    "hgm": DefenseSpec(name="hgm", config_type=HGMConfig, train=train_hgm, summary="heterogeneous Gaussian noise layer, any eps_r > 0 (Phan et al. 2019)"),
+    "pixeldp": DefenseSpec(
+        name="pixeldp",
+        config_type=PixelDPConfig,
+        train=train_pixeldp,
+        claim_kind="nonprivate",
+        certification=_certification("pixeldp"),
+        summary="noise layer after the first layer, classical Gaussian calibration (eps_r <= 1) (Lecuyer et al. 2019)",
+    ),
+    "agm": DefenseSpec(
+        name="agm",
+        config_type=AGMConfig,
+        train=train_agm,
+        claim_kind="nonprivate",
+        certification=_certification("agm"),
+        summary="PixelDP's noise layer with the analytic Gaussian calibration (Balle & Wang 2018)",
+    ),
+    "hgm": DefenseSpec(
+        name="hgm",
+        config_type=HGMConfig,
+        train=train_hgm,
+        claim_kind="nonprivate",
+        certification=_certification("hgm"),
+        summary="heterogeneous Gaussian noise layer, any eps_r > 0 (Phan et al. 2019)",
+    ),
     "secure-sgd": DefenseSpec(
-        name="secure-sgd", config_type=SecureSGDConfig, train=train_secure_sgd, summary="HGM noise layer + DP-SGD: DP for the training data and certified robustness (Phan et al. 2019)"
+        name="secure-sgd",
+        config_type=SecureSGDConfig,
+        train=train_secure_sgd,
+        claim_kind="dp",
+        certification=_certification("secure-sgd"),
+        summary="HGM noise layer + DP-SGD: DP for the training data and certified robustness (Phan et al. 2019)",
     ),
 }

@@ -6,10 +6,11 @@ import dataclasses
 import time
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
-from dpaudit.data import DatasetBundle, Splits
+from dpaudit.data import ArrayDataset, DatasetBundle, Splits
 from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.provenance import provenance
 from dpaudit.results.record import Membership, TrainedModel, make_model_id
@@ -69,3 +70,13 @@ def build_record(
         metrics=metrics,
         provenance=provenance(device=str(device)),
     )
+
+
+def bundle_for_members(dataset: ArrayDataset) -> tuple[DatasetBundle, Splits]:
+    """A bundle whose train split is ``dataset`` (all members) and a one-sample dummy test split."""
+    top = int(dataset.ids.max()) + 1 if len(dataset) else 0
+    name = dataset.name.split("/")[0] or "audit"  # record ids may not contain '/'
+    test = ArrayDataset(name=f"{name}/test", features=dataset.features[:1].clone(), labels=dataset.labels[:1].clone(), ids=np.array([top]), num_classes=dataset.num_classes)
+    bundle = DatasetBundle(name=name, train=dataset, test=test, num_classes=dataset.num_classes, input_shape=dataset.input_shape, description="audit training set")
+    splits = Splits(dataset=name, seed=0, members=dataset.ids.numpy(), non_members=np.zeros(0, dtype=np.int64), population=np.zeros(0, dtype=np.int64), test=np.array([top]))
+    return bundle, splits

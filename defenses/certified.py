@@ -48,6 +48,7 @@ from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.privacy.gaussian import calibrate_gaussian
+from dpaudit.results.certification import CertificationSpec
 from dpaudit.results.record import TrainedModel
 from dpaudit.robustness.noise import (
     ATTACK_NORMS,
@@ -198,19 +199,19 @@ class SecureSGDConfig(DPSGDConfig, RobustnessConfig):
         self._check_robustness(*CERTIFIED_MECHANISMS["secure-sgd"])
 
 
-def certification_spec(defense: str, config: RobustnessConfig) -> dict[str, Any]:
+def certification_spec(defense: str, config: RobustnessConfig) -> CertificationSpec:
     """What a certifier needs to know about a trained model beyond its weights."""
     mechanism, max_eps = CERTIFIED_MECHANISMS[defense]
-    return {
-        "mechanism": mechanism,
-        "max_epsilon": max_eps,
-        "attack_norm": config.attack_norm,
-        "robustness_epsilon": config.robustness_epsilon,
-        "robustness_delta": config.robustness_delta,
-        "attack_norm_bound": config.attack_norm_bound,
-        "noise_per_sensitivity": config.noise_per_sensitivity(mechanism),
-        "redistribute": config.redistribute,
-    }
+    return CertificationSpec(
+        mechanism=mechanism,
+        max_epsilon=max_eps,
+        attack_norm=config.attack_norm,
+        robustness_epsilon=config.robustness_epsilon,
+        robustness_delta=config.robustness_delta,
+        attack_norm_bound=config.attack_norm_bound,
+        noise_per_sensitivity=config.noise_per_sensitivity(mechanism),
+        redistribute=bool(config.redistribute),
+    )
 
 
 def compute_redistribution(
@@ -412,7 +413,7 @@ def _train_certified(
         model_id=model_id,
         defense=defense,
         model_options=full_options,
-        config={**config_dict(config), "split_seed": splits.seed, "certification": spec},
+        config={**config_dict(config), "split_seed": splits.seed, "certification": spec.to_dict()},
         metrics=metrics,
     )
     return record, model

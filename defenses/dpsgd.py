@@ -50,18 +50,18 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from dp_accounting import dp_event as dpe
 from torch import nn
 
-from defenses._common import build_record
+from defenses._common import build_record, bundle_for_members
 from defenses.clipping import CLIPPING_METHODS, GradientClipper, clip_gradient
 from dpaudit import _validate as v
-from dpaudit.data import DatasetBundle, Splits
+from dpaudit.data import ArrayDataset, DatasetBundle, Splits
 from dpaudit.models import Projection, build_model
 from dpaudit.privacy.accountants import (
     ACCOUNTANTS,
@@ -70,7 +70,7 @@ from dpaudit.privacy.accountants import (
     largest_num_steps,
     smallest_noise_multiplier,
 )
-from dpaudit.privacy.claims import DPClaim, dpsgd_claim
+from dpaudit.privacy.claims import DPClaim, PrivacyClaim, dpsgd_claim
 from dpaudit.progress import Progress
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, torch_generator
@@ -79,6 +79,7 @@ __all__ = [
     "SAMPLING_MODES",
     "DPSGDConfig",
     "DPSGDPlan",
+    "DPSGDTrainer",
     "train_dpsgd",
     "plan_dpsgd",
     "dp_pca",
@@ -632,3 +633,57 @@ def train_dpsgd(
         },
     )
     return record, model
+
+
+@dataclass(frozen=True, kw_only=True)
+class DPSGDTrainer:
+    """The suite's DP-SGD (:func:`defenses.dpsgd.train_dpsgd`) as an auditable training function.
+
+    Picklable; ``train`` follows the third-party protocol and ``__call__`` exposes the
+    white-box hooks. The config must fix σ and the sampling rate (not a lot size, not a
+    target ε) and a public ``expected_lot_size``, so that adding a canary changes neither
+    the claim nor the normaliser (dividing by q·N with N counting the canary would itself be
+    a data-dependent normaliser).
+
+    Attributes:
+        config: a :class:`defenses.dpsgd.DPSGDConfig`.
+        model_name: zoo architecture.
+        model_options: its options.
+        device: where to train.
+    """
+
+    config: Any
+    model_name: str = "digits-mlp"
+    model_options: Mapping[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+
+    def build_model(self, dataset: ArrayDataset) -> nn.Module:
+        return build_model(self.model_name, input_shape=dataset.input_shape, num_classes=dataset.num_classes, **dict(self.model_options))
+
+    def claim(self, num_members: int) -> PrivacyClaim:
+        plan = plan_dpsgd(self.config, num_members=num_members)
+        return dpsgd_claim(
+            sampling_rate=plan.sampling_rate,
+            noise_multiplier=plan.noise_multiplier,
+            num_steps=plan.num_steps,
+            description=f"DP-SGD q={plan.sampling_rate:g} sigma={plan.noise_multiplier:.4g} T={plan.num_steps} C={self.config.clip_norm:g}",
+        )
+
+    def __call__(self, dataset: ArrayDataset, *, seed: int, on_step: Callable[..., None] | None = None, canary_gradient: Callable[[int], Any] | None = None) -> nn.Module:
+        bundle, splits = bundle_for_members(dataset)
+        _, model = train_dpsgd(
+            bundle=bundle,
+            splits=splits,
+            model_name=self.model_name,
+            model_options=dict(self.model_options),
+            config=self.config,
+            seed=seed,
+            device=self.device,
+            progress=False,
+            on_step=on_step,
+            canary_gradient=canary_gradient,
+        )
+        return model
+
+    def train(self, dataset: ArrayDataset, *, seed: int) -> nn.Module:
+        return self(dataset, seed=seed)

@@ -410,7 +410,9 @@ def test_cli_json_for_a_record(target, capsys, tmp_path):
     assert len(list((tmp_path / "attacks" / "shadows").glob("*/record.json"))) == 2
 
 
-def test_cli_external_model(target, capsys, tmp_path):
+def test_cli_external_model(target, capsys, tmp_path, monkeypatch):
+    # --import-mode=importlib keeps tests/ off sys.path; the CLI imports the builder by module name.
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
     from safetensors.torch import save_file
 
     weights = tmp_path / "w.safetensors"

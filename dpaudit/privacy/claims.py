@@ -224,5 +224,5 @@ def claim_from_dict(data: dict[str, Any]) -> PrivacyClaim:
             raise ValueError("claim of kind 'dp' is missing its 'event'")
         kwargs["event"] = event_from_dict(data["event"])
     elif hasattr(cls, "from_dict_fields"):
-        kwargs.update(cls.from_dict_fields(data))  # type: ignore[attr-defined]
+        kwargs.update(cls.from_dict_fields(data))
     return cls(**kwargs)

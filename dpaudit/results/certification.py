@@ -21,12 +21,85 @@ from dpaudit.store import freeze as _freeze
 from dpaudit.store import load_result_files, safe_stem, save_result_files
 from dpaudit.store import thaw as _thaw
 
-__all__ = ["CERTIFICATION_NORMS", "CERTIFICATION_SCHEMA_VERSION", "CertificationResult", "save_certification_result", "load_certification_result"]
+__all__ = ["CERTIFICATION_NORMS", "CERTIFICATION_SCHEMA_VERSION", "CertificationResult", "CertificationSpec", "save_certification_result", "load_certification_result"]
 
 CERTIFICATION_SCHEMA_VERSION = 1
 _ARRAYS = ("labels", "predictions", "radii")
 #: Norms a certificate can be stated in.
 CERTIFICATION_NORMS = ("l2", "linf", "l1")
+
+
+#: The Gaussian calibrations a noise layer may use (see dpaudit.robustness.certification).
+_MECHANISMS = ("classical", "analytic", "extended")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CertificationSpec:
+    """What a certifier needs to know about a noise-layer model beyond its weights.
+
+    A defense with a noise layer (PixelDP, Lecuyer et al. 2019; HGM, Phan et al. 2019) stores
+    this in its record; ``certify`` reads it to pick the calibration whose radius it solves for.
+
+    Attributes:
+        mechanism: the Gaussian calibration of the noise layer (``classical``, ``analytic`` or
+            ``extended``).
+        max_epsilon: largest ε_r the calibration is valid for (``None``: no limit).
+        attack_norm: the norm of the attacks the noise is calibrated against.
+        robustness_epsilon: ε_r the layer was trained for.
+        robustness_delta: δ_r the layer was trained for.
+        attack_norm_bound: L, the attack size the noise was calibrated for.
+        noise_per_sensitivity: σ/Δ_r the calibration gives at (ε_r, δ_r) for unit L.
+        redistribute: whether the noise is heterogeneous (HGM's redistribution vector).
+    """
+
+    mechanism: str
+    max_epsilon: float | None
+    attack_norm: str
+    robustness_epsilon: float
+    robustness_delta: float
+    attack_norm_bound: float
+    noise_per_sensitivity: float
+    redistribute: bool = False
+
+    def __post_init__(self) -> None:
+        v.choice("mechanism", self.mechanism, _MECHANISMS)
+        if self.max_epsilon is not None:
+            v.positive("max_epsilon", self.max_epsilon)
+        v.choice("attack_norm", self.attack_norm, CERTIFICATION_NORMS)
+        v.positive("robustness_epsilon", self.robustness_epsilon)
+        v.open_unit("robustness_delta", self.robustness_delta)
+        v.positive("attack_norm_bound", self.attack_norm_bound)
+        v.positive("noise_per_sensitivity", self.noise_per_sensitivity)
+
+    def describe(self) -> str:
+        """One line naming the robustness parameters (what ``train`` prints)."""
+        noise = "heterogeneous" if self.redistribute else "isotropic"
+        return f"{noise} Gaussian noise layer ({self.mechanism}): eps_r={self.robustness_epsilon:g}, delta_r={self.robustness_delta:g}, L={self.attack_norm_bound:g} ({self.attack_norm})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.mechanism,
+            "max_epsilon": self.max_epsilon,
+            "attack_norm": self.attack_norm,
+            "robustness_epsilon": self.robustness_epsilon,
+            "robustness_delta": self.robustness_delta,
+            "attack_norm_bound": self.attack_norm_bound,
+            "noise_per_sensitivity": self.noise_per_sensitivity,
+            "redistribute": self.redistribute,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CertificationSpec:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: a field is missing or invalid (named).
+        """
+        names = ("mechanism", "max_epsilon", "attack_norm", "robustness_epsilon", "robustness_delta", "attack_norm_bound", "noise_per_sensitivity")
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise ValueError(f"certification spec is missing {', '.join(missing)}")
+        return cls(**{n: data[n] for n in names}, redistribute=bool(data.get("redistribute", False)))
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:

@@ -103,11 +103,11 @@ def sample_scores(
             for start in range(0, n, per_input):
                 x = features[start : start + per_input].to(device)
                 b = x.shape[0]
-                h = noise.layer(x) if split is not None else None
+                h = noise.layer(x) if split is not None and noise is not None else None
                 done = 0
                 while done < draws:
                     m = min(draws_per_batch, draws - done)
-                    if split is not None:
+                    if split is not None and h is not None:
                         hn = h.repeat_interleave(m, dim=0)
                         hn = split[0].add_noise(hn)
                         logits = split[1](hn)
@@ -115,7 +115,7 @@ def sample_scores(
                         logits = model(x.repeat_interleave(m, dim=0))
                     probs = torch.softmax(logits.double(), dim=1).reshape(b, m, -1)
                     k = probs.shape[-1]
-                    if sums is None:
+                    if sums is None or sq is None or counts is None:
                         sums = torch.zeros(n, k, dtype=torch.float64)
                         sq = torch.zeros(n, k, dtype=torch.float64)
                         counts = torch.zeros(n, k, dtype=torch.int64)

@@ -65,6 +65,11 @@ class NoiseLayer(nn.Module):
         enabled: set to ``False`` to evaluate the noise-free function (e.g. to compute r).
     """
 
+    # Declared so type checkers see buffers as tensors (nn.Module's __getattr__ says Tensor | Module).
+    noise_std: torch.Tensor
+    redistribution: torch.Tensor
+    layer: nn.Module
+
     def __init__(self, layer: nn.Module, output_shape: tuple[int, ...]) -> None:
         super().__init__()
         self.layer = layer
@@ -150,8 +155,8 @@ def add_noise_layer(model: nn.Module, *, input_shape: tuple[int, ...]) -> nn.Seq
     return nn.Sequential(NoiseLayer(block, out_shape), *mods[idx + 1 :])
 
 
-def _weight_layer(block: nn.Module) -> nn.Module:
-    mods = [m for m in block.modules() if isinstance(m, _LINEAR_TYPES)]
+def _weight_layer(block: nn.Module) -> nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d:
+    mods = [m for m in block.modules() if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))]
     if len(mods) != 1:
         raise ValueError(f"the noise layer's block must hold exactly one Linear/Conv layer, found {len(mods)}")
     return mods[0]

@@ -43,7 +43,6 @@ __all__ = [
     "METHODS",
     "CANARY_KINDS",
     "DatasetRef",
-    "DPSGDTrainer",
     "FileCallable",
     "resolve_train_fn",
     "make_audit_executor",
@@ -81,66 +80,6 @@ class DatasetRef:
 
 
 # ----------------------------------------------------------------------------- training
-def _bundle_for(dataset: ArrayDataset) -> tuple[DatasetBundle, Splits]:
-    """A bundle whose train split is ``dataset`` (all members) and a one-sample dummy test split."""
-    top = int(dataset.ids.max()) + 1 if len(dataset) else 0
-    name = dataset.name.split("/")[0] or "audit"  # record ids may not contain '/'
-    test = ArrayDataset(name=f"{name}/test", features=dataset.features[:1].clone(), labels=dataset.labels[:1].clone(), ids=np.array([top]), num_classes=dataset.num_classes)
-    bundle = DatasetBundle(name=name, train=dataset, test=test, num_classes=dataset.num_classes, input_shape=dataset.input_shape, description="audit training set")
-    splits = Splits(dataset=name, seed=0, members=dataset.ids.numpy(), non_members=np.zeros(0, dtype=np.int64), population=np.zeros(0, dtype=np.int64), test=np.array([top]))
-    return bundle, splits
-
-
-@dataclass(frozen=True, kw_only=True)
-class DPSGDTrainer:
-    """The suite's DP-SGD (:func:`defenses.dpsgd.train_dpsgd`) as an auditable training function.
-
-    Picklable; ``train`` follows the third-party protocol and ``__call__`` exposes the
-    white-box hooks. The config must fix σ and the sampling rate (not a lot size, not a
-    target ε) and a public ``expected_lot_size``, so that adding a canary changes neither
-    the claim nor the normaliser (dividing by q·N with N counting the canary would itself be
-    a data-dependent normaliser).
-
-    Attributes:
-        config: a :class:`defenses.dpsgd.DPSGDConfig`.
-        model_name: zoo architecture.
-        model_options: its options.
-        device: where to train.
-    """
-
-    config: Any
-    model_name: str = "digits-mlp"
-    model_options: Mapping[str, Any] = field(default_factory=dict)
-    device: str = "cpu"
-
-    def build_model(self, dataset: ArrayDataset) -> nn.Module:
-        from dpaudit.models import build_model
-
-        return build_model(self.model_name, input_shape=dataset.input_shape, num_classes=dataset.num_classes, **dict(self.model_options))
-
-    def claim(self, num_members: int) -> PrivacyClaim:
-        from defenses.dpsgd import plan_dpsgd
-
-        plan = plan_dpsgd(self.config, num_members=num_members)
-        return dpsgd_claim(
-            sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=plan.num_steps,
-            description=f"DP-SGD q={plan.sampling_rate:g} sigma={plan.noise_multiplier:.4g} T={plan.num_steps} C={self.config.clip_norm:g}",
-        )
-
-    def __call__(self, dataset: ArrayDataset, *, seed: int, on_step: Callable[..., None] | None = None, canary_gradient: Callable[[int], Any] | None = None) -> nn.Module:
-        from defenses.dpsgd import train_dpsgd
-
-        bundle, splits = _bundle_for(dataset)
-        _, model = train_dpsgd(
-            bundle=bundle, splits=splits, model_name=self.model_name, model_options=dict(self.model_options), config=self.config,
-            seed=seed, device=self.device, progress=False, on_step=on_step, canary_gradient=canary_gradient,
-        )
-        return model
-
-    def train(self, dataset: ArrayDataset, *, seed: int) -> nn.Module:
-        return self(dataset, seed=seed)
-
-
 @dataclass(frozen=True)
 class FileCallable:
     """``path/to/file.py:function`` loaded lazily (picklable by path, so workers can load it)."""
@@ -288,6 +227,8 @@ def run_audit(
             noise_multiplier=noise_multiplier, clip_norm=clip_norm, sampling_rate=q, expected_lot_size=q * len(members),
             epochs=num_steps / per_epoch, learning_rate=learning_rate, delta=delta,
         )
+        from defenses.dpsgd import DPSGDTrainer
+
         trainer = DPSGDTrainer(config=config, model_name=model, device=device)
         claim = trainer.claim(len(members))
         fn: Callable[..., nn.Module] = trainer.train
