@@ -38,6 +38,7 @@ __all__ = [
     "atomic_save_npz",
     "read_json",
     "load_npz",
+    "temp_file_beside",
     "to_jsonable",
     "from_jsonable",
     "freeze",
@@ -48,11 +49,33 @@ SCHEMA_VERSION = 1
 _SUBDIRS = ("records", "attacks", "audits", "certify", "reports")
 
 
+def _read_umask() -> int:
+    # os.umask can only be read by setting it; done once, at import, before any worker thread.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
+def temp_file_beside(path: Path) -> tuple[int, str]:
+    """A temporary file next to ``path`` (same file system, so the final rename is atomic).
+
+    ``mkstemp`` creates files 0600 whatever the umask; the file gets the mode an ordinary
+    ``open`` would give it (0666 masked by the umask, 0644 under the usual 022), so results
+    and reports are as readable as any other file the user writes.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)
+    return fd, tmp
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Writes ``data`` to ``path`` atomically (temp file + fsync + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = temp_file_beside(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

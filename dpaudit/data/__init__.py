@@ -41,7 +41,6 @@ import os
 import pickle
 import shutil
 import struct
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +51,7 @@ import torch
 
 from dpaudit import _validate as v
 from dpaudit._validate import sorted_id_set
+from dpaudit.store import temp_file_beside
 
 __all__ = [
     "sorted_id_set",
@@ -488,7 +488,7 @@ def _materialize(src: Path, dst: Path) -> None:
         if dst_st.st_mtime_ns == st.st_mtime_ns and dst_st.st_size % 2**32 == want_size % 2**32:
             return
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    fd, tmp = temp_file_beside(dst)
     try:
         with os.fdopen(fd, "wb") as out:
             with gzip.open(src, "rb") if gz else open(src, "rb") as inp:
