@@ -443,10 +443,8 @@ def white_box_audit(
         details=details,
     )
     if full_claim is not None:
-        from dpaudit.privacy.audit import epsilon_ub_of
-
-        acc, ub, by = epsilon_ub_of(full_claim, delta=delta)
-        details["full_run_claim"] = {"description": full_claim.description, "accountant": acc, "epsilon_ub": ub, "epsilon_ub_by_accountant": by}
+        ub = full_claim.upper_bound(delta=delta)
+        details["full_run_claim"] = {"description": full_claim.description, "accountant": ub.accountant, "epsilon_ub": ub.epsilon, "epsilon_ub_by_accountant": dict(ub.by_accountant)}
     estimate = None
     if sampling_rate is not None and num_steps is not None:
         d = result.details

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from defenses._common import build_record, model_id_for
 from defenses.certified import (
     AGMConfig,
     HGMConfig,
@@ -24,7 +25,7 @@ from defenses.certified import (
 from defenses.dpsgd import DPSGDConfig, DPSGDTrainer, train_dpsgd
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 
-__all__ = ["DefenseSpec", "DEFENSES"]
+__all__ = ["DefenseSpec", "DEFENSES", "build_record", "model_id_for"]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -47,6 +47,7 @@ from defenses.dpsgd import DPSGDConfig, plan_dpsgd, train_dpsgd
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
+from dpaudit.options import option
 from dpaudit.privacy.gaussian import calibrate_gaussian
 from dpaudit.results.certification import CertificationSpec
 from dpaudit.results.record import TrainedModel
@@ -111,17 +112,17 @@ class RobustnessConfig:
             Secure-SGD scales the noise instead.
     """
 
-    robustness_epsilon: float = 1.0
-    robustness_delta: float = 0.05
-    attack_norm_bound: float = 0.1
-    attack_norm: str = "l2"
-    noise_ramp_fraction: float = 0.1
-    redistribute: bool = False
-    inflation: float = 0.5
-    redistribution_exponent: float = 1.0
-    redistribution_pretrain_epochs: int = 2
-    redistribution_examples: int = 1000
-    sensitivity_control: str = "project"
+    robustness_epsilon: float = option(1.0, help="epsilon_r of the noise layer's input-DP guarantee (pixeldp: <= 1)", metavar="EPS_R", check=v.positive)
+    robustness_delta: float = option(0.05, help="delta_r of the noise layer", metavar="DELTA_R", check=v.open_unit)
+    attack_norm_bound: float = option(0.1, help="attack radius L the noise is calibrated for", metavar="L", check=v.positive)
+    attack_norm: str = option("l2", choices=ATTACK_NORMS, help="norm of the input changes certified against")
+    noise_ramp_fraction: float = option(0.1, help="fraction of training over which the noise ramps up to full size", metavar="FRACTION", check=v.non_negative)
+    redistribute: bool = option(False, help="HGM heterogeneous noise from a pre-trained model's forward derivative")
+    inflation: float = option(0.5, help="HGM inflation rate beta (large = uniform noise)", metavar="BETA", check=v.non_negative)
+    redistribution_exponent: float = option(1.0, help="power on the forward-derivative scores (2 on CIFAR-10)", check=v.positive)
+    redistribution_pretrain_epochs: int = option(2, help="epochs of the noise-free model the redistribution is computed from", metavar="N", check=v.positive)
+    redistribution_examples: int = option(1000, help="examples whose forward derivatives are averaged for the redistribution", metavar="N", check=v.positive)
+    sensitivity_control: str = option("project", choices=SENSITIVITY_CONTROLS, help="keep the first layer's sensitivity <= 1 by projection, or scale the noise to it")
 
     def _check_robustness(self, mechanism: str, max_epsilon: float | None) -> None:
         eps = v.positive("robustness_epsilon", self.robustness_epsilon)

@@ -63,6 +63,7 @@ from defenses.clipping import CLIPPING_METHODS, GradientClipper, clip_gradient
 from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset, DatasetBundle, Splits
 from dpaudit.models import Projection, build_model
+from dpaudit.options import option
 from dpaudit.privacy.accountants import (
     ACCOUNTANTS,
     calibrate_noise_multiplier,
@@ -140,27 +141,27 @@ class DPSGDConfig:
         physical_batch_size: most examples per forward/backward pass (lots are split; exact).
     """
 
-    noise_multiplier: float | None = 1.1
-    clip_norm: float = 4.0
-    lot_size: int | None = None
-    sampling_rate: float | None = None
-    expected_lot_size: float | None = None
-    target_epsilon: float | None = None
-    delta: float = 1e-5
-    accountant: str = "pld"
-    epochs: float | None = None
-    learning_rate: float = 0.1
-    final_learning_rate: float | None = None
-    lr_decay_epochs: float = 10
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    per_layer: bool = False
-    sampling: str = "poisson"
-    pca_components: int | None = None
-    pca_noise: float | None = None
-    pca_sampling_rate: float = 1.0
-    clipping_method: str = "auto"
-    physical_batch_size: int = 1024
+    noise_multiplier: float | None = option(1.1, help="sigma = noise std / clip norm; with --target-epsilon, train until the budget is spent", metavar="SIGMA", check=v.positive)
+    clip_norm: float = option(4.0, help="per-example L2 clipping norm C", metavar="C", check=v.positive)
+    lot_size: int | None = option(None, kind=int, help="expected lot size L (sampling rate q = L / members); or give --sampling-rate", metavar="L", check=v.positive)
+    sampling_rate: float | None = option(None, help="Poisson sampling rate q in (0, 1] (default 0.01 when no --lot-size)", metavar="Q", check=v.half_open_unit)
+    expected_lot_size: float | None = option(None, help="public divisor of the noisy sum (default q x members)", metavar="L", check=v.positive)
+    target_epsilon: float | None = option(None, help="privacy budget epsilon at --delta: calibrates sigma, or the number of steps when sigma is given", metavar="EPS", check=v.positive)
+    delta: float = option(1e-5, help="delta of the budget and of the reported epsilon", check=v.open_unit)
+    accountant: str = option("pld", choices=ACCOUNTANTS, help="accountant of the budget")
+    epochs: float | None = option(None, kind=float, help="epochs (1/q steps each); default 10, or uncapped in budget mode", metavar="N", check=v.positive)
+    learning_rate: float = option(0.1, help="initial learning rate", metavar="LR", check=v.positive)
+    final_learning_rate: float | None = option(None, help="floor of the linear learning-rate decay (default: constant rate)", metavar="LR", check=v.positive)
+    lr_decay_epochs: float = option(10.0, help="epochs over which the rate decays to the floor", metavar="N", check=v.positive)
+    momentum: float = option(0.0, help="heavy-ball momentum in [0, 1)", check=v.unit_interval_open_right)
+    weight_decay: float = option(0.0, help="L2 penalty on the parameters", check=v.non_negative)
+    per_layer: bool = option(False, help="clip each layer to C / sqrt(#layers) instead of the whole gradient to C")
+    sampling: str = option("poisson", choices=SAMPLING_MODES, help="lot sampling (shuffle lots do not meet the claim's accounting)")
+    pca_components: int | None = option(None, kind=int, help="DP-PCA projection to K components (models with a Projection, e.g. abadi-mnist)", metavar="K", check=v.positive)
+    pca_noise: float | None = option(None, help="DP-PCA noise multiplier (with --pca-components)", metavar="SIGMA_P", check=v.positive)
+    pca_sampling_rate: float = option(1.0, help="Poisson rate of the sample DP-PCA uses", metavar="Q", check=v.half_open_unit)
+    clipping_method: str = option("auto", choices=CLIPPING_METHODS, help="per-example gradient engine")
+    physical_batch_size: int = option(1024, help="most examples per forward/backward pass (lots are split; exact)", metavar="B", check=v.positive)
 
     def __post_init__(self) -> None:
         _optional("noise_multiplier", self.noise_multiplier, v.positive)

@@ -62,6 +62,14 @@ def half_open_unit(name: str, value: Any) -> float:
     return out
 
 
+def unit_interval_open_right(name: str, value: Any) -> float:
+    """A real in [0, 1) (e.g. momentum)."""
+    x = real(name, value)
+    if not 0.0 <= x < 1.0:
+        raise ValueError(f"{name} must lie in [0, 1), got {_fmt(value)}")
+    return x
+
+
 def integer(name: str, value: Any, *, minimum: int | None = None) -> int:
     """Validates an integer (bools rejected), optionally ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

@@ -49,8 +49,14 @@ class OptionSpec:
     default: Any = dataclasses.MISSING
 
     def same_meaning(self, other: OptionSpec) -> bool:
-        """Whether two configs may share this flag (same field, type and choices)."""
-        return (self.field, self.kind, self.choices) == (other.field, other.kind, other.choices)
+        """Whether two configs may share this flag (same field and choices; int and float mix).
+
+        ``--epochs`` is a whole number for SGD and a real number of expected passes for
+        DP-SGD: the shared flag parses a float and each config takes it as its own type.
+        """
+        numeric = {int, float}
+        kinds_agree = self.kind is other.kind or {self.kind, other.kind} <= numeric
+        return (self.field, self.choices) == (other.field, other.choices) and kinds_agree
 
 
 def option(
@@ -99,7 +105,7 @@ def option_specs(config_type: type) -> tuple[OptionSpec, ...]:
         raise TypeError(f"config_type must be a dataclass, got {config_type!r}")
     out = []
     for f in dataclasses.fields(config_type):
-        meta = f.metadata.get(_KEY)
+        meta = _metadata(config_type, f.name)
         if meta is None:
             continue
         out.append(
@@ -115,6 +121,18 @@ def option_specs(config_type: type) -> tuple[OptionSpec, ...]:
             )
         )
     return tuple(out)
+
+
+def _metadata(config_type: type, name: str) -> dict[str, Any] | None:
+    # A subclass that only changes a default (``robustness_epsilon: float = 4.0``) redeclares
+    # the field without metadata; the flag, help and checks are inherited from the base.
+    for klass in config_type.__mro__:
+        if dataclasses.is_dataclass(klass):
+            for f in dataclasses.fields(klass):
+                if f.name == name and _KEY in f.metadata:
+                    meta: dict[str, Any] = f.metadata[_KEY]
+                    return meta
+    return None
 
 
 class OptionConflictError(ValueError):
@@ -159,7 +177,10 @@ def add_option_flags(parser: argparse.ArgumentParser, groups: Mapping[str, type]
             seen = by_flag.get(spec.flag)
             if seen is not None and not seen.same_meaning(spec):
                 raise OptionConflictError(f"flag {spec.flag} means field {seen.field!r} ({seen.kind.__name__}) in one config and {spec.field!r} ({spec.kind.__name__}) in {title!r}")
-            by_flag.setdefault(spec.flag, spec)
+            if seen is None:
+                by_flag[spec.flag] = spec
+            elif seen.kind is not spec.kind:  # int and float: parse a float, each config checks its own type
+                by_flag[spec.flag] = dataclasses.replace(seen, kind=float, check=seen.check if seen.check is spec.check else None)
             owners.setdefault(spec.flag, []).append(title)
     shared = parser.add_argument_group("options shared by several of them") if any(len(o) > 1 for o in owners.values()) else None
     per_title = {}
@@ -190,7 +211,7 @@ def options_from_args(args: argparse.Namespace, config_type: type, flags: Mappin
         ValueError: a flag was given that ``config_type`` has no field for (names the flag and
             ``owner``, e.g. the defense).
     """
-    mine = {s.field for s in option_specs(config_type)}
+    mine = {s.field: s for s in option_specs(config_type)}
     out: dict[str, Any] = {}
     for flag, spec in flags.items():
         value = getattr(args, spec.field, None)
@@ -198,5 +219,9 @@ def options_from_args(args: argparse.Namespace, config_type: type, flags: Mappin
             continue
         if spec.field not in mine:
             raise ValueError(f"{flag}={value!r} does not apply to {owner}")
+        if mine[spec.field].kind is int and isinstance(value, float):
+            if not value.is_integer():
+                raise ValueError(f"{flag} must be a whole number for {owner}, got {value!r}")
+            value = int(value)
         out[spec.field] = value
     return out

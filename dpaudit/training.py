@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
+from dpaudit.options import option
 
 __all__ = ["SGDConfig", "resolve_device", "shuffled_batches", "evaluate", "predict_logits"]
 
@@ -31,11 +32,11 @@ class SGDConfig:
         weight_decay: L2 penalty.
     """
 
-    epochs: int = 10
-    batch_size: int = 64
-    learning_rate: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
+    epochs: int = option(10, help="passes over the training set", metavar="N", check=v.positive)
+    batch_size: int = option(64, help="examples per SGD step", metavar="B", check=v.positive)
+    learning_rate: float = option(0.05, help="SGD step size", metavar="LR", check=v.positive)
+    momentum: float = option(0.9, help="heavy-ball momentum in [0, 1)", check=v.unit_interval_open_right)
+    weight_decay: float = option(0.0, help="L2 penalty on the parameters", check=v.non_negative)
 
     def __post_init__(self) -> None:
         v.integer("epochs", self.epochs, minimum=1)

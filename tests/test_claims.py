@@ -24,8 +24,14 @@ def test_dpsgd_claim_matches_event_and_reference_vector():
     assert claim.epsilon(delta=1e-5, accountant="moments") == pytest.approx(1.2586, abs=5e-5)
     event = sampled_gaussian_event(sampling_rate=0.01, noise_multiplier=4, num_steps=10_000)
     assert claim.epsilon(delta=1e-5, accountant="rdp") == compute_epsilon(event, delta=1e-5, accountant="rdp")
-    name, value = claim.tightest(delta=1e-5)
-    assert name == "pld" and value == pytest.approx(0.947, rel=0.01)
+    bound = claim.upper_bound(delta=1e-5)
+    assert bound.accountant == "pld" and bound.epsilon == pytest.approx(0.947, rel=0.01)
+    assert set(bound.by_accountant) == {"moments", "rdp", "pld", "strong"} and bound.epsilon == min(bound.by_accountant.values())
+
+
+def test_nonprivate_claim_has_no_accountant_and_infinite_bound():
+    bound = NonPrivateClaim().upper_bound(delta=1e-5)
+    assert bound.by_accountant == {} and bound.accountant == "none" and math.isinf(bound.epsilon)
 
 
 def test_claim_round_trips_through_json():

@@ -17,7 +17,7 @@ that turn scores and a :class:`~dpaudit.privacy.claims.PrivacyClaim` into one:
   Poisson-sampled steps (Dong, Roth & Su 2019, Thm 3.5; Nasr et al. 2023, §4). An
   approximation, reported only as an *estimate*, never as a bound.
 
-ε_UB is the tightest of the claim's accountants (``claim.tightest``): an audit that beats the
+ε_UB is the tightest of the claim's accountants (``claim.upper_bound``): an audit that beats the
 best available upper bound is the strongest evidence of a broken implementation, and one
 that does not is compared against the bound users would quote. Results persist as JSON
 through :mod:`dpaudit.store` (strict JSON, schema-versioned).
@@ -25,7 +25,6 @@ through :mod:`dpaudit.store` (strict JSON, schema-versioned).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from dpaudit import _validate as v
-from dpaudit.privacy.accountants import ACCOUNTANTS
 from dpaudit.privacy.audit_stats import (
     THRESHOLD_STRATEGIES,
     bound_from_scores,
@@ -51,7 +49,6 @@ __all__ = [
     "AuditResult",
     "audit_from_scores",
     "audit_from_one_run",
-    "epsilon_ub_of",
     "gaussian_step_claim",
     "composed_gdp_epsilon",
     "save_audit_result",
@@ -61,37 +58,6 @@ __all__ = [
 
 # One-run audits guess IN for the top-k and OUT for the bottom-k scores (Steinke et al. 2023, §5).
 _STRATEGIES = (*THRESHOLD_STRATEGIES, "top-bottom")
-
-
-def epsilon_ub_of(claim: PrivacyClaim, *, delta: float, accountants: Sequence[str] = ACCOUNTANTS) -> tuple[str, float, dict[str, float]]:
-    """(accountant, ε_UB, ε_UB by accountant) of a claim: the tightest bound and all of them.
-
-    Accountants that cannot analyse the claim's event are skipped (e.g. strong composition
-    of a non-Gaussian event).
-    """
-    if not isinstance(claim, PrivacyClaim):
-        raise TypeError(f"claim must be a PrivacyClaim, got {type(claim).__name__}")
-    # Accountants (PLD especially) cost up to a second; audits re-evaluate the same claim often.
-    key = (json.dumps(claim.to_dict(), sort_keys=True, default=str), float(delta), tuple(accountants))
-    cached = _UB_CACHE.get(key)
-    if cached is not None:
-        return cached[0], cached[1], dict(cached[2])
-    values: dict[str, float] = {}
-    for name in accountants:
-        try:
-            values[name] = float(claim.epsilon(delta=delta, accountant=name))
-        except ValueError:
-            continue
-    if not values:
-        raise ValueError(f"no accountant among {tuple(accountants)} can evaluate the claim {claim.description!r}")
-    best = min(values, key=values.__getitem__)
-    if len(_UB_CACHE) > 256:
-        _UB_CACHE.clear()
-    _UB_CACHE[key] = (best, values[best], dict(values))
-    return best, values[best], values
-
-
-_UB_CACHE: dict[tuple[str, float, tuple[str, ...]], tuple[str, float, dict[str, float]]] = {}
 
 
 def gaussian_step_claim(*, noise_multiplier: float, description: str | None = None) -> DPClaim:
@@ -177,7 +143,7 @@ def audit_from_scores(
         group_size=group_size,
         seed=seed,
     )
-    acc, ub, by = epsilon_ub_of(claim, delta=delta)
+    acc, ub, by = _upper(claim, delta)
     s_in, s_out = np.asarray(in_scores, dtype=float).reshape(-1), np.asarray(out_scores, dtype=float).reshape(-1)
     if bound == "gdp":
         estimate, kind = _gdp_point_estimate(s_in, s_out, delta=delta, num_thresholds=num_thresholds), "GDP fit of the raw rates at the best candidate threshold (an estimate, not a bound)"
@@ -277,7 +243,7 @@ def audit_from_one_run(
     s = np.asarray(scores, dtype=float).reshape(-1)
     inc = np.asarray(included, dtype=bool).reshape(-1)
     eps, r, correct = one_run_bound_from_scores(s, inc, delta=delta, confidence=confidence, guess_counts=guess_counts)
-    acc, ub, by = epsilon_ub_of(claim, delta=delta)
+    acc, ub, by = _upper(claim, delta)
     m = s.size
     ks = sorted({k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if 2 * k <= m} | ({r // 2} if r else set()))
     curve = one_run_curve(s, inc, delta=delta, confidence=confidence, guess_counts=ks)
@@ -306,3 +272,10 @@ def audit_from_one_run(
         claim_description=claim.description,
         details=info,
     )
+
+
+def _upper(claim: PrivacyClaim, delta: float) -> tuple[str, float, dict[str, float]]:
+    if not isinstance(claim, PrivacyClaim):
+        raise TypeError(f"claim must be a PrivacyClaim, got {type(claim).__name__}")
+    bound = claim.upper_bound(delta=delta)
+    return bound.accountant, bound.epsilon, dict(bound.by_accountant)

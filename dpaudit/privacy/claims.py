@@ -17,7 +17,9 @@ Later defenses (PATE, HGM) register their own kinds with :func:`register_claim_k
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -32,6 +34,7 @@ from dpaudit.privacy.accountants import (
 )
 
 __all__ = [
+    "EpsilonUpperBound",
     "PrivacyClaim",
     "DPClaim",
     "NonPrivateClaim",
@@ -100,6 +103,29 @@ def event_from_dict(data: dict[str, Any]) -> dpe.DpEvent:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EpsilonUpperBound:
+    """A claim's ε_UB at one δ under every applicable accountant.
+
+    Attributes:
+        delta: the δ.
+        by_accountant: accountant → ε_UB (empty for a claim without a privacy mechanism).
+        accountant: the accountant giving the tightest bound (``"none"`` when there is none).
+        epsilon: the tightest ε_UB (``math.inf`` without a mechanism).
+    """
+
+    delta: float
+    by_accountant: Mapping[str, float]
+    accountant: str
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_accountant", dict(self.by_accountant))
+
+
+_UB_CACHE: dict[tuple[str, float], EpsilonUpperBound] = {}
+
+
+@dataclass(frozen=True, kw_only=True)
 class PrivacyClaim:
     """What a defense claims about its training data. Subclasses define :meth:`epsilon`.
 
@@ -128,15 +154,42 @@ class PrivacyClaim:
         """ε_UB at ``delta`` under ``accountant`` (``math.inf`` when nothing is guaranteed)."""
         raise NotImplementedError
 
-    def epsilons(self, *, delta: float, accountants: tuple[str, ...] = ACCOUNTANTS) -> dict[str, float]:
-        """ε_UB under each named accountant, in the order given."""
-        return {name: self.epsilon(delta=delta, accountant=name) for name in accountants}
+    #: The accountants that can analyse this kind of claim (none for a claim without a mechanism).
+    accountants: ClassVar[tuple[str, ...]] = ACCOUNTANTS
 
-    def tightest(self, *, delta: float, accountants: tuple[str, ...] = ACCOUNTANTS) -> tuple[str, float]:
-        """(accountant, ε_UB) of the smallest upper bound available: what audits compare against."""
-        values = self.epsilons(delta=delta, accountants=accountants)
-        name = min(values, key=values.__getitem__)
-        return name, values[name]
+    def epsilons(self, *, delta: float) -> dict[str, float]:
+        """ε_UB at ``delta`` under every accountant that can analyse this claim (in registry order)."""
+        return dict(self.upper_bound(delta=delta).by_accountant)
+
+    def upper_bound(self, *, delta: float) -> EpsilonUpperBound:
+        """ε_UB at ``delta``: the claim under every applicable accountant, and the tightest.
+
+        Audits compare ε_LB against the tightest; reports show all of them. Accountants that
+        cannot analyse the claim's event (strong composition of a non-Gaussian event) are
+        left out. Accountants cost up to a second (PLD), so results are cached per claim.
+
+        Raises:
+            ValueError: no applicable accountant can evaluate the claim.
+        """
+        delta = v.open_unit("delta", delta)
+        key = (json.dumps(self.to_dict(), sort_keys=True, default=str), float(delta))
+        cached = _UB_CACHE.get(key)
+        if cached is not None:
+            return cached
+        values: dict[str, float] = {}
+        for name in self.accountants:
+            try:
+                values[name] = float(self.epsilon(delta=delta, accountant=name))
+            except ValueError:
+                continue
+        if self.accountants and not values:
+            raise ValueError(f"no accountant among {', '.join(self.accountants)} can evaluate the claim {self.description!r}")
+        best = min(values, key=values.__getitem__) if values else "none"
+        bound = EpsilonUpperBound(delta=delta, by_accountant=values, accountant=best, epsilon=values.get(best, math.inf))
+        if len(_UB_CACHE) > 256:
+            _UB_CACHE.clear()
+        _UB_CACHE[key] = bound
+        return bound
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -181,6 +234,7 @@ class NonPrivateClaim(PrivacyClaim):
     """No privacy mechanism ran: ε = ∞ under every accountant (explicit, never ``None``)."""
 
     kind: ClassVar[str] = "nonprivate"
+    accountants: ClassVar[tuple[str, ...]] = ()
     description: str = "trained without a privacy mechanism"
 
     @property

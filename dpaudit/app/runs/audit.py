@@ -24,7 +24,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +32,11 @@ import numpy as np
 from torch import nn
 
 from dpaudit import _validate as v
+from dpaudit.data import ArrayDataset, load_dataset, make_splits
 from dpaudit.privacy.audit import AuditResult
-from dpaudit.privacy.claims import PrivacyClaim, dpsgd_claim
-from dpaudit.data import ArrayDataset, DatasetBundle, Splits, load_dataset, make_splits
-from dpaudit.weights import callable_attribute, import_callable
+from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.store import RunDir, to_jsonable
+from dpaudit.weights import callable_attribute, import_callable
 
 __all__ = [
     "THREATS",
@@ -224,8 +224,13 @@ def run_audit(
         from defenses.dpsgd import DPSGDConfig
 
         config = DPSGDConfig(
-            noise_multiplier=noise_multiplier, clip_norm=clip_norm, sampling_rate=q, expected_lot_size=q * len(members),
-            epochs=num_steps / per_epoch, learning_rate=learning_rate, delta=delta,
+            noise_multiplier=noise_multiplier,
+            clip_norm=clip_norm,
+            sampling_rate=q,
+            expected_lot_size=q * len(members),
+            epochs=num_steps / per_epoch,
+            learning_rate=learning_rate,
+            delta=delta,
         )
         from defenses.dpsgd import DPSGDTrainer
 
@@ -246,9 +251,24 @@ def run_audit(
             cfg = {**described, "score": score, "bound": bound, "strategy": strategy}
             directory = run.subdir("audits") / (name or f"white-box-{_hash(cfg)}")
             result = ap.white_box_audit(
-                trainer=trainer, dataset=members_ref, noise_multiplier=float(noise_multiplier), clip_norm=clip_norm, directory=directory,
-                delta=delta, num_trials=r, confidence=confidence, bound=bound, strategy=strategy, score=score, full_claim=claim,
-                sampling_rate=q, num_steps=num_steps, seed=seed, executor=executor, config=cfg, progress=progress,
+                trainer=trainer,
+                dataset=members_ref,
+                noise_multiplier=float(noise_multiplier),
+                clip_norm=clip_norm,
+                directory=directory,
+                delta=delta,
+                num_trials=r,
+                confidence=confidence,
+                bound=bound,
+                strategy=strategy,
+                score=score,
+                full_claim=claim,
+                sampling_rate=q,
+                num_steps=num_steps,
+                seed=seed,
+                executor=executor,
+                config=cfg,
+                progress=progress,
             )
         elif method == "multi-run":
             r = v.integer("trials", trials if trials is not None else 50, minimum=1)
@@ -258,14 +278,29 @@ def run_audit(
                 one = mislabelled_canaries(bundle.all().subset(splits.non_members), num_canaries=1, seed=seed, id_offset=id_offset)
                 k = v.integer("group_size", group_size, minimum=1)
                 cans = ArrayDataset(
-                    name=one.name, features=one.features.repeat(k, *[1] * (one.features.ndim - 1)), labels=one.labels.repeat(k),
-                    ids=np.arange(id_offset, id_offset + k), num_classes=one.num_classes,
+                    name=one.name,
+                    features=one.features.repeat(k, *[1] * (one.features.ndim - 1)),
+                    labels=one.labels.repeat(k),
+                    ids=np.arange(id_offset, id_offset + k),
+                    num_classes=one.num_classes,
                 )
             cfg = {**described, "canary": canary, "group_size": group_size, "bound": bound, "strategy": strategy}
             directory = run.subdir("audits") / (name or f"multi-run-{_hash(cfg)}")
             result = ap.multi_run_audit(
-                train_fn=fn, dataset=members_ref, canaries=cans, claim=claim, num_trials=r, directory=directory, delta=delta,
-                confidence=confidence, bound=bound, strategy=strategy, seed=seed, executor=executor, config=cfg, progress=progress,
+                train_fn=fn,
+                dataset=members_ref,
+                canaries=cans,
+                claim=claim,
+                num_trials=r,
+                directory=directory,
+                delta=delta,
+                confidence=confidence,
+                bound=bound,
+                strategy=strategy,
+                seed=seed,
+                executor=executor,
+                config=cfg,
+                progress=progress,
             )
         else:
             m = v.integer("canaries", canaries, minimum=2)
@@ -274,8 +309,16 @@ def run_audit(
             cfg = {**described, "canary": "mislabelled", "num_canaries": m}
             directory = run.subdir("audits") / (name or f"one-run-{_hash(cfg)}")
             result = ap.one_run_audit(
-                train_fn=fn, dataset=members_ref, canaries=cans, claim=claim, directory=directory, delta=delta,
-                confidence=confidence, seed=seed, config=cfg, progress=progress,
+                train_fn=fn,
+                dataset=members_ref,
+                canaries=cans,
+                claim=claim,
+                directory=directory,
+                delta=delta,
+                confidence=confidence,
+                seed=seed,
+                config=cfg,
+                progress=progress,
             )
     finally:
         executor.close()

@@ -1,0 +1,351 @@
+"""The membership-inference run: what ``dpaudit attack membership`` does, callable from scripts and tests.
+
+It loads the target (a suite record, or an external model with the ids it trained on, for
+which it draws the held-out non-members), plans the shadow pools the requested attacks need
+(:func:`attacks.membership.plan_pools`), trains the missing shadow models with the *target's own
+defense and config* through :data:`defenses.DEFENSES` (so a DP-SGD target gets DP-SGD shadows,
+as the attacker who knows the training recipe would train them; Carlini et al. 2022, §VI-C
+discuss both choices), evaluates every model once, runs each attack through its registered
+``run`` and stores the results under ``RunDir.membership_dir(model_id)``.
+
+Shadow counts: an attack uses ``num_shadows`` (LiRA, shadow) or ``num_references`` (RMIA) models
+from its *pool*. Online attacks (``lira``, ``rmia``) share the ``online`` pool (queried ids plus
+population; each queried example is IN for about half of its models), offline attacks
+(``shadow``, ``lira-offline``, ``rmia-offline``) share the ``offline`` pool (population only). So
+``--num-shadows 8`` with online and offline attacks trains 8 + 8 = 16 models;
+:class:`MembershipRun` says how many of each pool were trained and reused, and the verb prints it
+before training starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpaudit import _validate as v
+from dpaudit.results import MembershipResult
+from dpaudit.store import RunDir
+
+__all__ = ["ExternalTarget", "MembershipSpec", "MembershipRun", "PoolSummary", "run_membership", "read_ids", "train_shadow_with_defense"]
+
+
+def read_ids(name: str, path: str | Path) -> np.ndarray:
+    """Sample ids from a JSON list or a ``.npy`` file (read without pickle).
+
+    Raises:
+        ValueError: the file is missing or does not hold a 1-D list of integers (names ``name``).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{name}: file not found: {str(path)!r}")
+    try:
+        arr = np.load(p, allow_pickle=False) if p.suffix == ".npy" else np.asarray(json.loads(p.read_text(encoding="utf-8")))
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"{name}: {str(path)!r} must be a JSON list or .npy array of integer sample ids ({exc})") from None
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise ValueError(f"{name}: {str(path)!r} must hold a 1-D list of integer sample ids, got dtype {arr.dtype} shape {arr.shape}")
+    return arr.astype(np.int64)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExternalTarget:
+    """A model trained outside the suite.
+
+    Attributes:
+        model_fn: ``MODULE:FUNCTION`` building the ``nn.Module``.
+        weights: ``.safetensors`` or ``.pt`` state dict.
+        dataset: the dataset it was trained on.
+        member_ids: the ids it trained on.
+        non_member_ids: held-out ids (default: as many unused training ids, drawn from the seed).
+    """
+
+    model_fn: str
+    weights: str
+    dataset: str
+    member_ids: np.ndarray
+    non_member_ids: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "member_ids", np.unique(v.id_array("member_ids", self.member_ids)))
+        if self.non_member_ids is not None:
+            non = np.unique(v.id_array("non_member_ids", self.non_member_ids))
+            if np.intersect1d(non, self.member_ids).size:
+                raise ValueError("non_member_ids shares ids with member_ids")
+            object.__setattr__(self, "non_member_ids", non)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MembershipSpec:
+    """One membership-inference run.
+
+    Attributes:
+        attacks: attack name → its config (an instance of the registered ``config_type``), in
+            the order to run them.
+        target: a record directory, its ``record.json``, or a run directory with one record;
+            or an :class:`ExternalTarget`.
+        seed: root seed (non-members of external targets, pools, shadow training, classifiers).
+        num_samples: score at most this many members and as many non-members (seeded).
+        num_queries: query augmentations for LiRA / RMIA (default: 2 where one exists, else 1).
+        num_population: RMIA's population samples z.
+        executor: where shadows train (``local``, ``ray``, ``serial``).
+        num_workers: parallel workers (default: CPU count).
+        address: Ray address.
+        data_root: data root.
+        device: where shadows train and models are evaluated.
+        progress: progress on stderr.
+        command: the command line, for ``run.json``.
+    """
+
+    attacks: Mapping[str, Any]
+    target: str | Path | ExternalTarget
+    seed: int = 0
+    num_samples: int | None = None
+    num_queries: int | None = None
+    num_population: int = 1000
+    executor: str = "local"
+    num_workers: int | None = None
+    address: str | None = None
+    data_root: str | None = None
+    device: str = "cpu"
+    progress: bool = True
+    command: str = ""
+
+    def __post_init__(self) -> None:
+        from attacks.membership import MEMBERSHIP_ATTACKS
+
+        if not self.attacks:
+            raise ValueError("attacks must name at least one attack")
+        for name, config in self.attacks.items():
+            v.choice("attacks", name, MEMBERSHIP_ATTACKS)
+            if not isinstance(config, MEMBERSHIP_ATTACKS[name].config_type):
+                raise TypeError(f"attacks[{name!r}] must be a {MEMBERSHIP_ATTACKS[name].config_type.__name__}, got {type(config).__name__}")
+        object.__setattr__(self, "attacks", dict(self.attacks))
+        object.__setattr__(self, "seed", v.integer("seed", self.seed, minimum=0))
+        for name in ("num_samples", "num_queries", "num_workers"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, v.integer(name, getattr(self, name), minimum=1))
+        object.__setattr__(self, "num_population", v.integer("num_population", self.num_population, minimum=1))
+        if self.address is not None and self.executor != "ray":
+            raise ValueError(f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolSummary:
+    """One shadow pool of a run: how many models, which attacks use it, how many were trained now."""
+
+    kind: str
+    num_models: int
+    attacks: tuple[str, ...]
+    num_trained: int
+    num_reused: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class MembershipRun:
+    """What :func:`run_membership` did.
+
+    Attributes:
+        model_id: the target's id.
+        results: attack name → its :class:`MembershipResult`.
+        num_members, num_non_members: the scored ids.
+        pools: the shadow pools (empty when only threshold attacks ran).
+        shadow_defense: the defense shadows were trained with (``None`` without shadows).
+        result_dir: where the results were stored.
+    """
+
+    model_id: str
+    results: Mapping[str, MembershipResult]
+    num_members: int
+    num_non_members: int
+    pools: tuple[PoolSummary, ...] = field(default_factory=tuple)
+    shadow_defense: str | None = None
+    result_dir: Path | None = None
+
+    @property
+    def num_shadows_trained(self) -> int:
+        return sum(p.num_trained for p in self.pools)
+
+    @property
+    def num_shadows_reused(self) -> int:
+        return sum(p.num_reused for p in self.pools)
+
+
+def describe_pools(pools: Mapping[str, Any]) -> str:
+    """One line saying how many shadow models a plan needs and why (printed before training)."""
+    total = sum(p.num_models for p in pools.values())
+    why = {"online": "each queried example IN for about half", "offline": "population only, no queried example"}
+    parts = [f"{p.num_models} {kind} ({why[kind]}: {', '.join(p.users)})" for kind, p in pools.items()]
+    return f"{total} shadow model(s): " + " + ".join(parts)
+
+
+def train_shadow_with_defense(spec: Any, *, bundle: Any, device: str) -> tuple[Any, Any]:
+    """Trains one shadow with the defense and config its ``recipe`` names (a picklable executor trainer).
+
+    The shadow sees exactly ``spec.train_ids`` as members; the defense's own training loop,
+    privacy mechanism and hyper-parameters apply, as they did to the target.
+    """
+    import torch
+
+    from defenses import DEFENSES
+    from dpaudit.data import Splits
+
+    defense = DEFENSES[spec.recipe["defense"]]
+    config = _defense_config(defense.config_type, spec.recipe["config"])
+    none = np.zeros(0, dtype=np.int64)
+    splits = Splits(dataset=bundle.name, seed=spec.seed, members=spec.train_ids, non_members=none, population=none, test=bundle.test.ids.numpy())
+    with torch.random.fork_rng(devices=[]):  # library code never moves the global RNG
+        record, model = defense.train(
+            bundle=bundle, splits=splits, model_name=spec.model_name, model_options=dict(spec.model_options), config=config, seed=spec.seed, device=device, progress=False
+        )
+    # The cache is keyed by the shadow's id, so the record carries it rather than the defense's own.
+    return dataclasses.replace(record, model_id=spec.shadow_id), model.eval()
+
+
+def _defense_config(config_type: type, stored: Mapping[str, Any]) -> Any:
+    """The defense config a record states (keys that are not fields, e.g. ``split_seed``, are dropped)."""
+    names = {f.name for f in dataclasses.fields(config_type) if f.init}
+    return config_type(**{k: (tuple(val) if isinstance(val, list) else val) for k, val in stored.items() if k in names})
+
+
+def _load_target(spec: MembershipSpec, device: str) -> tuple[Any, Any, Any]:
+    from dpaudit.data import load_dataset
+    from dpaudit.results.record import load_record, resolve_record_dir
+    from dpaudit.weights import load_model
+
+    if isinstance(spec.target, ExternalTarget):
+        return _external_target(spec.target, seed=spec.seed, data_root=spec.data_root)
+    try:
+        rdir = resolve_record_dir(spec.target)
+    except ValueError as exc:
+        raise ValueError(f"target: {exc}") from None
+    record = load_record(rdir)
+    return record, load_model(rdir, device=device), load_dataset(record.dataset, data_root=spec.data_root)
+
+
+def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None) -> tuple[Any, Any, Any]:
+    """A record for an external model: its members, held-out non-members and the rest as population."""
+    from dpaudit.data import load_dataset
+    from dpaudit.privacy.claims import NonPrivateClaim
+    from dpaudit.results.record import Membership, TrainedModel
+    from dpaudit.seeding import numpy_rng
+    from dpaudit.weights import load_external_model
+
+    bundle = load_dataset(target.dataset, data_root=data_root)
+    model = load_external_model(target.model_fn, target.weights)
+    members = target.member_ids
+    unknown = np.setdiff1d(members, bundle.all().ids.numpy())
+    if unknown.size:
+        raise ValueError(f"member_ids: sample id {int(unknown[0])} is not in dataset {target.dataset!r}")
+    rest = np.setdiff1d(bundle.train.ids.numpy(), members)
+    # Without stated non-members the attacker holds out as many unused training ids, so both sides are equally large.
+    non = target.non_member_ids if target.non_member_ids is not None else np.sort(numpy_rng(seed, "external-non-members").permutation(rest)[: members.size])
+    digest = hashlib.sha256(Path(target.weights).read_bytes()).hexdigest()[:12]
+    record = TrainedModel(
+        model_id=f"external-{bundle.name}-{digest}",
+        defense="external",
+        model_name=f"external:{target.model_fn}",
+        dataset=bundle.name,
+        input_shape=bundle.input_shape,
+        num_classes=bundle.num_classes,
+        claim=NonPrivateClaim(description="external model; no privacy claim stated"),
+        membership=Membership(members=members, non_members=non, population=np.setdiff1d(rest, non)),
+        seed=seed,
+    )
+    return record, model, bundle
+
+
+def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str], None] | None = None) -> MembershipRun:
+    """Runs the attacks of ``spec`` against its target and stores the results in ``run``.
+
+    Args:
+        spec: what to run.
+        run: the run directory (created if needed); shadows are cached in ``run.shadow_dir()``
+            and reused by later runs, results go to ``run.membership_dir(model_id)``.
+        on_plan: called once with a line saying how many shadow models are needed and why,
+            before any is trained.
+
+    Returns:
+        The results and what was trained or reused.
+
+    Raises:
+        ValueError: a bad target, ids, or counts (the message names the argument).
+    """
+    from attacks import membership as mia
+    from attacks.shadows import ShadowTraining, ensure_shadows, plan_shadows
+    from defenses import DEFENSES
+    from dpaudit.executors import make_executor
+    from dpaudit.results import save_membership_result
+    from dpaudit.training import resolve_device
+
+    device = str(resolve_device(spec.device))
+    record, model, bundle = _load_target(spec, device)
+    ids, member = mia.query_ids(record, max_per_side=spec.num_samples, seed=spec.seed)
+    if not member.any() or member.all():
+        raise ValueError(f"target {record.model_id!r} has {int(member.sum())} members and {int((~member).sum())} non-members; both are needed")
+    augs = mia.choose_augmentations(bundle, spec.num_queries)
+    train_size = max(len(record.membership.members), 1)
+    chosen = {n: (mia.MEMBERSHIP_ATTACKS[n], c) for n, c in spec.attacks.items()}
+    pools = mia.plan_pools(chosen, record=record, sample_ids=ids, seed=spec.seed, num_population=spec.num_population, train_size=train_size)
+    run.create(command=spec.command)
+
+    # Shadows train as the target did: its defense and config through the registry; an
+    # external model has no stated recipe, so its shadows get plain SGD.
+    trainer = None
+    recipe: dict[str, Any] = {}
+    if record.defense in DEFENSES:
+        trainer = train_shadow_with_defense
+        recipe = {"defense": record.defense, "config": dict(record.config)}
+    shadow_defense = record.defense if trainer is not None else "sgd"
+    summaries: list[PoolSummary] = []
+    models: dict[str, list[tuple[np.ndarray, Any]]] = {}
+    meta: dict[str, Any] = {"target_metrics": {k: val for k, val in record.metrics.items() if isinstance(val, (int, float))}, "dataset": bundle.name, "defense": record.defense}
+    if pools:
+        if on_plan is not None:
+            on_plan(f"{describe_pools(pools)}; shadows trained with {shadow_defense!r}")
+        training = ShadowTraining.from_config(record.config)
+        plans = {k: plan_shadows(template=record, pool_ids=p.pool_ids, num_shadows=p.num_models, seed=spec.seed, kind=k, train_size=train_size, training=training, recipe=recipe) for k, p in pools.items()}
+        try:
+            executor = make_executor(spec.executor, workers=spec.num_workers, address=spec.address)
+        except ImportError as exc:
+            raise ValueError(f"executor {spec.executor!r}: {exc}") from None
+        with executor:
+            shadow_run = ensure_shadows(
+                [s for k in pools for s in plans[k]],
+                directory=run.shadow_dir(),
+                executor=executor,
+                data_root=spec.data_root,
+                device=device,
+                progress=spec.progress,
+                trainer=trainer,
+            )
+        trained, i = set(shadow_run.trained), 0
+        for kind, plan in pools.items():
+            mine = plans[kind]
+            models[kind] = [(s.train_ids, mdl) for s, mdl in zip(mine, shadow_run.models[i : i + len(mine)], strict=True)]
+            i += len(mine)
+            n_new = sum(s.shadow_id in trained for s in mine)
+            summaries.append(PoolSummary(kind=kind, num_models=len(mine), attacks=plan.users, num_trained=n_new, num_reused=len(mine) - n_new))
+        meta.update(shadows_trained=len(shadow_run.trained), shadows_reused=len(shadow_run.reused), shadow_defense=shadow_defense)
+    context = mia.build_context(
+        record=record, model=model, bundle=bundle, sample_ids=ids, is_member=member, seed=spec.seed, augmentations=augs, pools=pools, shadow_models=models, device=device, metadata=meta
+    )
+    results = mia.run_attacks(context, spec.attacks)
+    out = run.membership_dir(record.model_id)
+    for result in results.values():
+        save_membership_result(result, out)
+    return MembershipRun(
+        model_id=record.model_id,
+        results=results,
+        num_members=int(member.sum()),
+        num_non_members=int((~member).sum()),
+        pools=tuple(summaries),
+        shadow_defense=shadow_defense if pools else None,
+        result_dir=out,
+    )
