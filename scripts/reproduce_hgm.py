@@ -40,14 +40,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-from defenses import DEFENSES
-from defenses._common import model_id_for
 from dpaudit.app.runs.certify import certify_record
+from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
 from dpaudit.data import load_dataset, make_splits
-from dpaudit.results.record import RECORD_FILE, load_record
 from dpaudit.store import RunDir, atomic_write_json, to_jsonable
 from dpaudit.training import resolve_device
-from dpaudit.weights import save_record
 
 QUICK = dict(
     dataset="digits",
@@ -139,19 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     for label, defense, kw in _models(p):
         if only is not None and label not in only:
             continue
-        spec = DEFENSES[defense]
-        config = spec.config_type(**kw)
-        model_id = model_id_for(defense=defense, bundle=bundle, model_name=p["model"], model_options={}, config=config, splits=splits, seed=args.seed)
-        rdir = run.record_dir(model_id)
-        t0 = time.monotonic()
-        if (rdir / RECORD_FILE).is_file():
-            record = load_record(rdir)
-            print(f"[{label}] reusing {model_id}", file=sys.stderr)
-        else:
-            print(f"[{label}] training {defense} …", file=sys.stderr)
-            record, model = spec.train(bundle=bundle, splits=splits, model_name=p["model"], config=config, seed=args.seed, device=device)
-            save_record(record, model, rdir)
-        train_s = record.metrics.get("train_seconds", time.monotonic() - t0)
+        outcome = train_or_load(
+            TrainSpec(defense=defense, config=default_config(defense, **kw), model=p["model"], dataset=p["dataset"], seed=args.seed, device=str(device)),
+            run,
+            bundle=bundle,
+            splits=splits,
+        )
+        record, rdir, model_id = outcome.record, outcome.record_dir, outcome.record.model_id
+        print(f"[{label}] {'reused' if outcome.reused else 'trained'} {model_id}", file=sys.stderr)
+        train_s = record.metrics["train_seconds"]
         t1 = time.monotonic()
         summary = certify_record(
             rdir,
