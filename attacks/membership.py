@@ -29,21 +29,31 @@ likely a member (``reference/attacks.md`` §1).
   others (§3.3 / App. B); score = fraction of population samples z with
   LR(x)/LR(z) > γ (γ = 1 by default). Everything is computed in the log domain.
 
+Every attack is registered in :data:`MEMBERSHIP_ATTACKS` as a :class:`MembershipAttackSpec`: its
+summary, a frozen config dataclass whose fields declare their command-line flags
+(:func:`dpaudit.options.option`), the shadow pool it needs and how many models of it, and one
+call ``run(context, config) -> MembershipResult``. The :class:`MembershipContext` holds what every
+attack reads — the target's and the shadows' logits on the queried ids and pools, labels, true
+membership, seed — computed once per run by :func:`build_context`. The command line, the
+application run (:mod:`dpaudit.app.runs.membership`) and the contract suite read the registry;
+an attack is added by one registry entry.
+
 Shadow and reference models come from :mod:`attacks.shadows`: trained as independent jobs
 through an executor and cached in the run store, shared by all attacks of a run (LiRA online
 and RMIA online use the ``online`` pool, the shadow attack, LiRA offline and RMIA offline the
-``offline`` pool). All models — target and shadows — are evaluated in inference mode
+``offline`` pool; :func:`plan_pools` sizes each pool by the largest count its attacks ask for). All models — target and shadows — are evaluated in inference mode
 (``model.eval()``), the point Carlini et al. (2022) stress for BatchNorm models.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,20 +61,35 @@ import torch
 from scipy import special, stats
 from torch import nn
 
-from attacks.shadows import ShadowSpec, ShadowTraining, ensure_shadows, plan_shadows
+from attacks.shadows import POOL_KINDS, ShadowRun, ShadowSpec, ShadowTraining, ensure_shadows, plan_shadows
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle
 from dpaudit.executors import Executor
-from dpaudit.results import MembershipResult, save_membership_result
+from dpaudit.options import option, option_specs
+from dpaudit.results import MembershipResult
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, numpy_rng
 from dpaudit.training import predict_logits
 
 __all__ = [
-    "ATTACKS",
-    "THRESHOLD_ATTACKS",
-    "SHADOW_ATTACKS",
-    "MEMBERSHIP_SUBDIR",
+    "MEMBERSHIP_ATTACKS",
+    "MembershipAttackSpec",
+    "MembershipContext",
+    "ShadowOutputs",
+    "PoolPlan",
+    "ThresholdConfig",
+    "ShokriConfig",
+    "LiRAConfig",
+    "RMIAConfig",
+    "RMIAOfflineConfig",
+    "expand_attacks",
+    "default_configs",
+    "plan_pools",
+    "train_pools",
+    "build_context",
+    "check_query",
+    "choose_augmentations",
+    "run_attacks",
     "augmentations_for",
     "query_ids",
     "threshold_scores",
@@ -76,18 +101,13 @@ __all__ = [
     "shokri_scores",
     "run_membership_attacks",
     "membership_attack",
-    "save_membership_results",
 ]
 
-THRESHOLD_ATTACKS: tuple[str, ...] = ("loss", "confidence", "entropy", "modified-entropy")
-SHADOW_ATTACKS: tuple[str, ...] = ("shadow", "lira", "lira-offline", "rmia", "rmia-offline")
-ATTACKS: tuple[str, ...] = THRESHOLD_ATTACKS + SHADOW_ATTACKS
-#: Which shadow pool an attack draws its models from.
-_POOL = {"shadow": "offline", "lira": "online", "lira-offline": "offline", "rmia": "online", "rmia-offline": "offline"}
-#: Where results go under a run directory: RUN_DIR/attacks/membership/<model_id>/<attack>.{json,npz}.
-MEMBERSHIP_SUBDIR = ("attacks", "membership")
+THRESHOLD_KINDS: tuple[str, ...] = ("loss", "confidence", "entropy", "modified-entropy")
 #: Carlini et al. (2022, §IV-B): per-example variances need many shadows; below this, one global variance.
 GLOBAL_VARIANCE_BELOW = 64
+#: Models in a shadow pool when no attack using it states a count.
+DEFAULT_NUM_SHADOWS = 16
 #: RMIA's offline a when it cannot be tuned (fewer than 2 reference models).
 DEFAULT_OFFLINE_A = 0.3
 _A_GRID = np.round(np.linspace(0.0, 1.0, 21), 2)
@@ -169,7 +189,7 @@ def threshold_scores(logits: np.ndarray, labels: np.ndarray, *, kind: str) -> np
     Raises:
         ValueError: unknown ``kind`` or mismatched shapes.
     """
-    kind = v.choice("kind", kind, THRESHOLD_ATTACKS)
+    kind = v.choice("kind", kind, THRESHOLD_KINDS)
     logits = np.asarray(logits, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.int64)
     if logits.ndim != 2 or labels.shape != (logits.shape[0],):
@@ -600,15 +620,373 @@ def query_ids(record: TrainedModel, *, max_per_side: int | None = None, seed: in
     return ids[order].astype(np.int64), is_member[order]
 
 
-# ----------------------------------------------------------------------------- orchestration
-def _expand(attacks: str | Sequence[str]) -> list[str]:
+# ----------------------------------------------------------------------------- registry
+def _count(name: str, value: Any) -> int:
+    return v.integer(name, value, minimum=1)
+
+
+def _unit_closed(name: str, value: Any) -> float:
+    x = v.real(name, value)
+    if not 0.0 <= x <= 1.0:
+        raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+    return x
+
+
+def _check_fields(config: Any) -> None:
+    """Runs every option's validator on its field; the error names the field and the value."""
+    for spec in option_specs(type(config)):
+        value = getattr(config, spec.field)
+        if value is not None and spec.check is not None:
+            object.__setattr__(config, spec.field, spec.check(spec.field, value))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThresholdConfig:
+    """Threshold attacks have no parameters: they read the target's output on the sample alone."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShokriConfig:
+    """Shokri et al. (2017): how many shadow models (offline pool) train the attack classifiers."""
+
+    num_shadows: int = option(16, help="shadow models the attack uses from its pool (default 16)", metavar="N", check=_count)
+
+    def __post_init__(self) -> None:
+        _check_fields(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiRAConfig:
+    """LiRA (Carlini et al. 2022, §IV): shadow count and variance mode."""
+
+    num_shadows: int = option(16, help="shadow models the attack uses from its pool (default 16)", metavar="N", check=_count)
+    global_variance: bool | None = option(None, kind=bool, help="LiRA: one global variance (default: automatically below 64 shadows, §IV-B)")
+
+    def __post_init__(self) -> None:
+        _check_fields(self)
+        if self.global_variance is not None and not isinstance(self.global_variance, bool):
+            raise TypeError(f"global_variance must be a bool or None, got {self.global_variance!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RMIAConfig:
+    """RMIA (Zarifzadeh et al. 2024, §3): reference models and the likelihood-ratio threshold γ.
+
+    The reference models are the first ``num_references`` models of the attack's shadow pool,
+    so RMIA beside LiRA costs no extra training; ``None`` uses every model of the pool (its size
+    is then set by ``--num-shadows`` of the other attacks, or :data:`DEFAULT_NUM_SHADOWS`).
+    """
+
+    num_references: int | None = option(None, kind=int, help="RMIA reference models, the first ones of its shadow pool (default: the whole pool)", metavar="R", check=_count)
+    gamma: float = option(1.0, help="RMIA likelihood-ratio threshold gamma > 0 (default 1)", check=v.positive)
+
+    def __post_init__(self) -> None:
+        _check_fields(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RMIAOfflineConfig(RMIAConfig):
+    """Offline RMIA adds a, the weight of the offline approximation of Pr(x) (§3, App. B)."""
+
+    offline_a: float | None = option(None, help="RMIA offline a in [0, 1] (default: tuned on the references)", metavar="A", check=_unit_closed)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ShadowOutputs:
+    """One shadow pool, evaluated on every id of the context's universe.
+
+    Attributes:
+        kind: ``online`` (queried ids plus population, each queried id IN for ~half the
+            models) or ``offline`` (population only).
+        pool_ids: sorted ids the models' training sets were drawn from.
+        population_ids: sorted population samples z (RMIA).
+        train_ids: per model, its sorted training ids.
+        logits: ``(k, U, q, C)`` logits of each model on the universe, per query.
+    """
+
+    kind: str
+    pool_ids: np.ndarray
+    population_ids: np.ndarray
+    train_ids: tuple[np.ndarray, ...]
+    logits: np.ndarray
+
+    @property
+    def num_models(self) -> int:
+        return len(self.train_ids)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class MembershipContext:
+    """Everything an attack may read about one target, computed once per run.
+
+    Attributes:
+        model_id: the target's id.
+        sample_ids: ``(n,)`` sorted ids to score.
+        is_member: ``(n,)`` their true membership.
+        universe_ids: ``(U,)`` sorted ids every model was evaluated on (queried ids and pools).
+        universe_labels: ``(U,)`` their classes.
+        target_logits: ``(U, q, C)`` the target's logits per query augmentation.
+        augmentations: the q query augmentations (``identity`` first).
+        shadows: pool kind → :class:`ShadowOutputs` (only the pools the run's attacks need).
+        seed: root seed of the run.
+        metadata: facts copied into every result (dataset, defense, target metrics, shadow counts).
+    """
+
+    model_id: str
+    sample_ids: np.ndarray
+    is_member: np.ndarray
+    universe_ids: np.ndarray
+    universe_labels: np.ndarray
+    target_logits: np.ndarray
+    augmentations: tuple[str, ...]
+    shadows: Mapping[str, ShadowOutputs] = field(default_factory=dict)
+    seed: int = 0
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def positions(self, ids: np.ndarray) -> np.ndarray:
+        """Positions of ``ids`` in :attr:`universe_ids`."""
+        return np.searchsorted(self.universe_ids, ids)
+
+    @property
+    def query_positions(self) -> np.ndarray:
+        return self.positions(self.sample_ids)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """``(n,)`` classes of the queried ids."""
+        return self.universe_labels[self.query_positions]
+
+    def query_logits(self) -> np.ndarray:
+        """``(n, C)`` the target's logits on the queried ids, identity query."""
+        return self.target_logits[self.query_positions, 0]
+
+    def pool(self, kind: str, attack: str) -> ShadowOutputs:
+        """The shadow pool ``kind``; a ValueError naming ``attack`` if the run trained none."""
+        if kind not in self.shadows:
+            raise ValueError(f"attack {attack!r} needs the {kind} shadow pool, which this context lacks")
+        return self.shadows[kind]
+
+    def result(self, attack: str, scores: np.ndarray, config: Mapping[str, Any], **metadata: Any) -> MembershipResult:
+        """A :class:`MembershipResult` for this context's queried ids."""
+        return MembershipResult(
+            attack=attack,
+            model_id=self.model_id,
+            sample_ids=self.sample_ids,
+            scores=np.asarray(scores, dtype=np.float64),
+            is_member=self.is_member,
+            config={"seed": self.seed, **config},
+            metadata={**self.metadata, **metadata},
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MembershipAttackSpec:
+    """One registered membership-inference attack.
+
+    Attributes:
+        name: registry key and CLI choice.
+        summary: one line, citing the paper.
+        config_type: frozen dataclass whose fields are declared with :func:`dpaudit.options.option`
+            (the CLI flags are generated from them).
+        run: ``run(context, config) -> MembershipResult`` (scores: higher = member).
+        shadow_pool: ``online``, ``offline`` or ``None`` (no shadow models).
+        shadow_count_field: the config field saying how many models of the pool it uses.
+        population_samples: whether the attack needs population samples z (RMIA).
+    """
+
+    name: str
+    summary: str
+    config_type: type
+    run: Callable[[MembershipContext, Any], MembershipResult]
+    shadow_pool: str | None = None
+    shadow_count_field: str | None = None
+    population_samples: bool = False
+
+    def __post_init__(self) -> None:
+        if self.shadow_pool is not None:
+            v.choice("shadow_pool", self.shadow_pool, POOL_KINDS)
+            if self.shadow_count_field is None:
+                raise ValueError(f"attack {self.name!r}: shadow_pool={self.shadow_pool!r} needs shadow_count_field")
+
+    def num_shadow_models(self, config: Any) -> int | None:
+        """Models of :attr:`shadow_pool` this attack uses under ``config``: 0 without a pool, ``None`` for "the whole pool"."""
+        if self.shadow_pool is None or self.shadow_count_field is None:
+            return 0
+        count = getattr(config, self.shadow_count_field)
+        return None if count is None else int(count)
+
+
+def _threshold(kind: str) -> Callable[[MembershipContext, Any], MembershipResult]:
+    def run(context: MembershipContext, config: ThresholdConfig) -> MembershipResult:
+        scores = threshold_scores(context.query_logits(), context.labels, kind=kind)
+        return context.result(kind, scores, {"num_queries": 1})
+
+    return run
+
+
+def _run_shokri(context: MembershipContext, config: ShokriConfig) -> MembershipResult:
+    pool = context.pool("offline", "shadow")
+    k = min(config.num_shadows, pool.num_models)
+    s_logits, s_labels, s_in = [], [], []
+    for i in range(k):
+        rng_i = numpy_rng(context.seed, "shokri-rows", i)
+        inside = np.isin(pool.pool_ids, pool.train_ids[i])
+        rows = np.concatenate([rng_i.permutation(np.flatnonzero(inside))[:1000], rng_i.permutation(np.flatnonzero(~inside))[:1000]])
+        where = context.positions(pool.pool_ids[rows])
+        s_logits.append(pool.logits[i][where, 0])
+        s_labels.append(context.universe_labels[where])
+        s_in.append(inside[rows])
+    scores = shokri_scores(target_logits=context.query_logits(), labels=context.labels, shadow_logits=s_logits, shadow_labels=s_labels, shadow_in=s_in, seed=context.seed)
+    return context.result("shadow", scores, {"num_shadows": k, "classifier": "HistGradientBoostingClassifier", "num_queries": 1, "augmentations": ["identity"]})
+
+
+def _phi(context: MembershipContext, logits: np.ndarray, where: np.ndarray) -> np.ndarray:
+    return lira_phi(logits[where], context.universe_labels[where])
+
+
+def _logp_true(context: MembershipContext, logits: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """log of the true-class probability averaged over queries (RMIA's Pr(x|θ))."""
+    logp = np.take_along_axis(_log_softmax(logits[where].astype(np.float64)), context.universe_labels[where][:, None, None], axis=-1)[..., 0]
+    return special.logsumexp(logp, axis=1) - np.log(logp.shape[1])
+
+
+def _lira(online: bool) -> Callable[[MembershipContext, Any], MembershipResult]:
+    name = "lira" if online else "lira-offline"
+
+    def run(context: MembershipContext, config: LiRAConfig) -> MembershipResult:
+        pool = context.pool("online" if online else "offline", name)
+        k = min(config.num_shadows, pool.num_models)
+        q = context.query_positions
+        shadow_phi = np.stack([_phi(context, lg, q) for lg in pool.logits[:k]])
+        target_phi = _phi(context, context.target_logits, q)
+        glob = k < GLOBAL_VARIANCE_BELOW if config.global_variance is None else config.global_variance
+        if online:
+            keep = np.stack([np.isin(context.sample_ids, t) for t in pool.train_ids[:k]])
+            scores = lira_online_scores(target_phi, shadow_phi, keep, global_variance=glob)
+        else:
+            scores = lira_offline_scores(target_phi, shadow_phi, global_variance=glob)
+        return context.result(name, scores, {"num_queries": len(context.augmentations), "augmentations": list(context.augmentations), "num_shadows": k, "global_variance": bool(glob)})
+
+    return run
+
+
+def _rmia(online: bool) -> Callable[[MembershipContext, Any], MembershipResult]:
+    name = "rmia" if online else "rmia-offline"
+
+    def run(context: MembershipContext, config: RMIAConfig) -> MembershipResult:
+        pool = context.pool("online" if online else "offline", name)
+        k = pool.num_models if config.num_references is None else min(config.num_references, pool.num_models)
+        z = pool.population_ids
+        if z.size == 0:
+            raise ValueError(f"attack {name!r} needs population samples z, but the target's record has no population ids left to draw them from")
+        q, zpos = context.query_positions, context.positions(z)
+        lgs = pool.logits[:k]
+        ref_x = np.stack([_logp_true(context, lg, q) for lg in lgs])
+        ref_z = np.stack([_logp_true(context, lg, zpos) for lg in lgs])
+        keep_z = np.stack([np.isin(z, t) for t in pool.train_ids[:k]])
+        offline_a = getattr(config, "offline_a", None)
+        a_used = None
+        keep_x = None
+        if online:
+            keep_x = np.stack([np.isin(context.sample_ids, t) for t in pool.train_ids[:k]])
+        elif offline_a is not None:
+            a_used = offline_a
+        else:
+            ppos = context.positions(pool.pool_ids)
+            ref_pool = np.stack([_logp_true(context, lg, ppos) for lg in lgs])
+            keep_pool = np.stack([np.isin(pool.pool_ids, t) for t in pool.train_ids[:k]])
+            a_used = tune_rmia_offline_a(ref_logp=ref_pool, keep=keep_pool, z_index=np.searchsorted(pool.pool_ids, z), seed=context.seed, gamma=config.gamma)
+        scores = rmia_scores(
+            target_logp_x=_logp_true(context, context.target_logits, q),
+            ref_logp_x=ref_x,
+            target_logp_z=_logp_true(context, context.target_logits, zpos),
+            ref_logp_z=ref_z,
+            keep_x=keep_x,
+            keep_z=keep_z,
+            offline_a=a_used,
+            gamma=config.gamma,
+        )
+        out: dict[str, Any] = {
+            "num_queries": len(context.augmentations),
+            "augmentations": list(context.augmentations),
+            "num_references": k,
+            "gamma": config.gamma,
+            "num_population": int(z.size),
+            "tie_break": True,
+        }
+        if not online:
+            out.update(offline_a=a_used, offline_a_tuned=offline_a is None)
+        return context.result(name, scores, out)
+
+    return run
+
+
+#: Every membership-inference attack; the CLI choices and flags, the run and the reports read it.
+MEMBERSHIP_ATTACKS: dict[str, MembershipAttackSpec] = {
+    "loss": MembershipAttackSpec(name="loss", summary="negative cross-entropy of the true label (Yeom et al. 2018, §3.2)", config_type=ThresholdConfig, run=_threshold("loss")),
+    "confidence": MembershipAttackSpec(name="confidence", summary="log of the top softmax probability (Salem et al. 2019, §V)", config_type=ThresholdConfig, run=_threshold("confidence")),
+    "entropy": MembershipAttackSpec(name="entropy", summary="negative prediction entropy (Salem et al. 2019, §V)", config_type=ThresholdConfig, run=_threshold("entropy")),
+    "modified-entropy": MembershipAttackSpec(
+        name="modified-entropy", summary="negative modified entropy Mentr(p, y) (Song & Mittal 2021, §3.1, Eq. 4)", config_type=ThresholdConfig, run=_threshold("modified-entropy")
+    ),
+    "shadow": MembershipAttackSpec(
+        name="shadow",
+        summary="per-class attack classifiers trained on shadow models' outputs (Shokri et al. 2017, §V)",
+        config_type=ShokriConfig,
+        run=_run_shokri,
+        shadow_pool="offline",
+        shadow_count_field="num_shadows",
+    ),
+    "lira": MembershipAttackSpec(
+        name="lira",
+        summary="likelihood-ratio test with IN and OUT shadows, online (Carlini et al. 2022, §IV-B)",
+        config_type=LiRAConfig,
+        run=_lira(True),
+        shadow_pool="online",
+        shadow_count_field="num_shadows",
+    ),
+    "lira-offline": MembershipAttackSpec(
+        name="lira-offline",
+        summary="one-sided test against OUT shadows only (Carlini et al. 2022, §IV-C)",
+        config_type=LiRAConfig,
+        run=_lira(False),
+        shadow_pool="offline",
+        shadow_count_field="num_shadows",
+    ),
+    "rmia": MembershipAttackSpec(
+        name="rmia",
+        summary="relative likelihood ratio against population samples, online (Zarifzadeh et al. 2024, §3)",
+        config_type=RMIAConfig,
+        run=_rmia(True),
+        shadow_pool="online",
+        shadow_count_field="num_references",
+        population_samples=True,
+    ),
+    "rmia-offline": MembershipAttackSpec(
+        name="rmia-offline",
+        summary="RMIA with OUT references and the offline approximation of Pr(x) (Zarifzadeh et al. 2024, §3, App. B)",
+        config_type=RMIAOfflineConfig,
+        run=_rmia(False),
+        shadow_pool="offline",
+        shadow_count_field="num_references",
+        population_samples=True,
+    ),
+}
+
+
+def expand_attacks(attacks: str | Sequence[str]) -> list[str]:
+    """Registry names, in order, without repeats; ``all`` stands for every registered attack.
+
+    Raises:
+        ValueError: an unknown name, or none.
+    """
     names = [attacks] if isinstance(attacks, str) else list(attacks)
     out: list[str] = []
     for name in names:
         if name == "all":
-            out += [a for a in ATTACKS if a not in out]
+            out += [a for a in MEMBERSHIP_ATTACKS if a not in out]
             continue
-        v.choice("attack", name, (*ATTACKS, "all"))
+        v.choice("attack", name, (*MEMBERSHIP_ATTACKS, "all"))
         if name not in out:
             out.append(name)
     if not out:
@@ -616,22 +994,210 @@ def _expand(attacks: str | Sequence[str]) -> list[str]:
     return out
 
 
+# ----------------------------------------------------------------------------- context
+@dataclass(frozen=True, kw_only=True, eq=False)
+class PoolPlan:
+    """The ids of one shadow pool and its population samples z, before any model is trained."""
+
+    kind: str
+    num_models: int
+    pool_ids: np.ndarray
+    population_ids: np.ndarray
+    users: tuple[str, ...]
+
+
+def plan_pools(
+    specs: Mapping[str, tuple[MembershipAttackSpec, Any]],
+    *,
+    record: TrainedModel,
+    sample_ids: np.ndarray,
+    seed: int,
+    num_population: int,
+    train_size: int,
+) -> dict[str, PoolPlan]:
+    """Which shadow pools the attacks need, how many models each, and their ids.
+
+    One pool is shared by every attack that names it; its size is the largest count any of
+    them asks for (RMIA's references are the first LiRA shadows of the same pool); an attack
+    that takes the whole pool (count ``None``) does not size it.
+
+    Args:
+        specs: attack name → (its spec, its config).
+        record: the target (``membership.population`` is the attacker's data).
+        sample_ids: the queried ids.
+        seed: root seed.
+        num_population: population samples z (and the online pool's padding when an
+            attack needs z).
+        train_size: ids per shadow model.
+
+    Raises:
+        ValueError: an offline pool is needed but the record has fewer than 2 population ids.
+    """
+    population = np.setdiff1d(record.membership.population, sample_ids)
+    pop_perm = numpy_rng(seed, "pools").permutation(population)
+    out: dict[str, PoolPlan] = {}
+    for kind in POOL_KINDS:
+        users = [n for n, (s, _) in specs.items() if s.shadow_pool == kind]
+        if not users:
+            continue
+        counts = [c for n in users if (c := specs[n][0].num_shadow_models(specs[n][1])) is not None]
+        count = max(counts) if counts else DEFAULT_NUM_SHADOWS
+        with_z = any(specs[n][0].population_samples for n in users)
+        if kind == "online":
+            pad = min(population.size, max(2 * train_size - sample_ids.size, num_population if with_z else 0))
+            z = np.sort(pop_perm[:pad])
+            pool = np.union1d(sample_ids, z)
+        else:
+            if population.size < 2:
+                raise ValueError(f"attack {users[0]!r} needs population data for shadow models, but the target's record has {population.size} population ids")
+            pool = np.sort(pop_perm[-min(population.size, 2 * train_size) :])  # the other end of the permutation from the online padding
+            z = np.sort(numpy_rng(seed, "z-offline").permutation(pool)[:num_population])
+        out[kind] = PoolPlan(kind=kind, num_models=count, pool_ids=pool.astype(np.int64), population_ids=z.astype(np.int64), users=tuple(users))
+    return out
+
+
+def train_pools(
+    pools: Mapping[str, PoolPlan],
+    *,
+    record: TrainedModel,
+    seed: int,
+    train_size: int,
+    training: ShadowTraining | None = None,
+    recipe: Mapping[str, Any] | None = None,
+    **ensure: Any,
+) -> tuple[dict[str, list[tuple[np.ndarray, nn.Module]]], dict[str, tuple[ShadowSpec, ...]], ShadowRun]:
+    """Plans every pool's shadows and loads or trains them in one batch (:func:`attacks.shadows.ensure_shadows`).
+
+    Args:
+        pools: from :func:`plan_pools`.
+        record: the target (architecture, dataset).
+        seed: root seed.
+        train_size: ids per shadow.
+        training: plain-SGD hyperparameters (default: from the target's config).
+        recipe: what ``ensure["trainer"]`` does instead, hashed into the shadows' ids.
+        **ensure: keyword arguments of :func:`attacks.shadows.ensure_shadows`.
+
+    Returns:
+        Pool kind → ``(train_ids, module)`` per model; pool kind → its specs; the shadow run.
+    """
+    plans = {
+        k: tuple(plan_shadows(template=record, pool_ids=p.pool_ids, num_shadows=p.num_models, seed=seed, kind=k, train_size=train_size, training=training, recipe=recipe)) for k, p in pools.items()
+    }
+    run = ensure_shadows([s for k in pools for s in plans[k]], **ensure)
+    models: dict[str, list[tuple[np.ndarray, nn.Module]]] = {}
+    i = 0
+    for kind in pools:
+        models[kind] = [(s.train_ids, mdl) for s, mdl in zip(plans[kind], run.models[i : i + len(plans[kind])], strict=True)]
+        i += len(plans[kind])
+    return models, plans, run
+
+
+def build_context(
+    *,
+    record: TrainedModel,
+    model: nn.Module,
+    bundle: DatasetBundle,
+    sample_ids: np.ndarray,
+    is_member: np.ndarray,
+    seed: int,
+    augmentations: Sequence[str],
+    pools: Mapping[str, PoolPlan],
+    shadow_models: Mapping[str, Sequence[tuple[np.ndarray, nn.Module]]],
+    device: str = "cpu",
+    metadata: Mapping[str, Any] | None = None,
+) -> MembershipContext:
+    """Evaluates the target and every shadow model once on every id any attack needs.
+
+    Args:
+        shadow_models: pool kind → ``(train_ids, module)`` per model, in plan order.
+    """
+    everything = bundle.all()
+    universe = np.unique(np.concatenate([sample_ids, *[p.pool_ids for p in pools.values()]])).astype(np.int64)
+    where = torch.from_numpy(everything.positions(universe))
+    feats = everything.features.index_select(0, where)
+    labels = everything.labels[where].numpy().astype(np.int64)
+    augs = tuple(augmentations)
+    outputs = {}
+    for kind, plan in pools.items():
+        models = list(shadow_models[kind])
+        logits = np.stack([_predict(mdl, feats, augs, device) for _, mdl in models]) if models else np.zeros((0, universe.size, len(augs), bundle.num_classes), np.float32)
+        outputs[kind] = ShadowOutputs(kind=kind, pool_ids=plan.pool_ids, population_ids=plan.population_ids, train_ids=tuple(np.asarray(t, np.int64) for t, _ in models), logits=logits)
+    return MembershipContext(
+        model_id=record.model_id,
+        sample_ids=sample_ids,
+        is_member=is_member,
+        universe_ids=universe,
+        universe_labels=labels,
+        target_logits=_predict(model, feats, augs, device),
+        augmentations=augs,
+        shadows=outputs,
+        seed=seed,
+        metadata=dict(metadata or {}),
+    )
+
+
+def check_query(record: TrainedModel, bundle: DatasetBundle, sample_ids: Any, is_member: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Validated ``(sample_ids, is_member)``: the record's own when both are ``None``."""
+    if sample_ids is None:
+        if is_member is not None:
+            raise ValueError("is_member was given without sample_ids")
+        return query_ids(record)
+    if is_member is None:
+        raise ValueError("is_member is required with sample_ids")
+    ids = np.array(sample_ids, copy=True)
+    if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+        raise TypeError(f"sample_ids must be a 1-D array of integer ids, got dtype {ids.dtype} shape {ids.shape}")
+    ids = ids.astype(np.int64)
+    member = np.array(is_member, copy=True)
+    if member.dtype != bool or member.shape != ids.shape:
+        raise TypeError(f"is_member must be a bool array of shape {ids.shape}, got dtype {member.dtype} shape {member.shape}")
+    if np.unique(ids).size != ids.size:
+        raise ValueError("sample_ids must not repeat a sample id")
+    bundle.all().positions(ids)  # raises ValueError naming an unknown id
+    order = np.argsort(ids, kind="stable")  # the context's positions need sorted ids
+    return ids[order], member[order]
+
+
+def choose_augmentations(bundle: DatasetBundle, num_queries: int | None) -> tuple[str, ...]:
+    """The first ``num_queries`` query augmentations (default 2 where any exists, else 1)."""
+    augs_all = augmentations_for(bundle.name, bundle.input_shape)
+    if num_queries is None:
+        num_queries = 2 if len(augs_all) > 1 else 1
+    num_queries = v.integer("num_queries", num_queries, minimum=1)
+    if num_queries > len(augs_all):
+        raise ValueError(f"num_queries must be <= {len(augs_all)} for dataset {bundle.name!r} (augmentations: {', '.join(augs_all)}), got {num_queries}")
+    return augs_all[:num_queries]
+
+
+def run_attacks(context: MembershipContext, configs: Mapping[str, Any]) -> dict[str, MembershipResult]:
+    """Runs each named attack's registered ``run`` on ``context``, timing each."""
+    out: dict[str, MembershipResult] = {}
+    for name, config in configs.items():
+        spec = MEMBERSHIP_ATTACKS[name]
+        if not isinstance(config, spec.config_type):
+            raise TypeError(f"config of attack {name!r} must be a {spec.config_type.__name__}, got {type(config).__name__}")
+        t0 = time.monotonic()
+        result = spec.run(context, config)
+        if not isinstance(result, MembershipResult):
+            raise TypeError(f"attack {name!r} must return a MembershipResult, got {type(result).__name__}")
+        out[name] = dataclasses.replace(result, metadata={**result.metadata, "attack_seconds": time.monotonic() - t0})
+    return out
+
+
+# ----------------------------------------------------------------------------- library entry point
 def run_membership_attacks(
     attacks: str | Sequence[str],
     *,
     record: TrainedModel,
     model: nn.Module,
     bundle: DatasetBundle,
+    configs: Mapping[str, Any] | None = None,
     sample_ids: np.ndarray | Sequence[int] | None = None,
     is_member: np.ndarray | Sequence[bool] | None = None,
     seed: int = 0,
-    num_shadows: int = 16,
-    num_references: int | None = None,
+    num_shadows: int | None = None,
     num_queries: int | None = None,
     num_population: int = 1000,
-    gamma: float = 1.0,
-    offline_a: float | None = None,
-    global_variance: bool | None = None,
     train_size: int | None = None,
     training: ShadowTraining | None = None,
     shadow_directory: str | os.PathLike[str] | None = None,
@@ -641,119 +1207,54 @@ def run_membership_attacks(
     progress: bool = True,
     on_shadow_trained: Callable[[ShadowSpec, TrainedModel], None] | None = None,
 ) -> dict[str, MembershipResult]:
-    """Runs membership-inference attacks against one target; shadows are trained once and shared.
+    """Runs registered attacks against one target in-process; shadows are trained once and shared.
+
+    The command line goes through :func:`dpaudit.app.runs.membership.run_membership`; this
+    entry point serves scripts and tests that hold a model in memory.
 
     Args:
-        attacks: names from :data:`ATTACKS`, or ``"all"``.
-        record: the target's record (architecture, training config, membership ground truth;
-            ``membership.population`` is the attacker's data for shadow / reference models).
+        attacks: names from :data:`MEMBERSHIP_ATTACKS`, or ``"all"``.
+        record: the target's record.
         model: the target module.
         bundle: its dataset.
-        sample_ids: ids to score (default: the record's members and non-members).
-        is_member: their true membership (required with ``sample_ids``).
-        seed: root seed: pools, shadow training sets and seeds, classifiers.
-        num_shadows: shadow models for ``shadow``, ``lira`` and ``lira-offline``.
-        num_references: reference models for RMIA (default ``num_shadows``); the first ones
-            of the same pool, so no extra training.
-        num_queries: query augmentations for LiRA / RMIA (default: 2 where an augmentation
-            exists for the dataset, else 1; see :func:`augmentations_for`).
-        num_population: population samples z of RMIA (and how far the online pool is padded
-            with population ids).
-        gamma: RMIA's γ.
-        offline_a: RMIA's offline a (default: tuned on the references).
-        global_variance: LiRA's variance mode (default: global below 64 shadows).
+        configs: attack name → config (default: the config type's defaults).
+        sample_ids, is_member: what to score (default: the record's members and non-members).
+        seed: root seed.
+        num_shadows: shortcut that sets the shadow count (``num_shadows``, RMIA's
+            ``num_references``) of every default config.
+        num_queries: query augmentations (default: 2 where an augmentation exists, else 1).
+        num_population: RMIA's population samples z.
         train_size: ids per shadow (default: the target's number of members).
         training: shadow SGD hyperparameters (default: from the target's config).
-        shadow_directory: cache of trained shadows (``RUN_DIR/attacks/shadows``), or ``None``.
-        executor: where shadow training runs (default: this process).
-        data_root: data root for workers.
-        device: where shadows train and models are evaluated.
-        progress: report on stderr.
-        on_shadow_trained: called after each newly trained shadow is saved (e.g. to stop a
-            run after k shadows in a test).
+        shadow_directory: cache of trained shadows, or ``None``.
+        executor, data_root, device, progress, on_shadow_trained: as for
+            :func:`attacks.shadows.ensure_shadows`.
 
     Returns:
         ``{attack: MembershipResult}`` in the order requested.
-
-    Raises:
-        ValueError: an unknown attack, bad counts, ids not in the dataset, or no population
-            data for an attack that needs it.
     """
     started = time.monotonic()
-    names = _expand(attacks)
+    names = expand_attacks(attacks)
     seed = v.integer("seed", seed, minimum=0)
-    num_shadows = v.integer("num_shadows", num_shadows, minimum=1)
-    num_references = v.integer("num_references", num_references if num_references is not None else num_shadows, minimum=1)
     num_population = v.integer("num_population", num_population, minimum=1)
-    gamma = v.positive("gamma", gamma)
-    if offline_a is not None:
-        offline_a = v.real("offline_a", offline_a)
-        if not 0.0 <= offline_a <= 1.0:
-            raise ValueError(f"offline_a must lie in [0, 1], got {offline_a!r}")
     if not isinstance(record, TrainedModel):
         raise TypeError(f"record must be a TrainedModel, got {type(record).__name__}")
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-
-    # -- what is queried
-    if sample_ids is None:
-        if is_member is not None:
-            raise ValueError("is_member was given without sample_ids")
-        ids, member = query_ids(record)
-    else:
-        if is_member is None:
-            raise ValueError("is_member is required with sample_ids")
-        ids = np.array(sample_ids, copy=True)
-        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
-            raise TypeError(f"sample_ids must be a 1-D array of integer ids, got dtype {ids.dtype} shape {ids.shape}")
-        ids = ids.astype(np.int64)
-        member = np.array(is_member, copy=True)
-        if member.dtype != bool or member.shape != ids.shape:
-            raise TypeError(f"is_member must be a bool array of shape {ids.shape}, got dtype {member.dtype} shape {member.shape}")
-        if np.unique(ids).size != ids.size:
-            raise ValueError("sample_ids must not repeat a sample id")
-    everything = bundle.all()
-    everything.positions(ids)  # raises ValueError naming an unknown id
-    labels_of = lambda q: everything.labels[torch.from_numpy(everything.positions(q))].numpy()
-
-    augs_all = augmentations_for(bundle.name, bundle.input_shape)
-    if num_queries is None:
-        num_queries = 2 if len(augs_all) > 1 else 1
-    num_queries = v.integer("num_queries", num_queries, minimum=1)
-    if num_queries > len(augs_all):
-        raise ValueError(f"num_queries must be <= {len(augs_all)} for dataset {bundle.name!r} (augmentations: {', '.join(augs_all)}), got {num_queries}")
-    augs = augs_all[:num_queries]
-
-    # -- shadow pools (see attacks.shadows for the paired design)
-    population = np.setdiff1d(record.membership.population, ids)
+    chosen = default_configs(names, configs=configs, num_shadows=num_shadows)
+    ids, member = check_query(record, bundle, sample_ids, is_member)
+    augs = choose_augmentations(bundle, num_queries)
     m = v.integer("train_size", train_size if train_size is not None else max(len(record.membership.members), 1), minimum=1)
-    need_online = max([num_shadows if n == "lira" else num_references for n in names if _POOL.get(n) == "online"], default=0)
-    need_offline = max([num_references if n == "rmia-offline" else num_shadows for n in names if _POOL.get(n) == "offline"], default=0)
-    rng = numpy_rng(seed, "pools")
-    pop_perm = rng.permutation(population)
-    specs_online: list[ShadowSpec] = []
-    specs_offline: list[ShadowSpec] = []
-    online_pool = offline_pool = np.zeros(0, np.int64)
-    z_online = z_offline = np.zeros(0, np.int64)
-    if need_online:
-        pad = min(population.size, max(2 * m - ids.size, num_population if "rmia" in names else 0))
-        z_online = np.sort(pop_perm[:pad])
-        online_pool = np.union1d(ids, z_online)
-        specs_online = plan_shadows(template=record, pool_ids=online_pool, num_shadows=need_online, seed=seed, kind="online", train_size=m, training=training)
-    if need_offline:
-        if population.size < 2:
-            wanting = [n for n in names if _POOL.get(n) == "offline"]
-            raise ValueError(f"attack {wanting[0]!r} needs population data for shadow models, but the target's record has {population.size} population ids")
-        offline_pool = np.sort(pop_perm[-min(population.size, 2 * m) :])  # the other end of the permutation from the online padding
-        specs_offline = plan_shadows(template=record, pool_ids=offline_pool, num_shadows=need_offline, seed=seed, kind="offline", train_size=m, training=training)
-        z_offline = np.sort(numpy_rng(seed, "z-offline").permutation(offline_pool)[:num_population])
-
+    pools = plan_pools({n: (MEMBERSHIP_ATTACKS[n], c) for n, c in chosen.items()}, record=record, sample_ids=ids, seed=seed, num_population=num_population, train_size=m)
     shadow_meta: dict[str, Any] = {}
-    online_models: list[nn.Module] = []
-    offline_models: list[nn.Module] = []
-    if specs_online or specs_offline:
-        run = ensure_shadows(
-            specs_online + specs_offline,
+    models: dict[str, list[tuple[np.ndarray, nn.Module]]] = {}
+    if pools:
+        models, _, run = train_pools(
+            pools,
+            record=record,
+            seed=seed,
+            train_size=m,
+            training=training,
             directory=shadow_directory,
             executor=executor,
             data_root=data_root,
@@ -761,136 +1262,44 @@ def run_membership_attacks(
             progress=progress,
             on_trained=on_shadow_trained,
         )
-        online_models = list(run.models[: len(specs_online)])
-        offline_models = list(run.models[len(specs_online) :])
         shadow_meta = {"shadows_trained": len(run.trained), "shadows_reused": len(run.reused)}
-
-    # -- logits of every model on every id any attack needs, computed once
-    universe = np.unique(np.concatenate([ids, online_pool, offline_pool]))
-    feats = everything.features.index_select(0, torch.from_numpy(everything.positions(universe)))
-    labels_u = labels_of(universe)
-    pos = {"ids": np.searchsorted(universe, ids)}
-    target_logits = _predict(model, feats, augs, device)
-    online_logits = [_predict(mdl, feats, augs, device) for mdl in online_models]
-    offline_logits = [_predict(mdl, feats, augs, device) for mdl in offline_models]
-    q_labels = labels_u[pos["ids"]]
-
-    def phi(lg: np.ndarray, where: np.ndarray) -> np.ndarray:
-        return lira_phi(lg[where], labels_u[where])
-
-    def logp_true(lg: np.ndarray, where: np.ndarray) -> np.ndarray:
-        """log of the true-class probability averaged over queries (RMIA's Pr(x|θ))."""
-        logp = np.take_along_axis(_log_softmax(lg[where].astype(np.float64)), labels_u[where][:, None, None], axis=-1)[..., 0]
-        return special.logsumexp(logp, axis=1) - np.log(logp.shape[1])
-
-    base_config = {"seed": seed, "num_queries": num_queries, "augmentations": list(augs)}
-    base_meta = {
+    meta = {
         "target_metrics": {k: val for k, val in record.metrics.items() if isinstance(val, (int, float))},
         "dataset": bundle.name,
         "defense": record.defense,
         **shadow_meta,
     }
-    results: dict[str, MembershipResult] = {}
+    context = build_context(record=record, model=model, bundle=bundle, sample_ids=ids, is_member=member, seed=seed, augmentations=augs, pools=pools, shadow_models=models, device=device, metadata=meta)
+    results = run_attacks(context, chosen)
+    total = time.monotonic() - started
+    return {n: dataclasses.replace(r, metadata={**r.metadata, "total_seconds": total}) for n, r in results.items()}
+
+
+def default_configs(names: Sequence[str], *, configs: Mapping[str, Any] | None = None, num_shadows: int | None = None) -> dict[str, Any]:
+    """Config per attack: given ones as they are, the rest from their type's defaults.
+
+    ``num_shadows`` (if given) sets the shadow-count field of every defaulted config.
+    """
+    configs = dict(configs or {})
+    unknown = set(configs) - set(names)
+    if unknown:
+        raise ValueError(f"configs names attack(s) not run: {sorted(unknown)}")
+    out = {}
     for name in names:
-        t0 = time.monotonic()
-        config: dict[str, Any] = dict(base_config)
-        if name in THRESHOLD_ATTACKS:
-            scores = threshold_scores(target_logits[pos["ids"], 0], q_labels, kind=name)
-            config = {"seed": seed, "num_queries": 1}
-        elif name == "shadow":
-            k = num_shadows
-            s_logits, s_labels, s_in = [], [], []
-            for i, spec in enumerate(specs_offline[:k]):
-                rng_i = numpy_rng(seed, "shokri-rows", i)
-                inside = np.isin(offline_pool, spec.train_ids)
-                rows = np.concatenate([rng_i.permutation(np.flatnonzero(inside))[:1000], rng_i.permutation(np.flatnonzero(~inside))[:1000]])
-                where = np.searchsorted(universe, offline_pool[rows])
-                s_logits.append(offline_logits[i][where, 0])
-                s_labels.append(labels_u[where])
-                s_in.append(inside[rows])
-            scores = shokri_scores(target_logits=target_logits[pos["ids"], 0], labels=q_labels, shadow_logits=s_logits, shadow_labels=s_labels, shadow_in=s_in, seed=seed)
-            config.update(num_shadows=k, classifier="HistGradientBoostingClassifier", num_queries=1, augmentations=["identity"])
-        elif name in ("lira", "lira-offline"):
-            online = name == "lira"
-            k = num_shadows
-            specs, lgs = (specs_online, online_logits) if online else (specs_offline, offline_logits)
-            shadow_phi = np.stack([phi(lg, pos["ids"]) for lg in lgs[:k]])
-            target_phi = phi(target_logits, pos["ids"])
-            glob = k < GLOBAL_VARIANCE_BELOW if global_variance is None else global_variance
-            if online:
-                keep = np.stack([np.isin(ids, s.train_ids) for s in specs[:k]])
-                scores = lira_online_scores(target_phi, shadow_phi, keep, global_variance=glob)
-            else:
-                scores = lira_offline_scores(target_phi, shadow_phi, global_variance=glob)
-            config.update(num_shadows=k, global_variance=bool(glob))
-        else:  # rmia, rmia-offline
-            online = name == "rmia"
-            k = num_references
-            specs, lgs, z = (specs_online, online_logits, z_online) if online else (specs_offline, offline_logits, z_offline)
-            if z.size == 0:
-                raise ValueError(f"attack {name!r} needs population samples z, but the target's record has no population ids left to draw them from")
-            zpos = np.searchsorted(universe, z)
-            ref_x = np.stack([logp_true(lg, pos["ids"]) for lg in lgs[:k]])
-            ref_z = np.stack([logp_true(lg, zpos) for lg in lgs[:k]])
-            keep_z = np.stack([np.isin(z, s.train_ids) for s in specs[:k]])
-            a_used = None
-            if online:
-                keep_x = np.stack([np.isin(ids, s.train_ids) for s in specs[:k]])
-            else:
-                keep_x = None
-                if offline_a is not None:
-                    a_used = offline_a
-                else:
-                    ppos = np.searchsorted(universe, offline_pool)
-                    ref_pool = np.stack([logp_true(lg, ppos) for lg in lgs[:k]])
-                    keep_pool = np.stack([np.isin(offline_pool, s.train_ids) for s in specs[:k]])
-                    a_used = tune_rmia_offline_a(ref_logp=ref_pool, keep=keep_pool, z_index=np.searchsorted(offline_pool, z), seed=seed, gamma=gamma)
-            scores = rmia_scores(
-                target_logp_x=logp_true(target_logits, pos["ids"]),
-                ref_logp_x=ref_x,
-                target_logp_z=logp_true(target_logits, zpos),
-                ref_logp_z=ref_z,
-                keep_x=keep_x,
-                keep_z=keep_z,
-                offline_a=a_used,
-                gamma=gamma,
-            )
-            config.update(num_references=k, gamma=gamma, num_population=int(z.size), tie_break=True)
-            if not online:
-                config.update(offline_a=a_used, offline_a_tuned=offline_a is None)
-        results[name] = MembershipResult(
-            attack=name,
-            model_id=record.model_id,
-            sample_ids=ids,
-            scores=scores,
-            is_member=member,
-            config=config,
-            metadata={**base_meta, "attack_seconds": time.monotonic() - t0, "total_seconds": time.monotonic() - started},
-        )
-    return results
+        spec = MEMBERSHIP_ATTACKS[name]
+        if name in configs:
+            out[name] = configs[name]
+            continue
+        kwargs = {spec.shadow_count_field: num_shadows} if num_shadows is not None and spec.shadow_count_field else {}
+        out[name] = spec.config_type(**kwargs)
+    return out
 
 
 def membership_attack(attack: str, **kwargs: Any) -> MembershipResult:
     """One attack; see :func:`run_membership_attacks` for the arguments.
 
     Raises:
-        ValueError: ``attack`` is not one of :data:`ATTACKS`.
+        ValueError: ``attack`` is not registered in :data:`MEMBERSHIP_ATTACKS`.
     """
-    attack = v.choice("attack", attack, ATTACKS)
+    attack = v.choice("attack", attack, MEMBERSHIP_ATTACKS)
     return run_membership_attacks([attack], **kwargs)[attack]
-
-
-def save_membership_results(results: Mapping[str, MembershipResult], run_dir: str | os.PathLike[str]) -> Path:
-    """Writes each result under ``RUN_DIR/attacks/membership/<model_id>/`` (JSON + NPZ).
-
-    Returns:
-        The directory written (of the first result's target).
-    """
-    out: Path | None = None
-    for result in results.values():
-        directory = Path(run_dir).joinpath(*MEMBERSHIP_SUBDIR, result.model_id)
-        save_membership_result(result, directory)
-        out = out or directory
-    if out is None:
-        raise ValueError("results must hold at least one MembershipResult")
-    return out

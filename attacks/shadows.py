@@ -21,10 +21,13 @@ reference models are the first few LiRA shadows and are trained once).
   to ``2m`` — each queried example is IN for ~half of the shadows.
 * ``offline`` pool: population ids only — shadows never see a queried example.
 
-Shadows are trained with plain SGD (this module imports only the core; attacks never import
-defenses): the target's architecture, epochs, batch size and learning rate where its record
-states them. Non-private shadows for a private target are the usual choice in the literature
-(Carlini et al. 2022, §VI-C).
+How a shadow is trained is the caller's choice. By default with plain SGD (:class:`ShadowTraining`:
+the target's architecture, epochs, batch size and learning rate where its record states them;
+non-private shadows for a private target are a common choice, Carlini et al. 2022, §VI-C). The
+application layer instead passes a *trainer* — a callable that trains with the target's own
+defense and config through the defense registry — and a *recipe* (the defense's name and
+config) that becomes part of each shadow's id; this module never imports ``defenses``, so the
+mapping from a defense's config to a training loop lives with the defense.
 """
 
 from __future__ import annotations
@@ -55,7 +58,6 @@ from dpaudit.training import SGDConfig, evaluate, shuffled_batches
 from dpaudit.weights import import_callable, load_model, save_record
 
 __all__ = [
-    "SHADOW_SUBDIR",
     "ShadowTraining",
     "ShadowSpec",
     "ShadowRun",
@@ -63,11 +65,9 @@ __all__ = [
     "train_shadow",
     "train_shadow_job",
     "ensure_shadows",
-    "shadow_dir",
+    "ShadowTrainer",
 ]
 
-#: Where shadow records live under a run directory.
-SHADOW_SUBDIR = ("attacks", "shadows")
 POOL_KINDS = ("online", "offline")
 
 
@@ -85,8 +85,9 @@ class ShadowTraining(SGDConfig):
     def from_config(cls, config: Mapping[str, Any], **overrides: Any) -> ShadowTraining:
         """The hyperparameters a target's record states, defaults for the rest.
 
-        A DP-SGD config has ``epochs`` and ``learning_rate`` but ``lot_size`` rather than
-        ``batch_size``; only keys of this class with usable values are taken.
+        Only keys that name a field of this class, with usable values, are taken; a defense
+        whose config differs (DP-SGD's lots) is trained as a shadow through its own trainer
+        (see the module docstring), not translated here.
 
         Args:
             config: a record's ``config``.
@@ -99,8 +100,6 @@ class ShadowTraining(SGDConfig):
                 if value is not None and not isinstance(value, bool):
                     kwargs[f.name] = int(value) if f.type in ("int", int) else float(value)
                     break
-        if "batch_size" not in kwargs and isinstance(config.get("lot_size"), int):
-            kwargs["batch_size"] = int(config["lot_size"])
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,6 +123,9 @@ class ShadowSpec:
         training: SGD hyperparameters.
         train_ids: sorted ids the shadow trains on.
         seed: seed of initialisation and batch order.
+        recipe: how a custom trainer trains it (e.g. ``{"defense": …, "config": …}``); part of
+            the id, so shadows trained differently never share a cache entry. Empty: plain SGD
+            with ``training``.
     """
 
     dataset: str
@@ -134,6 +136,7 @@ class ShadowSpec:
     training: ShadowTraining
     train_ids: np.ndarray
     seed: int
+    recipe: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "train_ids", sorted_id_set("train_ids", self.train_ids))
@@ -142,6 +145,7 @@ class ShadowSpec:
         object.__setattr__(self, "seed", v.integer("seed", self.seed, minimum=0))
         object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
         object.__setattr__(self, "model_options", _freeze(self.model_options))
+        object.__setattr__(self, "recipe", _freeze(self.recipe))
         if not isinstance(self.training, ShadowTraining):
             raise TypeError(f"training must be a ShadowTraining, got {type(self.training).__name__}")
 
@@ -160,6 +164,8 @@ class ShadowSpec:
             "num_train": int(self.train_ids.size),
             "train_ids_sha256": self.ids_digest,
         }
+        if self.recipe:  # kept out of the hash when empty, so plain-SGD shadow ids stay as they were
+            config["recipe"] = dict(self.recipe)
         return make_model_id(defense="shadow", dataset=self.dataset, model_name=self.model_name, seed=self.seed, config=config)
 
     def to_dict(self) -> dict[str, Any]:
@@ -173,6 +179,7 @@ class ShadowSpec:
             "training": self.training.to_dict(),
             "train_ids": self.train_ids.tolist(),
             "seed": self.seed,
+            "recipe": dict(self.recipe),
         }
 
     @classmethod
@@ -186,6 +193,7 @@ class ShadowSpec:
             training=ShadowTraining(**data["training"]),
             train_ids=np.asarray(data["train_ids"], dtype=np.int64),
             seed=data["seed"],
+            recipe=data.get("recipe", {}),
         )
 
 
@@ -198,6 +206,7 @@ def plan_shadows(
     kind: str,
     train_size: int | None = None,
     training: ShadowTraining | None = None,
+    recipe: Mapping[str, Any] | None = None,
 ) -> list[ShadowSpec]:
     """Shadow specs in complementary pairs over ``pool_ids`` (see the module docstring).
 
@@ -211,6 +220,7 @@ def plan_shadows(
         train_size: ids per shadow (default: the target's number of members), capped at half
             the pool.
         training: SGD hyperparameters (default: from the target's config).
+        recipe: what a custom trainer needs (see :class:`ShadowSpec`); empty for plain SGD.
 
     Returns:
         ``num_shadows`` specs.
@@ -242,6 +252,7 @@ def plan_shadows(
                 training=training,
                 train_ids=ids,
                 seed=derive_seed(seed, "shadow-training", kind, i),
+                recipe=dict(recipe or {}),
             )
         )
     return specs
@@ -306,23 +317,28 @@ def train_shadow(spec: ShadowSpec, *, bundle: DatasetBundle, device: torch.devic
     return record, model
 
 
-def train_shadow_job(*, spec: Mapping[str, Any], data_root: str | None = None, device: str = "cpu") -> dict[str, Any]:
+#: ``trainer(spec, *, bundle, device) -> (record, module)``: a custom way to train one shadow.
+ShadowTrainer = Callable[..., tuple[TrainedModel, nn.Module]]
+
+
+def train_shadow_job(*, spec: Mapping[str, Any], data_root: str | None = None, device: str = "cpu", trainer: ShadowTrainer | None = None) -> dict[str, Any]:
     """Executor job: trains the shadow described by ``spec`` (a :meth:`ShadowSpec.to_dict`).
 
     Returns plain data (the record as a dict and the weights as NumPy arrays) rather than
     writing files, so the job also works on Ray nodes that do not share the run directory;
     the caller persists it.
+
+    Args:
+        spec: the shadow, as plain data.
+        data_root: the data root.
+        device: where to train.
+        trainer: a module-level (picklable) function trained instead of :func:`train_shadow`.
     """
     shadow = ShadowSpec.from_dict(spec)
     bundle = load_dataset(shadow.dataset, data_root=data_root)  # cached per worker process
-    record, model = train_shadow(shadow, bundle=bundle, device=device)
+    record, model = (trainer or train_shadow)(shadow, bundle=bundle, device=device)
     state = {k: t.detach().cpu().contiguous().numpy() for k, t in model.state_dict().items()}
     return {"record": record.to_dict(), "state": state}
-
-
-def shadow_dir(run_dir: str | os.PathLike[str]) -> Path:
-    """``RUN_DIR/attacks/shadows``."""
-    return Path(run_dir).joinpath(*SHADOW_SUBDIR)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -357,6 +373,7 @@ def ensure_shadows(
     device: str = "cpu",
     progress: bool = True,
     on_trained: Callable[[ShadowSpec, TrainedModel], None] | None = None,
+    trainer: ShadowTrainer | None = None,
 ) -> ShadowRun:
     """Loads the cached shadows among ``specs`` and trains the rest through ``executor``.
 
@@ -366,12 +383,14 @@ def ensure_shadows(
 
     Args:
         specs: the shadows wanted.
-        directory: the cache (``RUN_DIR/attacks/shadows``); ``None`` keeps nothing on disk.
+        directory: the cache (``RunDir.shadow_dir()``); ``None`` keeps nothing on disk.
         executor: where jobs run (default: in this process).
         data_root: the data root, passed to workers.
         device: where workers train.
         progress: report on stderr.
         on_trained: called in this process after each newly trained shadow was saved.
+        trainer: trains one shadow instead of :func:`train_shadow` (module-level, so that
+            process pools can send it); the specs' ``recipe`` should say what it does.
 
     Returns:
         The models, aligned with ``specs``.
@@ -395,7 +414,7 @@ def ensure_shadows(
     if todo:
         executor = executor or SerialExecutor()
         root_text = os.fspath(data_root) if data_root is not None else None
-        jobs = [Job(key=sid, fn=train_shadow_job, kwargs={"spec": by_id[sid].to_dict(), "data_root": root_text, "device": device}) for sid in todo]
+        jobs = [Job(key=sid, fn=train_shadow_job, kwargs={"spec": by_id[sid].to_dict(), "data_root": root_text, "device": device, "trainer": trainer}) for sid in todo]
         with Progress(len(by_id), f"shadow models ({executor.name}, {executor.workers} workers)", enabled=progress) as bar:
             bar.count = len(reused)
             for job, out in executor.run(jobs):

@@ -201,9 +201,7 @@ def train_shadow_with_defense(spec: Any, *, bundle: Any, device: str) -> tuple[A
     none = np.zeros(0, dtype=np.int64)
     splits = Splits(dataset=bundle.name, seed=spec.seed, members=spec.train_ids, non_members=none, population=none, test=bundle.test.ids.numpy())
     with torch.random.fork_rng(devices=[]):  # library code never moves the global RNG
-        record, model = defense.train(
-            bundle=bundle, splits=splits, model_name=spec.model_name, model_options=dict(spec.model_options), config=config, seed=spec.seed, device=device, progress=False
-        )
+        record, model = defense.train(bundle=bundle, splits=splits, model_name=spec.model_name, model_options=dict(spec.model_options), config=config, seed=spec.seed, device=device, progress=False)
     # The cache is keyed by the shadow's id, so the record carries it rather than the defense's own.
     return dataclasses.replace(record, model_id=spec.shadow_id), model.eval()
 
@@ -278,7 +276,6 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
         ValueError: a bad target, ids, or counts (the message names the argument).
     """
     from attacks import membership as mia
-    from attacks.shadows import ShadowTraining, ensure_shadows, plan_shadows
     from defenses import DEFENSES
     from dpaudit.executors import make_executor
     from dpaudit.results import save_membership_result
@@ -309,15 +306,17 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
     if pools:
         if on_plan is not None:
             on_plan(f"{describe_pools(pools)}; shadows trained with {shadow_defense!r}")
-        training = ShadowTraining.from_config(record.config)
-        plans = {k: plan_shadows(template=record, pool_ids=p.pool_ids, num_shadows=p.num_models, seed=spec.seed, kind=k, train_size=train_size, training=training, recipe=recipe) for k, p in pools.items()}
         try:
             executor = make_executor(spec.executor, workers=spec.num_workers, address=spec.address)
         except ImportError as exc:
             raise ValueError(f"executor {spec.executor!r}: {exc}") from None
         with executor:
-            shadow_run = ensure_shadows(
-                [s for k in pools for s in plans[k]],
+            models, plans, shadow_run = mia.train_pools(
+                pools,
+                record=record,
+                seed=spec.seed,
+                train_size=train_size,
+                recipe=recipe,
                 directory=run.shadow_dir(),
                 executor=executor,
                 data_root=spec.data_root,
@@ -325,13 +324,10 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
                 progress=spec.progress,
                 trainer=trainer,
             )
-        trained, i = set(shadow_run.trained), 0
+        trained = set(shadow_run.trained)
         for kind, plan in pools.items():
-            mine = plans[kind]
-            models[kind] = [(s.train_ids, mdl) for s, mdl in zip(mine, shadow_run.models[i : i + len(mine)], strict=True)]
-            i += len(mine)
-            n_new = sum(s.shadow_id in trained for s in mine)
-            summaries.append(PoolSummary(kind=kind, num_models=len(mine), attacks=plan.users, num_trained=n_new, num_reused=len(mine) - n_new))
+            n_new = sum(s.shadow_id in trained for s in plans[kind])
+            summaries.append(PoolSummary(kind=kind, num_models=len(plans[kind]), attacks=plan.users, num_trained=n_new, num_reused=len(plans[kind]) - n_new))
         meta.update(shadows_trained=len(shadow_run.trained), shadows_reused=len(shadow_run.reused), shadow_defense=shadow_defense)
     context = mia.build_context(
         record=record, model=model, bundle=bundle, sample_ids=ids, is_member=member, seed=spec.seed, augmentations=augs, pools=pools, shadow_models=models, device=device, metadata=meta

@@ -1,4 +1,4 @@
-"""Membership inference: the contract over every attack, formula checks against reference
+"""Membership inference: every registered attack on an overfit target, formula checks against reference
 implementations, result values, resumable shadow training, CLI and report."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import torch
 from scipy import special, stats
 
 from attacks.membership import (
-    ATTACKS,
+    MEMBERSHIP_ATTACKS,
+    RMIAConfig,
     augmentations_for,
     lira_offline_scores,
     lira_online_scores,
@@ -24,10 +25,9 @@ from attacks.membership import (
     query_ids,
     rmia_scores,
     run_membership_attacks,
-    save_membership_results,
     threshold_scores,
 )
-from attacks.shadows import ShadowTraining, plan_shadows, shadow_dir, train_shadow
+from attacks.shadows import ShadowTraining, plan_shadows, train_shadow
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from dpaudit.app.cli import main
 from dpaudit.data import load_dataset, make_splits
@@ -37,9 +37,22 @@ from dpaudit.results import (
     load_membership_result,
     save_membership_result,
 )
+from dpaudit.store import RunDir
 from dpaudit.weights import save_record
 
 NUM_SHADOWS = 8
+ATTACKS = tuple(MEMBERSHIP_ATTACKS)
+
+
+def shadow_dir(run):
+    return RunDir(run).shadow_dir()
+
+
+def save_membership_results(results, run):
+    out = RunDir(run).membership_dir(next(iter(results.values())).model_id)
+    for r in results.values():
+        save_membership_result(r, out)
+    return out
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -162,7 +175,7 @@ def test_bad_attack_arguments_name_argument_and_value(target):
     with pytest.raises(ValueError, match="num_shadows must be an integer >= 1, got 0"):
         run_membership_attacks("lira", num_shadows=0, **kw)
     with pytest.raises(ValueError, match="gamma"):
-        run_membership_attacks("rmia", gamma=0.0, **kw)
+        run_membership_attacks("rmia", configs={"rmia": RMIAConfig(gamma=0.0)}, **kw)
     with pytest.raises(ValueError, match="sample id 99999"):
         run_membership_attacks("loss", sample_ids=np.array([0, 99999]), is_member=np.array([True, False]), **kw)
     with pytest.raises(TypeError, match="is_member must be a bool array"):
@@ -386,7 +399,7 @@ def test_cli_json_for_a_record(target, capsys, tmp_path):
             "loss",
             "--attack",
             "rmia",
-            "--shadows",
+            "--num-references",
             "2",
             "--executor",
             "serial",
@@ -394,8 +407,6 @@ def test_cli_json_for_a_record(target, capsys, tmp_path):
             str(tmp_path),
             "--json",
             "--quiet",
-            "--shadow-epochs",
-            "5",
         ]
     )
     out, err = capsys.readouterr()
@@ -407,7 +418,9 @@ def test_cli_json_for_a_record(target, capsys, tmp_path):
         assert {"auc", "balanced_accuracy", "tpr_at_fpr", "epsilon_lb"} <= set(s) and set(s["tpr_at_fpr"]) == {"0.001", "0.01"}
     assert (Path(data["result_dir"]) / "rmia.npz").is_file()
     assert Path(data["report"]).is_file() and Path(data["report"]).with_suffix(".png").is_file()
-    assert len(list((tmp_path / "attacks" / "shadows").glob("*/record.json"))) == 2
+    assert len(list(RunDir(tmp_path).shadow_dir().glob("*/record.json"))) == 2
+    assert data["shadows"] == [{"pool": "online", "num_models": 2, "attacks": ["rmia"], "num_trained": 2, "num_reused": 0}]
+    assert data["shadow_defense"] == target["record"].defense  # shadows trained as the target was
 
 
 def test_cli_external_model(target, capsys, tmp_path, monkeypatch):
@@ -448,16 +461,18 @@ def test_cli_external_model(target, capsys, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "extra, needle",
     [
-        (["--workers", "0"], "--workers"),
-        (["--shadows", "-1"], "--shadows"),
+        (["--num-workers", "0"], "--num-workers"),
+        (["--num-shadows", "-1"], "--num-shadows"),
+        (["--gamma", "2"], "--gamma=2.0 does not apply"),
         (["--executor", "local", "--address", "1.2.3.4:6379"], "--address='1.2.3.4:6379'"),
         (["--num-queries", "3"], "num_queries must be <= 1"),
         (["--attack", "bogus"], "'bogus'"),
         (["--offline-a", "2"], "--offline-a"),
+        (["--offline-a", "0.5"], "does not apply"),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2(target, capsys, tmp_path, extra, needle):
-    argv = ["attack", "membership", "--target", str(target["run"]), "--attack", "lira", "--shadows", "2", "--executor", "serial", "--out", str(tmp_path), "--quiet", *extra]
+    argv = ["attack", "membership", "--target", str(target["run"]), "--attack", "lira", "--num-shadows", "2", "--executor", "serial", "--out", str(tmp_path), "--quiet", *extra]
     try:
         code = main(argv)
     except SystemExit as exc:  # argparse errors
@@ -504,3 +519,38 @@ def test_reports_render_without_torch(results, tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "MPLBACKEND": "Agg"})
     assert proc.returncode == 0, proc.stderr
+
+
+# ----------------------------------------------------------------------------- the app run
+def test_run_membership_says_how_many_shadows_and_trains_them_as_the_target(target, tmp_path):
+    """--num-shadows N counts the models one attack uses; online and offline pools are apart (issue: "--shadows 8 silently trains 16")."""
+    from dpaudit.app.runs.membership import MembershipSpec, run_membership
+    from dpaudit.results.record import load_record
+
+    attacks = {
+        "lira": MEMBERSHIP_ATTACKS["lira"].config_type(num_shadows=2),
+        "lira-offline": MEMBERSHIP_ATTACKS["lira-offline"].config_type(num_shadows=2),
+        "loss": MEMBERSHIP_ATTACKS["loss"].config_type(),
+    }
+    spec = MembershipSpec(attacks=attacks, target=target["run"], executor="serial", progress=False, num_samples=40)
+    lines: list[str] = []
+    done = run_membership(spec, RunDir(tmp_path), on_plan=lines.append)
+    assert lines == ["4 shadow model(s): 2 online (each queried example IN for about half: lira) + 2 offline (population only, no queried example: lira-offline); shadows trained with 'nonprivate'"]
+    assert [(p.kind, p.num_models, p.num_trained, p.attacks) for p in done.pools] == [("online", 2, 2, ("lira",)), ("offline", 2, 2, ("lira-offline",))]
+    records = [load_record(p.parent) for p in RunDir(tmp_path).shadow_dir().glob("*/record.json")]
+    assert len(records) == 4 and {r.defense for r in records} == {"nonprivate"}  # the target's own defense, through the registry
+    assert {r.config["epochs"] for r in records} == {target["record"].config["epochs"]}
+    assert sorted(p.stem for p in RunDir(tmp_path).membership_dir(done.model_id).glob("*.json")) == ["lira", "lira-offline", "loss"]
+    again = run_membership(spec, RunDir(tmp_path))
+    assert again.num_shadows_trained == 0 and again.num_shadows_reused == 4
+    for name in attacks:
+        np.testing.assert_array_equal(again.results[name].scores, done.results[name].scores)
+
+
+def test_membership_spec_rejects_a_config_of_the_wrong_type(target):
+    from dpaudit.app.runs.membership import MembershipSpec
+
+    with pytest.raises(TypeError, match=r"attacks\['lira'\] must be a LiRAConfig"):
+        MembershipSpec(attacks={"lira": RMIAConfig()}, target=target["run"])
+    with pytest.raises(ValueError, match="'nope'"):
+        MembershipSpec(attacks={"nope": RMIAConfig()}, target=target["run"])
