@@ -36,15 +36,15 @@ from typing import Any
 
 import torch
 
-from attacks.membership import ATTACKS, run_membership_attacks, save_membership_results
-from attacks.shadows import ShadowTraining, ensure_shadows, plan_shadows, shadow_dir
+from attacks.membership import MEMBERSHIP_ATTACKS, RMIAConfig, RMIAOfflineConfig, run_membership_attacks
+from attacks.shadows import ShadowTraining, ensure_shadows, plan_shadows
 from defenses import DEFENSES
 from defenses.nonprivate import NonPrivateConfig
+from dpaudit.app.runs.train import TrainSpec, train_or_load
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.executors import Job, LocalExecutor, make_executor
-from dpaudit.results.record import RECORD_FILE, load_record
+from dpaudit.results import save_membership_result
 from dpaudit.store import RunDir, atomic_write_json
-from dpaudit.weights import load_model, save_record
 from reports.membership import write_membership_report
 
 
@@ -53,37 +53,31 @@ def _log(msg: str) -> None:
 
 
 def _train_target(run: RunDir, *, defense: str, config: Any, bundle: Any, splits: Any, model: str, seed: int, quiet: bool) -> tuple[Any, Any]:
-    from defenses._common import model_id_for
-
-    spec = DEFENSES[defense]
-    model_id = model_id_for(defense=defense, bundle=bundle, model_name=model, model_options={}, config=config, splits=splits, seed=seed)
-    rdir = run.record_dir(model_id)
-    if (rdir / RECORD_FILE).is_file():
-        _log(f"reusing target {model_id}")
-        return load_record(rdir), load_model(rdir)
-    record, net = spec.train(bundle=bundle, splits=splits, model_name=model, model_options={}, config=config, seed=seed, device="cpu", progress=not quiet)
-    save_record(record, net, rdir)
-    return record, net
+    outcome = train_or_load(TrainSpec(defense=defense, config=config, model=model, dataset=bundle.name, seed=seed, device="cpu", progress=not quiet), run, bundle=bundle, splits=splits)
+    if outcome.reused:
+        _log(f"reusing target {outcome.record.model_id}")
+    return outcome.record, outcome.model
 
 
 def _attack(args: argparse.Namespace, run: RunDir, record: Any, model: Any, bundle: Any, *, num_shadows: int, executor: Any) -> dict[str, Any]:
     t0 = time.monotonic()
     results = run_membership_attacks(
-        list(ATTACKS),
+        list(MEMBERSHIP_ATTACKS),
         record=record,
         model=model,
         bundle=bundle,
         seed=args.seed,
         num_shadows=num_shadows,
-        num_references=args.references,
+        configs={"rmia": RMIAConfig(num_references=args.references), "rmia-offline": RMIAOfflineConfig(num_references=args.references)},
         num_queries=args.num_queries,
-        shadow_directory=shadow_dir(run.path),
+        shadow_directory=run.shadow_dir(),
         executor=executor,
         data_root=args.data_root,
         progress=not args.quiet,
     )
     elapsed = time.monotonic() - t0
-    save_membership_results(results, run.path)
+    for r in results.values():
+        save_membership_result(r, run.membership_dir(r.model_id))
     report = write_membership_report(results, run.path)
     summaries = {name: r.summary() for name, r in results.items()}
     meta = results["lira"].metadata
