@@ -10,7 +10,7 @@ returns a figure; saving is left to :mod:`reports.render`. Shown:
   First Principles", §III: the low-FPR regime is what privacy is about);
 * for one-run audits, ε_LB against the number of guesses (Steinke, Nasr & Jagielski 2023, Fig. 2).
 
-Torch-free: it renders from a stored :class:`~dpaudit.privacy.audit.AuditResult` and ``scores.npz``.
+Torch-free: it renders from a stored :class:`~dpaudit.results.audit.AuditResult` and ``scores.npz``.
 """
 
 from __future__ import annotations
@@ -27,17 +27,15 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
-from dpaudit.privacy.audit import AuditResult
-from reports.render import Banner, Figure, Section, Table, format_number
+from dpaudit.results.audit import AuditResult
+from reports.figures import colour, legend_outside, new_axes, style
+from reports.render import Banner, Figure, Items, Section, Table, accountant_table, format_number
 
 __all__ = ["score_histogram", "roc_figure", "guess_curve_figure", "bounds_table", "audit_section", "split_scores"]
 
 
-def _axes(ax: Axes | None, size: tuple[float, float] = (5.0, 3.6)) -> tuple[MplFigure, Axes]:
-    if ax is not None:
-        return ax.figure, ax
-    fig = MplFigure(figsize=size)
-    return fig, fig.add_subplot(1, 1, 1)
+def _axes(ax: Axes | None, size: tuple[float, float] = (6.0, 3.6)) -> tuple[MplFigure, Axes]:
+    return new_axes(ax, size=size)
 
 
 def split_scores(scores: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -55,11 +53,11 @@ def score_histogram(in_scores: np.ndarray, out_scores: np.ndarray, *, ax: Axes |
     fig, ax = _axes(ax)
     both = np.concatenate([in_scores, out_scores])
     bins = np.histogram_bin_edges(both, bins=min(60, max(10, int(math.sqrt(both.size))))) if both.size else 10
-    ax.hist(out_scores, bins=bins, alpha=0.55, label=f"OUT (n={out_scores.size})", color="tab:blue", density=True)
-    ax.hist(in_scores, bins=bins, alpha=0.55, label=f"IN (n={in_scores.size})", color="tab:red", density=True)
+    ax.hist(out_scores, bins=bins, alpha=0.55, label=f"OUT (n={out_scores.size})", color=colour("out"), density=True, histtype="stepfilled")
+    ax.hist(in_scores, bins=bins, alpha=0.55, label=f"IN (n={in_scores.size})", color=colour("in"), density=True, histtype="stepfilled")
     ax.set_xlabel(label)
     ax.set_ylabel("density")
-    ax.legend(frameon=False)
+    legend_outside(ax)
     return fig
 
 
@@ -77,14 +75,14 @@ def roc_figure(in_scores: np.ndarray, out_scores: np.ndarray, *, ax: Axes | None
     fpr, tpr = _roc(np.asarray(in_scores, float), np.asarray(out_scores, float))
     floor = 0.5 / max(min(in_scores.size, out_scores.size), 1)
     auc = float(np.trapezoid(tpr, fpr)) if hasattr(np, "trapezoid") else float(np.trapz(tpr, fpr))
-    ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), color="tab:red", label=f"attack (AUC {auc:.3f})")
+    ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), color=colour("epsilon_lb"), label=f"threshold test (AUC {auc:.3f})")
     grid = np.logspace(math.log10(floor), 0, 50)
-    ax.plot(grid, grid, ls="--", color="grey", label="chance")
+    ax.plot(grid, grid, ls="--", color=colour("chance"), label="chance")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("false positive rate")
     ax.set_ylabel("true positive rate")
-    ax.legend(frameon=False, loc="lower right")
+    legend_outside(ax)
     return fig
 
 
@@ -94,14 +92,14 @@ def guess_curve_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFig
     curve = result.details.get("guess_curve", ())
     r = [p["num_guesses"] for p in curve]
     e = [p["epsilon_lb"] for p in curve]
-    ax.plot(r, e, marker="o", color="tab:red", label="ε_LB at r guesses")
+    ax.plot(r, e, **{**style("epsilon_lb"), "marker": "o"}, label="ε_LB at r guesses")
     if math.isfinite(result.epsilon_ub):
-        ax.axhline(result.epsilon_ub, ls="--", color="black", label=f"ε_UB ({result.accountant})")
-    ax.axhline(result.epsilon_lb, ls=":", color="tab:red", label="headline ε_LB (Bonferroni over k)")
+        ax.axhline(result.epsilon_ub, ls="--", color=colour("epsilon_ub"), label=f"ε_UB ({result.accountant})")
+    ax.axhline(result.epsilon_lb, ls=":", color=colour("epsilon_lb"), label="headline ε_LB (Bonferroni over k)")
     ax.set_xscale("log")
     ax.set_xlabel("number of guesses r")
     ax.set_ylabel("ε")
-    ax.legend(frameon=False)
+    legend_outside(ax)
     return fig
 
 
@@ -115,9 +113,7 @@ def bounds_table(result: AuditResult) -> Table:
             + (f", group size {result.group_size}" if result.group_size > 1 else ""),
         ]
     ]
-    for name, value in result.epsilon_ub_by_accountant.items():
-        mark = " (tightest: compared)" if name == result.accountant else ""
-        rows.append([f"ε_UB {name}{mark}", value, result.claim_description])
+    rows.append([f"ε_UB (tightest accountant: {result.accountant})", result.epsilon_ub, result.claim_description])
     if result.epsilon_estimate is not None:
         rows.append(["ε estimate (not a bound)", result.epsilon_estimate, str(result.details.get("estimate_kind", "point estimate"))])
     comp = result.details.get("composed_estimate")
@@ -131,9 +127,10 @@ def bounds_table(result: AuditResult) -> Table:
 
 
 def audit_section(result: AuditResult, scores: Mapping[str, np.ndarray] | None = None, *, title: str = "Audit") -> Section:
-    """The report section of one audit: banner, bounds table, explanation and figures."""
+    """The report section of one audit: verdict banner (stored), bounds, ε per accountant, evidence, figures."""
     blocks: list[Any] = []
     ub = format_number(result.epsilon_ub)
+    # The verdict is the result's own (AuditResult.violation); the report only words it.
     if result.violation:
         blocks.append(
             Banner(
@@ -143,22 +140,31 @@ def audit_section(result: AuditResult, scores: Mapping[str, np.ndarray] | None =
     else:
         blocks.append(Banner(text=f"No violation: ε_LB = {result.epsilon_lb:.3f} ≤ ε_UB = {ub} ({result.accountant}); tightness {result.tightness:.2f}.", level="ok"))
     blocks.append(bounds_table(result))
-    lines = [f"- threat model: **{result.threat_model}**, game: **{result.method}**, bound: **{result.bound}** ({result.threshold_strategy})"]
+    epsilons = dict(result.epsilon_ub_by_accountant) or ({result.accountant: result.epsilon_ub} if math.isfinite(result.epsilon_ub) else {})
+    blocks.append(accountant_table(epsilons, delta=result.delta, description=result.claim_description, compared=result.accountant))
+    lines = [f"threat model: {result.threat_model}; game: {result.method}; bound: {result.bound} ({result.threshold_strategy})"]
     if result.method == "white-box":
         lines.append(
-            "- compared claim: **one un-sampled Gaussian step** — the auditor inserts the Dirac gradient canary itself, so whenever it is IN it is certainly in the lot; each step is one observation of that mechanism"
+            "compared claim: one un-sampled Gaussian step — the auditor inserts the Dirac gradient canary itself, so whenever it is IN it is certainly in the lot; each step is one observation of that mechanism"
         )
         canary = result.details.get("canary")
         if canary:
-            lines.append(f"- canary coordinate: `{canary['parameter']}[{canary['index']}]`, magnitude {format_number(float(canary['magnitude']))}; {canary['reason']}")
-    lines.append(f"- score: {result.details.get('score', 'n/a')}")
-    lines.append("- ε estimates are point estimates, never bounds; only ε_LB carries the stated confidence")
-    blocks.append("\n".join(lines))
-    if scores:
-        s_in, s_out = split_scores(scores)
-        if s_in.size and s_out.size:
-            blocks.append(Figure(figure=score_histogram(s_in, s_out), name="scores", caption="IN and OUT scores (higher = IN)."))
-            blocks.append(Figure(figure=roc_figure(s_in, s_out), name="roc", caption="ROC of the threshold test, log–log axes."))
-    if result.method == "one-run" and result.details.get("guess_curve"):
-        blocks.append(Figure(figure=guess_curve_figure(result), name="guesses", caption="One-run ε_LB against the number of guesses."))
+            lines.append(f"canary coordinate: {canary['parameter']}[{canary['index']}], magnitude {format_number(float(canary['magnitude']))}; {canary['reason']}")
+    lines.append(f"score: {result.details.get('score', 'n/a')}")
+    lines.append("ε estimates are point estimates, never bounds; only ε_LB carries the stated confidence")
+    blocks.append(Items(items=lines))
+    s_in, s_out = split_scores(scores) if scores else (np.zeros(0), np.zeros(0))
+    drawable = bool(s_in.size and s_out.size)
+    why = "no IN/OUT scores were stored for this audit" if not scores else "one of the IN/OUT score sets is empty"
+    blocks.append(Figure(figure=score_histogram(s_in, s_out) if drawable else None, name="scores", caption="IN and OUT scores (higher = IN)", empty=why))
+    blocks.append(Figure(figure=roc_figure(s_in, s_out) if drawable else None, name="roc", caption="ROC of the threshold test, log–log axes", empty=why))
+    if result.method == "one-run":
+        blocks.append(
+            Figure(
+                figure=guess_curve_figure(result) if result.details.get("guess_curve") else None,
+                name="guesses",
+                caption="One-run ε_LB against the number of guesses",
+                empty="the audit stored no guess curve",
+            )
+        )
     return Section(title=title, blocks=blocks)

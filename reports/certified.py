@@ -2,14 +2,15 @@
 
 What a reader of Phan et al. (2019, Figs. 2–5) or Lecuyer et al. (2019, Fig. 3) looks for:
 
-1. **certified accuracy against attack size** for every certified model (its own PixelDP-style
-   certificate and the randomized-smoothing certificate of the same noise, Cohen et al. 2019),
-   with the **empirical robust accuracy** under FGSM / I-FGSM / PGD / MIM on the same axes —
-   the certificate must stay below what the attacks achieve, and a point above is flagged;
-2. **conventional accuracy against the DP ε** of the training data, for Secure-SGD and DP-SGD;
-3. the tables behind both, as CSV.
+1. **certified accuracy against the perturbation radius** for every certified model (its own
+   PixelDP-style certificate and the randomized-smoothing certificate of the same noise, Cohen
+   et al. 2019), beside its conventional accuracy and the **empirical robust accuracy** under
+   FGSM / I-FGSM / PGD / MIM on the same axes;
+2. **conventional accuracy against the DP ε** of the training data, where records carry one;
+3. the tables behind both, as CSV (a CSV with no rows is not written).
 
-Torch-free: everything renders from the JSON + NPZ that ``dpaudit certify`` stored.
+Soundness verdicts are read from what ``dpaudit certify`` stored (``soundness_violations`` in
+its summary); this module only renders them. Torch-free: everything renders from stored JSON + NPZ.
 """
 
 from __future__ import annotations
@@ -18,25 +19,19 @@ import csv
 import io
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import matplotlib
-
-matplotlib.use("Agg")
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
-from dpaudit.results import EvasionResult, load_evasion_result
-from dpaudit.robustness.certification import (
-    CertificationResult,
-    load_certification_result,
-)
-from dpaudit.store import atomic_write_text, read_json
-from reports.render import Banner, Figure, Section, Table, write_report
+from dpaudit.results import EvasionResult, TrainedModel, load_evasion_result, load_record
+from dpaudit.results.certification import CertificationResult, load_certification_result
+from dpaudit.store import RunDir, atomic_write_text, read_json
+from reports.figures import colour, legend_outside, new_axes, style
+from reports.render import Banner, Figure, Section, Table, Text, WrittenReport, accountant_table, write_report_files
 
 __all__ = [
     "CertifiedRun",
@@ -48,20 +43,22 @@ __all__ = [
     "robust_rows",
     "accuracy_epsilon_rows",
     "soundness_problems",
+    "certified_sections",
+    "write_certified_tables",
     "write_certified_report",
 ]
 
 SUMMARY_FILE = "summary.json"
-_ATTACK_STYLE = {"fgsm": ":", "ifgsm": "-.", "pgd": "--", "mim": (0, (1, 3))}
 
 
 @dataclass(frozen=True, kw_only=True)
 class CertifiedRun:
-    """What ``dpaudit certify`` stored for one model."""
+    """What ``dpaudit certify`` stored for one model (and its record, when the run holds it)."""
 
     summary: Mapping[str, Any]
     certificates: Mapping[str, CertificationResult]
     attacks: Mapping[str, EvasionResult]
+    record: TrainedModel | None = field(default=None)
 
     @property
     def label(self) -> str:
@@ -78,8 +75,15 @@ class CertifiedRun:
         return " ".join(parts)
 
     @property
-    def sizes(self) -> np.ndarray:
-        return np.asarray(self.summary["attack_sizes"], dtype=float)
+    def radii(self) -> np.ndarray:
+        """The perturbation radii the model was certified and attacked at."""
+        s = self.summary
+        return np.asarray(s["radii"] if "radii" in s else s.get("attack_sizes", ()), dtype=float)
+
+    @property
+    def soundness_violations(self) -> list[Mapping[str, Any]]:
+        """The violations ``certify`` stored (certificate, radius, certified and robust accuracy)."""
+        return [dict(v) if isinstance(v, Mapping) else {"certificate": v[0], "radius": v[1], "certified_accuracy": v[2], "robust_accuracy": v[3]} for v in self.summary.get("soundness_violations", ())]
 
     def strongest_robust_accuracy(self) -> np.ndarray | None:
         """Robust accuracy when an example counts as broken if *any* attack broke it."""
@@ -91,72 +95,77 @@ class CertifiedRun:
         return 1.0 - success.mean(axis=1)
 
 
-def load_certified_runs(run_dir: str | Path) -> list[CertifiedRun]:
-    """Every model certified in ``RUN_DIR/certify/*`` (sorted by defense, then model id)."""
+def _record(run: RunDir, model_id: str) -> TrainedModel | None:
+    path = run.record_dir(model_id)
+    return load_record(path) if (path / "record.json").is_file() else None
+
+
+def load_certified_runs(run_dir: str | Path | RunDir) -> list[CertifiedRun]:
+    """Every model certified in the run (sorted by defense, then model id)."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     out = []
-    for summary_path in sorted(Path(run_dir, "certify").glob(f"*/{SUMMARY_FILE}")):
-        summary = read_json(summary_path)
-        d = summary_path.parent
+    for d in run.certify_dirs():
+        summary = read_json(d / SUMMARY_FILE)
         certs = {p.stem.removeprefix("certify-"): load_certification_result(p) for p in sorted(d.glob("certify-*.json"))}
         attacks = {}
         for p in sorted(d.glob("evasion-*.json")):
             res = load_evasion_result(p)
             attacks[res.attack] = res
-        out.append(CertifiedRun(summary=summary, certificates=certs, attacks=attacks))
+        out.append(CertifiedRun(summary=summary, certificates=certs, attacks=attacks, record=_record(run, str(summary.get("model_id", d.name)))))
     return sorted(out, key=lambda r: (str(r.summary["defense"]), str(r.summary["model_id"])))
 
 
-def _axes(ax: Axes | None, size: tuple[float, float] = (6.0, 4.0)) -> tuple[MplFigure, Axes]:
-    if ax is not None:
-        return ax.figure, ax
-    fig = MplFigure(figsize=size)
-    return fig, fig.add_subplot(1, 1, 1)
+def certified_figure(run: CertifiedRun, *, ax: Axes | None = None) -> MplFigure | None:
+    """One model: conventional accuracy, certified accuracy per certificate and robust accuracy per attack, against radius.
 
-
-def certified_figure(run: CertifiedRun, *, ax: Axes | None = None) -> MplFigure:
-    """One model: certified accuracy (solid) and robust accuracy under each attack (dashed) vs size."""
-    fig, ax = _axes(ax)
-    sizes = run.sizes
+    Returns:
+        The figure, or ``None`` when the model has neither a certificate nor an attack result.
+    """
+    if not run.certificates and not run.attacks:
+        return None
+    fig, ax = new_axes(ax, size=(7.5, 4.2))
+    radii = run.radii
+    conv = run.summary.get("conventional_accuracy")
+    if isinstance(conv, (int, float)) and math.isfinite(conv):
+        ax.axhline(conv, color=colour(str(run.summary["defense"])), linestyle=(0, (6, 2)), linewidth=1.0, alpha=0.7, label=f"conventional accuracy {conv:.3f}")
     for name, cert in run.certificates.items():
-        ax.plot(sizes, cert.certified_accuracy(sizes), marker="o", lw=2, label=f"certified: {name}")
+        ax.plot(radii, cert.certified_accuracy(radii), **{**style(name), "linestyle": "-" if name != "smoothing" else ":"}, linewidth=2, markersize=6, label=f"certified: {name}")
     for name, res in run.attacks.items():
-        ax.plot(res.radii, res.robust_accuracy, ls=_ATTACK_STYLE.get(name, "--"), marker=".", label=f"robust: {name}")
-    ax.set_xlabel(f"attack size ({run.summary.get('norm', '')})")
+        ax.plot(res.radii, res.robust_accuracy, **style(name), markersize=5, markerfacecolor="none", label=f"robust under {name}")
+    ax.set_xlabel(f"perturbation radius ({run.summary.get('norm', '')})")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(run.label)
+    ax.set_title(run.label, fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     return fig
 
 
-def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, include_smoothing: bool = True) -> MplFigure:
-    """Every model's own certificate on one axes (and, dotted, smoothing of the same noise)."""
-    fig, ax = _axes(ax, size=(9.0, 4.2))
-    for i, run in enumerate(runs):
-        color = f"C{i % 10}"
-        conv = run.summary.get("conventional_accuracy", float("nan"))
-        for name, cert in run.certificates.items():
-            is_smooth = name == "smoothing"
-            if is_smooth and not include_smoothing:
-                continue
-            ax.plot(
-                run.sizes,
-                cert.certified_accuracy(run.sizes),
-                color=color,
-                ls=":" if is_smooth else "-",
-                marker="" if is_smooth else "o",
-                label=f"{run.label}: {'smoothing' if is_smooth else 'certificate'} (conv. acc {conv:.3f})",
-            )
-    ax.set_xlabel("attack size")
+def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, include_smoothing: bool = True) -> MplFigure | None:
+    """Every model's certificates on one axes, coloured by method.
+
+    Returns:
+        The figure, or ``None`` when no model holds a certificate.
+    """
+    curves = [(run, name, cert) for run in runs for name, cert in run.certificates.items() if include_smoothing or name != "smoothing"]
+    if not curves:
+        return None
+    fig, ax = new_axes(ax, size=(8.0, 4.2))
+    for run, name, cert in curves:
+        st = style(name)
+        if name == "smoothing":
+            # Smoothing keeps its own colour; the marker says which model's noise it smooths.
+            st = {**st, "marker": style(str(run.summary["defense"]))["marker"]}
+        ax.plot(run.radii, cert.certified_accuracy(run.radii), **st, label=f"{run.label} [{run.summary['model_id']}]: {name}")
+    ax.set_xlabel("perturbation radius")
     ax.set_ylabel("certified accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    legend_outside(ax)
     return fig
 
 
-def accuracy_epsilon_rows(run_dir: str | Path, runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
+def accuracy_epsilon_rows(records: Sequence[TrainedModel], runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
     """(defense, model id, DP ε, δ, conventional accuracy) for every record with a finite ε.
 
     Conventional accuracy is the Monte Carlo prediction's accuracy where the model was
@@ -164,20 +173,20 @@ def accuracy_epsilon_rows(run_dir: str | Path, runs: Sequence[CertifiedRun]) -> 
     """
     certified = {str(r.summary["model_id"]): r for r in runs}
     rows = []
-    for path in sorted(Path(run_dir, "records").glob("*/record.json")):
-        rec = read_json(path)
-        metrics = rec.get("metrics", {})
-        eps = metrics.get("epsilon")
+    for rec in records:
+        eps = rec.metrics.get("epsilon")
         if not isinstance(eps, (int, float)) or not math.isfinite(eps):
             continue
-        run = certified.get(rec["model_id"])
-        acc = run.summary["conventional_accuracy"] if run is not None else metrics.get("test_accuracy", float("nan"))
+        run = certified.get(rec.model_id)
+        acc = run.summary.get("conventional_accuracy") if run is not None else rec.metrics.get("test_accuracy")
+        if not isinstance(acc, (int, float)):
+            continue
         rows.append(
             {
-                "defense": rec["defense"],
-                "model_id": rec["model_id"],
+                "defense": rec.defense,
+                "model_id": rec.model_id,
                 "epsilon": float(eps),
-                "delta": metrics.get("delta"),
+                "delta": rec.metrics.get("delta"),
                 "conventional_accuracy": float(acc),
                 "source": "monte carlo" if run is not None else "record test accuracy",
             }
@@ -185,65 +194,63 @@ def accuracy_epsilon_rows(run_dir: str | Path, runs: Sequence[CertifiedRun]) -> 
     return sorted(rows, key=lambda r: (r["defense"], r["epsilon"]))
 
 
-def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, ax: Axes | None = None) -> MplFigure:
-    """Conventional accuracy against the training data's DP ε, one line per defense."""
-    fig, ax = _axes(ax)
-    for i, defense in enumerate(sorted({r["defense"] for r in rows})):
+def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, ax: Axes | None = None) -> MplFigure | None:
+    """Conventional accuracy against the training data's DP ε, one line per defense (``None`` without rows)."""
+    if not rows:
+        return None
+    fig, ax = new_axes(ax, size=(7.0, 4.0))
+    for defense in sorted({r["defense"] for r in rows}):
         pts = sorted((r["epsilon"], r["conventional_accuracy"]) for r in rows if r["defense"] == defense)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i}", label=defense)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], **style(defense), label=defense)
     ax.set_xscale("log")
     ax.set_xlabel("DP ε of the training data")
     ax.set_ylabel("conventional accuracy")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    legend_outside(ax)
     return fig
 
 
 def certified_rows(runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
-    """Long table: defense, model, certificate, size, certified accuracy, conventional accuracy."""
-    rows = []
-    for run in runs:
-        for name, cert in run.certificates.items():
-            for size, acc in zip(run.sizes, cert.certified_accuracy(run.sizes)):
-                rows.append(
-                    {
-                        "defense": run.summary["defense"],
-                        "model_id": run.summary["model_id"],
-                        "certificate": name,
-                        "norm": cert.norm,
-                        "size": float(size),
-                        "certified_accuracy": float(acc),
-                        "conventional_accuracy": float(cert.conventional_accuracy),
-                    }
-                )
-    return rows
+    """Long table: defense, model, certificate, radius, certified accuracy, conventional accuracy."""
+    return [
+        {
+            "defense": run.summary["defense"],
+            "model_id": run.summary["model_id"],
+            "certificate": name,
+            "norm": cert.norm,
+            "radius": float(radius),
+            "certified_accuracy": float(acc),
+            "conventional_accuracy": float(cert.conventional_accuracy),
+        }
+        for run in runs
+        for name, cert in run.certificates.items()
+        for radius, acc in zip(run.radii, cert.certified_accuracy(run.radii))
+    ]
 
 
 def robust_rows(runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
-    """Long table: defense, model, attack, size, robust accuracy, clean accuracy."""
-    rows = []
-    for run in runs:
-        for name, res in run.attacks.items():
-            for size, acc in zip(res.radii, res.robust_accuracy):
-                rows.append(
-                    {
-                        "defense": run.summary["defense"],
-                        "model_id": run.summary["model_id"],
-                        "attack": name,
-                        "norm": res.norm,
-                        "size": float(size),
-                        "robust_accuracy": float(acc),
-                        "clean_accuracy": float(res.clean_accuracy),
-                    }
-                )
-    return rows
+    """Long table: defense, model, attack, radius, robust accuracy, clean accuracy."""
+    return [
+        {
+            "defense": run.summary["defense"],
+            "model_id": run.summary["model_id"],
+            "attack": name,
+            "norm": res.norm,
+            "radius": float(radius),
+            "robust_accuracy": float(acc),
+            "clean_accuracy": float(res.clean_accuracy),
+        }
+        for run in runs
+        for name, res in run.attacks.items()
+        for radius, acc in zip(res.radii, res.robust_accuracy)
+    ]
 
 
 def soundness_problems(run: CertifiedRun, *, tolerance: float = 1e-9) -> list[tuple[str, float, float, float]]:
-    """(certificate, size, certified acc, robust acc) wherever a certificate exceeds the strongest attack.
+    """(certificate, radius, certified acc, robust acc) wherever a certificate exceeds the strongest attack.
 
-    ``tolerance`` absorbs float rounding only (two fractions of the same count computed in
-    different orders); any real excess is at least one example, 1/n.
+    Kept only for ``dpaudit.app.runs.certify`` until the verdict moves into the core; reports
+    never call it — they render the stored ``soundness_violations``.
     """
     robust = run.strongest_robust_accuracy()
     if robust is None:
@@ -252,20 +259,30 @@ def soundness_problems(run: CertifiedRun, *, tolerance: float = 1e-9) -> list[tu
     for name, cert in run.certificates.items():
         if cert.norm != run.summary.get("norm"):
             continue
-        for size, c, r in zip(run.sizes, cert.certified_accuracy(run.sizes), robust):
+        for radius, c, r in zip(run.radii, cert.certified_accuracy(run.radii), robust):
             if c > r + tolerance:
-                out.append((name, float(size), float(c), float(r)))
+                out.append((name, float(radius), float(c), float(r)))
     return out
 
 
 def _csv(rows: Sequence[Mapping[str, Any]]) -> str:
-    if not rows:
-        return ""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
     return buf.getvalue()
+
+
+def write_certified_tables(directory: Path, runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[str, Any]]) -> list[Path]:
+    """Writes the CSV tables that have rows (a table without rows is neither written nor listed); removes stale empty ones."""
+    written = []
+    for name, rows in (("certified_accuracy.csv", certified_rows(runs)), ("robust_accuracy.csv", robust_rows(runs)), ("accuracy_vs_epsilon.csv", eps_rows)):
+        path = directory / name
+        if rows:
+            written.append(atomic_write_text(path, _csv(rows)))
+        elif path.is_file() and path.stat().st_size == 0:
+            path.unlink()  # left by older versions, which always wrote the file
+    return written
 
 
 def _run_table(runs: Sequence[CertifiedRun]) -> Table:
@@ -294,69 +311,101 @@ def _run_table(runs: Sequence[CertifiedRun]) -> Table:
     )
 
 
-def write_certified_report(run_dir: str | Path, *, runs: Sequence[CertifiedRun] | None = None) -> Path:
-    """Writes ``RUN_DIR/reports/certified.{html,md}``, its figures and CSV tables.
+def _claim_block(run: CertifiedRun) -> Any:
+    if run.record is None:
+        return Text(text="The model's record is not in this run directory, so its privacy claim cannot be shown.")
+    delta = run.record.metrics.get("delta") or run.summary.get("delta") or 1e-5
+    return accountant_table(run.record.claim.epsilons(delta=float(delta)), delta=float(delta), description=run.record.claim.description)
 
-    Returns:
-        The HTML report's path.
-    """
-    run_dir = Path(run_dir)
-    runs = load_certified_runs(run_dir) if runs is None else list(runs)
-    out = run_dir / "reports"
-    out.mkdir(parents=True, exist_ok=True)
-    eps_rows = accuracy_epsilon_rows(run_dir, runs)
-    cert_rows, rob_rows = certified_rows(runs), robust_rows(runs)
-    for name, rows in (("certified_accuracy.csv", cert_rows), ("robust_accuracy.csv", rob_rows), ("accuracy_vs_epsilon.csv", eps_rows)):
-        atomic_write_text(out / name, _csv(rows))
 
-    sections: list[Section] = []
-    problems = {run.summary["model_id"]: soundness_problems(run) for run in runs}
-    bad = {k: p for k, p in problems.items() if p}
+def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[str, Any]], csv_files: Sequence[Path] = ()) -> list[Section]:
+    """The certified report's sections: stored soundness verdicts, overview, one section per model, accuracy vs ε."""
     overview: list[Any] = []
+    bad = {str(r.summary["model_id"]): r.soundness_violations for r in runs if r.soundness_violations}
     if bad:
-        lines = "; ".join(f"{k}: {name} at size {size:g} certifies {c:.3f} > robust {r:.3f}" for k, ps in bad.items() for name, size, c, r in ps)
+        lines = "; ".join(
+            f"{k}: {v.get('certificate')} at radius {float(v.get('radius', v.get('size', math.nan))):g} certifies {float(v['certified_accuracy']):.3f} > robust {float(v['robust_accuracy']):.3f}"
+            for k, vs in bad.items()
+            for v in vs
+        )
         overview.append(Banner(text=f"SOUNDNESS VIOLATION: a certificate exceeds the accuracy an attack left — a bug in the certificate or the noise. {lines}", level="alert"))
-    elif runs:
-        overview.append(Banner(text="Sound: at every attack size, certified accuracy ≤ robust accuracy under the strongest attack.", level="ok"))
+    elif any(r.certificates and r.attacks for r in runs):
+        overview.append(Banner(text="Sound: at every radius, certified accuracy ≤ robust accuracy under the strongest attack (as stored by dpaudit certify).", level="ok"))
     if runs:
         overview.append(_run_table(runs))
         overview.append(
             Figure(
                 figure=comparison_figure(runs),
                 name="comparison",
-                caption="Certified accuracy against attack size: each model's own certificate (solid) and randomized smoothing of the same noise (dotted).",
+                caption="Certified accuracy against radius: each model's own certificate and randomized smoothing of the same noise",
+                empty="no model in this run holds a certificate (none has a noise layer)",
             )
         )
     else:
-        overview.append("No certified models in this run directory (run `dpaudit certify` first).")
-    sections.append(Section(title="Certified accuracy", blocks=overview))
+        overview.append(Text(text="No certified models in this run directory (run dpaudit certify first)."))
+    sections = [Section(title="Certified accuracy", blocks=overview)]
     for run in runs:
-        blocks: list[Any] = [
-            Figure(figure=certified_figure(run), name=f"model-{run.summary['model_id']}", caption="Certified accuracy (solid) against empirical robust accuracy under each attack (dashed).")
-        ]
-        rows = []
+        blocks: list[Any] = [_claim_block(run)]
+        blocks.append(
+            Figure(
+                figure=certified_figure(run),
+                name=f"model-{run.summary['model_id']}",
+                caption="Conventional accuracy (dashed horizontal), certified accuracy (solid) and empirical robust accuracy under each attack (open markers)",
+                empty="no certificate and no attack result stored for this model",
+            )
+        )
         robust = run.strongest_robust_accuracy()
-        for j, size in enumerate(run.sizes):
-            row: list[Any] = [float(size)]
-            row += [float(c.certified_accuracy([size])[0]) for c in run.certificates.values()]
+        rows = []
+        for j, radius in enumerate(run.radii):
+            row: list[Any] = [float(radius)]
+            row += [float(c.certified_accuracy([radius])[0]) for c in run.certificates.values()]
             row += [float(r.robust_accuracy[j]) for r in run.attacks.values()]
             row.append(None if robust is None else float(robust[j]))
             rows.append(row)
-        cols = ["size", *(f"certified {n}" for n in run.certificates), *(f"robust {n}" for n in run.attacks), "robust (all attacks)"]
-        blocks.append(Table(columns=cols, rows=rows))
+        if rows and (run.certificates or run.attacks):
+            blocks.append(Table(columns=["radius", *(f"certified {n}" for n in run.certificates), *(f"robust {n}" for n in run.attacks), "robust (all attacks)"], rows=rows))
         sections.append(Section(title=f"{run.label} — {run.summary['model_id']}", blocks=blocks))
-    if eps_rows:
-        sections.append(
-            Section(
-                title="Conventional accuracy against DP ε",
-                blocks=[
-                    Figure(figure=accuracy_epsilon_figure(eps_rows), name="accuracy-vs-epsilon", caption="Conventional accuracy against the training data's ε (at each record's δ)."),
-                    Table(
-                        columns=["defense", "model", "ε", "δ", "conv. acc", "source"],
-                        rows=[[r["defense"], r["model_id"], r["epsilon"], r["delta"], r["conventional_accuracy"], r["source"]] for r in eps_rows],
-                    ),
-                ],
-            )
+    sections.append(
+        Section(
+            title="Conventional accuracy against DP ε",
+            blocks=[
+                Figure(
+                    figure=accuracy_epsilon_figure(eps_rows),
+                    name="accuracy-vs-epsilon",
+                    caption="Conventional accuracy against the training data's ε (at each record's δ)",
+                    empty="no record in this run has a finite DP ε",
+                ),
+                *(
+                    [
+                        Table(
+                            columns=["defense", "model", "ε", "δ", "conv. acc", "source"],
+                            rows=[[r["defense"], r["model_id"], r["epsilon"], r["delta"], r["conventional_accuracy"], r["source"]] for r in eps_rows],
+                        )
+                    ]
+                    if eps_rows
+                    else []
+                ),
+            ],
         )
-    sections.append(Section(title="Tables", blocks=["CSV beside this report: `certified_accuracy.csv`, `robust_accuracy.csv`, `accuracy_vs_epsilon.csv`."]))
-    return write_report(out, sections, title="Certified vs conventional accuracy", stem="certified")
+    )
+    if csv_files:
+        sections.append(Section(title="Tables", blocks=[Text(text="CSV beside this report: " + ", ".join(p.name for p in csv_files) + ".")]))
+    return sections
+
+
+def write_certified_report(run_dir: str | Path | RunDir, *, runs: Sequence[CertifiedRun] | None = None) -> Path:
+    """Writes ``certified.{html,md}``, its figures and non-empty CSV tables into the run's reports directory; returns the HTML path."""
+    return render_certified(run_dir, runs=runs)[0].html
+
+
+def render_certified(run_dir: str | Path | RunDir, *, runs: Sequence[CertifiedRun] | None = None) -> tuple[WrittenReport, list[Path]]:
+    """Writes the certified report and its CSV tables; returns (the report's files, the CSV files)."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    runs = load_certified_runs(run) if runs is None else list(runs)
+    out = run.reports_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    records = [load_record(d) for d in run.record_dirs()]
+    eps_rows = accuracy_epsilon_rows(records, runs)
+    csv_files = write_certified_tables(out, runs, eps_rows)
+    written = write_report_files(out, certified_sections(runs, eps_rows, csv_files), title="Certified vs conventional accuracy", stem="certified", kind="certified")
+    return written, csv_files

@@ -1,14 +1,14 @@
-"""Membership-inference report: a metrics table and log–log ROC curves of every attack.
+"""Membership-inference report: a metrics table, TPR at fixed FPRs and log–log ROC curves.
 
 Presentation only (DESIGN.md, "Style"): the metrics are derived from stored
-:class:`dpaudit.results.MembershipResult` values by their own methods, plotting functions take
-results and an optional axes and return a figure, and only :func:`write_membership_report`
-writes files. ROC curves are drawn on log–log axes so the low-FPR regime that matters for
-privacy is visible (Carlini et al. 2022, §III-B); the table reports AUC, balanced accuracy,
-TPR at FPR 0.1 % and 1 % and the honest ε lower bound (``reference/audit.md`` §1–2, §7).
+:class:`dpaudit.results.MembershipResult` values by their own methods, :func:`plot_roc` takes
+results and an optional axes and returns a figure, and :mod:`reports.render` writes the files.
+ROC curves are drawn on log–log axes so the low-FPR regime that matters for privacy is visible
+(Carlini et al. 2022, "Membership Inference Attacks From First Principles", §III-B); the tables
+report AUC, balanced accuracy, TPR at each stored FPR and the honest ε lower bound
+(``reference/audit.md`` §1–2, §7), beside the target's claimed ε under every accountant.
 
 Imports no torch and nothing from ``attacks``: a report renders from stored results alone.
-Matplotlib runs on the Agg canvas (``matplotlib.figure.Figure``, no pyplot state).
 """
 
 from __future__ import annotations
@@ -20,48 +20,49 @@ from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure as MplFigure
 
-from dpaudit.results import MembershipResult
-from dpaudit.store import atomic_write_bytes, atomic_write_text
+from dpaudit.results import DEFAULT_FPRS, MembershipResult, load_record
+from dpaudit.store import RunDir, safe_stem
+from reports.figures import colour, legend_outside, new_axes, style
+from reports.render import Figure, Items, Section, Table, Text, accountant_table, write_report_files
 
-__all__ = ["plot_roc", "membership_table", "membership_section", "write_membership_report"]
+__all__ = ["plot_roc", "membership_table", "tpr_table", "membership_sections", "write_membership_report", "membership_report_stem"]
 
 
 def _as_list(results: Mapping[str, MembershipResult] | Sequence[MembershipResult]) -> list[MembershipResult]:
     items = list(results.values()) if isinstance(results, Mapping) else list(results)
-    if not items:
-        raise ValueError("results must hold at least one MembershipResult")
     for r in items:
         if not isinstance(r, MembershipResult):
             raise TypeError(f"results must hold MembershipResult values, got {type(r).__name__}")
     return items
 
 
-def plot_roc(results: Mapping[str, MembershipResult] | Sequence[MembershipResult], *, ax: Axes | None = None) -> Figure:
-    """Log–log ROC curves of several attacks on one plot.
+def plot_roc(results: Mapping[str, MembershipResult] | Sequence[MembershipResult], *, ax: Axes | None = None) -> MplFigure | None:
+    """Log–log ROC curves of several attacks on one plot, each in its method's fixed style.
 
     Args:
         results: the attacks' results (usually against the same target).
         ax: axes to draw into; a new figure is made when ``None``.
 
     Returns:
-        The figure holding the axes.
+        The figure holding the axes, or ``None`` when there is no result to draw.
     """
     items = _as_list(results)
-    if ax is None:
-        fig = Figure(figsize=(5.0, 4.5))
-        ax = fig.add_subplot(1, 1, 1)
-    fig = ax.figure
+    if not items:
+        return None
+    fig, ax = new_axes(ax, size=(7.0, 4.5))
     floor = min(0.5 / max(r.num_non_members, 1) for r in items)
-    for r in items:
+    for i, r in enumerate(items):
         curve = r.roc()
         # FPR = 0 has no place on a log axis; pin it at the floor so the curve starts at the left edge.
         fpr = np.maximum(curve.fpr, floor)
         tpr = np.maximum(curve.tpr, floor)
-        ax.plot(fpr, tpr, label=f"{r.attack} (AUC {r.auc():.3f}, TPR@0.1% {r.tpr_at_fpr(0.001):.3f})", linewidth=1.2)
+        # Curves of attacks that rank alike lie on each other: earlier ones are drawn wider and
+        # below, and markers sit at even distances along the (log-scaled) curve, so each stays visible.
+        ax.plot(fpr, tpr, **style(r.attack), markevery=0.07, markersize=5, linewidth=max(1.0, 3.2 - 0.6 * i), zorder=2 + i, drawstyle="steps-post", label=f"{r.attack} (AUC {r.auc():.3f})")
     grid = np.logspace(np.log10(floor), 0, 50)
-    ax.plot(grid, grid, linestyle="--", color="grey", linewidth=0.8, label="chance")
+    ax.plot(grid, grid, linestyle="--", color=colour("chance"), linewidth=0.8, label="chance")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(floor, 1.0)
@@ -70,44 +71,28 @@ def plot_roc(results: Mapping[str, MembershipResult] | Sequence[MembershipResult
     ax.set_ylabel("true-positive rate")
     targets = sorted({r.model_id for r in items})
     ax.set_title("membership inference: " + (targets[0] if len(targets) == 1 else f"{len(targets)} targets"), fontsize=8)
-    ax.legend(fontsize=6, loc="lower right")
     ax.grid(True, which="major", linewidth=0.3)
+    legend_outside(ax)
     return fig
 
 
-def membership_table(results: Mapping[str, MembershipResult] | Sequence[MembershipResult], *, delta: float = 1e-5, confidence: float = 0.95) -> str:
-    """A Markdown table: one row per attack with AUC, balanced accuracy, TPR@FPR and ε_LB."""
-    items = _as_list(results)
-    rows = [
-        f"| attack | AUC | balanced acc. | TPR @ 0.1% FPR | TPR @ 1% FPR | ε_LB (δ={delta:g}, {confidence:.0%}) | members / non-members |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in items:
+def membership_table(results: Mapping[str, MembershipResult] | Sequence[MembershipResult], *, delta: float = 1e-5, confidence: float = 0.95) -> Table:
+    """One row per attack: AUC, balanced accuracy, ε_LB and the counts."""
+    rows = []
+    for r in _as_list(results):
         s = r.summary(delta=delta, confidence=confidence)
-        rows.append(
-            f"| {r.attack} | {s['auc']:.4f} | {s['balanced_accuracy']:.4f} | {s['tpr_at_fpr']['0.001']:.4f} | "
-            f"{s['tpr_at_fpr']['0.01']:.4f} | {s['epsilon_lb']:.3f} | {s['num_members']} / {s['num_non_members']} |"
-        )
-    return "\n".join(rows)
+        rows.append([r.attack, s["auc"], s["balanced_accuracy"], s["epsilon_lb"], f"{s['num_members']} / {s['num_non_members']}"])
+    return Table(
+        columns=["attack", "AUC", "balanced acc. (estimate)", f"ε_LB (δ={delta:g}, {confidence:.0%})", "members / non-members"],
+        rows=rows,
+        caption="ε_LB: Clopper–Pearson bound with a Bonferroni-corrected threshold choice, valid at the stated confidence.",
+    )
 
 
-def membership_section(results: Mapping[str, MembershipResult] | Sequence[MembershipResult], *, figure: str | None = None, delta: float = 1e-5, confidence: float = 0.95) -> str:
-    """The Markdown section: heading, table, the ROC figure (by relative path) and notes."""
-    items = _as_list(results)
-    targets = sorted({r.model_id for r in items})
-    lines = [f"## Membership inference — {', '.join(targets)}", "", membership_table(items, delta=delta, confidence=confidence), ""]
-    if figure:
-        lines += [f"![log-log ROC curves]({figure})", ""]
-    lines += [
-        "Scores: higher = member. TPR at a fixed FPR is read off the exact ROC curve; balanced accuracy "
-        "uses the best threshold on the same scores (an estimate). ε_LB is a Clopper–Pearson bound with a "
-        "Bonferroni-corrected threshold choice, valid at the stated confidence.",
-        "",
-    ]
-    for r in items:
-        config = ", ".join(f"{k}={_short(val)}" for k, val in r.config.items())
-        lines.append(f"- `{r.attack}`: {config}")
-    return "\n".join(lines) + "\n"
+def tpr_table(results: Mapping[str, MembershipResult] | Sequence[MembershipResult], *, fprs: Sequence[float] = DEFAULT_FPRS) -> Table:
+    """TPR at each fixed FPR, read off the exact ROC curve of each attack."""
+    rows = [[r.attack, *(r.tpr_at_fpr(f) for f in fprs)] for r in _as_list(results)]
+    return Table(columns=["attack", *(f"TPR @ {f:.1%} FPR" for f in fprs)], rows=rows)
 
 
 def _short(value: Any) -> str:
@@ -118,27 +103,58 @@ def _short(value: Any) -> str:
     return str(value)
 
 
+def membership_sections(
+    results: Mapping[str, MembershipResult] | Sequence[MembershipResult],
+    *,
+    epsilons: Mapping[str, float] | None = None,
+    claim_description: str = "",
+    delta: float = 1e-5,
+    confidence: float = 0.95,
+) -> list[Section]:
+    """The report's sections: claim ε per accountant, metrics, TPR@FPR, ROC, attack configurations."""
+    items = _as_list(results)
+    claim: list[Any] = (
+        [accountant_table(epsilons, delta=delta, description=claim_description)]
+        if epsilons is not None
+        else [Text(text="The target's record is not in this run directory, so its claim cannot be shown.")]
+    )
+    sections = [Section(title="Target's privacy claim", blocks=claim)]
+    if not items:
+        sections.append(Section(title="Attacks", blocks=[Text(text="No membership-attack results are stored for this target.")]))
+        return sections
+    sections.append(Section(title="Attacks", blocks=[membership_table(items, delta=delta, confidence=confidence), tpr_table(items)]))
+    sections.append(Section(title="ROC curves", blocks=[Figure(figure=plot_roc(items), name="roc", caption="ROC curves of every attack, log–log axes", empty="no attack results to draw")]))
+    sections.append(Section(title="Attack configurations", blocks=[Items(items=[f"{r.attack}: " + (", ".join(f"{k}={_short(v)}" for k, v in r.config.items()) or "defaults") for r in items])]))
+    return sections
+
+
+def membership_report_stem(model_id: str) -> str:
+    """The file stem of the membership report of ``model_id``."""
+    return "membership-" + safe_stem(model_id, default="target")
+
+
 def write_membership_report(
     results: Mapping[str, MembershipResult] | Sequence[MembershipResult],
-    run_dir: str | os.PathLike[str],
+    run_dir: str | os.PathLike[str] | RunDir,
     *,
+    epsilons: Mapping[str, float] | None = None,
+    claim_description: str = "",
     delta: float = 1e-5,
     confidence: float = 0.95,
 ) -> Path:
-    """Writes ``membership-<model_id>.md`` and its ROC figure (PNG) into ``RUN_DIR/reports/``.
+    """Writes ``membership-<model_id>.{html,md}`` and its ROC figure into the run's reports directory; returns the HTML path.
 
-    Returns:
-        The Markdown file.
+    Raises:
+        ValueError: ``results`` is empty or covers more than one target.
     """
     items = _as_list(results)
     targets = sorted({r.model_id for r in items})
-    stem = "membership-" + (targets[0] if len(targets) == 1 else "several")
-    reports = Path(run_dir) / "reports"
-    fig = plot_roc(items)
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=150, bbox_inches="tight")
-    atomic_write_bytes(reports / f"{stem}.png", buf.getvalue())
-    text = membership_section(items, figure=f"{stem}.png", delta=delta, confidence=confidence)
-    return atomic_write_text(reports / f"{stem}.md", text)
+    if len(targets) != 1:
+        raise ValueError(f"results must be against exactly one target, got {targets}")
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    record_dir = run.record_dir(targets[0])
+    if epsilons is None and (record_dir / "record.json").is_file():
+        record = load_record(record_dir)
+        epsilons, claim_description = record.claim.epsilons(delta=delta), record.claim.description
+    sections = membership_sections(items, epsilons=epsilons, claim_description=claim_description, delta=delta, confidence=confidence)
+    return write_report_files(run.reports_dir(), sections, title=f"Membership inference against {targets[0]}", stem=membership_report_stem(targets[0]), kind="membership").html

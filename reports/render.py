@@ -1,40 +1,60 @@
-"""The report writer: sections of Markdown text, tables and figures → HTML + Markdown + PNGs.
+"""The report writer: sections of blocks → HTML and Markdown from Jinja2 templates, plus PNGs.
 
 The only module of the suite that saves figures (DESIGN.md, "Style": plotting functions take
 results and an optional axes and return a figure; only the report writer saves files). A
-report is a list of :class:`Section` s, each a list of blocks — Markdown text (a ``str``), a
-:class:`Table`, a :class:`Figure` or a :class:`Banner` — written as ``<stem>.html`` (self-
-contained apart from the PNGs beside it) and ``<stem>.md``. Every file is written atomically
-(:mod:`dpaudit.store`), so a crash never leaves a half-written report under its final name.
+report is a list of :class:`Section` s, each a list of blocks — :class:`Text`, :class:`Items`,
+:class:`Table`, :class:`Figure` or :class:`Banner` — rendered through
+``reports/templates/<kind>.html.j2`` and ``<kind>.md.j2`` (each extends one base layout) into
+``<stem>.html`` and ``<stem>.md``. A :class:`Figure` with nothing to draw is written as words,
+never as empty axes. Every file is written atomically through :mod:`dpaudit.store`, whose
+writers give files the mode ``open`` would (0644 under the usual umask 022).
 
 No torch here: reports render from stored results alone.
 """
 
 from __future__ import annotations
 
-import html
 import io
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import matplotlib
 
-matplotlib.use("Agg")  # no display on servers and CI; must precede pyplot
+matplotlib.use("Agg")  # no display on servers and CI; must precede any canvas
 
 from matplotlib.figure import Figure as MplFigure
 
 from dpaudit.store import atomic_write_bytes, atomic_write_text
+from reports.figures import has_data
 
-__all__ = ["Table", "Figure", "Banner", "Section", "write_report", "format_number"]
+__all__ = [
+    "Text",
+    "Items",
+    "Table",
+    "Figure",
+    "Banner",
+    "Section",
+    "WrittenReport",
+    "write_report",
+    "write_report_files",
+    "write_index",
+    "accountant_table",
+    "format_number",
+    "TEMPLATE_DIR",
+]
+
+TEMPLATE_DIR = Path(__file__).parent / "templates"
+_STEM = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def format_number(x: Any, digits: int = 4) -> str:
-    """Numbers for tables: ∞ as "inf", floats to ``digits`` significant places."""
+    """Numbers for tables: ∞ as "inf", floats to ``digits`` significant places, None as "—"."""
     if isinstance(x, bool) or x is None:
         return "—" if x is None else ("yes" if x else "no")
     if isinstance(x, float):
@@ -44,6 +64,20 @@ def format_number(x: Any, digits: int = 4) -> str:
             return "nan"
         return f"{x:.{digits}g}"
     return str(x)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Text:
+    """A paragraph of plain text."""
+
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Items:
+    """A bulleted list of plain-text items."""
+
+    items: Sequence[str]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,16 +96,21 @@ class Table:
 
 @dataclass(frozen=True, kw_only=True)
 class Figure:
-    """A matplotlib figure with a file name stem and a caption."""
+    """A matplotlib figure with a file name stem and a caption.
 
-    figure: MplFigure
+    ``figure`` is ``None`` (or a figure with nothing drawn) when there is nothing to plot; the
+    report then shows ``empty`` in words instead of empty axes.
+    """
+
+    figure: MplFigure | None
     name: str
     caption: str = ""
+    empty: str = "nothing to plot"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.figure, MplFigure):
-            raise TypeError(f"figure must be a matplotlib Figure, got {type(self.figure).__name__}")
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
+        if self.figure is not None and not isinstance(self.figure, MplFigure):
+            raise TypeError(f"figure must be a matplotlib Figure or None, got {type(self.figure).__name__}")
+        if not _STEM.fullmatch(self.name):
             raise ValueError(f"name must be a plain file stem (letters, digits, _ . -), got {self.name!r}")
 
 
@@ -82,111 +121,150 @@ class Banner:
     text: str
     level: str = "alert"
 
+    def __post_init__(self) -> None:
+        if self.level not in ("alert", "ok"):
+            raise ValueError(f"level must be 'alert' or 'ok', got {self.level!r}")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Section:
-    """A titled list of blocks: Markdown ``str``, :class:`Table`, :class:`Figure`, :class:`Banner`."""
+    """A titled list of blocks (:class:`Text`, :class:`Items`, :class:`Table`, :class:`Figure`, :class:`Banner`; a ``str`` is a paragraph)."""
 
     title: str
     blocks: Sequence[Any] = field(default_factory=list)
 
 
-_CSS = """
-body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
-table{border-collapse:collapse;margin:1rem 0}th,td{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}
-th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}caption{caption-side:bottom;font-size:.9em;color:#555}
-figure{margin:1rem 0}figcaption{font-size:.9em;color:#555}img{max-width:100%}
-.banner{padding:.8rem 1rem;border-radius:4px;font-weight:600;margin:1rem 0}
-.alert{background:#fde2e1;border:1px solid #d33;color:#900}.ok{background:#e3f5e1;border:1px solid #3a3;color:#161}
-code{background:#f4f4f4;padding:0 .2rem}
-"""
+@dataclass(frozen=True, kw_only=True)
+class WrittenReport:
+    """The files one report consists of."""
+
+    html: Path
+    markdown: Path
+    figures: tuple[Path, ...] = ()
 
 
-def _inline(text: str) -> str:
-    """Markdown inline markup (code, bold, italics) to HTML, escaping everything else."""
-    out = html.escape(text)
-    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
-    out = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", out)
-    return re.sub(r"(?<!\*)\*([^*]+)\*(?!\*)", r"<em>\1</em>", out)
+def accountant_table(epsilons: Mapping[str, float], *, delta: float, description: str = "", compared: str | None = None) -> Table | Text:
+    """The claim's ε under every applicable accountant at ``delta`` (one row each), or why there is none."""
+    if not epsilons:
+        return Text(text=f"No accountant applies to this claim{f' ({description})' if description else ''}: it states no privacy mechanism, so ε is unbounded.")
+    rows = [[name + (" (tightest; compared)" if name == compared else ""), float(eps)] for name, eps in epsilons.items()]
+    return Table(columns=["accountant", f"ε at δ={delta:g}"], rows=rows, caption=f"Claim: {description}" if description else "")
 
 
-def _markdown_to_html(text: str) -> str:
-    """The Markdown subset reports use: headings, paragraphs, '-' lists."""
-    parts: list[str] = []
-    for para in re.split(r"\n\s*\n", text.strip()):
-        lines = para.splitlines()
-        if all(line.lstrip().startswith(("- ", "* ")) for line in lines):
-            items = "".join(f"<li>{_inline(line.lstrip()[2:])}</li>" for line in lines)
-            parts.append(f"<ul>{items}</ul>")
-        elif lines and lines[0].startswith("#"):
-            level = min(6, len(lines[0]) - len(lines[0].lstrip("#")) + 1)
-            parts.append(f"<h{level}>{_inline(lines[0].lstrip('#').strip())}</h{level}>")
-            if len(lines) > 1:
-                parts.append(f"<p>{_inline(' '.join(lines[1:]))}</p>")
-        else:
-            parts.append(f"<p>{_inline(' '.join(lines))}</p>")
-    return "\n".join(parts)
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        autoescape=lambda name: name is not None and name.endswith(".html.j2"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["num"] = format_number
+    env.filters["mdcell"] = lambda x: format_number(x).replace("|", "\\|").replace("\n", " ")
+    return env
 
 
-def _table_md(t: Table) -> str:
-    head = "| " + " | ".join(t.columns) + " |\n|" + "---|" * len(t.columns) + "\n"
-    body = "".join("| " + " | ".join(format_number(c).replace("|", "\\|") for c in row) + " |\n" for row in t.rows)
-    return head + body + (f"\n*{t.caption}*\n" if t.caption else "")
+_ENV: jinja2.Environment | None = None
 
 
-def _table_html(t: Table) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in t.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(format_number(c))}</td>" for c in row) + "</tr>" for row in t.rows)
-    cap = f"<caption>{_inline(t.caption)}</caption>" if t.caption else ""
-    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+def _env() -> jinja2.Environment:
+    global _ENV
+    if _ENV is None:
+        _ENV = _environment()
+    return _ENV
 
 
-def write_report(directory: str | os.PathLike[str], sections: Sequence[Section], *, title: str, stem: str = "report") -> Path:
-    """Writes ``<stem>.html``, ``<stem>.md`` and one PNG per figure into ``directory``.
-
-    Args:
-        directory: where to write (usually ``RUN_DIR/reports``); created if missing.
-        sections: the report's sections, in order.
-        title: the report's title.
-        stem: file name stem of the report and prefix of its figures.
-
-    Returns:
-        The path of the HTML report.
-
-    Raises:
-        TypeError: a block of an unknown kind.
-    """
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", stem):
-        raise ValueError(f"stem must be a plain file stem (letters, digits, _ . -), got {stem!r}")
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    md: list[str] = [f"# {title}\n"]
-    body: list[str] = [f"<h1>{html.escape(title)}</h1>"]
+def _prepare(out: Path, stem: str, sections: Sequence[Section]) -> tuple[list[dict[str, Any]], list[Path]]:
+    """Sections as plain dicts for the templates; figures saved as PNGs beside the report."""
+    prepared, figures = [], []
     for section in sections:
         if not isinstance(section, Section):
             raise TypeError(f"sections must hold Section values, got {type(section).__name__}")
-        md.append(f"## {section.title}\n")
-        body.append(f"<h2>{html.escape(section.title)}</h2>")
+        blocks: list[dict[str, Any]] = []
         for block in section.blocks:
             if isinstance(block, str):
-                md.append(block.strip() + "\n")
-                body.append(_markdown_to_html(block))
+                blocks.append({"kind": "text", "text": block.strip()})
+            elif isinstance(block, Text):
+                blocks.append({"kind": "text", "text": block.text})
+            elif isinstance(block, Items):
+                blocks.append({"kind": "items", "entries": list(block.items)})
             elif isinstance(block, Banner):
-                md.append(f"> **{block.text}**\n")
-                body.append(f'<div class="banner {html.escape(block.level)}">{_inline(block.text)}</div>')
+                blocks.append({"kind": "banner", "text": block.text, "level": block.level})
             elif isinstance(block, Table):
-                md.append(_table_md(block))
-                body.append(_table_html(block))
+                blocks.append({"kind": "table", "columns": list(block.columns), "rows": [list(r) for r in block.rows], "caption": block.caption})
             elif isinstance(block, Figure):
+                if block.figure is None or not has_data(block.figure):
+                    blocks.append({"kind": "empty", "text": f"{block.caption.rstrip('.')}: {block.empty}." if block.caption else f"{block.empty}."})
+                    continue
                 png = f"{stem}-{block.name}.png"
                 buf = io.BytesIO()
+                # bbox_inches="tight" keeps the legend placed outside the axes inside the image.
                 block.figure.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-                atomic_write_bytes(out / png, buf.getvalue())
-                md.append(f"![{block.caption or block.name}]({png})\n" + (f"\n*{block.caption}*\n" if block.caption else ""))
-                cap = f"<figcaption>{_inline(block.caption)}</figcaption>" if block.caption else ""
-                body.append(f'<figure><img src="{html.escape(png)}" alt="{html.escape(block.caption or block.name)}">{cap}</figure>')
+                figures.append(atomic_write_bytes(out / png, buf.getvalue()))
+                blocks.append({"kind": "figure", "src": png, "caption": block.caption, "alt": block.caption or block.name})
             else:
-                raise TypeError(f"report blocks must be str, Table, Figure or Banner, got {type(block).__name__}")
-    page = f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n' + "\n".join(body) + "\n</body></html>\n"
-    atomic_write_text(out / f"{stem}.md", "\n".join(md))
-    return atomic_write_text(out / f"{stem}.html", page)
+                raise TypeError(f"report blocks must be str, Text, Items, Table, Figure or Banner, got {type(block).__name__}")
+        prepared.append({"title": section.title, "blocks": blocks})
+    return prepared, figures
+
+
+def write_report_files(directory: str | os.PathLike[str], sections: Sequence[Section], *, title: str, stem: str, kind: str = "report", intro: str = "") -> WrittenReport:
+    """Writes ``<stem>.html``, ``<stem>.md`` and one PNG per figure into ``directory``.
+
+    Args:
+        directory: where to write (usually ``RunDir.reports_dir()``); created if missing.
+        sections: the report's sections, in order.
+        title: the report's title.
+        stem: file name stem of the report and prefix of its figures.
+        kind: the template pair to use (``audit``, ``membership``, ``certified`` or ``report``).
+        intro: a paragraph under the title.
+
+    Returns:
+        The files written.
+
+    Raises:
+        ValueError: ``stem`` is not a plain file stem, or no template exists for ``kind``.
+        TypeError: a block of an unknown kind.
+    """
+    if not _STEM.fullmatch(stem):
+        raise ValueError(f"stem must be a plain file stem (letters, digits, _ . -), got {stem!r}")
+    if not (TEMPLATE_DIR / f"{kind}.html.j2").is_file():
+        raise ValueError(f"kind must name a report template in {TEMPLATE_DIR}, got {kind!r}")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    prepared, figures = _prepare(out, stem, sections)
+    context = {"title": title, "intro": intro, "sections": prepared}
+    md = atomic_write_text(out / f"{stem}.md", _env().get_template(f"{kind}.md.j2").render(**context))
+    page = atomic_write_text(out / f"{stem}.html", _env().get_template(f"{kind}.html.j2").render(**context))
+    return WrittenReport(html=page, markdown=md, figures=tuple(figures))
+
+
+def write_report(directory: str | os.PathLike[str], sections: Sequence[Section], *, title: str, stem: str = "report", kind: str = "report", intro: str = "") -> Path:
+    """:func:`write_report_files`, returning the HTML report's path."""
+    return write_report_files(directory, sections, title=title, stem=stem, kind=kind, intro=intro).html
+
+
+def write_index(directory: str | os.PathLike[str], *, title: str, groups: Sequence[tuple[str, Sequence[tuple[str, str]]]], files: Sequence[str] = ()) -> tuple[Path, Path]:
+    """Writes ``index.html`` and ``index.md`` linking every report.
+
+    Args:
+        directory: the reports directory.
+        title: page title.
+        groups: (heading, [(link text, file name relative to ``directory``), …]) per report kind.
+        files: further files (CSV tables) to list.
+
+    Returns:
+        (index.html, index.md).
+    """
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    context = {
+        "title": title,
+        "intro": "",
+        "groups": [{"title": g, "links": [{"text": t, "html": h, "md": Path(h).with_suffix(".md").name} for t, h in links]} for g, links in groups],
+        "files": list(files),
+    }
+    md = atomic_write_text(out / "index.md", _env().get_template("index.md.j2").render(**context))
+    page = atomic_write_text(out / "index.html", _env().get_template("index.html.j2").render(**context))
+    return page, md

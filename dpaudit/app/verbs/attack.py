@@ -142,12 +142,13 @@ def _cmd_membership(args: argparse.Namespace, flags: Any) -> int:
     run = RunDir(args.out)
     say = (lambda line: print(f"training or reusing {line}", file=sys.stderr)) if not args.quiet else None
     done = run_membership(spec, run, on_plan=say)
-    from reports.membership import write_membership_report
+    from dpaudit.app.runs.report import render_reports
 
-    report = write_membership_report(dict(done.results), run.path, delta=args.delta)
+    index = render_reports(run)
+    report = next((p for p in index.membership if done.model_id in p.name), index.index_html)
     summaries = {name: r.summary(delta=args.delta) for name, r in done.results.items()}
     shadows = [{"pool": p.kind, "num_models": p.num_models, "attacks": list(p.attacks), "num_trained": p.num_trained, "num_reused": p.num_reused} for p in done.pools]
-    payload = {"attacks": summaries, "target": done.model_id, "shadows": shadows, "shadow_defense": done.shadow_defense, "result_dir": str(done.result_dir), "report": str(report)}
+    payload = {"attacks": summaries, "target": done.model_id, "shadows": shadows, "shadow_defense": done.shadow_defense, "result_dir": str(done.result_dir), "report": str(report), "index": str(index.index_html)}
     lines = [f"membership inference against {done.model_id} ({done.num_members} members, {done.num_non_members} non-members)"]
     for p in done.pools:
         lines.append(f"  {p.kind} shadow pool: {p.num_models} models ({p.num_trained} trained, {p.num_reused} reused; trained as {done.shadow_defense!r}) for {', '.join(p.attacks)}")

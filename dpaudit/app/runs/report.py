@@ -1,0 +1,138 @@
+"""The report run: render every stored result of a run directory as HTML + Markdown, with an index.
+
+``render_reports(run_dir)`` finds audits, membership attacks and certify results through
+:class:`dpaudit.store.RunDir` and writes, under ``RunDir.reports_dir()``:
+
+* ``audit-<name>.{html,md}`` per audit (ε_LB beside ε_UB under every accountant, scores, ROC);
+* ``membership-<model>.{html,md}`` per attacked target (AUC, TPR@FPR, ε_LB, log–log ROC, the
+  target's claimed ε under every accountant);
+* ``certified.{html,md}`` (certified vs conventional accuracy vs radius; non-empty CSV tables);
+* ``index.{html,md}`` linking them all.
+
+It recomputes no verdict: violations, tightness and soundness are read from the stored results.
+Rendering needs no torch (DESIGN.md, "Import rule").
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpaudit.results import load_membership_result, load_record
+from dpaudit.store import RunDir, load_npz
+
+__all__ = ["ReportIndex", "NothingToRender", "render_reports"]
+
+
+class NothingToRender(ValueError):
+    """The run directory holds no stored result any report could show."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportIndex:
+    """What :func:`render_reports` wrote (HTML pages per kind; Markdown, figures and tables beside them)."""
+
+    index_html: Path
+    index_md: Path
+    audits: tuple[Path, ...] = ()
+    membership: tuple[Path, ...] = ()
+    certified: tuple[Path, ...] = ()
+    tables: tuple[Path, ...] = ()
+    #: Stored verdicts the reports show as violations (audits with ε_LB > ε_UB, unsound certificates), read, never recomputed.
+    violations: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.violations, tuple) or not all(isinstance(x, str) for x in self.violations):
+            raise TypeError(f"violations must be a tuple of strings, got {self.violations!r}")
+        for name in ("audits", "membership", "certified", "tables"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple) or not all(isinstance(p, Path) for p in value):
+                raise TypeError(f"{name} must be a tuple of Paths, got {value!r}")
+
+    @property
+    def pages(self) -> tuple[Path, ...]:
+        """Every HTML report the index links."""
+        return self.audits + self.membership + self.certified
+
+
+def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
+    """Renders every stored result of ``run_dir`` and the index page.
+
+    Args:
+        run_dir: a run directory written by train / audit / attack / certify.
+
+    Returns:
+        The files written, per kind.
+
+    Raises:
+        ValueError: ``run_dir`` is not a directory.
+        NothingToRender: it holds no audit, membership or certify result.
+    """
+    from reports.audit import audit_section
+    from reports.certified import load_certified_runs, render_certified
+    from reports.membership import membership_report_stem, membership_sections
+    from reports.render import Section, write_index, write_report_files
+
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    if not run.path.is_dir():
+        raise ValueError(f"run_dir must be a directory, got {str(run.path)!r}")
+    audit_dirs, membership_dirs, certify_runs = run.audit_dirs(), run.membership_dirs(), load_certified_runs(run)
+    if not audit_dirs and not membership_dirs and not certify_runs:
+        raise NothingToRender(f"run_dir {str(run.path)!r} holds no audit, membership-attack or certify results to render (run dpaudit audit, attack membership or certify into it first)")
+    out = run.reports_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    groups: list[tuple[str, list[tuple[str, str]]]] = []
+
+    from dpaudit.results import load_audit_result
+
+    audits: list[Path] = []
+    violations: list[str] = []
+    for d in audit_dirs:
+        result = load_audit_result(d)
+        if result.violation:
+            violations.append(f"audit {d.name}: epsilon_lb {result.epsilon_lb:.4g} > epsilon_ub {result.epsilon_ub:.4g} ({result.accountant})")
+        scores = load_npz(d / "scores.npz") if (d / "scores.npz").is_file() else {}
+        section: Section = audit_section(result, scores, title="Bounds and evidence")
+        page = write_report_files(out, [section], title=f"Audit {d.name}", stem=f"audit-{d.name}", kind="audit").html
+        audits.append(page)
+    if audits:
+        groups.append(("Audits", [(p.stem.removeprefix("audit-"), p.name) for p in audits]))
+
+    members: list[Path] = []
+    for d in membership_dirs:
+        results = [load_membership_result(p) for p in sorted(d.glob("*.json"))]
+        if not results:
+            continue
+        model_id = results[0].model_id
+        record_dir = run.record_dir(model_id)
+        epsilons, description = None, ""
+        if (record_dir / "record.json").is_file():
+            record = load_record(record_dir)
+            delta = float(record.metrics.get("delta") or 1e-5)
+            epsilons, description = record.claim.epsilons(delta=delta), record.claim.description
+        else:
+            delta = 1e-5
+        page = write_report_files(
+            out,
+            membership_sections(results, epsilons=epsilons, claim_description=description, delta=delta),
+            title=f"Membership inference against {model_id}",
+            stem=membership_report_stem(model_id),
+            kind="membership",
+        ).html
+        members.append(page)
+    if members:
+        groups.append(("Membership inference", [(p.stem.removeprefix("membership-"), p.name) for p in members]))
+
+    certified: list[Path] = []
+    tables: list[Path] = []
+    for cr in certify_runs:
+        if cr.soundness_violations:
+            violations.append(f"certify {cr.summary['model_id']}: {len(cr.soundness_violations)} soundness violation(s)")
+    if certify_runs:
+        written, tables = render_certified(run, runs=certify_runs)
+        certified.append(written.html)
+        groups.append(("Certified robustness", [(f"certified vs conventional accuracy ({len(certify_runs)} model(s))", written.html.name)]))
+
+    index_html, index_md = write_index(out, title=f"Reports of {run.path.name}", groups=groups, files=[p.name for p in tables])
+    return ReportIndex(index_html=index_html, index_md=index_md, audits=tuple(audits), membership=tuple(members), certified=tuple(certified), tables=tuple(tables), violations=tuple(violations))

@@ -1,0 +1,185 @@
+"""The report verb's renderer: every stored result rendered, linked from an index, torch-free."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from dpaudit.app.runs.report import NothingToRender, ReportIndex, render_reports
+from dpaudit.results import MembershipResult
+
+DP_MODEL = "dpsgd-digits-mlp-seed0"
+HGM_MODEL = "hgm-digits-mlp-seed0"
+
+
+def test_renders_every_kind_and_the_index_links_every_page(full_run):
+    index = render_reports(full_run)
+    assert isinstance(index, ReportIndex)
+    assert [p.name for p in index.audits] == ["audit-multi.html"]
+    assert [p.name for p in index.membership] == [f"membership-{DP_MODEL}.html"]
+    assert [p.name for p in index.certified] == ["certified.html"]
+    html = index.index_html.read_text()
+    md = index.index_md.read_text()
+    for page in index.pages:
+        assert page.is_file() and page.with_suffix(".md").is_file()
+        assert f'href="{page.name}"' in html
+        assert f"({page.with_suffix('.md').name})" in md
+    for table in index.tables:
+        assert f'href="{table.name}"' in html
+    # Every image a page shows exists beside it.
+    for page in index.pages:
+        for src in re.findall(r'<img src="([^"]+)"', page.read_text()):
+            assert (page.parent / src).stat().st_size > 1000
+
+
+def test_every_report_shows_epsilon_under_every_accountant(full_run):
+    index = render_reports(full_run)
+    audit = index.audits[0].read_text()
+    membership = index.membership[0].read_text()
+    for name in ("moments", "rdp", "pld", "strong"):
+        assert f"<td>{name}" in audit or f'<td class="t">{name}' in audit
+        assert f'<td class="t">{name}' in membership
+    certified = index.certified[0].read_text()
+    assert "No accountant applies to this claim" in certified  # the HGM record claims no DP mechanism
+
+
+def test_membership_report_has_auc_and_tpr_at_fpr(full_run):
+    page = render_reports(full_run).membership[0].read_text()
+    assert "AUC" in page and "TPR @ 0.1% FPR" in page and "TPR @ 1.0% FPR" in page and "<img" in page
+
+
+def test_nothing_to_render_is_a_clear_error(make_run, tmp_path):
+    run = make_run(tmp_path / "run", audits=False, membership=False, certify=False)
+    with pytest.raises(NothingToRender, match="holds no audit, membership-attack or certify results"):
+        render_reports(run)
+
+
+def test_report_verb_exit_codes(make_run, full_run, tmp_path, capsys):
+    from dpaudit.app.cli import main
+
+    assert main(["report", str(full_run.path)]) == 0
+    assert str(full_run.reports_dir() / "index.html") in capsys.readouterr().out
+    empty = make_run(tmp_path / "empty", audits=False, membership=False, certify=False)
+    assert main(["report", str(empty.path)]) == 2
+    assert "holds no audit" in capsys.readouterr().err
+
+
+def test_rendering_imports_no_torch(make_run, tmp_path):
+    make_run(tmp_path / "run")
+    code = (
+        "import sys\n"
+        "from dpaudit.app.runs.report import render_reports\n"
+        f"render_reports({str(tmp_path / 'run')!r})\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'attacks', 'defenses'))\n"
+        "assert not bad, bad\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "MPLBACKEND": "Agg"})
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_reports_package_imports_only_result_types():
+    root = Path(__file__).resolve().parents[2] / "reports"
+    for path in root.glob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"^\s*(from|import) (torch|attacks|defenses)\b", text, re.M), path.name
+
+
+def test_files_are_0644_under_umask_022(make_run, tmp_path):
+    make_run(tmp_path / "run")
+    code = f"import os\nos.umask(0o022)\nfrom dpaudit.app.runs.report import render_reports\nrender_reports({str(tmp_path / 'run')!r})\n"
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "MPLBACKEND": "Agg"})
+    files = list((tmp_path / "run" / "reports").iterdir())
+    assert files
+    for f in files:
+        assert f.stat().st_mode & 0o777 == 0o644, f.name
+
+
+def test_csv_has_content_or_is_absent(make_run, tmp_path):
+    # The DP record has an ε: accuracy_vs_epsilon.csv is written with rows.
+    with_eps = render_reports(make_run(tmp_path / "a"))
+    names = {p.name for p in with_eps.tables}
+    assert "accuracy_vs_epsilon.csv" in names
+    for p in with_eps.tables:
+        assert len(p.read_text().splitlines()) >= 2, p.name
+    # Only an HGM record (no ε) and no attacks: no accuracy_vs_epsilon.csv, no robust_accuracy.csv.
+    run = make_run(tmp_path / "b", audits=False, membership=False)
+    (run.record_dir(DP_MODEL) / "record.json").unlink()
+    for p in run.certify_dir(HGM_MODEL).glob("evasion-*"):
+        p.unlink()
+    index = render_reports(run)
+    assert {p.name for p in index.tables} == {"certified_accuracy.csv"}
+    assert not (run.reports_dir() / "accuracy_vs_epsilon.csv").exists()
+    assert "accuracy_vs_epsilon.csv" not in index.index_html.read_text()
+    page = index.certified[0].read_text()
+    assert "no record in this run has a finite DP ε" in page
+
+
+def test_nothing_to_draw_is_said_in_words(make_run, tmp_path):
+    run = make_run(tmp_path / "run", audits=False, membership=False)
+    d = run.certify_dir(HGM_MODEL)
+    for p in [*d.glob("certify-*"), *d.glob("evasion-*")]:
+        p.unlink()
+    page = render_reports(run).certified[0].read_text()
+    assert "no model in this run holds a certificate" in page
+    assert "no certificate and no attack result stored for this model" in page
+    assert "certified-comparison.png" not in page and not (run.reports_dir() / "certified-comparison.png").exists()
+
+
+def test_empty_figure_is_written_as_words(tmp_path):
+    from reports.render import Figure as Block
+    from reports.render import Section, write_report_files
+
+    fig = Figure()
+    fig.add_subplot(1, 1, 1)  # axes with nothing drawn
+    written = write_report_files(tmp_path, [Section(title="s", blocks=[Block(figure=fig, name="x", caption="A plot", empty="nothing here")])], title="t", stem="r")
+    assert written.figures == () and "A plot: nothing here." in written.html.read_text() and "<img" not in written.html.read_text()
+
+
+def test_membership_roc_legend_outside_and_fixed_colours():
+    from reports.figures import colour
+    from reports.membership import plot_roc
+
+    n = 100
+    member = np.arange(n) < 50
+    rs = [MembershipResult(attack=a, model_id="m", sample_ids=np.arange(n), scores=np.linspace(0, 1, n) + member, is_member=member) for a in ("loss", "lira")]
+    for order in (rs, rs[::-1]):
+        fig = plot_roc(order)
+        ax = fig.axes[0]
+        lines = {line.get_label().split(" ")[0]: line for line in ax.get_lines()}
+        assert lines["loss"].get_color() == colour("loss") and lines["lira"].get_color() == colour("lira")
+        assert lines["loss"].get_marker() != lines["lira"].get_marker()
+        legend = ax.get_legend()
+        assert legend is not None and legend.get_bbox_to_anchor().x0 >= ax.get_window_extent().x1 - 1e-6
+    assert plot_roc([]) is None
+
+
+def test_palette_is_fixed_and_distinct():
+    from reports.figures import PALETTE, colour, style
+
+    methods = ["pixeldp", "agm", "hgm", "secure-sgd", "smoothing", "fgsm", "ifgsm", "pgd", "mim", "loss", "lira", "rmia", "shadow"]
+    assert len({PALETTE[m] for m in methods}) == len(methods)
+    assert colour("PGD") == colour("pgd") and colour("unknown-method") == colour("unknown-method")
+    evasion = [style(m) for m in ("fgsm", "ifgsm", "pgd", "mim")]
+    assert len({str(s["linestyle"]) for s in evasion}) == 4 and len({s["marker"] for s in evasion}) == 4
+
+
+def test_stored_soundness_violation_is_shown_and_exits_3(make_run, tmp_path, capsys):
+    from dpaudit.app.cli import main
+    from dpaudit.store import atomic_write_json, read_json
+
+    run = make_run(tmp_path / "run", audits=False, membership=False)
+    path = run.certify_dir(HGM_MODEL) / "summary.json"
+    summary = read_json(path)
+    summary["soundness_violations"] = [{"certificate": "hgm", "radius": 0.3, "certified_accuracy": 0.9, "robust_accuracy": 0.5}]
+    atomic_write_json(path, summary)
+    assert main(["report", str(run.path)]) == 3
+    page = (run.reports_dir() / "certified.html").read_text()
+    assert "SOUNDNESS VIOLATION" in page and "hgm at radius 0.3 certifies 0.900 &gt; robust 0.500" in page
+    assert "soundness violation" in capsys.readouterr().out
