@@ -13,7 +13,7 @@ __all__ = ["register"]
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
-    from dpaudit.data import dataset_info, resolve_data_root
+    from dpaudit.data import DATASETS, dataset_info, resolve_data_root
 
     root = resolve_data_root(args.data_root)
     infos = dataset_info(data_root=args.data_root)
@@ -27,6 +27,7 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
                 "input_shape": list(i.input_shape) if i.input_shape else None,
                 "num_classes": i.num_classes,
                 "detail": i.detail,
+                "description": DATASETS[i.name].description,
             }
             for i in infos
         },

@@ -21,20 +21,20 @@ from dpaudit.data import (
     DatasetBundle,
     DatasetNotFoundError,
     Splits,
+    cifar10,
     dataset_info,
+    faces,
+    idx,
     load_dataset,
     make_splits,
     resolve_data_root,
 )
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
 
 @pytest.fixture
-def shared_root() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data root {SHARED_DATA} not present")
-    return SHARED_DATA
+def shared_root(shared_data: Path) -> Path:
+    # The offline copies the session's conftest finds (skips when they are absent).
+    return shared_data
 
 
 @pytest.fixture(autouse=True)
@@ -191,19 +191,19 @@ def test_mnist_from_gz_files(shared_root):
     assert load_dataset("mnist", data_root=shared_root) is b
     # Decompressed atomically into the cache (no temp files left), in torchvision's layout.
     raw = cache / "MNIST" / "raw"
-    assert sorted(p.name for p in raw.iterdir()) == sorted(data._IDX_FILES)
-    assert data._idx_source("mnist", cache) == ("torchvision", cache)
+    assert sorted(p.name for p in raw.iterdir()) == sorted(idx._IDX_FILES)
+    assert idx._idx_source("mnist", cache) == ("torchvision", cache)
     # A second materialization finds the files current and leaves them alone.
-    before = (raw / data._IDX_FILES[0]).stat().st_ino
-    data._torchvision_idx_root("mnist", shared_root)
-    assert (raw / data._IDX_FILES[0]).stat().st_ino == before
+    before = (raw / idx._IDX_FILES[0]).stat().st_ino
+    idx._torchvision_idx_root("mnist", shared_root)
+    assert (raw / idx._IDX_FILES[0]).stat().st_ino == before
 
 
 def test_mnist_torchvision_layouts(shared_root, tmp_path):
     # torchvision's layout holding only the .gz files: decompressed into the cache.
     raw = tmp_path / "gz" / "MNIST" / "raw"
     raw.mkdir(parents=True)
-    for f in data._IDX_FILES:
+    for f in idx._IDX_FILES:
         (raw / f"{f}.gz").symlink_to(shared_root / "mnist" / f"{f}.gz")
     b = load_dataset("mnist", data_root=tmp_path / "gz")
     assert (len(b.train), len(b.test)) == (60000, 10000)
@@ -212,7 +212,7 @@ def test_mnist_torchvision_layouts(shared_root, tmp_path):
     cache_raw = Path(os.environ["DPAUDIT_CACHE"]) / "MNIST" / "raw"
     plain = tmp_path / "plain" / "MNIST" / "raw"
     plain.mkdir(parents=True)
-    for f in data._IDX_FILES:
+    for f in idx._IDX_FILES:
         (plain / f).symlink_to(cache_raw / f)
     tv = load_dataset("mnist", data_root=tmp_path / "plain")
     assert torch.equal(tv.test.labels, b.test.labels)
@@ -237,8 +237,8 @@ def test_faces_orl(shared_root):
     assert np.bincount(b.test.labels.numpy()).tolist() == [3] * 40
     assert "ORL" in b.description
     # image 1 of subject s1 is train id 0; image 8 of s1 is the first test sample.
-    first = data._read_pgm(shared_root / "orl_faces" / "s1" / "1.pgm").astype(np.float32) / 255
-    eighth = data._read_pgm(shared_root / "orl_faces" / "s1" / "8.pgm").astype(np.float32) / 255
+    first = faces._read_pgm(shared_root / "orl_faces" / "s1" / "1.pgm").astype(np.float32) / 255
+    eighth = faces._read_pgm(shared_root / "orl_faces" / "s1" / "8.pgm").astype(np.float32) / 255
     assert np.array_equal(b.train.features[0, 0].numpy(), first)
     assert np.array_equal(b.test.features[0, 0].numpy(), eighth)
 
@@ -257,10 +257,10 @@ def test_read_pgm_with_comment(tmp_path):
     pixels = np.arange(12, dtype=np.uint8).reshape(3, 4)
     path = tmp_path / "x.pgm"
     path.write_bytes(b"P5\n# a comment\n4 3\n255\n" + pixels.tobytes())
-    assert np.array_equal(data._read_pgm(path), pixels)
+    assert np.array_equal(faces._read_pgm(path), pixels)
     path.write_bytes(b"P2\n4 3\n255\n" + pixels.tobytes())
     with pytest.raises(ValueError, match="P5"):
-        data._read_pgm(path)
+        faces._read_pgm(path)
 
 
 # ----------------------------------------------------------------------------- adult
@@ -444,7 +444,7 @@ def _write_fake_cifar(folder: Path, *, per_batch: int, protocol: int) -> dict[st
     folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
     written = {}
-    for name in (*data._CIFAR_TRAIN, *data._CIFAR_TEST):
+    for name in (*cifar10._CIFAR_TRAIN, *cifar10._CIFAR_TEST):
         arr = rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8)
         labels = rng.integers(0, 10, size=per_batch).tolist()
         batch = {b"batch_label": name.encode(), b"data": arr, b"labels": labels, b"filenames": [f"img{i}.png".encode() for i in range(per_batch)]}

@@ -1,0 +1,150 @@
+"""The dataset registry: one :class:`~dpaudit.data.source.DatasetSource` per format, and the loader that reads it.
+
+``DATASETS`` maps each name to its source; the CLI's ``--dataset`` choices, ``dpaudit
+datasets`` and :func:`load_dataset` all read it, so adding a dataset is one module with a
+``DatasetSource`` plus one :func:`register_dataset` call (or an entry below).
+
+Loaded datasets are cached in process per (name, data root); the tensors of a returned
+dataset are shared between callers and must not be modified in place.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pickle
+import struct
+from pathlib import Path
+from typing import Any
+
+from dpaudit.data import adult, cifar10, digits, faces, idx
+from dpaudit.data.containers import DatasetBundle
+from dpaudit.data.source import DatasetInfo, DatasetNotFoundError, DatasetSource, missing_info, resolve_data_root
+
+__all__ = ["DATASETS", "clear_cache", "dataset_info", "load_dataset", "register_dataset"]
+
+DATASETS: dict[str, DatasetSource] = {}
+
+
+def register_dataset(source: DatasetSource) -> DatasetSource:
+    """Adds a dataset source to :data:`DATASETS` (the CLI's ``--dataset`` choices read it).
+
+    Args:
+        source: the source; its name must not be registered yet.
+
+    Returns:
+        ``source``, so a module can write ``SOURCE = register_dataset(DatasetSource(...))``.
+
+    Raises:
+        TypeError: ``source`` is not a :class:`DatasetSource`.
+        ValueError: a source of that name is already registered.
+    """
+    if not isinstance(source, DatasetSource):
+        raise TypeError(f"source must be a DatasetSource, got {type(source).__name__}")
+    if source.name in DATASETS:
+        raise ValueError(f"source: a dataset named {source.name!r} is already registered")
+    DATASETS[source.name] = source
+    return source
+
+
+for _source in (digits.SOURCE, *idx.SOURCES, cifar10.SOURCE, faces.SOURCE, adult.SOURCE):
+    register_dataset(_source)
+
+
+def _normalize_name(name: Any) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a string, one of {', '.join(DATASETS)}; got {name!r}")
+    key = name.strip().lower().replace("_", "-")
+    if key not in DATASETS:
+        raise ValueError(f"name must be one of {', '.join(DATASETS)}; got {name!r}")
+    return key
+
+
+@functools.cache
+def _cached(key: tuple[str, Path | None]) -> DatasetBundle:
+    name, root = key
+    # Sources bundled with a library ignore the root; they are cached under None.
+    return DATASETS[name].load(root if root is not None else Path())
+
+
+def clear_cache() -> None:
+    """Forgets every dataset loaded in this process (after the files under a data root changed)."""
+    _cached.cache_clear()
+
+
+def _download(name: str, root: Path, missing: DatasetNotFoundError) -> None:
+    fetch = DATASETS[name].download
+    if fetch is None:
+        raise DatasetNotFoundError(f"{missing} (download=True was given); dpaudit cannot download {name!r}, copy its files there")
+    fetch(root)
+
+
+def load_dataset(name: str, *, data_root: str | os.PathLike[str] | None = None, download: bool = False) -> DatasetBundle:
+    """Loads a dataset's train and test splits.
+
+    Results are cached per (name, data root) in this process, so repeated calls are cheap;
+    the returned tensors are shared between callers and must not be modified in place.
+
+    Args:
+        name: one of :data:`DATASETS` (case and ``_``/``-`` insensitive).
+        data_root: where the dataset files are; see :func:`resolve_data_root`. Ignored for
+            ``digits``, which is bundled with scikit-learn.
+        download: if the files are missing, download them into the data root first (only
+            sources with a ``download`` function: ``mnist``, ``fashion-mnist`` and ``cifar10``,
+            through torchvision; needs network).
+
+    Returns:
+        The dataset as a :class:`DatasetBundle`.
+
+    Raises:
+        TypeError: ``name`` is not a string or ``download`` not a bool.
+        ValueError: ``name`` is not a known dataset, or a file is malformed.
+        DatasetNotFoundError: the files are missing (and were not downloaded).
+        pickle.UnpicklingError: a CIFAR-10 batch file refers to anything but numpy arrays.
+    """
+    key = _normalize_name(name)
+    if not isinstance(download, bool):
+        raise TypeError(f"download must be a bool, got {download!r}")
+    root = resolve_data_root(data_root)
+    if not DATASETS[key].needs_root:
+        return _cached((key, None))
+    try:
+        return _cached((key, root))
+    except DatasetNotFoundError as err:
+        if not download:
+            raise
+        missing = err
+    try:
+        _download(key, root, missing)
+    except DatasetNotFoundError:
+        raise
+    except Exception as exc:  # network errors surface as RuntimeError/URLError/OSError from torchvision
+        raise DatasetNotFoundError(f"{missing}; downloading failed: {exc}") from exc
+    return _cached((key, root))
+
+
+def dataset_info(*, data_root: str | os.PathLike[str] | None = None) -> list[DatasetInfo]:
+    """Which datasets are available under the data root, with their sizes.
+
+    Cheap: sizes come from file headers and layouts, not from decoding the data (``adult``
+    and ``digits``, which are small, are loaded).
+
+    Args:
+        data_root: the data root; see :func:`resolve_data_root`.
+
+    Returns:
+        One :class:`DatasetInfo` per entry of :data:`DATASETS`, in that order. A missing or
+        unreadable dataset is reported with ``available=False``, never raised.
+
+    Raises:
+        TypeError: ``data_root`` is not a path.
+    """
+    root = resolve_data_root(data_root)
+    out = []
+    for name, source in DATASETS.items():
+        try:
+            info = source.info(root)
+        except (OSError, ValueError, EOFError, struct.error, pickle.UnpicklingError) as err:
+            info = missing_info(name, f"unreadable under {root}: {err}")
+        out.append(info)
+    return out

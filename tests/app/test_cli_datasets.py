@@ -1,0 +1,41 @@
+"""CLI contract of `dpaudit datasets`: what the shared data root holds, and a missing root."""
+
+import json
+
+from dpaudit.app.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_datasets_lists_the_shared_root(capsys, shared_data):
+    code, out, _ = run(capsys, "datasets", "--data-root", str(shared_data), "--json")
+    assert code == 0
+    data = json.loads(out)["datasets"]
+    for name in ("digits", "mnist", "fashion-mnist", "faces", "adult"):
+        assert data[name]["available"], name
+    assert (data["mnist"]["num_train"], data["mnist"]["num_test"]) == (60_000, 10_000)
+    assert (data["fashion-mnist"]["num_train"], data["fashion-mnist"]["num_test"]) == (60_000, 10_000)
+    assert (data["digits"]["num_train"], data["digits"]["num_test"]) == (1437, 360)
+    assert data["faces"]["num_train"] + data["faces"]["num_test"] == 400
+    assert data["faces"]["num_classes"] == 40
+    assert data["adult"]["num_classes"] == 2
+
+
+def test_datasets_missing_root_says_so(capsys, tmp_path):
+    code, out, _ = run(capsys, "datasets", "--data-root", str(tmp_path), "--json")
+    data = json.loads(out)["datasets"]
+    assert code == 0 and data["digits"]["available"] and not data["mnist"]["available"]
+    assert str(tmp_path) in data["mnist"]["detail"]
+
+
+def test_datasets_lists_every_registered_source_with_its_description(capsys, tmp_path):
+    from dpaudit.data import DATASETS
+
+    code, out, _ = run(capsys, "datasets", "--data-root", str(tmp_path), "--json")
+    data = json.loads(out)["datasets"]
+    assert code == 0 and list(data) == list(DATASETS)
+    assert all(data[name]["description"] == source.description for name, source in DATASETS.items())

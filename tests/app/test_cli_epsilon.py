@@ -1,0 +1,162 @@
+"""CLI contract of `dpaudit epsilon`: JSON keys, reference vectors, exit statuses, one-line errors."""
+
+import json
+
+import pytest
+
+from dpaudit.app.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_exit(capsys, *argv):
+    """For argparse errors, which exit via SystemExit."""
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+EPS = ("epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--steps", "10000", "--delta", "1e-5")
+
+
+def test_epsilon_json_reproduces_reference_vectors(capsys):
+    code, out, _ = run(capsys, *EPS, "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert set(data) == {"moments", "rdp", "pld", "strong"}
+    assert data["moments"] == pytest.approx(1.2586, abs=5e-5)
+    assert data["rdp"] == pytest.approx(1.0355, abs=5e-5)
+    assert data["pld"] == pytest.approx(0.947, rel=0.01)
+    assert data["strong"] == pytest.approx(9.35, rel=0.01)
+
+
+def test_epsilon_text_output(capsys):
+    code, out, _ = run(capsys, *EPS, "--accountant", "moments")
+    assert code == 0 and "1.2586" in out and "pld" not in out
+
+
+def test_epsilon_solves_sigma_without_overshooting(capsys):
+    code, out, _ = run(capsys, "epsilon", "--sampling-rate", "0.01", "--steps", "1000", "--delta", "1e-5", "--target-epsilon", "2", "--accountant", "rdp", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["solve"] == "noise_multiplier" and data["num_steps"] == 1000
+    assert data["epsilon"]["rdp"] <= 2.0
+    assert data["epsilon"]["rdp"] > 1.99
+
+
+def test_epsilon_solves_steps(capsys):
+    code, out, _ = run(
+        capsys, "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--delta", "1e-5", "--target-epsilon", "1.2586", "--solve", "steps", "--accountant", "moments", "--json"
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert data["epsilon"]["moments"] <= 1.2586
+    assert 9_000 < data["num_steps"] <= 10_000
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (("--delta", "0"), "--delta"),
+        (("--delta", "1"), "--delta"),
+        (("--delta", "abc"), "'abc'"),
+        (("--sampling-rate", "0"), "--sampling-rate"),
+        (("--sampling-rate", "1.5"), "1.5"),
+        (("--noise-multiplier", "0"), "--noise-multiplier"),
+        (("--noise-multiplier", "-1"), "-1"),
+        (("--noise-multiplier", "nan"), "nan"),
+        (("--steps", "-5"), "--steps"),
+        (("--steps", "0"), "--steps"),
+        (("--steps", "2.5"), "'2.5'"),
+        (("--accountant", "magic"), "magic"),
+        (("--target-epsilon", "-1"), "--target-epsilon"),
+        (("--solve", "delta"), "delta"),
+    ],
+)
+def test_epsilon_bad_input_exits_2_with_one_line(capsys, argv, needle):
+    base = dict(zip(EPS[1::2], EPS[2::2]))
+    base.update(dict(zip(argv[0::2], argv[1::2])))
+    args = ["epsilon"] + [x for kv in base.items() for x in kv]
+    code, out, err = run_exit(capsys, *args)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (("epsilon", "--sampling-rate", "0.1", "--delta", "1e-5"), "--noise-multiplier"),
+        (("epsilon", "--sampling-rate", "0.1", "--delta", "1e-5", "--noise-multiplier", "1", "--steps", "10", "--target-epsilon", "1"), "conflicts"),
+        (("epsilon", "--sampling-rate", "0.1", "--delta", "1e-5", "--target-epsilon", "1", "--solve", "steps"), "--noise-multiplier"),
+        (("epsilon", "--sampling-rate", "1", "--delta", "1e-5", "--noise-multiplier", "0.1", "--target-epsilon", "0.01", "--solve", "steps", "--accountant", "rdp"), "single step"),
+    ],
+)
+def test_epsilon_inconsistent_arguments_exit_2(capsys, argv, needle):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and needle in err and len(err.strip().splitlines()) == 1
+
+
+AGM = [
+    ((0.1, 1e-5), 30.749566),
+    ((0.5, 1e-5), 7.031827),
+    ((1, 1e-5), 3.730632),
+    ((2, 1e-5), 1.993812),
+    ((4, 1e-5), 1.081162),
+    ((8, 1e-5), 0.600229),
+    ((1, 1e-6), 4.224679),
+    ((1, 0.05), 1.332778),
+    ((4, 0.05), 0.545137),
+    ((0.5, 0.3), 0.865869),
+]
+EGM = [((1, 1e-5), 4.854241), ((4, 1e-5), 1.285080), ((1, 0.05), 2.549790), ((4, 0.05), 0.754169)]
+
+
+@pytest.mark.parametrize("target, sigma", AGM)
+def test_epsilon_gaussian_analytic_vectors(capsys, target, sigma):
+    eps, delta = target
+    code, out, _ = run(capsys, "epsilon", "--mechanism", "gaussian", "--target-epsilon", str(eps), "--delta", str(delta), "--calibration", "analytic", "--json")
+    assert code == 0 and round(json.loads(out)["sigma"]["analytic"], 6) == sigma
+
+
+@pytest.mark.parametrize("target, sigma", EGM)
+def test_epsilon_gaussian_extended_vectors(capsys, target, sigma):
+    eps, delta = target
+    code, out, _ = run(capsys, "epsilon", "--mechanism", "gaussian", "--target-epsilon", str(eps), "--delta", str(delta), "--json")
+    data = json.loads(out)["sigma"]
+    assert code == 0 and round(data["extended"], 6) == sigma
+    assert (data["classical"] is None) == (eps > 1)
+
+
+def test_epsilon_gaussian_exact_epsilon_inverts_calibration(capsys):
+    code, out, _ = run(capsys, "epsilon", "--mechanism", "gaussian", "--noise-multiplier", "3.730632", "--delta", "1e-5", "--json")
+    assert code == 0 and json.loads(out)["epsilon"] == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (("--target-epsilon", "4", "--delta", "1e-5", "--calibration", "classical"), "<= 1"),
+        (("--sampling-rate", "0.1", "--target-epsilon", "1", "--delta", "1e-5"), "dpsgd only"),
+        (("--delta", "1e-5"), "--noise-multiplier or --target-epsilon"),
+        (("--target-epsilon", "1", "--delta", "0.6", "--calibration", "extended"), "0.484"),
+        (("--noise-multiplier", "1", "--target-epsilon", "1", "--delta", "1e-5"), "conflicts"),
+    ],
+)
+def test_epsilon_gaussian_bad_input(capsys, argv, needle):
+    code, out, err = run(capsys, "epsilon", "--mechanism", "gaussian", *argv)
+    assert code == 2 and out == "" and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_epsilon_gaussian_bad_sensitivity(capsys):
+    code, _, err = run_exit(capsys, "epsilon", "--mechanism", "gaussian", "--noise-multiplier", "1", "--delta", "1e-5", "--sensitivity", "0")
+    assert code == 2 and "--sensitivity" in err
+
+
+def test_epsilon_dpsgd_needs_sampling_rate(capsys):
+    code, _, err = run(capsys, "epsilon", "--noise-multiplier", "1", "--steps", "3", "--delta", "1e-5")
+    assert code == 2 and "--sampling-rate" in err
