@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -151,6 +152,10 @@ class TrialStore:
 def _run(store: TrialStore, jobs: list[tuple[int, Job]], executor: Executor | None, description: str, progress: bool) -> None:
     """Runs the unfinished jobs, saving each result the moment it arrives."""
     todo = [(i, job) for i, job in jobs if not store.done(i)]
+    reused = len(jobs) - len(todo)
+    if reused and progress:
+        # A rerun resumes: say so, so nobody mistakes stored trials for fresh ones.
+        print(f"reusing {reused} stored trial{'s' if reused != 1 else ''} from {store.path}", file=sys.stderr, flush=True)
     if not todo:
         return
     index = {job.key: i for i, job in todo}
@@ -176,13 +181,16 @@ def black_box_trial(*, train_fn: TrainFn, dataset: DatasetLike, canaries: ArrayD
     return {"scores": loss_scores(model, canaries.features, canaries.labels), "included": mask, "seed": np.array(seed)}
 
 
-def white_box_trial(*, trainer: HookedTrainer, dataset: DatasetLike, canary: DiracCanary, score: str, seed: int) -> dict[str, np.ndarray]:
+def white_box_trial(
+    *, trainer: HookedTrainer, dataset: DatasetLike, canary: DiracCanary, score: str, seed: int, num_steps: int | None = None, progress: bool = False, label: str = "white-box trial"
+) -> dict[str, np.ndarray]:
     """One DP-SGD run in which every step is a round of the per-step Dirac game.
 
     At step t a fair coin (stream ``white-box/insert`` of ``seed``) decides whether the canary
     gradient is added; ``on_step`` reads the released sum. ``score="dirac"`` reads the
     canary's coordinate; ``score="norm"`` the negative L2 norm of the whole release (it
-    detects data-dependent normalisers, which rescale every coordinate).
+    detects data-dependent normalisers, which rescale every coordinate). With ``progress``, the
+    steps are counted on stderr (``num_steps`` is the expected total): one run takes minutes.
     """
     v.choice("score", score, DIRAC_SCORES)
     data = _dataset(dataset)
@@ -204,8 +212,10 @@ def white_box_trial(*, trainer: HookedTrainer, dataset: DatasetLike, canary: Dir
         else:
             scores[step] = -math.sqrt(sum(float(t.double().pow(2).sum()) for t in update.values()))
         lots[step] = int(lot_size)
+        bar.update(1)
 
-    trainer(data, seed=seed, on_step=on_step, canary_gradient=canary_gradient)
+    with Progress(num_steps or 0, f"{label} (steps)", enabled=progress) as bar:
+        trainer(data, seed=seed, on_step=on_step, canary_gradient=canary_gradient)
     steps = sorted(scores)
     return {
         "inserted": np.array([inserted[s] for s in steps], dtype=bool),
@@ -407,7 +417,24 @@ def white_box_audit(
         {"method": "white-box", "num_trials": r, "seed": seed, "score": score, "noise_multiplier": sigma, "clip_norm": c, "canary": canary.to_dict(), **dict(config or {})},
     )
     jobs = [
-        (i, Job(key=f"trial-{i}", fn=white_box_trial, kwargs={"trainer": trainer, "dataset": dataset, "canary": canary, "score": score, "seed": derive_seed(seed, "audit-trial", i)})) for i in range(r)
+        (
+            i,
+            Job(
+                key=f"trial-{i}",
+                fn=white_box_trial,
+                kwargs={
+                    "trainer": trainer,
+                    "dataset": dataset,
+                    "canary": canary,
+                    "score": score,
+                    "seed": derive_seed(seed, "audit-trial", i),
+                    "num_steps": num_steps,
+                    "progress": progress,
+                    "label": f"white-box trial {i + 1}/{r}",
+                },
+            ),
+        )
+        for i in range(r)
     ]
     _run(store, jobs, executor, f"white-box audit ({r} run{'s' if r > 1 else ''})", progress)
     ins, scores, lots = [], [], []

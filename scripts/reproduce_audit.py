@@ -33,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dpaudit.app.runs.audit import run_audit  # noqa: E402
-from dpaudit.store import atomic_write_json  # noqa: E402
+from dpaudit.app.runs.audit import AuditSpec, run_audit  # noqa: E402
+from dpaudit.store import RunDir, atomic_write_json  # noqa: E402
 
 TARGETS = (1.0, 2.0, 4.0)
 DELTA = 1e-5
@@ -56,28 +56,29 @@ def main(argv: list[str] | None = None) -> int:
     for target in TARGETS:
         for mode in modes:
             started = time.monotonic()
-            common = dict(out=args.out, dataset="digits", model="digits-mlp", epsilon=target, delta=DELTA, workers=args.workers, progress=True, report=True)
+            run = RunDir(args.out)
+            common = dict(dataset="digits", model="digits-mlp", target_epsilon=target, delta=DELTA, workers=args.workers, progress=True)
             if mode == "white-box":
                 steps = max(2000, int(WHITE_BOX_STEPS[target] * scale))
                 runs = 2 * args.workers if args.workers > 1 else 1
-                result, directory = run_audit(
+                spec = AuditSpec(
                     **common,
                     threat="white-box",
                     sampling_rate=0.01,
-                    steps=steps // runs,
-                    trials=runs,
+                    num_steps=steps // runs,
+                    num_trials=runs,
                     clip_norm=1.0,
                     learning_rate=0.1,
                     name=f"white-box-eps{target:g}-T{steps}",
                 )
             elif mode == "multi-run":
-                result, directory = run_audit(
+                spec = AuditSpec(
                     **common,
                     threat="black-box",
                     method="multi-run",
                     sampling_rate=0.05,
                     epochs=10,
-                    trials=max(10, int(50 * scale)),
+                    num_trials=max(10, int(50 * scale)),
                     num_members=300,
                     canary="clipbkd",
                     clip_norm=1.0,
@@ -85,19 +86,21 @@ def main(argv: list[str] | None = None) -> int:
                     name=f"multi-run-eps{target:g}{'-quick' if args.quick else ''}",
                 )
             elif mode == "one-run":
-                result, directory = run_audit(
+                spec = AuditSpec(
                     **common,
                     threat="black-box",
                     method="one-run",
                     sampling_rate=0.05,
                     epochs=10,
-                    canaries=max(50, int(500 * scale)),
+                    num_canaries=max(50, int(500 * scale)),
                     clip_norm=1.0,
                     learning_rate=0.5,
                     name=f"one-run-eps{target:g}{'-quick' if args.quick else ''}",
                 )
             else:
                 raise SystemExit(f"--modes: unknown mode {mode!r}")
+            result = run_audit(spec, run)
+            directory = run.audit_dir(str(result.details["audit_name"]))
             seconds = time.monotonic() - started
             rows.append(
                 {
@@ -125,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.json:
         atomic_write_json(args.json, {"delta": DELTA, "quick": args.quick, "workers": args.workers, "rows": rows})
+    if rows:
+        from dpaudit.app.runs.report import render_reports
+
+        print(f"reports: {render_reports(args.out).index_html}")
     return 0
 
 

@@ -17,9 +17,12 @@ that turn scores and a :class:`~dpaudit.privacy.claims.PrivacyClaim` into one:
   Poisson-sampled steps (Dong, Roth & Su 2019, Thm 3.5; Nasr et al. 2023, §4). An
   approximation, reported only as an *estimate*, never as a bound.
 
-ε_UB is the tightest of the claim's accountants (``claim.upper_bound``): an audit that beats the
-best available upper bound is the strongest evidence of a broken implementation, and one
-that does not is compared against the bound users would quote. Results persist as JSON
+ε_UB is evaluated once, on the claim (``claim.upper_bound``, i.e. :meth:`PrivacyClaim.epsilons`
+under every applicable accountant); the result keeps every accountant's number and compares
+ε_LB with the tightest: an audit that beats the best available upper bound is the strongest
+evidence of a broken implementation. The verdicts (``violation`` = ε_LB > ε_UB, ``tightness``
+= ε_LB / ε_UB) are properties of :class:`AuditResult`, computed here in the core and stored with
+the result, so reports only render them. Results persist as JSON
 through :mod:`dpaudit.store` (strict JSON, schema-versioned).
 """
 

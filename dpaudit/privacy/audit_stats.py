@@ -49,19 +49,19 @@ THRESHOLD_STRATEGIES = ("bonferroni", "split")
 BOUND_METHODS = ("clopper-pearson", "gdp")
 
 
-def clopper_pearson_upper(successes: int, trials: int, *, alpha: float) -> float:
-    """One-sided Clopper–Pearson upper bound on a binomial rate at level 1 − ``alpha``.
+def clopper_pearson_upper(successes: int, trials: int, *, confidence: float) -> float:
+    """One-sided Clopper–Pearson upper bound on a binomial rate, holding with probability ``confidence``.
 
     Defined at the edges: ``successes == trials`` gives 1 (never NaN).
     """
     k = v.integer("successes", successes, minimum=0)
     n = v.integer("trials", trials, minimum=1)
-    alpha = v.open_unit("alpha", alpha)
+    confidence = v.open_unit("confidence", confidence)
     if k > n:
         raise ValueError(f"successes must be <= trials={n}, got {k}")
     if k == n:
         return 1.0
-    return float(stats.beta.ppf(1.0 - alpha, k + 1, n - k))
+    return float(stats.beta.ppf(confidence, k + 1, n - k))
 
 
 def epsilon_from_rates(*, tpr: float, fpr: float, delta: float) -> float:
@@ -87,10 +87,10 @@ def _check_counts(tp: int, num_in: int, fp: int, num_out: int) -> None:
         raise ValueError(f"false_positives must lie in [0, num_out={num_out}], got {fp}")
 
 
-def _upper_rates(tp: int, num_in: int, fp: int, num_out: int, alpha: float) -> tuple[float, float]:
-    """(FPR_hi, FNR_hi), each at level 1 − alpha/2 so both hold jointly at 1 − alpha."""
-    fpr_hi = clopper_pearson_upper(fp, num_out, alpha=alpha / 2)
-    fnr_hi = clopper_pearson_upper(num_in - tp, num_in, alpha=alpha / 2)
+def _upper_rates(tp: int, num_in: int, fp: int, num_out: int, miss: float) -> tuple[float, float]:
+    """(FPR_hi, FNR_hi), each failing with probability miss/2 so both hold jointly with 1 − miss."""
+    fpr_hi = clopper_pearson_upper(fp, num_out, confidence=1.0 - miss / 2)
+    fnr_hi = clopper_pearson_upper(num_in - tp, num_in, confidence=1.0 - miss / 2)
     return fpr_hi, fnr_hi
 
 
@@ -161,8 +161,9 @@ def one_run_p_value(*, epsilon: float, delta: float, num_canaries: int, num_gues
     beta = 1.0 - float(cdf[-1])
     i = np.arange(1, vv + 1)
     # P[v − i ≤ X < v] = P[X ≤ v − 1] − P[X ≤ v − i − 1]
-    alpha = float(np.max((cdf[-1] - cdf[vv - i]) / i))
-    return min(1.0, beta + 2.0 * m * delta * alpha)
+    # The δ-slack term of Steinke et al. (2023, Thm 3.1); not a significance level.
+    slack = float(np.max((cdf[-1] - cdf[vv - i]) / i))
+    return min(1.0, beta + 2.0 * m * delta * slack)
 
 
 def one_run_epsilon_lb(*, num_canaries: int, num_guesses: int, num_correct: int, delta: float, confidence: float = 0.95, num_tests: int = 1) -> float:
@@ -237,12 +238,12 @@ def _counts(in_scores: np.ndarray, out_scores: np.ndarray, thresholds: np.ndarra
     return tp, fp
 
 
-def _upper_rate_arrays(tp: np.ndarray, num_in: int, fp: np.ndarray, num_out: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+def _upper_rate_arrays(tp: np.ndarray, num_in: int, fp: np.ndarray, num_out: int, miss: float) -> tuple[np.ndarray, np.ndarray]:
     """Vectorised :func:`_upper_rates` (Clopper–Pearson, 1 at the k = n edge)."""
     fn = num_in - tp
     with np.errstate(invalid="ignore"):
-        fpr_hi = np.where(fp >= num_out, 1.0, stats.beta.ppf(1 - alpha / 2, fp + 1, np.maximum(num_out - fp, 1)))
-        fnr_hi = np.where(fn >= num_in, 1.0, stats.beta.ppf(1 - alpha / 2, fn + 1, np.maximum(num_in - fn, 1)))
+        fpr_hi = np.where(fp >= num_out, 1.0, stats.beta.ppf(1 - miss / 2, fp + 1, np.maximum(num_out - fp, 1)))
+        fnr_hi = np.where(fn >= num_in, 1.0, stats.beta.ppf(1 - miss / 2, fn + 1, np.maximum(num_in - fn, 1)))
     return fpr_hi, fnr_hi
 
 

@@ -122,7 +122,9 @@ class EpsilonUpperBound:
         object.__setattr__(self, "by_accountant", dict(self.by_accountant))
 
 
-_UB_CACHE: dict[tuple[str, float], EpsilonUpperBound] = {}
+# ε_UB per (claim JSON, δ): claims are immutable values and ε_UB a pure function of them, and
+# PLD costs up to a second while seeded repetitions audit the same claim many times.
+_EPSILONS: dict[tuple[str, float], dict[str, float]] = {}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,39 +159,46 @@ class PrivacyClaim:
     #: The accountants that can analyse this kind of claim (none for a claim without a mechanism).
     accountants: ClassVar[tuple[str, ...]] = ACCOUNTANTS
 
+    def applicable_accountants(self) -> tuple[str, ...]:
+        """The accountants this claim is evaluated under: every one of ``ACCOUNTANTS`` for a DP claim, none for a non-private one."""
+        return tuple(self.accountants)
+
     def epsilons(self, *, delta: float) -> dict[str, float]:
-        """ε_UB at ``delta`` under every accountant that can analyse this claim (in registry order)."""
-        return dict(self.upper_bound(delta=delta).by_accountant)
+        """ε_UB at ``delta`` under every applicable accountant (in registry order).
 
-    def upper_bound(self, *, delta: float) -> EpsilonUpperBound:
-        """ε_UB at ``delta``: the claim under every applicable accountant, and the tightest.
-
-        Audits compare ε_LB against the tightest; reports show all of them. Accountants that
-        cannot analyse the claim's event (strong composition of a non-Gaussian event) are
-        left out. Accountants cost up to a second (PLD), so results are cached per claim.
+        This is the one place ε_UB is evaluated; audits and reports show all of these numbers.
+        An accountant that cannot analyse the claim's event (strong composition of a
+        non-Gaussian event raises ``ValueError``) is left out of the mapping.
 
         Raises:
             ValueError: no applicable accountant can evaluate the claim.
         """
         delta = v.open_unit("delta", delta)
         key = (json.dumps(self.to_dict(), sort_keys=True, default=str), float(delta))
-        cached = _UB_CACHE.get(key)
-        if cached is not None:
-            return cached
-        values: dict[str, float] = {}
-        for name in self.accountants:
-            try:
-                values[name] = float(self.epsilon(delta=delta, accountant=name))
-            except ValueError:
-                continue
-        if self.accountants and not values:
-            raise ValueError(f"no accountant among {', '.join(self.accountants)} can evaluate the claim {self.description!r}")
+        if key not in _EPSILONS:
+            values: dict[str, float] = {}
+            for name in self.applicable_accountants():
+                try:
+                    values[name] = float(self.epsilon(delta=delta, accountant=name))
+                except ValueError:
+                    continue
+            if self.applicable_accountants() and not values:
+                raise ValueError(f"no accountant among {', '.join(self.applicable_accountants())} can evaluate the claim {self.description!r}")
+            if len(_EPSILONS) >= 256:
+                _EPSILONS.clear()
+            _EPSILONS[key] = values
+        return dict(_EPSILONS[key])
+
+    def upper_bound(self, *, delta: float) -> EpsilonUpperBound:
+        """ε_UB at ``delta`` under every applicable accountant (:meth:`epsilons`), with the tightest named.
+
+        Audits compare ε_LB against the tightest (the bound a careful user would quote);
+        reports show every accountant's number.
+        """
+        delta = v.open_unit("delta", delta)
+        values = self.epsilons(delta=delta)
         best = min(values, key=values.__getitem__) if values else "none"
-        bound = EpsilonUpperBound(delta=delta, by_accountant=values, accountant=best, epsilon=values.get(best, math.inf))
-        if len(_UB_CACHE) > 256:
-            _UB_CACHE.clear()
-        _UB_CACHE[key] = bound
-        return bound
+        return EpsilonUpperBound(delta=delta, by_accountant=values, accountant=best, epsilon=values.get(best, math.inf))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -1,13 +1,13 @@
 """The audit runner: the application layer that wires defenses, canaries and audit games.
 
 Part of the application layer (DESIGN.md, "Import rule"), like :mod:`dpaudit.app.cli`: it may
-import ``defenses``, ``attacks`` and ``reports``; the rest of the core may not. It turns the
-options of ``dpaudit audit`` (or of ``scripts/reproduce_audit.py``) into
+import ``defenses``, ``attacks`` and ``reports``; the rest of the core may not. It turns an
+:class:`AuditSpec` (built by ``dpaudit audit`` or ``scripts/reproduce_audit.py``) into
 
-* a training function — the suite's DP-SGD (:class:`DPSGDTrainer`, with the white-box hooks)
-  or any third-party ``train(dataset, *, seed) -> nn.Module`` given as ``module:function``
+* a training function — the white-box trainer adapter of a registered defense
+  (``defenses.DEFENSES[name].audit_trainer``, with the per-step hooks) or any third-party ``train(dataset, *, seed) -> nn.Module`` given as ``module:function``
   or ``path/to/file.py:function`` (:func:`resolve_train_fn`);
-* the claim it is audited against — DP-SGD's own claim, or one given on the command line or
+* the claim it is audited against — the defense's own claim, or one given on the command line or
   as a claim JSON (:func:`dpaudit.privacy.claims.claim_from_dict`);
 * canaries (:mod:`attacks.canaries`) and one of the games of :mod:`attacks.audit_procedures`;
 
@@ -17,6 +17,7 @@ and writes the result and its report under ``RUN_DIR/audits/<name>/`` and
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -46,8 +47,9 @@ __all__ = [
     "FileCallable",
     "resolve_train_fn",
     "make_audit_executor",
+    "AuditSpec",
+    "audit_defenses",
     "run_audit",
-    "write_audit_report",
 ]
 
 THREATS = ("black-box", "white-box")
@@ -136,147 +138,249 @@ def _hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(to_jsonable(dict(config)), sort_keys=True).encode()).hexdigest()[:8]
 
 
-def run_audit(
-    *,
-    out: str | os.PathLike[str],
-    dataset: str = "digits",
-    model: str = "digits-mlp",
-    threat: str = "white-box",
-    method: str = "multi-run",
-    train_fn: str | None = None,
-    claim: PrivacyClaim | None = None,
-    epsilon: float | None = None,
-    noise_multiplier: float | None = None,
-    delta: float = 1e-5,
-    clip_norm: float = 1.0,
-    sampling_rate: float = 0.01,
-    epochs: float | None = None,
-    steps: int | None = None,
-    learning_rate: float = 0.1,
-    num_members: int | None = None,
-    trials: int | None = None,
-    canaries: int = 100,
-    canary: str = "clipbkd",
-    group_size: int = 1,
-    confidence: float = 0.95,
-    bound: str = "gdp",
-    strategy: str = "bonferroni",
-    score: str = "dirac",
-    workers: int | None = None,
-    seed: int = 0,
-    name: str | None = None,
-    data_root: str | None = None,
-    device: str = "cpu",
-    progress: bool = True,
-    report: bool = True,
-) -> tuple[AuditResult, Path]:
-    """Runs one audit end to end; returns its result and directory (``RUN_DIR/audits/<name>``).
+@dataclass(frozen=True, kw_only=True)
+class AuditSpec:
+    """Everything one audit needs, validated once (``dpaudit audit`` builds it from its flags).
 
-    DP-SGD (``train_fn=None``) is configured by ``clip_norm``, ``sampling_rate``, ``epochs``
-    or ``steps``, ``learning_rate`` and either ``noise_multiplier`` or ``epsilon``. With
-    ``epsilon``, σ is calibrated so that the *audited claim* has ε_UB = ``epsilon``: for
-    black-box games that is the whole training (PLD accountant); for the white-box per-step
-    game it is one Gaussian step (σ from the analytic Gaussian mechanism, Balle & Wang 2018).
+    Attributes:
+        defense: a registered defense with a white-box trainer adapter
+            (``defenses.DEFENSES[name].audit_trainer``); ignored when ``train_fn`` is given.
+        train_fn: a third-party ``train(dataset, *, seed) -> nn.Module`` as ``module:function``
+            or ``path/to/file.py:function`` (black-box games only; needs ``claim``).
+        claim: the claim a ``train_fn`` is audited against.
+        dataset: dataset name.
+        model: zoo model for the suite's defense.
+        threat: ``black-box`` (final model only) or ``white-box`` (every released update).
+        method: the black-box game, ``multi-run`` or ``one-run``.
+        target_epsilon: calibrate σ so that the *audited claim* has ε_UB = this (black-box:
+            the whole training, PLD accountant; white-box: one Gaussian step, analytic Gaussian
+            mechanism of Balle & Wang 2018). Exactly one of it and ``noise_multiplier``.
+        noise_multiplier: σ directly.
+        delta: δ of both bounds.
+        clip_norm: clipping norm C.
+        sampling_rate: Poisson sampling rate q.
+        epochs: epochs of 1/q steps (default 10 when ``num_steps`` is not given).
+        num_steps: steps T (instead of ``epochs``).
+        learning_rate: learning rate.
+        num_members: training-set size (default: the dataset split's own).
+        num_trials: multi-run: trainings per side (default 50); white-box: runs pooled (default 1).
+        num_canaries: one-run: canaries m.
+        canary: multi-run input canary, ``clipbkd`` or ``mislabelled``.
+        group_size: multi-run canary copies k (ε_LB is divided by k).
+        confidence: confidence of ε_LB.
+        bound: ``gdp`` or ``clopper-pearson`` (multi-run and white-box).
+        strategy: honest threshold choice, ``bonferroni`` or ``split``.
+        score: white-box score, ``dirac`` or ``norm``.
+        workers: worker processes for trials (1: in this process).
+        seed: root seed.
+        name: audit name under ``RUN_DIR/audits/`` (default derived from the configuration).
+        data_root: data root (``None``: the default resolution).
+        device: ``cpu`` or ``cuda[:N]``.
+        progress: report progress on stderr.
+    """
 
-    A third-party ``train_fn`` needs ``claim`` and supports black-box games only.
+    defense: str = "dpsgd"
+    train_fn: str | None = None
+    claim: PrivacyClaim | None = None
+    dataset: str = "digits"
+    model: str = "digits-mlp"
+    threat: str = "black-box"
+    method: str = "multi-run"
+    target_epsilon: float | None = None
+    noise_multiplier: float | None = None
+    delta: float = 1e-5
+    clip_norm: float = 1.0
+    sampling_rate: float = 0.01
+    epochs: float | None = None
+    num_steps: int | None = None
+    learning_rate: float = 0.1
+    num_members: int | None = None
+    num_trials: int | None = None
+    num_canaries: int = 100
+    canary: str = "clipbkd"
+    group_size: int = 1
+    confidence: float = 0.95
+    bound: str = "gdp"
+    strategy: str = "bonferroni"
+    score: str = "dirac"
+    workers: int = 1
+    seed: int = 0
+    name: str | None = None
+    data_root: str | None = None
+    device: str = "cpu"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        v.choice("threat", self.threat, THREATS)
+        v.choice("method", self.method, METHODS)
+        v.choice("canary", self.canary, CANARY_KINDS)
+        object.__setattr__(self, "delta", v.open_unit("delta", self.delta))
+        object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
+        object.__setattr__(self, "sampling_rate", v.half_open_unit("sampling_rate", self.sampling_rate))
+        object.__setattr__(self, "clip_norm", v.positive("clip_norm", self.clip_norm))
+        object.__setattr__(self, "learning_rate", v.positive("learning_rate", self.learning_rate))
+        object.__setattr__(self, "group_size", v.integer("group_size", self.group_size, minimum=1))
+        object.__setattr__(self, "num_canaries", v.integer("num_canaries", self.num_canaries, minimum=2))
+        object.__setattr__(self, "workers", v.integer("workers", self.workers, minimum=1))
+        for name in ("num_trials", "num_steps", "num_members"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, v.integer(name, value, minimum=1))
+        if self.target_epsilon is not None:
+            object.__setattr__(self, "target_epsilon", v.positive("target_epsilon", self.target_epsilon))
+        if self.noise_multiplier is not None:
+            object.__setattr__(self, "noise_multiplier", v.positive("noise_multiplier", self.noise_multiplier))
+        if self.epochs is not None:
+            object.__setattr__(self, "epochs", v.positive("epochs", self.epochs))
+        if self.num_steps is not None and self.epochs is not None:
+            raise ValueError(f"give epochs or num_steps, not both; got epochs={self.epochs!r}, num_steps={self.num_steps!r}")
+        if self.name is not None and not (isinstance(self.name, str) and self.name.replace("-", "").replace("_", "").replace(".", "").isalnum() and not self.name.startswith(".")):
+            raise ValueError(f"name must be a plain name (letters, digits, - _ .), got {self.name!r}")
+        if self.train_fn is None:
+            if self.claim is not None:
+                raise ValueError(f"claim applies to train_fn; defense {self.defense!r} builds its own claim")
+            if (self.target_epsilon is None) == (self.noise_multiplier is None):
+                raise ValueError(f"give exactly one of target_epsilon and noise_multiplier, got target_epsilon={self.target_epsilon!r}, noise_multiplier={self.noise_multiplier!r}")
+        else:
+            if not isinstance(self.claim, PrivacyClaim):
+                raise ValueError(f"train_fn needs the claim it is audited against, got claim={self.claim!r}")
+            if self.threat == "white-box":
+                raise ValueError("threat='white-box' needs a defense's white-box trainer hooks; a third-party train_fn is audited black-box")
+            if self.target_epsilon is not None or self.noise_multiplier is not None:
+                raise ValueError("target_epsilon/noise_multiplier configure the suite's defense; with train_fn the claim comes from claim")
+
+    @property
+    def resolved_num_steps(self) -> int:
+        """T: ``num_steps``, else ``epochs`` (default 10) of 1/q steps each."""
+        if self.num_steps is not None:
+            return self.num_steps
+        per_epoch = max(1, round(1.0 / self.sampling_rate))
+        return max(1, round((self.epochs if self.epochs is not None else 10) * per_epoch))
+
+
+def audit_defenses() -> tuple[str, ...]:
+    """The registered defenses that carry a white-box trainer adapter (those ``audit`` can train)."""
+    from defenses import DEFENSES
+
+    return tuple(name for name, entry in DEFENSES.items() if entry.audit_trainer is not None)
+
+
+def _audit_trainer(spec: AuditSpec, *, num_members: int, num_steps: int) -> tuple[Any, float]:
+    """The defense's white-box trainer for ``spec`` and the σ it runs with."""
+    from defenses import DEFENSES
+    from dpaudit.privacy.accountants import calibrate_noise_multiplier
+    from dpaudit.privacy.gaussian import analytic_sigma
+
+    entry = DEFENSES.get(spec.defense)
+    if entry is None or entry.audit_trainer is None:
+        raise ValueError(f"defense {spec.defense!r} has no white-box trainer for audits; defenses that do: {', '.join(audit_defenses()) or 'none'}")
+    sigma = spec.noise_multiplier
+    if sigma is None:
+        eps = float(spec.target_epsilon)  # type: ignore[arg-type]  # __post_init__ guarantees one of the two
+        # The calibrated claim is the one the game compares against: one step for white-box, the run otherwise.
+        if spec.threat == "white-box":
+            sigma = analytic_sigma(epsilon=eps, delta=spec.delta)
+        else:
+            sigma = calibrate_noise_multiplier(target_epsilon=eps, delta=spec.delta, sampling_rate=spec.sampling_rate, num_steps=num_steps)
+    per_epoch = max(1, round(1.0 / spec.sampling_rate))
+    # The audit's training knobs, passed to the defense's config by field name: a defense whose
+    # config lacks one of them cannot be audited with these options (said, not silently dropped).
+    wanted = {
+        "noise_multiplier": sigma,
+        "clip_norm": spec.clip_norm,
+        "sampling_rate": spec.sampling_rate,
+        "expected_lot_size": spec.sampling_rate * num_members,
+        "epochs": num_steps / per_epoch,
+        "learning_rate": spec.learning_rate,
+        "delta": spec.delta,
+    }
+    known = {f.name for f in dataclasses.fields(entry.config_type)}
+    missing = sorted(set(wanted) - known)
+    if missing:
+        raise ValueError(f"defense {spec.defense!r}: its config {entry.config_type.__name__} has no field(s) {', '.join(missing)} that the audit sets")
+    config = entry.config_type(**wanted)
+    return entry.audit_trainer(config=config, model_name=spec.model, device=spec.device), float(sigma)
+
+
+def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
+    """Runs one audit end to end under ``run``; returns its result (stored in ``run.audit_dir(name)``).
+
+    The audit's directory name is in ``result.details["audit_name"]``. A rerun with the same
+    configuration resumes: finished trials are reused (and said so on stderr).
 
     Raises:
         ValueError: inconsistent options (named in the message).
     """
     from attacks import audit_procedures as ap
     from attacks.canaries import clipbkd_canaries, mislabelled_canaries
-    from dpaudit.privacy.accountants import calibrate_noise_multiplier
 
-    threat = v.choice("threat", threat, THREATS)
-    if name is not None and not (isinstance(name, str) and name.replace("-", "").replace("_", "").replace(".", "").isalnum() and not name.startswith(".")):
-        raise ValueError(f"name must be a plain name (letters, digits, - _ .), got {name!r}")
-    method = v.choice("method", method, METHODS)
-    delta = v.open_unit("delta", delta)
-    if (epsilon is None) == (noise_multiplier is None) and train_fn is None:
-        raise ValueError(f"give exactly one of epsilon and noise_multiplier for DP-SGD, got epsilon={epsilon!r}, noise_multiplier={noise_multiplier!r}")
-    if train_fn is not None and claim is None:
-        raise ValueError("train_fn needs a claim (--claim FILE or --claim-noise-multiplier/--claim-sampling-rate/--claim-steps)")
-    if train_fn is not None and threat == "white-box":
-        raise ValueError("threat='white-box' needs the suite's DP-SGD hooks; third-party training functions are audited black-box")
-    if steps is not None and epochs is not None:
-        raise ValueError(f"give epochs or steps, not both; got epochs={epochs!r}, steps={steps!r}")
-
-    fn_third_party = resolve_train_fn(train_fn) if train_fn is not None else None  # fail before loading data
-    bundle = load_dataset(dataset, data_root=data_root)
-    split_kwargs: dict[str, Any] = {"num_members": num_members} if num_members is not None else {}
-    splits = make_splits(bundle, seed=seed, **split_kwargs)
-    members_ref = DatasetRef(name=dataset, ids=tuple(int(i) for i in splits.members), data_root=data_root)
+    if not isinstance(spec, AuditSpec):
+        raise TypeError(f"spec must be an AuditSpec, got {type(spec).__name__}")
+    if not isinstance(run, RunDir):
+        raise TypeError(f"run must be a RunDir, got {type(run).__name__}")
+    if spec.train_fn is None and spec.defense not in audit_defenses():
+        raise ValueError(f"defense {spec.defense!r} has no white-box trainer for audits; defenses that do: {', '.join(audit_defenses()) or 'none'}")
+    fn_third_party = resolve_train_fn(spec.train_fn) if spec.train_fn is not None else None  # fail before loading data
+    bundle = load_dataset(spec.dataset, data_root=spec.data_root)
+    split_kwargs: dict[str, Any] = {"num_members": spec.num_members} if spec.num_members is not None else {}
+    splits = make_splits(bundle, seed=spec.seed, **split_kwargs)
+    members_ref = DatasetRef(name=spec.dataset, ids=tuple(int(i) for i in splits.members), data_root=spec.data_root)
     members = members_ref()
     id_offset = int(max(bundle.train.ids.max(), bundle.test.ids.max())) + 1
 
-    q = v.half_open_unit("sampling_rate", sampling_rate)
-    per_epoch = max(1, round(1.0 / q))
-    num_steps = v.integer("steps", steps, minimum=1) if steps is not None else max(1, round((epochs if epochs is not None else 10) * per_epoch))
-    if train_fn is None:
-        if noise_multiplier is None:
-            eps = v.positive("epsilon", epsilon)
-            if threat == "white-box":
-                from dpaudit.privacy.gaussian import analytic_sigma
-
-                noise_multiplier = analytic_sigma(epsilon=eps, delta=delta)
-            else:
-                noise_multiplier = calibrate_noise_multiplier(target_epsilon=eps, delta=delta, sampling_rate=q, num_steps=num_steps)
-        from defenses.dpsgd import DPSGDConfig
-
-        config = DPSGDConfig(
-            noise_multiplier=noise_multiplier,
-            clip_norm=clip_norm,
-            sampling_rate=q,
-            expected_lot_size=q * len(members),
-            epochs=num_steps / per_epoch,
-            learning_rate=learning_rate,
-            delta=delta,
-        )
-        from defenses.dpsgd import DPSGDTrainer
-
-        trainer = DPSGDTrainer(config=config, model_name=model, device=device)
+    q = spec.sampling_rate
+    num_steps = spec.resolved_num_steps
+    claim: PrivacyClaim
+    if fn_third_party is None:
+        trainer, sigma = _audit_trainer(spec, num_members=len(members), num_steps=num_steps)
         claim = trainer.claim(len(members))
         fn: Callable[..., nn.Module] = trainer.train
-        described = {"defense": "dpsgd", "model": model, "noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "sampling_rate": q, "num_steps": num_steps, "learning_rate": learning_rate}
+        described: dict[str, Any] = {
+            "defense": spec.defense,
+            "model": spec.model,
+            "noise_multiplier": sigma,
+            "clip_norm": spec.clip_norm,
+            "sampling_rate": q,
+            "num_steps": num_steps,
+            "learning_rate": spec.learning_rate,
+        }
     else:
-        fn = fn_third_party  # type: ignore[assignment]
-        described = {"train_fn": train_fn, "claim": claim.to_dict()}
-    described.update({"dataset": dataset, "num_members": len(members), "threat": threat, "delta": delta, "confidence": confidence})
+        assert spec.claim is not None  # checked in AuditSpec.__post_init__
+        claim = spec.claim
+        fn = fn_third_party
+        described = {"train_fn": spec.train_fn, "claim": claim.to_dict()}
+    described.update({"dataset": spec.dataset, "num_members": len(members), "threat": spec.threat, "delta": spec.delta, "confidence": spec.confidence})
 
-    run = RunDir(out).create(command=" ".join(["dpaudit", *sys.argv[1:]]))
-    executor = make_audit_executor(workers)
+    run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
+    executor = make_audit_executor(spec.workers)
+    common = {"delta": spec.delta, "confidence": spec.confidence, "seed": spec.seed, "progress": spec.progress}
     try:
-        if threat == "white-box":
-            r = v.integer("trials", trials if trials is not None else 1, minimum=1)
-            cfg = {**described, "score": score, "bound": bound, "strategy": strategy}
-            directory = run.subdir("audits") / (name or f"white-box-{_hash(cfg)}")
+        if spec.threat == "white-box":
+            cfg = {**described, "score": spec.score, "bound": spec.bound, "strategy": spec.strategy}
+            name = spec.name or f"white-box-{_hash(cfg)}"
             result = ap.white_box_audit(
                 trainer=trainer,
                 dataset=members_ref,
-                noise_multiplier=float(noise_multiplier),
-                clip_norm=clip_norm,
-                directory=directory,
-                delta=delta,
-                num_trials=r,
-                confidence=confidence,
-                bound=bound,
-                strategy=strategy,
-                score=score,
+                noise_multiplier=sigma,
+                clip_norm=spec.clip_norm,
+                directory=run.audit_dir(name),
+                num_trials=spec.num_trials if spec.num_trials is not None else 1,
+                bound=spec.bound,
+                strategy=spec.strategy,
+                score=spec.score,
                 full_claim=claim,
                 sampling_rate=q,
                 num_steps=num_steps,
-                seed=seed,
                 executor=executor,
-                config=cfg,
-                progress=progress,
+                config={**cfg, "audit_name": name},
+                **common,
             )
-        elif method == "multi-run":
-            r = v.integer("trials", trials if trials is not None else 50, minimum=1)
-            if canary == "clipbkd":
-                cans = clipbkd_canaries(members, group_size=group_size, id_offset=id_offset)
+        elif spec.method == "multi-run":
+            if spec.canary == "clipbkd":
+                cans = clipbkd_canaries(members, group_size=spec.group_size, id_offset=id_offset)
             else:  # one held-out example with a wrong label, repeated group_size times
-                one = mislabelled_canaries(bundle.all().subset(splits.non_members), num_canaries=1, seed=seed, id_offset=id_offset)
-                k = v.integer("group_size", group_size, minimum=1)
+                one = mislabelled_canaries(bundle.all().subset(splits.non_members), num_canaries=1, seed=spec.seed, id_offset=id_offset)
+                k = spec.group_size
                 cans = ArrayDataset(
                     name=one.name,
                     features=one.features.repeat(k, *[1] * (one.features.ndim - 1)),
@@ -284,57 +388,36 @@ def run_audit(
                     ids=np.arange(id_offset, id_offset + k),
                     num_classes=one.num_classes,
                 )
-            cfg = {**described, "canary": canary, "group_size": group_size, "bound": bound, "strategy": strategy}
-            directory = run.subdir("audits") / (name or f"multi-run-{_hash(cfg)}")
+            cfg = {**described, "canary": spec.canary, "group_size": spec.group_size, "bound": spec.bound, "strategy": spec.strategy}
+            name = spec.name or f"multi-run-{_hash(cfg)}"
             result = ap.multi_run_audit(
                 train_fn=fn,
                 dataset=members_ref,
                 canaries=cans,
                 claim=claim,
-                num_trials=r,
-                directory=directory,
-                delta=delta,
-                confidence=confidence,
-                bound=bound,
-                strategy=strategy,
-                seed=seed,
+                num_trials=spec.num_trials if spec.num_trials is not None else 50,
+                directory=run.audit_dir(name),
+                bound=spec.bound,
+                strategy=spec.strategy,
                 executor=executor,
-                config=cfg,
-                progress=progress,
+                config={**cfg, "audit_name": name},
+                **common,
             )
         else:
-            m = v.integer("canaries", canaries, minimum=2)
+            m = spec.num_canaries
             pool = bundle.all().subset(splits.non_members if len(splits.non_members) >= m else np.concatenate([splits.non_members, splits.population]))
-            cans = mislabelled_canaries(pool, num_canaries=m, seed=seed, id_offset=id_offset)
+            cans = mislabelled_canaries(pool, num_canaries=m, seed=spec.seed, id_offset=id_offset)
             cfg = {**described, "canary": "mislabelled", "num_canaries": m}
-            directory = run.subdir("audits") / (name or f"one-run-{_hash(cfg)}")
+            name = spec.name or f"one-run-{_hash(cfg)}"
             result = ap.one_run_audit(
                 train_fn=fn,
                 dataset=members_ref,
                 canaries=cans,
                 claim=claim,
-                directory=directory,
-                delta=delta,
-                confidence=confidence,
-                seed=seed,
-                config=cfg,
-                progress=progress,
+                directory=run.audit_dir(name),
+                config={**cfg, "audit_name": name},
+                **common,
             )
     finally:
         executor.close()
-    if report:
-        write_audit_report(run.path, result, directory)
-    return result, directory
-
-
-def write_audit_report(run_dir: str | os.PathLike[str], result: AuditResult, audit_dir: str | os.PathLike[str]) -> Path:
-    """Renders the audit's report (HTML + Markdown + figures) under ``RUN_DIR/reports/``; returns report.html."""
-    from dpaudit.store import load_npz
-    from reports.audit import audit_section
-    from reports.render import write_report
-
-    scores_path = Path(audit_dir) / "scores.npz"
-    scores = load_npz(scores_path) if scores_path.is_file() else {}
-    section = audit_section(result, scores, title=f"Audit {Path(audit_dir).name}")
-    out = write_report(Path(run_dir) / "reports", [section], title="dpaudit audit report", stem=f"audit-{Path(audit_dir).name}")
-    return out
+    return result

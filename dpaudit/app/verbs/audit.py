@@ -34,10 +34,10 @@ def _claim_from_args(args: argparse.Namespace) -> Any:
     from dpaudit.privacy.claims import claim_from_dict, dpsgd_claim
     from dpaudit.store import read_json
 
-    parts = (args.claim_noise_multiplier, args.claim_sampling_rate, args.claim_steps)
+    parts = (args.claim_noise_multiplier, args.claim_sampling_rate, args.claim_num_steps)
     if args.claim is not None:
         if any(p is not None for p in parts):
-            raise UsageError("--claim FILE conflicts with --claim-noise-multiplier/--claim-sampling-rate/--claim-steps; give one or the other")
+            raise UsageError("--claim FILE conflicts with --claim-noise-multiplier/--claim-sampling-rate/--claim-num-steps; give one or the other")
         path = Path(args.claim)
         if not path.is_file():
             raise UsageError(f"--claim: file {args.claim!r} does not exist")
@@ -48,50 +48,57 @@ def _claim_from_args(args: argparse.Namespace) -> Any:
     if all(p is None for p in parts):
         return None
     if any(p is None for p in parts):
-        raise UsageError("--claim-noise-multiplier, --claim-sampling-rate and --claim-steps go together")
+        raise UsageError("--claim-noise-multiplier, --claim-sampling-rate and --claim-num-steps go together")
     return dpsgd_claim(
         sampling_rate=args.claim_sampling_rate,
         noise_multiplier=args.claim_noise_multiplier,
-        num_steps=args.claim_steps,
-        description=f"claimed by {args.train_fn}: DP-SGD q={args.claim_sampling_rate:g} sigma={args.claim_noise_multiplier:g} T={args.claim_steps}",
+        num_steps=args.claim_num_steps,
+        description=f"claimed by {args.train_fn}: DP-SGD q={args.claim_sampling_rate:g} sigma={args.claim_noise_multiplier:g} T={args.claim_num_steps}",
     )
 
 
+#: One line defining the two numbers an audit prints (issue 10: the terminal output defines them).
+EPSILON_DEFINITION = (
+    "epsilon_lb = empirical lower bound at {confidence:.0%} confidence from the attack; epsilon_ub = the claim's accountant upper bound; a DP implementation is caught when epsilon_lb > epsilon_ub"
+)
+
+
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from dpaudit.app.runs.audit import run_audit
+    from dpaudit.app.runs.audit import AuditSpec, run_audit
+    from dpaudit.store import RunDir
 
     claim = _claim_from_args(args)
     if args.train_fn is None:
         if claim is not None:
-            raise UsageError("--claim/--claim-* apply to --train-fn; --defense dpsgd builds its own claim")
-        if (args.epsilon is None) == (args.noise_multiplier is None):
-            raise UsageError(f"give exactly one of --epsilon and --noise-multiplier (got {args.epsilon!r} and {args.noise_multiplier!r})")
+            raise UsageError(f"--claim/--claim-* apply to --train-fn; --defense {args.defense} builds its own claim")
+        if (args.target_epsilon is None) == (args.noise_multiplier is None):
+            raise UsageError(f"give exactly one of --target-epsilon and --noise-multiplier (got {args.target_epsilon!r} and {args.noise_multiplier!r})")
     else:
         if claim is None:
-            raise UsageError("--train-fn needs the claim it is audited against: --claim FILE or --claim-noise-multiplier/--claim-sampling-rate/--claim-steps")
+            raise UsageError("--train-fn needs the claim it is audited against: --claim FILE or --claim-noise-multiplier/--claim-sampling-rate/--claim-num-steps")
         if args.threat == "white-box":
-            raise UsageError("--threat white-box needs the suite's DP-SGD hooks; audit --train-fn with --threat black-box")
-        if args.epsilon is not None or args.noise_multiplier is not None:
-            raise UsageError("--epsilon/--noise-multiplier configure --defense dpsgd; with --train-fn the claim comes from --claim/--claim-*")
-    result, directory = run_audit(
-        out=args.out,
+            raise UsageError("--threat white-box needs a defense's white-box trainer hooks; audit --train-fn with --threat black-box")
+        if args.target_epsilon is not None or args.noise_multiplier is not None:
+            raise UsageError("--target-epsilon/--noise-multiplier configure --defense; with --train-fn the claim comes from --claim/--claim-*")
+    spec = AuditSpec(
+        defense=args.defense,
+        train_fn=args.train_fn,
+        claim=claim,
         dataset=args.dataset,
         model=args.model,
         threat=args.threat,
         method=args.method,
-        train_fn=args.train_fn,
-        claim=claim,
-        epsilon=args.epsilon,
+        target_epsilon=args.target_epsilon,
         noise_multiplier=args.noise_multiplier,
         delta=args.delta,
         clip_norm=args.clip_norm,
         sampling_rate=args.sampling_rate,
         epochs=args.epochs,
-        steps=args.steps,
+        num_steps=args.num_steps,
         learning_rate=args.learning_rate,
         num_members=args.num_members,
-        trials=args.trials,
-        canaries=args.canaries,
+        num_trials=args.num_trials,
+        num_canaries=args.num_canaries,
         canary=args.canary,
         group_size=args.group_size,
         confidence=args.confidence,
@@ -104,16 +111,24 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         data_root=args.data_root,
         device=args.device,
         progress=not args.quiet,
-        report=not args.no_report,
     )
-    report = Path(args.out) / "reports" / f"audit-{directory.name}.html"
-    payload = {**result.to_dict(), "audit_dir": str(directory), "report": str(report) if not args.no_report else None}
+    run = RunDir(args.out)
+    result = run_audit(spec, run)
+    directory = run.audit_dir(str(result.details["audit_name"]))
+    report = None
+    if not args.no_report:
+        from dpaudit.app.runs.report import render_reports
+
+        index = render_reports(run)
+        report = next((p for p in index.audits if p.stem == f"audit-{directory.name}"), index.index_html)
+    payload = {**result.to_dict(), "audit_dir": str(directory), "report": str(report) if report is not None else None}
     fmt = fmt_eps
     lines = [
         f"audit {directory.name}: {result.threat_model} {'per-step Dirac game' if result.method == 'white-box' else result.method}, {result.num_in} IN / {result.num_out} OUT observations",
+        "  " + EPSILON_DEFINITION.format(confidence=result.confidence),
         f"  epsilon_lb  {result.epsilon_lb:.4f}  ({result.bound}, {result.confidence:.0%} confidence, delta={result.delta:g})",
-        f"  epsilon_ub  {fmt(result.epsilon_ub)}  ({result.accountant}; {result.claim_description})",
-        "  by accountant: " + ", ".join(f"{k} {fmt(x)}" for k, x in result.epsilon_ub_by_accountant.items()),
+        f"  epsilon_ub  {fmt(result.epsilon_ub)}  (tightest: {result.accountant}; {result.claim_description})",
+        "  epsilon_ub by accountant: " + (", ".join(f"{k} {fmt(x)}" for k, x in result.epsilon_ub_by_accountant.items()) or "none (no privacy mechanism)"),
         f"  tightness   {result.tightness:.3f}" + ("" if result.epsilon_estimate is None else f"   (point estimate, not a bound: {result.epsilon_estimate:.4f})"),
         "  VIOLATION: epsilon_lb > epsilon_ub — the implementation does not meet its claim" if result.violation else "  no violation",
         f"  results: {directory}",
@@ -126,6 +141,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``audit`` to the ``dpaudit`` parser."""
+    from dpaudit.app.runs.audit import audit_defenses
     from dpaudit.data import DATASETS
     from dpaudit.models import MODELS
 
@@ -135,32 +151,35 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="empirical epsilon lower bound of a training procedure vs its claimed epsilon",
         description=(
             "Audit a DP training procedure: play a distinguishing game with canaries and bound epsilon from below "
-            "(epsilon_lb, at --confidence, with an honest threshold choice), then set it against the claim's tightest "
-            "upper bound (epsilon_ub). Exit status 3 when epsilon_lb > epsilon_ub. Games: black-box multi-run "
-            "(--trials trainings with and without one canary), black-box one-run (--canaries m canaries in one training, "
+            "(epsilon_lb, at --confidence, with an honest threshold choice), then set it against the claim's upper "
+            "bound (epsilon_ub) under every applicable accountant, comparing with the tightest. Exit status 3 when epsilon_lb > epsilon_ub. Games: black-box multi-run "
+            "(--num-trials trainings with and without one canary), black-box one-run (--num-canaries m canaries in one training, "
             "Steinke et al. 2023), and white-box (Dirac gradient canary inserted at random steps of DP-SGD; the compared "
             "claim is ONE un-sampled Gaussian step, the mechanism each step's release is about the canary)."
         ),
     )
     who = p.add_mutually_exclusive_group()
-    who.add_argument("--defense", choices=("dpsgd",), default="dpsgd", help="the suite's training procedure to audit (default dpsgd)")
+    defenses = audit_defenses()
+    who.add_argument("--defense", choices=defenses, default=defenses[0] if defenses else None, help="a registered defense with a white-box trainer to audit (default %(default)s)")
     who.add_argument("--train-fn", metavar="MODULE:FUNCTION", help="third-party train(dataset, *, seed) -> nn.Module, as module:function or path/to/file.py:function (black-box only)")
     p.add_argument("--dataset", choices=DATASETS, default="digits")
-    p.add_argument("--model", choices=tuple(MODELS), default="digits-mlp", help="zoo model for --defense dpsgd (default digits-mlp)")
+    p.add_argument("--model", choices=tuple(MODELS), default="digits-mlp", help="zoo model for --defense (default digits-mlp)")
     p.add_argument("--threat", choices=("black-box", "white-box"), default="black-box", help="black-box: final model only; white-box: every released update (default black-box)")
     p.add_argument("--method", choices=("multi-run", "one-run"), default="multi-run", help="black-box game (default multi-run)")
-    p.add_argument("--epsilon", type=arg("--epsilon", v.positive), metavar="E", help="calibrate sigma so the audited claim has epsilon_ub = E (black-box: the whole training; white-box: one step)")
-    p.add_argument("--noise-multiplier", type=arg("--noise-multiplier", v.positive), metavar="SIGMA", help="DP-SGD noise multiplier (instead of --epsilon)")
+    p.add_argument(
+        "--target-epsilon", type=arg("--target-epsilon", v.positive), metavar="E", help="calibrate sigma so the audited claim has epsilon_ub = E (black-box: the whole training; white-box: one step)"
+    )
+    p.add_argument("--noise-multiplier", type=arg("--noise-multiplier", v.positive), metavar="SIGMA", help="noise multiplier (instead of --target-epsilon)")
     p.add_argument("--delta", type=delta_type, default=1e-5, help="delta of both bounds (default 1e-5)")
     p.add_argument("--clip-norm", type=arg("--clip-norm", v.positive), default=1.0, help="DP-SGD clipping norm C (default 1)")
     p.add_argument("--sampling-rate", type=arg("--sampling-rate", v.half_open_unit), default=0.01, help="DP-SGD Poisson sampling rate q (default 0.01)")
     steps = p.add_mutually_exclusive_group()
     steps.add_argument("--epochs", type=arg("--epochs", v.positive), help="DP-SGD epochs (1/q steps each; default 10)")
-    steps.add_argument("--steps", type=pos_int("--steps"), help="DP-SGD steps T (instead of --epochs)")
+    steps.add_argument("--num-steps", type=pos_int("--num-steps"), help="DP-SGD steps T (instead of --epochs)")
     p.add_argument("--learning-rate", type=arg("--learning-rate", v.positive), default=0.1, help="DP-SGD learning rate (default 0.1)")
     p.add_argument("--num-members", type=pos_int("--num-members"), help="training set size drawn from the dataset (default: half its training split)")
-    p.add_argument("--trials", type=pos_int("--trials"), help="multi-run: trainings per side (default 50); white-box: independent runs pooled (default 1)")
-    p.add_argument("--canaries", type=arg("--canaries", lambda n, x: v.integer(n, x, minimum=2), int), default=100, help="one-run: number of canaries m (default 100)")
+    p.add_argument("--num-trials", type=pos_int("--num-trials"), help="multi-run: trainings per side (default 50); white-box: independent runs pooled (default 1)")
+    p.add_argument("--num-canaries", type=arg("--num-canaries", lambda n, x: v.integer(n, x, minimum=2), int), default=100, help="one-run: number of canaries m (default 100)")
     p.add_argument("--canary", choices=("clipbkd", "mislabelled"), default="clipbkd", help="multi-run input canary (default clipbkd)")
     p.add_argument("--group-size", type=pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)")
     p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="confidence of epsilon_lb (default 0.95)")
@@ -170,7 +189,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--claim", metavar="FILE", help="--train-fn: the claim as JSON (dpaudit claim format)")
     p.add_argument("--claim-noise-multiplier", type=arg("--claim-noise-multiplier", v.positive), metavar="SIGMA", help="--train-fn: claimed DP-SGD noise multiplier")
     p.add_argument("--claim-sampling-rate", type=arg("--claim-sampling-rate", v.half_open_unit), metavar="Q", help="--train-fn: claimed Poisson sampling rate")
-    p.add_argument("--claim-steps", type=pos_int("--claim-steps"), metavar="T", help="--train-fn: claimed number of steps")
+    p.add_argument("--claim-num-steps", type=pos_int("--claim-num-steps"), metavar="T", help="--train-fn: claimed number of steps")
     p.add_argument("--workers", type=pos_int("--workers"), default=1, help="parallel worker processes for trials (default 1: in this process)")
     p.add_argument("--seed", type=seed_type, default=0, help="root seed (default 0)")
     p.add_argument("--name", metavar="NAME", help="audit name under RUN_DIR/audits/ (default: derived from the configuration; reruns resume)")

@@ -31,8 +31,8 @@ def test_clopper_pearson_example_and_raw_ratio():
 
 
 def test_clopper_pearson_edges_defined():
-    assert clopper_pearson_upper(5, 5, alpha=0.05) == 1.0
-    assert 0 < clopper_pearson_upper(0, 5, alpha=0.05) < 1
+    assert clopper_pearson_upper(5, 5, confidence=0.95) == 1.0
+    assert 0 < clopper_pearson_upper(0, 5, confidence=0.95) < 1
     assert epsilon_lb_from_counts(true_positives=0, num_in=10, false_positives=10, num_out=10, delta=1e-5) == 0.0
     assert epsilon_lb_from_counts(true_positives=10, num_in=10, false_positives=0, num_out=10, delta=1e-5, group_size=2) == pytest.approx(
         epsilon_lb_from_counts(true_positives=10, num_in=10, false_positives=0, num_out=10, delta=1e-5) / 2

@@ -1,0 +1,135 @@
+"""The ``dpaudit audit`` verb and :func:`dpaudit.app.runs.audit.run_audit` (end-to-end tier)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpaudit.privacy.claims import dpsgd_claim
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "dpaudit.app.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def _main(capsys, *args):
+    """The CLI in this process (saves the interpreter start-up of a subprocess)."""
+    from dpaudit.app.cli import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    return code, capsys.readouterr()
+
+
+def test_cli_white_box_audit_json_and_report(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, p = _main(capsys, "audit", "--threat", "white-box", "--target-epsilon", "2", "--sampling-rate", "0.05", "--num-steps", "400", "--num-members", "200", "--out", str(out), "--json", "--quiet")
+    assert code == 0, p.err
+    d = json.loads(p.out)
+    for key in ("epsilon_lb", "epsilon_ub", "accountant", "confidence", "delta", "method", "violation", "tightness"):
+        assert key in d
+    assert d["method"] == "white-box" and d["epsilon_ub"] == pytest.approx(2.0, rel=1e-6) and not d["violation"]
+    html = Path(d["report"])
+    assert html.is_file() and html.with_suffix(".md").is_file()
+    assert "ε_LB" in html.read_text() and list(html.parent.glob("*.png"))
+
+
+def test_cli_usage_errors_exit_2(tmp_path):
+    p = _cli("audit", "--out", str(tmp_path), "--target-epsilon", "1", "--noise-multiplier", "2")
+    assert p.returncode == 2 and "exactly one" in p.stderr
+    p = _cli("audit", "--out", str(tmp_path), "--train-fn", "scripts/opacus_train_fn.py:train")
+    assert p.returncode == 2 and "claim" in p.stderr
+    p = _cli("audit", "--out", str(tmp_path), "--train-fn", "nosuchmodule_xyz:train", "--claim-noise-multiplier", "1", "--claim-sampling-rate", "0.1", "--claim-num-steps", "10")
+    assert p.returncode == 2 and "nosuchmodule_xyz" in p.stderr
+    assert p.stderr.count("\n") == 1
+
+
+def test_cli_flags_a_broken_training_function_with_exit_3(tmp_path, capsys):
+    claim = tmp_path / "claim.json"
+    claim.write_text(json.dumps(dpsgd_claim(sampling_rate=0.1, noise_multiplier=5.0, num_steps=10).to_dict()))
+    code, p = _main(
+        capsys,
+        "audit",
+        "--train-fn",
+        f"{ROOT}/tests/attacks/test_audit_procedures.py:_memoriser",
+        "--claim",
+        str(claim),
+        "--method",
+        "one-run",
+        "--num-canaries",
+        "200",
+        "--num-members",
+        "100",
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+        "--quiet",
+        "--no-report",
+    )
+    assert code == 3, p.err
+    assert json.loads(p.out)["violation"] is True
+
+
+def test_opacus_train_fn_audit(tmp_path, capsys):
+    """An Opacus DP-SGD through --train-fn is not flagged; silently broken variants are."""
+    pytest.importorskip("opacus")
+    args = [
+        "--threat",
+        "black-box",
+        "--method",
+        "one-run",
+        "--num-canaries",
+        "200",
+        "--num-members",
+        "300",
+        "--claim-noise-multiplier",
+        "6.6",
+        "--claim-sampling-rate",
+        "0.1",
+        "--claim-num-steps",
+        "300",
+        "--json",
+        "--quiet",
+        "--no-report",
+    ]
+    found = {}
+    for fn in ("train", "train_no_noise", "train_extra_nonprivate_epochs"):
+        code, p = _main(capsys, "audit", "--train-fn", str(ROOT / f"scripts/opacus_train_fn.py:{fn}"), "--out", str(tmp_path / fn), *args)
+        assert code in (0, 3), p.err
+        found[fn] = json.loads(p.out)
+    assert not found["train"]["violation"]
+    assert found["train_no_noise"]["violation"] and found["train_extra_nonprivate_epochs"]["violation"]
+
+
+def test_cli_audit_defines_both_numbers_and_shows_every_accountant(tmp_path, capsys):
+    from dpaudit.app.verbs.audit import EPSILON_DEFINITION
+
+    claim = tmp_path / "claim.json"
+    claim.write_text(json.dumps(dpsgd_claim(sampling_rate=0.1, noise_multiplier=5.0, num_steps=10).to_dict()))
+    args = ["audit", "--train-fn", f"{ROOT}/tests/attacks/test_audit_procedures.py:_memoriser", "--claim", str(claim), "--method", "one-run", "--num-canaries", "40"]
+    code, p = _main(capsys, *args, "--num-members", "60", "--out", str(tmp_path / "run"), "--quiet", "--no-report")
+    assert code == 3, p.err
+    assert EPSILON_DEFINITION.format(confidence=0.95) in p.out
+    assert "epsilon_lb = empirical lower bound at 95% confidence" in p.out
+    by = next(line for line in p.out.splitlines() if "epsilon_ub by accountant" in line)
+    for name in ("moments", "rdp", "pld"):
+        assert name in by
+
+
+def test_audit_spec_validates_and_refuses_a_defense_without_audit_trainer(tmp_path):
+    from dpaudit.app.runs.audit import AuditSpec, audit_defenses, run_audit
+    from dpaudit.store import RunDir
+
+    assert "dpsgd" in audit_defenses() and "nonprivate" not in audit_defenses()
+    with pytest.raises(ValueError, match="exactly one of target_epsilon"):
+        AuditSpec(target_epsilon=1.0, noise_multiplier=2.0)
+    with pytest.raises(ValueError, match="num_trials"):
+        AuditSpec(target_epsilon=1.0, num_trials=0)
+    with pytest.raises(ValueError, match="'nonprivate' has no white-box trainer"):
+        run_audit(AuditSpec(defense="nonprivate", target_epsilon=1.0), RunDir(tmp_path))
