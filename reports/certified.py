@@ -42,7 +42,6 @@ __all__ = [
     "certified_rows",
     "robust_rows",
     "accuracy_epsilon_rows",
-    "soundness_problems",
     "certified_sections",
     "write_certified_tables",
     "write_certified_report",
@@ -78,7 +77,7 @@ class CertifiedRun:
     def radii(self) -> np.ndarray:
         """The perturbation radii the model was certified and attacked at."""
         s = self.summary
-        return np.asarray(s["radii"] if "radii" in s else s.get("attack_sizes", ()), dtype=float)
+        return np.asarray(s["radii"], dtype=float)
 
     @property
     def soundness_violations(self) -> list[Mapping[str, Any]]:
@@ -244,25 +243,6 @@ def robust_rows(runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
         for name, res in run.attacks.items()
         for radius, acc in zip(res.radii, res.robust_accuracy)
     ]
-
-
-def soundness_problems(run: CertifiedRun, *, tolerance: float = 1e-9) -> list[tuple[str, float, float, float]]:
-    """(certificate, radius, certified acc, robust acc) wherever a certificate exceeds the strongest attack.
-
-    Kept only for ``dpaudit.app.runs.certify`` until the verdict moves into the core; reports
-    never call it — they render the stored ``soundness_violations``.
-    """
-    robust = run.strongest_robust_accuracy()
-    if robust is None:
-        return []
-    out = []
-    for name, cert in run.certificates.items():
-        if cert.norm != run.summary.get("norm"):
-            continue
-        for radius, c, r in zip(run.radii, cert.certified_accuracy(run.radii), robust):
-            if c > r + tolerance:
-                out.append((name, float(radius), float(c), float(r)))
-    return out
 
 
 def _csv(rows: Sequence[Mapping[str, Any]]) -> str:

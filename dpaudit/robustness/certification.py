@@ -37,7 +37,16 @@ from scipy import special, stats
 
 from dpaudit import _validate as v
 from dpaudit.privacy.gaussian import calibrate_gaussian
-from dpaudit.results.certification import CERTIFICATION_NORMS, CertificationResult, _int_array, _readonly, _real_array, load_certification_result, save_certification_result
+from dpaudit.results.certification import (
+    CERTIFICATION_NORMS,
+    CertificationResult,
+    SoundnessViolation,
+    _int_array,
+    _readonly,
+    _real_array,
+    load_certification_result,
+    save_certification_result,
+)
 
 __all__ = [
     "CERTIFICATION_MECHANISMS",
@@ -47,6 +56,7 @@ __all__ = [
     "SCORE_BOUNDS",
     "CertificationResult",
     "ScoreBounds",
+    "SoundnessViolation",
     "certified_radius",
     "count_bounds",
     "load_certification_result",
@@ -531,22 +541,21 @@ def certified_radius(
 # --------------------------------------------------------------------------------------------
 # Randomized smoothing
 # --------------------------------------------------------------------------------------------
-def smoothing_lower_bound(n_a: int | np.ndarray, n: int | np.ndarray, *, alpha: float = 0.001) -> np.ndarray:
-    """One-sided Clopper–Pearson lower bound p_A = BetaInv(α; n_A, n − n_A + 1).
+def smoothing_lower_bound(n_a: int | np.ndarray, n: int | np.ndarray, *, confidence: float = 0.999) -> np.ndarray:
+    """One-sided Clopper–Pearson lower bound p_A = BetaInv(1 − confidence; n_A, n − n_A + 1).
 
-    Cohen, Rosenfeld & Kolter (2019), CERTIFY; 0 where n_A = 0. ``alpha`` keeps the paper's
-    name for the failure probability of the certificate (confidence 1 − α); it is not an RDP
-    order.
+    Cohen, Rosenfeld & Kolter (2019), CERTIFY, whose failure probability α is
+    ``1 − confidence``; 0 where n_A = 0.
 
     Args:
         n_a: counts of the guessed class (integers, 0 ≤ n_A ≤ n).
         n: numbers of draws (integers ≥ 1), broadcast against ``n_a``.
-        alpha: failure probability α in (0, 1).
+        confidence: probability in (0, 1) that the bound holds (0.999 is the paper's α = 0.001).
 
     Returns:
         Float array of the broadcast shape.
     """
-    alpha = v.open_unit("alpha", alpha)
+    confidence = v.open_unit("confidence", confidence)
     n_a_arr = np.asarray(n_a)
     n_arr = np.asarray(n)
     for name, arr in (("n_a", n_a_arr), ("n", n_arr)):
@@ -557,11 +566,11 @@ def smoothing_lower_bound(n_a: int | np.ndarray, n: int | np.ndarray, *, alpha: 
         raise ValueError(f"n must be >= 1, got e.g. {n_arr[n_arr < 1][:3].tolist()}")
     if np.any((n_a_arr < 0) | (n_a_arr > n_arr)):
         raise ValueError(f"n_a must lie in [0, n], got e.g. {n_a_arr[(n_a_arr < 0) | (n_a_arr > n_arr)][:3].tolist()}")
-    bound = stats.beta.ppf(alpha, np.maximum(n_a_arr, 1), n_arr - n_a_arr + 1)
+    bound = stats.beta.ppf(1.0 - confidence, np.maximum(n_a_arr, 1), n_arr - n_a_arr + 1)
     return np.asarray(np.where(n_a_arr > 0, bound, 0.0), dtype=np.float64)
 
 
-def smoothing_certify(selection_counts: np.ndarray, estimation_counts: np.ndarray, *, sigma: float, alpha: float = 0.001) -> tuple[np.ndarray, np.ndarray]:
+def smoothing_certify(selection_counts: np.ndarray, estimation_counts: np.ndarray, *, sigma: float, confidence: float = 0.999) -> tuple[np.ndarray, np.ndarray]:
     """CERTIFY of randomized smoothing (Cohen, Rosenfeld & Kolter 2019, Theorem 1, §3.2).
 
     Guesses c_A = argmax of the selection counts (n0 draws), bounds P(f(x + e) = c_A) from
@@ -572,8 +581,7 @@ def smoothing_certify(selection_counts: np.ndarray, estimation_counts: np.ndarra
         selection_counts: (n_points, k) class counts from the selection draws.
         estimation_counts: (n_points, k) class counts from fresh draws, same shape.
         sigma: standard deviation σ > 0 of the smoothing noise.
-        alpha: failure probability α of the certificate (Cohen et al.'s name; confidence
-            1 − α).
+        confidence: probability 1 − α that each certificate holds (Cohen et al.'s α = 1 − confidence).
 
     Returns:
         ``(predictions, radii)``: int64 predictions (−1 = abstain) and float64 radii (0 where
@@ -589,7 +597,7 @@ def smoothing_certify(selection_counts: np.ndarray, estimation_counts: np.ndarra
     sigma = v.positive("sigma", sigma)
     guess = np.argmax(selection, axis=1)
     n_a = estimation[np.arange(selection.shape[0]), guess]
-    p_a = smoothing_lower_bound(n_a, estimation.sum(axis=1), alpha=alpha)
+    p_a = smoothing_lower_bound(n_a, estimation.sum(axis=1), confidence=confidence)
     certified = p_a >= 0.5
     predictions = np.where(certified, guess, -1).astype(np.int64)
     radii = np.where(certified, sigma * special.ndtri(np.where(certified, p_a, 0.5)), 0.0)
@@ -599,29 +607,45 @@ def smoothing_certify(selection_counts: np.ndarray, estimation_counts: np.ndarra
 # --------------------------------------------------------------------------------------------
 # Result value
 # --------------------------------------------------------------------------------------------
-def soundness_violations(certified_accuracy: np.ndarray, robust_accuracy: np.ndarray, *, sizes: Sequence[float] | np.ndarray, tolerance: float = 0.0) -> list[float]:
-    """Sizes at which certified accuracy exceeds the accuracy an actual attack left.
+def soundness_violations(
+    certified_accuracy: np.ndarray | Sequence[float],
+    robust_accuracy: np.ndarray | Sequence[float],
+    *,
+    radii: Sequence[float] | np.ndarray,
+    certificate: str,
+    tolerance: float = 0.0,
+) -> list[SoundnessViolation]:
+    """Radii at which a certificate's certified accuracy exceeds the accuracy an attack left.
 
-    Certified accuracy is a lower bound on robust accuracy and an attack's robust accuracy an
-    upper bound, so certified > empirical (+ ``tolerance``) means a broken certificate (or the
-    rare failure of the 1 − η event behind the bounds).
+    Certified accuracy is a lower bound on robust accuracy (Lecuyer et al. 2019, Prop. 1;
+    Cohen et al. 2019, Theorem 1) and an attack's robust accuracy an upper bound, so
+    certified > empirical (+ ``tolerance``) means a broken certificate (or the rare failure of
+    the 1 − η event behind the bounds). Pass the lowest robust accuracy over all attacks.
 
     Args:
-        certified_accuracy: certified accuracy at each size, in [0, 1].
-        robust_accuracy: accuracy under attack at the same sizes, in [0, 1].
-        sizes: the sizes, 1-D, same length.
+        certified_accuracy: certified accuracy at each radius, in [0, 1].
+        robust_accuracy: accuracy under attack at the same radii, in [0, 1].
+        radii: the radii, 1-D, same length.
+        certificate: the certificate's method name (e.g. ``"hgm"``, ``"smoothing"``).
         tolerance: slack ≥ 0 before a difference counts (e.g. for Monte Carlo noise).
 
     Returns:
-        The offending sizes, in the order given.
+        One :class:`SoundnessViolation` per offending radius, in the order given.
+
+    Raises:
+        ValueError: shapes disagree or values are out of range.
     """
-    t = np.atleast_1d(_real_array("sizes", sizes))
+    t = np.atleast_1d(_real_array("radii", radii))
     if t.ndim != 1:
-        raise ValueError(f"sizes must be 1-D, got shape {t.shape}")
+        raise ValueError(f"radii must be 1-D, got shape {t.shape}")
     cert = np.atleast_1d(_probabilities("certified_accuracy", certified_accuracy))
     emp = np.atleast_1d(_probabilities("robust_accuracy", robust_accuracy))
     for name, arr in (("certified_accuracy", cert), ("robust_accuracy", emp)):
         if arr.shape != t.shape:
-            raise ValueError(f"{name} must have shape {t.shape} (one per size), got {arr.shape}")
+            raise ValueError(f"{name} must have shape {t.shape} (one per radius), got {arr.shape}")
     tolerance = v.non_negative("tolerance", tolerance)
-    return [float(s) for s, bad in zip(t.tolist(), (cert > emp + tolerance).tolist()) if bad]
+    return [
+        SoundnessViolation(certificate=certificate, radius=float(r), certified_accuracy=float(c), robust_accuracy=float(e))
+        for r, c, e in zip(t.tolist(), cert.tolist(), emp.tolist())
+        if c > e + tolerance
+    ]

@@ -1,97 +1,166 @@
-"""The certify run: certified vs conventional accuracy of a trained model (what ``dpaudit certify`` runs).
+"""The certify run: certified vs conventional accuracy of a noise-layer model (what ``dpaudit certify`` runs).
 
-For a record trained with a noise
-layer (``pixeldp``, ``agm``, ``hgm``, ``secure-sgd``) it
+For a record trained with a noise layer (``pixeldp``, ``agm``, ``hgm``, ``secure-sgd``) it
 
 1. measures the first layer's sensitivity Δ_r on the loaded weights, in the attack norm
    (:func:`dpaudit.robustness.noise.layer_sensitivity`), so the certificate rests on the model itself;
 2. draws the noise n times per test input (:func:`dpaudit.robustness.montecarlo.sample_scores`) and
    certifies each input with the defense's own mechanism: expected-score bounds at confidence
-   1 − η, the robustness condition, and the largest attack size over (ε', δ')
+   1 − η, the robustness condition, and the largest radius over (ε', δ')
    (Lecuyer et al. 2019, Prop. 1; Phan et al. 2019, Eq. 10) — and with randomized smoothing
    of the same noise (Cohen et al. 2019, CERTIFY);
 3. attacks the same inputs with FGSM, I-FGSM, PGD and MIM (expectation over the noise) at
-   the same sizes, and checks soundness: certified accuracy must never exceed the robust
-   accuracy the strongest attack leaves (exit status 3 if it does — a bug);
-4. stores everything under ``RUN_DIR/certify/<model id>/`` (JSON + NPZ, atomic; a rerun reuses
-   what is there) and writes ``RUN_DIR/reports/certified.html``.
+   the same radii; the soundness verdict (certified accuracy never above the robust accuracy
+   the strongest attack leaves) comes from :func:`dpaudit.robustness.certification.soundness_violations`;
+4. stores everything under ``run.certify_dir(model_id)`` (JSON + NPZ, atomic) with the typed
+   :class:`~dpaudit.results.certification.CertifySummary` as ``summary.json``. A rerun reuses
+   a stored certificate or attack only when every parameter it was computed with matches.
 
-Models without a noise layer (``nonprivate``, ``dpsgd``) are attacked only, so their robust and
-conventional accuracy appear in the same report.
+A model without a noise layer (or without a stored certification spec) is refused with
+:class:`NotCertifiable`: a model without a noise layer has no certificate to compute.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dpaudit import _validate as v
+from dpaudit.results.certification import CertifySummary, SmoothingSummary, SoundnessViolation
+from dpaudit.store import RunDir
 
-__all__ = ["certify_record", "DEFAULT_ATTACK_SIZES", "DEFAULT_ATTACKS"]
+__all__ = ["DEFAULT_ATTACKS", "DEFAULT_RADII", "CertifySpec", "NotCertifiable", "certifiable_defenses", "run_certify"]
 
-DEFAULT_ATTACK_SIZES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
+DEFAULT_RADII = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
 DEFAULT_ATTACKS = ("fgsm", "ifgsm", "pgd", "mim")
+_BOUNDS = ("clopper-pearson", "hoeffding", "bernstein")
 
 
-def _same(stored: dict[str, Any], wanted: dict[str, Any]) -> bool:
-    return all(stored.get(k) == wanted[k] for k in wanted)
+class NotCertifiable(ValueError):
+    """The record has no noise layer or no certification spec to certify with."""
 
 
-def certify_record(
-    target: str | Path,
-    *,
-    out: str | Path,
-    num_draws: int = 2000,
-    attack_sizes: Sequence[float] = DEFAULT_ATTACK_SIZES,
-    attacks: Sequence[str] = DEFAULT_ATTACKS,
-    norm: str | None = None,
-    num_examples: int = 500,
-    confidence: float = 0.95,
-    bound: str = "clopper-pearson",
-    smoothing: bool = True,
-    selection_draws: int = 100,
-    smoothing_alpha: float = 0.001,
-    eot_samples: int | None = None,
-    seed: int = 0,
-    device: str = "cpu",
-    data_root: str | None = None,
-    batch_size: int = 4096,
-    progress: bool = True,
-) -> dict[str, Any]:
-    """Certifies and attacks one record; returns the summary (also stored as ``summary.json``).
+def _listing(names: tuple[str, ...]) -> str:
+    return " or ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} or {names[-1]}"
 
-    Args:
-        target: record directory (or run directory holding one record).
-        out: run directory to write results and the report into.
+
+def certifiable_defenses() -> tuple[str, ...]:
+    """Registered defenses that store a certification spec (read from the registry)."""
+    from defenses import DEFENSES
+
+    return tuple(name for name, d in DEFENSES.items() if d.certification is not None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CertifySpec:
+    """Everything one certify run needs, validated once (``dpaudit certify`` builds it from its flags).
+
+    Attributes:
+        target: record directory (or a run directory holding exactly one record).
+        radii: perturbation radii (in ``norm``) at which certified and robust accuracy are reported.
+        attacks: evasion attacks to run (subset of fgsm, ifgsm, pgd, mim; empty: certify only).
+        norm: attack norm; ``None`` = the norm the model was calibrated for.
         num_draws: n, noise draws per test input for the certificate.
-        attack_sizes: sizes (in ``norm``) at which certified and robust accuracy are reported.
-        attacks: evasion attacks to run (subset of fgsm, ifgsm, pgd, mim).
-        norm: attack norm; default the norm the model was calibrated for (else ``l2``).
         num_examples: test inputs (a seeded subset of the test split).
         confidence: 1 − η of the expected-score bounds.
         bound: ``clopper-pearson`` (argmax counts), ``hoeffding`` or ``bernstein`` (softmax).
         smoothing: also certify with randomized smoothing of the same noise.
-        selection_draws: n0 of CERTIFY (independent draws that pick the class).
-        smoothing_alpha: α of CERTIFY.
-        eot_samples: noise draws averaged per attack gradient (default: the attack's).
+        num_selection_draws: n0 of CERTIFY (independent draws that pick the class).
+        smoothing_confidence: 1 − α of CERTIFY (Cohen et al.'s α = 0.001 is 0.999).
+        num_eot_samples: noise draws averaged per attack gradient (``None``: the attack's default).
         seed: root seed (test subset, noise, attack starts).
         device: where to compute.
         data_root: data root for the record's dataset.
         batch_size: most rows per Monte Carlo forward pass.
-        progress: progress on stderr.
+        progress: progress and reuse notes on stderr.
+    """
+
+    target: str | Path
+    radii: tuple[float, ...] = DEFAULT_RADII
+    attacks: tuple[str, ...] = DEFAULT_ATTACKS
+    norm: str | None = None
+    num_draws: int = 2000
+    num_examples: int = 500
+    confidence: float = 0.95
+    bound: str = "clopper-pearson"
+    smoothing: bool = True
+    num_selection_draws: int = 100
+    smoothing_confidence: float = 0.999
+    num_eot_samples: int | None = None
+    seed: int = 0
+    device: str = "cpu"
+    data_root: str | None = None
+    batch_size: int = 4096
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        from attacks.evasion import EVASION_ATTACKS
+
+        if not isinstance(self.target, (str, Path)) or not str(self.target):
+            raise TypeError(f"target must be a path, got {self.target!r}")
+        radii = sorted({v.non_negative("radii", r) for r in self.radii})
+        if not radii:
+            raise ValueError("radii must name at least one radius, got []")
+        object.__setattr__(self, "radii", tuple(radii))
+        attacks = tuple(dict.fromkeys(self.attacks))
+        for a in attacks:
+            v.choice("attacks", a, tuple(EVASION_ATTACKS))
+        object.__setattr__(self, "attacks", attacks)
+        object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=2))
+        object.__setattr__(self, "num_examples", v.integer("num_examples", self.num_examples, minimum=1))
+        object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
+        v.choice("bound", self.bound, _BOUNDS)
+        object.__setattr__(self, "num_selection_draws", v.integer("num_selection_draws", self.num_selection_draws, minimum=1))
+        object.__setattr__(self, "smoothing_confidence", v.open_unit("smoothing_confidence", self.smoothing_confidence))
+        if self.num_eot_samples is not None:
+            object.__setattr__(self, "num_eot_samples", v.integer("num_eot_samples", self.num_eot_samples, minimum=1))
+        object.__setattr__(self, "batch_size", v.integer("batch_size", self.batch_size, minimum=1))
+
+
+def _note(spec: CertifySpec, text: str) -> None:
+    if spec.progress:
+        print(text, file=sys.stderr)
+
+
+def _mismatch(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The parameters on which a stored result differs from what is asked (empty: reusable)."""
+    keys = [k for k in wanted if stored.get(k) != wanted[k]]
+    return {k: stored.get(k) for k in keys}, {k: wanted[k] for k in keys}
+
+
+def _reusable(spec: CertifySpec, path: Path, stored: Mapping[str, Any] | None, wanted: Mapping[str, Any], *, what: str = "certificate") -> bool:
+    if stored is None:
+        return False
+    was, asked = _mismatch(stored, wanted)
+    if was or asked:
+        _note(spec, f"recomputing {path.name}: stored with {was}, asked for {asked}")
+        return False
+    _note(spec, f"reusing stored {what} {path.name}")
+    return True
+
+
+def _by_radius(radii: tuple[float, ...], values: Any) -> dict[str, float]:
+    return {f"{r:g}": float(a) for r, a in zip(radii, values)}
+
+
+def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
+    """Certifies and attacks one record under ``run``; returns the summary (also ``summary.json``).
 
     Raises:
-        ValueError: bad arguments (named with their value).
+        NotCertifiable: the model has no noise layer or its record no certification spec.
+        FileNotFoundError: no record at ``spec.target``.
+        ValueError: inconsistent options (named with their value).
     """
-    from attacks.evasion import EVASION_ATTACKS, run_evasion
+    from attacks.evasion import run_evasion
     from dpaudit.data import load_dataset
     from dpaudit.results import EVASION_NORMS, load_evasion_result, save_evasion_result
-    from dpaudit.results.certification import CertificationSpec
+    from dpaudit.results.certification import CertificationSpec, save_certify_summary
     from dpaudit.results.record import load_record, resolve_record_dir
     from dpaudit.robustness.certification import (
         CertificationResult,
@@ -101,166 +170,169 @@ def certify_record(
         mean_bounds,
         save_certification_result,
         smoothing_certify,
+        soundness_violations,
     )
     from dpaudit.robustness.montecarlo import sample_scores
     from dpaudit.robustness.noise import ATTACK_NORMS, find_noise_layer, is_randomized, layer_sensitivity
     from dpaudit.seeding import numpy_rng
-    from dpaudit.store import RunDir, atomic_write_json, thaw
+    from dpaudit.store import thaw
     from dpaudit.training import resolve_device
     from dpaudit.weights import load_model
 
-    num_draws = v.integer("num_draws", num_draws, minimum=2)
-    num_examples = v.integer("num_examples", num_examples, minimum=1)
-    v.open_unit("confidence", confidence)
-    bound = v.choice("bound", bound, ("clopper-pearson", "hoeffding", "bernstein"))
-    selection_draws = v.integer("selection_draws", selection_draws, minimum=1)
-    v.open_unit("smoothing_alpha", smoothing_alpha)
-    sizes = sorted({v.non_negative("attack_sizes", s) for s in attack_sizes})
-    if not sizes:
-        raise ValueError("attack_sizes must name at least one size, got []")
-    attacks = list(dict.fromkeys(attacks))
-    for a in attacks:
-        v.choice("attacks", a, tuple(EVASION_ATTACKS))
-    dev = resolve_device(device)
-
-    rdir = resolve_record_dir(target)
+    if not isinstance(spec, CertifySpec):
+        raise TypeError(f"spec must be a CertifySpec, got {type(spec).__name__}")
+    if not isinstance(run, RunDir):
+        raise TypeError(f"run must be a RunDir, got {type(run).__name__}")
+    rdir = resolve_record_dir(spec.target)
     record = load_record(rdir)
-    stored = thaw(record.config).get("certification")
-    spec = CertificationSpec.from_dict(stored) if stored is not None else None
-    norm = v.choice("norm", norm if norm is not None else (spec.attack_norm if spec is not None else "l2"), ATTACK_NORMS)
-    if attacks and norm not in EVASION_NORMS:
+    stored_spec = thaw(record.config).get("certification")
+    refusal = f"model {record.model_id} (defense {record.defense}) has no noise layer; certify needs {_listing(certifiable_defenses())}; its robust accuracy under attack comes from attacks.evasion.run_evasion (scripts/bench_evasion.py)"
+    if stored_spec is None:
+        raise NotCertifiable(refusal)
+    cspec = CertificationSpec.from_dict(stored_spec)
+    norm = v.choice("norm", spec.norm if spec.norm is not None else cspec.attack_norm, ATTACK_NORMS)
+    if spec.attacks and norm not in EVASION_NORMS:
         raise ValueError(f"norm must be one of {', '.join(EVASION_NORMS)} when attacks run, got {norm!r} (pass attacks=() to certify only)")
+    dev = resolve_device(spec.device)
     model = load_model(rdir, device=dev)
-    bundle = load_dataset(record.dataset, data_root=data_root)
+    noise = find_noise_layer(model)
+    if noise is None:
+        raise NotCertifiable(refusal)
+
+    bundle = load_dataset(record.dataset, data_root=spec.data_root)
     test = bundle.test
-    pick = np.sort(numpy_rng(seed, "certify-examples").choice(len(test), size=min(num_examples, len(test)), replace=False))
+    pick = np.sort(numpy_rng(spec.seed, "certify-examples").choice(len(test), size=min(spec.num_examples, len(test)), replace=False))
     x, y = test.features[pick], test.labels[pick]
     labels = y.numpy().astype(np.int64)
+    radii = spec.radii
 
-    run = RunDir(out).create(command=" ".join(["dpaudit", *sys.argv[1:]]))
-    cdir = run.subdir("certify") / record.model_id
+    cdir = run.certify_dir(record.model_id)
     cdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    summary: dict[str, Any] = {
-        "model_id": record.model_id,
-        "defense": record.defense,
-        "dataset": record.dataset,
-        "norm": norm,
-        "attack_sizes": sizes,
-        "num_examples": int(len(pick)),
-        "num_draws": num_draws,
-        "confidence": confidence,
-        "bound": bound,
-        "seed": seed,
-        "epsilon": record.metrics.get("epsilon", float("inf")),
-        "delta": record.metrics.get("delta"),
-    }
-    wanted = {"num_draws": num_draws, "confidence": confidence, "num_examples": int(len(pick)), "seed": seed, "bound": bound, "norm": norm}
 
-    certificates: dict[str, CertificationResult] = {}
-    noise = find_noise_layer(model)
-    if noise is not None and spec is not None:
-        sensitivity = layer_sensitivity(noise, input_shape=bundle.input_shape, norm=norm)
-        sigma = float(noise.noise_std)
-        per_unit = sigma / sensitivity
-        summary.update(
-            sensitivity=sensitivity,
-            noise_std=sigma,
-            noise_per_sensitivity=per_unit,
-            mechanism=spec.mechanism,
-            robustness_epsilon=spec.robustness_epsilon,
-            robustness_delta=spec.robustness_delta,
-            attack_norm_bound=spec.attack_norm_bound,
-            redistribute=spec.redistribute,
-        )
-        own = cdir / f"certify-{record.defense}.json"
-        smooth = cdir / "certify-smoothing.json"
-        cached = own.is_file() and _same(dict(load_certification_result(own).config), wanted)
-        if cached and (smooth.is_file() or not smoothing):
-            certificates[record.defense] = load_certification_result(own)
-            if smoothing:
-                certificates["smoothing"] = load_certification_result(smooth)
-            summary["draws_per_second"] = certificates[record.defense].config.get("draws_per_second")
-        else:
-            mc = sample_scores(model, x, num_draws=num_draws, seed=seed, stream="certify-estimate", device=dev, batch_size=batch_size, progress=progress)
-            if bound == "clopper-pearson":
-                b = count_bounds(mc.counts, confidence=confidence)
+    sensitivity = layer_sensitivity(noise, input_shape=bundle.input_shape, norm=norm)
+    sigma = float(noise.noise_std)
+    per_unit = sigma / sensitivity
+    wanted = {"num_draws": spec.num_draws, "confidence": spec.confidence, "num_examples": int(len(pick)), "seed": spec.seed, "bound": spec.bound, "norm": norm}
+    wanted_smooth = {**wanted, "smoothing_confidence": spec.smoothing_confidence, "num_selection_draws": spec.num_selection_draws}
+
+    own_path = cdir / f"certify-{record.defense}.json"
+    smooth_path = cdir / "certify-smoothing.json"
+    own = load_certification_result(own_path) if own_path.is_file() else None
+    if own is not None and not _reusable(spec, own_path, own.config, wanted):
+        own = None
+    smooth = None
+    if spec.smoothing:
+        smooth = load_certification_result(smooth_path) if smooth_path.is_file() else None
+        if smooth is not None and not _reusable(spec, smooth_path, smooth.config, wanted_smooth):
+            smooth = None
+
+    draws_per_second: float | None = own.config.get("draws_per_second") if own is not None else None
+    if own is None or (spec.smoothing and smooth is None):
+        # The estimation draws are shared: the own certificate and CERTIFY's estimation step use them.
+        mc = sample_scores(model, x, num_draws=spec.num_draws, seed=spec.seed, stream="certify-estimate", device=dev, batch_size=spec.batch_size, progress=spec.progress)
+        draws_per_second = mc.draws_per_second
+        if own is None:
+            if spec.bound == "clopper-pearson":
+                b = count_bounds(mc.counts, confidence=spec.confidence)
             else:
-                b = mean_bounds(mc.mean, num_draws=num_draws, variances=mc.variance, method=bound, confidence=confidence)
-            radii = certified_radius(b.lower, b.upper, noise_per_sensitivity=per_unit, mechanism=spec.mechanism, max_epsilon=spec.max_epsilon)
-            config = {
-                **wanted,
-                "mechanism": spec.mechanism,
-                "max_epsilon": spec.max_epsilon,
-                "sensitivity": sensitivity,
-                "noise_std": sigma,
-                "draws_per_second": mc.draws_per_second,
-                "seconds": mc.seconds,
-            }
-            certificates[record.defense] = CertificationResult(
+                b = mean_bounds(mc.mean, num_draws=spec.num_draws, variances=mc.variance, method=spec.bound, confidence=spec.confidence)
+            own_radii = certified_radius(b.lower, b.upper, noise_per_sensitivity=per_unit, mechanism=cspec.mechanism, max_epsilon=cspec.max_epsilon)
+            own = CertificationResult(
                 method=record.defense,
                 norm=norm,
                 labels=labels,
                 predictions=np.asarray(b.top, dtype=np.int64),
-                radii=np.asarray(radii, dtype=float),
-                num_draws=num_draws,
-                confidence=confidence,
-                config=config,
+                radii=np.asarray(own_radii, dtype=float),
+                num_draws=spec.num_draws,
+                confidence=spec.confidence,
+                config={
+                    **wanted,
+                    "mechanism": cspec.mechanism,
+                    "max_epsilon": cspec.max_epsilon,
+                    "sensitivity": sensitivity,
+                    "noise_std": sigma,
+                    "draws_per_second": mc.draws_per_second,
+                    "seconds": mc.seconds,
+                },
             )
-            save_certification_result(certificates[record.defense], cdir)
-            summary["draws_per_second"] = mc.draws_per_second
-            if smoothing:
-                sel = sample_scores(model, x, num_draws=selection_draws, seed=seed, stream="certify-select", device=dev, batch_size=batch_size)
-                preds, rad = smoothing_certify(sel.counts, mc.counts, sigma=per_unit, alpha=smoothing_alpha)
-                certificates["smoothing"] = CertificationResult(
-                    method="smoothing",
-                    norm=norm,
-                    labels=labels,
-                    predictions=np.asarray(preds, dtype=np.int64),
-                    radii=np.asarray(rad, dtype=float),
-                    num_draws=num_draws,
-                    confidence=1 - smoothing_alpha,
-                    config={**wanted, "selection_draws": selection_draws, "alpha": smoothing_alpha, "sigma_per_sensitivity": per_unit},
-                )
-                save_certification_result(certificates["smoothing"], cdir)
-        summary["conventional_accuracy"] = float(certificates[record.defense].conventional_accuracy)
-        summary["certified_accuracy"] = {f"{s:g}": float(a) for s, a in zip(sizes, certificates[record.defense].certified_accuracy(sizes))}
-        if "smoothing" in certificates:
-            sm = certificates["smoothing"]
-            summary["smoothing"] = {
-                "conventional_accuracy": float(sm.conventional_accuracy),
-                "certified_accuracy": {f"{s:g}": float(a) for s, a in zip(sizes, sm.certified_accuracy(sizes))},
-            }
+            save_certification_result(own, cdir)
+        if spec.smoothing and smooth is None:
+            sel = sample_scores(model, x, num_draws=spec.num_selection_draws, seed=spec.seed, stream="certify-select", device=dev, batch_size=spec.batch_size)
+            preds, rad = smoothing_certify(sel.counts, mc.counts, sigma=per_unit, confidence=spec.smoothing_confidence)
+            smooth = CertificationResult(
+                method="smoothing",
+                norm=norm,
+                labels=labels,
+                predictions=np.asarray(preds, dtype=np.int64),
+                radii=np.asarray(rad, dtype=float),
+                num_draws=spec.num_draws,
+                confidence=spec.smoothing_confidence,
+                config={**wanted_smooth, "sigma_per_sensitivity": per_unit},
+            )
+            save_certification_result(smooth, cdir)
 
     robust: dict[str, dict[str, float]] = {}
-    results = {}
-    for name in attacks:
+    for name in spec.attacks:
         path = cdir / f"evasion-{name}-{norm}.json"
         res = load_evasion_result(path) if path.is_file() else None
-        stale = res is not None and (
-            list(map(float, res.radii)) != sizes
-            or res.config.get("seed") != seed
-            or res.num_examples != len(pick)
-            or (eot_samples is not None and is_randomized(model) and res.config.get("eot_samples") != eot_samples)
-        )
-        if stale:
-            res = None
+        if res is not None:
+            stored = {"radii": [float(r) for r in res.radii], "seed": res.config.get("seed"), "num_examples": res.num_examples}
+            asked: dict[str, Any] = {"radii": list(radii), "seed": spec.seed, "num_examples": int(len(pick))}
+            if spec.num_eot_samples is not None and is_randomized(model):
+                stored["num_eot_samples"], asked["num_eot_samples"] = res.config.get("eot_samples"), spec.num_eot_samples
+            if not _reusable(spec, path, stored, asked, what="attack result"):
+                res = None
         if res is None:
-            res = run_evasion(model, x, y, attack=name, radii=sizes, norm=norm, eot_samples=eot_samples, seed=seed, device=dev, progress=progress)
+            res = run_evasion(model, x, y, attack=name, radii=list(radii), norm=norm, eot_samples=spec.num_eot_samples, seed=spec.seed, device=dev, progress=spec.progress)
             save_evasion_result(res, cdir)
-        results[name] = res
-        robust[name] = {f"{s:g}": float(a) for s, a in zip(sizes, res.robust_accuracy)}
-    summary["robust_accuracy"] = robust
-    if "conventional_accuracy" not in summary and results:
-        summary["conventional_accuracy"] = float(next(iter(results.values())).clean_accuracy)
+        robust[name] = _by_radius(radii, res.robust_accuracy)
 
-    from reports.certified import CertifiedRun, soundness_problems, write_certified_report
+    violations: list[SoundnessViolation] = []
+    if robust:
+        # Soundness is checked against the strongest attack at each radius (lowest robust accuracy).
+        strongest = np.min(np.array([[accs[f"{r:g}"] for r in radii] for accs in robust.values()]), axis=0)
+        for cert in (own, smooth):
+            if cert is not None and cert.norm == norm:
+                violations += soundness_violations(cert.certified_accuracy(radii), strongest, radii=radii, certificate=cert.method, tolerance=1e-9)
 
-    run_value = CertifiedRun(summary=summary, certificates=certificates, attacks=results)
-    problems = soundness_problems(run_value)
-    summary["soundness_violations"] = [{"certificate": n, "size": s, "certified_accuracy": c, "robust_accuracy": r} for n, s, c, r in problems]
-    summary["seconds"] = time.monotonic() - started
-    atomic_write_json(cdir / "summary.json", summary)
-    summary["report"] = str(write_certified_report(run.path))
-    summary["result_dir"] = str(cdir)
+    summary = CertifySummary(
+        model_id=record.model_id,
+        defense=record.defense,
+        dataset=record.dataset,
+        norm=norm,
+        radii=radii,
+        num_examples=int(len(pick)),
+        num_draws=spec.num_draws,
+        confidence=spec.confidence,
+        bound=spec.bound,
+        seed=spec.seed,
+        epsilon=float(record.metrics.get("epsilon", float("inf"))),
+        delta=record.metrics.get("delta"),
+        mechanism=cspec.mechanism,
+        sensitivity=sensitivity,
+        noise_std=sigma,
+        noise_per_sensitivity=per_unit,
+        robustness_epsilon=cspec.robustness_epsilon,
+        robustness_delta=cspec.robustness_delta,
+        attack_norm_bound=cspec.attack_norm_bound,
+        redistribute=cspec.redistribute,
+        draws_per_second=draws_per_second,
+        conventional_accuracy=float(own.conventional_accuracy),
+        certified_accuracy=_by_radius(radii, own.certified_accuracy(radii)),
+        robust_accuracy=robust,
+        smoothing=(
+            SmoothingSummary(
+                conventional_accuracy=float(smooth.conventional_accuracy),
+                certified_accuracy=_by_radius(radii, smooth.certified_accuracy(radii)),
+                confidence=spec.smoothing_confidence,
+                num_selection_draws=spec.num_selection_draws,
+            )
+            if smooth is not None
+            else None
+        ),
+        soundness_violations=tuple(violations),
+        seconds=time.monotonic() - started,
+    )
+    save_certify_summary(summary, cdir)
     return summary

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_hgm.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_hgm.py"
 
 
+@pytest.mark.slow  # trains several models and certifies each: the full certify reproduction
 def test_reproduce_hgm_quick_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = importlib.util.spec_from_file_location("reproduce_hgm", SCRIPT)
     mod = importlib.util.module_from_spec(spec)

@@ -310,7 +310,7 @@ SMOOTHING_ROWS = [
 
 @pytest.mark.parametrize(("n_a", "p_a", "radius"), SMOOTHING_ROWS)
 def test_smoothing_lower_bound_vectors(n_a, p_a, radius):
-    assert round(float(c.smoothing_lower_bound(n_a, 100000, alpha=0.001)), 8) == p_a
+    assert round(float(c.smoothing_lower_bound(n_a, 100000, confidence=0.999)), 8) == p_a
 
 
 def test_smoothing_certify_vectors_and_abstention():
@@ -324,7 +324,7 @@ def test_smoothing_certify_vectors_and_abstention():
     selection = np.zeros_like(estimation)
     selection[np.arange(n_a.size), guess] = 100
     sigma = 0.5
-    predictions, radii = c.smoothing_certify(selection, estimation, sigma=sigma, alpha=0.001)
+    predictions, radii = c.smoothing_certify(selection, estimation, sigma=sigma, confidence=0.999)
     assert predictions.dtype == np.int64 and radii.dtype == np.float64
     assert predictions[:6].tolist() == guess[:6].tolist() and predictions[6:].tolist() == [-1, -1]
     assert np.round(radii[:6] / sigma, 5).tolist() == [row[2] for row in SMOOTHING_ROWS]
@@ -406,8 +406,8 @@ def test_smoothing_bad_input():
         c.smoothing_lower_bound(11, 10)
     with pytest.raises(TypeError, match="n_a"):
         c.smoothing_lower_bound(1.5, 10)
-    with pytest.raises(ValueError, match=r"alpha.*1\.5"):
-        c.smoothing_lower_bound(5, 10, alpha=1.5)
+    with pytest.raises(ValueError, match=r"confidence.*1\.5"):
+        c.smoothing_lower_bound(5, 10, confidence=1.5)
 
 
 # --------------------------------------------------------------------------------------------
@@ -492,16 +492,24 @@ def test_result_is_immutable_and_validated():
 # Soundness
 # --------------------------------------------------------------------------------------------
 def test_soundness_violations_flags_a_planted_violation():
-    sizes = [0.0, 0.1, 0.2, 0.3]
+    radii = [0.0, 0.1, 0.2, 0.3]
     certified = np.array([0.9, 0.7, 0.5, 0.2])
     empirical = np.array([0.95, 0.72, 0.45, 0.19])
-    assert c.soundness_violations(certified, empirical, sizes=sizes) == [0.2, 0.3]
-    assert c.soundness_violations(certified, empirical, sizes=sizes, tolerance=0.02) == [0.2]
-    assert c.soundness_violations(certified, np.minimum(empirical + 0.1, 1.0), sizes=sizes) == []
+    found = c.soundness_violations(certified, empirical, radii=radii, certificate="hgm")
+    assert found == [
+        c.SoundnessViolation(certificate="hgm", radius=0.2, certified_accuracy=0.5, robust_accuracy=0.45),
+        c.SoundnessViolation(certificate="hgm", radius=0.3, certified_accuracy=0.2, robust_accuracy=0.19),
+    ]
+    assert [x.radius for x in c.soundness_violations(certified, empirical, radii=radii, certificate="hgm", tolerance=0.02)] == [0.2]
+    assert c.soundness_violations(certified, np.minimum(empirical + 0.1, 1.0), radii=radii, certificate="hgm") == []
+    assert found[0].to_dict() == {"certificate": "hgm", "radius": 0.2, "certified_accuracy": 0.5, "robust_accuracy": 0.45}
+    assert c.SoundnessViolation.from_dict(found[0].to_dict()) == found[0]
     with pytest.raises(ValueError, match="robust_accuracy.*shape"):
-        c.soundness_violations(certified, empirical[:2], sizes=sizes)
+        c.soundness_violations(certified, empirical[:2], radii=radii, certificate="hgm")
     with pytest.raises(ValueError, match="tolerance"):
-        c.soundness_violations(certified, empirical, sizes=sizes, tolerance=-0.1)
+        c.soundness_violations(certified, empirical, radii=radii, certificate="hgm", tolerance=-0.1)
+    with pytest.raises(ValueError, match="certified_accuracy"):
+        c.SoundnessViolation(certificate="hgm", radius=0.1, certified_accuracy=1.5, robust_accuracy=0.1)
 
 
 def test_module_does_not_import_torch():

@@ -1,0 +1,126 @@
+"""The certify run end to end on a tiny HGM digits record: typed summary, soundness verdict,
+refusal of a model without a noise layer, and reuse keyed on the certificate's parameters."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from dpaudit.app.cli import main
+from dpaudit.app.runs.certify import CertifySpec, NotCertifiable, run_certify
+from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
+from dpaudit.results.certification import CertifySummary, SoundnessViolation, load_certify_summary
+from dpaudit.store import RunDir
+
+TINY = dict(num_draws=50, num_examples=20, radii=(0.05, 0.2), attacks=("fgsm", "pgd"), num_selection_draws=20, num_eot_samples=1, progress=True)
+
+
+def _train(tmp_path: Path, defense: str, **overrides) -> tuple[RunDir, Path, str]:
+    run = RunDir(tmp_path / "run").create(command="test")
+    outcome = train_or_load(TrainSpec(defense=defense, config=default_config(defense, **overrides), model="hgm-cnn", dataset="digits", seed=0, device="cpu", progress=False), run)
+    return run, outcome.record_dir, outcome.record.model_id
+
+
+@pytest.fixture(scope="module")
+def hgm_record(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunDir, Path, str]:
+    return _train(tmp_path_factory.mktemp("hgm"), "hgm", epochs=2, redistribution_pretrain_epochs=1)
+
+
+def test_certify_tiny_hgm_end_to_end_and_reuse(hgm_record, capsys: pytest.CaptureFixture[str]) -> None:
+    run, rdir, model_id = hgm_record
+    summary = run_certify(CertifySpec(target=rdir, **TINY), run)
+    assert isinstance(summary, CertifySummary)
+    assert summary.model_id == model_id and summary.defense == "hgm" and summary.radii == (0.05, 0.2)
+    assert set(summary.certified_accuracy) == {"0.05", "0.2"} and set(summary.robust_accuracy) == {"fgsm", "pgd"}
+    assert summary.smoothing is not None and summary.smoothing.num_selection_draws == 20
+    assert all(isinstance(x, SoundnessViolation) for x in summary.soundness_violations)
+    stored = load_certify_summary(run.certify_dir(model_id))
+    assert stored == summary and CertifySummary.from_dict(json.loads(json.dumps(summary.to_dict()))) == summary
+    assert "radii" in summary.to_dict() and "attack_sizes" not in summary.to_dict()
+    capsys.readouterr()
+
+    again = run_certify(CertifySpec(target=rdir, **TINY), run)
+    err = capsys.readouterr().err
+    assert "reusing stored certificate certify-hgm.json" in err and "reusing stored certificate certify-smoothing.json" in err
+    assert again.certified_accuracy == summary.certified_accuracy
+
+    changed = run_certify(CertifySpec(target=rdir, **{**TINY, "num_draws": 60, "smoothing_confidence": 0.99}), run)
+    err = capsys.readouterr().err
+    assert "recomputing certify-hgm.json: stored with {'num_draws': 50}, asked for {'num_draws': 60}" in err
+    assert "recomputing certify-smoothing.json" in err and "'smoothing_confidence': 0.999" in err
+    assert changed.num_draws == 60 and changed.smoothing is not None and changed.smoothing.confidence == 0.99
+
+
+def test_certify_cli_exits_3_on_a_planted_soundness_violation(hgm_record, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import dpaudit.app.runs.certify as runs_certify
+
+    run, rdir, model_id = hgm_record
+    real = runs_certify.run_certify
+
+    def planted(spec: CertifySpec, run: RunDir) -> CertifySummary:
+        s = real(spec, run)
+        # Plant what a broken certificate looks like: certified above what PGD left.
+        bad = SoundnessViolation(certificate="hgm", radius=0.2, certified_accuracy=0.9, robust_accuracy=0.1)
+        return dataclasses.replace(s, soundness_violations=(bad,))
+
+    monkeypatch.setattr("dpaudit.app.verbs.certify.run_certify", planted)
+    argv = [
+        "certify",
+        "--target",
+        str(rdir),
+        "--out",
+        str(run.path),
+        "--num-draws",
+        "50",
+        "--num-examples",
+        "20",
+        "--radii",
+        "0.05,0.2",
+        "--attack",
+        "fgsm",
+        "--num-selection-draws",
+        "20",
+        "--num-eot-samples",
+        "1",
+        "--quiet",
+        "--json",
+    ]
+    assert main(argv) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert out["soundness_violations"] == [{"certificate": "hgm", "radius": 0.2, "certified_accuracy": 0.9, "robust_accuracy": 0.1}]
+    assert out["radii"] == [0.05, 0.2]
+
+
+def test_certify_refuses_a_model_without_noise_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run, rdir, model_id = _train(tmp_path, "nonprivate", epochs=1)
+    with pytest.raises(NotCertifiable, match=f"model {model_id} \\(defense nonprivate\\) has no noise layer"):
+        run_certify(CertifySpec(target=rdir, **TINY), run)
+    code = main(["certify", "--target", str(rdir), "--out", str(run.path), "--num-draws", "50", "--num-examples", "20", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1
+    assert f"model {model_id} (defense nonprivate) has no noise layer; certify needs" in err and "hgm" in err and "run_evasion" in err
+    assert not (run.certify_dir(model_id) / "summary.json").exists()
+
+
+def test_certify_spec_validates_its_arguments(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="radii"):
+        CertifySpec(target=tmp_path, radii=())
+    with pytest.raises(ValueError, match="smoothing_confidence"):
+        CertifySpec(target=tmp_path, smoothing_confidence=1.5)
+    with pytest.raises(ValueError, match="num_draws"):
+        CertifySpec(target=tmp_path, num_draws=1)
+    with pytest.raises(ValueError, match="attacks"):
+        CertifySpec(target=tmp_path, attacks=("nope",))
+    assert CertifySpec(target=tmp_path, radii=(0.2, 0.1, 0.2)).radii == (0.1, 0.2)
+
+
+def test_certify_bad_radii_is_one_line_naming_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:  # argparse errors exit 2 with one line
+        main(["certify", "--target", str(tmp_path), "--out", str(tmp_path), "--radii", "0.1,-2"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--radii" in err
