@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 demo: install
-	$(BIN)/dpaudit epsilon --sampling-rate 0.01 --noise-multiplier 4 --steps 10000 --delta 1e-5
+	$(BIN)/dpaudit epsilon --sampling-rate 0.01 --noise-multiplier 4 --num-steps 10000 --delta 1e-5
 	$(BIN)/dpaudit audit --threat white-box --dataset digits --model digits-mlp --target-epsilon 2 --delta 1e-5 \
 		--sampling-rate 0.01 --num-steps 8000 --num-trials 2 --workers 2 --name demo-white-box --out $(RUN_DIR)
 	$(BIN)/dpaudit audit --threat black-box --method one-run --dataset digits --model digits-mlp --target-epsilon 2 --delta 1e-5 \

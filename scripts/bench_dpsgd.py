@@ -18,7 +18,7 @@ processes hits all methods alike.
 
 Usage::
 
-    python scripts/bench_dpsgd.py [--rounds 7] [--steps 3] [--json FILE] [--models abadi-mnist hgm-cnn]
+    python scripts/bench_dpsgd.py [--rounds 7] [--num-steps 3] [--json FILE] [--models abadi-mnist hgm-cnn]
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", choices=tuple(SETUPS), default=list(SETUPS))
     parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median reported)")
-    parser.add_argument("--steps", type=int, default=3, help="steps per method per round")
+    parser.add_argument("--num-steps", type=int, default=3, help="steps per method per round")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)")
     parser.add_argument("--no-opacus", action="store_true", help="skip the Opacus comparisons")
     parser.add_argument("--in-process", action="store_true", help="time all methods in this process (see bench() for why not by default)")
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     threads = args.threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
-    results = [bench(m, SETUPS[m], rounds=args.rounds, steps=args.steps, with_opacus=not args.no_opacus, threads=threads, in_process=args.in_process) for m in args.models]
+    results = [bench(m, SETUPS[m], rounds=args.rounds, steps=args.num_steps, with_opacus=not args.no_opacus, threads=threads, in_process=args.in_process) for m in args.models]
     header = f"{'model':<12} {'batch':>5}  {'method':<13} {'ms/step':>9}  {'x nonprivate':>12}"
     where = "one process" if args.in_process else "one worker process per method"
     print(f"DP-SGD step time, torch {torch.__version__}, {threads} threads, {where} (median of {args.rounds} interleaved rounds)")

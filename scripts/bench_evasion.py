@@ -70,7 +70,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--num-examples", type=int, default=1000, help="test examples attacked (default 1000)")
     p.add_argument("--train-examples", type=int, default=None, help="training examples (default: all)")
     p.add_argument("--epochs", type=int, default=1, help="training epochs (default 1)")
-    p.add_argument("--steps", type=int, default=10, help="iterations of ifgsm/pgd (default 10)")
+    p.add_argument("--num-steps", type=int, default=10, help="iterations of ifgsm/pgd (default 10)")
     p.add_argument("--step-ratio", type=float, default=0.1, help="step size relative to the radius (default 0.1, Phan et al. 2019)")
     p.add_argument("--batch-size", type=int, default=None, help="examples per batch (default: ours sizes its own chunks; Foolbox gets all examples at once)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up; the median is reported (default 3)")
@@ -84,7 +84,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         args.num_examples = min(args.num_examples, 32)
         args.train_examples = args.train_examples or 2000
         args.repeats = 1
-    for name in ("num_examples", "epochs", "steps", "batch_size", "repeats"):
+    for name in ("num_examples", "epochs", "num_steps", "batch_size", "repeats"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not args.step_ratio > 0:
@@ -138,14 +138,14 @@ def _timed(fn: Callable[[], np.ndarray], repeats: int) -> tuple[np.ndarray, floa
 
 
 def _ours(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, attack: str, norm: str, radii: list[float], args: argparse.Namespace) -> np.ndarray:
-    overrides = {} if attack == "fgsm" else {"num_steps": args.steps, "step_ratio": args.step_ratio}
+    overrides = {} if attack == "fgsm" else {"num_steps": args.num_steps, "step_ratio": args.step_ratio}
     result = run_evasion(model, x, y, attack=evasion_config(attack, **overrides), radii=radii, norm=norm, batch_size=args.batch_size, device=args.device, seed=args.seed)
     return result.robust_accuracy
 
 
 def _foolbox(fb: Any, fmodel: Any, x: torch.Tensor, y: torch.Tensor, *, cls: str, radii: list[float], args: argparse.Namespace, device: torch.device) -> np.ndarray:
     attack_cls = getattr(fb.attacks, cls)
-    attack = attack_cls() if "Fast" in cls or cls == "FGSM" else attack_cls(steps=args.steps, rel_stepsize=args.step_ratio)
+    attack = attack_cls() if "Fast" in cls or cls == "FGSM" else attack_cls(steps=args.num_steps, rel_stepsize=args.step_ratio)
     fooled = np.zeros((len(radii), len(x)), dtype=bool)
     step = args.batch_size or 32  # the examples per chunk ours picks on a CPU for 4 radii
     for begin in range(0, len(x), step):
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 "model": model_name,
                 "num_examples": len(x),
                 "clean_accuracy": clean,
-                "steps": args.steps,
+                "steps": args.num_steps,
                 "step_ratio": args.step_ratio,
                 "batch_size": args.batch_size,
                 "repeats": args.repeats,
@@ -265,7 +265,7 @@ def _certification_throughput(model: torch.nn.Module, model_name: str, bundle: A
 def _print_table(rows: list[dict[str, Any]], *, clean: float, args: argparse.Namespace, model_name: str, dataset: str) -> None:
     print(
         f"\n{model_name} on {dataset}: {args.num_examples} test examples, clean accuracy {100 * clean:.1f}%, "
-        f"{args.steps} steps (iterative attacks), step = {args.step_ratio:g} × radius, batch {args.batch_size or 'auto (ours) / 32 (Foolbox)'}, "
+        f"{args.num_steps} steps (iterative attacks), step = {args.step_ratio:g} × radius, batch {args.batch_size or 'auto (ours) / 32 (Foolbox)'}, "
         f"device {args.device}, {torch.get_num_threads()} torch threads, median of {args.repeats} after a warm-up\n"
     )
     head = f"{'attack':<6} {'norm':<5} {'foolbox':<26} {'radii':<22} {'robust acc % ours':<26} {'foolbox':<26} {'diff (points)':<28} {'ex·r/s ours':>11} {'foolbox':>9} {'ratio':>6}"

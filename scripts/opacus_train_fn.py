@@ -10,7 +10,7 @@ PyTorch"; checked against Opacus 1.6): Poisson lots of rate ``SAMPLING_RATE``
 matching claim::
 
     dpaudit audit --train-fn scripts/opacus_train_fn.py:train --threat black-box --method one-run \\
-        --claim-noise-multiplier 6.6 --claim-sampling-rate 0.1 --claim-steps 300 --delta 1e-5 --out runs/opacus
+        --claim-noise-multiplier 6.6 --claim-sampling-rate 0.1 --claim-num-steps 300 --delta 1e-5 --out runs/opacus
 
 (``python scripts/opacus_train_fn.py`` prints the claim's ε.) The noisy sum is divided by the
 public constant ``EXPECTED_BATCH_SIZE`` rather than by q·len(dataset): the dataset's size

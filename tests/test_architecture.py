@@ -66,7 +66,7 @@ def _modules_after_import(statement: str) -> set[str]:
         "import dpaudit.privacy.claims, dpaudit.privacy.audit, dpaudit.privacy.gaussian",
         # What `dpaudit --help` and `dpaudit epsilon ...` load before they run.
         "from dpaudit.app.cli import build_parser; build_parser(['--help'])",
-        "from dpaudit.app.cli import main; main(['epsilon', '--sampling-rate', '0.01', '--noise-multiplier', '1', '--steps', '10', '--delta', '1e-5'])",
+        "from dpaudit.app.cli import main; main(['epsilon', '--sampling-rate', '0.01', '--noise-multiplier', '1', '--num-steps', '10', '--delta', '1e-5'])",
     ],
 )
 def test_torch_free_imports(statement):

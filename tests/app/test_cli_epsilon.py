@@ -21,7 +21,7 @@ def run_exit(capsys, *argv):
     return exc.value.code, out, err
 
 
-EPS = ("epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--steps", "10000", "--delta", "1e-5")
+EPS = ("epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--num-steps", "10000", "--delta", "1e-5")
 
 
 def test_epsilon_json_reproduces_reference_vectors(capsys):
@@ -41,7 +41,7 @@ def test_epsilon_text_output(capsys):
 
 
 def test_epsilon_solves_sigma_without_overshooting(capsys):
-    code, out, _ = run(capsys, "epsilon", "--sampling-rate", "0.01", "--steps", "1000", "--delta", "1e-5", "--target-epsilon", "2", "--accountant", "rdp", "--json")
+    code, out, _ = run(capsys, "epsilon", "--sampling-rate", "0.01", "--num-steps", "1000", "--delta", "1e-5", "--target-epsilon", "2", "--accountant", "rdp", "--json")
     assert code == 0
     data = json.loads(out)
     assert data["solve"] == "noise_multiplier" and data["num_steps"] == 1000
@@ -51,7 +51,7 @@ def test_epsilon_solves_sigma_without_overshooting(capsys):
 
 def test_epsilon_solves_steps(capsys):
     code, out, _ = run(
-        capsys, "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--delta", "1e-5", "--target-epsilon", "1.2586", "--solve", "steps", "--accountant", "moments", "--json"
+        capsys, "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--delta", "1e-5", "--target-epsilon", "1.2586", "--solve", "num-steps", "--accountant", "moments", "--json"
     )
     assert code == 0
     data = json.loads(out)
@@ -70,9 +70,9 @@ def test_epsilon_solves_steps(capsys):
         (("--noise-multiplier", "0"), "--noise-multiplier"),
         (("--noise-multiplier", "-1"), "-1"),
         (("--noise-multiplier", "nan"), "nan"),
-        (("--steps", "-5"), "--steps"),
-        (("--steps", "0"), "--steps"),
-        (("--steps", "2.5"), "'2.5'"),
+        (("--num-steps", "-5"), "--num-steps"),
+        (("--num-steps", "0"), "--num-steps"),
+        (("--num-steps", "2.5"), "'2.5'"),
         (("--accountant", "magic"), "magic"),
         (("--target-epsilon", "-1"), "--target-epsilon"),
         (("--solve", "delta"), "delta"),
@@ -91,9 +91,9 @@ def test_epsilon_bad_input_exits_2_with_one_line(capsys, argv, needle):
     "argv, needle",
     [
         (("epsilon", "--sampling-rate", "0.1", "--delta", "1e-5"), "--noise-multiplier"),
-        (("epsilon", "--sampling-rate", "0.1", "--delta", "1e-5", "--noise-multiplier", "1", "--steps", "10", "--target-epsilon", "1"), "conflicts"),
-        (("epsilon", "--sampling-rate", "0.1", "--delta", "1e-5", "--target-epsilon", "1", "--solve", "steps"), "--noise-multiplier"),
-        (("epsilon", "--sampling-rate", "1", "--delta", "1e-5", "--noise-multiplier", "0.1", "--target-epsilon", "0.01", "--solve", "steps", "--accountant", "rdp"), "single step"),
+        (("epsilon", "--sampling-rate", "0.1", "--delta", "1e-5", "--noise-multiplier", "1", "--num-steps", "10", "--target-epsilon", "1"), "conflicts"),
+        (("epsilon", "--sampling-rate", "0.1", "--delta", "1e-5", "--target-epsilon", "1", "--solve", "num-steps"), "--noise-multiplier"),
+        (("epsilon", "--sampling-rate", "1", "--delta", "1e-5", "--noise-multiplier", "0.1", "--target-epsilon", "0.01", "--solve", "num-steps", "--accountant", "rdp"), "single step"),
     ],
 )
 def test_epsilon_inconsistent_arguments_exit_2(capsys, argv, needle):
@@ -158,5 +158,5 @@ def test_epsilon_gaussian_bad_sensitivity(capsys):
 
 
 def test_epsilon_dpsgd_needs_sampling_rate(capsys):
-    code, _, err = run(capsys, "epsilon", "--noise-multiplier", "1", "--steps", "3", "--delta", "1e-5")
+    code, _, err = run(capsys, "epsilon", "--noise-multiplier", "1", "--num-steps", "3", "--delta", "1e-5")
     assert code == 2 and "--sampling-rate" in err

@@ -25,5 +25,5 @@ def test_no_command_and_help(capsys):
 
 
 def test_console_script_runs_as_a_process():
-    proc = subprocess.run([sys.executable, "-m", "dpaudit.app.cli", "epsilon", "--sampling-rate", "0.5", "--noise-multiplier", "1", "--steps", "1", "--delta", "2"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "dpaudit.app.cli", "epsilon", "--sampling-rate", "0.5", "--noise-multiplier", "1", "--num-steps", "1", "--delta", "2"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--delta" in proc.stderr and "Traceback" not in proc.stderr

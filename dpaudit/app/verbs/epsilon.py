@@ -39,11 +39,11 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
     names = ACCOUNTANTS if args.accountant == "all" else (args.accountant,)
     q, delta = args.sampling_rate, args.delta
     if args.target_epsilon is None:
-        if args.noise_multiplier is None or args.steps is None:
-            raise UsageError("--noise-multiplier and --steps are required unless --target-epsilon is given")
-        event = sampled_gaussian_event(sampling_rate=q, noise_multiplier=args.noise_multiplier, num_steps=args.steps)
+        if args.noise_multiplier is None or args.num_steps is None:
+            raise UsageError("--noise-multiplier and --num-steps are required unless --target-epsilon is given")
+        event = sampled_gaussian_event(sampling_rate=q, noise_multiplier=args.noise_multiplier, num_steps=args.num_steps)
         values = {n: compute_epsilon(event, delta=delta, accountant=n) for n in names}
-        lines = [f"epsilon at delta={delta:g} for q={q:g}, sigma={args.noise_multiplier:g}, T={args.steps}:"]
+        lines = [f"epsilon at delta={delta:g} for q={q:g}, sigma={args.noise_multiplier:g}, T={args.num_steps}:"]
         lines += [f"  {n:<8} {fmt_eps(e)}" for n, e in values.items()]
         emit(args, values, "\n".join(lines))
         return EXIT_OK
@@ -52,13 +52,13 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
     if args.solve == "noise-multiplier":
         if args.noise_multiplier is not None:
             raise UsageError(f"--noise-multiplier={args.noise_multiplier!r} conflicts with --solve noise-multiplier; omit it")
-        if args.steps is None:
-            raise UsageError("--steps is required to solve for the noise multiplier")
-        sigma = calibrate_noise_multiplier(target_epsilon=args.target_epsilon, delta=delta, sampling_rate=q, num_steps=args.steps, accountant=solve_with)
-        steps = args.steps
+        if args.num_steps is None:
+            raise UsageError("--num-steps is required to solve for the noise multiplier")
+        sigma = calibrate_noise_multiplier(target_epsilon=args.target_epsilon, delta=delta, sampling_rate=q, num_steps=args.num_steps, accountant=solve_with)
+        steps = args.num_steps
     else:
-        if args.steps is not None:
-            raise UsageError(f"--steps={args.steps!r} conflicts with --solve steps; omit it")
+        if args.num_steps is not None:
+            raise UsageError(f"--num-steps={args.num_steps!r} conflicts with --solve num-steps; omit it")
         if args.noise_multiplier is None:
             raise UsageError("--noise-multiplier is required to solve for the number of steps")
         sigma = args.noise_multiplier
@@ -95,8 +95,8 @@ def _gaussian_epsilon(args: argparse.Namespace) -> int:
         gaussian_epsilon,
     )
 
-    if args.sampling_rate is not None or args.steps is not None:
-        raise UsageError("--sampling-rate and --steps apply to --mechanism dpsgd only")
+    if args.sampling_rate is not None or args.num_steps is not None:
+        raise UsageError("--sampling-rate and --num-steps apply to --mechanism dpsgd only")
     delta, sens = args.delta, args.sensitivity
     if args.target_epsilon is None:
         if args.noise_multiplier is None:
@@ -142,11 +142,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--sampling-rate", type=arg("--sampling-rate", v.half_open_unit), metavar="Q", help="Poisson sampling rate q = lot size / N, in (0, 1] (dpsgd)")
     p.add_argument("--noise-multiplier", type=arg("--noise-multiplier", v.positive), metavar="SIGMA", help="noise std / clipping norm, > 0")
-    p.add_argument("--steps", type=positive_int("--steps"), metavar="T", help="number of steps (lots), >= 1")
+    p.add_argument("--num-steps", type=positive_int("--num-steps"), metavar="T", help="number of steps (lots), >= 1")
     p.add_argument("--delta", type=delta_type, required=True, metavar="D", help="target delta in (0, 1)")
     p.add_argument("--accountant", choices=(*ACCOUNTANTS, "all"), default="all", help="accountant (default: all)")
     p.add_argument("--target-epsilon", type=arg("--target-epsilon", v.positive), metavar="E", help="solve for the value that reaches this epsilon")
-    p.add_argument("--solve", choices=("noise-multiplier", "steps"), default="noise-multiplier", help="what --target-epsilon solves for (default: noise-multiplier)")
+    p.add_argument("--solve", choices=("noise-multiplier", "num-steps"), default="noise-multiplier", help="what --target-epsilon solves for (default: noise-multiplier)")
     p.add_argument(
         "--calibration",
         choices=("classical", "analytic", "extended", "all"),
