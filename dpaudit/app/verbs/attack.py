@@ -148,7 +148,15 @@ def _cmd_membership(args: argparse.Namespace, flags: Any) -> int:
     report = next((p for p in index.membership if done.model_id in p.name), index.index_html)
     summaries = {name: r.summary(delta=args.delta) for name, r in done.results.items()}
     shadows = [{"pool": p.kind, "num_models": p.num_models, "attacks": list(p.attacks), "num_trained": p.num_trained, "num_reused": p.num_reused} for p in done.pools]
-    payload = {"attacks": summaries, "target": done.model_id, "shadows": shadows, "shadow_defense": done.shadow_defense, "result_dir": str(done.result_dir), "report": str(report), "index": str(index.index_html)}
+    payload = {
+        "attacks": summaries,
+        "target": done.model_id,
+        "shadows": shadows,
+        "shadow_defense": done.shadow_defense,
+        "result_dir": str(done.result_dir),
+        "report": str(report),
+        "index": str(index.index_html),
+    }
     lines = [f"membership inference against {done.model_id} ({done.num_members} members, {done.num_non_members} non-members)"]
     for p in done.pools:
         lines.append(f"  {p.kind} shadow pool: {p.num_models} models ({p.num_trained} trained, {p.num_reused} reused; trained as {done.shadow_defense!r}) for {', '.join(p.attacks)}")
