@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
+from matplotlib.transforms import ScaledTranslation
 
 from dpaudit.results import EvasionResult, TrainedModel, load_evasion_result, load_record
 from dpaudit.results.certification import CertificationResult, load_certification_result
@@ -129,9 +130,13 @@ def certified_figure(run: CertifiedRun, *, ax: Axes | None = None) -> MplFigure 
         ax.axhline(conv, color=colour(str(run.summary["defense"])), linestyle=(0, (6, 2)), linewidth=1.0, alpha=0.7, label=f"conventional accuracy {conv:.3f}")
     for name, cert in run.certificates.items():
         ax.plot(radii, cert.certified_accuracy(radii), **{**style(name), "linestyle": "-" if name != "smoothing" else ":"}, linewidth=2, markersize=6, label=f"certified: {name}")
-    for name, res in run.attacks.items():
-        ax.plot(res.radii, res.robust_accuracy, **style(name), markersize=5, markerfacecolor="none", label=f"robust under {name}")
-    ax.set_xlabel(f"perturbation radius ({run.summary.get('norm', '')})")
+    # Attacks often leave the same accuracy: each curve is dodged a few points sideways (display
+    # space, so the data stay exact) to keep all of them visible.
+    n = len(run.attacks)
+    for i, (name, res) in enumerate(run.attacks.items()):
+        dodge = ScaledTranslation((i - (n - 1) / 2) * 3.0 / 72, 0, fig.dpi_scale_trans)
+        ax.plot(res.radii, res.robust_accuracy, **style(name), markersize=5, markerfacecolor="none", label=f"robust under {name}", transform=ax.transData + dodge)
+    ax.set_xlabel(f"perturbation radius ({run.summary.get('norm', '')}); attack curves dodged sideways by a few points")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(run.label, fontsize=9)
