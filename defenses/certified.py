@@ -247,6 +247,7 @@ def compute_redistribution(
         seed=seed + 1,
         device=device,
         progress=progress,
+        progress_label="redistribution pretrain",
     )
     noise = find_noise_layer(pre)
     assert noise is not None  # built with noise_layer=True
@@ -388,6 +389,7 @@ def _train_certified(
         seed=seed,
         device=device,
         progress=progress,
+        progress_label=defense,
         prepare_model=prepare,
         after_step=after_step,
     )

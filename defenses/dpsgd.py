@@ -472,6 +472,7 @@ def train_dpsgd(
     on_epoch: OnEpoch | None = None,
     prepare_model: Callable[[nn.Module], None] | None = None,
     after_step: Callable[[int, nn.Module], None] | None = None,
+    progress_label: str = "dpsgd",
 ) -> tuple[TrainedModel, nn.Module]:
     """Trains a zoo model on the split's members with DP-SGD (+ DP-PCA).
 
@@ -491,6 +492,7 @@ def train_dpsgd(
             training, e.g. to install a noise layer (Secure-SGD).
         after_step: ``(step_index, model)`` after every optimiser step; it may only
             post-process the released parameters (e.g. rescale a layer), which costs no privacy.
+        progress_label: the defense named on the progress bar (a wrapping defense passes its own).
 
     Returns:
         The record (claim from the steps actually taken) and the trained module (eval mode).
@@ -543,7 +545,7 @@ def train_dpsgd(
     order: list[torch.Tensor] = []
     loss_total, loss_count = 0.0, 0
     try:
-        with Progress(plan.num_steps, f"train dpsgd {model_name} on {bundle.name}", enabled=progress) as bar:
+        with Progress(plan.num_steps, f"train {progress_label} {model_name} on {bundle.name}", enabled=progress) as bar:
             for step in range(plan.num_steps):
                 if config.sampling == "poisson":
                     lot = poisson_lot(n, plan.sampling_rate, generator=lot_gen)

@@ -41,6 +41,7 @@ def train_nonprivate(
     progress: bool = True,
     prepare_model: Callable[[nn.Module], None] | None = None,
     after_step: Callable[[int, nn.Module], None] | None = None,
+    progress_label: str = "nonprivate",
 ) -> tuple[TrainedModel, nn.Module]:
     """Trains a zoo model on the split's members with non-private SGD.
 
@@ -57,6 +58,7 @@ def train_nonprivate(
             e.g. to install a noise layer's σ and r.
         after_step: called with (step index, model) after every optimiser step, e.g. to
             project the first layer back to sensitivity ≤ 1 (PixelDP).
+        progress_label: the defense named on the progress bar (a wrapping defense passes its own).
 
     Returns:
         The record and the trained module (in eval mode).
@@ -76,7 +78,7 @@ def train_nonprivate(
     gen = torch_generator(seed, "batches")
     loss_fn = nn.CrossEntropyLoss()
     step = 0
-    with Progress(config.epochs, f"train nonprivate {model_name} on {bundle.name}", enabled=progress) as bar:
+    with Progress(config.epochs, f"train {progress_label} {model_name} on {bundle.name}", enabled=progress) as bar:
         for _ in range(config.epochs):
             total, count = 0.0, 0
             for idx in shuffled_batches(len(x), config.batch_size, generator=gen):

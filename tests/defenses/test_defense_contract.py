@@ -1,0 +1,103 @@
+"""Contract suite: every registered defense trains, round-trips, claims, repeats and rejects bad configs.
+
+:func:`check_defense_contract` is what a new defense must pass; the parametrised test runs it
+over :data:`defenses.DEFENSES` as registered at collection time, and a test that registers a
+defense of its own (``tests/app/test_toy_defense.py``) calls it directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from defenses import DEFENSES, DefenseSpec
+from dpaudit.data import load_dataset, make_splits
+from dpaudit.options import option_specs
+from dpaudit.results.certification import CertificationSpec
+from dpaudit.results.record import load_record
+from dpaudit.store import thaw
+from dpaudit.weights import load_model, save_record
+
+# The smallest settings of the fields a defense may have: a contract check, not a reproduction.
+_TINY = {
+    "epochs": 1,
+    "batch_size": 32,
+    "sampling_rate": 0.05,
+    "redistribution_pretrain_epochs": 1,
+    "redistribution_examples": 64,
+    "physical_batch_size": 256,
+}
+
+
+def tiny_config(spec: DefenseSpec):
+    names = {f.name for f in dataclasses.fields(spec.config_type)}
+    kwargs = {k: v for k, v in _TINY.items() if k in names}
+    if "lot_size" in names and "sampling_rate" in kwargs:
+        kwargs.setdefault("lot_size", None)
+    return spec.config_type(**kwargs)
+
+
+def _train(spec: DefenseSpec, config, *, seed: int):
+    bundle = load_dataset("digits")
+    splits = make_splits(bundle, seed=0, num_members=120, num_non_members=60)
+    return spec.train(bundle=bundle, splits=splits, model_name="digits-mlp", model_options={}, config=config, seed=seed, device="cpu", progress=False)
+
+
+def _numeric_options(spec: DefenseSpec):
+    return [o for o in option_specs(spec.config_type) if o.kind in (int, float) and o.choices is None]
+
+
+def check_defense_contract(spec: DefenseSpec, tmp_path) -> None:
+    """Asserts the contract every registered defense meets (see the module docstring)."""
+    assert spec.name and spec.summary and isinstance(spec.claim_kind, str)
+    assert dataclasses.is_dataclass(spec.config_type) and spec.config_type.__dataclass_params__.frozen
+    fields = {f.name for f in dataclasses.fields(spec.config_type)}
+    assert {o.field for o in option_specs(spec.config_type)} == fields, "every config field must declare its flag"
+
+    config = tiny_config(spec)
+    record, model = _train(spec, config, seed=3)
+    assert record.defense == spec.name and record.claim.kind == spec.claim_kind
+    assert len(record.membership.members) == 120 and 0.0 <= record.metrics["test_accuracy"] <= 1.0
+
+    # the record and its weights round-trip exactly
+    save_record(record, model, tmp_path / "rec")
+    again = load_record(tmp_path / "rec")
+    assert again.model_id == record.model_id and again.claim.to_dict() == record.claim.to_dict()
+    assert np.array_equal(again.membership.members, record.membership.members)
+    loaded = load_model(tmp_path / "rec")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+
+    # the claim is present and evaluable under its applicable accountants
+    bound = record.claim.upper_bound(delta=1e-5)
+    if spec.claim_kind == "dp":
+        assert bound.by_accountant and math.isfinite(bound.epsilon) and bound.epsilon > 0
+    else:
+        assert math.isinf(bound.epsilon)
+
+    # a certifiable defense stores the spec certify reads back
+    if spec.certification is not None:
+        stored = CertificationSpec.from_dict(thaw(record.config)["certification"])
+        assert stored == spec.certification(config)
+
+    # the same seed gives the same model
+    _, twin = _train(spec, config, seed=3)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), twin.state_dict().values()))
+
+    # a bad value of any numeric field is refused with an error that names the field
+    for opt in _numeric_options(spec):
+        with pytest.raises((ValueError, TypeError)) as exc:
+            spec.config_type(**{opt.field: -1})
+        assert opt.field in str(exc.value), (opt.field, str(exc.value))
+
+
+# Secure-SGD pretrains a model to estimate its sensitivity before training: ~14 s on 2 cores.
+_SLOW = {"secure-sgd"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW else n for n in DEFENSES])
+def test_registered_defense_meets_the_contract(name, tmp_path):
+    check_defense_contract(DEFENSES[name], tmp_path)
