@@ -249,11 +249,14 @@ def _certification_throughput(model: torch.nn.Module, model_name: str, bundle: A
     from dpaudit.robustness.noise import find_noise_layer
 
     noisy = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, noise_layer=True)
-    state = model.state_dict()
-    first = next(k.split(".")[0] for k in state)  # the first layer's index in the Sequential
-    mapped = {(f"{first}.layer.{k.split('.', 1)[1]}" if k.split(".")[0] == first else k): t for k, t in state.items()}
+    # The noise layer wraps the prefix up to the first weight layer and adds buffers only, so the
+    # parameters of both networks line up one to one, in order.
+    ours = [name for name, _ in noisy.named_parameters()]
+    theirs = list(model.named_parameters())
+    assert len(ours) == len(theirs), (ours, [n for n, _ in theirs])
+    mapped = {name: p.detach() for name, (_, p) in zip(ours, theirs)}
     missing = noisy.load_state_dict(mapped, strict=False).missing_keys
-    assert set(missing) <= {f"{first}.noise_std", f"{first}.redistribution"}, missing
+    assert all(k.endswith(("noise_std", "redistribution")) for k in missing), missing
     find_noise_layer(noisy).set_noise(0.25)
     noisy.to(device)
     n, draws = min(len(x), 100 if not args.quick else 16), 1000 if not args.quick else 200
