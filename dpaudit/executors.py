@@ -6,7 +6,7 @@ described by its arguments (a seed and a split). DESIGN.md ("Scale") asks for a 
 on one machine and Ray beyond it, nothing home-made; this module offers both behind one small
 interface:
 
-* :class:`SerialExecutor` — in this process, in order (tests, debugging, ``--workers 1``
+* :class:`SerialExecutor` — in this process, in order (tests, debugging, ``--num-workers 1``
   without the cost of starting a worker).
 * :class:`LocalExecutor` — ``concurrent.futures.ProcessPoolExecutor`` with a ``spawn`` (or
   ``forkserver``) context: forking a process that already runs torch's thread pools can

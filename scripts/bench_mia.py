@@ -2,8 +2,8 @@
 
 Trains an overfitting non-private MLP on a few thousand MNIST (or Fashion-MNIST) examples,
 runs the threshold attacks (Yeom et al. 2018; Song & Mittal 2021), the shadow-model attack
-(Shokri et al. 2017), LiRA online/offline (Carlini et al. 2022) with ``--shadows`` models and
-RMIA online/offline (Zarifzadeh et al. 2024) with ``--references`` reference models (the
+(Shokri et al. 2017), LiRA online/offline (Carlini et al. 2022) with ``--num-shadows`` models and
+RMIA online/offline (Zarifzadeh et al. 2024) with ``--num-references`` reference models (the
 first ones of the same shadow pool), and prints AUC, TPR at 0.1 % / 1 % FPR and ε_LB.
 
 Expected (Carlini et al. 2022, Fig. 1/Table 1; Zarifzadeh et al. 2024, Table 2): LiRA online
@@ -20,7 +20,7 @@ when registered) at those ε (δ = 1e-5).
 Usage::
 
     DPAUDIT_DATA_ROOT=../shared/data .venv/bin/python scripts/bench_mia.py --out runs/bench-mia \\
-        --shadows 64 --references 4 --workers 2 --scaling --json bench_mia.json
+        --num-shadows 64 --num-references 4 --num-workers 2 --scaling --json bench_mia.json
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def _attack(args: argparse.Namespace, run: RunDir, record: Any, model: Any, bund
         bundle=bundle,
         seed=args.seed,
         num_shadows=num_shadows,
-        configs={"rmia": RMIAConfig(num_references=args.references), "rmia-offline": RMIAOfflineConfig(num_references=args.references)},
+        configs={"rmia": RMIAConfig(num_references=args.num_references), "rmia-offline": RMIAOfflineConfig(num_references=args.num_references)},
         num_queries=args.num_queries,
         shadow_directory=run.shadow_dir(),
         executor=executor,
@@ -86,7 +86,7 @@ def _attack(args: argparse.Namespace, run: RunDir, record: Any, model: Any, bund
         "defense": record.defense,
         "target_metrics": {k: float(v) for k, v in record.metrics.items() if isinstance(v, (int, float))},
         "num_shadows": num_shadows,
-        "num_references": args.references,
+        "num_references": args.num_references,
         "num_queries": results["lira"].config["num_queries"],
         "shadows_trained": meta.get("shadows_trained"),
         "shadows_reused": meta.get("shadows_reused"),
@@ -166,11 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-members", type=int, default=2500)
     p.add_argument("--num-non-members", type=int, default=2500)
     p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--shadows", type=int, default=64)
-    p.add_argument("--references", type=int, default=4)
+    p.add_argument("--num-shadows", type=int, default=64)
+    p.add_argument("--num-references", type=int, default=4)
     p.add_argument("--num-queries", type=int, default=None)
     p.add_argument("--executor", choices=("local", "ray", "serial"), default="local")
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-root", default=None)
     p.add_argument("--out", default="runs/bench-mia")
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scaling-shadows", type=int, default=8)
     p.add_argument("--scaling-repeats", type=int, default=2, help="alternating rounds of 1 and 2 workers")
     p.add_argument("--dpsgd-epsilons", type=float, nargs="*", default=[], help="also attack DP-SGD targets at these epsilons")
-    p.add_argument("--dp-shadows", type=int, default=16, help="shadows for the DP-SGD targets")
+    p.add_argument("--num-dp-shadows", type=int, default=16, help="shadows for the DP-SGD targets")
     p.add_argument("--threads", type=int, default=1, help="torch threads in this process (inference)")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--json", metavar="FILE", help="write the measured figures here as well")
@@ -200,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             f"1-min load average before {s['load_before'][0]:.2f}, after {s['load_after'][0]:.2f})"
         )
     if not args.scaling_only:
-        with make_executor(args.executor, workers=args.workers) as executor:
-            block = _attack(args, run, record, model, bundle, num_shadows=args.shadows, executor=executor)
+        with make_executor(args.executor, workers=args.num_workers) as executor:
+            block = _attack(args, run, record, model, bundle, num_shadows=args.num_shadows, executor=executor)
             block["checks"] = _checks(block)
             figures["nonprivate"] = block
             print(_table(block))
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                     for eps in args.dpsgd_epsilons:
                         config = cfg_type(noise_multiplier=None, target_epsilon=eps, delta=1e-5, epochs=args.epochs, lot_size=250, learning_rate=0.1, momentum=0.9, clip_norm=1.0)
                         dp_record, dp_model = _train_target(run, defense="dpsgd", config=config, bundle=bundle, splits=splits, model=args.model, seed=args.seed, quiet=args.quiet)
-                        dp_block = _attack(args, run, dp_record, dp_model, bundle, num_shadows=args.dp_shadows, executor=executor)
+                        dp_block = _attack(args, run, dp_record, dp_model, bundle, num_shadows=args.num_dp_shadows, executor=executor)
                         dp_block["epsilon"] = eps
                         figures["dpsgd"][f"{eps:g}"] = dp_block
                         print(f"\nDP-SGD target, epsilon = {eps:g} (delta 1e-5):")

@@ -16,7 +16,7 @@ Three games on digits / digits-mlp (audit.md §3–5), each at the three target 
 
 Usage::
 
-    python scripts/reproduce_audit.py [--quick] [--workers 2] [--json results.json] [--out runs/reproduce-audit]
+    python scripts/reproduce_audit.py [--quick] [--num-workers 2] [--json results.json] [--out runs/reproduce-audit]
 
 Prints a table (and writes it with timings to --json). Expect the white-box ratio ≥ 0.8 and
 the black-box ratios far lower: final-model audits with natural-ish canaries are known to be
@@ -45,7 +45,7 @@ WHITE_BOX_STEPS = {1.0: 90_000, 2.0: 30_000, 4.0: 16_000}
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(ROOT / "runs" / "reproduce-audit"))
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="a tenth of the work (looser bounds), for a smoke run")
     p.add_argument("--modes", default="white-box,multi-run,one-run", help="comma-separated subset of white-box,multi-run,one-run")
     p.add_argument("--json", metavar="FILE", help="write the measured figures here")
@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         for mode in modes:
             started = time.monotonic()
             run = RunDir(args.out)
-            common = dict(dataset="digits", model="digits-mlp", target_epsilon=target, delta=DELTA, workers=args.workers, progress=True)
+            common = dict(dataset="digits", model="digits-mlp", target_epsilon=target, delta=DELTA, workers=args.num_workers, progress=True)
             if mode == "white-box":
                 steps = max(2000, int(WHITE_BOX_STEPS[target] * scale))
-                runs = 2 * args.workers if args.workers > 1 else 1
+                runs = 2 * args.num_workers if args.num_workers > 1 else 1
                 spec = AuditSpec(
                     **common,
                     threat="white-box",
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['target_epsilon']:>6g}  {r['mode']:<10} {r['epsilon_lb']:>7.3f} {r['epsilon_ub']:>11.3f} {r['tightness']:>6.3f} {str(r['num_in']) + '/' + str(r['num_out']):>13} {r['seconds']:>5.0f}s  {r['claim']}"
         )
     if args.json:
-        atomic_write_json(args.json, {"delta": DELTA, "quick": args.quick, "workers": args.workers, "rows": rows})
+        atomic_write_json(args.json, {"delta": DELTA, "quick": args.quick, "workers": args.num_workers, "rows": rows})
     if rows:
         from dpaudit.app.runs.report import render_reports
 

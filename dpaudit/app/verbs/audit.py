@@ -105,7 +105,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         bound=args.bound,
         strategy=args.strategy,
         score=args.score,
-        workers=args.workers,
+        workers=args.num_workers,
         seed=args.seed,
         name=args.name,
         data_root=args.data_root,
@@ -190,7 +190,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--claim-noise-multiplier", type=arg("--claim-noise-multiplier", v.positive), metavar="SIGMA", help="--train-fn: claimed DP-SGD noise multiplier")
     p.add_argument("--claim-sampling-rate", type=arg("--claim-sampling-rate", v.half_open_unit), metavar="Q", help="--train-fn: claimed Poisson sampling rate")
     p.add_argument("--claim-num-steps", type=pos_int("--claim-num-steps"), metavar="T", help="--train-fn: claimed number of steps")
-    p.add_argument("--workers", type=pos_int("--workers"), default=1, help="parallel worker processes for trials (default 1: in this process)")
+    p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for trials (default 1: in this process)")
     p.add_argument("--seed", type=seed_type, default=0, help="root seed (default 0)")
     p.add_argument("--name", metavar="NAME", help="audit name under RUN_DIR/audits/ (default: derived from the configuration; reruns resume)")
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory")
