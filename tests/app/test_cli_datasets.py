@@ -2,17 +2,9 @@
 
 import json
 
-from dpaudit.app.cli import main
 
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_datasets_lists_the_shared_root(capsys, shared_data):
-    code, out, _ = run(capsys, "datasets", "--data-root", str(shared_data), "--json")
+def test_datasets_lists_the_shared_root(cli, shared_data):
+    code, out, _ = cli.run("datasets", "--data-root", str(shared_data), "--json")
     assert code == 0
     data = json.loads(out)["datasets"]
     for name in ("digits", "mnist", "fashion-mnist", "faces", "adult"):
@@ -25,17 +17,17 @@ def test_datasets_lists_the_shared_root(capsys, shared_data):
     assert data["adult"]["num_classes"] == 2
 
 
-def test_datasets_missing_root_says_so(capsys, tmp_path):
-    code, out, _ = run(capsys, "datasets", "--data-root", str(tmp_path), "--json")
+def test_datasets_missing_root_says_so(cli, tmp_path):
+    code, out, _ = cli.run("datasets", "--data-root", str(tmp_path), "--json")
     data = json.loads(out)["datasets"]
     assert code == 0 and data["digits"]["available"] and not data["mnist"]["available"]
     assert str(tmp_path) in data["mnist"]["detail"]
 
 
-def test_datasets_lists_every_registered_source_with_its_description(capsys, tmp_path):
+def test_datasets_lists_every_registered_source_with_its_description(cli, tmp_path):
     from dpaudit.data import DATASETS
 
-    code, out, _ = run(capsys, "datasets", "--data-root", str(tmp_path), "--json")
+    code, out, _ = cli.run("datasets", "--data-root", str(tmp_path), "--json")
     data = json.loads(out)["datasets"]
     assert code == 0 and list(data) == list(DATASETS)
     assert all(data[name]["description"] == source.description for name, source in DATASETS.items())

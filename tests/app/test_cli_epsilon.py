@@ -4,28 +4,11 @@ import json
 
 import pytest
 
-from dpaudit.app.cli import main
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_exit(capsys, *argv):
-    """For argparse errors, which exit via SystemExit."""
-    with pytest.raises(SystemExit) as exc:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
-
-
 EPS = ("epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--num-steps", "10000", "--delta", "1e-5")
 
 
-def test_epsilon_json_reproduces_reference_vectors(capsys):
-    code, out, _ = run(capsys, *EPS, "--json")
+def test_epsilon_json_reproduces_reference_vectors(cli):
+    code, out, _ = cli.run(*EPS, "--json")
     assert code == 0
     data = json.loads(out)
     assert set(data) == {"moments", "rdp", "pld", "strong"}
@@ -35,13 +18,13 @@ def test_epsilon_json_reproduces_reference_vectors(capsys):
     assert data["strong"] == pytest.approx(9.35, rel=0.01)
 
 
-def test_epsilon_text_output(capsys):
-    code, out, _ = run(capsys, *EPS, "--accountant", "moments")
+def test_epsilon_text_output(cli):
+    code, out, _ = cli.run(*EPS, "--accountant", "moments")
     assert code == 0 and "1.2586" in out and "pld" not in out
 
 
-def test_epsilon_solves_sigma_without_overshooting(capsys):
-    code, out, _ = run(capsys, "epsilon", "--sampling-rate", "0.01", "--num-steps", "1000", "--delta", "1e-5", "--target-epsilon", "2", "--accountant", "rdp", "--json")
+def test_epsilon_solves_sigma_without_overshooting(cli):
+    code, out, _ = cli.run("epsilon", "--sampling-rate", "0.01", "--num-steps", "1000", "--delta", "1e-5", "--target-epsilon", "2", "--accountant", "rdp", "--json")
     assert code == 0
     data = json.loads(out)
     assert data["solve"] == "noise_multiplier" and data["num_steps"] == 1000
@@ -49,9 +32,9 @@ def test_epsilon_solves_sigma_without_overshooting(capsys):
     assert data["epsilon"]["rdp"] > 1.99
 
 
-def test_epsilon_solves_steps(capsys):
-    code, out, _ = run(
-        capsys, "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--delta", "1e-5", "--target-epsilon", "1.2586", "--solve", "num-steps", "--accountant", "moments", "--json"
+def test_epsilon_solves_steps(cli):
+    code, out, _ = cli.run(
+        "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--delta", "1e-5", "--target-epsilon", "1.2586", "--solve", "num-steps", "--accountant", "moments", "--json"
     )
     assert code == 0
     data = json.loads(out)
@@ -78,11 +61,11 @@ def test_epsilon_solves_steps(capsys):
         (("--solve", "delta"), "delta"),
     ],
 )
-def test_epsilon_bad_input_exits_2_with_one_line(capsys, argv, needle):
+def test_epsilon_bad_input_exits_2_with_one_line(cli, argv, needle):
     base = dict(zip(EPS[1::2], EPS[2::2]))
     base.update(dict(zip(argv[0::2], argv[1::2])))
     args = ["epsilon"] + [x for kv in base.items() for x in kv]
-    code, out, err = run_exit(capsys, *args)
+    code, out, err = cli.run_exit(*args)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
 
@@ -96,8 +79,8 @@ def test_epsilon_bad_input_exits_2_with_one_line(capsys, argv, needle):
         (("epsilon", "--sampling-rate", "1", "--delta", "1e-5", "--noise-multiplier", "0.1", "--target-epsilon", "0.01", "--solve", "num-steps", "--accountant", "rdp"), "single step"),
     ],
 )
-def test_epsilon_inconsistent_arguments_exit_2(capsys, argv, needle):
-    code, out, err = run(capsys, *argv)
+def test_epsilon_inconsistent_arguments_exit_2(cli, argv, needle):
+    code, out, err = cli.run(*argv)
     assert code == 2 and out == "" and needle in err and len(err.strip().splitlines()) == 1
 
 
@@ -117,23 +100,23 @@ EGM = [((1, 1e-5), 4.854241), ((4, 1e-5), 1.285080), ((1, 0.05), 2.549790), ((4,
 
 
 @pytest.mark.parametrize("target, sigma", AGM)
-def test_epsilon_gaussian_analytic_vectors(capsys, target, sigma):
+def test_epsilon_gaussian_analytic_vectors(cli, target, sigma):
     eps, delta = target
-    code, out, _ = run(capsys, "epsilon", "--mechanism", "gaussian", "--target-epsilon", str(eps), "--delta", str(delta), "--calibration", "analytic", "--json")
+    code, out, _ = cli.run("epsilon", "--mechanism", "gaussian", "--target-epsilon", str(eps), "--delta", str(delta), "--calibration", "analytic", "--json")
     assert code == 0 and round(json.loads(out)["sigma"]["analytic"], 6) == sigma
 
 
 @pytest.mark.parametrize("target, sigma", EGM)
-def test_epsilon_gaussian_extended_vectors(capsys, target, sigma):
+def test_epsilon_gaussian_extended_vectors(cli, target, sigma):
     eps, delta = target
-    code, out, _ = run(capsys, "epsilon", "--mechanism", "gaussian", "--target-epsilon", str(eps), "--delta", str(delta), "--json")
+    code, out, _ = cli.run("epsilon", "--mechanism", "gaussian", "--target-epsilon", str(eps), "--delta", str(delta), "--json")
     data = json.loads(out)["sigma"]
     assert code == 0 and round(data["extended"], 6) == sigma
     assert (data["classical"] is None) == (eps > 1)
 
 
-def test_epsilon_gaussian_exact_epsilon_inverts_calibration(capsys):
-    code, out, _ = run(capsys, "epsilon", "--mechanism", "gaussian", "--noise-multiplier", "3.730632", "--delta", "1e-5", "--json")
+def test_epsilon_gaussian_exact_epsilon_inverts_calibration(cli):
+    code, out, _ = cli.run("epsilon", "--mechanism", "gaussian", "--noise-multiplier", "3.730632", "--delta", "1e-5", "--json")
     assert code == 0 and json.loads(out)["epsilon"] == pytest.approx(1.0, abs=1e-5)
 
 
@@ -147,16 +130,16 @@ def test_epsilon_gaussian_exact_epsilon_inverts_calibration(capsys):
         (("--noise-multiplier", "1", "--target-epsilon", "1", "--delta", "1e-5"), "conflicts"),
     ],
 )
-def test_epsilon_gaussian_bad_input(capsys, argv, needle):
-    code, out, err = run(capsys, "epsilon", "--mechanism", "gaussian", *argv)
+def test_epsilon_gaussian_bad_input(cli, argv, needle):
+    code, out, err = cli.run("epsilon", "--mechanism", "gaussian", *argv)
     assert code == 2 and out == "" and needle in err and len(err.strip().splitlines()) == 1
 
 
-def test_epsilon_gaussian_bad_sensitivity(capsys):
-    code, _, err = run_exit(capsys, "epsilon", "--mechanism", "gaussian", "--noise-multiplier", "1", "--delta", "1e-5", "--sensitivity", "0")
+def test_epsilon_gaussian_bad_sensitivity(cli):
+    code, _, err = cli.run_exit("epsilon", "--mechanism", "gaussian", "--noise-multiplier", "1", "--delta", "1e-5", "--sensitivity", "0")
     assert code == 2 and "--sensitivity" in err
 
 
-def test_epsilon_dpsgd_needs_sampling_rate(capsys):
-    code, _, err = run(capsys, "epsilon", "--noise-multiplier", "1", "--num-steps", "3", "--delta", "1e-5")
+def test_epsilon_dpsgd_needs_sampling_rate(cli):
+    code, _, err = cli.run("epsilon", "--noise-multiplier", "1", "--num-steps", "3", "--delta", "1e-5")
     assert code == 2 and "--sampling-rate" in err

@@ -3,24 +3,12 @@
 import subprocess
 import sys
 
-import pytest
 
-from dpaudit.app.cli import main
-
-
-def run_exit(capsys, *argv):
-    """For argparse errors, which exit via SystemExit."""
-    with pytest.raises(SystemExit) as exc:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
-
-
-def test_no_command_and_help(capsys):
-    code, _, err = run_exit(capsys)
+def test_no_command_and_help(cli):
+    code, _, err = cli.run_exit()
     assert code == 2 and "COMMAND" in err
     for verb in ("epsilon", "datasets", "train"):
-        code, out, _ = run_exit(capsys, verb, "--help")
+        code, out, _ = cli.run_exit(verb, "--help")
         assert code == 0 and "--json" in out
 
 

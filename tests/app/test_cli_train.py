@@ -5,30 +5,14 @@ import json
 import pytest
 import torch
 
-from dpaudit.app.cli import main
 from dpaudit.results.record import load_record
 from dpaudit.weights import load_model
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_exit(capsys, *argv):
-    """For argparse errors, which exit via SystemExit."""
-    with pytest.raises(SystemExit) as exc:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
-
 
 TRAIN = ("train", "--defense", "nonprivate", "--dataset", "digits", "--model", "digits-mlp", "--epochs", "20", "--quiet")
 
 
-def test_train_digits_writes_a_record_that_round_trips(capsys, tmp_path):
-    code, out, err = run(capsys, *TRAIN, "--out", str(tmp_path), "--json")
+def test_train_digits_writes_a_record_that_round_trips(cli, tmp_path):
+    code, out, err = cli.run(*TRAIN, "--out", str(tmp_path), "--json")
     assert code == 0, err
     data = json.loads(out)
     assert data["metrics"]["test_accuracy"] > 0.9
@@ -43,14 +27,14 @@ def test_train_digits_writes_a_record_that_round_trips(capsys, tmp_path):
     acc = (model(test.features).argmax(1) == test.labels).float().mean().item()
     assert acc == pytest.approx(data["metrics"]["test_accuracy"], abs=1e-6)
     # a rerun finds the finished record and reuses it instead of retraining
-    code, out2, err2 = run(capsys, *TRAIN, "--out", str(tmp_path), "--json")
+    code, out2, err2 = cli.run(*TRAIN, "--out", str(tmp_path), "--json")
     assert code == 0 and "reusing" in err2 and json.loads(out2)["model_id"] == data["model_id"]
 
 
-def test_train_is_deterministic_under_a_seed(capsys, tmp_path):
+def test_train_is_deterministic_under_a_seed(cli, tmp_path):
     outs = []
     for sub in ("a", "b"):
-        code, out, _ = run(capsys, *TRAIN, "--seed", "3", "--out", str(tmp_path / sub), "--json")
+        code, out, _ = cli.run(*TRAIN, "--seed", "3", "--out", str(tmp_path / sub), "--json")
         assert code == 0
         outs.append(json.loads(out))
     assert outs[0]["metrics"]["test_accuracy"] == outs[1]["metrics"]["test_accuracy"]
@@ -72,29 +56,29 @@ def test_train_is_deterministic_under_a_seed(capsys, tmp_path):
         (("--delta", "2"), "--delta"),
     ],
 )
-def test_train_bad_input_exits_2(capsys, tmp_path, argv, needle):
+def test_train_bad_input_exits_2(cli, tmp_path, argv, needle):
     base = dict(zip(TRAIN[1::2], TRAIN[2::2]))
     base.pop("--quiet", None)
     base.update(dict(zip(argv[0::2], argv[1::2])))
     args = ["train", *[x for kv in base.items() for x in kv], "--out", str(tmp_path)]
-    code, out, err = run_exit(capsys, *args)
+    code, out, err = cli.run_exit(*args)
     assert code == 2 and out == "" and needle in err and len(err.strip().splitlines()) == 1
 
 
-def test_train_runtime_errors_exit_2_with_one_line(capsys, tmp_path):
-    code, out, err = run(capsys, "train", "--defense", "nonprivate", "--dataset", "mnist", "--model", "digits-mlp", "--data-root", str(tmp_path), "--out", str(tmp_path / "r"))
+def test_train_runtime_errors_exit_2_with_one_line(cli, tmp_path):
+    code, out, err = cli.run("train", "--defense", "nonprivate", "--dataset", "mnist", "--model", "digits-mlp", "--data-root", str(tmp_path), "--out", str(tmp_path / "r"))
     assert code == 2 and str(tmp_path) in err and len(err.strip().splitlines()) == 1
-    code, out, err = run(capsys, "train", "--defense", "nonprivate", "--dataset", "digits", "--model", "hgm-cnn", "--out", str(tmp_path / "r"), "--device", "tpu")
+    code, out, err = cli.run("train", "--defense", "nonprivate", "--dataset", "digits", "--model", "hgm-cnn", "--out", str(tmp_path / "r"), "--device", "tpu")
     assert code == 2 and "tpu" in err
     (tmp_path / "afile").write_text("")
-    code, out, err = run(capsys, *TRAIN, "--out", str(tmp_path / "afile"))
+    code, out, err = cli.run(*TRAIN, "--out", str(tmp_path / "afile"))
     assert code == 2 and "afile" in err
 
 
 @pytest.mark.slow  # a reproduction (5 epochs of full MNIST, ~1 min on 2 cores): opt in with -m slow
-def test_baseline_mnist_reaches_97_percent(capsys, tmp_path, shared_data):
-    code, out, err = run(
-        capsys, "train", "--defense", "nonprivate", "--dataset", "mnist", "--model", "abadi-mnist", "--epochs", "5", "--data-root", str(shared_data), "--out", str(tmp_path), "--quiet", "--json"
+def test_baseline_mnist_reaches_97_percent(cli, tmp_path, shared_data):
+    code, out, err = cli.run(
+        "train", "--defense", "nonprivate", "--dataset", "mnist", "--model", "abadi-mnist", "--epochs", "5", "--data-root", str(shared_data), "--out", str(tmp_path), "--quiet", "--json"
     )
     assert code == 0, err
     assert json.loads(out)["metrics"]["test_accuracy"] >= 0.97
@@ -103,8 +87,8 @@ def test_baseline_mnist_reaches_97_percent(capsys, tmp_path, shared_data):
 DPSGD = ("train", "--defense", "dpsgd", "--dataset", "digits", "--model", "digits-mlp", "--clip-norm", "1", "--lot-size", "64", "--learning-rate", "0.5", "--quiet")
 
 
-def test_train_dpsgd_budget_mode_from_the_cli(capsys, tmp_path):
-    code, out, err = run(capsys, *DPSGD, "--noise-multiplier", "2", "--target-epsilon", "1", "--accountant", "rdp", "--out", str(tmp_path), "--json")
+def test_train_dpsgd_budget_mode_from_the_cli(cli, tmp_path):
+    code, out, err = cli.run(*DPSGD, "--noise-multiplier", "2", "--target-epsilon", "1", "--accountant", "rdp", "--out", str(tmp_path), "--json")
     assert code == 0, err
     data = json.loads(out)
     record = load_record(data["record_path"])
@@ -127,16 +111,16 @@ def test_train_dpsgd_budget_mode_from_the_cli(capsys, tmp_path):
         (("--sampling", "shuffle"), "shuffle"),
     ],
 )
-def test_train_dpsgd_bad_flags(capsys, tmp_path, argv, needle):
-    code, out, err = run_exit(capsys, *DPSGD, *argv, "--out", str(tmp_path))
+def test_train_dpsgd_bad_flags(cli, tmp_path, argv, needle):
+    code, out, err = cli.run_exit(*DPSGD, *argv, "--out", str(tmp_path))
     assert code == 2 and out == "" and needle in err and len(err.strip().splitlines()) == 1
 
 
-def test_dpsgd_flags_refused_for_nonprivate(capsys, tmp_path):
-    code, out, err = run(capsys, *TRAIN, "--clip-norm", "1", "--out", str(tmp_path))
+def test_dpsgd_flags_refused_for_nonprivate(cli, tmp_path):
+    code, out, err = cli.run(*TRAIN, "--clip-norm", "1", "--out", str(tmp_path))
     assert code == 2 and "--clip-norm" in err and "nonprivate" in err
 
 
-def test_train_dpsgd_inconsistent_pca_is_a_usage_error(capsys, tmp_path):
-    code, out, err = run(capsys, *DPSGD, "--noise-multiplier", "2", "--pca-components", "10", "--out", str(tmp_path))
+def test_train_dpsgd_inconsistent_pca_is_a_usage_error(cli, tmp_path):
+    code, out, err = cli.run(*DPSGD, "--noise-multiplier", "2", "--pca-components", "10", "--out", str(tmp_path))
     assert code == 2 and "pca" in err.lower() and len(err.strip().splitlines()) == 1
