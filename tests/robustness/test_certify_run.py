@@ -104,6 +104,9 @@ def test_certify_refuses_a_model_without_noise_layer(tmp_path: Path, capsys: pyt
     assert len(err.splitlines()) == 1
     assert f"model {model_id} (defense nonprivate) has no noise layer; certify needs" in err and "hgm" in err and "run_evasion" in err
     assert not (run.certify_dir(model_id) / "summary.json").exists()
+    fresh = tmp_path / "fresh-run"
+    assert main(["certify", "--target", str(rdir), "--out", str(fresh), "--quiet"]) == 2
+    assert not fresh.exists()  # a refused model leaves no empty run directory behind
 
 
 def test_certify_spec_validates_its_arguments(tmp_path: Path) -> None:

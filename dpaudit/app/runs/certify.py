@@ -198,6 +198,8 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     noise = find_noise_layer(model)
     if noise is None:
         raise NotCertifiable(refusal)
+    # Created only now, so a refused model leaves no empty run directory behind.
+    run = run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
 
     bundle = load_dataset(record.dataset, data_root=spec.data_root)
     test = bundle.test

@@ -24,7 +24,6 @@ A model without a noise layer (``nonprivate``, ``dpsgd``) is refused with exit s
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +85,6 @@ def _cmd_certify(args: argparse.Namespace) -> int:
     )
     run = RunDir(args.out)
     try:
-        run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
         summary = run_certify(spec, run)
     except NotCertifiable as exc:
         raise UsageError(str(exc)) from None
