@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 "model": model_name,
                 "num_examples": len(x),
                 "clean_accuracy": clean,
-                "steps": args.num_steps,
+                "num_steps": args.num_steps,
                 "step_ratio": args.step_ratio,
                 "batch_size": args.batch_size,
                 "repeats": args.repeats,
