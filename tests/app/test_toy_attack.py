@@ -52,6 +52,7 @@ def test_toy_attack_in_help(toy, capsys):
     assert "toy" in out and "--toy-temperature" in out and "tempered negative loss" in out
 
 
+@pytest.mark.e2e
 def test_toy_attack_end_to_end(toy, capsys, tmp_path):
     from defenses.nonprivate import NonPrivateConfig, train_nonprivate
     from dpaudit.data import load_dataset, make_splits

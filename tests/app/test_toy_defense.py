@@ -79,6 +79,7 @@ def test_toy_defense_in_train_help(toy, capsys):
     assert "toy" in out and "--toy-steps" in out and "--toy-learning-rate" in out and "a test's own defense" in out
 
 
+@pytest.mark.e2e
 def test_toy_defense_trains_end_to_end(toy, capsys, tmp_path):
     argv = ["train", "--defense", "toy", "--model", "digits-mlp", "--toy-steps", "30", "--out", str(tmp_path), "--json", "--quiet"]
     assert main(argv) == 0

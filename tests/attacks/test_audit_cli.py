@@ -27,6 +27,7 @@ def _main(capsys, *args):
     return code, capsys.readouterr()
 
 
+@pytest.mark.e2e
 def test_cli_white_box_audit_json_and_report(tmp_path, capsys):
     out = tmp_path / "run"
     code, p = _main(capsys, "audit", "--threat", "white-box", "--target-epsilon", "2", "--sampling-rate", "0.05", "--num-steps", "400", "--num-members", "200", "--out", str(out), "--json", "--quiet")
@@ -50,6 +51,7 @@ def test_cli_usage_errors_exit_2(tmp_path):
     assert p.stderr.count("\n") == 1
 
 
+@pytest.mark.e2e
 def test_cli_flags_a_broken_training_function_with_exit_3(tmp_path, capsys):
     claim = tmp_path / "claim.json"
     claim.write_text(json.dumps(dpsgd_claim(sampling_rate=0.1, noise_multiplier=5.0, num_steps=10).to_dict()))

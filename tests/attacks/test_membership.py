@@ -385,6 +385,7 @@ def build_digits_mlp():
     return build_model("digits-mlp", input_shape=(1, 8, 8), num_classes=10)
 
 
+@pytest.mark.e2e
 def test_cli_json_for_a_record(target, capsys, tmp_path):
     code = main(
         [
@@ -421,6 +422,7 @@ def test_cli_json_for_a_record(target, capsys, tmp_path):
     assert data["shadow_defense"] == target["record"].defense  # shadows trained as the target was
 
 
+@pytest.mark.e2e
 def test_cli_external_model(target, capsys, tmp_path, monkeypatch):
     # --import-mode=importlib keeps tests/ off sys.path; the CLI imports the builder by module name.
     monkeypatch.syspath_prepend(str(Path(__file__).parent))

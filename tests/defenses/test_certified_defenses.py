@@ -100,6 +100,7 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict
     return code, json.loads(out) if out.strip() else {}
 
 
+@pytest.mark.e2e
 def test_train_certify_report_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
     code, trained = _run(["train", "--defense", "pixeldp", "--dataset", "digits", "--model", "digits-mlp", "--epochs", "8", "--learning-rate", "0.1", "--out", str(run), "--quiet"], capsys)

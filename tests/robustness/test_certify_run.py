@@ -29,6 +29,7 @@ def hgm_record(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunDir, Path, 
     return _train(tmp_path_factory.mktemp("hgm"), "hgm", epochs=2, redistribution_pretrain_epochs=1)
 
 
+@pytest.mark.e2e
 def test_certify_tiny_hgm_end_to_end_and_reuse(hgm_record, capsys: pytest.CaptureFixture[str]) -> None:
     run, rdir, model_id = hgm_record
     summary = run_certify(CertifySpec(target=rdir, **TINY), run)
