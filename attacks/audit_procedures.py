@@ -130,8 +130,13 @@ class TrialStore:
         cfg = self.path / "config.json"
         if cfg.is_file():
             old = read_json(cfg)
-            if json.loads(json.dumps(to_jsonable(old))) != self.config:
-                raise ValueError(f"out: audit directory {str(self.path)!r} holds an audit with a different configuration; choose another --name or --out (finished trials are kept there)")
+            stored = json.loads(json.dumps(to_jsonable(old)))
+            if stored != self.config:
+                differ = sorted(k for k in set(stored) | set(self.config) if stored.get(k) != self.config.get(k))
+                raise ValueError(
+                    f"out: audit directory {str(self.path)!r} holds trials of a different audit (differs in {', '.join(differ)}); "
+                    "they are never reused for this one: choose another --name or --out (the stored trials are kept)"
+                )
         else:
             atomic_write_json(cfg, self.config)
         (self.path / "trials").mkdir(parents=True, exist_ok=True)

@@ -135,3 +135,53 @@ def test_audit_spec_validates_and_refuses_a_defense_without_audit_trainer(tmp_pa
         AuditSpec(target_epsilon=1.0, num_trials=0)
     with pytest.raises(ValueError, match="'nonprivate' has no white-box trainer"):
         run_audit(AuditSpec(defense="nonprivate", target_epsilon=1.0), RunDir(tmp_path))
+
+
+_FNMOD = """
+import torch
+from torch import nn
+
+
+def train(dataset, *, seed):
+    {body}
+"""
+_BENIGN = "torch.manual_seed(seed)\n    return nn.Sequential(nn.Flatten(), nn.Linear(int(dataset.features[0].numel()), int(dataset.num_classes)))"
+_LEAKING = "return _memo(dataset)\n\n\ndef _memo(dataset):\n    class Lookup(nn.Module):\n        def forward(self, x):\n            d = torch.cdist(x.reshape(len(x), -1), dataset.features.reshape(len(dataset), -1))\n            hit = d.min(1).values < 1e-6\n            out = torch.zeros(len(x), int(dataset.num_classes))\n            out[hit, dataset.labels[d.argmin(1)][hit]] = 20.0\n            return out\n\n    return Lookup()"
+
+
+@pytest.mark.e2e
+def test_editing_the_training_function_never_reuses_its_old_verdict(tmp_path, capsys):
+    """Issue 11, finding 1: the old trials were reused after the code changed, hiding a leak."""
+    fnmod = tmp_path / "fnmod.py"
+    claim = tmp_path / "claim.json"
+    claim.write_text(json.dumps(dpsgd_claim(sampling_rate=0.1, noise_multiplier=5.0, num_steps=10).to_dict()))
+    argv = [
+        "audit",
+        "--train-fn",
+        f"{fnmod}:train",
+        "--claim",
+        str(claim),
+        "--method",
+        "one-run",
+        "--num-canaries",
+        "200",
+        "--num-members",
+        "100",
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+        "--no-report",
+    ]
+    fnmod.write_text(_FNMOD.format(body=_BENIGN))
+    code, p = _main(capsys, *argv)
+    assert code == 0, p.err
+    first = json.loads(p.out)
+    fnmod.write_text(_FNMOD.format(body=_LEAKING))
+    code, p = _main(capsys, *argv)  # same --out, same flags, new code
+    assert code == 3, p.err
+    assert "reusing" not in p.err and json.loads(p.out)["audit_dir"] != first["audit_dir"]
+    # with a fixed --name the stored trials of the old code are refused, naming what differs
+    code, p = _main(capsys, *argv, "--name", "fixed")
+    fnmod.write_text(_FNMOD.format(body=_BENIGN))
+    code, p = _main(capsys, *argv, "--name", "fixed")
+    assert code == 2 and "train_fn_sha256" in p.err

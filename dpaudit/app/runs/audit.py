@@ -46,6 +46,7 @@ __all__ = [
     "DatasetRef",
     "FileCallable",
     "resolve_train_fn",
+    "train_fn_fingerprint",
     "make_audit_executor",
     "AuditSpec",
     "audit_defenses",
@@ -93,7 +94,8 @@ class FileCallable:
         p = Path(self.path)
         if not p.is_file():
             raise ValueError(f"train-fn: file {self.path!r} does not exist")
-        mod_name = "_dpaudit_trainfn_" + hashlib.sha256(str(p.resolve()).encode()).hexdigest()[:12]
+        # Keyed by path AND content: an edited file is a different module, never the cached old one.
+        mod_name = "_dpaudit_trainfn_" + hashlib.sha256(str(p.resolve()).encode() + p.read_bytes()).hexdigest()[:16]
         module = sys.modules.get(mod_name)
         if module is None:
             spec = importlib.util.spec_from_file_location(mod_name, p)
@@ -122,6 +124,30 @@ def resolve_train_fn(spec: str) -> Callable[..., nn.Module]:
         fc.resolve()  # fail early, in this process, with one clear line
         return fc
     return import_callable(spec, argument="train-fn")
+
+
+def train_fn_fingerprint(spec: str) -> str:
+    """SHA-256 of the source file behind a ``--train-fn`` spec (``file.py:fn`` or ``module:fn``).
+
+    Stored trials are reused only by an audit of the same code: the fingerprint is part of the
+    audit's configuration, so editing the training function starts a fresh audit instead of
+    handing back the verdict of the old code (issue "Results that cannot lie", finding 1).
+    A module without a readable source file is fingerprinted by its name and ``__version__``.
+    """
+    import inspect
+
+    target, _, _ = spec.rpartition(":")
+    if target.endswith(".py") or os.sep in target or "/" in target:
+        path: str | None = str(Path(target).resolve())
+    else:
+        module = importlib.import_module(target)
+        try:
+            path = inspect.getsourcefile(module)
+        except TypeError:  # built-in module
+            path = None
+        if path is None:
+            return hashlib.sha256(f"{target}=={getattr(module, '__version__', '')}".encode()).hexdigest()
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def make_audit_executor(workers: int | None) -> Any:
@@ -348,7 +374,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
         assert spec.claim is not None  # checked in AuditSpec.__post_init__
         claim = spec.claim
         fn = fn_third_party
-        described = {"train_fn": spec.train_fn, "claim": claim.to_dict()}
+        described = {"train_fn": spec.train_fn, "train_fn_sha256": train_fn_fingerprint(spec.train_fn), "claim": claim.to_dict()}
     described.update({"dataset": spec.dataset, "num_members": len(members), "threat": spec.threat, "delta": spec.delta, "confidence": spec.confidence})
 
     run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
