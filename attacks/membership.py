@@ -1042,9 +1042,10 @@ def plan_pools(
             continue
         counts = [c for n in users if (c := specs[n][0].num_shadow_models(specs[n][1])) is not None]
         count = max(counts) if counts else DEFAULT_NUM_SHADOWS
-        with_z = any(specs[n][0].population_samples for n in users)
         if kind == "online":
-            pad = min(population.size, max(2 * train_size - sample_ids.size, num_population if with_z else 0))
+            # Padded with the population samples whether or not an attack in this call uses them,
+            # so an attack's shadows (and its result) do not depend on which other attacks ran.
+            pad = min(population.size, max(2 * train_size - sample_ids.size, num_population))
             z = np.sort(pop_perm[:pad])
             pool = np.union1d(sample_ids, z)
         else:

@@ -522,3 +522,11 @@ def test_membership_spec_rejects_a_config_of_the_wrong_type(target):
         MembershipSpec(attacks={"lira": RMIAConfig()}, target=target["run"])
     with pytest.raises(ValueError, match="'nope'"):
         MembershipSpec(attacks={"nope": RMIAConfig()}, target=target["run"])
+
+
+def test_an_attack_result_does_not_depend_on_the_other_attacks_of_the_call(target, tmp_path):
+    """Issue 11, finding 3: LiRA's AUC changed when RMIA ran beside it (a different shadow pool)."""
+    kw = dict(record=target["record"], model=target["model"], bundle=target["bundle"], num_shadows=NUM_SHADOWS, seed=0, shadow_directory=tmp_path / "shadows", progress=False)
+    alone = run_membership_attacks(["lira"], **kw)
+    together = run_membership_attacks(["lira", "rmia"], **kw)
+    np.testing.assert_array_equal(alone["lira"].scores, together["lira"].scores)
