@@ -102,7 +102,7 @@ def test_white_box_resumes_finished_trials(tmp_path):
     second = white_box_audit(trainer=GaussianRelease(1.0, 100), **kw)
     assert (tmp_path / "trials" / "trial-00000.npz").stat().st_mtime_ns == stamps[tmp_path / "trials" / "trial-00000.npz"]
     assert second.epsilon_lb == pytest.approx(first.epsilon_lb)
-    with pytest.raises(ValueError, match="different configuration"):
+    with pytest.raises(ValueError, match="different audit \\(differs in noise_multiplier\\)"):
         white_box_audit(trainer=GaussianRelease(1.0, 100), **{**kw, "noise_multiplier": 2.0})
 
 
