@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file as _load_safetensors
 from safetensors.torch import save as _save_safetensors
 from torch import nn
@@ -115,8 +115,22 @@ def load_model(record_or_path: TrainedModel | str | os.PathLike[str], *, directo
         rdir = resolve_record_dir(record_or_path)
         record = TrainedModel.from_dict(read_json(rdir / RECORD_FILE))
     model = build_module(record)
-    _load_into(model, load_weights(rdir / WEIGHTS_FILE), rdir / WEIGHTS_FILE)
+    weights = rdir / WEIGHTS_FILE
+    state = load_weights(weights)
+    owner = _weights_owner(weights)
+    if owner is not None and owner != record.model_id:
+        # A weights file copied in from another record would otherwise load silently.
+        raise ValueError(f"weights file {str(weights)!r} belongs to model {owner!r}, not to the record's model {record.model_id!r}")
+    _load_into(model, state, weights)
     return model.to(device).eval()
+
+
+def _weights_owner(path: Path) -> str | None:
+    """The model id :func:`save_record` wrote into a safetensors file's metadata (``None`` if absent)."""
+    with safe_open(str(path), framework="pt") as fh:
+        meta = fh.metadata() or {}
+    owner = meta.get("model_id")
+    return str(owner) if owner is not None else None
 
 
 def _load_into(model: nn.Module, state: Mapping[str, torch.Tensor], source: Path) -> None:

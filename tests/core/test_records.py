@@ -180,3 +180,31 @@ def test_bad_schema_version_refused(tmp_path):
     data["schema_version"] = 99
     with pytest.raises(ValueError, match="schema_version"):
         TrainedModel.from_dict(data)
+
+
+def test_weights_of_another_model_are_refused(tmp_path):
+    """Issue 11, finding 8: weights whose metadata names another model id loaded silently."""
+    import shutil
+
+    from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
+    from dpaudit.store import RunDir
+
+    run = RunDir(tmp_path / "run")
+    a = train_or_load(TrainSpec(defense="nonprivate", model="digits-mlp", config=default_config("nonprivate", epochs=1), seed=0, progress=False), run)
+    b = train_or_load(TrainSpec(defense="nonprivate", model="digits-mlp", config=default_config("nonprivate", epochs=1), seed=1, progress=False), run)
+    shutil.copy(a.record_dir / "model.safetensors", b.record_dir / "model.safetensors")
+    with pytest.raises(ValueError, match=f"belongs to model '{a.record.model_id}'"):
+        load_model(b.record_dir)
+
+
+def test_a_record_without_weights_is_trained_again_not_reused(tmp_path, capsys):
+    """Issue 11, finding 8: a record.json without its weights was reported as reused."""
+    from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
+    from dpaudit.store import RunDir
+
+    spec = TrainSpec(defense="nonprivate", model="digits-mlp", config=default_config("nonprivate", epochs=1), progress=False)
+    first = train_or_load(spec, RunDir(tmp_path))
+    (first.record_dir / "model.safetensors").unlink()
+    again = train_or_load(spec, RunDir(tmp_path))
+    assert not again.reused and (again.record_dir / "model.safetensors").is_file()
+    assert "training it again" in capsys.readouterr().err

@@ -118,7 +118,7 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     """
     from defenses import DEFENSES, model_id_for
     from dpaudit.data import load_dataset, make_splits
-    from dpaudit.results.record import RECORD_FILE, load_record
+    from dpaudit.results.record import RECORD_FILE, WEIGHTS_FILE, load_record
     from dpaudit.training import resolve_device
     from dpaudit.weights import load_model, save_record
 
@@ -131,7 +131,10 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     run = run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
     rdir = run.record_dir(model_id)
     if (rdir / RECORD_FILE).is_file() and not spec.force:
-        return TrainOutcome(record=load_record(rdir), model=load_model(rdir, device=device), record_dir=rdir, reused=True)
+        if (rdir / WEIGHTS_FILE).is_file():
+            return TrainOutcome(record=load_record(rdir), model=load_model(rdir, device=device), record_dir=rdir, reused=True)
+        # A record without its weights is incomplete (an interrupted copy, a deleted file): never "reuse" it.
+        print(f"record {model_id} in {rdir} has no {WEIGHTS_FILE}; training it again", file=sys.stderr)
     record, model = DEFENSES[spec.defense].train(
         bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options), config=spec.config, seed=spec.seed, device=device, progress=spec.progress
     )
