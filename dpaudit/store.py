@@ -203,6 +203,9 @@ class RunDir:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        if not str(os.fspath(path)).strip():
+            # Path("") is the current directory: an empty --out would turn it into a run directory.
+            raise ValueError(f"out must name a run directory, got {os.fspath(path)!r}")
         self.path = Path(path)
 
     def create(self, *, command: str = "") -> RunDir:

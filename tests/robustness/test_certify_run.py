@@ -128,3 +128,17 @@ def test_certify_bad_radii_is_one_line_naming_the_flag(tmp_path: Path, capsys: p
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--radii" in err
+
+
+@pytest.mark.parametrize("radii", ["0.1,,0.2", ",0.1", "0.1,", ""])
+def test_radii_with_an_empty_item_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], radii: str) -> None:
+    """Issue 11, finding 9: an empty item in --radii was silently dropped."""
+    with pytest.raises(SystemExit) as exc:
+        main(["certify", "--target", str(tmp_path), "--out", str(tmp_path / "run"), "--radii", radii])
+    assert exc.value.code == 2 and "--radii" in capsys.readouterr().err
+
+
+def test_an_empty_out_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 11, finding 9: --out '' made the current directory a run directory."""
+    assert main(["train", "--defense", "nonprivate", "--model", "digits-mlp", "--out", ""]) == 2
+    assert "out must name a run directory" in capsys.readouterr().err

@@ -43,8 +43,11 @@ __all__ = ["register"]
 
 def _radii() -> Any:
     def parse(text: str) -> list[float]:
+        items = [t.strip() for t in text.split(",")]
+        if any(not t for t in items):  # "0.1,,0.2" is a typo, not two radii
+            raise argparse.ArgumentTypeError(f"--radii must be numbers separated by commas, with no empty item, got {text!r}")
         try:
-            values = [float(t) for t in text.replace(",", " ").split()]
+            values = [float(t) for t in items]
         except ValueError:
             raise argparse.ArgumentTypeError(f"--radii must be numbers separated by commas, got {text!r}") from None
         if not values or any(not (s >= 0) or s == float("inf") for s in values):
