@@ -159,10 +159,6 @@ class PrivacyClaim:
     #: The accountants that can analyse this kind of claim (none for a claim without a mechanism).
     accountants: ClassVar[tuple[str, ...]] = ACCOUNTANTS
 
-    def applicable_accountants(self) -> tuple[str, ...]:
-        """The accountants this claim is evaluated under: every one of ``ACCOUNTANTS`` for a DP claim, none for a non-private one."""
-        return tuple(self.accountants)
-
     def epsilons(self, *, delta: float) -> dict[str, float]:
         """ε_UB at ``delta`` under every applicable accountant (in registry order).
 
@@ -177,13 +173,13 @@ class PrivacyClaim:
         key = (json.dumps(self.to_dict(), sort_keys=True, default=str), float(delta))
         if key not in _EPSILONS:
             values: dict[str, float] = {}
-            for name in self.applicable_accountants():
+            for name in self.accountants:
                 try:
                     values[name] = float(self.epsilon(delta=delta, accountant=name))
                 except ValueError:
                     continue
-            if self.applicable_accountants() and not values:
-                raise ValueError(f"no accountant among {', '.join(self.applicable_accountants())} can evaluate the claim {self.description!r}")
+            if self.accountants and not values:
+                raise ValueError(f"no accountant among {', '.join(self.accountants)} can evaluate the claim {self.description!r}")
             if len(_EPSILONS) >= 256:
                 _EPSILONS.clear()
             _EPSILONS[key] = values
@@ -195,8 +191,7 @@ class PrivacyClaim:
         Audits compare ε_LB against the tightest (the bound a careful user would quote);
         reports show every accountant's number.
         """
-        delta = v.open_unit("delta", delta)
-        values = self.epsilons(delta=delta)
+        values = self.epsilons(delta=delta)  # validates delta
         best = min(values, key=values.__getitem__) if values else "none"
         return EpsilonUpperBound(delta=delta, by_accountant=values, accountant=best, epsilon=values.get(best, math.inf))
 

@@ -88,7 +88,7 @@ def test_event_whitelist_refuses_unstorable_events():
 
 def test_claims_say_which_accountants_apply_and_evaluate_under_each():
     claim = dpsgd_claim(sampling_rate=0.01, noise_multiplier=4, num_steps=1000)
-    assert claim.applicable_accountants() == ACCOUNTANTS
+    assert claim.accountants == ACCOUNTANTS
     eps = claim.epsilons(delta=1e-5)
     assert list(eps) == list(ACCOUNTANTS) and all(0 < e < math.inf for e in eps.values())
-    assert NonPrivateClaim().applicable_accountants() == () and NonPrivateClaim().epsilons(delta=1e-5) == {}
+    assert NonPrivateClaim().accountants == () and NonPrivateClaim().epsilons(delta=1e-5) == {}

@@ -110,6 +110,11 @@ class FileCallable:
         return self.resolve()(*args, **kwargs)
 
 
+def _names_a_file(target: str) -> bool:
+    """Whether the part before ``:`` of a ``--train-fn`` spec is a file path rather than a module name."""
+    return target.endswith(".py") or os.sep in target or "/" in target
+
+
 def resolve_train_fn(spec: str) -> Callable[..., nn.Module]:
     """A third-party ``train(dataset, *, seed) -> nn.Module`` from ``module:function`` or ``file.py:function``.
 
@@ -119,7 +124,7 @@ def resolve_train_fn(spec: str) -> Callable[..., nn.Module]:
     if not isinstance(spec, str) or spec.count(":") < 1:
         raise ValueError(f"train-fn must look like 'module:function' or 'path/to/file.py:function', got {spec!r}")
     target, _, name = spec.rpartition(":")
-    if target.endswith(".py") or os.sep in target or "/" in target:
+    if _names_a_file(target):
         fc = FileCallable(str(Path(target).resolve()), name)
         fc.resolve()  # fail early, in this process, with one clear line
         return fc
@@ -137,7 +142,7 @@ def train_fn_fingerprint(spec: str) -> str:
     import inspect
 
     target, _, _ = spec.rpartition(":")
-    if target.endswith(".py") or os.sep in target or "/" in target:
+    if _names_a_file(target):
         path: str | None = str(Path(target).resolve())
     else:
         module = importlib.import_module(target)
