@@ -51,29 +51,16 @@ def test_cli_usage_errors_exit_2(tmp_path):
     assert p.stderr.count("\n") == 1
 
 
-@pytest.mark.e2e
-def test_cli_flags_a_broken_training_function_with_exit_3(tmp_path, capsys):
+def _one_run_argv(tmp_path, train_fn):
+    """A one-run black-box audit of ``train_fn`` against a DP-SGD claim of ε_UB ≈ 0.03."""
     claim = tmp_path / "claim.json"
     claim.write_text(json.dumps(dpsgd_claim(sampling_rate=0.1, noise_multiplier=5.0, num_steps=10).to_dict()))
-    code, p = _main(
-        capsys,
-        "audit",
-        "--train-fn",
-        f"{ROOT}/tests/attacks/test_audit_procedures.py:_memoriser",
-        "--claim",
-        str(claim),
-        "--method",
-        "one-run",
-        "--num-canaries",
-        "200",
-        "--num-members",
-        "100",
-        "--out",
-        str(tmp_path / "run"),
-        "--json",
-        "--quiet",
-        "--no-report",
-    )
+    return ["audit", "--train-fn", train_fn, "--claim", str(claim), "--method", "one-run", "--num-canaries", "200", "--num-members", "100", "--out", str(tmp_path / "run"), "--json", "--no-report"]
+
+
+@pytest.mark.e2e
+def test_cli_flags_a_broken_training_function_with_exit_3(tmp_path, capsys):
+    code, p = _main(capsys, *_one_run_argv(tmp_path, f"{ROOT}/tests/attacks/test_audit_procedures.py:_memoriser"), "--quiet")
     assert code == 3, p.err
     assert json.loads(p.out)["violation"] is True
 
@@ -153,25 +140,7 @@ _LEAKING = "return _memo(dataset)\n\n\ndef _memo(dataset):\n    class Lookup(nn.
 def test_editing_the_training_function_never_reuses_its_old_verdict(tmp_path, capsys):
     """Issue 11, finding 1: the old trials were reused after the code changed, hiding a leak."""
     fnmod = tmp_path / "fnmod.py"
-    claim = tmp_path / "claim.json"
-    claim.write_text(json.dumps(dpsgd_claim(sampling_rate=0.1, noise_multiplier=5.0, num_steps=10).to_dict()))
-    argv = [
-        "audit",
-        "--train-fn",
-        f"{fnmod}:train",
-        "--claim",
-        str(claim),
-        "--method",
-        "one-run",
-        "--num-canaries",
-        "200",
-        "--num-members",
-        "100",
-        "--out",
-        str(tmp_path / "run"),
-        "--json",
-        "--no-report",
-    ]
+    argv = _one_run_argv(tmp_path, f"{fnmod}:train")  # not --quiet: a reuse would say so on stderr
     fnmod.write_text(_FNMOD.format(body=_BENIGN))
     code, p = _main(capsys, *argv)
     assert code == 0, p.err
