@@ -65,7 +65,7 @@ from attacks.shadows import POOL_KINDS, ShadowRun, ShadowSpec, ShadowTraining, e
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle
 from dpaudit.executors import Executor
-from dpaudit.options import option, option_specs
+from dpaudit.options import SizeLimit, option, option_specs
 from dpaudit.results import MembershipResult
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, numpy_rng
@@ -640,6 +640,11 @@ def _check_fields(config: Any) -> None:
             object.__setattr__(config, spec.field, spec.check(spec.field, value))
 
 
+#: Shadow and reference counts above this need ``--i-know`` on the command line (the papers use
+#: at most 256 for LiRA and 254 for RMIA; each model is one full training).
+_SHADOW_LIMIT = SizeLimit(1024, "each shadow model is one full training of the target's defense")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ThresholdConfig:
     """Threshold attacks have no parameters: they read the target's output on the sample alone."""
@@ -649,7 +654,7 @@ class ThresholdConfig:
 class ShokriConfig:
     """Shokri et al. (2017): how many shadow models (offline pool) train the attack classifiers."""
 
-    num_shadows: int = option(16, help="shadow models the attack uses from its pool (default 16)", metavar="N", check=_count)
+    num_shadows: int = option(16, help="shadow models the attack uses from its pool (default 16)", metavar="N", check=_count, limit=_SHADOW_LIMIT)
 
     def __post_init__(self) -> None:
         _check_fields(self)
@@ -659,7 +664,7 @@ class ShokriConfig:
 class LiRAConfig:
     """LiRA (Carlini et al. 2022, §IV): shadow count and variance mode."""
 
-    num_shadows: int = option(16, help="shadow models the attack uses from its pool (default 16)", metavar="N", check=_count)
+    num_shadows: int = option(16, help="shadow models the attack uses from its pool (default 16)", metavar="N", check=_count, limit=_SHADOW_LIMIT)
     global_variance: bool | None = option(None, kind=bool, help="LiRA: one global variance (default: automatically below 64 shadows, §IV-B)")
 
     def __post_init__(self) -> None:
@@ -677,7 +682,7 @@ class RMIAConfig:
     is then set by ``--num-shadows`` of the other attacks, or :data:`DEFAULT_NUM_SHADOWS`).
     """
 
-    num_references: int | None = option(None, kind=int, help="RMIA reference models, the first ones of its shadow pool (default: the whole pool)", metavar="R", check=_count)
+    num_references: int | None = option(None, kind=int, help="RMIA reference models, the first ones of its shadow pool (default: the whole pool)", metavar="R", check=_count, limit=_SHADOW_LIMIT)
     gamma: float = option(1.0, help="RMIA likelihood-ratio threshold gamma > 0 (default 1)", check=v.positive)
 
     def __post_init__(self) -> None:

@@ -46,6 +46,7 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
+from dpaudit.callables import resolve_callable
 from dpaudit.data import DatasetBundle, load_dataset, sorted_id_set
 from dpaudit.executors import Executor, Job, SerialExecutor
 from dpaudit.models import build_model
@@ -55,7 +56,7 @@ from dpaudit.provenance import provenance
 from dpaudit.results.record import RECORD_FILE, Membership, TrainedModel, make_model_id
 from dpaudit.seeding import derive_seed, numpy_rng, torch_generator
 from dpaudit.training import SGDConfig, evaluate, shuffled_batches
-from dpaudit.weights import import_callable, load_model, save_record
+from dpaudit.weights import load_model, save_record
 
 __all__ = [
     "ShadowTraining",
@@ -260,7 +261,7 @@ def plan_shadows(
 
 def _build(spec: ShadowSpec) -> nn.Module:
     if spec.model_name.startswith("external:"):
-        fn = import_callable(spec.model_name.removeprefix("external:"), argument="model_name")
+        fn = resolve_callable(spec.model_name.removeprefix("external:"), argument="model_name")
         model = fn()
         if not isinstance(model, nn.Module):
             raise ValueError(f"model builder {spec.model_name!r} must return a torch.nn.Module, got {type(model).__name__}")

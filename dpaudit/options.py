@@ -18,9 +18,35 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["OptionSpec", "option", "option_specs", "add_option_flags", "options_from_args", "OptionConflictError"]
+__all__ = ["SizeLimit", "LIMIT_ATTR", "limit_action", "OptionSpec", "option", "option_specs", "add_option_flags", "options_from_args", "OptionConflictError"]
 
 _KEY = "dpaudit_option"
+
+#: The attribute of an argparse action that carries its :class:`SizeLimit`.
+LIMIT_ATTR = "dpaudit_limit"
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeLimit:
+    """The documented upper limit of a size argument (a count of models, steps, draws…).
+
+    A value above ``maximum`` is refused unless the user passes ``--i-know``: such sizes are
+    far more often a typo (``--num-shadows 100000``) than an intent, and they would otherwise
+    run silently for hours or exhaust memory.
+
+    Attributes:
+        maximum: the largest value accepted without ``--i-know``.
+        why: what each unit costs, for the error message (``"each shadow is one training"``).
+    """
+
+    maximum: float
+    why: str
+
+
+def limit_action(action: argparse.Action, maximum: float, why: str) -> argparse.Action:
+    """Attaches a :class:`SizeLimit` to a hand-written argparse flag; returns the action."""
+    setattr(action, LIMIT_ATTR, SizeLimit(maximum, why))
+    return action
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -37,6 +63,7 @@ class OptionSpec:
         check: validator ``check(flag, value) -> value`` from :mod:`dpaudit._validate` (raises
             ValueError/TypeError naming the flag and value).
         default: the field's default (shown in ``--help``), or ``dataclasses.MISSING``.
+        limit: the documented upper limit of a size field (exceeded only with ``--i-know``).
     """
 
     field: str
@@ -47,6 +74,7 @@ class OptionSpec:
     choices: tuple[Any, ...] | None = None
     check: Callable[[str, Any], Any] | None = None
     default: Any = dataclasses.MISSING
+    limit: SizeLimit | None = None
 
     def same_meaning(self, other: OptionSpec) -> bool:
         """Whether two configs may share this flag (same field and choices; int and float mix).
@@ -69,6 +97,7 @@ def option(
     choices: Sequence[Any] | None = None,
     check: Callable[[str, Any], Any] | None = None,
     default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+    limit: SizeLimit | None = None,
 ) -> Any:
     """A dataclass field that declares its command-line flag.
 
@@ -81,6 +110,7 @@ def option(
         choices: allowed values.
         check: validator ``check(flag, value) -> value``.
         default_factory: as for :func:`dataclasses.field`.
+        limit: for a size (a count of steps, epochs, models…), its documented upper limit.
 
     Returns:
         A :func:`dataclasses.field` carrying the option's metadata.
@@ -89,7 +119,7 @@ def option(
         kind = type(default) if default not in (None, dataclasses.MISSING) else float
         if choices and default in (None, dataclasses.MISSING):
             kind = type(next(iter(choices)))
-    meta = {_KEY: {"help": help, "flag": flag, "kind": kind, "metavar": metavar, "choices": tuple(choices) if choices is not None else None, "check": check}}
+    meta = {_KEY: {"help": help, "flag": flag, "kind": kind, "metavar": metavar, "choices": tuple(choices) if choices is not None else None, "check": check, "limit": limit}}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -118,6 +148,7 @@ def option_specs(config_type: type) -> tuple[OptionSpec, ...]:
                 choices=meta["choices"],
                 check=meta["check"],
                 default=f.default,
+                limit=meta.get("limit"),
             )
         )
     return tuple(out)
@@ -171,6 +202,7 @@ def add_option_flags(parser: argparse.ArgumentParser, groups: Mapping[str, type]
         OptionConflictError: a flag is declared with different meanings.
     """
     by_flag: dict[str, OptionSpec] = {}
+    by_flag_all: dict[str, list[OptionSpec]] = {}
     owners: dict[str, list[str]] = {}
     for title, config_type in groups.items():
         for spec in option_specs(config_type):
@@ -182,6 +214,7 @@ def add_option_flags(parser: argparse.ArgumentParser, groups: Mapping[str, type]
             elif seen.kind is not spec.kind:  # int and float: parse a float, each config checks its own type
                 by_flag[spec.flag] = dataclasses.replace(seen, kind=float, check=seen.check if seen.check is spec.check else None)
             owners.setdefault(spec.flag, []).append(title)
+            by_flag_all.setdefault(spec.flag, []).append(spec)
     shared = parser.add_argument_group("options shared by several of them") if any(len(o) > 1 for o in owners.values()) else None
     per_title = {}
     for flag, spec in by_flag.items():
@@ -200,7 +233,10 @@ def add_option_flags(parser: argparse.ArgumentParser, groups: Mapping[str, type]
         if spec.kind is bool:
             group.add_argument(spec.flag, dest=spec.field, action=argparse.BooleanOptionalAction, default=None, help=spec.help + default + suffix)
         else:
-            group.add_argument(spec.flag, dest=spec.field, type=_argparse_type(spec), choices=spec.choices, metavar=spec.metavar, default=None, help=spec.help + default + suffix)
+            action = group.add_argument(spec.flag, dest=spec.field, type=_argparse_type(spec), choices=spec.choices, metavar=spec.metavar, default=None, help=spec.help + default + suffix)
+            limits = [o.limit for o in by_flag_all[flag] if o.limit is not None]
+            if limits:  # configs sharing a flag may differ in limit: the strictest applies
+                setattr(action, LIMIT_ATTR, min(limits, key=lambda lim: lim.maximum))
     return by_flag
 
 

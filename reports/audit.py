@@ -151,6 +151,10 @@ def audit_section(result: AuditResult, scores: Mapping[str, np.ndarray] | None =
         if canary:
             lines.append(f"canary coordinate: {canary['parameter']}[{canary['index']}], magnitude {format_number(float(canary['magnitude']))}; {canary['reason']}")
     lines.append(f"score: {result.details.get('score', 'n/a')}")
+    # What the stored trials were keyed on: a rerun reuses them only when these match.
+    prints = {k.removesuffix("_sha256"): str(val)[:16] for k, val in result.details.items() if k.endswith("_sha256")}
+    if prints:
+        lines.append("fingerprints (SHA-256, reuse is keyed on them): " + "; ".join(f"{k} {val}" for k, val in sorted(prints.items())))
     lines.append("ε estimates are point estimates, never bounds; only ε_LB carries the stated confidence")
     blocks.append(Items(items=lines))
     s_in, s_out = split_scores(scores) if scores else (np.zeros(0), np.zeros(0))

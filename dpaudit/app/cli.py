@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
+import re
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from dpaudit.app.common import EXIT_INTERNAL, EXIT_USAGE, Parser, UsageError
+from dpaudit.options import LIMIT_ATTR, SizeLimit
 
 __all__ = ["main", "build_parser", "UsageError", "VERBS"]
 
@@ -55,39 +58,128 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             importlib.import_module(f"dpaudit.app.verbs.{name}").register(sub)
         else:
             sub.add_parser(name, help=summary)
+    for leaf in _leaf_parsers(parser):
+        _install_limits(leaf)
     return parser
+
+
+def _leaf_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every parser of the tree that runs something (``dpaudit attack membership``, not ``attack``)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield parser
+    for action in subs:
+        for child in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+            yield from _leaf_parsers(child)
+
+
+def _install_limits(parser: argparse.ArgumentParser) -> None:
+    """Documents each size flag's limit in ``--help`` and adds ``--i-know`` where a verb has one.
+
+    The limits live on the flags themselves (:func:`dpaudit.options.option` ``limit=`` for
+    generated flags, :func:`dpaudit.options.limit_action` for hand-written ones), so a new
+    registered defense or attack brings its own.
+    """
+    limited = [a for a in parser._actions if getattr(a, LIMIT_ATTR, None) is not None]
+    if not limited:
+        return
+    for action in limited:
+        lim: SizeLimit = getattr(action, LIMIT_ATTR)
+        action.help = f"{action.help or ''} (at most {_number(lim.maximum)} without --i-know)".strip()
+    parser.add_argument("--i-know", action="store_true", help="accept sizes above the documented limits (long runs, large memory)")
+    parser.set_defaults(_size_limits=tuple((a.dest, a.option_strings[-1], getattr(a, LIMIT_ATTR)) for a in limited))
+
+
+def check_size_limits(args: argparse.Namespace) -> None:
+    """Refuses a size above its documented limit unless ``--i-know`` was given.
+
+    Raises:
+        UsageError: names the flag, the value, the limit and what each unit costs.
+    """
+    if getattr(args, "i_know", False):
+        return
+    for dest, flag, lim in getattr(args, "_size_limits", ()):
+        value = getattr(args, dest, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > lim.maximum:
+            raise UsageError(f"{flag}={_number(value)} is above the limit {_number(lim.maximum)} ({lim.why}); pass --i-know to run it anyway", argument=flag)
+
+
+def check_device(args: argparse.Namespace) -> None:
+    """Refuses a ``--device`` this machine does not have before any work starts (exit 2, not 1)."""
+    device = getattr(args, "device", None)
+    if device is None or device in ("auto", "cpu"):
+        return
+    from dpaudit.training import resolve_device
+
+    try:
+        resolve_device(device)
+    except (ValueError, RuntimeError) as exc:
+        raise UsageError(f"--device={device!r}: {exc}", argument="--device") from None
+
+
+def _number(x: float) -> str:
+    """A limit or a size as people write it: ``1,000,000`` rather than ``1e+06``."""
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e18 else f"{x:g}"
+
+
+#: A library error names its argument first ("num_steps must be ..." or "--radii: ..."); the JSON
+#: error object reports it as the flag a user would type.
+_LEADING_NAME = re.compile(r"^(--[a-z][a-z0-9-]*|[a-z][a-z0-9_]*)(?=[ :=])")
+
+
+def _argument_of(exc: BaseException) -> str | None:
+    named = getattr(exc, "argument", None)
+    if named:
+        return str(named)
+    found = _LEADING_NAME.match(str(exc))
+    if found is None:
+        return None
+    name = found.group(1)
+    return name if name.startswith("--") else "--" + name.replace("_", "-")
+
+
+def _report_error(argv: Sequence[str], prog: str, message: str, *, argument: str | None, status: int) -> int:
+    """One line on stderr; with ``--json`` also one JSON object on stdout (DESIGN.md, "Command line")."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    if "--json" in argv:
+        sys.stdout.write(json.dumps({"error": message, "argument": argument, "exit_status": status}) + "\n")
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dpaudit`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or bool(os.environ.get("DPAUDIT_DEBUG"))
     try:
         parser = build_parser(argv)
     except Exception as exc:
-        if os.environ.get("DPAUDIT_DEBUG"):
+        if debug:
             traceback.print_exc()
-        print(f"dpaudit: internal error while starting: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_INTERNAL
-    args = parser.parse_args(argv)
+        return _report_error(argv, "dpaudit", f"internal error while starting: {type(exc).__name__}: {exc}", argument=None, status=EXIT_INTERNAL)
     try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return _report_error(argv, exc.prog or "dpaudit", str(exc), argument=exc.argument, status=EXIT_USAGE)
+    prog = " ".join(["dpaudit", args.command, *([args.attack_kind] if getattr(args, "attack_kind", None) else [])])
+    try:
+        check_size_limits(args)
+        check_device(args)
         return int(args.func(args))
     except UsageError as exc:
-        print(f"dpaudit {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        # Validation errors from the library name the argument and value already.
-        if args.debug:
+        return _report_error(argv, prog, str(exc), argument=exc.argument, status=EXIT_USAGE)
+    except (ValueError, TypeError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError) as exc:
+        # Validation errors from the library name the argument (or file) and value already;
+        # file errors are about a path the user gave.
+        if debug:
             traceback.print_exc()
-        print(f"dpaudit {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        message = str(exc) if not isinstance(exc, OSError) or not exc.filename else f"{exc.filename}: {exc.strerror or exc}"
+        return _report_error(argv, prog, " ".join(message.split()), argument=_argument_of(exc), status=EXIT_USAGE)
     except KeyboardInterrupt:
-        print(f"dpaudit {args.command}: interrupted; finished results are kept, rerun to resume", file=sys.stderr)
-        return 130
+        return _report_error(argv, prog, "interrupted; finished results are kept, rerun to resume", argument=None, status=130)
     except Exception as exc:
-        if args.debug or os.environ.get("DPAUDIT_DEBUG"):
+        if debug:
             traceback.print_exc()
-        print(f"dpaudit {args.command}: internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)", file=sys.stderr)
-        return EXIT_INTERNAL
+        return _report_error(argv, prog, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)", argument=None, status=EXIT_INTERNAL)
 
 
 if __name__ == "__main__":

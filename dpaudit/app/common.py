@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 from dpaudit import _validate as v
@@ -29,6 +31,7 @@ __all__ = [
     "delta_type",
     "seed_type",
     "positive_int",
+    "path_type",
     "add_common",
 ]
 
@@ -36,14 +39,35 @@ EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_VIOLATION = 0, 1, 2, 3
 
 
 class UsageError(Exception):
-    """Bad usage or input detected after parsing; becomes one line on stderr and exit 2."""
+    """Bad usage or input; becomes one line on stderr (and a JSON object with ``--json``), exit 2.
+
+    Attributes:
+        argument: the flag or file the error is about (``--num-shadows``, a path), when known;
+            ``--json`` reports it so a script need not parse the message.
+        prog: the command the error belongs to (``dpaudit attack membership``), when known.
+    """
+
+    def __init__(self, message: str, *, argument: str | None = None, prog: str | None = None) -> None:
+        super().__init__(message)
+        self.argument = argument
+        self.prog = prog
+
+
+_ARGPARSE_ARGUMENT = re.compile(r"^argument (\S+?):")
+_ARGPARSE_REQUIRED = re.compile(r"^the following arguments are required: ([^, ]+)")
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports errors as one line (no usage dump) and exits 2."""
+    """argparse whose errors become a :class:`UsageError` (one line, exit 2, JSON with ``--json``).
+
+    argparse would print the usage block and exit itself; raising lets :func:`dpaudit.app.cli.main`
+    report every usage error the same way, whether argparse or a verb found it.
+    """
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        found = _ARGPARSE_ARGUMENT.match(message) or _ARGPARSE_REQUIRED.match(message)
+        argument = found.group(1).split("/")[-1] if found else None
+        raise UsageError(message, argument=argument, prog=self.prog)
 
 
 def arg(name: str, check: Callable[[str, Any], Any], convert: Callable[[str], Any] = float) -> Callable[[str], Any]:
@@ -68,6 +92,34 @@ def positive_int(name: str, minimum: int = 1) -> Callable[[str], Any]:
     return arg(name, lambda n, x: v.integer(n, x, minimum=minimum), int)
 
 
+def path_type(flag: str, *, must_exist: str | None) -> Callable[[str], str]:
+    """An argparse ``type`` for a path: never empty, and checked before any work starts.
+
+    Args:
+        flag: the flag, for the message.
+        must_exist: ``"file"``, ``"dir"``, ``"any"`` (a file or a directory), or ``None`` for a
+            directory that may be created (``--out``) but must not be an existing file.
+    """
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{flag} must name a path, got an empty string")
+        p = Path(text).expanduser()
+        if must_exist is None:
+            if p.exists() and not p.is_dir():
+                raise argparse.ArgumentTypeError(f"{flag}={text!r} exists and is not a directory")
+        elif not p.exists():
+            raise argparse.ArgumentTypeError(f"{flag}={text!r} does not exist")
+        elif must_exist == "file" and not p.is_file():
+            raise argparse.ArgumentTypeError(f"{flag}={text!r} is not a file")
+        elif must_exist == "dir" and not p.is_dir():
+            raise argparse.ArgumentTypeError(f"{flag}={text!r} is not a directory")
+        return text
+
+    parse.__name__ = flag
+    return parse
+
+
 delta_type = arg("--delta", v.open_unit)
 seed_type = positive_int("--seed", 0)
 
@@ -78,11 +130,11 @@ def add_common(parser: argparse.ArgumentParser, *, out: bool = False, seed: bool
     ``--json`` is always added; the others on request. ``device`` is the default device.
     """
     if out:
-        parser.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory to write into (created if missing; reruns resume)")
+        parser.add_argument("--out", required=True, type=path_type("--out", must_exist=None), metavar="RUN_DIR", help="run directory to write into (created if missing; reruns resume)")
     if seed:
         parser.add_argument("--seed", type=seed_type, default=0, help="root seed (default 0)")
     if data_root:
-        parser.add_argument("--data-root", metavar="DIR", help="data root (default: $DPAUDIT_DATA_ROOT or ~/.dpaudit/data)")
+        parser.add_argument("--data-root", type=path_type("--data-root", must_exist="dir"), metavar="DIR", help="data root (default: $DPAUDIT_DATA_ROOT or ~/.dpaudit/data)")
     if device is not None:
         parser.add_argument("--device", default=device, help=f"auto, cpu or cuda[:N] (default {device})")
     if quiet:

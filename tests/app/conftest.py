@@ -20,11 +20,12 @@ class CLI:
         return code, out, err
 
     def run_exit(self, *argv: str) -> tuple[int, str, str]:
-        """For argparse errors and ``--help``, which leave through SystemExit."""
-        with pytest.raises(SystemExit) as exc:
-            main(list(argv))
+        """Also for ``--help`` and ``--version``, which leave through SystemExit."""
+        try:
+            code: object = main(list(argv))
+        except SystemExit as exc:
+            code = exc.code if exc.code is not None else 0
         out, err = self.capsys.readouterr()
-        code = exc.value.code
         return (code if isinstance(code, int) else 1), out, err
 
 

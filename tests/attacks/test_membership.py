@@ -473,10 +473,7 @@ def test_cli_external_model(target, capsys, tmp_path, monkeypatch):
 )
 def test_cli_bad_input_is_one_line_exit_2(target, capsys, tmp_path, extra, needle):
     argv = ["attack", "membership", "--target", str(target["run"]), "--attack", "lira", "--num-shadows", "2", "--executor", "serial", "--out", str(tmp_path), "--quiet", *extra]
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse errors
-        code = exc.code
+    code = main(argv)
     _, err = capsys.readouterr()
     assert code == 2
     assert needle in err and len(err.strip().splitlines()) == 1

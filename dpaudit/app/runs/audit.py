@@ -20,31 +20,29 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import importlib.util
 import json
-import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from torch import nn
 
 from dpaudit import _validate as v
+from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, seconds_per_example
+from dpaudit.callables import callable_fingerprint, resolve_callable
 from dpaudit.data import ArrayDataset, load_dataset, make_splits
+from dpaudit.locks import unit_lock
 from dpaudit.privacy.audit import AuditResult
 from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.store import RunDir, to_jsonable
-from dpaudit.weights import callable_attribute, import_callable
 
 __all__ = [
     "THREATS",
     "METHODS",
     "CANARY_KINDS",
     "DatasetRef",
-    "FileCallable",
     "resolve_train_fn",
     "train_fn_fingerprint",
     "make_audit_executor",
@@ -83,76 +81,24 @@ class DatasetRef:
 
 
 # ----------------------------------------------------------------------------- training
-@dataclass(frozen=True)
-class FileCallable:
-    """``path/to/file.py:function`` loaded lazily (picklable by path, so workers can load it)."""
-
-    path: str
-    name: str
-
-    def resolve(self) -> Callable[..., Any]:
-        p = Path(self.path)
-        if not p.is_file():
-            raise ValueError(f"train-fn: file {self.path!r} does not exist")
-        # Keyed by path AND content: an edited file is a different module, never the cached old one.
-        mod_name = "_dpaudit_trainfn_" + hashlib.sha256(str(p.resolve()).encode() + p.read_bytes()).hexdigest()[:16]
-        module = sys.modules.get(mod_name)
-        if module is None:
-            spec = importlib.util.spec_from_file_location(mod_name, p)
-            if spec is None or spec.loader is None:
-                raise ValueError(f"train-fn: cannot load {self.path!r} as a Python module")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[mod_name] = module
-            spec.loader.exec_module(module)
-        return callable_attribute(module, self.name, label=f"train-fn={self.path}:{self.name}")
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.resolve()(*args, **kwargs)
-
-
-def _names_a_file(target: str) -> bool:
-    """Whether the part before ``:`` of a ``--train-fn`` spec is a file path rather than a module name."""
-    return target.endswith(".py") or os.sep in target or "/" in target
-
-
 def resolve_train_fn(spec: str) -> Callable[..., nn.Module]:
     """A third-party ``train(dataset, *, seed) -> nn.Module`` from ``module:function`` or ``file.py:function``.
 
     Raises:
-        ValueError: the spec is malformed or does not name a callable.
+        ValueError: the spec is malformed or does not name a callable (names ``--train-fn``).
     """
-    if not isinstance(spec, str) or spec.count(":") < 1:
-        raise ValueError(f"train-fn must look like 'module:function' or 'path/to/file.py:function', got {spec!r}")
-    target, _, name = spec.rpartition(":")
-    if _names_a_file(target):
-        fc = FileCallable(str(Path(target).resolve()), name)
-        fc.resolve()  # fail early, in this process, with one clear line
-        return fc
-    return import_callable(spec, argument="train-fn")
+    return resolve_callable(spec, argument="--train-fn")
 
 
 def train_fn_fingerprint(spec: str) -> str:
-    """SHA-256 of the source file behind a ``--train-fn`` spec (``file.py:fn`` or ``module:fn``).
+    """The fingerprint of the code behind a ``--train-fn`` spec (:func:`dpaudit.callables.callable_fingerprint`).
 
     Stored trials are reused only by an audit of the same code: the fingerprint is part of the
-    audit's configuration, so editing the training function starts a fresh audit instead of
-    handing back the verdict of the old code (issue "Results that cannot lie", finding 1).
-    A module without a readable source file is fingerprinted by its name and ``__version__``.
+    audit's configuration, so editing the training function (or upgrading a package it imports)
+    starts a fresh audit instead of handing back the verdict of the old code (issue "Results
+    that cannot lie", finding 1).
     """
-    import inspect
-
-    target, _, _ = spec.rpartition(":")
-    if _names_a_file(target):
-        path: str | None = str(Path(target).resolve())
-    else:
-        module = importlib.import_module(target)
-        try:
-            path = inspect.getsourcefile(module)
-        except TypeError:  # built-in module
-            path = None
-        if path is None:
-            return hashlib.sha256(f"{target}=={getattr(module, '__version__', '')}".encode()).hexdigest()
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return callable_fingerprint(spec, argument="--train-fn")
 
 
 def make_audit_executor(workers: int | None) -> Any:
@@ -361,6 +307,14 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
 
     q = spec.sampling_rate
     num_steps = spec.resolved_num_steps
+    if spec.train_fn is None and spec.progress:
+        trainings = 2 * (spec.num_trials or 50) if spec.threat == "black-box" and spec.method == "multi-run" else (spec.num_trials or 1) if spec.threat == "white-box" else 1
+        per_example = seconds_per_example(spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, device=spec.device) * PER_EXAMPLE_GRADIENT_FACTOR
+        announce_if_long(
+            trainings * num_steps * q * len(members) * per_example / spec.workers,
+            f"this audit ({trainings} trainings of {num_steps} DP-SGD steps, {spec.workers} worker(s))",
+            hint="--num-trials, --num-steps and --num-workers change it",
+        )
     claim: PrivacyClaim
     if fn_third_party is None:
         trainer, sigma = _audit_trainer(spec, num_members=len(members), num_steps=num_steps)
@@ -380,7 +334,10 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
         claim = spec.claim
         fn = fn_third_party
         described = {"train_fn": spec.train_fn, "train_fn_sha256": train_fn_fingerprint(spec.train_fn), "claim": claim.to_dict()}
-    described.update({"dataset": spec.dataset, "num_members": len(members), "threat": spec.threat, "delta": spec.delta, "confidence": spec.confidence})
+    # The member ids are part of what the trials are about: a data root holding other data gives
+    # other members, and their trials must not be mixed with these.
+    members_sha256 = hashlib.sha256(np.asarray(members_ref.ids, dtype=np.int64).tobytes()).hexdigest()[:16]
+    described.update({"dataset": spec.dataset, "num_members": len(members), "member_ids_sha256": members_sha256, "threat": spec.threat, "delta": spec.delta, "confidence": spec.confidence})
 
     run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
     executor = make_audit_executor(spec.workers)
@@ -389,7 +346,8 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
         if spec.threat == "white-box":
             cfg = {**described, "score": spec.score, "bound": spec.bound, "strategy": spec.strategy}
             name = spec.name or f"white-box-{_hash(cfg)}"
-            result = ap.white_box_audit(
+            call = functools.partial(
+                ap.white_box_audit,
                 trainer=trainer,
                 dataset=members_ref,
                 noise_multiplier=sigma,
@@ -421,7 +379,8 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
                 )
             cfg = {**described, "canary": spec.canary, "group_size": spec.group_size, "bound": spec.bound, "strategy": spec.strategy}
             name = spec.name or f"multi-run-{_hash(cfg)}"
-            result = ap.multi_run_audit(
+            call = functools.partial(
+                ap.multi_run_audit,
                 train_fn=fn,
                 dataset=members_ref,
                 canaries=cans,
@@ -440,7 +399,8 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
             cans = mislabelled_canaries(pool, num_canaries=m, seed=spec.seed, id_offset=id_offset)
             cfg = {**described, "canary": "mislabelled", "num_canaries": m}
             name = spec.name or f"one-run-{_hash(cfg)}"
-            result = ap.one_run_audit(
+            call = functools.partial(
+                ap.one_run_audit,
                 train_fn=fn,
                 dataset=members_ref,
                 canaries=cans,
@@ -449,6 +409,10 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
                 config={**cfg, "audit_name": name},
                 **common,
             )
+        # One writer per audit directory: a second process with the same audit waits for no one
+        # and mixes nothing; it is refused, naming the holder.
+        with unit_lock(run.path, f"audit-{name}"):
+            result = call()
     finally:
         executor.close()
     return result

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from dpaudit import _validate as v
+from dpaudit.locks import unit_lock
 from dpaudit.results.certification import CertifySummary, SmoothingSummary, SoundnessViolation
 from dpaudit.store import RunDir
 
@@ -158,10 +159,11 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         ValueError: inconsistent options (named with their value).
     """
     from attacks.evasion import run_evasion
+    from dpaudit.app.estimate import announce_if_long, seconds_per_example
     from dpaudit.data import load_dataset
     from dpaudit.results import EVASION_NORMS, load_evasion_result, save_evasion_result
     from dpaudit.results.certification import CertificationSpec, save_certify_summary
-    from dpaudit.results.record import load_record, resolve_record_dir
+    from dpaudit.results.record import WEIGHTS_FILE, load_record, resolve_record_dir, weights_digest
     from dpaudit.robustness.certification import (
         CertificationResult,
         certified_radius,
@@ -198,143 +200,153 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     noise = find_noise_layer(model)
     if noise is None:
         raise NotCertifiable(refusal)
+    if spec.progress:
+        forward = seconds_per_example(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, device=str(dev), model_options=record.model_options, backward=False)
+        announce_if_long(
+            spec.num_examples * (spec.num_draws + spec.num_selection_draws) * forward,
+            f"certifying {spec.num_examples} examples with {spec.num_draws} noise draws each",
+            hint="--num-examples and --num-draws change it",
+        )
     # Created only now, so a refused model leaves no empty run directory behind.
     run = run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
+    with unit_lock(run.path, f"certify-{record.model_id}"):  # one writer per model's certificates
+        bundle = load_dataset(record.dataset, data_root=spec.data_root)
+        test = bundle.test
+        pick = np.sort(numpy_rng(spec.seed, "certify-examples").choice(len(test), size=min(spec.num_examples, len(test)), replace=False))
+        x, y = test.features[pick], test.labels[pick]
+        labels = y.numpy().astype(np.int64)
+        radii = spec.radii
 
-    bundle = load_dataset(record.dataset, data_root=spec.data_root)
-    test = bundle.test
-    pick = np.sort(numpy_rng(spec.seed, "certify-examples").choice(len(test), size=min(spec.num_examples, len(test)), replace=False))
-    x, y = test.features[pick], test.labels[pick]
-    labels = y.numpy().astype(np.int64)
-    radii = spec.radii
+        cdir = run.certify_dir(record.model_id)
+        cdir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
 
-    cdir = run.certify_dir(record.model_id)
-    cdir.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
+        sensitivity = layer_sensitivity(noise, input_shape=bundle.input_shape, norm=norm)
+        sigma = float(noise.noise_std)
+        per_unit = sigma / sensitivity
+        # Keyed on the weights too: a model retrained under the same id (train --force) is another
+        # model, and its certificates are not the old ones.
+        weights_sha256 = weights_digest(rdir / WEIGHTS_FILE)
+        wanted = {"num_draws": spec.num_draws, "confidence": spec.confidence, "num_examples": int(len(pick)), "seed": spec.seed, "bound": spec.bound, "norm": norm, "weights_sha256": weights_sha256}
+        wanted_smooth = {**wanted, "smoothing_confidence": spec.smoothing_confidence, "num_selection_draws": spec.num_selection_draws}
 
-    sensitivity = layer_sensitivity(noise, input_shape=bundle.input_shape, norm=norm)
-    sigma = float(noise.noise_std)
-    per_unit = sigma / sensitivity
-    wanted = {"num_draws": spec.num_draws, "confidence": spec.confidence, "num_examples": int(len(pick)), "seed": spec.seed, "bound": spec.bound, "norm": norm}
-    wanted_smooth = {**wanted, "smoothing_confidence": spec.smoothing_confidence, "num_selection_draws": spec.num_selection_draws}
+        own_path = cdir / f"certify-{record.defense}.json"
+        smooth_path = cdir / "certify-smoothing.json"
+        own = load_certification_result(own_path) if own_path.is_file() else None
+        if own is not None and not _reusable(spec, own_path, own.config, wanted):
+            own = None
+        smooth = None
+        if spec.smoothing:
+            smooth = load_certification_result(smooth_path) if smooth_path.is_file() else None
+            if smooth is not None and not _reusable(spec, smooth_path, smooth.config, wanted_smooth):
+                smooth = None
 
-    own_path = cdir / f"certify-{record.defense}.json"
-    smooth_path = cdir / "certify-smoothing.json"
-    own = load_certification_result(own_path) if own_path.is_file() else None
-    if own is not None and not _reusable(spec, own_path, own.config, wanted):
-        own = None
-    smooth = None
-    if spec.smoothing:
-        smooth = load_certification_result(smooth_path) if smooth_path.is_file() else None
-        if smooth is not None and not _reusable(spec, smooth_path, smooth.config, wanted_smooth):
-            smooth = None
+        draws_per_second: float | None = own.config.get("draws_per_second") if own is not None else None
+        if own is None or (spec.smoothing and smooth is None):
+            # The estimation draws are shared: the own certificate and CERTIFY's estimation step use them.
+            mc = sample_scores(model, x, num_draws=spec.num_draws, seed=spec.seed, stream="certify-estimate", device=dev, batch_size=spec.batch_size, progress=spec.progress)
+            draws_per_second = mc.draws_per_second
+            if own is None:
+                if spec.bound == "clopper-pearson":
+                    b = count_bounds(mc.counts, confidence=spec.confidence)
+                else:
+                    b = mean_bounds(mc.mean, num_draws=spec.num_draws, variances=mc.variance, method=spec.bound, confidence=spec.confidence)
+                own_radii = certified_radius(b.lower, b.upper, noise_per_sensitivity=per_unit, mechanism=cspec.mechanism, max_epsilon=cspec.max_epsilon)
+                own = CertificationResult(
+                    method=record.defense,
+                    norm=norm,
+                    labels=labels,
+                    predictions=np.asarray(b.top, dtype=np.int64),
+                    radii=np.asarray(own_radii, dtype=float),
+                    num_draws=spec.num_draws,
+                    confidence=spec.confidence,
+                    config={
+                        **wanted,
+                        "mechanism": cspec.mechanism,
+                        "max_epsilon": cspec.max_epsilon,
+                        "sensitivity": sensitivity,
+                        "noise_std": sigma,
+                        "draws_per_second": mc.draws_per_second,
+                        "seconds": mc.seconds,
+                    },
+                )
+                save_certification_result(own, cdir)
+            if spec.smoothing and smooth is None:
+                sel = sample_scores(model, x, num_draws=spec.num_selection_draws, seed=spec.seed, stream="certify-select", device=dev, batch_size=spec.batch_size)
+                preds, rad = smoothing_certify(sel.counts, mc.counts, sigma=per_unit, confidence=spec.smoothing_confidence)
+                smooth = CertificationResult(
+                    method="smoothing",
+                    norm=norm,
+                    labels=labels,
+                    predictions=np.asarray(preds, dtype=np.int64),
+                    radii=np.asarray(rad, dtype=float),
+                    num_draws=spec.num_draws,
+                    confidence=spec.smoothing_confidence,
+                    config={**wanted_smooth, "sigma_per_sensitivity": per_unit},
+                )
+                save_certification_result(smooth, cdir)
 
-    draws_per_second: float | None = own.config.get("draws_per_second") if own is not None else None
-    if own is None or (spec.smoothing and smooth is None):
-        # The estimation draws are shared: the own certificate and CERTIFY's estimation step use them.
-        mc = sample_scores(model, x, num_draws=spec.num_draws, seed=spec.seed, stream="certify-estimate", device=dev, batch_size=spec.batch_size, progress=spec.progress)
-        draws_per_second = mc.draws_per_second
-        if own is None:
-            if spec.bound == "clopper-pearson":
-                b = count_bounds(mc.counts, confidence=spec.confidence)
-            else:
-                b = mean_bounds(mc.mean, num_draws=spec.num_draws, variances=mc.variance, method=spec.bound, confidence=spec.confidence)
-            own_radii = certified_radius(b.lower, b.upper, noise_per_sensitivity=per_unit, mechanism=cspec.mechanism, max_epsilon=cspec.max_epsilon)
-            own = CertificationResult(
-                method=record.defense,
-                norm=norm,
-                labels=labels,
-                predictions=np.asarray(b.top, dtype=np.int64),
-                radii=np.asarray(own_radii, dtype=float),
-                num_draws=spec.num_draws,
-                confidence=spec.confidence,
-                config={
-                    **wanted,
-                    "mechanism": cspec.mechanism,
-                    "max_epsilon": cspec.max_epsilon,
-                    "sensitivity": sensitivity,
-                    "noise_std": sigma,
-                    "draws_per_second": mc.draws_per_second,
-                    "seconds": mc.seconds,
-                },
-            )
-            save_certification_result(own, cdir)
-        if spec.smoothing and smooth is None:
-            sel = sample_scores(model, x, num_draws=spec.num_selection_draws, seed=spec.seed, stream="certify-select", device=dev, batch_size=spec.batch_size)
-            preds, rad = smoothing_certify(sel.counts, mc.counts, sigma=per_unit, confidence=spec.smoothing_confidence)
-            smooth = CertificationResult(
-                method="smoothing",
-                norm=norm,
-                labels=labels,
-                predictions=np.asarray(preds, dtype=np.int64),
-                radii=np.asarray(rad, dtype=float),
-                num_draws=spec.num_draws,
-                confidence=spec.smoothing_confidence,
-                config={**wanted_smooth, "sigma_per_sensitivity": per_unit},
-            )
-            save_certification_result(smooth, cdir)
+        robust: dict[str, dict[str, float]] = {}
+        for name in spec.attacks:
+            path = cdir / f"evasion-{name}-{norm}.json"
+            res = load_evasion_result(path) if path.is_file() else None
+            if res is not None:
+                stored = {"radii": [float(r) for r in res.radii], "seed": res.config.get("seed"), "num_examples": res.num_examples}
+                asked: dict[str, Any] = {"radii": list(radii), "seed": spec.seed, "num_examples": int(len(pick))}
+                if spec.num_eot_samples is not None and is_randomized(model):
+                    stored["num_eot_samples"], asked["num_eot_samples"] = res.config.get("eot_samples"), spec.num_eot_samples
+                if not _reusable(spec, path, stored, asked, what="attack result"):
+                    res = None
+            if res is None:
+                res = run_evasion(model, x, y, attack=name, radii=list(radii), norm=norm, eot_samples=spec.num_eot_samples, seed=spec.seed, device=dev, progress=spec.progress)
+                save_evasion_result(res, cdir)
+            robust[name] = _by_radius(radii, res.robust_accuracy)
 
-    robust: dict[str, dict[str, float]] = {}
-    for name in spec.attacks:
-        path = cdir / f"evasion-{name}-{norm}.json"
-        res = load_evasion_result(path) if path.is_file() else None
-        if res is not None:
-            stored = {"radii": [float(r) for r in res.radii], "seed": res.config.get("seed"), "num_examples": res.num_examples}
-            asked: dict[str, Any] = {"radii": list(radii), "seed": spec.seed, "num_examples": int(len(pick))}
-            if spec.num_eot_samples is not None and is_randomized(model):
-                stored["num_eot_samples"], asked["num_eot_samples"] = res.config.get("eot_samples"), spec.num_eot_samples
-            if not _reusable(spec, path, stored, asked, what="attack result"):
-                res = None
-        if res is None:
-            res = run_evasion(model, x, y, attack=name, radii=list(radii), norm=norm, eot_samples=spec.num_eot_samples, seed=spec.seed, device=dev, progress=spec.progress)
-            save_evasion_result(res, cdir)
-        robust[name] = _by_radius(radii, res.robust_accuracy)
+        violations: list[SoundnessViolation] = []
+        if robust:
+            # Soundness is checked against the strongest attack at each radius (lowest robust accuracy).
+            strongest = np.min(np.array([[accs[f"{r:g}"] for r in radii] for accs in robust.values()]), axis=0)
+            for cert in (own, smooth):
+                if cert is not None and cert.norm == norm:
+                    violations += soundness_violations(cert.certified_accuracy(radii), strongest, radii=radii, certificate=cert.method, tolerance=1e-9)
 
-    violations: list[SoundnessViolation] = []
-    if robust:
-        # Soundness is checked against the strongest attack at each radius (lowest robust accuracy).
-        strongest = np.min(np.array([[accs[f"{r:g}"] for r in radii] for accs in robust.values()]), axis=0)
-        for cert in (own, smooth):
-            if cert is not None and cert.norm == norm:
-                violations += soundness_violations(cert.certified_accuracy(radii), strongest, radii=radii, certificate=cert.method, tolerance=1e-9)
-
-    summary = CertifySummary(
-        model_id=record.model_id,
-        defense=record.defense,
-        dataset=record.dataset,
-        norm=norm,
-        radii=radii,
-        num_examples=int(len(pick)),
-        num_draws=spec.num_draws,
-        confidence=spec.confidence,
-        bound=spec.bound,
-        seed=spec.seed,
-        epsilon=float(record.metrics.get("epsilon", float("inf"))),
-        delta=record.metrics.get("delta"),
-        mechanism=cspec.mechanism,
-        sensitivity=sensitivity,
-        noise_std=sigma,
-        noise_per_sensitivity=per_unit,
-        robustness_epsilon=cspec.robustness_epsilon,
-        robustness_delta=cspec.robustness_delta,
-        attack_norm_bound=cspec.attack_norm_bound,
-        redistribute=cspec.redistribute,
-        draws_per_second=draws_per_second,
-        conventional_accuracy=float(own.conventional_accuracy),
-        certified_accuracy=_by_radius(radii, own.certified_accuracy(radii)),
-        robust_accuracy=robust,
-        smoothing=(
-            SmoothingSummary(
-                conventional_accuracy=float(smooth.conventional_accuracy),
-                certified_accuracy=_by_radius(radii, smooth.certified_accuracy(radii)),
-                confidence=spec.smoothing_confidence,
-                num_selection_draws=spec.num_selection_draws,
-            )
-            if smooth is not None
-            else None
-        ),
-        soundness_violations=tuple(violations),
-        seconds=time.monotonic() - started,
-    )
-    save_certify_summary(summary, cdir)
-    return summary
+        summary = CertifySummary(
+            model_id=record.model_id,
+            defense=record.defense,
+            dataset=record.dataset,
+            norm=norm,
+            radii=radii,
+            num_examples=int(len(pick)),
+            num_draws=spec.num_draws,
+            confidence=spec.confidence,
+            bound=spec.bound,
+            seed=spec.seed,
+            epsilon=float(record.metrics.get("epsilon", float("inf"))),
+            delta=record.metrics.get("delta"),
+            mechanism=cspec.mechanism,
+            sensitivity=sensitivity,
+            noise_std=sigma,
+            noise_per_sensitivity=per_unit,
+            robustness_epsilon=cspec.robustness_epsilon,
+            robustness_delta=cspec.robustness_delta,
+            attack_norm_bound=cspec.attack_norm_bound,
+            redistribute=cspec.redistribute,
+            draws_per_second=draws_per_second,
+            conventional_accuracy=float(own.conventional_accuracy),
+            certified_accuracy=_by_radius(radii, own.certified_accuracy(radii)),
+            robust_accuracy=robust,
+            smoothing=(
+                SmoothingSummary(
+                    conventional_accuracy=float(smooth.conventional_accuracy),
+                    certified_accuracy=_by_radius(radii, smooth.certified_accuracy(radii)),
+                    confidence=spec.smoothing_confidence,
+                    num_selection_draws=spec.num_selection_draws,
+                )
+                if smooth is not None
+                else None
+            ),
+            soundness_violations=tuple(violations),
+            seconds=time.monotonic() - started,
+        )
+        save_certify_summary(summary, cdir)
+        return summary

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from dpaudit import _validate as v
+from dpaudit.locks import unit_lock
 from dpaudit.results import MembershipResult
 from dpaudit.store import RunDir
 
@@ -59,7 +61,7 @@ class ExternalTarget:
     """A model trained outside the suite.
 
     Attributes:
-        model_fn: ``MODULE:FUNCTION`` building the ``nn.Module``.
+        model_fn: ``module:function`` or ``path/to/file.py:function`` building the ``nn.Module``.
         weights: ``.safetensors`` or ``.pt`` state dict.
         dataset: the dataset it was trained on.
         member_ids: the ids it trained on.
@@ -229,6 +231,7 @@ def _load_target(spec: MembershipSpec, device: str) -> tuple[Any, Any, Any]:
 
 def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None) -> tuple[Any, Any, Any]:
     """A record for an external model: its members, held-out non-members and the rest as population."""
+    from dpaudit.callables import callable_fingerprint
     from dpaudit.data import load_dataset
     from dpaudit.privacy.claims import NonPrivateClaim
     from dpaudit.results.record import Membership, TrainedModel
@@ -244,7 +247,14 @@ def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None
     rest = np.setdiff1d(bundle.train.ids.numpy(), members)
     # Without stated non-members the attacker holds out as many unused training ids, so both sides are equally large.
     non = target.non_member_ids if target.non_member_ids is not None else np.sort(numpy_rng(seed, "external-non-members").permutation(rest)[: members.size])
-    digest = hashlib.sha256(Path(target.weights).read_bytes()).hexdigest()[:12]
+    # The id is a fingerprint of everything that determines the attack's outcome: the weights,
+    # the code that builds the model, and who is a member and who is not. Two targets that
+    # differ in any of them never share a result directory or a shadow cache entry.
+    code = callable_fingerprint(target.model_fn, argument="--model-fn")
+    identity = hashlib.sha256()
+    for part in (Path(target.weights).read_bytes(), code.encode(), np.asarray(members, dtype=np.int64).tobytes(), np.asarray(non, dtype=np.int64).tobytes()):
+        identity.update(hashlib.sha256(part).digest())
+    digest = identity.hexdigest()[:12]
     record = TrainedModel(
         model_id=f"external-{bundle.name}-{digest}",
         defense="external",
@@ -253,6 +263,7 @@ def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None
         input_shape=bundle.input_shape,
         num_classes=bundle.num_classes,
         claim=NonPrivateClaim(description="external model; no privacy claim stated"),
+        config={"model_fn_sha256": code},
         membership=Membership(members=members, non_members=non, population=np.setdiff1d(rest, non)),
         seed=seed,
     )
@@ -276,9 +287,6 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
         ValueError: a bad target, ids, or counts (the message names the argument).
     """
     from attacks import membership as mia
-    from defenses import DEFENSES
-    from dpaudit.executors import make_executor
-    from dpaudit.results import save_membership_result
     from dpaudit.training import resolve_device
 
     device = str(resolve_device(spec.device))
@@ -291,6 +299,30 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
     chosen = {n: (mia.MEMBERSHIP_ATTACKS[n], c) for n, c in spec.attacks.items()}
     pools = mia.plan_pools(chosen, record=record, sample_ids=ids, seed=spec.seed, num_population=spec.num_population, train_size=train_size)
     run.create(command=spec.command)
+    with unit_lock(run.path, f"membership-{record.model_id}"):  # one writer per target's results
+        return _attack(spec, run, record, model, bundle, ids, member, augs, train_size, pools, on_plan, device)
+
+
+def _attack(
+    spec: MembershipSpec,
+    run: RunDir,
+    record: Any,
+    model: Any,
+    bundle: Any,
+    ids: np.ndarray,
+    member: np.ndarray,
+    augs: Any,
+    train_size: int,
+    pools: Any,
+    on_plan: Callable[[str], None] | None,
+    device: str,
+) -> MembershipRun:
+    """The locked part of :func:`run_membership`: shadows, attacks, stored results."""
+    from attacks import membership as mia
+    from defenses import DEFENSES
+    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, seconds_per_example
+    from dpaudit.executors import make_executor
+    from dpaudit.results import save_membership_result
 
     # Shadows train as the target did: its defense and config through the registry; an
     # external model has no stated recipe, so its shadows get plain SGD.
@@ -299,6 +331,11 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
     if record.defense in DEFENSES:
         trainer = train_shadow_with_defense
         recipe = {"defense": record.defense, "config": dict(record.config)}
+    elif "model_fn_sha256" in record.config:
+        # The shadows of an external model are built by its code: a cached shadow built by
+        # other code (an edited file) must not be reused, so the code's fingerprint is hashed
+        # into the shadow ids.
+        recipe = {"model_fn_sha256": record.config["model_fn_sha256"]}
     shadow_defense = record.defense if trainer is not None else "sgd"
     summaries: list[PoolSummary] = []
     models: dict[str, list[tuple[np.ndarray, Any]]] = {}
@@ -306,6 +343,17 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
     if pools:
         if on_plan is not None:
             on_plan(f"{describe_pools(pools)}; shadows trained with {shadow_defense!r}")
+        if spec.progress:
+            num_models = sum(p.num_models for p in pools.values())
+            epochs = float(record.config.get("epochs") or 10)
+            per_example = seconds_per_example(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, device=device, model_options=record.model_options)
+            factor = PER_EXAMPLE_GRADIENT_FACTOR if record.claim.accountants else 1.0
+            workers = spec.num_workers or os.cpu_count() or 1
+            announce_if_long(
+                num_models * epochs * train_size * per_example * factor / workers,
+                f"training {num_models} shadow models (cached ones are reused)",
+                hint="--num-shadows, --num-references and --num-workers change it",
+            )
         try:
             executor = make_executor(spec.executor, workers=spec.num_workers, address=spec.address)
         except ImportError as exc:

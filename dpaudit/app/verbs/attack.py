@@ -15,7 +15,8 @@ import sys
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.app.common import EXIT_OK, UsageError, arg, delta_type, emit, seed_type
+from dpaudit.app.common import EXIT_OK, UsageError, arg, delta_type, emit, path_type, seed_type
+from dpaudit.options import limit_action
 
 __all__ = ["register"]
 
@@ -55,23 +56,35 @@ def register(sub: argparse._SubParsersAction) -> None:
             "TPR at FPR 0.1% and 1%, and an honest epsilon lower bound. " + _SHADOW_HELP
         ),
     )
-    m.add_argument("--target", metavar="PATH", help="record directory, its record.json, or a run directory with one record")
+    m.add_argument("--target", type=path_type("--target", must_exist="any"), metavar="PATH", help="record directory, its record.json, or a run directory with one record")
     m.add_argument("--model-fn", metavar="MODULE:FUNCTION", help="external model: zero-argument function that builds the nn.Module")
-    m.add_argument("--weights", metavar="FILE", help="external model: .safetensors or .pt state dict")
+    m.add_argument("--weights", type=path_type("--weights", must_exist="file"), metavar="FILE", help="external model: .safetensors or .pt state dict")
     m.add_argument("--dataset", choices=DATASETS, help="external model: the dataset it was trained on")
-    m.add_argument("--member-ids", metavar="FILE", help="external model: JSON list or .npy of the training sample ids")
-    m.add_argument("--non-member-ids", metavar="FILE", help="external model: held-out ids (default: as many unused training ids)")
+    m.add_argument("--member-ids", type=path_type("--member-ids", must_exist="file"), metavar="FILE", help="external model: JSON list or .npy of the training sample ids")
+    m.add_argument("--non-member-ids", type=path_type("--non-member-ids", must_exist="file"), metavar="FILE", help="external model: held-out ids (default: as many unused training ids)")
     m.add_argument("--attack", action="append", choices=(*MEMBERSHIP_ATTACKS, "all"), required=True, help="attack to run (repeatable; 'all' for every registered attack)")
     m.add_argument("--executor", choices=EXECUTORS, default="local", help="where shadow models train: local process pool (default), ray, or serial (in-process)")
-    m.add_argument("--num-workers", type=_int_at_least("--num-workers", 1), metavar="W", help="parallel workers (default: CPU count)")
+    limit_action(m.add_argument("--num-workers", type=_int_at_least("--num-workers", 1), metavar="W", help="parallel workers (default: CPU count)"), 1024, "each worker is a process")
     m.add_argument("--address", metavar="ADDR", help="Ray cluster address (with --executor ray; default: start a local Ray)")
-    m.add_argument("--num-queries", type=_int_at_least("--num-queries", 1), metavar="N", help="query augmentations per example for LiRA/RMIA (default: 2 where mirroring/shifts apply, else 1)")
-    m.add_argument("--num-samples", type=_int_at_least("--num-samples", 1), metavar="N", help="score at most N members and N non-members (seeded subsample)")
-    m.add_argument("--num-population", type=_int_at_least("--num-population", 1), default=1000, metavar="N", help="RMIA population samples z (default 1000)")
+    limit_action(
+        m.add_argument("--num-queries", type=_int_at_least("--num-queries", 1), metavar="N", help="query augmentations per example for LiRA/RMIA (default: 2 where mirroring/shifts apply, else 1)"),
+        256,
+        "each query is one forward pass of every model over the data",
+    )
+    limit_action(
+        m.add_argument("--num-samples", type=_int_at_least("--num-samples", 1), metavar="N", help="score at most N members and N non-members (seeded subsample)"),
+        10**7,
+        "scores are held in memory for every model",
+    )
+    limit_action(
+        m.add_argument("--num-population", type=_int_at_least("--num-population", 1), default=1000, metavar="N", help="RMIA population samples z (default 1000)"),
+        10**6,
+        "each is scored by every reference model",
+    )
     m.add_argument("--seed", type=seed_type, default=0, help="root seed (default 0)")
     m.add_argument("--delta", type=delta_type, default=1e-5, help="delta of the epsilon lower bound (default 1e-5)")
-    m.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory (results, shadow cache, report)")
-    m.add_argument("--data-root", metavar="DIR", help="data root (default: $DPAUDIT_DATA_ROOT or ~/.dpaudit/data)")
+    m.add_argument("--out", required=True, type=path_type("--out", must_exist=None), metavar="RUN_DIR", help="run directory (results, shadow cache, report)")
+    m.add_argument("--data-root", type=path_type("--data-root", must_exist="dir"), metavar="DIR", help="data root (default: $DPAUDIT_DATA_ROOT or ~/.dpaudit/data)")
     m.add_argument("--device", default="cpu", help="cpu (default), auto or cuda[:N], for shadow training and inference")
     m.add_argument("--quiet", action="store_true", help="no progress on stderr")
     m.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -86,6 +99,8 @@ def _spec(args: argparse.Namespace, flags: Any) -> Any:
 
     if (args.target is None) == (args.model_fn is None):
         raise UsageError("give exactly one of --target PATH or --model-fn MODULE:FUNCTION (with --weights, --dataset, --member-ids)")
+    if args.address is not None and not args.address.strip():
+        raise UsageError("--address must name a Ray cluster (host:port or 'auto'), got an empty string", argument="--address")
     if args.address is not None and args.executor != "ray":
         raise UsageError(f"--address={args.address!r} needs --executor ray, got --executor {args.executor}")
     names = expand_attacks(args.attack)
@@ -115,6 +130,14 @@ def _spec(args: argparse.Namespace, flags: Any) -> Any:
         missing = [f for f, val in (("--weights", args.weights), ("--dataset", args.dataset), ("--member-ids", args.member_ids)) if val is None]
         if missing:
             raise UsageError(f"--model-fn={args.model_fn!r} needs {', '.join(missing)}")
+        from dpaudit.callables import resolve_callable
+        from dpaudit.weights import load_weights
+
+        resolve_callable(args.model_fn, argument="--model-fn")  # fail before any data loads
+        try:
+            load_weights(args.weights)
+        except ValueError as exc:
+            raise UsageError(f"--weights: {exc}", argument="--weights") from None
         non = read_ids("--non-member-ids", args.non_member_ids) if args.non_member_ids is not None else None
         target = ExternalTarget(model_fn=args.model_fn, weights=args.weights, dataset=args.dataset, member_ids=read_ids("--member-ids", args.member_ids), non_member_ids=non)
     return MembershipSpec(

@@ -24,10 +24,15 @@ from dpaudit.app.common import (
     delta_type,
     emit,
     fmt_eps,
+    path_type,
     seed_type,
 )
+from dpaudit.options import limit_action
 
 __all__ = ["register"]
+
+#: Training steps above this need --i-know (Abadi et al.'s longest MNIST run is ~10^5 steps).
+MAX_STEPS = 10**6
 
 
 def _claim_from_args(args: argparse.Namespace) -> Any:
@@ -68,6 +73,10 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from dpaudit.store import RunDir
 
     claim = _claim_from_args(args)
+    if args.train_fn is not None:
+        from dpaudit.callables import resolve_callable
+
+        resolve_callable(args.train_fn, argument="--train-fn")  # a bad spec fails here, in one line, before any data loads
     if args.train_fn is None:
         if claim is not None:
             raise UsageError(f"--claim/--claim-* apply to --train-fn; --defense {args.defense} builds its own claim")
@@ -112,6 +121,13 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         device=args.device,
         progress=not args.quiet,
     )
+    if spec.resolved_num_steps > MAX_STEPS and not args.i_know:
+        # A tiny --sampling-rate makes 1/q steps per epoch: refuse before minutes of silence.
+        raise UsageError(
+            f"--sampling-rate={spec.sampling_rate:g} with {spec.epochs or 10:g} epochs is {spec.resolved_num_steps:.3g} steps per training, above the limit {MAX_STEPS:,}; "
+            "raise --sampling-rate, give --num-steps, or pass --i-know",
+            argument="--sampling-rate",
+        )
     run = RunDir(args.out)
     result = run_audit(spec, run)
     directory = run.audit_dir(str(result.details["audit_name"]))
@@ -174,27 +190,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clip-norm", type=arg("--clip-norm", v.positive), default=1.0, help="DP-SGD clipping norm C (default 1)")
     p.add_argument("--sampling-rate", type=arg("--sampling-rate", v.half_open_unit), default=0.01, help="DP-SGD Poisson sampling rate q (default 0.01)")
     steps = p.add_mutually_exclusive_group()
-    steps.add_argument("--epochs", type=arg("--epochs", v.positive), help="DP-SGD epochs (1/q steps each; default 10)")
-    steps.add_argument("--num-steps", type=pos_int("--num-steps"), help="DP-SGD steps T (instead of --epochs)")
+    limit_action(steps.add_argument("--epochs", type=arg("--epochs", v.positive), help="DP-SGD epochs (1/q steps each; default 10)"), 10**4, "each epoch is 1/q training steps per trial")
+    limit_action(steps.add_argument("--num-steps", type=pos_int("--num-steps"), help="DP-SGD steps T (instead of --epochs)"), MAX_STEPS, "each step is one noisy gradient per trial")
     p.add_argument("--learning-rate", type=arg("--learning-rate", v.positive), default=0.1, help="DP-SGD learning rate (default 0.1)")
-    p.add_argument("--num-members", type=pos_int("--num-members"), help="training set size drawn from the dataset (default: half its training split)")
-    p.add_argument("--num-trials", type=pos_int("--num-trials"), help="multi-run: trainings per side (default 50); white-box: independent runs pooled (default 1)")
-    p.add_argument("--num-canaries", type=arg("--num-canaries", lambda n, x: v.integer(n, x, minimum=2), int), default=100, help="one-run: number of canaries m (default 100)")
+    limit_action(
+        p.add_argument("--num-members", type=pos_int("--num-members"), help="training set size drawn from the dataset (default: half its training split)"), 10**7, "the members are held in memory"
+    )
+    limit_action(
+        p.add_argument("--num-trials", type=pos_int("--num-trials"), help="multi-run: trainings per side (default 50); white-box: independent runs pooled (default 1)"),
+        10**4,
+        "each trial is one full training",
+    )
+    limit_action(
+        p.add_argument("--num-canaries", type=arg("--num-canaries", lambda n, x: v.integer(n, x, minimum=2), int), default=100, help="one-run: number of canaries m (default 100)"),
+        10**5,
+        "the canaries join the training set",
+    )
     p.add_argument("--canary", choices=("clipbkd", "mislabelled"), default="clipbkd", help="multi-run input canary (default clipbkd)")
-    p.add_argument("--group-size", type=pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)")
+    limit_action(p.add_argument("--group-size", type=pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)"), 10**4, "each copy joins the training set")
     p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="confidence of epsilon_lb (default 0.95)")
     p.add_argument("--bound", choices=("gdp", "clopper-pearson"), default="gdp", help="multi-run/white-box bound (default gdp: Nasr et al. 2023)")
     p.add_argument("--strategy", choices=("bonferroni", "split"), default="bonferroni", help="honest threshold choice (default bonferroni)")
     p.add_argument("--score", choices=("dirac", "norm"), default="dirac", help="white-box score: the canary coordinate, or minus the update's norm (default dirac)")
-    p.add_argument("--claim", metavar="FILE", help="--train-fn: the claim as JSON (dpaudit claim format)")
+    p.add_argument("--claim", type=path_type("--claim", must_exist="file"), metavar="FILE", help="--train-fn: the claim as JSON (dpaudit claim format)")
     p.add_argument("--claim-noise-multiplier", type=arg("--claim-noise-multiplier", v.positive), metavar="SIGMA", help="--train-fn: claimed DP-SGD noise multiplier")
     p.add_argument("--claim-sampling-rate", type=arg("--claim-sampling-rate", v.half_open_unit), metavar="Q", help="--train-fn: claimed Poisson sampling rate")
     p.add_argument("--claim-num-steps", type=pos_int("--claim-num-steps"), metavar="T", help="--train-fn: claimed number of steps")
-    p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for trials (default 1: in this process)")
+    limit_action(p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for trials (default 1: in this process)"), 1024, "each worker is a process")
     p.add_argument("--seed", type=seed_type, default=0, help="root seed (default 0)")
     p.add_argument("--name", metavar="NAME", help="audit name under RUN_DIR/audits/ (default: derived from the configuration; reruns resume)")
-    p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory")
-    p.add_argument("--data-root", metavar="DIR")
+    p.add_argument("--out", required=True, type=path_type("--out", must_exist=None), metavar="RUN_DIR", help="run directory")
+    p.add_argument("--data-root", type=path_type("--data-root", must_exist="dir"), metavar="DIR")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
     p.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

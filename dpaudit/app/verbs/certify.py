@@ -34,9 +34,11 @@ from dpaudit.app.common import (
     UsageError,
     arg,
     emit,
+    path_type,
     seed_type,
 )
 from dpaudit.app.runs.certify import DEFAULT_ATTACKS, DEFAULT_RADII, CertifySpec, NotCertifiable, run_certify
+from dpaudit.options import limit_action
 
 __all__ = ["register"]
 
@@ -65,9 +67,18 @@ def _count(flag: str, minimum: int) -> Any:
 def _cmd_certify(args: argparse.Namespace) -> int:
     from dpaudit.store import RunDir
 
-    attacks = [a for group in (args.attack or [",".join(DEFAULT_ATTACKS)]) for a in group.split(",") if a]
+    for group in args.attack or ():
+        if not all(name.strip() for name in group.split(",")):  # "" or "pgd,,mim" is a typo, not "no attack"
+            raise UsageError(f"--attack must name attacks separated by commas ({', '.join(DEFAULT_ATTACKS)}), got {group!r}; use --no-attacks for none", argument="--attack")
+    attacks = [a.strip() for group in (args.attack or [",".join(DEFAULT_ATTACKS)]) for a in group.split(",")]
     if args.no_attacks:
         attacks = []
+    from dpaudit.results.record import load_record, resolve_record_dir
+
+    try:  # a missing or corrupt record is the user's file: one line, before any work
+        load_record(resolve_record_dir(args.target))
+    except ValueError as exc:
+        raise UsageError(f"--target: {exc}", argument="--target") from None
     spec = CertifySpec(
         target=args.target,
         radii=tuple(args.radii or DEFAULT_RADII),
@@ -131,25 +142,37 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Exit status 3 if a certificate exceeds what an attack left (a soundness bug); 2 for a model without a noise layer."
         ),
     )
-    p.add_argument("--target", required=True, metavar="PATH", help="record directory (RUN_DIR/records/NAME) or a run directory with one record")
-    p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory for results and the report")
-    p.add_argument("--num-draws", type=_count("--num-draws", 2), default=2000, metavar="N", help="noise draws per test example (default 2000)")
+    p.add_argument("--target", required=True, type=path_type("--target", must_exist="any"), metavar="PATH", help="record directory (RUN_DIR/records/NAME) or a run directory with one record")
+    p.add_argument("--out", required=True, type=path_type("--out", must_exist=None), metavar="RUN_DIR", help="run directory for results and the report")
+    limit_action(
+        p.add_argument("--num-draws", type=_count("--num-draws", 2), default=2000, metavar="N", help="noise draws per test example (default 2000)"), 10**6, "each draw is one forward pass per example"
+    )
     p.add_argument("--radii", type=_radii(), metavar="R1,R2,...", help=f"perturbation radii (default {','.join(map(str, DEFAULT_RADII))})")
     p.add_argument("--attack", action="append", metavar="NAMES", help="attacks, comma separated (default fgsm,ifgsm,pgd,mim)")
     p.add_argument("--no-attacks", action="store_true", help="certify only")
     p.add_argument("--norm", choices=("l2", "linf"), help="attack norm (default: the one the model was calibrated for)")
-    p.add_argument("--num-examples", type=_count("--num-examples", 1), default=500, metavar="N", help="test examples (seeded subset; default 500)")
+    limit_action(
+        p.add_argument("--num-examples", type=_count("--num-examples", 1), default=500, metavar="N", help="test examples (seeded subset; default 500)"),
+        10**5,
+        "each example is certified with --num-draws draws and attacked",
+    )
     p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="1 - eta of the score bounds (default 0.95)")
     p.add_argument("--bound", choices=("clopper-pearson", "hoeffding", "bernstein"), default="clopper-pearson", help="expected-score bound (default clopper-pearson on argmax counts)")
     p.add_argument("--no-smoothing", action="store_true", help="skip the randomized-smoothing certificate")
-    p.add_argument("--num-selection-draws", type=_count("--num-selection-draws", 1), default=100, metavar="N0", help="CERTIFY n0 (default 100)")
+    limit_action(
+        p.add_argument("--num-selection-draws", type=_count("--num-selection-draws", 1), default=100, metavar="N0", help="CERTIFY n0 (default 100)"), 10**6, "each draw is one forward pass per example"
+    )
     p.add_argument(
         "--smoothing-confidence", type=arg("--smoothing-confidence", v.open_unit), default=0.999, metavar="C", help="confidence of each smoothing certificate, 1 - CERTIFY's alpha (default 0.999)"
     )
-    p.add_argument("--num-eot-samples", type=_count("--num-eot-samples", 1), metavar="K", help="noise draws averaged per attack gradient (default 8 for noisy models)")
+    limit_action(
+        p.add_argument("--num-eot-samples", type=_count("--num-eot-samples", 1), metavar="K", help="noise draws averaged per attack gradient (default 8 for noisy models)"),
+        10**4,
+        "each sample is one gradient per attack step",
+    )
     p.add_argument("--seed", type=seed_type, default=0, help="root seed (default 0)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
-    p.add_argument("--data-root", metavar="DIR")
+    p.add_argument("--data-root", type=path_type("--data-root", must_exist="dir"), metavar="DIR")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=lambda a: _cmd_certify(a))
