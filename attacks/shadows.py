@@ -408,7 +408,10 @@ def ensure_shadows(
     if root is not None:
         for sid in by_id:
             if (root / sid / RECORD_FILE).is_file():
-                models[sid] = load_model(root / sid)
+                # An external target's shadows are built by the builder the user passed now, never by
+                # whatever a cached record names.
+                builder = by_id[sid].model_name.removeprefix("external:") if by_id[sid].model_name.startswith("external:") else None
+                models[sid] = load_model(root / sid, external_builder=builder)
                 reused.append(sid)
     todo = [sid for sid in by_id if sid not in models]
     trained: list[str] = []

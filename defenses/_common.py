@@ -14,7 +14,7 @@ from dpaudit.data import ArrayDataset, DatasetBundle, Splits
 from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.provenance import provenance
 from dpaudit.results.record import Membership, TrainedModel, make_model_id
-from dpaudit.training import evaluate
+from dpaudit.training import TrainingDiverged, evaluate
 
 
 def config_dict(config: Any) -> dict[str, Any]:
@@ -44,7 +44,14 @@ def build_record(
     extra_metrics: dict[str, Any] | None = None,
     canaries: Any = (),
 ) -> TrainedModel:
-    """Evaluates ``model`` on members, non-members and test, and wraps everything as a record."""
+    """Evaluates ``model`` on members, non-members and test, and wraps everything as a record.
+
+    Raises:
+        TrainingDiverged: a parameter or buffer of ``model`` is NaN or infinite; such a model
+            must not become a record (the trainers stop at a non-finite loss already; this
+            catches divergence that left the loss finite, e.g. in a noise layer's rescaling).
+    """
+    check_finite_parameters(model, defense=defense, config=config)
     everything = bundle.all()
     members = everything.subset(splits.members)
     non_members = everything.subset(splits.non_members)
@@ -70,6 +77,16 @@ def build_record(
         metrics=metrics,
         provenance=provenance(device=str(device)),
     )
+
+
+@torch.no_grad()
+def check_finite_parameters(model: nn.Module, *, defense: str, config: Any) -> None:
+    """Raises :class:`TrainingDiverged` naming the first parameter or buffer that is not finite."""
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            lr = getattr(config, "learning_rate", None)
+            advice = f"; lower --learning-rate (now {lr:g})" if isinstance(lr, (int, float)) else ""
+            raise TrainingDiverged(f"training diverged: the {defense} model's {name} holds NaN or infinite values after training{advice}")
 
 
 def bundle_for_members(dataset: ArrayDataset) -> tuple[DatasetBundle, Splits]:

@@ -60,7 +60,7 @@ from dpaudit.robustness.noise import (
     redistribution_from_gradients,
 )
 from dpaudit.seeding import numpy_rng, torch_generator
-from dpaudit.training import SGDConfig
+from dpaudit.training import EPOCH_LIMIT, SGDConfig
 
 __all__ = [
     "CERTIFIED_MECHANISMS",
@@ -120,7 +120,7 @@ class RobustnessConfig:
     redistribute: bool = option(False, help="HGM heterogeneous noise from a pre-trained model's forward derivative")
     inflation: float = option(0.5, help="HGM inflation rate beta (large = uniform noise)", metavar="BETA", check=v.non_negative)
     redistribution_exponent: float = option(1.0, help="power on the forward-derivative scores (2 on CIFAR-10)", check=v.positive)
-    redistribution_pretrain_epochs: int = option(2, help="epochs of the noise-free model the redistribution is computed from", metavar="N", check=v.positive)
+    redistribution_pretrain_epochs: int = option(2, help="epochs of the noise-free model the redistribution is computed from", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
     redistribution_examples: int = option(1000, help="examples whose forward derivatives are averaged for the redistribution", metavar="N", check=v.positive)
     sensitivity_control: str = option("project", choices=SENSITIVITY_CONTROLS, help="keep the first layer's sensitivity <= 1 by projection, or scale the noise to it")
 

@@ -75,6 +75,7 @@ from dpaudit.privacy.claims import DPClaim, PrivacyClaim, dpsgd_claim
 from dpaudit.progress import Progress
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, torch_generator
+from dpaudit.training import BATCH_LIMIT, EPOCH_LIMIT, check_loss
 
 __all__ = [
     "SAMPLING_MODES",
@@ -149,7 +150,7 @@ class DPSGDConfig:
     target_epsilon: float | None = option(None, help="privacy budget epsilon at --delta: calibrates sigma, or the number of steps when sigma is given", metavar="EPS", check=v.positive)
     delta: float = option(1e-5, help="delta of the budget and of the reported epsilon", check=v.open_unit)
     accountant: str = option("pld", choices=ACCOUNTANTS, help="accountant of the budget")
-    epochs: float | None = option(None, kind=float, help="epochs (1/q steps each); default 10, or uncapped in budget mode", metavar="N", check=v.positive)
+    epochs: float | None = option(None, kind=float, help="epochs (1/q steps each); default 10, or uncapped in budget mode", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
     learning_rate: float = option(0.1, help="initial learning rate", metavar="LR", check=v.positive)
     final_learning_rate: float | None = option(None, help="floor of the linear learning-rate decay (default: constant rate)", metavar="LR", check=v.positive)
     lr_decay_epochs: float = option(10.0, help="epochs over which the rate decays to the floor", metavar="N", check=v.positive)
@@ -161,7 +162,7 @@ class DPSGDConfig:
     pca_noise: float | None = option(None, help="DP-PCA noise multiplier (with --pca-components)", metavar="SIGMA_P", check=v.positive)
     pca_sampling_rate: float = option(1.0, help="Poisson rate of the sample DP-PCA uses", metavar="Q", check=v.half_open_unit)
     clipping_method: str = option("auto", choices=CLIPPING_METHODS, help="per-example gradient engine")
-    physical_batch_size: int = option(1024, help="most examples per forward/backward pass (lots are split; exact)", metavar="B", check=v.positive)
+    physical_batch_size: int = option(1024, help="most examples per forward/backward pass (lots are split; exact)", metavar="B", check=v.positive, limit=BATCH_LIMIT)
 
     def __post_init__(self) -> None:
         _optional("noise_multiplier", self.noise_multiplier, v.positive)
@@ -580,6 +581,9 @@ def train_dpsgd(
                     extra=extra,
                     scale=1.0 / plan.expected_lot_size,
                 )
+                # The loss is computed on the parameters before this step's update: NaN here means the
+                # previous steps diverged, and nothing of this run may become a record.
+                check_loss(loss_sum, step=step, epoch=step // plan.steps_per_epoch, learning_rate=learning_rate_at(config, step / plan.steps_per_epoch), hint="or --clip-norm")
                 loss_total += loss_sum
                 loss_count += int(lot.numel())
                 if on_step is not None:  # the released sum itself, before the division by L

@@ -20,7 +20,7 @@ from dpaudit.privacy.claims import NonPrivateClaim
 from dpaudit.progress import Progress
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, torch_generator
-from dpaudit.training import SGDConfig, shuffled_batches
+from dpaudit.training import SGDConfig, check_loss, shuffled_batches
 
 __all__ = ["NonPrivateConfig", "train_nonprivate"]
 
@@ -79,18 +79,21 @@ def train_nonprivate(
     loss_fn = nn.CrossEntropyLoss()
     step = 0
     with Progress(config.epochs, f"train {progress_label} {model_name} on {bundle.name}", enabled=progress) as bar:
-        for _ in range(config.epochs):
+        for epoch in range(config.epochs):
             total, count = 0.0, 0
             for idx in shuffled_batches(len(x), config.batch_size, generator=gen):
                 idx = idx.to(device)
                 opt.zero_grad(set_to_none=True)
                 loss = loss_fn(model(x[idx]), y[idx])
+                value = loss.item()
+                # Before the step: a NaN loss means NaN gradients, and the model must never be saved.
+                check_loss(value, step=step, epoch=epoch, learning_rate=config.learning_rate)
                 loss.backward()
                 opt.step()
                 if after_step is not None:
                     after_step(step, model)
                 step += 1
-                total += loss.item() * len(idx)
+                total += value * len(idx)
                 count += len(idx)
             bar.update(1, loss=total / max(count, 1))
     model.eval()

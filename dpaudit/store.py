@@ -22,6 +22,8 @@ import math
 import os
 import tempfile
 import time
+import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -176,7 +178,13 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     try:
         return from_jsonable(json.loads(path.read_text(encoding="utf-8")))
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+        raise ValueError(f"{path} is not valid JSON (truncated or corrupt?): {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise ValueError(f"{path} is not valid JSON: nested too deeply") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path} must be a JSON file, got a directory") from None
 
 
 def atomic_save_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> Path:
@@ -190,9 +198,41 @@ def atomic_save_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> Path:
 
 
 def load_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """Loads an NPZ file with ``allow_pickle=False``."""
-    with np.load(Path(path), allow_pickle=False) as data:
-        return {k: data[k] for k in data.files}
+    """Loads an NPZ file with ``allow_pickle=False``, every array read in full.
+
+    Writes are atomic, so a damaged file means something outside the suite changed it (a
+    copy cut short, a full disk on another tool's write, an edit); it is reported as such,
+    naming the file, rather than as the archive library's own exception.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: the file is not a readable NPZ (truncated, corrupt, not a zip archive,
+            or holding object arrays, which need pickle).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"run dir file {str(path)!r} not found")
+
+    def corrupt(reason: str) -> ValueError:
+        return ValueError(f"run dir file {str(path)!r} is corrupt ({reason}); delete it to recompute")
+
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise corrupt(f"truncated or not a zip archive: {_first_line(exc)}") from None
+    except (ValueError, OSError) as exc:  # neither zip nor .npy magic: numpy would need pickle to go on
+        raise corrupt(f"not an NPZ archive: {type(exc).__name__}") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise corrupt("a single .npy array, not an NPZ archive")
+    try:
+        with data:
+            return {k: data[k] for k in data.files}
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError) as exc:
+        raise corrupt(f"truncated or damaged member: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [""])[0] or type(exc).__name__
 
 
 class RunDir:

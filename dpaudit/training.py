@@ -6,6 +6,7 @@ clipped and noised, how labels are aggregated), not in how they loop over data.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -13,9 +14,44 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
-from dpaudit.options import option
+from dpaudit.options import SizeLimit, option
 
-__all__ = ["SGDConfig", "resolve_device", "shuffled_batches", "evaluate", "predict_logits"]
+__all__ = ["SGDConfig", "TrainingDiverged", "check_loss", "resolve_device", "shuffled_batches", "evaluate", "predict_logits"]
+
+
+class TrainingDiverged(ValueError):
+    """The training loss stopped being a finite number (too large a step size, most often).
+
+    A ``ValueError``: the cause is the user's hyperparameters, so the command line reports
+    it in one line with exit status 2; the trainer raises it before anything is saved, so a
+    diverged model never becomes a record.
+    """
+
+
+def check_loss(loss: float, *, step: int, epoch: int, learning_rate: float, hint: str = "") -> None:
+    """Raises :class:`TrainingDiverged` when ``loss`` is NaN or infinite.
+
+    Trainers check every step's loss before they apply its update: once the loss is NaN
+    the gradients and then the parameters are too, and every further step only hides
+    where it went wrong.
+
+    Args:
+        loss: the step's loss (mean or sum, any finite scale).
+        step: the step index (from 0).
+        epoch: the epoch index (from 0).
+        learning_rate: the step size in use (named in the advice).
+        hint: further advice specific to the trainer (e.g. ``"or --clip-norm"``).
+    """
+    if not math.isfinite(loss):
+        extra = f" {hint}" if hint else ""
+        raise TrainingDiverged(f"training diverged: loss became {loss} at step {step} (epoch {epoch}); lower --learning-rate (now {learning_rate:g}){extra}")
+
+
+#: Documented size limits of the training flags (``--i-know`` exceeds them on the command line):
+#: the longest published runs in the suite's scope are a few hundred epochs, and a batch beyond
+#: 65,536 examples no longer fits a GPU for the zoo's image models.
+EPOCH_LIMIT = SizeLimit(10_000, "each epoch is one pass over the training set")
+BATCH_LIMIT = SizeLimit(65_536, "a batch is held in memory at once")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,8 +68,8 @@ class SGDConfig:
         weight_decay: L2 penalty.
     """
 
-    epochs: int = option(10, help="passes over the training set", metavar="N", check=v.positive)
-    batch_size: int = option(64, help="examples per SGD step", metavar="B", check=v.positive)
+    epochs: int = option(10, help="passes over the training set", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
+    batch_size: int = option(64, help="examples per SGD step", metavar="B", check=v.positive, limit=BATCH_LIMIT)
     learning_rate: float = option(0.05, help="SGD step size", metavar="LR", check=v.positive)
     momentum: float = option(0.9, help="heavy-ball momentum in [0, 1)", check=v.unit_interval_open_right)
     weight_decay: float = option(0.0, help="L2 penalty on the parameters", check=v.non_negative)

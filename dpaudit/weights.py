@@ -9,7 +9,8 @@ objects without running them. A model trained outside the suite is brought in as
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
+import hashlib
 import os
 import pickle
 from collections.abc import Mapping
@@ -22,14 +23,17 @@ from safetensors.torch import load_file as _load_safetensors
 from safetensors.torch import save as _save_safetensors
 from torch import nn
 
+from dpaudit.callables import resolve_callable
 from dpaudit.models import build_model
 from dpaudit.results.record import (
     RECORD_FILE,
     WEIGHTS_FILE,
     TrainedModel,
+    load_record,
     resolve_record_dir,
+    weights_digest,
 )
-from dpaudit.store import atomic_write_bytes, atomic_write_json, read_json
+from dpaudit.store import atomic_write_bytes, atomic_write_json
 from dpaudit.store import thaw as _thaw
 
 __all__ = [
@@ -39,16 +43,27 @@ __all__ = [
     "load_model",
     "load_weights",
     "load_external_model",
-    "import_callable",
-    "callable_attribute",
 ]
 
 
-def build_module(record: TrainedModel) -> nn.Module:
-    """A freshly initialised module of this record's architecture (zoo models only)."""
+def build_module(record: TrainedModel, *, external_builder: str | None = None) -> nn.Module:
+    """A freshly initialised module of this record's architecture.
+
+    Args:
+        record: the record.
+        external_builder: the ``module:function`` / ``file.py:function`` the caller itself was
+            given (``--model-fn``). A record naming an external builder is built only when it
+            names exactly this one: otherwise a hand-edited ``record.json`` could make loading
+            import and call any function.
+
+    Raises:
+        ValueError: an external builder the caller did not vouch for, or a bad zoo model.
+    """
     if record.model_name.startswith("external:"):
-        fn = import_callable(record.model_name.removeprefix("external:"), argument="model_name")
-        return _call_builder(fn, record.model_name)
+        named = record.model_name.removeprefix("external:")
+        if named != external_builder:
+            raise ValueError(f"model_name {record.model_name!r} names an external builder; it is built only for the attack given --model-fn {named!r}")
+        return _call_builder(resolve_callable(named, argument="model_name"), record.model_name)
     return build_model(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, **_thaw(record.model_options))
 
 
@@ -56,7 +71,8 @@ def save_record(record: TrainedModel, model: nn.Module, directory: str | os.Path
     """Writes ``record.json`` and ``model.safetensors`` into ``directory`` atomically.
 
     The weights are written first and the JSON last, so a directory whose ``record.json``
-    exists is always complete.
+    exists is always complete. The record stores the SHA-256 of the weights file
+    (``weights_sha256``), which :func:`load_model` checks.
 
     Returns:
         The record directory.
@@ -64,8 +80,10 @@ def save_record(record: TrainedModel, model: nn.Module, directory: str | os.Path
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: t.detach().to("cpu").contiguous() for k, t in model.state_dict().items()}
-    atomic_write_bytes(directory / WEIGHTS_FILE, _save_safetensors(state, metadata={"model_id": record.model_id}))
-    atomic_write_json(directory / RECORD_FILE, record.to_dict())
+    blob = _save_safetensors(state, metadata={"model_id": record.model_id})
+    atomic_write_bytes(directory / WEIGHTS_FILE, blob)
+    stored = dataclasses.replace(record, weights_sha256=hashlib.sha256(blob).hexdigest())
+    atomic_write_json(directory / RECORD_FILE, stored.to_dict())
     return directory
 
 
@@ -105,30 +123,55 @@ def load_weights(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     return dict(state)
 
 
-def load_model(record_or_path: TrainedModel | str | os.PathLike[str], *, directory: str | os.PathLike[str] | None = None, device: str | torch.device = "cpu") -> nn.Module:
-    """Rebuilds a record's module and loads its weights; returned in eval mode on ``device``."""
+def load_model(
+    record_or_path: TrainedModel | str | os.PathLike[str], *, directory: str | os.PathLike[str] | None = None, device: str | torch.device = "cpu", external_builder: str | None = None
+) -> nn.Module:
+    """Rebuilds a record's module and loads its weights, verified; returned in eval mode on ``device``.
+
+    The record is validated (:func:`dpaudit.results.record.load_record`); the weights file
+    must exist, carry the record's model id in its metadata and, when the record states one,
+    have the record's SHA-256. A record saved before digests existed (no ``weights_sha256``)
+    is accepted on the model-id check alone: the digest guards against a file replaced or
+    damaged after saving, and such a record simply predates the guard.
+
+    Raises:
+        ValueError: an invalid record, a missing, foreign or altered weights file, or weights
+            that do not fit the architecture (one line naming the file).
+    """
     if isinstance(record_or_path, TrainedModel):
         if directory is None:
             raise ValueError("directory is required when passing a TrainedModel")
         record, rdir = record_or_path, Path(directory)
     else:
         rdir = resolve_record_dir(record_or_path)
-        record = TrainedModel.from_dict(read_json(rdir / RECORD_FILE))
-    model = build_module(record)
+        record = load_record(rdir)
     weights = rdir / WEIGHTS_FILE
-    state = load_weights(weights)
+    if not weights.is_file():
+        raise ValueError(f"record {str(rdir / RECORD_FILE)!r} has no weights file {str(weights)!r}; retrain it (dpaudit train ... --force) or restore the file")
     owner = _weights_owner(weights)
     if owner is not None and owner != record.model_id:
         # A weights file copied in from another record would otherwise load silently.
         raise ValueError(f"weights file {str(weights)!r} belongs to model {owner!r}, not to the record's model {record.model_id!r}")
+    if record.weights_sha256 is not None:
+        digest = weights_digest(weights)
+        if digest != record.weights_sha256:
+            raise ValueError(f"weights file {str(weights)!r} does not match its record (sha256 {digest} != {record.weights_sha256}); retrain or restore it")
+    try:
+        model = build_module(record, external_builder=external_builder)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"record file {str(rdir / RECORD_FILE)!r}: {exc}") from None
+    state = load_weights(weights)
     _load_into(model, state, weights)
     return model.to(device).eval()
 
 
 def _weights_owner(path: Path) -> str | None:
     """The model id :func:`save_record` wrote into a safetensors file's metadata (``None`` if absent)."""
-    with safe_open(str(path), framework="pt") as fh:
-        meta = fh.metadata() or {}
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            meta = fh.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ValueError(f"weights file {str(path)!r} is not a valid safetensors file: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     owner = meta.get("model_id")
     return str(owner) if owner is not None else None
 
@@ -140,37 +183,6 @@ def _load_into(model: nn.Module, state: Mapping[str, torch.Tensor], source: Path
         raise ValueError(f"weights in {str(source)!r} do not fit the model: {str(exc).splitlines()[0]}") from None
 
 
-def import_callable(spec: str, *, argument: str = "spec") -> Any:
-    """Imports ``module:function`` (dotted attribute paths allowed after the colon).
-
-    Raises:
-        ValueError: malformed spec, module or attribute not found, or not callable.
-    """
-    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
-        raise ValueError(f"{argument} must look like 'module:function', got {spec!r}")
-    module_name, attr_path = spec.split(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"{argument}={spec!r}: cannot import module {module_name!r} ({exc})") from None
-    return callable_attribute(obj, attr_path, label=f"{argument}={spec!r}")
-
-
-def callable_attribute(obj: Any, attr_path: str, *, label: str) -> Any:
-    """``obj.a.b`` for ``attr_path`` "a.b", which must be callable; errors start with ``label``.
-
-    Raises:
-        ValueError: an attribute is missing or the result is not callable.
-    """
-    for part in attr_path.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"{label}: no attribute {attr_path!r} there")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"{label} is not callable")
-    return obj
-
-
 def _call_builder(fn: Any, spec: str) -> nn.Module:
     model = fn()
     if not isinstance(model, nn.Module):
@@ -179,10 +191,10 @@ def _call_builder(fn: Any, spec: str) -> nn.Module:
 
 
 def load_external_model(spec: str, weights: str | os.PathLike[str], *, device: str | torch.device = "cpu") -> nn.Module:
-    """Builds a model with the zero-argument function ``module:function`` and loads ``weights``.
+    """Builds a model with a zero-argument function and loads ``weights``.
 
     Args:
-        spec: ``module:function`` returning an ``nn.Module``.
+        spec: ``module:function`` or ``path/to/file.py:function`` returning an ``nn.Module``.
         weights: ``.safetensors``, or ``.pt``/``.pth`` holding a state dict (read with
             ``weights_only=True``).
         device: where to put the model.
@@ -190,6 +202,6 @@ def load_external_model(spec: str, weights: str | os.PathLike[str], *, device: s
     Returns:
         The module in eval mode.
     """
-    model = _call_builder(import_callable(spec, argument="model"), spec)
+    model = _call_builder(resolve_callable(spec, argument="--model-fn"), spec)
     _load_into(model, load_weights(weights), Path(weights))
     return model.to(device).eval()

@@ -42,7 +42,9 @@ __all__ = [
     "claim_from_dict",
     "event_to_dict",
     "event_from_dict",
+    "check_event",
     "register_claim_kind",
+    "claim_kind",
     "NEIGHBOURING_RELATIONS",
 ]
 
@@ -81,25 +83,76 @@ def event_to_dict(event: dpe.DpEvent) -> dict[str, Any]:
     return out
 
 
-def event_from_dict(data: dict[str, Any]) -> dpe.DpEvent:
-    """Inverse of :func:`event_to_dict`; only whitelisted event types are built."""
+def event_from_dict(data: dict[str, Any], *, path: str = "event") -> dpe.DpEvent:
+    """Inverse of :func:`event_to_dict`; only whitelisted event types are built.
+
+    Only the structure is checked here (types, fields, nesting); whether the parameters
+    describe a mechanism at all is :func:`check_event`'s job, which every :class:`DPClaim`
+    runs on construction.
+
+    Args:
+        data: the JSON form.
+        path: where ``data`` sits in the claim (named in errors, e.g. ``event.event.count``).
+    """
     if not isinstance(data, dict) or "type" not in data:
-        raise ValueError(f"event must be a mapping with a 'type' key, got {data!r}")
+        raise ValueError(f"{path} must be a mapping with a 'type' key, got {_short(data)}")
     name = data["type"]
-    if name not in _EVENT_TYPES:
-        raise ValueError(f"unknown event type {name!r} in claim; supported: {', '.join(_EVENT_TYPES)}")
+    if not isinstance(name, str) or name not in _EVENT_TYPES:
+        raise ValueError(f"unknown event type {_short(name)} at {path}; supported: {', '.join(_EVENT_TYPES)}")
     cls = _EVENT_TYPES[name]
     kwargs: dict[str, Any] = {}
     for f in attr.fields(cls):
         if f.name not in data:
-            raise ValueError(f"event {name!r} is missing field {f.name!r}")
+            raise ValueError(f"event {name!r} at {path} is missing field {f.name!r}")
         value = data[f.name]
         if isinstance(value, dict):
-            value = event_from_dict(value)
+            value = event_from_dict(value, path=f"{path}.{f.name}")
         elif isinstance(value, list):
-            value = [event_from_dict(x) for x in value]
+            value = [event_from_dict(x, path=f"{path}.{f.name}[{i}]") for i, x in enumerate(value)]
         kwargs[f.name] = value
     return cls(**kwargs)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_event(event: dpe.DpEvent, *, path: str = "event") -> None:
+    """Refuses an event whose parameters describe no valid mechanism.
+
+    A claim file edited by hand (or damaged) must not be accounted as if it were a
+    guarantee: σ ≤ 0 or NaN would make every accountant answer nonsense (or a tiny ε),
+    a sampling probability outside (0, 1] is no probability, a step count must be a
+    whole number ≥ 0. Messages name the field by its path in the claim and the value.
+
+    Raises:
+        ValueError: an invalid parameter (named with its path).
+        TypeError: a parameter of the wrong type, or an event that cannot be stored.
+    """
+    if not isinstance(event, dpe.DpEvent):
+        raise TypeError(f"{path} must be a dp_accounting DpEvent, got {_short(event)}")
+    if isinstance(event, (dpe.GaussianDpEvent, dpe.LaplaceDpEvent)):
+        v.positive(f"{path}.noise_multiplier", event.noise_multiplier)
+    elif isinstance(event, dpe.SelfComposedDpEvent):
+        v.integer(f"{path}.count", event.count, minimum=0)
+        check_event(event.event, path=f"{path}.event")
+    elif isinstance(event, dpe.PoissonSampledDpEvent):
+        v.half_open_unit(f"{path}.sampling_probability", event.sampling_probability)
+        check_event(event.event, path=f"{path}.event")
+    elif isinstance(event, (dpe.SampledWithReplacementDpEvent, dpe.SampledWithoutReplacementDpEvent)):
+        size = v.integer(f"{path}.source_dataset_size", event.source_dataset_size, minimum=1)
+        sample = v.integer(f"{path}.sample_size", event.sample_size, minimum=1)
+        if isinstance(event, dpe.SampledWithoutReplacementDpEvent) and sample > size:
+            raise ValueError(f"{path}.sample_size must be <= source_dataset_size ({size}) without replacement, got {sample!r}")
+        check_event(event.event, path=f"{path}.event")
+    elif isinstance(event, dpe.ComposedDpEvent):
+        if not isinstance(event.events, (list, tuple)):
+            raise TypeError(f"{path}.events must be a list of events, got {_short(event.events)}")
+        for i, inner in enumerate(event.events):
+            check_event(inner, path=f"{path}.events[{i}]")
+    elif not isinstance(event, (dpe.NoOpDpEvent, dpe.NonPrivateDpEvent)):
+        event_to_dict(event)  # raises TypeError naming the unsupported type
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,6 +256,33 @@ class PrivacyClaim:
             "description": self.description,
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PrivacyClaim:
+        """Rebuilds a claim of this kind from :meth:`to_dict` output, validating every field.
+
+        The kind reads its own fields (:meth:`from_dict_fields`) and the constructor
+        validates them (``__post_init__``), so a claim read from a file passes exactly the
+        checks a claim built in code does: a hand-edited record with σ = −1.1 is refused
+        here rather than accounted.
+
+        Raises:
+            ValueError: a field is missing or invalid (named, with its value).
+            TypeError: a field has the wrong type (named, with its value).
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"claim must be a JSON object, got {_short(data)}")
+        kind = data.get("kind", cls.kind)
+        if kind != cls.kind:
+            raise ValueError(f"claim kind must be {cls.kind!r} for {cls.__name__}, got {_short(kind)}")
+        kwargs: dict[str, Any] = {k: data[k] for k in ("neighbouring", "description") if k in data}
+        kwargs.update(cls.from_dict_fields(data))
+        return cls(**kwargs)
+
+    @classmethod
+    def from_dict_fields(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        """The constructor arguments of this kind's own fields, read from ``data`` (none here)."""
+        return {}
+
 
 @dataclass(frozen=True, kw_only=True)
 class DPClaim(PrivacyClaim):
@@ -216,6 +296,13 @@ class DPClaim(PrivacyClaim):
         if not isinstance(self.event, dpe.DpEvent):
             raise TypeError(f"event must be a dp_accounting DpEvent, got {self.event!r}")
         event_to_dict(self.event)  # refuses events a record could not store
+        check_event(self.event)  # σ > 0, q in (0, 1], whole step counts: else no guarantee is described
+
+    @classmethod
+    def from_dict_fields(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        if "event" not in data:
+            raise ValueError("claim of kind 'dp' is missing its 'event'")
+        return {"event": event_from_dict(data["event"])}
 
     def epsilon(self, *, delta: float, accountant: str = "pld") -> float:
         return compute_epsilon(self.event, delta=delta, accountant=accountant, neighbouring=self.neighbouring)
@@ -262,6 +349,17 @@ def dpsgd_claim(*, sampling_rate: float, noise_multiplier: float, num_steps: int
 _CLAIM_KINDS: dict[str, type[PrivacyClaim]] = {"dp": DPClaim, "nonprivate": NonPrivateClaim}
 
 
+def claim_kind(name: str) -> type[PrivacyClaim]:
+    """The claim class registered under ``name`` (``"dp"``, ``"nonprivate"``, …).
+
+    Raises:
+        ValueError: no claim kind of that name.
+    """
+    if name not in _CLAIM_KINDS:
+        raise ValueError(f"claim kind must be one of {', '.join(_CLAIM_KINDS)}; got {name!r}")
+    return _CLAIM_KINDS[name]
+
+
 def register_claim_kind(cls: type[PrivacyClaim]) -> type[PrivacyClaim]:
     """Class decorator that makes a new claim kind loadable by :func:`claim_from_dict`."""
     _CLAIM_KINDS[cls.kind] = cls
@@ -269,18 +367,21 @@ def register_claim_kind(cls: type[PrivacyClaim]) -> type[PrivacyClaim]:
 
 
 def claim_from_dict(data: dict[str, Any]) -> PrivacyClaim:
-    """Rebuilds a claim from :meth:`PrivacyClaim.to_dict` output (e.g. a claim JSON file)."""
+    """Rebuilds a claim from :meth:`PrivacyClaim.to_dict` output (e.g. a claim JSON file).
+
+    Dispatches on ``kind`` to that kind's :meth:`PrivacyClaim.from_dict`, which validates
+    every parameter; wrong types are reported as ``ValueError`` too (the data came from a
+    file, not from code).
+
+    Raises:
+        ValueError: unknown kind, missing field or invalid parameter (named, with its value).
+    """
     if not isinstance(data, dict):
-        raise ValueError(f"claim must be a JSON object, got {data!r}")
+        raise ValueError(f"claim must be a JSON object, got {_short(data)}")
     kind = data.get("kind")
-    if kind not in _CLAIM_KINDS:
-        raise ValueError(f"claim kind must be one of {', '.join(_CLAIM_KINDS)}; got {kind!r}")
-    cls = _CLAIM_KINDS[kind]
-    kwargs: dict[str, Any] = {k: data[k] for k in ("neighbouring", "description") if k in data}
-    if cls is DPClaim:
-        if "event" not in data:
-            raise ValueError("claim of kind 'dp' is missing its 'event'")
-        kwargs["event"] = event_from_dict(data["event"])
-    elif hasattr(cls, "from_dict_fields"):
-        kwargs.update(cls.from_dict_fields(data))
-    return cls(**kwargs)
+    if not isinstance(kind, str) or kind not in _CLAIM_KINDS:
+        raise ValueError(f"claim kind must be one of {', '.join(_CLAIM_KINDS)}; got {_short(kind)}")
+    try:
+        return _CLAIM_KINDS[kind].from_dict(data)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None

@@ -18,7 +18,7 @@ import numpy as np
 
 from dpaudit import _validate as v
 from dpaudit.store import freeze as _freeze
-from dpaudit.store import load_result_files, safe_stem, save_result_files
+from dpaudit.store import load_result_files, read_json, safe_stem, save_result_files
 from dpaudit.store import thaw as _thaw
 
 __all__ = [
@@ -80,6 +80,9 @@ class CertificationSpec:
             v.positive("max_epsilon", self.max_epsilon)
         v.choice("attack_norm", self.attack_norm, CERTIFICATION_NORMS)
         v.positive("robustness_epsilon", self.robustness_epsilon)
+        if self.max_epsilon is not None and self.robustness_epsilon > self.max_epsilon:
+            # PixelDP's Gaussian bound holds only for ε ≤ 1 (Lecuyer et al. 2019, Eq. 3).
+            raise ValueError(f"robustness_epsilon must be <= max_epsilon {self.max_epsilon!r} for mechanism {self.mechanism!r}, got {self.robustness_epsilon!r}")
         v.open_unit("robustness_delta", self.robustness_delta)
         v.positive("attack_norm_bound", self.attack_norm_bound)
         v.positive("noise_per_sensitivity", self.noise_per_sensitivity)
@@ -606,9 +609,7 @@ def load_certify_summary(path: str | os.PathLike[str]) -> CertifySummary:
         FileNotFoundError: no summary there.
         ValueError: the file is malformed.
     """
-    import json
-
     p = Path(path)
     if p.is_dir():
         p = p / SUMMARY_FILE
-    return CertifySummary.from_dict(json.loads(p.read_text()))
+    return CertifySummary.from_dict(read_json(p))

@@ -25,7 +25,7 @@ from dpaudit.store import SCHEMA_VERSION, read_json
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import thaw as _thaw
 
-__all__ = ["Membership", "TrainedModel", "RECORD_FILE", "WEIGHTS_FILE", "load_record", "resolve_record_dir", "make_model_id"]
+__all__ = ["Membership", "TrainedModel", "RECORD_FILE", "WEIGHTS_FILE", "load_record", "resolve_record_dir", "make_model_id", "weights_digest"]
 
 RECORD_FILE = "record.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -84,6 +84,9 @@ class TrainedModel:
         seed: the root seed of the training run.
         metrics: measured numbers (train/test accuracy, loss, steps, time).
         provenance: versions, git revision, time.
+        weights_sha256: SHA-256 (hex) of the weights file, filled in when the record is saved
+            with its weights (:func:`dpaudit.weights.save_record`) and checked when they are
+            loaded; ``None`` for a record not (yet) saved, or saved before digests existed.
         schema_version: version of the record format.
     """
 
@@ -100,20 +103,55 @@ class TrainedModel:
     seed: int
     metrics: Mapping[str, Any] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    weights_sha256: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_id, str) or not self.model_id or "/" in self.model_id or self.model_id.startswith("."):
-            raise ValueError(f"model_id must be a non-empty name without '/', got {self.model_id!r}")
+            raise ValueError(f"model_id must be a non-empty name without '/', got {_short(self.model_id)}")
+        for name in ("defense", "model_name", "dataset"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise TypeError(f"{name} must be a non-empty string, got {_short(value)}")
         if not isinstance(self.claim, PrivacyClaim):
-            raise TypeError(f"claim must be a PrivacyClaim, got {self.claim!r}")
+            raise TypeError(f"claim must be a PrivacyClaim, got {_short(self.claim)}")
         if not isinstance(self.membership, Membership):
-            raise TypeError(f"membership must be a Membership, got {self.membership!r}")
+            raise TypeError(f"membership must be a Membership, got {_short(self.membership)}")
         v.integer("seed", self.seed, minimum=0)
         v.integer("num_classes", self.num_classes, minimum=2)
-        object.__setattr__(self, "input_shape", tuple(int(x) for x in self.input_shape))
+        if isinstance(self.input_shape, (str, bytes)) or not isinstance(self.input_shape, (list, tuple)) or not self.input_shape:
+            raise TypeError(f"input_shape must be a non-empty list of positive integers, got {_short(self.input_shape)}")
+        object.__setattr__(self, "input_shape", tuple(v.integer("input_shape", x, minimum=1) for x in self.input_shape))
         for name in ("model_options", "config", "metrics", "provenance"):
+            if not isinstance(getattr(self, name), Mapping):
+                raise TypeError(f"{name} must be a mapping, got {_short(getattr(self, name))}")
             object.__setattr__(self, name, _freeze(getattr(self, name)))
+        if self.weights_sha256 is not None and not _is_sha256(self.weights_sha256):
+            raise ValueError(f"weights_sha256 must be 64 lowercase hex digits, got {_short(self.weights_sha256)}")
+        self._check_privacy_parameters()
+
+    def _check_privacy_parameters(self) -> None:
+        """The privacy parameters a record states outside its claim must be valid too.
+
+        Reports take the δ at which to evaluate the claim from ``metrics``/``config``, and
+        ``certify`` reads the noise layer's (ε_r, δ_r, L) from ``config["certification"]``;
+        each is validated by its own type (:class:`CertificationSpec` for the latter), so a
+        tampered value is refused on load instead of being reported.
+        """
+        from dpaudit.results.certification import CertificationSpec
+
+        for where in ("config", "metrics"):
+            delta = getattr(self, where).get("delta")
+            if delta is not None:
+                v.open_unit(f"{where}.delta", delta)
+        cert = self.config.get("certification")
+        if cert is not None:
+            if not isinstance(cert, Mapping):
+                raise TypeError(f"config.certification must be a mapping, got {_short(cert)}")
+            try:
+                CertificationSpec.from_dict(_thaw(cert))
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"config.certification: {exc}") from None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (what ``record.json`` holds)."""
@@ -132,31 +170,69 @@ class TrainedModel:
             "seed": self.seed,
             "metrics": _thaw(self.metrics),
             "provenance": _thaw(self.provenance),
+            **({"weights_sha256": self.weights_sha256} if self.weights_sha256 is not None else {}),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainedModel:
+        """Inverse of :meth:`to_dict`, validating everything (the data may come from an edited file).
+
+        The claim is rebuilt through its kind's own validator (:func:`claim_from_dict`).
+
+        Raises:
+            ValueError: not an object, a missing field, or an invalid value (named, with the value).
+            TypeError: a field of the wrong type (named, with the value).
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"record must be a JSON object, got {type(data).__name__}")
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
-            raise ValueError(f"record schema_version must be {SCHEMA_VERSION}, got {version!r}")
+            raise ValueError(f"record schema_version must be {SCHEMA_VERSION}, got {_short(version)}")
+        missing = [k for k in ("model_id", "defense", "model_name", "dataset", "input_shape", "num_classes", "claim", "membership", "seed") if k not in data]
+        if missing:
+            raise ValueError(f"record is missing the field {missing[0]!r}")
         try:
-            return cls(
-                model_id=data["model_id"],
-                defense=data["defense"],
-                model_name=data["model_name"],
-                model_options=data.get("model_options", {}),
-                dataset=data["dataset"],
-                input_shape=tuple(data["input_shape"]),
-                num_classes=data["num_classes"],
-                config=data.get("config", {}),
-                claim=claim_from_dict(data["claim"]),
-                membership=Membership.from_dict(data["membership"]),
-                seed=data["seed"],
-                metrics=data.get("metrics", {}),
-                provenance=data.get("provenance", {}),
-            )
-        except KeyError as exc:
-            raise ValueError(f"record is missing the field {exc.args[0]!r}") from None
+            claim = claim_from_dict(data["claim"])
+        except ValueError as exc:
+            raise ValueError(f"claim: {exc}") from None
+        membership = data["membership"]
+        if not isinstance(membership, Mapping):
+            raise TypeError(f"membership must be a mapping, got {_short(membership)}")
+        input_shape = data["input_shape"]
+        return cls(
+            model_id=data["model_id"],
+            defense=data["defense"],
+            model_name=data["model_name"],
+            model_options=data.get("model_options", {}),
+            dataset=data["dataset"],
+            input_shape=tuple(input_shape) if isinstance(input_shape, list) else input_shape,
+            num_classes=data["num_classes"],
+            config=data.get("config", {}),
+            claim=claim,
+            membership=Membership.from_dict(membership),
+            seed=data["seed"],
+            metrics=data.get("metrics", {}),
+            provenance=data.get("provenance", {}),
+            weights_sha256=data.get("weights_sha256"),
+        )
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_sha256(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+def weights_digest(path: str | os.PathLike[str]) -> str:
+    """SHA-256 (hex) of a file, read in chunks (what a record stores of its weights file)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def make_model_id(*, defense: str, dataset: str, model_name: str, seed: int, config: Mapping[str, Any]) -> str:
@@ -190,6 +266,20 @@ def resolve_record_dir(path: str | os.PathLike[str]) -> Path:
 
 
 def load_record(path: str | os.PathLike[str]) -> TrainedModel:
-    """Loads a record (see :func:`resolve_record_dir` for what ``path`` may be)."""
+    """Loads and validates a record (see :func:`resolve_record_dir` for what ``path`` may be).
+
+    Every field is checked (:meth:`TrainedModel.from_dict`), the claim through its kind's own
+    validator; the weights are checked when they are loaded (:func:`dpaudit.weights.load_model`).
+
+    Raises:
+        ValueError: the record file is not valid JSON, not an object, or holds a missing,
+            mistyped or invalid field; one line naming the file, the field and the value.
+    """
     directory = resolve_record_dir(path)
-    return TrainedModel.from_dict(read_json(directory / RECORD_FILE))
+    file = directory / RECORD_FILE
+    data = read_json(file)
+    try:
+        return TrainedModel.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        detail = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"record file {str(file)!r} is invalid: {detail}") from None

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from dpaudit.models import MODELS, Projection, build_model
+from dpaudit.models import MAX_MODEL_PARAMETERS, MODELS, Projection, build_model, count_parameters
 
 SHAPES = {
     "abadi-mnist": ((1, 28, 28), 10),
@@ -61,3 +61,41 @@ def test_bad_model_arguments(kwargs, match):
     name = kw.pop("name")
     with pytest.raises(ValueError, match=match):
         build_model(name, **kw)
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_parameter_count_is_exact_and_made_without_allocating(name):
+    shape, k = SHAPES[name]
+    model = build_model(name, input_shape=shape, num_classes=k)
+    actual = sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())
+    assert count_parameters(name, input_shape=shape, num_classes=k) == actual
+
+
+@pytest.mark.parametrize(
+    "name, options, match",
+    [
+        # Issue 11, finding 6: a record's model_options asking for terabytes were allocated.
+        ("digits-mlp", {"hidden": 10**10}, r"'hidden': 10000000000.*7\.5e\+11 parameters \(3 TB as float32\).*MAX_MODEL_PARAMETERS"),
+        ("digits-mlp", {"hidden": 10**30}, r"option hidden=10{30} gives at least 1e\+30 parameters"),
+        ("cifar10-cnn", {"width": 10**9}, r"64-bit count.*MAX_MODEL_PARAMETERS"),
+        ("abadi-mnist", {"hidden": 2**22}, r"3\.3\de\+09 parameters"),
+        ("digits-mlp", {"hidden": 0}, r"hidden must be an integer >= 1, got 0"),
+        ("digits-mlp", {"hidden": -5}, r"hidden must be an integer >= 1, got -5"),
+        ("cifar10-cnn", {"width": 2}, r"width must be an integer >= 4, got 2"),
+    ],
+)
+def test_absurd_sizes_are_refused_before_allocating(name, options, match):
+    shape, k = SHAPES[name]
+    with pytest.raises(ValueError, match=match):
+        build_model(name, input_shape=shape, num_classes=k, **options)
+
+
+def test_a_non_integer_size_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="hidden must be an integer, got 2.5"):
+        build_model("digits-mlp", input_shape=(1, 8, 8), num_classes=10, hidden=2.5)
+
+
+def test_the_limit_is_a_documented_constant_at_8_gib_of_float32():
+    assert MAX_MODEL_PARAMETERS == 2**31
+    # the largest default architecture is far below it
+    assert count_parameters("cifar10-cnn", input_shape=(3, 32, 32), num_classes=10) < MAX_MODEL_PARAMETERS // 100

@@ -1,3 +1,4 @@
+import hashlib
 import json
 import os
 import pickle
@@ -54,7 +55,9 @@ def test_record_round_trip_gives_same_predictions(tmp_path):
     rec = _record(claim=dpsgd_claim(sampling_rate=0.1, noise_multiplier=1.0, num_steps=30))
     rdir = save_record(rec, model, tmp_path / "records" / rec.model_id)
     loaded = load_record(rdir)
-    assert loaded.to_dict() == json.loads(json.dumps(rec.to_dict()))
+    # saving adds the digest of the weights file, and nothing else
+    assert loaded.weights_sha256 == hashlib.sha256((rdir / "model.safetensors").read_bytes()).hexdigest()
+    assert loaded.to_dict() == {**json.loads(json.dumps(rec.to_dict())), "weights_sha256": loaded.weights_sha256}
     assert loaded.membership.members.tolist() == [1, 2, 3]
     assert loaded.claim.epsilon(delta=1e-5, accountant="rdp") == rec.claim.epsilon(delta=1e-5, accountant="rdp")
     again = load_model(rdir)
@@ -208,3 +211,114 @@ def test_a_record_without_weights_is_trained_again_not_reused(tmp_path, capsys):
     again = train_or_load(spec, RunDir(tmp_path))
     assert not again.reused and (again.record_dir / "model.safetensors").is_file()
     assert "training it again" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- issue 11: verified records
+
+
+def _saved(tmp_path, claim=None):
+    model = build_model("digits-mlp", input_shape=(1, 8, 8), num_classes=10)
+    rec = _record(claim=claim)
+    return save_record(rec, model, tmp_path / "records" / rec.model_id), model
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda d: [d], "must be a JSON object, got list"),
+        (lambda d: 42, "must be a JSON object, got int"),
+        (lambda d: {k: x for k, x in d.items() if k != "seed"}, "missing the field 'seed'"),
+        (lambda d: {**d, "membership": "all"}, "membership must be a mapping"),
+        (lambda d: {**d, "membership": {**d["membership"], "members": [1.5]}}, "members"),
+        (lambda d: {**d, "input_shape": [1, 8, "8"]}, "input_shape"),
+        (lambda d: {**d, "input_shape": 64}, "input_shape"),
+        (lambda d: {**d, "num_classes": "10"}, "num_classes"),
+        (lambda d: {**d, "metrics": [0.9]}, "metrics must be a mapping"),
+        (lambda d: {**d, "dataset": None}, "dataset must be a non-empty string"),
+        (lambda d: {**d, "claim": {"kind": "dp", "event": {"type": "GaussianDpEvent", "noise_multiplier": -1.1}}}, "claim: event.noise_multiplier must be finite and > 0, got -1.1"),
+        (lambda d: {**d, "config": {"delta": 1.5}}, "config.delta must lie in (0, 1), got 1.5"),
+        (lambda d: {**d, "weights_sha256": "ABC"}, "weights_sha256"),
+    ],
+)
+def test_a_bad_record_file_is_a_value_error_naming_the_file_and_field(tmp_path, change, needle):
+    """Issue 11, findings 6 and 8: a record.json that is a list (TypeError, exit 1) or tampered (loaded)."""
+    rdir, _ = _saved(tmp_path)
+    path = rdir / "record.json"
+    path.write_text(json.dumps(change(json.loads(path.read_text()))))
+    for load in (load_record, load_model):
+        with pytest.raises(ValueError) as exc:
+            load(rdir)
+        message = str(exc.value)
+        assert "\n" not in message and str(path) in message and needle in message, message
+
+
+def test_weights_that_differ_from_the_record_s_digest_are_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    rdir, _ = _saved(tmp_path)
+    weights = rdir / "model.safetensors"
+    recorded = load_record(rdir).weights_sha256
+    state = load_file(str(weights))
+    state["1.bias"] = state["1.bias"] + 1
+    save_file(state, str(weights), metadata={"model_id": "m1"})  # the right model id, other values
+    with pytest.raises(ValueError, match=r"does not match its record \(sha256 [0-9a-f]{64} != " + recorded + r"\); retrain or restore it") as exc:
+        load_model(rdir)
+    assert str(weights) in str(exc.value)
+
+
+def test_a_record_without_a_weights_file_cannot_be_loaded_as_a_model(tmp_path):
+    rdir, _ = _saved(tmp_path)
+    (rdir / "model.safetensors").unlink()
+    load_record(rdir)  # the record alone is fine (reports need no weights)
+    with pytest.raises(ValueError, match="has no weights file"):
+        load_model(rdir)
+
+
+def test_record_without_digest_is_accepted_on_its_model_id(tmp_path):
+    """Records saved before digests existed still load (the model-id check remains)."""
+    rdir, model = _saved(tmp_path)
+    path = rdir / "record.json"
+    data = json.loads(path.read_text())
+    del data["weights_sha256"]
+    path.write_text(json.dumps(data))
+    assert load_record(rdir).weights_sha256 is None
+    x = torch.rand(4, 1, 8, 8)
+    model.eval()
+    assert torch.equal(load_model(rdir)(x), model(x))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "npy", "flip"])
+def test_a_corrupt_npz_is_a_value_error_naming_the_file(tmp_path, damage):
+    """Issue 11, finding 6: a truncated NPZ in a run directory raised zipfile.BadZipFile (exit 1)."""
+    path = tmp_path / "scores.npz"
+    atomic_save_npz(path, scores=np.random.default_rng(0).random(20000))
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        path.write_bytes(b"not an archive" * 10)
+    elif damage == "npy":
+        np.save(tmp_path / "x.npy", np.arange(3))
+        (tmp_path / "x.npy").rename(path)
+    else:
+        path.write_bytes(data[:200] + bytes(b ^ 0xFF for b in data[200:400]) + data[400:])
+    with pytest.raises(ValueError, match="is corrupt") as exc:
+        load_npz(path)
+    assert str(path) in str(exc.value) and "delete it to recompute" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_missing_npz_is_still_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_npz(tmp_path / "absent.npz")
+
+
+def test_a_truncated_json_is_a_value_error_naming_the_file(tmp_path):
+    path = tmp_path / "r.json"
+    atomic_write_json(path, {"a": list(range(50))})
+    path.write_bytes(path.read_bytes()[:30])
+    with pytest.raises(ValueError, match="not valid JSON") as exc:
+        read_json(path)
+    assert str(path) in str(exc.value)
+    path.write_bytes(b"\xff\xfe{")
+    with pytest.raises(ValueError, match="UTF-8"):
+        read_json(path)

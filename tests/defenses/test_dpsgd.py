@@ -471,3 +471,58 @@ def test_epochs_default_only_uncapped_in_budget_mode() -> None:
     assert _small(epochs=None).epochs == DEFAULT_EPOCHS
     assert _small(epochs=None, noise_multiplier=None, target_epsilon=2.0).epochs == DEFAULT_EPOCHS
     assert _small(epochs=None, target_epsilon=2.0).epochs is None
+
+
+# ----------------------------------------------------------------------------- divergence (issue 11, finding 9)
+
+
+def test_dpsgd_stops_at_a_non_finite_loss_naming_the_step(digits) -> None:
+    from dpaudit.training import TrainingDiverged
+
+    bundle, splits = digits
+    seen: list[int] = []
+    with pytest.raises(TrainingDiverged, match=r"training diverged: loss became (nan|inf) at step \d+ \(epoch \d+\); lower --learning-rate \(now 1e\+30\)") as exc:
+        train_dpsgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=_small(learning_rate=1e30), progress=False, on_step=lambda i, u, n: seen.append(i))
+    # it stops at once: the step named is the first whose loss is not finite, and no later step runs
+    step = int(str(exc.value).split("at step ")[1].split()[0])
+    assert seen == list(range(step)) and step < 5
+    assert isinstance(exc.value, ValueError)  # the CLI maps it to exit 2
+
+
+def test_nonprivate_training_stops_at_a_non_finite_loss(digits) -> None:
+    from defenses.nonprivate import NonPrivateConfig, train_nonprivate
+    from dpaudit.training import TrainingDiverged
+
+    bundle, splits = digits
+    steps: list[int] = []
+    with pytest.raises(TrainingDiverged, match=r"at step \d+ \(epoch 0\); lower --learning-rate \(now 1e\+10\)"):
+        train_nonprivate(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=3, learning_rate=1e10), progress=False, after_step=lambda i, m: steps.append(i))
+    assert len(steps) < 5
+
+
+def test_a_model_with_non_finite_parameters_never_becomes_a_record(digits) -> None:
+    import time
+
+    from defenses._common import build_record
+    from dpaudit.models import build_model
+    from dpaudit.privacy.claims import NonPrivateClaim
+    from dpaudit.training import SGDConfig, TrainingDiverged
+
+    bundle, splits = digits
+    model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes)
+    with torch.no_grad():
+        model[1].weight[0, 0] = float("nan")
+    with pytest.raises(TrainingDiverged, match=r"1\.weight holds NaN or infinite values.*lower --learning-rate \(now 0\.05\)"):
+        build_record(
+            defense="nonprivate",
+            model=model,
+            bundle=bundle,
+            splits=splits,
+            model_name="digits-mlp",
+            model_options={},
+            config=SGDConfig(),
+            claim=NonPrivateClaim(),
+            seed=0,
+            device=torch.device("cpu"),
+            started=time.monotonic(),
+        )

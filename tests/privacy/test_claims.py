@@ -92,3 +92,83 @@ def test_claims_say_which_accountants_apply_and_evaluate_under_each():
     eps = claim.epsilons(delta=1e-5)
     assert list(eps) == list(ACCOUNTANTS) and all(0 < e < math.inf for e in eps.values())
     assert NonPrivateClaim().accountants == () and NonPrivateClaim().epsilons(delta=1e-5) == {}
+
+
+# Issue 11, finding 8: a claim edited by hand (or damaged) loaded and was accounted as a guarantee.
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        (("event", "event", "event", "noise_multiplier"), -1.1, r"event\.event\.event\.noise_multiplier must be finite and > 0, got -1\.1"),
+        (("event", "event", "event", "noise_multiplier"), 0, r"noise_multiplier must be finite and > 0, got 0"),
+        (("event", "event", "event", "noise_multiplier"), math.nan, r"noise_multiplier must not be NaN"),
+        (("event", "event", "event", "noise_multiplier"), "1.1", r"noise_multiplier must be a real number, got '1.1'"),
+        (("event", "event", "sampling_probability"), 2, r"event\.event\.sampling_probability must lie in \(0, 1\], got 2"),
+        (("event", "event", "sampling_probability"), 0.0, r"sampling_probability must lie in \(0, 1\], got 0.0"),
+        (("event", "count"), -5, r"event\.count must be an integer >= 0, got -5"),
+        (("event", "count"), 2.5, r"event\.count must be an integer, got 2\.5"),
+        (("event", "count"), True, r"event\.count must be an integer, got True"),
+    ],
+)
+def test_tampered_dp_claims_are_refused_naming_the_field_and_value(field, value, match):
+    data = json.loads(json.dumps(dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100).to_dict()))
+    node = data
+    for key in field[:-1]:
+        node = node[key]
+    node[field[-1]] = value
+    with pytest.raises(ValueError, match=match):
+        claim_from_dict(data)
+
+
+@pytest.mark.parametrize(
+    "event, match",
+    [
+        (dpe.GaussianDpEvent(-1.0), "noise_multiplier"),
+        (dpe.LaplaceDpEvent(0.0), "noise_multiplier"),
+        (dpe.ComposedDpEvent([dpe.GaussianDpEvent(1.0), dpe.PoissonSampledDpEvent(1.5, dpe.GaussianDpEvent(1.0))]), r"event\.events\[1\]\.sampling_probability"),
+        (dpe.SampledWithoutReplacementDpEvent(10, 20, dpe.GaussianDpEvent(1.0)), "sample_size"),
+        (dpe.SampledWithReplacementDpEvent(0, 1, dpe.GaussianDpEvent(1.0)), "source_dataset_size"),
+    ],
+)
+def test_dp_claims_validate_their_event_on_construction(event, match):
+    with pytest.raises(ValueError, match=match):
+        DPClaim(event=event)
+
+
+def test_valid_edge_values_are_accepted():
+    # q = 1 (full batch) and T = 0 (nothing released) are valid mechanisms
+    DPClaim(event=dpe.SelfComposedDpEvent(dpe.GaussianDpEvent(1.0), 0))
+    claim_from_dict(dpsgd_claim(sampling_rate=1.0, noise_multiplier=2, num_steps=3).to_dict())
+
+
+def test_loading_goes_through_the_kind_s_own_validator():
+    """A registered kind validates itself; claim_from_dict builds it through its from_dict."""
+    from dataclasses import dataclass
+
+    from dpaudit.privacy import claims as claims_module
+
+    @dataclass(frozen=True, kw_only=True)
+    class ToyClaim(claims_module.PrivacyClaim):
+        kind = "toy-test-kind"
+        temperature: float = 1.0
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            if not self.temperature > 0:
+                raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
+
+        @classmethod
+        def from_dict_fields(cls, data):
+            return {"temperature": data["temperature"]}
+
+        def epsilon(self, *, delta, accountant="pld"):
+            return 1.0
+
+    claims_module.register_claim_kind(ToyClaim)
+    try:
+        assert claim_from_dict({"kind": "toy-test-kind", "temperature": 2.0}).temperature == 2.0
+        with pytest.raises(ValueError, match="temperature must be > 0, got -3"):
+            claim_from_dict({"kind": "toy-test-kind", "temperature": -3})
+        with pytest.raises(ValueError, match="kind must be 'toy-test-kind'"):
+            ToyClaim.from_dict({"kind": "dp"})
+    finally:
+        claims_module._CLAIM_KINDS.pop("toy-test-kind")

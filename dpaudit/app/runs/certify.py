@@ -192,6 +192,14 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     if stored_spec is None:
         raise NotCertifiable(refusal)
     cspec = CertificationSpec.from_dict(stored_spec)
+    from defenses.certified import CERTIFIED_MECHANISMS
+
+    expected = CERTIFIED_MECHANISMS.get(record.defense)
+    if expected is not None and (cspec.mechanism, cspec.max_epsilon) != expected:
+        # A record edited to another mechanism (or PixelDP without its ε ≤ 1 cap) would certify unsoundly.
+        raise ValueError(
+            f"record file {str(rdir / 'record.json')!r}: config.certification mechanism={cspec.mechanism!r}, max_epsilon={cspec.max_epsilon!r} do not match defense {record.defense!r} {expected!r}"
+        )
     norm = v.choice("norm", spec.norm if spec.norm is not None else cspec.attack_norm, ATTACK_NORMS)
     if spec.attacks and norm not in EVASION_NORMS:
         raise ValueError(f"norm must be one of {', '.join(EVASION_NORMS)} when attacks run, got {norm!r} (pass attacks=() to certify only)")

@@ -117,7 +117,10 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
         The record, its model and whether it was reused.
     """
     from defenses import DEFENSES, model_id_for
+    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, seconds_per_example
     from dpaudit.data import load_dataset, make_splits
+    from dpaudit.locks import unit_lock
+    from dpaudit.privacy.claims import claim_kind
     from dpaudit.results.record import RECORD_FILE, WEIGHTS_FILE, load_record
     from dpaudit.training import resolve_device
     from dpaudit.weights import load_model, save_record
@@ -130,14 +133,22 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     model_id = model_id_for(defense=spec.defense, bundle=bundle, model_name=spec.model, model_options=dict(spec.model_options), config=spec.config, splits=splits, seed=spec.seed)
     run = run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
     rdir = run.record_dir(model_id)
-    if (rdir / RECORD_FILE).is_file() and not spec.force:
-        if (rdir / WEIGHTS_FILE).is_file():
-            return TrainOutcome(record=load_record(rdir), model=load_model(rdir, device=device), record_dir=rdir, reused=True)
-        # A record without its weights is incomplete (an interrupted copy, a deleted file): never "reuse" it.
-        print(f"record {model_id} in {rdir} has no {WEIGHTS_FILE}; training it again", file=sys.stderr)
-    record, model = DEFENSES[spec.defense].train(
-        bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options), config=spec.config, seed=spec.seed, device=device, progress=spec.progress
-    )
-    save_record(record, model, rdir)
-    model.eval()
-    return TrainOutcome(record=record, model=model, record_dir=rdir, reused=False)
+    with unit_lock(run.path, f"record-{model_id}"):  # one writer per record: a second `train` is refused, not duplicated
+        if (rdir / RECORD_FILE).is_file() and not spec.force:
+            if (rdir / WEIGHTS_FILE).is_file():
+                return TrainOutcome(record=load_record(rdir), model=load_model(rdir, device=device), record_dir=rdir, reused=True)
+            # A record without its weights is incomplete (an interrupted copy, a deleted file): never "reuse" it.
+            print(f"record {model_id} in {rdir} has no {WEIGHTS_FILE}; training it again", file=sys.stderr)
+        if spec.progress:
+            entry = DEFENSES[spec.defense]
+            epochs = float(getattr(spec.config, "epochs", None) or 10)
+            per_example = seconds_per_example(spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, device=str(device), model_options=dict(spec.model_options))
+            factor = PER_EXAMPLE_GRADIENT_FACTOR if claim_kind(entry.claim_kind).accountants else 1.0
+            announce_if_long(epochs * len(splits.members) * per_example * factor, f"training {spec.defense} for {epochs:g} epochs", hint="--epochs changes it")
+        record, model = DEFENSES[spec.defense].train(
+            bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options), config=spec.config, seed=spec.seed, device=device, progress=spec.progress
+        )
+        save_record(record, model, rdir)
+        model.eval()
+        # As stored (with its weights' digest), so a fresh and a reused outcome carry the same record.
+        return TrainOutcome(record=load_record(rdir), model=model, record_dir=rdir, reused=False)
