@@ -8,7 +8,10 @@ always works offline (DESIGN.md, "Data").
 Modules:
 
 * :mod:`~dpaudit.data.source` — what a registered source is (:class:`DatasetSource`), the
-  data root, and the "not found" error naming the dataset, the root and the expected path;
+  data root (:func:`checked_data_root` refuses one that is missing, a file or unreadable), the
+  "not found" error naming the dataset, the root and the expected path, and
+  :class:`DatasetFileError` for a file that is present but truncated, corrupt or altered;
+* :mod:`~dpaudit.data.integrity` — the ``MD5SUMS`` check every format applies to its files;
 * :mod:`~dpaudit.data.registry` — :data:`DATASETS` (name → source), :func:`load_dataset`,
   :func:`dataset_info`, :func:`register_dataset`;
 * one module per format: :mod:`~dpaudit.data.digits` (embedded default),
@@ -26,7 +29,17 @@ from __future__ import annotations
 from dpaudit._validate import sorted_id_set
 from dpaudit.data.containers import ArrayDataset, DatasetBundle
 from dpaudit.data.registry import DATASETS, clear_cache, dataset_info, load_dataset, register_dataset
-from dpaudit.data.source import CACHE_ENV, DATA_ROOT_ENV, DatasetInfo, DatasetNotFoundError, DatasetSource, resolve_data_root
+from dpaudit.data.source import (
+    CACHE_ENV,
+    DATA_ROOT_ENV,
+    DataRootError,
+    DatasetFileError,
+    DatasetInfo,
+    DatasetNotFoundError,
+    DatasetSource,
+    checked_data_root,
+    resolve_data_root,
+)
 from dpaudit.data.splits import SPLITS_SCHEMA_VERSION, Splits, make_splits
 
 __all__ = [
@@ -36,11 +49,14 @@ __all__ = [
     "CACHE_ENV",
     "SPLITS_SCHEMA_VERSION",
     "ArrayDataset",
+    "DataRootError",
     "DatasetBundle",
+    "DatasetFileError",
     "DatasetInfo",
     "DatasetNotFoundError",
     "DatasetSource",
     "Splits",
+    "checked_data_root",
     "clear_cache",
     "dataset_info",
     "load_dataset",

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from dpaudit.data.containers import DatasetBundle, make_bundle
-from dpaudit.data.source import DatasetInfo, DatasetNotFoundError, DatasetSource, info_from_bundle, missing_info, not_found
+from dpaudit.data.integrity import checked_files, verify_checksum
+from dpaudit.data.source import DatasetFileError, DatasetInfo, DatasetNotFoundError, DatasetSource, info_from_bundle, missing_info, not_found, unusable_info
 
 __all__ = ["SOURCE"]
 
@@ -36,21 +37,30 @@ def _load_adult(root: Path) -> DatasetBundle:
         raise _adult_not_found(root, download=False)
     frames = []
     for path in (train_path, test_path):
-        df = pd.read_csv(path, na_values=["?"], skipinitialspace=True)
+        try:
+            df = pd.read_csv(path, na_values=["?"], skipinitialspace=True)
+        except OSError as exc:
+            raise DatasetFileError(path, f"unreadable: {exc.strerror or exc}") from None
+        except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+            # pandas' ParserError/EmptyDataError and UnicodeDecodeError, whatever their wording.
+            raise DatasetFileError(path, f"not a readable CSV file: {exc}") from None
         if _ADULT_LABEL not in df.columns:
-            raise ValueError(f"{path}: no {_ADULT_LABEL!r} column (columns: {list(df.columns)})")
+            raise DatasetFileError(path, f"not the Adult CSV: no {_ADULT_LABEL!r} column (columns: {list(df.columns)[:20]})")
         df = df.dropna().reset_index(drop=True)
+        if df.empty:
+            raise DatasetFileError(path, "not the Adult CSV: no complete row")
+        verify_checksum(path, path.parent)
         frames.append(df)
     train_df, test_df = frames
     if list(train_df.columns) != list(test_df.columns):
-        raise ValueError(f"{train_path} and {test_path} have different columns")
+        raise DatasetFileError(test_path, f"inconsistent with {train_path.name}: the columns differ")
 
     def labels(df: Any, path: Path) -> np.ndarray:
         # The UCI test file writes '>50K.' where the training file writes '>50K'.
         text = df[_ADULT_LABEL].astype(str).str.strip().str.rstrip(".")
         bad = ~text.isin([">50K", "<=50K"])
         if bad.any():
-            raise ValueError(f"{path}: unexpected {_ADULT_LABEL} value {text[bad].iloc[0]!r}")
+            raise DatasetFileError(path, f"not the Adult CSV: unexpected {_ADULT_LABEL} value {text[bad].iloc[0][:40]!r}")
         return (text == ">50K").to_numpy(dtype=np.int64)
 
     y_tr, y_te = labels(train_df, train_path), labels(test_df, test_path)
@@ -92,12 +102,18 @@ def _load_adult(root: Path) -> DatasetBundle:
 def _adult_info(root: Path) -> DatasetInfo:
     from dpaudit.data.registry import load_dataset  # cached: info and load share one parse
 
-    train_path, _ = _adult_paths(root)
+    train_path, test_path = _adult_paths(root)
+    if not (train_path.is_file() and test_path.is_file()):
+        return missing_info("adult", str(_adult_not_found(root, download=False)))
     try:
         bundle = load_dataset("adult", data_root=root)
     except DatasetNotFoundError as err:
         return missing_info("adult", str(err))
-    return info_from_bundle(bundle, str(train_path.parent))
+    except DatasetFileError as err:
+        return unusable_info("adult", err)
+    # The load verified any listed checksum; the memo makes asking again free.
+    checksums = sum(verify_checksum(p, p.parent) for p in (train_path, test_path))
+    return info_from_bundle(bundle, str(train_path.parent), checked_files(2, checksums, "CSV parse and labels"))
 
 
 SOURCE = DatasetSource(

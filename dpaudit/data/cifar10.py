@@ -2,14 +2,19 @@
 
 torchvision's loader calls ``pickle.load`` on the batches, and DESIGN.md "Style" forbids
 pickle for anything a user may have received from someone else, so the batches are read by an
-unpickler that resolves only numpy's array globals. (3, 32, 32), 10 classes, 50,000 / 10,000.
+unpickler that imports nothing: the few numpy globals a batch names resolve to stand-ins that
+accept only the arguments genuine array pickles pass. Anything else (another global, a direct
+``numpy.ndarray`` call, an object dtype, a truncated or oversized file, a structure other than
+``{data: uint8 (n, 3072), labels: n ints in 0..9}``) is a
+:class:`~dpaudit.data.source.DatasetFileError` naming the batch ("... is not a CIFAR-10 batch:
+..."), for ``dpaudit datasets`` as for the load. (3, 32, 32), 10 classes, 50,000 / 10,000.
 Not carried offline here; the loader still supports it when a user has the files.
 """
 
 from __future__ import annotations
 
-import numbers
 import pickle
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +23,8 @@ import numpy as np
 import torch
 
 from dpaudit.data.containers import DatasetBundle, make_bundle
-from dpaudit.data.source import DatasetInfo, DatasetNotFoundError, DatasetSource, missing_info, not_found
+from dpaudit.data.integrity import checked_files, size_of, verify_checksum
+from dpaudit.data.source import DatasetFileError, DatasetInfo, DatasetNotFoundError, DatasetSource, missing_info, not_found, unusable_info
 
 __all__ = ["SOURCE"]
 
@@ -39,61 +45,182 @@ def _numpy_global(module: str, name: str) -> Any:
     raise pickle.UnpicklingError(f"cannot resolve {module}.{name}")
 
 
-# The only globals a CIFAR-10 batch needs: numpy's array reconstruction (protocols 2–4 use
+class _Refused(Exception):
+    """The pickle asked for something a CIFAR-10 batch never needs (the message says what)."""
+
+
+# The globals a CIFAR-10 batch needs are numpy's array reconstruction (protocols 2-4 use
 # _reconstruct + ndarray + dtype, protocol 5 uses _frombuffer) and, for protocol-2 pickles
-# written by Python 3, ``_codecs.encode`` for bytes. None of them runs user-chosen code.
-_ALLOWED_GLOBALS = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.numeric", "_frombuffer"),
-    ("numpy._core.numeric", "_frombuffer"),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("_codecs", "encode"),
+# written by Python 3, ``_codecs.encode`` for bytes. Each resolves to a stand-in below that
+# accepts only the arguments those pickles pass, not to the function itself: ``numpy.ndarray``
+# called directly could reserve terabytes, ``numpy.dtype`` could make object arrays, and
+# ``_codecs.encode`` could run any registered codec. The stand-ins are instances of classes
+# with no attributes to set (``__slots__ = ()``), so a BUILD opcode cannot alter them.
+
+
+class _NdarrayToken:
+    """What ``numpy.ndarray`` resolves to: a marker only :class:`_Reconstruct` accepts."""
+
+    __slots__ = ()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise _Refused("it calls numpy.ndarray directly, which a pickled array never does")
+
+
+class _Reconstruct:
+    """``numpy.core.multiarray._reconstruct(ndarray, (0,), dtype)``, the empty array BUILD then fills."""
+
+    __slots__ = ()
+
+    def __call__(self, subtype: Any, shape: Any, dtype: Any) -> Any:
+        if not isinstance(subtype, _NdarrayToken) or not isinstance(shape, tuple) or shape != (0,):
+            raise _Refused("it calls numpy's array reconstruction with arguments a pickled array never has")
+        return _numpy_global("numpy._core.multiarray", "_reconstruct")(np.ndarray, shape, _Dtype()(dtype))
+
+
+class _Dtype:
+    """``numpy.dtype`` for plain numeric, byte and text kinds (never object or structured ones)."""
+
+    __slots__ = ()
+
+    def __call__(self, spec: Any, align: Any = False, copy: Any = False) -> np.dtype:
+        if not isinstance(spec, (str, bytes)):
+            raise _Refused(f"it asks for a numpy dtype from a {type(spec).__name__}")
+        text = spec.decode("latin1") if isinstance(spec, bytes) else spec
+        try:
+            # Always a fresh instance (what the pickle's copy=True asks for): BUILD then calls
+            # __setstate__ on it, which must never reach numpy's shared dtype singletons.
+            dtype = np.dtype(text, False, True)
+        except TypeError:
+            raise _Refused(f"it asks for an unknown numpy dtype {text[:40]!r}") from None
+        if dtype.kind not in "biufcSU":
+            raise _Refused(f"it asks for a numpy dtype of kind {dtype.kind!r} (a batch holds numbers and text only)")
+        return dtype
+
+
+class _FromBuffer:
+    """``numpy.core.numeric._frombuffer`` (protocol 5): an array over bytes already read."""
+
+    __slots__ = ()
+
+    def __call__(self, buf: Any, dtype: Any, shape: Any, order: Any) -> Any:
+        if not isinstance(dtype, np.dtype) or dtype.kind not in "biufcSU" or not isinstance(shape, tuple) or order not in ("C", "F"):
+            raise _Refused("it calls numpy's frombuffer with arguments a pickled array never has")
+        return _numpy_global("numpy._core.numeric", "_frombuffer")(buf, dtype, shape, order)
+
+
+class _Latin1Encode:
+    """``_codecs.encode(text, "latin1")``: how Python 3 writes bytes into a protocol-2 pickle."""
+
+    __slots__ = ()
+
+    def __call__(self, text: Any, encoding: Any = "utf-8") -> bytes:
+        if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+            raise _Refused("it calls _codecs.encode other than for latin-1 text")
+        return text.encode("latin1")
+
+
+_ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
+    ("numpy.core.multiarray", "_reconstruct"): _Reconstruct(),
+    ("numpy._core.multiarray", "_reconstruct"): _Reconstruct(),
+    ("numpy.core.numeric", "_frombuffer"): _FromBuffer(),
+    ("numpy._core.numeric", "_frombuffer"): _FromBuffer(),
+    ("numpy", "ndarray"): _NdarrayToken(),
+    ("numpy", "dtype"): _Dtype(),
+    ("_codecs", "encode"): _Latin1Encode(),
 }
+
+# A genuine batch is about 31 MB (Python 2 pickle) or 46 MB (re-pickled by Python 3 with
+# protocol 2); refusing much larger files before unpickling bounds the memory a bad file costs.
+_MAX_BATCH_BYTES = 128 * 2**20
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
-    """Unpickler that resolves only the numpy array globals in ``_ALLOWED_GLOBALS``."""
+    """Unpickler that resolves only the stand-ins of ``_ALLOWED_GLOBALS``; it never imports."""
 
-    def __init__(self, file: Any, *, source: str) -> None:
+    def __init__(self, file: Any) -> None:
         super().__init__(file, encoding="latin1")
-        self._source = source
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _ALLOWED_GLOBALS:
-            if module == "_codecs":
-                import _codecs
+        stand_in = _ALLOWED_GLOBALS.get((module, name))
+        if stand_in is None:
+            raise _Refused(f"it refers to {module[:80]}.{name[:80]}, which a batch never holds; refusing to load it (the file may be malicious)")
+        return stand_in
 
-                return _codecs.encode
-            return _numpy_global(module, name)
-        raise pickle.UnpicklingError(
-            f"refusing to load global {module}.{name} from {self._source}: CIFAR-10 batch files hold only numpy arrays, lists and strings, so this file is not a genuine batch (and may be malicious)"
-        )
+    def persistent_load(self, pid: Any) -> Any:
+        raise _Refused("it uses persistent ids, which a batch never holds")
+
+
+def _not_a_batch(path: Path, why: str) -> DatasetFileError:
+    return DatasetFileError(path, f"not a CIFAR-10 batch: {why}")
 
 
 def _restricted_load(path: Path) -> Any:
-    with open(path, "rb") as fh:
-        return _RestrictedUnpickler(fh, source=str(path)).load()
+    """The object pickled in ``path``, read with :class:`_RestrictedUnpickler`.
+
+    Raises:
+        DatasetFileError: the file is too large, truncated or malformed, or refers to anything
+            but the numpy array machinery (nothing it names is imported or run).
+    """
+    size = size_of(path)
+    if size > _MAX_BATCH_BYTES:
+        raise _not_a_batch(path, f"{size} bytes, more than the {_MAX_BATCH_BYTES} any batch file takes")
+    try:
+        with open(path, "rb") as fh:
+            return _RestrictedUnpickler(fh).load()
+    except _Refused as exc:
+        raise _not_a_batch(path, str(exc)) from None
+    except EOFError:
+        raise _not_a_batch(path, "the pickle ends early (truncated)") from None
+    except OSError as exc:
+        raise DatasetFileError(path, f"unreadable: {exc.strerror or exc}") from None
+    except MemoryError:
+        raise _not_a_batch(path, "its content does not fit in memory") from None
+    except (pickle.UnpicklingError, ValueError, TypeError, AttributeError, KeyError, IndexError, struct.error, RecursionError) as exc:
+        # Whatever else a malformed pickle makes the unpickler or numpy's setters raise.
+        raise _not_a_batch(path, f"malformed pickle ({type(exc).__name__}: {exc})") from None
+
+
+def _text_keys(obj: dict[Any, Any]) -> dict[Any, Any]:
+    return {(k.decode("latin1") if isinstance(k, bytes) else k): val for k, val in obj.items()}
 
 
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(data uint8 (n, 3, 32, 32), labels int64 (n,)) from one CIFAR-10 python batch file."""
+    """(data uint8 (n, 3, 32, 32), labels int64 (n,)) from one CIFAR-10 python batch file.
+
+    Raises:
+        DatasetFileError: the file is not a CIFAR-10 batch (see :func:`_restricted_load`), or
+            its content is not a dict with ``data`` (uint8, n x 3072) and ``labels`` (n
+            integers in 0..9).
+    """
     obj = _restricted_load(path)
     if not isinstance(obj, dict):
-        raise ValueError(f"{path}: expected a dict, got {type(obj).__name__}")
-    entries = {(k.decode("latin1") if isinstance(k, bytes) else k): val for k, val in obj.items()}
+        raise _not_a_batch(path, f"expected a dict, got {type(obj).__name__}")
+    entries = _text_keys(obj)
     if "data" not in entries or "labels" not in entries:
-        raise ValueError(f"{path}: expected keys 'data' and 'labels', got {sorted(map(str, entries))}")
+        raise _not_a_batch(path, f"expected keys 'data' and 'labels', got {sorted(map(str, entries))[:10]}")
     data = entries["data"]
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
-        raise ValueError(f"{path}: 'data' must be a uint8 array of shape (n, 3072), got {type(data).__name__} {getattr(data, 'dtype', '')} {getattr(data, 'shape', '')}")
-    labels = np.asarray(entries["labels"])
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or data.shape[0] == 0:
+        raise _not_a_batch(path, f"'data' must be a uint8 array of shape (n, 3072), n >= 1, got {type(data).__name__} {getattr(data, 'dtype', '')} {getattr(data, 'shape', '')}")
+    raw_labels = entries["labels"]
+    if isinstance(raw_labels, np.ndarray):
+        labels = raw_labels
+    elif isinstance(raw_labels, list) and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in raw_labels):
+        labels = np.asarray(raw_labels, dtype=np.int64)
+    else:
+        raise _not_a_batch(path, f"'labels' must be a list of integers, got {type(raw_labels).__name__}")
     if labels.shape != (data.shape[0],) or labels.dtype.kind not in "iu":
-        raise ValueError(f"{path}: 'labels' must be {data.shape[0]} integers, got shape {labels.shape} dtype {labels.dtype}")
+        raise _not_a_batch(path, f"'labels' must be {data.shape[0]} integers, got shape {labels.shape} dtype {labels.dtype}")
     if labels.size and (labels.min() < 0 or labels.max() > 9):
-        raise ValueError(f"{path}: labels must lie in [0, 9], got [{labels.min()}, {labels.max()}]")
+        raise _not_a_batch(path, f"labels must lie in [0, 9], got [{labels.min()}, {labels.max()}]")
     return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
+
+
+def _check_meta(folder: Path) -> None:
+    """``batches.meta``, when present, must be a plain dict (it is never used for the data)."""
+    meta_path = folder / "batches.meta"
+    if meta_path.is_file() and not isinstance(_restricted_load(meta_path), dict):
+        raise _not_a_batch(meta_path, "expected a dict")
 
 
 def _cifar_dir(root: Path) -> Path | None:
@@ -116,6 +243,9 @@ def _load_cifar10(root: Path) -> DatasetBundle:
     folder = _cifar_dir(root)
     if folder is None:
         raise _cifar_not_found(root, download=False)
+    _check_meta(folder)
+    for f in _CIFAR_TRAIN + _CIFAR_TEST:
+        verify_checksum(folder / f, folder)
 
     def read(files: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         batches = [_read_cifar_batch(folder / f) for f in files]
@@ -149,25 +279,26 @@ def _cifar_info(root: Path) -> DatasetInfo:
     folder = _cifar_dir(root)
     if folder is None:
         return missing_info("cifar10", str(_cifar_not_found(root, download=False)))
-    # Counting without unpickling 180 MB of batches: the small batches.meta records the batch
-    # size (10,000 in the canonical release, assumed when the file is absent).
-    per_batch = 10_000
-    meta_path = folder / "batches.meta"
-    if meta_path.is_file():
-        meta = _restricted_load(meta_path)
-        if isinstance(meta, dict):
-            meta = {(k.decode("latin1") if isinstance(k, bytes) else k): val for k, val in meta.items()}
-            value = meta.get("num_cases_per_batch", per_batch)
-            if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) > 0:
-                per_batch = int(value)
+    # Every batch is read (restricted) and its structure checked, so "available" means the load
+    # will succeed; about 0.2 s a batch, and the counts are the real ones.
+    counts = {}
+    checksums = 0
+    try:
+        _check_meta(folder)
+        for f in _CIFAR_TRAIN + _CIFAR_TEST:
+            counts[f] = len(_read_cifar_batch(folder / f)[1])
+            checksums += verify_checksum(folder / f, folder)
+    except DatasetFileError as err:
+        return unusable_info("cifar10", err)
     return DatasetInfo(
         name="cifar10",
         available=True,
-        num_train=per_batch * len(_CIFAR_TRAIN),
-        num_test=per_batch * len(_CIFAR_TEST),
+        num_train=sum(counts[f] for f in _CIFAR_TRAIN),
+        num_test=sum(counts[f] for f in _CIFAR_TEST),
         input_shape=(3, 32, 32),
         num_classes=10,
         detail=str(folder),
+        checked=checked_files(len(counts), checksums, "batch structure (restricted unpickler)"),
     )
 
 

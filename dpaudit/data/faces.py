@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from dpaudit.data.containers import DatasetBundle, make_bundle
-from dpaudit.data.source import DatasetInfo, DatasetNotFoundError, DatasetSource, missing_info, not_found
+from dpaudit.data.integrity import checked_files, verify_checksum
+from dpaudit.data.source import DatasetFileError, DatasetInfo, DatasetNotFoundError, DatasetSource, missing_info, not_found, unusable_info
 
 __all__ = ["SOURCE"]
 
@@ -22,8 +23,16 @@ _FACES_TRAIN_PER_ID = 7  # images 1–7 of each identity train, 8–10 test
 
 
 def _read_pgm(path: Path) -> np.ndarray:
-    """A binary 8-bit PGM ('P5') as a uint8 (height, width) array."""
-    raw = path.read_bytes()
+    """A binary 8-bit PGM ('P5') as a uint8 (height, width) array.
+
+    Raises:
+        DatasetFileError: the file is unreadable, not an 8-bit binary PGM, or shorter than its
+            header says.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DatasetFileError(path, f"unreadable: {exc.strerror or exc}") from None
     tokens: list[bytes] = []
     pos = 0
     while len(tokens) < 4:
@@ -37,16 +46,31 @@ def _read_pgm(path: Path) -> np.ndarray:
         while pos < len(raw) and not raw[pos : pos + 1].isspace() and raw[pos : pos + 1] != b"#":
             pos += 1
         if start == pos:
-            raise ValueError(f"{path}: truncated PGM header")
+            raise DatasetFileError(path, "truncated: the PGM header ends early")
         tokens.append(raw[start:pos])
     pos += 1  # the single whitespace byte that ends the header
     if tokens[0] != b"P5":
-        raise ValueError(f"{path}: not a binary PGM (magic {tokens[0]!r}, expected b'P5')")
+        raise DatasetFileError(path, f"not a binary PGM: magic {tokens[0][:8]!r}, expected b'P5'")
+    if not all(t.isdigit() and len(t) <= 6 for t in tokens[1:]):
+        raise DatasetFileError(path, f"not a valid PGM: width, height and maxval must be integers, got {b' '.join(t[:8] for t in tokens[1:])!r}")
     width, height, maxval = (int(t) for t in tokens[1:])
     if not 0 < maxval < 256:
-        raise ValueError(f"{path}: only 8-bit PGM is supported, got maxval {maxval}")
+        raise DatasetFileError(path, f"not an 8-bit PGM: maxval {maxval}")
+    if len(raw) - pos < width * height:
+        raise DatasetFileError(path, f"truncated: its header declares {width}x{height} pixels ({width * height} bytes), {max(len(raw) - pos, 0)} follow it")
     pixels = np.frombuffer(raw, dtype=np.uint8, count=width * height, offset=pos)
     return pixels.reshape(height, width)
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    """``np.load`` without pickles, its errors as :class:`DatasetFileError` naming the file."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except OSError as exc:
+        raise DatasetFileError(path, f"unreadable: {exc.strerror or exc}") from None
+    except (ValueError, EOFError, TypeError) as exc:
+        # numpy says "cannot reshape", "Object arrays cannot be loaded", "mmap length" ...
+        raise DatasetFileError(path, f"not a valid .npy array file: {exc}") from None
 
 
 def _orl_path(root: Path, subject: int, image: int) -> Path:
@@ -89,34 +113,54 @@ def _per_identity_split(x: np.ndarray, y: np.ndarray, image_index: np.ndarray, s
     )
 
 
+def _orl_images(root: Path, folder: Path) -> tuple[list[np.ndarray], int]:
+    """The 400 ORL images, checked (format, 112x92, ``MD5SUMS``), and how many were checksummed."""
+    images, checksums = [], 0
+    for s in range(1, _ORL_SUBJECTS + 1):
+        for i in range(1, _ORL_IMAGES + 1):
+            path = _orl_path(root, s, i)
+            if not path.is_file():
+                raise not_found("faces", root, f"{path} (the ORL folder is incomplete)")
+            image = _read_pgm(path)
+            if image.shape != (112, 92):
+                raise DatasetFileError(path, f"not an ORL face: {image.shape[0]}x{image.shape[1]} (rows x cols), expected 112x92")
+            checksums += verify_checksum(path, folder)
+            images.append(image)
+    return images, checksums
+
+
+def _olivetti_arrays(folder: Path) -> tuple[np.ndarray, np.ndarray, int]:
+    """The Olivetti arrays, checked (shapes, dtypes, targets, ``MD5SUMS``), and how many were checksummed."""
+    faces_path, target_path = folder / "olivetti_faces.npy", folder / "olivetti_faces_target.npy"
+    n = _ORL_SUBJECTS * _ORL_IMAGES
+    faces = _load_npy(faces_path)
+    target = _load_npy(target_path)
+    if faces.shape != (n, 64, 64) or faces.dtype.kind != "f":
+        raise DatasetFileError(faces_path, f"not the Olivetti faces: expected float (400, 64, 64), got {faces.dtype} {faces.shape}")
+    if target.shape != (n,) or target.dtype.kind not in "iu":
+        raise DatasetFileError(target_path, f"not the Olivetti targets: expected integer (400,), got {target.dtype} {target.shape}")
+    if not np.all(target == np.arange(n) // _ORL_IMAGES):
+        raise DatasetFileError(target_path, "not the Olivetti targets: sample i must have target i // 10")
+    if not np.all(np.isfinite(faces)):
+        raise DatasetFileError(faces_path, "not the Olivetti faces: it holds NaN or infinite pixels")
+    checksums = verify_checksum(faces_path, folder) + verify_checksum(target_path, folder)
+    return faces, target, checksums
+
+
 def _load_faces(root: Path) -> DatasetBundle:
     found = _faces_source(root)
     if found is None:
         raise _faces_not_found(root, download=False)
     kind, folder = found
     if kind == "orl":
-        images, labels, index = [], [], []
-        for s in range(1, _ORL_SUBJECTS + 1):
-            for i in range(1, _ORL_IMAGES + 1):
-                path = _orl_path(root, s, i)
-                if not path.is_file():
-                    raise not_found("faces", root, f"{path} (the ORL folder is incomplete)")
-                images.append(_read_pgm(path))
-                labels.append(s - 1)
-                index.append(i - 1)
-        shapes = {im.shape for im in images}
-        if shapes != {(112, 92)}:
-            raise ValueError(f"ORL faces under {folder} must all be 112x92 (rows x cols), got {sorted(shapes)}")
+        images, _ = _orl_images(root, folder)
+        labels = [s for s in range(_ORL_SUBJECTS) for _ in range(_ORL_IMAGES)]
+        index = [i for _ in range(_ORL_SUBJECTS) for i in range(_ORL_IMAGES)]
         x = (np.stack(images).astype(np.float32) / 255.0)[:, None]
         source = f"AT&T/ORL faces (Samaria & Harter 1994) from {folder}, 1x112x92 PGM, pixels/255"
         return _per_identity_split(x, np.asarray(labels), np.asarray(index), source)
-    faces = np.load(folder / "olivetti_faces.npy", allow_pickle=False)
-    target = np.load(folder / "olivetti_faces_target.npy", allow_pickle=False)
+    faces, target, _ = _olivetti_arrays(folder)
     n = _ORL_SUBJECTS * _ORL_IMAGES
-    if faces.shape != (n, 64, 64) or target.shape != (n,):
-        raise ValueError(f"Olivetti arrays under {folder} must have shapes (400, 64, 64) and (400,), got {faces.shape} and {target.shape}")
-    if not (np.all(target == np.arange(n) // _ORL_IMAGES)):
-        raise ValueError(f"olivetti_faces_target.npy under {folder} must be i // 10 for sample i")
     x = np.clip(faces.astype(np.float32), 0.0, 1.0)[:, None]
     source = f"Olivetti faces arrays (AT&T/ORL, 64x64 version) from {folder}, 1x64x64"
     return _per_identity_split(x, target.astype(np.int64), np.arange(n) % _ORL_IMAGES, source)
@@ -133,9 +177,17 @@ def _faces_info(root: Path) -> DatasetInfo:
         if missing:
             return missing_info("faces", f"ORL folder {folder} is incomplete: {len(missing)} missing, e.g. {missing[0]}")
         shape: tuple[int, ...] = (1, 112, 92)
+        count = _ORL_SUBJECTS * _ORL_IMAGES
+        what = "PGM headers and sizes"
     else:
-        arr = np.load(folder / "olivetti_faces.npy", mmap_mode="r", allow_pickle=False)
-        shape = (1, *arr.shape[1:])
+        shape = (1, 64, 64)
+        count = 2
+        what = "array shapes and targets"
+    try:
+        # Reading every image is cheap (4 MB for ORL), so the listing checks what the load checks.
+        checksums = _orl_images(root, folder)[1] if kind == "orl" else _olivetti_arrays(folder)[2]
+    except DatasetFileError as err:
+        return unusable_info("faces", err)
     return DatasetInfo(
         name="faces",
         available=True,
@@ -144,6 +196,7 @@ def _faces_info(root: Path) -> DatasetInfo:
         input_shape=shape,
         num_classes=_ORL_SUBJECTS,
         detail=str(folder),
+        checked=checked_files(count, checksums, what),
     )
 
 

@@ -19,7 +19,16 @@ from typing import Any
 
 from dpaudit.data import adult, cifar10, digits, faces, idx
 from dpaudit.data.containers import DatasetBundle
-from dpaudit.data.source import DatasetInfo, DatasetNotFoundError, DatasetSource, missing_info, resolve_data_root
+from dpaudit.data.source import (
+    DatasetFileError,
+    DatasetInfo,
+    DatasetNotFoundError,
+    DatasetSource,
+    checked_data_root,
+    missing_info,
+    resolve_data_root,
+    unusable_info,
+)
 
 __all__ = ["DATASETS", "clear_cache", "dataset_info", "load_dataset", "register_dataset"]
 
@@ -98,16 +107,21 @@ def load_dataset(name: str, *, data_root: str | os.PathLike[str] | None = None, 
 
     Raises:
         TypeError: ``name`` is not a string or ``download`` not a bool.
-        ValueError: ``name`` is not a known dataset, or a file is malformed.
+        ValueError: ``name`` is not a known dataset.
+        DataRootError: (a ``ValueError``) an explicitly given root does not exist, or the root
+            is not a readable directory.
+        DatasetFileError: (a ``ValueError``) a file is present but truncated, corrupt, not in
+            its format (e.g. a CIFAR-10 batch pickling anything but arrays), or differs from
+            its folder's ``MD5SUMS``; the message names the file.
         DatasetNotFoundError: the files are missing (and were not downloaded).
-        pickle.UnpicklingError: a CIFAR-10 batch file refers to anything but numpy arrays.
     """
     key = _normalize_name(name)
     if not isinstance(download, bool):
         raise TypeError(f"download must be a bool, got {download!r}")
-    root = resolve_data_root(data_root)
+    resolve_data_root(data_root)  # a data_root of the wrong type is an error even where unused
     if not DATASETS[key].needs_root:
         return _cached((key, None))
+    root = checked_data_root(data_root, allow_missing=download)
     try:
         return _cached((key, root))
     except DatasetNotFoundError as err:
@@ -133,18 +147,23 @@ def dataset_info(*, data_root: str | os.PathLike[str] | None = None) -> list[Dat
         data_root: the data root; see :func:`resolve_data_root`.
 
     Returns:
-        One :class:`DatasetInfo` per entry of :data:`DATASETS`, in that order. A missing or
-        unreadable dataset is reported with ``available=False``, never raised.
+        One :class:`DatasetInfo` per entry of :data:`DATASETS`, in that order. A missing
+        dataset, or one whose files fail their checks (format, length, ``MD5SUMS``), is
+        reported with ``available=False`` and the reason, never raised.
 
     Raises:
         TypeError: ``data_root`` is not a path.
+        DataRootError: (a ``ValueError``) an explicitly given root does not exist, or the root
+            is not a readable directory (the default ``~/.dpaudit/data`` may be absent).
     """
-    root = resolve_data_root(data_root)
+    root = checked_data_root(data_root)
     out = []
     for name, source in DATASETS.items():
         try:
             info = source.info(root)
+        except DatasetFileError as err:
+            info = unusable_info(name, err)
         except (OSError, ValueError, EOFError, struct.error, pickle.UnpicklingError) as err:
-            info = missing_info(name, f"unreadable under {root}: {err}")
+            info = missing_info(name, f"unavailable: unreadable under {root}: {' '.join(str(err).split())}")
         out.append(info)
     return out

@@ -12,6 +12,7 @@ The data root is ``--data-root`` / ``$DPAUDIT_DATA_ROOT`` / ``~/.dpaudit/data`` 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +24,18 @@ if TYPE_CHECKING:
 __all__ = [
     "CACHE_ENV",
     "DATA_ROOT_ENV",
+    "DataRootError",
+    "DatasetFileError",
     "DatasetInfo",
     "DatasetNotFoundError",
     "DatasetSource",
     "cache_dir",
+    "checked_data_root",
     "info_from_bundle",
     "missing_info",
     "not_found",
     "resolve_data_root",
+    "unusable_info",
 ]
 
 DATA_ROOT_ENV = "DPAUDIT_DATA_ROOT"
@@ -41,6 +46,29 @@ _DEFAULT_DATA_ROOT = Path("~/.dpaudit/data")
 
 class DatasetNotFoundError(FileNotFoundError):
     """A dataset's files are not under the data root (and were not, or could not be, downloaded)."""
+
+
+class DatasetFileError(ValueError):
+    """A dataset file is present but unusable: truncated, corrupt, altered, or not in its format.
+
+    A ``ValueError`` (the command line exits 2 on it), with a one-line message that starts with
+    the file: ``"<path> is <reason>"``, e.g. ``".../train-images-idx3-ubyte.gz is truncated:
+    expected 47040016 bytes after decompression, got 1000"``.
+
+    Attributes:
+        path: the offending file.
+        reason: what is wrong with it, one line, phrased to follow "is".
+    """
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = Path(path)
+        # Library messages (zlib, numpy, pandas) may span lines; the contract is one line.
+        self.reason = " ".join(str(reason).split())
+        super().__init__(f"{self.path} is {self.reason}")
+
+
+class DataRootError(ValueError):
+    """The data root itself is unusable: missing (when named explicitly), not a directory, unreadable."""
 
 
 # ----------------------------------------------------------------------------- paths
@@ -71,12 +99,59 @@ def resolve_data_root(data_root: str | os.PathLike[str] | None = None) -> Path:
         TypeError: ``data_root`` is not a path.
         ValueError: ``data_root`` is an empty string.
     """
+    return _root_and_origin(data_root)[0]
+
+
+def _root_and_origin(data_root: str | os.PathLike[str] | None) -> tuple[Path, str]:
+    """The resolved data root and how to name where it came from in an error message."""
     if data_root is not None:
-        return _as_path("data_root", data_root)
+        return _as_path("data_root", data_root), "--data-root"
     env = os.environ.get(DATA_ROOT_ENV, "").strip()
     if env:
-        return _as_path(DATA_ROOT_ENV, env)
-    return _as_path("data_root", _DEFAULT_DATA_ROOT)
+        return _as_path(DATA_ROOT_ENV, env), DATA_ROOT_ENV
+    return _as_path("data_root", _DEFAULT_DATA_ROOT), "the default data root"
+
+
+def checked_data_root(data_root: str | os.PathLike[str] | None = None, *, allow_missing: bool = False) -> Path:
+    """:func:`resolve_data_root`, refusing a root that cannot be a data root.
+
+    A root named explicitly (``--data-root`` / ``data_root`` or ``$DPAUDIT_DATA_ROOT``) must
+    exist: a typo there would otherwise read as "dataset not found" for every dataset. The
+    default ``~/.dpaudit/data`` may be absent (a fresh install), which reads as empty. Any root
+    that exists must be a readable directory.
+
+    Args:
+        data_root: as for :func:`resolve_data_root`.
+        allow_missing: accept an explicit root that does not exist yet (a download creates it).
+
+    Returns:
+        The root, as :func:`resolve_data_root` gives it.
+
+    Raises:
+        TypeError: ``data_root`` is not a path.
+        DataRootError: (a ``ValueError``) the root does not exist, is not a directory or cannot
+            be read; the message names the option or variable it came from and the path.
+    """
+    root, origin = _root_and_origin(data_root)
+    # The form the command line's other path checks use: --data-root='/x' does not exist.
+    label = f"{origin} {str(root)!r}" if origin.startswith("the ") else f"{origin}={str(root)!r}"
+    try:
+        st = root.stat()
+    except FileNotFoundError:
+        if allow_missing or origin == "the default data root":
+            return root
+        raise DataRootError(f"{label} does not exist") from None
+    except NotADirectoryError:
+        raise DataRootError(f"{label} is not a directory (a component of the path is a file)") from None
+    except PermissionError:
+        raise DataRootError(f"{label} cannot be read: permission denied") from None
+    except OSError as exc:
+        raise DataRootError(f"{label} cannot be read: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise DataRootError(f"{label} is not a directory")
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise DataRootError(f"{label} cannot be read: permission denied")
+    return root
 
 
 def cache_dir() -> Path:
@@ -108,7 +183,11 @@ class DatasetInfo:
         num_test: test samples (None if unavailable).
         input_shape: shape of one sample (None if unavailable).
         num_classes: number of classes (None if unavailable).
-        detail: the path found, or why the dataset is unavailable.
+        detail: the path found, or why the dataset is unavailable (``"unavailable: <file>:
+            <reason>"`` when a file is present but unusable).
+        checked: what was verified before calling the dataset available (e.g. headers, sizes,
+            MD5SUMS checksums); empty when unavailable.
+        problem_file: the unusable file, when that is why the dataset is unavailable.
     """
 
     name: str
@@ -118,13 +197,29 @@ class DatasetInfo:
     input_shape: tuple[int, ...] | None
     num_classes: int | None
     detail: str
+    checked: str = ""
+    problem_file: str | None = None
+
+
+def unusable_info(name: str, err: DatasetFileError) -> DatasetInfo:
+    """The entry of a dataset whose file ``err.path`` is present but unusable."""
+    return DatasetInfo(
+        name=name,
+        available=False,
+        num_train=None,
+        num_test=None,
+        input_shape=None,
+        num_classes=None,
+        detail=f"unavailable: {err.path}: {err.reason}",
+        problem_file=str(err.path),
+    )
 
 
 def missing_info(name: str, why: str) -> DatasetInfo:
     return DatasetInfo(name=name, available=False, num_train=None, num_test=None, input_shape=None, num_classes=None, detail=why)
 
 
-def info_from_bundle(bundle: DatasetBundle, detail: str) -> DatasetInfo:
+def info_from_bundle(bundle: DatasetBundle, detail: str, checked: str = "") -> DatasetInfo:
     return DatasetInfo(
         name=bundle.name,
         available=True,
@@ -133,6 +228,7 @@ def info_from_bundle(bundle: DatasetBundle, detail: str) -> DatasetInfo:
         input_shape=bundle.input_shape,
         num_classes=bundle.num_classes,
         detail=detail,
+        checked=checked,
     )
 
 
@@ -149,9 +245,11 @@ class DatasetSource:
         files: the files it needs, relative to the data root (empty for bundled data); shown
             to the user, the loader itself checks every file it reads.
         load: ``load(root) -> DatasetBundle``; raises :class:`DatasetNotFoundError` naming the
-            dataset, the root and the expected path when files are missing.
-        info: ``info(root) -> DatasetInfo``, cheap where the format allows; never raises for a
-            missing dataset (it reports ``available=False``).
+            dataset, the root and the expected path when files are missing, and
+            :class:`DatasetFileError` naming the file when one is present but unusable.
+        info: ``info(root) -> DatasetInfo``, cheap where the format allows, and checking what
+            the load would check (so "available" is verified); never raises for a missing
+            dataset or an unusable file (it reports ``available=False`` and why).
         download: ``download(root)`` fetching the files into ``root`` (needs network), or
             ``None`` when dpaudit cannot download this dataset.
         needs_root: ``False`` for data bundled with a library (the data root is ignored).
