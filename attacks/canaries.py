@@ -108,13 +108,17 @@ def clipbkd_canaries(data: ArrayDataset, *, group_size: int = 1, scale: float = 
     last = vt[-1]
     candidates = [np.clip(mean + s * scale * last, 0.0, 1.0) for s in (1.0, -1.0)]
     point = max(candidates, key=lambda c: float(np.linalg.norm(c - mean)))
-    from sklearn.linear_model import LogisticRegression
-
     sub = np.random.default_rng(0).permutation(len(x))[:2000]  # enough for "least likely"
-    clf = LogisticRegression(max_iter=300).fit(x[sub], data.labels.numpy()[sub])
+    seen = np.unique(data.labels.numpy()[sub])
     probs = np.zeros(data.num_classes)
-    probs[clf.classes_] = clf.predict_proba(point[None])[0]
-    probs[np.setdiff1d(np.arange(data.num_classes), clf.classes_)] = -1.0  # an unseen class is least likely
+    if seen.size > 1:
+        from sklearn.linear_model import LogisticRegression
+
+        clf = LogisticRegression(max_iter=300).fit(x[sub], data.labels.numpy()[sub])
+        probs[clf.classes_] = clf.predict_proba(point[None])[0]
+    else:  # a one-class training set (e.g. --num-members 1): every other class is unseen
+        probs[seen] = 1.0
+    probs[np.setdiff1d(np.arange(data.num_classes), seen)] = -1.0  # an unseen class is least likely
     label = int(np.argmin(probs))
     feats = torch.from_numpy(np.repeat(point[None], k, axis=0)).float().reshape(k, *data.input_shape)
     return ArrayDataset(

@@ -46,6 +46,13 @@ def test_clipbkd_point_lies_along_the_last_component(digits):
     assert 0 <= int(c.labels[0]) < digits.num_classes
 
 
+def test_clipbkd_on_a_one_class_training_set_picks_another_class(digits):
+    """Issue 11, finding 9: --num-members 1 failed with scikit-learn's "needs samples of at least 2 classes"."""
+    one = digits.subset(digits.ids[:1].numpy())
+    c = clipbkd_canaries(one, id_offset=5000)
+    assert len(c) == 1 and int(c.labels[0]) != int(one.labels[0])
+
+
 def test_with_canaries_and_loss_scores(digits):
     c = mislabelled_canaries(digits, num_canaries=4, seed=0, id_offset=9000)
     both = with_canaries(digits, c, np.array([True, False, True, False]))

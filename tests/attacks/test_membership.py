@@ -458,6 +458,34 @@ def test_cli_external_model(target, capsys, tmp_path, monkeypatch):
     assert data["target"].startswith("external-digits-") and data["attacks"]["loss"]["auc"] > 0.55
 
 
+@pytest.mark.e2e
+def test_external_targets_are_keyed_by_members_and_code_and_accept_a_file(target, capsys, tmp_path):
+    """Issue 11, finding 3: two --member-ids lists shared one target id and overwrote each other;
+    --model-fn refused the file.py:function form --train-fn accepts."""
+    from safetensors.torch import save_file
+
+    builder = tmp_path / "builder.py"
+    builder.write_text("from dpaudit.models import build_model\n\n\ndef build():\n    return build_model('digits-mlp', input_shape=(1, 8, 8), num_classes=10)\n")
+    weights = tmp_path / "w.safetensors"
+    save_file({k: t.contiguous() for k, t in target["model"].state_dict().items()}, str(weights))
+    members = target["record"].membership.members.tolist()
+    ids = []
+    for name, chosen in (("all.json", members), ("half.json", members[: len(members) // 2])):
+        (tmp_path / name).write_text(json.dumps(chosen))
+        argv = ["attack", "membership", "--model-fn", f"{builder}:build", "--weights", str(weights), "--dataset", "digits"]
+        argv += ["--member-ids", str(tmp_path / name), "--attack", "loss", "--out", str(tmp_path / "run"), "--json", "--quiet"]
+        code = main(argv)
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        ids.append(json.loads(out)["target"])
+    assert ids[0] != ids[1] and all(i.startswith("external-digits-") for i in ids)
+    builder.write_text(builder.read_text() + "\n# edited\n")  # other code: another target
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["target"] not in ids
+
+
 @pytest.mark.parametrize(
     "extra, needle",
     [

@@ -1,0 +1,335 @@
+"""Every flag of every verb, given hostile values, exits 2 with one line naming it (issue 11).
+
+The table is built from the parser itself (:func:`dpaudit.app.cli.build_parser`), so a flag
+added later is covered without editing this file — or, if it takes a kind of value this file
+cannot classify, the coverage test fails and says which flag to classify.
+
+Each case runs ``dpaudit`` in-process with an otherwise valid command. The work functions
+(training, the audit, the attacks, certification) are replaced by a sentinel, so a value the
+suite accepts costs nothing: the case then checks that the value is one a user may really
+mean (listed in :data:`ACCEPTED`), and that it got as far as the work without an error.
+Files and records with hostile contents are run for real in the sibling modules
+(``test_records.py``, ``test_data_root.py``); this module is about arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dpaudit.app.cli import _leaf_parsers, build_parser, main
+
+NUMERIC_VALUES = ("0", "-1", "nan", "inf", "-inf", "1e300", "abc", "")
+CHOICE_VALUES = ("", "bogus")
+#: Flags whose value is a path to an existing file, and flags naming a directory (created or read).
+FILE_FLAGS = {"--claim", "--weights", "--member-ids", "--non-member-ids"}
+DIR_FLAGS = {"--out", "--data-root", "--target"}
+#: Flags whose value is free text with its own syntax, and the hostile values each gets.
+TEXT_FLAGS: dict[str, tuple[str, ...]] = {
+    "--train-fn": ("", "nocolon", "missing_module_xyz:train", ":train", "{missing}.py:train", "{dir}:train"),
+    "--model-fn": ("", "nocolon", "missing_module_xyz:build", "{missing}.py:build"),
+    "--device": ("", "gpu", "cuda:abc", "cuda:99"),
+    "--name": ("", "../escape", "a/b", ".hidden"),
+    "--address": ("",),
+    "--radii": ("", ",", "0.1,,0.2", "-1", "nan", "inf", "abc"),
+    "--attack": ("", "bogus", ","),
+}
+#: (verb, flag, value) triples that are legitimate requests, with why.
+ACCEPTED: dict[tuple[str, str, str], str] = {
+    ("train", "--seed", "0"): "seed 0 is a seed",
+    ("train", "--split-seed", "0"): "seed 0 is a seed",
+    ("audit", "--seed", "0"): "seed 0 is a seed",
+    ("certify", "--seed", "0"): "seed 0 is a seed",
+    ("attack membership", "--seed", "0"): "seed 0 is a seed",
+    ("train", "--momentum", "0"): "no momentum",
+    ("train", "--weight-decay", "0"): "no weight decay",
+    ("train", "--noise-ramp-fraction", "0"): "noise at full size from the start",
+    ("certify", "--radii", "0"): "radius 0 is conventional accuracy",
+    ("train", "--target-epsilon", "inf"): "inf asks for no noise (budget mode)",
+    ("train", "--target-epsilon", "1e300"): "a huge budget is a (useless) valid request",
+    ("audit", "--target-epsilon", "1e300"): "a huge budget is a (useless) valid request",
+    ("train", "--learning-rate", "1e300"): "diverges at the first step: training stops with exit 2 (test_records)",
+    ("audit", "--learning-rate", "1e300"): "diverges at the first step (the trainer's NaN check)",
+    ("train", "--clip-norm", "1e300"): "clipping that never binds is a valid (non-private) choice",
+    ("audit", "--clip-norm", "1e300"): "clipping that never binds is a valid choice",
+    ("train", "--final-learning-rate", "0"): "decay to zero",
+    ("train", "--inflation", "1e300"): "checked against the model when training starts",
+    ("train", "--redistribution-exponent", "0"): "uniform redistribution",
+    ("train", "--inflation", "0"): "β = 0: noise in proportion to the forward derivative (Phan et al. 2019, Eq. 7)",
+    ("train", "--redistribution-exponent", "1e300"): "checked when training starts",
+    ("train", "--robustness-epsilon", "1e300"): "a huge robustness budget is a valid request",
+    ("train", "--attack-norm-bound", "1e300"): "a huge norm bound is a valid request",
+    ("attack membership", "--gamma", "1e300"): "a threshold no ratio reaches: a valid, useless attack",
+    ("attack membership", "--offline-a", "0"): "a = 0 is RMIA's reference-only approximation",
+    ("epsilon", "--sensitivity", "1e300"): "a huge sensitivity is a valid question (ε is huge)",
+    ("epsilon", "--target-epsilon", "1e300"): "solved: σ tiny, answer printed",
+    ("epsilon", "--noise-multiplier", "1e300"): "ε ≈ 0 is the answer",
+    ("train", "--noise-multiplier", "1e300"): "a claim of ε ≈ 0 for a model that is all noise: valid, useless",
+    ("audit", "--noise-multiplier", "1e300"): "a claim of ε ≈ 0: valid, useless",
+    ("audit", "--claim-noise-multiplier", "1e300"): "a third party may claim ε ≈ 0; the audit then tests it",
+    ("train", "--weight-decay", "1e300"): "diverges at the first step: training stops with exit 2 and no record (test_records)",
+    ("train", "--final-learning-rate", "1e300"): "diverges: training stops with exit 2 and no record",
+    ("train", "--expected-lot-size", "1e300"): "a divisor that makes every update vanish: valid, useless",
+    ("train", "--lr-decay-epochs", "1e300"): "a decay that never happens",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    verb: str
+    flag: str
+    kind: str  # numeric, choice, file, dir, text, switch, positional
+
+
+def _flags() -> Iterator[tuple[str, argparse.Action]]:
+    parser = build_parser(None)
+    yield from ((" ", a) for a in parser._actions if a.option_strings)
+    for leaf in _leaf_parsers(parser):
+        verb = leaf.prog.removeprefix("dpaudit ").strip()
+        for action in leaf._actions:
+            yield verb, action
+
+
+def _kind(flag: str, action: argparse.Action) -> str | None:
+    if isinstance(action, (argparse._HelpAction, argparse._StoreTrueAction, argparse.BooleanOptionalAction)):
+        return "switch"
+    if not action.option_strings:
+        return "positional"
+    if flag in TEXT_FLAGS:
+        return "text"
+    if flag in FILE_FLAGS:
+        return "file"
+    if flag in DIR_FLAGS:
+        return "dir"
+    if action.choices is not None:
+        return "choice"
+    if action.type is not None and action.type is not str:
+        return "numeric"
+    return None
+
+
+def _all_cases() -> tuple[list[Case], list[str]]:
+    cases, unclassified = [], []
+    for verb, action in _flags():
+        flag = action.option_strings[-1] if action.option_strings else action.dest
+        kind = _kind(flag, action)
+        if kind is None:
+            unclassified.append(f"{verb} {flag}")
+        else:
+            cases.append(Case(verb.strip(), flag, kind))
+    return cases, unclassified
+
+
+CASES, UNCLASSIFIED = _all_cases()
+
+
+def test_every_flag_is_covered() -> None:
+    """A new flag whose value this table cannot classify must be classified here, not forgotten."""
+    assert not UNCLASSIFIED, f"add these flags to FILE_FLAGS, DIR_FLAGS or TEXT_FLAGS: {UNCLASSIFIED}"
+    verbs = {c.verb for c in CASES}
+    assert {"epsilon", "datasets", "train", "audit", "attack membership", "certify", "report"} <= verbs
+
+
+# ----------------------------------------------------------------------------- running one case
+class Reached(BaseException):
+    """The command got past argument checking into the work itself."""
+
+
+@pytest.fixture
+def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    def stop(*args: object, **kwargs: object) -> None:
+        raise Reached
+
+    import dpaudit.app.runs.audit as audit_run
+    import dpaudit.app.runs.membership as membership_run
+    import dpaudit.app.runs.train as train_run
+    import dpaudit.app.verbs.certify as certify_verb
+
+    monkeypatch.setattr(audit_run, "run_audit", stop)
+    monkeypatch.setattr(membership_run, "run_membership", stop)
+    monkeypatch.setattr(train_run, "train_or_load", stop)
+    monkeypatch.setattr(certify_verb, "run_certify", stop)
+
+
+def _owner_of(verb: str, flag: str) -> list[str]:
+    """Extra arguments that make ``flag`` apply (the defense or attack declaring it)."""
+    from dpaudit.options import option_specs
+
+    if verb == "train":
+        from defenses import DEFENSES
+
+        for name, spec in DEFENSES.items():
+            if flag in {s.flag for s in option_specs(spec.config_type)}:
+                return ["--defense", name]
+        return ["--defense", "nonprivate"]
+    if verb == "attack membership":
+        from attacks.membership import MEMBERSHIP_ATTACKS
+
+        for name, spec in MEMBERSHIP_ATTACKS.items():
+            if flag in {s.flag for s in option_specs(spec.config_type)}:
+                return ["--attack", name]
+        return [] if flag == "--attack" else ["--attack", "loss"]
+    return []
+
+
+def _base(verb: str, flag: str, work: Path, record_dir: Path, external: dict[str, str]) -> list[str]:
+    out = str(work / "out")
+    if verb == "":
+        return ["epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--num-steps", "10"]
+    if verb == "epsilon":
+        if flag in ("--target-epsilon", "--solve"):
+            return ["epsilon", "--sampling-rate", "0.01", "--num-steps", "10"]
+        if flag in ("--sensitivity", "--calibration"):
+            return ["epsilon", "--mechanism", "gaussian", "--target-epsilon", "1"]
+        return ["epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--num-steps", "10"]
+    if verb == "datasets":
+        return ["datasets"]
+    if verb == "train":
+        model = ["--model", "hgm-cnn"] if "hgm" in _owner_of(verb, flag) or "secure-sgd" in _owner_of(verb, flag) else ["--model", "digits-mlp"]
+        return ["train", *_owner_of(verb, flag), *model, "--out", out]
+    if verb == "audit":
+        if flag.startswith("--claim") or flag == "--train-fn":
+            return ["audit", "--train-fn", external["train_fn"], "--claim-noise-multiplier", "1", "--claim-sampling-rate", "0.01", "--claim-num-steps", "10", "--out", out]
+        if flag in ("--noise-multiplier",):
+            return ["audit", "--out", out]
+        return ["audit", "--target-epsilon", "2", "--out", out]
+    if verb == "attack membership":
+        if flag in ("--model-fn", "--weights", "--dataset", "--member-ids", "--non-member-ids"):
+            return ["attack", "membership", "--model-fn", external["model_fn"], "--weights", external["weights"], "--dataset", "digits", "--member-ids", external["ids"], *_owner_of(verb, flag), "--out", out]
+        extra = ["--executor", "ray"] if flag == "--address" else []
+        return ["attack", "membership", "--target", str(record_dir), *_owner_of(verb, flag), *extra, "--out", out]
+    if verb == "certify":
+        return ["certify", "--target", str(record_dir), "--out", out]
+    if verb == "report":
+        return ["report"]
+    raise AssertionError(f"no base command for verb {verb!r}")
+
+
+def _without(argv: list[str], flag: str) -> list[str]:
+    """``argv`` with ``flag`` and its value removed (the case supplies its own)."""
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a == flag:
+            skip = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            continue
+        out.append(a)
+    return out
+
+
+def _hostile_values(case: Case, work: Path) -> tuple[str, ...]:
+    corrupt = work / "corrupt.json"
+    corrupt.write_bytes(b"\x00\xff{not json")
+    missing = str(work / "missing")
+    if case.kind == "numeric":
+        return NUMERIC_VALUES
+    if case.kind == "choice":
+        return CHOICE_VALUES
+    if case.kind == "file":
+        return ("", missing, str(work), str(corrupt))
+    if case.kind == "dir":
+        # --out may be created, but never be a file or empty; --target and --data-root must exist.
+        return ("", str(corrupt)) if case.flag == "--out" else ("", missing, str(corrupt))
+    if case.kind == "positional":
+        return ("", missing, str(corrupt), str(work / "empty"))
+    if case.kind == "text":
+        return tuple(val.format(missing=missing, dir=work) for val in TEXT_FLAGS[case.flag])
+    return ()
+
+
+VALUE_CASES = [c for c in CASES if c.kind != "switch"]
+
+
+@pytest.fixture(scope="module")
+def external(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A valid external model (file.py:build, weights, member ids) and a valid file.py:train."""
+    import torch
+    from safetensors.torch import save_file
+
+    d = tmp_path_factory.mktemp("external")
+    (d / "extmodel.py").write_text(
+        "import torch.nn as nn\n\n\ndef build():\n    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))\n\n\ndef train(dataset, *, seed):\n    return build()\n"
+    )
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+    save_file({k: t.contiguous() for k, t in model.state_dict().items()}, str(d / "w.safetensors"))
+    (d / "ids.json").write_text(json.dumps(list(range(0, 200))))
+    return {"model_fn": f"{d / 'extmodel.py'}:build", "train_fn": f"{d / 'extmodel.py'}:train", "weights": str(d / "w.safetensors"), "ids": str(d / "ids.json")}
+
+
+@pytest.mark.parametrize("case", VALUE_CASES, ids=lambda c: f"{c.verb or 'top'}:{c.flag}")
+def test_hostile_values_exit_2_with_one_line(case: Case, cli, no_work, trained_run: Path, external: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "empty").mkdir()
+    record_dir = tmp_path / "record-run"
+    shutil.copytree(trained_run, record_dir)
+    monkeypatch.chdir(work)
+    base = _base(case.verb, case.flag, work, record_dir, external)
+    failures = []
+    for value in _hostile_values(case, work):
+        before = sorted(p.name for p in work.iterdir())
+        argv = [*base, value] if case.kind == "positional" else [*_without(base, case.flag), f"{case.flag}={value}"]
+        if case.verb == "" and case.flag == "--debug":
+            continue
+        try:
+            code, out, err = cli.run(*argv)
+        except Reached:
+            if (case.verb, case.flag, value) not in ACCEPTED:
+                failures.append(f"{value!r}: accepted and reached the work")
+            continue
+        after = sorted(p.name for p in work.iterdir())
+        stray = set(after) - set(before) - {"out"}
+        if stray:
+            failures.append(f"{value!r}: wrote {sorted(stray)} outside --out")
+        if (case.verb, case.flag, value) in ACCEPTED:
+            if code not in (0, 2):
+                failures.append(f"{value!r}: accepted value gave exit {code}: {err.strip()[-200:]}")
+            continue
+        lines = err.strip().splitlines()
+        if code != 2:
+            failures.append(f"{value!r}: exit {code}, expected 2: {err.strip()[-300:]}")
+        elif "Traceback" in err or len(lines) != 1:
+            failures.append(f"{value!r}: {len(lines)} lines on stderr, expected one: {err.strip()[-300:]}")
+        else:
+            named = case.flag in lines[0] or case.flag.lstrip("-").replace("-", "_") in lines[0] or (case.kind == "positional")
+            if not named:
+                failures.append(f"{value!r}: the error does not name {case.flag}: {lines[0]}")
+    assert not failures, f"dpaudit {case.verb} {case.flag}:\n  " + "\n  ".join(failures)
+
+
+@pytest.mark.parametrize("argv", [["epsilon", "--noise-multiplier", "nan"], ["attack", "membership", "--attack", ""], ["audit", "--num-trials", "100000", "--out", "o"]])
+def test_json_errors_are_one_object_on_stdout(argv: list[str], cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --json an error still leaves one JSON object on stdout, naming the argument."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli.run(*argv, "--json")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    payload = json.loads(out)
+    assert set(payload) == {"error", "argument", "exit_status"} and payload["exit_status"] == 2
+    assert payload["argument"] == next(a for a in argv if a.startswith("--"))
+
+
+def test_size_limits_need_i_know(cli, no_work, trained_run: Path, tmp_path: Path) -> None:
+    """Finding 7: huge sizes are refused naming the flag and the limit; --i-know lets them through."""
+    record_dir = tmp_path / "rec"
+    shutil.copytree(trained_run, record_dir)
+    out = str(tmp_path / "out")
+    cases = [
+        ["attack", "membership", "--target", str(record_dir), "--attack", "lira", "--num-shadows", "100000", "--out", out],
+        ["train", "--defense", "nonprivate", "--model", "digits-mlp", "--epochs", "100000000", "--out", out],
+        ["certify", "--target", str(record_dir), "--num-draws", str(10**12), "--out", out],
+        ["audit", "--target-epsilon", "1", "--num-steps", str(10**12), "--out", out],
+        ["audit", "--target-epsilon", "1", "--sampling-rate", "1e-300", "--out", out],
+    ]
+    for argv in cases:
+        code, _, err = cli.run(*argv)
+        assert code == 2 and "--i-know" in err and len(err.strip().splitlines()) == 1, (argv, err)
+        with pytest.raises(Reached):
+            main([*argv, "--i-know"])
