@@ -124,7 +124,11 @@ def membership_sections(
         return sections
     sections.append(Section(title="Attacks", blocks=[membership_table(items, delta=delta, confidence=confidence), tpr_table(items)]))
     sections.append(Section(title="ROC curves", blocks=[Figure(figure=plot_roc(items), name="roc", caption="ROC curves of every attack, log–log axes", empty="no attack results to draw")]))
-    sections.append(Section(title="Attack configurations", blocks=[Items(items=[f"{r.attack}: " + (", ".join(f"{k}={_short(v)}" for k, v in r.config.items()) or "defaults") for r in items])]))
+    configs = [f"{r.attack}: " + (", ".join(f"{k}={_short(v)}" for k, v in r.config.items()) or "defaults") for r in items]
+    prints = {k: str(val)[:16] for r in items for k, val in dict(r.metadata.get("fingerprints") or {}).items()}
+    if prints:
+        configs.append("target fingerprints (SHA-256): " + "; ".join(f"{k.removesuffix('_sha256')} {val}" for k, val in sorted(prints.items())))
+    sections.append(Section(title="Attack configurations", blocks=[Items(items=configs)]))
     return sections
 
 

@@ -251,8 +251,9 @@ def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None
     # the code that builds the model, and who is a member and who is not. Two targets that
     # differ in any of them never share a result directory or a shadow cache entry.
     code = callable_fingerprint(target.model_fn, argument="--model-fn")
-    identity = hashlib.sha256()
-    for part in (Path(target.weights).read_bytes(), code.encode(), np.asarray(members, dtype=np.int64).tobytes(), np.asarray(non, dtype=np.int64).tobytes()):
+    weights_sha256 = hashlib.sha256(Path(target.weights).read_bytes()).hexdigest()
+    identity = hashlib.sha256(weights_sha256.encode())
+    for part in (code.encode(), np.asarray(members, dtype=np.int64).tobytes(), np.asarray(non, dtype=np.int64).tobytes()):
         identity.update(hashlib.sha256(part).digest())
     digest = identity.hexdigest()[:12]
     record = TrainedModel(
@@ -264,6 +265,7 @@ def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None
         num_classes=bundle.num_classes,
         claim=NonPrivateClaim(description="external model; no privacy claim stated"),
         config={"model_fn_sha256": code},
+        weights_sha256=weights_sha256,
         membership=Membership(members=members, non_members=non, population=np.setdiff1d(rest, non)),
         seed=seed,
     )
@@ -340,6 +342,9 @@ def _attack(
     summaries: list[PoolSummary] = []
     models: dict[str, list[tuple[np.ndarray, Any]]] = {}
     meta: dict[str, Any] = {"target_metrics": {k: val for k, val in record.metrics.items() if isinstance(val, (int, float))}, "dataset": bundle.name, "defense": record.defense}
+    # What the results are about, by content: the report lists these beside the results.
+    fingerprints = {"weights_sha256": record.weights_sha256, "model_fn_sha256": record.config.get("model_fn_sha256")}
+    meta["fingerprints"] = {k: val for k, val in fingerprints.items() if val}
     if pools:
         if on_plan is not None:
             on_plan(f"{describe_pools(pools)}; shadows trained with {shadow_defense!r}")
