@@ -23,3 +23,15 @@ def shared_data() -> Path:
     if not (SHARED_DATA / "mnist").is_dir():
         pytest.skip(f"offline data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture
+def no_data_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """No developer data root or cache leaks in, and no dataset loaded by another test is reused."""
+    from dpaudit.data import DATA_ROOT_ENV, clear_cache
+
+    monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
+    monkeypatch.setenv("DPAUDIT_CACHE", str(tmp_path / "cache"))
+    clear_cache()
+    yield
+    clear_cache()

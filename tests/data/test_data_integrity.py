@@ -25,14 +25,7 @@ from dpaudit.data import cifar10 as cifar_mod
 from dpaudit.data.integrity import md5_listing, verify_checksum
 from dpaudit.data.source import DataRootError, DatasetFileError, checked_data_root
 
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch, tmp_path):
-    monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
-    monkeypatch.setenv("DPAUDIT_CACHE", str(tmp_path / "cache"))
-    clear_cache()
-    yield
-    clear_cache()
+pytestmark = pytest.mark.usefixtures("no_data_root")  # tests/conftest.py
 
 
 def idx_bytes(array) -> bytes:

@@ -30,21 +30,14 @@ import numpy as np
 import pytest
 
 from dpaudit.app.cli import main
-from dpaudit.data import DATA_ROOT_ENV, clear_cache
+from dpaudit.data import DATA_ROOT_ENV
 
 SHARED_MNIST = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mnist"
 IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 CIFAR_FILES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch, tmp_path):
-    # No developer data root or cache leaks in; no dataset loaded by another test is reused.
-    monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
-    monkeypatch.setenv("DPAUDIT_CACHE", str(tmp_path / "cache"))
-    clear_cache()
-    yield
-    clear_cache()
+pytestmark = pytest.mark.usefixtures("no_data_root")  # tests/conftest.py
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
