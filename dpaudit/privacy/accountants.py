@@ -22,21 +22,43 @@ Four named accountants, from loosest to tightest on DP-SGD:
 
 RDP and PLD come from ``dp_accounting``; what it lacks (the standard conversion on integer
 orders, strong composition, calibration that never overshoots) is written here.
+
+Bounded resources and extreme inputs (issue 11):
+
+* PLD discretises the privacy loss on a grid of step :data:`PLD_DISCRETIZATION`; its length
+  grows like (per-step loss range) / step and, under composition, with T. Before
+  ``dp_accounting`` allocates anything, :func:`compute_epsilon_detailed` estimates the bytes
+  the grid will need (:func:`pld_memory_estimate`); above :data:`PLD_MEMORY_BUDGET` it answers
+  with the ``rdp`` bound instead, and says so (:class:`EpsilonResult`.computed_by and ``note``;
+  :func:`compute_epsilon` additionally warns with :class:`PLDFallbackWarning`). The RDP bound
+  is an upper bound too, only looser, so a fallback never understates ε.
+* Noise multipliers above :data:`NOISE_MULTIPLIER_MAX` are evaluated at that value: more noise
+  is a post-processing of less noise (add independent Gaussian noise), so ε(σ) is
+  non-increasing and the bound at the smaller σ holds for the larger one. Below
+  :data:`NOISE_MULTIPLIER_MIN` every accountant's bound exceeds ~1e300 and the floating-point
+  arithmetic breaks down (NaN, or 0 from underflow), so ε_UB = ∞ is returned: a valid, if
+  trivial, upper bound.
+* Step counts above :data:`MAX_NUM_STEPS` are refused.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import numbers
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import dp_accounting
 import numpy as np
 from dp_accounting import dp_event as dpe
+from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from dp_accounting.pld import privacy_loss_mechanism as plm
 from dp_accounting.rdp import rdp_privacy_accountant
-from scipy import optimize, special
+from scipy import fft, optimize, special
 
 from dpaudit import _validate as v
 
@@ -44,7 +66,17 @@ __all__ = [
     "ACCOUNTANTS",
     "MOMENTS_ORDERS",
     "RDP_ORDERS",
+    "PLD_DISCRETIZATION",
+    "PLD_MEMORY_BUDGET",
+    "PLD_SOLVER_MEMORY_BUDGET",
+    "NOISE_MULTIPLIER_MIN",
+    "NOISE_MULTIPLIER_MAX",
+    "MAX_NUM_STEPS",
+    "EpsilonResult",
+    "PLDFallbackWarning",
     "compute_epsilon",
+    "compute_epsilon_detailed",
+    "pld_memory_estimate",
     "calibrate_noise_multiplier",
     "calibrate_num_steps",
     "smallest_noise_multiplier",
@@ -64,6 +96,57 @@ RDP_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) +
 # curve for DP-SGD-sized compositions while composing 10^4 steps in about a second.
 PLD_DISCRETIZATION = 1e-4
 
+#: Bytes the PLD accountant may use (1 GiB). Above it ``pld`` falls back to ``rdp`` (module
+#: docstring). Peak use measured on dp_accounting 0.6.0 stays below the estimate.
+PLD_MEMORY_BUDGET = 1 << 30
+# Bytes per grid point, measured (ru_maxrss, dp_accounting 0.6.0) with about 2x headroom: building
+# one step's PMF goes through a Python dict (~100-190 B per point); a self-composition holds
+# complex FFT buffers, the power, the inverse and the rolled copy (~60 B per output point).
+_PLD_BYTES_PER_STEP_POINT = 200
+_PLD_BYTES_PER_COMPOSED_POINT = 80
+# Grid points of the coarse one-step PMF used to predict dp_accounting's truncation bounds.
+_PLD_PROBE_POINTS = 4000
+
+#: The budget of each evaluation inside :func:`calibrate_noise_multiplier` and
+#: :func:`calibrate_num_steps` (256 MiB): they evaluate ε 15-40 times, and a PLD evaluation
+#: takes ~10 ms per MB of its budget, so this keeps a calibration to about a minute at worst.
+PLD_SOLVER_MEMORY_BUDGET = 1 << 28
+
+#: Noise multipliers outside [MIN, MAX] (module docstring): below, ε_UB = ∞; above, evaluated at MAX.
+NOISE_MULTIPLIER_MIN = 1e-150
+NOISE_MULTIPLIER_MAX = 1e100
+#: Largest step count (self-composition count) accepted; 10^18 keeps T exact in an int64.
+MAX_NUM_STEPS = 10**18
+
+
+class PLDFallbackWarning(RuntimeWarning):
+    """:func:`compute_epsilon` answered a ``pld`` request with another accountant's (looser) bound."""
+
+
+@dataclass(frozen=True)
+class EpsilonResult:
+    """ε_UB and the accountant that actually produced it.
+
+    Attributes:
+        epsilon: the upper bound ε_UB (``math.inf`` for a non-private step or σ below
+            :data:`NOISE_MULTIPLIER_MIN`).
+        accountant: the accountant asked for.
+        computed_by: the accountant whose bound ``epsilon`` is; differs from ``accountant``
+            only when ``pld`` would have exceeded its memory budget (then ``rdp``).
+        note: one line saying why ``computed_by`` differs or why ε_UB is infinite; ``""`` otherwise.
+    """
+
+    epsilon: float
+    accountant: str
+    computed_by: str
+    note: str = ""
+
+    @property
+    def fell_back(self) -> bool:
+        """Whether another accountant than the one asked for produced ``epsilon``."""
+        return self.computed_by != self.accountant
+
+
 _NEIGHBOURING = {
     "add_or_remove_one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
     "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE,
@@ -75,6 +158,8 @@ def sampled_gaussian_event(*, sampling_rate: float, noise_multiplier: float, num
     q = v.half_open_unit("sampling_rate", sampling_rate)
     sigma = v.positive("noise_multiplier", noise_multiplier)
     steps = v.integer("num_steps", num_steps, minimum=0)
+    if steps > MAX_NUM_STEPS:
+        raise ValueError(f"num_steps must be <= 10**18, got {steps!r}")
     inner: dpe.DpEvent = dpe.GaussianDpEvent(sigma)
     if q < 1.0:
         inner = dpe.PoissonSampledDpEvent(q, inner)
@@ -174,7 +259,7 @@ def _add_remove_rdp(event: dpe.DpEvent, orders: tuple[float, ...]) -> np.ndarray
     if isinstance(event, dpe.SelfComposedDpEvent):
         if event.count == 0:
             return np.zeros(len(orders))
-        return event.count * _add_remove_rdp(event.event, orders)
+        return float(event.count) * _add_remove_rdp(event.event, orders)
     if isinstance(event, dpe.ComposedDpEvent):
         total = np.zeros(len(orders))
         for e in event.events:
@@ -227,17 +312,36 @@ def _moments_epsilon(event: dpe.DpEvent, delta: float, neighbouring: str) -> flo
 def _rdp_epsilon(event: dpe.DpEvent, delta: float, neighbouring: str) -> float:
     rdp = _rdp_curve(event, RDP_ORDERS, neighbouring)
     eps, order = rdp_privacy_accountant.compute_epsilon(RDP_ORDERS, rdp, delta)
-    if eps > 0:
+    if 0 < eps < math.inf and order in RDP_ORDERS:
         _warn_if_edge(RDP_ORDERS, RDP_ORDERS.index(order), "rdp")
     return float(eps)
+
+
+def _release_fft_plans() -> None:
+    """Evicts the large FFT plans ``dp_accounting``'s compositions leave in SciPy's plan cache.
+
+    pocketfft (behind ``scipy.fft``) keeps the 16 most recently used plans per transform kind;
+    a plan for a PLD grid of n points holds O(n) twiddle factors (~190 MB at n ≈ 6e6), so a
+    calibration that composes at many different T kept growing by that much per evaluation
+    (1.8 GB after eight, measured with scipy 1.17). Planning 17 tiny transforms of each kind
+    pushes the large plans out of the LRU cache.
+    """
+    for n in range(64, 64 + 17):
+        x = np.zeros(n)
+        fft.ifft(fft.fft(x))
+        fft.irfft(fft.rfft(x), n)
 
 
 def _pld_epsilon(event: dpe.DpEvent, delta: float, neighbouring: str) -> float:
     acc = pld_privacy_accountant.PLDAccountant(neighboring_relation=_NEIGHBOURING[neighbouring], value_discretization_interval=PLD_DISCRETIZATION)
     if not acc.supports(event):
         raise ValueError(f"accountant 'pld' does not support the event {event!r}")
-    acc.compose(event)
-    return float(acc.get_epsilon(delta))
+    try:
+        acc.compose(event)
+        return float(acc.get_epsilon(delta))
+    finally:
+        del acc
+        _release_fft_plans()
 
 
 def _flatten_gaussians(event: dpe.DpEvent, count: int = 1) -> list[tuple[int, float, float]]:
@@ -262,16 +366,26 @@ def _strong_epsilon(event: dpe.DpEvent, delta: float) -> float:
     # Total δ spent on the per-step Gaussian δ_g's, after sampling amplification.
     weight = sum(n * q for n, q, _ in groups)
 
+    log_delta, log_weight = math.log(delta), math.log(weight)
+
     def epsilon_for(frac: float) -> float:
-        slack = frac * delta  # δ' of the composition theorem
-        delta_g = (1.0 - frac) * delta / weight
+        # In logs: δ' = frac·δ and δ_g = (1 − frac)·δ/weight underflow to 0 for δ near 5e-324.
+        log_inv_slack = -(math.log(frac) + log_delta)  # ln 1/δ' of the composition theorem
+        log_delta_g = math.log1p(-frac) + log_delta - log_weight
         eps_sq, eps_lin = 0.0, 0.0
         for n, q, sigma in groups:
-            eps0 = q * math.sqrt(2.0 * math.log(1.25 / delta_g)) / sigma
+            # δ_g >= 1 (tiny q·T spreads δ over few sampled steps): every mechanism is
+            # (0, 1)-DP, so ε0 = 0; the Gaussian formula would take the root of a negative log.
+            eps0 = 0.0 if log_delta_g >= 0.0 else q * math.sqrt(2.0 * (math.log(1.25) - log_delta_g)) / sigma
+            if eps0 > 700.0:  # e^ε0 overflows; the bound is astronomically large anyway
+                return math.inf
             eps_sq += n * eps0**2
             eps_lin += n * eps0 * math.expm1(eps0)
-        return math.sqrt(2.0 * math.log(1.0 / slack) * eps_sq) + eps_lin
+        total = math.sqrt(2.0 * log_inv_slack * eps_sq) + eps_lin
+        return total if math.isfinite(total) else math.inf
 
+    if math.isinf(epsilon_for(0.5)) and math.isinf(epsilon_for(1e-6)):
+        return math.inf  # overflowing at every split: the optimiser would see only inf
     res = optimize.minimize_scalar(epsilon_for, bounds=(1e-6, 1 - 1e-6), method="bounded", options={"xatol": 1e-9})
     return float(res.fun)
 
@@ -284,8 +398,220 @@ _DISPATCH: dict[str, Callable[[dpe.DpEvent, float, str], float]] = {
 }
 
 
+# --------------------------------------------------------------------------------------------
+# Extreme inputs and the PLD memory budget (module docstring)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_counts(event: dpe.DpEvent) -> None:
+    """Refuses self-composition counts above :data:`MAX_NUM_STEPS` (float conversions overflow)."""
+    if isinstance(event, dpe.SelfComposedDpEvent):
+        if isinstance(event.count, numbers.Integral) and not isinstance(event.count, bool) and int(event.count) > MAX_NUM_STEPS:
+            raise ValueError(f"event count (num_steps) must be <= 10**18, got {event.count!r}")
+        _check_counts(event.event)
+    elif isinstance(event, dpe.PoissonSampledDpEvent):
+        _check_counts(event.event)
+    elif isinstance(event, dpe.ComposedDpEvent):
+        for e in event.events:
+            _check_counts(e)
+
+
+def _smallest_active_sigma(event: dpe.DpEvent, active: bool = True) -> float:
+    """Smallest σ among Gaussian steps that run at least once with a non-zero sampling rate."""
+    if isinstance(event, dpe.GaussianDpEvent):
+        return float(event.noise_multiplier) if active else math.inf
+    if isinstance(event, dpe.PoissonSampledDpEvent):
+        return _smallest_active_sigma(event.event, active and event.sampling_probability > 0)
+    if isinstance(event, dpe.SelfComposedDpEvent):
+        return _smallest_active_sigma(event.event, active and int(event.count) > 0)
+    if isinstance(event, dpe.ComposedDpEvent):
+        return min((_smallest_active_sigma(e, active) for e in event.events), default=math.inf)
+    return math.inf
+
+
+def _clamp_sigma(event: dpe.DpEvent) -> dpe.DpEvent:
+    """``event`` with every σ above :data:`NOISE_MULTIPLIER_MAX` lowered to it (a valid bound, see module docstring)."""
+    if isinstance(event, dpe.GaussianDpEvent):
+        return dpe.GaussianDpEvent(NOISE_MULTIPLIER_MAX) if event.noise_multiplier > NOISE_MULTIPLIER_MAX else event
+    if isinstance(event, dpe.PoissonSampledDpEvent):
+        return dpe.PoissonSampledDpEvent(event.sampling_probability, _clamp_sigma(event.event))
+    if isinstance(event, dpe.SelfComposedDpEvent):
+        return dpe.SelfComposedDpEvent(_clamp_sigma(event.event), event.count)
+    if isinstance(event, dpe.ComposedDpEvent):
+        return dpe.ComposedDpEvent([_clamp_sigma(e) for e in event.events])
+    return event
+
+
+def _pld_gaussian_parts(event: dpe.DpEvent, count: int = 1) -> list[tuple[int, float, float, bool]] | None:
+    """(count, q, σ, Poisson-sampled?) per Gaussian part, as ``PLDAccountant`` walks ``event``;
+    ``None`` if the event holds anything else (then no estimate is made)."""
+    if isinstance(event, dpe.NoOpDpEvent):
+        return []
+    if isinstance(event, dpe.GaussianDpEvent):
+        return [(count, 1.0, float(event.noise_multiplier), False)]
+    if isinstance(event, dpe.PoissonSampledDpEvent) and isinstance(event.event, dpe.GaussianDpEvent):
+        q = float(event.sampling_probability)
+        return [] if q == 0.0 else [(count, q, float(event.event.noise_multiplier), True)]
+    if isinstance(event, dpe.SelfComposedDpEvent):
+        return _pld_gaussian_parts(event.event, count * int(event.count))
+    if isinstance(event, dpe.ComposedDpEvent):
+        out: list[tuple[int, float, float, bool]] = []
+        for e in event.events:
+            part = _pld_gaussian_parts(e, count)
+            if part is None:
+                return None
+            out += part
+        return out
+    return None
+
+
+def _dense_probs(pmf: object) -> np.ndarray | None:
+    # dp_accounting keeps the probabilities of a dense PMF in ``_probs``; a sparse one converts.
+    dense = pmf.to_dense_pmf() if hasattr(pmf, "to_dense_pmf") else pmf
+    probs = getattr(dense, "_probs", None)
+    return None if probs is None else np.asarray(probs, dtype=float)
+
+
+def _pld_part_bytes(count: int, q: float, sigma: float, sampled: bool, interval: float, neighbouring: str) -> float:
+    """Estimated peak bytes of one Gaussian part of a PLD computation (see :func:`pld_memory_estimate`)."""
+    if not sampled:  # PLDAccountant folds T unsampled Gaussians into one with σ/√T
+        sigma, count = sigma / math.sqrt(count), 1
+    if not sigma > 0 or not math.isfinite(1.0 / sigma**2):
+        return math.inf
+    relation = _NEIGHBOURING[neighbouring]
+    if relation == dp_accounting.NeighboringRelation.REPLACE_ONE:
+        adjacencies = [plm.AdjacencyType.REPLACE]
+    else:
+        adjacencies = [plm.AdjacencyType.REMOVE] + ([plm.AdjacencyType.ADD] if q < 1.0 else [])
+    # One step's grid, from the same loss bounds dp_accounting's connect-the-dots uses.
+    spans = []
+    with np.errstate(all="ignore"):
+        for adjacency in adjacencies:
+            bounds = plm.GaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency).connect_dots_bounds()
+            lo, hi = bounds.epsilon_lower, bounds.epsilon_upper
+            if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+                return math.inf
+            spans.append(hi - lo)
+    step_points = [s / interval + 2.0 for s in spans]
+    total = _PLD_BYTES_PER_STEP_POINT * sum(step_points)
+    if count == 1:
+        return total + _PLD_BYTES_PER_COMPOSED_POINT * sum(step_points)
+    if total > PLD_MEMORY_BUDGET:  # hopeless already: skip the probe, bound without truncation
+        return total + _PLD_BYTES_PER_COMPOSED_POINT * sum(step_points) * count
+    # The T-fold self-composition keeps the points inside dp_accounting's Chernoff truncation
+    # bounds (common.compute_self_convolve_bounds). Their width in loss units barely depends on
+    # the step, so they are computed on a coarse grid of ~_PLD_PROBE_POINTS points and rescaled.
+    coarse = max(interval, max(spans) / _PLD_PROBE_POINTS)
+    with np.errstate(all="ignore"):
+        pld = pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=coarse, sampling_prob=q, neighboring_relation=relation)
+    pmfs = [pld._pmf_remove] + ([pld._pmf_add] if len(adjacencies) == 2 else [])  # no public accessor
+    for pmf, points in zip(pmfs, step_points):
+        probs = _dense_probs(pmf)
+        if probs is None:  # unknown internals: assume no truncation at all
+            composed = points * count
+        else:
+            lo_b, hi_b = pld_common.compute_self_convolve_bounds(probs, count, 1e-15)
+            composed = max((hi_b - lo_b + 1) * coarse / interval, points) * 1.25 + points
+        total += _PLD_BYTES_PER_COMPOSED_POINT * composed
+    return total
+
+
+def pld_memory_estimate(event: dpe.DpEvent, *, neighbouring: str = "add_or_remove_one", interval: float = PLD_DISCRETIZATION) -> float | None:
+    """Estimated peak memory (bytes) of ``dp_accounting``'s PLD accountant on ``event``.
+
+    ``dp_accounting`` (0.6.0) builds each step's privacy-loss PMF on a grid of step ``interval``
+    spanning the connect-the-dots loss bounds (Doroshenko et al. 2022), then self-composes it T
+    times with an FFT over the range its Chernoff bound keeps (tail mass 1e-15). Both lengths
+    are predicted here without allocating them: the first from the loss bounds, the second
+    from the same Chernoff bound evaluated on a coarse PMF. Measured peaks stay below the
+    estimate (tests/privacy/test_accountants.py).
+
+    Returns:
+        bytes, possibly ``math.inf``; ``None`` for events holding anything but (Poisson-sampled)
+        Gaussian steps, which are not estimated.
+    """
+    neighbouring = v.choice("neighbouring", neighbouring, tuple(_NEIGHBOURING))
+    parts = _pld_gaussian_parts(_clamp_sigma(_drop_empty(event)))
+    if parts is None:
+        return None
+    return float(sum(_pld_part_bytes(c, q, s, sampled, interval, neighbouring) for c, q, s, sampled in parts if c > 0))
+
+
+def _rdp_supports(event: dpe.DpEvent, neighbouring: str) -> bool:
+    return bool(rdp_privacy_accountant.RdpAccountant(neighboring_relation=_NEIGHBOURING[neighbouring]).supports(event))
+
+
+def _fmt_bytes(n: float) -> str:
+    return "an unbounded amount of memory" if not math.isfinite(n) else f"~{n / 1e9:.3g} GB"
+
+
+def compute_epsilon_detailed(
+    event: dpe.DpEvent,
+    *,
+    delta: float,
+    accountant: str = "pld",
+    neighbouring: str = "add_or_remove_one",
+    memory_budget: float = PLD_MEMORY_BUDGET,
+) -> EpsilonResult:
+    """ε at ``delta`` under the named accountant, with the accountant that actually produced it.
+
+    Like :func:`compute_epsilon`, but never warns: a ``pld`` request whose grid would exceed
+    ``memory_budget`` bytes (:func:`pld_memory_estimate`) is answered by ``rdp``, reported in
+    :attr:`EpsilonResult.computed_by` and :attr:`EpsilonResult.note`.
+
+    Args:
+        event: a ``dp_accounting`` DpEvent describing everything that touched the data.
+        delta: target δ ∈ (0, 1).
+        accountant: one of :data:`ACCOUNTANTS`.
+        neighbouring: ``add_or_remove_one`` (the DP-SGD analysis) or ``replace_one``.
+        memory_budget: bytes the PLD accountant may use (default :data:`PLD_MEMORY_BUDGET`).
+
+    Raises:
+        ValueError: unknown accountant or neighbouring relation, δ outside (0, 1), a step count
+            above :data:`MAX_NUM_STEPS`, or an event the accountant cannot analyse.
+    """
+    delta = v.open_unit("delta", delta)
+    accountant = v.choice("accountant", accountant, ACCOUNTANTS)
+    neighbouring = v.choice("neighbouring", neighbouring, tuple(_NEIGHBOURING))
+    memory_budget = v.positive("memory_budget", memory_budget, allow_inf=True)
+    if not isinstance(event, dpe.DpEvent):
+        raise TypeError(f"event must be a dp_accounting DpEvent, got {event!r}")
+    _check_counts(event)
+    if _contains_non_private(event):
+        return EpsilonResult(math.inf, accountant, accountant)
+    event = _drop_empty(event)
+    if accountant == "strong" and neighbouring != "add_or_remove_one":
+        raise ValueError(f"accountant 'strong' is defined for add_or_remove_one only, got neighbouring={neighbouring!r}")
+    smallest = _smallest_active_sigma(event)
+    if smallest < NOISE_MULTIPLIER_MIN:
+        note = f"noise multiplier {smallest:g} < {NOISE_MULTIPLIER_MIN:g}: epsilon exceeds the floating-point range, reported as inf"
+        return EpsilonResult(math.inf, accountant, accountant, note)
+    event = _clamp_sigma(event)
+    if accountant == "pld":
+        need = pld_memory_estimate(event, neighbouring=neighbouring)
+        if need is not None and need > memory_budget:
+            if not _rdp_supports(event, neighbouring):
+                raise ValueError(f"accountant 'pld' would need {_fmt_bytes(need)} for this event (budget {memory_budget / 1e9:.3g} GB), and 'rdp' cannot analyse it under {neighbouring}")
+            note = f"pld would need {_fmt_bytes(need)} (budget {memory_budget / 1e9:.3g} GB); using rdp instead"
+            return EpsilonResult(_rdp_epsilon(event, delta, neighbouring), accountant, "rdp", note)
+        eps = _pld_epsilon(event, delta, neighbouring)
+        if math.isinf(eps) and _rdp_supports(event, neighbouring):
+            # The event is private (checked above), so an infinite PLD bound means δ lies below
+            # the mass dp_accounting's truncations move to +∞ (~1e-15): RDP still resolves it.
+            rdp = _rdp_epsilon(event, delta, neighbouring)
+            if math.isfinite(rdp):
+                note = f"pld cannot resolve delta={delta:g} (below its truncated tail mass); using rdp instead"
+                return EpsilonResult(rdp, accountant, "rdp", note)
+        return EpsilonResult(eps, accountant, accountant)
+    return EpsilonResult(_DISPATCH[accountant](event, delta, neighbouring), accountant, accountant)
+
+
 def compute_epsilon(event: dpe.DpEvent, *, delta: float, accountant: str = "pld", neighbouring: str = "add_or_remove_one") -> float:
     """ε at ``delta`` of the mechanism described by ``event`` under the named accountant.
+
+    ``pld`` falls back to ``rdp`` (a looser upper bound) when its grid would exceed
+    :data:`PLD_MEMORY_BUDGET`, and then warns with :class:`PLDFallbackWarning`; use
+    :func:`compute_epsilon_detailed` to learn which accountant answered without a warning.
 
     Args:
         event: a ``dp_accounting`` DpEvent describing everything that touched the data.
@@ -294,23 +620,17 @@ def compute_epsilon(event: dpe.DpEvent, *, delta: float, accountant: str = "pld"
         neighbouring: ``add_or_remove_one`` (the DP-SGD analysis) or ``replace_one``.
 
     Returns:
-        ε_UB as a float; ``math.inf`` if the event contains a non-private step.
+        ε_UB as a float; ``math.inf`` if the event contains a non-private step or a noise
+        multiplier below :data:`NOISE_MULTIPLIER_MIN`.
 
     Raises:
-        ValueError: unknown accountant or neighbouring relation, δ outside (0, 1), or an event
-            the accountant cannot analyse.
+        ValueError: unknown accountant or neighbouring relation, δ outside (0, 1), a step count
+            above :data:`MAX_NUM_STEPS`, or an event the accountant cannot analyse.
     """
-    delta = v.open_unit("delta", delta)
-    accountant = v.choice("accountant", accountant, ACCOUNTANTS)
-    neighbouring = v.choice("neighbouring", neighbouring, tuple(_NEIGHBOURING))
-    if not isinstance(event, dpe.DpEvent):
-        raise TypeError(f"event must be a dp_accounting DpEvent, got {event!r}")
-    if _contains_non_private(event):
-        return math.inf
-    event = _drop_empty(event)
-    if accountant == "strong" and neighbouring != "add_or_remove_one":
-        raise ValueError(f"accountant 'strong' is defined for add_or_remove_one only, got neighbouring={neighbouring!r}")
-    return _DISPATCH[accountant](event, delta, neighbouring)
+    result = compute_epsilon_detailed(event, delta=delta, accountant=accountant, neighbouring=neighbouring)
+    if result.fell_back:
+        warnings.warn(result.note, PLDFallbackWarning, stacklevel=2)
+    return result.epsilon
 
 
 def calibrate_noise_multiplier(
@@ -321,11 +641,18 @@ def calibrate_noise_multiplier(
     num_steps: int,
     accountant: str = "pld",
     tolerance: float = 1e-3,
+    memory_budget: float = PLD_SOLVER_MEMORY_BUDGET,
 ) -> float:
     """Smallest noise multiplier σ (to ``tolerance`` relative) with ε(σ) ≤ ``target_epsilon``.
 
     Bisection on σ, keeping the upper end of the bracket, so the returned σ never overshoots
-    the target: ``compute_epsilon`` at the returned σ is always ≤ ``target_epsilon``.
+    the target: ``compute_epsilon`` at the returned σ is always ≤ ``target_epsilon``. The
+    search does not go below σ ≈ 1e-3 (:func:`smallest_noise_multiplier`).
+
+    With ``accountant="pld"``, an evaluation whose grid would exceed ``memory_budget`` bytes
+    uses ``rdp`` instead (see :func:`compute_epsilon_detailed`). That happens for small σ
+    only (the grid shrinks as σ grows), so ε stays monotone in σ, and since the RDP bound is
+    the larger, the returned σ still satisfies the PLD bound ≤ ``target_epsilon``.
     """
     target = v.positive("target_epsilon", target_epsilon)
     delta = v.open_unit("delta", delta)
@@ -336,7 +663,7 @@ def calibrate_noise_multiplier(
 
     def eps(sigma: float) -> float:
         event = sampled_gaussian_event(sampling_rate=sampling_rate, noise_multiplier=sigma, num_steps=steps)
-        return compute_epsilon(event, delta=delta, accountant=accountant)
+        return compute_epsilon_detailed(event, delta=delta, accountant=accountant, memory_budget=memory_budget).epsilon
 
     sigma = smallest_noise_multiplier(eps, target=target, tolerance=tolerance)
     if math.isinf(sigma):
@@ -352,11 +679,17 @@ def calibrate_num_steps(
     noise_multiplier: float,
     accountant: str = "pld",
     max_steps: int = 10**7,
+    memory_budget: float = PLD_SOLVER_MEMORY_BUDGET,
 ) -> int:
-    """Largest number of steps T with ε(T) ≤ ``target_epsilon`` (never overshooting).
+    """Largest number of steps T ≤ ``max_steps`` with ε(T) ≤ ``target_epsilon`` (never overshooting).
+
+    Returns ``max_steps`` itself when even ``max_steps`` steps stay within the target: callers
+    should compare the result with ``max_steps`` to tell "the largest T" from "the cap".
+    With ``accountant="pld"``, evaluations beyond ``memory_budget`` use ``rdp`` (as in
+    :func:`calibrate_noise_multiplier`; the grid grows with T, so ε stays monotone in T).
 
     Raises:
-        ValueError: if even one step exceeds the target.
+        ValueError: if even one step exceeds the target, or ``max_steps`` > :data:`MAX_NUM_STEPS`.
     """
     target = v.positive("target_epsilon", target_epsilon)
     delta = v.open_unit("delta", delta)
@@ -364,10 +697,12 @@ def calibrate_num_steps(
     v.positive("noise_multiplier", noise_multiplier)
     accountant = v.choice("accountant", accountant, ACCOUNTANTS)
     max_steps = v.integer("max_steps", max_steps, minimum=1)
+    if max_steps > MAX_NUM_STEPS:
+        raise ValueError(f"max_steps must be <= 10**18, got {max_steps!r}")
 
     def eps(steps: int) -> float:
         event = sampled_gaussian_event(sampling_rate=sampling_rate, noise_multiplier=noise_multiplier, num_steps=steps)
-        return compute_epsilon(event, delta=delta, accountant=accountant)
+        return compute_epsilon_detailed(event, delta=delta, accountant=accountant, memory_budget=memory_budget).epsilon
 
     steps = largest_num_steps(eps, target=target, max_steps=max_steps)
     if steps == 0:

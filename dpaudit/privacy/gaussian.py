@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from scipy import optimize, special
 
 from dpaudit import _validate as v
@@ -55,8 +56,12 @@ def _log_diff_exp(a: float, b: float) -> float:
 def _delta_for(mu: float, epsilon: float) -> float:
     """δ(ε) of the Gaussian mechanism with Δ/σ = mu (equivalently μ-GDP).
 
-    δ(ε) = Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ).
+    δ(ε) = Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ); μ = 0 (no signal) gives 0, μ = ∞ (no noise) 1.
     """
+    if mu == 0.0:
+        return 0.0
+    if math.isinf(mu):
+        return 1.0 if math.isfinite(epsilon) else 0.0
     a = special.log_ndtr(mu / 2.0 - epsilon / mu)
     b = epsilon + special.log_ndtr(-mu / 2.0 - epsilon / mu)
     out = _log_diff_exp(float(a), float(b))
@@ -79,7 +84,7 @@ def gaussian_delta(*, epsilon: float, sigma: float, sensitivity: float = 1.0) ->
     epsilon = v.non_negative("epsilon", epsilon)
     sigma = v.positive("sigma", sigma)
     sensitivity = v.positive("sensitivity", sensitivity)
-    return _delta_for(sensitivity / sigma, epsilon)
+    return _delta_for(_ratio(sensitivity, sigma), epsilon)
 
 
 def gaussian_epsilon(*, delta: float, sigma: float, sensitivity: float = 1.0) -> float:
@@ -90,16 +95,31 @@ def gaussian_epsilon(*, delta: float, sigma: float, sensitivity: float = 1.0) ->
     delta = v.open_unit("delta", delta)
     sigma = v.positive("sigma", sigma)
     sensitivity = v.positive("sensitivity", sensitivity)
-    return _epsilon_for(sensitivity / sigma, delta)
+    return _epsilon_for(_ratio(sensitivity, sigma), delta)
+
+
+def _ratio(sensitivity: float, sigma: float) -> float:
+    """Δ/σ without spurious overflow/underflow errors (inf and 0 are handled by :func:`_delta_for`)."""
+    with np.errstate(all="ignore"):
+        return float(np.float64(sensitivity) / np.float64(sigma))
 
 
 def _epsilon_for(mu: float, delta: float) -> float:
+    """ε with δ(ε) ≤ ``delta`` for Δ/σ = ``mu``; ∞ when that ε exceeds the float range.
+
+    ε grows like μ²/2, so for μ beyond ~1e154 (σ below ~1e-154 Δ) no finite double bounds it.
+    """
     if _delta_for(mu, 0.0) <= delta:
         return 0.0
     hi = 1.0
     while _delta_for(mu, hi) > delta:
         hi *= 2.0
-    eps = optimize.brentq(lambda e: _delta_for(mu, e) - delta, 0.0, hi, xtol=1e-13, rtol=1e-14)
+        if hi > 1e308:  # doubling once more gives inf, where δ(ε) is NaN: no finite ε
+            return math.inf
+    try:
+        eps = optimize.brentq(lambda e: _delta_for(mu, e) - delta, 0.0, hi, xtol=1e-13, rtol=1e-14)
+    except (ValueError, RuntimeError) as exc:  # not expected: the bracket is checked above
+        raise ValueError(f"could not solve for epsilon at delta={delta!r}, sensitivity/sigma={mu!r}: {exc}") from None
     # Never report an ε whose δ exceeds the target: step up past the root if needed. The step
     # doubles, so this ends in at most ~1100 evaluations even where δ(ε) is flat at the
     # rounding level (target δ within a few ulps of δ(0), root ε ~ 1e-16); a fixed relative
@@ -139,7 +159,7 @@ def classical_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0) -
     sensitivity = v.positive("sensitivity", sensitivity)
     if epsilon > 1.0:
         raise ValueError(f"epsilon must be <= 1 for the classical Gaussian calibration, got {epsilon!r}; use the 'analytic' or 'extended' calibration")
-    return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+    return _finite_sigma(sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon, "classical", epsilon, delta, sensitivity)
 
 
 def analytic_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
@@ -153,19 +173,31 @@ def analytic_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0) ->
     sensitivity = v.positive("sensitivity", sensitivity)
 
     def excess(log_sigma: float) -> float:
-        return math.log(max(_delta_for(1.0 / math.exp(log_sigma), epsilon), 1e-320)) - math.log(delta)
+        return math.log(max(_delta_for(math.exp(-log_sigma), epsilon), 1e-320)) - math.log(delta)
 
+    # ln σ/Δ lies in [-360, 700] for every valid (ε, δ): σ/Δ ≈ 1/√(2ε) ≥ 1e-155 as ε ≤ 1.8e308,
+    # and ≈ 1/(δ√(2π)) ≤ 1e300 as δ(0) ≈ 1/(σ√(2π)) must fall below δ ≥ 5e-324.
     lo, hi = -10.0, 10.0
-    while excess(lo) < 0:
+    while excess(lo) < 0 and lo > -700.0:
         lo -= 10.0
-    while excess(hi) > 0:
+    while excess(hi) > 0 and hi < 700.0:
         hi += 10.0
-    log_sigma = optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=1e-15)
+    try:
+        log_sigma = optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=1e-15)
+    except (ValueError, RuntimeError) as exc:
+        raise ValueError(f"could not solve the analytic Gaussian calibration for epsilon={epsilon!r}, delta={delta!r}: {exc}") from None
     # Check the guarantee on the scaled σ, exactly as gaussian_delta evaluates it: checking at
     # Δ = 1 and then scaling lets rounding of Δ/(Δσ) ≠ 1/σ overshoot δ by an ulp.
-    sigma = sensitivity * math.exp(log_sigma)
-    while _delta_for(sensitivity / sigma, epsilon) > delta:
-        sigma *= 1 + 1e-13
+    sigma = _finite_sigma(sensitivity * math.exp(log_sigma), "analytic", epsilon, delta, sensitivity)
+    while _delta_for(_ratio(sensitivity, sigma), epsilon) > delta:
+        sigma = _finite_sigma(sigma * (1 + 1e-13), "analytic", epsilon, delta, sensitivity)
+    return sigma
+
+
+def _finite_sigma(sigma: float, method: str, epsilon: float, delta: float, sensitivity: float) -> float:
+    """``sigma`` if it is a positive finite double; else a one-line error naming the inputs."""
+    if not (0.0 < sigma < math.inf):
+        raise ValueError(f"the {method} Gaussian sigma for epsilon={epsilon!r}, delta={delta!r}, sensitivity={sensitivity!r} is {sigma!r}, outside the floating-point range; rescale the sensitivity")
     return sigma
 
 
@@ -181,7 +213,7 @@ def extended_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0) ->
     if delta > _EGM_MAX_DELTA:
         raise ValueError(f"delta must be <= {_EGM_MAX_DELTA} for the extended Gaussian mechanism, got {delta!r}")
     s = math.log(math.sqrt(2.0 / math.pi) / delta)
-    return sensitivity * (math.sqrt(s) + math.sqrt(s + epsilon)) / (math.sqrt(2.0) * epsilon)
+    return _finite_sigma(sensitivity * (math.sqrt(s) + math.sqrt(s + epsilon)) / (math.sqrt(2.0) * epsilon), "extended", epsilon, delta, sensitivity)
 
 
 def calibrate_gaussian(*, epsilon: float, delta: float, sensitivity: float = 1.0, method: str = "analytic") -> float:

@@ -11,7 +11,9 @@ def test_epsilon_json_reproduces_reference_vectors(cli):
     code, out, _ = cli.run(*EPS, "--json")
     assert code == 0
     data = json.loads(out)
-    assert set(data) == {"moments", "rdp", "pld", "strong"}
+    assert {"moments", "rdp", "pld", "strong"} <= set(data)
+    # which accountant produced each value: here each one itself (no fallback)
+    assert data["computed_by"] == {n: n for n in ("moments", "rdp", "pld", "strong")} and data["notes"] == {}
     assert data["moments"] == pytest.approx(1.2586, abs=5e-5)
     assert data["rdp"] == pytest.approx(1.0355, abs=5e-5)
     assert data["pld"] == pytest.approx(0.947, rel=0.01)
@@ -66,7 +68,7 @@ def test_epsilon_bad_input_exits_2_with_one_line(cli, argv, needle):
     base.update(dict(zip(argv[0::2], argv[1::2])))
     args = ["epsilon"] + [x for kv in base.items() for x in kv]
     code, out, err = cli.run_exit(*args)
-    assert code == 2 and out == ""
+    assert code == 2 and (out == "" or "error" in json.loads(out))
     assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
 
 
@@ -143,3 +145,87 @@ def test_epsilon_gaussian_bad_sensitivity(cli):
 def test_epsilon_dpsgd_needs_sampling_rate(cli):
     code, _, err = cli.run("epsilon", "--noise-multiplier", "1", "--num-steps", "3", "--delta", "1e-5")
     assert code == 2 and "--sampling-rate" in err
+
+
+# --------------------------------------------------------------------------------------------
+# issue 11: bounded memory (finding 4), no exit 1 (finding 6), no silent cap (finding 9)
+# --------------------------------------------------------------------------------------------
+
+# T = 10^12 asked dp_accounting for a 4 TiB array (an immediate MemoryError, exit 1). The cases
+# that grew past 18 GB before failing run in a memory-capped child: tests/hostile/test_epsilon_bounds.py.
+HUGE_T = ("epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--num-steps", str(10**12), "--delta", "1e-5")
+
+
+def test_pld_beyond_its_memory_budget_falls_back_to_rdp_and_says_so(cli):
+    code, out, err = cli.run(*HUGE_T, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["computed_by"]["pld"] == "rdp" and data["pld"] == data["rdp"]
+    assert {n: by for n, by in data["computed_by"].items() if n != "pld"} == {"moments": "moments", "rdp": "rdp", "strong": "strong"}
+    (line,) = [ln for ln in err.splitlines() if "using rdp instead" in ln]
+    assert line.startswith("dpaudit epsilon: pld: pld would need ~") and "GB" in line and "q=0.01, sigma=4, T=1000000000000" in line
+
+
+def test_pld_fallback_is_marked_in_the_text_output(cli):
+    code, out, _ = cli.run(*HUGE_T, "--accountant", "pld")
+    assert code == 0 and "(computed by rdp)" in out
+
+
+def test_solve_num_steps_reports_reaching_the_cap(cli):
+    # Was: "at most T = 10000000 steps" for a target of 10^6 that T = 10^7 is far from.
+    argv = ("epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--delta", "1e-5", "--target-epsilon", "1e6", "--solve", "num-steps", "--accountant", "rdp")
+    code, out, err = cli.run(*argv, "--max-num-steps", "1000", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["num_steps"] == 1000 and data["max_num_steps"] == 1000 and data["capped"] is True
+    assert any("--max-num-steps 1000" in n and "no T <= 1000 reaches" in n for n in data["solver_notes"])
+    assert "no T <= 1000 reaches epsilon=1e+06" in err
+    code, out, _ = cli.run(*argv, "--max-num-steps", "1000")
+    assert code == 0 and "no T <= 1000 reaches" in out
+
+
+def test_solve_num_steps_below_the_cap_is_not_marked(cli):
+    code, out, _ = cli.run(
+        "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--delta", "1e-5", "--target-epsilon", "1.2586", "--solve", "num-steps", "--accountant", "moments", "--json"
+    )
+    data = json.loads(out)
+    assert code == 0 and data["capped"] is False and data["max_num_steps"] == 10**7 and data["solver_notes"] == []
+
+
+def test_max_num_steps_default_is_documented(cli):
+    code, out, _ = cli.run_exit("epsilon", "--help")
+    assert code == 0 and "--max-num-steps" in out and "10,000,000" in out
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "2.5", str(10**19)])
+def test_max_num_steps_bad_values_exit_2(cli, value):
+    code, _, err = cli.run_exit("epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--delta", "1e-5", "--target-epsilon", "1", "--solve", "num-steps", "--max-num-steps", value)
+    assert code == 2 and "--max-num-steps" in err and len(err.strip().splitlines()) == 1
+    assert "unrecognized" not in err  # the flag exists, and the error is about its value
+
+
+@pytest.mark.parametrize("sigma", ["1e-300", "1e300"])
+def test_extreme_noise_multiplier_exits_0(cli, sigma):
+    # Was: exit 1 (ZeroDivisionError / OverflowError).
+    code, out, err = cli.run("epsilon", "--sampling-rate", "0.01", "--noise-multiplier", sigma, "--num-steps", "10", "--delta", "1e-5", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    if sigma == "1e-300":
+        assert all(data[n] == "inf" for n in ("moments", "rdp", "pld", "strong"))
+        assert "exceeds the floating-point range" in data["notes"]["pld"]
+    else:
+        assert all(0.0 <= data[n] < 0.5 for n in ("moments", "rdp", "pld", "strong"))
+
+
+def test_solve_sigma_for_a_huge_target_says_where_the_search_stops(cli):
+    code, out, err = cli.run("epsilon", "--sampling-rate", "0.01", "--num-steps", "100", "--delta", "1e-5", "--target-epsilon", "1e300", "--accountant", "rdp", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["noise_multiplier"] < 0.002 and any("smaller noise multipliers" in n for n in data["solver_notes"])
+
+
+def test_gaussian_output_is_readable_for_extreme_values(cli):
+    code, out, _ = cli.run("epsilon", "--mechanism", "gaussian", "--noise-multiplier", "1e-100", "--delta", "1e-5")
+    assert code == 0 and len(out) < 200  # was ε printed with 200 digits of %f
+    code, out, _ = cli.run("epsilon", "--mechanism", "gaussian", "--target-epsilon", "1e300", "--delta", "1e-5", "--calibration", "analytic")
+    assert code == 0 and "0.000000" not in out and "e-151" in out  # was "0.000000"

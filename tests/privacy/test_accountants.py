@@ -453,6 +453,7 @@ HALF_OPEN = [(0.0, ValueError), (-0.1, ValueError), (1.0001, ValueError), (NAN, 
 INTEGER0 = [(-1, ValueError), (2.5, TypeError), (100.0, TypeError), (True, TypeError), ("3", TypeError),
             (NAN, TypeError), (None, TypeError)]  # fmt: skip
 INTEGER1 = [(0, ValueError), *INTEGER0]
+HUGE_STEPS = [(10**18 + 1, ValueError), (10**400, ValueError)]
 ACCOUNTANT = [("nope", ValueError), ("RDP", ValueError), ("", ValueError), (None, ValueError), (3, ValueError)]
 NEIGHBOURING = [("replace", ValueError), ("add_remove", ValueError), (None, ValueError)]
 
@@ -461,7 +462,7 @@ PUBLIC = {
     "sampled_gaussian_event": (
         acc.sampled_gaussian_event,
         {"sampling_rate": 0.01, "noise_multiplier": 1.0, "num_steps": 10},
-        {"sampling_rate": HALF_OPEN, "noise_multiplier": POSITIVE, "num_steps": INTEGER0},
+        {"sampling_rate": HALF_OPEN, "noise_multiplier": POSITIVE, "num_steps": INTEGER0 + HUGE_STEPS},
     ),
     "compute_epsilon": (
         lambda **kw: acc.compute_epsilon(_GOOD_EVENT, **kw),
@@ -476,7 +477,7 @@ PUBLIC = {
     "calibrate_num_steps": (
         acc.calibrate_num_steps,
         {"target_epsilon": 2.0, "delta": 1e-5, "sampling_rate": 0.01, "noise_multiplier": 1.0, "accountant": "moments", "max_steps": 1000},  # fmt: skip
-        {"target_epsilon": POSITIVE, "delta": OPEN_UNIT, "sampling_rate": HALF_OPEN, "noise_multiplier": POSITIVE, "accountant": ACCOUNTANT, "max_steps": INTEGER1},  # fmt: skip
+        {"target_epsilon": POSITIVE, "delta": OPEN_UNIT, "sampling_rate": HALF_OPEN, "noise_multiplier": POSITIVE, "accountant": ACCOUNTANT, "max_steps": INTEGER1 + HUGE_STEPS},  # fmt: skip
     ),
 }
 BAD_CASES = [pytest.param(fname, arg, bad, exc, id=f"{fname}-{arg}-{bad!r}") for fname, (_, _, table) in PUBLIC.items() for arg, bads in table.items() for bad, exc in bads]
@@ -561,3 +562,124 @@ def test_laplace_is_supported_by_dp_accounting_backed_accountants(accountant):
     assert 0.0 <= eps
     if accountant == "pld":
         assert eps <= 1.0 + 1e-3
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 11: PLD memory budget, extreme inputs (findings 4 and 6)
+# --------------------------------------------------------------------------------------------
+
+# q = 0.01, σ = 0.05, T = 10^4 grew past 18 GB in dp_accounting's PLD; σ = 0.2 died with
+# std::bad_alloc; T = 10^12 asked for 4 TiB.
+HOPELESS_PLD = [(0.01, 0.05, 10_000), (0.01, 0.2, 10_000), (0.01, 4.0, 10**12), (1.0, 1.0, 10**12)]
+
+
+@pytest.mark.parametrize(("q", "sigma", "steps"), HOPELESS_PLD)
+def test_pld_beyond_budget_falls_back_to_rdp(q, sigma, steps):
+    event = _event(q, sigma, steps)
+    assert acc.pld_memory_estimate(event) > acc.PLD_MEMORY_BUDGET
+    res = acc.compute_epsilon_detailed(event, delta=1e-5, accountant="pld")
+    assert res.accountant == "pld" and res.computed_by == "rdp" and res.fell_back
+    assert res.epsilon == acc.compute_epsilon(event, delta=1e-5, accountant="rdp")
+    assert res.note.startswith("pld would need ~") and "using rdp instead" in res.note
+
+
+def test_compute_epsilon_warns_when_it_falls_back():
+    event = _event(0.01, 0.05, 10_000)
+    with pytest.warns(acc.PLDFallbackWarning, match="using rdp instead"):
+        eps = acc.compute_epsilon(event, delta=1e-5, accountant="pld")
+    assert isinstance(eps, float) and math.isfinite(eps)
+
+
+def test_pld_within_budget_is_unchanged_and_not_a_fallback():
+    event = _event(0.01, 4.0, 10_000)
+    res = acc.compute_epsilon_detailed(event, delta=1e-5, accountant="pld")
+    assert res.computed_by == "pld" and not res.fell_back and res.note == ""
+    assert res.epsilon == pytest.approx(0.947, rel=1e-2)
+    assert acc.pld_memory_estimate(event) < 50e6
+
+
+def test_memory_budget_is_honoured():
+    event = _event(0.01, 4.0, 10_000)
+    res = acc.compute_epsilon_detailed(event, delta=1e-5, accountant="pld", memory_budget=1e3)
+    assert res.computed_by == "rdp"
+
+
+_PEAK_SCRIPT = """
+import resource, sys
+from dpaudit.privacy import accountants as acc
+event = acc.sampled_gaussian_event(sampling_rate=float(sys.argv[1]), noise_multiplier=float(sys.argv[2]), num_steps=int(sys.argv[3]))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+res = acc.compute_epsilon_detailed(event, delta=1e-5, accountant="pld", memory_budget=float("inf"))
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(after - before, acc.pld_memory_estimate(event))
+"""
+
+
+@pytest.mark.parametrize(("q", "sigma", "steps"), [(0.01, 1.0, 10_000), (1.0, 1.0, 1)])
+def test_pld_memory_estimate_bounds_the_measured_peak(q, sigma, steps):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(q), str(sigma), str(steps)], capture_output=True, text=True, check=True, timeout=120).stdout
+    grown, estimate = (float(x) for x in out.split())
+    assert grown <= estimate
+
+
+@pytest.mark.parametrize("accountant", acc.ACCOUNTANTS)
+@pytest.mark.parametrize("sigma", [1e-300, 1e-160, 0.5e-150])
+def test_noise_below_the_floor_is_infinite_epsilon(accountant, sigma):
+    # was ZeroDivisionError (moments, rdp), NaN (moments at 1e-160), 0.0 (rdp at 1e-160!) or OverflowError (strong)
+    res = acc.compute_epsilon_detailed(_event(0.01, sigma, 10), delta=1e-5, accountant=accountant)
+    assert res.epsilon == math.inf and "floating-point range" in res.note
+
+
+@pytest.mark.parametrize("accountant", acc.ACCOUNTANTS)
+def test_huge_noise_is_bounded_by_the_bound_at_less_noise(accountant):
+    # was OverflowError (σ**2 in dp_accounting); more noise is post-processing, so ε(1e300) ≤ ε(100)
+    big = acc.compute_epsilon(_event(0.01, 1e300, 10), delta=1e-5, accountant=accountant)
+    assert 0.0 <= big <= acc.compute_epsilon(_event(0.01, 100.0, 10), delta=1e-5, accountant=accountant) + 1e-12
+
+
+def test_strong_composition_beyond_the_float_range_is_inf():
+    # was OverflowError (math range error): ε0 ≈ 5e6 per step, and the bound holds T·ε0·(e^ε0 − 1)
+    assert acc.compute_epsilon(_event(0.01, 1e-8, 10), delta=1e-5, accountant="strong") == math.inf
+    assert 1e3 < acc.compute_epsilon(_event(0.01, 1e-3, 10), delta=1e-5, accountant="strong") < math.inf
+    # just above the floor, the RDP-based bounds stay huge but finite (the floor is not too high)
+    for name in ("moments", "rdp"):
+        assert 1e15 < acc.compute_epsilon(_event(0.01, 1e-8, 10), delta=1e-5, accountant=name) < math.inf
+        assert 1e299 < acc.compute_epsilon(_event(0.01, 2 * acc.NOISE_MULTIPLIER_MIN, 10), delta=1e-5, accountant=name) < math.inf
+
+
+@pytest.mark.parametrize("delta", [5e-324, 1e-300, 1 - 1e-16])
+@pytest.mark.parametrize("q", [1e-300, 0.01])
+def test_strong_survives_extreme_delta_and_sampling_rate(delta, q):
+    # was "math domain error" (δ_g > 1.25) or ZeroDivisionError (δ_g underflowing to 0)
+    eps = acc.compute_epsilon(_event(q, 1.0, 10), delta=delta, accountant="strong")
+    assert 0.0 <= eps < math.inf
+
+
+def test_pld_below_its_resolution_answers_with_rdp():
+    res = acc.compute_epsilon_detailed(_event(0.01, 1.0, 100), delta=1e-300, accountant="pld")
+    assert res.computed_by == "rdp" and math.isfinite(res.epsilon) and "cannot resolve" in res.note
+
+
+def test_event_counts_beyond_the_limit_are_refused_and_up_to_it_are_cheap():
+    event = dpe.SelfComposedDpEvent(dpe.PoissonSampledDpEvent(0.01, dpe.GaussianDpEvent(1.0)), 10**400)
+    with pytest.raises(ValueError, match="10\\*\\*18"):  # was OverflowError: int too large to convert to float
+        acc.compute_epsilon(event, delta=1e-5, accountant="rdp")
+    for name in acc.ACCOUNTANTS:  # RDP composition is a multiplication; pld falls back
+        assert 0.0 < acc.compute_epsilon_detailed(_event(0.01, 4.0, acc.MAX_NUM_STEPS), delta=1e-5, accountant=name).epsilon < math.inf
+
+
+def test_calibrate_num_steps_under_pld_is_bounded_at_small_sigma():
+    # every evaluation stays within PLD_SOLVER_MEMORY_BUDGET (larger ones use rdp), and the
+    # answer still never overshoots under the full-budget pld bound
+    budget = acc.PLD_SOLVER_MEMORY_BUDGET  # (the default; named so that old code fails fast here)
+    steps = acc.calibrate_num_steps(target_epsilon=300.0, delta=1e-5, sampling_rate=0.01, noise_multiplier=0.3, accountant="pld", memory_budget=budget)
+    assert acc.compute_epsilon(_event(0.01, 0.3, steps), delta=1e-5, accountant="pld") <= 300.0
+
+
+def test_calibrate_noise_multiplier_under_pld_for_a_huge_target():
+    budget = acc.PLD_SOLVER_MEMORY_BUDGET
+    sigma = acc.calibrate_noise_multiplier(target_epsilon=1e300, delta=1e-5, sampling_rate=0.01, num_steps=1000, accountant="pld", memory_budget=budget)
+    assert 0 < sigma < 2e-3

@@ -296,3 +296,37 @@ def test_calibrate_gaussian_validates_for_every_method(method, arg, bad, exc):
 def test_good_inputs_of_bad_input_table_work(fname):
     fn, good, _ = PUBLIC[fname]
     assert math.isfinite(fn(**good))
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 11: extreme values (findings 6 and 9)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sigma", [1e-300, 1e-160])
+def test_gaussian_epsilon_without_representable_answer_is_inf(sigma):
+    # was "The function value at x=inf is NaN; solver cannot continue." (ε ≈ 1/(2σ²) > 1.8e308)
+    assert g.gaussian_epsilon(delta=1e-5, sigma=sigma) == math.inf
+    eps = g.gaussian_epsilon(delta=1e-5, sigma=1e-150)  # huge, but still a double
+    assert 4e299 < eps < 6e299 and g.gaussian_delta(epsilon=eps, sigma=1e-150) <= 1e-5
+
+
+def test_gaussian_delta_at_extreme_ratios():
+    assert g.gaussian_delta(epsilon=1.0, sigma=1e-300, sensitivity=1e300) == 1.0  # Δ/σ overflows: no noise
+    assert g.gaussian_delta(epsilon=1.0, sigma=1e300, sensitivity=1e-300) == 0.0  # Δ/σ underflows: no signal
+    assert g.gaussian_epsilon(delta=1e-5, sigma=1e300, sensitivity=1e-300) == 0.0
+    sigma = g.analytic_sigma(epsilon=1e300, delta=1e-5)  # a huge ε needs a tiny, still positive, σ
+    assert 0 < sigma < 1e-149 and g.gaussian_delta(epsilon=1e300, sigma=sigma) <= 1e-5
+
+
+@pytest.mark.parametrize("method", ["classical", "analytic", "extended"])
+def test_sigma_outside_the_float_range_is_a_one_line_error_naming_the_inputs(method):
+    with pytest.raises(ValueError) as info:
+        g.calibrate_gaussian(epsilon=1e-3, delta=1e-5, sensitivity=1e308, method=method)
+    message = str(info.value)
+    assert "sensitivity=1e+308" in message and "epsilon=0.001" in message and "\n" not in message
+
+
+def test_analytic_sigma_with_denormal_delta_is_a_clear_error():
+    with pytest.raises(ValueError, match="delta=5e-324"):
+        g.analytic_sigma(epsilon=1e-300, delta=5e-324)

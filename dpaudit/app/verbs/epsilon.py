@@ -8,6 +8,12 @@ Thm 2). Imports no torch, so it answers quickly.
 from __future__ import annotations
 
 import argparse
+import logging
+import math
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
 
 from dpaudit import _validate as v
 from dpaudit.app.common import (
@@ -17,10 +23,46 @@ from dpaudit.app.common import (
     delta_type,
     emit,
     fmt_eps,
-    positive_int,
 )
 
 __all__ = ["register"]
+
+
+#: Default of ``--max-num-steps``: the largest T ``--solve num-steps`` searches.
+DEFAULT_MAX_NUM_STEPS = 10**7
+# The smallest σ ``--solve noise-multiplier`` considers (the bisection's lower bracket stops
+# once it falls below 1e-3; see smallest_noise_multiplier).
+_SOLVER_MIN_SIGMA = 1e-3
+
+
+def _num(x: float) -> str:
+    """A number for a terminal: six significant digits, ``inf`` as is (never 200 digits of %f)."""
+    return f"{x:.6g}"
+
+
+def _epsilons(event: object, names: tuple[str, ...], delta: float, setting: str) -> tuple[dict[str, float], dict[str, str], dict[str, str]]:
+    """ε under each accountant, which accountant produced each, and the notes (also on stderr)."""
+    from dpaudit.privacy.accountants import compute_epsilon_detailed
+
+    values: dict[str, float] = {}
+    computed_by: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    for name in names:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = compute_epsilon_detailed(event, delta=delta, accountant=name)
+        for w in dict.fromkeys(str(w.message) for w in caught):  # one line each, no source excerpt
+            print(f"dpaudit epsilon: {name}: warning: {w}", file=sys.stderr)
+        values[name], computed_by[name] = res.epsilon, res.computed_by
+        if res.note:
+            notes[name] = res.note
+            # One line per accountant that fell back (or overflowed), on stderr, so --json stays clean.
+            print(f"dpaudit epsilon: {name}: {res.note} ({setting})", file=sys.stderr)
+    return values, computed_by, notes
+
+
+def _eps_lines(values: dict[str, float], computed_by: dict[str, str]) -> list[str]:
+    return [f"  {n:<8} {fmt_eps(e)}" + (f"  (computed by {computed_by[n]})" if computed_by[n] != n else "") for n, e in values.items()]
 
 
 def _cmd_epsilon(args: argparse.Namespace) -> int:
@@ -32,42 +74,62 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
         sampled_gaussian_event,
     )
 
+    # dp_accounting logs "Negative Renyi divergence ... returning an epsilon of zero" through absl
+    # for ε ≈ 0 settings (huge σ, tiny q); that is the right answer there, and the log lines
+    # would break the one-line stderr of this verb.
+    logging.getLogger("absl").setLevel(logging.ERROR)
     if args.mechanism == "gaussian":
         return _gaussian_epsilon(args)
     if args.sampling_rate is None:
-        raise UsageError("--sampling-rate is required for --mechanism dpsgd")
+        raise UsageError("--sampling-rate is required for --mechanism dpsgd", argument="--sampling-rate")
     names = ACCOUNTANTS if args.accountant == "all" else (args.accountant,)
     q, delta = args.sampling_rate, args.delta
     if args.target_epsilon is None:
         if args.noise_multiplier is None or args.num_steps is None:
             raise UsageError("--noise-multiplier and --num-steps are required unless --target-epsilon is given")
         event = sampled_gaussian_event(sampling_rate=q, noise_multiplier=args.noise_multiplier, num_steps=args.num_steps)
-        values = {n: compute_epsilon(event, delta=delta, accountant=n) for n in names}
-        lines = [f"epsilon at delta={delta:g} for q={q:g}, sigma={args.noise_multiplier:g}, T={args.num_steps}:"]
-        lines += [f"  {n:<8} {fmt_eps(e)}" for n, e in values.items()]
-        emit(args, values, "\n".join(lines))
+        setting = f"q={q:g}, sigma={args.noise_multiplier:g}, T={args.num_steps}"
+        values, computed_by, notes = _epsilons(event, names, delta, setting)
+        lines = [f"epsilon at delta={delta:g} for {setting}:"] + _eps_lines(values, computed_by)
+        # The ε values stay top-level keys (as before); computed_by says which accountant produced each.
+        emit(args, {**values, "computed_by": computed_by, "notes": notes}, "\n".join(lines))
         return EXIT_OK
 
     solve_with = "pld" if args.accountant == "all" else args.accountant
+    notes_solver: list[str] = []
     if args.solve == "noise-multiplier":
         if args.noise_multiplier is not None:
-            raise UsageError(f"--noise-multiplier={args.noise_multiplier!r} conflicts with --solve noise-multiplier; omit it")
+            raise UsageError(f"--noise-multiplier={args.noise_multiplier!r} conflicts with --solve noise-multiplier; omit it", argument="--noise-multiplier")
         if args.num_steps is None:
-            raise UsageError("--num-steps is required to solve for the noise multiplier")
-        sigma = calibrate_noise_multiplier(target_epsilon=args.target_epsilon, delta=delta, sampling_rate=q, num_steps=args.num_steps, accountant=solve_with)
+            raise UsageError("--num-steps is required to solve for the noise multiplier", argument="--num-steps")
+        with warnings.catch_warnings():
+            # Each bisection step may fall back from pld to rdp or warn about the order grid; the
+            # final σ is re-evaluated below and its notes, if any, reported once.
+            warnings.simplefilter("ignore", RuntimeWarning)  # PLDFallbackWarning, edge-of-grid notes
+            try:
+                sigma = calibrate_noise_multiplier(target_epsilon=args.target_epsilon, delta=delta, sampling_rate=q, num_steps=args.num_steps, accountant=solve_with)
+            except ValueError as exc:
+                raise UsageError(str(exc), argument="--target-epsilon") from None
+            if sigma < 2 * _SOLVER_MIN_SIGMA:
+                floor_event = sampled_gaussian_event(sampling_rate=q, noise_multiplier=_SOLVER_MIN_SIGMA, num_steps=args.num_steps)
+                if compute_epsilon(floor_event, delta=delta, accountant=solve_with) <= args.target_epsilon:
+                    notes_solver.append(f"the search stops near sigma = {_SOLVER_MIN_SIGMA:g}; smaller noise multipliers may reach epsilon={args.target_epsilon:g} too")
         steps = args.num_steps
     else:
         if args.num_steps is not None:
-            raise UsageError(f"--num-steps={args.num_steps!r} conflicts with --solve num-steps; omit it")
+            raise UsageError(f"--num-steps={args.num_steps!r} conflicts with --solve num-steps; omit it", argument="--num-steps")
         if args.noise_multiplier is None:
-            raise UsageError("--noise-multiplier is required to solve for the number of steps")
+            raise UsageError("--noise-multiplier is required to solve for the number of steps", argument="--noise-multiplier")
         sigma = args.noise_multiplier
-        try:
-            steps = calibrate_num_steps(target_epsilon=args.target_epsilon, delta=delta, sampling_rate=q, noise_multiplier=sigma, accountant=solve_with)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        cap = args.max_num_steps
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # PLDFallbackWarning, edge-of-grid notes
+            try:
+                steps = calibrate_num_steps(target_epsilon=args.target_epsilon, delta=delta, sampling_rate=q, noise_multiplier=sigma, accountant=solve_with, max_steps=cap)
+            except ValueError as exc:
+                raise UsageError(str(exc), argument="--target-epsilon") from None
     event = sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps)
-    values = {n: compute_epsilon(event, delta=delta, accountant=n) for n in names}
+    values, computed_by, notes = _epsilons(event, names, delta, f"q={q:g}, sigma={sigma:g}, T={steps}")
     payload = {
         "solve": args.solve.replace("-", "_"),
         "accountant": solve_with,
@@ -77,12 +139,26 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
         "noise_multiplier": sigma,
         "num_steps": steps,
         "epsilon": values,
+        "computed_by": computed_by,
+        "notes": notes,
     }
+    if args.solve == "num-steps":
+        capped = steps == args.max_num_steps
+        payload["max_num_steps"] = args.max_num_steps
+        payload["capped"] = capped
+        if capped:
+            reached = values.get(solve_with)
+            got = f"; T = {steps} gives epsilon = {fmt_eps(reached)}" if reached is not None else ""
+            notes_solver.append(f"the search stops at --max-num-steps {steps}: no T <= {steps} reaches epsilon={args.target_epsilon:g}{got}")
+    payload["solver_notes"] = notes_solver
+    for note in notes_solver:
+        print(f"dpaudit epsilon: note: {note}", file=sys.stderr)
     lines = [
         f"target epsilon {args.target_epsilon:g} at delta={delta:g} under '{solve_with}': "
-        + (f"noise multiplier sigma = {sigma:.4f} for T={steps}" if args.solve == "noise-multiplier" else f"at most T = {steps} steps at sigma={sigma:g}"),
+        + (f"noise multiplier sigma = {_num(sigma)} for T={steps}" if args.solve == "noise-multiplier" else f"at most T = {steps} steps at sigma={sigma:g}"),
+        *[f"note: {n}" for n in notes_solver],
         "epsilon reached:",
-    ] + [f"  {n:<8} {fmt_eps(e)}" for n, e in values.items()]
+    ] + _eps_lines(values, computed_by)
     emit(args, payload, "\n".join(lines))
     return EXIT_OK
 
@@ -101,10 +177,15 @@ def _gaussian_epsilon(args: argparse.Namespace) -> int:
     if args.target_epsilon is None:
         if args.noise_multiplier is None:
             raise UsageError("--noise-multiplier or --target-epsilon is required for --mechanism gaussian")
-        sigma = args.noise_multiplier * sens
-        eps = gaussian_epsilon(delta=delta, sigma=sigma, sensitivity=sens)
+        # ε depends on σ/Δ only, i.e. on the noise multiplier: evaluating at Δ = 1 avoids
+        # σ = multiplier x Δ underflowing to 0 (or overflowing) for extreme but valid inputs.
+        eps = gaussian_epsilon(delta=delta, sigma=args.noise_multiplier, sensitivity=1.0)
         payload = {"mechanism": "gaussian", "noise_multiplier": args.noise_multiplier, "sensitivity": sens, "delta": delta, "epsilon": eps}
-        emit(args, payload, f"Gaussian mechanism, sigma = {args.noise_multiplier:g} x sensitivity {sens:g}: exact epsilon at delta={delta:g} is {eps:.6f} (Balle & Wang 2018)")
+        emit(
+            args,
+            payload,
+            f"Gaussian mechanism, sigma = {args.noise_multiplier:g} x sensitivity {sens:g}: exact epsilon at delta={delta:g} is {fmt_eps(eps) if math.isinf(eps) else _num(eps)} (Balle & Wang 2018)",
+        )
         return EXIT_OK
     if args.noise_multiplier is not None:
         raise UsageError(f"--noise-multiplier={args.noise_multiplier!r} conflicts with --target-epsilon for --mechanism gaussian; omit it")
@@ -118,11 +199,27 @@ def _gaussian_epsilon(args: argparse.Namespace) -> int:
             if args.calibration != "all":
                 raise
             sigmas[name], notes[name] = None, str(exc)  # e.g. classical at epsilon > 1
+    if all(val is None for val in sigmas.values()):
+        first = next(iter(notes.values()))
+        raise UsageError(f"no calibration applies to --target-epsilon={args.target_epsilon!r}, --delta={delta!r}, --sensitivity={sens!r} ({first})", argument="--target-epsilon")
     payload = {"mechanism": "gaussian", "target_epsilon": args.target_epsilon, "delta": delta, "sensitivity": sens, "sigma": sigmas}
     lines = [f"Gaussian noise std for epsilon={args.target_epsilon:g}, delta={delta:g}, sensitivity={sens:g}:"]
-    lines += [f"  {n:<9} " + (f"{val:.6f}" if val is not None else f"n/a ({notes[n]})") for n, val in sigmas.items()]
+    lines += [f"  {n:<9} " + (_num(val) if val is not None else f"n/a ({notes[n]})") for n, val in sigmas.items()]
     emit(args, payload, "\n".join(lines))
     return EXIT_OK
+
+
+def _steps_type(name: str) -> Callable[[str], Any]:
+    """A step count in [1, MAX_NUM_STEPS]: accountants convert T to a float, so 10**400 cannot be honoured."""
+    from dpaudit.privacy.accountants import MAX_NUM_STEPS
+
+    def check(n: str, x: Any) -> int:
+        out = v.integer(n, x, minimum=1)
+        if out > MAX_NUM_STEPS:
+            raise ValueError(f"{n} must be <= 10**18, got {out!r}")
+        return out
+
+    return arg(name, check, int)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -142,7 +239,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--sampling-rate", type=arg("--sampling-rate", v.half_open_unit), metavar="Q", help="Poisson sampling rate q = lot size / N, in (0, 1] (dpsgd)")
     p.add_argument("--noise-multiplier", type=arg("--noise-multiplier", v.positive), metavar="SIGMA", help="noise std / clipping norm, > 0")
-    p.add_argument("--num-steps", type=positive_int("--num-steps"), metavar="T", help="number of steps (lots), >= 1")
+    p.add_argument("--num-steps", type=_steps_type("--num-steps"), metavar="T", help="number of steps (lots), 1 to 10**18")
+    p.add_argument(
+        "--max-num-steps",
+        type=_steps_type("--max-num-steps"),
+        default=DEFAULT_MAX_NUM_STEPS,
+        metavar="T",
+        help=f"--solve num-steps searches T up to this (default {DEFAULT_MAX_NUM_STEPS:,}); reaching it is reported, never silent",
+    )
     p.add_argument("--delta", type=delta_type, required=True, metavar="D", help="target delta in (0, 1)")
     p.add_argument("--accountant", choices=(*ACCOUNTANTS, "all"), default="all", help="accountant (default: all)")
     p.add_argument("--target-epsilon", type=arg("--target-epsilon", v.positive), metavar="E", help="solve for the value that reaches this epsilon")
