@@ -201,7 +201,21 @@ def _base(verb: str, flag: str, work: Path, record_dir: Path, external: dict[str
         return ["audit", "--target-epsilon", "2", "--out", out]
     if verb == "attack membership":
         if flag in ("--model-fn", "--weights", "--dataset", "--member-ids", "--non-member-ids"):
-            return ["attack", "membership", "--model-fn", external["model_fn"], "--weights", external["weights"], "--dataset", "digits", "--member-ids", external["ids"], *_owner_of(verb, flag), "--out", out]
+            return [
+                "attack",
+                "membership",
+                "--model-fn",
+                external["model_fn"],
+                "--weights",
+                external["weights"],
+                "--dataset",
+                "digits",
+                "--member-ids",
+                external["ids"],
+                *_owner_of(verb, flag),
+                "--out",
+                out,
+            ]
         extra = ["--executor", "ray"] if flag == "--address" else []
         return ["attack", "membership", "--target", str(record_dir), *_owner_of(verb, flag), *extra, "--out", out]
     if verb == "certify":
@@ -255,9 +269,7 @@ def external(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     from safetensors.torch import save_file
 
     d = tmp_path_factory.mktemp("external")
-    (d / "extmodel.py").write_text(
-        "import torch.nn as nn\n\n\ndef build():\n    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))\n\n\ndef train(dataset, *, seed):\n    return build()\n"
-    )
+    (d / "extmodel.py").write_text("import torch.nn as nn\n\n\ndef build():\n    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))\n\n\ndef train(dataset, *, seed):\n    return build()\n")
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
     save_file({k: t.contiguous() for k, t in model.state_dict().items()}, str(d / "w.safetensors"))
     (d / "ids.json").write_text(json.dumps(list(range(0, 200))))
