@@ -21,6 +21,25 @@ process boundaries; this is transport between our own processes, never a file a 
 receives). :meth:`Executor.run` yields ``(job, result)`` as jobs finish, so callers persist
 each result at once; if the caller stops early (an exception, Ctrl-C), pending jobs are
 cancelled and local workers are stopped, and whatever was already persisted survives.
+
+Local workers die with the process that started them, however it ends (issue "Results that
+cannot lie", finding 5: a SIGKILLed ``dpaudit`` used to leave its workers and multiprocessing's
+resource tracker running for ever). Each worker, before anything else, asks Linux to SIGKILL it
+when its parent dies (``PR_SET_PDEATHSIG``) and starts a watchdog thread that waits on
+multiprocessing's parent sentinel (a pipe that reaches EOF when the parent is gone) and also
+polls ``os.getppid()``, then exits — the portable path, e.g. on macOS. Workers ignore SIGINT:
+Ctrl-C reaches the whole foreground process group, and the parent, which gets it as well, stops
+them itself (without a traceback from every worker). The resource tracker needs nothing of its
+own: it exits at EOF of its pipe, once every process holding the write end (the parent and the
+workers) is dead; a ``forkserver`` exits when the parent's end of its ``alive`` pipe closes.
+Stopping a run early terminates the workers and then unblocks the pool's manager thread, which
+otherwise waits for ever on a result a worker was half-way through sending.
+
+A Ray started here (``ray.init`` without an address) is Ray's to manage: :meth:`RayExecutor.close`
+(and Ray's own exit hook) shut it down on a normal exit or Ctrl-C. After a SIGKILL only Ray's
+own fate-sharing acts: its GCS, raylet and workers die at once, but its dashboard and
+runtime-env agents linger until they give up reporting to the dead GCS (about a minute, seen
+with Ray 2.60). A cluster given by ``address`` is not ours and keeps running.
 """
 
 from __future__ import annotations
@@ -29,6 +48,9 @@ import abc
 import concurrent.futures as cf
 import multiprocessing
 import os
+import signal
+import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +98,75 @@ def _limit_threads(num_threads: int) -> None:
         torch.set_num_interop_threads(num_threads)
     except RuntimeError:  # only settable before the first parallel work; harmless if too late
         pass
+
+
+#: How often a worker's watchdog looks at its parent when the sentinel has said nothing (seconds).
+_WATCH_INTERVAL = 0.5
+#: How long a stopped worker gets to exit after SIGTERM before it is killed (seconds).
+_STOP_TIMEOUT = 5.0
+
+
+def _set_parent_death_signal() -> bool:
+    """Asks the kernel to SIGKILL this process when its parent dies; False where unsupported.
+
+    Linux only (``prctl(PR_SET_PDEATHSIG)``). The signal fires when the *thread* that created this
+    process exits, which is why :class:`LocalExecutor` keeps a pool to the thread that made it.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1  # <linux/prctl.h>
+        return bool(libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0) == 0)
+    except (OSError, AttributeError):  # no libc symbol (e.g. a static or unusual runtime)
+        return False
+
+
+def _watch_parent(parent: Any, parent_pid: int) -> None:
+    """Exits this process once the parent is gone (the watchdog thread's body)."""
+    while True:
+        if parent is not None:
+            # Returns at once when the sentinel pipe reaches EOF: the parent's end closed.
+            parent.join(_WATCH_INTERVAL)
+        else:
+            threading.Event().wait(_WATCH_INTERVAL)
+        if _parent_gone(parent, parent_pid):
+            os._exit(1)  # no cleanup to do for a parent that cannot read any result
+
+
+def _parent_gone(parent: Any, parent_pid: int) -> bool:
+    if parent is not None and not parent.is_alive():
+        return True
+    # Reparenting (to init or a subreaper) happens as the parent exits, even before it is reaped.
+    return os.getppid() != parent_pid
+
+
+def _die_with_parent(parent_pid: int | None, pdeathsig: bool) -> None:
+    """Makes this worker exit when the process that started it dies (see the module docstring).
+
+    Args:
+        parent_pid: the expected direct parent (the caller's pid under spawn); ``None`` (the fork
+            server under forkserver, unknown to the caller) reads it here.
+        pdeathsig: also set Linux's parent-death signal (off only to test the portable path).
+    """
+    parent = multiprocessing.parent_process()  # the process that made the Process object, with its sentinel
+    if parent_pid is None:
+        parent_pid = os.getppid()
+    if pdeathsig:
+        _set_parent_death_signal()
+    # Checked after prctl: a parent that died before it would never send the signal.
+    if _parent_gone(parent, parent_pid):
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent, parent_pid), name="dpaudit-parent-watchdog", daemon=True).start()
+
+
+def _worker_init(num_threads: int, parent_pid: int | None = None, pdeathsig: bool = True) -> None:
+    """Initializer of a :class:`LocalExecutor` worker: die with the parent, ignore Ctrl-C, pin threads."""
+    _die_with_parent(parent_pid, pdeathsig)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _limit_threads(num_threads)
 
 
 def _call(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
@@ -193,26 +284,40 @@ class LocalExecutor(Executor):
             forking a process that has started torch's thread pools can deadlock.
         threads_per_worker: torch / BLAS threads in each worker (default 1).
 
+    Workers exit when this process dies, even by SIGKILL, and ignore SIGINT (this process stops
+    them when it is interrupted); see the module docstring. A pool belongs to the thread that
+    started it: :meth:`run` from another thread starts a new one.
+
     Raises:
         ValueError: ``workers`` < 1 or an unknown start method.
     """
 
     name = "local"
+    #: Workers also set Linux's parent-death signal (tests turn it off to exercise the watchdog alone).
+    _pdeathsig: bool = True
 
     def __init__(self, *, workers: int | None = None, start_method: str = "spawn", threads_per_worker: int = 1) -> None:
         self.workers = v.integer("workers", workers if workers is not None else (os.cpu_count() or 1), minimum=1)
         self.start_method = v.choice("start_method", start_method, ("spawn", "forkserver"))
         self.threads_per_worker = v.integer("threads_per_worker", threads_per_worker, minimum=1)
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._pool_thread: threading.Thread | None = None
+        self._open_runs = 0  # run() generators started and not yet finished or closed
 
     def _ensure_pool(self) -> cf.ProcessPoolExecutor:
+        # Workers start on demand, from the thread that submits, and the parent-death signal
+        # fires when *that thread* ends: a pool is used only by the thread that made it, and
+        # another thread gets a fresh one (the old one's jobs are all finished or cancelled).
+        if self._pool is not None and self._pool_thread is not threading.current_thread():
+            self.close()
         if self._pool is None:
             self._pool = cf.ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context(self.start_method),
-                initializer=_limit_threads,
-                initargs=(self.threads_per_worker,),
+                initializer=_worker_init,
+                initargs=(self.threads_per_worker, os.getpid() if self.start_method == "spawn" else None, self._pdeathsig),
             )
+            self._pool_thread = threading.current_thread()
         return self._pool
 
     def warm_up(self) -> None:
@@ -228,6 +333,7 @@ class LocalExecutor(Executor):
         pool = self._ensure_pool()
         futures = {pool.submit(_call, job.fn, job.kwargs): job for job in jobs}
         finished = False
+        self._open_runs += 1
         try:
             for fut in cf.as_completed(futures):
                 job = futures[fut]
@@ -240,27 +346,53 @@ class LocalExecutor(Executor):
                 yield job, result
             finished = True
         finally:
+            self._open_runs -= 1
             if not finished:
-                for fut in futures:
-                    fut.cancel()
                 # Jobs already running would otherwise keep the CPU busy (and delay exit)
                 # for results nobody will read; stop the workers, a later run starts new ones.
+                # The pending futures are cancelled by the pool's own shutdown: cancelling them
+                # here as well races with its manager thread, which fails on a cancelled future.
                 self._terminate()
 
     def _terminate(self) -> None:
         pool, self._pool = self._pool, None
         if pool is None:
             return
+        # No public API for these before Python 3.14 (and shutdown() drops them): read them first.
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        results = getattr(pool, "_result_queue", None)
         terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
         if terminate is not None:
             terminate()
-            return
-        for proc in list(getattr(pool, "_processes", {}).values()):  # earlier Pythons: no public API
-            if proc.is_alive():
-                proc.terminate()
+        else:
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in processes:
+                if proc.is_alive():
+                    proc.terminate()
+        for proc in processes:
+            proc.join(_STOP_TIMEOUT)
+            if proc.is_alive():  # a job that holds off SIGTERM in native code
+                proc.kill()
+                proc.join(_STOP_TIMEOUT)
+        # A worker stopped while sending its result leaves a partial message, and the pool's
+        # manager thread would wait for the rest for ever, which also hangs interpreter exit
+        # (this process holds the pipe's write end too; seen with results of a few MB). With
+        # the workers gone, closing that end turns the wait into EOF: the pool counts itself
+        # broken and its thread finishes.
+        writer = getattr(results, "_writer", None)
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError:
+                pass
         pool.shutdown(wait=True, cancel_futures=True)
 
     def close(self) -> None:
+        # A run still open here was left by an exception in its caller's loop (Ctrl-C while a
+        # result was being stored): its jobs would run to the end, so stop them as run() does.
+        if self._open_runs:
+            self._terminate()
+            return
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

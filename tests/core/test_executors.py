@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -16,6 +23,8 @@ from dpaudit.executors import (
 )
 from dpaudit.results.record import Membership, TrainedModel
 from dpaudit.seeding import derive_seed
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _jobs(n):
@@ -116,3 +125,118 @@ def test_ray_absent_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_ray)
     with pytest.raises(ImportError, match=r"pip install 'dpaudit\[ray\]'"):
         make_executor("ray")
+
+
+# ----------------------------------------------------------------------------- workers die with their parent
+# A parent script run as a file: spawn workers re-import it, so its job functions need no package.
+_PARENT = """
+import os, sys, time
+import numpy as np
+from dpaudit.executors import Job, LocalExecutor
+
+
+def nap(seconds, marker_dir):
+    open(f"{marker_dir}/{os.getpid()}", "w").close()  # tells the test this worker is in its job
+    time.sleep(seconds)
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    pool = LocalExecutor(workers=2, start_method=sys.argv[2] if len(sys.argv) > 2 else "spawn")
+    if mode == "orphans":  # workers busy for a minute; the test SIGKILLs this process
+        pool._pdeathsig = sys.argv[3] == "pdeathsig"
+        for _ in pool.run([Job(key=f"j{i}", fn=nap, kwargs={"seconds": 60, "marker_dir": sys.argv[4]}) for i in range(4)]):
+            pass
+    else:  # stop early while workers are sending results of tens of MB
+        it = pool.run([Job(key=f"j{i}", fn=np.zeros, kwargs={"shape": 4_000_000}) for i in range(200)])
+        for n, _ in enumerate(it):
+            if n == 10:
+                break
+        it.close()
+        print("closed", flush=True)
+"""
+
+
+def _proc_stat(pid):
+    try:
+        raw = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return None
+    return raw[raw.rfind(")") + 2 :].split()  # state, ppid, pgrp, session, ...
+
+
+def _descendants(root):
+    table = {int(p): st for p in os.listdir("/proc") if p.isdigit() and (st := _proc_stat(p)) is not None}
+    found, frontier = set(), [root]
+    while frontier:
+        parent = frontier.pop()
+        kids = {pid for pid, st in table.items() if int(st[1]) == parent} - found
+        found |= kids
+        frontier.extend(kids)
+    return found
+
+
+def _alive(pid):
+    st = _proc_stat(pid)
+    return st is not None and st[0] not in ("Z", "X")  # a zombie runs nothing
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds processes through Linux's /proc")
+@pytest.mark.parametrize(
+    "start_method, guard",
+    [
+        ("spawn", "pdeathsig"),  # Linux: the kernel kills the worker with its parent
+        ("spawn", "watchdog"),  # elsewhere (macOS): the worker's thread sees the parent's pipe close
+        ("forkserver", "pdeathsig"),  # the fork server exits with the parent, its workers with it
+    ],
+)
+def test_workers_and_resource_tracker_die_when_the_parent_is_killed(tmp_path, start_method, guard):
+    script = tmp_path / "parent.py"
+    script.write_text(_PARENT)
+    markers = tmp_path / "in-job"
+    markers.mkdir()
+    proc = subprocess.Popen([sys.executable, str(script), "orphans", start_method, guard, str(markers)], cwd=ROOT, stderr=subprocess.DEVNULL, env=_env())
+    procs: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(markers.iterdir())) < 2:  # both workers are in a job
+            assert time.monotonic() < deadline and proc.poll() is None, "the pool's workers did not start their jobs within 120 s"
+            time.sleep(0.1)
+        procs = _descendants(proc.pid)
+        assert len(procs) >= 3 and any("resource_tracker" in _cmdline(p) for p in procs), {p: _cmdline(p) for p in procs}
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = {p: _cmdline(p) for p in procs if _alive(p)}
+        assert not left, f"alive 10 s after the parent was killed: {left}"
+    finally:
+        proc.kill()
+        for p in procs:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def test_stopping_a_run_while_workers_send_large_results_does_not_hang(tmp_path):
+    # A worker terminated half-way through sending its result used to leave the pool's manager
+    # thread waiting for the rest for ever: the caller, then interpreter exit, hung.
+    script = tmp_path / "parent.py"
+    script.write_text(_PARENT)
+    try:
+        done = subprocess.run([sys.executable, str(script), "early-stop"], cwd=ROOT, capture_output=True, text=True, timeout=90, env=_env())
+    except subprocess.TimeoutExpired:
+        pytest.fail("stopping the run early hung")
+    assert done.returncode == 0 and "closed" in done.stdout, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
+def _cmdline(pid):
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
