@@ -5,8 +5,12 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Offline dataset copies; the embedded default (digits) needs none.
-export DPAUDIT_DATA_ROOT ?= $(abspath ../shared/data)
+# Offline dataset copies, where this checkout has them beside it; the embedded default (digits)
+# needs none. A data root that is named but missing is an error, so it is only named if present.
+SHARED_DATA := $(abspath ../shared/data)
+ifneq ($(wildcard $(SHARED_DATA)),)
+export DPAUDIT_DATA_ROOT ?= $(SHARED_DATA)
+endif
 RUN_DIR ?= runs/demo
 
 .PHONY: demo test test-slow install clean
