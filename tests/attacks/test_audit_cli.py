@@ -149,6 +149,7 @@ def test_editing_the_training_function_never_reuses_its_old_verdict(tmp_path, ca
     code, p = _main(capsys, *argv)  # same --out, same flags, new code
     assert code == 3, p.err
     assert "reusing" not in p.err and json.loads(p.out)["audit_dir"] != first["audit_dir"]
+    assert f"stored trials in {first['audit_dir']} were made by different code (train_fn_sha256 differ); starting afresh in" in p.err
     # with a fixed --name the stored trials of the old code are refused, naming what differs
     code, p = _main(capsys, *argv, "--name", "fixed")
     fnmod.write_text(_FNMOD.format(body=_BENIGN))

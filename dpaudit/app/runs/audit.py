@@ -81,6 +81,28 @@ class DatasetRef:
 
 
 # ----------------------------------------------------------------------------- training
+def _say_if_superseded(run: RunDir, name: str, cfg: Mapping[str, Any]) -> None:
+    """Says so when the run holds trials of this very audit made by other code or other members.
+
+    Those trials are never reused (the fingerprints are part of the audit's name); the line tells
+    a user who reran after editing their training function why nothing was reused.
+    """
+    from dpaudit.store import read_json
+
+    ours = json.loads(json.dumps(to_jsonable(dict(cfg))))
+    for config_file in sorted((run.path / "audits").glob("*/config.json")):
+        if config_file.parent.name == name:
+            continue
+        try:
+            stored = read_json(config_file)
+        except ValueError:
+            continue
+        differ = sorted(k for k in ours if stored.get(k) != ours[k])
+        if differ and all(k.endswith("_sha256") for k in differ):
+            what = "different code" if any(k.startswith("train_fn") for k in differ) else "different data"
+            print(f"stored trials in {config_file.parent} were made by {what} ({', '.join(differ)} differ); starting afresh in {run.audit_dir(name)}", file=sys.stderr)
+
+
 def resolve_train_fn(spec: str) -> Callable[..., nn.Module]:
     """A third-party ``train(dataset, *, seed) -> nn.Module`` from ``module:function`` or ``file.py:function``.
 
@@ -409,6 +431,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
                 config={**cfg, "audit_name": name},
                 **common,
             )
+        _say_if_superseded(run, name, cfg)
         # One writer per audit directory: a second process with the same audit waits for no one
         # and mixes nothing; it is refused, naming the holder.
         with unit_lock(run.path, f"audit-{name}"):
