@@ -9,11 +9,14 @@ the name, so streams are independent and reproducible across processes and machi
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from dpaudit import _validate as v
+
+if TYPE_CHECKING:  # torch only where a torch generator is asked for, so numpy users stay torch-free
+    import torch
 
 __all__ = ["derive_seed", "numpy_rng", "torch_generator"]
 
@@ -38,6 +41,8 @@ def numpy_rng(seed: int, *components: str | int) -> np.random.Generator:
 
 def torch_generator(seed: int, *components: str | int, device: str | torch.device = "cpu") -> torch.Generator:
     """A torch generator on the named stream (on ``device``)."""
+    import torch
+
     gen = torch.Generator(device=device)
     gen.manual_seed(derive_seed(seed, *components))
     return gen
