@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dpaudit import _validate as v
+from dpaudit.privacy.pate import check_votes
 from dpaudit.seeding import numpy_rng
 
 __all__ = [
@@ -123,27 +124,9 @@ def validate_votes(votes: Any, *, name: str = "votes") -> np.ndarray:
         ValueError: wrong shape, fewer than two classes, negative, non-finite or fractional
             counts.
     """
-    if hasattr(votes, "detach") and hasattr(votes, "numpy"):
-        votes = votes.detach().cpu().numpy()
-    arr = np.asarray(votes)
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be 2-D (queries x classes), got shape {arr.shape}")
-    if arr.shape[1] < 2:
-        raise ValueError(f"{name} must have at least 2 classes (columns), got shape {arr.shape}")
-    if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must hold integer vote counts, got dtype {arr.dtype}")
-    if arr.size:
-        if arr.dtype.kind == "f":
-            if not np.all(np.isfinite(arr)):
-                raise ValueError(f"{name} must hold finite vote counts, got {arr[~np.isfinite(arr)][0]!r}")
-            frac = arr != np.floor(arr)
-            if frac.any():
-                i, j = (int(k) for k in np.argwhere(frac)[0])
-                raise ValueError(f"{name} must hold whole vote counts, got {float(arr[i, j])!r} at query {i}, class {j}")
-        if arr.min() < 0:
-            i, j = (int(k) for k in np.argwhere(arr < 0)[0])
-            raise ValueError(f"{name} must hold non-negative vote counts, got {arr[i, j].item()!r} at query {i}, class {j}")
-    return _readonly(np.array(arr, dtype=np.int64))
+    # One validation for the aggregators and the analysis (dpaudit.privacy.pate); only the
+    # analysis needs every row to count the same teachers.
+    return check_votes(votes, name=name, equal_totals=False, allow_empty=True)
 
 
 def plurality(votes: Any) -> np.ndarray:
