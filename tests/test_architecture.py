@@ -63,7 +63,9 @@ def _modules_after_import(statement: str) -> set[str]:
     "statement",
     [
         "import dpaudit.results, dpaudit.results.record, dpaudit.results.membership, dpaudit.results.evasion",
-        "import dpaudit.privacy.claims, dpaudit.privacy.audit, dpaudit.privacy.gaussian",
+        "import dpaudit.privacy.claims, dpaudit.privacy.audit, dpaudit.privacy.gaussian, dpaudit.privacy.pate, dpaudit.seeding",
+        # `dpaudit pate analyze` is the PATE analysis of a vote matrix: numpy and scipy only.
+        "from dpaudit.app.cli import build_parser; build_parser(['pate', 'analyze', '--help'])",
         # What `dpaudit --help` and `dpaudit epsilon ...` load before they run.
         "from dpaudit.app.cli import build_parser; build_parser(['--help'])",
         "from dpaudit.app.cli import main; main(['epsilon', '--sampling-rate', '0.01', '--noise-multiplier', '1', '--num-steps', '10', '--delta', '1e-5'])",

@@ -37,6 +37,7 @@ VERBS: dict[str, str] = {
     "attack": "run attacks (membership inference) against a trained model",
     "certify": "certified vs conventional accuracy of a noise-layer model, beside evasion attacks",
     "report": "render every stored result of a run directory as HTML and Markdown",
+    "pate": "PATE: the privacy analysis of a teacher-vote matrix from any implementation",
 }
 
 
@@ -160,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except UsageError as exc:
         return _report_error(argv, exc.prog or "dpaudit", str(exc), argument=exc.argument, status=EXIT_USAGE)
-    prog = " ".join(["dpaudit", args.command, *([args.attack_kind] if getattr(args, "attack_kind", None) else [])])
+    prog = " ".join(["dpaudit", args.command, *(kind for kind in (getattr(args, "attack_kind", None), getattr(args, "pate_kind", None)) if kind)])
     try:
         check_size_limits(args)
         check_device(args)

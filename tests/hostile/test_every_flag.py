@@ -28,7 +28,7 @@ from dpaudit.app.cli import _leaf_parsers, build_parser, main
 NUMERIC_VALUES = ("0", "-1", "nan", "inf", "-inf", "1e300", "abc", "")
 CHOICE_VALUES = ("", "bogus")
 #: Flags whose value is a path to an existing file, and flags naming a directory (created or read).
-FILE_FLAGS = {"--claim", "--weights", "--member-ids", "--non-member-ids"}
+FILE_FLAGS = {"--claim", "--weights", "--member-ids", "--non-member-ids", "--votes", "--answered"}
 DIR_FLAGS = {"--out", "--data-root", "--target"}
 #: Flags whose value is free text with its own syntax, and the hostile values each gets.
 TEXT_FLAGS: dict[str, tuple[str, ...]] = {
@@ -70,6 +70,12 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("epsilon", "--sensitivity", "1e300"): "a huge sensitivity is a valid question (ε is huge)",
     ("epsilon", "--target-epsilon", "1e300"): "solved: σ tiny, answer printed",
     ("epsilon", "--noise-multiplier", "1e300"): "ε ≈ 0 is the answer",
+    ("pate analyze", "--sigma", "1e300"): "so much noise that ε ≈ 0: the answer",
+    ("pate analyze", "--laplace-scale", "1e300"): "so much noise that ε ≈ 0: the answer",
+    ("pate analyze", "--threshold", "1e300"): "a threshold never met: nothing is answered, ε is the threshold step's",
+    ("pate analyze", "--threshold-sigma", "1e300"): "a threshold step that reveals nothing",
+    ("pate analyze", "--smooth-sensitivity-sigma", "1e300"): "a release drowned in noise: valid, useless",
+    ("pate analyze", "--seed", "0"): "seed 0 is a seed",
     ("train", "--noise-multiplier", "1e300"): "a claim of ε ≈ 0 for a model that is all noise: valid, useless",
     ("audit", "--noise-multiplier", "1e300"): "a claim of ε ≈ 0: valid, useless",
     ("audit", "--claim-noise-multiplier", "1e300"): "a third party may claim ε ≈ 0; the audit then tests it",
@@ -133,7 +139,7 @@ def test_every_flag_is_covered() -> None:
     """A new flag whose value this table cannot classify must be classified here, not forgotten."""
     assert not UNCLASSIFIED, f"add these flags to FILE_FLAGS, DIR_FLAGS or TEXT_FLAGS: {UNCLASSIFIED}"
     verbs = {c.verb for c in CASES}
-    assert {"epsilon", "datasets", "train", "audit", "attack membership", "certify", "report"} <= verbs
+    assert {"epsilon", "datasets", "train", "audit", "attack membership", "certify", "report", "pate analyze"} <= verbs
 
 
 # ----------------------------------------------------------------------------- running one case
@@ -222,6 +228,15 @@ def _base(verb: str, flag: str, work: Path, record_dir: Path, external: dict[str
         return ["certify", "--target", str(record_dir), "--out", out]
     if verb == "report":
         return ["report"]
+    if verb == "pate analyze":
+        votes = ["pate", "analyze", "--votes", external["votes"]]
+        if flag == "--laplace-scale":
+            return [*votes, "--laplace-scale", "20"]
+        if flag in ("--threshold", "--threshold-sigma", "--answered"):
+            return [*votes, "--sigma", "40", "--threshold", "200", "--threshold-sigma", "150", "--answered", external["answered"]]
+        if flag.startswith("--smooth-sensitivity"):
+            return [*votes, "--sigma", "40", "--smooth-sensitivity-beta", "0.03", "--smooth-sensitivity-sigma", "15"]
+        return [*votes, "--sigma", "40"]
     raise AssertionError(f"no base command for verb {verb!r}")
 
 
@@ -273,7 +288,18 @@ def external(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
     save_file({k: t.contiguous() for k, t in model.state_dict().items()}, str(d / "w.safetensors"))
     (d / "ids.json").write_text(json.dumps(list(range(0, 200))))
-    return {"model_fn": f"{d / 'extmodel.py'}:build", "train_fn": f"{d / 'extmodel.py'}:train", "weights": str(d / "w.safetensors"), "ids": str(d / "ids.json")}
+    import numpy as np
+
+    np.save(d / "votes.npy", np.array([[200, 30, 10, 10, 0, 0, 0, 0, 0, 0]] * 20, dtype=np.int64))
+    np.save(d / "answered.npy", np.arange(20) % 2 == 0)
+    return {
+        "votes": str(d / "votes.npy"),
+        "answered": str(d / "answered.npy"),
+        "model_fn": f"{d / 'extmodel.py'}:build",
+        "train_fn": f"{d / 'extmodel.py'}:train",
+        "weights": str(d / "w.safetensors"),
+        "ids": str(d / "ids.json"),
+    }
 
 
 @pytest.mark.parametrize("case", VALUE_CASES, ids=lambda c: f"{c.verb or 'top'}:{c.flag}")

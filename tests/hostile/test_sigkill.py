@@ -151,6 +151,17 @@ class Scenario:
     ready: Callable[[Path, dict[int, int]], bool] | None = None
 
 
+def _pate_argv(out: Path, targets: dict[str, Path]) -> list[str]:
+    """A vote matrix large enough that the analysis is still running when killed."""
+    import numpy as np
+
+    votes = np.zeros((200_000, 10), dtype=np.int64)
+    votes[:, 0], votes[:, 1] = 200, 50
+    path = out.parent / "votes.npy"
+    np.save(path, votes)
+    return ["pate", "analyze", "--votes", str(path), "--sigma", "40", "--delta", "1e-5"]
+
+
 # Long enough that each is still running when killed.
 SCENARIOS: dict[str, Scenario] = {
     "epsilon": Scenario(lambda out, t: ["epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--num-steps", "100000", "--delta", "1e-5"]),
@@ -168,6 +179,7 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "certify": Scenario(lambda out, t: ["certify", "--target", str(t["pixeldp"]), "--num-draws", "100000", "--out", str(out)]),
     "report": Scenario(lambda out, t: ["report", str(t["nonprivate"])]),
+    "pate": Scenario(_pate_argv),
 }
 
 

@@ -1,0 +1,173 @@
+"""``dpaudit pate analyze``: the privacy analysis of a PATE vote matrix from any implementation.
+
+Papernot et al. (2017) for LNMax's moments analysis, (2018) for GNMax's data-dependent RDP
+(Theorem 6 with Proposition 10), Confident-GNMax's expected cost and the smooth-sensitivity
+release of a data-dependent ε (§4.2, Appendix C). The mathematics is
+:mod:`dpaudit.privacy.pate`; this verb reads the votes, picks the analysis and prints it. Every
+ε it prints says whether it depends on the votes and whether it was sanitised. Torch-free.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from dpaudit import _validate as v
+from dpaudit.app.common import EXIT_OK, UsageError, arg, delta_type, emit, fmt_eps, path_type, seed_type
+
+__all__ = ["register"]
+
+AGGREGATORS = ("gnmax", "confident-gnmax", "lnmax")
+
+
+def _load_array(flag: str, path: str) -> Any:
+    import numpy as np
+
+    try:
+        return np.load(Path(path), allow_pickle=False)
+    except ValueError as exc:  # an object array (a pickle) or a malformed header
+        raise UsageError(f"{flag}={path!r} is not a plain .npy array ({str(exc).splitlines()[0]})", argument=flag) from None
+    except (OSError, EOFError) as exc:
+        raise UsageError(f"{flag}={path!r} cannot be read as .npy ({exc})", argument=flag) from None
+
+
+def _aggregator(args: argparse.Namespace) -> str:
+    """The aggregator: as given, or implied by the noise flags (one of them only)."""
+    implied = "lnmax" if args.laplace_scale is not None else "confident-gnmax" if args.threshold is not None else "gnmax"
+    name = args.aggregator or implied
+    if name == "lnmax":
+        if args.laplace_scale is None:
+            raise UsageError("--aggregator lnmax needs --laplace-scale B (b = 1/gamma; the 2017 MNIST setting is 20)", argument="--laplace-scale")
+        for flag, value in (("--sigma", args.sigma), ("--threshold", args.threshold), ("--threshold-sigma", args.threshold_sigma)):
+            if value is not None:
+                raise UsageError(f"{flag}={value!r} does not apply to --aggregator lnmax", argument=flag)
+        return name
+    if args.laplace_scale is not None:
+        raise UsageError(f"--laplace-scale={args.laplace_scale!r} applies to --aggregator lnmax, not {name}", argument="--laplace-scale")
+    if args.sigma is None:
+        raise UsageError(f"--aggregator {name} needs --sigma S (the GNMax noise; 40 in the 2018 MNIST setting)", argument="--sigma")
+    if name == "confident-gnmax" and (args.threshold is None or args.threshold_sigma is None):
+        raise UsageError("--aggregator confident-gnmax needs --threshold T and --threshold-sigma S1", argument="--threshold")
+    if name == "gnmax" and (args.threshold is not None or args.threshold_sigma is not None):
+        raise UsageError("--threshold/--threshold-sigma apply to --aggregator confident-gnmax", argument="--threshold")
+    return name
+
+
+def _release(pate: Any, name: str, votes: Any, args: argparse.Namespace, answered: Any, beta: float, sigma_ss: float) -> Any:
+    """The smooth-sensitivity release of the data-dependent ε (2018, §4.2), for GNMax or Confident-GNMax."""
+    if name == "gnmax":
+        release = pate.release_gnmax_epsilon(votes, sigma=args.sigma, delta=args.delta, beta=beta, sigma_ss=sigma_ss, seed=args.seed)
+    else:
+        if answered is None:
+            raise UsageError("--smooth-sensitivity-* with --aggregator confident-gnmax needs --answered (which queries the mechanism answered)", argument="--answered")
+        release = pate.release_confident_gnmax_epsilon(
+            votes, threshold=args.threshold, threshold_sigma=args.threshold_sigma, sigma=args.sigma, delta=args.delta, answered=answered, beta=beta, sigma_ss=sigma_ss, seed=args.seed
+        )
+    return release
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from dpaudit.privacy import pate
+
+    name = _aggregator(args)
+    smooth = (args.smooth_sensitivity_beta, args.smooth_sensitivity_sigma)
+    if (smooth[0] is None) != (smooth[1] is None):
+        raise UsageError("--smooth-sensitivity-beta and --smooth-sensitivity-sigma go together", argument="--smooth-sensitivity-beta")
+    if smooth[0] is not None and name == "lnmax":
+        raise UsageError("the smooth-sensitivity release is defined for GNMax and Confident-GNMax, not --aggregator lnmax", argument="--smooth-sensitivity-beta")
+    if args.answered is not None and name != "confident-gnmax":
+        raise UsageError(f"--answered applies to --aggregator confident-gnmax, not {name}", argument="--answered")
+    try:
+        votes = pate.check_votes(_load_array("--votes", args.votes), name="--votes")
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc), argument="--votes") from None
+    answered = None
+    if args.answered is not None:
+        import numpy as np
+
+        answered = np.asarray(_load_array("--answered", args.answered))
+        if answered.dtype != bool or answered.shape != (votes.shape[0],):
+            raise UsageError(f"--answered must be a boolean .npy of shape ({votes.shape[0]},) (one entry per query), got {answered.dtype} {answered.shape}", argument="--answered")
+
+    analysis: Any
+    if name == "lnmax":
+        analysis = pate.analyze_lnmax(votes, laplace_scale=args.laplace_scale, delta=args.delta)
+    elif name == "gnmax":
+        analysis = pate.analyze_gnmax(votes, sigma=args.sigma, delta=args.delta)
+    else:
+        analysis = pate.analyze_confident_gnmax(votes, threshold=args.threshold, threshold_sigma=args.threshold_sigma, sigma=args.sigma, delta=args.delta, answered=answered)
+    dep, ind = analysis.data_dependent, analysis.data_independent
+    payload: dict[str, Any] = {
+        "aggregator": name,
+        "num_queries": int(votes.shape[0]),
+        "num_teachers": int(votes[0].sum()),
+        "num_classes": int(votes.shape[1]),
+        "delta": args.delta,
+        "epsilon_data_independent": ind.epsilon,
+        "epsilon_data_dependent": dep.epsilon,
+        "epsilon_data_dependent_improved": dep.epsilon_improved,
+        "order": dep.order,
+        "data_dependent": True,
+        "sanitised": False,
+    }
+    if name == "confident-gnmax":
+        payload["expected_answered"] = dep.expected_answered
+        payload["num_answered"] = None if answered is None else int(answered.sum())
+    lines = [
+        f"PATE {name}: {votes.shape[0]} queries, {int(votes[0].sum())} teachers, {votes.shape[1]} classes, delta={args.delta:g}",
+        f"  epsilon, data-independent        {fmt_eps(ind.epsilon)}  (order {ind.order:g})",
+        f"  epsilon, data-dependent          {fmt_eps(dep.epsilon)}  (order {dep.order:g}; improved conversion {fmt_eps(dep.epsilon_improved)})",
+    ]
+    if name == "confident-gnmax":
+        lines.append(f"  expected answered queries        {dep.expected_answered:.1f}" + ("" if answered is None else f" (answered: {int(answered.sum())})"))
+    if smooth[0] is not None:
+        beta, sigma_ss = smooth
+        try:
+            release = _release(pate, name, votes, args, answered, beta, sigma_ss)
+        except ValueError as exc:  # the library names beta / sigma_ss / order; the user typed these flags
+            raise UsageError(f"--smooth-sensitivity-beta={beta:g} --smooth-sensitivity-sigma={sigma_ss:g}: {exc}", argument="--smooth-sensitivity-beta") from None
+        payload.update(
+            epsilon_smooth_sensitivity=release.epsilon,
+            smooth_sensitivity={"order": release.order, "beta": release.beta, "sigma_ss": release.sigma_ss, "smooth_sensitivity": release.smooth_sensitivity, "seed": release.seed},
+        )
+        lines.append(f"  epsilon, released (smooth sens.) {fmt_eps(release.epsilon)}  (order {release.order:g}, beta={beta:g}, sigma_ss={sigma_ss:g}, SS={release.smooth_sensitivity:.3g})")
+    if name == "lnmax":
+        lines.append("  the data-dependent epsilon depends on the private votes and is not sanitised: do not publish it as is")
+    else:
+        lines.append(
+            "  a data-dependent epsilon depends on the private votes: publish only the smooth-sensitivity release" + (" above" if smooth[0] is not None else " (--smooth-sensitivity-beta/-sigma)")
+        )
+    emit(args, payload, "\n".join(lines))
+    return EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Adds ``pate`` (with ``analyze``) to the ``dpaudit`` parser."""
+    p = sub.add_parser("pate", help="PATE: the privacy analysis of a teacher-vote matrix", description="PATE (Papernot et al. 2017, 2018) tools.")
+    kinds = p.add_subparsers(dest="pate_kind", metavar="KIND", parser_class=type(p))
+    kinds.required = True
+    a = kinds.add_parser(
+        "analyze",
+        help="data-independent and data-dependent epsilon of a vote matrix",
+        description=(
+            "The privacy analysis of a PATE vote matrix (queries x classes, integer counts; every row sums to the number of teachers) "
+            "from any implementation: LNMax's moments analysis (2017), GNMax's data-dependent RDP (2018, Theorem 6 with Proposition 10), "
+            "Confident-GNMax's threshold step and expected cost, on the 2018 order grid with the standard and the improved conversion; "
+            "optionally the smooth-sensitivity release of the data-dependent epsilon (GNSS). A data-dependent epsilon is private: it is "
+            "marked as such, and only its sanitised release is safe to publish."
+        ),
+    )
+    a.add_argument("--votes", required=True, type=path_type("--votes", must_exist="file"), metavar="VOTES.npy", help="vote matrix, .npy of shape queries x classes")
+    a.add_argument("--aggregator", choices=AGGREGATORS, help="default: lnmax with --laplace-scale, confident-gnmax with --threshold, else gnmax")
+    a.add_argument("--sigma", type=arg("--sigma", v.positive), metavar="S", help="GNMax noise sigma (sigma2 of Confident-GNMax)")
+    a.add_argument("--threshold", type=arg("--threshold", v.positive), metavar="T", help="Confident-GNMax threshold T")
+    a.add_argument("--threshold-sigma", type=arg("--threshold-sigma", v.positive), metavar="S1", help="Confident-GNMax threshold noise sigma1")
+    a.add_argument("--laplace-scale", type=arg("--laplace-scale", v.positive), metavar="B", help="LNMax Laplace scale b = 1/gamma (each answer is (2/b, 0)-DP)")
+    a.add_argument("--answered", type=path_type("--answered", must_exist="file"), metavar="MASK.npy", help="Confident-GNMax: boolean .npy, which queries were answered")
+    a.add_argument("--delta", type=delta_type, default=1e-5, help="delta (default 1e-5)")
+    a.add_argument("--smooth-sensitivity-beta", type=arg("--smooth-sensitivity-beta", v.positive), metavar="BETA", help="beta of the smooth-sensitivity release")
+    a.add_argument("--smooth-sensitivity-sigma", type=arg("--smooth-sensitivity-sigma", v.positive), metavar="S_SS", help="sigma_ss of the smooth-sensitivity release")
+    a.add_argument("--seed", type=seed_type, default=0, help="seed of the release noise (default 0)")
+    a.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    a.set_defaults(func=_cmd_analyze)

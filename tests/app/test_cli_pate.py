@@ -1,0 +1,103 @@
+"""``dpaudit pate analyze``: pate.md's test vectors through the command line, and bad vote matrices."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpaudit.privacy import pate
+
+
+def _votes(tmp_path: Path, rows: list[list[int]], repeat: int = 1, name: str = "votes.npy") -> str:
+    path = tmp_path / name
+    np.save(path, np.array(rows * repeat, dtype=np.int64))
+    return str(path)
+
+
+ROW = [200, 30, 10, 10, 0, 0, 0, 0, 0, 0]
+
+
+def test_lnmax_reproduces_the_2017_vector(cli, tmp_path: Path) -> None:
+    """pate.md §2: 100 queries of [200, 30, 10, 10, 0, …] at γ = 0.05, δ = 1e-5 → ε = 1.48508."""
+    code, out, err = cli.run("pate", "analyze", "--votes", _votes(tmp_path, [ROW], 100), "--laplace-scale", "20", "--delta", "1e-5", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["aggregator"] == "lnmax" and data["num_teachers"] == 250
+    assert data["epsilon_data_dependent"] == pytest.approx(1.48508, rel=1e-5)
+    assert data["epsilon_data_independent"] > data["epsilon_data_dependent"] and data["sanitised"] is False
+
+
+def test_gnmax_and_confident_gnmax_match_the_library(cli, tmp_path: Path) -> None:
+    votes = _votes(tmp_path, [ROW, [150, 50, 20, 10, 10, 5, 5, 0, 0, 0]], 50)
+    code, out, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "40", "--json")
+    assert code == 0, err
+    want = pate.analyze_gnmax(np.load(votes), sigma=40, delta=1e-5)
+    data = json.loads(out)
+    assert data["epsilon_data_dependent"] == pytest.approx(want.data_dependent.epsilon) and data["order"] == want.data_dependent.order
+    assert data["epsilon_data_dependent_improved"] <= data["epsilon_data_dependent"] < data["epsilon_data_independent"]
+    code, out, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "40", "--threshold", "200", "--threshold-sigma", "150", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["aggregator"] == "confident-gnmax"
+    # P_ans = 0.5 for the rows whose maximum is 200 (pate.md §3), much less for the others.
+    assert 50 * 0.5 < data["expected_answered"] < 50 * 0.5 + 50 * 0.5
+
+
+def test_smooth_sensitivity_release_is_marked_and_seeded(cli, tmp_path: Path) -> None:
+    votes = _votes(tmp_path, [ROW], 640)
+    argv = ["pate", "analyze", "--votes", votes, "--sigma", "40", "--smooth-sensitivity-beta", "0.0329", "--smooth-sensitivity-sigma", "15", "--json"]
+    code, out, err = cli.run(*argv)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["epsilon_smooth_sensitivity"] > data["epsilon_data_dependent"] > 0
+    assert data["smooth_sensitivity"]["beta"] == 0.0329 and data["smooth_sensitivity"]["seed"] == 0
+    assert json.loads(cli.run(*argv)[1])["epsilon_smooth_sensitivity"] == data["epsilon_smooth_sensitivity"]
+    code, out, _ = cli.run(*argv[:-1])
+    assert "publish only the smooth-sensitivity release above" in out
+
+
+@pytest.mark.parametrize(
+    "rows, needle",
+    [
+        ([[3, -1, 0]], "--votes must be >= 0"),
+        ([[2.5, 0.5, 0.0]], "integer counts"),
+        ([[3, 0, 0], [2, 0, 0]], "rows must all sum"),
+        ([[3], [3]], "at least 2 classes"),
+    ],
+)
+def test_bad_vote_matrices_exit_2_with_one_line(cli, tmp_path: Path, rows: list[list[float]], needle: str) -> None:
+    path = tmp_path / "bad.npy"
+    np.save(path, np.array(rows))
+    code, out, err = cli.run("pate", "analyze", "--votes", str(path), "--sigma", "40", "--json")
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert json.loads(out)["argument"] == "--votes"
+
+
+def test_a_pickled_votes_file_is_refused_without_loading_it(cli, tmp_path: Path) -> None:
+    path = tmp_path / "votes.npy"
+    np.save(path, np.array([{"not": "votes"}], dtype=object), allow_pickle=True)
+    code, _, err = cli.run("pate", "analyze", "--votes", str(path), "--sigma", "40")
+    assert code == 2 and "not a plain .npy array" in err
+    (tmp_path / "p.npy").write_bytes(pickle.dumps([1, 2]))
+    code, _, err = cli.run("pate", "analyze", "--votes", str(tmp_path / "p.npy"), "--sigma", "40")
+    assert code == 2 and "--votes" in err
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        ([], "needs --sigma"),
+        (["--laplace-scale", "20", "--sigma", "40"], "--sigma=40.0 does not apply to --aggregator lnmax"),
+        (["--sigma", "40", "--threshold", "200"], "needs --threshold T and --threshold-sigma"),
+        (["--aggregator", "gnmax", "--sigma", "40", "--threshold", "200", "--threshold-sigma", "150"], "apply to --aggregator confident-gnmax"),
+        (["--sigma", "40", "--smooth-sensitivity-beta", "0.03"], "go together"),
+        (["--laplace-scale", "20", "--smooth-sensitivity-beta", "0.03", "--smooth-sensitivity-sigma", "15"], "not --aggregator lnmax"),
+    ],
+)
+def test_inconsistent_flags_exit_2(cli, tmp_path: Path, extra: list[str], needle: str) -> None:
+    code, _, err = cli.run("pate", "analyze", "--votes", _votes(tmp_path, [ROW]), *extra)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
