@@ -10,9 +10,12 @@ by name, so a claim file received from someone else cannot run code.
 Claim kinds:
 
 * :class:`DPClaim` — any mechanism expressible as a ``dp_accounting`` event;
-* :class:`NonPrivateClaim` — explicitly no guarantee: ε = ∞ under every accountant.
+* :class:`NonPrivateClaim` — explicitly no guarantee: ε = ∞ under every accountant;
+* :class:`PATEClaim` — the answers of a PATE aggregator (Papernot et al. 2017, 2018), stated by
+  the total RDP curve of the answered queries: data-independent, data-dependent, or a
+  data-dependent bound released with smooth sensitivity.
 
-Later defenses (PATE, HGM) register their own kinds with :func:`register_claim_kind`.
+Later defenses register their own kinds with :func:`register_claim_kind`.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ __all__ = [
     "PrivacyClaim",
     "DPClaim",
     "NonPrivateClaim",
+    "PATEClaim",
+    "PATE_ANALYSES",
     "dpsgd_claim",
     "claim_from_dict",
     "event_to_dict",
@@ -190,7 +195,6 @@ class PrivacyClaim:
     """
 
     kind: ClassVar[str] = "abstract"
-    data_dependent: ClassVar[bool] = False
 
     neighbouring: str = "add_or_remove_one"
     description: str = ""
@@ -204,6 +208,20 @@ class PrivacyClaim:
     def is_private(self) -> bool:
         """Whether the claim asserts any finite guarantee."""
         return True
+
+    @property
+    def data_dependent(self) -> bool:
+        """Whether ε was computed from the private data itself (PATE's data-dependent analysis).
+
+        Such an ε is private information; reports say so, and whether it was released with
+        smooth sensitivity (:attr:`sanitised`).
+        """
+        return False
+
+    @property
+    def sanitised(self) -> bool:
+        """Whether a data-dependent ε was released through smooth sensitivity (Papernot et al. 2018, §4.2)."""
+        return False
 
     def epsilon(self, *, delta: float, accountant: str = "pld") -> float:
         """ε_UB at ``delta`` under ``accountant`` (``math.inf`` when nothing is guaranteed)."""
@@ -253,6 +271,7 @@ class PrivacyClaim:
             "kind": self.kind,
             "neighbouring": self.neighbouring,
             "data_dependent": self.data_dependent,
+            "sanitised": self.sanitised,
             "description": self.description,
         }
 
@@ -338,6 +357,126 @@ class NonPrivateClaim(PrivacyClaim):
         return math.inf
 
 
+#: How a PATE claim's RDP curve was obtained.
+PATE_ANALYSES = ("data-independent", "data-dependent")
+_PATE_PARAMETERS = {"lnmax": ("laplace_scale",), "gnmax": ("sigma",), "confident-gnmax": ("threshold", "threshold_sigma", "sigma")}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PATEClaim(PrivacyClaim):
+    """The privacy of a PATE student's labels: the aggregator's answers, as a total RDP curve.
+
+    PATE's guarantee covers what leaves the teachers, the noisy answers to the student's
+    queries (Papernot et al. 2017, §3; 2018, §4). Its data-dependent bound is computed from the
+    votes themselves, so unlike a DP-SGD claim it cannot be recomputed from parameters: the
+    claim carries the total RDP of the answers at each order, and ε at any δ follows by the
+    standard conversion ε = min_λ RDP(λ) + ln(1/δ)/(λ − 1) the papers use (Mironov 2017,
+    Proposition 3). A data-dependent ε released with smooth sensitivity (2018, §4.2) is stated at
+    its one order λ, as the sanitised RDP plus the release's own cost.
+
+    Attributes:
+        aggregator: ``"lnmax"``, ``"gnmax"`` or ``"confident-gnmax"``.
+        parameters: the aggregator's noise (``laplace_scale``; ``sigma``; ``threshold``,
+            ``threshold_sigma`` and ``sigma``).
+        num_queries: queries the student asked.
+        num_answered: queries answered (all of them except under Confident-GNMax).
+        orders: RDP orders λ > 1.
+        rdp: total RDP of the answers at each order.
+        analysis: ``"data-independent"`` or ``"data-dependent"`` (then ε is private information).
+        smooth_sensitivity: ``{"beta": β, "sigma_ss": σ_ss}`` when the data-dependent bound was
+            released with smooth sensitivity (then ``orders`` holds the one release order).
+    """
+
+    kind: ClassVar[str] = "pate"
+    accountants: ClassVar[tuple[str, ...]] = ("rdp",)
+
+    aggregator: str
+    parameters: Mapping[str, float]
+    num_queries: int
+    num_answered: int
+    orders: tuple[float, ...]
+    rdp: tuple[float, ...]
+    analysis: str = "data-independent"
+    smooth_sensitivity: Mapping[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        v.choice("aggregator", self.aggregator, tuple(_PATE_PARAMETERS))
+        v.choice("analysis", self.analysis, PATE_ANALYSES)
+        if not isinstance(self.parameters, Mapping):
+            raise TypeError(f"parameters must be a mapping, got {_short(self.parameters)}")
+        wanted = _PATE_PARAMETERS[self.aggregator]
+        if set(self.parameters) != set(wanted):
+            raise ValueError(f"parameters of {self.aggregator} must be exactly {', '.join(wanted)}; got {', '.join(sorted(self.parameters)) or 'none'}")
+        params = {k: v.positive(f"parameters.{k}", self.parameters[k]) for k in wanted}
+        object.__setattr__(self, "parameters", params)
+        queries = v.integer("num_queries", self.num_queries, minimum=0)
+        answered = v.integer("num_answered", self.num_answered, minimum=0)
+        if answered > queries:
+            raise ValueError(f"num_answered must be <= num_queries ({queries}), got {answered!r}")
+        orders = tuple(v.positive(f"orders[{i}]", x) for i, x in enumerate(self.orders))
+        rdp = tuple(v.non_negative(f"rdp[{i}]", x) for i, x in enumerate(self.rdp))
+        if not orders or len(orders) != len(rdp) or any(o <= 1 for o in orders):
+            raise ValueError(f"orders and rdp must be equally long and non-empty, with every order > 1; got {len(orders)} orders, {len(rdp)} values")
+        object.__setattr__(self, "orders", orders)
+        object.__setattr__(self, "rdp", rdp)
+        if self.smooth_sensitivity is not None:
+            if self.analysis != "data-dependent":
+                raise ValueError("smooth_sensitivity applies to a data-dependent analysis only")
+            if not isinstance(self.smooth_sensitivity, Mapping) or set(self.smooth_sensitivity) != {"beta", "sigma_ss"}:
+                raise ValueError(f"smooth_sensitivity must hold exactly beta and sigma_ss, got {_short(self.smooth_sensitivity)}")
+            ss = {k: v.positive(f"smooth_sensitivity.{k}", self.smooth_sensitivity[k]) for k in ("beta", "sigma_ss")}
+            if len(orders) != 1:
+                raise ValueError(f"a smooth-sensitivity release is stated at one order, got {len(orders)}")
+            object.__setattr__(self, "smooth_sensitivity", ss)
+
+    @property
+    def data_dependent(self) -> bool:
+        return self.analysis == "data-dependent"
+
+    @property
+    def sanitised(self) -> bool:
+        return self.smooth_sensitivity is not None
+
+    def epsilon(self, *, delta: float, accountant: str = "rdp") -> float:
+        """ε at ``delta`` by the standard RDP conversion over the claim's orders."""
+        from dpaudit.privacy.pate import rdp_to_epsilon
+
+        v.choice("accountant", accountant, self.accountants)
+        return rdp_to_epsilon(self.orders, self.rdp, delta=delta)[0]
+
+    def epsilon_improved(self, *, delta: float) -> float:
+        """ε at ``delta`` by the improved conversion (Balle et al. 2020), reported beside :meth:`epsilon`."""
+        from dpaudit.privacy.pate import rdp_to_epsilon
+
+        return min(rdp_to_epsilon(self.orders, self.rdp, delta=delta, conversion="improved")[0], self.epsilon(delta=delta))
+
+    @classmethod
+    def from_dict_fields(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        missing = [k for k in ("aggregator", "parameters", "num_queries", "num_answered", "orders", "rdp") if k not in data]
+        if missing:
+            raise ValueError(f"claim of kind 'pate' is missing {', '.join(missing)}")
+        out = {k: data[k] for k in ("aggregator", "parameters", "num_queries", "num_answered", "analysis", "smooth_sensitivity") if k in data}
+        for k in ("orders", "rdp"):
+            if not isinstance(data[k], (list, tuple)):
+                raise TypeError(f"{k} must be a list of numbers, got {_short(data[k])}")
+            out[k] = tuple(data[k])
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **super().to_dict(),
+            "aggregator": self.aggregator,
+            "parameters": dict(self.parameters),
+            "num_queries": self.num_queries,
+            "num_answered": self.num_answered,
+            "analysis": self.analysis,
+            "orders": list(self.orders),
+            "rdp": list(self.rdp),
+            "smooth_sensitivity": None if self.smooth_sensitivity is None else dict(self.smooth_sensitivity),
+        }
+
+
 def dpsgd_claim(*, sampling_rate: float, noise_multiplier: float, num_steps: int, description: str | None = None) -> DPClaim:
     """Claim of DP-SGD with Poisson sampling (Abadi et al. 2016, Algorithm 1)."""
     event = sampled_gaussian_event(sampling_rate=sampling_rate, noise_multiplier=noise_multiplier, num_steps=num_steps)
@@ -346,7 +485,7 @@ def dpsgd_claim(*, sampling_rate: float, noise_multiplier: float, num_steps: int
     return DPClaim(event=event, description=description)
 
 
-_CLAIM_KINDS: dict[str, type[PrivacyClaim]] = {"dp": DPClaim, "nonprivate": NonPrivateClaim}
+_CLAIM_KINDS: dict[str, type[PrivacyClaim]] = {"dp": DPClaim, "nonprivate": NonPrivateClaim, "pate": PATEClaim}
 
 
 def claim_kind(name: str) -> type[PrivacyClaim]:

@@ -73,6 +73,7 @@ __all__ = [
     "threshold_rdp",
     "confident_gnmax_expected_rdp",
     "rdp_to_epsilon",
+    "pate_claim",
     "analyze_lnmax",
     "analyze_gnmax",
     "analyze_confident_gnmax",
@@ -966,3 +967,54 @@ def release_confident_gnmax_epsilon(
             total_rdp += _rdp_at(_log_q_gaussian(row.astype(float), s2), s2, lam)
             total_ls += gnmax_local_sensitivities(row, sigma=s2, order=lam, num_teachers=teachers)
     return _release(total_rdp, total_ls, lam, d, b, ss_sigma, sd, aggregator="confident-gnmax")
+
+
+def pate_claim(
+    analysis: PateAnalysis,
+    *,
+    parameters: dict[str, float],
+    num_answered: int,
+    data_dependent: bool = True,
+    release: SmoothSensitivityRelease | None = None,
+    description: str | None = None,
+) -> Any:
+    """The :class:`dpaudit.privacy.claims.PATEClaim` of an analysed run of the aggregator.
+
+    Args:
+        analysis: the analysis of the vote matrix of the student's queries.
+        parameters: the aggregator's noise parameters (as the claim names them).
+        num_answered: how many queries were answered.
+        data_dependent: state the data-dependent bound (else the data-independent one).
+        release: the smooth-sensitivity release of the data-dependent bound, when it was made;
+            the claim is then stated at the release's order.
+        description: a human-readable account (default: derived).
+    """
+    from dpaudit.privacy.claims import PATEClaim
+
+    bound = analysis.data_dependent if data_dependent else analysis.data_independent
+    if release is not None:
+        if not data_dependent:
+            raise ValueError("release applies to the data-dependent bound; pass data_dependent=True")
+        orders: tuple[float, ...] = (release.order,)
+        rdp: tuple[float, ...] = (release.rdp_sanitised + release.rdp_release,)
+        smooth: dict[str, float] | None = {"beta": release.beta, "sigma_ss": release.sigma_ss}
+    else:
+        orders = analysis.orders
+        rdp = analysis.rdp_data_dependent if data_dependent else analysis.rdp_data_independent
+        smooth = None
+    kind = "data-dependent" if data_dependent else "data-independent"
+    text = description or (
+        f"PATE {bound.aggregator} {', '.join(f'{k}={x:g}' for k, x in parameters.items())}: {num_answered} of {bound.num_queries} queries answered, {kind}"
+        + (" (smooth-sensitivity release)" if release is not None else "")
+    )
+    return PATEClaim(
+        aggregator=bound.aggregator,
+        parameters=parameters,
+        num_queries=bound.num_queries,
+        num_answered=num_answered,
+        orders=orders,
+        rdp=rdp,
+        analysis=kind,
+        smooth_sensitivity=smooth,
+        description=text,
+    )

@@ -8,7 +8,9 @@ References: ../shared/reference/pate.md; accounting.md §2 (conversions).
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import mpmath
 import numpy as np
@@ -480,3 +482,67 @@ def test_confident_release():
     assert a.epsilon == pytest.approx(a.rdp + a.smooth_sensitivity * a.noise + a.rdp_release + math.log(1e5) / (a.order - 1))
     with pytest.raises(ValueError, match="answered"):
         pate.release_confident_gnmax_epsilon(votes, seed=1, **{**kw, "answered": answered[:3]})
+
+
+# ----------------------------------------------------------------------------- the PATE claim kind
+def _mnist_like_votes(queries: int = 100) -> np.ndarray:
+    return np.array([[200, 30, 10, 10, 0, 0, 0, 0, 0, 0]] * queries, dtype=np.int64)
+
+
+def test_pate_claim_states_the_analysis_and_round_trips() -> None:
+    from dpaudit.privacy.claims import claim_from_dict
+
+    votes = _mnist_like_votes()
+    analysis = pate.analyze_gnmax(votes, sigma=40.0, delta=1e-5)
+    claim = pate.pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=100)
+    assert claim.data_dependent and not claim.sanitised and claim.accountants == ("rdp",)
+    assert claim.epsilon(delta=1e-5) == pytest.approx(analysis.data_dependent.epsilon)
+    assert claim.epsilon_improved(delta=1e-5) == pytest.approx(analysis.data_dependent.epsilon_improved)
+    bound = claim.upper_bound(delta=1e-5)
+    assert bound.accountant == "rdp" and bound.epsilon == pytest.approx(analysis.data_dependent.epsilon)
+    data = claim.to_dict()
+    assert data["kind"] == "pate" and data["data_dependent"] is True and data["sanitised"] is False
+    assert claim_from_dict(json.loads(json.dumps(data))) == claim
+    independent = pate.pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=100, data_dependent=False)
+    assert not independent.data_dependent and independent.epsilon(delta=1e-5) == pytest.approx(analysis.data_independent.epsilon)
+
+
+def test_pate_claim_of_a_smooth_sensitivity_release_is_marked_sanitised() -> None:
+    from dpaudit.privacy.claims import claim_from_dict
+
+    votes = _mnist_like_votes(640)
+    analysis = pate.analyze_gnmax(votes, sigma=40.0, delta=1e-5)
+    release = pate.release_gnmax_epsilon(votes, sigma=40.0, delta=1e-5, beta=0.0329, sigma_ss=15.0, seed=0)
+    claim = pate.pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=640, release=release)
+    assert claim.data_dependent and claim.sanitised and claim.orders == (release.order,)
+    assert claim.epsilon(delta=1e-5) == pytest.approx(release.epsilon)
+    assert claim_from_dict(claim.to_dict()).to_dict()["sanitised"] is True
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"aggregator": "bogus"}, "aggregator"),
+        ({"parameters": {"sigma": -1.0}}, "parameters.sigma"),
+        ({"parameters": {"laplace_scale": 20.0}}, "parameters of gnmax"),
+        ({"num_answered": 101}, "num_answered"),
+        ({"rdp": [float("nan")] * 3}, "rdp[0]"),
+        ({"orders": [1.0, 2.0, 3.0]}, "every order > 1"),
+        ({"analysis": "data-independent", "smooth_sensitivity": {"beta": 0.1, "sigma_ss": 1.0}}, "data-dependent analysis only"),
+    ],
+)
+def test_a_tampered_pate_claim_is_refused(change: dict, needle: str) -> None:
+    from dpaudit.privacy.claims import claim_from_dict
+
+    good = {
+        "kind": "pate",
+        "aggregator": "gnmax",
+        "parameters": {"sigma": 40.0},
+        "num_queries": 100,
+        "num_answered": 100,
+        "orders": [2.0, 3.0, 4.0],
+        "rdp": [0.1, 0.2, 0.3],
+        "analysis": "data-dependent",
+    }
+    with pytest.raises((ValueError, TypeError), match=re.escape(needle)):
+        claim_from_dict({**good, **change})
