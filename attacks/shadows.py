@@ -32,12 +32,12 @@ mapping from a defense's config to a training loop lives with the defense.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -48,15 +48,14 @@ from torch import nn
 from dpaudit import _validate as v
 from dpaudit.callables import resolve_callable
 from dpaudit.data import DatasetBundle, load_dataset, sorted_id_set
-from dpaudit.executors import Executor, Job, SerialExecutor
+from dpaudit.executors import Executor
+from dpaudit.model_cache import ModelJob, ensure_models, pack_model
 from dpaudit.models import build_model
 from dpaudit.privacy.claims import NonPrivateClaim
-from dpaudit.progress import Progress
 from dpaudit.provenance import provenance
-from dpaudit.results.record import RECORD_FILE, Membership, TrainedModel, make_model_id
+from dpaudit.results.record import Membership, TrainedModel, make_model_id
 from dpaudit.seeding import derive_seed, numpy_rng, torch_generator
 from dpaudit.training import SGDConfig, evaluate, shuffled_batches
-from dpaudit.weights import load_model, save_record
 
 __all__ = [
     "ShadowTraining",
@@ -338,8 +337,7 @@ def train_shadow_job(*, spec: Mapping[str, Any], data_root: str | None = None, d
     shadow = ShadowSpec.from_dict(spec)
     bundle = load_dataset(shadow.dataset, data_root=data_root)  # cached per worker process
     record, model = (trainer or train_shadow)(shadow, bundle=bundle, device=device)
-    state = {k: t.detach().cpu().contiguous().numpy() for k, t in model.state_dict().items()}
-    return {"record": record.to_dict(), "state": state}
+    return pack_model(record, model)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -357,12 +355,6 @@ class ShadowRun:
     models: tuple[nn.Module, ...]
     trained: tuple[str, ...]
     reused: tuple[str, ...]
-
-
-def _module_from_state(spec: ShadowSpec, state: Mapping[str, np.ndarray]) -> nn.Module:
-    model = _build(spec)
-    model.load_state_dict({k: torch.from_numpy(np.array(a)) for k, a in state.items()}, strict=True)
-    return model.eval()
 
 
 def ensure_shadows(
@@ -402,39 +394,25 @@ def ensure_shadows(
         if not isinstance(s, ShadowSpec):
             raise TypeError(f"specs must hold ShadowSpec values, got {type(s).__name__}")
         by_id[s.shadow_id] = s
-    root = Path(directory) if directory is not None else None
-    models: dict[str, nn.Module] = {}
-    reused: list[str] = []
-    if root is not None:
-        for sid in by_id:
-            if (root / sid / RECORD_FILE).is_file():
-                # An external target's shadows are built by the builder the user passed now, never by
-                # whatever a cached record names.
-                builder = by_id[sid].model_name.removeprefix("external:") if by_id[sid].model_name.startswith("external:") else None
-                models[sid] = load_model(root / sid, external_builder=builder)
-                reused.append(sid)
-    todo = [sid for sid in by_id if sid not in models]
-    trained: list[str] = []
-    if todo:
-        executor = executor or SerialExecutor()
-        root_text = os.fspath(data_root) if data_root is not None else None
-        jobs = [Job(key=sid, fn=train_shadow_job, kwargs={"spec": by_id[sid].to_dict(), "data_root": root_text, "device": device, "trainer": trainer}) for sid in todo]
-        with Progress(len(by_id), f"shadow models ({executor.name}, {executor.workers} workers)", enabled=progress) as bar:
-            bar.count = len(reused)
-            for job, out in executor.run(jobs):
-                spec = by_id[job.key]
-                record = TrainedModel.from_dict(out["record"])
-                model = _module_from_state(spec, out["state"])
-                if root is not None:
-                    save_record(record, model, root / job.key)
-                models[job.key] = model
-                trained.append(job.key)
-                bar.update(1, reused=len(reused))
-                if on_trained is not None:
-                    on_trained(spec, record)
+    root_text = os.fspath(data_root) if data_root is not None else None
+    jobs = [
+        ModelJob(
+            key=sid,
+            fn=train_shadow_job,
+            kwargs={"spec": spec.to_dict(), "data_root": root_text, "device": device, "trainer": trainer},
+            build=functools.partial(_build, spec),
+            # An external target's shadows are built by the builder the user passed now, never by
+            # whatever a cached record names.
+            external_builder=spec.model_name.removeprefix("external:") if spec.model_name.startswith("external:") else None,
+        )
+        for sid, spec in by_id.items()
+    ]
+    notify = None if on_trained is None else (lambda key, record, _model: on_trained(by_id[key], record))
+    cached = ensure_models(jobs, directory=directory, executor=executor, label="shadow models", progress=progress, on_trained=notify)
+    models = dict(zip(cached.keys, cached.models, strict=True))
     return ShadowRun(
         specs=tuple(specs),
         models=tuple(models[s.shadow_id] for s in specs),
-        trained=tuple(trained),
-        reused=tuple(reused),
+        trained=cached.trained,
+        reused=cached.reused,
     )
