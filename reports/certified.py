@@ -300,7 +300,7 @@ def _claim_block(run: CertifiedRun) -> Any:
     if run.record is None:
         return Text(text="The model's record is not in this run directory, so its privacy claim cannot be shown.")
     delta = run.record.metrics.get("delta") or run.summary.get("delta") or 1e-5
-    return accountant_table(run.record.claim.epsilons(delta=float(delta)), delta=float(delta), description=run.record.claim.description)
+    return accountant_table(run.record.claim.epsilons(delta=float(delta)), delta=float(delta), description=run.record.claim.statement())
 
 
 def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[str, Any]], csv_files: Sequence[Path] = ()) -> list[Section]:

@@ -159,6 +159,6 @@ def write_membership_report(
     record_dir = run.record_dir(targets[0])
     if epsilons is None and (record_dir / "record.json").is_file():
         record = load_record(record_dir)
-        epsilons, claim_description = record.claim.epsilons(delta=delta), record.claim.description
+        epsilons, claim_description = record.claim.epsilons(delta=delta), record.claim.statement()
     sections = membership_sections(items, epsilons=epsilons, claim_description=claim_description, delta=delta, confidence=confidence)
     return write_report_files(run.reports_dir(), sections, title=f"Membership inference against {targets[0]}", stem=membership_report_stem(targets[0]), kind="membership").html

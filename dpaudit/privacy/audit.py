@@ -178,7 +178,7 @@ def audit_from_scores(
         epsilon_estimate=estimate,
         group_size=group_size,
         threat_model=threat_model,
-        claim_description=claim.description,
+        claim_description=claim.statement(),
         details=info,
     )
 
@@ -272,7 +272,7 @@ def audit_from_one_run(
         epsilon_ub_by_accountant=by,
         epsilon_estimate=estimate,
         threat_model=threat_model,
-        claim_description=claim.description,
+        claim_description=claim.statement(),
         details=info,
     )
 

@@ -223,6 +223,13 @@ class PrivacyClaim:
         """Whether a data-dependent ε was released through smooth sensitivity (Papernot et al. 2018, §4.2)."""
         return False
 
+    def statement(self) -> str:
+        """The description as reports and terminals print it: says when ε is data-dependent and whether it was sanitised."""
+        if not self.data_dependent:
+            return self.description
+        how = "released with smooth sensitivity" if self.sanitised else "not sanitised, so it is itself private information"
+        return f"{self.description} — ε is data-dependent (computed from the private data), {how}"
+
     def epsilon(self, *, delta: float, accountant: str = "pld") -> float:
         """ε_UB at ``delta`` under ``accountant`` (``math.inf`` when nothing is guaranteed)."""
         raise NotImplementedError

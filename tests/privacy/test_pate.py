@@ -546,3 +546,14 @@ def test_a_tampered_pate_claim_is_refused(change: dict, needle: str) -> None:
     }
     with pytest.raises((ValueError, TypeError), match=re.escape(needle)):
         claim_from_dict({**good, **change})
+
+
+def test_a_pate_claim_says_in_words_when_its_epsilon_is_data_dependent() -> None:
+    votes = _mnist_like_votes()
+    analysis = pate.analyze_gnmax(votes, sigma=40.0, delta=1e-5)
+    dependent = pate.pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=100)
+    assert "data-dependent" in dependent.statement() and "not sanitised" in dependent.statement()
+    release = pate.release_gnmax_epsilon(votes, sigma=40.0, delta=1e-5, beta=0.0329, sigma_ss=15.0, seed=0)
+    assert "released with smooth sensitivity" in pate.pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=100, release=release).statement()
+    independent = pate.pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=100, data_dependent=False)
+    assert independent.statement() == independent.description and "data-dependent" not in independent.statement()

@@ -110,7 +110,7 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
         if (record_dir / "record.json").is_file():
             record = load_record(record_dir)
             delta = float(record.metrics.get("delta") or 1e-5)
-            epsilons, description = record.claim.epsilons(delta=delta), record.claim.description
+            epsilons, description = record.claim.epsilons(delta=delta), record.claim.statement()
         else:
             delta = 1e-5
         page = write_report_files(
