@@ -20,6 +20,12 @@ def _fmt(value: Any) -> str:
     return repr(value)
 
 
+def short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for messages about values read from files."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def real(name: str, value: Any) -> float:
     """Returns ``value`` as a finite-or-infinite float, rejecting bools, strings and NaN."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

@@ -100,10 +100,10 @@ def event_from_dict(data: dict[str, Any], *, path: str = "event") -> dpe.DpEvent
         path: where ``data`` sits in the claim (named in errors, e.g. ``event.event.count``).
     """
     if not isinstance(data, dict) or "type" not in data:
-        raise ValueError(f"{path} must be a mapping with a 'type' key, got {_short(data)}")
+        raise ValueError(f"{path} must be a mapping with a 'type' key, got {v.short(data)}")
     name = data["type"]
     if not isinstance(name, str) or name not in _EVENT_TYPES:
-        raise ValueError(f"unknown event type {_short(name)} at {path}; supported: {', '.join(_EVENT_TYPES)}")
+        raise ValueError(f"unknown event type {v.short(name)} at {path}; supported: {', '.join(_EVENT_TYPES)}")
     cls = _EVENT_TYPES[name]
     kwargs: dict[str, Any] = {}
     for f in attr.fields(cls):
@@ -116,11 +116,6 @@ def event_from_dict(data: dict[str, Any], *, path: str = "event") -> dpe.DpEvent
             value = [event_from_dict(x, path=f"{path}.{f.name}[{i}]") for i, x in enumerate(value)]
         kwargs[f.name] = value
     return cls(**kwargs)
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_event(event: dpe.DpEvent, *, path: str = "event") -> None:
@@ -136,7 +131,7 @@ def check_event(event: dpe.DpEvent, *, path: str = "event") -> None:
         TypeError: a parameter of the wrong type, or an event that cannot be stored.
     """
     if not isinstance(event, dpe.DpEvent):
-        raise TypeError(f"{path} must be a dp_accounting DpEvent, got {_short(event)}")
+        raise TypeError(f"{path} must be a dp_accounting DpEvent, got {v.short(event)}")
     if isinstance(event, (dpe.GaussianDpEvent, dpe.LaplaceDpEvent)):
         v.positive(f"{path}.noise_multiplier", event.noise_multiplier)
     elif isinstance(event, dpe.SelfComposedDpEvent):
@@ -153,7 +148,7 @@ def check_event(event: dpe.DpEvent, *, path: str = "event") -> None:
         check_event(event.event, path=f"{path}.event")
     elif isinstance(event, dpe.ComposedDpEvent):
         if not isinstance(event.events, (list, tuple)):
-            raise TypeError(f"{path}.events must be a list of events, got {_short(event.events)}")
+            raise TypeError(f"{path}.events must be a list of events, got {v.short(event.events)}")
         for i, inner in enumerate(event.events):
             check_event(inner, path=f"{path}.events[{i}]")
     elif not isinstance(event, (dpe.NoOpDpEvent, dpe.NonPrivateDpEvent)):
@@ -296,10 +291,10 @@ class PrivacyClaim:
             TypeError: a field has the wrong type (named, with its value).
         """
         if not isinstance(data, Mapping):
-            raise ValueError(f"claim must be a JSON object, got {_short(data)}")
+            raise ValueError(f"claim must be a JSON object, got {v.short(data)}")
         kind = data.get("kind", cls.kind)
         if kind != cls.kind:
-            raise ValueError(f"claim kind must be {cls.kind!r} for {cls.__name__}, got {_short(kind)}")
+            raise ValueError(f"claim kind must be {cls.kind!r} for {cls.__name__}, got {v.short(kind)}")
         kwargs: dict[str, Any] = {k: data[k] for k in ("neighbouring", "description") if k in data}
         kwargs.update(cls.from_dict_fields(data))
         return cls(**kwargs)
@@ -411,7 +406,7 @@ class PATEClaim(PrivacyClaim):
         v.choice("aggregator", self.aggregator, tuple(_PATE_PARAMETERS))
         v.choice("analysis", self.analysis, PATE_ANALYSES)
         if not isinstance(self.parameters, Mapping):
-            raise TypeError(f"parameters must be a mapping, got {_short(self.parameters)}")
+            raise TypeError(f"parameters must be a mapping, got {v.short(self.parameters)}")
         wanted = _PATE_PARAMETERS[self.aggregator]
         if set(self.parameters) != set(wanted):
             raise ValueError(f"parameters of {self.aggregator} must be exactly {', '.join(wanted)}; got {', '.join(sorted(self.parameters)) or 'none'}")
@@ -431,7 +426,7 @@ class PATEClaim(PrivacyClaim):
             if self.analysis != "data-dependent":
                 raise ValueError("smooth_sensitivity applies to a data-dependent analysis only")
             if not isinstance(self.smooth_sensitivity, Mapping) or set(self.smooth_sensitivity) != {"beta", "sigma_ss"}:
-                raise ValueError(f"smooth_sensitivity must hold exactly beta and sigma_ss, got {_short(self.smooth_sensitivity)}")
+                raise ValueError(f"smooth_sensitivity must hold exactly beta and sigma_ss, got {v.short(self.smooth_sensitivity)}")
             ss = {k: v.positive(f"smooth_sensitivity.{k}", self.smooth_sensitivity[k]) for k in ("beta", "sigma_ss")}
             if len(orders) != 1:
                 raise ValueError(f"a smooth-sensitivity release is stated at one order, got {len(orders)}")
@@ -466,7 +461,7 @@ class PATEClaim(PrivacyClaim):
         out = {k: data[k] for k in ("aggregator", "parameters", "num_queries", "num_answered", "analysis", "smooth_sensitivity") if k in data}
         for k in ("orders", "rdp"):
             if not isinstance(data[k], (list, tuple)):
-                raise TypeError(f"{k} must be a list of numbers, got {_short(data[k])}")
+                raise TypeError(f"{k} must be a list of numbers, got {v.short(data[k])}")
             out[k] = tuple(data[k])
         return out
 
@@ -523,10 +518,10 @@ def claim_from_dict(data: dict[str, Any]) -> PrivacyClaim:
         ValueError: unknown kind, missing field or invalid parameter (named, with its value).
     """
     if not isinstance(data, dict):
-        raise ValueError(f"claim must be a JSON object, got {_short(data)}")
+        raise ValueError(f"claim must be a JSON object, got {v.short(data)}")
     kind = data.get("kind")
     if not isinstance(kind, str) or kind not in _CLAIM_KINDS:
-        raise ValueError(f"claim kind must be one of {', '.join(_CLAIM_KINDS)}; got {_short(kind)}")
+        raise ValueError(f"claim kind must be one of {', '.join(_CLAIM_KINDS)}; got {v.short(kind)}")
     try:
         return _CLAIM_KINDS[kind].from_dict(data)
     except TypeError as exc:

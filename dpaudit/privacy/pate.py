@@ -175,6 +175,32 @@ def _orders(orders: Any, name: str = "orders") -> np.ndarray:
     return arr
 
 
+def _order(order: Any) -> float:
+    """One RDP order: finite and > 1."""
+    lam = v.real("order", order)
+    if not (lam > 1.0 and math.isfinite(lam)):
+        raise ValueError(f"order must be a finite RDP order > 1, got {order!r}")
+    return lam
+
+
+def _num_teachers(counts: np.ndarray, num_teachers: Any) -> int:
+    """The length of a local-sensitivity vector: the teachers, at least the votes cast."""
+    total = int(counts.sum())
+    teachers = total if num_teachers is None else v.integer("num_teachers", num_teachers, minimum=1)
+    if teachers < total:
+        raise ValueError(f"num_teachers must be >= the votes cast ({total}), got {num_teachers!r}")
+    return teachers
+
+
+def _release_orders(orders: Any, beta: float) -> np.ndarray:
+    """The orders at which a smooth-sensitivity release with ``beta`` is defined (λ < 1/(2β))."""
+    grid = _orders(orders)
+    grid = grid[grid < 1.0 / (2.0 * beta)]
+    if grid.size == 0:
+        raise ValueError(f"beta must leave some order of the grid below 1/(2*beta), got beta={beta!r}")
+    return grid
+
+
 def _log1mexp(x: float) -> float:
     """ln(1 − e^x) for x ≤ 0, accurate near both ends (Mächler 2012)."""
     if x >= 0.0:
@@ -680,13 +706,8 @@ def gnmax_local_sensitivities(counts: Any, *, sigma: float, order: float, num_te
     """
     n = _counts(counts)
     s = v.positive("sigma", sigma)
-    lam = v.real("order", order)
-    if not (lam > 1.0 and math.isfinite(lam)):
-        raise ValueError(f"order must be a finite RDP order > 1, got {order!r}")
-    total = int(n.sum())
-    teachers = total if num_teachers is None else v.integer("num_teachers", num_teachers, minimum=1)
-    if teachers < total:
-        raise ValueError(f"num_teachers must be >= the votes cast ({total}), got {num_teachers!r}")
+    lam = _order(order)
+    teachers = _num_teachers(n, num_teachers)
     m = int(n.size)
     logq0, logq1 = _log_q0(s, lam), _log_q1(s, lam, m)
     out = np.full(teachers, _local_sens(logq1, s, m, lam))
@@ -802,10 +823,7 @@ def release_gnmax_epsilon(votes: Any, *, sigma: float, delta: float, beta: float
     ss_sigma = v.positive("sigma_ss", sigma_ss)
     sd = v.integer("seed", seed, minimum=0)
     if order is None:
-        lam_grid = _orders(orders)
-        lam_grid = lam_grid[lam_grid < 1.0 / (2.0 * b)]
-        if lam_grid.size == 0:
-            raise ValueError(f"beta must leave some order of the grid below 1/(2*beta), got beta={beta!r}")
+        lam_grid = _release_orders(orders, b)
         dep = analyze_gnmax(arr, sigma=s, delta=d, orders=lam_grid).data_dependent
         lam = dep.order
     else:
@@ -867,13 +885,8 @@ def threshold_local_sensitivities(counts: Any, *, threshold: float, threshold_si
     if not math.isfinite(t):
         raise ValueError(f"threshold must be finite, got {threshold!r}")
     s1 = v.positive("threshold_sigma", threshold_sigma)
-    lam = v.real("order", order)
-    if not (lam > 1.0 and math.isfinite(lam)):
-        raise ValueError(f"order must be a finite RDP order > 1, got {order!r}")
-    total = int(n.sum())
-    teachers = total if num_teachers is None else v.integer("num_teachers", num_teachers, minimum=1)
-    if teachers < total:
-        raise ValueError(f"num_teachers must be >= the votes cast ({total}), got {num_teachers!r}")
+    lam = _order(order)
+    teachers = _num_teachers(n, num_teachers)
     return _threshold_ls(int(n.max()), teachers, t, s1, lam)
 
 
@@ -948,10 +961,7 @@ def release_confident_gnmax_epsilon(
     if mask.dtype != bool or mask.shape != (arr.shape[0],):
         raise ValueError(f"answered must be a boolean array of one entry per query ({arr.shape[0]}), got dtype {mask.dtype} shape {mask.shape}")
     if order is None:
-        lam_grid = _orders(orders)
-        lam_grid = lam_grid[lam_grid < 1.0 / (2.0 * b)]
-        if lam_grid.size == 0:
-            raise ValueError(f"beta must leave some order of the grid below 1/(2*beta), got beta={beta!r}")
+        lam_grid = _release_orders(orders, b)
         lam = analyze_confident_gnmax(arr, threshold=t, threshold_sigma=s1, sigma=s2, delta=d, orders=lam_grid, answered=mask).data_dependent.order
     else:
         lam = v.real("order", order)

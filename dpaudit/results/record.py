@@ -108,26 +108,26 @@ class TrainedModel:
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_id, str) or not self.model_id or "/" in self.model_id or self.model_id.startswith("."):
-            raise ValueError(f"model_id must be a non-empty name without '/', got {_short(self.model_id)}")
+            raise ValueError(f"model_id must be a non-empty name without '/', got {v.short(self.model_id)}")
         for name in ("defense", "model_name", "dataset"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
-                raise TypeError(f"{name} must be a non-empty string, got {_short(value)}")
+                raise TypeError(f"{name} must be a non-empty string, got {v.short(value)}")
         if not isinstance(self.claim, PrivacyClaim):
-            raise TypeError(f"claim must be a PrivacyClaim, got {_short(self.claim)}")
+            raise TypeError(f"claim must be a PrivacyClaim, got {v.short(self.claim)}")
         if not isinstance(self.membership, Membership):
-            raise TypeError(f"membership must be a Membership, got {_short(self.membership)}")
+            raise TypeError(f"membership must be a Membership, got {v.short(self.membership)}")
         v.integer("seed", self.seed, minimum=0)
         v.integer("num_classes", self.num_classes, minimum=2)
         if isinstance(self.input_shape, (str, bytes)) or not isinstance(self.input_shape, (list, tuple)) or not self.input_shape:
-            raise TypeError(f"input_shape must be a non-empty list of positive integers, got {_short(self.input_shape)}")
+            raise TypeError(f"input_shape must be a non-empty list of positive integers, got {v.short(self.input_shape)}")
         object.__setattr__(self, "input_shape", tuple(v.integer("input_shape", x, minimum=1) for x in self.input_shape))
         for name in ("model_options", "config", "metrics", "provenance"):
             if not isinstance(getattr(self, name), Mapping):
-                raise TypeError(f"{name} must be a mapping, got {_short(getattr(self, name))}")
+                raise TypeError(f"{name} must be a mapping, got {v.short(getattr(self, name))}")
             object.__setattr__(self, name, _freeze(getattr(self, name)))
         if self.weights_sha256 is not None and not _is_sha256(self.weights_sha256):
-            raise ValueError(f"weights_sha256 must be 64 lowercase hex digits, got {_short(self.weights_sha256)}")
+            raise ValueError(f"weights_sha256 must be 64 lowercase hex digits, got {v.short(self.weights_sha256)}")
         self._check_privacy_parameters()
 
     def _check_privacy_parameters(self) -> None:
@@ -147,7 +147,7 @@ class TrainedModel:
         cert = self.config.get("certification")
         if cert is not None:
             if not isinstance(cert, Mapping):
-                raise TypeError(f"config.certification must be a mapping, got {_short(cert)}")
+                raise TypeError(f"config.certification must be a mapping, got {v.short(cert)}")
             try:
                 CertificationSpec.from_dict(_thaw(cert))
             except (ValueError, TypeError) as exc:
@@ -187,7 +187,7 @@ class TrainedModel:
             raise ValueError(f"record must be a JSON object, got {type(data).__name__}")
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
-            raise ValueError(f"record schema_version must be {SCHEMA_VERSION}, got {_short(version)}")
+            raise ValueError(f"record schema_version must be {SCHEMA_VERSION}, got {v.short(version)}")
         missing = [k for k in ("model_id", "defense", "model_name", "dataset", "input_shape", "num_classes", "claim", "membership", "seed") if k not in data]
         if missing:
             raise ValueError(f"record is missing the field {missing[0]!r}")
@@ -197,7 +197,7 @@ class TrainedModel:
             raise ValueError(f"claim: {exc}") from None
         membership = data["membership"]
         if not isinstance(membership, Mapping):
-            raise TypeError(f"membership must be a mapping, got {_short(membership)}")
+            raise TypeError(f"membership must be a mapping, got {v.short(membership)}")
         input_shape = data["input_shape"]
         return cls(
             model_id=data["model_id"],
@@ -215,11 +215,6 @@ class TrainedModel:
             provenance=data.get("provenance", {}),
             weights_sha256=data.get("weights_sha256"),
         )
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_sha256(value: Any) -> bool:

@@ -233,8 +233,9 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         sigma = float(noise.noise_std)
         per_unit = sigma / sensitivity
         # Keyed on the weights too: a model retrained under the same id (train --force) is another
-        # model, and its certificates are not the old ones.
-        weights_sha256 = weights_digest(rdir / WEIGHTS_FILE)
+        # model, and its certificates are not the old ones. load_model has checked the file against
+        # the record's digest; only a record older than digests needs the file hashed here.
+        weights_sha256 = record.weights_sha256 or weights_digest(rdir / WEIGHTS_FILE)
         wanted = {"num_draws": spec.num_draws, "confidence": spec.confidence, "num_examples": int(len(pick)), "seed": spec.seed, "bound": spec.bound, "norm": norm, "weights_sha256": weights_sha256}
         wanted_smooth = {**wanted, "smoothing_confidence": spec.smoothing_confidence, "num_selection_draws": spec.num_selection_draws}
 

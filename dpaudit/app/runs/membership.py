@@ -234,7 +234,7 @@ def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None
     from dpaudit.callables import callable_fingerprint
     from dpaudit.data import load_dataset
     from dpaudit.privacy.claims import NonPrivateClaim
-    from dpaudit.results.record import Membership, TrainedModel
+    from dpaudit.results.record import Membership, TrainedModel, weights_digest
     from dpaudit.seeding import numpy_rng
     from dpaudit.weights import load_external_model
 
@@ -251,7 +251,7 @@ def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None
     # the code that builds the model, and who is a member and who is not. Two targets that
     # differ in any of them never share a result directory or a shadow cache entry.
     code = callable_fingerprint(target.model_fn, argument="--model-fn")
-    weights_sha256 = hashlib.sha256(Path(target.weights).read_bytes()).hexdigest()
+    weights_sha256 = weights_digest(target.weights)
     identity = hashlib.sha256(weights_sha256.encode())
     for part in (code.encode(), np.asarray(members, dtype=np.int64).tobytes(), np.asarray(non, dtype=np.int64).tobytes()):
         identity.update(hashlib.sha256(part).digest())
@@ -289,6 +289,10 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
         ValueError: a bad target, ids, or counts (the message names the argument).
     """
     from attacks import membership as mia
+    from defenses import DEFENSES
+    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, seconds_per_example
+    from dpaudit.executors import make_executor
+    from dpaudit.results import save_membership_result
     from dpaudit.training import resolve_device
 
     device = str(resolve_device(spec.device))
@@ -302,99 +306,75 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
     pools = mia.plan_pools(chosen, record=record, sample_ids=ids, seed=spec.seed, num_population=spec.num_population, train_size=train_size)
     run.create(command=spec.command)
     with unit_lock(run.path, f"membership-{record.model_id}"):  # one writer per target's results
-        return _attack(spec, run, record, model, bundle, ids, member, augs, train_size, pools, on_plan, device)
-
-
-def _attack(
-    spec: MembershipSpec,
-    run: RunDir,
-    record: Any,
-    model: Any,
-    bundle: Any,
-    ids: np.ndarray,
-    member: np.ndarray,
-    augs: Any,
-    train_size: int,
-    pools: Any,
-    on_plan: Callable[[str], None] | None,
-    device: str,
-) -> MembershipRun:
-    """The locked part of :func:`run_membership`: shadows, attacks, stored results."""
-    from attacks import membership as mia
-    from defenses import DEFENSES
-    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, seconds_per_example
-    from dpaudit.executors import make_executor
-    from dpaudit.results import save_membership_result
-
-    # Shadows train as the target did: its defense and config through the registry; an
-    # external model has no stated recipe, so its shadows get plain SGD.
-    trainer = None
-    recipe: dict[str, Any] = {}
-    if record.defense in DEFENSES:
-        trainer = train_shadow_with_defense
-        recipe = {"defense": record.defense, "config": dict(record.config)}
-    elif "model_fn_sha256" in record.config:
-        # The shadows of an external model are built by its code: a cached shadow built by
-        # other code (an edited file) must not be reused, so the code's fingerprint is hashed
-        # into the shadow ids.
-        recipe = {"model_fn_sha256": record.config["model_fn_sha256"]}
-    shadow_defense = record.defense if trainer is not None else "sgd"
-    summaries: list[PoolSummary] = []
-    models: dict[str, list[tuple[np.ndarray, Any]]] = {}
-    meta: dict[str, Any] = {"target_metrics": {k: val for k, val in record.metrics.items() if isinstance(val, (int, float))}, "dataset": bundle.name, "defense": record.defense}
-    # What the results are about, by content: the report lists these beside the results.
-    fingerprints = {"weights_sha256": record.weights_sha256, "model_fn_sha256": record.config.get("model_fn_sha256")}
-    meta["fingerprints"] = {k: val for k, val in fingerprints.items() if val}
-    if pools:
-        if on_plan is not None:
-            on_plan(f"{describe_pools(pools)}; shadows trained with {shadow_defense!r}")
-        if spec.progress:
-            num_models = sum(p.num_models for p in pools.values())
-            epochs = float(record.config.get("epochs") or 10)
-            per_example = seconds_per_example(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, device=device, model_options=record.model_options)
-            factor = PER_EXAMPLE_GRADIENT_FACTOR if record.claim.accountants else 1.0
-            workers = spec.num_workers or os.cpu_count() or 1
-            announce_if_long(
-                num_models * epochs * train_size * per_example * factor / workers,
-                f"training {num_models} shadow models (cached ones are reused)",
-                hint="--num-shadows, --num-references and --num-workers change it",
-            )
-        try:
-            executor = make_executor(spec.executor, workers=spec.num_workers, address=spec.address)
-        except ImportError as exc:
-            raise ValueError(f"executor {spec.executor!r}: {exc}") from None
-        with executor:
-            models, plans, shadow_run = mia.train_pools(
-                pools,
-                record=record,
-                seed=spec.seed,
-                train_size=train_size,
-                recipe=recipe,
-                directory=run.shadow_dir(),
-                executor=executor,
-                data_root=spec.data_root,
-                device=device,
-                progress=spec.progress,
-                trainer=trainer,
-            )
-        trained = set(shadow_run.trained)
-        for kind, plan in pools.items():
-            n_new = sum(s.shadow_id in trained for s in plans[kind])
-            summaries.append(PoolSummary(kind=kind, num_models=len(plans[kind]), attacks=plan.users, num_trained=n_new, num_reused=len(plans[kind]) - n_new))
-        meta.update(shadows_trained=len(shadow_run.trained), shadows_reused=len(shadow_run.reused), shadow_defense=shadow_defense)
-    context = mia.build_context(
-        record=record, model=model, bundle=bundle, sample_ids=ids, is_member=member, seed=spec.seed, augmentations=augs, pools=pools, shadow_models=models, device=device, metadata=meta
-    )
-    results = mia.run_attacks(context, spec.attacks)
-    out = run.membership_dir(record.model_id)
-    for result in results.values():
-        save_membership_result(result, out)
-    return MembershipRun(
-        model_id=record.model_id,
-        results=results,
-        num_members=int(member.sum()),
-        num_non_members=int((~member).sum()),
-        pools=tuple(summaries),
-        shadow_defense=shadow_defense if pools else None,
-        result_dir=out,
-    )
+        # Shadows train as the target did: its defense and config through the registry; an
+        # external model has no stated recipe, so its shadows get plain SGD.
+        trainer = None
+        recipe: dict[str, Any] = {}
+        if record.defense in DEFENSES:
+            trainer = train_shadow_with_defense
+            recipe = {"defense": record.defense, "config": dict(record.config)}
+        elif "model_fn_sha256" in record.config:
+            # The shadows of an external model are built by its code: a cached shadow built by
+            # other code (an edited file) must not be reused, so the code's fingerprint is hashed
+            # into the shadow ids.
+            recipe = {"model_fn_sha256": record.config["model_fn_sha256"]}
+        shadow_defense = record.defense if trainer is not None else "sgd"
+        summaries: list[PoolSummary] = []
+        models: dict[str, list[tuple[np.ndarray, Any]]] = {}
+        meta: dict[str, Any] = {"target_metrics": {k: val for k, val in record.metrics.items() if isinstance(val, (int, float))}, "dataset": bundle.name, "defense": record.defense}
+        # What the results are about, by content: the report lists these beside the results.
+        fingerprints = {"weights_sha256": record.weights_sha256, "model_fn_sha256": record.config.get("model_fn_sha256")}
+        meta["fingerprints"] = {k: val for k, val in fingerprints.items() if val}
+        if pools:
+            if on_plan is not None:
+                on_plan(f"{describe_pools(pools)}; shadows trained with {shadow_defense!r}")
+            if spec.progress:
+                num_models = sum(p.num_models for p in pools.values())
+                epochs = float(record.config.get("epochs") or 10)
+                per_example = seconds_per_example(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, device=device, model_options=record.model_options)
+                factor = PER_EXAMPLE_GRADIENT_FACTOR if record.claim.accountants else 1.0
+                workers = spec.num_workers or os.cpu_count() or 1
+                announce_if_long(
+                    num_models * epochs * train_size * per_example * factor / workers,
+                    f"training {num_models} shadow models (cached ones are reused)",
+                    hint="--num-shadows, --num-references and --num-workers change it",
+                )
+            try:
+                executor = make_executor(spec.executor, workers=spec.num_workers, address=spec.address)
+            except ImportError as exc:
+                raise ValueError(f"executor {spec.executor!r}: {exc}") from None
+            with executor:
+                models, plans, shadow_run = mia.train_pools(
+                    pools,
+                    record=record,
+                    seed=spec.seed,
+                    train_size=train_size,
+                    recipe=recipe,
+                    directory=run.shadow_dir(),
+                    executor=executor,
+                    data_root=spec.data_root,
+                    device=device,
+                    progress=spec.progress,
+                    trainer=trainer,
+                )
+            trained = set(shadow_run.trained)
+            for kind, plan in pools.items():
+                n_new = sum(s.shadow_id in trained for s in plans[kind])
+                summaries.append(PoolSummary(kind=kind, num_models=len(plans[kind]), attacks=plan.users, num_trained=n_new, num_reused=len(plans[kind]) - n_new))
+            meta.update(shadows_trained=len(shadow_run.trained), shadows_reused=len(shadow_run.reused), shadow_defense=shadow_defense)
+        context = mia.build_context(
+            record=record, model=model, bundle=bundle, sample_ids=ids, is_member=member, seed=spec.seed, augmentations=augs, pools=pools, shadow_models=models, device=device, metadata=meta
+        )
+        results = mia.run_attacks(context, spec.attacks)
+        out = run.membership_dir(record.model_id)
+        for result in results.values():
+            save_membership_result(result, out)
+        return MembershipRun(
+            model_id=record.model_id,
+            results=results,
+            num_members=int(member.sum()),
+            num_non_members=int((~member).sum()),
+            pools=tuple(summaries),
+            shadow_defense=shadow_defense if pools else None,
+            result_dir=out,
+        )
