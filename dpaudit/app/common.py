@@ -67,6 +67,9 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         found = _ARGPARSE_ARGUMENT.match(message) or _ARGPARSE_REQUIRED.match(message)
         argument = found.group(1).split("/")[-1] if found else None
+        rest = message[found.end() :].lstrip() if found and found.re is _ARGPARSE_ARGUMENT else ""
+        if argument and rest.startswith(argument):  # "argument --x: --x=… is …" says the flag twice
+            message = rest
         raise UsageError(message, argument=argument, prog=self.prog)
 
 

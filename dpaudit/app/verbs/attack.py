@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.app.common import EXIT_OK, UsageError, arg, delta_type, emit, path_type, seed_type
+from dpaudit.app.common import EXIT_OK, UsageError, add_common, arg, delta_type, emit, path_type
 from dpaudit.options import limit_action
 
 __all__ = ["register"]
@@ -81,13 +81,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         10**6,
         "each is scored by every reference model",
     )
-    m.add_argument("--seed", type=seed_type, default=0, help="root seed (default 0)")
+    add_common(m, out=True, seed=True, data_root=True, device="cpu", quiet=True)
     m.add_argument("--delta", type=delta_type, default=1e-5, help="delta of the epsilon lower bound (default 1e-5)")
-    m.add_argument("--out", required=True, type=path_type("--out", must_exist=None), metavar="RUN_DIR", help="run directory (results, shadow cache, report)")
-    m.add_argument("--data-root", type=path_type("--data-root", must_exist="dir"), metavar="DIR", help="data root (default: $DPAUDIT_DATA_ROOT or ~/.dpaudit/data)")
-    m.add_argument("--device", default="cpu", help="cpu (default), auto or cuda[:N], for shadow training and inference")
-    m.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    m.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     flags = add_option_flags(m, {name: spec.config_type for name, spec in MEMBERSHIP_ATTACKS.items()})
     m.set_defaults(func=lambda args: _cmd_membership(args, flags))
 

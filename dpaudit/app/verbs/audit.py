@@ -20,12 +20,12 @@ from dpaudit.app.common import (
     EXIT_OK,
     EXIT_VIOLATION,
     UsageError,
+    add_common,
     arg,
     delta_type,
     emit,
     fmt_eps,
     path_type,
-    seed_type,
 )
 from dpaudit.options import limit_action
 
@@ -217,12 +217,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--claim-sampling-rate", type=arg("--claim-sampling-rate", v.half_open_unit), metavar="Q", help="--train-fn: claimed Poisson sampling rate")
     p.add_argument("--claim-num-steps", type=pos_int("--claim-num-steps"), metavar="T", help="--train-fn: claimed number of steps")
     limit_action(p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for trials (default 1: in this process)"), 1024, "each worker is a process")
-    p.add_argument("--seed", type=seed_type, default=0, help="root seed (default 0)")
+    add_common(p, out=True, seed=True, data_root=True, device="cpu", quiet=True)
     p.add_argument("--name", metavar="NAME", help="audit name under RUN_DIR/audits/ (default: derived from the configuration; reruns resume)")
-    p.add_argument("--out", required=True, type=path_type("--out", must_exist=None), metavar="RUN_DIR", help="run directory")
-    p.add_argument("--data-root", type=path_type("--data-root", must_exist="dir"), metavar="DIR")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
     p.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=lambda a: _cmd_audit(a))

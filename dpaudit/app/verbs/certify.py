@@ -32,10 +32,10 @@ from dpaudit.app.common import (
     EXIT_OK,
     EXIT_VIOLATION,
     UsageError,
+    add_common,
     arg,
     emit,
     path_type,
-    seed_type,
 )
 from dpaudit.app.runs.certify import DEFAULT_ATTACKS, DEFAULT_RADII, CertifySpec, NotCertifiable, run_certify
 from dpaudit.options import limit_action
@@ -143,7 +143,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--target", required=True, type=path_type("--target", must_exist="any"), metavar="PATH", help="record directory (RUN_DIR/records/NAME) or a run directory with one record")
-    p.add_argument("--out", required=True, type=path_type("--out", must_exist=None), metavar="RUN_DIR", help="run directory for results and the report")
+    add_common(p, out=True, seed=True, data_root=True, device="auto", quiet=True)
     limit_action(
         p.add_argument("--num-draws", type=_count("--num-draws", 2), default=2000, metavar="N", help="noise draws per test example (default 2000)"), 10**6, "each draw is one forward pass per example"
     )
@@ -170,9 +170,4 @@ def register(sub: argparse._SubParsersAction) -> None:
         10**4,
         "each sample is one gradient per attack step",
     )
-    p.add_argument("--seed", type=seed_type, default=0, help="root seed (default 0)")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
-    p.add_argument("--data-root", type=path_type("--data-root", must_exist="dir"), metavar="DIR")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=lambda a: _cmd_certify(a))

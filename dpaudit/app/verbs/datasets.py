@@ -13,6 +13,7 @@ import argparse
 
 from dpaudit.app.common import (
     EXIT_OK,
+    add_common,
     emit,
 )
 
@@ -56,6 +57,5 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``datasets`` to the ``dpaudit`` parser."""
     p = sub.add_parser("datasets", help="list datasets available under the data root", description="Which datasets are available under the data root, with their sizes.")
-    p.add_argument("--data-root", metavar="DIR", help=f"data root (default: ${'DPAUDIT_DATA_ROOT'} or ~/.dpaudit/data)")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    add_common(p, data_root=True)
     p.set_defaults(func=_cmd_datasets)

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.app.common import EXIT_OK, UsageError, arg, emit, fmt_eps, path_type, seed_type
+from dpaudit.app.common import EXIT_OK, UsageError, add_common, arg, emit, fmt_eps
 
 __all__ = ["register"]
 
@@ -102,14 +102,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--defense", choices=tuple(DEFENSES), required=True)
     p.add_argument("--dataset", choices=DATASETS, default="digits")
     p.add_argument("--model", choices=tuple(MODELS), required=True)
-    p.add_argument("--out", required=True, type=path_type("--out", must_exist=None), metavar="RUN_DIR", help="run directory to write into")
-    p.add_argument("--seed", type=seed_type, default=0, help="root seed (default 0)")
+    add_common(p, out=True, seed=True, data_root=True, device="auto", quiet=True)
     p.add_argument("--split-seed", type=arg("--split-seed", lambda n, x: v.integer(n, x, minimum=0), int), help="seed of the member/non-member split (default: --seed)")
     p.add_argument("--member-fraction", type=arg("--member-fraction", v.open_unit), default=0.5, help="fraction of the training pool used as members (default 0.5)")
-    p.add_argument("--data-root", type=path_type("--data-root", must_exist="dir"), metavar="DIR")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
     p.add_argument("--force", action="store_true", help="retrain even if the record exists")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     flags = add_option_flags(p, {name: spec.config_type for name, spec in DEFENSES.items()})
     p.set_defaults(func=_cmd_train, defense_flags=flags)
