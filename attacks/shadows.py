@@ -55,6 +55,7 @@ from dpaudit.privacy.claims import NonPrivateClaim
 from dpaudit.provenance import provenance
 from dpaudit.results.record import Membership, TrainedModel, make_model_id
 from dpaudit.seeding import derive_seed, numpy_rng, torch_generator
+from dpaudit.store import thaw
 from dpaudit.training import SGDConfig, evaluate, shuffled_batches
 
 __all__ = [
@@ -165,7 +166,7 @@ class ShadowSpec:
             "train_ids_sha256": self.ids_digest,
         }
         if self.recipe:  # kept out of the hash when empty, so plain-SGD shadow ids stay as they were
-            config["recipe"] = dict(self.recipe)
+            config["recipe"] = thaw(self.recipe)
         return make_model_id(defense="shadow", dataset=self.dataset, model_name=self.model_name, seed=self.seed, config=config)
 
     def to_dict(self) -> dict[str, Any]:
@@ -179,7 +180,7 @@ class ShadowSpec:
             "training": self.training.to_dict(),
             "train_ids": self.train_ids.tolist(),
             "seed": self.seed,
-            "recipe": dict(self.recipe),
+            "recipe": thaw(self.recipe),  # plain data all the way down: it is pickled to workers
         }
 
     @classmethod

@@ -24,6 +24,7 @@ from defenses.certified import (
 )
 from defenses.dpsgd import DPSGDConfig, DPSGDTrainer, train_dpsgd
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
+from defenses.pate.defense import TEACHER_CACHE, PATEConfig, train_pate
 
 __all__ = ["DefenseSpec", "DEFENSES", "build_record", "model_id_for"]
 
@@ -44,6 +45,10 @@ class DefenseSpec:
             :class:`attacks.audit_procedures.HookedTrainer`.
         certification: optional ``certification(config) -> CertificationSpec`` for defenses
             whose models carry a noise layer that ``certify`` can certify.
+        submodels: for a defense that trains sub-models on an executor and caches them in the
+            run (PATE's teachers), the name of that cache (``RUN_DIR/records/NAME/``); ``train``
+            then also takes ``workspace=`` (a :class:`dpaudit.training.TrainWorkspace`, or
+            ``None`` to keep nothing).
     """
 
     name: str
@@ -53,6 +58,7 @@ class DefenseSpec:
     claim_kind: str
     audit_trainer: Callable[..., Any] | None = None
     certification: Callable[[Any], Any] | None = None
+    submodels: str | None = None
 
 
 def _certification(defense: str) -> Callable[[Any], Any]:
@@ -100,5 +106,13 @@ DEFENSES: dict[str, DefenseSpec] = {
         claim_kind="dp",
         certification=_certification("secure-sgd"),
         summary="HGM noise layer + DP-SGD: DP for the training data and certified robustness (Phan et al. 2019)",
+    ),
+    "pate": DefenseSpec(
+        name="pate",
+        config_type=PATEConfig,
+        train=train_pate,
+        claim_kind="pate",
+        submodels=TEACHER_CACHE,
+        summary="teachers on disjoint partitions, noisy vote aggregation (LNMax/GNMax/Confident-GNMax), released student (Papernot et al. 2017, 2018)",
     ),
 }

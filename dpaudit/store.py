@@ -274,6 +274,14 @@ class RunDir:
         """Where the record of ``model_id`` lives."""
         return self.subdir("records") / model_id
 
+    def submodel_dir(self, name: str) -> Path:
+        """A cache of sub-models shared by the run's records (``records/NAME/``, e.g. PATE teachers).
+
+        It holds no ``record.json`` itself, so :meth:`record_dirs` does not list it; each model in it
+        is a record directory of its own (attackable with ``--target``).
+        """
+        return self.subdir("records") / safe_stem(name, default="models")
+
     def record_dirs(self) -> list[Path]:
         """Every finished record (those whose record.json exists), sorted by name."""
         return self._children("records", "record.json")

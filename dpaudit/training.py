@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -16,7 +17,7 @@ from torch import nn
 from dpaudit import _validate as v
 from dpaudit.options import SizeLimit, option
 
-__all__ = ["SGDConfig", "TrainingDiverged", "check_loss", "resolve_device", "shuffled_batches", "evaluate", "predict_logits"]
+__all__ = ["SGDConfig", "TrainWorkspace", "TrainingDiverged", "check_loss", "resolve_device", "shuffled_batches", "evaluate", "predict_logits"]
 
 
 class TrainingDiverged(ValueError):
@@ -81,6 +82,33 @@ class SGDConfig:
         if not 0 <= v.real("momentum", self.momentum) < 1:
             raise ValueError(f"momentum must lie in [0, 1), got {self.momentum!r}")
         v.non_negative("weight_decay", self.weight_decay)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainWorkspace:
+    """Where a defense that trains sub-models (PATE's teachers) keeps them, and where they train.
+
+    Passed by the application layer to defenses registered with ``uses_workspace=True``; a
+    defense called without one (e.g. to train a shadow model of an attack) trains its sub-models
+    in its own process and keeps nothing.
+
+    Attributes:
+        record_dir: the directory the record will be saved in; the defense may write its own
+            artifacts there first (PATE: the vote matrix and the aggregator's answers).
+        cache_dir: a cache shared by every record of the run (PATE: one record per teacher, so
+            students with another aggregator reuse the same teachers).
+        executor: ``local``, ``ray`` or ``serial`` (:func:`dpaudit.executors.make_executor`).
+        num_workers: parallel workers (``None``: the executor's default).
+        address: Ray cluster address.
+        data_root: the data root, passed on to workers that reload the dataset by name.
+    """
+
+    record_dir: Path
+    cache_dir: Path
+    executor: str = "local"
+    num_workers: int | None = None
+    address: str | None = None
+    data_root: str | None = None
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:

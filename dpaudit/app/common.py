@@ -127,10 +127,20 @@ delta_type = arg("--delta", v.open_unit)
 seed_type = positive_int("--seed", 0)
 
 
-def add_common(parser: argparse.ArgumentParser, *, out: bool = False, seed: bool = False, data_root: bool = False, device: str | None = None, quiet: bool = False) -> None:
+def add_common(
+    parser: argparse.ArgumentParser,
+    *,
+    out: bool = False,
+    seed: bool = False,
+    data_root: bool = False,
+    device: str | None = None,
+    quiet: bool = False,
+    executor: str | None = None,
+) -> None:
     """Declares the flags several verbs share, once, with one wording.
 
-    ``--json`` is always added; the others on request. ``device`` is the default device.
+    ``--json`` is always added; the others on request. ``device`` is the default device;
+    ``executor`` names what the executor runs (``--executor``, ``--num-workers``, ``--address``).
     """
     if out:
         parser.add_argument("--out", required=True, type=path_type("--out", must_exist=None), metavar="RUN_DIR", help="run directory to write into (created if missing; reruns resume)")
@@ -142,7 +152,27 @@ def add_common(parser: argparse.ArgumentParser, *, out: bool = False, seed: bool
         parser.add_argument("--device", default=device, help=f"auto, cpu or cuda[:N] (default {device})")
     if quiet:
         parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    if executor is not None:
+        from dpaudit.executors import EXECUTORS
+        from dpaudit.options import limit_action
+
+        parser.add_argument("--executor", choices=EXECUTORS, default="local", help=f"where {executor} train: local process pool (default), ray, or serial (in-process)")
+        limit_action(parser.add_argument("--num-workers", type=positive_int("--num-workers"), metavar="W", help="parallel workers (default: CPU count)"), 1024, "each worker is a process")
+        parser.add_argument("--address", metavar="ADDR", help="Ray cluster address (with --executor ray; default: start a local Ray)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def check_record(flag: str, path: str) -> Any:
+    """The record at ``path`` (a record directory, its record.json, or a run with one record), loaded.
+
+    A missing or corrupt record is the user's file: one line naming ``flag``, before any work.
+    """
+    from dpaudit.results.record import load_record, resolve_record_dir
+
+    try:
+        return load_record(resolve_record_dir(path))
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}", argument=flag) from None
 
 
 def emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:

@@ -101,3 +101,83 @@ def test_a_pickled_votes_file_is_refused_without_loading_it(cli, tmp_path: Path)
 def test_inconsistent_flags_exit_2(cli, tmp_path: Path, extra: list[str], needle: str) -> None:
     code, _, err = cli.run("pate", "analyze", "--votes", _votes(tmp_path, [ROW]), *extra)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- pate audit
+AUDIT = ["pate", "audit", "--trials", "50000"]
+
+
+@pytest.mark.parametrize(
+    "noise",
+    [
+        ["--laplace-scale", "20"],
+        ["--sigma", "40"],
+        ["--aggregator", "confident-gnmax", "--threshold", "100", "--threshold-sigma", "150", "--sigma", "40"],
+    ],
+)
+def test_audit_passes_the_real_aggregator_and_flags_the_noise_bug_with_exit_3(cli, noise: list[str]) -> None:
+    code, out, err = cli.run(*AUDIT, *noise, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["violation"] is False and data["epsilon_lb"] <= data["epsilon_ub"] and data["planted_bug"] == "none"
+    assert data["num_in"] == data["num_out"] == 50000 and data["bound"] == "clopper-pearson"
+    code, out, err = cli.run(*AUDIT, *noise, "--planted-bug", "noise-scale-too-small", "--json")
+    assert code == 3, err
+    data = json.loads(out)
+    assert data["violation"] is True and data["epsilon_lb"] > data["epsilon_ub"]
+
+
+def test_audit_flags_a_threshold_without_noise_and_says_so(cli) -> None:
+    argv = [*AUDIT, "--threshold", "200", "--threshold-sigma", "150", "--sigma", "40", "--planted-bug", "threshold-without-noise"]
+    code, out, _ = cli.run(*argv)
+    assert code == 3 and "VIOLATION" in out and "not answered" in out
+    code, out, _ = cli.run(*argv[:-2])
+    assert code == 0 and "no violation" in out
+
+
+@pytest.mark.parametrize(
+    "extra, flag",
+    [
+        (["--sigma", "40", "--planted-bug", "threshold-without-noise"], "--planted-bug"),
+        (["--aggregator", "lnmax"], "--laplace-scale"),
+        ([], "--sigma"),
+        (["--sigma", "40", "--threshold", "100"], "--threshold"),
+        (["--sigma", "40", "--threshold", "300", "--threshold-sigma", "150"], "--threshold"),
+        (["--sigma", "40", "--threshold", "10", "--threshold-sigma", "150"], "threshold"),
+        (["--sigma", "40", "--trials", "0"], "--trials"),
+        (["--sigma", "40", "--trials", str(10**8)], "--trials"),
+        (["--sigma", "40", "--num-teachers", "1"], "--num-teachers"),
+        (["--sigma", "40", "--num-classes", "1"], "--num-classes"),
+        (["--sigma", "40", "--confidence", "1"], "--confidence"),
+        (["--sigma", "40", "--delta", "0"], "--delta"),
+        (["--sigma", "-1"], "--sigma"),
+        (["--sigma", "40", "--planted-bug", "bogus"], "--planted-bug"),
+    ],
+)
+def test_audit_bad_arguments_exit_2_with_one_line_naming_the_flag(cli, extra: list[str], flag: str) -> None:
+    code, out, err = cli.run("pate", "audit", *extra)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and flag in lines[0] and "Traceback" not in err, err
+
+
+def test_audit_size_limit_needs_i_know(cli) -> None:
+    code, _, err = cli.run("pate", "audit", "--sigma", "40", "--trials", str(10**8))
+    assert code == 2 and "--i-know" in err
+    code, _, err = cli.run("pate", "audit", "--sigma", "40", "--num-classes", "5000", "--trials", str(10**6))
+    assert code == 2 and "--i-know" in err and "--trials" in err
+
+
+def test_audit_planted_bug_names_match_the_defenses() -> None:
+    from defenses.pate.planted import PLANTED_PATE_BUGS
+    from dpaudit.app.verbs.pate import PLANTED_BUGS
+
+    assert PLANTED_BUGS == PLANTED_PATE_BUGS
+
+
+def test_audit_help_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys\nfrom dpaudit.app.cli import build_parser\nbuild_parser(['pate', 'audit', '--help'])\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "False"

@@ -76,6 +76,11 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("pate analyze", "--threshold-sigma", "1e300"): "a threshold step that reveals nothing",
     ("pate analyze", "--smooth-sensitivity-sigma", "1e300"): "a release drowned in noise: valid, useless",
     ("pate analyze", "--seed", "0"): "seed 0 is a seed",
+    ("pate audit", "--sigma", "1e300"): "so much noise that every answer is a coin flip: the audit passes",
+    ("pate audit", "--laplace-scale", "1e300"): "so much noise that every answer is a coin flip: the audit passes",
+    ("pate audit", "--threshold-sigma", "1e300"): "a threshold step that reveals nothing: the audit passes",
+    ("pate audit", "--seed", "0"): "seed 0 is a seed",
+    ("pate attack", "--seed", "0"): "seed 0 is a seed",
     ("train", "--noise-multiplier", "1e300"): "a claim of ε ≈ 0 for a model that is all noise: valid, useless",
     ("audit", "--noise-multiplier", "1e300"): "a claim of ε ≈ 0: valid, useless",
     ("audit", "--claim-noise-multiplier", "1e300"): "a third party may claim ε ≈ 0; the audit then tests it",
@@ -83,6 +88,14 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("train", "--final-learning-rate", "1e300"): "diverges: training stops with exit 2 and no record",
     ("train", "--expected-lot-size", "1e300"): "a divisor that makes every update vanish: valid, useless",
     ("train", "--lr-decay-epochs", "1e300"): "a decay that never happens",
+    ("train", "--sigma", "1e300"): "PATE votes drowned in noise: ε ≈ 0 and useless labels, a valid request",
+    ("train", "--threshold", "0"): "T = 0: Confident-GNMax answers (almost) every query",
+    ("train", "--threshold", "1e300"): "a threshold never met: training stops with one line (no query answered)",
+    ("train", "--threshold-sigma", "1e300"): "a threshold check that reveals nothing",
+    ("train", "--laplace-scale", "1e300"): "LNMax drowned in noise: ε ≈ 0, a valid request",
+    ("train", "--student-learning-rate", "1e300"): "the student diverges at the first step: its NaN check stops training (exit 2)",
+    ("train", "--unlabeled-weight", "0"): "no weight on the unlabelled loss: the supervised student",
+    ("train", "--unlabeled-weight", "1e300"): "diverges: the student's NaN check stops training (exit 2)",
 }
 
 
@@ -139,7 +152,7 @@ def test_every_flag_is_covered() -> None:
     """A new flag whose value this table cannot classify must be classified here, not forgotten."""
     assert not UNCLASSIFIED, f"add these flags to FILE_FLAGS, DIR_FLAGS or TEXT_FLAGS: {UNCLASSIFIED}"
     verbs = {c.verb for c in CASES}
-    assert {"epsilon", "datasets", "train", "audit", "attack membership", "certify", "report", "pate analyze"} <= verbs
+    assert {"epsilon", "datasets", "train", "audit", "attack membership", "certify", "report", "pate analyze", "pate audit", "pate attack"} <= verbs
 
 
 # ----------------------------------------------------------------------------- running one case
@@ -154,11 +167,13 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
 
     import dpaudit.app.runs.audit as audit_run
     import dpaudit.app.runs.membership as membership_run
+    import dpaudit.app.runs.pate as pate_run
     import dpaudit.app.runs.train as train_run
     import dpaudit.app.verbs.certify as certify_verb
 
     monkeypatch.setattr(audit_run, "run_audit", stop)
     monkeypatch.setattr(membership_run, "run_membership", stop)
+    monkeypatch.setattr(pate_run, "attack_aggregator", stop)
     monkeypatch.setattr(train_run, "train_or_load", stop)
     monkeypatch.setattr(certify_verb, "run_certify", stop)
 
@@ -237,6 +252,15 @@ def _base(verb: str, flag: str, work: Path, record_dir: Path, external: dict[str
         if flag.startswith("--smooth-sensitivity"):
             return [*votes, "--sigma", "40", "--smooth-sensitivity-beta", "0.03", "--smooth-sensitivity-sigma", "15"]
         return [*votes, "--sigma", "40"]
+    if verb == "pate attack":
+        return ["pate", "attack", "--target", str(record_dir), "--out", out]
+    if verb == "pate audit":  # runs for real (no stub), so few trials
+        game = ["pate", "audit", "--trials", "2000", "--num-teachers", "50"]
+        if flag == "--laplace-scale":
+            return [*game, "--laplace-scale", "20"]
+        if flag in ("--threshold", "--threshold-sigma"):
+            return [*game, "--sigma", "40", "--threshold", "20", "--threshold-sigma", "15"]
+        return [*game, "--sigma", "40"]
     raise AssertionError(f"no base command for verb {verb!r}")
 
 

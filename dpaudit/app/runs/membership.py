@@ -312,7 +312,9 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
         recipe: dict[str, Any] = {}
         if record.defense in DEFENSES:
             trainer = train_shadow_with_defense
-            recipe = {"defense": record.defense, "config": dict(record.config)}
+            from dpaudit.store import thaw
+
+            recipe = {"defense": record.defense, "config": thaw(record.config)}
         elif "model_fn_sha256" in record.config:
             # The shadows of an external model are built by its code: a cached shadow built by
             # other code (an edited file) must not be reused, so the code's fingerprint is hashed

@@ -7,6 +7,8 @@
 * ``membership-<model>.{html,md}`` per attacked target (AUC, TPR@FPR, ε_LB, log–log ROC, the
   target's claimed ε under every accountant);
 * ``certified.{html,md}`` (certified vs conventional accuracy vs radius; non-empty CSV tables);
+* ``pate.{html,md}`` for PATE students (answers, data-dependent and data-independent ε, ε against
+  queries answered, student accuracy against ε);
 * ``index.{html,md}`` linking them all.
 
 It recomputes no verdict: violations, tightness and soundness are read from the stored results.
@@ -38,6 +40,7 @@ class ReportIndex:
     audits: tuple[Path, ...] = ()
     membership: tuple[Path, ...] = ()
     certified: tuple[Path, ...] = ()
+    pate: tuple[Path, ...] = ()
     tables: tuple[Path, ...] = ()
     #: Stored verdicts the reports show as violations (audits with ε_LB > ε_UB, unsound certificates), read, never recomputed.
     violations: tuple[str, ...] = ()
@@ -45,7 +48,7 @@ class ReportIndex:
     def __post_init__(self) -> None:
         if not isinstance(self.violations, tuple) or not all(isinstance(x, str) for x in self.violations):
             raise TypeError(f"violations must be a tuple of strings, got {self.violations!r}")
-        for name in ("audits", "membership", "certified", "tables"):
+        for name in ("audits", "membership", "certified", "pate", "tables"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not all(isinstance(p, Path) for p in value):
                 raise TypeError(f"{name} must be a tuple of Paths, got {value!r}")
@@ -53,7 +56,7 @@ class ReportIndex:
     @property
     def pages(self) -> tuple[Path, ...]:
         """Every HTML report the index links."""
-        return self.audits + self.membership + self.certified
+        return self.audits + self.membership + self.certified + self.pate
 
 
 def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
@@ -72,14 +75,18 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
     from reports.audit import audit_section
     from reports.certified import load_certified_runs, render_certified
     from reports.membership import membership_report_stem, membership_sections
+    from reports.pate import load_pate_runs, pate_sections
     from reports.render import Section, write_index, write_report_files
 
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     if not run.path.is_dir():
         raise ValueError(f"run_dir must be a directory, got {str(run.path)!r}")
     audit_dirs, membership_dirs, certify_runs = run.audit_dirs(), run.membership_dirs(), load_certified_runs(run)
-    if not audit_dirs and not membership_dirs and not certify_runs:
-        raise NothingToRender(f"run_dir {str(run.path)!r} holds no audit, membership-attack or certify results to render (run dpaudit audit, attack membership or certify into it first)")
+    pate_runs = load_pate_runs(run) if run.subdir("records").is_dir() else []
+    if not audit_dirs and not membership_dirs and not certify_runs and not pate_runs:
+        raise NothingToRender(
+            f"run_dir {str(run.path)!r} holds no audit, membership-attack, certify or PATE results to render (run dpaudit audit, attack membership, certify or train --defense pate into it first)"
+        )
     out = run.reports_dir()
     out.mkdir(parents=True, exist_ok=True)
     groups: list[tuple[str, list[tuple[str, str]]]] = []
@@ -105,11 +112,12 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
         if not results:
             continue
         model_id = results[0].model_id
-        record_dir = run.record_dir(model_id)
+        # A sub-model (a PATE teacher) is a record in a cache under records/, not at its top.
+        found = [d for d in (run.record_dir(model_id), *run.subdir("records").glob(f"*/{model_id}")) if (d / "record.json").is_file()]
         epsilons, description = None, ""
-        if (record_dir / "record.json").is_file():
-            record = load_record(record_dir)
-            delta = float(record.metrics.get("delta") or 1e-5)
+        if found:
+            record = load_record(found[0])
+            delta = float(record.metrics.get("delta") or record.config.get("delta") or 1e-5)
             epsilons, description = record.claim.epsilons(delta=delta), record.claim.statement()
         else:
             delta = 1e-5
@@ -134,5 +142,12 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
         certified.append(written.html)
         groups.append(("Certified robustness", [(f"certified vs conventional accuracy ({len(certify_runs)} model(s))", written.html.name)]))
 
+    pate: list[Path] = []
+    if pate_runs:
+        pate.append(write_report_files(out, pate_sections(pate_runs), title="PATE students", stem="pate", kind="report").html)
+        groups.append(("PATE", [(f"PATE students ({len(pate_runs)})", pate[0].name)]))
+
     index_html, index_md = write_index(out, title=f"Reports of {run.path.name}", groups=groups, files=[p.name for p in tables])
-    return ReportIndex(index_html=index_html, index_md=index_md, audits=tuple(audits), membership=tuple(members), certified=tuple(certified), tables=tuple(tables), violations=tuple(violations))
+    return ReportIndex(
+        index_html=index_html, index_md=index_md, audits=tuple(audits), membership=tuple(members), certified=tuple(certified), pate=tuple(pate), tables=tuple(tables), violations=tuple(violations)
+    )

@@ -52,6 +52,10 @@ class TrainSpec:
         device: ``auto``, ``cpu`` or ``cuda[:N]``.
         force: retrain even when the record exists.
         progress: progress on stderr.
+        executor: where a defense's sub-models train (PATE's teachers): ``local``, ``ray`` or
+            ``serial``.
+        num_workers: their parallel workers (``None``: the executor's default).
+        address: Ray cluster address.
     """
 
     defense: str
@@ -66,6 +70,9 @@ class TrainSpec:
     device: str = "auto"
     force: bool = False
     progress: bool = True
+    executor: str = "local"
+    num_workers: int | None = None
+    address: str | None = None
 
     def __post_init__(self) -> None:
         from defenses import DEFENSES
@@ -84,6 +91,13 @@ class TrainSpec:
         if self.split_seed is not None:
             v.integer("split_seed", self.split_seed, minimum=0)
         v.open_unit("member_fraction", self.member_fraction)
+        from dpaudit.executors import EXECUTORS
+
+        v.choice("executor", self.executor, EXECUTORS)
+        if self.num_workers is not None:
+            v.integer("num_workers", self.num_workers, minimum=1)
+        if self.address is not None and self.executor != "ray":
+            raise ValueError(f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
         object.__setattr__(self, "model_options", dict(self.model_options))
 
 
@@ -120,7 +134,6 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, seconds_per_example
     from dpaudit.data import load_dataset, make_splits
     from dpaudit.locks import unit_lock
-    from dpaudit.privacy.claims import claim_kind
     from dpaudit.results.record import RECORD_FILE, WEIGHTS_FILE, load_record
     from dpaudit.training import resolve_device
     from dpaudit.weights import load_model, save_record
@@ -139,14 +152,22 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                 return TrainOutcome(record=load_record(rdir), model=load_model(rdir, device=device), record_dir=rdir, reused=True)
             # A record without its weights is incomplete (an interrupted copy, a deleted file): never "reuse" it.
             print(f"record {model_id} in {rdir} has no {WEIGHTS_FILE}; training it again", file=sys.stderr)
+        entry = DEFENSES[spec.defense]
         if spec.progress:
-            entry = DEFENSES[spec.defense]
             epochs = float(getattr(spec.config, "epochs", None) or 10)
             per_example = seconds_per_example(spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, device=str(device), model_options=dict(spec.model_options))
-            factor = PER_EXAMPLE_GRADIENT_FACTOR if claim_kind(entry.claim_kind).accountants else 1.0
+            # Only DP-SGD-style claims pay for per-example gradients (PATE's teachers train plainly).
+            factor = PER_EXAMPLE_GRADIENT_FACTOR if entry.claim_kind == "dp" else 1.0
             announce_if_long(epochs * len(splits.members) * per_example * factor, f"training {spec.defense} for {epochs:g} epochs", hint="--epochs changes it")
-        record, model = DEFENSES[spec.defense].train(
-            bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options), config=spec.config, seed=spec.seed, device=device, progress=spec.progress
+        extra: dict[str, Any] = {}
+        if entry.submodels is not None:
+            from dpaudit.training import TrainWorkspace
+
+            extra["workspace"] = TrainWorkspace(
+                record_dir=rdir, cache_dir=run.submodel_dir(entry.submodels), executor=spec.executor, num_workers=spec.num_workers, address=spec.address, data_root=spec.data_root
+            )
+        record, model = entry.train(
+            bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options), config=spec.config, seed=spec.seed, device=device, progress=spec.progress, **extra
         )
         save_record(record, model, rdir)
         model.eval()

@@ -14,15 +14,10 @@ import argparse
 import sys
 from typing import Any
 
-from dpaudit import _validate as v
-from dpaudit.app.common import EXIT_OK, UsageError, add_common, arg, delta_type, emit, path_type
+from dpaudit.app.common import EXIT_OK, UsageError, add_common, delta_type, emit, path_type, positive_int
 from dpaudit.options import limit_action
 
 __all__ = ["register"]
-
-
-def _int_at_least(name: str, minimum: int) -> Any:
-    return arg(name, lambda n, x: v.integer(n, x, minimum=minimum), int)
 
 
 _SHADOW_HELP = (
@@ -40,7 +35,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``attack`` (with ``membership``) to the ``dpaudit`` parser."""
     from attacks.membership import MEMBERSHIP_ATTACKS
     from dpaudit.data import DATASETS
-    from dpaudit.executors import EXECUTORS
     from dpaudit.options import add_option_flags
 
     p = sub.add_parser("attack", help="run attacks against a trained model", description="Run attacks against a trained model and store their results under RUN_DIR/attacks/.")
@@ -63,25 +57,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--member-ids", type=path_type("--member-ids", must_exist="file"), metavar="FILE", help="external model: JSON list or .npy of the training sample ids")
     m.add_argument("--non-member-ids", type=path_type("--non-member-ids", must_exist="file"), metavar="FILE", help="external model: held-out ids (default: as many unused training ids)")
     m.add_argument("--attack", action="append", choices=(*MEMBERSHIP_ATTACKS, "all"), required=True, help="attack to run (repeatable; 'all' for every registered attack)")
-    m.add_argument("--executor", choices=EXECUTORS, default="local", help="where shadow models train: local process pool (default), ray, or serial (in-process)")
-    limit_action(m.add_argument("--num-workers", type=_int_at_least("--num-workers", 1), metavar="W", help="parallel workers (default: CPU count)"), 1024, "each worker is a process")
-    m.add_argument("--address", metavar="ADDR", help="Ray cluster address (with --executor ray; default: start a local Ray)")
     limit_action(
-        m.add_argument("--num-queries", type=_int_at_least("--num-queries", 1), metavar="N", help="query augmentations per example for LiRA/RMIA (default: 2 where mirroring/shifts apply, else 1)"),
+        m.add_argument("--num-queries", type=positive_int("--num-queries"), metavar="N", help="query augmentations per example for LiRA/RMIA (default: 2 where mirroring/shifts apply, else 1)"),
         256,
         "each query is one forward pass of every model over the data",
     )
     limit_action(
-        m.add_argument("--num-samples", type=_int_at_least("--num-samples", 1), metavar="N", help="score at most N members and N non-members (seeded subsample)"),
+        m.add_argument("--num-samples", type=positive_int("--num-samples"), metavar="N", help="score at most N members and N non-members (seeded subsample)"),
         10**7,
         "scores are held in memory for every model",
     )
     limit_action(
-        m.add_argument("--num-population", type=_int_at_least("--num-population", 1), default=1000, metavar="N", help="RMIA population samples z (default 1000)"),
+        m.add_argument("--num-population", type=positive_int("--num-population"), default=1000, metavar="N", help="RMIA population samples z (default 1000)"),
         10**6,
         "each is scored by every reference model",
     )
-    add_common(m, out=True, seed=True, data_root=True, device="cpu", quiet=True)
+    add_common(m, out=True, seed=True, data_root=True, device="cpu", quiet=True, executor="shadow models")
     m.add_argument("--delta", type=delta_type, default=1e-5, help="delta of the epsilon lower bound (default 1e-5)")
     flags = add_option_flags(m, {name: spec.config_type for name, spec in MEMBERSHIP_ATTACKS.items()})
     m.set_defaults(func=lambda args: _cmd_membership(args, flags))

@@ -34,6 +34,7 @@ from dpaudit.app.common import (
     UsageError,
     add_common,
     arg,
+    check_record,
     emit,
     path_type,
 )
@@ -73,12 +74,7 @@ def _cmd_certify(args: argparse.Namespace) -> int:
     attacks = [a.strip() for group in (args.attack or [",".join(DEFAULT_ATTACKS)]) for a in group.split(",")]
     if args.no_attacks:
         attacks = []
-    from dpaudit.results.record import load_record, resolve_record_dir
-
-    try:  # a missing or corrupt record is the user's file: one line, before any work
-        load_record(resolve_record_dir(args.target))
-    except ValueError as exc:
-        raise UsageError(f"--target: {exc}", argument="--target") from None
+    check_record("--target", args.target)
     spec = CertifySpec(
         target=args.target,
         radii=tuple(args.radii or DEFAULT_RADII),

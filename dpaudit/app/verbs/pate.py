@@ -1,10 +1,21 @@
-"""``dpaudit pate analyze``: the privacy analysis of a PATE vote matrix from any implementation.
+"""``dpaudit pate analyze``: the privacy analysis of a PATE vote matrix from any implementation;
+``dpaudit pate audit``: the audit game of an aggregator (ε_LB from repeated answers on neighbouring votes).
 
 Papernot et al. (2017) for LNMax's moments analysis, (2018) for GNMax's data-dependent RDP
 (Theorem 6 with Proposition 10), Confident-GNMax's expected cost and the smooth-sensitivity
 release of a data-dependent ε (§4.2, Appendix C). The mathematics is
 :mod:`dpaudit.privacy.pate`; this verb reads the votes, picks the analysis and prints it. Every
 ε it prints says whether it depends on the votes and whether it was sanitised. Torch-free.
+
+``pate attack`` runs the label-only membership attack on a PATE student's aggregator
+(:func:`dpaudit.app.runs.pate.attack_aggregator`): the teachers answer the student's members and
+non-members through the record's own noisy aggregator, and the result joins the student's other
+membership results and report.
+
+``pate audit`` plays :func:`attacks.pate_audit.pate_audit` against the real aggregator of
+:mod:`defenses.pate.aggregators` or a planted bug of :mod:`defenses.pate.planted` (imported
+when it runs, so building the parser stays torch-free); exit status 3 when ε_LB > ε_UB, as
+``dpaudit audit``.
 """
 
 from __future__ import annotations
@@ -14,11 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.app.common import EXIT_OK, UsageError, arg, delta_type, emit, fmt_eps, path_type, seed_type
+from dpaudit.app.common import EXIT_OK, EXIT_VIOLATION, UsageError, add_common, arg, check_record, delta_type, emit, fmt_eps, path_type, positive_int, seed_type
+from dpaudit.options import limit_action
 
 __all__ = ["register"]
 
 AGGREGATORS = ("gnmax", "confident-gnmax", "lnmax")
+#: ``--planted-bug`` values; the same as ``defenses.pate.planted.PLANTED_PATE_BUGS`` (a test checks),
+#: written out so that ``--help`` does not import the defenses (and torch).
+PLANTED_BUGS = ("none", "noise-scale-too-small", "threshold-without-noise")
+#: Noise draws (trials × (classes + 1) per side) above this need --i-know.
+MAX_DRAWS = 10**9
 
 
 def _load_array(flag: str, path: str) -> Any:
@@ -142,9 +159,81 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    name = _aggregator(args)
+    bug = args.planted_bug
+    if bug == "threshold-without-noise" and name != "confident-gnmax":
+        raise UsageError(f"--planted-bug={bug} applies to --aggregator confident-gnmax, not {name}", argument="--planted-bug")
+    if name == "confident-gnmax" and args.threshold > args.num_teachers:
+        raise UsageError(f"--threshold={args.threshold:g} must be <= --num-teachers ({args.num_teachers}): the game puts the largest count at T", argument="--threshold")
+    draws = 2 * args.trials * (args.num_classes + 1)
+    if draws > MAX_DRAWS and not args.i_know:
+        raise UsageError(f"--trials={args.trials} with --num-classes={args.num_classes} draws {draws:,} noise values, above {MAX_DRAWS:,}; pass --i-know to run it anyway", argument="--trials")
+
+    from attacks.pate_audit import pate_audit
+    from defenses.pate.aggregators import aggregator_config
+    from defenses.pate.planted import planted_aggregator
+
+    params = {"lnmax": {"laplace_scale": args.laplace_scale}, "gnmax": {"sigma": args.sigma}}.get(name, {"threshold": args.threshold, "threshold_sigma": args.threshold_sigma, "sigma": args.sigma})
+    config = aggregator_config(name, **params)
+    result = pate_audit(
+        planted_aggregator(bug, aggregator=name),
+        config,
+        num_teachers=args.num_teachers,
+        num_classes=args.num_classes,
+        trials=args.trials,
+        delta=args.delta,
+        confidence=args.confidence,
+        seed=args.seed,
+        details={"planted_bug": bug},
+    )
+    info = result.details
+    payload: dict[str, Any] = {"aggregator": name, "parameters": dict(params), "planted_bug": bug, "trials": args.trials, **result.to_dict()}
+    lines = [
+        f"PATE audit of {name} ({', '.join(f'{k}={x:g}' for k, x in params.items())}), planted bug: {bug}",
+        f"  game: {args.trials:,} answers on each of D = {info['votes']} and D' = {info['neighbour_votes']} (one teacher's vote moved)",
+        f"  epsilon_lb  {result.epsilon_lb:.4f}  ({info['event']}; clopper-pearson, {result.confidence:.0%} confidence over {info['num_tests']} tests, delta={result.delta:g})",
+        f"  epsilon_ub  {fmt_eps(result.epsilon_ub)}  ({result.accountant}: {', '.join(f'{k} {x:.4f}' for k, x in result.epsilon_ub_by_accountant.items())}; one answered query, data-independent)",
+        "  VIOLATION: epsilon_lb > epsilon_ub — the aggregator does not meet its claim" if result.violation else "  no violation",
+    ]
+    emit(args, payload, "\n".join(lines))
+    return EXIT_VIOLATION if result.violation else EXIT_OK
+
+
+def _cmd_attack(args: argparse.Namespace) -> int:
+    from dpaudit.app.runs.pate import attack_aggregator
+    from dpaudit.app.runs.report import render_reports
+    from dpaudit.store import RunDir
+
+    record = check_record("--target", args.target)
+    if record.defense != "pate":
+        raise UsageError(f"--target is a {record.defense!r} record; the aggregator attack needs a PATE student (trained with --defense pate)", argument="--target")
+    run = RunDir(args.out)
+    result = attack_aggregator(target=args.target, run=run, repeats=args.repeats, num_samples=args.num_samples, seed=args.seed, data_root=args.data_root, device=args.device, progress=not args.quiet)
+    index = render_reports(run)
+    report = next((p for p in index.membership if result.model_id in p.name), index.index_html)
+    summary = result.summary(delta=args.delta)
+    covered = "one answer per example: what the claim covers" if args.repeats == 1 else f"{args.repeats} answers per example: more than the claim covers (each answer costs privacy)"
+    payload = {"attack": result.attack, "target": result.model_id, "repeats": args.repeats, "covered_by_claim": args.repeats == 1, **summary, "report": str(report)}
+    lines = [
+        f"membership inference on the aggregator of {result.model_id} ({result.num_members} members, {result.num_non_members} non-members; {covered})",
+        f"  AUC {summary['auc']:.4f}  balanced accuracy {summary['balanced_accuracy']:.4f}  TPR@1% {summary['tpr_at_fpr']['0.01']:.4f}  epsilon_lb {summary['epsilon_lb']:.3f}",
+        f"  report: {report}",
+    ]
+    emit(args, payload, "\n".join(lines))
+    return EXIT_OK
+
+
+def _noise_flags(a: argparse.ArgumentParser) -> None:
+    a.add_argument("--sigma", type=arg("--sigma", v.positive), metavar="S", help="GNMax noise sigma (sigma2 of Confident-GNMax)")
+    a.add_argument("--threshold", type=arg("--threshold", v.positive), metavar="T", help="Confident-GNMax threshold T")
+    a.add_argument("--threshold-sigma", type=arg("--threshold-sigma", v.positive), metavar="S1", help="Confident-GNMax threshold noise sigma1")
+    a.add_argument("--laplace-scale", type=arg("--laplace-scale", v.positive), metavar="B", help="LNMax Laplace scale b = 1/gamma (each answer is (2/b, 0)-DP)")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    """Adds ``pate`` (with ``analyze``) to the ``dpaudit`` parser."""
-    p = sub.add_parser("pate", help="PATE: the privacy analysis of a teacher-vote matrix", description="PATE (Papernot et al. 2017, 2018) tools.")
+    """Adds ``pate`` (with ``analyze``, ``audit`` and ``attack``) to the ``dpaudit`` parser."""
+    p = sub.add_parser("pate", help="PATE: the privacy analysis of a teacher-vote matrix and the audit of an aggregator", description="PATE (Papernot et al. 2017, 2018) tools.")
     kinds = p.add_subparsers(dest="pate_kind", metavar="KIND", parser_class=type(p))
     kinds.required = True
     a = kinds.add_parser(
@@ -160,10 +249,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     a.add_argument("--votes", required=True, type=path_type("--votes", must_exist="file"), metavar="VOTES.npy", help="vote matrix, .npy of shape queries x classes")
     a.add_argument("--aggregator", choices=AGGREGATORS, help="default: lnmax with --laplace-scale, confident-gnmax with --threshold, else gnmax")
-    a.add_argument("--sigma", type=arg("--sigma", v.positive), metavar="S", help="GNMax noise sigma (sigma2 of Confident-GNMax)")
-    a.add_argument("--threshold", type=arg("--threshold", v.positive), metavar="T", help="Confident-GNMax threshold T")
-    a.add_argument("--threshold-sigma", type=arg("--threshold-sigma", v.positive), metavar="S1", help="Confident-GNMax threshold noise sigma1")
-    a.add_argument("--laplace-scale", type=arg("--laplace-scale", v.positive), metavar="B", help="LNMax Laplace scale b = 1/gamma (each answer is (2/b, 0)-DP)")
+    _noise_flags(a)
     a.add_argument("--answered", type=path_type("--answered", must_exist="file"), metavar="MASK.npy", help="Confident-GNMax: boolean .npy, which queries were answered")
     a.add_argument("--delta", type=delta_type, default=1e-5, help="delta (default 1e-5)")
     a.add_argument("--smooth-sensitivity-beta", type=arg("--smooth-sensitivity-beta", v.positive), metavar="BETA", help="beta of the smooth-sensitivity release")
@@ -171,3 +257,52 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--seed", type=seed_type, default=0, help="seed of the release noise (default 0)")
     a.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     a.set_defaults(func=_cmd_analyze)
+
+    u = kinds.add_parser(
+        "audit",
+        help="audit game of an aggregator: epsilon_lb from repeated answers on neighbouring votes",
+        description=(
+            "Audit a PATE aggregator: answer one query --trials times on each of two vote histograms that differ by one teacher's vote "
+            "(a tie of the top two classes; for Confident-GNMax the largest count at T), bound epsilon from below from how often each "
+            "answer (a label, or not answered) occurs (Clopper-Pearson at --confidence, Bonferroni over every candidate event), and set "
+            "it against the aggregator's per-query epsilon_ub at --delta (LNMax: pure 2/b; GNMax: data-independent RDP; Confident-GNMax: "
+            "threshold step plus GNMax). --planted-bug audits a deliberately broken aggregator instead. Exit status 3 when epsilon_lb > epsilon_ub."
+        ),
+    )
+    u.add_argument("--aggregator", choices=AGGREGATORS, help="default: lnmax with --laplace-scale, confident-gnmax with --threshold, else gnmax")
+    _noise_flags(u)
+    u.add_argument("--num-teachers", type=positive_int("--num-teachers", 2), default=250, metavar="N", help="teachers voting (default 250)")
+    limit_action(u.add_argument("--num-classes", type=positive_int("--num-classes", 2), default=10, metavar="K", help="classes (default 10)"), 10**4, "each class is one noise draw per trial")
+    limit_action(
+        u.add_argument("--trials", type=positive_int("--trials"), default=100_000, metavar="N", help="answers drawn on each histogram (default 100000)"),
+        10**7,
+        "each trial is one noisy answer per histogram",
+    )
+    u.add_argument("--delta", type=delta_type, default=1e-5, help="delta of both bounds (default 1e-5)")
+    u.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="confidence of epsilon_lb (default 0.95)")
+    u.add_argument("--planted-bug", choices=PLANTED_BUGS, default="none", help="audit a deliberately broken aggregator (default none: the real one)")
+    u.add_argument("--seed", type=seed_type, default=0, help="root seed of the noise (default 0)")
+    u.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    u.set_defaults(func=_cmd_audit)
+
+    t = kinds.add_parser(
+        "attack",
+        help="membership inference on a PATE student's aggregator answers",
+        description=(
+            "Label-only membership inference on the noisy aggregator of a PATE student trained with `dpaudit train --defense pate`: "
+            "every teacher labels the student's members (the private set) and non-members, the record's own aggregator answers each "
+            "(--repeats times), and an example scores the share of answers equal to its label. The result is stored and reported "
+            "with the student's other membership results. Attack the student itself, or one teacher "
+            "(RUN_DIR/records/pate-teachers/ID), with `dpaudit attack membership --target`."
+        ),
+    )
+    t.add_argument("--target", required=True, type=path_type("--target", must_exist="any"), metavar="RECORD_DIR", help="a PATE student's record directory (or its record.json)")
+    limit_action(
+        t.add_argument("--repeats", type=positive_int("--repeats"), default=1, metavar="K", help="answers per example (default 1: what the claim covers)"),
+        10_000,
+        "each repeat is one noisy answer per example",
+    )
+    limit_action(t.add_argument("--num-samples", type=positive_int("--num-samples"), metavar="N", help="at most N members and N non-members (seeded subsample)"), 10**7, "every teacher labels each")
+    t.add_argument("--delta", type=delta_type, default=1e-5, help="delta of the epsilon lower bound (default 1e-5)")
+    add_common(t, out=True, seed=True, data_root=True, device="cpu", quiet=True)
+    t.set_defaults(func=_cmd_attack)

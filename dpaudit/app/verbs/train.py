@@ -45,6 +45,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
             device=args.device,
             force=args.force,
             progress=not args.quiet,
+            executor=args.executor,
+            num_workers=args.num_workers,
+            address=args.address,
         ),
         RunDir(args.out),
     )
@@ -66,6 +69,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         "reused": outcome.reused,
         "metrics": dict(m),
         "claim": record.claim.to_dict(),
+        "data_dependent": record.claim.data_dependent,
+        "sanitised": record.claim.sanitised,
         "epsilon": epsilons,
         "epsilon_ub": bound.epsilon,
         "delta": delta,
@@ -76,7 +81,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         f"{'reused' if outcome.reused else 'trained'} {record.model_id}",
         f"  defense {record.defense}: {spec.summary}",
         f"  train accuracy {m['train_accuracy']:.4f}  test accuracy {m['test_accuracy']:.4f}  ({len(record.membership.members)} members, {m['train_seconds']:.1f}s)",
-        f"  privacy claim: {record.claim.description}; epsilon at delta={delta:g}: {eps}",
+        f"  privacy claim: {record.claim.statement()}; epsilon at delta={delta:g}: {eps}",
     ]
     if robustness is not None:
         lines.append(f"  robustness: {robustness}")
@@ -102,7 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--defense", choices=tuple(DEFENSES), required=True)
     p.add_argument("--dataset", choices=DATASETS, default="digits")
     p.add_argument("--model", choices=tuple(MODELS), required=True)
-    add_common(p, out=True, seed=True, data_root=True, device="auto", quiet=True)
+    add_common(p, out=True, seed=True, data_root=True, device="auto", quiet=True, executor="sub-models (PATE teachers)")
     p.add_argument("--split-seed", type=arg("--split-seed", lambda n, x: v.integer(n, x, minimum=0), int), help="seed of the member/non-member split (default: --seed)")
     p.add_argument("--member-fraction", type=arg("--member-fraction", v.open_unit), default=0.5, help="fraction of the training pool used as members (default 0.5)")
     p.add_argument("--force", action="store_true", help="retrain even if the record exists")

@@ -1,0 +1,380 @@
+"""The PATE defense: teachers on disjoint partitions, a noisy aggregator, and the released student.
+
+Papernot et al. (2017, "Semi-supervised Knowledge Transfer for Deep Learning from Private
+Training Data") and (2018, "Scalable Private Learning with PATE"). :func:`train_pate` runs the
+whole pipeline for one record:
+
+1. the run's private members are cut into ``teachers`` disjoint partitions and one teacher is
+   trained per partition (:mod:`defenses.pate.teachers`; on the run's executor and cached in
+   the run when a :class:`~dpaudit.training.TrainWorkspace` is given);
+2. the public data is the test split's first ``public_fraction`` (by id), as the papers use
+   MNIST's test set; the rest of the test split only evaluates the student. ``queries`` public
+   examples (a seeded draw) are labelled by the aggregator (LNMax, GNMax or Confident-GNMax;
+   :mod:`defenses.pate.aggregators`) from the teachers' votes;
+3. the privacy cost of the answers is analysed (:mod:`dpaudit.privacy.pate`) — data-dependent by
+   default, as the papers report it, optionally published through the smooth-sensitivity
+   release (2018, §4.2) — and becomes the record's :class:`~dpaudit.privacy.claims.PATEClaim`;
+4. the student is trained on the answered queries (and, with ``semi_supervised``, on the rest of
+   the public data without labels; :mod:`defenses.pate.student`).
+
+Only the student is released: its record's members are the whole private set (every teacher's
+partition), its non-members the run's held-out ids. With a workspace, the vote matrix
+(``votes.npy``, for ``dpaudit pate analyze``), the aggregator's draws and answers (``pate.npz``)
+and the teachers' ids and partitions (``pate.json``) are saved beside the record, and each
+teacher is a record of its own under ``RUN_DIR/records/pate-teachers/`` (attackable like any).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from defenses._common import build_record
+from defenses.nonprivate import NonPrivateConfig
+from defenses.pate.aggregators import AGGREGATORS, Aggregation, aggregate, aggregator_config
+from defenses.pate.student import StudentConfig, train_student
+from defenses.pate.teachers import TeacherEnsemble, plan_teachers, teacher_votes, train_teacher, train_teachers
+from dpaudit import _validate as v
+from dpaudit.data import DatasetBundle, Splits
+from dpaudit.models import build_model
+from dpaudit.options import SizeLimit, option, option_specs
+from dpaudit.privacy import pate as analysis_lib
+from dpaudit.results.record import TrainedModel
+from dpaudit.seeding import derive_seed
+from dpaudit.store import atomic_save_npz, atomic_write_bytes, atomic_write_json
+from dpaudit.training import EPOCH_LIMIT, TrainWorkspace
+
+__all__ = ["PATEConfig", "TEACHER_CACHE", "epsilon_curve", "public_split", "train_pate"]
+
+#: Name of the run's teacher cache (``RUN_DIR/records/pate-teachers/``).
+TEACHER_CACHE = "pate-teachers"
+
+_TEACHER_LIMIT = SizeLimit(10_000, "each teacher is one training")
+_QUERY_LIMIT = SizeLimit(1_000_000, "each query is one forward pass of every teacher")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PATEConfig:
+    """Hyperparameters of PATE (teachers, aggregator, privacy analysis and student).
+
+    The defaults are the 2018 MNIST setting (Papernot et al. 2018, §5: 250 teachers,
+    Confident-GNMax with T = 200, σ1 = 150, σ2 = 40, 640 queries, δ = 1e-5).
+
+    Attributes:
+        teachers: n, the number of teachers (disjoint partitions of the private members).
+        aggregator: ``lnmax``, ``gnmax`` or ``confident-gnmax``.
+        sigma: GNMax's noise std on the counts (σ2 of Confident-GNMax).
+        threshold: Confident-GNMax's T (in votes).
+        threshold_sigma: Confident-GNMax's σ1.
+        laplace_scale: LNMax's Laplace scale b (each answer (2/b, 0)-DP).
+        queries: public examples the student asks the aggregator to label.
+        delta: δ of the reported ε.
+        analysis: ``data-dependent`` (the papers' bound; ε then depends on the votes) or
+            ``data-independent``.
+        smooth_sensitivity_beta, smooth_sensitivity_sigma: publish the data-dependent ε with
+            Gaussian noise scaled to its β-smooth sensitivity (2018, §4.2); GNMax aggregators only.
+        public_fraction: share of the test split (first by id) that is public query data.
+        epochs, batch_size, learning_rate, momentum, weight_decay: every teacher's SGD.
+        teacher_eval_examples: test examples each teacher record is evaluated on.
+        student_epochs, student_batch_size, student_learning_rate, unlabeled_weight,
+            pseudo_label_confidence: the student's training (``None``: the defaults of
+            :class:`defenses.pate.student.StudentConfig`).
+        semi_supervised: the student also learns from the public data that got no label.
+    """
+
+    teachers: int = option(250, help="number of teachers (disjoint partitions of the private members)", metavar="N", check=v.positive, limit=_TEACHER_LIMIT)
+    aggregator: str = option("confident-gnmax", choices=tuple(AGGREGATORS), help="noisy aggregation of the teachers' votes")
+    sigma: float = option(40.0, help="GNMax noise std on the vote counts (sigma_2 of confident-gnmax)", metavar="SIGMA", check=v.positive)
+    threshold: float = option(200.0, help="confident-gnmax: answer only when the top count plus N(0, threshold_sigma^2) reaches T", metavar="T", check=v.non_negative)
+    threshold_sigma: float = option(150.0, help="confident-gnmax: noise std of the threshold check (sigma_1)", metavar="SIGMA1", check=v.positive)
+    laplace_scale: float = option(20.0, help="lnmax: Laplace noise scale b on the vote counts (each answer (2/b, 0)-DP)", metavar="B", check=v.positive)
+    queries: int = option(640, help="public examples the student asks the aggregator to label", metavar="Q", check=v.positive, limit=_QUERY_LIMIT)
+    delta: float = option(1e-5, help="delta of the budget and of the reported epsilon", check=v.open_unit)
+    analysis: str = option("data-dependent", choices=("data-dependent", "data-independent"), help="which PATE bound the record claims (the papers report data-dependent)")
+    smooth_sensitivity_beta: float | None = option(
+        None, help="publish the data-dependent epsilon by smooth sensitivity with this beta (with --smooth-sensitivity-sigma)", metavar="BETA", check=v.positive
+    )
+    smooth_sensitivity_sigma: float | None = option(None, help="noise std of the smooth-sensitivity release, in units of the smooth sensitivity", metavar="SIGMA_SS", check=v.positive)
+    public_fraction: float = option(0.9, help="share of the test split (first by id) that is public query data; the rest evaluates the student", metavar="F", check=v.open_unit)
+    epochs: int = option(20, help="passes over the training set", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
+    batch_size: int = option(32, help="examples per SGD step", metavar="B", check=v.positive)
+    learning_rate: float = option(0.05, help="SGD step size", metavar="LR", check=v.positive)
+    momentum: float = option(0.9, help="heavy-ball momentum in [0, 1)", check=v.unit_interval_open_right)
+    weight_decay: float = option(0.0, help="L2 penalty on the parameters", check=v.non_negative)
+    teacher_eval_examples: int = option(1000, help="test examples each teacher record is evaluated on", metavar="N", check=v.positive)
+    semi_supervised: bool = option(False, help="the student also learns from the public data the aggregator did not label")
+    student_epochs: int | None = option(None, kind=int, help="student: passes over its training data (default: the student trainer's)", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
+    student_batch_size: int | None = option(None, kind=int, help="student: labelled examples per step (default: the student trainer's)", metavar="B", check=v.positive)
+    student_learning_rate: float | None = option(None, help="student: SGD step size (default: the student trainer's)", metavar="LR", check=v.positive)
+    unlabeled_weight: float | None = option(None, help="semi-supervised student: weight of the unlabelled loss (default: the student trainer's)", metavar="W", check=v.non_negative)
+    pseudo_label_confidence: float | None = option(None, help="semi-supervised student: confidence a pseudo-label needs (default: the student trainer's)", metavar="P", check=v.open_unit)
+
+    def __post_init__(self) -> None:
+        for opt in option_specs(type(self)):  # each field's own check, by its field name
+            value = getattr(self, opt.field)
+            if value is not None and opt.check is not None:
+                opt.check(opt.field, value)
+        for name in ("teachers", "queries", "epochs", "batch_size", "teacher_eval_examples", "student_epochs", "student_batch_size"):
+            if getattr(self, name) is not None:
+                v.integer(name, getattr(self, name), minimum=1)
+        v.choice("aggregator", self.aggregator, tuple(AGGREGATORS))
+        v.choice("analysis", self.analysis, ("data-dependent", "data-independent"))
+        self.aggregator_config()  # refuses a bad sigma / threshold / scale now, naming it
+        NonPrivateConfig(**self._teacher_fields())
+        StudentConfig(**self._student_fields())
+        beta, ss = self.smooth_sensitivity_beta, self.smooth_sensitivity_sigma
+        if (beta is None) != (ss is None):
+            raise ValueError(f"smooth_sensitivity_beta and smooth_sensitivity_sigma go together, got beta={beta!r} and sigma={ss!r}")
+        if beta is not None:
+            if self.aggregator == "lnmax":
+                raise ValueError("smooth_sensitivity_beta: the smooth-sensitivity release is derived for gnmax and confident-gnmax, got aggregator 'lnmax'")
+            if self.analysis != "data-dependent":
+                raise ValueError("smooth_sensitivity_beta: only a data-dependent bound needs a smooth-sensitivity release, got analysis 'data-independent'")
+
+    def aggregator_config(self) -> Any:
+        """The :mod:`defenses.pate.aggregators` config of the chosen aggregator."""
+        fields = {"lnmax": ("laplace_scale",), "gnmax": ("sigma",), "confident-gnmax": ("threshold", "threshold_sigma", "sigma")}[self.aggregator]
+        return aggregator_config(self.aggregator, **{f: getattr(self, f) for f in fields})
+
+    def _teacher_fields(self) -> dict[str, Any]:
+        return {"epochs": self.epochs, "batch_size": self.batch_size, "learning_rate": self.learning_rate, "momentum": self.momentum, "weight_decay": self.weight_decay}
+
+    def teacher_config(self) -> NonPrivateConfig:
+        """Every teacher's SGD (the non-private baseline's loop)."""
+        return NonPrivateConfig(**self._teacher_fields())
+
+    def _student_fields(self) -> dict[str, Any]:
+        given = {
+            "epochs": self.student_epochs,
+            "batch_size": self.student_batch_size,
+            "learning_rate": self.student_learning_rate,
+            "unlabeled_weight": self.unlabeled_weight,
+            "confidence": self.pseudo_label_confidence,
+        }
+        return {"semi_supervised": self.semi_supervised, **{k: x for k, x in given.items() if x is not None}}
+
+    def student_config(self) -> StudentConfig:
+        """The student's training."""
+        return StudentConfig(**self._student_fields())
+
+
+def public_split(bundle: DatasetBundle, public_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """(public ids, evaluation ids): the test split's first ``public_fraction`` by id, and the rest.
+
+    Raises:
+        ValueError: either part would be empty.
+    """
+    ids = np.sort(np.asarray(bundle.test.ids, dtype=np.int64))
+    cut = int(round(v.open_unit("public_fraction", public_fraction) * len(ids)))
+    if cut < 1 or cut >= len(ids):
+        raise ValueError(f"public_fraction={public_fraction!r} leaves no public or no evaluation example among the {len(ids)} test examples of {bundle.name}")
+    return ids[:cut], ids[cut:]
+
+
+def _bounds(config: PATEConfig, votes: np.ndarray, answered: np.ndarray) -> analysis_lib.PateAnalysis:
+    """The PATE analysis of the chosen aggregator over ``votes`` (Confident-GNMax: given what was answered)."""
+    if config.aggregator == "lnmax":
+        return analysis_lib.analyze_lnmax(votes, laplace_scale=config.laplace_scale, delta=config.delta)
+    if config.aggregator == "gnmax":
+        return analysis_lib.analyze_gnmax(votes, sigma=config.sigma, delta=config.delta)
+    return analysis_lib.analyze_confident_gnmax(votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, delta=config.delta, answered=answered)
+
+
+def epsilon_curve(config: PATEConfig, agg: Aggregation) -> np.ndarray:
+    """ε (standard conversion, at ``config.delta``) of the first k answers, for k = 1 … queries.
+
+    RDP adds over queries, so the curve is the conversion of running sums of each query's RDP;
+    the data-dependent curve never exceeds the data-independent one at any order (as for the
+    whole run), so its last point is the claim's ε.
+    """
+    rows = [_bounds(config, agg.votes[i : i + 1], agg.answered[i : i + 1]) for i in range(agg.num_queries)]
+    if not rows:
+        return np.zeros(0)
+    orders = np.asarray(rows[0].orders)
+    dep = np.cumsum([r.rdp_data_dependent for r in rows], axis=0)
+    ind = np.cumsum([r.rdp_data_independent for r in rows], axis=0)
+    rdp = np.minimum(dep, ind) if config.analysis == "data-dependent" else ind
+    return np.min(rdp + np.log(1.0 / config.delta) / (orders - 1.0), axis=1)
+
+
+def _analyse(config: PATEConfig, agg: Aggregation, *, seed: int) -> tuple[analysis_lib.PateAnalysis, Any]:
+    """The analysis of the answers and, when asked, its smooth-sensitivity release."""
+    votes, d = agg.votes, config.delta
+    result = _bounds(config, votes, agg.answered)
+    release = None
+    beta, ss = config.smooth_sensitivity_beta, config.smooth_sensitivity_sigma
+    if beta is not None and ss is not None:
+        release_seed = derive_seed(seed, "pate", "smooth-sensitivity")
+        if config.aggregator == "gnmax":
+            release = analysis_lib.release_gnmax_epsilon(votes, sigma=config.sigma, delta=d, beta=beta, sigma_ss=ss, seed=release_seed)
+        else:
+            release = analysis_lib.release_confident_gnmax_epsilon(
+                votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, answered=agg.answered, delta=d, beta=beta, sigma_ss=ss, seed=release_seed
+            )
+    return result, release
+
+
+def _teachers(specs: Any, *, bundle: DatasetBundle, workspace: TrainWorkspace | None, device: torch.device, progress: bool) -> TeacherEnsemble:
+    if workspace is None:
+        # No run to cache in (a shadow model of an attack): train in this process, keep nothing.
+        pairs = [train_teacher(s, bundle=bundle, device=device) for s in specs]
+        return TeacherEnsemble(
+            specs=tuple(specs), records=tuple(r for r, _ in pairs), models=tuple(m.to("cpu") for _, m in pairs), trained=tuple(s.teacher_id for s in specs), reused=(), directory=None
+        )
+    from dpaudit.executors import make_executor
+
+    with make_executor(workspace.executor, workers=workspace.num_workers, address=workspace.address) as executor:
+        return train_teachers(specs, directory=workspace.cache_dir, executor=executor, data_root=workspace.data_root, device=device.type, progress=progress)
+
+
+def _save_artifacts(workspace: TrainWorkspace, *, agg: Aggregation, query_ids: np.ndarray, ensemble: TeacherEnsemble, summary: dict[str, Any], curve: np.ndarray) -> None:
+    """Writes the vote matrix, the aggregator's draws and the teachers' ground truth beside the record."""
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(agg.votes), allow_pickle=False)
+    atomic_write_bytes(workspace.record_dir / "votes.npy", buf.getvalue())
+    arrays = {"votes": agg.votes, "query_ids": query_ids, "labels": agg.labels, "answered": agg.answered, "noise": agg.noise, "epsilon_curve": curve}
+    if agg.threshold_noise is not None:
+        arrays["threshold_noise"] = agg.threshold_noise
+    atomic_save_npz(workspace.record_dir / "pate.npz", **arrays)
+    teachers = {
+        "cache": os.path.relpath(workspace.cache_dir, workspace.record_dir),  # relative: the run may move
+        "teacher_ids": list(ensemble.teacher_ids),
+        "partitions": ensemble.membership(),
+    }
+    atomic_write_json(workspace.record_dir / "pate.json", {**summary, "aggregation": {k: x for k, x in agg.to_dict().items() if k != "labels"}, "teachers": teachers})
+
+
+def train_pate(
+    *,
+    bundle: DatasetBundle,
+    splits: Splits,
+    model_name: str,
+    model_options: dict[str, Any] | None = None,
+    config: PATEConfig = PATEConfig(),
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+    workspace: TrainWorkspace | None = None,
+) -> tuple[TrainedModel, nn.Module]:
+    """Trains PATE's teachers, labels public queries by the noisy aggregator, trains the student.
+
+    Args:
+        bundle: the dataset; its test split supplies the public data and the evaluation set.
+        splits: the run's split; ``splits.members`` is the private data the teachers share out.
+        model_name: zoo architecture of the teachers and the student.
+        model_options: architecture options.
+        config: hyperparameters.
+        seed: root seed: partitions and teachers, the query draw, the aggregator's noise and
+            the student are independent streams of it.
+        device: where to train.
+        progress: progress on stderr.
+        workspace: where to cache teachers and save the votes (``None``: keep nothing).
+
+    Returns:
+        The student's record (defense ``pate``, the PATE claim, members = the private set) and
+        the student in eval mode.
+
+    Raises:
+        ValueError: more queries than public examples, more teachers than private members.
+    """
+    started = time.monotonic()
+    model_options = dict(model_options or {})
+    device = torch.device(device)
+    public_ids, eval_ids = public_split(bundle, config.public_fraction)
+    if config.queries > len(public_ids):
+        raise ValueError(
+            f"queries={config.queries} exceeds the {len(public_ids)} public examples of {bundle.name} (public_fraction={config.public_fraction:g} of its {len(bundle.test)} test examples)"
+        )
+    if config.teachers > len(splits.members):
+        raise ValueError(f"teachers={config.teachers} exceeds the {len(splits.members)} private members of the split (one example at least per teacher)")
+    order = np.random.default_rng(derive_seed(seed, "pate", "queries")).permutation(public_ids)
+    query_ids, other_ids = np.sort(order[: config.queries]), order[config.queries :]
+
+    specs = plan_teachers(
+        bundle=bundle,
+        splits=splits,
+        num_teachers=config.teachers,
+        model_name=model_name,
+        model_options=model_options,
+        config=config.teacher_config(),
+        seed=seed,
+        num_eval_examples=config.teacher_eval_examples,
+    )
+    ensemble = _teachers(specs, bundle=bundle, workspace=workspace, device=device, progress=progress)
+    queries = bundle.test.subset(query_ids)
+    votes = teacher_votes(ensemble, queries.features, device=device, progress=progress)
+    agg = aggregate(votes, config.aggregator_config(), seed=derive_seed(seed, "pate", "aggregate"))
+    result, release = _analyse(config, agg, seed=seed)
+    parameters = {k: float(x) for k, x in config.aggregator_config().to_dict().items() if k != "aggregator"}
+    claim = analysis_lib.pate_claim(result, parameters=parameters, num_answered=agg.num_answered, data_dependent=config.analysis == "data-dependent", release=release)
+
+    answered = agg.answered
+    true_labels = queries.labels.numpy()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "pate", "student", "init"))
+        student = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+    student.to(device)
+    unlabeled = None
+    if config.semi_supervised:
+        rest = np.sort(np.concatenate([query_ids[~answered], other_ids]))
+        unlabeled = bundle.test.subset(rest).features if len(rest) else None
+    if agg.num_answered == 0:
+        raise ValueError(f"the aggregator answered none of the {agg.num_queries} queries (threshold={config.threshold:g}); lower --threshold or ask more --queries")
+    student_metrics = train_student(
+        student,
+        labeled_features=queries.features[torch.from_numpy(np.array(answered))],
+        labels=torch.from_numpy(agg.labels[answered]),
+        unlabeled_features=unlabeled,
+        config=config.student_config(),
+        seed=derive_seed(seed, "pate", "student"),
+        device=device,
+        progress=progress,
+    )
+    student.eval()
+    teacher_acc = [float(r.metrics["test_accuracy"]) for r in ensemble.records]
+    metrics: dict[str, Any] = {
+        "num_teachers": ensemble.num_teachers,
+        "teachers_trained": len(ensemble.trained),
+        "teachers_reused": len(ensemble.reused),
+        "teacher_test_accuracy_mean": float(np.mean(teacher_acc)),
+        "num_queries": agg.num_queries,
+        "num_answered": agg.num_answered,
+        "answer_accuracy": float(np.mean(agg.labels[answered] == true_labels[answered])),
+        "num_public": len(public_ids),
+        "num_unlabeled": 0 if unlabeled is None else len(unlabeled),
+        "num_eval": len(eval_ids),
+        "epsilon_data_dependent": result.data_dependent.epsilon,
+        "epsilon_data_dependent_improved": result.data_dependent.epsilon_improved,
+        "epsilon_data_independent": result.data_independent.epsilon,
+        **({} if release is None else {"epsilon_smooth_sensitivity": release.epsilon}),
+        **{f"student_{k}": x for k, x in student_metrics.items()},
+    }
+    # The student is evaluated on the evaluation part only: it has trained on the public part.
+    evaluation = dataclasses.replace(bundle, test=bundle.test.subset(eval_ids))
+    record = build_record(
+        defense="pate",
+        model=student,
+        bundle=evaluation,
+        splits=dataclasses.replace(splits, test=eval_ids),
+        model_name=model_name,
+        model_options=model_options,
+        config=config,
+        claim=claim,
+        seed=seed,
+        device=device,
+        started=started,
+        extra_metrics=metrics,
+    )
+    if workspace is not None:
+        summary = {"model_id": record.model_id, "claim": claim.statement(), "epsilon": claim.epsilon(delta=config.delta, accountant="rdp"), "metrics": json.loads(json.dumps(metrics))}
+        _save_artifacts(workspace, agg=agg, query_ids=query_ids, ensemble=ensemble, summary=summary, curve=epsilon_curve(config, agg))
+    return record, student

@@ -1,0 +1,193 @@
+"""The PATE report: what each student's answers cost (ε against queries answered) and bought (accuracy).
+
+Reads PATE student records and the ``pate.npz`` saved beside each (:mod:`defenses.pate.defense`:
+the vote matrix, which queries were answered, and ε after each query). Every ε shown says
+whether it is data-dependent (computed from the private votes, as Papernot et al. 2017 and 2018
+report it) and whether it was released with smooth sensitivity; a data-dependent ε that was not
+sanitised is itself private information, and the page says so.
+
+No torch: reports render from stored results alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure as MplFigure
+
+from dpaudit.results.record import TrainedModel, load_record
+from dpaudit.store import RunDir, load_npz, thaw
+from reports.figures import legend_outside, new_axes
+from reports.render import Figure, Section, Table, Text
+
+__all__ = ["PateRun", "load_pate_runs", "pate_label", "pate_rows", "epsilon_answers_figure", "accuracy_epsilon_figure", "pate_sections"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PateRun:
+    """A PATE student's record with its stored answers.
+
+    Attributes:
+        record: the student's record (its claim is the PATE claim).
+        answered: bool per query, which were answered.
+        epsilon_curve: ε (at the record's δ) after each query.
+        record_dir: where it is stored.
+    """
+
+    record: TrainedModel
+    answered: np.ndarray
+    epsilon_curve: np.ndarray
+    record_dir: Path
+
+    @property
+    def delta(self) -> float:
+        return float(self.record.config.get("delta") or 1e-5)
+
+
+def load_pate_runs(run_dir: str | Path | RunDir) -> list[PateRun]:
+    """Every PATE student record of the run that has its ``pate.npz``, sorted by model id."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    out = []
+    for d in run.record_dirs():
+        if not (d / "pate.npz").is_file():
+            continue
+        record = load_record(d)
+        if record.defense != "pate":
+            continue
+        arrays = load_npz(d / "pate.npz")
+        out.append(PateRun(record=record, answered=np.asarray(arrays["answered"], dtype=bool), epsilon_curve=np.asarray(arrays.get("epsilon_curve", ()), dtype=float), record_dir=d))
+    return out
+
+
+def pate_label(record: TrainedModel) -> str:
+    """A short name: dataset, aggregator and its noise, and the student's mode."""
+    c = thaw(record.config)
+    noise = {"lnmax": f"b={c['laplace_scale']:g}", "gnmax": f"σ={c['sigma']:g}", "confident-gnmax": f"T={c['threshold']:g}, σ1={c['threshold_sigma']:g}, σ2={c['sigma']:g}"}[c["aggregator"]]
+    mode = "semi-sup." if c.get("semi_supervised") else "supervised"
+    return f"{record.dataset} {c['aggregator']} ({noise}), {c['queries']} queries, {mode}"
+
+
+def pate_rows(runs: Sequence[PateRun]) -> list[dict[str, Any]]:
+    """One row per student: the aggregator, answers, the three ε and the student's accuracy."""
+    rows = []
+    for r in runs:
+        m, claim = r.record.metrics, r.record.claim
+        rows.append(
+            {
+                "label": pate_label(r.record),
+                "model_id": r.record.model_id,
+                "teachers": m.get("num_teachers"),
+                "queries": m.get("num_queries"),
+                "answered": m.get("num_answered"),
+                "answer_accuracy": m.get("answer_accuracy"),
+                "epsilon": claim.epsilon(delta=r.delta, accountant="rdp"),
+                "epsilon_data_dependent": m.get("epsilon_data_dependent"),
+                "epsilon_data_dependent_improved": m.get("epsilon_data_dependent_improved"),
+                "epsilon_data_independent": m.get("epsilon_data_independent"),
+                "epsilon_smooth_sensitivity": m.get("epsilon_smooth_sensitivity"),
+                "data_dependent": claim.data_dependent,
+                "sanitised": claim.sanitised,
+                "delta": r.delta,
+                "student_accuracy": m.get("test_accuracy"),
+                "teacher_accuracy_mean": m.get("teacher_test_accuracy_mean"),
+            }
+        )
+    return rows
+
+
+def epsilon_answers_figure(runs: Sequence[PateRun], *, ax: Axes | None = None) -> MplFigure | None:
+    """ε after each query against the number of queries answered so far, one line per student."""
+    if not runs:
+        return None
+    fig, ax = new_axes(ax, size=(7.5, 4.0))
+    for i, r in enumerate(runs):
+        if r.epsilon_curve.shape != r.answered.shape:
+            continue  # written before the curve was stored: in the table, not on this plot
+        answered = np.cumsum(r.answered)
+        # Colour and dash both change from line to line, so no two lines look alike in print.
+        ax.plot(answered, r.epsilon_curve, color=_COLOURS[i % len(_COLOURS)], linestyle=_DASHES[(i // len(_COLOURS) + i) % len(_DASHES)], label=pate_label(r.record))
+    ax.set_xlabel("queries answered")
+    ax.set_ylabel("ε (data-dependent unless stated)")
+    ax.grid(alpha=0.3)
+    legend_outside(ax, fontsize=7)
+    return fig
+
+
+def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, published: Sequence[Mapping[str, Any]] = (), ax: Axes | None = None) -> MplFigure | None:
+    """Student accuracy against ε: measured students (filled) and published rows (hollow)."""
+    if not rows:
+        return None
+    fig, ax = new_axes(ax, size=(7.5, 4.0))
+    for i, row in enumerate(rows):
+        ax.plot([row["epsilon"]], [row["student_accuracy"]], linestyle="none", marker=_MARKS[i % len(_MARKS)], color=_COLOURS[i % len(_COLOURS)], markersize=8, label=f"measured: {row['label']}")
+    for i, pub in enumerate(published):
+        colour = _COLOURS[(i + len(rows)) % len(_COLOURS)]
+        ax.plot([pub["epsilon"]], [pub["accuracy"]], linestyle="none", marker=_MARKS[i % len(_MARKS)], markerfacecolor="none", color=colour, markersize=10, label=f"published: {pub['label']}")
+    ax.set_xlabel("ε of the student's labels")
+    ax.set_ylabel("student test accuracy")
+    ax.grid(alpha=0.3)
+    legend_outside(ax, fontsize=7)
+    return fig
+
+
+_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
+_DASHES = ("-", "--", ":", "-.")
+_MARKS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def _fmt(x: Any) -> Any:
+    return "—" if x is None else x
+
+
+def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, Any]] = ()) -> list[Section]:
+    """The PATE page: a table of students, ε against answers, accuracy against ε, and what ε means."""
+    rows = pate_rows(runs)
+    table = Table(
+        columns=["student", "teachers", "queries", "answered", "label acc.", "ε claimed", "ε data-dep.", "ε data-dep. (improved)", "ε data-indep.", "sanitised", "δ", "student acc."],
+        rows=[
+            [
+                r["label"],
+                r["teachers"],
+                r["queries"],
+                r["answered"],
+                _fmt(r["answer_accuracy"]),
+                r["epsilon"],
+                r["epsilon_data_dependent"],
+                r["epsilon_data_dependent_improved"],
+                r["epsilon_data_independent"],
+                "yes (smooth sensitivity)" if r["sanitised"] else "no",
+                r["delta"],
+                r["student_accuracy"],
+            ]
+            for r in rows
+        ],
+        caption="ε by the standard RDP conversion (improved conversion beside it); 'label acc.' is the share of answered labels that are correct.",
+    )
+    statements = [Text(text=f"{pate_label(r.record)}: {r.record.claim.statement()}") for r in runs]
+    blocks: list[Any] = [table, *statements]
+    if published:
+        blocks.append(
+            Table(
+                columns=["published row", "answered", "ε", "accuracy", "source"],
+                rows=[[p["label"], _fmt(p.get("answered")), p["epsilon"], p["accuracy"], p.get("source", "")] for p in published],
+                caption="Numbers reported by the papers (recalled in ../shared/reference/pate.md, tagged [paper]).",
+            )
+        )
+    return [
+        Section(title="Students and their privacy cost", blocks=blocks),
+        Section(
+            title="ε against queries answered",
+            blocks=[
+                Figure(figure=epsilon_answers_figure(runs), name="pate-epsilon-answered", caption="Each answered query adds RDP; Confident-GNMax's unanswered queries cost only the threshold step.")
+            ],
+        ),
+        Section(
+            title="Student accuracy against ε",
+            blocks=[Figure(figure=accuracy_epsilon_figure(rows, published=published), name="pate-accuracy-epsilon", caption="Filled: measured here; hollow: published.")],
+        ),
+    ]
