@@ -64,12 +64,15 @@ def load_pate_runs(run_dir: str | Path | RunDir) -> list[PateRun]:
     return out
 
 
-def pate_label(record: TrainedModel) -> str:
-    """A short name: dataset, aggregator and its noise, and the student's mode."""
+def _answers_label(record: TrainedModel) -> str:
     c = thaw(record.config)
     noise = {"lnmax": f"b={c['laplace_scale']:g}", "gnmax": f"σ={c['sigma']:g}", "confident-gnmax": f"T={c['threshold']:g}, σ1={c['threshold_sigma']:g}, σ2={c['sigma']:g}"}[c["aggregator"]]
-    mode = "semi-sup." if c.get("semi_supervised") else "supervised"
-    return f"{record.dataset} {c['aggregator']} ({noise}), {c['queries']} queries, {mode}"
+    return f"{record.dataset} {c['aggregator']} ({noise}), {c['queries']} queries"
+
+
+def pate_label(record: TrainedModel) -> str:
+    """A short name: dataset, aggregator and its noise, and the student's mode."""
+    return f"{_answers_label(record)}, {'semi-sup.' if thaw(record.config).get('semi_supervised') else 'supervised'}"
 
 
 def pate_rows(runs: Sequence[PateRun]) -> list[dict[str, Any]]:
@@ -105,12 +108,17 @@ def epsilon_answers_figure(runs: Sequence[PateRun], *, ax: Axes | None = None) -
     if not runs:
         return None
     fig, ax = new_axes(ax, size=(7.5, 4.0))
-    for i, r in enumerate(runs):
+    # Students of the same answers (a semi-supervised and a supervised one) share one curve: one line, both named.
+    groups: dict[tuple[str, bytes], list[PateRun]] = {}
+    for r in runs:
         if r.epsilon_curve.shape != r.answered.shape:
             continue  # written before the curve was stored: in the table, not on this plot
-        answered = np.cumsum(r.answered)
+        groups.setdefault((_answers_label(r.record), r.epsilon_curve.tobytes()), []).append(r)
+    for i, ((label, _), members) in enumerate(groups.items()):
+        r = members[0]
+        modes = sorted({"semi-sup." if thaw(m.record.config).get("semi_supervised") else "supervised" for m in members})
         # Colour and dash both change from line to line, so no two lines look alike in print.
-        ax.plot(answered, r.epsilon_curve, color=_COLOURS[i % len(_COLOURS)], linestyle=_DASHES[(i // len(_COLOURS) + i) % len(_DASHES)], label=pate_label(r.record))
+        ax.plot(np.cumsum(r.answered), r.epsilon_curve, color=_COLOURS[i % len(_COLOURS)], linestyle=_DASHES[(i // len(_COLOURS) + i) % len(_DASHES)], label=f"{label} ({' and '.join(modes)} student)")
     ax.set_xlabel("queries answered")
     ax.set_ylabel("ε (data-dependent unless stated)")
     ax.grid(alpha=0.3)
@@ -123,11 +131,17 @@ def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, published: Seq
     if not rows:
         return None
     fig, ax = new_axes(ax, size=(7.5, 4.0))
-    for i, row in enumerate(rows):
-        ax.plot([row["epsilon"]], [row["student_accuracy"]], linestyle="none", marker=_MARKS[i % len(_MARKS)], color=_COLOURS[i % len(_COLOURS)], markersize=8, label=f"measured: {row['label']}")
-    for i, pub in enumerate(published):
-        colour = _COLOURS[(i + len(rows)) % len(_COLOURS)]
-        ax.plot([pub["epsilon"]], [pub["accuracy"]], linestyle="none", marker=_MARKS[i % len(_MARKS)], markerfacecolor="none", color=colour, markersize=10, label=f"published: {pub['label']}")
+    # Points that coincide are drawn largest first, so each stays visible around the next.
+    seen: dict[tuple[float, float], int] = {}
+    points = [(row["epsilon"], row["student_accuracy"], f"measured: {row['label']}", "full") for row in rows]
+    points += [(pub["epsilon"], pub["accuracy"], f"published: {pub['label']}", "none") for pub in published]
+    for i, (x, y, label, fill) in enumerate(points):
+        key = (round(float(x), 6), round(float(y), 6))
+        dup = seen.get(key, 0)
+        seen[key] = dup + 1
+        kw: dict[str, Any] = {"markerfacecolor": "none"} if fill == "none" else {}
+        ax.plot([x], [y], linestyle="none", marker=_MARKS[i % len(_MARKS)], color=_COLOURS[i % len(_COLOURS)], markersize=max(12 - 4 * dup, 4), zorder=2 + dup, label=label, **kw)
+    ax.margins(0.12)  # no marker cut by the frame
     ax.set_xlabel("ε of the student's labels")
     ax.set_ylabel("student test accuracy")
     ax.grid(alpha=0.3)

@@ -32,7 +32,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -42,7 +42,7 @@ from defenses._common import build_record
 from defenses.nonprivate import NonPrivateConfig
 from defenses.pate.aggregators import AGGREGATORS, Aggregation, aggregate, aggregator_config
 from defenses.pate.student import StudentConfig, train_student
-from defenses.pate.teachers import TeacherEnsemble, plan_teachers, teacher_votes, train_teacher, train_teachers
+from defenses.pate.teachers import TeacherEnsemble, TeacherSpec, plan_teachers, teacher_votes, train_teacher, train_teachers
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model
@@ -53,7 +53,7 @@ from dpaudit.seeding import derive_seed
 from dpaudit.store import atomic_save_npz, atomic_write_bytes, atomic_write_json
 from dpaudit.training import EPOCH_LIMIT, TrainWorkspace
 
-__all__ = ["PATEConfig", "TEACHER_CACHE", "epsilon_curve", "public_split", "train_pate"]
+__all__ = ["PATEConfig", "TEACHER_CACHE", "epsilon_curve", "plan_pate_teachers", "public_split", "train_pate"]
 
 #: Name of the run's teacher cache (``RUN_DIR/records/pate-teachers/``).
 TEACHER_CACHE = "pate-teachers"
@@ -130,7 +130,12 @@ class PATEConfig:
         v.choice("analysis", self.analysis, ("data-dependent", "data-independent"))
         self.aggregator_config()  # refuses a bad sigma / threshold / scale now, naming it
         NonPrivateConfig(**self._teacher_fields())
-        StudentConfig(**self._student_fields())
+        student = StudentConfig(**self._student_fields())
+        # A default is stored as the value it stands for, so the record (and its id) says how the
+        # student was trained even if the trainer's defaults change later.
+        for name, source in self._STUDENT_FIELDS.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, getattr(student, source))
         beta, ss = self.smooth_sensitivity_beta, self.smooth_sensitivity_sigma
         if (beta is None) != (ss is None):
             raise ValueError(f"smooth_sensitivity_beta and smooth_sensitivity_sigma go together, got beta={beta!r} and sigma={ss!r}")
@@ -152,14 +157,17 @@ class PATEConfig:
         """Every teacher's SGD (the non-private baseline's loop)."""
         return NonPrivateConfig(**self._teacher_fields())
 
+    #: PATEConfig field → :class:`StudentConfig` field.
+    _STUDENT_FIELDS: ClassVar[dict[str, str]] = {
+        "student_epochs": "epochs",
+        "student_batch_size": "batch_size",
+        "student_learning_rate": "learning_rate",
+        "unlabeled_weight": "unlabeled_weight",
+        "pseudo_label_confidence": "confidence",
+    }
+
     def _student_fields(self) -> dict[str, Any]:
-        given = {
-            "epochs": self.student_epochs,
-            "batch_size": self.student_batch_size,
-            "learning_rate": self.student_learning_rate,
-            "unlabeled_weight": self.unlabeled_weight,
-            "confidence": self.pseudo_label_confidence,
-        }
+        given = {source: getattr(self, name) for name, source in self._STUDENT_FIELDS.items()}
         return {"semi_supervised": self.semi_supervised, **{k: x for k, x in given.items() if x is not None}}
 
     def student_config(self) -> StudentConfig:
@@ -221,6 +229,20 @@ def _analyse(config: PATEConfig, agg: Aggregation, *, seed: int) -> tuple[analys
                 votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, answered=agg.answered, delta=d, beta=beta, sigma_ss=ss, seed=release_seed
             )
     return result, release
+
+
+def plan_pate_teachers(*, bundle: DatasetBundle, splits: Splits, model_name: str, model_options: dict[str, Any] | None, config: PATEConfig, seed: int) -> tuple[TeacherSpec, ...]:
+    """The teachers :func:`train_pate` trains for these arguments (to train them ahead of the students)."""
+    return plan_teachers(
+        bundle=bundle,
+        splits=splits,
+        num_teachers=config.teachers,
+        model_name=model_name,
+        model_options=dict(model_options or {}),
+        config=config.teacher_config(),
+        seed=seed,
+        num_eval_examples=config.teacher_eval_examples,
+    )
 
 
 def _teachers(specs: Any, *, bundle: DatasetBundle, workspace: TrainWorkspace | None, device: torch.device, progress: bool) -> TeacherEnsemble:
@@ -299,16 +321,7 @@ def train_pate(
     order = np.random.default_rng(derive_seed(seed, "pate", "queries")).permutation(public_ids)
     query_ids, other_ids = np.sort(order[: config.queries]), order[config.queries :]
 
-    specs = plan_teachers(
-        bundle=bundle,
-        splits=splits,
-        num_teachers=config.teachers,
-        model_name=model_name,
-        model_options=model_options,
-        config=config.teacher_config(),
-        seed=seed,
-        num_eval_examples=config.teacher_eval_examples,
-    )
+    specs = plan_pate_teachers(bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, config=config, seed=seed)
     ensemble = _teachers(specs, bundle=bundle, workspace=workspace, device=device, progress=progress)
     queries = bundle.test.subset(query_ids)
     votes = teacher_votes(ensemble, queries.features, device=device, progress=progress)
