@@ -86,7 +86,18 @@ FULL = [
         "adult",
         "tabular-mlp",
         dict(
-            teachers=250, epochs=20, batch_size=32, learning_rate=0.05, aggregator="confident-gnmax", threshold=300.0, threshold_sigma=200.0, sigma=40.0, queries=1500, delta=1e-5, semi_supervised=True
+            teachers=250,
+            epochs=20,
+            batch_size=32,
+            learning_rate=0.05,
+            aggregator="confident-gnmax",
+            threshold=300.0,
+            threshold_sigma=200.0,
+            sigma=40.0,
+            queries=1500,
+            delta=1e-5,
+            semi_supervised=True,
+            student_epochs=10,  # 524 rows: the default 200 epochs overfit (78 %)
         ),
         {"answered": 524, "epsilon": 1.90, "accuracy": 0.837, "source": "Papernot et al. 2018, Adult (Confident-GNMax)"},
     ),

@@ -86,7 +86,7 @@ class PATEConfig:
         epochs, batch_size, learning_rate, momentum, weight_decay: every teacher's SGD.
         teacher_eval_examples: test examples each teacher record is evaluated on.
         student_epochs, student_batch_size, student_learning_rate, unlabeled_weight,
-            pseudo_label_confidence: the student's training (``None``: the defaults of
+            unlabeled_ratio, pseudo_label_confidence: the student's training (``None``: the defaults of
             :class:`defenses.pate.student.StudentConfig`).
         semi_supervised: the student also learns from the public data that got no label.
     """
@@ -112,10 +112,20 @@ class PATEConfig:
     weight_decay: float = option(0.0, help="L2 penalty on the parameters", check=v.non_negative)
     teacher_eval_examples: int = option(1000, help="test examples each teacher record is evaluated on", metavar="N", check=v.positive)
     semi_supervised: bool = option(False, help="the student also learns from the public data the aggregator did not label")
-    student_epochs: int | None = option(None, kind=int, help="student: passes over its training data (default: the student trainer's)", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
+    student_epochs: int | None = option(
+        None,
+        kind=int,
+        help="student: passes over the answered queries (semi-supervised: each step also draws unlabelled data) (default: the student trainer's)",
+        metavar="N",
+        check=v.positive,
+        limit=EPOCH_LIMIT,
+    )
     student_batch_size: int | None = option(None, kind=int, help="student: labelled examples per step (default: the student trainer's)", metavar="B", check=v.positive)
     student_learning_rate: float | None = option(None, help="student: SGD step size (default: the student trainer's)", metavar="LR", check=v.positive)
     unlabeled_weight: float | None = option(None, help="semi-supervised student: weight of the unlabelled loss (default: the student trainer's)", metavar="W", check=v.non_negative)
+    unlabeled_ratio: int | None = option(
+        None, kind=int, help="semi-supervised student: unlabelled examples per labelled one in a step (default: the student trainer's)", metavar="MU", check=v.positive
+    )
     pseudo_label_confidence: float | None = option(None, help="semi-supervised student: confidence a pseudo-label needs (default: the student trainer's)", metavar="P", check=v.open_unit)
 
     def __post_init__(self) -> None:
@@ -123,7 +133,7 @@ class PATEConfig:
             value = getattr(self, opt.field)
             if value is not None and opt.check is not None:
                 opt.check(opt.field, value)
-        for name in ("teachers", "queries", "epochs", "batch_size", "teacher_eval_examples", "student_epochs", "student_batch_size"):
+        for name in ("teachers", "queries", "epochs", "batch_size", "teacher_eval_examples", "student_epochs", "student_batch_size", "unlabeled_ratio"):
             if getattr(self, name) is not None:
                 v.integer(name, getattr(self, name), minimum=1)
         v.choice("aggregator", self.aggregator, tuple(AGGREGATORS))
@@ -163,6 +173,7 @@ class PATEConfig:
         "student_batch_size": "batch_size",
         "student_learning_rate": "learning_rate",
         "unlabeled_weight": "unlabeled_weight",
+        "unlabeled_ratio": "unlabeled_ratio",
         "pseudo_label_confidence": "confidence",
     }
 
