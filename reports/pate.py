@@ -66,13 +66,13 @@ def load_pate_runs(run_dir: str | Path | RunDir) -> list[PateRun]:
 
 def _answers_label(record: TrainedModel) -> str:
     c = thaw(record.config)
-    noise = {"lnmax": f"b={c['laplace_scale']:g}", "gnmax": f"σ={c['sigma']:g}", "confident-gnmax": f"T={c['threshold']:g}, σ1={c['threshold_sigma']:g}, σ2={c['sigma']:g}"}[c["aggregator"]]
-    return f"{record.dataset} {c['aggregator']} ({noise}), {c['queries']} queries"
+    noise = {"lnmax": f"b={c['laplace_scale']:g}", "gnmax": f"σ={c['sigma']:g}", "confident-gnmax": f"T={c['threshold']:g} σ1={c['threshold_sigma']:g} σ2={c['sigma']:g}"}[c["aggregator"]]
+    return f"{record.dataset} {c['aggregator']} {noise}, teachers {c['epochs']} ep."
 
 
 def pate_label(record: TrainedModel) -> str:
     """A short name: dataset, aggregator and its noise, and the student's mode."""
-    return f"{_answers_label(record)}, {'semi-sup.' if thaw(record.config).get('semi_supervised') else 'supervised'}"
+    return f"{_answers_label(record)}, {'semi-sup.' if thaw(record.config).get('semi_supervised') else 'supervised'} student"
 
 
 def pate_rows(runs: Sequence[PateRun]) -> list[dict[str, Any]]:
@@ -118,7 +118,13 @@ def epsilon_answers_figure(runs: Sequence[PateRun], *, ax: Axes | None = None) -
         r = members[0]
         modes = sorted({"semi-sup." if thaw(m.record.config).get("semi_supervised") else "supervised" for m in members})
         # Colour and dash both change from line to line, so no two lines look alike in print.
-        ax.plot(np.cumsum(r.answered), r.epsilon_curve, color=_COLOURS[i % len(_COLOURS)], linestyle=_DASHES[(i // len(_COLOURS) + i) % len(_DASHES)], label=f"{label} ({' and '.join(modes)} student)")
+        ax.plot(
+            np.cumsum(r.answered),
+            r.epsilon_curve,
+            color=_COLOURS[i % len(_COLOURS)],
+            linestyle=_DASHES[(i // len(_COLOURS) + i) % len(_DASHES)],
+            label=f"{label}, {' and '.join(modes)} student{'s' if len(modes) > 1 else ''}",
+        )
     ax.set_xlabel("queries answered")
     ax.set_ylabel("ε (data-dependent unless stated)")
     ax.grid(alpha=0.3)
@@ -154,6 +160,10 @@ _DASHES = ("-", "--", ":", "-.")
 _MARKS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
+def _num(x: Any) -> str:
+    return "—" if x is None else f"{float(x):.4g}"
+
+
 def _fmt(x: Any) -> Any:
     return "—" if x is None else x
 
@@ -162,25 +172,24 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
     """The PATE page: a table of students, ε against answers, accuracy against ε, and what ε means."""
     rows = pate_rows(runs)
     table = Table(
-        columns=["student", "teachers", "queries", "answered", "label acc.", "ε claimed", "ε data-dep.", "ε data-dep. (improved)", "ε data-indep.", "sanitised", "δ", "student acc."],
+        columns=["student", "teachers (mean acc.)", "answered / asked", "label acc.", "ε data-dep. (improved conv.)", "ε data-indep.", "sanitised", "student acc."],
         rows=[
             [
                 r["label"],
-                r["teachers"],
-                r["queries"],
-                r["answered"],
-                _fmt(r["answer_accuracy"]),
-                r["epsilon"],
-                r["epsilon_data_dependent"],
-                r["epsilon_data_dependent_improved"],
-                r["epsilon_data_independent"],
+                f"{r['teachers']} ({_num(r['teacher_accuracy_mean'])})",
+                f"{r['answered']} / {r['queries']}",
+                _num(r["answer_accuracy"]),
+                f"{_num(r['epsilon_data_dependent'])} ({_num(r['epsilon_data_dependent_improved'])})",
+                _num(r["epsilon_data_independent"]),
                 "yes (smooth sensitivity)" if r["sanitised"] else "no",
-                r["delta"],
-                r["student_accuracy"],
+                _num(r["student_accuracy"]),
             ]
             for r in rows
         ],
-        caption="ε by the standard RDP conversion (improved conversion beside it); 'label acc.' is the share of answered labels that are correct.",
+        caption=(
+            "ε at δ = " + ", ".join(sorted({f"{r['delta']:g}" for r in rows})) + " by the standard RDP conversion (the improved conversion in brackets); each record claims "
+            "the data-dependent ε unless its statement below says otherwise. 'label acc.': share of the answered labels that are correct."
+        ),
     )
     statements = [Text(text=f"{pate_label(r.record)}: {r.record.claim.statement()}") for r in runs]
     blocks: list[Any] = [table, *statements]

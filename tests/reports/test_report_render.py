@@ -57,7 +57,7 @@ def test_membership_report_has_auc_and_tpr_at_fpr(full_run):
 
 def test_nothing_to_render_is_a_clear_error(make_run, tmp_path):
     run = make_run(tmp_path / "run", audits=False, membership=False, certify=False)
-    with pytest.raises(NothingToRender, match="holds no audit, membership-attack or certify results"):
+    with pytest.raises(NothingToRender, match="holds no audit, membership-attack, certify or PATE results"):
         render_reports(run)
 
 
