@@ -117,12 +117,19 @@ def epsilon_answers_figure(runs: Sequence[PateRun], *, ax: Axes | None = None) -
     for i, ((label, _), members) in enumerate(groups.items()):
         r = members[0]
         modes = sorted({"semi-sup." if thaw(m.record.config).get("semi_supervised") else "supervised" for m in members})
-        # Colour and dash both change from line to line, so no two lines look alike in print.
+        # Colour, dash and end marker change from line to line, so no two lines look alike in print;
+        # shorter curves are drawn on top, so a long one never hides a short one that follows it.
+        x = np.cumsum(r.answered)
+        colour, mark, dash = _look(i)
         ax.plot(
-            np.cumsum(r.answered),
+            x,
             r.epsilon_curve,
-            color=_COLOURS[i % len(_COLOURS)],
-            linestyle=_DASHES[(i // len(_COLOURS) + i) % len(_DASHES)],
+            color=colour,
+            linestyle=dash,
+            linewidth=1.6,
+            zorder=3 + 1.0 / max(int(x[-1]) if len(x) else 1, 1),
+            marker=mark,
+            markevery=[len(x) - 1],
             label=f"{label}, {' and '.join(modes)} student{'s' if len(modes) > 1 else ''}",
         )
     ax.set_xlabel("queries answered")
@@ -145,8 +152,9 @@ def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, published: Seq
         key = (round(float(x), 6), round(float(y), 6))
         dup = seen.get(key, 0)
         seen[key] = dup + 1
+        colour, mark, _ = _look(i)
         kw: dict[str, Any] = {"markerfacecolor": "none"} if fill == "none" else {}
-        ax.plot([x], [y], linestyle="none", marker=_MARKS[i % len(_MARKS)], color=_COLOURS[i % len(_COLOURS)], markersize=max(12 - 4 * dup, 4), zorder=2 + dup, label=label, **kw)
+        ax.plot([x], [y], linestyle="none", marker=mark, color=colour, markersize=max(12 - 4 * dup, 4), zorder=2 + dup, label=label, **kw)
     ax.margins(0.12)  # no marker cut by the frame
     ax.set_xlabel("ε of the student's labels")
     ax.set_ylabel("student test accuracy")
@@ -158,6 +166,11 @@ def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, published: Seq
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 _DASHES = ("-", "--", ":", "-.")
 _MARKS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def _look(i: int) -> tuple[str, str, str]:
+    """(colour, marker, dash) of the i-th series: no two of the first 64 share colour and marker."""
+    return _COLOURS[(i + i // len(_COLOURS)) % len(_COLOURS)], _MARKS[i % len(_MARKS)], _DASHES[(i + i // len(_COLOURS)) % len(_DASHES)]
 
 
 def _num(x: Any) -> str:
