@@ -1,0 +1,1 @@
+"""Model-inversion attacks (MI-Face; see ``reference/attacks.md`` §2)."""
