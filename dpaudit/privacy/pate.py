@@ -175,6 +175,14 @@ def _orders(orders: Any, name: str = "orders") -> np.ndarray:
     return arr
 
 
+def _threshold_step(threshold: Any, threshold_sigma: Any) -> tuple[float, float]:
+    """(T, σ1) of Confident-GNMax's threshold step, checked: T finite, σ1 > 0."""
+    t = v.real("threshold", threshold)
+    if not math.isfinite(t):
+        raise ValueError(f"threshold must be finite, got {threshold!r}")
+    return t, v.positive("threshold_sigma", threshold_sigma)
+
+
 def _order(order: Any) -> float:
     """One RDP order: finite and > 1."""
     lam = v.real("order", order)
@@ -391,10 +399,7 @@ def threshold_log_answer_probability(counts: Any, *, threshold: float, threshold
     integers (:func:`check_votes`), so rounding changes nothing.
     """
     n = _counts(counts)
-    t = v.real("threshold", threshold)
-    if not math.isfinite(t):
-        raise ValueError(f"threshold must be finite, got {threshold!r}")
-    s1 = v.positive("threshold_sigma", threshold_sigma)
+    t, s1 = _threshold_step(threshold, threshold_sigma)
     return float(special.log_ndtr((float(n.max()) - t) / s1))
 
 
@@ -582,10 +587,7 @@ def analyze_confident_gnmax(
         answered: optional boolean mask of the answered queries.
     """
     arr = check_votes(votes)
-    t = v.real("threshold", threshold)
-    if not math.isfinite(t):
-        raise ValueError(f"threshold must be finite, got {threshold!r}")
-    s1 = v.positive("threshold_sigma", threshold_sigma)
+    t, s1 = _threshold_step(threshold, threshold_sigma)
     s2 = v.positive("sigma", sigma)
     d = v.open_unit("delta", delta)
     lam = _orders(orders)
@@ -881,10 +883,7 @@ def threshold_local_sensitivities(counts: Any, *, threshold: float, threshold_si
         Float array of LS_d, d = 0 … num_teachers − 1.
     """
     n = _counts(counts)
-    t = v.real("threshold", threshold)
-    if not math.isfinite(t):
-        raise ValueError(f"threshold must be finite, got {threshold!r}")
-    s1 = v.positive("threshold_sigma", threshold_sigma)
+    t, s1 = _threshold_step(threshold, threshold_sigma)
     lam = _order(order)
     teachers = _num_teachers(n, num_teachers)
     return _threshold_ls(int(n.max()), teachers, t, s1, lam)
@@ -948,10 +947,7 @@ def release_confident_gnmax_epsilon(
         orders: the grid searched when ``order`` is None.
     """
     arr = check_votes(votes)
-    t = v.real("threshold", threshold)
-    if not math.isfinite(t):
-        raise ValueError(f"threshold must be finite, got {threshold!r}")
-    s1 = v.positive("threshold_sigma", threshold_sigma)
+    t, s1 = _threshold_step(threshold, threshold_sigma)
     s2 = v.positive("sigma", sigma)
     d = v.open_unit("delta", delta)
     b = v.positive("beta", beta)
