@@ -337,6 +337,8 @@ def train_pate(
     queries = bundle.test.subset(query_ids)
     votes = teacher_votes(ensemble, queries.features, device=device, progress=progress)
     agg = aggregate(votes, config.aggregator_config(), seed=derive_seed(seed, "pate", "aggregate"))
+    if agg.num_answered == 0:
+        raise ValueError(f"the aggregator answered none of the {agg.num_queries} queries (threshold={config.threshold:g}); lower --threshold or ask more --queries")
     result, release = _analyse(config, agg, seed=seed)
     parameters = {k: float(x) for k, x in config.aggregator_config().to_dict().items() if k != "aggregator"}
     claim = analysis_lib.pate_claim(result, parameters=parameters, num_answered=agg.num_answered, data_dependent=config.analysis == "data-dependent", release=release)
@@ -351,8 +353,6 @@ def train_pate(
     if config.semi_supervised:
         rest = np.sort(np.concatenate([query_ids[~answered], other_ids]))
         unlabeled = bundle.test.subset(rest).features if len(rest) else None
-    if agg.num_answered == 0:
-        raise ValueError(f"the aggregator answered none of the {agg.num_queries} queries (threshold={config.threshold:g}); lower --threshold or ask more --queries")
     student_metrics = train_student(
         student,
         labeled_features=queries.features[torch.from_numpy(np.array(answered))],
