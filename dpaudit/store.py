@@ -235,6 +235,10 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [""])[0] or type(exc).__name__
 
 
+# The directory under attacks/inversion/ that caches evaluators and priors (not a target).
+_INVERSION_MODELS = "models"
+
+
 class RunDir:
     """A run directory (see the module docstring for its layout).
 
@@ -302,6 +306,23 @@ class RunDir:
         """Every target with stored membership results, sorted by name."""
         root = self.subdir("attacks") / "membership"
         return sorted(p for p in root.iterdir() if p.is_dir() and any(p.glob("*.json"))) if root.is_dir() else []
+
+    def inversion_dir(self, model_id: str) -> Path:
+        """Where the model-inversion results against ``model_id`` live."""
+        return self.subdir("attacks") / "inversion" / safe_stem(model_id, default="target")
+
+    def inversion_dirs(self) -> list[Path]:
+        """Every target with stored inversion results, sorted by name (the model cache excluded)."""
+        root = self.subdir("attacks") / "inversion"
+        return sorted(p for p in root.iterdir() if p.is_dir() and p.name != _INVERSION_MODELS and any(p.glob("inversion-*.json"))) if root.is_dir() else []
+
+    def inversion_model_dir(self, key: str) -> Path:
+        """A cached model an inversion attack trains once per run and reuses across targets.
+
+        Evaluation classifiers and generative priors (GMI's GAN) live under
+        ``attacks/inversion/models/KEY/``, keyed by what they were trained on and how.
+        """
+        return self.subdir("attacks") / "inversion" / _INVERSION_MODELS / safe_stem(key, default="model")
 
     def shadow_dir(self) -> Path:
         """The cache of shadow / reference models (shared by every attack of the run)."""

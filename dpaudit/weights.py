@@ -42,6 +42,8 @@ __all__ = [
     "save_record",
     "load_model",
     "load_weights",
+    "load_modules",
+    "save_modules",
     "load_external_model",
 ]
 
@@ -85,6 +87,30 @@ def save_record(record: TrainedModel, model: nn.Module, directory: str | os.Path
     stored = dataclasses.replace(record, weights_sha256=hashlib.sha256(blob).hexdigest())
     atomic_write_json(directory / RECORD_FILE, stored.to_dict())
     return directory
+
+
+def save_modules(path: str | os.PathLike[str], modules: Mapping[str, nn.Module]) -> Path:
+    """Writes several modules' weights into one safetensors file, atomically (keys ``NAME.param``).
+
+    For models a run caches that are not records of their own (an inversion attack's evaluation
+    classifier, GMI's generator and critic): one file per cached set, read back by
+    :func:`load_modules`.
+    """
+    state = {f"{name}.{k}": t.detach().to("cpu").contiguous() for name, module in modules.items() for k, t in module.state_dict().items()}
+    return atomic_write_bytes(Path(path), _save_safetensors(state))
+
+
+def load_modules(path: str | os.PathLike[str], modules: Mapping[str, nn.Module]) -> None:
+    """Loads what :func:`save_modules` wrote into freshly built ``modules`` (strict, no pickle).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file does not hold exactly these modules' weights.
+    """
+    state = load_weights(path)
+    for name, module in modules.items():
+        prefix = f"{name}."
+        _load_into(module, {k[len(prefix) :]: t for k, t in state.items() if k.startswith(prefix)}, Path(path))
 
 
 class UnsafeWeightsError(ValueError):

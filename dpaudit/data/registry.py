@@ -29,6 +29,7 @@ from dpaudit.data.source import (
     resolve_data_root,
     unusable_info,
 )
+from dpaudit.data.subsets import class_subset_source
 
 __all__ = ["DATASETS", "clear_cache", "dataset_info", "load_dataset", "register_dataset"]
 
@@ -58,6 +59,11 @@ def register_dataset(source: DatasetSource) -> DatasetSource:
 
 for _source in (digits.SOURCE, *idx.SOURCES, cifar10.SOURCE, faces.SOURCE, adult.SOURCE):
     register_dataset(_source)
+
+# The private halves of generative model inversion (Zhang et al. 2020, §4.1); the public halves
+# are named on the attack's command line (--public-data mnist:5-9, faces:20-39).
+register_dataset(class_subset_source(DATASETS["mnist"], (0, 1, 2, 3, 4), name="mnist-0-4", description="MNIST digits 0-4 only (GMI's private half; public half mnist:5-9)"))
+register_dataset(class_subset_source(DATASETS["faces"], tuple(range(20)), name="faces-1-20", description="AT&T/ORL identities s1-s20 only, labels 0-19 (GMI's private half; public half faces:20-39)"))
 
 
 def _normalize_name(name: Any) -> str:

@@ -1,5 +1,5 @@
 """Every result value of the suite, torch-free: records of trained models, membership, evasion,
-audit and certification results, with their JSON + NPZ serialisation.
+audit, certification and inversion results, with their JSON + NPZ serialisation.
 
 Reports import only from here (and :mod:`dpaudit.store`), so a report renders from stored
 results without torch (DESIGN.md, "Import rule").
@@ -13,6 +13,7 @@ from dpaudit.results.evasion import (
     load_evasion_result,
     save_evasion_result,
 )
+from dpaudit.results.inversion import InversionResult, inversion_stem, load_inversion_result, save_inversion_result
 from dpaudit.results.membership import (
     DEFAULT_FPRS,
     RESULT_SCHEMA_VERSION,
@@ -40,13 +41,16 @@ __all__ = [
     "AuditResult",
     "CertificationResult",
     "EvasionResult",
+    "InversionResult",
     "Membership",
     "MembershipResult",
     "RocCurve",
     "TrainedModel",
     "load_audit_result",
     "load_certification_result",
+    "inversion_stem",
     "load_evasion_result",
+    "load_inversion_result",
     "load_membership_result",
     "load_record",
     "make_model_id",
@@ -54,5 +58,6 @@ __all__ = [
     "save_audit_result",
     "save_certification_result",
     "save_evasion_result",
+    "save_inversion_result",
     "save_membership_result",
 ]

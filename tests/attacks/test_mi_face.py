@@ -12,6 +12,11 @@ from torch import nn
 from attacks.inversion.mi_face import MIFaceConfig, MIFaceOutput, mi_face
 
 
+def _cfg(**kw: object) -> MIFaceConfig:
+    """Algorithm 1 to the letter (black start, steps on 1 − p) unless a test says otherwise."""
+    return MIFaceConfig(**{"start_value": 0.0, "descend_on": "cost", **kw})  # type: ignore[arg-type]
+
+
 def _linear(weight: list[list[float]]) -> nn.Module:
     w = torch.tensor(weight, dtype=torch.float32)
     model = nn.Linear(w.shape[1], w.shape[0], bias=False)
@@ -49,7 +54,7 @@ class _Flat(nn.Module):
 
 
 def test_reaches_the_known_optimum_corner_for_every_class() -> None:
-    cfg = MIFaceConfig(max_iterations=2000, step_size=1.0, patience=50, cost_threshold=0.0)
+    cfg = _cfg(max_iterations=2000, step_size=1.0, patience=50, cost_threshold=0.0)
     out = mi_face(_linear(W4), classes=[0, 1, 2, 3], input_shape=(4,), config=cfg, seed=0)
     assert isinstance(out, MIFaceOutput)
     np.testing.assert_allclose(out.reconstructions, np.eye(4, dtype=np.float32), atol=1e-3)
@@ -59,19 +64,19 @@ def test_reaches_the_known_optimum_corner_for_every_class() -> None:
 def test_threshold_stop_uses_cost_at_most_gamma() -> None:
     # γ = 1 is met by any cost, so every class stops after its first step with "threshold";
     # the reversed test (stop when cost ≥ γ) would never stop here.
-    cfg = MIFaceConfig(max_iterations=500, step_size=0.1, patience=100, cost_threshold=1.0)
+    cfg = _cfg(max_iterations=500, step_size=0.1, patience=100, cost_threshold=1.0)
     out = mi_face(_linear(W4), classes=[0, 1, 2, 3], input_shape=(4,), config=cfg, seed=0)
     assert out.stop_reasons == ("threshold",) * 4
     assert out.iterations.tolist() == [1, 1, 1, 1]
     # A small γ is reached only once confident (the reversed test would stop at step 1).
-    cfg = MIFaceConfig(max_iterations=5000, step_size=0.05, patience=1000, cost_threshold=0.05)
+    cfg = _cfg(max_iterations=5000, step_size=0.05, patience=1000, cost_threshold=0.05)
     out = mi_face(_linear(W4), classes=[2], input_shape=(4,), config=cfg, seed=0)
     assert out.stop_reasons == ("threshold",)
     assert out.costs[0] <= 0.05 and out.iterations[0] > 1
 
 
 def test_patience_stop_on_a_flat_cost() -> None:
-    cfg = MIFaceConfig(max_iterations=1000, step_size=0.5, patience=7, cost_threshold=0.0)
+    cfg = _cfg(max_iterations=1000, step_size=0.5, patience=7, cost_threshold=0.0)
     out = mi_face(_Flat(), classes=[0, 2], input_shape=(2, 3), config=cfg, seed=0)
     assert out.stop_reasons == ("patience", "patience")
     assert out.iterations.tolist() == [7, 7]
@@ -79,7 +84,7 @@ def test_patience_stop_on_a_flat_cost() -> None:
 
 
 def test_max_iterations_stop() -> None:
-    cfg = MIFaceConfig(max_iterations=5, step_size=0.01, patience=100, cost_threshold=0.0)
+    cfg = _cfg(max_iterations=5, step_size=0.01, patience=100, cost_threshold=0.0)
     out = mi_face(_linear(W4), classes=[1, 3], input_shape=(4,), config=cfg, seed=0)
     assert out.stop_reasons == ("max_iterations", "max_iterations")
     assert out.iterations.tolist() == [5, 5]
@@ -89,7 +94,7 @@ def test_per_class_stopping_is_independent() -> None:
     # Class 0 is confident from the start (large bias), class 1 must descend.
     model = _linear(W4[:2])
     model.bias = nn.Parameter(torch.tensor([30.0, 0.0]))
-    cfg = MIFaceConfig(max_iterations=50, step_size=0.01, patience=100, cost_threshold=1e-6)
+    cfg = _cfg(max_iterations=50, step_size=0.01, patience=100, cost_threshold=1e-6)
     out = mi_face(model, classes=[0, 1], input_shape=(4,), config=cfg, seed=0)
     assert out.stop_reasons[0] == "threshold" and out.iterations[0] == 1
     assert out.stop_reasons[1] == "max_iterations" and out.iterations[1] == 50
@@ -99,7 +104,7 @@ def test_per_class_stopping_is_independent() -> None:
 def test_range_shape_dtype_and_read_only(process: str) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(1 * 6 * 5, 4))
-    cfg = MIFaceConfig(max_iterations=30, step_size=50.0, patience=100, cost_threshold=0.0, process=process)
+    cfg = _cfg(max_iterations=30, step_size=50.0, patience=100, cost_threshold=0.0, process=process)
     out = mi_face(model, classes=[3, 0, 1], input_shape=(1, 6, 5), config=cfg, seed=1)
     r = out.reconstructions
     assert r.shape == (3, 1, 6, 5) and r.dtype == np.float32
@@ -114,7 +119,7 @@ def test_range_shape_dtype_and_read_only(process: str) -> None:
 def test_deterministic_under_a_seed_and_seed_drives_random_start() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
-    cfg = MIFaceConfig(max_iterations=20, step_size=1.0, patience=100, cost_threshold=0.0, start_value=None)
+    cfg = _cfg(max_iterations=20, step_size=1.0, patience=100, cost_threshold=0.0, start_value=None)
     a = mi_face(model, classes=[0, 1, 2], input_shape=(4, 4), config=cfg, seed=5)
     b = mi_face(model, classes=[0, 1, 2], input_shape=(4, 4), config=cfg, seed=5)
     c = mi_face(model, classes=[0, 1, 2], input_shape=(4, 4), config=cfg, seed=6)
@@ -125,7 +130,7 @@ def test_deterministic_under_a_seed_and_seed_drives_random_start() -> None:
 
 
 def test_start_image_is_used() -> None:
-    cfg = MIFaceConfig(max_iterations=1, step_size=1e-9, patience=10, cost_threshold=0.0)
+    cfg = _cfg(max_iterations=1, step_size=1e-9, patience=10, cost_threshold=0.0)
     start = np.full((4,), 0.25, dtype=np.float32)
     out = mi_face(_linear(W4), classes=[0], input_shape=(4,), config=cfg, seed=0, start=start)
     np.testing.assert_allclose(out.reconstructions[0], start, atol=1e-6)
@@ -138,7 +143,7 @@ def test_model_not_mutated() -> None:
     model[2].eval()  # a mixed per-module state must come back exactly
     before = {k: v.clone() for k, v in model.state_dict().items()}
     flags = [m.training for m in model.modules()]
-    cfg = MIFaceConfig(max_iterations=10, step_size=1.0, patience=100, cost_threshold=0.0)
+    cfg = _cfg(max_iterations=10, step_size=1.0, patience=100, cost_threshold=0.0)
     mi_face(model, classes=[0, 1, 2], input_shape=(1, 4, 4), config=cfg, seed=0)
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -159,14 +164,14 @@ def test_eval_mode_during_attack() -> None:
             return self.lin(x)
 
     model = Spy().train()
-    mi_face(model, classes=[0, 1], input_shape=(4,), config=MIFaceConfig(max_iterations=3), seed=0)
+    mi_face(model, classes=[0, 1], input_shape=(4,), config=_cfg(max_iterations=3), seed=0)
     assert seen and not any(seen)
     assert model.training
 
 
 def test_one_batched_forward_per_iteration() -> None:
     wrapped = _Counting(_linear(W4))
-    cfg = MIFaceConfig(max_iterations=12, step_size=0.01, patience=100, cost_threshold=0.0)
+    cfg = _cfg(max_iterations=12, step_size=0.01, patience=100, cost_threshold=0.0)
     out = mi_face(wrapped, classes=[0, 1, 2, 3], input_shape=(4,), config=cfg, seed=0)
     assert out.iterations.tolist() == [12] * 4
     # One forward for the start plus one per iteration, each over all four classes at once.
@@ -189,7 +194,7 @@ def test_one_batched_forward_per_iteration() -> None:
 )
 def test_bad_config_raises_naming_the_field(kwargs: dict[str, object], name: str) -> None:
     with pytest.raises(ValueError, match=name):
-        MIFaceConfig(**kwargs)  # type: ignore[arg-type]
+        _cfg(**kwargs)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -202,7 +207,7 @@ def test_bad_config_raises_naming_the_field(kwargs: dict[str, object], name: str
         ({"classes": [0.5]}, "classes"),
         ({"input_shape": ()}, "input_shape"),
         ({"input_shape": (0,)}, "input_shape"),
-        ({"input_shape": (4,), "config": MIFaceConfig(process="denoise")}, "input_shape"),
+        ({"input_shape": (4,), "config": _cfg(process="denoise")}, "input_shape"),
         ({"config": {"max_iterations": 3}}, "config"),
         ({"seed": "x"}, "seed"),
         ({"start": np.zeros(3)}, "start"),
@@ -213,11 +218,45 @@ def test_bad_arguments_raise_naming_them(kwargs: dict[str, object], name: str) -
     args: dict[str, object] = {
         "classes": [0],
         "input_shape": (4,),
-        "config": MIFaceConfig(max_iterations=2),
+        "config": _cfg(max_iterations=2),
         "seed": 0,
     }
     args.update(kwargs)
     with pytest.raises(ValueError, match=name):
         mi_face(_linear(W4), **args)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="model"):
-        mi_face("not a model", classes=[0], input_shape=(4,), config=MIFaceConfig(), seed=0)  # type: ignore[arg-type]
+        mi_face("not a model", classes=[0], input_shape=(4,), config=_cfg(), seed=0)  # type: ignore[arg-type]
+
+
+def test_log_probability_descent_moves_classes_the_cost_gradient_cannot() -> None:
+    # From the black start, class 3 has p ~ e^-12: ∇(1 − p) is ~0 and the paper's step barely
+    # moves it; ∇(−log p) has the same direction with a usable length and reaches the optimum
+    # (the corner e_3, where p_3 ~ 1).
+    model = _linear((4 * np.asarray(W4)).tolist())
+    model.bias = nn.Parameter(torch.tensor([12.0, 0.0, 0.0, 0.0]))
+    base = {"max_iterations": 300, "step_size": 0.05, "patience": 300, "cost_threshold": 0.0}
+    stuck = mi_face(model, classes=[3], input_shape=(4,), config=_cfg(**base), seed=0)
+    moved = mi_face(model, classes=[3], input_shape=(4,), config=_cfg(**base, descend_on="log-probability"), seed=0)
+    assert stuck.costs[0] > 0.999
+    assert moved.costs[0] < 0.01
+    np.testing.assert_allclose(moved.reconstructions[0], [0, 0, 0, 1], atol=1e-3)
+
+
+def test_restarts_keep_the_lowest_cost_per_class() -> None:
+    from attacks.inversion.mi_face import run_mi_face
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
+    cfg = MIFaceConfig(max_iterations=5, step_size=0.5, patience=100, cost_threshold=0.0, restarts=3)
+    out = run_mi_face(model, classes=[0, 1, 2], input_shape=(1, 4, 4), config=cfg, seed=2)
+    costs = np.asarray(out.details["restart_cost"])
+    assert costs.shape == (3, 3)
+    np.testing.assert_array_equal(out.details["best_restart"], costs.argmin(axis=1))
+    np.testing.assert_allclose(out.target_confidence, 1.0 - costs.min(axis=1))
+    again = run_mi_face(model, classes=[0, 1, 2], input_shape=(1, 4, 4), config=cfg, seed=2)
+    np.testing.assert_array_equal(out.reconstructions, again.reconstructions)
+
+
+def test_config_rejects_unknown_descent() -> None:
+    with pytest.raises(ValueError, match="descend_on"):
+        MIFaceConfig(descend_on="newton")

@@ -39,6 +39,8 @@ TEXT_FLAGS: dict[str, tuple[str, ...]] = {
     "--address": ("",),
     "--radii": ("", ",", "0.1,,0.2", "-1", "nan", "inf", "abc"),
     "--attack": ("", "bogus", ","),
+    "--classes": ("", ",", "abc", "-1", "3-1", "99", "0,0"),
+    "--public-data": ("", "bogus", "mnist:abc", "mnist:99", "digits"),
 }
 #: (verb, flag, value) triples that are legitimate requests, with why.
 ACCEPTED: dict[tuple[str, str, str], str] = {
@@ -47,6 +49,10 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("audit", "--seed", "0"): "seed 0 is a seed",
     ("certify", "--seed", "0"): "seed 0 is a seed",
     ("attack membership", "--seed", "0"): "seed 0 is a seed",
+    ("attack inversion", "--seed", "0"): "seed 0 is a seed",
+    ("attack inversion", "--start-value", "0"): "a black start (the paper's x0 = 0)",
+    ("attack inversion", "--step-size", "1e300"): "a step that lands on a corner of [0, 1]^d (clamped): valid, crude",
+    ("attack inversion", "--cost-threshold", "0"): "never stop on confidence: run to patience or the cap",
     ("train", "--momentum", "0"): "no momentum",
     ("train", "--weight-decay", "0"): "no weight decay",
     ("train", "--noise-ramp-fraction", "0"): "noise at full size from the start",
@@ -152,7 +158,7 @@ def test_every_flag_is_covered() -> None:
     """A new flag whose value this table cannot classify must be classified here, not forgotten."""
     assert not UNCLASSIFIED, f"add these flags to FILE_FLAGS, DIR_FLAGS or TEXT_FLAGS: {UNCLASSIFIED}"
     verbs = {c.verb for c in CASES}
-    assert {"epsilon", "datasets", "train", "audit", "attack membership", "certify", "report", "pate analyze", "pate audit", "pate attack"} <= verbs
+    assert {"epsilon", "datasets", "train", "audit", "attack membership", "attack inversion", "certify", "report", "pate analyze", "pate audit", "pate attack"} <= verbs
 
 
 # ----------------------------------------------------------------------------- running one case
@@ -166,6 +172,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
         raise Reached
 
     import dpaudit.app.runs.audit as audit_run
+    import dpaudit.app.runs.inversion as inversion_run
     import dpaudit.app.runs.membership as membership_run
     import dpaudit.app.runs.pate as pate_run
     import dpaudit.app.runs.train as train_run
@@ -173,6 +180,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(audit_run, "run_audit", stop)
     monkeypatch.setattr(membership_run, "run_membership", stop)
+    monkeypatch.setattr(inversion_run, "run_inversion", stop)
     monkeypatch.setattr(pate_run, "attack_aggregator", stop)
     monkeypatch.setattr(train_run, "train_or_load", stop)
     monkeypatch.setattr(certify_verb, "run_certify", stop)
@@ -239,6 +247,8 @@ def _base(verb: str, flag: str, work: Path, record_dir: Path, external: dict[str
             ]
         extra = ["--executor", "ray"] if flag == "--address" else []
         return ["attack", "membership", "--target", str(record_dir), *_owner_of(verb, flag), *extra, "--out", out]
+    if verb == "attack inversion":
+        return ["attack", "inversion", "--target", str(record_dir), "--attack", "mi-face", "--out", out]
     if verb == "certify":
         return ["certify", "--target", str(record_dir), "--out", out]
     if verb == "report":

@@ -9,6 +9,9 @@
 * ``certified.{html,md}`` (certified vs conventional accuracy vs radius; non-empty CSV tables);
 * ``pate.{html,md}`` for PATE students (answers, data-dependent and data-independent ε, ε against
   queries answered, student accuracy against ε);
+* ``inversion.{html,md}`` for model-inversion attacks (evaluator's attack accuracy, KNN distance,
+  PSNR, members vs class average, inversion-based membership ε_LB beside the target's ε_UB, image
+  grids per class, and the targets compared when there are several);
 * ``index.{html,md}`` linking them all.
 
 It recomputes no verdict: violations, tightness and soundness are read from the stored results.
@@ -41,6 +44,7 @@ class ReportIndex:
     membership: tuple[Path, ...] = ()
     certified: tuple[Path, ...] = ()
     pate: tuple[Path, ...] = ()
+    inversion: tuple[Path, ...] = ()
     tables: tuple[Path, ...] = ()
     #: Stored verdicts the reports show as violations (audits with ε_LB > ε_UB, unsound certificates), read, never recomputed.
     violations: tuple[str, ...] = ()
@@ -48,7 +52,7 @@ class ReportIndex:
     def __post_init__(self) -> None:
         if not isinstance(self.violations, tuple) or not all(isinstance(x, str) for x in self.violations):
             raise TypeError(f"violations must be a tuple of strings, got {self.violations!r}")
-        for name in ("audits", "membership", "certified", "pate", "tables"):
+        for name in ("audits", "membership", "certified", "pate", "inversion", "tables"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not all(isinstance(p, Path) for p in value):
                 raise TypeError(f"{name} must be a tuple of Paths, got {value!r}")
@@ -56,7 +60,7 @@ class ReportIndex:
     @property
     def pages(self) -> tuple[Path, ...]:
         """Every HTML report the index links."""
-        return self.audits + self.membership + self.certified + self.pate
+        return self.audits + self.membership + self.certified + self.pate + self.inversion
 
 
 def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
@@ -70,10 +74,11 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
 
     Raises:
         ValueError: ``run_dir`` is not a directory.
-        NothingToRender: it holds no audit, membership or certify result.
+        NothingToRender: it holds no audit, membership, certify, PATE or inversion result.
     """
     from reports.audit import audit_section
     from reports.certified import load_certified_runs, render_certified
+    from reports.inversion import INVERSION_REPORT_STEM, inversion_sections, inversion_summary, load_inversion_targets
     from reports.membership import membership_report_stem, membership_sections
     from reports.pate import load_pate_runs, pate_sections
     from reports.render import Section, write_index, write_report_files
@@ -83,9 +88,11 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
         raise ValueError(f"run_dir must be a directory, got {str(run.path)!r}")
     audit_dirs, membership_dirs, certify_runs = run.audit_dirs(), run.membership_dirs(), load_certified_runs(run)
     pate_runs = load_pate_runs(run) if run.subdir("records").is_dir() else []
-    if not audit_dirs and not membership_dirs and not certify_runs and not pate_runs:
+    inversion_targets = load_inversion_targets(run)
+    if not audit_dirs and not membership_dirs and not certify_runs and not pate_runs and not inversion_targets:
         raise NothingToRender(
-            f"run_dir {str(run.path)!r} holds no audit, membership-attack, certify or PATE results to render (run dpaudit audit, attack membership, certify or train --defense pate into it first)"
+            f"run_dir {str(run.path)!r} holds no audit, membership-attack, certify or PATE results and no model-inversion results to render "
+            "(run dpaudit audit, attack membership, attack inversion, certify or train --defense pate into it first)"
         )
     out = run.reports_dir()
     out.mkdir(parents=True, exist_ok=True)
@@ -147,7 +154,21 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
         pate.append(write_report_files(out, pate_sections(pate_runs), title="PATE students", stem="pate", kind="report").html)
         groups.append(("PATE", [(f"PATE students ({len(pate_runs)})", pate[0].name)]))
 
+    inversion: list[Path] = []
+    if inversion_targets:
+        inversion.append(write_report_files(out, inversion_sections(inversion_targets), title="Model inversion", stem=INVERSION_REPORT_STEM, kind="inversion").html)
+        counts = inversion_summary(inversion_targets)
+        groups.append(("Model inversion", [(f"model inversion ({', '.join(counts['attacks'])}) against {counts['targets']} target(s)", inversion[0].name)]))
+
     index_html, index_md = write_index(out, title=f"Reports of {run.path.name}", groups=groups, files=[p.name for p in tables])
     return ReportIndex(
-        index_html=index_html, index_md=index_md, audits=tuple(audits), membership=tuple(members), certified=tuple(certified), pate=tuple(pate), tables=tuple(tables), violations=tuple(violations)
+        index_html=index_html,
+        index_md=index_md,
+        audits=tuple(audits),
+        membership=tuple(members),
+        certified=tuple(certified),
+        pate=tuple(pate),
+        inversion=tuple(inversion),
+        tables=tuple(tables),
+        violations=tuple(violations),
     )

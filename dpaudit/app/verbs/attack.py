@@ -1,6 +1,8 @@
-"""``dpaudit attack membership``: membership-inference attacks from the command line.
+"""``dpaudit attack membership|inversion``: membership-inference and model-inversion attacks from the command line.
 
-Parse → :class:`dpaudit.app.runs.membership.MembershipSpec` → :func:`run_membership` → print.
+Parse → :class:`dpaudit.app.runs.membership.MembershipSpec` → :func:`run_membership` → print;
+``inversion`` likewise through :class:`dpaudit.app.runs.inversion.InversionSpec`, its attacks and
+their flags read from :data:`attacks.inversion.INVERSION_ATTACKS`.
 The attack choices and every attack's flags come from
 :data:`attacks.membership.MEMBERSHIP_ATTACKS` (each config field declares its flag with
 :func:`dpaudit.options.option`), so registering an attack is enough for it to appear here.
@@ -14,7 +16,7 @@ import argparse
 import sys
 from typing import Any
 
-from dpaudit.app.common import EXIT_OK, UsageError, add_common, delta_type, emit, path_type, positive_int
+from dpaudit.app.common import EXIT_OK, UsageError, add_common, check_record, delta_type, emit, path_type, positive_int
 from dpaudit.options import limit_action
 
 __all__ = ["register"]
@@ -76,6 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--delta", type=delta_type, default=1e-5, help="delta of the epsilon lower bound (default 1e-5)")
     flags = add_option_flags(m, {name: spec.config_type for name, spec in MEMBERSHIP_ATTACKS.items()})
     m.set_defaults(func=lambda args: _cmd_membership(args, flags))
+    _register_inversion(kinds)
 
 
 def _spec(args: argparse.Namespace, flags: Any) -> Any:
@@ -172,6 +175,160 @@ def _cmd_membership(args: argparse.Namespace, flags: Any) -> int:
     lines.append(f"  {'attack':<17} {'AUC':>6} {'bal.acc':>7} {'TPR@0.1%':>9} {'TPR@1%':>7} {'eps_lb':>7}")
     for name, s in summaries.items():
         lines.append(f"  {name:<17} {s['auc']:6.4f} {s['balanced_accuracy']:7.4f} {s['tpr_at_fpr']['0.001']:9.4f} {s['tpr_at_fpr']['0.01']:7.4f} {s['epsilon_lb']:7.3f}")
+    lines.append(f"  results: {done.result_dir}\n  report: {report}")
+    emit(args, payload, "\n".join(lines))
+    return EXIT_OK
+
+
+def _inversion_configs() -> dict[str, type]:
+    """Every config type whose fields are ``attack inversion`` flags: attacks, their priors, the evaluator."""
+    from attacks.inversion import INVERSION_ATTACKS
+    from attacks.inversion.evaluate import EvaluatorConfig
+
+    types: dict[str, type] = {name: spec.config_type for name, spec in INVERSION_ATTACKS.items()}
+    types.update({f"prior:{spec.prior.name}": spec.prior.config_type for spec in INVERSION_ATTACKS.values() if spec.prior is not None})
+    types["evaluator"] = EvaluatorConfig
+    return types
+
+
+def _register_inversion(kinds: Any) -> None:
+    from attacks.inversion import INVERSION_ATTACKS
+    from dpaudit.options import add_option_flags
+
+    listing = "; ".join(f"{name}: {spec.summary}" for name, spec in INVERSION_ATTACKS.items())
+    p = kinds.add_parser(
+        "inversion",
+        help="model inversion (" + ", ".join(INVERSION_ATTACKS) + ")",
+        description=(
+            f"Model-inversion attacks against a suite-trained record: one reconstruction per class. Attacks — {listing}. "
+            "Each reconstruction is judged by an independent evaluation classifier (another architecture, trained on the "
+            "target's private training data, cached in the run): attack accuracy top-1/top-5, KNN distance in its feature "
+            "space and PSNR to the nearest private image of the class. Then: is a reconstruction nearer the training members "
+            "of its class than held-out images of the class, or only the class average? Distances to the class mean, the "
+            "nearest member and the nearest non-member, and a membership score (AUC, TPR at low FPR, epsilon lower bound)."
+        ),
+    )
+    p.add_argument("--target", required=True, type=path_type("--target", must_exist="any"), metavar="PATH", help="record directory, its record.json, or a run directory with one record")
+    p.add_argument("--attack", action="append", choices=(*INVERSION_ATTACKS, "all"), required=True, help="attack to run (repeatable; 'all' for every registered attack)")
+    p.add_argument("--classes", metavar="LIST", help="labels to invert, e.g. 0-9 or 0,3,7 (default: every class)")
+    p.add_argument(
+        "--public-data",
+        metavar="DATASET[:CLASSES]",
+        help="public images the prior (GMI's GAN) learns from, never seen by the target, e.g. mnist:5-9 for a mnist-0-4 target or faces:20-39 for faces-1-20",
+    )
+    add_common(p, out=True, seed=True, data_root=True, device="cpu", quiet=True)
+    p.add_argument("--delta", type=delta_type, default=1e-5, help="delta of the epsilon lower bound of the membership score (default 1e-5)")
+    flags = add_option_flags(p, _inversion_configs())
+    p.set_defaults(func=lambda args: _cmd_inversion(args, flags))
+
+
+def _parse_classes(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    out: list[int] = []
+    try:
+        for part in filter(None, (t.strip() for t in text.split(","))):
+            lo, dash, hi = part.partition("-")
+            if dash and int(hi) < int(lo):
+                raise ValueError(part)
+            out += list(range(int(lo), int(hi) + 1)) if dash else [int(lo)]
+    except ValueError:
+        raise UsageError(f"--classes must be labels or ranges such as 0-9 or 0,3,7; got {text!r}", argument="--classes") from None
+    if not out:
+        raise UsageError(f"--classes must name at least one label, got {text!r}", argument="--classes")
+    return tuple(out)
+
+
+def _inversion_spec(args: argparse.Namespace, flags: Any) -> Any:
+    from attacks.inversion import INVERSION_ATTACKS, expand_inversion_attacks
+    from dpaudit.app.runs.inversion import InversionSpec, parse_public_data
+    from dpaudit.options import option_specs, options_from_args
+    from dpaudit.results.record import resolve_record_dir
+
+    names = expand_inversion_attacks(args.attack)
+    types = _inversion_configs()
+    wanted_types = {n: types[n] for n in names}
+    wanted_types.update({f"prior:{INVERSION_ATTACKS[n].prior.name}": types[f"prior:{INVERSION_ATTACKS[n].prior.name}"] for n in names if INVERSION_ATTACKS[n].prior is not None})  # type: ignore[union-attr]
+    wanted_types["evaluator"] = types["evaluator"]
+    built = {}
+    for key, config_type in wanted_types.items():
+        mine = {s.flag for s in option_specs(config_type)}
+        built[key] = config_type(**options_from_args(args, config_type, {f: s for f, s in flags.items() if f in mine}, owner=f"attack {key!r}"))
+    wanted = {s.flag for t in wanted_types.values() for s in option_specs(t)}
+    for flag, s in flags.items():
+        if getattr(args, s.field, None) is not None and flag not in wanted:
+            raise UsageError(f"{flag}={getattr(args, s.field)!r} does not apply to --attack {', '.join(names)}")
+    try:
+        target = resolve_record_dir(args.target)
+    except ValueError as exc:
+        raise UsageError(f"--target: {exc}") from None
+    try:
+        public = parse_public_data(args.public_data) if args.public_data is not None else None
+    except ValueError as exc:
+        raise UsageError(str(exc), argument="--public-data") from None
+    with_prior = [n for n in names if INVERSION_ATTACKS[n].prior is not None]
+    if public is not None and not with_prior:
+        raise UsageError(f"--public-data={args.public_data!r} applies only to attacks with a prior (gmi), not to --attack {', '.join(names)}", argument="--public-data")
+    if public is None and with_prior:
+        raise UsageError(f"--attack {', '.join(with_prior)} needs --public-data DATASET[:CLASSES]: images of the target's domain it never saw (e.g. mnist:5-9 for a mnist-0-4 target)", argument="--public-data")
+    classes = _parse_classes(args.classes)
+    if classes is not None:
+        from dpaudit.data import DATASETS
+
+        record = check_record("--target", str(args.target))
+        n = DATASETS[record.dataset].num_classes if record.dataset in DATASETS else None
+        if len(set(classes)) != len(classes) or min(classes) < 0 or (n is not None and max(classes) >= n):
+            raise UsageError(f"--classes must be distinct labels 0..{(n or 1) - 1} of {record.dataset!r}, got {args.classes!r}", argument="--classes")
+    return InversionSpec(
+        target=target,
+        attacks={n: built[n] for n in names},
+        priors={k.removeprefix("prior:"): c for k, c in built.items() if k.startswith("prior:")},
+        public_data=public,
+        classes=classes,
+        evaluator=built["evaluator"],
+        seed=args.seed,
+        data_root=args.data_root,
+        device=args.device,
+        progress=not args.quiet,
+        command=" ".join(["dpaudit", *sys.argv[1:]]),
+    )
+
+
+def _cmd_inversion(args: argparse.Namespace, flags: Any) -> int:
+    from dpaudit.app.runs.inversion import run_inversion
+    from dpaudit.app.runs.report import render_reports
+    from dpaudit.store import RunDir
+
+    spec = _inversion_spec(args, flags)
+    say = (lambda line: print(f"training or reusing {line}", file=sys.stderr)) if not args.quiet else None
+    done = run_inversion(spec, RunDir(args.out), on_plan=say)
+    index = render_reports(args.out)
+    pages = [p for p in getattr(index, "inversion", ()) if done.model_id in p.name] or list(getattr(index, "inversion", ()))
+    report = pages[0] if pages else index.index_html
+    summaries = {name: r.summary(delta=args.delta) for name, r in done.results.items()}
+    payload = {
+        "attacks": summaries,
+        "target": done.model_id,
+        "evaluator_accuracy": done.evaluator_accuracy,
+        "trained": list(done.trained),
+        "reused": list(done.reused),
+        "result_dir": str(done.result_dir),
+        "report": str(report),
+        "index": str(index.index_html),
+    }
+    any_result = next(iter(done.results.values()))
+    chance = 1.0 / int(any_result.metadata.get("num_dataset_classes", any_result.num_classes))
+    lines = [f"model inversion against {done.model_id} ({any_result.num_classes} classes; evaluator accuracy on held-out images {done.evaluator_accuracy:.3f}; chance {chance:.3f})"]
+    if done.reused:
+        lines.append(f"  reused from the run's cache: {', '.join(done.reused)}")
+    lines.append(f"  {'attack':<8} {'top-1':>6} {'top-5':>6} {'KNN':>7} {'PSNR':>6} {'AUC':>6} {'eps_lb':>7} {'seconds':>8}")
+    for name, s in summaries.items():
+        secs = float(done.results[name].metadata.get("seconds", float("nan")))
+        lines.append(
+            f"  {name:<8} {s['attack_accuracy_top1']:6.3f} {s['attack_accuracy_top5']:6.3f} {s['knn_distance']:7.3f} {s['psnr']:6.2f} {s['membership']['auc']:6.3f} {s['membership']['epsilon_lb']:7.3f} {secs:8.1f}"
+        )
+    for name in summaries:
+        lines.append(f"  {done.results[name].finding()}")
     lines.append(f"  results: {done.result_dir}\n  report: {report}")
     emit(args, payload, "\n".join(lines))
     return EXIT_OK

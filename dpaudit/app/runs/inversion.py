@@ -1,0 +1,334 @@
+"""The model-inversion run: what ``dpaudit attack inversion`` does, callable from scripts and tests.
+
+It loads a suite-trained target, trains (or reuses) the evaluation classifier on the target's
+private training data and, for attacks with a prior (GMI), the prior on the public data; runs
+each registered attack of :data:`attacks.inversion.INVERSION_ATTACKS` on the chosen classes;
+judges every reconstruction with :func:`attacks.inversion.evaluate.evaluate_reconstructions`;
+and stores one :class:`~dpaudit.results.inversion.InversionResult` per attack under
+``RunDir.inversion_dir(model_id)``.
+
+The evaluator and the priors are cached under ``RUN_DIR/attacks/inversion/models/`` keyed by
+what they were trained on (dataset, the private ids or public classes, seed, options), so a
+second target of the same dataset — a DP-SGD model beside a non-private one — is judged by the
+same evaluator and attacked through the same GAN, which is what makes their rows comparable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpaudit.locks import unit_lock
+from dpaudit.results.inversion import InversionResult
+from dpaudit.store import RunDir, atomic_write_json, read_json
+
+__all__ = ["InversionRun", "InversionSpec", "PublicData", "parse_public_data", "run_inversion"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublicData:
+    """Public images an attack's prior is trained on: ``dataset``'s samples of ``classes`` (all if empty)."""
+
+    dataset: str
+    classes: tuple[int, ...] = ()
+
+    def text(self) -> str:
+        return self.dataset + (":" + ",".join(str(c) for c in self.classes) if self.classes else "")
+
+
+def parse_public_data(text: str) -> PublicData:
+    """``DATASET`` or ``DATASET:CLASSES`` (``5-9``, ``0,2,4``, ``20-39``) in the dataset's own labels.
+
+    Raises:
+        ValueError: an unknown dataset or a malformed class list (the message names ``--public-data``).
+    """
+    from dpaudit.data import DATASETS
+
+    name, _, spec = str(text).partition(":")
+    name = name.strip().lower()
+    if name not in DATASETS:
+        raise ValueError(f"--public-data must be DATASET[:CLASSES] with DATASET one of {', '.join(DATASETS)}; got {text!r}")
+    classes: list[int] = []
+    try:
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            lo, dash, hi = part.partition("-")
+            classes += list(range(int(lo), int(hi) + 1)) if dash else [int(lo)]
+    except ValueError:
+        raise ValueError(f"--public-data classes must be labels or ranges like 5-9 or 0,2,4; got {text!r}") from None
+    n = DATASETS[name].num_classes
+    if spec.strip() and (not classes or min(classes) < 0 or max(classes) >= n or len(set(classes)) != len(classes)):
+        raise ValueError(f"--public-data classes must be distinct labels 0..{n - 1} of {name!r}; got {text!r}")
+    return PublicData(dataset=name, classes=tuple(classes))
+
+
+@dataclass(frozen=True, kw_only=True)
+class InversionSpec:
+    """What to run.
+
+    Attributes:
+        target: the target's record directory (or its record.json, or a run with one record).
+        attacks: attack name → its config (see :data:`attacks.inversion.INVERSION_ATTACKS`).
+        priors: prior name → the config it is trained with (for attacks that need one).
+        public_data: the prior's training data; required by an attack with a prior.
+        classes: the labels to invert (default: every class of the target's dataset).
+        evaluator: the evaluation classifier's options (an ``EvaluatorConfig``).
+        seed: root seed of the evaluator, the prior and the attacks.
+        data_root: where the datasets are.
+        device: where to run.
+        progress: progress on stderr.
+        command: the command line, for the run manifest.
+    """
+
+    target: Path
+    attacks: Mapping[str, Any]
+    priors: Mapping[str, Any] = field(default_factory=dict)
+    public_data: PublicData | None = None
+    classes: tuple[int, ...] | None = None
+    evaluator: Any = None
+    seed: int = 0
+    data_root: str | None = None
+    device: str = "cpu"
+    progress: bool = True
+    command: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class InversionRun:
+    """What :func:`run_inversion` did."""
+
+    model_id: str
+    results: Mapping[str, InversionResult]
+    result_dir: Path
+    evaluator_accuracy: float
+    reused: tuple[str, ...] = ()
+    trained: tuple[str, ...] = ()
+
+
+def _key(kind: str, payload: Mapping[str, Any]) -> str:
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"{kind}-{payload.get('dataset', 'data')}-{digest}"
+
+
+def _cached_modules(
+    directory: Path,
+    *,
+    describe: Mapping[str, Any],
+    build: Callable[[], Mapping[str, Any]],
+    train: Callable[[], Mapping[str, Any]],
+    trained: list[str],
+    reused: list[str],
+) -> Mapping[str, Any]:
+    """Loads ``directory``'s modules if a finished cache entry is there, else trains and stores them."""
+    from dpaudit.weights import load_modules, save_modules
+
+    meta_file, weights = directory / "meta.json", directory / "weights.safetensors"
+    if meta_file.is_file() and weights.is_file() and read_json(meta_file).get("describe") == json.loads(json.dumps(describe, default=str)):
+        modules = build()
+        load_modules(weights, modules)
+        for m in modules.values():
+            m.eval()
+        reused.append(directory.name)
+        return modules
+    modules = train()
+    directory.mkdir(parents=True, exist_ok=True)
+    save_modules(weights, modules)
+    atomic_write_json(meta_file, {"describe": json.loads(json.dumps(describe, default=str)), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    trained.append(directory.name)
+    return modules
+
+
+class _EpochBar:
+    """A ``progress(done, total)`` callback drawing a bar once the total is known."""
+
+    def __init__(self, enabled: bool, description: str) -> None:
+        self._enabled, self._description = enabled, description
+        self._bar: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        from dpaudit.progress import Progress
+
+        if self._bar is None:
+            self._bar = Progress(total, self._description, enabled=self._enabled)
+        self._bar.update(done - self._bar.count)
+
+    def __enter__(self) -> _EpochBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], None] | None = None) -> InversionRun:
+    """Runs the inversion attacks of ``spec`` against its target and stores the results in ``run``.
+
+    Args:
+        spec: what to run.
+        run: the run directory (created if needed).
+        on_plan: called with one line per cached model that will be trained or reused.
+
+    Returns:
+        The stored results and what was trained or reused.
+
+    Raises:
+        ValueError: a bad target, class list or public data (the message names the argument).
+    """
+    import torch
+
+    from attacks.inversion import INVERSION_ATTACKS
+    from attacks.inversion.evaluate import EvaluatorConfig, LabelledImages, build_evaluator, evaluate_reconstructions, evaluator_accuracy, train_evaluator
+    from dpaudit.data import DATASETS, load_dataset
+    from dpaudit.results import save_inversion_result
+    from dpaudit.results.record import load_record, resolve_record_dir
+    from dpaudit.seeding import derive_seed
+    from dpaudit.store import thaw
+    from dpaudit.training import resolve_device
+    from dpaudit.weights import load_model
+
+    device = str(resolve_device(spec.device))
+    try:
+        rdir = resolve_record_dir(spec.target)
+    except ValueError as exc:
+        raise ValueError(f"target: {exc}") from None
+    record = load_record(rdir)
+    bundle = load_dataset(record.dataset, data_root=spec.data_root)
+    shape = tuple(bundle.input_shape)
+    if len(shape) != 3:
+        raise ValueError(f"target: model inversion reconstructs images, but {record.model_id!r} was trained on {record.dataset!r} with inputs of shape {shape}")
+    classes = tuple(range(bundle.num_classes)) if spec.classes is None else tuple(spec.classes)
+    bad = [c for c in classes if not 0 <= c < bundle.num_classes]
+    if bad or not classes or len(set(classes)) != len(classes):
+        raise ValueError(f"--classes must be distinct labels 0..{bundle.num_classes - 1} of {record.dataset!r}, got {list(classes)}")
+    evaluator_config = spec.evaluator if spec.evaluator is not None else EvaluatorConfig()
+    needs_prior = {n: INVERSION_ATTACKS[n].prior for n in spec.attacks if INVERSION_ATTACKS[n].prior is not None}
+    public = spec.public_data
+    if needs_prior and public is None:
+        raise ValueError(f"--attack {', '.join(needs_prior)} needs --public-data DATASET[:CLASSES]: images of the same domain the target never saw (e.g. mnist:5-9 for a mnist-0-4 target)")
+    if public is not None:
+        if not needs_prior:
+            raise ValueError(f"--public-data={public.text()!r} applies only to attacks with a prior ({', '.join(n for n, s in INVERSION_ATTACKS.items() if s.prior) or 'none registered'})")
+        if public.dataset == record.dataset and (not public.classes or set(public.classes) & set(classes)):
+            raise ValueError(
+                f"--public-data={public.text()!r} overlaps the target's own classes of {record.dataset!r}: public data must be images the target never saw (other classes, or a disjoint dataset such as mnist:5-9 for mnist-0-4)"
+            )
+        pshape = DATASETS[public.dataset].input_shape
+        if pshape is not None and tuple(pshape) != shape:
+            raise ValueError(f"--public-data={public.text()!r} has images of shape {tuple(pshape)}, the target takes {shape}")
+
+    everything = bundle.all()
+    members = everything.subset(record.membership.members)
+    # Held out = never trained on: the record's non-members, its shadow population, and the
+    # test split (less anything the record trained on), so every class has images to compare.
+    used = np.concatenate([record.membership.members, record.membership.canaries])
+    held_ids = np.union1d(np.union1d(record.membership.non_members, record.membership.population), bundle.test.ids.numpy())
+    non_members = everything.subset(np.setdiff1d(held_ids, used))
+    if len(non_members) == 0:
+        raise ValueError(f"target {record.model_id!r} has no held-out non-members to compare reconstructions with")
+    priv = LabelledImages(features=members.features, labels=members.labels, ids=members.ids.numpy())
+    held = LabelledImages(features=non_members.features, labels=non_members.labels, ids=non_members.ids.numpy())
+
+    run.create(command=spec.command)
+    trained: list[str] = []
+    reused: list[str] = []
+    results: dict[str, InversionResult] = {}
+    with unit_lock(run.path, f"inversion-{record.model_id}"):
+        ids_digest = hashlib.sha256(np.ascontiguousarray(record.membership.members).tobytes()).hexdigest()[:16]
+        ev_describe = {"dataset": record.dataset, "members": ids_digest, "seed": spec.seed, "config": dataclasses.asdict(evaluator_config), "num_classes": bundle.num_classes}
+        ev_dir = run.inversion_model_dir(_key("evaluator", ev_describe))
+
+        def train_ev() -> Mapping[str, Any]:
+            with _EpochBar(spec.progress, f"evaluation classifier on {len(priv.ids)} private images (epochs)") as update:
+                model = train_evaluator(priv, num_classes=bundle.num_classes, config=evaluator_config, seed=derive_seed(spec.seed, "evaluator"), device=device, progress=update)
+            return {"evaluator": model}
+
+        if on_plan is not None:
+            on_plan(f"evaluation classifier {ev_dir.name} ({'reused' if (ev_dir / 'meta.json').is_file() else 'trained now'})")
+        evaluator = _cached_modules(
+            ev_dir,
+            describe=ev_describe,
+            build=lambda: {"evaluator": build_evaluator(shape, bundle.num_classes, evaluator_config).to(device)},
+            train=train_ev,
+            trained=trained,
+            reused=reused,
+        )["evaluator"]
+        ev_acc = evaluator_accuracy(evaluator, held, device=device)
+
+        model = load_model(rdir, device=device)
+        priors: dict[str, Mapping[str, Any]] = {}
+        for name, prior in needs_prior.items():
+            if prior is None or public is None:  # checked above; narrows the types
+                continue
+            if prior.name in priors:
+                continue
+            pconfig = spec.priors.get(prior.name) or prior.config_type()
+            describe = {"dataset": public.dataset, "classes": list(public.classes), "seed": spec.seed, "config": dataclasses.asdict(pconfig), "shape": list(shape)}
+            pdir = run.inversion_model_dir(_key(prior.name, describe))
+            if on_plan is not None:
+                on_plan(f"{prior.name} prior on {public.text()} for {name}: {pdir.name} ({'reused' if (pdir / 'meta.json').is_file() else 'trained now'})")
+
+            def train_prior(prior: Any = prior, pconfig: Any = pconfig) -> Mapping[str, Any]:
+                pbundle = load_dataset(public.dataset, data_root=spec.data_root)
+                pall = pbundle.all()
+                keep = torch.isin(pall.labels, torch.tensor(public.classes)) if public.classes else torch.ones(len(pall), dtype=torch.bool)
+                with _EpochBar(spec.progress, f"{prior.name} prior on {int(keep.sum())} public images ({public.text()}, epochs)") as update:
+                    return prior.train(pall.features[keep], input_shape=shape, config=pconfig, seed=derive_seed(spec.seed, prior.name), device=device, progress=update)
+
+            priors[prior.name] = _cached_modules(
+                pdir,
+                describe=describe,
+                build=lambda prior=prior, pconfig=pconfig: {k: m.to(device) for k, m in prior.build(shape, pconfig).items()},
+                train=train_prior,
+                trained=trained,
+                reused=reused,
+            )
+
+        out_dir = run.inversion_dir(record.model_id)
+        for name, config in spec.attacks.items():
+            attack = INVERSION_ATTACKS[name]
+            started = time.perf_counter()
+            output = attack.run(
+                model,
+                classes=classes,
+                input_shape=shape,
+                config=config,
+                seed=derive_seed(spec.seed, "attack", name),
+                device=device,
+                prior=priors.get(attack.prior.name) if attack.prior is not None else None,
+            )
+            seconds = time.perf_counter() - started
+            stored_config: dict[str, Any] = {
+                "attack": dataclasses.asdict(config),
+                "evaluator": {"cache": ev_dir.name, **dataclasses.asdict(evaluator_config)},
+                "seed": spec.seed,
+            }
+            if attack.prior is not None and public is not None:
+                stored_config["prior"] = {"name": attack.prior.name, "public_data": public.text(), **dataclasses.asdict(spec.priors.get(attack.prior.name) or attack.prior.config_type())}
+            result = evaluate_reconstructions(
+                output,
+                attack=name,
+                model_id=record.model_id,
+                evaluator=evaluator,
+                members=priv,
+                non_members=held,
+                config=stored_config,
+                metadata={
+                    "seconds": seconds,
+                    "evaluator_accuracy": ev_acc,
+                    "dataset": record.dataset,
+                    "num_dataset_classes": bundle.num_classes,
+                    "defense": record.defense,
+                    "target_metrics": {k: val for k, val in thaw(record.metrics).items() if isinstance(val, (int, float))},
+                },
+                device=device,
+            )
+            save_inversion_result(result, out_dir)
+            results[name] = result
+    return InversionRun(model_id=record.model_id, results=results, result_dir=out_dir, evaluator_accuracy=ev_acc, reused=tuple(reused), trained=tuple(trained))

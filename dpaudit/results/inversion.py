@@ -1,0 +1,322 @@
+"""Model-inversion results: one reconstruction per target class, judged by an independent evaluator.
+
+An :class:`InversionResult` holds what one inversion attack (MI-Face, Fredrikson et al. 2015;
+GMI, Zhang et al. 2020) recovered from one target model, and how it is judged:
+
+* as the field measures it (Zhang et al. 2020, §4.1): an *evaluation classifier* of another
+  architecture, trained on the private data and never the target, ranks each reconstruction —
+  attack accuracy top-1 / top-5 is the share of classes whose label is the evaluator's first /
+  among its first five for the kept restart; the KNN distance is the distance in the
+  evaluator's feature space to the nearest private (member) image of the class, and PSNR is
+  measured against that image;
+* as the seeds ask (does inversion reveal *members* or only the class average?): per class the
+  pixel-space RMS distance of the reconstruction to the class mean of the members, to the
+  nearest member and to the nearest held-out non-member of the class; and a membership score
+  per candidate, −distance to its class's reconstruction, held as a :class:`MembershipResult`
+  so AUC, TPR at low FPR and an honest ε_LB come from the membership machinery.
+
+The images a report shows beside the numbers (class mean, nearest member, nearest non-member)
+are stored too, so a report renders from the stored result without recomputing anything. On
+disk: ``inversion-ATTACK.json`` beside ``inversion-ATTACK.npz``; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpaudit.results.membership import DEFAULT_FPRS, RESULT_SCHEMA_VERSION, MembershipResult, _file_stem, _readonly
+from dpaudit.store import freeze as _freeze
+from dpaudit.store import load_result_files, save_result_files
+from dpaudit.store import thaw as _thaw
+
+__all__ = ["InversionResult", "inversion_stem", "load_inversion_result", "save_inversion_result"]
+
+_IMAGES = ("reconstructions", "class_means", "nearest_members", "nearest_non_members")
+_PER_CLASS = ("target_confidence", "knn_distance", "psnr", "distance_to_mean", "distance_to_member", "distance_to_non_member")
+_IDS = ("target_classes", "knn_ids", "nearest_member_ids", "nearest_non_member_ids")
+_MEMBERSHIP_ARRAYS = ("sample_ids", "scores", "is_member")
+_ARRAYS = (*_IMAGES, *_PER_CLASS, *_IDS, "evaluator_top5", *(f"membership_{a}" for a in _MEMBERSHIP_ARRAYS))
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class InversionResult:
+    """One inversion attack against one target model, with the evaluator's verdict.
+
+    Attributes:
+        attack: attack name (``"mi-face"``, ``"gmi"``).
+        model_id: id of the attacked model.
+        target_classes: (K,) int64 labels that were inverted, distinct.
+        reconstructions: (K, C, H, W) float32 in [0, 1], the kept reconstruction per class.
+        target_confidence: (K,) the target's softmax probability of the class on it.
+        evaluator_top5: (K, k) int64, the evaluator's k = min(5, classes) most likely labels
+            for each reconstruction, most likely first.
+        knn_distance: (K,) L2 distance in the evaluator's feature space to the nearest member
+            of the class; ``knn_ids`` (K,) names that member.
+        psnr: (K,) peak signal-to-noise ratio (dB, peak 1) of the reconstruction against the
+            ``knn_ids`` image.
+        distance_to_mean, distance_to_member, distance_to_non_member: (K,) pixel RMS
+            distances to the members' class mean, the nearest member and the nearest held-out
+            non-member of the class (``nearest_member_ids`` / ``nearest_non_member_ids``).
+        class_means, nearest_members, nearest_non_members: (K, C, H, W) float32 images for
+            the report.
+        membership: the inversion-based membership score (−distance of a candidate to its
+            class's reconstruction) over members and non-members of the target classes.
+        config: attack, evaluator and prior parameters as run (JSON-like).
+        metadata: timings, evaluator accuracy, attack diagnostics (JSON-like).
+        schema_version: version of the stored format.
+
+    Raises:
+        TypeError: a field has the wrong type.
+        ValueError: shapes disagree, values are out of range, or labels repeat.
+    """
+
+    attack: str
+    model_id: str
+    target_classes: np.ndarray
+    reconstructions: np.ndarray
+    target_confidence: np.ndarray
+    evaluator_top5: np.ndarray
+    knn_distance: np.ndarray
+    knn_ids: np.ndarray
+    psnr: np.ndarray
+    distance_to_mean: np.ndarray
+    distance_to_member: np.ndarray
+    distance_to_non_member: np.ndarray
+    nearest_member_ids: np.ndarray
+    nearest_non_member_ids: np.ndarray
+    class_means: np.ndarray
+    nearest_members: np.ndarray
+    nearest_non_members: np.ndarray
+    membership: MembershipResult
+    config: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    schema_version: int = RESULT_SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        for name in ("attack", "model_id"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise TypeError(f"{name} must be a non-empty string, got {value!r}")
+        if self.schema_version != RESULT_SCHEMA_VERSION:
+            raise ValueError(f"schema_version must be {RESULT_SCHEMA_VERSION}, got {self.schema_version!r}")
+        classes = _ints("target_classes", self.target_classes)
+        if classes.ndim != 1 or classes.size == 0:
+            raise ValueError(f"target_classes must be a non-empty 1-d array, got shape {classes.shape}")
+        if np.unique(classes).size != classes.size or classes.min() < 0:
+            raise ValueError(f"target_classes must be distinct non-negative labels, got {classes.tolist()}")
+        k = classes.size
+        object.__setattr__(self, "target_classes", _readonly(classes))
+        shape: tuple[int, ...] | None = None
+        for name in _IMAGES:
+            img = np.asarray(getattr(self, name))
+            if img.dtype != np.float32:
+                raise TypeError(f"{name} must be float32, got {img.dtype}")
+            if img.ndim != 4 or img.shape[0] != k:
+                raise ValueError(f"{name} must have shape (K={k}, C, H, W), got {img.shape}")
+            if shape is not None and img.shape != shape:
+                raise ValueError(f"{name} must have the shape of reconstructions {shape}, got {img.shape}")
+            shape = img.shape
+            if not np.all(np.isfinite(img)) or img.min() < 0.0 or img.max() > 1.0:
+                raise ValueError(f"{name} must hold finite values in [0, 1]")
+            object.__setattr__(self, name, _readonly(img))
+        for name in _PER_CLASS:
+            arr = np.asarray(getattr(self, name), dtype=np.float64)
+            if arr.shape != (k,):
+                raise ValueError(f"{name} must have shape ({k},), got {arr.shape}")
+            # PSNR is +inf for an exact copy of the image; every other value is finite.
+            if np.any(np.isnan(arr)) or (name != "psnr" and not np.all(np.isfinite(arr))):
+                raise ValueError(f"{name} must be finite, got {arr[:5].tolist()}")
+            object.__setattr__(self, name, _readonly(arr))
+        conf = self.target_confidence
+        if conf.min() < 0 or conf.max() > 1:
+            raise ValueError("target_confidence must hold probabilities in [0, 1]")
+        for name in ("knn_distance", "distance_to_mean", "distance_to_member", "distance_to_non_member"):
+            if getattr(self, name).min() < 0:
+                raise ValueError(f"{name} must be >= 0")
+        for name in _IDS[1:]:
+            ids = _ints(name, getattr(self, name))
+            if ids.shape != (k,):
+                raise ValueError(f"{name} must have shape ({k},), got {ids.shape}")
+            object.__setattr__(self, name, _readonly(ids))
+        top = _ints("evaluator_top5", self.evaluator_top5)
+        if top.ndim != 2 or top.shape[0] != k or not 1 <= top.shape[1] <= 5:
+            raise ValueError(f"evaluator_top5 must have shape (K={k}, 1..5), got {top.shape}")
+        object.__setattr__(self, "evaluator_top5", _readonly(top))
+        if not isinstance(self.membership, MembershipResult):
+            raise TypeError(f"membership must be a MembershipResult, got {type(self.membership).__name__}")
+        for name in ("config", "metadata"):
+            value = getattr(self, name)
+            if not isinstance(value, Mapping):
+                raise TypeError(f"{name} must be a mapping, got {type(value).__name__}")
+            object.__setattr__(self, name, _freeze(value))
+
+    # ------------------------------------------------------------------ derived metrics
+    @property
+    def num_classes(self) -> int:
+        return int(self.target_classes.size)
+
+    def top1_correct(self) -> np.ndarray:
+        """(K,) bool: the evaluator's most likely label is the target class."""
+        return np.asarray(self.evaluator_top5[:, 0] == self.target_classes)
+
+    def top5_correct(self) -> np.ndarray:
+        """(K,) bool: the target class is among the evaluator's (up to) five most likely labels."""
+        return np.asarray((self.evaluator_top5 == self.target_classes[:, None]).any(axis=1))
+
+    @property
+    def attack_accuracy_top1(self) -> float:
+        return float(self.top1_correct().mean())
+
+    @property
+    def attack_accuracy_top5(self) -> float:
+        return float(self.top5_correct().mean())
+
+    def closer_to_member(self) -> np.ndarray:
+        """(K,) bool: the reconstruction is nearer its nearest member than its nearest non-member."""
+        return np.asarray(self.distance_to_member < self.distance_to_non_member)
+
+    def closer_to_mean(self) -> np.ndarray:
+        """(K,) bool: the reconstruction is nearer the class mean than any single member."""
+        return np.asarray(self.distance_to_mean < self.distance_to_member)
+
+    def finding(self) -> str:
+        """One sentence: does the inversion reveal members, or only the class average?"""
+        k = self.num_classes
+        near_member = int(self.closer_to_member().sum())
+        near_mean = int(self.closer_to_mean().sum())
+        auc = self.membership.auc()
+        if near_mean >= k / 2 and near_member <= 0.6 * k and auc < 0.6:
+            verdict = "recovers a class average, not members"
+        elif auc >= 0.6:
+            verdict = "leaks membership: reconstructions sit nearer members than held-out images of their class"
+        else:
+            verdict = "neither clearly a class average nor a member"
+        return (
+            f"{self.attack}: {verdict} — nearer the class mean than any member for {near_mean}/{k} classes, "
+            f"nearer the nearest member than the nearest non-member for {near_member}/{k}, membership AUC {auc:.3f}"
+        )
+
+    def summary(self, *, fprs: tuple[float, ...] = DEFAULT_FPRS, delta: float = 1e-5, confidence: float = 0.95) -> dict[str, Any]:
+        """The metrics of the CLI's ``--json`` output.
+
+        Returns:
+            ``{"attack_accuracy_top1", "attack_accuracy_top5", "knn_distance", "psnr",
+            "membership": {"auc", "tpr_at_fpr", "epsilon_lb", …}, "distance_to_mean",
+            "distance_to_member", "distance_to_non_member", "closer_to_member",
+            "closer_to_mean", "num_classes", "finding"}``; distances and PSNR are means over
+            the classes (PSNR over finite values).
+        """
+        psnr = self.psnr[np.isfinite(self.psnr)]
+        return {
+            "attack_accuracy_top1": self.attack_accuracy_top1,
+            "attack_accuracy_top5": self.attack_accuracy_top5,
+            "knn_distance": float(self.knn_distance.mean()),
+            "psnr": float(psnr.mean()) if psnr.size else float("inf"),
+            "membership": self.membership.summary(fprs=fprs, delta=delta, confidence=confidence),
+            "distance_to_mean": float(self.distance_to_mean.mean()),
+            "distance_to_member": float(self.distance_to_member.mean()),
+            "distance_to_non_member": float(self.distance_to_non_member.mean()),
+            "closer_to_member": float(self.closer_to_member().mean()),
+            "closer_to_mean": float(self.closer_to_mean().mean()),
+            "num_classes": self.num_classes,
+            "finding": self.finding(),
+        }
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every array of the result, by its NPZ name."""
+        out = {name: getattr(self, name) for name in (*_IMAGES, *_PER_CLASS, *_IDS, "evaluator_top5")}
+        out.update({f"membership_{a}": getattr(self.membership, a) for a in _MEMBERSHIP_ARRAYS})
+        return out
+
+    def meta(self) -> dict[str, Any]:
+        """The JSON part (everything but the arrays)."""
+        return {
+            "schema_version": self.schema_version,
+            "attack": self.attack,
+            "model_id": self.model_id,
+            "membership": {"attack": self.membership.attack, "config": _thaw(self.membership.config), "metadata": _thaw(self.membership.metadata)},
+            "config": _thaw(self.config),
+            "metadata": _thaw(self.metadata),
+        }
+
+    @classmethod
+    def from_parts(cls, meta: Mapping[str, Any], arrays: Mapping[str, Any]) -> InversionResult:
+        """Rebuilds a result from :meth:`meta` and :meth:`arrays` (validated).
+
+        Raises:
+            ValueError: a field or an array is missing, or the schema version is unknown.
+        """
+        missing = [a for a in _ARRAYS if a not in arrays]
+        if missing:
+            raise ValueError(f"arrays must include {', '.join(missing)}")
+        for key in ("attack", "model_id", "membership"):
+            if key not in meta:
+                raise ValueError(f"the result must have a {key!r} field")
+        mem = meta["membership"]
+        membership = MembershipResult(
+            attack=mem["attack"],
+            model_id=meta["model_id"],
+            sample_ids=np.asarray(arrays["membership_sample_ids"], dtype=np.int64),
+            scores=np.asarray(arrays["membership_scores"], dtype=np.float64),
+            is_member=np.asarray(arrays["membership_is_member"], dtype=bool),
+            config=mem.get("config", {}),
+            metadata=mem.get("metadata", {}),
+        )
+        return cls(
+            attack=meta["attack"],
+            model_id=meta["model_id"],
+            **{name: np.asarray(arrays[name]) for name in (*_IMAGES, *_PER_CLASS, *_IDS, "evaluator_top5")},
+            membership=membership,
+            config=meta.get("config", {}),
+            metadata=meta.get("metadata", {}),
+            schema_version=meta.get("schema_version", RESULT_SCHEMA_VERSION),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, InversionResult):
+            return NotImplemented
+        mine, theirs = self.arrays(), other.arrays()
+        return self.meta() == other.meta() and all(np.array_equal(mine[a], theirs[a]) for a in _ARRAYS)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _ints(name: str, values: Any) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64)
+
+
+def inversion_stem(attack: str) -> str:
+    """The file stem of an attack's stored result: ``inversion-ATTACK``."""
+    return "inversion-" + _file_stem(attack)
+
+
+def save_inversion_result(result: InversionResult, directory: str | os.PathLike[str]) -> Path:
+    """Writes ``inversion-ATTACK.npz`` then ``inversion-ATTACK.json`` atomically into ``directory``.
+
+    Returns:
+        The path of the JSON file.
+    """
+    if not isinstance(result, InversionResult):
+        raise TypeError(f"result must be an InversionResult, got {type(result).__name__}")
+    return save_result_files(directory, inversion_stem(result.attack), arrays=result.arrays(), meta=result.meta())
+
+
+def load_inversion_result(path: str | os.PathLike[str]) -> InversionResult:
+    """Loads a result written by :func:`save_inversion_result` (NPZ read without pickle).
+
+    Raises:
+        FileNotFoundError: the JSON or its NPZ is missing.
+        ValueError: the files are malformed.
+    """
+    data = load_result_files(path, _ARRAYS)
+    return InversionResult.from_parts(data, data)

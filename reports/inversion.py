@@ -1,0 +1,449 @@
+"""Model-inversion report: the evaluator's verdict, members vs class average, image grids, targets compared.
+
+Presentation only (DESIGN.md, "Style"). Everything shown is read from stored
+:class:`dpaudit.results.InversionResult` values and the targets' records:
+
+* the field's metrics (Zhang et al. 2020, "The Secret Revealer", §4.1): attack accuracy top-1 /
+  top-5 by an independent evaluation classifier, the KNN distance in its feature space and PSNR,
+  beside chance (1/N over the dataset's N classes);
+* the seeds' question — does a reconstruction reveal *members* or only the class average? — as
+  per-class pixel distances to the class mean, the nearest member and the nearest held-out
+  non-member, and the inversion-based membership score's AUC, TPR at 1% FPR and honest ε_LB
+  set against the target's claimed ε_UB;
+* image grids: for each class the reconstruction of every attack (MI-Face, Fredrikson et al.
+  2015; GMI) beside the class mean, the nearest member and the nearest non-member;
+* when the run holds several targets (non-private, DP-SGD at several ε, …), one comparison
+  table and one figure of attack accuracy and membership AUC per target.
+
+Plotting functions take data and an optional axes (or figure size) and return a figure; only
+:mod:`reports.render` saves files. Imports no torch and nothing from ``attacks``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure as MplFigure
+from matplotlib.patches import Rectangle
+
+from dpaudit.results import InversionResult, TrainedModel, load_inversion_result, load_record
+from dpaudit.store import RunDir, safe_stem
+from reports.figures import colour, legend_outside, new_axes, style
+from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number
+
+__all__ = [
+    "InversionTarget",
+    "load_inversion_targets",
+    "image_grid",
+    "comparison_figure",
+    "metrics_tables",
+    "comparison_table",
+    "inversion_sections",
+    "target_sections",
+    "inversion_summary",
+    "INVERSION_REPORT_STEM",
+    "CLASSES_PER_BLOCK",
+]
+
+#: File stem of the run's inversion page.
+INVERSION_REPORT_STEM = "inversion"
+#: Classes per image-grid figure: 40 face identities become four figures of ten columns each.
+CLASSES_PER_BLOCK = 10
+#: The FPR at which the membership table reads the TPR.
+_FPR = 0.01
+
+
+@dataclass(frozen=True, kw_only=True)
+class InversionTarget:
+    """The inversion results against one target, with its record when the run holds it.
+
+    Attributes:
+        model_id: the attacked model.
+        results: one result per attack, sorted by attack name.
+        record: the target's record, or ``None`` when it is not in the run directory.
+        result_dir: where the results are stored.
+    """
+
+    model_id: str
+    results: tuple[InversionResult, ...]
+    record: TrainedModel | None
+    result_dir: Path
+
+    @property
+    def delta(self) -> float:
+        if self.record is None:
+            return 1e-5
+        return float(self.record.metrics.get("delta") or self.record.config.get("delta") or 1e-5)
+
+    def epsilons(self) -> dict[str, float] | None:
+        """The claim's ε_UB under every accountant, or ``None`` without a record."""
+        return None if self.record is None else self.record.claim.epsilons(delta=self.delta)
+
+    def epsilon_ub(self) -> float | None:
+        """The tightest claimed ε (∞ for a claim no accountant bounds), ``None`` without a record."""
+        eps = self.epsilons()
+        if eps is None:
+            return None
+        return min(eps.values()) if eps else math.inf
+
+    def num_dataset_classes(self) -> int | None:
+        """N of the chance level 1/N: as the attack stored it, else the record's; ``None`` if unknown."""
+        for r in self.results:
+            n = r.metadata.get("num_dataset_classes")
+            if isinstance(n, int) and n >= 1:
+                return n
+        return self.record.num_classes if self.record is not None else None
+
+    def label(self) -> str:
+        """The model id and, on a second line, its defense and ε: a figure axis label."""
+        eps = self.epsilon_ub()
+        if eps is None:
+            return self.model_id
+        defense = self.record.defense if self.record is not None else ""
+        return f"{self.model_id}\n({defense}, ε={'∞' if math.isinf(eps) else f'{eps:.3g}'})"
+
+
+def load_inversion_targets(run_dir: str | Path | RunDir) -> list[InversionTarget]:
+    """Every target of the run with stored inversion results, sorted by claimed ε (none / ∞ last), then id."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    targets = []
+    for d in run.inversion_dirs():
+        results = sorted((load_inversion_result(p) for p in sorted(d.glob("inversion-*.json"))), key=lambda r: r.attack)
+        if not results:
+            continue
+        model_id = results[0].model_id
+        # A sub-model (a PATE teacher, say) is a record in a cache under records/, not at its top.
+        found = [p for p in (run.record_dir(model_id), *run.subdir("records").glob(f"*/{model_id}")) if (p / "record.json").is_file()]
+        record = load_record(found[0]) if found else None
+        targets.append(InversionTarget(model_id=model_id, results=tuple(results), record=record, result_dir=d))
+
+    def order(t: InversionTarget) -> tuple[float, str]:
+        eps = t.epsilon_ub()
+        return (math.inf if eps is None else eps, t.model_id)
+
+    return sorted(targets, key=order)
+
+
+# ---------------------------------------------------------------------------- image grids
+def _show(ax: Axes, image: np.ndarray) -> None:
+    """Draws a (C, H, W) image in [0, 1] at its own aspect ratio: grey for one channel, RGB for three."""
+    img = np.asarray(image, dtype=np.float32)
+    # Small images (8×8 digits, 28×28 MNIST) are enlarged: nearest keeps their pixels crisp.
+    interp = "nearest" if max(img.shape[1:]) <= 32 else "antialiased"
+    if img.shape[0] == 1:
+        ax.imshow(img[0], cmap="gray", vmin=0.0, vmax=1.0, interpolation=interp, aspect="equal")
+    else:
+        ax.imshow(np.clip(np.moveaxis(img[:3], 0, -1), 0.0, 1.0), interpolation=interp, aspect="equal")
+    # A thin frame sets a light image off the white page (and makes the cell count as drawn for
+    # reports.figures.has_data, which looks at patches, not images).
+    h, w = img.shape[1:]
+    ax.add_patch(Rectangle((-0.5, -0.5), w, h, fill=False, edgecolor="#888888", linewidth=0.6))
+
+
+def _bare(ax: Axes) -> None:
+    """No ticks and no frame, but keep the axis labels (``axis('off')`` would hide them)."""
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+
+
+def image_grid(results: Sequence[InversionResult], classes: Sequence[int] | None = None, *, cell: float = 0.95) -> MplFigure | None:
+    """One column per class; rows: class mean, then per attack its reconstruction, nearest member and nearest non-member.
+
+    The nearest member / non-member are those of each attack's own reconstruction, so they are
+    shown per attack; the class mean is the same for every attack and is drawn once.
+
+    Args:
+        results: the attacks' results against one target.
+        classes: the labels to show (default: every class any result inverted), in order.
+        cell: width of one image in inches; the height follows the images' aspect ratio.
+
+    Returns:
+        The figure, or ``None`` when there is nothing to draw.
+    """
+    items = [r for r in results if isinstance(r, InversionResult)]
+    if len(items) != len(results):
+        raise TypeError("results must hold InversionResult values")
+    if not items:
+        return None
+    labels = sorted({int(c) for r in items for c in r.target_classes}) if classes is None else [int(c) for c in classes]
+    if not labels:
+        return None
+    index = [{int(c): i for i, c in enumerate(r.target_classes)} for r in items]
+    _, _, h, w = items[0].reconstructions.shape
+    rows: list[tuple[str, Any]] = [("class mean", None)]
+    for r in items:
+        rows += [(f"{r.attack}:\nreconstruction", (r, "reconstructions")), (f"{r.attack}:\nnearest member", (r, "nearest_members")), (f"{r.attack}:\nnearest non-member", (r, "nearest_non_members"))]
+    # Room under each image for one small line of caption text, above the first row for the class.
+    img_h = cell * h / w
+    fig = MplFigure(figsize=(1.3 + cell * len(labels) * 1.08, 0.35 + len(rows) * (img_h + 0.32)), layout="constrained")
+    axes = fig.subplots(len(rows), len(labels), squeeze=False)
+    for j, c in enumerate(labels):
+        for i, (row_name, source) in enumerate(rows):
+            ax = axes[i, j]
+            _bare(ax)
+            if i == 0:
+                ax.set_title(f"class {c}", fontsize=8)
+            if j == 0:
+                # Reconstruction rows are named in bold and in the attack's colour: each attack's block of rows stands out.
+                recon = source is not None and source[1] == "reconstructions"
+                ax.set_ylabel(row_name, fontsize=7.5, rotation=0, ha="right", va="center", labelpad=4, fontweight="bold" if recon else "normal", color=colour(source[0].attack) if recon else "black")
+            if source is None:
+                # The class mean of the members: the first result holding the class has it.
+                owner = next(((r, ix[c]) for r, ix in zip(items, index, strict=True) if c in ix), None)
+                if owner is None:
+                    continue
+                _show(ax, owner[0].class_means[owner[1]])
+                ax.set_xlabel(" ", fontsize=6.5)
+                continue
+            r, field_name = source
+            k = index[items.index(r)].get(c)
+            if k is None:
+                ax.set_xlabel("not inverted", fontsize=6.5)
+                continue
+            _show(ax, getattr(r, field_name)[k])
+            if field_name == "reconstructions":
+                guess = int(r.evaluator_top5[k, 0])
+                ok = "✓" if guess == c else "✗"
+                ax.set_xlabel(f"eval: {guess} {ok}  μ: {r.distance_to_mean[k]:.3f}", fontsize=6.5)
+            elif field_name == "nearest_members":
+                ax.set_xlabel(f"#{int(r.nearest_member_ids[k])}  d: {r.distance_to_member[k]:.3f}", fontsize=6.5)
+            else:
+                ax.set_xlabel(f"#{int(r.nearest_non_member_ids[k])}  d: {r.distance_to_non_member[k]:.3f}", fontsize=6.5)
+    return fig
+
+
+# ---------------------------------------------------------------------------- tables
+def _tpr(result: InversionResult) -> float:
+    return float(result.membership.tpr_at_fpr(_FPR))
+
+
+def _chance(target: InversionTarget) -> Any:
+    n = target.num_dataset_classes()
+    if n is None:
+        return f"1/{target.results[0].num_classes}"
+    return 1.0 / n
+
+
+def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list[Table]:
+    """The evaluator's verdict and the members-vs-class-average numbers, one row per attack each."""
+    delta = target.delta
+    eps_ub = target.epsilon_ub()
+    n = target.num_dataset_classes()
+    verdict_rows, member_rows = [], []
+    for r in target.results:
+        s = r.summary(fprs=(_FPR,), delta=delta, confidence=confidence)
+        verdict_rows.append([r.attack, s["attack_accuracy_top1"], s["attack_accuracy_top5"], _chance(target), s["knn_distance"], s["psnr"], float(r.target_confidence.mean()), f"{r.num_classes}"])
+        k = r.num_classes
+        member_rows.append(
+            [
+                r.attack,
+                s["distance_to_mean"],
+                s["distance_to_member"],
+                s["distance_to_non_member"],
+                f"{int(r.closer_to_member().sum())}/{k}",
+                f"{int(r.closer_to_mean().sum())}/{k}",
+                s["membership"]["auc"],
+                _tpr(r),
+                s["membership"]["epsilon_lb"],
+                "—" if eps_ub is None else eps_ub,
+            ]
+        )
+    evaluator = sorted({format_number(r.metadata.get("evaluator_accuracy")) for r in target.results if r.metadata.get("evaluator_accuracy") is not None})
+    chance_note = (
+        f"chance = 1/N over the dataset's N = {n} classes (top-5 chance {min(5, n) / n:.3g})" if n is not None else "chance = 1/K over the K classes inverted (the dataset's class count is not stored)"
+    )
+    verdict = Table(
+        columns=["attack", "top-1", "top-5", "chance (top-1)", "KNN distance", "PSNR dB", "target's confidence", "classes"],
+        rows=verdict_rows,
+        caption=(
+            "Judged by an independent evaluation classifier (another architecture, trained on the private data, never the target"
+            + (f"; its test accuracy {', '.join(evaluator)}" if evaluator else "")
+            + "). Top-5: the true class among the evaluator's five most likely labels for the kept restart. "
+            + chance_note
+            + ". KNN distance: in the evaluator's feature space, to the nearest member of the class; PSNR against that member; "
+            "the target's softmax probability of the class on the reconstruction. All means over the classes inverted."
+        ),
+    )
+    members = Table(
+        columns=[
+            "attack",
+            "dist. to mean",
+            "to member",
+            "to non-member",
+            "nearer member",
+            "nearer mean",
+            "membership AUC",
+            f"TPR @ {_FPR:.0%} FPR",
+            "ε_LB",
+            "target's ε_UB",
+        ],
+        rows=member_rows,
+        caption=(
+            "Distances: pixel RMS from the reconstruction to the members' class mean, the nearest member and the nearest held-out non-member, means over classes. "
+            "Nearer member: classes whose reconstruction is nearer its nearest member than its nearest non-member; nearer mean: nearer the class mean than any member. "
+            "Membership score of a candidate: −distance to its class's reconstruction; "
+            f"ε_LB at δ={delta:g}, {confidence:.0%} confidence: Clopper–Pearson bound with a Bonferroni-corrected threshold choice, set against the claimed ε_UB (tightest accountant)."
+        ),
+    )
+    return [verdict, members]
+
+
+def comparison_table(targets: Sequence[InversionTarget], *, confidence: float = 0.95) -> Table:
+    """One row per target × attack: claim, the target's accuracy, the evaluator's verdict, membership."""
+    rows = []
+    chance = ", ".join(sorted({f"1/{n}" if n is not None else "1/K" for n in (t.num_dataset_classes() for t in targets)}))
+    for t in targets:
+        eps = t.epsilon_ub()
+        acc = t.record.metrics.get("test_accuracy") if t.record is not None else None
+        for r in t.results:
+            s = r.summary(fprs=(_FPR,), delta=t.delta, confidence=confidence)
+            rows.append(
+                [
+                    t.model_id,
+                    "—" if eps is None else eps,
+                    "—" if acc is None else float(acc),
+                    r.attack,
+                    s["attack_accuracy_top1"],
+                    s["attack_accuracy_top5"],
+                    s["knn_distance"],
+                    s["psnr"],
+                    s["membership"]["auc"],
+                    s["membership"]["epsilon_lb"],
+                ]
+            )
+    return Table(
+        columns=["target", "ε_UB", "test acc.", "attack", "top-1", "top-5", "KNN dist.", "PSNR dB", "memb. AUC", "ε_LB"],
+        rows=rows,
+        caption=(
+            "Targets in order of claimed ε_UB (tightest accountant; non-private last), with their test accuracy. Top-1 / top-5: attack accuracy by the "
+            f"independent evaluator (chance: {chance}). Memb. AUC / ε_LB: the inversion-based membership score at δ of each target, {confidence:.0%} confidence."
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------- comparison figure
+def comparison_figure(targets: Sequence[InversionTarget], *, axes: Sequence[Axes] | None = None) -> MplFigure | None:
+    """Attack accuracy top-1 (left) and inversion-based membership AUC (right) per target, one series per attack.
+
+    Each attack keeps its fixed colour and marker (:func:`reports.figures.style`); targets are
+    placed in order of claimed ε, and the chance levels are drawn as dashed lines.
+
+    Returns:
+        The figure, or ``None`` when no target has a result.
+    """
+    targets = [t for t in targets if t.results]
+    if not targets:
+        return None
+    if axes is None:
+        fig = MplFigure(figsize=(10.0, 3.8), layout="constrained")
+        left, right = fig.subplots(1, 2)
+    else:
+        fig, left = new_axes(axes[0])
+        right = axes[1]
+    x = np.arange(len(targets))
+    attacks = sorted({r.attack for t in targets for r in t.results})
+    for i, attack in enumerate(attacks):
+        pts = [(j, r) for j, t in enumerate(targets) for r in t.results if r.attack == attack]
+        xs = np.array([j for j, _ in pts], dtype=float)
+        # Series of equal values lie on each other: a small sideways shift keeps each marker visible.
+        xs = xs + (i - (len(attacks) - 1) / 2) * 0.06
+        kw = {**style(attack), "markersize": 7, "linewidth": 1.4}
+        left.plot(xs, [r.attack_accuracy_top1 for _, r in pts], label=attack, **kw)
+        right.plot(xs, [r.membership.auc() for _, r in pts], label=attack, **kw)
+    chances = {t.num_dataset_classes() for t in targets} - {None}
+    # One legend, outside the right plot, names the series and both chance levels.
+    right.axhline(0.5, linestyle="--", color=colour("chance"), linewidth=0.9, label="chance AUC (0.5, right)")
+    if len(chances) == 1:
+        n = chances.pop()
+        assert n is not None
+        left.axhline(1.0 / n, linestyle="--", color=colour("chance"), linewidth=0.9)
+        right.plot([], [], linestyle="--", color=colour("chance"), linewidth=0.9, label=f"chance top-1 (1/{n}, left)")
+    names = [t.label() for t in targets]
+    for ax, ylabel in ((left, "attack accuracy top-1 (evaluator)"), (right, "membership AUC (inversion score)")):
+        ax.set_xticks(x, names, rotation=25, ha="right", fontsize=7)
+        ax.set_xlim(-0.5, len(targets) - 0.5)
+        ax.set_ylim(-0.04, 1.05)  # a point at 0 is drawn whole, not cut by the frame
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.grid(True, axis="y", linewidth=0.3)
+    left.set_title("attack accuracy per target", fontsize=9)
+    right.set_title("does the reconstruction reveal members?", fontsize=9)
+    legend_outside(right)
+    return fig
+
+
+# ---------------------------------------------------------------------------- page
+def _config_line(result: InversionResult) -> str:
+    cfg = dict(result.config)
+    attack = dict(cfg.get("attack") or {})
+    parts = [f"{k}={format_number(v) if isinstance(v, float) else v}" for k, v in attack.items()]
+    seconds = result.metadata.get("seconds")
+    tail = f"; {float(seconds):.3g} s" if isinstance(seconds, (int, float)) else ""
+    return f"{result.attack}: " + (", ".join(parts) or "defaults") + tail
+
+
+def target_sections(target: InversionTarget, *, confidence: float = 0.95, prefix: str = "") -> list[Section]:
+    """One target's sections: its claim, the metrics tables with the findings, and the image grids."""
+    name = prefix or target.model_id
+    eps = target.epsilons()
+    claim: Any = (
+        accountant_table(eps, delta=target.delta, description=target.record.claim.statement() if target.record is not None else "")
+        if eps is not None
+        else Text(text="The target's record is not in this run directory, so its claim cannot be shown.")
+    )
+    metrics: list[Any] = [*metrics_tables(target, confidence=confidence), Items(items=[r.finding() for r in target.results])]
+    sections = [Section(title=f"{name}: privacy claim", blocks=[claim]), Section(title=f"{name}: metrics", blocks=metrics)]
+    labels = sorted({int(c) for r in target.results for c in r.target_classes})
+    stem = safe_stem(target.model_id, default="target")
+    grids: list[Any] = []
+    for start in range(0, len(labels), CLASSES_PER_BLOCK):
+        block = labels[start : start + CLASSES_PER_BLOCK]
+        grids.append(
+            Figure(
+                figure=image_grid(target.results, block),
+                name=f"{stem}-grid-{start // CLASSES_PER_BLOCK}",
+                caption=f"Classes {block[0]}–{block[-1]}: each attack's reconstruction (the evaluator's top-1 label, ✓ if right; μ: RMS distance to the class mean), "
+                "the class mean of the members, and the member and held-out non-member nearest the reconstruction (#sample id; d: RMS distance).",
+                empty="no reconstruction stored",
+            )
+        )
+    grids.append(Items(items=[_config_line(r) for r in target.results]))
+    sections.append(Section(title=f"{name}: reconstructions", blocks=grids))
+    return sections
+
+
+def inversion_sections(targets: Sequence[InversionTarget], *, confidence: float = 0.95) -> list[Section]:
+    """The run's inversion page: targets compared (when several), then one group of sections per target."""
+    if not targets:
+        return [Section(title="Model inversion", blocks=[Text(text="No model-inversion results are stored in this run.")])]
+    sections: list[Section] = []
+    if len(targets) > 1:
+        sections.append(
+            Section(
+                title="Targets compared",
+                blocks=[
+                    comparison_table(targets, confidence=confidence),
+                    Figure(
+                        figure=comparison_figure(targets),
+                        name="compare",
+                        caption="Left: share of classes whose reconstruction the evaluator labels correctly; right: AUC of the inversion-based membership score. Dashed: chance.",
+                        empty="no target has inversion results",
+                    ),
+                ],
+            )
+        )
+    for t in targets:
+        sections += target_sections(t, confidence=confidence)
+    return sections
+
+
+def inversion_summary(targets: Sequence[InversionTarget]) -> Mapping[str, Any]:
+    """Counts for the index link text."""
+    return {"targets": len(targets), "attacks": sorted({r.attack for t in targets for r in t.results})}

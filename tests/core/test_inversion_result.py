@@ -1,0 +1,82 @@
+"""InversionResult: validation, derived metrics (top-1 / top-5 as defined), finding, round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from dpaudit.results import InversionResult, MembershipResult, load_inversion_result, save_inversion_result
+
+
+def _result(**over: object) -> InversionResult:
+    k = 3
+    img = np.full((k, 1, 4, 4), 0.5, dtype=np.float32)
+    member = np.array([True, True, True, False, False, False])
+    fields = dict(
+        attack="mi-face",
+        model_id="m",
+        target_classes=np.array([0, 1, 2]),
+        reconstructions=img,
+        target_confidence=np.array([0.9, 0.5, 0.1]),
+        # class 0: top-1 right; class 1: right only at rank 3; class 2: wrong everywhere
+        evaluator_top5=np.array([[0, 1, 2], [2, 0, 1], [0, 1, 0]]),
+        knn_distance=np.array([1.0, 2.0, 3.0]),
+        knn_ids=np.array([0, 1, 2]),
+        psnr=np.array([10.0, np.inf, 20.0]),
+        distance_to_mean=np.array([0.1, 0.1, 0.5]),
+        distance_to_member=np.array([0.2, 0.05, 0.6]),
+        distance_to_non_member=np.array([0.3, 0.3, 0.4]),
+        nearest_member_ids=np.array([0, 1, 2]),
+        nearest_non_member_ids=np.array([3, 4, 5]),
+        class_means=img,
+        nearest_members=img,
+        nearest_non_members=img,
+        membership=MembershipResult(attack="inversion-mi-face", model_id="m", sample_ids=np.arange(6), scores=np.array([3.0, 2, 1, 0, -1, -2]), is_member=member),
+    )
+    fields.update(over)
+    return InversionResult(**fields)  # type: ignore[arg-type]
+
+
+def test_top1_and_top5_follow_their_definitions() -> None:
+    r = _result()
+    assert r.top1_correct().tolist() == [True, False, False]
+    assert r.top5_correct().tolist() == [True, True, False]
+    assert r.attack_accuracy_top1 == pytest.approx(1 / 3)
+    assert r.attack_accuracy_top5 == pytest.approx(2 / 3)
+
+
+def test_summary_keys_psnr_mean_over_finite_and_finding() -> None:
+    s = _result().summary()
+    assert s["psnr"] == pytest.approx(15.0)
+    assert s["membership"]["auc"] == pytest.approx(1.0)
+    assert s["closer_to_member"] == pytest.approx(2 / 3) and s["closer_to_mean"] == pytest.approx(2 / 3)
+    assert "membership AUC 1.000" in s["finding"] and "leaks membership" in s["finding"]
+
+
+def test_round_trip_and_read_only(tmp_path) -> None:
+    r = _result(config={"attack": {"step_size": 0.1}}, metadata={"seconds": 1.5})
+    path = save_inversion_result(r, tmp_path)
+    back = load_inversion_result(path)
+    assert back == r
+    assert not back.reconstructions.flags.writeable
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        back.attack = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"reconstructions": np.full((3, 1, 4, 4), 1.5, dtype=np.float32)}, "reconstructions"),
+        ({"reconstructions": np.zeros((3, 1, 4, 4), dtype=np.float64)}, "reconstructions"),
+        ({"class_means": np.zeros((3, 1, 5, 4), dtype=np.float32)}, "class_means"),
+        ({"target_classes": np.array([0, 0, 2])}, "target_classes"),
+        ({"knn_distance": np.array([1.0, np.nan, 1.0])}, "knn_distance"),
+        ({"evaluator_top5": np.zeros((3, 6), dtype=np.int64)}, "evaluator_top5"),
+        ({"target_confidence": np.array([0.5, 1.5, 0.5])}, "target_confidence"),
+    ],
+)
+def test_bad_fields_are_refused_by_name(over: dict[str, object], message: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=message):
+        _result(**over)

@@ -1,0 +1,155 @@
+"""The model-inversion report: metrics, image grids and the targets compared, from stored results alone."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from dpaudit.app.runs.report import render_reports
+from dpaudit.privacy.claims import dpsgd_claim
+from dpaudit.results import InversionResult, Membership, MembershipResult, TrainedModel, save_inversion_result
+from dpaudit.store import RunDir, atomic_write_json
+
+NONPRIVATE = "nonprivate-digits-mlp-seed0"
+DP = "dpsgd-digits-mlp-seed0"
+
+
+def _result(model_id: str, attack: str, *, k: int = 4, shape=(1, 8, 8), top1: float = 1.0, seed: int = 0) -> InversionResult:
+    rng = np.random.default_rng(seed)
+    classes = np.arange(k, dtype=np.int64)
+    imgs = [rng.uniform(0, 1, (k, *shape)).astype(np.float32) for _ in range(4)]
+    right = np.arange(k) < round(top1 * k)
+    first = np.where(right, classes, (classes + 1) % k)
+    top5 = np.stack([first, *[(first + j) % k for j in range(1, min(5, k))]], axis=1)
+    n = 40
+    member = np.arange(n) < n // 2
+    membership = MembershipResult(attack=f"inversion-{attack}", model_id=model_id, sample_ids=np.arange(n), scores=rng.normal(0, 1, n) + member, is_member=member)
+    return InversionResult(
+        attack=attack,
+        model_id=model_id,
+        target_classes=classes,
+        reconstructions=imgs[0],
+        target_confidence=rng.uniform(0, 1, k),
+        evaluator_top5=top5,
+        knn_distance=np.full(k, 1.2345),
+        knn_ids=np.arange(k),
+        psnr=np.full(k, 17.25),
+        distance_to_mean=np.full(k, 0.1),
+        distance_to_member=np.full(k, 0.2),
+        distance_to_non_member=np.full(k, 0.3),
+        nearest_member_ids=np.arange(k),
+        nearest_non_member_ids=np.arange(k) + 100,
+        class_means=imgs[1],
+        nearest_members=imgs[2],
+        nearest_non_members=imgs[3],
+        membership=membership,
+        config={"attack": {"steps": 100}},
+        metadata={"seconds": 1.5, "evaluator_accuracy": 0.95, "num_dataset_classes": 10},
+    )
+
+
+def _record(run: RunDir, model_id: str, defense: str, claim=None) -> None:
+    rec = TrainedModel(
+        model_id=model_id,
+        defense=defense,
+        model_name="digits-mlp",
+        dataset="digits",
+        input_shape=(1, 8, 8),
+        num_classes=10,
+        membership=Membership(members=np.arange(0, 20), non_members=np.arange(20, 40)),
+        seed=0,
+        metrics={"test_accuracy": 0.9, "delta": 1e-5},
+        **({"claim": claim} if claim is not None else {}),
+    )
+    atomic_write_json(run.record_dir(model_id) / "record.json", rec.to_dict())
+
+
+@pytest.fixture
+def inversion_run(tmp_path) -> RunDir:
+    """Only inversion results (no audit, membership or certify): two targets, two attacks each."""
+    run = RunDir(tmp_path / "run").create(command="test")
+    _record(run, NONPRIVATE, "nonprivate")
+    _record(run, DP, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100))
+    for model_id, top1 in ((NONPRIVATE, 0.75), (DP, 0.25)):
+        for i, attack in enumerate(("mi-face", "gmi")):
+            save_inversion_result(_result(model_id, attack, top1=top1, seed=i), run.inversion_dir(model_id))
+    return run
+
+
+def test_a_run_with_only_inversion_results_renders_and_the_index_links_it(inversion_run):
+    index = render_reports(inversion_run)
+    assert [p.name for p in index.inversion] == ["inversion.html"]
+    assert index.inversion[0] in index.pages
+    assert index.audits == () and index.membership == ()
+    assert 'href="inversion.html"' in index.index_html.read_text()
+    assert "(inversion.md)" in index.index_md.read_text()
+    assert "Model inversion" in index.index_html.read_text()
+
+
+def test_the_page_shows_the_metrics_of_every_target_and_attack(inversion_run):
+    page = render_reports(inversion_run).inversion[0]
+    html, md = page.read_text(), page.with_suffix(".md").read_text()
+    for text in (html, md):
+        # Attack accuracies 0.75 / 0.25, the KNN distance, PSNR and chance (1/10) as stored.
+        for number in ("0.75", "0.25", "1.234", "17.25", "0.1"):
+            assert number in text, number
+        assert "TPR @ 1% FPR" in text and "membership AUC" in text and "ε_LB" in text and "ε_UB" in text
+        assert NONPRIVATE in text and DP in text
+        assert "mi-face: " in text and "gmi: " in text and "membership AUC" in text  # the finding sentences
+    # The DP target's claim: ε under every accountant; the non-private target's ε_UB is ∞.
+    assert '<td class="t">rdp' in html
+    assert "inf" in html
+
+
+def test_image_grids_and_the_comparison_figure_are_written_and_shown(inversion_run):
+    page = render_reports(inversion_run).inversion[0]
+    html = page.read_text()
+    srcs = re.findall(r'<img src="([^"]+)"', html)
+    assert "inversion-compare.png" in srcs
+    for model_id in (NONPRIVATE, DP):
+        assert f"inversion-{model_id}-grid-0.png" in srcs
+    for src in srcs:
+        assert (page.parent / src).stat().st_size > 1000
+        assert f"]({src})" in page.with_suffix(".md").read_text()
+
+
+def test_one_target_has_no_comparison(tmp_path):
+    run = RunDir(tmp_path / "run").create(command="test")
+    save_inversion_result(_result("lonely", "mi-face"), run.inversion_dir("lonely"))  # no record in the run
+    page = render_reports(run).inversion[0]
+    html = page.read_text()
+    assert "Targets compared" not in html and "compare.png" not in html
+    assert "record is not in this run directory" in html
+    assert "0.1" in html  # chance from the stored dataset class count
+
+
+def test_image_grid_layout_many_classes_and_rgb():
+    from reports.inversion import image_grid
+
+    faces = [_result("m", a, k=12, shape=(1, 112, 92), seed=i) for i, a in enumerate(("mi-face", "gmi"))]
+    fig = image_grid(faces, list(range(10)))
+    # Rows: class mean + 3 per attack; one column per class; each image keeps its aspect ratio.
+    assert len(fig.axes) == (1 + 3 * 2) * 10
+    img = fig.axes[0].get_images()[0]
+    assert img.get_array().shape == (112, 92) and fig.axes[0].get_aspect() == 1.0
+    rgb = image_grid([_result("m", "mi-face", k=3, shape=(3, 8, 8))])
+    assert rgb.axes[0].get_images()[0].get_array().shape == (8, 8, 3)
+    assert image_grid([]) is None
+
+
+def test_comparison_figure_series_are_distinguishable_and_legend_outside(inversion_run):
+    from reports.figures import colour
+    from reports.inversion import comparison_figure, load_inversion_targets
+
+    targets = load_inversion_targets(inversion_run)
+    assert [t.model_id for t in targets] == [DP, NONPRIVATE]  # ordered by claimed ε, ∞ last
+    fig = comparison_figure(targets)
+    left, right = fig.axes
+    lines = {line.get_label(): line for line in right.get_lines()}
+    assert lines["mi-face"].get_color() == colour("mi-face") and lines["gmi"].get_color() == colour("gmi")
+    assert lines["mi-face"].get_marker() != lines["gmi"].get_marker()
+    legend = right.get_legend()
+    assert legend is not None and legend.get_bbox_to_anchor().x0 >= right.get_window_extent().x1 - 1e-6
+    assert comparison_figure([]) is None
