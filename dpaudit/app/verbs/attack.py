@@ -270,7 +270,9 @@ def _inversion_spec(args: argparse.Namespace, flags: Any) -> Any:
     if public is not None and not with_prior:
         raise UsageError(f"--public-data={args.public_data!r} applies only to attacks with a prior (gmi), not to --attack {', '.join(names)}", argument="--public-data")
     if public is None and with_prior:
-        raise UsageError(f"--attack {', '.join(with_prior)} needs --public-data DATASET[:CLASSES]: images of the target's domain it never saw (e.g. mnist:5-9 for a mnist-0-4 target)", argument="--public-data")
+        raise UsageError(
+            f"--attack {', '.join(with_prior)} needs --public-data DATASET[:CLASSES]: images of the target's domain it never saw (e.g. mnist:5-9 for a mnist-0-4 target)", argument="--public-data"
+        )
     classes = _parse_classes(args.classes)
     if classes is not None:
         from dpaudit.data import DATASETS
