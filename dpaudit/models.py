@@ -33,7 +33,7 @@ from torch import nn
 from dpaudit import _validate as v
 from dpaudit.robustness.noise import add_noise_layer
 
-__all__ = ["MODELS", "MAX_MODEL_PARAMETERS", "ModelSpec", "build_model", "count_parameters", "Projection"]
+__all__ = ["MODELS", "MAX_MODEL_PARAMETERS", "ModelSpec", "build_model", "count_parameters", "Projection", "GAN_MODELS", "GANSpec", "DCGANGenerator", "DCGANCritic", "build_generator", "build_critic"]
 
 #: Most parameter + buffer elements a zoo model may have: 2**31 (8 GiB as float32, already
 #: far beyond any architecture of the source papers; the largest default, cifar10-cnn on
@@ -139,6 +139,10 @@ def _mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 128, a
     return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), hidden), act(), nn.Linear(hidden, num_classes))
 
 
+def _softmax_regression(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), num_classes))
+
+
 def _faces_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 3000, activation: str = "sigmoid") -> nn.Module:
     return _mlp(input_shape, num_classes, hidden=hidden, activation=activation)
 
@@ -165,6 +169,7 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(name="hgm-cnn", builder=_hgm_cnn, summary="conv5×5×32, pool, conv5×5×64, pool, FC256, FC (Phan et al. 2019)"),
         ModelSpec(name="cifar10-cnn", builder=_cifar10_cnn, summary="conv3×3×128, conv5×5×128, conv5×5×256 + GroupNorm, FC256 (Phan et al. 2019)"),
         ModelSpec(name="digits-mlp", builder=_mlp, summary="64 → 128 ReLU → 10, for 8×8 digits"),
+        ModelSpec(name="softmax-regression", builder=_softmax_regression, summary="one linear layer + softmax (Fredrikson et al. 2015's softmax target)"),
         ModelSpec(name="faces-mlp", builder=_faces_mlp, summary="3000 sigmoid hidden units (Fredrikson et al. 2015)"),
         ModelSpec(name="tabular-mlp", builder=_tabular_mlp, summary="two 64-unit ReLU layers, for tabular data"),
     )
@@ -263,3 +268,144 @@ def _bytes_text(n: float) -> str:
             return f"{n:.3g} {unit}"
         n /= 1000
     return f"{n:.3g} PB"
+
+
+# ----------------------------------------------------------------------------- GAN priors
+# Generative model inversion (GMI, Zhang et al. 2020, §3.2) learns a prior over images of the
+# target's domain from public data with a WGAN-GP (Gulrajani et al. 2017). The generator and
+# critic live here with the other architectures; they are built by name like the classifiers.
+
+
+def _upsamplings(height: int, width: int) -> int:
+    # Double the feature map until it covers the image, starting from at most 8×8: 8×8 digits
+    # take one doubling from 4×4, 28×28 two from 7×7, 64×64 three, 112×92 four from 7×6.
+    n = 1
+    while math.ceil(max(height, width) / 2**n) > 8:
+        n += 1
+    return n
+
+
+class DCGANGenerator(nn.Module):
+    """A DCGAN-style generator (Radford et al. 2016): z ↦ image in [0, 1].
+
+    A linear layer maps z to a small feature map (at most 8×8); each block doubles its side with
+    a 4×4 stride-2 transposed convolution, BatchNorm and ReLU while halving the channels; the
+    last doubling goes straight to the image's channels and a sigmoid, and the result is
+    centre-cropped to exactly (H, W) (e.g. 112×96 → 112×92). For 28×28 MNIST this is the
+    classic 7×7×128 → 14×14×64 → 28×28×1.
+
+    Attributes:
+        latent_dim: length of z.
+        image_shape: (C, H, W) of one output image.
+    """
+
+    def __init__(self, image_shape: tuple[int, int, int], latent_dim: int, *, width: int = 64) -> None:
+        super().__init__()
+        c, h, w = image_shape
+        self.latent_dim = latent_dim
+        self.image_shape = (c, h, w)
+        n = _upsamplings(h, w)
+        self._base = (math.ceil(h / 2**n), math.ceil(w / 2**n))
+        # Channels halve with each doubling of the side, e.g. 128, 64 for MNIST (capped at 256).
+        channels = [min(width * 2**i, 256) for i in range(n - 1, -1, -1)]
+        self._channels0 = channels[0]
+        self.project = nn.Sequential(nn.Linear(latent_dim, channels[0] * self._base[0] * self._base[1], bias=False))
+        self.project_norm = nn.Sequential(nn.BatchNorm2d(channels[0]), nn.ReLU())
+        blocks: list[nn.Module] = []
+        for cin, cout in zip(channels[:-1], channels[1:], strict=True):
+            blocks += [nn.ConvTranspose2d(cin, cout, 4, stride=2, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+        blocks += [nn.ConvTranspose2d(channels[-1], c, 4, stride=2, padding=1), nn.Sigmoid()]
+        self.blocks = nn.Sequential(*blocks)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        x = self.project(z).view(z.shape[0], self._channels0, *self._base)
+        x = self.blocks(self.project_norm(x))
+        _, h, w = self.image_shape
+        top, left = (x.shape[-2] - h) // 2, (x.shape[-1] - w) // 2
+        return x[..., top : top + h, left : left + w]
+
+
+class DCGANCritic(nn.Module):
+    """A WGAN-GP critic: image ↦ one real score per image, shape (N,).
+
+    Stride-2 4×4 convolutions with LeakyReLU(0.2), then a linear layer. No BatchNorm: the
+    gradient penalty of Gulrajani et al. (2017, §4) constrains the gradient of each example's
+    score with respect to that example alone, which batch statistics would couple across the
+    batch; a per-example layer norm (GroupNorm with one group) is used instead.
+    """
+
+    def __init__(self, image_shape: tuple[int, int, int], *, width: int = 32) -> None:
+        super().__init__()
+        c, h, w = image_shape
+        self.image_shape = (c, h, w)
+        n = _upsamplings(h, w)
+        layers: list[nn.Module] = []
+        cin = c
+        for i in range(n):
+            cout = min(width * 2**i, 256)
+            layers.append(nn.Conv2d(cin, cout, 4, stride=2, padding=1))
+            if i > 0:  # the first layer sees raw pixels; normalising them adds nothing
+                layers.append(nn.GroupNorm(1, cout))
+            layers.append(nn.LeakyReLU(0.2))
+            cin, h, w = cout, max(h // 2, 1), max(w // 2, 1)
+        self.features = nn.Sequential(*layers)
+        self.score = nn.Linear(cin * h * w, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.score(self.features(x).flatten(1))[:, 0]
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class GANSpec:
+    """A GAN zoo entry: generator and critic builders and a one-line summary."""
+
+    name: str
+    generator: Callable[..., nn.Module]
+    critic: Callable[..., nn.Module]
+    summary: str
+
+
+GAN_MODELS: dict[str, GANSpec] = {
+    "dcgan": GANSpec(
+        name="dcgan",
+        generator=DCGANGenerator,
+        critic=DCGANCritic,
+        summary="DCGAN generator (BatchNorm, sigmoid) and WGAN-GP critic (no BatchNorm), for GMI (Zhang et al. 2020)",
+    ),
+}
+
+
+def _image_shape(image_shape: object) -> tuple[int, int, int]:
+    try:
+        shape = tuple(v.integer("image_shape", x, minimum=1) for x in image_shape)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        raise ValueError(f"image_shape must be (C, H, W) of positive ints, got {image_shape!r}") from None
+    if len(shape) != 3:
+        raise ValueError(f"image_shape must be (C, H, W) of positive ints, got {image_shape!r}")
+    if min(shape[1:]) < 4:
+        raise ValueError(f"image_shape must be at least 4×4 pixels for a GAN, got {image_shape!r}")
+    return shape[0], shape[1], shape[2]
+
+
+def build_generator(name: str, *, image_shape: tuple[int, ...], latent_dim: int) -> nn.Module:
+    """Builds the generator of the GAN ``name``: z of shape (N, latent_dim) ↦ (N, *image_shape) in [0, 1].
+
+    Raises:
+        ValueError: unknown name, an image shape that is not (C, H, W) of at least 4×4, or a
+            latent_dim below 1.
+    """
+    name = v.choice("gan", name, GAN_MODELS)
+    shape = _image_shape(image_shape)
+    latent_dim = v.integer("latent_dim", latent_dim, minimum=1)
+    return GAN_MODELS[name].generator(shape, latent_dim)
+
+
+def build_critic(name: str, *, image_shape: tuple[int, ...]) -> nn.Module:
+    """Builds the critic of the GAN ``name``: (N, *image_shape) ↦ (N,) real-valued scores.
+
+    Raises:
+        ValueError: unknown name or an image shape that is not (C, H, W) of at least 4×4.
+    """
+    name = v.choice("gan", name, GAN_MODELS)
+    return GAN_MODELS[name].critic(_image_shape(image_shape))

@@ -1,4 +1,4 @@
-"""Model-inversion attacks and their registry (``reference/attacks.md`` §2).
+"""Model-inversion attacks (MI-Face, GMI) and their registry (``reference/attacks.md`` §2).
 
 :data:`INVERSION_ATTACKS` maps each attack to an :class:`InversionAttackSpec`; the command line
 (``dpaudit attack inversion``), the run (:mod:`dpaudit.app.runs.inversion`) and the contract
@@ -16,6 +16,7 @@ from typing import Any
 from torch import nn
 
 from attacks.inversion.base import InversionOutput
+from attacks.inversion.gmi import GANConfig, GMIConfig, build_gan_modules, run_gmi, train_gan_modules
 from attacks.inversion.mi_face import MIFaceConfig, run_mi_face
 from dpaudit import _validate as v
 
@@ -66,6 +67,13 @@ INVERSION_ATTACKS: dict[str, InversionAttackSpec] = {
         summary="gradient descent on 1 - p(class) from a neutral image (Fredrikson et al. 2015, Alg. 1)",
         config_type=MIFaceConfig,
         run=run_mi_face,
+    ),
+    "gmi": InversionAttackSpec(
+        name="gmi",
+        summary="latent search through a WGAN-GP trained on public data, -D(G(z)) + lambda CE (Zhang et al. 2020, §3)",
+        config_type=GMIConfig,
+        run=run_gmi,
+        prior=PriorSpec(name="gan", config_type=GANConfig, build=build_gan_modules, train=train_gan_modules),
     ),
 }
 

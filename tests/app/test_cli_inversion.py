@@ -69,3 +69,30 @@ def test_bad_input_exits_2_naming_the_flag(cli, digits_run: tuple[Path, Path], t
     code, _, err = cli.run("attack", "inversion", "--target", str(record), "--attack", "mi-face", *extra, "--out", str(tmp_path / "out"))
     assert code == 2
     assert named in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("text", "classes"), [("mnist:5-9", (5, 6, 7, 8, 9)), ("faces:20-22,30", (20, 21, 22, 30)), ("digits", ())])
+def test_public_data_parses_and_prints_back(text: str, classes: tuple[int, ...]) -> None:
+    from dpaudit.app.runs.inversion import parse_public_data
+
+    public = parse_public_data(text)
+    assert public.classes == classes
+    assert public.text() == text and parse_public_data(public.text()) == public
+
+
+@pytest.mark.parametrize("text", ["bogus:1", "mnist:9-5", "mnist:1,1", "mnist:10", "mnist:a"])
+def test_public_data_refuses_bad_text(text: str) -> None:
+    from dpaudit.app.runs.inversion import parse_public_data
+
+    with pytest.raises(ValueError, match="--public-data"):
+        parse_public_data(text)
+
+
+def test_public_data_the_target_saw_is_refused() -> None:
+    from dpaudit.app.runs.inversion import check_public_data, parse_public_data
+
+    with pytest.raises(ValueError, match="overlaps"):
+        check_public_data(parse_public_data("mnist:4-9"), dataset="mnist", classes=(0, 1, 2, 3, 4))
+    with pytest.raises(ValueError, match="shape"):
+        check_public_data(parse_public_data("mnist:5-9"), dataset="digits", classes=(0, 1))
+    check_public_data(parse_public_data("mnist:5-9"), dataset="mnist-0-4", classes=(0, 1, 2, 3, 4))

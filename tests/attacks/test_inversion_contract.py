@@ -26,7 +26,7 @@ CLASSES = 4
 #: A configuration per attack that runs in well under a second on 8×8 inputs.
 FAST: dict[str, dict[str, object]] = {
     "mi-face": {"max_iterations": 25, "step_size": 0.5, "restarts": 2},
-    "gmi": {"iterations": 15, "restarts": 2},
+    "gmi": {"gmi_iterations": 15, "restarts": 2},
 }
 #: Prior training options that run in a second or two.
 FAST_PRIOR: dict[str, dict[str, object]] = {"gan": {"gan_epochs": 1}}

@@ -10,6 +10,7 @@ SHAPES = {
     "cifar10-cnn": ((3, 32, 32), 10),
     "digits-mlp": ((1, 8, 8), 10),
     "faces-mlp": ((1, 112, 92), 40),
+    "softmax-regression": ((1, 112, 92), 40),
     "tabular-mlp": ((104,), 2),
 }
 

@@ -52,6 +52,10 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("attack inversion", "--seed", "0"): "seed 0 is a seed",
     ("attack inversion", "--start-value", "0"): "a black start (the paper's x0 = 0)",
     ("attack inversion", "--step-size", "1e300"): "a step that lands on a corner of [0, 1]^d (clamped): valid, crude",
+    ("attack inversion", "--identity-weight", "0"): "the GAN's prior alone: a valid ablation",
+    ("attack inversion", "--gradient-penalty", "0"): "WGAN without the gradient penalty: a valid ablation",
+    ("attack inversion", "--gmi-step-size", "1e300"): "z is clamped to [-1, 1] after every step: valid, crude",
+    ("attack inversion", "--gmi-momentum", "0"): "plain SGD on z",
     ("attack inversion", "--cost-threshold", "0"): "never stop on confidence: run to patience or the cap",
     ("train", "--momentum", "0"): "no momentum",
     ("train", "--weight-decay", "0"): "no weight decay",
@@ -204,6 +208,16 @@ def _owner_of(verb: str, flag: str) -> list[str]:
             if flag in {s.flag for s in option_specs(spec.config_type)}:
                 return ["--attack", name]
         return [] if flag == "--attack" else ["--attack", "loss"]
+    if verb == "attack inversion":
+        from attacks.inversion import INVERSION_ATTACKS
+
+        for name, spec in INVERSION_ATTACKS.items():
+            types = [spec.config_type] + ([spec.prior.config_type] if spec.prior is not None else [])
+            if flag in {s.flag for t in types for s in option_specs(t)} and flag != "--restarts":
+                return ["--attack", name, "--classes", "0-4", "--public-data", "digits:5-9"] if spec.prior is not None else ["--attack", name]
+        if flag == "--public-data":
+            return ["--attack", "gmi", "--classes", "0-4"]
+        return [] if flag == "--attack" else ["--attack", "mi-face"]
     return []
 
 
@@ -248,7 +262,7 @@ def _base(verb: str, flag: str, work: Path, record_dir: Path, external: dict[str
         extra = ["--executor", "ray"] if flag == "--address" else []
         return ["attack", "membership", "--target", str(record_dir), *_owner_of(verb, flag), *extra, "--out", out]
     if verb == "attack inversion":
-        return ["attack", "inversion", "--target", str(record_dir), "--attack", "mi-face", "--out", out]
+        return ["attack", "inversion", "--target", str(record_dir), *_owner_of(verb, flag), "--out", out]
     if verb == "certify":
         return ["certify", "--target", str(record_dir), "--out", out]
     if verb == "report":

@@ -30,7 +30,7 @@ from dpaudit.locks import unit_lock
 from dpaudit.results.inversion import InversionResult
 from dpaudit.store import RunDir, atomic_write_json, read_json
 
-__all__ = ["InversionRun", "InversionSpec", "PublicData", "parse_public_data", "run_inversion"]
+__all__ = ["InversionRun", "InversionSpec", "PublicData", "check_public_data", "parse_public_data", "run_inversion"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +41,15 @@ class PublicData:
     classes: tuple[int, ...] = ()
 
     def text(self) -> str:
-        return self.dataset + (":" + ",".join(str(c) for c in self.classes) if self.classes else "")
+        """``DATASET[:CLASSES]`` as the command line takes it, runs of labels written ``a-b``."""
+        parts: list[str] = []
+        for c in self.classes:
+            if parts and parts[-1].rpartition("-")[2] == str(c - 1) and (c - 1) in self.classes:
+                lo = parts[-1].partition("-")[0]
+                parts[-1] = f"{lo}-{c}"
+            else:
+                parts.append(str(c))
+        return self.dataset + (":" + ",".join(parts) if parts else "")
 
 
 def parse_public_data(text: str) -> PublicData:
@@ -67,6 +75,25 @@ def parse_public_data(text: str) -> PublicData:
     if spec.strip() and (not classes or min(classes) < 0 or max(classes) >= n or len(set(classes)) != len(classes)):
         raise ValueError(f"--public-data classes must be distinct labels 0..{n - 1} of {name!r}; got {text!r}")
     return PublicData(dataset=name, classes=tuple(classes))
+
+
+def check_public_data(public: PublicData, *, dataset: str, classes: tuple[int, ...]) -> None:
+    """Refuses public data the target may have seen, or of another image shape.
+
+    Raises:
+        ValueError: ``public`` is the target's own dataset with classes overlapping ``classes``
+            (or all of them), or its images differ in shape (the message names ``--public-data``).
+    """
+    from dpaudit.data import DATASETS
+
+    if public.dataset == dataset and (not public.classes or set(public.classes) & set(classes)):
+        raise ValueError(
+            f"--public-data={public.text()!r} overlaps the target's own classes of {dataset!r}: public data must be images the target never saw "
+            "(other classes, or a disjoint dataset such as mnist:5-9 for mnist-0-4)"
+        )
+    pshape, tshape = DATASETS[public.dataset].input_shape, DATASETS[dataset].input_shape if dataset in DATASETS else None
+    if pshape is not None and tshape is not None and tuple(pshape) != tuple(tshape):
+        raise ValueError(f"--public-data={public.text()!r} has images of shape {tuple(pshape)}, the target takes {tuple(tshape)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,7 +212,7 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
 
     from attacks.inversion import INVERSION_ATTACKS
     from attacks.inversion.evaluate import EvaluatorConfig, LabelledImages, build_evaluator, evaluate_reconstructions, evaluator_accuracy, train_evaluator
-    from dpaudit.data import DATASETS, load_dataset
+    from dpaudit.data import load_dataset
     from dpaudit.results import save_inversion_result
     from dpaudit.results.record import load_record, resolve_record_dir
     from dpaudit.seeding import derive_seed
@@ -215,13 +242,7 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
     if public is not None:
         if not needs_prior:
             raise ValueError(f"--public-data={public.text()!r} applies only to attacks with a prior ({', '.join(n for n, s in INVERSION_ATTACKS.items() if s.prior) or 'none registered'})")
-        if public.dataset == record.dataset and (not public.classes or set(public.classes) & set(classes)):
-            raise ValueError(
-                f"--public-data={public.text()!r} overlaps the target's own classes of {record.dataset!r}: public data must be images the target never saw (other classes, or a disjoint dataset such as mnist:5-9 for mnist-0-4)"
-            )
-        pshape = DATASETS[public.dataset].input_shape
-        if pshape is not None and tuple(pshape) != shape:
-            raise ValueError(f"--public-data={public.text()!r} has images of shape {tuple(pshape)}, the target takes {shape}")
+        check_public_data(public, dataset=record.dataset, classes=classes)
 
     everything = bundle.all()
     members = everything.subset(record.membership.members)

@@ -274,13 +274,19 @@ def _inversion_spec(args: argparse.Namespace, flags: Any) -> Any:
             f"--attack {', '.join(with_prior)} needs --public-data DATASET[:CLASSES]: images of the target's domain it never saw (e.g. mnist:5-9 for a mnist-0-4 target)", argument="--public-data"
         )
     classes = _parse_classes(args.classes)
-    if classes is not None:
+    if classes is not None or public is not None:
+        from dpaudit.app.runs.inversion import check_public_data
         from dpaudit.data import DATASETS
 
         record = check_record("--target", str(args.target))
         n = DATASETS[record.dataset].num_classes if record.dataset in DATASETS else None
-        if len(set(classes)) != len(classes) or min(classes) < 0 or (n is not None and max(classes) >= n):
+        if classes is not None and (len(set(classes)) != len(classes) or min(classes) < 0 or (n is not None and max(classes) >= n)):
             raise UsageError(f"--classes must be distinct labels 0..{(n or 1) - 1} of {record.dataset!r}, got {args.classes!r}", argument="--classes")
+        if public is not None:
+            try:
+                check_public_data(public, dataset=record.dataset, classes=classes or tuple(range(n or 0)))
+            except ValueError as exc:
+                raise UsageError(str(exc), argument="--public-data") from None
     return InversionSpec(
         target=target,
         attacks={n: built[n] for n in names},
