@@ -145,8 +145,8 @@ def legend_outside(ax: Axes, *, fontsize: float = 8) -> None:
 
 
 def has_data(fig: Figure) -> bool:
-    """Whether any axes of ``fig`` holds a line, bar or collection with at least one point."""
+    """Whether any axes of ``fig`` holds a line, bar, collection or image with at least one point."""
     for ax in fig.axes:
-        if any(np.size(line.get_xdata()) for line in ax.get_lines()) or ax.patches or ax.collections:
+        if any(np.size(line.get_xdata()) for line in ax.get_lines()) or ax.patches or ax.collections or ax.images:
             return True
     return False

@@ -13,7 +13,8 @@ Settings (``--full``; ``--quick`` runs the same rows with tiny budgets, the CI s
   disjoint identities): MI-Face and GMI on the same targets — non-private softmax and MLP, and
   DP-SGD (ε = 1) softmax; the GAN (WGAN-GP) learns from the 200 public faces. Chance is 1/20.
 * **mnist-0-4** — digits 0–4 private, 5–9 public (Zhang et al. 2020, §4.1): MI-Face and GMI
-  against an MLP target trained non-privately, with DP-SGD at ε = 1 and ε = 8, and with PixelDP.
+  against an MLP target trained non-privately, with DP-SGD at ε = 1 and ε = 8, with PixelDP, and
+  as the student of 50 PATE teachers (GNMax, σ = 10, 500 queries, supervised student).
 
 Every row is a ``dpaudit train`` record and a ``dpaudit attack inversion`` result in ``--out``
 (the evaluator and the GANs are trained once per dataset and reused by every target; a rerun
@@ -66,6 +67,7 @@ class Budget:
     gmi: dict[str, Any] = field(default_factory=dict)
     gan: dict[str, dict[str, Any]] = field(default_factory=dict)
     epochs: dict[str, int] = field(default_factory=dict)
+    pate: dict[str, int] = field(default_factory=dict)
 
 
 FULL = Budget(
@@ -73,12 +75,14 @@ FULL = Budget(
     gmi={"gmi_iterations": 600, "restarts": 2},
     gan={"faces": {"gan_epochs": 150, "gan_batch_size": 16}, "mnist": {"gan_epochs": 10}},
     epochs={"faces": 100, "mnist": 10, "faces-dp": 20, "mnist-dp": 10},
+    pate={"teachers": 50, "queries": 500, "epochs": 10, "student_epochs": 20},
 )
 QUICK = Budget(
     mi_face={"max_iterations": 100},
     gmi={"gmi_iterations": 30, "restarts": 2},
     gan={"faces": {"gan_epochs": 2, "gan_batch_size": 16}, "mnist": {"gan_epochs": 1}},
     epochs={"faces": 30, "mnist": 1, "faces-dp": 5, "mnist-dp": 1},
+    pate={"teachers": 5, "queries": 100, "epochs": 1, "student_epochs": 1},
 )
 
 
@@ -86,10 +90,11 @@ def _targets(b: Budget) -> list[Target]:
     soft = {"epochs": b.epochs["faces"], "learning_rate": 0.01, "batch_size": 32}
     mlp = {"epochs": b.epochs["faces"], "learning_rate": 0.1, "batch_size": 32}
     # DP-SGD on 210 faces: a large lot (q = 0.5) and few epochs keep the noise per step bearable.
-    faces_dp = {"epochs": b.epochs["faces-dp"], "expected_lot_size": 105, "learning_rate": 20.0, "clip_norm": 1.0, "delta": 1e-3}
+    # σ is calibrated to the budget for the given epochs (noise_multiplier=None).
+    faces_dp = {"epochs": b.epochs["faces-dp"], "lot_size": 105, "noise_multiplier": None, "learning_rate": 20.0, "clip_norm": 1.0, "delta": 1e-3}
     pixel = {"epochs": b.epochs["faces"], "learning_rate": 0.01, "batch_size": 32}
     mnist = {"epochs": b.epochs["mnist"], "learning_rate": 0.1, "batch_size": 64}
-    mnist_dp = {"epochs": b.epochs["mnist-dp"], "expected_lot_size": 600, "learning_rate": 0.1, "clip_norm": 4.0, "delta": 1e-5}
+    mnist_dp = {"epochs": b.epochs["mnist-dp"], "lot_size": 600, "noise_multiplier": None, "learning_rate": 0.1, "clip_norm": 4.0, "delta": 1e-5}
     faces_public = PublicData(dataset="faces", classes=tuple(range(20, 40)))
     mnist_public = PublicData(dataset="mnist", classes=(5, 6, 7, 8, 9))
     both = ("mi-face", "gmi")
@@ -100,12 +105,15 @@ def _targets(b: Budget) -> list[Target]:
         Target("faces", "softmax, DP-SGD eps=8", "faces", "softmax-regression", "dpsgd", {**faces_dp, "target_epsilon": 8.0}),
         Target("faces", "softmax, PixelDP", "faces", "softmax-regression", "pixeldp", pixel),
         Target("faces-1-20", "softmax, non-private", "faces-1-20", "softmax-regression", "nonprivate", soft, both, faces_public),
-        Target("faces-1-20", "MLP, non-private", "faces-1-20", "faces-mlp", "nonprivate", mlp, both, faces_public),
-        Target("faces-1-20", "softmax, DP-SGD eps=1", "faces-1-20", "softmax-regression", "dpsgd", {**faces_dp, "target_epsilon": 1.0, "expected_lot_size": 52}, both, faces_public),
+        # 105 members: batches of 16 give the MLP as many steps as the 40-identity one gets.
+        Target("faces-1-20", "MLP, non-private", "faces-1-20", "faces-mlp", "nonprivate", {**mlp, "batch_size": 16}, both, faces_public),
+        Target("faces-1-20", "softmax, DP-SGD eps=1", "faces-1-20", "softmax-regression", "dpsgd", {**faces_dp, "target_epsilon": 1.0, "lot_size": 52}, both, faces_public),
         Target("mnist", "MLP, non-private", "mnist-0-4", "abadi-mnist", "nonprivate", mnist, both, mnist_public, 0.5),
         Target("mnist", "MLP, DP-SGD eps=1", "mnist-0-4", "abadi-mnist", "dpsgd", {**mnist_dp, "target_epsilon": 1.0}, both, mnist_public, 0.5),
         Target("mnist", "MLP, DP-SGD eps=8", "mnist-0-4", "abadi-mnist", "dpsgd", {**mnist_dp, "target_epsilon": 8.0}, both, mnist_public, 0.5),
         Target("mnist", "MLP, PixelDP", "mnist-0-4", "abadi-mnist", "pixeldp", mnist, both, mnist_public, 0.5),
+        # GNMax (σ = 10 for 50 teachers, Papernot et al. 2018) with a supervised student.
+        Target("mnist", "MLP, PATE student", "mnist-0-4", "abadi-mnist", "pate", {**b.pate, "aggregator": "gnmax", "sigma": 10.0, "semi_supervised": False}, both, mnist_public, 0.5),
     ]
 
 

@@ -178,7 +178,12 @@ class InversionResult:
         return float(self.top5_correct().mean())
 
     def closer_to_member(self) -> np.ndarray:
-        """(K,) bool: the reconstruction is nearer its nearest member than its nearest non-member."""
+        """(K,) bool: the reconstruction is nearer its nearest member than its nearest non-member.
+
+        A minimum over more images is smaller by chance alone, so when a class has more members
+        than held-out images this leans towards "member"; the membership AUC and ε_LB, which
+        score every candidate on its own, are the unbiased evidence.
+        """
         return np.asarray(self.distance_to_member < self.distance_to_non_member)
 
     def closer_to_mean(self) -> np.ndarray:

@@ -52,7 +52,12 @@ def test_rerun_reuses_the_cached_evaluator(cli, digits_run: tuple[Path, Path]) -
     code, out, err = cli.run(*args)
     assert code == 0, err
     payload = json.loads(out)
-    assert payload["reused"] and not payload["trained"]
+    assert "mi-face result" in payload["reused"] and not payload["trained"]
+    # Another budget is another result: recomputed, the evaluator still reused.
+    code, out, err = cli.run(*args[:-3], "--patience", "7", "--out", str(run), "--json")
+    assert code == 0, err
+    payload = json.loads(out)
+    assert "mi-face result" not in payload["reused"] and any(r.startswith("evaluator") for r in payload["reused"])
 
 
 @pytest.mark.parametrize(

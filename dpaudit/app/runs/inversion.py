@@ -172,6 +172,20 @@ def _cached_modules(
     return modules
 
 
+def _stored(path: Path, config: Mapping[str, Any]) -> InversionResult | None:
+    """The result at ``path`` if it was computed with exactly ``config`` (else ``None``: recompute)."""
+    from dpaudit.results import load_inversion_result
+    from dpaudit.store import thaw
+
+    if not path.is_file():
+        return None
+    try:
+        result = load_inversion_result(path)
+    except (OSError, ValueError):
+        return None  # damaged: recomputed and overwritten atomically
+    return result if thaw(result.config) == json.loads(json.dumps(config, default=str)) else None
+
+
 class _EpochBar:
     """A ``progress(done, total)`` callback drawing a bar once the total is known."""
 
@@ -213,7 +227,7 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
     from attacks.inversion import INVERSION_ATTACKS
     from attacks.inversion.evaluate import EvaluatorConfig, LabelledImages, build_evaluator, evaluate_reconstructions, evaluator_accuracy, train_evaluator
     from dpaudit.data import load_dataset
-    from dpaudit.results import save_inversion_result
+    from dpaudit.results import inversion_stem, save_inversion_result
     from dpaudit.results.record import load_record, resolve_record_dir
     from dpaudit.seeding import derive_seed
     from dpaudit.store import thaw
@@ -314,6 +328,20 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
         out_dir = run.inversion_dir(record.model_id)
         for name, config in spec.attacks.items():
             attack = INVERSION_ATTACKS[name]
+            stored_config: dict[str, Any] = {
+                "attack": dataclasses.asdict(config),
+                "evaluator": {"cache": ev_dir.name, **dataclasses.asdict(evaluator_config)},
+                "seed": spec.seed,
+                "classes": list(classes),
+            }
+            if attack.prior is not None and public is not None:
+                prior_config = spec.priors.get(attack.prior.name) or attack.prior.config_type()
+                stored_config["prior"] = {"name": attack.prior.name, "public_data": public.text(), **dataclasses.asdict(prior_config)}
+            previous = _stored(out_dir / f"{inversion_stem(name)}.json", stored_config)
+            if previous is not None:
+                results[name] = previous
+                reused.append(f"{name} result")
+                continue
             started = time.perf_counter()
             output = attack.run(
                 model,
@@ -325,13 +353,6 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
                 prior=priors.get(attack.prior.name) if attack.prior is not None else None,
             )
             seconds = time.perf_counter() - started
-            stored_config: dict[str, Any] = {
-                "attack": dataclasses.asdict(config),
-                "evaluator": {"cache": ev_dir.name, **dataclasses.asdict(evaluator_config)},
-                "seed": spec.seed,
-            }
-            if attack.prior is not None and public is not None:
-                stored_config["prior"] = {"name": attack.prior.name, "public_data": public.text(), **dataclasses.asdict(spec.priors.get(attack.prior.name) or attack.prior.config_type())}
             result = evaluate_reconstructions(
                 output,
                 attack=name,
