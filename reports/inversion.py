@@ -34,7 +34,7 @@ from matplotlib.patches import Rectangle
 
 from dpaudit.results import InversionResult, TrainedModel, load_inversion_result, load_record
 from dpaudit.store import RunDir, safe_stem
-from reports.figures import colour, legend_outside, new_axes, style
+from reports.figures import colour, new_axes, style
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number
 
 __all__ = [
@@ -331,10 +331,12 @@ def comparison_table(targets: Sequence[InversionTarget], *, confidence: float = 
 
 # ---------------------------------------------------------------------------- comparison figure
 def comparison_figure(targets: Sequence[InversionTarget], *, axes: Sequence[Axes] | None = None) -> MplFigure | None:
-    """Attack accuracy top-1 (left) and inversion-based membership AUC (right) per target, one series per attack.
+    """Attack accuracy top-1 (left) and inversion-based membership AUC (right) per target, one marker per attack.
 
-    Each attack keeps its fixed colour and marker (:func:`reports.figures.style`); targets are
-    placed in order of claimed ε, and the chance levels are drawn as dashed lines.
+    Targets are rows (in order of claimed ε, top to bottom), so their ids stay readable however
+    many there are; points are not joined, since neighbouring rows are unrelated models. Each
+    attack keeps its fixed colour and marker (:func:`reports.figures.style`); each row's chance
+    top-1 (1/classes of its dataset) is a grey bar, chance AUC a dashed line.
 
     Returns:
         The figure, or ``None`` when no target has a result.
@@ -342,40 +344,42 @@ def comparison_figure(targets: Sequence[InversionTarget], *, axes: Sequence[Axes
     targets = [t for t in targets if t.results]
     if not targets:
         return None
+    n = len(targets)
     if axes is None:
-        fig = MplFigure(figsize=(10.0, 3.8), layout="constrained")
-        left, right = fig.subplots(1, 2)
+        fig = MplFigure(figsize=(11.0, 1.4 + 0.34 * n), layout="constrained")
+        left, right = fig.subplots(1, 2, sharey=True)
     else:
         fig, left = new_axes(axes[0])
         right = axes[1]
-    x = np.arange(len(targets))
+    y = np.arange(n)[::-1].astype(float)  # first target on top
     attacks = sorted({r.attack for t in targets for r in t.results})
     for i, attack in enumerate(attacks):
-        pts = [(j, r) for j, t in enumerate(targets) for r in t.results if r.attack == attack]
-        xs = np.array([j for j, _ in pts], dtype=float)
-        # Series of equal values lie on each other: a small sideways shift keeps each marker visible.
-        xs = xs + (i - (len(attacks) - 1) / 2) * 0.06
-        kw = {**style(attack), "markersize": 7, "linewidth": 1.4}
-        left.plot(xs, [r.attack_accuracy_top1 for _, r in pts], label=attack, **kw)
-        right.plot(xs, [r.membership.auc() for _, r in pts], label=attack, **kw)
-    chances = {t.num_dataset_classes() for t in targets} - {None}
-    # One legend, outside the right plot, names the series and both chance levels.
-    right.axhline(0.5, linestyle="--", color=colour("chance"), linewidth=0.9, label="chance AUC (0.5, right)")
-    if len(chances) == 1:
-        n = chances.pop()
-        assert n is not None
-        left.axhline(1.0 / n, linestyle="--", color=colour("chance"), linewidth=0.9)
-        right.plot([], [], linestyle="--", color=colour("chance"), linewidth=0.9, label=f"chance top-1 (1/{n}, left)")
-    names = [t.label() for t in targets]
-    for ax, ylabel in ((left, "attack accuracy top-1 (evaluator)"), (right, "membership AUC (inversion score)")):
-        ax.set_xticks(x, names, rotation=25, ha="right", fontsize=7)
-        ax.set_xlim(-0.5, len(targets) - 0.5)
-        ax.set_ylim(-0.04, 1.05)  # a point at 0 is drawn whole, not cut by the frame
-        ax.set_ylabel(ylabel, fontsize=8)
-        ax.grid(True, axis="y", linewidth=0.3)
+        pts = [(y[j], r) for j, t in enumerate(targets) for r in t.results if r.attack == attack]
+        # Attacks on one row sit slightly apart, so equal values stay visible.
+        ys = np.array([yy for yy, _ in pts]) + (i - (len(attacks) - 1) / 2) * 0.18
+        kw = {**style(attack), "markersize": 7, "linestyle": "none"}
+        left.plot([r.attack_accuracy_top1 for _, r in pts], ys, label=attack, **kw)
+        right.plot([r.membership.auc() for _, r in pts], ys, label=attack, **kw)
+    for j, t in enumerate(targets):
+        classes = t.num_dataset_classes()
+        if classes:
+            left.plot([1.0 / classes] * 2, [y[j] - 0.35, y[j] + 0.35], color=colour("chance"), linewidth=2.0, label="chance top-1 (1/classes)" if j == 0 else None)
+    right.axvline(0.5, linestyle="--", color=colour("chance"), linewidth=0.9, label="chance AUC (0.5)")
+    left.set_yticks(y, [t.label() for t in targets], fontsize=7)
+    for ax, xlabel in ((left, "attack accuracy top-1 (evaluator)"), (right, "membership AUC (inversion score)")):
+        ax.set_xlim(-0.04, 1.05)  # a point at 0 is drawn whole, not cut by the frame
+        ax.set_ylim(-0.6, n - 0.4)
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.grid(True, axis="x", linewidth=0.3)
     left.set_title("attack accuracy per target", fontsize=9)
     right.set_title("does the reconstruction reveal members?", fontsize=9)
-    legend_outside(right)
+    handles, labels = [], []
+    for ax in (left, right):
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    right.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
     return fig
 
 

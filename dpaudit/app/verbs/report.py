@@ -30,6 +30,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         "audits": [str(p) for p in index.audits],
         "membership": [str(p) for p in index.membership],
         "certified": [str(p) for p in index.certified],
+        "pate": [str(p) for p in index.pate],
+        "inversion": [str(p) for p in index.inversion],
         "tables": [str(p) for p in index.tables],
         "violations": list(index.violations),
     }
@@ -44,6 +46,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``report`` to the ``dpaudit`` parser."""
     p = sub.add_parser("report", help="render a run directory's reports from stored results", description=__doc__.splitlines()[0])
-    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory written by audit / attack membership / certify")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory written by audit / attack membership|inversion / certify / train")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=lambda a: _cmd_report(a))
