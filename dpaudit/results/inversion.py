@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.results.membership import DEFAULT_FPRS, RESULT_SCHEMA_VERSION, MembershipResult, _file_stem, _readonly
+from dpaudit.results.membership import DEFAULT_FPRS, RESULT_SCHEMA_VERSION, MembershipResult, _file_stem, _readonly, check_header
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import load_result_files, save_result_files
 from dpaudit.store import thaw as _thaw
@@ -99,12 +99,7 @@ class InversionResult:
     schema_version: int = RESULT_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        for name in ("attack", "model_id"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                raise TypeError(f"{name} must be a non-empty string, got {value!r}")
-        if self.schema_version != RESULT_SCHEMA_VERSION:
-            raise ValueError(f"schema_version must be {RESULT_SCHEMA_VERSION}, got {self.schema_version!r}")
+        check_header(self)
         classes = _ints("target_classes", self.target_classes)
         if classes.ndim != 1 or classes.size == 0:
             raise ValueError(f"target_classes must be a non-empty 1-d array, got shape {classes.shape}")

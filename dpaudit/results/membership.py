@@ -36,6 +36,21 @@ DEFAULT_FPRS: tuple[float, ...] = (0.001, 0.01)
 _ARRAYS = ("sample_ids", "scores", "is_member")
 
 
+def check_header(result: Any) -> None:
+    """The fields every attack result starts with: a non-empty ``attack`` and ``model_id``, a known schema.
+
+    Raises:
+        TypeError: ``attack`` or ``model_id`` is not a non-empty string.
+        ValueError: ``schema_version`` is not :data:`RESULT_SCHEMA_VERSION`.
+    """
+    for name in ("attack", "model_id"):
+        value = getattr(result, name)
+        if not isinstance(value, str) or not value:
+            raise TypeError(f"{name} must be a non-empty string, got {value!r}")
+    if result.schema_version != RESULT_SCHEMA_VERSION:
+        raise ValueError(f"schema_version must be {RESULT_SCHEMA_VERSION}, got {result.schema_version!r}")
+
+
 def _readonly(arr: np.ndarray) -> np.ndarray:
     arr = np.array(arr, copy=True)
     arr.flags.writeable = False
@@ -87,12 +102,7 @@ class MembershipResult:
     schema_version: int = RESULT_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        for name in ("attack", "model_id"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                raise TypeError(f"{name} must be a non-empty string, got {value!r}")
-        if self.schema_version != RESULT_SCHEMA_VERSION:
-            raise ValueError(f"schema_version must be {RESULT_SCHEMA_VERSION}, got {self.schema_version!r}")
+        check_header(self)
         ids = np.asarray(self.sample_ids)
         if ids.ndim != 1:
             raise ValueError(f"sample_ids must be 1-D, got shape {ids.shape}")

@@ -41,6 +41,12 @@ def _record(run: RunDir, model_id: str, defense: str, claim=None, metrics=None) 
     return rec
 
 
+@pytest.fixture
+def write_record():
+    """:func:`_record` for report tests of other kinds: writes a digits-mlp record into a run."""
+    return _record
+
+
 def build_run(path, *, audits=True, membership=True, certify=True) -> RunDir:
     run = RunDir(path).create(command="test")
     rng = np.random.default_rng(0)

@@ -9,8 +9,8 @@ import pytest
 
 from dpaudit.app.runs.report import render_reports
 from dpaudit.privacy.claims import dpsgd_claim
-from dpaudit.results import InversionResult, Membership, MembershipResult, TrainedModel, save_inversion_result
-from dpaudit.store import RunDir, atomic_write_json
+from dpaudit.results import InversionResult, MembershipResult, save_inversion_result
+from dpaudit.store import RunDir
 
 NONPRIVATE = "nonprivate-digits-mlp-seed0"
 DP = "dpsgd-digits-mlp-seed0"
@@ -50,28 +50,13 @@ def _result(model_id: str, attack: str, *, k: int = 4, shape=(1, 8, 8), top1: fl
     )
 
 
-def _record(run: RunDir, model_id: str, defense: str, claim=None) -> None:
-    rec = TrainedModel(
-        model_id=model_id,
-        defense=defense,
-        model_name="digits-mlp",
-        dataset="digits",
-        input_shape=(1, 8, 8),
-        num_classes=10,
-        membership=Membership(members=np.arange(0, 20), non_members=np.arange(20, 40)),
-        seed=0,
-        metrics={"test_accuracy": 0.9, "delta": 1e-5},
-        **({"claim": claim} if claim is not None else {}),
-    )
-    atomic_write_json(run.record_dir(model_id) / "record.json", rec.to_dict())
-
-
 @pytest.fixture
-def inversion_run(tmp_path) -> RunDir:
+def inversion_run(tmp_path, write_record) -> RunDir:
     """Only inversion results (no audit, membership or certify): two targets, two attacks each."""
     run = RunDir(tmp_path / "run").create(command="test")
-    _record(run, NONPRIVATE, "nonprivate")
-    _record(run, DP, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100))
+    metrics = {"test_accuracy": 0.9, "delta": 1e-5}
+    write_record(run, NONPRIVATE, "nonprivate", metrics=metrics)
+    write_record(run, DP, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics=metrics)
     for model_id, top1 in ((NONPRIVATE, 0.75), (DP, 0.25)):
         for i, attack in enumerate(("mi-face", "gmi")):
             save_inversion_result(_result(model_id, attack, top1=top1, seed=i), run.inversion_dir(model_id))
