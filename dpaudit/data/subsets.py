@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from dpaudit.data.containers import DatasetBundle, make_bundle
-from dpaudit.data.source import DatasetInfo, DatasetSource, info_from_bundle
+from dpaudit.data.source import DatasetInfo, DatasetNotFoundError, DatasetSource, info_from_bundle
 
 __all__ = ["class_subset_source"]
 
@@ -39,7 +39,11 @@ def class_subset_source(parent: DatasetSource, classes: tuple[int, ...], *, name
         raise ValueError(f"classes must be distinct labels of {parent.name!r} (0..{parent.num_classes - 1}), got {classes!r}")
 
     def load(root: Path) -> DatasetBundle:
-        full = parent.load(root)
+        try:
+            full = parent.load(root)
+        except DatasetNotFoundError as err:
+            # The user asked for the subset: name it, and where its images come from.
+            raise DatasetNotFoundError(str(err).replace(f"dataset {parent.name!r}", f"dataset {name!r} (classes of {parent.name!r})", 1)) from None
         keep = torch.tensor(classes, dtype=torch.long)
         relabel = torch.full((full.num_classes,), -1, dtype=torch.long)
         relabel[keep] = torch.arange(len(classes))

@@ -253,7 +253,9 @@ def test_sigkill_leaves_no_process_behind(verb, targets, tmp_path):
 
 def test_ctrl_c_stops_the_pool_and_a_rerun_resumes(targets, tmp_path, capsys):
     out = tmp_path / "run"
-    shadows = 12
+    # Enough shadows that the pool is still busy when the first record lands (12 could all
+    # finish within one poll on an idle machine).
+    shadows = 32
     argv = ["attack", "membership", "--target", str(targets["nonprivate"]), "--attack", "lira", "--num-shadows", str(shadows), "--out", str(out)]
     scenario = Scenario(lambda o, t: argv, ready=_first("attacks/shadows/*/record.json"))
     proc = _start([*argv, "--num-workers", "2"], tmp_path)
