@@ -30,8 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.results.membership import DEFAULT_FPRS, RESULT_SCHEMA_VERSION, MembershipResult, _file_stem, _readonly, check_header
-from dpaudit.store import freeze as _freeze
+from dpaudit.results.membership import DEFAULT_FPRS, RESULT_SCHEMA_VERSION, MembershipResult, _file_stem, _readonly, check_header, freeze_mappings
 from dpaudit.store import load_result_files, save_result_files
 from dpaudit.store import thaw as _thaw
 
@@ -145,11 +144,7 @@ class InversionResult:
         object.__setattr__(self, "evaluator_top5", _readonly(top))
         if not isinstance(self.membership, MembershipResult):
             raise TypeError(f"membership must be a MembershipResult, got {type(self.membership).__name__}")
-        for name in ("config", "metadata"):
-            value = getattr(self, name)
-            if not isinstance(value, Mapping):
-                raise TypeError(f"{name} must be a mapping, got {type(value).__name__}")
-            object.__setattr__(self, name, _freeze(value))
+        freeze_mappings(self)
 
     # ------------------------------------------------------------------ derived metrics
     @property

@@ -51,6 +51,19 @@ def check_header(result: Any) -> None:
         raise ValueError(f"schema_version must be {RESULT_SCHEMA_VERSION}, got {result.schema_version!r}")
 
 
+def freeze_mappings(result: Any, names: tuple[str, ...] = ("config", "metadata")) -> None:
+    """Replaces a frozen result's JSON-like mapping fields by deep read-only copies.
+
+    Raises:
+        TypeError: a field is not a mapping.
+    """
+    for name in names:
+        value = getattr(result, name)
+        if not isinstance(value, Mapping):
+            raise TypeError(f"{name} must be a mapping, got {type(value).__name__}")
+        object.__setattr__(result, name, _freeze(value))
+
+
 def _readonly(arr: np.ndarray) -> np.ndarray:
     arr = np.array(arr, copy=True)
     arr.flags.writeable = False
@@ -131,11 +144,7 @@ class MembershipResult:
         object.__setattr__(self, "sample_ids", _readonly(ids))
         object.__setattr__(self, "scores", _readonly(scores))
         object.__setattr__(self, "is_member", _readonly(member))
-        for name in ("config", "metadata"):
-            value = getattr(self, name)
-            if not isinstance(value, Mapping):
-                raise TypeError(f"{name} must be a mapping, got {type(value).__name__}")
-            object.__setattr__(self, name, _freeze(value))
+        freeze_mappings(self)
 
     # ------------------------------------------------------------------ derived metrics
     @property
