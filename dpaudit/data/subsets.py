@@ -20,7 +20,43 @@ import torch
 from dpaudit.data.containers import DatasetBundle, make_bundle
 from dpaudit.data.source import DatasetInfo, DatasetNotFoundError, DatasetSource, info_from_bundle
 
-__all__ = ["class_subset_source"]
+__all__ = ["class_subset_source", "parse_classes"]
+
+
+def parse_classes(text: str, *, argument: str, num_classes: int | None = None, example: str = "0-9 or 0,3,7") -> tuple[int, ...]:
+    """Labels written as a comma list of labels and ascending ranges (``5-9``, ``0,2,4``, ``20-39``).
+
+    One parser for every flag that names classes (``--classes``, the class part of
+    ``--public-data``), so they accept and refuse the same things.
+
+    Args:
+        text: the list as typed.
+        argument: the flag named in errors.
+        num_classes: when known, every label must lie in ``0 … num_classes − 1``.
+        example: what a valid list looks like, for the error message.
+
+    Returns:
+        The labels in the order written.
+
+    Raises:
+        ValueError: a malformed or descending range, no label, a repeated label, or one out of
+            range (naming ``argument`` and ``text``).
+    """
+    out: list[int] = []
+    try:
+        for part in filter(None, (t.strip() for t in str(text).split(","))):
+            lo, dash, hi = part.partition("-")
+            if dash and int(hi) < int(lo):
+                raise ValueError(part)
+            out += list(range(int(lo), int(hi) + 1)) if dash else [int(lo)]
+    except ValueError:
+        raise ValueError(f"{argument} must be labels or ranges such as {example}; got {text!r}") from None
+    if not out:
+        raise ValueError(f"{argument} must name at least one label, got {text!r}")
+    if len(set(out)) != len(out) or min(out) < 0 or (num_classes is not None and max(out) >= num_classes):
+        top = f"0..{num_classes - 1}" if num_classes is not None else "non-negative"
+        raise ValueError(f"{argument} must be distinct {top} labels, got {text!r}")
+    return tuple(out)
 
 
 def class_subset_source(parent: DatasetSource, classes: tuple[int, ...], *, name: str, description: str) -> DatasetSource:

@@ -64,16 +64,12 @@ def parse_public_data(text: str) -> PublicData:
     name = name.strip().lower()
     if name not in DATASETS:
         raise ValueError(f"--public-data must be DATASET[:CLASSES] with DATASET one of {', '.join(DATASETS)}; got {text!r}")
-    classes: list[int] = []
-    try:
-        for part in filter(None, (p.strip() for p in spec.split(","))):
-            lo, dash, hi = part.partition("-")
-            classes += list(range(int(lo), int(hi) + 1)) if dash else [int(lo)]
-    except ValueError:
-        raise ValueError(f"--public-data classes must be labels or ranges like 5-9 or 0,2,4; got {text!r}") from None
+    if not spec.strip():
+        return PublicData(dataset=name, classes=())
+    from dpaudit.data.subsets import parse_classes
+
     n = DATASETS[name].num_classes
-    if spec.strip() and (not classes or min(classes) < 0 or max(classes) >= n or len(set(classes)) != len(classes)):
-        raise ValueError(f"--public-data classes must be distinct labels 0..{n - 1} of {name!r}; got {text!r}")
+    classes = parse_classes(spec, argument=f"--public-data classes (of {name!r}, {text!r})", num_classes=n, example="5-9 or 0,2,4")
     return PublicData(dataset=name, classes=tuple(classes))
 
 

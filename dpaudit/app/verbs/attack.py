@@ -223,20 +223,14 @@ def _register_inversion(kinds: Any) -> None:
 
 
 def _parse_classes(text: str | None) -> tuple[int, ...] | None:
+    from dpaudit.data.subsets import parse_classes
+
     if text is None:
         return None
-    out: list[int] = []
     try:
-        for part in filter(None, (t.strip() for t in text.split(","))):
-            lo, dash, hi = part.partition("-")
-            if dash and int(hi) < int(lo):
-                raise ValueError(part)
-            out += list(range(int(lo), int(hi) + 1)) if dash else [int(lo)]
-    except ValueError:
-        raise UsageError(f"--classes must be labels or ranges such as 0-9 or 0,3,7; got {text!r}", argument="--classes") from None
-    if not out:
-        raise UsageError(f"--classes must name at least one label, got {text!r}", argument="--classes")
-    return tuple(out)
+        return parse_classes(text, argument="--classes")
+    except ValueError as exc:
+        raise UsageError(str(exc), argument="--classes") from None
 
 
 def _inversion_spec(args: argparse.Namespace, flags: Any) -> Any:
