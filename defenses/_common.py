@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,7 @@ def build_record(
     started: float,
     extra_metrics: dict[str, Any] | None = None,
     canaries: Any = (),
+    owners: Any = (),
 ) -> TrainedModel:
     """Evaluates ``model`` on members, non-members and test, and wraps everything as a record.
 
@@ -72,7 +74,7 @@ def build_record(
         num_classes=bundle.num_classes,
         config={**config_dict(config), "split_seed": splits.seed},
         claim=claim,
-        membership=Membership(members=splits.members, non_members=splits.non_members, population=splits.population, canaries=canaries),
+        membership=Membership(members=splits.members, non_members=splits.non_members, population=splits.population, canaries=canaries, owners=np.asarray(owners, dtype=np.int64)),
         seed=seed,
         metrics=metrics,
         provenance=provenance(device=str(device)),
@@ -97,3 +99,24 @@ def bundle_for_members(dataset: ArrayDataset) -> tuple[DatasetBundle, Splits]:
     bundle = DatasetBundle(name=name, train=dataset, test=test, num_classes=dataset.num_classes, input_shape=dataset.input_shape, description="audit training set")
     splits = Splits(dataset=name, seed=0, members=dataset.ids.numpy(), non_members=np.zeros(0, dtype=np.int64), population=np.zeros(0, dtype=np.int64), test=np.array([top]))
     return bundle, splits
+
+
+#: Per process: a bundle's copies with a shortened test split, by limit (see :func:`evaluation_bundle`);
+#: they go when the bundle does.
+_EVALUATION_BUNDLES: weakref.WeakKeyDictionary[DatasetBundle, dict[int, DatasetBundle]] = weakref.WeakKeyDictionary()
+
+
+def evaluation_bundle(bundle: DatasetBundle, limit: int | None) -> DatasetBundle:
+    """``bundle`` with its test split cut to the first ``limit`` examples, made once per process.
+
+    Kept because the copy's concatenated train+test view (what the trainer looks ids up in) costs
+    a copy of the training set, which a worker training many teachers should pay once.
+    """
+    if limit is None or len(bundle.test) <= limit:
+        return bundle
+    copies = _EVALUATION_BUNDLES.setdefault(bundle, {})
+    if limit not in copies:
+        test_ids = np.sort(np.asarray(bundle.test.ids, dtype=np.int64))[:limit]
+        copies.clear()  # one copy per bundle: a changed limit replaces it
+        copies[limit] = dataclasses.replace(bundle, test=bundle.test.subset(test_ids))
+    return copies[limit]

@@ -139,6 +139,32 @@ def _mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 128, a
     return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), hidden), act(), nn.Linear(hidden, num_classes))
 
 
+def _dssgd_cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 200) -> nn.Module:
+    # Shokri & Shmatikov (2015, §6.1) state 105,506 parameters for their MNIST CNN; two 5×5 valid
+    # convolutions with 32 and 64 filters, a 3×3 then a 2×2 max-pool and a 200-unit layer give
+    # exactly that count on 28×28 inputs (a test checks it).
+    if len(input_shape) != 3:
+        raise ValueError(f"dssgd-cnn needs image inputs (C, H, W), got input_shape={input_shape!r}")
+    hidden = v.integer("hidden", hidden, minimum=1)
+    c, h, w = input_shape
+    h1, w1 = (h - 4) // 3, (w - 4) // 3
+    h2, w2 = (h1 - 4) // 2, (w1 - 4) // 2
+    if h2 < 1 or w2 < 1:
+        raise ValueError(f"dssgd-cnn needs images of at least 22×22, got input_shape={input_shape!r}")
+    return nn.Sequential(
+        nn.Conv2d(c, 32, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(3),
+        nn.Conv2d(32, 64, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * h2 * w2, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, num_classes),
+    )
+
+
 def _softmax_regression(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), num_classes))
 
@@ -169,6 +195,8 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(name="hgm-cnn", builder=_hgm_cnn, summary="conv5×5×32, pool, conv5×5×64, pool, FC256, FC (Phan et al. 2019)"),
         ModelSpec(name="cifar10-cnn", builder=_cifar10_cnn, summary="conv3×3×128, conv5×5×128, conv5×5×256 + GroupNorm, FC256 (Phan et al. 2019)"),
         ModelSpec(name="digits-mlp", builder=_mlp, summary="64 → 128 ReLU → 10, for 8×8 digits"),
+        ModelSpec(name="dssgd-mlp", builder=_mlp, summary="784 → 128 ReLU → 10: 101,770 parameters on MNIST (Shokri & Shmatikov 2015)"),
+        ModelSpec(name="dssgd-cnn", builder=_dssgd_cnn, summary="conv5×5×32, pool3, conv5×5×64, pool2, FC200: 105,506 parameters on MNIST (Shokri & Shmatikov 2015)"),
         ModelSpec(name="softmax-regression", builder=_softmax_regression, summary="one linear layer + softmax (Fredrikson et al. 2015's softmax target)"),
         ModelSpec(name="faces-mlp", builder=_faces_mlp, summary="3000 sigmoid hidden units (Fredrikson et al. 2015)"),
         ModelSpec(name="tabular-mlp", builder=_tabular_mlp, summary="two 64-unit ReLU layers, for tabular data"),

@@ -221,7 +221,12 @@ def add_option_flags(parser: argparse.ArgumentParser, groups: Mapping[str, type]
         names = owners[flag]
         if len(names) > 1:
             group = shared
-            suffix = f" [{', '.join(names)}]"
+            by_help: dict[str, list[str]] = {}
+            for t, o in zip(names, by_flag_all[flag]):
+                by_help.setdefault(o.help, []).append(t)
+            if len(by_help) > 1:  # one field name, worded differently per config (PATE's and DSSGD's --threshold): show each wording once
+                spec = dataclasses.replace(spec, help="; ".join(f"[{', '.join(ts)}] {h}" for h, ts in by_help.items()))
+            suffix = f" [{', '.join(names)}]" if len(by_help) == 1 else ""
         else:
             if names[0] not in per_title:
                 per_title[names[0]] = parser.add_argument_group(f"{names[0]} options")

@@ -30,7 +30,6 @@ import functools
 import hashlib
 import io
 import os
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from defenses._common import evaluation_bundle
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from defenses.pate.aggregators import vote_histogram
 from defenses.pate.partition import partition_ids, teacher_membership
@@ -256,27 +256,6 @@ def plan_teachers(
     )
 
 
-#: Per process: a bundle's copies with a shortened test split, by limit (see :func:`_evaluation_bundle`);
-#: they go when the bundle does.
-_EVALUATION_BUNDLES: weakref.WeakKeyDictionary[DatasetBundle, dict[int, DatasetBundle]] = weakref.WeakKeyDictionary()
-
-
-def _evaluation_bundle(bundle: DatasetBundle, limit: int | None) -> DatasetBundle:
-    """``bundle`` with its test split cut to the first ``limit`` examples, made once per process.
-
-    Kept because the copy's concatenated train+test view (what the trainer looks ids up in) costs
-    a copy of the training set, which a worker training many teachers should pay once.
-    """
-    if limit is None or len(bundle.test) <= limit:
-        return bundle
-    copies = _EVALUATION_BUNDLES.setdefault(bundle, {})
-    if limit not in copies:
-        test_ids = np.sort(np.asarray(bundle.test.ids, dtype=np.int64))[:limit]
-        copies.clear()  # one copy per bundle: a changed limit replaces it
-        copies[limit] = dataclasses.replace(bundle, test=bundle.test.subset(test_ids))
-    return copies[limit]
-
-
 def train_teacher(spec: TeacherSpec, *, bundle: DatasetBundle, device: torch.device | str = "cpu") -> tuple[TrainedModel, nn.Module]:
     """Trains one teacher on its partition with the non-private baseline's SGD loop.
 
@@ -290,7 +269,7 @@ def train_teacher(spec: TeacherSpec, *, bundle: DatasetBundle, device: torch.dev
         those of the run) and the module in eval mode. Its metrics are the partition's and the
         test split's (at most ``spec.num_eval_examples`` of it) accuracy and loss.
     """
-    evaluation = _evaluation_bundle(bundle, spec.num_eval_examples)
+    evaluation = evaluation_bundle(bundle, spec.num_eval_examples)
     none = np.zeros(0, dtype=np.int64)
     # Only the partition is trained on; the run's non-members are not evaluated per teacher (a
     # second test set's cost for every teacher) but become its ground truth below.

@@ -40,12 +40,15 @@ class Membership:
         non_members: held-out ids from the same distribution, never trained on.
         population: ids left for shadow / reference models (never trained on by the target).
         canaries: ids of inserted canaries that were trained on (audits).
+        owners: for a model learned by several data holders (DSSGD's participants), the owner
+            of each member, aligned with the sorted ``members``; empty when one party trained.
     """
 
     members: np.ndarray
     non_members: np.ndarray
     population: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     canaries: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    owners: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __post_init__(self) -> None:
         for name in ("members", "non_members", "population", "canaries"):
@@ -57,13 +60,37 @@ class Membership:
                 if overlap.size:
                     raise ValueError(f"{name} and {other} share sample ids, e.g. {int(overlap[0])}")
             seen[name] = getattr(self, name)
+        owners = np.asarray(self.owners)
+        if owners.size and (owners.ndim != 1 or owners.shape[0] != self.members.shape[0] or not np.issubdtype(owners.dtype, np.integer) or int(owners.min()) < 0):
+            raise ValueError(f"owners must hold one non-negative integer per member ({self.members.shape[0]}), got {owners.shape[0] if owners.ndim == 1 else owners.shape} values")
+        owners = owners.astype(np.int64) if owners.size else np.zeros(0, dtype=np.int64)
+        owners.setflags(write=False)
+        object.__setattr__(self, "owners", owners)
+
+    @classmethod
+    def with_owners(cls, partitions: Any, **kwargs: Any) -> Membership:
+        """The membership of a model trained by several parties: ``partitions[i]`` holds owner i's ids."""
+        ids = [np.asarray(p, dtype=np.int64) for p in partitions]
+        members = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+        owner = np.concatenate([np.full(len(p), i, dtype=np.int64) for i, p in enumerate(ids)]) if ids else np.zeros(0, dtype=np.int64)
+        order = np.argsort(members, kind="stable")
+        return cls(members=members[order], owners=owner[order], **kwargs)
+
+    def owned_by(self, owner: int) -> np.ndarray:
+        """The member ids of ``owner`` (all members when the model has no owners recorded)."""
+        if not self.owners.size:
+            return self.members
+        return self.members[self.owners == owner]
 
     def to_dict(self) -> dict[str, list[int]]:
-        return {k: getattr(self, k).tolist() for k in ("members", "non_members", "population", "canaries")}
+        out = {k: getattr(self, k).tolist() for k in ("members", "non_members", "population", "canaries")}
+        if self.owners.size:  # left out otherwise: single-party records keep their exact bytes
+            out["owners"] = self.owners.tolist()
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Membership:
-        return cls(**{k: data.get(k, []) for k in ("members", "non_members", "population", "canaries")})
+        return cls(**{k: data.get(k, []) for k in ("members", "non_members", "population", "canaries", "owners")})
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

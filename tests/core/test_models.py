@@ -12,7 +12,15 @@ SHAPES = {
     "faces-mlp": ((1, 112, 92), 40),
     "softmax-regression": ((1, 112, 92), 40),
     "tabular-mlp": ((104,), 2),
+    "dssgd-mlp": ((1, 28, 28), 10),
+    "dssgd-cnn": ((1, 28, 28), 10),
 }
+
+
+@pytest.mark.parametrize(("name", "count"), [("dssgd-mlp", 101_770), ("dssgd-cnn", 105_506)])
+def test_dssgd_models_have_the_papers_parameter_counts(name, count):
+    # Shokri & Shmatikov (2015, §6.1) give these counts for their MNIST MLP and CNN.
+    assert count_parameters(name, input_shape=(1, 28, 28), num_classes=10) == count
 
 
 def test_every_zoo_model_is_covered():

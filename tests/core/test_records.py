@@ -85,6 +85,20 @@ def test_membership_sets_must_be_disjoint():
         Membership(members=[1, 1], non_members=[])
 
 
+def test_membership_owners_follow_the_sorted_members_and_round_trip():
+    m = Membership.with_owners([[9, 2], [5], [7, 1]], non_members=[3])
+    assert m.members.tolist() == [1, 2, 5, 7, 9] and m.owners.tolist() == [2, 0, 1, 2, 0]
+    assert m.owned_by(2).tolist() == [1, 7] and m.owned_by(1).tolist() == [5]
+    again = Membership.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert again.owners.tolist() == m.owners.tolist()
+    single = Membership(members=[1, 2], non_members=[3])
+    assert "owners" not in single.to_dict() and single.owned_by(0).tolist() == [1, 2]
+    with pytest.raises(ValueError, match="owners"):
+        Membership(members=[1, 2], non_members=[], owners=[0])
+    with pytest.raises(ValueError, match="owners"):
+        Membership(members=[1, 2], non_members=[], owners=[0, -1])
+
+
 class _Exploit:
     """A pickled object that would create a file when unpickled."""
 
