@@ -526,3 +526,8 @@ def claim_from_dict(data: dict[str, Any]) -> PrivacyClaim:
         return _CLAIM_KINDS[kind].from_dict(data)
     except TypeError as exc:
         raise ValueError(str(exc)) from None
+
+
+# DSSGD's claim kind lives beside its accounting; importing it here registers the kind, so a
+# record written by a DSSGD run loads in a process that never imported the defense.
+from dpaudit.privacy import dssgd as _dssgd  # noqa: E402, F401
