@@ -23,6 +23,7 @@ from defenses.certified import (
     train_secure_sgd,
 )
 from defenses.dpsgd import DPSGDConfig, DPSGDTrainer, train_dpsgd
+from defenses.dssgd.defense import PARTICIPANT_CACHE, DSSGDConfig, dssgd_report_lines, train_dssgd
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from defenses.pate.defense import TEACHER_CACHE, PATEConfig, train_pate
 
@@ -45,6 +46,8 @@ class DefenseSpec:
             :class:`attacks.audit_procedures.HookedTrainer`.
         certification: optional ``certification(config) -> CertificationSpec`` for defenses
             whose models carry a noise layer that ``certify`` can certify.
+        report_lines: optional ``report_lines(record) -> list[str]``: lines ``dpaudit train``
+            prints after the common ones (DSSGD: its reference rows and engine).
         submodels: for a defense that trains sub-models on an executor and caches them in the
             run (PATE's teachers), the name of that cache (``RUN_DIR/records/NAME/``); ``train``
             then also takes ``workspace=`` (a :class:`dpaudit.training.TrainWorkspace`, or
@@ -59,6 +62,7 @@ class DefenseSpec:
     audit_trainer: Callable[..., Any] | None = None
     certification: Callable[[Any], Any] | None = None
     submodels: str | None = None
+    report_lines: Callable[[Any], list[str]] | None = None
 
 
 def _certification(defense: str) -> Callable[[Any], Any]:
@@ -114,5 +118,14 @@ DEFENSES: dict[str, DefenseSpec] = {
         claim_kind="pate",
         submodels=TEACHER_CACHE,
         summary="teachers on disjoint partitions, noisy vote aggregation (LNMax/GNMax/Confident-GNMax), released student (Papernot et al. 2017, 2018)",
+    ),
+    "dssgd": DefenseSpec(
+        name="dssgd",
+        config_type=DSSGDConfig,
+        train=train_dssgd,
+        claim_kind="dssgd-svt",
+        submodels=PARTICIPANT_CACHE,
+        report_lines=dssgd_report_lines,
+        summary="distributed selective SGD: participants upload a selected fraction of their updates to a parameter server, optionally by the sparse vector technique (Shokri & Shmatikov 2015)",
     ),
 }

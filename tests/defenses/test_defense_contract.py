@@ -35,6 +35,11 @@ _TINY = {
     "queries": 40,
     "threshold": 3.0,
     "student_epochs": 2,
+    # DSSGD: three participants, two rounds, the DP upload (the kind of claim it registers).
+    "participants": 3,
+    "rounds": 2,
+    "dp_epsilon": 1.0,
+    "baselines": False,
 }
 
 
@@ -78,7 +83,7 @@ def check_defense_contract(spec: DefenseSpec, tmp_path) -> None:
 
     # the claim is present and evaluable under its applicable accountants
     bound = record.claim.upper_bound(delta=1e-5)
-    if spec.claim_kind in ("dp", "pate"):
+    if spec.claim_kind in ("dp", "pate", "dssgd-svt"):
         assert bound.by_accountant and math.isfinite(bound.epsilon) and bound.epsilon > 0
     else:
         assert math.isinf(bound.epsilon)

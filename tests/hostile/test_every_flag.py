@@ -106,6 +106,11 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("train", "--student-learning-rate", "1e300"): "the student diverges at the first step: its NaN check stops training (exit 2)",
     ("train", "--unlabeled-weight", "0"): "no weight on the unlabelled loss: the supervised student",
     ("train", "--unlabeled-weight", "1e300"): "diverges: the student's NaN check stops training (exit 2)",
+    ("train", "--selection-threshold", "0"): "every changed parameter is eligible for a random-threshold upload",
+    ("train", "--selection-threshold", "1e300"): "no change is eligible: nothing is uploaded, a valid (useless) federation",
+    ("train", "--dp-epsilon", "1e300"): "a per-parameter epsilon so large the DP upload adds no noise: the record claims it",
+    ("train", "--bound", "1e300"): "bound unused without --dp-epsilon; with it, noise of scale ~gamma/epsilon (finite scales are checked)",
+    ("train", "--observe-participant", "0"): "participant 0 is a participant",
 }
 
 

@@ -85,6 +85,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     ]
     if robustness is not None:
         lines.append(f"  robustness: {robustness}")
+    if spec.report_lines is not None:
+        lines += spec.report_lines(record)
     lines.append(f"  record: {rdir}")
     emit(args, payload, "\n".join(lines))
     return EXIT_OK
@@ -107,7 +109,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--defense", choices=tuple(DEFENSES), required=True)
     p.add_argument("--dataset", choices=DATASETS, default="digits")
     p.add_argument("--model", choices=tuple(MODELS), required=True)
-    add_common(p, out=True, seed=True, data_root=True, device="auto", quiet=True, executor="sub-models (PATE teachers)")
+    add_common(p, out=True, seed=True, data_root=True, device="auto", quiet=True, executor="sub-models (PATE teachers) and federated participants (DSSGD: ray runs them as Flower clients on Ray)")
     p.add_argument("--split-seed", type=arg("--split-seed", lambda n, x: v.integer(n, x, minimum=0), int), help="seed of the member/non-member split (default: --seed)")
     p.add_argument("--member-fraction", type=arg("--member-fraction", v.open_unit), default=0.5, help="fraction of the training pool used as members (default 0.5)")
     p.add_argument("--force", action="store_true", help="retrain even if the record exists")

@@ -1,0 +1,420 @@
+"""DSSGD as a registered defense: a federation of participants trained into records.
+
+Shokri & Shmatikov (CCS 2015): N participants with disjoint partitions of the private members
+learn one model through a parameter server, each uploading only a selected fraction θ_u of its
+parameter changes per turn (:mod:`defenses.dssgd.protocol`), optionally through the
+differentially private sparse-vector upload (:mod:`defenses.dssgd.svt`).
+
+A training produces
+
+- the **global model** (the server's parameters) as the record, whose membership names the owner
+  of every member;
+- every participant's **final local model** as a record of its own in the run's
+  ``records/dssgd-participants/MODEL_ID/participant-NNN/`` (attack it with ``--target``);
+- the uploads of one observed participant (``--observe-participant``), as the server saw them,
+  in ``uploads.npz`` beside the record: what the server-seat attacks read;
+- the two reference rows every DSSGD result is set against (§5 of the paper): **centralised**
+  SGD on the union of the partitions and **standalone** SGD, each participant alone, both with
+  the same local SGD and as many epochs as a participant's turns.
+
+The claim is honest about what the DP variant protects (reference ``dssgd.md`` §5): ε is stated
+per uploaded parameter per turn, as the paper states it, and composed over the c uploads of a
+turn and every round (:class:`dpaudit.privacy.dssgd.DSSGDClaim`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from defenses._common import build_record, config_dict, evaluation_bundle
+from defenses.dssgd.protocol import (
+    SCHEDULES,
+    SELECTIONS,
+    FederationOutcome,
+    FederationSetup,
+    LocalTraining,
+    Upload,
+    UploadRule,
+    assign_parameters,
+    flatten_parameters,
+    fraction_count,
+    local_sgd,
+    run_local,
+)
+from defenses.pate.partition import partition_ids, teacher_of
+from dpaudit import _validate as v
+from dpaudit.data import DatasetBundle, Splits
+from dpaudit.models import build_model
+from dpaudit.options import SizeLimit, option
+from dpaudit.privacy.claims import NonPrivateClaim, PrivacyClaim
+from dpaudit.progress import Progress
+from dpaudit.results.record import TrainedModel
+from dpaudit.seeding import derive_seed, torch_generator
+from dpaudit.store import atomic_save_npz
+from dpaudit.training import BATCH_LIMIT, EPOCH_LIMIT, TrainWorkspace, evaluate
+
+__all__ = ["DSSGDConfig", "train_dssgd", "dssgd_report_lines", "PARTICIPANT_CACHE", "UPLOADS_FILE", "participant_record_dir"]
+
+#: The run's cache of participants' local models (``RUN_DIR/records/dssgd-participants/``).
+PARTICIPANT_CACHE = "dssgd-participants"
+#: The observed participant's uploads, beside the global record.
+UPLOADS_FILE = "uploads.npz"
+
+#: Local models are evaluated on at most this many test examples (the first by id): evaluating 30
+#: CNNs on all 10,000 MNIST test images costs more than the whole federation's training.
+LOCAL_EVAL_EXAMPLES = 1000
+
+_PARTICIPANT_LIMIT = SizeLimit(1000, "each participant is a local model trained every round")
+_ROUND_LIMIT = SizeLimit(10_000, "each round is one local training per participant")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DSSGDConfig:
+    """Hyperparameters of distributed selective SGD (Shokri & Shmatikov 2015).
+
+    The defaults follow the paper's MNIST setting where it gives one (30 participants,
+    θ_u = 0.1, θ_d = 1, largest-value selection, round-robin) and keep a run short otherwise.
+
+    Attributes:
+        participants: N, the number of participants (disjoint partitions of the members).
+        rounds: R; every participant takes one turn per round.
+        upload_fraction: θ_u, the share of parameters a turn may upload.
+        download_fraction: θ_d, the share of global parameters (largest ``stat``) downloaded.
+        selection: ``largest`` |Δw_j| or ``random-threshold`` (random among |Δw_j| > τ).
+        selection_threshold: τ of ``random-threshold``.
+        schedule: ``round-robin``, ``random`` (a fresh order each round) or ``async``.
+        local_epochs, batch_size, learning_rate: every participant's plain SGD per turn.
+        dp_epsilon: the DP variant's ε per uploaded parameter per turn (``None``: not private).
+        bound: γ, the DP variant's bound on uploaded values.
+        threshold: τ, the DP variant's sparse-vector threshold.
+        budget_split: ``sum`` (shares that add to ε) or ``seed`` (the seed's 8/9 + 2/9 as printed).
+        observe_participant: whose uploads the server keeps for the server-seat attacks.
+        baselines: also train the centralised and standalone reference rows.
+    """
+
+    participants: int = option(30, help="number of participants (disjoint partitions of the private members)", metavar="N", check=v.positive, limit=_PARTICIPANT_LIMIT)
+    rounds: int = option(10, help="rounds; every participant takes one turn per round", metavar="R", check=v.positive, limit=_ROUND_LIMIT)
+    upload_fraction: float = option(0.1, help="theta_u: share of the parameter changes a turn uploads", metavar="THETA_U", check=v.positive)
+    download_fraction: float = option(1.0, help="theta_d: share of the global parameters (most updated first) a turn downloads", metavar="THETA_D", check=v.positive)
+    selection: str = option("largest", choices=SELECTIONS, help="which changes to upload: the largest, or random ones above --selection-threshold")
+    selection_threshold: float = option(0.0, help="random-threshold: only changes with |dw| above this are eligible", metavar="TAU", check=v.non_negative)
+    schedule: str = option("round-robin", choices=SCHEDULES, help="turn order: fixed, a fresh random order each round, or asynchronous (all train at once)")
+    local_epochs: int = option(1, help="passes over a participant's data per turn", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
+    batch_size: int = option(32, help="examples per local SGD step", metavar="B", check=v.positive, limit=BATCH_LIMIT)
+    learning_rate: float = option(0.05, help="local SGD step size", metavar="LR", check=v.positive)
+    dp_epsilon: float | None = option(None, help="DP variant: epsilon per uploaded parameter per turn (the paper's figure; the record composes it)", metavar="E", check=v.positive)
+    bound: float = option(0.001, help="DP variant: gamma, uploaded values are bounded to [-gamma, gamma]", metavar="GAMMA", check=v.positive)
+    threshold: float = option(0.0001, help="DP variant: tau of the sparse-vector test on |dw|", metavar="TAU", check=v.non_negative)
+    budget_split: str = option("sum", choices=("sum", "seed"), help="DP variant: budget shares that sum to epsilon, or the seed's 8/9 + 2/9 as printed")
+    observe_participant: int = option(0, help="the participant whose uploads the server keeps for the server-seat attacks", metavar="I", check=v.non_negative)
+    baselines: bool = option(True, help="also train the centralised and standalone reference rows")
+
+    def __post_init__(self) -> None:
+        v.integer("participants", self.participants, minimum=1)
+        v.integer("rounds", self.rounds, minimum=1)
+        fraction_count("upload_fraction", self.upload_fraction, 1)
+        fraction_count("download_fraction", self.download_fraction, 1)
+        v.choice("schedule", self.schedule, SCHEDULES)
+        v.choice("budget_split", self.budget_split, ("sum", "seed"))
+        v.integer("observe_participant", self.observe_participant, minimum=0)
+        if self.observe_participant >= self.participants:
+            raise ValueError(f"observe_participant must be below participants ({self.participants}), got {self.observe_participant!r}")
+        _ = (self.rule, self.training)  # building them validates the upload rule's and the local SGD's fields
+
+    @property
+    def rule(self) -> UploadRule:
+        """The upload rule these settings describe."""
+        return UploadRule(
+            upload_fraction=self.upload_fraction,
+            selection=self.selection,
+            selection_threshold=self.selection_threshold,
+            dp_epsilon=self.dp_epsilon,
+            bound=self.bound,
+            dp_threshold=self.threshold,
+            budget_split=self.budget_split,
+        )
+
+    @property
+    def training(self) -> LocalTraining:
+        """Every participant's local SGD."""
+        return LocalTraining(epochs=self.local_epochs, batch_size=self.batch_size, learning_rate=self.learning_rate)
+
+
+def dssgd_report_lines(record: TrainedModel) -> list[str]:
+    """What ``dpaudit train`` prints for a DSSGD record beyond accuracy and claim."""
+    m = record.metrics
+    lines = [
+        f"  federation: {record.config['participants']} participants, {record.config['rounds']} rounds ({record.config['schedule']}, {m['engine']} engine, {m['seconds_per_round']:.2f} s per round); "
+        f"each turn uploads at most {m['uploads_per_turn']:,} of {m['num_parameters']:,} parameters"
+    ]
+    if "centralised_test_accuracy" in m:
+        lines.append(
+            f"  reference rows: centralised SGD {m['centralised_test_accuracy']:.4f}, standalone {m['standalone_test_accuracy']:.4f} "
+            f"(participants {m['standalone_test_accuracy_min']:.4f}-{m['standalone_test_accuracy_max']:.4f}); local models after DSSGD {m['local_test_accuracy_mean']:.4f}"
+        )
+    return lines
+
+
+def participant_record_dir(cache_dir: str | os.PathLike[str], model_id: str, index: int) -> Path:
+    """Where participant ``index`` of the federation ``model_id`` keeps its local record."""
+    return Path(cache_dir) / model_id / f"participant-{index:03d}"
+
+
+def dssgd_claim(config: DSSGDConfig, *, num_parameters: int) -> PrivacyClaim:
+    """The privacy claim of a DSSGD training: non-private, or the DP upload composed honestly."""
+    if config.dp_epsilon is None:
+        return NonPrivateClaim(description="DSSGD without the DP upload: the uploads carry exact parameter changes (no guarantee)")
+    from dpaudit.privacy.dssgd import dssgd_svt_claim
+
+    return dssgd_svt_claim(
+        epsilon_per_parameter=config.dp_epsilon,
+        bound=config.bound,
+        threshold=config.threshold,
+        split=config.budget_split,
+        uploads_per_round=config.rule.count(num_parameters),
+        num_rounds=config.rounds,
+        num_parameters=num_parameters,
+    )
+
+
+def _run(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBundle, workspace: TrainWorkspace | None, progress: bool, observed: list[Upload]) -> FederationOutcome:
+    def on_upload(up: Upload) -> None:
+        if up.participant == config.observe_participant:
+            observed.append(up)
+
+    with Progress(config.rounds, f"train dssgd {setup.model_name} on {bundle.name} ({config.participants} participants)", enabled=progress) as bar:
+        on_round = lambda r: bar.update(1)
+        if workspace is not None and workspace.executor == "ray":
+            from defenses.dssgd.flower import run_flower
+
+            workers = workspace.num_workers or max(1, min(config.participants, os.cpu_count() or 1))
+            return run_flower(setup, rounds=config.rounds, download_fraction=config.download_fraction, schedule=config.schedule, num_workers=workers, on_upload=on_upload, on_round=on_round)
+        return run_local(setup, rounds=config.rounds, download_fraction=config.download_fraction, schedule=config.schedule, bundle=bundle, on_upload=on_upload, on_round=on_round)
+
+
+def _baselines(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBundle, members: np.ndarray, device: torch.device, progress: bool) -> dict[str, Any]:
+    """Centralised and standalone SGD with the participants' local SGD, for as many epochs as turns."""
+    everything = bundle.all()
+    test_x, test_y = bundle.test.features, bundle.test.labels
+    epochs = config.rounds * config.local_epochs
+
+    def fresh() -> nn.Module:
+        model = build_model(setup.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **setup.model_options).to(device)
+        assign_parameters(model, setup.initial)
+        return model
+
+    out: dict[str, Any] = {}
+    with Progress(1 + config.participants, "dssgd reference rows (centralised, standalone)", enabled=progress) as bar:
+        union = everything.subset(members)
+        model = fresh()
+        local_sgd(model, union.features.to(device), union.labels.to(device), training=setup.training, generator=torch_generator(setup.seed, "dssgd", "centralised"), epochs=epochs)
+        out["centralised_test_accuracy"] = evaluate(model, test_x, test_y, device=device)["accuracy"]
+        bar.update(1)
+        alone = []
+        for i, part_ids in enumerate(setup.partitions):
+            part = everything.subset(part_ids)
+            model = fresh()
+            local_sgd(model, part.features.to(device), part.labels.to(device), training=setup.training, generator=torch_generator(setup.seed, "dssgd", "batches", i), epochs=epochs)
+            alone.append(evaluate(model, test_x, test_y, device=device)["accuracy"])
+            bar.update(1)
+    out["standalone_test_accuracy"] = float(np.mean(alone))
+    out["standalone_test_accuracy_min"] = float(np.min(alone))
+    out["standalone_test_accuracy_max"] = float(np.max(alone))
+    return out
+
+
+def _save_uploads(record_dir: Path, uploads: list[Upload], *, participant: int, partition: np.ndarray, num_parameters: int) -> None:
+    """The observed participant's uploads as the server received them (JSON-free NPZ, no pickle)."""
+    sizes = np.array([u.indices.numel() for u in uploads], dtype=np.int64)
+    atomic_save_npz(
+        record_dir / UPLOADS_FILE,
+        participant=np.array(participant, dtype=np.int64),
+        rounds=np.array([u.round for u in uploads], dtype=np.int64),
+        sizes=sizes,
+        indices=torch.cat([u.indices for u in uploads]).numpy() if uploads else np.zeros(0, dtype=np.int64),
+        values=torch.cat([u.values for u in uploads]).numpy() if uploads else np.zeros(0, dtype=np.float32),
+        member_ids=np.asarray(partition, dtype=np.int64),
+        num_parameters=np.array(num_parameters, dtype=np.int64),
+    )
+
+
+def train_dssgd(
+    *,
+    bundle: DatasetBundle,
+    splits: Splits,
+    model_name: str,
+    model_options: dict[str, Any] | None = None,
+    config: DSSGDConfig = DSSGDConfig(),
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+    workspace: TrainWorkspace | None = None,
+) -> tuple[TrainedModel, nn.Module]:
+    """Trains a DSSGD federation over the split's members and returns the global model's record.
+
+    Args:
+        bundle: the dataset.
+        splits: membership split; ``splits.members`` are cut into ``config.participants``
+            disjoint partitions (seeded, by sample id).
+        model_name: zoo architecture of the global and every local model.
+        model_options: its options.
+        config: the protocol's settings.
+        seed: root seed (initialisation, partitions, batch orders, uploads, schedule).
+        device: where participants train (the in-process engine).
+        progress: report rounds on stderr.
+        workspace: where the participants' local records and the observed uploads are kept and
+            which engine runs the federation (``ray``: Flower's simulation engine on Ray with
+            ``num_workers`` concurrent clients; otherwise in this process). ``None``: in this
+            process, keeping nothing but the global record.
+
+    Returns:
+        The global model's record (membership with owners) and the global model (eval mode).
+
+    Raises:
+        ValueError: more participants than members.
+    """
+    started = time.monotonic()
+    model_options = dict(model_options or {})
+    device = torch.device(device)
+    members = np.sort(np.asarray(splits.members, dtype=np.int64))
+    if config.participants > len(members):
+        raise ValueError(f"participants must be at most the number of members ({len(members)}), got {config.participants!r}")
+    partitions = partition_ids(members, num_teachers=config.participants, seed=derive_seed(seed, "dssgd", "partition"))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
+        model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+    initial = flatten_parameters(model)
+    setup = FederationSetup(
+        dataset=bundle.name,
+        data_root=workspace.data_root if workspace is not None else None,
+        partitions=partitions,
+        model_name=model_name,
+        model_options=model_options,
+        rule=config.rule,
+        training=config.training,
+        seed=seed,
+        initial=initial,
+        device=str(device),
+    )
+    observed: list[Upload] = []
+    outcome = _run(setup, config, bundle=bundle, workspace=workspace, progress=progress, observed=observed)
+    model.to(device)
+    assign_parameters(model, outcome.parameters)
+    model.eval()
+    num_parameters = int(initial.numel())
+    c = config.rule.count(num_parameters)
+    extra: dict[str, Any] = {
+        "engine": outcome.engine,
+        "num_parameters": num_parameters,
+        "uploads_per_turn": c,
+        "download_count": fraction_count("download_fraction", config.download_fraction, num_parameters),
+        "uploads_applied": outcome.uploads_applied,
+        "parameters_updated": int((outcome.stat > 0).sum()),
+        "seconds_per_round": float(np.mean(outcome.seconds_per_round)) if outcome.seconds_per_round else float("nan"),
+        "partition_sizes": [len(p) for p in partitions],
+        "observed_upload_sizes_mean": float(np.mean([u.indices.numel() for u in observed])) if observed else 0.0,
+    }
+    local_acc = []
+    small = evaluation_bundle(bundle, LOCAL_EVAL_EXAMPLES)
+    for i, flat in enumerate(outcome.local_parameters):
+        local = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options).to(device)
+        assign_parameters(local, flat)
+        local.eval()
+        local_acc.append(evaluate(local, small.test.features, small.test.labels, device=device)["accuracy"])
+        if workspace is not None:
+            _save_participant(
+                local,
+                index=i,
+                partition=partitions[i],
+                bundle=bundle,
+                splits=splits,
+                model_name=model_name,
+                model_options=model_options,
+                config=config,
+                seed=seed,
+                device=device,
+                workspace=workspace,
+                started=started,
+            )
+    extra["local_test_accuracy_mean"] = float(np.mean(local_acc))  # on the first LOCAL_EVAL_EXAMPLES test examples
+    if config.baselines:
+        extra.update(_baselines(setup, config, bundle=bundle, members=members, device=device, progress=progress))
+    owners = teacher_of(partitions, members)
+    record = build_record(
+        defense="dssgd",
+        model=model,
+        bundle=bundle,
+        splits=splits,
+        model_name=model_name,
+        model_options=model_options,
+        config=config,
+        claim=dssgd_claim(config, num_parameters=num_parameters),
+        seed=seed,
+        device=device,
+        started=started,
+        extra_metrics=extra,
+        owners=owners,
+    )
+    if workspace is not None:
+        workspace.record_dir.mkdir(parents=True, exist_ok=True)
+        _save_uploads(workspace.record_dir, observed, participant=config.observe_participant, partition=partitions[config.observe_participant], num_parameters=num_parameters)
+    return record, model
+
+
+def _save_participant(
+    local: nn.Module,
+    *,
+    index: int,
+    partition: np.ndarray,
+    bundle: DatasetBundle,
+    splits: Splits,
+    model_name: str,
+    model_options: dict[str, Any],
+    config: DSSGDConfig,
+    seed: int,
+    device: torch.device,
+    workspace: TrainWorkspace,
+    started: float,
+) -> None:
+    """Participant ``index``'s final local model as a record whose members are its own partition."""
+    from dpaudit.weights import save_record
+
+    # As many non-members as the participant has members, drawn from the global non-members: a
+    # balanced membership game for its local model, evaluated at the cost of its own data.
+    rng = np.random.default_rng(derive_seed(seed, "dssgd", "local-non-members", index))
+    pool = np.asarray(splits.non_members, dtype=np.int64)
+    non_members = np.sort(rng.choice(pool, size=min(len(pool), len(partition)), replace=False)) if len(pool) else pool
+    own = Splits(dataset=splits.dataset, seed=splits.seed, members=partition, non_members=non_members, population=splits.population, test=np.asarray(bundle.test.ids, dtype=np.int64))
+    claim = NonPrivateClaim(description=f"DSSGD participant {index}'s local model: trained on its own data without noise (the DP variant, if any, protects only what it uploads)")
+    record = build_record(
+        defense="dssgd",
+        model=local,
+        bundle=bundle,
+        splits=own,
+        model_name=model_name,
+        model_options=model_options,
+        config={**config_dict(config), "participant": index},
+        claim=claim,
+        seed=seed,
+        device=device,
+        started=started,
+    )
+    target = participant_record_dir(workspace.cache_dir, _global_id(bundle, splits, model_name, model_options, config, seed), index)
+    save_record(record, local, target)
+    if index == 0:
+        print(f"participants' local records: {target.parent}", file=sys.stderr)
+
+
+def _global_id(bundle: DatasetBundle, splits: Splits, model_name: str, model_options: dict[str, Any], config: DSSGDConfig, seed: int) -> str:
+    from defenses._common import model_id_for
+
+    return model_id_for(defense="dssgd", bundle=bundle, model_name=model_name, model_options=model_options, config=config, splits=splits, seed=seed)
