@@ -1,0 +1,626 @@
+"""What the parameter server learns from a DSSGD participant's uploads.
+
+In distributed selective SGD (Shokri & Shmatikov, CCS 2015) a participant uploads, per turn, a
+sparse selection of Δw = w_after − w_before over the flat parameter vector (the concatenation of
+``model.parameters()`` flattened, in order): int64 ``indices`` and the float ``values`` there.
+The server sees these uploads by design. This module measures what they reveal.
+
+**Reconstruction.** For a first fully-connected layer z = W x + b, one example's gradient is
+δ xᵀ for W and δ for b (δ = ∂loss/∂z). Plain SGD sums such terms, so row i of ΔW divided by Δb_i is
+
+    Σ_t δ_{t,i} x_t / Σ_t δ_{t,i},
+
+a weighted mean of the examples for which hidden unit i was active (ReLU units at zero contribute
+nothing). A row driven by one example is that example *exactly*, however many local steps or
+epochs were taken; Phong et al. (2017, "Privacy-preserving deep learning: revisited and
+enhanced", §3) and Geiping et al. (2020, §4) make the same observation. The DSSGD paper itself
+(§5) releases individual Δw entries, so uploading even 1 % of the largest entries exposes the
+brightest pixels of the examples (``shared/reference/dssgd.md`` §5).
+
+**Similarity.** Reconstructions are scored against the participant's private inputs with SSIM
+(Wang, Bovik, Sheikh & Simoncelli 2004): Gaussian window 11×11, σ = 1.5, K1 = 0.01, K2 = 0.03,
+data range 1, window shrunk to the largest odd size that fits on small images (7 on 8×8 digits).
+A reconstruction counts as **recognisable** when its best SSIM against a private input is at least
+:data:`RECOGNISABLE_SSIM` = 0.5: at that level the digit's strokes are in place and a person
+names the right digit; unrelated MNIST-like digits score about 0.0–0.3 against each other, and
+images of pure noise about 0.
+
+**Membership.** :func:`upload_membership_scores` asks of each candidate input whether some
+uploaded row of the first layer is a copy of it (see its docstring).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "RECOGNISABLE_SSIM",
+    "FirstLayerUpdate",
+    "ReconstructionCandidates",
+    "UploadReconstruction",
+    "first_layer_update",
+    "reconstruction_candidates",
+    "reconstruct_inputs",
+    "ssim",
+    "match_reconstructions",
+    "upload_membership_scores",
+    "upload_reconstruction_attack",
+]
+
+#: Best SSIM at or above which a reconstruction counts as a recognisable copy of a private input.
+RECOGNISABLE_SSIM = 0.5
+
+#: Centred cosine (Pearson correlation) above which two reconstructions are the same image.
+_DUPLICATE_CORRELATION = 0.95
+
+#: Fewest uploaded entries a row needs to say anything about an input.
+_MIN_ENTRIES = 3
+
+#: Mean absolute disagreement (on inputs in [0, 1]) under which two bias rows read one input.
+_MERGE_TOLERANCE = 0.01
+
+# Slack on [0, 1] when checking that a bias-divided row is a weighted mean of inputs in [0, 1]:
+# float32 division of exact copies lands a few ulps outside.
+_RANGE_SLACK = 1e-3
+
+
+@dataclass(frozen=True)
+class FirstLayerUpdate:
+    """The part of one upload that falls on the model's first (fully-connected) layer.
+
+    Attributes:
+        weight_delta: (out_features, in_features) uploaded Δw of the weight, 0 where not uploaded.
+        bias_delta: (out_features,) uploaded Δw of the bias, 0 where not uploaded; None when the
+            layer has no bias.
+        weight_mask: bool, same shape as ``weight_delta``: True where an entry was uploaded.
+        bias_mask: bool, same shape as ``bias_delta``; None when the layer has no bias.
+        layer: the layer's qualified name in the model (e.g. ``"1"`` for ``Sequential``).
+    """
+
+    weight_delta: torch.Tensor
+    bias_delta: torch.Tensor | None
+    weight_mask: torch.Tensor
+    bias_mask: torch.Tensor | None
+    layer: str
+
+    @property
+    def in_features(self) -> int:
+        return int(self.weight_delta.shape[1])
+
+    @property
+    def out_features(self) -> int:
+        return int(self.weight_delta.shape[0])
+
+
+def _first_layer(model: nn.Module) -> tuple[str, nn.Module]:
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)):
+            return name, module
+    raise ValueError(f"model has no nn.Linear or convolution layer to reconstruct from: {type(model).__name__}")
+
+
+def first_layer_update(model: nn.Module, indices: Any, values: Any) -> FirstLayerUpdate:
+    """Densifies the first layer's share of a sparse DSSGD upload.
+
+    Args:
+        model: the (global) model the upload refers to; only its parameter layout is read.
+        indices: int64 positions in the flat parameter vector (``model.parameters()``
+            flattened and concatenated in order), distinct.
+        values: the uploaded Δw at ``indices`` (noisy and clipped in the DP variant).
+
+    Returns:
+        The first layer's update with masks of what was uploaded.
+
+    Raises:
+        ValueError: the first Linear/Conv layer is a convolution (reconstruction needs a
+            fully-connected first layer), malformed or out-of-range ``indices``, duplicate
+            indices, or ``values`` of another length or not finite.
+    """
+    name, layer = _first_layer(model)
+    if not isinstance(layer, nn.Linear):
+        raise ValueError(
+            f"model: reconstruction from uploads needs a fully-connected first layer, but the first layer {name!r} is {layer!r}; "
+            "a convolution's update mixes every patch of the input and is not a copy of it"
+        )
+    idx = torch.as_tensor(indices)
+    val = torch.as_tensor(values)
+    if idx.ndim != 1 or idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+        raise ValueError(f"indices must be a 1-D integer array, got dtype {idx.dtype} and shape {tuple(idx.shape)}")
+    if val.ndim != 1 or val.shape != idx.shape:
+        raise ValueError(f"values must be a 1-D array as long as indices ({idx.numel()}), got shape {tuple(val.shape)}")
+    if not val.dtype.is_floating_point:
+        val = val.to(torch.float64)
+    if not bool(torch.isfinite(val).all()):
+        raise ValueError("values must be finite, got NaN or infinity")
+    idx = idx.to(torch.int64).cpu()
+    val = val.detach().cpu()
+    total = sum(p.numel() for p in model.parameters())
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= total):
+        raise ValueError(f"indices must lie in [0, {total}) (the model's parameter count), got range [{int(idx.min())}, {int(idx.max())}]")
+    if torch.unique(idx).numel() != idx.numel():
+        raise ValueError("indices must be distinct: an upload names each parameter at most once")
+
+    offsets: dict[int, int] = {}
+    start = 0
+    for p in model.parameters():
+        offsets[id(p)] = start
+        start += p.numel()
+
+    def dense(param: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lo = offsets[id(param)]
+        n = param.numel()
+        inside = (idx >= lo) & (idx < lo + n)
+        flat = torch.zeros(n, dtype=torch.float32)
+        mask = torch.zeros(n, dtype=torch.bool)
+        flat[idx[inside] - lo] = val[inside].to(torch.float32)
+        mask[idx[inside] - lo] = True
+        return flat.reshape(param.shape), mask.reshape(param.shape)
+
+    weight, weight_mask = dense(layer.weight)
+    bias: torch.Tensor | None = None
+    bias_mask: torch.Tensor | None = None
+    if layer.bias is not None:
+        bias, bias_mask = dense(layer.bias)
+    return FirstLayerUpdate(weight_delta=weight, bias_delta=bias, weight_mask=weight_mask, bias_mask=bias_mask, layer=name)
+
+
+@dataclass(frozen=True)
+class ReconstructionCandidates:
+    """Distinct reconstructions from one upload, most confident first.
+
+    Attributes:
+        images: (k, *input_shape) float32 in [0, 1].
+        confidence: (k,) in [0, 1]; see :func:`reconstruction_candidates`.
+        rows: (k,) the first-layer unit each image was read from.
+        support: (k,) how many units' rows gave this same image (correlation > 0.95).
+        from_bias: (k,) True where the image is ΔW_i / Δb_i, False where the bias was not
+            uploaded and the row was rescaled instead.
+    """
+
+    images: torch.Tensor
+    confidence: np.ndarray
+    rows: np.ndarray
+    support: np.ndarray
+    from_bias: np.ndarray
+
+
+def _check_shape(input_shape: Sequence[int], in_features: int) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(s) for s in input_shape)
+    except (TypeError, ValueError):
+        raise ValueError(f"input_shape must be a tuple of positive ints, got {input_shape!r}") from None
+    if not shape or any(s < 1 for s in shape):
+        raise ValueError(f"input_shape must be a tuple of positive ints, got {input_shape!r}")
+    if math.prod(shape) != in_features:
+        raise ValueError(
+            f"input_shape {shape} has {math.prod(shape)} elements but the first layer takes {in_features} features; reconstruction reads inputs only when the first layer sees the raw flattened input"
+        )
+    return shape
+
+
+def _centred_unit(x: torch.Tensor) -> torch.Tensor:
+    c = x - x.mean(dim=1, keepdim=True)
+    return c / c.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def reconstruction_candidates(update: FirstLayerUpdate, *, input_shape: Sequence[int]) -> ReconstructionCandidates:
+    """Reads one candidate input from every uploaded first-layer row, ranks and de-duplicates them.
+
+    Per row i with at least 3 uploaded weight entries:
+
+    * **bias uploaded and non-zero:** x̂ = ΔW_i / Δb_i on the uploaded entries — exact when one
+      example drove the row, a weighted mean of examples otherwise. Entries outside [0, 1] are
+      clipped (inputs live there). Confidence is the fraction of uploaded entries of x̂ that
+      already lay in [0, 1]: a weighted mean with weights of one sign stays in range, while
+      noise (the DP variant) or opposite-sign mixtures fall out of it.
+    * **bias not uploaded (or no bias):** ΔW_i = c·x for one example with unknown c. Inputs are
+      non-negative, so c's sign is the sign of the row's sum; the row is flipped to make it
+      positive, negatives are set to 0 and it is divided by its maximum (the scale is lost:
+      the brightest pixel becomes 1). Confidence is |Σ ΔW_i| / Σ |ΔW_i|, which is 1 exactly
+      when every entry has one sign, as a single example's row does.
+
+    Entries that were not uploaded are 0 in the image: under largest-|Δw| selection they are
+    the smallest entries of the row, i.e. the darkest pixels, so 0 is the best guess; under
+    random selection they are unknown and 0 is the background of dark-background data.
+
+    Rows are ranked by confidence, then by support (how many other rows read the same image,
+    centred correlation > 0.95: pure single-example rows repeat exactly, mixtures do not), then
+    by the uploaded norm of the row; near-duplicates of a higher-ranked image are dropped.
+
+    Raises:
+        ValueError: ``input_shape`` does not match the first layer's input features.
+    """
+    shape = _check_shape(input_shape, update.in_features)
+    w = update.weight_delta.to(torch.float64)
+    m = update.weight_mask
+    counts = m.sum(dim=1)
+    norms = w.norm(dim=1)
+    keep = (counts >= _MIN_ENTRIES) & (norms > 0)
+    if update.bias_delta is not None and update.bias_mask is not None:
+        b = update.bias_delta.to(torch.float64)
+        has_bias = update.bias_mask & (b.abs() > 1e-12 * norms.clamp_min(1e-30))
+    else:
+        b = torch.zeros(w.shape[0], dtype=torch.float64)
+        has_bias = torch.zeros(w.shape[0], dtype=torch.bool)
+    rows = torch.nonzero(keep).flatten()
+    if rows.numel() == 0:
+        empty = np.zeros(0)
+        return ReconstructionCandidates(images=torch.zeros((0, *shape)), confidence=empty, rows=empty.astype(np.int64), support=empty.astype(np.int64), from_bias=empty.astype(bool))
+    wr, mr, hb = w[rows], m[rows], has_bias[rows]
+    nentries = mr.sum(dim=1).to(torch.float64)
+
+    # Bias path: ratio on uploaded entries.
+    ratio = torch.where(mr, wr / torch.where(hb, b[rows], torch.ones_like(b[rows])).unsqueeze(1), torch.zeros_like(wr))
+    in_range = ((ratio >= -_RANGE_SLACK) & (ratio <= 1 + _RANGE_SLACK) & mr).sum(dim=1).to(torch.float64) / nentries
+    from_ratio = ratio.clamp(0.0, 1.0)
+
+    # No-bias path: sign by the row's sum, scale by its maximum.
+    sign = torch.where(wr.sum(dim=1) >= 0, 1.0, -1.0).to(torch.float64).unsqueeze(1)
+    flipped = (wr * sign).clamp_min(0.0)
+    scaled = flipped / flipped.amax(dim=1, keepdim=True).clamp_min(1e-30)
+    consistency = wr.sum(dim=1).abs() / wr.abs().sum(dim=1).clamp_min(1e-30)
+
+    images = torch.where(hb.unsqueeze(1), from_ratio, scaled)
+    confidence = torch.where(hb, in_range, consistency)
+    row_norm = norms[rows]
+    rank = sorted(range(rows.numel()), key=lambda j: (-float(confidence[j]), -float(row_norm[j])))
+
+    # Merge bias rows that read the same input: where their uploaded entries overlap (≥ 3
+    # shared) they agree to within 0.01 on average. One example's rows are exact copies, so a
+    # sparse (largest-|Δw|) upload that shows each row only some pixels shows their union here.
+    groups: list[list[int]] = []
+    g_sum = torch.zeros(0, wr.shape[1], dtype=torch.float64)
+    g_cnt = torch.zeros(0, wr.shape[1], dtype=torch.float64)
+    for j in rank:
+        if bool(hb[j]) and g_sum.shape[0]:
+            seen = g_cnt > 0
+            overlap = seen & mr[j]
+            n_over = overlap.sum(dim=1)
+            mean_g = g_sum / g_cnt.clamp_min(1)
+            diff = ((mean_g - from_ratio[j]).abs() * overlap).sum(dim=1) / n_over.clamp_min(1)
+            ok = (n_over >= _MIN_ENTRIES) & (diff <= _MERGE_TOLERANCE) & torch.tensor([bool(hb[g[0]]) for g in groups])
+            if bool(ok.any()):
+                k = int(torch.nonzero(ok)[0])
+                groups[k].append(j)
+                g_sum[k] += torch.where(mr[j], from_ratio[j], 0.0)
+                g_cnt[k] += mr[j].to(torch.float64)
+                continue
+        groups.append([j])
+        if bool(hb[j]):
+            g_sum = torch.cat([g_sum, torch.where(mr[j], from_ratio[j], 0.0)[None]])
+            g_cnt = torch.cat([g_cnt, mr[j].to(torch.float64)[None]])
+        else:  # kept apart: its scale is unknown, so it never merges
+            g_sum = torch.cat([g_sum, images[j][None]])
+            g_cnt = torch.cat([g_cnt, torch.zeros(1, wr.shape[1], dtype=torch.float64)])
+    merged = torch.stack([(g_sum[k] / g_cnt[k].clamp_min(1)) if bool(hb[g[0]]) else g_sum[k] for k, g in enumerate(groups)])
+    g_conf = torch.tensor([float(confidence[g].mean()) for g in groups], dtype=torch.float64)
+    g_norm = torch.tensor([float(row_norm[g].max()) for g in groups], dtype=torch.float64)
+    g_rows = torch.tensor([int(rows[g[0]]) for g in groups], dtype=torch.int64)
+    g_bias = torch.tensor([bool(hb[g[0]]) for g in groups])
+    g_support = torch.tensor([len(g) for g in groups], dtype=torch.int64)
+
+    unit = _centred_unit(merged)
+    corr = unit @ unit.T
+    flat_image = merged.std(dim=1) < 1e-9  # constant images carry nothing; correlation is undefined
+    order = sorted(range(len(groups)), key=lambda k: (-float(g_conf[k]), -int(g_support[k]), -float(g_norm[k])))
+    chosen: list[int] = []
+    for k in order:
+        if flat_image[k] or any(float(corr[k, c]) > _DUPLICATE_CORRELATION for c in chosen):
+            continue
+        chosen.append(k)
+    sel = torch.tensor(chosen, dtype=torch.int64)
+    return ReconstructionCandidates(
+        images=merged[sel].to(torch.float32).reshape(len(chosen), *shape),
+        confidence=g_conf[sel].numpy().astype(np.float64),
+        rows=g_rows[sel].numpy().astype(np.int64),
+        support=g_support[sel].numpy().astype(np.int64),
+        from_bias=g_bias[sel].numpy().astype(bool),
+    )
+
+
+def reconstruct_inputs(update: FirstLayerUpdate, *, input_shape: Sequence[int], max_images: int = 16) -> torch.Tensor:
+    """Up to ``max_images`` distinct training inputs read off the upload, most confident first.
+
+    See :func:`reconstruction_candidates` for how each image is read and ranked. Fewer than
+    ``max_images`` come back when the upload holds fewer distinct rows.
+
+    Returns:
+        (k, *input_shape) float32 in [0, 1], k ≤ max_images.
+
+    Raises:
+        ValueError: ``max_images`` < 1, or ``input_shape`` does not match the first layer.
+    """
+    if isinstance(max_images, bool) or not isinstance(max_images, int) or max_images < 1:
+        raise ValueError(f"max_images must be a positive int, got {max_images!r}")
+    return reconstruction_candidates(update, input_shape=input_shape).images[:max_images]
+
+
+# ---------------------------------------------------------------------------------------------
+# SSIM (Wang et al. 2004)
+
+
+def _as_batch(x: Any, name: str) -> tuple[torch.Tensor, bool]:
+    t = torch.as_tensor(x)
+    if not (t.dtype.is_floating_point or t.dtype in (torch.uint8, torch.int64, torch.int32)):
+        raise ValueError(f"{name} must be a real image array, got dtype {t.dtype}")
+    t = t.detach().to(torch.float64).cpu()
+    if t.ndim == 2:
+        t, single = t[None, None], True
+    elif t.ndim == 3:
+        t, single = t[None], True
+    elif t.ndim == 4:
+        single = False
+    else:
+        raise ValueError(f"{name} must have shape (H, W), (C, H, W) or (N, C, H, W), got {tuple(t.shape)}")
+    if t.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(t.shape)}")
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} must be finite")
+    lo, hi = float(t.min()), float(t.max())
+    if lo < -1e-6 or hi > 1 + 1e-6:
+        raise ValueError(f"{name} must lie in [0, 1] (SSIM's data range is 1), got values in [{lo:.4g}, {hi:.4g}]")
+    return t, single
+
+
+def _gaussian_window(size: int, sigma: float) -> torch.Tensor:
+    r = torch.arange(size, dtype=torch.float64) - (size - 1) / 2
+    g = torch.exp(-(r**2) / (2 * sigma**2))
+    g = g / g.sum()
+    return torch.outer(g, g)
+
+
+def ssim(a: Any, b: Any, *, window: int = 11, sigma: float = 1.5) -> torch.Tensor:
+    """Structural similarity (Wang, Bovik, Sheikh & Simoncelli 2004, eq. 13) of images in [0, 1].
+
+    Local means, variances and covariance are taken under a Gaussian window (default 11×11,
+    σ = 1.5, as in the paper), over valid positions only; constants C1 = (0.01·L)², C2 =
+    (0.03·L)² with data range L = 1. The window shrinks to the largest odd size that fits when
+    an image is smaller (7 on 8×8 digits). Multi-channel images average the per-channel SSIM.
+
+    Args:
+        a, b: images of one shape: (H, W), (C, H, W) or a batch (N, C, H, W), values in [0, 1].
+        window: odd window size ≥ 3.
+        sigma: Gaussian σ of the window, > 0.
+
+    Returns:
+        A 0-d tensor for one image, or (N,) for a batch; 1 for identical images.
+
+    Raises:
+        ValueError: ``a`` or ``b`` of a bad shape, empty, not finite or outside [0, 1]; shapes
+            that differ; images smaller than 3×3; a bad ``window`` or ``sigma``.
+    """
+    if isinstance(window, bool) or not isinstance(window, int) or window < 3 or window % 2 == 0:
+        raise ValueError(f"window must be an odd int ≥ 3, got {window!r}")
+    if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"sigma must be a positive number, got {sigma!r}")
+    ta, single = _as_batch(a, "a")
+    tb, _ = _as_batch(b, "b")
+    if ta.shape != tb.shape:
+        raise ValueError(f"b must have the shape of a {tuple(torch.as_tensor(a).shape)}, got {tuple(torch.as_tensor(b).shape)}")
+    n, c, h, w = ta.shape
+    size = min(window, h if h % 2 else h - 1, w if w % 2 else w - 1)
+    if size < 3:
+        raise ValueError(f"a: images must be at least 3×3 for SSIM, got {h}×{w}")
+    kernel = _gaussian_window(size, float(sigma))[None, None]
+    x = ta.reshape(n * c, 1, h, w)
+    y = tb.reshape(n * c, 1, h, w)
+    mu_x = F.conv2d(x, kernel)
+    mu_y = F.conv2d(y, kernel)
+    var_x = F.conv2d(x * x, kernel) - mu_x**2
+    var_y = F.conv2d(y * y, kernel) - mu_y**2
+    cov = F.conv2d(x * y, kernel) - mu_x * mu_y
+    c1, c2 = 0.01**2, 0.03**2
+    smap = ((2 * mu_x * mu_y + c1) * (2 * cov + c2)) / ((mu_x**2 + mu_y**2 + c1) * (var_x + var_y + c2))
+    per_image = smap.reshape(n, c, -1).mean(dim=2).mean(dim=1)
+    return per_image[0] if single else per_image
+
+
+def match_reconstructions(recons: Any, private_images: Any, *, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """Best SSIM of each reconstruction against a set of private inputs, and which one it was.
+
+    Args:
+        recons: (k, *shape) reconstructions in [0, 1], shape (C, H, W) or (H, W).
+        private_images: (n, *shape) the participant's inputs in [0, 1].
+        chunk: pairs scored at once (memory bound).
+
+    Returns:
+        (best_ssim (k,) float64, best_index (k,) int64 into ``private_images``); empty arrays
+        when ``recons`` is empty.
+
+    Raises:
+        ValueError: shapes that do not agree, no private images, values outside [0, 1].
+    """
+    r = torch.as_tensor(recons).detach().to(torch.float64).cpu()
+    p = torch.as_tensor(private_images).detach().to(torch.float64).cpu()
+    if r.ndim not in (3, 4):
+        raise ValueError(f"recons must have shape (k, H, W) or (k, C, H, W), got {tuple(r.shape)}")
+    if p.ndim != r.ndim or p.shape[1:] != r.shape[1:]:
+        raise ValueError(f"private_images must have shape (n, {', '.join(map(str, r.shape[1:]))}) like recons, got {tuple(p.shape)}")
+    if p.shape[0] == 0:
+        raise ValueError("private_images must hold at least one image, got 0")
+    if r.shape[0] == 0:
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    if r.ndim == 3:
+        r, p = r[:, None], p[:, None]
+    _as_batch(r, "recons")
+    _as_batch(p, "private_images")
+    k, n = r.shape[0], p.shape[0]
+    scores = torch.empty(k, n, dtype=torch.float64)
+    per = max(1, int(chunk) // n)
+    for s in range(0, k, per):
+        rr = r[s : s + per]
+        a = rr[:, None].expand(-1, n, *rr.shape[1:]).reshape(-1, *rr.shape[1:])
+        bb = p[None].expand(rr.shape[0], *p.shape).reshape(-1, *p.shape[1:])
+        scores[s : s + rr.shape[0]] = ssim(a, bb).reshape(rr.shape[0], n)
+    best, where = scores.max(dim=1)
+    return best.numpy(), where.numpy().astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Membership from uploads
+
+
+def upload_membership_scores(update: FirstLayerUpdate, candidates: Any, *, chunk: int = 1024) -> np.ndarray:
+    """How strongly each candidate input appears in the upload: higher = more likely a member.
+
+    Score = max over first-layer rows i (with ≥ 3 uploaded entries) of |ρ_i(x)|, the Pearson
+    correlation between the uploaded entries of ΔW_i and the same entries of the candidate x.
+    A row driven by one example is c·x (c of either sign, hence the absolute value), so a member
+    scores 1 exactly in the single-example case and close to 1 whenever some unit was active
+    mostly for it; centring makes the score blind to the offset and scale SGD puts on the row,
+    and restricting to uploaded entries compares only what the server saw. Non-members only
+    correlate as much as they resemble some member. A constant candidate (on a row's entries)
+    scores 0 on that row.
+
+    Args:
+        update: from :func:`first_layer_update`.
+        candidates: (n, *input_shape) inputs, flattened in the order the first layer reads them.
+
+    Returns:
+        (n,) float64 scores in [0, 1]; all 0 when no row has enough uploaded entries.
+
+    Raises:
+        ValueError: candidates of another size than the first layer's input, or not finite.
+    """
+    x = torch.as_tensor(candidates).detach().to(torch.float64).cpu()
+    if x.ndim < 2 or math.prod(x.shape[1:]) != update.in_features:
+        raise ValueError(f"candidates must have shape (n, *input_shape) with {update.in_features} features per input, got {tuple(x.shape)}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("candidates must be finite")
+    x = x.reshape(x.shape[0], -1)
+    w = update.weight_delta.to(torch.float64)
+    m = update.weight_mask.to(torch.float64)
+    cnt = m.sum(dim=1)
+    good = (cnt >= _MIN_ENTRIES) & (w.norm(dim=1) > 0)
+    out = np.zeros(x.shape[0])
+    if not bool(good.any()):
+        return out
+    w, m, cnt = w[good] * m[good], m[good], cnt[good].unsqueeze(1)
+    sw = w.sum(dim=1, keepdim=True)
+    var_w = (w * w).sum(dim=1, keepdim=True) - sw**2 / cnt
+    for s in range(0, x.shape[0], chunk):
+        xc = x[s : s + chunk]
+        sx = m @ xc.T
+        sxx = m @ (xc * xc).T
+        swx = w @ xc.T
+        cov = swx - sw * sx / cnt
+        var_x = sxx - sx**2 / cnt
+        denom = (var_w.clamp_min(0) * var_x.clamp_min(0)).sqrt()
+        rho = torch.where(denom > 1e-12 * cnt, cov / denom.clamp_min(1e-300), torch.zeros_like(cov))
+        out[s : s + xc.shape[0]] = rho.abs().clamp(max=1.0).amax(dim=0).numpy()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The attack end to end
+
+
+@dataclass(frozen=True)
+class UploadReconstruction:
+    """Result of the server's reconstruction attack on one upload (numpy only: JSON + NPZ).
+
+    Attributes:
+        reconstructions: (k, *input_shape) float32 in [0, 1], most confident first.
+        confidence: (k,) from :func:`reconstruction_candidates`.
+        best_ssim: (k,) each reconstruction's best SSIM against the private inputs.
+        matched_ids: (k,) int64 sample id (or position) of the best-matching private input.
+        threshold: SSIM at or above which a reconstruction is recognisable
+            (:data:`RECOGNISABLE_SSIM` unless set).
+        private_count: how many private inputs the reconstructions were matched against.
+    """
+
+    reconstructions: np.ndarray
+    confidence: np.ndarray
+    best_ssim: np.ndarray
+    matched_ids: np.ndarray
+    threshold: float
+    private_count: int
+
+    @property
+    def recognisable(self) -> np.ndarray:
+        """(k,) bool: best SSIM ≥ threshold."""
+        return self.best_ssim >= self.threshold
+
+    @property
+    def fraction_recognisable(self) -> float:
+        """Share of the returned reconstructions that are recognisable (0 when none came back)."""
+        return float(self.recognisable.mean()) if self.best_ssim.size else 0.0
+
+    @property
+    def distinct_recognised(self) -> int:
+        """How many different private inputs some recognisable reconstruction matches: the leak."""
+        return int(np.unique(self.matched_ids[self.recognisable]).size)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready scalars."""
+        return {
+            "reconstructions": int(self.best_ssim.size),
+            "private_count": self.private_count,
+            "threshold": self.threshold,
+            "fraction_recognisable": self.fraction_recognisable,
+            "distinct_recognised": self.distinct_recognised,
+            "best_ssim_max": float(self.best_ssim.max()) if self.best_ssim.size else 0.0,
+            "best_ssim_mean": float(self.best_ssim.mean()) if self.best_ssim.size else 0.0,
+        }
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays, for ``np.savez``."""
+        return {"reconstructions": self.reconstructions, "confidence": self.confidence, "best_ssim": self.best_ssim, "matched_ids": self.matched_ids}
+
+
+def upload_reconstruction_attack(
+    model: nn.Module,
+    indices: Any,
+    values: Any,
+    *,
+    input_shape: Sequence[int],
+    private_images: Any,
+    private_ids: Any = None,
+    max_images: int = 16,
+    threshold: float = RECOGNISABLE_SSIM,
+) -> UploadReconstruction:
+    """Reconstructs inputs from one upload and scores them against the participant's inputs.
+
+    Args:
+        model: the model the upload's flat indices refer to.
+        indices, values: the upload.
+        input_shape: shape of one input, e.g. (1, 28, 28); 2-D shapes are single-channel.
+        private_images: (n, *input_shape) the participant's inputs of that turn (or partition).
+        private_ids: (n,) sample ids to report instead of positions.
+        max_images: most reconstructions to keep.
+        threshold: recognisability threshold on SSIM, in (0, 1].
+
+    Raises:
+        ValueError: see :func:`first_layer_update`, :func:`reconstruct_inputs`,
+            :func:`match_reconstructions`; ``threshold`` outside (0, 1]; ``private_ids`` of
+            another length than ``private_images``.
+    """
+    if not (isinstance(threshold, (int, float)) and 0 < threshold <= 1):
+        raise ValueError(f"threshold must lie in (0, 1], got {threshold!r}")
+    update = first_layer_update(model, indices, values)
+    cands = reconstruction_candidates(update, input_shape=input_shape)
+    k = min(int(max_images), cands.images.shape[0]) if isinstance(max_images, int) and max_images >= 1 else -1
+    if k < 0:
+        raise ValueError(f"max_images must be a positive int, got {max_images!r}")
+    recons = cands.images[:k]
+    priv = torch.as_tensor(private_images).detach().to(torch.float32).cpu()
+    best, where = match_reconstructions(recons, priv)
+    ids = np.arange(priv.shape[0], dtype=np.int64) if private_ids is None else np.asarray(private_ids, dtype=np.int64)
+    if ids.shape != (priv.shape[0],):
+        raise ValueError(f"private_ids must have one id per private image ({priv.shape[0]}), got shape {ids.shape}")
+    return UploadReconstruction(
+        reconstructions=recons.numpy().astype(np.float32),
+        confidence=cands.confidence[:k],
+        best_ssim=best,
+        matched_ids=ids[where] if where.size else np.zeros(0, dtype=np.int64),
+        threshold=float(threshold),
+        private_count=int(priv.shape[0]),
+    )
