@@ -34,7 +34,7 @@ VERBS: dict[str, str] = {
     "datasets": "list the datasets available under the data root",
     "train": "train a registered defense and write its record",
     "audit": "empirical ε lower bound of a training procedure against its claimed ε",
-    "attack": "run attacks (membership inference) against a trained model",
+    "attack": "run attacks (membership inference, model inversion, DSSGD uploads) against a trained model",
     "certify": "certified vs conventional accuracy of a noise-layer model, beside evasion attacks",
     "report": "render every stored result of a run directory as HTML and Markdown",
     "pate": "PATE: the privacy analysis of a teacher-vote matrix from any implementation",

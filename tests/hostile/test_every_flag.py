@@ -91,6 +91,7 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("pate audit", "--threshold-sigma", "1e300"): "a threshold step that reveals nothing: the audit passes",
     ("pate audit", "--seed", "0"): "seed 0 is a seed",
     ("pate attack", "--seed", "0"): "seed 0 is a seed",
+    ("attack uploads", "--seed", "0"): "seed 0 is a seed",
     ("train", "--noise-multiplier", "1e300"): "a claim of ε ≈ 0 for a model that is all noise: valid, useless",
     ("audit", "--noise-multiplier", "1e300"): "a claim of ε ≈ 0: valid, useless",
     ("audit", "--claim-noise-multiplier", "1e300"): "a third party may claim ε ≈ 0; the audit then tests it",
@@ -167,7 +168,7 @@ def test_every_flag_is_covered() -> None:
     """A new flag whose value this table cannot classify must be classified here, not forgotten."""
     assert not UNCLASSIFIED, f"add these flags to FILE_FLAGS, DIR_FLAGS or TEXT_FLAGS: {UNCLASSIFIED}"
     verbs = {c.verb for c in CASES}
-    assert {"epsilon", "datasets", "train", "audit", "attack membership", "attack inversion", "certify", "report", "pate analyze", "pate audit", "pate attack"} <= verbs
+    assert {"epsilon", "datasets", "train", "audit", "attack membership", "attack inversion", "attack uploads", "certify", "report", "pate analyze", "pate audit", "pate attack"} <= verbs
 
 
 # ----------------------------------------------------------------------------- running one case
@@ -181,6 +182,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
         raise Reached
 
     import dpaudit.app.runs.audit as audit_run
+    import dpaudit.app.runs.dssgd as dssgd_run
     import dpaudit.app.runs.inversion as inversion_run
     import dpaudit.app.runs.membership as membership_run
     import dpaudit.app.runs.pate as pate_run
@@ -190,6 +192,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(audit_run, "run_audit", stop)
     monkeypatch.setattr(membership_run, "run_membership", stop)
     monkeypatch.setattr(inversion_run, "run_inversion", stop)
+    monkeypatch.setattr(dssgd_run, "attack_uploads", stop)
     monkeypatch.setattr(pate_run, "attack_aggregator", stop)
     monkeypatch.setattr(train_run, "train_or_load", stop)
     monkeypatch.setattr(certify_verb, "run_certify", stop)
@@ -268,6 +271,8 @@ def _base(verb: str, flag: str, work: Path, record_dir: Path, external: dict[str
         return ["attack", "membership", "--target", str(record_dir), *_owner_of(verb, flag), *extra, "--out", out]
     if verb == "attack inversion":
         return ["attack", "inversion", "--target", str(record_dir), *_owner_of(verb, flag), "--out", out]
+    if verb == "attack uploads":
+        return ["attack", "uploads", "--target", str(record_dir), "--out", out]
     if verb == "certify":
         return ["certify", "--target", str(record_dir), "--out", out]
     if verb == "report":

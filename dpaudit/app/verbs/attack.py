@@ -1,4 +1,6 @@
-"""``dpaudit attack membership|inversion``: membership-inference and model-inversion attacks from the command line.
+"""``dpaudit attack membership|inversion|uploads``: membership-inference and model-inversion attacks from the command line.
+
+``uploads`` is the parameter server's seat of DSSGD (:func:`dpaudit.app.runs.dssgd.attack_uploads`).
 
 Parse → :class:`dpaudit.app.runs.membership.MembershipSpec` → :func:`run_membership` → print;
 ``inversion`` likewise through :class:`dpaudit.app.runs.inversion.InversionSpec`, its attacks and
@@ -79,6 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     flags = add_option_flags(m, {name: spec.config_type for name, spec in MEMBERSHIP_ATTACKS.items()})
     m.set_defaults(func=lambda args: _cmd_membership(args, flags))
     _register_inversion(kinds)
+    _register_uploads(kinds)
 
 
 def _spec(args: argparse.Namespace, flags: Any) -> Any:
@@ -332,5 +335,52 @@ def _cmd_inversion(args: argparse.Namespace, flags: Any) -> int:
     for name in summaries:
         lines.append(f"  {done.results[name].finding()}")
     lines.append(f"  results: {done.result_dir}\n  report: {report}")
+    emit(args, payload, "\n".join(lines))
+    return EXIT_OK
+
+
+def _register_uploads(kinds: Any) -> None:
+    p = kinds.add_parser(
+        "uploads",
+        help="DSSGD: what the parameter server learns from a participant's uploads",
+        description=(
+            "The server's seat of distributed selective SGD (Shokri & Shmatikov 2015): reads the uploads a DSSGD record kept for its "
+            "observed participant (uploads.npz, from `dpaudit train --defense dssgd --observe-participant I`), reconstructs inputs from "
+            "each turn's first-layer update (row i of dW divided by db_i; one example's update is a copy of it), scores the "
+            "reconstructions by SSIM against the participant's partition (recognisable at SSIM >= 0.5), and infers membership of the "
+            "partition from the uploads. The membership result joins the record's other membership results and report."
+        ),
+    )
+    p.add_argument("--target", required=True, type=path_type("--target", must_exist="any"), metavar="RECORD_DIR", help="a DSSGD record directory (the global model's), or its record.json")
+    limit_action(p.add_argument("--max-turns", type=positive_int("--max-turns"), metavar="N", help="attack only the first N turns (default: all kept)"), 10**6, "each turn is one reconstruction")
+    limit_action(
+        p.add_argument("--max-images", type=positive_int("--max-images"), default=16, metavar="K", help="reconstructions kept per turn (default 16)"),
+        10**5,
+        "each is scored against the whole partition",
+    )
+    add_common(p, out=True, seed=True, data_root=True, quiet=True)
+    p.set_defaults(func=_cmd_uploads)
+
+
+def _cmd_uploads(args: argparse.Namespace) -> int:
+    from dpaudit.app.runs.dssgd import attack_uploads
+    from dpaudit.app.runs.report import render_reports
+    from dpaudit.store import RunDir
+
+    check_record("--target", args.target)  # a missing or corrupt record: one line before any work
+    run = RunDir(args.out)
+    # attack_uploads refuses a record that is not DSSGD's, naming the target.
+    done = attack_uploads(target=args.target, run=run, max_turns=args.max_turns, max_images=args.max_images, seed=args.seed, data_root=args.data_root, progress=not args.quiet)
+    index = render_reports(run)
+    report = next((p for p in index.membership if done.model_id in p.name), index.index_html)
+    s = done.summary()
+    payload = {**s, "report": str(report)}
+    lines = [
+        f"server-seat attacks on participant {done.participant} of {done.model_id} ({done.turns} uploads)",
+        f"  reconstruction: best SSIM {s['best_ssim_max']:.3f} (mean over turns {s['best_ssim_mean_over_turns']:.3f}); "
+        f"{s['distinct_recognised_total']} recognisable copies of private inputs (SSIM >= 0.5)",
+        f"  membership from uploads: AUC {s['membership_auc']:.4f}  TPR@1% {s['membership_tpr_at_1pct_fpr']:.4f}",
+        f"  report: {report}",
+    ]
     emit(args, payload, "\n".join(lines))
     return EXIT_OK
