@@ -242,6 +242,7 @@ def attack_rows(args: argparse.Namespace, budget: Budget) -> dict[str, Any]:
     out: dict[str, Any] = {}
     # 1. One turn on k examples (one SGD step), as the server receives it.
     out["turn_leakage"] = []
+    examples: dict[str, Any] = {}
     for k in (1, 8):
         rows = turn_leakage(
             dataset=args.dataset,
@@ -256,7 +257,10 @@ def attack_rows(args: argparse.Namespace, budget: Budget) -> dict[str, Any]:
             data_root=args.data_root,
         )
         out["turn_leakage"] += [r.summary() for r in rows]
+        examples.update({f"{k} x {r.setting}": r.example_reconstruction for r in rows if r.example_reconstruction.size})
         print(f"  turn leakage measured for {k} example(s) per turn", file=sys.stderr)
+    if args.figures:
+        out["reconstruction_figure"] = str(reconstruction_figure(examples, Path(args.figures) / "dssgd-reconstructions.png"))
     # 2. The recorded uploads of participant 0 in the federations of the accuracy and DP tables.
     targets = [(f"theta_u={t:g}", {"upload_fraction": t, "baselines": t == 0.1}) for t in (1.0, 0.1, 0.01)]
     targets += [(f"dp eps={e:g} (theta_u=0.01)", {"upload_fraction": 0.01, "dp_epsilon": e, "bound": args.bound, "threshold": args.threshold, "baselines": False}) for e in budget.dp_epsilons]
@@ -312,6 +316,35 @@ def attack_rows(args: argparse.Namespace, budget: Budget) -> dict[str, Any]:
             }
         )
     return out
+
+
+def reconstruction_figure(examples: dict[str, Any], path: Path) -> Path:
+    """One column per upload setting: the server's best reconstruction above the private input it matches."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from attacks.uploads import ssim
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(2, len(examples), figsize=(1.6 * len(examples), 3.9), squeeze=False)
+    for j, (label, pair) in enumerate(examples.items()):
+        score = float(ssim(pair[0], pair[1]))
+        for i, (img, row) in enumerate(zip(pair, ("reconstruction", "private input"), strict=True)):
+            ax = axes[i][j]
+            ax.imshow(img.reshape(img.shape[-2:]), cmap="gray", vmin=0, vmax=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if j == 0:
+                ax.set_ylabel(row, fontsize=8)
+        axes[0][j].set_title(label.replace(" (", "\n("), fontsize=7)
+        axes[1][j].set_xlabel(f"SSIM {score:.2f}", fontsize=8)
+    fig.suptitle("What the DSSGD server reconstructs from one turn (k examples, one SGD step)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
 
 
 def print_attacks(res: dict[str, Any]) -> None:
@@ -377,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=SECTIONS, action="append", help="run only these sections (repeatable)")
     p.add_argument("--out", required=True, help="run directory (records and results; reused on a rerun)")
     p.add_argument("--json", help="write the measured figures here")
+    p.add_argument("--figures", help="directory for the reconstruction figure (PNG)")
     p.add_argument("--dataset", default="mnist")
     p.add_argument("--data-root")
     p.add_argument("--device", default="cpu")
