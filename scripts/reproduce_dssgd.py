@@ -272,19 +272,17 @@ def attack_rows(args: argparse.Namespace, budget: Budget) -> dict[str, Any]:
         out["uploads"].append({"setting": label, **res.summary()})
     # 3. Membership inference from the participants' seat, through the CLI like any record.
     out["membership"] = []
+    basic = ["--attack", "loss", "--attack", "modified-entropy"]
     for label in ("theta_u=1", "theta_u=0.01"):
         record = records[label]
-        rdir = RunDir(args.out).record_dir(record.model_id)
-        attacks = ["--attack", "loss", "--attack", "modified-entropy", "--attack", "lira-offline", "--num-shadows", str(budget.num_shadows)]
-        res = _cli_json(["attack", "membership", "--target", str(rdir), *attacks, "--num-samples", "1000", "--out", args.out, "--quiet", "--executor", "serial"])
-        for name, summary in res["attacks"].items():
-            out["membership"].append({"setting": label, "model": "global", "attack": name, "auc": summary["auc"], "tpr_at_1pct": summary["tpr_at_fpr"]["0.01"], "epsilon_lb": summary["epsilon_lb"]})
-        local = participant_record_dir(RunDir(args.out).submodel_dir(DEFENSES["dssgd"].submodels), record.model_id, 0)
-        res = _cli_json(["attack", "membership", "--target", str(local), "--attack", "loss", "--attack", "modified-entropy", "--out", args.out, "--quiet"])
-        for name, summary in res["attacks"].items():
-            out["membership"].append(
-                {"setting": label, "model": "participant 0 (local)", "attack": name, "auc": summary["auc"], "tpr_at_1pct": summary["tpr_at_fpr"]["0.01"], "epsilon_lb": summary["epsilon_lb"]}
-            )
+        seats = [
+            ("global", RunDir(args.out).record_dir(record.model_id), [*basic, "--attack", "lira-offline", "--num-shadows", str(budget.num_shadows), "--executor", "serial"]),
+            ("participant 0 (local)", participant_record_dir(RunDir(args.out).submodel_dir(DEFENSES["dssgd"].submodels), record.model_id, 0), basic),
+        ]
+        for seat, rdir, attacks in seats:
+            res = _cli_json(["attack", "membership", "--target", str(rdir), *attacks, "--num-samples", "1000", "--out", args.out, "--quiet"])
+            for name, summary in res["attacks"].items():
+                out["membership"].append({"setting": label, "model": seat, "attack": name, "auc": summary["auc"], "tpr_at_1pct": summary["tpr_at_fpr"]["0.01"], "epsilon_lb": summary["epsilon_lb"]})
     # 4. The canary audit of one turn's upload, without and with the DP variant.
     out["audit"] = []
     for eps in (None, 1.0, 10.0, 100.0):

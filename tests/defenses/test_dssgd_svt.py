@@ -154,7 +154,7 @@ def test_upload_shape_bounds_uniqueness_and_determinism():
     assert len(i3) == 0
 
 
-def test_speed_sanity_100k_entries_10k_uploads():
+def test_ten_thousand_uploads_from_100k_entries_are_all_distinct():
     g = torch.Generator().manual_seed(0)
     d = torch.randn(100_000) * 0.01
     idx, vals = svt_upload(d, count=10_000, epsilon=0.5, bound=0.01, threshold=0.005, generator=g)
