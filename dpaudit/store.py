@@ -286,6 +286,25 @@ class RunDir:
         """
         return self.subdir("records") / safe_stem(name, default="models")
 
+    def find_record_dir(self, model_id: str) -> Path | None:
+        """The directory of the record ``model_id``, at the top of ``records/`` or in a sub-model cache.
+
+        Sub-models are kept as ``records/CACHE/<model id>`` (PATE's teachers) or deeper under a
+        name of their own (a DSSGD participant's ``records/CACHE/<federation>/participant-NNN``);
+        those are found by the ``model_id`` their ``record.json`` states. ``None`` when absent.
+        """
+        root = self.subdir("records")
+        for p in (self.record_dir(model_id), *root.glob(f"*/{model_id}")):
+            if (p / "record.json").is_file():
+                return p
+        for f in sorted(root.glob("*/*/*/record.json")):
+            try:
+                if read_json(f).get("model_id") == model_id:
+                    return f.parent
+            except (OSError, ValueError):
+                continue  # a damaged record elsewhere is not this lookup's business
+        return None
+
     def record_dirs(self) -> list[Path]:
         """Every finished record (those whose record.json exists), sorted by name."""
         return self._children("records", "record.json")

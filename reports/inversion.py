@@ -118,9 +118,9 @@ def load_inversion_targets(run_dir: str | Path | RunDir) -> list[InversionTarget
         if not results:
             continue
         model_id = results[0].model_id
-        # A sub-model (a PATE teacher, say) is a record in a cache under records/, not at its top.
-        found = [p for p in (run.record_dir(model_id), *run.subdir("records").glob(f"*/{model_id}")) if (p / "record.json").is_file()]
-        record = load_record(found[0]) if found else None
+        # A sub-model (a PATE teacher, a DSSGD participant) is a record in a cache under records/.
+        found = run.find_record_dir(model_id)
+        record = load_record(found) if found is not None else None
         targets.append(InversionTarget(model_id=model_id, results=tuple(results), record=record, result_dir=d))
 
     def order(t: InversionTarget) -> tuple[float, str]:

@@ -156,8 +156,8 @@ def write_membership_report(
     if len(targets) != 1:
         raise ValueError(f"results must be against exactly one target, got {targets}")
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    record_dir = run.record_dir(targets[0])
-    if epsilons is None and (record_dir / "record.json").is_file():
+    record_dir = run.find_record_dir(targets[0])  # also a sub-model's (a PATE teacher, a DSSGD participant)
+    if epsilons is None and record_dir is not None:
         record = load_record(record_dir)
         epsilons, claim_description = record.claim.epsilons(delta=delta), record.claim.statement()
     sections = membership_sections(items, epsilons=epsilons, claim_description=claim_description, delta=delta, confidence=confidence)

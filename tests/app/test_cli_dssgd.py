@@ -85,3 +85,19 @@ def test_upload_audit_finds_the_canary_without_dp_and_stays_below_the_turns_clai
     assert plain.epsilon_lb > 1.0
     private = audit_upload(dataset="digits", model="digits-mlp", partition_size=50, upload_fraction=0.01, dp_epsilon=1.0, trials=200, progress=False)
     assert private.epsilon_lb <= private.epsilon_ub and private.details["epsilon_per_parameter"] == 1.0
+
+
+def test_reports_find_a_participants_record_for_its_claim(dssgd_run, cli) -> None:
+    from dpaudit.store import RunDir
+
+    out, payload = dssgd_run
+    local = sorted((out / "records" / "dssgd-participants").glob("*/participant-002"))[0]
+    record = load_record(local)
+    run = RunDir(out)
+    assert run.find_record_dir(record.model_id) == local
+    assert run.find_record_dir(load_record(Path(payload["record_path"])).model_id) == Path(payload["record_path"])
+    assert run.find_record_dir("no-such-model") is None
+    code, _, err = cli.run("attack", "membership", "--target", str(local), "--attack", "loss", "--out", str(out), "--quiet")
+    assert code == 0, err
+    page = (out / "reports").glob(f"membership-{record.model_id}*.html")
+    assert "participant 2" in next(page).read_text()

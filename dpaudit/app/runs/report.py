@@ -119,11 +119,11 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
         if not results:
             continue
         model_id = results[0].model_id
-        # A sub-model (a PATE teacher) is a record in a cache under records/, not at its top.
-        found = [d for d in (run.record_dir(model_id), *run.subdir("records").glob(f"*/{model_id}")) if (d / "record.json").is_file()]
+        # A sub-model (a PATE teacher, a DSSGD participant) is a record in a cache under records/.
+        found = run.find_record_dir(model_id)
         epsilons, description = None, ""
-        if found:
-            record = load_record(found[0])
+        if found is not None:
+            record = load_record(found)
             delta = float(record.metrics.get("delta") or record.config.get("delta") or 1e-5)
             epsilons, description = record.claim.epsilons(delta=delta), record.claim.statement()
         else:
