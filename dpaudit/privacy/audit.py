@@ -9,8 +9,9 @@ that turn scores and a :class:`~dpaudit.privacy.claims.PrivacyClaim` into one:
   Clopper–Pearson (Kairouz, Oh & Viswanath 2015, Thm 2.1) or the Gaussian-DP estimator of
   Nasr et al. (2023, "Tight Auditing", §4), with an honest threshold choice (Bonferroni or
   split, audit.md §2);
-* :func:`audit_from_one_run` — m canaries of one training run (Steinke, Nasr & Jagielski
-  2023, Thm 3.1);
+* :func:`audit_from_one_run` — m canaries of one training run, bounded by Steinke, Nasr &
+  Jagielski (2023, Thm 3.1) or, with ``bound="fdp"``, by the f-DP analysis of Mahloujifar,
+  Melis & Chaudhuri (2025, Algorithm 3; :mod:`dpaudit.privacy.fdp_one_run`);
 * :func:`gaussian_step_claim` — the claim of ONE un-sampled Gaussian step, the mechanism the
   white-box per-step game exercises (see :mod:`attacks.audit_procedures`);
 * :func:`composed_gdp_epsilon` — the central-limit composition of per-step μ over T
@@ -42,6 +43,7 @@ from dpaudit.privacy.audit_stats import (
     point_estimate,
 )
 from dpaudit.privacy.claims import DPClaim, PrivacyClaim
+from dpaudit.privacy.fdp_one_run import TRADEOFF_CURVES, fdp_one_run_bound_from_scores, fdp_one_run_epsilon_lb
 from dpaudit.privacy.gaussian import gdp_epsilon
 from dpaudit.results.audit import AUDIT_BOUNDS, AUDIT_METHODS, RESULT_FILE, THREAT_MODELS, AuditResult, load_audit_result, save_audit_result
 
@@ -52,12 +54,18 @@ __all__ = [
     "AuditResult",
     "audit_from_scores",
     "audit_from_one_run",
+    "ONE_RUN_BOUND_CHOICES",
     "gaussian_step_claim",
     "composed_gdp_epsilon",
     "save_audit_result",
     "load_audit_result",
     "RESULT_FILE",
 ]
+
+#: ``audit_from_one_run(bound=…)``: Steinke et al. (2023) or the f-DP bound of Mahloujifar et al. (2025).
+ONE_RUN_BOUND_CHOICES = ("steinke", "fdp")
+#: The value the stored :class:`AuditResult` carries in its ``bound`` field for each choice.
+_ONE_RUN_RESULT_BOUND = {"steinke": "one-run", "fdp": "one-run-fdp"}
 
 # One-run audits guess IN for the top-k and OUT for the bottom-k scores (Steinke et al. 2023, §5).
 _STRATEGIES = (*THRESHOLD_STRATEGIES, "top-bottom")
@@ -200,11 +208,14 @@ def _gdp_point_estimate(s_in: np.ndarray, s_out: np.ndarray, *, delta: float, nu
     return 0.0 if best <= 0 else gdp_epsilon(mu=best, delta=delta)
 
 
-def one_run_curve(scores: np.ndarray, included: np.ndarray, *, delta: float, confidence: float, guess_counts: Sequence[int]) -> list[tuple[int, int, float]]:
+def one_run_curve(
+    scores: np.ndarray, included: np.ndarray, *, delta: float, confidence: float, guess_counts: Sequence[int], bound: str = "steinke", curve: str = "gaussian", sampling_rate: float = 1.0
+) -> list[tuple[int, int, float]]:
     """(guesses r, correct v, ε_LB) for each k in ``guess_counts``, each bounded on its own.
 
     For plotting ε_LB against the number of guesses; each point is valid alone, the curve's
-    maximum is not (it would need the Bonferroni factor the headline bound pays).
+    maximum is not (it would need the Bonferroni factor the headline bound pays). ``bound``
+    picks Steinke et al. (2023) or the f-DP bound (``curve``, ``sampling_rate``).
     """
     from dpaudit.privacy.audit_stats import one_run_epsilon_lb
 
@@ -215,7 +226,11 @@ def one_run_curve(scores: np.ndarray, included: np.ndarray, *, delta: float, con
         if 2 * k > m:
             continue
         correct = int(included[order[:k]].sum() + (~included[order[m - k :]]).sum())
-        out.append((2 * k, correct, one_run_epsilon_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, delta=delta, confidence=confidence)))
+        if bound == "fdp":
+            eps = fdp_one_run_epsilon_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, delta=delta, confidence=confidence, curve=curve, sampling_rate=sampling_rate)
+        else:
+            eps = one_run_epsilon_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, delta=delta, confidence=confidence)
+        out.append((2 * k, correct, eps))
     return out
 
 
@@ -229,8 +244,18 @@ def audit_from_one_run(
     guess_counts: Sequence[int] | None = None,
     threat_model: str = "black-box",
     details: Mapping[str, Any] | None = None,
+    bound: str = "steinke",
+    curve: str = "gaussian",
+    sampling_rate: float = 1.0,
 ) -> AuditResult:
-    """One-run ε_LB (Steinke, Nasr & Jagielski 2023) from m canary scores, against ``claim``.
+    """One-run ε_LB from m canary scores, against ``claim``.
+
+    Two analyses of the same game. ``steinke`` (the default): Steinke, Nasr & Jagielski (2023,
+    Thm 3.1), an (ε, δ) lower bound valid for every mechanism. ``fdp``: Mahloujifar, Melis &
+    Chaudhuri (2025, Algorithm 3), which rejects a whole trade-off curve and so gets much closer
+    to the true ε from the same guesses, but whose ε is a lower bound only for mechanisms in the
+    assumed family (``curve``: the Gaussian G_μ, or one subsampled Gaussian step C_q(G_μ)); the
+    result's ``bound`` field is ``one-run`` or ``one-run-fdp`` and ``details`` name the family.
 
     Args:
         scores: one score per canary (higher = IN).
@@ -238,23 +263,47 @@ def audit_from_one_run(
         claim: the training's claim.
         delta: δ of both bounds.
         confidence: confidence of ε_LB.
-        guess_counts: the k values (top-k guessed IN, bottom-k OUT) tried, Bonferroni over them.
+        guess_counts: the k values (top-k guessed IN, bottom-k OUT) tried, Bonferroni over them
+            (default: the same grid for both bounds, fractions 2 %–50 % of m).
         threat_model: ``black-box`` or ``white-box``.
         details: extra facts to keep.
+        bound: ``steinke`` or ``fdp``.
+        curve: ``fdp`` only: ``gaussian`` or ``subsampled-gaussian``.
+        sampling_rate: ``fdp`` with ``subsampled-gaussian`` only: the step's q.
     """
     delta = v.open_unit("delta", delta)
+    bound = v.choice("bound", bound, ONE_RUN_BOUND_CHOICES)
+    curve = v.choice("curve", curve, TRADEOFF_CURVES)
+    sampling_rate = v.half_open_unit("sampling_rate", sampling_rate)
+    if bound == "steinke" and (curve != "gaussian" or sampling_rate != 1.0):
+        raise ValueError(f"curve and sampling_rate apply to bound='fdp'; got bound='steinke', curve={curve!r}, sampling_rate={sampling_rate!r}")
     s = np.asarray(scores, dtype=float).reshape(-1)
     inc = np.asarray(included, dtype=bool).reshape(-1)
-    eps, r, correct = one_run_bound_from_scores(s, inc, delta=delta, confidence=confidence, guess_counts=guess_counts)
-    acc, ub, by = _upper(claim, delta)
     m = s.size
+    extra: dict[str, Any] = {"one_run_bound": bound}
+    if bound == "fdp":
+        # The same default grid as Steinke's path, so switching the bound changes nothing else.
+        counts = list(guess_counts) if guess_counts is not None else sorted({max(1, int(m * f)) for f in (0.02, 0.05, 0.1, 0.2, 0.5)})
+        eps, mu, r, correct = fdp_one_run_bound_from_scores(s, inc, delta=delta, confidence=confidence, guess_counts=counts, curve=curve, sampling_rate=sampling_rate)
+        extra.update(
+            {
+                "mu_lb": mu,
+                "tradeoff_curve": curve,
+                "sampling_rate": sampling_rate,
+                "bound_assumption": "epsilon_lb is the epsilon at delta of the rejected trade-off curve: a lower bound for mechanisms whose curve is in this family",
+            }
+        )
+    else:
+        eps, r, correct = one_run_bound_from_scores(s, inc, delta=delta, confidence=confidence, guess_counts=guess_counts)
+    acc, ub, by = _upper(claim, delta)
     ks = sorted({k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if 2 * k <= m} | ({r // 2} if r else set()))
-    curve = one_run_curve(s, inc, delta=delta, confidence=confidence, guess_counts=ks)
+    points = one_run_curve(s, inc, delta=delta, confidence=confidence, guess_counts=ks, bound=bound, curve=curve, sampling_rate=sampling_rate)
     info = {
         "num_guesses": r,
         "num_correct": correct,
         "num_canaries": m,
-        "guess_curve": [{"num_guesses": a, "num_correct": b, "epsilon_lb": c} for a, b, c in curve],
+        "guess_curve": [{"num_guesses": a, "num_correct": b, "epsilon_lb": c} for a, b, c in points],
+        **extra,
         **dict(details or {}),
     }
     estimate = point_estimate(s[inc], s[~inc], delta=delta) if inc.any() and (~inc).any() else None
@@ -262,7 +311,7 @@ def audit_from_one_run(
         epsilon_lb=eps,
         confidence=confidence,
         method="one-run",
-        bound="one-run",
+        bound=_ONE_RUN_RESULT_BOUND[bound],
         delta=delta,
         threshold_strategy="top-bottom",
         num_in=int(inc.sum()),

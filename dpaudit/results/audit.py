@@ -21,10 +21,13 @@ from dpaudit.store import SCHEMA_VERSION, atomic_write_json, read_json
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import thaw as _thaw
 
-__all__ = ["AUDIT_METHODS", "AUDIT_BOUNDS", "THREAT_MODELS", "RESULT_FILE", "AuditResult", "save_audit_result", "load_audit_result"]
+__all__ = ["AUDIT_METHODS", "AUDIT_BOUNDS", "ONE_RUN_BOUNDS", "THREAT_MODELS", "RESULT_FILE", "AuditResult", "save_audit_result", "load_audit_result"]
 
 AUDIT_METHODS = ("multi-run", "one-run", "white-box")
-AUDIT_BOUNDS = ("clopper-pearson", "gdp", "one-run")
+AUDIT_BOUNDS = ("clopper-pearson", "gdp", "one-run", "one-run-fdp")
+#: The bounds of the one-run game: Steinke, Nasr & Jagielski (2023), and the f-DP bound of
+#: Mahloujifar, Melis & Chaudhuri (2025) (:mod:`dpaudit.privacy.fdp_one_run`).
+ONE_RUN_BOUNDS = ("one-run", "one-run-fdp")
 THREAT_MODELS = ("black-box", "white-box")
 RESULT_FILE = "result.json"
 # One-run audits guess IN for the top-k and OUT for the bottom-k scores (Steinke et al. 2023, §5).
@@ -42,7 +45,8 @@ class AuditResult:
         method: the game: ``multi-run`` (one observation per training), ``one-run`` (m
             canaries in one training) or ``white-box`` (one observation per released step).
         bound: ``clopper-pearson``, ``gdp`` (assumes a Gaussian trade-off curve, exact for a
-            Gaussian mechanism) or ``one-run``.
+            Gaussian mechanism), ``one-run`` (Steinke et al. 2023) or ``one-run-fdp``
+            (Mahloujifar et al. 2025; assumes the trade-off curve family named in ``details``).
         delta: the δ at which both bounds are stated.
         threshold_strategy: how the test was chosen: ``bonferroni``, ``split`` or
             ``top-bottom`` (one-run guesses).
@@ -105,8 +109,8 @@ class AuditResult:
         if not isinstance(self.details, Mapping):
             raise TypeError(f"details must be a mapping, got {type(self.details).__name__}")
         object.__setattr__(self, "details", _freeze(self.details))
-        if self.method == "one-run" and self.bound != "one-run":
-            raise ValueError(f"method 'one-run' needs bound 'one-run', got bound={self.bound!r}")
+        if self.method == "one-run" and self.bound not in ONE_RUN_BOUNDS:
+            raise ValueError(f"method 'one-run' needs a bound in {ONE_RUN_BOUNDS}, got bound={self.bound!r}")
 
     @property
     def violation(self) -> bool:

@@ -24,6 +24,7 @@ import json
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, 
 from dpaudit.callables import callable_fingerprint, resolve_callable
 from dpaudit.data import ArrayDataset, load_dataset, make_splits
 from dpaudit.locks import unit_lock
-from dpaudit.privacy.audit import AuditResult
+from dpaudit.privacy.audit import ONE_RUN_BOUND_CHOICES, AuditResult
 from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.store import RunDir, to_jsonable
 
@@ -164,6 +165,9 @@ class AuditSpec:
         num_members: training-set size (default: the dataset split's own).
         num_trials: multi-run: trainings per side (default 50); white-box: runs pooled (default 1).
         num_canaries: one-run: canaries m.
+        one_run_bound: one-run: ``steinke`` (Steinke, Nasr & Jagielski 2023) or ``fdp``
+            (Mahloujifar, Melis & Chaudhuri 2025, Gaussian trade-off curve); see
+            :func:`dpaudit.privacy.audit.audit_from_one_run`.
         canary: multi-run input canary, ``clipbkd`` or ``mislabelled``.
         group_size: multi-run canary copies k (ε_LB is divided by k).
         confidence: confidence of ε_LB.
@@ -196,6 +200,7 @@ class AuditSpec:
     num_members: int | None = None
     num_trials: int | None = None
     num_canaries: int = 100
+    one_run_bound: str = "steinke"
     canary: str = "clipbkd"
     group_size: int = 1
     confidence: float = 0.95
@@ -213,6 +218,9 @@ class AuditSpec:
         v.choice("threat", self.threat, THREATS)
         v.choice("method", self.method, METHODS)
         v.choice("canary", self.canary, CANARY_KINDS)
+        v.choice("one_run_bound", self.one_run_bound, ONE_RUN_BOUND_CHOICES)
+        if self.one_run_bound != "steinke" and self.method != "one-run":
+            raise ValueError(f"one_run_bound applies to method='one-run', got method={self.method!r}, one_run_bound={self.one_run_bound!r}")
         object.__setattr__(self, "delta", v.open_unit("delta", self.delta))
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         object.__setattr__(self, "sampling_rate", v.half_open_unit("sampling_rate", self.sampling_rate))
@@ -420,6 +428,8 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
             pool = bundle.all().subset(splits.non_members if len(splits.non_members) >= m else np.concatenate([splits.non_members, splits.population]))
             cans = mislabelled_canaries(pool, num_canaries=m, seed=spec.seed, id_offset=id_offset)
             cfg = {**described, "canary": "mislabelled", "num_canaries": m}
+            if spec.one_run_bound != "steinke":  # Steinke audits keep the names they always had
+                cfg["one_run_bound"] = spec.one_run_bound
             name = spec.name or f"one-run-{_hash(cfg)}"
             call = functools.partial(
                 ap.one_run_audit,
@@ -436,6 +446,28 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
         # and mixes nothing; it is refused, naming the holder.
         with unit_lock(run.path, f"audit-{name}"):
             result = call()
+            if spec.method == "one-run" and spec.threat == "black-box" and spec.one_run_bound == "fdp":
+                result = _rebound_one_run(result, run.audit_dir(name), claim=claim, spec=spec)
     finally:
         executor.close()
     return result
+
+
+#: Keys :func:`audit_from_one_run` computes itself; the rest of a result's details are carried over.
+_ONE_RUN_COMPUTED = ("num_guesses", "num_correct", "num_canaries", "guess_curve", "one_run_bound", "mu_lb", "tradeoff_curve", "sampling_rate", "bound_assumption")
+
+
+def _rebound_one_run(result: AuditResult, directory: Path, *, claim: PrivacyClaim, spec: AuditSpec) -> AuditResult:
+    """The one-run game's stored scores bounded again with the f-DP bound; replaces ``result.json``.
+
+    The game (one training, the canary scores in ``scores.npz``) is the same for both bounds;
+    only the statistics differ, so the training is not repeated for it.
+    """
+    from dpaudit.privacy.audit import audit_from_one_run, save_audit_result
+
+    with np.load(directory / "scores.npz", allow_pickle=False) as stored:
+        scores, included = stored["scores"], stored["included"].astype(bool)
+    kept = {k: x for k, x in result.details.items() if k not in _ONE_RUN_COMPUTED}
+    fdp = audit_from_one_run(scores, included, claim=claim, delta=spec.delta, confidence=spec.confidence, threat_model=result.threat_model, details=kept, bound=spec.one_run_bound)
+    save_audit_result(fdp, directory)
+    return fdp

@@ -73,6 +73,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from dpaudit.store import RunDir
 
     claim = _claim_from_args(args)
+    if args.one_run_bound is not None and args.method != "one-run":
+        raise UsageError(f"--one-run-bound applies to --method one-run, got --method {args.method}", argument="--one-run-bound")
     if args.train_fn is not None:
         from dpaudit.callables import resolve_callable
 
@@ -108,6 +110,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         num_members=args.num_members,
         num_trials=args.num_trials,
         num_canaries=args.num_canaries,
+        one_run_bound=args.one_run_bound or "steinke",
         canary=args.canary,
         group_size=args.group_size,
         confidence=args.confidence,
@@ -205,6 +208,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--num-canaries", type=arg("--num-canaries", lambda n, x: v.integer(n, x, minimum=2), int), default=100, help="one-run: number of canaries m (default 100)"),
         10**5,
         "the canaries join the training set",
+    )
+    p.add_argument(
+        "--one-run-bound",
+        choices=("steinke", "fdp"),
+        default=None,
+        help="one-run: steinke (Steinke et al. 2023, valid for any mechanism; the default) or fdp (Mahloujifar et al. 2025: "
+        "rejects a Gaussian trade-off curve; much tighter, a lower bound only for mechanisms with a Gaussian-shaped curve)",
     )
     p.add_argument("--canary", choices=("clipbkd", "mislabelled"), default="clipbkd", help="multi-run input canary (default clipbkd)")
     limit_action(p.add_argument("--group-size", type=pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)"), 10**4, "each copy joins the training set")
