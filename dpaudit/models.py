@@ -139,6 +139,18 @@ def _mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 128, a
     return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), hidden), act(), nn.Linear(hidden, num_classes))
 
 
+def _dssgd_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: tuple[int, int] = (128, 64)) -> nn.Module:
+    # Shokri & Shmatikov (2015, §6.1): two hidden ReLU layers of 128 and 64 units. The stated
+    # counts pin them down: 402,250 parameters on SVHN (3,072 inputs) and 140,106 on MNIST, which
+    # is this network on MNIST framed to 32×32 (1,024 inputs). We feed MNIST at 28×28 as every
+    # other model of the suite does (109,386 parameters): the frame adds only inputs that are
+    # constant over the dataset.
+    if not (isinstance(hidden, (tuple, list)) and len(hidden) == 2):
+        raise ValueError(f"hidden must be two layer widths, got {hidden!r}")
+    h1, h2 = (v.integer("hidden", h, minimum=1) for h in hidden)
+    return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), h1), nn.ReLU(), nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, num_classes))
+
+
 def _dssgd_cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 200) -> nn.Module:
     # Shokri & Shmatikov (2015, §6.1) state 105,506 parameters for their MNIST CNN; two 5×5 valid
     # convolutions with 32 and 64 filters, a 3×3 then a 2×2 max-pool and a 200-unit layer give
@@ -195,7 +207,7 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(name="hgm-cnn", builder=_hgm_cnn, summary="conv5×5×32, pool, conv5×5×64, pool, FC256, FC (Phan et al. 2019)"),
         ModelSpec(name="cifar10-cnn", builder=_cifar10_cnn, summary="conv3×3×128, conv5×5×128, conv5×5×256 + GroupNorm, FC256 (Phan et al. 2019)"),
         ModelSpec(name="digits-mlp", builder=_mlp, summary="64 → 128 ReLU → 10, for 8×8 digits"),
-        ModelSpec(name="dssgd-mlp", builder=_mlp, summary="784 → 128 ReLU → 10: 101,770 parameters on MNIST (Shokri & Shmatikov 2015)"),
+        ModelSpec(name="dssgd-mlp", builder=_dssgd_mlp, summary="784 → 128 → 64 ReLU → 10: 109,386 parameters on MNIST (Shokri & Shmatikov 2015; 140,106 on their 32×32 frame)"),
         ModelSpec(name="dssgd-cnn", builder=_dssgd_cnn, summary="conv5×5×32, pool3, conv5×5×64, pool2, FC200: 105,506 parameters on MNIST (Shokri & Shmatikov 2015)"),
         ModelSpec(name="softmax-regression", builder=_softmax_regression, summary="one linear layer + softmax (Fredrikson et al. 2015's softmax target)"),
         ModelSpec(name="faces-mlp", builder=_faces_mlp, summary="3000 sigmoid hidden units (Fredrikson et al. 2015)"),
