@@ -62,7 +62,8 @@ class Budget:
     upload_turns: int = 10
     num_shadows: int = 4
     timing_participants: int = 30
-    timing_rounds: int = 3
+    timing_rounds: int = 5
+    timing_model: str = "dssgd-cnn"
 
 
 QUICK = Budget(
@@ -77,6 +78,7 @@ QUICK = Budget(
     num_shadows=2,
     timing_participants=4,
     timing_rounds=1,
+    timing_model="dssgd-mlp",
 )
 FULL = Budget(
     rounds={"dssgd-mlp": 60, "dssgd-cnn": 60},
@@ -371,7 +373,7 @@ def timing_rows(args: argparse.Namespace, budget: Budget) -> list[dict[str, Any]
     for workers in (1, 2):
         spec = TrainSpec(
             defense="dssgd",
-            model="dssgd-mlp",
+            model=budget.timing_model,
             dataset=args.dataset,
             config=default_config(
                 "dssgd", participants=budget.timing_participants, rounds=budget.timing_rounds, upload_fraction=0.1, schedule="async", baselines=False, learning_rate=args.learning_rate
@@ -388,13 +390,24 @@ def timing_rows(args: argparse.Namespace, budget: Budget) -> list[dict[str, Any]
         started = time.monotonic()
         outcome = train_or_load(spec, RunDir(Path(args.out) / f"timing-{workers}-workers"))
         m = outcome.record.metrics
-        rows.append({"workers": workers, "engine": m["engine"], "seconds_per_round": m["seconds_per_round"], "wall_seconds": time.monotonic() - started, "test_accuracy": m["test_accuracy"]})
+        rows.append(
+            {
+                "workers": workers,
+                "model": budget.timing_model,
+                "rounds": budget.timing_rounds,
+                "participants": budget.timing_participants,
+                "engine": m["engine"],
+                "seconds_per_round": m["seconds_per_round"],
+                "wall_seconds": time.monotonic() - started,
+                "test_accuracy": m["test_accuracy"],
+            }
+        )
     rows[1]["speedup_per_round"] = rows[0]["seconds_per_round"] / rows[1]["seconds_per_round"]
     return rows
 
 
 def print_timing(rows: list[dict[str, Any]]) -> None:
-    print("\nTime per round on Flower's simulation engine (Ray; async schedule, MLP)")
+    print(f"\nTime per round on Flower's simulation engine (Ray; async schedule, {rows[0]['model']}, {rows[0]['participants']} participants, {rows[0]['rounds']} rounds)")
     for r in rows:
         extra = f"  speed-up {r['speedup_per_round']:.2f}x" if "speedup_per_round" in r else ""
         print(f"  {r['workers']} worker(s): {r['seconds_per_round']:.2f} s per round, {r['wall_seconds']:.0f} s wall with Ray's start{extra}")

@@ -306,8 +306,8 @@ def run_flower(
         rounds: turns per participant.
         download_fraction: θ_d.
         schedule: one of :data:`~defenses.dssgd.protocol.SCHEDULES`.
-        num_workers: how many ClientApps may train at once (Ray gives each client
-            ``cpus / num_workers`` CPUs, and Ray is started with just those CPUs).
+        num_workers: how many ClientApps may train at once (each on one CPU; Ray is started
+            with ``num_workers`` CPUs).
         on_upload: called in this process with every upload after the server applied it.
         on_round: called with each round index (for ``async``: all at the end).
         progress: show Flower's INFO logs.
@@ -330,9 +330,11 @@ def run_flower(
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
     workers = min(num_workers, setup.num_participants)
-    cpus = max(1, os.cpu_count() or 1)
-    cpus_per_client = max(1, cpus // workers)
-    # Each client's torch threads follow its CPU share, so 1 and 2 workers use the same cores.
+    # One CPU (so one torch thread: Ray sets OMP_NUM_THREADS to the actor's CPUs) per client:
+    # participants are the parallel axis, so W workers use W cores. Giving a lone client every
+    # core instead made 1 worker up to 45x slower per round on 2 busy cores (OpenMP threads
+    # waiting on a core another process holds), which measured the threads, not the workers.
+    cpus_per_client = 1
     backend_config: dict[str, Any] = {
         "client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
         "init_args": {
