@@ -11,11 +11,19 @@ Three numbers per bound and row:
 
 * ``expected``: the expected counts (:func:`idealised_gaussian_counts`), best k over a grid,
   deterministic;
-* ``simulated``: mean ± sd over seeded runs of the best k over the same grid; like the paper's
-  table, the k is chosen after seeing the run without paying for the choice (an idealised
-  figure of what the bound can reach, not an audit);
+* ``simulated``: mean ± standard error over seeded runs (seeds 0, 1, …, none dropped) of the
+  best guess count per run over 50 log-spaced total guess counts from 10 to m (the grid of the
+  Gaussian example in the authors' PrivacyGuard library). LABELLED AS THE PAPER'S PROTOCOL: the
+  count is chosen after seeing the run and nothing is paid for the choice, so this is an
+  idealised figure of what the bound can reach, not an audit;
 * ``honest``: the first simulated run bounded as :func:`dpaudit.privacy.audit.audit_from_one_run`
   does it (Bonferroni over the default guess grid), which is what a user gets.
+
+Why ``expected`` stays below the published f-DP column while ``simulated`` comes close: the f-DP
+bound drops by about 0.7 in ε per wrong guess among the top scores, so the number of wrong
+guesses, not its mean, drives it, and picking the count after the fact favours runs and counts
+with few of them. The recursion itself agrees step for step with the authors' implementation
+(see :mod:`dpaudit.privacy.fdp_one_run`).
 
 Usage: ``python scripts/reproduce_fdp_one_run.py [--seeds 10] [--quick] [--json FILE]``.
 """
@@ -63,6 +71,11 @@ def best_over_k(m: int, counts: list[tuple[int, int]]) -> tuple[float, float, in
     return best_f, best_s, r_f, r_s
 
 
+def paper_grid(m: int, num: int = 50) -> list[int]:
+    """Guesses per side for 50 log-spaced total guess counts from 10 to m (each ≥ 1, ≤ m/2)."""
+    return sorted({max(1, int(n) // 2) for n in np.logspace(1, np.log10(m), num)})
+
+
 def simulate(mu: float, m: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng([seed, m, int(mu * 1000)])
     included = rng.random(m) < 0.5
@@ -82,7 +95,7 @@ def pct(ours: float, published: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, default=10, help="simulated runs per row (default 10; the 10^6-canary row uses at most 5)")
+    p.add_argument("--seeds", type=int, default=20, help="simulated runs per row (default 20; the 10^6-canary row uses at most 10)")
     p.add_argument("--quick", action="store_true", help="expected counts only (no simulation): seconds")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the measured figures here")
     args = p.parse_args(argv)
@@ -103,12 +116,13 @@ def main(argv: list[str] | None = None) -> int:
             "expected": {"fdp": exp_f, "steinke": exp_s, "fdp_num_guesses": exp_rf, "steinke_num_guesses": exp_rs},
         }
         if not args.quick:
-            n = min(args.seeds, 5) if m > 10**5 else args.seeds
+            n = min(args.seeds, 10) if m > 10**5 else args.seeds
             sims_f, sims_s = [], []
             honest: dict = {}
+            sim_ks = paper_grid(m)
             for seed in range(n):
                 scores, included = simulate(mu, m, seed)
-                f, s, _, _ = best_over_k(m, counts_from_run(scores, included, ks))
+                f, s, _, _ = best_over_k(m, counts_from_run(scores, included, sim_ks))
                 sims_f.append(f)
                 sims_s.append(s)
                 if seed == 0:
@@ -119,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
                 "runs": n,
                 "fdp_mean": float(np.mean(sims_f)),
                 "fdp_sd": float(np.std(sims_f, ddof=1)) if n > 1 else 0.0,
+                "fdp_se": float(np.std(sims_f, ddof=1) / np.sqrt(n)) if n > 1 else 0.0,
                 "steinke_mean": float(np.mean(sims_s)),
                 "steinke_sd": float(np.std(sims_s, ddof=1)) if n > 1 else 0.0,
+                "steinke_se": float(np.std(sims_s, ddof=1) / np.sqrt(n)) if n > 1 else 0.0,
                 "fdp_runs": sims_f,
                 "steinke_runs": sims_s,
             }
@@ -141,17 +157,18 @@ def main(argv: list[str] | None = None) -> int:
         line = f"{row['true_epsilon']:8.2f} {row['num_canaries']:6.0e} | {pf:8.2f} {ef:8.2f} {pct(ef, pf):+6.1f}"
         if "simulated" in row:
             sim = row["simulated"]
-            line += f" {sim['fdp_mean']:6.2f}±{sim['fdp_sd']:<5.2f} {pct(sim['fdp_mean'], pf):+6.1f}"
+            line += f" {sim['fdp_mean']:6.2f}±{sim['fdp_se']:<5.2f} {pct(sim['fdp_mean'], pf):+6.1f}"
         else:
             line += f" {'-':>12} {'':>6}"
         line += f" | {ps:7.2f} {es:8.2f} {pct(es, ps):+6.1f}"
         if "simulated" in row:
             sim = row["simulated"]
-            line += f" {sim['steinke_mean']:6.2f}±{sim['steinke_sd']:<5.2f} {pct(sim['steinke_mean'], ps):+6.1f}"
+            line += f" {sim['steinke_mean']:6.2f}±{sim['steinke_se']:<5.2f} {pct(sim['steinke_mean'], ps):+6.1f}"
             line += f" | {row['honest']['fdp']:11.2f} {row['honest']['steinke']:10.2f}"
         print(line)
     print(
-        "\nexpected: expected counts, best k (uncorrected); simulated: mean ± sd over seeded runs, best k per run (uncorrected, as the paper's idealised table);"
+        "\nexpected: expected counts, best k (uncorrected); simulated (paper's protocol): mean ± standard error over seeds 0..n-1,"
+        "\n  best of 50 log-spaced guess counts per run, chosen after the fact and uncorrected (an idealised figure, not an audit);"
         "\nhonest: one run, Bonferroni over the default guess grid (what `dpaudit audit --method one-run` reports)."
     )
     if args.json is not None:
