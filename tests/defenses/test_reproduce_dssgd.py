@@ -33,5 +33,5 @@ def test_reproduce_dssgd_quick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     assert leak[(1, "theta_u=1")]["best_ssim"] > 0.99 and leak[(1, "theta_u=1")]["recognised_share"] == 1.0
     assert leak[(1, "dp eps=1 (theta_u=0.1)")]["best_ssim"] < leak[(1, "theta_u=0.1")]["best_ssim"]
     assert {r["model"] for r in measured["attacks"]["membership"]} == {"global", "participant 0 (local)"}
-    assert all(a["epsilon_lb"] <= a["epsilon_ub_turn"] for a in measured["attacks"]["audit"])
+    assert all(a["epsilon_lb"] <= float(a["epsilon_ub_turn"]) for a in measured["attacks"]["audit"])  # JSON writes inf as "inf"
     assert [t["workers"] for t in measured["timing"]] == [1, 2] and measured["timing"][1]["speedup_per_round"] > 0
