@@ -82,6 +82,7 @@ from dpaudit.store import (
 
 __all__ = [
     "TrainFn",
+    "TrialFailed",
     "HookedTrainer",
     "TrialStore",
     "black_box_trial",
@@ -93,6 +94,29 @@ __all__ = [
 
 TrainFn = Callable[..., nn.Module]
 DatasetLike = ArrayDataset | Callable[[], ArrayDataset]
+
+
+class TrialFailed(Exception):
+    """A training function failed in one trial: it raised, returned something other than an
+    ``nn.Module``, or returned a model that cannot score the canaries.
+
+    The message is one line naming the trial index and its seed (and, for a model that rejects
+    the data, the input shape it was given). Raised inside the trial, so it crosses process
+    boundaries as text; trials finished before it stay stored (:func:`_run` says how many).
+
+    Attributes:
+        index: the trial index (``trials/trial-NNNNN.npz``).
+        seed: the seed the training function was called with.
+    """
+
+    def __init__(self, message: str, index: int, seed: int) -> None:
+        super().__init__(message)
+        self.index = index
+        self.seed = seed
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled into and out of worker processes: rebuild from the three values, not from args.
+        return (type(self), (str(self), self.index, self.seed))
 
 
 class HookedTrainer(Protocol):
@@ -165,25 +189,61 @@ def _run(store: TrialStore, jobs: list[tuple[int, Job]], executor: Executor | No
         return
     index = {job.key: i for i, job in todo}
     ex = executor if executor is not None else SerialExecutor()
-    with Progress(len(todo), description, enabled=progress) as bar:
-        for job, result in ex.run([job for _, job in todo]):
-            store.save(index[job.key], result)
-            bar.update(1)
+    try:
+        with Progress(len(todo), description, enabled=progress) as bar:
+            for job, result in ex.run([job for _, job in todo]):
+                store.save(index[job.key], result)
+                bar.update(1)
+    except TrialFailed as exc:
+        kept = sum(store.done(i) for i, _ in jobs)
+        where = f"{kept} finished trial{'s' if kept != 1 else ''} kept in {store.path}; rerun the same command to resume from them" if kept else "no finished trial to keep"
+        raise TrialFailed(f"{exc}; {where}", exc.index, exc.seed) from exc
 
 
 # ----------------------------------------------------------------------------- trials
-def black_box_trial(*, train_fn: TrainFn, dataset: DatasetLike, canaries: ArrayDataset, include: Sequence[bool] | np.ndarray, seed: int) -> dict[str, np.ndarray]:
+def black_box_trial(*, train_fn: TrainFn, dataset: DatasetLike, canaries: ArrayDataset, include: Sequence[bool] | np.ndarray, seed: int, index: int = 0) -> dict[str, np.ndarray]:
     """One training on ``dataset`` plus the included canaries; every canary's score.
+
+    Args:
+        train_fn: ``train(dataset, *, seed) -> nn.Module``.
+        dataset: the clean training data (or a loader of it).
+        canaries: the canaries, scored on the final model.
+        include: which canaries join the training data.
+        seed: the training's seed.
+        index: the trial's index, named in errors.
 
     Returns:
         ``{"scores": negative loss of each canary on the final model, "included": mask, "seed"}``.
+
+    Raises:
+        TrialFailed: ``train_fn`` raised, returned something other than an ``nn.Module``, or
+            returned a model that cannot score the canaries (the message names the shape).
     """
     data = _dataset(dataset)
     mask = np.asarray(include, dtype=bool).reshape(-1)
-    model = train_fn(with_canaries(data, canaries, mask), seed=seed)
+    where = f"trial {index} (seed {seed})"
+    try:
+        model = train_fn(with_canaries(data, canaries, mask), seed=seed)
+    except Exception as exc:  # third-party code: any failure is reported with the trial that hit it
+        raise TrialFailed(f"the training function raised {type(exc).__name__}: {_one_line(exc)} in {where}", index, seed) from exc
     if not isinstance(model, nn.Module):
-        raise TypeError(f"the training function must return a torch.nn.Module, got {type(model).__name__}")
-    return {"scores": loss_scores(model, canaries.features, canaries.labels), "included": mask, "seed": np.array(seed)}
+        raise TrialFailed(f"the training function returned a {type(model).__name__}, not a torch.nn.Module, in {where}", index, seed)
+    try:
+        scores = loss_scores(model, canaries.features, canaries.labels)
+    except Exception as exc:
+        shape = tuple(canaries.features.shape)
+        raise TrialFailed(
+            f"the model the training function returned in {where} cannot score inputs of shape {shape} "
+            f"(a batch of {shape[0]} example{'s' if shape[0] != 1 else ''} of shape {shape[1:]}, dtype {str(canaries.features.dtype).removeprefix('torch.')}, "
+            f"{canaries.num_classes} classes): {type(exc).__name__}: {_one_line(exc)}",
+            index,
+            seed,
+        ) from exc
+    return {"scores": scores, "included": mask, "seed": np.array(seed)}
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or "(no message)"
 
 
 def white_box_trial(
@@ -276,7 +336,14 @@ def multi_run_audit(
     for i in range(2 * r):
         include = np.full(k, i % 2 == 0)
         jobs.append(
-            (i, Job(key=f"trial-{i}", fn=black_box_trial, kwargs={"train_fn": train_fn, "dataset": dataset, "canaries": canaries, "include": include, "seed": derive_seed(seed, "audit-trial", i)}))
+            (
+                i,
+                Job(
+                    key=f"trial-{i}",
+                    fn=black_box_trial,
+                    kwargs={"train_fn": train_fn, "dataset": dataset, "canaries": canaries, "include": include, "seed": derive_seed(seed, "audit-trial", i), "index": i},
+                ),
+            )
         )
     _run(store, jobs, executor, f"multi-run audit ({2 * r} trainings)", progress)
     s_in, s_out = [], []
@@ -337,7 +404,7 @@ def one_run_audit(
         raise ValueError(f"canaries must hold at least 2 canaries for a one-run audit, got {m}")
     store = TrialStore(directory, {"method": "one-run", "num_canaries": m, "seed": seed, **dict(config or {})})
     include = numpy_rng(seed, "one-run/include").random(m) < 0.5
-    job = Job(key="trial-0", fn=black_box_trial, kwargs={"train_fn": train_fn, "dataset": dataset, "canaries": canaries, "include": include, "seed": derive_seed(seed, "audit-trial", 0)})
+    job = Job(key="trial-0", fn=black_box_trial, kwargs={"train_fn": train_fn, "dataset": dataset, "canaries": canaries, "include": include, "seed": derive_seed(seed, "audit-trial", 0), "index": 0})
     _run(store, [(0, job)], None, "one-run audit (1 training)", progress)
     res = store.load(0)
     scores, inc = res["scores"], res["included"].astype(bool)

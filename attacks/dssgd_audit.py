@@ -332,4 +332,5 @@ def dssgd_upload_audit(
     if not math.isfinite(chosen.epsilon_ub):
         info["epsilon_ub_note"] = "the claim states no finite ε (no privacy mechanism)"
     # Each statistic's bound holds at per_stat; their maximum holds at ``confidence``.
-    return dataclasses.replace(chosen, confidence=confidence, details=info)
+    # The design's ceiling is the larger of the statistics' ceilings (ε_LB is their maximum).
+    return dataclasses.replace(chosen, confidence=confidence, details=info, ceiling=max(float(results[s].ceiling or 0.0) for s in STATISTICS))

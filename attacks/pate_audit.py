@@ -40,7 +40,7 @@ import numpy as np
 
 from dpaudit import _validate as v
 from dpaudit.privacy import pate
-from dpaudit.privacy.audit import AuditResult
+from dpaudit.privacy.audit import AuditResult, audit_ceiling
 from dpaudit.privacy.audit_stats import epsilon_from_rates, epsilon_lb_from_counts
 from dpaudit.seeding import derive_seed
 
@@ -352,6 +352,7 @@ def pate_audit(
     }
     return AuditResult(
         epsilon_lb=best[0],
+        ceiling=audit_ceiling(bound="clopper-pearson", delta=d, confidence=conf, num_in=n, num_out=n, num_tests=num_tests),
         confidence=conf,
         method="multi-run",
         bound="clopper-pearson",

@@ -8,7 +8,12 @@ returns a figure; saving is left to :mod:`reports.render`. Shown:
 * IN/OUT score histograms;
 * the ROC curve on log–log axes (Carlini et al. 2022, "Membership Inference Attacks From
   First Principles", §III: the low-FPR regime is what privacy is about);
-* for one-run audits, ε_LB against the number of guesses (Steinke, Nasr & Jagielski 2023, Fig. 2).
+* for one-run audits, ε_LB against the number of guesses (Steinke, Nasr & Jagielski 2023, Fig. 2);
+* ε_LB and its ceiling (the largest ε_LB the design could show: a perfect attack on the same
+  counts) against the number of trials or canaries, recomputed on prefixes of the stored scores
+  by :func:`dpaudit.privacy.audit.epsilon_lb_by_trials` and handed in as an
+  :class:`~dpaudit.results.audit.EpsilonByTrials`: ε_LB far below a high ceiling is a weak
+  attack; ε_LB at a low ceiling is a design that needs more trials.
 
 Torch-free: it renders from a stored :class:`~dpaudit.results.audit.AuditResult` and ``scores.npz``.
 """
@@ -27,11 +32,11 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
-from dpaudit.results.audit import AuditResult
+from dpaudit.results.audit import AuditResult, EpsilonByTrials
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.render import Banner, Figure, Items, Section, Table, accountant_table, format_number
 
-__all__ = ["score_histogram", "roc_figure", "guess_curve_figure", "bounds_table", "audit_section", "split_scores"]
+__all__ = ["score_histogram", "roc_figure", "guess_curve_figure", "ceiling_figure", "bounds_table", "audit_section", "split_scores"]
 
 
 def _axes(ax: Axes | None, size: tuple[float, float] = (6.0, 3.6)) -> tuple[MplFigure, Axes]:
@@ -103,6 +108,25 @@ def guess_curve_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFig
     return fig
 
 
+def ceiling_figure(curve: EpsilonByTrials, result: AuditResult, *, ax: Axes | None = None) -> MplFigure:
+    """ε_LB and its ceiling against the number of observations (prefixes of the stored scores), with ε_UB."""
+    fig, ax = _axes(ax, size=(6.4, 3.6))
+    n = list(curve.num_observations)
+    ax.plot(n, list(curve.ceiling), **style("ceiling"), label="ceiling (perfect attack, same design)")
+    ax.plot(n, list(curve.epsilon_lb), **style("epsilon_lb"), label=f"ε_LB ({result.bound}, {result.confidence:.0%})")
+    if math.isfinite(result.epsilon_ub):
+        ax.axhline(result.epsilon_ub, ls=":", lw=1.5, color=colour("epsilon_ub"), label=f"ε_UB = {result.epsilon_ub:.3g} ({result.accountant})")
+    if len(n) > 1 and n[-1] / max(n[0], 1) >= 10:
+        ax.set_xscale("log")
+    # ε ≥ 0; a little room below 0 so markers at ε_LB = 0 are drawn whole, not cut by the axis.
+    ax.set_ylim(bottom=-0.03 * max(ax.get_ylim()[1], 1e-3))
+    ax.set_xlabel(f"number of {curve.unit} (IN + OUT)")
+    ax.set_ylabel("ε")
+    ax.grid(True, alpha=0.3)
+    legend_outside(ax)
+    return fig
+
+
 def bounds_table(result: AuditResult) -> Table:
     """ε_LB (with method, bound, confidence, δ and counts) beside ε_UB under each accountant."""
     rows: list[list[Any]] = [
@@ -113,6 +137,10 @@ def bounds_table(result: AuditResult) -> Table:
             + (f", group size {result.group_size}" if result.group_size > 1 else ""),
         ]
     ]
+    if result.ceiling is not None:
+        rows.append(["ceiling (largest ε_LB this design can show)", result.ceiling, "the same counts, Bonferroni factor, confidence, δ and bound with a perfect attack; more trials raise it"])
+    else:
+        rows.append(["ceiling (largest ε_LB this design can show)", None, "not recorded: this result was stored before ceilings were reported"])
     rows.append([f"ε_UB (tightest accountant: {result.accountant})", result.epsilon_ub, result.claim_description])
     if result.epsilon_estimate is not None:
         rows.append(["ε estimate (not a bound)", result.epsilon_estimate, str(result.details.get("estimate_kind", "point estimate"))])
@@ -126,8 +154,23 @@ def bounds_table(result: AuditResult) -> Table:
     return Table(columns=["quantity", "ε", "how"], rows=rows, caption=f"δ = {result.delta:g}; confidence {result.confidence:.0%}.")
 
 
-def audit_section(result: AuditResult, scores: Mapping[str, np.ndarray] | None = None, *, title: str = "Audit") -> Section:
-    """The report section of one audit: verdict banner (stored), bounds, ε per accountant, evidence, figures."""
+def audit_section(
+    result: AuditResult,
+    scores: Mapping[str, np.ndarray] | None = None,
+    *,
+    title: str = "Audit",
+    trials_curve: EpsilonByTrials | None = None,
+    no_trials_curve: str = "no IN/OUT scores were stored for this audit",
+) -> Section:
+    """The report section of one audit: verdict banner (stored), bounds, ε per accountant, evidence, figures.
+
+    Args:
+        result: the stored audit result.
+        scores: its ``scores.npz``, if stored.
+        title: the section title.
+        trials_curve: ε_LB and the ceiling on prefixes of the scores (computed by the caller).
+        no_trials_curve: what the report says in place of that plot when it is ``None``.
+    """
     blocks: list[Any] = []
     ub = format_number(result.epsilon_ub)
     # The verdict is the result's own (AuditResult.violation); the report only words it.
@@ -162,6 +205,14 @@ def audit_section(result: AuditResult, scores: Mapping[str, np.ndarray] | None =
     why = "no IN/OUT scores were stored for this audit" if not scores else "one of the IN/OUT score sets is empty"
     blocks.append(Figure(figure=score_histogram(s_in, s_out) if drawable else None, name="scores", caption="IN and OUT scores (higher = IN)", empty=why))
     blocks.append(Figure(figure=roc_figure(s_in, s_out) if drawable else None, name="roc", caption="ROC of the threshold test, log–log axes", empty=why))
+    blocks.append(
+        Figure(
+            figure=ceiling_figure(trials_curve, result) if trials_curve is not None else None,
+            name="ceiling",
+            caption=f"ε_LB and its ceiling (a perfect attack on the same design) against the number of {trials_curve.unit if trials_curve else 'observations'}: each point audits the first n observations as the full audit did",
+            empty=no_trials_curve,
+        )
+    )
     if result.method == "one-run":
         blocks.append(
             Figure(

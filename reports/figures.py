@@ -55,6 +55,7 @@ PALETTE: Mapping[str, str] = {
     # audits and references
     "epsilon_lb": "#D62728",
     "epsilon_ub": "#000000",
+    "ceiling": "#117733",
     "in": "#D62728",
     "out": "#1F77B4",
     "chance": "#999999",
@@ -83,6 +84,8 @@ MARKERS: Mapping[str, str] = {
     "rmia-offline": "v",
     "shadow": "P",
     "threshold": "X",
+    "epsilon_lb": "o",
+    "ceiling": "s",
 }
 
 #: Line style per method (evasion attacks get four different dash patterns).
@@ -99,6 +102,7 @@ LINESTYLES: Mapping[str, str | tuple[int, tuple[int, ...]]] = {
     "shadow": "-.",
     "lira-offline": "--",
     "rmia-offline": "--",
+    "ceiling": "--",
 }
 
 # Methods the palette does not list get a colour from this ring, chosen by a stable hash of the

@@ -14,6 +14,10 @@ that turn scores and a :class:`~dpaudit.privacy.claims.PrivacyClaim` into one:
   Melis & Chaudhuri (2025, Algorithm 3; :mod:`dpaudit.privacy.fdp_one_run`);
 * :func:`gaussian_step_claim` — the claim of ONE un-sampled Gaussian step, the mechanism the
   white-box per-step game exercises (see :mod:`attacks.audit_procedures`);
+* :func:`audit_ceiling` — the largest ε_LB an audit's design could produce: its counts with a
+  perfect attack (every IN scored above every OUT; for one-run, every guess correct). Every
+  result carries it as ``ceiling``, so ε_LB reads against what the design could have shown;
+  :func:`epsilon_lb_by_trials` recomputes both on prefixes of stored scores for the report;
 * :func:`composed_gdp_epsilon` — the central-limit composition of per-step μ over T
   Poisson-sampled steps (Dong, Roth & Su 2019, Thm 3.5; Nasr et al. 2023, §4). An
   approximation, reported only as an *estimate*, never as a bound.
@@ -38,20 +42,28 @@ import numpy as np
 from dpaudit import _validate as v
 from dpaudit.privacy.audit_stats import (
     THRESHOLD_STRATEGIES,
+    ThresholdBound,
     bound_from_scores,
+    epsilon_lb_from_counts,
+    gdp_epsilon_lb_from_counts,
     one_run_bound_from_scores,
+    one_run_correct_guesses,
+    one_run_epsilon_lb,
     point_estimate,
 )
 from dpaudit.privacy.claims import DPClaim, PrivacyClaim
-from dpaudit.privacy.fdp_one_run import TRADEOFF_CURVES, fdp_one_run_bound_from_scores, fdp_one_run_epsilon_lb
+from dpaudit.privacy.fdp_one_run import TRADEOFF_CURVES, curve_epsilon, fdp_one_run_epsilon_lb, fdp_one_run_mu_lb
 from dpaudit.privacy.gaussian import gdp_epsilon
-from dpaudit.results.audit import AUDIT_BOUNDS, AUDIT_METHODS, RESULT_FILE, THREAT_MODELS, AuditResult, load_audit_result, save_audit_result
+from dpaudit.results.audit import AUDIT_BOUNDS, AUDIT_METHODS, ONE_RUN_BOUNDS, RESULT_FILE, THREAT_MODELS, AuditResult, EpsilonByTrials, load_audit_result, save_audit_result
 
 __all__ = [
     "AUDIT_METHODS",
     "AUDIT_BOUNDS",
     "THREAT_MODELS",
     "AuditResult",
+    "EpsilonByTrials",
+    "audit_ceiling",
+    "epsilon_lb_by_trials",
     "audit_from_scores",
     "audit_from_one_run",
     "ONE_RUN_BOUND_CHOICES",
@@ -102,6 +114,94 @@ def composed_gdp_epsilon(*, mu_step: float, sampling_rate: float, num_steps: int
     return gdp_epsilon(mu=total, delta=delta) if total > 0 else 0.0
 
 
+def audit_ceiling(
+    *,
+    bound: str,
+    delta: float,
+    confidence: float,
+    num_in: int,
+    num_out: int,
+    num_tests: int = 1,
+    group_size: int = 1,
+    guess_counts: Sequence[int] = (),
+    curve: str = "gaussian",
+    sampling_rate: float = 1.0,
+) -> float:
+    """The largest ε_LB an audit of this design can report: its own counts with a perfect attack.
+
+    The ceiling depends on the design only — the numbers of observations, the Bonferroni factor,
+    the confidence, δ, the group size and the bound — never on the scores. With zero errors a
+    Clopper–Pearson bound on n observations per side is capped near ln(n) (audit.md §1: 3.28 at
+    n = 100, 5.60 at 1,000, 95 %); Steinke, Nasr & Jagielski (2023, Thm 3.1)'s one-run bound by its
+    guess count (audit.md §4: 3.49 at r = 100). Each bound is monotone in the errors (a larger
+    false-positive or false-negative count raises the Clopper–Pearson upper rates; a smaller
+    correct count raises the one-run p-value), so no attack on the same design exceeds it.
+
+    Args:
+        bound: the result's bound (:data:`AUDIT_BOUNDS`): ``clopper-pearson`` or ``gdp`` (IN/OUT
+            observations), ``one-run`` (Steinke et al. 2023) or ``one-run-fdp`` (Mahloujifar,
+            Melis & Chaudhuri 2025).
+        delta: δ of the bound.
+        confidence: confidence of the bound (before the Bonferroni factor).
+        num_in: IN observations the bound is computed on (for ``split``, the bounding half); for
+            one-run, the IN canaries.
+        num_out: OUT observations (OUT canaries for one-run).
+        num_tests: the Bonferroni factor the audit paid (candidate thresholds, or guess counts).
+        group_size: canary multiplicity k (the bound is divided by k).
+        guess_counts: one-run only: the k tried (top-k guessed IN, bottom-k OUT). A perfect
+            attack gets min(k, IN) + min(k, OUT) of the 2k guesses right.
+        curve: ``one-run-fdp`` only: the trade-off curve family.
+        sampling_rate: ``one-run-fdp`` with ``subsampled-gaussian`` only: the step's q.
+
+    Returns:
+        The ceiling ≥ 0 (the same units as ε_LB: already divided by ``group_size``).
+
+    Raises:
+        ValueError: a bad argument, named with its value (e.g. a guess count above m/2).
+    """
+    bound = v.choice("bound", bound, AUDIT_BOUNDS)
+    delta = v.open_unit("delta", delta)
+    confidence = v.open_unit("confidence", confidence)
+    n_in = v.integer("num_in", num_in, minimum=0)
+    n_out = v.integer("num_out", num_out, minimum=0)
+    tests = v.integer("num_tests", num_tests, minimum=1)
+    k = v.integer("group_size", group_size, minimum=1)
+    if bound in ONE_RUN_BOUNDS:
+        m = n_in + n_out
+        counts = [v.integer("guess_counts[i]", c, minimum=1) for c in guess_counts]
+        if not counts:
+            raise ValueError(f"guess_counts must hold at least one k for bound={bound!r}, got none")
+        best = 0.0
+        for c in counts:
+            if 2 * c > m:
+                raise ValueError(f"guess_counts entries must be <= m/2 = {m // 2}, got {c}")
+            correct = min(c, n_in) + min(c, n_out)
+            if bound == "one-run-fdp":
+                eps = fdp_one_run_epsilon_lb(num_canaries=m, num_guesses=2 * c, num_correct=correct, delta=delta, confidence=confidence, num_tests=tests, curve=curve, sampling_rate=sampling_rate)
+            else:
+                eps = one_run_epsilon_lb(num_canaries=m, num_guesses=2 * c, num_correct=correct, delta=delta, confidence=confidence, num_tests=tests)
+            best = max(best, eps)
+        return best / k
+    if n_in == 0 or n_out == 0:
+        return 0.0  # one side unobserved: no test can tell IN from OUT
+    # A perfect attack: every IN observation guessed IN, no OUT observation guessed IN.
+    if bound == "clopper-pearson":
+        return epsilon_lb_from_counts(true_positives=n_in, num_in=n_in, false_positives=0, num_out=n_out, delta=delta, confidence=confidence, group_size=k, num_tests=tests)
+    return gdp_epsilon_lb_from_counts(true_positives=n_in, num_in=n_in, false_positives=0, num_out=n_out, delta=delta, confidence=confidence, num_tests=tests) / k
+
+
+def _default_guess_counts(m: int) -> list[int]:
+    """The one-run guess counts tried by default: 2, 5, 10, 20 and 50 % of m (both bounds)."""
+    return sorted({max(1, int(m * f)) for f in (0.02, 0.05, 0.1, 0.2, 0.5)})
+
+
+def _scores_bound(s_in: np.ndarray, s_out: np.ndarray, *, delta: float, confidence: float, bound: str, strategy: str, num_thresholds: int, group_size: int, seed: int) -> tuple[ThresholdBound, float]:
+    """(the threshold bound, its ceiling): the one computation behind ε_LB of IN/OUT observations."""
+    tb = bound_from_scores(s_in, s_out, delta=delta, confidence=confidence, method=bound, strategy=strategy, num_thresholds=num_thresholds, group_size=group_size, seed=seed)
+    ceiling = audit_ceiling(bound=bound, delta=delta, confidence=confidence, num_in=tb.num_in, num_out=tb.num_out, num_tests=tb.num_tests, group_size=group_size)
+    return tb, ceiling
+
+
 def audit_from_scores(
     in_scores: Sequence[float] | np.ndarray,
     out_scores: Sequence[float] | np.ndarray,
@@ -138,24 +238,15 @@ def audit_from_scores(
 
     Returns:
         The :class:`AuditResult`; ``epsilon_estimate`` is the uncorrected best-threshold
-        ratio estimate (an estimate, never a bound).
+        ratio estimate (an estimate, never a bound); ``ceiling`` what a perfect attack would
+        give on the same bounding counts and Bonferroni factor (:func:`audit_ceiling`).
     """
     v.choice("method", method, ("multi-run", "white-box"))
     v.choice("bound", bound, ("clopper-pearson", "gdp"))
     delta = v.open_unit("delta", delta)
-    tb = bound_from_scores(
-        in_scores,
-        out_scores,
-        delta=delta,
-        confidence=confidence,
-        method=bound,
-        strategy=strategy,
-        num_thresholds=num_thresholds,
-        group_size=group_size,
-        seed=seed,
-    )
-    acc, ub, by = _upper(claim, delta)
     s_in, s_out = np.asarray(in_scores, dtype=float).reshape(-1), np.asarray(out_scores, dtype=float).reshape(-1)
+    tb, ceiling = _scores_bound(s_in, s_out, delta=delta, confidence=confidence, bound=bound, strategy=strategy, num_thresholds=num_thresholds, group_size=group_size, seed=seed)
+    acc, ub, by = _upper(claim, delta)
     if bound == "gdp":
         estimate, kind = _gdp_point_estimate(s_in, s_out, delta=delta, num_thresholds=num_thresholds), "GDP fit of the raw rates at the best candidate threshold (an estimate, not a bound)"
     else:
@@ -168,11 +259,14 @@ def audit_from_scores(
         "bounding_num_in": tb.num_in,
         "bounding_num_out": tb.num_out,
         "num_tests": tb.num_tests,
+        "num_thresholds": num_thresholds,
+        **({"split_seed": seed} if strategy == "split" else {}),
         "estimate_kind": kind,
         **dict(details or {}),
     }
     return AuditResult(
         epsilon_lb=tb.epsilon_lb,
+        ceiling=ceiling,
         confidence=confidence,
         method=method,
         bound=bound,
@@ -209,29 +303,73 @@ def _gdp_point_estimate(s_in: np.ndarray, s_out: np.ndarray, *, delta: float, nu
 
 
 def one_run_curve(
-    scores: np.ndarray, included: np.ndarray, *, delta: float, confidence: float, guess_counts: Sequence[int], bound: str = "steinke", curve: str = "gaussian", sampling_rate: float = 1.0
+    scores: np.ndarray,
+    included: np.ndarray,
+    *,
+    delta: float,
+    confidence: float,
+    guess_counts: Sequence[int],
+    bound: str = "steinke",
+    curve: str = "gaussian",
+    sampling_rate: float = 1.0,
+    seed: int = 0,
 ) -> list[tuple[int, int, float]]:
     """(guesses r, correct v, ε_LB) for each k in ``guess_counts``, each bounded on its own.
 
     For plotting ε_LB against the number of guesses; each point is valid alone, the curve's
     maximum is not (it would need the Bonferroni factor the headline bound pays). ``bound``
-    picks Steinke et al. (2023) or the f-DP bound (``curve``, ``sampling_rate``).
+    picks Steinke et al. (2023) or the f-DP bound (``curve``, ``sampling_rate``); guesses are
+    counted as for the headline bound (:func:`one_run_correct_guesses`, ``seed``).
     """
-    from dpaudit.privacy.audit_stats import one_run_epsilon_lb
-
     m = scores.size
-    order = np.argsort(-scores, kind="stable")
+    ks = [k for k in guess_counts if 2 * k <= m]
     out = []
-    for k in guess_counts:
-        if 2 * k > m:
-            continue
-        correct = int(included[order[:k]].sum() + (~included[order[m - k :]]).sum())
+    for k, correct in zip(ks, one_run_correct_guesses(scores, included, ks, seed=seed)):
         if bound == "fdp":
             eps = fdp_one_run_epsilon_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, delta=delta, confidence=confidence, curve=curve, sampling_rate=sampling_rate)
         else:
             eps = one_run_epsilon_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, delta=delta, confidence=confidence)
         out.append((2 * k, correct, eps))
     return out
+
+
+def _one_run_bound(
+    s: np.ndarray, inc: np.ndarray, *, delta: float, confidence: float, counts: Sequence[int], bound: str, curve: str, sampling_rate: float, seed: int
+) -> tuple[float, int, int, dict[str, Any], float]:
+    """(ε_LB, guesses r, correct v, bound-specific details, ceiling) of the one-run game.
+
+    Both bounds count the guesses the same way (:func:`one_run_correct_guesses`: ties never
+    decide a guess) and pay the same Bonferroni factor over ``counts``.
+    """
+    extra: dict[str, Any] = {}
+    if bound == "fdp":
+        m = s.size
+        best = (0.0, 0.0, 2 * counts[0], 0)
+        for k, c in zip(counts, one_run_correct_guesses(s, inc, counts, seed=seed)):
+            mu_k = fdp_one_run_mu_lb(num_canaries=m, num_guesses=2 * k, num_correct=c, confidence=confidence, num_tests=len(counts), curve=curve, sampling_rate=sampling_rate)
+            if mu_k > best[1] or best[3] == 0:
+                best = (curve_epsilon(mu=mu_k, delta=delta, curve=curve, sampling_rate=sampling_rate), mu_k, 2 * k, c)
+        eps, mu, r, correct = best
+        extra = {
+            "mu_lb": mu,
+            "tradeoff_curve": curve,
+            "sampling_rate": sampling_rate,
+            "bound_assumption": "epsilon_lb is the epsilon at delta of the rejected trade-off curve: a lower bound for mechanisms whose curve is in this family",
+        }
+    else:
+        eps, r, correct = one_run_bound_from_scores(s, inc, delta=delta, confidence=confidence, guess_counts=counts, seed=seed)
+    ceiling = audit_ceiling(
+        bound=_ONE_RUN_RESULT_BOUND[bound],
+        delta=delta,
+        confidence=confidence,
+        num_in=int(inc.sum()),
+        num_out=int((~inc).sum()),
+        num_tests=len(counts),
+        guess_counts=counts,
+        curve=curve,
+        sampling_rate=sampling_rate,
+    )
+    return eps, r, correct, extra, ceiling
 
 
 def audit_from_one_run(
@@ -247,6 +385,7 @@ def audit_from_one_run(
     bound: str = "steinke",
     curve: str = "gaussian",
     sampling_rate: float = 1.0,
+    seed: int = 0,
 ) -> AuditResult:
     """One-run ε_LB from m canary scores, against ``claim``.
 
@@ -256,6 +395,7 @@ def audit_from_one_run(
     to the true ε from the same guesses, but whose ε is a lower bound only for mechanisms in the
     assumed family (``curve``: the Gaussian G_μ, or one subsampled Gaussian step C_q(G_μ)); the
     result's ``bound`` field is ``one-run`` or ``one-run-fdp`` and ``details`` name the family.
+    The result's ``ceiling`` is the bound with every guess correct (:func:`audit_ceiling`).
 
     Args:
         scores: one score per canary (higher = IN).
@@ -270,45 +410,42 @@ def audit_from_one_run(
         bound: ``steinke`` or ``fdp``.
         curve: ``fdp`` only: ``gaussian`` or ``subsampled-gaussian``.
         sampling_rate: ``fdp`` with ``subsampled-gaussian`` only: the step's q.
+        seed: seed of the random order in which tied scores are guessed
+            (:func:`~dpaudit.privacy.audit_stats.one_run_correct_guesses`).
     """
     delta = v.open_unit("delta", delta)
     bound = v.choice("bound", bound, ONE_RUN_BOUND_CHOICES)
     curve = v.choice("curve", curve, TRADEOFF_CURVES)
     sampling_rate = v.half_open_unit("sampling_rate", sampling_rate)
+    seed = v.integer("seed", seed, minimum=0)
     if bound == "steinke" and (curve != "gaussian" or sampling_rate != 1.0):
         raise ValueError(f"curve and sampling_rate apply to bound='fdp'; got bound='steinke', curve={curve!r}, sampling_rate={sampling_rate!r}")
     s = np.asarray(scores, dtype=float).reshape(-1)
     inc = np.asarray(included, dtype=bool).reshape(-1)
+    if inc.size != s.size:
+        raise ValueError(f"included must have one entry per score ({s.size}), got {inc.size}")
     m = s.size
-    extra: dict[str, Any] = {"one_run_bound": bound}
-    if bound == "fdp":
-        # The same default grid as Steinke's path, so switching the bound changes nothing else.
-        counts = list(guess_counts) if guess_counts is not None else sorted({max(1, int(m * f)) for f in (0.02, 0.05, 0.1, 0.2, 0.5)})
-        eps, mu, r, correct = fdp_one_run_bound_from_scores(s, inc, delta=delta, confidence=confidence, guess_counts=counts, curve=curve, sampling_rate=sampling_rate)
-        extra.update(
-            {
-                "mu_lb": mu,
-                "tradeoff_curve": curve,
-                "sampling_rate": sampling_rate,
-                "bound_assumption": "epsilon_lb is the epsilon at delta of the rejected trade-off curve: a lower bound for mechanisms whose curve is in this family",
-            }
-        )
-    else:
-        eps, r, correct = one_run_bound_from_scores(s, inc, delta=delta, confidence=confidence, guess_counts=guess_counts)
+    # The same default grid for both bounds, so switching the bound changes nothing else.
+    counts = list(guess_counts) if guess_counts is not None else _default_guess_counts(m)
+    eps, r, correct, extra, ceiling = _one_run_bound(s, inc, delta=delta, confidence=confidence, counts=counts, bound=bound, curve=curve, sampling_rate=sampling_rate, seed=seed)
     acc, ub, by = _upper(claim, delta)
     ks = sorted({k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if 2 * k <= m} | ({r // 2} if r else set()))
-    points = one_run_curve(s, inc, delta=delta, confidence=confidence, guess_counts=ks, bound=bound, curve=curve, sampling_rate=sampling_rate)
+    points = one_run_curve(s, inc, delta=delta, confidence=confidence, guess_counts=ks, bound=bound, curve=curve, sampling_rate=sampling_rate, seed=seed)
     info = {
         "num_guesses": r,
         "num_correct": correct,
         "num_canaries": m,
+        "guess_counts": [int(k) for k in counts],
+        "tie_break_seed": seed,
         "guess_curve": [{"num_guesses": a, "num_correct": b, "epsilon_lb": c} for a, b, c in points],
+        "one_run_bound": bound,
         **extra,
         **dict(details or {}),
     }
     estimate = point_estimate(s[inc], s[~inc], delta=delta) if inc.any() and (~inc).any() else None
     return AuditResult(
         epsilon_lb=eps,
+        ceiling=ceiling,
         confidence=confidence,
         method="one-run",
         bound=_ONE_RUN_RESULT_BOUND[bound],
@@ -323,6 +460,94 @@ def audit_from_one_run(
         threat_model=threat_model,
         claim_description=claim.statement(),
         details=info,
+    )
+
+
+def _prefix_sizes(total: int, smallest: int, num_points: int) -> list[int]:
+    """Up to ``num_points`` prefix sizes from ``smallest`` to ``total``, evenly spaced on a log scale."""
+    if total <= smallest:
+        return [total]
+    return sorted({int(round(x)) for x in np.geomspace(smallest, total, num_points)} | {total})
+
+
+def epsilon_lb_by_trials(result: AuditResult, scores: Mapping[str, np.ndarray], *, num_points: int = 10) -> EpsilonByTrials | None:
+    """ε_LB and its ceiling recomputed on growing prefixes of an audit's stored scores.
+
+    Each prefix is audited as the full audit was (same bound, threshold strategy and candidate
+    count, confidence, δ, group size; for one-run the same guess counts scaled to the prefix's m),
+    so the last point is the result's own ε_LB and ceiling. The observations are taken in the
+    order they were stored (trial, step or canary index): their order is independent of the
+    scores, so a prefix is a smaller audit of the same kind.
+
+    Args:
+        result: the stored audit result.
+        scores: its ``scores.npz`` (``in_scores``/``out_scores``, or ``scores``/``included`` for
+            one-run).
+        num_points: prefixes to compute (≥ 2).
+
+    Returns:
+        The curve, or ``None`` when the scores are not ones this function can prefix (no IN or no
+        OUT observations, or keys of another game).
+    """
+    if not isinstance(result, AuditResult):
+        raise TypeError(f"result must be an AuditResult, got {type(result).__name__}")
+    points = v.integer("num_points", num_points, minimum=2)
+    d = result.details
+    rows: list[tuple[int, int, int, float, float]] = []
+    if result.method == "one-run":
+        if "scores" not in scores or "included" not in scores:
+            return None
+        s_all = np.asarray(scores["scores"], dtype=float).reshape(-1)
+        inc_all = np.asarray(scores["included"], dtype=bool).reshape(-1)
+        m = s_all.size
+        if m < 2 or inc_all.size != m:
+            return None
+        bound = str(d.get("one_run_bound", "fdp" if result.bound == "one-run-fdp" else "steinke"))
+        curve = str(d.get("tradeoff_curve", "gaussian")) if bound == "fdp" else "gaussian"
+        q = float(d.get("sampling_rate", 1.0)) if bound == "fdp" else 1.0
+        stored = [int(k) for k in d.get("guess_counts", _default_guess_counts(m))]
+        seed = int(d.get("tie_break_seed", 0))
+        for n in _prefix_sizes(m, min(10, m), points):
+            counts = sorted({min(n // 2, max(1, round(k * n / m))) for k in stored})
+            s, inc = s_all[:n], inc_all[:n]
+            eps, _, _, _, ceiling = _one_run_bound(s, inc, delta=result.delta, confidence=result.confidence, counts=counts, bound=bound, curve=curve, sampling_rate=q, seed=seed)
+            rows.append((n, int(inc.sum()), int((~inc).sum()), eps, ceiling))
+        unit = "canaries"
+    else:
+        if "in_scores" not in scores or "out_scores" not in scores:
+            return None
+        s_in = np.asarray(scores["in_scores"], dtype=float).reshape(-1)
+        s_out = np.asarray(scores["out_scores"], dtype=float).reshape(-1)
+        if s_in.size == 0 or s_out.size == 0 or result.bound not in ("clopper-pearson", "gdp"):
+            return None
+        least = 2 if result.threshold_strategy == "split" else 1
+        if min(s_in.size, s_out.size) < least:
+            return None
+        total = s_in.size + s_out.size
+        for n in _prefix_sizes(total, min(total, max(2 * least, 10)), points):
+            frac = n / total
+            n_in, n_out = max(least, round(frac * s_in.size)), max(least, round(frac * s_out.size))
+            tb, ceiling = _scores_bound(
+                s_in[:n_in],
+                s_out[:n_out],
+                delta=result.delta,
+                confidence=result.confidence,
+                bound=result.bound,
+                strategy=result.threshold_strategy,
+                num_thresholds=int(d.get("num_thresholds", 20)),
+                group_size=result.group_size,
+                seed=int(d.get("split_seed", 0)),
+            )
+            rows.append((n_in + n_out, n_in, n_out, tb.epsilon_lb, ceiling))
+        unit = "steps" if result.method == "white-box" else "trials"
+    rows = [row for i, row in enumerate(rows) if i == 0 or row[0] > rows[i - 1][0]]
+    return EpsilonByTrials(
+        unit=unit,
+        num_observations=tuple(r[0] for r in rows),
+        num_in=tuple(r[1] for r in rows),
+        num_out=tuple(r[2] for r in rows),
+        epsilon_lb=tuple(r[3] for r in rows),
+        ceiling=tuple(r[4] for r in rows),
     )
 
 

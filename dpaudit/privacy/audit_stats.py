@@ -42,6 +42,7 @@ __all__ = [
     "ThresholdBound",
     "bound_from_scores",
     "one_run_bound_from_scores",
+    "one_run_correct_guesses",
     "point_estimate",
 ]
 
@@ -318,7 +319,14 @@ def bound_from_scores(
     sel_out, bnd_out = s_out[pout[: s_out.size // 2]], s_out[pout[s_out.size // 2 :]]
     # Choose by the bound the selection half itself would give; nothing about the other half leaks.
     chosen = _best(sel_in, sel_out, _candidate_thresholds(sel_in, sel_out, num), method=method, delta=delta, confidence=confidence, num_tests=1, group_size=k)
-    return _best(bnd_in, bnd_out, np.array([chosen.threshold]), method=method, delta=delta, confidence=confidence, num_tests=1, group_size=k)
+    # The candidate is a selection score; any threshold down to the next lower selection score is
+    # the same test on the selection half. Take the middle of that gap, so bounding scores that
+    # fall inside it are not decided by which half drew the extreme score (with separable scores
+    # this is what lets a perfect attack reach the design's ceiling).
+    pooled = np.concatenate([sel_in, sel_out])
+    below = pooled[pooled < chosen.threshold]
+    threshold = 0.5 * (chosen.threshold + float(below.max())) if below.size else chosen.threshold
+    return _best(bnd_in, bnd_out, np.array([threshold]), method=method, delta=delta, confidence=confidence, num_tests=1, group_size=k)
 
 
 def point_estimate(in_scores: Sequence[float] | np.ndarray, out_scores: Sequence[float] | np.ndarray, *, delta: float) -> float:
@@ -335,6 +343,53 @@ def point_estimate(in_scores: Sequence[float] | np.ndarray, out_scores: Sequence
     return max(epsilon_from_rates(tpr=a, fpr=b, delta=delta) for a, b in zip(tpr, fpr))
 
 
+def one_run_correct_guesses(scores: Sequence[float] | np.ndarray, included: Sequence[bool] | np.ndarray, guess_counts: Sequence[int], *, seed: int = 0) -> list[int]:
+    """Correct guesses of the top-k / bottom-k auditor (Steinke, Nasr & Jagielski 2023, §5) for each k.
+
+    The k highest scores are guessed IN and the k lowest OUT. Ties decide nothing by themselves:
+
+    * a block of tied scores cut once (some of it guessed, some not) is guessed in a random
+      order drawn from ``seed``, independent of the scores and of the inclusion, so the order
+      the caller listed the canaries in (say, IN first) never decides a guess;
+    * a block cut by both (the same score guessed IN for some canaries and OUT for others, as
+      when every score is equal) carries no evidence either way: its guesses count as wrong.
+
+    Counting a guess as wrong is never optimistic: the auditor that guesses those canaries at
+    random makes the same r = 2k guesses and gets at least as many right on every outcome, and
+    the bounds hold for it, so they hold for these counts (Steinke et al. 2023, Thm 3.1, allow
+    any guesser that looks at the scores only). Identical scores therefore give 0 correct.
+
+    Args:
+        scores: one score per canary (higher = IN).
+        included: whether each canary was included.
+        guess_counts: the k (each 1 ≤ k ≤ m/2).
+        seed: seed of the random order among tied scores.
+
+    Returns:
+        The number of correct guesses for each k, in order.
+    """
+    s = _as_scores("scores", scores)
+    inc = np.asarray(included, dtype=bool).reshape(-1)
+    if inc.size != s.size:
+        raise ValueError(f"included must have one entry per score ({s.size}), got {inc.size}")
+    m = s.size
+    perm = np.random.default_rng(np.random.SeedSequence([v.integer("seed", seed, minimum=0), 0x6F6E65])).permutation(m)
+    s, inc = s[perm], inc[perm]
+    order = np.argsort(-s, kind="stable")
+    out = []
+    for k in guess_counts:
+        k = v.integer("guess_counts[i]", k, minimum=1)
+        if 2 * k > m:
+            raise ValueError(f"guess_counts entries must be <= m/2 = {m // 2}, got {k}")
+        top, bottom = order[:k], order[m - k :]
+        hit_top, hit_bottom = inc[top], ~inc[bottom]
+        if s[order[k - 1]] == s[order[m - k]]:  # one tied block runs from the IN cut to the OUT cut
+            tied = s[order[k - 1]]
+            hit_top, hit_bottom = hit_top & (s[top] != tied), hit_bottom & (s[bottom] != tied)
+        out.append(int(hit_top.sum() + hit_bottom.sum()))
+    return out
+
+
 def one_run_bound_from_scores(
     scores: Sequence[float] | np.ndarray,
     included: Sequence[bool] | np.ndarray,
@@ -342,24 +397,18 @@ def one_run_bound_from_scores(
     delta: float,
     confidence: float = 0.95,
     guess_counts: Sequence[int] | None = None,
+    seed: int = 0,
 ) -> tuple[float, int, int]:
     """One-run ε_LB: guess IN for the top-k scores and OUT for the bottom-k, for k in
     ``guess_counts`` (Bonferroni over them); returns (ε_LB, guesses r, correct v) of the best.
+
+    Ties are handled by :func:`one_run_correct_guesses` (``seed``: the random order among them).
     """
     s = _as_scores("scores", scores)
-    inc = np.asarray(included, dtype=bool).reshape(-1)
-    if inc.size != s.size:
-        raise ValueError(f"included must have one entry per score ({s.size}), got {inc.size}")
     m = s.size
     counts = list(guess_counts) if guess_counts is not None else sorted({max(1, int(m * f)) for f in (0.02, 0.05, 0.1, 0.2, 0.5)})
-    order = np.argsort(-s, kind="stable")
     best = (0.0, 0, 0)
-    for k in counts:
-        k = v.integer("guess_counts[i]", k, minimum=1)
-        if 2 * k > m:
-            raise ValueError(f"guess_counts entries must be <= m/2 = {m // 2}, got {k}")
-        top, bottom = order[:k], order[m - k :]
-        correct = int(inc[top].sum() + (~inc[bottom]).sum())
+    for k, correct in zip(counts, one_run_correct_guesses(s, included, counts, seed=seed)):
         eps = one_run_epsilon_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, delta=delta, confidence=confidence, num_tests=len(counts))
         if eps > best[0] or best[1] == 0:
             best = (eps, 2 * k, correct)

@@ -5,7 +5,7 @@ Reports import only from here (and :mod:`dpaudit.store`), so a report renders fr
 results without torch (DESIGN.md, "Import rule").
 """
 
-from dpaudit.results.audit import AuditResult, load_audit_result, save_audit_result
+from dpaudit.results.audit import AuditResult, EpsilonByTrials, load_audit_result, save_audit_result
 from dpaudit.results.certification import CertificationResult, load_certification_result, save_certification_result
 from dpaudit.results.evasion import (
     EVASION_NORMS,
@@ -40,6 +40,7 @@ __all__ = [
     "WEIGHTS_FILE",
     "AuditResult",
     "CertificationResult",
+    "EpsilonByTrials",
     "EvasionResult",
     "InversionResult",
     "Membership",

@@ -3,7 +3,15 @@
 :class:`AuditResult` is computed by :mod:`dpaudit.privacy.audit` (the statistics of audit.md
 §1–5) and stored as ``result.json`` in the audit's directory; it carries its verdicts
 (``violation`` = ε_LB > ε_UB, ``tightness`` = ε_LB / ε_UB) so that reports only render them.
-Torch-free.
+
+Every result also carries its ``ceiling``: the largest ε_LB the audit's design could have produced
+— the same counts, Bonferroni factor, confidence, δ and bound with a perfect attack (every IN
+scored above every OUT; for one-run, every guess correct). A Clopper–Pearson bound on n
+observations per side cannot exceed ≈ ln(n) (audit.md §1: 3.28 at n = 100, 5.60 at 1,000), and
+Steinke et al.'s one-run bound is capped by its guess count (audit.md §4, §8), so ε_LB = 0.4 means
+"a weak attack" beside a ceiling of 22 but "a design that could not say more" beside 0.6.
+:class:`EpsilonByTrials` holds ε_LB and the ceiling recomputed on prefixes of the observations,
+for the report's plot of both against the number of trials. Torch-free.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from dpaudit.store import SCHEMA_VERSION, atomic_write_json, read_json
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import thaw as _thaw
 
-__all__ = ["AUDIT_METHODS", "AUDIT_BOUNDS", "ONE_RUN_BOUNDS", "THREAT_MODELS", "RESULT_FILE", "AuditResult", "save_audit_result", "load_audit_result"]
+__all__ = ["AUDIT_METHODS", "AUDIT_BOUNDS", "ONE_RUN_BOUNDS", "THREAT_MODELS", "RESULT_FILE", "AuditResult", "EpsilonByTrials", "save_audit_result", "load_audit_result"]
 
 AUDIT_METHODS = ("multi-run", "one-run", "white-box")
 AUDIT_BOUNDS = ("clopper-pearson", "gdp", "one-run", "one-run-fdp")
@@ -32,6 +40,8 @@ THREAT_MODELS = ("black-box", "white-box")
 RESULT_FILE = "result.json"
 # One-run audits guess IN for the top-k and OUT for the bottom-k scores (Steinke et al. 2023, §5).
 _STRATEGIES = ("bonferroni", "split", "top-bottom")
+# ε_LB and its ceiling come from the same bisection and formulas; allow their rounding only.
+_CEILING_TOLERANCE = 1e-6
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -62,6 +72,10 @@ class AuditResult:
         claim_description: the mechanism ``epsilon_ub`` describes, in words. For white-box
             audits this is ONE step of the Gaussian mechanism, not the whole training.
         details: further JSON-able facts (threshold, counts, full-run claim, timings).
+        ceiling: the largest ``epsilon_lb`` this design could report: the same counts
+            (observations, or canaries and guess counts), Bonferroni factor, confidence, δ, group
+            size and bound with a perfect attack (:func:`dpaudit.privacy.audit.audit_ceiling`).
+            ``None`` only for results stored before ceilings were reported.
     """
 
     epsilon_lb: float
@@ -80,9 +94,14 @@ class AuditResult:
     threat_model: str = "black-box"
     claim_description: str = ""
     details: Mapping[str, Any] = field(default_factory=dict)
+    ceiling: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon_lb", v.non_negative("epsilon_lb", self.epsilon_lb))
+        if self.ceiling is not None:
+            object.__setattr__(self, "ceiling", v.non_negative("ceiling", self.ceiling))
+            if self.epsilon_lb > self.ceiling + _CEILING_TOLERANCE:
+                raise ValueError(f"ceiling must be >= epsilon_lb={self.epsilon_lb!r} (a perfect attack bounds every attack), got {self.ceiling!r}")
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         v.choice("method", self.method, AUDIT_METHODS)
         v.choice("bound", self.bound, AUDIT_BOUNDS)
@@ -124,11 +143,21 @@ class AuditResult:
             return 0.0
         return self.epsilon_lb / self.epsilon_ub
 
+    @property
+    def ceiling_fraction(self) -> float | None:
+        """ε_LB / ceiling: how much of what the design could show the attack showed (``None``
+        without a ceiling; 0 when the ceiling is 0, a design that cannot show anything)."""
+        if self.ceiling is None:
+            return None
+        return 0.0 if self.ceiling <= 0 else min(1.0, self.epsilon_lb / self.ceiling)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict (non-finite floats are handled by :mod:`dpaudit.store`)."""
         return {
             "schema_version": SCHEMA_VERSION,
             "epsilon_lb": self.epsilon_lb,
+            "ceiling": self.ceiling,
+            "ceiling_fraction": self.ceiling_fraction,
             "epsilon_ub": self.epsilon_ub,
             "accountant": self.accountant,
             "confidence": self.confidence,
@@ -152,6 +181,9 @@ class AuditResult:
     def from_dict(cls, data: Mapping[str, Any]) -> AuditResult:
         """Rebuilds a result from :meth:`to_dict` output; derived keys are ignored.
 
+        ``ceiling`` is optional: results written before it was reported (same schema version;
+        the field is additive) load with ``ceiling=None``, and reports say it was not recorded.
+
         Raises:
             ValueError: wrong schema version or a missing key.
         """
@@ -164,17 +196,58 @@ class AuditResult:
         missing = [k for k in required if k not in data]
         if missing:
             raise ValueError(f"audit result is missing keys {missing}")
-        optional = ("epsilon_ub_by_accountant", "epsilon_estimate", "group_size", "threat_model", "claim_description", "details")
+        optional = ("epsilon_ub_by_accountant", "epsilon_estimate", "group_size", "threat_model", "claim_description", "details", "ceiling")
         return cls(**{k: data[k] for k in required}, **{k: data[k] for k in optional if k in data})
 
     def summary(self) -> str:
         """One line for terminals and logs."""
         ub = "inf" if math.isinf(self.epsilon_ub) else f"{self.epsilon_ub:.4f}"
         flag = "VIOLATION" if self.violation else "ok"
+        ceiling = "" if self.ceiling is None else f" [ceiling {self.ceiling:.4f}]"
         return (
-            f"epsilon_lb {self.epsilon_lb:.4f} ({self.method}, {self.bound}, {self.confidence:.0%} confidence, "
+            f"epsilon_lb {self.epsilon_lb:.4f}{ceiling} ({self.method}, {self.bound}, {self.confidence:.0%} confidence, "
             f"{self.num_in} in / {self.num_out} out) vs epsilon_ub {ub} ({self.accountant}) at delta={self.delta:g}: {flag}"
         )
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class EpsilonByTrials:
+    """ε_LB and its ceiling for the audit recomputed on growing prefixes of its observations.
+
+    Computed by :func:`dpaudit.privacy.audit.epsilon_lb_by_trials` from an audit's stored scores;
+    the report plots both against the number of observations, so a reader sees whether more
+    trials would have raised the ceiling (and with it, possibly, ε_LB).
+
+    Attributes:
+        unit: what one observation is: ``trials`` (multi-run trainings), ``canaries`` (one-run) or
+            ``steps`` (white-box per-step releases).
+        num_observations: IN + OUT observations in each prefix, increasing.
+        num_in: IN observations in each prefix.
+        num_out: OUT observations in each prefix.
+        epsilon_lb: the audit's ε_LB on each prefix (same bound, strategy, confidence, δ).
+        ceiling: its ceiling on each prefix (a perfect attack on the same counts).
+    """
+
+    unit: str
+    num_observations: tuple[int, ...]
+    num_in: tuple[int, ...]
+    num_out: tuple[int, ...]
+    epsilon_lb: tuple[float, ...]
+    ceiling: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        v.choice("unit", self.unit, ("trials", "canaries", "steps"))
+        n = len(self.num_observations)
+        for name in ("num_observations", "num_in", "num_out", "epsilon_lb", "ceiling"):
+            values = tuple(getattr(self, name))
+            if len(values) != n:
+                raise ValueError(f"{name} must hold one entry per prefix ({n}), got {len(values)}")
+            object.__setattr__(self, name, values)
+        if any(b <= a for a, b in zip(self.num_observations, self.num_observations[1:])):
+            raise ValueError(f"num_observations must increase, got {list(self.num_observations)}")
+        bad = [i for i, (lb, c) in enumerate(zip(self.epsilon_lb, self.ceiling)) if lb > c + _CEILING_TOLERANCE]
+        if bad:
+            raise ValueError(f"ceiling must be >= epsilon_lb at every prefix, got epsilon_lb {self.epsilon_lb[bad[0]]!r} > ceiling {self.ceiling[bad[0]]!r} at prefix {bad[0]}")
 
 
 def save_audit_result(result: AuditResult, directory: str | os.PathLike[str]) -> Path:

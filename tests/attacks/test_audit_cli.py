@@ -155,3 +155,115 @@ def test_editing_the_training_function_never_reuses_its_old_verdict(tmp_path, ca
     fnmod.write_text(_FNMOD.format(body=_BENIGN))
     code, p = _main(capsys, *argv, "--name", "fixed")
     assert code == 2 and "train_fn_sha256" in p.err
+
+
+# ----------------------------------------------------------------------------- issue 15, items 4 and 5
+_THIRD_PARTY = """
+from pathlib import Path
+
+import torch
+from torch import nn
+
+HERE = Path(__file__).parent
+
+
+def _linear(dataset, seed):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Flatten(), nn.Linear(int(dataset.features[0].numel()), int(dataset.num_classes)))
+
+
+def wrong_shape(dataset, *, seed):
+    return nn.Linear(10, int(dataset.num_classes))  # expects 10 features; digits give 1x8x8
+
+
+def not_a_module(dataset, *, seed):
+    return {"weights": [1.0]}
+
+
+def flaky(dataset, *, seed):
+    calls = HERE / "calls"
+    n = int(calls.read_text()) if calls.exists() else 0
+    calls.write_text(str(n + 1))
+    if (HERE / "fail").exists() and n == 2:
+        raise RuntimeError("out of\\nmemory")
+    return _linear(dataset, seed)
+"""
+
+
+def _multi_run_argv(tmp_path, fn, *extra):
+    """A cheap multi-run audit (2 trials per side, untrained models) of a function in ``tmp_path/fns.py``."""
+    fns = tmp_path / "fns.py"
+    fns.write_text(_THIRD_PARTY)
+    claim = ["--claim-noise-multiplier", "5", "--claim-sampling-rate", "0.1", "--claim-num-steps", "10"]
+    return ["audit", "--train-fn", f"{fns}:{fn}", *claim, "--num-trials", "2", "--num-members", "60", "--out", str(tmp_path / "run"), "--no-report", *extra]
+
+
+def _one_line_error(p):
+    lines = p.err.strip().splitlines()
+    assert len(lines) == 1, p.err
+    assert "Traceback" not in p.err and "internal error" not in p.err
+    return lines[0]
+
+
+def test_a_model_that_rejects_the_input_shape_is_named_in_one_line(tmp_path, capsys):
+    from dpaudit.seeding import derive_seed
+
+    code, p = _main(capsys, *_multi_run_argv(tmp_path, "wrong_shape", "--quiet"))
+    assert code == 2
+    line = _one_line_error(p)
+    assert line.startswith("dpaudit audit: error: --train-fn ") and "wrong_shape" in line
+    assert "cannot score inputs of shape (1, 1, 8, 8)" in line and "examples of shape (1, 8, 8)" not in line  # one canary: singular
+    assert f"trial 0 (seed {derive_seed(0, 'audit-trial', 0)})" in line and "mat1 and mat2" in line
+
+
+def test_a_function_that_returns_no_module_is_named_with_its_trial_and_seed(tmp_path, capsys):
+    code, p = _main(capsys, *_multi_run_argv(tmp_path, "not_a_module", "--quiet", "--json"))
+    assert code == 2
+    line = _one_line_error(p)
+    assert "returned a dict, not a torch.nn.Module, in trial 0 (seed " in line
+    err = json.loads(p.out)
+    assert err["exit_status"] == 2 and err["argument"] == "--train-fn"
+
+
+def test_a_function_that_raises_keeps_the_finished_trials_and_a_rerun_resumes(tmp_path, capsys):
+    from dpaudit.seeding import derive_seed
+
+    (tmp_path / "fail").touch()  # the third call (trial 2) raises
+    argv = _multi_run_argv(tmp_path, "flaky", "--json")
+    code, p = _main(capsys, *argv)
+    assert code == 2
+    line = next(ln for ln in p.err.splitlines() if "error:" in ln)
+    assert f"raised RuntimeError: out of memory in trial 2 (seed {derive_seed(0, 'audit-trial', 2)})" in line
+    assert "2 finished trials kept in " in line and "rerun the same command to resume" in line
+    trials = sorted(p.name for p in (tmp_path / "run" / "audits").glob("*/trials/*.npz"))
+    assert trials == ["trial-00000.npz", "trial-00001.npz"]
+    (tmp_path / "fail").unlink()
+    code, p = _main(capsys, *argv)
+    assert code == 0, p.err
+    assert "reusing 2 stored trials from " in p.err
+    assert (tmp_path / "calls").read_text() == "5"  # 3 calls, then only the 2 missing trials
+    d = json.loads(p.out)
+    assert d["num_in"] == d["num_out"] == 2 and d["ceiling"] >= d["epsilon_lb"]
+
+
+def test_audit_reports_its_ceiling_in_text_and_json(tmp_path, capsys):
+    claim = tmp_path / "claim.json"
+    claim.write_text(json.dumps(dpsgd_claim(sampling_rate=0.1, noise_multiplier=5.0, num_steps=10).to_dict()))
+    args = ["audit", "--train-fn", f"{ROOT}/tests/attacks/test_audit_procedures.py:_memoriser", "--claim", str(claim), "--method", "one-run", "--num-canaries", "40", "--num-members", "60"]
+    code, p = _main(capsys, *args, "--out", str(tmp_path / "run"), "--quiet", "--no-report")
+    assert code == 3, p.err
+    line = next(ln for ln in p.out.splitlines() if ln.strip().startswith("ceiling"))
+    assert "the largest epsilon_lb this design can show" in line and "40 canaries" in line
+    code, p = _main(capsys, *args, "--out", str(tmp_path / "run"), "--quiet", "--no-report", "--json")
+    d = json.loads(p.out)
+    assert d["ceiling"] >= d["epsilon_lb"] > 0 and d["ceiling_fraction"] == pytest.approx(d["epsilon_lb"] / d["ceiling"])
+
+
+def test_trial_failures_cross_process_boundaries_intact():
+    """Trials run in spawned workers with --num-workers: the failure must unpickle with its trial and seed."""
+    import pickle
+
+    from attacks.audit_procedures import TrialFailed
+
+    back = pickle.loads(pickle.dumps(TrialFailed("the training function raised X in trial 3 (seed 7)", 3, 7)))
+    assert isinstance(back, TrialFailed) and str(back) == "the training function raised X in trial 3 (seed 7)" and (back.index, back.seed) == (3, 7)

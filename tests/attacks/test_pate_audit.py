@@ -161,3 +161,19 @@ def test_a_million_trials_take_seconds() -> None:
     counts = answer_counts(aggregate, CONFIGS["confident-gnmax"], neighbouring_votes("confident-gnmax", num_teachers=250, num_classes=10, threshold=100).votes, trials=1_000_000, seed=0)
     assert counts.sum() == 1_000_000 and 0.45 < counts[-1] / 1e6 < 0.55  # P(not answered) = ½ at T
     assert time.perf_counter() - start < 10.0
+
+
+def test_the_result_carries_its_ceiling_and_the_cli_prints_it(capsys) -> None:
+    """Issue 15, item 4: the largest ε_LB the game's trials and Bonferroni factor allow."""
+    from dpaudit.app.cli import main
+    from dpaudit.privacy.audit import audit_ceiling
+
+    bugged = planted_aggregator("noise-scale-too-small", aggregator="gnmax")
+    for fn in (aggregate, bugged):
+        r = pate_audit(fn, CONFIGS["gnmax"], trials=20_000, seed=0)
+        expected = audit_ceiling(bound="clopper-pearson", delta=r.delta, confidence=r.confidence, num_in=20_000, num_out=20_000, num_tests=r.details["num_tests"])
+        assert r.ceiling == pytest.approx(expected) and r.epsilon_lb <= r.ceiling
+    capsys.readouterr()
+    assert main(["pate", "audit", "--sigma", "40", "--trials", "20000"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("ceiling"))
+    assert f"{expected:.4f}" in line and "20,000 answers per side" in line

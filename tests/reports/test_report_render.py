@@ -183,3 +183,50 @@ def test_stored_soundness_violation_is_shown_and_exits_3(make_run, tmp_path, cap
     page = (run.reports_dir() / "certified.html").read_text()
     assert "SOUNDNESS VIOLATION" in page and "hgm at radius 0.3 certifies 0.900 &gt; robust 0.500" in page
     assert "soundness violation" in capsys.readouterr().out
+
+
+def test_audit_report_plots_epsilon_lb_and_its_ceiling_against_the_trials(make_run, tmp_path):
+    """Issue 15, item 4: the ceiling beside ε_LB, in the table and against the number of trials."""
+    from dpaudit.privacy.audit import audit_from_one_run, audit_from_scores, save_audit_result
+    from dpaudit.privacy.claims import dpsgd_claim
+    from dpaudit.store import atomic_save_npz
+
+    run = make_run(tmp_path / "run", membership=False, certify=False)  # "multi": an older result without a ceiling
+    claim = dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100)
+    rng = np.random.default_rng(0)
+    s_in, s_out = rng.normal(1.5, 1, 100), rng.normal(0, 1, 100)
+    d = run.audit_dir("fresh")
+    save_audit_result(audit_from_scores(s_in, s_out, claim=claim, delta=1e-5, bound="clopper-pearson"), d)
+    atomic_save_npz(d / "scores.npz", in_scores=s_in, out_scores=s_out)
+    inc = rng.random(200) < 0.5
+    scores = rng.normal(0, 1, 200) + 2 * inc
+    d = run.audit_dir("one")
+    save_audit_result(audit_from_one_run(scores, inc, claim=claim, delta=1e-5), d)
+    atomic_save_npz(d / "scores.npz", scores=scores, included=inc)
+    pages = {p.stem: p.read_text() for p in render_reports(run).audits}
+    for stem in ("audit-multi", "audit-fresh", "audit-one"):
+        assert f'<img src="{stem}-ceiling.png"' in pages[stem] and (run.reports_dir() / f"{stem}-ceiling.png").stat().st_size > 1000
+        assert "ceiling (largest ε_LB this design can show)" in pages[stem]
+    assert "not recorded: this result was stored before ceilings were reported" in pages["audit-multi"]
+    assert "not recorded" not in pages["audit-fresh"]
+    assert "number of canaries" in pages["audit-one"]
+
+
+def test_ceiling_figure_lines_are_told_apart_and_the_legend_is_outside():
+    from dpaudit.results.audit import AuditResult, EpsilonByTrials
+    from reports.audit import ceiling_figure
+
+    result = AuditResult(
+        epsilon_lb=0.5, ceiling=3.0, confidence=0.95, method="multi-run", bound="gdp", delta=1e-5, threshold_strategy="bonferroni", num_in=100, num_out=100, epsilon_ub=1.0, accountant="pld"
+    )
+    curve = EpsilonByTrials(unit="trials", num_observations=(10, 50, 200), num_in=(5, 25, 100), num_out=(5, 25, 100), epsilon_lb=(0.0, 0.2, 0.5), ceiling=(0.5, 2.0, 3.0))
+    ax = ceiling_figure(curve, result).axes[0]
+    lines = {line.get_label().split(" ")[0]: line for line in ax.get_lines()}
+    lb, ceiling, ub = lines["ε_LB"], lines["ceiling"], lines["ε_UB"]
+    assert len({lb.get_color(), ceiling.get_color(), ub.get_color()}) == 3
+    assert lb.get_marker() != ceiling.get_marker() and lb.get_linestyle() != ceiling.get_linestyle()
+    assert list(ceiling.get_ydata()) == [0.5, 2.0, 3.0] and ax.get_xscale() == "log"
+    legend = ax.get_legend()
+    assert legend is not None and legend.get_bbox_to_anchor().x0 >= ax.get_window_extent().x1 - 1e-6
+    with pytest.raises(ValueError, match="ceiling must be >= epsilon_lb"):
+        EpsilonByTrials(unit="trials", num_observations=(10,), num_in=(5,), num_out=(5,), epsilon_lb=(1.0,), ceiling=(0.5,))

@@ -316,7 +316,10 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
     configuration resumes: finished trials are reused (and said so on stderr).
 
     Raises:
-        ValueError: inconsistent options (named in the message).
+        ValueError: inconsistent options (named in the message), or a third-party ``train_fn``
+            that failed in a trial (raised, returned no ``nn.Module``, or returned a model that
+            rejects the data): one line naming ``--train-fn``, the trial index, its seed and, for a
+            rejected input, its shape; trials finished before it stay stored and a rerun resumes.
     """
     from attacks import audit_procedures as ap
     from attacks.canaries import clipbkd_canaries, mislabelled_canaries
@@ -445,7 +448,13 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
         # One writer per audit directory: a second process with the same audit waits for no one
         # and mixes nothing; it is refused, naming the holder.
         with unit_lock(run.path, f"audit-{name}"):
-            result = call()
+            try:
+                result = call()
+            except ap.TrialFailed as exc:
+                if spec.train_fn is None:
+                    raise  # the suite's own trainer failing is an internal error, not bad input
+                # The user's function (or its model) failed: bad input, one line, exit status 2.
+                raise ValueError(f"--train-fn {spec.train_fn}: {exc}") from exc
             if spec.method == "one-run" and spec.threat == "black-box" and spec.one_run_bound == "fdp":
                 result = _rebound_one_run(result, run.audit_dir(name), claim=claim, spec=spec)
     finally:
@@ -454,7 +463,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
 
 
 #: Keys :func:`audit_from_one_run` computes itself; the rest of a result's details are carried over.
-_ONE_RUN_COMPUTED = ("num_guesses", "num_correct", "num_canaries", "guess_curve", "one_run_bound", "mu_lb", "tradeoff_curve", "sampling_rate", "bound_assumption")
+_ONE_RUN_COMPUTED = ("num_guesses", "num_correct", "num_canaries", "guess_counts", "tie_break_seed", "guess_curve", "one_run_bound", "mu_lb", "tradeoff_curve", "sampling_rate", "bound_assumption")
 
 
 def _rebound_one_run(result: AuditResult, directory: Path, *, claim: PrivacyClaim, spec: AuditSpec) -> AuditResult:

@@ -3,7 +3,8 @@
 ``render_reports(run_dir)`` finds audits, membership attacks and certify results through
 :class:`dpaudit.store.RunDir` and writes, under ``RunDir.reports_dir()``:
 
-* ``audit-<name>.{html,md}`` per audit (ε_LB beside ε_UB under every accountant, scores, ROC);
+* ``audit-<name>.{html,md}`` per audit (ε_LB beside ε_UB under every accountant, scores, ROC, and
+  ε_LB with its ceiling against the number of trials, recomputed on prefixes of the scores);
 * ``membership-<model>.{html,md}`` per attacked target (AUC, TPR@FPR, ε_LB, log–log ROC, the
   target's claimed ε under every accountant);
 * ``certified.{html,md}`` (certified vs conventional accuracy vs radius; non-empty CSV tables);
@@ -21,10 +22,12 @@ Rendering needs no torch (DESIGN.md, "Import rule").
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from dpaudit.results import load_membership_result, load_record
+from dpaudit.results import AuditResult, EpsilonByTrials, load_membership_result, load_record
 from dpaudit.store import RunDir, load_npz
 
 __all__ = ["ReportIndex", "NothingToRender", "render_reports"]
@@ -61,6 +64,19 @@ class ReportIndex:
     def pages(self) -> tuple[Path, ...]:
         """Every HTML report the index links."""
         return self.audits + self.membership + self.certified + self.pate + self.inversion
+
+
+def _trials_curve(result: AuditResult, scores: Mapping[str, Any]) -> tuple[EpsilonByTrials | None, str]:
+    """ε_LB and the ceiling on prefixes of the stored scores (the core computes; the report draws)."""
+    from dpaudit.privacy.audit import epsilon_lb_by_trials
+
+    if not scores:
+        return None, "no scores were stored for this audit"
+    try:
+        curve = epsilon_lb_by_trials(result, scores)
+    except ValueError as exc:  # a stored result the prefixes cannot be audited for; the rest of the report stands
+        return None, f"ε_LB against the number of trials could not be recomputed from the stored scores: {exc}"
+    return curve, "the stored scores are not IN/OUT observations of a game this plot covers"
 
 
 def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
@@ -107,7 +123,8 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
         if result.violation:
             violations.append(f"audit {d.name}: epsilon_lb {result.epsilon_lb:.4g} > epsilon_ub {result.epsilon_ub:.4g} ({result.accountant})")
         scores = load_npz(d / "scores.npz") if (d / "scores.npz").is_file() else {}
-        section: Section = audit_section(result, scores, title="Bounds and evidence")
+        curve, why = _trials_curve(result, scores)
+        section: Section = audit_section(result, scores, title="Bounds and evidence", trials_curve=curve, no_trials_curve=why)
         page = write_report_files(out, [section], title=f"Audit {d.name}", stem=f"audit-{d.name}", kind="audit").html
         audits.append(page)
     if audits:

@@ -68,6 +68,17 @@ EPSILON_DEFINITION = (
 )
 
 
+def ceiling_line(result: Any) -> str:
+    """The ceiling of an audit for a terminal: the number and what it is (issue 15, item 4)."""
+    if result.ceiling is None:
+        return "not recorded (result written before ceilings were reported)"
+    if result.method == "one-run":
+        design = f"every guess right among {result.num_in + result.num_out} canaries, {len(result.details.get('guess_counts', ())) or 'the'} guess counts tried"
+    else:
+        design = f"every IN scored above every OUT on the same {result.details.get('bounding_num_in', result.num_in)} IN / {result.details.get('bounding_num_out', result.num_out)} OUT"
+    return f"{result.ceiling:.4f}  (the largest epsilon_lb this design can show: {design}; more trials raise it)"
+
+
 def _cmd_audit(args: argparse.Namespace) -> int:
     from dpaudit.app.runs.audit import AuditSpec, run_audit
     from dpaudit.store import RunDir
@@ -146,6 +157,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         f"audit {directory.name}: {result.threat_model} {'per-step Dirac game' if result.method == 'white-box' else result.method}, {result.num_in} IN / {result.num_out} OUT observations",
         "  " + EPSILON_DEFINITION.format(confidence=result.confidence),
         f"  epsilon_lb  {result.epsilon_lb:.4f}  ({result.bound}, {result.confidence:.0%} confidence, delta={result.delta:g})",
+        f"  ceiling     {ceiling_line(result)}",
         f"  epsilon_ub  {fmt(result.epsilon_ub)}  (tightest: {result.accountant}; {result.claim_description})",
         "  epsilon_ub by accountant: " + (", ".join(f"{k} {fmt(x)}" for k, x in result.epsilon_ub_by_accountant.items()) or "none (no privacy mechanism)"),
         f"  tightness   {result.tightness:.3f}" + ("" if result.epsilon_estimate is None else f"   (point estimate, not a bound: {result.epsilon_estimate:.4f})"),
