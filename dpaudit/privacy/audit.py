@@ -44,6 +44,7 @@ from dpaudit.privacy.audit_stats import (
     THRESHOLD_STRATEGIES,
     ThresholdBound,
     bound_from_scores,
+    default_guess_counts,
     epsilon_lb_from_counts,
     gdp_epsilon_lb_from_counts,
     one_run_bound_from_scores,
@@ -52,7 +53,7 @@ from dpaudit.privacy.audit_stats import (
     point_estimate,
 )
 from dpaudit.privacy.claims import DPClaim, PrivacyClaim
-from dpaudit.privacy.fdp_one_run import TRADEOFF_CURVES, curve_epsilon, fdp_one_run_epsilon_lb, fdp_one_run_mu_lb
+from dpaudit.privacy.fdp_one_run import TRADEOFF_CURVES, fdp_one_run_bound_from_scores, fdp_one_run_epsilon_lb
 from dpaudit.privacy.gaussian import gdp_epsilon
 from dpaudit.results.audit import AUDIT_BOUNDS, AUDIT_METHODS, ONE_RUN_BOUNDS, RESULT_FILE, THREAT_MODELS, AuditResult, EpsilonByTrials, load_audit_result, save_audit_result
 
@@ -188,11 +189,6 @@ def audit_ceiling(
     if bound == "clopper-pearson":
         return epsilon_lb_from_counts(true_positives=n_in, num_in=n_in, false_positives=0, num_out=n_out, delta=delta, confidence=confidence, group_size=k, num_tests=tests)
     return gdp_epsilon_lb_from_counts(true_positives=n_in, num_in=n_in, false_positives=0, num_out=n_out, delta=delta, confidence=confidence, num_tests=tests) / k
-
-
-def _default_guess_counts(m: int) -> list[int]:
-    """The one-run guess counts tried by default: 2, 5, 10, 20 and 50 % of m (both bounds)."""
-    return sorted({max(1, int(m * f)) for f in (0.02, 0.05, 0.1, 0.2, 0.5)})
 
 
 def _scores_bound(s_in: np.ndarray, s_out: np.ndarray, *, delta: float, confidence: float, bound: str, strategy: str, num_thresholds: int, group_size: int, seed: int) -> tuple[ThresholdBound, float]:
@@ -343,13 +339,7 @@ def _one_run_bound(
     """
     extra: dict[str, Any] = {}
     if bound == "fdp":
-        m = s.size
-        best = (0.0, 0.0, 2 * counts[0], 0)
-        for k, c in zip(counts, one_run_correct_guesses(s, inc, counts, seed=seed)):
-            mu_k = fdp_one_run_mu_lb(num_canaries=m, num_guesses=2 * k, num_correct=c, confidence=confidence, num_tests=len(counts), curve=curve, sampling_rate=sampling_rate)
-            if mu_k > best[1] or best[3] == 0:
-                best = (curve_epsilon(mu=mu_k, delta=delta, curve=curve, sampling_rate=sampling_rate), mu_k, 2 * k, c)
-        eps, mu, r, correct = best
+        eps, mu, r, correct = fdp_one_run_bound_from_scores(s, inc, delta=delta, confidence=confidence, guess_counts=counts, curve=curve, sampling_rate=sampling_rate, seed=seed)
         extra = {
             "mu_lb": mu,
             "tradeoff_curve": curve,
@@ -426,7 +416,7 @@ def audit_from_one_run(
         raise ValueError(f"included must have one entry per score ({s.size}), got {inc.size}")
     m = s.size
     # The same default grid for both bounds, so switching the bound changes nothing else.
-    counts = list(guess_counts) if guess_counts is not None else _default_guess_counts(m)
+    counts = list(guess_counts) if guess_counts is not None else default_guess_counts(m)
     eps, r, correct, extra, ceiling = _one_run_bound(s, inc, delta=delta, confidence=confidence, counts=counts, bound=bound, curve=curve, sampling_rate=sampling_rate, seed=seed)
     acc, ub, by = _upper(claim, delta)
     ks = sorted({k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if 2 * k <= m} | ({r // 2} if r else set()))
@@ -505,7 +495,7 @@ def epsilon_lb_by_trials(result: AuditResult, scores: Mapping[str, np.ndarray], 
         bound = str(d.get("one_run_bound", "fdp" if result.bound == "one-run-fdp" else "steinke"))
         curve = str(d.get("tradeoff_curve", "gaussian")) if bound == "fdp" else "gaussian"
         q = float(d.get("sampling_rate", 1.0)) if bound == "fdp" else 1.0
-        stored = [int(k) for k in d.get("guess_counts", _default_guess_counts(m))]
+        stored = [int(k) for k in d.get("guess_counts", default_guess_counts(m))]
         seed = int(d.get("tie_break_seed", 0))
         for n in _prefix_sizes(m, min(10, m), points):
             counts = sorted({min(n // 2, max(1, round(k * n / m))) for k in stored})

@@ -43,6 +43,7 @@ __all__ = [
     "bound_from_scores",
     "one_run_bound_from_scores",
     "one_run_correct_guesses",
+    "default_guess_counts",
     "point_estimate",
 ]
 
@@ -390,6 +391,11 @@ def one_run_correct_guesses(scores: Sequence[float] | np.ndarray, included: Sequ
     return out
 
 
+def default_guess_counts(m: int) -> list[int]:
+    """The one-run guess counts k tried by default: 2, 5, 10, 20 and 50 % of m (every bound)."""
+    return sorted({max(1, int(m * f)) for f in (0.02, 0.05, 0.1, 0.2, 0.5)})
+
+
 def one_run_bound_from_scores(
     scores: Sequence[float] | np.ndarray,
     included: Sequence[bool] | np.ndarray,
@@ -406,7 +412,7 @@ def one_run_bound_from_scores(
     """
     s = _as_scores("scores", scores)
     m = s.size
-    counts = list(guess_counts) if guess_counts is not None else sorted({max(1, int(m * f)) for f in (0.02, 0.05, 0.1, 0.2, 0.5)})
+    counts = list(guess_counts) if guess_counts is not None else default_guess_counts(m)
     best = (0.0, 0, 0)
     for k, correct in zip(counts, one_run_correct_guesses(s, included, counts, seed=seed)):
         eps = one_run_epsilon_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, delta=delta, confidence=confidence, num_tests=len(counts))

@@ -51,6 +51,7 @@ import numpy as np
 from scipy import optimize, special
 
 from dpaudit import _validate as v
+from dpaudit.privacy.audit_stats import default_guess_counts, one_run_correct_guesses
 from dpaudit.privacy.gaussian import gdp_epsilon
 
 __all__ = [
@@ -328,10 +329,6 @@ def fdp_one_run_epsilon_lb(
     return curve_epsilon(mu=mu, delta=delta, curve=curve, sampling_rate=sampling_rate)
 
 
-def _default_guess_counts(m: int) -> list[int]:
-    return sorted({max(1, int(m * f)) for f in (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5) if max(1, int(m * f)) * 2 <= m})
-
-
 def fdp_one_run_bound_from_scores(
     scores: Sequence[float] | np.ndarray,
     included: Sequence[bool] | np.ndarray,
@@ -341,6 +338,7 @@ def fdp_one_run_bound_from_scores(
     guess_counts: Sequence[int] | None = None,
     curve: str = "gaussian",
     sampling_rate: float = 1.0,
+    seed: int = 0,
 ) -> tuple[float, float, int, int]:
     """f-DP one-run ε_LB from canary scores (higher = IN).
 
@@ -356,6 +354,8 @@ def fdp_one_run_bound_from_scores(
         guess_counts: the k tried (each ≤ m/2); default a fixed grid of fractions of m.
         curve: ``gaussian`` or ``subsampled-gaussian``.
         sampling_rate: q of ``subsampled-gaussian``.
+        seed: seed of the random order among tied scores
+            (:func:`dpaudit.privacy.audit_stats.one_run_correct_guesses`: ties never decide a guess).
 
     Returns:
         (ε_LB, μ_LB, guesses r, correct v) of the best k.
@@ -373,16 +373,14 @@ def fdp_one_run_bound_from_scores(
     delta = v.open_unit("delta", delta)
     confidence = v.open_unit("confidence", confidence)
     m = s.size
-    counts = [v.integer("guess_counts[i]", k, minimum=1) for k in guess_counts] if guess_counts is not None else _default_guess_counts(m)
+    counts = [v.integer("guess_counts[i]", k, minimum=1) for k in guess_counts] if guess_counts is not None else default_guess_counts(m)
     if not counts:
         raise ValueError("guess_counts must hold at least one k, got none")
     for k in counts:
         if 2 * k > m:
             raise ValueError(f"guess_counts entries must be <= m/2 = {m // 2}, got {k}")
-    order = np.argsort(-s, kind="stable")
     best = (0.0, 0.0, 2 * counts[0], 0)
-    for k in counts:
-        correct = int(inc[order[:k]].sum() + (~inc[order[m - k :]]).sum())
+    for k, correct in zip(counts, one_run_correct_guesses(s, inc, counts, seed=seed), strict=True):
         mu = fdp_one_run_mu_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, confidence=confidence, num_tests=len(counts), curve=curve, sampling_rate=sampling_rate)
         if mu > best[1] or best[3] == 0:
             best = (curve_epsilon(mu=mu, delta=delta, curve=curve, sampling_rate=sampling_rate), mu, 2 * k, correct)

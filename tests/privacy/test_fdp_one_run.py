@@ -162,6 +162,10 @@ def test_null_scores_give_zero_for_both_bounds():
     constant = np.zeros(m)
     assert fdp_one_run_bound_from_scores(constant, included, delta=DELTA)[0] == 0.0
     assert one_run_bound_from_scores(constant, included, delta=DELTA)[0] == 0.0
+    # Listing the canaries IN-first must not turn tied scores into a perfect attack.
+    in_first = np.sort(included)[::-1]
+    assert fdp_one_run_bound_from_scores(constant, in_first, delta=DELTA)[0] == 0.0
+    assert one_run_bound_from_scores(constant, in_first, delta=DELTA)[0] == 0.0
 
 
 def test_null_random_scores_rarely_positive():
