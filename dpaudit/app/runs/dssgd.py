@@ -231,6 +231,7 @@ def turn_leakage(
         ValueError: a count or fraction out of range (named).
     """
     import torch
+    from sklearn.metrics import roc_auc_score
 
     from attacks.uploads import first_layer_update, upload_membership_scores, upload_reconstruction_attack
     from defenses.dssgd.protocol import LocalTraining, UploadRule, assign_parameters, flatten_parameters, local_sgd
@@ -266,9 +267,7 @@ def turn_leakage(
             best.append(float(rec.best_ssim.max()) if rec.best_ssim.size else 0.0)
             share.append(rec.distinct_recognised / k)
             s = upload_membership_scores(first_layer_update(net, idx, val), data.features[pick])
-            # AUC of the k members against the k others, ties counted half.
-            diff = s[:k, None] - s[None, k:]
-            aucs.append(float((diff > 0).mean() + 0.5 * (diff == 0).mean()))
+            aucs.append(float(roc_auc_score(np.arange(2 * k) < k, s)))  # the turn's k images against k others
             if t == 0 and rec.best_ssim.size:
                 j = int(np.argmax(rec.best_ssim))
                 example = np.stack([rec.reconstructions[j], private[int(rec.matched_ids[j])].numpy().astype(np.float32)])
