@@ -42,6 +42,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -68,7 +69,7 @@ from dpaudit.privacy.audit import (
     gaussian_step_claim,
     save_audit_result,
 )
-from dpaudit.privacy.audit_stats import gdp_mu_lb_from_counts
+from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES, gdp_mu_lb_from_counts
 from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.progress import Progress
 from dpaudit.seeding import derive_seed, numpy_rng
@@ -198,6 +199,56 @@ def _run(store: TrialStore, jobs: list[tuple[int, Job]], executor: Executor | No
         kept = sum(store.done(i) for i, _ in jobs)
         where = f"{kept} finished trial{'s' if kept != 1 else ''} kept in {store.path}; rerun the same command to resume from them" if kept else "no finished trial to keep"
         raise TrialFailed(f"{exc}; {where}", exc.index, exc.seed) from exc
+
+
+def _run_for(store: TrialStore, job: Callable[[int, str], tuple[int, Job]], executor: Executor | None, *, budget_seconds: float, most: int, progress: bool) -> int:
+    """Runs trials 0, 1, 2, … in waves until the next wave would overrun the budget; returns how many.
+
+    Stored trials (a contiguous prefix from an earlier run of the same audit) are reused
+    without spending the budget. A wave is one trial per worker of ``executor``; its duration
+    is measured, and another starts only while elapsed + the last wave's duration fits in
+    ``budget_seconds``. The first new wave always runs, so a budget below one wave still
+    gives an audit (said on stderr).
+    """
+    stored = 0
+    while stored < most and store.done(stored):
+        stored += 1
+    if stored and progress:
+        print(f"reusing {stored} stored trial{'s' if stored != 1 else ''} from {store.path}; the budget goes to new ones", file=sys.stderr, flush=True)
+    width = max(1, getattr(executor, "workers", None) or 1)
+    started = time.monotonic()
+    last_wave = 0.0
+    done = stored
+    while done < most:
+        elapsed = time.monotonic() - started
+        if done > stored and elapsed + last_wave > budget_seconds:
+            break
+        wave = list(range(done, min(most, done + width)))
+        wave_started = time.monotonic()
+        _run(store, [job(i, "") for i in wave], executor, f"white-box audit (trials {wave[0] + 1}-{wave[-1] + 1}, {budget_seconds:g} s budget)", progress)
+        last_wave = time.monotonic() - wave_started
+        done = wave[-1] + 1
+    if progress:
+        spent = time.monotonic() - started
+        over = " (one wave is longer than the budget)" if spent > budget_seconds else ""
+        print(f"budget: {done - stored} new trial{'s' if done - stored != 1 else ''} in {spent:.0f} s of {budget_seconds:g} s{over}; {done} pooled", file=sys.stderr, flush=True)
+    return done
+
+
+def white_box_strategy(score: str, strategy: str | None) -> str:
+    """The threshold strategy of a white-box game: ``strategy``, or the default for ``score``.
+
+    ``fixed`` needs a threshold known before the scores: the Dirac score has one (C/2, from
+    the claim); the norm score's scale depends on the model's dimension and the data, so it
+    defaults to ``bonferroni`` and refuses ``fixed``.
+    """
+    v.choice("score", score, DIRAC_SCORES)
+    if strategy is None:
+        return "fixed" if score == "dirac" else "bonferroni"
+    v.choice("strategy", strategy, THRESHOLD_STRATEGIES)
+    if strategy == "fixed" and score != "dirac":
+        raise ValueError(f"strategy='fixed' sets the threshold from the claim, which fixes only the Dirac score's scale; got score={score!r} (use bonferroni or split)")
+    return strategy
 
 
 # ----------------------------------------------------------------------------- trials
@@ -434,12 +485,13 @@ def white_box_audit(
     num_trials: int = 1,
     confidence: float = 0.95,
     bound: str = "gdp",
-    strategy: str = "bonferroni",
+    strategy: str | None = None,
     score: str = "dirac",
     canary_scale: float = 1000.0,
     full_claim: PrivacyClaim | None = None,
     sampling_rate: float | None = None,
     num_steps: int | None = None,
+    budget_seconds: float | None = None,
     seed: int = 0,
     executor: Executor | None = None,
     config: Mapping[str, Any] | None = None,
@@ -455,15 +507,24 @@ def white_box_audit(
             implementation clips it to C and a non-clipping one does not.
         directory: the audit directory (finished runs are reused).
         delta: δ of both bounds.
-        num_trials: independent training runs whose steps are pooled.
+        num_trials: independent training runs whose steps are pooled (with
+            ``budget_seconds``: the most that will be run).
         confidence: confidence of ε_LB.
         bound: ``gdp`` (default; exact for a Gaussian step) or ``clopper-pearson``.
-        strategy: ``bonferroni`` or ``split``.
+        strategy: ``fixed`` (the default for ``score="dirac"``: one threshold at C/2, halfway
+            between the claimed OUT mean 0 and IN mean C of the canary coordinate, set before
+            any score is seen, so no multiple-testing price is paid), ``bonferroni`` (the
+            default for ``score="norm"``, whose scale the claim does not fix) or ``split``.
         score: ``dirac`` (the canary coordinate) or ``norm`` (negative norm of the release).
         canary_scale: canary magnitude in units of C (≥ 1).
         full_claim: the training run's own claim, reported beside (never compared).
         sampling_rate: q of the run, for the composed estimate.
-        num_steps: T of the run, for the composed estimate.
+        num_steps: T of each run (the trainer's own length); also used for the composed
+            estimate.
+        budget_seconds: run trials in waves (one per executor worker) until the next wave
+            would overrun this many seconds of wall time, instead of exactly ``num_trials``;
+            at least one wave runs. Trials stored by an earlier run of the same audit are
+            reused first and cost nothing, so a rerun with a budget extends the audit.
         seed: root seed.
         executor: where runs execute (default: in this process).
         config: extra description stored in ``config.json``.
@@ -482,35 +543,44 @@ def white_box_audit(
     if scale < 1:
         raise ValueError(f"canary_scale must be >= 1 (a canary smaller than C is not the worst case), got {canary_scale!r}")
     v.choice("score", score, DIRAC_SCORES)
+    strategy = white_box_strategy(score, strategy)
+    budget = None if budget_seconds is None else v.positive("budget_seconds", budget_seconds)
     data = _dataset(dataset)
     canary = find_dirac_coordinate(trainer.build_model(data), data, magnitude=scale * c)
     store = TrialStore(
         directory,
-        {"method": "white-box", "num_trials": r, "seed": seed, "score": score, "noise_multiplier": sigma, "clip_norm": c, "canary": canary.to_dict(), **dict(config or {})},
+        {
+            "method": "white-box",
+            "num_trials": "budget" if budget is not None else r,
+            "seed": seed,
+            "score": score,
+            "noise_multiplier": sigma,
+            "clip_norm": c,
+            "canary": canary.to_dict(),
+            **dict(config or {}),
+        },
     )
-    jobs = [
-        (
-            i,
-            Job(
-                key=f"trial-{i}",
-                fn=white_box_trial,
-                kwargs={
-                    "trainer": trainer,
-                    "dataset": dataset,
-                    "canary": canary,
-                    "score": score,
-                    "seed": derive_seed(seed, "audit-trial", i),
-                    "num_steps": num_steps,
-                    "progress": progress,
-                    "label": f"white-box trial {i + 1}/{r}",
-                },
-            ),
-        )
-        for i in range(r)
-    ]
-    _run(store, jobs, executor, f"white-box audit ({r} run{'s' if r > 1 else ''})", progress)
+
+    def job(i: int, of: str) -> tuple[int, Job]:
+        kwargs = {
+            "trainer": trainer,
+            "dataset": dataset,
+            "canary": canary,
+            "score": score,
+            "seed": derive_seed(seed, "audit-trial", i),
+            "num_steps": num_steps,
+            "progress": progress,
+            "label": f"white-box trial {i + 1}{of}",
+        }
+        return i, Job(key=f"trial-{i}", fn=white_box_trial, kwargs=kwargs)
+
+    if budget is None:
+        _run(store, [job(i, f"/{r}") for i in range(r)], executor, f"white-box audit ({r} run{'s' if r > 1 else ''})", progress)
+        finished = r
+    else:
+        finished = _run_for(store, job, executor, budget_seconds=budget, most=r, progress=progress)
     ins, scores, lots = [], [], []
-    for i in range(r):
+    for i in range(finished):
         res = store.load(i)
         ins.append(res["inserted"])
         scores.append(res["scores"])
@@ -540,6 +610,9 @@ def white_box_audit(
         threat_model="white-box",
         seed=seed,
         details=details,
+        # Under the claim the canary coordinate is N(0, σ²C²) OUT and N(C, σ²C²) IN (C: the
+        # clipped canary); halfway is where the two error rates are equal.
+        threshold=c / 2 if strategy == "fixed" else None,
     )
     if full_claim is not None:
         ub = full_claim.upper_bound(delta=delta)

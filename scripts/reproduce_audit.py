@@ -2,12 +2,15 @@
 
 Three games on digits / digits-mlp (audit.md §3–5), each at the three target ε_UB:
 
-* **white-box** — the per-step Dirac-canary game (Nasr et al. 2021 §4.3; Nasr et al. 2023):
-  at every DP-SGD step the auditor inserts the Dirac gradient canary with probability ½; the
-  score is its coordinate of the released noisy sum; the GDP bound on the pooled steps. The
-  compared claim is ONE un-sampled Gaussian step with σ calibrated so its ε is the target
-  (the canary the auditor inserts is certainly in the lot, so that is exactly the mechanism
-  each observation comes from). Nasr et al. (2023) report tight audits (ratio ≈ 1) here.
+* **white-box** — the per-step Dirac-canary game (Nasr et al. 2021 §4.3; Nasr et al. 2023)
+  with the CLI's defaults (`dpaudit audit --threat white-box --target-epsilon E`): at every
+  DP-SGD step the auditor inserts the Dirac gradient canary with probability ½; the score is
+  its coordinate of the released noisy sum; the GDP bound on the pooled steps at one
+  threshold fixed from the claim (C/2), over as many steps as the target needs for an
+  expected ratio of 0.9. The compared claim is ONE un-sampled Gaussian step with σ calibrated
+  so its ε is the target (the canary the auditor inserts is certainly in the lot, so that is
+  exactly the mechanism each observation comes from). Nasr et al. (2023) report tight audits
+  (ratio ≈ 1) here.
 * **multi-run black-box** — R trainings with and R without a ClipBKD canary (Jagielski et al.
   2020), negative loss on the final model; the compared claim is the whole training (σ
   calibrated so that DP-SGD's ε_UB(PLD) is the target).
@@ -38,8 +41,6 @@ from dpaudit.store import RunDir, atomic_write_json  # noqa: E402
 
 TARGETS = (1.0, 2.0, 4.0)
 DELTA = 1e-5
-# Observations needed for the GDP bound to reach ~0.85 of μ at 95 % (more at small ε).
-WHITE_BOX_STEPS = {1.0: 90_000, 2.0: 30_000, 4.0: 16_000}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,18 +60,9 @@ def main(argv: list[str] | None = None) -> int:
             run = RunDir(args.out)
             common = dict(dataset="digits", model="digits-mlp", target_epsilon=target, delta=DELTA, workers=args.num_workers, progress=True)
             if mode == "white-box":
-                steps = max(2000, int(WHITE_BOX_STEPS[target] * scale))
-                runs = 2 * args.num_workers if args.num_workers > 1 else 1
-                spec = AuditSpec(
-                    **common,
-                    threat="white-box",
-                    sampling_rate=0.01,
-                    num_steps=steps // runs,
-                    num_trials=runs,
-                    clip_norm=1.0,
-                    learning_rate=0.1,
-                    name=f"white-box-eps{target:g}-T{steps}",
-                )
+                # The CLI's defaults, nothing else: `dpaudit audit --threat white-box --target-epsilon E`
+                # (length from the target, one training per worker, the claim's midpoint threshold).
+                spec = AuditSpec(**common, threat="white-box", name=f"white-box-defaults-eps{target:g}")
             elif mode == "multi-run":
                 spec = AuditSpec(
                     **common,

@@ -191,9 +191,11 @@ def audit_ceiling(
     return gdp_epsilon_lb_from_counts(true_positives=n_in, num_in=n_in, false_positives=0, num_out=n_out, delta=delta, confidence=confidence, num_tests=tests) / k
 
 
-def _scores_bound(s_in: np.ndarray, s_out: np.ndarray, *, delta: float, confidence: float, bound: str, strategy: str, num_thresholds: int, group_size: int, seed: int) -> tuple[ThresholdBound, float]:
+def _scores_bound(
+    s_in: np.ndarray, s_out: np.ndarray, *, delta: float, confidence: float, bound: str, strategy: str, num_thresholds: int, group_size: int, seed: int, threshold: float | None = None
+) -> tuple[ThresholdBound, float]:
     """(the threshold bound, its ceiling): the one computation behind ε_LB of IN/OUT observations."""
-    tb = bound_from_scores(s_in, s_out, delta=delta, confidence=confidence, method=bound, strategy=strategy, num_thresholds=num_thresholds, group_size=group_size, seed=seed)
+    tb = bound_from_scores(s_in, s_out, delta=delta, confidence=confidence, method=bound, strategy=strategy, num_thresholds=num_thresholds, group_size=group_size, seed=seed, threshold=threshold)
     ceiling = audit_ceiling(bound=bound, delta=delta, confidence=confidence, num_in=tb.num_in, num_out=tb.num_out, num_tests=tb.num_tests, group_size=group_size)
     return tb, ceiling
 
@@ -213,6 +215,7 @@ def audit_from_scores(
     threat_model: str = "black-box",
     seed: int = 0,
     details: Mapping[str, Any] | None = None,
+    threshold: float | None = None,
 ) -> AuditResult:
     """ε_LB from IN/OUT observations (higher score = IN), set against ``claim``.
 
@@ -225,12 +228,14 @@ def audit_from_scores(
         confidence: confidence of ε_LB.
         method: ``multi-run`` or ``white-box``.
         bound: ``clopper-pearson`` or ``gdp``.
-        strategy: ``bonferroni`` or ``split`` (audit.md §2).
+        strategy: ``bonferroni``, ``split`` (audit.md §2) or ``fixed`` (``threshold``).
         num_thresholds: candidate thresholds (Bonferroni factor).
         group_size: canary multiplicity k.
         threat_model: ``black-box`` or ``white-box``.
         seed: seed of the random halves for ``split``.
         details: extra facts to keep with the result.
+        threshold: ``strategy="fixed"``: the threshold, chosen before the scores were seen
+            (kept in ``details["threshold"]``, so the prefix curve reuses it).
 
     Returns:
         The :class:`AuditResult`; ``epsilon_estimate`` is the uncorrected best-threshold
@@ -241,7 +246,7 @@ def audit_from_scores(
     v.choice("bound", bound, ("clopper-pearson", "gdp"))
     delta = v.open_unit("delta", delta)
     s_in, s_out = np.asarray(in_scores, dtype=float).reshape(-1), np.asarray(out_scores, dtype=float).reshape(-1)
-    tb, ceiling = _scores_bound(s_in, s_out, delta=delta, confidence=confidence, bound=bound, strategy=strategy, num_thresholds=num_thresholds, group_size=group_size, seed=seed)
+    tb, ceiling = _scores_bound(s_in, s_out, delta=delta, confidence=confidence, bound=bound, strategy=strategy, num_thresholds=num_thresholds, group_size=group_size, seed=seed, threshold=threshold)
     acc, ub, by = _upper(claim, delta)
     if bound == "gdp":
         estimate, kind = _gdp_point_estimate(s_in, s_out, delta=delta, num_thresholds=num_thresholds), "GDP fit of the raw rates at the best candidate threshold (an estimate, not a bound)"
@@ -527,6 +532,7 @@ def epsilon_lb_by_trials(result: AuditResult, scores: Mapping[str, np.ndarray], 
                 num_thresholds=int(d.get("num_thresholds", 20)),
                 group_size=result.group_size,
                 seed=int(d.get("split_seed", 0)),
+                threshold=float(d["threshold"]) if result.threshold_strategy == "fixed" else None,
             )
             rows.append((n_in + n_out, n_in, n_out, tb.epsilon_lb, ceiling))
         unit = "steps" if result.method == "white-box" else "trials"

@@ -14,8 +14,10 @@ Pure NumPy/SciPy (no torch), so results can be recomputed and reported anywhere.
 
 Choosing the threshold on the same observations that bound it inflates ε_LB (several
 published tools do this). Every bound here either pays for the selection (Bonferroni over
-the candidate thresholds) or selects on one half and bounds on the other (split); the
-uncorrected maximum is available only as an explicitly labelled point estimate.
+the candidate thresholds), selects on one half and bounds on the other (split), or uses one
+threshold fixed before any score was seen (fixed: e.g. halfway between the claimed IN and OUT
+means of a white-box Dirac game, which costs nothing); the uncorrected maximum is available
+only as an explicitly labelled point estimate.
 """
 
 from __future__ import annotations
@@ -44,10 +46,11 @@ __all__ = [
     "one_run_bound_from_scores",
     "one_run_correct_guesses",
     "default_guess_counts",
+    "gdp_observations_needed",
     "point_estimate",
 ]
 
-THRESHOLD_STRATEGIES = ("bonferroni", "split")
+THRESHOLD_STRATEGIES = ("bonferroni", "split", "fixed")
 BOUND_METHODS = ("clopper-pearson", "gdp")
 
 
@@ -287,6 +290,7 @@ def bound_from_scores(
     num_thresholds: int = 20,
     group_size: int = 1,
     seed: int = 0,
+    threshold: float | None = None,
 ) -> ThresholdBound:
     """ε_LB from IN and OUT scores (higher = IN) with an honest threshold choice.
 
@@ -296,11 +300,14 @@ def bound_from_scores(
         delta: δ of the claim.
         confidence: confidence of the bound after selection.
         method: ``clopper-pearson`` (ratio bound) or ``gdp`` (Gaussian-DP bound).
-        strategy: ``bonferroni`` (pay a/num_tests over candidate thresholds) or ``split``
-            (choose on a random half, bound on the other half).
+        strategy: ``bonferroni`` (pay a/num_tests over candidate thresholds), ``split``
+            (choose on a random half, bound on the other half) or ``fixed`` (the one
+            ``threshold`` given, which must have been chosen without looking at these scores:
+            one test, nothing paid).
         num_thresholds: candidate thresholds, at quantiles of the pooled scores.
         group_size: canary multiplicity k (group privacy).
         seed: seed of the random halves for ``split``.
+        threshold: the threshold of ``strategy="fixed"`` (required there, refused elsewhere).
     """
     s_in, s_out = _as_scores("in_scores", in_scores), _as_scores("out_scores", out_scores)
     delta = v.open_unit("delta", delta)
@@ -309,6 +316,10 @@ def bound_from_scores(
     strategy = v.choice("strategy", strategy, THRESHOLD_STRATEGIES)
     num = v.integer("num_thresholds", num_thresholds, minimum=1)
     k = v.integer("group_size", group_size, minimum=1)
+    if (threshold is not None) != (strategy == "fixed"):
+        raise ValueError(f"threshold is given exactly when strategy='fixed'; got strategy={strategy!r}, threshold={threshold!r}")
+    if strategy == "fixed":
+        return _best(s_in, s_out, np.array([v.real("threshold", threshold)]), method=method, delta=delta, confidence=confidence, num_tests=1, group_size=k)
     if strategy == "bonferroni":
         thresholds = _candidate_thresholds(s_in, s_out, num)
         return _best(s_in, s_out, thresholds, method=method, delta=delta, confidence=confidence, num_tests=len(thresholds), group_size=k)
@@ -328,6 +339,44 @@ def bound_from_scores(
     below = pooled[pooled < chosen.threshold]
     threshold = 0.5 * (chosen.threshold + float(below.max())) if below.size else chosen.threshold
     return _best(bnd_in, bnd_out, np.array([threshold]), method=method, delta=delta, confidence=confidence, num_tests=1, group_size=k)
+
+
+def gdp_observations_needed(*, mu: float, delta: float, confidence: float = 0.95, ratio: float = 0.9, most: int = 10**6) -> int:
+    """Observations a Gaussian game needs for its expected GDP ε_LB to reach ``ratio`` · ε(μ).
+
+    The design rule behind the white-box audit's default length: IN and OUT scores are
+    N(μ, 1) and N(0, 1) (the per-step Dirac game against a μ-GDP step, in units of the noise),
+    half of the observations on each side, one threshold fixed at μ/2; the counts are their
+    expectations, bounded with :func:`gdp_mu_lb_from_counts` at ``confidence``. The realised
+    ratio scatters around the expected one (a few points at 10⁵ observations).
+
+    Args:
+        mu: μ of the claimed step (1/σ for one Gaussian step with noise multiplier σ).
+        delta: δ at which ε is compared.
+        confidence: confidence of the bound.
+        ratio: the expected ε_LB/ε(μ) wanted, in (0, 1).
+        most: the largest count returned (the answer when even that falls short).
+
+    Returns:
+        The smallest even count (to a 2 % grid) reaching the ratio, or ``most``.
+    """
+    mu = v.positive("mu", mu)
+    delta = v.open_unit("delta", delta)
+    confidence = v.open_unit("confidence", confidence)
+    ratio = v.open_unit("ratio", ratio)
+    most = v.integer("most", most, minimum=2)
+    target = ratio * gdp_epsilon(mu=mu, delta=delta)
+    rate = float(stats.norm.sf(mu / 2))  # FPR = FNR at the midpoint threshold
+
+    def expected_epsilon(n: int) -> float:
+        half = n // 2
+        wrong = int(round(half * rate))
+        return gdp_epsilon_lb_from_counts(true_positives=half - wrong, num_in=half, false_positives=wrong, num_out=half, delta=delta, confidence=confidence)
+
+    n = 100
+    while n < most and expected_epsilon(n) < target:
+        n = min(most, max(n + 2, int(n * 1.02)))
+    return n + (n % 2) if n < most else most
 
 
 def point_estimate(in_scores: Sequence[float] | np.ndarray, out_scores: Sequence[float] | np.ndarray, *, delta: float) -> float:

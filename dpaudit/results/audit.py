@@ -39,7 +39,7 @@ ONE_RUN_BOUNDS = ("one-run", "one-run-fdp")
 THREAT_MODELS = ("black-box", "white-box")
 RESULT_FILE = "result.json"
 # One-run audits guess IN for the top-k and OUT for the bottom-k scores (Steinke et al. 2023, §5).
-_STRATEGIES = ("bonferroni", "split", "top-bottom")
+_STRATEGIES = ("bonferroni", "split", "fixed", "top-bottom")
 # ε_LB and its ceiling come from the same bisection and formulas; allow their rounding only.
 _CEILING_TOLERANCE = 1e-6
 
@@ -58,8 +58,8 @@ class AuditResult:
             Gaussian mechanism), ``one-run`` (Steinke et al. 2023) or ``one-run-fdp``
             (Mahloujifar et al. 2025; assumes the trade-off curve family named in ``details``).
         delta: the δ at which both bounds are stated.
-        threshold_strategy: how the test was chosen: ``bonferroni``, ``split`` or
-            ``top-bottom`` (one-run guesses).
+        threshold_strategy: how the test was chosen: ``bonferroni``, ``split``, ``fixed``
+            (one threshold set before the scores were seen) or ``top-bottom`` (one-run guesses).
         num_in: IN observations (IN canaries for one-run).
         num_out: OUT observations (OUT canaries for one-run).
         epsilon_ub: the claim's tightest upper bound at ``delta`` (``math.inf`` if none).

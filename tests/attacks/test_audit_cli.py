@@ -267,3 +267,45 @@ def test_trial_failures_cross_process_boundaries_intact():
 
     back = pickle.loads(pickle.dumps(TrialFailed("the training function raised X in trial 3 (seed 7)", 3, 7)))
     assert isinstance(back, TrialFailed) and str(back) == "the training function raised X in trial 3 (seed 7)" and (back.index, back.seed) == (3, 7)
+
+
+def test_white_box_defaults_follow_the_target_epsilon():
+    from dpaudit.app.runs.audit import WHITE_BOX_CHUNK_STEPS, AuditSpec
+
+    totals = {}
+    for eps in (1.0, 2.0, 4.0):
+        spec = AuditSpec(threat="white-box", target_epsilon=eps, workers=2)
+        assert spec.strategy == "fixed" and spec.resolved_num_trials == 2
+        assert spec.resolved_num_steps == -(-spec.white_box_total_steps // 2)
+        totals[eps] = spec.white_box_total_steps
+    assert totals[1.0] > totals[2.0] > totals[4.0] > 1000  # a smaller epsilon needs more observations
+    # Given lengths are kept; a budget trains fixed-length trials until the time is spent.
+    assert AuditSpec(threat="white-box", target_epsilon=1, num_steps=500, workers=2).resolved_num_steps == 500
+    assert AuditSpec(threat="white-box", target_epsilon=1, num_steps=500, workers=2).resolved_num_trials == 1
+    budget = AuditSpec(threat="white-box", target_epsilon=1, budget_seconds=30)
+    assert budget.resolved_num_steps == WHITE_BOX_CHUNK_STEPS and budget.resolved_num_trials == 10_000
+    assert AuditSpec(threat="white-box", target_epsilon=1, score="norm").strategy == "bonferroni"
+    assert AuditSpec(target_epsilon=1).strategy == "bonferroni" and AuditSpec(target_epsilon=1).resolved_num_steps == 1000
+    with pytest.raises(ValueError, match="budget_seconds applies to threat='white-box'"):
+        AuditSpec(target_epsilon=1, budget_seconds=10)
+    with pytest.raises(ValueError, match="strategy='fixed'"):
+        AuditSpec(target_epsilon=1, strategy="fixed")
+
+
+def test_cli_budget_and_fixed_strategy_usage_errors(tmp_path):
+    p = _cli("audit", "--out", str(tmp_path), "--target-epsilon", "1", "--budget-seconds", "10")
+    assert p.returncode == 2 and "--budget-seconds applies to --threat white-box" in p.stderr and p.stderr.count("\n") == 1
+    p = _cli("audit", "--out", str(tmp_path), "--target-epsilon", "1", "--threat", "white-box", "--budget-seconds", "-3")
+    assert p.returncode == 2 and "--budget-seconds" in p.stderr and "-3" in p.stderr
+    p = _cli("audit", "--out", str(tmp_path), "--target-epsilon", "1", "--threat", "white-box", "--score", "norm", "--strategy", "fixed")
+    assert p.returncode == 2 and "--strategy fixed" in p.stderr and p.stderr.count("\n") == 1
+
+
+@pytest.mark.e2e
+def test_white_box_defaults_are_tight_at_epsilon_4(tmp_path, capsys):
+    # The defaults alone (no --num-steps): the expected ratio is 0.9 by design; 0.8 is the promise.
+    code, p = _main(capsys, "audit", "--threat", "white-box", "--target-epsilon", "4", "--out", str(tmp_path), "--json", "--no-report", "--quiet")
+    assert code == 0, p.err
+    d = json.loads(p.out)
+    assert d["threshold_strategy"] == "fixed" and d["num_in"] + d["num_out"] > 5000
+    assert 0.8 <= d["tightness"] <= 1.0 and not d["violation"]

@@ -53,7 +53,13 @@ def _tiny():
 
 @pytest.mark.parametrize(
     "bound, strategy",
-    [("gdp", "bonferroni"), ("clopper-pearson", "split"), pytest.param("gdp", "split", marks=pytest.mark.slow), pytest.param("clopper-pearson", "bonferroni", marks=pytest.mark.slow)],
+    [
+        ("gdp", "fixed"),
+        ("gdp", "bonferroni"),
+        ("clopper-pearson", "split"),
+        pytest.param("gdp", "split", marks=pytest.mark.slow),
+        pytest.param("clopper-pearson", "bonferroni", marks=pytest.mark.slow),
+    ],
 )
 def test_white_box_per_step_coverage_on_gaussian_release(tmp_path, bound, strategy):
     from attacks.audit_procedures import white_box_audit
@@ -119,6 +125,38 @@ def test_white_box_says_how_many_stored_trials_it_reuses(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"reusing 1 stored trial from {tmp_path}" in err
     assert "white-box trial 2/2 (steps)" in err  # per-step progress of the trial that ran
+
+
+def test_white_box_default_strategy_is_the_claims_midpoint(tmp_path):
+    from attacks.audit_procedures import white_box_audit, white_box_strategy
+
+    r = white_box_audit(trainer=GaussianRelease(1.0, 400), dataset=_tiny(), noise_multiplier=1.0, clip_norm=2.0, directory=tmp_path, delta=DELTA, progress=False)
+    assert r.threshold_strategy == "fixed" and r.details["threshold"] == 1.0 and r.details["num_tests"] == 1  # C/2
+    assert white_box_strategy("norm", None) == "bonferroni"
+    with pytest.raises(ValueError, match="score='norm'"):
+        white_box_strategy("norm", "fixed")
+
+
+def test_white_box_budget_runs_waves_until_the_time_is_spent_and_a_rerun_adds_more(tmp_path, capsys):
+    from attacks.audit_procedures import white_box_audit
+
+    kw = dict(dataset=_tiny(), noise_multiplier=1.0, clip_norm=1.0, directory=tmp_path, delta=DELTA, num_trials=50)
+    # A budget below one trial still runs one wave (one trial in this process) and says so.
+    first = white_box_audit(trainer=GaussianRelease(1.0, 200), budget_seconds=1e-6, progress=True, **kw)
+    err = capsys.readouterr().err
+    assert "1 new trial in" in err and "one wave is longer than the budget" in err
+    assert first.num_in + first.num_out == 200 and sorted(p.name for p in (tmp_path / "trials").iterdir()) == ["trial-00000.npz"]
+    # A rerun reuses the stored trial without spending its budget, and adds trials while time is left.
+    second = white_box_audit(trainer=GaussianRelease(1.0, 200), budget_seconds=0.5, progress=True, **kw)
+    err = capsys.readouterr().err
+    assert f"reusing 1 stored trial from {tmp_path}" in err
+    added = len(list((tmp_path / "trials").iterdir())) - 1
+    assert 1 <= added <= 49 and second.num_in + second.num_out == 200 * (1 + added)
+    # num_trials caps a generous budget
+    third = white_box_audit(trainer=GaussianRelease(1.0, 200), budget_seconds=3600, progress=False, **{**kw, "directory": tmp_path / "capped", "num_trials": 3})
+    assert third.num_in + third.num_out == 600
+    with pytest.raises(ValueError, match="budget_seconds"):
+        white_box_audit(trainer=GaussianRelease(1.0, 200), budget_seconds=0, progress=False, **{**kw, "directory": tmp_path / "bad"})
 
 
 # ----------------------------------------------------------------------------- black-box games

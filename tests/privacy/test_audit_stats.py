@@ -11,6 +11,7 @@ from dpaudit.privacy.audit_stats import (
     clopper_pearson_upper,
     epsilon_lb_from_counts,
     gdp_epsilon_lb_from_counts,
+    gdp_observations_needed,
     one_run_bound_from_scores,
     one_run_epsilon_lb,
     point_estimate,
@@ -50,8 +51,9 @@ def test_identical_distributions_give_about_zero():
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=2000), rng.normal(size=2000)
     for method in ("clopper-pearson", "gdp"):
-        for strategy in ("bonferroni", "split"):
-            assert bound_from_scores(a, b, delta=1e-5, method=method, strategy=strategy).epsilon_lb < 0.15
+        for strategy in ("bonferroni", "split", "fixed"):
+            threshold = 0.5 if strategy == "fixed" else None
+            assert bound_from_scores(a, b, delta=1e-5, method=method, strategy=strategy, threshold=threshold).epsilon_lb < 0.15
     inc = rng.random(2000) < 0.5
     assert one_run_bound_from_scores(rng.normal(size=2000), inc, delta=1e-5)[0] < 0.15
 
@@ -61,14 +63,17 @@ TRUE_EPS = gdp_epsilon(mu=MU, delta=1e-5)
 
 
 @pytest.mark.parametrize("method", ["clopper-pearson", "gdp"])
-@pytest.mark.parametrize("strategy", ["bonferroni", "split"])
+@pytest.mark.parametrize("strategy", ["bonferroni", "split", "fixed"])
 def test_lower_bound_never_exceeds_true_epsilon(method, strategy):
     reps, n = 200, 2000
     rng = np.random.default_rng(1234)
     bounds = []
+    # fixed: chosen before any score is drawn: the midpoint of the two means for GDP, a tail
+    # threshold for the ratio bound (which is strongest where FPR is small)
+    threshold = None if strategy != "fixed" else MU / 2 if method == "gdp" else 2.5 * MU
     for rep in range(reps):
         ins, outs = rng.normal(MU, 1.0, n), rng.normal(0.0, 1.0, n)
-        bounds.append(bound_from_scores(ins, outs, delta=1e-5, method=method, strategy=strategy, seed=rep).epsilon_lb)
+        bounds.append(bound_from_scores(ins, outs, delta=1e-5, method=method, strategy=strategy, seed=rep, threshold=threshold).epsilon_lb)
     bounds = np.array(bounds)
     assert np.mean(bounds <= TRUE_EPS) >= 0.95
     assert np.median(bounds) > 0.2 * TRUE_EPS  # the test has power: bounds are not trivially 0
@@ -114,6 +119,9 @@ def test_point_estimate_is_labelled_and_can_exceed_the_bound():
         ({"strategy": "best"}, "strategy"),
         ({"num_thresholds": 0}, "num_thresholds"),
         ({"group_size": 0}, "group_size"),
+        ({"strategy": "fixed"}, "threshold is given exactly when strategy='fixed'"),
+        ({"threshold": 0.5}, "threshold is given exactly when strategy='fixed'"),
+        ({"strategy": "fixed", "threshold": float("nan")}, "threshold"),
     ],
 )
 def test_bad_arguments(kwargs, match):
@@ -131,3 +139,37 @@ def test_bad_scores_and_counts():
         epsilon_lb_from_counts(true_positives=11, num_in=10, false_positives=0, num_out=10, delta=1e-5)
     with pytest.raises(ValueError, match="num_correct"):
         one_run_epsilon_lb(num_canaries=10, num_guesses=4, num_correct=5, delta=1e-5)
+
+
+def test_fixed_threshold_pays_nothing_and_beats_bonferroni_on_a_gaussian_game():
+    rng = np.random.default_rng(7)
+    ins, outs = rng.normal(0.5, 1.0, 20_000), rng.normal(0.0, 1.0, 20_000)
+    fixed = bound_from_scores(ins, outs, delta=1e-5, method="gdp", strategy="fixed", threshold=0.25)
+    bonf = bound_from_scores(ins, outs, delta=1e-5, method="gdp", strategy="bonferroni")
+    assert fixed.num_tests == 1 and fixed.threshold == 0.25
+    assert fixed.true_positives == int((ins >= 0.25).sum()) and fixed.false_positives == int((outs >= 0.25).sum())
+    assert fixed.epsilon_lb > bonf.epsilon_lb
+
+
+@pytest.mark.parametrize("mu", [0.27, 0.5, 0.93])
+def test_gdp_observations_needed_reaches_the_ratio_in_simulation(mu):
+    delta, ratio = 1e-5, 0.9
+    n = gdp_observations_needed(mu=mu, delta=delta, ratio=ratio)
+    # fewer observations are needed for a larger mu, more for a higher ratio
+    assert gdp_observations_needed(mu=2 * mu, delta=delta, ratio=ratio) < n < gdp_observations_needed(mu=mu, delta=delta, ratio=0.95)
+    eps = gdp_epsilon(mu=mu, delta=delta)
+    rng = np.random.default_rng(11)
+    ratios = []
+    for _ in range(20):
+        ins, outs = rng.normal(mu, 1.0, n // 2), rng.normal(0.0, 1.0, n // 2)
+        ratios.append(bound_from_scores(ins, outs, delta=delta, method="gdp", strategy="fixed", threshold=mu / 2).epsilon_lb / eps)
+    # the rule targets the expected ratio: the simulated median sits near it, and every draw above 0.8
+    assert abs(np.median(ratios) - ratio) < 0.03 and min(ratios) > 0.8 and max(ratios) < 1.0
+
+
+def test_gdp_observations_needed_caps_and_checks():
+    assert gdp_observations_needed(mu=0.01, delta=1e-5, most=50_000) == 50_000
+    with pytest.raises(ValueError, match="ratio"):
+        gdp_observations_needed(mu=1.0, delta=1e-5, ratio=1.0)
+    with pytest.raises(ValueError, match="mu"):
+        gdp_observations_needed(mu=0.0, delta=1e-5)

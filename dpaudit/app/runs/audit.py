@@ -36,6 +36,7 @@ from dpaudit.callables import callable_fingerprint, resolve_callable
 from dpaudit.data import ArrayDataset, load_dataset, make_splits
 from dpaudit.locks import unit_lock
 from dpaudit.privacy.audit import ONE_RUN_BOUND_CHOICES, AuditResult
+from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES
 from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.store import RunDir, to_jsonable
 
@@ -55,6 +56,11 @@ __all__ = [
 THREATS = ("black-box", "white-box")
 METHODS = ("multi-run", "one-run")
 CANARY_KINDS = ("clipbkd", "mislabelled")
+#: White-box default length: never more steps than this in all (ε ≲ 0.6 would need more; the
+#: result then says how far its ceiling is).
+WHITE_BOX_MOST_STEPS = 300_000
+#: White-box steps per training under ``budget_seconds`` (≈ 2–4 s each on one CPU core).
+WHITE_BOX_CHUNK_STEPS = 2_000
 
 
 # ----------------------------------------------------------------------------- data
@@ -159,11 +165,17 @@ class AuditSpec:
         delta: δ of both bounds.
         clip_norm: clipping norm C.
         sampling_rate: Poisson sampling rate q.
-        epochs: epochs of 1/q steps (default 10 when ``num_steps`` is not given).
-        num_steps: steps T (instead of ``epochs``).
+        epochs: epochs of 1/q steps (black-box default 10 when ``num_steps`` is not given).
+        num_steps: steps T of each training (instead of ``epochs``). White-box default: the
+            steps :func:`~dpaudit.privacy.audit_stats.gdp_observations_needed` says make the
+            expected ε_LB 0.9 · ε_UB (at most :data:`WHITE_BOX_MOST_STEPS` in all), split over
+            one training per worker; with ``budget_seconds``, :data:`WHITE_BOX_CHUNK_STEPS`
+            per training.
         learning_rate: learning rate.
         num_members: training-set size (default: the dataset split's own).
-        num_trials: multi-run: trainings per side (default 50); white-box: runs pooled (default 1).
+        num_trials: multi-run: trainings per side (default 50); white-box: runs pooled
+            (default 1, or one per worker when the steps are the default; with
+            ``budget_seconds``, the most that will be run: default 10,000).
         num_canaries: one-run: canaries m.
         one_run_bound: one-run: ``steinke`` (Steinke, Nasr & Jagielski 2023) or ``fdp``
             (Mahloujifar, Melis & Chaudhuri 2025, Gaussian trade-off curve); see
@@ -172,8 +184,11 @@ class AuditSpec:
         group_size: multi-run canary copies k (ε_LB is divided by k).
         confidence: confidence of ε_LB.
         bound: ``gdp`` or ``clopper-pearson`` (multi-run and white-box).
-        strategy: honest threshold choice, ``bonferroni`` or ``split``.
+        strategy: honest threshold choice, ``bonferroni``, ``split`` or ``fixed`` (white-box
+            Dirac only: one threshold from the claim; its default there).
         score: white-box score, ``dirac`` or ``norm``.
+        budget_seconds: white-box: train and pool trials until this wall time is spent
+            (instead of a fixed ``num_trials``); a rerun reuses the stored trials and adds more.
         workers: worker processes for trials (1: in this process).
         seed: root seed.
         name: audit name under ``RUN_DIR/audits/`` (default derived from the configuration).
@@ -205,8 +220,9 @@ class AuditSpec:
     group_size: int = 1
     confidence: float = 0.95
     bound: str = "gdp"
-    strategy: str = "bonferroni"
+    strategy: str | None = None
     score: str = "dirac"
+    budget_seconds: float | None = None
     workers: int = 1
     seed: int = 0
     name: str | None = None
@@ -219,6 +235,20 @@ class AuditSpec:
         v.choice("method", self.method, METHODS)
         v.choice("canary", self.canary, CANARY_KINDS)
         v.choice("one_run_bound", self.one_run_bound, ONE_RUN_BOUND_CHOICES)
+        if self.threat == "white-box":
+            from attacks.audit_procedures import white_box_strategy
+
+            object.__setattr__(self, "strategy", white_box_strategy(self.score, self.strategy))
+        elif self.strategy is None:
+            object.__setattr__(self, "strategy", "bonferroni")
+        else:
+            v.choice("strategy", self.strategy, THRESHOLD_STRATEGIES)
+            if self.strategy == "fixed":
+                raise ValueError(f"strategy='fixed' takes its threshold from the white-box Dirac claim; with threat={self.threat!r} use bonferroni or split")
+        if self.budget_seconds is not None:
+            object.__setattr__(self, "budget_seconds", v.positive("budget_seconds", self.budget_seconds))
+            if self.threat != "white-box":
+                raise ValueError(f"budget_seconds applies to threat='white-box' (trials of a fixed length pooled until the time is spent), got threat={self.threat!r}")
         if self.one_run_bound != "steinke" and self.method != "one-run":
             raise ValueError(f"one_run_bound applies to method='one-run', got method={self.method!r}, one_run_bound={self.one_run_bound!r}")
         object.__setattr__(self, "delta", v.open_unit("delta", self.delta))
@@ -257,10 +287,49 @@ class AuditSpec:
                 raise ValueError("target_epsilon/noise_multiplier configure the suite's defense; with train_fn the claim comes from claim")
 
     @property
+    def _white_box_default_length(self) -> bool:
+        return self.threat == "white-box" and self.num_steps is None and self.epochs is None
+
+    @property
+    def white_box_total_steps(self) -> int:
+        """White-box default: observations for an expected ε_LB of 0.9 · the step's ε_UB.
+
+        The claim is one Gaussian step with σ (given, or calibrated to ``target_epsilon``), so
+        μ = 1/σ; :func:`gdp_observations_needed` turns μ into a count (≈ 82,000 steps at
+        ε = 1, 25,000 at 2, 8,000 at 4; δ = 1e-5, 95 %), capped at :data:`WHITE_BOX_MOST_STEPS`.
+        """
+        from dpaudit.privacy.audit_stats import gdp_observations_needed
+        from dpaudit.privacy.gaussian import analytic_sigma
+
+        sigma = self.noise_multiplier if self.noise_multiplier is not None else analytic_sigma(epsilon=float(self.target_epsilon), delta=self.delta)  # type: ignore[arg-type]
+        return gdp_observations_needed(mu=1.0 / sigma, delta=self.delta, confidence=self.confidence, ratio=0.9, most=WHITE_BOX_MOST_STEPS)
+
+    @property
+    def resolved_num_trials(self) -> int:
+        """Trainings: per side for multi-run (default 50); pooled runs for white-box; 1 for one-run."""
+        if self.threat == "white-box":
+            if self.num_trials is not None:
+                return self.num_trials
+            if self.budget_seconds is not None:
+                return 10_000
+            return self.workers if self._white_box_default_length and self.train_fn is None else 1
+        if self.method == "multi-run":
+            return self.num_trials if self.num_trials is not None else 50
+        return 1
+
+    @property
     def resolved_num_steps(self) -> int:
-        """T: ``num_steps``, else ``epochs`` (default 10) of 1/q steps each."""
+        """T of each training: ``num_steps``, else ``epochs`` of 1/q steps (black-box default 10 epochs).
+
+        White-box without either: :data:`WHITE_BOX_CHUNK_STEPS` per training under a time
+        budget, else :attr:`white_box_total_steps` split over :attr:`resolved_num_trials`.
+        """
         if self.num_steps is not None:
             return self.num_steps
+        if self._white_box_default_length and self.train_fn is None:
+            if self.budget_seconds is not None:
+                return WHITE_BOX_CHUNK_STEPS
+            return -(-self.white_box_total_steps // self.resolved_num_trials)
         per_epoch = max(1, round(1.0 / self.sampling_rate))
         return max(1, round((self.epochs if self.epochs is not None else 10) * per_epoch))
 
@@ -341,7 +410,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
     q = spec.sampling_rate
     num_steps = spec.resolved_num_steps
     if spec.train_fn is None and spec.progress:
-        trainings = 2 * (spec.num_trials or 50) if spec.threat == "black-box" and spec.method == "multi-run" else (spec.num_trials or 1) if spec.threat == "white-box" else 1
+        trainings = 2 * spec.resolved_num_trials if spec.threat == "black-box" and spec.method == "multi-run" else spec.resolved_num_trials
         per_example = seconds_per_example(spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, device=spec.device) * PER_EXAMPLE_GRADIENT_FACTOR
         announce_if_long(
             trainings * num_steps * q * len(members) * per_example / spec.workers,
@@ -386,13 +455,14 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
                 noise_multiplier=sigma,
                 clip_norm=spec.clip_norm,
                 directory=run.audit_dir(name),
-                num_trials=spec.num_trials if spec.num_trials is not None else 1,
+                num_trials=spec.resolved_num_trials,
                 bound=spec.bound,
                 strategy=spec.strategy,
                 score=spec.score,
                 full_claim=claim,
                 sampling_rate=q,
                 num_steps=num_steps,
+                budget_seconds=spec.budget_seconds,
                 executor=executor,
                 config={**cfg, "audit_name": name},
                 **common,
@@ -418,7 +488,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
                 dataset=members_ref,
                 canaries=cans,
                 claim=claim,
-                num_trials=spec.num_trials if spec.num_trials is not None else 50,
+                num_trials=spec.resolved_num_trials,
                 directory=run.audit_dir(name),
                 bound=spec.bound,
                 strategy=spec.strategy,

@@ -102,6 +102,13 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             raise UsageError("--threat white-box needs a defense's white-box trainer hooks; audit --train-fn with --threat black-box")
         if args.target_epsilon is not None or args.noise_multiplier is not None:
             raise UsageError("--target-epsilon/--noise-multiplier configure --defense; with --train-fn the claim comes from --claim/--claim-*")
+    if args.budget_seconds is not None and args.threat != "white-box":
+        raise UsageError(f"--budget-seconds applies to --threat white-box (trainings pooled until the time is spent), got --threat {args.threat}", argument="--budget-seconds")
+    if args.strategy == "fixed" and (args.threat != "white-box" or args.score != "dirac"):
+        raise UsageError(
+            f"--strategy fixed takes its threshold from the white-box Dirac claim (C/2); got --threat {args.threat} --score {args.score}: use bonferroni or split",
+            argument="--strategy",
+        )
     spec = AuditSpec(
         defense=args.defense,
         train_fn=args.train_fn,
@@ -128,6 +135,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         bound=args.bound,
         strategy=args.strategy,
         score=args.score,
+        budget_seconds=args.budget_seconds,
         workers=args.num_workers,
         seed=args.seed,
         name=args.name,
@@ -232,7 +240,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     limit_action(p.add_argument("--group-size", type=pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)"), 10**4, "each copy joins the training set")
     p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="confidence of epsilon_lb (default 0.95)")
     p.add_argument("--bound", choices=("gdp", "clopper-pearson"), default="gdp", help="multi-run/white-box bound (default gdp: Nasr et al. 2023)")
-    p.add_argument("--strategy", choices=("bonferroni", "split"), default="bonferroni", help="honest threshold choice (default bonferroni)")
+    p.add_argument(
+        "--strategy",
+        choices=("bonferroni", "split", "fixed"),
+        default=None,
+        help="honest threshold choice: bonferroni (pay for every candidate threshold; the black-box default), split (choose on one half, "
+        "bound on the other) or fixed (white-box Dirac game: one threshold at C/2, halfway between the claimed OUT and IN means; its default)",
+    )
+    p.add_argument(
+        "--budget-seconds",
+        type=arg("--budget-seconds", v.positive),
+        metavar="S",
+        help="white-box: pool trainings of --num-steps (default 2,000) steps until S seconds are spent, instead of a fixed length; a rerun reuses the stored ones and adds more",
+    )
     p.add_argument("--score", choices=("dirac", "norm"), default="dirac", help="white-box score: the canary coordinate, or minus the update's norm (default dirac)")
     p.add_argument("--claim", type=path_type("--claim", must_exist="file"), metavar="FILE", help="--train-fn: the claim as JSON (dpaudit claim format)")
     p.add_argument("--claim-noise-multiplier", type=arg("--claim-noise-multiplier", v.positive), metavar="SIGMA", help="--train-fn: claimed DP-SGD noise multiplier")
