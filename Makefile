@@ -26,7 +26,7 @@ install: $(VENV)/.installed
 demo: install
 	$(BIN)/dpaudit epsilon --sampling-rate 0.01 --noise-multiplier 4 --num-steps 10000 --delta 1e-5
 	$(BIN)/dpaudit audit --threat white-box --dataset digits --model digits-mlp --target-epsilon 2 --delta 1e-5 \
-		--sampling-rate 0.01 --num-steps 8000 --num-trials 2 --num-workers 2 --name demo-white-box --out $(RUN_DIR)
+		--num-workers 2 --name demo-white-box --out $(RUN_DIR)
 	$(BIN)/dpaudit audit --threat black-box --method one-run --dataset digits --model digits-mlp --target-epsilon 2 --delta 1e-5 \
 		--sampling-rate 0.05 --epochs 10 --learning-rate 0.5 --num-canaries 300 --name demo-one-run --out $(RUN_DIR)
 

@@ -252,7 +252,27 @@ def white_box_strategy(score: str, strategy: str | None) -> str:
 
 
 # ----------------------------------------------------------------------------- trials
-def black_box_trial(*, train_fn: TrainFn, dataset: DatasetLike, canaries: ArrayDataset, include: Sequence[bool] | np.ndarray, seed: int, index: int = 0) -> dict[str, np.ndarray]:
+def accepts_initial_state(train_fn: Callable[..., Any]) -> bool:
+    """Whether ``train_fn`` takes the protocol's optional ``initial_state`` keyword (or ``**kwargs``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(train_fn).parameters.values()
+    except (TypeError, ValueError):  # builtins and some C callables have no signature
+        return False
+    return any(p.name == "initial_state" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def black_box_trial(
+    *,
+    train_fn: TrainFn,
+    dataset: DatasetLike,
+    canaries: ArrayDataset,
+    include: Sequence[bool] | np.ndarray,
+    seed: int,
+    index: int = 0,
+    initial_state: str | None = None,
+) -> dict[str, np.ndarray]:
     """One training on ``dataset`` plus the included canaries; every canary's score.
 
     Args:
@@ -262,6 +282,8 @@ def black_box_trial(*, train_fn: TrainFn, dataset: DatasetLike, canaries: ArrayD
         include: which canaries join the training data.
         seed: the training's seed.
         index: the trial's index, named in errors.
+        initial_state: a safetensors file of the parameters every training starts from (the
+            auditor's crafted start), passed as ``train_fn(..., initial_state=tensors)``.
 
     Returns:
         ``{"scores": negative loss of each canary on the final model, "included": mask, "seed"}``.
@@ -273,8 +295,13 @@ def black_box_trial(*, train_fn: TrainFn, dataset: DatasetLike, canaries: ArrayD
     data = _dataset(dataset)
     mask = np.asarray(include, dtype=bool).reshape(-1)
     where = f"trial {index} (seed {seed})"
+    extra: dict[str, Any] = {}
+    if initial_state is not None:
+        from dpaudit.weights import load_weights
+
+        extra["initial_state"] = load_weights(initial_state)
     try:
-        model = train_fn(with_canaries(data, canaries, mask), seed=seed)
+        model = train_fn(with_canaries(data, canaries, mask), seed=seed, **extra)
     except Exception as exc:  # third-party code: any failure is reported with the trial that hit it
         raise TrialFailed(f"the training function raised {type(exc).__name__}: {_one_line(exc)} in {where}", index, seed) from exc
     if not isinstance(model, nn.Module):
@@ -361,6 +388,7 @@ def multi_run_audit(
     executor: Executor | None = None,
     config: Mapping[str, Any] | None = None,
     progress: bool = True,
+    initial_state: str | os.PathLike[str] | None = None,
 ) -> AuditResult:
     """Black-box multi-run game: ``num_trials`` trainings IN and ``num_trials`` OUT.
 
@@ -379,8 +407,13 @@ def multi_run_audit(
         executor: where trials run (default: in this process).
         config: extra description stored in ``config.json``.
         progress: report progress on stderr.
+        initial_state: a safetensors file every training starts from (worst-case-start audits,
+            Annamalai & De Cristofaro 2024): ``train_fn`` must accept ``initial_state``.
     """
     r, delta, confidence = _common_checks(num_trials, delta, confidence)
+    if initial_state is not None and not accepts_initial_state(train_fn):
+        raise ValueError(f"initial_state needs a training function that accepts initial_state=..., and {getattr(train_fn, '__name__', train_fn)!r} does not")
+    state_path = None if initial_state is None else str(initial_state)
     k = len(canaries)
     store = TrialStore(directory, {"method": "multi-run", "num_trials": r, "seed": seed, "group_size": k, **dict(config or {})})
     jobs = []
@@ -392,7 +425,15 @@ def multi_run_audit(
                 Job(
                     key=f"trial-{i}",
                     fn=black_box_trial,
-                    kwargs={"train_fn": train_fn, "dataset": dataset, "canaries": canaries, "include": include, "seed": derive_seed(seed, "audit-trial", i), "index": i},
+                    kwargs={
+                        "train_fn": train_fn,
+                        "dataset": dataset,
+                        "canaries": canaries,
+                        "include": include,
+                        "seed": derive_seed(seed, "audit-trial", i),
+                        "index": i,
+                        "initial_state": state_path,
+                    },
                 ),
             )
         )

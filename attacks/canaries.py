@@ -130,6 +130,70 @@ def clipbkd_canaries(data: ArrayDataset, *, group_size: int = 1, scale: float = 
     )
 
 
+def blank_canary(model: nn.Module, *, input_shape: tuple[int, ...], num_classes: int, id_offset: int) -> ArrayDataset:
+    """The blank target of worst-case-start audits (Annamalai & De Cristofaro 2024, §4): one all-zero input.
+
+    Its label is the class ``model`` (the audit's starting point) finds least likely at the
+    blank input, so its loss stays high and its gradient keeps reaching the clip norm at every
+    step, pointing the same way: the largest, steadiest signal one record can leave.
+
+    Args:
+        model: the model every training starts from (the crafted initial state loaded).
+        input_shape: one example's shape.
+        num_classes: classes of the task.
+        id_offset: the canary's id (above every id of the dataset).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    x = torch.zeros((1, *input_shape))
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            label = int(model(x).reshape(1, -1).argmin(1))
+    finally:
+        model.train(was)
+    return ArrayDataset(name="canaries/blank", features=x, labels=torch.tensor([label]), ids=np.array([id_offset]), num_classes=num_classes)
+
+
+def worst_case_initial_state(model: nn.Module, auditor_data: ArrayDataset, *, epochs: int = 5, learning_rate: float = 0.01, batch_size: int = 32, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Parameters an auditor starts every training from so the target's gradient stands out.
+
+    Annamalai & De Cristofaro (NeurIPS 2024, §4.2): train the model non-privately on data of
+    the same distribution that is *not* the audited training set (the auditor's own half),
+    plain SGD, a few epochs. From there the training records' gradients are small and
+    scattered, while a target the model gets wrong keeps a clipped gradient of norm C, so the
+    final models with and without it differ by almost exactly the target's T steps against
+    the noise — the worst case the DP guarantee has to cover. The state is public: it does not
+    depend on the audited records.
+
+    Args:
+        model: the architecture, freshly built (trained in place and returned as a state).
+        auditor_data: the auditor's records (disjoint from the audited training set).
+        epochs: passes over ``auditor_data`` (their recipe: 5).
+        learning_rate: SGD step (their recipe: 0.01).
+        batch_size: examples per step (their recipe: 32).
+        seed: order of the examples.
+
+    Returns:
+        The state dict after pre-training (CPU tensors).
+    """
+    auditor_data = _check_dataset("auditor_data", auditor_data)
+    epochs = v.integer("epochs", epochs, minimum=0)
+    learning_rate = v.positive("learning_rate", learning_rate)
+    batch_size = v.integer("batch_size", batch_size, minimum=1)
+    opt = torch.optim.SGD(model.parameters(), lr=learning_rate)
+    gen = torch.Generator().manual_seed(int(seed) % 2**63)
+    model.train()
+    for _ in range(epochs):
+        for idx in torch.randperm(len(auditor_data), generator=gen).split(batch_size):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(auditor_data.features[idx]), auditor_data.labels[idx]).backward()
+            opt.step()
+    model.eval()
+    return {k: t.detach().cpu().clone() for k, t in model.state_dict().items()}
+
+
 def with_canaries(data: ArrayDataset, canaries: ArrayDataset, include: np.ndarray | None = None) -> ArrayDataset:
     """``data`` plus the canaries selected by ``include`` (all when ``None``)."""
     data, canaries = _check_dataset("data", data), _check_dataset("canaries", canaries)

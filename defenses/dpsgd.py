@@ -458,6 +458,25 @@ def _canary_dict(value: dict[str, torch.Tensor] | torch.Tensor, params: dict[str
     raise TypeError(f"canary_gradient must return a dict of tensors, a flat tensor or None, got {type(value).__name__}")
 
 
+def load_initial_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """Loads ``state`` into ``model`` strictly, or says which names or shapes disagree.
+
+    Raises:
+        ValueError: the state does not fit the architecture (missing, unexpected or
+            mis-shaped entries, named).
+    """
+    if not isinstance(state, Mapping):
+        raise TypeError(f"initial_state must be a mapping of parameter names to tensors, got {type(state).__name__}")
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    shapes = sorted(f"{k}: {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in set(own) & set(state) if tuple(state[k].shape) != tuple(own[k].shape))
+    if missing or unexpected or shapes:
+        parts = [f"missing {missing}" if missing else "", f"unexpected {unexpected}" if unexpected else "", f"shapes differ ({'; '.join(shapes)})" if shapes else ""]
+        raise ValueError(f"initial_state does not fit the model: {', '.join(p for p in parts if p)}")
+    model.load_state_dict({k: torch.as_tensor(t) for k, t in state.items()}, strict=True)
+
+
 def train_dpsgd(
     *,
     bundle: DatasetBundle,
@@ -474,6 +493,7 @@ def train_dpsgd(
     prepare_model: Callable[[nn.Module], None] | None = None,
     after_step: Callable[[int, nn.Module], None] | None = None,
     progress_label: str = "dpsgd",
+    initial_state: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[TrainedModel, nn.Module]:
     """Trains a zoo model on the split's members with DP-SGD (+ DP-PCA).
 
@@ -494,6 +514,10 @@ def train_dpsgd(
         after_step: ``(step_index, model)`` after every optimiser step; it may only
             post-process the released parameters (e.g. rescale a layer), which costs no privacy.
         progress_label: the defense named on the progress bar (a wrapping defense passes its own).
+        initial_state: parameters (and buffers) to start from instead of the seeded random
+            initialisation, e.g. an auditor's crafted worst-case start (Annamalai & De
+            Cristofaro 2024); loaded strictly, before DP-PCA. Public: it costs no privacy
+            as long as it does not depend on the members.
 
     Returns:
         The record (claim from the steps actually taken) and the trained module (eval mode).
@@ -518,6 +542,8 @@ def train_dpsgd(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
         model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+    if initial_state is not None:
+        load_initial_state(model, initial_state)
     if config.pca_components is not None:
         proj = _find_projection(model)
         matrix = dp_pca(
@@ -676,7 +702,15 @@ class DPSGDTrainer:
             description=f"DP-SGD q={plan.sampling_rate:g} sigma={plan.noise_multiplier:.4g} T={plan.num_steps} C={self.config.clip_norm:g}",
         )
 
-    def __call__(self, dataset: ArrayDataset, *, seed: int, on_step: Callable[..., None] | None = None, canary_gradient: Callable[[int], Any] | None = None) -> nn.Module:
+    def __call__(
+        self,
+        dataset: ArrayDataset,
+        *,
+        seed: int,
+        on_step: Callable[..., None] | None = None,
+        canary_gradient: Callable[[int], Any] | None = None,
+        initial_state: Mapping[str, torch.Tensor] | None = None,
+    ) -> nn.Module:
         bundle, splits = bundle_for_members(dataset)
         _, model = train_dpsgd(
             bundle=bundle,
@@ -689,8 +723,10 @@ class DPSGDTrainer:
             progress=False,
             on_step=on_step,
             canary_gradient=canary_gradient,
+            initial_state=initial_state,
         )
         return model
 
-    def train(self, dataset: ArrayDataset, *, seed: int) -> nn.Module:
-        return self(dataset, seed=seed)
+    def train(self, dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+        """The third-party protocol, with its optional ``initial_state`` (worst-case-start audits)."""
+        return self(dataset, seed=seed, initial_state=initial_state)

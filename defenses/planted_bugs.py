@@ -13,6 +13,8 @@ of them (ε_LB > ε_UB) and never flag the ``none`` variant. The bugs (audit.md 
     published code): the noisy sum's sensitivity becomes ≈ 2·L·C, not C.
 ``noise-without-clip-norm``
     the noise is N(0, σ²) instead of N(0, σ²C²): off by the factor C (default C = 5).
+``noise-halved``
+    the noise is N(0, (σC/2)²): σ lowered 2× while the claim keeps σ.
 ``lot-size-sensitivity``
     per-example gradients of the *mean* loss (each already divided by L) are clipped to C and
     the sum rescaled by L, so each example's contribution may reach L·C — the per-layer
@@ -52,11 +54,12 @@ __all__ = [
     "train_no_clipping",
     "train_batch_clipping",
     "train_noise_without_clip_norm",
+    "train_noise_halved",
     "train_lot_size_sensitivity",
     "train_realised_lot_size",
 ]
 
-PLANTED_BUGS = ("none", "no-clipping", "batch-clipping", "noise-without-clip-norm", "lot-size-sensitivity", "realised-lot-size")
+PLANTED_BUGS = ("none", "no-clipping", "batch-clipping", "noise-without-clip-norm", "noise-halved", "lot-size-sensitivity", "realised-lot-size")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,9 +127,9 @@ class PlantedDPSGD:
             torch.manual_seed(derive_seed(seed, "init"))
             return nn.Sequential(nn.Flatten(), nn.Linear(d, self.config.hidden), nn.ReLU(), nn.Linear(self.config.hidden, dataset.num_classes))
 
-    def train(self, dataset: ArrayDataset, *, seed: int) -> nn.Module:
-        """The third-party protocol ``train(dataset, *, seed) -> nn.Module``."""
-        return self(dataset, seed=seed)
+    def train(self, dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+        """The third-party protocol ``train(dataset, *, seed[, initial_state]) -> nn.Module``."""
+        return self(dataset, seed=seed, initial_state=initial_state)
 
     def __call__(
         self,
@@ -135,14 +138,19 @@ class PlantedDPSGD:
         seed: int,
         on_step: Callable[[int, dict[str, torch.Tensor], int], None] | None = None,
         canary_gradient: Callable[[int], Mapping[str, torch.Tensor] | None] | None = None,
+        initial_state: Mapping[str, torch.Tensor] | None = None,
     ) -> nn.Module:
-        """Trains with the planted bug; hooks as in :func:`defenses.dpsgd.train_dpsgd`."""
+        """Trains with the planted bug; hooks and ``initial_state`` as in :func:`defenses.dpsgd.train_dpsgd`."""
         from torch.func import functional_call, grad, vmap
 
         if not isinstance(dataset, ArrayDataset):
             raise TypeError(f"dataset must be an ArrayDataset, got {type(dataset).__name__}")
         cfg, bug = self.config, self.bug
         model = self.build_model(dataset, seed=seed)
+        if initial_state is not None:
+            from defenses.dpsgd import load_initial_state
+
+            load_initial_state(model, initial_state)
         names = [n for n, _ in model.named_parameters()]
         shapes = {n: p.shape for n, p in model.named_parameters()}
         sizes = [p.numel() for p in model.parameters()]
@@ -150,7 +158,7 @@ class PlantedDPSGD:
         n = len(dataset)
         big_l = cfg.sampling_rate * n  # the public expected lot size
         c, sigma = cfg.clip_norm, cfg.noise_multiplier
-        noise_std = sigma if bug == "noise-without-clip-norm" else sigma * c
+        noise_std = sigma if bug == "noise-without-clip-norm" else sigma * c / 2 if bug == "noise-halved" else sigma * c
         lot_gen, noise_gen = torch_generator(seed, "lots"), torch_generator(seed, "noise")
 
         def loss_one(prm: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
@@ -197,31 +205,36 @@ def planted(bug: str, **config: Any) -> PlantedDPSGD:
     return PlantedDPSGD(bug=bug, config=PlantedConfig(**config))
 
 
-def train_correct(dataset: ArrayDataset, *, seed: int) -> nn.Module:
+def train_correct(dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
     """The correct loop (default config): must never be flagged."""
-    return PlantedDPSGD(bug="none").train(dataset, seed=seed)
+    return PlantedDPSGD(bug="none").train(dataset, seed=seed, initial_state=initial_state)
 
 
-def train_no_clipping(dataset: ArrayDataset, *, seed: int) -> nn.Module:
+def train_no_clipping(dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
     """Planted bug: per-example gradients not clipped."""
-    return PlantedDPSGD(bug="no-clipping").train(dataset, seed=seed)
+    return PlantedDPSGD(bug="no-clipping").train(dataset, seed=seed, initial_state=initial_state)
 
 
-def train_batch_clipping(dataset: ArrayDataset, *, seed: int) -> nn.Module:
+def train_batch_clipping(dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
     """Planted bug: the lot's mean gradient clipped instead of each example's."""
-    return PlantedDPSGD(bug="batch-clipping").train(dataset, seed=seed)
+    return PlantedDPSGD(bug="batch-clipping").train(dataset, seed=seed, initial_state=initial_state)
 
 
-def train_noise_without_clip_norm(dataset: ArrayDataset, *, seed: int) -> nn.Module:
+def train_noise_without_clip_norm(dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
     """Planted bug: noise N(0, σ²) instead of N(0, σ²C²)."""
-    return PlantedDPSGD(bug="noise-without-clip-norm").train(dataset, seed=seed)
+    return PlantedDPSGD(bug="noise-without-clip-norm").train(dataset, seed=seed, initial_state=initial_state)
 
 
-def train_lot_size_sensitivity(dataset: ArrayDataset, *, seed: int) -> nn.Module:
+def train_noise_halved(dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+    """Planted bug: σ lowered 2× while the claim keeps it."""
+    return PlantedDPSGD(bug="noise-halved").train(dataset, seed=seed, initial_state=initial_state)
+
+
+def train_lot_size_sensitivity(dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
     """Planted bug: sensitivity off by the lot size (Backpropagation Clipping)."""
-    return PlantedDPSGD(bug="lot-size-sensitivity").train(dataset, seed=seed)
+    return PlantedDPSGD(bug="lot-size-sensitivity").train(dataset, seed=seed, initial_state=initial_state)
 
 
-def train_realised_lot_size(dataset: ArrayDataset, *, seed: int) -> nn.Module:
+def train_realised_lot_size(dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
     """Planted bug: division by the realised (data-dependent) lot size."""
-    return PlantedDPSGD(bug="realised-lot-size").train(dataset, seed=seed)
+    return PlantedDPSGD(bug="realised-lot-size").train(dataset, seed=seed, initial_state=initial_state)

@@ -88,6 +88,12 @@ class FileCallable:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.resolve()(*args, **kwargs)
 
+    @property
+    def __signature__(self) -> inspect.Signature:
+        # ``inspect.signature`` reads this first: checks of what the user's function accepts
+        # (e.g. the optional ``initial_state`` of worst-case audits) see it, not ``*args, **kwargs``.
+        return inspect.signature(self.resolve())
+
 
 def _split(spec: Any, argument: str) -> tuple[str, str]:
     if not isinstance(spec, str) or ":" not in spec:

@@ -177,6 +177,29 @@ def _dssgd_cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 
     )
 
 
+def _audit_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    # The small tanh CNN of Annamalai & De Cristofaro's black-box audits (NeurIPS 2024): 5×5×16
+    # conv, pool 2, 4×4×32 conv, pool 2, 32 tanh units; 25,386 parameters on 28×28 MNIST.
+    if len(input_shape) != 3:
+        raise ValueError(f"audit-cnn needs image inputs (C, H, W), got input_shape={input_shape!r}")
+    c, h, w = input_shape
+    h2, w2 = ((h - 4) // 2 - 3) // 2, ((w - 4) // 2 - 3) // 2
+    if h2 < 1 or w2 < 1:
+        raise ValueError(f"audit-cnn needs images of at least 14×14, got input_shape={input_shape!r}")
+    return nn.Sequential(
+        nn.Conv2d(c, 16, 5),
+        nn.MaxPool2d(2),
+        nn.Tanh(),
+        nn.Conv2d(16, 32, 4),
+        nn.MaxPool2d(2),
+        nn.Tanh(),
+        nn.Flatten(),
+        nn.Linear(32 * h2 * w2, 32),
+        nn.Tanh(),
+        nn.Linear(32, num_classes),
+    )
+
+
 def _softmax_regression(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), num_classes))
 
@@ -209,6 +232,7 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(name="digits-mlp", builder=_mlp, summary="64 → 128 ReLU → 10, for 8×8 digits"),
         ModelSpec(name="dssgd-mlp", builder=_dssgd_mlp, summary="784 → 128 → 64 ReLU → 10: 109,386 parameters on MNIST (Shokri & Shmatikov 2015; 140,106 on their 32×32 frame)"),
         ModelSpec(name="dssgd-cnn", builder=_dssgd_cnn, summary="conv5×5×32, pool3, conv5×5×64, pool2, FC200: 105,506 parameters on MNIST (Shokri & Shmatikov 2015)"),
+        ModelSpec(name="audit-cnn", builder=_audit_cnn, summary="conv5×5×16, pool2, conv4×4×32, pool2, 32 tanh: 25,386 parameters on MNIST (Annamalai & De Cristofaro 2024's audits)"),
         ModelSpec(name="softmax-regression", builder=_softmax_regression, summary="one linear layer + softmax (Fredrikson et al. 2015's softmax target)"),
         ModelSpec(name="faces-mlp", builder=_faces_mlp, summary="3000 sigmoid hidden units (Fredrikson et al. 2015)"),
         ModelSpec(name="tabular-mlp", builder=_tabular_mlp, summary="two 64-unit ReLU layers, for tabular data"),

@@ -96,8 +96,12 @@ def save_modules(path: str | os.PathLike[str], modules: Mapping[str, nn.Module])
     classifier, GMI's generator and critic): one file per cached set, read back by
     :func:`load_modules`.
     """
-    state = {f"{name}.{k}": t.detach().to("cpu").contiguous() for name, module in modules.items() for k, t in module.state_dict().items()}
-    return atomic_write_bytes(Path(path), _save_safetensors(state))
+    return save_weights(path, {f"{name}.{k}": t for name, module in modules.items() for k, t in module.state_dict().items()})
+
+
+def save_weights(path: str | os.PathLike[str], state: Mapping[str, torch.Tensor]) -> Path:
+    """Writes one state dict as safetensors, atomically (read back with :func:`load_weights`)."""
+    return atomic_write_bytes(Path(path), _save_safetensors({k: t.detach().to("cpu").contiguous() for k, t in state.items()}))
 
 
 def load_modules(path: str | os.PathLike[str], modules: Mapping[str, nn.Module]) -> None:

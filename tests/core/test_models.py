@@ -14,6 +14,7 @@ SHAPES = {
     "tabular-mlp": ((104,), 2),
     "dssgd-mlp": ((1, 28, 28), 10),
     "dssgd-cnn": ((1, 28, 28), 10),
+    "audit-cnn": ((1, 28, 28), 10),
 }
 
 
@@ -25,6 +26,14 @@ def test_dssgd_models_have_the_papers_parameter_counts(name, shape, count):
     # Shokri & Shmatikov (2015, §6.1): CNN 105,506 on MNIST; MLP 140,106 on MNIST (their 32×32
     # frame) and 402,250 on SVHN; the suite feeds MNIST at 28×28 (109,386 for the MLP).
     assert count_parameters(name, input_shape=shape, num_classes=10) == count
+
+
+def test_audit_cnn_is_the_black_box_audit_papers_network():
+    # Annamalai & De Cristofaro (2024) audit the small tanh CNN of Dörmann et al.: conv 5×5×16,
+    # pool, conv 4×4×32, pool, 32 units: 416 + 8,224 + 16,416 + 330 parameters on MNIST.
+    assert count_parameters("audit-cnn", input_shape=(1, 28, 28), num_classes=10) == 25_386
+    with pytest.raises(ValueError, match=r"at least 14×14, got input_shape=\(1, 8, 8\)"):
+        build_model("audit-cnn", input_shape=(1, 8, 8), num_classes=10)
 
 
 def test_every_zoo_model_is_covered():

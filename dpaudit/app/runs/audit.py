@@ -55,7 +55,10 @@ __all__ = [
 
 THREATS = ("black-box", "white-box")
 METHODS = ("multi-run", "one-run")
-CANARY_KINDS = ("clipbkd", "mislabelled")
+CANARY_KINDS = ("clipbkd", "mislabelled", "blank")
+INIT_KINDS = ("random", "worst-case")
+#: Auditor records a worst-case start is pre-trained on (Annamalai & De Cristofaro use half of MNIST).
+WORST_CASE_AUDITOR_RECORDS = 30_000
 #: White-box default length: never more steps than this in all (ε ≲ 0.6 would need more; the
 #: result then says how far its ceiling is).
 WHITE_BOX_MOST_STEPS = 300_000
@@ -180,7 +183,13 @@ class AuditSpec:
         one_run_bound: one-run: ``steinke`` (Steinke, Nasr & Jagielski 2023) or ``fdp``
             (Mahloujifar, Melis & Chaudhuri 2025, Gaussian trade-off curve); see
             :func:`dpaudit.privacy.audit.audit_from_one_run`.
-        canary: multi-run input canary, ``clipbkd`` or ``mislabelled``.
+        canary: multi-run input canary, ``clipbkd``, ``mislabelled`` or ``blank`` (one all-zero
+            input labelled with the class the starting model finds least likely).
+        init: multi-run: where every training starts, ``random`` (the trainer's own seeded
+            initialisation) or ``worst-case`` (Annamalai & De Cristofaro 2024: the model
+            pre-trained non-privately on up to 30,000 records of the dataset that are not
+            members, saved as ``initial_state.safetensors`` in the audit directory and passed
+            to every training as ``initial_state``).
         group_size: multi-run canary copies k (ε_LB is divided by k).
         confidence: confidence of ε_LB.
         bound: ``gdp`` or ``clopper-pearson`` (multi-run and white-box).
@@ -217,6 +226,7 @@ class AuditSpec:
     num_canaries: int = 100
     one_run_bound: str = "steinke"
     canary: str = "clipbkd"
+    init: str = "random"
     group_size: int = 1
     confidence: float = 0.95
     bound: str = "gdp"
@@ -234,6 +244,9 @@ class AuditSpec:
         v.choice("threat", self.threat, THREATS)
         v.choice("method", self.method, METHODS)
         v.choice("canary", self.canary, CANARY_KINDS)
+        v.choice("init", self.init, INIT_KINDS)
+        if self.init != "random" and (self.threat, self.method) != ("black-box", "multi-run"):
+            raise ValueError(f"init={self.init!r} applies to the black-box multi-run game, got threat={self.threat!r}, method={self.method!r}")
         v.choice("one_run_bound", self.one_run_bound, ONE_RUN_BOUND_CHOICES)
         if self.threat == "white-box":
             from attacks.audit_procedures import white_box_strategy
@@ -378,6 +391,47 @@ def _audit_trainer(spec: AuditSpec, *, num_members: int, num_steps: int) -> tupl
     return entry.audit_trainer(config=config, model_name=spec.model, device=spec.device), float(sigma)
 
 
+def _starting_model(spec: AuditSpec, members: ArrayDataset, trainer: Any | None) -> nn.Module:
+    """The architecture every training of the audit starts from (seeded; the trainer's own when known)."""
+    import torch
+
+    from dpaudit.models import build_model
+    from dpaudit.seeding import derive_seed
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(spec.seed, "init"))
+        if trainer is not None:
+            return trainer.build_model(members)
+        return build_model(spec.model, input_shape=members.input_shape, num_classes=members.num_classes)
+
+
+def _worst_case_start(spec: AuditSpec, run: RunDir, bundle: Any, splits: Any, model: nn.Module, *, cfg_key: Mapping[str, Any]) -> Path:
+    """Pre-trains ``model`` on non-member records (the auditor's own) once; returns the safetensors file.
+
+    The file sits in its own directory keyed by the audit's configuration, so a rerun reuses
+    it (and says so) and another configuration never picks it up.
+    """
+    from attacks.canaries import worst_case_initial_state
+    from dpaudit.weights import load_weights, save_weights
+
+    directory = run.path / "initial-states" / f"worst-case-{_hash(cfg_key)}"
+    path = directory / "initial_state.safetensors"
+    if path.is_file():
+        if spec.progress:
+            print(f"reusing the worst-case start {path}", file=sys.stderr, flush=True)
+    else:
+        pool = np.asarray(splits.population if len(splits.population) else splits.non_members)[:WORST_CASE_AUDITOR_RECORDS]
+        if pool.size == 0:
+            raise ValueError(f"init='worst-case' pre-trains on records that are not members; dataset {spec.dataset!r} has none left with num_members={spec.num_members!r}")
+        if spec.progress:
+            print(f"crafting the worst-case start: {spec.model} pre-trained non-privately on {pool.size:,} non-member records (5 epochs)", file=sys.stderr, flush=True)
+        state = worst_case_initial_state(model, bundle.all().subset(pool), seed=spec.seed)
+        directory.mkdir(parents=True, exist_ok=True)
+        save_weights(path, state)
+    model.load_state_dict(load_weights(path))
+    return path
+
+
 def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
     """Runs one audit end to end under ``run``; returns its result (stored in ``run.audit_dir(name)``).
 
@@ -391,7 +445,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
             rejected input, its shape; trials finished before it stay stored and a rerun resumes.
     """
     from attacks import audit_procedures as ap
-    from attacks.canaries import clipbkd_canaries, mislabelled_canaries
+    from attacks.canaries import blank_canary, clipbkd_canaries, mislabelled_canaries
 
     if not isinstance(spec, AuditSpec):
         raise TypeError(f"spec must be an AuditSpec, got {type(spec).__name__}")
@@ -468,7 +522,22 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
                 **common,
             )
         elif spec.method == "multi-run":
-            if spec.canary == "clipbkd":
+            cfg_init = {"init": spec.init} if spec.init != "random" else {}  # random-start audits keep their names
+            start: nn.Module | None = None
+            state_file: Path | None = None
+            if spec.init == "worst-case" or spec.canary == "blank":
+                start = _starting_model(spec, members, trainer if fn_third_party is None else None)
+            if spec.init == "worst-case":
+                assert start is not None
+                if fn_third_party is not None and not ap.accepts_initial_state(fn_third_party):
+                    raise ValueError(f"--train-fn {spec.train_fn}: init='worst-case' passes initial_state=... to the training function, and it takes no such argument")
+                state_file = _worst_case_start(spec, run, bundle, splits, start, cfg_key={**described, **cfg_init, "canary": spec.canary})
+            if spec.canary == "blank":
+                assert start is not None
+                cans = blank_canary(start, input_shape=bundle.input_shape, num_classes=bundle.num_classes, id_offset=id_offset)
+                if spec.group_size > 1:
+                    raise ValueError(f"canary='blank' is one record; group_size must be 1, got {spec.group_size}")
+            elif spec.canary == "clipbkd":
                 cans = clipbkd_canaries(members, group_size=spec.group_size, id_offset=id_offset)
             else:  # one held-out example with a wrong label, repeated group_size times
                 one = mislabelled_canaries(bundle.all().subset(splits.non_members), num_canaries=1, seed=spec.seed, id_offset=id_offset)
@@ -480,7 +549,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
                     ids=np.arange(id_offset, id_offset + k),
                     num_classes=one.num_classes,
                 )
-            cfg = {**described, "canary": spec.canary, "group_size": spec.group_size, "bound": spec.bound, "strategy": spec.strategy}
+            cfg = {**described, **cfg_init, "canary": spec.canary, "group_size": spec.group_size, "bound": spec.bound, "strategy": spec.strategy}
             name = spec.name or f"multi-run-{_hash(cfg)}"
             call = functools.partial(
                 ap.multi_run_audit,
@@ -494,6 +563,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
                 strategy=spec.strategy,
                 executor=executor,
                 config={**cfg, "audit_name": name},
+                initial_state=state_file,
                 **common,
             )
         else:

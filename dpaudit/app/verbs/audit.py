@@ -102,6 +102,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             raise UsageError("--threat white-box needs a defense's white-box trainer hooks; audit --train-fn with --threat black-box")
         if args.target_epsilon is not None or args.noise_multiplier is not None:
             raise UsageError("--target-epsilon/--noise-multiplier configure --defense; with --train-fn the claim comes from --claim/--claim-*")
+    if args.init != "random" and (args.threat != "black-box" or args.method != "multi-run"):
+        raise UsageError(f"--init {args.init} applies to --threat black-box --method multi-run, got --threat {args.threat} --method {args.method}", argument="--init")
     if args.budget_seconds is not None and args.threat != "white-box":
         raise UsageError(f"--budget-seconds applies to --threat white-box (trainings pooled until the time is spent), got --threat {args.threat}", argument="--budget-seconds")
     if args.strategy == "fixed" and (args.threat != "white-box" or args.score != "dirac"):
@@ -130,6 +132,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         num_canaries=args.num_canaries,
         one_run_bound=args.one_run_bound or "steinke",
         canary=args.canary,
+        init=args.init,
         group_size=args.group_size,
         confidence=args.confidence,
         bound=args.bound,
@@ -236,7 +239,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="one-run: steinke (Steinke et al. 2023, valid for any mechanism; the default) or fdp (Mahloujifar et al. 2025: "
         "rejects a Gaussian trade-off curve; much tighter, a lower bound only for mechanisms with a Gaussian-shaped curve)",
     )
-    p.add_argument("--canary", choices=("clipbkd", "mislabelled"), default="clipbkd", help="multi-run input canary (default clipbkd)")
+    p.add_argument(
+        "--canary",
+        choices=("clipbkd", "mislabelled", "blank"),
+        default="clipbkd",
+        help="multi-run input canary: clipbkd (Jagielski et al. 2020; the default), mislabelled, or blank (one all-zero input, labelled with the class the starting model finds least likely)",
+    )
+    p.add_argument(
+        "--init",
+        choices=("random", "worst-case"),
+        default="random",
+        help="multi-run: where every training starts: random (the trainer's own initialisation; the default) or worst-case "
+        "(Annamalai & De Cristofaro 2024: --model pre-trained non-privately on non-member records, passed as initial_state=; "
+        "use with --sampling-rate 1 and --canary blank for their full-batch DP-GD audit)",
+    )
     limit_action(p.add_argument("--group-size", type=pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)"), 10**4, "each copy joins the training set")
     p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="confidence of epsilon_lb (default 0.95)")
     p.add_argument("--bound", choices=("gdp", "clopper-pearson"), default="gdp", help="multi-run/white-box bound (default gdp: Nasr et al. 2023)")
