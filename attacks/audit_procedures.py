@@ -271,7 +271,7 @@ def black_box_trial(
     include: Sequence[bool] | np.ndarray,
     seed: int,
     index: int = 0,
-    initial_state: str | None = None,
+    initial_state: bytes | None = None,
 ) -> dict[str, np.ndarray]:
     """One training on ``dataset`` plus the included canaries; every canary's score.
 
@@ -282,8 +282,9 @@ def black_box_trial(
         include: which canaries join the training data.
         seed: the training's seed.
         index: the trial's index, named in errors.
-        initial_state: a safetensors file of the parameters every training starts from (the
-            auditor's crafted start), passed as ``train_fn(..., initial_state=tensors)``.
+        initial_state: the safetensors bytes of the parameters every training starts from (the
+            auditor's crafted start), passed as ``train_fn(..., initial_state=tensors)``; bytes,
+            not a path, so the job carries its start to a worker on another machine.
 
     Returns:
         ``{"scores": negative loss of each canary on the final model, "included": mask, "seed"}``.
@@ -297,9 +298,9 @@ def black_box_trial(
     where = f"trial {index} (seed {seed})"
     extra: dict[str, Any] = {}
     if initial_state is not None:
-        from dpaudit.weights import load_weights
+        from dpaudit.weights import weights_from_bytes
 
-        extra["initial_state"] = load_weights(initial_state)
+        extra["initial_state"] = weights_from_bytes(initial_state)
     try:
         model = train_fn(with_canaries(data, canaries, mask), seed=seed, **extra)
     except Exception as exc:  # third-party code: any failure is reported with the trial that hit it
@@ -413,7 +414,8 @@ def multi_run_audit(
     r, delta, confidence = _common_checks(num_trials, delta, confidence)
     if initial_state is not None and not accepts_initial_state(train_fn):
         raise ValueError(f"initial_state needs a training function that accepts initial_state=..., and {getattr(train_fn, '__name__', train_fn)!r} does not")
-    state_path = None if initial_state is None else str(initial_state)
+    # The start travels inside each job (a cluster's workers cannot read this machine's files).
+    state_blob = None if initial_state is None else Path(initial_state).read_bytes()
     k = len(canaries)
     store = TrialStore(directory, {"method": "multi-run", "num_trials": r, "seed": seed, "group_size": k, **dict(config or {})})
     jobs = []
@@ -432,7 +434,7 @@ def multi_run_audit(
                         "include": include,
                         "seed": derive_seed(seed, "audit-trial", i),
                         "index": i,
-                        "initial_state": state_path,
+                        "initial_state": state_blob,
                     },
                 ),
             )

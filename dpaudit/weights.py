@@ -104,6 +104,18 @@ def save_weights(path: str | os.PathLike[str], state: Mapping[str, torch.Tensor]
     return atomic_write_bytes(Path(path), _save_safetensors({k: t.detach().to("cpu").contiguous() for k, t in state.items()}))
 
 
+def weights_from_bytes(blob: bytes) -> dict[str, torch.Tensor]:
+    """A state dict from safetensors bytes (what :func:`save_weights` writes), e.g. sent to a worker."""
+    from safetensors.torch import load as _load_bytes
+
+    if not isinstance(blob, bytes):
+        raise TypeError(f"blob must be bytes of a safetensors file, got {type(blob).__name__}")
+    try:
+        return _load_bytes(blob)
+    except (SafetensorError, ValueError) as exc:
+        raise ValueError(f"not a valid safetensors blob ({len(blob)} bytes): {exc}") from None
+
+
 def load_modules(path: str | os.PathLike[str], modules: Mapping[str, nn.Module]) -> None:
     """Loads what :func:`save_modules` wrote into freshly built ``modules`` (strict, no pickle).
 

@@ -304,3 +304,25 @@ def test_cli_worst_case_refuses_a_train_fn_without_initial_state(tmp_path, capsy
     assert code == 2, p.err
     lines = p.err.strip().splitlines()
     assert len(lines) == 1 and "initial_state" in lines[0] and "--train-fn" in lines[0] and "Traceback" not in p.err, p.err
+
+
+def test_worst_case_trials_on_ray_match_the_local_ones(tmp_path, capsys):
+    """The models fan out on Ray (the start travels inside each job) and give the same audit."""
+    import json
+
+    pytest.importorskip("ray")
+    base = ["audit", "--threat", "black-box", "--method", "multi-run", *_CHEAP, "--init", "worst-case", "--canary", "blank", "--json", "--quiet", "--no-report"]
+    results = {}
+    for kind in ("serial", "ray"):
+        code, p = _main(capsys, *base, "--executor", kind, "--num-workers", "1", "--out", str(tmp_path / kind))
+        assert code == 0, p.err
+        results[kind] = json.loads(p.out)
+        scores = np.load(tmp_path / kind / "audits" / results[kind]["details"]["audit_name"] / "scores.npz")
+        results[kind]["scores"] = (scores["in_scores"].tolist(), scores["out_scores"].tolist())
+    assert results["ray"]["scores"] == results["serial"]["scores"]
+    assert results["ray"]["epsilon_lb"] == results["serial"]["epsilon_lb"]
+
+
+def test_cli_address_needs_ray(tmp_path, capsys):
+    code, p = _main(capsys, "audit", *_CHEAP, "--address", "auto", "--out", str(tmp_path / "run"))
+    assert code == 2 and "--address='auto' needs --executor ray" in p.err, p.err

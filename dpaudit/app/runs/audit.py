@@ -133,11 +133,17 @@ def train_fn_fingerprint(spec: str) -> str:
     return callable_fingerprint(spec, argument="--train-fn")
 
 
-def make_audit_executor(workers: int | None) -> Any:
-    """In-process for one worker (no start-up cost), else a spawned process pool."""
-    from dpaudit.executors import LocalExecutor, SerialExecutor
+def make_audit_executor(workers: int | None, kind: str = "local", address: str | None = None) -> Any:
+    """Where trials run: ``local`` is in-process for one worker (no start-up cost), else a spawned
+    process pool; ``serial`` always in-process; ``ray`` a local Ray with ``workers`` CPUs or the
+    cluster at ``address``."""
+    from dpaudit.executors import LocalExecutor, SerialExecutor, make_executor
 
-    if workers is None or workers <= 1:
+    if kind == "ray":
+        return make_executor("ray", workers=workers, address=address)
+    if address is not None:
+        raise ValueError(f"address={address!r} applies to executor 'ray' only, got executor={kind!r}")
+    if kind == "serial" or workers is None or workers <= 1:
         return SerialExecutor()
     return LocalExecutor(workers=workers, threads_per_worker=1)
 
@@ -198,7 +204,9 @@ class AuditSpec:
         score: white-box score, ``dirac`` or ``norm``.
         budget_seconds: white-box: train and pool trials until this wall time is spent
             (instead of a fixed ``num_trials``); a rerun reuses the stored trials and adds more.
-        workers: worker processes for trials (1: in this process).
+        workers: worker processes for trials (1: in this process), or a local Ray's CPUs.
+        executor: where trials run: ``local`` (process pool), ``serial`` or ``ray``.
+        address: Ray cluster address (``executor="ray"`` only; ``None`` starts a local Ray).
         seed: root seed.
         name: audit name under ``RUN_DIR/audits/`` (default derived from the configuration).
         data_root: data root (``None``: the default resolution).
@@ -234,6 +242,8 @@ class AuditSpec:
     score: str = "dirac"
     budget_seconds: float | None = None
     workers: int = 1
+    executor: str = "local"
+    address: str | None = None
     seed: int = 0
     name: str | None = None
     data_root: str | None = None
@@ -272,6 +282,11 @@ class AuditSpec:
         object.__setattr__(self, "group_size", v.integer("group_size", self.group_size, minimum=1))
         object.__setattr__(self, "num_canaries", v.integer("num_canaries", self.num_canaries, minimum=2))
         object.__setattr__(self, "workers", v.integer("workers", self.workers, minimum=1))
+        from dpaudit.executors import EXECUTORS
+
+        v.choice("executor", self.executor, EXECUTORS)
+        if self.address is not None and self.executor != "ray":
+            raise ValueError(f"address={self.address!r} applies to executor='ray' only, got executor={self.executor!r}")
         for name in ("num_trials", "num_steps", "num_members"):
             value = getattr(self, name)
             if value is not None:
@@ -496,7 +511,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
     described.update({"dataset": spec.dataset, "num_members": len(members), "member_ids_sha256": members_sha256, "threat": spec.threat, "delta": spec.delta, "confidence": spec.confidence})
 
     run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
-    executor = make_audit_executor(spec.workers)
+    executor = make_audit_executor(spec.workers, spec.executor, spec.address)
     common = {"delta": spec.delta, "confidence": spec.confidence, "seed": spec.seed, "progress": spec.progress}
     try:
         if spec.threat == "white-box":

@@ -104,6 +104,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             raise UsageError("--target-epsilon/--noise-multiplier configure --defense; with --train-fn the claim comes from --claim/--claim-*")
     if args.init != "random" and (args.threat != "black-box" or args.method != "multi-run"):
         raise UsageError(f"--init {args.init} applies to --threat black-box --method multi-run, got --threat {args.threat} --method {args.method}", argument="--init")
+    if args.address is not None and args.executor != "ray":
+        raise UsageError(f"--address={args.address!r} needs --executor ray, got --executor {args.executor}", argument="--address")
     if args.budget_seconds is not None and args.threat != "white-box":
         raise UsageError(f"--budget-seconds applies to --threat white-box (trainings pooled until the time is spent), got --threat {args.threat}", argument="--budget-seconds")
     if args.strategy == "fixed" and (args.threat != "white-box" or args.score != "dirac"):
@@ -140,6 +142,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         score=args.score,
         budget_seconds=args.budget_seconds,
         workers=args.num_workers,
+        executor=args.executor,
+        address=args.address,
         seed=args.seed,
         name=args.name,
         data_root=args.data_root,
@@ -275,6 +279,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--claim-sampling-rate", type=arg("--claim-sampling-rate", v.half_open_unit), metavar="Q", help="--train-fn: claimed Poisson sampling rate")
     p.add_argument("--claim-num-steps", type=pos_int("--claim-num-steps"), metavar="T", help="--train-fn: claimed number of steps")
     limit_action(p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for trials (default 1: in this process)"), 1024, "each worker is a process")
+    from dpaudit.executors import EXECUTORS
+
+    p.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="where trials run: local (a process pool of --num-workers; the default), serial (in this process) or ray (a local Ray of --num-workers CPUs, or the cluster at --address)",
+    )
+    p.add_argument("--address", metavar="ADDR", help="Ray cluster address (with --executor ray; default: start a local Ray)")
     add_common(p, out=True, seed=True, data_root=True, device="cpu", quiet=True)
     p.add_argument("--name", metavar="NAME", help="audit name under RUN_DIR/audits/ (default: derived from the configuration; reruns resume)")
     p.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report")
