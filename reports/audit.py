@@ -193,6 +193,14 @@ def audit_section(
         canary = result.details.get("canary")
         if canary:
             lines.append(f"canary coordinate: {canary['parameter']}[{canary['index']}], magnitude {format_number(float(canary['magnitude']))}; {canary['reason']}")
+    elif isinstance(result.details.get("canary"), str):
+        lines.append(f"canary: {result.details['canary']}" + (f" × {result.group_size} copies" if result.group_size and result.group_size > 1 else ""))
+    if result.method == "multi-run":
+        # Where the trainings started decides how strong the game can be (Annamalai & De Cristofaro 2024).
+        if result.details.get("init") == "worst-case":
+            lines.append("start: worst-case: every training, IN and OUT, began from the model pre-trained non-privately on records that are not members (Annamalai & De Cristofaro 2024)")
+        else:
+            lines.append("start: the trainer's own seeded initialisation (random)")
     lines.append(f"score: {result.details.get('score', 'n/a')}")
     # What the stored trials were keyed on: a rerun reuses them only when these match.
     prints = {k.removesuffix("_sha256"): str(val)[:16] for k, val in result.details.items() if k.endswith("_sha256")}

@@ -256,6 +256,8 @@ def test_cli_worst_case_audit_end_to_end_and_a_rerun_reuses_the_start(tmp_path, 
     assert len(states) == 1
     config = json.loads((tmp_path / "run" / "audits" / out["details"]["audit_name"] / "config.json").read_text())
     assert config["init"] == "worst-case" and config["canary"] == "blank" and config["sampling_rate"] == 1.0
+    html = (tmp_path / "run" / "reports" / f"audit-{out['details']['audit_name']}.html").read_text()
+    assert "start: worst-case" in html and "canary: blank" in html
     code, p = _main(capsys, *argv)
     assert code == 0 and "reusing the worst-case start" in p.err and "reusing 4 stored trials" in p.err, p.err
     # a random start is another audit (its own name), never mixed with these trials
