@@ -187,7 +187,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``audit`` to the ``dpaudit`` parser."""
-    from dpaudit.app.runs.audit import audit_defenses
+    from dpaudit.app.runs.audit import CANARY_KINDS, INIT_KINDS, audit_defenses
     from dpaudit.data import DATASETS
     from dpaudit.models import MODELS
 
@@ -245,13 +245,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--canary",
-        choices=("clipbkd", "mislabelled", "blank"),
+        choices=CANARY_KINDS,
         default="clipbkd",
         help="multi-run input canary: clipbkd (Jagielski et al. 2020; the default), mislabelled, or blank (one all-zero input, labelled with the class the starting model finds least likely)",
     )
     p.add_argument(
         "--init",
-        choices=("random", "worst-case"),
+        choices=INIT_KINDS,
         default="random",
         help="multi-run: where every training starts: random (the trainer's own initialisation; the default) or worst-case "
         "(Annamalai & De Cristofaro 2024: --model pre-trained non-privately on non-member records, passed as initial_state=; "
