@@ -19,8 +19,21 @@ from dpaudit.training import TrainingDiverged, evaluate
 
 
 def config_dict(config: Any) -> dict[str, Any]:
-    """A defense config dataclass as a plain dict (what the record stores)."""
-    return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
+    """A defense config dataclass as a plain dict (what the record stores and the model id hashes).
+
+    Fields a config lists in its ``_omit_when_default`` class attribute are left out while
+    they hold their default: options added after records were stored (the certified
+    defenses' ``authors_*`` options) then change neither a default run's record nor its id,
+    so existing run directories keep finding their models.
+    """
+    if not dataclasses.is_dataclass(config):
+        return dict(config)
+    out = dataclasses.asdict(config)  # type: ignore[arg-type]
+    omit = getattr(config, "_omit_when_default", ())
+    for f in dataclasses.fields(config):
+        if f.name in omit and out[f.name] == f.default:
+            del out[f.name]
+    return out
 
 
 def model_id_for(*, defense: str, bundle: DatasetBundle, model_name: str, model_options: dict[str, Any], config: Any, splits: Splits, seed: int) -> str:

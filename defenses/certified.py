@@ -25,6 +25,16 @@ For Secure-SGD the pre-trained model behind r is trained on the split's *populat
 DP-trained model never sees), because r shapes the training noise and so the released
 parameters: computing it from the members would leak outside the DP claim.
 
+**The authors' code as explicit options.** To reproduce the published numbers and see which
+of them the mathematics supports, HGM and Secure-SGD take six ``authors_*`` options, all off
+by default (:class:`AuthorsCodeOptions`; :data:`AUTHORS_QUIRKS` says what each does and
+which guarantee it voids). A record trained with any of them on lists them under
+``config["authors_quirks"]`` and in ``config["certification"]``, and its claim's description
+names them, saying "NOT a valid guarantee" where the DP claim no longer holds (batch
+clipping). ``dpaudit certify`` measures Δ_r on the released weights and draws fresh noise,
+so its certificate stays the mathematics' verdict on a quirky model; the mixed δ (f) applies
+only where it is passed explicitly (:class:`dpaudit.robustness.certification.AuthorsMixedDelta`).
+
 The certificate never rests on training-time estimates: the final first layer is projected
 with its exact sensitivity, and :mod:`dpaudit.certify_runner` measures Δ_r again on the loaded
 model.
@@ -42,28 +52,36 @@ import numpy as np
 import torch
 from torch import nn
 
-from defenses._common import config_dict, model_id_for
-from defenses.dpsgd import DPSGDConfig, plan_dpsgd, train_dpsgd
+from defenses._common import build_record, config_dict, model_id_for
+from defenses.dpsgd import DPSGDConfig, learning_rate_at, plan_dpsgd, poisson_lot, train_dpsgd
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
+from dpaudit.models import build_model
 from dpaudit.options import option
+from dpaudit.privacy.claims import dpsgd_claim
 from dpaudit.privacy.gaussian import calibrate_gaussian
+from dpaudit.progress import Progress
 from dpaudit.results.certification import CertificationSpec
 from dpaudit.results.record import TrainedModel
+from dpaudit.robustness.certification import AUTHORS_REFERENCE_DELTA
 from dpaudit.robustness.noise import (
     ATTACK_NORMS,
     NoiseLayer,
     SensitivityProjector,
+    authors_heuristic_sensitivity,
     find_noise_layer,
     layer_sensitivity,
     redistribution_from_gradients,
 )
-from dpaudit.seeding import numpy_rng, torch_generator
-from dpaudit.training import EPOCH_LIMIT, SGDConfig
+from dpaudit.seeding import derive_seed, numpy_rng, torch_generator
+from dpaudit.training import EPOCH_LIMIT, SGDConfig, check_loss
 
 __all__ = [
+    "AUTHORS_QUIRKS",
+    "AuthorsCodeOptions",
     "CERTIFIED_MECHANISMS",
+    "authors_quirks",
     "RobustnessConfig",
     "PixelDPConfig",
     "AGMConfig",
@@ -151,6 +169,127 @@ class RobustnessConfig:
         return calibrate_gaussian(epsilon=self.robustness_epsilon, delta=self.robustness_delta, method=mechanism) * self.attack_norm_bound
 
 
+#: The authors' TensorFlow code's behaviours (certified.md §2 (a)–(f)), by config field: the
+#: label records and claims carry, and what it does to the guarantees. Every one is off by default.
+AUTHORS_QUIRKS: dict[str, tuple[str, str]] = {
+    "authors_noise_scale_r": (
+        "noise-scale-r",
+        "(a) noise std sigma*r_k instead of sigma*sqrt(r_k), calibrated as if it were sigma*sqrt(r_k): the noise layer does not meet its (eps_r, delta_r, L) as trained",
+    ),
+    "authors_heuristic_sensitivity": (
+        "heuristic-sensitivity",
+        "(b) Delta_r estimated from the reshaped kernel and r, not the layer's sensitivity: the noise may be below what (eps_r, delta_r, L) needs",
+    ),
+    "authors_fixed_training_noise": (
+        "fixed-training-noise",
+        "(c) one noise-layer draw reused at every training step (the released model draws fresh noise; no guarantee depends on the training draws)",
+    ),
+    "authors_batch_clipping": (
+        "batch-clipping",
+        "(d) each weight's batch-mean gradient is clipped to C (biases not at all) instead of each example's gradient, so one example can move the noisy sum by up to 2*L*C on the weights and without bound on the biases, where the accounting assumes C: this epsilon is NOT a valid guarantee for the run",
+    ),
+    "authors_redistribution_total": (
+        "redistribution-total",
+        "(e) r normalised to sum 16*16*C (the MNIST script's total) instead of K; Delta_r is measured with that r",
+    ),
+    "authors_mixed_delta": (
+        "mixed-delta",
+        f"(f) certified sizes scaled by c(eps_r, {AUTHORS_REFERENCE_DELTA:g})/c(eps_r, delta_r), a delta the noise was not calibrated at: such sizes are NOT certificates",
+    ),
+}
+
+#: The positions per channel the authors' MNIST script normalises r to (16·16, a CIFAR-10 size).
+_AUTHORS_POSITIONS = 16 * 16
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuthorsCodeOptions:
+    """Phan et al.'s TensorFlow code's behaviours as explicit options, all off by default.
+
+    The paper's mathematics (Theorems 2–3, Algorithm 1) is what the defenses implement; these
+    options reproduce what the authors' code (github.com/haiphanNJIT/SecureSGD) does instead,
+    so a user can reproduce their numbers and see which the mathematics supports
+    (certified.md §2). Records trained with any on name them (:func:`authors_quirks`).
+
+    Attributes:
+        authors_noise_scale_r: (a) component k gets noise std σ·r_k instead of σ·√r_k, while
+            the calibration (Δ_r, the projection) still assumes σ·√r_k. Components with
+            r_k < 1 are under-noised, so the layer does not meet (ε_r, δ_r) at L as trained.
+            The layer stores r² so that the released model adds exactly this noise, and
+            ``certify`` measures Δ with it: its certificate is honest about what was added.
+        authors_heuristic_sensitivity: (b) Δ_r = σ_max(kernel as C_out × fan-in) /
+            √σ_max(r as C × positions) (:func:`dpaudit.robustness.noise.authors_heuristic_sensitivity`)
+            instead of the exact Δ_r (l2, l1) or the bound √(Σ_k ‖W_k‖₁² / r_k) (linf), for the
+            projection and the noise during training and for the released σ. It is not an
+            upper bound, so the noise may be too small for (ε_r, δ_r) at L; ``certify``
+            measures the exact Δ_r again.
+        authors_fixed_training_noise: (c) the noise layer's training noise is drawn once (one
+            tensor of h's shape, shared by every example) and reused at every step, instead of
+            fresh noise at every forward pass. The released model draws fresh noise. Neither
+            guarantee rests on training draws (the DP claim is DP-SGD's; the certificate is
+            about the released layer), but the model is not trained as the paper says.
+        authors_redistribution_total: (e) r is normalised to Σ r = 16·16·C (C = channels of
+            the first layer's output) — the MNIST script's total, 8,192 for its 28·28·32 = 25,088
+            components — instead of Σ r = K (Theorem 3; the CIFAR-10 script uses K). Δ_r is
+            measured with that r, so the calibration stays valid; only the total noise differs
+            from the isotropic mechanism's. Needs a convolutional first layer.
+        authors_mixed_delta: (f) certified sizes are scaled by c(ε_r, 1e-5)/c(ε_r, δ_r): the
+            code certifies with the multiplier at δ = 1e-5 (its DP-SGD δ) while the noise is
+            calibrated at δ_r. Stored in the record's certification spec as
+            ``authors_reference_delta``; applied by
+            :class:`dpaudit.robustness.certification.AuthorsMixedDelta`. Such sizes are **not
+            certificates**.
+    """
+
+    _omit_when_default: ClassVar[tuple[str, ...]] = (
+        "authors_noise_scale_r",
+        "authors_heuristic_sensitivity",
+        "authors_fixed_training_noise",
+        "authors_redistribution_total",
+        "authors_mixed_delta",
+    )
+
+    authors_noise_scale_r: bool = option(
+        False, help="AUTHORS' CODE, not the paper: noise std sigma*r_k; the maths (Theorem 3) adds sigma*sqrt(r_k), so this under-noises components with r_k < 1 and voids eps_r/delta_r/L"
+    )
+    authors_heuristic_sensitivity: bool = option(
+        False,
+        help="AUTHORS' CODE, not the paper: Delta_r = sigma_max(reshaped kernel)/sqrt(sigma_max(reshaped r)); the maths uses the exact Delta_r (l2, l1) or the bound sqrt(sum_k ||W_k||_1^2/r_k) (linf); may under-noise",
+    )
+    authors_fixed_training_noise: bool = option(
+        False, help="AUTHORS' CODE, not the paper: draw the noise layer's training noise once and reuse it every step; the maths draws fresh noise at every pass (the released model still does)"
+    )
+    authors_redistribution_total: bool = option(False, help="AUTHORS' CODE, not the paper: normalise r to sum 16*16*C (their MNIST total); Theorem 3 needs sum r_k = K (conv first layer only)")
+    authors_mixed_delta: bool = option(
+        False, help="AUTHORS' CODE, not the paper: certify with the multiplier at delta=1e-5 while the noise is calibrated at delta_r; the maths uses delta_r; inflated sizes, NOT certificates"
+    )
+
+    def _check_authors_options(self) -> None:
+        for name in AUTHORS_QUIRKS:
+            if hasattr(self, name):
+                _flag(name, getattr(self, name))
+        for name in ("authors_noise_scale_r", "authors_redistribution_total"):
+            if getattr(self, name) and not getattr(self, "redistribute", False):
+                raise ValueError(f"{name}=True needs redistribute=True (it acts on the redistribution vector r), got redistribute={getattr(self, 'redistribute', None)!r}")
+
+
+def authors_quirks(config: Any) -> tuple[str, ...]:
+    """Labels of the authors'-code options switched on in ``config`` (``()`` for the mathematics)."""
+    return tuple(label for name, (label, _) in AUTHORS_QUIRKS.items() if getattr(config, name, False) is True)
+
+
+def _quirk_note(config: Any) -> str:
+    """What a claim's description appends for the switched-on quirks ("" when none)."""
+    notes = [f"{label}: {AUTHORS_QUIRKS[name][1]}" for name, (label, _) in AUTHORS_QUIRKS.items() if getattr(config, name, False) is True]
+    return f" [authors' code, not the paper's mathematics: {'; '.join(notes)}]" if notes else ""
+
+
 @dataclass(frozen=True, kw_only=True)
 class _CertifiedSGDConfig(NonPrivateConfig, RobustnessConfig):
     """SGD (see :class:`dpaudit.training.SGDConfig`) plus the noise layer of ``_defense``."""
@@ -177,27 +316,55 @@ class AGMConfig(_CertifiedSGDConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
-class HGMConfig(_CertifiedSGDConfig):
-    """HGM_PixelDP: extended calibration, redistributed noise. Defaults: Phan et al.'s MNIST run."""
+class HGMConfig(_CertifiedSGDConfig, AuthorsCodeOptions):
+    """HGM_PixelDP: extended calibration, redistributed noise. Defaults: Phan et al.'s MNIST run.
+
+    The ``authors_*`` fields (:class:`AuthorsCodeOptions`) reproduce the authors' code; off by default.
+    """
 
     _defense: ClassVar[str] = "hgm"
     robustness_epsilon: float = 4.0
     attack_norm_bound: float = 0.2
     redistribute: bool = True
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._check_authors_options()
+
 
 @dataclass(frozen=True, kw_only=True)
-class SecureSGDConfig(DPSGDConfig, RobustnessConfig):
-    """Secure-SGD: the HGM noise layer trained with DP-SGD (every DP-SGD field applies)."""
+class SecureSGDConfig(DPSGDConfig, RobustnessConfig, AuthorsCodeOptions):
+    """Secure-SGD: the HGM noise layer trained with DP-SGD (every DP-SGD field applies).
+
+    The ``authors_*`` fields (:class:`AuthorsCodeOptions`, and ``authors_batch_clipping``)
+    reproduce the authors' code; off by default.
+
+    Attributes:
+        authors_batch_clipping: (d) the DP-SGD part clips, as the authors' code does, the
+            gradient of the lot's *mean* loss — each weight tensor to L2 norm C, biases
+            unclipped — and adds N(0, σ²C²)/L, instead of clipping each example's gradient.
+            One example can then move the noisy sum by up to 2·L·C through the weights and
+            without bound through the biases, where the accounting assumes C, so the DP-SGD
+            ε does **not** hold: the claim's description says it is NOT a valid guarantee.
+            Poisson or shuffled lots as configured; no DP-PCA.
+    """
+
+    _omit_when_default: ClassVar[tuple[str, ...]] = (*AuthorsCodeOptions._omit_when_default, "authors_batch_clipping")
 
     robustness_epsilon: float = 4.0
     attack_norm_bound: float = 0.2
     redistribute: bool = True
     sensitivity_control: str = "scale-noise"
+    authors_batch_clipping: bool = option(
+        False, help="AUTHORS' CODE, not the paper: clip each weight's batch-mean gradient to C, biases not at all; DP-SGD (the maths) clips each example's gradient; voids the DP guarantee"
+    )
 
     def __post_init__(self) -> None:
         DPSGDConfig.__post_init__(self)
         self._check_robustness(*CERTIFIED_MECHANISMS["secure-sgd"])
+        self._check_authors_options()
+        if self.authors_batch_clipping and self.pca_components is not None:
+            raise ValueError(f"authors_batch_clipping=True does not support DP-PCA, got pca_components={self.pca_components!r}")
 
 
 def certification_spec(defense: str, config: RobustnessConfig) -> CertificationSpec:
@@ -231,7 +398,8 @@ def compute_redistribution(
     """HGM's r: pre-train a noise-free copy on ``ids``, then score ∂L/∂h (Phan et al. 2019, Eq. 7).
 
     Returns:
-        r with the noise layer's output shape (r > 0, Σ r = K).
+        r with the noise layer's output shape (r > 0, Σ r = K; Σ r = 16·16·C with the
+        authors' ``authors_redistribution_total``).
     """
     ids = np.asarray(ids, dtype=np.int64)
     if len(ids) == 0:
@@ -262,7 +430,15 @@ def compute_redistribution(
         loss = nn.functional.cross_entropy(rest(h), yb, reduction="sum")  # no layer mixes examples: row i is ∂ℓ_i/∂h_i
         (g,) = torch.autograd.grad(loss, h)
         grads.append(g.cpu())
-    return redistribution_from_gradients(torch.cat(grads), inflation=config.inflation, exponent=config.redistribution_exponent)
+    total = _authors_total(noise.output_shape) if getattr(config, "authors_redistribution_total", False) is True else None
+    return redistribution_from_gradients(torch.cat(grads), inflation=config.inflation, exponent=config.redistribution_exponent, total=total)
+
+
+def _authors_total(output_shape: tuple[int, ...]) -> float:
+    """Σ r of the authors' MNIST script: 16·16 positions per channel (certified.md §2 (e))."""
+    if len(output_shape) < 2:
+        raise ValueError(f"authors_redistribution_total=True needs a first layer with channels and positions (a convolution), got output shape {output_shape!r}")
+    return float(_AUTHORS_POSITIONS * output_shape[0])
 
 
 class _NoiseSchedule:
@@ -271,6 +447,10 @@ class _NoiseSchedule:
     σ = c(ε_r, δ_r)·L per unit of sensitivity. With ``project`` the first layer is rescaled to
     Δ_r ≤ 1 and the noise is σ; with ``scale-noise`` the noise is σ·Δ_r of the current weights
     (a warm power-iteration estimate during training, the exact value at the end).
+
+    The authors'-code options change three things here (certified.md §2): (a) the layer holds
+    r² (std σ r_k) while Δ_r is still weighted by r; (b) Δ_r is their heuristic; (c) one noise
+    draw is reused until the last step.
     """
 
     def __init__(self, *, sigma: float, redistribution: torch.Tensor | None, config: RobustnessConfig, input_shape: tuple[int, ...], total_steps: int) -> None:
@@ -284,6 +464,17 @@ class _NoiseSchedule:
         self.noise: NoiseLayer | None = None
         self.projector: SensitivityProjector | None = None
         self.final_sensitivity = float("nan")
+        self.heuristic = getattr(config, "authors_heuristic_sensitivity", False) is True
+        self.fixed_noise = getattr(config, "authors_fixed_training_noise", False) is True
+        # (a): the layer multiplies z by σ√(installed) = σ r_k, while the calibration weighs Δ_r by r.
+        self.squared = redistribution is not None and getattr(config, "authors_noise_scale_r", False) is True
+        self.calibration_r = redistribution if self.squared else None
+
+    def _sensitivity(self) -> float:
+        assert self.noise is not None
+        if self.heuristic:
+            return authors_heuristic_sensitivity(self.noise, redistribution=self.calibration_r)
+        return layer_sensitivity(self.noise, input_shape=self.input_shape, norm=self.config.attack_norm, redistribution=self.calibration_r)
 
     def _std_at(self, step: int) -> float:
         if self.ramp_steps == 0:
@@ -294,9 +485,16 @@ class _NoiseSchedule:
         noise = find_noise_layer(model)
         if noise is None:
             raise ValueError("certified defenses need a model built with noise_layer=True")
-        noise.set_noise(0.0, self.redistribution)
+        if self.squared:
+            assert self.redistribution is not None
+            installed = self.redistribution.double() ** 2
+            noise.set_noise(0.0, installed, total=float(installed.sum()))
+        elif self.redistribution is not None and getattr(self.config, "authors_redistribution_total", False) is True:
+            noise.set_noise(0.0, self.redistribution, total=_authors_total(noise.output_shape))
+        else:
+            noise.set_noise(0.0, self.redistribution)
         self.noise = noise
-        self.projector = SensitivityProjector(noise, input_shape=self.input_shape, norm=self.config.attack_norm, iterations=2)
+        self.projector = SensitivityProjector(noise, input_shape=self.input_shape, norm=self.config.attack_norm, iterations=2, redistribution=self.calibration_r, heuristic=self.heuristic)
         step = self.projector.project if self.project else self.projector.estimate
         for _ in range(10):  # converge the warm start (and, when projecting, start inside the ball)
             step()
@@ -313,19 +511,30 @@ class _NoiseSchedule:
 
     @torch.no_grad()
     def finish(self, *, full_noise: bool = True) -> float:
-        """Exact calibration of the released layer; returns its Δ_r (≤ 1 when projecting)."""
+        """Exact calibration of the released layer; returns its Δ_r (≤ 1 when projecting).
+
+        With the authors' (a)/(b) options, the Δ_r their calibration uses (not the exact one).
+        """
         assert self.noise is not None
-        delta = layer_sensitivity(self.noise, input_shape=self.input_shape, norm=self.config.attack_norm)
+        delta = self._sensitivity()
         if self.project and delta > 1.0:
             weight = next(m for m in self.noise.layer.modules() if isinstance(getattr(m, "weight", None), nn.Parameter)).weight
             weight.mul_(1.0 / delta)
-            delta = layer_sensitivity(self.noise, input_shape=self.input_shape, norm=self.config.attack_norm)
+            delta = self._sensitivity()
         self.final_sensitivity = delta
         if full_noise:
             # σ per unit of the measured sensitivity, never less: a run shorter than the ramp
             # still releases the calibrated mechanism.
             self.noise.noise_std.fill_(self.sigma * max(delta, 1.0) if self.project else self.sigma * delta)
+            # (c) ends with training: the released model draws fresh noise.
+            self.noise.fix_noise(False)
         return delta
+
+    def start_fixed_noise(self) -> None:
+        """(c): draw the one training noise tensor now (from the layer's generator) and reuse it."""
+        assert self.noise is not None
+        if self.fixed_noise:
+            self.noise.fix_noise(True)
 
 
 def _train_certified(
@@ -379,6 +588,7 @@ def _train_certified(
         # The training noise comes from its own seed stream (not torch's global generator), so a
         # run is reproducible and two defenses with the same seed see the same noise draws.
         find_noise_layer(model).generator = torch_generator(seed, "noise-layer", device=device)  # type: ignore[union-attr]
+        schedule.start_fixed_noise()
 
     record, model = base_train(
         bundle=bundle,
@@ -411,14 +621,21 @@ def _train_certified(
         "redistribution_max": float(noise.redistribution.max()),
         "train_seconds": time.monotonic() - started,
     }
-    record = dataclasses.replace(
-        record,
-        model_id=model_id,
-        defense=defense,
-        model_options=full_options,
-        config={**config_dict(config), "split_seed": splits.seed, "certification": spec.to_dict()},
-        metrics=metrics,
-    )
+    stored = {**config_dict(config), "split_seed": splits.seed, "certification": spec.to_dict()}
+    claim = record.claim
+    quirks = authors_quirks(config)
+    if quirks:
+        # Never shown as the paper's mathematics: the record, its certification spec and the
+        # claim's description (what `train` and the reports print) name every quirk.
+        stored["authors_quirks"] = list(quirks)
+        stored["certification"] = {**spec.to_dict(), "authors_quirks": list(quirks)}
+        if getattr(config, "authors_mixed_delta", False) is True:
+            stored["certification"]["authors_reference_delta"] = AUTHORS_REFERENCE_DELTA
+        claim = dataclasses.replace(claim, description=claim.description + _quirk_note(config))
+        # What `certify` will measure on the released layer, beside the Δ_r training used.
+        metrics["first_layer_sensitivity_released"] = layer_sensitivity(noise, input_shape=bundle.input_shape, norm=config.attack_norm)
+        metrics["redistribution_sum"] = float(noise.redistribution.double().sum())
+    record = dataclasses.replace(record, model_id=model_id, defense=defense, model_options=full_options, config=stored, claim=claim, metrics=metrics)
     return record, model
 
 
@@ -474,6 +691,146 @@ train_agm = _make_nonprivate_trainer("agm", AGMConfig)
 train_hgm = _make_nonprivate_trainer("hgm", HGMConfig)
 
 
+def _authors_batch_mean_gradient(
+    model: nn.Module, params: dict[str, nn.Parameter], features: torch.Tensor, labels: torch.Tensor, *, clip_norm: float, physical_batch_size: int
+) -> tuple[dict[str, torch.Tensor], float]:
+    """The gradient the authors' code noises: ∇ of the lot's mean loss, each weight clipped as a whole.
+
+    As their TensorFlow code does (certified.md §2 (d)): the gradient of the mean cross-entropy
+    over the lot, every weight tensor (≥ 2 dimensions) rescaled to L2 norm ≤ ``clip_norm``
+    (``tf.clip_by_norm``), biases left unclipped. No example's own gradient is ever clipped.
+
+    Returns:
+        ({name: clipped mean gradient}, Σ loss over the lot).
+    """
+    total = {name: torch.zeros_like(p) for name, p in params.items()}
+    n = int(features.shape[0])
+    loss_sum = 0.0
+    for start in range(0, n, physical_batch_size):
+        xb, yb = features[start : start + physical_batch_size], labels[start : start + physical_batch_size]
+        loss = nn.functional.cross_entropy(model(xb), yb, reduction="sum")
+        grads = torch.autograd.grad(loss, list(params.values()))
+        for name, g in zip(params, grads):
+            total[name].add_(g)
+        loss_sum += float(loss.detach())
+    for g in total.values():
+        if n:
+            g.div_(n)
+        if g.ndim >= 2:
+            g.mul_(clip_norm / torch.clamp(g.norm(), min=clip_norm))
+    return total, loss_sum
+
+
+def _train_dpsgd_authors_batch_clipping(
+    *,
+    bundle: DatasetBundle,
+    splits: Splits,
+    model_name: str,
+    model_options: dict[str, Any] | None = None,
+    config: SecureSGDConfig,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+    prepare_model: Callable[[nn.Module], None] | None = None,
+    after_step: Callable[[int, nn.Module], None] | None = None,
+    progress_label: str = "dpsgd",
+) -> tuple[TrainedModel, nn.Module]:
+    """DP-SGD as the authors' code runs it (certified.md §2 (d)): the batch-mean gradient is clipped.
+
+    Everything else follows :func:`defenses.dpsgd.train_dpsgd` with the same seed streams
+    (initialisation, lots, noise), so the only difference from the default run is the
+    clipping: each step releases :func:`_authors_batch_mean_gradient` + N(0, σ²C²)/L (L the
+    public expected lot size). One example can move that by up to 2C through the weights and
+    without bound through the unclipped biases, where the accounting assumes C/L: the claim
+    carries the DP-SGD event for reference, and its description says the ε is NOT a valid
+    guarantee for the run.
+    """
+    started = time.monotonic()
+    device = torch.device(device)
+    model_options = dict(model_options or {})
+    members = bundle.all().subset(splits.members)
+    n = len(members)
+    plan = plan_dpsgd(config, num_members=n)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "init"))  # the same initialisation as train_dpsgd
+        model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+    model.to(device).train()
+    if prepare_model is not None:
+        prepare_model(model)
+    params = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    opt = torch.optim.SGD(list(params.values()), lr=config.learning_rate, momentum=config.momentum, weight_decay=config.weight_decay)
+    x, y = members.features.to(device), members.labels.to(device)
+    lot_gen = torch_generator(seed, "lots")
+    noise_gen = torch_generator(seed, "noise", device=device)
+    noise_std = plan.noise_multiplier * config.clip_norm
+    order: list[torch.Tensor] = []
+    lot_sizes: list[int] = []
+    loss_total = 0.0
+    with Progress(plan.num_steps, f"train {progress_label} {model_name} on {bundle.name}", enabled=progress) as bar:
+        for step in range(plan.num_steps):
+            if config.sampling == "poisson":
+                lot = poisson_lot(n, plan.sampling_rate, generator=lot_gen)
+            else:
+                if not order:
+                    size = max(1, round(plan.sampling_rate * n))
+                    order = list(torch.randperm(n, generator=lot_gen).split(size))
+                    if len(order) > 1 and len(order[-1]) < size:
+                        order.pop()  # fixed-size lots only, as train_dpsgd
+                lot = order.pop(0)
+            lot = lot.to(device)
+            grads, loss_sum = _authors_batch_mean_gradient(model, params, x[lot], y[lot], clip_norm=config.clip_norm, physical_batch_size=config.physical_batch_size)
+            lr = learning_rate_at(config, step / plan.steps_per_epoch)
+            check_loss(loss_sum, step=step, epoch=step // plan.steps_per_epoch, learning_rate=lr, hint="or --clip-norm")
+            for name, p in params.items():
+                g = grads[name]
+                g.add_(torch.randn(g.shape, generator=noise_gen, device=g.device, dtype=g.dtype), alpha=noise_std / plan.expected_lot_size)
+                p.grad = g
+            for group in opt.param_groups:
+                group["lr"] = lr
+            opt.step()
+            if after_step is not None:
+                after_step(step, model)
+            lot_sizes.append(int(lot.numel()))
+            loss_total += loss_sum
+            bar.update(1, loss=loss_total / max(sum(lot_sizes), 1))
+    for p in params.values():
+        p.grad = None
+    model.eval()
+    desc = f"DP-SGD q={plan.sampling_rate:g} sigma={plan.noise_multiplier:g} T={plan.num_steps} C={config.clip_norm:g}"
+    if config.sampling != "poisson":
+        desc += " [non-private-accounting: lots drawn by fixed-size shuffling, but the accounting assumes Poisson sampling; this epsilon is NOT a valid guarantee for the run]"
+    claim = dpsgd_claim(sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=plan.num_steps, description=desc)
+    epsilon = claim.epsilon(delta=config.delta, accountant=config.accountant)
+    record = build_record(
+        defense="dpsgd",
+        model=model,
+        bundle=bundle,
+        splits=splits,
+        model_name=model_name,
+        model_options=model_options,
+        config=config,
+        claim=claim,
+        seed=seed,
+        device=device,
+        started=started,
+        extra_metrics={
+            "num_steps": plan.num_steps,
+            "epochs_completed": plan.num_steps * plan.sampling_rate,
+            "sampling_rate": plan.sampling_rate,
+            "noise_multiplier": plan.noise_multiplier,
+            "noise_std": noise_std,
+            "expected_lot_size": plan.expected_lot_size,
+            "mean_lot_size": float(sum(lot_sizes) / max(len(lot_sizes), 1)),
+            "epsilon": epsilon,
+            "epsilon_accountant": config.accountant,
+            "delta": config.delta,
+            "gradient_canary_steps": 0,
+            "train_loss_mean": loss_total / max(sum(lot_sizes), 1),
+        },
+    )
+    return record, model
+
+
 def train_secure_sgd(
     *,
     bundle: DatasetBundle,
@@ -491,6 +848,11 @@ def train_secure_sgd(
     and the projection of the first layer only post-process or randomize the forward pass,
     and r is computed from the split's population (never from the members). The record's
     config carries the robustness parameters (ε_r, δ_r, L) under ``certification``.
+
+    With ``authors_batch_clipping`` the DP-SGD part clips the batch-mean gradient as the
+    authors' code does (:func:`_train_dpsgd_authors_batch_clipping`); the claim then says its
+    ε is NOT a valid guarantee. The other ``authors_*`` options act on the noise layer only
+    and leave the DP claim intact (their description is appended all the same).
 
     Args:
         bundle, splits, model_name, model_options, seed, device, progress: as for
@@ -511,7 +873,7 @@ def train_secure_sgd(
         seed=seed,
         device=device,
         progress=progress,
-        base_train=train_dpsgd,
+        base_train=_train_dpsgd_authors_batch_clipping if config.authors_batch_clipping else train_dpsgd,
         total_steps=plan.num_steps,
         redistribution_ids=public,
         batch_size=max(1, round(plan.expected_lot_size)),

@@ -12,7 +12,14 @@ pool, FC, FC — the authors' MNIST network) and certified on the same test exam
   test of "HGM certifies more at equal conventional accuracy");
 * **HGM, authors'** (ε_r = 4, δ_r = 0.05, L = 0.2, their MNIST run);
 * **Secure-SGD** (HGM noise layer, ε_r = 4, L = 0.2, + DP-SGD) and **DP-SGD** on the same
-  network at each DP ε of ``--epsilons`` (δ = 1e-5, σ calibrated for the epochs run).
+  network at each DP ε of ``--epsilons`` (δ = 1e-5, σ calibrated for the epochs run);
+* **the authors' code** (``hgm-authors-code``, ``secure-sgd-authors-code-epsE``): the same two
+  with every behaviour of Phan et al.'s TensorFlow code switched on (certified.md §2 (a)–(f):
+  noise σ r_k, their heuristic Δ_r, one training noise draw, r summing to 16·16·C, the mixed δ,
+  and for Secure-SGD batch-mean clipping). Their honest certificate (fresh noise, exact Δ_r) is
+  the mathematics' verdict on that model; the row ``mixed-delta (authors)`` shows the sizes the
+  code's certification would report (radii × c(ε_r, 1e-5)/c(ε_r, δ_r)) — not certificates.
+  ``--no-authors-code`` leaves these rows out.
 
 Each model is certified with its own mechanism (n draws, Clopper–Pearson at η = 0.05, ε'
 searched over (0, 1] for PixelDP and (0, ∞) for the others), with randomized smoothing of the
@@ -32,6 +39,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -43,8 +51,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dpaudit.app.runs.certify import CertifySpec, certifiable_defenses, run_certify
 from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
 from dpaudit.data import load_dataset, make_splits
-from dpaudit.store import RunDir, atomic_write_json, to_jsonable
+from dpaudit.results.certification import load_certification_result
+from dpaudit.robustness.certification import AuthorsMixedDelta
+from dpaudit.store import RunDir, atomic_write_json, thaw, to_jsonable
 from dpaudit.training import resolve_device
+
+#: Every behaviour of the authors' code on the noise layer (defenses.certified.AuthorsCodeOptions).
+AUTHORS_CODE = dict(
+    authors_noise_scale_r=True,
+    authors_heuristic_sensitivity=True,
+    authors_fixed_training_noise=True,
+    authors_redistribution_total=True,
+    authors_mixed_delta=True,
+)
 
 QUICK = dict(
     dataset="digits",
@@ -94,11 +113,32 @@ def _models(p: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
         ("hgm-matched-r1", "hgm", dict(sgd, robustness_epsilon=1.0, robustness_delta=0.05, attack_norm_bound=0.1, redistribute=False)),
         ("hgm-authors", "hgm", dict(sgd, **pre, robustness_epsilon=4.0, robustness_delta=0.05, attack_norm_bound=0.2)),
     ]
+    if p["authors_code"]:
+        rows.append(("hgm-authors-code", "hgm", dict(sgd, **pre, **AUTHORS_CODE, robustness_epsilon=4.0, robustness_delta=0.05, attack_norm_bound=0.2)))
     dp = dict(epochs=p["dp_epochs"], lot_size=p["lot_size"], clip_norm=1.0, learning_rate=p["dp_learning_rate"], momentum=0.9, noise_multiplier=None, delta=1e-5)
     for eps in p["epsilons"]:
-        rows.append((f"secure-sgd-eps{eps:g}", "secure-sgd", dict(dp, **pre, target_epsilon=eps, robustness_epsilon=4.0, robustness_delta=0.05, attack_norm_bound=0.2)))
+        secure = dict(dp, **pre, target_epsilon=eps, robustness_epsilon=4.0, robustness_delta=0.05, attack_norm_bound=0.2)
+        rows.append((f"secure-sgd-eps{eps:g}", "secure-sgd", secure))
+        if p["authors_code"]:
+            rows.append((f"secure-sgd-authors-code-eps{eps:g}", "secure-sgd", dict(secure, **AUTHORS_CODE, authors_batch_clipping=True)))
         rows.append((f"dpsgd-eps{eps:g}", "dpsgd", dict(dp, target_epsilon=eps)))
     return rows
+
+
+def authors_mixed_delta_accuracy(run: RunDir, record: Any, sizes: tuple[float, ...]) -> dict[str, float] | None:
+    """Certified accuracy as the authors' code would report it (certified.md §2 (f)), or ``None``.
+
+    For a record trained with ``authors_mixed_delta``: its stored certificate's radii times
+    c(ε_r, 1e-5)/c(ε_r, δ_r) (:class:`AuthorsMixedDelta`; the (ε', δ') search does not depend
+    on σ/Δ, so this equals certifying with the mixed δ). These sizes are NOT certificates.
+    """
+    spec = thaw(record.config).get("certification") or {}
+    if "authors_reference_delta" not in spec:
+        return None
+    mix = AuthorsMixedDelta(robustness_epsilon=spec["robustness_epsilon"], robustness_delta=spec["robustness_delta"], reference_delta=spec["authors_reference_delta"])
+    own = load_certification_result(run.certify_dir(record.model_id) / f"certify-{record.defense}.json")
+    inflated = dataclasses.replace(own, method=f"{own.method}-authors-mixed-delta", radii=own.radii * mix.factor(spec["mechanism"]))
+    return {f"{s:g}": float(a) for s, a in zip(sizes, inflated.certified_accuracy(sizes))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--noise-ramp", type=float, help="fraction of training over which the noise layer's noise ramps up (default 0.1)")
     ap.add_argument("--epsilons", type=lambda s: tuple(float(x) for x in s.split(",")), help="DP epsilons for Secure-SGD and DP-SGD")
     ap.add_argument("--only", help="comma-separated subset of the model labels to run")
+    ap.add_argument("--no-authors-code", dest="authors_code", action="store_false", help="leave out the rows with the authors' code's behaviours switched on")
     ap.add_argument("--dataset")
     ap.add_argument("--model")
     ap.add_argument("--device", default="auto")
@@ -124,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, key) is not None:
             p[key] = getattr(args, key)
     p.setdefault("dp_learning_rate", 0.1)
+    p["authors_code"] = args.authors_code
     device = resolve_device(args.device)
     bundle = load_dataset(p["dataset"])
     n_train = len(bundle.train)
@@ -171,6 +213,12 @@ def main(argv: list[str] | None = None) -> int:
             "epsilon": record.metrics.get("epsilon", float("inf")),
             **{k: summary.get(k) for k in ("conventional_accuracy", "certified_accuracy", "robust_accuracy", "smoothing", "noise_std", "sensitivity", "draws_per_second", "soundness_violations")},
         }
+        quirks = thaw(record.config).get("authors_quirks")
+        if quirks:
+            measured["models"][label]["authors_quirks"] = list(quirks)
+            mixed = authors_mixed_delta_accuracy(run, record, tuple(p["sizes"])) if defense in certifiable_defenses() else None
+            if mixed is not None:
+                measured["models"][label]["authors_mixed_delta_accuracy_not_certified"] = mixed
         print(f"[{label}] conventional {summary['conventional_accuracy']:.4f}  certified {summary.get('certified_accuracy', {})}", file=sys.stderr)
     measured["seconds"] = time.monotonic() - started
     from dpaudit.app.runs.report import render_reports
@@ -192,6 +240,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"{px['conventional_accuracy']:.4f}; certified difference per size {', '.join(f'{s}: {d:+.3f}' for s, d in zip(sizes, diffs))}; "
                 f">= at every size: {all(d >= 0 for d in diffs)}"
             )
+    for code, paper in [("hgm-authors-code", "hgm-authors"), *((f"secure-sgd-authors-code-eps{e:g}", f"secure-sgd-eps{e:g}") for e in p["epsilons"])]:
+        if code in m and paper in m:
+            q, x = m[code], m[paper]
+            lines.append(
+                f"{code} (authors' code: {', '.join(q.get('authors_quirks', []))}) vs {paper}: conventional {q['conventional_accuracy']:.4f} vs {x['conventional_accuracy']:.4f}; "
+                f"certified at {sizes[0]}: {q['certified_accuracy'].get(sizes[0], float('nan')):.3f} vs {x['certified_accuracy'].get(sizes[0], float('nan')):.3f}"
+                + (
+                    f"; the code's mixed-delta sizes would report {q['authors_mixed_delta_accuracy_not_certified'][sizes[0]]:.3f} (not a certificate)"
+                    if q.get("authors_mixed_delta_accuracy_not_certified")
+                    else ""
+                )
+            )
     for eps in p["epsilons"]:
         a, b = m.get(f"secure-sgd-eps{eps:g}"), m.get(f"dpsgd-eps{eps:g}")
         if a and b:
@@ -200,18 +260,21 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"eps={eps:g}: Secure-SGD {a['conventional_accuracy']:.4f} vs DP-SGD {b['conventional_accuracy']:.4f} (difference {gap:+.4f})")
     bad = {k: x["soundness_violations"] for k, x in m.items() if x.get("soundness_violations")}
     lines.append(f"soundness violations: {bad or 'none'}")
-    header = f"{'model':<22}{'conv':>7}" + "".join(f"{s:>7}" for s in sizes) + f"{'train s':>9}{'cert s':>8}"
+    header = f"{'model':<30}{'conv':>7}" + "".join(f"{s:>7}" for s in sizes) + f"{'train s':>9}{'cert s':>8}"
     print(header)
     for label, x in m.items():
         cert = x.get("certified_accuracy") or {}
-        print(f"{label:<22}{x['conventional_accuracy']:7.3f}" + "".join(f"{cert.get(s, float('nan')):7.3f}" for s in sizes) + f"{x['train_seconds']:9.0f}{x['certify_seconds']:8.0f}")
+        print(f"{label:<30}{x['conventional_accuracy']:7.3f}" + "".join(f"{cert.get(s, float('nan')):7.3f}" for s in sizes) + f"{x['train_seconds']:9.0f}{x['certify_seconds']:8.0f}")
         if x.get("smoothing"):
             sm = x["smoothing"]["certified_accuracy"]
-            print(f"{'  smoothing':<22}{x['smoothing']['conventional_accuracy']:7.3f}" + "".join(f"{sm.get(s, float('nan')):7.3f}" for s in sizes))
+            print(f"{'  smoothing':<30}{x['smoothing']['conventional_accuracy']:7.3f}" + "".join(f"{sm.get(s, float('nan')):7.3f}" for s in sizes))
+        if x.get("authors_mixed_delta_accuracy_not_certified"):
+            mixed = x["authors_mixed_delta_accuracy_not_certified"]
+            print(f"{'  mixed-delta (authors)':<30}{'':>7}" + "".join(f"{mixed.get(s, float('nan')):7.3f}" for s in sizes))
         rob = x.get("robust_accuracy") or {}
         strongest = [min(r[s] for r in rob.values()) for s in sizes] if rob else []
         if strongest:
-            print(f"{'  min robust (attacks)':<22}{'':>7}" + "".join(f"{a:7.3f}" for a in strongest))
+            print(f"{'  min robust (attacks)':<30}{'':>7}" + "".join(f"{a:7.3f}" for a in strongest))
     print("\n".join(lines))
     print(f"report: {measured['report']}  ({measured['seconds']:.0f} s)")
     if args.json:

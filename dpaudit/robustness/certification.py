@@ -19,6 +19,10 @@ results. Everything is vectorised over test points.
   multiplier (Balle & Wang 2018) is offered as the tight alternative.
 * **Randomized smoothing** (Cohen, Rosenfeld & Kolter 2019, Theorem 1 and CERTIFY):
   R = σ Φ⁻¹(p_A) with p_A a one-sided Clopper–Pearson lower bound.
+* **The authors' mixed δ** (certified.md §2 (f)): Phan et al.'s code certifies with the
+  multiplier taken at another δ than the one the noise was calibrated at. It is available as
+  the explicit, off-by-default ``authors_mixed_delta`` option of :func:`certified_radius`
+  (:class:`AuthorsMixedDelta`), only to reproduce their numbers; its radii are not certificates.
 
 Formulas and test vectors: ``reference/certified.md``. A certificate is a *lower* bound on
 robust accuracy; :func:`soundness_violations` flags sizes where it exceeds the accuracy an
@@ -49,6 +53,8 @@ from dpaudit.results.certification import (
 )
 
 __all__ = [
+    "AUTHORS_REFERENCE_DELTA",
+    "AuthorsMixedDelta",
     "CERTIFICATION_MECHANISMS",
     "CERTIFICATION_NORMS",
     "DEFAULT_DELTA_GRID",
@@ -80,6 +86,9 @@ RADIUS_SEARCHES = ("exact", "pixeldp")
 #: δ' grid of the certified-size search: 0.001, 0.002, …, 0.299 (certified.md §1).
 DEFAULT_DELTA_GRID = np.arange(1, 300) / 1000.0
 DEFAULT_DELTA_GRID.flags.writeable = False
+
+#: The δ Phan et al.'s certification code passes to its robustness-size routine (their DP-SGD δ).
+AUTHORS_REFERENCE_DELTA = 1e-5
 
 # Theorem 2 of Phan et al. needs δ ≤ 0.484 (accounting.md §5); mirrors dpaudit.privacy.gaussian.
 _EGM_MAX_DELTA = 0.484
@@ -370,6 +379,55 @@ def mean_bounds(
 
 
 # --------------------------------------------------------------------------------------------
+# The authors' mixed δ (certified.md §2 (f))
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class AuthorsMixedDelta:
+    """The δ mix of Phan et al.'s certification code, as an explicit option (certified.md §2 (f)).
+
+    A noise layer calibrated at (ε_r, δ_r) for attack size L has σ/Δ = L·c(ε_r, δ_r), and the
+    same noise certifies L' = (σ/Δ)/c(ε', δ') (:func:`certified_radius`). The authors' code
+    instead scales the certified size by the multiplier at its reference δ (``1e-5``, the
+    DP-SGD δ it passes to its robustness-size routine) while the noise was calibrated at
+    δ_r = 0.05: L' = L·c(ε_r, δ_ref)/c(ε', δ'). Every radius is multiplied by
+    :meth:`factor` = c(ε_r, δ_ref)/c(ε_r, δ_r) (> 1 when δ_ref < δ_r), which the noise does not
+    support: the resulting radii are **not certificates**.
+
+    Assumed reading (the code cannot be run here): we model only the reference δ; the code's
+    further division by its classical multiplier at δ_r (its ``dp_mult``), whose units do not
+    match a radius, and its ε' cap at ε_r are not reproduced.
+
+    Attributes:
+        robustness_epsilon: ε_r the noise was calibrated at.
+        robustness_delta: δ_r the noise was calibrated at.
+        reference_delta: the δ the code's certification uses instead (default 1e-5).
+    """
+
+    robustness_epsilon: float
+    robustness_delta: float
+    reference_delta: float = AUTHORS_REFERENCE_DELTA
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "robustness_epsilon", v.positive("robustness_epsilon", self.robustness_epsilon))
+        object.__setattr__(self, "robustness_delta", v.open_unit("robustness_delta", self.robustness_delta))
+        object.__setattr__(self, "reference_delta", v.open_unit("reference_delta", self.reference_delta))
+
+    def factor(self, mechanism: str) -> float:
+        """c(ε_r, δ_ref)/c(ε_r, δ_r) under ``mechanism``: how much the mix inflates every radius.
+
+        Raises:
+            ValueError: unknown mechanism, or (ε_r, δ) outside its validity (named).
+        """
+        mechanism = v.choice("mechanism", mechanism, CERTIFICATION_MECHANISMS)
+        try:
+            reference = noise_multiplier(mechanism, epsilon=self.robustness_epsilon, delta=self.reference_delta)
+            calibrated = noise_multiplier(mechanism, epsilon=self.robustness_epsilon, delta=self.robustness_delta)
+        except ValueError as exc:
+            raise ValueError(f"authors_mixed_delta={self!r} is invalid for the {mechanism} calibration: {exc}") from None
+        return reference / calibrated
+
+
+# --------------------------------------------------------------------------------------------
 # The robustness condition and the certified size
 # --------------------------------------------------------------------------------------------
 def robust(p_lower: np.ndarray, p_upper: np.ndarray, *, epsilon: float | np.ndarray, delta: float | np.ndarray) -> np.ndarray:
@@ -434,6 +492,7 @@ def certified_radius(
     tolerance: float | None = None,
     search: str = "exact",
     allow_classical_above_one: bool = False,
+    authors_mixed_delta: AuthorsMixedDelta | None = None,
 ) -> np.ndarray:
     """Largest attack size certified by a Gaussian noise layer, per test point.
 
@@ -475,6 +534,11 @@ def certified_radius(
         search: ``"exact"`` or ``"pixeldp"``.
         allow_classical_above_one: accept ``max_epsilon > 1`` with the classical multiplier,
             only to reproduce published numbers that did so; such sizes are not certificates.
+        authors_mixed_delta: off (``None``, the mathematics) by default. An
+            :class:`AuthorsMixedDelta` reproduces Phan et al.'s code, which certifies with the
+            multiplier at another δ than the noise's: every size is multiplied by
+            :meth:`AuthorsMixedDelta.factor` (the search over (ε', δ') does not depend on
+            σ/Δ). Such sizes are **not certificates** (certified.md §2 (f)).
 
     Returns:
         Float array of certified sizes, same shape as ``p_lower``.
@@ -492,6 +556,11 @@ def certified_radius(
     search = v.choice("search", search, RADIUS_SEARCHES)
     if not isinstance(allow_classical_above_one, bool):
         raise TypeError(f"allow_classical_above_one must be a bool, got {allow_classical_above_one!r}")
+    if authors_mixed_delta is not None:
+        if not isinstance(authors_mixed_delta, AuthorsMixedDelta):
+            raise TypeError(f"authors_mixed_delta must be an AuthorsMixedDelta or None, got {authors_mixed_delta!r}")
+        # σ/Δ as the authors' code takes it: L·c(ε_r, δ_ref) instead of L·c(ε_r, δ_r).
+        scale *= authors_mixed_delta.factor(mechanism)
     if max_epsilon is None:
         max_eps = 1.0 if mechanism == "classical" else math.inf
     else:

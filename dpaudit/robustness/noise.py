@@ -41,6 +41,7 @@ from dpaudit import _validate as v
 __all__ = [
     "ATTACK_NORMS",
     "NoiseLayer",
+    "authors_heuristic_sensitivity",
     "SensitivityProjector",
     "add_noise_layer",
     "find_noise_layer",
@@ -63,6 +64,9 @@ class NoiseLayer(nn.Module):
         generator: optional ``torch.Generator`` the noise is drawn from (for reproducible
             Monte Carlo); ``None`` uses torch's default generator.
         enabled: set to ``False`` to evaluate the noise-free function (e.g. to compute r).
+        fixed_noise: ``None`` (fresh noise at every forward pass, the mechanism), or one
+            standard-normal draw of h's shape reused at every pass (:meth:`fix_noise`; the
+            authors' code's training, quirk (c)). Not a buffer: a saved model never keeps it.
     """
 
     # Declared so type checkers see buffers as tensors (nn.Module's __getattr__ says Tensor | Module).
@@ -77,13 +81,23 @@ class NoiseLayer(nn.Module):
         self.register_buffer("redistribution", torch.ones(output_shape))
         self.generator: torch.Generator | None = None
         self.enabled = True
+        self.fixed_noise: torch.Tensor | None = None
 
     @property
     def output_shape(self) -> tuple[int, ...]:
         return tuple(self.redistribution.shape)
 
-    def set_noise(self, noise_std: float, redistribution: torch.Tensor | None = None) -> None:
-        """Installs σ and (optionally) r, validating r > 0 and Σ r = K."""
+    def set_noise(self, noise_std: float, redistribution: torch.Tensor | None = None, *, total: float | None = None) -> None:
+        """Installs σ and (optionally) r, validating r > 0 and Σ r = ``total``.
+
+        Args:
+            noise_std: σ ≥ 0.
+            redistribution: r, of h's shape; ``None`` keeps the installed one.
+            total: the sum r must have; ``None`` means K, the number of components (Phan et
+                al. 2019, Theorem 3). Another total is only for reproducing the authors' code
+                (certified.md §2 (a), (e)); the mechanism stays calibratable because Δ_r is
+                measured with the r actually installed.
+        """
         std = v.non_negative("noise_std", noise_std)
         if redistribution is not None:
             r = torch.as_tensor(redistribution, dtype=self.redistribution.dtype)
@@ -91,11 +105,37 @@ class NoiseLayer(nn.Module):
                 raise ValueError(f"redistribution must have shape {self.output_shape}, got {tuple(r.shape)}")
             if not bool(torch.isfinite(r).all()) or bool((r <= 0).any()):
                 raise ValueError("redistribution must be finite and > 0 everywhere")
-            total, k = float(r.sum()), r.numel()
-            if not math.isclose(total, k, rel_tol=1e-4):
-                raise ValueError(f"redistribution must sum to the number of components {k}, got {total!r}")
+            k = r.numel()
+            wanted = float(k) if total is None else v.positive("total", total)
+            got = float(r.sum())
+            if not math.isclose(got, wanted, rel_tol=1e-4):
+                what = f"the number of components {k}" if total is None else f"total={wanted!r}"
+                raise ValueError(f"redistribution must sum to {what}, got {got!r}")
             self.redistribution.copy_(r.to(self.redistribution.device))
         self.noise_std.fill_(std)
+
+    def fix_noise(self, enabled: bool) -> None:
+        """Draws one z ~ N(0, I) of h's shape now and reuses it at every forward pass (or stops).
+
+        The authors' TensorFlow code draws the noise layer's training noise once, before
+        training, and feeds the same tensor at every step and to every example of a batch
+        (certified.md §2 (c)). That is not the paper's mechanism, which draws fresh noise at
+        every pass; it exists to reproduce their training. The draw comes from
+        :attr:`generator` (torch's default when ``None``) and is still multiplied by the
+        current σ √r, so a noise ramp or a recalibration keeps acting on it.
+
+        Args:
+            enabled: ``True`` draws and keeps z; ``False`` forgets it (fresh noise again).
+        """
+        if not isinstance(enabled, bool):
+            raise TypeError(f"enabled must be a bool, got {enabled!r}")
+        if not enabled:
+            self.fixed_noise = None
+            return
+        gen = self.generator
+        device = gen.device if gen is not None else self.redistribution.device
+        z = torch.randn((1, *self.output_shape), generator=gen, device=device, dtype=self.redistribution.dtype)
+        self.fixed_noise = z.to(self.redistribution.device)
 
     def noise_scale(self) -> torch.Tensor:
         """Per-component standard deviation σ √r_k (shape of h)."""
@@ -108,6 +148,8 @@ class NoiseLayer(nn.Module):
         """h + σ √r ⊙ z for a batch of first-layer outputs (identity when disabled or σ = 0)."""
         if not self.enabled or float(self.noise_std) == 0.0:
             return h
+        if self.fixed_noise is not None:
+            return h + self.fixed_noise.to(h.device, h.dtype) * self.noise_scale()
         gen = self.generator
         if gen is not None and gen.device != h.device:
             z = torch.randn(h.shape, generator=gen, device=gen.device, dtype=h.dtype).to(h.device)
@@ -167,12 +209,12 @@ def _linear_part(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return block(x) - block(torch.zeros_like(x[:1]))
 
 
-def _gram(noise: NoiseLayer, input_shape: tuple[int, ...], *, chunk: int = 256) -> torch.Tensor:
+def _gram(noise: NoiseLayer, input_shape: tuple[int, ...], *, redistribution: torch.Tensor, chunk: int = 256) -> torch.Tensor:
     """Wᵀ diag(r)^{-1} W (d × d, float64), column by column through the block and its adjoint."""
     block = noise.layer
     p = next(block.parameters())
     d = int(math.prod(input_shape))
-    inv_r = (1.0 / noise.redistribution).to(p.device, p.dtype)
+    inv_r = (1.0 / redistribution).to(p.device, p.dtype)
     cols = []
     for start in range(0, d, chunk):
         idx = torch.arange(start, min(d, start + chunk), device=p.device)
@@ -200,7 +242,19 @@ def _row_l1(noise: NoiseLayer, input_shape: tuple[int, ...]) -> torch.Tensor:
     return rows.abs()  # Flatten/Projection in front are identity-like on |·|; abs guards rounding
 
 
-def layer_sensitivity(noise: NoiseLayer, *, input_shape: tuple[int, ...], norm: str = "l2") -> float:
+def _weights_of(noise: NoiseLayer, redistribution: torch.Tensor | None) -> torch.Tensor:
+    """The r a sensitivity is weighted by: the installed one, or a validated stand-in."""
+    if redistribution is None:
+        return noise.redistribution
+    r = torch.as_tensor(redistribution, dtype=noise.redistribution.dtype, device=noise.redistribution.device)
+    if tuple(r.shape) != noise.output_shape:
+        raise ValueError(f"redistribution must have shape {noise.output_shape}, got {tuple(r.shape)}")
+    if not bool(torch.isfinite(r).all()) or bool((r <= 0).any()):
+        raise ValueError("redistribution must be finite and > 0 everywhere")
+    return r
+
+
+def layer_sensitivity(noise: NoiseLayer, *, input_shape: tuple[int, ...], norm: str = "l2", redistribution: torch.Tensor | None = None) -> float:
     """Δ_r of the noise layer's block for input changes of unit ``norm`` (see module docstring).
 
     Exact for ``l2`` and ``l1``; a valid upper bound for ``linf``. With a PCA Projection in
@@ -210,16 +264,49 @@ def layer_sensitivity(noise: NoiseLayer, *, input_shape: tuple[int, ...], norm: 
         noise: the model's noise layer.
         input_shape: shape of one input (without batch).
         norm: the attack norm, one of :data:`ATTACK_NORMS`.
+        redistribution: weigh by this r instead of the installed one. Only the authors'-code
+            reproduction uses it (certified.md §2 (a): their calibration assumes noise σ√r_k
+            while the layer adds σ r_k); a certificate must use the installed r.
     """
     norm = v.choice("norm", norm, ATTACK_NORMS)
+    weights = _weights_of(noise, redistribution)
     if norm == "linf":
         rows = _row_l1(noise, input_shape).to(torch.float64)
-        r = noise.redistribution.to(rows.device, torch.float64)
+        r = weights.to(rows.device, torch.float64)
         return float(torch.sqrt((rows**2 / r).sum()))
-    gram = _gram(noise, input_shape)
+    gram = _gram(noise, input_shape, redistribution=weights)
     if norm == "l1":
         return float(gram.diagonal().clamp_min(0).max().sqrt())
     return float(torch.linalg.eigvalsh(gram)[-1].clamp_min(0).sqrt())
+
+
+@torch.no_grad()
+def authors_heuristic_sensitivity(noise: NoiseLayer, *, redistribution: torch.Tensor | None = None) -> float:
+    """The Δ_r estimate of Phan et al.'s TensorFlow code: σ_max(W) / √σ_max(R) (certified.md §2 (b)).
+
+    Their code reshapes the first layer's kernel to a (C_out × fan-in) matrix and r to a
+    (C × positions) matrix, and divides the kernel's largest singular value by the square
+    root of r's. This is **not** the sensitivity of the layer: for a convolution the operator
+    norm can exceed the reshaped kernel's largest singular value (every input pixel feeds up
+    to kh·kw output positions), and 1/√σ_max(R) is not max_k 1/√r_k, so the estimate can be
+    far below the exact Δ_r (l2) or the bound √(Σ_k ‖W_k‖₁² / r_k) (linf) — noise calibrated
+    to it then does not meet (ε_r, δ_r) at L. It exists only to reproduce their numbers.
+
+    For a Linear first layer the same reshapes give σ_max(W) / √‖r‖₂. A PCA Projection in
+    front of the weight is ignored, as the authors' networks had none.
+
+    Args:
+        noise: the model's noise layer.
+        redistribution: the r to use instead of the installed one (their calibration's r).
+
+    Returns:
+        The estimate (a float ≥ 0).
+    """
+    weight = _weight_layer(noise.layer).weight.detach().to(torch.float64)
+    r = _weights_of(noise, redistribution).detach().to(torch.float64)
+    kernel = torch.linalg.matrix_norm(weight.reshape(weight.shape[0], -1), ord=2)
+    spread = torch.linalg.matrix_norm(r.reshape(r.shape[0], -1), ord=2)
+    return float(kernel / spread.sqrt())
 
 
 class SensitivityProjector:
@@ -228,23 +315,43 @@ class SensitivityProjector:
     ``l2``: a few warm-started power iterations on Wᵀ diag(r)^{-1} W per call (the estimate
     approaches Δ from below; the exact value is measured after training). ``l1``/``linf``:
     the exact value / bound is cheap and used directly.
+
+    ``redistribution`` and ``heuristic`` exist only to reproduce the authors' code
+    (certified.md §2 (a), (b)): weigh Δ_r by another r than the installed one, or replace it by
+    :func:`authors_heuristic_sensitivity`.
     """
 
-    def __init__(self, noise: NoiseLayer, *, input_shape: tuple[int, ...], norm: str = "l2", bound: float = 1.0, iterations: int = 2) -> None:
+    def __init__(
+        self,
+        noise: NoiseLayer,
+        *,
+        input_shape: tuple[int, ...],
+        norm: str = "l2",
+        bound: float = 1.0,
+        iterations: int = 2,
+        redistribution: torch.Tensor | None = None,
+        heuristic: bool = False,
+    ) -> None:
         self.noise = noise
         self.input_shape = tuple(input_shape)
         self.norm = v.choice("norm", norm, ATTACK_NORMS)
         self.bound = v.positive("bound", bound)
         self.iterations = v.integer("iterations", iterations, minimum=1)
+        if not isinstance(heuristic, bool):
+            raise TypeError(f"heuristic must be a bool, got {heuristic!r}")
+        self.heuristic = heuristic
+        self.redistribution = None if redistribution is None else _weights_of(noise, redistribution)
         p = next(noise.layer.parameters())
         gen = torch.Generator(device="cpu").manual_seed(0)  # the start vector only affects convergence speed
         self._u = F.normalize(torch.randn(1, *self.input_shape, generator=gen).reshape(1, -1), dim=1).reshape(1, *self.input_shape).to(p.device, p.dtype)
 
     def estimate(self) -> float:
+        if self.heuristic:
+            return authors_heuristic_sensitivity(self.noise, redistribution=self.redistribution)
         if self.norm != "l2":
-            return layer_sensitivity(self.noise, input_shape=self.input_shape, norm=self.norm)
+            return layer_sensitivity(self.noise, input_shape=self.input_shape, norm=self.norm, redistribution=self.redistribution)
         block = self.noise.layer
-        inv_r = 1.0 / self.noise.redistribution
+        inv_r = 1.0 / (self.noise.redistribution if self.redistribution is None else self.redistribution)
         u = self._u
         value = 0.0
         for _ in range(self.iterations):
@@ -266,7 +373,7 @@ class SensitivityProjector:
         return est
 
 
-def redistribution_from_gradients(gradients: torch.Tensor, *, inflation: float = 0.0, exponent: float = 1.0) -> torch.Tensor:
+def redistribution_from_gradients(gradients: torch.Tensor, *, inflation: float = 0.0, exponent: float = 1.0, total: float | None = None) -> torch.Tensor:
     """HGM's noise redistribution vector r from forward derivatives (Phan et al. 2019, Eq. 7).
 
     Components whose loss gradient is consistently signed are the ones an attacker can push
@@ -279,18 +386,22 @@ def redistribution_from_gradients(gradients: torch.Tensor, *, inflation: float =
         inflation: β ≥ 0 (β → ∞ recovers r = 1). With β = 0 a component that is never
             pushed in a consistent direction would get r_k = 0; it is floored at 1e-3 · mean.
         exponent: the power applied to a_k (the authors use 2 on CIFAR-10).
+        total: Σ r; ``None`` means K (Theorem 3). Another total only reproduces the authors'
+            MNIST code, which normalises to 16·16·C for 28·28·C components (certified.md §2 (e)).
 
     Returns:
-        r with h's shape, r > 0, Σ r = K.
+        r with h's shape, r > 0, Σ r = ``total`` (K by default).
     """
     beta = v.non_negative("inflation", inflation)
     power = v.positive("exponent", exponent)
+    wanted = None if total is None else v.positive("total", total)
     if gradients.ndim < 2 or gradients.shape[0] == 0:
         raise ValueError(f"gradients must be (n, *h_shape) with n >= 1, got shape {tuple(gradients.shape)}")
     a = torch.sign(gradients.detach().to(torch.float64)).mean(0).abs() ** power
     if float(a.max()) == 0.0 and beta == 0.0:
-        return torch.ones(a.shape, dtype=torch.float32)
+        ones = torch.ones(a.shape, dtype=torch.float32)
+        return ones if wanted is None else ones * (wanted / ones.numel())
     scores = a + beta * (float(a.mean()) if float(a.mean()) > 0 else 1.0)
     scores = scores.clamp_min(1e-3 * float(scores.mean()))
-    r = scores * (scores.numel() / scores.sum())
+    r = scores * ((scores.numel() if wanted is None else wanted) / scores.sum())
     return r.to(torch.float32)
