@@ -26,6 +26,8 @@ from defenses.dpsgd import DPSGDConfig, DPSGDTrainer, train_dpsgd
 from defenses.dssgd.defense import PARTICIPANT_CACHE, DSSGDConfig, dssgd_report_lines, train_dssgd
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from defenses.pate.defense import TEACHER_CACHE, PATEConfig, train_pate
+from defenses.smoothing import SmoothingConfig, train_smoothing
+from defenses.smoothing import certification_spec as smoothing_certification_spec
 
 __all__ = ["DefenseSpec", "DEFENSES", "build_record", "model_id_for"]
 
@@ -44,8 +46,9 @@ class DefenseSpec:
         audit_trainer: optional white-box adapter for audits: ``audit_trainer(config=...,
             model_name=..., device=...)`` returns an
             :class:`attacks.audit_procedures.HookedTrainer`.
-        certification: optional ``certification(config) -> CertificationSpec`` for defenses
-            whose models carry a noise layer that ``certify`` can certify.
+        certification: optional ``certification(config) -> CertificationSpec |
+            SmoothingCertificationSpec`` for defenses ``certify`` can certify: a noise layer in
+            the model (PixelDP, HGM) or Gaussian smoothing of its input (Cohen et al. 2019).
         report_lines: optional ``report_lines(record) -> list[str]``: lines ``dpaudit train``
             prints after the common ones (DSSGD: its reference rows and engine).
         submodels: for a defense that trains sub-models on an executor and caches them in the
@@ -110,6 +113,14 @@ DEFENSES: dict[str, DefenseSpec] = {
         claim_kind="dp",
         certification=_certification("secure-sgd"),
         summary="HGM noise layer + DP-SGD: DP for the training data and certified robustness (Phan et al. 2019)",
+    ),
+    "smoothing": DefenseSpec(
+        name="smoothing",
+        config_type=SmoothingConfig,
+        train=train_smoothing,
+        claim_kind="nonprivate",
+        certification=smoothing_certification_spec,
+        summary="randomized smoothing: base model trained with Gaussian input noise, certified in L2 by CERTIFY (Cohen et al. 2019)",
     ),
     "pate": DefenseSpec(
         name="pate",

@@ -42,6 +42,7 @@ def train_nonprivate(
     prepare_model: Callable[[nn.Module], None] | None = None,
     after_step: Callable[[int, nn.Module], None] | None = None,
     progress_label: str = "nonprivate",
+    augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[TrainedModel, nn.Module]:
     """Trains a zoo model on the split's members with non-private SGD.
 
@@ -59,6 +60,9 @@ def train_nonprivate(
         after_step: called with (step index, model) after every optimiser step, e.g. to
             project the first layer back to sensitivity ≤ 1 (PixelDP).
         progress_label: the defense named on the progress bar (a wrapping defense passes its own).
+        augment: maps each batch's inputs to what the model is trained on (labels unchanged),
+            e.g. Gaussian data augmentation for randomized smoothing (Cohen et al. 2019);
+            ``None`` trains on the inputs as they are. Evaluation never sees it.
 
     Returns:
         The record and the trained module (in eval mode).
@@ -84,7 +88,8 @@ def train_nonprivate(
             for idx in shuffled_batches(len(x), config.batch_size, generator=gen):
                 idx = idx.to(device)
                 opt.zero_grad(set_to_none=True)
-                loss = loss_fn(model(x[idx]), y[idx])
+                inputs = x[idx] if augment is None else augment(x[idx])
+                loss = loss_fn(model(inputs), y[idx])
                 value = loss.item()
                 # Before the step: a NaN loss means NaN gradients, and the model must never be saved.
                 check_loss(value, step=step, epoch=epoch, learning_rate=config.learning_rate)

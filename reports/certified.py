@@ -4,7 +4,8 @@ What a reader of Phan et al. (2019, Figs. 2–5) or Lecuyer et al. (2019, Fig. 3
 
 1. **certified accuracy against the perturbation radius** for every certified model (its own
    PixelDP-style certificate and the randomized-smoothing certificate of the same noise, Cohen
-   et al. 2019), beside its conventional accuracy and the **empirical robust accuracy** under
+   et al. 2019; a ``smoothing`` model, trained with Gaussian input noise, has CERTIFY's
+   certificate only), beside its conventional accuracy and the **empirical robust accuracy** under
    FGSM / I-FGSM / PGD / MIM on the same axes;
 2. **conventional accuracy against the DP ε** of the training data, where records carry one;
 3. the tables behind both, as CSV (a CSV with no rows is not written).
@@ -62,11 +63,13 @@ class CertifiedRun:
 
     @property
     def label(self) -> str:
-        """Defense, its robustness parameters (ε_r, L; r = 1 when HGM's noise is not redistributed) and DP ε."""
+        """Defense, its robustness parameters (ε_r, L; r = 1 when HGM's noise is not redistributed; σ for smoothing) and DP ε."""
         s = self.summary
         parts = [str(s["defense"])]
-        if "robustness_epsilon" in s:
+        if s.get("robustness_epsilon") is not None and s.get("attack_norm_bound") is not None:
             parts.append(f"ε_r={s['robustness_epsilon']:g} L={s['attack_norm_bound']:g}")
+        elif s.get("mechanism") == "smoothing" and isinstance(s.get("noise_std"), (int, float)):
+            parts.append(f"σ={s['noise_std']:g}")
         if s.get("defense") in ("hgm", "secure-sgd") and s.get("redistribute") is False:
             parts.append("r=1")
         eps = s.get("epsilon")
@@ -292,7 +295,10 @@ def _run_table(runs: Sequence[CertifiedRun]) -> Table:
     return Table(
         columns=["defense", "model", "DP ε", "ε_r", "L", "σ", "Δ_r", "conv. acc", "examples", "draws", "draws/s"],
         rows=rows,
-        caption="σ: base noise std of the noise layer; Δ_r: its measured (r-weighted) sensitivity in the attack norm; conventional accuracy of the Monte Carlo prediction.",
+        caption=(
+            "σ: base noise std of the noise layer (of the input noise for a smoothing model, whose ε_r and L are blank); "
+            "Δ_r: its measured (r-weighted) sensitivity in the attack norm; conventional accuracy of the Monte Carlo prediction."
+        ),
     )
 
 
@@ -322,7 +328,7 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[
             Figure(
                 figure=comparison_figure(runs),
                 name="comparison",
-                caption="Certified accuracy against radius: each model's own certificate and randomized smoothing of the same noise",
+                caption="Certified accuracy against radius: each model's own certificate and randomized smoothing of the same noise (a smoothing model: CERTIFY on its input noise)",
                 empty="no model in this run holds a certificate (none has a noise layer)",
             )
         )

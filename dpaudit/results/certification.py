@@ -4,6 +4,11 @@ A :class:`CertificationResult` is what :mod:`dpaudit.robustness.certification` c
 certificate (a noise-layer defense's own mechanism, or randomized smoothing of the same noise):
 labels, predictions and certified radii; certified and conventional accuracy are derived from
 them. Stored as ``certify-METHOD.json`` beside ``certify-METHOD.npz``. Torch-free.
+
+A record states how it is certified in ``config["certification"]``: a noise layer's
+:class:`CertificationSpec` (PixelDP / HGM), or a :class:`SmoothingCertificationSpec` for a base
+classifier certified by randomized smoothing of its input (Cohen, Rosenfeld & Kolter 2019,
+Theorem 1 and CERTIFY), told apart by the stored ``kind``.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -28,8 +33,10 @@ __all__ = [
     "CertificationResult",
     "CertificationSpec",
     "CertifySummary",
+    "SmoothingCertificationSpec",
     "SmoothingSummary",
     "SoundnessViolation",
+    "certification_spec_from_dict",
     "load_certification_result",
     "load_certify_summary",
     "save_certification_result",
@@ -44,6 +51,8 @@ CERTIFICATION_NORMS = ("l2", "linf", "l1")
 
 #: The Gaussian calibrations a noise layer may use (see dpaudit.robustness.certification).
 _MECHANISMS = ("classical", "analytic", "extended")
+#: ``kind`` of a stored certification spec; a spec without one is a noise layer's (older records).
+CERTIFICATION_KINDS = ("noise-layer", "smoothing")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +82,16 @@ class CertificationSpec:
     attack_norm_bound: float
     noise_per_sensitivity: float
     redistribute: bool = False
+
+    #: What ``certify`` draws and at which confidence when not told otherwise: PixelDP's
+    #: 2,000 draws (certified.md §1), and CERTIFY's n0 = 100 and α = 0.001 for the smoothing
+    #: certificate of the same noise (certified.md §3).
+    kind: ClassVar[str] = "noise-layer"
+    default_num_draws: ClassVar[int] = 2000
+    default_num_selection_draws: ClassVar[int] = 100
+    default_smoothing_confidence: ClassVar[float] = 0.999
+    #: The sensitivity of the layer is measured in any of these norms, so each can be certified.
+    norms: ClassVar[tuple[str, ...]] = CERTIFICATION_NORMS
 
     def __post_init__(self) -> None:
         v.choice("mechanism", self.mechanism, _MECHANISMS)
@@ -105,17 +124,119 @@ class CertificationSpec:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CertificationSpec:
-        """Inverse of :meth:`to_dict`.
+    def from_dict(cls, data: Mapping[str, Any]) -> CertificationSpec | SmoothingCertificationSpec:
+        """Inverse of :meth:`to_dict` for every kind of certification spec a record may store.
+
+        Every reader of ``config["certification"]`` (record validation, ``train``, ``certify``)
+        comes through here, so a stored spec of another kind (``{"kind": "smoothing", …}``)
+        is read as its own type by :func:`certification_spec_from_dict`.
 
         Raises:
             ValueError: a field is missing or invalid (named).
         """
+        return certification_spec_from_dict(data)
+
+    @classmethod
+    def _noise_layer_from_dict(cls, data: Mapping[str, Any]) -> CertificationSpec:
         names = ("mechanism", "max_epsilon", "attack_norm", "robustness_epsilon", "robustness_delta", "attack_norm_bound", "noise_per_sensitivity")
         missing = [n for n in names if n not in data]
         if missing:
             raise ValueError(f"certification spec is missing {', '.join(missing)}")
         return cls(**{n: data[n] for n in names}, redistribute=bool(data.get("redistribute", False)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmoothingCertificationSpec:
+    """How ``certify`` certifies a randomized-smoothing model (Cohen, Rosenfeld & Kolter 2019).
+
+    The record's model is the *base* classifier f, trained with Gaussian data augmentation;
+    the certified classifier is g(x) = argmax_c P(f(x + e) = c), e ~ N(0, σ²I) (Theorem 1).
+    CERTIFY guesses c_A from ``num_selection_draws`` draws, bounds p_A from below with a
+    one-sided Clopper–Pearson bound at ``confidence`` from ``num_draws`` fresh draws, abstains
+    when p_A ≤ ½ and otherwise certifies the L2 radius R = σ Φ⁻¹(p_A) (certified.md §3).
+
+    Attributes:
+        sigma: standard deviation σ > 0 of the Gaussian noise added to the input.
+        attack_norm: the norm of the radius (``l2``: Theorem 1 is an L2 statement).
+        num_selection_draws: n0 of CERTIFY (default 100, the paper's).
+        num_draws: n of CERTIFY (default 10,000; the paper uses 100,000).
+        confidence: 1 − α of each certificate (default 0.999, the paper's α = 0.001).
+    """
+
+    sigma: float
+    attack_norm: str = "l2"
+    num_selection_draws: int = 100
+    num_draws: int = 10_000
+    confidence: float = 0.999
+
+    kind: ClassVar[str] = "smoothing"
+    #: Theorem 1 bounds L2 perturbations only.
+    norms: ClassVar[tuple[str, ...]] = ("l2",)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sigma", v.positive("sigma", self.sigma))
+        v.choice("attack_norm", self.attack_norm, self.norms)
+        object.__setattr__(self, "num_selection_draws", v.integer("num_selection_draws", self.num_selection_draws, minimum=1))
+        object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=2))
+        object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
+
+    # The names certify reads its defaults by, shared with CertificationSpec.
+    @property
+    def default_num_draws(self) -> int:
+        return self.num_draws
+
+    @property
+    def default_num_selection_draws(self) -> int:
+        return self.num_selection_draws
+
+    @property
+    def default_smoothing_confidence(self) -> float:
+        return self.confidence
+
+    def describe(self) -> str:
+        """One line naming the smoothing parameters (what ``train`` prints)."""
+        return (
+            f"randomized smoothing: Gaussian input noise sigma={self.sigma:g}, CERTIFY n0={self.num_selection_draws}, "
+            f"n={self.num_draws}, confidence={self.confidence:g} ({self.attack_norm} radius sigma * Phi^-1(p_A))"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "sigma": self.sigma,
+            "attack_norm": self.attack_norm,
+            "num_selection_draws": self.num_selection_draws,
+            "num_draws": self.num_draws,
+            "confidence": self.confidence,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SmoothingCertificationSpec:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: a field is missing or invalid (named).
+        """
+        names = ("sigma", "attack_norm", "num_selection_draws", "num_draws", "confidence")
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise ValueError(f"certification spec is missing {', '.join(missing)}")
+        return cls(**{n: data[n] for n in names})
+
+
+def certification_spec_from_dict(data: Mapping[str, Any]) -> CertificationSpec | SmoothingCertificationSpec:
+    """Reads a stored certification spec by its ``kind`` (none: a noise layer's, as older records store it).
+
+    Raises:
+        TypeError: ``data`` is not a mapping.
+        ValueError: an unknown kind, or a field missing or invalid (named).
+    """
+    if not isinstance(data, Mapping):
+        raise TypeError(f"certification spec must be a mapping, got {type(data).__name__}")
+    kind = v.choice("kind", data.get("kind", "noise-layer"), CERTIFICATION_KINDS)
+    if kind == "smoothing":
+        return SmoothingCertificationSpec.from_dict(data)
+    return CertificationSpec._noise_layer_from_dict(data)
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:
@@ -466,7 +587,8 @@ class CertifySummary:
     """What one ``certify`` run measured for one noise-layer model (stored as ``summary.json``).
 
     Certified accuracy of the defense's own certificate (Lecuyer et al. 2019, Prop. 1; Phan et
-    al. 2019, Eq. 10) and, optionally, of randomized smoothing, beside the robust accuracy each
+    al. 2019, Eq. 10; for the ``smoothing`` defense, CERTIFY of Cohen et al. 2019, which then is
+    also ``smoothing``) and, optionally, of randomized smoothing, beside the robust accuracy each
     evasion attack left at the same radii, with the soundness verdict computed by
     :func:`dpaudit.robustness.certification.soundness_violations`. Per-input certificates and
     attack results live beside it (``certify-METHOD.json``, ``evasion-ATTACK-NORM.json``).
@@ -481,12 +603,14 @@ class CertifySummary:
         bound: ``clopper-pearson``, ``hoeffding`` or ``bernstein``.
         seed: root seed.
         epsilon, delta: the record's DP ε and δ (ε infinite without DP training).
-        mechanism: the noise layer's Gaussian calibration.
-        sensitivity: Δ_r of the first layer measured on the weights, in ``norm``.
-        noise_std: σ of the noise layer.
+        mechanism: the noise layer's Gaussian calibration, or ``"smoothing"`` for a model
+            certified by randomized smoothing alone (Cohen et al. 2019).
+        sensitivity: Δ_r of the first layer measured on the weights, in ``norm`` (1 for the
+            identity in front of smoothing's input noise).
+        noise_std: σ of the noise layer (of the input noise for smoothing).
         noise_per_sensitivity: σ / Δ_r.
         robustness_epsilon, robustness_delta, attack_norm_bound: (ε_r, δ_r, L) the layer was
-            trained for.
+            trained for; ``None`` for smoothing, which has no such calibration.
         redistribute: whether the noise is heterogeneous (HGM).
         draws_per_second: Monte Carlo throughput when the certificate was computed.
         conventional_accuracy: accuracy of the Monte Carlo prediction.
@@ -514,9 +638,9 @@ class CertifySummary:
     sensitivity: float
     noise_std: float
     noise_per_sensitivity: float
-    robustness_epsilon: float
-    robustness_delta: float
-    attack_norm_bound: float
+    robustness_epsilon: float | None
+    robustness_delta: float | None
+    attack_norm_bound: float | None
     redistribute: bool
     draws_per_second: float | None
     conventional_accuracy: float
@@ -546,8 +670,14 @@ class CertifySummary:
         object.__setattr__(self, "epsilon", v.positive("epsilon", epsilon, allow_inf=True) if epsilon != 0 else 0.0)
         if self.delta is not None:
             object.__setattr__(self, "delta", v.non_negative("delta", self.delta))
-        for name in ("sensitivity", "noise_std", "noise_per_sensitivity", "robustness_epsilon", "attack_norm_bound"):
+        for name in ("sensitivity", "noise_std", "noise_per_sensitivity"):
             object.__setattr__(self, name, v.positive(name, getattr(self, name)))
+        # A smoothing model has no noise layer calibrated at (ε_r, δ_r, L): those stay None.
+        for name in ("robustness_epsilon", "attack_norm_bound"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, v.positive(name, getattr(self, name)))
+        if self.robustness_delta is not None:
+            object.__setattr__(self, "robustness_delta", v.open_unit("robustness_delta", self.robustness_delta))
         object.__setattr__(self, "conventional_accuracy", _accuracy("conventional_accuracy", self.conventional_accuracy))
         object.__setattr__(self, "certified_accuracy", _accuracy_map("certified_accuracy", self.certified_accuracy))
         if not isinstance(self.robust_accuracy, Mapping):

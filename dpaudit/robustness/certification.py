@@ -644,7 +644,11 @@ def smoothing_certify(selection_counts: np.ndarray, estimation_counts: np.ndarra
 
     Guesses c_A = argmax of the selection counts (n0 draws), bounds P(f(x + e) = c_A) from
     below with the independent estimation counts (n draws) by :func:`smoothing_lower_bound`,
-    abstains when p_A < ½ and otherwise certifies the L2 radius R = σ Φ⁻¹(p_A) (p_B = 1 − p_A).
+    abstains when p_A ≤ ½ and otherwise certifies the L2 radius R = σ Φ⁻¹(p_A) (p_B = 1 − p_A).
+
+    The counts may come from any randomized classifier: Gaussian noise on the input (the
+    ``smoothing`` defense, where σ is the input noise's) or a noise layer after the first
+    layer (PixelDP / HGM, where σ is the noise per unit of the layer's sensitivity, σ/Δ).
 
     Args:
         selection_counts: (n_points, k) class counts from the selection draws.
@@ -667,7 +671,9 @@ def smoothing_certify(selection_counts: np.ndarray, estimation_counts: np.ndarra
     guess = np.argmax(selection, axis=1)
     n_a = estimation[np.arange(selection.shape[0]), guess]
     p_a = smoothing_lower_bound(n_a, estimation.sum(axis=1), confidence=confidence)
-    certified = p_a >= 0.5
+    # CERTIFY returns c_A only when p_A > ½; at p_A = ½ the radius would be 0 and g(x) itself
+    # may be a tie, so the paper abstains there too.
+    certified = p_a > 0.5
     predictions = np.where(certified, guess, -1).astype(np.int64)
     radii = np.where(certified, sigma * special.ndtri(np.where(certified, p_a, 0.5)), 0.0)
     return predictions, radii

@@ -43,6 +43,7 @@ __all__ = [
     "NoiseLayer",
     "authors_heuristic_sensitivity",
     "SensitivityProjector",
+    "add_input_noise",
     "add_noise_layer",
     "find_noise_layer",
     "is_randomized",
@@ -197,6 +198,37 @@ def add_noise_layer(model: nn.Module, *, input_shape: tuple[int, ...]) -> nn.Seq
     return nn.Sequential(NoiseLayer(block, out_shape), *mods[idx + 1 :])
 
 
+def add_input_noise(model: nn.Module, *, input_shape: tuple[int, ...], noise_std: float) -> nn.Sequential:
+    """Randomized smoothing's classifier as a noise-layer model: x ↦ model(x + σ z), z ~ N(0, I).
+
+    Cohen, Rosenfeld & Kolter (2019) smooth a base classifier f with Gaussian noise on the
+    input. A :class:`NoiseLayer` around the identity is exactly that noise, so everything
+    written for noise-layer models applies unchanged: :func:`~dpaudit.robustness.montecarlo.sample_scores`
+    counts the votes CERTIFY needs, :func:`is_randomized` turns the evasion attacks to
+    expectation over the noise, and :func:`layer_sensitivity` measures Δ = 1 in L2.
+
+    Args:
+        model: the base classifier f (without a noise layer of its own).
+        input_shape: shape of one input (without batch).
+        noise_std: σ > 0 of the input noise.
+
+    Returns:
+        ``Sequential(NoiseLayer(Identity), model)``, on the device of ``model``'s parameters.
+
+    Raises:
+        ValueError: σ is not finite and > 0, or ``model`` already holds a noise layer.
+    """
+    sigma = v.positive("noise_std", noise_std)
+    if find_noise_layer(model) is not None:
+        raise ValueError("add_input_noise needs a base model without a noise layer; the model already holds one")
+    noise = NoiseLayer(nn.Identity(), tuple(int(d) for d in input_shape))
+    noise.set_noise(sigma)
+    param = next(iter(model.parameters()), None)
+    if param is not None:
+        noise.to(param.device)
+    return nn.Sequential(noise, model)
+
+
 def _weight_layer(block: nn.Module) -> nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d:
     mods = [m for m in block.modules() if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))]
     if len(mods) != 1:
@@ -212,7 +244,9 @@ def _linear_part(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
 def _gram(noise: NoiseLayer, input_shape: tuple[int, ...], *, redistribution: torch.Tensor, chunk: int = 256) -> torch.Tensor:
     """Wᵀ diag(r)^{-1} W (d × d, float64), column by column through the block and its adjoint."""
     block = noise.layer
-    p = next(block.parameters())
+    # The layer's buffers sit where its block does; a parameter-free block (the identity in
+    # front of smoothing's input noise) has no parameter to ask.
+    p = next(block.parameters(), noise.redistribution)
     d = int(math.prod(input_shape))
     inv_r = (1.0 / redistribution).to(p.device, p.dtype)
     cols = []

@@ -1,6 +1,8 @@
-"""The certify run: certified vs conventional accuracy of a noise-layer model (what ``dpaudit certify`` runs).
+"""The certify run: certified vs conventional accuracy of a certifiable model (what ``dpaudit certify`` runs).
 
-For a record trained with a noise layer (``pixeldp``, ``agm``, ``hgm``, ``secure-sgd``) it
+A record is certifiable when its defense stored a certification spec (the registry's
+``certification``). For a record trained with a noise layer (``pixeldp``, ``agm``, ``hgm``,
+``secure-sgd``) it
 
 1. measures the first layer's sensitivity Δ_r on the loaded weights, in the attack norm
    (:func:`dpaudit.robustness.noise.layer_sensitivity`), so the certificate rests on the model itself;
@@ -16,8 +18,15 @@ For a record trained with a noise layer (``pixeldp``, ``agm``, ``hgm``, ``secure
    :class:`~dpaudit.results.certification.CertifySummary` as ``summary.json``. A rerun reuses
    a stored certificate or attack only when every parameter it was computed with matches.
 
-A model without a noise layer (or without a stored certification spec) is refused with
-:class:`NotCertifiable`: a model without a noise layer has no certificate to compute.
+For a randomized-smoothing record (``smoothing``: a base classifier f trained with Gaussian
+input noise, :class:`~dpaudit.results.certification.SmoothingCertificationSpec`) the same steps
+run on f behind Gaussian noise on its input (:func:`dpaudit.robustness.noise.add_input_noise`, a
+noise layer around the identity, Δ = 1 in L2): CERTIFY (Cohen et al. 2019) is its own and only
+certificate, and the attacks target the smoothed classifier through expectation over the input
+noise, exactly as they do a noise-layer model. Draws, n0 and α default to the record's spec.
+
+A model without a certification spec (or a noise-layer spec without its noise layer) is refused
+with :class:`NotCertifiable`: such a model has no certificate to compute.
 """
 
 from __future__ import annotations
@@ -67,13 +76,16 @@ class CertifySpec:
         radii: perturbation radii (in ``norm``) at which certified and robust accuracy are reported.
         attacks: evasion attacks to run (subset of fgsm, ifgsm, pgd, mim; empty: certify only).
         norm: attack norm; ``None`` = the norm the model was calibrated for.
-        num_draws: n, noise draws per test input for the certificate.
+        num_draws: n, noise draws per test input for the certificate (``None``: the record's
+            spec's default, 2,000 for a noise layer and 10,000 for smoothing).
         num_examples: test inputs (a seeded subset of the test split).
         confidence: 1 − η of the expected-score bounds.
         bound: ``clopper-pearson`` (argmax counts), ``hoeffding`` or ``bernstein`` (softmax).
         smoothing: also certify with randomized smoothing of the same noise.
-        num_selection_draws: n0 of CERTIFY (independent draws that pick the class).
-        smoothing_confidence: 1 − α of CERTIFY (Cohen et al.'s α = 0.001 is 0.999).
+        num_selection_draws: n0 of CERTIFY (independent draws that pick the class; ``None``:
+            the spec's default, 100).
+        smoothing_confidence: 1 − α of CERTIFY (Cohen et al.'s α = 0.001 is 0.999; ``None``:
+            the spec's default, 0.999).
         num_eot_samples: noise draws averaged per attack gradient (``None``: the attack's default).
         seed: root seed (test subset, noise, attack starts).
         device: where to compute.
@@ -86,13 +98,13 @@ class CertifySpec:
     radii: tuple[float, ...] = DEFAULT_RADII
     attacks: tuple[str, ...] = DEFAULT_ATTACKS
     norm: str | None = None
-    num_draws: int = 2000
+    num_draws: int | None = None
     num_examples: int = 500
     confidence: float = 0.95
     bound: str = "clopper-pearson"
     smoothing: bool = True
-    num_selection_draws: int = 100
-    smoothing_confidence: float = 0.999
+    num_selection_draws: int | None = None
+    smoothing_confidence: float | None = None
     num_eot_samples: int | None = None
     seed: int = 0
     device: str = "cpu"
@@ -113,12 +125,15 @@ class CertifySpec:
         for a in attacks:
             v.choice("attacks", a, tuple(EVASION_ATTACKS))
         object.__setattr__(self, "attacks", attacks)
-        object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=2))
+        if self.num_draws is not None:
+            object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=2))
         object.__setattr__(self, "num_examples", v.integer("num_examples", self.num_examples, minimum=1))
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         v.choice("bound", self.bound, _BOUNDS)
-        object.__setattr__(self, "num_selection_draws", v.integer("num_selection_draws", self.num_selection_draws, minimum=1))
-        object.__setattr__(self, "smoothing_confidence", v.open_unit("smoothing_confidence", self.smoothing_confidence))
+        if self.num_selection_draws is not None:
+            object.__setattr__(self, "num_selection_draws", v.integer("num_selection_draws", self.num_selection_draws, minimum=1))
+        if self.smoothing_confidence is not None:
+            object.__setattr__(self, "smoothing_confidence", v.open_unit("smoothing_confidence", self.smoothing_confidence))
         if self.num_eot_samples is not None:
             object.__setattr__(self, "num_eot_samples", v.integer("num_eot_samples", self.num_eot_samples, minimum=1))
         object.__setattr__(self, "batch_size", v.integer("batch_size", self.batch_size, minimum=1))
@@ -154,7 +169,7 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     """Certifies and attacks one record under ``run``; returns the summary (also ``summary.json``).
 
     Raises:
-        NotCertifiable: the model has no noise layer or its record no certification spec.
+        NotCertifiable: the record has no certification spec, or a noise-layer spec and no noise layer.
         FileNotFoundError: no record at ``spec.target``.
         ValueError: inconsistent options (named with their value).
     """
@@ -162,7 +177,7 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     from dpaudit.app.estimate import announce_if_long, seconds_per_example
     from dpaudit.data import load_dataset
     from dpaudit.results import EVASION_NORMS, load_evasion_result, save_evasion_result
-    from dpaudit.results.certification import CertificationSpec, save_certify_summary
+    from dpaudit.results.certification import CertificationSpec, SmoothingCertificationSpec, save_certify_summary
     from dpaudit.results.record import WEIGHTS_FILE, load_record, resolve_record_dir, weights_digest
     from dpaudit.robustness.certification import (
         CertificationResult,
@@ -175,7 +190,7 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         soundness_violations,
     )
     from dpaudit.robustness.montecarlo import sample_scores
-    from dpaudit.robustness.noise import ATTACK_NORMS, find_noise_layer, is_randomized, layer_sensitivity
+    from dpaudit.robustness.noise import add_input_noise, find_noise_layer, is_randomized, layer_sensitivity
     from dpaudit.seeding import numpy_rng
     from dpaudit.store import thaw
     from dpaudit.training import resolve_device
@@ -195,24 +210,35 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     from defenses.certified import CERTIFIED_MECHANISMS
 
     expected = CERTIFIED_MECHANISMS.get(record.defense)
-    if expected is not None and (cspec.mechanism, cspec.max_epsilon) != expected:
+    stated = (getattr(cspec, "mechanism", None), getattr(cspec, "max_epsilon", None))
+    if expected is not None and stated != expected:
         # A record edited to another mechanism (or PixelDP without its ε ≤ 1 cap) would certify unsoundly.
-        raise ValueError(
-            f"record file {str(rdir / 'record.json')!r}: config.certification mechanism={cspec.mechanism!r}, max_epsilon={cspec.max_epsilon!r} do not match defense {record.defense!r} {expected!r}"
-        )
-    norm = v.choice("norm", spec.norm if spec.norm is not None else cspec.attack_norm, ATTACK_NORMS)
+        raise ValueError(f"record file {str(rdir / 'record.json')!r}: config.certification mechanism={stated[0]!r}, max_epsilon={stated[1]!r} do not match defense {record.defense!r} {expected!r}")
+    # Smoothing's spec is about noise on the input: the noise-layer certificate does not apply to it.
+    noise_layer_spec = cspec if isinstance(cspec, CertificationSpec) else None
+    norm = spec.norm if spec.norm is not None else cspec.attack_norm
+    if norm not in cspec.norms:
+        raise ValueError(f"norm must be one of {', '.join(cspec.norms)} for a {cspec.kind} certificate (defense {record.defense}), got {norm!r}")
+    # Unset counts come from the record's spec (CERTIFY's n = 10,000 for a smoothing model).
+    num_draws = spec.num_draws if spec.num_draws is not None else cspec.default_num_draws
+    num_selection_draws = spec.num_selection_draws if spec.num_selection_draws is not None else cspec.default_num_selection_draws
+    smoothing_confidence = spec.smoothing_confidence if spec.smoothing_confidence is not None else cspec.default_smoothing_confidence
+    with_smoothing = spec.smoothing or noise_layer_spec is None
     if spec.attacks and norm not in EVASION_NORMS:
         raise ValueError(f"norm must be one of {', '.join(EVASION_NORMS)} when attacks run, got {norm!r} (pass attacks=() to certify only)")
     dev = resolve_device(spec.device)
     model = load_model(rdir, device=dev)
+    if isinstance(cspec, SmoothingCertificationSpec):
+        # The certified classifier is the base model behind Gaussian input noise (Theorem 1).
+        model = add_input_noise(model, input_shape=tuple(record.input_shape), noise_std=cspec.sigma)
     noise = find_noise_layer(model)
     if noise is None:
         raise NotCertifiable(refusal)
     if spec.progress:
         forward = seconds_per_example(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, device=str(dev), model_options=record.model_options, backward=False)
         announce_if_long(
-            spec.num_examples * (spec.num_draws + spec.num_selection_draws) * forward,
-            f"certifying {spec.num_examples} examples with {spec.num_draws} noise draws each",
+            spec.num_examples * (num_draws + num_selection_draws) * forward,
+            f"certifying {spec.num_examples} examples with {num_draws} noise draws each",
             hint="--num-examples and --num-draws change it",
         )
     # Created only now, so a refused model leaves no empty run directory behind.
@@ -236,43 +262,43 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         # model, and its certificates are not the old ones. load_model has checked the file against
         # the record's digest; only a record older than digests needs the file hashed here.
         weights_sha256 = record.weights_sha256 or weights_digest(rdir / WEIGHTS_FILE)
-        wanted = {"num_draws": spec.num_draws, "confidence": spec.confidence, "num_examples": int(len(pick)), "seed": spec.seed, "bound": spec.bound, "norm": norm, "weights_sha256": weights_sha256}
-        wanted_smooth = {**wanted, "smoothing_confidence": spec.smoothing_confidence, "num_selection_draws": spec.num_selection_draws}
+        wanted = {"num_draws": num_draws, "confidence": spec.confidence, "num_examples": int(len(pick)), "seed": spec.seed, "bound": spec.bound, "norm": norm, "weights_sha256": weights_sha256}
+        wanted_smooth = {**wanted, "smoothing_confidence": smoothing_confidence, "num_selection_draws": num_selection_draws}
 
         own_path = cdir / f"certify-{record.defense}.json"
         smooth_path = cdir / "certify-smoothing.json"
-        own = load_certification_result(own_path) if own_path.is_file() else None
+        own = load_certification_result(own_path) if noise_layer_spec is not None and own_path.is_file() else None
         if own is not None and not _reusable(spec, own_path, own.config, wanted):
             own = None
         smooth = None
-        if spec.smoothing:
+        if with_smoothing:
             smooth = load_certification_result(smooth_path) if smooth_path.is_file() else None
             if smooth is not None and not _reusable(spec, smooth_path, smooth.config, wanted_smooth):
                 smooth = None
 
         draws_per_second: float | None = own.config.get("draws_per_second") if own is not None else None
-        if own is None or (spec.smoothing and smooth is None):
+        if (noise_layer_spec is not None and own is None) or (with_smoothing and smooth is None):
             # The estimation draws are shared: the own certificate and CERTIFY's estimation step use them.
-            mc = sample_scores(model, x, num_draws=spec.num_draws, seed=spec.seed, stream="certify-estimate", device=dev, batch_size=spec.batch_size, progress=spec.progress)
+            mc = sample_scores(model, x, num_draws=num_draws, seed=spec.seed, stream="certify-estimate", device=dev, batch_size=spec.batch_size, progress=spec.progress)
             draws_per_second = mc.draws_per_second
-            if own is None:
+            if noise_layer_spec is not None and own is None:
                 if spec.bound == "clopper-pearson":
                     b = count_bounds(mc.counts, confidence=spec.confidence)
                 else:
-                    b = mean_bounds(mc.mean, num_draws=spec.num_draws, variances=mc.variance, method=spec.bound, confidence=spec.confidence)
-                own_radii = certified_radius(b.lower, b.upper, noise_per_sensitivity=per_unit, mechanism=cspec.mechanism, max_epsilon=cspec.max_epsilon)
+                    b = mean_bounds(mc.mean, num_draws=num_draws, variances=mc.variance, method=spec.bound, confidence=spec.confidence)
+                own_radii = certified_radius(b.lower, b.upper, noise_per_sensitivity=per_unit, mechanism=noise_layer_spec.mechanism, max_epsilon=noise_layer_spec.max_epsilon)
                 own = CertificationResult(
                     method=record.defense,
                     norm=norm,
                     labels=labels,
                     predictions=np.asarray(b.top, dtype=np.int64),
                     radii=np.asarray(own_radii, dtype=float),
-                    num_draws=spec.num_draws,
+                    num_draws=num_draws,
                     confidence=spec.confidence,
                     config={
                         **wanted,
-                        "mechanism": cspec.mechanism,
-                        "max_epsilon": cspec.max_epsilon,
+                        "mechanism": noise_layer_spec.mechanism,
+                        "max_epsilon": noise_layer_spec.max_epsilon,
                         "sensitivity": sensitivity,
                         "noise_std": sigma,
                         "draws_per_second": mc.draws_per_second,
@@ -280,17 +306,18 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
                     },
                 )
                 save_certification_result(own, cdir)
-            if spec.smoothing and smooth is None:
-                sel = sample_scores(model, x, num_draws=spec.num_selection_draws, seed=spec.seed, stream="certify-select", device=dev, batch_size=spec.batch_size)
-                preds, rad = smoothing_certify(sel.counts, mc.counts, sigma=per_unit, confidence=spec.smoothing_confidence)
+            if with_smoothing and smooth is None:
+                sel = sample_scores(model, x, num_draws=num_selection_draws, seed=spec.seed, stream="certify-select", device=dev, batch_size=spec.batch_size)
+                # σ per unit of sensitivity: the layer's σ/Δ, or the input noise's σ (Δ = 1 in L2).
+                preds, rad = smoothing_certify(sel.counts, mc.counts, sigma=per_unit, confidence=smoothing_confidence)
                 smooth = CertificationResult(
                     method="smoothing",
                     norm=norm,
                     labels=labels,
                     predictions=np.asarray(preds, dtype=np.int64),
                     radii=np.asarray(rad, dtype=float),
-                    num_draws=spec.num_draws,
-                    confidence=spec.smoothing_confidence,
+                    num_draws=num_draws,
+                    confidence=smoothing_confidence,
                     config={**wanted_smooth, "sigma_per_sensitivity": per_unit},
                 )
                 save_certification_result(smooth, cdir)
@@ -319,6 +346,9 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
                 if cert is not None and cert.norm == norm:
                     violations += soundness_violations(cert.certified_accuracy(radii), strongest, radii=radii, certificate=cert.method, tolerance=1e-9)
 
+        # A smoothing model's own (and only) certificate is CERTIFY's.
+        primary = own if own is not None else smooth
+        assert primary is not None  # a noise-layer spec computes its own; any other computes smoothing
         summary = CertifySummary(
             model_id=record.model_id,
             defense=record.defense,
@@ -326,30 +356,30 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
             norm=norm,
             radii=radii,
             num_examples=int(len(pick)),
-            num_draws=spec.num_draws,
-            confidence=spec.confidence,
+            num_draws=num_draws,
+            confidence=spec.confidence if own is not None else primary.confidence,
             bound=spec.bound,
             seed=spec.seed,
             epsilon=float(record.metrics.get("epsilon", float("inf"))),
             delta=record.metrics.get("delta"),
-            mechanism=cspec.mechanism,
+            mechanism=noise_layer_spec.mechanism if noise_layer_spec is not None else cspec.kind,
             sensitivity=sensitivity,
             noise_std=sigma,
             noise_per_sensitivity=per_unit,
-            robustness_epsilon=cspec.robustness_epsilon,
-            robustness_delta=cspec.robustness_delta,
-            attack_norm_bound=cspec.attack_norm_bound,
-            redistribute=cspec.redistribute,
+            robustness_epsilon=noise_layer_spec.robustness_epsilon if noise_layer_spec is not None else None,
+            robustness_delta=noise_layer_spec.robustness_delta if noise_layer_spec is not None else None,
+            attack_norm_bound=noise_layer_spec.attack_norm_bound if noise_layer_spec is not None else None,
+            redistribute=noise_layer_spec.redistribute if noise_layer_spec is not None else False,
             draws_per_second=draws_per_second,
-            conventional_accuracy=float(own.conventional_accuracy),
-            certified_accuracy=_by_radius(radii, own.certified_accuracy(radii)),
+            conventional_accuracy=float(primary.conventional_accuracy),
+            certified_accuracy=_by_radius(radii, primary.certified_accuracy(radii)),
             robust_accuracy=robust,
             smoothing=(
                 SmoothingSummary(
                     conventional_accuracy=float(smooth.conventional_accuracy),
                     certified_accuracy=_by_radius(radii, smooth.certified_accuracy(radii)),
-                    confidence=spec.smoothing_confidence,
-                    num_selection_draws=spec.num_selection_draws,
+                    confidence=smoothing_confidence,
+                    num_selection_draws=num_selection_draws,
                 )
                 if smooth is not None
                 else None

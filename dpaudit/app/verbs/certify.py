@@ -17,7 +17,10 @@ layer (``pixeldp``, ``agm``, ``hgm``, ``secure-sgd``) it
 4. stores everything under ``RUN_DIR/certify/<model id>/`` (JSON + NPZ, atomic; a rerun reuses
    a stored result only when its parameters match, and says so).
 
-A model without a noise layer (``nonprivate``, ``dpsgd``) is refused with exit status 2:
+A ``smoothing`` record (Cohen et al. 2019) is certified by CERTIFY on its base model behind
+Gaussian input noise, and attacked the same way (see :mod:`dpaudit.app.runs.certify`).
+
+A model without a noise layer or smoothing spec (``nonprivate``, ``dpsgd``) is refused with exit status 2:
 ``dpaudit attack evasion`` measures its robust accuracy.
 """
 
@@ -108,7 +111,7 @@ def _cmd_certify(args: argparse.Namespace) -> int:
         "  " + f"{'radius':<22}" + "".join(f"{r:>7g}" for r in s.radii),
         "  " + f"{'certified ' + s.defense:<22}" + "".join(f"{a:7.3f}" for a in s.certified_accuracy.values()),
     ]
-    if s.smoothing is not None:
+    if s.smoothing is not None and s.mechanism != "smoothing":  # else it is the line above
         lines.append("  " + f"{'certified smoothing':<22}" + "".join(f"{a:7.3f}" for a in s.smoothing.certified_accuracy.values()))
     for name, accs in s.robust_accuracy.items():
         lines.append("  " + f"{'robust ' + name:<22}" + "".join(f"{a:7.3f}" for a in accs.values()))
@@ -134,14 +137,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="certified vs conventional accuracy (PixelDP/AGM/HGM/Secure-SGD, randomized smoothing) and evasion attacks",
         description=(
             "Monte Carlo certification of a noise-layer model (Lecuyer et al. 2019; Phan et al. 2019) and randomized smoothing of "
-            "the same noise (Cohen et al. 2019), beside FGSM / I-FGSM / PGD / MIM robust accuracy at the same radii. "
-            "Exit status 3 if a certificate exceeds what an attack left (a soundness bug); 2 for a model without a noise layer."
+            "the same noise or of a smoothing model's input (Cohen et al. 2019), beside FGSM / I-FGSM / PGD / MIM robust accuracy at the same radii. "
+            "Exit status 3 if a certificate exceeds what an attack left (a soundness bug); 2 for a model with neither a noise layer nor a smoothing spec."
         ),
     )
     p.add_argument("--target", required=True, type=path_type("--target", must_exist="any"), metavar="PATH", help="record directory (RUN_DIR/records/NAME) or a run directory with one record")
     add_common(p, out=True, seed=True, data_root=True, device="auto", quiet=True)
     limit_action(
-        p.add_argument("--num-draws", type=_count("--num-draws", 2), default=2000, metavar="N", help="noise draws per test example (default 2000)"), 10**6, "each draw is one forward pass per example"
+        p.add_argument("--num-draws", type=_count("--num-draws", 2), metavar="N", help="noise draws per test example (default: the record's spec, 2000 for a noise layer, 10000 for smoothing)"),
+        10**6,
+        "each draw is one forward pass per example",
     )
     p.add_argument("--radii", type=_radii(), metavar="R1,R2,...", help=f"perturbation radii (default {','.join(map(str, DEFAULT_RADII))})")
     p.add_argument("--attack", action="append", metavar="NAMES", help="attacks, comma separated (default fgsm,ifgsm,pgd,mim)")
@@ -156,10 +161,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bound", choices=("clopper-pearson", "hoeffding", "bernstein"), default="clopper-pearson", help="expected-score bound (default clopper-pearson on argmax counts)")
     p.add_argument("--no-smoothing", action="store_true", help="skip the randomized-smoothing certificate")
     limit_action(
-        p.add_argument("--num-selection-draws", type=_count("--num-selection-draws", 1), default=100, metavar="N0", help="CERTIFY n0 (default 100)"), 10**6, "each draw is one forward pass per example"
+        p.add_argument("--num-selection-draws", type=_count("--num-selection-draws", 1), metavar="N0", help="CERTIFY n0 (default: the record's spec, 100)"),
+        10**6,
+        "each draw is one forward pass per example",
     )
     p.add_argument(
-        "--smoothing-confidence", type=arg("--smoothing-confidence", v.open_unit), default=0.999, metavar="C", help="confidence of each smoothing certificate, 1 - CERTIFY's alpha (default 0.999)"
+        "--smoothing-confidence", type=arg("--smoothing-confidence", v.open_unit), metavar="C", help="confidence of each smoothing certificate, 1 - CERTIFY's alpha (default: the record's spec, 0.999)"
     )
     limit_action(
         p.add_argument("--num-eot-samples", type=_count("--num-eot-samples", 1), metavar="K", help="noise draws averaged per attack gradient (default 8 for noisy models)"),
