@@ -341,7 +341,7 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[
             Figure(
                 figure=certified_figure(run),
                 name=f"model-{run.summary['model_id']}",
-                caption="Conventional accuracy (dashed horizontal), certified accuracy (solid) and empirical robust accuracy under each attack (open markers)",
+                caption="Conventional accuracy (dashed horizontal), certified accuracy (filled markers, one line per certificate) and empirical robust accuracy under each attack (open markers)",
                 empty="no certificate and no attack result stored for this model",
             )
         )
