@@ -144,20 +144,26 @@ class TrialStore:
         directory: the audit directory (``RUN_DIR/audits/<name>``).
         config: JSON-able description of the audit; a directory holding trials of a
             different configuration is refused, so results are never mixed.
+        resizable: keys of ``config`` that no single trial depends on (a multi-run audit's
+            ``num_trials``: trial i's seed and side follow from i alone). A stored audit that
+            differs only in them is the same audit at another size: its trials are reused and
+            ``config.json`` takes the new values.
 
     Raises:
         ValueError: the directory belongs to an audit with another configuration.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], config: Mapping[str, Any]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], config: Mapping[str, Any], *, resizable: Sequence[str] = ()) -> None:
         self.path = Path(directory)
         self.config = json.loads(json.dumps(to_jsonable(dict(config))))
         cfg = self.path / "config.json"
         if cfg.is_file():
             old = read_json(cfg)
             stored = json.loads(json.dumps(to_jsonable(old)))
-            if stored != self.config:
-                differ = sorted(k for k in set(stored) | set(self.config) if stored.get(k) != self.config.get(k))
+            differ = sorted(k for k in set(stored) | set(self.config) if stored.get(k) != self.config.get(k))
+            if differ and set(differ) <= set(resizable):
+                atomic_write_json(cfg, self.config)
+            elif differ:
                 raise ValueError(
                     f"out: audit directory {str(self.path)!r} holds trials of a different audit (differs in {', '.join(differ)}); "
                     "they are never reused for this one: choose another --name or --out (the stored trials are kept)"
@@ -417,7 +423,9 @@ def multi_run_audit(
     # The start travels inside each job (a cluster's workers cannot read this machine's files).
     state_blob = None if initial_state is None else Path(initial_state).read_bytes()
     k = len(canaries)
-    store = TrialStore(directory, {"method": "multi-run", "num_trials": r, "seed": seed, "group_size": k, **dict(config or {})})
+    # Trial i's seed and side depend on i alone, so raising (or lowering) R on a rerun reuses
+    # the stored trials: an audit can be made tighter without training its first models again.
+    store = TrialStore(directory, {"method": "multi-run", "num_trials": r, "seed": seed, "group_size": k, **dict(config or {})}, resizable=("num_trials",))
     jobs = []
     for i in range(2 * r):
         include = np.full(k, i % 2 == 0)

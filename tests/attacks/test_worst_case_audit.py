@@ -328,3 +328,30 @@ def test_worst_case_trials_on_ray_match_the_local_ones(tmp_path, capsys):
 def test_cli_address_needs_ray(tmp_path, capsys):
     code, p = _main(capsys, "audit", *_CHEAP, "--address", "auto", "--out", str(tmp_path / "run"))
     assert code == 2 and "--address='auto' needs --executor ray" in p.err, p.err
+
+
+def test_more_trials_on_a_rerun_reuse_the_stored_ones(tmp_path, capsys):
+    """Trial i depends on i alone, so raising --num-trials trains only the new models (and lowering it uses a prefix)."""
+    import json
+
+    cheap = [a for a in _CHEAP if a not in ("--num-trials", "2", "--target-epsilon", "4")]  # sigma given: no calibration to pay for
+    base = ["audit", "--threat", "black-box", "--method", "multi-run", *cheap, "--noise-multiplier", "3", "--json", "--no-report", "--out", str(tmp_path / "run")]
+    code, p = _main(capsys, *base, "--num-trials", "2")
+    assert code == 0, p.err
+    first = json.loads(p.out)
+    trials = tmp_path / "run" / "audits" / first["details"]["audit_name"] / "trials"
+    stamps = {f.name: f.stat().st_mtime_ns for f in trials.iterdir()}
+    code, p = _main(capsys, *base, "--num-trials", "3")
+    assert code == 0 and "reusing 4 stored trials" in p.err, p.err
+    grown = json.loads(p.out)
+    assert (grown["num_in"], grown["num_out"]) == (3, 3) and grown["details"]["audit_name"] == first["details"]["audit_name"]
+    assert all(trials.joinpath(n).stat().st_mtime_ns == t for n, t in stamps.items())  # the first four were not retrained
+    code, p = _main(capsys, *base, "--num-trials", "2")
+    assert code == 0 and "reusing 4 stored trials" in p.err
+    again = json.loads(p.out)
+    assert (again["num_in"], again["epsilon_lb"]) == (first["num_in"], first["epsilon_lb"])
+    # anything else that changes the trials is still refused, never mixed in
+    from attacks.audit_procedures import TrialStore
+
+    with pytest.raises(ValueError, match="differs in seed"):
+        TrialStore(trials.parent, {**json.loads((trials.parent / "config.json").read_text()), "seed": 99}, resizable=("num_trials",))
