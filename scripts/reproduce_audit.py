@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                     num_trials=trials,
                     canary="blank",
                     init="worst-case",
-                    name=f"worst-case-eps{target:g}-R{trials}",
+                    name=f"worst-case-eps{target:g}",  # no R: a rerun with more models reuses the stored ones
                 )
             else:
                 raise SystemExit(f"--modes: unknown mode {mode!r}")
