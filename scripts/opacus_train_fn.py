@@ -39,18 +39,34 @@ LEARNING_RATE = 4.0
 HIDDEN = 256
 
 
+def _mlp(features: int, classes: int) -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(features, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, classes))
+
+
 def _model(dataset: torch.utils.data.Dataset) -> nn.Module:
     x, _ = dataset[0]
-    classes = int(getattr(dataset, "num_classes", 10))
-    return nn.Sequential(nn.Flatten(), nn.Linear(int(x.numel()), HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, classes))
+    return _mlp(int(x.numel()), int(getattr(dataset, "num_classes", 10)))
 
 
-def _train(dataset: torch.utils.data.Dataset, *, seed: int, noise_multiplier: float, extra_nonprivate_epochs: int = 0) -> nn.Module:
+def model() -> nn.Module:
+    """The architecture :func:`train` trains on digits (8×8, 10 classes), for ``--model-fn``.
+
+    ``dpaudit audit --init worst-case`` crafts its start on it::
+
+        dpaudit audit --train-fn scripts/opacus_train_fn.py:train --model-fn scripts/opacus_train_fn.py:model \\
+            --init worst-case --claim-noise-multiplier 6.6 --claim-sampling-rate 0.1 --claim-num-steps 300 --out runs/opacus
+    """
+    return _mlp(64, 10)
+
+
+def _train(dataset: torch.utils.data.Dataset, *, seed: int, noise_multiplier: float, extra_nonprivate_epochs: int = 0, initial_state: dict[str, torch.Tensor] | None = None) -> nn.Module:
     from opacus import PrivacyEngine
     from opacus.data_loader import DPDataLoader
 
     torch.manual_seed(seed)  # a third-party function may seed globals; the suite never does
     model = _model(dataset)
+    if initial_state is not None:  # the auditor's start (worst-case audits); public, so no privacy cost
+        model.load_state_dict(initial_state)
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
     loader = DPDataLoader(dataset, sample_rate=SAMPLING_RATE, generator=torch.Generator().manual_seed(seed))
     engine = PrivacyEngine(accountant="prv")
@@ -88,19 +104,19 @@ def _train(dataset: torch.utils.data.Dataset, *, seed: int, noise_multiplier: fl
     return plain.eval()
 
 
-def train(dataset: torch.utils.data.Dataset, *, seed: int) -> nn.Module:
+def train(dataset: torch.utils.data.Dataset, *, seed: int, initial_state: dict[str, torch.Tensor] | None = None) -> nn.Module:
     """Opacus DP-SGD: Poisson rate 0.1, σ = 6.6, C = 1, 300 steps (claim: ``claim_epsilon()``)."""
-    return _train(dataset, seed=seed, noise_multiplier=NOISE_MULTIPLIER)
+    return _train(dataset, seed=seed, noise_multiplier=NOISE_MULTIPLIER, initial_state=initial_state)
 
 
-def train_no_noise(dataset: torch.utils.data.Dataset, *, seed: int) -> nn.Module:
+def train_no_noise(dataset: torch.utils.data.Dataset, *, seed: int, initial_state: dict[str, torch.Tensor] | None = None) -> nn.Module:
     """Broken on purpose: the noise multiplier silently 0 while the claim says σ = 6.6."""
-    return _train(dataset, seed=seed, noise_multiplier=0.0)
+    return _train(dataset, seed=seed, noise_multiplier=0.0, initial_state=initial_state)
 
 
-def train_extra_nonprivate_epochs(dataset: torch.utils.data.Dataset, *, seed: int) -> nn.Module:
+def train_extra_nonprivate_epochs(dataset: torch.utils.data.Dataset, *, seed: int, initial_state: dict[str, torch.Tensor] | None = None) -> nn.Module:
     """Broken on purpose: DP-SGD followed by 30 non-private epochs on the same data."""
-    return _train(dataset, seed=seed, noise_multiplier=NOISE_MULTIPLIER, extra_nonprivate_epochs=30)
+    return _train(dataset, seed=seed, noise_multiplier=NOISE_MULTIPLIER, extra_nonprivate_epochs=30, initial_state=initial_state)
 
 
 def claim_epsilon(delta: float = 1e-5) -> float:

@@ -355,3 +355,42 @@ def test_more_trials_on_a_rerun_reuse_the_stored_ones(tmp_path, capsys):
 
     with pytest.raises(ValueError, match="differs in seed"):
         TrialStore(trials.parent, {**json.loads((trials.parent / "config.json").read_text()), "seed": 99}, resizable=("num_trials",))
+
+
+_OWN_ARCHITECTURE = """
+import torch
+from torch import nn
+
+
+def model():
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.Tanh(), nn.Linear(16, 10))
+
+
+def train(dataset, *, seed, initial_state=None):
+    net = model()
+    if initial_state is not None:
+        net.load_state_dict(initial_state)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    for _ in range(3):
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(dataset.features), dataset.labels).backward()
+        opt.step()
+    return net
+"""
+
+
+def test_worst_case_start_on_the_users_own_architecture(tmp_path, capsys):
+    """--model-fn builds the architecture a --train-fn trains; without it a zoo start does not fit and says so in one line."""
+    fns = tmp_path / "fns.py"
+    fns.write_text(_OWN_ARCHITECTURE)
+    claim = ["--claim-noise-multiplier", "5", "--claim-sampling-rate", "1", "--claim-num-steps", "3"]
+    base = ["audit", "--train-fn", f"{fns}:train", *claim, "--dataset", "digits", "--num-members", "60", "--num-trials", "2", "--init", "worst-case", "--no-report"]
+    code, p = _main(capsys, *base, "--model-fn", f"{fns}:model", "--out", str(tmp_path / "own"))
+    assert code == 0, p.err
+    assert "crafting the worst-case start" in p.err
+    code, p = _main(capsys, *base, "--out", str(tmp_path / "zoo"))  # digits-mlp's start into a 16-unit network
+    assert code == 2, p.err
+    line = [x for x in p.err.strip().splitlines() if "error" in x]
+    assert len(line) == 1 and "size mismatch" in line[0] and "trial 0" in line[0] and "Traceback" not in p.err, p.err
+    code, p = _main(capsys, "audit", "--model-fn", f"{fns}:model", *_CHEAP, "--out", str(tmp_path / "x"))
+    assert code == 2 and "--model-fn builds the starting architecture of a --train-fn" in p.err, p.err

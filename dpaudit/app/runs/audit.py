@@ -163,6 +163,9 @@ class AuditSpec:
         train_fn: a third-party ``train(dataset, *, seed) -> nn.Module`` as ``module:function``
             or ``path/to/file.py:function`` (black-box games only; needs ``claim``).
         claim: the claim a ``train_fn`` is audited against.
+        model_fn: with ``train_fn``: a zero-argument ``module:function`` (or ``file.py:function``)
+            building the architecture ``train_fn`` trains, on which a worst-case start (or a
+            blank canary's label) is crafted; default: ``model`` from the zoo.
         dataset: dataset name.
         model: zoo model for the suite's defense.
         threat: ``black-box`` (final model only) or ``white-box`` (every released update).
@@ -217,6 +220,7 @@ class AuditSpec:
     defense: str = "dpsgd"
     train_fn: str | None = None
     claim: PrivacyClaim | None = None
+    model_fn: str | None = None
     dataset: str = "digits"
     model: str = "digits-mlp"
     threat: str = "black-box"
@@ -301,6 +305,11 @@ class AuditSpec:
             raise ValueError(f"give epochs or num_steps, not both; got epochs={self.epochs!r}, num_steps={self.num_steps!r}")
         if self.name is not None and not (isinstance(self.name, str) and self.name.replace("-", "").replace("_", "").replace(".", "").isalnum() and not self.name.startswith(".")):
             raise ValueError(f"name must be a plain name (letters, digits, - _ .), got {self.name!r}")
+        if self.model_fn is not None and (self.train_fn is None or (self.init == "random" and self.canary != "blank")):
+            raise ValueError(
+                f"model_fn builds the starting architecture of a train_fn audited with init='worst-case' or canary='blank'; "
+                f"got model_fn={self.model_fn!r} with train_fn={self.train_fn!r}, init={self.init!r}, canary={self.canary!r}"
+            )
         if self.train_fn is None:
             if self.claim is not None:
                 raise ValueError(f"claim applies to train_fn; defense {self.defense!r} builds its own claim")
@@ -417,6 +426,16 @@ def _starting_model(spec: AuditSpec, members: ArrayDataset, trainer: Any | None)
         torch.manual_seed(derive_seed(spec.seed, "init"))
         if trainer is not None:
             return trainer.build_model(members)
+        if spec.model_fn is not None:
+            # The user's own architecture: a start crafted on a zoo model would not load into it.
+            builder = resolve_callable(spec.model_fn, argument="--model-fn")
+            try:
+                built = builder()
+            except Exception as exc:  # third-party code: said in one line, like a failing --train-fn
+                raise ValueError(f"--model-fn {spec.model_fn}: raised {type(exc).__name__}: {' '.join(str(exc).split()) or '(no message)'}") from exc
+            if not isinstance(built, nn.Module):
+                raise ValueError(f"--model-fn {spec.model_fn}: returned a {type(built).__name__}, not a torch.nn.Module")
+            return built
         return build_model(spec.model, input_shape=members.input_shape, num_classes=members.num_classes)
 
 
@@ -538,6 +557,8 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
             )
         elif spec.method == "multi-run":
             cfg_init = {"init": spec.init} if spec.init != "random" else {}  # random-start audits keep their names
+            if spec.model_fn is not None:  # the start's architecture: its code is part of what the trials are about
+                cfg_init.update({"model_fn": spec.model_fn, "model_fn_sha256": callable_fingerprint(spec.model_fn, argument="--model-fn")})
             start: nn.Module | None = None
             state_file: Path | None = None
             if spec.init == "worst-case" or spec.canary == "blank":

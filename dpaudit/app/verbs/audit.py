@@ -90,6 +90,12 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         from dpaudit.callables import resolve_callable
 
         resolve_callable(args.train_fn, argument="--train-fn")  # a bad spec fails here, in one line, before any data loads
+    if args.model_fn is not None:
+        if args.train_fn is None or (args.init == "random" and args.canary != "blank"):
+            raise UsageError("--model-fn builds the starting architecture of a --train-fn audited with --init worst-case or --canary blank", argument="--model-fn")
+        from dpaudit.callables import resolve_callable
+
+        resolve_callable(args.model_fn, argument="--model-fn")
     if args.train_fn is None:
         if claim is not None:
             raise UsageError(f"--claim/--claim-* apply to --train-fn; --defense {args.defense} builds its own claim")
@@ -116,6 +122,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     spec = AuditSpec(
         defense=args.defense,
         train_fn=args.train_fn,
+        model_fn=args.model_fn,
         claim=claim,
         dataset=args.dataset,
         model=args.model,
@@ -208,6 +215,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     defenses = audit_defenses()
     who.add_argument("--defense", choices=defenses, default=defenses[0] if defenses else None, help="a registered defense with a white-box trainer to audit (default %(default)s)")
     who.add_argument("--train-fn", metavar="MODULE:FUNCTION", help="third-party train(dataset, *, seed) -> nn.Module, as module:function or path/to/file.py:function (black-box only)")
+    p.add_argument(
+        "--model-fn",
+        metavar="MODULE:FUNCTION",
+        help="with --train-fn and --init worst-case (or --canary blank): a zero-argument function building the architecture your function trains, "
+        "on which the start is crafted (default: --model from the zoo)",
+    )
     p.add_argument("--dataset", choices=DATASETS, default="digits")
     p.add_argument("--model", choices=tuple(MODELS), default="digits-mlp", help="zoo model for --defense (default digits-mlp)")
     p.add_argument("--threat", choices=("black-box", "white-box"), default="black-box", help="black-box: final model only; white-box: every released update (default black-box)")
