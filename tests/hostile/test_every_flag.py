@@ -245,8 +245,10 @@ def _base(verb: str, flag: str, work: Path, record_dir: Path, external: dict[str
         model = ["--model", "hgm-cnn"] if "hgm" in _owner_of(verb, flag) or "secure-sgd" in _owner_of(verb, flag) else ["--model", "digits-mlp"]
         return ["train", *_owner_of(verb, flag), *model, "--out", out]
     if verb == "audit":
-        if flag.startswith("--claim") or flag == "--train-fn":
-            return ["audit", "--train-fn", external["train_fn"], "--claim-noise-multiplier", "1", "--claim-sampling-rate", "0.01", "--claim-num-steps", "10", "--out", out]
+        if flag.startswith("--claim") or flag in ("--train-fn", "--model-fn"):
+            # --model-fn only means something for a --train-fn audited from a worst-case start
+            start = ["--init", "worst-case"] if flag == "--model-fn" else []
+            return ["audit", "--train-fn", external["train_fn"], *start, "--claim-noise-multiplier", "1", "--claim-sampling-rate", "0.01", "--claim-num-steps", "10", "--out", out]
         if flag in ("--noise-multiplier",):
             return ["audit", "--out", out]
         return ["audit", "--target-epsilon", "2", "--out", out]
