@@ -83,6 +83,9 @@ class FirstLayerUpdate:
         weight_mask: bool, same shape as ``weight_delta``: True where an entry was uploaded.
         bias_mask: bool, same shape as ``bias_delta``; None when the layer has no bias.
         layer: the layer's qualified name in the model (e.g. ``"1"`` for ``Sequential``).
+        input_mean, input_std: the standardisation the model applies before the layer
+            (:class:`dpaudit.models.Standardize`; 0 and 1 when it sees raw inputs). The server
+            knows it: it is part of the shared model.
     """
 
     weight_delta: torch.Tensor
@@ -90,6 +93,8 @@ class FirstLayerUpdate:
     weight_mask: torch.Tensor
     bias_mask: torch.Tensor | None
     layer: str
+    input_mean: float = 0.0
+    input_std: float = 1.0
 
     @property
     def in_features(self) -> int:
@@ -100,10 +105,15 @@ class FirstLayerUpdate:
         return int(self.weight_delta.shape[0])
 
 
-def _first_layer(model: nn.Module) -> tuple[str, nn.Module]:
+def _first_layer_and_standardization(model: nn.Module) -> tuple[tuple[str, nn.Module], tuple[float, float]]:
+    from dpaudit.models import Standardize
+
+    mean, std = 0.0, 1.0
     for name, module in model.named_modules():
+        if isinstance(module, Standardize):
+            mean, std = module.mean, module.std
         if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)):
-            return name, module
+            return (name, module), (mean, std)
     raise ValueError(f"model has no nn.Linear or convolution layer to reconstruct from: {type(model).__name__}")
 
 
@@ -124,7 +134,7 @@ def first_layer_update(model: nn.Module, indices: Any, values: Any) -> FirstLaye
             fully-connected first layer), malformed or out-of-range ``indices``, duplicate
             indices, or ``values`` of another length or not finite.
     """
-    name, layer = _first_layer(model)
+    (name, layer), (input_mean, input_std) = _first_layer_and_standardization(model)
     if not isinstance(layer, nn.Linear):
         raise ValueError(
             f"model: reconstruction from uploads needs a fully-connected first layer, but the first layer {name!r} is {layer!r}; "
@@ -169,7 +179,7 @@ def first_layer_update(model: nn.Module, indices: Any, values: Any) -> FirstLaye
     bias_mask: torch.Tensor | None = None
     if layer.bias is not None:
         bias, bias_mask = dense(layer.bias)
-    return FirstLayerUpdate(weight_delta=weight, bias_delta=bias, weight_mask=weight_mask, bias_mask=bias_mask, layer=name)
+    return FirstLayerUpdate(weight_delta=weight, bias_delta=bias, weight_mask=weight_mask, bias_mask=bias_mask, layer=name, input_mean=input_mean, input_std=input_std)
 
 
 @dataclass(frozen=True)
@@ -227,6 +237,14 @@ def reconstruction_candidates(update: FirstLayerUpdate, *, input_shape: Sequence
       the brightest pixel becomes 1). Confidence is |Σ ΔW_i| / Σ |ΔW_i|, which is 1 exactly
       when every entry has one sign, as a single example's row does.
 
+    When the model standardises its inputs first (x' = (x − m) / s, known to the server as part
+    of the shared model), the rows are copies of x', not x. The bias path maps the ratio back,
+    x̂ = m + s · ΔW_i / Δb_i. Without the bias the row is c·(x − m) up to the sign of c, which is
+    the sign of the row's largest entry (the brightest pixel lies furthest from the mean); the
+    row divided by that entry is (x − m) / (1 − m) when the brightest pixel is 1, so
+    x̂ = m + (1 − m) · row / max, and the consistency is measured on x̂ / (1 − m), which is
+    non-negative for one example. With m = 0 and s = 1 both reduce to the cases above.
+
     Entries that were not uploaded are 0 in the image: under largest-|Δw| selection they are
     the smallest entries of the row, i.e. the darkest pixels, so 0 is the best guess; under
     random selection they are unknown and 0 is the background of dark-background data.
@@ -257,16 +275,29 @@ def reconstruction_candidates(update: FirstLayerUpdate, *, input_shape: Sequence
     wr, mr, hb = w[rows], m[rows], has_bias[rows]
     nentries = mr.sum(dim=1).to(torch.float64)
 
-    # Bias path: ratio on uploaded entries.
+    mean, std = float(update.input_mean), float(update.input_std)
+    standardized = mean != 0.0 or std != 1.0
+    # Bias path: ratio on uploaded entries (mapped back to raw inputs).
     ratio = torch.where(mr, wr / torch.where(hb, b[rows], torch.ones_like(b[rows])).unsqueeze(1), torch.zeros_like(wr))
+    if standardized:
+        ratio = torch.where(mr, mean + std * ratio, torch.zeros_like(wr))
     in_range = ((ratio >= -_RANGE_SLACK) & (ratio <= 1 + _RANGE_SLACK) & mr).sum(dim=1).to(torch.float64) / nentries
     from_ratio = ratio.clamp(0.0, 1.0)
 
-    # No-bias path: sign by the row's sum, scale by its maximum.
-    sign = torch.where(wr.sum(dim=1) >= 0, 1.0, -1.0).to(torch.float64).unsqueeze(1)
-    flipped = (wr * sign).clamp_min(0.0)
-    scaled = flipped / flipped.amax(dim=1, keepdim=True).clamp_min(1e-30)
-    consistency = wr.sum(dim=1).abs() / wr.abs().sum(dim=1).clamp_min(1e-30)
+    # No-bias path: sign by the row's sum (by its largest entry under standardisation), scale by its maximum.
+    if standardized:
+        peak = wr.gather(1, wr.abs().argmax(dim=1, keepdim=True)).squeeze(1)
+        sign = torch.where(peak >= 0, 1.0, -1.0).to(torch.float64).unsqueeze(1)
+        unit_row = wr * sign / (wr * sign).amax(dim=1, keepdim=True).clamp_min(1e-30)
+        raw = torch.where(mr, mean + (1.0 - mean) * unit_row, torch.zeros_like(wr))
+        scaled = raw.clamp(0.0, 1.0)
+        shifted = torch.where(mr, raw / max(1.0 - mean, 1e-12), torch.zeros_like(wr))
+        consistency = shifted.sum(dim=1).abs() / shifted.abs().sum(dim=1).clamp_min(1e-30)
+    else:
+        sign = torch.where(wr.sum(dim=1) >= 0, 1.0, -1.0).to(torch.float64).unsqueeze(1)
+        flipped = (wr * sign).clamp_min(0.0)
+        scaled = flipped / flipped.amax(dim=1, keepdim=True).clamp_min(1e-30)
+        consistency = wr.sum(dim=1).abs() / wr.abs().sum(dim=1).clamp_min(1e-30)
 
     images = torch.where(hb.unsqueeze(1), from_ratio, scaled)
     confidence = torch.where(hb, in_range, consistency)

@@ -58,8 +58,14 @@ def build_record(
     extra_metrics: dict[str, Any] | None = None,
     canaries: Any = (),
     owners: Any = (),
+    requested_options: dict[str, Any] | None = None,
 ) -> TrainedModel:
     """Evaluates ``model`` on members, non-members and test, and wraps everything as a record.
+
+    ``model_options`` are those the network was built with (stored, so loading rebuilds it);
+    ``requested_options`` (default: the same) are those the training was asked for, from which
+    the record's id is computed, for a defense that derives options from the data (DSSGD's
+    input standardisation) and must still find its record again on a rerun.
 
     Raises:
         TrainingDiverged: a parameter or buffer of ``model`` is NaN or infinite; such a model
@@ -78,7 +84,9 @@ def build_record(
     metrics["train_seconds"] = time.monotonic() - started
     metrics.update(extra_metrics or {})
     return TrainedModel(
-        model_id=model_id_for(defense=defense, bundle=bundle, model_name=model_name, model_options=model_options, config=config, splits=splits, seed=seed),
+        model_id=model_id_for(
+            defense=defense, bundle=bundle, model_name=model_name, model_options=model_options if requested_options is None else requested_options, config=config, splits=splits, seed=seed
+        ),
         defense=defense,
         model_name=model_name,
         model_options=model_options,

@@ -33,7 +33,22 @@ from torch import nn
 from dpaudit import _validate as v
 from dpaudit.robustness.noise import add_noise_layer
 
-__all__ = ["MODELS", "MAX_MODEL_PARAMETERS", "ModelSpec", "build_model", "count_parameters", "Projection", "GAN_MODELS", "GANSpec", "DCGANGenerator", "DCGANCritic", "build_generator", "build_critic"]
+__all__ = [
+    "MODELS",
+    "MAX_MODEL_PARAMETERS",
+    "ModelSpec",
+    "build_model",
+    "count_parameters",
+    "Projection",
+    "Standardize",
+    "input_statistics",
+    "GAN_MODELS",
+    "GANSpec",
+    "DCGANGenerator",
+    "DCGANCritic",
+    "build_generator",
+    "build_critic",
+]
 
 #: Most parameter + buffer elements a zoo model may have: 2**31 (8 GiB as float32, already
 #: far beyond any architecture of the source papers; the largest default, cifar10-cnn on
@@ -63,6 +78,50 @@ class Projection(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.mean) @ self.matrix.T
+
+
+class Standardize(nn.Module):
+    """x ↦ (x − mean) / std with two fixed numbers: a dataset's standardisation inside the network.
+
+    Folding the preprocessing into the model keeps every consumer (evaluation, attacks, reports)
+    on the raw inputs the datasets provide. The two numbers are plain attributes, neither
+    parameters nor buffers: they come from the record's ``model_options``, so the weights file
+    and the flat parameter vector (what DSSGD shares) are those of the network alone.
+    """
+
+    def __init__(self, mean: float, std: float) -> None:
+        super().__init__()
+        self.mean = float(mean)
+        self.std = float(std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+    def extra_repr(self) -> str:
+        return f"mean={self.mean:g}, std={self.std:g}"
+
+
+def input_statistics(features: torch.Tensor) -> list[float]:
+    """The mean and standard deviation of every input value, as ``input_standardization`` takes them.
+
+    One scalar pair over all pixels and samples, as the Torch-era MNIST pipelines (and Shokri &
+    Shmatikov 2015, §6.1: "subtracting the average and dividing by the standard deviation") did.
+    Rounded to six significant digits so records stay readable.
+    """
+    x = features.double()
+    std = float(x.std())
+    if not math.isfinite(std) or std <= 0:
+        raise ValueError(f"features must vary to be standardised, got standard deviation {std!r}")
+    return [float(f"{float(x.mean()):.6g}"), float(f"{std:.6g}")]
+
+
+def _standardization(value: object) -> tuple[float, float]:
+    if not (isinstance(value, (tuple, list)) and len(value) == 2):
+        raise ValueError(f"input_standardization must be [mean, std], got {value!r}")
+    mean = v.real("input_standardization's mean", value[0])
+    if not math.isfinite(mean):
+        raise ValueError(f"input_standardization's mean must be finite, got {value[0]!r}")
+    return mean, v.positive("input_standardization's std", value[1])
 
 
 def _flat(shape: tuple[int, ...]) -> int:
@@ -240,7 +299,7 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
-def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, noise_layer: bool = False, **kwargs: object) -> nn.Module:
+def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, noise_layer: bool = False, input_standardization: object = None, **kwargs: object) -> nn.Module:
     """Builds the zoo model ``name`` for inputs of ``input_shape`` and ``num_classes`` outputs.
 
     Args:
@@ -249,6 +308,8 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, no
         num_classes: number of output logits.
         noise_layer: wrap the first layer in a :class:`~dpaudit.robustness.noise.NoiseLayer` (PixelDP /
             HGM; its σ starts at 0 and is set by the defense).
+        input_standardization: ``[mean, std]``: the network first computes (x − mean) / std
+            (:class:`Standardize`, e.g. from :func:`input_statistics`); ``None``: raw inputs.
         **kwargs: architecture options of that model (e.g. ``pca_components`` for abadi-mnist).
 
     Raises:
@@ -265,11 +326,17 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, no
             f"model {name!r} with options {_options_text(kwargs)} and input_shape {shape} would have about {count:.3g} parameters "
             f"({_bytes_text(4 * count)} as float32); the limit is MAX_MODEL_PARAMETERS = {MAX_MODEL_PARAMETERS} ({_bytes_text(4 * MAX_MODEL_PARAMETERS)})"
         )
+    standardize = None if input_standardization is None else _standardization(input_standardization)
     model = MODELS[name].builder(shape, num_classes, **kwargs)
+    if standardize is not None:
+        # First of all, so a noise layer or PCA projection sees what the network is trained on;
+        # the parameters keep their order (what DSSGD flattens). Every zoo classifier is a Sequential.
+        assert isinstance(model, nn.Sequential), name
+        model = nn.Sequential(Standardize(*standardize), *model)
     return add_noise_layer(model, input_shape=shape) if noise_layer else model
 
 
-def count_parameters(name: str, *, input_shape: tuple[int, ...], num_classes: int, **kwargs: object) -> int:
+def count_parameters(name: str, *, input_shape: tuple[int, ...], num_classes: int, input_standardization: object = None, **kwargs: object) -> int:
     """Parameter and buffer elements the zoo model ``name`` would have, counted without allocating.
 
     The architecture is built on PyTorch's ``meta`` device, which records shapes but holds no

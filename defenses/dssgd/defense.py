@@ -53,7 +53,7 @@ from defenses.dssgd.protocol import (
 from defenses.pate.partition import partition_ids, teacher_of
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
-from dpaudit.models import build_model
+from dpaudit.models import build_model, input_statistics
 from dpaudit.options import SizeLimit, option
 from dpaudit.privacy.claims import NonPrivateClaim, PrivacyClaim
 from dpaudit.progress import Progress
@@ -93,6 +93,9 @@ class DSSGDConfig:
         selection_threshold: τ of ``random-threshold``.
         schedule: ``round-robin``, ``random`` (a fresh order each round) or ``async``.
         local_epochs, batch_size, learning_rate: every participant's plain SGD per turn.
+        standardize: inputs enter the network as (x − mean) / std with the training split's mean
+            and std (§6.1 of the paper), folded into the model's first layer
+            (``model_options["input_standardization"]`` of every record).
         dp_epsilon: the DP variant's ε per uploaded parameter per turn (``None``: not private).
         bound: γ, the DP variant's bound on uploaded values.
         threshold: τ, the DP variant's sparse-vector threshold.
@@ -111,6 +114,7 @@ class DSSGDConfig:
     local_epochs: int = option(1, help="passes over a participant's data per turn", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
     batch_size: int = option(32, help="examples per local SGD step", metavar="B", check=v.positive, limit=BATCH_LIMIT)
     learning_rate: float = option(0.05, help="local SGD step size", metavar="LR", check=v.positive)
+    standardize: bool = option(True, help="standardise inputs by the training split's mean and std, as the paper does (part of the network, so attacks see raw inputs)")
     dp_epsilon: float | None = option(None, help="DP variant: epsilon per uploaded parameter per turn (the paper's figure; the record composes it)", metavar="E", check=v.positive)
     bound: float = option(0.001, help="DP variant: gamma, uploaded values are bounded to [-gamma, gamma]", metavar="GAMMA", check=v.positive)
     threshold: float = option(0.0001, help="DP variant: tau of the sparse-vector test on |dw|", metavar="TAU", check=v.non_negative)
@@ -283,7 +287,8 @@ def train_dssgd(
         ValueError: more participants than members.
     """
     started = time.monotonic()
-    model_options = dict(model_options or {})
+    requested = dict(model_options or {})
+    model_options = _network_options(requested, config, bundle=bundle)
     device = torch.device(device)
     members = np.sort(np.asarray(splits.members, dtype=np.int64))
     if config.participants > len(members):
@@ -339,6 +344,7 @@ def train_dssgd(
                 splits=splits,
                 model_name=model_name,
                 model_options=model_options,
+                requested_options=requested,
                 config=config,
                 seed=seed,
                 device=device,
@@ -363,6 +369,7 @@ def train_dssgd(
         started=started,
         extra_metrics=extra,
         owners=owners,
+        requested_options=requested,
     )
     if workspace is not None:
         workspace.record_dir.mkdir(parents=True, exist_ok=True)
@@ -379,6 +386,7 @@ def _save_participant(
     splits: Splits,
     model_name: str,
     model_options: dict[str, Any],
+    requested_options: dict[str, Any],
     config: DSSGDConfig,
     seed: int,
     device: torch.device,
@@ -407,11 +415,24 @@ def _save_participant(
         seed=seed,
         device=device,
         started=started,
+        requested_options=requested_options,
     )
-    target = participant_record_dir(workspace.cache_dir, _global_id(bundle, splits, model_name, model_options, config, seed), index)
+    target = participant_record_dir(workspace.cache_dir, _global_id(bundle, splits, model_name, requested_options, config, seed), index)
     save_record(record, local, target)
     if index == 0:
         print(f"participants' local records: {target.parent}", file=sys.stderr)
+
+
+def _network_options(requested: dict[str, Any], config: DSSGDConfig, *, bundle: DatasetBundle) -> dict[str, Any]:
+    """The options every network of the federation is built with: the requested ones, plus the
+    input standardisation when ``config.standardize`` asks for it and the caller gave none.
+
+    The statistics are two numbers over the whole training split (members and non-members), the
+    paper's preprocessing; like the paper, the DP variant's claim does not cover them.
+    """
+    if not config.standardize or "input_standardization" in requested:
+        return dict(requested)
+    return {**requested, "input_standardization": input_statistics(bundle.train.features)}
 
 
 def _global_id(bundle: DatasetBundle, splits: Splits, model_name: str, model_options: dict[str, Any], config: DSSGDConfig, seed: int) -> str:

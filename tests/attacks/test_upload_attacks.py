@@ -109,6 +109,28 @@ def test_without_the_bias_rows_are_rescaled_and_deduplicated(digits):
     assert best[0] > 0.99  # sign fixed by the row's sum, scale by its brightest pixel (this digit's is 1)
 
 
+def test_a_standardising_model_is_read_back_to_raw_inputs(digits):
+    # The server knows the shared model, so it undoes its standardisation (x' = (x - m) / s):
+    # with the bias, exactly; without it, by the brightest pixel. Ignoring it would compare
+    # copies of x' (negative background) with raw images.
+    images, labels = digits
+    mean, std = float(images.mean()), float(images.std())
+    torch.manual_seed(2)
+    model = build_model("dssgd-mlp", input_shape=SHAPE, num_classes=10, input_standardization=[mean, std])
+    x = images[7:8]
+    dw = _turn(model, x, labels[7:8])
+    update = first_layer_update(model, torch.arange(dw.numel()), dw)
+    assert (update.input_mean, update.input_std) == (mean, std)
+    assert _best(model, torch.arange(dw.numel()), dw, x).max() > 0.99
+    weight_only = torch.arange(128 * 784)
+    recons = reconstruct_inputs(first_layer_update(model, weight_only, dw[weight_only]), input_shape=SHAPE, max_images=16)
+    best, _ = match_reconstructions(recons, x)
+    assert best[0] > 0.99
+    plain = build_model("dssgd-mlp", input_shape=SHAPE, num_classes=10)  # same layout, no standardisation: the attacker's mistake
+    wrong = reconstruct_inputs(first_layer_update(plain, torch.arange(dw.numel()), dw), input_shape=SHAPE, max_images=16)
+    assert match_reconstructions(wrong, x)[0].max() < 0.9
+
+
 def test_batch_of_eight_leaks_several_distinct_examples(digits):
     images, labels = digits
     torch.manual_seed(0)

@@ -28,6 +28,22 @@ def test_dssgd_models_have_the_papers_parameter_counts(name, shape, count):
     assert count_parameters(name, input_shape=shape, num_classes=10) == count
 
 
+def test_input_standardization_is_a_first_layer_without_parameters():
+    torch.manual_seed(0)
+    plain = build_model("dssgd-cnn", input_shape=(1, 28, 28), num_classes=10)
+    std = build_model("dssgd-cnn", input_shape=(1, 28, 28), num_classes=10, input_standardization=[0.13, 0.31])
+    assert [p.shape for p in std.parameters()] == [p.shape for p in plain.parameters()] and not list(std.buffers())
+    with torch.no_grad():
+        for a, b in zip(std.parameters(), plain.parameters(), strict=True):
+            a.copy_(b)
+    x = torch.rand(4, 1, 28, 28)
+    assert torch.allclose(std(x), plain((x - 0.13) / 0.31), atol=1e-6)
+    assert count_parameters("dssgd-mlp", input_shape=(1, 28, 28), num_classes=10, input_standardization=(0.0, 2.0)) == 109_386
+    for bad, match in (([0.1, 0.0], "std must be finite and > 0, got 0"), ([float("inf"), 1.0], "mean must be finite"), ([0.1], r"must be \[mean, std\]")):
+        with pytest.raises(ValueError, match=match):
+            build_model("dssgd-mlp", input_shape=(1, 28, 28), num_classes=10, input_standardization=bad)
+
+
 def test_audit_cnn_is_the_black_box_audit_papers_network():
     # Annamalai & De Cristofaro (2024) audit the small tanh CNN of Dörmann et al.: conv 5×5×16,
     # pool, conv 4×4×32, pool, 32 units: 416 + 8,224 + 16,416 + 330 parameters on MNIST.

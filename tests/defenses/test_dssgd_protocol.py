@@ -164,6 +164,28 @@ def test_training_leaves_owners_local_records_and_observed_uploads(digits, tmp_p
     assert uploads["sizes"].sum() == len(uploads["indices"]) == 2 * record.metrics["uploads_per_turn"]
 
 
+def test_standardised_inputs_live_in_the_record_and_its_id_stays_the_requested_one(digits, tmp_path):
+    # §6.1 of the paper standardises inputs; the statistics are folded into the network, so the
+    # reloaded record predicts exactly as trained on raw inputs, and a rerun finds it by its id.
+    from defenses._common import model_id_for
+    from dpaudit.weights import load_model, save_record
+
+    bundle, splits = digits
+    config = DSSGDConfig(participants=2, rounds=1, baselines=False)
+    assert config.standardize
+    record, model = train_dssgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1, progress=False)
+    mean, std = record.model_options["input_standardization"]
+    x = bundle.train.features.double()
+    assert mean == pytest.approx(float(x.mean()), rel=1e-5) and std == pytest.approx(float(x.std()), rel=1e-5)
+    assert record.model_id == model_id_for(defense="dssgd", bundle=bundle, model_name="digits-mlp", model_options={}, config=config, splits=splits, seed=1)
+    save_record(record, model, tmp_path / "rec")
+    again = load_model(tmp_path / "rec")
+    xs = bundle.test.features[:16]
+    assert torch.allclose(again(xs), model(xs))
+    raw, _ = train_dssgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=DSSGDConfig(participants=2, rounds=1, baselines=False, standardize=False), seed=1, progress=False)
+    assert "input_standardization" not in raw.model_options and raw.model_id != record.model_id
+
+
 def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="observe_participant"):
         DSSGDConfig(participants=3, observe_participant=3)

@@ -215,6 +215,7 @@ def turn_leakage(
     threshold: float = 0.0001,
     turns: int = 20,
     learning_rate: float = 0.05,
+    standardize: bool = True,
     seed: int = 0,
     data_root: str | None = None,
 ) -> list[LeakageRow]:
@@ -225,7 +226,9 @@ def turn_leakage(
     share (exact values), or through the DP variant's sparse-vector release. Each upload is
     attacked with :func:`attacks.uploads.upload_reconstruction_attack` (private set: the turn's
     examples) and :func:`attacks.uploads.upload_membership_scores` (the turn's examples against
-    as many other inputs). Every setting sees the same turns.
+    as many other inputs). Every setting sees the same turns. With ``standardize`` (the DSSGD
+    default) the network standardises its inputs as a federation's does, and the server, which
+    knows the shared model, reads its uploads back to raw inputs.
 
     Raises:
         ValueError: a count or fraction out of range (named).
@@ -236,7 +239,7 @@ def turn_leakage(
     from attacks.uploads import first_layer_update, upload_membership_scores, upload_reconstruction_attack
     from defenses.dssgd.protocol import LocalTraining, UploadRule, assign_parameters, flatten_parameters, local_sgd
     from dpaudit.data import load_dataset
-    from dpaudit.models import build_model
+    from dpaudit.models import build_model, input_statistics
     from dpaudit.seeding import numpy_rng, torch_generator
 
     k = v.integer("examples_per_turn", examples_per_turn, minimum=1)
@@ -247,7 +250,8 @@ def turn_leakage(
     bundle = load_dataset(dataset, data_root=data_root)
     data = bundle.all()
     torch.manual_seed(seed)
-    net = build_model(model, input_shape=bundle.input_shape, num_classes=bundle.num_classes)
+    options = {"input_standardization": input_statistics(bundle.train.features)} if standardize else {}
+    net = build_model(model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **options)
     initial = flatten_parameters(net)
     training = LocalTraining(epochs=1, batch_size=k, learning_rate=learning_rate)
     rng = numpy_rng(seed, "dssgd-turn-leakage")
@@ -313,7 +317,8 @@ def audit_upload(
     them, so only it moves the weights there. Each trial is one turn (one local epoch of plain
     SGD from the same downloaded model) with or without the canary, uploaded as DSSGD does. The
     claim set against ε_LB is ONE turn's: c uploads composed (``num_rounds=1``), and the result
-    also carries the paper's per-parameter ε.
+    also carries the paper's per-parameter ε. The network sees raw inputs: the canary's pixels
+    are zero in every other example only before standardisation, which would shift them.
 
     Returns:
         The :class:`dpaudit.privacy.audit.AuditResult`.
