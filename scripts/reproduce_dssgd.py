@@ -8,7 +8,8 @@ Settings (``--full``; ``--quick`` runs the same rows with a handful of rounds, t
 
 * 30 participants, each with 600 MNIST training images (members = 30 % of the 60,000, split
   seeded); θ_d = 1, largest-value selection, round-robin, plain SGD (batch 32) with one local
-  epoch per turn. θ_u ∈ {1, 0.1, 0.01, 0.001} for the paper's MLP (784-128-64-10, 109,386
+  epoch per turn, inputs standardised by the training split's mean and std as in the paper's
+  §6.1 (the defense's default; part of every network, so attacks see raw images). θ_u ∈ {1, 0.1, 0.01, 0.001} for the paper's MLP (784-128-64-10, 109,386
   parameters; 140,106 on the paper's 32×32 frame) and CNN (105,506 parameters, :mod:`dpaudit.models`), beside centralised SGD on
   the union and standalone SGD (each participant alone, as many epochs as it has turns). The
   seed's table labels the varied fraction θ_d; the issue and the protocol's privacy question
