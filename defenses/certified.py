@@ -95,7 +95,7 @@ __all__ = [
     "train_secure_sgd",
 ]
 
-SENSITIVITY_CONTROLS = ("project", "scale-noise")
+SENSITIVITY_CONTROLS = ("project", "scale-noise", "normalize")
 
 #: defense → (Gaussian calibration of the noise, largest ε' its certification may use).
 CERTIFIED_MECHANISMS: dict[str, tuple[str, float | None]] = {
@@ -124,10 +124,16 @@ class RobustnessConfig:
         redistribution_pretrain_epochs: epochs of the noise-free model r is computed from.
         redistribution_examples: examples whose ∂L/∂h are averaged for r.
         sensitivity_control: ``project`` (PixelDP: rescale the first layer to Δ_r ≤ 1 after
-            every step, noise fixed) or ``scale-noise`` (leave the layer free and set the noise
-            to c·L·Δ_r of the current weights). Both release the same mechanism; projecting a
-            layer whose updates are DP-SGD noise made training diverge in our runs, so
-            Secure-SGD scales the noise instead.
+            every step, noise fixed), ``scale-noise`` (leave the layer free and set the noise
+            to c·L·Δ_r of the current weights) or ``normalize`` (leave the weights free, divide
+            the layer's output by their Δ_r, noise fixed; the division is folded into the
+            weights at release). All three release the same mechanism. They differ in training:
+            with ``scale-noise`` (Secure-SGD's default) the step treats Δ_r as a constant, so
+            growing the weights always looks like beating the noise, and under DP-SGD the first
+            layer grows to Δ_r ≈ 10–15 while the later layers see a growing scale. Projecting
+            after every step fights that growth with momentum still pointing outward, and
+            diverged in our runs. ``normalize`` makes the function invariant to the weights'
+            scale (as weight normalisation does), so their growth changes nothing downstream.
     """
 
     robustness_epsilon: float = option(1.0, help="epsilon_r of the noise layer's input-DP guarantee (pixeldp: <= 1)", metavar="EPS_R", check=v.positive)
@@ -140,7 +146,7 @@ class RobustnessConfig:
     redistribution_exponent: float = option(1.0, help="power on the forward-derivative scores (2 on CIFAR-10)", check=v.positive)
     redistribution_pretrain_epochs: int = option(2, help="epochs of the noise-free model the redistribution is computed from", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
     redistribution_examples: int = option(1000, help="examples whose forward derivatives are averaged for the redistribution", metavar="N", check=v.positive)
-    sensitivity_control: str = option("project", choices=SENSITIVITY_CONTROLS, help="keep the first layer's sensitivity <= 1 by projection, or scale the noise to it")
+    sensitivity_control: str = option("project", choices=SENSITIVITY_CONTROLS, help="keep the first layer's sensitivity <= 1 by projection, scale the noise to it, or divide the layer's output by it")
 
     def _check_robustness(self, mechanism: str, max_epsilon: float | None) -> None:
         eps = v.positive("robustness_epsilon", self.robustness_epsilon)
@@ -458,6 +464,7 @@ class _NoiseSchedule:
         self.redistribution = redistribution
         self.config = config
         self.project = config.sensitivity_control == "project"
+        self.normalize = config.sensitivity_control == "normalize"
         self.input_shape = input_shape
         self.total_steps = max(1, total_steps)
         self.ramp_steps = int(round(config.noise_ramp_fraction * self.total_steps))
@@ -499,12 +506,17 @@ class _NoiseSchedule:
         for _ in range(10):  # converge the warm start (and, when projecting, start inside the ball)
             step()
         delta = self.finish(full_noise=False)
-        noise.noise_std.fill_(self._std_at(-1) * (1.0 if self.project else delta))
+        if self.normalize:
+            noise.output_scale = 1.0 / delta
+        noise.noise_std.fill_(self._std_at(-1) * (1.0 if self.project or self.normalize else delta))
 
     def after_step(self, step: int, model: nn.Module) -> None:
         assert self.noise is not None and self.projector is not None
         if self.project:
             self.projector.project()
+            self.noise.noise_std.fill_(self._std_at(step))
+        elif self.normalize:
+            self.noise.output_scale = 1.0 / self.projector.estimate()
             self.noise.noise_std.fill_(self._std_at(step))
         else:
             self.noise.noise_std.fill_(self._std_at(step) * self.projector.estimate())
@@ -521,11 +533,20 @@ class _NoiseSchedule:
             weight = next(m for m in self.noise.layer.modules() if isinstance(getattr(m, "weight", None), nn.Parameter)).weight
             weight.mul_(1.0 / delta)
             delta = self._sensitivity()
+        if self.normalize and full_noise:
+            # Release: fold h = (Wx + b) / Δ_r into the layer (W, b ← W/Δ_r, b/Δ_r), the same
+            # function, now with Δ_r = 1 exactly and no training-time scale left on the layer.
+            self.noise.output_scale = 1.0
+            layer = next(m for m in self.noise.layer.modules() if isinstance(getattr(m, "weight", None), nn.Parameter))
+            layer.weight.mul_(1.0 / delta)
+            if getattr(layer, "bias", None) is not None:
+                layer.bias.mul_(1.0 / delta)
+            delta = self._sensitivity()
         self.final_sensitivity = delta
         if full_noise:
             # σ per unit of the measured sensitivity, never less: a run shorter than the ramp
             # still releases the calibrated mechanism.
-            self.noise.noise_std.fill_(self.sigma * max(delta, 1.0) if self.project else self.sigma * delta)
+            self.noise.noise_std.fill_(self.sigma * max(delta, 1.0) if self.project or self.normalize else self.sigma * delta)
             # (c) ends with training: the released model draws fresh noise.
             self.noise.fix_noise(False)
         return delta

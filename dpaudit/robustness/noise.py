@@ -68,6 +68,8 @@ class NoiseLayer(nn.Module):
         fixed_noise: ``None`` (fresh noise at every forward pass, the mechanism), or one
             standard-normal draw of h's shape reused at every pass (:meth:`fix_noise`; the
             authors' code's training, quirk (c)). Not a buffer: a saved model never keeps it.
+        output_scale: a constant the layer's output is multiplied by before the noise (1 = none):
+            training's normalisation by 1/Δ_r, folded into the weights before release. Not saved.
     """
 
     # Declared so type checkers see buffers as tensors (nn.Module's __getattr__ says Tensor | Module).
@@ -83,6 +85,9 @@ class NoiseLayer(nn.Module):
         self.generator: torch.Generator | None = None
         self.enabled = True
         self.fixed_noise: torch.Tensor | None = None
+        # Training-time normalisation h = layer(x) / Δ_r (``normalize`` sensitivity control):
+        # a plain float, never saved; the defense folds it into the weights before release.
+        self.output_scale = 1.0
 
     @property
     def output_shape(self) -> tuple[int, ...]:
@@ -143,7 +148,8 @@ class NoiseLayer(nn.Module):
         return self.noise_std * self.redistribution.sqrt()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.add_noise(self.layer(x))
+        h = self.layer(x)
+        return self.add_noise(h if self.output_scale == 1.0 else h * self.output_scale)
 
     def add_noise(self, h: torch.Tensor) -> torch.Tensor:
         """h + σ √r ⊙ z for a batch of first-layer outputs (identity when disabled or σ = 0)."""

@@ -36,6 +36,8 @@ def digits():
         ("agm", AGMConfig(epochs=2), 0.1 * analytic_sigma(epsilon=1.0, delta=0.05)),
         ("hgm", HGMConfig(epochs=2), 0.2 * extended_sigma(epsilon=4.0, delta=0.05)),
         ("secure-sgd", SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64), 0.2 * extended_sigma(epsilon=4.0, delta=0.05)),
+        ("secure-sgd", SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64, sensitivity_control="normalize"), 0.2 * extended_sigma(epsilon=4.0, delta=0.05)),
+        ("hgm", HGMConfig(epochs=2, sensitivity_control="normalize"), 0.2 * extended_sigma(epsilon=4.0, delta=0.05)),
     ],
 )
 def test_defense_calibrates_noise_and_keeps_sensitivity_at_most_one(digits, tmp_path: Path, defense: str, config, sigma: float) -> None:
@@ -46,6 +48,9 @@ def test_defense_calibrates_noise_and_keeps_sensitivity_at_most_one(digits, tmp_
     delta = layer_sensitivity(noise, input_shape=bundle.input_shape)
     if config.sensitivity_control == "project":
         assert delta <= 1.0 + 1e-6
+        assert float(noise.noise_std) == pytest.approx(sigma, rel=1e-6)
+    elif config.sensitivity_control == "normalize":  # the training-time division is folded into the released weights
+        assert noise.output_scale == 1.0 and delta == pytest.approx(1.0, rel=1e-3)
         assert float(noise.noise_std) == pytest.approx(sigma, rel=1e-6)
     else:  # the noise follows the layer: σ per unit of its exact sensitivity
         assert float(noise.noise_std) == pytest.approx(sigma * delta, rel=1e-6)
@@ -65,6 +70,36 @@ def test_defense_calibrates_noise_and_keeps_sensitivity_at_most_one(digits, tmp_
     again = find_noise_layer(load_model(tmp_path / "rec"))
     assert float(again.noise_std) == pytest.approx(float(noise.noise_std)) and np.allclose(again.redistribution.numpy(), r.numpy())
     assert load_record(tmp_path / "rec").model_id == record.model_id
+
+
+def test_normalize_trains_on_the_scaled_layer_and_releases_the_same_function(digits) -> None:
+    # During training the layer's output is divided by Δ_r of the current weights; at release
+    # W, b ← W/Δ_r, b/Δ_r. The noise-free function is unchanged by the fold.
+    import torch
+
+    bundle, splits = digits
+    config = HGMConfig(epochs=1, sensitivity_control="normalize", redistribute=False)
+    schedule = cert_mod._NoiseSchedule(sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5)
+    from dpaudit.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=10, noise_layer=True)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)  # a layer well above Δ_r = 1
+    schedule.prepare(model)
+    noise = find_noise_layer(model)
+    before = layer_sensitivity(noise, input_shape=bundle.input_shape)
+    assert before > 1.5 and noise.output_scale == pytest.approx(1.0 / before, rel=0.05)
+    assert float(noise.noise_std) == pytest.approx(0.3, rel=1e-6)  # fixed σ, not σ·Δ_r
+    x = bundle.test.features[:8]
+    noise.enabled = False
+    with torch.no_grad():
+        during = model(x)
+        schedule.finish()
+        after = model(x)
+    assert noise.output_scale == 1.0 and layer_sensitivity(noise, input_shape=bundle.input_shape) == pytest.approx(1.0, rel=1e-3)
+    assert torch.allclose(during, after, rtol=0.05, atol=1e-3)  # the estimate during training vs the exact Δ_r at release
 
 
 def test_pixeldp_refuses_epsilon_above_one_and_bad_parameters() -> None:
