@@ -148,6 +148,10 @@ def certified_figure(run: CertifiedRun, *, ax: Axes | None = None) -> MplFigure 
     return fig
 
 
+_REPEAT_MARKERS = ("s", "D", "P", "X", "*", "h")
+_REPEAT_DASHES: tuple[Any, ...] = ("--", "-.", (0, (1, 1)), (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (3, 3)))
+
+
 def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, include_smoothing: bool = True) -> MplFigure | None:
     """Every model's certificates on one axes, coloured by method.
 
@@ -158,11 +162,18 @@ def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, i
     if not curves:
         return None
     fig, ax = new_axes(ax, size=(8.0, 4.2))
+    seen: dict[tuple[str, str], int] = {}
     for run, name, cert in curves:
         st = style(name)
         if name == "smoothing":
             # Smoothing keeps its own colour; the marker says which model's noise it smooths.
             st = {**st, "marker": style(str(run.summary["defense"]))["marker"]}
+        repeat = seen.get((name, st["marker"]), 0)
+        seen[(name, st["marker"])] = repeat + 1
+        if repeat:
+            # Several models of one method (e.g. smoothing at three σ) would draw identical
+            # lines: each further one gets its own marker and dash pattern.
+            st = {**st, "marker": _REPEAT_MARKERS[(repeat - 1) % len(_REPEAT_MARKERS)], "linestyle": _REPEAT_DASHES[(repeat - 1) % len(_REPEAT_DASHES)]}
         ax.plot(run.radii, cert.certified_accuracy(run.radii), **st, label=f"{run.label} [{run.summary['model_id']}]: {name}")
     ax.set_xlabel("perturbation radius")
     ax.set_ylabel("certified accuracy")

@@ -230,3 +230,26 @@ def test_ceiling_figure_lines_are_told_apart_and_the_legend_is_outside():
     assert legend is not None and legend.get_bbox_to_anchor().x0 >= ax.get_window_extent().x1 - 1e-6
     with pytest.raises(ValueError, match="ceiling must be >= epsilon_lb"):
         EpsilonByTrials(unit="trials", num_observations=(10,), num_in=(5,), num_out=(5,), epsilon_lb=(1.0,), ceiling=(0.5,))
+
+
+def test_certified_comparison_keeps_models_of_one_method_distinguishable() -> None:
+    # Three smoothing models (σ 0.25 / 0.5 / 1) share a method and a colour: each further one
+    # gets its own marker and dash pattern, so no two lines on the axes look alike.
+    import numpy as np
+
+    from dpaudit.results.certification import CertificationResult
+    from reports.certified import CertifiedRun, comparison_figure
+
+    radii = np.array([0.05, 0.1, 0.5])
+    runs = []
+    for i, sigma in enumerate((0.25, 0.5, 1.0)):
+        cert = CertificationResult(
+            method="smoothing", norm="l2", labels=np.zeros(4, dtype=np.int64), predictions=np.zeros(4, dtype=np.int64), radii=np.array([0.0, 0.2, 0.6, 1.0]) * (i + 1), num_draws=10, confidence=0.999
+        )
+        summary = {"defense": "smoothing", "mechanism": "smoothing", "noise_std": sigma, "model_id": f"smoothing-{i}", "radii": radii.tolist()}
+        runs.append(CertifiedRun(summary=summary, certificates={"smoothing": cert}, attacks={}))
+    fig = comparison_figure(runs)
+    lines = fig.axes[0].get_lines()
+    assert len(lines) == 3
+    looks = {(line.get_marker(), str(line.get_linestyle())) for line in lines}
+    assert len(looks) == 3
