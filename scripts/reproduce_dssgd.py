@@ -83,7 +83,7 @@ QUICK = Budget(
 )
 FULL = Budget(
     rounds={"dssgd-mlp": 60, "dssgd-cnn": 60},
-    rounds_small_theta={"dssgd-mlp": 200, "dssgd-cnn": 300},
+    rounds_small_theta={"dssgd-mlp": 200, "dssgd-cnn": 150},
     participants_large=90,
     dp_epsilons=(0.1, 1.0, 10.0, 100.0),
     models=("dssgd-mlp", "dssgd-cnn"),
