@@ -52,6 +52,7 @@ import numpy as np
 import torch
 
 from dpaudit.seeding import torch_generator
+from dpaudit.training import TrainingDiverged
 
 from .protocol import (
     SCHEDULES,
@@ -132,7 +133,13 @@ def client_app(setup: FederationSetup) -> Any:
         participant = _participant(setup, context)
         rnd = int(msg.content["config"]["round"])  # type: ignore[arg-type]
         down = msg.content["download"]
-        up = participant.run_turn(rnd, _tensor(down, "indices"), _tensor(down, "values"))
+        try:
+            up = participant.run_turn(rnd, _tensor(down, "indices"), _tensor(down, "values"))
+        except TrainingDiverged as exc:
+            # A setting the user chose (the learning rate, the schedule), not a crash: the
+            # server hears it in one line instead of Flower logging this client's traceback.
+            failed = ConfigRecord({"participant": participant.index, "round": rnd, "failed": str(exc)})
+            return Message(RecordDict({"config": failed}), reply_to=msg)
         context.state[_STATE] = _arrays(**participant.state())
         content = RecordDict(
             {
@@ -206,6 +213,8 @@ def server_app(
             if reply.has_error():
                 raise RuntimeError(f"participant on node {reply.metadata.src_node_id} failed: {reply.error.reason}")
             c = reply.content["config"]
+            if "failed" in c:
+                raise _ParticipantFailed(str(c["failed"]))
             up = Upload(
                 participant=int(c["participant"]),  # type: ignore[arg-type]
                 round=int(c["round"]),  # type: ignore[arg-type]
@@ -217,52 +226,63 @@ def server_app(
             if on_upload is not None:
                 on_upload(up)
 
-        times: list[float] = []
-        start = time.monotonic()
-        if schedule == "async":
-            turns = dict.fromkeys(range(n), 0)
-            pending: dict[str, int] = {}
-            for i in range(n):
-                (mid,) = grid.push_messages([train_msg(i, 0)])
-                pending[mid] = i
-            while pending:
-                replies = list(grid.pull_messages(list(pending)))
-                if not replies:
-                    time.sleep(0.005)
-                    continue
-                for reply in replies:
-                    i = pending.pop(reply.metadata.reply_to_message_id)
-                    receive(reply)
-                    turns[i] += 1
-                    if turns[i] < rounds:
-                        (mid,) = grid.push_messages([train_msg(i, turns[i])])
-                        pending[mid] = i
-            total = time.monotonic() - start
-            times = [total / rounds] * rounds
-            if on_round is not None:
-                for r in range(rounds):
-                    on_round(r)
-        else:
-            gen = torch_generator(setup.seed, "dssgd", "schedule")
-            last = start
-            for r in range(rounds):
-                for i in schedule_order(schedule, n, generator=gen):
-                    (reply,) = grid.send_and_receive([train_msg(i, r)])
-                    receive(reply)
-                now = time.monotonic()
-                times.append(now - last)
-                last = now
+        def federate() -> None:
+            times: list[float] = []
+            start = time.monotonic()
+            if schedule == "async":
+                turns = dict.fromkeys(range(n), 0)
+                pending: dict[str, int] = {}
+                for i in range(n):
+                    (mid,) = grid.push_messages([train_msg(i, 0)])
+                    pending[mid] = i
+                while pending:
+                    replies = list(grid.pull_messages(list(pending)))
+                    if not replies:
+                        time.sleep(0.005)
+                        continue
+                    for reply in replies:
+                        i = pending.pop(reply.metadata.reply_to_message_id)
+                        receive(reply)
+                        turns[i] += 1
+                        if turns[i] < rounds:
+                            (mid,) = grid.push_messages([train_msg(i, turns[i])])
+                            pending[mid] = i
+                total = time.monotonic() - start
+                times = [total / rounds] * rounds
                 if on_round is not None:
-                    on_round(r)
+                    for r in range(rounds):
+                        on_round(r)
+            else:
+                gen = torch_generator(setup.seed, "dssgd", "schedule")
+                last = start
+                for r in range(rounds):
+                    for i in schedule_order(schedule, n, generator=gen):
+                        (reply,) = grid.send_and_receive([train_msg(i, r)])
+                        receive(reply)
+                    now = time.monotonic()
+                    times.append(now - last)
+                    last = now
+                    if on_round is not None:
+                        on_round(r)
 
-        finals = _ask(grid, [node_of[i] for i in range(n)], "query")
-        arrays: dict[str, Any] = {"parameters": server.parameters.numpy(), "stat": server.stat.numpy()}
-        for i, reply in enumerate(finals):
-            arrays[f"local_{i}"] = _tensor(reply.content["local"], "parameters").numpy()
-        np.savez(result_dir / "outcome.npz", **arrays)
-        (result_dir / "outcome.json").write_text(json.dumps({"uploads_applied": server.uploads_applied, "seconds_per_round": times}))
+            finals = _ask(grid, [node_of[i] for i in range(n)], "query")
+            arrays: dict[str, Any] = {"parameters": server.parameters.numpy(), "stat": server.stat.numpy()}
+            for i, reply in enumerate(finals):
+                arrays[f"local_{i}"] = _tensor(reply.content["local"], "parameters").numpy()
+            np.savez(result_dir / "outcome.npz", **arrays)
+            (result_dir / "outcome.json").write_text(json.dumps({"uploads_applied": server.uploads_applied, "seconds_per_round": times}))
+
+        try:
+            federate()
+        except _ParticipantFailed as exc:
+            # Ends the run cleanly; run_flower raises it in the caller's process.
+            (result_dir / "failure.json").write_text(json.dumps({"message": str(exc)}))
 
     return app
+
+
+class _ParticipantFailed(Exception):
+    """A participant's turn failed for a reason the user can act on (e.g. its training diverged)."""
 
 
 def _wait_for_nodes(grid: Any, n: int, timeout: float = 120.0) -> list[int]:
@@ -363,6 +383,9 @@ def run_flower(
             )
         finally:
             flwr_logger.setLevel(level)
+        failure = Path(tmp) / "failure.json"
+        if failure.exists():
+            raise TrainingDiverged(json.loads(failure.read_text())["message"])
         result = Path(tmp) / "outcome.npz"
         if not result.exists():
             raise RuntimeError("the Flower federation ended without a result (see the Flower log above)")

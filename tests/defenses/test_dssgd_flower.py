@@ -98,3 +98,18 @@ def test_a_missing_flower_names_the_extra(setup, monkeypatch):
     monkeypatch.setitem(sys.modules, "flwr", None)
     with pytest.raises(ImportError, match=r"dpaudit\[federated\]"):
         run_flower(fed, rounds=1, download_fraction=1.0, schedule="async", num_workers=1)
+
+
+def test_a_diverging_participant_ends_the_federation_with_one_clear_error(setup, capfd):
+    # A learning rate that blows up is the user's setting, not a crash: the participant tells
+    # the server, the run ends cleanly, and the caller gets the same TrainingDiverged the local
+    # engine raises, without Flower printing the client's traceback.
+    import dataclasses
+
+    from dpaudit.training import TrainingDiverged
+
+    bundle, splits, fed = setup
+    wild = dataclasses.replace(fed, training=LocalTraining(epochs=1, batch_size=16, learning_rate=1e30))
+    with pytest.raises(TrainingDiverged, match=r"loss became nan .* lower --learning-rate \(now 1e\+30\)"):
+        run_flower(wild, rounds=2, download_fraction=1.0, schedule="async", num_workers=2)
+    assert "Traceback" not in capfd.readouterr().err
