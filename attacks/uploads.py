@@ -243,7 +243,8 @@ def reconstruction_candidates(update: FirstLayerUpdate, *, input_shape: Sequence
     the sign of the row's largest entry (the brightest pixel lies furthest from the mean); the
     row divided by that entry is (x − m) / (1 − m) when the brightest pixel is 1, so
     x̂ = m + (1 − m) · row / max, and the consistency is measured on x̂ / (1 − m), which is
-    non-negative for one example. With m = 0 and s = 1 both reduce to the cases above.
+    non-negative for one example. With m = 0 and s = 1 both reduce to the cases above (the sign
+    then comes from the row's sum, as for raw inputs).
 
     Entries that were not uploaded are 0 in the image: under largest-|Δw| selection they are
     the smallest entries of the row, i.e. the darkest pixels, so 0 is the best guess; under
@@ -276,28 +277,24 @@ def reconstruction_candidates(update: FirstLayerUpdate, *, input_shape: Sequence
     nentries = mr.sum(dim=1).to(torch.float64)
 
     mean, std = float(update.input_mean), float(update.input_std)
-    standardized = mean != 0.0 or std != 1.0
-    # Bias path: ratio on uploaded entries (mapped back to raw inputs).
+    # Bias path: ratio on uploaded entries, mapped back to raw inputs (identity for m = 0, s = 1).
     ratio = torch.where(mr, wr / torch.where(hb, b[rows], torch.ones_like(b[rows])).unsqueeze(1), torch.zeros_like(wr))
-    if standardized:
-        ratio = torch.where(mr, mean + std * ratio, torch.zeros_like(wr))
+    ratio = torch.where(mr, mean + std * ratio, torch.zeros_like(wr))
     in_range = ((ratio >= -_RANGE_SLACK) & (ratio <= 1 + _RANGE_SLACK) & mr).sum(dim=1).to(torch.float64) / nentries
     from_ratio = ratio.clamp(0.0, 1.0)
 
-    # No-bias path: sign by the row's sum (by its largest entry under standardisation), scale by its maximum.
-    if standardized:
+    # No-bias path: fix the sign (the row's sum on raw inputs, its largest entry under
+    # standardisation, where the background is negative), scale by the row's maximum.
+    if mean != 0.0 or std != 1.0:
         peak = wr.gather(1, wr.abs().argmax(dim=1, keepdim=True)).squeeze(1)
         sign = torch.where(peak >= 0, 1.0, -1.0).to(torch.float64).unsqueeze(1)
-        unit_row = wr * sign / (wr * sign).amax(dim=1, keepdim=True).clamp_min(1e-30)
-        raw = torch.where(mr, mean + (1.0 - mean) * unit_row, torch.zeros_like(wr))
-        scaled = raw.clamp(0.0, 1.0)
-        shifted = torch.where(mr, raw / max(1.0 - mean, 1e-12), torch.zeros_like(wr))
-        consistency = shifted.sum(dim=1).abs() / shifted.abs().sum(dim=1).clamp_min(1e-30)
     else:
         sign = torch.where(wr.sum(dim=1) >= 0, 1.0, -1.0).to(torch.float64).unsqueeze(1)
-        flipped = (wr * sign).clamp_min(0.0)
-        scaled = flipped / flipped.amax(dim=1, keepdim=True).clamp_min(1e-30)
-        consistency = wr.sum(dim=1).abs() / wr.abs().sum(dim=1).clamp_min(1e-30)
+    unit_row = wr * sign / (wr * sign).amax(dim=1, keepdim=True).clamp_min(1e-30)
+    raw = torch.where(mr, mean + (1.0 - mean) * unit_row, torch.zeros_like(wr))
+    scaled = raw.clamp(0.0, 1.0)
+    shifted = raw / max(1.0 - mean, 1e-12)  # x̂ / (1 − m): non-negative for one example
+    consistency = shifted.sum(dim=1).abs() / shifted.abs().sum(dim=1).clamp_min(1e-30)
 
     images = torch.where(hb.unsqueeze(1), from_ratio, scaled)
     confidence = torch.where(hb, in_range, consistency)

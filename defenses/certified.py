@@ -530,14 +530,13 @@ class _NoiseSchedule:
         assert self.noise is not None
         delta = self._sensitivity()
         if self.project and delta > 1.0:
-            weight = next(m for m in self.noise.layer.modules() if isinstance(getattr(m, "weight", None), nn.Parameter)).weight
-            weight.mul_(1.0 / delta)
+            self._weighted_layer().weight.mul_(1.0 / delta)
             delta = self._sensitivity()
         if self.normalize and full_noise:
             # Release: fold h = (Wx + b) / Δ_r into the layer (W, b ← W/Δ_r, b/Δ_r), the same
             # function, now with Δ_r = 1 exactly and no training-time scale left on the layer.
             self.noise.output_scale = 1.0
-            layer = next(m for m in self.noise.layer.modules() if isinstance(getattr(m, "weight", None), nn.Parameter))
+            layer = self._weighted_layer()
             layer.weight.mul_(1.0 / delta)
             if getattr(layer, "bias", None) is not None:
                 layer.bias.mul_(1.0 / delta)
@@ -550,6 +549,11 @@ class _NoiseSchedule:
             # (c) ends with training: the released model draws fresh noise.
             self.noise.fix_noise(False)
         return delta
+
+    def _weighted_layer(self) -> nn.Module:
+        """The module of the noise layer's affine map that holds its weight (Linear or Conv)."""
+        assert self.noise is not None
+        return next(m for m in self.noise.layer.modules() if isinstance(getattr(m, "weight", None), nn.Parameter))
 
     def start_fixed_noise(self) -> None:
         """(c): draw the one training noise tensor now (from the layer's generator) and reuse it."""

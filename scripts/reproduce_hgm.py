@@ -133,7 +133,7 @@ def _models(p: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     # Randomized smoothing as a defense of its own: the base classifier trained on Gaussian-noised
     # inputs with the same SGD as the noise-layer models (no privacy), certified by CERTIFY.
     plain = {k: v for k, v in sgd.items() if k != "noise_ramp_fraction"}
-    for sigma in p.get("smoothing_sigmas", ()):
+    for sigma in p["smoothing_sigmas"]:
         rows.append((f"smoothing-sigma{sigma:g}", "smoothing", dict(plain, smoothing_sigma=sigma)))
     return rows
 

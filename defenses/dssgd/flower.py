@@ -138,8 +138,7 @@ def client_app(setup: FederationSetup) -> Any:
         except TrainingDiverged as exc:
             # A setting the user chose (the learning rate, the schedule), not a crash: the
             # server hears it in one line instead of Flower logging this client's traceback.
-            failed = ConfigRecord({"participant": participant.index, "round": rnd, "failed": str(exc)})
-            return Message(RecordDict({"config": failed}), reply_to=msg)
+            return Message(RecordDict({"config": ConfigRecord({"failed": str(exc)})}), reply_to=msg)
         context.state[_STATE] = _arrays(**participant.state())
         content = RecordDict(
             {
@@ -226,7 +225,8 @@ def server_app(
             if on_upload is not None:
                 on_upload(up)
 
-        def federate() -> None:
+        def federate() -> list[float]:
+            """Every turn of every participant; returns the seconds per round."""
             times: list[float] = []
             start = time.monotonic()
             if schedule == "async":
@@ -264,19 +264,20 @@ def server_app(
                     last = now
                     if on_round is not None:
                         on_round(r)
-
-            finals = _ask(grid, [node_of[i] for i in range(n)], "query")
-            arrays: dict[str, Any] = {"parameters": server.parameters.numpy(), "stat": server.stat.numpy()}
-            for i, reply in enumerate(finals):
-                arrays[f"local_{i}"] = _tensor(reply.content["local"], "parameters").numpy()
-            np.savez(result_dir / "outcome.npz", **arrays)
-            (result_dir / "outcome.json").write_text(json.dumps({"uploads_applied": server.uploads_applied, "seconds_per_round": times}))
+            return times
 
         try:
-            federate()
+            times = federate()
         except _ParticipantFailed as exc:
             # Ends the run cleanly; run_flower raises it in the caller's process.
             (result_dir / "failure.json").write_text(json.dumps({"message": str(exc)}))
+            return
+        finals = _ask(grid, [node_of[i] for i in range(n)], "query")
+        arrays: dict[str, Any] = {"parameters": server.parameters.numpy(), "stat": server.stat.numpy()}
+        for i, reply in enumerate(finals):
+            arrays[f"local_{i}"] = _tensor(reply.content["local"], "parameters").numpy()
+        np.savez(result_dir / "outcome.npz", **arrays)
+        (result_dir / "outcome.json").write_text(json.dumps({"uploads_applied": server.uploads_applied, "seconds_per_round": times}))
 
     return app
 
