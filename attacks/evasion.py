@@ -31,8 +31,9 @@ setting is ``evasion_config("pgd", step_ratio=0.1)``.
 :func:`dpaudit.robustness.noise.is_randomized`) the gradient of one noise draw is a poor direction and
 robustness would be overstated (Athalye, Carlini & Wagner 2018, "Obfuscated Gradients Give
 a False Sense of Security", expectation over transformation). The attack then uses expectation over transformation: each step's gradient is the mean
-over ``eot_samples`` draws, and a prediction is the argmax of the softmax averaged over
-``eval_samples`` draws.
+over ``eot_samples`` draws, and a prediction is the majority vote of ``eval_samples`` draws.
+A misclassification counts only when fresh draws confirm it (:func:`_confirm_fooled`), so a
+break near a tie of the votes is evidence, not Monte Carlo noise.
 
 **Many radii in one pass.** :func:`run_evasion` attacks all K radii at once: every example is
 repeated K times along the batch dimension, each copy with its own radius, so one
@@ -53,6 +54,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy import stats
 from torch import nn
 from torch.nn import functional as F
 
@@ -78,6 +80,11 @@ ATTACK_NAMES: tuple[str, ...] = ("fgsm", "ifgsm", "pgd", "mim")
 #: models here; 32 prediction draws make the argmax of the mean softmax stable.
 DEFAULT_EOT_SAMPLES = 8
 DEFAULT_EVAL_SAMPLES = 32
+#: Fresh draws that confirm a randomized model's misclassification, and the confidence of the
+#: test (see :func:`_confirm_fooled`): a finite vote is wrong about half the time where the
+#: classifier's vote shares are close, so an unconfirmed "break" is noise, not evidence.
+CONFIRM_SAMPLES = 256
+CONFIRM_CONFIDENCE = 0.99
 # Floor for gradient norms: a zero gradient (saturated softmax) must give a zero step, not NaN.
 _TINY = 1e-12
 
@@ -282,6 +289,45 @@ def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eval_sample
     return fooled, loss
 
 
+@torch.no_grad()
+def _confirm_fooled(model: nn.Module, x: torch.Tensor, y: torch.Tensor, fooled: torch.Tensor, *, draws: int, draws_per_pass: int, confidence: float) -> torch.Tensor:
+    """Keeps only the misclassifications of a randomized model that fresh draws confirm.
+
+    The classifier a vote describes (the argmax of the expected votes, which PixelDP/HGM's
+    count bounds and Cohen et al.'s CERTIFY both certify) misclassifies x when some class c
+    has a larger vote probability than y. For each row judged fooled, ``draws`` fresh draws
+    are counted and the runner-up c (the most voted class other than y) tested against y with
+    a one-sided Clopper–Pearson bound on c's share of the votes for c or y (a binomial
+    conditional on n_c + n_y), Bonferroni-corrected over the K − 1 candidates. Rows whose
+    share is not confidently above ½ count as not fooled: an attack's robust accuracy is an
+    upper bound on the true one only if its breaks are real, and the soundness check (certified
+    ≤ robust) is only meaningful then.
+    """
+    rows = torch.nonzero(fooled).flatten()
+    if rows.numel() == 0:
+        return fooled
+    xs, ys = x[rows], y[rows]
+    counts: torch.Tensor | None = None
+    done = 0
+    while done < draws:
+        k = min(draws_per_pass, draws - done)
+        logits = model(_repeat(xs, k)).view(k, xs.shape[0], -1)
+        votes = F.one_hot(logits.argmax(2), logits.shape[2]).sum(0)
+        counts = votes if counts is None else counts + votes
+        done += k
+    assert counts is not None
+    n_y = counts.gather(1, ys[:, None]).squeeze(1)
+    others = counts.scatter(1, ys[:, None], -1)
+    n_c = others.max(1).values
+    level = (1.0 - confidence) / max(1, counts.shape[1] - 1)
+    k_c, n = n_c.cpu().numpy(), (n_c + n_y).cpu().numpy()
+    lower = np.where(k_c > 0, stats.beta.ppf(level, np.maximum(k_c, 1), n - k_c + 1), 0.0)
+    confirmed = torch.as_tensor(lower > 0.5, device=fooled.device)
+    out = fooled.clone()
+    out[rows] = confirmed
+    return out
+
+
 def _random_start(x0: torch.Tensor, r: torch.Tensor, norm: str, generator: torch.Generator) -> torch.Tensor:
     """A point drawn uniformly from the ball of per-row radius ``r`` around each row of x0."""
     gdev = generator.device
@@ -342,6 +388,7 @@ def _attack_rows(
         # box), so the result stays inside the ball.
         return (x0 + delta * _per_row(factor, x0.ndim)).clamp(clip_min, clip_max)
 
+    randomized = is_randomized(model)
     best_x: torch.Tensor | None = None
     best_fooled = best_loss = torch.empty(0)
     for _ in range(config.num_restarts):
@@ -360,6 +407,8 @@ def _attack_rows(
                     direction = grad / _per_row(_norms(grad, "l2").clamp_min(_TINY), grad.ndim)
                 x = project(x + step * direction)
         fooled, loss = _evaluate(model, x, y, eval_samples=eval_samples, draws_per_pass=eot_samples)
+        if randomized:
+            fooled = _confirm_fooled(model, x, y, fooled, draws=CONFIRM_SAMPLES, draws_per_pass=eot_samples, confidence=CONFIRM_CONFIDENCE)
         if best_x is None:
             best_x, best_fooled, best_loss = x, fooled, loss
             continue
@@ -443,8 +492,11 @@ def run_evasion(
         norm: ``"linf"`` or ``"l2"``.
         eot_samples: noise draws averaged per gradient step against a randomized model
             (default 8; always 1 for a deterministic model, where draws are identical).
-        eval_samples: noise draws whose mean softmax makes a prediction of a randomized model
-            (default 32; always 1 for a deterministic model).
+        eval_samples: noise draws whose majority vote makes a prediction of a randomized model
+            (default 32; always 1 for a deterministic model). A misclassification of a
+            randomized model then counts only when :data:`CONFIRM_SAMPLES` fresh draws confirm
+            it at :data:`CONFIRM_CONFIDENCE` (a finite vote is wrong about half the time near a
+            tie, and an unconfirmed break would make robust accuracy no upper bound).
         batch_size: examples per chunk. A forward pass holds batch_size × (non-zero radii) ×
             eot_samples rows. ``None`` sizes chunks to about 128 rows on a CPU (small batches
             stay in cache: 2.4× faster than 1,024 rows for the MNIST CNN) and 8,192 on a GPU.
@@ -492,7 +544,10 @@ def run_evasion(
         # the same noise draws whatever the attack, so every attack reports the same clean
         # accuracy for one seed.
         for begin, end in chunks:
-            fooled, _ = _evaluate(model, features[begin:end].to(dev, dtype), labels[begin:end].to(dev), eval_samples=n_eval, draws_per_pass=eot)
+            xb, yb = features[begin:end].to(dev, dtype), labels[begin:end].to(dev)
+            fooled, _ = _evaluate(model, xb, yb, eval_samples=n_eval, draws_per_pass=eot)
+            if randomized:
+                fooled = _confirm_fooled(model, xb, yb, fooled, draws=CONFIRM_SAMPLES, draws_per_pass=eot, confidence=CONFIRM_CONFIDENCE)
             clean_fooled[begin:end] = fooled.cpu().numpy()
         for begin, end in chunks:
             xb = features[begin:end].to(dev, dtype)
@@ -527,6 +582,8 @@ def run_evasion(
         "eot_samples": eot,
         "eval_samples": n_eval,
         "randomized": randomized,
+        "confirm_samples": CONFIRM_SAMPLES if randomized else 0,
+        "confirm_confidence": CONFIRM_CONFIDENCE,
         "batch_size": batch_size,
         "seed": seed,
         "clip_min": lo,

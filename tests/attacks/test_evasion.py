@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -402,3 +403,37 @@ def test_pgd_not_weaker_than_foolbox(model, digits):
         _, _, success = theirs_attack(fmodel, x, y, epsilons=radii)
         mine = run_evasion(model, x, y, attack=ours_name, radii=radii).robust_accuracy
         assert np.all(mine <= 1.0 - success.float().mean(1).numpy() + 1e-3), ours_name
+
+
+def _coin(margin: float) -> torch.nn.Module:
+    """A two-class randomized model that votes class 1 with probability Φ(margin / (0.5·√2))
+    whatever its input: W = 0, bias (0, margin), noise σ = 0.5 on both logits."""
+    from dpaudit.robustness.noise import add_noise_layer
+
+    net = add_noise_layer(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(1, 2)), input_shape=(1,))
+    with torch.no_grad():
+        lin = net[0].layer[-1]
+        lin.weight.zero_()
+        lin.bias.copy_(torch.tensor([0.0, margin]))
+    find_noise_layer(net).set_noise(0.5)
+    return net.eval()
+
+
+@pytest.mark.parametrize(("p_wrong", "confirmed"), [(0.45, False), (0.75, True)])
+def test_randomized_breaks_need_confirmation(p_wrong, confirmed):
+    # At a true vote share of 0.45 for the wrong class the classifier is right, yet a 32-draw
+    # vote calls it wrong about 23 % of the time; a break counts only when fresh draws confirm
+    # it. At 0.75 the classifier is wrong and every row is confirmed.
+    from scipy.stats import binom
+    from scipy.stats import norm as gaussian
+
+    net = _coin(float(gaussian.ppf(p_wrong)) * 0.5 * math.sqrt(2))
+    x, y = torch.full((300, 1), 0.5), torch.zeros(300, dtype=torch.long)
+    result = run_evasion(net, x, y, attack="fgsm", radii=[0.0], norm="l2", seed=3)
+    assert result.config["randomized"] is True and result.config["confirm_samples"] == 256
+    errors = 1.0 - result.clean_accuracy
+    if confirmed:
+        assert errors == 1.0
+    else:
+        unconfirmed = binom.sf(16, 32, p_wrong)  # P(class 1 gets > 16 of 32 votes) ≈ 0.23
+        assert unconfirmed > 0.2 and errors < 0.03
