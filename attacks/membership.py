@@ -90,6 +90,7 @@ __all__ = [
     "check_query",
     "choose_augmentations",
     "run_attacks",
+    "sample_vulnerability",
     "augmentations_for",
     "query_ids",
     "threshold_scores",
@@ -924,6 +925,40 @@ def _rmia(online: bool) -> Callable[[MembershipContext, Any], MembershipResult]:
         return context.result(name, scores, out)
 
     return run
+
+
+def sample_vulnerability(context: MembershipContext) -> np.ndarray | None:
+    """How exposed each queried sample is, judged from the shadows alone (never the target).
+
+    With an online pool every queried sample is IN for about half the shadows and OUT for the
+    rest; its vulnerability is the separation of LiRA's statistic φ between the two,
+    |μ_in − μ_out| / √((σ²_in + σ²_out)/2) (Carlini et al. 2022, §IV: the samples whose IN and
+    OUT distributions differ most are the ones a strong attack exposes). Because the target
+    plays no part, restricting an attack's measures to the top-k samples by this ranking is
+    not a selection on the outcome, so the subset's TPR and AUC remain honest estimates
+    (Aerni et al. 2024 measure defenses on their most vulnerable samples for this reason).
+
+    Returns:
+        ``(n,)`` float64, one per queried id (``context.sample_ids`` order), or ``None`` when
+        the run has no online pool or a sample was never both IN and OUT (too few shadows).
+    """
+    pool = context.shadows.get("online")
+    if pool is None or pool.num_models < 2:
+        return None
+    q = context.query_positions
+    phi = np.stack([_phi(context, lg, q) for lg in pool.logits])  # (k, n, queries)
+    phi = phi.reshape(phi.shape[0], phi.shape[1], -1).mean(axis=2)  # one statistic per sample
+    keep = np.stack([np.isin(context.sample_ids, t) for t in pool.train_ids])
+    n_in, n_out = keep.sum(0), (~keep).sum(0)
+    if np.any(n_in == 0) or np.any(n_out == 0):
+        return None
+    mu_in = np.where(keep, phi, 0.0).sum(0) / n_in
+    mu_out = np.where(~keep, phi, 0.0).sum(0) / n_out
+    var_in = np.where(keep, (phi - mu_in) ** 2, 0.0).sum(0) / np.maximum(n_in - 1, 1)
+    var_out = np.where(~keep, (phi - mu_out) ** 2, 0.0).sum(0) / np.maximum(n_out - 1, 1)
+    # A floor on the spread: a sample every shadow fits identically would otherwise divide by 0.
+    spread = np.sqrt(np.maximum((var_in + var_out) / 2, 1e-12))
+    return np.abs(mu_in - mu_out) / spread
 
 
 #: Every membership-inference attack; the CLI choices and flags, the run and the reports read it.

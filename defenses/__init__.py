@@ -55,6 +55,8 @@ class DefenseSpec:
             run (PATE's teachers), the name of that cache (``RUN_DIR/records/NAME/``); ``train``
             then also takes ``workspace=`` (a :class:`dpaudit.training.TrainWorkspace`, or
             ``None`` to keep nothing).
+        family: the family ``dpaudit compare`` draws one privacy–utility curve for (``None``:
+            the defense is its own family); PixelDP, AGM and HGM share ``noise-layer``.
     """
 
     name: str
@@ -66,6 +68,7 @@ class DefenseSpec:
     certification: Callable[[Any], Any] | None = None
     submodels: str | None = None
     report_lines: Callable[[Any], list[str]] | None = None
+    family: str | None = None
 
 
 def _certification(defense: str) -> Callable[[Any], Any]:
@@ -88,6 +91,7 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_pixeldp,
         claim_kind="nonprivate",
         certification=_certification("pixeldp"),
+        family="noise-layer",
         summary="noise layer after the first layer, classical Gaussian calibration (eps_r <= 1) (Lecuyer et al. 2019)",
     ),
     "agm": DefenseSpec(
@@ -96,6 +100,7 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_agm,
         claim_kind="nonprivate",
         certification=_certification("agm"),
+        family="noise-layer",
         summary="PixelDP's noise layer with the analytic Gaussian calibration (Balle & Wang 2018)",
     ),
     "hgm": DefenseSpec(
@@ -104,6 +109,7 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_hgm,
         claim_kind="nonprivate",
         certification=_certification("hgm"),
+        family="noise-layer",
         summary="heterogeneous Gaussian noise layer, any eps_r > 0 (Phan et al. 2019)",
     ),
     "secure-sgd": DefenseSpec(

@@ -133,7 +133,10 @@ class RobustnessConfig:
             layer grows to Δ_r ≈ 10–15 while the later layers see a growing scale. Projecting
             after every step fights that growth with momentum still pointing outward, and
             diverged in our runs. ``normalize`` makes the function invariant to the weights'
-            scale (as weight normalisation does), so their growth changes nothing downstream.
+            scale (as weight normalisation does), so their growth changes nothing downstream;
+            it multiplies by the layer's initial Δ_r (a constant gain g) so the later layers see
+            the activation scale they were initialised for, and releases sensitivity g with
+            noise σ·g.
     """
 
     robustness_epsilon: float = option(1.0, help="epsilon_r of the noise layer's input-DP guarantee (pixeldp: <= 1)", metavar="EPS_R", check=v.positive)

@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-_SUBDIRS = ("records", "attacks", "audits", "certify", "reports")
+_SUBDIRS = ("records", "attacks", "audits", "certify", "compare", "reports")
 
 
 def _read_umask() -> int:
@@ -350,6 +350,14 @@ class RunDir:
     def certify_dir(self, model_id: str) -> Path:
         """Where the certificates and evasion results of ``model_id`` live."""
         return self.subdir("certify") / safe_stem(model_id, default="model")
+
+    def compare_dir(self, name: str) -> Path:
+        """Where the comparison ``name`` keeps its job outcomes and ``comparison.json``."""
+        return self.subdir("compare") / safe_stem(name, default="compare")
+
+    def compare_dirs(self) -> list[Path]:
+        """Every stored comparison, sorted by name."""
+        return self._children("compare", "comparison.json")
 
     def certify_dirs(self) -> list[Path]:
         """Every model with a stored certify summary, sorted by name."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 import matplotlib
 
 matplotlib.use("Agg")  # no display on servers and CI; must precede any canvas
@@ -37,6 +38,7 @@ __all__ = [
     "Text",
     "Items",
     "Table",
+    "Link",
     "Figure",
     "Banner",
     "Section",
@@ -78,6 +80,28 @@ class Items:
     """A bulleted list of plain-text items."""
 
     items: Sequence[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """A table cell that links another report (``href`` relative to the reports folder, HTML)."""
+
+    text: str
+    href: str
+
+
+def _html_cell(x: Any) -> Any:
+    if isinstance(x, Link):
+        return markupsafe.Markup('<a href="{}">{}</a>').format(x.href, x.text)
+    return format_number(x)
+
+
+def _md_cell(x: Any) -> str:
+    if isinstance(x, Link):
+        # The Markdown reports sit beside the HTML ones: link the .md twin.
+        target = x.href[: -len(".html")] + ".md" if x.href.endswith(".html") else x.href
+        return f"[{x.text}]({target})".replace("|", "\\|")
+    return format_number(x).replace("|", "\\|").replace("\n", " ")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,8 +184,8 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters["num"] = format_number
-    env.filters["mdcell"] = lambda x: format_number(x).replace("|", "\\|").replace("\n", " ")
+    env.filters["num"] = _html_cell
+    env.filters["mdcell"] = _md_cell
     return env
 
 

@@ -36,6 +36,7 @@ VERBS: dict[str, str] = {
     "audit": "empirical ε lower bound of a training procedure against its claimed ε",
     "attack": "run attacks (membership inference, model inversion, DSSGD uploads) against a trained model",
     "certify": "certified vs conventional accuracy of a noise-layer model, beside evasion attacks",
+    "compare": "every defense of a grid under the same attacks: privacy evidence, guarantees and utility side by side",
     "report": "render every stored result of a run directory as HTML and Markdown",
     "pate": "PATE: the privacy analysis of a teacher-vote matrix from any implementation",
 }

@@ -33,9 +33,12 @@ import numpy as np
 from dpaudit import _validate as v
 from dpaudit.locks import unit_lock
 from dpaudit.results import MembershipResult
-from dpaudit.store import RunDir
+from dpaudit.store import RunDir, atomic_save_npz
 
-__all__ = ["ExternalTarget", "MembershipSpec", "MembershipRun", "PoolSummary", "run_membership", "read_ids", "train_shadow_with_defense"]
+#: Per queried sample, its vulnerability judged from the shadows (see attacks.membership.sample_vulnerability).
+VULNERABILITY_FILE = "vulnerability.npz"
+
+__all__ = ["VULNERABILITY_FILE", "ExternalTarget", "MembershipSpec", "MembershipRun", "PoolSummary", "run_membership", "read_ids", "train_shadow_with_defense"]
 
 
 def read_ids(name: str, path: str | Path) -> np.ndarray:
@@ -103,6 +106,9 @@ class MembershipSpec:
         device: where shadows train and models are evaluated.
         progress: progress on stderr.
         command: the command line, for ``run.json``.
+        shadow_defense: train every shadow with this defense and ``shadow_config`` instead of
+            the target's own recipe (``None``). Targets on the same data then share one pool.
+        shadow_config: that defense's config fields.
     """
 
     attacks: Mapping[str, Any]
@@ -118,6 +124,8 @@ class MembershipSpec:
     device: str = "cpu"
     progress: bool = True
     command: str = ""
+    shadow_defense: str | None = None
+    shadow_config: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from attacks.membership import MEMBERSHIP_ATTACKS
@@ -136,6 +144,14 @@ class MembershipSpec:
         object.__setattr__(self, "num_population", v.integer("num_population", self.num_population, minimum=1))
         if self.address is not None and self.executor != "ray":
             raise ValueError(f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
+        if self.shadow_defense is not None:
+            from defenses import DEFENSES
+
+            spec = DEFENSES.get(self.shadow_defense)
+            if spec is None:
+                raise ValueError(f"shadow_defense must be one of {', '.join(DEFENSES)}, got {self.shadow_defense!r}")
+            _defense_config(spec.config_type, self.shadow_config)  # names a bad field now, not in a worker
+        object.__setattr__(self, "shadow_config", dict(self.shadow_config))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -315,12 +331,17 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
             from dpaudit.store import thaw
 
             recipe = {"defense": record.defense, "config": thaw(record.config)}
+        if spec.shadow_defense is not None:
+            # One recipe for every target (``compare``'s shared shadows): targets on the same
+            # data share one pool instead of each training its own.
+            trainer = train_shadow_with_defense
+            recipe = {"defense": spec.shadow_defense, "config": dict(spec.shadow_config)}
         elif "model_fn_sha256" in record.config:
             # The shadows of an external model are built by its code: a cached shadow built by
             # other code (an edited file) must not be reused, so the code's fingerprint is hashed
             # into the shadow ids.
             recipe = {"model_fn_sha256": record.config["model_fn_sha256"]}
-        shadow_defense = record.defense if trainer is not None else "sgd"
+        shadow_defense = (spec.shadow_defense or record.defense) if trainer is not None else "sgd"
         summaries: list[PoolSummary] = []
         models: dict[str, list[tuple[np.ndarray, Any]]] = {}
         meta: dict[str, Any] = {"target_metrics": {k: val for k, val in record.metrics.items() if isinstance(val, (int, float))}, "dataset": bundle.name, "defense": record.defense}
@@ -371,6 +392,10 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
         out = run.membership_dir(record.model_id)
         for result in results.values():
             save_membership_result(result, out)
+        vulnerability = mia.sample_vulnerability(context)
+        if vulnerability is not None:
+            # Judged from the shadows alone: `compare` ranks samples by it (the most vulnerable).
+            atomic_save_npz(out / VULNERABILITY_FILE, sample_ids=context.sample_ids, vulnerability=vulnerability)
         return MembershipRun(
             model_id=record.model_id,
             results=results,

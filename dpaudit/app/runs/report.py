@@ -48,6 +48,7 @@ class ReportIndex:
     certified: tuple[Path, ...] = ()
     pate: tuple[Path, ...] = ()
     inversion: tuple[Path, ...] = ()
+    compare: tuple[Path, ...] = ()
     tables: tuple[Path, ...] = ()
     #: Stored verdicts the reports show as violations (audits with ε_LB > ε_UB, unsound certificates), read, never recomputed.
     violations: tuple[str, ...] = ()
@@ -55,7 +56,7 @@ class ReportIndex:
     def __post_init__(self) -> None:
         if not isinstance(self.violations, tuple) or not all(isinstance(x, str) for x in self.violations):
             raise TypeError(f"violations must be a tuple of strings, got {self.violations!r}")
-        for name in ("audits", "membership", "certified", "pate", "inversion", "tables"):
+        for name in ("audits", "membership", "certified", "pate", "inversion", "compare", "tables"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not all(isinstance(p, Path) for p in value):
                 raise TypeError(f"{name} must be a tuple of Paths, got {value!r}")
@@ -63,7 +64,7 @@ class ReportIndex:
     @property
     def pages(self) -> tuple[Path, ...]:
         """Every HTML report the index links."""
-        return self.audits + self.membership + self.certified + self.pate + self.inversion
+        return self.compare + self.audits + self.membership + self.certified + self.pate + self.inversion
 
 
 def _trials_curve(result: AuditResult, scores: Mapping[str, Any]) -> tuple[EpsilonByTrials | None, str]:
@@ -94,6 +95,7 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
     """
     from reports.audit import audit_section
     from reports.certified import load_certified_runs, render_certified
+    from reports.compare import load_comparisons, render_compare
     from reports.inversion import INVERSION_REPORT_STEM, inversion_sections, inversion_summary, load_inversion_targets
     from reports.membership import membership_report_stem, membership_sections
     from reports.pate import load_pate_runs, pate_sections
@@ -105,7 +107,8 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
     audit_dirs, membership_dirs, certify_runs = run.audit_dirs(), run.membership_dirs(), load_certified_runs(run)
     pate_runs = load_pate_runs(run) if run.subdir("records").is_dir() else []
     inversion_targets = load_inversion_targets(run)
-    if not audit_dirs and not membership_dirs and not certify_runs and not pate_runs and not inversion_targets:
+    comparisons = load_comparisons(run)
+    if not audit_dirs and not membership_dirs and not certify_runs and not pate_runs and not inversion_targets and not comparisons:
         raise NothingToRender(
             f"run_dir {str(run.path)!r} holds no audit, membership-attack, certify or PATE results and no model-inversion results to render "
             "(run dpaudit audit, attack membership, attack inversion, certify or train --defense pate into it first)"
@@ -113,11 +116,21 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
     out = run.reports_dir()
     out.mkdir(parents=True, exist_ok=True)
     groups: list[tuple[str, list[tuple[str, str]]]] = []
+    violations: list[str] = []
+    tables: list[Path] = []
+
+    compared: list[Path] = []
+    for result in comparisons:
+        written, files = render_compare(run, result)
+        compared.append(written.html)
+        tables += files
+        violations += [f"compare {result.name} / {r.label}: {r.verdict}: {'; '.join(r.findings)}" for r in result.violations]
+    if compared:
+        groups.append(("Defenses compared under attack", [(f"{r.name}: {len(r.rows)} defense settings on {r.dataset}", p.name) for r, p in zip(comparisons, compared)]))
 
     from dpaudit.results import load_audit_result
 
     audits: list[Path] = []
-    violations: list[str] = []
     for d in audit_dirs:
         result = load_audit_result(d)
         if result.violation:
@@ -157,12 +170,12 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
         groups.append(("Membership inference", [(p.stem.removeprefix("membership-"), p.name) for p in members]))
 
     certified: list[Path] = []
-    tables: list[Path] = []
     for cr in certify_runs:
         if cr.soundness_violations:
             violations.append(f"certify {cr.summary['model_id']}: {len(cr.soundness_violations)} soundness violation(s)")
     if certify_runs:
-        written, tables = render_certified(run, runs=certify_runs)
+        written, certified_tables = render_certified(run, runs=certify_runs)
+        tables += certified_tables
         certified.append(written.html)
         groups.append(("Certified robustness", [(f"certified vs conventional accuracy ({len(certify_runs)} model(s))", written.html.name)]))
 
@@ -186,6 +199,7 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
         certified=tuple(certified),
         pate=tuple(pate),
         inversion=tuple(inversion),
+        compare=tuple(compared),
         tables=tuple(tables),
         violations=tuple(violations),
     )

@@ -1,0 +1,869 @@
+"""``dpaudit compare``: every defense of a grid under the same attacks, on the executors.
+
+A *grid* (TOML, :func:`load_grid`) names a dataset, the defense settings to train (a parameter
+given as a list expands into one setting per value, the non-private baseline always included),
+the repeats (seeds), and the attacks every trained record faces: membership inference (any
+registered attack; shadows shared between targets), evasion radii (certified accuracy where a
+defense certifies), model inversion, and canary audits of the training algorithm.
+
+The grid becomes independent jobs, run on the existing executors (a local process pool, or Ray
+with an address) in two waves: every (setting, seed) trains (or finds its record), then every
+trained record is attacked, certified and inverted, and every DP setting audited. Each job's
+outcome is written atomically to ``RUN_DIR/compare/NAME/jobs/KEY.json`` with a hash of what
+it was asked, so a rerun (or a run after an interruption) does only the jobs that are missing,
+and says how many it reused. The trained records, shadows, certificates and attack results
+land where the other verbs put them, so their reports drill down from the comparison.
+
+The outcomes are condensed into a :class:`~dpaudit.results.comparison.ComparisonResult` (the
+defense × measure matrix, computed here; ``reports.compare`` only renders it). Measures follow
+Jayaraman & Evans (USENIX Security 2019, §4) — accuracy loss against the baseline, ε_UB under
+each accountant, attack advantage against e^ε − 1 — and Aerni et al. (CCS 2024): membership on
+the most vulnerable samples (ranked by the shadows alone, never the target) beside the average.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpaudit import _validate as v
+from dpaudit.results.comparison import ComparisonResult, ComparisonRow, mean_std, save_comparison
+from dpaudit.store import RunDir, atomic_write_json, read_json, safe_stem, to_jsonable
+
+__all__ = [
+    "COMPARE_SECTIONS",
+    "CompareGrid",
+    "CompareSpec",
+    "GridError",
+    "Setting",
+    "load_grid",
+    "parse_grid",
+    "run_compare",
+]
+
+#: FPRs the TPRs are read at (Carlini et al. 2022, §III: the low-FPR regime that matters).
+COMPARE_FPRS = (0.001, 0.01)
+#: Top-level keys of a grid, and the attack sections.
+_TOP_KEYS = ("name", "dataset", "model", "model_options", "seeds", "member_fraction", "delta", "confidence", "device", "vulnerable_top_k", "defenses", "attacks")
+COMPARE_SECTIONS = ("membership", "evasion", "inversion", "audit")
+_SECTION_KEYS: dict[str, tuple[str, ...]] = {
+    "membership": ("attacks", "num_samples", "num_shadows", "shadows", "shadow_epochs", "num_population"),
+    "evasion": ("attacks", "radii", "norm", "num_examples", "eot_samples", "num_draws", "certify"),
+    "inversion": ("attacks", "classes", "evaluator_epochs", "iterations"),
+    "audit": ("method", "threat", "num_canaries", "num_trials", "epochs", "canary"),
+}
+_SETTING_KEYS = ("defense", "label", "model", "model_options")
+
+
+class GridError(ValueError):
+    """A grid that cannot run; the message names the key (``dpaudit compare`` exits 2)."""
+
+
+def _fail(key: str, message: str) -> GridError:
+    return GridError(f"{key}: {message}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    """One defense setting: a registered defense with its config fields.
+
+    Attributes:
+        label: unique in the grid (``dpsgd-target_epsilon=1``; the grid's ``label`` if given).
+        defense: registry key.
+        family: the defense family its curve belongs to (the registry's ``family``).
+        parameters: config field → value.
+        model: zoo architecture.
+        model_options: its options.
+    """
+
+    label: str
+    defense: str
+    family: str
+    parameters: Mapping[str, Any]
+    model: str
+    model_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def key(self) -> dict[str, Any]:
+        return {"defense": self.defense, "parameters": dict(self.parameters), "model": self.model, "model_options": dict(self.model_options)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareGrid:
+    """A parsed, validated grid (see :func:`parse_grid`)."""
+
+    name: str
+    dataset: str
+    settings: tuple[Setting, ...]
+    baseline: str
+    seeds: tuple[int, ...] = (0,)
+    member_fraction: float = 0.5
+    delta: float = 1e-5
+    confidence: float = 0.95
+    device: str = "cpu"
+    vulnerable_top_k: int = 50
+    membership: Mapping[str, Any] | None = None
+    evasion: Mapping[str, Any] | None = None
+    inversion: Mapping[str, Any] | None = None
+    audit: Mapping[str, Any] | None = None
+    source: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def radii(self) -> tuple[float, ...]:
+        return tuple(self.evasion["radii"]) if self.evasion else ()
+
+    def num_bounds(self) -> int:
+        """How many ε_LB a row's best is the maximum of (for its Bonferroni correction)."""
+        per_seed = len(self.membership["attacks"]) if self.membership else 0
+        return max(1, per_seed * len(self.seeds) + (1 if self.audit else 0))
+
+
+def _as_list(key: str, value: Any) -> list[Any]:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise _fail(key, "an empty list (give at least one value)")
+    return values
+
+
+def _number_list(key: str, value: Any, *, check: Callable[[str, Any], Any]) -> tuple[Any, ...]:
+    try:
+        return tuple(check(key, x) for x in _as_list(key, value))
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, GridError):
+            raise
+        raise _fail(key, str(exc)) from None
+
+
+def _check_keys(where: str, table: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise _fail(f"{where}.{unknown[0]}" if where else unknown[0], f"unknown key (allowed: {', '.join(allowed)})")
+
+
+def _label_value(x: Any) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_options: Mapping[str, Any]) -> list[Setting]:
+    from defenses import DEFENSES
+
+    where = f"defenses[{index}]"
+    if not isinstance(table, Mapping):
+        raise _fail(where, f"must be a table, got {type(table).__name__}")
+    name = table.get("defense")
+    if name is None:
+        raise _fail(f"{where}.defense", "missing (one of " + ", ".join(DEFENSES) + ")")
+    spec = DEFENSES.get(name)
+    if spec is None:
+        raise _fail(f"{where}.defense", f"unknown defense {name!r} (known: {', '.join(DEFENSES)})")
+    fields = {f.name for f in dataclasses.fields(spec.config_type) if f.init}
+    params = {k: val for k, val in table.items() if k not in _SETTING_KEYS}
+    for key in params:
+        if key not in fields:
+            raise _fail(f"{where}.{key}", f"the {name} defense has no parameter {key!r} (its parameters: {', '.join(sorted(fields))})")
+    if "target_epsilon" in params and "noise_multiplier" in fields and "noise_multiplier" not in params and "epochs" in params:
+        # A grid sweeps ε at a fixed training length (Jayaraman & Evans): σ is calibrated to each
+        # target, rather than DP-SGD's other reading (σ fixed, train until the budget is spent).
+        params["noise_multiplier"] = None
+    swept = {k: _as_list(f"{where}.{k}", val) for k, val in params.items()}
+    names = list(swept)
+    settings = []
+    for combo in itertools.product(*(swept[k] for k in names)):
+        chosen = dict(zip(names, combo))
+        try:
+            spec.config_type(**{k: (tuple(x) if isinstance(x, list) else x) for k, x in chosen.items()})
+        except (TypeError, ValueError) as exc:
+            raise _fail(where, f"{name}: {exc}") from None
+        multi = [k for k in names if len(swept[k]) > 1]
+        base = table.get("label") or name
+        label = base + "".join(f"-{k}={_label_value(chosen[k])}" for k in multi)
+        settings.append(
+            Setting(
+                label=label,
+                defense=name,
+                family=spec.family or name,
+                parameters=chosen,
+                model=str(table.get("model", model)),
+                model_options=dict(table.get("model_options", model_options)),
+            )
+        )
+    return settings
+
+
+def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
+    """Validates a grid (the TOML's tables) into a :class:`CompareGrid`.
+
+    Raises:
+        GridError: one line naming the offending key — an unknown defense or attack, a
+            parameter the defense does not have, an empty list, a bad value.
+    """
+    from attacks.evasion import EVASION_ATTACKS
+    from attacks.inversion import INVERSION_ATTACKS
+    from attacks.membership import MEMBERSHIP_ATTACKS
+    from dpaudit.data import DATASETS
+    from dpaudit.models import MODELS
+
+    if not isinstance(data, Mapping):
+        raise GridError(f"{source}: must be a table of keys, got {type(data).__name__}")
+    _check_keys("", data, _TOP_KEYS)
+    dataset = data.get("dataset", "digits")
+    if dataset not in DATASETS:
+        raise _fail("dataset", f"unknown dataset {dataset!r} (known: {', '.join(DATASETS)})")
+    model = data.get("model", "digits-mlp" if dataset == "digits" else None)
+    if model is None or model not in MODELS:
+        raise _fail("model", f"unknown model {model!r} (known: {', '.join(MODELS)})")
+    name = str(data.get("name") or Path(source).stem or "compare")
+    try:
+        seeds = tuple(v.integer("seeds", s, minimum=0) for s in _as_list("seeds", data.get("seeds", [0])))
+        if len(set(seeds)) != len(seeds):
+            raise _fail("seeds", f"repeats must be distinct seeds, got {list(seeds)}")
+        member_fraction = v.open_unit("member_fraction", data.get("member_fraction", 0.5))
+        delta = v.open_unit("delta", data.get("delta", 1e-5))
+        confidence = v.open_unit("confidence", data.get("confidence", 0.95))
+        top_k = v.integer("vulnerable_top_k", data.get("vulnerable_top_k", 50), minimum=1)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, GridError):
+            raise
+        raise GridError(str(exc)) from None
+    model_options = data.get("model_options", {})
+    tables = data.get("defenses", [])
+    if not isinstance(tables, list):
+        raise _fail("defenses", "must be an array of tables ([[defenses]])")
+    settings: list[Setting] = []
+    for i, table in enumerate(tables):
+        settings.extend(_expand_setting(i, table, model=model, model_options=model_options))
+    if not any(s.defense == "nonprivate" for s in settings):
+        # The baseline every accuracy loss is measured against is always part of the grid.
+        settings.insert(0, _expand_setting(len(tables), {"defense": "nonprivate"}, model=model, model_options=model_options)[0])
+    labels = [s.label for s in settings]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise _fail("defenses", f"two settings share the label {dup[0]!r}; give them distinct `label`s")
+    baseline = next(s.label for s in settings if s.defense == "nonprivate")
+    # The baseline first: every row's accuracy loss refers to it.
+    settings.sort(key=lambda s: s.label != baseline)
+
+    attacks = data.get("attacks", {})
+    if not isinstance(attacks, Mapping):
+        raise _fail("attacks", "must be a table")
+    _check_keys("attacks", attacks, COMPARE_SECTIONS)
+    sections: dict[str, dict[str, Any] | None] = {s: None for s in COMPARE_SECTIONS}
+    for section, table in attacks.items():
+        where = f"attacks.{section}"
+        if not isinstance(table, Mapping):
+            raise _fail(where, "must be a table")
+        _check_keys(where, table, _SECTION_KEYS[section])
+        sections[section] = dict(table)
+    mem = sections["membership"]
+    if mem is not None:
+        names = [str(a) for a in _as_list("attacks.membership.attacks", mem.get("attacks", ["loss"]))]
+        for a in names:
+            if a not in MEMBERSHIP_ATTACKS:
+                raise _fail("attacks.membership.attacks", f"unknown membership attack {a!r} (known: {', '.join(MEMBERSHIP_ATTACKS)})")
+        shadows = mem.get("shadows", "shared")
+        if shadows not in ("shared", "target"):
+            raise _fail("attacks.membership.shadows", f"must be 'shared' (one non-private pool for every target) or 'target' (each target's own recipe), got {shadows!r}")
+        try:
+            mem = {
+                "attacks": names,
+                "num_samples": None if mem.get("num_samples") is None else v.integer("num_samples", mem["num_samples"], minimum=1),
+                "num_shadows": v.integer("num_shadows", mem.get("num_shadows", 16), minimum=2),
+                "shadows": shadows,
+                "shadow_epochs": None if mem.get("shadow_epochs") is None else v.integer("shadow_epochs", mem["shadow_epochs"], minimum=1),
+                "num_population": v.integer("num_population", mem.get("num_population", 1000), minimum=1),
+            }
+        except (TypeError, ValueError) as exc:
+            raise _fail("attacks.membership", str(exc)) from None
+    eva = sections["evasion"]
+    if eva is not None:
+        names = [str(a) for a in _as_list("attacks.evasion.attacks", eva.get("attacks", ["fgsm", "pgd"]))]
+        for a in names:
+            if a not in EVASION_ATTACKS:
+                raise _fail("attacks.evasion.attacks", f"unknown evasion attack {a!r} (known: {', '.join(EVASION_ATTACKS)})")
+        radii = sorted(set(_number_list("attacks.evasion.radii", eva.get("radii", [0.1, 0.3]), check=v.positive)))
+        norm = eva.get("norm", "l2")
+        if norm not in ("l2", "linf"):
+            raise _fail("attacks.evasion.norm", f"must be 'l2' or 'linf', got {norm!r}")
+        try:
+            eva = {
+                "attacks": names,
+                "radii": [float(r) for r in radii],
+                "norm": norm,
+                "num_examples": v.integer("num_examples", eva.get("num_examples", 200), minimum=1),
+                "eot_samples": None if eva.get("eot_samples") is None else v.integer("eot_samples", eva["eot_samples"], minimum=1),
+                "num_draws": None if eva.get("num_draws") is None else v.integer("num_draws", eva["num_draws"], minimum=2),
+                "certify": bool(eva.get("certify", True)),
+            }
+        except (TypeError, ValueError) as exc:
+            raise _fail("attacks.evasion", str(exc)) from None
+    inv = sections["inversion"]
+    if inv is not None:
+        names = [str(a) for a in _as_list("attacks.inversion.attacks", inv.get("attacks", ["mi-face"]))]
+        for a in names:
+            if a not in INVERSION_ATTACKS:
+                raise _fail("attacks.inversion.attacks", f"unknown inversion attack {a!r} (known: {', '.join(INVERSION_ATTACKS)})")
+            if INVERSION_ATTACKS[a].prior is not None:
+                raise _fail("attacks.inversion.attacks", f"{a!r} needs a prior trained on public data, which a grid does not configure yet; use an attack without one (e.g. mi-face)")
+        inv = {"attacks": names, "classes": inv.get("classes"), "evaluator_epochs": inv.get("evaluator_epochs"), "iterations": inv.get("iterations")}
+    aud = sections["audit"]
+    if aud is not None:
+        method = aud.get("method", "one-run")
+        if method not in ("one-run", "multi-run"):
+            raise _fail("attacks.audit.method", f"must be 'one-run' or 'multi-run', got {method!r}")
+        aud = {"method": method, **{k: aud[k] for k in ("threat", "num_canaries", "num_trials", "epochs", "canary") if k in aud}}
+    return CompareGrid(
+        name=safe_stem(name, default="compare"),
+        dataset=dataset,
+        settings=tuple(settings),
+        baseline=baseline,
+        seeds=seeds,
+        member_fraction=member_fraction,
+        delta=delta,
+        confidence=confidence,
+        device=str(data.get("device", "cpu")),
+        vulnerable_top_k=top_k,
+        membership=mem,
+        evasion=eva,
+        inversion=inv,
+        audit=aud,
+        source=json.loads(json.dumps(to_jsonable(dict(data)))),
+    )
+
+
+def load_grid(path: str | Path) -> CompareGrid:
+    """Reads a TOML grid (standard library ``tomllib``; ``tomli`` on Python 3.10)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    p = Path(path)
+    if not p.is_file():
+        raise GridError(f"--config: no grid file at {str(p)!r}")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise GridError(f"--config: {p} is not valid TOML: {exc}") from None
+    return parse_grid(data, source=str(p))
+
+
+# ----------------------------------------------------------------------------- jobs
+
+
+def _hash(payload: Any) -> str:
+    return hashlib.sha256(json.dumps(to_jsonable(payload), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _job_file(jobs_dir: Path, key: str) -> Path:
+    """Where a job's outcome is kept: a readable stem plus a hash of the exact key (stems may collide)."""
+    return jobs_dir / f"{safe_stem(key, default='job')}-{hashlib.sha256(key.encode()).hexdigest()[:8]}.json"
+
+
+def _stored(path: Path, wanted: str) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = read_json(path)
+    except ValueError:
+        return None  # a corrupt outcome is redone, not trusted
+    return data if isinstance(data, dict) and data.get("job_hash") == wanted else None
+
+
+def train_job(*, grid: CompareGrid, setting: Setting, seed: int, run_dir: str, data_root: str | None) -> dict[str, Any]:
+    """Trains (or finds) one (setting, seed); returns what the matrix needs of the record."""
+    from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
+
+    spec = TrainSpec(
+        defense=setting.defense,
+        config=default_config(setting.defense, **{k: (tuple(x) if isinstance(x, list) else x) for k, x in setting.parameters.items()}),
+        model=setting.model,
+        dataset=grid.dataset,
+        model_options=dict(setting.model_options),
+        seed=seed,
+        member_fraction=grid.member_fraction,
+        data_root=data_root,
+        device=grid.device,
+        progress=False,
+        executor="serial",
+    )
+    outcome = train_or_load(spec, RunDir(run_dir))
+    record = outcome.record
+    claim = record.claim
+    epsilons: dict[str, float] = {}
+    if claim.is_private:
+        epsilons = {k: float(e) for k, e in claim.epsilons(delta=grid.delta).items()}
+    else:
+        epsilons = {"none": math.inf}
+    return {
+        "model_id": record.model_id,
+        "record_dir": str(outcome.record_dir),
+        "test_accuracy": float(record.metrics.get("test_accuracy", math.nan)),
+        "epsilon_ub": epsilons,
+        "data_dependent": bool(claim.data_dependent),
+        "num_members": len(record.membership.members),
+        "reused": outcome.reused,
+    }
+
+
+def _membership_measures(result: Any, *, delta: float, confidence: float, where: np.ndarray | None = None) -> dict[str, Any]:
+    from dpaudit.results import MembershipResult
+
+    if where is not None:
+        result = MembershipResult(attack=result.attack, model_id=result.model_id, sample_ids=result.sample_ids[where], scores=result.scores[where], is_member=result.is_member[where])
+    if result.is_member.all() or not result.is_member.any():
+        return {}
+    s = result.summary(fprs=COMPARE_FPRS, delta=delta, confidence=confidence)
+    return {
+        "auc": float(s["auc"]),
+        "advantage": float(2 * s["balanced_accuracy"] - 1),
+        "tpr_at_fpr": {f"{f:g}": float(result.tpr_at_fpr(f)) for f in COMPARE_FPRS},
+        "epsilon_lb": float(s["epsilon_lb"]),
+        "num_samples": int(len(result.scores)),
+    }
+
+
+def membership_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, run_dir: str, data_root: str | None) -> dict[str, Any]:
+    """Every membership attack of the grid against one record, with the vulnerable-sample measures."""
+    from attacks.membership import MEMBERSHIP_ATTACKS
+    from dpaudit.app.runs.membership import VULNERABILITY_FILE, MembershipSpec, run_membership
+    from dpaudit.store import load_npz
+
+    mem = grid.membership
+    assert mem is not None
+    configs = {}
+    for a in mem["attacks"]:
+        ctype = MEMBERSHIP_ATTACKS[a].config_type
+        names = {f.name for f in dataclasses.fields(ctype)}
+        configs[a] = ctype(**({"num_shadows": mem["num_shadows"]} if "num_shadows" in names else {}))
+    shadow: dict[str, Any] = {}
+    if mem["shadows"] == "shared":
+        shadow = {"shadow_defense": "nonprivate", "shadow_config": {"epochs": mem["shadow_epochs"]} if mem["shadow_epochs"] else {}}
+    spec = MembershipSpec(
+        attacks=configs,
+        target=trained["record_dir"],
+        seed=seed,
+        num_samples=mem["num_samples"],
+        num_population=mem["num_population"],
+        executor="serial",
+        data_root=data_root,
+        device=grid.device,
+        progress=False,
+        **shadow,
+    )
+    out = run_membership(spec, RunDir(run_dir))
+    # Each ε_LB is taken at the Bonferroni level of the row's best-of-all maximum.
+    level = 1 - (1 - grid.confidence) / grid.num_bounds()
+    measures = {a: _membership_measures(r, delta=grid.delta, confidence=level) for a, r in out.results.items()}
+    vulnerable: dict[str, Any] = {}
+    vpath = out.result_dir / VULNERABILITY_FILE if out.result_dir is not None else None
+    if vpath is not None and vpath.is_file():
+        arrays = load_npz(vpath)
+        order = np.argsort(-arrays["vulnerability"], kind="stable")[: grid.vulnerable_top_k]
+        top = set(arrays["sample_ids"][order].tolist())
+        for a, r in out.results.items():
+            where = np.isin(r.sample_ids, list(top))
+            vulnerable[a] = _membership_measures(r, delta=grid.delta, confidence=level, where=where)
+    return {"membership": measures, "vulnerable": {a: m for a, m in vulnerable.items() if m}, "result_dir": str(out.result_dir)}
+
+
+def evasion_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, run_dir: str, data_root: str | None) -> dict[str, Any]:
+    """Robust accuracy under the grid's evasion attacks; certified accuracy where the defense certifies."""
+    from attacks.evasion import run_evasion
+    from dpaudit.app.runs.certify import CertifySpec, certifiable_defenses, run_certify
+    from dpaudit.data import load_dataset
+    from dpaudit.results import load_evasion_result, save_evasion_result
+    from dpaudit.results.record import load_record
+    from dpaudit.weights import load_model
+
+    eva = grid.evasion
+    assert eva is not None
+    run = RunDir(run_dir)
+    record = load_record(trained["record_dir"])
+    radii = tuple(eva["radii"])
+    if eva["certify"] and record.defense in certifiable_defenses():
+        summary = run_certify(
+            CertifySpec(
+                target=trained["record_dir"],
+                radii=radii,
+                attacks=tuple(eva["attacks"]),
+                norm=eva["norm"],
+                num_draws=eva["num_draws"],
+                num_examples=eva["num_examples"],
+                num_eot_samples=eva["eot_samples"],
+                seed=seed,
+                device=grid.device,
+                data_root=data_root,
+                progress=False,
+            ),
+            run,
+        )
+        robust = [[summary.robust_accuracy[a][f"{r:g}"] for r in radii] for a in summary.robust_accuracy]
+        return {
+            "robust_accuracy": {f"{r:g}": float(min(col)) for r, col in zip(radii, zip(*robust))} if robust else {},
+            "certified_accuracy": dict(summary.certified_accuracy),
+            "conventional_accuracy": float(summary.conventional_accuracy),
+            "unsound": [f"{x.certificate} at radius {x.radius:g}: certified {x.certified_accuracy:.3f} > robust {x.robust_accuracy:.3f}" for x in summary.soundness_violations],
+            "certified": True,
+        }
+    bundle = load_dataset(record.dataset, data_root=data_root)
+    n = min(eva["num_examples"], len(bundle.test))
+    pick = np.sort(np.random.default_rng(seed).choice(len(bundle.test), size=n, replace=False))
+    x, y = bundle.test.features[pick], bundle.test.labels[pick]
+    model = load_model(trained["record_dir"], device=grid.device)
+    out = run.subdir("attacks") / "evasion" / safe_stem(record.model_id, default="target")
+    strongest = np.ones(len(radii))
+    for a in eva["attacks"]:
+        path = out / f"evasion-{a}-{eva['norm']}.json"
+        res = load_evasion_result(path) if path.is_file() else None
+        if res is None or [float(r) for r in res.radii] != list(radii) or res.config.get("seed") != seed or res.num_examples != n:
+            res = run_evasion(model, x, y, attack=a, radii=list(radii), norm=eva["norm"], eot_samples=eva["eot_samples"], seed=seed, device=grid.device)
+            save_evasion_result(res, out)
+        strongest = np.minimum(strongest, np.asarray(res.robust_accuracy, dtype=float))
+    return {"robust_accuracy": {f"{r:g}": float(a) for r, a in zip(radii, strongest)}, "certified_accuracy": {}, "unsound": [], "certified": False}
+
+
+def inversion_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, run_dir: str, data_root: str | None) -> dict[str, Any]:
+    """Model inversion against one record: the best top-1 accuracy of the evaluation classifier."""
+    from attacks.inversion import INVERSION_ATTACKS
+    from attacks.inversion.evaluate import EvaluatorConfig
+    from dpaudit.app.runs.inversion import InversionSpec, run_inversion
+
+    inv = grid.inversion
+    assert inv is not None
+    configs = {}
+    for a in inv["attacks"]:
+        ctype = INVERSION_ATTACKS[a].config_type
+        names = {f.name for f in dataclasses.fields(ctype)}
+        configs[a] = ctype(**({"iterations": inv["iterations"]} if inv.get("iterations") and "iterations" in names else {}))
+    evaluator = EvaluatorConfig(evaluator_epochs=inv["evaluator_epochs"]) if inv.get("evaluator_epochs") else EvaluatorConfig()
+    out = run_inversion(
+        InversionSpec(
+            target=Path(trained["record_dir"]),
+            attacks=configs,
+            classes=tuple(inv["classes"]) if inv.get("classes") else None,
+            evaluator=evaluator,
+            seed=seed,
+            data_root=data_root,
+            device=grid.device,
+            progress=False,
+        ),
+        RunDir(run_dir),
+    )
+    return {"inversion_top1": {a: float(r.attack_accuracy_top1) for a, r in out.results.items()}}
+
+
+def audit_job(*, grid: CompareGrid, setting: Setting, num_members: int, run_dir: str, data_root: str | None) -> dict[str, Any]:
+    """A canary audit of the setting's training algorithm (same σ, C, q and steps as trained)."""
+    from dpaudit.app.runs.audit import AuditSpec, run_audit
+    from dpaudit.app.runs.train import default_config
+
+    aud = grid.audit
+    assert aud is not None
+    config = default_config(setting.defense, **setting.parameters)
+    lot = getattr(config, "lot_size", None)
+    q = lot / num_members if lot else (getattr(config, "sampling_rate", None) or 0.01)
+    kw: dict[str, Any] = {
+        "defense": setting.defense,
+        "dataset": grid.dataset,
+        "model": setting.model,
+        "method": aud["method"],
+        "delta": grid.delta,
+        "confidence": grid.confidence,
+        "clip_norm": config.clip_norm,
+        "sampling_rate": min(1.0, q),
+        "learning_rate": config.learning_rate,
+        "epochs": aud.get("epochs", config.epochs or 10),
+        "seed": 0,
+        "workers": 1,
+        "executor": "serial",
+        "data_root": data_root,
+        "device": grid.device,
+        "progress": False,
+        "name": f"compare-{grid.name}-{setting.label}",
+    }
+    if config.target_epsilon is not None:
+        kw["target_epsilon"] = config.target_epsilon
+    else:
+        kw["noise_multiplier"] = config.noise_multiplier
+    for key in ("threat", "num_canaries", "num_trials", "canary"):
+        if key in aud:
+            kw[key] = aud[key]
+    result = run_audit(AuditSpec(**kw), RunDir(run_dir))
+    return {"epsilon_lb": float(result.epsilon_lb), "epsilon_ub": float(result.epsilon_ub), "method": f"audit ({result.method}, {result.threat_model})", "confidence": float(result.confidence)}
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareSpec:
+    """One ``dpaudit compare`` run.
+
+    Attributes:
+        grid: the parsed grid.
+        executor: ``local`` (process pool), ``ray`` or ``serial``.
+        num_workers: parallel jobs (``None``: the executor's default).
+        address: Ray cluster address (``executor="ray"`` only; the run directory must then be
+            on a filesystem every node shares).
+        data_root: data root.
+        progress: progress on stderr.
+        command: the command line, for the run manifest.
+    """
+
+    grid: CompareGrid
+    executor: str = "local"
+    num_workers: int | None = None
+    address: str | None = None
+    data_root: str | None = None
+    progress: bool = True
+    command: str = ""
+
+    def __post_init__(self) -> None:
+        from dpaudit.executors import EXECUTORS
+
+        if not isinstance(self.grid, CompareGrid):
+            raise TypeError(f"grid must be a CompareGrid, got {type(self.grid).__name__}")
+        v.choice("executor", self.executor, EXECUTORS)
+        if self.num_workers is not None:
+            v.integer("num_workers", self.num_workers, minimum=1)
+        if self.address is not None and self.executor != "ray":
+            raise ValueError(f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
+
+
+_EVALUATIONS: dict[str, Callable[..., dict[str, Any]]] = {"membership": membership_job, "evasion": evasion_job, "inversion": inversion_job}
+
+
+def _named_job(*, fn: Callable[..., dict[str, Any]], key: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Runs one job; a ValueError / TypeError (a bad parameter of the grid) names the job."""
+    try:
+        return fn(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"job {key}: {exc}") from exc
+
+
+class _LazyExecutor:
+    """One executor for both waves, started only when a job actually has to run (a rerun that
+    finds every outcome stored starts no pool and no Ray)."""
+
+    def __init__(self, spec: CompareSpec) -> None:
+        self.spec = spec
+        self.executor: Any = None
+
+    def get(self) -> Any:
+        from dpaudit.executors import make_executor
+
+        if self.executor is None:
+            self.executor = make_executor(self.spec.executor, workers=self.spec.num_workers, address=self.spec.address)
+            self.executor.__enter__()
+        return self.executor
+
+    def __enter__(self) -> _LazyExecutor:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.executor is not None:
+            self.executor.__exit__(*exc)
+
+
+def _run_wave(jobs: list[tuple[str, Path, str, Callable[..., Any], dict[str, Any]]], *, executor: _LazyExecutor, bar: Any, counts: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """Runs the jobs whose outcome is not stored yet; returns key → outcome for all of them."""
+    from dpaudit.executors import Job
+
+    done: dict[str, dict[str, Any]] = {}
+    todo = []
+    for key, path, wanted, fn, kwargs in jobs:
+        stored = _stored(path, wanted)
+        if stored is not None:
+            done[key] = stored
+            counts["reused"] += 1
+            bar.update(1)
+        else:
+            todo.append((key, path, wanted, fn, kwargs))
+    if not todo:
+        return done
+    targets = {key: (path, wanted) for key, path, wanted, _, _ in todo}
+    for job, outcome in executor.get().run([Job(key=key, fn=_named_job, kwargs={"fn": fn, "key": key, "kwargs": kwargs}) for key, _, _, fn, kwargs in todo]):
+        path, wanted = targets[job.key]
+        stored = {**outcome, "job_hash": wanted, "job": job.key}
+        atomic_write_json(path, stored)  # at once: an interrupted grid keeps every finished job
+        done[job.key] = stored
+        counts["run"] += 1
+        bar.update(1, last=job.key)
+    return done
+
+
+def run_compare(spec: CompareSpec, run: RunDir) -> ComparisonResult:
+    """Trains every setting × seed, attacks every record, condenses the matrix and stores it.
+
+    Returns:
+        The :class:`ComparisonResult` (also written to ``RUN_DIR/compare/NAME/comparison.json``).
+    """
+    from defenses import DEFENSES
+    from dpaudit.progress import Progress
+
+    grid = spec.grid
+    started = time.monotonic()
+    run.create(command=spec.command)
+    base = run.compare_dir(grid.name)
+    jobs_dir = base / "jobs"
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    common = {"run_dir": str(run.path), "data_root": spec.data_root}
+    gkey = {k: to_jsonable(getattr(grid, k)) for k in ("dataset", "member_fraction", "delta", "confidence", "device")}
+
+    train_jobs = []
+    for s in grid.settings:
+        for seed in grid.seeds:
+            key = f"train-{s.label}-seed{seed}"
+            train_jobs.append((key, _job_file(jobs_dir, key), _hash({"grid": gkey, "setting": s.key(), "seed": seed}), train_job, {"grid": grid, "setting": s, "seed": seed, **common}))
+    sections = [k for k in _EVALUATIONS if getattr(grid, k) is not None]
+    audited = [s for s in grid.settings if grid.audit is not None and DEFENSES[s.defense].audit_trainer is not None]
+    total = len(train_jobs) * (1 + len(sections)) + len(audited)
+    counts = {"run": 0, "reused": 0}
+    with Progress(total, f"compare {grid.name}", enabled=spec.progress) as bar, _LazyExecutor(spec) as executor:
+        trained = _run_wave(train_jobs, executor=executor, bar=bar, counts=counts)
+        eval_jobs = []
+        for s in grid.settings:
+            for seed in grid.seeds:
+                t = trained[f"train-{s.label}-seed{seed}"]
+                for section in sections:
+                    key = f"{section}-{s.label}-seed{seed}"
+                    wanted = _hash({"grid": gkey, "model_id": t["model_id"], section: getattr(grid, section), "top_k": grid.vulnerable_top_k, "bounds": grid.num_bounds(), "seed": seed})
+                    eval_jobs.append((key, _job_file(jobs_dir, key), wanted, _EVALUATIONS[section], {"grid": grid, "trained": t, "seed": seed, **common}))
+        for s in audited:
+            key = f"audit-{s.label}"
+            members = trained[f"train-{s.label}-seed{grid.seeds[0]}"]["num_members"]
+            eval_jobs.append((key, _job_file(jobs_dir, key), _hash({"grid": gkey, "setting": s.key(), "audit": grid.audit}), audit_job, {"grid": grid, "setting": s, "num_members": members, **common}))
+        evaluated = _run_wave(eval_jobs, executor=executor, bar=bar, counts=counts)
+    result = condense(grid, trained, evaluated, seconds=time.monotonic() - started, jobs_run=counts["run"], jobs_reused=counts["reused"], run=run)
+    save_comparison(result, base)
+    return result
+
+
+def _links(run: RunDir, model_ids: Sequence[str], sections: Sequence[str]) -> dict[str, str]:
+    """Drill-down reports of a row, relative to the run's reports folder (rendered by ``report``)."""
+    links: dict[str, str] = {}
+    if "membership" in sections and model_ids:
+        links["membership"] = f"membership-{safe_stem(model_ids[0], default='target')}.html"
+    if "evasion" in sections:
+        links["certified"] = "certified.html"
+    if "inversion" in sections:
+        links["inversion"] = "inversion.html"
+    return links
+
+
+def condense(
+    grid: CompareGrid, trained: Mapping[str, Mapping[str, Any]], evaluated: Mapping[str, Mapping[str, Any]], *, seconds: float = 0.0, jobs_run: int = 0, jobs_reused: int = 0, run: RunDir | None = None
+) -> ComparisonResult:
+    """The defense × measure matrix from the jobs' outcomes (pure: no training, no I/O)."""
+    base_acc, _ = mean_std([trained[f"train-{grid.baseline}-seed{seed}"]["test_accuracy"] for seed in grid.seeds])
+    sections = [k for k in _EVALUATIONS if getattr(grid, k) is not None]
+    rows = []
+    for s in grid.settings:
+        outs = [trained[f"train-{s.label}-seed{seed}"] for seed in grid.seeds]
+        acc, acc_std = mean_std([o["test_accuracy"] for o in outs])
+        eps_ub = {k: float(e) for k, e in outs[0]["epsilon_ub"].items() if k != "none"}
+        private = bool(eps_ub)
+        candidates: list[tuple[float, str]] = []
+        membership: dict[str, Any] = {}
+        vulnerable: dict[str, Any] = {}
+        inversion: float | None = None
+        robust: dict[str, list[float]] = {}
+        certified: dict[str, list[float]] = {}
+        findings: list[str] = []
+        unsound = False
+        mem_runs = [evaluated.get(f"membership-{s.label}-seed{seed}") for seed in grid.seeds]
+        if grid.membership is not None:
+            for attack in grid.membership["attacks"]:
+                for target, runs in ((membership, [m["membership"].get(attack) for m in mem_runs if m]), (vulnerable, [m["vulnerable"].get(attack) for m in mem_runs if m])):
+                    runs = [r for r in runs if r]
+                    if not runs:
+                        continue
+                    auc, auc_std = mean_std([r["auc"] for r in runs])
+                    target[attack] = {
+                        "auc": auc,
+                        "auc_std": auc_std,
+                        "advantage": mean_std([r["advantage"] for r in runs])[0],
+                        "tpr_at_fpr": {f: mean_std([r["tpr_at_fpr"][f] for r in runs])[0] for f in runs[0]["tpr_at_fpr"]},
+                        "epsilon_lb": max(r["epsilon_lb"] for r in runs),
+                        "num_samples": runs[0]["num_samples"],
+                    }
+                    if target is membership:
+                        candidates.extend((r["epsilon_lb"], attack) for r in runs)
+        audit = evaluated.get(f"audit-{s.label}")
+        if audit:
+            candidates.append((audit["epsilon_lb"], audit["method"]))
+            if audit["epsilon_lb"] > audit["epsilon_ub"]:
+                findings.append(f"{audit['method']}: ε_LB {audit['epsilon_lb']:.3f} > its claim's ε_UB {audit['epsilon_ub']:.3f}")
+        best_lb, best_attack = max(candidates, default=(0.0, None))
+        if best_lb <= 0.0:
+            best_attack = None  # no attack showed anything: no attack "achieved" ε_LB = 0
+        for seed in grid.seeds:
+            e = evaluated.get(f"evasion-{s.label}-seed{seed}")
+            if e:
+                for r, a in e["robust_accuracy"].items():
+                    robust.setdefault(r, []).append(a)
+                for r, a in e["certified_accuracy"].items():
+                    certified.setdefault(r, []).append(a)
+                if e["unsound"]:
+                    unsound = True
+                    findings.extend(f"seed {seed}: certificate unsound: {u}" for u in e["unsound"])
+            i = evaluated.get(f"inversion-{s.label}-seed{seed}")
+            if i and i["inversion_top1"]:
+                best = max(i["inversion_top1"].values())
+                inversion = best if inversion is None else max(inversion, best)
+        if private and best_lb > min(eps_ub.values()):
+            findings.insert(0, f"ε_LB {best_lb:.3f} ({best_attack}) > ε_UB {min(eps_ub.values()):.3f}")
+        verdict = "no violation"
+        if private and best_lb > min(eps_ub.values()) or (audit and audit["epsilon_lb"] > audit["epsilon_ub"]):
+            verdict = "violation"
+        elif unsound:
+            verdict = "certificate unsound"
+        model_ids = tuple(o["model_id"] for o in outs)
+        rows.append(
+            ComparisonRow(
+                label=s.label,
+                defense=s.defense,
+                family=s.family,
+                parameters=dict(s.parameters),
+                model_ids=model_ids,
+                test_accuracy=acc,
+                test_accuracy_std=acc_std,
+                accuracy_loss=base_acc - acc,
+                epsilon_ub=eps_ub if private else {},
+                epsilon_ub_data_dependent=bool(outs[0]["data_dependent"]),
+                epsilon_lb=float(best_lb),
+                best_attack=best_attack,
+                membership=membership,
+                vulnerable=vulnerable,
+                inversion_top1=inversion,
+                robust_accuracy={r: mean_std(a)[0] for r, a in robust.items()},
+                certified_accuracy={r: mean_std(a)[0] for r, a in certified.items()},
+                verdict=verdict,
+                findings=tuple(findings),
+                links=_links(run, model_ids, sections) if run is not None else {},
+            )
+        )
+    return ComparisonResult(
+        name=grid.name,
+        dataset=grid.dataset,
+        rows=tuple(rows),
+        baseline=grid.baseline,
+        delta=grid.delta,
+        confidence=grid.confidence,
+        fprs=COMPARE_FPRS,
+        radii=grid.radii,
+        vulnerable_top_k=grid.vulnerable_top_k if grid.membership is not None else 0,
+        grid=dict(grid.source),
+        seconds=seconds,
+        jobs_run=jobs_run,
+        jobs_reused=jobs_reused,
+    )

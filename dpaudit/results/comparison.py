@@ -1,0 +1,323 @@
+"""The comparison of defenses under the same attacks: one row per trained defense setting.
+
+``dpaudit compare`` trains every defense setting of a grid (each with its repeats), runs the
+grid's attacks, certificates and audits on every trained record, and condenses what they
+measured into a :class:`ComparisonResult`: a defense × measure matrix. The measures follow
+Jayaraman & Evans (USENIX Security 2019, §4): accuracy loss against the non-private baseline,
+ε_UB under each accountant of the same noise, attack advantage TPR − FPR against the DP
+ceiling e^ε − 1 (Yeom et al. 2018, Theorem 1), and membership at low FPR (Carlini et al. 2022,
+§III); and Aerni et al. (CCS 2024): the same membership measures on the most vulnerable samples
+beside the population average. Torch-free; stored as ``comparison.json``.
+
+A row's verdict:
+
+* ``violation``: ε_LB > ε_UB — the empirical lower bound, valid at the stated confidence,
+  exceeds the accountant's upper bound, so the implementation leaks more than it claims
+  (``dpaudit compare`` exits 3, like ``dpaudit audit``);
+* ``certificate unsound``: a certificate claims more robust accuracy than an attack leaves
+  (also exit 3);
+* ``no violation``: neither.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dpaudit import _validate as v
+from dpaudit.store import atomic_write_json, freeze, read_json, thaw
+
+__all__ = [
+    "COMPARISON_FILE",
+    "COMPARISON_SCHEMA_VERSION",
+    "VERDICTS",
+    "ComparisonResult",
+    "ComparisonRow",
+    "load_comparison",
+    "mean_std",
+    "save_comparison",
+]
+
+COMPARISON_SCHEMA_VERSION = 1
+COMPARISON_FILE = "comparison.json"
+#: A row's verdict, in order of severity.
+VERDICTS = ("no violation", "violation", "certificate unsound")
+
+
+def _mapping(name: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a mapping, got {type(value).__name__}")
+    return freeze(dict(value))
+
+
+def _real_or_nan(name: str, value: Any) -> float:
+    if value is None:
+        return math.nan
+    return v.real(name, value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComparisonRow:
+    """One defense setting of the grid, over its repeats.
+
+    Attributes:
+        label: the setting's unique name in the grid (e.g. ``dpsgd-target_epsilon=1``).
+        defense: the registry key (:data:`defenses.DEFENSES`).
+        family: the curve it belongs to (``dpsgd``, ``pate``, ``certified``, ``dssgd``, …).
+        parameters: the grid values of this setting (JSON-like).
+        model_ids: one trained record per repeat.
+        test_accuracy: mean test accuracy over the repeats.
+        test_accuracy_std: its standard deviation over the repeats (0 for one repeat).
+        accuracy_loss: the baseline's mean test accuracy minus this row's (Jayaraman & Evans'
+            "accuracy loss", absolute, in [−1, 1]).
+        epsilon_ub: accountant → ε upper bound at ``delta`` (∞ for a non-private row; empty
+            for a defense without a DP claim on its training data).
+        epsilon_ub_data_dependent: the ε depends on the private data (PATE without smooth
+            sensitivity): it is then itself private and marked as such.
+        epsilon_lb: the best empirical lower bound over every attack and repeat, valid jointly
+            at ``confidence`` (Bonferroni over the bounds it is the maximum of); 0 when none.
+        best_attack: the attack that achieved ``epsilon_lb`` (``None`` when no attack ran).
+        membership: attack → {``auc``, ``auc_std``, ``advantage``, ``tpr_at_fpr`` {FPR: TPR},
+            ``epsilon_lb``}: population measures, mean over repeats.
+        vulnerable: attack → the same measures on the most vulnerable samples (empty when the
+            grid has no shadow-based attack to rank them).
+        inversion_top1: top-1 accuracy of an evaluation classifier on the inversions (``None``
+            when no inversion attack ran).
+        robust_accuracy: radius → accuracy left by the strongest evasion attack.
+        certified_accuracy: radius → certified accuracy (empty for a defense that does not
+            certify).
+        verdict: one of :data:`VERDICTS`.
+        findings: what made the verdict (empty for ``no violation``).
+        links: report name → path relative to the run's reports folder (drill-down).
+    """
+
+    label: str
+    defense: str
+    family: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    model_ids: tuple[str, ...] = ()
+    test_accuracy: float = math.nan
+    test_accuracy_std: float = 0.0
+    accuracy_loss: float = 0.0
+    epsilon_ub: Mapping[str, float] = field(default_factory=dict)
+    epsilon_ub_data_dependent: bool = False
+    epsilon_lb: float = 0.0
+    best_attack: str | None = None
+    membership: Mapping[str, Any] = field(default_factory=dict)
+    vulnerable: Mapping[str, Any] = field(default_factory=dict)
+    inversion_top1: float | None = None
+    robust_accuracy: Mapping[str, float] = field(default_factory=dict)
+    certified_accuracy: Mapping[str, float] = field(default_factory=dict)
+    verdict: str = "no violation"
+    findings: tuple[str, ...] = ()
+    links: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("label", "defense", "family"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise TypeError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
+        object.__setattr__(self, "model_ids", tuple(str(m) for m in self.model_ids))
+        object.__setattr__(self, "test_accuracy", _real_or_nan("test_accuracy", self.test_accuracy))
+        object.__setattr__(self, "test_accuracy_std", v.non_negative("test_accuracy_std", self.test_accuracy_std))
+        object.__setattr__(self, "accuracy_loss", v.real("accuracy_loss", self.accuracy_loss))
+        object.__setattr__(self, "epsilon_lb", v.non_negative("epsilon_lb", self.epsilon_lb))
+        if not isinstance(self.epsilon_ub_data_dependent, bool):
+            raise TypeError(f"epsilon_ub_data_dependent must be a bool, got {self.epsilon_ub_data_dependent!r}")
+        v.choice("verdict", self.verdict, VERDICTS)
+        if self.inversion_top1 is not None:
+            object.__setattr__(self, "inversion_top1", v.real("inversion_top1", self.inversion_top1))
+        for name in ("parameters", "epsilon_ub", "membership", "vulnerable", "robust_accuracy", "certified_accuracy", "links"):
+            object.__setattr__(self, name, _mapping(name, getattr(self, name)))
+        object.__setattr__(self, "findings", tuple(str(f) for f in self.findings))
+
+    @property
+    def epsilon_ub_best(self) -> float:
+        """The tightest ε_UB over the accountants (∞ without a DP claim)."""
+        finite = [float(e) for e in self.epsilon_ub.values()]
+        return min(finite) if finite else math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "defense": self.defense,
+            "family": self.family,
+            "parameters": thaw(self.parameters),
+            "model_ids": list(self.model_ids),
+            "test_accuracy": self.test_accuracy,
+            "test_accuracy_std": self.test_accuracy_std,
+            "accuracy_loss": self.accuracy_loss,
+            "epsilon_ub": thaw(self.epsilon_ub),
+            "epsilon_ub_data_dependent": self.epsilon_ub_data_dependent,
+            "epsilon_lb": self.epsilon_lb,
+            "best_attack": self.best_attack,
+            "membership": thaw(self.membership),
+            "vulnerable": thaw(self.vulnerable),
+            "inversion_top1": self.inversion_top1,
+            "robust_accuracy": thaw(self.robust_accuracy),
+            "certified_accuracy": thaw(self.certified_accuracy),
+            "verdict": self.verdict,
+            "findings": list(self.findings),
+            "links": thaw(self.links),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ComparisonRow:
+        if not isinstance(data, Mapping):
+            raise TypeError(f"a comparison row must be a mapping, got {type(data).__name__}")
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"comparison row has unknown field(s) {', '.join(unknown)}")
+        kw = dict(data)
+        for name in ("model_ids", "findings"):
+            if name in kw:
+                kw[name] = tuple(kw[name])
+        return cls(**kw)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComparisonResult:
+    """Every defense setting of one grid under the same attacks.
+
+    Attributes:
+        name: the grid's name.
+        dataset: the dataset every defense trained on.
+        rows: one :class:`ComparisonRow` per setting, the baseline first.
+        baseline: the label of the non-private baseline row.
+        delta: δ of every ε (upper and lower bounds).
+        confidence: joint confidence of each row's ε_LB.
+        fprs: the FPRs the TPRs are read at.
+        radii: the evasion / certification radii.
+        vulnerable_top_k: how many samples the vulnerable-sample measures use.
+        grid: the grid as read (JSON-like), for provenance.
+        seconds: wall time of the whole comparison (this run: reused jobs cost nothing).
+        jobs_run: jobs computed in this run; jobs_reused: jobs found in the run store.
+    """
+
+    name: str
+    dataset: str
+    rows: tuple[ComparisonRow, ...]
+    baseline: str
+    delta: float
+    confidence: float
+    fprs: tuple[float, ...]
+    radii: tuple[float, ...] = ()
+    vulnerable_top_k: int = 0
+    grid: Mapping[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    jobs_run: int = 0
+    jobs_reused: int = 0
+    schema_version: int = COMPARISON_SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.schema_version != COMPARISON_SCHEMA_VERSION:
+            raise ValueError(f"schema_version must be {COMPARISON_SCHEMA_VERSION}, got {self.schema_version!r}")
+        rows = tuple(self.rows)
+        if not rows or not all(isinstance(r, ComparisonRow) for r in rows):
+            raise TypeError("rows must be a non-empty sequence of ComparisonRow")
+        labels = [r.label for r in rows]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"row labels must be unique, got {labels}")
+        if self.baseline not in labels:
+            raise ValueError(f"baseline must be one of the row labels {labels}, got {self.baseline!r}")
+        object.__setattr__(self, "rows", rows)
+        v.open_unit("delta", self.delta)
+        v.open_unit("confidence", self.confidence)
+        object.__setattr__(self, "fprs", tuple(v.open_unit("fprs", f) for f in self.fprs))
+        object.__setattr__(self, "radii", tuple(v.non_negative("radii", r) for r in self.radii))
+        object.__setattr__(self, "vulnerable_top_k", v.integer("vulnerable_top_k", self.vulnerable_top_k, minimum=0))
+        object.__setattr__(self, "grid", _mapping("grid", self.grid))
+
+    def row(self, label: str) -> ComparisonRow:
+        for r in self.rows:
+            if r.label == label:
+                return r
+        raise KeyError(f"no row {label!r}; rows: {', '.join(r.label for r in self.rows)}")
+
+    @property
+    def violations(self) -> tuple[ComparisonRow, ...]:
+        """Rows whose verdict is a finding (ε_LB > ε_UB, or an unsound certificate)."""
+        return tuple(r for r in self.rows if r.verdict != "no violation")
+
+    @property
+    def exit_status(self) -> int:
+        """3 when any row is a finding (as ``dpaudit audit``), else 0."""
+        return 3 if self.violations else 0
+
+    def summary(self) -> dict[str, Any]:
+        """The CLI's ``--json`` shape: ``{"defenses": {label: {...}}}``."""
+        out: dict[str, Any] = {}
+        for r in self.rows:
+            out[r.label] = {
+                "defense": r.defense,
+                "test_accuracy": r.test_accuracy,
+                "accuracy_loss": r.accuracy_loss,
+                "epsilon_ub": thaw(r.epsilon_ub),
+                "epsilon_ub_data_dependent": r.epsilon_ub_data_dependent,
+                "epsilon_lb": r.epsilon_lb,
+                "best_attack": r.best_attack,
+                "membership": {a: {"auc": m["auc"], "advantage": m["advantage"], "tpr_at_fpr": dict(m["tpr_at_fpr"])} for a, m in thaw(r.membership).items()},
+                "vulnerable": {a: {"auc": m["auc"], "tpr_at_fpr": dict(m["tpr_at_fpr"])} for a, m in thaw(r.vulnerable).items()},
+                "inversion_top1": r.inversion_top1,
+                "robust_accuracy": thaw(r.robust_accuracy),
+                "certified_accuracy": thaw(r.certified_accuracy),
+                "verdict": r.verdict,
+            }
+        return {"name": self.name, "dataset": self.dataset, "delta": self.delta, "confidence": self.confidence, "defenses": out}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "name": self.name,
+            "dataset": self.dataset,
+            "baseline": self.baseline,
+            "delta": self.delta,
+            "confidence": self.confidence,
+            "fprs": list(self.fprs),
+            "radii": list(self.radii),
+            "vulnerable_top_k": self.vulnerable_top_k,
+            "grid": thaw(self.grid),
+            "seconds": self.seconds,
+            "jobs_run": self.jobs_run,
+            "jobs_reused": self.jobs_reused,
+            "rows": [r.to_dict() for r in self.rows],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ComparisonResult:
+        if not isinstance(data, Mapping):
+            raise TypeError(f"a comparison must be a mapping, got {type(data).__name__}")
+        kw = dict(data)
+        kw["rows"] = tuple(ComparisonRow.from_dict(r) for r in kw.get("rows", ()))
+        for name in ("fprs", "radii"):
+            if name in kw:
+                kw[name] = tuple(kw[name])
+        return cls(**kw)
+
+
+def save_comparison(result: ComparisonResult, directory: str | os.PathLike[str]) -> Path:
+    """Writes ``comparison.json`` into ``directory`` atomically; returns its path."""
+    if not isinstance(result, ComparisonResult):
+        raise TypeError(f"result must be a ComparisonResult, got {type(result).__name__}")
+    return atomic_write_json(Path(directory) / COMPARISON_FILE, result.to_dict())
+
+
+def load_comparison(path: str | os.PathLike[str]) -> ComparisonResult:
+    """Reads ``comparison.json`` (or the directory holding it)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / COMPARISON_FILE
+    return ComparisonResult.from_dict(read_json(p))
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and (population) standard deviation; (nan, 0) for no values."""
+    vals = [float(x) for x in values]
+    if not vals:
+        return math.nan, 0.0
+    m = sum(vals) / len(vals)
+    return m, math.sqrt(sum((x - m) ** 2 for x in vals) / len(vals))

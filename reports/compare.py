@@ -1,0 +1,393 @@
+"""The comparison report: every defense of a grid under the same attacks (``dpaudit compare``).
+
+Renders a stored :class:`~dpaudit.results.comparison.ComparisonResult` (it computes nothing
+new): the verdict per defense, the defense × measure matrix with links to each row's
+membership, certified and inversion reports, ε_UB under every accountant, the membership
+measures on the most vulnerable samples beside the population averages (Aerni et al. 2024),
+and the figures a reader would rather look at than read — privacy–utility curves (accuracy
+against ε_UB and ε_LB on one axis, one colour per defense family, the Pareto front marked),
+attack advantage against the DP ceiling e^ε − 1 (Yeom et al. 2018, Theorem 1; Jayaraman & Evans
+2019, Figure 1), and robust/certified accuracy against the radius. Tables also go to CSV and
+the summary to JSON.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure as MplFigure
+
+from dpaudit.results.comparison import ComparisonResult, ComparisonRow, load_comparison
+from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
+from reports.figures import colour, legend_outside, new_axes, style
+from reports.render import Banner, Figure, Items, Link, Section, Table, WrittenReport, write_report_files
+
+__all__ = [
+    "advantage_figure",
+    "compare_sections",
+    "compare_stem",
+    "load_comparisons",
+    "matrix_rows",
+    "privacy_utility_figure",
+    "render_compare",
+    "robustness_figure",
+    "vulnerable_figure",
+]
+
+_DASH = "—"
+
+
+def compare_stem(name: str) -> str:
+    return f"compare-{name}"
+
+
+def load_comparisons(run: RunDir) -> list[ComparisonResult]:
+    """Every comparison stored in the run, by name."""
+    return [load_comparison(d) for d in run.compare_dirs()]
+
+
+def _num(x: Any, digits: int = 3) -> Any:
+    """A cell: a number rounded, ∞ kept, anything missing as an em dash (never NaN or None)."""
+    if x is None:
+        return _DASH
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        x = float(x)
+        if math.isnan(x):
+            return _DASH
+        if math.isinf(x):
+            return "∞"
+        return round(x, digits)
+    return x
+
+
+def _strongest(row: ComparisonRow) -> tuple[str | None, Mapping[str, Any]]:
+    """The membership attack with the largest AUC (the row's strongest), and its measures."""
+    if not row.membership:
+        return None, {}
+    name = max(row.membership, key=lambda a: row.membership[a]["auc"])
+    return name, row.membership[name]
+
+
+def _ceiling(eps: float) -> float:
+    """Yeom et al. (2018), Theorem 1: an ε-DP model's membership advantage is at most e^ε − 1."""
+    return math.inf if eps > 700 else math.expm1(eps)
+
+
+def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
+    """The defense × measure matrix as columns and cells (shared by the HTML table and the CSV)."""
+    fprs = [f"{f:g}" for f in result.fprs]
+    columns = ["setting", "defense", "test acc.", "± (repeats)", "acc. loss", "ε_UB (tightest)", "ε_LB", "best attack", "strongest MIA", "AUC"]
+    columns += [f"TPR @ {float(f):.1%} FPR" for f in fprs]
+    columns += ["advantage", "ceiling e^ε−1", "inversion top-1"]
+    columns += [f"robust @ {r:g}" for r in result.radii] + [f"certified @ {r:g}" for r in result.radii] + ["verdict"]
+    rows = []
+    for r in result.rows:
+        attack, m = _strongest(r)
+        ub = r.epsilon_ub_best
+        ub_cell: Any = _num(ub, 3) if r.epsilon_ub else "∞ (no DP claim)"
+        if r.epsilon_ub and r.epsilon_ub_data_dependent:
+            ub_cell = f"{_num(ub, 3)} (data-dependent)"
+        cells: list[Any] = [r.label, r.defense, _num(r.test_accuracy), _num(r.test_accuracy_std), _num(r.accuracy_loss), ub_cell, _num(r.epsilon_lb), r.best_attack or _DASH]
+        cells += [attack or _DASH, _num(m.get("auc"))]
+        cells += [_num(m["tpr_at_fpr"].get(f)) if m else _DASH for f in fprs]
+        cells += [_num(m.get("advantage")), _num(_ceiling(ub)) if r.epsilon_ub else "∞", _num(r.inversion_top1)]
+        cells += [_num(r.robust_accuracy.get(f"{x:g}")) for x in result.radii]
+        cells += [_num(r.certified_accuracy.get(f"{x:g}")) if r.certified_accuracy else "does not certify" for x in result.radii]
+        cells.append(r.verdict)
+        rows.append(cells)
+    return columns, rows
+
+
+def _csv(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(columns)
+    for row in rows:
+        w.writerow([c.text if isinstance(c, Link) else c for c in row])
+    return buf.getvalue()
+
+
+def _family_rows(result: ComparisonResult) -> dict[str, list[ComparisonRow]]:
+    families: dict[str, list[ComparisonRow]] = {}
+    for r in result.rows:
+        if r.label != result.baseline:
+            families.setdefault(r.family, []).append(r)
+    return families
+
+
+def _pareto(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other point beats in both smaller ε and higher accuracy, by ε."""
+    front: list[tuple[float, float]] = []
+    best = -math.inf
+    for eps, acc in sorted(points, key=lambda p: (p[0], -p[1])):
+        if acc > best:
+            front.append((eps, acc))
+            best = acc
+    return front
+
+
+def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
+    """Test accuracy against ε_UB (filled, solid) and ε_LB (hollow, dashed), one colour per family.
+
+    The non-private baseline (ε = ∞) is a horizontal line; the Pareto front over the ε_UB points
+    is drawn thick and grey behind them; error bars are the accuracy's spread over the repeats.
+    ε_LB = 0 (no attack showed anything) is drawn at the axis' left edge and said in the caption.
+    """
+    private = [r for r in result.rows if r.epsilon_ub and math.isfinite(r.epsilon_ub_best)]
+    if not private:
+        return None
+    fig, ax = new_axes(ax, size=(7.5, 4.2))
+    ub_all = [r.epsilon_ub_best for r in private]
+    lb_pos = [r.epsilon_lb for r in private if r.epsilon_lb > 0]
+    floor = min([*ub_all, *lb_pos]) / 10
+    for family, rows in _family_rows(result).items():
+        rows = sorted((r for r in rows if r.epsilon_ub and math.isfinite(r.epsilon_ub_best)), key=lambda r: r.epsilon_ub_best)
+        if not rows:
+            continue
+        st = style(family)
+        acc = [r.test_accuracy for r in rows]
+        err = [r.test_accuracy_std for r in rows]
+        ax.errorbar([r.epsilon_ub_best for r in rows], acc, yerr=err, color=st["color"], marker=st["marker"], linestyle="-", capsize=3, label=f"{family}: ε_UB")
+        ax.errorbar([max(r.epsilon_lb, floor) for r in rows], acc, yerr=err, color=st["color"], marker=st["marker"], markerfacecolor="white", linestyle="--", capsize=3, label=f"{family}: ε_LB")
+    front = _pareto([(r.epsilon_ub_best, r.test_accuracy) for r in private])
+    if front:
+        ax.plot([p[0] for p in front], [p[1] for p in front], color="#bbbbbb", linewidth=7, alpha=0.6, zorder=0, solid_capstyle="round", label="Pareto front (ε_UB)")
+    base = result.row(result.baseline)
+    ax.axhline(base.test_accuracy, color=colour("nonprivate"), linestyle=":", linewidth=1.5, label=f"non-private baseline ({base.test_accuracy:.3f})")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"ε (δ = {result.delta:g}); ε_LB at {result.confidence:.0%} confidence")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("Privacy–utility: accuracy against the guarantee (ε_UB) and the evidence (ε_LB)")
+    ax.grid(True, which="both", alpha=0.3)
+    legend_outside(ax)
+    return fig
+
+
+def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
+    """Membership advantage (TPR − FPR, strongest attack) against ε_UB, under the ceiling e^ε − 1."""
+    rows = [r for r in result.rows if r.epsilon_ub and math.isfinite(r.epsilon_ub_best) and r.membership]
+    if not rows:
+        return None
+    fig, ax = new_axes(ax, size=(7.5, 4.0))
+    eps = np.array([r.epsilon_ub_best for r in rows])
+    grid = np.geomspace(eps.min() / 2, eps.max() * 2, 200)
+    ax.plot(grid, np.minimum(np.expm1(grid), 1.0), color=colour("ceiling"), linestyle="--", label="ceiling min(e^ε − 1, 1)")
+    for family, members in _family_rows(result).items():
+        members = sorted((r for r in members if r in rows), key=lambda r: r.epsilon_ub_best)
+        if not members:
+            continue
+        st = style(family)
+        ax.plot([r.epsilon_ub_best for r in members], [_strongest(r)[1]["advantage"] for r in members], color=st["color"], marker=st["marker"], linestyle="-", label=family)
+    base = result.row(result.baseline)
+    if base.membership:
+        ax.axhline(_strongest(base)[1]["advantage"], color=colour("nonprivate"), linestyle=":", label="non-private baseline")
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel(f"ε_UB (δ = {result.delta:g})")
+    ax.set_ylabel("membership advantage TPR − FPR")
+    ax.set_title("How much of the DP ceiling the strongest attack reaches")
+    ax.grid(True, which="both", alpha=0.3)
+    legend_outside(ax)
+    return fig
+
+
+def vulnerable_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
+    """TPR at the largest FPR of the grid, population vs most vulnerable samples, per setting."""
+    rows = [r for r in result.rows if r.vulnerable]
+    if not rows:
+        return None
+    fpr = f"{max(result.fprs):g}"
+    fig, ax = new_axes(ax, size=(7.5, 0.5 + 0.45 * len(rows)))
+    y = np.arange(len(rows))
+    pop, vul = [], []
+    for r in rows:
+        attack, m = _strongest(r)
+        pop.append(m["tpr_at_fpr"][fpr] if m else 0.0)
+        vul.append(r.vulnerable[attack]["tpr_at_fpr"][fpr] if attack in r.vulnerable else 0.0)
+    ax.barh(y - 0.2, pop, height=0.38, color=colour("out"), label="all queried samples")
+    ax.barh(y + 0.2, vul, height=0.38, color=colour("in"), label=f"top {result.vulnerable_top_k} most vulnerable")
+    ax.axvline(float(fpr), color=colour("chance"), linestyle=":", label=f"chance (TPR = FPR = {float(fpr):.0%})")
+    ax.set_yticks(y, [r.label for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"TPR at {float(fpr):.0%} FPR (strongest attack of each row)")
+    ax.set_title("Average vs most vulnerable samples")
+    legend_outside(ax)
+    return fig
+
+
+def robustness_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
+    """Robust accuracy (solid) and certified accuracy (dotted) against the radius, per setting."""
+    rows = [r for r in result.rows if r.robust_accuracy]
+    if not rows or not result.radii:
+        return None
+    fig, ax = new_axes(ax, size=(7.5, 4.0))
+    radii = list(result.radii)
+    markers = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
+    for i, r in enumerate(rows):
+        # Colour by family, marker by row: two settings of one family stay distinguishable.
+        c, m = style(r.family)["color"], markers[i % len(markers)]
+        ax.plot(radii, [r.robust_accuracy.get(f"{x:g}", math.nan) for x in radii], color=c, marker=m, linestyle="-", label=f"{r.label}: robust")
+        if r.certified_accuracy:
+            ax.plot(radii, [r.certified_accuracy.get(f"{x:g}", math.nan) for x in radii], color=c, marker=m, markerfacecolor="white", linestyle=":", label=f"{r.label}: certified")
+    ax.set_xlabel("attack radius")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("Robust accuracy (strongest attack) and certified accuracy")
+    ax.grid(True, alpha=0.3)
+    legend_outside(ax)
+    return fig
+
+
+def _accountant_table(result: ComparisonResult) -> Table | None:
+    names: list[str] = []
+    for r in result.rows:
+        names += [a for a in r.epsilon_ub if a not in names]
+    if not names:
+        return None
+    rows = [[r.label, *(_num(r.epsilon_ub.get(a)) for a in names), "yes" if r.epsilon_ub_data_dependent else "no"] for r in result.rows if r.epsilon_ub]
+    return Table(
+        columns=["setting", *names, "data-dependent"], rows=rows, caption=f"ε_UB at δ = {result.delta:g} under every accountant that can analyse the row's claim (the same noise, four analyses)."
+    )
+
+
+def _membership_table(result: ComparisonResult) -> Table | None:
+    fprs = [f"{f:g}" for f in result.fprs]
+    rows = []
+    for r in result.rows:
+        for attack, m in r.membership.items():
+            v = r.vulnerable.get(attack, {})
+            rows.append(
+                [
+                    r.label,
+                    attack,
+                    _num(m["auc"]),
+                    _num(m["advantage"]),
+                    *(_num(m["tpr_at_fpr"][f]) for f in fprs),
+                    _num(m["epsilon_lb"]),
+                    _num(v.get("auc")),
+                    *(_num(v["tpr_at_fpr"][f]) if v else _DASH for f in fprs),
+                ]
+            )
+    if not rows:
+        return None
+    cols = ["setting", "attack", "AUC", "advantage", *(f"TPR @ {float(f):.1%}" for f in fprs), "ε_LB", "AUC (vulnerable)", *(f"TPR @ {float(f):.1%} (vulnerable)" for f in fprs)]
+    return Table(
+        columns=cols,
+        rows=rows,
+        caption=(
+            f"Population measures (every queried sample, mean over repeats; ε_LB is the largest over repeats) beside the same measures on the {result.vulnerable_top_k} most vulnerable "
+            "samples, ranked by how far their IN and OUT shadow statistics lie apart — the shadows alone decide, never the target, so the subset's rates are honest."
+        ),
+    )
+
+
+def _links_table(result: ComparisonResult) -> Table | None:
+    rows = []
+    for r in result.rows:
+        if r.links:
+            rows.append([r.label, ", ".join(r.model_ids), *[Link(text=k, href=h) for k, h in sorted(r.links.items())]])
+    if not rows:
+        return None
+    width = max(len(x) for x in rows)
+    rows = [x + [_DASH] * (width - len(x)) for x in rows]
+    return Table(columns=["setting", "trained models", *[f"report {i + 1}" for i in range(width - 2)]], rows=rows, caption="The reports each row's numbers come from.")
+
+
+def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> list[Section]:
+    """The report's sections (the index links it; ``files`` are the CSV/JSON written beside it)."""
+    verdicts: list[Any] = []
+    for r in result.rows:
+        if r.verdict != "no violation":
+            verdicts.append(Banner(text=f"{r.label}: {r.verdict.upper()} — " + "; ".join(r.findings), level="alert"))
+    if not verdicts:
+        verdicts.append(Banner(text="No violation: every row's ε_LB ≤ ε_UB, and no certificate claims more than an attack leaves.", level="ok"))
+    verdicts.append(
+        Items(
+            items=[
+                f"{r.label}: {r.verdict}"
+                + (f" (ε_LB {r.epsilon_lb:.3g} by {r.best_attack} vs ε_UB {r.epsilon_ub_best:.3g})" if r.epsilon_ub and math.isfinite(r.epsilon_ub_best) else " (no DP claim on the training data)")
+                for r in result.rows
+            ]
+        )
+    )
+    columns, rows = matrix_rows(result)
+    # The matrix is wide: privacy columns in one table, evasion and inversion in a second (the CSV has all).
+    split = columns.index("inversion top-1")
+    privacy_cols = columns[:split] + ["verdict"]
+    privacy_rows = [r[:split] + [r[-1]] for r in rows]
+    attack_cols = ["setting", *columns[split:-1]]
+    attack_rows = [[r[0], *r[split:-1]] for r in rows]
+    sections = [
+        Section(title="Verdicts", blocks=verdicts),
+        Section(
+            title="Defense × measure",
+            blocks=[
+                Table(
+                    columns=privacy_cols,
+                    rows=privacy_rows,
+                    caption=(
+                        f"Mean over {len(result.rows[0].model_ids)} repeat(s). Accuracy loss is against the non-private baseline ({result.baseline}). ε_LB is the best over every attack "
+                        f"and repeat, valid jointly at {result.confidence:.0%} (Bonferroni); the strongest MIA is the one with the largest AUC. Advantage = max over thresholds of TPR − FPR; "
+                        "an ε-DP model's is at most e^ε − 1 (Yeom et al. 2018)."
+                    ),
+                ),
+                Table(
+                    columns=attack_cols,
+                    rows=attack_rows,
+                    caption="Inversion: top-1 accuracy of an evaluation classifier on the reconstructions. Robust accuracy: the strongest evasion attack at each radius; certified where the defense certifies.",
+                ),
+                *([t] if (t := _links_table(result)) else []),
+                *([t] if (t := _accountant_table(result)) else []),
+            ],
+        ),
+        Section(
+            title="Privacy–utility curves",
+            blocks=[
+                Figure(
+                    figure=privacy_utility_figure(result),
+                    name="privacy-utility",
+                    caption="Accuracy against ε: filled markers at ε_UB, hollow at ε_LB (drawn at the left edge when 0); the grey band is the Pareto front over ε_UB.",
+                    empty="no row has a finite ε_UB",
+                ),
+                Figure(figure=advantage_figure(result), name="advantage", caption="Membership advantage of the strongest attack against the DP ceiling.", empty="no DP row was attacked"),
+            ],
+        ),
+    ]
+    mem = _membership_table(result)
+    if mem is not None:
+        sections.append(
+            Section(
+                title="Membership: average vs most vulnerable samples",
+                blocks=[Figure(figure=vulnerable_figure(result), name="vulnerable", caption="TPR at the grid's largest FPR.", empty="no shadow-based attack ranked the samples"), mem],
+            )
+        )
+    if result.radii:
+        sections.append(Section(title="Robustness", blocks=[Figure(figure=robustness_figure(result), name="robustness", caption="Evasion and certification at the grid's radii.")]))
+    if files:
+        sections.append(Section(title="Tables", blocks=[Items(items=list(files))]))
+    return sections
+
+
+def render_compare(run: RunDir, result: ComparisonResult) -> tuple[WrittenReport, list[Path]]:
+    """Writes the report (HTML + Markdown + figures) and its tables (CSV matrix, JSON summary)."""
+    out = run.reports_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    stem = compare_stem(result.name)
+    columns, rows = matrix_rows(result)
+    tables = [atomic_write_text(out / f"{stem}-matrix.csv", _csv(columns, rows)), atomic_write_json(out / f"{stem}.json", result.summary())]
+    written = write_report_files(
+        out,
+        compare_sections(result, files=[p.name for p in tables]),
+        title=f"Defenses under attack: {result.name} ({result.dataset})",
+        stem=stem,
+        kind="report",
+        intro=f"{len(result.rows)} defense settings trained on {result.dataset}, attacked with the same attacks. Jobs: {result.jobs_run} run, {result.jobs_reused} reused; {result.seconds:.0f} s.",
+    )
+    return written, tables

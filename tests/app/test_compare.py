@@ -1,0 +1,247 @@
+"""``dpaudit compare``: grid validation, the matrix, resuming an interrupted grid, Ray = local."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from dpaudit.app.runs import compare as cmp
+from dpaudit.app.runs.compare import CompareSpec, GridError, load_grid, parse_grid, run_compare
+from dpaudit.results.comparison import ComparisonResult, load_comparison
+from dpaudit.store import RunDir
+
+# A grid small enough for the default suite: digits, three settings, two membership attacks on
+# shared shadows, one evasion attack at two radii.
+GRID = """
+name = "tiny"
+dataset = "digits"
+model = "digits-mlp"
+seeds = [0]
+vulnerable_top_k = 100
+
+[[defenses]]
+defense = "nonprivate"
+epochs = 8
+
+[[defenses]]
+defense = "dpsgd"
+target_epsilon = [1.0, 8.0]
+epochs = 8
+lot_size = 64
+clip_norm = 1.0
+learning_rate = 0.5
+
+[attacks.membership]
+attacks = ["loss", "lira"]
+num_shadows = 4
+num_samples = 300
+shadow_epochs = 8
+
+[attacks.evasion]
+attacks = ["fgsm"]
+radii = [0.5, 1.0]
+num_examples = 40
+"""
+
+
+def _grid(tmp_path: Path, text: str = GRID) -> Path:
+    path = tmp_path / "grid.toml"
+    path.write_text(text)
+    return path
+
+
+def _matrix(result: ComparisonResult) -> list[dict]:
+    """The rows without anything that depends on where or how long the run took."""
+    return [{k: val for k, val in r.to_dict().items() if k != "links"} for r in result.rows]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ComparisonResult, Path]:
+    tmp = tmp_path_factory.mktemp("compare")
+    grid = _grid(tmp)
+    run = tmp / "run"
+    result = run_compare(CompareSpec(grid=load_grid(grid), executor="local", num_workers=2, progress=False), RunDir(run))
+    return grid, result, run
+
+
+def test_grid_expands_lists_and_adds_nothing_when_the_baseline_is_listed(tmp_path: Path) -> None:
+    grid = load_grid(_grid(tmp_path))
+    assert [s.label for s in grid.settings] == ["nonprivate", "dpsgd-target_epsilon=1", "dpsgd-target_epsilon=8"]
+    assert grid.baseline == "nonprivate"
+    # ε swept at fixed epochs: σ is calibrated to each target.
+    assert grid.settings[1].parameters["noise_multiplier"] is None and grid.settings[1].parameters["target_epsilon"] == 1.0
+    assert grid.num_bounds() == 2  # two attacks × one seed, no audit
+
+
+def test_baseline_is_always_part_of_the_grid() -> None:
+    grid = parse_grid({"dataset": "digits", "defenses": [{"defense": "dpsgd", "target_epsilon": 2.0, "epochs": 2}]})
+    assert grid.settings[0].defense == "nonprivate" and grid.baseline == grid.settings[0].label
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"defenses": [{"defense": "dpsdg"}]}, "defenses[0].defense: unknown defense 'dpsdg'"),
+        ({"defenses": [{"defense": "dpsgd", "noise_multiplyer": 1.0}]}, "defenses[0].noise_multiplyer: the dpsgd defense has no parameter"),
+        ({"defenses": [{"defense": "dpsgd", "target_epsilon": []}]}, "defenses[0].target_epsilon: an empty list"),
+        ({"defenses": [{"defense": "dpsgd", "clip_norm": -1.0}]}, "defenses[0]: dpsgd: clip_norm"),
+        ({"attacks": {"membership": {"attacks": ["lira", "lria"]}}}, "attacks.membership.attacks: unknown membership attack 'lria'"),
+        ({"attacks": {"membership": {"attacks": []}}}, "attacks.membership.attacks: an empty list"),
+        ({"attacks": {"evasion": {"attacks": ["pgd"], "radii": []}}}, "attacks.evasion.radii: an empty list"),
+        ({"attacks": {"evasion": {"attacks": ["cw"]}}}, "attacks.evasion.attacks: unknown evasion attack 'cw'"),
+        ({"attacks": {"evasoin": {}}}, "attacks.evasoin: unknown key"),
+        ({"dataset": "imagenet"}, "dataset: unknown dataset 'imagenet'"),
+        ({"seeds": []}, "seeds: an empty list"),
+        ({"defenses": [{"defense": "dpsgd", "epochs": 1}, {"defense": "dpsgd", "epochs": 1}]}, "two settings share the label 'dpsgd'"),
+    ],
+)
+def test_bad_grids_name_the_key(data: dict, key: str) -> None:
+    with pytest.raises(GridError) as info:
+        parse_grid({"dataset": "digits", **data})
+    assert key in str(info.value) and "\n" not in str(info.value)
+
+
+def test_bad_grid_exits_2_with_one_line(cli, tmp_path: Path) -> None:
+    path = _grid(tmp_path, '[[defenses]]\ndefense = "dpsgd"\nnoise_multiplyer = 1.0\n')
+    code, out, err = cli.run("compare", "--config", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "defenses[0].noise_multiplyer" in err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = \n")
+    code, _, err = cli.run("compare", "--config", str(bad), "--out", str(tmp_path / "run"))
+    assert code == 2 and "not valid TOML" in err and err.count("\n") == 1
+
+
+def test_matrix(tiny: tuple[Path, ComparisonResult, Path]) -> None:
+    _, result, run = tiny
+    base, eps1, eps8 = result.rows
+    assert base.label == result.baseline == "nonprivate"
+    assert base.epsilon_ub == {} and base.accuracy_loss == 0.0
+    assert eps1.epsilon_ub["pld"] == pytest.approx(1.0, abs=0.01) and eps8.epsilon_ub["pld"] == pytest.approx(8.0, abs=0.05)
+    # The four analyses of the same noise: the PLD and RDP bounds are tighter than strong composition.
+    assert eps1.epsilon_ub["pld"] <= eps1.epsilon_ub["rdp"] <= eps1.epsilon_ub["strong"]
+    for r in result.rows:
+        assert 0.0 < r.test_accuracy <= 1.0
+        assert r.accuracy_loss == pytest.approx(base.test_accuracy - r.test_accuracy)
+        assert set(r.membership) == {"loss", "lira"} and set(r.vulnerable) == {"loss", "lira"}
+        for m in (*r.membership.values(), *r.vulnerable.values()):
+            assert 0.0 <= m["auc"] <= 1.0 and set(m["tpr_at_fpr"]) == {"0.001", "0.01"}
+        assert r.vulnerable["lira"]["num_samples"] == 100 and r.membership["lira"]["num_samples"] == 600
+        assert set(r.robust_accuracy) == {"0.5", "1"} and r.certified_accuracy == {}
+        assert r.robust_accuracy["1"] <= r.robust_accuracy["0.5"] <= r.test_accuracy + 0.2
+        # ε_LB ≤ ε_UB on every DP row (a violation would be a finding and exit 3).
+        assert r.verdict == "no violation"
+        if r.epsilon_ub:
+            assert r.epsilon_lb <= r.epsilon_ub_best
+        assert (r.best_attack is None) == (r.epsilon_lb == 0.0)
+    assert result.exit_status == 0
+    stored = load_comparison(RunDir(run).compare_dir("tiny"))
+    assert _matrix(stored) == _matrix(result)
+
+
+def test_interrupted_grid_resumes_with_only_the_missing_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny) -> None:
+    grid_path, done, _ = tiny
+    grid = load_grid(grid_path)
+    run = RunDir(tmp_path / "run")
+    real = cmp.evasion_job
+    calls: list[str] = []
+
+    def dies_on_the_second_evasion(**kwargs):
+        calls.append(kwargs["trained"]["model_id"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C half-way through the second wave
+        return real(**kwargs)
+
+    monkeypatch.setitem(cmp._EVALUATIONS, "evasion", dies_on_the_second_evasion)
+    with pytest.raises(KeyboardInterrupt):
+        run_compare(CompareSpec(grid=grid, executor="serial", progress=False), run)
+    jobs = run.compare_dir("tiny") / "jobs"
+    finished = {json.loads(p.read_text())["job"] for p in jobs.glob("*.json")}
+    assert {f"train-{s.label}-seed0" for s in grid.settings} <= finished
+    total = 3 * 3  # 3 settings × (train + membership + evasion)
+    assert len(finished) < total
+    monkeypatch.setitem(cmp._EVALUATIONS, "evasion", real)
+    result = run_compare(CompareSpec(grid=grid, executor="serial", progress=False), run)
+    assert result.jobs_reused == len(finished) and result.jobs_run == total - len(finished)
+    again = run_compare(CompareSpec(grid=grid, executor="serial", progress=False), run)
+    assert again.jobs_run == 0 and again.jobs_reused == total
+    assert _matrix(again) == _matrix(result)
+
+
+def test_cli_json_and_report(cli, tiny) -> None:
+    grid_path, result, run = tiny
+    code, out, _ = cli.run("compare", "--config", str(grid_path), "--out", str(run), "--json", "--quiet")
+    assert code == 0
+    data = json.loads(out)
+    assert data["jobs_run"] == 0 and data["jobs_reused"] == 9
+    row = data["defenses"]["dpsgd-target_epsilon=1"]
+    assert set(row) >= {"test_accuracy", "epsilon_ub", "epsilon_lb", "best_attack", "membership", "inversion_top1", "robust_accuracy", "certified_accuracy", "verdict"}
+    assert set(row["membership"]["lira"]["tpr_at_fpr"]) == {"0.001", "0.01"}
+    assert data["defenses"]["nonprivate"]["epsilon_ub"] == {}
+    report = Path(data["report"])
+    assert report.name == "compare-tiny.html" and report.is_file()
+    for name in ("compare-tiny-matrix.csv", "compare-tiny.json", "compare-tiny.md", "compare-tiny-privacy-utility.png", "compare-tiny-vulnerable.png", "compare-tiny-robustness.png"):
+        assert (report.parent / name).is_file(), name
+    html = report.read_text()
+    assert ">nan<" not in html and ">None<" not in html
+    assert 'href="membership-' in html
+
+
+def test_violation_exits_3(tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A row whose evidence beats its guarantee is a finding: the verdict and exit status say so.
+    grid_path, result, _ = tiny
+    grid = load_grid(grid_path)
+    jobs_dir = Path(tiny[2]) / "compare" / "tiny" / "jobs"
+    outcomes = {o["job"]: o for o in (json.loads(p.read_text()) for p in jobs_dir.glob("*.json"))}
+    trained = {k: o for k, o in outcomes.items() if k.startswith("train-")}
+    evaluated = {k: o for k, o in outcomes.items() if not k.startswith("train-")}
+    evaluated["membership-dpsgd-target_epsilon=1-seed0"]["membership"]["loss"]["epsilon_lb"] = 3.0
+    bad = cmp.condense(grid, trained, evaluated)
+    row = bad.row("dpsgd-target_epsilon=1")
+    assert row.verdict == "violation" and row.best_attack == "loss" and "ε_LB 3.000 (loss) > ε_UB" in row.findings[0]
+    assert bad.exit_status == 3
+
+
+RAY_GRID = """
+name = "ray"
+dataset = "digits"
+model = "digits-mlp"
+[[defenses]]
+defense = "nonprivate"
+epochs = 4
+[[defenses]]
+defense = "dpsgd"
+target_epsilon = 4.0
+epochs = 4
+lot_size = 64
+[attacks.membership]
+attacks = ["loss"]
+num_samples = 200
+"""
+
+
+@pytest.mark.slow
+def test_ray_gives_the_same_matrix_as_local(tmp_path: Path) -> None:
+    # The same seeds give the same matrix whether the jobs run on the local pool or on Ray
+    # (a local Ray instance here; a cluster is the same executor with an address).
+    pytest.importorskip("ray")
+    grid = load_grid(_grid(tmp_path, RAY_GRID))
+    local = run_compare(CompareSpec(grid=grid, executor="local", num_workers=2, progress=False), RunDir(tmp_path / "local"))
+    on_ray = run_compare(CompareSpec(grid=grid, executor="ray", num_workers=2, progress=False), RunDir(tmp_path / "ray"))
+    assert local.jobs_run == on_ray.jobs_run == 4
+    assert _matrix(on_ray) == _matrix(local)
+
+
+def test_result_round_trip_and_validation(tiny) -> None:
+    _, result, _ = tiny
+    again = ComparisonResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert _matrix(again) == _matrix(result)
+    with pytest.raises(ValueError, match="baseline"):
+        dataclasses.replace(result, baseline="nope")
+    with pytest.raises(ValueError, match="verdict"):
+        dataclasses.replace(result.rows[0], verdict="fine")
+    assert math.isinf(result.rows[0].epsilon_ub_best)
