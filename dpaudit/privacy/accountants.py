@@ -1,7 +1,11 @@
 """Privacy accountants: upper bounds ε_UB for a mechanism described as a ``dp_accounting`` event.
 
-Four named accountants, from loosest to tightest on DP-SGD:
+Five named accountants, from loosest to tightest on DP-SGD:
 
+``naive``
+    Basic (naive) composition (Dwork & Roth 2014, Theorem 3.16): the per-step bounds of
+    ``strong`` below, summed — ε = Σ q·ε0 at δ = Σ q·δ_g. The loosest analysis of the same
+    noise, one of the four Jayaraman & Evans (2019, §3) compared.
 ``strong``
     Strong (advanced) composition of Dwork, Rothblum & Vadhan (2010, Theorem III.3), applied
     as in Abadi et al. (2016), Figure 2: every step is a classical Gaussian mechanism
@@ -84,7 +88,7 @@ __all__ = [
     "sampled_gaussian_event",
 ]
 
-ACCOUNTANTS = ("moments", "rdp", "pld", "strong")
+ACCOUNTANTS = ("moments", "rdp", "pld", "strong", "naive")
 
 # Abadi et al. track moments for λ ≤ 32, i.e. RDP orders 2..33.
 MOMENTS_ORDERS = tuple(range(2, 34))
@@ -356,7 +360,7 @@ def _flatten_gaussians(event: dpe.DpEvent, count: int = 1) -> list[tuple[int, fl
         return _flatten_gaussians(event.event, count * int(event.count))
     if isinstance(event, dpe.ComposedDpEvent):
         return [g for e in event.events for g in _flatten_gaussians(e, count)]
-    raise ValueError(f"accountant 'strong' supports compositions of (Poisson-sampled) Gaussian events only, got {event!r}")
+    raise ValueError(f"accountants 'strong' and 'naive' support compositions of (Poisson-sampled) Gaussian events only, got {event!r}")
 
 
 def _strong_epsilon(event: dpe.DpEvent, delta: float) -> float:
@@ -390,7 +394,20 @@ def _strong_epsilon(event: dpe.DpEvent, delta: float) -> float:
     return float(res.fun)
 
 
+def _naive_epsilon(event: dpe.DpEvent, delta: float) -> float:
+    """Basic composition: every sampled step is (q·ε0, q·δ_g) with the whole δ on the steps."""
+    groups = [g for g in _flatten_gaussians(event, count=1) if g[0] > 0]
+    if not groups:
+        return 0.0
+    log_delta_g = math.log(delta) - math.log(sum(n * q for n, q, _ in groups))
+    if log_delta_g >= 0.0:
+        return 0.0  # as in ``strong``: δ_g >= 1 makes every step (0, 1)-DP
+    total = sum(n * q * math.sqrt(2.0 * (math.log(1.25) - log_delta_g)) / sigma for n, q, sigma in groups)
+    return total if math.isfinite(total) else math.inf
+
+
 _DISPATCH: dict[str, Callable[[dpe.DpEvent, float, str], float]] = {
+    "naive": lambda e, d, _n: _naive_epsilon(e, d),
     "moments": _moments_epsilon,
     "rdp": _rdp_epsilon,
     "pld": _pld_epsilon,
@@ -580,8 +597,8 @@ def compute_epsilon_detailed(
     if _contains_non_private(event):
         return EpsilonResult(math.inf, accountant, accountant)
     event = _drop_empty(event)
-    if accountant == "strong" and neighbouring != "add_or_remove_one":
-        raise ValueError(f"accountant 'strong' is defined for add_or_remove_one only, got neighbouring={neighbouring!r}")
+    if accountant in ("strong", "naive") and neighbouring != "add_or_remove_one":
+        raise ValueError(f"accountant {accountant!r} is defined for add_or_remove_one only, got neighbouring={neighbouring!r}")
     smallest = _smallest_active_sigma(event)
     if smallest < NOISE_MULTIPLIER_MIN:
         note = f"noise multiplier {smallest:g} < {NOISE_MULTIPLIER_MIN:g}: epsilon exceeds the floating-point range, reported as inf"

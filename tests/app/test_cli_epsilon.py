@@ -13,7 +13,7 @@ def test_epsilon_json_reproduces_reference_vectors(cli):
     data = json.loads(out)
     assert {"moments", "rdp", "pld", "strong"} <= set(data)
     # which accountant produced each value: here each one itself (no fallback)
-    assert data["computed_by"] == {n: n for n in ("moments", "rdp", "pld", "strong")} and data["notes"] == {}
+    assert data["computed_by"] == {n: n for n in ("moments", "rdp", "pld", "strong", "naive")} and data["notes"] == {}
     assert data["moments"] == pytest.approx(1.2586, abs=5e-5)
     assert data["rdp"] == pytest.approx(1.0355, abs=5e-5)
     assert data["pld"] == pytest.approx(0.947, rel=0.01)
@@ -161,7 +161,7 @@ def test_pld_beyond_its_memory_budget_falls_back_to_rdp_and_says_so(cli):
     assert code == 0, err
     data = json.loads(out)
     assert data["computed_by"]["pld"] == "rdp" and data["pld"] == data["rdp"]
-    assert {n: by for n, by in data["computed_by"].items() if n != "pld"} == {"moments": "moments", "rdp": "rdp", "strong": "strong"}
+    assert {n: by for n, by in data["computed_by"].items() if n != "pld"} == {"moments": "moments", "rdp": "rdp", "strong": "strong", "naive": "naive"}
     (line,) = [ln for ln in err.splitlines() if "using rdp instead" in ln]
     assert line.startswith("dpaudit epsilon: pld: pld would need ~") and "GB" in line and "q=0.01, sigma=4, T=1000000000000" in line
 

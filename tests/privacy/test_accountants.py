@@ -683,3 +683,13 @@ def test_calibrate_noise_multiplier_under_pld_for_a_huge_target():
     budget = acc.PLD_SOLVER_MEMORY_BUDGET
     sigma = acc.calibrate_noise_multiplier(target_epsilon=1e300, delta=1e-5, sampling_rate=0.01, num_steps=1000, accountant="pld", memory_budget=budget)
     assert 0 < sigma < 2e-3
+
+
+def test_naive_composition_sums_the_strong_per_step_bound() -> None:
+    # Jayaraman & Evans' "NC": T steps of (q·ε0, q·δ_g) summed, δ_g = δ/(qT), ε0 the classical
+    # Gaussian bound √(2 ln(1.25/δ_g))/σ. q = 0.01, σ = 4, T = 10^4, δ = 1e-5 by hand: 142.92.
+    event = acc.sampled_gaussian_event(sampling_rate=0.01, noise_multiplier=4, num_steps=10_000)
+    naive = acc.compute_epsilon(event, delta=1e-5, accountant="naive")
+    assert naive == pytest.approx(10_000 * 0.01 * math.sqrt(2 * math.log(1.25 / 1e-7)) / 4, rel=1e-12)
+    assert naive == pytest.approx(142.92, abs=0.01)
+    assert naive > acc.compute_epsilon(event, delta=1e-5, accountant="strong")
