@@ -76,8 +76,9 @@ def _strongest(row: ComparisonRow) -> tuple[str | None, Mapping[str, Any]]:
 
 
 def _ceiling(eps: float) -> float:
-    """Yeom et al. (2018), Theorem 1: an ε-DP model's membership advantage is at most e^ε − 1."""
-    return math.inf if eps > 700 else math.expm1(eps)
+    """Yeom et al. (2018), Theorem 1: an ε-DP model's membership advantage is at most e^ε − 1
+    (and any advantage is at most 1)."""
+    return 1.0 if eps > 1 else min(1.0, math.expm1(eps))
 
 
 def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
@@ -85,7 +86,7 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
     fprs = [f"{f:g}" for f in result.fprs]
     columns = ["setting", "defense", "test acc.", "± (repeats)", "acc. loss", "ε_UB (tightest)", "ε_LB", "best attack", "strongest MIA", "AUC"]
     columns += [f"TPR @ {float(f):.1%} FPR" for f in fprs]
-    columns += ["advantage", "ceiling e^ε−1", "inversion top-1"]
+    columns += ["advantage", "ceiling min(e^ε−1, 1)", "inversion top-1"]
     columns += [f"robust @ {r:g}" for r in result.radii] + [f"certified @ {r:g}" for r in result.radii] + ["verdict"]
     rows = []
     for r in result.rows:
@@ -97,7 +98,7 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
         cells: list[Any] = [r.label, r.defense, _num(r.test_accuracy), _num(r.test_accuracy_std), _num(r.accuracy_loss), ub_cell, _num(r.epsilon_lb), r.best_attack or _DASH]
         cells += [attack or _DASH, _num(m.get("auc"))]
         cells += [_num(m["tpr_at_fpr"].get(f)) if m else _DASH for f in fprs]
-        cells += [_num(m.get("advantage")), _num(_ceiling(ub)) if r.epsilon_ub else "∞", _num(r.inversion_top1)]
+        cells += [_num(m.get("advantage")), _num(_ceiling(ub)) if r.epsilon_ub else 1.0, _num(r.inversion_top1)]
         cells += [_num(r.robust_accuracy.get(f"{x:g}")) for x in result.radii]
         cells += [_num(r.certified_accuracy.get(f"{x:g}")) if r.certified_accuracy else "does not certify" for x in result.radii]
         cells.append(r.verdict)
@@ -312,16 +313,34 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
         Items(
             items=[
                 f"{r.label}: {r.verdict}"
-                + (f" (ε_LB {r.epsilon_lb:.3g} by {r.best_attack} vs ε_UB {r.epsilon_ub_best:.3g})" if r.epsilon_ub and math.isfinite(r.epsilon_ub_best) else " (no DP claim on the training data)")
+                + (
+                    (f" (ε_LB {r.epsilon_lb:.3g} by {r.best_attack}" if r.best_attack else " (no attack showed leakage: ε_LB 0") + f" vs ε_UB {r.epsilon_ub_best:.3g})"
+                    if r.epsilon_ub and math.isfinite(r.epsilon_ub_best)
+                    else " (no DP claim on the training data)"
+                )
                 for r in result.rows
             ]
         )
     )
     columns, rows = matrix_rows(result)
-    # The matrix is wide: privacy columns in one table, evasion and inversion in a second (the CSV has all).
+    # The matrix is wide: privacy columns in one table, evasion and inversion in a second (the
+    # CSV has every column). Spread over repeats and the ceiling ride in the cells beside them.
     split = columns.index("inversion top-1")
-    privacy_cols = columns[:split] + ["verdict"]
-    privacy_rows = [r[:split] + [r[-1]] for r in rows]
+    col = {c: i for i, c in enumerate(columns)}
+    privacy_cols = ["setting", "test acc. (± sd)", "acc. loss", "ε_UB (tightest)", "ε_LB", "best attack", "strongest MIA", "AUC", *columns[col["AUC"] + 1 : col["advantage"]], "advantage (ceiling)"]
+    privacy_rows = []
+    for r in rows:
+        acc = r[col["test acc."]]
+        sd = r[col["± (repeats)"]]
+        privacy_rows.append(
+            [
+                r[0],
+                f"{acc} (± {sd})" if isinstance(sd, float) and sd > 0 else acc,
+                *(r[col[c]] for c in ("acc. loss", "ε_UB (tightest)", "ε_LB", "best attack", "strongest MIA", "AUC")),
+                *r[col["AUC"] + 1 : col["advantage"]],
+                f"{r[col['advantage']]} (≤ {r[col['ceiling min(e^ε−1, 1)']]})" if r[col["advantage"]] != _DASH else _DASH,
+            ]
+        )
     attack_cols = ["setting", *columns[split:-1]]
     attack_rows = [[r[0], *r[split:-1]] for r in rows]
     sections = [
