@@ -1,8 +1,9 @@
-"""Shared fixtures: the offline data root and an isolated cache per test session."""
+"""Shared fixtures: the offline data root, an isolated cache per test session, and the headless-browser page check."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,28 @@ def no_data_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     clear_cache()
     yield
     clear_cache()
+
+
+@pytest.fixture(scope="module")
+def _chromium():
+    """One headless Chromium per test module (starting it costs about a second); skips without one, fails under CI."""
+    from tests.browser import chromium
+
+    with chromium() as browser:
+        yield browser
+
+
+@pytest.fixture
+def check_page(_chromium, request: pytest.FixtureRequest, tmp_path: Path):
+    """``check_page(html, screenshot=None)``: open an HTML page in headless Chromium; returns a ``tests.browser.PageReport``.
+
+    Pass the report to ``tests.browser.assert_clean``. The screenshot goes to ``screenshot``, else
+    to ``tmp_path/screenshots/<test>-<page>.png`` (a copy into ``$DPAUDIT_SCREENSHOT_DIR`` when set).
+    """
+    test_name = re.sub(r"[^\w.-]+", "_", request.node.name)
+
+    def check(html: Path | str, screenshot: Path | str | None = None):
+        html = Path(html)
+        return _chromium.check(html, screenshot if screenshot is not None else tmp_path / "screenshots" / f"{test_name}-{html.stem}.png")
+
+    return check

@@ -245,3 +245,18 @@ def test_result_round_trip_and_validation(tiny) -> None:
     with pytest.raises(ValueError, match="verdict"):
         dataclasses.replace(result.rows[0], verdict="fine")
     assert math.isinf(result.rows[0].epsilon_ub_best)
+
+
+def test_report_passes_the_browser_check(tiny, check_page) -> None:
+    # The comparison report (and the index linking it) in headless Chromium: no console error,
+    # every figure loaded, no NaN or None in a table cell; the screenshot is kept for a person.
+    from dpaudit.app.runs.report import render_reports
+    from tests.browser import assert_clean
+
+    _, _, run = tiny
+    index = render_reports(run)
+    assert len(index.compare) == 1
+    reports = [check_page(index.compare[0]), check_page(index.index_html)]
+    assert_clean(*reports)
+    # Four figures (privacy-utility, advantage, vulnerable, robustness) and the tables were there to check.
+    assert reports[0].num_images == 4 and reports[0].num_cells > 50
