@@ -939,8 +939,8 @@ def sample_vulnerability(context: MembershipContext) -> np.ndarray | None:
     (Aerni et al. 2024 measure defenses on their most vulnerable samples for this reason).
 
     Returns:
-        ``(n,)`` float64, one per queried id (``context.sample_ids`` order), or ``None`` when
-        the run has no online pool or a sample was never both IN and OUT (too few shadows).
+        ``(n,)`` float64, one per queried id (``context.sample_ids`` order; ``-inf`` for a
+        sample no shadow pair saw both IN and OUT), or ``None`` when the run has no online pool.
     """
     pool = context.shadows.get("online")
     if pool is None or pool.num_models < 2:
@@ -950,15 +950,18 @@ def sample_vulnerability(context: MembershipContext) -> np.ndarray | None:
     phi = phi.reshape(phi.shape[0], phi.shape[1], -1).mean(axis=2)  # one statistic per sample
     keep = np.stack([np.isin(context.sample_ids, t) for t in pool.train_ids])
     n_in, n_out = keep.sum(0), (~keep).sum(0)
-    if np.any(n_in == 0) or np.any(n_out == 0):
+    both = (n_in > 0) & (n_out > 0)
+    if not both.any():
         return None
-    mu_in = np.where(keep, phi, 0.0).sum(0) / n_in
-    mu_out = np.where(~keep, phi, 0.0).sum(0) / n_out
+    mu_in = np.where(keep, phi, 0.0).sum(0) / np.maximum(n_in, 1)
+    mu_out = np.where(~keep, phi, 0.0).sum(0) / np.maximum(n_out, 1)
     var_in = np.where(keep, (phi - mu_in) ** 2, 0.0).sum(0) / np.maximum(n_in - 1, 1)
     var_out = np.where(~keep, (phi - mu_out) ** 2, 0.0).sum(0) / np.maximum(n_out - 1, 1)
     # A floor on the spread: a sample every shadow fits identically would otherwise divide by 0.
     spread = np.sqrt(np.maximum((var_in + var_out) / 2, 1e-12))
-    return np.abs(mu_in - mu_out) / spread
+    # A sample the shadows never saw both IN and OUT (all 2^-k of them, k shadows) cannot be
+    # judged: -inf ranks it last, never among the most vulnerable.
+    return np.where(both, np.abs(mu_in - mu_out) / spread, -np.inf)
 
 
 #: Every membership-inference attack; the CLI choices and flags, the run and the reports read it.

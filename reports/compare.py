@@ -179,7 +179,7 @@ def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mpl
     fig, ax = new_axes(ax, size=(7.5, 4.0))
     eps = np.array([r.epsilon_ub_best for r in rows])
     grid = np.geomspace(eps.min() / 2, eps.max() * 2, 200)
-    ax.plot(grid, np.minimum(np.expm1(grid), 1.0), color=colour("ceiling"), linestyle="--", label="ceiling min(e^ε − 1, 1)")
+    ax.plot(grid, np.minimum(np.expm1(np.minimum(grid, 50.0)), 1.0), color=colour("ceiling"), linestyle="--", label="ceiling min(e^ε − 1, 1)")
     for family, members in _family_rows(result).items():
         members = sorted((r for r in members if r in rows), key=lambda r: r.epsilon_ub_best)
         if not members:
@@ -357,10 +357,16 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
                         "an ε-DP model's is at most e^ε − 1 (Yeom et al. 2018)."
                     ),
                 ),
-                Table(
-                    columns=attack_cols,
-                    rows=attack_rows,
-                    caption="Inversion: top-1 accuracy of an evaluation classifier on the reconstructions. Robust accuracy: the strongest evasion attack at each radius; certified where the defense certifies.",
+                *(
+                    [
+                        Table(
+                            columns=attack_cols,
+                            rows=attack_rows,
+                            caption="Inversion: top-1 accuracy of an evaluation classifier on the reconstructions. Robust accuracy: the strongest evasion attack at each radius; certified where the defense certifies.",
+                        )
+                    ]
+                    if any(r.inversion_top1 is not None or r.robust_accuracy for r in result.rows)
+                    else []
                 ),
                 *([t] if (t := _links_table(result)) else []),
                 *([t] if (t := _accountant_table(result)) else []),

@@ -3,6 +3,7 @@ implementations, result values, resumable shadow training, CLI and report."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -555,3 +556,33 @@ def test_an_attack_result_does_not_depend_on_the_other_attacks_of_the_call(targe
     alone = run_membership_attacks(["lira"], **kw)
     together = run_membership_attacks(["lira", "rmia"], **kw)
     np.testing.assert_array_equal(alone["lira"].scores, together["lira"].scores)
+
+
+def test_sample_vulnerability_is_judged_from_the_shadows_alone() -> None:
+    # Four shadows, three queried samples, two classes, label 1, φ = logit of class 1 = a:
+    # sample 10 is IN for shadows 0-1 (a = 4) and OUT for 2-3 (a = 0): far apart, vulnerable;
+    # sample 11 has a = 1 whatever its membership: not vulnerable; sample 12 is IN for every
+    # shadow, so no shadow shows how it looks OUT: -inf, never ranked among the most vulnerable.
+    from attacks.membership import MembershipContext, ShadowOutputs, sample_vulnerability
+
+    ids = np.array([10, 11, 12])
+    a = np.array([[4.0, 1.0, 2.0], [4.1, 1.0, 2.0], [0.0, 1.0, 2.0], [0.1, 1.0, 2.0]])  # (shadow, sample)
+    logits = np.stack([np.zeros_like(a), a], axis=-1)[:, :, None, :]  # (k, U, q = 1, C = 2)
+    train_ids = (np.array([10, 12]), np.array([10, 11, 12]), np.array([11, 12]), np.array([12]))
+    pool = ShadowOutputs(kind="online", pool_ids=ids, population_ids=np.array([], dtype=np.int64), train_ids=train_ids, logits=logits)
+    context = MembershipContext(
+        model_id="t",
+        sample_ids=ids,
+        is_member=np.array([True, False, True]),
+        universe_ids=ids,
+        universe_labels=np.array([1, 1, 1]),
+        target_logits=np.zeros((3, 1, 2)),
+        augmentations=("identity",),
+        shadows={"online": pool},
+    )
+    v = sample_vulnerability(context)
+    assert v is not None and v[0] > 10 and v[1] < 1e-3 and v[2] == -np.inf
+    # The target's logits play no part: changing them changes nothing.
+    other = dataclasses.replace(context, target_logits=np.full((3, 1, 2), 7.0))
+    np.testing.assert_array_equal(sample_vulnerability(other), v)
+    assert sample_vulnerability(dataclasses.replace(context, shadows={})) is None

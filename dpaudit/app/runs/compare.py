@@ -467,7 +467,8 @@ def membership_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, 
     vpath = out.result_dir / VULNERABILITY_FILE if out.result_dir is not None else None
     if vpath is not None and vpath.is_file():
         arrays = load_npz(vpath)
-        order = np.argsort(-arrays["vulnerability"], kind="stable")[: grid.vulnerable_top_k]
+        score = arrays["vulnerability"]
+        order = np.argsort(-score, kind="stable")[: min(grid.vulnerable_top_k, int(np.isfinite(score).sum()))]
         top = set(arrays["sample_ids"][order].tolist())
         for a, r in out.results.items():
             where = np.isin(r.sample_ids, list(top))
