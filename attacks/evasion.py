@@ -67,6 +67,8 @@ from dpaudit.training import resolve_device
 
 __all__ = [
     "ATTACK_NAMES",
+    "CONFIRM_CONFIDENCE",
+    "CONFIRM_SAMPLES",
     "EVASION_ATTACKS",
     "EvasionConfig",
     "adversarial_examples",

@@ -173,7 +173,7 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         FileNotFoundError: no record at ``spec.target``.
         ValueError: inconsistent options (named with their value).
     """
-    from attacks.evasion import run_evasion
+    from attacks.evasion import CONFIRM_SAMPLES, run_evasion
     from dpaudit.app.estimate import announce_if_long, seconds_per_example
     from dpaudit.data import load_dataset
     from dpaudit.results import EVASION_NORMS, load_evasion_result, save_evasion_result
@@ -331,6 +331,10 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
                 asked: dict[str, Any] = {"radii": list(radii), "seed": spec.seed, "num_examples": int(len(pick))}
                 if spec.num_eot_samples is not None and is_randomized(model):
                     stored["num_eot_samples"], asked["num_eot_samples"] = res.config.get("eot_samples"), spec.num_eot_samples
+                if is_randomized(model):
+                    # Breaks of a randomized model count only when fresh draws confirm them; a result
+                    # from before that rule (no confirmation) is not the same measurement.
+                    stored["confirm_samples"], asked["confirm_samples"] = res.config.get("confirm_samples"), CONFIRM_SAMPLES
                 if not _reusable(spec, path, stored, asked, what="attack result"):
                     res = None
             if res is None:

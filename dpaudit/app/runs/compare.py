@@ -63,7 +63,7 @@ _SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "inversion": ("attacks", "classes", "evaluator_epochs", "iterations"),
     "audit": ("method", "threat", "num_canaries", "num_trials", "epochs", "canary"),
 }
-_SETTING_KEYS = ("defense", "label", "model", "model_options")
+_SETTING_KEYS = ("defense", "label", "family", "model", "model_options")
 
 
 class GridError(ValueError):
@@ -191,7 +191,7 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
             Setting(
                 label=label,
                 defense=name,
-                family=spec.family or name,
+                family=str(table.get("family") or spec.family or name),
                 parameters=chosen,
                 model=str(table.get("model", model)),
                 model_options=dict(table.get("model_options", model_options)),
