@@ -187,6 +187,21 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise ValueError(f"{path} must be a JSON file, got a directory") from None
 
 
+def save_value(value: Any, directory: str | os.PathLike[str], filename: str, *, kind: type) -> Path:
+    """Writes a result value (``kind``, with ``to_dict``) as ``directory/filename`` atomically."""
+    if not isinstance(value, kind):
+        raise TypeError(f"result must be a {kind.__name__}, got {type(value).__name__}")
+    return atomic_write_json(Path(directory) / filename, value.to_dict())
+
+
+def load_value(path: str | os.PathLike[str], filename: str, *, kind: Any) -> Any:
+    """Reads a value written by :func:`save_value` from its file or the directory holding ``filename``."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / filename
+    return kind.from_dict(read_json(p))
+
+
 def atomic_save_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> Path:
     """Saves arrays to a compressed NPZ atomically; object arrays are refused (they need pickle)."""
     for name, arr in arrays.items():

@@ -134,6 +134,26 @@ def _pareto(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     return front
 
 
+def _family_curves(result: ComparisonResult, keep: Sequence[ComparisonRow]) -> list[tuple[str, list[ComparisonRow], dict[str, Any]]]:
+    """Per defense family (baseline excluded): its rows among ``keep``, by ε_UB, and its plot style."""
+    out = []
+    for family, rows in _family_rows(result).items():
+        members = sorted((r for r in rows if r in keep), key=lambda r: r.epsilon_ub_best)
+        if members:
+            out.append((family, members, style(family)))
+    return out
+
+
+def _finish(ax: Axes, *, xlabel: str, ylabel: str, title: str) -> None:
+    """The common end of the ε plots: log ε axis, labels, grid, legend beside the axes."""
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    legend_outside(ax)
+
+
 def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
     """Test accuracy against ε_UB (filled, solid) and ε_LB (hollow, dashed), one colour per family.
 
@@ -148,11 +168,7 @@ def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) 
     ub_all = [r.epsilon_ub_best for r in private]
     lb_pos = [r.epsilon_lb for r in private if r.epsilon_lb > 0]
     floor = min([*ub_all, *lb_pos]) / 10
-    for family, rows in _family_rows(result).items():
-        rows = sorted((r for r in rows if r.epsilon_ub and math.isfinite(r.epsilon_ub_best)), key=lambda r: r.epsilon_ub_best)
-        if not rows:
-            continue
-        st = style(family)
+    for family, rows, st in _family_curves(result, private):
         acc = [r.test_accuracy for r in rows]
         err = [r.test_accuracy_std for r in rows]
         ax.errorbar([r.epsilon_ub_best for r in rows], acc, yerr=err, color=st["color"], marker=st["marker"], linestyle="-", capsize=3, label=f"{family}: ε_UB")
@@ -162,12 +178,12 @@ def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) 
         ax.plot([p[0] for p in front], [p[1] for p in front], color="#bbbbbb", linewidth=7, alpha=0.6, zorder=0, solid_capstyle="round", label="Pareto front (ε_UB)")
     base = result.row(result.baseline)
     ax.axhline(base.test_accuracy, color=colour("nonprivate"), linestyle=":", linewidth=1.5, label=f"non-private baseline ({base.test_accuracy:.3f})")
-    ax.set_xscale("log")
-    ax.set_xlabel(f"ε (δ = {result.delta:g}); ε_LB at {result.confidence:.0%} confidence")
-    ax.set_ylabel("test accuracy")
-    ax.set_title("Privacy–utility: accuracy against the guarantee (ε_UB) and the evidence (ε_LB)")
-    ax.grid(True, which="both", alpha=0.3)
-    legend_outside(ax)
+    _finish(
+        ax,
+        xlabel=f"ε (δ = {result.delta:g}); ε_LB at {result.confidence:.0%} confidence",
+        ylabel="test accuracy",
+        title="Privacy–utility: accuracy against the guarantee (ε_UB) and the evidence (ε_LB)",
+    )
     return fig
 
 
@@ -180,22 +196,13 @@ def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mpl
     eps = np.array([r.epsilon_ub_best for r in rows])
     grid = np.geomspace(eps.min() / 2, eps.max() * 2, 200)
     ax.plot(grid, np.minimum(np.expm1(np.minimum(grid, 50.0)), 1.0), color=colour("ceiling"), linestyle="--", label="ceiling min(e^ε − 1, 1)")
-    for family, members in _family_rows(result).items():
-        members = sorted((r for r in members if r in rows), key=lambda r: r.epsilon_ub_best)
-        if not members:
-            continue
-        st = style(family)
+    for family, members, st in _family_curves(result, rows):
         ax.plot([r.epsilon_ub_best for r in members], [_strongest(r)[1]["advantage"] for r in members], color=st["color"], marker=st["marker"], linestyle="-", label=family)
     base = result.row(result.baseline)
     if base.membership:
         ax.axhline(_strongest(base)[1]["advantage"], color=colour("nonprivate"), linestyle=":", label="non-private baseline")
-    ax.set_xscale("log")
     ax.set_ylim(0, 1.05)
-    ax.set_xlabel(f"ε_UB (δ = {result.delta:g})")
-    ax.set_ylabel("membership advantage TPR − FPR")
-    ax.set_title("How much of the DP ceiling the strongest attack reaches")
-    ax.grid(True, which="both", alpha=0.3)
-    legend_outside(ax)
+    _finish(ax, xlabel=f"ε_UB (δ = {result.delta:g})", ylabel="membership advantage TPR − FPR", title="How much of the DP ceiling the strongest attack reaches")
     return fig
 
 

@@ -25,7 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.store import SCHEMA_VERSION, atomic_write_json, read_json
+from dpaudit.store import SCHEMA_VERSION, load_value, save_value
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import thaw as _thaw
 
@@ -252,14 +252,10 @@ class EpsilonByTrials:
 
 def save_audit_result(result: AuditResult, directory: str | os.PathLike[str]) -> Path:
     """Writes ``result.json`` under ``directory`` atomically; returns its path."""
-    if not isinstance(result, AuditResult):
-        raise TypeError(f"result must be an AuditResult, got {type(result).__name__}")
-    return atomic_write_json(Path(directory) / RESULT_FILE, result.to_dict())
+    return save_value(result, directory, RESULT_FILE, kind=AuditResult)
 
 
 def load_audit_result(path: str | os.PathLike[str]) -> AuditResult:
     """Reads an audit result from its directory or its ``result.json``."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / RESULT_FILE
-    return AuditResult.from_dict(read_json(p))
+    result: AuditResult = load_value(path, RESULT_FILE, kind=AuditResult)
+    return result

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.store import atomic_write_json, freeze, read_json, thaw
+from dpaudit.store import freeze, load_value, save_value, thaw
 
 __all__ = [
     "COMPARISON_FILE",
@@ -301,17 +301,13 @@ class ComparisonResult:
 
 def save_comparison(result: ComparisonResult, directory: str | os.PathLike[str]) -> Path:
     """Writes ``comparison.json`` into ``directory`` atomically; returns its path."""
-    if not isinstance(result, ComparisonResult):
-        raise TypeError(f"result must be a ComparisonResult, got {type(result).__name__}")
-    return atomic_write_json(Path(directory) / COMPARISON_FILE, result.to_dict())
+    return save_value(result, directory, COMPARISON_FILE, kind=ComparisonResult)
 
 
 def load_comparison(path: str | os.PathLike[str]) -> ComparisonResult:
     """Reads ``comparison.json`` (or the directory holding it)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / COMPARISON_FILE
-    return ComparisonResult.from_dict(read_json(p))
+    result: ComparisonResult = load_value(path, COMPARISON_FILE, kind=ComparisonResult)
+    return result
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:

@@ -414,6 +414,17 @@ def train_job(*, grid: CompareGrid, setting: Setting, seed: int, run_dir: str, d
     }
 
 
+def _attack_configs(registry: Mapping[str, Any], names: Sequence[str], **shared: Any) -> dict[str, Any]:
+    """Each named attack's config, with the grid's ``shared`` settings where the config has the field
+    (``None`` leaves the attack's default)."""
+    configs = {}
+    for name in names:
+        ctype = registry[name].config_type
+        fields = {f.name for f in dataclasses.fields(ctype)}
+        configs[name] = ctype(**{k: val for k, val in shared.items() if val is not None and k in fields})
+    return configs
+
+
 def _membership_measures(result: Any, *, delta: float, confidence: float, where: np.ndarray | None = None) -> dict[str, Any]:
     from dpaudit.results import MembershipResult
 
@@ -439,11 +450,7 @@ def membership_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, 
 
     mem = grid.membership
     assert mem is not None
-    configs = {}
-    for a in mem["attacks"]:
-        ctype = MEMBERSHIP_ATTACKS[a].config_type
-        names = {f.name for f in dataclasses.fields(ctype)}
-        configs[a] = ctype(**({"num_shadows": mem["num_shadows"]} if "num_shadows" in names else {}))
+    configs = _attack_configs(MEMBERSHIP_ATTACKS, mem["attacks"], num_shadows=mem["num_shadows"])
     shadow: dict[str, Any] = {}
     if mem["shadows"] == "shared":
         shadow = {"shadow_defense": "nonprivate", "shadow_config": {"epochs": mem["shadow_epochs"]} if mem["shadow_epochs"] else {}}
@@ -540,11 +547,7 @@ def inversion_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, r
 
     inv = grid.inversion
     assert inv is not None
-    configs = {}
-    for a in inv["attacks"]:
-        ctype = INVERSION_ATTACKS[a].config_type
-        names = {f.name for f in dataclasses.fields(ctype)}
-        configs[a] = ctype(**({"iterations": inv["iterations"]} if inv.get("iterations") and "iterations" in names else {}))
+    configs = _attack_configs(INVERSION_ATTACKS, inv["attacks"], iterations=inv.get("iterations"))
     evaluator = EvaluatorConfig(evaluator_epochs=inv["evaluator_epochs"]) if inv.get("evaluator_epochs") else EvaluatorConfig()
     out = run_inversion(
         InversionSpec(
