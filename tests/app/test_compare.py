@@ -260,3 +260,25 @@ def test_report_passes_the_browser_check(tiny, check_page) -> None:
     assert_clean(*reports)
     # Four figures (privacy-utility, advantage, vulnerable, robustness) and the tables were there to check.
     assert reports[0].num_images == 4 and reports[0].num_cells > 50
+
+
+def test_audit_section_audits_each_dp_setting(tmp_path: Path) -> None:
+    # [attacks.audit] runs a canary audit of each DP-SGD setting's training algorithm (same σ
+    # calibration, C, q and epochs); its ε_LB competes for the row's best and its own claim is
+    # checked against it. The non-private baseline has no algorithm to audit.
+    text = (
+        '[[defenses]]\ndefense = "nonprivate"\nepochs = 2\n[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 4.0\nepochs = 2\nlot_size = 64\n[attacks.audit]\nmethod = "one-run"\nnum_canaries = 100\n'
+    )
+    grid = load_grid(_grid(tmp_path, text))
+    assert grid.num_bounds() == 1
+    run = RunDir(tmp_path / "run")
+    result = run_compare(CompareSpec(grid=grid, executor="serial", progress=False), run)
+    assert result.jobs_run == 3  # two trainings and one audit
+    audits = run.audit_dirs()
+    assert len(audits) == 1 and "dpsgd" in audits[0].name
+    from dpaudit.results import load_audit_result
+
+    audit = load_audit_result(audits[0])
+    assert audit.epsilon_ub == pytest.approx(4.0, rel=0.01) and audit.method == "one-run"
+    row = result.row("dpsgd")
+    assert row.epsilon_lb == audit.epsilon_lb and row.verdict == "no violation"
