@@ -196,6 +196,11 @@ def test_cli_json_and_report(cli, tiny) -> None:
     html = report.read_text()
     assert ">nan<" not in html and ">None<" not in html
     assert 'href="membership-' in html
+    # Every drill-down link leads to a rendered report; a row that does not certify links no certified report.
+    for row in result.rows:
+        assert "certified" not in row.links and set(row.links) == {"membership"}
+        for href in row.links.values():
+            assert (report.parent / href).is_file(), href
 
 
 def test_violation_exits_3(tiny, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -747,17 +747,23 @@ def run_compare(spec: CompareSpec, run: RunDir) -> ComparisonResult:
             members = trained[f"train-{s.label}-seed{grid.seeds[0]}"]["num_members"]
             eval_jobs.append((key, _job_file(jobs_dir, key), _hash({"grid": gkey, "setting": s.key(), "audit": grid.audit}), audit_job, {"grid": grid, "setting": s, "num_members": members, **common}))
         evaluated = _run_wave(eval_jobs, executor=executor, bar=bar, counts=counts)
-    result = condense(grid, trained, evaluated, seconds=time.monotonic() - started, jobs_run=counts["run"], jobs_reused=counts["reused"], run=run)
+    result = condense(grid, trained, evaluated, seconds=time.monotonic() - started, jobs_run=counts["run"], jobs_reused=counts["reused"])
     save_comparison(result, base)
     return result
 
 
-def _links(run: RunDir, model_ids: Sequence[str], sections: Sequence[str]) -> dict[str, str]:
-    """Drill-down reports of a row, relative to the run's reports folder (rendered by ``report``)."""
+def _links(model_ids: Sequence[str], sections: Sequence[str], *, certifies: bool) -> dict[str, str]:
+    """Drill-down reports of a row, relative to the run's reports folder (rendered by ``report``).
+
+    Evasion results of a model that does not certify appear only in the matrix: the certified
+    report lists certified models, so such a row gets no "certified" link.
+    """
+    from reports.membership import membership_report_stem
+
     links: dict[str, str] = {}
     if "membership" in sections and model_ids:
-        links["membership"] = f"membership-{safe_stem(model_ids[0], default='target')}.html"
-    if "evasion" in sections:
+        links["membership"] = f"{membership_report_stem(model_ids[0])}.html"
+    if "evasion" in sections and certifies:
         links["certified"] = "certified.html"
     if "inversion" in sections:
         links["inversion"] = "inversion.html"
@@ -765,9 +771,11 @@ def _links(run: RunDir, model_ids: Sequence[str], sections: Sequence[str]) -> di
 
 
 def condense(
-    grid: CompareGrid, trained: Mapping[str, Mapping[str, Any]], evaluated: Mapping[str, Mapping[str, Any]], *, seconds: float = 0.0, jobs_run: int = 0, jobs_reused: int = 0, run: RunDir | None = None
+    grid: CompareGrid, trained: Mapping[str, Mapping[str, Any]], evaluated: Mapping[str, Mapping[str, Any]], *, seconds: float = 0.0, jobs_run: int = 0, jobs_reused: int = 0
 ) -> ComparisonResult:
     """The defense × measure matrix from the jobs' outcomes (pure: no training, no I/O)."""
+    from defenses import DEFENSES
+
     base_acc, _ = mean_std([trained[f"train-{grid.baseline}-seed{seed}"]["test_accuracy"] for seed in grid.seeds])
     sections = [k for k in _EVALUATIONS if getattr(grid, k) is not None]
     rows = []
@@ -853,7 +861,7 @@ def condense(
                 certified_accuracy={r: mean_std(a)[0] for r, a in certified.items()},
                 verdict=verdict,
                 findings=tuple(findings),
-                links=_links(run, model_ids, sections) if run is not None else {},
+                links=_links(model_ids, sections, certifies=DEFENSES[s.defense].certification is not None and bool(grid.evasion and grid.evasion["certify"])),
             )
         )
     return ComparisonResult(
