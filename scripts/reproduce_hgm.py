@@ -82,6 +82,7 @@ QUICK = dict(
     eot_samples=2,
     pretrain_epochs=2,
     noise_ramp=0.1,
+    secure_noise_ramp=0.3,
     smoothing_sigmas=(0.5,),
     smoothing_draws=1000,
     smoothing_sizes=(0.5, 1.0),
@@ -107,6 +108,7 @@ FULL = dict(
     eot_samples=2,
     pretrain_epochs=1,
     noise_ramp=0.1,
+    secure_noise_ramp=0.3,
     # Cohen, Rosenfeld & Kolter (2019) on MNIST-scale inputs: σ ∈ {0.25, 0.5, 1}, CERTIFY with
     # n0 = 100, n = 10,000 on CPU (their 100,000 on a GPU), α = 0.001, read at L2 radii up to 1.
     smoothing_sigmas=(0.25, 0.5, 1.0),
@@ -201,7 +203,6 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, key) is not None:
             p[key] = getattr(args, key)
     p.setdefault("dp_learning_rate", 0.1)
-    p.setdefault("secure_noise_ramp", 0.3)
     p["authors_code"] = args.authors_code
     device = resolve_device(args.device)
     bundle = load_dataset(p["dataset"])

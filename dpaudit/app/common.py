@@ -162,6 +162,14 @@ def add_common(
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
+def check_executor_flags(args: argparse.Namespace) -> None:
+    """``--address`` names a Ray cluster and needs ``--executor ray`` (one line, exit 2, before any work)."""
+    if args.address is not None and not args.address.strip():
+        raise UsageError("--address must name a Ray cluster (host:port or 'auto'), got an empty string", argument="--address")
+    if args.address is not None and args.executor != "ray":
+        raise UsageError(f"--address={args.address!r} needs --executor ray, got --executor {args.executor}", argument="--address")
+
+
 def check_record(flag: str, path: str) -> Any:
     """The record at ``path`` (a record directory, its record.json, or a run with one record), loaded.
 

@@ -28,7 +28,7 @@ from dpaudit.app.cli import _leaf_parsers, build_parser, main
 NUMERIC_VALUES = ("0", "-1", "nan", "inf", "-inf", "1e300", "abc", "")
 CHOICE_VALUES = ("", "bogus")
 #: Flags whose value is a path to an existing file, and flags naming a directory (created or read).
-FILE_FLAGS = {"--claim", "--weights", "--member-ids", "--non-member-ids", "--votes", "--answered"}
+FILE_FLAGS = {"--claim", "--weights", "--member-ids", "--non-member-ids", "--votes", "--answered", "--config"}
 DIR_FLAGS = {"--out", "--data-root", "--target"}
 #: Flags whose value is free text with its own syntax, and the hostile values each gets.
 TEXT_FLAGS: dict[str, tuple[str, ...]] = {
@@ -182,6 +182,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
         raise Reached
 
     import dpaudit.app.runs.audit as audit_run
+    import dpaudit.app.runs.compare as compare_run
     import dpaudit.app.runs.dssgd as dssgd_run
     import dpaudit.app.runs.inversion as inversion_run
     import dpaudit.app.runs.membership as membership_run
@@ -196,6 +197,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pate_run, "attack_aggregator", stop)
     monkeypatch.setattr(train_run, "train_or_load", stop)
     monkeypatch.setattr(certify_verb, "run_certify", stop)
+    monkeypatch.setattr(compare_run, "run_compare", stop)
 
 
 def _owner_of(verb: str, flag: str) -> list[str]:
@@ -279,6 +281,9 @@ def _base(verb: str, flag: str, work: Path, record_dir: Path, external: dict[str
         return ["certify", "--target", str(record_dir), "--out", out]
     if verb == "report":
         return ["report"]
+    if verb == "compare":
+        extra = ["--executor", "ray"] if flag == "--address" else []
+        return ["compare", "--config", external["grid"], *extra, "--out", out]
     if verb == "pate analyze":
         votes = ["pate", "analyze", "--votes", external["votes"]]
         if flag == "--laplace-scale":
@@ -352,7 +357,9 @@ def external(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
     np.save(d / "votes.npy", np.array([[200, 30, 10, 10, 0, 0, 0, 0, 0, 0]] * 20, dtype=np.int64))
     np.save(d / "answered.npy", np.arange(20) % 2 == 0)
+    (d / "grid.toml").write_text('[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = 1\n')
     return {
+        "grid": str(d / "grid.toml"),
         "votes": str(d / "votes.npy"),
         "answered": str(d / "answered.npy"),
         "model_fn": f"{d / 'extmodel.py'}:build",

@@ -162,6 +162,13 @@ def _pate_argv(out: Path, targets: dict[str, Path]) -> list[str]:
     return ["pate", "analyze", "--votes", str(path), "--sigma", "40", "--delta", "1e-5"]
 
 
+def _compare_argv(out: Path, targets: dict[str, Path]) -> list[str]:
+    """A grid of two long trainings, one per pool worker, still training when killed."""
+    grid = out.parent / "grid.toml"
+    grid.write_text('[[defenses]]\ndefense = "nonprivate"\nepochs = 1000\n[[defenses]]\ndefense = "nonprivate"\nlabel = "again"\nepochs = 999\n')
+    return ["compare", "--config", str(grid), "--num-workers", "2", "--out", str(out)]
+
+
 # Long enough that each is still running when killed.
 SCENARIOS: dict[str, Scenario] = {
     "epsilon": Scenario(lambda out, t: ["epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--num-steps", "100000", "--delta", "1e-5"]),
@@ -180,6 +187,7 @@ SCENARIOS: dict[str, Scenario] = {
     "certify": Scenario(lambda out, t: ["certify", "--target", str(t["pixeldp"]), "--num-draws", "100000", "--out", str(out)]),
     "report": Scenario(lambda out, t: ["report", str(t["nonprivate"])]),
     "pate": Scenario(_pate_argv),
+    "compare": Scenario(_compare_argv, ready=_workers_busy(4.0)),
 }
 
 

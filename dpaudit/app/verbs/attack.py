@@ -18,7 +18,7 @@ import argparse
 import sys
 from typing import Any
 
-from dpaudit.app.common import EXIT_OK, UsageError, add_common, check_record, delta_type, emit, path_type, positive_int
+from dpaudit.app.common import EXIT_OK, UsageError, add_common, check_executor_flags, check_record, delta_type, emit, path_type, positive_int
 from dpaudit.options import limit_action
 
 __all__ = ["register"]
@@ -91,10 +91,7 @@ def _spec(args: argparse.Namespace, flags: Any) -> Any:
 
     if (args.target is None) == (args.model_fn is None):
         raise UsageError("give exactly one of --target PATH or --model-fn MODULE:FUNCTION (with --weights, --dataset, --member-ids)")
-    if args.address is not None and not args.address.strip():
-        raise UsageError("--address must name a Ray cluster (host:port or 'auto'), got an empty string", argument="--address")
-    if args.address is not None and args.executor != "ray":
-        raise UsageError(f"--address={args.address!r} needs --executor ray, got --executor {args.executor}")
+    check_executor_flags(args)
     names = expand_attacks(args.attack)
     configs = {}
     for name in names:

@@ -18,7 +18,7 @@ import argparse
 import math
 from typing import Any
 
-from dpaudit.app.common import EXIT_OK, EXIT_VIOLATION, UsageError, add_common, emit, path_type
+from dpaudit.app.common import EXIT_OK, EXIT_VIOLATION, UsageError, add_common, check_executor_flags, emit, path_type
 
 __all__ = ["register"]
 
@@ -36,6 +36,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from dpaudit.app.runs.report import render_reports
     from dpaudit.store import RunDir
 
+    check_executor_flags(args)
     try:
         grid = load_grid(args.config)
     except GridError as exc:
