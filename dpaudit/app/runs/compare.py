@@ -200,6 +200,16 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
     return settings
 
 
+def _attack_names(section: str, value: Any, registry: Mapping[str, Any]) -> list[str]:
+    """The attacks a section names, each checked against its registry (the error names the key)."""
+    key = f"attacks.{section}.attacks"
+    names = [str(a) for a in _as_list(key, value)]
+    for a in names:
+        if a not in registry:
+            raise _fail(key, f"unknown {section} attack {a!r} (known: {', '.join(registry)})")
+    return names
+
+
 def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
     """Validates a grid (the TOML's tables) into a :class:`CompareGrid`.
 
@@ -266,10 +276,7 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
         sections[section] = dict(table)
     mem = sections["membership"]
     if mem is not None:
-        names = [str(a) for a in _as_list("attacks.membership.attacks", mem.get("attacks", ["loss"]))]
-        for a in names:
-            if a not in MEMBERSHIP_ATTACKS:
-                raise _fail("attacks.membership.attacks", f"unknown membership attack {a!r} (known: {', '.join(MEMBERSHIP_ATTACKS)})")
+        names = _attack_names("membership", mem.get("attacks", ["loss"]), MEMBERSHIP_ATTACKS)
         shadows = mem.get("shadows", "shared")
         if shadows not in ("shared", "target"):
             raise _fail("attacks.membership.shadows", f"must be 'shared' (one non-private pool for every target) or 'target' (each target's own recipe), got {shadows!r}")
@@ -286,10 +293,7 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
             raise _fail("attacks.membership", str(exc)) from None
     eva = sections["evasion"]
     if eva is not None:
-        names = [str(a) for a in _as_list("attacks.evasion.attacks", eva.get("attacks", ["fgsm", "pgd"]))]
-        for a in names:
-            if a not in EVASION_ATTACKS:
-                raise _fail("attacks.evasion.attacks", f"unknown evasion attack {a!r} (known: {', '.join(EVASION_ATTACKS)})")
+        names = _attack_names("evasion", eva.get("attacks", ["fgsm", "pgd"]), EVASION_ATTACKS)
         radii = sorted(set(_number_list("attacks.evasion.radii", eva.get("radii", [0.1, 0.3]), check=v.positive)))
         norm = eva.get("norm", "l2")
         if norm not in ("l2", "linf"):
@@ -308,10 +312,8 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
             raise _fail("attacks.evasion", str(exc)) from None
     inv = sections["inversion"]
     if inv is not None:
-        names = [str(a) for a in _as_list("attacks.inversion.attacks", inv.get("attacks", ["mi-face"]))]
+        names = _attack_names("inversion", inv.get("attacks", ["mi-face"]), INVERSION_ATTACKS)
         for a in names:
-            if a not in INVERSION_ATTACKS:
-                raise _fail("attacks.inversion.attacks", f"unknown inversion attack {a!r} (known: {', '.join(INVERSION_ATTACKS)})")
             if INVERSION_ATTACKS[a].prior is not None:
                 raise _fail("attacks.inversion.attacks", f"{a!r} needs a prior trained on public data, which a grid does not configure yet; use an attack without one (e.g. mi-face)")
         inv = {"attacks": names, "classes": inv.get("classes"), "evaluator_epochs": inv.get("evaluator_epochs"), "iterations": inv.get("iterations")}
