@@ -274,12 +274,13 @@ def test_report_passes_the_browser_check(tiny, check_page) -> None:
     assert reports[0].num_images == 4 and reports[0].num_cells > 50
 
 
+@pytest.mark.slow  # a real canary audit (~15 s); keeps the default suite near its 6-minute budget
 def test_audit_section_audits_each_dp_setting(tmp_path: Path) -> None:
     # [attacks.audit] runs a canary audit of each DP-SGD setting's training algorithm (same σ
     # calibration, C, q and epochs); its ε_LB competes for the row's best and its own claim is
     # checked against it. The non-private baseline has no algorithm to audit.
     text = (
-        '[[defenses]]\ndefense = "nonprivate"\nepochs = 2\n[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 4.0\nepochs = 2\nlot_size = 64\n[attacks.audit]\nmethod = "one-run"\nnum_canaries = 100\n'
+        '[[defenses]]\ndefense = "nonprivate"\nepochs = 1\n[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 4.0\nepochs = 1\nlot_size = 64\n[attacks.audit]\nmethod = "one-run"\nnum_canaries = 50\n'
     )
     grid = load_grid(_grid(tmp_path, text))
     assert grid.num_bounds() == 1
