@@ -76,6 +76,10 @@ def test_grid_expands_lists_and_adds_nothing_when_the_baseline_is_listed(tmp_pat
     # ε swept at fixed epochs: σ is calibrated to each target.
     assert grid.settings[1].parameters["noise_multiplier"] is None and grid.settings[1].parameters["target_epsilon"] == 1.0
     assert grid.num_bounds() == 2  # two attacks × one seed, no audit
+    assert grid.bound_confidence() == pytest.approx(0.975)
+    # An audit's ε_LB competes for the row's best too: it is one more bound to pay for.
+    audited = parse_grid({"attacks": {"membership": {"attacks": ["loss", "lira"]}, "audit": {}}, "seeds": [0, 1]})
+    assert audited.num_bounds() == 5 and audited.bound_confidence() == pytest.approx(0.99)
 
 
 def test_baseline_is_always_part_of_the_grid() -> None:
@@ -293,5 +297,6 @@ def test_audit_section_audits_each_dp_setting(tmp_path: Path) -> None:
 
     audit = load_audit_result(audits[0])
     assert audit.epsilon_ub == pytest.approx(4.0, rel=0.01) and audit.method == "one-run"
+    assert audit.confidence == grid.bound_confidence() == grid.confidence  # the only bound of the row
     row = result.row("dpsgd")
     assert row.epsilon_lb == audit.epsilon_lb and row.verdict == "no violation"

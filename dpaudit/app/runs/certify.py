@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,8 +139,8 @@ class CertifySpec:
         object.__setattr__(self, "batch_size", v.integer("batch_size", self.batch_size, minimum=1))
 
 
-def _note(spec: CertifySpec, text: str) -> None:
-    if spec.progress:
+def _note(progress: bool, text: str) -> None:
+    if progress:
         print(text, file=sys.stderr)
 
 
@@ -150,19 +150,70 @@ def _mismatch(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> tuple[dic
     return {k: stored.get(k) for k in keys}, {k: wanted[k] for k in keys}
 
 
-def _reusable(spec: CertifySpec, path: Path, stored: Mapping[str, Any] | None, wanted: Mapping[str, Any], *, what: str = "certificate") -> bool:
+def _reusable(progress: bool, path: Path, stored: Mapping[str, Any] | None, wanted: Mapping[str, Any], *, what: str = "certificate") -> bool:
     if stored is None:
         return False
     was, asked = _mismatch(stored, wanted)
     if was or asked:
-        _note(spec, f"recomputing {path.name}: stored with {was}, asked for {asked}")
+        _note(progress, f"recomputing {path.name}: stored with {was}, asked for {asked}")
         return False
-    _note(spec, f"reusing stored {what} {path.name}")
+    _note(progress, f"reusing stored {what} {path.name}")
     return True
 
 
 def _by_radius(radii: tuple[float, ...], values: Any) -> dict[str, float]:
     return {f"{r:g}": float(a) for r, a in zip(radii, values)}
+
+
+def test_subset(num_test: int, *, num_examples: int, seed: int) -> np.ndarray:
+    """The sorted test positions a seed attacks and certifies (``certify`` and ``compare`` agree on them)."""
+    from dpaudit.seeding import numpy_rng
+
+    return np.sort(numpy_rng(seed, "certify-examples").choice(num_test, size=min(num_examples, num_test), replace=False))
+
+
+def robust_accuracies(
+    model: Any,
+    x: Any,
+    y: Any,
+    *,
+    attacks: Sequence[str],
+    radii: tuple[float, ...],
+    norm: str,
+    num_eot_samples: int | None,
+    seed: int,
+    device: Any,
+    directory: Path,
+    progress: bool,
+) -> dict[str, dict[str, float]]:
+    """Each evasion attack's robust accuracy by radius, reusing a result stored in ``directory``
+    when it answers the same question (radii, seed, examples; for a randomized model the EOT
+    draws asked and confirmed breaks), and saying so on stderr with ``progress``."""
+    from attacks.evasion import CONFIRM_SAMPLES, run_evasion
+    from dpaudit.results import load_evasion_result, save_evasion_result
+    from dpaudit.robustness.noise import is_randomized
+
+    randomized = is_randomized(model)
+    robust: dict[str, dict[str, float]] = {}
+    for name in attacks:
+        path = directory / f"evasion-{name}-{norm}.json"
+        res = load_evasion_result(path) if path.is_file() else None
+        if res is not None:
+            stored = {"radii": [float(r) for r in res.radii], "seed": res.config.get("seed"), "num_examples": res.num_examples}
+            asked: dict[str, Any] = {"radii": list(radii), "seed": seed, "num_examples": int(len(y))}
+            if num_eot_samples is not None and randomized:
+                stored["num_eot_samples"], asked["num_eot_samples"] = res.config.get("eot_samples"), num_eot_samples
+            if randomized:
+                # Breaks of a randomized model count only when fresh draws confirm them; a result
+                # from before that rule (no confirmation) is not the same measurement.
+                stored["confirm_samples"], asked["confirm_samples"] = res.config.get("confirm_samples"), CONFIRM_SAMPLES
+            if not _reusable(progress, path, stored, asked, what="attack result"):
+                res = None
+        if res is None:
+            res = run_evasion(model, x, y, attack=name, radii=list(radii), norm=norm, eot_samples=num_eot_samples, seed=seed, device=device, progress=progress)
+            save_evasion_result(res, directory)
+        robust[name] = _by_radius(radii, res.robust_accuracy)
+    return robust
 
 
 def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
@@ -173,10 +224,9 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         FileNotFoundError: no record at ``spec.target``.
         ValueError: inconsistent options (named with their value).
     """
-    from attacks.evasion import CONFIRM_SAMPLES, run_evasion
     from dpaudit.app.estimate import announce_if_long, seconds_per_example
     from dpaudit.data import load_dataset
-    from dpaudit.results import EVASION_NORMS, load_evasion_result, save_evasion_result
+    from dpaudit.results import EVASION_NORMS
     from dpaudit.results.certification import CertificationSpec, SmoothingCertificationSpec, save_certify_summary
     from dpaudit.results.record import WEIGHTS_FILE, load_record, resolve_record_dir, weights_digest
     from dpaudit.robustness.certification import (
@@ -190,8 +240,7 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         soundness_violations,
     )
     from dpaudit.robustness.montecarlo import sample_scores
-    from dpaudit.robustness.noise import add_input_noise, find_noise_layer, is_randomized, layer_sensitivity
-    from dpaudit.seeding import numpy_rng
+    from dpaudit.robustness.noise import add_input_noise, find_noise_layer, layer_sensitivity
     from dpaudit.store import thaw
     from dpaudit.training import resolve_device
     from dpaudit.weights import load_model
@@ -246,7 +295,7 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     with unit_lock(run.path, f"certify-{record.model_id}"):  # one writer per model's certificates
         bundle = load_dataset(record.dataset, data_root=spec.data_root)
         test = bundle.test
-        pick = np.sort(numpy_rng(spec.seed, "certify-examples").choice(len(test), size=min(spec.num_examples, len(test)), replace=False))
+        pick = test_subset(len(test), num_examples=spec.num_examples, seed=spec.seed)
         x, y = test.features[pick], test.labels[pick]
         labels = y.numpy().astype(np.int64)
         radii = spec.radii
@@ -268,12 +317,12 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         own_path = cdir / f"certify-{record.defense}.json"
         smooth_path = cdir / "certify-smoothing.json"
         own = load_certification_result(own_path) if noise_layer_spec is not None and own_path.is_file() else None
-        if own is not None and not _reusable(spec, own_path, own.config, wanted):
+        if own is not None and not _reusable(spec.progress, own_path, own.config, wanted):
             own = None
         smooth = None
         if with_smoothing:
             smooth = load_certification_result(smooth_path) if smooth_path.is_file() else None
-            if smooth is not None and not _reusable(spec, smooth_path, smooth.config, wanted_smooth):
+            if smooth is not None and not _reusable(spec.progress, smooth_path, smooth.config, wanted_smooth):
                 smooth = None
 
         draws_per_second: float | None = own.config.get("draws_per_second") if own is not None else None
@@ -322,25 +371,7 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
                 )
                 save_certification_result(smooth, cdir)
 
-        robust: dict[str, dict[str, float]] = {}
-        for name in spec.attacks:
-            path = cdir / f"evasion-{name}-{norm}.json"
-            res = load_evasion_result(path) if path.is_file() else None
-            if res is not None:
-                stored = {"radii": [float(r) for r in res.radii], "seed": res.config.get("seed"), "num_examples": res.num_examples}
-                asked: dict[str, Any] = {"radii": list(radii), "seed": spec.seed, "num_examples": int(len(pick))}
-                if spec.num_eot_samples is not None and is_randomized(model):
-                    stored["num_eot_samples"], asked["num_eot_samples"] = res.config.get("eot_samples"), spec.num_eot_samples
-                if is_randomized(model):
-                    # Breaks of a randomized model count only when fresh draws confirm them; a result
-                    # from before that rule (no confirmation) is not the same measurement.
-                    stored["confirm_samples"], asked["confirm_samples"] = res.config.get("confirm_samples"), CONFIRM_SAMPLES
-                if not _reusable(spec, path, stored, asked, what="attack result"):
-                    res = None
-            if res is None:
-                res = run_evasion(model, x, y, attack=name, radii=list(radii), norm=norm, eot_samples=spec.num_eot_samples, seed=spec.seed, device=dev, progress=spec.progress)
-                save_evasion_result(res, cdir)
-            robust[name] = _by_radius(radii, res.robust_accuracy)
+        robust = robust_accuracies(model, x, y, attacks=spec.attacks, radii=radii, norm=norm, num_eot_samples=spec.num_eot_samples, seed=spec.seed, device=dev, directory=cdir, progress=spec.progress)
 
         violations: list[SoundnessViolation] = []
         if robust:

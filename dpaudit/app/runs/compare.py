@@ -127,6 +127,10 @@ class CompareGrid:
         per_seed = len(self.membership["attacks"]) if self.membership else 0
         return max(1, per_seed * len(self.seeds) + (1 if self.audit else 0))
 
+    def bound_confidence(self) -> float:
+        """The confidence each ε_LB is taken at, so that their maximum holds at ``confidence``."""
+        return 1 - (1 - self.confidence) / self.num_bounds()
+
 
 def _as_list(key: str, value: Any) -> list[Any]:
     values = value if isinstance(value, list) else [value]
@@ -438,7 +442,7 @@ def _membership_measures(result: Any, *, delta: float, confidence: float, where:
     return {
         "auc": float(s["auc"]),
         "advantage": float(2 * s["balanced_accuracy"] - 1),
-        "tpr_at_fpr": {f"{f:g}": float(result.tpr_at_fpr(f)) for f in COMPARE_FPRS},
+        "tpr_at_fpr": {f: float(t) for f, t in s["tpr_at_fpr"].items()},
         "epsilon_lb": float(s["epsilon_lb"]),
         "num_samples": int(len(result.scores)),
     }
@@ -470,7 +474,7 @@ def membership_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, 
     )
     out = run_membership(spec, RunDir(run_dir))
     # Each ε_LB is taken at the Bonferroni level of the row's best-of-all maximum.
-    level = 1 - (1 - grid.confidence) / grid.num_bounds()
+    level = grid.bound_confidence()
     measures = {a: _membership_measures(r, delta=grid.delta, confidence=level) for a, r in out.results.items()}
     vulnerable: dict[str, Any] = {}
     vpath = out.result_dir / VULNERABILITY_FILE if out.result_dir is not None else None
@@ -485,12 +489,15 @@ def membership_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, 
     return {"membership": measures, "vulnerable": {a: m for a, m in vulnerable.items() if m}, "result_dir": str(out.result_dir)}
 
 
+def _strongest_by_radius(robust: Mapping[str, Mapping[str, float]], radii: Sequence[float]) -> dict[str, float]:
+    """Per radius, the lowest robust accuracy any attack left (the strongest attack there)."""
+    return {f"{r:g}": float(min(accs[f"{r:g}"] for accs in robust.values())) for r in radii} if robust else {}
+
+
 def evasion_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, run_dir: str, data_root: str | None) -> dict[str, Any]:
     """Robust accuracy under the grid's evasion attacks; certified accuracy where the defense certifies."""
-    from attacks.evasion import run_evasion
-    from dpaudit.app.runs.certify import CertifySpec, certifiable_defenses, run_certify
+    from dpaudit.app.runs.certify import CertifySpec, certifiable_defenses, robust_accuracies, run_certify, test_subset
     from dpaudit.data import load_dataset
-    from dpaudit.results import load_evasion_result, save_evasion_result
     from dpaudit.results.record import load_record
     from dpaudit.weights import load_model
 
@@ -516,29 +523,31 @@ def evasion_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, run
             ),
             run,
         )
-        robust = [[summary.robust_accuracy[a][f"{r:g}"] for r in radii] for a in summary.robust_accuracy]
         return {
-            "robust_accuracy": {f"{r:g}": float(min(col)) for r, col in zip(radii, zip(*robust))} if robust else {},
+            "robust_accuracy": _strongest_by_radius(summary.robust_accuracy, radii),
             "certified_accuracy": dict(summary.certified_accuracy),
             "conventional_accuracy": float(summary.conventional_accuracy),
             "unsound": [f"{x.certificate} at radius {x.radius:g}: certified {x.certified_accuracy:.3f} > robust {x.robust_accuracy:.3f}" for x in summary.soundness_violations],
             "certified": True,
         }
-    bundle = load_dataset(record.dataset, data_root=data_root)
-    n = min(eva["num_examples"], len(bundle.test))
-    pick = np.sort(np.random.default_rng(seed).choice(len(bundle.test), size=n, replace=False))
-    x, y = bundle.test.features[pick], bundle.test.labels[pick]
-    model = load_model(trained["record_dir"], device=grid.device)
-    out = run.subdir("attacks") / "evasion" / safe_stem(record.model_id, default="target")
-    strongest = np.ones(len(radii))
-    for a in eva["attacks"]:
-        path = out / f"evasion-{a}-{eva['norm']}.json"
-        res = load_evasion_result(path) if path.is_file() else None
-        if res is None or [float(r) for r in res.radii] != list(radii) or res.config.get("seed") != seed or res.num_examples != n:
-            res = run_evasion(model, x, y, attack=a, radii=list(radii), norm=eva["norm"], eot_samples=eva["eot_samples"], seed=seed, device=grid.device)
-            save_evasion_result(res, out)
-        strongest = np.minimum(strongest, np.asarray(res.robust_accuracy, dtype=float))
-    return {"robust_accuracy": {f"{r:g}": float(a) for r, a in zip(radii, strongest)}, "certified_accuracy": {}, "unsound": [], "certified": False}
+    # A model that does not certify is attacked on the test examples certify would take for the
+    # seed, with certify's stored-result reuse, so every row of the matrix faces the same inputs.
+    test = load_dataset(record.dataset, data_root=data_root).test
+    pick = test_subset(len(test), num_examples=eva["num_examples"], seed=seed)
+    robust = robust_accuracies(
+        load_model(trained["record_dir"], device=grid.device),
+        test.features[pick],
+        test.labels[pick],
+        attacks=eva["attacks"],
+        radii=radii,
+        norm=eva["norm"],
+        num_eot_samples=eva["eot_samples"],
+        seed=seed,
+        device=grid.device,
+        directory=run.subdir("attacks") / "evasion" / safe_stem(record.model_id, default="target"),
+        progress=False,
+    )
+    return {"robust_accuracy": _strongest_by_radius(robust, radii), "certified_accuracy": {}, "unsound": [], "certified": False}
 
 
 def inversion_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, run_dir: str, data_root: str | None) -> dict[str, Any]:
@@ -583,7 +592,7 @@ def audit_job(*, grid: CompareGrid, setting: Setting, num_members: int, run_dir:
         "model": setting.model,
         "method": aud["method"],
         "delta": grid.delta,
-        "confidence": grid.confidence,
+        "confidence": grid.bound_confidence(),  # it competes with the membership bounds for the row's best
         "clip_norm": config.clip_norm,
         "sampling_rate": min(1.0, q),
         "learning_rate": config.learning_rate,
@@ -747,7 +756,15 @@ def run_compare(spec: CompareSpec, run: RunDir) -> ComparisonResult:
         for s in audited:
             key = f"audit-{s.label}"
             members = trained[f"train-{s.label}-seed{grid.seeds[0]}"]["num_members"]
-            eval_jobs.append((key, _job_file(jobs_dir, key), _hash({"grid": gkey, "setting": s.key(), "audit": grid.audit}), audit_job, {"grid": grid, "setting": s, "num_members": members, **common}))
+            eval_jobs.append(
+                (
+                    key,
+                    _job_file(jobs_dir, key),
+                    _hash({"grid": gkey, "setting": s.key(), "audit": grid.audit, "bounds": grid.num_bounds()}),
+                    audit_job,
+                    {"grid": grid, "setting": s, "num_members": members, **common},
+                )
+            )
         evaluated = _run_wave(eval_jobs, executor=executor, bar=bar, counts=counts)
     result = condense(grid, trained, evaluated, seconds=time.monotonic() - started, jobs_run=counts["run"], jobs_reused=counts["reused"])
     save_comparison(result, base)
