@@ -655,6 +655,9 @@ class CompareSpec:
 
 
 _EVALUATIONS: dict[str, Callable[..., dict[str, Any]]] = {"membership": membership_job, "evasion": evasion_job, "inversion": inversion_job}
+#: Raised when what a section measures changes, so stored outcomes of the old measurement are redone
+#: (evasion 2: models that do not certify are attacked on certify's test subset).
+_SECTION_VERSIONS = {"membership": 1, "evasion": 2, "inversion": 1}
 
 
 def _named_job(*, fn: Callable[..., dict[str, Any]], key: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -751,7 +754,17 @@ def run_compare(spec: CompareSpec, run: RunDir) -> ComparisonResult:
                 t = trained[f"train-{s.label}-seed{seed}"]
                 for section in sections:
                     key = f"{section}-{s.label}-seed{seed}"
-                    wanted = _hash({"grid": gkey, "model_id": t["model_id"], section: getattr(grid, section), "top_k": grid.vulnerable_top_k, "bounds": grid.num_bounds(), "seed": seed})
+                    wanted = _hash(
+                        {
+                            "grid": gkey,
+                            "model_id": t["model_id"],
+                            section: getattr(grid, section),
+                            "top_k": grid.vulnerable_top_k,
+                            "bounds": grid.num_bounds(),
+                            "seed": seed,
+                            "version": _SECTION_VERSIONS[section],
+                        }
+                    )
                     eval_jobs.append((key, _job_file(jobs_dir, key), wanted, _EVALUATIONS[section], {"grid": grid, "trained": t, "seed": seed, **common}))
         for s in audited:
             key = f"audit-{s.label}"
