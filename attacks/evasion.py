@@ -261,6 +261,16 @@ def _loss_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eot_sampl
     return grad / eot_samples
 
 
+def _draws_in_passes(model: nn.Module, x: torch.Tensor, draws: int, draws_per_pass: int) -> Iterator[torch.Tensor]:
+    """``draws`` noise draws of the model's logits on ``x``, ``(k, n, C)`` per forward pass of at
+    most ``draws_per_pass`` copies (never more rows than the attack's own EOT passes)."""
+    done = 0
+    while done < draws:
+        k = min(draws_per_pass, draws - done)
+        yield model(_repeat(x, k)).view(k, x.shape[0], -1)
+        done += k
+
+
 @torch.no_grad()
 def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eval_samples: int, draws_per_pass: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(misclassified, loss) per row over ``eval_samples`` noise draws.
@@ -277,13 +287,7 @@ def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eval_sample
         log_p = F.log_softmax(model(x).float(), dim=1)
         votes = log_p.argmax(1)
     else:
-        parts = []
-        done = 0
-        while done < eval_samples:
-            k = min(draws_per_pass, eval_samples - done)
-            parts.append(F.log_softmax(model(_repeat(x, k)).float(), dim=1).view(k, x.shape[0], -1))
-            done += k
-        draws = torch.cat(parts)
+        draws = torch.cat([F.log_softmax(logits.float(), dim=2) for logits in _draws_in_passes(model, x, eval_samples, draws_per_pass)])
         log_p = torch.logsumexp(draws, dim=0) - math.log(eval_samples)
         votes = F.one_hot(draws.argmax(2), draws.shape[2]).sum(0).argmax(1)
     fooled = votes != y
@@ -309,15 +313,8 @@ def _confirm_fooled(model: nn.Module, x: torch.Tensor, y: torch.Tensor, fooled: 
     if rows.numel() == 0:
         return fooled
     xs, ys = x[rows], y[rows]
-    counts: torch.Tensor | None = None
-    done = 0
-    while done < draws:
-        k = min(draws_per_pass, draws - done)
-        logits = model(_repeat(xs, k)).view(k, xs.shape[0], -1)
-        votes = F.one_hot(logits.argmax(2), logits.shape[2]).sum(0)
-        counts = votes if counts is None else counts + votes
-        done += k
-    assert counts is not None
+    counts = sum(F.one_hot(logits.argmax(2), logits.shape[2]).sum(0) for logits in _draws_in_passes(model, xs, draws, draws_per_pass))
+    assert isinstance(counts, torch.Tensor)
     n_y = counts.gather(1, ys[:, None]).squeeze(1)
     others = counts.scatter(1, ys[:, None], -1)
     n_c = others.max(1).values
