@@ -72,6 +72,7 @@ from dpaudit.robustness.noise import (
     authors_heuristic_sensitivity,
     find_noise_layer,
     layer_sensitivity,
+    orthogonalize,
     redistribution_from_gradients,
 )
 from dpaudit.seeding import derive_seed, numpy_rng, torch_generator
@@ -95,7 +96,7 @@ __all__ = [
     "train_secure_sgd",
 ]
 
-SENSITIVITY_CONTROLS = ("project", "scale-noise", "normalize")
+SENSITIVITY_CONTROLS = ("project", "scale-noise", "normalize", "orthogonal")
 
 #: defense → (Gaussian calibration of the noise, largest ε' its certification may use).
 CERTIFIED_MECHANISMS: dict[str, tuple[str, float | None]] = {
@@ -136,7 +137,13 @@ class RobustnessConfig:
             scale (as weight normalisation does), so their growth changes nothing downstream;
             it multiplies by the layer's initial Δ_r (a constant gain g) so the later layers see
             the activation scale they were initialised for, and releases sensitivity g with
-            noise σ·g.
+            noise σ·g. ``orthogonal`` keeps every singular value of the first layer's kernel
+            matrix (out × fan-in) equal to its initial mean after every step (a polar
+            projection, post-processing of the DP update) and scales the noise to Δ_r. For a
+            stride-1 convolution with at least as many output channels as kernel taps this
+            makes the layer an isometry up to a constant on inputs away from the border
+            (‖Wx‖ = Δ_r‖x‖): the noise then costs what input noise of std c·L would, the
+            least any first layer can lose to it, where a free layer's ‖Wx‖ is far below Δ_r‖x‖.
     """
 
     robustness_epsilon: float = option(1.0, help="epsilon_r of the noise layer's input-DP guarantee (pixeldp: <= 1)", metavar="EPS_R", check=v.positive)
@@ -149,7 +156,11 @@ class RobustnessConfig:
     redistribution_exponent: float = option(1.0, help="power on the forward-derivative scores (2 on CIFAR-10)", check=v.positive)
     redistribution_pretrain_epochs: int = option(2, help="epochs of the noise-free model the redistribution is computed from", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
     redistribution_examples: int = option(1000, help="examples whose forward derivatives are averaged for the redistribution", metavar="N", check=v.positive)
-    sensitivity_control: str = option("project", choices=SENSITIVITY_CONTROLS, help="keep the first layer's sensitivity <= 1 by projection, scale the noise to it, or divide the layer's output by it")
+    sensitivity_control: str = option(
+        "project",
+        choices=SENSITIVITY_CONTROLS,
+        help="keep the first layer's sensitivity <= 1 by projection, scale the noise to it, divide the layer's output by it, or keep the layer orthogonal (equal singular values) and scale the noise to it",
+    )
 
     def _check_robustness(self, mechanism: str, max_epsilon: float | None) -> None:
         eps = v.positive("robustness_epsilon", self.robustness_epsilon)
@@ -468,6 +479,8 @@ class _NoiseSchedule:
         self.config = config
         self.project = config.sensitivity_control == "project"
         self.normalize = config.sensitivity_control == "normalize"
+        self.orthogonal = config.sensitivity_control == "orthogonal"
+        self.orthogonal_scale: float | None = None  # ``orthogonal``: the kernel's common singular value
         self.input_shape = input_shape
         self.total_steps = max(1, total_steps)
         self.ramp_steps = int(round(config.noise_ramp_fraction * self.total_steps))
@@ -505,6 +518,8 @@ class _NoiseSchedule:
         else:
             noise.set_noise(0.0, self.redistribution)
         self.noise = noise
+        if self.orthogonal:
+            self.orthogonal_scale = orthogonalize(noise)
         self.projector = SensitivityProjector(noise, input_shape=self.input_shape, norm=self.config.attack_norm, iterations=2, redistribution=self.calibration_r, heuristic=self.heuristic)
         step = self.projector.project if self.project else self.projector.estimate
         for _ in range(10):  # converge the warm start (and, when projecting, start inside the ball)
@@ -528,6 +543,8 @@ class _NoiseSchedule:
             self.noise.output_scale = self.gain / self.projector.estimate()
             self.noise.noise_std.fill_(self._std_at(step) * self.gain)
         else:
+            if self.orthogonal:
+                orthogonalize(self.noise, scale=self.orthogonal_scale)
             self.noise.noise_std.fill_(self._std_at(step) * self.projector.estimate())
 
     @torch.no_grad()

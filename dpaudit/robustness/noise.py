@@ -48,6 +48,7 @@ __all__ = [
     "find_noise_layer",
     "is_randomized",
     "layer_sensitivity",
+    "orthogonalize",
     "redistribution_from_gradients",
 ]
 
@@ -318,6 +319,43 @@ def layer_sensitivity(noise: NoiseLayer, *, input_shape: tuple[int, ...], norm: 
     if norm == "l1":
         return float(gram.diagonal().clamp_min(0).max().sqrt())
     return float(torch.linalg.eigvalsh(gram)[-1].clamp_min(0).sqrt())
+
+
+@torch.no_grad()
+def orthogonalize(noise: NoiseLayer, *, scale: float | None = None) -> float:
+    """Sets every singular value of the first layer's kernel matrix to ``scale`` (polar projection).
+
+    The kernel matrix is the weight reshaped to (out × fan-in). Replacing it by ``scale``·Q, Q
+    the orthogonal factor of its polar decomposition (the nearest matrix with equal singular
+    values), keeps the directions it learned and flattens its spectrum. For a stride-1
+    convolution with out ≥ fan-in, Qᵀ Q = I makes ‖W x‖² = Σ over output positions of
+    ‖scale·patch‖², i.e. scale²·(kh·kw)·‖x‖² for an input whose support stays clear of the
+    border: ‖W x‖ = Δ‖x‖, the best signal-to-noise ratio any first layer of sensitivity Δ can
+    have. Applied after a DP-SGD step it is post-processing and costs no privacy.
+
+    Q = M (MᵀM)^{-1/2} (or (M Mᵀ)^{-1/2} M when out < fan-in) through the eigendecomposition of
+    the smaller Gram matrix, so a wide first layer costs (min dimension)³, not an SVD of M.
+
+    Args:
+        noise: the model's noise layer.
+        scale: the common singular value; ``None`` takes the current mean singular value.
+
+    Returns:
+        The scale used (pass it back on later calls to keep Δ_r constant during training).
+    """
+    weight = _weight_layer(noise.layer).weight
+    m = weight.detach().reshape(weight.shape[0], -1).to(torch.float64)
+    tall = m.shape[0] >= m.shape[1]
+    gram = m.T @ m if tall else m @ m.T
+    eigvals, eigvecs = torch.linalg.eigh(gram)
+    eigvals = eigvals.clamp_min(float(eigvals.max()) * 1e-12 + 1e-300)
+    if scale is None:
+        scale = float(eigvals.sqrt().mean())
+    scale = v.positive("scale", scale)
+    inv_sqrt = eigvecs @ torch.diag(eigvals.rsqrt()) @ eigvecs.T
+    q = m @ inv_sqrt if tall else inv_sqrt @ m
+    weight.copy_((scale * q).reshape(weight.shape).to(weight.dtype))
+    return scale
 
 
 @torch.no_grad()

@@ -38,6 +38,7 @@ def digits():
         ("secure-sgd", SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64), 0.2 * extended_sigma(epsilon=4.0, delta=0.05)),
         ("secure-sgd", SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64, sensitivity_control="normalize"), 0.2 * extended_sigma(epsilon=4.0, delta=0.05)),
         ("hgm", HGMConfig(epochs=2, sensitivity_control="normalize"), 0.2 * extended_sigma(epsilon=4.0, delta=0.05)),
+        ("secure-sgd", SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64, sensitivity_control="orthogonal", redistribute=False), 0.2 * extended_sigma(epsilon=4.0, delta=0.05)),
     ],
 )
 def test_defense_calibrates_noise_and_keeps_sensitivity_at_most_one(digits, tmp_path: Path, defense: str, config, sigma: float) -> None:
@@ -109,6 +110,42 @@ def test_normalize_trains_on_the_scaled_layer_and_releases_the_same_function(dig
     assert noise.output_scale == 1.0 and released == pytest.approx(schedule.gain, rel=1e-3)
     assert float(noise.noise_std) == pytest.approx(0.3 * released, rel=1e-6)
     assert torch.allclose(during, after, rtol=0.05, atol=5e-3)  # the warm estimate during training vs the exact Δ_r at release
+
+
+def test_orthogonal_keeps_the_kernel_spectrum_flat_through_training(digits) -> None:
+    # ``orthogonal``: after every step the first layer's kernel matrix is projected back to equal
+    # singular values (the scale it had at the start), so Δ_r stays put and the noise, scaled to
+    # Δ_r, stays put with it; a step that skews the spectrum is undone.
+    import torch
+
+    from dpaudit.models import build_model
+
+    bundle, _ = digits
+    config = HGMConfig(epochs=1, sensitivity_control="orthogonal", redistribute=False, noise_ramp_fraction=0.0)
+    schedule = cert_mod._NoiseSchedule(sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5)
+    torch.manual_seed(0)
+    model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=10, noise_layer=True)
+    schedule.prepare(model)
+    noise = find_noise_layer(model)
+    layer = schedule._weighted_layer()
+    scale = schedule.orthogonal_scale
+    assert scale is not None and scale > 0
+
+    def spectrum() -> torch.Tensor:
+        return torch.linalg.svdvals(layer.weight.detach().double())
+
+    assert torch.allclose(spectrum(), torch.full_like(spectrum(), scale), rtol=1e-6)
+    start = layer_sensitivity(noise, input_shape=bundle.input_shape)
+    assert float(noise.noise_std) == pytest.approx(0.3 * start, rel=1e-3)
+    with torch.no_grad():
+        layer.weight[0].mul_(5.0)  # a step that inflates one direction
+    assert float(spectrum().max()) > 2 * scale
+    schedule.after_step(2, model)
+    assert torch.allclose(spectrum(), torch.full_like(spectrum(), scale), rtol=1e-6)
+    assert layer_sensitivity(noise, input_shape=bundle.input_shape) == pytest.approx(start, rel=1e-6)
+    assert float(noise.noise_std) == pytest.approx(0.3 * start, rel=1e-2)  # warm power-iteration estimate
+    assert schedule.finish() == pytest.approx(start, rel=1e-6)
+    assert float(noise.noise_std) == pytest.approx(0.3 * start, rel=1e-6)  # exact at release (a float32 buffer)
 
 
 def test_pixeldp_refuses_epsilon_above_one_and_bad_parameters() -> None:

@@ -17,6 +17,7 @@ from dpaudit.robustness.noise import (
     find_noise_layer,
     is_randomized,
     layer_sensitivity,
+    orthogonalize,
     redistribution_from_gradients,
 )
 
@@ -75,6 +76,39 @@ def test_projector_then_exact_projection_keeps_sensitivity_at_most_one(name: str
     assert layer_sensitivity(nl, input_shape=SHAPES[name]) <= 1.0 + 2e-3
     est = proj.estimate()
     assert est <= layer_sensitivity(nl, input_shape=SHAPES[name]) + 1e-6  # power iteration approaches from below
+
+
+def test_orthogonalize_makes_a_stride_one_convolution_an_isometry_away_from_the_border() -> None:
+    # Kernel matrix (32 × 25) with orthonormal columns, times s: ‖W x‖ = 5·s·‖x‖ for an input whose
+    # support keeps 2 pixels from the border, and Δ = 5·s exactly. A random kernel is far from that.
+    _, nl = _model("hgm-cnn", redistribute=False)
+    shape = SHAPES["hgm-cnn"]
+    g = torch.Generator().manual_seed(3)
+    x = torch.zeros(16, *shape)
+    x[:, :, 2:-2, 2:-2] = torch.rand(16, 1, shape[1] - 4, shape[2] - 4, generator=g)
+
+    def gain() -> torch.Tensor:
+        with torch.no_grad():
+            wx = nl.layer(x) - nl.layer(torch.zeros(1, *shape))
+        return wx.flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1)
+
+    before = layer_sensitivity(nl, input_shape=shape)
+    assert float(gain().min()) < 0.9 * before
+    scale = orthogonalize(nl)
+    weight = nl.layer.weight.detach().reshape(32, -1).double()
+    assert torch.allclose(weight.T @ weight, scale**2 * torch.eye(25, dtype=torch.float64), atol=1e-5)
+    assert layer_sensitivity(nl, input_shape=shape) == pytest.approx(5 * scale, rel=1e-5)
+    assert torch.allclose(gain(), torch.full((16,), 5 * scale), rtol=1e-5)
+    # A wide layer (out < fan-in): the rows become orthogonal instead, Δ = scale.
+    _, wide = _model("digits-mlp", redistribute=False)
+    assert orthogonalize(wide, scale=0.7) == 0.7
+    w = wide.layer[-1].weight.detach().double() if isinstance(wide.layer, torch.nn.Sequential) else wide.layer.weight.detach().double()
+    small = min(w.shape)
+    gram = w @ w.T if w.shape[0] == small else w.T @ w
+    assert torch.allclose(gram, 0.49 * torch.eye(small, dtype=torch.float64), atol=1e-5)
+    assert layer_sensitivity(wide, input_shape=SHAPES["digits-mlp"]) == pytest.approx(0.7, rel=1e-5)
+    with pytest.raises(ValueError, match="scale"):
+        orthogonalize(wide, scale=-1.0)
 
 
 def test_redistribution_properties() -> None:
