@@ -45,5 +45,6 @@ def test_reproduce_hgm_quick_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "hgm-matched-r1_minus_pixeldp" in measured
     for row in measured["models"].values():  # every comparison rests on measured, stored numbers
         assert 0.0 <= row["conventional_accuracy"] <= 1.0 and row["soundness_violations"] == []
+        assert 0.0 <= row["matched_test_accuracy"] <= 1.0
     assert (tmp_path / "run" / "reports" / "certified.html").is_file()
     assert "hgm-matched-r1 vs PixelDP" in printed
