@@ -308,6 +308,9 @@ def test_cli_worst_case_refuses_a_train_fn_without_initial_state(tmp_path, capsy
     assert len(lines) == 1 and "initial_state" in lines[0] and "--train-fn" in lines[0] and "Traceback" not in p.err, p.err
 
 
+# Opt-in: ~13 s of Ray start-up on 2 cores; tests/core/test_executors.py keeps the Ray executor in
+# the default suite.
+@pytest.mark.slow
 def test_worst_case_trials_on_ray_match_the_local_ones(tmp_path, capsys):
     """The models fan out on Ray (the start travels inside each job) and give the same audit."""
     import json

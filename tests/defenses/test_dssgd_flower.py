@@ -63,6 +63,7 @@ def test_sequential_schedules_on_flower_equal_the_local_engine(setup, schedule):
     assert all(not torch.equal(p, fed.initial) for p in got.local_parameters)
 
 
+@pytest.mark.slow  # another ~9 s Flower federation; the round-robin equality test stays in the default suite
 def test_async_on_flower_gives_every_participant_exactly_rounds_turns(setup):
     bundle, splits, fed = setup
     rounds = 3
