@@ -128,8 +128,8 @@ class RobustnessConfig:
             every step, noise fixed), ``scale-noise`` (leave the layer free and set the noise
             to c·L·Δ_r of the current weights) or ``normalize`` (leave the weights free, divide
             the layer's output by their Δ_r, noise fixed; the division is folded into the
-            weights at release). All three release the same mechanism. They differ in training:
-            with ``scale-noise`` (Secure-SGD's default) the step treats Δ_r as a constant, so
+            weights at release) or ``orthogonal`` (below). All four release the same mechanism.
+            They differ in training: with ``scale-noise`` the step treats Δ_r as a constant, so
             growing the weights always looks like beating the noise, and under DP-SGD the first
             layer grows to Δ_r ≈ 10–15 while the later layers see a growing scale. Projecting
             after every step fights that growth with momentum still pointing outward, and
@@ -142,8 +142,10 @@ class RobustnessConfig:
             projection, post-processing of the DP update) and scales the noise to Δ_r. For a
             stride-1 convolution with at least as many output channels as kernel taps this
             makes the layer an isometry up to a constant on inputs away from the border
-            (‖Wx‖ = Δ_r‖x‖): the noise then costs what input noise of std c·L would, the
-            least any first layer can lose to it, where a free layer's ‖Wx‖ is far below Δ_r‖x‖.
+            (‖Wx‖ = Δ_r‖x‖, the most signal any layer of sensitivity Δ_r can pass to meet the
+            noise), where a free layer's ‖Wx‖ is below Δ_r‖x‖. Secure-SGD's default: on MNIST
+            at ε = 2 it lifts Secure-SGD from 4.9 points below DP-SGD (``scale-noise`` and
+            ``normalize``) to above it (README).
     """
 
     robustness_epsilon: float = option(1.0, help="epsilon_r of the noise layer's input-DP guarantee (pixeldp: <= 1)", metavar="EPS_R", check=v.positive)
@@ -374,7 +376,7 @@ class SecureSGDConfig(DPSGDConfig, RobustnessConfig, AuthorsCodeOptions):
     robustness_epsilon: float = 4.0
     attack_norm_bound: float = 0.2
     redistribute: bool = True
-    sensitivity_control: str = "scale-noise"
+    sensitivity_control: str = "orthogonal"
     authors_batch_clipping: bool = option(
         False, help="AUTHORS' CODE, not the paper: clip each weight's batch-mean gradient to C, biases not at all; DP-SGD (the maths) clips each example's gradient; voids the DP guarantee"
     )

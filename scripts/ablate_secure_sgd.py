@@ -31,7 +31,7 @@ from dpaudit.data import load_dataset, make_splits
 #: name → Secure-SGD settings (``None``: plain DP-SGD on the same network without the noise layer).
 VARIANTS: dict[str, dict[str, Any] | None] = {
     "dpsgd": None,
-    "before": dict(redistribution_pretrain_epochs=1),  # scale-noise, r from a pre-trained model
+    "before": dict(sensitivity_control="scale-noise", redistribution_pretrain_epochs=1),  # r from a pre-trained model
     "gain": dict(sensitivity_control="normalize", redistribute=False),
     "gain-ramp0.3": dict(sensitivity_control="normalize", redistribute=False, noise_ramp_fraction=0.3),
     "gain-hgm-r": dict(sensitivity_control="normalize", redistribution_pretrain_epochs=1),
