@@ -27,6 +27,7 @@ import torch
 from defenses.certified import SecureSGDConfig, train_secure_sgd
 from defenses.dpsgd import DPSGDConfig, train_dpsgd
 from dpaudit.data import load_dataset, make_splits
+from dpaudit.robustness.montecarlo import expected_score_accuracy
 
 #: name → Secure-SGD settings (``None``: plain DP-SGD on the same network without the noise layer).
 VARIANTS: dict[str, dict[str, Any] | None] = {
@@ -54,15 +55,6 @@ def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, draws:
             one = (pred == y).float().mean().item()
         votes[torch.arange(len(x)), pred] += 1
     return one, (votes.argmax(1) == y).float().mean().item()
-
-
-def expected_score_accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, draws: int = 100) -> float:
-    """Accuracy of argmax of the mean softmax over ``draws`` noise draws (the reproduction's acc@N)."""
-    from dpaudit.robustness.montecarlo import sample_scores
-    from dpaudit.robustness.noise import is_randomized
-
-    scores = sample_scores(model, x, num_draws=draws if is_randomized(model) else 1, seed=0, stream="matched-accuracy")
-    return float((scores.mean.argmax(axis=1) == y.numpy()).mean())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             "epochs": args.epochs,
             "one_draw": one,
             "majority_of_32": majority,
-            "expected_scores_100": expected_score_accuracy(model, x, y),
+            "expected_scores_100": expected_score_accuracy(model, x, y, num_draws=100),
             "sigma": record.metrics.get("noise_multiplier"),
             "epsilon": record.metrics.get("epsilon"),
             "seconds": time.monotonic() - started,

@@ -45,8 +45,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
@@ -55,6 +53,7 @@ from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.results.certification import load_certification_result
 from dpaudit.robustness.certification import AuthorsMixedDelta
+from dpaudit.robustness.montecarlo import expected_score_accuracy
 from dpaudit.store import RunDir, atomic_write_json, thaw, to_jsonable
 from dpaudit.training import resolve_device
 
@@ -179,21 +178,12 @@ def authors_mixed_delta_accuracy(run: RunDir, record: Any, sizes: tuple[float, .
 def matched_test_accuracy(model: Any, bundle: Any, *, num_examples: int, draws: int, seed: int, device: Any) -> float:
     """Accuracy on the first ``num_examples`` test images, the same images for every row.
 
-    A randomized model predicts the argmax of its expected softmax scores over ``draws`` noise
-    draws (PixelDP's and HGM's prediction, Lecuyer et al. 2019 §3.3); a deterministic one needs a
-    single draw. The certify subset is too small to resolve a 2-point gap, and DP-SGD's stored
-    test accuracy is on other images, so Secure-SGD and DP-SGD are compared here.
+    The certify subset is too small to resolve a 2-point gap, and DP-SGD's stored test accuracy
+    is on other images, so Secure-SGD and DP-SGD are compared here (expected scores over
+    ``draws`` for a noise layer, one pass otherwise).
     """
-    import torch
-
-    from dpaudit.robustness.montecarlo import sample_scores
-    from dpaudit.robustness.noise import is_randomized
-
     n = min(num_examples, len(bundle.test))
-    x = torch.as_tensor(bundle.test.features[:n])
-    y = np.asarray(bundle.test.labels[:n])
-    scores = sample_scores(model, x, num_draws=draws if is_randomized(model) else 1, seed=seed, stream="matched-accuracy", device=device)
-    return float(np.mean(scores.mean.argmax(axis=1) == y))
+    return expected_score_accuracy(model, bundle.test.features[:n], bundle.test.labels[:n], num_draws=draws, seed=seed, device=device)
 
 
 def main(argv: list[str] | None = None) -> int:

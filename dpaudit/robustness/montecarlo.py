@@ -19,10 +19,10 @@ from torch import nn
 
 from dpaudit import _validate as v
 from dpaudit.progress import Progress
-from dpaudit.robustness.noise import NoiseLayer, find_noise_layer
+from dpaudit.robustness.noise import NoiseLayer, find_noise_layer, is_randomized
 from dpaudit.seeding import torch_generator
 
-__all__ = ["MonteCarloScores", "sample_scores"]
+__all__ = ["MonteCarloScores", "expected_score_accuracy", "sample_scores"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,3 +133,33 @@ def sample_scores(
     mean = sums / draws
     var = (sq - draws * mean**2) / max(draws - 1, 1)
     return MonteCarloScores(counts=counts.numpy(), mean=mean.numpy(), variance=var.clamp_min(0).numpy(), num_draws=draws, seconds=time.monotonic() - started)
+
+
+def expected_score_accuracy(
+    model: nn.Module,
+    features: torch.Tensor,
+    labels: torch.Tensor | np.ndarray,
+    *,
+    num_draws: int,
+    seed: int = 0,
+    stream: str = "matched-accuracy",
+    device: torch.device | str = "cpu",
+) -> float:
+    """Accuracy of the argmax of the expected softmax scores (PixelDP's prediction, Lecuyer et al. 2019 §3.3).
+
+    A randomized model's scores are averaged over ``num_draws`` noise draws; a deterministic
+    model needs one. This puts a noise-layer model and a plain one on the same footing, on the
+    same inputs (the HGM reproduction's Secure-SGD vs DP-SGD comparison).
+
+    Args:
+        model: a classifier, with or without a noise layer.
+        features: (n, …) inputs.
+        labels: n true labels.
+        num_draws: draws per input for a randomized model.
+        seed: root seed of the noise (see :func:`sample_scores`).
+        stream: the seed stream's name (the default is the one the reproduction scripts use).
+        device: where to compute.
+    """
+    draws = v.integer("num_draws", num_draws, minimum=1)
+    scores = sample_scores(model, features, num_draws=draws if is_randomized(model) else 1, seed=seed, stream=stream, device=device)
+    return float(np.mean(scores.mean.argmax(axis=1) == np.asarray(labels)))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dpaudit.models import build_model
-from dpaudit.robustness.montecarlo import sample_scores
+from dpaudit.robustness.montecarlo import expected_score_accuracy, sample_scores
 from dpaudit.robustness.noise import (
     ATTACK_NORMS,
     NoiseLayer,
@@ -181,3 +181,19 @@ def test_monte_carlo_counts_batching_invariance_and_determinism() -> None:
     nl.set_noise(0.0)
     d = sample_scores(m, x, num_draws=50, seed=5)
     assert (d.counts.max(1) == 50).all()  # a deterministic model votes one class every draw
+
+
+def test_expected_score_accuracy_is_the_argmax_of_the_mean_softmax() -> None:
+    m, nl = _model("digits-mlp")
+    x = torch.rand(40, 1, 8, 8)
+    scores = sample_scores(m, x, num_draws=64, seed=2, stream="matched-accuracy")
+    y = torch.as_tensor(scores.mean.argmax(1))
+    y[:10] = (y[:10] + 1) % 10  # a quarter of the labels disagree with the expected-score prediction
+    assert expected_score_accuracy(m, x, y, num_draws=64, seed=2) == pytest.approx(0.75)
+    # A deterministic model is evaluated once: its plain argmax accuracy.
+    nl.set_noise(0.0)
+    with torch.no_grad():
+        plain = m(x).argmax(1)
+    assert expected_score_accuracy(m, x, plain, num_draws=64) == 1.0
+    with pytest.raises(ValueError, match="num_draws"):
+        expected_score_accuracy(m, x, plain, num_draws=0)
