@@ -165,7 +165,7 @@ def _by_radius(radii: tuple[float, ...], values: Any) -> dict[str, float]:
     return {f"{r:g}": float(a) for r, a in zip(radii, values)}
 
 
-def test_subset(num_test: int, *, num_examples: int, seed: int) -> np.ndarray:
+def certify_subset(num_test: int, *, num_examples: int, seed: int) -> np.ndarray:
     """The sorted test positions a seed attacks and certifies (``certify`` and ``compare`` agree on them)."""
     from dpaudit.seeding import numpy_rng
 
@@ -201,9 +201,9 @@ def robust_accuracies(
         if res is not None:
             stored = {"radii": [float(r) for r in res.radii], "seed": res.config.get("seed"), "num_examples": res.num_examples}
             asked: dict[str, Any] = {"radii": list(radii), "seed": seed, "num_examples": int(len(y))}
-            if num_eot_samples is not None and randomized:
-                stored["num_eot_samples"], asked["num_eot_samples"] = res.config.get("eot_samples"), num_eot_samples
             if randomized:
+                if num_eot_samples is not None:
+                    stored["num_eot_samples"], asked["num_eot_samples"] = res.config.get("eot_samples"), num_eot_samples
                 # Breaks of a randomized model count only when fresh draws confirm them; a result
                 # from before that rule (no confirmation) is not the same measurement.
                 stored["confirm_samples"], asked["confirm_samples"] = res.config.get("confirm_samples"), CONFIRM_SAMPLES
@@ -295,7 +295,7 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     with unit_lock(run.path, f"certify-{record.model_id}"):  # one writer per model's certificates
         bundle = load_dataset(record.dataset, data_root=spec.data_root)
         test = bundle.test
-        pick = test_subset(len(test), num_examples=spec.num_examples, seed=spec.seed)
+        pick = certify_subset(len(test), num_examples=spec.num_examples, seed=spec.seed)
         x, y = test.features[pick], test.labels[pick]
         labels = y.numpy().astype(np.int64)
         radii = spec.radii

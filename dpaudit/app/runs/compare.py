@@ -496,7 +496,7 @@ def _strongest_by_radius(robust: Mapping[str, Mapping[str, float]], radii: Seque
 
 def evasion_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, run_dir: str, data_root: str | None) -> dict[str, Any]:
     """Robust accuracy under the grid's evasion attacks; certified accuracy where the defense certifies."""
-    from dpaudit.app.runs.certify import CertifySpec, certifiable_defenses, robust_accuracies, run_certify, test_subset
+    from dpaudit.app.runs.certify import CertifySpec, certifiable_defenses, certify_subset, robust_accuracies, run_certify
     from dpaudit.data import load_dataset
     from dpaudit.results.record import load_record
     from dpaudit.weights import load_model
@@ -533,7 +533,7 @@ def evasion_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, run
     # A model that does not certify is attacked on the test examples certify would take for the
     # seed, with certify's stored-result reuse, so every row of the matrix faces the same inputs.
     test = load_dataset(record.dataset, data_root=data_root).test
-    pick = test_subset(len(test), num_examples=eva["num_examples"], seed=seed)
+    pick = certify_subset(len(test), num_examples=eva["num_examples"], seed=seed)
     robust = robust_accuracies(
         load_model(trained["record_dir"], device=grid.device),
         test.features[pick],
