@@ -111,6 +111,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         for flag, value in (("--smooth-sensitivity-order", args.smooth_sensitivity_order), ("--seed", args.seed)):
             if value is not None:
                 raise UsageError(f"{flag}={value!r} applies to the smooth-sensitivity release (--smooth-sensitivity-beta/-sigma)", argument=flag)
+    order = args.smooth_sensitivity_order
+    if smooth[0] is not None and order is not None and not 1.0 < order < 1.0 / (2.0 * smooth[0]):
+        raise UsageError(
+            f"--smooth-sensitivity-order={order:g} must lie in (1, 1/(2*beta)) = (1, {1.0 / (2.0 * smooth[0]):g}) (Papernot et al. 2018, Theorem 23)", argument="--smooth-sensitivity-order"
+        )
     if smooth[0] is not None and name == "lnmax":
         raise UsageError("the smooth-sensitivity release is defined for GNMax and Confident-GNMax, not --aggregator lnmax", argument="--smooth-sensitivity-beta")
     if args.answered is not None and name != "confident-gnmax":
