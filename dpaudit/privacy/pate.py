@@ -798,7 +798,8 @@ class SmoothSensitivityRelease:
         epsilon_noisy_estimate: the released ε at ``order``: ``rdp_noisy_estimate`` +
             ``rdp_release`` + ln(1/δ)/(λ − 1). A noisy estimate of the data-dependent ε (plus
             the release's own cost), not a bound: it lies below the true value about half the time.
-        rdp_noisy_estimate: the data-dependent total RDP at λ plus SS_β · N(0, σ_ss²).
+        rdp_noisy_estimate: the data-dependent total RDP at λ plus SS_β · N(0, σ_ss²), clipped
+            at 0 (post-processing: RDP is never negative).
         rdp_release: the RDP ε_ss(λ) that publishing the estimate itself costs (:func:`gnss_rdp`;
             data-independent), composed into ``epsilon_noisy_estimate``.
         order: the RDP order λ, fixed before looking at the votes.
@@ -949,8 +950,9 @@ def _gnmax_release_inputs(arr: np.ndarray, sigma: float, lam: float) -> tuple[fl
 
 def _release(total_rdp: float, total_ls: np.ndarray, lam: float, rule: str, d: float, b: float, ss_sigma: float, sd: int | None, *, aggregator: str) -> SmoothSensitivityRelease:
     release_cost = gnss_rdp(beta=b, sigma_ss=ss_sigma, order=lam)
-    # total_rdp, the smooth sensitivity and the noise stay in this frame: only their noisy sum leaves.
-    noisy = total_rdp + smooth_sensitivity(total_ls, beta=b) * _release_noise(sd, ss_sigma)
+    # total_rdp, the smooth sensitivity and the noise stay in this frame: only their noisy sum
+    # leaves, clipped at 0 (RDP is never negative; clipping is post-processing of the release).
+    noisy = max(0.0, total_rdp + smooth_sensitivity(total_ls, beta=b) * _release_noise(sd, ss_sigma))
     return SmoothSensitivityRelease(
         epsilon_noisy_estimate=noisy + release_cost + math.log(1.0 / d) / (lam - 1.0),
         rdp_noisy_estimate=noisy,

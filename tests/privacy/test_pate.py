@@ -223,7 +223,7 @@ def test_release_is_seeded_and_consistent():
     rdp = float(np.sum([pate.gnmax_rdp(r, sigma=40.0, orders=[lam])[0] for r in votes]))
     ss = pate.smooth_sensitivity(sum(pate.gnmax_local_sensitivities(row, sigma=40.0, order=lam) for row in votes), beta=0.01)
     assert ss > 0
-    assert a.rdp_noisy_estimate == pytest.approx(rdp + ss * float(np.random.default_rng(3).normal(0.0, 5.0)))
+    assert a.rdp_noisy_estimate == pytest.approx(max(0.0, rdp + ss * float(np.random.default_rng(3).normal(0.0, 5.0))))
     assert a.rdp_release == pytest.approx(pate.gnss_rdp(beta=0.01, sigma_ss=5.0, order=lam))
     assert a.epsilon_noisy_estimate == pytest.approx(a.rdp_noisy_estimate + a.rdp_release + math.log(1e5) / (lam - 1))
     assert 1 < lam < 50 and a.data_dependent and a.sanitised and (a.beta, a.sigma_ss) == (0.01, 5.0)
@@ -231,6 +231,13 @@ def test_release_is_seeded_and_consistent():
     assert fixed.order == 20.0 and fixed.order_rule == "given"
     with pytest.raises(ValueError, match="order"):
         pate.release_gnmax_epsilon(votes, seed=3, order=60.0, **kw)
+
+
+def test_a_negative_noisy_rdp_is_clipped_at_zero():
+    # A seed whose draw is negative; with σ_ss huge it swamps the RDP, and RDP is never negative.
+    seed = next(s for s in range(100) if np.random.default_rng(s).normal() < 0)
+    r = pate.release_gnmax_epsilon(np.tile(TEN, (5, 1)), sigma=40.0, delta=1e-5, beta=0.01, sigma_ss=1e6, seed=seed)
+    assert r.rdp_noisy_estimate == 0.0 and r.epsilon_noisy_estimate == pytest.approx(r.rdp_release + math.log(1e5) / (r.order - 1))
 
 
 # --------------------------------------------------------------------------------------------
@@ -488,7 +495,7 @@ def test_confident_release():
     ls = sum(pate.threshold_local_sensitivities(r, threshold=200, threshold_sigma=150, order=a.order) for r in votes)
     ls = ls + sum(pate.gnmax_local_sensitivities(r, sigma=40, order=a.order, num_teachers=250) for r in votes[answered])
     noise = float(np.random.default_rng(1).normal(0.0, 6.23))
-    assert a.rdp_noisy_estimate == pytest.approx(expected + pate.smooth_sensitivity(ls, beta=0.0329) * noise, rel=1e-9)
+    assert a.rdp_noisy_estimate == pytest.approx(max(0.0, expected + pate.smooth_sensitivity(ls, beta=0.0329) * noise), rel=1e-9)
     assert a.epsilon_noisy_estimate == pytest.approx(a.rdp_noisy_estimate + a.rdp_release + math.log(1e5) / (a.order - 1))
     with pytest.raises(ValueError, match="answered"):
         pate.release_confident_gnmax_epsilon(votes, seed=1, **{**kw, "answered": answered[:3]})
