@@ -180,8 +180,10 @@ def _train_rows(rows: list[Row], run: RunDir, args: argparse.Namespace) -> dict[
             "queries": m["num_queries"],
             "answered": m["num_answered"],
             "answer_accuracy": m["answer_accuracy"],
-            "epsilon": m["epsilon_data_dependent"],
-            "epsilon_improved": m["epsilon_data_dependent_improved"],
+            # The realised data-dependent ε (the answered queries); records stored before it was
+            # named so hold it under the old key.
+            "epsilon": m.get("epsilon_data_dependent_realised", m.get("epsilon_data_dependent")),
+            "epsilon_improved": m.get("epsilon_data_dependent_realised_improved", m.get("epsilon_data_dependent_improved")),
             "epsilon_data_independent": m["epsilon_data_independent"],
             "data_dependent": rec.claim.data_dependent,
             "sanitised": rec.claim.sanitised,
@@ -193,7 +195,7 @@ def _train_rows(rows: list[Row], run: RunDir, args: argparse.Namespace) -> dict[
         pub = row.published or {}
         print(
             f"[{row.label}] {'reused' if outcome.reused else 'trained'} in {entry['train_seconds']:.0f}s: answered {entry['answered']}/{entry['queries']}"
-            f" (published {pub.get('answered', '-')}), eps {entry['epsilon']:.3f} data-dependent (published {pub.get('epsilon', '-')}),"
+            f" (published {pub.get('answered', '-')}), eps {entry['epsilon']:.3f} data-dependent realised (published {pub.get('epsilon', '-')}),"
             f" data-independent {entry['epsilon_data_independent']:.3f}, student {entry['student_accuracy']:.4f} (published {pub.get('accuracy', '-')})",
             file=sys.stderr,
         )

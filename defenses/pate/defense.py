@@ -12,8 +12,10 @@ whole pipeline for one record:
    examples (a seeded draw) are labelled by the aggregator (LNMax, GNMax or Confident-GNMax;
    :mod:`defenses.pate.aggregators`) from the teachers' votes;
 3. the privacy cost of the answers is analysed (:mod:`dpaudit.privacy.pate`) — data-dependent by
-   default, as the papers report it, optionally published through the smooth-sensitivity
-   release (2018, §4.2) — and becomes the record's :class:`~dpaudit.privacy.claims.PATEClaim`;
+   default, as the papers report it, charging Confident-GNMax's GNMax step to the queries it
+   answered (the realised cost, not the expectation of the 2018 scripts), optionally published
+   through the smooth-sensitivity release (2018, §4.2) as a noisy estimate — and becomes the
+   record's :class:`~dpaudit.privacy.claims.PATEClaim`;
 4. the student is trained on the answered queries (and, with ``semi_supervised``, on the rest of
    the public data without labels; :mod:`defenses.pate.student`).
 
@@ -80,8 +82,11 @@ class PATEConfig:
         delta: δ of the reported ε.
         analysis: ``data-dependent`` (the papers' bound; ε then depends on the votes) or
             ``data-independent``.
-        smooth_sensitivity_beta, smooth_sensitivity_sigma: publish the data-dependent ε with
-            Gaussian noise scaled to its β-smooth sensitivity (2018, §4.2); GNMax aggregators only.
+        smooth_sensitivity_beta, smooth_sensitivity_sigma: publish a noisy estimate of the
+            data-dependent ε with Gaussian noise scaled to its β-smooth sensitivity (2018, §4.2,
+            Theorem 23); GNMax aggregators only. The noise comes from the operating system's
+            entropy, not from the seed (the one step of a run that is not reproducible: a seeded
+            release is not private), at an order fixed from public parameters.
         public_fraction: share of the test split (first by id) that is public query data.
         epochs, batch_size, learning_rate, momentum, weight_decay: every teacher's SGD.
         teacher_eval_examples: test examples each teacher record is evaluated on.
@@ -225,19 +230,21 @@ def epsilon_curve(config: PATEConfig, agg: Aggregation) -> np.ndarray:
     return np.min(rdp + np.log(1.0 / config.delta) / (orders - 1.0), axis=1)
 
 
-def _analyse(config: PATEConfig, agg: Aggregation, *, seed: int) -> tuple[analysis_lib.PateAnalysis, Any]:
+def _analyse(config: PATEConfig, agg: Aggregation) -> tuple[analysis_lib.PateAnalysis, Any]:
     """The analysis of the answers and, when asked, its smooth-sensitivity release."""
     votes, d = agg.votes, config.delta
     result = _bounds(config, votes, agg.answered)
     release = None
     beta, ss = config.smooth_sensitivity_beta, config.smooth_sensitivity_sigma
     if beta is not None and ss is not None:
-        release_seed = derive_seed(seed, "pate", "smooth-sensitivity")
+        # The release noise is the one draw not taken from the run's seed: the seed is stored in
+        # the record, and a release whose noise anyone can recompute is not private. Its order is
+        # fixed from public parameters (release_order), never from the votes.
         if config.aggregator == "gnmax":
-            release = analysis_lib.release_gnmax_epsilon(votes, sigma=config.sigma, delta=d, beta=beta, sigma_ss=ss, seed=release_seed)
+            release = analysis_lib.release_gnmax_epsilon(votes, sigma=config.sigma, delta=d, beta=beta, sigma_ss=ss)
         else:
             release = analysis_lib.release_confident_gnmax_epsilon(
-                votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, answered=agg.answered, delta=d, beta=beta, sigma_ss=ss, seed=release_seed
+                votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, answered=agg.answered, delta=d, beta=beta, sigma_ss=ss
             )
     return result, release
 
@@ -339,7 +346,7 @@ def train_pate(
     agg = aggregate(votes, config.aggregator_config(), seed=derive_seed(seed, "pate", "aggregate"))
     if agg.num_answered == 0:
         raise ValueError(f"the aggregator answered none of the {agg.num_queries} queries (threshold={config.threshold:g}); lower --threshold or ask more --queries")
-    result, release = _analyse(config, agg, seed=seed)
+    result, release = _analyse(config, agg)
     parameters = {k: float(x) for k, x in config.aggregator_config().to_dict().items() if k != "aggregator"}
     claim = analysis_lib.pate_claim(result, parameters=parameters, num_answered=agg.num_answered, data_dependent=config.analysis == "data-dependent", release=release)
 
@@ -376,10 +383,11 @@ def train_pate(
         "num_public": len(public_ids),
         "num_unlabeled": 0 if unlabeled is None else len(unlabeled),
         "num_eval": len(eval_ids),
-        "epsilon_data_dependent": result.data_dependent.epsilon,
-        "epsilon_data_dependent_improved": result.data_dependent.epsilon_improved,
+        # Confident-GNMax is analysed with the answered mask: the realised cost, not the expectation.
+        "epsilon_data_dependent_realised": result.data_dependent.epsilon,
+        "epsilon_data_dependent_realised_improved": result.data_dependent.epsilon_improved,
         "epsilon_data_independent": result.data_independent.epsilon,
-        **({} if release is None else {"epsilon_smooth_sensitivity": release.epsilon}),
+        **({} if release is None else {"epsilon_noisy_estimate": release.epsilon_noisy_estimate, "release_order": release.order}),
         **{f"student_{k}": x for k, x in student_metrics.items()},
     }
     # The student is evaluated on the evaluation part only: it has trained on the public part.

@@ -222,7 +222,7 @@ class PrivacyClaim:
         """The description as reports and terminals print it: says when ε is data-dependent and whether it was sanitised."""
         if not self.data_dependent:
             return self.description
-        how = "released with smooth sensitivity" if self.sanitised else "not sanitised, so it is itself private information"
+        how = "released with smooth sensitivity as a noisy estimate (not a bound)" if self.sanitised else "not sanitised, so it is itself private information"
         return f"{self.description} — ε is data-dependent (computed from the private data), {how}"
 
     def epsilon(self, *, delta: float, accountant: str = "pld") -> float:
@@ -374,7 +374,8 @@ class PATEClaim(PrivacyClaim):
     claim carries the total RDP of the answers at each order, and ε at any δ follows by the
     standard conversion ε = min_λ RDP(λ) + ln(1/δ)/(λ − 1) the papers use (Mironov 2017,
     Proposition 3). A data-dependent ε released with smooth sensitivity (2018, §4.2) is stated at
-    its one order λ, as the sanitised RDP plus the release's own cost.
+    its one order λ (fixed from public parameters), as the noisy RDP estimate plus the release's
+    own cost: a noisy estimate, not a bound.
 
     Attributes:
         aggregator: ``"lnmax"``, ``"gnmax"`` or ``"confident-gnmax"``.

@@ -16,20 +16,25 @@ teachers voting for class j on query i):
 ``Confident-GNMax`` (2018, Algorithm 1 and §4)
     answers only when max_j n_j + N(0, σ1²) ≥ T, then runs GNMax with σ2. The threshold step
     has sensitivity 1, i.e. it is the GNMax bound with σ replaced by √2·σ1 (Theorem 6 applied
-    to the threshold, 2018 §4.1); the expected cost of a query is the threshold's RDP plus
-    P(answered) × GNMax's RDP, as in the 2018 analysis scripts.
+    to the threshold, 2018 §4.1). The realised cost charges GNMax's RDP to the answered queries
+    only; without knowing which were answered, the expected cost of a query is the threshold's
+    RDP plus P(answered) × GNMax's RDP, as in the 2018 analysis scripts — an expectation, not a
+    bound for any one run (:attr:`PateEpsilon.cost`).
 
 RDP adds over queries; (ε, δ) comes from the standard conversion (Mironov 2017, Proposition 3)
 minimised over :data:`GNMAX_ORDERS`, the 2018 grid, with the improved conversion (Balle et al.
 2020; Canonne, Kamath & Steinke 2020) reported beside it. The 2017 moments accountant is the
 same thing at RDP order λ = l + 1: α(l) = l · RDP(l + 1).
 
-A data-dependent ε depends on the private votes. To publish it the 2018 paper (§4.2 and
-Appendix C) adds Gaussian noise scaled to its β-smooth sensitivity (the GNSS mechanism);
-:func:`gnmax_local_sensitivities`, :func:`smooth_sensitivity`, :func:`gnss_rdp` and
-:func:`release_gnmax_epsilon` implement it for GNMax, and
-:func:`threshold_local_sensitivities` with :func:`release_confident_gnmax_epsilon` for
-Confident-GNMax.
+A data-dependent ε depends on the private votes. To publish it the 2018 paper (§4.2,
+Theorem 23 and Appendix C) adds Gaussian noise scaled to its β-smooth sensitivity (Nissim,
+Raskhodnikova & Smith 2007; the GNSS mechanism); :func:`gnmax_local_sensitivities`,
+:func:`smooth_sensitivity`, :func:`gnss_rdp` and :func:`release_gnmax_epsilon` implement it for
+GNMax, and :func:`threshold_local_sensitivities` with :func:`release_confident_gnmax_epsilon` for
+Confident-GNMax. The released value is a noisy estimate; its noise comes from the operating
+system's entropy unless a seed is given (then the release is reproducible and not private), its
+order is fixed from public parameters (:func:`release_order`), and the release keeps neither the
+smooth sensitivity nor the private ε.
 
 Votes must be non-negative integer counts (:func:`check_votes`). Fractional (weighted) votes
 are refused: the bound q̃ would still hold, but the 2018 reference rounds max(counts) in the
@@ -45,7 +50,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -58,6 +63,7 @@ from dpaudit import _validate as v
 __all__ = [
     "GNMAX_ORDERS",
     "LNMAX_MOMENT_ORDERS",
+    "PATE_COSTS",
     "PateEpsilon",
     "PateAnalysis",
     "SmoothSensitivityRelease",
@@ -80,6 +86,7 @@ __all__ = [
     "gnmax_local_sensitivities",
     "smooth_sensitivity",
     "gnss_rdp",
+    "release_order",
     "release_gnmax_epsilon",
     "threshold_local_sensitivities",
     "release_confident_gnmax_epsilon",
@@ -89,6 +96,8 @@ __all__ = [
 GNMAX_ORDERS: tuple[float, ...] = tuple([float(x) for x in np.arange(2.0, 100.25, 0.5)] + [float(x) for x in np.logspace(np.log10(100.0), np.log10(500.0), 100)[1:]])
 #: Moment orders l of the 2017 moments accountant (its code uses l = 1..8).
 LNMAX_MOMENT_ORDERS: tuple[int, ...] = tuple(range(1, 9))
+#: What a :class:`PateEpsilon` charges: the answers given, or Confident-GNMax's expectation.
+PATE_COSTS: tuple[str, ...] = ("realised", "expected")
 
 
 # --------------------------------------------------------------------------------------------
@@ -452,6 +461,13 @@ class PateEpsilon:
         aggregator: ``"lnmax"``, ``"gnmax"`` or ``"confident-gnmax"``.
         num_queries: queries (rows of the vote matrix) analysed.
         expected_answered: Confident-GNMax only: Σ P_ans over the queries; else ``None``.
+        cost: ``"realised"``: the RDP charged is that of the answers the mechanism gave, so ε
+            bounds this run's privacy loss (every query of LNMax and GNMax; the answered
+            queries of Confident-GNMax); ``"expected"``: Confident-GNMax analysed without
+            knowing which queries were answered, charging GNMax's RDP in expectation over the
+            threshold step (P_ans · RDP2, as the 2018 analysis scripts do) — an expected cost,
+            not a bound for any one run (the realised cost exceeds it whenever more
+            high-cost queries pass the threshold than expected).
     """
 
     epsilon: float
@@ -463,6 +479,10 @@ class PateEpsilon:
     aggregator: str
     num_queries: int
     expected_answered: float | None = None
+    cost: str = "realised"
+
+    def __post_init__(self) -> None:
+        v.choice("cost", self.cost, PATE_COSTS)
 
 
 @dataclass(frozen=True)
@@ -511,13 +531,14 @@ def _pate_epsilon(orders: np.ndarray, rdp: np.ndarray, delta: float, **fields: A
     return PateEpsilon(epsilon=eps, order=order, epsilon_improved=min(eps_i, eps), order_improved=order_i if eps_i <= eps else order, delta=delta, **fields)
 
 
-def _analysis(orders: np.ndarray, ind: np.ndarray, dep: np.ndarray, delta: float, **fields: Any) -> PateAnalysis:
+def _analysis(orders: np.ndarray, ind: np.ndarray, dep: np.ndarray, delta: float, *, cost: str = "realised", **fields: Any) -> PateAnalysis:
     dep = np.minimum(dep, ind)
     extra = dict(fields)
     expected = extra.pop("expected_answered", None)
     return PateAnalysis(
+        # The data-independent bound charges every query that may have been answered: a bound for any run.
         data_independent=_pate_epsilon(orders, ind, delta, data_dependent=False, expected_answered=None, **extra),
-        data_dependent=_pate_epsilon(orders, dep, delta, data_dependent=True, expected_answered=expected, **extra),
+        data_dependent=_pate_epsilon(orders, dep, delta, data_dependent=True, expected_answered=expected, cost=cost, **extra),
         orders=tuple(float(x) for x in orders),
         rdp_data_independent=tuple(float(x) for x in ind),
         rdp_data_dependent=tuple(float(x) for x in dep),
@@ -573,9 +594,11 @@ def analyze_confident_gnmax(
     """RDP analysis of Confident-GNMax over a vote matrix (2018, Algorithm 1, §4.1, Theorem 6).
 
     Every query pays the threshold step. The GNMax step is charged to the answered queries when
-    ``answered`` (one bool per query, the mechanism's public output) is given; otherwise the
-    data-dependent bound charges its expectation P_ans · RDP2 (the 2018 analysis scripts) and the
-    data-independent bound charges every query (which queries are answered is then unknown).
+    ``answered`` (one bool per query, the mechanism's public output) is given: the realised cost
+    (``cost="realised"``). Otherwise the data-dependent ε charges its expectation P_ans · RDP2
+    over the threshold step's noise (the 2018 analysis scripts; ``cost="expected"``), which is
+    not a bound for any one run, and the data-independent bound charges every query (which
+    queries are answered is then unknown).
 
     Args:
         votes: queries × classes vote counts.
@@ -609,7 +632,7 @@ def analyze_confident_gnmax(
         dep += _threshold_rdp_from_log_p(logp, s1, lam)
         if weight > 0:
             dep += weight * _rdp_from_log_q(_log_q_gaussian(row, s2), s2, lam)
-    return _analysis(lam, ind, dep, d, aggregator="confident-gnmax", num_queries=int(k), expected_answered=expected)
+    return _analysis(lam, ind, dep, d, aggregator="confident-gnmax", num_queries=int(k), expected_answered=expected, cost="expected" if mask is None else "realised")
 
 
 # --------------------------------------------------------------------------------------------
@@ -763,49 +786,126 @@ def gnss_rdp(*, beta: float, sigma_ss: float, order: float) -> float:
 
 @dataclass(frozen=True)
 class SmoothSensitivityRelease:
-    """A data-dependent GNMax ε sanitised with smooth sensitivity (2018, §4.2, Appendix C).
+    """What a GNSS release of a data-dependent ε publishes (2018, §4.2, Theorem 23, Algorithm GNSS).
+
+    Only publishable values: the noisy estimate and the public parameters of the release. The
+    private inputs (the data-dependent RDP, its smooth sensitivity, the noise draw) are never
+    stored here, so no printout of a release can undo it; :func:`release_order` fixes the order
+    from public parameters, since an order chosen from the data-dependent analysis would itself
+    leak the votes.
 
     Attributes:
-        epsilon: the sanitised ε = ``rdp_sanitised`` + ``rdp_release`` + ln(1/δ)/(λ − 1).
-        order: the RDP order λ the release is made at.
+        epsilon_noisy_estimate: the released ε at ``order``: ``rdp_noisy_estimate`` +
+            ``rdp_release`` + ln(1/δ)/(λ − 1). A noisy estimate of the data-dependent ε (plus
+            the release's own cost), not a bound: it lies below the true value about half the time.
+        rdp_noisy_estimate: the data-dependent total RDP at λ plus SS_β · N(0, σ_ss²), clipped
+            at 0 (post-processing: RDP is never negative).
+        rdp_release: the RDP ε_ss(λ) that publishing the estimate itself costs (:func:`gnss_rdp`;
+            data-independent), composed into ``epsilon_noisy_estimate``.
+        order: the RDP order λ, fixed before looking at the votes.
+        order_rule: ``"public"`` (chosen by :func:`release_order` from public parameters) or
+            ``"given"`` (passed by the caller, who must have fixed it without the votes).
         delta: the δ.
-        rdp: the (private) data-dependent total RDP at λ.
-        smooth_sensitivity: SS_β of the total RDP (sum over queries of LS_d, then the discounted max).
-        beta: β.
-        sigma_ss: σ_ss.
-        noise: the N(0, σ_ss²) draw that was scaled by SS_β.
-        rdp_sanitised: ``rdp`` + ``smooth_sensitivity`` · ``noise``.
-        rdp_release: the RDP cost ε_ss(λ) of publishing the sanitised value (:func:`gnss_rdp`).
-        seed: the seed of the noise.
+        beta: β of the smooth sensitivity.
+        sigma_ss: σ_ss, the noise's standard deviation in units of SS_β.
+        seed: ``None`` when the noise came from the operating system's entropy (the release is
+            private); a seed makes it reproducible — and then it is not private, since anyone
+            with the seed can subtract the noise.
         aggregator: ``"gnmax"`` or ``"confident-gnmax"``.
-        data_dependent: always ``True`` (the value released is a data-dependent ε).
-        sanitised: always ``True``.
+        reproducible: whether ``seed`` was given.
+        private: ``not reproducible``: whether the release is differentially private (a
+            reproducible one is not: do not publish it).
+        data_dependent: always ``True`` (what is estimated is a data-dependent ε).
+        sanitised: always ``True`` (it went through the smooth-sensitivity mechanism).
     """
 
-    epsilon: float
+    epsilon_noisy_estimate: float
+    rdp_noisy_estimate: float
+    rdp_release: float
     order: float
+    order_rule: str
     delta: float
-    rdp: float
-    smooth_sensitivity: float
     beta: float
     sigma_ss: float
-    noise: float
-    rdp_sanitised: float
-    rdp_release: float
-    seed: int
+    seed: int | None
     aggregator: str = "gnmax"
+    reproducible: bool = field(init=False)
+    private: bool = field(init=False)
     data_dependent: bool = True
     sanitised: bool = True
 
+    def __post_init__(self) -> None:
+        v.choice("order_rule", self.order_rule, ("public", "given"))
+        object.__setattr__(self, "reproducible", self.seed is not None)
+        object.__setattr__(self, "private", self.seed is None)
 
-def release_gnmax_epsilon(votes: Any, *, sigma: float, delta: float, beta: float, sigma_ss: float, seed: int, order: float | None = None, orders: ArrayLike = GNMAX_ORDERS) -> SmoothSensitivityRelease:
-    """Publishes GNMax's data-dependent ε through the GNSS mechanism (2018, §4.2 and Appendix C).
+
+def release_order(
+    *, sigma: float, num_answered: int, delta: float, beta: float, sigma_ss: float, num_queries: int = 0, threshold_sigma: float | None = None, orders: ArrayLike = GNMAX_ORDERS
+) -> float:
+    """The RDP order of a smooth-sensitivity release, from public parameters only.
+
+    The order must not depend on the votes (the 2018 analysis takes it from the data-dependent
+    ε, which leaks through the order). Rule: among ``orders`` below 1/(2β), the λ minimising the
+    data-independent RDP of the answers + the release's own cost ε_ss(λ) (:func:`gnss_rdp`) +
+    ln(1/δ)/(λ − 1). The data-independent RDP is num_answered · λ/σ² for the GNMax answers, plus
+    num_queries · λ/(2σ1²) for Confident-GNMax's threshold steps (whose answered count is the
+    mechanism's public output). The data-dependent RDP never exceeds the data-independent one
+    at any order, so at this λ the expected release is never above the data-independent ε plus
+    the release's cost; it gives up some ε when the votes are near-unanimous, where a larger λ
+    would do better — pass ``order`` to the release functions to fix λ otherwise in advance.
+
+    Args:
+        sigma: GNMax's σ (σ2 of Confident-GNMax).
+        num_answered: queries answered by GNMax.
+        delta: the δ.
+        beta: β of the release.
+        sigma_ss: σ_ss of the release.
+        num_queries: Confident-GNMax: queries that passed through the threshold step (0 for GNMax).
+        threshold_sigma: Confident-GNMax's σ1 (``None`` for GNMax).
+        orders: the candidate orders.
+
+    Returns:
+        λ, a float.
+    """
+    s = v.positive("sigma", sigma)
+    answered = v.integer("num_answered", num_answered, minimum=0)
+    d = v.open_unit("delta", delta)
+    b = v.positive("beta", beta)
+    ss_sigma = v.positive("sigma_ss", sigma_ss)
+    queries = v.integer("num_queries", num_queries, minimum=0)
+    grid = _release_orders(orders, b)
+    rdp = answered * grid / (s * s)
+    if threshold_sigma is not None:
+        s1 = v.positive("threshold_sigma", threshold_sigma)
+        rdp = rdp + queries * grid / (2.0 * s1 * s1)
+    release = np.array([gnss_rdp(beta=b, sigma_ss=ss_sigma, order=float(lam)) for lam in grid])
+    return float(grid[int(np.argmin(rdp + release + math.log(1.0 / d) / (grid - 1.0)))])
+
+
+def _release_noise(seed: int | None, sigma_ss: float) -> float:
+    # No seed: numpy seeds the generator from the operating system's entropy (secrets), so
+    # nobody can recompute the draw; a given seed makes the release reproducible (not private).
+    rng = np.random.default_rng() if seed is None else np.random.default_rng(seed)
+    return float(rng.normal(0.0, sigma_ss))
+
+
+def _release_order_arg(order: float | None, public: float) -> tuple[float, str]:
+    if order is None:
+        return public, "public"
+    return v.real("order", order), "given"
+
+
+def release_gnmax_epsilon(
+    votes: Any, *, sigma: float, delta: float, beta: float, sigma_ss: float, seed: int | None = None, order: float | None = None, orders: ArrayLike = GNMAX_ORDERS
+) -> SmoothSensitivityRelease:
+    """Publishes a noisy estimate of GNMax's data-dependent ε by GNSS (2018, §4.2, Theorem 23, Algorithm GNSS).
 
     The total data-dependent RDP at order λ has local sensitivity at distance d at most the
-    sum over queries of :func:`gnmax_local_sensitivities`; its β-smooth sensitivity SS_β scales
-    Gaussian noise N(0, σ_ss²) (numpy ``Generator`` seeded with ``seed``, so the release is
-    reproducible). Publishing the noisy value costs :func:`gnss_rdp` at λ, which composes with
-    the answers' RDP; the reported ε is the sanitised RDP plus that cost, converted at λ.
+    sum over queries of :func:`gnmax_local_sensitivities`; its β-smooth sensitivity SS_β
+    (Nissim, Raskhodnikova & Smith 2007) scales Gaussian noise N(0, σ_ss²). Publishing the noisy
+    value costs :func:`gnss_rdp` at λ (Theorem 23), which composes with the answers' RDP; the
+    reported ε is the noisy RDP plus that cost, converted at λ.
 
     Args:
         votes: queries × classes vote counts.
@@ -813,52 +913,55 @@ def release_gnmax_epsilon(votes: Any, *, sigma: float, delta: float, beta: float
         delta: the δ.
         beta: smoothness β > 0.
         sigma_ss: standard deviation of the sanitising noise (in units of SS_β).
-        seed: seed of the noise.
-        order: the order λ; by default the order of the data-dependent standard conversion
-            among ``orders`` below 1/(2β) (the 2018 paper also fixes λ from its analysis).
-        orders: the grid searched when ``order`` is None.
+        seed: ``None`` (default): the noise comes from the operating system's entropy, as a
+            private release needs. A seed makes the release reproducible and NOT private.
+        order: the order λ, fixed without looking at the votes; by default
+            :func:`release_order` from the public parameters.
+        orders: the candidate orders of :func:`release_order`.
+
+    Returns:
+        The release: publishable values only (no smooth sensitivity, no noise, no private ε).
     """
     arr = check_votes(votes)
     s = v.positive("sigma", sigma)
     d = v.open_unit("delta", delta)
     b = v.positive("beta", beta)
     ss_sigma = v.positive("sigma_ss", sigma_ss)
-    sd = v.integer("seed", seed, minimum=0)
-    if order is None:
-        lam_grid = _release_orders(orders, b)
-        dep = analyze_gnmax(arr, sigma=s, delta=d, orders=lam_grid).data_dependent
-        lam = dep.order
-    else:
-        lam = v.real("order", order)
+    sd = None if seed is None else v.integer("seed", seed, minimum=0)
+    public = release_order(sigma=s, num_answered=int(arr.shape[0]), delta=d, beta=b, sigma_ss=ss_sigma, orders=orders) if order is None else 0.0
+    lam, rule = _release_order_arg(order, public)
     gnss_rdp(beta=b, sigma_ss=ss_sigma, order=lam)  # refuses λ outside (1, 1/(2β)) before the work
+    total_rdp, total_ls = _gnmax_release_inputs(arr, s, lam)
+    return _release(total_rdp, total_ls, lam, rule, d, b, ss_sigma, sd, aggregator="gnmax")
+
+
+def _gnmax_release_inputs(arr: np.ndarray, sigma: float, lam: float) -> tuple[float, np.ndarray]:
+    """(the data-dependent total RDP at λ, its local sensitivity at each distance): private values."""
     teachers = int(arr[0].sum())
     total_rdp = 0.0
     total_ls = np.zeros(teachers)
     for row in arr:
         # The released function must be the one whose sensitivity is bounded: the data-dependent
         # bound below q0 and λ/σ² above (never below the min used by analyze_gnmax).
-        total_rdp += _rdp_at(_log_q_gaussian(row.astype(float), s), s, lam)
-        total_ls += gnmax_local_sensitivities(row, sigma=s, order=lam, num_teachers=teachers)
-    return _release(total_rdp, total_ls, lam, d, b, ss_sigma, sd, aggregator="gnmax")
+        total_rdp += _rdp_at(_log_q_gaussian(row.astype(float), sigma), sigma, lam)
+        total_ls += gnmax_local_sensitivities(row, sigma=sigma, order=lam, num_teachers=teachers)
+    return total_rdp, total_ls
 
 
-def _release(total_rdp: float, total_ls: np.ndarray, lam: float, d: float, b: float, ss_sigma: float, sd: int, *, aggregator: str) -> SmoothSensitivityRelease:
+def _release(total_rdp: float, total_ls: np.ndarray, lam: float, rule: str, d: float, b: float, ss_sigma: float, sd: int | None, *, aggregator: str) -> SmoothSensitivityRelease:
     release_cost = gnss_rdp(beta=b, sigma_ss=ss_sigma, order=lam)
-    ss = smooth_sensitivity(total_ls, beta=b)
-    noise = float(np.random.default_rng(sd).normal(0.0, ss_sigma))
-    sanitised = total_rdp + ss * noise
-    eps = sanitised + release_cost + math.log(1.0 / d) / (lam - 1.0)
+    # total_rdp, the smooth sensitivity and the noise stay in this frame: only their noisy sum
+    # leaves, clipped at 0 (RDP is never negative; clipping is post-processing of the release).
+    noisy = max(0.0, total_rdp + smooth_sensitivity(total_ls, beta=b) * _release_noise(sd, ss_sigma))
     return SmoothSensitivityRelease(
-        epsilon=eps,
+        epsilon_noisy_estimate=noisy + release_cost + math.log(1.0 / d) / (lam - 1.0),
+        rdp_noisy_estimate=noisy,
+        rdp_release=release_cost,
         order=float(lam),
+        order_rule=rule,
         delta=d,
-        rdp=total_rdp,
-        smooth_sensitivity=ss,
         beta=b,
         sigma_ss=ss_sigma,
-        noise=noise,
-        rdp_sanitised=sanitised,
-        rdp_release=release_cost,
         seed=sd,
         aggregator=aggregator,
     )
@@ -919,16 +1022,16 @@ def release_confident_gnmax_epsilon(
     delta: float,
     beta: float,
     sigma_ss: float,
-    seed: int,
+    seed: int | None = None,
     order: float | None = None,
     orders: ArrayLike = GNMAX_ORDERS,
 ) -> SmoothSensitivityRelease:
-    """Publishes Confident-GNMax's data-dependent ε through GNSS (2018, §4.2 and Appendix C).
+    """Publishes a noisy estimate of Confident-GNMax's realised data-dependent ε by GNSS (2018, §4.2, Theorem 23).
 
     The released RDP charges the threshold step on every query and GNMax on the answered ones
-    (``answered``, the mechanism's public output; the expectation P_ans · RDP2 of
-    :func:`analyze_confident_gnmax` is not a function of the votes one can sanitise query by
-    query). Its local sensitivity at distance d is at most the sum of
+    (``answered``, the mechanism's public output): the realised cost (the expectation
+    P_ans · RDP2 of :func:`analyze_confident_gnmax` without ``answered`` is not a bound for the
+    run). Its local sensitivity at distance d is at most the sum of
     :func:`threshold_local_sensitivities` over all queries and :func:`gnmax_local_sensitivities`
     over the answered ones; otherwise as :func:`release_gnmax_epsilon`.
 
@@ -941,10 +1044,11 @@ def release_confident_gnmax_epsilon(
         delta: the δ.
         beta: smoothness β > 0.
         sigma_ss: standard deviation of the sanitising noise (in units of SS_β).
-        seed: seed of the noise.
-        order: the order λ; by default the best order of the data-dependent standard conversion
-            (with ``answered``) among ``orders`` below 1/(2β).
-        orders: the grid searched when ``order`` is None.
+        seed: ``None`` (default): noise from the operating system's entropy (private); a seed
+            makes the release reproducible and NOT private.
+        order: the order λ, fixed without looking at the votes; by default
+            :func:`release_order` from the public parameters (queries, answered count, σ1, σ2, δ, β, σ_ss).
+        orders: the candidate orders of :func:`release_order`.
     """
     arr = check_votes(votes)
     t, s1 = _threshold_step(threshold, threshold_sigma)
@@ -952,15 +1056,14 @@ def release_confident_gnmax_epsilon(
     d = v.open_unit("delta", delta)
     b = v.positive("beta", beta)
     ss_sigma = v.positive("sigma_ss", sigma_ss)
-    sd = v.integer("seed", seed, minimum=0)
+    sd = None if seed is None else v.integer("seed", seed, minimum=0)
     mask = np.asarray(answered)
     if mask.dtype != bool or mask.shape != (arr.shape[0],):
         raise ValueError(f"answered must be a boolean array of one entry per query ({arr.shape[0]}), got dtype {mask.dtype} shape {mask.shape}")
+    public = 0.0
     if order is None:
-        lam_grid = _release_orders(orders, b)
-        lam = analyze_confident_gnmax(arr, threshold=t, threshold_sigma=s1, sigma=s2, delta=d, orders=lam_grid, answered=mask).data_dependent.order
-    else:
-        lam = v.real("order", order)
+        public = release_order(sigma=s2, num_answered=int(mask.sum()), num_queries=int(arr.shape[0]), threshold_sigma=s1, delta=d, beta=b, sigma_ss=ss_sigma, orders=orders)
+    lam, rule = _release_order_arg(order, public)
     gnss_rdp(beta=b, sigma_ss=ss_sigma, order=lam)  # refuses λ outside (1, 1/(2β)) before the work
     teachers = int(arr[0].sum())
     rdp_by_max = _threshold_rdp_by_max(teachers, t, s1, float(lam))
@@ -972,7 +1075,7 @@ def release_confident_gnmax_epsilon(
         if ans:
             total_rdp += _rdp_at(_log_q_gaussian(row.astype(float), s2), s2, lam)
             total_ls += gnmax_local_sensitivities(row, sigma=s2, order=lam, num_teachers=teachers)
-    return _release(total_rdp, total_ls, lam, d, b, ss_sigma, sd, aggregator="confident-gnmax")
+    return _release(total_rdp, total_ls, lam, rule, d, b, ss_sigma, sd, aggregator="confident-gnmax")
 
 
 def pate_claim(
@@ -992,7 +1095,7 @@ def pate_claim(
         num_answered: how many queries were answered.
         data_dependent: state the data-dependent bound (else the data-independent one).
         release: the smooth-sensitivity release of the data-dependent bound, when it was made;
-            the claim is then stated at the release's order.
+            the claim is then its noisy estimate, stated at the release's order.
         description: a human-readable account (default: derived).
     """
     from dpaudit.privacy.claims import PATEClaim
@@ -1002,7 +1105,8 @@ def pate_claim(
         if not data_dependent:
             raise ValueError("release applies to the data-dependent bound; pass data_dependent=True")
         orders: tuple[float, ...] = (release.order,)
-        rdp: tuple[float, ...] = (release.rdp_sanitised + release.rdp_release,)
+        # A low noise draw can push the estimate below zero; clipping it at 0 is post-processing.
+        rdp: tuple[float, ...] = (max(0.0, release.rdp_noisy_estimate + release.rdp_release),)
         smooth: dict[str, float] | None = {"beta": release.beta, "sigma_ss": release.sigma_ss}
     else:
         orders = analysis.orders

@@ -27,8 +27,8 @@ def test_lnmax_reproduces_the_2017_vector(cli, tmp_path: Path) -> None:
     assert code == 0, err
     data = json.loads(out)
     assert data["aggregator"] == "lnmax" and data["num_teachers"] == 250
-    assert data["epsilon_data_dependent"] == pytest.approx(1.48508, rel=1e-5)
-    assert data["epsilon_data_independent"] > data["epsilon_data_dependent"] and data["sanitised"] is False
+    assert data["epsilon_data_dependent_realised"] == pytest.approx(1.48508, rel=1e-5)
+    assert data["epsilon_data_independent"] > data["epsilon_data_dependent_realised"] and data["sanitised"] is False and data["publishable"] is False
 
 
 def test_gnmax_and_confident_gnmax_match_the_library(cli, tmp_path: Path) -> None:
@@ -37,8 +37,8 @@ def test_gnmax_and_confident_gnmax_match_the_library(cli, tmp_path: Path) -> Non
     assert code == 0, err
     want = pate.analyze_gnmax(np.load(votes), sigma=40, delta=1e-5)
     data = json.loads(out)
-    assert data["epsilon_data_dependent"] == pytest.approx(want.data_dependent.epsilon) and data["order"] == want.data_dependent.order
-    assert data["epsilon_data_dependent_improved"] <= data["epsilon_data_dependent"] < data["epsilon_data_independent"]
+    assert data["epsilon_data_dependent_realised"] == pytest.approx(want.data_dependent.epsilon) and data["order"] == want.data_dependent.order
+    assert data["epsilon_data_dependent_realised_improved"] <= data["epsilon_data_dependent_realised"] < data["epsilon_data_independent"]
     code, out, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "40", "--threshold", "200", "--threshold-sigma", "150", "--json")
     assert code == 0, err
     data = json.loads(out)
@@ -50,14 +50,12 @@ def test_gnmax_and_confident_gnmax_match_the_library(cli, tmp_path: Path) -> Non
 def test_smooth_sensitivity_release_is_marked_and_seeded(cli, tmp_path: Path) -> None:
     votes = _votes(tmp_path, [ROW], 640)
     argv = ["pate", "analyze", "--votes", votes, "--sigma", "40", "--smooth-sensitivity-beta", "0.0329", "--smooth-sensitivity-sigma", "15", "--json"]
-    code, out, err = cli.run(*argv)
+    code, out, err = cli.run(*argv, "--seed", "0")
     assert code == 0, err
-    data = json.loads(out)
-    assert data["epsilon_smooth_sensitivity"] > data["epsilon_data_dependent"] > 0
-    assert data["smooth_sensitivity"]["beta"] == 0.0329 and data["smooth_sensitivity"]["seed"] == 0
-    assert json.loads(cli.run(*argv)[1])["epsilon_smooth_sensitivity"] == data["epsilon_smooth_sensitivity"]
+    release = json.loads(out)["release"]
+    assert release["epsilon_noisy_estimate"] > 0 and release["beta"] == 0.0329 and release["seed"] == 0 and release["order_rule"] == "public"
     code, out, _ = cli.run(*argv[:-1])
-    assert "publish only the smooth-sensitivity release above" in out
+    assert "epsilon, released (noisy estimate, smooth sensitivity)" in out and "may be published" in out
 
 
 @pytest.mark.parametrize(

@@ -72,7 +72,7 @@ def test_the_saved_votes_reproduce_the_claim_through_pate_analyze(pate_run, cli,
         "pate", "analyze", "--votes", str(rdir / "votes.npy"), "--sigma", "1", "--threshold", "6", "--threshold-sigma", "2", "--answered", str(tmp_path / "answered.npy"), "--json"
     )
     assert code == 0, err
-    assert json.loads(out)["epsilon_data_dependent"] == pytest.approx(payload["epsilon_ub"], rel=1e-9)
+    assert json.loads(out)["epsilon_data_dependent_realised"] == pytest.approx(payload["epsilon_ub"], rel=1e-9)
 
 
 def test_a_rerun_reuses_the_student_and_another_aggregator_reuses_the_teachers(pate_run, cli) -> None:

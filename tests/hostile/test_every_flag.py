@@ -290,7 +290,7 @@ def _base(verb: str, flag: str, work: Path, record_dir: Path, external: dict[str
             return [*votes, "--laplace-scale", "20"]
         if flag in ("--threshold", "--threshold-sigma", "--answered"):
             return [*votes, "--sigma", "40", "--threshold", "200", "--threshold-sigma", "150", "--answered", external["answered"]]
-        if flag.startswith("--smooth-sensitivity"):
+        if flag.startswith("--smooth-sensitivity") or flag == "--seed":  # --seed seeds the release only
             return [*votes, "--sigma", "40", "--smooth-sensitivity-beta", "0.03", "--smooth-sensitivity-sigma", "15"]
         return [*votes, "--sigma", "40"]
     if verb == "pate attack":

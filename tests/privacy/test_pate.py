@@ -125,6 +125,7 @@ def test_confident_gnmax_vector():
     assert expected == pytest.approx(0.0014076, abs=1e-7)
     res = pate.analyze_confident_gnmax(np.tile(TEN, (4, 1)), threshold=200, threshold_sigma=150, sigma=40, delta=1e-5, orders=[20])
     assert res.rdp_data_dependent[0] == pytest.approx(4 * expected, rel=1e-12)
+    assert res.data_dependent.cost == "expected" and res.data_independent.cost == "realised"
     assert res.data_dependent.expected_answered == pytest.approx(2.0)
     assert res.data_dependent.aggregator == "confident-gnmax"
 
@@ -136,6 +137,7 @@ def test_confident_gnmax_answered_mask():
     rdp1 = pate.threshold_rdp(TEN, threshold=200, threshold_sigma=150, orders=[20])[0]
     rdp2 = pate.gnmax_rdp(TEN, sigma=40, orders=[20])[0]
     assert res.rdp_data_dependent[0] == pytest.approx(4 * rdp1 + 2 * rdp2)
+    assert res.data_dependent.cost == "realised"
     assert res.rdp_data_independent[0] == pytest.approx(4 * 20 / (2 * 150**2) + 2 * 20 / 40**2)
 
 
@@ -213,19 +215,29 @@ def test_release_is_seeded_and_consistent():
     a = pate.release_gnmax_epsilon(votes, seed=3, **kw)
     b = pate.release_gnmax_epsilon(votes, seed=3, **kw)
     c = pate.release_gnmax_epsilon(votes, seed=4, **kw)
-    assert a == b and a.noise != c.noise
-    assert a.noise == pytest.approx(float(np.random.default_rng(3).normal(0.0, 5.0)))
-    assert a.rdp_sanitised == pytest.approx(a.rdp + a.smooth_sensitivity * a.noise)
-    assert a.rdp_release == pytest.approx(pate.gnss_rdp(beta=0.01, sigma_ss=5.0, order=a.order))
-    assert a.epsilon == pytest.approx(a.rdp_sanitised + a.rdp_release + math.log(1e5) / (a.order - 1))
-    assert 1 < a.order < 50 and a.data_dependent and a.sanitised and (a.beta, a.sigma_ss) == (0.01, 5.0)
-    ls = sum(pate.gnmax_local_sensitivities(row, sigma=40.0, order=a.order) for row in votes)
-    assert a.smooth_sensitivity == pytest.approx(pate.smooth_sensitivity(ls, beta=0.01))
+    assert a == b and a.epsilon_noisy_estimate != c.epsilon_noisy_estimate
+    assert a.reproducible and not a.private and a.seed == 3
+    lam = a.order
+    assert a.order_rule == "public" and lam == pate.release_order(sigma=40.0, num_answered=20, delta=1e-5, beta=0.01, sigma_ss=5.0)
+    # The private inputs, recomputed from the public building blocks: the noisy RDP is their sum.
+    rdp = float(np.sum([pate.gnmax_rdp(r, sigma=40.0, orders=[lam])[0] for r in votes]))
+    ss = pate.smooth_sensitivity(sum(pate.gnmax_local_sensitivities(row, sigma=40.0, order=lam) for row in votes), beta=0.01)
+    assert ss > 0
+    assert a.rdp_noisy_estimate == pytest.approx(max(0.0, rdp + ss * float(np.random.default_rng(3).normal(0.0, 5.0))))
+    assert a.rdp_release == pytest.approx(pate.gnss_rdp(beta=0.01, sigma_ss=5.0, order=lam))
+    assert a.epsilon_noisy_estimate == pytest.approx(a.rdp_noisy_estimate + a.rdp_release + math.log(1e5) / (lam - 1))
+    assert 1 < lam < 50 and a.data_dependent and a.sanitised and (a.beta, a.sigma_ss) == (0.01, 5.0)
     fixed = pate.release_gnmax_epsilon(votes, seed=3, order=20.0, **kw)
-    assert fixed.order == 20.0
-    assert fixed.rdp == pytest.approx(float(np.sum([pate.gnmax_rdp(r, sigma=40.0, orders=[20.0])[0] for r in votes])))
+    assert fixed.order == 20.0 and fixed.order_rule == "given"
     with pytest.raises(ValueError, match="order"):
         pate.release_gnmax_epsilon(votes, seed=3, order=60.0, **kw)
+
+
+def test_a_negative_noisy_rdp_is_clipped_at_zero():
+    # A seed whose draw is negative; with σ_ss huge it swamps the RDP, and RDP is never negative.
+    seed = next(s for s in range(100) if np.random.default_rng(s).normal() < 0)
+    r = pate.release_gnmax_epsilon(np.tile(TEN, (5, 1)), sigma=40.0, delta=1e-5, beta=0.01, sigma_ss=1e6, seed=seed)
+    assert r.rdp_noisy_estimate == 0.0 and r.epsilon_noisy_estimate == pytest.approx(r.rdp_release + math.log(1e5) / (r.order - 1))
 
 
 # --------------------------------------------------------------------------------------------
@@ -476,10 +488,15 @@ def test_confident_release():
     a = pate.release_confident_gnmax_epsilon(votes, seed=1, **kw)
     assert a == pate.release_confident_gnmax_epsilon(votes, seed=1, **kw)
     assert a.aggregator == "confident-gnmax" and a.order < 1 / (2 * 0.0329)
+    public = pate.release_order(sigma=40.0, num_answered=int(answered.sum()), num_queries=30, threshold_sigma=150.0, delta=1e-5, beta=0.0329, sigma_ss=6.23)
+    assert a.order == public and a.order_rule == "public"
     expected = sum(pate.threshold_rdp(r, threshold=200, threshold_sigma=150, orders=[a.order])[0] for r in votes)
     expected += sum(pate.gnmax_rdp(r, sigma=40, orders=[a.order])[0] for r in votes[answered])
-    assert a.rdp == pytest.approx(expected, rel=1e-9)
-    assert a.epsilon == pytest.approx(a.rdp + a.smooth_sensitivity * a.noise + a.rdp_release + math.log(1e5) / (a.order - 1))
+    ls = sum(pate.threshold_local_sensitivities(r, threshold=200, threshold_sigma=150, order=a.order) for r in votes)
+    ls = ls + sum(pate.gnmax_local_sensitivities(r, sigma=40, order=a.order, num_teachers=250) for r in votes[answered])
+    noise = float(np.random.default_rng(1).normal(0.0, 6.23))
+    assert a.rdp_noisy_estimate == pytest.approx(max(0.0, expected + pate.smooth_sensitivity(ls, beta=0.0329) * noise), rel=1e-9)
+    assert a.epsilon_noisy_estimate == pytest.approx(a.rdp_noisy_estimate + a.rdp_release + math.log(1e5) / (a.order - 1))
     with pytest.raises(ValueError, match="answered"):
         pate.release_confident_gnmax_epsilon(votes, seed=1, **{**kw, "answered": answered[:3]})
 
@@ -515,7 +532,7 @@ def test_pate_claim_of_a_smooth_sensitivity_release_is_marked_sanitised() -> Non
     release = pate.release_gnmax_epsilon(votes, sigma=40.0, delta=1e-5, beta=0.0329, sigma_ss=15.0, seed=0)
     claim = pate.pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=640, release=release)
     assert claim.data_dependent and claim.sanitised and claim.orders == (release.order,)
-    assert claim.epsilon(delta=1e-5) == pytest.approx(release.epsilon)
+    assert claim.epsilon(delta=1e-5) == pytest.approx(release.epsilon_noisy_estimate)
     assert claim_from_dict(claim.to_dict()).to_dict()["sanitised"] is True
 
 

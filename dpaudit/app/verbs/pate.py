@@ -2,10 +2,14 @@
 ``dpaudit pate audit``: the audit game of an aggregator (ε_LB from repeated answers on neighbouring votes).
 
 Papernot et al. (2017) for LNMax's moments analysis, (2018) for GNMax's data-dependent RDP
-(Theorem 6 with Proposition 10), Confident-GNMax's expected cost and the smooth-sensitivity
-release of a data-dependent ε (§4.2, Appendix C). The mathematics is
-:mod:`dpaudit.privacy.pate`; this verb reads the votes, picks the analysis and prints it. Every
-ε it prints says whether it depends on the votes and whether it was sanitised. Torch-free.
+(Theorem 6 with Proposition 10), Confident-GNMax's realised cost (``--answered``) or expected
+cost, and the smooth-sensitivity release of a data-dependent ε (§4.2, Theorem 23, Appendix C).
+The mathematics is :mod:`dpaudit.privacy.pate`; this verb reads the votes, picks the analysis
+and prints it. Every ε it prints says whether it depends on the votes, whether it was sanitised,
+and whether it is a realised or an expected cost. A release prints publishable values only: its
+noisy estimate and public parameters, never the private ε, its order or the smooth sensitivity;
+its noise comes from the operating system's entropy unless ``--seed`` is given, which the output
+then marks as reproducible and not private. Torch-free.
 
 ``pate attack`` runs the label-only membership attack on a PATE student's aggregator
 (:func:`dpaudit.app.runs.pate.attack_aggregator`): the teachers answer the student's members and
@@ -73,15 +77,27 @@ def _aggregator(args: argparse.Namespace) -> str:
 
 def _release(pate: Any, name: str, votes: Any, args: argparse.Namespace, answered: Any, beta: float, sigma_ss: float) -> Any:
     """The smooth-sensitivity release of the data-dependent ε (2018, §4.2), for GNMax or Confident-GNMax."""
+    common = {"delta": args.delta, "beta": beta, "sigma_ss": sigma_ss, "seed": args.seed, "order": args.smooth_sensitivity_order}
     if name == "gnmax":
-        release = pate.release_gnmax_epsilon(votes, sigma=args.sigma, delta=args.delta, beta=beta, sigma_ss=sigma_ss, seed=args.seed)
+        return pate.release_gnmax_epsilon(votes, sigma=args.sigma, **common)
+    if answered is None:
+        raise UsageError("--smooth-sensitivity-* with --aggregator confident-gnmax needs --answered (which queries the mechanism answered)", argument="--answered")
+    return pate.release_confident_gnmax_epsilon(votes, threshold=args.threshold, threshold_sigma=args.threshold_sigma, sigma=args.sigma, answered=answered, **common)
+
+
+def _analysis_lines(name: str, dep: Any, answered: Any) -> tuple[dict[str, Any], list[str]]:
+    """The data-dependent ε for the researcher: JSON keys and lines, named by what it charges."""
+    if dep.cost == "expected":
+        key, label = "epsilon_data_dependent_expected", "epsilon, data-dependent, EXPECTED over the threshold step (not a bound for any one run)"
+    elif name == "confident-gnmax":
+        key, label = "epsilon_data_dependent_realised", f"epsilon, data-dependent, realised ({int(answered.sum())} answered queries)"
     else:
-        if answered is None:
-            raise UsageError("--smooth-sensitivity-* with --aggregator confident-gnmax needs --answered (which queries the mechanism answered)", argument="--answered")
-        release = pate.release_confident_gnmax_epsilon(
-            votes, threshold=args.threshold, threshold_sigma=args.threshold_sigma, sigma=args.sigma, delta=args.delta, answered=answered, beta=beta, sigma_ss=sigma_ss, seed=args.seed
-        )
-    return release
+        key, label = "epsilon_data_dependent_realised", "epsilon, data-dependent, realised (every query answered)"
+    payload = {key: dep.epsilon, f"{key}_improved": dep.epsilon_improved, "order": dep.order, "cost": dep.cost}
+    lines = [f"  {label}", f"    {fmt_eps(dep.epsilon)}  (order {dep.order:g}; improved conversion {fmt_eps(dep.epsilon_improved)}) — PRIVATE: computed from the votes, not for publication"]
+    if dep.cost == "expected":
+        lines.append("    the realised cost of a run exceeds it when more costly queries pass the threshold; pass --answered for the realised cost")
+    return payload, lines
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -91,6 +107,15 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     smooth = (args.smooth_sensitivity_beta, args.smooth_sensitivity_sigma)
     if (smooth[0] is None) != (smooth[1] is None):
         raise UsageError("--smooth-sensitivity-beta and --smooth-sensitivity-sigma go together", argument="--smooth-sensitivity-beta")
+    if smooth[0] is None:
+        for flag, value in (("--smooth-sensitivity-order", args.smooth_sensitivity_order), ("--seed", args.seed)):
+            if value is not None:
+                raise UsageError(f"{flag}={value!r} applies to the smooth-sensitivity release (--smooth-sensitivity-beta/-sigma)", argument=flag)
+    order = args.smooth_sensitivity_order
+    if smooth[0] is not None and order is not None and not 1.0 < order < 1.0 / (2.0 * smooth[0]):
+        raise UsageError(
+            f"--smooth-sensitivity-order={order:g} must lie in (1, 1/(2*beta)) = (1, {1.0 / (2.0 * smooth[0]):g}) (Papernot et al. 2018, Theorem 23)", argument="--smooth-sensitivity-order"
+        )
     if smooth[0] is not None and name == "lnmax":
         raise UsageError("the smooth-sensitivity release is defined for GNMax and Confident-GNMax, not --aggregator lnmax", argument="--smooth-sensitivity-beta")
     if args.answered is not None and name != "confident-gnmax":
@@ -115,6 +140,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     else:
         analysis = pate.analyze_confident_gnmax(votes, threshold=args.threshold, threshold_sigma=args.threshold_sigma, sigma=args.sigma, delta=args.delta, answered=answered)
     dep, ind = analysis.data_dependent, analysis.data_independent
+    # Public: the shape of the votes, δ, the data-independent bound (a function of the public
+    # parameters and of the answered count, itself the mechanism's public output).
     payload: dict[str, Any] = {
         "aggregator": name,
         "num_queries": int(votes.shape[0]),
@@ -122,41 +149,55 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         "num_classes": int(votes.shape[1]),
         "delta": args.delta,
         "epsilon_data_independent": ind.epsilon,
-        "epsilon_data_dependent": dep.epsilon,
-        "epsilon_data_dependent_improved": dep.epsilon_improved,
-        "order": dep.order,
-        "data_dependent": True,
-        "sanitised": False,
+        "order_data_independent": ind.order,
     }
-    if name == "confident-gnmax":
-        payload["expected_answered"] = dep.expected_answered
-        payload["num_answered"] = None if answered is None else int(answered.sum())
+    if answered is not None:
+        payload["num_answered"] = int(answered.sum())
     lines = [
         f"PATE {name}: {votes.shape[0]} queries, {int(votes[0].sum())} teachers, {votes.shape[1]} classes, delta={args.delta:g}",
         f"  epsilon, data-independent        {fmt_eps(ind.epsilon)}  (order {ind.order:g})",
-        f"  epsilon, data-dependent          {fmt_eps(dep.epsilon)}  (order {dep.order:g}; improved conversion {fmt_eps(dep.epsilon_improved)})",
     ]
-    if name == "confident-gnmax":
-        lines.append(f"  expected answered queries        {dep.expected_answered:.1f}" + ("" if answered is None else f" (answered: {int(answered.sum())})"))
     if smooth[0] is not None:
+        # A release prints only what may be published: the data-dependent ε, its order and the
+        # expected answer count depend on the votes, so they are left out (run without the
+        # --smooth-sensitivity-* flags for the private analysis).
         beta, sigma_ss = smooth
         try:
             release = _release(pate, name, votes, args, answered, beta, sigma_ss)
         except ValueError as exc:  # the library names beta / sigma_ss / order; the user typed these flags
             raise UsageError(f"--smooth-sensitivity-beta={beta:g} --smooth-sensitivity-sigma={sigma_ss:g}: {exc}", argument="--smooth-sensitivity-beta") from None
-        payload.update(
-            epsilon_smooth_sensitivity=release.epsilon,
-            smooth_sensitivity={"order": release.order, "beta": release.beta, "sigma_ss": release.sigma_ss, "smooth_sensitivity": release.smooth_sensitivity, "seed": release.seed},
-        )
-        lines.append(f"  epsilon, released (smooth sens.) {fmt_eps(release.epsilon)}  (order {release.order:g}, beta={beta:g}, sigma_ss={sigma_ss:g}, SS={release.smooth_sensitivity:.3g})")
-    if name == "lnmax":
-        lines.append("  the data-dependent epsilon depends on the private votes and is not sanitised: do not publish it as is")
+        payload.update(data_dependent=True, sanitised=True, publishable=not release.reproducible, release=_release_payload(release))
+        rule = "given by --smooth-sensitivity-order" if release.order_rule == "given" else "fixed from public parameters"
+        lines += [
+            f"  epsilon, released (noisy estimate, smooth sensitivity)  {fmt_eps(release.epsilon_noisy_estimate)}",
+            f"    order {release.order:g} ({rule}), beta={beta:g}, sigma_ss={sigma_ss:g}; includes the release's own RDP cost {release.rdp_release:.4g} at that order (GNSS, Papernot et al. 2018, Thm 23)",
+            "    a noisy estimate of the data-dependent epsilon, not a bound",
+        ]
+        if release.reproducible:
+            lines.append(f"  REPRODUCIBLE, NOT PRIVATE: the release noise was drawn from --seed {release.seed}; anyone with the seed can remove it. Do not publish this value.")
+        else:
+            lines.append("  release noise from the operating system's entropy: the value above may be published (the private data-dependent epsilon is not shown)")
     else:
-        lines.append(
-            "  a data-dependent epsilon depends on the private votes: publish only the smooth-sensitivity release" + (" above" if smooth[0] is not None else " (--smooth-sensitivity-beta/-sigma)")
-        )
+        dep_payload, dep_lines = _analysis_lines(name, dep, answered)
+        payload.update(dep_payload, data_dependent=True, sanitised=False, publishable=False)
+        if name == "confident-gnmax":
+            payload["expected_answered"] = dep.expected_answered
+        lines += dep_lines
+        if name == "confident-gnmax":
+            lines.append(f"  expected answered queries        {dep.expected_answered:.1f}" + ("" if answered is None else f" (answered: {int(answered.sum())})") + " — private")
+        if name == "lnmax":
+            lines.append("  the data-dependent epsilon depends on the private votes and is not sanitised: do not publish it as is")
+        else:
+            lines.append("  a data-dependent epsilon depends on the private votes: publish only its smooth-sensitivity release (--smooth-sensitivity-beta/-sigma)")
     emit(args, payload, "\n".join(lines))
     return EXIT_OK
+
+
+def _release_payload(release: Any) -> dict[str, Any]:
+    """The release's JSON: its fields, all publishable (the release holds no private value)."""
+    import dataclasses
+
+    return {f.name: getattr(release, f.name) for f in dataclasses.fields(release)}
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
@@ -245,7 +286,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "from any implementation: LNMax's moments analysis (2017), GNMax's data-dependent RDP (2018, Theorem 6 with Proposition 10), "
             "Confident-GNMax's threshold step and expected cost, on the 2018 order grid with the standard and the improved conversion; "
             "optionally the smooth-sensitivity release of the data-dependent epsilon (GNSS). A data-dependent epsilon is private: it is "
-            "marked as such, and only its sanitised release is safe to publish."
+            "marked as such, and only its sanitised release is safe to publish. Without --answered, Confident-GNMax's data-dependent "
+            "epsilon is the expected cost over the threshold step, not a bound for the run; with it, the realised cost. The release "
+            "prints only publishable values (its noisy estimate, the data-independent bound and the release's public parameters); its "
+            "noise comes from the operating system's entropy unless --seed makes it reproducible (and not private)."
         ),
     )
     a.add_argument("--votes", required=True, type=path_type("--votes", must_exist="file"), metavar="VOTES.npy", help="vote matrix, .npy of shape queries x classes")
@@ -255,7 +299,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--delta", type=delta_type, default=1e-5, help="delta (default 1e-5)")
     a.add_argument("--smooth-sensitivity-beta", type=arg("--smooth-sensitivity-beta", v.positive), metavar="BETA", help="beta of the smooth-sensitivity release")
     a.add_argument("--smooth-sensitivity-sigma", type=arg("--smooth-sensitivity-sigma", v.positive), metavar="S_SS", help="sigma_ss of the smooth-sensitivity release")
-    a.add_argument("--seed", type=seed_type, default=0, help="seed of the release noise (default 0)")
+    a.add_argument(
+        "--smooth-sensitivity-order",
+        type=arg("--smooth-sensitivity-order", v.positive),
+        metavar="LAMBDA",
+        help="RDP order of the release, fixed in advance without the votes (default: chosen from public parameters: queries, answered count, sigmas, delta, beta, sigma_ss)",
+    )
+    a.add_argument(
+        "--seed",
+        type=seed_type,
+        default=None,
+        help="seed of the release noise: makes the release reproducible and NOT private (default: the operating system's entropy, as a private release needs)",
+    )
     a.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     a.set_defaults(func=_cmd_analyze)
 
