@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ def _assert_audits_the_record(seen: dict[str, Any], record: Any) -> None:
 
 
 def _seen(seen: list[dict[str, Any]], label: str) -> dict[str, Any]:
-    (mine,) = [x for x in seen if f"-{label.replace('=', '_')}-" in x["name"]]
+    (mine,) = [x for x in seen if re.search(rf"-{re.escape(label.replace('=', '_'))}(-|$)", x["name"])]
     return mine
 
 
