@@ -32,7 +32,7 @@ ONE_RUN = {"audit": {"method": "one-run", "num_canaries": 20}}
 # Two settings the old audit re-calibrated: σ calibrated by RDP at the setting's own δ, and budget
 # mode (σ fixed, train until ε is spent: no epoch count, where the old audit fell back to 10).
 EXACT = [
-    {**DPSGD, "label": "own", "target_epsilon": 2.0, "accountant": "rdp", "delta": 1e-6},
+    {**DPSGD, "label": "own", "target_epsilon": 2.0, "accountant": "rdp", "delta": 1e-6, "momentum": 0.5, "model_options": {"hidden": 32}},
     {"defense": "dpsgd", "label": "budget", "noise_multiplier": 1.0, "target_epsilon": 2.0, "accountant": "rdp", "sampling_rate": 0.05},
 ]
 
@@ -58,7 +58,7 @@ def _compare(run_dir: Path, name: str, settings: list[dict[str, Any]], monkeypat
         trainer, sigma = audit_run._audit_trainer(spec, num_members=members, num_steps=spec.resolved_num_steps)
         claim = trainer.claim(members)
         plan = claim.event  # SelfComposed(PoissonSampled(q, Gaussian(σ)), T)
-        seen.append({"name": spec.name, "delta": spec.delta, "sigma": sigma, "q": plan.event.sampling_probability, "steps": plan.count, "claim": claim})
+        seen.append({"name": spec.name, "delta": spec.delta, "sigma": sigma, "q": plan.event.sampling_probability, "steps": plan.count, "claim": claim, "trainer": trainer})
         # The claim's ε as an audit reports it, but for PLD (seconds per claim; no setting here uses it).
         by = {k: claim.epsilon(delta=spec.delta, accountant=k) for k in claim.accountants if k != "pld"}
         best = min(by, key=by.__getitem__)
@@ -100,6 +100,9 @@ def test_audit_runs_the_trained_sigma_under_the_settings_accountant_and_delta(ru
     record = _record(run_dir, result, "own")
     _assert_audits_the_record(_seen(seen, "own"), record)
     assert _seen(seen, "own")["delta"] == 1e-6  # the setting's δ, not the grid's
+    # What does not enter the claim is the trained algorithm's too: its momentum, its architecture.
+    trainer = _seen(seen, "own")["trainer"]
+    assert trainer.config.momentum == 0.5 and dict(trainer.model_options) == {"hidden": 32}
     out = _audit_outcome(run_dir, "exact", "own")
     assert out["accountant"] == "rdp" and out["delta"] == 1e-6
     assert out["epsilon_ub"] == pytest.approx(record.claim.epsilon(delta=1e-6, accountant="rdp"), rel=1e-12)
