@@ -23,7 +23,7 @@ from defenses.certified import (
     train_secure_sgd,
 )
 from defenses.dpsgd import DPSGDConfig, DPSGDTrainer, train_dpsgd
-from defenses.dssgd.defense import PARTICIPANT_CACHE, DSSGDConfig, dssgd_report_lines, train_dssgd
+from defenses.dssgd.defense import PARTICIPANT_CACHE, DSSGDConfig, dssgd_claim_kind, dssgd_report_lines, train_dssgd
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from defenses.pate.defense import TEACHER_CACHE, PATEConfig, train_pate
 from defenses.smoothing import SmoothingConfig, train_smoothing
@@ -42,7 +42,10 @@ class DefenseSpec:
         config_type: frozen dataclass of the defense's hyper-parameters.
         train: ``train(*, bundle, splits, model_name, model_options, config, seed, device,
             progress) -> (TrainedModel, nn.Module)``.
-        claim_kind: the :class:`dpaudit.privacy.claims.PrivacyClaim` kind its records carry.
+        claim_kind: the :class:`dpaudit.privacy.claims.PrivacyClaim` kind its records carry,
+            or, for a defense whose kind depends on its configuration, a function
+            ``claim_kind(config) -> str`` (DSSGD: ``dssgd-svt`` with the DP upload, else
+            ``nonprivate``); read it through :meth:`claim_kind_for`.
         audit_trainer: optional white-box adapter for audits: ``audit_trainer(config=...,
             model_name=..., device=...)`` returns an
             :class:`attacks.audit_procedures.HookedTrainer`.
@@ -63,12 +66,16 @@ class DefenseSpec:
     summary: str
     config_type: type
     train: Callable[..., Any]
-    claim_kind: str
+    claim_kind: str | Callable[[Any], str]
     audit_trainer: Callable[..., Any] | None = None
     certification: Callable[[Any], Any] | None = None
     submodels: str | None = None
     report_lines: Callable[[Any], list[str]] | None = None
     family: str | None = None
+
+    def claim_kind_for(self, config: Any) -> str:
+        """The claim kind a training with ``config`` returns (what the contract suite checks)."""
+        return self.claim_kind(config) if callable(self.claim_kind) else self.claim_kind
 
 
 def _certification(defense: str) -> Callable[[Any], Any]:
@@ -140,7 +147,7 @@ DEFENSES: dict[str, DefenseSpec] = {
         name="dssgd",
         config_type=DSSGDConfig,
         train=train_dssgd,
-        claim_kind="dssgd-svt",
+        claim_kind=dssgd_claim_kind,
         submodels=PARTICIPANT_CACHE,
         report_lines=dssgd_report_lines,
         summary="distributed selective SGD: participants upload a selected fraction of their updates to a parameter server, optionally by the sparse vector technique (Shokri & Shmatikov 2015)",

@@ -62,7 +62,7 @@ from dpaudit.seeding import derive_seed, torch_generator
 from dpaudit.store import atomic_save_npz
 from dpaudit.training import BATCH_LIMIT, EPOCH_LIMIT, TrainWorkspace, evaluate
 
-__all__ = ["DSSGDConfig", "train_dssgd", "dssgd_report_lines", "PARTICIPANT_CACHE", "UPLOADS_FILE", "participant_record_dir"]
+__all__ = ["DSSGDConfig", "train_dssgd", "dssgd_claim_kind", "dssgd_report_lines", "PARTICIPANT_CACHE", "UPLOADS_FILE", "participant_record_dir"]
 
 #: The run's cache of participants' local models (``RUN_DIR/records/dssgd-participants/``).
 PARTICIPANT_CACHE = "dssgd-participants"
@@ -171,6 +171,13 @@ def dssgd_report_lines(record: TrainedModel) -> list[str]:
 def participant_record_dir(cache_dir: str | os.PathLike[str], model_id: str, index: int) -> Path:
     """Where participant ``index`` of the federation ``model_id`` keeps its local record."""
     return Path(cache_dir) / model_id / f"participant-{index:03d}"
+
+
+def dssgd_claim_kind(config: DSSGDConfig) -> str:
+    """The kind of claim :func:`dssgd_claim` returns for ``config`` (the registry declares it)."""
+    from dpaudit.privacy.dssgd import DSSGDClaim
+
+    return NonPrivateClaim.kind if config.dp_epsilon is None else DSSGDClaim.kind
 
 
 def dssgd_claim(config: DSSGDConfig, *, num_parameters: int) -> PrivacyClaim:

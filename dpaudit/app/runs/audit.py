@@ -168,6 +168,11 @@ class AuditSpec:
             blank canary's label) is crafted; default: ``model`` from the zoo.
         dataset: dataset name.
         model: zoo model for the suite's defense.
+        model_options: its architecture options (``None``: the zoo's defaults).
+        defense_config: further fields of the defense's config, for an audit of an exact
+            trained configuration (``dpaudit compare`` passes its trained record's: momentum,
+            weight decay, per-layer clipping, …); the fields this spec sets itself (σ, C, q,
+            the steps, the learning rate, δ) take precedence.
         threat: ``black-box`` (final model only) or ``white-box`` (every released update).
         method: the black-box game, ``multi-run`` or ``one-run``.
         target_epsilon: calibrate σ so that the *audited claim* has ε_UB = this (black-box:
@@ -223,6 +228,8 @@ class AuditSpec:
     model_fn: str | None = None
     dataset: str = "digits"
     model: str = "digits-mlp"
+    model_options: Mapping[str, Any] | None = None
+    defense_config: Mapping[str, Any] | None = None
     threat: str = "black-box"
     method: str = "multi-run"
     target_epsilon: float | None = None
@@ -310,6 +317,8 @@ class AuditSpec:
                 f"model_fn builds the starting architecture of a train_fn audited with init='worst-case' or canary='blank'; "
                 f"got model_fn={self.model_fn!r} with train_fn={self.train_fn!r}, init={self.init!r}, canary={self.canary!r}"
             )
+        if self.train_fn is not None and (self.model_options or self.defense_config):
+            raise ValueError("model_options and defense_config configure the suite's defense; a train_fn builds its own model")
         if self.train_fn is None:
             if self.claim is not None:
                 raise ValueError(f"claim applies to train_fn; defense {self.defense!r} builds its own claim")
@@ -408,11 +417,12 @@ def _audit_trainer(spec: AuditSpec, *, num_members: int, num_steps: int) -> tupl
         "delta": spec.delta,
     }
     known = {f.name for f in dataclasses.fields(entry.config_type)}
-    missing = sorted(set(wanted) - known)
+    missing = sorted(set(wanted) - known) or sorted(set(spec.defense_config or {}) - known)
     if missing:
         raise ValueError(f"defense {spec.defense!r}: its config {entry.config_type.__name__} has no field(s) {', '.join(missing)} that the audit sets")
-    config = entry.config_type(**wanted)
-    return entry.audit_trainer(config=config, model_name=spec.model, device=spec.device), float(sigma)
+    config = entry.config_type(**{**dict(spec.defense_config or {}), **wanted})
+    options = {"model_options": dict(spec.model_options)} if spec.model_options else {}
+    return entry.audit_trainer(config=config, model_name=spec.model, device=spec.device, **options), float(sigma)
 
 
 def _starting_model(spec: AuditSpec, members: ArrayDataset, trainer: Any | None) -> nn.Module:
@@ -518,6 +528,8 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
             "sampling_rate": q,
             "num_steps": num_steps,
             "learning_rate": spec.learning_rate,
+            # Only when given, so the names of audits without them stay as they were.
+            **{k: dict(x) for k, x in (("model_options", spec.model_options), ("defense_config", spec.defense_config)) if x},
         }
     else:
         assert spec.claim is not None  # checked in AuditSpec.__post_init__

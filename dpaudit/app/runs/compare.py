@@ -61,7 +61,7 @@ _SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "membership": ("attacks", "num_samples", "num_shadows", "shadows", "shadow_epochs", "num_population"),
     "evasion": ("attacks", "radii", "norm", "num_examples", "eot_samples", "num_draws", "certify"),
     "inversion": ("attacks", "classes", "evaluator_epochs", "iterations"),
-    "audit": ("method", "threat", "num_canaries", "num_trials", "epochs", "canary"),
+    "audit": ("method", "threat", "num_canaries", "num_trials", "canary"),
 }
 _SETTING_KEYS = ("defense", "label", "family", "model", "model_options")
 
@@ -276,6 +276,8 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
         where = f"attacks.{section}"
         if not isinstance(table, Mapping):
             raise _fail(where, "must be a table")
+        if section == "audit" and "epochs" in table:
+            raise _fail(f"{where}.epochs", "an audit trains exactly the algorithm each setting trained, its steps included; change the setting's epochs instead")
         _check_keys(where, table, _SECTION_KEYS[section])
         sections[section] = dict(table)
     mem = sections["membership"]
@@ -326,7 +328,7 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
         method = aud.get("method", "one-run")
         if method not in ("one-run", "multi-run"):
             raise _fail("attacks.audit.method", f"must be 'one-run' or 'multi-run', got {method!r}")
-        aud = {"method": method, **{k: aud[k] for k in ("threat", "num_canaries", "num_trials", "epochs", "canary") if k in aud}}
+        aud = {"method": method, **{k: aud[k] for k in ("threat", "num_canaries", "num_trials", "canary") if k in aud}}
     return CompareGrid(
         name=safe_stem(name, default="compare"),
         dataset=dataset,
@@ -418,6 +420,14 @@ def train_job(*, grid: CompareGrid, setting: Setting, seed: int, run_dir: str, d
         "num_members": len(record.membership.members),
         "reused": outcome.reused,
     }
+
+
+def _record_digest(trained: Mapping[str, Any]) -> dict[str, Any]:
+    """What identifies a trained record for the jobs keyed on it: its id, its weights' digest, its claim."""
+    from dpaudit.results.record import load_record
+
+    record = load_record(trained["record_dir"])
+    return {"model_id": record.model_id, "weights_sha256": record.weights_sha256, "claim": record.claim.to_dict()}
 
 
 def _attack_configs(registry: Mapping[str, Any], names: Sequence[str], **shared: Any) -> dict[str, Any]:
@@ -576,44 +586,95 @@ def inversion_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, r
     return {"inversion_top1": {a: float(r.attack_accuracy_top1) for a, r in out.results.items()}}
 
 
-def audit_job(*, grid: CompareGrid, setting: Setting, num_members: int, run_dir: str, data_root: str | None) -> dict[str, Any]:
-    """A canary audit of the setting's training algorithm (same σ, C, q and steps as trained)."""
+#: Config fields an audit sets from the trained record itself (σ, C, q, the steps, the learning rate,
+#: δ), or that would make its trainer derive them again (a lot size, a budget, its accountant).
+_AUDIT_SETS = ("noise_multiplier", "clip_norm", "sampling_rate", "lot_size", "expected_lot_size", "target_epsilon", "accountant", "epochs", "learning_rate", "delta")
+
+
+def trained_algorithm(record: Any, *, label: str) -> dict[str, Any]:
+    """What an audit of ``record``'s training must run, read from the record alone: σ, q and the
+    steps as trained, C, the learning rate, the accountant and δ of its budget, the members' count.
+
+    Raises:
+        ValueError: naming the setting, when the record lacks one of them (nothing is guessed
+            or re-calibrated), or when its claim is not the DP-SGD claim of (q, σ, T) alone
+            (DP-PCA composed in), which is the algorithm an audit trains.
+    """
+    from dpaudit.privacy.claims import DPClaim, dpsgd_claim, event_to_dict
+    from dpaudit.store import thaw
+
+    config, metrics = thaw(record.config), record.metrics
+    algo = {k: metrics.get(k) for k in ("noise_multiplier", "sampling_rate", "num_steps")}
+    algo.update({k: config.get(k) for k in ("clip_norm", "learning_rate", "accountant", "delta")})
+    missing = [k for k, x in algo.items() if x is None]
+    if missing:
+        raise ValueError(f"setting {label!r}: its trained record {record.model_id} has no {', '.join(missing)}; the audit runs the trained algorithm and guesses none of it")
+    ours = dpsgd_claim(sampling_rate=algo["sampling_rate"], noise_multiplier=algo["noise_multiplier"], num_steps=algo["num_steps"])
+    if not isinstance(record.claim, DPClaim) or event_to_dict(record.claim.event) != event_to_dict(ours.event):
+        raise ValueError(f"setting {label!r}: its claim ({record.claim.description}) is not {ours.description} alone, the algorithm an audit trains; it cannot be audited")
+    return {**algo, "num_members": len(record.membership.members)}
+
+
+def audit_job(*, grid: CompareGrid, setting: Setting, trained: Mapping[str, Any], name: str, run_dir: str, data_root: str | None) -> dict[str, Any]:
+    """A canary audit of exactly the algorithm that trained the setting's (first seed's) record.
+
+    σ, q, the steps, C, the learning rate, the members' count, the architecture and the rest of
+    the config are the record's (:func:`trained_algorithm`), never re-calibrated or defaulted.
+    The audit runs at the setting's δ; its ε_UB is the trained claim's ε there under the
+    setting's accountant (white-box: of one step, the unit its ε_LB measures), the matrix's
+    number for that accountant when the setting's δ is the grid's.
+    """
+    from defenses import DEFENSES
     from dpaudit.app.runs.audit import AuditSpec, run_audit
-    from dpaudit.app.runs.train import default_config
+    from dpaudit.results.record import load_record
+    from dpaudit.store import thaw
 
     aud = grid.audit
     assert aud is not None
-    config = default_config(setting.defense, **setting.parameters)
-    lot = getattr(config, "lot_size", None)
-    q = lot / num_members if lot else (getattr(config, "sampling_rate", None) or 0.01)
-    kw: dict[str, Any] = {
-        "defense": setting.defense,
-        "dataset": grid.dataset,
-        "model": setting.model,
-        "method": aud["method"],
-        "delta": grid.delta,
-        "confidence": grid.bound_confidence(),  # it competes with the membership bounds for the row's best
-        "clip_norm": config.clip_norm,
-        "sampling_rate": min(1.0, q),
-        "learning_rate": config.learning_rate,
-        "epochs": aud.get("epochs", config.epochs or 10),
-        "seed": 0,
-        "workers": 1,
-        "executor": "serial",
-        "data_root": data_root,
-        "device": grid.device,
-        "progress": False,
-        "name": f"compare-{grid.name}-{setting.label}",
+    record = load_record(trained["record_dir"])
+    algo = trained_algorithm(record, label=setting.label)
+    fields = {f.name for f in dataclasses.fields(DEFENSES[setting.defense].config_type) if f.init}
+    spec = AuditSpec(
+        defense=setting.defense,
+        dataset=record.dataset,
+        model=record.model_name,
+        model_options=dict(record.model_options) or None,
+        defense_config={k: x for k, x in thaw(record.config).items() if k in fields and k not in _AUDIT_SETS},
+        method=aud["method"],
+        delta=algo["delta"],
+        confidence=grid.bound_confidence(),  # it competes with the membership bounds for the row's best
+        noise_multiplier=algo["noise_multiplier"],
+        clip_norm=algo["clip_norm"],
+        sampling_rate=algo["sampling_rate"],
+        num_steps=algo["num_steps"],
+        learning_rate=algo["learning_rate"],
+        num_members=algo["num_members"],
+        seed=0,
+        workers=1,
+        executor="serial",
+        data_root=data_root,
+        device=grid.device,
+        progress=False,
+        name=name,
+        **{k: aud[k] for k in ("threat", "num_canaries", "num_trials", "canary") if k in aud},
+    )
+    result = run_audit(spec, RunDir(run_dir))
+    # The audit's own claim must be the trained one: else it trained another algorithm.
+    accountant = algo["accountant"]
+    claimed = float(record.claim.epsilon(delta=algo["delta"], accountant=accountant))
+    audited = (result.details["full_run_claim"]["epsilon_ub_by_accountant"] if result.threat_model == "white-box" else result.epsilon_ub_by_accountant).get(accountant)
+    if audited is None or not math.isclose(audited, claimed, rel_tol=1e-9):
+        raise RuntimeError(f"internal error: setting {setting.label!r} trained a claim of ε={claimed!r} ({accountant}, δ={algo['delta']:g}), its audit one of ε={audited!r}")
+    ub = float(result.epsilon_ub) if result.threat_model == "white-box" else claimed
+    return {
+        "epsilon_lb": float(result.epsilon_lb),
+        "epsilon_ub": ub,
+        "accountant": accountant,
+        "delta": float(algo["delta"]),
+        "method": f"audit ({result.method}, {result.threat_model})",
+        "confidence": float(result.confidence),
+        "trained": {k: algo[k] for k in ("noise_multiplier", "sampling_rate", "num_steps", "clip_norm", "learning_rate", "num_members")},
     }
-    if config.target_epsilon is not None:
-        kw["target_epsilon"] = config.target_epsilon
-    else:
-        kw["noise_multiplier"] = config.noise_multiplier
-    for key in ("threat", "num_canaries", "num_trials", "canary"):
-        if key in aud:
-            kw[key] = aud[key]
-    result = run_audit(AuditSpec(**kw), RunDir(run_dir))
-    return {"epsilon_lb": float(result.epsilon_lb), "epsilon_ub": float(result.epsilon_ub), "method": f"audit ({result.method}, {result.threat_model})", "confidence": float(result.confidence)}
 
 
 # ----------------------------------------------------------------------------- the run
@@ -767,17 +828,12 @@ def run_compare(spec: CompareSpec, run: RunDir) -> ComparisonResult:
                     )
                     eval_jobs.append((key, _job_file(jobs_dir, key), wanted, _EVALUATIONS[section], {"grid": grid, "trained": t, "seed": seed, **common}))
         for s in audited:
+            # The audit runs after (and on) the trained record: a changed training is another audit.
             key = f"audit-{s.label}"
-            members = trained[f"train-{s.label}-seed{grid.seeds[0]}"]["num_members"]
-            eval_jobs.append(
-                (
-                    key,
-                    _job_file(jobs_dir, key),
-                    _hash({"grid": gkey, "setting": s.key(), "audit": grid.audit, "bounds": grid.num_bounds()}),
-                    audit_job,
-                    {"grid": grid, "setting": s, "num_members": members, **common},
-                )
-            )
+            t = trained[f"train-{s.label}-seed{grid.seeds[0]}"]
+            wanted = _hash({"grid": gkey, "setting": s.key(), "audit": grid.audit, "bounds": grid.num_bounds(), "trained": _record_digest(t)})
+            name = f"compare-{grid.name}-{safe_stem(s.label, default='setting')}-{wanted[:8]}"
+            eval_jobs.append((key, _job_file(jobs_dir, key), wanted, audit_job, {"grid": grid, "setting": s, "trained": t, "name": name, **common}))
         evaluated = _run_wave(eval_jobs, executor=executor, bar=bar, counts=counts)
     result = condense(grid, trained, evaluated, seconds=time.monotonic() - started, jobs_run=counts["run"], jobs_reused=counts["reused"])
     save_comparison(result, base)
@@ -844,7 +900,10 @@ def condense(
                         candidates.extend((r["epsilon_lb"], attack) for r in runs)
         audit = evaluated.get(f"audit-{s.label}")
         if audit:
-            candidates.append((audit["epsilon_lb"], audit["method"]))
+            # The audit's ε_LB is at the setting's δ; it bounds ε at the grid's δ (the row's) too
+            # when that δ is no larger, since ε(δ) only falls as δ grows.
+            if audit.get("delta", grid.delta) >= grid.delta:
+                candidates.append((audit["epsilon_lb"], audit["method"]))
             if audit["epsilon_lb"] > audit["epsilon_ub"]:
                 findings.append(f"{audit['method']}: ε_LB {audit['epsilon_lb']:.3f} > its claim's ε_UB {audit['epsilon_ub']:.3f}")
         best_lb, best_attack = max(candidates, default=(0.0, None))

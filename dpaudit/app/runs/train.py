@@ -157,7 +157,7 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
             epochs = float(getattr(spec.config, "epochs", None) or 10)
             per_example = seconds_per_example(spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, device=str(device), model_options=dict(spec.model_options))
             # Only DP-SGD-style claims pay for per-example gradients (PATE's teachers train plainly).
-            factor = PER_EXAMPLE_GRADIENT_FACTOR if entry.claim_kind == "dp" else 1.0
+            factor = PER_EXAMPLE_GRADIENT_FACTOR if entry.claim_kind_for(spec.config) == "dp" else 1.0
             announce_if_long(epochs * len(splits.members) * per_example * factor, f"training {spec.defense} for {epochs:g} epochs", hint="--epochs changes it")
         extra: dict[str, Any] = {}
         if entry.submodels is not None:
