@@ -13,15 +13,23 @@ export DPAUDIT_DATA_ROOT ?= $(SHARED_DATA)
 endif
 RUN_DIR ?= runs/demo
 
-.PHONY: demo test test-slow install clean
+.PHONY: demo test test-slow install install-test clean
 
+# The main job installs what it runs and nothing else; the test-only peers (Ray, Flower,
+# Playwright, Opacus, Foolbox, ART, the linters) come with the test extra, for `make test` only.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $@
 
 install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
 
 demo: install
 	$(BIN)/dpaudit epsilon --sampling-rate 0.01 --noise-multiplier 4 --num-steps 10000 --delta 1e-5
@@ -32,13 +40,13 @@ demo: install
 
 # The test command: lint (ruff), format check, types (mypy on the torch-free core), then the
 # default (not slow) test suite.
-test: install
+test: install-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
-test-slow: install
+test-slow: install-test
 	$(BIN)/python -m pytest -q -m slow
 
 clean:
