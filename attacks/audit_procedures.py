@@ -389,7 +389,7 @@ def multi_run_audit(
     directory: str | os.PathLike[str],
     delta: float,
     confidence: float = 0.95,
-    bound: str = "gdp",
+    bound: str = "auto",
     strategy: str = "bonferroni",
     seed: int = 0,
     executor: Executor | None = None,
@@ -408,7 +408,9 @@ def multi_run_audit(
         directory: the audit directory (resumes finished trials).
         delta: δ of both bounds.
         confidence: confidence of ε_LB.
-        bound: ``gdp`` (default) or ``clopper-pearson``.
+        bound: ``auto`` (default: ``gdp`` for a Gaussian-family claim, else
+            ``clopper-pearson``; :func:`dpaudit.privacy.audit.resolve_bound`), ``gdp`` or
+            ``clopper-pearson``.
         strategy: ``bonferroni`` or ``split``.
         seed: root seed (training seeds are independent streams per trial).
         executor: where trials run (default: in this process).
@@ -535,7 +537,7 @@ def white_box_audit(
     delta: float,
     num_trials: int = 1,
     confidence: float = 0.95,
-    bound: str = "gdp",
+    bound: str = "auto",
     strategy: str | None = None,
     score: str = "dirac",
     canary_scale: float = 1000.0,
@@ -561,7 +563,7 @@ def white_box_audit(
         num_trials: independent training runs whose steps are pooled (with
             ``budget_seconds``: the most that will be run).
         confidence: confidence of ε_LB.
-        bound: ``gdp`` (default; exact for a Gaussian step) or ``clopper-pearson``.
+        bound: ``auto`` (default: ``gdp``, exact for the compared Gaussian step), ``gdp`` or ``clopper-pearson``.
         strategy: ``fixed`` (the default for ``score="dirac"``: one threshold at C/2, halfway
             between the claimed OUT mean 0 and IN mean C of the canary coordinate, set before
             any score is seen, so no multiple-testing price is paid), ``bonferroni`` (the

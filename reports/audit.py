@@ -185,7 +185,10 @@ def audit_section(
     blocks.append(bounds_table(result))
     epsilons = dict(result.epsilon_ub_by_accountant) or ({result.accountant: result.epsilon_ub} if math.isfinite(result.epsilon_ub) else {})
     blocks.append(accountant_table(epsilons, delta=result.delta, description=result.claim_description, compared=result.accountant))
-    lines = [f"threat model: {result.threat_model}; game: {result.method}; bound: {result.bound} ({result.threshold_strategy})"]
+    lines = [
+        f"threat model: {result.threat_model}; game: {result.method}; bound: {result.bound} ({result.threshold_strategy})",
+        f"assumption of the bound: {result.assumption}" + ("" if result.assumption.startswith("none") else " — epsilon_lb is a lower bound only for mechanisms with this trade-off curve"),
+    ]
     if result.method == "white-box":
         lines.append(
             "compared claim: one un-sampled Gaussian step — the auditor inserts the Dirac gradient canary itself, so whenever it is IN it is certainly in the lot; each step is one observation of that mechanism"

@@ -55,7 +55,19 @@ from dpaudit.privacy.audit_stats import (
 from dpaudit.privacy.claims import DPClaim, PrivacyClaim
 from dpaudit.privacy.fdp_one_run import TRADEOFF_CURVES, fdp_one_run_bound_from_scores, fdp_one_run_epsilon_lb
 from dpaudit.privacy.gaussian import gdp_epsilon
-from dpaudit.results.audit import AUDIT_BOUNDS, AUDIT_METHODS, ONE_RUN_BOUNDS, RESULT_FILE, THREAT_MODELS, AuditResult, EpsilonByTrials, load_audit_result, save_audit_result
+from dpaudit.results.audit import (
+    ASSUMPTION_APPROXIMATE,
+    AUDIT_BOUNDS,
+    AUDIT_METHODS,
+    ONE_RUN_BOUNDS,
+    RESULT_FILE,
+    THREAT_MODELS,
+    AuditResult,
+    EpsilonByTrials,
+    default_assumption,
+    load_audit_result,
+    save_audit_result,
+)
 
 __all__ = [
     "AUDIT_METHODS",
@@ -68,6 +80,9 @@ __all__ = [
     "audit_from_scores",
     "audit_from_one_run",
     "ONE_RUN_BOUND_CHOICES",
+    "SCORE_BOUND_CHOICES",
+    "resolve_bound",
+    "bound_assumption",
     "gaussian_step_claim",
     "composed_gdp_epsilon",
     "save_audit_result",
@@ -79,6 +94,55 @@ __all__ = [
 ONE_RUN_BOUND_CHOICES = ("steinke", "fdp")
 #: The value the stored :class:`AuditResult` carries in its ``bound`` field for each choice.
 _ONE_RUN_RESULT_BOUND = {"steinke": "one-run", "fdp": "one-run-fdp"}
+
+#: ``audit_from_scores(bound=…)``: ``auto`` is GDP for claims whose trade-off curve is Gaussian-family, else Clopper–Pearson.
+SCORE_BOUND_CHOICES = ("auto", "gdp", "clopper-pearson")
+
+
+def _not_gaussian(bound: str, claim: PrivacyClaim) -> ValueError:
+    return ValueError(
+        f"bound={bound!r} assumes a Gaussian trade-off curve, and the claim of kind {claim.kind!r} ({claim.statement() or 'no description'}) is not Gaussian-family "
+        "(its trade_off_family is None): a Gaussian curve fitted to its scores can exceed its true epsilon (a pure epsilon = 1 Laplace mechanism reads 4.4). "
+        f"Use {'auto or clopper-pearson' if bound == 'gdp' else 'steinke'}"
+    )
+
+
+def resolve_bound(bound: str, *, claim: PrivacyClaim) -> str:
+    """The bound an IN/OUT audit of ``claim`` uses: ``gdp`` or ``clopper-pearson``.
+
+    ``auto`` picks the GDP estimator of Nasr et al. (2023, §4) when the claim's trade-off curve
+    is Gaussian-family (:attr:`PrivacyClaim.trade_off_family`) and Clopper–Pearson (Kairouz, Oh
+    & Viswanath 2015, Thm 2.1), valid for every (ε, δ)-DP mechanism, otherwise. An explicit
+    ``gdp`` on any other claim is refused rather than labelled: its number is no lower bound on
+    anything the claim states, so a "violation" from it would be a false alarm.
+
+    Raises:
+        ValueError: an unknown bound, or ``gdp`` for a claim that is not Gaussian-family.
+    """
+    bound = v.choice("bound", bound, SCORE_BOUND_CHOICES)
+    if not isinstance(claim, PrivacyClaim):
+        raise TypeError(f"claim must be a PrivacyClaim, got {type(claim).__name__}")
+    gaussian = claim.trade_off_family == "gaussian"
+    if bound == "auto":
+        return "gdp" if gaussian else "clopper-pearson"
+    if bound == "gdp" and not gaussian:
+        raise _not_gaussian(bound, claim)
+    return bound
+
+
+def bound_assumption(bound: str, *, claim: PrivacyClaim, curve: str = "gaussian") -> str:
+    """What a result of ``bound`` (:data:`AUDIT_BOUNDS`) assumes about ``claim``'s mechanism, in words.
+
+    ``none (…)`` for Clopper–Pearson and Steinke et al.; the trade-off family for ``gdp`` and
+    ``one-run-fdp``, marked approximate when the claim is Gaussian only by the central limit
+    (:attr:`PrivacyClaim.trade_off_exact`).
+    """
+    v.choice("bound", bound, AUDIT_BOUNDS)
+    text = default_assumption(bound, curve)
+    if bound in ("gdp", "one-run-fdp") and not claim.trade_off_exact:
+        text += ASSUMPTION_APPROXIMATE
+    return text
+
 
 # One-run audits guess IN for the top-k and OUT for the bottom-k scores (Steinke et al. 2023, §5).
 _STRATEGIES = (*THRESHOLD_STRATEGIES, "top-bottom")
@@ -208,7 +272,7 @@ def audit_from_scores(
     delta: float,
     confidence: float = 0.95,
     method: str = "multi-run",
-    bound: str = "gdp",
+    bound: str = "auto",
     strategy: str = "bonferroni",
     num_thresholds: int = 20,
     group_size: int = 1,
@@ -227,7 +291,9 @@ def audit_from_scores(
         delta: δ of both bounds.
         confidence: confidence of ε_LB.
         method: ``multi-run`` or ``white-box``.
-        bound: ``clopper-pearson`` or ``gdp``.
+        bound: ``auto`` (the default: ``gdp`` when ``claim`` is Gaussian-family, else
+            ``clopper-pearson``; :func:`resolve_bound`), ``gdp`` (refused for other claims)
+            or ``clopper-pearson``. The result names the bound used and its ``assumption``.
         strategy: ``bonferroni``, ``split`` (audit.md §2) or ``fixed`` (``threshold``).
         num_thresholds: candidate thresholds (Bonferroni factor).
         group_size: canary multiplicity k.
@@ -243,7 +309,7 @@ def audit_from_scores(
         give on the same bounding counts and Bonferroni factor (:func:`audit_ceiling`).
     """
     v.choice("method", method, ("multi-run", "white-box"))
-    v.choice("bound", bound, ("clopper-pearson", "gdp"))
+    bound = resolve_bound(bound, claim=claim)
     delta = v.open_unit("delta", delta)
     s_in, s_out = np.asarray(in_scores, dtype=float).reshape(-1), np.asarray(out_scores, dtype=float).reshape(-1)
     tb, ceiling = _scores_bound(s_in, s_out, delta=delta, confidence=confidence, bound=bound, strategy=strategy, num_thresholds=num_thresholds, group_size=group_size, seed=seed, threshold=threshold)
@@ -283,6 +349,7 @@ def audit_from_scores(
         threat_model=threat_model,
         claim_description=claim.statement(),
         details=info,
+        assumption=bound_assumption(bound, claim=claim),
     )
 
 
@@ -402,7 +469,8 @@ def audit_from_one_run(
             (default: the same grid for both bounds, fractions 2 %–50 % of m).
         threat_model: ``black-box`` or ``white-box``.
         details: extra facts to keep.
-        bound: ``steinke`` or ``fdp``.
+        bound: ``steinke`` or ``fdp`` (refused unless ``claim`` is Gaussian-family,
+            :attr:`PrivacyClaim.trade_off_family`: both of its curves are Gaussian-shaped).
         curve: ``fdp`` only: ``gaussian`` or ``subsampled-gaussian``.
         sampling_rate: ``fdp`` with ``subsampled-gaussian`` only: the step's q.
         seed: seed of the random order in which tied scores are guessed
@@ -415,6 +483,11 @@ def audit_from_one_run(
     seed = v.integer("seed", seed, minimum=0)
     if bound == "steinke" and (curve != "gaussian" or sampling_rate != 1.0):
         raise ValueError(f"curve and sampling_rate apply to bound='fdp'; got bound='steinke', curve={curve!r}, sampling_rate={sampling_rate!r}")
+    if not isinstance(claim, PrivacyClaim):
+        raise TypeError(f"claim must be a PrivacyClaim, got {type(claim).__name__}")
+    if bound == "fdp" and claim.trade_off_family != "gaussian":
+        # Both f-DP curves are Gaussian-shaped: the same rule as bound='gdp' for IN/OUT games.
+        raise _not_gaussian(bound, claim)
     s = np.asarray(scores, dtype=float).reshape(-1)
     inc = np.asarray(included, dtype=bool).reshape(-1)
     if inc.size != s.size:
@@ -455,6 +528,7 @@ def audit_from_one_run(
         threat_model=threat_model,
         claim_description=claim.statement(),
         details=info,
+        assumption=bound_assumption(_ONE_RUN_RESULT_BOUND[bound], claim=claim, curve=curve),
     )
 
 

@@ -155,6 +155,25 @@ def check_event(event: dpe.DpEvent, *, path: str = "event") -> None:
         event_to_dict(event)  # raises TypeError naming the unsupported type
 
 
+def _gaussian_shape(event: dpe.DpEvent) -> bool | None:
+    """``None``: the event's curve is not Gaussian-shaped; else whether it is exactly G_μ.
+
+    Exact: Gaussian events, their (self-)compositions, no-ops and Poisson sampling at q = 1.
+    Approximate (central limit, Dong, Roth & Su 2022, Thm 3.5): Poisson sampling at q < 1.
+    """
+    if isinstance(event, (dpe.GaussianDpEvent, dpe.NoOpDpEvent)):
+        return True
+    if isinstance(event, dpe.SelfComposedDpEvent):
+        return _gaussian_shape(event.event)
+    if isinstance(event, dpe.ComposedDpEvent):
+        shapes = [_gaussian_shape(e) for e in event.events]
+        return None if any(x is None for x in shapes) else all(shapes)
+    if isinstance(event, dpe.PoissonSampledDpEvent):
+        inner = _gaussian_shape(event.event)
+        return None if inner is None else inner and event.sampling_probability == 1
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class EpsilonUpperBound:
     """A claim's ε_UB at one δ under every applicable accountant.
@@ -216,6 +235,25 @@ class PrivacyClaim:
     @property
     def sanitised(self) -> bool:
         """Whether a data-dependent ε was released through smooth sensitivity (Papernot et al. 2018, §4.2)."""
+        return False
+
+    @property
+    def trade_off_family(self) -> str | None:
+        """The family the claim's trade-off curve belongs to, or ``None`` when no family is known.
+
+        ``"gaussian"``: the curve is (or is approximated by) a Gaussian-DP curve G_μ (Dong, Roth &
+        Su 2022, Def. 2.7), so one (FPR, FNR) point pins μ and the GDP estimator of Nasr et al.
+        (2023, §4) and the Gaussian f-DP one-run bound of Mahloujifar, Melis & Chaudhuri (2025)
+        apply. ``None``: the audit must use a bound valid for every (ε, δ)-DP mechanism
+        (Clopper–Pearson, Steinke et al. 2023). Kinds without a Gaussian event (PATE's argmax of
+        noisy votes, Laplace/SVT releases, no mechanism at all) keep the default ``None``:
+        a Gaussian curve fitted to their scores can exceed their true ε.
+        """
+        return None
+
+    @property
+    def trade_off_exact(self) -> bool:
+        """Whether the claim's curve is *exactly* in :attr:`trade_off_family` (not a central-limit approximation)."""
         return False
 
     def statement(self) -> str:
@@ -327,6 +365,22 @@ class DPClaim(PrivacyClaim):
 
     def epsilon(self, *, delta: float, accountant: str = "pld") -> float:
         return compute_epsilon(self.event, delta=delta, accountant=accountant, neighbouring=self.neighbouring)
+
+    @property
+    def trade_off_family(self) -> str | None:
+        """``"gaussian"`` for compositions of (Poisson-sampled) Gaussian events, else ``None``.
+
+        Un-sampled Gaussian steps compose exactly into G_μ with μ = √(Σ μ_i²) (Dong, Roth & Su
+        2022, Cor. 3.3). Poisson-sampled steps (DP-SGD) are in the family only approximately: T
+        composed C_q(G_μ) tend to G_μ' with μ' = q√(T(e^{μ²} − 1)) (their Thm 3.5), the
+        approximation under which Nasr et al. (2023, §4) audit DP-SGD with μ-GDP;
+        :attr:`trade_off_exact` says which. Laplace, non-private and other sampling schemes: ``None``.
+        """
+        return "gaussian" if _gaussian_shape(self.event) is not None else None
+
+    @property
+    def trade_off_exact(self) -> bool:
+        return bool(_gaussian_shape(self.event))
 
     def compose(self, other: DPClaim, *, description: str | None = None) -> DPClaim:
         """The claim for running this mechanism and then ``other`` on the same data."""

@@ -29,7 +29,21 @@ from dpaudit.store import SCHEMA_VERSION, load_value, save_value
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import thaw as _thaw
 
-__all__ = ["AUDIT_METHODS", "AUDIT_BOUNDS", "ONE_RUN_BOUNDS", "THREAT_MODELS", "RESULT_FILE", "AuditResult", "EpsilonByTrials", "save_audit_result", "load_audit_result"]
+__all__ = [
+    "AUDIT_METHODS",
+    "AUDIT_BOUNDS",
+    "ASSUMPTION_NONE",
+    "ASSUMPTION_GDP",
+    "ASSUMPTION_APPROXIMATE",
+    "default_assumption",
+    "ONE_RUN_BOUNDS",
+    "THREAT_MODELS",
+    "RESULT_FILE",
+    "AuditResult",
+    "EpsilonByTrials",
+    "save_audit_result",
+    "load_audit_result",
+]
 
 AUDIT_METHODS = ("multi-run", "one-run", "white-box")
 AUDIT_BOUNDS = ("clopper-pearson", "gdp", "one-run", "one-run-fdp")
@@ -38,6 +52,24 @@ AUDIT_BOUNDS = ("clopper-pearson", "gdp", "one-run", "one-run-fdp")
 ONE_RUN_BOUNDS = ("one-run", "one-run-fdp")
 THREAT_MODELS = ("black-box", "white-box")
 RESULT_FILE = "result.json"
+#: What each bound assumes about the audited mechanism beyond its (ε, δ) claim. ``gdp`` and
+#: ``one-run-fdp`` reject a Gaussian-shaped trade-off curve and are lower bounds on ε only for
+#: claims of that family (:attr:`dpaudit.privacy.claims.PrivacyClaim.trade_off_family`).
+ASSUMPTION_NONE = {"clopper-pearson": "none (Clopper-Pearson)", "one-run": "none (Steinke et al. one-run)"}
+ASSUMPTION_GDP = "gaussian trade-off (GDP)"
+#: Appended when the claim's curve is Gaussian only by the central-limit approximation (DP-SGD's Poisson sampling).
+ASSUMPTION_APPROXIMATE = "; approximate for Poisson-sampled steps (central limit, Dong, Roth & Su 2022, Thm 3.5)"
+
+
+def default_assumption(bound: str, curve: str = "gaussian") -> str:
+    """The assumption of ``bound`` as results name it (``curve``: the f-DP one-run family)."""
+    if bound in ASSUMPTION_NONE:
+        return ASSUMPTION_NONE[bound]
+    if bound == "gdp":
+        return ASSUMPTION_GDP
+    return f"{curve} trade-off (f-DP one-run)"
+
+
 # One-run audits guess IN for the top-k and OUT for the bottom-k scores (Steinke et al. 2023, §5).
 _STRATEGIES = ("bonferroni", "split", "fixed", "top-bottom")
 # ε_LB and its ceiling come from the same bisection and formulas; allow their rounding only.
@@ -76,6 +108,10 @@ class AuditResult:
             (observations, or canaries and guess counts), Bonferroni factor, confidence, δ, group
             size and bound with a perfect attack (:func:`dpaudit.privacy.audit.audit_ceiling`).
             ``None`` only for results stored before ceilings were reported.
+        assumption: what ``epsilon_lb`` assumes about the mechanism beyond its claim:
+            ``none (Clopper-Pearson)`` / ``none (Steinke et al. one-run)``, or a trade-off
+            family (``gaussian trade-off (GDP)``, ``… (f-DP one-run)``), under which alone the
+            bound holds. Empty: derived from ``bound`` (results stored before it was recorded).
     """
 
     epsilon_lb: float
@@ -95,6 +131,7 @@ class AuditResult:
     claim_description: str = ""
     details: Mapping[str, Any] = field(default_factory=dict)
     ceiling: float | None = None
+    assumption: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon_lb", v.non_negative("epsilon_lb", self.epsilon_lb))
@@ -130,6 +167,10 @@ class AuditResult:
         object.__setattr__(self, "details", _freeze(self.details))
         if self.method == "one-run" and self.bound not in ONE_RUN_BOUNDS:
             raise ValueError(f"method 'one-run' needs a bound in {ONE_RUN_BOUNDS}, got bound={self.bound!r}")
+        if not isinstance(self.assumption, str):
+            raise TypeError(f"assumption must be a string, got {self.assumption!r}")
+        if not self.assumption:
+            object.__setattr__(self, "assumption", default_assumption(self.bound, str(self.details.get("tradeoff_curve", "gaussian"))))
 
     @property
     def violation(self) -> bool:
@@ -166,6 +207,7 @@ class AuditResult:
             "violation": self.violation,
             "tightness": self.tightness,
             "bound": self.bound,
+            "assumption": self.assumption,
             "threshold_strategy": self.threshold_strategy,
             "threat_model": self.threat_model,
             "num_in": self.num_in,
@@ -196,7 +238,7 @@ class AuditResult:
         missing = [k for k in required if k not in data]
         if missing:
             raise ValueError(f"audit result is missing keys {missing}")
-        optional = ("epsilon_ub_by_accountant", "epsilon_estimate", "group_size", "threat_model", "claim_description", "details", "ceiling")
+        optional = ("epsilon_ub_by_accountant", "epsilon_estimate", "group_size", "threat_model", "claim_description", "details", "ceiling", "assumption")
         return cls(**{k: data[k] for k in required}, **{k: data[k] for k in optional if k in data})
 
     def summary(self) -> str:
@@ -205,7 +247,7 @@ class AuditResult:
         flag = "VIOLATION" if self.violation else "ok"
         ceiling = "" if self.ceiling is None else f" [ceiling {self.ceiling:.4f}]"
         return (
-            f"epsilon_lb {self.epsilon_lb:.4f}{ceiling} ({self.method}, {self.bound}, {self.confidence:.0%} confidence, "
+            f"epsilon_lb {self.epsilon_lb:.4f}{ceiling} ({self.method}, {self.bound}, assumes {self.assumption}, {self.confidence:.0%} confidence, "
             f"{self.num_in} in / {self.num_out} out) vs epsilon_ub {ub} ({self.accountant}) at delta={self.delta:g}: {flag}"
         )
 

@@ -309,3 +309,22 @@ def test_white_box_defaults_are_tight_at_epsilon_4(tmp_path, capsys):
     d = json.loads(p.out)
     assert d["threshold_strategy"] == "fixed" and d["num_in"] + d["num_out"] > 5000
     assert 0.8 <= d["tightness"] <= 1.0 and not d["violation"]
+
+
+def test_default_bound_follows_the_claim_and_every_output_names_its_assumption(tmp_path, capsys):
+    """Issue 29, defect 4: ``--bound auto`` (the default) is GDP only for a Gaussian-family claim."""
+    from dp_accounting import dp_event as dpe
+
+    from dpaudit.privacy.claims import DPClaim
+
+    laplace = tmp_path / "laplace.json"
+    laplace.write_text(json.dumps(DPClaim(event=dpe.LaplaceDpEvent(1.0), description="Laplace eps=1").to_dict()))
+    args = _multi_run_argv(tmp_path, "flaky")  # an untrained linear model (it fails only when asked to)
+    i = args.index("--claim-noise-multiplier")
+    args = [*args[:i], "--claim", str(laplace), *args[i + 6 :]]
+    code, p = _main(capsys, *args)
+    assert code in (0, 3), p.err
+    assert "assumption  none (Clopper-Pearson)" in p.out and "(clopper-pearson, 95% confidence" in p.out
+    code, p = _main(capsys, *args, "--json")  # the stored trials are reused
+    d = json.loads(p.out)
+    assert d["bound"] == "clopper-pearson" and d["assumption"] == "none (Clopper-Pearson)"

@@ -210,6 +210,9 @@ def test_audit_report_plots_epsilon_lb_and_its_ceiling_against_the_trials(make_r
     assert "not recorded: this result was stored before ceilings were reported" in pages["audit-multi"]
     assert "not recorded" not in pages["audit-fresh"]
     assert "number of canaries" in pages["audit-one"]
+    # Issue 29, defect 4: every report names what its bound assumed.
+    assert "assumption of the bound: none (Clopper-Pearson)" in pages["audit-fresh"]
+    assert "assumption of the bound: none (Steinke et al. one-run)" in pages["audit-one"]
 
 
 def test_ceiling_figure_lines_are_told_apart_and_the_legend_is_outside():

@@ -35,7 +35,7 @@ from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, 
 from dpaudit.callables import callable_fingerprint, resolve_callable
 from dpaudit.data import ArrayDataset, load_dataset, make_splits
 from dpaudit.locks import unit_lock
-from dpaudit.privacy.audit import ONE_RUN_BOUND_CHOICES, AuditResult
+from dpaudit.privacy.audit import ONE_RUN_BOUND_CHOICES, SCORE_BOUND_CHOICES, AuditResult, resolve_bound
 from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES
 from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.store import RunDir, to_jsonable
@@ -206,7 +206,9 @@ class AuditSpec:
             to every training as ``initial_state``).
         group_size: multi-run canary copies k (ε_LB is divided by k).
         confidence: confidence of ε_LB.
-        bound: ``gdp`` or ``clopper-pearson`` (multi-run and white-box).
+        bound: ``auto`` (GDP when the audited claim's trade-off curve is Gaussian-family, else
+            Clopper–Pearson; :func:`~dpaudit.privacy.audit.resolve_bound`), ``gdp`` (refused for
+            other claims) or ``clopper-pearson`` (multi-run and white-box).
         strategy: honest threshold choice, ``bonferroni``, ``split`` or ``fixed`` (white-box
             Dirac only: one threshold from the claim; its default there).
         score: white-box score, ``dirac`` or ``norm``.
@@ -248,7 +250,7 @@ class AuditSpec:
     init: str = "random"
     group_size: int = 1
     confidence: float = 0.95
-    bound: str = "gdp"
+    bound: str = "auto"
     strategy: str | None = None
     score: str = "dirac"
     budget_seconds: float | None = None
@@ -269,6 +271,7 @@ class AuditSpec:
         if self.init != "random" and (self.threat, self.method) != ("black-box", "multi-run"):
             raise ValueError(f"init={self.init!r} applies to the black-box multi-run game, got threat={self.threat!r}, method={self.method!r}")
         v.choice("one_run_bound", self.one_run_bound, ONE_RUN_BOUND_CHOICES)
+        v.choice("bound", self.bound, SCORE_BOUND_CHOICES)
         if self.threat == "white-box":
             from attacks.audit_procedures import white_box_strategy
 
@@ -536,6 +539,11 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
         claim = spec.claim
         fn = fn_third_party
         described = {"train_fn": spec.train_fn, "train_fn_sha256": train_fn_fingerprint(spec.train_fn), "claim": claim.to_dict()}
+    # The bound follows the compared claim (white-box: one un-sampled Gaussian step), decided
+    # before any training so that a GDP bound on a non-Gaussian claim is refused up front.
+    bound = resolve_bound(spec.bound, claim=claim if spec.threat == "black-box" else _white_box_claim())
+    if spec.method == "one-run" and spec.threat == "black-box" and spec.one_run_bound == "fdp" and claim.trade_off_family != "gaussian":
+        raise ValueError(f"one_run_bound='fdp' assumes a Gaussian trade-off curve, and the claim of kind {claim.kind!r} ({claim.statement()}) is not Gaussian-family; use one_run_bound='steinke'")
     # The member ids are part of what the trials are about: a data root holding other data gives
     # other members, and their trials must not be mixed with these.
     members_sha256 = hashlib.sha256(np.asarray(members_ref.ids, dtype=np.int64).tobytes()).hexdigest()[:16]
@@ -546,7 +554,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
     common = {"delta": spec.delta, "confidence": spec.confidence, "seed": spec.seed, "progress": spec.progress}
     try:
         if spec.threat == "white-box":
-            cfg = {**described, "score": spec.score, "bound": spec.bound, "strategy": spec.strategy}
+            cfg = {**described, "score": spec.score, "bound": bound, "strategy": spec.strategy}
             name = spec.name or f"white-box-{_hash(cfg)}"
             call = functools.partial(
                 ap.white_box_audit,
@@ -556,7 +564,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
                 clip_norm=spec.clip_norm,
                 directory=run.audit_dir(name),
                 num_trials=spec.resolved_num_trials,
-                bound=spec.bound,
+                bound=bound,
                 strategy=spec.strategy,
                 score=spec.score,
                 full_claim=claim,
@@ -597,7 +605,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
                     ids=np.arange(id_offset, id_offset + k),
                     num_classes=one.num_classes,
                 )
-            cfg = {**described, **cfg_init, "canary": spec.canary, "group_size": spec.group_size, "bound": spec.bound, "strategy": spec.strategy}
+            cfg = {**described, **cfg_init, "canary": spec.canary, "group_size": spec.group_size, "bound": bound, "strategy": spec.strategy}
             name = spec.name or f"multi-run-{_hash(cfg)}"
             call = functools.partial(
                 ap.multi_run_audit,
@@ -607,7 +615,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
                 claim=claim,
                 num_trials=spec.resolved_num_trials,
                 directory=run.audit_dir(name),
-                bound=spec.bound,
+                bound=bound,
                 strategy=spec.strategy,
                 executor=executor,
                 config={**cfg, "audit_name": name},
@@ -648,6 +656,13 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
     finally:
         executor.close()
     return result
+
+
+def _white_box_claim() -> PrivacyClaim:
+    """The family the white-box game compares against: one un-sampled Gaussian step (σ is irrelevant here)."""
+    from dpaudit.privacy.audit import gaussian_step_claim
+
+    return gaussian_step_claim(noise_multiplier=1.0)
 
 
 #: Keys :func:`audit_from_one_run` computes itself; the rest of a result's details are carried over.

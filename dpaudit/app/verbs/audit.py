@@ -79,6 +79,21 @@ def ceiling_line(result: Any) -> str:
     return f"{result.ceiling:.4f}  (the largest epsilon_lb this design can show: {design}; more trials raise it)"
 
 
+def _check_bounds_fit(args: argparse.Namespace, claim: Any) -> None:
+    """Refuses a Gaussian-shaped bound for a claim that is not Gaussian-family, before any training (exit 2)."""
+    from dpaudit.privacy.audit import resolve_bound
+
+    if args.method == "multi-run":
+        try:
+            resolve_bound(args.bound, claim=claim)
+        except ValueError as exc:
+            raise UsageError(f"--bound {args.bound}: {exc}", argument="--bound") from None
+    if args.method == "one-run" and args.one_run_bound == "fdp" and claim.trade_off_family != "gaussian":
+        raise UsageError(
+            f"--one-run-bound fdp rejects a Gaussian trade-off curve, and the claim of kind {claim.kind!r} is not Gaussian-family; use --one-run-bound steinke", argument="--one-run-bound"
+        )
+
+
 def _cmd_audit(args: argparse.Namespace) -> int:
     from dpaudit.app.runs.audit import AuditSpec, run_audit
     from dpaudit.store import RunDir
@@ -86,6 +101,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     claim = _claim_from_args(args)
     if args.one_run_bound is not None and args.method != "one-run":
         raise UsageError(f"--one-run-bound applies to --method one-run, got --method {args.method}", argument="--one-run-bound")
+    if claim is not None:
+        _check_bounds_fit(args, claim)
     if args.train_fn is not None:
         from dpaudit.callables import resolve_callable
 
@@ -179,6 +196,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         f"audit {directory.name}: {result.threat_model} {'per-step Dirac game' if result.method == 'white-box' else result.method}, {result.num_in} IN / {result.num_out} OUT observations",
         "  " + EPSILON_DEFINITION.format(confidence=result.confidence),
         f"  epsilon_lb  {result.epsilon_lb:.4f}  ({result.bound}, {result.confidence:.0%} confidence, delta={result.delta:g})",
+        f"  assumption  {result.assumption}",
         f"  ceiling     {ceiling_line(result)}",
         f"  epsilon_ub  {fmt(result.epsilon_ub)}  (tightest: {result.accountant}; {result.claim_description})",
         "  epsilon_ub by accountant: " + (", ".join(f"{k} {fmt(x)}" for k, x in result.epsilon_ub_by_accountant.items()) or "none (no privacy mechanism)"),
@@ -272,7 +290,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     limit_action(p.add_argument("--group-size", type=pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)"), 10**4, "each copy joins the training set")
     p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="confidence of epsilon_lb (default 0.95)")
-    p.add_argument("--bound", choices=("gdp", "clopper-pearson"), default="gdp", help="multi-run/white-box bound (default gdp: Nasr et al. 2023)")
+    p.add_argument(
+        "--bound",
+        choices=("auto", "gdp", "clopper-pearson"),
+        default="auto",
+        help="multi-run/white-box bound: auto (the default) is gdp (Nasr et al. 2023, assumes a Gaussian trade-off curve) when the claim is "
+        "Gaussian-family (DP-SGD, Gaussian steps), else clopper-pearson (no assumption); gdp on any other claim is refused",
+    )
     p.add_argument(
         "--strategy",
         choices=("bonferroni", "split", "fixed"),
