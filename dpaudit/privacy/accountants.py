@@ -1,16 +1,22 @@
 """Privacy accountants: upper bounds ε_UB for a mechanism described as a ``dp_accounting`` event.
 
-Five named accountants, from loosest to tightest on DP-SGD:
+Five named accountants, from loosest to tightest on DP-SGD. Every one returns a valid upper
+bound or *declines* (below); none prints a number its theorem does not support.
 
 ``naive``
-    Basic (naive) composition (Dwork & Roth 2014, Theorem 3.16): the per-step bounds of
-    ``strong`` below, summed — ε = Σ q·ε0 at δ = Σ q·δ_g. The loosest analysis of the same
-    noise, one of the four Jayaraman & Evans (2019, §3) compared.
+    Basic composition (Dwork & Roth 2014, Theorem 3.16) of per-step bounds: every
+    Poisson-sampled Gaussian step is (ln(1 + q(e^ε0 − 1)), q·δ_g)-DP, with ε0 the exact ε of the
+    Gaussian mechanism at δ_g (Balle & Wang 2018, Theorem 8) amplified by Poisson subsampling
+    (Li, Qardaji & Su 2012, Theorem 1; Balle, Barthe & Gaboardi 2018, Theorem 8); the T steps
+    sum to ε = Σ ε_step at δ = Σ q·δ_g. The loosest analysis of the same noise, one of the four
+    Jayaraman & Evans (2019, §3) compared. See :mod:`dpaudit.privacy.composition`.
 ``strong``
-    Strong (advanced) composition of Dwork, Rothblum & Vadhan (2010, Theorem III.3), applied
-    as in Abadi et al. (2016), Figure 2: every step is a classical Gaussian mechanism
-    amplified by Poisson sampling to (q·ε0, q·δ_g), and the total δ is split optimally
-    between the per-step δ_g's and the composition slack δ'.
+    Advanced composition of Dwork, Rothblum & Vadhan (2010, Theorem III.3) of the same per-step
+    bounds, as Abadi et al. (2016, Figure 2) compare it, with the total δ split numerically
+    between the per-step δ_g's and the composition slack δ'. (Abadi et al. amplified to the
+    first-order (q·ε0, q·δ_g) and took the classical ε0 = √(2 ln(1.25/δ_g))/σ, valid for
+    ε0 ≤ 1 only; both understate ε, so neither is used: at q = 0.01, σ = 4, T = 10^4 this
+    accountant gives 16.8 where their analysis gave 9.35.)
 ``moments``
     Abadi et al.'s moments accountant (2016, Theorem 2): Rényi DP of the sampled Gaussian at
     integer orders α = λ + 1 ∈ {2, …, 33} with the standard tail-bound conversion
@@ -23,6 +29,14 @@ Five named accountants, from loosest to tightest on DP-SGD:
 ``pld``
     Privacy loss distributions (Koskela et al. 2020; Doroshenko et al. 2022), the tightest in
     practice; ``dp_accounting``'s pessimistic estimate, so it stays an upper bound.
+
+Declining: ``naive`` and ``strong`` bound compositions of (Poisson-sampled) Gaussian steps under
+add/remove-one only. For any other event or relation :func:`compute_epsilon_detailed` returns an
+:class:`EpsilonResult` with ``declined`` set, ``epsilon`` = ∞ (trivially valid, so a caller
+that ignores the flag stays sound) and the reason in ``note``; :func:`compute_epsilon` raises
+:class:`AccountantDeclined` (a ``ValueError``), so a claim's by-accountant mapping leaves the
+accountant out and its headline bound picks among the others. The other accountants raise
+``ValueError`` for events ``dp_accounting`` cannot analyse.
 
 RDP and PLD come from ``dp_accounting``; what it lacks (the standard conversion on integer
 orders, strong composition, calibration that never overshoots) is written here.
@@ -62,9 +76,10 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism as plm
 from dp_accounting.rdp import rdp_privacy_accountant
-from scipy import fft, optimize, special
+from scipy import fft, special
 
 from dpaudit import _validate as v
+from dpaudit.privacy import composition
 
 __all__ = [
     "ACCOUNTANTS",
@@ -76,6 +91,7 @@ __all__ = [
     "NOISE_MULTIPLIER_MIN",
     "NOISE_MULTIPLIER_MAX",
     "MAX_NUM_STEPS",
+    "AccountantDeclined",
     "EpsilonResult",
     "PLDFallbackWarning",
     "compute_epsilon",
@@ -127,23 +143,31 @@ class PLDFallbackWarning(RuntimeWarning):
     """:func:`compute_epsilon` answered a ``pld`` request with another accountant's (looser) bound."""
 
 
+class AccountantDeclined(ValueError):
+    """The accountant's formula does not apply to the event (see the module docstring); no number."""
+
+
 @dataclass(frozen=True)
 class EpsilonResult:
     """ε_UB and the accountant that actually produced it.
 
     Attributes:
-        epsilon: the upper bound ε_UB (``math.inf`` for a non-private step or σ below
-            :data:`NOISE_MULTIPLIER_MIN`).
+        epsilon: the upper bound ε_UB (``math.inf`` for a non-private step, σ below
+            :data:`NOISE_MULTIPLIER_MIN`, or a declined accountant).
         accountant: the accountant asked for.
         computed_by: the accountant whose bound ``epsilon`` is; differs from ``accountant``
             only when ``pld`` would have exceeded its memory budget (then ``rdp``).
-        note: one line saying why ``computed_by`` differs or why ε_UB is infinite; ``""`` otherwise.
+        note: one line saying why ``computed_by`` differs, why ε_UB is infinite, or why the
+            accountant declined; ``""`` otherwise.
+        declined: the accountant's formula does not apply to the event: ``epsilon`` is no
+            bound of that accountant (∞ as a placeholder) and must not be printed as one.
     """
 
     epsilon: float
     accountant: str
     computed_by: str
     note: str = ""
+    declined: bool = False
 
     @property
     def fell_back(self) -> bool:
@@ -348,70 +372,12 @@ def _pld_epsilon(event: dpe.DpEvent, delta: float, neighbouring: str) -> float:
         _release_fft_plans()
 
 
-def _flatten_gaussians(event: dpe.DpEvent, count: int = 1) -> list[tuple[int, float, float]]:
-    """(count, sampling rate, σ) for each Gaussian component of ``event``."""
-    if isinstance(event, dpe.NoOpDpEvent):
-        return []
-    if isinstance(event, dpe.GaussianDpEvent):
-        return [(count, 1.0, float(event.noise_multiplier))]
-    if isinstance(event, dpe.PoissonSampledDpEvent) and isinstance(event.event, dpe.GaussianDpEvent):
-        return [(count, float(event.sampling_probability), float(event.event.noise_multiplier))]
-    if isinstance(event, dpe.SelfComposedDpEvent):
-        return _flatten_gaussians(event.event, count * int(event.count))
-    if isinstance(event, dpe.ComposedDpEvent):
-        return [g for e in event.events for g in _flatten_gaussians(e, count)]
-    raise ValueError(f"accountants 'strong' and 'naive' support compositions of (Poisson-sampled) Gaussian events only, got {event!r}")
-
-
-def _strong_epsilon(event: dpe.DpEvent, delta: float) -> float:
-    groups = [g for g in _flatten_gaussians(event) if g[0] > 0]
-    if not groups:
-        return 0.0
-    # Total δ spent on the per-step Gaussian δ_g's, after sampling amplification.
-    weight = sum(n * q for n, q, _ in groups)
-
-    log_delta, log_weight = math.log(delta), math.log(weight)
-
-    def epsilon_for(frac: float) -> float:
-        # In logs: δ' = frac·δ and δ_g = (1 − frac)·δ/weight underflow to 0 for δ near 5e-324.
-        log_inv_slack = -(math.log(frac) + log_delta)  # ln 1/δ' of the composition theorem
-        log_delta_g = math.log1p(-frac) + log_delta - log_weight
-        eps_sq, eps_lin = 0.0, 0.0
-        for n, q, sigma in groups:
-            # δ_g >= 1 (tiny q·T spreads δ over few sampled steps): every mechanism is
-            # (0, 1)-DP, so ε0 = 0; the Gaussian formula would take the root of a negative log.
-            eps0 = 0.0 if log_delta_g >= 0.0 else q * math.sqrt(2.0 * (math.log(1.25) - log_delta_g)) / sigma
-            if eps0 > 700.0:  # e^ε0 overflows; the bound is astronomically large anyway
-                return math.inf
-            eps_sq += n * eps0**2
-            eps_lin += n * eps0 * math.expm1(eps0)
-        total = math.sqrt(2.0 * log_inv_slack * eps_sq) + eps_lin
-        return total if math.isfinite(total) else math.inf
-
-    if math.isinf(epsilon_for(0.5)) and math.isinf(epsilon_for(1e-6)):
-        return math.inf  # overflowing at every split: the optimiser would see only inf
-    res = optimize.minimize_scalar(epsilon_for, bounds=(1e-6, 1 - 1e-6), method="bounded", options={"xatol": 1e-9})
-    return float(res.fun)
-
-
-def _naive_epsilon(event: dpe.DpEvent, delta: float) -> float:
-    """Basic composition: every sampled step is (q·ε0, q·δ_g) with the whole δ on the steps."""
-    groups = [g for g in _flatten_gaussians(event, count=1) if g[0] > 0]
-    if not groups:
-        return 0.0
-    log_delta_g = math.log(delta) - math.log(sum(n * q for n, q, _ in groups))
-    if log_delta_g >= 0.0:
-        return 0.0  # as in ``strong``: δ_g >= 1 makes every step (0, 1)-DP
-    total = sum(n * q * math.sqrt(2.0 * (math.log(1.25) - log_delta_g)) / sigma for n, q, sigma in groups)
-    return total if math.isfinite(total) else math.inf
-
-
 _DISPATCH: dict[str, Callable[[dpe.DpEvent, float, str], float]] = {
-    "naive": lambda e, d, _n: _naive_epsilon(e, d),
+    "naive": lambda e, d, _n: composition.naive_epsilon(e, d),
     "moments": _moments_epsilon,
     "rdp": _rdp_epsilon,
     "pld": _pld_epsilon,
-    "strong": lambda e, d, _n: _strong_epsilon(e, d),
+    "strong": lambda e, d, _n: composition.strong_epsilon(e, d),
 }
 
 
@@ -583,9 +549,13 @@ def compute_epsilon_detailed(
         neighbouring: ``add_or_remove_one`` (the DP-SGD analysis) or ``replace_one``.
         memory_budget: bytes the PLD accountant may use (default :data:`PLD_MEMORY_BUDGET`).
 
+    An accountant whose formula does not apply (``naive``/``strong`` on anything but
+    Poisson-sampled Gaussian steps under add/remove-one) declines: the result has ``declined``
+    set, ``epsilon`` = ∞ and the reason in ``note``.
+
     Raises:
         ValueError: unknown accountant or neighbouring relation, δ outside (0, 1), a step count
-            above :data:`MAX_NUM_STEPS`, or an event the accountant cannot analyse.
+            above :data:`MAX_NUM_STEPS`, or an event ``moments``/``rdp``/``pld`` cannot analyse.
     """
     delta = v.open_unit("delta", delta)
     accountant = v.choice("accountant", accountant, ACCOUNTANTS)
@@ -597,8 +567,10 @@ def compute_epsilon_detailed(
     if _contains_non_private(event):
         return EpsilonResult(math.inf, accountant, accountant)
     event = _drop_empty(event)
-    if accountant in ("strong", "naive") and neighbouring != "add_or_remove_one":
-        raise ValueError(f"accountant {accountant!r} is defined for add_or_remove_one only, got neighbouring={neighbouring!r}")
+    if accountant in ("strong", "naive"):
+        reason = composition.decline_reason(event, neighbouring)
+        if reason:
+            return EpsilonResult(math.inf, accountant, accountant, reason, declined=True)
     smallest = _smallest_active_sigma(event)
     if smallest < NOISE_MULTIPLIER_MIN:
         note = f"noise multiplier {smallest:g} < {NOISE_MULTIPLIER_MIN:g}: epsilon exceeds the floating-point range, reported as inf"
@@ -641,12 +613,22 @@ def compute_epsilon(event: dpe.DpEvent, *, delta: float, accountant: str = "pld"
         multiplier below :data:`NOISE_MULTIPLIER_MIN`.
 
     Raises:
+        AccountantDeclined: the accountant's formula does not apply to the event (a ValueError).
         ValueError: unknown accountant or neighbouring relation, δ outside (0, 1), a step count
             above :data:`MAX_NUM_STEPS`, or an event the accountant cannot analyse.
     """
     result = compute_epsilon_detailed(event, delta=delta, accountant=accountant, neighbouring=neighbouring)
+    if result.declined:
+        raise AccountantDeclined(f"accountant {result.accountant!r} declines: {result.note}")
     if result.fell_back:
         warnings.warn(result.note, PLDFallbackWarning, stacklevel=2)
+    return result.epsilon
+
+
+def _bound(result: EpsilonResult) -> float:
+    """``result.epsilon``; a declined accountant is an error in a calibration (no ε to aim at)."""
+    if result.declined:
+        raise AccountantDeclined(f"accountant {result.accountant!r} declines: {result.note}")
     return result.epsilon
 
 
@@ -670,6 +652,10 @@ def calibrate_noise_multiplier(
     uses ``rdp`` instead (see :func:`compute_epsilon_detailed`). That happens for small σ
     only (the grid shrinks as σ grows), so ε stays monotone in σ, and since the RDP bound is
     the larger, the returned σ still satisfies the PLD bound ≤ ``target_epsilon``.
+
+    Every accountant bounds DP-SGD at every σ (``naive`` and ``strong`` use the exact Gaussian
+    ε0, valid for all ε0, rather than declining where the classical formula fails), so each
+    finds its own σ; an accountant that declined would raise :class:`AccountantDeclined`.
     """
     target = v.positive("target_epsilon", target_epsilon)
     delta = v.open_unit("delta", delta)
@@ -680,7 +666,7 @@ def calibrate_noise_multiplier(
 
     def eps(sigma: float) -> float:
         event = sampled_gaussian_event(sampling_rate=sampling_rate, noise_multiplier=sigma, num_steps=steps)
-        return compute_epsilon_detailed(event, delta=delta, accountant=accountant, memory_budget=memory_budget).epsilon
+        return _bound(compute_epsilon_detailed(event, delta=delta, accountant=accountant, memory_budget=memory_budget))
 
     sigma = smallest_noise_multiplier(eps, target=target, tolerance=tolerance)
     if math.isinf(sigma):
@@ -719,7 +705,7 @@ def calibrate_num_steps(
 
     def eps(steps: int) -> float:
         event = sampled_gaussian_event(sampling_rate=sampling_rate, noise_multiplier=noise_multiplier, num_steps=steps)
-        return compute_epsilon_detailed(event, delta=delta, accountant=accountant, memory_budget=memory_budget).epsilon
+        return _bound(compute_epsilon_detailed(event, delta=delta, accountant=accountant, memory_budget=memory_budget))
 
     steps = largest_num_steps(eps, target=target, max_steps=max_steps)
     if steps == 0:

@@ -180,7 +180,9 @@ class EpsilonUpperBound:
 
     Attributes:
         delta: the δ.
-        by_accountant: accountant → ε_UB (empty for a claim without a privacy mechanism).
+        by_accountant: accountant → ε_UB, every entry a valid upper bound (empty for a claim
+            without a privacy mechanism). An accountant that declined or cannot analyse the
+            event (``naive``/``strong`` on a non-Gaussian event) has no entry: never NaN or None.
         accountant: the accountant giving the tightest bound (``"none"`` when there is none).
         epsilon: the tightest ε_UB (``math.inf`` without a mechanism).
     """
@@ -274,8 +276,9 @@ class PrivacyClaim:
         """ε_UB at ``delta`` under every applicable accountant (in registry order).
 
         This is the one place ε_UB is evaluated; audits and reports show all of these numbers.
-        An accountant that cannot analyse the claim's event (strong composition of a
-        non-Gaussian event raises ``ValueError``) is left out of the mapping.
+        An accountant that cannot analyse the claim's event or declines it (strong composition
+        of a non-Gaussian event raises :class:`~dpaudit.privacy.accountants.AccountantDeclined`,
+        a ``ValueError``) is left out of the mapping.
 
         Raises:
             ValueError: no applicable accountant can evaluate the claim.
@@ -300,7 +303,8 @@ class PrivacyClaim:
         """ε_UB at ``delta`` under every applicable accountant (:meth:`epsilons`), with the tightest named.
 
         Audits compare ε_LB against the tightest (the bound a careful user would quote);
-        reports show every accountant's number.
+        reports show every accountant's number. Every value is a valid upper bound (declining
+        accountants are absent), so the minimum is one too.
         """
         values = self.epsilons(delta=delta)  # validates delta
         best = min(values, key=values.__getitem__) if values else "none"

@@ -65,7 +65,8 @@ def test_audit_from_scores_and_one_run_keep_estimates_apart():
     rng = np.random.default_rng(0)
     claim = gaussian_step_claim(noise_multiplier=1.0)
     r = audit_from_scores(rng.normal(1, 1, 3000), rng.normal(0, 1, 3000), claim=claim, delta=DELTA, method="white-box", threat_model="white-box")
-    assert r.accountant == "pld" and r.epsilon_ub == pytest.approx(gaussian_epsilon(delta=DELTA, sigma=1.0), rel=1e-3)
+    # one un-sampled step: naive (basic composition of one exact Gaussian ε) ties with PLD
+    assert r.accountant in ("naive", "pld") and r.epsilon_ub == pytest.approx(gaussian_epsilon(delta=DELTA, sigma=1.0), rel=1e-3)
     assert 0 < r.epsilon_lb < r.epsilon_ub and r.epsilon_estimate is not None
     inc = rng.random(400) < 0.5
     one = audit_from_one_run(rng.normal(size=400) + 5 * inc, inc, claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.0, num_steps=100), delta=DELTA)

@@ -40,8 +40,16 @@ def _num(x: float) -> str:
     return f"{x:.6g}"
 
 
+#: How a declined accountant's note starts (text output and the JSON ``notes``).
+DECLINED = "declined: "
+
+
 def _epsilons(event: object, names: tuple[str, ...], delta: float, setting: str) -> tuple[dict[str, float], dict[str, str], dict[str, str]]:
-    """ε under each accountant, which accountant produced each, and the notes (also on stderr)."""
+    """ε under each accountant, which accountant produced each, and the notes (also on stderr).
+
+    A declined accountant (its formula does not apply) has no value and no ``computed_by``
+    entry, only its note ``"declined: <reason>"``.
+    """
     from dpaudit.privacy.accountants import compute_epsilon_detailed
 
     values: dict[str, float] = {}
@@ -53,6 +61,9 @@ def _epsilons(event: object, names: tuple[str, ...], delta: float, setting: str)
             res = compute_epsilon_detailed(event, delta=delta, accountant=name)
         for w in dict.fromkeys(str(w.message) for w in caught):  # one line each, no source excerpt
             print(f"dpaudit epsilon: {name}: warning: {w}", file=sys.stderr)
+        if res.declined:  # printed in place of the number: no stderr line
+            notes[name] = DECLINED + res.note
+            continue
         values[name], computed_by[name] = res.epsilon, res.computed_by
         if res.note:
             notes[name] = res.note
@@ -61,8 +72,14 @@ def _epsilons(event: object, names: tuple[str, ...], delta: float, setting: str)
     return values, computed_by, notes
 
 
-def _eps_lines(values: dict[str, float], computed_by: dict[str, str]) -> list[str]:
-    return [f"  {n:<8} {fmt_eps(e)}" + (f"  (computed by {computed_by[n]})" if computed_by[n] != n else "") for n, e in values.items()]
+def _eps_lines(names: tuple[str, ...], values: dict[str, float], computed_by: dict[str, str], notes: dict[str, str]) -> list[str]:
+    lines = []
+    for n in names:
+        if n not in values:
+            lines.append(f"  {n:<8} {notes[n]}")
+        else:
+            lines.append(f"  {n:<8} {fmt_eps(values[n])}" + (f"  (computed by {computed_by[n]})" if computed_by[n] != n else ""))
+    return lines
 
 
 def _cmd_epsilon(args: argparse.Namespace) -> int:
@@ -90,8 +107,9 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
         event = sampled_gaussian_event(sampling_rate=q, noise_multiplier=args.noise_multiplier, num_steps=args.num_steps)
         setting = f"q={q:g}, sigma={args.noise_multiplier:g}, T={args.num_steps}"
         values, computed_by, notes = _epsilons(event, names, delta, setting)
-        lines = [f"epsilon at delta={delta:g} for {setting}:"] + _eps_lines(values, computed_by)
-        # The ε values stay top-level keys (as before); computed_by says which accountant produced each.
+        lines = [f"epsilon at delta={delta:g} for {setting}:"] + _eps_lines(names, values, computed_by, notes)
+        # The ε values stay top-level keys (as before); computed_by says which accountant produced
+        # each; a declined accountant has no key, only its note.
         emit(args, {**values, "computed_by": computed_by, "notes": notes}, "\n".join(lines))
         return EXIT_OK
 
@@ -158,7 +176,7 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
         + (f"noise multiplier sigma = {_num(sigma)} for T={steps}" if args.solve == "noise-multiplier" else f"at most T = {steps} steps at sigma={sigma:g}"),
         *[f"note: {n}" for n in notes_solver],
         "epsilon reached:",
-    ] + _eps_lines(values, computed_by)
+    ] + _eps_lines(names, values, computed_by, notes)
     emit(args, payload, "\n".join(lines))
     return EXIT_OK
 
