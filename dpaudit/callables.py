@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpaudit.import_graph import LocalModule, walk_imports
+from dpaudit.import_graph import LocalModule, installed_distributions, installed_top_level, walk_imports
 
 __all__ = ["FileCallable", "CodeFingerprint", "resolve_callable", "callable_fingerprint", "code_fingerprint", "names_a_file", "callable_attribute"]
 
@@ -150,15 +150,7 @@ def _imported_distributions(source: bytes) -> dict[str, str]:
             tops.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             tops.add(node.module.split(".")[0])
-    owners = importlib.metadata.packages_distributions()
-    versions: dict[str, str] = {}
-    for top in sorted(tops):
-        for dist in owners.get(top, ()):
-            try:
-                versions[dist] = importlib.metadata.version(dist)
-            except importlib.metadata.PackageNotFoundError:
-                continue
-    return versions
+    return installed_distributions(tops)
 
 
 @dataclass(frozen=True)
@@ -222,7 +214,7 @@ def code_fingerprint(spec: str, *, argument: str = "spec") -> CodeFingerprint:
     distributions = _imported_distributions(source)
     module_name = None if names_a_file(target) else target
     walk = None
-    if module_name is None or module_name.split(".")[0] not in importlib.metadata.packages_distributions():
+    if module_name is None or not installed_top_level(module_name.split(".")[0]):
         # An installed package's own code is covered by its version; a user's code by its files.
         walk = walk_imports(path, module_name=module_name)
     digest = hashlib.sha256(source)

@@ -41,7 +41,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LocalModule", "ImportWalk", "walk_imports", "installed_distributions"]
+__all__ = ["LocalModule", "ImportWalk", "walk_imports", "installed_distributions", "installed_top_level"]
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,13 @@ def _is_installed_path(path: str) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _owners() -> dict[str, list[str]]:
+    # Read once per process (it scans every installed distribution's metadata: ~0.5 s).
     return importlib.metadata.packages_distributions()
+
+
+def installed_top_level(name: str) -> bool:
+    """Whether the top-level package ``name`` belongs to an installed distribution."""
+    return name in _owners()
 
 
 def installed_distributions(tops: set[str]) -> dict[str, str]:
