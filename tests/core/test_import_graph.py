@@ -108,3 +108,15 @@ def test_the_fingerprint_changes_with_an_imported_module_and_is_unchanged_withou
 def test_a_file_that_does_not_parse_is_skipped(tmp_path, syntax):
     _write(tmp_path, {"fns.py": "import helper\n", "helper.py": syntax})
     assert [m.name for m in walk_imports(tmp_path / "fns.py").modules] == ["helper"]
+
+
+def test_the_audit_report_lists_what_the_fingerprints_cover():
+    from reports.audit import _covered_lines
+
+    details = {"train_fn_modules": {"helper": {"file": "helper.py", "sha256": "ab" * 32}}, "train_fn_unresolved": ["ujson"], "dataset_files": {"mnist/t10k-labels-idx1-ubyte.gz": "cd" * 16}}
+    assert _covered_lines(details) == [
+        f"--train-fn imports, covered by its fingerprint: helper.py {'ab' * 8}",
+        "--train-fn imports not found, not covered: ujson",
+        f"dataset files (MD5, reuse is keyed on them): mnist/t10k-labels-idx1-ubyte.gz {'cd' * 8}",
+    ]
+    assert _covered_lines({}) == []
