@@ -38,6 +38,7 @@ import os
 import site
 import sys
 import sysconfig
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,7 +93,6 @@ def _installed_roots() -> tuple[str, ...]:
     user = getattr(site, "getusersitepackages", lambda: None)()
     if user:
         roots.add(os.path.realpath(user))
-    roots.update(os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix) if p and "site-packages" in p)
     return tuple(sorted(roots))
 
 
@@ -102,7 +102,7 @@ def _is_installed_path(path: str) -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def _owners() -> dict[str, list[str]]:
+def _owners() -> Mapping[str, list[str]]:
     # Read once per process (it scans every installed distribution's metadata: ~0.5 s).
     return importlib.metadata.packages_distributions()
 
@@ -277,6 +277,7 @@ def walk_imports(path: str | os.PathLike[str], *, module_name: str | None = None
     Returns:
         The local modules, the unresolved imports and the installed distributions imported.
     """
+    importlib.invalidate_caches()  # a file written a moment ago (same directory mtime) is found too
     start = os.path.realpath(path)
     walker = _Walker(search=_search_path(Path(start).parent), modules={}, unresolved=set(), tops=set(), queue=[(start, module_name)])
     seen: set[str] = set()
