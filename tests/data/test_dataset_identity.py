@@ -82,3 +82,21 @@ def test_an_audit_on_changed_data_starts_afresh_and_says_why(capsys, tmp_path):
     assert code in (0, 3), err
     assert "reusing" not in err and json.loads(stdout)["audit_dir"] != first["audit_dir"]
     assert f"recomputing: dataset mnist's files changed (mnist/train-labels-idx1-ubyte.gz) since the stored trials in {first['audit_dir']}" in err
+
+
+@pytest.mark.slow  # 10 s: two PATE trainings
+@pytest.mark.e2e
+def test_pate_teachers_of_the_old_data_are_moved_aside_not_reused(capsys, tmp_path):
+    root, out = tmp_path / "root", tmp_path / "run"
+    write_mnist(root)
+    argv = ["train", "--defense", "pate", "--model", "abadi-mnist", "--dataset", "mnist", "--teachers", "2", "--queries", "8", "--epochs", "1"]
+    argv += ["--data-root", str(root), "--out", str(out), "--quiet", "--executor", "serial", "--json"]
+    code, _, err = _run(capsys, *argv)
+    assert code == 0, err
+    write_mnist(root, seed=1)
+    clear_cache()
+    code, stdout, err = _run(capsys, *argv)
+    assert code == 0, err
+    assert json.loads(stdout)["reused"] is False
+    assert f"recomputing: dataset mnist's files changed since the pate-teachers cached in {out / 'records' / 'pate-teachers'} (" in err
+    assert "; 2 moved to " in err and len(list((out / "records" / "pate-teachers-stale").iterdir())) == 2

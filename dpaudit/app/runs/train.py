@@ -146,6 +146,55 @@ def _stale_data(record: TrainedModel, dataset: str, data: Mapping[str, str], rdi
     return True
 
 
+#: In a sub-model cache (PATE's teachers): dataset name → the files its cached sub-models were trained on.
+SUBMODEL_DATA_FILE = "dataset_files.json"
+
+
+def _submodel_cache(cache: Path, *, dataset: str, data: Mapping[str, str], label: str) -> Path:
+    """``cache``, with the sub-models of ``dataset`` trained on other files moved aside (said on stderr).
+
+    Sub-models are keyed by what they are (teacher index, ids, training), not by the data's
+    files; the cache remembers, per dataset, which files its sub-models were trained on, so a
+    file replaced under the data root never hands back a teacher of the old data. A cache made
+    before it remembered this is taken to hold the current data.
+    """
+    import shutil
+
+    from dpaudit.data.registry import changed_files
+    from dpaudit.results.record import RECORD_FILE
+    from dpaudit.store import atomic_write_json, read_json
+
+    if not data:  # bundled data (digits) has a fixed identity
+        return cache
+    marker = cache / SUBMODEL_DATA_FILE
+    try:
+        known = read_json(marker) if marker.is_file() else {}
+    except ValueError:
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    old = known.get(dataset)
+    if old is not None and old != dict(data):
+        aside = cache.parent / f"{cache.name}-stale"
+        moved = 0
+        for entry in sorted(cache.iterdir()) if cache.is_dir() else ():
+            try:
+                made_of = read_json(entry / RECORD_FILE).get("dataset") if (entry / RECORD_FILE).is_file() else None
+            except (ValueError, AttributeError):
+                made_of = None
+            if made_of == dataset:
+                (aside / entry.name).parent.mkdir(parents=True, exist_ok=True)
+                target = aside / entry.name
+                if target.exists():  # an older stale copy of the same sub-model
+                    shutil.rmtree(target)
+                entry.rename(target)
+                moved += 1
+        print(f"recomputing: dataset {dataset}'s files changed since the {label} cached in {cache} ({changed_files(old, dict(data))}); {moved} moved to {aside}", file=sys.stderr)
+    if old != dict(data):
+        cache.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(marker, {**known, dataset: dict(data)})
+    return cache
+
+
 def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: Any = None) -> TrainOutcome:
     """Trains ``spec`` into ``run`` unless a record with the same id, made from the same data, is stored there.
 
@@ -202,7 +251,12 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
             from dpaudit.training import TrainWorkspace
 
             extra["workspace"] = TrainWorkspace(
-                record_dir=rdir, cache_dir=run.submodel_dir(entry.submodels), executor=spec.executor, num_workers=spec.num_workers, address=spec.address, data_root=spec.data_root
+                record_dir=rdir,
+                cache_dir=_submodel_cache(run.submodel_dir(entry.submodels), dataset=spec.dataset, data=data, label=entry.submodels),
+                executor=spec.executor,
+                num_workers=spec.num_workers,
+                address=spec.address,
+                data_root=spec.data_root,
             )
         record, model = entry.train(
             bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options), config=spec.config, seed=spec.seed, device=device, progress=spec.progress, **extra
