@@ -15,6 +15,7 @@ import hashlib
 import os
 import pickle
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +140,7 @@ def dataset_files(name: str, *, data_root: str | os.PathLike[str] | None = None)
 
 def changed_files(stored: Any, current: dict[str, str]) -> str:
     """Which files differ between a stored :func:`dataset_files` and the current one, for a message."""
-    old = dict(stored) if isinstance(stored, dict) else {}
+    old = dict(stored) if isinstance(stored, Mapping) else {}  # a stored result's frozen config too
     parts = [f for f in sorted(set(old) | set(current)) if old.get(f) != current.get(f)]
     shown = ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
     return shown or "none"

@@ -100,3 +100,31 @@ def test_pate_teachers_of_the_old_data_are_moved_aside_not_reused(capsys, tmp_pa
     assert json.loads(stdout)["reused"] is False
     assert f"recomputing: dataset mnist's files changed since the pate-teachers cached in {out / 'records' / 'pate-teachers'} (" in err
     assert "; 2 moved to " in err and len(list((out / "records" / "pate-teachers-stale").iterdir())) == 2
+
+
+@pytest.mark.slow  # 9 s: a training and three certifications
+@pytest.mark.e2e
+def test_a_certificate_on_replaced_test_images_is_recomputed(capsys, tmp_path):
+    """The record is not retrained (its weights key the certificate): only the test files changed."""
+    import gzip
+
+    import numpy as np
+
+    from tests.hostile.test_data_root import idx_bytes
+
+    root, out = tmp_path / "root", tmp_path / "run"
+    folder = write_mnist(root)
+    code, _, err = _run(capsys, "train", "--defense", "pixeldp", "--model", "abadi-mnist", "--dataset", "mnist", "--epochs", "1", "--data-root", str(root), "--out", str(out), "--quiet")
+    assert code == 0, err
+    (record,) = (out / "records").iterdir()
+    argv = ["certify", "--target", str(record), "--num-draws", "20", "--num-examples", "5", "--no-attacks", "--no-smoothing", "--data-root", str(root), "--out", str(out), "--json"]
+    assert _run(capsys, *argv)[0] == 0
+    clear_cache()
+    code, _, err = _run(capsys, *argv)
+    assert code == 0 and "reusing stored certificate certify-pixeldp.json" in err
+    images = np.random.default_rng(5).integers(0, 256, (24, 28, 28))
+    (folder / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx_bytes(images), mtime=0))
+    clear_cache()
+    code, _, err = _run(capsys, *argv)
+    assert code == 0, err
+    assert "recomputing certify-pixeldp.json: the dataset's files changed since the stored certificate (mnist/t10k-images-idx3-ubyte.gz)" in err
