@@ -2,8 +2,8 @@
 
 ``--train-fn`` (a training procedure to audit) and ``--model-fn`` (a model builder to attack)
 accept the same two forms, resolved here in one way. Each also has a *fingerprint* — the
-SHA-256 of the source it resolves to, plus the installed versions of the distributions that
-source imports — so a stored result made by other code is never handed back as if it were
+SHA-256 of the source it resolves to, of every local module it imports (found statically,
+:mod:`dpaudit.import_graph`), and the installed versions of the distributions they import — so a stored result made by other code is never handed back as if it were
 this code's (issue "Results that cannot lie": reuse keyed by content, never by name).
 
 Torch-free.
@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FileCallable", "resolve_callable", "callable_fingerprint", "names_a_file", "callable_attribute"]
+from dpaudit.import_graph import LocalModule, installed_distributions, installed_top_level, walk_imports
+
+__all__ = ["FileCallable", "CodeFingerprint", "resolve_callable", "callable_fingerprint", "code_fingerprint", "names_a_file", "callable_attribute"]
 
 
 def names_a_file(target: str) -> bool:
@@ -148,19 +150,49 @@ def _imported_distributions(source: bytes) -> dict[str, str]:
             tops.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             tops.add(node.module.split(".")[0])
-    owners = importlib.metadata.packages_distributions()
-    versions: dict[str, str] = {}
-    for top in sorted(tops):
-        for dist in owners.get(top, ()):
-            try:
-                versions[dist] = importlib.metadata.version(dist)
-            except importlib.metadata.PackageNotFoundError:
-                continue
-    return versions
+    return installed_distributions(tops)
 
 
-def callable_fingerprint(spec: str, *, argument: str = "spec") -> str:
-    """SHA-256 of the code behind ``spec``: its source file and the versions of what it imports.
+@dataclass(frozen=True)
+class CodeFingerprint:
+    """What a ``module:function`` / ``file.py:function`` spec's fingerprint covers.
+
+    Attributes:
+        sha256: the fingerprint: SHA-256 over the source file, the versions of the installed
+            distributions it (or a local module it imports) imports, and the SHA-256 of every
+            local module it imports (:func:`dpaudit.import_graph.walk_imports`).
+        source: the source file (``None`` for a module without one).
+        modules: the local modules covered (the source file excluded).
+        unresolved: imports found nowhere, hence not covered.
+    """
+
+    sha256: str
+    source: str | None = None
+    modules: tuple[LocalModule, ...] = ()
+    unresolved: tuple[str, ...] = ()
+
+    def covered(self) -> dict[str, dict[str, str]]:
+        """Module name → ``{"file", "sha256"}`` of the local modules covered; files beside the
+        source are named relative to its directory, others by absolute path."""
+        here = Path(self.source).resolve().parent if self.source else None
+        out: dict[str, dict[str, str]] = {}
+        for m in self.modules:
+            path = Path(m.path)
+            file = path.relative_to(here).as_posix() if here is not None and path.is_relative_to(here) else str(path)
+            out[m.name if m.name not in out else f"{m.name}@{m.path}"] = {"file": file, "sha256": m.sha256}
+        return out
+
+
+def code_fingerprint(spec: str, *, argument: str = "spec") -> CodeFingerprint:
+    """The fingerprint of the code behind ``spec``, with the local modules it covers.
+
+    The source file and, transitively, every module it imports from outside installed
+    distributions and the standard library (a ``helper.py`` beside it, a package of the
+    user's project) are hashed; installed distributions count by version. The imports are
+    found statically before the code runs, so an import the walk cannot see (``importlib``
+    with a computed name, ``exec``) is not covered: see :mod:`dpaudit.import_graph`. With no
+    local module the fingerprint is what it was before modules were covered, so stored results
+    of such code keep their names.
 
     A module without a readable source file is fingerprinted by its name and ``__version__``.
 
@@ -174,11 +206,32 @@ def callable_fingerprint(spec: str, *, argument: str = "spec") -> str:
         raise ValueError(f"{argument}={spec!r}: cannot import module {target!r} ({exc})") from None
     if path is None:
         module = sys.modules.get(target)
-        return hashlib.sha256(f"{target}=={getattr(module, '__version__', '')}".encode()).hexdigest()
+        return CodeFingerprint(sha256=hashlib.sha256(f"{target}=={getattr(module, '__version__', '')}".encode()).hexdigest())
     try:
         source = Path(path).read_bytes()
     except OSError as exc:
         raise ValueError(f"{argument}={spec!r}: cannot read {path!r} ({exc.strerror})") from None
+    distributions = _imported_distributions(source)
+    module_name = None if names_a_file(target) else target
+    walk = None
+    if module_name is None or not installed_top_level(module_name.split(".")[0]):
+        # An installed package's own code is covered by its version; a user's code by its files.
+        walk = walk_imports(path, module_name=module_name)
     digest = hashlib.sha256(source)
-    digest.update(json.dumps(_imported_distributions(source), sort_keys=True).encode())
-    return digest.hexdigest()
+    if walk is not None and walk.modules:
+        distributions = {**walk.distributions, **distributions}
+    digest.update(json.dumps(distributions, sort_keys=True).encode())
+    if walk is None:
+        return CodeFingerprint(sha256=digest.hexdigest(), source=path)
+    if walk.modules:
+        digest.update(json.dumps({m.name: m.sha256 for m in walk.modules}, sort_keys=True).encode())
+    return CodeFingerprint(sha256=digest.hexdigest(), source=path, modules=walk.modules, unresolved=walk.unresolved)
+
+
+def callable_fingerprint(spec: str, *, argument: str = "spec") -> str:
+    """SHA-256 of the code behind ``spec`` (:func:`code_fingerprint`'s ``sha256``).
+
+    Raises:
+        ValueError: malformed spec or a module that cannot be imported.
+    """
+    return code_fingerprint(spec, argument=argument).sha256

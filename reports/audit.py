@@ -154,6 +154,24 @@ def bounds_table(result: AuditResult) -> Table:
     return Table(columns=["quantity", "ε", "how"], rows=rows, caption=f"δ = {result.delta:g}; confidence {result.confidence:.0%}.")
 
 
+def _covered_lines(details: Mapping[str, Any]) -> list[str]:
+    """What the fingerprints cover: the local modules the user's code imports, the dataset's files."""
+    lines = []
+    for key, flag in (("train_fn", "--train-fn"), ("model_fn", "--model-fn")):
+        modules = details.get(f"{key}_modules")
+        if isinstance(modules, Mapping) and modules:
+            lines.append(
+                f"{flag} imports, covered by its fingerprint: " + "; ".join(f"{m.get('file', name)} {str(m.get('sha256', ''))[:16]}" for name, m in sorted(modules.items()) if isinstance(m, Mapping))
+            )
+        unresolved = details.get(f"{key}_unresolved")
+        if unresolved:
+            lines.append(f"{flag} imports not found, not covered: {', '.join(map(str, unresolved))}")
+    files = details.get("dataset_files")
+    if isinstance(files, Mapping) and files:
+        lines.append("dataset files (MD5, reuse is keyed on them): " + "; ".join(f"{f} {str(md5)[:16]}" for f, md5 in sorted(files.items())))
+    return lines
+
+
 def audit_section(
     result: AuditResult,
     scores: Mapping[str, np.ndarray] | None = None,
@@ -209,6 +227,7 @@ def audit_section(
     prints = {k.removesuffix("_sha256"): str(val)[:16] for k, val in result.details.items() if k.endswith("_sha256")}
     if prints:
         lines.append("fingerprints (SHA-256, reuse is keyed on them): " + "; ".join(f"{k} {val}" for k, val in sorted(prints.items())))
+    lines += _covered_lines(result.details)
     lines.append("ε estimates are point estimates, never bounds; only ε_LB carries the stated confidence")
     blocks.append(Items(items=lines))
     s_in, s_out = split_scores(scores) if scores else (np.zeros(0), np.zeros(0))

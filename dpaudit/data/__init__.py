@@ -13,7 +13,8 @@ Modules:
   :class:`DatasetFileError` for a file that is present but truncated, corrupt or altered;
 * :mod:`~dpaudit.data.integrity` — the ``MD5SUMS`` check every format applies to its files;
 * :mod:`~dpaudit.data.registry` — :data:`DATASETS` (name → source), :func:`load_dataset`,
-  :func:`dataset_info`, :func:`register_dataset`;
+  :func:`dataset_info`, :func:`register_dataset`, :func:`dataset_files` (the checksums of what
+  a load read: a dataset's identity in the keys of stored records and results);
 * one module per format: :mod:`~dpaudit.data.digits` (embedded default),
   :mod:`~dpaudit.data.idx` (MNIST, Fashion-MNIST), :mod:`~dpaudit.data.cifar10`,
   :mod:`~dpaudit.data.faces` (AT&T/ORL, Olivetti), :mod:`~dpaudit.data.adult` (UCI Adult);
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from dpaudit._validate import sorted_id_set
 from dpaudit.data.containers import ArrayDataset, DatasetBundle
-from dpaudit.data.registry import DATASETS, clear_cache, dataset_info, load_dataset, register_dataset
+from dpaudit.data.registry import DATASETS, clear_cache, dataset_files, dataset_info, load_dataset, register_dataset
 from dpaudit.data.source import (
     CACHE_ENV,
     DATA_ROOT_ENV,
@@ -58,6 +59,7 @@ __all__ = [
     "Splits",
     "checked_data_root",
     "clear_cache",
+    "dataset_files",
     "dataset_info",
     "load_dataset",
     "make_splits",

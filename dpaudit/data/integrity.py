@@ -10,18 +10,27 @@ name is checked by its format only.
 Digests are remembered in process per (path, size, mtime, ctime, inode): MD5 runs at about
 600 MB/s here (MNIST's four ``.gz`` files, 11 MB, take under 20 ms), so no cache on disk is
 kept; the in-process memo only spares ``dpaudit datasets`` hashing ``adult`` twice.
+
+Every loader passes each file it reads through :func:`verify_checksum`, so the same call also
+notes what was read: inside :func:`recording_reads`, the MD5 of every such file is collected
+(the listing's digest, already checked, or the file's own when the listing does not name it).
+That is a dataset's identity in the keys of stored records and results
+(:func:`dpaudit.data.dataset_files`): replacing a file, even with its listing updated, makes
+them be recomputed rather than reused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from dpaudit.data.source import DatasetFileError
 
-__all__ = ["MD5SUMS", "checked_files", "file_md5", "md5_listing", "size_of", "verify_checksum"]
+__all__ = ["MD5SUMS", "checked_files", "file_md5", "md5_listing", "recording_reads", "size_of", "verify_checksum"]
 
 MD5SUMS = "MD5SUMS"
 
@@ -32,6 +41,35 @@ _LINE = re.compile(r"^\\?([0-9a-fA-F]{32}) [ *](.+)$")
 _StatKey = tuple[str, int, int, int, int]
 _digests: dict[_StatKey, str] = {}
 _listings: dict[_StatKey, dict[str, str]] = {}
+# Open recordings (nested loads each get their own): path → MD5 of every file verified meanwhile.
+_recordings: list[dict[str, str]] = []
+
+
+@contextlib.contextmanager
+def recording_reads() -> Iterator[dict[str, str]]:
+    """Collects ``{absolute path: md5}`` of every file passed to :func:`verify_checksum` inside the block.
+
+    Raises:
+        DatasetFileError: a file read could not be hashed.
+    """
+    reads: dict[str, str] = {}
+    _recordings.append(reads)
+    try:
+        yield reads
+    finally:
+        _recordings.remove(reads)
+
+
+def _note_read(path: Path, digest: str | None) -> None:
+    if not _recordings:
+        return
+    if digest is None:
+        try:
+            digest = file_md5(path)
+        except OSError as exc:
+            raise DatasetFileError(path, f"unreadable: {exc.strerror or exc}") from None
+    for reads in _recordings:
+        reads[str(path)] = digest
 
 
 def _stat_key(path: Path) -> _StatKey:
@@ -103,20 +141,23 @@ def verify_checksum(path: Path, folder: Path) -> bool:
 
     Returns:
         True if the file was checked (and matched), False if there is no listing or it does
-        not name the file.
+        not name the file. Either way, inside :func:`recording_reads` the file's MD5 is noted.
 
     Raises:
         DatasetFileError: the digest differs from the listing's, or the listing is malformed.
     """
     listing = md5_listing(folder)
     if listing is None:
+        _note_read(path, None)
         return False
     try:
         relative = path.relative_to(folder).as_posix()
     except ValueError:
+        _note_read(path, None)
         return False
     expected = listing.get(_normalise(relative))
     if expected is None:
+        _note_read(path, None)
         return False
     try:
         actual = file_md5(path)
@@ -127,6 +168,7 @@ def verify_checksum(path: Path, folder: Path) -> bool:
             path,
             f"altered or damaged: its MD5 is {actual}, {folder / MD5SUMS} lists {expected} (restore the file or fix the listing)",
         )
+    _note_read(path, actual)
     return True
 
 

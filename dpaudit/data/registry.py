@@ -11,14 +11,17 @@ dataset are shared between callers and must not be modified in place.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import pickle
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from dpaudit.data import adult, cifar10, digits, faces, idx
 from dpaudit.data.containers import DatasetBundle
+from dpaudit.data.integrity import recording_reads
 from dpaudit.data.source import (
     DatasetFileError,
     DatasetInfo,
@@ -31,7 +34,7 @@ from dpaudit.data.source import (
 )
 from dpaudit.data.subsets import class_subset_source
 
-__all__ = ["DATASETS", "clear_cache", "dataset_info", "load_dataset", "register_dataset"]
+__all__ = ["DATASETS", "changed_files", "clear_cache", "dataset_files", "dataset_info", "load_dataset", "register_dataset"]
 
 DATASETS: dict[str, DatasetSource] = {}
 
@@ -75,16 +78,72 @@ def _normalize_name(name: Any) -> str:
     return key
 
 
+# What each cached load read: (name, root) → {file: md5} (see dataset_files).
+_reads: dict[tuple[str, Path | None], dict[str, str]] = {}
+
+
 @functools.cache
 def _cached(key: tuple[str, Path | None]) -> DatasetBundle:
     name, root = key
     # Sources bundled with a library ignore the root; they are cached under None.
-    return DATASETS[name].load(root if root is not None else Path())
+    with recording_reads() as reads:
+        bundle = DATASETS[name].load(root if root is not None else Path())
+    _reads[key] = _relative_to(reads, root)
+    return bundle
+
+
+def _relative_to(reads: dict[str, str], root: Path | None) -> dict[str, str]:
+    out = {}
+    for path, md5 in reads.items():
+        p = Path(path)
+        rel = p.relative_to(root).as_posix() if root is not None and p.is_relative_to(root) else str(p)
+        out[rel] = md5
+    return dict(sorted(out.items()))
 
 
 def clear_cache() -> None:
     """Forgets every dataset loaded in this process (after the files under a data root changed)."""
     _cached.cache_clear()
+    _reads.clear()
+
+
+def dataset_files(name: str, *, data_root: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """The identity of a dataset's data: ``{file relative to the data root: MD5}`` of every file its load read.
+
+    Part of the key of every stored record and result made from the dataset, so a file replaced
+    under the data root (its ``MD5SUMS`` updated too, so the load accepts it) makes them be
+    recomputed instead of reused. The digests are those the load's ``MD5SUMS`` check computed
+    (:func:`dpaudit.data.integrity.recording_reads`); a file the listing does not name is hashed
+    once per process. A source that reads no file through that check (a third-party source)
+    is identified by a SHA-256 of its loaded arrays, under the key ``"<arrays>"``.
+
+    Data bundled with a library (``digits``) has a fixed identity: the result is empty, and
+    keys of runs on it are what they were before datasets had identities.
+
+    Raises:
+        As :func:`load_dataset`.
+    """
+    key = _normalize_name(name)
+    if not DATASETS[key].needs_root:
+        return {}
+    bundle = load_dataset(key, data_root=data_root)
+    root = checked_data_root(data_root)
+    reads = _reads.get((key, root))
+    if not reads:
+        digest = hashlib.sha256()
+        for split in (bundle.train, bundle.test):
+            for tensor in (split.features, split.labels, split.ids):
+                digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        reads = {"<arrays>": digest.hexdigest()}
+    return dict(reads)
+
+
+def changed_files(stored: Any, current: dict[str, str]) -> str:
+    """Which files differ between a stored :func:`dataset_files` and the current one, for a message."""
+    old = dict(stored) if isinstance(stored, Mapping) else {}  # a stored result's frozen config too
+    parts = [f for f in sorted(set(old) | set(current)) if old.get(f) != current.get(f)]
+    shown = ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
+    return shown or "none"
 
 
 def _download(name: str, root: Path, missing: DatasetNotFoundError) -> None:

@@ -149,12 +149,51 @@ def test_editing_the_training_function_never_reuses_its_old_verdict(tmp_path, ca
     code, p = _main(capsys, *argv)  # same --out, same flags, new code
     assert code == 3, p.err
     assert "reusing" not in p.err and json.loads(p.out)["audit_dir"] != first["audit_dir"]
-    assert f"stored trials in {first['audit_dir']} were made by different code (train_fn_sha256 differ); starting afresh in" in p.err
+    assert f"recomputing: fnmod.py (or the version of a package it imports) changed since the stored trials in {first['audit_dir']}; starting afresh in" in p.err
     # with a fixed --name the stored trials of the old code are refused, naming what differs
     code, p = _main(capsys, *argv, "--name", "fixed")
     fnmod.write_text(_FNMOD.format(body=_BENIGN))
     code, p = _main(capsys, *argv, "--name", "fixed")
     assert code == 2 and "train_fn_sha256" in p.err
+
+
+_IMPORTS_HELPER = """
+import helper
+
+
+def train(dataset, *, seed):
+    return helper.build(dataset, seed)
+"""
+_HELPER = """
+import torch
+from torch import nn
+
+
+def build(dataset, seed):
+    {body}
+"""
+
+
+@pytest.mark.e2e
+def test_editing_a_module_the_training_function_imports_never_reuses_its_old_verdict(tmp_path, capsys, monkeypatch):
+    """Issue 31, item 1: fns.py imports helper.py; a memorising helper.py got the old trials' verdict back."""
+    monkeypatch.syspath_prepend(str(tmp_path))  # helper.py is importable, as with PYTHONPATH=.
+    (tmp_path / "fns.py").write_text(_IMPORTS_HELPER)
+    argv = _one_run_argv(tmp_path, f"{tmp_path / 'fns.py'}:train")  # not --quiet: a reuse would say so on stderr
+    (tmp_path / "helper.py").write_text(_HELPER.format(body=_BENIGN))
+    code, p = _main(capsys, *argv)
+    assert code == 0, p.err
+    first = json.loads(p.out)
+    assert first["details"]["train_fn_modules"]["helper"]["file"] == "helper.py"  # the JSON says what was covered
+    (tmp_path / "helper.py").write_text(_HELPER.format(body=_LEAKING))
+    # A new process would import the new helper.py; this one has the old one loaded.
+    monkeypatch.delitem(sys.modules, "helper")
+    for name in [m for m in sys.modules if m.startswith("_dpaudit_user_")]:
+        monkeypatch.delitem(sys.modules, name)
+    code, p = _main(capsys, *argv)  # same --out, same flags, same fns.py
+    assert code == 3, p.err
+    assert "reusing" not in p.err and json.loads(p.out)["audit_dir"] != first["audit_dir"]
+    assert f"recomputing: helper.py changed since the stored trials in {first['audit_dir']}; starting afresh in" in p.err
 
 
 # ----------------------------------------------------------------------------- issue 15, items 4 and 5

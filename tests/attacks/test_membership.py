@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -485,6 +486,31 @@ def test_external_targets_are_keyed_by_members_and_code_and_accept_a_file(target
     out, err = capsys.readouterr()
     assert code == 0, err
     assert json.loads(out)["target"] not in ids
+
+
+@pytest.mark.e2e
+def test_an_external_target_is_keyed_by_the_modules_its_builder_imports(target, capsys, tmp_path, monkeypatch):
+    """Issue 31, item 1: --model-fn builder.py imports arch.py; an edited arch.py shared the old target id."""
+    from safetensors.torch import save_file
+
+    monkeypatch.syspath_prepend(str(tmp_path))  # arch.py is importable, as with PYTHONPATH=.
+    arch = tmp_path / "arch.py"
+    arch.write_text("from dpaudit.models import build_model\n\n\ndef net():\n    return build_model('digits-mlp', input_shape=(1, 8, 8), num_classes=10)\n")
+    (tmp_path / "builder.py").write_text("import arch\n\n\ndef build():\n    return arch.net()\n")
+    weights = tmp_path / "w.safetensors"
+    save_file({k: t.contiguous() for k, t in target["model"].state_dict().items()}, str(weights))
+    (tmp_path / "members.json").write_text(json.dumps(target["record"].membership.members.tolist()))
+    argv = ["attack", "membership", "--model-fn", f"{tmp_path / 'builder.py'}:build", "--weights", str(weights), "--dataset", "digits"]
+    argv += ["--member-ids", str(tmp_path / "members.json"), "--attack", "loss", "--out", str(tmp_path / "run"), "--json", "--quiet"]
+    ids = []
+    for _ in range(2):
+        code = main(argv)
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        ids.append(json.loads(out)["target"])
+        arch.write_text(arch.read_text() + "\n# edited\n")
+    monkeypatch.delitem(sys.modules, "arch", raising=False)
+    assert ids[0] != ids[1]
 
 
 @pytest.mark.parametrize(

@@ -32,8 +32,8 @@ from torch import nn
 
 from dpaudit import _validate as v
 from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, seconds_per_example
-from dpaudit.callables import callable_fingerprint, resolve_callable
-from dpaudit.data import ArrayDataset, load_dataset, make_splits
+from dpaudit.callables import callable_fingerprint, code_fingerprint, resolve_callable
+from dpaudit.data import ArrayDataset, dataset_files, load_dataset, make_splits
 from dpaudit.locks import unit_lock
 from dpaudit.privacy.audit import ONE_RUN_BOUND_CHOICES, SCORE_BOUND_CHOICES, AuditResult, resolve_bound
 from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES
@@ -91,11 +91,66 @@ class DatasetRef:
 
 
 # ----------------------------------------------------------------------------- training
+#: Keys of an audit's configuration that say what its trials were made *of* (code, data), not
+#: how: an audit differing from a stored one only in them is the same audit of other code or data.
+_IDENTITY_KEYS = ("train_fn_modules", "train_fn_unresolved", "model_fn_modules", "model_fn_unresolved", "dataset_files")
+
+
+def _code_keys(prefix: str, spec: str, *, argument: str, progress: bool) -> dict[str, Any]:
+    """``<prefix>_sha256`` of the code behind ``spec``, with the local modules it covers.
+
+    The modules (name → file and SHA-256) are listed only when the code imports any, so audits
+    of self-contained code keep the names they always had; imports found nowhere are said on
+    stderr (and listed beside the modules).
+    """
+    code = code_fingerprint(spec, argument=argument)
+    keys: dict[str, Any] = {f"{prefix}_sha256": code.sha256}
+    if code.modules:
+        keys[f"{prefix}_modules"] = code.covered()
+        if code.unresolved:
+            keys[f"{prefix}_unresolved"] = list(code.unresolved)
+    if code.unresolved and progress:
+        print(f"{argument} {spec}: import{'s' if len(code.unresolved) != 1 else ''} {', '.join(code.unresolved)} not found; not part of the code's fingerprint", file=sys.stderr)
+    return keys
+
+
+def _what_changed(ours: Mapping[str, Any], stored: Mapping[str, Any], differ: list[str]) -> list[str]:
+    """Why the stored trials are not these, in words: the files that changed."""
+    from dpaudit.data.registry import changed_files
+
+    reasons = []
+    for prefix in ("train_fn", "model_fn"):
+        if f"{prefix}_sha256" not in differ:
+            continue
+        new, old = ours.get(f"{prefix}_modules") or {}, stored.get(f"{prefix}_modules") or {}
+        files = [new[n]["file"] for n in sorted(new) if n in old and old[n] != new[n]]
+        added = [new[n]["file"] for n in sorted(new) if n not in old]
+        removed = [old[n]["file"] for n in sorted(old) if n not in new]
+        source = Path(str(ours.get(prefix, "")).rpartition(":")[0]).name or prefix
+        if files:
+            reasons.append(f"{', '.join(files)} changed")
+        if added:
+            reasons.append(f"{source} now imports {', '.join(added)}")
+        if removed:
+            reasons.append(f"{source} no longer imports {', '.join(removed)}")
+        if not (files or added or removed):
+            reasons.append(f"{source} (or the version of a package it imports) changed")
+    if "dataset_files" in differ:
+        if stored.get("dataset_files") is None:
+            reasons.append(f"the stored trials do not name the files of dataset {ours.get('dataset')}")
+        else:
+            reasons.append(f"dataset {ours.get('dataset')}'s files changed ({changed_files(stored.get('dataset_files'), dict(ours.get('dataset_files') or {}))})")
+    if "member_ids_sha256" in differ:
+        reasons.append("the member ids differ (another data root?)")
+    return reasons
+
+
 def _say_if_superseded(run: RunDir, name: str, cfg: Mapping[str, Any]) -> None:
-    """Says so when the run holds trials of this very audit made by other code or other members.
+    """Says so when the run holds trials of this very audit made by other code or other data.
 
     Those trials are never reused (the fingerprints are part of the audit's name); the line tells
-    a user who reran after editing their training function why nothing was reused.
+    a user who reran after editing their training function, a module it imports, or a dataset
+    file, why nothing was reused: ``recomputing: helper.py changed since the stored trials in …``.
     """
     from dpaudit.store import read_json
 
@@ -107,10 +162,11 @@ def _say_if_superseded(run: RunDir, name: str, cfg: Mapping[str, Any]) -> None:
             stored = read_json(config_file)
         except ValueError:
             continue
-        differ = sorted(k for k in ours if stored.get(k) != ours[k])
-        if differ and all(k.endswith("_sha256") for k in differ):
-            what = "different code" if any(k.startswith("train_fn") for k in differ) else "different data"
-            print(f"stored trials in {config_file.parent} were made by {what} ({', '.join(differ)} differ); starting afresh in {run.audit_dir(name)}", file=sys.stderr)
+        # What a trial depends on, as stored: the game's own counters (method, seed …) are in both.
+        differ = sorted(k for k in set(ours) | (set(stored) & set(_IDENTITY_KEYS)) if stored.get(k) != ours.get(k))
+        if differ and all(k.endswith("_sha256") or k in _IDENTITY_KEYS for k in differ):
+            why = "; ".join(_what_changed(ours, stored, differ)) or f"{', '.join(differ)} differ"
+            print(f"recomputing: {why} since the stored trials in {config_file.parent}; starting afresh in {run.audit_dir(name)}", file=sys.stderr)
 
 
 def resolve_train_fn(spec: str) -> Callable[..., nn.Module]:
@@ -538,7 +594,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
         assert spec.claim is not None  # checked in AuditSpec.__post_init__
         claim = spec.claim
         fn = fn_third_party
-        described = {"train_fn": spec.train_fn, "train_fn_sha256": train_fn_fingerprint(spec.train_fn), "claim": claim.to_dict()}
+        described = {"train_fn": spec.train_fn, **_code_keys("train_fn", spec.train_fn, argument="--train-fn", progress=spec.progress), "claim": claim.to_dict()}
     # The bound follows the compared claim (white-box: one un-sampled Gaussian step), decided
     # before any training so that a GDP bound on a non-Gaussian claim is refused up front.
     bound = resolve_bound(spec.bound, claim=claim if spec.threat == "black-box" else _white_box_claim())
@@ -548,6 +604,11 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
     # other members, and their trials must not be mixed with these.
     members_sha256 = hashlib.sha256(np.asarray(members_ref.ids, dtype=np.int64).tobytes()).hexdigest()[:16]
     described.update({"dataset": spec.dataset, "num_members": len(members), "member_ids_sha256": members_sha256, "threat": spec.threat, "delta": spec.delta, "confidence": spec.confidence})
+    # The files the data came from: a dataset file replaced under the data root (its MD5SUMS
+    # updated) gives other trials. Bundled data (digits) has none, so its audits keep their names.
+    data = dataset_files(spec.dataset, data_root=spec.data_root)
+    if data:
+        described["dataset_files"] = data
 
     run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
     executor = make_audit_executor(spec.workers, spec.executor, spec.address)
@@ -578,7 +639,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
         elif spec.method == "multi-run":
             cfg_init = {"init": spec.init} if spec.init != "random" else {}  # random-start audits keep their names
             if spec.model_fn is not None:  # the start's architecture: its code is part of what the trials are about
-                cfg_init.update({"model_fn": spec.model_fn, "model_fn_sha256": callable_fingerprint(spec.model_fn, argument="--model-fn")})
+                cfg_init.update({"model_fn": spec.model_fn, **_code_keys("model_fn", spec.model_fn, argument="--model-fn", progress=spec.progress)})
             start: nn.Module | None = None
             state_file: Path | None = None
             if spec.init == "worst-case" or spec.canary == "blank":

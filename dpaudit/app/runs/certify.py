@@ -154,6 +154,12 @@ def _reusable(progress: bool, path: Path, stored: Mapping[str, Any] | None, want
     if stored is None:
         return False
     was, asked = _mismatch(stored, wanted)
+    if "dataset_files" in asked:  # digests say nothing to a reader: name the files instead
+        from dpaudit.data.registry import changed_files
+
+        files = changed_files(was.pop("dataset_files"), asked.pop("dataset_files"))
+        _note(progress, f"recomputing {path.name}: the dataset's files changed since the stored {what} ({files})" + (f"; stored with {was}, asked for {asked}" if asked else ""))
+        return False
     if was or asked:
         _note(progress, f"recomputing {path.name}: stored with {was}, asked for {asked}")
         return False
@@ -225,7 +231,7 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         ValueError: inconsistent options (named with their value).
     """
     from dpaudit.app.estimate import announce_if_long, seconds_per_example
-    from dpaudit.data import load_dataset
+    from dpaudit.data import dataset_files, load_dataset
     from dpaudit.results import EVASION_NORMS
     from dpaudit.results.certification import CertificationSpec, SmoothingCertificationSpec, save_certify_summary
     from dpaudit.results.record import WEIGHTS_FILE, load_record, resolve_record_dir, weights_digest
@@ -312,6 +318,10 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         # the record's digest; only a record older than digests needs the file hashed here.
         weights_sha256 = record.weights_sha256 or weights_digest(rdir / WEIGHTS_FILE)
         wanted = {"num_draws": num_draws, "confidence": spec.confidence, "num_examples": int(len(pick)), "seed": spec.seed, "bound": spec.bound, "norm": norm, "weights_sha256": weights_sha256}
+        # ... and on the test images' files: a replaced file gives other examples to certify.
+        data = dataset_files(record.dataset, data_root=spec.data_root)
+        if data:  # bundled data (digits) has a fixed identity: its certificates keep their keys
+            wanted["dataset_files"] = data
         wanted_smooth = {**wanted, "smoothing_confidence": smoothing_confidence, "num_selection_draws": num_selection_draws}
 
         own_path = cdir / f"certify-{record.defense}.json"

@@ -787,6 +787,7 @@ def run_compare(spec: CompareSpec, run: RunDir) -> ComparisonResult:
         The :class:`ComparisonResult` (also written to ``RUN_DIR/compare/NAME/comparison.json``).
     """
     from defenses import DEFENSES
+    from dpaudit.data import dataset_files
     from dpaudit.progress import Progress
 
     grid = spec.grid
@@ -797,6 +798,11 @@ def run_compare(spec: CompareSpec, run: RunDir) -> ComparisonResult:
     jobs_dir.mkdir(parents=True, exist_ok=True)
     common = {"run_dir": str(run.path), "data_root": spec.data_root}
     gkey = {k: to_jsonable(getattr(grid, k)) for k in ("dataset", "member_fraction", "delta", "confidence", "device")}
+    # Every job reads the dataset: a file replaced under the data root redoes them all (bundled
+    # data such as digits has a fixed identity and no entry, so its stored jobs keep their keys).
+    data = dataset_files(grid.dataset, data_root=spec.data_root)
+    if data:
+        gkey["dataset_files"] = data
 
     train_jobs = []
     for s in grid.settings:

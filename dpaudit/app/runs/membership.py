@@ -247,7 +247,7 @@ def _load_target(spec: MembershipSpec, device: str) -> tuple[Any, Any, Any]:
 
 def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None) -> tuple[Any, Any, Any]:
     """A record for an external model: its members, held-out non-members and the rest as population."""
-    from dpaudit.callables import callable_fingerprint
+    from dpaudit.callables import code_fingerprint
     from dpaudit.data import load_dataset
     from dpaudit.privacy.claims import NonPrivateClaim
     from dpaudit.results.record import Membership, TrainedModel, weights_digest
@@ -266,7 +266,8 @@ def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None
     # The id is a fingerprint of everything that determines the attack's outcome: the weights,
     # the code that builds the model, and who is a member and who is not. Two targets that
     # differ in any of them never share a result directory or a shadow cache entry.
-    code = callable_fingerprint(target.model_fn, argument="--model-fn")
+    covered = code_fingerprint(target.model_fn, argument="--model-fn")
+    code = covered.sha256
     weights_sha256 = weights_digest(target.weights)
     identity = hashlib.sha256(weights_sha256.encode())
     for part in (code.encode(), np.asarray(members, dtype=np.int64).tobytes(), np.asarray(non, dtype=np.int64).tobytes()):
@@ -280,7 +281,8 @@ def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None
         input_shape=bundle.input_shape,
         num_classes=bundle.num_classes,
         claim=NonPrivateClaim(description="external model; no privacy claim stated"),
-        config={"model_fn_sha256": code},
+        # The local modules the builder imports (name → file, SHA-256), where it imports any.
+        config={"model_fn_sha256": code, **({"model_fn_modules": covered.covered()} if covered.modules else {})},
         weights_sha256=weights_sha256,
         membership=Membership(members=members, non_members=non, population=np.setdiff1d(rest, non)),
         seed=seed,
@@ -307,6 +309,7 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
     from attacks import membership as mia
     from defenses import DEFENSES
     from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, seconds_per_example
+    from dpaudit.data import dataset_files
     from dpaudit.executors import make_executor
     from dpaudit.results import save_membership_result
     from dpaudit.training import resolve_device
@@ -341,12 +344,17 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
             # other code (an edited file) must not be reused, so the code's fingerprint is hashed
             # into the shadow ids.
             recipe = {"model_fn_sha256": record.config["model_fn_sha256"]}
+        # Shadows train on the dataset's files: a replaced file must not hand back shadows of the
+        # old data (bundled data such as digits has a fixed identity and keeps its shadow ids).
+        data = dataset_files(record.dataset, data_root=spec.data_root)
+        if data:
+            recipe = {**recipe, "dataset_files_sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()}
         shadow_defense = (spec.shadow_defense or record.defense) if trainer is not None else "sgd"
         summaries: list[PoolSummary] = []
         models: dict[str, list[tuple[np.ndarray, Any]]] = {}
         meta: dict[str, Any] = {"target_metrics": {k: val for k, val in record.metrics.items() if isinstance(val, (int, float))}, "dataset": bundle.name, "defense": record.defense}
         # What the results are about, by content: the report lists these beside the results.
-        fingerprints = {"weights_sha256": record.weights_sha256, "model_fn_sha256": record.config.get("model_fn_sha256")}
+        fingerprints = {"weights_sha256": record.weights_sha256, "model_fn_sha256": record.config.get("model_fn_sha256"), "dataset_files_sha256": recipe.get("dataset_files_sha256")}
         meta["fingerprints"] = {k: val for k, val in fingerprints.items() if val}
         if pools:
             if on_plan is not None:

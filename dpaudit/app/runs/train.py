@@ -18,7 +18,7 @@ from dpaudit import _validate as v
 from dpaudit.results.record import TrainedModel
 from dpaudit.store import RunDir
 
-__all__ = ["TrainSpec", "TrainOutcome", "train_or_load", "default_config"]
+__all__ = ["TrainSpec", "TrainOutcome", "train_or_load", "default_config", "DATA_FILES_KEY"]
 
 
 def default_config(defense: str, **overrides: Any) -> Any:
@@ -110,16 +110,98 @@ class TrainOutcome:
         model: the model, on the spec's device, in eval mode.
         record_dir: where the record is stored.
         reused: whether the record was found rather than trained.
+        data_files: the dataset's identity the record was made from and checked against
+            (:func:`dpaudit.data.dataset_files`); empty for bundled data such as ``digits``,
+            and for a reused record made before records kept it.
     """
 
     record: TrainedModel
     model: Any
     record_dir: Path
     reused: bool
+    data_files: Mapping[str, str] = field(default_factory=dict)
+
+
+#: Where a record keeps the identity of the data it was trained on (:func:`dpaudit.data.dataset_files`).
+DATA_FILES_KEY = "dataset_files"
+
+
+def _stale_data(record: TrainedModel, dataset: str, data: Mapping[str, str], rdir: Path) -> bool:
+    """Whether ``record`` was trained on other files of ``dataset`` than ``data`` (said on stderr).
+
+    A record made before records named their files cannot be checked: it is reused, saying so.
+    """
+    from dpaudit.data.registry import changed_files
+    from dpaudit.store import thaw
+
+    stored = record.provenance.get(DATA_FILES_KEY)
+    if stored is None:
+        if data:
+            print(f"record {record.model_id} in {rdir} predates dataset checksums: its files of dataset {dataset} cannot be checked (pass --force to retrain)", file=sys.stderr)
+        return False
+    stored = thaw(stored)
+    if stored == dict(data):
+        return False
+    print(f"recomputing: dataset {dataset}'s files changed since the stored record {record.model_id} ({changed_files(stored, dict(data))}); training it again", file=sys.stderr)
+    return True
+
+
+#: In a sub-model cache (PATE's teachers): dataset name → the files its cached sub-models were trained on.
+SUBMODEL_DATA_FILE = "dataset_files.json"
+
+
+def _submodel_cache(cache: Path, *, dataset: str, data: Mapping[str, str], label: str) -> Path:
+    """``cache``, with the sub-models of ``dataset`` trained on other files moved aside (said on stderr).
+
+    Sub-models are keyed by what they are (teacher index, ids, training), not by the data's
+    files; the cache remembers, per dataset, which files its sub-models were trained on, so a
+    file replaced under the data root never hands back a teacher of the old data. A cache made
+    before it remembered this is taken to hold the current data.
+    """
+    import shutil
+
+    from dpaudit.data.registry import changed_files
+    from dpaudit.results.record import RECORD_FILE
+    from dpaudit.store import atomic_write_json, read_json
+
+    if not data:  # bundled data (digits) has a fixed identity
+        return cache
+    marker = cache / SUBMODEL_DATA_FILE
+    try:
+        known = read_json(marker) if marker.is_file() else {}
+    except ValueError:
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    old = known.get(dataset)
+    if old is not None and old != dict(data):
+        aside = cache.parent / f"{cache.name}-stale"
+        moved = 0
+        for entry in sorted(cache.iterdir()) if cache.is_dir() else ():
+            try:
+                made_of = read_json(entry / RECORD_FILE).get("dataset") if (entry / RECORD_FILE).is_file() else None
+            except (ValueError, AttributeError):
+                made_of = None
+            if made_of == dataset:
+                (aside / entry.name).parent.mkdir(parents=True, exist_ok=True)
+                target = aside / entry.name
+                if target.exists():  # an older stale copy of the same sub-model
+                    shutil.rmtree(target)
+                entry.rename(target)
+                moved += 1
+        print(f"recomputing: dataset {dataset}'s files changed since the {label} cached in {cache} ({changed_files(old, dict(data))}); {moved} moved to {aside}", file=sys.stderr)
+    if old != dict(data):
+        cache.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(marker, {**known, dataset: dict(data)})
+    return cache
 
 
 def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: Any = None) -> TrainOutcome:
-    """Trains ``spec`` into ``run`` unless a record with the same id is already stored there.
+    """Trains ``spec`` into ``run`` unless a record with the same id, made from the same data, is stored there.
+
+    The record keeps the checksums of the dataset files its training read
+    (``provenance["dataset_files"]``, :func:`dpaudit.data.dataset_files`); a stored record whose
+    files differ from the current ones (a file replaced under the data root, its ``MD5SUMS``
+    updated) is trained again, saying why on stderr, never reused.
 
     Args:
         spec: what to train.
@@ -132,7 +214,7 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     """
     from defenses import DEFENSES, model_id_for
     from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, seconds_per_example
-    from dpaudit.data import load_dataset, make_splits
+    from dpaudit.data import dataset_files, load_dataset, make_splits
     from dpaudit.locks import unit_lock
     from dpaudit.results.record import RECORD_FILE, WEIGHTS_FILE, load_record
     from dpaudit.training import resolve_device
@@ -143,15 +225,20 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
         bundle = load_dataset(spec.dataset, data_root=spec.data_root)
     if splits is None:
         splits = make_splits(bundle, seed=spec.split_seed if spec.split_seed is not None else spec.seed, member_fraction=spec.member_fraction)
+    data = dataset_files(spec.dataset, data_root=spec.data_root)
     model_id = model_id_for(defense=spec.defense, bundle=bundle, model_name=spec.model, model_options=dict(spec.model_options), config=spec.config, splits=splits, seed=spec.seed)
     run = run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
     rdir = run.record_dir(model_id)
     with unit_lock(run.path, f"record-{model_id}"):  # one writer per record: a second `train` is refused, not duplicated
         if (rdir / RECORD_FILE).is_file() and not spec.force:
-            if (rdir / WEIGHTS_FILE).is_file():
-                return TrainOutcome(record=load_record(rdir), model=load_model(rdir, device=device), record_dir=rdir, reused=True)
-            # A record without its weights is incomplete (an interrupted copy, a deleted file): never "reuse" it.
-            print(f"record {model_id} in {rdir} has no {WEIGHTS_FILE}; training it again", file=sys.stderr)
+            if not (rdir / WEIGHTS_FILE).is_file():
+                # A record without its weights is incomplete (an interrupted copy, a deleted file): never "reuse" it.
+                print(f"record {model_id} in {rdir} has no {WEIGHTS_FILE}; training it again", file=sys.stderr)
+            else:
+                stored = load_record(rdir)
+                if not _stale_data(stored, spec.dataset, data, rdir):
+                    checked = data if DATA_FILES_KEY in stored.provenance else {}
+                    return TrainOutcome(record=stored, model=load_model(rdir, device=device), record_dir=rdir, reused=True, data_files=checked)
         entry = DEFENSES[spec.defense]
         if spec.progress:
             epochs = float(getattr(spec.config, "epochs", None) or 10)
@@ -164,12 +251,19 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
             from dpaudit.training import TrainWorkspace
 
             extra["workspace"] = TrainWorkspace(
-                record_dir=rdir, cache_dir=run.submodel_dir(entry.submodels), executor=spec.executor, num_workers=spec.num_workers, address=spec.address, data_root=spec.data_root
+                record_dir=rdir,
+                cache_dir=_submodel_cache(run.submodel_dir(entry.submodels), dataset=spec.dataset, data=data, label=entry.submodels),
+                executor=spec.executor,
+                num_workers=spec.num_workers,
+                address=spec.address,
+                data_root=spec.data_root,
             )
         record, model = entry.train(
             bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options), config=spec.config, seed=spec.seed, device=device, progress=spec.progress, **extra
         )
+        if data:  # bundled data (digits) has a fixed identity: its records keep their exact bytes
+            record = dataclasses.replace(record, provenance={**record.provenance, DATA_FILES_KEY: dict(data)})
         save_record(record, model, rdir)
         model.eval()
         # As stored (with its weights' digest), so a fresh and a reused outcome carry the same record.
-        return TrainOutcome(record=load_record(rdir), model=model, record_dir=rdir, reused=False)
+        return TrainOutcome(record=load_record(rdir), model=model, record_dir=rdir, reused=False, data_files=data)

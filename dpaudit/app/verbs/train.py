@@ -53,7 +53,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     )
     record, rdir = outcome.record, outcome.record_dir
     if outcome.reused:
-        print(f"record {record.model_id} already stored in {rdir}; reusing it (pass --force to retrain)", file=sys.stderr)
+        n = len(outcome.data_files)
+        same = f", trained on the same {n} file{'s' if n != 1 else ''} of dataset {args.dataset} (MD5 match)" if n else ""
+        print(f"record {record.model_id} already stored in {rdir}; reusing it{same} (pass --force to retrain)", file=sys.stderr)
     delta = float(getattr(config, "delta", _REPORT_DELTA))
     bound = record.claim.upper_bound(delta=delta)
     epsilons = dict(bound.by_accountant)
@@ -67,6 +69,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         "model_name": record.model_name,
         "record_path": str(rdir),
         "reused": outcome.reused,
+        "dataset_files": dict(outcome.data_files),
         "metrics": dict(m),
         "claim": record.claim.to_dict(),
         "data_dependent": record.claim.data_dependent,
