@@ -80,6 +80,7 @@ from scipy import fft, special
 
 from dpaudit import _validate as v
 from dpaudit.privacy import composition
+from dpaudit.privacy.accountant_names import ACCOUNTANTS, MAX_NUM_STEPS
 
 __all__ = [
     "ACCOUNTANTS",
@@ -104,7 +105,6 @@ __all__ = [
     "sampled_gaussian_event",
 ]
 
-ACCOUNTANTS = ("moments", "rdp", "pld", "strong", "naive")
 
 # Abadi et al. track moments for λ ≤ 32, i.e. RDP orders 2..33.
 MOMENTS_ORDERS = tuple(range(2, 34))
@@ -135,8 +135,6 @@ PLD_SOLVER_MEMORY_BUDGET = 1 << 28
 #: Noise multipliers outside [MIN, MAX] (module docstring): below, ε_UB = ∞; above, evaluated at MAX.
 NOISE_MULTIPLIER_MIN = 1e-150
 NOISE_MULTIPLIER_MAX = 1e100
-#: Largest step count (self-composition count) accepted; 10^18 keeps T exact in an int64.
-MAX_NUM_STEPS = 10**18
 
 
 class PLDFallbackWarning(RuntimeWarning):

@@ -229,7 +229,7 @@ def _gaussian_epsilon(args: argparse.Namespace) -> int:
 
 def _steps_type(name: str) -> Callable[[str], Any]:
     """A step count in [1, MAX_NUM_STEPS]: accountants convert T to a float, so 10**400 cannot be honoured."""
-    from dpaudit.privacy.accountants import MAX_NUM_STEPS
+    from dpaudit.privacy.accountant_names import MAX_NUM_STEPS
 
     def check(n: str, x: Any) -> int:
         out = v.integer(n, x, minimum=1)
@@ -242,7 +242,7 @@ def _steps_type(name: str) -> Callable[[str], Any]:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``epsilon`` to the ``dpaudit`` parser."""
-    from dpaudit.privacy.accountants import ACCOUNTANTS
+    from dpaudit.privacy.accountant_names import ACCOUNTANTS
 
     p = sub.add_parser(
         "epsilon",
