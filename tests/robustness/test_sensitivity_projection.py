@@ -79,3 +79,15 @@ def test_l2_and_l1_behind_projection_are_exact(norm: str) -> None:
     a = m / r.sqrt()[:, None]
     expected = torch.linalg.matrix_norm(a, ord=2) if norm == "l2" else a.norm(dim=0).max()
     assert layer_sensitivity(noise, input_shape=(1, 5, 5), norm=norm) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_identity_block_of_input_noise_has_the_identitys_sensitivities() -> None:
+    # Randomized smoothing's noise layer wraps nn.Identity: no weight layer, so the general path.
+    from dpaudit.robustness.noise import add_input_noise
+
+    model = add_input_noise(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 2)), input_shape=(1, 3, 4), noise_std=0.5)
+    noise = find_noise_layer(model)
+    assert noise is not None
+    assert layer_sensitivity(noise, input_shape=(1, 3, 4), norm="l2") == pytest.approx(1.0)
+    assert layer_sensitivity(noise, input_shape=(1, 3, 4), norm="l1") == pytest.approx(1.0)
+    assert layer_sensitivity(noise, input_shape=(1, 3, 4), norm="linf") == pytest.approx(12**0.5)
