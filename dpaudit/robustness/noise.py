@@ -12,15 +12,23 @@ buffers, so they travel with the weights (safetensors) and a reloaded model is t
 randomized function. Noise is drawn in training *and* evaluation: the certified prediction is
 a property of the randomized function.
 
-**Sensitivity.** The guarantee needs Δ_r = max ‖diag(r)^{-1/2} W δ‖₂ over input changes δ of
-norm ≤ 1 (rescaling component k by 1/√r_k makes the noise isotropic; certified.md §2):
+**Sensitivity.** The guarantee needs Δ_r = max ‖diag(r)^{-1/2} M δ‖₂ over input changes δ of
+norm ≤ 1 (rescaling component k by 1/√r_k makes the noise isotropic; Phan et al. 2019,
+Theorem 3), where M is the linear part of the *whole* block in front of the noise: the weight
+W composed with whatever precedes it (a standardisation, a DP-PCA Projection P: M = W P). This
+is an operator norm of diag(r)^{-1/2} M (Lecuyer et al. 2019, §3.3):
 
-* ``l2``: the spectral norm of diag(r)^{-1/2} W, computed exactly as √λ_max of the Gram
-  matrix Wᵀ diag(r)^{-1} W (built column by column through the layer and its adjoint, so it
-  works for any affine first layer: Linear, Conv2d, a PCA projection in front);
-* ``l1``: the largest column L2 norm of diag(r)^{-1/2} W (the Gram matrix's diagonal), exact;
-* ``linf``: no cheap exact form; √(Σ_k ‖W_k‖₁² / r_k) is a valid bound (row L1 norms via the
-  layer with |W|; certified.md §1).
+* ``l2``: the spectral norm, computed exactly as √λ_max of the Gram matrix Mᵀ diag(r)^{-1} M
+  (built column by column through the block and its adjoint, so it works for any affine
+  first layer: Linear, Conv1d/2d/3d with any stride and padding, a Projection in front);
+* ``l1``: the largest column L2 norm √(Gram_jj), exact: a convex function on the L1 ball is
+  largest at a vertex ±e_j;
+* ``linf``: an **upper bound**, √(Σ_k ‖M_k‖₁² / r_k) with M_k the rows of the effective M
+  (Hölder: |M_k δ| ≤ ‖M_k‖₁ for ‖δ‖∞ ≤ 1). The exact value, the largest ‖diag(r)^{-1/2} M s‖₂
+  over the 2^d sign vectors s, has no tractable form; the bound is reached when one s matches
+  the signs of every row, and is at most √K times the exact value (s = sign(M_k) alone gives
+  ‖M_k‖₁/√r_k). The row norms must be those of M: with a signed P in front, |W|·(P·1) is
+  not ‖(W P)_k‖₁ and can fall far below the true sensitivity.
 
 During training the sensitivity is kept ≤ 1 by a cheap projection (a few warm-started power
 iterations, as in spectral normalisation); the final model's sensitivity is then measured
@@ -31,6 +39,7 @@ estimate.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -248,39 +257,85 @@ def _linear_part(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return block(x) - block(torch.zeros_like(x[:1]))
 
 
+def _basis_chunks(input_shape: tuple[int, ...], *, device: torch.device, dtype: torch.dtype, chunk: int) -> Iterator[torch.Tensor]:
+    """The standard basis of the input space, ``chunk`` vectors at a time, each of ``input_shape``."""
+    d = int(math.prod(input_shape))
+    for start in range(0, d, chunk):
+        n = min(d, start + chunk) - start
+        basis = torch.zeros(n, d, device=device, dtype=dtype)
+        basis[torch.arange(n, device=device), torch.arange(start, start + n, device=device)] = 1.0
+        yield basis.reshape(n, *input_shape)
+
+
 def _gram(noise: NoiseLayer, input_shape: tuple[int, ...], *, redistribution: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-    """Wᵀ diag(r)^{-1} W (d × d, float64), column by column through the block and its adjoint."""
+    """Mᵀ diag(r)^{-1} M (d × d, float64), column by column through the block and its adjoint.
+
+    M is the block's whole linear part (a Projection in front included), so the Gram matrix is
+    that of the map the noise is added to, whatever sits in front of the weight.
+    """
     block = noise.layer
     # The layer's buffers sit where its block does; a parameter-free block (the identity in
     # front of smoothing's input noise) has no parameter to ask.
     p = next(block.parameters(), noise.redistribution)
-    d = int(math.prod(input_shape))
     inv_r = (1.0 / redistribution).to(p.device, p.dtype)
     cols = []
-    for start in range(0, d, chunk):
-        idx = torch.arange(start, min(d, start + chunk), device=p.device)
-        basis = torch.zeros(len(idx), d, device=p.device, dtype=p.dtype)
-        basis[torch.arange(len(idx)), idx] = 1.0
-        basis = basis.reshape(len(idx), *input_shape).requires_grad_(True)
+    for basis in _basis_chunks(input_shape, device=p.device, dtype=p.dtype, chunk=chunk):
+        basis.requires_grad_(True)
         with torch.enable_grad():
             out = _linear_part(block, basis)
             (adj,) = torch.autograd.grad(out, basis, grad_outputs=(out * inv_r).detach())
-        cols.append(adj.reshape(len(idx), d).detach().to(torch.float64))
+        cols.append(adj.reshape(len(basis), -1).detach().to(torch.float64))
     return torch.cat(cols).T  # symmetric; rows or columns alike
 
 
-def _row_l1(noise: NoiseLayer, input_shape: tuple[int, ...]) -> torch.Tensor:
-    """‖W_k‖₁ for every output component k: the block with |W| applied to an all-ones input."""
-    layer = _weight_layer(noise.layer)
-    saved = layer.weight.data.clone()
-    try:
-        layer.weight.data.abs_()
-        with torch.no_grad():
-            ones = torch.ones(1, *input_shape, device=saved.device, dtype=saved.dtype)
-            rows = _linear_part(noise.layer, ones)[0]
-    finally:
-        layer.weight.data.copy_(saved)
-    return rows.abs()  # Flatten/Projection in front are identity-like on |·|; abs guards rounding
+def _weight_acts_on_input(block: nn.Module) -> bool:
+    """Whether |W|·1 is M's row L1 norms: nothing signed sits between the input and the weight.
+
+    True when the block is the weight layer itself, or a Sequential of Flatten / Identity /
+    Standardize (a reshape or a positive scale x/std, whose offset :func:`_linear_part`
+    removes) ending in it. A zero-padded Linear/Conv sends every input entry to an output
+    component through at most one weight, so the entries of that output's row are those
+    weights (or 0) and |W| applied to all-ones sums their absolute values exactly. Anything
+    else in front, a PCA Projection P above all, mixes inputs with signs: |W|·(P·1) is then
+    neither |W P|·1 nor a bound on it.
+    """
+    from dpaudit.models import Standardize  # models imports this module; resolved at call time
+
+    mods = list(block) if isinstance(block, nn.Sequential) else [block]
+    *front, last = mods
+    if not isinstance(last, _LINEAR_TYPES) or getattr(last, "padding_mode", "zeros") != "zeros":
+        return False
+    return all(type(m) in (nn.Flatten, nn.Identity) or (isinstance(m, Standardize) and m.std > 0) for m in front)
+
+
+def _row_l1(noise: NoiseLayer, input_shape: tuple[int, ...], *, chunk: int = 256) -> torch.Tensor:
+    """‖M_k‖₁ for every output component k of the block's linear part M (float64, h's shape).
+
+    Exact in both paths. Fast path (:func:`_weight_acts_on_input`): the block with |W| applied
+    to an all-ones input, one forward pass. Otherwise M's columns M e_j are pushed through the
+    block ``chunk`` basis vectors at a time and |M_kj| summed over j: d forward passes, no more
+    than the ``l2`` Gram matrix costs, and the d × K matrix is never held at once.
+    """
+    block = noise.layer
+    p = next(block.parameters(), noise.redistribution)
+    if _weight_acts_on_input(block):
+        layer = _weight_layer(block)
+        saved = layer.weight.data.clone()
+        try:
+            layer.weight.data.abs_()
+            with torch.no_grad():
+                rows = _linear_part(block, torch.ones(1, *input_shape, device=p.device, dtype=p.dtype))[0]
+        finally:
+            layer.weight.data.copy_(saved)
+        return rows.abs().to(torch.float64)  # the abs only guards rounding: every term is ≥ 0
+    # Keep one chunk's outputs to about 2^24 numbers, whatever K is.
+    k = int(math.prod(noise.output_shape))
+    step = max(1, min(chunk, 2**24 // max(k, 1)))
+    rows = torch.zeros(noise.output_shape, device=p.device, dtype=torch.float64)
+    with torch.no_grad():
+        for basis in _basis_chunks(input_shape, device=p.device, dtype=p.dtype, chunk=step):
+            rows += _linear_part(block, basis).abs().to(torch.float64).sum(0)
+    return rows
 
 
 def _weights_of(noise: NoiseLayer, redistribution: torch.Tensor | None) -> torch.Tensor:
@@ -298,8 +353,9 @@ def _weights_of(noise: NoiseLayer, redistribution: torch.Tensor | None) -> torch
 def layer_sensitivity(noise: NoiseLayer, *, input_shape: tuple[int, ...], norm: str = "l2", redistribution: torch.Tensor | None = None) -> float:
     """Δ_r of the noise layer's block for input changes of unit ``norm`` (see module docstring).
 
-    Exact for ``l2`` and ``l1``; a valid upper bound for ``linf``. With a PCA Projection in
-    front, the ``linf`` bound is taken through the projection's |P| (still an upper bound).
+    Exact for ``l2`` (spectral norm) and ``l1`` (largest column norm); for ``linf`` the upper
+    bound √(Σ_k ‖M_k‖₁² / r_k) over the rows of the block's effective matrix M (a Projection
+    in front included): the row norms in the model's dtype, summed in float64.
 
     Args:
         noise: the model's noise layer.
@@ -312,7 +368,7 @@ def layer_sensitivity(noise: NoiseLayer, *, input_shape: tuple[int, ...], norm: 
     norm = v.choice("norm", norm, ATTACK_NORMS)
     weights = _weights_of(noise, redistribution)
     if norm == "linf":
-        rows = _row_l1(noise, input_shape).to(torch.float64)
+        rows = _row_l1(noise, input_shape)
         r = weights.to(rows.device, torch.float64)
         return float(torch.sqrt((rows**2 / r).sum()))
     gram = _gram(noise, input_shape, redistribution=weights)

@@ -242,3 +242,33 @@ def test_training_noise_is_seeded_so_runs_repeat(digits) -> None:
         states.append(model.state_dict())
         assert find_noise_layer(model).generator is None  # released models draw fresh noise
     assert all(np.array_equal(states[0][k].numpy(), states[1][k].numpy()) for k in states[0])
+
+
+@pytest.mark.parametrize("control", ["project", "scale-noise", "orthogonal"])
+def test_linf_noise_behind_a_pca_projection_follows_the_bound_of_w_times_p(digits, control: str) -> None:
+    # Secure-SGD with DP-PCA (abadi-mnist): the noise layer's map is W P. Its L∞ noise must be
+    # σ per unit of √(Σ_k ‖(W P)_k‖₁² / r_k), from the weights multiplied out here; the old
+    # |W|·(P·1) gave 3.5× less noise on a trained digits model (issue 29).
+    import torch
+
+    from dpaudit.models import Projection, build_model
+
+    bundle, _ = digits
+    config = HGMConfig(epochs=1, attack_norm="linf", sensitivity_control=control, redistribute=False, noise_ramp_fraction=0.0)
+    schedule = cert_mod._NoiseSchedule(sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5)
+    torch.manual_seed(0)
+    model = build_model("abadi-mnist", input_shape=bundle.input_shape, num_classes=10, noise_layer=True, pca_components=10, hidden=32)
+    proj = next(m for m in model.modules() if isinstance(m, Projection))
+    q, _ = torch.linalg.qr(torch.randn(64, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
+    proj.set(q.T.float())
+    schedule.prepare(model)
+    schedule.after_step(0, model)
+    delta = schedule.finish()
+    w = schedule._weighted_layer().weight.detach().double()
+    bound = float((w @ proj.matrix.double()).abs().sum(1).pow(2).sum().sqrt())
+    assert delta == pytest.approx(bound, rel=1e-5)
+    noise = find_noise_layer(model)
+    if control == "project":
+        assert bound <= 1.0 + 1e-5 and float(noise.noise_std) == pytest.approx(0.3, rel=1e-6)
+    else:
+        assert float(noise.noise_std) == pytest.approx(0.3 * bound, rel=1e-5)

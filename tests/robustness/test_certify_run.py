@@ -12,7 +12,7 @@ import pytest
 from dpaudit.app.cli import main
 from dpaudit.app.runs.certify import CertifySpec, NotCertifiable, run_certify
 from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
-from dpaudit.results.certification import CertifySummary, SoundnessViolation, load_certify_summary
+from dpaudit.results.certification import CertifySummary, SoundnessViolation, load_certification_result, load_certify_summary, save_certification_result
 from dpaudit.store import RunDir
 
 TINY = dict(num_draws=50, num_examples=20, radii=(0.05, 0.2), attacks=("fgsm", "pgd"), num_selection_draws=20, num_eot_samples=1, progress=True)
@@ -53,6 +53,24 @@ def test_certify_tiny_hgm_end_to_end_and_reuse(hgm_record, capsys: pytest.Captur
     assert "recomputing certify-hgm.json: stored with {'num_draws': 50}, asked for {'num_draws': 60}" in err
     assert "recomputing certify-smoothing.json" in err and "'smoothing_confidence': 0.999" in err
     assert changed.num_draws == 60 and changed.smoothing is not None and changed.smoothing.confidence == 0.99
+
+
+def test_certify_recomputes_certificates_stored_under_another_sensitivity(hgm_record, capsys: pytest.CaptureFixture[str]) -> None:
+    # A certificate computed under an older, smaller Δ (the L∞ bound behind a PCA projection of
+    # issue 29) has radii too large by the same factor: reusing it would reprint them.
+    run, rdir, model_id = hgm_record
+    spec = CertifySpec(target=rdir, **{**TINY, "attacks": ()})
+    first = run_certify(spec, run)
+    cdir = run.certify_dir(model_id)
+    for name, key, factor in (("hgm", "sensitivity", 0.5), ("smoothing", "sigma_per_sensitivity", 2.0)):
+        stored = load_certification_result(cdir / f"certify-{name}.json")
+        save_certification_result(dataclasses.replace(stored, config={**stored.config, key: stored.config[key] * factor}), cdir)
+    capsys.readouterr()
+    again = run_certify(spec, run)
+    err = capsys.readouterr().err
+    assert f"recomputing certify-hgm.json: stored with {{'sensitivity': {first.sensitivity * 0.5!r}}}" in err
+    assert "recomputing certify-smoothing.json: stored with {'sigma_per_sensitivity'" in err
+    assert load_certification_result(cdir / "certify-hgm.json").config["sensitivity"] == again.sensitivity == first.sensitivity
 
 
 def test_certify_cli_exits_3_on_a_planted_soundness_violation(hgm_record, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -327,12 +327,14 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         own_path = cdir / f"certify-{record.defense}.json"
         smooth_path = cdir / "certify-smoothing.json"
         own = load_certification_result(own_path) if noise_layer_spec is not None and own_path.is_file() else None
-        if own is not None and not _reusable(spec.progress, own_path, own.config, wanted):
+        # The measured Δ is part of the key: a certificate stored under another sensitivity (an older,
+        # unsound L∞ bound behind a PCA projection, issue 29) is recomputed, never reprinted.
+        if own is not None and not _reusable(spec.progress, own_path, own.config, {**wanted, "sensitivity": sensitivity}):
             own = None
         smooth = None
         if with_smoothing:
             smooth = load_certification_result(smooth_path) if smooth_path.is_file() else None
-            if smooth is not None and not _reusable(spec.progress, smooth_path, smooth.config, wanted_smooth):
+            if smooth is not None and not _reusable(spec.progress, smooth_path, smooth.config, {**wanted_smooth, "sigma_per_sensitivity": per_unit}):
                 smooth = None
 
         draws_per_second: float | None = own.config.get("draws_per_second") if own is not None else None
