@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from defenses._common import build_record, model_id_for
+from defenses._common import build_record, expected_model_id, model_id_for
 from defenses.certified import (
     AGMConfig,
     HGMConfig,
@@ -23,13 +23,15 @@ from defenses.certified import (
     train_secure_sgd,
 )
 from defenses.dpsgd import DPSGDConfig, DPSGDTrainer, train_dpsgd
-from defenses.dssgd.defense import PARTICIPANT_CACHE, DSSGDConfig, dssgd_report_lines, train_dssgd
+from defenses.dssgd.defense import DERIVED_OPTIONS as DSSGD_DERIVED_OPTIONS
+from defenses.dssgd.defense import PARTICIPANT_CACHE, DSSGDConfig, dssgd_claim_kind, dssgd_report_lines, participant_identity, train_dssgd
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from defenses.pate.defense import TEACHER_CACHE, PATEConfig, train_pate
+from defenses.pate.teachers import teacher_identity
 from defenses.smoothing import SmoothingConfig, train_smoothing
 from defenses.smoothing import certification_spec as smoothing_certification_spec
 
-__all__ = ["DefenseSpec", "DEFENSES", "build_record", "model_id_for"]
+__all__ = ["DefenseSpec", "DEFENSES", "build_record", "expected_model_id", "model_id_for"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +59,17 @@ class DefenseSpec:
             ``None`` to keep nothing).
         family: the family ``dpaudit compare`` draws one privacy–utility curve for (``None``:
             the defense is its own family); PixelDP, AGM and HGM share ``noise-layer``.
+        claim_kind_of: optional ``claim_kind_of(stored_config) -> str`` for a defense whose
+            records carry different claim kinds by config (DSSGD without its DP upload, and its
+            participants' local models, are non-private); default: ``claim_kind`` always. A
+            loaded record's claim is rebuilt from its config and metrics by the kind's
+            rebuilder (:mod:`dpaudit.privacy.record_claims`), which every kind must register.
+        derived_options: model options the defense derives itself and stores on the record
+            (the noise layer of the certified defenses, DSSGD's input standardisation), which
+            its model id does not hash (:func:`defenses._common.expected_model_id`).
+        submodel_identity: for a defense with sub-models, ``submodel_identity(record) ->
+            (model_id, directory_name) | None``: what a sub-model's record (a PATE teacher, a
+            DSSGD participant) must be called, or ``None`` for a record that is not one.
     """
 
     name: str
@@ -69,6 +82,9 @@ class DefenseSpec:
     submodels: str | None = None
     report_lines: Callable[[Any], list[str]] | None = None
     family: str | None = None
+    claim_kind_of: Callable[[Any], str] | None = None
+    derived_options: tuple[str, ...] = ()
+    submodel_identity: Callable[[Any], tuple[str, str] | None] | None = None
 
 
 def _certification(defense: str) -> Callable[[Any], Any]:
@@ -91,6 +107,7 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_pixeldp,
         claim_kind="nonprivate",
         certification=_certification("pixeldp"),
+        derived_options=("noise_layer",),
         family="noise-layer",
         summary="noise layer after the first layer, classical Gaussian calibration (eps_r <= 1) (Lecuyer et al. 2019)",
     ),
@@ -100,6 +117,7 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_agm,
         claim_kind="nonprivate",
         certification=_certification("agm"),
+        derived_options=("noise_layer",),
         family="noise-layer",
         summary="PixelDP's noise layer with the analytic Gaussian calibration (Balle & Wang 2018)",
     ),
@@ -109,6 +127,7 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_hgm,
         claim_kind="nonprivate",
         certification=_certification("hgm"),
+        derived_options=("noise_layer",),
         family="noise-layer",
         summary="heterogeneous Gaussian noise layer, any eps_r > 0 (Phan et al. 2019)",
     ),
@@ -118,6 +137,7 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_secure_sgd,
         claim_kind="dp",
         certification=_certification("secure-sgd"),
+        derived_options=("noise_layer",),
         summary="HGM noise layer + DP-SGD: DP for the training data and certified robustness (Phan et al. 2019)",
     ),
     "smoothing": DefenseSpec(
@@ -134,6 +154,7 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_pate,
         claim_kind="pate",
         submodels=TEACHER_CACHE,
+        submodel_identity=teacher_identity,
         summary="teachers on disjoint partitions, noisy vote aggregation (LNMax/GNMax/Confident-GNMax), released student (Papernot et al. 2017, 2018)",
     ),
     "dssgd": DefenseSpec(
@@ -142,6 +163,9 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_dssgd,
         claim_kind="dssgd-svt",
         submodels=PARTICIPANT_CACHE,
+        submodel_identity=participant_identity,
+        claim_kind_of=dssgd_claim_kind,
+        derived_options=DSSGD_DERIVED_OPTIONS,
         report_lines=dssgd_report_lines,
         summary="distributed selective SGD: participants upload a selected fraction of their updates to a parameter server, optionally by the sparse vector technique (Shokri & Shmatikov 2015)",
     ),
