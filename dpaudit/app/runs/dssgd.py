@@ -106,6 +106,7 @@ def attack_uploads(
     from dpaudit.progress import Progress
     from dpaudit.results import save_membership_result
     from dpaudit.results.record import load_record, resolve_record_dir
+    from dpaudit.app.records import verify_record
     from dpaudit.seeding import numpy_rng
     from dpaudit.weights import load_model
 
@@ -113,7 +114,7 @@ def attack_uploads(
         rdir = resolve_record_dir(target)
     except ValueError as exc:
         raise ValueError(f"target: {exc}") from None
-    record = load_record(rdir)
+    record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     path = rdir / UPLOADS_FILE
     if record.defense != "dssgd" or not path.is_file():
         raise ValueError(f"target: {str(rdir)!r} is a {record.defense!r} record without {UPLOADS_FILE}; the upload attacks need a DSSGD record (dpaudit train --defense dssgd)")

@@ -82,6 +82,7 @@ def attack_aggregator(
     from dpaudit.progress import Progress
     from dpaudit.results import save_membership_result
     from dpaudit.results.record import load_record, resolve_record_dir
+    from dpaudit.app.records import verify_record
     from dpaudit.store import thaw
     from dpaudit.training import predict_logits, resolve_device
     from dpaudit.weights import load_model
@@ -90,7 +91,7 @@ def attack_aggregator(
         rdir = resolve_record_dir(target)
     except ValueError as exc:
         raise ValueError(f"target: {exc}") from None
-    record = load_record(rdir)
+    record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     if record.defense != "pate":
         raise ValueError(f"target: {str(rdir)!r} is a {record.defense!r} record; the aggregator attack needs a PATE student (--defense pate)")
     teacher_dirs = load_teacher_dirs(rdir)

@@ -149,7 +149,10 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     with unit_lock(run.path, f"record-{model_id}"):  # one writer per record: a second `train` is refused, not duplicated
         if (rdir / RECORD_FILE).is_file() and not spec.force:
             if (rdir / WEIGHTS_FILE).is_file():
-                return TrainOutcome(record=load_record(rdir), model=load_model(rdir, device=device), record_dir=rdir, reused=True)
+                from dpaudit.app.records import verify_record
+
+                # A reused record is checked against itself like any loaded one (an edited claim or config is refused).
+                return TrainOutcome(record=verify_record(load_record(rdir), rdir), model=load_model(rdir, device=device), record_dir=rdir, reused=True)
             # A record without its weights is incomplete (an interrupted copy, a deleted file): never "reuse" it.
             print(f"record {model_id} in {rdir} has no {WEIGHTS_FILE}; training it again", file=sys.stderr)
         entry = DEFENSES[spec.defense]
