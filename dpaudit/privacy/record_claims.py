@@ -200,7 +200,9 @@ def _dp(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, A
     gauss_path = f"{dp_path}.event.event" if q < 1.0 else f"{dp_path}.event"
     sources = {f"{dp_path}.event.sampling_probability": q_source}
     if pca:
-        sources.update({"event.events[0].noise_multiplier": "config pca_noise", "event.events[0].event.noise_multiplier": "config pca_noise", "event.events[0].sampling_probability": "config pca_sampling_rate"})
+        sources.update(
+            {"event.events[0].noise_multiplier": "config pca_noise", "event.events[0].event.noise_multiplier": "config pca_noise", "event.events[0].sampling_probability": "config pca_sampling_rate"}
+        )
     delta, accountant = config.get("delta", 1e-5), config.get("accountant", "pld")
 
     def eps(s: float, t: int) -> float:

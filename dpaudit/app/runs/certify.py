@@ -225,11 +225,11 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         ValueError: inconsistent options (named with their value).
     """
     from dpaudit.app.estimate import announce_if_long, seconds_per_example
+    from dpaudit.app.records import verify_record
     from dpaudit.data import load_dataset
     from dpaudit.results import EVASION_NORMS
     from dpaudit.results.certification import CertificationSpec, SmoothingCertificationSpec, save_certify_summary
     from dpaudit.results.record import WEIGHTS_FILE, load_record, resolve_record_dir, weights_digest
-    from dpaudit.app.records import verify_record
     from dpaudit.robustness.certification import (
         CertificationResult,
         certified_radius,

@@ -496,8 +496,8 @@ def _strongest_by_radius(robust: Mapping[str, Mapping[str, float]], radii: Seque
 
 def evasion_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, run_dir: str, data_root: str | None) -> dict[str, Any]:
     """Robust accuracy under the grid's evasion attacks; certified accuracy where the defense certifies."""
-    from dpaudit.app.runs.certify import CertifySpec, certifiable_defenses, certify_subset, robust_accuracies, run_certify
     from dpaudit.app.records import load_verified_record
+    from dpaudit.app.runs.certify import CertifySpec, certifiable_defenses, certify_subset, robust_accuracies, run_certify
     from dpaudit.data import load_dataset
     from dpaudit.weights import load_model
 

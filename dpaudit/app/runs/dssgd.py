@@ -101,12 +101,12 @@ def attack_uploads(
 
     from attacks.uploads import first_layer_update, upload_membership_scores, upload_reconstruction_attack
     from defenses.dssgd.defense import UPLOADS_FILE
+    from dpaudit.app.records import verify_record
     from dpaudit.data import load_dataset
     from dpaudit.locks import unit_lock
     from dpaudit.progress import Progress
     from dpaudit.results import save_membership_result
     from dpaudit.results.record import load_record, resolve_record_dir
-    from dpaudit.app.records import verify_record
     from dpaudit.seeding import numpy_rng
     from dpaudit.weights import load_model
 

@@ -222,10 +222,10 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
 
     from attacks.inversion import INVERSION_ATTACKS
     from attacks.inversion.evaluate import EvaluatorConfig, LabelledImages, build_evaluator, evaluate_reconstructions, evaluator_accuracy, train_evaluator
+    from dpaudit.app.records import verify_record
     from dpaudit.data import load_dataset
     from dpaudit.results import inversion_stem, save_inversion_result
     from dpaudit.results.record import load_record, resolve_record_dir
-    from dpaudit.app.records import verify_record
     from dpaudit.seeding import derive_seed
     from dpaudit.store import thaw
     from dpaudit.training import resolve_device

@@ -231,9 +231,9 @@ def _defense_config(config_type: type, stored: Mapping[str, Any]) -> Any:
 
 
 def _load_target(spec: MembershipSpec, device: str) -> tuple[Any, Any, Any]:
+    from dpaudit.app.records import verify_record
     from dpaudit.data import load_dataset
     from dpaudit.results.record import load_record, resolve_record_dir
-    from dpaudit.app.records import verify_record
     from dpaudit.weights import load_model
 
     if isinstance(spec.target, ExternalTarget):

@@ -76,13 +76,13 @@ def attack_aggregator(
     from attacks.pate_membership import aggregator_membership
     from defenses import DEFENSES
     from defenses.pate.aggregators import aggregate
+    from dpaudit.app.records import verify_record
     from dpaudit.app.runs.membership import _defense_config
     from dpaudit.data import load_dataset
     from dpaudit.locks import unit_lock
     from dpaudit.progress import Progress
     from dpaudit.results import save_membership_result
     from dpaudit.results.record import load_record, resolve_record_dir
-    from dpaudit.app.records import verify_record
     from dpaudit.store import thaw
     from dpaudit.training import predict_logits, resolve_device
     from dpaudit.weights import load_model
