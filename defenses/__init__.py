@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from defenses._common import build_record, model_id_for
+from defenses._common import build_record, expected_model_id, model_id_for
 from defenses.certified import (
     AGMConfig,
     HGMConfig,
@@ -23,13 +23,15 @@ from defenses.certified import (
     train_secure_sgd,
 )
 from defenses.dpsgd import DPSGDConfig, DPSGDTrainer, train_dpsgd
-from defenses.dssgd.defense import PARTICIPANT_CACHE, DSSGDConfig, dssgd_claim_kind, dssgd_report_lines, train_dssgd
+from defenses.dssgd.defense import DERIVED_OPTIONS as DSSGD_DERIVED_OPTIONS
+from defenses.dssgd.defense import PARTICIPANT_CACHE, DSSGDConfig, dssgd_claim_kind, dssgd_report_lines, participant_identity, train_dssgd
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from defenses.pate.defense import TEACHER_CACHE, PATEConfig, train_pate
+from defenses.pate.teachers import teacher_identity
 from defenses.smoothing import SmoothingConfig, train_smoothing
 from defenses.smoothing import certification_spec as smoothing_certification_spec
 
-__all__ = ["DefenseSpec", "DEFENSES", "build_record", "model_id_for"]
+__all__ = ["DefenseSpec", "DEFENSES", "build_record", "expected_model_id", "model_id_for"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,8 +46,11 @@ class DefenseSpec:
             progress) -> (TrainedModel, nn.Module)``.
         claim_kind: the :class:`dpaudit.privacy.claims.PrivacyClaim` kind its records carry,
             or, for a defense whose kind depends on its configuration, a function
-            ``claim_kind(config) -> str`` (DSSGD: ``dssgd-svt`` with the DP upload, else
-            ``nonprivate``); read it through :meth:`claim_kind_for`.
+            ``claim_kind(config) -> str`` taking the config object or a stored record's config
+            mapping (DSSGD: ``dssgd-svt`` with the DP upload, else ``nonprivate``, and its
+            participants' local models are non-private); read it through :meth:`claim_kind_for`.
+            A loaded record's claim is rebuilt from its config and metrics by the kind's
+            rebuilder (:mod:`dpaudit.privacy.record_claims`), which every kind must register.
         audit_trainer: optional white-box adapter for audits: ``audit_trainer(config=...,
             model_name=..., device=...)`` returns an
             :class:`attacks.audit_procedures.HookedTrainer`.
@@ -60,6 +65,12 @@ class DefenseSpec:
             ``None`` to keep nothing).
         family: the family ``dpaudit compare`` draws one privacy–utility curve for (``None``:
             the defense is its own family); PixelDP, AGM and HGM share ``noise-layer``.
+        derived_options: model options the defense derives itself and stores on the record
+            (the noise layer of the certified defenses, DSSGD's input standardisation), which
+            its model id does not hash (:func:`defenses._common.expected_model_id`).
+        submodel_identity: for a defense with sub-models, ``submodel_identity(record) ->
+            (model_id, directory_name) | None``: what a sub-model's record (a PATE teacher, a
+            DSSGD participant) must be called, or ``None`` for a record that is not one.
     """
 
     name: str
@@ -72,9 +83,11 @@ class DefenseSpec:
     submodels: str | None = None
     report_lines: Callable[[Any], list[str]] | None = None
     family: str | None = None
+    derived_options: tuple[str, ...] = ()
+    submodel_identity: Callable[[Any], tuple[str, str] | None] | None = None
 
     def claim_kind_for(self, config: Any) -> str:
-        """The claim kind a training with ``config`` returns (what the contract suite checks)."""
+        """The claim kind a training with ``config`` returns, or a record with this stored config carries."""
         return self.claim_kind(config) if callable(self.claim_kind) else self.claim_kind
 
 
@@ -98,6 +111,7 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_pixeldp,
         claim_kind="nonprivate",
         certification=_certification("pixeldp"),
+        derived_options=("noise_layer",),
         family="noise-layer",
         summary="noise layer after the first layer, classical Gaussian calibration (eps_r <= 1) (Lecuyer et al. 2019)",
     ),
@@ -107,6 +121,7 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_agm,
         claim_kind="nonprivate",
         certification=_certification("agm"),
+        derived_options=("noise_layer",),
         family="noise-layer",
         summary="PixelDP's noise layer with the analytic Gaussian calibration (Balle & Wang 2018)",
     ),
@@ -116,6 +131,7 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_hgm,
         claim_kind="nonprivate",
         certification=_certification("hgm"),
+        derived_options=("noise_layer",),
         family="noise-layer",
         summary="heterogeneous Gaussian noise layer, any eps_r > 0 (Phan et al. 2019)",
     ),
@@ -125,6 +141,7 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_secure_sgd,
         claim_kind="dp",
         certification=_certification("secure-sgd"),
+        derived_options=("noise_layer",),
         summary="HGM noise layer + DP-SGD: DP for the training data and certified robustness (Phan et al. 2019)",
     ),
     "smoothing": DefenseSpec(
@@ -141,6 +158,7 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_pate,
         claim_kind="pate",
         submodels=TEACHER_CACHE,
+        submodel_identity=teacher_identity,
         summary="teachers on disjoint partitions, noisy vote aggregation (LNMax/GNMax/Confident-GNMax), released student (Papernot et al. 2017, 2018)",
     ),
     "dssgd": DefenseSpec(
@@ -149,6 +167,8 @@ DEFENSES: dict[str, DefenseSpec] = {
         train=train_dssgd,
         claim_kind=dssgd_claim_kind,
         submodels=PARTICIPANT_CACHE,
+        submodel_identity=participant_identity,
+        derived_options=DSSGD_DERIVED_OPTIONS,
         report_lines=dssgd_report_lines,
         summary="distributed selective SGD: participants upload a selected fraction of their updates to a parameter server, optionally by the sparse vector technique (Shokri & Shmatikov 2015)",
     ),

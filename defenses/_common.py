@@ -141,3 +141,24 @@ def evaluation_bundle(bundle: DatasetBundle, limit: int | None) -> DatasetBundle
         copies.clear()  # one copy per bundle: a changed limit replaces it
         copies[limit] = dataclasses.replace(bundle, test=bundle.test.subset(test_ids))
     return copies[limit]
+
+
+def expected_model_id(record: TrainedModel, *, derived_options: tuple[str, ...] = ()) -> str:
+    """The id :func:`model_id_for` gives the training a stored record describes.
+
+    The id hashes the config as the defense ran it (the stored config less ``split_seed``, which
+    the id holds beside it, and less the keys a defense stores after computing the id), the
+    model options as requested (less those the defense derived itself, ``derived_options``),
+    the split seed and the number of members; a record whose id differs from this was edited.
+    """
+    stored = dict(record.config)
+    config = {k: x for k, x in stored.items() if k not in _STORED_AFTER_ID}
+    options = {k: x for k, x in record.model_options.items() if k not in derived_options}
+    full = {"config": config, "model_options": options, "split_seed": stored.get("split_seed"), "num_members": int(len(record.membership.members))}
+    return make_model_id(defense=record.defense, dataset=record.dataset, model_name=record.model_name, seed=record.seed, config=full)
+
+
+#: Config keys a record stores that its model id does not hash inside the config: the split seed
+#: (hashed beside it) and what the certified defenses add after training (their certification
+#: spec and the names of the authors' quirks, both functions of the config).
+_STORED_AFTER_ID = ("split_seed", "certification", "authors_quirks")

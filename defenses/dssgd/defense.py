@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from defenses._common import build_record, config_dict, evaluation_bundle
+from defenses._common import build_record, config_dict, evaluation_bundle, expected_model_id
 from defenses.dssgd.protocol import (
     SCHEDULES,
     SELECTIONS,
@@ -173,11 +174,29 @@ def participant_record_dir(cache_dir: str | os.PathLike[str], model_id: str, ind
     return Path(cache_dir) / model_id / f"participant-{index:03d}"
 
 
-def dssgd_claim_kind(config: DSSGDConfig) -> str:
-    """The kind of claim :func:`dssgd_claim` returns for ``config`` (the registry declares it)."""
-    from dpaudit.privacy.dssgd import DSSGDClaim
+def dssgd_claim_kind(config: DSSGDConfig | Mapping[str, Any]) -> str:
+    """The claim kind a DSSGD training with ``config`` returns, or a stored record with this config carries.
 
-    return NonPrivateClaim.kind if config.dp_epsilon is None else DSSGDClaim.kind
+    The DP upload's (``dssgd-svt``) with ``dp_epsilon``; none without it, and none for a
+    participant's local model (a stored config naming its ``participant``).
+    """
+    if isinstance(config, Mapping):
+        private = config.get("dp_epsilon") is not None and "participant" not in config
+    else:
+        private = config.dp_epsilon is not None
+    return "dssgd-svt" if private else "nonprivate"
+
+
+def participant_identity(record: TrainedModel) -> tuple[str, str] | None:
+    """For a participant's local record: its id (as any DSSGD record's) and its directory name ``participant-NNN``."""
+    index = record.config.get("participant")
+    if record.defense != "dssgd" or isinstance(index, bool) or not isinstance(index, int):
+        return None
+    return expected_model_id(record, derived_options=DERIVED_OPTIONS), f"participant-{index:03d}"
+
+
+#: Model options DSSGD derives from the data itself (the input standardisation), left out of the id.
+DERIVED_OPTIONS = ("input_standardization",)
 
 
 def dssgd_claim(config: DSSGDConfig, *, num_parameters: int) -> PrivacyClaim:

@@ -61,6 +61,7 @@ __all__ = [
     "plan_teachers",
     "train_teacher",
     "train_teacher_job",
+    "teacher_identity",
     "train_teachers",
     "teacher_predictions",
     "teacher_votes",
@@ -295,6 +296,36 @@ def train_teacher(spec: TeacherSpec, *, bundle: DatasetBundle, device: torch.dev
         membership=Membership(members=spec.train_ids, non_members=spec.non_member_ids, population=spec.population_ids),
         metrics=metrics,
     ), model
+
+
+def teacher_identity(record: TrainedModel) -> tuple[str, str] | None:
+    """For a teacher's record: the id its spec gives (and its cache directory's name, the same).
+
+    ``None`` for a record that is not a teacher's (its config holds no ``pate_teacher``). The id
+    is rebuilt from what the record states (training config, options, shape, partition and the
+    run's held-out ids), so an edited teacher record no longer matches it.
+    """
+    about = record.config.get("pate_teacher")
+    if not isinstance(about, Mapping):
+        return None
+    names = {f.name for f in dataclasses.fields(NonPrivateConfig)}
+    training = NonPrivateConfig(**{k: x for k, x in record.config.items() if k in names})
+    spec = TeacherSpec(
+        dataset=record.dataset,
+        model_name=record.model_name,
+        model_options=dict(record.model_options),
+        input_shape=record.input_shape,
+        num_classes=record.num_classes,
+        training=training,
+        index=about["index"],
+        num_teachers=about["num_teachers"],
+        train_ids=record.membership.members,
+        non_member_ids=record.membership.non_members,
+        population_ids=record.membership.population,
+        partition_seed=about["partition_seed"],
+        seed=record.seed,
+    )
+    return spec.teacher_id, spec.teacher_id
 
 
 def train_teacher_job(*, spec: Mapping[str, Any], data_root: str | None = None, device: str = "cpu") -> dict[str, Any]:

@@ -173,12 +173,13 @@ def check_executor_flags(args: argparse.Namespace) -> None:
 def check_record(flag: str, path: str) -> Any:
     """The record at ``path`` (a record directory, its record.json, or a run with one record), loaded.
 
-    A missing or corrupt record is the user's file: one line naming ``flag``, before any work.
+    A missing or corrupt record, or one that contradicts itself (:func:`dpaudit.app.records.verify_record`),
+    is the user's file: one line naming ``flag``, before any work.
     """
-    from dpaudit.results.record import load_record, resolve_record_dir
+    from dpaudit.app.records import load_verified_record
 
     try:
-        return load_record(resolve_record_dir(path))
+        return load_verified_record(path)
     except ValueError as exc:
         raise UsageError(f"{flag}: {exc}", argument=flag) from None
 

@@ -15,8 +15,10 @@ import pytest
 import torch
 
 from defenses import DEFENSES, DefenseSpec
+from dpaudit.app.records import verify_record
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.options import option_specs
+from dpaudit.privacy.record_claims import CLAIM_REBUILDERS
 from dpaudit.results.certification import CertificationSpec
 from dpaudit.results.record import load_record
 from dpaudit.store import thaw
@@ -83,12 +85,20 @@ def check_defense_contract(spec: DefenseSpec, tmp_path) -> None:
     assert len(record.membership.members) == 120 and 0.0 <= record.metrics["test_accuracy"] <= 1.0
 
     # the record and its weights round-trip exactly
-    save_record(record, model, tmp_path / "rec")
-    again = load_record(tmp_path / "rec")
+    rdir = tmp_path / record.model_id
+    save_record(record, model, rdir)
+    again = load_record(rdir)
     assert again.model_id == record.model_id and again.claim.to_dict() == record.claim.to_dict()
     assert np.array_equal(again.membership.members, record.membership.members)
-    loaded = load_model(tmp_path / "rec")
+    loaded = load_model(rdir)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+
+    # the stored record passes the checks every run makes before acting on it: the claim its
+    # kind rebuilds from the config and metrics, the model id and directory, the dataset
+    # (a defense whose claim kind has no rebuilder fails here)
+    kind = spec.claim_kind_for(record.config)
+    assert kind in CLAIM_REBUILDERS, f"claim kind {kind!r} registers no rebuilder in dpaudit.privacy.record_claims"
+    verify_record(again, rdir)
 
     # the claim is present and evaluable under its applicable accountants
     bound = record.claim.upper_bound(delta=1e-5)

@@ -245,24 +245,35 @@ def test_a_truncated_record_json_exits_2_naming_it(cli, run):
 # ----------------------------------------------------------------------------- 4: absurd model sizes
 
 
+def _model_options_refused(cli, run: Path, path: Path, *needles: str) -> None:
+    """The command line refuses the edited options by the record's id (its digest hashes them),
+    before loading anything; the weights loader, reached by a record whose id was recomputed,
+    refuses them by their size before allocating."""
+    from dpaudit.weights import load_model
+
+    code, _, err = cli.run("attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet")
+    one_line_error(code, err, str(path), "model_id=")
+    with pytest.raises(ValueError) as exc:
+        load_model(record_dir(run))
+    for needle in needles:
+        assert needle in str(exc.value), str(exc.value)
+
+
 def test_model_options_asking_for_terabytes_are_refused_before_allocating(cli, run):
     # hidden = 10**10 on 8×8 digits: 7.5e11 parameters, 3 TB of float32 (the issue saw 2.5 TB asked for).
     path = edit_record(run, lambda d: {**d, "model_options": {"hidden": 10**10}})
-    code, _, err = cli.run("attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet")
-    one_line_error(code, err, str(path), "'hidden': 10000000000", "7.5e+11 parameters", "3 TB", "MAX_MODEL_PARAMETERS")
+    _model_options_refused(cli, run, path, "'hidden': 10000000000", "7.5e+11 parameters", "3 TB", "MAX_MODEL_PARAMETERS")
 
 
 def test_model_options_beyond_a_64_bit_count_are_refused(cli, run):
-    edit_record(run, lambda d: {**d, "model_options": {"hidden": 10**30}})
-    code, _, err = cli.run("attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet")
-    one_line_error(code, err, "hidden=1000000000000000000000000000000", "MAX_MODEL_PARAMETERS")
+    path = edit_record(run, lambda d: {**d, "model_options": {"hidden": 10**30}})
+    _model_options_refused(cli, run, path, "hidden=1000000000000000000000000000000", "MAX_MODEL_PARAMETERS")
 
 
 def test_model_options_just_over_the_limit_name_the_estimated_size(cli, run):
     # 2**25 hidden units: each below the limit alone, 2.5e9 parameters in all.
-    edit_record(run, lambda d: {**d, "model_options": {"hidden": 2**25}})
-    code, _, err = cli.run("attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet")
-    one_line_error(code, err, "'hidden': 33554432", "2.52e+09 parameters", "GB")
+    path = edit_record(run, lambda d: {**d, "model_options": {"hidden": 2**25}})
+    _model_options_refused(cli, run, path, "'hidden': 33554432", "2.52e+09 parameters", "GB")
 
 
 # ----------------------------------------------------------------------------- 5: corrupt run-directory files

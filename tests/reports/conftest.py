@@ -24,7 +24,19 @@ DP_MODEL = "dpsgd-digits-mlp-seed0"
 HGM_MODEL = "hgm-digits-mlp-seed0"
 
 
+def _dpsgd_fields(claim) -> tuple[dict, dict]:
+    """The config and metrics a DP-SGD run with ``claim``'s q, σ and T records (reports verify the claim against them)."""
+    event = getattr(claim, "event", None)
+    if event is None or not hasattr(event, "count"):
+        return {}, {}
+    sampled = event.event
+    q, sigma, steps = sampled.sampling_probability, sampled.event.noise_multiplier, event.count
+    config = {"noise_multiplier": sigma, "sampling_rate": q, "lot_size": None, "target_epsilon": None, "epochs": steps / max(1, round(1 / q)), "delta": 1e-5, "accountant": "pld"}
+    return config, {"sampling_rate": q, "noise_multiplier": sigma, "num_steps": steps}
+
+
 def _record(run: RunDir, model_id: str, defense: str, claim=None, metrics=None) -> TrainedModel:
+    config, measured = _dpsgd_fields(claim)
     rec = TrainedModel(
         model_id=model_id,
         defense=defense,
@@ -34,7 +46,8 @@ def _record(run: RunDir, model_id: str, defense: str, claim=None, metrics=None) 
         num_classes=10,
         membership=Membership(members=np.arange(0, 20), non_members=np.arange(20, 40)),
         seed=0,
-        metrics=metrics or {},
+        config=config,
+        metrics={**measured, **(metrics or {})},
         **({"claim": claim} if claim is not None else {}),
     )
     atomic_write_json(run.record_dir(model_id) / "record.json", rec.to_dict())

@@ -231,6 +231,7 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         ValueError: inconsistent options (named with their value).
     """
     from dpaudit.app.estimate import announce_if_long, seconds_per_example
+    from dpaudit.app.records import verify_record
     from dpaudit.data import dataset_files, load_dataset
     from dpaudit.results import EVASION_NORMS
     from dpaudit.results.certification import CertificationSpec, SmoothingCertificationSpec, save_certify_summary
@@ -256,7 +257,7 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     if not isinstance(run, RunDir):
         raise TypeError(f"run must be a RunDir, got {type(run).__name__}")
     rdir = resolve_record_dir(spec.target)
-    record = load_record(rdir)
+    record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     stored_spec = thaw(record.config).get("certification")
     refusal = f"model {record.model_id} (defense {record.defense}) has no noise layer; certify needs {_listing(certifiable_defenses())}; its robust accuracy under attack comes from attacks.evasion.run_evasion (scripts/bench_evasion.py)"
     if stored_spec is None:

@@ -506,15 +506,15 @@ def _strongest_by_radius(robust: Mapping[str, Mapping[str, float]], radii: Seque
 
 def evasion_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, run_dir: str, data_root: str | None) -> dict[str, Any]:
     """Robust accuracy under the grid's evasion attacks; certified accuracy where the defense certifies."""
+    from dpaudit.app.records import load_verified_record
     from dpaudit.app.runs.certify import CertifySpec, certifiable_defenses, certify_subset, robust_accuracies, run_certify
     from dpaudit.data import load_dataset
-    from dpaudit.results.record import load_record
     from dpaudit.weights import load_model
 
     eva = grid.evasion
     assert eva is not None
     run = RunDir(run_dir)
-    record = load_record(trained["record_dir"])
+    record = load_verified_record(trained["record_dir"])
     radii = tuple(eva["radii"])
     if eva["certify"] and record.defense in certifiable_defenses():
         summary = run_certify(

@@ -101,6 +101,7 @@ def attack_uploads(
 
     from attacks.uploads import first_layer_update, upload_membership_scores, upload_reconstruction_attack
     from defenses.dssgd.defense import UPLOADS_FILE
+    from dpaudit.app.records import verify_record
     from dpaudit.data import load_dataset
     from dpaudit.locks import unit_lock
     from dpaudit.progress import Progress
@@ -113,7 +114,7 @@ def attack_uploads(
         rdir = resolve_record_dir(target)
     except ValueError as exc:
         raise ValueError(f"target: {exc}") from None
-    record = load_record(rdir)
+    record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     path = rdir / UPLOADS_FILE
     if record.defense != "dssgd" or not path.is_file():
         raise ValueError(f"target: {str(rdir)!r} is a {record.defense!r} record without {UPLOADS_FILE}; the upload attacks need a DSSGD record (dpaudit train --defense dssgd)")

@@ -222,6 +222,7 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
 
     from attacks.inversion import INVERSION_ATTACKS
     from attacks.inversion.evaluate import EvaluatorConfig, LabelledImages, build_evaluator, evaluate_reconstructions, evaluator_accuracy, train_evaluator
+    from dpaudit.app.records import verify_record
     from dpaudit.data import load_dataset
     from dpaudit.results import inversion_stem, save_inversion_result
     from dpaudit.results.record import load_record, resolve_record_dir
@@ -235,7 +236,7 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
         rdir = resolve_record_dir(spec.target)
     except ValueError as exc:
         raise ValueError(f"target: {exc}") from None
-    record = load_record(rdir)
+    record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     bundle = load_dataset(record.dataset, data_root=spec.data_root)
     shape = tuple(bundle.input_shape)
     if len(shape) != 3:

@@ -231,6 +231,7 @@ def _defense_config(config_type: type, stored: Mapping[str, Any]) -> Any:
 
 
 def _load_target(spec: MembershipSpec, device: str) -> tuple[Any, Any, Any]:
+    from dpaudit.app.records import verify_record
     from dpaudit.data import load_dataset
     from dpaudit.results.record import load_record, resolve_record_dir
     from dpaudit.weights import load_model
@@ -241,7 +242,7 @@ def _load_target(spec: MembershipSpec, device: str) -> tuple[Any, Any, Any]:
         rdir = resolve_record_dir(spec.target)
     except ValueError as exc:
         raise ValueError(f"target: {exc}") from None
-    record = load_record(rdir)
+    record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     return record, load_model(rdir, device=device), load_dataset(record.dataset, data_root=spec.data_root)
 
 

@@ -76,6 +76,7 @@ def attack_aggregator(
     from attacks.pate_membership import aggregator_membership
     from defenses import DEFENSES
     from defenses.pate.aggregators import aggregate
+    from dpaudit.app.records import verify_record
     from dpaudit.app.runs.membership import _defense_config
     from dpaudit.data import load_dataset
     from dpaudit.locks import unit_lock
@@ -90,7 +91,7 @@ def attack_aggregator(
         rdir = resolve_record_dir(target)
     except ValueError as exc:
         raise ValueError(f"target: {exc}") from None
-    record = load_record(rdir)
+    record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     if record.defense != "pate":
         raise ValueError(f"target: {str(rdir)!r} is a {record.defense!r} record; the aggregator attack needs a PATE student (--defense pate)")
     teacher_dirs = load_teacher_dirs(rdir)

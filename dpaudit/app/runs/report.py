@@ -80,6 +80,24 @@ def _trials_curve(result: AuditResult, scores: Mapping[str, Any]) -> tuple[Epsil
     return curve, "the stored scores are not IN/OUT observations of a game this plot covers"
 
 
+def _verify_records(run: RunDir, membership_dirs: list[Path]) -> None:
+    """Refuses, before anything is written, a record that contradicts itself (claim against config
+    and metrics, directory against id; :func:`dpaudit.app.records.verify_record_claim`): the pages
+    would state an ε_UB the record's own run does not give, beside the one its jobs computed."""
+    from dpaudit.app.records import verify_record_claim
+
+    records = run.subdir("records")
+    seen = set()
+    for d in run.record_dirs():
+        verify_record_claim(load_record(d), d)
+        seen.add(d)
+    for d in membership_dirs:  # a sub-model attacked (a PATE teacher, a DSSGD participant) is reported with its claim
+        first = next(iter(sorted(d.glob("*.json"))), None)
+        found = run.find_record_dir(load_membership_result(first).model_id) if first is not None else None
+        if found is not None and found not in seen:
+            verify_record_claim(load_record(found), found, top_level=found.parent == records)
+
+
 def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
     """Renders every stored result of ``run_dir`` and the index page.
 
@@ -90,7 +108,8 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
         The files written, per kind.
 
     Raises:
-        ValueError: ``run_dir`` is not a directory.
+        ValueError: ``run_dir`` is not a directory, or a record in it contradicts itself (one
+            line naming the field, before anything is written).
         NothingToRender: it holds no audit, membership, certify, PATE or inversion result.
     """
     from reports.audit import audit_section
@@ -113,6 +132,7 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
             f"run_dir {str(run.path)!r} holds no audit, membership-attack, certify or PATE results and no model-inversion results to render "
             "(run dpaudit audit, attack membership, attack inversion, certify or train --defense pate into it first)"
         )
+    _verify_records(run, membership_dirs)
     out = run.reports_dir()
     out.mkdir(parents=True, exist_ok=True)
     groups: list[tuple[str, list[tuple[str, str]]]] = []

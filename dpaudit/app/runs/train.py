@@ -235,7 +235,10 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                 # A record without its weights is incomplete (an interrupted copy, a deleted file): never "reuse" it.
                 print(f"record {model_id} in {rdir} has no {WEIGHTS_FILE}; training it again", file=sys.stderr)
             else:
-                stored = load_record(rdir)
+                from dpaudit.app.records import verify_record
+
+                # A reused record is checked against itself like any loaded one (an edited claim or config is refused).
+                stored = verify_record(load_record(rdir), rdir)
                 if not _stale_data(stored, spec.dataset, data, rdir):
                     checked = data if DATA_FILES_KEY in stored.provenance else {}
                     return TrainOutcome(record=stored, model=load_model(rdir, device=device), record_dir=rdir, reused=True, data_files=checked)
