@@ -264,7 +264,14 @@ def _pate(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str,
         neighbouring="add_or_remove_one",
     )
     # The RDP curve itself came from the votes: its ε must be the one the run measured.
-    measured = "epsilon_smooth_sensitivity" if smooth is not None else "epsilon_data_dependent" if analysis == "data-dependent" else "epsilon_data_independent"
+    # Records stored before the release and the realised cost were named as such carry the old keys.
+    if smooth is not None:
+        names = ("epsilon_noisy_estimate", "epsilon_smooth_sensitivity")
+    elif analysis == "data-dependent":
+        names = ("epsilon_data_dependent_realised", "epsilon_data_dependent")
+    else:
+        names = ("epsilon_data_independent",)
+    measured = next((n for n in names if n in metrics), names[0])
     delta = float(_get("config", config, "delta"))
     _agree(f"claim epsilon at config delta={delta:g}", stored.epsilon(delta=delta), f"metrics {measured}", _get("metrics", metrics, measured))
     sources = {k: f"config {k}" for k in ("aggregator", "analysis", *parameters)}
