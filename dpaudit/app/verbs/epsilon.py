@@ -216,7 +216,7 @@ def _steps_type(name: str) -> Callable[[str], Any]:
     def check(n: str, x: Any) -> int:
         out = v.integer(n, x, minimum=1)
         if out > MAX_NUM_STEPS:
-            raise ValueError(f"{n} must be <= 10**18, got {out!r}")
+            raise v.invalid(n, f"{n} must be <= 10**18, got {out!r}")
         return out
 
     return arg(name, check, int)
