@@ -24,7 +24,8 @@ class InvalidArgument(ValueError):
 
     Attributes:
         argument: the parameter's name as the library spells it (``num_steps``), or a flag
-            (``--votes``) or a grid key (``defenses[0].defense``) where the check knows it;
+            (``--votes``), a grid key (``defenses[0].defense``), or the path of the user's
+            file a check refused (the CLI names the flag that led to it), where known;
             the CLI reports it as the flag of the verb being run. ``None`` when unknown. A
             subclass may name a default (``RunInUse`` is always about ``out``).
     """

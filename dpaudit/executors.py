@@ -275,6 +275,34 @@ class SerialExecutor(Executor):
             torch.set_num_threads(before)
 
 
+#: The resource tracker's report of the named semaphores it unlinked for a killed owner.
+_TRACKER_REPORT = "ignore:resource_tracker:UserWarning:multiprocessing.resource_tracker"
+
+
+def _quiet_resource_tracker() -> None:
+    """Starts multiprocessing's resource tracker without its "leaked semaphore objects" warning.
+
+    Under ``spawn``/``forkserver`` a pool's queues hold named POSIX semaphores, which the owner
+    unlinks when it closes the pool; a SIGKILLed owner cannot, and the tracker then unlinks them
+    itself (its documented job: Python docs, multiprocessing, "Contexts and start methods") and
+    warns of "leaked" objects it has just cleaned up, a line the user can do nothing about.
+    ``fork`` would unlink them at creation, but is refused (torch's threads). The tracker is a
+    separate interpreter that reads ``PYTHONWARNINGS`` at start, so it is started here with that
+    one report filtered; nothing else changes, and a tracker already running is left as it is.
+    """
+    from multiprocessing import resource_tracker
+
+    old = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [old, _TRACKER_REPORT]))
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONWARNINGS", None)
+        else:
+            os.environ["PYTHONWARNINGS"] = old
+
+
 class LocalExecutor(Executor):
     """A pool of ``workers`` fresh processes on this machine.
 
@@ -311,6 +339,7 @@ class LocalExecutor(Executor):
         if self._pool is not None and self._pool_thread is not threading.current_thread():
             self.close()
         if self._pool is None:
+            _quiet_resource_tracker()
             self._pool = cf.ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context(self.start_method),

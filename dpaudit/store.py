@@ -180,13 +180,13 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     try:
         return from_jsonable(json.loads(path.read_text(encoding="utf-8")))
     except json.JSONDecodeError as exc:
-        raise v.invalid(path, f"{path} is not valid JSON (truncated or corrupt?): {exc}") from None
+        raise v.invalid(str(path), f"{path} is not valid JSON (truncated or corrupt?): {exc}") from None
     except UnicodeDecodeError as exc:
-        raise v.invalid(path, f"{path} is not valid JSON: not UTF-8 text (byte {exc.start})") from None
+        raise v.invalid(str(path), f"{path} is not valid JSON: not UTF-8 text (byte {exc.start})") from None
     except RecursionError:
-        raise v.invalid(path, f"{path} is not valid JSON: nested too deeply") from None
+        raise v.invalid(str(path), f"{path} is not valid JSON: nested too deeply") from None
     except IsADirectoryError:
-        raise v.invalid(path, f"{path} must be a JSON file, got a directory") from None
+        raise v.invalid(str(path), f"{path} must be a JSON file, got a directory") from None
 
 
 def save_value(value: Any, directory: str | os.PathLike[str], filename: str, *, kind: type) -> Path:
@@ -413,7 +413,7 @@ def load_result_files(path: str | os.PathLike[str], array_names: tuple[str, ...]
     path = Path(path)
     meta = read_json(path)
     if not isinstance(meta, dict):
-        raise v.invalid(path, f"{path} must hold a JSON object, got {type(meta).__name__}")
+        raise v.invalid(str(path), f"{path} must hold a JSON object, got {type(meta).__name__}")
     npz = path.parent / str(meta.get("arrays", f"{path.stem}.npz"))
     if npz.parent != path.parent:
         raise v.invalid(None, f"arrays must name a file beside {path}, got {meta.get('arrays')!r}")

@@ -144,7 +144,7 @@ def _flag_of(parser: argparse.ArgumentParser, name: str | None) -> str | None:
     Looked up among the parser's own actions, never guessed from a message: a library name with
     no flag of this verb (an internal parameter, a field set from a file) gives None.
     """
-    if not name:
+    if not isinstance(name, str) or not name:
         return None
     for action in parser._actions:
         if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
@@ -235,7 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidArgument as exc:
         if debug:
             traceback.print_exc()
-        named = exc.argument if getattr(exc, "grid_key", False) else _flag_of(leaf, exc.argument)
+        # A check names a parameter, a flag, a grid key, or the user's file it refused (read_json).
+        named = exc.argument if getattr(exc, "grid_key", False) else _flag_of(leaf, exc.argument) or _path_flag(leaf, args, exc.argument)
         return _report_error(argv, prog, _one_line(str(exc)), argument=named, status=EXIT_USAGE)
     except OSError as exc:
         if debug:

@@ -100,7 +100,7 @@ def event_from_dict(data: dict[str, Any], *, path: str = "event") -> dpe.DpEvent
         path: where ``data`` sits in the claim (named in errors, e.g. ``event.event.count``).
     """
     if not isinstance(data, dict) or "type" not in data:
-        raise v.invalid(path, f"{path} must be a mapping with a 'type' key, got {v.short(data)}")
+        raise v.invalid("claim", f"{path} must be a mapping with a 'type' key, got {v.short(data)}")
     name = data["type"]
     if not isinstance(name, str) or name not in _EVENT_TYPES:
         raise v.invalid("claim", f"unknown event type {v.short(name)} at {path}; supported: {', '.join(_EVENT_TYPES)}")
@@ -131,7 +131,7 @@ def check_event(event: dpe.DpEvent, *, path: str = "event") -> None:
         TypeError: a parameter of the wrong type, or an event that cannot be stored.
     """
     if not isinstance(event, dpe.DpEvent):
-        raise v.invalid_type(path, f"{path} must be a dp_accounting DpEvent, got {v.short(event)}")
+        raise v.invalid_type("claim", f"{path} must be a dp_accounting DpEvent, got {v.short(event)}")
     if isinstance(event, (dpe.GaussianDpEvent, dpe.LaplaceDpEvent)):
         v.positive(f"{path}.noise_multiplier", event.noise_multiplier)
     elif isinstance(event, dpe.SelfComposedDpEvent):
@@ -144,11 +144,11 @@ def check_event(event: dpe.DpEvent, *, path: str = "event") -> None:
         size = v.integer(f"{path}.source_dataset_size", event.source_dataset_size, minimum=1)
         sample = v.integer(f"{path}.sample_size", event.sample_size, minimum=1)
         if isinstance(event, dpe.SampledWithoutReplacementDpEvent) and sample > size:
-            raise v.invalid(path, f"{path}.sample_size must be <= source_dataset_size ({size}) without replacement, got {sample!r}")
+            raise v.invalid("claim", f"{path}.sample_size must be <= source_dataset_size ({size}) without replacement, got {sample!r}")
         check_event(event.event, path=f"{path}.event")
     elif isinstance(event, dpe.ComposedDpEvent):
         if not isinstance(event.events, (list, tuple)):
-            raise v.invalid_type(path, f"{path}.events must be a list of events, got {v.short(event.events)}")
+            raise v.invalid_type("claim", f"{path}.events must be a list of events, got {v.short(event.events)}")
         for i, inner in enumerate(event.events):
             check_event(inner, path=f"{path}.events[{i}]")
     elif not isinstance(event, (dpe.NoOpDpEvent, dpe.NonPrivateDpEvent)):

@@ -305,7 +305,7 @@ def _log_q_gaussian(n: np.ndarray, sigma: float) -> float:
 def gnmax_rdp_data_independent(*, sigma: float, orders: ArrayLike = GNMAX_ORDERS) -> np.ndarray:
     """Data-independent RDP of GNMax: λ/σ² (2018, Proposition 8; L2 sensitivity √2)."""
     s = v.positive("sigma", sigma)
-    return _orders(orders) / (s * s)
+    return _per_variance(_orders(orders), s)
 
 
 def _theorem6(logq: float, sigma: float, lam: np.ndarray) -> np.ndarray:
@@ -361,8 +361,23 @@ def gnmax_rdp_from_log_q(log_q: float, *, sigma: float, orders: ArrayLike = GNMA
     return _rdp_from_log_q(logq, s, lam)
 
 
+def _per_variance(numerator: Any, sigma: float) -> np.ndarray:
+    """``numerator / σ²`` (the Gaussian mechanism's RDP λ/σ²) without a RuntimeWarning.
+
+    Where σ² underflows to 0 or the quotient overflows, the result is ∞: no finite bound exists
+    in floating point, which is what the analysis then reports.
+    """
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.asarray(numerator, dtype=float) / (sigma * sigma)
+
+
 def _rdp_from_log_q(logq: float, sigma: float, lam: np.ndarray) -> np.ndarray:
-    ind = lam / (sigma * sigma)
+    ind = _per_variance(lam, sigma)
+    if not np.isfinite(ind).any():
+        # σ so small that λ/σ² is ∞ at every order: Theorem 6's conditions (ε_i = μ_i/σ²) cannot
+        # be checked either, so no data-dependent bound is established: ∞ too, never a finite ε
+        # beside an infinite data-independent one.
+        return ind
     if logq == -math.inf:
         return np.zeros_like(lam)
     valid, mu1 = _theorem6_valid(logq, sigma)
@@ -383,7 +398,7 @@ def gnmax_rdp(counts: Any, *, sigma: float, orders: ArrayLike = GNMAX_ORDERS, da
     s = v.positive("sigma", sigma)
     lam = _orders(orders)
     if not data_dependent:
-        return lam / (s * s)
+        return _per_variance(lam, s)
     return _rdp_from_log_q(_log_q_gaussian(n, s), s, lam)
 
 
@@ -419,7 +434,7 @@ def threshold_rdp(counts: Any, *, threshold: float, threshold_sigma: float, orde
     s1 = float(threshold_sigma)
     lam = _orders(orders)
     if not data_dependent:
-        return lam / (2.0 * s1 * s1)
+        return _per_variance(lam / 2.0, s1)
     return _threshold_rdp_from_log_p(logp, s1, lam)
 
 
@@ -553,7 +568,7 @@ def analyze_gnmax(votes: Any, *, sigma: float, delta: float, orders: ArrayLike =
     s = v.positive("sigma", sigma)
     d = v.open_unit("delta", delta)
     lam = _orders(orders)
-    ind = arr.shape[0] * lam / (s * s)
+    ind = _per_variance(arr.shape[0] * lam, s)
     dep = np.zeros_like(lam)
     for row in arr.astype(float):
         dep += _rdp_from_log_q(_log_q_gaussian(row, s), s, lam)
@@ -598,7 +613,7 @@ def analyze_confident_gnmax(
         if mask.dtype != bool or mask.shape != (k,):
             raise v.invalid("answered", f"answered must be a boolean array of one entry per query ({k}), got dtype {mask.dtype} shape {mask.shape}")
     charged = k if mask is None else int(mask.sum())
-    ind = k * lam / (2.0 * s1 * s1) + charged * lam / (s2 * s2)
+    ind = _per_variance(k * lam / 2.0, s1) + _per_variance(charged * lam, s2)
     dep = np.zeros_like(lam)
     expected = 0.0
     for i, row in enumerate(arr.astype(float)):
@@ -831,6 +846,7 @@ def release_gnmax_epsilon(votes: Any, *, sigma: float, delta: float, beta: float
     else:
         lam = v.real("order", order)
     gnss_rdp(beta=b, sigma_ss=ss_sigma, order=lam)  # refuses λ outside (1, 1/(2β)) before the work
+    _check_release_sigma("sigma", s, lam)
     teachers = int(arr[0].sum())
     total_rdp = 0.0
     total_ls = np.zeros(teachers)
@@ -840,6 +856,12 @@ def release_gnmax_epsilon(votes: Any, *, sigma: float, delta: float, beta: float
         total_rdp += _rdp_at(_log_q_gaussian(row.astype(float), s), s, lam)
         total_ls += gnmax_local_sensitivities(row, sigma=s, order=lam, num_teachers=teachers)
     return _release(total_rdp, total_ls, lam, d, b, ss_sigma, sd, aggregator="gnmax")
+
+
+def _check_release_sigma(name: str, sigma: float, lam: float) -> None:
+    """A smooth-sensitivity release needs λ/σ² finite: its local sensitivities are built from it."""
+    if not np.isfinite(_per_variance(lam, sigma)):
+        raise v.invalid(name, f"{name}={sigma!r} is too small for a smooth-sensitivity release: λ/σ² at order {lam:g} is not a finite number, so neither ε is (the analysis reports ε = inf)")
 
 
 def _release(total_rdp: float, total_ls: np.ndarray, lam: float, d: float, b: float, ss_sigma: float, sd: int, *, aggregator: str) -> SmoothSensitivityRelease:
@@ -962,6 +984,8 @@ def release_confident_gnmax_epsilon(
     else:
         lam = v.real("order", order)
     gnss_rdp(beta=b, sigma_ss=ss_sigma, order=lam)  # refuses λ outside (1, 1/(2β)) before the work
+    _check_release_sigma("threshold_sigma", s1, lam)
+    _check_release_sigma("sigma", s2, lam)
     teachers = int(arr[0].sum())
     rdp_by_max = _threshold_rdp_by_max(teachers, t, s1, float(lam))
     total_rdp = 0.0
