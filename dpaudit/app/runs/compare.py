@@ -201,7 +201,7 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
         try:
             spec.config_type(**{k: (tuple(x) if isinstance(x, list) else x) for k, x in chosen.items()})
         except (TypeError, ValueError) as exc:
-            raise _fail(_key_of(where, exc), f"{name}: {exc}") from None
+            raise GridError(f"{where}: {name}: {exc}", argument=_key_of(where, exc)) from None
         multi = [k for k in names if len(swept[k]) > 1]
         base = table.get("label") or name
         label = base + "".join(f"-{k}={_label_value(chosen[k])}" for k in multi)
