@@ -188,6 +188,11 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _naming(message: str, flag: str | None) -> str:
+    """``message``, led by the flag it is about where the library named only its parameter (``upload_fraction must ...``)."""
+    return f"{flag}: {message}" if flag and flag.startswith("--") and flag not in message else message
+
+
 def _report_error(argv: Sequence[str], prog: str, message: str, *, argument: str | None, status: int) -> int:
     """One line on stderr; with ``--json`` also one JSON object on stdout (DESIGN.md, "Command line").
 
@@ -231,13 +236,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         with command_lock(getattr(args, "out", None), _command_key(args)):
             return int(args.func(args))
     except UsageError as exc:
-        return _report_error(argv, prog, _one_line(str(exc)), argument=exc.argument, status=EXIT_USAGE)
+        return _report_error(argv, prog, _naming(_one_line(str(exc)), _flag_of(leaf, exc.argument)), argument=_flag_of(leaf, exc.argument), status=EXIT_USAGE)
     except InvalidArgument as exc:
         if debug:
             traceback.print_exc()
         # A check names a parameter, a flag, a grid key, or the user's file it refused (read_json).
         named = exc.argument if getattr(exc, "grid_key", False) else _flag_of(leaf, exc.argument) or _path_flag(leaf, args, exc.argument)
-        return _report_error(argv, prog, _one_line(str(exc)), argument=named, status=EXIT_USAGE)
+        return _report_error(argv, prog, _naming(_one_line(str(exc)), named), argument=named, status=EXIT_USAGE)
     except OSError as exc:
         if debug:
             traceback.print_exc()
