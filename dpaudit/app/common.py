@@ -170,7 +170,6 @@ def path_type(flag: str, *, must_exist: str | None) -> Callable[[str], str]:
         return text
 
     parse.__name__ = flag
-    parse.path_flag = flag  # type: ignore[attr-defined]  # lets tests and the CLI find every path flag
     return parse
 
 
