@@ -6,6 +6,12 @@ the snake_case field names of the result. Exit status: 0 success, 2 bad usage or
 line naming the argument and the value, no traceback), 1 an internal failure, 3 an audit
 that found ε_LB > ε_UB (or a certificate above what an attack left).
 
+What counts as bad input is decided by the exception's type, never by its message: a
+:class:`~dpaudit.app.common.UsageError`, an :class:`~dpaudit._validate.InvalidArgument` raised
+by a check anywhere in the library (it carries the parameter's name, which becomes the verb's
+flag in ``--json``'s ``argument``), or the file system refusing a path the user gave (the flag
+found from the path). Anything else, a plain ``ValueError`` included, is a bug: exit 1.
+
 Each verb is one module of :mod:`dpaudit.app.verbs` with ``register(subparsers)``; the heavy
 imports (torch, the registries) happen inside the verbs, so ``dpaudit --help`` stays light.
 """
@@ -176,7 +182,8 @@ def _path_flag(parser: argparse.ArgumentParser, args: argparse.Namespace, filena
         value = getattr(args, action.dest, None) if action.dest not in (None, argparse.SUPPRESS) else None
         if not isinstance(value, str) or not value.strip():
             continue
-        for form in {value, os.path.abspath(os.path.expanduser(value))}:
+        paths = {value, value.rpartition(":")[0] or value}  # FILE.py:FUNCTION flags name a file too
+        for form in {*paths, *(os.path.abspath(os.path.expanduser(p)) for p in paths)}:
             if target == form or target.startswith(form.rstrip(os.sep) + os.sep) or (form.endswith(os.sep) and target.startswith(form)):
                 flag = action.option_strings[-1] if action.option_strings else str(action.metavar or action.dest)
                 if best is None or len(form) > best[0]:
