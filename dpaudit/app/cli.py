@@ -19,6 +19,7 @@ imports (torch, the registries) happen inside the verbs, so ``dpaudit --help`` s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import hashlib
 import importlib
@@ -30,7 +31,7 @@ from collections.abc import Iterator, Sequence
 
 from dpaudit._validate import InvalidArgument
 from dpaudit.app.common import EXIT_INTERNAL, EXIT_USAGE, Parser, UsageError
-from dpaudit.locks import command_lock
+from dpaudit.locks import RunInUse, command_lock
 from dpaudit.options import LIMIT_ATTR, SizeLimit
 
 __all__ = ["main", "build_parser", "UsageError", "VERBS"]
@@ -221,6 +222,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     (exit 1, "internal error", a traceback with ``--debug``).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    with contextlib.ExitStack() as stack:
+        # One writer per command and run directory, taken from the raw arguments before anything
+        # heavy is imported (building some verbs' parsers imports torch): an identical second run
+        # is refused at once. The unit locks inside the work still guard different commands that
+        # would write the same result.
+        try:
+            stack.enter_context(command_lock(_out_of(argv), _command_key(argv)))
+        except RunInUse as exc:
+            return _report_error(argv, _prog_of(argv), str(exc), argument="--out", status=EXIT_USAGE)
+        except OSError:
+            pass  # an --out the file system refuses: the parser reports it, naming the flag
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     debug = "--debug" in argv or bool(os.environ.get("DPAUDIT_DEBUG"))
     try:
         parser = build_parser(argv)
@@ -237,11 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_size_limits(args)
         check_device(args)
-        # One writer per command and run directory, taken before the verb imports torch or loads
-        # data: an identical second run is refused at once (the unit locks inside the work still
-        # guard different commands that would write the same result).
-        with command_lock(getattr(args, "out", None), _command_key(args)):
-            return int(args.func(args))
+        return int(args.func(args))
     except UsageError as exc:
         return _report_error(argv, prog, _naming(_one_line(str(exc)), _flag_of(leaf, exc.argument)), argument=_flag_of(leaf, exc.argument), status=EXIT_USAGE)
     except InvalidArgument as exc:
@@ -275,14 +287,43 @@ def _internal(argv: Sequence[str], prog: str, exc: BaseException) -> int:
     return _report_error(argv, prog, f"internal error: {type(exc).__name__}: {text} (please report it; rerun with --debug for a traceback)", argument=None, status=EXIT_INTERNAL)
 
 
-#: Namespace entries that change how a command runs or prints, not what it writes.
-_PRESENTATION = frozenset({"json", "quiet", "debug", "func", "i_know", "_size_limits", "num_workers", "executor", "address", "device"})
+#: Flags that change how a command runs or prints, not what it writes (with whether they take a value).
+_PRESENTATION = {"--json": False, "--quiet": False, "--debug": False, "--i-know": False, "--num-workers": True, "--executor": True, "--address": True, "--device": True}
 
 
-def _command_key(args: argparse.Namespace) -> str:
-    """What identifies a command for :func:`~dpaudit.locks.command_lock`: its verb and arguments."""
-    items = sorted((k, repr(val)) for k, val in vars(args).items() if k not in _PRESENTATION)
-    return "command-" + hashlib.sha256(repr(items).encode()).hexdigest()[:16]
+def _out_of(argv: Sequence[str]) -> str | None:
+    """The ``--out`` of the raw arguments (None when absent or empty: the parser reports that)."""
+    for i, a in enumerate(argv):
+        if a == "--out" and i + 1 < len(argv):
+            return argv[i + 1] if argv[i + 1].strip() else None
+        if a.startswith("--out="):
+            return a[len("--out=") :] if a[len("--out=") :].strip() else None
+    return None
+
+
+def _command_key(argv: Sequence[str]) -> str:
+    """What identifies a command for :func:`~dpaudit.locks.command_lock`: its arguments, as typed."""
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in _PRESENTATION:
+            skip = _PRESENTATION[name] and "=" not in a
+            continue
+        kept.append(a)
+    return "command-" + hashlib.sha256("\0".join(kept).encode()).hexdigest()[:16]
+
+
+def _prog_of(argv: Sequence[str]) -> str:
+    """``dpaudit attack membership`` from the raw arguments (for an error before parsing)."""
+    words = []
+    for a in argv:
+        if a.startswith("-") or len(words) == 2:
+            break
+        words.append(a)
+    return " ".join(["dpaudit", *words])
 
 
 if __name__ == "__main__":
