@@ -133,5 +133,6 @@ def test_a_sigma_below_the_float_range_gives_infinity_both_ways_without_a_warnin
             pate.analyze_confident_gnmax(np.load(votes), threshold=200, threshold_sigma=1e-300, sigma=40, delta=1e-5),
         ):
             assert math.isinf(analysis.data_independent.epsilon) and math.isinf(analysis.data_dependent.epsilon)
-        code, _, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "1e-300", "--smooth-sensitivity-beta", "0.03", "--smooth-sensitivity-sigma", "15")
-        assert code == 2 and "sigma" in err and len(err.strip().splitlines()) == 1, err
+        code, out, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "1e-300", "--smooth-sensitivity-beta", "0.03", "--smooth-sensitivity-sigma", "15", "--json")
+        assert code == 2 and "--sigma" in err and len(err.strip().splitlines()) == 1, err
+        assert json.loads(out)["argument"] == "--sigma"
