@@ -164,9 +164,10 @@ class TrialStore:
             if differ and set(differ) <= set(resizable):
                 atomic_write_json(cfg, self.config)
             elif differ:
-                raise ValueError(
+                raise v.invalid(
+                    "out",
                     f"out: audit directory {str(self.path)!r} holds trials of a different audit (differs in {', '.join(differ)}); "
-                    "they are never reused for this one: choose another --name or --out (the stored trials are kept)"
+                    "they are never reused for this one: choose another --name or --out (the stored trials are kept)",
                 )
         else:
             atomic_write_json(cfg, self.config)
@@ -253,7 +254,7 @@ def white_box_strategy(score: str, strategy: str | None) -> str:
         return "fixed" if score == "dirac" else "bonferroni"
     v.choice("strategy", strategy, THRESHOLD_STRATEGIES)
     if strategy == "fixed" and score != "dirac":
-        raise ValueError(f"strategy='fixed' sets the threshold from the claim, which fixes only the Dirac score's scale; got score={score!r} (use bonferroni or split)")
+        raise v.invalid("strategy", f"strategy='fixed' sets the threshold from the claim, which fixes only the Dirac score's scale; got score={score!r} (use bonferroni or split)")
     return strategy
 
 
@@ -421,7 +422,7 @@ def multi_run_audit(
     """
     r, delta, confidence = _common_checks(num_trials, delta, confidence)
     if initial_state is not None and not accepts_initial_state(train_fn):
-        raise ValueError(f"initial_state needs a training function that accepts initial_state=..., and {getattr(train_fn, '__name__', train_fn)!r} does not")
+        raise v.invalid("initial_state", f"initial_state needs a training function that accepts initial_state=..., and {getattr(train_fn, '__name__', train_fn)!r} does not")
     # The start travels inside each job (a cluster's workers cannot read this machine's files).
     state_blob = None if initial_state is None else Path(initial_state).read_bytes()
     k = len(canaries)
@@ -505,7 +506,7 @@ def one_run_audit(
     _, delta, confidence = _common_checks(1, delta, confidence)
     m = len(canaries)
     if m < 2:
-        raise ValueError(f"canaries must hold at least 2 canaries for a one-run audit, got {m}")
+        raise v.invalid("canaries", f"canaries must hold at least 2 canaries for a one-run audit, got {m}")
     store = TrialStore(directory, {"method": "one-run", "num_canaries": m, "seed": seed, **dict(config or {})})
     include = numpy_rng(seed, "one-run/include").random(m) < 0.5
     job = Job(key="trial-0", fn=black_box_trial, kwargs={"train_fn": train_fn, "dataset": dataset, "canaries": canaries, "include": include, "seed": derive_seed(seed, "audit-trial", 0), "index": 0})
@@ -594,7 +595,7 @@ def white_box_audit(
     c = v.positive("clip_norm", clip_norm)
     scale = v.real("canary_scale", canary_scale)
     if scale < 1:
-        raise ValueError(f"canary_scale must be >= 1 (a canary smaller than C is not the worst case), got {canary_scale!r}")
+        raise v.invalid("canary_scale", f"canary_scale must be >= 1 (a canary smaller than C is not the worst case), got {canary_scale!r}")
     v.choice("score", score, DIRAC_SCORES)
     strategy = white_box_strategy(score, strategy)
     budget = None if budget_seconds is None else v.positive("budget_seconds", budget_seconds)
@@ -640,7 +641,7 @@ def white_box_audit(
         lots.append(res["lot_sizes"])
     inserted, s = np.concatenate(ins).astype(bool), np.concatenate(scores)
     if inserted.all() or not inserted.any():
-        raise ValueError(f"white-box audit needs IN and OUT steps; got {int(inserted.sum())} IN of {inserted.size} (too few steps)")
+        raise v.invalid("num_steps", f"white-box audit needs IN and OUT steps; got {int(inserted.sum())} IN of {inserted.size} (too few steps)")
     atomic_save_npz(store.path / "scores.npz", in_scores=s[inserted], out_scores=s[~inserted], inserted=inserted, scores=s)
     details: dict[str, Any] = {
         "score": "canary coordinate of the released noisy sum" if score == "dirac" else "negative L2 norm of the released noisy sum",

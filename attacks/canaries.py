@@ -50,7 +50,7 @@ DIRAC_SCORES = ("dirac", "norm")
 
 def _check_dataset(name: str, ds: object) -> ArrayDataset:
     if not isinstance(ds, ArrayDataset):
-        raise TypeError(f"{name} must be an ArrayDataset, got {type(ds).__name__}")
+        raise v.invalid_type(name, f"{name} must be an ArrayDataset, got {type(ds).__name__}")
     return ds
 
 
@@ -70,7 +70,7 @@ def mislabelled_canaries(pool: ArrayDataset, *, num_canaries: int, seed: int, id
     pool = _check_dataset("pool", pool)
     m = v.integer("num_canaries", num_canaries, minimum=1)
     if m > len(pool):
-        raise ValueError(f"num_canaries must be <= the pool size {len(pool)}, got {m}")
+        raise v.invalid("num_canaries", f"num_canaries must be <= the pool size {len(pool)}, got {m}")
     rng = numpy_rng(seed, "canaries/mislabelled")
     pick = torch.from_numpy(rng.choice(len(pool), size=m, replace=False))
     labels = pool.labels.index_select(0, pick).numpy()
@@ -144,7 +144,7 @@ def blank_canary(model: nn.Module, *, input_shape: tuple[int, ...], num_classes:
         id_offset: the canary's id (above every id of the dataset).
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        raise v.invalid_type("model", f"model must be a torch.nn.Module, got {type(model).__name__}")
     x = torch.zeros((1, *input_shape))
     was = model.training
     model.eval()
@@ -202,7 +202,7 @@ def with_canaries(data: ArrayDataset, canaries: ArrayDataset, include: np.ndarra
     else:
         mask = np.asarray(include, dtype=bool).reshape(-1)
         if mask.size != len(canaries):
-            raise ValueError(f"include must have one entry per canary ({len(canaries)}), got {mask.size}")
+            raise v.invalid("include", f"include must have one entry per canary ({len(canaries)}), got {mask.size}")
         if not mask.any():
             return data
         idx = torch.from_numpy(np.nonzero(mask)[0])
@@ -226,7 +226,7 @@ def with_canaries(data: ArrayDataset, canaries: ArrayDataset, include: np.ndarra
 def loss_scores(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, *, device: torch.device | str = "cpu") -> np.ndarray:
     """Negative cross-entropy of each example on ``model`` (higher = more likely IN)."""
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        raise v.invalid_type("model", f"model must be a torch.nn.Module, got {type(model).__name__}")
     was = model.training
     model.eval()
     try:
@@ -261,7 +261,7 @@ class DiracCanary:
 
     def __post_init__(self) -> None:
         if not isinstance(self.parameter, str) or not self.parameter:
-            raise TypeError(f"parameter must be a non-empty string, got {self.parameter!r}")
+            raise v.invalid_type("parameter", f"parameter must be a non-empty string, got {self.parameter!r}")
         v.integer("index", self.index, minimum=0)
         v.positive("magnitude", self.magnitude)
 

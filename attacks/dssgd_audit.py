@@ -78,7 +78,7 @@ class Canary:
     def __post_init__(self) -> None:
         pos = np.asarray(self.positions, dtype=np.int64).reshape(-1)
         if pos.size == 0:
-            raise ValueError("positions must name at least one input position, got none")
+            raise v.invalid("positions", "positions must name at least one input position, got none")
         pos.setflags(write=False)
         object.__setattr__(self, "positions", pos)
 
@@ -109,21 +109,21 @@ def pixel_canary(features: torch.Tensor, labels: torch.Tensor, *, num_classes: i
             ``num_classes``/``value``/``tolerance`` (named, with its value).
     """
     if not isinstance(features, torch.Tensor) or not isinstance(labels, torch.Tensor):
-        raise TypeError(f"features and labels must be torch tensors, got {type(features).__name__} and {type(labels).__name__}")
+        raise v.invalid_type("features", f"features and labels must be torch tensors, got {type(features).__name__} and {type(labels).__name__}")
     k = v.integer("num_classes", num_classes, minimum=2)
     tolerance = v.non_negative("tolerance", tolerance)
     if features.ndim < 2 or len(features) == 0:
-        raise ValueError(f"features must be a non-empty batch (n, ...), got shape {tuple(features.shape)}")
+        raise v.invalid("features", f"features must be a non-empty batch (n, ...), got shape {tuple(features.shape)}")
     if labels.shape != (len(features),):
-        raise ValueError(f"labels must have shape ({len(features)},), got {tuple(labels.shape)}")
+        raise v.invalid("labels", f"labels must have shape ({len(features)},), got {tuple(labels.shape)}")
     flat = features.detach().reshape(len(features), -1).abs().amax(dim=0).cpu()
     value = v.positive("value", 8.0 * float(flat.max()) if value is None else value)
     positions = torch.nonzero(flat <= tolerance).flatten().numpy().astype(np.int64)
     if positions.size == 0:
-        raise ValueError(f"features have no input position with |x| <= tolerance={tolerance!r} in every example; raise tolerance or use another canary")
+        raise v.invalid("features", f"features have no input position with |x| <= tolerance={tolerance!r} in every example; raise tolerance or use another canary")
     counts = torch.bincount(labels.detach().cpu().to(torch.int64), minlength=k)
     if counts.numel() > k:
-        raise ValueError(f"labels must lie in [0, {k}) for num_classes={k}, got a label {int(labels.max())}")
+        raise v.invalid("labels", f"labels must lie in [0, {k}) for num_classes={k}, got a label {int(labels.max())}")
     label = int(torch.argmin(counts))  # argmin returns the first minimum: lowest index on ties
     canary = torch.zeros(features.shape[1:], dtype=features.dtype)
     canary.view(-1)[torch.from_numpy(positions)] = value
@@ -143,15 +143,15 @@ def canary_coordinates(model: nn.Module, canary: Canary) -> np.ndarray:
             (``in_features`` differs from the canary's size), or a lit position outside it.
     """
     if not isinstance(canary, Canary):
-        raise TypeError(f"canary must be a Canary, got {type(canary).__name__}")
+        raise v.invalid_type("canary", f"canary must be a Canary, got {type(canary).__name__}")
     first = next((m for m in model.modules() if isinstance(m, nn.Linear)), None)
     if first is None:
-        raise ValueError(f"model must contain an nn.Linear layer reading the input, got {type(model).__name__} without one")
+        raise v.invalid("model", f"model must contain an nn.Linear layer reading the input, got {type(model).__name__} without one")
     size = canary.features.numel()
     if first.in_features != size:
-        raise ValueError(f"model's first Linear layer must read the flattened input ({size} features), got in_features={first.in_features}")
+        raise v.invalid("model", f"model's first Linear layer must read the flattened input ({size} features), got in_features={first.in_features}")
     if int(canary.positions.max()) >= size:
-        raise ValueError(f"canary positions must lie in [0, {size}), got {int(canary.positions.max())}")
+        raise v.invalid("canary", f"canary positions must lie in [0, {size}), got {int(canary.positions.max())}")
     offset = 0
     for p in model.parameters():
         if p is first.weight:
@@ -183,9 +183,9 @@ def upload_scores(indices: Any, values: Any, coordinates: np.ndarray) -> dict[st
     idx = np.asarray(indices.detach().cpu() if isinstance(indices, torch.Tensor) else indices).reshape(-1)
     val = np.asarray(values.detach().cpu() if isinstance(values, torch.Tensor) else values, dtype=np.float64).reshape(-1)
     if idx.shape != val.shape:
-        raise ValueError(f"upload indices and values must be vectors of one length, got {idx.size} and {val.size}")
+        raise v.invalid(None, f"upload indices and values must be vectors of one length, got {idx.size} and {val.size}")
     if not np.isfinite(val).all():
-        raise ValueError("upload values must be finite, got NaN or infinite entries")
+        raise v.invalid(None, "upload values must be finite, got NaN or infinite entries")
     hit = np.isin(idx.astype(np.int64), coordinates, assume_unique=False)
     return {"count": float(hit.sum()), "abs-sum": float(np.abs(val[hit]).sum())}
 
@@ -208,10 +208,10 @@ def _candidates(s_in: list[float], s_out: list[float], num_thresholds: int) -> i
 
 def _one_turn_claim(claim: PrivacyClaim) -> PrivacyClaim:
     if not isinstance(claim, PrivacyClaim):
-        raise TypeError(f"claim must be a PrivacyClaim, got {type(claim).__name__}")
+        raise v.invalid_type("claim", f"claim must be a PrivacyClaim, got {type(claim).__name__}")
     rounds = getattr(claim, "num_rounds", None)
     if rounds is not None and rounds != 1:
-        raise ValueError(f"claim must be the claim of ONE turn (num_rounds=1), got num_rounds={rounds!r}; pass dataclasses.replace(claim, num_rounds=1, description='')")
+        raise v.invalid("claim", f"claim must be the claim of ONE turn (num_rounds=1), got num_rounds={rounds!r}; pass dataclasses.replace(claim, num_rounds=1, description='')")
     return claim
 
 
@@ -263,13 +263,13 @@ def dssgd_upload_audit(
             (0, 1), a claim of more than one turn, or an upload that is not a pair of vectors.
     """
     if not callable(turn_fn):
-        raise TypeError(f"turn_fn must be callable, got {type(turn_fn).__name__}")
+        raise v.invalid_type("turn_fn", f"turn_fn must be callable, got {type(turn_fn).__name__}")
     n = v.integer("trials", trials, minimum=2)
     coords = np.unique(np.asarray(coordinates).reshape(-1))
     if coords.size == 0:
-        raise ValueError("coordinates must name at least one parameter position, got none")
+        raise v.invalid("coordinates", "coordinates must name at least one parameter position, got none")
     if not np.issubdtype(coords.dtype, np.integer) or int(coords.min()) < 0:
-        raise ValueError(f"coordinates must be non-negative integer positions, got dtype {coords.dtype} with minimum {coords.min()!r}")
+        raise v.invalid("coordinates", f"coordinates must be non-negative integer positions, got dtype {coords.dtype} with minimum {coords.min()!r}")
     coords = coords.astype(np.int64)
     confidence = v.open_unit("confidence", confidence)
     delta = v.open_unit("delta", delta)

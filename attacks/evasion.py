@@ -122,7 +122,7 @@ class EvasionConfig:
         v.integer("num_steps", self.num_steps, minimum=1)
         v.positive("step_ratio", self.step_ratio)
         if not isinstance(self.random_start, bool):
-            raise TypeError(f"random_start must be a bool, got {self.random_start!r}")
+            raise v.invalid_type("random_start", f"random_start must be a bool, got {self.random_start!r}")
         v.integer("num_restarts", self.num_restarts, minimum=1)
         v.non_negative("momentum", self.momentum)
 
@@ -157,7 +157,7 @@ def evasion_config(name: str, **overrides: Any) -> EvasionConfig:
     fields = {f.name for f in dataclasses.fields(EvasionConfig)} - {"name"}
     unknown = sorted(set(overrides) - fields)
     if unknown:
-        raise ValueError(f"overrides must be fields of EvasionConfig ({', '.join(sorted(fields))}); got {unknown[0]!r}")
+        raise v.invalid("overrides", f"overrides must be fields of EvasionConfig ({', '.join(sorted(fields))}); got {unknown[0]!r}")
     return dataclasses.replace(EVASION_ATTACKS[name], **overrides)
 
 
@@ -169,43 +169,43 @@ def _resolve_attack(attack: Any) -> EvasionConfig:
         return attack
     if isinstance(attack, str):
         return evasion_config(attack)
-    raise TypeError(f"attack must be an attack name or an EvasionConfig, got {attack!r}")
+    raise v.invalid_type("attack", f"attack must be an attack name or an EvasionConfig, got {attack!r}")
 
 
 def _check_radii(radii: Any) -> np.ndarray:
     if isinstance(radii, (np.ndarray, torch.Tensor)):
         radii = radii.tolist() if radii.ndim == 1 else radii
     if isinstance(radii, (str, bytes)) or not isinstance(radii, Sequence):
-        raise TypeError(f"radii must be a sequence of numbers, got {radii!r}")
+        raise v.invalid_type("radii", f"radii must be a sequence of numbers, got {radii!r}")
     values = [v.non_negative(f"radii[{i}]", r) for i, r in enumerate(radii)]
     if not values:
-        raise ValueError("radii must hold at least one radius, got []")
+        raise v.invalid("radii", "radii must hold at least one radius, got []")
     arr = np.asarray(values, dtype=np.float64)
     if np.any(np.diff(arr) <= 0):
-        raise ValueError(f"radii must be strictly increasing, got {values!r}")
+        raise v.invalid("radii", f"radii must be strictly increasing, got {values!r}")
     return arr
 
 
 def _check_data(features: Any, labels: Any, clip_min: float, clip_max: float) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(features, torch.Tensor) or not features.is_floating_point():
-        raise TypeError(f"features must be a floating-point torch.Tensor, got {type(features).__name__}")
+        raise v.invalid_type("features", f"features must be a floating-point torch.Tensor, got {type(features).__name__}")
     if features.ndim < 2 or features.shape[0] == 0:
-        raise ValueError(f"features must be (n, *input_shape) with n >= 1, got shape {tuple(features.shape)}")
+        raise v.invalid("features", f"features must be (n, *input_shape) with n >= 1, got shape {tuple(features.shape)}")
     if not isinstance(labels, torch.Tensor) or labels.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-        raise TypeError(f"labels must be an integer torch.Tensor, got {getattr(labels, 'dtype', type(labels).__name__)}")
+        raise v.invalid_type("labels", f"labels must be an integer torch.Tensor, got {getattr(labels, 'dtype', type(labels).__name__)}")
     if tuple(labels.shape) != (features.shape[0],):
-        raise ValueError(f"labels must have shape ({features.shape[0]},), one per example, got {tuple(labels.shape)}")
+        raise v.invalid("labels", f"labels must have shape ({features.shape[0]},), one per example, got {tuple(labels.shape)}")
     # The ball ∩ box projection only stays inside the ball when x itself is in the box.
     lo, hi = float(features.min()), float(features.max())
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo < clip_min or hi > clip_max:
-        raise ValueError(f"features must lie in [clip_min, clip_max] = [{clip_min:g}, {clip_max:g}], got values in [{lo:g}, {hi:g}]")
+        raise v.invalid("features", f"features must lie in [clip_min, clip_max] = [{clip_min:g}, {clip_max:g}], got values in [{lo:g}, {hi:g}]")
     return features.detach(), labels.long()
 
 
 def _check_range(clip_min: Any, clip_max: Any) -> tuple[float, float]:
     lo, hi = v.real("clip_min", clip_min), v.real("clip_max", clip_max)
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
-        raise ValueError(f"clip_min must be finite and < clip_max, got clip_min={clip_min!r}, clip_max={clip_max!r}")
+        raise v.invalid("clip_min", f"clip_min must be finite and < clip_max, got clip_min={clip_min!r}, clip_max={clip_max!r}")
     return lo, hi
 
 
@@ -214,7 +214,7 @@ def _check_call(
 ) -> tuple[EvasionConfig, str, float, float, torch.Tensor, torch.Tensor, bool, int, int, int | None]:
     """The argument checks :func:`run_evasion` and :func:`adversarial_examples` share."""
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        raise v.invalid_type("model", f"model must be a torch.nn.Module, got {type(model).__name__}")
     config = _resolve_attack(attack)
     norm = v.choice("norm", norm, EVASION_NORMS)
     lo, hi = _check_range(clip_min, clip_max)
@@ -522,7 +522,7 @@ def run_evasion(
     config, norm, lo, hi, features, labels, randomized, eot, n_eval, batch_size = _check_call(model, attack, norm, clip_min, clip_max, features, labels, eot_samples, eval_samples, batch_size)
     seed = v.integer("seed", seed, minimum=0)
     if not isinstance(progress, bool):
-        raise TypeError(f"progress must be a bool, got {progress!r}")
+        raise v.invalid_type("progress", f"progress must be a bool, got {progress!r}")
     dev = resolve_device(device)
 
     n, num_radii = features.shape[0], radii_arr.size
@@ -643,7 +643,7 @@ def adversarial_examples(
     r = v.non_negative("radius", radius)
     config, norm, lo, hi, features, labels, randomized, eot, n_eval, batch_size = _check_call(model, attack, norm, clip_min, clip_max, features, labels, eot_samples, None, batch_size)
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        raise v.invalid_type("generator", f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     dev = resolve_device(device)
     if r == 0:
         return features.detach().cpu().clone()

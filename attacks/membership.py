@@ -194,7 +194,7 @@ def threshold_scores(logits: np.ndarray, labels: np.ndarray, *, kind: str) -> np
     logits = np.asarray(logits, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.int64)
     if logits.ndim != 2 or labels.shape != (logits.shape[0],):
-        raise ValueError(f"logits must be (n, C) and labels (n,), got {logits.shape} and {labels.shape}")
+        raise v.invalid("logits", f"logits must be (n, C) and labels (n,), got {logits.shape} and {labels.shape}")
     logp = _log_softmax(logits)
     if kind == "loss":
         return np.take_along_axis(logp, labels[:, None], axis=1)[:, 0]
@@ -273,7 +273,7 @@ def lira_online_scores(target_phi: np.ndarray, shadow_phi: np.ndarray, keep: np.
     mu_out, sd_out = _fit(shadow_phi, ~keep, global_variance=glob)
     both = ~np.isnan(mu_in).any(axis=1) & ~np.isnan(mu_out).any(axis=1)
     if not both.any():
-        raise ValueError(f"online LiRA needs examples that are IN for some shadows and OUT for others; got {k} shadow model(s) — use at least 2")
+        raise v.invalid("num_shadows", f"online LiRA needs examples that are IN for some shadows and OUT for others; got {k} shadow model(s) — use at least 2")
     gap = np.median((mu_in - mu_out)[both], axis=0)
     _fill_missing(mu_in, sd_in, mu_out, gap)
     _fill_missing(mu_out, sd_out, mu_in, -gap)
@@ -303,7 +303,7 @@ def lira_offline_scores(target_phi: np.ndarray, shadow_phi: np.ndarray, *, globa
     k = shadow_phi.shape[0]
     glob = k < GLOBAL_VARIANCE_BELOW if global_variance is None else bool(global_variance)
     if k < 2 and not glob:
-        raise ValueError("offline LiRA with per-example variances needs at least 2 shadow models")
+        raise v.invalid("num_shadows", "offline LiRA with per-example variances needs at least 2 shadow models")
     if k < 2:
         mu = shadow_phi[0]
         sd = np.full_like(mu, np.std(target_phi - mu))  # one model: the spread of its disagreement with the target
@@ -324,9 +324,9 @@ def _lira_inputs(target_phi: Any, shadow_phi: Any, keep: Any) -> tuple[np.ndarra
     if s.ndim == 2:
         s = s[..., None]
     if s.ndim != 3 or s.shape[1:] != t.shape or kp.shape != s.shape[:2]:
-        raise ValueError(f"shadow_phi must be (k, n, q) matching target_phi (n, q) and keep (k, n); got {s.shape}, {t.shape}, {kp.shape}")
+        raise v.invalid("shadow_phi", f"shadow_phi must be (k, n, q) matching target_phi (n, q) and keep (k, n); got {s.shape}, {t.shape}, {kp.shape}")
     if s.shape[0] < 1:
-        raise ValueError("shadow_phi must hold at least one shadow model")
+        raise v.invalid("shadow_phi", "shadow_phi must hold at least one shadow model")
     return t, s, kp
 
 
@@ -401,13 +401,13 @@ def rmia_scores(
     if rx.ndim != 2 or rx.shape[1:] != tx.shape or rz.ndim != 2 or rz.shape[1:] != tz.shape or rx.shape[0] != rz.shape[0]:
         raise ValueError(f"reference and target shapes disagree: ref_logp_x {rx.shape}, target_logp_x {tx.shape}, ref_logp_z {rz.shape}, target_logp_z {tz.shape}")
     if tz.size == 0:
-        raise ValueError("target_logp_z must hold at least one population sample z")
+        raise v.invalid("target_logp_z", "target_logp_z must hold at least one population sample z")
     if keep_x is None:
         if offline_a is None:
-            raise ValueError("offline_a is required for offline RMIA (keep_x=None)")
+            raise v.invalid("offline_a", "offline_a is required for offline RMIA (keep_x=None)")
         a = v.real("offline_a", offline_a)
         if not 0.0 <= a <= 1.0:
-            raise ValueError(f"offline_a must lie in [0, 1], got {offline_a!r}")
+            raise v.invalid("offline_a", f"offline_a must lie in [0, 1], got {offline_a!r}")
         log_px = _rmia_log_px_offline(rx, a)
     else:
         log_px = _rmia_log_px_online(rx, np.asarray(keep_x, dtype=bool))
@@ -629,7 +629,7 @@ def _count(name: str, value: Any) -> int:
 def _unit_closed(name: str, value: Any) -> float:
     x = v.real(name, value)
     if not 0.0 <= x <= 1.0:
-        raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+        raise v.invalid(name, f"{name} must lie in [0, 1], got {value!r}")
     return x
 
 
@@ -671,7 +671,7 @@ class LiRAConfig:
     def __post_init__(self) -> None:
         _check_fields(self)
         if self.global_variance is not None and not isinstance(self.global_variance, bool):
-            raise TypeError(f"global_variance must be a bool or None, got {self.global_variance!r}")
+            raise v.invalid_type("global_variance", f"global_variance must be a bool or None, got {self.global_variance!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -769,7 +769,7 @@ class MembershipContext:
     def pool(self, kind: str, attack: str) -> ShadowOutputs:
         """The shadow pool ``kind``; a ValueError naming ``attack`` if the run trained none."""
         if kind not in self.shadows:
-            raise ValueError(f"attack {attack!r} needs the {kind} shadow pool, which this context lacks")
+            raise v.invalid("attack", f"attack {attack!r} needs the {kind} shadow pool, which this context lacks")
         return self.shadows[kind]
 
     def result(self, attack: str, scores: np.ndarray, config: Mapping[str, Any], **metadata: Any) -> MembershipResult:
@@ -884,7 +884,7 @@ def _rmia(online: bool) -> Callable[[MembershipContext, Any], MembershipResult]:
         k = pool.num_models if config.num_references is None else min(config.num_references, pool.num_models)
         z = pool.population_ids
         if z.size == 0:
-            raise ValueError(f"attack {name!r} needs population samples z, but the target's record has no population ids left to draw them from")
+            raise v.invalid("target", f"attack {name!r} needs population samples z, but the target's record has no population ids left to draw them from")
         q, zpos = context.query_positions, context.positions(z)
         lgs = pool.logits[:k]
         ref_x = np.stack([_logp_true(context, lg, q) for lg in lgs])
@@ -1033,7 +1033,7 @@ def expand_attacks(attacks: str | Sequence[str]) -> list[str]:
         if name not in out:
             out.append(name)
     if not out:
-        raise ValueError("attacks must name at least one attack")
+        raise v.invalid("attacks", "attacks must name at least one attack")
     return out
 
 
@@ -1093,7 +1093,7 @@ def plan_pools(
             pool = np.union1d(sample_ids, z)
         else:
             if population.size < 2:
-                raise ValueError(f"attack {users[0]!r} needs population data for shadow models, but the target's record has {population.size} population ids")
+                raise v.invalid("target", f"attack {users[0]!r} needs population data for shadow models, but the target's record has {population.size} population ids")
             pool = np.sort(pop_perm[-min(population.size, 2 * train_size) :])  # the other end of the permutation from the online padding
             z = np.sort(numpy_rng(seed, "z-offline").permutation(pool)[:num_population])
         out[kind] = PoolPlan(kind=kind, num_models=count, pool_ids=pool.astype(np.int64), population_ids=z.astype(np.int64), users=tuple(users))
@@ -1184,19 +1184,19 @@ def check_query(record: TrainedModel, bundle: DatasetBundle, sample_ids: Any, is
     """Validated ``(sample_ids, is_member)``: the record's own when both are ``None``."""
     if sample_ids is None:
         if is_member is not None:
-            raise ValueError("is_member was given without sample_ids")
+            raise v.invalid("is_member", "is_member was given without sample_ids")
         return query_ids(record)
     if is_member is None:
-        raise ValueError("is_member is required with sample_ids")
+        raise v.invalid("is_member", "is_member is required with sample_ids")
     ids = np.array(sample_ids, copy=True)
     if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
-        raise TypeError(f"sample_ids must be a 1-D array of integer ids, got dtype {ids.dtype} shape {ids.shape}")
+        raise v.invalid_type("sample_ids", f"sample_ids must be a 1-D array of integer ids, got dtype {ids.dtype} shape {ids.shape}")
     ids = ids.astype(np.int64)
     member = np.array(is_member, copy=True)
     if member.dtype != bool or member.shape != ids.shape:
-        raise TypeError(f"is_member must be a bool array of shape {ids.shape}, got dtype {member.dtype} shape {member.shape}")
+        raise v.invalid_type("is_member", f"is_member must be a bool array of shape {ids.shape}, got dtype {member.dtype} shape {member.shape}")
     if np.unique(ids).size != ids.size:
-        raise ValueError("sample_ids must not repeat a sample id")
+        raise v.invalid("sample_ids", "sample_ids must not repeat a sample id")
     bundle.all().positions(ids)  # raises ValueError naming an unknown id
     order = np.argsort(ids, kind="stable")  # the context's positions need sorted ids
     return ids[order], member[order]
@@ -1209,7 +1209,7 @@ def choose_augmentations(bundle: DatasetBundle, num_queries: int | None) -> tupl
         num_queries = 2 if len(augs_all) > 1 else 1
     num_queries = v.integer("num_queries", num_queries, minimum=1)
     if num_queries > len(augs_all):
-        raise ValueError(f"num_queries must be <= {len(augs_all)} for dataset {bundle.name!r} (augmentations: {', '.join(augs_all)}), got {num_queries}")
+        raise v.invalid("num_queries", f"num_queries must be <= {len(augs_all)} for dataset {bundle.name!r} (augmentations: {', '.join(augs_all)}), got {num_queries}")
     return augs_all[:num_queries]
 
 
@@ -1282,9 +1282,9 @@ def run_membership_attacks(
     seed = v.integer("seed", seed, minimum=0)
     num_population = v.integer("num_population", num_population, minimum=1)
     if not isinstance(record, TrainedModel):
-        raise TypeError(f"record must be a TrainedModel, got {type(record).__name__}")
+        raise v.invalid_type("record", f"record must be a TrainedModel, got {type(record).__name__}")
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        raise v.invalid_type("model", f"model must be a torch.nn.Module, got {type(model).__name__}")
     chosen = default_configs(names, configs=configs, num_shadows=num_shadows)
     ids, member = check_query(record, bundle, sample_ids, is_member)
     augs = choose_augmentations(bundle, num_queries)
@@ -1327,7 +1327,7 @@ def default_configs(names: Sequence[str], *, configs: Mapping[str, Any] | None =
     configs = dict(configs or {})
     unknown = set(configs) - set(names)
     if unknown:
-        raise ValueError(f"configs names attack(s) not run: {sorted(unknown)}")
+        raise v.invalid("configs", f"configs names attack(s) not run: {sorted(unknown)}")
     out = {}
     for name in names:
         spec = MEMBERSHIP_ATTACKS[name]

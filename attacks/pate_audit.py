@@ -84,7 +84,7 @@ def _parameters(config: _Config) -> tuple[str, dict[str, float]]:
     """(aggregator name, its noise parameters) from an aggregator config's ``to_dict()``."""
     to_dict = getattr(config, "to_dict", None)
     if not callable(to_dict):
-        raise TypeError(f"config must be an aggregator config (LNMaxConfig, GNMaxConfig or ConfidentGNMaxConfig), got {type(config).__name__}")
+        raise v.invalid_type("config", f"config must be an aggregator config (LNMaxConfig, GNMaxConfig or ConfidentGNMaxConfig), got {type(config).__name__}")
     data = dict(to_dict())
     name = v.choice("aggregator", data.get("aggregator"), AGGREGATOR_NAMES)
     params = {k: float(data[k]) for k in _PARAMETERS[name]}
@@ -153,19 +153,21 @@ def neighbouring_votes(aggregator: str, *, num_teachers: int, num_classes: int, 
             why = f"{n} teachers in two classes cannot tie: D' = ({c + rest}, {c}), D = D' with one teacher moved from class 1 to class 0"
     else:
         if threshold is None:
-            raise ValueError("threshold must be given for confident-gnmax")
+            raise v.invalid("threshold", "threshold must be given for confident-gnmax")
         t_real = v.positive("threshold", threshold)
         if t_real > n:
-            raise ValueError(f"threshold must be <= num_teachers ({n}) so the largest count can sit at T, got {threshold!r}")
+            raise v.invalid("threshold", f"threshold must be <= num_teachers ({n}) so the largest count can sit at T, got {threshold!r}")
         t = math.ceil(t_real)
         if t < 2:
-            raise ValueError(f"threshold must be > 1 so that D' (largest count T - 1) keeps a vote on its top class, got {threshold!r}")
+            raise v.invalid("threshold", f"threshold must be > 1 so that D' (largest count T - 1) keeps a vote on its top class, got {threshold!r}")
         if n >= 2 * t - 2:
             rest = n - (2 * t - 2)
             spare = k - 2
             # The other classes must stay below t − 1 so that D's maximum is t and D''s is t − 1.
             if rest and (spare == 0 or -(-rest // spare) > t - 2):
-                raise ValueError(f"threshold={threshold!r} is too low for num_teachers={n} in num_classes={k}: the largest count cannot sit at T (raise the threshold or the number of classes)")
+                raise v.invalid(
+                    "threshold", f"threshold={threshold!r} is too low for num_teachers={n} in num_classes={k}: the largest count cannot sit at T (raise the threshold or the number of classes)"
+                )
             d[0], d[1] = t, t - 2
             if rest:
                 d[2:] = rest // spare
@@ -247,10 +249,10 @@ def answer_counts(aggregate_fn: AggregateFn, config: Any, votes: np.ndarray, *, 
         out = aggregate_fn(np.broadcast_to(row, (rows, k)), config, seed=derive_seed(seed, "pate-audit", chunk))
         labels, answered = np.asarray(out.labels), np.asarray(out.answered, dtype=bool)
         if labels.shape != (rows,) or answered.shape != (rows,):
-            raise ValueError(f"aggregate_fn must answer every row: expected {rows} labels, got shape {labels.shape}")
+            raise v.invalid("aggregate_fn", f"aggregate_fn must answer every row: expected {rows} labels, got shape {labels.shape}")
         outcome = np.where(answered, labels, k)
         if outcome.size and (outcome.min() < 0 or outcome.max() > k):
-            raise ValueError(f"aggregate_fn returned a label outside [0, {k}) for an answered query")
+            raise v.invalid("aggregate_fn", f"aggregate_fn returned a label outside [0, {k}) for an answered query")
         counts += np.bincount(outcome, minlength=k + 1)
         done += rows
         chunk += 1
@@ -312,7 +314,7 @@ def pate_audit(
     k = pair.votes.shape[0]
     outcomes = list(range(k)) + ([k] if name == "confident-gnmax" else [])
     if name != "confident-gnmax" and (on_d[k] or on_neighbour[k]):
-        raise ValueError(f"aggregate_fn left queries unanswered, which {name} never does")
+        raise v.invalid("aggregate_fn", f"aggregate_fn left queries unanswered, which {name} never does")
     # Each outcome in both directions; the set is fixed before looking at the counts.
     num_tests = 2 * len(outcomes)
     best = (0.0, "none", 0, 0)

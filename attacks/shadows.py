@@ -142,13 +142,13 @@ class ShadowSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "train_ids", sorted_id_set("train_ids", self.train_ids))
         if self.train_ids.size == 0:
-            raise ValueError("train_ids must not be empty")
+            raise v.invalid("train_ids", "train_ids must not be empty")
         object.__setattr__(self, "seed", v.integer("seed", self.seed, minimum=0))
         object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
         object.__setattr__(self, "model_options", _freeze(self.model_options))
         object.__setattr__(self, "recipe", _freeze(self.recipe))
         if not isinstance(self.training, ShadowTraining):
-            raise TypeError(f"training must be a ShadowTraining, got {type(self.training).__name__}")
+            raise v.invalid_type("training", f"training must be a ShadowTraining, got {type(self.training).__name__}")
 
     @property
     def ids_digest(self) -> str:
@@ -233,7 +233,7 @@ def plan_shadows(
     kind = v.choice("kind", kind, POOL_KINDS)
     pool = sorted_id_set("pool_ids", pool_ids)
     if pool.size < 2:
-        raise ValueError(f"pool_ids must hold at least 2 ids to draw shadow training sets from, got {pool.size}")
+        raise v.invalid("pool_ids", f"pool_ids must hold at least 2 ids to draw shadow training sets from, got {pool.size}")
     default = max(len(template.membership.members), 1)
     m = v.integer("train_size", train_size if train_size is not None else default, minimum=1)
     m = min(m, pool.size // 2)
@@ -264,7 +264,7 @@ def _build(spec: ShadowSpec) -> nn.Module:
         fn = resolve_callable(spec.model_name.removeprefix("external:"), argument="model_name")
         model = fn()
         if not isinstance(model, nn.Module):
-            raise ValueError(f"model builder {spec.model_name!r} must return a torch.nn.Module, got {type(model).__name__}")
+            raise v.invalid("model_fn", f"model builder {spec.model_name!r} must return a torch.nn.Module, got {type(model).__name__}")
         return model
     return build_model(spec.model_name, input_shape=spec.input_shape, num_classes=spec.num_classes, **dict(spec.model_options))
 
@@ -393,7 +393,7 @@ def ensure_shadows(
     by_id: dict[str, ShadowSpec] = {}
     for s in specs:
         if not isinstance(s, ShadowSpec):
-            raise TypeError(f"specs must hold ShadowSpec values, got {type(s).__name__}")
+            raise v.invalid_type("specs", f"specs must hold ShadowSpec values, got {type(s).__name__}")
         by_id[s.shadow_id] = s
     root_text = os.fspath(data_root) if data_root is not None else None
     jobs = [

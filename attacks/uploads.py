@@ -41,6 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dpaudit import _validate as v
+
 __all__ = [
     "RECOGNISABLE_SSIM",
     "FirstLayerUpdate",
@@ -114,7 +116,7 @@ def _first_layer_and_standardization(model: nn.Module) -> tuple[tuple[str, nn.Mo
             mean, std = module.mean, module.std
         if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)):
             return (name, module), (mean, std)
-    raise ValueError(f"model has no nn.Linear or convolution layer to reconstruct from: {type(model).__name__}")
+    raise v.invalid("model", f"model has no nn.Linear or convolution layer to reconstruct from: {type(model).__name__}")
 
 
 def first_layer_update(model: nn.Module, indices: Any, values: Any) -> FirstLayerUpdate:
@@ -136,27 +138,28 @@ def first_layer_update(model: nn.Module, indices: Any, values: Any) -> FirstLaye
     """
     (name, layer), (input_mean, input_std) = _first_layer_and_standardization(model)
     if not isinstance(layer, nn.Linear):
-        raise ValueError(
+        raise v.invalid(
+            "model",
             f"model: reconstruction from uploads needs a fully-connected first layer, but the first layer {name!r} is {layer!r}; "
-            "a convolution's update mixes every patch of the input and is not a copy of it"
+            "a convolution's update mixes every patch of the input and is not a copy of it",
         )
     idx = torch.as_tensor(indices)
     val = torch.as_tensor(values)
     if idx.ndim != 1 or idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
-        raise ValueError(f"indices must be a 1-D integer array, got dtype {idx.dtype} and shape {tuple(idx.shape)}")
+        raise v.invalid("indices", f"indices must be a 1-D integer array, got dtype {idx.dtype} and shape {tuple(idx.shape)}")
     if val.ndim != 1 or val.shape != idx.shape:
-        raise ValueError(f"values must be a 1-D array as long as indices ({idx.numel()}), got shape {tuple(val.shape)}")
+        raise v.invalid("values", f"values must be a 1-D array as long as indices ({idx.numel()}), got shape {tuple(val.shape)}")
     if not val.dtype.is_floating_point:
         val = val.to(torch.float64)
     if not bool(torch.isfinite(val).all()):
-        raise ValueError("values must be finite, got NaN or infinity")
+        raise v.invalid("values", "values must be finite, got NaN or infinity")
     idx = idx.to(torch.int64).cpu()
     val = val.detach().cpu()
     total = sum(p.numel() for p in model.parameters())
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= total):
-        raise ValueError(f"indices must lie in [0, {total}) (the model's parameter count), got range [{int(idx.min())}, {int(idx.max())}]")
+        raise v.invalid("indices", f"indices must lie in [0, {total}) (the model's parameter count), got range [{int(idx.min())}, {int(idx.max())}]")
     if torch.unique(idx).numel() != idx.numel():
-        raise ValueError("indices must be distinct: an upload names each parameter at most once")
+        raise v.invalid("indices", "indices must be distinct: an upload names each parameter at most once")
 
     offsets: dict[int, int] = {}
     start = 0
@@ -206,12 +209,13 @@ def _check_shape(input_shape: Sequence[int], in_features: int) -> tuple[int, ...
     try:
         shape = tuple(int(s) for s in input_shape)
     except (TypeError, ValueError):
-        raise ValueError(f"input_shape must be a tuple of positive ints, got {input_shape!r}") from None
+        raise v.invalid("input_shape", f"input_shape must be a tuple of positive ints, got {input_shape!r}") from None
     if not shape or any(s < 1 for s in shape):
-        raise ValueError(f"input_shape must be a tuple of positive ints, got {input_shape!r}")
+        raise v.invalid("input_shape", f"input_shape must be a tuple of positive ints, got {input_shape!r}")
     if math.prod(shape) != in_features:
-        raise ValueError(
-            f"input_shape {shape} has {math.prod(shape)} elements but the first layer takes {in_features} features; reconstruction reads inputs only when the first layer sees the raw flattened input"
+        raise v.invalid(
+            "input_shape",
+            f"input_shape {shape} has {math.prod(shape)} elements but the first layer takes {in_features} features; reconstruction reads inputs only when the first layer sees the raw flattened input",
         )
     return shape
 
@@ -367,7 +371,7 @@ def reconstruct_inputs(update: FirstLayerUpdate, *, input_shape: Sequence[int], 
         ValueError: ``max_images`` < 1, or ``input_shape`` does not match the first layer.
     """
     if isinstance(max_images, bool) or not isinstance(max_images, int) or max_images < 1:
-        raise ValueError(f"max_images must be a positive int, got {max_images!r}")
+        raise v.invalid("max_images", f"max_images must be a positive int, got {max_images!r}")
     return reconstruction_candidates(update, input_shape=input_shape).images[:max_images]
 
 
@@ -378,7 +382,7 @@ def reconstruct_inputs(update: FirstLayerUpdate, *, input_shape: Sequence[int], 
 def _as_batch(x: Any, name: str) -> tuple[torch.Tensor, bool]:
     t = torch.as_tensor(x)
     if not (t.dtype.is_floating_point or t.dtype in (torch.uint8, torch.int64, torch.int32)):
-        raise ValueError(f"{name} must be a real image array, got dtype {t.dtype}")
+        raise v.invalid(name, f"{name} must be a real image array, got dtype {t.dtype}")
     t = t.detach().to(torch.float64).cpu()
     if t.ndim == 2:
         t, single = t[None, None], True
@@ -387,14 +391,14 @@ def _as_batch(x: Any, name: str) -> tuple[torch.Tensor, bool]:
     elif t.ndim == 4:
         single = False
     else:
-        raise ValueError(f"{name} must have shape (H, W), (C, H, W) or (N, C, H, W), got {tuple(t.shape)}")
+        raise v.invalid(name, f"{name} must have shape (H, W), (C, H, W) or (N, C, H, W), got {tuple(t.shape)}")
     if t.numel() == 0:
-        raise ValueError(f"{name} must not be empty, got shape {tuple(t.shape)}")
+        raise v.invalid(name, f"{name} must not be empty, got shape {tuple(t.shape)}")
     if not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{name} must be finite")
+        raise v.invalid(name, f"{name} must be finite")
     lo, hi = float(t.min()), float(t.max())
     if lo < -1e-6 or hi > 1 + 1e-6:
-        raise ValueError(f"{name} must lie in [0, 1] (SSIM's data range is 1), got values in [{lo:.4g}, {hi:.4g}]")
+        raise v.invalid(name, f"{name} must lie in [0, 1] (SSIM's data range is 1), got values in [{lo:.4g}, {hi:.4g}]")
     return t, single
 
 
@@ -426,17 +430,17 @@ def ssim(a: Any, b: Any, *, window: int = 11, sigma: float = 1.5) -> torch.Tenso
             that differ; images smaller than 3×3; a bad ``window`` or ``sigma``.
     """
     if isinstance(window, bool) or not isinstance(window, int) or window < 3 or window % 2 == 0:
-        raise ValueError(f"window must be an odd int ≥ 3, got {window!r}")
+        raise v.invalid("window", f"window must be an odd int ≥ 3, got {window!r}")
     if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
-        raise ValueError(f"sigma must be a positive number, got {sigma!r}")
+        raise v.invalid("sigma", f"sigma must be a positive number, got {sigma!r}")
     ta, single = _as_batch(a, "a")
     tb, _ = _as_batch(b, "b")
     if ta.shape != tb.shape:
-        raise ValueError(f"b must have the shape of a {tuple(torch.as_tensor(a).shape)}, got {tuple(torch.as_tensor(b).shape)}")
+        raise v.invalid("b", f"b must have the shape of a {tuple(torch.as_tensor(a).shape)}, got {tuple(torch.as_tensor(b).shape)}")
     n, c, h, w = ta.shape
     size = min(window, h if h % 2 else h - 1, w if w % 2 else w - 1)
     if size < 3:
-        raise ValueError(f"a: images must be at least 3×3 for SSIM, got {h}×{w}")
+        raise v.invalid("a", f"a: images must be at least 3×3 for SSIM, got {h}×{w}")
     kernel = _gaussian_window(size, float(sigma))[None, None]
     x = ta.reshape(n * c, 1, h, w)
     y = tb.reshape(n * c, 1, h, w)
@@ -469,11 +473,11 @@ def match_reconstructions(recons: Any, private_images: Any, *, chunk: int = 4096
     r = torch.as_tensor(recons).detach().to(torch.float64).cpu()
     p = torch.as_tensor(private_images).detach().to(torch.float64).cpu()
     if r.ndim not in (3, 4):
-        raise ValueError(f"recons must have shape (k, H, W) or (k, C, H, W), got {tuple(r.shape)}")
+        raise v.invalid("recons", f"recons must have shape (k, H, W) or (k, C, H, W), got {tuple(r.shape)}")
     if p.ndim != r.ndim or p.shape[1:] != r.shape[1:]:
-        raise ValueError(f"private_images must have shape (n, {', '.join(map(str, r.shape[1:]))}) like recons, got {tuple(p.shape)}")
+        raise v.invalid("private_images", f"private_images must have shape (n, {', '.join(map(str, r.shape[1:]))}) like recons, got {tuple(p.shape)}")
     if p.shape[0] == 0:
-        raise ValueError("private_images must hold at least one image, got 0")
+        raise v.invalid("private_images", "private_images must hold at least one image, got 0")
     if r.shape[0] == 0:
         return np.zeros(0), np.zeros(0, dtype=np.int64)
     if r.ndim == 3:
@@ -520,9 +524,9 @@ def upload_membership_scores(update: FirstLayerUpdate, candidates: Any, *, chunk
     """
     x = torch.as_tensor(candidates).detach().to(torch.float64).cpu()
     if x.ndim < 2 or math.prod(x.shape[1:]) != update.in_features:
-        raise ValueError(f"candidates must have shape (n, *input_shape) with {update.in_features} features per input, got {tuple(x.shape)}")
+        raise v.invalid("candidates", f"candidates must have shape (n, *input_shape) with {update.in_features} features per input, got {tuple(x.shape)}")
     if not bool(torch.isfinite(x).all()):
-        raise ValueError("candidates must be finite")
+        raise v.invalid("candidates", "candidates must be finite")
     x = x.reshape(x.shape[0], -1)
     w = update.weight_delta.to(torch.float64)
     m = update.weight_mask.to(torch.float64)
@@ -632,18 +636,18 @@ def upload_reconstruction_attack(
             another length than ``private_images``.
     """
     if not (isinstance(threshold, (int, float)) and 0 < threshold <= 1):
-        raise ValueError(f"threshold must lie in (0, 1], got {threshold!r}")
+        raise v.invalid("threshold", f"threshold must lie in (0, 1], got {threshold!r}")
     update = first_layer_update(model, indices, values)
     cands = reconstruction_candidates(update, input_shape=input_shape)
     k = min(int(max_images), cands.images.shape[0]) if isinstance(max_images, int) and max_images >= 1 else -1
     if k < 0:
-        raise ValueError(f"max_images must be a positive int, got {max_images!r}")
+        raise v.invalid("max_images", f"max_images must be a positive int, got {max_images!r}")
     recons = cands.images[:k]
     priv = torch.as_tensor(private_images).detach().to(torch.float32).cpu()
     best, where = match_reconstructions(recons, priv)
     ids = np.arange(priv.shape[0], dtype=np.int64) if private_ids is None else np.asarray(private_ids, dtype=np.int64)
     if ids.shape != (priv.shape[0],):
-        raise ValueError(f"private_ids must have one id per private image ({priv.shape[0]}), got shape {ids.shape}")
+        raise v.invalid("private_ids", f"private_ids must have one id per private image ({priv.shape[0]}), got shape {ids.shape}")
     return UploadReconstruction(
         reconstructions=recons.numpy().astype(np.float32),
         confidence=cands.confidence[:k],

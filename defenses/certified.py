@@ -171,20 +171,20 @@ class RobustnessConfig:
         v.choice("attack_norm", self.attack_norm, ATTACK_NORMS)
         frac = v.real("noise_ramp_fraction", self.noise_ramp_fraction)
         if not 0.0 <= frac <= 1.0:
-            raise ValueError(f"noise_ramp_fraction must lie in [0, 1], got {self.noise_ramp_fraction!r}")
+            raise v.invalid("noise_ramp_fraction", f"noise_ramp_fraction must lie in [0, 1], got {self.noise_ramp_fraction!r}")
         if not isinstance(self.redistribute, bool):
-            raise TypeError(f"redistribute must be a bool, got {self.redistribute!r}")
+            raise v.invalid_type("redistribute", f"redistribute must be a bool, got {self.redistribute!r}")
         v.non_negative("inflation", self.inflation)
         v.positive("redistribution_exponent", self.redistribution_exponent)
         v.integer("redistribution_pretrain_epochs", self.redistribution_pretrain_epochs, minimum=1)
         v.integer("redistribution_examples", self.redistribution_examples, minimum=1)
         v.choice("sensitivity_control", self.sensitivity_control, SENSITIVITY_CONTROLS)
         if max_epsilon is not None and eps > max_epsilon:
-            raise ValueError(f"robustness_epsilon must be <= {max_epsilon:g} for the {mechanism} calibration, got {self.robustness_epsilon!r}")
+            raise v.invalid("robustness_epsilon", f"robustness_epsilon must be <= {max_epsilon:g} for the {mechanism} calibration, got {self.robustness_epsilon!r}")
         try:
             calibrate_gaussian(epsilon=eps, delta=self.robustness_delta, method=mechanism)
         except ValueError as exc:  # e.g. δ_r > 0.484 for the extended mechanism; name the field the user set
-            raise ValueError(f"robustness_delta={self.robustness_delta!r} / robustness_epsilon={eps!r} invalid for the {mechanism} calibration: {exc}") from None
+            raise v.invalid("robustness_delta", f"robustness_delta={self.robustness_delta!r} / robustness_epsilon={eps!r} invalid for the {mechanism} calibration: {exc}") from None
 
     def noise_per_sensitivity(self, mechanism: str) -> float:
         """σ/Δ = c(ε_r, δ_r)·L: the base noise std for a first layer of sensitivity 1."""
@@ -226,7 +226,7 @@ _AUTHORS_POSITIONS = 16 * 16
 
 def _flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {value!r}")
+        raise v.invalid_type(name, f"{name} must be a bool, got {value!r}")
     return value
 
 
@@ -298,7 +298,7 @@ class AuthorsCodeOptions:
                 _flag(name, getattr(self, name))
         for name in ("authors_noise_scale_r", "authors_redistribution_total"):
             if getattr(self, name) and not getattr(self, "redistribute", False):
-                raise ValueError(f"{name}=True needs redistribute=True (it acts on the redistribution vector r), got redistribute={getattr(self, 'redistribute', None)!r}")
+                raise v.invalid(name, f"{name}=True needs redistribute=True (it acts on the redistribution vector r), got redistribute={getattr(self, 'redistribute', None)!r}")
 
 
 def authors_quirks(config: Any) -> tuple[str, ...]:
@@ -386,7 +386,7 @@ class SecureSGDConfig(DPSGDConfig, RobustnessConfig, AuthorsCodeOptions):
         self._check_robustness(*CERTIFIED_MECHANISMS["secure-sgd"])
         self._check_authors_options()
         if self.authors_batch_clipping and self.pca_components is not None:
-            raise ValueError(f"authors_batch_clipping=True does not support DP-PCA, got pca_components={self.pca_components!r}")
+            raise v.invalid("authors_batch_clipping", f"authors_batch_clipping=True does not support DP-PCA, got pca_components={self.pca_components!r}")
 
 
 def certification_spec(defense: str, config: RobustnessConfig) -> CertificationSpec:
@@ -425,7 +425,7 @@ def compute_redistribution(
     """
     ids = np.asarray(ids, dtype=np.int64)
     if len(ids) == 0:
-        raise ValueError("the data for the redistribution vector is empty; use --member-fraction < 1 or redistribute=False")
+        raise v.invalid("member_fraction", "the data for the redistribution vector is empty; use --member-fraction < 1 or redistribute=False")
     empty = np.zeros(0, dtype=np.int64)
     pre_splits = Splits(dataset=bundle.name, seed=seed, members=np.sort(ids), non_members=empty, population=empty, test=np.asarray(bundle.test.ids, dtype=np.int64))
     _, pre = train_nonprivate(
@@ -459,7 +459,7 @@ def compute_redistribution(
 def _authors_total(output_shape: tuple[int, ...]) -> float:
     """Σ r of the authors' MNIST script: 16·16 positions per channel (certified.md §2 (e))."""
     if len(output_shape) < 2:
-        raise ValueError(f"authors_redistribution_total=True needs a first layer with channels and positions (a convolution), got output shape {output_shape!r}")
+        raise v.invalid("model", f"authors_redistribution_total=True needs a first layer with channels and positions (a convolution), got output shape {output_shape!r}")
     return float(_AUTHORS_POSITIONS * output_shape[0])
 
 
@@ -510,7 +510,7 @@ class _NoiseSchedule:
     def prepare(self, model: nn.Module) -> None:
         noise = find_noise_layer(model)
         if noise is None:
-            raise ValueError("certified defenses need a model built with noise_layer=True")
+            raise v.invalid("model", "certified defenses need a model built with noise_layer=True")
         if self.squared:
             assert self.redistribution is not None
             installed = self.redistribution.double() ** 2
@@ -612,7 +612,7 @@ def _train_certified(
     model_options = dict(model_options or {})
     given = model_options.pop("noise_layer", True)
     if given is not True:
-        raise ValueError(f"--defense {defense} needs the noise layer; got model_options noise_layer={given!r}")
+        raise v.invalid("--defense", f"--defense {defense} needs the noise layer; got model_options noise_layer={given!r}")
     mechanism, _ = CERTIFIED_MECHANISMS[defense]
     sigma = config.noise_per_sensitivity(mechanism)
     r = None
@@ -710,7 +710,7 @@ def _make_nonprivate_trainer(defense: str, config_type: type) -> Callable[..., t
     ) -> tuple[TrainedModel, nn.Module]:
         config = config_type() if config is None else config
         if not isinstance(config, config_type):
-            raise TypeError(f"config must be a {config_type.__name__}, got {type(config).__name__}")
+            raise v.invalid_type("config", f"config must be a {config_type.__name__}, got {type(config).__name__}")
         return _train_certified(
             defense,
             bundle=bundle,
@@ -913,7 +913,7 @@ def train_secure_sgd(
         config: a :class:`SecureSGDConfig`.
     """
     if not isinstance(config, SecureSGDConfig):
-        raise TypeError(f"config must be a SecureSGDConfig, got {type(config).__name__}")
+        raise v.invalid_type("config", f"config must be a SecureSGDConfig, got {type(config).__name__}")
     plan = plan_dpsgd(config, num_members=len(splits.members))
     public = splits.population if len(splits.population) else splits.non_members
     return _train_certified(

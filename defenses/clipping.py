@@ -147,15 +147,16 @@ class GradientClipper:
         loss_fn: LossFn = per_example_loss,
     ) -> None:
         if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+            raise v.invalid_type("model", f"model must be a torch.nn.Module, got {type(model).__name__}")
         self.model = model
         self.clip_norm = v.positive("clip_norm", clip_norm)
         self.method = "hooks" if v.choice("method", method, CLIPPING_METHODS) == "auto" else method
         self.loss_fn = loss_fn
         mixing = [n for n, m in model.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
         if mixing:
-            raise ValueError(
-                f"model contains BatchNorm ({', '.join(mixing)}), which mixes the examples of a batch: per-example gradients and their clipping are then undefined; use GroupNorm / LayerNorm instead"
+            raise v.invalid(
+                "model",
+                f"model contains BatchNorm ({', '.join(mixing)}), which mixes the examples of a batch: per-example gradients and their clipping are then undefined; use GroupNorm / LayerNorm instead",
             )
         self.layers: list[_Layer] = []
         for name, module in model.named_modules():
@@ -170,14 +171,14 @@ class GradientClipper:
                 kind = "generic"
             self.layers.append(_Layer(name, module, kind, params))
         if not self.layers:
-            raise ValueError("model has no trainable parameters to clip")
+            raise v.invalid("model", "model has no trainable parameters to clip")
         if layer_clip_norms is not None:
             norms = tuple(v.positive("layer_clip_norms", c) for c in layer_clip_norms)
             if len(norms) != len(self.layers):
-                raise ValueError(f"layer_clip_norms must have one entry per layer ({len(self.layers)}: {self.layer_names}), got {len(norms)}")
+                raise v.invalid("layer_clip_norms", f"layer_clip_norms must have one entry per layer ({len(self.layers)}: {self.layer_names}), got {len(norms)}")
             total = math.sqrt(sum(c * c for c in norms))
             if not math.isclose(total, self.clip_norm, rel_tol=1e-6):
-                raise ValueError(f"clip_norm must equal sqrt(sum(layer_clip_norms**2)) = {total:g}, got {clip_norm!r}")
+                raise v.invalid("clip_norm", f"clip_norm must equal sqrt(sum(layer_clip_norms**2)) = {total:g}, got {clip_norm!r}")
             self.layer_clip_norms: tuple[float, ...] | None = norms
         elif per_layer:
             self.layer_clip_norms = (self.clip_norm / math.sqrt(len(self.layers)),) * len(self.layers)
@@ -219,7 +220,7 @@ class GradientClipper:
             A :class:`ClippedSum`; an empty batch gives zero gradients.
         """
         if inputs.shape[0] != targets.shape[0]:
-            raise ValueError(f"inputs and targets must have the same batch size, got {inputs.shape[0]} and {targets.shape[0]}")
+            raise v.invalid("inputs", f"inputs and targets must have the same batch size, got {inputs.shape[0]} and {targets.shape[0]}")
         if inputs.shape[0] == 0:
             zeros = {n: torch.zeros_like(p) for n, p in self.parameters().items()}
             return ClippedSum(grads=zeros, norms=torch.zeros(0, device=inputs.device), loss_sum=0.0, batch_size=0)
@@ -259,7 +260,7 @@ class GradientClipper:
             if not self._capturing:
                 return
             if not isinstance(output, torch.Tensor):
-                raise TypeError(f"layer {layer.name!r} returns {type(output).__name__}; use method='vmap' for such models")
+                raise v.invalid_type("model", f"layer {layer.name!r} returns {type(output).__name__}; use method='vmap' for such models")
             layer.inputs.append(tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
             layer.outputs.append(output)
             layer.versions.append(output._version)

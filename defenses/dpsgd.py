@@ -168,7 +168,7 @@ class DPSGDConfig:
         _optional("noise_multiplier", self.noise_multiplier, v.positive)
         v.positive("clip_norm", self.clip_norm)
         if self.lot_size is not None and self.sampling_rate is not None:
-            raise ValueError(f"give lot_size or sampling_rate, not both; got lot_size={self.lot_size!r}, sampling_rate={self.sampling_rate!r}")
+            raise v.invalid("lot_size", f"give lot_size or sampling_rate, not both; got lot_size={self.lot_size!r}, sampling_rate={self.sampling_rate!r}")
         _optional("lot_size", self.lot_size, lambda n, x: v.integer(n, x, minimum=1))
         _optional("sampling_rate", self.sampling_rate, v.half_open_unit)
         _optional("expected_lot_size", self.expected_lot_size, v.positive)
@@ -177,7 +177,7 @@ class DPSGDConfig:
         v.choice("accountant", self.accountant, ACCOUNTANTS)
         _optional("epochs", self.epochs, v.positive)
         if self.target_epsilon is None and self.noise_multiplier is None:
-            raise ValueError("noise_multiplier must be given unless target_epsilon is set (then it is calibrated), got None")
+            raise v.invalid("noise_multiplier", "noise_multiplier must be given unless target_epsilon is set (then it is calibrated), got None")
         if self.epochs is None and (self.target_epsilon is None or self.noise_multiplier is None):
             # Only budget mode (target ε with a fixed σ) runs without an epoch count.
             object.__setattr__(self, "epochs", DEFAULT_EPOCHS)
@@ -185,15 +185,15 @@ class DPSGDConfig:
         _optional("final_learning_rate", self.final_learning_rate, v.positive)
         v.positive("lr_decay_epochs", self.lr_decay_epochs)
         if not 0 <= v.real("momentum", self.momentum) < 1:
-            raise ValueError(f"momentum must lie in [0, 1), got {self.momentum!r}")
+            raise v.invalid("momentum", f"momentum must lie in [0, 1), got {self.momentum!r}")
         v.non_negative("weight_decay", self.weight_decay)
         if not isinstance(self.per_layer, bool):
-            raise TypeError(f"per_layer must be a bool, got {self.per_layer!r}")
+            raise v.invalid_type("per_layer", f"per_layer must be a bool, got {self.per_layer!r}")
         v.choice("sampling", self.sampling, SAMPLING_MODES)
         _optional("pca_components", self.pca_components, lambda n, x: v.integer(n, x, minimum=1))
         _optional("pca_noise", self.pca_noise, v.positive)
         if (self.pca_components is None) != (self.pca_noise is None):
-            raise ValueError(f"pca_components and pca_noise go together (DP-PCA needs both), got pca_components={self.pca_components!r}, pca_noise={self.pca_noise!r}")
+            raise v.invalid("pca_components", f"pca_components and pca_noise go together (DP-PCA needs both), got pca_components={self.pca_components!r}, pca_noise={self.pca_noise!r}")
         v.half_open_unit("pca_sampling_rate", self.pca_sampling_rate)
         v.choice("clipping_method", self.clipping_method, CLIPPING_METHODS)
         v.integer("physical_batch_size", self.physical_batch_size, minimum=1)
@@ -206,7 +206,7 @@ class DPSGDConfig:
         if self.lot_size is None:
             return DEFAULT_SAMPLING_RATE
         if self.lot_size > n:  # type: ignore[operator]
-            raise ValueError(f"lot_size must be <= the number of members ({n}), got {self.lot_size!r}")
+            raise v.invalid("lot_size", f"lot_size must be <= the number of members ({n}), got {self.lot_size!r}")
         return self.lot_size / n  # type: ignore[operator]
 
 
@@ -266,10 +266,10 @@ def _max_steps_composed(config: DPSGDConfig, q: float, sigma: float, cap: int) -
 
     pca = pca_claim(config)
     if pca is not None and pca.epsilon(delta=config.delta, accountant=config.accountant) >= target:
-        raise ValueError(f"target_epsilon={target!r} is already exceeded by DP-PCA alone (pca_noise={config.pca_noise!r})")
+        raise v.invalid("target_epsilon", f"target_epsilon={target!r} is already exceeded by DP-PCA alone (pca_noise={config.pca_noise!r})")
     steps = largest_num_steps(eps, target=target, max_steps=cap)
     if steps == 0:
-        raise ValueError(f"target_epsilon={target!r} is exceeded by a single step at noise_multiplier={sigma!r}, sampling_rate={q!r}")
+        raise v.invalid("target_epsilon", f"target_epsilon={target!r} is exceeded by a single step at noise_multiplier={sigma!r}, sampling_rate={q!r}")
     return steps
 
 
@@ -282,10 +282,10 @@ def _calibrate_sigma_composed(config: DPSGDConfig, q: float, steps: int) -> floa
 
     pca = pca_claim(config)
     if pca is not None and pca.epsilon(delta=config.delta, accountant=config.accountant) >= target:
-        raise ValueError(f"target_epsilon={target!r} is already used up by DP-PCA alone (pca_noise={config.pca_noise!r})")
+        raise v.invalid("target_epsilon", f"target_epsilon={target!r} is already used up by DP-PCA alone (pca_noise={config.pca_noise!r})")
     sigma = smallest_noise_multiplier(eps, target=target, tolerance=1e-3, max_sigma=1e5)
     if math.isinf(sigma):
-        raise ValueError(f"target_epsilon={target!r} is unreachable with any noise_multiplier")
+        raise v.invalid("target_epsilon", f"target_epsilon={target!r} is unreachable with any noise_multiplier")
     return sigma
 
 
@@ -348,7 +348,7 @@ def poisson_lot(num_members: int, sampling_rate: float, *, generator: torch.Gene
 def _find_projection(model: nn.Module) -> Projection:
     found = [m for m in model.modules() if isinstance(m, Projection)]
     if len(found) != 1:
-        raise ValueError(f"DP-PCA needs a model with exactly one Projection layer (e.g. abadi-mnist with pca_components), found {len(found)}")
+        raise v.invalid("model", f"DP-PCA needs a model with exactly one Projection layer (e.g. abadi-mnist with pca_components), found {len(found)}")
     return found[0]
 
 
@@ -373,7 +373,7 @@ def dp_pca(features: torch.Tensor, *, num_components: int, noise: float, samplin
     x = features.reshape(features.shape[0], -1).to(torch.float64)
     d = x.shape[1]
     if k > d:
-        raise ValueError(f"num_components must be <= the input dimension {d}, got {k}")
+        raise v.invalid("num_components", f"num_components must be <= the input dimension {d}, got {k}")
     if q < 1.0:
         keep = torch.rand(x.shape[0], generator=generator) < q
         x = x[keep.to(x.device)]
@@ -444,7 +444,7 @@ def _canary_dict(value: dict[str, torch.Tensor] | torch.Tensor, params: dict[str
     if isinstance(value, torch.Tensor):
         total = sum(p.numel() for p in params.values())
         if value.numel() != total:
-            raise ValueError(f"canary_gradient returned a flat tensor of {value.numel()} entries; the model has {total} parameters")
+            raise v.invalid("canary_gradient", f"canary_gradient returned a flat tensor of {value.numel()} entries; the model has {total} parameters")
         out, k = {}, 0
         for n, p in params.items():
             out[n] = value.reshape(-1)[k : k + p.numel()].reshape(p.shape).to(p.device, p.dtype)
@@ -453,9 +453,9 @@ def _canary_dict(value: dict[str, torch.Tensor] | torch.Tensor, params: dict[str
     if isinstance(value, dict):
         unknown = set(value) - set(params)
         if unknown:
-            raise ValueError(f"canary_gradient names unknown parameters {sorted(unknown)!r}")
+            raise v.invalid("canary_gradient", f"canary_gradient names unknown parameters {sorted(unknown)!r}")
         return {n: value[n].to(p.device, p.dtype).reshape(p.shape) for n, p in params.items() if n in value}
-    raise TypeError(f"canary_gradient must return a dict of tensors, a flat tensor or None, got {type(value).__name__}")
+    raise v.invalid_type("canary_gradient", f"canary_gradient must return a dict of tensors, a flat tensor or None, got {type(value).__name__}")
 
 
 def load_initial_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
@@ -466,14 +466,14 @@ def load_initial_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> N
             mis-shaped entries, named).
     """
     if not isinstance(state, Mapping):
-        raise TypeError(f"initial_state must be a mapping of parameter names to tensors, got {type(state).__name__}")
+        raise v.invalid_type("initial_state", f"initial_state must be a mapping of parameter names to tensors, got {type(state).__name__}")
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
     shapes = sorted(f"{k}: {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in set(own) & set(state) if tuple(state[k].shape) != tuple(own[k].shape))
     if missing or unexpected or shapes:
         parts = [f"missing {missing}" if missing else "", f"unexpected {unexpected}" if unexpected else "", f"shapes differ ({'; '.join(shapes)})" if shapes else ""]
-        raise ValueError(f"initial_state does not fit the model: {', '.join(p for p in parts if p)}")
+        raise v.invalid("initial_state", f"initial_state does not fit the model: {', '.join(p for p in parts if p)}")
     model.load_state_dict({k: torch.as_tensor(t) for k, t in state.items()}, strict=True)
 
 
@@ -528,12 +528,12 @@ def train_dpsgd(
     """
     started = time.monotonic()
     if not isinstance(config, DPSGDConfig):
-        raise TypeError(f"config must be a DPSGDConfig, got {type(config).__name__}")
+        raise v.invalid_type("config", f"config must be a DPSGDConfig, got {type(config).__name__}")
     model_options = dict(model_options or {})
     if config.pca_components is not None:
         given = model_options.setdefault("pca_components", config.pca_components)
         if given != config.pca_components:
-            raise ValueError(f"model_options pca_components={given!r} disagrees with config.pca_components={config.pca_components!r}")
+            raise v.invalid("model_options", f"model_options pca_components={given!r} disagrees with config.pca_components={config.pca_components!r}")
     device = torch.device(device)
     members = bundle.all().subset(splits.members)
     n = len(members)

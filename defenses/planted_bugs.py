@@ -112,7 +112,7 @@ class PlantedDPSGD:
     def __post_init__(self) -> None:
         v.choice("bug", self.bug, PLANTED_BUGS)
         if not isinstance(self.config, PlantedConfig):
-            raise TypeError(f"config must be a PlantedConfig, got {type(self.config).__name__}")
+            raise v.invalid_type("config", f"config must be a PlantedConfig, got {type(self.config).__name__}")
 
     def claim(self) -> DPClaim:
         """The claim the variant makes: correct DP-SGD accounting for (q, σ, T)."""
@@ -144,7 +144,7 @@ class PlantedDPSGD:
         from torch.func import functional_call, grad, vmap
 
         if not isinstance(dataset, ArrayDataset):
-            raise TypeError(f"dataset must be an ArrayDataset, got {type(dataset).__name__}")
+            raise v.invalid_type("dataset", f"dataset must be an ArrayDataset, got {type(dataset).__name__}")
         cfg, bug = self.config, self.bug
         model = self.build_model(dataset, seed=seed)
         if initial_state is not None:

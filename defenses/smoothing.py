@@ -46,7 +46,7 @@ def check_sigma(name: str, value: Any) -> float:
     """Validates σ in (0, :data:`MAX_SMOOTHING_SIGMA`]; the message names ``name`` and the value."""
     sigma = v.positive(name, value)
     if sigma > MAX_SMOOTHING_SIGMA:
-        raise ValueError(f"{name} must be <= {MAX_SMOOTHING_SIGMA:g} (inputs lie in [0, 1]; the paper uses 0.25 to 1), got {v.short(value)}")
+        raise v.invalid(name, f"{name} must be <= {MAX_SMOOTHING_SIGMA:g} (inputs lie in [0, 1]; the paper uses 0.25 to 1), got {v.short(value)}")
     return sigma
 
 
@@ -69,7 +69,7 @@ class SmoothingConfig(NonPrivateConfig):
 def certification_spec(config: SmoothingConfig) -> SmoothingCertificationSpec:
     """What ``certify`` needs to certify a model trained with ``config`` (CERTIFY's defaults)."""
     if not isinstance(config, SmoothingConfig):
-        raise TypeError(f"config must be a SmoothingConfig, got {type(config).__name__}")
+        raise v.invalid_type("config", f"config must be a SmoothingConfig, got {type(config).__name__}")
     return SmoothingCertificationSpec(sigma=config.smoothing_sigma)
 
 
@@ -123,10 +123,10 @@ def train_smoothing(
     started = time.monotonic()
     config = SmoothingConfig() if config is None else config
     if not isinstance(config, SmoothingConfig):
-        raise TypeError(f"config must be a SmoothingConfig, got {type(config).__name__}")
+        raise v.invalid_type("config", f"config must be a SmoothingConfig, got {type(config).__name__}")
     model_options = dict(model_options or {})
     if model_options.get("noise_layer", False) is not False:
-        raise ValueError(f"--defense smoothing noises the input, not a layer; got model_options noise_layer={model_options['noise_layer']!r}")
+        raise v.invalid("--defense", f"--defense smoothing noises the input, not a layer; got model_options noise_layer={model_options['noise_layer']!r}")
     device = torch.device(device)
     # Its own seed stream: the augmentation noise neither shifts the batch order nor the init.
     augment = gaussian_augmentation(config.smoothing_sigma, generator=torch_generator(seed, "smoothing-augmentation", device=device))

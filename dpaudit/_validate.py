@@ -2,8 +2,11 @@
 
 Every public function checks its inputs through these helpers so that bad input always
 raises a ``ValueError`` or ``TypeError`` whose message names the argument and the value it
-got (DESIGN.md, "Style"). The CLI turns these errors into a one-line message and exit
-status 2.
+got (DESIGN.md, "Style"). The error is an :class:`InvalidArgument` (a ``ValueError``; its
+:class:`InvalidArgumentType` twin is also a ``TypeError``) that carries the argument's name, so
+the CLI can tell a user's bad input (exit status 2, one line naming the flag) from a bug inside
+the library (any other exception: exit status 1, "internal error"). A check written by hand
+raises through :func:`invalid` / :func:`invalid_type` for the same reason.
 """
 
 from __future__ import annotations
@@ -14,6 +17,39 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+
+
+class InvalidArgument(ValueError):
+    """Bad input: an argument (or a value read from a user's file) that a check refused.
+
+    Attributes:
+        argument: the parameter's name as the library spells it (``num_steps``), or a flag
+            (``--votes``), a grid key (``defenses[0].defense``), or the path of the user's
+            file a check refused (the CLI names the flag that led to it), where known;
+            the CLI reports it as the flag of the verb being run. ``None`` when unknown. A
+            subclass may name a default (``RunInUse`` is always about ``out``).
+    """
+
+    argument: str | None = None
+
+    def __init__(self, message: str = "", *, argument: str | None = None) -> None:
+        super().__init__(message)
+        if argument is not None:
+            self.argument = argument  # in __dict__, so it survives pickling (process pools)
+
+
+class InvalidArgumentType(InvalidArgument, TypeError):
+    """Bad input of the wrong type; also a ``TypeError``, which is what callers expect for it."""
+
+
+def invalid(name: str | None, message: str) -> InvalidArgument:
+    """The error to raise for a bad ``name``: ``raise v.invalid("lot_size", f"lot_size must ...")``."""
+    return InvalidArgument(message, argument=name)
+
+
+def invalid_type(name: str | None, message: str) -> InvalidArgumentType:
+    """The error to raise for an argument of the wrong type (a ``TypeError`` too)."""
+    return InvalidArgumentType(message, argument=name)
 
 
 def _fmt(value: Any) -> str:
@@ -29,10 +65,10 @@ def short(value: Any, limit: int = 80) -> str:
 def real(name: str, value: Any) -> float:
     """Returns ``value`` as a finite-or-infinite float, rejecting bools, strings and NaN."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {_fmt(value)}")
+        raise invalid_type(name, f"{name} must be a real number, got {_fmt(value)}")
     out = float(value)
     if math.isnan(out):
-        raise ValueError(f"{name} must not be NaN, got {_fmt(value)}")
+        raise invalid(name, f"{name} must not be NaN, got {_fmt(value)}")
     return out
 
 
@@ -40,7 +76,7 @@ def positive(name: str, value: Any, *, allow_inf: bool = False) -> float:
     """Validates ``value > 0`` (finite unless ``allow_inf``)."""
     out = real(name, value)
     if not out > 0 or (math.isinf(out) and not allow_inf):
-        raise ValueError(f"{name} must be {'> 0' if allow_inf else 'finite and > 0'}, got {_fmt(value)}")
+        raise invalid(name, f"{name} must be {'> 0' if allow_inf else 'finite and > 0'}, got {_fmt(value)}")
     return out
 
 
@@ -48,7 +84,7 @@ def non_negative(name: str, value: Any) -> float:
     """Validates a finite ``value >= 0``."""
     out = real(name, value)
     if not (out >= 0 and math.isfinite(out)):
-        raise ValueError(f"{name} must be finite and >= 0, got {_fmt(value)}")
+        raise invalid(name, f"{name} must be finite and >= 0, got {_fmt(value)}")
     return out
 
 
@@ -56,7 +92,7 @@ def open_unit(name: str, value: Any) -> float:
     """Validates ``0 < value < 1`` (a δ, a confidence, a failure probability)."""
     out = real(name, value)
     if not 0.0 < out < 1.0:
-        raise ValueError(f"{name} must lie in (0, 1), got {_fmt(value)}")
+        raise invalid(name, f"{name} must lie in (0, 1), got {_fmt(value)}")
     return out
 
 
@@ -64,7 +100,7 @@ def half_open_unit(name: str, value: Any) -> float:
     """Validates ``0 < value <= 1`` (a sampling rate)."""
     out = real(name, value)
     if not 0.0 < out <= 1.0:
-        raise ValueError(f"{name} must lie in (0, 1], got {_fmt(value)}")
+        raise invalid(name, f"{name} must lie in (0, 1], got {_fmt(value)}")
     return out
 
 
@@ -72,17 +108,17 @@ def unit_interval_open_right(name: str, value: Any) -> float:
     """A real in [0, 1) (e.g. momentum)."""
     x = real(name, value)
     if not 0.0 <= x < 1.0:
-        raise ValueError(f"{name} must lie in [0, 1), got {_fmt(value)}")
+        raise invalid(name, f"{name} must lie in [0, 1), got {_fmt(value)}")
     return x
 
 
 def integer(name: str, value: Any, *, minimum: int | None = None) -> int:
     """Validates an integer (bools rejected), optionally ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {_fmt(value)}")
+        raise invalid_type(name, f"{name} must be an integer, got {_fmt(value)}")
     out = int(value)
     if minimum is not None and out < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {_fmt(value)}")
+        raise invalid(name, f"{name} must be an integer >= {minimum}, got {_fmt(value)}")
     return out
 
 
@@ -90,7 +126,7 @@ def choice(name: str, value: Any, options: Iterable[str]) -> str:
     """Validates that ``value`` is one of ``options``."""
     opts = tuple(options)
     if value not in opts:
-        raise ValueError(f"{name} must be one of {', '.join(opts)}; got {_fmt(value)}")
+        raise invalid(name, f"{name} must be one of {', '.join(opts)}; got {_fmt(value)}")
     return value
 
 
@@ -99,10 +135,10 @@ def mapping_with(name: str, value: Any, keys: Iterable[str]) -> Any:
     from collections.abc import Mapping
 
     if not isinstance(value, Mapping):
-        raise TypeError(f"{name} must be a mapping, got {type(value).__name__}")
+        raise invalid_type(name, f"{name} must be a mapping, got {type(value).__name__}")
     missing = [k for k in keys if k not in value]
     if missing:
-        raise ValueError(f"{name} is missing keys {missing}")
+        raise invalid(name, f"{name} is missing keys {missing}")
     return value
 
 
@@ -111,14 +147,14 @@ def id_array(name: str, values: Any) -> np.ndarray:
     if hasattr(values, "detach") and hasattr(values, "numpy"):  # a torch tensor, without importing torch
         values = values.detach().cpu().numpy()
     if isinstance(values, (str, bytes)) or isinstance(values, numbers.Number):
-        raise TypeError(f"{name} must be a 1-D sequence of integer sample ids, got {values!r}")
+        raise invalid_type(name, f"{name} must be a 1-D sequence of integer sample ids, got {values!r}")
     arr = np.asarray(values)
     if arr.size == 0:
         return np.zeros(0, dtype=np.int64)
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+        raise invalid(name, f"{name} must be 1-D, got shape {arr.shape}")
     if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integer sample ids, got dtype {arr.dtype} ({preview(arr)})")
+        raise invalid_type(name, f"{name} must hold integer sample ids, got dtype {arr.dtype} ({preview(arr)})")
     return arr.astype(np.int64, copy=False)
 
 
@@ -136,12 +172,12 @@ def preview(arr: np.ndarray, k: int = 5) -> str:
 def sorted_id_set(name: str, values: Any) -> np.ndarray:
     """Validated, sorted, read-only int64 array of distinct non-negative sample ids."""
     if isinstance(values, (list, tuple)) and any(isinstance(x, bool) for x in values):
-        raise TypeError(f"{name} must hold integer sample ids, got a bool")
+        raise invalid_type(name, f"{name} must hold integer sample ids, got a bool")
     arr = id_array(name, values)
     if arr.size and arr.min() < 0:
-        raise ValueError(f"{name} must hold non-negative sample ids, got {int(arr.min())}")
+        raise invalid(name, f"{name} must hold non-negative sample ids, got {int(arr.min())}")
     if np.unique(arr).size != arr.size:
-        raise ValueError(f"{name} contains duplicate sample ids")
+        raise invalid(name, f"{name} contains duplicate sample ids")
     arr = np.sort(arr)
     arr.flags.writeable = False
     return arr

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dpaudit import _validate as v
 from dpaudit.import_graph import LocalModule, installed_distributions, installed_top_level, walk_imports
 
 __all__ = ["FileCallable", "CodeFingerprint", "resolve_callable", "callable_fingerprint", "code_fingerprint", "names_a_file", "callable_attribute"]
@@ -43,10 +44,10 @@ def callable_attribute(obj: Any, attr_path: str, *, label: str) -> Any:
     """
     for part in attr_path.split("."):
         if not hasattr(obj, part):
-            raise ValueError(f"{label}: no attribute {part!r}")
+            raise v.invalid(label, f"{label}: no attribute {part!r}")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise ValueError(f"{label}: {attr_path!r} is not callable")
+        raise v.invalid(label, f"{label}: {attr_path!r} is not callable")
     return obj
 
 
@@ -67,24 +68,24 @@ class FileCallable:
     def resolve(self) -> Callable[..., Any]:
         p = Path(self.path)
         if not p.is_file():
-            raise ValueError(f"{self.argument}: file {self.path!r} does not exist")
+            raise v.invalid(self.argument, f"{self.argument}: file {self.path!r} does not exist")
         # Keyed by path AND content: an edited file is a different module, never the cached old one.
         mod_name = "_dpaudit_user_" + hashlib.sha256(str(p.resolve()).encode() + p.read_bytes()).hexdigest()[:16]
         module = sys.modules.get(mod_name)
         if module is None:
             spec = importlib.util.spec_from_file_location(mod_name, p)
             if spec is None or spec.loader is None:
-                raise ValueError(f"{self.argument}: cannot load {self.path!r} as a Python module")
+                raise v.invalid(self.argument, f"{self.argument}: cannot load {self.path!r} as a Python module")
             module = importlib.util.module_from_spec(spec)
             sys.modules[mod_name] = module
             try:
                 spec.loader.exec_module(module)
             except SyntaxError as exc:
                 del sys.modules[mod_name]
-                raise ValueError(f"{self.argument}: {self.path!r} is not valid Python (line {exc.lineno}: {exc.msg})") from None
+                raise v.invalid(self.argument, f"{self.argument}: {self.path!r} is not valid Python (line {exc.lineno}: {exc.msg})") from None
             except ImportError as exc:
                 del sys.modules[mod_name]
-                raise ValueError(f"{self.argument}: {self.path!r} fails to import: {exc}") from None
+                raise v.invalid(self.argument, f"{self.argument}: {self.path!r} fails to import: {exc}") from None
         return callable_attribute(module, self.name, label=f"{self.argument}={self.path}:{self.name}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -99,10 +100,10 @@ class FileCallable:
 
 def _split(spec: Any, argument: str) -> tuple[str, str]:
     if not isinstance(spec, str) or ":" not in spec:
-        raise ValueError(f"{argument} must look like 'module:function' or 'path/to/file.py:function', got {spec!r}")
+        raise v.invalid(argument, f"{argument} must look like 'module:function' or 'path/to/file.py:function', got {spec!r}")
     target, _, name = spec.rpartition(":")
     if not target or not name:
-        raise ValueError(f"{argument} must look like 'module:function' or 'path/to/file.py:function', got {spec!r}")
+        raise v.invalid(argument, f"{argument} must look like 'module:function' or 'path/to/file.py:function', got {spec!r}")
     return target, name
 
 
@@ -124,7 +125,7 @@ def resolve_callable(spec: str, *, argument: str = "spec") -> Callable[..., Any]
     try:
         module = importlib.import_module(target)
     except ImportError as exc:
-        raise ValueError(f"{argument}={spec!r}: cannot import module {target!r} ({exc})") from None
+        raise v.invalid(argument, f"{argument}={spec!r}: cannot import module {target!r} ({exc})") from None
     return callable_attribute(module, name, label=f"{argument}={spec!r}")
 
 
@@ -203,14 +204,14 @@ def code_fingerprint(spec: str, *, argument: str = "spec") -> CodeFingerprint:
     try:
         path = _source_path(target)
     except ImportError as exc:
-        raise ValueError(f"{argument}={spec!r}: cannot import module {target!r} ({exc})") from None
+        raise v.invalid(argument, f"{argument}={spec!r}: cannot import module {target!r} ({exc})") from None
     if path is None:
         module = sys.modules.get(target)
         return CodeFingerprint(sha256=hashlib.sha256(f"{target}=={getattr(module, '__version__', '')}".encode()).hexdigest())
     try:
         source = Path(path).read_bytes()
     except OSError as exc:
-        raise ValueError(f"{argument}={spec!r}: cannot read {path!r} ({exc.strerror})") from None
+        raise v.invalid(argument, f"{argument}={spec!r}: cannot read {path!r} ({exc.strerror})") from None
     distributions = _imported_distributions(source)
     module_name = None if names_a_file(target) else target
     walk = None

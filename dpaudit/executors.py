@@ -78,11 +78,11 @@ class Job:
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
-            raise TypeError(f"key must be a non-empty string, got {self.key!r}")
+            raise v.invalid_type("key", f"key must be a non-empty string, got {self.key!r}")
         if not callable(self.fn):
-            raise TypeError(f"fn must be callable, got {self.fn!r}")
+            raise v.invalid_type("fn", f"fn must be callable, got {self.fn!r}")
         if not isinstance(self.kwargs, Mapping):
-            raise TypeError(f"kwargs must be a mapping, got {type(self.kwargs).__name__}")
+            raise v.invalid_type("kwargs", f"kwargs must be a mapping, got {type(self.kwargs).__name__}")
 
 
 def _limit_threads(num_threads: int) -> None:
@@ -230,9 +230,9 @@ def _check_jobs(jobs: Sequence[Job]) -> list[Job]:
     keys = set()
     for job in jobs:
         if not isinstance(job, Job):
-            raise TypeError(f"jobs must hold Job values, got {type(job).__name__}")
+            raise v.invalid_type("jobs", f"jobs must hold Job values, got {type(job).__name__}")
         if job.key in keys:
-            raise ValueError(f"jobs must have unique keys, got {job.key!r} twice")
+            raise v.invalid("jobs", f"jobs must have unique keys, got {job.key!r} twice")
         keys.add(job.key)
     return jobs
 
@@ -275,6 +275,34 @@ class SerialExecutor(Executor):
             torch.set_num_threads(before)
 
 
+#: The resource tracker's report of the named semaphores it unlinked for a killed owner.
+_TRACKER_REPORT = "ignore:resource_tracker:UserWarning:multiprocessing.resource_tracker"
+
+
+def _quiet_resource_tracker() -> None:
+    """Starts multiprocessing's resource tracker without its "leaked semaphore objects" warning.
+
+    Under ``spawn``/``forkserver`` a pool's queues hold named POSIX semaphores, which the owner
+    unlinks when it closes the pool; a SIGKILLed owner cannot, and the tracker then unlinks them
+    itself (its documented job: Python docs, multiprocessing, "Contexts and start methods") and
+    warns of "leaked" objects it has just cleaned up, a line the user can do nothing about.
+    ``fork`` would unlink them at creation, but is refused (torch's threads). The tracker is a
+    separate interpreter that reads ``PYTHONWARNINGS`` at start, so it is started here with that
+    one report filtered; nothing else changes, and a tracker already running is left as it is.
+    """
+    from multiprocessing import resource_tracker
+
+    old = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [old, _TRACKER_REPORT]))
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONWARNINGS", None)
+        else:
+            os.environ["PYTHONWARNINGS"] = old
+
+
 class LocalExecutor(Executor):
     """A pool of ``workers`` fresh processes on this machine.
 
@@ -311,6 +339,7 @@ class LocalExecutor(Executor):
         if self._pool is not None and self._pool_thread is not threading.current_thread():
             self.close()
         if self._pool is None:
+            _quiet_resource_tracker()
             self._pool = cf.ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context(self.start_method),
@@ -430,7 +459,7 @@ class RayExecutor(Executor):
         except ImportError:
             raise ImportError("executor 'ray' needs Ray: pip install 'dpaudit[ray]' (or pip install 'ray>=2.9')") from None
         if address is not None and (not isinstance(address, str) or not address.strip()):
-            raise ValueError(f"address must be a non-empty string, got {address!r}")
+            raise v.invalid("address", f"address must be a non-empty string, got {address!r}")
         self.address = address
         self.workers = v.integer("workers", workers if workers is not None else (os.cpu_count() or 1), minimum=1)
         self.threads_per_worker = v.integer("threads_per_worker", threads_per_worker, minimum=1)
@@ -504,7 +533,7 @@ def make_executor(kind: str = "local", *, workers: int | None = None, address: s
     """
     kind = v.choice("executor", kind, EXECUTORS)
     if address is not None and kind != "ray":
-        raise ValueError(f"address={address!r} applies to executor 'ray' only, got executor={kind!r}")
+        raise v.invalid("address", f"address={address!r} applies to executor 'ray' only, got executor={kind!r}")
     if workers is not None:
         workers = v.integer("workers", workers, minimum=1)
     if kind == "serial":

@@ -22,7 +22,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["RunInUse", "unit_lock"]
+from dpaudit._validate import InvalidArgument
+
+__all__ = ["RunInUse", "unit_lock", "command_lock"]
 
 try:
     import fcntl
@@ -30,8 +32,10 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
 
-class RunInUse(ValueError):
+class RunInUse(InvalidArgument):
     """Another process is writing the same unit of the run directory (exit status 2)."""
+
+    argument = "out"
 
 
 def _lock_name(unit: str) -> str:
@@ -39,8 +43,10 @@ def _lock_name(unit: str) -> str:
 
 
 @contextlib.contextmanager
-def unit_lock(run_path: str | os.PathLike[str], unit: str) -> Iterator[None]:
+def unit_lock(run_path: str | os.PathLike[str], unit: str, *, label: str | None = None) -> Iterator[None]:
     """Holds the lock of ``unit`` (e.g. ``"audit-multi-run-1a2b"``) in the run directory.
+
+    ``label`` is how the refusal names the unit (default: ``unit`` itself).
 
     Raises:
         RunInUse: another live process holds it; the message names its pid and command.
@@ -57,7 +63,7 @@ def unit_lock(run_path: str | os.PathLike[str], unit: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
-            raise RunInUse(f"{Path(run_path)} is in use: {unit} is being written by {holder}; wait for it to finish, or use another --out") from None
+            raise RunInUse(f"{Path(run_path)} is in use: {label or unit} is being written by {holder}; wait for it to finish, or use another --out") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} ({' '.join(['dpaudit', *sys.argv[1:]])[:300]})".encode(), 0)
         try:
@@ -67,3 +73,33 @@ def unit_lock(run_path: str | os.PathLike[str], unit: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def command_lock(run_path: str | os.PathLike[str] | None, key: str) -> Iterator[None]:
+    """Holds the lock of one command (``key``: its verb and arguments) on the run directory.
+
+    Taken by the command line from the raw arguments, before it builds the parser (which
+    imports torch for some verbs) or loads data, so that a second identical run into the same
+    ``--out`` is refused at once rather than after its start-up. The unit locks taken inside the work stay the real guarantee
+    (different commands may write the same unit); this one only makes the common mistake
+    cheap. A run directory this call had to create, and left holding nothing but the lock, is
+    removed again, so a command refused later for bad input leaves no empty ``--out``.
+
+    Raises:
+        RunInUse: the same command is running into the same directory; names its pid.
+    """
+    if run_path is None or fcntl is None:
+        yield
+        return
+    run = Path(run_path).expanduser()
+    created = [p for p in (run, *run.parents) if not p.exists()]
+    with unit_lock(run, key, label="the same command"):
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                (run / ".locks" / _lock_name(key)).unlink()
+            for directory in (run / ".locks", *created):  # deepest first; a non-empty one stays
+                with contextlib.suppress(OSError):
+                    directory.rmdir()

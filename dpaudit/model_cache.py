@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dpaudit import _validate as v
 from dpaudit.executors import Executor, Job, SerialExecutor
 from dpaudit.progress import Progress
 from dpaudit.results.record import RECORD_FILE, TrainedModel, load_record
@@ -80,11 +81,11 @@ class ModelJob:
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key or "/" in self.key or self.key.startswith("."):
-            raise ValueError(f"key must be a non-empty name without '/' that does not start with '.', got {self.key!r}")
+            raise v.invalid("key", f"key must be a non-empty name without '/' that does not start with '.', got {self.key!r}")
         if not callable(self.fn):
-            raise TypeError(f"fn must be callable, got {self.fn!r}")
+            raise v.invalid_type("fn", f"fn must be callable, got {self.fn!r}")
         if not callable(self.build):
-            raise TypeError(f"build must be callable, got {self.build!r}")
+            raise v.invalid_type("build", f"build must be callable, got {self.build!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,9 +154,9 @@ def ensure_models(
     by_key: dict[str, ModelJob] = {}
     for job in jobs:
         if not isinstance(job, ModelJob):
-            raise TypeError(f"jobs must hold ModelJob values, got {type(job).__name__}")
+            raise v.invalid_type("jobs", f"jobs must hold ModelJob values, got {type(job).__name__}")
         if job.key in by_key:
-            raise ValueError(f"jobs must have unique keys, got {job.key!r} twice")
+            raise v.invalid("jobs", f"jobs must have unique keys, got {job.key!r} twice")
         by_key[job.key] = job
     root = Path(directory) if directory is not None else None
     models: dict[str, nn.Module] = {}

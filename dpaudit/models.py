@@ -71,7 +71,7 @@ class Projection(nn.Module):
     def set(self, matrix: torch.Tensor, mean: torch.Tensor | None = None) -> None:
         """Installs a projection matrix of shape (out_features, in_features)."""
         if tuple(matrix.shape) != tuple(self.matrix.shape):
-            raise ValueError(f"matrix must have shape {tuple(self.matrix.shape)}, got {tuple(matrix.shape)}")
+            raise v.invalid("matrix", f"matrix must have shape {tuple(self.matrix.shape)}, got {tuple(matrix.shape)}")
         self.matrix.copy_(matrix)
         if mean is not None:
             self.mean.copy_(mean)
@@ -111,16 +111,16 @@ def input_statistics(features: torch.Tensor) -> list[float]:
     x = features.double()
     std = float(x.std())
     if not math.isfinite(std) or std <= 0:
-        raise ValueError(f"features must vary to be standardised, got standard deviation {std!r}")
+        raise v.invalid("features", f"features must vary to be standardised, got standard deviation {std!r}")
     return [float(f"{float(x.mean()):.6g}"), float(f"{std:.6g}")]
 
 
 def _standardization(value: object) -> tuple[float, float]:
     if not (isinstance(value, (tuple, list)) and len(value) == 2):
-        raise ValueError(f"input_standardization must be [mean, std], got {value!r}")
+        raise v.invalid("input_standardization", f"input_standardization must be [mean, std], got {value!r}")
     mean = v.real("input_standardization's mean", value[0])
     if not math.isfinite(mean):
-        raise ValueError(f"input_standardization's mean must be finite, got {value[0]!r}")
+        raise v.invalid("input_standardization", f"input_standardization's mean must be finite, got {value[0]!r}")
     return mean, v.positive("input_standardization's std", value[1])
 
 
@@ -135,7 +135,7 @@ def _abadi_mnist(input_shape: tuple[int, ...], num_classes: int, *, pca_componen
     if pca_components is not None:
         k = v.integer("pca_components", pca_components, minimum=1)
         if k > d:
-            raise ValueError(f"pca_components must be <= the input dimension {d}, got {k}")
+            raise v.invalid("pca_components", f"pca_components must be <= the input dimension {d}, got {k}")
         layers.append(Projection(d, k))
         d = k
     layers += [nn.Linear(d, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)]
@@ -148,7 +148,7 @@ def _conv_out(size: int, kernel: int, pad: int) -> int:
 
 def _hgm_cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 256) -> nn.Module:
     if len(input_shape) != 3:
-        raise ValueError(f"hgm-cnn needs image inputs (C, H, W), got input_shape={input_shape!r}")
+        raise v.invalid("model", f"hgm-cnn needs image inputs (C, H, W), got input_shape={input_shape!r}")
     hidden = v.integer("hidden", hidden, minimum=1)
     c, h, w = input_shape
     # 'same' padding as in the TensorFlow original, two 2×2 pools.
@@ -169,7 +169,7 @@ def _hgm_cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 25
 
 def _cifar10_cnn(input_shape: tuple[int, ...], num_classes: int, *, width: int = 128, hidden: int = 256) -> nn.Module:
     if len(input_shape) != 3:
-        raise ValueError(f"cifar10-cnn needs image inputs (C, H, W), got input_shape={input_shape!r}")
+        raise v.invalid("model", f"cifar10-cnn needs image inputs (C, H, W), got input_shape={input_shape!r}")
     width = v.integer("width", width, minimum=4)  # GroupNorm needs at least one group of width // 4
     hidden = v.integer("hidden", hidden, minimum=1)
     c, h, w = input_shape
@@ -205,7 +205,7 @@ def _dssgd_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: tuple[
     # other model of the suite does (109,386 parameters): the frame adds only inputs that are
     # constant over the dataset.
     if not (isinstance(hidden, (tuple, list)) and len(hidden) == 2):
-        raise ValueError(f"hidden must be two layer widths, got {hidden!r}")
+        raise v.invalid("hidden", f"hidden must be two layer widths, got {hidden!r}")
     h1, h2 = (v.integer("hidden", h, minimum=1) for h in hidden)
     return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), h1), nn.ReLU(), nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, num_classes))
 
@@ -215,13 +215,13 @@ def _dssgd_cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 
     # convolutions with 32 and 64 filters, a 3×3 then a 2×2 max-pool and a 200-unit layer give
     # exactly that count on 28×28 inputs (a test checks it).
     if len(input_shape) != 3:
-        raise ValueError(f"dssgd-cnn needs image inputs (C, H, W), got input_shape={input_shape!r}")
+        raise v.invalid("model", f"dssgd-cnn needs image inputs (C, H, W), got input_shape={input_shape!r}")
     hidden = v.integer("hidden", hidden, minimum=1)
     c, h, w = input_shape
     h1, w1 = (h - 4) // 3, (w - 4) // 3
     h2, w2 = (h1 - 4) // 2, (w1 - 4) // 2
     if h2 < 1 or w2 < 1:
-        raise ValueError(f"dssgd-cnn needs images of at least 22×22, got input_shape={input_shape!r}")
+        raise v.invalid("model", f"dssgd-cnn needs images of at least 22×22, got input_shape={input_shape!r}")
     return nn.Sequential(
         nn.Conv2d(c, 32, 5),
         nn.ReLU(),
@@ -240,11 +240,11 @@ def _audit_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     # The small tanh CNN of Annamalai & De Cristofaro's black-box audits (NeurIPS 2024): 5×5×16
     # conv, pool 2, 4×4×32 conv, pool 2, 32 tanh units; 25,386 parameters on 28×28 MNIST.
     if len(input_shape) != 3:
-        raise ValueError(f"audit-cnn needs image inputs (C, H, W), got input_shape={input_shape!r}")
+        raise v.invalid("model", f"audit-cnn needs image inputs (C, H, W), got input_shape={input_shape!r}")
     c, h, w = input_shape
     h2, w2 = ((h - 4) // 2 - 3) // 2, ((w - 4) // 2 - 3) // 2
     if h2 < 1 or w2 < 1:
-        raise ValueError(f"audit-cnn needs images of at least 14×14, got input_shape={input_shape!r}")
+        raise v.invalid("model", f"audit-cnn needs images of at least 14×14, got input_shape={input_shape!r}")
     return nn.Sequential(
         nn.Conv2d(c, 16, 5),
         nn.MaxPool2d(2),
@@ -319,12 +319,13 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, no
     """
     name = v.choice("model", name, MODELS)
     if not isinstance(noise_layer, bool):
-        raise TypeError(f"noise_layer must be a bool, got {noise_layer!r}")
+        raise v.invalid_type("noise_layer", f"noise_layer must be a bool, got {noise_layer!r}")
     count, shape, num_classes = _count(name, input_shape=input_shape, num_classes=num_classes, options=kwargs)
     if count > MAX_MODEL_PARAMETERS:
-        raise ValueError(
+        raise v.invalid(
+            "model",
             f"model {name!r} with options {_options_text(kwargs)} and input_shape {shape} would have about {count:.3g} parameters "
-            f"({_bytes_text(4 * count)} as float32); the limit is MAX_MODEL_PARAMETERS = {MAX_MODEL_PARAMETERS} ({_bytes_text(4 * MAX_MODEL_PARAMETERS)})"
+            f"({_bytes_text(4 * count)} as float32); the limit is MAX_MODEL_PARAMETERS = {MAX_MODEL_PARAMETERS} ({_bytes_text(4 * MAX_MODEL_PARAMETERS)})",
         )
     standardize = None if input_standardization is None else _standardization(input_standardization)
     model = MODELS[name].builder(shape, num_classes, **kwargs)
@@ -354,14 +355,14 @@ def _count(name: str, *, input_shape: tuple[int, ...], num_classes: int, options
     try:
         shape = tuple(v.integer("input_shape", x, minimum=1) for x in input_shape)
     except (TypeError, ValueError):
-        raise ValueError(f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}") from None
+        raise v.invalid("input_shape", f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}") from None
     if not shape:
-        raise ValueError(f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
+        raise v.invalid("input_shape", f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
     builder = MODELS[name].builder
     try:
         inspect.signature(builder).bind(shape, num_classes, **options)
     except TypeError as exc:  # unknown keyword for this architecture
-        raise ValueError(f"model {name!r} does not accept options {sorted(options)!r}: {exc}") from None
+        raise v.invalid("model", f"model {name!r} does not accept options {sorted(options)!r}: {exc}") from None
     try:
         with torch.device("meta"):
             skeleton = builder(shape, num_classes, **options)
@@ -371,19 +372,21 @@ def _count(name: str, *, input_shape: tuple[int, ...], num_classes: int, options
         # 2**63) makes it fail here; such an option is named with that lower bound.
         for key, value in options.items():
             if isinstance(value, int) and not isinstance(value, bool) and value > MAX_MODEL_PARAMETERS:
-                raise ValueError(
+                raise v.invalid(
+                    "model",
                     f"model {name!r}: option {key}={value!r} gives at least {value:.3g} parameters (at least {_bytes_text(4 * value)} as float32); "
-                    f"the limit is MAX_MODEL_PARAMETERS = {MAX_MODEL_PARAMETERS} ({_bytes_text(4 * MAX_MODEL_PARAMETERS)})"
+                    f"the limit is MAX_MODEL_PARAMETERS = {MAX_MODEL_PARAMETERS} ({_bytes_text(4 * MAX_MODEL_PARAMETERS)})",
                 ) from None
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "overflow" in detail.lower():
-            raise ValueError(
+            raise v.invalid(
+                "model",
                 f"model {name!r} with options {_options_text(options)} and input_shape {shape} would have more parameters than a 64-bit count holds; "
-                f"the limit is MAX_MODEL_PARAMETERS = {MAX_MODEL_PARAMETERS} ({_bytes_text(4 * MAX_MODEL_PARAMETERS)})"
+                f"the limit is MAX_MODEL_PARAMETERS = {MAX_MODEL_PARAMETERS} ({_bytes_text(4 * MAX_MODEL_PARAMETERS)})",
             ) from None
         if isinstance(exc, (TypeError, ValueError)):  # our validators: they name the option and value
             raise type(exc)(f"model {name!r}: {detail}") from None
-        raise ValueError(f"model {name!r} cannot be built with options {_options_text(options)} and input_shape {shape}: {detail}") from None
+        raise v.invalid("model", f"model {name!r} cannot be built with options {_options_text(options)} and input_shape {shape}: {detail}") from None
     count = sum(t.numel() for t in skeleton.parameters()) + sum(t.numel() for t in skeleton.buffers())
     return int(count), shape, num_classes
 
@@ -511,11 +514,11 @@ def _image_shape(image_shape: object) -> tuple[int, int, int]:
     try:
         shape = tuple(v.integer("image_shape", x, minimum=1) for x in image_shape)  # type: ignore[attr-defined]
     except (TypeError, ValueError):
-        raise ValueError(f"image_shape must be (C, H, W) of positive ints, got {image_shape!r}") from None
+        raise v.invalid("image_shape", f"image_shape must be (C, H, W) of positive ints, got {image_shape!r}") from None
     if len(shape) != 3:
-        raise ValueError(f"image_shape must be (C, H, W) of positive ints, got {image_shape!r}")
+        raise v.invalid("image_shape", f"image_shape must be (C, H, W) of positive ints, got {image_shape!r}")
     if min(shape[1:]) < 4:
-        raise ValueError(f"image_shape must be at least 4×4 pixels for a GAN, got {image_shape!r}")
+        raise v.invalid("image_shape", f"image_shape must be at least 4×4 pixels for a GAN, got {image_shape!r}")
     return shape[0], shape[1], shape[2]
 
 

@@ -18,6 +18,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dpaudit import _validate as v
+
 __all__ = ["SizeLimit", "LIMIT_ATTR", "limit_action", "OptionSpec", "option", "option_specs", "add_option_flags", "options_from_args", "OptionConflictError"]
 
 _KEY = "dpaudit_option"
@@ -132,7 +134,7 @@ def option_specs(config_type: type) -> tuple[OptionSpec, ...]:
         TypeError: ``config_type`` is not a dataclass.
     """
     if not dataclasses.is_dataclass(config_type):
-        raise TypeError(f"config_type must be a dataclass, got {config_type!r}")
+        raise v.invalid_type("config_type", f"config_type must be a dataclass, got {config_type!r}")
     out = []
     for f in dataclasses.fields(config_type):
         meta = _metadata(config_type, f.name)
@@ -259,10 +261,10 @@ def options_from_args(args: argparse.Namespace, config_type: type, flags: Mappin
         if value is None:
             continue
         if spec.field not in mine:
-            raise ValueError(f"{flag}={value!r} does not apply to {owner}")
+            raise v.invalid(flag, f"{flag}={value!r} does not apply to {owner}")
         if mine[spec.field].kind is int and isinstance(value, float):
             if not value.is_integer():
-                raise ValueError(f"{flag} must be a whole number for {owner}, got {value!r}")
+                raise v.invalid(flag, f"{flag} must be a whole number for {owner}, got {value!r}")
             value = int(value)
         out[spec.field] = value
     return out

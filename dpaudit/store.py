@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit import _validate as v
+
 __all__ = [
     "SCHEMA_VERSION",
     "RunDir",
@@ -178,13 +180,13 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     try:
         return from_jsonable(json.loads(path.read_text(encoding="utf-8")))
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON (truncated or corrupt?): {exc}") from None
+        raise v.invalid(str(path), f"{path} is not valid JSON (truncated or corrupt?): {exc}") from None
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON: not UTF-8 text (byte {exc.start})") from None
+        raise v.invalid(str(path), f"{path} is not valid JSON: not UTF-8 text (byte {exc.start})") from None
     except RecursionError:
-        raise ValueError(f"{path} is not valid JSON: nested too deeply") from None
+        raise v.invalid(str(path), f"{path} is not valid JSON: nested too deeply") from None
     except IsADirectoryError:
-        raise ValueError(f"{path} must be a JSON file, got a directory") from None
+        raise v.invalid(str(path), f"{path} must be a JSON file, got a directory") from None
 
 
 def save_value(value: Any, directory: str | os.PathLike[str], filename: str, *, kind: type) -> Path:
@@ -264,13 +266,13 @@ class RunDir:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         if not str(os.fspath(path)).strip():
             # Path("") is the current directory: an empty --out would turn it into a run directory.
-            raise ValueError(f"out must name a run directory, got {os.fspath(path)!r}")
+            raise v.invalid("out", f"out must name a run directory, got {os.fspath(path)!r}")
         self.path = Path(path)
 
     def create(self, *, command: str = "") -> RunDir:
         """Creates the layout (idempotent) and writes ``run.json`` on first use."""
         if self.path.exists() and not self.path.is_dir():
-            raise ValueError(f"out must be a directory, got existing file {str(self.path)!r}")
+            raise v.invalid("out", f"out must be a directory, got existing file {str(self.path)!r}")
         for sub in _SUBDIRS:
             (self.path / sub).mkdir(parents=True, exist_ok=True)
         manifest = self.path / "run.json"
@@ -286,7 +288,7 @@ class RunDir:
     def subdir(self, name: str) -> Path:
         """``records``, ``attacks``, ``audits``, ``certify`` or ``reports`` under the run."""
         if name not in _SUBDIRS:
-            raise ValueError(f"name must be one of {', '.join(_SUBDIRS)}; got {name!r}")
+            raise v.invalid("name", f"name must be one of {', '.join(_SUBDIRS)}; got {name!r}")
         return self.path / name
 
     def record_dir(self, model_id: str) -> Path:
@@ -411,10 +413,10 @@ def load_result_files(path: str | os.PathLike[str], array_names: tuple[str, ...]
     path = Path(path)
     meta = read_json(path)
     if not isinstance(meta, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(meta).__name__}")
+        raise v.invalid(str(path), f"{path} must hold a JSON object, got {type(meta).__name__}")
     npz = path.parent / str(meta.get("arrays", f"{path.stem}.npz"))
     if npz.parent != path.parent:
-        raise ValueError(f"arrays must name a file beside {path}, got {meta.get('arrays')!r}")
+        raise v.invalid(None, f"arrays must name a file beside {path}, got {meta.get('arrays')!r}")
     arrays = load_npz(npz)
     return {**meta, **{a: arrays[a] for a in array_names if a in arrays}}
 

@@ -20,7 +20,7 @@ from dpaudit.options import SizeLimit, option
 __all__ = ["SGDConfig", "TrainWorkspace", "TrainingDiverged", "check_loss", "resolve_device", "shuffled_batches", "evaluate", "predict_logits"]
 
 
-class TrainingDiverged(ValueError):
+class TrainingDiverged(v.InvalidArgument):
     """The training loss stopped being a finite number (too large a step size, most often).
 
     A ``ValueError``: the cause is the user's hyperparameters, so the command line reports
@@ -80,7 +80,7 @@ class SGDConfig:
         v.integer("batch_size", self.batch_size, minimum=1)
         v.positive("learning_rate", self.learning_rate)
         if not 0 <= v.real("momentum", self.momentum) < 1:
-            raise ValueError(f"momentum must lie in [0, 1), got {self.momentum!r}")
+            raise v.invalid("momentum", f"momentum must lie in [0, 1), got {self.momentum!r}")
         v.non_negative("weight_decay", self.weight_decay)
 
 
@@ -124,9 +124,9 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}") from None
+        raise v.invalid("device", f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} requested but CUDA is not available on this machine")
+        raise v.invalid("device", f"device={device!r} requested but CUDA is not available on this machine")
     return dev
 
 

@@ -23,6 +23,7 @@ from safetensors.torch import load_file as _load_safetensors
 from safetensors.torch import save as _save_safetensors
 from torch import nn
 
+from dpaudit import _validate as v
 from dpaudit.callables import resolve_callable
 from dpaudit.models import build_model
 from dpaudit.results.record import (
@@ -64,7 +65,7 @@ def build_module(record: TrainedModel, *, external_builder: str | None = None) -
     if record.model_name.startswith("external:"):
         named = record.model_name.removeprefix("external:")
         if named != external_builder:
-            raise ValueError(f"model_name {record.model_name!r} names an external builder; it is built only for the attack given --model-fn {named!r}")
+            raise v.invalid("model_fn", f"model_name {record.model_name!r} names an external builder; it is built only for the attack given --model-fn {named!r}")
         return _call_builder(resolve_callable(named, argument="model_name"), record.model_name)
     return build_model(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, **_thaw(record.model_options))
 
@@ -109,11 +110,11 @@ def weights_from_bytes(blob: bytes) -> dict[str, torch.Tensor]:
     from safetensors.torch import load as _load_bytes
 
     if not isinstance(blob, bytes):
-        raise TypeError(f"blob must be bytes of a safetensors file, got {type(blob).__name__}")
+        raise v.invalid_type("blob", f"blob must be bytes of a safetensors file, got {type(blob).__name__}")
     try:
         return _load_bytes(blob)
     except (SafetensorError, ValueError) as exc:
-        raise ValueError(f"not a valid safetensors blob ({len(blob)} bytes): {exc}") from None
+        raise v.invalid("weights", f"not a valid safetensors blob ({len(blob)} bytes): {exc}") from None
 
 
 def load_modules(path: str | os.PathLike[str], modules: Mapping[str, nn.Module]) -> None:
@@ -129,8 +130,10 @@ def load_modules(path: str | os.PathLike[str], modules: Mapping[str, nn.Module])
         _load_into(module, {k[len(prefix) :]: t for k, t in state.items() if k.startswith(prefix)}, Path(path))
 
 
-class UnsafeWeightsError(ValueError):
+class UnsafeWeightsError(v.InvalidArgument):
     """A weights file holds something other than tensors (e.g. pickled Python objects)."""
+
+    argument = "weights"
 
 
 def load_weights(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
@@ -148,7 +151,7 @@ def load_weights(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
         try:
             return _load_safetensors(str(path))
         except (SafetensorError, OSError, ValueError) as exc:
-            raise ValueError(f"weights file {str(path)!r} is not a valid safetensors file: {exc}") from None
+            raise v.invalid("weights", f"weights file {str(path)!r} is not a valid safetensors file: {exc}") from None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
@@ -157,11 +160,11 @@ def load_weights(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
             f"(loading it could run code). Save a state_dict or safetensors instead. Detail: {str(exc).splitlines()[0]}"
         ) from None
     except (RuntimeError, EOFError, OSError) as exc:
-        raise ValueError(f"weights file {str(path)!r} could not be read as a torch state dict: {exc}") from None
+        raise v.invalid("weights", f"weights file {str(path)!r} could not be read as a torch state dict: {exc}") from None
     if isinstance(state, Mapping) and "state_dict" in state and isinstance(state["state_dict"], Mapping):
         state = state["state_dict"]
     if not isinstance(state, Mapping) or not all(isinstance(t, torch.Tensor) for t in state.values()):
-        raise ValueError(f"weights file {str(path)!r} must hold a state dict of tensors, got {type(state).__name__}")
+        raise v.invalid("weights", f"weights file {str(path)!r} must hold a state dict of tensors, got {type(state).__name__}")
     return dict(state)
 
 
@@ -182,26 +185,26 @@ def load_model(
     """
     if isinstance(record_or_path, TrainedModel):
         if directory is None:
-            raise ValueError("directory is required when passing a TrainedModel")
+            raise v.invalid("directory", "directory is required when passing a TrainedModel")
         record, rdir = record_or_path, Path(directory)
     else:
         rdir = resolve_record_dir(record_or_path)
         record = load_record(rdir)
     weights = rdir / WEIGHTS_FILE
     if not weights.is_file():
-        raise ValueError(f"record {str(rdir / RECORD_FILE)!r} has no weights file {str(weights)!r}; retrain it (dpaudit train ... --force) or restore the file")
+        raise v.invalid("target", f"record {str(rdir / RECORD_FILE)!r} has no weights file {str(weights)!r}; retrain it (dpaudit train ... --force) or restore the file")
     owner = _weights_owner(weights)
     if owner is not None and owner != record.model_id:
         # A weights file copied in from another record would otherwise load silently.
-        raise ValueError(f"weights file {str(weights)!r} belongs to model {owner!r}, not to the record's model {record.model_id!r}")
+        raise v.invalid("target", f"weights file {str(weights)!r} belongs to model {owner!r}, not to the record's model {record.model_id!r}")
     if record.weights_sha256 is not None:
         digest = weights_digest(weights)
         if digest != record.weights_sha256:
-            raise ValueError(f"weights file {str(weights)!r} does not match its record (sha256 {digest} != {record.weights_sha256}); retrain or restore it")
+            raise v.invalid("target", f"weights file {str(weights)!r} does not match its record (sha256 {digest} != {record.weights_sha256}); retrain or restore it")
     try:
         model = build_module(record, external_builder=external_builder)
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"record file {str(rdir / RECORD_FILE)!r}: {exc}") from None
+        raise v.invalid("target", f"record file {str(rdir / RECORD_FILE)!r}: {exc}") from None
     state = load_weights(weights)
     _load_into(model, state, weights)
     return model.to(device).eval()
@@ -213,7 +216,7 @@ def _weights_owner(path: Path) -> str | None:
         with safe_open(str(path), framework="pt") as fh:
             meta = fh.metadata() or {}
     except (SafetensorError, OSError, ValueError) as exc:
-        raise ValueError(f"weights file {str(path)!r} is not a valid safetensors file: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise v.invalid("weights", f"weights file {str(path)!r} is not a valid safetensors file: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     owner = meta.get("model_id")
     return str(owner) if owner is not None else None
 
@@ -222,13 +225,13 @@ def _load_into(model: nn.Module, state: Mapping[str, torch.Tensor], source: Path
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
-        raise ValueError(f"weights in {str(source)!r} do not fit the model: {str(exc).splitlines()[0]}") from None
+        raise v.invalid("weights", f"weights in {str(source)!r} do not fit the model: {str(exc).splitlines()[0]}") from None
 
 
 def _call_builder(fn: Any, spec: str) -> nn.Module:
     model = fn()
     if not isinstance(model, nn.Module):
-        raise ValueError(f"model builder {spec!r} must return a torch.nn.Module, got {type(model).__name__}")
+        raise v.invalid("model_fn", f"model builder {spec!r} must return a torch.nn.Module, got {type(model).__name__}")
     return model
 
 

@@ -32,6 +32,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
+from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult, EpsilonByTrials
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.render import Banner, Figure, Items, Section, Table, accountant_table, format_number
@@ -50,7 +51,7 @@ def split_scores(scores: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarr
     if "scores" in scores and "included" in scores:
         s, inc = np.asarray(scores["scores"], dtype=float), np.asarray(scores["included"], dtype=bool)
         return s[inc], s[~inc]
-    raise ValueError(f"scores must hold in_scores/out_scores or scores/included, got keys {sorted(scores)}")
+    raise v.invalid("scores", f"scores must hold in_scores/out_scores or scores/included, got keys {sorted(scores)}")
 
 
 def score_histogram(in_scores: np.ndarray, out_scores: np.ndarray, *, ax: Axes | None = None, label: str = "score (higher = IN)") -> MplFigure:

@@ -24,6 +24,8 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from dpaudit import _validate as v
+
 __all__ = ["PALETTE", "MARKERS", "LINESTYLES", "style", "colour", "new_axes", "legend_outside", "has_data"]
 
 #: The colour of each method, the same in every plot and report (colour-blind-safe hues first).
@@ -135,7 +137,7 @@ def new_axes(ax: Axes | None = None, *, size: tuple[float, float] = (7.0, 4.0)) 
     if ax is not None:
         fig = ax.figure
         if not isinstance(fig, Figure):
-            raise TypeError(f"ax must belong to a Figure, got {type(fig).__name__}")
+            raise v.invalid_type("ax", f"ax must belong to a Figure, got {type(fig).__name__}")
         return fig, ax
     fig = Figure(figsize=size)
     return fig, fig.add_subplot(1, 1, 1)

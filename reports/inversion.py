@@ -32,6 +32,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.patches import Rectangle
 
+from dpaudit import _validate as v
 from dpaudit.results import InversionResult, TrainedModel, load_inversion_result, load_record
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import colour, new_axes, style
@@ -170,7 +171,7 @@ def image_grid(results: Sequence[InversionResult], classes: Sequence[int] | None
     """
     items = [r for r in results if isinstance(r, InversionResult)]
     if len(items) != len(results):
-        raise TypeError("results must hold InversionResult values")
+        raise v.invalid_type("results", "results must hold InversionResult values")
     if not items:
         return None
     labels = sorted({int(c) for r in items for c in r.target_classes}) if classes is None else [int(c) for c in classes]

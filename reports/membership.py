@@ -22,6 +22,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
+from dpaudit import _validate as v
 from dpaudit.results import DEFAULT_FPRS, MembershipResult, load_record
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import colour, legend_outside, new_axes, style
@@ -34,7 +35,7 @@ def _as_list(results: Mapping[str, MembershipResult] | Sequence[MembershipResult
     items = list(results.values()) if isinstance(results, Mapping) else list(results)
     for r in items:
         if not isinstance(r, MembershipResult):
-            raise TypeError(f"results must hold MembershipResult values, got {type(r).__name__}")
+            raise v.invalid_type("results", f"results must hold MembershipResult values, got {type(r).__name__}")
     return items
 
 
@@ -154,7 +155,7 @@ def write_membership_report(
     items = _as_list(results)
     targets = sorted({r.model_id for r in items})
     if len(targets) != 1:
-        raise ValueError(f"results must be against exactly one target, got {targets}")
+        raise v.invalid("results", f"results must be against exactly one target, got {targets}")
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     record_dir = run.find_record_dir(targets[0])  # also a sub-model's (a PATE teacher, a DSSGD participant)
     if epsilons is None and record_dir is not None:

@@ -31,6 +31,7 @@ matplotlib.use("Agg")  # no display on servers and CI; must precede any canvas
 
 from matplotlib.figure import Figure as MplFigure
 
+from dpaudit import _validate as v
 from dpaudit.store import atomic_write_bytes, atomic_write_text
 from reports.figures import has_data
 
@@ -115,7 +116,7 @@ class Table:
     def __post_init__(self) -> None:
         for i, row in enumerate(self.rows):
             if len(row) != len(self.columns):
-                raise ValueError(f"rows[{i}] has {len(row)} cells, expected {len(self.columns)} (columns {list(self.columns)})")
+                raise v.invalid("rows", f"rows[{i}] has {len(row)} cells, expected {len(self.columns)} (columns {list(self.columns)})")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,9 +134,9 @@ class Figure:
 
     def __post_init__(self) -> None:
         if self.figure is not None and not isinstance(self.figure, MplFigure):
-            raise TypeError(f"figure must be a matplotlib Figure or None, got {type(self.figure).__name__}")
+            raise v.invalid_type("figure", f"figure must be a matplotlib Figure or None, got {type(self.figure).__name__}")
         if not _STEM.fullmatch(self.name):
-            raise ValueError(f"name must be a plain file stem (letters, digits, _ . -), got {self.name!r}")
+            raise v.invalid("name", f"name must be a plain file stem (letters, digits, _ . -), got {self.name!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,7 +148,7 @@ class Banner:
 
     def __post_init__(self) -> None:
         if self.level not in ("alert", "ok"):
-            raise ValueError(f"level must be 'alert' or 'ok', got {self.level!r}")
+            raise v.invalid("level", f"level must be 'alert' or 'ok', got {self.level!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,7 +205,7 @@ def _prepare(out: Path, stem: str, sections: Sequence[Section]) -> tuple[list[di
     prepared, figures = [], []
     for section in sections:
         if not isinstance(section, Section):
-            raise TypeError(f"sections must hold Section values, got {type(section).__name__}")
+            raise v.invalid_type("sections", f"sections must hold Section values, got {type(section).__name__}")
         blocks: list[dict[str, Any]] = []
         for block in section.blocks:
             if isinstance(block, str):
@@ -252,9 +253,9 @@ def write_report_files(directory: str | os.PathLike[str], sections: Sequence[Sec
         TypeError: a block of an unknown kind.
     """
     if not _STEM.fullmatch(stem):
-        raise ValueError(f"stem must be a plain file stem (letters, digits, _ . -), got {stem!r}")
+        raise v.invalid("stem", f"stem must be a plain file stem (letters, digits, _ . -), got {stem!r}")
     if not (TEMPLATE_DIR / f"{kind}.html.j2").is_file():
-        raise ValueError(f"kind must name a report template in {TEMPLATE_DIR}, got {kind!r}")
+        raise v.invalid("kind", f"kind must name a report template in {TEMPLATE_DIR}, got {kind!r}")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     prepared, figures = _prepare(out, stem, sections)

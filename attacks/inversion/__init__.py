@@ -92,5 +92,5 @@ def expand_inversion_attacks(attacks: str | Sequence[str]) -> list[str]:
             if n not in out:
                 out.append(n)
     if not out:
-        raise ValueError("attack must name at least one inversion attack")
+        raise v.invalid("attack", "attack must name at least one inversion attack")
     return out

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from dpaudit import _validate as v
+
 __all__ = ["RESTARTS_HELP", "InversionOutput", "check_classes", "eval_mode", "target_confidence"]
 
 
@@ -54,15 +56,15 @@ class InversionOutput:
         recon = np.asarray(self.reconstructions)
         conf = np.asarray(self.target_confidence, dtype=np.float64)
         if classes.ndim != 1 or not np.issubdtype(classes.dtype, np.integer):
-            raise ValueError(f"classes must be a 1-d integer array, got {classes.dtype} of shape {classes.shape}")
+            raise v.invalid("classes", f"classes must be a 1-d integer array, got {classes.dtype} of shape {classes.shape}")
         if recon.ndim < 2 or recon.shape[0] != classes.shape[0]:
-            raise ValueError(f"reconstructions must have shape (K, ...) with K = {classes.shape[0]} classes, got {recon.shape}")
+            raise v.invalid("reconstructions", f"reconstructions must have shape (K, ...) with K = {classes.shape[0]} classes, got {recon.shape}")
         if recon.dtype != np.float32:
-            raise ValueError(f"reconstructions must be float32, got {recon.dtype}")
+            raise v.invalid("reconstructions", f"reconstructions must be float32, got {recon.dtype}")
         if not np.all(np.isfinite(recon)) or recon.min(initial=0.0) < 0.0 or recon.max(initial=0.0) > 1.0:
-            raise ValueError("reconstructions must be finite and in [0, 1]")
+            raise v.invalid("reconstructions", "reconstructions must be finite and in [0, 1]")
         if conf.shape != classes.shape or not np.all((conf >= 0) & (conf <= 1)):
-            raise ValueError(f"target_confidence must be (K,) probabilities, got shape {conf.shape}")
+            raise v.invalid("target_confidence", f"target_confidence must be (K,) probabilities, got shape {conf.shape}")
         object.__setattr__(self, "classes", _frozen(classes.astype(np.int64)))
         object.__setattr__(self, "reconstructions", _frozen(recon))
         object.__setattr__(self, "target_confidence", _frozen(conf))
@@ -78,11 +80,11 @@ def check_classes(classes: object) -> list[int]:
         values = [int(c) for c in classes]  # type: ignore[attr-defined]
         ok = all(float(c) == int(c) for c in classes)  # type: ignore[attr-defined]
     except (TypeError, ValueError):
-        raise ValueError(f"classes must be a sequence of non-negative ints, got {classes!r}") from None
+        raise v.invalid("classes", f"classes must be a sequence of non-negative ints, got {classes!r}") from None
     if not ok or not values or min(values) < 0:
-        raise ValueError(f"classes must be a non-empty sequence of non-negative ints, got {classes!r}")
+        raise v.invalid("classes", f"classes must be a non-empty sequence of non-negative ints, got {classes!r}")
     if len(set(values)) != len(values):
-        raise ValueError(f"classes must not repeat a label, got {values}")
+        raise v.invalid("classes", f"classes must not repeat a label, got {values}")
     return values
 
 

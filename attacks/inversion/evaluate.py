@@ -109,7 +109,7 @@ def build_evaluator(input_shape: tuple[int, ...], num_classes: int, config: Eval
     """
     shape = tuple(int(s) for s in input_shape)
     if len(shape) != 3 or min(shape) < 1:
-        raise ValueError(f"input_shape must be (C, H, W) for the evaluation classifier, got {input_shape!r}")
+        raise v.invalid("input_shape", f"input_shape must be (C, H, W) for the evaluation classifier, got {input_shape!r}")
     return _Evaluator(shape, v.integer("num_classes", num_classes, minimum=2), config.evaluator_width)
 
 
@@ -240,7 +240,7 @@ def evaluate_reconstructions(
         xm, idm = members.of_class(label)
         xn, idn = non_members.of_class(label)
         if xm.shape[0] == 0 or xn.shape[0] == 0:
-            raise ValueError(f"classes: class {label} needs at least one member and one non-member to judge its reconstruction, got {xm.shape[0]} and {xn.shape[0]}")
+            raise v.invalid("classes", f"classes: class {label} needs at least one member and one non-member to judge its reconstruction, got {xm.shape[0]} and {xn.shape[0]}")
         r = recon[i : i + 1]
         _, fm = _embed(evaluator, xm, dev)
         knn = torch.cdist(rec_feats[i : i + 1], fm)[0]

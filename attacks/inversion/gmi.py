@@ -58,7 +58,7 @@ def _weight(name: str, value: Any) -> float:
     # A loss weight past 1e6 only overflows the other term's gradient (and 1e300 makes NaNs).
     x = v.non_negative(name, value)
     if x > 1e6:
-        raise ValueError(f"{name} must be <= 1e6, got {value!r}")
+        raise v.invalid(name, f"{name} must be <= 1e6, got {value!r}")
     return x
 
 
@@ -66,7 +66,7 @@ def _rate(name: str, value: Any) -> float:
     # Adam's step is about the learning rate per parameter; above 1 the GAN only diverges.
     x = v.positive(name, value)
     if x > 1.0:
-        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+        raise v.invalid(name, f"{name} must be in (0, 1], got {value!r}")
     return x
 
 
@@ -149,9 +149,9 @@ def _shape(input_shape: object) -> tuple[int, int, int]:
     try:
         shape = tuple(int(s) for s in input_shape)  # type: ignore[attr-defined]
     except (TypeError, ValueError):
-        raise ValueError(f"input_shape must be (C, H, W) of positive ints, got {input_shape!r}") from None
+        raise v.invalid("input_shape", f"input_shape must be (C, H, W) of positive ints, got {input_shape!r}") from None
     if len(shape) != 3 or min(shape) < 1:
-        raise ValueError(f"input_shape must be (C, H, W) of positive ints, got {input_shape!r}")
+        raise v.invalid("input_shape", f"input_shape must be (C, H, W) of positive ints, got {input_shape!r}")
     return shape[0], shape[1], shape[2]
 
 
@@ -170,7 +170,7 @@ def build_gan(input_shape: tuple[int, ...], config: GANConfig) -> tuple[nn.Modul
         ValueError: a bad shape or a config of the wrong type.
     """
     if not isinstance(config, GANConfig):
-        raise ValueError(f"config must be a GANConfig, got {type(config).__name__}")
+        raise v.invalid("config", f"config must be a GANConfig, got {type(config).__name__}")
     shape = _shape(input_shape)
     return build_generator(GAN_NAME, image_shape=shape, latent_dim=config.latent_dim), build_critic(GAN_NAME, image_shape=shape)
 
@@ -192,11 +192,11 @@ def _init_weights(module: nn.Module, gen: torch.Generator) -> None:
 def _as_images(public: object, shape: tuple[int, int, int]) -> torch.Tensor:
     x = torch.as_tensor(np.asarray(public) if not isinstance(public, torch.Tensor) else public)
     if not x.is_floating_point():
-        raise ValueError(f"public must hold float images in [0, 1], got dtype {x.dtype}")
+        raise v.invalid("public", f"public must hold float images in [0, 1], got dtype {x.dtype}")
     if x.ndim != 4 or tuple(x.shape[1:]) != shape or x.shape[0] < 1:
-        raise ValueError(f"public must have shape (N, {', '.join(map(str, shape))}) with N >= 1, got {tuple(x.shape)}")
+        raise v.invalid("public", f"public must have shape (N, {', '.join(map(str, shape))}) with N >= 1, got {tuple(x.shape)}")
     if not bool(torch.isfinite(x).all()) or float(x.min()) < 0.0 or float(x.max()) > 1.0:
-        raise ValueError("public must hold finite values in [0, 1]")
+        raise v.invalid("public", "public must hold finite values in [0, 1]")
     return x.detach().to(torch.float32)
 
 
@@ -236,10 +236,10 @@ def train_gan(
         ValueError: an argument (named in the message) is invalid.
     """
     if not isinstance(config, GANConfig):
-        raise ValueError(f"config must be a GANConfig, got {type(config).__name__}")
+        raise v.invalid("config", f"config must be a GANConfig, got {type(config).__name__}")
     seed = v.integer("seed", seed, minimum=0)
     if progress is not None and not callable(progress):
-        raise ValueError(f"progress must be callable or None, got {progress!r}")
+        raise v.invalid("progress", f"progress must be callable or None, got {progress!r}")
     shape = _shape(input_shape)
     data = _as_images(public, shape)
     dev = torch.device(device)
@@ -332,13 +332,13 @@ def gmi(
         if not isinstance(module, nn.Module):
             raise ValueError(f"{name} must be a torch.nn.Module, got {type(module).__name__}")
     if not isinstance(config, GMIConfig):
-        raise ValueError(f"config must be a GMIConfig, got {type(config).__name__}")
+        raise v.invalid("config", f"config must be a GMIConfig, got {type(config).__name__}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        raise v.invalid("seed", f"seed must be a non-negative int, got {seed!r}")
     labels = check_classes(classes)
     latent_dim = getattr(generator, "latent_dim", None)
     if isinstance(latent_dim, bool) or not isinstance(latent_dim, int) or latent_dim < 1:
-        raise ValueError(f"generator must have a positive int attribute latent_dim, got {latent_dim!r}")
+        raise v.invalid("generator", f"generator must have a positive int attribute latent_dim, got {latent_dim!r}")
     dev = torch.device(device)
     k, r = len(labels), config.restarts
     start = torch.randn(k * r, latent_dim, generator=torch_generator(seed, "gmi", "latents"))
@@ -348,15 +348,15 @@ def gmi(
     def losses(latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         images = generator(latents)
         if images.ndim != 4 or images.shape[0] != latents.shape[0]:
-            raise ValueError(f"generator must return images (N, C, H, W), got {tuple(images.shape)}")
+            raise v.invalid("generator", f"generator must return images (N, C, H, W), got {tuple(images.shape)}")
         score = critic(images)
         if score.numel() != latents.shape[0]:
-            raise ValueError(f"critic must return one score per image, got {tuple(score.shape)}")
+            raise v.invalid("critic", f"critic must return one score per image, got {tuple(score.shape)}")
         logits = target(images)
         if logits.ndim != 2 or logits.shape[0] != latents.shape[0]:
-            raise ValueError(f"target must return logits of shape (N, C), got {tuple(logits.shape)}")
+            raise v.invalid("target", f"target must return logits of shape (N, C), got {tuple(logits.shape)}")
         if max(labels) >= logits.shape[1]:
-            raise ValueError(f"classes must be < the target's {logits.shape[1]} outputs, got {max(labels)}")
+            raise v.invalid("classes", f"classes must be < the target's {logits.shape[1]} outputs, got {max(labels)}")
         return images, -score.reshape(-1), F.cross_entropy(logits, y, reduction="none")
 
     with eval_mode(target), eval_mode(generator), eval_mode(critic), torch.enable_grad():
@@ -371,7 +371,7 @@ def gmi(
         with torch.no_grad():
             images, prior, identity = losses(z.detach())
         if not bool(torch.isfinite(images).all()):
-            raise ValueError("generator produced non-finite images: is the GAN trained with a sane gan_learning_rate and gradient_penalty?")
+            raise v.invalid("generator", "generator produced non-finite images: is the GAN trained with a sane gan_learning_rate and gradient_penalty?")
         images = images.detach().clamp(0.0, 1.0)
         conf = target_confidence(target, images, y).reshape(k, r)
     best = conf.argmax(axis=1)
@@ -425,9 +425,9 @@ def run_gmi(
         ValueError: no prior, or a generator whose images are not of ``input_shape``.
     """
     if prior is None or not isinstance(prior, Mapping) or not {"generator", "critic"} <= set(prior):
-        raise ValueError(f"prior must map 'generator' and 'critic' to GMI's trained GAN, got {type(prior).__name__}")
+        raise v.invalid("prior", f"prior must map 'generator' and 'critic' to GMI's trained GAN, got {type(prior).__name__}")
     shape = _shape(input_shape)
     made = getattr(prior["generator"], "image_shape", shape)
     if tuple(made) != shape:
-        raise ValueError(f"prior generator makes images of shape {tuple(made)}, but input_shape is {shape}")
+        raise v.invalid("prior", f"prior generator makes images of shape {tuple(made)}, but input_shape is {shape}")
     return gmi(model, prior["generator"], prior["critic"], classes=classes, config=config, seed=seed, device=device)

@@ -101,25 +101,25 @@ class MIFaceConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.max_iterations, bool) or not isinstance(self.max_iterations, int):
-            raise TypeError(f"max_iterations must be an int, got {self.max_iterations!r}")
+            raise v.invalid_type("max_iterations", f"max_iterations must be an int, got {self.max_iterations!r}")
         if self.max_iterations < 1:
-            raise ValueError(f"max_iterations must be >= 1, got {self.max_iterations}")
+            raise v.invalid("max_iterations", f"max_iterations must be >= 1, got {self.max_iterations}")
         if isinstance(self.patience, bool) or not isinstance(self.patience, int):
-            raise TypeError(f"patience must be an int, got {self.patience!r}")
+            raise v.invalid_type("patience", f"patience must be an int, got {self.patience!r}")
         if self.patience < 1:
-            raise ValueError(f"patience must be >= 1, got {self.patience}")
+            raise v.invalid("patience", f"patience must be >= 1, got {self.patience}")
         if not (isinstance(self.step_size, (int, float)) and math.isfinite(self.step_size)):
-            raise ValueError(f"step_size must be a finite number, got {self.step_size!r}")
+            raise v.invalid("step_size", f"step_size must be a finite number, got {self.step_size!r}")
         if self.step_size <= 0:
-            raise ValueError(f"step_size must be > 0, got {self.step_size}")
+            raise v.invalid("step_size", f"step_size must be > 0, got {self.step_size}")
         if not (isinstance(self.cost_threshold, (int, float)) and 0.0 <= self.cost_threshold <= 1.0):
-            raise ValueError(f"cost_threshold must be in [0, 1], got {self.cost_threshold!r}")
+            raise v.invalid("cost_threshold", f"cost_threshold must be in [0, 1], got {self.cost_threshold!r}")
         if self.descend_on not in _OBJECTIVES:
-            raise ValueError(f"descend_on must be one of {_OBJECTIVES}, got {self.descend_on!r}")
+            raise v.invalid("descend_on", f"descend_on must be one of {_OBJECTIVES}, got {self.descend_on!r}")
         if self.process not in _PROCESSES:
-            raise ValueError(f"process must be one of {_PROCESSES}, got {self.process!r}")
+            raise v.invalid("process", f"process must be one of {_PROCESSES}, got {self.process!r}")
         if self.start_value is not None and not (isinstance(self.start_value, (int, float)) and 0.0 <= self.start_value <= 1.0):
-            raise ValueError(f"start_value must be in [0, 1] or None, got {self.start_value!r}")
+            raise v.invalid("start_value", f"start_value must be in [0, 1] or None, got {self.start_value!r}")
 
 
 @dataclass(frozen=True)
@@ -194,28 +194,28 @@ def mi_face(
             model's output does not have.
     """
     if not isinstance(model, nn.Module):
-        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        raise v.invalid("model", f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(config, MIFaceConfig):
-        raise ValueError(f"config must be an MIFaceConfig, got {type(config).__name__}")
+        raise v.invalid("config", f"config must be an MIFaceConfig, got {type(config).__name__}")
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be an int, got {seed!r}")
+        raise v.invalid("seed", f"seed must be an int, got {seed!r}")
     labels = check_classes(classes)
     try:
         shape = tuple(int(s) for s in input_shape)
     except (TypeError, ValueError):
-        raise ValueError(f"input_shape must be a tuple of positive ints, got {input_shape!r}") from None
+        raise v.invalid("input_shape", f"input_shape must be a tuple of positive ints, got {input_shape!r}") from None
     if not shape or min(shape) < 1:
-        raise ValueError(f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
+        raise v.invalid("input_shape", f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
     if config.process != "none" and len(shape) < 2:
-        raise ValueError(f"input_shape must have >= 2 dimensions for process={config.process!r}, got {shape}")
+        raise v.invalid("input_shape", f"input_shape must have >= 2 dimensions for process={config.process!r}, got {shape}")
     dev = torch.device(device)
     k = len(labels)
     if start is not None:
         start_arr = np.asarray(start, dtype=np.float32)
         if start_arr.shape != shape:
-            raise ValueError(f"start must have shape input_shape={shape}, got {start_arr.shape}")
+            raise v.invalid("start", f"start must have shape input_shape={shape}, got {start_arr.shape}")
         if not np.all(np.isfinite(start_arr)) or start_arr.min() < 0 or start_arr.max() > 1:
-            raise ValueError("start must hold finite values in [0, 1]")
+            raise v.invalid("start", "start must hold finite values in [0, 1]")
         x = torch.from_numpy(start_arr).to(dev).expand(k, *shape).clone()
     elif config.start_value is None:
         gen = torch.Generator().manual_seed(seed)
@@ -235,9 +235,9 @@ def mi_face(
                 xs = xs.detach().requires_grad_(True)
                 logits = model(xs)
                 if logits.ndim != 2 or logits.shape[0] != k:
-                    raise ValueError(f"model must return logits of shape (N, C), got {tuple(logits.shape)}")
+                    raise v.invalid("model", f"model must return logits of shape (N, C), got {tuple(logits.shape)}")
                 if max(labels) >= logits.shape[1]:
-                    raise ValueError(f"classes must be < the model's {logits.shape[1]} outputs, got {max(labels)}")
+                    raise v.invalid("classes", f"classes must be < the model's {logits.shape[1]} outputs, got {max(labels)}")
                 prob = torch.softmax(logits.double(), dim=1).gather(1, target[:, None])[:, 0]
                 cost = 1.0 - prob
                 # Both objectives share their minimisers and their per-class descent direction
@@ -310,7 +310,7 @@ def run_mi_face(
         iterations and stop reasons in ``details``.
     """
     if not isinstance(config, MIFaceConfig):
-        raise ValueError(f"config must be an MIFaceConfig, got {type(config).__name__}")
+        raise v.invalid("config", f"config must be an MIFaceConfig, got {type(config).__name__}")
     runs = []
     for r in range(config.restarts):
         start_cfg = config if r == 0 else dataclasses.replace(config, start_value=None)

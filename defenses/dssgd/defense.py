@@ -132,7 +132,7 @@ class DSSGDConfig:
         v.choice("budget_split", self.budget_split, ("sum", "seed"))
         v.integer("observe_participant", self.observe_participant, minimum=0)
         if self.observe_participant >= self.participants:
-            raise ValueError(f"observe_participant must be below participants ({self.participants}), got {self.observe_participant!r}")
+            raise v.invalid("observe_participant", f"observe_participant must be below participants ({self.participants}), got {self.observe_participant!r}")
         _ = (self.rule, self.training)  # building them validates the upload rule's and the local SGD's fields
 
     @property
@@ -318,7 +318,7 @@ def train_dssgd(
     device = torch.device(device)
     members = np.sort(np.asarray(splits.members, dtype=np.int64))
     if config.participants > len(members):
-        raise ValueError(f"participants must be at most the number of members ({len(members)}), got {config.participants!r}")
+        raise v.invalid("participants", f"participants must be at most the number of members ({len(members)}), got {config.participants!r}")
     partitions = partition_ids(members, num_teachers=config.participants, seed=derive_seed(seed, "dssgd", "partition"))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after

@@ -75,7 +75,7 @@ def assign_parameters(model: nn.Module, flat: torch.Tensor) -> None:
     """Copies the flat vector ``flat`` into the model's parameters (the inverse of :func:`flatten_parameters`)."""
     total = sum(p.numel() for p in model.parameters())
     if flat.ndim != 1 or flat.numel() != total:
-        raise ValueError(f"flat must be a vector of the model's {total} parameters, got shape {tuple(flat.shape)}")
+        raise v.invalid("flat", f"flat must be a vector of the model's {total} parameters, got shape {tuple(flat.shape)}")
     offset = 0
     for p in model.parameters():
         n = p.numel()
@@ -91,7 +91,7 @@ def fraction_count(name: str, fraction: float, total: int) -> int:
     """
     fraction = v.real(name, fraction)
     if not 0 < fraction <= 1:
-        raise ValueError(f"{name} must lie in (0, 1], got {fraction!r}")
+        raise v.invalid(name, f"{name} must lie in (0, 1], got {fraction!r}")
     return max(1, min(total, int(round(fraction * total))))
 
 
@@ -115,7 +115,7 @@ class Upload:
 
     def __post_init__(self) -> None:
         if self.indices.ndim != 1 or self.values.shape != self.indices.shape:
-            raise ValueError(f"indices and values must be vectors of one length, got shapes {tuple(self.indices.shape)} and {tuple(self.values.shape)}")
+            raise v.invalid("indices", f"indices and values must be vectors of one length, got shapes {tuple(self.indices.shape)} and {tuple(self.values.shape)}")
         object.__setattr__(self, "indices", self.indices.to(torch.int64).cpu())
         object.__setattr__(self, "values", self.values.to(torch.float32).cpu())
 
@@ -129,7 +129,7 @@ class ParameterServer:
 
     def __init__(self, initial: torch.Tensor) -> None:
         if initial.ndim != 1 or initial.numel() == 0:
-            raise ValueError(f"initial must be a non-empty flat parameter vector, got shape {tuple(initial.shape)}")
+            raise v.invalid("initial", f"initial must be a non-empty flat parameter vector, got shape {tuple(initial.shape)}")
         self.parameters = initial.detach().float().cpu().clone()
         self.stat = torch.zeros(initial.numel(), dtype=torch.int64)
         self.uploads_applied = 0
@@ -161,9 +161,9 @@ class ParameterServer:
         idx = upload.indices
         if idx.numel():
             if int(idx.min()) < 0 or int(idx.max()) >= self.parameters.numel():
-                raise ValueError(f"upload of participant {upload.participant} has indices outside [0, {self.parameters.numel()})")
+                raise v.invalid("upload", f"upload of participant {upload.participant} has indices outside [0, {self.parameters.numel()})")
             if torch.unique(idx).numel() != idx.numel():
-                raise ValueError(f"upload of participant {upload.participant} repeats an index")
+                raise v.invalid("upload", f"upload of participant {upload.participant} repeats an index")
         self.parameters[idx] += upload.values
         self.stat[idx] += 1
         self.uploads_applied += 1
@@ -216,7 +216,7 @@ class UploadRule:
             v.positive("dp_epsilon", self.dp_epsilon)
             # The largest noise scale is 18γ/ε (release under the seed's split): it must be a number.
             if not math.isfinite(18.0 * self.bound / self.dp_epsilon):
-                raise ValueError(f"bound / dp_epsilon must give a finite noise scale, got bound={self.bound!r} and dp_epsilon={self.dp_epsilon!r}")
+                raise v.invalid("bound", f"bound / dp_epsilon must give a finite noise scale, got bound={self.bound!r} and dp_epsilon={self.dp_epsilon!r}")
         v.non_negative("dp_threshold", self.dp_threshold)
 
     def count(self, num_parameters: int) -> int:
@@ -314,7 +314,7 @@ class Participant:
         upload_generator: torch.Generator,
     ) -> None:
         if len(features) == 0 or len(features) != len(labels):
-            raise ValueError(f"participant {index} needs a non-empty partition with one label per example, got {len(features)} examples and {len(labels)} labels")
+            raise v.invalid("participants", f"participant {index} needs a non-empty partition with one label per example, got {len(features)} examples and {len(labels)} labels")
         self.index = index
         self.model = model
         self.features = features

@@ -58,20 +58,20 @@ def svt_upload(delta: torch.Tensor, *, count: int, epsilon: float, bound: float,
         TypeError: ``delta`` is not a floating tensor or ``generator`` not a ``torch.Generator``.
     """
     if not isinstance(delta, torch.Tensor) or not delta.is_floating_point():
-        raise TypeError(f"delta must be a floating-point torch.Tensor, got {v.short(delta)}")
+        raise v.invalid_type("delta", f"delta must be a floating-point torch.Tensor, got {v.short(delta)}")
     if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {v.short(generator)}")
+        raise v.invalid_type("generator", f"generator must be a torch.Generator, got {v.short(generator)}")
     n = delta.numel()
     if n == 0:
-        raise ValueError("delta must have at least one entry, got an empty tensor")
+        raise v.invalid("delta", "delta must have at least one entry, got an empty tensor")
     c = v.integer("count", count, minimum=1)
     scales = noise_scales(epsilon=epsilon, bound=bound, split=split)
     tau = v.real("threshold", threshold)
     if not np.isfinite(tau):
-        raise ValueError(f"threshold must be finite, got {threshold!r}")
+        raise v.invalid("threshold", f"threshold must be finite, got {threshold!r}")
     flat = delta.detach().reshape(-1).to(device="cpu", dtype=torch.float64)
     if not bool(torch.isfinite(flat).all()):
-        raise ValueError("delta must be finite, got NaN or infinite entries")
+        raise v.invalid("delta", "delta must be finite, got NaN or infinite entries")
     gamma = scales.bound
     # Bound first: every later step (query and release) sees values of sensitivity Δf = 2γ.
     x = flat.clamp(-gamma, gamma).numpy()

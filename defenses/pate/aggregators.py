@@ -92,17 +92,17 @@ def vote_histogram(teacher_predictions: Any, *, num_classes: int) -> np.ndarray:
         teacher_predictions = teacher_predictions.detach().cpu().numpy()
     preds = np.asarray(teacher_predictions)
     if preds.ndim != 2:
-        raise ValueError(f"teacher_predictions must be 2-D (teachers x queries), got shape {preds.shape}")
+        raise v.invalid("teacher_predictions", f"teacher_predictions must be 2-D (teachers x queries), got shape {preds.shape}")
     if preds.shape[0] < 1:
-        raise ValueError(f"teacher_predictions must hold at least one teacher, got shape {preds.shape}")
+        raise v.invalid("teacher_predictions", f"teacher_predictions must hold at least one teacher, got shape {preds.shape}")
     if preds.size and preds.dtype.kind not in "iu":
-        raise TypeError(f"teacher_predictions must hold integer labels, got dtype {preds.dtype}")
+        raise v.invalid_type("teacher_predictions", f"teacher_predictions must hold integer labels, got dtype {preds.dtype}")
     num_teachers, num_queries = preds.shape
     if preds.size:
         bad = (preds < 0) | (preds >= num_classes)
         if bad.any():
             t, i = (int(k) for k in np.argwhere(bad)[0])
-            raise ValueError(f"teacher_predictions must hold labels in [0, {num_classes}) (num_classes={num_classes}), got {int(preds[t, i])} from teacher {t} on query {i}")
+            raise v.invalid("teacher_predictions", f"teacher_predictions must hold labels in [0, {num_classes}) (num_classes={num_classes}), got {int(preds[t, i])} from teacher {t} on query {i}")
     # One flat bincount over (query, label) pairs: the row is the query, the column the label.
     flat = np.arange(num_queries, dtype=np.int64)[None, :] * num_classes + preds.astype(np.int64, copy=False)
     counts = np.bincount(flat.ravel(), minlength=num_queries * num_classes)
@@ -234,12 +234,12 @@ def aggregator_config(name: str, **params: Any) -> AggregatorConfig:
     params = dict(params)
     stored = params.pop("aggregator", name)
     if stored != name:
-        raise ValueError(f"aggregator must match the parameters' aggregator {stored!r}, got {name!r}")
+        raise v.invalid("aggregator", f"aggregator must match the parameters' aggregator {stored!r}, got {name!r}")
     cls = AGGREGATORS[name]
     fields = set(cls.__dataclass_fields__)
     unknown = sorted(set(params) - fields)
     if unknown:
-        raise ValueError(f"{name} takes parameters {sorted(fields)}, got unknown {unknown}")
+        raise v.invalid(name, f"{name} takes parameters {sorted(fields)}, got unknown {unknown}")
     return cls(**params)
 
 
@@ -364,7 +364,7 @@ def aggregate(votes: Any, config: AggregatorConfig, *, seed: int) -> Aggregation
         ValueError: a bad vote matrix or a negative seed.
     """
     if not isinstance(config, (LNMaxConfig, GNMaxConfig, ConfidentGNMaxConfig)):
-        raise TypeError(f"config must be one of {', '.join(c.__name__ for c in AGGREGATORS.values())}, got {type(config).__name__}")
+        raise v.invalid_type("config", f"config must be one of {', '.join(c.__name__ for c in AGGREGATORS.values())}, got {type(config).__name__}")
     seed = v.integer("seed", seed, minimum=0)
     arr = validate_votes(votes)
     shape = arr.shape

@@ -153,12 +153,12 @@ class PATEConfig:
                 object.__setattr__(self, name, getattr(student, source))
         beta, ss = self.smooth_sensitivity_beta, self.smooth_sensitivity_sigma
         if (beta is None) != (ss is None):
-            raise ValueError(f"smooth_sensitivity_beta and smooth_sensitivity_sigma go together, got beta={beta!r} and sigma={ss!r}")
+            raise v.invalid("smooth_sensitivity_beta", f"smooth_sensitivity_beta and smooth_sensitivity_sigma go together, got beta={beta!r} and sigma={ss!r}")
         if beta is not None:
             if self.aggregator == "lnmax":
-                raise ValueError("smooth_sensitivity_beta: the smooth-sensitivity release is derived for gnmax and confident-gnmax, got aggregator 'lnmax'")
+                raise v.invalid("smooth_sensitivity_beta", "smooth_sensitivity_beta: the smooth-sensitivity release is derived for gnmax and confident-gnmax, got aggregator 'lnmax'")
             if self.analysis != "data-dependent":
-                raise ValueError("smooth_sensitivity_beta: only a data-dependent bound needs a smooth-sensitivity release, got analysis 'data-independent'")
+                raise v.invalid("smooth_sensitivity_beta", "smooth_sensitivity_beta: only a data-dependent bound needs a smooth-sensitivity release, got analysis 'data-independent'")
 
     def aggregator_config(self) -> Any:
         """The :mod:`defenses.pate.aggregators` config of the chosen aggregator."""
@@ -200,7 +200,7 @@ def public_split(bundle: DatasetBundle, public_fraction: float) -> tuple[np.ndar
     ids = np.sort(np.asarray(bundle.test.ids, dtype=np.int64))
     cut = int(round(v.open_unit("public_fraction", public_fraction) * len(ids)))
     if cut < 1 or cut >= len(ids):
-        raise ValueError(f"public_fraction={public_fraction!r} leaves no public or no evaluation example among the {len(ids)} test examples of {bundle.name}")
+        raise v.invalid("public_fraction", f"public_fraction={public_fraction!r} leaves no public or no evaluation example among the {len(ids)} test examples of {bundle.name}")
     return ids[:cut], ids[cut:]
 
 
@@ -331,11 +331,11 @@ def train_pate(
     device = torch.device(device)
     public_ids, eval_ids = public_split(bundle, config.public_fraction)
     if config.queries > len(public_ids):
-        raise ValueError(
-            f"queries={config.queries} exceeds the {len(public_ids)} public examples of {bundle.name} (public_fraction={config.public_fraction:g} of its {len(bundle.test)} test examples)"
+        raise v.invalid(
+            "queries", f"queries={config.queries} exceeds the {len(public_ids)} public examples of {bundle.name} (public_fraction={config.public_fraction:g} of its {len(bundle.test)} test examples)"
         )
     if config.teachers > len(splits.members):
-        raise ValueError(f"teachers={config.teachers} exceeds the {len(splits.members)} private members of the split (one example at least per teacher)")
+        raise v.invalid("teachers", f"teachers={config.teachers} exceeds the {len(splits.members)} private members of the split (one example at least per teacher)")
     order = np.random.default_rng(derive_seed(seed, "pate", "queries")).permutation(public_ids)
     query_ids, other_ids = np.sort(order[: config.queries]), order[config.queries :]
 
@@ -345,7 +345,7 @@ def train_pate(
     votes = teacher_votes(ensemble, queries.features, device=device, progress=progress)
     agg = aggregate(votes, config.aggregator_config(), seed=derive_seed(seed, "pate", "aggregate"))
     if agg.num_answered == 0:
-        raise ValueError(f"the aggregator answered none of the {agg.num_queries} queries (threshold={config.threshold:g}); lower --threshold or ask more --queries")
+        raise v.invalid("threshold", f"the aggregator answered none of the {agg.num_queries} queries (threshold={config.threshold:g}); lower --threshold or ask more --queries")
     result, release = _analyse(config, agg)
     parameters = {k: float(x) for k, x in config.aggregator_config().to_dict().items() if k != "aggregator"}
     claim = analysis_lib.pate_claim(result, parameters=parameters, num_answered=agg.num_answered, data_dependent=config.analysis == "data-dependent", release=release)

@@ -43,7 +43,7 @@ def partition_ids(ids: Any, *, num_teachers: int, seed: int) -> tuple[np.ndarray
     pool = v.sorted_id_set("ids", ids)
     num_teachers = v.integer("num_teachers", num_teachers, minimum=1)
     if num_teachers > pool.size:
-        raise ValueError(f"num_teachers must be at most the number of ids ({pool.size}), got {num_teachers}")
+        raise v.invalid("num_teachers", f"num_teachers must be at most the number of ids ({pool.size}), got {num_teachers}")
     seed = v.integer("seed", seed, minimum=0)
     shuffled = numpy_rng(seed, "pate", "partition").permutation(pool)
     parts = []
@@ -56,7 +56,7 @@ def partition_ids(ids: Any, *, num_teachers: int, seed: int) -> tuple[np.ndarray
 
 def _check_partitions(partitions: Sequence[Any], name: str) -> tuple[np.ndarray, ...]:
     if isinstance(partitions, (str, bytes)) or not isinstance(partitions, Sequence):
-        raise TypeError(f"{name} must be a sequence of id arrays, got {type(partitions).__name__}")
+        raise v.invalid_type(name, f"{name} must be a sequence of id arrays, got {type(partitions).__name__}")
     parts = tuple(v.sorted_id_set(f"{name}[{t}]", p) for t, p in enumerate(partitions))
     if parts:
         joined = np.concatenate(parts)
@@ -64,7 +64,7 @@ def _check_partitions(partitions: Sequence[Any], name: str) -> tuple[np.ndarray,
         if (counts > 1).any():
             dup = int(uniq[counts > 1][0])
             owners = [t for t, p in enumerate(parts) if np.isin(dup, p)]
-            raise ValueError(f"{name} must be disjoint, got id {dup} in teachers {owners}")
+            raise v.invalid(name, f"{name} must be disjoint, got id {dup} in teachers {owners}")
     return parts
 
 
@@ -99,10 +99,10 @@ def partitions_from_membership(membership: Mapping[str, Any]) -> tuple[np.ndarra
         ValueError: keys are not exactly ``"0"`` … ``"n-1"``, or the partitions overlap.
     """
     if not isinstance(membership, Mapping):
-        raise TypeError(f"membership must be a mapping, got {type(membership).__name__}")
+        raise v.invalid_type("membership", f"membership must be a mapping, got {type(membership).__name__}")
     expected = [str(t) for t in range(len(membership))]
     if sorted(membership, key=str) != sorted(expected) or any(not isinstance(k, str) for k in membership):
-        raise ValueError(f"membership keys must be the teacher indices '0'..'{len(membership) - 1}', got {sorted(map(str, membership))[:5]}")
+        raise v.invalid("membership", f"membership keys must be the teacher indices '0'..'{len(membership) - 1}', got {sorted(map(str, membership))[:5]}")
     return _check_partitions([membership[k] for k in expected], "membership")
 
 

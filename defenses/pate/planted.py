@@ -57,7 +57,7 @@ def aggregate_noise_scale_too_small(votes: Any, config: AggregatorConfig, *, see
     elif isinstance(config, ConfidentGNMaxConfig):
         scaled = dataclasses.replace(config, sigma=config.sigma / f, threshold_sigma=config.threshold_sigma / f)
     else:
-        raise TypeError(f"config must be an aggregator config, got {type(config).__name__}")
+        raise v.invalid_type("config", f"config must be an aggregator config, got {type(config).__name__}")
     # The bug: the output says it used the documented scale.
     return dataclasses.replace(aggregate(votes, scaled, seed=seed), config=config.to_dict())
 
@@ -69,7 +69,7 @@ def aggregate_threshold_without_noise(votes: Any, config: AggregatorConfig, *, s
         ValueError: ``config`` is not a Confident-GNMax config (there is no threshold to forget).
     """
     if not isinstance(config, ConfidentGNMaxConfig):
-        raise ValueError(f"planted bug threshold-without-noise applies to confident-gnmax, got aggregator {getattr(config, 'name', type(config).__name__)!r}")
+        raise v.invalid("planted_bug", f"planted bug threshold-without-noise applies to confident-gnmax, got aggregator {getattr(config, 'name', type(config).__name__)!r}")
     real = aggregate(votes, config, seed=seed)
     arr = validate_votes(votes)
     answered = arr.max(axis=1) >= config.threshold
@@ -93,7 +93,7 @@ def planted_aggregator(bug: str, *, aggregator: str | None = None, factor: float
     """
     v.choice("planted_bug", bug, PLANTED_PATE_BUGS)
     if aggregator is not None and aggregator not in _APPLIES_TO[bug]:
-        raise ValueError(f"planted_bug {bug!r} applies to {', '.join(_APPLIES_TO[bug])}, got aggregator {aggregator!r}")
+        raise v.invalid("planted_bug", f"planted_bug {bug!r} applies to {', '.join(_APPLIES_TO[bug])}, got aggregator {aggregator!r}")
     if bug == "noise-scale-too-small":
         f = v.positive("factor", factor)
 

@@ -88,13 +88,13 @@ class StudentConfig:
     def __post_init__(self) -> None:
         v.integer("epochs", self.epochs, minimum=1)
         if self.epochs > EPOCH_LIMIT.maximum:
-            raise ValueError(f"epochs must be <= {EPOCH_LIMIT.maximum:g}, got {self.epochs}")
+            raise v.invalid("epochs", f"epochs must be <= {EPOCH_LIMIT.maximum:g}, got {self.epochs}")
         v.integer("batch_size", self.batch_size, minimum=1)
         v.positive("learning_rate", self.learning_rate)
         v.unit_interval_open_right("momentum", self.momentum)
         v.non_negative("weight_decay", self.weight_decay)
         if not isinstance(self.semi_supervised, bool):
-            raise TypeError(f"semi_supervised must be True or False, got {self.semi_supervised!r}")
+            raise v.invalid_type("semi_supervised", f"semi_supervised must be True or False, got {self.semi_supervised!r}")
         v.non_negative("unlabeled_weight", self.unlabeled_weight)
         v.open_unit("confidence", self.confidence)
         v.integer("unlabeled_ratio", self.unlabeled_ratio, minimum=1)
@@ -202,27 +202,27 @@ def strong_augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 def _check_features(name: str, x: object, *, allow_empty: bool = False) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise v.invalid_type(name, f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+        raise v.invalid_type(name, f"{name} must be a floating-point tensor, got {x.dtype}")
     if x.ndim < 2:
-        raise ValueError(f"{name} must have shape (n, *input_shape), got {tuple(x.shape)}")
+        raise v.invalid(name, f"{name} must have shape (n, *input_shape), got {tuple(x.shape)}")
     if len(x) == 0 and not allow_empty:
-        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
+        raise v.invalid(name, f"{name} must not be empty, got shape {tuple(x.shape)}")
     if x.numel() and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} must be finite (found NaN or infinity)")
+        raise v.invalid(name, f"{name} must be finite (found NaN or infinity)")
     return x
 
 
 def _check_labels(labels: object, n: int) -> torch.Tensor:
     if not isinstance(labels, torch.Tensor):
-        raise TypeError(f"labels must be a torch.Tensor, got {type(labels).__name__}")
+        raise v.invalid_type("labels", f"labels must be a torch.Tensor, got {type(labels).__name__}")
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-        raise TypeError(f"labels must be an integer tensor, got {labels.dtype}")
+        raise v.invalid_type("labels", f"labels must be an integer tensor, got {labels.dtype}")
     if labels.numel() == 0:
-        raise ValueError("labels must not be empty: the student needs at least one answered query")
+        raise v.invalid("labels", "labels must not be empty: the student needs at least one answered query")
     if tuple(labels.shape) != (n,):
-        raise ValueError(f"labels must have shape ({n},) to match labeled_features, got {tuple(labels.shape)}")
+        raise v.invalid("labels", f"labels must have shape ({n},) to match labeled_features, got {tuple(labels.shape)}")
     return labels.to(torch.int64)
 
 
@@ -280,19 +280,19 @@ def train_student(
         dpaudit.training.TrainingDiverged: the loss became NaN or infinite.
     """
     if not isinstance(config, StudentConfig):
-        raise TypeError(f"config must be a StudentConfig, got {type(config).__name__}")
+        raise v.invalid_type("config", f"config must be a StudentConfig, got {type(config).__name__}")
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        raise v.invalid_type("model", f"model must be a torch.nn.Module, got {type(model).__name__}")
     seed = v.integer("seed", seed, minimum=0)
     x_lab = _check_features("labeled_features", labeled_features)
     y_lab = _check_labels(labels, len(x_lab))
     x_unl: torch.Tensor | None = None
     if config.semi_supervised:
         if unlabeled_features is None:
-            raise ValueError("unlabeled_features must be given when config.semi_supervised is True")
+            raise v.invalid("unlabeled_features", "unlabeled_features must be given when config.semi_supervised is True")
         x_unl = _check_features("unlabeled_features", unlabeled_features)
         if tuple(x_unl.shape[1:]) != tuple(x_lab.shape[1:]):
-            raise ValueError(f"unlabeled_features must have examples of shape {tuple(x_lab.shape[1:])} like labeled_features, got {tuple(x_unl.shape[1:])}")
+            raise v.invalid("unlabeled_features", f"unlabeled_features must have examples of shape {tuple(x_lab.shape[1:])} like labeled_features, got {tuple(x_unl.shape[1:])}")
     dev = torch.device(device)
     # Only this device's generator needs saving: the CPU one always is.
     cuda_devices = [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []
@@ -307,7 +307,7 @@ def train_student(
             width = model(x_lab[:1]).shape[-1]
         low, high = int(y_lab.min()), int(y_lab.max())
         if low < 0 or high >= width:
-            raise ValueError(f"labels must lie in [0, {width}) (the model's {width} outputs), got range [{low}, {high}]")
+            raise v.invalid("labels", f"labels must lie in [0, {width}) (the model's {width} outputs), got range [{low}, {high}]")
         return _train(model, x_lab, y_lab, x_unl.to(dev) if x_unl is not None else None, config=config, seed=seed, progress=progress)
 
 

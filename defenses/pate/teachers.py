@@ -123,12 +123,12 @@ class TeacherSpec:
         for name in ("train_ids", "non_member_ids", "population_ids"):
             object.__setattr__(self, name, sorted_id_set(name, getattr(self, name)))
         if self.train_ids.size == 0:
-            raise ValueError("train_ids must not be empty")
+            raise v.invalid("train_ids", "train_ids must not be empty")
         Membership(members=self.train_ids, non_members=self.non_member_ids, population=self.population_ids)  # refuses shared ids
         num = v.integer("num_teachers", self.num_teachers, minimum=1)
         index = v.integer("index", self.index, minimum=0)
         if index >= num:
-            raise ValueError(f"index must lie in [0, num_teachers={num}), got {index}")
+            raise v.invalid("index", f"index must lie in [0, num_teachers={num}), got {index}")
         object.__setattr__(self, "partition_seed", v.integer("partition_seed", self.partition_seed, minimum=0))
         object.__setattr__(self, "seed", v.integer("seed", self.seed, minimum=0))
         if self.num_eval_examples is not None:
@@ -136,7 +136,7 @@ class TeacherSpec:
         object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
         object.__setattr__(self, "model_options", MappingProxyType(dict(self.model_options)))
         if not isinstance(self.training, NonPrivateConfig):
-            raise TypeError(f"training must be a NonPrivateConfig, got {type(self.training).__name__}")
+            raise v.invalid_type("training", f"training must be a NonPrivateConfig, got {type(self.training).__name__}")
 
     @property
     def teacher_id(self) -> str:
@@ -420,12 +420,12 @@ def train_teachers(
     """
     specs = tuple(specs)
     if not specs:
-        raise ValueError("specs must hold at least one teacher, got none")
+        raise v.invalid("specs", "specs must hold at least one teacher, got none")
     for s in specs:
         if not isinstance(s, TeacherSpec):
-            raise TypeError(f"specs must hold TeacherSpec values, got {type(s).__name__}")
+            raise v.invalid_type("specs", f"specs must hold TeacherSpec values, got {type(s).__name__}")
     if len({s.num_classes for s in specs}) != 1:
-        raise ValueError(f"specs must share one number of classes, got {sorted({s.num_classes for s in specs})}")
+        raise v.invalid("specs", f"specs must share one number of classes, got {sorted({s.num_classes for s in specs})}")
     teacher_membership([s.train_ids for s in specs])  # refuses overlapping partitions: one example, one teacher
     root_text = os.fspath(data_root) if data_root is not None else None
     jobs = [ModelJob(key=s.teacher_id, fn=train_teacher_job, kwargs={"spec": s.to_dict(), "data_root": root_text, "device": device}, build=functools.partial(TeacherSpec.build, s)) for s in specs]
@@ -446,9 +446,9 @@ def _as_features(features: Any) -> torch.Tensor:
     if isinstance(features, np.ndarray):
         features = torch.from_numpy(features)
     if not isinstance(features, torch.Tensor):
-        raise TypeError(f"features must be a torch.Tensor or numpy array, got {type(features).__name__}")
+        raise v.invalid_type("features", f"features must be a torch.Tensor or numpy array, got {type(features).__name__}")
     if features.ndim < 1:
-        raise ValueError(f"features must hold one example per row, got shape {tuple(features.shape)}")
+        raise v.invalid("features", f"features must hold one example per row, got shape {tuple(features.shape)}")
     return features.detach().to("cpu", torch.float32).contiguous()
 
 

@@ -6,6 +6,12 @@ the snake_case field names of the result. Exit status: 0 success, 2 bad usage or
 line naming the argument and the value, no traceback), 1 an internal failure, 3 an audit
 that found ε_LB > ε_UB (or a certificate above what an attack left).
 
+What counts as bad input is decided by the exception's type, never by its message: a
+:class:`~dpaudit.app.common.UsageError`, an :class:`~dpaudit._validate.InvalidArgument` raised
+by a check anywhere in the library (it carries the parameter's name, which becomes the verb's
+flag in ``--json``'s ``argument``), or the file system refusing a path the user gave (the flag
+found from the path). Anything else, a plain ``ValueError`` included, is a bug: exit 1.
+
 Each verb is one module of :mod:`dpaudit.app.verbs` with ``register(subparsers)``; the heavy
 imports (torch, the registries) happen inside the verbs, so ``dpaudit --help`` stays light.
 """
@@ -13,15 +19,19 @@ imports (torch, the registries) happen inside the verbs, so ``dpaudit --help`` s
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import hashlib
 import importlib
 import json
 import os
-import re
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
 
+from dpaudit._validate import InvalidArgument
 from dpaudit.app.common import EXIT_INTERNAL, EXIT_USAGE, Parser, UsageError
+from dpaudit.locks import RunInUse, command_lock
 from dpaudit.options import LIMIT_ATTR, SizeLimit
 
 __all__ = ["main", "build_parser", "UsageError", "VERBS"]
@@ -124,33 +134,109 @@ def _number(x: float) -> str:
     return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e18 else f"{x:g}"
 
 
-#: A library error names its argument first ("num_steps must be ..." or "--radii: ..."); the JSON
-#: error object reports it as the flag a user would type.
-_LEADING_NAME = re.compile(r"^(--[a-z][a-z0-9-]*|[a-z][a-z0-9_]*)(?=[ :=])")
+def _leaf_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the verb being run (``dpaudit attack membership``), found through the parsed choices."""
+    node = parser
+    while True:
+        subs = [a for a in node._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, subs[0].dest, None) if subs else None
+        if chosen is None or chosen not in subs[0].choices:
+            return node
+        node = subs[0].choices[chosen]
 
 
-def _argument_of(exc: BaseException) -> str | None:
-    named = getattr(exc, "argument", None)
-    if named:
-        return str(named)
-    found = _LEADING_NAME.match(str(exc))
-    if found is None:
+def _flag_of(parser: argparse.ArgumentParser, name: str | None) -> str | None:
+    """The flag of ``parser`` that parameter ``name`` (``num_steps``, ``--votes``) came from, or None.
+
+    Looked up among the parser's own actions, never guessed from a message: a library name with
+    no flag of this verb (an internal parameter, a field set from a file) gives None.
+    """
+    if not isinstance(name, str) or not name:
         return None
-    name = found.group(1)
-    return name if name.startswith("--") else "--" + name.replace("_", "-")
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+            continue
+        if name in action.option_strings:
+            return name
+        if not action.option_strings and name in (action.dest, action.metavar):
+            return str(action.metavar or action.dest)
+    wanted = name.lstrip("-").replace("-", "_")
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) or action.dest == "help":
+            continue
+        if action.dest == wanted or f"--{wanted.replace('_', '-')}" in action.option_strings:
+            return action.option_strings[-1] if action.option_strings else str(action.metavar or action.dest)
+    return None
+
+
+#: Errors of the file system about a path the user gave (or a file under it): bad input, not a bug.
+_USER_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ELOOP, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EEXIST})
+
+
+def _path_flag(parser: argparse.ArgumentParser, args: argparse.Namespace, filename: object) -> str | None:
+    """The flag whose value the path ``filename`` lies in (``--out`` for ``RUN/.locks/x``), or None."""
+    if not isinstance(filename, (str, bytes, os.PathLike)):
+        return None
+    target = os.fsdecode(filename)
+    best: tuple[int, str] | None = None
+    for action in parser._actions:
+        value = getattr(args, action.dest, None) if action.dest not in (None, argparse.SUPPRESS) else None
+        if not isinstance(value, str) or not value.strip():
+            continue
+        paths = {value, value.rpartition(":")[0] or value}  # FILE.py:FUNCTION flags name a file too
+        for form in {*paths, *(os.path.abspath(os.path.expanduser(p)) for p in paths)}:
+            if target == form or target.startswith(form.rstrip(os.sep) + os.sep) or (form.endswith(os.sep) and target.startswith(form)):
+                flag = action.option_strings[-1] if action.option_strings else str(action.metavar or action.dest)
+                if best is None or len(form) > best[0]:
+                    best = (len(form), flag)
+    return None if best is None else best[1]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _naming(message: str, flag: str | None) -> str:
+    """``message``, led by the flag it is about where the library named only its parameter (``upload_fraction must ...``)."""
+    return f"{flag}: {message}" if flag and flag.startswith("--") and flag not in message else message
 
 
 def _report_error(argv: Sequence[str], prog: str, message: str, *, argument: str | None, status: int) -> int:
-    """One line on stderr; with ``--json`` also one JSON object on stdout (DESIGN.md, "Command line")."""
+    """One line on stderr; with ``--json`` also one JSON object on stdout (DESIGN.md, "Command line").
+
+    ``argument`` is a flag of the verb that was run (or a grid's TOML key, or a positional's
+    name), or null when the error is about no single flag.
+    """
     print(f"{prog}: error: {message}", file=sys.stderr)
     if "--json" in argv:
-        sys.stdout.write(json.dumps({"error": message, "argument": argument, "exit_status": status}) + "\n")
+        sys.stdout.write(json.dumps({"error": message, "argument": argument or None, "exit_status": status}) + "\n")
     return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``dpaudit`` console script; returns the exit status."""
+    """Entry point of the ``dpaudit`` console script; returns the exit status.
+
+    The error contract: a :class:`UsageError`, or an :class:`~dpaudit._validate.InvalidArgument`
+    from any check in the library, or the file system refusing a path the user gave, is bad
+    input (exit 2, one line, the flag it is about); any other exception is a bug of dpaudit
+    (exit 1, "internal error", a traceback with ``--debug``).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    with contextlib.ExitStack() as stack:
+        # One writer per command and run directory, taken from the raw arguments before anything
+        # heavy is imported (building some verbs' parsers imports torch): an identical second run
+        # is refused at once. The unit locks inside the work still guard different commands that
+        # would write the same result.
+        try:
+            stack.enter_context(command_lock(_out_of(argv), _command_key(argv)))
+        except RunInUse as exc:
+            return _report_error(argv, _prog_of(argv), str(exc), argument="--out", status=EXIT_USAGE)
+        except OSError:
+            pass  # an --out the file system refuses: the parser reports it, naming the flag
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     debug = "--debug" in argv or bool(os.environ.get("DPAUDIT_DEBUG"))
     try:
         parser = build_parser(argv)
@@ -162,26 +248,82 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except UsageError as exc:
         return _report_error(argv, exc.prog or "dpaudit", str(exc), argument=exc.argument, status=EXIT_USAGE)
-    prog = " ".join(["dpaudit", args.command, *(kind for kind in (getattr(args, "attack_kind", None), getattr(args, "pate_kind", None)) if kind)])
+    leaf = _leaf_of(parser, args)
+    prog = leaf.prog
     try:
         check_size_limits(args)
         check_device(args)
         return int(args.func(args))
     except UsageError as exc:
-        return _report_error(argv, prog, str(exc), argument=exc.argument, status=EXIT_USAGE)
-    except (ValueError, TypeError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError) as exc:
-        # Validation errors from the library name the argument (or file) and value already;
-        # file errors are about a path the user gave.
+        return _report_error(argv, prog, _naming(_one_line(str(exc)), _flag_of(leaf, exc.argument)), argument=_flag_of(leaf, exc.argument), status=EXIT_USAGE)
+    except InvalidArgument as exc:
         if debug:
             traceback.print_exc()
-        message = str(exc) if not isinstance(exc, OSError) or not exc.filename else f"{exc.filename}: {exc.strerror or exc}"
-        return _report_error(argv, prog, " ".join(message.split()), argument=_argument_of(exc), status=EXIT_USAGE)
+        # A check names a parameter, a flag, a grid key, or the user's file it refused (read_json).
+        named = exc.argument if getattr(exc, "grid_key", False) else _flag_of(leaf, exc.argument) or _path_flag(leaf, args, exc.argument)
+        return _report_error(argv, prog, _naming(_one_line(str(exc)), named), argument=named, status=EXIT_USAGE)
+    except OSError as exc:
+        if debug:
+            traceback.print_exc()
+        if exc.filename is None or exc.errno not in _USER_ERRNOS:
+            if isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)):  # e.g. a dataset not found
+                return _report_error(argv, prog, _one_line(str(exc)), argument=None, status=EXIT_USAGE)
+            return _internal(argv, prog, exc)
+        flag = _path_flag(leaf, args, exc.filename)
+        name = os.fsdecode(exc.filename)
+        shown = name if len(name) <= 120 else name[:60] + "..." + name[-40:]
+        message = f"{shown}: {exc.strerror or exc}"
+        return _report_error(argv, prog, _one_line(f"{flag}: {message}" if flag else message), argument=flag, status=EXIT_USAGE)
     except KeyboardInterrupt:
         return _report_error(argv, prog, "interrupted; finished results are kept, rerun to resume", argument=None, status=130)
     except Exception as exc:
         if debug:
             traceback.print_exc()
-        return _report_error(argv, prog, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)", argument=None, status=EXIT_INTERNAL)
+        return _internal(argv, prog, exc)
+
+
+def _internal(argv: Sequence[str], prog: str, exc: BaseException) -> int:
+    text = _one_line(str(exc))
+    return _report_error(argv, prog, f"internal error: {type(exc).__name__}: {text} (please report it; rerun with --debug for a traceback)", argument=None, status=EXIT_INTERNAL)
+
+
+#: Flags that change how a command runs or prints, not what it writes (with whether they take a value).
+_PRESENTATION = {"--json": False, "--quiet": False, "--debug": False, "--i-know": False, "--num-workers": True, "--executor": True, "--address": True, "--device": True}
+
+
+def _out_of(argv: Sequence[str]) -> str | None:
+    """The ``--out`` of the raw arguments (None when absent or empty: the parser reports that)."""
+    for i, a in enumerate(argv):
+        if a == "--out" and i + 1 < len(argv):
+            return argv[i + 1] if argv[i + 1].strip() else None
+        if a.startswith("--out="):
+            return a[len("--out=") :] if a[len("--out=") :].strip() else None
+    return None
+
+
+def _command_key(argv: Sequence[str]) -> str:
+    """What identifies a command for :func:`~dpaudit.locks.command_lock`: its arguments, as typed."""
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in _PRESENTATION:
+            skip = _PRESENTATION[name] and "=" not in a
+            continue
+        kept.append(a)
+    return "command-" + hashlib.sha256("\0".join(kept).encode()).hexdigest()[:16]
+
+
+def _prog_of(argv: Sequence[str]) -> str:
+    """``dpaudit attack membership`` from the raw arguments (for an error before parsing)."""
+    words = []
+    for a in argv:
+        if a.startswith("-") or len(words) == 2:
+            break
+        words.append(a)
+    return " ".join(["dpaudit", *words])
 
 
 if __name__ == "__main__":

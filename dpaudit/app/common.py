@@ -8,8 +8,10 @@ Kept free of torch so that ``dpaudit --help`` and ``dpaudit epsilon`` start quic
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -32,6 +34,7 @@ __all__ = [
     "seed_type",
     "positive_int",
     "path_type",
+    "path_problem",
     "add_common",
 ]
 
@@ -95,8 +98,50 @@ def positive_int(name: str, minimum: int = 1) -> Callable[[str], Any]:
     return arg(name, lambda n, x: v.integer(n, x, minimum=minimum), int)
 
 
+#: What ``stat`` says about a path the user gave, as the end of "--flag='...' ...".
+_PATH_ERRNO = {
+    errno.ELOOP: "is a symbolic link loop (or a chain of too many links)",
+    errno.ENAMETOOLONG: "is too long for this file system",
+    errno.EACCES: "cannot be reached: permission denied",
+    errno.EPERM: "cannot be reached: operation not permitted",
+    errno.ENOTDIR: "goes through a file as if it were a directory",
+}
+
+
+def _name_max(p: Path) -> int:
+    """The longest file name (bytes) the file system under ``p`` allows; 255 where it does not say."""
+    for q in (p, *p.parents):
+        try:
+            return int(os.pathconf(q, "PC_NAME_MAX"))
+        except (OSError, ValueError):
+            continue
+    return 255
+
+
+def path_problem(p: Path) -> str | None:
+    """Why ``p`` cannot be used as a path at all (too long a name, a link loop, no access), or None.
+
+    A missing path is not a problem here (the caller decides whether it must exist); ``stat``
+    follows links, so a loop anywhere along the path shows as ``ELOOP``.
+    """
+    longest = max((len(os.fsencode(part)) for part in p.parts), default=0)
+    if longest > (limit := _name_max(p)):
+        return f"has a name of {longest} bytes, more than the {limit} this file system allows"
+    try:
+        os.stat(p)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return _PATH_ERRNO.get(exc.errno or 0, f"cannot be used: {exc.strerror or exc}")
+    return None
+
+
 def path_type(flag: str, *, must_exist: str | None) -> Callable[[str], str]:
     """An argparse ``type`` for a path: never empty, and checked before any work starts.
+
+    Beyond existence and kind, a path the file system would refuse (a name over ``NAME_MAX``, a
+    symbolic link loop, a component without access) is refused here, naming the flag, rather
+    than as an ``OSError`` somewhere in the work.
 
     Args:
         flag: the flag, for the message.
@@ -108,9 +153,14 @@ def path_type(flag: str, *, must_exist: str | None) -> Callable[[str], str]:
         if not text.strip():
             raise argparse.ArgumentTypeError(f"{flag} must name a path, got an empty string")
         p = Path(text).expanduser()
+        problem = path_problem(p)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(f"{flag}={v.short(text)} {problem}")
         if must_exist is None:
             if p.exists() and not p.is_dir():
                 raise argparse.ArgumentTypeError(f"{flag}={text!r} exists and is not a directory")
+            if not p.exists() and p.is_symlink():
+                raise argparse.ArgumentTypeError(f"{flag}={text!r} is a symbolic link to nothing (a dangling link)")
         elif not p.exists():
             raise argparse.ArgumentTypeError(f"{flag}={text!r} does not exist")
         elif must_exist == "file" and not p.is_file():

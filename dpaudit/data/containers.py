@@ -53,33 +53,33 @@ class ArrayDataset(torch.utils.data.Dataset):
         num_classes: int,
     ) -> None:
         if not isinstance(name, str) or not name:
-            raise TypeError(f"name must be a non-empty string, got {name!r}")
+            raise v.invalid_type("name", f"name must be a non-empty string, got {name!r}")
         num_classes = v.integer("num_classes", num_classes, minimum=1)
         features = torch.as_tensor(features)
         if features.dtype != torch.float32:
-            raise TypeError(f"features must be float32, got {features.dtype}")
+            raise v.invalid_type("features", f"features must be float32, got {features.dtype}")
         if features.ndim < 2:
-            raise ValueError(f"features must have shape (n, *input_shape), got {tuple(features.shape)}")
+            raise v.invalid("features", f"features must have shape (n, *input_shape), got {tuple(features.shape)}")
         n = features.shape[0]
         if n and features.numel():
             lo, hi = torch.aminmax(features)
             # NaN fails both comparisons, so this also rejects NaN (and ±inf).
             if not (float(lo) >= 0.0 and float(hi) <= 1.0):
-                raise ValueError(f"features must lie in [0, 1], got range [{float(lo)}, {float(hi)}]")
+                raise v.invalid("features", f"features must lie in [0, 1], got range [{float(lo)}, {float(hi)}]")
         labels_t = torch.as_tensor(np.asarray(labels) if not isinstance(labels, torch.Tensor) else labels)
         if labels_t.dtype != torch.int64:
             if labels_t.is_floating_point() or labels_t.dtype == torch.bool or labels_t.is_complex():
-                raise TypeError(f"labels must be integers, got {labels_t.dtype}")
+                raise v.invalid_type("labels", f"labels must be integers, got {labels_t.dtype}")
             labels_t = labels_t.to(torch.int64)
         if tuple(labels_t.shape) != (n,):
-            raise ValueError(f"labels must have shape ({n},), got {tuple(labels_t.shape)}")
+            raise v.invalid("labels", f"labels must have shape ({n},), got {tuple(labels_t.shape)}")
         if n and (int(labels_t.min()) < 0 or int(labels_t.max()) >= num_classes):
-            raise ValueError(f"labels must lie in [0, {num_classes}), got range [{int(labels_t.min())}, {int(labels_t.max())}]")
+            raise v.invalid("labels", f"labels must lie in [0, {num_classes}), got range [{int(labels_t.min())}, {int(labels_t.max())}]")
         ids_np = v.id_array("ids", ids)
         if ids_np.shape != (n,):
-            raise ValueError(f"ids must have shape ({n},), got {ids_np.shape}")
+            raise v.invalid("ids", f"ids must have shape ({n},), got {ids_np.shape}")
         if not v.all_unique(ids_np):
-            raise ValueError("ids must be unique")
+            raise v.invalid("ids", "ids must be unique")
         self._name = name
         self._features = features
         self._labels = labels_t
@@ -129,7 +129,7 @@ class ArrayDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         if isinstance(index, bool) or not isinstance(index, (numbers.Integral, torch.Tensor)):
-            raise TypeError(f"index must be an integer position, got {index!r}")
+            raise v.invalid_type("index", f"index must be an integer position, got {index!r}")
         i = int(index)
         n = len(self)
         if not -n <= i < n:
@@ -163,17 +163,18 @@ class ArrayDataset(torch.utils.data.Dataset):
         sorted_ids, order = self._id_index
         if sorted_ids.size == 0:
             if wanted.size:
-                raise ValueError(f"ids: sample id {int(wanted[0])} is not in dataset {self._name!r} (it is empty)")
+                raise v.invalid("ids", f"ids: sample id {int(wanted[0])} is not in dataset {self._name!r} (it is empty)")
             return np.zeros(0, dtype=np.int64)
         where = np.searchsorted(sorted_ids, wanted)
         where = np.minimum(where, sorted_ids.size - 1)
         missing = sorted_ids[where] != wanted
         if missing.any():
             bad = wanted[missing]
-            raise ValueError(
+            raise v.invalid(
+                "ids",
                 f"ids: sample id {int(bad[0])} is not in dataset {self._name!r}"
                 + (f" ({bad.size} unknown ids in all)" if bad.size > 1 else "")
-                + f"; its ids span [{int(sorted_ids[0])}, {int(sorted_ids[-1])}]"
+                + f"; its ids span [{int(sorted_ids[0])}, {int(sorted_ids[-1])}]",
             )
         return order[where].astype(np.int64, copy=False)
 
@@ -193,7 +194,7 @@ class ArrayDataset(torch.utils.data.Dataset):
         """
         pos = self.positions(ids)
         if not v.all_unique(pos):
-            raise ValueError("ids must not repeat a sample id")
+            raise v.invalid("ids", "ids must not repeat a sample id")
         index = torch.from_numpy(pos)
         return ArrayDataset(
             name=name or self._name,
@@ -251,7 +252,7 @@ class DatasetBundle:
         tr, te = self.train.ids.numpy(), self.test.ids.numpy()
         separated = not tr.size or not te.size or tr.max() < te.min() or te.max() < tr.min()
         if not separated and np.intersect1d(tr, te).size:
-            raise ValueError("train and test share sample ids")
+            raise v.invalid("train", "train and test share sample ids")
 
     def all(self) -> ArrayDataset:
         """Train and test concatenated (train first), for :meth:`ArrayDataset.subset` by any id."""

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dpaudit import _validate as v
 from dpaudit.data import adult, cifar10, digits, faces, idx
 from dpaudit.data.containers import DatasetBundle
 from dpaudit.data.integrity import recording_reads
@@ -53,9 +54,9 @@ def register_dataset(source: DatasetSource) -> DatasetSource:
         ValueError: a source of that name is already registered.
     """
     if not isinstance(source, DatasetSource):
-        raise TypeError(f"source must be a DatasetSource, got {type(source).__name__}")
+        raise v.invalid_type("source", f"source must be a DatasetSource, got {type(source).__name__}")
     if source.name in DATASETS:
-        raise ValueError(f"source: a dataset named {source.name!r} is already registered")
+        raise v.invalid("source", f"source: a dataset named {source.name!r} is already registered")
     DATASETS[source.name] = source
     return source
 
@@ -71,10 +72,10 @@ register_dataset(class_subset_source(DATASETS["faces"], tuple(range(20)), name="
 
 def _normalize_name(name: Any) -> str:
     if not isinstance(name, str):
-        raise TypeError(f"name must be a string, one of {', '.join(DATASETS)}; got {name!r}")
+        raise v.invalid_type("name", f"name must be a string, one of {', '.join(DATASETS)}; got {name!r}")
     key = name.strip().lower().replace("_", "-")
     if key not in DATASETS:
-        raise ValueError(f"name must be one of {', '.join(DATASETS)}; got {name!r}")
+        raise v.invalid("name", f"name must be one of {', '.join(DATASETS)}; got {name!r}")
     return key
 
 
@@ -182,7 +183,7 @@ def load_dataset(name: str, *, data_root: str | os.PathLike[str] | None = None, 
     """
     key = _normalize_name(name)
     if not isinstance(download, bool):
-        raise TypeError(f"download must be a bool, got {download!r}")
+        raise v.invalid_type("download", f"download must be a bool, got {download!r}")
     resolve_data_root(data_root)  # a data_root of the wrong type is an error even where unused
     if not DATASETS[key].needs_root:
         return _cached((key, None))

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dpaudit import _validate as v
+
 if TYPE_CHECKING:
     from dpaudit.data.containers import DatasetBundle
 
@@ -48,7 +50,7 @@ class DatasetNotFoundError(FileNotFoundError):
     """A dataset's files are not under the data root (and were not, or could not be, downloaded)."""
 
 
-class DatasetFileError(ValueError):
+class DatasetFileError(v.InvalidArgument):
     """A dataset file is present but unusable: truncated, corrupt, altered, or not in its format.
 
     A ``ValueError`` (the command line exits 2 on it), with a one-line message that starts with
@@ -64,11 +66,13 @@ class DatasetFileError(ValueError):
         self.path = Path(path)
         # Library messages (zlib, numpy, pandas) may span lines; the contract is one line.
         self.reason = " ".join(str(reason).split())
-        super().__init__(f"{self.path} is {self.reason}")
+        super().__init__(f"{self.path} is {self.reason}", argument="data_root")
 
 
-class DataRootError(ValueError):
+class DataRootError(v.InvalidArgument):
     """The data root itself is unusable: missing (when named explicitly), not a directory, unreadable."""
+
+    argument = "data_root"
 
 
 # ----------------------------------------------------------------------------- paths
@@ -76,12 +80,12 @@ class DataRootError(ValueError):
 
 def _as_path(name: str, value: Any) -> Path:
     if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"{name} must be a path (str or os.PathLike), got {value!r}")
+        raise v.invalid_type(name, f"{name} must be a path (str or os.PathLike), got {value!r}")
     text = os.fspath(value)
     if isinstance(text, bytes):
-        raise TypeError(f"{name} must be a text path, got {value!r}")
+        raise v.invalid_type(name, f"{name} must be a text path, got {value!r}")
     if not text.strip():
-        raise ValueError(f"{name} must be a non-empty path, got {value!r}")
+        raise v.invalid(name, f"{name} must be a non-empty path, got {value!r}")
     return Path(os.path.abspath(os.path.expanduser(text)))
 
 
@@ -271,11 +275,11 @@ class DatasetSource:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"name must be a non-empty string, got {self.name!r}")
+            raise v.invalid_type("name", f"name must be a non-empty string, got {self.name!r}")
         if self.name != self.name.strip().lower().replace("_", "-"):
-            raise ValueError(f"name must be lower case with '-' between words, got {self.name!r}")
+            raise v.invalid("name", f"name must be lower case with '-' between words, got {self.name!r}")
         if isinstance(self.num_classes, bool) or not isinstance(self.num_classes, int) or self.num_classes < 1:
-            raise ValueError(f"num_classes must be a positive integer, got {self.num_classes!r}")
+            raise v.invalid("num_classes", f"num_classes must be a positive integer, got {self.num_classes!r}")
         if self.input_shape is not None:
             object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
         object.__setattr__(self, "files", tuple(str(f) for f in self.files))
@@ -283,7 +287,7 @@ class DatasetSource:
             if not callable(getattr(self, field_name)):
                 raise TypeError(f"{field_name} must be callable, got {getattr(self, field_name)!r}")
         if self.download is not None and not callable(self.download):
-            raise TypeError(f"download must be callable or None, got {self.download!r}")
+            raise v.invalid_type("download", f"download must be callable or None, got {self.download!r}")
 
     def expected_paths(self, root: Path) -> tuple[Path, ...]:
         """The files this source needs under ``root``, as absolute paths."""

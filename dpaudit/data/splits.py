@@ -56,7 +56,7 @@ class Splits:
 
     def __post_init__(self) -> None:
         if not isinstance(self.dataset, str) or not self.dataset:
-            raise TypeError(f"dataset must be a non-empty string, got {self.dataset!r}")
+            raise v.invalid_type("dataset", f"dataset must be a non-empty string, got {self.dataset!r}")
         object.__setattr__(self, "seed", v.integer("seed", self.seed, minimum=0))
         for name in _SPLIT_FIELDS:
             object.__setattr__(self, name, v.sorted_id_set(name, getattr(self, name)))
@@ -64,7 +64,7 @@ class Splits:
             for b in _SPLIT_FIELDS[i + 1 :]:
                 overlap = np.intersect1d(getattr(self, a), getattr(self, b))
                 if overlap.size:
-                    raise ValueError(f"{a} and {b} must be disjoint, but share {overlap.size} ids, e.g. {int(overlap[0])}")
+                    raise v.invalid(a, f"{a} and {b} must be disjoint, but share {overlap.size} ids, e.g. {int(overlap[0])}")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Splits):
@@ -96,7 +96,7 @@ class Splits:
         v.mapping_with("data", data, ("dataset", "seed", *_SPLIT_FIELDS))
         version = data.get("schema_version", SPLITS_SCHEMA_VERSION)
         if version != SPLITS_SCHEMA_VERSION:
-            raise ValueError(f"schema_version must be {SPLITS_SCHEMA_VERSION}, got {version!r}")
+            raise v.invalid(None, f"schema_version must be {SPLITS_SCHEMA_VERSION}, got {version!r}")
         return cls(dataset=data["dataset"], seed=data["seed"], **{f: data[f] for f in _SPLIT_FIELDS})
 
 
@@ -133,7 +133,7 @@ def make_splits(
             exceed the training set.
     """
     if not isinstance(bundle, DatasetBundle):
-        raise TypeError(f"bundle must be a DatasetBundle, got {type(bundle).__name__}")
+        raise v.invalid_type("bundle", f"bundle must be a DatasetBundle, got {type(bundle).__name__}")
     seed = v.integer("seed", seed, minimum=0)
     train_ids = bundle.train.ids.numpy()
     n = train_ids.size
@@ -141,23 +141,24 @@ def make_splits(
         member_fraction = v.half_open_unit("member_fraction", member_fraction)
         num_members = int(math.floor(member_fraction * n))
         if num_members < 1:
-            raise ValueError(f"member_fraction={member_fraction!r} of {n} training samples selects no members")
+            raise v.invalid("member_fraction", f"member_fraction={member_fraction!r} of {n} training samples selects no members")
     else:
         num_members = v.integer("num_members", num_members, minimum=1)
     if num_non_members is None:
         non_member_fraction = v.real("non_member_fraction", non_member_fraction)
         if not 0.0 <= non_member_fraction < 1.0:
-            raise ValueError(f"non_member_fraction must lie in [0, 1), got {non_member_fraction!r}")
+            raise v.invalid("non_member_fraction", f"non_member_fraction must lie in [0, 1), got {non_member_fraction!r}")
         num_non_members = int(math.floor(non_member_fraction * n))
     else:
         num_non_members = v.integer("num_non_members", num_non_members, minimum=0)
     if num_members > n:
-        raise ValueError(f"num_members must be <= {n} (the training set of {bundle.name!r}), got {num_members}")
+        raise v.invalid("num_members", f"num_members must be <= {n} (the training set of {bundle.name!r}), got {num_members}")
     if num_members + num_non_members > n:
-        raise ValueError(
+        raise v.invalid(
+            "num_members",
             f"num_members + num_non_members must be <= {n} (the training set of {bundle.name!r}), got "
             f"{num_members} + {num_non_members} (member_fraction={member_fraction!r}, "
-            f"non_member_fraction={non_member_fraction!r})"
+            f"non_member_fraction={non_member_fraction!r})",
         )
     perm = np.random.default_rng(seed).permutation(train_ids)
     return Splits(

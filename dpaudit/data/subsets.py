@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from dpaudit import _validate as v
 from dpaudit.data.containers import DatasetBundle, make_bundle
 from dpaudit.data.source import DatasetInfo, DatasetNotFoundError, DatasetSource, info_from_bundle
 
@@ -50,12 +51,12 @@ def parse_classes(text: str, *, argument: str, num_classes: int | None = None, e
                 raise ValueError(part)
             out += list(range(int(lo), int(hi) + 1)) if dash else [int(lo)]
     except ValueError:
-        raise ValueError(f"{argument} must be labels or ranges such as {example}; got {text!r}") from None
+        raise v.invalid(argument, f"{argument} must be labels or ranges such as {example}; got {text!r}") from None
     if not out:
-        raise ValueError(f"{argument} must name at least one label, got {text!r}")
+        raise v.invalid(argument, f"{argument} must name at least one label, got {text!r}")
     if len(set(out)) != len(out) or min(out) < 0 or (num_classes is not None and max(out) >= num_classes):
         top = f"0..{num_classes - 1}" if num_classes is not None else "non-negative"
-        raise ValueError(f"{argument} must be distinct {top} labels, got {text!r}")
+        raise v.invalid(argument, f"{argument} must be distinct {top} labels, got {text!r}")
     return tuple(out)
 
 
@@ -72,7 +73,7 @@ def class_subset_source(parent: DatasetSource, classes: tuple[int, ...], *, name
         ValueError: ``classes`` is empty, repeats a label, or names one the parent lacks.
     """
     if not classes or len(set(classes)) != len(classes) or min(classes) < 0 or max(classes) >= parent.num_classes:
-        raise ValueError(f"classes must be distinct labels of {parent.name!r} (0..{parent.num_classes - 1}), got {classes!r}")
+        raise v.invalid("classes", f"classes must be distinct labels of {parent.name!r} (0..{parent.num_classes - 1}), got {classes!r}")
 
     def load(root: Path) -> DatasetBundle:
         try:

@@ -185,7 +185,7 @@ def sampled_gaussian_event(*, sampling_rate: float, noise_multiplier: float, num
     sigma = v.positive("noise_multiplier", noise_multiplier)
     steps = v.integer("num_steps", num_steps, minimum=0)
     if steps > MAX_NUM_STEPS:
-        raise ValueError(f"num_steps must be <= 10**18, got {steps!r}")
+        raise v.invalid("num_steps", f"num_steps must be <= 10**18, got {steps!r}")
     inner: dpe.DpEvent = dpe.GaussianDpEvent(sigma)
     if q < 1.0:
         inner = dpe.PoissonSampledDpEvent(q, inner)
@@ -308,7 +308,7 @@ def _drop_empty(event: dpe.DpEvent) -> dpe.DpEvent:
 def _rdp_curve(event: dpe.DpEvent, orders: tuple[float, ...], neighbouring: str) -> np.ndarray:
     acc = rdp_privacy_accountant.RdpAccountant(orders=list(orders), neighboring_relation=_NEIGHBOURING[neighbouring])
     if not acc.supports(event):
-        raise ValueError(f"accountant 'rdp'/'moments' does not support the event {event!r}")
+        raise v.invalid("accountant", f"accountant 'rdp'/'moments' does not support the event {event!r}")
     if neighbouring == "add_or_remove_one":
         return _add_remove_rdp(event, orders)
     acc.compose(event)
@@ -361,7 +361,7 @@ def _release_fft_plans() -> None:
 def _pld_epsilon(event: dpe.DpEvent, delta: float, neighbouring: str) -> float:
     acc = pld_privacy_accountant.PLDAccountant(neighboring_relation=_NEIGHBOURING[neighbouring], value_discretization_interval=PLD_DISCRETIZATION)
     if not acc.supports(event):
-        raise ValueError(f"accountant 'pld' does not support the event {event!r}")
+        raise v.invalid("accountant", f"accountant 'pld' does not support the event {event!r}")
     try:
         acc.compose(event)
         return float(acc.get_epsilon(delta))
@@ -388,7 +388,7 @@ def _check_counts(event: dpe.DpEvent) -> None:
     """Refuses self-composition counts above :data:`MAX_NUM_STEPS` (float conversions overflow)."""
     if isinstance(event, dpe.SelfComposedDpEvent):
         if isinstance(event.count, numbers.Integral) and not isinstance(event.count, bool) and int(event.count) > MAX_NUM_STEPS:
-            raise ValueError(f"event count (num_steps) must be <= 10**18, got {event.count!r}")
+            raise v.invalid("event", f"event count (num_steps) must be <= 10**18, got {event.count!r}")
         _check_counts(event.event)
     elif isinstance(event, dpe.PoissonSampledDpEvent):
         _check_counts(event.event)
@@ -560,7 +560,7 @@ def compute_epsilon_detailed(
     neighbouring = v.choice("neighbouring", neighbouring, tuple(_NEIGHBOURING))
     memory_budget = v.positive("memory_budget", memory_budget, allow_inf=True)
     if not isinstance(event, dpe.DpEvent):
-        raise TypeError(f"event must be a dp_accounting DpEvent, got {event!r}")
+        raise v.invalid_type("event", f"event must be a dp_accounting DpEvent, got {event!r}")
     _check_counts(event)
     if _contains_non_private(event):
         return EpsilonResult(math.inf, accountant, accountant)
@@ -578,7 +578,7 @@ def compute_epsilon_detailed(
         need = pld_memory_estimate(event, neighbouring=neighbouring)
         if need is not None and need > memory_budget:
             if not _rdp_supports(event, neighbouring):
-                raise ValueError(f"accountant 'pld' would need {_fmt_bytes(need)} for this event (budget {memory_budget / 1e9:.3g} GB), and 'rdp' cannot analyse it under {neighbouring}")
+                raise v.invalid("accountant", f"accountant 'pld' would need {_fmt_bytes(need)} for this event (budget {memory_budget / 1e9:.3g} GB), and 'rdp' cannot analyse it under {neighbouring}")
             note = f"pld would need {_fmt_bytes(need)} (budget {memory_budget / 1e9:.3g} GB); using rdp instead"
             return EpsilonResult(_rdp_epsilon(event, delta, neighbouring), accountant, "rdp", note)
         eps = _pld_epsilon(event, delta, neighbouring)
@@ -668,7 +668,7 @@ def calibrate_noise_multiplier(
 
     sigma = smallest_noise_multiplier(eps, target=target, tolerance=tolerance)
     if math.isinf(sigma):
-        raise ValueError(f"target_epsilon={target!r} is unreachable at delta={delta!r} with any noise multiplier")
+        raise v.invalid("target_epsilon", f"target_epsilon={target!r} is unreachable at delta={delta!r} with any noise multiplier")
     return sigma
 
 
@@ -699,7 +699,7 @@ def calibrate_num_steps(
     accountant = v.choice("accountant", accountant, ACCOUNTANTS)
     max_steps = v.integer("max_steps", max_steps, minimum=1)
     if max_steps > MAX_NUM_STEPS:
-        raise ValueError(f"max_steps must be <= 10**18, got {max_steps!r}")
+        raise v.invalid("max_steps", f"max_steps must be <= 10**18, got {max_steps!r}")
 
     def eps(steps: int) -> float:
         event = sampled_gaussian_event(sampling_rate=sampling_rate, noise_multiplier=noise_multiplier, num_steps=steps)
@@ -707,7 +707,7 @@ def calibrate_num_steps(
 
     steps = largest_num_steps(eps, target=target, max_steps=max_steps)
     if steps == 0:
-        raise ValueError(f"target_epsilon={target!r} is exceeded by a single step at noise_multiplier={noise_multiplier!r}, sampling_rate={sampling_rate!r}")
+        raise v.invalid("target_epsilon", f"target_epsilon={target!r} is exceeded by a single step at noise_multiplier={noise_multiplier!r}, sampling_rate={sampling_rate!r}")
     return steps
 
 

@@ -235,11 +235,11 @@ def audit_ceiling(
         m = n_in + n_out
         counts = [v.integer("guess_counts[i]", c, minimum=1) for c in guess_counts]
         if not counts:
-            raise ValueError(f"guess_counts must hold at least one k for bound={bound!r}, got none")
+            raise v.invalid("guess_counts", f"guess_counts must hold at least one k for bound={bound!r}, got none")
         best = 0.0
         for c in counts:
             if 2 * c > m:
-                raise ValueError(f"guess_counts entries must be <= m/2 = {m // 2}, got {c}")
+                raise v.invalid("guess_counts", f"guess_counts entries must be <= m/2 = {m // 2}, got {c}")
             correct = min(c, n_in) + min(c, n_out)
             if bound == "one-run-fdp":
                 eps = fdp_one_run_epsilon_lb(num_canaries=m, num_guesses=2 * c, num_correct=correct, delta=delta, confidence=confidence, num_tests=tests, curve=curve, sampling_rate=sampling_rate)
@@ -482,16 +482,16 @@ def audit_from_one_run(
     sampling_rate = v.half_open_unit("sampling_rate", sampling_rate)
     seed = v.integer("seed", seed, minimum=0)
     if bound == "steinke" and (curve != "gaussian" or sampling_rate != 1.0):
-        raise ValueError(f"curve and sampling_rate apply to bound='fdp'; got bound='steinke', curve={curve!r}, sampling_rate={sampling_rate!r}")
+        raise v.invalid("curve", f"curve and sampling_rate apply to bound='fdp'; got bound='steinke', curve={curve!r}, sampling_rate={sampling_rate!r}")
     if not isinstance(claim, PrivacyClaim):
-        raise TypeError(f"claim must be a PrivacyClaim, got {type(claim).__name__}")
+        raise v.invalid_type("claim", f"claim must be a PrivacyClaim, got {type(claim).__name__}")
     if bound == "fdp" and claim.trade_off_family != "gaussian":
         # Both f-DP curves are Gaussian-shaped: the same rule as bound='gdp' for IN/OUT games.
         raise _not_gaussian(bound, claim)
     s = np.asarray(scores, dtype=float).reshape(-1)
     inc = np.asarray(included, dtype=bool).reshape(-1)
     if inc.size != s.size:
-        raise ValueError(f"included must have one entry per score ({s.size}), got {inc.size}")
+        raise v.invalid("included", f"included must have one entry per score ({s.size}), got {inc.size}")
     m = s.size
     # The same default grid for both bounds, so switching the bound changes nothing else.
     counts = list(guess_counts) if guess_counts is not None else default_guess_counts(m)
@@ -559,7 +559,7 @@ def epsilon_lb_by_trials(result: AuditResult, scores: Mapping[str, np.ndarray], 
         OUT observations, or keys of another game).
     """
     if not isinstance(result, AuditResult):
-        raise TypeError(f"result must be an AuditResult, got {type(result).__name__}")
+        raise v.invalid_type("result", f"result must be an AuditResult, got {type(result).__name__}")
     points = v.integer("num_points", num_points, minimum=2)
     d = result.details
     rows: list[tuple[int, int, int, float, float]] = []
@@ -623,6 +623,6 @@ def epsilon_lb_by_trials(result: AuditResult, scores: Mapping[str, np.ndarray], 
 
 def _upper(claim: PrivacyClaim, delta: float) -> tuple[str, float, dict[str, float]]:
     if not isinstance(claim, PrivacyClaim):
-        raise TypeError(f"claim must be a PrivacyClaim, got {type(claim).__name__}")
+        raise v.invalid_type("claim", f"claim must be a PrivacyClaim, got {type(claim).__name__}")
     bound = claim.upper_bound(delta=delta)
     return bound.accountant, bound.epsilon, dict(bound.by_accountant)

@@ -64,7 +64,7 @@ def clopper_pearson_upper(successes: int, trials: int, *, confidence: float) -> 
     n = v.integer("trials", trials, minimum=1)
     confidence = v.open_unit("confidence", confidence)
     if k > n:
-        raise ValueError(f"successes must be <= trials={n}, got {k}")
+        raise v.invalid("successes", f"successes must be <= trials={n}, got {k}")
     if k == n:
         return 1.0
     return float(stats.beta.ppf(confidence, k + 1, n - k))
@@ -88,9 +88,9 @@ def _check_counts(tp: int, num_in: int, fp: int, num_out: int) -> None:
     v.integer("num_in", num_in, minimum=1)
     v.integer("num_out", num_out, minimum=1)
     if not 0 <= v.integer("true_positives", tp) <= num_in:
-        raise ValueError(f"true_positives must lie in [0, num_in={num_in}], got {tp}")
+        raise v.invalid("true_positives", f"true_positives must lie in [0, num_in={num_in}], got {tp}")
     if not 0 <= v.integer("false_positives", fp) <= num_out:
-        raise ValueError(f"false_positives must lie in [0, num_out={num_out}], got {fp}")
+        raise v.invalid("false_positives", f"false_positives must lie in [0, num_out={num_out}], got {fp}")
 
 
 def _upper_rates(tp: int, num_in: int, fp: int, num_out: int, miss: float) -> tuple[float, float]:
@@ -158,7 +158,7 @@ def one_run_p_value(*, epsilon: float, delta: float, num_canaries: int, num_gues
     m = v.integer("num_canaries", num_canaries, minimum=max(r, 1))
     vv = v.integer("num_correct", num_correct, minimum=0)
     if vv > r:
-        raise ValueError(f"num_correct must be <= num_guesses={r}, got {vv}")
+        raise v.invalid("num_correct", f"num_correct must be <= num_guesses={r}, got {vv}")
     if r == 0 or vv == 0:
         return 1.0
     q = 1.0 / (1.0 + math.exp(-eps))
@@ -225,9 +225,9 @@ class ThresholdBound:
 def _as_scores(name: str, values: Sequence[float] | np.ndarray) -> np.ndarray:
     arr = np.asarray(values, dtype=float).reshape(-1)
     if arr.size == 0:
-        raise ValueError(f"{name} must hold at least one score, got none")
+        raise v.invalid(name, f"{name} must hold at least one score, got none")
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be finite; found {arr[~np.isfinite(arr)][:3].tolist()}")
+        raise v.invalid(name, f"{name} must be finite; found {arr[~np.isfinite(arr)][:3].tolist()}")
     return arr
 
 
@@ -346,14 +346,14 @@ def bound_from_scores(
     num = v.integer("num_thresholds", num_thresholds, minimum=1)
     k = v.integer("group_size", group_size, minimum=1)
     if (threshold is not None) != (strategy == "fixed"):
-        raise ValueError(f"threshold is given exactly when strategy='fixed'; got strategy={strategy!r}, threshold={threshold!r}")
+        raise v.invalid("threshold", f"threshold is given exactly when strategy='fixed'; got strategy={strategy!r}, threshold={threshold!r}")
     if strategy == "fixed":
         return _best(s_in, s_out, np.array([v.real("threshold", threshold)]), method=method, delta=delta, confidence=confidence, num_tests=1, group_size=k)
     if strategy == "bonferroni":
         thresholds = _candidate_thresholds(s_in, s_out, num)
         return _best(s_in, s_out, thresholds, method=method, delta=delta, confidence=confidence, num_tests=len(thresholds), group_size=k)
     if s_in.size < 2 or s_out.size < 2:
-        raise ValueError(f"strategy='split' needs at least 2 IN and 2 OUT scores, got {s_in.size} and {s_out.size}")
+        raise v.invalid("strategy", f"strategy='split' needs at least 2 IN and 2 OUT scores, got {s_in.size} and {s_out.size}")
     rng = np.random.default_rng(seed)
     pin, pout = rng.permutation(s_in.size), rng.permutation(s_out.size)
     sel_in, bnd_in = s_in[pin[: s_in.size // 2]], s_in[pin[s_in.size // 2 :]]
@@ -450,7 +450,7 @@ def one_run_correct_guesses(scores: Sequence[float] | np.ndarray, included: Sequ
     s = _as_scores("scores", scores)
     inc = np.asarray(included, dtype=bool).reshape(-1)
     if inc.size != s.size:
-        raise ValueError(f"included must have one entry per score ({s.size}), got {inc.size}")
+        raise v.invalid("included", f"included must have one entry per score ({s.size}), got {inc.size}")
     m = s.size
     perm = np.random.default_rng(np.random.SeedSequence([v.integer("seed", seed, minimum=0), 0x6F6E65])).permutation(m)
     s, inc = s[perm], inc[perm]
@@ -459,7 +459,7 @@ def one_run_correct_guesses(scores: Sequence[float] | np.ndarray, included: Sequ
     for k in guess_counts:
         k = v.integer("guess_counts[i]", k, minimum=1)
         if 2 * k > m:
-            raise ValueError(f"guess_counts entries must be <= m/2 = {m // 2}, got {k}")
+            raise v.invalid("guess_counts", f"guess_counts entries must be <= m/2 = {m // 2}, got {k}")
         top, bottom = order[:k], order[m - k :]
         hit_top, hit_bottom = inc[top], ~inc[bottom]
         if s[order[k - 1]] == s[order[m - k]]:  # one tied block runs from the IN cut to the OUT cut

@@ -76,7 +76,7 @@ def event_to_dict(event: dpe.DpEvent) -> dict[str, Any]:
     """JSON-able form of a ``dp_accounting`` event: ``{"type": ClassName, field: value, …}``."""
     name = type(event).__name__
     if name not in _EVENT_TYPES:
-        raise TypeError(f"event of type {name!r} cannot be stored in a claim; supported: {', '.join(_EVENT_TYPES)}")
+        raise v.invalid_type("event", f"event of type {name!r} cannot be stored in a claim; supported: {', '.join(_EVENT_TYPES)}")
     out: dict[str, Any] = {"type": name}
     for f in attr.fields(type(event)):
         value = getattr(event, f.name)
@@ -100,15 +100,15 @@ def event_from_dict(data: dict[str, Any], *, path: str = "event") -> dpe.DpEvent
         path: where ``data`` sits in the claim (named in errors, e.g. ``event.event.count``).
     """
     if not isinstance(data, dict) or "type" not in data:
-        raise ValueError(f"{path} must be a mapping with a 'type' key, got {v.short(data)}")
+        raise v.invalid("claim", f"{path} must be a mapping with a 'type' key, got {v.short(data)}")
     name = data["type"]
     if not isinstance(name, str) or name not in _EVENT_TYPES:
-        raise ValueError(f"unknown event type {v.short(name)} at {path}; supported: {', '.join(_EVENT_TYPES)}")
+        raise v.invalid("claim", f"unknown event type {v.short(name)} at {path}; supported: {', '.join(_EVENT_TYPES)}")
     cls = _EVENT_TYPES[name]
     kwargs: dict[str, Any] = {}
     for f in attr.fields(cls):
         if f.name not in data:
-            raise ValueError(f"event {name!r} at {path} is missing field {f.name!r}")
+            raise v.invalid("claim", f"event {name!r} at {path} is missing field {f.name!r}")
         value = data[f.name]
         if isinstance(value, dict):
             value = event_from_dict(value, path=f"{path}.{f.name}")
@@ -131,7 +131,7 @@ def check_event(event: dpe.DpEvent, *, path: str = "event") -> None:
         TypeError: a parameter of the wrong type, or an event that cannot be stored.
     """
     if not isinstance(event, dpe.DpEvent):
-        raise TypeError(f"{path} must be a dp_accounting DpEvent, got {v.short(event)}")
+        raise v.invalid_type("claim", f"{path} must be a dp_accounting DpEvent, got {v.short(event)}")
     if isinstance(event, (dpe.GaussianDpEvent, dpe.LaplaceDpEvent)):
         v.positive(f"{path}.noise_multiplier", event.noise_multiplier)
     elif isinstance(event, dpe.SelfComposedDpEvent):
@@ -144,11 +144,11 @@ def check_event(event: dpe.DpEvent, *, path: str = "event") -> None:
         size = v.integer(f"{path}.source_dataset_size", event.source_dataset_size, minimum=1)
         sample = v.integer(f"{path}.sample_size", event.sample_size, minimum=1)
         if isinstance(event, dpe.SampledWithoutReplacementDpEvent) and sample > size:
-            raise ValueError(f"{path}.sample_size must be <= source_dataset_size ({size}) without replacement, got {sample!r}")
+            raise v.invalid("claim", f"{path}.sample_size must be <= source_dataset_size ({size}) without replacement, got {sample!r}")
         check_event(event.event, path=f"{path}.event")
     elif isinstance(event, dpe.ComposedDpEvent):
         if not isinstance(event.events, (list, tuple)):
-            raise TypeError(f"{path}.events must be a list of events, got {v.short(event.events)}")
+            raise v.invalid_type("claim", f"{path}.events must be a list of events, got {v.short(event.events)}")
         for i, inner in enumerate(event.events):
             check_event(inner, path=f"{path}.events[{i}]")
     elif not isinstance(event, (dpe.NoOpDpEvent, dpe.NonPrivateDpEvent)):
@@ -218,7 +218,7 @@ class PrivacyClaim:
     def __post_init__(self) -> None:
         v.choice("neighbouring", self.neighbouring, NEIGHBOURING_RELATIONS)
         if not isinstance(self.description, str):
-            raise TypeError(f"description must be a string, got {self.description!r}")
+            raise v.invalid_type("description", f"description must be a string, got {self.description!r}")
 
     @property
     def is_private(self) -> bool:
@@ -293,7 +293,7 @@ class PrivacyClaim:
                 except ValueError:
                     continue
             if self.accountants and not values:
-                raise ValueError(f"no accountant among {', '.join(self.accountants)} can evaluate the claim {self.description!r}")
+                raise v.invalid("claim", f"no accountant among {', '.join(self.accountants)} can evaluate the claim {self.description!r}")
             if len(_EPSILONS) >= 256:
                 _EPSILONS.clear()
             _EPSILONS[key] = values
@@ -333,10 +333,10 @@ class PrivacyClaim:
             TypeError: a field has the wrong type (named, with its value).
         """
         if not isinstance(data, Mapping):
-            raise ValueError(f"claim must be a JSON object, got {v.short(data)}")
+            raise v.invalid("claim", f"claim must be a JSON object, got {v.short(data)}")
         kind = data.get("kind", cls.kind)
         if kind != cls.kind:
-            raise ValueError(f"claim kind must be {cls.kind!r} for {cls.__name__}, got {v.short(kind)}")
+            raise v.invalid("claim", f"claim kind must be {cls.kind!r} for {cls.__name__}, got {v.short(kind)}")
         kwargs: dict[str, Any] = {k: data[k] for k in ("neighbouring", "description") if k in data}
         kwargs.update(cls.from_dict_fields(data))
         return cls(**kwargs)
@@ -357,14 +357,14 @@ class DPClaim(PrivacyClaim):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.event, dpe.DpEvent):
-            raise TypeError(f"event must be a dp_accounting DpEvent, got {self.event!r}")
+            raise v.invalid_type("event", f"event must be a dp_accounting DpEvent, got {self.event!r}")
         event_to_dict(self.event)  # refuses events a record could not store
         check_event(self.event)  # σ > 0, q in (0, 1], whole step counts: else no guarantee is described
 
     @classmethod
     def from_dict_fields(cls, data: Mapping[str, Any]) -> dict[str, Any]:
         if "event" not in data:
-            raise ValueError("claim of kind 'dp' is missing its 'event'")
+            raise v.invalid("claim", "claim of kind 'dp' is missing its 'event'")
         return {"event": event_from_dict(data["event"])}
 
     def epsilon(self, *, delta: float, accountant: str = "pld") -> float:
@@ -389,7 +389,7 @@ class DPClaim(PrivacyClaim):
     def compose(self, other: DPClaim, *, description: str | None = None) -> DPClaim:
         """The claim for running this mechanism and then ``other`` on the same data."""
         if not isinstance(other, DPClaim):
-            raise TypeError(f"other must be a DPClaim, got {other!r}")
+            raise v.invalid_type("other", f"other must be a DPClaim, got {other!r}")
         if other.neighbouring != self.neighbouring:
             raise ValueError(f"cannot compose claims under different neighbouring relations: {self.neighbouring!r} and {other.neighbouring!r}")
         desc = description if description is not None else " + ".join(d for d in (self.description, other.description) if d)
@@ -465,30 +465,30 @@ class PATEClaim(PrivacyClaim):
         v.choice("aggregator", self.aggregator, tuple(_PATE_PARAMETERS))
         v.choice("analysis", self.analysis, PATE_ANALYSES)
         if not isinstance(self.parameters, Mapping):
-            raise TypeError(f"parameters must be a mapping, got {v.short(self.parameters)}")
+            raise v.invalid_type("parameters", f"parameters must be a mapping, got {v.short(self.parameters)}")
         wanted = _PATE_PARAMETERS[self.aggregator]
         if set(self.parameters) != set(wanted):
-            raise ValueError(f"parameters of {self.aggregator} must be exactly {', '.join(wanted)}; got {', '.join(sorted(self.parameters)) or 'none'}")
+            raise v.invalid("parameters", f"parameters of {self.aggregator} must be exactly {', '.join(wanted)}; got {', '.join(sorted(self.parameters)) or 'none'}")
         params = {k: v.positive(f"parameters.{k}", self.parameters[k]) for k in wanted}
         object.__setattr__(self, "parameters", params)
         queries = v.integer("num_queries", self.num_queries, minimum=0)
         answered = v.integer("num_answered", self.num_answered, minimum=0)
         if answered > queries:
-            raise ValueError(f"num_answered must be <= num_queries ({queries}), got {answered!r}")
+            raise v.invalid("num_answered", f"num_answered must be <= num_queries ({queries}), got {answered!r}")
         orders = tuple(v.positive(f"orders[{i}]", x) for i, x in enumerate(self.orders))
         rdp = tuple(v.non_negative(f"rdp[{i}]", x) for i, x in enumerate(self.rdp))
         if not orders or len(orders) != len(rdp) or any(o <= 1 for o in orders):
-            raise ValueError(f"orders and rdp must be equally long and non-empty, with every order > 1; got {len(orders)} orders, {len(rdp)} values")
+            raise v.invalid("orders", f"orders and rdp must be equally long and non-empty, with every order > 1; got {len(orders)} orders, {len(rdp)} values")
         object.__setattr__(self, "orders", orders)
         object.__setattr__(self, "rdp", rdp)
         if self.smooth_sensitivity is not None:
             if self.analysis != "data-dependent":
-                raise ValueError("smooth_sensitivity applies to a data-dependent analysis only")
+                raise v.invalid("smooth_sensitivity", "smooth_sensitivity applies to a data-dependent analysis only")
             if not isinstance(self.smooth_sensitivity, Mapping) or set(self.smooth_sensitivity) != {"beta", "sigma_ss"}:
-                raise ValueError(f"smooth_sensitivity must hold exactly beta and sigma_ss, got {v.short(self.smooth_sensitivity)}")
+                raise v.invalid("smooth_sensitivity", f"smooth_sensitivity must hold exactly beta and sigma_ss, got {v.short(self.smooth_sensitivity)}")
             ss = {k: v.positive(f"smooth_sensitivity.{k}", self.smooth_sensitivity[k]) for k in ("beta", "sigma_ss")}
             if len(orders) != 1:
-                raise ValueError(f"a smooth-sensitivity release is stated at one order, got {len(orders)}")
+                raise v.invalid("orders", f"a smooth-sensitivity release is stated at one order, got {len(orders)}")
             object.__setattr__(self, "smooth_sensitivity", ss)
 
     @property
@@ -516,11 +516,11 @@ class PATEClaim(PrivacyClaim):
     def from_dict_fields(cls, data: Mapping[str, Any]) -> dict[str, Any]:
         missing = [k for k in ("aggregator", "parameters", "num_queries", "num_answered", "orders", "rdp") if k not in data]
         if missing:
-            raise ValueError(f"claim of kind 'pate' is missing {', '.join(missing)}")
+            raise v.invalid("claim", f"claim of kind 'pate' is missing {', '.join(missing)}")
         out = {k: data[k] for k in ("aggregator", "parameters", "num_queries", "num_answered", "analysis", "smooth_sensitivity") if k in data}
         for k in ("orders", "rdp"):
             if not isinstance(data[k], (list, tuple)):
-                raise TypeError(f"{k} must be a list of numbers, got {v.short(data[k])}")
+                raise v.invalid_type("claim", f"{k} must be a list of numbers, got {v.short(data[k])}")
             out[k] = tuple(data[k])
         return out
 
@@ -556,7 +556,7 @@ def claim_kind(name: str) -> type[PrivacyClaim]:
         ValueError: no claim kind of that name.
     """
     if name not in _CLAIM_KINDS:
-        raise ValueError(f"claim kind must be one of {', '.join(_CLAIM_KINDS)}; got {name!r}")
+        raise v.invalid("claim", f"claim kind must be one of {', '.join(_CLAIM_KINDS)}; got {name!r}")
     return _CLAIM_KINDS[name]
 
 
@@ -577,14 +577,14 @@ def claim_from_dict(data: dict[str, Any]) -> PrivacyClaim:
         ValueError: unknown kind, missing field or invalid parameter (named, with its value).
     """
     if not isinstance(data, dict):
-        raise ValueError(f"claim must be a JSON object, got {v.short(data)}")
+        raise v.invalid("claim", f"claim must be a JSON object, got {v.short(data)}")
     kind = data.get("kind")
     if not isinstance(kind, str) or kind not in _CLAIM_KINDS:
-        raise ValueError(f"claim kind must be one of {', '.join(_CLAIM_KINDS)}; got {v.short(kind)}")
+        raise v.invalid("claim", f"claim kind must be one of {', '.join(_CLAIM_KINDS)}; got {v.short(kind)}")
     try:
         return _CLAIM_KINDS[kind].from_dict(data)
     except TypeError as exc:
-        raise ValueError(str(exc)) from None
+        raise v.invalid("claim", str(exc)) from None
 
 
 # DSSGD's claim kind lives beside its accounting; importing it here registers the kind, so a

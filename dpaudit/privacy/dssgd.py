@@ -124,7 +124,7 @@ def round_epsilon(scales: NoiseScales, *, uploads: int, exhausted: bool = False)
     below the c·ε the claim charges, since then uploads ≤ c − 1.
     """
     if not isinstance(scales, NoiseScales):
-        raise TypeError(f"scales must be a NoiseScales, got {v.short(scales)}")
+        raise v.invalid_type("scales", f"scales must be a NoiseScales, got {v.short(scales)}")
     used = v.integer("uploads", uploads, minimum=0)
     extra = scales.sensitivity / scales.threshold if exhausted else 0.0
     return used * scales.upload_cost + extra
@@ -197,19 +197,19 @@ class DSSGDClaim(PrivacyClaim):
         scales = noise_scales(epsilon=eps, bound=gamma, split=self.split)
         threshold = v.real("threshold", self.threshold)
         if not math.isfinite(threshold):
-            raise ValueError(f"threshold must be finite, got {self.threshold!r}")
+            raise v.invalid("threshold", f"threshold must be finite, got {self.threshold!r}")
         object.__setattr__(self, "epsilon_per_parameter", scales.epsilon_per_parameter)
         object.__setattr__(self, "bound", scales.bound)
         object.__setattr__(self, "threshold", threshold)
         for name, want in (("sensitivity", scales.sensitivity), ("threshold_scale", scales.threshold), ("query_scale", scales.query), ("release_scale", scales.release)):
             got = v.positive(name, getattr(self, name))
             if not math.isclose(got, want, rel_tol=1e-9):
-                raise ValueError(f"{name} must be {want!r} for epsilon_per_parameter={scales.epsilon_per_parameter!r}, bound={scales.bound!r}, split={self.split!r}; got {got!r}")
+                raise v.invalid(name, f"{name} must be {want!r} for epsilon_per_parameter={scales.epsilon_per_parameter!r}, bound={scales.bound!r}, split={self.split!r}; got {got!r}")
             object.__setattr__(self, name, got)
         n = v.integer("num_parameters", self.num_parameters, minimum=1)
         c = v.integer("uploads_per_round", self.uploads_per_round, minimum=1)
         if c > n:
-            raise ValueError(f"uploads_per_round must be <= num_parameters ({n}), got {c!r}")
+            raise v.invalid("uploads_per_round", f"uploads_per_round must be <= num_parameters ({n}), got {c!r}")
         v.integer("num_rounds", self.num_rounds, minimum=0)
         if not self.description:
             object.__setattr__(self, "description", self._describe())
@@ -269,7 +269,7 @@ class DSSGDClaim(PrivacyClaim):
     def from_dict_fields(cls, data: Mapping[str, Any]) -> dict[str, Any]:
         missing = [k for k in _FIELDS if k not in data]
         if missing:
-            raise ValueError(f"claim of kind 'dssgd-svt' is missing {', '.join(missing)}")
+            raise v.invalid("claim", f"claim of kind 'dssgd-svt' is missing {', '.join(missing)}")
         return {k: data[k] for k in _FIELDS}
 
     def to_dict(self) -> dict[str, Any]:

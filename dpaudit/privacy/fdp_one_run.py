@@ -145,9 +145,9 @@ def _check_counts(num_canaries: int, num_guesses: int, num_correct: int) -> tupl
     r = v.integer("num_guesses", num_guesses, minimum=0)
     c = v.integer("num_correct", num_correct, minimum=0)
     if r > m:
-        raise ValueError(f"num_guesses must be <= num_canaries={m}, got {r}")
+        raise v.invalid("num_guesses", f"num_guesses must be <= num_canaries={m}, got {r}")
     if c > r:
-        raise ValueError(f"num_correct must be <= num_guesses={r}, got {c}")
+        raise v.invalid("num_correct", f"num_correct must be <= num_guesses={r}, got {c}")
     return m, r, c
 
 
@@ -207,7 +207,7 @@ def _check_curve(curve: str, sampling_rate: float) -> tuple[str, float]:
     curve = v.choice("curve", curve, TRADEOFF_CURVES)
     q = v.half_open_unit("sampling_rate", sampling_rate)
     if curve == "gaussian" and q != 1.0:
-        raise ValueError(f"sampling_rate applies to curve='subsampled-gaussian'; curve='gaussian' needs 1, got {sampling_rate!r}")
+        raise v.invalid("sampling_rate", f"sampling_rate applies to curve='subsampled-gaussian'; curve='gaussian' needs 1, got {sampling_rate!r}")
     return curve, q
 
 
@@ -362,23 +362,23 @@ def fdp_one_run_bound_from_scores(
     """
     s = np.asarray(scores, dtype=float).reshape(-1)
     if s.size < 2:
-        raise ValueError(f"scores must hold at least 2 canary scores, got {s.size}")
+        raise v.invalid("scores", f"scores must hold at least 2 canary scores, got {s.size}")
     if not np.all(np.isfinite(s)):
-        raise ValueError(f"scores must be finite; found {s[~np.isfinite(s)][:3].tolist()}")
+        raise v.invalid("scores", f"scores must be finite; found {s[~np.isfinite(s)][:3].tolist()}")
     inc = np.asarray(included).reshape(-1)
     if inc.dtype != bool:
-        raise TypeError(f"included must be booleans, got dtype {inc.dtype}")
+        raise v.invalid_type("included", f"included must be booleans, got dtype {inc.dtype}")
     if inc.size != s.size:
-        raise ValueError(f"included must have one entry per score ({s.size}), got {inc.size}")
+        raise v.invalid("included", f"included must have one entry per score ({s.size}), got {inc.size}")
     delta = v.open_unit("delta", delta)
     confidence = v.open_unit("confidence", confidence)
     m = s.size
     counts = [v.integer("guess_counts[i]", k, minimum=1) for k in guess_counts] if guess_counts is not None else default_guess_counts(m)
     if not counts:
-        raise ValueError("guess_counts must hold at least one k, got none")
+        raise v.invalid("guess_counts", "guess_counts must hold at least one k, got none")
     for k in counts:
         if 2 * k > m:
-            raise ValueError(f"guess_counts entries must be <= m/2 = {m // 2}, got {k}")
+            raise v.invalid("guess_counts", f"guess_counts entries must be <= m/2 = {m // 2}, got {k}")
     best = (0.0, 0.0, 2 * counts[0], 0)
     for k, correct in zip(counts, one_run_correct_guesses(s, inc, counts, seed=seed), strict=True):
         mu = fdp_one_run_mu_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, confidence=confidence, num_tests=len(counts), curve=curve, sampling_rate=sampling_rate)
@@ -403,7 +403,7 @@ def idealised_gaussian_counts(*, mu: float, num_canaries: int, num_guesses_per_s
     m = v.integer("num_canaries", num_canaries, minimum=2)
     k = v.integer("num_guesses_per_side", num_guesses_per_side, minimum=1)
     if 2 * k > m:
-        raise ValueError(f"num_guesses_per_side must be <= num_canaries/2 = {m // 2}, got {k}")
+        raise v.invalid("num_guesses_per_side", f"num_guesses_per_side must be <= num_canaries/2 = {m // 2}, got {k}")
 
     def excess(t: float) -> float:
         return 0.5 * m * (float(special.ndtr(mu - t)) + float(special.ndtr(-t))) - k

@@ -130,30 +130,30 @@ def check_votes(votes: Any, *, name: str = "votes", equal_totals: bool = True, a
     try:
         arr = np.asarray(votes)
     except ValueError as exc:  # ragged nested lists
-        raise ValueError(f"{name} must be a rectangular queries × classes matrix ({exc})") from None
+        raise v.invalid(name, f"{name} must be a rectangular queries × classes matrix ({exc})") from None
     if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must hold numbers (integer vote counts), got dtype {arr.dtype}")
+        raise v.invalid_type(name, f"{name} must hold numbers (integer vote counts), got dtype {arr.dtype}")
     if arr.ndim != 2:
-        raise ValueError(f"{name} must be 2-D (queries × classes), got shape {arr.shape}")
+        raise v.invalid(name, f"{name} must be 2-D (queries × classes), got shape {arr.shape}")
     if arr.size == 0 and not (allow_empty and arr.ndim == 2 and arr.shape[1] >= 2):
-        raise ValueError(f"{name} must not be empty, got shape {arr.shape}")
+        raise v.invalid(name, f"{name} must not be empty, got shape {arr.shape}")
     if arr.shape[1] < 2:
-        raise ValueError(f"{name} must have at least 2 classes (columns), got shape {arr.shape}")
+        raise v.invalid(name, f"{name} must have at least 2 classes (columns), got shape {arr.shape}")
     if arr.dtype.kind == "f":
         bad = ~np.isfinite(arr)
         if bad.any():
             i, j = np.argwhere(bad)[0]
-            raise ValueError(f"{name} must be finite, got {name}[{i}, {j}] = {arr[i, j]!r}")
+            raise v.invalid(name, f"{name} must be finite, got {name}[{i}, {j}] = {arr[i, j]!r}")
         frac = arr != np.round(arr)
         if frac.any():
             i, j = np.argwhere(frac)[0]
-            raise ValueError(f"{name} must be integer counts (weighted votes are not supported), got {name}[{i}, {j}] = {arr[i, j]!r}")
+            raise v.invalid(name, f"{name} must be integer counts (weighted votes are not supported), got {name}[{i}, {j}] = {arr[i, j]!r}")
         if np.abs(arr).max() > 2.0**53:
-            raise ValueError(f"{name} must be counts below 2**53, got max {np.abs(arr).max()!r}")
+            raise v.invalid(name, f"{name} must be counts below 2**53, got max {np.abs(arr).max()!r}")
     neg = arr < 0
     if neg.any():
         i, j = np.argwhere(neg)[0]
-        raise ValueError(f"{name} must be >= 0, got {name}[{i}, {j}] = {arr[i, j]!r}")
+        raise v.invalid(name, f"{name} must be >= 0, got {name}[{i}, {j}] = {arr[i, j]!r}")
     out = arr.astype(np.int64)
     totals = out.sum(axis=1)
     if not equal_totals or out.shape[0] == 0:
@@ -161,9 +161,9 @@ def check_votes(votes: Any, *, name: str = "votes", equal_totals: bool = True, a
         return out
     if np.any(totals != totals[0]):
         i = int(np.argmax(totals != totals[0]))
-        raise ValueError(f"{name} rows must all sum to the number of teachers; row 0 sums to {totals[0]}, row {i} to {totals[i]}")
+        raise v.invalid(name, f"{name} rows must all sum to the number of teachers; row 0 sums to {totals[0]}, row {i} to {totals[i]}")
     if totals[0] == 0:
-        raise ValueError(f"{name} must count at least one teacher, got rows summing to 0")
+        raise v.invalid(name, f"{name} must count at least one teacher, got rows summing to 0")
     out.setflags(write=False)
     return out
 
@@ -171,16 +171,16 @@ def check_votes(votes: Any, *, name: str = "votes", equal_totals: bool = True, a
 def _counts(counts: Any) -> np.ndarray:
     arr = np.asarray(counts)
     if arr.ndim != 1:
-        raise ValueError(f"counts must be 1-D (one query's votes per class), got shape {arr.shape}")
+        raise v.invalid("counts", f"counts must be 1-D (one query's votes per class), got shape {arr.shape}")
     return check_votes(arr[None, :])[0]
 
 
 def _orders(orders: Any, name: str = "orders") -> np.ndarray:
     arr = np.atleast_1d(np.asarray(orders, dtype=float))
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"{name} must be a non-empty 1-D sequence of RDP orders, got {orders!r}")
+        raise v.invalid(name, f"{name} must be a non-empty 1-D sequence of RDP orders, got {orders!r}")
     if not np.all(np.isfinite(arr)) or np.any(arr <= 1.0):
-        raise ValueError(f"{name} must be finite RDP orders > 1, got {orders!r}")
+        raise v.invalid(name, f"{name} must be finite RDP orders > 1, got {orders!r}")
     return arr
 
 
@@ -188,7 +188,7 @@ def _threshold_step(threshold: Any, threshold_sigma: Any) -> tuple[float, float]
     """(T, σ1) of Confident-GNMax's threshold step, checked: T finite, σ1 > 0."""
     t = v.real("threshold", threshold)
     if not math.isfinite(t):
-        raise ValueError(f"threshold must be finite, got {threshold!r}")
+        raise v.invalid("threshold", f"threshold must be finite, got {threshold!r}")
     return t, v.positive("threshold_sigma", threshold_sigma)
 
 
@@ -196,7 +196,7 @@ def _order(order: Any) -> float:
     """One RDP order: finite and > 1."""
     lam = v.real("order", order)
     if not (lam > 1.0 and math.isfinite(lam)):
-        raise ValueError(f"order must be a finite RDP order > 1, got {order!r}")
+        raise v.invalid("order", f"order must be a finite RDP order > 1, got {order!r}")
     return lam
 
 
@@ -205,7 +205,7 @@ def _num_teachers(counts: np.ndarray, num_teachers: Any) -> int:
     total = int(counts.sum())
     teachers = total if num_teachers is None else v.integer("num_teachers", num_teachers, minimum=1)
     if teachers < total:
-        raise ValueError(f"num_teachers must be >= the votes cast ({total}), got {num_teachers!r}")
+        raise v.invalid("num_teachers", f"num_teachers must be >= the votes cast ({total}), got {num_teachers!r}")
     return teachers
 
 
@@ -214,7 +214,7 @@ def _release_orders(orders: Any, beta: float) -> np.ndarray:
     grid = _orders(orders)
     grid = grid[grid < 1.0 / (2.0 * beta)]
     if grid.size == 0:
-        raise ValueError(f"beta must leave some order of the grid below 1/(2*beta), got beta={beta!r}")
+        raise v.invalid("beta", f"beta must leave some order of the grid below 1/(2*beta), got beta={beta!r}")
     return grid
 
 
@@ -272,7 +272,7 @@ def lnmax_log_moments(counts: Any, *, laplace_scale: float, moment_orders: Array
     b = v.positive("laplace_scale", laplace_scale)
     ls = np.atleast_1d(np.asarray(moment_orders, dtype=float))
     if ls.ndim != 1 or ls.size == 0 or not np.all(np.isfinite(ls)) or np.any(ls <= 0):
-        raise ValueError(f"moment_orders must be a non-empty sequence of positive numbers, got {moment_orders!r}")
+        raise v.invalid("moment_orders", f"moment_orders must be a non-empty sequence of positive numbers, got {moment_orders!r}")
     eps = 2.0 / b
     bound = np.minimum(0.5 * eps * eps * ls * (ls + 1.0), eps * ls)
     q = lnmax_q_bound(counts, laplace_scale=b)  # validates counts
@@ -314,7 +314,7 @@ def _log_q_gaussian(n: np.ndarray, sigma: float) -> float:
 def gnmax_rdp_data_independent(*, sigma: float, orders: ArrayLike = GNMAX_ORDERS) -> np.ndarray:
     """Data-independent RDP of GNMax: λ/σ² (2018, Proposition 8; L2 sensitivity √2)."""
     s = v.positive("sigma", sigma)
-    return _orders(orders) / (s * s)
+    return _per_variance(_orders(orders), s)
 
 
 def _theorem6(logq: float, sigma: float, lam: np.ndarray) -> np.ndarray:
@@ -366,12 +366,27 @@ def gnmax_rdp_from_log_q(log_q: float, *, sigma: float, orders: ArrayLike = GNMA
     lam = _orders(orders)
     logq = v.real("log_q", log_q)
     if logq > 0.0:
-        raise ValueError(f"log_q must be <= 0 (the log of a probability), got {log_q!r}")
+        raise v.invalid("log_q", f"log_q must be <= 0 (the log of a probability), got {log_q!r}")
     return _rdp_from_log_q(logq, s, lam)
 
 
+def _per_variance(numerator: Any, sigma: float) -> np.ndarray:
+    """``numerator / σ²`` (the Gaussian mechanism's RDP λ/σ²) without a RuntimeWarning.
+
+    Where σ² underflows to 0 or the quotient overflows, the result is ∞: no finite bound exists
+    in floating point, which is what the analysis then reports.
+    """
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.asarray(numerator, dtype=float) / (sigma * sigma)
+
+
 def _rdp_from_log_q(logq: float, sigma: float, lam: np.ndarray) -> np.ndarray:
-    ind = lam / (sigma * sigma)
+    ind = _per_variance(lam, sigma)
+    if not np.isfinite(ind).any():
+        # σ so small that λ/σ² is ∞ at every order: Theorem 6's conditions (ε_i = μ_i/σ²) cannot
+        # be checked either, so no data-dependent bound is established: ∞ too, never a finite ε
+        # beside an infinite data-independent one.
+        return ind
     if logq == -math.inf:
         return np.zeros_like(lam)
     valid, mu1 = _theorem6_valid(logq, sigma)
@@ -392,7 +407,7 @@ def gnmax_rdp(counts: Any, *, sigma: float, orders: ArrayLike = GNMAX_ORDERS, da
     s = v.positive("sigma", sigma)
     lam = _orders(orders)
     if not data_dependent:
-        return lam / (s * s)
+        return _per_variance(lam, s)
     return _rdp_from_log_q(_log_q_gaussian(n, s), s, lam)
 
 
@@ -428,7 +443,7 @@ def threshold_rdp(counts: Any, *, threshold: float, threshold_sigma: float, orde
     s1 = float(threshold_sigma)
     lam = _orders(orders)
     if not data_dependent:
-        return lam / (2.0 * s1 * s1)
+        return _per_variance(lam / 2.0, s1)
     return _threshold_rdp_from_log_p(logp, s1, lam)
 
 
@@ -516,7 +531,7 @@ def rdp_to_epsilon(orders: ArrayLike, rdp: ArrayLike, *, delta: float, conversio
     lam = _orders(orders)
     r = np.asarray(rdp, dtype=float)
     if r.shape != lam.shape or np.any(np.isnan(r)) or np.any(r < 0):
-        raise ValueError(f"rdp must be one value >= 0 per order ({lam.size}), got shape {r.shape}")
+        raise v.invalid("rdp", f"rdp must be one value >= 0 per order ({lam.size}), got shape {r.shape}")
     if conversion == "improved":
         eps, order = rdp_privacy_accountant.compute_epsilon(list(lam), list(r), d)
         return float(eps), float(order)
@@ -574,7 +589,7 @@ def analyze_gnmax(votes: Any, *, sigma: float, delta: float, orders: ArrayLike =
     s = v.positive("sigma", sigma)
     d = v.open_unit("delta", delta)
     lam = _orders(orders)
-    ind = arr.shape[0] * lam / (s * s)
+    ind = _per_variance(arr.shape[0] * lam, s)
     dep = np.zeros_like(lam)
     for row in arr.astype(float):
         dep += _rdp_from_log_q(_log_q_gaussian(row, s), s, lam)
@@ -619,9 +634,9 @@ def analyze_confident_gnmax(
     if answered is not None:
         mask = np.asarray(answered)
         if mask.dtype != bool or mask.shape != (k,):
-            raise ValueError(f"answered must be a boolean array of one entry per query ({k}), got dtype {mask.dtype} shape {mask.shape}")
+            raise v.invalid("answered", f"answered must be a boolean array of one entry per query ({k}), got dtype {mask.dtype} shape {mask.shape}")
     charged = k if mask is None else int(mask.sum())
-    ind = k * lam / (2.0 * s1 * s1) + charged * lam / (s2 * s2)
+    ind = _per_variance(k * lam / 2.0, s1) + _per_variance(charged * lam, s2)
     dep = np.zeros_like(lam)
     expected = 0.0
     for i, row in enumerate(arr.astype(float)):
@@ -676,7 +691,7 @@ def _log_q0(sigma: float, order: float) -> float:
     lo = 2.0 * hi
     while gap(lo) > 0:
         if lo < -1e6:
-            raise ValueError(f"no data-dependent regime found for sigma={sigma!r} at order={order!r}")
+            raise v.invalid("sigma", f"no data-dependent regime found for sigma={sigma!r} at order={order!r}")
         lo *= 1.5
     return float(optimize.brentq(gap, lo, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps))
 
@@ -767,7 +782,7 @@ def smooth_sensitivity(local_sensitivities: Any, *, beta: float) -> float:
     b = v.positive("beta", beta)
     ls = np.asarray(local_sensitivities, dtype=float)
     if ls.ndim != 1 or ls.size == 0 or np.any(~np.isfinite(ls)) or np.any(ls < 0):
-        raise ValueError(f"local_sensitivities must be a non-empty 1-D array of finite values >= 0, got shape {ls.shape}")
+        raise v.invalid("local_sensitivities", f"local_sensitivities must be a non-empty 1-D array of finite values >= 0, got shape {ls.shape}")
     return float(np.max(ls * np.exp(-b * np.arange(ls.size))))
 
 
@@ -780,7 +795,7 @@ def gnss_rdp(*, beta: float, sigma_ss: float, order: float) -> float:
     s = v.positive("sigma_ss", sigma_ss)
     lam = v.real("order", order)
     if not 1.0 < lam < 1.0 / (2.0 * b):
-        raise ValueError(f"order must lie in (1, 1/(2*beta)) = (1, {1.0 / (2.0 * b):g}), got {order!r}")
+        raise v.invalid("order", f"order must lie in (1, 1/(2*beta)) = (1, {1.0 / (2.0 * b):g}), got {order!r}")
     return lam * math.exp(2.0 * b) / (s * s) + (b * lam - 0.5 * math.log1p(-2.0 * lam * b)) / (lam - 1.0)
 
 
@@ -931,6 +946,7 @@ def release_gnmax_epsilon(
     public = release_order(sigma=s, num_answered=int(arr.shape[0]), delta=d, beta=b, sigma_ss=ss_sigma, orders=orders) if order is None else 0.0
     lam, rule = _release_order_arg(order, public)
     gnss_rdp(beta=b, sigma_ss=ss_sigma, order=lam)  # refuses λ outside (1, 1/(2β)) before the work
+    _check_release_sigma("sigma", s, lam)
     total_rdp, total_ls = _gnmax_release_inputs(arr, s, lam)
     return _release(total_rdp, total_ls, lam, rule, d, b, ss_sigma, sd, aggregator="gnmax")
 
@@ -946,6 +962,12 @@ def _gnmax_release_inputs(arr: np.ndarray, sigma: float, lam: float) -> tuple[fl
         total_rdp += _rdp_at(_log_q_gaussian(row.astype(float), sigma), sigma, lam)
         total_ls += gnmax_local_sensitivities(row, sigma=sigma, order=lam, num_teachers=teachers)
     return total_rdp, total_ls
+
+
+def _check_release_sigma(name: str, sigma: float, lam: float) -> None:
+    """A smooth-sensitivity release needs λ/σ² finite: its local sensitivities are built from it."""
+    if not np.isfinite(_per_variance(lam, sigma)):
+        raise v.invalid(name, f"{name}={sigma!r} is too small for a smooth-sensitivity release: λ/σ² at order {lam:g} is not a finite number, so neither ε is (the analysis reports ε = inf)")
 
 
 def _release(total_rdp: float, total_ls: np.ndarray, lam: float, rule: str, d: float, b: float, ss_sigma: float, sd: int | None, *, aggregator: str) -> SmoothSensitivityRelease:
@@ -1059,12 +1081,14 @@ def release_confident_gnmax_epsilon(
     sd = None if seed is None else v.integer("seed", seed, minimum=0)
     mask = np.asarray(answered)
     if mask.dtype != bool or mask.shape != (arr.shape[0],):
-        raise ValueError(f"answered must be a boolean array of one entry per query ({arr.shape[0]}), got dtype {mask.dtype} shape {mask.shape}")
+        raise v.invalid("answered", f"answered must be a boolean array of one entry per query ({arr.shape[0]}), got dtype {mask.dtype} shape {mask.shape}")
     public = 0.0
     if order is None:
         public = release_order(sigma=s2, num_answered=int(mask.sum()), num_queries=int(arr.shape[0]), threshold_sigma=s1, delta=d, beta=b, sigma_ss=ss_sigma, orders=orders)
     lam, rule = _release_order_arg(order, public)
     gnss_rdp(beta=b, sigma_ss=ss_sigma, order=lam)  # refuses λ outside (1, 1/(2β)) before the work
+    _check_release_sigma("threshold_sigma", s1, lam)
+    _check_release_sigma("sigma", s2, lam)
     teachers = int(arr[0].sum())
     rdp_by_max = _threshold_rdp_by_max(teachers, t, s1, float(lam))
     total_rdp = 0.0
@@ -1103,7 +1127,7 @@ def pate_claim(
     bound = analysis.data_dependent if data_dependent else analysis.data_independent
     if release is not None:
         if not data_dependent:
-            raise ValueError("release applies to the data-dependent bound; pass data_dependent=True")
+            raise v.invalid("release", "release applies to the data-dependent bound; pass data_dependent=True")
         orders: tuple[float, ...] = (release.order,)
         # A low noise draw can push the estimate below zero; clipping it at 0 is post-processing.
         rdp: tuple[float, ...] = (max(0.0, release.rdp_noisy_estimate + release.rdp_release),)

@@ -138,7 +138,7 @@ class AuditResult:
         if self.ceiling is not None:
             object.__setattr__(self, "ceiling", v.non_negative("ceiling", self.ceiling))
             if self.epsilon_lb > self.ceiling + _CEILING_TOLERANCE:
-                raise ValueError(f"ceiling must be >= epsilon_lb={self.epsilon_lb!r} (a perfect attack bounds every attack), got {self.ceiling!r}")
+                raise v.invalid("ceiling", f"ceiling must be >= epsilon_lb={self.epsilon_lb!r} (a perfect attack bounds every attack), got {self.ceiling!r}")
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         v.choice("method", self.method, AUDIT_METHODS)
         v.choice("bound", self.bound, AUDIT_BOUNDS)
@@ -148,12 +148,12 @@ class AuditResult:
         object.__setattr__(self, "num_out", v.integer("num_out", self.num_out, minimum=0))
         ub = v.real("epsilon_ub", self.epsilon_ub)
         if ub < 0:
-            raise ValueError(f"epsilon_ub must be >= 0, got {self.epsilon_ub!r}")
+            raise v.invalid("epsilon_ub", f"epsilon_ub must be >= 0, got {self.epsilon_ub!r}")
         object.__setattr__(self, "epsilon_ub", ub)
         if not isinstance(self.accountant, str) or not self.accountant:
-            raise TypeError(f"accountant must be a non-empty string, got {self.accountant!r}")
+            raise v.invalid_type("accountant", f"accountant must be a non-empty string, got {self.accountant!r}")
         if not isinstance(self.epsilon_ub_by_accountant, Mapping):
-            raise TypeError(f"epsilon_ub_by_accountant must be a mapping, got {type(self.epsilon_ub_by_accountant).__name__}")
+            raise v.invalid_type("epsilon_ub_by_accountant", f"epsilon_ub_by_accountant must be a mapping, got {type(self.epsilon_ub_by_accountant).__name__}")
         by = {str(k): v.real(f"epsilon_ub_by_accountant[{k!r}]", x) for k, x in self.epsilon_ub_by_accountant.items()}
         object.__setattr__(self, "epsilon_ub_by_accountant", MappingProxyType(by))
         if self.epsilon_estimate is not None:
@@ -161,14 +161,14 @@ class AuditResult:
         object.__setattr__(self, "group_size", v.integer("group_size", self.group_size, minimum=1))
         v.choice("threat_model", self.threat_model, THREAT_MODELS)
         if not isinstance(self.claim_description, str):
-            raise TypeError(f"claim_description must be a string, got {self.claim_description!r}")
+            raise v.invalid_type("claim_description", f"claim_description must be a string, got {self.claim_description!r}")
         if not isinstance(self.details, Mapping):
-            raise TypeError(f"details must be a mapping, got {type(self.details).__name__}")
+            raise v.invalid_type("details", f"details must be a mapping, got {type(self.details).__name__}")
         object.__setattr__(self, "details", _freeze(self.details))
         if self.method == "one-run" and self.bound not in ONE_RUN_BOUNDS:
-            raise ValueError(f"method 'one-run' needs a bound in {ONE_RUN_BOUNDS}, got bound={self.bound!r}")
+            raise v.invalid("method", f"method 'one-run' needs a bound in {ONE_RUN_BOUNDS}, got bound={self.bound!r}")
         if not isinstance(self.assumption, str):
-            raise TypeError(f"assumption must be a string, got {self.assumption!r}")
+            raise v.invalid_type("assumption", f"assumption must be a string, got {self.assumption!r}")
         if not self.assumption:
             object.__setattr__(self, "assumption", default_assumption(self.bound, str(self.details.get("tradeoff_curve", "gaussian"))))
 
@@ -230,14 +230,14 @@ class AuditResult:
             ValueError: wrong schema version or a missing key.
         """
         if not isinstance(data, Mapping):
-            raise TypeError(f"data must be a mapping, got {type(data).__name__}")
+            raise v.invalid_type("data", f"data must be a mapping, got {type(data).__name__}")
         version = data.get("schema_version", SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
-            raise ValueError(f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
+            raise v.invalid(None, f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
         required = ("epsilon_lb", "confidence", "method", "bound", "delta", "threshold_strategy", "num_in", "num_out", "epsilon_ub", "accountant")
         missing = [k for k in required if k not in data]
         if missing:
-            raise ValueError(f"audit result is missing keys {missing}")
+            raise v.invalid(None, f"audit result is missing keys {missing}")
         optional = ("epsilon_ub_by_accountant", "epsilon_estimate", "group_size", "threat_model", "claim_description", "details", "ceiling", "assumption")
         return cls(**{k: data[k] for k in required}, **{k: data[k] for k in optional if k in data})
 
@@ -286,10 +286,10 @@ class EpsilonByTrials:
                 raise ValueError(f"{name} must hold one entry per prefix ({n}), got {len(values)}")
             object.__setattr__(self, name, values)
         if any(b <= a for a, b in zip(self.num_observations, self.num_observations[1:])):
-            raise ValueError(f"num_observations must increase, got {list(self.num_observations)}")
+            raise v.invalid("num_observations", f"num_observations must increase, got {list(self.num_observations)}")
         bad = [i for i, (lb, c) in enumerate(zip(self.epsilon_lb, self.ceiling)) if lb > c + _CEILING_TOLERANCE]
         if bad:
-            raise ValueError(f"ceiling must be >= epsilon_lb at every prefix, got epsilon_lb {self.epsilon_lb[bad[0]]!r} > ceiling {self.ceiling[bad[0]]!r} at prefix {bad[0]}")
+            raise v.invalid("ceiling", f"ceiling must be >= epsilon_lb at every prefix, got epsilon_lb {self.epsilon_lb[bad[0]]!r} > ceiling {self.ceiling[bad[0]]!r} at prefix {bad[0]}")
 
 
 def save_audit_result(result: AuditResult, directory: str | os.PathLike[str]) -> Path:

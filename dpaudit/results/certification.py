@@ -101,7 +101,7 @@ class CertificationSpec:
         v.positive("robustness_epsilon", self.robustness_epsilon)
         if self.max_epsilon is not None and self.robustness_epsilon > self.max_epsilon:
             # PixelDP's Gaussian bound holds only for ε ≤ 1 (Lecuyer et al. 2019, Eq. 3).
-            raise ValueError(f"robustness_epsilon must be <= max_epsilon {self.max_epsilon!r} for mechanism {self.mechanism!r}, got {self.robustness_epsilon!r}")
+            raise v.invalid("robustness_epsilon", f"robustness_epsilon must be <= max_epsilon {self.max_epsilon!r} for mechanism {self.mechanism!r}, got {self.robustness_epsilon!r}")
         v.open_unit("robustness_delta", self.robustness_delta)
         v.positive("attack_norm_bound", self.attack_norm_bound)
         v.positive("noise_per_sensitivity", self.noise_per_sensitivity)
@@ -141,7 +141,7 @@ class CertificationSpec:
         names = ("mechanism", "max_epsilon", "attack_norm", "robustness_epsilon", "robustness_delta", "attack_norm_bound", "noise_per_sensitivity")
         missing = [n for n in names if n not in data]
         if missing:
-            raise ValueError(f"certification spec is missing {', '.join(missing)}")
+            raise v.invalid(None, f"certification spec is missing {', '.join(missing)}")
         return cls(**{n: data[n] for n in names}, redistribute=bool(data.get("redistribute", False)))
 
 
@@ -220,7 +220,7 @@ class SmoothingCertificationSpec:
         names = ("sigma", "attack_norm", "num_selection_draws", "num_draws", "confidence")
         missing = [n for n in names if n not in data]
         if missing:
-            raise ValueError(f"certification spec is missing {', '.join(missing)}")
+            raise v.invalid(None, f"certification spec is missing {', '.join(missing)}")
         return cls(**{n: data[n] for n in names})
 
 
@@ -232,7 +232,7 @@ def certification_spec_from_dict(data: Mapping[str, Any]) -> CertificationSpec |
         ValueError: an unknown kind, or a field missing or invalid (named).
     """
     if not isinstance(data, Mapping):
-        raise TypeError(f"certification spec must be a mapping, got {type(data).__name__}")
+        raise v.invalid_type(None, f"certification spec must be a mapping, got {type(data).__name__}")
     kind = v.choice("kind", data.get("kind", "noise-layer"), CERTIFICATION_KINDS)
     if kind == "smoothing":
         return SmoothingCertificationSpec.from_dict(data)
@@ -248,20 +248,20 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
 def _real_array(name: str, value: Any) -> np.ndarray:
     arr = np.asarray(value)
     if arr.dtype == bool or arr.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+        raise v.invalid_type(name, f"{name} must hold real numbers, got dtype {arr.dtype}")
     arr = arr.astype(np.float64)
     if not np.all(np.isfinite(arr)):
         bad = arr[~np.isfinite(arr)][:3].tolist()
-        raise ValueError(f"{name} must be finite, got e.g. {bad}")
+        raise v.invalid(name, f"{name} must be finite, got e.g. {bad}")
     return arr
 
 
 def _int_array(name: str, value: Any, *, ndim: int) -> np.ndarray:
     arr = np.asarray(value)
     if arr.dtype == bool or (arr.size and arr.dtype.kind not in "iu"):
-        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+        raise v.invalid_type(name, f"{name} must hold integers, got dtype {arr.dtype}")
     if arr.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
+        raise v.invalid(name, f"{name} must be {ndim}-D, got shape {arr.shape}")
     return arr.astype(np.int64)
 
 
@@ -302,34 +302,34 @@ class CertificationResult:
 
     def __post_init__(self) -> None:
         if not isinstance(self.method, str) or not self.method:
-            raise TypeError(f"method must be a non-empty string, got {self.method!r}")
+            raise v.invalid_type("method", f"method must be a non-empty string, got {self.method!r}")
         v.choice("norm", self.norm, CERTIFICATION_NORMS)
         if self.schema_version != CERTIFICATION_SCHEMA_VERSION:
-            raise ValueError(f"schema_version must be {CERTIFICATION_SCHEMA_VERSION}, got {self.schema_version!r}")
+            raise v.invalid("schema_version", f"schema_version must be {CERTIFICATION_SCHEMA_VERSION}, got {self.schema_version!r}")
         object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=1))
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         labels = _int_array("labels", self.labels, ndim=1)
         if labels.size == 0:
-            raise ValueError("labels must hold at least one test point, got an empty array")
+            raise v.invalid("labels", "labels must hold at least one test point, got an empty array")
         if np.any(labels < 0):
-            raise ValueError(f"labels must be >= 0, got e.g. {labels[labels < 0][:3].tolist()}")
+            raise v.invalid("labels", f"labels must be >= 0, got e.g. {labels[labels < 0][:3].tolist()}")
         predictions = _int_array("predictions", self.predictions, ndim=1)
         if predictions.shape != labels.shape:
-            raise ValueError(f"predictions must have shape {labels.shape} (like labels), got {predictions.shape}")
+            raise v.invalid("predictions", f"predictions must have shape {labels.shape} (like labels), got {predictions.shape}")
         if np.any(predictions < -1):
-            raise ValueError(f"predictions must be class indices or -1 (abstain), got e.g. {predictions[predictions < -1][:3].tolist()}")
+            raise v.invalid("predictions", f"predictions must be class indices or -1 (abstain), got e.g. {predictions[predictions < -1][:3].tolist()}")
         radii = _real_array("radii", self.radii)
         if radii.shape != labels.shape:
-            raise ValueError(f"radii must have shape {labels.shape} (like labels), got {radii.shape}")
+            raise v.invalid("radii", f"radii must have shape {labels.shape} (like labels), got {radii.shape}")
         if np.any(radii < 0):
-            raise ValueError(f"radii must be >= 0, got e.g. {radii[radii < 0][:3].tolist()}")
+            raise v.invalid("radii", f"radii must be >= 0, got e.g. {radii[radii < 0][:3].tolist()}")
         if np.any((predictions == -1) & (radii > 0)):
-            raise ValueError("radii must be 0 where the prediction abstains (-1)")
+            raise v.invalid("radii", "radii must be 0 where the prediction abstains (-1)")
         object.__setattr__(self, "labels", _readonly(labels))
         object.__setattr__(self, "predictions", _readonly(predictions))
         object.__setattr__(self, "radii", _readonly(radii))
         if not isinstance(self.config, Mapping):
-            raise TypeError(f"config must be a mapping, got {type(self.config).__name__}")
+            raise v.invalid_type("config", f"config must be a mapping, got {type(self.config).__name__}")
         object.__setattr__(self, "config", _freeze(self.config))
 
     @property
@@ -357,9 +357,9 @@ class CertificationResult:
         """
         t = np.atleast_1d(_real_array("sizes", sizes))
         if t.ndim != 1:
-            raise ValueError(f"sizes must be a scalar or 1-D, got shape {t.shape}")
+            raise v.invalid("sizes", f"sizes must be a scalar or 1-D, got shape {t.shape}")
         if np.any(t < 0):
-            raise ValueError(f"sizes must be >= 0, got e.g. {t[t < 0][:3].tolist()}")
+            raise v.invalid("sizes", f"sizes must be >= 0, got e.g. {t[t < 0][:3].tolist()}")
         correct = self.predictions == self.labels
         return np.mean(correct[None, :] & (self.radii[None, :] >= t[:, None]), axis=1)
 
@@ -441,7 +441,7 @@ def save_certification_result(result: CertificationResult, directory: str | os.P
         The path of the JSON file.
     """
     if not isinstance(result, CertificationResult):
-        raise TypeError(f"result must be a CertificationResult, got {type(result).__name__}")
+        raise v.invalid_type("result", f"result must be a CertificationResult, got {type(result).__name__}")
     meta = {k: val for k, val in result.to_dict().items() if k not in _ARRAYS}
     return save_result_files(directory, _file_stem(result.method), arrays={a: getattr(result, a) for a in _ARRAYS}, meta=meta)
 
@@ -470,13 +470,13 @@ SUMMARY_FILE = "summary.json"
 def _accuracy(name: str, value: Any) -> float:
     value = v.real(name, value)
     if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+        raise v.invalid(name, f"{name} must lie in [0, 1], got {value!r}")
     return value
 
 
 def _accuracy_map(name: str, value: Any) -> Mapping[str, float]:
     if not isinstance(value, Mapping):
-        raise TypeError(f"{name} must be a mapping radius -> accuracy, got {type(value).__name__}")
+        raise v.invalid_type(name, f"{name} must be a mapping radius -> accuracy, got {type(value).__name__}")
     return _freeze({str(k): _accuracy(f"{name}[{k!r}]", a) for k, a in value.items()})
 
 
@@ -503,7 +503,7 @@ class SoundnessViolation:
 
     def __post_init__(self) -> None:
         if not isinstance(self.certificate, str) or not self.certificate:
-            raise TypeError(f"certificate must be a non-empty string, got {self.certificate!r}")
+            raise v.invalid_type("certificate", f"certificate must be a non-empty string, got {self.certificate!r}")
         object.__setattr__(self, "radius", v.non_negative("radius", self.radius))
         object.__setattr__(self, "certified_accuracy", _accuracy("certified_accuracy", self.certified_accuracy))
         object.__setattr__(self, "robust_accuracy", _accuracy("robust_accuracy", self.robust_accuracy))
@@ -657,10 +657,10 @@ class CertifySummary:
                 raise TypeError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
         v.choice("norm", self.norm, CERTIFICATION_NORMS)
         if self.schema_version != CERTIFY_SUMMARY_SCHEMA_VERSION:
-            raise ValueError(f"schema_version must be {CERTIFY_SUMMARY_SCHEMA_VERSION}, got {self.schema_version!r}")
+            raise v.invalid("schema_version", f"schema_version must be {CERTIFY_SUMMARY_SCHEMA_VERSION}, got {self.schema_version!r}")
         radii = tuple(v.non_negative("radii", r) for r in self.radii)
         if not radii or list(radii) != sorted(set(radii)):
-            raise ValueError(f"radii must be non-empty, sorted and distinct, got {list(self.radii)!r}")
+            raise v.invalid("radii", f"radii must be non-empty, sorted and distinct, got {list(self.radii)!r}")
         object.__setattr__(self, "radii", radii)
         object.__setattr__(self, "num_examples", v.integer("num_examples", self.num_examples, minimum=1))
         object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=1))
@@ -681,13 +681,13 @@ class CertifySummary:
         object.__setattr__(self, "conventional_accuracy", _accuracy("conventional_accuracy", self.conventional_accuracy))
         object.__setattr__(self, "certified_accuracy", _accuracy_map("certified_accuracy", self.certified_accuracy))
         if not isinstance(self.robust_accuracy, Mapping):
-            raise TypeError(f"robust_accuracy must be a mapping attack -> radius -> accuracy, got {type(self.robust_accuracy).__name__}")
+            raise v.invalid_type("robust_accuracy", f"robust_accuracy must be a mapping attack -> radius -> accuracy, got {type(self.robust_accuracy).__name__}")
         object.__setattr__(self, "robust_accuracy", _freeze({str(a): dict(_accuracy_map(f"robust_accuracy[{a!r}]", m)) for a, m in self.robust_accuracy.items()}))
         if self.smoothing is not None and not isinstance(self.smoothing, SmoothingSummary):
-            raise TypeError(f"smoothing must be a SmoothingSummary or None, got {type(self.smoothing).__name__}")
+            raise v.invalid_type("smoothing", f"smoothing must be a SmoothingSummary or None, got {type(self.smoothing).__name__}")
         bad = [x for x in self.soundness_violations if not isinstance(x, SoundnessViolation)]
         if bad:
-            raise TypeError(f"soundness_violations must hold SoundnessViolation values, got {bad[0]!r}")
+            raise v.invalid_type("soundness_violations", f"soundness_violations must hold SoundnessViolation values, got {bad[0]!r}")
         object.__setattr__(self, "soundness_violations", tuple(self.soundness_violations))
 
     @property
@@ -728,7 +728,7 @@ def save_certify_summary(summary: CertifySummary, directory: str | os.PathLike[s
     from dpaudit.store import atomic_write_json
 
     if not isinstance(summary, CertifySummary):
-        raise TypeError(f"summary must be a CertifySummary, got {type(summary).__name__}")
+        raise v.invalid_type("summary", f"summary must be a CertifySummary, got {type(summary).__name__}")
     return atomic_write_json(Path(directory) / SUMMARY_FILE, summary.to_dict())
 
 

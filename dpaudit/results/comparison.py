@@ -50,7 +50,7 @@ VERDICTS = ("no violation", "violation", "certificate unsound")
 
 def _mapping(name: str, value: Any) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise TypeError(f"{name} must be a mapping, got {type(value).__name__}")
+        raise v.invalid_type(name, f"{name} must be a mapping, got {type(value).__name__}")
     return freeze(dict(value))
 
 
@@ -126,7 +126,7 @@ class ComparisonRow:
         object.__setattr__(self, "accuracy_loss", v.real("accuracy_loss", self.accuracy_loss))
         object.__setattr__(self, "epsilon_lb", v.non_negative("epsilon_lb", self.epsilon_lb))
         if not isinstance(self.epsilon_ub_data_dependent, bool):
-            raise TypeError(f"epsilon_ub_data_dependent must be a bool, got {self.epsilon_ub_data_dependent!r}")
+            raise v.invalid_type("epsilon_ub_data_dependent", f"epsilon_ub_data_dependent must be a bool, got {self.epsilon_ub_data_dependent!r}")
         v.choice("verdict", self.verdict, VERDICTS)
         if self.inversion_top1 is not None:
             object.__setattr__(self, "inversion_top1", v.real("inversion_top1", self.inversion_top1))
@@ -167,11 +167,11 @@ class ComparisonRow:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ComparisonRow:
         if not isinstance(data, Mapping):
-            raise TypeError(f"a comparison row must be a mapping, got {type(data).__name__}")
+            raise v.invalid_type(None, f"a comparison row must be a mapping, got {type(data).__name__}")
         known = {f for f in cls.__dataclass_fields__}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"comparison row has unknown field(s) {', '.join(unknown)}")
+            raise v.invalid(None, f"comparison row has unknown field(s) {', '.join(unknown)}")
         kw = dict(data)
         for name in ("model_ids", "findings"):
             if name in kw:
@@ -215,15 +215,15 @@ class ComparisonResult:
 
     def __post_init__(self) -> None:
         if self.schema_version != COMPARISON_SCHEMA_VERSION:
-            raise ValueError(f"schema_version must be {COMPARISON_SCHEMA_VERSION}, got {self.schema_version!r}")
+            raise v.invalid("schema_version", f"schema_version must be {COMPARISON_SCHEMA_VERSION}, got {self.schema_version!r}")
         rows = tuple(self.rows)
         if not rows or not all(isinstance(r, ComparisonRow) for r in rows):
-            raise TypeError("rows must be a non-empty sequence of ComparisonRow")
+            raise v.invalid_type("rows", "rows must be a non-empty sequence of ComparisonRow")
         labels = [r.label for r in rows]
         if len(set(labels)) != len(labels):
             raise ValueError(f"row labels must be unique, got {labels}")
         if self.baseline not in labels:
-            raise ValueError(f"baseline must be one of the row labels {labels}, got {self.baseline!r}")
+            raise v.invalid("baseline", f"baseline must be one of the row labels {labels}, got {self.baseline!r}")
         object.__setattr__(self, "rows", rows)
         v.open_unit("delta", self.delta)
         v.open_unit("confidence", self.confidence)
@@ -290,7 +290,7 @@ class ComparisonResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ComparisonResult:
         if not isinstance(data, Mapping):
-            raise TypeError(f"a comparison must be a mapping, got {type(data).__name__}")
+            raise v.invalid_type(None, f"a comparison must be a mapping, got {type(data).__name__}")
         kw = dict(data)
         kw["rows"] = tuple(ComparisonRow.from_dict(r) for r in kw.get("rows", ()))
         for name in ("fprs", "radii"):

@@ -73,47 +73,47 @@ class EvasionResult:
 
     def __post_init__(self) -> None:
         if not isinstance(self.attack, str) or not self.attack:
-            raise TypeError(f"attack must be a non-empty string, got {self.attack!r}")
+            raise v.invalid_type("attack", f"attack must be a non-empty string, got {self.attack!r}")
         v.choice("norm", self.norm, EVASION_NORMS)
         if self.schema_version != RESULT_SCHEMA_VERSION:
-            raise ValueError(f"schema_version must be {RESULT_SCHEMA_VERSION}, got {self.schema_version!r}")
+            raise v.invalid("schema_version", f"schema_version must be {RESULT_SCHEMA_VERSION}, got {self.schema_version!r}")
         radii = _real_array("radii", self.radii)
         if radii.ndim != 1 or radii.size == 0:
-            raise ValueError(f"radii must be a non-empty 1-D array, got shape {radii.shape}")
+            raise v.invalid("radii", f"radii must be a non-empty 1-D array, got shape {radii.shape}")
         if not np.all(np.isfinite(radii)) or np.any(radii < 0):
-            raise ValueError(f"radii must be finite and >= 0, got {_preview(radii)}")
+            raise v.invalid("radii", f"radii must be finite and >= 0, got {_preview(radii)}")
         if np.any(np.diff(radii) <= 0):
-            raise ValueError(f"radii must be strictly increasing, got {_preview(radii)}")
+            raise v.invalid("radii", f"radii must be strictly increasing, got {_preview(radii)}")
         clean = np.asarray(self.clean_correct)
         if clean.dtype != bool:
-            raise TypeError(f"clean_correct must be a bool array, got dtype {clean.dtype}")
+            raise v.invalid_type("clean_correct", f"clean_correct must be a bool array, got dtype {clean.dtype}")
         if clean.ndim != 1 or clean.size == 0:
-            raise ValueError(f"clean_correct must be a non-empty 1-D array, got shape {clean.shape}")
+            raise v.invalid("clean_correct", f"clean_correct must be a non-empty 1-D array, got shape {clean.shape}")
         success = np.asarray(self.success)
         if success.dtype != bool:
-            raise TypeError(f"success must be a bool array, got dtype {success.dtype}")
+            raise v.invalid_type("success", f"success must be a bool array, got dtype {success.dtype}")
         if success.shape != (radii.size, clean.size):
-            raise ValueError(f"success must have shape {(radii.size, clean.size)} (radii × examples), got {success.shape}")
+            raise v.invalid("success", f"success must have shape {(radii.size, clean.size)} (radii × examples), got {success.shape}")
         if np.any(success[:-1] & ~success[1:]):
             k = int(np.argmax(np.any(success[:-1] & ~success[1:], axis=1)))
-            raise ValueError(f"success must be monotone in the radius (fooled within {radii[k]:g} implies fooled within {radii[k + 1]:g}), violated between rows {k} and {k + 1}")
+            raise v.invalid("success", f"success must be monotone in the radius (fooled within {radii[k]:g} implies fooled within {radii[k + 1]:g}), violated between rows {k} and {k + 1}")
         if np.any(~clean & ~success[0]):
-            raise ValueError("success must be True for every example with clean_correct False (the clean input lies in every ball)")
+            raise v.invalid("success", "success must be True for every example with clean_correct False (the clean input lies in every ball)")
         max_pert = _real_array("max_perturbation", self.max_perturbation)
         if max_pert.shape != radii.shape:
-            raise ValueError(f"max_perturbation must have shape {radii.shape} (one per radius), got {max_pert.shape}")
+            raise v.invalid("max_perturbation", f"max_perturbation must have shape {radii.shape} (one per radius), got {max_pert.shape}")
         if not np.all(np.isfinite(max_pert)) or np.any(max_pert < 0):
-            raise ValueError(f"max_perturbation must be finite and >= 0, got {_preview(max_pert)}")
+            raise v.invalid("max_perturbation", f"max_perturbation must be finite and >= 0, got {_preview(max_pert)}")
         over = max_pert > radii * (1 + _PERTURBATION_RTOL) + _PERTURBATION_ATOL
         if np.any(over):
             k = int(np.argmax(over))
-            raise ValueError(f"max_perturbation must not exceed its radius, got {max_pert[k]!r} at radius {radii[k]!r}")
+            raise v.invalid("max_perturbation", f"max_perturbation must not exceed its radius, got {max_pert[k]!r} at radius {radii[k]!r}")
         object.__setattr__(self, "radii", _readonly(radii))
         object.__setattr__(self, "success", _readonly(success))
         object.__setattr__(self, "clean_correct", _readonly(clean))
         object.__setattr__(self, "max_perturbation", _readonly(max_pert))
         if not isinstance(self.config, Mapping):
-            raise TypeError(f"config must be a mapping, got {type(self.config).__name__}")
+            raise v.invalid_type("config", f"config must be a mapping, got {type(self.config).__name__}")
         object.__setattr__(self, "config", _freeze(self.config))
 
     # ------------------------------------------------------------------ derived metrics
@@ -144,7 +144,7 @@ class EvasionResult:
         r = v.real("radius", radius)
         hit = np.flatnonzero(np.isclose(self.radii, r, rtol=1e-9, atol=1e-12))
         if hit.size == 0:
-            raise ValueError(f"radius must be one of the result's radii {self.radii.tolist()}, got {radius!r}")
+            raise v.invalid("radius", f"radius must be one of the result's radii {self.radii.tolist()}, got {radius!r}")
         return float(1.0 - self.success[hit[0]].mean())
 
     def summary(self) -> dict[str, Any]:
@@ -208,7 +208,7 @@ class EvasionResult:
 def _real_array(name: str, values: Any) -> np.ndarray:
     arr = np.asarray(values)
     if arr.dtype == bool or arr.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+        raise v.invalid_type(name, f"{name} must hold real numbers, got dtype {arr.dtype}")
     return arr.astype(np.float64)
 
 
@@ -229,7 +229,7 @@ def save_evasion_result(result: EvasionResult, directory: str | os.PathLike[str]
         TypeError: ``result`` is not an :class:`EvasionResult`.
     """
     if not isinstance(result, EvasionResult):
-        raise TypeError(f"result must be an EvasionResult, got {type(result).__name__}")
+        raise v.invalid_type("result", f"result must be an EvasionResult, got {type(result).__name__}")
     meta = {k: val for k, val in result.to_dict().items() if k not in _EVASION_ARRAYS}
     stem = _file_stem(f"evasion-{result.attack}-{result.norm}")
     return save_result_files(directory, stem, arrays={a: getattr(result, a) for a in _EVASION_ARRAYS}, meta=meta)

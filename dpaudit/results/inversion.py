@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit import _validate as v
 from dpaudit.results.membership import DEFAULT_FPRS, RESULT_SCHEMA_VERSION, MembershipResult, _file_stem, _readonly, check_header, freeze_mappings
 from dpaudit.store import load_result_files, save_result_files
 from dpaudit.store import thaw as _thaw
@@ -101,9 +102,9 @@ class InversionResult:
         check_header(self)
         classes = _ints("target_classes", self.target_classes)
         if classes.ndim != 1 or classes.size == 0:
-            raise ValueError(f"target_classes must be a non-empty 1-d array, got shape {classes.shape}")
+            raise v.invalid("target_classes", f"target_classes must be a non-empty 1-d array, got shape {classes.shape}")
         if np.unique(classes).size != classes.size or classes.min() < 0:
-            raise ValueError(f"target_classes must be distinct non-negative labels, got {classes.tolist()}")
+            raise v.invalid("target_classes", f"target_classes must be distinct non-negative labels, got {classes.tolist()}")
         k = classes.size
         object.__setattr__(self, "target_classes", _readonly(classes))
         shape: tuple[int, ...] | None = None
@@ -129,7 +130,7 @@ class InversionResult:
             object.__setattr__(self, name, _readonly(arr))
         conf = self.target_confidence
         if conf.min() < 0 or conf.max() > 1:
-            raise ValueError("target_confidence must hold probabilities in [0, 1]")
+            raise v.invalid("target_confidence", "target_confidence must hold probabilities in [0, 1]")
         for name in ("knn_distance", "distance_to_mean", "distance_to_member", "distance_to_non_member"):
             if getattr(self, name).min() < 0:
                 raise ValueError(f"{name} must be >= 0")
@@ -140,10 +141,10 @@ class InversionResult:
             object.__setattr__(self, name, _readonly(ids))
         top = _ints("evaluator_top5", self.evaluator_top5)
         if top.ndim != 2 or top.shape[0] != k or not 1 <= top.shape[1] <= 5:
-            raise ValueError(f"evaluator_top5 must have shape (K={k}, 1..5), got {top.shape}")
+            raise v.invalid("evaluator_top5", f"evaluator_top5 must have shape (K={k}, 1..5), got {top.shape}")
         object.__setattr__(self, "evaluator_top5", _readonly(top))
         if not isinstance(self.membership, MembershipResult):
-            raise TypeError(f"membership must be a MembershipResult, got {type(self.membership).__name__}")
+            raise v.invalid_type("membership", f"membership must be a MembershipResult, got {type(self.membership).__name__}")
         freeze_mappings(self)
 
     # ------------------------------------------------------------------ derived metrics
@@ -250,10 +251,10 @@ class InversionResult:
         """
         missing = [a for a in _ARRAYS if a not in arrays]
         if missing:
-            raise ValueError(f"arrays must include {', '.join(missing)}")
+            raise v.invalid("arrays", f"arrays must include {', '.join(missing)}")
         for key in ("attack", "model_id", "membership"):
             if key not in meta:
-                raise ValueError(f"the result must have a {key!r} field")
+                raise v.invalid(None, f"the result must have a {key!r} field")
         mem = meta["membership"]
         membership = MembershipResult(
             attack=mem["attack"],
@@ -286,7 +287,7 @@ class InversionResult:
 def _ints(name: str, values: Any) -> np.ndarray:
     arr = np.asarray(values)
     if arr.size and arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+        raise v.invalid_type(name, f"{name} must hold integers, got dtype {arr.dtype}")
     return arr.astype(np.int64)
 
 
@@ -302,7 +303,7 @@ def save_inversion_result(result: InversionResult, directory: str | os.PathLike[
         The path of the JSON file.
     """
     if not isinstance(result, InversionResult):
-        raise TypeError(f"result must be an InversionResult, got {type(result).__name__}")
+        raise v.invalid_type("result", f"result must be an InversionResult, got {type(result).__name__}")
     return save_result_files(directory, inversion_stem(result.attack), arrays=result.arrays(), meta=result.meta())
 
 

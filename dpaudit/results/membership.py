@@ -48,7 +48,7 @@ def check_header(result: Any) -> None:
         if not isinstance(value, str) or not value:
             raise TypeError(f"{name} must be a non-empty string, got {value!r}")
     if result.schema_version != RESULT_SCHEMA_VERSION:
-        raise ValueError(f"schema_version must be {RESULT_SCHEMA_VERSION}, got {result.schema_version!r}")
+        raise v.invalid(None, f"schema_version must be {RESULT_SCHEMA_VERSION}, got {result.schema_version!r}")
 
 
 def freeze_mappings(result: Any, names: tuple[str, ...] = ("config", "metadata")) -> None:
@@ -118,29 +118,29 @@ class MembershipResult:
         check_header(self)
         ids = np.asarray(self.sample_ids)
         if ids.ndim != 1:
-            raise ValueError(f"sample_ids must be 1-D, got shape {ids.shape}")
+            raise v.invalid("sample_ids", f"sample_ids must be 1-D, got shape {ids.shape}")
         if ids.size and ids.dtype.kind not in "iu":
-            raise TypeError(f"sample_ids must hold integers, got dtype {ids.dtype}")
+            raise v.invalid_type("sample_ids", f"sample_ids must hold integers, got dtype {ids.dtype}")
         ids = ids.astype(np.int64)
         if np.unique(ids).size != ids.size:
-            raise ValueError("sample_ids must not repeat a sample id")
+            raise v.invalid("sample_ids", "sample_ids must not repeat a sample id")
         scores = np.asarray(self.scores)
         if scores.dtype.kind not in "fiu" or scores.dtype == bool:
-            raise TypeError(f"scores must be real numbers, got dtype {scores.dtype}")
+            raise v.invalid_type("scores", f"scores must be real numbers, got dtype {scores.dtype}")
         scores = scores.astype(np.float64)
         if scores.shape != ids.shape:
-            raise ValueError(f"scores must have shape {ids.shape} (one per sample id), got {scores.shape}")
+            raise v.invalid("scores", f"scores must have shape {ids.shape} (one per sample id), got {scores.shape}")
         if not np.all(np.isfinite(scores)):
             bad = scores[~np.isfinite(scores)][:3].tolist()
-            raise ValueError(f"scores must be finite, got e.g. {bad}")
+            raise v.invalid("scores", f"scores must be finite, got e.g. {bad}")
         member = np.asarray(self.is_member)
         if member.dtype != bool:
-            raise TypeError(f"is_member must be a bool array, got dtype {member.dtype}")
+            raise v.invalid_type("is_member", f"is_member must be a bool array, got dtype {member.dtype}")
         if member.shape != ids.shape:
-            raise ValueError(f"is_member must have shape {ids.shape}, got {member.shape}")
+            raise v.invalid("is_member", f"is_member must have shape {ids.shape}, got {member.shape}")
         num_in = int(member.sum())
         if num_in == 0 or num_in == member.size:
-            raise ValueError(f"is_member must contain both members and non-members, got {num_in} of {member.size} members")
+            raise v.invalid("is_member", f"is_member must contain both members and non-members, got {num_in} of {member.size} members")
         object.__setattr__(self, "sample_ids", _readonly(ids))
         object.__setattr__(self, "scores", _readonly(scores))
         object.__setattr__(self, "is_member", _readonly(member))
@@ -187,7 +187,7 @@ class MembershipResult:
         """
         fpr = v.real("fpr", fpr)
         if not 0.0 <= fpr <= 1.0:
-            raise ValueError(f"fpr must lie in [0, 1], got {fpr!r}")
+            raise v.invalid("fpr", f"fpr must lie in [0, 1], got {fpr!r}")
         curve = self.roc()
         ok = curve.fpr <= fpr
         return float(curve.tpr[ok].max()) if ok.any() else 0.0
@@ -287,7 +287,7 @@ def save_membership_result(result: MembershipResult, directory: str | os.PathLik
         The path of the JSON file.
     """
     if not isinstance(result, MembershipResult):
-        raise TypeError(f"result must be a MembershipResult, got {type(result).__name__}")
+        raise v.invalid_type("result", f"result must be a MembershipResult, got {type(result).__name__}")
     meta = {k: val for k, val in result.to_dict().items() if k not in _ARRAYS}
     return save_result_files(directory, _file_stem(result.attack), arrays={a: getattr(result, a) for a in _ARRAYS}, meta=meta)
 

@@ -58,11 +58,11 @@ class Membership:
             for other, arr in seen.items():
                 overlap = np.intersect1d(arr, getattr(self, name))
                 if overlap.size:
-                    raise ValueError(f"{name} and {other} share sample ids, e.g. {int(overlap[0])}")
+                    raise v.invalid("record", f"{name} and {other} share sample ids, e.g. {int(overlap[0])}")
             seen[name] = getattr(self, name)
         owners = np.asarray(self.owners)
         if owners.size and (owners.ndim != 1 or owners.shape[0] != self.members.shape[0] or not np.issubdtype(owners.dtype, np.integer) or int(owners.min()) < 0):
-            raise ValueError(f"owners must hold one non-negative integer per member ({self.members.shape[0]}), got {owners.shape[0] if owners.ndim == 1 else owners.shape} values")
+            raise v.invalid("owners", f"owners must hold one non-negative integer per member ({self.members.shape[0]}), got {owners.shape[0] if owners.ndim == 1 else owners.shape} values")
         owners = owners.astype(np.int64) if owners.size else np.zeros(0, dtype=np.int64)
         owners.setflags(write=False)
         object.__setattr__(self, "owners", owners)
@@ -135,26 +135,26 @@ class TrainedModel:
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_id, str) or not self.model_id or "/" in self.model_id or self.model_id.startswith("."):
-            raise ValueError(f"model_id must be a non-empty name without '/', got {v.short(self.model_id)}")
+            raise v.invalid("model_id", f"model_id must be a non-empty name without '/', got {v.short(self.model_id)}")
         for name in ("defense", "model_name", "dataset"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise TypeError(f"{name} must be a non-empty string, got {v.short(value)}")
         if not isinstance(self.claim, PrivacyClaim):
-            raise TypeError(f"claim must be a PrivacyClaim, got {v.short(self.claim)}")
+            raise v.invalid_type("claim", f"claim must be a PrivacyClaim, got {v.short(self.claim)}")
         if not isinstance(self.membership, Membership):
-            raise TypeError(f"membership must be a Membership, got {v.short(self.membership)}")
+            raise v.invalid_type("membership", f"membership must be a Membership, got {v.short(self.membership)}")
         v.integer("seed", self.seed, minimum=0)
         v.integer("num_classes", self.num_classes, minimum=2)
         if isinstance(self.input_shape, (str, bytes)) or not isinstance(self.input_shape, (list, tuple)) or not self.input_shape:
-            raise TypeError(f"input_shape must be a non-empty list of positive integers, got {v.short(self.input_shape)}")
+            raise v.invalid_type("input_shape", f"input_shape must be a non-empty list of positive integers, got {v.short(self.input_shape)}")
         object.__setattr__(self, "input_shape", tuple(v.integer("input_shape", x, minimum=1) for x in self.input_shape))
         for name in ("model_options", "config", "metrics", "provenance"):
             if not isinstance(getattr(self, name), Mapping):
                 raise TypeError(f"{name} must be a mapping, got {v.short(getattr(self, name))}")
             object.__setattr__(self, name, _freeze(getattr(self, name)))
         if self.weights_sha256 is not None and not _is_sha256(self.weights_sha256):
-            raise ValueError(f"weights_sha256 must be 64 lowercase hex digits, got {v.short(self.weights_sha256)}")
+            raise v.invalid("weights_sha256", f"weights_sha256 must be 64 lowercase hex digits, got {v.short(self.weights_sha256)}")
         self._check_privacy_parameters()
 
     def _check_privacy_parameters(self) -> None:
@@ -174,11 +174,11 @@ class TrainedModel:
         cert = self.config.get("certification")
         if cert is not None:
             if not isinstance(cert, Mapping):
-                raise TypeError(f"config.certification must be a mapping, got {v.short(cert)}")
+                raise v.invalid_type("config", f"config.certification must be a mapping, got {v.short(cert)}")
             try:
                 CertificationSpec.from_dict(_thaw(cert))
             except (ValueError, TypeError) as exc:
-                raise ValueError(f"config.certification: {exc}") from None
+                raise v.invalid("config", f"config.certification: {exc}") from None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (what ``record.json`` holds)."""
@@ -211,20 +211,20 @@ class TrainedModel:
             TypeError: a field of the wrong type (named, with the value).
         """
         if not isinstance(data, Mapping):
-            raise ValueError(f"record must be a JSON object, got {type(data).__name__}")
+            raise v.invalid("record", f"record must be a JSON object, got {type(data).__name__}")
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
-            raise ValueError(f"record schema_version must be {SCHEMA_VERSION}, got {v.short(version)}")
+            raise v.invalid("record", f"record schema_version must be {SCHEMA_VERSION}, got {v.short(version)}")
         missing = [k for k in ("model_id", "defense", "model_name", "dataset", "input_shape", "num_classes", "claim", "membership", "seed") if k not in data]
         if missing:
-            raise ValueError(f"record is missing the field {missing[0]!r}")
+            raise v.invalid("record", f"record is missing the field {missing[0]!r}")
         try:
             claim = claim_from_dict(data["claim"])
         except ValueError as exc:
-            raise ValueError(f"claim: {exc}") from None
+            raise v.invalid("claim", f"claim: {exc}") from None
         membership = data["membership"]
         if not isinstance(membership, Mapping):
-            raise TypeError(f"membership must be a mapping, got {v.short(membership)}")
+            raise v.invalid_type("membership", f"membership must be a mapping, got {v.short(membership)}")
         input_shape = data["input_shape"]
         return cls(
             model_id=data["model_id"],
@@ -282,9 +282,9 @@ def resolve_record_dir(path: str | os.PathLike[str]) -> Path:
     if len(records) == 1:
         return records[0]
     if not records:
-        raise ValueError(f"target must be a record directory, record.json or run directory with one record; found none at {str(p)!r}")
+        raise v.invalid("target", f"target must be a record directory, record.json or run directory with one record; found none at {str(p)!r}")
     names = ", ".join(r.name for r in records)
-    raise ValueError(f"target {str(p)!r} holds {len(records)} records ({names}); name one: {str(p)}/records/NAME")
+    raise v.invalid("target", f"target {str(p)!r} holds {len(records)} records ({names}); name one: {str(p)}/records/NAME")
 
 
 def load_record(path: str | os.PathLike[str]) -> TrainedModel:
@@ -304,4 +304,4 @@ def load_record(path: str | os.PathLike[str]) -> TrainedModel:
         return TrainedModel.from_dict(data)
     except (ValueError, TypeError) as exc:
         detail = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ValueError(f"record file {str(file)!r} is invalid: {detail}") from None
+        raise v.invalid("record", f"record file {str(file)!r} is invalid: {detail}") from None

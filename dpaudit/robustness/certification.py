@@ -103,19 +103,19 @@ def _probabilities(name: str, value: Any) -> np.ndarray:
     arr = _real_array(name, value)
     if np.any((arr < 0) | (arr > 1)):
         bad = arr[(arr < 0) | (arr > 1)][:3].tolist()
-        raise ValueError(f"{name} must lie in [0, 1], got e.g. {bad}")
+        raise v.invalid(name, f"{name} must lie in [0, 1], got e.g. {bad}")
     return arr
 
 
 def _count_matrix(name: str, value: Any) -> np.ndarray:
     counts = _int_array(name, value, ndim=2)
     if counts.shape[0] == 0 or counts.shape[1] < 2:
-        raise ValueError(f"{name} must have shape (n >= 1, num_classes >= 2), got {counts.shape}")
+        raise v.invalid(name, f"{name} must have shape (n >= 1, num_classes >= 2), got {counts.shape}")
     if np.any(counts < 0):
-        raise ValueError(f"{name} must be non-negative counts, got e.g. {counts[counts < 0][:3].tolist()}")
+        raise v.invalid(name, f"{name} must be non-negative counts, got e.g. {counts[counts < 0][:3].tolist()}")
     empty = counts.sum(axis=1) == 0
     if np.any(empty):
-        raise ValueError(f"{name} must count at least one draw per test point; rows {np.flatnonzero(empty)[:5].tolist()} are empty")
+        raise v.invalid(name, f"{name} must count at least one draw per test point; rows {np.flatnonzero(empty)[:5].tolist()} are empty")
     return counts
 
 
@@ -245,7 +245,7 @@ class ScoreBounds:
         object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=1))
         top = _int_array("top", self.top, ndim=1)
         if np.any(top < 0):
-            raise ValueError(f"top must hold class indices >= 0, got e.g. {top[top < 0][:3].tolist()}")
+            raise v.invalid("top", f"top must hold class indices >= 0, got e.g. {top[top < 0][:3].tolist()}")
         lower = _probabilities("lower", self.lower)
         upper = _probabilities("upper", self.upper)
         for name, arr in (("lower", lower), ("upper", upper)):
@@ -298,7 +298,7 @@ def count_bounds(counts: np.ndarray, *, confidence: float = 0.95) -> ScoreBounds
     confidence = v.open_unit("confidence", confidence)
     totals = counts.sum(axis=1)
     if np.any(totals != totals[0]):
-        raise ValueError(f"counts must sum to the same number of draws in every row, got totals {np.unique(totals)[:5].tolist()}")
+        raise v.invalid("counts", f"counts must sum to the same number of draws in every row, got totals {np.unique(totals)[:5].tolist()}")
     n = int(totals[0])
     rows = np.arange(counts.shape[0])
     top = np.argmax(counts, axis=1)
@@ -354,19 +354,19 @@ def mean_bounds(
     num_draws = v.integer("num_draws", num_draws, minimum=2 if method == "bernstein" else 1)
     means = _probabilities("means", means)
     if means.ndim != 2 or means.shape[0] == 0 or means.shape[1] < 2:
-        raise ValueError(f"means must have shape (n >= 1, num_classes >= 2), got {means.shape}")
+        raise v.invalid("means", f"means must have shape (n >= 1, num_classes >= 2), got {means.shape}")
     k = means.shape[1]
     eta = 1.0 - confidence
     if method == "hoeffding":
         width = np.full(means.shape, math.sqrt(math.log(k / eta) / (2.0 * num_draws)))
     else:
         if variances is None:
-            raise ValueError("variances must be given for method='bernstein', got None")
+            raise v.invalid("variances", "variances must be given for method='bernstein', got None")
         var = _real_array("variances", variances)
         if var.shape != means.shape:
-            raise ValueError(f"variances must have shape {means.shape} (like means), got {var.shape}")
+            raise v.invalid("variances", f"variances must have shape {means.shape} (like means), got {var.shape}")
         if np.any(var < 0):
-            raise ValueError(f"variances must be >= 0, got e.g. {var[var < 0][:3].tolist()}")
+            raise v.invalid("variances", f"variances must be >= 0, got e.g. {var[var < 0][:3].tolist()}")
         log_term = math.log(2.0 * k / eta)
         width = np.sqrt(2.0 * var * log_term / num_draws) + 7.0 * log_term / (3.0 * (num_draws - 1))
     rows = np.arange(means.shape[0])
@@ -423,7 +423,7 @@ class AuthorsMixedDelta:
             reference = noise_multiplier(mechanism, epsilon=self.robustness_epsilon, delta=self.reference_delta)
             calibrated = noise_multiplier(mechanism, epsilon=self.robustness_epsilon, delta=self.robustness_delta)
         except ValueError as exc:
-            raise ValueError(f"authors_mixed_delta={self!r} is invalid for the {mechanism} calibration: {exc}") from None
+            raise v.invalid("authors_mixed_delta", f"authors_mixed_delta={self!r} is invalid for the {mechanism} calibration: {exc}") from None
         return reference / calibrated
 
 
@@ -449,14 +449,14 @@ def robust(p_lower: np.ndarray, p_upper: np.ndarray, *, epsilon: float | np.ndar
     p_upper = _probabilities("p_upper", p_upper)
     eps = _real_array("epsilon", epsilon)
     if np.any(eps < 0):
-        raise ValueError(f"epsilon must be >= 0, got e.g. {eps[eps < 0][:3].tolist()}")
+        raise v.invalid("epsilon", f"epsilon must be >= 0, got e.g. {eps[eps < 0][:3].tolist()}")
     dlt = _real_array("delta", delta)
     if np.any((dlt < 0) | (dlt >= 1)):
-        raise ValueError(f"delta must lie in [0, 1), got e.g. {dlt[(dlt < 0) | (dlt >= 1)][:3].tolist()}")
+        raise v.invalid("delta", f"delta must lie in [0, 1), got e.g. {dlt[(dlt < 0) | (dlt >= 1)][:3].tolist()}")
     try:
         np.broadcast_shapes(p_lower.shape, p_upper.shape, eps.shape, dlt.shape)
     except ValueError:
-        raise ValueError(f"p_lower, p_upper, epsilon and delta must broadcast together, got shapes {p_lower.shape}, {p_upper.shape}, {eps.shape}, {dlt.shape}") from None
+        raise v.invalid("p_lower", f"p_lower, p_upper, epsilon and delta must broadcast together, got shapes {p_lower.shape}, {p_upper.shape}, {eps.shape}, {dlt.shape}") from None
     return _robust(p_lower, p_upper, eps, dlt)
 
 
@@ -550,15 +550,15 @@ def certified_radius(
     p_lower = _probabilities("p_lower", p_lower)
     p_upper = _probabilities("p_upper", p_upper)
     if p_lower.shape != p_upper.shape:
-        raise ValueError(f"p_upper must have the shape of p_lower {p_lower.shape}, got {p_upper.shape}")
+        raise v.invalid("p_upper", f"p_upper must have the shape of p_lower {p_lower.shape}, got {p_upper.shape}")
     scale = v.positive("noise_per_sensitivity", noise_per_sensitivity)
     mechanism = v.choice("mechanism", mechanism, CERTIFICATION_MECHANISMS)
     search = v.choice("search", search, RADIUS_SEARCHES)
     if not isinstance(allow_classical_above_one, bool):
-        raise TypeError(f"allow_classical_above_one must be a bool, got {allow_classical_above_one!r}")
+        raise v.invalid_type("allow_classical_above_one", f"allow_classical_above_one must be a bool, got {allow_classical_above_one!r}")
     if authors_mixed_delta is not None:
         if not isinstance(authors_mixed_delta, AuthorsMixedDelta):
-            raise TypeError(f"authors_mixed_delta must be an AuthorsMixedDelta or None, got {authors_mixed_delta!r}")
+            raise v.invalid_type("authors_mixed_delta", f"authors_mixed_delta must be an AuthorsMixedDelta or None, got {authors_mixed_delta!r}")
         # σ/Δ as the authors' code takes it: L·c(ε_r, δ_ref) instead of L·c(ε_r, δ_r).
         scale *= authors_mixed_delta.factor(mechanism)
     if max_epsilon is None:
@@ -566,19 +566,20 @@ def certified_radius(
     else:
         max_eps = v.positive("max_epsilon", max_epsilon)
     if mechanism == "classical" and max_eps > 1.0 and not allow_classical_above_one:
-        raise ValueError(
-            f"max_epsilon must be <= 1 for the classical multiplier (it is not DP above epsilon = 1), got {max_epsilon!r}; pass allow_classical_above_one=True only to reproduce published numbers"
+        raise v.invalid(
+            "max_epsilon",
+            f"max_epsilon must be <= 1 for the classical multiplier (it is not DP above epsilon = 1), got {max_epsilon!r}; pass allow_classical_above_one=True only to reproduce published numbers",
         )
     if search == "pixeldp" and math.isinf(max_eps):
-        raise ValueError(f"max_epsilon must be finite for search='pixeldp' (its bisection brackets [0, max_epsilon]), got {max_epsilon!r}")
+        raise v.invalid("max_epsilon", f"max_epsilon must be finite for search='pixeldp' (its bisection brackets [0, max_epsilon]), got {max_epsilon!r}")
     tol = _DEFAULT_TOLERANCE[search] if tolerance is None else v.positive("tolerance", tolerance)
     grid = DEFAULT_DELTA_GRID if delta_grid is None else _real_array("delta_grid", delta_grid)
     if grid.ndim != 1 or grid.size == 0:
-        raise ValueError(f"delta_grid must be a non-empty 1-D array, got shape {grid.shape}")
+        raise v.invalid("delta_grid", f"delta_grid must be a non-empty 1-D array, got shape {grid.shape}")
     if np.any((grid <= 0) | (grid >= 1)):
-        raise ValueError(f"delta_grid must lie in (0, 1), got e.g. {grid[(grid <= 0) | (grid >= 1)][:3].tolist()}")
+        raise v.invalid("delta_grid", f"delta_grid must lie in (0, 1), got e.g. {grid[(grid <= 0) | (grid >= 1)][:3].tolist()}")
     if mechanism == "extended" and np.any(grid > _EGM_MAX_DELTA):
-        raise ValueError(f"delta_grid must be <= {_EGM_MAX_DELTA} for the extended mechanism, got e.g. {grid[grid > _EGM_MAX_DELTA][:3].tolist()}")
+        raise v.invalid("delta_grid", f"delta_grid must be <= {_EGM_MAX_DELTA} for the extended mechanism, got e.g. {grid[grid > _EGM_MAX_DELTA][:3].tolist()}")
 
     shape = p_lower.shape
     if p_lower.size == 0:
@@ -632,9 +633,9 @@ def smoothing_lower_bound(n_a: int | np.ndarray, n: int | np.ndarray, *, confide
             raise TypeError(f"{name} must hold integers, got {arr!r}")
     n_a_arr, n_arr = np.broadcast_arrays(n_a_arr.astype(np.int64), n_arr.astype(np.int64))
     if np.any(n_arr < 1):
-        raise ValueError(f"n must be >= 1, got e.g. {n_arr[n_arr < 1][:3].tolist()}")
+        raise v.invalid("n", f"n must be >= 1, got e.g. {n_arr[n_arr < 1][:3].tolist()}")
     if np.any((n_a_arr < 0) | (n_a_arr > n_arr)):
-        raise ValueError(f"n_a must lie in [0, n], got e.g. {n_a_arr[(n_a_arr < 0) | (n_a_arr > n_arr)][:3].tolist()}")
+        raise v.invalid("n_a", f"n_a must lie in [0, n], got e.g. {n_a_arr[(n_a_arr < 0) | (n_a_arr > n_arr)][:3].tolist()}")
     bound = stats.beta.ppf(1.0 - confidence, np.maximum(n_a_arr, 1), n_arr - n_a_arr + 1)
     return np.asarray(np.where(n_a_arr > 0, bound, 0.0), dtype=np.float64)
 
@@ -666,7 +667,7 @@ def smoothing_certify(selection_counts: np.ndarray, estimation_counts: np.ndarra
     selection = _count_matrix("selection_counts", selection_counts)
     estimation = _count_matrix("estimation_counts", estimation_counts)
     if estimation.shape != selection.shape:
-        raise ValueError(f"estimation_counts must have the shape of selection_counts {selection.shape}, got {estimation.shape}")
+        raise v.invalid("estimation_counts", f"estimation_counts must have the shape of selection_counts {selection.shape}, got {estimation.shape}")
     sigma = v.positive("sigma", sigma)
     guess = np.argmax(selection, axis=1)
     n_a = estimation[np.arange(selection.shape[0]), guess]
@@ -712,7 +713,7 @@ def soundness_violations(
     """
     t = np.atleast_1d(_real_array("radii", radii))
     if t.ndim != 1:
-        raise ValueError(f"radii must be 1-D, got shape {t.shape}")
+        raise v.invalid("radii", f"radii must be 1-D, got shape {t.shape}")
     cert = np.atleast_1d(_probabilities("certified_accuracy", certified_accuracy))
     emp = np.atleast_1d(_probabilities("robust_accuracy", robust_accuracy))
     for name, arr in (("certified_accuracy", cert), ("robust_accuracy", emp)):

@@ -118,15 +118,15 @@ class NoiseLayer(nn.Module):
         if redistribution is not None:
             r = torch.as_tensor(redistribution, dtype=self.redistribution.dtype)
             if tuple(r.shape) != self.output_shape:
-                raise ValueError(f"redistribution must have shape {self.output_shape}, got {tuple(r.shape)}")
+                raise v.invalid("redistribution", f"redistribution must have shape {self.output_shape}, got {tuple(r.shape)}")
             if not bool(torch.isfinite(r).all()) or bool((r <= 0).any()):
-                raise ValueError("redistribution must be finite and > 0 everywhere")
+                raise v.invalid("redistribution", "redistribution must be finite and > 0 everywhere")
             k = r.numel()
             wanted = float(k) if total is None else v.positive("total", total)
             got = float(r.sum())
             if not math.isclose(got, wanted, rel_tol=1e-4):
                 what = f"the number of components {k}" if total is None else f"total={wanted!r}"
-                raise ValueError(f"redistribution must sum to {what}, got {got!r}")
+                raise v.invalid("redistribution", f"redistribution must sum to {what}, got {got!r}")
             self.redistribution.copy_(r.to(self.redistribution.device))
         self.noise_std.fill_(std)
 
@@ -144,7 +144,7 @@ class NoiseLayer(nn.Module):
             enabled: ``True`` draws and keeps z; ``False`` forgets it (fresh noise again).
         """
         if not isinstance(enabled, bool):
-            raise TypeError(f"enabled must be a bool, got {enabled!r}")
+            raise v.invalid_type("enabled", f"enabled must be a bool, got {enabled!r}")
         if not enabled:
             self.fixed_noise = None
             return
@@ -179,7 +179,7 @@ def find_noise_layer(model: nn.Module) -> NoiseLayer | None:
     """The model's noise layer (``None`` if it has none; an error if it has several)."""
     found = [m for m in model.modules() if isinstance(m, NoiseLayer)]
     if len(found) > 1:
-        raise ValueError(f"a model may hold at most one NoiseLayer, found {len(found)}")
+        raise v.invalid("model", f"a model may hold at most one NoiseLayer, found {len(found)}")
     return found[0] if found else None
 
 
@@ -202,11 +202,11 @@ def add_noise_layer(model: nn.Module, *, input_shape: tuple[int, ...]) -> nn.Seq
         ValueError: ``model`` is not a Sequential or has no Linear/Conv layer.
     """
     if not isinstance(model, nn.Sequential):
-        raise ValueError(f"noise_layer needs a Sequential zoo model, got {type(model).__name__}")
+        raise v.invalid("model", f"noise_layer needs a Sequential zoo model, got {type(model).__name__}")
     mods = list(model)
     idx = next((i for i, m in enumerate(mods) if isinstance(m, _LINEAR_TYPES)), None)
     if idx is None:
-        raise ValueError("noise_layer needs a model with a Linear or Conv layer")
+        raise v.invalid("model", "noise_layer needs a model with a Linear or Conv layer")
     prefix = mods[: idx + 1]
     block = prefix[0] if len(prefix) == 1 else nn.Sequential(*prefix)
     with torch.no_grad():
@@ -236,7 +236,7 @@ def add_input_noise(model: nn.Module, *, input_shape: tuple[int, ...], noise_std
     """
     sigma = v.positive("noise_std", noise_std)
     if find_noise_layer(model) is not None:
-        raise ValueError("add_input_noise needs a base model without a noise layer; the model already holds one")
+        raise v.invalid("model", "add_input_noise needs a base model without a noise layer; the model already holds one")
     noise = NoiseLayer(nn.Identity(), tuple(int(d) for d in input_shape))
     noise.set_noise(sigma)
     param = next(iter(model.parameters()), None)
@@ -248,7 +248,7 @@ def add_input_noise(model: nn.Module, *, input_shape: tuple[int, ...], noise_std
 def _weight_layer(block: nn.Module) -> nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d:
     mods = [m for m in block.modules() if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))]
     if len(mods) != 1:
-        raise ValueError(f"the noise layer's block must hold exactly one Linear/Conv layer, found {len(mods)}")
+        raise v.invalid("model", f"the noise layer's block must hold exactly one Linear/Conv layer, found {len(mods)}")
     return mods[0]
 
 
@@ -344,9 +344,9 @@ def _weights_of(noise: NoiseLayer, redistribution: torch.Tensor | None) -> torch
         return noise.redistribution
     r = torch.as_tensor(redistribution, dtype=noise.redistribution.dtype, device=noise.redistribution.device)
     if tuple(r.shape) != noise.output_shape:
-        raise ValueError(f"redistribution must have shape {noise.output_shape}, got {tuple(r.shape)}")
+        raise v.invalid("redistribution", f"redistribution must have shape {noise.output_shape}, got {tuple(r.shape)}")
     if not bool(torch.isfinite(r).all()) or bool((r <= 0).any()):
-        raise ValueError("redistribution must be finite and > 0 everywhere")
+        raise v.invalid("redistribution", "redistribution must be finite and > 0 everywhere")
     return r
 
 
@@ -472,7 +472,7 @@ class SensitivityProjector:
         self.bound = v.positive("bound", bound)
         self.iterations = v.integer("iterations", iterations, minimum=1)
         if not isinstance(heuristic, bool):
-            raise TypeError(f"heuristic must be a bool, got {heuristic!r}")
+            raise v.invalid_type("heuristic", f"heuristic must be a bool, got {heuristic!r}")
         self.heuristic = heuristic
         self.redistribution = None if redistribution is None else _weights_of(noise, redistribution)
         p = next(noise.layer.parameters())
@@ -530,7 +530,7 @@ def redistribution_from_gradients(gradients: torch.Tensor, *, inflation: float =
     power = v.positive("exponent", exponent)
     wanted = None if total is None else v.positive("total", total)
     if gradients.ndim < 2 or gradients.shape[0] == 0:
-        raise ValueError(f"gradients must be (n, *h_shape) with n >= 1, got shape {tuple(gradients.shape)}")
+        raise v.invalid("gradients", f"gradients must be (n, *h_shape) with n >= 1, got shape {tuple(gradients.shape)}")
     a = torch.sign(gradients.detach().to(torch.float64)).mean(0).abs() ** power
     if float(a.max()) == 0.0 and beta == 0.0:
         ones = torch.ones(a.shape, dtype=torch.float32)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -64,3 +65,75 @@ def test_the_lock_dies_with_a_killed_holder(tmp_path: Path) -> None:
         except RunInUse:
             assert time.monotonic() < deadline, "the lock outlived its SIGKILLed holder"
             time.sleep(0.1)
+
+
+def test_an_identical_second_run_is_refused_before_any_work(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two identical runs into one --out: the second is refused at once, not after its start-up (issue 31).
+
+    The first run (a thread of this process, its work blocked) holds the run; the second would
+    spend 5 s in its work before reaching the audit's own lock, and must be refused well before.
+    """
+    import dpaudit.app.runs.audit as audit_run
+    from dpaudit.app.cli import main
+
+    entered, release = threading.Event(), threading.Event()
+
+    def work(*args: object, **kwargs: object) -> None:
+        if not entered.is_set():
+            entered.set()
+            release.wait(60)
+        else:
+            time.sleep(5)
+
+    monkeypatch.setattr(audit_run, "run_audit", work)
+    argv = [*AUDIT, "--out", str(tmp_path / "run")]
+    first = threading.Thread(target=main, args=(argv,))
+    first.start()
+    try:
+        assert entered.wait(60), "the first run did not reach its work"
+        started = time.monotonic()
+        code, stdout, err = cli.run(*argv, "--json")
+        elapsed = time.monotonic() - started
+    finally:
+        release.set()
+        first.join(60)
+    assert code == 2 and "in use" in err and f"pid {os.getpid()}" in err and len(err.strip().splitlines()) == 1, err
+    assert json.loads(stdout)["argument"] == "--out"
+    assert elapsed < 3.0, f"refused only after {elapsed:.1f} s"
+
+
+_HOLDER = """
+import sys, time
+import dpaudit.app.runs.audit as audit_run
+from dpaudit.app.cli import main
+
+def work(*args, **kwargs):
+    print("working", flush=True)
+    time.sleep(120)
+
+audit_run.run_audit = work
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_an_identical_second_process_is_refused_before_its_start_up(tmp_path: Path) -> None:
+    """The same with both runs processes of their own: the second is refused before its start-up.
+
+    The first run is a real ``dpaudit audit`` process whose work is a long sleep; the second, a
+    fresh ``dpaudit audit`` process, would import torch and build its parser (seconds; ~15-20 s
+    on a loaded machine) before reaching any lock taken after parsing.
+    """
+    argv = [*AUDIT, "--out", str(tmp_path / "run")]
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, *argv], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "working", "the first run did not start"
+        started = time.monotonic()
+        second = subprocess.run([sys.executable, "-m", "dpaudit.app.cli", *argv, "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        elapsed = time.monotonic() - started
+        assert second.returncode == 2 and "in use" in second.stderr and f"pid {holder.pid}" in second.stderr, second.stderr
+        assert json.loads(second.stdout)["argument"] == "--out"
+        assert elapsed < 3.0, f"refused only after {elapsed:.1f} s"
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)

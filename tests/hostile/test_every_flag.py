@@ -164,6 +164,25 @@ def _all_cases() -> tuple[list[Case], list[str]]:
 CASES, UNCLASSIFIED = _all_cases()
 
 
+def _names_of_verbs() -> dict[str, set[str]]:
+    """What ``--json``'s ``argument`` may hold for each verb: its flags and its positionals' names."""
+    names: dict[str, set[str]] = {}
+    for verb, action in _flags():
+        names.setdefault(verb.strip(), set()).update(action.option_strings or {str(action.metavar or action.dest)})
+    return names
+
+
+ARGUMENTS = _names_of_verbs()
+
+
+def _is_path(action: argparse.Action) -> bool:
+    """A flag typed by the shared path type (:func:`dpaudit.app.common.path_type`)."""
+    return getattr(action.type, "__qualname__", "").startswith("path_type.")
+
+
+PATH_CASES = sorted({(verb.strip(), action.option_strings[-1]) for verb, action in _flags() if action.option_strings and _is_path(action)})
+
+
 def test_every_flag_is_covered() -> None:
     """A new flag whose value this table cannot classify must be classified here, not forgotten."""
     assert not UNCLASSIFIED, f"add these flags to FILE_FLAGS, DIR_FLAGS or TEXT_FLAGS: {UNCLASSIFIED}"
@@ -385,7 +404,7 @@ def test_hostile_values_exit_2_with_one_line(case: Case, cli, no_work, trained_r
         if case.verb == "" and case.flag == "--debug":
             continue
         try:
-            code, out, err = cli.run(*argv)
+            code, out, err = cli.run(*argv, "--json")
         except Reached:
             if (case.verb, case.flag, value) not in ACCEPTED:
                 failures.append(f"{value!r}: accepted and reached the work")
@@ -407,7 +426,49 @@ def test_hostile_values_exit_2_with_one_line(case: Case, cli, no_work, trained_r
             named = case.flag in lines[0] or case.flag.lstrip("-").replace("-", "_") in lines[0] or (case.kind == "positional")
             if not named:
                 failures.append(f"{value!r}: the error does not name {case.flag}: {lines[0]}")
+            argument = json.loads(out)["argument"]
+            # --json's argument is a flag of this verb (found, never guessed from the message), or null
+            if argument is not None and argument not in ARGUMENTS[case.verb] and not (case.verb == "compare" and not argument.startswith("-")):
+                failures.append(f"{value!r}: --json names argument {argument!r}, which is no flag of `dpaudit {case.verb}`: {lines[0]}")
     assert not failures, f"dpaudit {case.verb} {case.flag}:\n  " + "\n  ".join(failures)
+
+
+@pytest.mark.parametrize(("verb", "flag"), PATH_CASES, ids=lambda x: x)
+def test_paths_the_file_system_refuses_exit_2_naming_the_flag(verb: str, flag: str, cli, no_work, trained_run: Path, external: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name over NAME_MAX or a symbolic link loop is bad input naming the flag, never an OSError traceback (issue 31).
+
+    The cases come from the parser (every flag of the shared path type), so a new path flag is covered.
+    """
+    assert {f for _, f in PATH_CASES} >= {"--out", "--votes", "--answered", "--config", "--target", "--data-root", "--claim", "--weights", "--member-ids"}
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "loop").symlink_to("loop")
+    record_dir = tmp_path / "record-run"
+    shutil.copytree(trained_run, record_dir)
+    monkeypatch.chdir(work)
+    base = _without(_base(verb, flag, work, record_dir, external), flag)
+    long_name = "x" * 300
+    values = {
+        str(work / long_name): ("255", "long"),
+        str(work / long_name / "run"): ("255", "long"),
+        str(work / "loop"): ("loop",),
+        str(work / "loop" / "run"): ("loop",),
+    }
+    failures = []
+    for value, says in values.items():
+        try:
+            code, out, err = cli.run(*base, f"{flag}={value}", "--json")
+        except Reached:
+            failures.append(f"{value[-20:]!r}: accepted and reached the work")
+            continue
+        lines = err.strip().splitlines()
+        if code != 2 or "Traceback" in err or len(lines) != 1:
+            failures.append(f"{value[-20:]!r}: exit {code}, {len(lines)} lines: {err.strip()[-300:]}")
+        elif flag not in lines[0] or not any(word in lines[0] for word in says):
+            failures.append(f"{value[-20:]!r}: the error does not name {flag} and say {says[-1]!r}: {lines[0]}")
+        elif json.loads(out)["argument"] != flag:
+            failures.append(f"{value[-20:]!r}: --json names {json.loads(out)['argument']!r}, not {flag}")
+    assert not failures, f"dpaudit {verb} {flag}:\n  " + "\n  ".join(failures)
 
 
 @pytest.mark.parametrize("argv", [["epsilon", "--noise-multiplier", "nan"], ["attack", "membership", "--attack", ""], ["audit", "--num-trials", "100000", "--out", "o"]])

@@ -198,7 +198,7 @@ def make_audit_executor(workers: int | None, kind: str = "local", address: str |
     if kind == "ray":
         return make_executor("ray", workers=workers, address=address)
     if address is not None:
-        raise ValueError(f"address={address!r} applies to executor 'ray' only, got executor={kind!r}")
+        raise v.invalid("address", f"address={address!r} applies to executor 'ray' only, got executor={kind!r}")
     if kind == "serial" or workers is None or workers <= 1:
         return SerialExecutor()
     return LocalExecutor(workers=workers, threads_per_worker=1)
@@ -325,7 +325,7 @@ class AuditSpec:
         v.choice("canary", self.canary, CANARY_KINDS)
         v.choice("init", self.init, INIT_KINDS)
         if self.init != "random" and (self.threat, self.method) != ("black-box", "multi-run"):
-            raise ValueError(f"init={self.init!r} applies to the black-box multi-run game, got threat={self.threat!r}, method={self.method!r}")
+            raise v.invalid("init", f"init={self.init!r} applies to the black-box multi-run game, got threat={self.threat!r}, method={self.method!r}")
         v.choice("one_run_bound", self.one_run_bound, ONE_RUN_BOUND_CHOICES)
         v.choice("bound", self.bound, SCORE_BOUND_CHOICES)
         if self.threat == "white-box":
@@ -337,13 +337,13 @@ class AuditSpec:
         else:
             v.choice("strategy", self.strategy, THRESHOLD_STRATEGIES)
             if self.strategy == "fixed":
-                raise ValueError(f"strategy='fixed' takes its threshold from the white-box Dirac claim; with threat={self.threat!r} use bonferroni or split")
+                raise v.invalid("strategy", f"strategy='fixed' takes its threshold from the white-box Dirac claim; with threat={self.threat!r} use bonferroni or split")
         if self.budget_seconds is not None:
             object.__setattr__(self, "budget_seconds", v.positive("budget_seconds", self.budget_seconds))
             if self.threat != "white-box":
-                raise ValueError(f"budget_seconds applies to threat='white-box' (trials of a fixed length pooled until the time is spent), got threat={self.threat!r}")
+                raise v.invalid("budget_seconds", f"budget_seconds applies to threat='white-box' (trials of a fixed length pooled until the time is spent), got threat={self.threat!r}")
         if self.one_run_bound != "steinke" and self.method != "one-run":
-            raise ValueError(f"one_run_bound applies to method='one-run', got method={self.method!r}, one_run_bound={self.one_run_bound!r}")
+            raise v.invalid("one_run_bound", f"one_run_bound applies to method='one-run', got method={self.method!r}, one_run_bound={self.one_run_bound!r}")
         object.__setattr__(self, "delta", v.open_unit("delta", self.delta))
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         object.__setattr__(self, "sampling_rate", v.half_open_unit("sampling_rate", self.sampling_rate))
@@ -356,7 +356,7 @@ class AuditSpec:
 
         v.choice("executor", self.executor, EXECUTORS)
         if self.address is not None and self.executor != "ray":
-            raise ValueError(f"address={self.address!r} applies to executor='ray' only, got executor={self.executor!r}")
+            raise v.invalid("address", f"address={self.address!r} applies to executor='ray' only, got executor={self.executor!r}")
         for name in ("num_trials", "num_steps", "num_members"):
             value = getattr(self, name)
             if value is not None:
@@ -368,28 +368,29 @@ class AuditSpec:
         if self.epochs is not None:
             object.__setattr__(self, "epochs", v.positive("epochs", self.epochs))
         if self.num_steps is not None and self.epochs is not None:
-            raise ValueError(f"give epochs or num_steps, not both; got epochs={self.epochs!r}, num_steps={self.num_steps!r}")
+            raise v.invalid("epochs", f"give epochs or num_steps, not both; got epochs={self.epochs!r}, num_steps={self.num_steps!r}")
         if self.name is not None and not (isinstance(self.name, str) and self.name.replace("-", "").replace("_", "").replace(".", "").isalnum() and not self.name.startswith(".")):
-            raise ValueError(f"name must be a plain name (letters, digits, - _ .), got {self.name!r}")
+            raise v.invalid("name", f"name must be a plain name (letters, digits, - _ .), got {self.name!r}")
         if self.model_fn is not None and (self.train_fn is None or (self.init == "random" and self.canary != "blank")):
-            raise ValueError(
+            raise v.invalid(
+                "model_fn",
                 f"model_fn builds the starting architecture of a train_fn audited with init='worst-case' or canary='blank'; "
-                f"got model_fn={self.model_fn!r} with train_fn={self.train_fn!r}, init={self.init!r}, canary={self.canary!r}"
+                f"got model_fn={self.model_fn!r} with train_fn={self.train_fn!r}, init={self.init!r}, canary={self.canary!r}",
             )
         if self.train_fn is not None and (self.model_options or self.defense_config):
             raise ValueError("model_options and defense_config configure the suite's defense; a train_fn builds its own model")
         if self.train_fn is None:
             if self.claim is not None:
-                raise ValueError(f"claim applies to train_fn; defense {self.defense!r} builds its own claim")
+                raise v.invalid("claim", f"claim applies to train_fn; defense {self.defense!r} builds its own claim")
             if (self.target_epsilon is None) == (self.noise_multiplier is None):
-                raise ValueError(f"give exactly one of target_epsilon and noise_multiplier, got target_epsilon={self.target_epsilon!r}, noise_multiplier={self.noise_multiplier!r}")
+                raise v.invalid("target_epsilon", f"give exactly one of target_epsilon and noise_multiplier, got target_epsilon={self.target_epsilon!r}, noise_multiplier={self.noise_multiplier!r}")
         else:
             if not isinstance(self.claim, PrivacyClaim):
-                raise ValueError(f"train_fn needs the claim it is audited against, got claim={self.claim!r}")
+                raise v.invalid("train_fn", f"train_fn needs the claim it is audited against, got claim={self.claim!r}")
             if self.threat == "white-box":
-                raise ValueError("threat='white-box' needs a defense's white-box trainer hooks; a third-party train_fn is audited black-box")
+                raise v.invalid("threat", "threat='white-box' needs a defense's white-box trainer hooks; a third-party train_fn is audited black-box")
             if self.target_epsilon is not None or self.noise_multiplier is not None:
-                raise ValueError("target_epsilon/noise_multiplier configure the suite's defense; with train_fn the claim comes from claim")
+                raise v.invalid("target_epsilon", "target_epsilon/noise_multiplier configure the suite's defense; with train_fn the claim comes from claim")
 
     @property
     def _white_box_default_length(self) -> bool:
@@ -454,7 +455,7 @@ def _audit_trainer(spec: AuditSpec, *, num_members: int, num_steps: int) -> tupl
 
     entry = DEFENSES.get(spec.defense)
     if entry is None or entry.audit_trainer is None:
-        raise ValueError(f"defense {spec.defense!r} has no white-box trainer for audits; defenses that do: {', '.join(audit_defenses()) or 'none'}")
+        raise v.invalid("defense", f"defense {spec.defense!r} has no white-box trainer for audits; defenses that do: {', '.join(audit_defenses()) or 'none'}")
     sigma = spec.noise_multiplier
     if sigma is None:
         eps = float(spec.target_epsilon)  # type: ignore[arg-type]  # __post_init__ guarantees one of the two
@@ -478,7 +479,7 @@ def _audit_trainer(spec: AuditSpec, *, num_members: int, num_steps: int) -> tupl
     known = {f.name for f in dataclasses.fields(entry.config_type)}
     missing = sorted(set(wanted) - known) or sorted(set(spec.defense_config or {}) - known)
     if missing:
-        raise ValueError(f"defense {spec.defense!r}: its config {entry.config_type.__name__} has no field(s) {', '.join(missing)} that the audit sets")
+        raise v.invalid("defense", f"defense {spec.defense!r}: its config {entry.config_type.__name__} has no field(s) {', '.join(missing)} that the audit sets")
     config = entry.config_type(**{**dict(spec.defense_config or {}), **wanted})
     options = {"model_options": dict(spec.model_options)} if spec.model_options else {}
     return entry.audit_trainer(config=config, model_name=spec.model, device=spec.device, **options), float(sigma)
@@ -501,9 +502,9 @@ def _starting_model(spec: AuditSpec, members: ArrayDataset, trainer: Any | None)
             try:
                 built = builder()
             except Exception as exc:  # third-party code: said in one line, like a failing --train-fn
-                raise ValueError(f"--model-fn {spec.model_fn}: raised {type(exc).__name__}: {' '.join(str(exc).split()) or '(no message)'}") from exc
+                raise v.invalid("--model-fn", f"--model-fn {spec.model_fn}: raised {type(exc).__name__}: {' '.join(str(exc).split()) or '(no message)'}") from exc
             if not isinstance(built, nn.Module):
-                raise ValueError(f"--model-fn {spec.model_fn}: returned a {type(built).__name__}, not a torch.nn.Module")
+                raise v.invalid("--model-fn", f"--model-fn {spec.model_fn}: returned a {type(built).__name__}, not a torch.nn.Module")
             return built
         return build_model(spec.model, input_shape=members.input_shape, num_classes=members.num_classes)
 
@@ -525,7 +526,7 @@ def _worst_case_start(spec: AuditSpec, run: RunDir, bundle: Any, splits: Any, mo
     else:
         pool = np.asarray(splits.population if len(splits.population) else splits.non_members)[:WORST_CASE_AUDITOR_RECORDS]
         if pool.size == 0:
-            raise ValueError(f"init='worst-case' pre-trains on records that are not members; dataset {spec.dataset!r} has none left with num_members={spec.num_members!r}")
+            raise v.invalid("num_members", f"init='worst-case' pre-trains on records that are not members; dataset {spec.dataset!r} has none left with num_members={spec.num_members!r}")
         if spec.progress:
             print(f"crafting the worst-case start: {spec.model} pre-trained non-privately on {pool.size:,} non-member records (5 epochs)", file=sys.stderr, flush=True)
         state = worst_case_initial_state(model, bundle.all().subset(pool), seed=spec.seed)
@@ -551,11 +552,11 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
     from attacks.canaries import blank_canary, clipbkd_canaries, mislabelled_canaries
 
     if not isinstance(spec, AuditSpec):
-        raise TypeError(f"spec must be an AuditSpec, got {type(spec).__name__}")
+        raise v.invalid_type("spec", f"spec must be an AuditSpec, got {type(spec).__name__}")
     if not isinstance(run, RunDir):
-        raise TypeError(f"run must be a RunDir, got {type(run).__name__}")
+        raise v.invalid_type("run", f"run must be a RunDir, got {type(run).__name__}")
     if spec.train_fn is None and spec.defense not in audit_defenses():
-        raise ValueError(f"defense {spec.defense!r} has no white-box trainer for audits; defenses that do: {', '.join(audit_defenses()) or 'none'}")
+        raise v.invalid("defense", f"defense {spec.defense!r} has no white-box trainer for audits; defenses that do: {', '.join(audit_defenses()) or 'none'}")
     fn_third_party = resolve_train_fn(spec.train_fn) if spec.train_fn is not None else None  # fail before loading data
     bundle = load_dataset(spec.dataset, data_root=spec.data_root)
     split_kwargs: dict[str, Any] = {"num_members": spec.num_members} if spec.num_members is not None else {}
@@ -647,13 +648,13 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
             if spec.init == "worst-case":
                 assert start is not None
                 if fn_third_party is not None and not ap.accepts_initial_state(fn_third_party):
-                    raise ValueError(f"--train-fn {spec.train_fn}: init='worst-case' passes initial_state=... to the training function, and it takes no such argument")
+                    raise v.invalid("--train-fn", f"--train-fn {spec.train_fn}: init='worst-case' passes initial_state=... to the training function, and it takes no such argument")
                 state_file = _worst_case_start(spec, run, bundle, splits, start, cfg_key={**described, **cfg_init, "canary": spec.canary})
             if spec.canary == "blank":
                 assert start is not None
                 cans = blank_canary(start, input_shape=bundle.input_shape, num_classes=bundle.num_classes, id_offset=id_offset)
                 if spec.group_size > 1:
-                    raise ValueError(f"canary='blank' is one record; group_size must be 1, got {spec.group_size}")
+                    raise v.invalid("group_size", f"canary='blank' is one record; group_size must be 1, got {spec.group_size}")
             elif spec.canary == "clipbkd":
                 cans = clipbkd_canaries(members, group_size=spec.group_size, id_offset=id_offset)
             else:  # one held-out example with a wrong label, repeated group_size times
@@ -711,7 +712,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
                 if spec.train_fn is None:
                     raise  # the suite's own trainer failing is an internal error, not bad input
                 # The user's function (or its model) failed: bad input, one line, exit status 2.
-                raise ValueError(f"--train-fn {spec.train_fn}: {exc}") from exc
+                raise v.invalid("--train-fn", f"--train-fn {spec.train_fn}: {exc}") from exc
             if spec.method == "one-run" and spec.threat == "black-box" and spec.one_run_bound == "fdp":
                 result = _rebound_one_run(result, run.audit_dir(name), claim=claim, spec=spec)
     finally:

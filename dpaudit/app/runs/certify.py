@@ -52,8 +52,10 @@ DEFAULT_ATTACKS = ("fgsm", "ifgsm", "pgd", "mim")
 _BOUNDS = ("clopper-pearson", "hoeffding", "bernstein")
 
 
-class NotCertifiable(ValueError):
+class NotCertifiable(v.InvalidArgument):
     """The record has no noise layer or no certification spec to certify with."""
+
+    argument = "target"
 
 
 def _listing(names: tuple[str, ...]) -> str:
@@ -116,10 +118,10 @@ class CertifySpec:
         from attacks.evasion import EVASION_ATTACKS
 
         if not isinstance(self.target, (str, Path)) or not str(self.target):
-            raise TypeError(f"target must be a path, got {self.target!r}")
+            raise v.invalid_type("target", f"target must be a path, got {self.target!r}")
         radii = sorted({v.non_negative("radii", r) for r in self.radii})
         if not radii:
-            raise ValueError("radii must name at least one radius, got []")
+            raise v.invalid("radii", "radii must name at least one radius, got []")
         object.__setattr__(self, "radii", tuple(radii))
         attacks = tuple(dict.fromkeys(self.attacks))
         for a in attacks:
@@ -253,9 +255,9 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     from dpaudit.weights import load_model
 
     if not isinstance(spec, CertifySpec):
-        raise TypeError(f"spec must be a CertifySpec, got {type(spec).__name__}")
+        raise v.invalid_type("spec", f"spec must be a CertifySpec, got {type(spec).__name__}")
     if not isinstance(run, RunDir):
-        raise TypeError(f"run must be a RunDir, got {type(run).__name__}")
+        raise v.invalid_type("run", f"run must be a RunDir, got {type(run).__name__}")
     rdir = resolve_record_dir(spec.target)
     record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     stored_spec = thaw(record.config).get("certification")
@@ -269,19 +271,21 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     stated = (getattr(cspec, "mechanism", None), getattr(cspec, "max_epsilon", None))
     if expected is not None and stated != expected:
         # A record edited to another mechanism (or PixelDP without its ε ≤ 1 cap) would certify unsoundly.
-        raise ValueError(f"record file {str(rdir / 'record.json')!r}: config.certification mechanism={stated[0]!r}, max_epsilon={stated[1]!r} do not match defense {record.defense!r} {expected!r}")
+        raise v.invalid(
+            "target", f"record file {str(rdir / 'record.json')!r}: config.certification mechanism={stated[0]!r}, max_epsilon={stated[1]!r} do not match defense {record.defense!r} {expected!r}"
+        )
     # Smoothing's spec is about noise on the input: the noise-layer certificate does not apply to it.
     noise_layer_spec = cspec if isinstance(cspec, CertificationSpec) else None
     norm = spec.norm if spec.norm is not None else cspec.attack_norm
     if norm not in cspec.norms:
-        raise ValueError(f"norm must be one of {', '.join(cspec.norms)} for a {cspec.kind} certificate (defense {record.defense}), got {norm!r}")
+        raise v.invalid("norm", f"norm must be one of {', '.join(cspec.norms)} for a {cspec.kind} certificate (defense {record.defense}), got {norm!r}")
     # Unset counts come from the record's spec (CERTIFY's n = 10,000 for a smoothing model).
     num_draws = spec.num_draws if spec.num_draws is not None else cspec.default_num_draws
     num_selection_draws = spec.num_selection_draws if spec.num_selection_draws is not None else cspec.default_num_selection_draws
     smoothing_confidence = spec.smoothing_confidence if spec.smoothing_confidence is not None else cspec.default_smoothing_confidence
     with_smoothing = spec.smoothing or noise_layer_spec is None
     if spec.attacks and norm not in EVASION_NORMS:
-        raise ValueError(f"norm must be one of {', '.join(EVASION_NORMS)} when attacks run, got {norm!r} (pass attacks=() to certify only)")
+        raise v.invalid("norm", f"norm must be one of {', '.join(EVASION_NORMS)} when attacks run, got {norm!r} (pass attacks=() to certify only)")
     dev = resolve_device(spec.device)
     model = load_model(rdir, device=dev)
     if isinstance(cspec, SmoothingCertificationSpec):

@@ -66,12 +66,24 @@ _SECTION_KEYS: dict[str, tuple[str, ...]] = {
 _SETTING_KEYS = ("defense", "label", "family", "model", "model_options")
 
 
-class GridError(ValueError):
-    """A grid that cannot run; the message names the key (``dpaudit compare`` exits 2)."""
+class GridError(v.InvalidArgument):
+    """A grid that cannot run; the message names the key (``dpaudit compare`` exits 2).
+
+    Its ``argument`` is the TOML key path (``defenses[0].epochs``), which ``--json`` reports
+    as it is rather than as a flag.
+    """
+
+    grid_key = True
 
 
 def _fail(key: str, message: str) -> GridError:
-    return GridError(f"{key}: {message}")
+    return GridError(f"{key}: {message}", argument=key)
+
+
+def _key_of(where: str, exc: BaseException) -> str:
+    """The key path of a value a validator refused inside table ``where`` (the table itself if unnamed)."""
+    name = getattr(exc, "argument", None)
+    return f"{where}.{name}" if isinstance(name, str) and name and not name.startswith("-") else where
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,6 +179,8 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
     name = table.get("defense")
     if name is None:
         raise _fail(f"{where}.defense", "missing (one of " + ", ".join(DEFENSES) + ")")
+    if not isinstance(name, str):  # a list would be unhashable below: one defense per table
+        raise _fail(f"{where}.defense", f"must name one defense (a string), got {v.short(name)}; sweep defenses with one [[defenses]] table each")
     spec = DEFENSES.get(name)
     if spec is None:
         raise _fail(f"{where}.defense", f"unknown defense {name!r} (known: {', '.join(DEFENSES)})")
@@ -187,7 +201,7 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
         try:
             spec.config_type(**{k: (tuple(x) if isinstance(x, list) else x) for k, x in chosen.items()})
         except (TypeError, ValueError) as exc:
-            raise _fail(where, f"{name}: {exc}") from None
+            raise GridError(f"{where}: {name}: {exc}", argument=_key_of(where, exc)) from None
         multi = [k for k in names if len(swept[k]) > 1]
         base = table.get("label") or name
         label = base + "".join(f"-{k}={_label_value(chosen[k])}" for k in multi)
@@ -231,10 +245,10 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
         raise GridError(f"{source}: must be a table of keys, got {type(data).__name__}")
     _check_keys("", data, _TOP_KEYS)
     dataset = data.get("dataset", "digits")
-    if dataset not in DATASETS:
+    if not isinstance(dataset, str) or dataset not in DATASETS:  # a list is unhashable
         raise _fail("dataset", f"unknown dataset {dataset!r} (known: {', '.join(DATASETS)})")
     model = data.get("model", "digits-mlp" if dataset == "digits" else None)
-    if model is None or model not in MODELS:
+    if not isinstance(model, str) or model not in MODELS:
         raise _fail("model", f"unknown model {model!r} (known: {', '.join(MODELS)})")
     name = str(data.get("name") or Path(source).stem or "compare")
     try:
@@ -248,7 +262,7 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
     except (TypeError, ValueError) as exc:
         if isinstance(exc, GridError):
             raise
-        raise GridError(str(exc)) from None
+        raise GridError(str(exc), argument=getattr(exc, "argument", None)) from None
     model_options = data.get("model_options", {})
     tables = data.get("defenses", [])
     if not isinstance(tables, list):
@@ -296,7 +310,7 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
                 "num_population": v.integer("num_population", mem.get("num_population", 1000), minimum=1),
             }
         except (TypeError, ValueError) as exc:
-            raise _fail("attacks.membership", str(exc)) from None
+            raise GridError(f"attacks.membership: {exc}", argument=_key_of("attacks.membership", exc)) from None
     eva = sections["evasion"]
     if eva is not None:
         names = _attack_names("evasion", eva.get("attacks", ["fgsm", "pgd"]), EVASION_ATTACKS)
@@ -315,7 +329,7 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
                 "certify": bool(eva.get("certify", True)),
             }
         except (TypeError, ValueError) as exc:
-            raise _fail("attacks.evasion", str(exc)) from None
+            raise GridError(f"attacks.evasion: {exc}", argument=_key_of("attacks.evasion", exc)) from None
     inv = sections["inversion"]
     if inv is not None:
         names = _attack_names("inversion", inv.get("attacks", ["mi-face"]), INVERSION_ATTACKS)
@@ -356,11 +370,11 @@ def load_grid(path: str | Path) -> CompareGrid:
         import tomli as tomllib
     p = Path(path)
     if not p.is_file():
-        raise GridError(f"--config: no grid file at {str(p)!r}")
+        raise GridError(f"--config: no grid file at {str(p)!r}", argument="--config")
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise GridError(f"--config: {p} is not valid TOML: {exc}") from None
+        raise GridError(f"--config: {p} is not valid TOML: {exc}", argument="--config") from None
     return parse_grid(data, source=str(p))
 
 
@@ -707,12 +721,12 @@ class CompareSpec:
         from dpaudit.executors import EXECUTORS
 
         if not isinstance(self.grid, CompareGrid):
-            raise TypeError(f"grid must be a CompareGrid, got {type(self.grid).__name__}")
+            raise v.invalid_type("grid", f"grid must be a CompareGrid, got {type(self.grid).__name__}")
         v.choice("executor", self.executor, EXECUTORS)
         if self.num_workers is not None:
             v.integer("num_workers", self.num_workers, minimum=1)
         if self.address is not None and self.executor != "ray":
-            raise ValueError(f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
+            raise v.invalid("address", f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
 
 
 _EVALUATIONS: dict[str, Callable[..., dict[str, Any]]] = {"membership": membership_job, "evasion": evasion_job, "inversion": inversion_job}
@@ -726,6 +740,8 @@ def _named_job(*, fn: Callable[..., dict[str, Any]], key: str, kwargs: Mapping[s
     try:
         return fn(**kwargs)
     except (TypeError, ValueError) as exc:
+        if isinstance(exc, v.InvalidArgument):  # a bad parameter of the grid: still the user's (exit 2)
+            raise v.invalid(exc.argument, f"job {key}: {exc}") from exc
         raise ValueError(f"job {key}: {exc}") from exc
 
 

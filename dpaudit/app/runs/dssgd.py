@@ -113,11 +113,11 @@ def attack_uploads(
     try:
         rdir = resolve_record_dir(target)
     except ValueError as exc:
-        raise ValueError(f"target: {exc}") from None
+        raise v.invalid("target", f"target: {exc}") from None
     record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     path = rdir / UPLOADS_FILE
     if record.defense != "dssgd" or not path.is_file():
-        raise ValueError(f"target: {str(rdir)!r} is a {record.defense!r} record without {UPLOADS_FILE}; the upload attacks need a DSSGD record (dpaudit train --defense dssgd)")
+        raise v.invalid("target", f"target: {str(rdir)!r} is a {record.defense!r} record without {UPLOADS_FILE}; the upload attacks need a DSSGD record (dpaudit train --defense dssgd)")
     with np.load(path, allow_pickle=False) as z:
         sizes, indices, values = z["sizes"], z["indices"], z["values"]
         member_ids, participant = z["member_ids"].astype(np.int64), int(z["participant"])

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit import _validate as v
 from dpaudit.locks import unit_lock
 from dpaudit.results.inversion import InversionResult
 from dpaudit.store import RunDir, atomic_write_json, read_json
@@ -63,7 +64,7 @@ def parse_public_data(text: str) -> PublicData:
     name, _, spec = str(text).partition(":")
     name = name.strip().lower()
     if name not in DATASETS:
-        raise ValueError(f"--public-data must be DATASET[:CLASSES] with DATASET one of {', '.join(DATASETS)}; got {text!r}")
+        raise v.invalid("--public-data", f"--public-data must be DATASET[:CLASSES] with DATASET one of {', '.join(DATASETS)}; got {text!r}")
     if not spec.strip():
         return PublicData(dataset=name, classes=())
     from dpaudit.data.subsets import parse_classes
@@ -83,13 +84,14 @@ def check_public_data(public: PublicData, *, dataset: str, classes: tuple[int, .
     from dpaudit.data import DATASETS
 
     if public.dataset == dataset and (not public.classes or set(public.classes) & set(classes)):
-        raise ValueError(
+        raise v.invalid(
+            "--public-data",
             f"--public-data={public.text()!r} overlaps the target's own classes of {dataset!r}: public data must be images the target never saw "
-            "(other classes, or a disjoint dataset such as mnist:5-9 for mnist-0-4)"
+            "(other classes, or a disjoint dataset such as mnist:5-9 for mnist-0-4)",
         )
     pshape, tshape = DATASETS[public.dataset].input_shape, DATASETS[dataset].input_shape if dataset in DATASETS else None
     if pshape is not None and tshape is not None and tuple(pshape) != tuple(tshape):
-        raise ValueError(f"--public-data={public.text()!r} has images of shape {tuple(pshape)}, the target takes {tuple(tshape)}")
+        raise v.invalid("--public-data", f"--public-data={public.text()!r} has images of shape {tuple(pshape)}, the target takes {tuple(tshape)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,24 +237,26 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
     try:
         rdir = resolve_record_dir(spec.target)
     except ValueError as exc:
-        raise ValueError(f"target: {exc}") from None
+        raise v.invalid("target", f"target: {exc}") from None
     record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     bundle = load_dataset(record.dataset, data_root=spec.data_root)
     shape = tuple(bundle.input_shape)
     if len(shape) != 3:
-        raise ValueError(f"target: model inversion reconstructs images, but {record.model_id!r} was trained on {record.dataset!r} with inputs of shape {shape}")
+        raise v.invalid("target", f"target: model inversion reconstructs images, but {record.model_id!r} was trained on {record.dataset!r} with inputs of shape {shape}")
     classes = tuple(range(bundle.num_classes)) if spec.classes is None else tuple(spec.classes)
     bad = [c for c in classes if not 0 <= c < bundle.num_classes]
     if bad or not classes or len(set(classes)) != len(classes):
-        raise ValueError(f"--classes must be distinct labels 0..{bundle.num_classes - 1} of {record.dataset!r}, got {list(classes)}")
+        raise v.invalid("--classes", f"--classes must be distinct labels 0..{bundle.num_classes - 1} of {record.dataset!r}, got {list(classes)}")
     evaluator_config = spec.evaluator if spec.evaluator is not None else EvaluatorConfig()
     needs_prior = {n: INVERSION_ATTACKS[n].prior for n in spec.attacks if INVERSION_ATTACKS[n].prior is not None}
     public = spec.public_data
     if needs_prior and public is None:
-        raise ValueError(f"--attack {', '.join(needs_prior)} needs --public-data DATASET[:CLASSES]: images of the same domain the target never saw (e.g. mnist:5-9 for a mnist-0-4 target)")
+        raise v.invalid("--attack", f"--attack {', '.join(needs_prior)} needs --public-data DATASET[:CLASSES]: images of the same domain the target never saw (e.g. mnist:5-9 for a mnist-0-4 target)")
     if public is not None:
         if not needs_prior:
-            raise ValueError(f"--public-data={public.text()!r} applies only to attacks with a prior ({', '.join(n for n, s in INVERSION_ATTACKS.items() if s.prior) or 'none registered'})")
+            raise v.invalid(
+                "--public-data", f"--public-data={public.text()!r} applies only to attacks with a prior ({', '.join(n for n, s in INVERSION_ATTACKS.items() if s.prior) or 'none registered'})"
+            )
         check_public_data(public, dataset=record.dataset, classes=classes)
 
     everything = bundle.all()
@@ -263,7 +267,7 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
     held_ids = np.union1d(np.union1d(record.membership.non_members, record.membership.population), bundle.test.ids.numpy())
     non_members = everything.subset(np.setdiff1d(held_ids, used))
     if len(non_members) == 0:
-        raise ValueError(f"target {record.model_id!r} has no held-out non-members to compare reconstructions with")
+        raise v.invalid("target", f"target {record.model_id!r} has no held-out non-members to compare reconstructions with")
     priv = LabelledImages(features=members.features, labels=members.labels, ids=members.ids.numpy())
     held = LabelledImages(features=non_members.features, labels=non_members.labels, ids=non_members.ids.numpy())
 

@@ -49,13 +49,13 @@ def read_ids(name: str, path: str | Path) -> np.ndarray:
     """
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"{name}: file not found: {str(path)!r}")
+        raise v.invalid(name, f"{name}: file not found: {str(path)!r}")
     try:
         arr = np.load(p, allow_pickle=False) if p.suffix == ".npy" else np.asarray(json.loads(p.read_text(encoding="utf-8")))
     except (ValueError, OSError) as exc:
-        raise ValueError(f"{name}: {str(path)!r} must be a JSON list or .npy array of integer sample ids ({exc})") from None
+        raise v.invalid(name, f"{name}: {str(path)!r} must be a JSON list or .npy array of integer sample ids ({exc})") from None
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise ValueError(f"{name}: {str(path)!r} must hold a 1-D list of integer sample ids, got dtype {arr.dtype} shape {arr.shape}")
+        raise v.invalid(name, f"{name}: {str(path)!r} must hold a 1-D list of integer sample ids, got dtype {arr.dtype} shape {arr.shape}")
     return arr.astype(np.int64)
 
 
@@ -82,7 +82,7 @@ class ExternalTarget:
         if self.non_member_ids is not None:
             non = np.unique(v.id_array("non_member_ids", self.non_member_ids))
             if np.intersect1d(non, self.member_ids).size:
-                raise ValueError("non_member_ids shares ids with member_ids")
+                raise v.invalid("non_member_ids", "non_member_ids shares ids with member_ids")
             object.__setattr__(self, "non_member_ids", non)
 
 
@@ -131,11 +131,11 @@ class MembershipSpec:
         from attacks.membership import MEMBERSHIP_ATTACKS
 
         if not self.attacks:
-            raise ValueError("attacks must name at least one attack")
+            raise v.invalid("attacks", "attacks must name at least one attack")
         for name, config in self.attacks.items():
             v.choice("attacks", name, MEMBERSHIP_ATTACKS)
             if not isinstance(config, MEMBERSHIP_ATTACKS[name].config_type):
-                raise TypeError(f"attacks[{name!r}] must be a {MEMBERSHIP_ATTACKS[name].config_type.__name__}, got {type(config).__name__}")
+                raise v.invalid_type("attacks", f"attacks[{name!r}] must be a {MEMBERSHIP_ATTACKS[name].config_type.__name__}, got {type(config).__name__}")
         object.__setattr__(self, "attacks", dict(self.attacks))
         object.__setattr__(self, "seed", v.integer("seed", self.seed, minimum=0))
         for name in ("num_samples", "num_queries", "num_workers"):
@@ -143,13 +143,13 @@ class MembershipSpec:
                 object.__setattr__(self, name, v.integer(name, getattr(self, name), minimum=1))
         object.__setattr__(self, "num_population", v.integer("num_population", self.num_population, minimum=1))
         if self.address is not None and self.executor != "ray":
-            raise ValueError(f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
+            raise v.invalid("address", f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
         if self.shadow_defense is not None:
             from defenses import DEFENSES
 
             spec = DEFENSES.get(self.shadow_defense)
             if spec is None:
-                raise ValueError(f"shadow_defense must be one of {', '.join(DEFENSES)}, got {self.shadow_defense!r}")
+                raise v.invalid("shadow_defense", f"shadow_defense must be one of {', '.join(DEFENSES)}, got {self.shadow_defense!r}")
             _defense_config(spec.config_type, self.shadow_config)  # names a bad field now, not in a worker
         object.__setattr__(self, "shadow_config", dict(self.shadow_config))
 
@@ -241,7 +241,7 @@ def _load_target(spec: MembershipSpec, device: str) -> tuple[Any, Any, Any]:
     try:
         rdir = resolve_record_dir(spec.target)
     except ValueError as exc:
-        raise ValueError(f"target: {exc}") from None
+        raise v.invalid("target", f"target: {exc}") from None
     record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     return record, load_model(rdir, device=device), load_dataset(record.dataset, data_root=spec.data_root)
 
@@ -260,7 +260,7 @@ def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None
     members = target.member_ids
     unknown = np.setdiff1d(members, bundle.all().ids.numpy())
     if unknown.size:
-        raise ValueError(f"member_ids: sample id {int(unknown[0])} is not in dataset {target.dataset!r}")
+        raise v.invalid("member_ids", f"member_ids: sample id {int(unknown[0])} is not in dataset {target.dataset!r}")
     rest = np.setdiff1d(bundle.train.ids.numpy(), members)
     # Without stated non-members the attacker holds out as many unused training ids, so both sides are equally large.
     non = target.non_member_ids if target.non_member_ids is not None else np.sort(numpy_rng(seed, "external-non-members").permutation(rest)[: members.size])
@@ -319,7 +319,7 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
     record, model, bundle = _load_target(spec, device)
     ids, member = mia.query_ids(record, max_per_side=spec.num_samples, seed=spec.seed)
     if not member.any() or member.all():
-        raise ValueError(f"target {record.model_id!r} has {int(member.sum())} members and {int((~member).sum())} non-members; both are needed")
+        raise v.invalid("target", f"target {record.model_id!r} has {int(member.sum())} members and {int((~member).sum())} non-members; both are needed")
     augs = mia.choose_augmentations(bundle, spec.num_queries)
     train_size = max(len(record.membership.members), 1)
     chosen = {n: (mia.MEMBERSHIP_ATTACKS[n], c) for n, c in spec.attacks.items()}
@@ -374,7 +374,7 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
             try:
                 executor = make_executor(spec.executor, workers=spec.num_workers, address=spec.address)
             except ImportError as exc:
-                raise ValueError(f"executor {spec.executor!r}: {exc}") from None
+                raise v.invalid("executor", f"executor {spec.executor!r}: {exc}") from None
             with executor:
                 models, plans, shadow_run = mia.train_pools(
                     pools,

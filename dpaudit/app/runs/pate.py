@@ -32,17 +32,17 @@ def load_teacher_dirs(record_dir: Path) -> list[Path]:
 
     meta_path = record_dir / "pate.json"
     if not meta_path.is_file():
-        raise ValueError(f"target: {str(record_dir)!r} has no pate.json (train it with `dpaudit train --defense pate --out RUN_DIR`)")
+        raise v.invalid("target", f"target: {str(record_dir)!r} has no pate.json (train it with `dpaudit train --defense pate --out RUN_DIR`)")
     meta = read_json(meta_path)
     try:
         cache = (record_dir / meta["teachers"]["cache"]).resolve()
         ids = list(meta["teachers"]["teacher_ids"])
     except (KeyError, TypeError) as exc:
-        raise ValueError(f"target: {str(meta_path)!r} does not list the teachers ({exc})") from None
+        raise v.invalid("target", f"target: {str(meta_path)!r} does not list the teachers ({exc})") from None
     dirs = [cache / t for t in ids]
     missing = [str(d) for d in dirs if not (d / "record.json").is_file()]
     if missing:
-        raise ValueError(f"target: {len(missing)} of the {len(ids)} teachers are missing from {str(cache)!r} (first: {missing[0]!r}); retrain with the same --out")
+        raise v.invalid("target", f"target: {len(missing)} of the {len(ids)} teachers are missing from {str(cache)!r} (first: {missing[0]!r}); retrain with the same --out")
     return dirs
 
 
@@ -90,10 +90,10 @@ def attack_aggregator(
     try:
         rdir = resolve_record_dir(target)
     except ValueError as exc:
-        raise ValueError(f"target: {exc}") from None
+        raise v.invalid("target", f"target: {exc}") from None
     record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     if record.defense != "pate":
-        raise ValueError(f"target: {str(rdir)!r} is a {record.defense!r} record; the aggregator attack needs a PATE student (--defense pate)")
+        raise v.invalid("target", f"target: {str(rdir)!r} is a {record.defense!r} record; the aggregator attack needs a PATE student (--defense pate)")
     teacher_dirs = load_teacher_dirs(rdir)
     config = _defense_config(DEFENSES["pate"].config_type, thaw(record.config))
     aggregator = config.aggregator_config()

@@ -27,14 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dpaudit import _validate as v
 from dpaudit.results import AuditResult, EpsilonByTrials, load_membership_result, load_record
 from dpaudit.store import RunDir, load_npz
 
 __all__ = ["ReportIndex", "NothingToRender", "render_reports"]
 
 
-class NothingToRender(ValueError):
+class NothingToRender(v.InvalidArgument):
     """The run directory holds no stored result any report could show."""
+
+    argument = "run_dir"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +58,7 @@ class ReportIndex:
 
     def __post_init__(self) -> None:
         if not isinstance(self.violations, tuple) or not all(isinstance(x, str) for x in self.violations):
-            raise TypeError(f"violations must be a tuple of strings, got {self.violations!r}")
+            raise v.invalid_type("violations", f"violations must be a tuple of strings, got {self.violations!r}")
         for name in ("audits", "membership", "certified", "pate", "inversion", "compare", "tables"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not all(isinstance(p, Path) for p in value):
@@ -122,7 +125,7 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
 
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     if not run.path.is_dir():
-        raise ValueError(f"run_dir must be a directory, got {str(run.path)!r}")
+        raise v.invalid("run_dir", f"run_dir must be a directory, got {str(run.path)!r}")
     audit_dirs, membership_dirs, certify_runs = run.audit_dirs(), run.membership_dirs(), load_certified_runs(run)
     pate_runs = load_pate_runs(run) if run.subdir("records").is_dir() else []
     inversion_targets = load_inversion_targets(run)

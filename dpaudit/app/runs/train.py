@@ -27,7 +27,7 @@ def default_config(defense: str, **overrides: Any) -> Any:
 
     spec = DEFENSES.get(defense)
     if spec is None:
-        raise ValueError(f"defense must be one of {', '.join(DEFENSES)}, got {defense!r}")
+        raise v.invalid("defense", f"defense must be one of {', '.join(DEFENSES)}, got {defense!r}")
     names = {f.name for f in dataclasses.fields(spec.config_type)}
     unknown = sorted(set(overrides) - names)
     if unknown:
@@ -79,14 +79,14 @@ class TrainSpec:
         from dpaudit.models import MODELS
 
         if self.defense not in DEFENSES:
-            raise ValueError(f"defense must be one of {', '.join(DEFENSES)}, got {self.defense!r}")
+            raise v.invalid("defense", f"defense must be one of {', '.join(DEFENSES)}, got {self.defense!r}")
         config_type = DEFENSES[self.defense].config_type
         if self.config is None:
             object.__setattr__(self, "config", config_type())
         elif not isinstance(self.config, config_type):
-            raise TypeError(f"config must be a {config_type.__name__} for defense {self.defense!r}, got {type(self.config).__name__}")
+            raise v.invalid_type("config", f"config must be a {config_type.__name__} for defense {self.defense!r}, got {type(self.config).__name__}")
         if self.model not in MODELS:
-            raise ValueError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
+            raise v.invalid("model", f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
         v.integer("seed", self.seed, minimum=0)
         if self.split_seed is not None:
             v.integer("split_seed", self.split_seed, minimum=0)
@@ -97,7 +97,7 @@ class TrainSpec:
         if self.num_workers is not None:
             v.integer("num_workers", self.num_workers, minimum=1)
         if self.address is not None and self.executor != "ray":
-            raise ValueError(f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
+            raise v.invalid("address", f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
         object.__setattr__(self, "model_options", dict(self.model_options))
 
 

@@ -90,7 +90,7 @@ def _spec(args: argparse.Namespace, flags: Any) -> Any:
     from dpaudit.options import option_specs, options_from_args
 
     if (args.target is None) == (args.model_fn is None):
-        raise UsageError("give exactly one of --target PATH or --model-fn MODULE:FUNCTION (with --weights, --dataset, --member-ids)")
+        raise UsageError("give exactly one of --target PATH or --model-fn MODULE:FUNCTION (with --weights, --dataset, --member-ids)", argument="--target")
     check_executor_flags(args)
     names = expand_attacks(args.attack)
     configs = {}
@@ -103,22 +103,22 @@ def _spec(args: argparse.Namespace, flags: Any) -> Any:
     wanted = {s.flag for n in names for s in option_specs(MEMBERSHIP_ATTACKS[n].config_type)}
     for flag, s in flags.items():
         if getattr(args, s.field, None) is not None and flag not in wanted:
-            raise UsageError(f"{flag}={getattr(args, s.field)!r} does not apply to --attack {', '.join(names)}")
+            raise UsageError(f"{flag}={getattr(args, s.field)!r} does not apply to --attack {', '.join(names)}", argument=flag)
     target: Any
     if args.target is not None:
         for flag, val in (("--weights", args.weights), ("--dataset", args.dataset), ("--member-ids", args.member_ids), ("--non-member-ids", args.non_member_ids)):
             if val is not None:
-                raise UsageError(f"{flag}={val!r} applies to --model-fn targets only")
+                raise UsageError(f"{flag}={val!r} applies to --model-fn targets only", argument=flag)
         from dpaudit.results.record import resolve_record_dir
 
         try:
             target = resolve_record_dir(args.target)
         except ValueError as exc:
-            raise UsageError(f"--target: {exc}") from None
+            raise UsageError(f"--target: {exc}", argument="--target") from None
     else:
         missing = [f for f, val in (("--weights", args.weights), ("--dataset", args.dataset), ("--member-ids", args.member_ids)) if val is None]
         if missing:
-            raise UsageError(f"--model-fn={args.model_fn!r} needs {', '.join(missing)}")
+            raise UsageError(f"--model-fn={args.model_fn!r} needs {', '.join(missing)}", argument="--model-fn")
         from dpaudit.callables import resolve_callable
         from dpaudit.weights import load_weights
 
@@ -251,11 +251,11 @@ def _inversion_spec(args: argparse.Namespace, flags: Any) -> Any:
     wanted = {s.flag for t in wanted_types.values() for s in option_specs(t)}
     for flag, s in flags.items():
         if getattr(args, s.field, None) is not None and flag not in wanted:
-            raise UsageError(f"{flag}={getattr(args, s.field)!r} does not apply to --attack {', '.join(names)}")
+            raise UsageError(f"{flag}={getattr(args, s.field)!r} does not apply to --attack {', '.join(names)}", argument=flag)
     try:
         target = resolve_record_dir(args.target)
     except ValueError as exc:
-        raise UsageError(f"--target: {exc}") from None
+        raise UsageError(f"--target: {exc}", argument="--target") from None
     try:
         public = parse_public_data(args.public_data) if args.public_data is not None else None
     except ValueError as exc:

@@ -42,18 +42,18 @@ def _claim_from_args(args: argparse.Namespace) -> Any:
     parts = (args.claim_noise_multiplier, args.claim_sampling_rate, args.claim_num_steps)
     if args.claim is not None:
         if any(p is not None for p in parts):
-            raise UsageError("--claim FILE conflicts with --claim-noise-multiplier/--claim-sampling-rate/--claim-num-steps; give one or the other")
+            raise UsageError("--claim FILE conflicts with --claim-noise-multiplier/--claim-sampling-rate/--claim-num-steps; give one or the other", argument="--claim")
         path = Path(args.claim)
         if not path.is_file():
-            raise UsageError(f"--claim: file {args.claim!r} does not exist")
+            raise UsageError(f"--claim: file {args.claim!r} does not exist", argument="--claim")
         try:
             return claim_from_dict(read_json(path))
         except (ValueError, TypeError) as exc:
-            raise UsageError(f"--claim {args.claim!r}: {exc}") from None
+            raise UsageError(f"--claim {args.claim!r}: {exc}", argument="--claim") from None
     if all(p is None for p in parts):
         return None
     if any(p is None for p in parts):
-        raise UsageError("--claim-noise-multiplier, --claim-sampling-rate and --claim-num-steps go together")
+        raise UsageError("--claim-noise-multiplier, --claim-sampling-rate and --claim-num-steps go together", argument="--claim-noise-multiplier")
     return dpsgd_claim(
         sampling_rate=args.claim_sampling_rate,
         noise_multiplier=args.claim_noise_multiplier,
@@ -115,16 +115,16 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         resolve_callable(args.model_fn, argument="--model-fn")
     if args.train_fn is None:
         if claim is not None:
-            raise UsageError(f"--claim/--claim-* apply to --train-fn; --defense {args.defense} builds its own claim")
+            raise UsageError(f"--claim/--claim-* apply to --train-fn; --defense {args.defense} builds its own claim", argument="--claim")
         if (args.target_epsilon is None) == (args.noise_multiplier is None):
-            raise UsageError(f"give exactly one of --target-epsilon and --noise-multiplier (got {args.target_epsilon!r} and {args.noise_multiplier!r})")
+            raise UsageError(f"give exactly one of --target-epsilon and --noise-multiplier (got {args.target_epsilon!r} and {args.noise_multiplier!r})", argument="--target-epsilon")
     else:
         if claim is None:
-            raise UsageError("--train-fn needs the claim it is audited against: --claim FILE or --claim-noise-multiplier/--claim-sampling-rate/--claim-num-steps")
+            raise UsageError("--train-fn needs the claim it is audited against: --claim FILE or --claim-noise-multiplier/--claim-sampling-rate/--claim-num-steps", argument="--train-fn")
         if args.threat == "white-box":
-            raise UsageError("--threat white-box needs a defense's white-box trainer hooks; audit --train-fn with --threat black-box")
+            raise UsageError("--threat white-box needs a defense's white-box trainer hooks; audit --train-fn with --threat black-box", argument="--threat")
         if args.target_epsilon is not None or args.noise_multiplier is not None:
-            raise UsageError("--target-epsilon/--noise-multiplier configure --defense; with --train-fn the claim comes from --claim/--claim-*")
+            raise UsageError("--target-epsilon/--noise-multiplier configure --defense; with --train-fn the claim comes from --claim/--claim-*", argument="--target-epsilon")
     if args.init != "random" and (args.threat != "black-box" or args.method != "multi-run"):
         raise UsageError(f"--init {args.init} applies to --threat black-box --method multi-run, got --threat {args.threat} --method {args.method}", argument="--init")
     if args.address is not None and args.executor != "ray":

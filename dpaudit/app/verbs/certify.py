@@ -100,9 +100,9 @@ def _cmd_certify(args: argparse.Namespace) -> int:
     try:
         summary = run_certify(spec, run)
     except NotCertifiable as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(str(exc), argument="--target") from None
     except FileNotFoundError as exc:
-        raise UsageError(f"--target {args.target!r}: {exc}") from None
+        raise UsageError(f"--target {args.target!r}: {exc}", argument="--target") from None
     s = summary
     lines = [
         f"certified {s.model_id} ({s.defense}) on {s.num_examples} test examples ({s.norm} radii)",

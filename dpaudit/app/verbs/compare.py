@@ -18,7 +18,7 @@ import argparse
 import math
 from typing import Any
 
-from dpaudit.app.common import EXIT_OK, EXIT_VIOLATION, UsageError, add_common, check_executor_flags, emit, path_type
+from dpaudit.app.common import EXIT_OK, EXIT_VIOLATION, add_common, check_executor_flags, emit, path_type
 
 __all__ = ["register"]
 
@@ -40,7 +40,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     try:
         grid = load_grid(args.config)
     except GridError as exc:
-        raise UsageError(f"--config {args.config}: {exc}", argument="--config") from None
+        # --json names the grid's key (``defenses[0].epochs``) where the error has one
+        raise GridError(f"--config {args.config}: {exc}", argument=exc.argument or "--config") from None
     if args.device is not None:
         import dataclasses
 

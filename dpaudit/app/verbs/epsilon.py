@@ -103,7 +103,7 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
     q, delta = args.sampling_rate, args.delta
     if args.target_epsilon is None:
         if args.noise_multiplier is None or args.num_steps is None:
-            raise UsageError("--noise-multiplier and --num-steps are required unless --target-epsilon is given")
+            raise UsageError("--noise-multiplier and --num-steps are required unless --target-epsilon is given", argument="--noise-multiplier")
         event = sampled_gaussian_event(sampling_rate=q, noise_multiplier=args.noise_multiplier, num_steps=args.num_steps)
         setting = f"q={q:g}, sigma={args.noise_multiplier:g}, T={args.num_steps}"
         values, computed_by, notes = _epsilons(event, names, delta, setting)
@@ -190,11 +190,11 @@ def _gaussian_epsilon(args: argparse.Namespace) -> int:
     )
 
     if args.sampling_rate is not None or args.num_steps is not None:
-        raise UsageError("--sampling-rate and --num-steps apply to --mechanism dpsgd only")
+        raise UsageError("--sampling-rate and --num-steps apply to --mechanism dpsgd only", argument="--sampling-rate")
     delta, sens = args.delta, args.sensitivity
     if args.target_epsilon is None:
         if args.noise_multiplier is None:
-            raise UsageError("--noise-multiplier or --target-epsilon is required for --mechanism gaussian")
+            raise UsageError("--noise-multiplier or --target-epsilon is required for --mechanism gaussian", argument="--noise-multiplier")
         # ε depends on σ/Δ only, i.e. on the noise multiplier: evaluating at Δ = 1 avoids
         # σ = multiplier x Δ underflowing to 0 (or overflowing) for extreme but valid inputs.
         eps = gaussian_epsilon(delta=delta, sigma=args.noise_multiplier, sensitivity=1.0)
@@ -206,7 +206,7 @@ def _gaussian_epsilon(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     if args.noise_multiplier is not None:
-        raise UsageError(f"--noise-multiplier={args.noise_multiplier!r} conflicts with --target-epsilon for --mechanism gaussian; omit it")
+        raise UsageError(f"--noise-multiplier={args.noise_multiplier!r} conflicts with --target-epsilon for --mechanism gaussian; omit it", argument="--noise-multiplier")
     names = GAUSSIAN_CALIBRATIONS if args.calibration == "all" else (args.calibration,)
     sigmas: dict[str, float | None] = {}
     notes: dict[str, str] = {}
@@ -234,7 +234,7 @@ def _steps_type(name: str) -> Callable[[str], Any]:
     def check(n: str, x: Any) -> int:
         out = v.integer(n, x, minimum=1)
         if out > MAX_NUM_STEPS:
-            raise ValueError(f"{n} must be <= 10**18, got {out!r}")
+            raise v.invalid(n, f"{n} must be <= 10**18, got {out!r}")
         return out
 
     return arg(name, check, int)

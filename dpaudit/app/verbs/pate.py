@@ -165,6 +165,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         try:
             release = _release(pate, name, votes, args, answered, beta, sigma_ss)
         except ValueError as exc:  # the library names beta / sigma_ss / order; the user typed these flags
+            if isinstance(exc, v.InvalidArgument) and exc.argument in ("sigma", "threshold_sigma"):
+                raise  # about --sigma / --threshold-sigma themselves (too small for a release): the CLI names them
             raise UsageError(f"--smooth-sensitivity-beta={beta:g} --smooth-sensitivity-sigma={sigma_ss:g}: {exc}", argument="--smooth-sensitivity-beta") from None
         payload.update(data_dependent=True, sanitised=True, publishable=not release.reproducible, release=_release_payload(release))
         rule = "given by --smooth-sensitivity-order" if release.order_rule == "given" else "fixed from public parameters"

@@ -22,9 +22,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     try:
         index = render_reports(args.run_dir)
     except NothingToRender as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(str(exc), argument="RUN_DIR") from None
     except ValueError as exc:
-        raise UsageError(f"RUN_DIR {args.run_dir!r}: {exc}") from None
+        raise UsageError(f"RUN_DIR {args.run_dir!r}: {exc}", argument="RUN_DIR") from None
     payload = {
         "index": str(index.index_html),
         "audits": [str(p) for p in index.audits],

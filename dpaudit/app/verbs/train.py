@@ -30,8 +30,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     try:
         kwargs = options_from_args(args, spec.config_type, args.defense_flags, owner=f"--defense {args.defense}")
         config = spec.config_type(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(str(exc)) from None
+    except (TypeError, ValueError) as exc:  # the flags the user gave built this config
+        raise UsageError(str(exc), argument=getattr(exc, "argument", None)) from None
     outcome = train_or_load(
         TrainSpec(
             defense=args.defense,
