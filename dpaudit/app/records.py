@@ -29,13 +29,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dpaudit import _validate as v
 from dpaudit.results.record import RECORD_FILE, TrainedModel, load_record, resolve_record_dir
 
 __all__ = ["load_verified_record", "verify_record", "verify_record_claim"]
 
 
 def _refuse(directory: Path, record: TrainedModel, message: str) -> ValueError:
-    return ValueError(f"{str(directory / RECORD_FILE)!r}: {message} (model id {record.model_id})")
+    # The user's record contradicts itself: a usage error about the record they named (exit 2).
+    return v.invalid("target", f"{str(directory / RECORD_FILE)!r}: {message} (model id {record.model_id})")
 
 
 def _shape(shape: Any) -> str:

@@ -121,7 +121,7 @@ def resolve_bound(bound: str, *, claim: PrivacyClaim) -> str:
     """
     bound = v.choice("bound", bound, SCORE_BOUND_CHOICES)
     if not isinstance(claim, PrivacyClaim):
-        raise TypeError(f"claim must be a PrivacyClaim, got {type(claim).__name__}")
+        raise v.invalid_type("claim", f"claim must be a PrivacyClaim, got {type(claim).__name__}")
     gaussian = claim.trade_off_family == "gaussian"
     if bound == "auto":
         return "gdp" if gaussian else "clopper-pearson"

@@ -943,6 +943,7 @@ def release_gnmax_epsilon(
     b = v.positive("beta", beta)
     ss_sigma = v.positive("sigma_ss", sigma_ss)
     sd = None if seed is None else v.integer("seed", seed, minimum=0)
+    _check_release_sigma("sigma", s, 1.0)  # before the public order, which divides by σ² too
     public = release_order(sigma=s, num_answered=int(arr.shape[0]), delta=d, beta=b, sigma_ss=ss_sigma, orders=orders) if order is None else 0.0
     lam, rule = _release_order_arg(order, public)
     gnss_rdp(beta=b, sigma_ss=ss_sigma, order=lam)  # refuses λ outside (1, 1/(2β)) before the work
@@ -1082,6 +1083,8 @@ def release_confident_gnmax_epsilon(
     mask = np.asarray(answered)
     if mask.dtype != bool or mask.shape != (arr.shape[0],):
         raise v.invalid("answered", f"answered must be a boolean array of one entry per query ({arr.shape[0]}), got dtype {mask.dtype} shape {mask.shape}")
+    _check_release_sigma("threshold_sigma", s1, 1.0)  # before the public order, which divides by σ² too
+    _check_release_sigma("sigma", s2, 1.0)
     public = 0.0
     if order is None:
         public = release_order(sigma=s2, num_answered=int(mask.sum()), num_queries=int(arr.shape[0]), threshold_sigma=s1, delta=d, beta=b, sigma_ss=ss_sigma, orders=orders)

@@ -126,7 +126,7 @@ def test_a_sigma_below_the_float_range_gives_infinity_both_ways_without_a_warnin
         code, out, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "1e-300", "--json")
         assert code == 0, err
         payload = json.loads(out)
-        assert payload["epsilon_data_independent"] == "inf" and payload["epsilon_data_dependent"] == "inf", payload
+        assert payload["epsilon_data_independent"] == "inf" and payload["epsilon_data_dependent_realised"] == "inf", payload
         for analysis in (
             pate.analyze_gnmax(np.load(votes), sigma=1e-300, delta=1e-5),
             pate.analyze_gnmax(np.load(votes), sigma=1e-160, delta=1e-5),

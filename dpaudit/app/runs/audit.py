@@ -378,7 +378,7 @@ class AuditSpec:
                 f"got model_fn={self.model_fn!r} with train_fn={self.train_fn!r}, init={self.init!r}, canary={self.canary!r}",
             )
         if self.train_fn is not None and (self.model_options or self.defense_config):
-            raise ValueError("model_options and defense_config configure the suite's defense; a train_fn builds its own model")
+            raise v.invalid("model_options", "model_options and defense_config configure the suite's defense; a train_fn builds its own model")
         if self.train_fn is None:
             if self.claim is not None:
                 raise v.invalid("claim", f"claim applies to train_fn; defense {self.defense!r} builds its own claim")
@@ -600,7 +600,9 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
     # before any training so that a GDP bound on a non-Gaussian claim is refused up front.
     bound = resolve_bound(spec.bound, claim=claim if spec.threat == "black-box" else _white_box_claim())
     if spec.method == "one-run" and spec.threat == "black-box" and spec.one_run_bound == "fdp" and claim.trade_off_family != "gaussian":
-        raise ValueError(f"one_run_bound='fdp' assumes a Gaussian trade-off curve, and the claim of kind {claim.kind!r} ({claim.statement()}) is not Gaussian-family; use one_run_bound='steinke'")
+        raise v.invalid(
+            "one_run_bound", f"one_run_bound='fdp' assumes a Gaussian trade-off curve, and the claim of kind {claim.kind!r} ({claim.statement()}) is not Gaussian-family; use one_run_bound='steinke'"
+        )
     # The member ids are part of what the trials are about: a data root holding other data gives
     # other members, and their trials must not be mixed with these.
     members_sha256 = hashlib.sha256(np.asarray(members_ref.ids, dtype=np.int64).tobytes()).hexdigest()[:16]

@@ -622,10 +622,10 @@ def trained_algorithm(record: Any, *, label: str) -> dict[str, Any]:
     algo.update({k: config.get(k) for k in ("clip_norm", "learning_rate", "accountant", "delta")})
     missing = [k for k, x in algo.items() if x is None]
     if missing:
-        raise ValueError(f"setting {label!r}: its trained record {record.model_id} has no {', '.join(missing)}; the audit runs the trained algorithm and guesses none of it")
+        raise v.invalid("attacks.audit", f"setting {label!r}: its trained record {record.model_id} has no {', '.join(missing)}; the audit runs the trained algorithm and guesses none of it")
     ours = dpsgd_claim(sampling_rate=algo["sampling_rate"], noise_multiplier=algo["noise_multiplier"], num_steps=algo["num_steps"])
     if not isinstance(record.claim, DPClaim) or event_to_dict(record.claim.event) != event_to_dict(ours.event):
-        raise ValueError(f"setting {label!r}: its claim ({record.claim.description}) is not {ours.description} alone, the algorithm an audit trains; it cannot be audited")
+        raise v.invalid("attacks.audit", f"setting {label!r}: its claim ({record.claim.description}) is not {ours.description} alone, the algorithm an audit trains; it cannot be audited")
     return {**algo, "num_members": len(record.membership.members)}
 
 

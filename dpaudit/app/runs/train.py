@@ -31,7 +31,7 @@ def default_config(defense: str, **overrides: Any) -> Any:
     names = {f.name for f in dataclasses.fields(spec.config_type)}
     unknown = sorted(set(overrides) - names)
     if unknown:
-        raise ValueError(f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a field of the {defense} config (fields: {', '.join(sorted(names))})")
+        raise v.invalid(unknown[0], f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a field of the {defense} config (fields: {', '.join(sorted(names))})")
     return spec.config_type(**overrides)
 
 
