@@ -78,7 +78,7 @@ def test_grid_expands_lists_and_adds_nothing_when_the_baseline_is_listed(tmp_pat
     assert grid.num_bounds() == 2  # two attacks × one seed, no audit
     assert grid.bound_confidence() == pytest.approx(0.975)
     # An audit's ε_LB competes for the row's best too: it is one more bound to pay for.
-    audited = parse_grid({"attacks": {"membership": {"attacks": ["loss", "lira"]}, "audit": {}}, "seeds": [0, 1]})
+    audited = parse_grid({"defenses": [{"defense": "dpsgd", "target_epsilon": 2.0, "epochs": 2}], "attacks": {"membership": {"attacks": ["loss", "lira"]}, "audit": {}}, "seeds": [0, 1]})
     assert audited.num_bounds() == 5 and audited.bound_confidence() == pytest.approx(0.99)
 
 
@@ -106,7 +106,7 @@ def test_baseline_is_always_part_of_the_grid() -> None:
 )
 def test_bad_grids_name_the_key(data: dict, key: str) -> None:
     with pytest.raises(GridError) as info:
-        parse_grid({"dataset": "digits", **data})
+        parse_grid({"dataset": "digits", "defenses": [{"defense": "nonprivate"}], **data})
     assert key in str(info.value) and "\n" not in str(info.value)
 
 
