@@ -160,8 +160,23 @@ def _label_value(x: Any) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
+def _wrong_kind(kind: type | None, value: Any) -> str | None:
+    """What a setting value should have been, when its TOML type is not its option's kind (a
+    config does not check every type itself: ``baselines = "no"`` would read as true)."""
+    if kind is None or value is None or isinstance(value, list):
+        return None
+    if kind is bool:
+        return None if isinstance(value, bool) else "true or false"
+    if kind in (int, float):
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
+    if kind is str:
+        return None if isinstance(value, str) else "a string"
+    return None
+
+
 def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_options: Mapping[str, Any]) -> list[Setting]:
     from defenses import DEFENSES
+    from dpaudit.options import option_specs
 
     where = f"defenses[{index}]"
     if not isinstance(table, Mapping):
@@ -182,6 +197,12 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
         # target, rather than DP-SGD's other reading (σ fixed, train until the budget is spent).
         params["noise_multiplier"] = None
     swept = {k: _as_list(f"{where}.{k}", val) for k, val in params.items()}
+    kinds = {o.field: o.kind for o in option_specs(spec.config_type)}
+    for k, values in swept.items():
+        for x in values:
+            wrong = _wrong_kind(kinds.get(k), x)
+            if wrong:
+                raise _fail(f"{where}.{k}", f"must be {wrong} for the {name} defense, got {x!r}")
     names = list(swept)
     settings = []
     for combo in itertools.product(*(swept[k] for k in names)):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -105,7 +106,10 @@ def section_value(key: str, value: Any, verb: str, flag: str) -> Any:
     try:
         converted = action.type(repr(value)) if callable(action.type) else value
     except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
-        message = str(exc).replace(flag, key).replace(flag.lstrip("-").replace("-", "_"), key)
+        # The flag's message names the flag (or its field): name the grid key instead, but not
+        # inside a longer name (``--epochs`` in ``shadow_epochs``).
+        names = "|".join(re.escape(n) for n in (flag, flag.lstrip("-").replace("-", "_")))
+        message = re.sub(rf"(?<![\w.-])(?:{names})(?!\w)", key, str(exc))
         raise ValueError(message if key in message else f"{key}={value!r}: {message}") from None
     return converted
 
