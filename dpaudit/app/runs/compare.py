@@ -174,6 +174,14 @@ def _wrong_kind(kind: type | None, value: Any) -> str | None:
     return None
 
 
+def _fails_alone(config_type: type, key: str, value: Any) -> bool:
+    try:
+        config_type(**{key: tuple(value) if isinstance(value, list) else value})
+    except (TypeError, ValueError):
+        return True
+    return False
+
+
 def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_options: Mapping[str, Any]) -> list[Setting]:
     from defenses import DEFENSES
     from dpaudit.options import option_specs
@@ -210,6 +218,15 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
         try:
             spec.config_type(**{k: (tuple(x) if isinstance(x, list) else x) for k, x in chosen.items()})
         except (TypeError, ValueError) as exc:
+            # The config names its field first ("epochs must be ..."): name the grid key instead.
+            field_name = str(exc).split(" ", 1)[0]
+            if field_name in chosen:
+                raise GridError(f"{where}.{exc} (the {name} defense)") from None
+            # A nested config may word it by its own name (PATE's student "epochs"): the key
+            # that fails on its own is the one to name.
+            alone = next((k for k in chosen if _fails_alone(spec.config_type, k, chosen[k])), None)
+            if alone is not None:
+                raise _fail(f"{where}.{alone}", f"{chosen[alone]!r} refused by the {name} defense: {exc}") from None
             raise _fail(where, f"{name}: {exc}") from None
         multi = [k for k in names if len(swept[k]) > 1]
         base = table.get("label") or name
