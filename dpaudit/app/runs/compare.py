@@ -160,30 +160,9 @@ def _label_value(x: Any) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
-def _wrong_kind(kind: type | None, value: Any) -> str | None:
-    """What a setting value should have been, when its TOML type is not its option's kind (a
-    config does not check every type itself: ``baselines = "no"`` would read as true)."""
-    if kind is None or value is None or isinstance(value, list):
-        return None
-    if kind is bool:
-        return None if isinstance(value, bool) else "true or false"
-    if kind in (int, float):
-        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
-    if kind is str:
-        return None if isinstance(value, str) else "a string"
-    return None
-
-
-def _fails_alone(config_type: type, key: str, value: Any) -> bool:
-    try:
-        config_type(**{key: tuple(value) if isinstance(value, list) else value})
-    except (TypeError, ValueError):
-        return True
-    return False
-
-
 def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_options: Mapping[str, Any]) -> list[Setting]:
     from defenses import DEFENSES
+    from dpaudit.app.runs.grid_checks import fails_alone, wrong_kind
     from dpaudit.options import option_specs
 
     where = f"defenses[{index}]"
@@ -208,7 +187,7 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
     kinds = {o.field: o.kind for o in option_specs(spec.config_type)}
     for k, values in swept.items():
         for x in values:
-            wrong = _wrong_kind(kinds.get(k), x)
+            wrong = wrong_kind(kinds.get(k), x)
             if wrong:
                 raise _fail(f"{where}.{k}", f"must be {wrong} for the {name} defense, got {x!r}")
     names = list(swept)
@@ -224,7 +203,7 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
                 raise GridError(f"{where}.{exc} (the {name} defense)") from None
             # A nested config may word it by its own name (PATE's student "epochs"): the key
             # that fails on its own is the one to name.
-            alone = next((k for k in chosen if _fails_alone(spec.config_type, k, chosen[k])), None)
+            alone = next((k for k in chosen if fails_alone(spec.config_type, k, chosen[k])), None)
             if alone is not None:
                 raise _fail(f"{where}.{alone}", f"{chosen[alone]!r} refused by the {name} defense: {exc}") from None
             raise _fail(where, f"{name}: {exc}") from None
@@ -267,20 +246,12 @@ def _section(section: str, table: Mapping[str, Any], key: str, default: Any = No
 
 
 def _classes(value: Any, *, dataset: str) -> list[int] | None:
-    """``attacks.inversion.classes``: labels of the dataset, as ``--classes`` takes them (a list or ``"0-4"``)."""
-    from dpaudit.data import DATASETS
-    from dpaudit.data.subsets import parse_classes
+    from dpaudit.app.runs.grid_checks import inversion_classes
 
-    key = "attacks.inversion.classes"
-    if value is None:
-        return None
-    items = value if isinstance(value, list) else [value]
-    if any(isinstance(x, bool) or not isinstance(x, (int, str)) for x in items):
-        raise _fail(key, f'must be labels (integers) or ranges such as "0-4", got {value!r}')
     try:
-        return list(parse_classes(",".join(str(x) for x in items), argument=key, num_classes=DATASETS[dataset].num_classes, example='[0, 3, 7] or "0-4"'))
+        return inversion_classes("attacks.inversion.classes", value, dataset=dataset)
     except ValueError as exc:
-        raise GridError(f"{exc} (the {dataset} dataset has {DATASETS[dataset].num_classes} classes)") from None
+        raise GridError(str(exc)) from None
 
 
 def _attack_names(section: str, value: Any, registry: Mapping[str, Any]) -> list[str]:
@@ -769,25 +740,9 @@ class CompareSpec:
             raise ValueError(f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
         if not isinstance(self.i_know, bool):
             raise TypeError(f"i_know must be a bool, got {self.i_know!r}")
-        self._check_size()
+        from dpaudit.app.runs.grid_checks import check_plan
 
-    def _check_size(self) -> None:
-        """The grid's sizes against their limits, and its estimated time against the hour after
-        which ``train`` and ``audit`` announce a run: above either, only with ``i_know``."""
-        from dpaudit.app.estimate import LONG_RUN_SECONDS, announce_if_long, describe_duration
-        from dpaudit.app.runs.grid_checks import count_jobs, estimate_seconds, plan_problems
-
-        problems = plan_problems(self.grid)
-        if problems and not self.i_know:
-            raise GridError(problems[0])
-        seconds = estimate_seconds(self.grid, data_root=self.data_root, workers=1 if self.executor == "serial" else self.num_workers)
-        if seconds > LONG_RUN_SECONDS and not self.i_know:
-            raise GridError(
-                f"the grid ({count_jobs(self.grid):,} jobs) is estimated to take {describe_duration(seconds)} on this machine, above {LONG_RUN_SECONDS / 3600:g} h; "
-                "fewer settings, seeds, epochs or shadows shorten it; pass --i-know to run it anyway"
-            )
-        if self.progress:
-            announce_if_long(seconds, f"the grid ({count_jobs(self.grid):,} jobs)", hint="--num-workers changes it")
+        check_plan(self.grid, i_know=self.i_know, data_root=self.data_root, workers=1 if self.executor == "serial" else self.num_workers, progress=self.progress)
 
 
 _EVALUATIONS: dict[str, Callable[..., dict[str, Any]]] = {"membership": membership_job, "evasion": evasion_job, "inversion": inversion_job}

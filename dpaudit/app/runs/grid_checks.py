@@ -25,7 +25,20 @@ from typing import Any
 
 from dpaudit.options import LIMIT_ATTR, SizeLimit, option_specs
 
-__all__ = ["JOB_LIMIT", "SECTION_FLAGS", "above_limit", "count_jobs", "estimate_seconds", "plan_problems", "section_value", "setting_limits", "verb_flag"]
+__all__ = [
+    "JOB_LIMIT",
+    "SECTION_FLAGS",
+    "above_limit",
+    "count_jobs",
+    "estimate_seconds",
+    "fails_alone",
+    "inversion_classes",
+    "plan_problems",
+    "section_value",
+    "setting_limits",
+    "verb_flag",
+    "wrong_kind",
+]
 
 #: The most jobs a grid runs without ``--i-know``: a 2,000-value sweep or 500 seeds is far more
 #: often a typo than a plan, and would train for days.
@@ -114,6 +127,50 @@ def section_value(key: str, value: Any, verb: str, flag: str) -> Any:
     return converted
 
 
+def wrong_kind(kind: type | None, value: Any) -> str | None:
+    """What a setting value should have been, when its TOML type is not its option's kind (a
+    config does not check every type itself: ``baselines = "no"`` would read as true)."""
+    if kind is None or value is None or isinstance(value, list):
+        return None
+    if kind is bool:
+        return None if isinstance(value, bool) else "true or false"
+    if kind in (int, float):
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
+    if kind is str:
+        return None if isinstance(value, str) else "a string"
+    return None
+
+
+def fails_alone(config_type: type, key: str, value: Any) -> bool:
+    """Whether a config refuses ``key=value`` with every other field at its default."""
+    try:
+        config_type(**{key: tuple(value) if isinstance(value, list) else value})
+    except (TypeError, ValueError):
+        return True
+    return False
+
+
+def inversion_classes(key: str, value: Any, *, dataset: str) -> list[int] | None:
+    """``attacks.inversion.classes``: labels of the dataset, as ``--classes`` takes them (a list or ``"0-4"``).
+
+    Raises:
+        ValueError: not labels, repeated, or outside the dataset's classes (naming ``key``).
+    """
+    from dpaudit.data import DATASETS
+    from dpaudit.data.subsets import parse_classes
+
+    if value is None:
+        return None
+    items = value if isinstance(value, list) else [value]
+    if any(isinstance(x, bool) or not isinstance(x, (int, str)) for x in items):
+        raise ValueError(f'{key}: must be labels (integers) or ranges such as "0-4", got {value!r}')
+    num_classes = DATASETS[dataset].num_classes
+    try:
+        return list(parse_classes(",".join(str(x) for x in items), argument=key, num_classes=num_classes, example='[0, 3, 7] or "0-4"'))
+    except ValueError as exc:
+        raise ValueError(f"{exc} (the {dataset} dataset has {num_classes} classes)") from None
+
+
 def setting_limits(defense: str) -> dict[str, SizeLimit]:
     """Config field → its documented limit, for a registered defense."""
     from defenses import DEFENSES
@@ -197,3 +254,26 @@ def estimate_seconds(grid: Any, *, data_root: str | None, workers: int | None) -
         per = seconds_per_example(base.model, input_shape=info.input_shape, num_classes=source.num_classes, device=grid.device, model_options=dict(base.model_options))
         total += len(grid.seeds) * grid.membership["num_shadows"] * float(grid.membership["shadow_epochs"] or 10) * members * per
     return total / max(1, workers or os.cpu_count() or 1)
+
+
+def check_plan(grid: Any, *, i_know: bool, data_root: str | None, workers: int | None, progress: bool) -> None:
+    """A grid's sizes against their limits, and its estimated time against the hour after which
+    ``train`` and ``audit`` announce a run: above either, only with ``i_know`` (then announced).
+
+    Raises:
+        GridError: the first size above its limit, or the estimate, with what to change.
+    """
+    from dpaudit.app.estimate import LONG_RUN_SECONDS, announce_if_long, describe_duration
+    from dpaudit.app.runs.compare import GridError
+
+    problems = plan_problems(grid)
+    if problems and not i_know:
+        raise GridError(problems[0])
+    seconds = estimate_seconds(grid, data_root=data_root, workers=workers)
+    if seconds > LONG_RUN_SECONDS and not i_know:
+        raise GridError(
+            f"the grid ({count_jobs(grid):,} jobs) is estimated to take {describe_duration(seconds)} on this machine, above {LONG_RUN_SECONDS / 3600:g} h; "
+            "fewer settings, seeds, epochs or shadows shorten it; pass --i-know to run it anyway"
+        )
+    if progress:
+        announce_if_long(seconds, f"the grid ({count_jobs(grid):,} jobs)", hint="--num-workers changes it")
