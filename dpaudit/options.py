@@ -172,12 +172,15 @@ class OptionConflictError(ValueError):
     """Two configs declare the same flag with different meanings."""
 
 
+_KIND_NAMES = {int: "an integer", float: "a number", str: "a string"}
+
+
 def _argparse_type(spec: OptionSpec) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
             value = spec.kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{spec.flag} expects a {spec.kind.__name__}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"{spec.flag} expects {_KIND_NAMES.get(spec.kind, 'a ' + spec.kind.__name__)}, got {text!r}") from None
         if spec.check is not None:
             try:
                 value = spec.check(spec.flag, value)

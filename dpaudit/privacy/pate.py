@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,6 +174,18 @@ def _counts(counts: Any) -> np.ndarray:
     if arr.ndim != 1:
         raise v.invalid("counts", f"counts must be 1-D (one query's votes per class), got shape {arr.shape}")
     return check_votes(arr[None, :])[0]
+
+
+#: Queries between two calls of an analysis's ``progress`` callback.
+PROGRESS_EVERY = 1000
+
+
+def _rows(arr: np.ndarray, progress: Callable[[int], None] | None) -> Iterator[np.ndarray]:
+    """The rows of a vote matrix, calling ``progress(n)`` after every ``n`` rows (a long analysis is never silent)."""
+    for start in range(0, arr.shape[0], PROGRESS_EVERY):
+        yield from arr[start : start + PROGRESS_EVERY]
+        if progress is not None:
+            progress(min(PROGRESS_EVERY, arr.shape[0] - start))
 
 
 def _orders(orders: Any, name: str = "orders") -> np.ndarray:
@@ -560,7 +573,7 @@ def _analysis(orders: np.ndarray, ind: np.ndarray, dep: np.ndarray, delta: float
     )
 
 
-def analyze_lnmax(votes: Any, *, laplace_scale: float, delta: float, moment_orders: ArrayLike = LNMAX_MOMENT_ORDERS) -> PateAnalysis:
+def analyze_lnmax(votes: Any, *, laplace_scale: float, delta: float, moment_orders: ArrayLike = LNMAX_MOMENT_ORDERS, progress: Callable[[int], None] | None = None) -> PateAnalysis:
     """The 2017 moments analysis of LNMax over a vote matrix (Papernot et al. 2017, Theorems 2-3).
 
     α's add over queries; ε = min_l (α(l) + ln(1/δ))/l, i.e. the standard conversion at RDP
@@ -571,6 +584,7 @@ def analyze_lnmax(votes: Any, *, laplace_scale: float, delta: float, moment_orde
         laplace_scale: b = 1/γ.
         delta: the δ.
         moment_orders: the l's (default 1..8, as the 2017 code).
+        progress: called with the number of queries analysed since its last call.
     """
     arr = check_votes(votes)
     b = v.positive("laplace_scale", laplace_scale)
@@ -578,21 +592,24 @@ def analyze_lnmax(votes: Any, *, laplace_scale: float, delta: float, moment_orde
     ls = np.atleast_1d(np.asarray(moment_orders, dtype=float))
     ind = lnmax_log_moments(arr[0], laplace_scale=b, moment_orders=ls, data_dependent=False) * arr.shape[0]
     dep = np.zeros_like(ind)
-    for row in arr:
+    for row in _rows(arr, progress):
         dep += lnmax_log_moments(row, laplace_scale=b, moment_orders=ls)
     return _analysis(ls + 1.0, ind / ls, dep / ls, d, aggregator="lnmax", num_queries=int(arr.shape[0]))
 
 
-def analyze_gnmax(votes: Any, *, sigma: float, delta: float, orders: ArrayLike = GNMAX_ORDERS) -> PateAnalysis:
-    """RDP analysis of GNMax over a vote matrix (2018, Theorem 6 / Proposition 8); RDP adds over queries."""
+def analyze_gnmax(votes: Any, *, sigma: float, delta: float, orders: ArrayLike = GNMAX_ORDERS, progress: Callable[[int], None] | None = None) -> PateAnalysis:
+    """RDP analysis of GNMax over a vote matrix (2018, Theorem 6 / Proposition 8); RDP adds over queries.
+
+    ``progress`` is called with the number of queries analysed since its last call.
+    """
     arr = check_votes(votes)
     s = v.positive("sigma", sigma)
     d = v.open_unit("delta", delta)
     lam = _orders(orders)
     ind = _per_variance(arr.shape[0] * lam, s)
     dep = np.zeros_like(lam)
-    for row in arr.astype(float):
-        dep += _rdp_from_log_q(_log_q_gaussian(row, s), s, lam)
+    for row in _rows(arr, progress):
+        dep += _rdp_from_log_q(_log_q_gaussian(row.astype(float), s), s, lam)
     return _analysis(lam, ind, dep, d, aggregator="gnmax", num_queries=int(arr.shape[0]))
 
 
@@ -605,6 +622,7 @@ def analyze_confident_gnmax(
     delta: float,
     orders: ArrayLike = GNMAX_ORDERS,
     answered: Any = None,
+    progress: Callable[[int], None] | None = None,
 ) -> PateAnalysis:
     """RDP analysis of Confident-GNMax over a vote matrix (2018, Algorithm 1, §4.1, Theorem 6).
 
@@ -623,6 +641,7 @@ def analyze_confident_gnmax(
         delta: the δ.
         orders: RDP orders.
         answered: optional boolean mask of the answered queries.
+        progress: called with the number of queries analysed since its last call.
     """
     arr = check_votes(votes)
     t, s1 = _threshold_step(threshold, threshold_sigma)
@@ -639,7 +658,8 @@ def analyze_confident_gnmax(
     ind = _per_variance(k * lam / 2.0, s1) + _per_variance(charged * lam, s2)
     dep = np.zeros_like(lam)
     expected = 0.0
-    for i, row in enumerate(arr.astype(float)):
+    for i, row in enumerate(_rows(arr, progress)):
+        row = row.astype(float)
         logp = float(special.log_ndtr((row.max() - t) / s1))
         p = math.exp(logp)
         expected += p
@@ -912,7 +932,16 @@ def _release_order_arg(order: float | None, public: float) -> tuple[float, str]:
 
 
 def release_gnmax_epsilon(
-    votes: Any, *, sigma: float, delta: float, beta: float, sigma_ss: float, seed: int | None = None, order: float | None = None, orders: ArrayLike = GNMAX_ORDERS
+    votes: Any,
+    *,
+    sigma: float,
+    delta: float,
+    beta: float,
+    sigma_ss: float,
+    seed: int | None = None,
+    order: float | None = None,
+    orders: ArrayLike = GNMAX_ORDERS,
+    progress: Callable[[int], None] | None = None,
 ) -> SmoothSensitivityRelease:
     """Publishes a noisy estimate of GNMax's data-dependent ε by GNSS (2018, §4.2, Theorem 23, Algorithm GNSS).
 
@@ -933,6 +962,7 @@ def release_gnmax_epsilon(
         order: the order λ, fixed without looking at the votes; by default
             :func:`release_order` from the public parameters.
         orders: the candidate orders of :func:`release_order`.
+        progress: called with the number of queries processed since its last call.
 
     Returns:
         The release: publishable values only (no smooth sensitivity, no noise, no private ε).
@@ -948,16 +978,16 @@ def release_gnmax_epsilon(
     lam, rule = _release_order_arg(order, public)
     gnss_rdp(beta=b, sigma_ss=ss_sigma, order=lam)  # refuses λ outside (1, 1/(2β)) before the work
     _check_release_sigma("sigma", s, lam)
-    total_rdp, total_ls = _gnmax_release_inputs(arr, s, lam)
+    total_rdp, total_ls = _gnmax_release_inputs(arr, s, lam, progress)
     return _release(total_rdp, total_ls, lam, rule, d, b, ss_sigma, sd, aggregator="gnmax")
 
 
-def _gnmax_release_inputs(arr: np.ndarray, sigma: float, lam: float) -> tuple[float, np.ndarray]:
+def _gnmax_release_inputs(arr: np.ndarray, sigma: float, lam: float, progress: Callable[[int], None] | None = None) -> tuple[float, np.ndarray]:
     """(the data-dependent total RDP at λ, its local sensitivity at each distance): private values."""
     teachers = int(arr[0].sum())
     total_rdp = 0.0
     total_ls = np.zeros(teachers)
-    for row in arr:
+    for row in _rows(arr, progress):
         # The released function must be the one whose sensitivity is bounded: the data-dependent
         # bound below q0 and λ/σ² above (never below the min used by analyze_gnmax).
         total_rdp += _rdp_at(_log_q_gaussian(row.astype(float), sigma), sigma, lam)
@@ -1048,6 +1078,7 @@ def release_confident_gnmax_epsilon(
     seed: int | None = None,
     order: float | None = None,
     orders: ArrayLike = GNMAX_ORDERS,
+    progress: Callable[[int], None] | None = None,
 ) -> SmoothSensitivityRelease:
     """Publishes a noisy estimate of Confident-GNMax's realised data-dependent ε by GNSS (2018, §4.2, Theorem 23).
 
@@ -1072,6 +1103,7 @@ def release_confident_gnmax_epsilon(
         order: the order λ, fixed without looking at the votes; by default
             :func:`release_order` from the public parameters (queries, answered count, σ1, σ2, δ, β, σ_ss).
         orders: the candidate orders of :func:`release_order`.
+        progress: called with the number of queries processed since its last call.
     """
     arr = check_votes(votes)
     t, s1 = _threshold_step(threshold, threshold_sigma)
@@ -1096,7 +1128,7 @@ def release_confident_gnmax_epsilon(
     rdp_by_max = _threshold_rdp_by_max(teachers, t, s1, float(lam))
     total_rdp = 0.0
     total_ls = np.zeros(teachers)
-    for row, ans in zip(arr, mask):
+    for row, ans in zip(_rows(arr, progress), mask):
         total_rdp += float(rdp_by_max[int(row.max())])
         total_ls += _threshold_ls(int(row.max()), teachers, t, s1, float(lam))
         if ans:

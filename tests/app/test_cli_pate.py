@@ -179,3 +179,61 @@ def test_audit_help_does_not_import_torch() -> None:
     code = "import sys\nfrom dpaudit.app.cli import build_parser\nbuild_parser(['pate', 'audit', '--help'])\nprint('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False"
+
+
+# ----------------------------------------------------------------------------- analyze limits (issue 31)
+def _header_only(path: Path, shape: tuple[int, int]) -> str:
+    """A .npy that declares ``shape`` but holds no data: the limit must be read from the header."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype("<i8")), "fortran_order": False, "shape": shape})
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("shape", "extra", "needle"),
+    [
+        ((1_000_000, 10), [], "holds 1,000,000 queries, above the limit 100,000"),
+        ((10_000, 10_000), [], "holds 10,000 x 10,000 = 100,000,000 counts, above the limit 10,000,000 (the analysis holds about 24 bytes per count: 2.4 GB)"),
+        ((20_000, 10), ["--smooth-sensitivity-beta", "0.03", "--smooth-sensitivity-sigma", "15"], "holds 20,000 queries, above the limit 10,000 of the smooth-sensitivity release"),
+    ],
+    ids=["queries", "memory", "release"],
+)
+def test_analyze_limit_needs_i_know(cli, tmp_path: Path, shape: tuple[int, int], extra: list[str], needle: str) -> None:
+    """Issue 31 item 4: an over-limit vote matrix is refused from its header, before loading it."""
+    votes = _header_only(tmp_path / "big.npy", shape)
+    code, out, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "40", *extra)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert needle in err and "pass --i-know" in err and "--votes" in err
+    # With --i-know it goes on to load the file (here: no data behind the header).
+    code, _, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "40", *extra, "--i-know")
+    assert code == 2 and "could only read 0 elements" in err
+
+
+def test_analyze_limit_with_i_know_runs_and_shows_progress(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beyond a (here lowered) limit --i-know runs it; a long analysis shows its progress on stderr."""
+    from dpaudit.app.verbs import pate as verb
+
+    monkeypatch.setattr(verb, "MAX_QUERIES", 100)
+    monkeypatch.setattr(verb, "PROGRESS_QUERIES", 100)
+    monkeypatch.setattr(pate, "PROGRESS_EVERY", 50)
+    votes = _votes(tmp_path, [ROW], 300)
+    code, _, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "40")
+    assert code == 2 and "holds 300 queries, above the limit 100" in err
+    code, out, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "40", "--i-know", "--json")
+    assert code == 0, err
+    assert json.loads(out)["num_queries"] == 300
+    assert "pate analyze: queries" in err and "300/300" in err
+
+
+def test_analyze_progress_counts_every_query() -> None:
+    seen: list[int] = []
+    votes = np.array([ROW] * 2_345)
+    plain = pate.analyze_gnmax(votes, sigma=40, delta=1e-5)
+    assert pate.analyze_gnmax(votes, sigma=40, delta=1e-5, progress=seen.append) == plain
+    assert sum(seen) == 2_345 and len(seen) == 3
+
+
+def test_analyze_help_documents_the_limits(cli) -> None:
+    code, out, _ = cli.run_exit("pate", "analyze", "--help")
+    text = " ".join(out.split())
+    assert code == 0 and "--i-know" in text and "100,000 queries" in text and "10,000,000 counts" in text and "10,000 queries" in text

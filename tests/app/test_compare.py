@@ -78,7 +78,7 @@ def test_grid_expands_lists_and_adds_nothing_when_the_baseline_is_listed(tmp_pat
     assert grid.num_bounds() == 2  # two attacks × one seed, no audit
     assert grid.bound_confidence() == pytest.approx(0.975)
     # An audit's ε_LB competes for the row's best too: it is one more bound to pay for.
-    audited = parse_grid({"attacks": {"membership": {"attacks": ["loss", "lira"]}, "audit": {}}, "seeds": [0, 1]})
+    audited = parse_grid({"defenses": [{"defense": "dpsgd", "target_epsilon": 2.0, "epochs": 2}], "attacks": {"membership": {"attacks": ["loss", "lira"]}, "audit": {}}, "seeds": [0, 1]})
     assert audited.num_bounds() == 5 and audited.bound_confidence() == pytest.approx(0.99)
 
 
@@ -93,7 +93,7 @@ def test_baseline_is_always_part_of_the_grid() -> None:
         ({"defenses": [{"defense": "dpsdg"}]}, "defenses[0].defense: unknown defense 'dpsdg'"),
         ({"defenses": [{"defense": "dpsgd", "noise_multiplyer": 1.0}]}, "defenses[0].noise_multiplyer: the dpsgd defense has no parameter"),
         ({"defenses": [{"defense": "dpsgd", "target_epsilon": []}]}, "defenses[0].target_epsilon: an empty list"),
-        ({"defenses": [{"defense": "dpsgd", "clip_norm": -1.0}]}, "defenses[0]: dpsgd: clip_norm"),
+        ({"defenses": [{"defense": "dpsgd", "clip_norm": -1.0}]}, "defenses[0].clip_norm must be"),
         ({"attacks": {"membership": {"attacks": ["lira", "lria"]}}}, "attacks.membership.attacks: unknown membership attack 'lria'"),
         ({"attacks": {"membership": {"attacks": []}}}, "attacks.membership.attacks: an empty list"),
         ({"attacks": {"evasion": {"attacks": ["pgd"], "radii": []}}}, "attacks.evasion.radii: an empty list"),
@@ -106,7 +106,7 @@ def test_baseline_is_always_part_of_the_grid() -> None:
 )
 def test_bad_grids_name_the_key(data: dict, key: str) -> None:
     with pytest.raises(GridError) as info:
-        parse_grid({"dataset": "digits", **data})
+        parse_grid({"dataset": "digits", "defenses": [{"defense": "nonprivate"}], **data})
     assert key in str(info.value) and "\n" not in str(info.value)
 
 
@@ -300,3 +300,127 @@ def test_audit_section_audits_each_dp_setting(tmp_path: Path) -> None:
     assert audit.confidence == grid.bound_confidence() == grid.confidence  # the only bound of the row
     row = result.row("dpsgd")
     assert row.epsilon_lb == audit.epsilon_lb and row.verdict == "no violation"
+
+
+# ----------------------------------------------------------------------------- limits (issue 31)
+_DP = {"defense": "dpsgd", "target_epsilon": 2.0, "epochs": 2}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"defenses": [{"defense": "dpsgd", "target_epsilon": 1.0, "epochs": 100_000_000}]}, "defenses[0].epochs=100,000,000 is above the limit 10,000"),
+        ({"defenses": [_DP], "attacks": {"membership": {"num_shadows": 100_000}}}, "attacks.membership.num_shadows=100,000 is above the limit 1,024"),
+        (
+            {"defenses": [{"defense": "nonprivate", "learning_rate": [0.001 * (i + 1) for i in range(2000)]}], "attacks": {"membership": {}, "evasion": {}, "inversion": {}}},
+            "the grid makes 8,000 jobs",
+        ),
+        ({"seeds": list(range(500)), "defenses": [_DP, {"defense": "pate"}, {"defense": "smoothing"}], "attacks": {"membership": {}, "evasion": {}, "inversion": {}}}, "the grid makes 8,000 jobs"),
+    ],
+    ids=["epochs-1e8", "shadows-1e5", "sweep-2000", "seeds-500"],
+)
+def test_grid_limit_needs_i_know(data: dict, message: str) -> None:
+    """Issue 31 item 4: a grid's sizes pass the same limits as the flags (and a whole-grid job limit)."""
+    with pytest.raises(GridError) as info:
+        parse_grid(data)
+    assert message in str(info.value) and "pass --i-know" in str(info.value) and "\n" not in str(info.value)
+    grid = parse_grid(data, i_know=True)
+    # The runs API is gated too: a grid parsed with i_know still needs the spec's i_know.
+    with pytest.raises(GridError, match="pass --i-know"):
+        CompareSpec(grid=grid, executor="serial", progress=False)
+
+
+def test_grid_limit_spec_with_i_know(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpaudit.app.runs import grid_checks
+
+    monkeypatch.setattr(grid_checks, "estimate_seconds", lambda *a, **k: 0.0)
+    grid = parse_grid({"defenses": [{"defense": "dpsgd", "target_epsilon": 1.0, "epochs": 100_000_000}]}, i_know=True)
+    assert CompareSpec(grid=grid, executor="serial", progress=False, i_know=True).i_know
+
+
+def test_grid_limit_on_estimated_time(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A grid estimated above an hour needs --i-know (and announces itself with it)."""
+    from dpaudit.app.runs import grid_checks
+
+    monkeypatch.setattr(grid_checks, "estimate_seconds", lambda *a, **k: 3 * 3600.0)
+    grid = parse_grid({"defenses": [_DP]})
+    with pytest.raises(GridError, match=r"estimated to take about 3 h .*pass --i-know"):
+        CompareSpec(grid=grid, executor="serial", progress=False)
+    CompareSpec(grid=grid, executor="serial", progress=True, i_know=True)
+    assert "about 3 h" in capsys.readouterr().err
+
+
+def test_grid_limit_estimate_counts_the_trainings() -> None:
+    """The estimate grows with what the grid trains (epochs x settings x seeds, shadows)."""
+    from dpaudit.app.runs.grid_checks import estimate_seconds
+
+    small = estimate_seconds(parse_grid({"defenses": [{"defense": "nonprivate", "epochs": 2}]}), data_root=None, workers=1)
+    big = estimate_seconds(parse_grid({"seeds": [0, 1], "defenses": [{"defense": "nonprivate", "epochs": 20}], "attacks": {"membership": {"num_shadows": 4}}}), data_root=None, workers=1)
+    assert 0 < small and big > 10 * small
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"inversion": {"classes": [0, 11]}}, "attacks.inversion.classes must be distinct 0..9 labels"),
+        ({"inversion": {"classes": "0-4"}}, None),
+        ({"inversion": {"classes": [0, "x"]}}, "attacks.inversion.classes must be labels"),
+        ({"inversion": {"iterations": 0}}, "attacks.inversion.iterations must be an integer >= 1"),
+        ({"membership": {"num_samples": -1}}, "attacks.membership.num_samples must be an integer >= 1, got -1"),
+        ({"membership": {"num_shadows": "16"}}, "attacks.membership.num_shadows must be a number, got '16'"),
+        ({"evasion": {"num_draws": 1}}, "attacks.evasion.num_draws must be an integer >= 2"),
+        ({"evasion": {"certify": "no"}}, "attacks.evasion.certify: must be true or false"),
+        ({"audit": {"threat": "grey-box"}}, "attacks.audit.threat must be one of black-box, white-box"),
+        ({"audit": {"num_trials": True}}, "attacks.audit.num_trials must be a number"),
+    ],
+)
+def test_grid_values_checked_at_parse_time(section: dict, message: str | None) -> None:
+    """Issue 31 item 6: every section value is checked when the grid is read, naming the TOML key."""
+    data = {"defenses": [_DP], "attacks": section}
+    if message is None:
+        assert parse_grid(data).inversion["classes"] == [0, 1, 2, 3, 4]
+        return
+    with pytest.raises(GridError) as info:
+        parse_grid(data)
+    assert message in str(info.value), str(info.value)
+
+
+def test_grid_setting_kind_checked() -> None:
+    with pytest.raises(GridError, match=r"defenses\[0\]\.baselines: must be true or false"):
+        parse_grid({"defenses": [{"defense": "dssgd", "baselines": "no"}]})
+
+
+def test_grid_empty_file_exits_2_naming_the_file(cli, tmp_path: Path) -> None:
+    """Issue 31 item 6: an empty grid is refused (it used to train the baseline alone)."""
+    path = tmp_path / "empty.toml"
+    path.write_text("")
+    code, out, err = cli.run("compare", "--config", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert str(path) in err and "[[defenses]]" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_grid_limit_cli_refuses_before_any_job(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI names the file and key; with --i-know the grid gets as far as running."""
+
+    class Ran(BaseException):
+        pass
+
+    def ran(*args: object, **kwargs: object) -> None:
+        raise Ran
+
+    monkeypatch.setattr(cmp, "run_compare", ran)
+    monkeypatch.setattr(cmp, "train_job", ran)
+    path = _grid(tmp_path, '[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 1.0\nepochs = 100000000\n')
+    code, out, err = cli.run("compare", "--config", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"--config {path}: defenses[0].epochs=100,000,000 is above the limit 10,000" in err and "pass --i-know" in err
+    path = _grid(tmp_path, '[[defenses]]\ndefense = "nonprivate"\nepochs = 1\n[attacks.inversion]\nclasses = [0, 11]\n')
+    code, _, err = cli.run("compare", "--config", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and "attacks.inversion.classes" in err and "--classes" not in err
+    from dpaudit.app.runs import grid_checks
+
+    monkeypatch.setattr(grid_checks, "estimate_seconds", lambda *a, **k: 0.0)
+    path = _grid(tmp_path, '[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 1.0\nepochs = 100000000\n')
+    with pytest.raises(Ran):
+        cli.run("compare", "--config", str(path), "--out", str(tmp_path / "run"), "--i-know")

@@ -97,6 +97,7 @@ class Setting:
         parameters: config field → value.
         model: zoo architecture.
         model_options: its options.
+        origin: the grid table it came from (``defenses[1]``), for messages; not part of its key.
     """
 
     label: str
@@ -105,6 +106,7 @@ class Setting:
     parameters: Mapping[str, Any]
     model: str
     model_options: Mapping[str, Any] = field(default_factory=dict)
+    origin: str = ""
 
     def key(self) -> dict[str, Any]:
         return {"defense": self.defense, "parameters": dict(self.parameters), "model": self.model, "model_options": dict(self.model_options)}
@@ -172,6 +174,8 @@ def _label_value(x: Any) -> str:
 
 def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_options: Mapping[str, Any]) -> list[Setting]:
     from defenses import DEFENSES
+    from dpaudit.app.runs.grid_checks import fails_alone, wrong_kind
+    from dpaudit.options import option_specs
 
     where = f"defenses[{index}]"
     if not isinstance(table, Mapping):
@@ -194,6 +198,12 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
         # target, rather than DP-SGD's other reading (σ fixed, train until the budget is spent).
         params["noise_multiplier"] = None
     swept = {k: _as_list(f"{where}.{k}", val) for k, val in params.items()}
+    kinds = {o.field: o.kind for o in option_specs(spec.config_type)}
+    for k, values in swept.items():
+        for x in values:
+            wrong = wrong_kind(kinds.get(k), x)
+            if wrong:
+                raise _fail(f"{where}.{k}", f"must be {wrong} for the {name} defense, got {x!r}")
     names = list(swept)
     settings = []
     for combo in itertools.product(*(swept[k] for k in names)):
@@ -201,7 +211,16 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
         try:
             spec.config_type(**{k: (tuple(x) if isinstance(x, list) else x) for k, x in chosen.items()})
         except (TypeError, ValueError) as exc:
-            raise GridError(f"{where}: {name}: {exc}", argument=_key_of(where, exc)) from None
+            # The config names its field first ("epochs must be ..."): name the grid key instead.
+            field_name = str(exc).split(" ", 1)[0]
+            if field_name in chosen:
+                raise GridError(f"{where}.{exc} (the {name} defense)", argument=f"{where}.{field_name}") from None
+            # A nested config may word it by its own name (PATE's student "epochs"): the key
+            # that fails on its own is the one to name.
+            alone = next((k for k in chosen if fails_alone(spec.config_type, k, chosen[k])), None)
+            if alone is not None:
+                raise _fail(f"{where}.{alone}", f"{chosen[alone]!r} refused by the {name} defense: {exc}") from None
+            raise _fail(where, f"{name}: {exc}") from None
         multi = [k for k in names if len(swept[k]) > 1]
         base = table.get("label") or name
         label = base + "".join(f"-{k}={_label_value(chosen[k])}" for k in multi)
@@ -213,9 +232,40 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
                 parameters=chosen,
                 model=str(table.get("model", model)),
                 model_options=dict(table.get("model_options", model_options)),
+                origin=where,
             )
         )
     return settings
+
+
+def _sweep_size(table: Any) -> int:
+    """How many settings a ``[[defenses]]`` table expands into, before expanding it."""
+    if not isinstance(table, Mapping):
+        return 1
+    return math.prod(len(x) if isinstance(x, list) else 1 for k, x in table.items() if k not in _SETTING_KEYS)
+
+
+def _section(section: str, table: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """A section's numeric or choice value, checked by the validator of the flag it stands for."""
+    from dpaudit.app.runs.grid_checks import SECTION_FLAGS, section_value
+
+    value = table.get(key, default)
+    if value is None:
+        return None
+    verb, flag = SECTION_FLAGS[section][key]
+    try:
+        return section_value(f"attacks.{section}.{key}", value, verb, flag)
+    except ValueError as exc:
+        raise GridError(str(exc), argument=f"attacks.{section}.{key}") from None
+
+
+def _classes(value: Any, *, dataset: str) -> list[int] | None:
+    from dpaudit.app.runs.grid_checks import inversion_classes
+
+    try:
+        return inversion_classes("attacks.inversion.classes", value, dataset=dataset)
+    except ValueError as exc:
+        raise GridError(str(exc)) from None
 
 
 def _attack_names(section: str, value: Any, registry: Mapping[str, Any]) -> list[str]:
@@ -228,16 +278,27 @@ def _attack_names(section: str, value: Any, registry: Mapping[str, Any]) -> list
     return names
 
 
-def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
+def parse_grid(data: Mapping[str, Any], *, source: str = "grid", i_know: bool = False) -> CompareGrid:
     """Validates a grid (the TOML's tables) into a :class:`CompareGrid`.
+
+    Every value is checked here, before any job starts, by the validator of the flag it stands
+    for (:mod:`dpaudit.app.runs.grid_checks`), and every size against its documented limit.
+
+    Args:
+        data: the grid's tables.
+        source: where it came from (a file name), for the grid's default name.
+        i_know: accept sizes above the documented limits (a setting's or section's value, the
+            number of jobs), as ``--i-know`` does.
 
     Raises:
         GridError: one line naming the offending key — an unknown defense or attack, a
-            parameter the defense does not have, an empty list, a bad value.
+            parameter the defense does not have, an empty list, a bad value, a size above its
+            limit (without ``i_know``), a grid without ``[[defenses]]``.
     """
     from attacks.evasion import EVASION_ATTACKS
     from attacks.inversion import INVERSION_ATTACKS
     from attacks.membership import MEMBERSHIP_ATTACKS
+    from dpaudit.app.runs.grid_checks import JOB_LIMIT, plan_problems
     from dpaudit.data import DATASETS
     from dpaudit.models import MODELS
 
@@ -267,6 +328,14 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
     tables = data.get("defenses", [])
     if not isinstance(tables, list):
         raise _fail("defenses", "must be an array of tables ([[defenses]])")
+    if not tables:
+        # An empty file would otherwise train the baseline alone: almost surely the wrong file.
+        raise _fail("defenses", "the grid has no [[defenses]] table; a grid compares at least one defense with the non-private baseline (see examples/compare-digits.toml)")
+    planned = sum(_sweep_size(t) for t in tables) * len(seeds)
+    if planned > 100 * JOB_LIMIT.maximum and not i_know:  # counted before expanding, so that a sweep of millions does not hang here
+        raise GridError(
+            f"the grid makes at least {planned:,} jobs ({planned // len(seeds):,} settings x {len(seeds):,} seed(s)), above the limit {JOB_LIMIT.maximum:,.0f} ({JOB_LIMIT.why}); pass --i-know to run it anyway"
+        )
     settings: list[Setting] = []
     for i, table in enumerate(tables):
         settings.extend(_expand_setting(i, table, model=model, model_options=model_options))
@@ -300,17 +369,20 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
         shadows = mem.get("shadows", "shared")
         if shadows not in ("shared", "target"):
             raise _fail("attacks.membership.shadows", f"must be 'shared' (one non-private pool for every target) or 'target' (each target's own recipe), got {shadows!r}")
-        try:
-            mem = {
-                "attacks": names,
-                "num_samples": None if mem.get("num_samples") is None else v.integer("num_samples", mem["num_samples"], minimum=1),
-                "num_shadows": v.integer("num_shadows", mem.get("num_shadows", 16), minimum=2),
-                "shadows": shadows,
-                "shadow_epochs": None if mem.get("shadow_epochs") is None else v.integer("shadow_epochs", mem["shadow_epochs"], minimum=1),
-                "num_population": v.integer("num_population", mem.get("num_population", 1000), minimum=1),
-            }
-        except (TypeError, ValueError) as exc:
-            raise GridError(f"attacks.membership: {exc}", argument=_key_of("attacks.membership", exc)) from None
+        mem = {
+            "attacks": names,
+            "num_samples": _section("membership", mem, "num_samples"),
+            "num_shadows": _section("membership", mem, "num_shadows", 16),
+            "shadows": shadows,
+            "shadow_epochs": _section("membership", mem, "shadow_epochs"),
+            "num_population": _section("membership", mem, "num_population", 1000),
+        }
+        if mem["num_shadows"] < 2:
+            raise _fail("attacks.membership.num_shadows", f"must be at least 2 (shadow models in and out of each sample), got {mem['num_shadows']!r}")
+        if mem["shadow_epochs"] is not None and not float(mem["shadow_epochs"]).is_integer():
+            raise _fail("attacks.membership.shadow_epochs", f"must be a whole number (the shadows train non-privately), got {mem['shadow_epochs']!r}")
+        if mem["shadow_epochs"] is not None:
+            mem["shadow_epochs"] = int(mem["shadow_epochs"])
     eva = sections["evasion"]
     if eva is not None:
         names = _attack_names("evasion", eva.get("attacks", ["fgsm", "pgd"]), EVASION_ATTACKS)
@@ -318,32 +390,37 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
         norm = eva.get("norm", "l2")
         if norm not in ("l2", "linf"):
             raise _fail("attacks.evasion.norm", f"must be 'l2' or 'linf', got {norm!r}")
-        try:
-            eva = {
-                "attacks": names,
-                "radii": [float(r) for r in radii],
-                "norm": norm,
-                "num_examples": v.integer("num_examples", eva.get("num_examples", 200), minimum=1),
-                "eot_samples": None if eva.get("eot_samples") is None else v.integer("eot_samples", eva["eot_samples"], minimum=1),
-                "num_draws": None if eva.get("num_draws") is None else v.integer("num_draws", eva["num_draws"], minimum=2),
-                "certify": bool(eva.get("certify", True)),
-            }
-        except (TypeError, ValueError) as exc:
-            raise GridError(f"attacks.evasion: {exc}", argument=_key_of("attacks.evasion", exc)) from None
+        certify = eva.get("certify", True)
+        if not isinstance(certify, bool):
+            raise _fail("attacks.evasion.certify", f"must be true or false, got {certify!r}")
+        eva = {
+            "attacks": names,
+            "radii": [float(r) for r in radii],
+            "norm": norm,
+            "num_examples": _section("evasion", eva, "num_examples", 200),
+            "eot_samples": _section("evasion", eva, "eot_samples"),
+            "num_draws": _section("evasion", eva, "num_draws"),
+            "certify": certify,
+        }
     inv = sections["inversion"]
     if inv is not None:
         names = _attack_names("inversion", inv.get("attacks", ["mi-face"]), INVERSION_ATTACKS)
         for a in names:
             if INVERSION_ATTACKS[a].prior is not None:
                 raise _fail("attacks.inversion.attacks", f"{a!r} needs a prior trained on public data, which a grid does not configure yet; use an attack without one (e.g. mi-face)")
-        inv = {"attacks": names, "classes": inv.get("classes"), "evaluator_epochs": inv.get("evaluator_epochs"), "iterations": inv.get("iterations")}
+        inv = {
+            "attacks": names,
+            "classes": _classes(inv.get("classes"), dataset=dataset),
+            "evaluator_epochs": _section("inversion", inv, "evaluator_epochs"),
+            "iterations": _section("inversion", inv, "iterations"),
+        }
     aud = sections["audit"]
     if aud is not None:
         method = aud.get("method", "one-run")
         if method not in ("one-run", "multi-run"):
             raise _fail("attacks.audit.method", f"must be 'one-run' or 'multi-run', got {method!r}")
-        aud = {"method": method, **{k: aud[k] for k in ("threat", "num_canaries", "num_trials", "canary") if k in aud}}
-    return CompareGrid(
+        aud = {"method": method, **{k: _section("audit", aud, k) for k in ("threat", "num_canaries", "num_trials", "canary") if k in aud}}
+    grid = CompareGrid(
         name=safe_stem(name, default="compare"),
         dataset=dataset,
         settings=tuple(settings),
@@ -360,10 +437,14 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid") -> CompareGrid:
         audit=aud,
         source=json.loads(json.dumps(to_jsonable(dict(data)))),
     )
+    problems = plan_problems(grid)
+    if problems and not i_know:
+        raise GridError(problems[0])
+    return grid
 
 
-def load_grid(path: str | Path) -> CompareGrid:
-    """Reads a TOML grid (standard library ``tomllib``; ``tomli`` on Python 3.10)."""
+def load_grid(path: str | Path, *, i_know: bool = False) -> CompareGrid:
+    """Reads a TOML grid (standard library ``tomllib``; ``tomli`` on Python 3.10); ``i_know`` as for :func:`parse_grid`."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
@@ -375,7 +456,7 @@ def load_grid(path: str | Path) -> CompareGrid:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise GridError(f"--config: {p} is not valid TOML: {exc}", argument="--config") from None
-    return parse_grid(data, source=str(p))
+    return parse_grid(data, source=str(p), i_know=i_know)
 
 
 # ----------------------------------------------------------------------------- jobs
@@ -707,6 +788,10 @@ class CompareSpec:
         data_root: data root.
         progress: progress on stderr.
         command: the command line, for the run manifest.
+        i_know: accept a grid above the documented limits — a setting's or section's size, more
+            than :data:`~dpaudit.app.runs.grid_checks.JOB_LIMIT` jobs, or an estimated time over
+            an hour — as ``--i-know`` does on the command line. Checked here, so the Python API
+            passes the same gate as ``dpaudit compare``.
     """
 
     grid: CompareGrid
@@ -716,6 +801,7 @@ class CompareSpec:
     data_root: str | None = None
     progress: bool = True
     command: str = ""
+    i_know: bool = False
 
     def __post_init__(self) -> None:
         from dpaudit.executors import EXECUTORS
@@ -727,6 +813,11 @@ class CompareSpec:
             v.integer("num_workers", self.num_workers, minimum=1)
         if self.address is not None and self.executor != "ray":
             raise v.invalid("address", f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
+        if not isinstance(self.i_know, bool):
+            raise v.invalid_type("i_know", f"i_know must be a bool, got {self.i_know!r}")
+        from dpaudit.app.runs.grid_checks import check_plan
+
+        check_plan(self.grid, i_know=self.i_know, data_root=self.data_root, workers=1 if self.executor == "serial" else self.num_workers, progress=self.progress)
 
 
 _EVALUATIONS: dict[str, Callable[..., dict[str, Any]]] = {"membership": membership_job, "evasion": evasion_job, "inversion": inversion_job}

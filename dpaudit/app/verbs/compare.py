@@ -8,6 +8,11 @@ privacy–utility curves as a report (HTML, Markdown, CSV, JSON). Jobs run on th
 pool or on Ray (``--executor ray --address ADDR``); each finished job is stored at once, so a
 rerun does only what is missing and says how much it reused.
 
+Every value of the grid is checked before any job starts, by the validator of the flag it stands
+for, and every size against the documented limit of that flag or config field; the whole grid
+may make at most 1,000 jobs and take at most an hour by the estimate. Beyond a limit it runs
+only with ``--i-know`` (:mod:`dpaudit.app.runs.grid_checks`).
+
 Exit status: 0, or 3 when a row's ε_LB exceeds its ε_UB or a certificate is unsound (a finding,
 as with ``dpaudit audit``); 2 for a bad grid (one line naming the key).
 """
@@ -38,15 +43,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     check_executor_flags(args)
     try:
-        grid = load_grid(args.config)
-    except GridError as exc:
+        grid = load_grid(args.config, i_know=args.i_know)
+        if args.device is not None:
+            import dataclasses
+
+            grid = dataclasses.replace(grid, device=args.device)
+        spec = CompareSpec(
+            grid=grid, executor=args.executor, num_workers=args.num_workers, address=args.address, data_root=args.data_root, progress=not args.quiet, command="dpaudit compare", i_know=args.i_know
+        )
+    except GridError as exc:  # every value and size is checked before any job starts
         # --json names the grid's key (``defenses[0].epochs``) where the error has one
         raise GridError(f"--config {args.config}: {exc}", argument=exc.argument or "--config") from None
-    if args.device is not None:
-        import dataclasses
-
-        grid = dataclasses.replace(grid, device=args.device)
-    spec = CompareSpec(grid=grid, executor=args.executor, num_workers=args.num_workers, address=args.address, data_root=args.data_root, progress=not args.quiet, command="dpaudit compare")
     run = RunDir(args.out)
     result = run_compare(spec, run)
     index = render_reports(run)
@@ -75,7 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Trains every defense setting of a TOML grid, attacks each trained model with the same membership, evasion and inversion attacks "
             "(certifying where a defense certifies; canary audits for DP settings), and reports the defense x measure matrix with privacy-utility "
-            "curves (Jayaraman & Evans 2019; Aerni et al. 2024). Exit status 3 if a row's eps_LB exceeds its eps_UB or a certificate is unsound."
+            "curves (Jayaraman & Evans 2019; Aerni et al. 2024). Every grid value is checked before any job starts, by the same validator and documented "
+            "limit as the flag it stands for (e.g. a setting's epochs as train --epochs, attacks.membership.num_shadows as attack membership --num-shadows); "
+            "a grid of more than 1,000 jobs, or one estimated to take more than an hour, needs --i-know. "
+            "Exit status 3 if a row's eps_LB exceeds its eps_UB or a certificate is unsound."
         ),
     )
     p.add_argument("--config", required=True, type=path_type("--config", must_exist="file"), metavar="GRID.toml", help="the grid (see examples/compare-digits.toml)")

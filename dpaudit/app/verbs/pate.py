@@ -40,6 +40,16 @@ AGGREGATORS = ("gnmax", "confident-gnmax", "lnmax")
 PLANTED_BUGS = ("none", "noise-scale-too-small", "threshold-without-noise")
 #: Noise draws (trials × (classes + 1) per side) above this need --i-know.
 MAX_DRAWS = 10**9
+#: ``pate analyze``'s documented limits (exceeded only with --i-know). Each query's data-dependent
+#: RDP is evaluated in turn (about a millisecond); the matrix is held about three times (as read,
+#: as int64, as float64 rows); the smooth-sensitivity release walks each query's local
+#: sensitivity (measured 10-20 ms a query for 50-250 teachers).
+MAX_QUERIES = 100_000
+MAX_VOTE_CELLS = 10_000_000
+BYTES_PER_CELL = 24
+MAX_RELEASE_QUERIES = 10_000
+#: From this many queries (the release: this many divided by 10) the analysis shows its progress.
+PROGRESS_QUERIES = 10_000
 
 
 def _load_array(flag: str, path: str) -> Any:
@@ -51,6 +61,72 @@ def _load_array(flag: str, path: str) -> Any:
         raise UsageError(f"{flag}={path!r} is not a plain .npy array ({str(exc).splitlines()[0]})", argument=flag) from None
     except (OSError, EOFError) as exc:
         raise UsageError(f"{flag}={path!r} cannot be read as .npy ({exc})", argument=flag) from None
+
+
+def _npy_shape(path: str) -> tuple[int, ...] | None:
+    """The shape a .npy header declares, read without loading the array (``None`` if unreadable:
+    :func:`_load_array` then says why)."""
+    import numpy as np
+
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, _ = header(f)
+    except (OSError, ValueError, EOFError):
+        return None
+    return tuple(int(n) for n in shape)
+
+
+def _gb(num_bytes: float) -> str:
+    return f"{num_bytes / 1e9:.1f} GB" if num_bytes >= 1e9 else f"{num_bytes / 1e6:.0f} MB"
+
+
+def _check_votes_size(path: str, shape: tuple[int, ...] | None, *, release: bool) -> None:
+    """Refuses a vote matrix above the documented limits, from its header, before loading it."""
+    if shape is None or len(shape) != 2:
+        return
+    queries, classes = shape
+    if release and queries > MAX_RELEASE_QUERIES:
+        raise UsageError(
+            f"--votes={path!r} holds {queries:,} queries, above the limit {MAX_RELEASE_QUERIES:,} of the smooth-sensitivity release "
+            "(each query's local sensitivity is walked over the teachers, 10-20 ms each); pass --i-know to run it anyway",
+            argument="--votes",
+        )
+    if queries > MAX_QUERIES:
+        raise UsageError(
+            f"--votes={path!r} holds {queries:,} queries, above the limit {MAX_QUERIES:,} (each query's data-dependent RDP is evaluated in turn, about 1 ms each); pass --i-know to run it anyway",
+            argument="--votes",
+        )
+    if queries * classes > MAX_VOTE_CELLS:
+        raise UsageError(
+            f"--votes={path!r} holds {queries:,} x {classes:,} = {queries * classes:,} counts, above the limit {MAX_VOTE_CELLS:,} "
+            f"(the analysis holds about {BYTES_PER_CELL} bytes per count: {_gb(queries * classes * BYTES_PER_CELL)}); pass --i-know to run it anyway",
+            argument="--votes",
+        )
+
+
+class _LazyProgress:
+    """Progress on stderr for an analysis of many queries, started at the first query done (so an
+    error found before the work stays the one line on stderr)."""
+
+    def __init__(self, queries: int, *, release: bool) -> None:
+        self.queries = queries
+        self.enabled = queries >= (PROGRESS_QUERIES // 10 if release else PROGRESS_QUERIES)
+        self.bar: Any = None
+
+    def update(self, n: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from dpaudit.progress import Progress
+
+            self.bar = Progress(self.queries, "pate analyze: queries")
+        self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _aggregator(args: argparse.Namespace) -> str:
@@ -75,9 +151,9 @@ def _aggregator(args: argparse.Namespace) -> str:
     return name
 
 
-def _release(pate: Any, name: str, votes: Any, args: argparse.Namespace, answered: Any, beta: float, sigma_ss: float) -> Any:
+def _release(pate: Any, name: str, votes: Any, args: argparse.Namespace, answered: Any, beta: float, sigma_ss: float, progress: Any = None) -> Any:
     """The smooth-sensitivity release of the data-dependent ε (2018, §4.2), for GNMax or Confident-GNMax."""
-    common = {"delta": args.delta, "beta": beta, "sigma_ss": sigma_ss, "seed": args.seed, "order": args.smooth_sensitivity_order}
+    common = {"delta": args.delta, "beta": beta, "sigma_ss": sigma_ss, "seed": args.seed, "order": args.smooth_sensitivity_order, "progress": progress}
     if name == "gnmax":
         return pate.release_gnmax_epsilon(votes, sigma=args.sigma, **common)
     if answered is None:
@@ -120,6 +196,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         raise UsageError("the smooth-sensitivity release is defined for GNMax and Confident-GNMax, not --aggregator lnmax", argument="--smooth-sensitivity-beta")
     if args.answered is not None and name != "confident-gnmax":
         raise UsageError(f"--answered applies to --aggregator confident-gnmax, not {name}", argument="--answered")
+    if not args.i_know:
+        _check_votes_size(args.votes, _npy_shape(args.votes), release=smooth[0] is not None)
     try:
         votes = pate.check_votes(_load_array("--votes", args.votes), name="--votes")
     except (ValueError, TypeError) as exc:
@@ -131,14 +209,23 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         answered = np.asarray(_load_array("--answered", args.answered))
         if answered.dtype != bool or answered.shape != (votes.shape[0],):
             raise UsageError(f"--answered must be a boolean .npy of shape ({votes.shape[0]},) (one entry per query), got {answered.dtype} {answered.shape}", argument="--answered")
+    bar = _LazyProgress(int(votes.shape[0]), release=smooth[0] is not None)
+    try:
+        return _analyze(pate, args, name, votes, answered, smooth, bar.update)
+    finally:
+        bar.close()
 
+
+def _analyze(pate: Any, args: argparse.Namespace, name: str, votes: Any, answered: Any, smooth: tuple[Any, Any], progress: Any) -> int:
     analysis: Any
     if name == "lnmax":
-        analysis = pate.analyze_lnmax(votes, laplace_scale=args.laplace_scale, delta=args.delta)
+        analysis = pate.analyze_lnmax(votes, laplace_scale=args.laplace_scale, delta=args.delta, progress=None if smooth[0] is not None else progress)
     elif name == "gnmax":
-        analysis = pate.analyze_gnmax(votes, sigma=args.sigma, delta=args.delta)
+        analysis = pate.analyze_gnmax(votes, sigma=args.sigma, delta=args.delta, progress=None if smooth[0] is not None else progress)
     else:
-        analysis = pate.analyze_confident_gnmax(votes, threshold=args.threshold, threshold_sigma=args.threshold_sigma, sigma=args.sigma, delta=args.delta, answered=answered)
+        analysis = pate.analyze_confident_gnmax(
+            votes, threshold=args.threshold, threshold_sigma=args.threshold_sigma, sigma=args.sigma, delta=args.delta, answered=answered, progress=None if smooth[0] is not None else progress
+        )
     dep, ind = analysis.data_dependent, analysis.data_independent
     # Public: the shape of the votes, δ, the data-independent bound (a function of the public
     # parameters and of the answered count, itself the mechanism's public output).
@@ -163,7 +250,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         # --smooth-sensitivity-* flags for the private analysis).
         beta, sigma_ss = smooth
         try:
-            release = _release(pate, name, votes, args, answered, beta, sigma_ss)
+            release = _release(pate, name, votes, args, answered, beta, sigma_ss, progress)
         except ValueError as exc:  # the library names beta / sigma_ss / order; the user typed these flags
             if isinstance(exc, v.InvalidArgument) and exc.argument in ("sigma", "threshold_sigma"):
                 raise  # about --sigma / --threshold-sigma themselves (too small for a release): the CLI names them
@@ -291,10 +378,20 @@ def register(sub: argparse._SubParsersAction) -> None:
             "marked as such, and only its sanitised release is safe to publish. Without --answered, Confident-GNMax's data-dependent "
             "epsilon is the expected cost over the threshold step, not a bound for the run; with it, the realised cost. The release "
             "prints only publishable values (its noisy estimate, the data-independent bound and the release's public parameters); its "
-            "noise comes from the operating system's entropy unless --seed makes it reproducible (and not private)."
+            "noise comes from the operating system's entropy unless --seed makes it reproducible (and not private). "
+            f"Limits (exceeded only with --i-know): {MAX_QUERIES:,} queries (about 1 ms each), {MAX_VOTE_CELLS:,} counts (about {BYTES_PER_CELL} bytes each in memory), "
+            f"and for the release {MAX_RELEASE_QUERIES:,} queries (10-20 ms each); from {PROGRESS_QUERIES:,} queries (the release: {PROGRESS_QUERIES // 10:,}) "
+            "the progress is shown on stderr."
         ),
     )
-    a.add_argument("--votes", required=True, type=path_type("--votes", must_exist="file"), metavar="VOTES.npy", help="vote matrix, .npy of shape queries x classes")
+    a.add_argument(
+        "--votes",
+        required=True,
+        type=path_type("--votes", must_exist="file"),
+        metavar="VOTES.npy",
+        help=f"vote matrix, .npy of shape queries x classes (at most {MAX_QUERIES:,} queries and {MAX_VOTE_CELLS:,} counts, about {_gb(MAX_VOTE_CELLS * BYTES_PER_CELL)} "
+        f"of memory, and for the smooth-sensitivity release at most {MAX_RELEASE_QUERIES:,} queries, without --i-know)",
+    )
     a.add_argument("--aggregator", choices=AGGREGATORS, help="default: lnmax with --laplace-scale, confident-gnmax with --threshold, else gnmax")
     _noise_flags(a)
     a.add_argument("--answered", type=path_type("--answered", must_exist="file"), metavar="MASK.npy", help="Confident-GNMax: boolean .npy, which queries were answered")
@@ -314,6 +411,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="seed of the release noise: makes the release reproducible and NOT private (default: the operating system's entropy, as a private release needs)",
     )
     a.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    a.add_argument("--i-know", action="store_true", help="accept a vote matrix above the documented limits of --votes (long runs, large memory)")
     a.set_defaults(func=_cmd_analyze)
 
     u = kinds.add_parser(
