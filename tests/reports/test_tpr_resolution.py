@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from dpaudit.results import MembershipResult
-from dpaudit.results.membership import min_non_members, tpr_unresolved
 
 
 def _result(num_members: int = 359, num_non_members: int = 359) -> MembershipResult:
@@ -17,6 +16,8 @@ def _result(num_members: int = 359, num_non_members: int = 359) -> MembershipRes
 
 
 def test_min_non_members_is_one_over_the_fpr():
+    from dpaudit.results.membership import min_non_members, tpr_unresolved
+
     assert min_non_members(0.001) == 1000 and min_non_members(0.01) == 100 and min_non_members(1.0) == 1
     assert tpr_unresolved(0.01, 100) is None and tpr_unresolved(0.01, 99) == "n/a: needs ≥ 100 non-members (has 99)"
     with pytest.raises(ValueError, match="fpr"):
