@@ -150,7 +150,7 @@ def test_target_epsilon_with_an_explicit_sigma_says_how_many_steps_it_allows(cli
 
 def test_target_epsilon_sigma_and_epochs_beyond_the_budget_are_refused(cli, tmp_path):
     code, out, err = cli.run(*BUDGET, *RDP, "--noise-multiplier", "1.1", "--epochs", "30", "--out", str(tmp_path))
-    assert code == 2 and out == ""
+    assert code == 2 and out == "" and not (tmp_path / "records").exists()  # refused before anything is written
     assert len(err.strip().splitlines()) == 1 and "epochs=30 needs 330 steps" in err and "after 2 steps" in err
     # within the budget, the epochs are trained exactly
     code, out, err = cli.run(*BUDGET, *RDP, "--noise-multiplier", "4", "--epochs", "1", "--out", str(tmp_path), "--json")
