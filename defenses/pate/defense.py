@@ -230,7 +230,7 @@ def epsilon_curve(config: PATEConfig, agg: Aggregation) -> np.ndarray:
     return np.min(rdp + np.log(1.0 / config.delta) / (orders - 1.0), axis=1)
 
 
-def _analyse(config: PATEConfig, agg: Aggregation) -> tuple[analysis_lib.PateAnalysis, Any]:
+def _analyse(config: PATEConfig, agg: Aggregation, *, progress: bool = False) -> tuple[analysis_lib.PateAnalysis, Any]:
     """The analysis of the answers and, when asked, its smooth-sensitivity release."""
     votes, d = agg.votes, config.delta
     result = _bounds(config, votes, agg.answered)
@@ -241,10 +241,10 @@ def _analyse(config: PATEConfig, agg: Aggregation) -> tuple[analysis_lib.PateAna
         # the record, and a release whose noise anyone can recompute is not private. Its order is
         # fixed from public parameters (release_order), never from the votes.
         if config.aggregator == "gnmax":
-            release = analysis_lib.release_gnmax_epsilon(votes, sigma=config.sigma, delta=d, beta=beta, sigma_ss=ss)
+            release = analysis_lib.release_gnmax_epsilon(votes, sigma=config.sigma, delta=d, beta=beta, sigma_ss=ss, progress=progress)
         else:
             release = analysis_lib.release_confident_gnmax_epsilon(
-                votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, answered=agg.answered, delta=d, beta=beta, sigma_ss=ss
+                votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, answered=agg.answered, delta=d, beta=beta, sigma_ss=ss, progress=progress
             )
     return result, release
 
@@ -346,7 +346,7 @@ def train_pate(
     agg = aggregate(votes, config.aggregator_config(), seed=derive_seed(seed, "pate", "aggregate"))
     if agg.num_answered == 0:
         raise ValueError(f"the aggregator answered none of the {agg.num_queries} queries (threshold={config.threshold:g}); lower --threshold or ask more --queries")
-    result, release = _analyse(config, agg)
+    result, release = _analyse(config, agg, progress=progress)
     parameters = {k: float(x) for k, x in config.aggregator_config().to_dict().items() if k != "aggregator"}
     claim = analysis_lib.pate_claim(result, parameters=parameters, num_answered=agg.num_answered, data_dependent=config.analysis == "data-dependent", release=release)
 

@@ -121,3 +121,17 @@ def test_certify_reports_every_draw(cli, clock, tmp_path):
     small = _silence(cli, clock, (*base, "--out", str(tmp_path / "a"), "--num-draws", "20"))
     big = _silence(cli, clock, (*base, "--out", str(tmp_path / "b"), "--num-draws", "80"))
     assert not _grows(small, big), (small, big)
+
+
+def test_pate_analyze_reports_every_query_of_a_smooth_sensitivity_release(cli, clock, tmp_path):
+    # No model here: the per-query loop must tick once per query (10,000 queries of 250 teachers
+    # take a minute on one core; it once ran silently).
+    import numpy as np
+
+    votes = np.random.default_rng(0).multinomial(250, [0.6] + [0.4 / 9] * 9, size=40)
+    np.save(tmp_path / "votes.npy", votes)
+    code, _, err = cli.run(
+        "pate", "analyze", "--votes", str(tmp_path / "votes.npy"), "--aggregator", "gnmax", "--sigma", "40", "--smooth-sensitivity-beta", "0.0329", "--smooth-sensitivity-sigma", "15"
+    )
+    assert code == 0, err
+    assert len(clock.ticks) >= 40 and "smooth-sensitivity release (queries)" in err

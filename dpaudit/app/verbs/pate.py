@@ -77,7 +77,7 @@ def _aggregator(args: argparse.Namespace) -> str:
 
 def _release(pate: Any, name: str, votes: Any, args: argparse.Namespace, answered: Any, beta: float, sigma_ss: float) -> Any:
     """The smooth-sensitivity release of the data-dependent ε (2018, §4.2), for GNMax or Confident-GNMax."""
-    common = {"delta": args.delta, "beta": beta, "sigma_ss": sigma_ss, "seed": args.seed, "order": args.smooth_sensitivity_order}
+    common = {"delta": args.delta, "beta": beta, "sigma_ss": sigma_ss, "seed": args.seed, "order": args.smooth_sensitivity_order, "progress": not getattr(args, "quiet", False)}
     if name == "gnmax":
         return pate.release_gnmax_epsilon(votes, sigma=args.sigma, **common)
     if answered is None:
