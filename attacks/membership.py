@@ -66,6 +66,7 @@ from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle
 from dpaudit.executors import Executor
 from dpaudit.options import SizeLimit, option, option_specs
+from dpaudit.progress import Progress
 from dpaudit.results import MembershipResult
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, numpy_rng
@@ -1149,11 +1150,14 @@ def build_context(
     shadow_models: Mapping[str, Sequence[tuple[np.ndarray, nn.Module]]],
     device: str = "cpu",
     metadata: Mapping[str, Any] | None = None,
+    progress: bool = False,
 ) -> MembershipContext:
     """Evaluates the target and every shadow model once on every id any attack needs.
 
     Args:
         shadow_models: pool kind → ``(train_ids, module)`` per model, in plan order.
+        progress: report each shadow model evaluated on stderr (hundreds of shadows on a
+            large pool take minutes).
     """
     everything = bundle.all()
     universe = np.unique(np.concatenate([sample_ids, *[p.pool_ids for p in pools.values()]])).astype(np.int64)
@@ -1164,7 +1168,12 @@ def build_context(
     outputs = {}
     for kind, plan in pools.items():
         models = list(shadow_models[kind])
-        logits = np.stack([_predict(mdl, feats, augs, device) for _, mdl in models]) if models else np.zeros((0, universe.size, len(augs), bundle.num_classes), np.float32)
+        predicted = []
+        with Progress(len(models), f"{kind} shadow models on {universe.size} samples (evaluated)", enabled=progress and bool(models)) as bar:
+            for _, mdl in models:
+                predicted.append(_predict(mdl, feats, augs, device))
+                bar.update(1)
+        logits = np.stack(predicted) if models else np.zeros((0, universe.size, len(augs), bundle.num_classes), np.float32)
         outputs[kind] = ShadowOutputs(kind=kind, pool_ids=plan.pool_ids, population_ids=plan.population_ids, train_ids=tuple(np.asarray(t, np.int64) for t, _ in models), logits=logits)
     return MembershipContext(
         model_id=record.model_id,

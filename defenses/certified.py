@@ -53,7 +53,7 @@ import torch
 from torch import nn
 
 from defenses._common import build_record, config_dict, model_id_for
-from defenses.dpsgd import DPSGDConfig, learning_rate_at, plan_dpsgd, poisson_lot, train_dpsgd
+from defenses.dpsgd import DPSGDConfig, announce_plan, learning_rate_at, plan_dpsgd, poisson_lot, train_dpsgd
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
@@ -804,6 +804,7 @@ def _train_dpsgd_authors_batch_clipping(
     members = bundle.all().subset(splits.members)
     n = len(members)
     plan = plan_dpsgd(config, num_members=n)
+    announce_plan(plan, label=progress_label, enabled=progress)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "init"))  # the same initialisation as train_dpsgd
         model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)

@@ -18,12 +18,23 @@ Learning with Differential Privacy" (CCS 2016):
    gradients), with the paper's schedule: linear decay from ``learning_rate`` to
    ``final_learning_rate`` over ``lr_decay_epochs`` epochs, then constant (§5.1).
 
-**Budget.** With ``target_epsilon`` and ``noise_multiplier`` set, the number of steps is the
-largest T whose ε (under ``accountant``, including DP-PCA) stays ≤ the target; it is computed
-once up front (:func:`dpaudit.privacy.accountants.calibrate_num_steps` or the same bisection on the
-composed event), and training stops there. With ``target_epsilon`` and no
-``noise_multiplier``, σ is calibrated for ``epochs``. Otherwise σ and ``epochs`` are fixed.
-The record's claim is built from the steps actually taken (counted, not planned).
+**Budget.** One function, :func:`plan_dpsgd`, decides how a run spends ``target_epsilon``
+(the command line and compare grids both go through it), and the plan's ``note`` says so
+before training:
+
+* ``target_epsilon`` without ``noise_multiplier``: σ is calibrated so that exactly
+  ``epochs`` epochs (default ``DEFAULT_EPOCHS``) meet the target. σ has no default that
+  could compete with the target: it is resolved to ``DEFAULT_NOISE_MULTIPLIER`` only when
+  there is no target.
+* ``target_epsilon`` and ``noise_multiplier`` without ``epochs``: the number of steps is the
+  largest T whose ε (under ``accountant``, including DP-PCA) stays ≤ the target, computed
+  once up front (:func:`dpaudit.privacy.accountants.calibrate_num_steps` or the same bisection
+  on the composed event).
+* all three: the run trains exactly ``epochs`` epochs if the budget allows them, and is
+  refused (naming the steps the budget allows) otherwise; it never stops early in silence.
+
+Otherwise σ and ``epochs`` are fixed. The record's claim is built from the steps actually
+taken (counted, not planned).
 
 **DP-PCA** (§4 "Differentially private PCA"; §5.1): a Poisson sample (rate
 ``pca_sampling_rate``) of the members, each flattened and scaled to unit L2 norm, forms
@@ -49,6 +60,7 @@ with the DP-SGD event.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -84,6 +96,8 @@ __all__ = [
     "DPSGDTrainer",
     "train_dpsgd",
     "plan_dpsgd",
+    "announce_plan",
+    "DEFAULT_NOISE_MULTIPLIER",
     "dp_pca",
     "pca_claim",
     "learning_rate_at",
@@ -95,6 +109,9 @@ __all__ = [
 SAMPLING_MODES = ("poisson", "shuffle-non-private-accounting")
 DEFAULT_SAMPLING_RATE = 0.01
 DEFAULT_EPOCHS = 10
+#: σ of a run without ``target_epsilon`` and without ``noise_multiplier``. With a target, σ is
+#: calibrated instead: a default σ would silently turn the target into a step budget.
+DEFAULT_NOISE_MULTIPLIER = 1.1
 
 OnStep = Callable[[int, dict[str, torch.Tensor], int], None]
 CanaryGradient = Callable[[int], "dict[str, torch.Tensor] | torch.Tensor | None"]
@@ -112,19 +129,23 @@ class DPSGDConfig:
 
     Attributes:
         noise_multiplier: σ, noise std / clipping norm. ``None`` with ``target_epsilon`` set
-            means: calibrate σ so that ``epochs`` epochs meet the target.
+            means: calibrate σ so that ``epochs`` epochs meet the target; ``None`` without a
+            target is stored as ``DEFAULT_NOISE_MULTIPLIER`` (so the config, and the model id
+            digested from it, are those of a run that named σ = 1.1).
         clip_norm: C, the per-example L2 bound (total bound with ``per_layer``).
         lot_size: expected lot size L; the sampling rate is q = L / N (N = number of
             members). Give this or ``sampling_rate``, not both.
         sampling_rate: q directly, in (0, 1]. With neither given, q = 0.01 (Abadi et al.'s
             lots of 600 out of 60,000).
         expected_lot_size: the public divisor of the noisy sum; ``None`` → q·N.
-        target_epsilon: privacy budget ε; with ``noise_multiplier`` set, train for as many
-            steps as the budget allows (capped by ``epochs`` if that is set).
+        target_epsilon: privacy budget ε: calibrates σ for ``epochs``; with
+            ``noise_multiplier`` set, train for as many steps as the budget allows, or with
+            ``epochs`` too, exactly those epochs if the budget allows them (else refused).
         delta: δ of the budget and of the reported ε.
         accountant: accountant of the budget (one of ``dpaudit.privacy.accountants.ACCOUNTANTS``).
-        epochs: number of epochs (expected passes, 1/q steps each); in budget mode an
-            optional cap. ``None`` means uncapped in budget mode, else ``DEFAULT_EPOCHS``.
+        epochs: number of epochs (expected passes, 1/q steps each). ``None`` means
+            ``DEFAULT_EPOCHS``, except with ``target_epsilon`` and ``noise_multiplier`` both
+            set: then as many steps as the budget allows.
         learning_rate: initial learning rate lr0.
         final_learning_rate: floor of the linear decay; ``None`` → constant learning rate.
         lr_decay_epochs: epochs over which the rate decays linearly to the floor.
@@ -142,15 +163,24 @@ class DPSGDConfig:
         physical_batch_size: most examples per forward/backward pass (lots are split; exact).
     """
 
-    noise_multiplier: float | None = option(1.1, help="sigma = noise std / clip norm; with --target-epsilon, train until the budget is spent", metavar="SIGMA", check=v.positive)
+    noise_multiplier: float | None = option(
+        None,
+        help=f"sigma = noise std / clip norm (default {DEFAULT_NOISE_MULTIPLIER} without --target-epsilon, calibrated with it); with --target-epsilon: train until the budget is spent, or --epochs if the budget allows",
+        metavar="SIGMA",
+        check=v.positive,
+    )
     clip_norm: float = option(4.0, help="per-example L2 clipping norm C", metavar="C", check=v.positive)
     lot_size: int | None = option(None, kind=int, help="expected lot size L (sampling rate q = L / members); or give --sampling-rate", metavar="L", check=v.positive)
     sampling_rate: float | None = option(None, help="Poisson sampling rate q in (0, 1] (default 0.01 when no --lot-size)", metavar="Q", check=v.half_open_unit)
     expected_lot_size: float | None = option(None, help="public divisor of the noisy sum (default q x members)", metavar="L", check=v.positive)
-    target_epsilon: float | None = option(None, help="privacy budget epsilon at --delta: calibrates sigma, or the number of steps when sigma is given", metavar="EPS", check=v.positive)
+    target_epsilon: float | None = option(
+        None, help="privacy budget epsilon at --delta: calibrates sigma for --epochs; with --noise-multiplier, the number of steps (says which before training)", metavar="EPS", check=v.positive
+    )
     delta: float = option(1e-5, help="delta of the budget and of the reported epsilon", check=v.open_unit)
     accountant: str = option("pld", choices=ACCOUNTANTS, help="accountant of the budget")
-    epochs: float | None = option(None, kind=float, help="epochs (1/q steps each); default 10, or uncapped in budget mode", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
+    epochs: float | None = option(
+        None, kind=float, help="epochs (1/q steps each); default 10, or as many as the budget allows with --target-epsilon and --noise-multiplier", metavar="N", check=v.positive, limit=EPOCH_LIMIT
+    )
     learning_rate: float = option(0.1, help="initial learning rate", metavar="LR", check=v.positive)
     final_learning_rate: float | None = option(None, help="floor of the linear learning-rate decay (default: constant rate)", metavar="LR", check=v.positive)
     lr_decay_epochs: float = option(10.0, help="epochs over which the rate decays to the floor", metavar="N", check=v.positive)
@@ -177,7 +207,8 @@ class DPSGDConfig:
         v.choice("accountant", self.accountant, ACCOUNTANTS)
         _optional("epochs", self.epochs, v.positive)
         if self.target_epsilon is None and self.noise_multiplier is None:
-            raise v.invalid("noise_multiplier", "noise_multiplier must be given unless target_epsilon is set (then it is calibrated), got None")
+            # Resolved before the config is digested: a run that never named σ keeps its model id.
+            object.__setattr__(self, "noise_multiplier", DEFAULT_NOISE_MULTIPLIER)
         if self.epochs is None and (self.target_epsilon is None or self.noise_multiplier is None):
             # Only budget mode (target ε with a fixed σ) runs without an epoch count.
             object.__setattr__(self, "epochs", DEFAULT_EPOCHS)
@@ -221,6 +252,8 @@ class DPSGDPlan:
         steps_per_epoch: round(1/q) (for the schedule and epoch callbacks).
         expected_lot_size: the divisor q·N (or as configured).
         noise_std: σ·C per coordinate of the noisy sum.
+        note: with a target ε, one line saying how it is spent (σ calibrated for the epochs,
+            or the steps a given σ allows); ``None`` without a target.
     """
 
     sampling_rate: float
@@ -229,6 +262,7 @@ class DPSGDPlan:
     steps_per_epoch: int
     expected_lot_size: float
     noise_std: float
+    note: str | None = None
 
 
 def pca_claim(config: DPSGDConfig) -> DPClaim | None:
@@ -292,8 +326,13 @@ def _calibrate_sigma_composed(config: DPSGDConfig, q: float, steps: int) -> floa
 def plan_dpsgd(config: DPSGDConfig, *, num_members: int) -> DPSGDPlan:
     """Resolves q, σ and the number of steps for ``num_members`` members (see module docstring).
 
+    The one place that decides how a run spends its budget: ``dpaudit train``, compare grids,
+    shadow models and audits all plan through it, so the same keys give the same plan.
+
     Raises:
-        ValueError: the budget cannot be met (e.g. one step already exceeds it).
+        ValueError: the budget cannot be met (e.g. one step already exceeds it), or
+            ``epochs`` need more steps than ``target_epsilon`` allows at the given
+            ``noise_multiplier`` (the message names how many it allows).
     """
     n = v.integer("num_members", num_members, minimum=1)
     q = config.rate(n)
@@ -301,26 +340,35 @@ def plan_dpsgd(config: DPSGDConfig, *, num_members: int) -> DPSGDPlan:
     epoch_steps = None if config.epochs is None else max(1, round(config.epochs * steps_per_epoch))
     sigma = config.noise_multiplier
     pca = config.pca_components is not None
-    if config.target_epsilon is None:
+    note = None
+    target = config.target_epsilon
+    if target is None:
         steps = int(epoch_steps)  # type: ignore[arg-type]
     elif sigma is not None:
+        cap = epoch_steps if epoch_steps is not None else 10**7
         if pca:
-            steps = _max_steps_composed(config, q, sigma, epoch_steps if epoch_steps is not None else 10**7)
+            steps = _max_steps_composed(config, q, sigma, cap)
         else:
-            steps = calibrate_num_steps(
-                target_epsilon=config.target_epsilon,
-                delta=config.delta,
-                sampling_rate=q,
-                noise_multiplier=sigma,
-                accountant=config.accountant,
-                max_steps=epoch_steps if epoch_steps is not None else 10**7,
+            steps = calibrate_num_steps(target_epsilon=target, delta=config.delta, sampling_rate=q, noise_multiplier=sigma, accountant=config.accountant, max_steps=cap)
+        reach = f"noise_multiplier={sigma:g} reaches target_epsilon={target:g} (delta={config.delta:g}, {config.accountant}) after {steps} steps ({steps * q:.3g} epochs)"
+        if epoch_steps is None:
+            note = f"sigma = {sigma:g} reaches epsilon = {target:g} after {steps} steps ({steps * q:.3g} epochs); training stops there (leave --noise-multiplier unset and pass --epochs to calibrate sigma instead)"
+        elif steps < epoch_steps:
+            # Stopping early would silently train a different run than the one asked for.
+            raise v.invalid(
+                "epochs",
+                f"epochs={config.epochs:g} needs {epoch_steps} steps, but {reach}; lower epochs to at most {steps * q:.3g}, "
+                "raise noise_multiplier, or leave noise_multiplier unset to calibrate it for these epochs",
             )
+        else:
+            note = f"sigma = {sigma:g} and {config.epochs:g} epochs ({steps} steps) stay within epsilon = {target:g}"
     else:
         steps = int(epoch_steps)  # type: ignore[arg-type]
         if pca:
             sigma = _calibrate_sigma_composed(config, q, steps)
         else:
-            sigma = calibrate_noise_multiplier(target_epsilon=config.target_epsilon, delta=config.delta, sampling_rate=q, num_steps=steps, accountant=config.accountant)
+            sigma = calibrate_noise_multiplier(target_epsilon=target, delta=config.delta, sampling_rate=q, num_steps=steps, accountant=config.accountant)
+        note = f"sigma = {sigma:.4g} calibrated so that {config.epochs:g} epochs ({steps} steps) spend epsilon = {target:g} at delta = {config.delta:g} ({config.accountant}); --epochs sets the length"
     divisor = float(config.expected_lot_size) if config.expected_lot_size is not None else q * n
     return DPSGDPlan(
         sampling_rate=q,
@@ -329,7 +377,14 @@ def plan_dpsgd(config: DPSGDConfig, *, num_members: int) -> DPSGDPlan:
         steps_per_epoch=steps_per_epoch,  # type: ignore[arg-type]
         expected_lot_size=divisor,
         noise_std=float(sigma) * config.clip_norm,  # type: ignore[arg-type]
+        note=note,
     )
+
+
+def announce_plan(plan: DPSGDPlan, *, label: str = "dpsgd", enabled: bool = True) -> None:
+    """Says on stderr, before training, how the budget is spent (nothing without a target)."""
+    if enabled and plan.note is not None:
+        print(f"{label} budget: {plan.note}", file=sys.stderr, flush=True)
 
 
 def learning_rate_at(config: DPSGDConfig, epoch: float) -> float:
@@ -538,6 +593,7 @@ def train_dpsgd(
     members = bundle.all().subset(splits.members)
     n = len(members)
     plan = plan_dpsgd(config, num_members=n)
+    announce_plan(plan, label=progress_label, enabled=progress)
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after

@@ -25,6 +25,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, load_comparison
+from dpaudit.results.membership import min_non_members
 from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.render import Banner, Figure, Items, Link, Section, Table, WrittenReport, write_report_files
@@ -51,6 +52,15 @@ def compare_stem(name: str) -> str:
 def load_comparisons(run: RunDir) -> list[ComparisonResult]:
     """Every comparison stored in the run, by name."""
     return [load_comparison(d) for d in run.compare_dirs()]
+
+
+def _tpr(m: Mapping[str, Any] | None, fpr: str) -> Any:
+    """A TPR cell: the rate, or why the non-members cannot resolve it (never a bare dash)."""
+    if not m:
+        return _DASH
+    if fpr in m["tpr_at_fpr"] and m["tpr_at_fpr"][fpr] is None:
+        return f"n/a: needs ≥ {min_non_members(float(fpr))} non-members"
+    return _num(m["tpr_at_fpr"].get(fpr))
 
 
 def _num(x: Any, digits: int = 3) -> Any:
@@ -97,7 +107,7 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
             ub_cell = f"{_num(ub, 3)} (data-dependent)"
         cells: list[Any] = [r.label, r.defense, _num(r.test_accuracy), _num(r.test_accuracy_std), _num(r.accuracy_loss), ub_cell, _num(r.epsilon_lb), r.best_attack or _DASH]
         cells += [attack or _DASH, _num(m.get("auc"))]
-        cells += [_num(m["tpr_at_fpr"].get(f)) if m else _DASH for f in fprs]
+        cells += [_tpr(m, f) for f in fprs]
         cells += [_num(m.get("advantage")), _num(_ceiling(ub)) if r.epsilon_ub else 1.0, _num(r.inversion_top1)]
         cells += [_num(r.robust_accuracy.get(f"{x:g}")) for x in result.radii]
         cells += [_num(r.certified_accuracy.get(f"{x:g}")) if r.certified_accuracy else "does not certify" for x in result.radii]
@@ -217,8 +227,9 @@ def vulnerable_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mp
     pop, vul = [], []
     for r in rows:
         attack, m = _strongest(r)
-        pop.append(m["tpr_at_fpr"][fpr] if m else 0.0)
-        vul.append(r.vulnerable[attack]["tpr_at_fpr"][fpr] if attack in r.vulnerable else 0.0)
+        # An unresolved rate (None) draws no bar rather than a made-up one.
+        pop.append(m["tpr_at_fpr"][fpr] if m and m["tpr_at_fpr"][fpr] is not None else np.nan)
+        vul.append(r.vulnerable[attack]["tpr_at_fpr"][fpr] if attack in r.vulnerable and r.vulnerable[attack]["tpr_at_fpr"][fpr] is not None else np.nan)
     ax.barh(y - 0.2, pop, height=0.38, color=colour("out"), label="all queried samples")
     ax.barh(y + 0.2, vul, height=0.38, color=colour("in"), label=f"top {result.vulnerable_top_k} most vulnerable")
     ax.axvline(float(fpr), color=colour("chance"), linestyle=":", label=f"chance (TPR = FPR = {float(fpr):.0%})")
@@ -265,6 +276,13 @@ def _accountant_table(result: ComparisonResult) -> Table | None:
     )
 
 
+def _counts(m: Mapping[str, Any] | None) -> str:
+    """The members / non-members a row's rates rest on (a dash for results stored before they were kept)."""
+    if not m or "num_non_members" not in m:
+        return _DASH
+    return f"{m['num_members']} / {m['num_non_members']}"
+
+
 def _membership_table(result: ComparisonResult) -> Table | None:
     fprs = [f"{f:g}" for f in result.fprs]
     rows = []
@@ -277,15 +295,28 @@ def _membership_table(result: ComparisonResult) -> Table | None:
                     attack,
                     _num(m["auc"]),
                     _num(m["advantage"]),
-                    *(_num(m["tpr_at_fpr"][f]) for f in fprs),
+                    *(_tpr(m, f) for f in fprs),
                     _num(m["epsilon_lb"]),
                     _num(v.get("auc")),
-                    *(_num(v["tpr_at_fpr"][f]) if v else _DASH for f in fprs),
+                    *(_tpr(v, f) for f in fprs),
+                    _counts(m),
+                    _counts(v),
                 ]
             )
     if not rows:
         return None
-    cols = ["setting", "attack", "AUC", "advantage", *(f"TPR @ {float(f):.1%}" for f in fprs), "ε_LB", "AUC (vulnerable)", *(f"TPR @ {float(f):.1%} (vulnerable)" for f in fprs)]
+    cols = [
+        "setting",
+        "attack",
+        "AUC",
+        "advantage",
+        *(f"TPR @ {float(f):.1%}" for f in fprs),
+        "ε_LB",
+        "AUC (vulnerable)",
+        *(f"TPR @ {float(f):.1%} (vulnerable)" for f in fprs),
+        "members / non-members",
+        "(vulnerable)",
+    ]
     return Table(
         columns=cols,
         rows=rows,

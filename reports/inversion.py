@@ -34,6 +34,7 @@ from matplotlib.patches import Rectangle
 
 from dpaudit import _validate as v
 from dpaudit.results import InversionResult, TrainedModel, load_inversion_result, load_record
+from dpaudit.results.membership import tpr_unresolved
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import colour, new_axes, style
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number
@@ -222,8 +223,10 @@ def image_grid(results: Sequence[InversionResult], classes: Sequence[int] | None
 
 
 # ---------------------------------------------------------------------------- tables
-def _tpr(result: InversionResult) -> float:
-    return float(result.membership.tpr_at_fpr(_FPR))
+def _tpr(result: InversionResult) -> float | str:
+    """TPR at 1 % FPR, or why the candidates' non-members cannot resolve it."""
+    m = result.membership
+    return tpr_unresolved(_FPR, m.num_non_members) or float(m.tpr_at_fpr(_FPR))
 
 
 def _chance(target: InversionTarget) -> Any:
@@ -253,6 +256,7 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
                 f"{int(r.closer_to_mean().sum())}/{k}",
                 s["membership"]["auc"],
                 _tpr(r),
+                f"{r.membership.num_members} / {r.membership.num_non_members}",
                 s["membership"]["epsilon_lb"],
                 "—" if eps_ub is None else eps_ub,
             ]
@@ -283,6 +287,7 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
             "nearer mean",
             "membership AUC",
             f"TPR @ {_FPR:.0%} FPR",
+            "members / non-members",
             "ε_LB",
             "target's ε_UB",
         ],

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure as MplFigure
 
 from dpaudit import _validate as v
 from dpaudit.results import DEFAULT_FPRS, MembershipResult, load_record
+from dpaudit.results.membership import tpr_unresolved
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, write_report_files
@@ -91,9 +92,21 @@ def membership_table(results: Mapping[str, MembershipResult] | Sequence[Membersh
 
 
 def tpr_table(results: Mapping[str, MembershipResult] | Sequence[MembershipResult], *, fprs: Sequence[float] = DEFAULT_FPRS) -> Table:
-    """TPR at each fixed FPR, read off the exact ROC curve of each attack."""
-    rows = [[r.attack, *(r.tpr_at_fpr(f) for f in fprs)] for r in _as_list(results)]
-    return Table(columns=["attack", *(f"TPR @ {f:.1%} FPR" for f in fprs)], rows=rows)
+    """TPR at each fixed FPR, read off the exact ROC curve of each attack.
+
+    A rate at FPR f is shown only where at least ⌈1/f⌉ non-members resolve it
+    (:func:`dpaudit.results.membership.min_non_members`); otherwise the cell says how many it
+    needs. The members / non-members each row rests on stand beside the rates.
+    """
+    rows = []
+    for r in _as_list(results):
+        cells = [tpr_unresolved(f, r.num_non_members) or r.tpr_at_fpr(f) for f in fprs]
+        rows.append([r.attack, *cells, f"{r.num_members} / {r.num_non_members}"])
+    return Table(
+        columns=["attack", *(f"TPR @ {f:.1%} FPR" for f in fprs), "members / non-members"],
+        rows=rows,
+        caption="TPR at FPR f is read off the exact ROC curve; it needs at least 1/f non-members (the empirical FPR moves in steps of 1/non-members), so a rate the sample cannot resolve is n/a.",
+    )
 
 
 def _short(value: Any) -> str:

@@ -49,8 +49,9 @@ class InversionAttackSpec:
         name: registry key and CLI choice.
         summary: one line, citing the paper.
         config_type: frozen dataclass of the attack's options (CLI flags via ``option``).
-        run: ``run(model, *, classes, input_shape, config, seed, device, prior) ->
-            InversionOutput``; ``prior`` is the trained prior's modules, or ``None``.
+        run: ``run(model, *, classes, input_shape, config, seed, device, prior, progress) ->
+            InversionOutput``; ``prior`` is the trained prior's modules, or ``None``;
+            ``progress(done, total)`` (or ``None``) is called as the search advances.
         prior: what the attack learns from public data first, or ``None``.
     """
 

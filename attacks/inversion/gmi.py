@@ -296,6 +296,7 @@ def gmi(
     config: GMIConfig,
     seed: int,
     device: str | torch.device = "cpu",
+    progress: Callable[[int, int], None] | None = None,
 ) -> InversionOutput:
     """Stage 2 of GMI (Zhang et al. 2020, §3.3): search the GAN's latent space for each class.
 
@@ -318,6 +319,7 @@ def gmi(
         config: the search's options.
         seed: seeds the starting latents; the search is otherwise deterministic.
         device: where to run.
+        progress: called as ``progress(done_steps, total_steps)`` after every search step.
 
     Returns:
         The kept reconstruction per class with the target's confidence; ``details`` holds
@@ -361,13 +363,17 @@ def gmi(
 
     with eval_mode(target), eval_mode(generator), eval_mode(critic), torch.enable_grad():
         velocity = torch.zeros_like(z)
-        for _ in range(config.gmi_iterations):
+        for it in range(config.gmi_iterations):
+            if progress is not None and it:
+                progress(it, config.gmi_iterations)
             z = z.detach().requires_grad_(True)
             _, prior, identity = losses(z)
             # Summing the per-latent losses keeps each latent's gradient its own loss's gradient.
             (grad,) = torch.autograd.grad((prior + config.identity_weight * identity).sum(), z)
             velocity = config.gmi_momentum * velocity + grad
             z = (z.detach() - config.gmi_step_size * velocity).clamp(-1.0, 1.0)
+        if progress is not None:
+            progress(config.gmi_iterations, config.gmi_iterations)
         with torch.no_grad():
             images, prior, identity = losses(z.detach())
         if not bool(torch.isfinite(images).all()):
@@ -418,6 +424,7 @@ def run_gmi(
     seed: int,
     device: str | torch.device = "cpu",
     prior: Mapping[str, nn.Module] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> InversionOutput:
     """:func:`gmi` with the registry's signature; ``prior`` holds the trained ``generator`` and ``critic``.
 
@@ -430,4 +437,4 @@ def run_gmi(
     made = getattr(prior["generator"], "image_shape", shape)
     if tuple(made) != shape:
         raise v.invalid("prior", f"prior generator makes images of shape {tuple(made)}, but input_shape is {shape}")
-    return gmi(model, prior["generator"], prior["critic"], classes=classes, config=config, seed=seed, device=device)
+    return gmi(model, prior["generator"], prior["critic"], classes=classes, config=config, seed=seed, device=device, progress=progress)

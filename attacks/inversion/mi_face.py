@@ -22,12 +22,22 @@ stops when it is at or *below* γ, i.e. when the model is confident enough.
 All target classes are inverted in one batched tensor: every iteration is a single forward
 and backward pass over the K classes, and per-class stopping is a boolean mask that freezes
 a finished class's iterate while the others keep descending.
+
+**Default iteration budget.** Without an explicit ``max_iterations``, :func:`run_mi_face`
+times a few steps on the given model and device first, and runs the paper's α = 10,000
+steps only if they fit ``SECONDS_PER_CLASS`` (2 minutes) per class; otherwise it caps α to
+what fits, and says so on stderr with the estimate. An explicit ``max_iterations`` is never
+capped (but its estimate is printed when it exceeds the same budget). The cap applied is
+stored in the output's ``details``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,7 +51,14 @@ from dpaudit import _validate as v
 from dpaudit.options import SizeLimit, option
 from dpaudit.seeding import derive_seed
 
-__all__ = ["MIFaceConfig", "MIFaceOutput", "mi_face", "run_mi_face"]
+__all__ = ["MIFaceConfig", "MIFaceOutput", "mi_face", "run_mi_face", "plan_iterations", "DEFAULT_ITERATIONS", "SECONDS_PER_CLASS"]
+
+#: α of the widely used implementation (``reference``: step 0.1, window 100, 10,000 iterations).
+DEFAULT_ITERATIONS = 10_000
+#: The default run's time budget per class inverted (over all restarts), on the measured speed.
+SECONDS_PER_CLASS = 120.0
+#: Steps timed (after one warm-up) to estimate the cost of one step.
+_TIMED_STEPS = 3
 
 StopReason = Literal["threshold", "patience", "max_iterations"]
 _PROCESSES = ("none", "denoise", "sharpen")
@@ -57,7 +74,9 @@ class MIFaceConfig:
     *cost*: γ = 0.01 means "stop once the target class has confidence ≥ 0.99".
 
     Attributes:
-        max_iterations: α, the most gradient steps per class (≥ 1).
+        max_iterations: α, the most gradient steps per class (≥ 1); ``None`` (default):
+            ``DEFAULT_ITERATIONS``, capped by :func:`run_mi_face` so that the run takes at
+            most ``SECONDS_PER_CLASS`` per class at the speed measured on the model.
         step_size: λ, the gradient-descent step (> 0, finite).
         patience: β, stop a class once its best cost has not improved for this many
             iterations (≥ 1).
@@ -82,9 +101,10 @@ class MIFaceConfig:
             run with the lowest cost (the target's verdict; the attacker has nothing else).
     """
 
-    max_iterations: int = option(
-        10_000,
-        help="MI-Face: most gradient steps per class, alpha",
+    max_iterations: int | None = option(
+        None,
+        kind=int,
+        help=f"MI-Face: most gradient steps per class, alpha (default {DEFAULT_ITERATIONS:,}, capped to about {SECONDS_PER_CLASS / 60:g} min per class at the speed measured on the model)",
         metavar="N",
         check=lambda n, x: v.integer(n, x, minimum=1),
         limit=SizeLimit(10**6, "each step is one forward and backward pass over all classes"),
@@ -100,9 +120,11 @@ class MIFaceConfig:
     restarts: int = option(1, help=RESTARTS_HELP, metavar="R", check=lambda n, x: v.integer(n, x, minimum=1), limit=SizeLimit(1000, "each restart is one more inversion of every class"))
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_iterations, bool) or not isinstance(self.max_iterations, int):
+        if self.max_iterations is None:
+            pass
+        elif isinstance(self.max_iterations, bool) or not isinstance(self.max_iterations, int):
             raise v.invalid_type("max_iterations", f"max_iterations must be an int, got {self.max_iterations!r}")
-        if self.max_iterations < 1:
+        elif self.max_iterations < 1:
             raise v.invalid("max_iterations", f"max_iterations must be >= 1, got {self.max_iterations}")
         if isinstance(self.patience, bool) or not isinstance(self.patience, int):
             raise v.invalid_type("patience", f"patience must be an int, got {self.patience!r}")
@@ -167,6 +189,7 @@ def mi_face(
     seed: int,
     device: str | torch.device = "cpu",
     start: np.ndarray | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> MIFaceOutput:
     """Invert every class in ``classes`` with MI-Face (Fredrikson et al. 2015, Alg. 1).
 
@@ -185,6 +208,7 @@ def mi_face(
         device: where to run.
         start: optional neutral start image of shape ``input_shape`` in [0, 1] (e.g. the
             mean public image); overrides ``config.start_value``.
+        progress: called with the number of steps taken after every step.
 
     Returns:
         The best iterate, its cost, the steps taken and the stop reason per class.
@@ -253,7 +277,8 @@ def mi_face(
             active = torch.ones(k, dtype=torch.bool, device=dev)
             steps = torch.zeros(k, dtype=torch.long, device=dev)
             reasons = ["max_iterations"] * k
-            for _ in range(config.max_iterations):
+            alpha = DEFAULT_ITERATIONS if config.max_iterations is None else config.max_iterations
+            for it in range(alpha):
                 mask = active.view(k, *([1] * len(shape)))
                 stepped = _process(x - config.step_size * grad.to(x.dtype), config.process)
                 x = torch.where(mask, stepped, x)
@@ -271,6 +296,8 @@ def mi_face(
                 for i in torch.nonzero(stalled).flatten().tolist():
                     reasons[i] = "patience"
                 active = active & ~hit & ~stalled
+                if progress is not None:
+                    progress(it + 1)
                 if not bool(active.any()):
                     break
     finally:
@@ -290,6 +317,60 @@ def mi_face(
     )
 
 
+def _seconds_per_step(model: nn.Module, *, num_classes: int, input_shape: tuple[int, ...], device: str | torch.device) -> float:
+    """Wall time of one MI-Face step (one forward and backward over the classes), measured."""
+    dev = torch.device(device)
+    x = torch.full((num_classes, *input_shape), 0.5, dtype=torch.float32, device=dev)
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        with torch.enable_grad():
+            times = []
+            for _ in range(_TIMED_STEPS + 1):  # the first is a warm-up (allocations, kernels)
+                started = time.perf_counter()
+                xs = x.detach().requires_grad_(True)
+                (grad,) = torch.autograd.grad(torch.log_softmax(model(xs).double(), dim=1)[:, 0].sum(), xs)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize(dev)
+                times.append(time.perf_counter() - started)
+    finally:
+        for module, was_training in modes:
+            module.train(was_training)
+    return float(min(times[1:]))
+
+
+def plan_iterations(config: MIFaceConfig, *, seconds_per_step: float, num_classes: int) -> tuple[int, str | None]:
+    """The steps per restart a run takes, and what to say about its duration.
+
+    Without an explicit ``max_iterations``: ``DEFAULT_ITERATIONS``, capped so that all
+    restarts fit ``SECONDS_PER_CLASS`` per class. An explicit value is kept as given.
+
+    Returns:
+        (steps per restart, a line for stderr or ``None`` when the run is short).
+    """
+    budget = SECONDS_PER_CLASS * num_classes
+    per_restart = max(seconds_per_step, 1e-9) * config.restarts
+    if config.max_iterations is not None:
+        estimate = config.max_iterations * per_restart
+        if estimate <= budget:
+            return config.max_iterations, None
+        return config.max_iterations, (
+            f"mi-face: {config.max_iterations:,} steps x {config.restarts} restart(s) at {seconds_per_step * 1e3:.3g} ms per step over {num_classes} classes "
+            f"is estimated to take up to {estimate / 60:.1f} min (classes that converge stop earlier)"
+        )
+    steps = max(1, min(DEFAULT_ITERATIONS, int(budget / per_restart)))
+    estimate = steps * per_restart
+    if steps == DEFAULT_ITERATIONS:
+        return (
+            steps,
+            None if estimate < 10.0 else f"mi-face: up to {steps:,} steps x {config.restarts} restart(s), estimated at most {estimate / 60:.1f} min ({seconds_per_step * 1e3:.3g} ms per step)",
+        )
+    return steps, (
+        f"mi-face: one step over {num_classes} classes takes {seconds_per_step * 1e3:.3g} ms here, so the default {DEFAULT_ITERATIONS:,} steps are capped at {steps:,} "
+        f"(at most {estimate / 60:.1f} min, {SECONDS_PER_CLASS / 60:g} min per class); pass --max-iterations to choose"
+    )
+
+
 def run_mi_face(
     model: nn.Module,
     *,
@@ -299,22 +380,43 @@ def run_mi_face(
     seed: int,
     device: str | torch.device = "cpu",
     prior: object = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> InversionOutput:
     """MI-Face with ``config.restarts`` starts per class, as a registered inversion attack.
 
     Each restart inverts every class in one batched call (:func:`mi_face`); per class the
     restart with the lowest cost is kept. ``prior`` is unused (MI-Face needs no public data).
+    The default iteration budget is capped by time (module docstring).
+
+    Args:
+        progress: ``progress(done, total)`` over the steps of all restarts; when given, the
+            duration estimate is also printed on stderr.
 
     Returns:
         The kept reconstructions with the target's confidence, and per-restart costs,
-        iterations and stop reasons in ``details``.
+        iterations and stop reasons in ``details`` (with ``max_iterations``, the α applied).
     """
     if not isinstance(config, MIFaceConfig):
         raise v.invalid("config", f"config must be an MIFaceConfig, got {type(config).__name__}")
+    labels = check_classes(classes)
+    try:
+        shape = tuple(int(s) for s in input_shape)  # type: ignore[union-attr]
+        seconds = _seconds_per_step(model, num_classes=len(labels), input_shape=shape, device=device)
+    except Exception:  # a bad model or shape: mi_face below refuses it, naming the argument
+        shape, seconds = input_shape, 0.0  # type: ignore[assignment]
+    alpha, note = plan_iterations(config, seconds_per_step=seconds, num_classes=len(labels))
+    if note is not None and progress is not None:
+        print(note, file=sys.stderr, flush=True)
+    planned = dataclasses.replace(config, max_iterations=alpha)
+    total = alpha * config.restarts
     runs = []
     for r in range(config.restarts):
-        start_cfg = config if r == 0 else dataclasses.replace(config, start_value=None)
-        runs.append(mi_face(model, classes=classes, input_shape=input_shape, config=start_cfg, seed=derive_seed(seed, "mi-face", r), device=device))
+        start_cfg = planned if r == 0 else dataclasses.replace(planned, start_value=None)
+        done = r * alpha
+        step = None if progress is None else (lambda i, done=done: progress(done + i, total))  # type: ignore[misc]
+        runs.append(mi_face(model, classes=labels, input_shape=shape, config=start_cfg, seed=derive_seed(seed, "mi-face", r), device=device, progress=step))
+        if progress is not None:  # a restart whose classes all stopped early is done all the same
+            progress(done + alpha, total)
     costs = np.stack([o.costs for o in runs])  # (R, K)
     best = costs.argmin(axis=0)
     k = costs.shape[1]
@@ -328,5 +430,6 @@ def run_mi_face(
             "best_restart": best.tolist(),
             "iterations": np.stack([o.iterations for o in runs]).T.tolist(),
             "stop_reasons": [[o.stop_reasons[i] for o in runs] for i in range(k)],
+            "max_iterations": alpha,
         },
     )

@@ -50,6 +50,7 @@ from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model
 from dpaudit.options import SizeLimit, option, option_specs
 from dpaudit.privacy import pate as analysis_lib
+from dpaudit.progress import Progress
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed
 from dpaudit.store import atomic_save_npz, atomic_write_bytes, atomic_write_json
@@ -230,7 +231,7 @@ def epsilon_curve(config: PATEConfig, agg: Aggregation) -> np.ndarray:
     return np.min(rdp + np.log(1.0 / config.delta) / (orders - 1.0), axis=1)
 
 
-def _analyse(config: PATEConfig, agg: Aggregation) -> tuple[analysis_lib.PateAnalysis, Any]:
+def _analyse(config: PATEConfig, agg: Aggregation, *, progress: bool = False) -> tuple[analysis_lib.PateAnalysis, Any]:
     """The analysis of the answers and, when asked, its smooth-sensitivity release."""
     votes, d = agg.votes, config.delta
     result = _bounds(config, votes, agg.answered)
@@ -240,12 +241,14 @@ def _analyse(config: PATEConfig, agg: Aggregation) -> tuple[analysis_lib.PateAna
         # The release noise is the one draw not taken from the run's seed: the seed is stored in
         # the record, and a release whose noise anyone can recompute is not private. Its order is
         # fixed from public parameters (release_order), never from the votes.
-        if config.aggregator == "gnmax":
-            release = analysis_lib.release_gnmax_epsilon(votes, sigma=config.sigma, delta=d, beta=beta, sigma_ss=ss)
-        else:
-            release = analysis_lib.release_confident_gnmax_epsilon(
-                votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, answered=agg.answered, delta=d, beta=beta, sigma_ss=ss
-            )
+        with Progress(len(votes), "smooth-sensitivity release (queries)", enabled=progress) as bar:
+            step = bar.update if progress else None
+            if config.aggregator == "gnmax":
+                release = analysis_lib.release_gnmax_epsilon(votes, sigma=config.sigma, delta=d, beta=beta, sigma_ss=ss, progress=step)
+            else:
+                release = analysis_lib.release_confident_gnmax_epsilon(
+                    votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, answered=agg.answered, delta=d, beta=beta, sigma_ss=ss, progress=step
+                )
     return result, release
 
 
@@ -346,7 +349,7 @@ def train_pate(
     agg = aggregate(votes, config.aggregator_config(), seed=derive_seed(seed, "pate", "aggregate"))
     if agg.num_answered == 0:
         raise v.invalid("threshold", f"the aggregator answered none of the {agg.num_queries} queries (threshold={config.threshold:g}); lower --threshold or ask more --queries")
-    result, release = _analyse(config, agg)
+    result, release = _analyse(config, agg, progress=progress)
     parameters = {k: float(x) for k, x in config.aggregator_config().to_dict().items() if k != "aggregator"}
     claim = analysis_lib.pate_claim(result, parameters=parameters, num_answered=agg.num_answered, data_dependent=config.analysis == "data-dependent", release=release)
 

@@ -28,12 +28,49 @@ from dpaudit.store import freeze as _freeze
 from dpaudit.store import load_result_files, safe_stem, save_result_files
 from dpaudit.store import thaw as _thaw
 
-__all__ = ["RESULT_SCHEMA_VERSION", "DEFAULT_FPRS", "MembershipResult", "RocCurve", "load_membership_result", "save_membership_result"]
+__all__ = [
+    "RESULT_SCHEMA_VERSION",
+    "DEFAULT_FPRS",
+    "MembershipResult",
+    "RocCurve",
+    "load_membership_result",
+    "save_membership_result",
+    "min_non_members",
+    "tpr_unresolved",
+]
 
 RESULT_SCHEMA_VERSION = 1
 #: The false-positive rates at which TPR is reported (Carlini et al. 2022, §IV).
 DEFAULT_FPRS: tuple[float, ...] = (0.001, 0.01)
 _ARRAYS = ("sample_ids", "scores", "is_member")
+
+
+def min_non_members(fpr: float) -> int:
+    """The fewest non-members at which an FPR of ``fpr`` is resolved: ⌈1/fpr⌉.
+
+    With m non-members the empirical FPR moves in steps of 1/m, so below m = 1/f the only
+    threshold with FPR ≤ f is the one that flags no non-member at all, and "TPR at FPR f" is
+    really TPR at FPR 0 (Carlini et al. 2022, §IV, report TPR at 0.1 % FPR on ≥ 25,000
+    non-members).
+
+    Raises:
+        ValueError: ``fpr`` is not in (0, 1].
+    """
+    f = v.real("fpr", fpr)
+    if not 0.0 < f <= 1.0:
+        raise v.invalid("fpr", f"fpr must lie in (0, 1], got {fpr!r}")
+    return max(1, int(np.ceil(1.0 / f - 1e-9)))
+
+
+def tpr_unresolved(fpr: float, num_non_members: int) -> str | None:
+    """Why TPR at ``fpr`` cannot be shown for ``num_non_members`` (``None`` when it can).
+
+    Returns:
+        ``"n/a: needs ≥ N non-members (has M)"``, the cell text every report and the CLI show
+        in place of the rate, or ``None``.
+    """
+    need = min_non_members(fpr)
+    return None if num_non_members >= need else f"n/a: needs ≥ {need} non-members (has {num_non_members})"
 
 
 def check_header(result: Any) -> None:
@@ -212,13 +249,20 @@ class MembershipResult:
         """The metrics of the CLI's ``--json`` output, derived from the scores.
 
         Returns:
-            ``{"auc", "balanced_accuracy", "tpr_at_fpr": {"0.001": …, "0.01": …}, "epsilon_lb",
-            "delta", "confidence", "num_members", "num_non_members"}``.
+            ``{"auc", "balanced_accuracy", "tpr_at_fpr": {"0.001": …, "0.01": …},
+            "tpr_at_fpr_notes", "epsilon_lb", "delta", "confidence", "num_members",
+            "num_non_members"}``. A TPR at an FPR f that fewer than ⌈1/f⌉ non-members cannot
+            resolve (:func:`min_non_members`) is ``None``, and ``tpr_at_fpr_notes`` maps its
+            key to the reason (``"n/a: needs ≥ 1000 non-members (has 359)"``); the key is
+            always present, so a reader never mistakes a missing rate for an unasked one.
         """
+        notes = {f"{f:g}": note for f in fprs if (note := tpr_unresolved(f, self.num_non_members)) is not None}
         return {
             "auc": self.auc(),
             "balanced_accuracy": self.balanced_accuracy(),
-            "tpr_at_fpr": {f"{f:g}": self.tpr_at_fpr(f) for f in fprs},
+            # A rate the sample cannot resolve is null, and ``tpr_at_fpr_notes`` says why.
+            "tpr_at_fpr": {f"{f:g}": (None if f"{f:g}" in notes else self.tpr_at_fpr(f)) for f in fprs},
+            "tpr_at_fpr_notes": notes,
             "epsilon_lb": self.epsilon_bound(delta=delta, confidence=confidence).epsilon_lb,
             "delta": delta,
             "confidence": confidence,

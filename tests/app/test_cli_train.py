@@ -124,3 +124,64 @@ def test_dpsgd_flags_refused_for_nonprivate(cli, tmp_path):
 def test_train_dpsgd_inconsistent_pca_is_a_usage_error(cli, tmp_path):
     code, out, err = cli.run(*DPSGD, "--noise-multiplier", "2", "--pca-components", "10", "--out", str(tmp_path))
     assert code == 2 and "pca" in err.lower() and len(err.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- budget mode (issue 30, item 1)
+BUDGET = ("train", "--defense", "dpsgd", "--dataset", "digits", "--model", "digits-mlp", "--clip-norm", "1", "--lot-size", "64", "--learning-rate", "0.5", "--target-epsilon", "2", "--delta", "1e-5")
+RDP = ("--accountant", "rdp")  # fast to calibrate (under PLD, the issue's run: sigma = 1.1 reaches epsilon = 2 after 8 steps)
+
+
+def test_target_epsilon_with_epochs_calibrates_sigma_for_exactly_those_epochs(cli, tmp_path):
+    # Once σ defaulted to 1.1, so the target became a step budget: 8 steps, --epochs ignored.
+    code, out, err = cli.run(*BUDGET, *RDP, "--epochs", "2", "--out", str(tmp_path), "--json")
+    assert code == 0, err
+    m = json.loads(out)["metrics"]
+    assert m["num_steps"] == 22  # 2 epochs of round(718 / 64) = 11 steps
+    assert m["noise_multiplier"] > 1.1 and m["epsilon"] <= 2.0
+    assert f"sigma = {m['noise_multiplier']:.4g} calibrated so that 2 epochs (22 steps) spend epsilon = 2" in err
+
+
+def test_target_epsilon_with_an_explicit_sigma_says_how_many_steps_it_allows(cli, tmp_path):
+    code, out, err = cli.run(*BUDGET, *RDP, "--noise-multiplier", "1.1", "--out", str(tmp_path), "--json")
+    assert code == 0, err
+    assert json.loads(out)["metrics"]["num_steps"] == 2
+    assert "sigma = 1.1 reaches epsilon = 2 after 2 steps (0.178 epochs); training stops there" in err
+
+
+def test_target_epsilon_sigma_and_epochs_beyond_the_budget_are_refused(cli, tmp_path):
+    code, out, err = cli.run(*BUDGET, *RDP, "--noise-multiplier", "1.1", "--epochs", "30", "--out", str(tmp_path))
+    assert code == 2 and out == "" and not (tmp_path / "records").exists()  # refused before anything is written
+    assert len(err.strip().splitlines()) == 1 and "epochs=30 needs 330 steps" in err and "after 2 steps" in err
+    # within the budget, the epochs are trained exactly
+    code, out, err = cli.run(*BUDGET, *RDP, "--noise-multiplier", "4", "--epochs", "1", "--out", str(tmp_path), "--json")
+    assert code == 0, err
+    assert json.loads(out)["metrics"]["num_steps"] == 11 and "sigma = 4 and 1 epochs (11 steps) stay within epsilon = 2" in err
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        {"target_epsilon": 2.0, "epochs": 3.0},
+        {"target_epsilon": 2.0},
+        {"target_epsilon": 2.0, "noise_multiplier": 4.0, "epochs": 1.0},
+        {"epochs": 2.0},
+    ],
+)
+def test_grid_and_cli_plan_the_same_run_for_the_same_keys(keys):
+    from defenses import DEFENSES
+    from defenses.dpsgd import plan_dpsgd
+    from dpaudit.app.cli import build_parser
+    from dpaudit.app.runs.compare import parse_grid
+    from dpaudit.app.runs.train import default_config
+    from dpaudit.options import options_from_args
+
+    common = {"lot_size": 64, "clip_norm": 1.0, "accountant": "rdp"}
+    setting = parse_grid({"dataset": "digits", "defenses": [{"defense": "dpsgd", **common, **keys}]}).settings[-1]
+    grid_config = default_config("dpsgd", **setting.parameters)
+    argv = ["train", "--defense", "dpsgd", "--model", "digits-mlp", "--out", "unused"]
+    for k, val in {**common, **keys}.items():
+        argv += ["--" + k.replace("_", "-"), str(val)]
+    args = build_parser().parse_args(argv)
+    cli_config = DEFENSES["dpsgd"].config_type(**options_from_args(args, DEFENSES["dpsgd"].config_type, args.defense_flags, owner="dpsgd"))
+    assert cli_config == grid_config
+    assert plan_dpsgd(cli_config, num_members=718) == plan_dpsgd(grid_config, num_members=718)

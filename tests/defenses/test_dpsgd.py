@@ -432,7 +432,6 @@ def test_learning_rate_schedule() -> None:
         ({"pca_sampling_rate": 0.0}, "pca_sampling_rate"),
         ({"clipping_method": "fast"}, "clipping_method"),
         ({"physical_batch_size": 0}, "physical_batch_size"),
-        ({"noise_multiplier": None}, "noise_multiplier"),
         ({"epochs": 0}, "epochs"),
         ({"expected_lot_size": -1.0}, "expected_lot_size"),
     ],
@@ -526,3 +525,51 @@ def test_a_model_with_non_finite_parameters_never_becomes_a_record(digits) -> No
             device=torch.device("cpu"),
             started=time.monotonic(),
         )
+
+
+# ----------------------------------------------------------------------------- budget plan (issue 30, item 1)
+def test_target_epsilon_without_sigma_calibrates_sigma_for_the_epochs() -> None:
+    # σ once defaulted to 1.1, so a target ε with --epochs was silently a step budget (8 steps).
+    cfg = DPSGDConfig(clip_norm=1.0, lot_size=64, target_epsilon=2.0, epochs=3, accountant="rdp")
+    assert cfg.noise_multiplier is None
+    plan = plan_dpsgd(cfg, num_members=718)
+    assert plan.num_steps == 3 * plan.steps_per_epoch
+    eps = dpsgd_claim(sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=plan.num_steps).epsilon(delta=1e-5, accountant="rdp")
+    assert 1.95 < eps <= 2.0
+    assert plan.note is not None and "calibrated so that 3 epochs (33 steps)" in plan.note
+    # target alone: calibrated for the default epochs, and the plan says so
+    alone = plan_dpsgd(DPSGDConfig(clip_norm=1.0, lot_size=64, target_epsilon=2.0, accountant="rdp"), num_members=718)
+    assert alone.num_steps == 10 * alone.steps_per_epoch and "10 epochs" in (alone.note or "")
+
+
+def test_sigma_default_is_resolved_before_the_config_is_digested() -> None:
+    import dataclasses
+
+    from dpaudit.results.record import make_model_id
+
+    cfg = DPSGDConfig(clip_norm=1.0, lot_size=64)
+    assert cfg == DPSGDConfig(clip_norm=1.0, lot_size=64, noise_multiplier=1.1)
+    assert plan_dpsgd(cfg, num_members=718).note is None  # no target: nothing to say
+    ids = {
+        make_model_id(defense="dpsgd", dataset="digits", model_name="digits-mlp", seed=0, config=dataclasses.asdict(c)) for c in (cfg, DPSGDConfig(clip_norm=1.0, lot_size=64, noise_multiplier=1.1))
+    }
+    assert len(ids) == 1
+
+
+def test_explicit_sigma_and_epochs_beyond_the_budget_are_refused_not_cut_short() -> None:
+    cfg = DPSGDConfig(clip_norm=1.0, lot_size=64, target_epsilon=2.0, noise_multiplier=1.1, epochs=30, accountant="rdp")
+    with pytest.raises(ValueError, match=r"epochs=30 needs 330 steps, but noise_multiplier=1.1 reaches target_epsilon=2 .* after 2 steps"):
+        plan_dpsgd(cfg, num_members=718)
+    fits = plan_dpsgd(DPSGDConfig(clip_norm=1.0, lot_size=64, target_epsilon=2.0, noise_multiplier=4.0, epochs=1, accountant="rdp"), num_members=718)
+    assert fits.num_steps == fits.steps_per_epoch and fits.noise_multiplier == 4.0
+
+
+def test_explicit_sigma_without_epochs_says_how_far_the_budget_goes(capsys) -> None:
+    from defenses.dpsgd import announce_plan
+
+    plan = plan_dpsgd(DPSGDConfig(clip_norm=1.0, lot_size=64, target_epsilon=2.0, noise_multiplier=1.1, accountant="rdp"), num_members=718)
+    announce_plan(plan)
+    assert (
+        capsys.readouterr().err
+        == "dpsgd budget: sigma = 1.1 reaches epsilon = 2 after 2 steps (0.178 epochs); training stops there (leave --noise-multiplier unset and pass --epochs to calibrate sigma instead)\n"
+    )

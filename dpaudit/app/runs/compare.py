@@ -547,10 +547,18 @@ def _membership_measures(result: Any, *, delta: float, confidence: float, where:
     return {
         "auc": float(s["auc"]),
         "advantage": float(2 * s["balanced_accuracy"] - 1),
-        "tpr_at_fpr": {f: float(t) for f, t in s["tpr_at_fpr"].items()},
+        # None where the non-members cannot resolve the FPR (MembershipResult.summary says why).
+        "tpr_at_fpr": {f: (None if t is None else float(t)) for f, t in s["tpr_at_fpr"].items()},
         "epsilon_lb": float(s["epsilon_lb"]),
         "num_samples": int(len(result.scores)),
+        "num_members": int(s["num_members"]),
+        "num_non_members": int(s["num_non_members"]),
     }
+
+
+def _mean_rate(rates: Sequence[float | None]) -> float | None:
+    """Mean rate over repeats; None (unresolved) if any repeat could not resolve it."""
+    return None if any(r is None for r in rates) else mean_std([float(r) for r in rates])[0]  # type: ignore[arg-type]
 
 
 def membership_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, run_dir: str, data_root: str | None) -> dict[str, Any]:
@@ -1005,9 +1013,10 @@ def condense(
                         "auc": auc,
                         "auc_std": auc_std,
                         "advantage": mean_std([r["advantage"] for r in runs])[0],
-                        "tpr_at_fpr": {f: mean_std([r["tpr_at_fpr"][f] for r in runs])[0] for f in runs[0]["tpr_at_fpr"]},
+                        "tpr_at_fpr": {f: _mean_rate([r["tpr_at_fpr"][f] for r in runs]) for f in runs[0]["tpr_at_fpr"]},
                         "epsilon_lb": max(r["epsilon_lb"] for r in runs),
                         "num_samples": runs[0]["num_samples"],
+                        **{k: min(r[k] for r in runs) for k in ("num_members", "num_non_members") if all(k in r for r in runs)},
                     }
                     if target is membership:
                         candidates.extend((r["epsilon_lb"], attack) for r in runs)

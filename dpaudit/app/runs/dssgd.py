@@ -26,6 +26,7 @@ import numpy as np
 
 from dpaudit import _validate as v
 from dpaudit.results import MembershipResult
+from dpaudit.results.membership import tpr_unresolved
 from dpaudit.store import RunDir
 
 __all__ = ["UPLOAD_ATTACK", "UploadAttackSummary", "LeakageRow", "attack_uploads", "turn_leakage", "audit_upload"]
@@ -67,7 +68,9 @@ class UploadAttackSummary:
             "best_ssim_mean_over_turns": float(np.mean(self.best_ssim_max)) if self.best_ssim_max else 0.0,
             "distinct_recognised_total": int(sum(self.distinct_recognised)),
             "membership_auc": self.membership.auc(),
-            "membership_tpr_at_1pct_fpr": self.membership.tpr_at_fpr(0.01),
+            # null where the non-members cannot resolve 1 % FPR; the note says how many it needs.
+            "membership_tpr_at_1pct_fpr": None if tpr_unresolved(0.01, self.membership.num_non_members) else self.membership.tpr_at_fpr(0.01),
+            "membership_tpr_at_1pct_fpr_note": tpr_unresolved(0.01, self.membership.num_non_members),
         }
 
 

@@ -348,15 +348,17 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
             # seed a forked copy so the attack is reproducible and the caller's stream untouched.
             with torch.random.fork_rng(devices=[torch.cuda.current_device()] if device.startswith("cuda") else []):
                 torch.manual_seed(derive_seed(spec.seed, "target-noise", name))
-                output = attack.run(
-                    model,
-                    classes=classes,
-                    input_shape=shape,
-                    config=config,
-                    seed=derive_seed(spec.seed, "attack", name),
-                    device=device,
-                    prior=priors.get(attack.prior.name) if attack.prior is not None else None,
-                )
+                with _EpochBar(spec.progress, f"{name} on {len(classes)} classes (steps)") as update:
+                    output = attack.run(
+                        model,
+                        classes=classes,
+                        input_shape=shape,
+                        config=config,
+                        seed=derive_seed(spec.seed, "attack", name),
+                        device=device,
+                        prior=priors.get(attack.prior.name) if attack.prior is not None else None,
+                        progress=update if spec.progress else None,
+                    )
             seconds = time.perf_counter() - started
             result = evaluate_reconstructions(
                 output,

@@ -395,7 +395,18 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
                 summaries.append(PoolSummary(kind=kind, num_models=len(plans[kind]), attacks=plan.users, num_trained=n_new, num_reused=len(plans[kind]) - n_new))
             meta.update(shadows_trained=len(shadow_run.trained), shadows_reused=len(shadow_run.reused), shadow_defense=shadow_defense)
         context = mia.build_context(
-            record=record, model=model, bundle=bundle, sample_ids=ids, is_member=member, seed=spec.seed, augmentations=augs, pools=pools, shadow_models=models, device=device, metadata=meta
+            record=record,
+            model=model,
+            bundle=bundle,
+            sample_ids=ids,
+            is_member=member,
+            seed=spec.seed,
+            augmentations=augs,
+            pools=pools,
+            shadow_models=models,
+            device=device,
+            metadata=meta,
+            progress=spec.progress,
         )
         results = mia.run_attacks(context, spec.attacks)
         out = run.membership_dir(record.model_id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from dpaudit.app.common import EXIT_OK, UsageError, add_common, check_executor_flags, check_record, delta_type, emit, path_type, positive_int
@@ -174,10 +175,19 @@ def _cmd_membership(args: argparse.Namespace, flags: Any) -> int:
         lines.append(f"  {p.kind} shadow pool: {p.num_models} models ({p.num_trained} trained, {p.num_reused} reused; trained as {done.shadow_defense!r}) for {', '.join(p.attacks)}")
     lines.append(f"  {'attack':<17} {'AUC':>6} {'bal.acc':>7} {'TPR@0.1%':>9} {'TPR@1%':>7} {'eps_lb':>7}")
     for name, s in summaries.items():
-        lines.append(f"  {name:<17} {s['auc']:6.4f} {s['balanced_accuracy']:7.4f} {s['tpr_at_fpr']['0.001']:9.4f} {s['tpr_at_fpr']['0.01']:7.4f} {s['epsilon_lb']:7.3f}")
+        lines.append(f"  {name:<17} {s['auc']:6.4f} {s['balanced_accuracy']:7.4f} {_rate(s, '0.001'):>9} {_rate(s, '0.01'):>7} {s['epsilon_lb']:7.3f}")
+    # A rate the non-members cannot resolve is shown as n/a, with the reason once below the table.
+    notes = {f: n for s in summaries.values() for f, n in s["tpr_at_fpr_notes"].items()}
+    lines += [f"  TPR@{float(f):.1%}: {note}" for f, note in sorted(notes.items())]
     lines.append(f"  results: {done.result_dir}\n  report: {report}")
     emit(args, payload, "\n".join(lines))
     return EXIT_OK
+
+
+def _rate(summary: Mapping[str, Any], fpr: str) -> str:
+    """A TPR cell of the text table: the rate, or ``n/a`` where the sample cannot resolve it."""
+    value = summary["tpr_at_fpr"][fpr]
+    return "n/a" if value is None else f"{value:.4f}"
 
 
 def _inversion_configs() -> dict[str, type]:
@@ -376,7 +386,7 @@ def _cmd_uploads(args: argparse.Namespace) -> int:
         f"server-seat attacks on participant {done.participant} of {done.model_id} ({done.turns} uploads)",
         f"  reconstruction: best SSIM {s['best_ssim_max']:.3f} (mean over turns {s['best_ssim_mean_over_turns']:.3f}); "
         f"{s['distinct_recognised_total']} recognisable copies of private inputs (SSIM >= 0.5)",
-        f"  membership from uploads: AUC {s['membership_auc']:.4f}  TPR@1% {s['membership_tpr_at_1pct_fpr']:.4f}",
+        f"  membership from uploads: AUC {s['membership_auc']:.4f}  TPR@1% {s['membership_tpr_at_1pct_fpr_note'] or format(s['membership_tpr_at_1pct_fpr'], '.4f')}",
         f"  report: {report}",
     ]
     emit(args, payload, "\n".join(lines))

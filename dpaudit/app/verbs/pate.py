@@ -348,7 +348,8 @@ def _cmd_attack(args: argparse.Namespace) -> int:
     payload = {"attack": result.attack, "target": result.model_id, "repeats": args.repeats, "covered_by_claim": args.repeats == 1, **summary, "report": str(report)}
     lines = [
         f"membership inference on the aggregator of {result.model_id} ({result.num_members} members, {result.num_non_members} non-members; {covered})",
-        f"  AUC {summary['auc']:.4f}  balanced accuracy {summary['balanced_accuracy']:.4f}  TPR@1% {summary['tpr_at_fpr']['0.01']:.4f}  epsilon_lb {summary['epsilon_lb']:.3f}",
+        f"  AUC {summary['auc']:.4f}  balanced accuracy {summary['balanced_accuracy']:.4f}  TPR@1% {'n/a' if summary['tpr_at_fpr']['0.01'] is None else format(summary['tpr_at_fpr']['0.01'], '.4f')}  epsilon_lb {summary['epsilon_lb']:.3f}",
+        *(f"  TPR@1%: {note}" for f, note in summary["tpr_at_fpr_notes"].items() if f == "0.01"),
         f"  report: {report}",
     ]
     emit(args, payload, "\n".join(lines))
