@@ -318,7 +318,7 @@ def _command_key(argv: Sequence[str]) -> str:
 
 def _prog_of(argv: Sequence[str]) -> str:
     """``dpaudit attack membership`` from the raw arguments (for an error before parsing)."""
-    words = []
+    words: list[str] = []
     for a in argv:
         if a.startswith("-") or len(words) == 2:
             break

@@ -265,6 +265,7 @@ def _pate(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str,
     )
     # The RDP curve itself came from the votes: its ε must be the one the run measured.
     # Records stored before the release and the realised cost were named as such carry the old keys.
+    names: tuple[str, ...]
     if smooth is not None:
         names = ("epsilon_noisy_estimate", "epsilon_smooth_sensitivity")
     elif analysis == "data-dependent":
