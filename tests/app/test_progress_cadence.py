@@ -123,15 +123,21 @@ def test_certify_reports_every_draw(cli, clock, tmp_path):
     assert not _grows(small, big), (small, big)
 
 
-def test_pate_analyze_reports_every_query_of_a_smooth_sensitivity_release(cli, clock, tmp_path):
-    # No model here: the per-query loop must tick once per query (10,000 queries of 250 teachers
-    # take a minute on one core; it once ran silently).
+def test_pate_analyze_reports_every_query_of_a_smooth_sensitivity_release(cli, clock, tmp_path, monkeypatch):
+    # No model here: the per-query loop must report as it goes (10,000 queries of 250 teachers
+    # take a minute on one core; it once ran silently). The bar starts from 1,000 queries and
+    # reports every RELEASE_PROGRESS_EVERY of them; both are lowered so 40 queries show it.
     import numpy as np
 
+    from dpaudit.app.verbs import pate as pate_verb
+    from dpaudit.privacy import pate as pate_lib
+
+    monkeypatch.setattr(pate_verb, "PROGRESS_QUERIES", 10)
+    monkeypatch.setattr(pate_lib, "RELEASE_PROGRESS_EVERY", 1)
     votes = np.random.default_rng(0).multinomial(250, [0.6] + [0.4 / 9] * 9, size=40)
     np.save(tmp_path / "votes.npy", votes)
     code, _, err = cli.run(
         "pate", "analyze", "--votes", str(tmp_path / "votes.npy"), "--aggregator", "gnmax", "--sigma", "40", "--smooth-sensitivity-beta", "0.0329", "--smooth-sensitivity-sigma", "15"
     )
     assert code == 0, err
-    assert len(clock.ticks) >= 40 and "smooth-sensitivity release (queries)" in err
+    assert len(clock.ticks) >= 40 and "pate analyze: queries" in err
