@@ -331,6 +331,7 @@ def test_white_box_defaults_follow_the_target_epsilon():
         AuditSpec(target_epsilon=1, strategy="fixed")
 
 
+@pytest.mark.slow  # 10 s; the flag-generated hostile suite and test_cli_usage_errors_exit_2 keep audit's usage errors
 def test_cli_budget_and_fixed_strategy_usage_errors(tmp_path):
     p = _cli("audit", "--out", str(tmp_path), "--target-epsilon", "1", "--budget-seconds", "10")
     assert p.returncode == 2 and "--budget-seconds applies to --threat white-box" in p.stderr and p.stderr.count("\n") == 1

@@ -101,6 +101,7 @@ def test_a_missing_flower_names_the_extra(setup, monkeypatch):
         run_flower(fed, rounds=1, download_fraction=1.0, schedule="async", num_workers=1)
 
 
+@pytest.mark.slow  # 11 s; the default suite keeps the round-robin Flower federation
 def test_a_diverging_participant_ends_the_federation_with_one_clear_error(setup, capfd):
     # A learning rate that blows up is the user's setting, not a crash: the participant tells
     # the server, the run ends cleanly, and the caller gets the same TrainingDiverged the local

@@ -92,6 +92,7 @@ def test_selection_probabilities_one_upload_match_the_definition():
     _check_against_exact(exact, _empirical(x, 1))
 
 
+@pytest.mark.slow  # 6 s; the one-upload case stays in the default suite
 def test_selection_probabilities_two_uploads_match_redrawn_thresholds():
     # Ordered pairs: with one shared threshold (not redrawn) the pair probabilities differ.
     x = [1.0, 0.0, 0.6]

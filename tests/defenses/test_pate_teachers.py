@@ -127,6 +127,7 @@ def test_evaluation_cap_changes_metrics_only(bundle, splits):
     assert 0 <= a.records[0].metrics["test_accuracy"] <= 1 and "non_member_accuracy" not in a.records[0].metrics
 
 
+@pytest.mark.slow  # 5 s; the shadow pool's equality test keeps the process pool in the default suite
 def test_process_pool_trains_the_same_teachers(bundle, splits):
     specs = _specs(bundle, splits, n=2, seed=9, epochs=1)
     serial = train_teachers(specs, directory=None, executor=SerialExecutor(), progress=False)

@@ -60,6 +60,7 @@ def test_worst_cases_fall_back_to_rdp_under_a_2gib_cap(name):
         assert data["pld"] == data["rdp"]
 
 
+@pytest.mark.slow  # 7 s; the PLD memory-estimate tests keep the budget in the default suite
 def test_solving_with_pld_stays_under_a_2gib_cap():
     # A num-steps search at small σ composes PLDs of millions of points at many T; SciPy's FFT
     # plan cache used to keep ~190 MB per evaluation, and the largest T asked for 10+ GB.

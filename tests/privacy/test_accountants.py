@@ -688,6 +688,7 @@ def test_event_counts_beyond_the_limit_are_refused_and_up_to_it_are_cheap():
         assert 0.0 < acc.compute_epsilon_detailed(_event(0.01, 4.0, acc.MAX_NUM_STEPS), delta=1e-5, accountant=name).epsilon < math.inf
 
 
+@pytest.mark.slow  # 6 s; the memory-estimate tests keep the PLD budget in the default suite
 def test_calibrate_num_steps_under_pld_is_bounded_at_small_sigma():
     # every evaluation stays within PLD_SOLVER_MEMORY_BUDGET (larger ones use rdp), and the
     # answer still never overshoots under the full-budget pld bound
