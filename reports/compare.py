@@ -391,7 +391,8 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
                     rows=privacy_rows,
                     caption=(
                         f"Mean over {len(result.rows[0].model_ids)} repeat(s). Accuracy loss is against the non-private baseline ({result.baseline}). ε_LB is the best over every attack "
-                        f"and repeat, valid jointly at {result.confidence:.0%} (Bonferroni); the strongest MIA is the one with the largest AUC. Advantage = max over thresholds of TPR − FPR; "
+                        f"and repeat, valid jointly at {result.confidence:.0%} (Bonferroni); membership attacks' ε_LB are Clopper–Pearson bounds, which assume nothing of the "
+                        "trade-off curve, and an audit's names its own assumption; the strongest MIA is the one with the largest AUC. Advantage = max over thresholds of TPR − FPR; "
                         "an ε-DP model's is at most e^ε − 1 (Yeom et al. 2018)."
                     ),
                 ),

@@ -774,7 +774,8 @@ def audit_job(*, grid: CompareGrid, setting: Setting, trained: Mapping[str, Any]
         "epsilon_ub": ub,
         "accountant": accountant,
         "delta": float(algo["delta"]),
-        "method": f"audit ({result.method}, {result.threat_model})",
+        # The bound's assumption travels with it into the matrix (GDP only for Gaussian-family claims).
+        "method": f"audit ({result.method}, {result.threat_model}; assumption: {result.assumption})",
         "confidence": float(result.confidence),
         "trained": {k: algo[k] for k in ("noise_multiplier", "sampling_rate", "num_steps", "clip_norm", "learning_rate", "num_members")},
     }
