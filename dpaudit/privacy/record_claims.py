@@ -219,7 +219,10 @@ def _dp(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, A
         target_eps = float(v.positive("config.target_epsilon", target))
         lower = sigma * (1.0 - 1.001 * _CALIBRATION_TOLERANCE)
         if eps(sigma, steps) > target_eps * (1 + _REL) or (lower > 2e-3 and eps(lower, steps) <= target_eps):
-            raise ValueError(f"metrics noise_multiplier={_num(sigma)} is not the noise multiplier calibrated to config target_epsilon={_num(target_eps)} over {steps} steps")
+            raise ValueError(
+                f"metrics noise_multiplier={_num(sigma)} is not the noise multiplier calibrated to config target_epsilon={_num(target_eps)} over {steps} steps "
+                f"under config accountant={config.get('accountant')!r} (a record calibrated by an older, unsound naive/strong analysis is one: retrain it with --force)"
+            )
         sources[f"{gauss_path}.noise_multiplier"] = "metrics noise_multiplier (calibrated to config target_epsilon)"
     if target is None or sigma_cfg is None:
         if steps != cap:
@@ -230,7 +233,10 @@ def _dp(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, A
         target_eps = float(v.positive("config.target_epsilon", target))
         beyond = steps != cap and eps(sigma, steps + 1) <= target_eps
         if steps < 1 or eps(sigma, steps) > target_eps * (1 + _REL) or beyond or (cap is not None and steps > cap):
-            raise ValueError(f"metrics num_steps={steps} is not the number of steps config target_epsilon={_num(target_eps)} allows at noise_multiplier={_num(sigma)}")
+            raise ValueError(
+                f"metrics num_steps={steps} is not the number of steps config target_epsilon={_num(target_eps)} allows at noise_multiplier={_num(sigma)} "
+                f"under config accountant={config.get('accountant')!r} (a record planned by an older, unsound naive/strong analysis is one: retrain it with --force)"
+            )
         sources[f"{dp_path}.count"] = "metrics num_steps (the steps config target_epsilon allows)"
     claim = DPClaim(event=_dp_event(config, q=q, sigma=sigma, steps=steps))
     return RebuiltClaim(claim=claim, sources=sources)
