@@ -195,7 +195,9 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
             raise _fail(f"{where}.{key}", f"the {name} defense has no parameter {key!r} (its parameters: {', '.join(sorted(fields))})")
     if "target_epsilon" in params and "noise_multiplier" in fields and "noise_multiplier" not in params and "epochs" in params:
         # A grid sweeps ε at a fixed training length (Jayaraman & Evans): σ is calibrated to each
-        # target, rather than DP-SGD's other reading (σ fixed, train until the budget is spent).
+        # target. DPSGDConfig now leaves σ unset by default and calibrates it the same way; the
+        # explicit None stays because it is part of every such setting's job key, so removing it
+        # would retrain every stored grid for nothing.
         params["noise_multiplier"] = None
     swept = {k: _as_list(f"{where}.{k}", val) for k, val in params.items()}
     kinds = {o.field: o.kind for o in option_specs(spec.config_type)}
