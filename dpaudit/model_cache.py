@@ -178,19 +178,23 @@ def ensure_models(
         work = [Job(key=key, fn=by_key[key].fn, kwargs=by_key[key].kwargs) for key in todo]
         with Progress(len(by_key), f"{label} ({executor.name}, {executor.workers} workers)", enabled=progress) as bar:
             bar.count = len(reused)
-            for done, out in executor.run(work):
-                key = done.key
-                record = TrainedModel.from_dict(out["record"])
-                model = unpack_state(_build_quietly(by_key[key]), out["state"])
-                if root is not None:
-                    save_record(record, model, root / key)
-                    record = load_record(root / key)  # as stored: with the weights' digest
-                models[key] = model
-                records[key] = record
-                trained.append(key)
-                bar.update(1, reused=len(reused))
-                if on_trained is not None:
-                    on_trained(key, record, model)
+            left = [len(todo)]
+            # Models train in worker processes that cannot move this bar: say what is pending.
+            with bar.heartbeat(lambda: f"{left[0]} of {len(by_key)} models training or queued"):
+                for done, out in executor.run(work):
+                    left[0] -= 1
+                    key = done.key
+                    record = TrainedModel.from_dict(out["record"])
+                    model = unpack_state(_build_quietly(by_key[key]), out["state"])
+                    if root is not None:
+                        save_record(record, model, root / key)
+                        record = load_record(root / key)  # as stored: with the weights' digest
+                    models[key] = model
+                    records[key] = record
+                    trained.append(key)
+                    bar.update(1, reused=len(reused))
+                    if on_trained is not None:
+                        on_trained(key, record, model)
     return CachedModels(
         keys=tuple(by_key),
         models=tuple(models[k] for k in by_key),

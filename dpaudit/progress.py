@@ -8,11 +8,19 @@ terminal, and on a pipe or CI log a line at most every ``interval`` seconds (tqd
 from __future__ import annotations
 
 import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 from tqdm import tqdm
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "HEARTBEAT_SECONDS"]
+
+#: Longest a waiting loop stays silent: work that runs elsewhere (a worker process, a Ray node)
+#: cannot move the bar, so the waiting side says it is still waiting at least this often.
+HEARTBEAT_SECONDS = 10.0
 
 
 class Progress:
@@ -31,6 +39,7 @@ class Progress:
         self.description = description
         self.enabled = enabled
         self.count = 0
+        self._last = time.monotonic()
         out = stream if stream is not None else sys.stderr
         tty = bool(getattr(out, "isatty", lambda: False)())
         self._bar: Any = None
@@ -50,6 +59,7 @@ class Progress:
     def update(self, n: int = 1, **info: object) -> None:
         """Advances by ``n`` units; ``info`` (e.g. loss=0.3) is shown beside the count."""
         self.count += n
+        self._last = time.monotonic()
         if self._bar is None:
             return
         if info:
@@ -60,6 +70,36 @@ class Progress:
         """Prints one line above the bar (or plainly when disabled: not at all)."""
         if self._bar is not None:
             self._bar.write(message, file=self._bar.fp)
+
+    @contextmanager
+    def heartbeat(self, status: Callable[[], str], *, seconds: float | None = None) -> Iterator[None]:
+        """While the body waits on work that cannot report here, says so every ``seconds``.
+
+        A line ``<description>: still working: <status()> (<elapsed> since the last update)``
+        is written whenever the bar has not moved for ``seconds`` (default
+        :data:`HEARTBEAT_SECONDS`), so a long job in a worker process never leaves the
+        terminal silent. Nothing happens when the bar is disabled.
+        """
+        if self._bar is None:
+            yield
+            return
+        wait = HEARTBEAT_SECONDS if seconds is None else float(seconds)
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(wait / 4):
+                idle = time.monotonic() - self._last
+                if idle >= wait and self._bar is not None:
+                    self.write(f"{self.description}: still working: {status()} ({_duration(idle)} since the last update)")
+                    self._last = time.monotonic()
+
+        thread = threading.Thread(target=beat, name="progress-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def close(self) -> None:
         """Finishes the bar (idempotent)."""
@@ -72,3 +112,9 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _duration(seconds: float) -> str:
+    """``42 s`` or ``3 min 05 s``: short enough for a heartbeat line."""
+    whole = int(round(seconds))
+    return f"{whole} s" if whole < 60 else f"{whole // 60} min {whole % 60:02d} s"

@@ -141,3 +141,41 @@ def test_pate_analyze_reports_every_query_of_a_smooth_sensitivity_release(cli, c
     )
     assert code == 0, err
     assert len(clock.ticks) >= 40 and "pate analyze: queries" in err
+
+
+def test_compare_says_it_is_still_working_while_jobs_run_elsewhere(cli, tmp_path, monkeypatch):
+    # A grid's jobs train in worker processes that cannot move the parent's bar, so the parent
+    # says what is pending whenever the bar has not moved for HEARTBEAT_SECONDS (10 s; here 0.05).
+    from dpaudit import progress
+
+    monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.05)
+    grid = tmp_path / "grid.toml"
+    grid.write_text('name = "cadence"\ndataset = "digits"\nmodel = "digits-mlp"\nseeds = [0]\n[[defenses]]\ndefense = "nonprivate"\nepochs = 3\n')
+    code, _, err = cli.run("compare", "--config", str(grid), "--out", str(tmp_path / "run"), "--executor", "serial")
+    assert code == 0, err
+    assert "compare cadence: still working: 1 job running or queued (train-nonprivate" in err, err
+
+
+def test_heartbeat_speaks_only_while_the_bar_is_idle():
+    import io
+    import time
+
+    stream = io.StringIO()
+    with Progress(3, "waiting", stream=stream) as bar, bar.heartbeat(lambda: "2 jobs queued", seconds=0.05):
+        time.sleep(0.3)
+    lines = [line for line in stream.getvalue().splitlines() if "still working" in line]
+    assert 2 <= len(lines) <= 8 and lines[0].startswith("waiting: still working: 2 jobs queued ("), lines
+    quiet = io.StringIO()
+    with Progress(3, "off", stream=quiet, enabled=False) as bar, bar.heartbeat(lambda: "x", seconds=0.01):
+        time.sleep(0.05)
+    assert quiet.getvalue() == ""
+
+
+@pytest.mark.slow
+def test_attack_uploads_reports_every_turn(cli, clock, tmp_path):
+    flags = ("--defense", "dssgd", "--participants", "3", "--upload-fraction", "0.1", "--observe-participant", "0", "--no-baselines")
+    small_target = _target(cli, tmp_path / "s", *flags, "--rounds", "2")
+    big_target = _target(cli, tmp_path / "b", *flags, "--rounds", "8")
+    small = _silence(cli, clock, ("attack", "uploads", "--target", small_target, "--out", str(tmp_path / "s")))
+    big = _silence(cli, clock, ("attack", "uploads", "--target", big_target, "--out", str(tmp_path / "b")))
+    assert not _grows(small, big), (small, big)

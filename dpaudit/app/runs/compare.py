@@ -888,13 +888,22 @@ def _run_wave(jobs: list[tuple[str, Path, str, Callable[..., Any], dict[str, Any
     if not todo:
         return done
     targets = {key: (path, wanted) for key, path, wanted, _, _ in todo}
-    for job, outcome in executor.get().run([Job(key=key, fn=_named_job, kwargs={"fn": fn, "key": key, "kwargs": kwargs}) for key, _, _, fn, kwargs in todo]):
-        path, wanted = targets[job.key]
-        stored = {**outcome, "job_hash": wanted, "job": job.key}
-        atomic_write_json(path, stored)  # at once: an interrupted grid keeps every finished job
-        done[job.key] = stored
-        counts["run"] += 1
-        bar.update(1, last=job.key)
+    pending = [key for key, *_ in todo]
+
+    def waiting() -> str:
+        head = ", ".join(pending[:3]) + (f" and {len(pending) - 3} more" if len(pending) > 3 else "")
+        return f"{len(pending)} job{'s' if len(pending) != 1 else ''} running or queued ({head})"
+
+    # Jobs train in worker processes whose progress cannot reach this bar: say what is pending.
+    with bar.heartbeat(waiting):
+        for job, outcome in executor.get().run([Job(key=key, fn=_named_job, kwargs={"fn": fn, "key": key, "kwargs": kwargs}) for key, _, _, fn, kwargs in todo]):
+            path, wanted = targets[job.key]
+            stored = {**outcome, "job_hash": wanted, "job": job.key}
+            atomic_write_json(path, stored)  # at once: an interrupted grid keeps every finished job
+            done[job.key] = stored
+            pending.remove(job.key)
+            counts["run"] += 1
+            bar.update(1, last=job.key)
     return done
 
 
