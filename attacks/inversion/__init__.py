@@ -53,6 +53,8 @@ class InversionAttackSpec:
             InversionOutput``; ``prior`` is the trained prior's modules, or ``None``;
             ``progress(done, total)`` (or ``None``) is called as the search advances.
         prior: what the attack learns from public data first, or ``None``.
+        iterations_field: the field of ``config_type`` that bounds the search's steps (what a
+            ``compare`` grid's ``iterations`` sets), or ``None`` if it has none.
     """
 
     name: str
@@ -60,6 +62,7 @@ class InversionAttackSpec:
     config_type: type
     run: Callable[..., InversionOutput]
     prior: PriorSpec | None = None
+    iterations_field: str | None = None
 
 
 INVERSION_ATTACKS: dict[str, InversionAttackSpec] = {
@@ -68,6 +71,7 @@ INVERSION_ATTACKS: dict[str, InversionAttackSpec] = {
         summary="gradient descent on 1 - p(class) from a neutral image (Fredrikson et al. 2015, Alg. 1)",
         config_type=MIFaceConfig,
         run=run_mi_face,
+        iterations_field="max_iterations",
     ),
     "gmi": InversionAttackSpec(
         name="gmi",
@@ -75,6 +79,7 @@ INVERSION_ATTACKS: dict[str, InversionAttackSpec] = {
         config_type=GMIConfig,
         run=run_gmi,
         prior=PriorSpec(name="gan", config_type=GANConfig, build=build_gan_modules, train=train_gan_modules),
+        iterations_field="gmi_iterations",
     ),
 }
 

@@ -424,3 +424,13 @@ def test_grid_limit_cli_refuses_before_any_job(cli, tmp_path: Path, monkeypatch:
     path = _grid(tmp_path, '[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 1.0\nepochs = 100000000\n')
     with pytest.raises(Ran):
         cli.run("compare", "--config", str(path), "--out", str(tmp_path / "run"), "--i-know")
+
+
+def test_a_grids_inversion_iterations_reach_every_attacks_own_step_bound():
+    # It was validated and then dropped: no attack config has a field called "iterations".
+    from dpaudit.app.runs.compare import inversion_configs
+
+    configs = inversion_configs({"attacks": ["mi-face", "gmi"], "iterations": 7})
+    assert configs["mi-face"].max_iterations == 7 and configs["gmi"].gmi_iterations == 7
+    defaults = inversion_configs({"attacks": ["mi-face", "gmi"]})
+    assert defaults["mi-face"].max_iterations is None and defaults["gmi"].gmi_iterations != 7

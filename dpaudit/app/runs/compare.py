@@ -538,6 +538,20 @@ def _attack_configs(registry: Mapping[str, Any], names: Sequence[str], **shared:
     return configs
 
 
+def inversion_configs(inv: Mapping[str, Any]) -> dict[str, Any]:
+    """Each attack's config of a grid's ``[attacks.inversion]`` section.
+
+    ``iterations`` bounds each attack's search through the field the attack names for it
+    (MI-Face's ``max_iterations``, GMI's ``gmi_iterations``); absent, each keeps its default.
+    """
+    from attacks.inversion import INVERSION_ATTACKS
+
+    configs = _attack_configs(INVERSION_ATTACKS, inv["attacks"])
+    if inv.get("iterations") is None:
+        return configs
+    return {name: dataclasses.replace(c, **{field: int(inv["iterations"])}) if (field := INVERSION_ATTACKS[name].iterations_field) else c for name, c in configs.items()}
+
+
 def _membership_measures(result: Any, *, delta: float, confidence: float, where: np.ndarray | None = None) -> dict[str, Any]:
     from dpaudit.results import MembershipResult
 
@@ -667,13 +681,12 @@ def evasion_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, run
 
 def inversion_job(*, grid: CompareGrid, trained: Mapping[str, Any], seed: int, run_dir: str, data_root: str | None) -> dict[str, Any]:
     """Model inversion against one record: the best top-1 accuracy of the evaluation classifier."""
-    from attacks.inversion import INVERSION_ATTACKS
     from attacks.inversion.evaluate import EvaluatorConfig
     from dpaudit.app.runs.inversion import InversionSpec, run_inversion
 
     inv = grid.inversion
     assert inv is not None
-    configs = _attack_configs(INVERSION_ATTACKS, inv["attacks"], iterations=inv.get("iterations"))
+    configs = inversion_configs(inv)
     evaluator = EvaluatorConfig(evaluator_epochs=inv["evaluator_epochs"]) if inv.get("evaluator_epochs") else EvaluatorConfig()
     out = run_inversion(
         InversionSpec(
