@@ -12,7 +12,9 @@ Schedules:
 * ``round-robin`` / ``random``: one message at a time in
   :func:`~defenses.dssgd.protocol.schedule_order` order; each participant downloads the
   parameters as the previous upload left them, so the result equals
-  :func:`~defenses.dssgd.protocol.run_local` to float tolerance.
+  :func:`~defenses.dssgd.protocol.run_local`: bit for bit when both train with one thread
+  (Ray gives each simulated client one CPU), about 1e-7 apart otherwise (float sums in
+  another order).
 * ``async``: every node gets its first turn at once; as each reply arrives (polled with
   ``grid.pull_messages``), the server applies it and immediately sends that node its next turn
   with the then-current global parameters, until every participant took ``rounds`` turns.
@@ -25,15 +27,19 @@ per-node ``context.state`` under the record ``"dssgd-state"``; the simulation en
 node's Context across messages, and so does a real SuperNode. The loaded dataset bundle is
 cached per process (:data:`_BUNDLES`).
 
-Real federation (``flwr run`` against a SuperLink with SuperNodes): build the apps with
-:func:`client_app` and :func:`server_app` from a module of the Flower project that constructs the
-:class:`~defenses.dssgd.protocol.FederationSetup` on every machine (same seed and partitions);
-each SuperNode must be started with ``--node-config "partition-id=I"``, the participant's index.
-The run_config keys the apps read are ``rounds``, ``download-fraction``, ``schedule`` and
-``result-dir`` (where the ServerApp writes ``outcome.npz``); :func:`run_flower` fills them in for
-simulation. Only the simulation path is tested.
+Real federation (``flwr run`` against a SuperLink with one SuperNode per participant, each
+started with ``--node-config "partition-id=I"``): :mod:`defenses.dssgd.deployment` builds these
+apps with a factory that constructs the :class:`~defenses.dssgd.protocol.FederationSetup` from
+the run_config on every machine, and documents the commands, the run_config keys and the rule
+for missing participants (``turn-timeout``, ``node-timeout``); ``examples/dssgd-flower`` is the
+Flower App. The run_config keys the server reads itself are ``rounds``, ``download-fraction``,
+``schedule``, ``turn-timeout``, ``node-timeout`` and ``result-dir`` (where it writes the outcome,
+:func:`read_outcome`); :func:`run_flower` fills them in for simulation. The server polls its own
+replies (``Grid.send_and_receive`` sleeps 3 s between polls on a real SuperLink and waits
+forever for a node that died).
 
-Flower and Ray are the optional extra ``dpaudit[federated]``.
+Flower is the optional extra ``dpaudit[federated]`` (which brings Ray for the simulation; a
+SuperNode needs none).
 """
 
 from __future__ import annotations
@@ -204,7 +210,7 @@ def server_app(
 
     It writes into run_config ``result-dir``: ``outcome.npz`` (global parameters, stat, the final
     local parameters of every participant that took its last turn), ``outcome.json`` (uploads
-    applied, seconds per round, missed turns, dropped participants), ``progress.jsonl`` (one line
+    applied, seconds per round, missed turns, each dropped participant with why), ``progress.jsonl`` (one line
     per applied upload, as it happens) and, when the run stops early, ``failure.json`` (one line).
     :func:`read_outcome` reads them back.
     """
@@ -251,7 +257,7 @@ def server_app(
         if sorted(node_of) != list(range(n)):
             raise _Stop("federation", f"the federation's SuperNodes must carry partition-id 0..{n - 1} once each, got {sorted(node_of)}")
 
-        dropped: set[int] = set()
+        dropped: dict[int, str] = {}  # participant -> why it is missing
         missed: list[tuple[int, int]] = []
         finals: dict[int, torch.Tensor] = {}
         started = time.monotonic()
@@ -261,9 +267,9 @@ def server_app(
             content = RecordDict({"download": _arrays(indices=idx, values=vals), "config": ConfigRecord({"round": rnd, "last": rnd == rounds - 1})})
             return Message(content, dst_node_id=node_of[i], message_type="train", group_id=str(rnd))
 
-        def drop(i: int, first_missed: int) -> None:
+        def drop(i: int, first_missed: int, reply: Message | None) -> None:
             # The missing-participant rule (module docstring): this turn and every later one of i.
-            dropped.add(i)
+            dropped[i] = f"no reply within {turn_timeout:g} s (turn-timeout)" if reply is None else _one_line(reply.error.reason)
             missed.extend((r, i) for r in range(first_missed, rounds))
 
         def receive(i: int, reply: Message) -> None:
@@ -307,7 +313,7 @@ def server_app(
                     for reply in replies:
                         i, _ = pending.pop(reply.metadata.reply_to_message_id)
                         if _gone(reply):
-                            drop(i, turns[i])
+                            drop(i, turns[i], reply)
                             continue
                         receive(i, reply)
                         turns[i] += 1
@@ -317,7 +323,7 @@ def server_app(
                     for mid, (i, deadline) in list(pending.items()):
                         if now >= deadline:
                             del pending[mid]
-                            drop(i, turns[i])
+                            drop(i, turns[i], None)
                     wait(bool(replies))
                 total = time.monotonic() - start
                 times = [total / rounds] * rounds
@@ -333,7 +339,7 @@ def server_app(
                             continue
                         (reply,) = _exchange(grid, [train_msg(i, r)], turn_timeout)
                         if reply is None or _gone(reply):
-                            drop(i, r)
+                            drop(i, r, reply)
                             continue
                         receive(i, reply)
                     now = time.monotonic()
@@ -351,7 +357,7 @@ def server_app(
         for i, local in sorted(finals.items()):
             arrays[f"local_{i}"] = local.numpy()
         np.savez(result_dir / "outcome.npz", **arrays)
-        meta = {"uploads_applied": server.uploads_applied, "seconds_per_round": times, "missed_turns": sorted(missed), "dropped": sorted(dropped)}
+        meta = {"uploads_applied": server.uploads_applied, "seconds_per_round": times, "missed_turns": sorted(missed), "dropped": {str(i): why for i, why in sorted(dropped.items())}}
         (result_dir / "outcome.json").write_text(json.dumps(meta))
 
     return app

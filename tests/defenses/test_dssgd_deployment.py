@@ -245,12 +245,14 @@ def test_a_supernode_killed_mid_round_costs_one_timeout_and_is_recorded(federati
     # Participant 2 missed both its turns (dropped after the first); the others took all theirs.
     assert got.missed_turns == ((0, 2), (1, 2))
     assert got.uploads_applied == 4
-    assert json.loads((result_dir / "outcome.json").read_text())["dropped"] == [2]
+    why = json.loads((result_dir / "outcome.json").read_text())["dropped"]
+    assert list(why) == ["2"]
     assert got.local_parameters[2] is None and all(p is not None for p in got.local_parameters[:2])
     events = [json.loads(line) for line in progress.read_text().splitlines()]
     assert [(e["round"], e["participant"]) for e in events] == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    # Exactly one timeout: the wait for participant 2 sits between participant 1's round-0 upload
-    # and participant 0's round-1 upload; round 1 skips participant 2 at once.
+    # One wait for participant 2, between participant 1's round-0 upload and participant 0's
+    # round-1 upload: the turn-timeout, or less where the SuperLink reported the node
+    # unavailable first (two missed heartbeats); round 1 skips participant 2 at once.
     gaps = [b["seconds"] - a["seconds"] for a, b in zip(events, events[1:])]
-    assert gaps[1] >= turn_timeout and gaps[2] < turn_timeout, gaps
-    print(f"run ended {seconds:.1f} s after the kill; gaps between uploads {gaps}")
+    assert gaps[2] < turn_timeout and gaps[1] < turn_timeout + 2 * max(gaps[0], gaps[2]), gaps
+    print(f"run ended {seconds:.1f} s after the kill; gaps between uploads {gaps}; why: {why}")

@@ -105,7 +105,7 @@ def test_a_participant_gone_mid_run_is_skipped_dropped_and_recorded(setup, tmp_p
     assert got.missed_turns == ((1, 1),)
     assert got.uploads_applied == 5
     assert got.local_parameters[1] is None and got.local_parameters[0] is not None and got.local_parameters[2] is not None
-    assert json.loads((tmp_path / "outcome.json").read_text())["dropped"] == [1]
+    assert json.loads((tmp_path / "outcome.json").read_text())["dropped"] == {"1": "no reply within 0.3 s (turn-timeout)"}
     assert sorted((e["round"], e["participant"]) for e in map(json.loads, (tmp_path / "progress.jsonl").read_text().splitlines())) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 2)]
 
 
