@@ -26,16 +26,19 @@ train independently and the server applies each upload on its own, so the others
   node that died costs one timeout, not one per round;
 * the outcome records every skipped (round, participant) turn
   (:attr:`~defenses.dssgd.protocol.FederationOutcome.missed_turns`, ``missed_turns`` in
-  ``outcome.json``) and the dropped participants (``dropped``); a dropped participant has no
-  final local model (``None``);
+  ``outcome.json``) and each dropped participant with why (``dropped``); a dropped participant
+  has no final local model (``None``);
 * the run starts only when all N SuperNodes are connected and have said which participant they
   are within ``node-timeout`` seconds; otherwise, and when a ClientApp raises, the run stops with
   one line in ``failure.json`` (:func:`defenses.dssgd.flower.read_outcome` raises it).
 
 A SuperNode killed mid-round therefore costs at most ``turn-timeout`` seconds. Flower itself
-notices a silent node only after two missed heartbeats (60 s in Flower 1.42), and a waiting
-``Grid.send_and_receive`` without a timeout never returns, which is why the server keeps its own
-deadline per turn.
+reports a silent node unavailable only once two heartbeats are missed (up to 60 s in Flower 1.42;
+the server takes that notice when it comes first), and a waiting ``Grid.send_and_receive``
+without a timeout never returns, which is why the server keeps its own deadline per turn. Choose
+``turn-timeout`` above the slowest honest turn: a real SuperNode starts a fresh ClientApp process
+for every message (importing torch and dpaudit) and polls the SuperLink every 3 s, and a
+participant that answers too late is dropped like a dead one.
 
 **Across machines** (Flower 1.42; the SuperLink serves the Control, Fleet and ServerApp APIs
 over HTTP on one port)::
@@ -44,9 +47,12 @@ over HTTP on one port)::
     # scikit-learn; others under --data-root, passed as run_config data-root)
     # host A, the parameter server:
     flower-superlink --insecure --host 0.0.0.0 --port 9091 --disable-runtime-dependency-installation
-    # host I+1, participant I of N (I = 0 .. N-1), one each:
-    flower-supernode --insecure --superlink HOST_A:9091 --node-config "partition-id=I num-partitions=N"
-    # the submitting machine: a SuperLink connection in $FLWR_HOME/config.toml (~/.flwr/)
+    # host I+1, participant I of N (I = 0 .. N-1), one each (OMP_NUM_THREADS=1: the
+    # simulation's float arithmetic bit for bit; leave it out to use every core):
+    OMP_NUM_THREADS=1 flower-supernode --insecure --superlink HOST_A:9091 \\
+        --node-config "partition-id=I num-partitions=N"
+    # the submitting machine (needs flwr and examples/dssgd-flower only; `flwr run` ships the
+    # app to the SuperLink): a SuperLink connection in $FLWR_HOME/config.toml (~/.flwr/)
     #   [superlink.dssgd]
     #   address = "HOST_A:9091"
     #   insecure = true
