@@ -241,7 +241,6 @@ def server_app(
         node_timeout = float(cfg.get("node-timeout", DEFAULT_NODE_TIMEOUT))
         n = fed.num_participants
         server = ParameterServer(fed.initial)
-        progress = (result_dir / "progress.jsonl").open("a")
 
         # Node ids are opaque (random in simulation, assigned by the SuperLink in a real
         # federation): ask every node once which participant it is (its partition-id). The run
@@ -349,10 +348,8 @@ def server_app(
                         on_round(r)
             return times
 
-        try:
+        with (result_dir / "progress.jsonl").open("a") as progress:  # receive() writes here
             times = federate()
-        finally:
-            progress.close()
         arrays: dict[str, Any] = {"parameters": server.parameters.numpy(), "stat": server.stat.numpy()}
         for i, local in sorted(finals.items()):
             arrays[f"local_{i}"] = local.numpy()
