@@ -63,7 +63,7 @@ from dpaudit.seeding import derive_seed, torch_generator
 from dpaudit.store import atomic_save_npz
 from dpaudit.training import BATCH_LIMIT, EPOCH_LIMIT, TrainWorkspace, evaluate
 
-__all__ = ["DSSGDConfig", "train_dssgd", "dssgd_claim_kind", "dssgd_report_lines", "PARTICIPANT_CACHE", "UPLOADS_FILE", "participant_record_dir"]
+__all__ = ["DSSGDConfig", "train_dssgd", "federation_setup", "dssgd_claim_kind", "dssgd_report_lines", "PARTICIPANT_CACHE", "UPLOADS_FILE", "participant_record_dir"]
 
 #: The run's cache of participants' local models (``RUN_DIR/records/dssgd-participants/``).
 PARTICIPANT_CACHE = "dssgd-participants"
@@ -277,6 +277,48 @@ def _save_uploads(record_dir: Path, uploads: list[Upload], *, participant: int, 
     )
 
 
+def federation_setup(
+    *,
+    bundle: DatasetBundle,
+    splits: Splits,
+    model_name: str,
+    model_options: dict[str, Any] | None,
+    config: DSSGDConfig,
+    seed: int,
+    device: torch.device | str = "cpu",
+    data_root: str | None = None,
+) -> FederationSetup:
+    """The federation :func:`train_dssgd` trains: partitions, common initial parameters, rules.
+
+    A deterministic function of its arguments, so every machine of a real Flower federation
+    builds the same one from the same dataset and settings (:mod:`defenses.dssgd.deployment`).
+
+    Raises:
+        ValueError: more participants than members.
+    """
+    requested = dict(model_options or {})
+    model_options = _network_options(requested, config, bundle=bundle)
+    members = np.sort(np.asarray(splits.members, dtype=np.int64))
+    if config.participants > len(members):
+        raise v.invalid("participants", f"participants must be at most the number of members ({len(members)}), got {config.participants!r}")
+    partitions = partition_ids(members, num_teachers=config.participants, seed=derive_seed(seed, "dssgd", "partition"))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
+        model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+    return FederationSetup(
+        dataset=bundle.name,
+        data_root=data_root,
+        partitions=partitions,
+        model_name=model_name,
+        model_options=model_options,
+        rule=config.rule,
+        training=config.training,
+        seed=seed,
+        initial=flatten_parameters(model),
+        device=str(torch.device(device)),
+    )
+
+
 def train_dssgd(
     *,
     bundle: DatasetBundle,
@@ -313,29 +355,24 @@ def train_dssgd(
         ValueError: more participants than members.
     """
     started = time.monotonic()
-    requested = dict(model_options or {})
-    model_options = _network_options(requested, config, bundle=bundle)
     device = torch.device(device)
+    requested = dict(model_options or {})
     members = np.sort(np.asarray(splits.members, dtype=np.int64))
-    if config.participants > len(members):
-        raise v.invalid("participants", f"participants must be at most the number of members ({len(members)}), got {config.participants!r}")
-    partitions = partition_ids(members, num_teachers=config.participants, seed=derive_seed(seed, "dssgd", "partition"))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
-        model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
-    initial = flatten_parameters(model)
-    setup = FederationSetup(
-        dataset=bundle.name,
-        data_root=workspace.data_root if workspace is not None else None,
-        partitions=partitions,
+    setup = federation_setup(
+        bundle=bundle,
+        splits=splits,
         model_name=model_name,
         model_options=model_options,
-        rule=config.rule,
-        training=config.training,
+        config=config,
         seed=seed,
-        initial=initial,
-        device=str(device),
+        device=device,
+        data_root=workspace.data_root if workspace is not None else None,
     )
+    model_options = setup.model_options
+    partitions = setup.partitions
+    initial = setup.initial
+    with torch.random.fork_rng(devices=[]):  # the global RNG stays untouched, as before the split
+        model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
     observed: list[Upload] = []
     outcome = _run(setup, config, bundle=bundle, workspace=workspace, progress=progress, observed=observed)
     model.to(device)

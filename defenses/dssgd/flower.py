@@ -12,7 +12,9 @@ Schedules:
 * ``round-robin`` / ``random``: one message at a time in
   :func:`~defenses.dssgd.protocol.schedule_order` order; each participant downloads the
   parameters as the previous upload left them, so the result equals
-  :func:`~defenses.dssgd.protocol.run_local` to float tolerance.
+  :func:`~defenses.dssgd.protocol.run_local`: bit for bit when both train with one thread
+  (Ray gives each simulated client one CPU), about 1e-7 apart otherwise (float sums in
+  another order).
 * ``async``: every node gets its first turn at once; as each reply arrives (polled with
   ``grid.pull_messages``), the server applies it and immediately sends that node its next turn
   with the then-current global parameters, until every participant took ``rounds`` turns.
@@ -25,15 +27,19 @@ per-node ``context.state`` under the record ``"dssgd-state"``; the simulation en
 node's Context across messages, and so does a real SuperNode. The loaded dataset bundle is
 cached per process (:data:`_BUNDLES`).
 
-Real federation (``flwr run`` against a SuperLink with SuperNodes): build the apps with
-:func:`client_app` and :func:`server_app` from a module of the Flower project that constructs the
-:class:`~defenses.dssgd.protocol.FederationSetup` on every machine (same seed and partitions);
-each SuperNode must be started with ``--node-config "partition-id=I"``, the participant's index.
-The run_config keys the apps read are ``rounds``, ``download-fraction``, ``schedule`` and
-``result-dir`` (where the ServerApp writes ``outcome.npz``); :func:`run_flower` fills them in for
-simulation. Only the simulation path is tested.
+Real federation (``flwr run`` against a SuperLink with one SuperNode per participant, each
+started with ``--node-config "partition-id=I"``): :mod:`defenses.dssgd.deployment` builds these
+apps with a factory that constructs the :class:`~defenses.dssgd.protocol.FederationSetup` from
+the run_config on every machine, and documents the commands, the run_config keys and the rule
+for missing participants (``turn-timeout``, ``node-timeout``); ``examples/dssgd-flower`` is the
+Flower App. The run_config keys the server reads itself are ``rounds``, ``download-fraction``,
+``schedule``, ``turn-timeout``, ``node-timeout`` and ``result-dir`` (where it writes the outcome,
+:func:`read_outcome`); :func:`run_flower` fills them in for simulation. The server polls its own
+replies (``Grid.send_and_receive`` sleeps 3 s between polls on a real SuperLink and waits
+forever for a node that died).
 
-Flower and Ray are the optional extra ``dpaudit[federated]``.
+Flower is the optional extra ``dpaudit[federated]`` (which brings Ray for the simulation; a
+SuperNode needs none).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,29 +71,52 @@ from .protocol import (
     schedule_order,
 )
 
-__all__ = ["run_flower", "client_app", "server_app"]
+__all__ = ["run_flower", "client_app", "server_app", "read_outcome", "DEFAULT_TURN_TIMEOUT", "DEFAULT_NODE_TIMEOUT"]
 
 _EXTRA = "pip install 'dpaudit[federated]'"
 _STATE = "dssgd-state"
+#: A federation, or a function building it from a run's run_config (every machine of a real
+#: federation builds it itself, :func:`defenses.dssgd.deployment.setup_from_run_config`).
+SetupSource = FederationSetup | Callable[[Mapping[str, Any]], FederationSetup]
+#: Seconds the server waits for a turn's reply before the participant counts as missing.
+DEFAULT_TURN_TIMEOUT = 600.0
+#: Seconds the server waits for all SuperNodes to connect and say which participant they are.
+DEFAULT_NODE_TIMEOUT = 120.0
+#: Error codes of a reply that mean "this participant is gone", not "its code failed": the
+#: message or node unavailable (3, 4, 5) and a crashed ClientApp process (8) (flwr ErrorCode).
+_GONE_CODES = frozenset({3, 4, 5, 8})
 #: Loaded dataset bundles of this process, keyed by (dataset, data_root).
 _BUNDLES: dict[tuple[str, str | None], Any] = {}
 
 
-def _require_flower() -> None:
+def _require_flower(*, ray: bool = False) -> None:
+    """Flower must be importable; Ray too where ``ray`` (the simulation engine; a SuperNode needs none)."""
     try:
         import flwr  # noqa: F401
-        import ray  # noqa: F401
+
+        if ray:
+            import ray as _ray  # noqa: F401
     except ImportError as exc:
-        raise ImportError(f"the Flower engine needs Flower and Ray: {_EXTRA}") from exc
+        raise ImportError(f"the Flower engine needs Flower{' and Ray' if ray else ''}: {_EXTRA}") from exc
 
 
-def _bundle(setup: FederationSetup) -> Any:
-    key = (setup.dataset, setup.data_root)
+def _resolve(setup: SetupSource, run_config: Mapping[str, Any]) -> FederationSetup:
+    """The federation itself, or the one a factory builds from the run's run_config (a real federation)."""
+    return setup if isinstance(setup, FederationSetup) else setup(run_config)
+
+
+def load_bundle(dataset: str, data_root: str | None) -> Any:
+    """The dataset, loaded once per process."""
+    key = (dataset, data_root)
     if key not in _BUNDLES:
         from dpaudit.data import load_dataset
 
-        _BUNDLES[key] = load_dataset(setup.dataset, data_root=setup.data_root)
+        _BUNDLES[key] = load_dataset(dataset, data_root=data_root)
     return _BUNDLES[key]
+
+
+def _bundle(setup: FederationSetup) -> Any:
+    return load_bundle(setup.dataset, setup.data_root)
 
 
 def _arrays(**tensors: torch.Tensor | np.ndarray) -> Any:
@@ -115,12 +144,13 @@ def _participant(setup: FederationSetup, context: Any) -> Participant:
     return participant
 
 
-def client_app(setup: FederationSetup) -> Any:
-    """The participants' ClientApp for ``setup``.
+def client_app(setup: SetupSource) -> Any:
+    """The participants' ClientApp for ``setup`` (a federation, or a factory of one from run_config).
 
-    Message types: ``train`` (content ``download``: indices, values; ``config``: round) replies
-    with ``upload`` (indices, values) and ``metrics`` (loss, participant); ``query`` replies with
-    the participant's local parameters.
+    Message types: ``train`` (content ``download``: indices, values; ``config``: round, last)
+    replies with ``upload`` (indices, values), ``config`` (participant, round, loss) and, on the
+    participant's last turn, ``local`` (its final local parameters); ``query`` replies with the
+    participant's index and local parameters.
     """
     _require_flower()
     from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -130,7 +160,7 @@ def client_app(setup: FederationSetup) -> Any:
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        participant = _participant(setup, context)
+        participant = _participant(_resolve(setup, context.run_config), context)
         rnd = int(msg.content["config"]["round"])  # type: ignore[arg-type]
         down = msg.content["download"]
         try:
@@ -146,11 +176,15 @@ def client_app(setup: FederationSetup) -> Any:
                 "config": ConfigRecord({"participant": participant.index, "round": rnd, "loss": float(up.loss)}),
             }
         )
+        if msg.content["config"].get("last", False):
+            # The participant's last turn also returns its final local model (what a ``query``
+            # returns), sparing a real federation one more message exchange.
+            content["local"] = _arrays(parameters=participant.local_parameters)
         return Message(content, reply_to=msg)
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
-        participant = _participant(setup, context)
+        participant = _participant(_resolve(setup, context.run_config), context)
         content = RecordDict(
             {
                 "local": _arrays(parameters=participant.local_parameters),
@@ -163,7 +197,7 @@ def client_app(setup: FederationSetup) -> Any:
 
 
 def server_app(
-    setup: FederationSetup,
+    setup: SetupSource,
     *,
     on_upload: Callable[[Upload], None] | None = None,
     on_round: Callable[[int], None] | None = None,
@@ -174,8 +208,11 @@ def server_app(
     ``config`` gives defaults for the run_config keys (what :func:`run_flower` uses, since
     ``flwr.simulation.run_simulation`` takes no run_config); the run's own run_config wins.
 
-    It writes ``outcome.npz`` (global parameters, stat, every participant's local parameters)
-    and ``outcome.json`` (uploads applied, seconds per round) into run_config ``result-dir``.
+    It writes into run_config ``result-dir``: ``outcome.npz`` (global parameters, stat, the final
+    local parameters of every participant that took its last turn), ``outcome.json`` (uploads
+    applied, seconds per round, missed turns, each dropped participant with why), ``progress.jsonl`` (one line
+    per applied upload, as it happens) and, when the run stops early, ``failure.json`` (one line).
+    :func:`read_outcome` reads them back.
     """
     _require_flower()
     from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -186,34 +223,60 @@ def server_app(
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         cfg = {**(config or {}), **dict(context.run_config)}
+        result_dir = Path(str(cfg["result-dir"]))
+        result_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            _serve(grid, cfg, result_dir)
+        except _Stop as exc:
+            # Ends the run cleanly with one line; run_flower / read_outcome raise it in the
+            # caller's process (a diverged participant as TrainingDiverged).
+            (result_dir / "failure.json").write_text(json.dumps({"kind": exc.kind, "message": str(exc)}))
+
+    def _serve(grid: Grid, cfg: dict[str, Any], result_dir: Path) -> None:
+        fed = _resolve(setup, cfg)
         rounds = int(cfg["rounds"])
         fraction = float(cfg["download-fraction"])
         schedule = str(cfg["schedule"])
-        result_dir = Path(str(cfg["result-dir"]))
-        n = setup.num_participants
-        server = ParameterServer(setup.initial)
+        turn_timeout = float(cfg.get("turn-timeout", DEFAULT_TURN_TIMEOUT))
+        node_timeout = float(cfg.get("node-timeout", DEFAULT_NODE_TIMEOUT))
+        n = fed.num_participants
+        server = ParameterServer(fed.initial)
 
         # Node ids are opaque (random in simulation, assigned by the SuperLink in a real
-        # federation): ask every node once which participant it is (its partition-id).
-        nodes = _wait_for_nodes(grid, n)
+        # federation): ask every node once which participant it is (its partition-id). The run
+        # starts only with every participant present.
+        nodes = _wait_for_nodes(grid, n, node_timeout)
+        ids = _exchange(grid, [Message(RecordDict(), dst_node_id=node, message_type="query") for node in nodes], node_timeout)
         node_of: dict[int, int] = {}
-        ids = _ask(grid, nodes, "query")
         for node, reply in zip(nodes, ids, strict=True):
-            node_of[int(reply.content["config"]["participant"])] = node
+            if reply is None or reply.has_error():
+                why = "no reply" if reply is None else _one_line(reply.error.reason)
+                raise _Stop("federation", f"SuperNode {node} did not say which participant it is within {node_timeout:g} s (node-timeout): {why}")
+            node_of[int(reply.content["config"]["participant"])] = node  # type: ignore[arg-type]
         if sorted(node_of) != list(range(n)):
-            raise ValueError(f"the federation's nodes must carry partition-id 0..{n - 1}, got {sorted(node_of)}")
+            raise _Stop("federation", f"the federation's SuperNodes must carry partition-id 0..{n - 1} once each, got {sorted(node_of)}")
+
+        dropped: dict[int, str] = {}  # participant -> why it is missing
+        missed: list[tuple[int, int]] = []
+        finals: dict[int, torch.Tensor] = {}
+        started = time.monotonic()
 
         def train_msg(i: int, rnd: int) -> Message:
             idx, vals = server.download(fraction)
-            content = RecordDict({"download": _arrays(indices=idx, values=vals), "config": ConfigRecord({"round": rnd})})
+            content = RecordDict({"download": _arrays(indices=idx, values=vals), "config": ConfigRecord({"round": rnd, "last": rnd == rounds - 1})})
             return Message(content, dst_node_id=node_of[i], message_type="train", group_id=str(rnd))
 
-        def receive(reply: Message) -> None:
+        def drop(i: int, first_missed: int, reply: Message | None) -> None:
+            # The missing-participant rule (module docstring): this turn and every later one of i.
+            dropped[i] = f"no reply within {turn_timeout:g} s (turn-timeout)" if reply is None else _one_line(reply.error.reason)
+            missed.extend((r, i) for r in range(first_missed, rounds))
+
+        def receive(i: int, reply: Message) -> None:
             if reply.has_error():
-                raise RuntimeError(f"participant on node {reply.metadata.src_node_id} failed: {reply.error.reason}")
+                raise _Stop("federation", f"participant {i} (node {node_of[i]}) failed: {_one_line(reply.error.reason)}")
             c = reply.content["config"]
             if "failed" in c:
-                raise _ParticipantFailed(str(c["failed"]))
+                raise _Stop("diverged", str(c["failed"]))
             up = Upload(
                 participant=int(c["participant"]),  # type: ignore[arg-type]
                 round=int(c["round"]),  # type: ignore[arg-type]
@@ -222,6 +285,10 @@ def server_app(
                 loss=float(c["loss"]),  # type: ignore[arg-type]
             )
             server.apply(up)
+            if "local" in reply.content:
+                finals[i] = _tensor(reply.content["local"], "parameters")
+            progress.write(json.dumps({"participant": up.participant, "round": up.round, "loss": up.loss, "seconds": round(time.monotonic() - started, 3)}) + "\n")
+            progress.flush()
             if on_upload is not None:
                 on_upload(up)
 
@@ -231,34 +298,49 @@ def server_app(
             start = time.monotonic()
             if schedule == "async":
                 turns = dict.fromkeys(range(n), 0)
-                pending: dict[str, int] = {}
+                pending: dict[str, tuple[int, float]] = {}  # message id -> (participant, deadline)
+
+                def send(i: int) -> None:
+                    (mid,) = grid.push_messages([train_msg(i, turns[i])])
+                    pending[mid] = (i, time.monotonic() + turn_timeout)
+
                 for i in range(n):
-                    (mid,) = grid.push_messages([train_msg(i, 0)])
-                    pending[mid] = i
+                    send(i)
+                wait = _Backoff()
                 while pending:
-                    replies = list(grid.pull_messages(list(pending)))
-                    if not replies:
-                        time.sleep(0.005)
-                        continue
+                    replies = [r for r in grid.pull_messages(list(pending)) if r.metadata.reply_to_message_id in pending]
                     for reply in replies:
-                        i = pending.pop(reply.metadata.reply_to_message_id)
-                        receive(reply)
+                        i, _ = pending.pop(reply.metadata.reply_to_message_id)
+                        if _gone(reply):
+                            drop(i, turns[i], reply)
+                            continue
+                        receive(i, reply)
                         turns[i] += 1
                         if turns[i] < rounds:
-                            (mid,) = grid.push_messages([train_msg(i, turns[i])])
-                            pending[mid] = i
+                            send(i)
+                    now = time.monotonic()
+                    for mid, (i, deadline) in list(pending.items()):
+                        if now >= deadline:
+                            del pending[mid]
+                            drop(i, turns[i], None)
+                    wait(bool(replies))
                 total = time.monotonic() - start
                 times = [total / rounds] * rounds
                 if on_round is not None:
                     for r in range(rounds):
                         on_round(r)
             else:
-                gen = torch_generator(setup.seed, "dssgd", "schedule")
+                gen = torch_generator(fed.seed, "dssgd", "schedule")
                 last = start
                 for r in range(rounds):
                     for i in schedule_order(schedule, n, generator=gen):
-                        (reply,) = grid.send_and_receive([train_msg(i, r)])
-                        receive(reply)
+                        if i in dropped:
+                            continue
+                        (reply,) = _exchange(grid, [train_msg(i, r)], turn_timeout)
+                        if reply is None or _gone(reply):
+                            drop(i, r, reply)
+                            continue
+                        receive(i, reply)
                     now = time.monotonic()
                     times.append(now - last)
                     last = now
@@ -266,47 +348,113 @@ def server_app(
                         on_round(r)
             return times
 
-        try:
+        with (result_dir / "progress.jsonl").open("a") as progress:  # receive() writes here
             times = federate()
-        except _ParticipantFailed as exc:
-            # Ends the run cleanly; run_flower raises it in the caller's process.
-            (result_dir / "failure.json").write_text(json.dumps({"message": str(exc)}))
-            return
-        finals = _ask(grid, [node_of[i] for i in range(n)], "query")
         arrays: dict[str, Any] = {"parameters": server.parameters.numpy(), "stat": server.stat.numpy()}
-        for i, reply in enumerate(finals):
-            arrays[f"local_{i}"] = _tensor(reply.content["local"], "parameters").numpy()
+        for i, local in sorted(finals.items()):
+            arrays[f"local_{i}"] = local.numpy()
         np.savez(result_dir / "outcome.npz", **arrays)
-        (result_dir / "outcome.json").write_text(json.dumps({"uploads_applied": server.uploads_applied, "seconds_per_round": times}))
+        meta = {"uploads_applied": server.uploads_applied, "seconds_per_round": times, "missed_turns": sorted(missed), "dropped": {str(i): why for i, why in sorted(dropped.items())}}
+        (result_dir / "outcome.json").write_text(json.dumps(meta))
 
     return app
 
 
-class _ParticipantFailed(Exception):
-    """A participant's turn failed for a reason the user can act on (e.g. its training diverged)."""
+class _Stop(Exception):
+    """Ends the run with one line: ``kind`` ``diverged`` (a participant's training diverged, a
+    setting the user can change) or ``federation`` (the federation cannot go on)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
-def _wait_for_nodes(grid: Any, n: int, timeout: float = 120.0) -> list[int]:
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no reason given)"
+
+
+def _gone(reply: Any) -> bool:
+    """Whether a reply says its participant is gone (node or message unavailable, ClientApp crashed)."""
+    return bool(reply.has_error() and int(reply.error.code) in _GONE_CODES)
+
+
+class _Backoff:
+    """Polling pause: 10 ms after progress, doubling up to 0.2 s while nothing arrives (a real
+    SuperNode answers in seconds; a simulated one in milliseconds)."""
+
+    def __init__(self) -> None:
+        self.delay = 0.01
+
+    def __call__(self, progressed: bool) -> None:
+        self.delay = 0.01 if progressed else min(0.2, self.delay * 2)
+        if not progressed:
+            time.sleep(self.delay)
+
+
+def _wait_for_nodes(grid: Any, n: int, timeout: float) -> list[int]:
     deadline = time.monotonic() + timeout
     while True:
         nodes = sorted(grid.get_node_ids())
         if len(nodes) >= n:
             return nodes[:n]
         if time.monotonic() > deadline:
-            raise RuntimeError(f"only {len(nodes)} of {n} SuperNodes connected within {timeout:.0f} s")
+            raise _Stop("federation", f"only {len(nodes)} of {n} SuperNodes connected within {timeout:g} s (node-timeout)")
         time.sleep(0.2)
 
 
-def _ask(grid: Any, nodes: list[int], kind: str) -> list[Any]:
-    from flwr.app import Message, RecordDict
+def _exchange(grid: Any, messages: list[Any], timeout: float) -> list[Any]:
+    """Sends ``messages`` and returns their replies in order, ``None`` where none came within
+    ``timeout`` seconds. (``Grid.send_and_receive`` polls every 3 s on a real SuperLink, which
+    would add seconds to every sequential turn.)"""
+    ids = list(grid.push_messages(messages))
+    slot = {mid: k for k, mid in enumerate(ids)}
+    replies: list[Any] = [None] * len(ids)
+    deadline = time.monotonic() + timeout
+    wait = _Backoff()
+    while slot:
+        got = [r for r in grid.pull_messages(list(slot)) if r.metadata.reply_to_message_id in slot]
+        for reply in got:
+            replies[slot.pop(reply.metadata.reply_to_message_id)] = reply
+        if not slot or time.monotonic() >= deadline:
+            break
+        wait(bool(got))
+    return replies
 
-    msgs = [Message(RecordDict(), dst_node_id=node, message_type=kind) for node in nodes]
-    replies = {r.metadata.src_node_id: r for r in grid.send_and_receive(msgs)}
-    for node in nodes:
-        if node not in replies or replies[node].has_error():
-            reason = replies[node].error.reason if node in replies else "no reply"
-            raise RuntimeError(f"node {node} failed the {kind} message: {reason}")
-    return [replies[node] for node in nodes]
+
+def read_outcome(result_dir: str | Path, num_participants: int) -> FederationOutcome:
+    """The outcome the ServerApp wrote into ``result_dir``.
+
+    Raises:
+        TrainingDiverged: a participant's training diverged (the run stopped).
+        RuntimeError: the run stopped early (one line: why), or left no result.
+    """
+    result_dir = Path(result_dir)
+    failure = result_dir / "failure.json"
+    if failure.exists():
+        info = json.loads(failure.read_text())
+        if info.get("kind") == "diverged":
+            raise TrainingDiverged(info["message"])
+        raise RuntimeError(f"the DSSGD federation stopped: {info['message']}")
+    result = result_dir / "outcome.npz"
+    if not result.exists():
+        raise RuntimeError(f"the Flower federation ended without a result in {result_dir} (see the Flower log)")
+    with np.load(result, allow_pickle=False) as npz:
+        params = torch.from_numpy(npz["parameters"].copy())
+        stat = torch.from_numpy(npz["stat"].copy())
+        local = tuple(torch.from_numpy(npz[f"local_{i}"].copy()) if f"local_{i}" in npz else None for i in range(num_participants))
+    meta = json.loads((result_dir / "outcome.json").read_text())
+    times = tuple(float(t) for t in meta["seconds_per_round"])
+    assert all(math.isfinite(t) for t in times)
+    return FederationOutcome(
+        parameters=params,
+        stat=stat,
+        local_parameters=local,
+        uploads_applied=int(meta["uploads_applied"]),
+        seconds_per_round=times,
+        engine="flower",
+        missed_turns=tuple((int(r), int(i)) for r, i in meta["missed_turns"]),
+    )
 
 
 def run_flower(
@@ -342,7 +490,7 @@ def run_flower(
     rounds = v.integer("rounds", rounds, minimum=1)
     num_workers = v.integer("num_workers", num_workers, minimum=1)
     v.choice("schedule", schedule, SCHEDULES)
-    _require_flower()
+    _require_flower(ray=True)
     from flwr.simulation import run_simulation
 
     # Telemetry would try the network; simulation needs none.
@@ -384,24 +532,7 @@ def run_flower(
             )
         finally:
             flwr_logger.setLevel(level)
-        failure = Path(tmp) / "failure.json"
-        if failure.exists():
-            raise TrainingDiverged(json.loads(failure.read_text())["message"])
-        result = Path(tmp) / "outcome.npz"
-        if not result.exists():
-            raise RuntimeError("the Flower federation ended without a result (see the Flower log above)")
-        with np.load(result, allow_pickle=False) as npz:
-            params = torch.from_numpy(npz["parameters"].copy())
-            stat = torch.from_numpy(npz["stat"].copy())
-            local = tuple(torch.from_numpy(npz[f"local_{i}"].copy()) for i in range(setup.num_participants))
-        meta = json.loads((Path(tmp) / "outcome.json").read_text())
-    times = tuple(float(t) for t in meta["seconds_per_round"])
-    assert all(math.isfinite(t) for t in times)
-    return FederationOutcome(
-        parameters=params,
-        stat=stat,
-        local_parameters=local,
-        uploads_applied=int(meta["uploads_applied"]),
-        seconds_per_round=times,
-        engine="flower",
-    )
+        outcome = read_outcome(tmp, setup.num_participants)
+    if outcome.missed_turns:  # nothing leaves a simulated federation, so this is a bug, not a rule
+        raise RuntimeError(f"the simulated federation missed turns {list(outcome.missed_turns)}")
+    return outcome

@@ -481,18 +481,22 @@ class FederationOutcome:
     Attributes:
         parameters: the global parameters (flat).
         stat: how often each global parameter was updated.
-        local_parameters: each participant's final local parameters (flat), by index.
+        local_parameters: each participant's final local parameters (flat), by index; ``None``
+            for a participant of a real federation that was gone at the end (never otherwise).
         uploads_applied: uploads the server applied.
         seconds_per_round: wall time of each round.
         engine: ``local`` or ``flower``.
+        missed_turns: the (round, participant) turns a real federation skipped because the
+            participant was gone (:mod:`defenses.dssgd.deployment`); empty otherwise.
     """
 
     parameters: torch.Tensor
     stat: torch.Tensor
-    local_parameters: tuple[torch.Tensor, ...]
+    local_parameters: tuple[torch.Tensor | None, ...]
     uploads_applied: int
     seconds_per_round: tuple[float, ...]
     engine: str
+    missed_turns: tuple[tuple[int, int], ...] = ()
 
 
 def run_local(
