@@ -74,8 +74,11 @@ _AGGREGATOR_FIELDS = {"lnmax": ("laplace_scale",), "gnmax": ("sigma",), "confide
 class PATEConfig:
     """Hyperparameters of PATE (teachers, aggregator, privacy analysis and student).
 
-    The defaults are the 2018 MNIST setting (Papernot et al. 2018, §5: 250 teachers,
-    Confident-GNMax with T = 200, σ1 = 150, σ2 = 40, 640 queries, δ = 1e-5).
+    Values left ``None`` are derived for each run from public facts (members, public pool,
+    classes, budget) by :func:`defenses.pate.plan.plan_pate`, which says on stderr what it chose:
+    on MNIST's 57,000 members they are the 2018 setting (Papernot et al. 2018, §5: 250 teachers,
+    Confident-GNMax with T = 200, σ1 = 150, σ2 = 40, 640 queries, δ = 1e-5). The record keeps
+    the config as asked (its id); the values used are in its metrics and claim.
 
     Attributes:
         teachers: n, the number of teachers (disjoint partitions of the private members).
@@ -85,16 +88,19 @@ class PATEConfig:
         threshold_sigma: Confident-GNMax's σ1.
         laplace_scale: LNMax's Laplace scale b (each answer (2/b, 0)-DP).
         queries: public examples the student asks the aggregator to label.
-        delta: δ of the reported ε.
+        target_epsilon: privacy budget ε at ``delta``, met by the data-independent bound with every
+            query charged as answered (the rule of :mod:`defenses.pate.plan`, as DP-SGD's).
+        delta: δ of the budget and of the reported ε.
         analysis: ``data-dependent`` (the papers' bound; ε then depends on the votes) or
-            ``data-independent``.
+            ``data-independent``; ``None``: data-independent with a budget, else data-dependent.
         smooth_sensitivity_beta, smooth_sensitivity_sigma: publish a noisy estimate of the
             data-dependent ε with Gaussian noise scaled to its β-smooth sensitivity (2018, §4.2,
             Theorem 23); GNMax aggregators only. The noise comes from the operating system's
             entropy, not from the seed (the one step of a run that is not reproducible: a seeded
             release is not private), at an order fixed from public parameters.
         public_fraction: share of the test split (first by id) that is public query data.
-        epochs, batch_size, learning_rate, momentum, weight_decay: every teacher's SGD.
+        epochs, batch_size, learning_rate, momentum, weight_decay: every teacher's SGD (``epochs``
+            ``None``: 20, or enough for 200 steps on a small partition).
         teacher_eval_examples: test examples each teacher record is evaluated on.
         student_epochs, student_batch_size, student_learning_rate, unlabeled_weight,
             unlabeled_ratio, pseudo_label_confidence: the student's training (``None``: the defaults of
@@ -164,6 +170,9 @@ class PATEConfig:
         None, kind=int, help="semi-supervised student: unlabelled examples per labelled one in a step (default: the student trainer's)", metavar="MU", check=v.positive
     )
     pseudo_label_confidence: float | None = option(None, help="semi-supervised student: confidence a pseudo-label needs (default: the student trainer's)", metavar="P", check=v.open_unit)
+
+    #: Added after records were stored: a run without a budget keeps its record and id.
+    _omit_when_default: ClassVar[tuple[str, ...]] = ("target_epsilon",)
 
     def __post_init__(self) -> None:
         for opt in option_specs(type(self)):  # each field's own check, by its field name
