@@ -205,6 +205,12 @@ class PATEConfig:
         if (beta is None) != (ss is None):
             raise v.invalid("smooth_sensitivity_beta", f"smooth_sensitivity_beta and smooth_sensitivity_sigma go together, got beta={beta!r} and sigma={ss!r}")
         if beta is not None:
+            if self.target_epsilon is not None:
+                # The plan spends the budget on the answers; publishing an estimate costs more on top of it.
+                raise v.invalid(
+                    "smooth_sensitivity_beta",
+                    f"smooth_sensitivity_beta: target_epsilon={self.target_epsilon!r} is met by the data-independent bound; a smooth-sensitivity release would spend more than it (drop one)",
+                )
             if self.aggregator == "lnmax":
                 raise v.invalid("smooth_sensitivity_beta", "smooth_sensitivity_beta: the smooth-sensitivity release is derived for gnmax and confident-gnmax, got aggregator 'lnmax'")
             if self.analysis != "data-dependent":

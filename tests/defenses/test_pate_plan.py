@@ -88,3 +88,8 @@ def test_worst_case_epsilon_matches_dp_accounting_over_random_parameters() -> No
         q, s = int(rng.integers(1, 2000)), float(rng.uniform(1.0, 200.0))
         s1 = None if rng.random() < 0.5 else float(rng.uniform(1.0, 500.0))
         assert worst_case_epsilon(num_queries=q, sigma=s, threshold_sigma=s1, delta=1e-5) == pytest.approx(_reference_epsilon(queries=q, sigma=s, threshold_sigma=s1, delta=1e-5), rel=1e-9)
+
+
+def test_a_budget_refuses_a_smooth_sensitivity_release_it_would_not_cover() -> None:
+    with pytest.raises(ValueError, match="smooth_sensitivity_beta: target_epsilon=2.0 is met by the data-independent bound"):
+        PATEConfig(target_epsilon=2.0, analysis="data-dependent", smooth_sensitivity_beta=0.03, smooth_sensitivity_sigma=15.0)
