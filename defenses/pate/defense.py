@@ -82,7 +82,8 @@ class PATEConfig:
 
     Attributes:
         teachers: n, the number of teachers (disjoint partitions of the private members).
-        aggregator: ``lnmax``, ``gnmax`` or ``confident-gnmax``.
+        aggregator: ``lnmax``, ``gnmax`` or ``confident-gnmax``; ``None``: ``gnmax`` with a budget
+            (planned for every query, it gains nothing from the threshold), else ``confident-gnmax``.
         sigma: GNMax's noise std on the counts (σ2 of Confident-GNMax).
         threshold: Confident-GNMax's T (in votes).
         threshold_sigma: Confident-GNMax's σ1.
@@ -111,7 +112,11 @@ class PATEConfig:
     teachers: int | None = option(
         None, kind=int, help="number of teachers (disjoint partitions of the private members) (default: one per 20 members, at most 250)", metavar="N", check=v.positive, limit=_TEACHER_LIMIT
     )
-    aggregator: str = option("confident-gnmax", choices=tuple(AGGREGATORS), help="noisy aggregation of the teachers' votes")
+    aggregator: str | None = option(
+        None,
+        choices=tuple(AGGREGATORS),
+        help="noisy aggregation of the teachers' votes (default: confident-gnmax; gnmax with --target-epsilon, whose plan pays for every query anyway)",
+    )
     sigma: float | None = option(
         None,
         help="GNMax noise std on the vote counts (sigma_2 of confident-gnmax) (default 0.16 x teachers; with --target-epsilon and --queries: calibrated); with --target-epsilon: the queries the budget allows",
@@ -182,6 +187,11 @@ class PATEConfig:
         for name in ("teachers", "queries", "epochs", "batch_size", "teacher_eval_examples", "student_epochs", "student_batch_size", "unlabeled_ratio"):
             if getattr(self, name) is not None:
                 v.integer(name, getattr(self, name), minimum=1)
+        if self.aggregator is None:
+            # A budget is planned as if every query were answered: Confident-GNMax's threshold step
+            # would then only drop answers already paid for (measured: MNIST 0.65 against GNMax's
+            # 0.74 at epsilon = 2). Without a budget the papers' Confident-GNMax (same id as before).
+            object.__setattr__(self, "aggregator", "confident-gnmax" if self.target_epsilon is None else "gnmax")
         v.choice("aggregator", self.aggregator, tuple(AGGREGATORS))
         if self.analysis is None:
             # Resolved before the config is digested: a run without a budget keeps its model id.

@@ -14,7 +14,7 @@ def test_a_budget_the_given_sigma_and_queries_exceed_is_refused_naming_the_queri
     out = tmp_path / "run"
     code, _, err = cli.run(*_BASE, "--target-epsilon", "2", "--sigma", "10", "--queries", "300", "--out", str(out))
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "--queries" in err and "at most 7" in err and "sigma=10.0" in err
+    assert "--queries" in err and "at most 8" in err and "sigma=10.0" in err  # GNMax at sigma 10: 8 queries spend epsilon 2
     assert not out.exists()  # refused before anything is written
 
 

@@ -51,6 +51,7 @@ def test_a_budget_without_sigma_is_met_by_the_data_independent_bound_of_every_qu
     plan = plan_pate(PATEConfig(target_epsilon=target), **DIGITS)
     cfg = plan.config
     assert cfg.analysis == "data-independent"  # the published bound, never the private one
+    assert cfg.aggregator == "gnmax" and PATEConfig().aggregator == "confident-gnmax"  # a budget pays for every query anyway
     reference = _reference_epsilon(queries=cfg.queries, sigma=cfg.sigma, threshold_sigma=cfg.threshold_sigma, delta=cfg.delta)
     assert reference == pytest.approx(plan.epsilon_planned, rel=1e-9)
     assert reference <= target * (1 + 1e-9)
@@ -59,11 +60,11 @@ def test_a_budget_without_sigma_is_met_by_the_data_independent_bound_of_every_qu
 
 
 def test_queries_without_sigma_calibrate_sigma_and_sigma_without_queries_solves_the_queries() -> None:
-    plan = plan_pate(PATEConfig(target_epsilon=2.0, queries=50), **DIGITS)
+    plan = plan_pate(PATEConfig(aggregator="confident-gnmax", target_epsilon=2.0, queries=50), **DIGITS)
     eps = _reference_epsilon(queries=50, sigma=plan.config.sigma, threshold_sigma=plan.config.threshold_sigma, delta=1e-5)
     assert 0.998 * 2.0 <= eps <= 2.0
     assert any("calibrated so that 50 queries" in n for n in plan.notes)
-    plan = plan_pate(PATEConfig(target_epsilon=2.0, sigma=20.0, threshold_sigma=75.0), **DIGITS)
+    plan = plan_pate(PATEConfig(aggregator="confident-gnmax", target_epsilon=2.0, sigma=20.0, threshold_sigma=75.0), **DIGITS)
     q = plan.config.queries
     assert _reference_epsilon(queries=q, sigma=20.0, threshold_sigma=75.0, delta=1e-5) <= 2.0 < _reference_epsilon(queries=q + 1, sigma=20.0, threshold_sigma=75.0, delta=1e-5)
     assert any(f"allows {q} queries" in n for n in plan.notes)
