@@ -116,7 +116,12 @@ class DSSGDConfig:
     batch_size: int = option(32, help="examples per local SGD step", metavar="B", check=v.positive, limit=BATCH_LIMIT)
     learning_rate: float = option(0.05, help="local SGD step size", metavar="LR", check=v.positive)
     standardize: bool = option(True, help="standardise inputs by the training split's mean and std, as the paper does (part of the network, so attacks see raw inputs)")
-    dp_epsilon: float | None = option(None, help="DP variant: epsilon per uploaded parameter per turn (the paper's figure; the record composes it)", metavar="E", check=v.positive)
+    dp_epsilon: float | None = option(
+        None,
+        help="DP variant: epsilon per uploaded parameter per turn (the paper's figure, not a total: each participant spends uploads per turn x rounds x E, said before training and claimed by the record)",
+        metavar="E",
+        check=v.positive,
+    )
     bound: float = option(0.001, help="DP variant: gamma, uploaded values are bounded to [-gamma, gamma]", metavar="GAMMA", check=v.positive)
     threshold: float = option(0.0001, help="DP variant: tau of the sparse-vector test on |dw|", metavar="TAU", check=v.non_negative)
     budget_split: str = option("sum", choices=("sum", "seed"), help="DP variant: budget shares that sum to epsilon, or the seed's 8/9 + 2/9 as printed")
@@ -371,6 +376,16 @@ def train_dssgd(
     model_options = setup.model_options
     partitions = setup.partitions
     initial = setup.initial
+    if progress and config.dp_epsilon is not None:
+        # --dp-epsilon is the paper's per-parameter figure, not a budget: say what it adds up to before spending it.
+        total = dssgd_claim(config, num_parameters=int(initial.numel()))
+        print(
+            f"dssgd budget: --dp-epsilon {config.dp_epsilon:g} is spent per uploaded parameter per turn; each participant uploads at most "
+            f"{config.rule.count(int(initial.numel())):,} of {int(initial.numel()):,} parameters per turn for {config.rounds} rounds, so its data get "
+            f"epsilon = {total.epsilon(delta=1e-5, accountant='pure'):g} (pure composition, what the record claims)",
+            file=sys.stderr,
+            flush=True,
+        )
     with torch.random.fork_rng(devices=[]):  # the global RNG stays untouched, as before the split
         model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
     observed: list[Upload] = []

@@ -101,3 +101,14 @@ def test_reports_find_a_participants_record_for_its_claim(dssgd_run, cli) -> Non
     assert code == 0, err
     page = (out / "reports").glob(f"membership-{record.model_id}*.html")
     assert "participant 2" in next(page).read_text()
+
+
+def test_the_dp_upload_says_what_its_per_parameter_epsilon_adds_up_to_before_training(cli, tmp_path) -> None:
+    # --dp-epsilon is the paper's figure per uploaded parameter per turn: the total it implies is said up front.
+    argv = ["train", "--defense", "dssgd", "--dataset", "digits", "--model", "digits-mlp", "--participants", "2", "--rounds", "1", "--upload-fraction", "0.01"]
+    code, out, err = cli.run(*argv, "--dp-epsilon", "0.5", "--no-baselines", "--json", "--out", str(tmp_path / "run"))
+    assert code == 0, err
+    line = next(x for x in err.splitlines() if x.startswith("dssgd budget:"))
+    payload = json.loads(out)
+    assert "--dp-epsilon 0.5 is spent per uploaded parameter per turn" in line and "for 1 rounds" in line
+    assert f"epsilon = {payload['epsilon']['pure']:g} (pure composition" in line

@@ -96,10 +96,17 @@ def attack_aggregator(
         raise v.invalid("target", f"target: {str(rdir)!r} is a {record.defense!r} record; the aggregator attack needs a PATE student (--defense pate)")
     teacher_dirs = load_teacher_dirs(rdir)
     config = _defense_config(DEFENSES["pate"].config_type, thaw(record.config))
-    aggregator = config.aggregator_config()
     seed = v.integer("seed", seed, minimum=0)
     ids, member = query_ids(record, max_per_side=num_samples, seed=seed)
     bundle = load_dataset(record.dataset, data_root=data_root)
+    if not config.resolved():
+        # Derived from public sizes only, exactly as the training derived them.
+        from defenses.pate.defense import public_split
+        from defenses.pate.plan import plan_pate
+
+        num_public = len(public_split(bundle, config.public_fraction)[0])
+        config = plan_pate(config, num_members=len(record.membership.members), num_public=num_public, num_classes=bundle.num_classes).config
+    aggregator = config.aggregator_config()
     data = bundle.all().subset(ids)
     dev = resolve_device(device)
     preds = np.empty((len(teacher_dirs), len(ids)), dtype=np.int64)
