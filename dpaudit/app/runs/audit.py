@@ -189,14 +189,14 @@ def train_fn_fingerprint(spec: str) -> str:
     return callable_fingerprint(spec, argument="--train-fn")
 
 
-def make_audit_executor(workers: int | None, kind: str = "local", address: str | None = None) -> Any:
+def make_audit_executor(workers: int | None, kind: str = "local", address: str | None = None, *, dataset: str | None = None, data_root: str | None = None) -> Any:
     """Where trials run: ``local`` is in-process for one worker (no start-up cost), else a spawned
     process pool; ``serial`` always in-process; ``ray`` a local Ray with ``workers`` CPUs or the
     cluster at ``address``."""
     from dpaudit.executors import LocalExecutor, SerialExecutor, make_executor
 
     if kind == "ray":
-        return make_executor("ray", workers=workers, address=address)
+        return make_executor("ray", workers=workers, address=address, datasets=() if dataset is None else (dataset,), data_root=data_root)
     if address is not None:
         raise v.invalid("address", f"address={address!r} applies to executor 'ray' only, got executor={kind!r}")
     if kind == "serial" or workers is None or workers <= 1:
@@ -614,7 +614,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
         described["dataset_files"] = data
 
     run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
-    executor = make_audit_executor(spec.workers, spec.executor, spec.address)
+    executor = make_audit_executor(spec.workers, spec.executor, spec.address, dataset=spec.dataset, data_root=spec.data_root)
     common = {"delta": spec.delta, "confidence": spec.confidence, "seed": spec.seed, "progress": spec.progress}
     try:
         if spec.threat == "white-box":

@@ -859,7 +859,7 @@ class _LazyExecutor:
         from dpaudit.executors import make_executor
 
         if self.executor is None:
-            self.executor = make_executor(self.spec.executor, workers=self.spec.num_workers, address=self.spec.address)
+            self.executor = make_executor(self.spec.executor, workers=self.spec.num_workers, address=self.spec.address, datasets=(self.spec.grid.dataset,), data_root=self.spec.data_root)
             self.executor.__enter__()
         return self.executor
 

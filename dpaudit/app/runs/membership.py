@@ -372,7 +372,7 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
                     hint="--num-shadows, --num-references and --num-workers change it",
                 )
             try:
-                executor = make_executor(spec.executor, workers=spec.num_workers, address=spec.address)
+                executor = make_executor(spec.executor, workers=spec.num_workers, address=spec.address, datasets=(record.dataset,), data_root=spec.data_root)
             except ImportError as exc:
                 raise v.invalid("executor", f"executor {spec.executor!r}: {exc}") from None
             with executor:

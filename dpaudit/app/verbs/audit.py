@@ -181,6 +181,10 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             "raise --sampling-rate, give --num-steps, or pass --i-know",
             argument="--sampling-rate",
         )
+    if args.dry_run:
+        from dpaudit.app.plan import audit_plan, print_plan
+
+        return print_plan(args, audit_plan(spec))
     run = RunDir(args.out)
     result = run_audit(spec, run)
     directory = run.audit_dir(str(result.details["audit_name"]))
@@ -328,4 +332,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_common(p, out=True, seed=True, data_root=True, device="cpu", quiet=True)
     p.add_argument("--name", metavar="NAME", help="audit name under RUN_DIR/audits/ (default: derived from the configuration; reruns resume)")
     p.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (jobs, estimated CPU-hours, wall time here and on 8 and 64 workers, memory per job) and exit without training")
     p.set_defaults(func=lambda a: _cmd_audit(a))
