@@ -206,3 +206,20 @@ def ship_env() -> dict[str, object]:
     """A Ray ``runtime_env`` that sends this checkout's packages to every worker (``py_modules``),
     so nodes need only the dependencies (:data:`DEPENDENCIES`, at the same versions) installed."""
     return {"py_modules": list(package_dirs().values())}
+
+
+#: Models up to this many parameters count as small: with DP-SGD's per-example gradients of a
+#: batch of 256 they need under 2.5 GB of GPU memory (4 bytes x 256 x 2.5 M), so four fit on a
+#: 16 GB GPU with room for activations.
+SMALL_MODEL_PARAMETERS = 2_500_000
+
+
+def gpu_share(num_parameters: int) -> float:
+    """The share of one GPU a ``--device cuda`` job asks Ray for (Ray's fractional ``num_gpus``).
+
+    The rule: a small model (at most :data:`SMALL_MODEL_PARAMETERS` parameters — every model of
+    the zoo for digits, MNIST, Fashion-MNIST, Adult and the faces) asks for 0.25, so four such
+    jobs share one GPU (a single small job leaves most of a GPU idle: its batches are too small
+    to fill it); a larger model asks for a whole GPU.
+    """
+    return 0.25 if int(num_parameters) <= SMALL_MODEL_PARAMETERS else 1.0

@@ -535,8 +535,13 @@ class RayExecutor(Executor):
             return
         describe = ray.remote(num_cpus=0, max_retries=0)(_describe_node)
         refs = [describe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)).remote(self.datasets, self.data_root) for n in nodes]
-        reports = ray.get(refs, timeout=_NODE_CHECK_TIMEOUT)
-        for n, report in zip(nodes, reports):
+        for n, ref in zip(nodes, refs):
+            try:
+                report = ray.get(ref, timeout=_NODE_CHECK_TIMEOUT)
+            except Exception as exc:  # the node died meanwhile (Ray counts it alive until its health checks fail)
+                if any(m["NodeID"] == n["NodeID"] and m.get("Alive") for m in ray.nodes()):
+                    raise ClusterMismatch(f"worker node {n.get('NodeManagerAddress')} (node {n['NodeID'][:8]}) did not report its code and data: {' '.join(str(exc).split())[:300]}") from None
+                continue
             problem = mismatch(self._driver[0], report, data_root=self.data_root)
             if problem is not None:
                 raise ClusterMismatch(problem)

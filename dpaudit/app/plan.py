@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RunPlan", "WORKER_COUNTS", "PROCESS_BYTES", "job_memory_bytes", "announce_plan"]
+__all__ = ["RunPlan", "WORKER_COUNTS", "PROCESS_BYTES", "count_parameters", "ray_gpus", "job_memory_bytes", "announce_plan", "grid_plan", "membership_plan", "audit_plan", "print_plan"]
 
 #: The worker counts a plan is shown for, beside this machine's.
 WORKER_COUNTS: tuple[int, ...] = (8, 64)
@@ -103,16 +103,28 @@ def _size(num_bytes: float) -> str:
     return f"{num_bytes / 2**30:.1f} GB" if num_bytes >= 2**30 else f"{num_bytes / 2**20:.0f} MB"
 
 
-def job_memory_bytes(model_name: str, *, input_shape: Sequence[int], num_classes: int, num_examples: int, batch_size: int = 256, per_example: bool = False, model_options: Any = None) -> int:
-    """Estimated memory of one training job (see the module docstring); the model's size is
-    counted from the zoo's builder, 0 parameters where it cannot be built here."""
+def count_parameters(model_name: str, *, input_shape: Sequence[int], num_classes: int, model_options: Any = None) -> int:
+    """Parameters of a zoo model (0 where it cannot be built here, e.g. an external builder)."""
     try:
         from dpaudit.models import build_model
 
         model = build_model(model_name, input_shape=tuple(input_shape), num_classes=num_classes, **dict(model_options or {}))
-        params = sum(p.numel() for p in model.parameters())
     except (ValueError, TypeError, KeyError, RuntimeError):
-        params = 0
+        return 0
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def ray_gpus(device: str, num_parameters: int) -> float:
+    """GPUs a Ray job of a model asks for: none on CPU, :func:`dpaudit.cluster.gpu_share` on CUDA."""
+    from dpaudit.cluster import gpu_share
+
+    return gpu_share(num_parameters) if str(device).startswith("cuda") else 0.0
+
+
+def job_memory_bytes(model_name: str, *, input_shape: Sequence[int], num_classes: int, num_examples: int, batch_size: int = 256, per_example: bool = False, model_options: Any = None) -> int:
+    """Estimated memory of one training job (see the module docstring); the model's size is
+    counted from the zoo's builder, 0 parameters where it cannot be built here."""
+    params = count_parameters(model_name, input_shape=input_shape, num_classes=num_classes, model_options=model_options)
     features = num_examples * math.prod(int(s) for s in input_shape)
     model_bytes = 4 * params * 4  # weights, gradients, two optimizer moments (float32)
     per_example_bytes = 4 * params * batch_size if per_example else 0

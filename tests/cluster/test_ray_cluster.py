@@ -84,6 +84,7 @@ class Node:
         low = _free_port()
         cmd = [RAY, "start", "--block", "--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp_dir), "--disable-usage-stats"]
         cmd += [str(x) for kv in ports.items() for x in kv] + ["--min-worker-port", str(low), "--max-worker-port", str(low + 40), *args]
+        self.port = ports["--node-manager-port"]  # how the cluster's node table names this node
         self.log = temp_dir.with_suffix(".log")
         self.proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
 
@@ -117,7 +118,7 @@ class Cluster:
         self.address = f"127.0.0.1:{self.port}"
         self.nodes: list[Node] = []
         self.head = self._start("head", ["--head", "--port", str(self.port), "--include-dashboard=false", "--ray-client-server-port", str(_free_port())], {})
-        self._wait_for(1)
+        self._wait_for(self.head)
 
     def env(self, extra: dict[str, str]) -> dict[str, str]:
         data = {"DPAUDIT_DATA_ROOT": str(SHARED_DATA)} if SHARED_DATA is not None else {}
@@ -129,28 +130,26 @@ class Cluster:
         return node
 
     def add_worker(self, extra_env: dict[str, str] | None = None) -> Node:
-        alive = self.alive_nodes()
         node = self._start("w", ["--address", self.address], extra_env or {})
-        self._wait_for(alive + 1)
+        self._wait_for(node)
         return node
 
-    def alive_nodes(self) -> int:
-        out = subprocess.run(
-            [sys.executable, "-c", f"import ray; ray.init(address={self.address!r}, log_to_driver=False, logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=self.env({}),
-        )
-        return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
+    def alive_ports(self) -> set[int]:
+        """Node-manager ports of the nodes the cluster counts as alive (a killed node stays
+        "alive" until its health checks fail, about 15 s)."""
+        code = f"import ray; ray.init(address={self.address!r}, log_to_driver=False, logging_level='ERROR'); print([n['NodeManagerPort'] for n in ray.nodes() if n['Alive']])"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=self.env({}), cwd="/")
+        return set(json.loads(out.stdout.strip().splitlines()[-1])) if out.returncode == 0 and out.stdout.strip() else set()
 
-    def _wait_for(self, count: int) -> None:
+    def _wait_for(self, node: Node) -> None:
         deadline = time.monotonic() + TIMEOUT_S
         while time.monotonic() < deadline:
-            if self.alive_nodes() >= count:
+            if node.port in self.alive_ports():
                 return
+            if node.proc.poll() is not None:
+                raise RuntimeError(f"ray start of node {node.name} exited {node.proc.returncode}; see {node.log}")
             time.sleep(1.0)
-        raise RuntimeError(f"the cluster did not reach {count} nodes; logs in {self.base}")
+        raise RuntimeError(f"node {node.name} did not join the cluster; logs in {self.base}")
 
     def close(self) -> None:
         for node in reversed(self.nodes):
@@ -340,33 +339,33 @@ def test_a_node_with_other_code_is_refused_before_any_job(cluster: Cluster, tmp_
 def test_a_node_with_other_data_is_refused_before_any_job(cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import hashlib
 
-    import numpy as np
     import ray
 
     from dpaudit.cluster import ClusterMismatch
     from dpaudit.executors import Job, RayExecutor
 
     if SHARED_DATA is None:
-        pytest.skip("the offline olivetti files are not found")
-    shared = SHARED_DATA
-    # The same data root variable, another directory: one label changed, its MD5SUMS updated.
+        pytest.skip("the offline face images are not found")
+    # The same data root variable, another directory: one image changed, its MD5SUMS updated
+    # (so the load there accepts it, as after a careless re-download).
     other = tmp_path / "data"
-    shutil.copytree(shared / "olivetti", other / "olivetti")
-    labels = other / "olivetti" / "olivetti_faces_target.npy"
-    labels.chmod(0o644)
-    values = np.load(labels)
-    values[0] = (values[0] + 1) % 40
-    np.save(labels, values)
-    sums = other / "olivetti" / "MD5SUMS"
+    shutil.copytree(SHARED_DATA / "orl_faces", other / "orl_faces")
+    image = other / "orl_faces" / "s1" / "1.pgm"
+    image.chmod(0o644)
+    data = bytearray(image.read_bytes())
+    data[-1] ^= 0xFF
+    image.write_bytes(bytes(data))
+    sums = other / "orl_faces" / "MD5SUMS"
     sums.chmod(0o644)
-    digest = hashlib.md5(labels.read_bytes()).hexdigest()
-    sums.write_text("\n".join(f"{digest}  {line.split()[1]}" if line.split()[1:] == [labels.name] else line for line in sums.read_text().splitlines()) + "\n")
+    digest = hashlib.md5(bytes(data)).hexdigest()
+    sums.write_text("".join(f"{digest}  ./s1/1.pgm\n" if line.endswith(" ./s1/1.pgm") else line + "\n" for line in sums.read_text().splitlines()))
     node = cluster.add_worker({"DPAUDIT_DATA_ROOT": str(other)})
-    monkeypatch.setenv("DPAUDIT_DATA_ROOT", str(shared))
+    monkeypatch.setenv("DPAUDIT_DATA_ROOT", str(SHARED_DATA))
+    monkeypatch.chdir("/")  # see _dpaudit: this process is the driver here
     ran = tmp_path / "ran"
     try:
-        with RayExecutor(address=cluster.address, datasets=("olivetti",)) as ex:
-            with pytest.raises(ClusterMismatch, match=r"dataset 'olivetti' differs from the driver's \(olivetti/olivetti_faces_target.npy: MD5"):
+        with RayExecutor(address=cluster.address, datasets=("faces",)) as ex:
+            with pytest.raises(ClusterMismatch, match=r"dataset 'faces' differs from the driver's \(orl_faces/s1/1.pgm: MD5 [0-9a-f]{12} there, 28ca1775a8af here\)"):
                 list(ex.run([Job(key="touch", fn=Path.touch, kwargs={"self": ran})]))
         assert not ran.exists()
     finally:

@@ -141,6 +141,7 @@ def _spec(args: argparse.Namespace, flags: Any) -> Any:
         executor=args.executor,
         num_workers=args.num_workers,
         address=args.address,
+        ship_code=args.ship_code,
         data_root=args.data_root,
         device=args.device,
         progress=not args.quiet,

@@ -54,7 +54,15 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
             return print_plan(args, grid_plan(grid, data_root=args.data_root, workers=1 if args.executor == "serial" else args.num_workers))
         spec = CompareSpec(
-            grid=grid, executor=args.executor, num_workers=args.num_workers, address=args.address, data_root=args.data_root, progress=not args.quiet, command="dpaudit compare", i_know=args.i_know
+            grid=grid,
+            executor=args.executor,
+            num_workers=args.num_workers,
+            address=args.address,
+            ship_code=args.ship_code,
+            data_root=args.data_root,
+            progress=not args.quiet,
+            command="dpaudit compare",
+            i_know=args.i_know,
         )
     except GridError as exc:  # every value and size is checked before any job starts
         # --json names the grid's key (``defenses[0].epochs``) where the error has one
