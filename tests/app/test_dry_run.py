@@ -72,3 +72,12 @@ def test_the_wall_time_spreads_whole_jobs_over_the_workers() -> None:
     assert plan.wall_seconds(1) == pytest.approx(600 + 10 * 0.05)
     assert plan.wall_seconds(8) == pytest.approx(2 * 60 + 10 / 8 * 0.05)  # two rounds: 8 jobs, then 2
     assert plan.wall_seconds(64) == pytest.approx(60 + 10 / 64 * 0.05)  # one job's time is the floor
+
+
+def test_a_long_run_note_gives_the_cpu_hours_and_the_wall_time_on_more_workers(capsys: pytest.CaptureFixture[str]) -> None:
+    from dpaudit.app.estimate import announce_if_long
+
+    assert announce_if_long(1024 * 60.0 / 2, "training 1024 shadow models", hint="--num-shadows changes it", jobs=1024, job_seconds=60.0)
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "training 1024 shadow models is estimated to take about 9 h on this machine (1,024 jobs, about 17 CPU-hours; about 2 h on 8 workers, under 1 h on 64 workers)" in err

@@ -586,6 +586,8 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
             trainings * num_steps * q * len(members) * per_example / spec.workers,
             f"this audit ({trainings} trainings of {num_steps} DP-SGD steps, {spec.workers} worker(s))",
             hint="--num-trials, --num-steps and --num-workers change it",
+            jobs=trainings,
+            job_seconds=num_steps * q * len(members) * per_example,
         )
     claim: PrivacyClaim
     if fn_third_party is None:

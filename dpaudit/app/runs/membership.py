@@ -372,6 +372,8 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
                     num_models * epochs * train_size * per_example * factor / workers,
                     f"training {num_models} shadow models (cached ones are reused)",
                     hint="--num-shadows, --num-references and --num-workers change it",
+                    jobs=num_models,
+                    job_seconds=epochs * train_size * per_example * factor,
                 )
             try:
                 from dpaudit.app.plan import count_parameters, ray_gpus
