@@ -499,6 +499,7 @@ class RayExecutor(Executor):
         import ray
 
         if not ray.is_initialized():
+            _ray_notices_to_stderr()
             # Ray's connection notes (INFO) would break the one-line errors and quiet runs.
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "WARNING", **self.init_kwargs}
             if self.address is None:
@@ -585,6 +586,30 @@ class RayExecutor(Executor):
             self._remote = None
             self._driver = None
             self._checked = set()
+
+
+def _ray_notices_to_stderr() -> None:
+    """Sends the notices Ray prints on the driver (``(raylet) Task ... failed. There are 3 retries
+    remaining``, after a node is lost) to stderr instead of stdout.
+
+    With ``--json``, stdout carries exactly one JSON object (DESIGN.md, "Command line"); Ray's
+    error listener writes these lines to ``sys.stdout``, which broke it. Ray has no setting for
+    this, so its module-level printer is wrapped (looked up by name at each call); a Ray without
+    it is left alone.
+    """
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:
+        return
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "_dpaudit_stderr", False):
+        return
+
+    def to_stderr(data: Any, ignore_prefix: bool) -> Any:
+        return original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr._dpaudit_stderr = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = to_stderr
 
 
 #: How long the nodes get to report their code and data (a node starting Ray workers is slow).

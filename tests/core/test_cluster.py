@@ -67,3 +67,18 @@ def test_a_job_on_a_node_with_other_code_refuses_to_run() -> None:
     with pytest.raises(ClusterMismatch, match=r"\(dpaudit/cluster.py\)") as info:
         check_here(driver, (), None)
     assert info.value.argument == "address"  # the CLI names --address, exit 2
+
+
+def test_ray_notices_on_the_driver_go_to_stderr_so_json_stdout_stays_one_object(capsys: pytest.CaptureFixture[str]) -> None:
+    # Seen on a real cluster: after a lost node, Ray printed "(raylet) Task _ray_call failed.
+    # There are 3 retries remaining" on the driver's stdout, before --json's object.
+    pytest.importorskip("ray")
+    from ray._private import worker as ray_worker
+
+    from dpaudit.executors import _ray_notices_to_stderr
+
+    _ray_notices_to_stderr()
+    _ray_notices_to_stderr()  # idempotent: one wrapper
+    ray_worker.print_to_stdstream({"lines": ["Task _ray_call failed. There are 3 retries remaining"], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    out, err = capsys.readouterr()
+    assert out == "" and "3 retries remaining" in err
