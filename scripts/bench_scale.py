@@ -35,9 +35,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from dpaudit.executors import Job, LocalExecutor, RayExecutor  # noqa: E402
+from dpaudit.executors import Job, LocalExecutor, RayExecutor
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "bench_scale" / "bench_scale.json"
 WORKER_COUNTS = (1, 8, 64)
@@ -107,7 +107,9 @@ def main() -> None:
             table.setdefault(work, {})[name] = {"wall_seconds": {str(w): t for w, t in walls.items()}, "saturates_at_workers": saturate, "job_seconds": job, "num_jobs": n}
             print(f"{work:<20} {name:<8} " + " ".join(f"{t:>9.0f}s" for t in walls.values()) + f" {saturate:>21.0f}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"workers": args.workers, "num_jobs": args.num_jobs, "cpu_count": os.cpu_count(), "overheads": overheads, "job_seconds": jobs, "extrapolation": table}, indent=2) + "\n")
+    args.json.write_text(
+        json.dumps({"workers": args.workers, "num_jobs": args.num_jobs, "cpu_count": os.cpu_count(), "overheads": overheads, "job_seconds": jobs, "extrapolation": table}, indent=2) + "\n"
+    )
     print(f"\nwritten to {args.json}")
 
 

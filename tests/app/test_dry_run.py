@@ -81,3 +81,11 @@ def test_a_long_run_note_gives_the_cpu_hours_and_the_wall_time_on_more_workers(c
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert "training 1024 shadow models is estimated to take about 9 h on this machine (1,024 jobs, about 17 CPU-hours; about 2 h on 8 workers, under 1 h on 64 workers)" in err
+
+
+def test_ship_code_needs_the_ray_executor(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID)
+    assert main(["compare", "--config", str(grid), "--out", str(tmp_path / "run"), "--ship-code"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--ship-code needs --executor ray, got --executor local" in err[0]
