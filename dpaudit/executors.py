@@ -15,6 +15,9 @@ interface:
   jobs.
 * :class:`RayExecutor` — Ray tasks (``ray.init(address=...)``; a local Ray when no address
   is given). Ray is imported only when this executor is used, so it stays an optional extra.
+  Before the first job every node's code and data are compared with this process's
+  (:mod:`dpaudit.cluster`); a task of a lost node is rerun elsewhere by Ray; ``--device cuda``
+  jobs ask for a share of a GPU (:func:`dpaudit.cluster.gpu_share`).
 
 A job is a module-level function plus keyword arguments (both must pickle, since they cross
 process boundaries; this is transport between our own processes, never a file a user
