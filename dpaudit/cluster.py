@@ -29,13 +29,27 @@ import importlib.metadata
 import importlib.util
 import json
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableSet, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dpaudit import _validate as v
 
-__all__ = ["PROJECT_PACKAGES", "DEPENDENCIES", "ClusterMismatch", "NodeReport", "code_manifest", "code_fingerprint", "node_report", "mismatch", "package_dirs"]
+__all__ = [
+    "PROJECT_PACKAGES",
+    "DEPENDENCIES",
+    "ClusterMismatch",
+    "NodeReport",
+    "code_manifest",
+    "code_fingerprint",
+    "node_report",
+    "mismatch",
+    "package_dirs",
+    "check_nodes",
+    "gpu_share",
+    "ray_notices_to_stderr",
+]
 
 #: The project's top-level packages: a job may call into any of them.
 PROJECT_PACKAGES: tuple[str, ...] = ("dpaudit", "attacks", "defenses", "reports")
@@ -223,3 +237,67 @@ def gpu_share(num_parameters: int) -> float:
     to fill it); a larger model asks for a whole GPU.
     """
     return 0.25 if int(num_parameters) <= SMALL_MODEL_PARAMETERS else 1.0
+
+
+# ----------------------------------------------------------------------------- on a Ray cluster
+#: How long the nodes get to report their code and data (a node starting Ray workers is slow).
+NODE_CHECK_TIMEOUT = 300.0
+
+
+def _describe_node(datasets: Sequence[str], data_root: str | None) -> NodeReport:
+    return node_report(datasets, data_root)
+
+
+def check_nodes(ray: Any, driver: NodeReport, *, datasets: Sequence[str], data_root: str | None, checked: MutableSet[str]) -> None:
+    """Asks every live node of the cluster not in ``checked`` for its :class:`NodeReport` (a task
+    pinned to it, using no CPU so that busy nodes answer too) and compares it with ``driver``'s.
+
+    A node that dies before answering is skipped (Ray counts a lost node alive until its health
+    checks fail, about 15 s); one that is alive and cannot answer — dpaudit not importable there,
+    say — is refused like a node with other code.
+
+    Raises:
+        ClusterMismatch: the first node whose code or data differ, in one line.
+    """
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] not in checked]
+    if not nodes:
+        return
+    describe = ray.remote(num_cpus=0, max_retries=0)(_describe_node)
+    refs = [describe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)).remote(tuple(datasets), data_root) for n in nodes]
+    for n, ref in zip(nodes, refs):
+        try:
+            report = ray.get(ref, timeout=NODE_CHECK_TIMEOUT)
+        except Exception as exc:  # the node died meanwhile, or cannot run our code at all
+            if any(m["NodeID"] == n["NodeID"] and m.get("Alive") for m in ray.nodes()):
+                raise ClusterMismatch(f"worker node {n.get('NodeManagerAddress')} (node {n['NodeID'][:8]}) did not report its code and data: {' '.join(str(exc).split())[:300]}") from None
+            continue
+        problem = mismatch(driver, report, data_root=data_root)
+        if problem is not None:
+            raise ClusterMismatch(problem)
+        checked.add(n["NodeID"])
+
+
+def ray_notices_to_stderr() -> None:
+    """Sends the notices Ray prints on the driver (``(raylet) Task ... failed. There are 3 retries
+    remaining``, after a node is lost) to stderr instead of stdout.
+
+    With ``--json``, stdout carries exactly one JSON object (DESIGN.md, "Command line"); Ray's
+    error listener writes these lines to ``sys.stdout``, which broke it. Ray has no setting for
+    this, so its module-level printer is wrapped (looked up by name at each call); a Ray without
+    it is left alone.
+    """
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:
+        return
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "_dpaudit_stderr", False):
+        return
+
+    def to_stderr(data: Any, ignore_prefix: bool) -> Any:
+        return original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr._dpaudit_stderr = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = to_stderr

@@ -502,7 +502,9 @@ class RayExecutor(Executor):
         import ray
 
         if not ray.is_initialized():
-            _ray_notices_to_stderr()
+            from dpaudit.cluster import ray_notices_to_stderr
+
+            ray_notices_to_stderr()
             # Ray's connection notes (INFO) would break the one-line errors and quiet runs.
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "WARNING", **self.init_kwargs}
             if self.address is None:
@@ -527,29 +529,12 @@ class RayExecutor(Executor):
 
     def _check_nodes(self, ray: Any) -> None:
         """Compares every live node not compared yet with this process (one task pinned to each)."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from dpaudit.cluster import ClusterMismatch, mismatch, node_report
+        from dpaudit.cluster import check_nodes, node_report
 
         if self._driver is None:
             driver = node_report(self.datasets, self.data_root, node="driver")
             self._driver = (driver, ray.put(driver))
-        nodes = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] not in self._checked]
-        if not nodes:
-            return
-        describe = ray.remote(num_cpus=0, max_retries=0)(_describe_node)
-        refs = [describe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)).remote(self.datasets, self.data_root) for n in nodes]
-        for n, ref in zip(nodes, refs):
-            try:
-                report = ray.get(ref, timeout=_NODE_CHECK_TIMEOUT)
-            except Exception as exc:  # the node died meanwhile (Ray counts it alive until its health checks fail)
-                if any(m["NodeID"] == n["NodeID"] and m.get("Alive") for m in ray.nodes()):
-                    raise ClusterMismatch(f"worker node {n.get('NodeManagerAddress')} (node {n['NodeID'][:8]}) did not report its code and data: {' '.join(str(exc).split())[:300]}") from None
-                continue
-            problem = mismatch(self._driver[0], report, data_root=self.data_root)
-            if problem is not None:
-                raise ClusterMismatch(problem)
-            self._checked.add(n["NodeID"])
+        check_nodes(ray, self._driver[0], datasets=self.datasets, data_root=self.data_root, checked=self._checked)
 
     def warm_up(self) -> None:
         ray = self._ensure()
@@ -589,40 +574,6 @@ class RayExecutor(Executor):
             self._remote = None
             self._driver = None
             self._checked = set()
-
-
-def _ray_notices_to_stderr() -> None:
-    """Sends the notices Ray prints on the driver (``(raylet) Task ... failed. There are 3 retries
-    remaining``, after a node is lost) to stderr instead of stdout.
-
-    With ``--json``, stdout carries exactly one JSON object (DESIGN.md, "Command line"); Ray's
-    error listener writes these lines to ``sys.stdout``, which broke it. Ray has no setting for
-    this, so its module-level printer is wrapped (looked up by name at each call); a Ray without
-    it is left alone.
-    """
-    try:
-        from ray._private import worker as ray_worker
-    except ImportError:
-        return
-    original = getattr(ray_worker, "print_to_stdstream", None)
-    if original is None or getattr(original, "_dpaudit_stderr", False):
-        return
-
-    def to_stderr(data: Any, ignore_prefix: bool) -> Any:
-        return original({**data, "is_err": True}, ignore_prefix)
-
-    to_stderr._dpaudit_stderr = True  # type: ignore[attr-defined]
-    ray_worker.print_to_stdstream = to_stderr
-
-
-#: How long the nodes get to report their code and data (a node starting Ray workers is slow).
-_NODE_CHECK_TIMEOUT = 300.0
-
-
-def _describe_node(datasets: Sequence[str], data_root: str | None) -> Any:
-    from dpaudit.cluster import node_report
-
-    return node_report(datasets, data_root)
 
 
 def make_executor(

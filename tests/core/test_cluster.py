@@ -75,10 +75,10 @@ def test_ray_notices_on_the_driver_go_to_stderr_so_json_stdout_stays_one_object(
     pytest.importorskip("ray")
     from ray._private import worker as ray_worker
 
-    from dpaudit.executors import _ray_notices_to_stderr
+    from dpaudit.cluster import ray_notices_to_stderr
 
-    _ray_notices_to_stderr()
-    _ray_notices_to_stderr()  # idempotent: one wrapper
+    ray_notices_to_stderr()
+    ray_notices_to_stderr()  # idempotent: one wrapper
     ray_worker.print_to_stdstream({"lines": ["Task _ray_call failed. There are 3 retries remaining"], "pid": "raylet", "is_err": False}, ignore_prefix=False)
     out, err = capsys.readouterr()
     assert out == "" and "3 retries remaining" in err
