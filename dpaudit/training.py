@@ -100,6 +100,7 @@ class TrainWorkspace:
         executor: ``local``, ``ray`` or ``serial`` (:func:`dpaudit.executors.make_executor`).
         num_workers: parallel workers (``None``: the executor's default).
         address: Ray cluster address.
+        ship_code: Ray sends this checkout's packages to the workers (:mod:`dpaudit.cluster`).
         data_root: the data root, passed on to workers that reload the dataset by name.
     """
 
@@ -108,6 +109,7 @@ class TrainWorkspace:
     executor: str = "local"
     num_workers: int | None = None
     address: str | None = None
+    ship_code: bool = False
     data_root: str | None = None
 
 

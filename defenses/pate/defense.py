@@ -354,7 +354,7 @@ def _teachers(specs: Any, *, bundle: DatasetBundle, workspace: TrainWorkspace | 
         )
     from dpaudit.executors import make_executor
 
-    with make_executor(workspace.executor, workers=workspace.num_workers, address=workspace.address) as executor:
+    with make_executor(workspace.executor, workers=workspace.num_workers, address=workspace.address, ship_code=workspace.ship_code, datasets=(bundle.name,), data_root=workspace.data_root) as executor:
         return train_teachers(specs, directory=workspace.cache_dir, executor=executor, data_root=workspace.data_root, device=device.type, progress=progress)
 
 

@@ -288,7 +288,7 @@ def _internal(argv: Sequence[str], prog: str, exc: BaseException) -> int:
 
 
 #: Flags that change how a command runs or prints, not what it writes (with whether they take a value).
-_PRESENTATION = {"--json": False, "--quiet": False, "--debug": False, "--i-know": False, "--num-workers": True, "--executor": True, "--address": True, "--device": True}
+_PRESENTATION = {"--json": False, "--quiet": False, "--debug": False, "--i-know": False, "--num-workers": True, "--executor": True, "--address": True, "--ship-code": False, "--device": True}
 
 
 def _out_of(argv: Sequence[str]) -> str | None:

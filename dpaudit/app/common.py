@@ -209,6 +209,11 @@ def add_common(
         parser.add_argument("--executor", choices=EXECUTORS, default="local", help=f"where {executor} train: local process pool (default), ray, or serial (in-process)")
         limit_action(parser.add_argument("--num-workers", type=positive_int("--num-workers"), metavar="W", help="parallel workers (default: CPU count)"), 1024, "each worker is a process")
         parser.add_argument("--address", metavar="ADDR", help="Ray cluster address (with --executor ray; default: start a local Ray)")
+        parser.add_argument(
+            "--ship-code",
+            action="store_true",
+            help="with --executor ray: send this checkout's packages to every node (Ray runtime_env py_modules) instead of using the dpaudit installed there; torch and the other dependencies must still be installed on each node",
+        )
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
@@ -218,6 +223,8 @@ def check_executor_flags(args: argparse.Namespace) -> None:
         raise UsageError("--address must name a Ray cluster (host:port or 'auto'), got an empty string", argument="--address")
     if args.address is not None and args.executor != "ray":
         raise UsageError(f"--address={args.address!r} needs --executor ray, got --executor {args.executor}", argument="--address")
+    if getattr(args, "ship_code", False) and args.executor != "ray":
+        raise UsageError(f"--ship-code needs --executor ray, got --executor {args.executor}", argument="--ship-code")
 
 
 def check_record(flag: str, path: str) -> Any:

@@ -189,19 +189,29 @@ def train_fn_fingerprint(spec: str) -> str:
     return callable_fingerprint(spec, argument="--train-fn")
 
 
-def make_audit_executor(workers: int | None, kind: str = "local", address: str | None = None) -> Any:
+def make_audit_executor(
+    workers: int | None, kind: str = "local", address: str | None = None, *, dataset: str | None = None, data_root: str | None = None, ship_code: bool = False, num_gpus: float = 0.0
+) -> Any:
     """Where trials run: ``local`` is in-process for one worker (no start-up cost), else a spawned
     process pool; ``serial`` always in-process; ``ray`` a local Ray with ``workers`` CPUs or the
     cluster at ``address``."""
     from dpaudit.executors import LocalExecutor, SerialExecutor, make_executor
 
     if kind == "ray":
-        return make_executor("ray", workers=workers, address=address)
+        return make_executor("ray", workers=workers, address=address, datasets=() if dataset is None else (dataset,), data_root=data_root, ship_code=ship_code, num_gpus=num_gpus)
     if address is not None:
         raise v.invalid("address", f"address={address!r} applies to executor 'ray' only, got executor={kind!r}")
     if kind == "serial" or workers is None or workers <= 1:
         return SerialExecutor()
     return LocalExecutor(workers=workers, threads_per_worker=1)
+
+
+def _ray_gpus(spec: AuditSpec, bundle: Any) -> float:
+    if spec.executor != "ray":
+        return 0.0
+    from dpaudit.app.plan import count_parameters, ray_gpus
+
+    return ray_gpus(spec.device, count_parameters(spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes))
 
 
 # ----------------------------------------------------------------------------- the audit
@@ -273,6 +283,7 @@ class AuditSpec:
         workers: worker processes for trials (1: in this process), or a local Ray's CPUs.
         executor: where trials run: ``local`` (process pool), ``serial`` or ``ray``.
         address: Ray cluster address (``executor="ray"`` only; ``None`` starts a local Ray).
+        ship_code: Ray sends this checkout's packages to the workers (:mod:`dpaudit.cluster`).
         seed: root seed.
         name: audit name under ``RUN_DIR/audits/`` (default derived from the configuration).
         data_root: data root (``None``: the default resolution).
@@ -313,6 +324,7 @@ class AuditSpec:
     workers: int = 1
     executor: str = "local"
     address: str | None = None
+    ship_code: bool = False
     seed: int = 0
     name: str | None = None
     data_root: str | None = None
@@ -574,6 +586,8 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
             trainings * num_steps * q * len(members) * per_example / spec.workers,
             f"this audit ({trainings} trainings of {num_steps} DP-SGD steps, {spec.workers} worker(s))",
             hint="--num-trials, --num-steps and --num-workers change it",
+            jobs=trainings,
+            job_seconds=num_steps * q * len(members) * per_example,
         )
     claim: PrivacyClaim
     if fn_third_party is None:
@@ -614,7 +628,15 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
         described["dataset_files"] = data
 
     run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
-    executor = make_audit_executor(spec.workers, spec.executor, spec.address)
+    executor = make_audit_executor(
+        spec.workers,
+        spec.executor,
+        spec.address,
+        dataset=spec.dataset,
+        data_root=spec.data_root,
+        ship_code=spec.ship_code,
+        num_gpus=_ray_gpus(spec, bundle),
+    )
     common = {"delta": spec.delta, "confidence": spec.confidence, "seed": spec.seed, "progress": spec.progress}
     try:
         if spec.threat == "white-box":

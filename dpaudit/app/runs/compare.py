@@ -809,6 +809,7 @@ class CompareSpec:
         num_workers: parallel jobs (``None``: the executor's default).
         address: Ray cluster address (``executor="ray"`` only; the run directory must then be
             on a filesystem every node shares).
+        ship_code: Ray sends this checkout's packages to the workers (:mod:`dpaudit.cluster`).
         data_root: data root.
         progress: progress on stderr.
         command: the command line, for the run manifest.
@@ -822,6 +823,7 @@ class CompareSpec:
     executor: str = "local"
     num_workers: int | None = None
     address: str | None = None
+    ship_code: bool = False
     data_root: str | None = None
     progress: bool = True
     command: str = ""
@@ -872,9 +874,29 @@ class _LazyExecutor:
         from dpaudit.executors import make_executor
 
         if self.executor is None:
-            self.executor = make_executor(self.spec.executor, workers=self.spec.num_workers, address=self.spec.address)
+            self.executor = make_executor(
+                self.spec.executor,
+                workers=self.spec.num_workers,
+                address=self.spec.address,
+                ship_code=self.spec.ship_code,
+                datasets=(self.spec.grid.dataset,),
+                data_root=self.spec.data_root,
+                num_gpus=self._gpus(),
+            )
             self.executor.__enter__()
         return self.executor
+
+    def _gpus(self) -> float:
+        """One share for every job of the grid: the largest model's (:func:`dpaudit.cluster.gpu_share`)."""
+        grid = self.spec.grid
+        if self.spec.executor != "ray" or not str(grid.device).startswith("cuda"):
+            return 0.0
+        from dpaudit.app.plan import count_parameters, ray_gpus
+        from dpaudit.data import load_dataset
+
+        bundle = load_dataset(grid.dataset, data_root=self.spec.data_root)  # cached: the run has loaded it
+        largest = max(count_parameters(s.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, model_options=dict(s.model_options)) for s in grid.settings)
+        return ray_gpus(grid.device, largest)
 
     def __enter__(self) -> _LazyExecutor:
         return self

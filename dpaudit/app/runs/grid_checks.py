@@ -275,4 +275,6 @@ def check_plan(grid: Any, *, i_know: bool, data_root: str | None, workers: int |
             "fewer settings, seeds, epochs or shadows shorten it; pass --i-know to run it anyway"
         )
     if progress:
-        announce_if_long(seconds, f"the grid ({count_jobs(grid):,} jobs)", hint="--num-workers changes it")
+        jobs = count_jobs(grid)
+        one = estimate_seconds(grid, data_root=data_root, workers=1) / max(jobs, 1)
+        announce_if_long(seconds, f"the grid ({jobs:,} jobs)", hint="--num-workers changes it", jobs=jobs, job_seconds=one)

@@ -102,6 +102,7 @@ class MembershipSpec:
         executor: where shadows train (``local``, ``ray``, ``serial``).
         num_workers: parallel workers (default: CPU count).
         address: Ray address.
+        ship_code: Ray sends this checkout's packages to the workers (:mod:`dpaudit.cluster`).
         data_root: data root.
         device: where shadows train and models are evaluated.
         progress: progress on stderr.
@@ -120,6 +121,7 @@ class MembershipSpec:
     executor: str = "local"
     num_workers: int | None = None
     address: str | None = None
+    ship_code: bool = False
     data_root: str | None = None
     device: str = "cpu"
     progress: bool = True
@@ -370,9 +372,21 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
                     num_models * epochs * train_size * per_example * factor / workers,
                     f"training {num_models} shadow models (cached ones are reused)",
                     hint="--num-shadows, --num-references and --num-workers change it",
+                    jobs=num_models,
+                    job_seconds=epochs * train_size * per_example * factor,
                 )
             try:
-                executor = make_executor(spec.executor, workers=spec.num_workers, address=spec.address)
+                from dpaudit.app.plan import count_parameters, ray_gpus
+
+                executor = make_executor(
+                    spec.executor,
+                    workers=spec.num_workers,
+                    address=spec.address,
+                    ship_code=spec.ship_code,
+                    datasets=(record.dataset,),
+                    data_root=spec.data_root,
+                    num_gpus=ray_gpus(device, count_parameters(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, model_options=record.model_options)),
+                )
             except ImportError as exc:
                 raise v.invalid("executor", f"executor {spec.executor!r}: {exc}") from None
             with executor:

@@ -56,6 +56,7 @@ class TrainSpec:
             ``serial``.
         num_workers: their parallel workers (``None``: the executor's default).
         address: Ray cluster address.
+        ship_code: Ray sends this checkout's packages to the workers (:mod:`dpaudit.cluster`).
     """
 
     defense: str
@@ -73,6 +74,7 @@ class TrainSpec:
     executor: str = "local"
     num_workers: int | None = None
     address: str | None = None
+    ship_code: bool = False
 
     def __post_init__(self) -> None:
         from defenses import DEFENSES
@@ -271,6 +273,7 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                 executor=spec.executor,
                 num_workers=spec.num_workers,
                 address=spec.address,
+                ship_code=spec.ship_code,
                 data_root=spec.data_root,
             )
         record, model = entry.train(

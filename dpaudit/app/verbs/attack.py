@@ -78,6 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "each is scored by every reference model",
     )
     add_common(m, out=True, seed=True, data_root=True, device="cpu", quiet=True, executor="shadow models")
+    m.add_argument("--dry-run", action="store_true", help="print the plan (jobs, estimated CPU-hours, wall time here and on 8 and 64 workers, memory per job) and exit without training shadow models")
     m.add_argument("--delta", type=delta_type, default=1e-5, help="delta of the epsilon lower bound (default 1e-5)")
     flags = add_option_flags(m, {name: spec.config_type for name, spec in MEMBERSHIP_ATTACKS.items()})
     m.set_defaults(func=lambda args: _cmd_membership(args, flags))
@@ -140,6 +141,7 @@ def _spec(args: argparse.Namespace, flags: Any) -> Any:
         executor=args.executor,
         num_workers=args.num_workers,
         address=args.address,
+        ship_code=args.ship_code,
         data_root=args.data_root,
         device=args.device,
         progress=not args.quiet,
@@ -152,6 +154,10 @@ def _cmd_membership(args: argparse.Namespace, flags: Any) -> int:
     from dpaudit.store import RunDir
 
     spec = _spec(args, flags)
+    if args.dry_run:
+        from dpaudit.app.plan import membership_plan, print_plan
+
+        return print_plan(args, membership_plan(spec))
     run = RunDir(args.out)
     say = (lambda line: print(f"training or reusing {line}", file=sys.stderr)) if not args.quiet else None
     done = run_membership(spec, run, on_plan=say)

@@ -129,6 +129,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         raise UsageError(f"--init {args.init} applies to --threat black-box --method multi-run, got --threat {args.threat} --method {args.method}", argument="--init")
     if args.address is not None and args.executor != "ray":
         raise UsageError(f"--address={args.address!r} needs --executor ray, got --executor {args.executor}", argument="--address")
+    if args.ship_code and args.executor != "ray":
+        raise UsageError(f"--ship-code needs --executor ray, got --executor {args.executor}", argument="--ship-code")
     if args.budget_seconds is not None and args.threat != "white-box":
         raise UsageError(f"--budget-seconds applies to --threat white-box (trainings pooled until the time is spent), got --threat {args.threat}", argument="--budget-seconds")
     if args.strategy == "fixed" and (args.threat != "white-box" or args.score != "dirac"):
@@ -168,6 +170,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         workers=args.num_workers,
         executor=args.executor,
         address=args.address,
+        ship_code=args.ship_code,
         seed=args.seed,
         name=args.name,
         data_root=args.data_root,
@@ -181,6 +184,10 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             "raise --sampling-rate, give --num-steps, or pass --i-know",
             argument="--sampling-rate",
         )
+    if args.dry_run:
+        from dpaudit.app.plan import audit_plan, print_plan
+
+        return print_plan(args, audit_plan(spec))
     run = RunDir(args.out)
     result = run_audit(spec, run)
     directory = run.audit_dir(str(result.details["audit_name"]))
@@ -325,7 +332,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="where trials run: local (a process pool of --num-workers; the default), serial (in this process) or ray (a local Ray of --num-workers CPUs, or the cluster at --address)",
     )
     p.add_argument("--address", metavar="ADDR", help="Ray cluster address (with --executor ray; default: start a local Ray)")
+    p.add_argument(
+        "--ship-code",
+        action="store_true",
+        help="with --executor ray: send this checkout's packages to every node (Ray runtime_env py_modules) instead of using the dpaudit installed there; torch and the other dependencies must still be installed on each node",
+    )
     add_common(p, out=True, seed=True, data_root=True, device="cpu", quiet=True)
     p.add_argument("--name", metavar="NAME", help="audit name under RUN_DIR/audits/ (default: derived from the configuration; reruns resume)")
     p.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (jobs, estimated CPU-hours, wall time here and on 8 and 64 workers, memory per job) and exit without training")
     p.set_defaults(func=lambda a: _cmd_audit(a))

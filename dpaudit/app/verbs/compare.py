@@ -43,13 +43,26 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     check_executor_flags(args)
     try:
-        grid = load_grid(args.config, i_know=args.i_know)
+        # A plan is shown whatever its size: the limits are what it is there to weigh.
+        grid = load_grid(args.config, i_know=args.i_know or args.dry_run)
         if args.device is not None:
             import dataclasses
 
             grid = dataclasses.replace(grid, device=args.device)
+        if args.dry_run:
+            from dpaudit.app.plan import grid_plan, print_plan
+
+            return print_plan(args, grid_plan(grid, data_root=args.data_root, workers=1 if args.executor == "serial" else args.num_workers))
         spec = CompareSpec(
-            grid=grid, executor=args.executor, num_workers=args.num_workers, address=args.address, data_root=args.data_root, progress=not args.quiet, command="dpaudit compare", i_know=args.i_know
+            grid=grid,
+            executor=args.executor,
+            num_workers=args.num_workers,
+            address=args.address,
+            ship_code=args.ship_code,
+            data_root=args.data_root,
+            progress=not args.quiet,
+            command="dpaudit compare",
+            i_know=args.i_know,
         )
     except GridError as exc:  # every value and size is checked before any job starts
         # --json names the grid's key (``defenses[0].epochs``) where the error has one
@@ -91,4 +104,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", required=True, type=path_type("--config", must_exist="file"), metavar="GRID.toml", help="the grid (see examples/compare-digits.toml)")
     add_common(p, out=True, data_root=True, quiet=True, executor="jobs")
     p.add_argument("--device", help="override the grid's device (cpu, cuda[:N])")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (jobs, estimated CPU-hours, wall time here and on 8 and 64 workers, memory per job) and exit without training")
     p.set_defaults(func=lambda a: _cmd_compare(a))

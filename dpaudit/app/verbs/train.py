@@ -48,6 +48,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             executor=args.executor,
             num_workers=args.num_workers,
             address=args.address,
+            ship_code=args.ship_code,
         ),
         RunDir(args.out),
     )
