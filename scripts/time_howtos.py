@@ -117,7 +117,7 @@ HOWTOS: tuple[HowTo, ...] = (
         "inversion",
         "model inversion (MI-Face), judged by an independent evaluator",
         "dpaudit attack inversion --target runs/faces --attack mi-face --max-iterations 1000 --evaluator-epochs 20 --out runs/faces",
-        r"top-1|top1",
+        r"^\s*mi-face\s+[\d.]+",
         needs=("train-faces",),
     ),
     HowTo(
@@ -160,6 +160,13 @@ HOWTOS: tuple[HowTo, ...] = (
         "audit-one-run",
         "black-box one-run audit (one training)",
         "dpaudit audit --threat black-box --method one-run --target-epsilon 4 --num-canaries 500 --one-run-bound fdp --out runs/audit",
+        r"^\s*epsilon_lb\s",
+    ),
+    HowTo(
+        "audit-train-fn",
+        "audit your own training code (Opacus) in one run",
+        "dpaudit audit --train-fn scripts/opacus_train_fn.py:train --threat black-box --method one-run --num-canaries 200 "
+        "--num-members 300 --claim-noise-multiplier 6.6 --claim-sampling-rate 0.1 --claim-num-steps 300 --out runs/opacus",
         r"^\s*epsilon_lb\s",
     ),
 )
@@ -297,7 +304,8 @@ def render_markdown(results: Sequence[dict[str, object]], *, meta: dict[str, obj
     ]
     for r in results:
         cmd = str(r["command"]).replace("|", "\\|")
-        finding = str(r["finding"]).replace("|", "\\|") or "—"
+        finding = str(r["finding"])
+        finding = (finding if len(finding) <= 110 else finding[:109] + "…").replace("|", "\\|") or "—"
         lines.append(f"| {r['name']} | `{cmd}` | {r['exit_status']} | {_fmt_seconds(float(r['seconds']))} | {finding} |")  # type: ignore[arg-type]
     return "\n".join(lines) + "\n"
 
