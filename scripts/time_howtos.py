@@ -25,6 +25,7 @@ import datetime as _dt
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -131,7 +132,7 @@ HOWTOS: tuple[HowTo, ...] = (
         "certify",
         "certified beside robust accuracy (evasion attacks)",
         "dpaudit certify --target runs/smoothing --radii 0.25,0.5,1 --num-examples 200 --out runs/smoothing",
-        r"certified",
+        r"^\s*certified smoothing\s",
         needs=("train-smoothing",),
         creates="runs/smoothing/certify",
     ),
@@ -140,13 +141,13 @@ HOWTOS: tuple[HowTo, ...] = (
         "audit-white-box",
         "white-box canary audit of DP-SGD",
         "dpaudit audit --threat white-box --dataset digits --model digits-mlp --target-epsilon 2 --delta 1e-5 --num-workers 2 --out runs/audit",
-        r"^\s*epsilon_lb\s",
+        r"^\s*epsilon_lb\s+[\d.]+",
     ),
     HowTo(
         "audit-budget",
         "white-box audit on a time budget",
         "dpaudit audit --threat white-box --target-epsilon 1 --budget-seconds 60 --num-workers 2 --out runs/audit",
-        r"^\s*epsilon_lb\s",
+        r"^\s*epsilon_lb\s+[\d.]+",
     ),
     HowTo(
         "audit-black-box",
@@ -154,20 +155,20 @@ HOWTOS: tuple[HowTo, ...] = (
         "dpaudit audit --threat black-box --method multi-run --dataset digits --model digits-mlp --num-members 50 --sampling-rate 1 "
         "--num-steps 20 --clip-norm 2 --learning-rate 0.01 --target-epsilon 8 --init worst-case --canary clipbkd --num-trials 100 "
         "--num-workers 2 --out runs/audit",
-        r"^\s*epsilon_lb\s",
+        r"^\s*epsilon_lb\s+[\d.]+",
     ),
     HowTo(
         "audit-one-run",
         "black-box one-run audit (one training)",
         "dpaudit audit --threat black-box --method one-run --target-epsilon 4 --num-canaries 500 --one-run-bound fdp --out runs/audit",
-        r"^\s*epsilon_lb\s",
+        r"^\s*epsilon_lb\s+[\d.]+",
     ),
     HowTo(
         "audit-train-fn",
         "audit your own training code (Opacus) in one run",
         "dpaudit audit --train-fn scripts/opacus_train_fn.py:train --threat black-box --method one-run --num-canaries 200 "
         "--num-members 300 --claim-noise-multiplier 6.6 --claim-sampling-rate 0.1 --claim-num-steps 300 --out runs/opacus",
-        r"^\s*epsilon_lb\s",
+        r"^\s*epsilon_lb\s+[\d.]+",
     ),
 )
 
@@ -272,6 +273,9 @@ def find(h: HowTo, out: str, err: str = "") -> str:
 def run_one(h: HowTo, workdir: Path, env: dict[str, str], *, timeout: float) -> dict[str, object]:
     """Runs one how-to in ``workdir``; its wall time, exit status, finding and output's tail."""
     started = time.perf_counter()
+    # CPU seconds of the command and every process it waited for: on a shared machine the wall
+    # time grows with the load, the CPU time hardly, so CPU / cores estimates a quiet machine.
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         proc = subprocess.run(["bash", "-c", h.command], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
         rc, out, err = proc.returncode, proc.stdout, proc.stderr
@@ -280,12 +284,15 @@ def run_one(h: HowTo, workdir: Path, env: dict[str, str], *, timeout: float) -> 
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
     seconds = time.perf_counter() - started
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
     return {
         "name": h.name,
         "use": h.use,
         "command": h.command,
         "exit_status": rc,
         "seconds": round(seconds, 1),
+        "cpu_seconds": round(cpu, 1),
         "finding": find(h, out, err),
         "stdout_tail": out[-3000:],
         "stderr_tail": err[-1000:] if rc else "",
@@ -297,16 +304,18 @@ def render_markdown(results: Sequence[dict[str, object]], *, meta: dict[str, obj
     lines = [
         "# README how-tos, timed",
         "",
-        f"Measured by `scripts/time_howtos.py` on {meta['cpus']} CPU cores ({meta['note']}); load average at start {meta['load_at_start']}.",
+        f"Measured by `scripts/time_howtos.py` on {meta['cpus']} CPU cores ({meta['note']}); load average at start {meta['load_at_start']}. "
+        "CPU time is the command's and its worker processes' user + system time: on a busy machine the wall time grows with the load "
+        "and the CPU time hardly, so CPU time / cores estimates the wall time on a quiet machine.",
         "",
-        "| how-to | command | exit | wall time | finding |",
-        "|---|---|---|---|---|",
+        "| how-to | command | exit | wall time | CPU time | finding |",
+        "|---|---|---|---|---|---|",
     ]
     for r in results:
         cmd = str(r["command"]).replace("|", "\\|")
         finding = str(r["finding"])
         finding = (finding if len(finding) <= 110 else finding[:109] + "…").replace("|", "\\|") or "—"
-        lines.append(f"| {r['name']} | `{cmd}` | {r['exit_status']} | {_fmt_seconds(float(r['seconds']))} | {finding} |")  # type: ignore[arg-type]
+        lines.append(f"| {r['name']} | `{cmd}` | {r['exit_status']} | {_fmt_seconds(float(r['seconds']))} | {_fmt_seconds(float(r.get('cpu_seconds', 0.0)))} | {finding} |")  # type: ignore[arg-type]
     return "\n".join(lines) + "\n"
 
 

@@ -17,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "time_howtos.py"
 README = ROOT / "README.md"
+FIXTURE = Path(__file__).with_name("readme_howtos.md")
 MARKER = "<!-- howto -->"
 
 
@@ -30,9 +31,10 @@ def howtos():
 
 
 def test_readme_howto_blocks_are_the_timed_commands(howtos) -> None:
+    # Until the README carries the marker, the proposed how-to blocks (FIXTURE) stand in for it.
     text = README.read_text()
     if MARKER not in text:
-        pytest.skip(f"README.md has no {MARKER} block yet")
+        text = FIXTURE.read_text()
     in_readme = howtos.readme_howto_commands(text, MARKER)
     listed = [howtos.normalize(h.command) for h in howtos.HOWTOS]
     assert [c for c in in_readme if c not in listed] == [], "README how-to commands scripts/time_howtos.py does not time"
