@@ -39,6 +39,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "scripts" / "results" / "howtos"
+#: What an audit's reader looks at: ε_LB, what the design could show, the claim and the verdict.
+AUDIT_FINDING = r"^\s*(epsilon_lb|ceiling|epsilon_ub)\s+[\d.]+\s|^\s*(no )?violation"
 #: The README's promise: every how-to finishes within this on 2 CPU cores.
 LIMIT_SECONDS = 300.0
 
@@ -141,13 +143,13 @@ HOWTOS: tuple[HowTo, ...] = (
         "audit-white-box",
         "white-box canary audit of DP-SGD",
         "dpaudit audit --threat white-box --dataset digits --model digits-mlp --target-epsilon 2 --delta 1e-5 --num-workers 2 --out runs/audit",
-        r"^\s*epsilon_lb\s+[\d.]+",
+        AUDIT_FINDING,
     ),
     HowTo(
         "audit-budget",
         "white-box audit on a time budget",
         "dpaudit audit --threat white-box --target-epsilon 1 --budget-seconds 60 --num-workers 2 --out runs/audit",
-        r"^\s*epsilon_lb\s+[\d.]+",
+        AUDIT_FINDING,
     ),
     HowTo(
         "audit-black-box",
@@ -155,20 +157,20 @@ HOWTOS: tuple[HowTo, ...] = (
         "dpaudit audit --threat black-box --method multi-run --dataset digits --model digits-mlp --num-members 50 --sampling-rate 1 "
         "--num-steps 20 --clip-norm 2 --learning-rate 0.01 --target-epsilon 8 --init worst-case --canary clipbkd --num-trials 100 "
         "--num-workers 2 --out runs/audit",
-        r"^\s*epsilon_lb\s+[\d.]+",
+        AUDIT_FINDING,
     ),
     HowTo(
         "audit-one-run",
         "black-box one-run audit (one training)",
         "dpaudit audit --threat black-box --method one-run --target-epsilon 4 --num-canaries 500 --one-run-bound fdp --out runs/audit",
-        r"^\s*epsilon_lb\s+[\d.]+",
+        AUDIT_FINDING,
     ),
     HowTo(
         "audit-train-fn",
         "audit your own training code (Opacus) in one run",
         "dpaudit audit --train-fn scripts/opacus_train_fn.py:train --threat black-box --method one-run --num-canaries 200 "
         "--num-members 300 --claim-noise-multiplier 6.6 --claim-sampling-rate 0.1 --claim-num-steps 300 --out runs/opacus",
-        r"^\s*epsilon_lb\s+[\d.]+",
+        AUDIT_FINDING,
     ),
 )
 
@@ -263,11 +265,11 @@ def _environment(data_root: str | None) -> dict[str, str]:
 
 
 def find(h: HowTo, out: str, err: str = "") -> str:
-    """The headline: the first output line (stdout first) that ``h.finding`` matches."""
+    """The headline: the output lines (stdout first) that ``h.finding`` matches, joined by " · "."""
     pattern = re.compile(h.finding, re.IGNORECASE)
     # Progress bars redraw with carriage returns; keep what a terminal shows last.
-    lines = [ln.split("\r")[-1].strip() for ln in (out + "\n" + err).splitlines()]
-    return " ".join(next((ln for ln in lines if ln and pattern.search(ln)), "").split())
+    lines = [" ".join(ln.split("\r")[-1].split()) for ln in (out + "\n" + err).splitlines()]
+    return " · ".join(ln for ln in lines if ln and pattern.search(ln))
 
 
 def run_one(h: HowTo, workdir: Path, env: dict[str, str], *, timeout: float) -> dict[str, object]:
@@ -314,16 +316,16 @@ def render_markdown(results: Sequence[dict[str, object]], *, meta: dict[str, obj
     for r in results:
         cmd = str(r["command"]).replace("|", "\\|")
         finding = str(r["finding"])
-        finding = (finding if len(finding) <= 110 else finding[:109] + "…").replace("|", "\\|") or "—"
+        finding = (finding if len(finding) <= 300 else finding[:299] + "…").replace("|", "\\|") or "—"
         lines.append(f"| {r['name']} | `{cmd}` | {r['exit_status']} | {_fmt_seconds(float(r['seconds']))} | {_fmt_seconds(float(r.get('cpu_seconds', 0.0)))} | {finding} |")  # type: ignore[arg-type]
     return "\n".join(lines) + "\n"
 
 
-def _load(path: Path) -> dict[str, dict[str, object]]:
+def _load(path: Path) -> tuple[dict[str, dict[str, object]], dict[str, object] | None]:
     if not path.is_file():
-        return {}
+        return {}, None
     data = json.loads(path.read_text())
-    return {r["name"]: r for r in data.get("howtos", [])}
+    return {r["name"]: r for r in data.get("howtos", [])}, data.get("meta")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -339,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     out_json = args.out / "howtos.json"
-    done = {} if args.force else _load(out_json)
+    done, stored_meta = ({}, None) if args.force else _load(out_json)
     if args.force and args.workdir.exists():
         shutil.rmtree(args.workdir)
     _prepare(args.workdir)
@@ -347,6 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     by_name = {h.name: h for h in HOWTOS}
     chosen = [h for h in HOWTOS if not args.only or h.name in args.only]
     meta = {"cpus": os.cpu_count(), "load_at_start": round(os.getloadavg()[0], 1), "note": args.note, "limit_seconds": args.limit_seconds, "data_root": args.data_root}
+    ran = False  # a rerun that only skips keeps the caption of the run that measured
 
     def ensure_inputs(h: HowTo) -> None:
         for need in h.needs:
@@ -365,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ensure_inputs(h)
         print(f"[howtos] {h.name}: {h.command}", file=sys.stderr)
         result = run_one(h, args.workdir, env, timeout=args.timeout)
+        ran = True
         result["over_limit"] = float(result["seconds"]) > args.limit_seconds  # type: ignore[arg-type]
         done[h.name] = result
         print(f"[howtos] {h.name}: exit {result['exit_status']} in {_fmt_seconds(float(result['seconds']))}: {result['finding']}", file=sys.stderr)  # type: ignore[arg-type]
@@ -372,6 +376,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _write_atomic(out_json, json.dumps({"meta": meta, "howtos": ordered}, indent=2) + "\n")
         _write_atomic(args.out / "howtos.md", render_markdown(ordered, meta=meta))
     ordered = [done[x.name] for x in HOWTOS if x.name in done]
+    if not ran and stored_meta is not None:
+        meta = stored_meta
     _write_atomic(out_json, json.dumps({"meta": meta, "howtos": ordered}, indent=2) + "\n")
     _write_atomic(args.out / "howtos.md", render_markdown(ordered, meta=meta))
     failed = [r["name"] for r in ordered if r["exit_status"] != 0 or r.get("over_limit")]
