@@ -212,6 +212,40 @@ def readme_howto_commands(readme: str, marker: str = "<!-- howto -->") -> list[s
     return commands
 
 
+TIME_COMMENT = re.compile(r"\s+#\s*[0-9][0-9. a-z]* on 2 cores\s*$")
+
+
+def readme_with_times(readme: str, results: Sequence[dict[str, object]], marker: str = "<!-- howto -->") -> str:
+    """``readme`` with each how-to command's trailing ``# <time> on 2 cores`` set from ``results``.
+
+    The comment goes on the command's last line (after a continuation, the line without a
+    backslash). A command without a result keeps its line as it is.
+    """
+    seconds = {normalize(str(r["command"])): float(r["seconds"]) for r in results}  # type: ignore[arg-type]
+    lines = readme.splitlines(keepends=True)
+    inside, pending = False, ""
+    for i, line in enumerate(lines):
+        text = line.rstrip("\n")
+        if not inside:
+            if text.strip() == "```bash" and i > 0 and any(lines[k].strip() == marker for k in range(max(0, i - 2), i)):
+                inside = True
+            continue
+        if text.strip() == "```":
+            inside, pending = False, ""
+            continue
+        body = TIME_COMMENT.sub("", text)
+        if not pending and (not body.strip() or body.strip().startswith("#")):
+            continue
+        if body.rstrip().endswith("\\"):
+            pending += body.strip()[:-1] + " "
+            continue
+        command = normalize(re.sub(r"\s+#.*$", "", pending + body.strip()))
+        pending = ""
+        if command in seconds:
+            lines[i] = f"{body.rstrip()}   # {_fmt_seconds(seconds[command])} on 2 cores\n"
+    return "".join(lines)
+
+
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -338,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--limit-seconds", type=float, default=LIMIT_SECONDS, help="the README's promise per command (a slower one is flagged)")
     p.add_argument("--timeout", type=float, default=1800.0, help="kill a command after this many seconds")
     p.add_argument("--note", default="shared machine", help="how busy the machine was, for the table's caption")
+    p.add_argument("--update-readme", type=Path, metavar="README", help="after the run, set each how-to's '# <time> on 2 cores' comment in README from the results")
     args = p.parse_args(argv)
 
     out_json = args.out / "howtos.json"
@@ -380,6 +415,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta = stored_meta
     _write_atomic(out_json, json.dumps({"meta": meta, "howtos": ordered}, indent=2) + "\n")
     _write_atomic(args.out / "howtos.md", render_markdown(ordered, meta=meta))
+    if args.update_readme is not None:
+        _write_atomic(args.update_readme, readme_with_times(args.update_readme.read_text(), ordered))
+        print(f"[howtos] times written into {args.update_readme}", file=sys.stderr)
     failed = [r["name"] for r in ordered if r["exit_status"] != 0 or r.get("over_limit")]
     if failed:
         print(f"[howtos] failed or over {args.limit_seconds:g} s: {', '.join(map(str, failed))}", file=sys.stderr)

@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "time_howtos.py"
 README = ROOT / "README.md"
-FIXTURE = Path(__file__).with_name("readme_howtos.md")
+RESULTS = ROOT / "scripts" / "results" / "howtos" / "howtos.json"
 MARKER = "<!-- howto -->"
 
 
@@ -31,10 +31,8 @@ def howtos():
 
 
 def test_readme_howto_blocks_are_the_timed_commands(howtos) -> None:
-    # Until the README carries the marker, the proposed how-to blocks (FIXTURE) stand in for it.
     text = README.read_text()
-    if MARKER not in text:
-        text = FIXTURE.read_text()
+    assert MARKER in text
     in_readme = howtos.readme_howto_commands(text, MARKER)
     listed = [howtos.normalize(h.command) for h in howtos.HOWTOS]
     assert [c for c in in_readme if c not in listed] == [], "README how-to commands scripts/time_howtos.py does not time"
@@ -86,3 +84,13 @@ def test_results_are_written_and_a_rerun_skips_finished_commands(howtos, tmp_pat
     again = {r["name"]: r for r in json.loads((tmp_path / "out" / "howtos.json").read_text())["howtos"]}
     assert again["first"]["finished"] == rows["first"]["finished"]
     assert not list((tmp_path / "out").glob(".*.tmp"))
+
+
+def test_readme_times_are_the_scripts_measurements(howtos) -> None:
+    # Every "# <time> on 2 cores" of a how-to is what the last run of the script measured:
+    # rewriting the README from the stored results changes nothing.
+    results = json.loads(RESULTS.read_text())["howtos"]
+    text = README.read_text()
+    assert howtos.readme_with_times(text, results) == text, "rerun: python scripts/time_howtos.py --update-readme README.md"
+    commands = howtos.readme_howto_commands(text, MARKER)
+    assert len(commands) == len(results) and all(r["exit_status"] == 0 and not r["over_limit"] for r in results)
