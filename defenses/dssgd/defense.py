@@ -30,13 +30,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
 from defenses._common import build_record, config_dict, evaluation_bundle, expected_model_id
+from defenses.dssgd.plan import DEFAULT_ROUNDS, MAX_ROUNDS, DSSGDPlan, plan_dssgd
 from defenses.dssgd.protocol import (
     SCHEDULES,
     SELECTIONS,
@@ -75,7 +76,7 @@ UPLOADS_FILE = "uploads.npz"
 LOCAL_EVAL_EXAMPLES = 1000
 
 _PARTICIPANT_LIMIT = SizeLimit(1000, "each participant is a local model trained every round")
-_ROUND_LIMIT = SizeLimit(10_000, "each round is one local training per participant")
+_ROUND_LIMIT = SizeLimit(MAX_ROUNDS, "each round is one local training per participant")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +88,9 @@ class DSSGDConfig:
 
     Attributes:
         participants: N, the number of participants (disjoint partitions of the members).
-        rounds: R; every participant takes one turn per round.
+        rounds: R; every participant takes one turn per round. ``None`` means
+            ``DEFAULT_ROUNDS``, except with ``target_epsilon`` and ``dp_epsilon`` both set: then
+            as many rounds as the budget allows (:mod:`defenses.dssgd.plan`).
         upload_fraction: θ_u, the share of parameters a turn may upload.
         download_fraction: θ_d, the share of global parameters (largest ``stat``) downloaded.
         selection: ``largest`` |Δw_j| or ``random-threshold`` (random among |Δw_j| > τ).
@@ -97,7 +100,13 @@ class DSSGDConfig:
         standardize: inputs enter the network as (x − mean) / std with the training split's mean
             and std (§6.1 of the paper), folded into the model's first layer
             (``model_options["input_standardization"]`` of every record).
-        dp_epsilon: the DP variant's ε per uploaded parameter per turn (``None``: not private).
+        dp_epsilon: the DP variant's ε per uploaded parameter per turn (``None``: not private,
+            or calibrated to ``target_epsilon``).
+        target_epsilon: the budget each participant's data get, c·R·ε by pure composition:
+            calibrates ``dp_epsilon`` for ``rounds``; with ``dp_epsilon`` set, the most rounds
+            it allows, or with ``rounds`` too, exactly those if it allows them (else refused).
+            Resolved per model by :func:`defenses.dssgd.plan.plan_dssgd`; the record keeps the
+            config as asked and the resolved values in its metrics and claim.
         bound: γ, the DP variant's bound on uploaded values.
         threshold: τ, the DP variant's sparse-vector threshold.
         budget_split: ``sum`` (shares that add to ε) or ``seed`` (the seed's 8/9 + 2/9 as printed).
@@ -106,7 +115,14 @@ class DSSGDConfig:
     """
 
     participants: int = option(30, help="number of participants (disjoint partitions of the private members)", metavar="N", check=v.positive, limit=_PARTICIPANT_LIMIT)
-    rounds: int = option(10, help="rounds; every participant takes one turn per round", metavar="R", check=v.positive, limit=_ROUND_LIMIT)
+    rounds: int | None = option(
+        None,
+        kind=int,
+        help=f"rounds; every participant takes one turn per round (default {DEFAULT_ROUNDS}, or as many as --target-epsilon allows at --dp-epsilon)",
+        metavar="R",
+        check=v.positive,
+        limit=_ROUND_LIMIT,
+    )
     upload_fraction: float = option(0.1, help="theta_u: share of the parameter changes a turn uploads", metavar="THETA_U", check=v.positive)
     download_fraction: float = option(1.0, help="theta_d: share of the global parameters (most updated first) a turn downloads", metavar="THETA_D", check=v.positive)
     selection: str = option("largest", choices=SELECTIONS, help="which changes to upload: the largest, or random ones above --selection-threshold")
@@ -122,15 +138,30 @@ class DSSGDConfig:
         metavar="E",
         check=v.positive,
     )
+    target_epsilon: float | None = option(
+        None,
+        help="DP variant's budget: each participant's total epsilon (uploads per turn x rounds x --dp-epsilon, pure composition); calibrates --dp-epsilon for --rounds, or with --dp-epsilon the rounds (said before training)",
+        metavar="EPS",
+        check=v.positive,
+    )
     bound: float = option(0.001, help="DP variant: gamma, uploaded values are bounded to [-gamma, gamma]", metavar="GAMMA", check=v.positive)
     threshold: float = option(0.0001, help="DP variant: tau of the sparse-vector test on |dw|", metavar="TAU", check=v.non_negative)
     budget_split: str = option("sum", choices=("sum", "seed"), help="DP variant: budget shares that sum to epsilon, or the seed's 8/9 + 2/9 as printed")
     observe_participant: int = option(0, help="the participant whose uploads the server keeps for the server-seat attacks", metavar="I", check=v.non_negative)
     baselines: bool = option(True, help="also train the centralised and standalone reference rows")
 
+    # Absent from a config without a budget, so the records and ids of runs before it stay the same.
+    _omit_when_default: ClassVar[tuple[str, ...]] = ("target_epsilon",)
+
     def __post_init__(self) -> None:
         v.integer("participants", self.participants, minimum=1)
-        v.integer("rounds", self.rounds, minimum=1)
+        if self.target_epsilon is not None:
+            v.positive("target_epsilon", self.target_epsilon)
+        if self.rounds is None and (self.target_epsilon is None or self.dp_epsilon is None):
+            # Resolved before the config is digested: a run that never named R keeps its model id.
+            object.__setattr__(self, "rounds", DEFAULT_ROUNDS)
+        if self.rounds is not None:
+            v.integer("rounds", self.rounds, minimum=1)
         fraction_count("upload_fraction", self.upload_fraction, 1)
         fraction_count("download_fraction", self.download_fraction, 1)
         v.choice("schedule", self.schedule, SCHEDULES)
@@ -138,16 +169,27 @@ class DSSGDConfig:
         v.integer("observe_participant", self.observe_participant, minimum=0)
         if self.observe_participant >= self.participants:
             raise v.invalid("observe_participant", f"observe_participant must be below participants ({self.participants}), got {self.observe_participant!r}")
-        _ = (self.rule, self.training)  # building them validates the upload rule's and the local SGD's fields
+        # Building them validates the upload rule's and the local SGD's fields (a budget's ε stands in for the calibrated one).
+        _ = (self._rule(self.target_epsilon if self.dp_epsilon is None else self.dp_epsilon), self.training)
+
+    def resolved(self) -> bool:
+        """Whether ``dp_epsilon`` and ``rounds`` are set (then the config is its own plan)."""
+        return self.rounds is not None and (self.target_epsilon is None or self.dp_epsilon is not None)
 
     @property
     def rule(self) -> UploadRule:
-        """The upload rule these settings describe."""
+        """The upload rule these settings describe (of a resolved config: see :func:`defenses.dssgd.plan.plan_dssgd`)."""
+        if not self.resolved():
+            # An unset dp_epsilon here would upload exact values under a budget: never a default.
+            raise v.invalid("dp_epsilon", "dp_epsilon is calibrated to target_epsilon from the model's parameter count: resolve the config with plan_dssgd first")
+        return self._rule(self.dp_epsilon)
+
+    def _rule(self, dp_epsilon: float | None) -> UploadRule:
         return UploadRule(
             upload_fraction=self.upload_fraction,
             selection=self.selection,
             selection_threshold=self.selection_threshold,
-            dp_epsilon=self.dp_epsilon,
+            dp_epsilon=dp_epsilon,
             bound=self.bound,
             dp_threshold=self.threshold,
             budget_split=self.budget_split,
@@ -162,8 +204,9 @@ class DSSGDConfig:
 def dssgd_report_lines(record: TrainedModel) -> list[str]:
     """What ``dpaudit train`` prints for a DSSGD record beyond accuracy and claim."""
     m = record.metrics
+    rounds = m.get("run_rounds", record.config.get("rounds"))
     lines = [
-        f"  federation: {record.config['participants']} participants, {record.config['rounds']} rounds ({record.config['schedule']}, {m['engine']} engine, {m['seconds_per_round']:.2f} s per round); "
+        f"  federation: {record.config['participants']} participants, {rounds} rounds ({record.config['schedule']}, {m['engine']} engine, {m['seconds_per_round']:.2f} s per round); "
         f"each turn uploads at most {m['uploads_per_turn']:,} of {m['num_parameters']:,} parameters"
     ]
     if "centralised_test_accuracy" in m:
@@ -186,9 +229,9 @@ def dssgd_claim_kind(config: DSSGDConfig | Mapping[str, Any]) -> str:
     participant's local model (a stored config naming its ``participant``).
     """
     if isinstance(config, Mapping):
-        private = config.get("dp_epsilon") is not None and "participant" not in config
+        private = (config.get("dp_epsilon") is not None or config.get("target_epsilon") is not None) and "participant" not in config
     else:
-        private = config.dp_epsilon is not None
+        private = config.dp_epsilon is not None or config.target_epsilon is not None
     return "dssgd-svt" if private else "nonprivate"
 
 
@@ -205,7 +248,11 @@ DERIVED_OPTIONS = ("input_standardization",)
 
 
 def dssgd_claim(config: DSSGDConfig, *, num_parameters: int) -> PrivacyClaim:
-    """The privacy claim of a DSSGD training: non-private, or the DP upload composed honestly."""
+    """The privacy claim of a DSSGD training: non-private, or the DP upload composed honestly.
+
+    A config with a budget is planned first (:func:`defenses.dssgd.plan.plan_dssgd`).
+    """
+    config = plan_dssgd(config, num_parameters=num_parameters).config
     if config.dp_epsilon is None:
         return NonPrivateClaim(description="DSSGD without the DP upload: the uploads carry exact parameter changes (no guarantee)")
     from dpaudit.privacy.dssgd import dssgd_svt_claim
@@ -216,9 +263,16 @@ def dssgd_claim(config: DSSGDConfig, *, num_parameters: int) -> PrivacyClaim:
         threshold=config.threshold,
         split=config.budget_split,
         uploads_per_round=config.rule.count(num_parameters),
-        num_rounds=config.rounds,
+        num_rounds=int(config.rounds),  # type: ignore[arg-type]
         num_parameters=num_parameters,
     )
+
+
+def num_parameters(model_name: str, *, bundle: DatasetBundle, model_options: Mapping[str, Any]) -> int:
+    """|w|, the parameters every network of the federation has (public: the architecture's), without the data's statistics."""
+    with torch.random.fork_rng(devices=[]):  # the global RNG stays untouched
+        model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **dict(model_options))
+    return int(flatten_parameters(model).numel())
 
 
 def _run(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBundle, workspace: TrainWorkspace | None, progress: bool, observed: list[Upload]) -> FederationOutcome:
@@ -299,7 +353,7 @@ def federation_setup(
     builds the same one from the same dataset and settings (:mod:`defenses.dssgd.deployment`).
 
     Raises:
-        ValueError: more participants than members.
+        ValueError: more participants than members, or a budget that cannot be met.
     """
     requested = dict(model_options or {})
     model_options = _network_options(requested, config, bundle=bundle)
@@ -310,6 +364,8 @@ def federation_setup(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
         model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+    initial = flatten_parameters(model)
+    config = plan_dssgd(config, num_parameters=int(initial.numel())).config  # a budget's dp_epsilon is that of this model's c
     return FederationSetup(
         dataset=bundle.name,
         data_root=data_root,
@@ -319,7 +375,7 @@ def federation_setup(
         rule=config.rule,
         training=config.training,
         seed=seed,
-        initial=flatten_parameters(model),
+        initial=initial,
         device=str(torch.device(device)),
     )
 
@@ -357,7 +413,8 @@ def train_dssgd(
         The global model's record (membership with owners) and the global model (eval mode).
 
     Raises:
-        ValueError: more participants than members.
+        ValueError: more participants than members, or a budget that cannot be met
+            (:func:`defenses.dssgd.plan.plan_dssgd`).
     """
     started = time.monotonic()
     device = torch.device(device)
@@ -376,7 +433,12 @@ def train_dssgd(
     model_options = setup.model_options
     partitions = setup.partitions
     initial = setup.initial
-    if progress and config.dp_epsilon is not None:
+    asked = config  # the record keeps the config as asked (its id); the run uses the resolved one
+    plan: DSSGDPlan = plan_dssgd(config, num_parameters=int(initial.numel()))
+    config = plan.config
+    if progress and plan.budget.note is not None:
+        print(f"dssgd budget: {plan.budget.note}", file=sys.stderr, flush=True)
+    elif progress and config.dp_epsilon is not None:
         # --dp-epsilon is the paper's per-parameter figure, not a budget: say what it adds up to before spending it.
         total = dssgd_claim(config, num_parameters=int(initial.numel()))
         print(
@@ -399,6 +461,9 @@ def train_dssgd(
         "engine": outcome.engine,
         "num_parameters": num_parameters,
         "uploads_per_turn": c,
+        # The values the run used (a budget's calibrated ones included: the record's config keeps them unset).
+        "run_rounds": int(config.rounds),  # type: ignore[arg-type]
+        **({} if config.dp_epsilon is None else {"run_dp_epsilon": float(config.dp_epsilon)}),
         "download_count": fraction_count("download_fraction", config.download_fraction, num_parameters),
         "uploads_applied": outcome.uploads_applied,
         "parameters_updated": int((outcome.stat > 0).sum()),
@@ -423,7 +488,7 @@ def train_dssgd(
                 model_name=model_name,
                 model_options=model_options,
                 requested_options=requested,
-                config=config,
+                config=asked,
                 seed=seed,
                 device=device,
                 workspace=workspace,
@@ -440,7 +505,7 @@ def train_dssgd(
         splits=splits,
         model_name=model_name,
         model_options=model_options,
-        config=config,
+        config=asked,
         claim=dssgd_claim(config, num_parameters=num_parameters),
         seed=seed,
         device=device,

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
+from dpaudit.privacy.dssgd_budget import fraction_count  # torch-free, so a record's budget can be planned again
 from dpaudit.seeding import torch_generator
 from dpaudit.training import check_loss, shuffled_batches
 
@@ -81,18 +82,6 @@ def assign_parameters(model: nn.Module, flat: torch.Tensor) -> None:
         n = p.numel()
         p.copy_(flat[offset : offset + n].view_as(p).to(p.device, p.dtype))
         offset += n
-
-
-def fraction_count(name: str, fraction: float, total: int) -> int:
-    """How many of ``total`` parameters a fraction θ covers: round(θ·total), at least one.
-
-    Raises:
-        ValueError: ``fraction`` is not in (0, 1] (named as ``name``).
-    """
-    fraction = v.real(name, fraction)
-    if not 0 < fraction <= 1:
-        raise v.invalid(name, f"{name} must lie in (0, 1], got {fraction!r}")
-    return max(1, min(total, int(round(fraction * total))))
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -115,6 +115,26 @@ def test_dssgd_claim_is_rebuilt_from_its_parameters():
         check_record_claim(fewer, config=config, metrics=metrics, num_members=N)
 
 
+def test_a_dssgd_budget_is_planned_again_from_the_asked_config():
+    """A budget's config keeps dp_epsilon (or rounds) unset: c x R x dp_epsilon must spend the target, checked independently here."""
+    base = {"bound": 0.001, "threshold": 3.0, "budget_split": "sum", "upload_fraction": 0.1, "target_epsilon": 2.0}
+    eps = 2.0 / (961 * 2)  # the pure composition spends exactly the target
+    config, metrics = {**base, "dp_epsilon": None, "rounds": 2}, {"uploads_per_turn": 961, "num_parameters": 9610, "run_dp_epsilon": eps, "run_rounds": 2}
+    claim = dssgd_svt_claim(epsilon_per_parameter=eps, bound=0.001, threshold=3.0, uploads_per_round=961, num_rounds=2, num_parameters=9610)
+    check_record_claim(claim, config=config, metrics=metrics, num_members=N)
+    over = dssgd_svt_claim(epsilon_per_parameter=2 * eps, bound=0.001, threshold=3.0, uploads_per_round=961, num_rounds=2, num_parameters=9610)
+    with pytest.raises(ValueError, match="epsilon_per_parameter"):
+        check_record_claim(over, config=config, metrics=metrics, num_members=N)
+    with pytest.raises(ValueError, match="metrics run_dp_epsilon=.* does not match"):
+        check_record_claim(claim, config=config, metrics={**metrics, "run_dp_epsilon": 2 * eps}, num_members=N)
+    # dp_epsilon given, rounds left to the budget: floor(2 / (961 x 0.001)) = 2
+    config = {**base, "dp_epsilon": 0.001, "rounds": None}
+    claim = dssgd_svt_claim(epsilon_per_parameter=0.001, bound=0.001, threshold=3.0, uploads_per_round=961, num_rounds=2, num_parameters=9610)
+    check_record_claim(claim, config=config, metrics={**metrics, "run_rounds": 2}, num_members=N)
+    with pytest.raises(ValueError, match="metrics run_rounds=3 does not match"):
+        check_record_claim(claim, config=config, metrics={**metrics, "run_rounds": 3}, num_members=N)
+
+
 def test_a_non_private_claim_needs_no_parameters_and_a_kind_without_rebuilder_is_refused():
     check_record_claim(NonPrivateClaim(), config={}, metrics={}, num_members=N)
     assert math.isinf(NonPrivateClaim().epsilon(delta=1e-5))

@@ -197,15 +197,20 @@ def _submodel_cache(cache: Path, *, dataset: str, data: Mapping[str, str], label
     return cache
 
 
-def _refuse_unmeetable_budget(config: Any, *, bundle: Any, splits: Any) -> None:
-    """A DP-SGD or PATE run whose budget cannot be met is refused before anything is written."""
+def _refuse_unmeetable_budget(config: Any, *, bundle: Any, splits: Any, model_name: str, model_options: dict[str, Any]) -> None:
+    """A DP-SGD, PATE or DSSGD run whose budget cannot be met is refused before anything is written."""
     from defenses.dpsgd import DPSGDConfig, plan_dpsgd
+    from defenses.dssgd.defense import DSSGDConfig, num_parameters
+    from defenses.dssgd.plan import plan_dssgd
     from defenses.pate.defense import PATEConfig, plan_for
 
     if isinstance(config, DPSGDConfig) and None not in (config.target_epsilon, config.noise_multiplier, config.epochs):
         plan_dpsgd(config, num_members=len(splits.members))  # raises ValueError naming the steps the budget allows
     if isinstance(config, PATEConfig):
         plan_for(config, bundle=bundle, splits=splits)  # raises ValueError naming the queries the budget allows
+    if isinstance(config, DSSGDConfig) and None not in (config.target_epsilon, config.dp_epsilon):
+        # raises ValueError naming the rounds (or the dp_epsilon) the budget allows
+        plan_dssgd(config, num_parameters=num_parameters(model_name, bundle=bundle, model_options=model_options))
 
 
 def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: Any = None) -> TrainOutcome:
@@ -239,7 +244,7 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     if splits is None:
         splits = make_splits(bundle, seed=spec.split_seed if spec.split_seed is not None else spec.seed, member_fraction=spec.member_fraction)
     data = dataset_files(spec.dataset, data_root=spec.data_root)
-    _refuse_unmeetable_budget(spec.config, bundle=bundle, splits=splits)
+    _refuse_unmeetable_budget(spec.config, bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options))
     model_id = model_id_for(defense=spec.defense, bundle=bundle, model_name=spec.model, model_options=dict(spec.model_options), config=spec.config, splits=splits, seed=spec.seed)
     run = run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
     rdir = run.record_dir(model_id)
