@@ -464,6 +464,7 @@ def train_pate(
         "num_teachers": ensemble.num_teachers,
         # The values the run used (derived ones included: the record's config keeps them unset).
         **{f"run_{k}": float(getattr(config, k)) for k in ("epochs", "sigma", "threshold", "threshold_sigma") if getattr(config, k) is not None},
+        **{f"run_{k}": getattr(config, k) for k in ("aggregator", "analysis", "queries", "teachers") if getattr(config, k) is not None},
         **({} if plan.epsilon_planned is None else {"epsilon_planned_worst_case": plan.epsilon_planned}),
         "teachers_trained": len(ensemble.trained),
         "teachers_reused": len(ensemble.reused),

@@ -249,15 +249,25 @@ _PATE_PARAMETERS = {"lnmax": ("laplace_scale",), "gnmax": ("sigma",), "confident
 def _pate(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int) -> RebuiltClaim:
     """PATE: everything but the data-dependent curve from the config; the curve's ε against the run's."""
     assert isinstance(stored, PATEClaim)
-    aggregator = _get("config", config, "aggregator")
+    sources: dict[str, str] = {}
+
+    def used(key: str) -> Any:
+        # A value left unset was derived from public sizes; the run stores what it used as run_<key>.
+        if config.get(key) is not None:
+            sources[key] = f"config {key}"
+            return config[key]
+        sources[key] = f"metrics run_{key} (config {key} unset: derived from public sizes)"
+        return _get("metrics", metrics, f"run_{key}")
+
+    aggregator = used("aggregator")
     if aggregator not in _PATE_PARAMETERS:
         raise ValueError(f"config aggregator={aggregator!r} is not a PATE aggregator ({', '.join(_PATE_PARAMETERS)})")
-    parameters = {k: float(_get("config", config, k)) for k in _PATE_PARAMETERS[aggregator]}
-    queries = _get("config", config, "queries")
+    parameters = {k: float(used(k)) for k in _PATE_PARAMETERS[aggregator]}
+    queries = used("queries")
     _agree("metrics num_queries", _get("metrics", metrics, "num_queries"), "config queries", queries)
     beta, sigma_ss = config.get("smooth_sensitivity_beta"), config.get("smooth_sensitivity_sigma")
     smooth = None if beta is None or sigma_ss is None else {"beta": float(beta), "sigma_ss": float(sigma_ss)}
-    analysis = _get("config", config, "analysis")
+    analysis = used("analysis")
     claim = PATEClaim(
         aggregator=aggregator,
         parameters=parameters,
@@ -281,8 +291,18 @@ def _pate(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str,
     measured = next((n for n in names if n in metrics), names[0])
     delta = float(_get("config", config, "delta"))
     _agree(f"claim epsilon at config delta={delta:g}", stored.epsilon(delta=delta), f"metrics {measured}", _get("metrics", metrics, measured))
-    sources = {k: f"config {k}" for k in ("aggregator", "analysis", *parameters)}
-    sources.update(num_queries="config queries", num_answered="metrics num_answered", beta="config smooth_sensitivity_beta", sigma_ss="config smooth_sensitivity_sigma")
+    target = config.get("target_epsilon")
+    if target is not None:
+        # A budget run is planned by the data-independent bound with every query charged: the
+        # parameters it used must meet the target whatever the votes were.
+        from dpaudit.privacy.pate_budget import worst_case_epsilon
+
+        if aggregator == "lnmax":
+            raise ValueError("config target_epsilon is set but config aggregator='lnmax' has no budget plan")
+        worst = worst_case_epsilon(num_queries=int(queries), sigma=parameters["sigma"], threshold_sigma=parameters.get("threshold_sigma"), delta=delta)
+        if worst > float(target) * (1 + _REL):
+            raise ValueError(f"metrics parameters spend epsilon={_num(worst)} over {queries} queries, above config target_epsilon={_num(float(target))}")
+    sources.update(num_queries=sources.pop("queries"), num_answered="metrics num_answered", beta="config smooth_sensitivity_beta", sigma_ss="config smooth_sensitivity_sigma")
     return RebuiltClaim(claim=claim, sources=sources)
 
 

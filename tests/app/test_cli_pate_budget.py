@@ -28,6 +28,11 @@ def test_a_budget_run_says_what_it_derived_before_training_and_claims_a_publisha
     assert payload["data_dependent"] is False  # the budget is met by the data-independent bound
     assert 0 < payload["epsilon"]["rdp"] <= 8.0
     assert payload["metrics"]["epsilon_planned_worst_case"] <= 8.0
+    # The record left its derived values unset in the config: it verifies from what the run used.
+    from dpaudit.app.records import load_verified_record
+
+    record = load_verified_record(payload["record_path"])
+    assert record.config.get("sigma") is None and record.metrics["run_sigma"] > 0 and record.metrics["run_aggregator"] == "gnmax"
 
 
 @pytest.mark.parametrize(("extra", "needle"), [(["--aggregator", "lnmax"], "lnmax"), (["--sigma", "0.5"], "exceeded by a single query")])
