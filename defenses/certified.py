@@ -528,21 +528,26 @@ def resolve_sensitivity_control(control: str, noise: NoiseLayer) -> str:
       projection after every DP-SGD step discards the part of the update that would have
       grown it. Plain DP-SGD lets the weights' norm grow with the accumulated noise (∝ √t),
       so each new step's noise is a shrinking share of them and the signal adds up; with the
-      scale held at s, every step's noise, lr·σ·C/L·√(#weights), stays a fixed share of
-      ‖W‖_F = s·√(min(out, fan-in)). For a 64 → 128 Linear at the old defaults (lots of 7.2,
-      σ = 0.96, C = 4, lr 0.1) that share is ≈ 0.75 per step: the layer is re-randomised at
-      every step and never learns (test accuracy 0.12 with the robustness noise, 0.15 without
-      it, i.e. L = 1e-4; with the DP noise off, 0.86). A convolution has few weights
-      (32 × 25 on hgm-cnn) trained on large lots, so the share is ≈ 0.03 and ``orthogonal``
-      trains (0.896 on MNIST against DP-SGD's 0.884; README).
-    * Even with lots of 64 (share ≈ 0.2) and with the projection applied lazily (to the
+      scale held at s, every step's noise, lr/(1 − momentum)·σ·C/L·√(#weights), stays a fixed
+      share of ‖W‖_F = s·√(min(out, fan-in)). For digits-mlp's 64 → 128 Linear at the old DP-SGD
+      defaults (lots of 7.2, σ = 0.96, C = 4, lr 0.1) that share is 0.80 per step: the layer is
+      re-randomised at every step and never learns (test accuracy 0.12 with the robustness
+      noise, 0.15 without it, i.e. L = 1e-4; with the DP noise off, 0.86). It is 0.31–0.33 with
+      lots of 64 (L = 0.2) or 128 (L = 0.057): ``orthogonal`` 0.44 and 0.61 against
+      ``normalize`` 0.54 and 0.83.
+      hgm-cnn's 32 × 25 kernel on MNIST (lots of 250, σ = 0.88, C = 1, lr 0.1, momentum 0.9)
+      has a share of 0.035, and ``orthogonal`` trains (0.896 against DP-SGD's 0.884; README).
+    * Even with lots of 64 (share 0.31) and with the projection applied lazily (to the
       unprojected running sum of updates, so the noise accumulates as in DP-SGD),
       ``orthogonal`` reached only 0.76 at L = 0.057 where ``normalize`` reached 0.81: a Linear
       first layer with equal singular values cannot weight its input directions (pixels that
       carry no class information pass as strongly as those that do), which a convolution's
       later layers do instead.
-    * ``normalize`` and ``scale-noise`` leave the weights free; ``normalize`` measured best
-      (0.54 against 0.49 at L = 0.2; 0.81 at L = 0.057, DP-SGD 0.83 with the same lots).
+    * ``normalize`` and ``scale-noise`` leave the weights free. ``normalize`` measured best or
+      within a point: 0.33 against 0.28 at the old defaults, 0.54 against 0.49 with lots of 64
+      (L = 0.2), 0.833 against 0.839 with lots of 128 (L = 0.057; DP-SGD 0.881 with the same
+      lots, rate and epochs), and ``scale-noise`` lets Δ_r grow to 9–46, so the released
+      noise grows with it.
 
     Args:
         control: one of :data:`SENSITIVITY_CONTROLS`.
