@@ -547,7 +547,9 @@ def resolve_sensitivity_control(control: str, noise: NoiseLayer) -> str:
       within a point: 0.33 against 0.28 at the old defaults, 0.54 against 0.49 with lots of 64
       (L = 0.2), 0.833 against 0.839 with lots of 128 (L = 0.057; DP-SGD 0.881 with the same
       lots, rate and epochs), and ``scale-noise`` lets Δ_r grow to 9–46, so the released
-      noise grows with it.
+      noise grows with it. The same order holds for abadi-mnist's 784 → 1000 Linear on MNIST
+      (30,000 members, lots of 250, lr 0.1, momentum 0.9, C = 1, 3 epochs, r = 1):
+      ``normalize`` 0.869, ``orthogonal`` 0.828 (and 6× slower), DP-SGD 0.900.
 
     Args:
         control: one of :data:`SENSITIVITY_CONTROLS`.
