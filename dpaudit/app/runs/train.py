@@ -18,7 +18,10 @@ from dpaudit import _validate as v
 from dpaudit.results.record import TrainedModel
 from dpaudit.store import RunDir
 
-__all__ = ["TrainSpec", "TrainOutcome", "train_or_load", "default_config", "DATA_FILES_KEY"]
+__all__ = ["TrainSpec", "TrainOutcome", "train_or_load", "default_config", "DATA_FILES_KEY", "CHANCE_MARGIN", "chance_check", "warn_if_near_chance"]
+
+#: Test accuracy at most this far above chance counts as "trained to chance" (2 points).
+CHANCE_MARGIN = 0.02
 
 
 def default_config(defense: str, **overrides: Any) -> Any:
@@ -213,6 +216,55 @@ def _refuse_unmeetable_budget(config: Any, *, bundle: Any, splits: Any, model_na
         plan_dssgd(config, num_parameters=num_parameters(model_name, bundle=bundle, model_options=model_options))
 
 
+def chance_check(test_accuracy: float, test_labels: Any, *, num_classes: int) -> dict[str, Any]:
+    """What a record's metrics say about a model no better than guessing.
+
+    Chance is the larger of 1/num_classes and the test set's majority-class rate (what always
+    predicting the commonest class scores); a test accuracy within :data:`CHANCE_MARGIN` of it
+    is "near chance": the configuration did not train, and its record must not look like a
+    model worth attacking or releasing.
+
+    Args:
+        test_accuracy: the record's test accuracy.
+        test_labels: the test set's labels (any array-like of class indices).
+        num_classes: number of classes.
+
+    Returns:
+        ``{"chance_accuracy": float, "near_chance": bool}``.
+    """
+    import numpy as np
+
+    labels = np.asarray(test_labels).reshape(-1).astype(np.int64)
+    majority = float(np.bincount(labels, minlength=num_classes).max() / len(labels)) if len(labels) else 0.0
+    chance = max(1.0 / max(int(num_classes), 1), majority)
+    return {"chance_accuracy": chance, "near_chance": bool(float(test_accuracy) <= chance + CHANCE_MARGIN)}
+
+
+def warn_if_near_chance(record: TrainedModel) -> str | None:
+    """Prints (stderr) and returns the warning for a record trained to chance, else ``None``."""
+    m = record.metrics
+    if not m.get("near_chance"):
+        return None
+    hint = _CHANCE_HINTS.get(record.defense, "a smaller noise or more steps: --epochs, --learning-rate")
+    msg = (
+        f"WARNING: model {record.model_id} ({record.defense}, {record.model_name} on {record.dataset}) trained to chance: "
+        f"test accuracy {float(m['test_accuracy']):.4f} is within {CHANCE_MARGIN:g} of chance {float(m['chance_accuracy']):.4f}. "
+        f"Its attacks and audits say nothing about a useful model; change {hint} and retrain with --force"
+    )
+    print(msg, file=sys.stderr)
+    return msg
+
+
+#: The flags to change first when a defense trains to chance (the warning names them).
+_CHANCE_HINTS = {
+    "dpsgd": "--lot-size, --learning-rate, --epochs or --clip-norm (or a larger --target-epsilon)",
+    "secure-sgd": "--sensitivity-control (auto picks by the first layer), --attack-norm-bound, --lot-size, --learning-rate or --epochs",
+    "pixeldp": "--sensitivity-control, --attack-norm-bound or --robustness-epsilon",
+    "agm": "--sensitivity-control, --attack-norm-bound or --robustness-epsilon",
+    "hgm": "--sensitivity-control, --attack-norm-bound or --robustness-epsilon",
+}
+
+
 def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: Any = None) -> TrainOutcome:
     """Trains ``spec`` into ``run`` unless a record with the same id, made from the same data, is stored there.
 
@@ -259,6 +311,7 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                 # A reused record is checked against itself like any loaded one (an edited claim or config is refused).
                 stored = verify_record(load_record(rdir), rdir)
                 if not _stale_data(stored, spec.dataset, data, rdir):
+                    warn_if_near_chance(stored)  # said again on every reuse: it is still no useful model
                     checked = data if DATA_FILES_KEY in stored.provenance else {}
                     return TrainOutcome(record=stored, model=load_model(rdir, device=device), record_dir=rdir, reused=True, data_files=checked)
         entry = DEFENSES[spec.defense]
@@ -286,6 +339,12 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
         )
         if data:  # bundled data (digits) has a fixed identity: its records keep their exact bytes
             record = dataclasses.replace(record, provenance={**record.provenance, DATA_FILES_KEY: dict(data)})
+        if "test_accuracy" in record.metrics:
+            # Never released silently: a model no better than guessing is flagged in its record
+            # (attacks and reports read the metrics) and on stderr, not refused, so its run's
+            # cost is kept and the numbers that show why stay inspectable.
+            record = dataclasses.replace(record, metrics={**record.metrics, **chance_check(record.metrics["test_accuracy"], bundle.test.labels, num_classes=bundle.num_classes)})
+            warn_if_near_chance(record)
         save_record(record, model, rdir)
         model.eval()
         # As stored (with its weights' digest), so a fresh and a reused outcome carry the same record.

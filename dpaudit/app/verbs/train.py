@@ -87,6 +87,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         f"  train accuracy {m['train_accuracy']:.4f}  test accuracy {m['test_accuracy']:.4f}  ({len(record.membership.members)} members, {m['train_seconds']:.1f}s)",
         f"  privacy claim: {record.claim.statement()}; epsilon at delta={delta:g}: {eps}",
     ]
+    if m.get("near_chance"):
+        lines.append(f"  WARNING: trained to chance (test accuracy {m['test_accuracy']:.4f}, chance {m['chance_accuracy']:.4f}); see stderr for the flags to change")
     if robustness is not None:
         lines.append(f"  robustness: {robustness}")
     if spec.report_lines is not None:
