@@ -78,7 +78,7 @@ from torch import nn
 
 from defenses._common import build_record, bundle_for_members
 from defenses.clipping import CLIPPING_METHODS, GradientClipper, clip_gradient
-from defenses.dp_defaults import DEFAULT_EPOCHS, defaults_note, derived_lot_size, resolve_dp_config
+from defenses.dp_defaults import CLIP_NORM, DEFAULT_EPOCHS, DERIVED_AT_INIT, LEARNING_RATE, defaults_note, derived_lot_size, resolve_dp_config
 from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset, DatasetBundle, Splits
 from dpaudit.models import Projection, build_model
@@ -213,6 +213,16 @@ class DPSGDConfig:
     def __post_init__(self) -> None:
         _optional("noise_multiplier", self.noise_multiplier, v.positive)
         _optional("clip_norm", self.clip_norm, v.positive)
+        _optional("learning_rate", self.learning_rate, v.positive)
+        # C and lr depend on no fact a config lacks (rules 1-2 of defenses.dp_defaults), so they are
+        # derived here: every reader (Secure-SGD's pretraining, the claim's text) sees a value.
+        # Which ones were derived is remembered, outside the fields, for the defaults note.
+        derived = []
+        for name, value in (("clip_norm", CLIP_NORM), ("learning_rate", LEARNING_RATE)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+                derived.append(name)
+        object.__setattr__(self, DERIVED_AT_INIT, tuple(derived))
         if self.lot_size is not None and self.sampling_rate is not None:
             raise v.invalid("lot_size", f"give lot_size or sampling_rate, not both; got lot_size={self.lot_size!r}, sampling_rate={self.sampling_rate!r}")
         _optional("lot_size", self.lot_size, lambda n, x: v.integer(n, x, minimum=1))
@@ -228,7 +238,6 @@ class DPSGDConfig:
         if self.epochs is None and self.target_epsilon is None:
             # With a target, None means derived from ε (no σ) or budget mode (σ given).
             object.__setattr__(self, "epochs", DEFAULT_EPOCHS)
-        _optional("learning_rate", self.learning_rate, v.positive)
         _optional("final_learning_rate", self.final_learning_rate, v.positive)
         v.positive("lr_decay_epochs", self.lr_decay_epochs)
         if not 0 <= v.real("momentum", self.momentum) < 1:

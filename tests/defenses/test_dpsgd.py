@@ -450,8 +450,8 @@ def test_config_is_keyword_only_and_frozen() -> None:
 
 
 def test_default_sampling_rate_is_derived_from_the_number_of_members() -> None:
-    # 2·√60000 ≈ 490 → the nearest power of two, 512 (defenses.dp_defaults, rule 3).
-    assert DPSGDConfig().rate(60000) == pytest.approx(512 / 60000)
+    # 4·√60000 ≈ 980 → the nearest power of two, 1024 (defenses.dp_defaults, rule 3).
+    assert DPSGDConfig().rate(60000) == pytest.approx(1024 / 60000)
     assert DPSGDConfig(lot_size=600).rate(30000) == pytest.approx(0.02)
 
 
@@ -472,7 +472,7 @@ def test_epochs_default_only_uncapped_in_budget_mode() -> None:
     assert _small(epochs=None).epochs == DEFAULT_EPOCHS
     # With a target and no σ the length is derived from ε when the config is resolved.
     assert _small(epochs=None, noise_multiplier=None, target_epsilon=2.0).epochs is None
-    assert resolve_config(_small(epochs=None, noise_multiplier=None, target_epsilon=2.0), num_members=898)[0].epochs == derived_epochs(2.0)
+    assert resolve_config(_small(epochs=None, noise_multiplier=None, target_epsilon=2.0), num_members=898)[0].epochs == derived_epochs(target_epsilon=2.0, delta=1e-5, num_members=898, lot_size=60)
     assert _small(epochs=None, target_epsilon=2.0).epochs is None
     assert resolve_config(_small(epochs=None, target_epsilon=2.0), num_members=898)[0].epochs is None
 
@@ -553,7 +553,7 @@ def test_target_epsilon_without_sigma_calibrates_sigma_for_the_epochs() -> None:
     from defenses.dp_defaults import derived_epochs
 
     alone = plan_dpsgd(DPSGDConfig(clip_norm=1.0, lot_size=64, target_epsilon=2.0, accountant="rdp"), num_members=718)
-    epochs = derived_epochs(2.0)
+    epochs = derived_epochs(target_epsilon=2.0, delta=1e-5, num_members=718, lot_size=64)
     assert alone.num_steps == epochs * alone.steps_per_epoch and f"{epochs:g} epochs" in (alone.note or "") and f"epochs {epochs:g}" in (alone.defaults or "")
 
 
