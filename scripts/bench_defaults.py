@@ -188,6 +188,14 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _stored_rows(path: Path) -> list[dict[str, Any]]:
+    try:
+        stored = read_json(path) if path.is_file() else {}
+    except ValueError:
+        return []  # a corrupt file is redone, not trusted
+    return list(stored.get("rows", [])) if isinstance(stored, dict) and stored.get("schema") == SCHEMA else []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--defenses", nargs="+", default=["dpsgd", "nonprivate"], choices=sorted(ENTRIES))
@@ -203,8 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     result_file = out / "bench_defaults.json"
     run = RunDir(args.run_dir or str(out / "runs"))
-    stored = read_json(result_file) if result_file.is_file() else {"schema": SCHEMA, "rows": []}
-    rows: list[dict[str, Any]] = list(stored.get("rows", [])) if stored.get("schema") == SCHEMA else []
+    rows = _stored_rows(result_file)
     for defense in args.defenses:
         for dataset in args.datasets:
             for epsilon in args.epsilons if ENTRIES[defense].private else [None]:
@@ -221,10 +228,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"reusing finished row {defense} {dataset} epsilon={epsilon} from {result_file}", file=sys.stderr, flush=True)
                     continue
                 row = run_row(defense, dataset, epsilon, run=run, data_root=args.data_root, max_sweep=args.max_sweep)
+                # Re-read before writing: another bench process may have finished rows meanwhile.
+                rows = _stored_rows(result_file) or rows
                 rows = [r for r in rows if (r["defense"], r["dataset"], r["epsilon"]) != (defense, dataset, epsilon)] + [row]
                 atomic_write_json(result_file, {"schema": SCHEMA, "rows": rows})
                 atomic_write_text(out / "bench_defaults.md", markdown(rows))
                 print(markdown([row]), flush=True)
+    rows = _stored_rows(result_file) or rows
     atomic_write_text(out / "bench_defaults.md", markdown(rows))
     if args.json:
         atomic_write_json(args.json, {"schema": SCHEMA, "rows": rows})
