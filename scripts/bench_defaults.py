@@ -20,7 +20,7 @@ results file with the same settings are reused (and said so).
 Usage::
 
     python scripts/bench_defaults.py [--defenses dpsgd nonprivate] [--datasets digits adult]
-        [--epsilons 1 2 8] [--data-root DIR] [--max-sweep K] [--out DIR] [--run-dir DIR]
+        [--epsilons 1 2 8] [--data-root DIR] [--max-sweep K] [--out DIR] [--run-dir DIR] [--json FILE]
 
 Writes ``OUT/bench_defaults.json`` (atomically, after each row) and ``OUT/bench_defaults.md``.
 """
@@ -204,13 +204,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--data-root", default=None)
     p.add_argument("--max-sweep", type=int, default=None, help="at most this many sweep settings per row (the first ones)")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "bench_defaults"))
-    p.add_argument("--run-dir", default=None, help="where the trained records are kept (default OUT/runs)")
+    p.add_argument("--run-dir", default=str(Path(__file__).resolve().parents[1] / "runs" / "bench_defaults"), help="where the trained records are kept (default runs/bench_defaults, not versioned)")
     p.add_argument("--json", default=None, help="also write the rows here")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result_file = out / "bench_defaults.json"
-    run = RunDir(args.run_dir or str(out / "runs"))
+    run = RunDir(args.run_dir)
     rows = _stored_rows(result_file)
     for defense in args.defenses:
         for dataset in args.datasets:

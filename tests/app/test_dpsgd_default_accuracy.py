@@ -30,3 +30,22 @@ def test_default_flags_reach_85_percent_and_say_what_they_derived(tmp_path, caps
     assert "dpsgd defaults: lot size 128 (q=0.1783), lr 0.5, epochs 40, clip 1 — derived from N=718, epsilon=2, delta=1e-05" in err
     assert (record.config["lot_size"], record.config["learning_rate"], record.config["clip_norm"], record.config["epochs"]) == (128, 0.5, 1.0, 40.0)
     assert record.metrics["test_accuracy"] >= 0.85
+
+
+@pytest.mark.slow  # three trainings with evaluation: ~15 s on a loaded 2-core machine
+def test_a_record_of_an_earlier_architecture_is_retrained_not_a_crash(tmp_path, monkeypatch, capsys) -> None:
+    # Model ids hash a model's name and options, not its layers: a run directory made when
+    # digits-mlp had 128 ReLU units holds records under the ids the new 64-tanh net computes.
+    import dataclasses
+
+    from dpaudit import models
+
+    spec = TrainSpec(defense="nonprivate", model="digits-mlp", dataset="digits", config=default_config("nonprivate", epochs=1), device="cpu", progress=False)
+    old = dataclasses.replace(models.MODELS["digits-mlp"], builder=lambda shape, classes: models._mlp(shape, classes, hidden=128, activation="relu"))
+    monkeypatch.setitem(models.MODELS, "digits-mlp", old)
+    first = train_or_load(spec, RunDir(tmp_path / "run"))
+    monkeypatch.undo()
+    again = train_or_load(spec, RunDir(tmp_path / "run"))
+    assert again.record.model_id == first.record.model_id and not again.reused
+    assert "was trained with an earlier digits-mlp architecture" in capsys.readouterr().err
+    assert train_or_load(spec, RunDir(tmp_path / "run")).reused

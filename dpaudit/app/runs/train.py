@@ -269,7 +269,14 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                 stored = verify_record(load_record(rdir), rdir)
                 if not _stale_data(stored, spec.dataset, data, rdir):
                     checked = data if DATA_FILES_KEY in stored.provenance else {}
-                    return TrainOutcome(record=stored, model=load_model(rdir, device=device), record_dir=rdir, reused=True, data_files=checked)
+                    try:
+                        return TrainOutcome(record=stored, model=load_model(rdir, device=device), record_dir=rdir, reused=True, data_files=checked)
+                    except v.InvalidArgument as exc:
+                        # The id hashes the model's name and options, not its layers: a record made
+                        # before an architecture changed (digits-mlp became 64 tanh units) is retrained.
+                        if exc.argument != "weights":
+                            raise
+                        print(f"record {model_id} in {rdir} was trained with an earlier {spec.model} architecture ({str(exc)[:160]}); training it again", file=sys.stderr)
         entry = DEFENSES[spec.defense]
         if spec.progress and defaults is not None:
             print(f"{spec.defense} {defaults}", file=sys.stderr, flush=True)
