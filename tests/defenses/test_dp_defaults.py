@@ -34,6 +34,20 @@ def test_public_facts_in_values_out() -> None:
     assert derive_dp_training(num_members=718, target_epsilon=None, delta=1e-5).epochs == DEFAULT_EPOCHS
 
 
+def test_learning_rate_doubles_only_where_steps_not_noise_set_the_length() -> None:
+    # digits at ε = 1, 2: the noise bound sets the length (lr 1 lost 2-8 points there); at ε = 8,
+    # and on MNIST-sized N, the step budget or MAX_EPOCHS does (lr 1 gained 1-3 points).
+    rates = {(n, e): derive_dp_training(num_members=n, target_epsilon=e, delta=1e-5).learning_rate for n in (718, 30000) for e in (1.0, 2.0, 8.0)}
+    assert rates == {(718, 1.0): 0.5, (718, 2.0): 0.5, (718, 8.0): 1.0, (30000, 1.0): 1.0, (30000, 2.0): 1.0, (30000, 8.0): 1.0}
+    for n in (100, 718, 15081):
+        lots = derived_lot_size(n)
+        lrs = [derive_dp_training(num_members=n, target_epsilon=e, delta=1e-5).learning_rate for e in (0.25, 0.5, 1, 2, 4, 8, 32)]
+        assert lrs == sorted(lrs) and set(lrs) <= {LEARNING_RATE, 2 * LEARNING_RATE}, (n, lots)
+    # a config that names its lr keeps it; one that does not gets the N-aware value
+    assert resolve_dp_config(DPSGDConfig(target_epsilon=2.0, learning_rate=0.3), num_members=30000)[0].learning_rate == 0.3
+    assert resolve_dp_config(DPSGDConfig(target_epsilon=2.0), num_members=30000)[0].learning_rate == 2 * LEARNING_RATE
+
+
 def test_lot_size_grows_with_n_and_stays_a_power_of_two_or_a_quarter_of_n() -> None:
     sizes = [derived_lot_size(n) for n in range(1, 200_000, 997)]
     assert sizes == sorted(sizes)
