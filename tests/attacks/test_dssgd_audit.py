@@ -25,7 +25,8 @@ def setup():
     data = bundle.all()
     x, y = data.features[:50], data.labels[:50]
     torch.manual_seed(0)
-    model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes)
+    # The 128-unit ReLU digits-mlp these measurements were made on (9,610 parameters: 10 uploads at 0.1 %).
+    model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes, hidden=128, activation="relu")
     canary = pixel_canary(x, y, num_classes=bundle.num_classes)
     return {"x": x, "y": y, "model": model, "initial": flatten_parameters(model), "canary": canary, "coords": canary_coordinates(model, canary)}
 

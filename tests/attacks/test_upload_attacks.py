@@ -158,7 +158,7 @@ def test_attack_result_is_numpy_and_json_ready(digits):
 
 
 def test_first_layer_update_places_entries_and_masks():
-    model = build_model("digits-mlp", input_shape=(1, 8, 8), num_classes=10)
+    model = build_model("digits-mlp", input_shape=(1, 8, 8), num_classes=10, hidden=128)
     n_weight = 128 * 64
     up = first_layer_update(model, torch.tensor([5, 64 + 2, n_weight + 3, n_weight + 128 + 7]), torch.tensor([1.0, 2.0, 3.0, 4.0]))
     assert up.weight_delta.shape == (128, 64) and up.bias_delta is not None and up.bias_mask is not None

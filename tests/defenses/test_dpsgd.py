@@ -294,7 +294,7 @@ def test_gradient_canary_is_clipped_and_added_before_noise(digits) -> None:
         accountant="rdp",
     )
     runs: list[list[dict[str, torch.Tensor]]] = [[], []]
-    for k, canary in enumerate((None, lambda step: None if step == 1 else torch.ones(9610) * 3.0)):
+    for k, canary in enumerate((None, lambda step: None if step == 1 else torch.ones(4810) * 3.0)):
         record, model = train_dpsgd(
             bundle=bundle,
             splits=splits,
@@ -306,9 +306,9 @@ def test_gradient_canary_is_clipped_and_added_before_noise(digits) -> None:
             canary_gradient=canary,
         )
     names = parameter_names(model)
-    assert sum(p.numel() for p in model.parameters()) == 9610
+    assert sum(p.numel() for p in model.parameters()) == 4810  # digits-mlp: 64 → 64 tanh → 10
     diff = [torch.cat([(b[n] - a[n]).reshape(-1) for n in names]) for a, b in zip(*runs)]
-    torch.testing.assert_close(diff[0], torch.full((9610,), 0.5 / math.sqrt(9610)), atol=1e-5, rtol=0)
+    torch.testing.assert_close(diff[0], torch.full((4810,), 0.5 / math.sqrt(4810)), atol=1e-5, rtol=0)
     assert float(diff[1].abs().max()) == 0.0
     assert record.metrics["gradient_canary_steps"] == 1
 
@@ -449,8 +449,9 @@ def test_config_is_keyword_only_and_frozen() -> None:
         cfg.clip_norm = 2.0  # type: ignore[misc]
 
 
-def test_default_sampling_rate_is_abadis() -> None:
-    assert DPSGDConfig().rate(60000) == pytest.approx(0.01)
+def test_default_sampling_rate_is_derived_from_the_number_of_members() -> None:
+    # 4·√60000 ≈ 980 → the nearest power of two, 1024 (defenses.dp_defaults, rule 3).
+    assert DPSGDConfig().rate(60000) == pytest.approx(1024 / 60000)
     assert DPSGDConfig(lot_size=600).rate(30000) == pytest.approx(0.02)
 
 
@@ -465,14 +466,22 @@ def test_unmeetable_budget_is_refused() -> None:
 
 
 def test_epochs_default_only_uncapped_in_budget_mode() -> None:
-    from defenses.dpsgd import DEFAULT_EPOCHS
+    from defenses.dp_defaults import derived_epochs
+    from defenses.dpsgd import DEFAULT_EPOCHS, resolve_config
 
     assert _small(epochs=None).epochs == DEFAULT_EPOCHS
-    assert _small(epochs=None, noise_multiplier=None, target_epsilon=2.0).epochs == DEFAULT_EPOCHS
+    # With a target and no σ the length is derived from ε when the config is resolved.
+    assert _small(epochs=None, noise_multiplier=None, target_epsilon=2.0).epochs is None
+    assert resolve_config(_small(epochs=None, noise_multiplier=None, target_epsilon=2.0), num_members=898)[0].epochs == derived_epochs(target_epsilon=2.0, delta=1e-5, num_members=898, lot_size=60)
     assert _small(epochs=None, target_epsilon=2.0).epochs is None
+    assert resolve_config(_small(epochs=None, target_epsilon=2.0), num_members=898)[0].epochs is None
 
 
 # ----------------------------------------------------------------------------- divergence (issue 11, finding 9)
+
+
+#: digits-mlp as it was before tanh (a ReLU net diverges within a few steps at a huge learning rate).
+RELU = {"activation": "relu", "hidden": 128}
 
 
 def test_dpsgd_stops_at_a_non_finite_loss_naming_the_step(digits) -> None:
@@ -481,7 +490,8 @@ def test_dpsgd_stops_at_a_non_finite_loss_naming_the_step(digits) -> None:
     bundle, splits = digits
     seen: list[int] = []
     with pytest.raises(TrainingDiverged, match=r"training diverged: loss became (nan|inf) at step \d+ \(epoch \d+\); lower --learning-rate \(now 1e\+30\)") as exc:
-        train_dpsgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=_small(learning_rate=1e30), progress=False, on_step=lambda i, u, n: seen.append(i))
+        # ReLU: digits-mlp's tanh saturates, so its loss grows without overflowing for many steps.
+        train_dpsgd(bundle=bundle, splits=splits, model_name="digits-mlp", model_options=RELU, config=_small(learning_rate=1e30), progress=False, on_step=lambda i, u, n: seen.append(i))
     # it stops at once: the step named is the first whose loss is not finite, and no later step runs
     step = int(str(exc.value).split("at step ")[1].split()[0])
     assert seen == list(range(step)) and step < 5
@@ -495,7 +505,9 @@ def test_nonprivate_training_stops_at_a_non_finite_loss(digits) -> None:
     bundle, splits = digits
     steps: list[int] = []
     with pytest.raises(TrainingDiverged, match=r"at step \d+ \(epoch 0\); lower --learning-rate \(now 1e\+10\)"):
-        train_nonprivate(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=3, learning_rate=1e10), progress=False, after_step=lambda i, m: steps.append(i))
+        train_nonprivate(
+            bundle=bundle, splits=splits, model_name="digits-mlp", model_options=RELU, config=NonPrivateConfig(epochs=3, learning_rate=1e10), progress=False, after_step=lambda i, m: steps.append(i)
+        )
     assert len(steps) < 5
 
 
@@ -537,9 +549,12 @@ def test_target_epsilon_without_sigma_calibrates_sigma_for_the_epochs() -> None:
     eps = dpsgd_claim(sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=plan.num_steps).epsilon(delta=1e-5, accountant="rdp")
     assert 1.95 < eps <= 2.0
     assert plan.note is not None and "calibrated so that 3 epochs (33 steps)" in plan.note
-    # target alone: calibrated for the default epochs, and the plan says so
+    # target alone: calibrated for the epochs derived from ε, and the plan says so
+    from defenses.dp_defaults import derived_epochs
+
     alone = plan_dpsgd(DPSGDConfig(clip_norm=1.0, lot_size=64, target_epsilon=2.0, accountant="rdp"), num_members=718)
-    assert alone.num_steps == 10 * alone.steps_per_epoch and "10 epochs" in (alone.note or "")
+    epochs = derived_epochs(target_epsilon=2.0, delta=1e-5, num_members=718, lot_size=64)
+    assert alone.num_steps == epochs * alone.steps_per_epoch and f"{epochs:g} epochs" in (alone.note or "") and f"epochs {epochs:g}" in (alone.defaults or "")
 
 
 def test_sigma_default_is_resolved_before_the_config_is_digested() -> None:
@@ -567,7 +582,7 @@ def test_explicit_sigma_and_epochs_beyond_the_budget_are_refused_not_cut_short()
 def test_explicit_sigma_without_epochs_says_how_far_the_budget_goes(capsys) -> None:
     from defenses.dpsgd import announce_plan
 
-    plan = plan_dpsgd(DPSGDConfig(clip_norm=1.0, lot_size=64, target_epsilon=2.0, noise_multiplier=1.1, accountant="rdp"), num_members=718)
+    plan = plan_dpsgd(DPSGDConfig(clip_norm=1.0, lot_size=64, learning_rate=0.1, target_epsilon=2.0, noise_multiplier=1.1, accountant="rdp"), num_members=718)
     announce_plan(plan)
     assert (
         capsys.readouterr().err

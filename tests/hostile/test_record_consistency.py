@@ -107,8 +107,8 @@ def test_config_epochs_edited_is_refused(cli, run, tmp_path):
 
 
 def test_a_config_edit_the_claim_does_not_see_is_refused_by_the_model_id(cli, run, tmp_path):
-    # The learning rate is no part of the claim, but the model id hashes it.
-    path = _edit(run, lambda d: d["config"].update(learning_rate=0.5))
+    # The learning rate is no part of the claim, but the model id hashes it (0.25: not the derived default 0.5).
+    path = _edit(run, lambda d: d["config"].update(learning_rate=0.25))
     code, _, err = _attack(cli, run)
     line = one_line_error(code, err, str(path), f"model_id='{_record_dir(run).name}' does not match 'dpsgd-digits-digits-mlp-seed0-")
     assert "the id of its config" in line

@@ -18,7 +18,7 @@ from dpaudit import _validate as v
 from dpaudit.results.record import TrainedModel
 from dpaudit.store import RunDir
 
-__all__ = ["TrainSpec", "TrainOutcome", "train_or_load", "default_config", "DATA_FILES_KEY", "CHANCE_MARGIN", "chance_check", "warn_if_near_chance"]
+__all__ = ["TrainSpec", "TrainOutcome", "train_or_load", "default_config", "resolve_defaults", "DATA_FILES_KEY", "CHANCE_MARGIN", "chance_check", "warn_if_near_chance"]
 
 #: Test accuracy at most this far above chance counts as "trained to chance" (2 points).
 CHANCE_MARGIN = 0.02
@@ -265,6 +265,24 @@ _CHANCE_HINTS = {
 }
 
 
+def resolve_defaults(config: Any, *, num_members: int) -> tuple[Any, str | None]:
+    """A DP-SGD-style config (DP-SGD's, Secure-SGD's) with its unset training defaults derived.
+
+    The values come from public facts only (N, ε, δ; :mod:`defenses.dp_defaults`). Resolved
+    before the model id is digested, so the record, its id and its claim all carry the values
+    that ran, and a run that names them explicitly finds the same record. Other configs come
+    back unchanged.
+
+    Returns:
+        (config, the line saying what was derived, or ``None``).
+    """
+    from defenses.dpsgd import DPSGDConfig, resolve_config
+
+    if not isinstance(config, DPSGDConfig):
+        return config, None
+    return resolve_config(config, num_members=num_members)
+
+
 def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: Any = None) -> TrainOutcome:
     """Trains ``spec`` into ``run`` unless a record with the same id, made from the same data, is stored there.
 
@@ -296,8 +314,9 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     if splits is None:
         splits = make_splits(bundle, seed=spec.split_seed if spec.split_seed is not None else spec.seed, member_fraction=spec.member_fraction)
     data = dataset_files(spec.dataset, data_root=spec.data_root)
-    _refuse_unmeetable_budget(spec.config, bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options))
-    model_id = model_id_for(defense=spec.defense, bundle=bundle, model_name=spec.model, model_options=dict(spec.model_options), config=spec.config, splits=splits, seed=spec.seed)
+    config, defaults = resolve_defaults(spec.config, num_members=len(splits.members))
+    _refuse_unmeetable_budget(config, bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options))
+    model_id = model_id_for(defense=spec.defense, bundle=bundle, model_name=spec.model, model_options=dict(spec.model_options), config=config, splits=splits, seed=spec.seed)
     run = run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
     rdir = run.record_dir(model_id)
     with unit_lock(run.path, f"record-{model_id}"):  # one writer per record: a second `train` is refused, not duplicated
@@ -313,13 +332,22 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                 if not _stale_data(stored, spec.dataset, data, rdir):
                     warn_if_near_chance(stored)  # said again on every reuse: it is still no useful model
                     checked = data if DATA_FILES_KEY in stored.provenance else {}
-                    return TrainOutcome(record=stored, model=load_model(rdir, device=device), record_dir=rdir, reused=True, data_files=checked)
+                    try:
+                        return TrainOutcome(record=stored, model=load_model(rdir, device=device), record_dir=rdir, reused=True, data_files=checked)
+                    except v.InvalidArgument as exc:
+                        # The id hashes the model's name and options, not its layers: a record made
+                        # before an architecture changed (digits-mlp became 64 tanh units) is retrained.
+                        if exc.argument != "weights":
+                            raise
+                        print(f"record {model_id} in {rdir} was trained with an earlier {spec.model} architecture ({str(exc)[:160]}); training it again", file=sys.stderr)
         entry = DEFENSES[spec.defense]
+        if spec.progress and defaults is not None:
+            print(f"{spec.defense} {defaults}", file=sys.stderr, flush=True)
         if spec.progress:
-            epochs = float(getattr(spec.config, "epochs", None) or 10)
+            epochs = float(getattr(config, "epochs", None) or 10)
             per_example = seconds_per_example(spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, device=str(device), model_options=dict(spec.model_options))
             # Only DP-SGD-style claims pay for per-example gradients (PATE's teachers train plainly).
-            factor = PER_EXAMPLE_GRADIENT_FACTOR if entry.claim_kind_for(spec.config) == "dp" else 1.0
+            factor = PER_EXAMPLE_GRADIENT_FACTOR if entry.claim_kind_for(config) == "dp" else 1.0
             announce_if_long(epochs * len(splits.members) * per_example * factor, f"training {spec.defense} for {epochs:g} epochs", hint="--epochs changes it")
         extra: dict[str, Any] = {}
         if entry.submodels is not None:
@@ -335,7 +363,7 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                 data_root=spec.data_root,
             )
         record, model = entry.train(
-            bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options), config=spec.config, seed=spec.seed, device=device, progress=spec.progress, **extra
+            bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options), config=config, seed=spec.seed, device=device, progress=spec.progress, **extra
         )
         if data:  # bundled data (digits) has a fixed identity: its records keep their exact bytes
             record = dataclasses.replace(record, provenance={**record.provenance, DATA_FILES_KEY: dict(data)})
