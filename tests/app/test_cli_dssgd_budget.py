@@ -9,8 +9,18 @@ from pathlib import Path
 from dpaudit.app.records import load_verified_record
 
 _TRAIN = ["train", "--defense", "dssgd", "--dataset", "digits", "--model", "digits-mlp", "--participants", "3", "--no-baselines"]
-#: digits-mlp has 9,610 parameters: theta_u = 0.1 uploads c = 961 per turn.
-_C = 961
+
+
+def _uploads_per_turn() -> int:
+    """c = round(theta_u x parameters) of digits-mlp at theta_u = 0.1 (481 for its 4,810 parameters)."""
+    from dpaudit.models import build_model
+
+    n = sum(p.numel() for p in build_model("digits-mlp", input_shape=(1, 8, 8), num_classes=10).parameters())
+    return round(0.1 * n)
+
+
+_C = _uploads_per_turn()
+_ROUNDS = math.floor(2 / (_C * 0.001))  # the most rounds epsilon 2 pays at dp_epsilon 0.001
 
 
 def _record(out: Path):
@@ -31,10 +41,9 @@ def test_target_epsilon_calibrates_dp_epsilon_for_the_rounds_and_says_so(cli, tm
 def test_target_and_dp_epsilon_train_the_most_rounds_the_budget_allows(cli, tmp_path: Path) -> None:
     code, _, err = cli.run(*_TRAIN, "--target-epsilon", "2", "--dp-epsilon", "0.001", "--out", str(tmp_path))
     assert code == 0, err
-    # floor(2 / (961 x 0.001)) = 2
-    assert "dssgd budget: dp_epsilon 0.001 reaches epsilon 2 after 2 rounds" in err and "pass --rounds to calibrate dp_epsilon instead" in err
+    assert f"dssgd budget: dp_epsilon 0.001 reaches epsilon 2 after {_ROUNDS} rounds" in err and "pass --rounds to calibrate dp_epsilon instead" in err
     record = _record(tmp_path)
-    assert record.config["rounds"] is None and record.metrics["run_rounds"] == 2
+    assert record.config["rounds"] is None and record.metrics["run_rounds"] == _ROUNDS
     assert record.claim.epsilon(delta=1e-5, accountant="pure") <= 2.0
 
 
@@ -42,10 +51,10 @@ def test_rounds_the_budget_cannot_pay_are_refused_before_anything_is_written(cli
     out = tmp_path / "run"
     code, stdout, err = cli.run(*_TRAIN, "--target-epsilon", "2", "--dp-epsilon", "0.001", "--rounds", "20", "--out", str(out))
     assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1, err
-    assert "--rounds" in err and "lower rounds to at most 2" in err
+    assert "--rounds" in err and f"lower rounds to at most {_ROUNDS}" in err
     assert not out.exists()
     code, _, err = cli.run(*_TRAIN, "--target-epsilon", "2", "--dp-epsilon", "0.01", "--out", str(out))
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "--dp-epsilon" in err and "at most 0.002081" in err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--dp-epsilon" in err and f"at most {2 / _C:.4g}" in err
 
 
 def test_a_tampered_run_dp_epsilon_is_refused(cli, tmp_path: Path) -> None:

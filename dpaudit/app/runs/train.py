@@ -245,7 +245,7 @@ def warn_if_near_chance(record: TrainedModel) -> str | None:
     m = record.metrics
     if not m.get("near_chance"):
         return None
-    hint = _CHANCE_HINTS.get(record.defense, "a smaller noise or more steps: --epochs, --learning-rate")
+    hint = _CHANCE_HINTS.get(record.defense, "the training flags (--epochs, --learning-rate)")
     msg = (
         f"WARNING: model {record.model_id} ({record.defense}, {record.model_name} on {record.dataset}) trained to chance: "
         f"test accuracy {float(m['test_accuracy']):.4f} is within {CHANCE_MARGIN:g} of chance {float(m['chance_accuracy']):.4f}. "
