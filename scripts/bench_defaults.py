@@ -45,7 +45,7 @@ from dpaudit.store import RunDir, atomic_write_json, atomic_write_text, read_jso
 SCHEMA = 1
 MEMBER_FRACTION = 0.5
 #: The model a user names for each dataset (the README's examples).
-MODELS = {"digits": "digits-mlp", "adult": "tabular-mlp", "mnist": "abadi-mnist", "fashion-mnist": "abadi-mnist"}
+MODELS = {"digits": "digits-mlp", "adult": "tabular-mlp", "mnist": "abadi-mnist", "fashion-mnist": "abadi-mnist", "faces": "softmax-regression"}
 DELTA = 1e-5
 
 Sweep = Callable[[int, "float | None"], list[dict[str, Any]]]
@@ -91,8 +91,26 @@ class Entry:
 ENTRIES: dict[str, Entry] = {
     "dpsgd": Entry(private=True, default=lambda eps: {"target_epsilon": eps, "delta": DELTA}, sweep=lambda n, eps: [{**s, "target_epsilon": eps, "delta": DELTA} for s in _dp_sweep(n, eps)]),
     "nonprivate": Entry(private=False, default=lambda eps: {}, sweep=_sgd_sweep),
-    # Its current defaults only: --defense secure-sgd with the dataset, model and ε (its internals are changing).
-    "secure-sgd": Entry(private=True, default=lambda eps: {"target_epsilon": eps, "delta": DELTA}, sweep=lambda n, eps: []),
+    # The DP-SGD part is swept like DP-SGD's; the noise layer's control beside it (auto picks by the first layer).
+    "secure-sgd": Entry(
+        private=True,
+        default=lambda eps: {"target_epsilon": eps, "delta": DELTA},
+        sweep=lambda n, eps: (
+            [{"target_epsilon": eps, "delta": DELTA, "sensitivity_control": c} for c in ("orthogonal", "scale-noise")] + [{**s, "target_epsilon": eps, "delta": DELTA} for s in _dp_sweep(n, eps)]
+        ),
+    ),
+    # Teachers (one per 20 members by default) halved and doubled, and the student's semi-supervised option.
+    "pate": Entry(
+        private=True,
+        default=lambda eps: {"target_epsilon": eps, "delta": DELTA},
+        sweep=lambda n, eps: [{"target_epsilon": eps, "delta": DELTA, **x} for x in ({"teachers": max(2, n // 40)}, {"teachers": min(250, max(2, n // 10))}, {"semi_supervised": True})],
+    ),
+    # Rounds (default 10) halved and doubled; the upload fraction (default 0.1) a tenth of it.
+    "dssgd": Entry(
+        private=True,
+        default=lambda eps: {"target_epsilon": eps},
+        sweep=lambda n, eps: [{"target_epsilon": eps, **x} for x in ({"rounds": 5}, {"rounds": 20}, {"upload_fraction": 0.01})],
+    ),
 }
 
 
