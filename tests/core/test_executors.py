@@ -104,6 +104,7 @@ def test_process_pool_trains_identical_shadows_and_stops_with_the_caller(specs, 
         assert pool._pool is None
 
 
+@pytest.mark.cluster  # 10 s of Ray start-up; the cluster tier (.ci/run) runs it beside the two-node tests
 def test_ray_trains_identical_shadows(specs, serial_weights):
     pytest.importorskip("ray")
     # One Ray worker: each worker process imports torch (seconds), and identity is the point here.
