@@ -65,10 +65,25 @@ def load_pate_runs(run_dir: str | Path | RunDir) -> list[PateRun]:
     return out
 
 
+def used_config(record: TrainedModel) -> dict[str, Any]:
+    """The PATE settings the run used: its config, where a value left unset was derived from
+    public sizes, completed by the ``run_<key>`` the record's metrics keep of it."""
+    c = dict(thaw(record.config))
+    for key, value in record.metrics.items():
+        if key.startswith("run_") and c.get(key[4:]) is None:
+            c[key[4:]] = value
+    return c
+
+
 def _answers_label(record: TrainedModel) -> str:
-    c = thaw(record.config)
-    noise = {"lnmax": f"b={c['laplace_scale']:g}", "gnmax": f"σ={c['sigma']:g}", "confident-gnmax": f"T={c['threshold']:g} σ1={c['threshold_sigma']:g} σ2={c['sigma']:g}"}[c["aggregator"]]
-    return f"{record.dataset} {c['aggregator']} {noise}, teachers {c['epochs']} ep."
+    c = used_config(record)
+    # Only the aggregator's own parameters are set (a GNMax run has no threshold).
+    noise = {
+        "lnmax": lambda: f"b={c['laplace_scale']:g}",
+        "gnmax": lambda: f"σ={c['sigma']:g}",
+        "confident-gnmax": lambda: f"T={c['threshold']:g} σ1={c['threshold_sigma']:g} σ2={c['sigma']:g}",
+    }[c["aggregator"]]()
+    return f"{record.dataset} {c['aggregator']} {noise}, teachers {c['epochs']:g} ep."
 
 
 def pate_label(record: TrainedModel) -> str:

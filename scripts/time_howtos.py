@@ -376,9 +376,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     out_json = args.out / "howtos.json"
-    done, stored_meta = ({}, None) if args.force else _load(out_json)
-    if args.force and args.workdir.exists():
-        shutil.rmtree(args.workdir)
+    done, stored_meta = _load(out_json)
+    if args.force:
+        # --force reruns what was chosen; with --only, the other how-tos keep their measurements.
+        done = {k: r for k, r in done.items() if args.only and k not in args.only}
+        stored_meta = None
+        if not args.only and args.workdir.exists():
+            shutil.rmtree(args.workdir)
     _prepare(args.workdir)
     env = _environment(args.data_root)
     by_name = {h.name: h for h in HOWTOS}
