@@ -79,9 +79,10 @@ def _answers_label(record: TrainedModel) -> str:
     c = used_config(record)
     # Only the aggregator's own parameters are set (a GNMax run has no threshold).
     noise = {
-        "lnmax": lambda: f"b={c['laplace_scale']:g}",
-        "gnmax": lambda: f"σ={c['sigma']:g}",
-        "confident-gnmax": lambda: f"T={c['threshold']:g} σ1={c['threshold_sigma']:g} σ2={c['sigma']:g}",
+        # 4 significant digits: a calibrated sigma (4.37109…) reads as 4.371 in a legend.
+        "lnmax": lambda: f"b={c['laplace_scale']:.4g}",
+        "gnmax": lambda: f"σ={c['sigma']:.4g}",
+        "confident-gnmax": lambda: f"T={c['threshold']:.4g} σ1={c['threshold_sigma']:.4g} σ2={c['sigma']:.4g}",
     }[c["aggregator"]]()
     return f"{record.dataset} {c['aggregator']} {noise}, teachers {c['epochs']:g} ep."
 

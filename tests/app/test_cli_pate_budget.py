@@ -37,7 +37,7 @@ def test_a_budget_run_says_what_it_derived_before_training_and_claims_a_publisha
     code, _, err = cli.run("report", str(tmp_path / "run"))
     assert code == 0, err
     page = next((tmp_path / "run" / "reports").glob("pate*.md")).read_text()
-    assert f"σ={record.metrics['run_sigma']:g}" in page
+    assert f"σ={record.metrics['run_sigma']:.4g}" in page
 
 
 @pytest.mark.parametrize(("extra", "needle"), [(["--aggregator", "lnmax"], "lnmax"), (["--sigma", "0.5"], "exceeded by a single query")])
