@@ -199,12 +199,10 @@ def _run(store: TrialStore, jobs: list[tuple[int, Job]], executor: Executor | No
     ex = executor if executor is not None else SerialExecutor()
     try:
         with Progress(len(todo), description, enabled=progress) as bar:
-            left = [len(todo)]
             # Trials run in worker processes that cannot move this bar: say what is pending.
-            with bar.heartbeat(lambda: f"{left[0]} trial{'s' if left[0] != 1 else ''} running or queued"):
+            with bar.heartbeat():
                 for job, result in ex.run([job for _, job in todo]):
                     store.save(index[job.key], result)
-                    left[0] -= 1
                     bar.update(1)
     except TrialFailed as exc:
         kept = sum(store.done(i) for i, _ in jobs)

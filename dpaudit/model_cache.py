@@ -178,11 +178,9 @@ def ensure_models(
         work = [Job(key=key, fn=by_key[key].fn, kwargs=by_key[key].kwargs) for key in todo]
         with Progress(len(by_key), f"{label} ({executor.name}, {executor.workers} workers)", enabled=progress) as bar:
             bar.count = len(reused)
-            left = [len(todo)]
             # Models train in worker processes that cannot move this bar: say what is pending.
-            with bar.heartbeat(lambda: f"{left[0]} of {len(by_key)} models training or queued"):
+            with bar.heartbeat():
                 for done, out in executor.run(work):
-                    left[0] -= 1
                     key = done.key
                     record = TrainedModel.from_dict(out["record"])
                     model = unpack_state(_build_quietly(by_key[key]), out["state"])

@@ -72,14 +72,17 @@ class Progress:
             self._bar.write(message, file=self._bar.fp)
 
     @contextmanager
-    def heartbeat(self, status: Callable[[], str], *, seconds: float | None = None) -> Iterator[None]:
+    def heartbeat(self, status: Callable[[], str] | None = None, *, seconds: float | None = None) -> Iterator[None]:
         """While the body waits on work that cannot report here, says so every ``seconds``.
 
         A line ``<description>: still working: <status()> (<elapsed> since the last update)``
         is written whenever the bar has not moved for ``seconds`` (default
         :data:`HEARTBEAT_SECONDS`), so a long job in a worker process never leaves the
-        terminal silent. Nothing happens when the bar is disabled.
+        terminal silent. Without ``status`` the line says how many of the bar's units are
+        still to come. Nothing happens when the bar is disabled.
         """
+        if status is None:
+            status = lambda: f"{self.total - self.count} of {self.total} still running or queued"
         if self._bar is None:
             yield
             return

@@ -175,6 +175,11 @@ def test_heartbeat_speaks_only_while_the_bar_is_idle():
         time.sleep(0.3)
     lines = [line for line in stream.getvalue().splitlines() if "still working" in line]
     assert 2 <= len(lines) <= 8 and lines[0].startswith("waiting: still working: 2 jobs queued ("), lines
+    counted = io.StringIO()  # without a status, the bar's own count says what is left
+    with Progress(4, "trials", stream=counted) as bar, bar.heartbeat(seconds=0.05):
+        bar.update(1)
+        time.sleep(0.2)
+    assert "trials: still working: 3 of 4 still running or queued (" in counted.getvalue()
     quiet = io.StringIO()
     with Progress(3, "off", stream=quiet, enabled=False) as bar, bar.heartbeat(lambda: "x", seconds=0.01):
         time.sleep(0.05)
