@@ -21,6 +21,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
+from dpaudit.privacy.pate import settings_used
 from dpaudit.results.record import TrainedModel, load_record
 from dpaudit.store import RunDir, load_npz, thaw
 from reports.figures import legend_outside, new_axes
@@ -65,18 +66,8 @@ def load_pate_runs(run_dir: str | Path | RunDir) -> list[PateRun]:
     return out
 
 
-def used_config(record: TrainedModel) -> dict[str, Any]:
-    """The PATE settings the run used: its config, where a value left unset was derived from
-    public sizes, completed by the ``run_<key>`` the record's metrics keep of it."""
-    c = dict(thaw(record.config))
-    for key, value in record.metrics.items():
-        if key.startswith("run_") and c.get(key[4:]) is None:
-            c[key[4:]] = value
-    return c
-
-
 def _answers_label(record: TrainedModel) -> str:
-    c = used_config(record)
+    c = settings_used(thaw(record.config), record.metrics)
     # Only the aggregator's own parameters are set (a GNMax run has no threshold).
     noise = {
         # 4 significant digits: a calibrated sigma (4.37109…) reads as 4.371 in a legend.

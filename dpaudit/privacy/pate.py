@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,7 @@ from scipy import optimize, special
 from dpaudit import _validate as v
 
 __all__ = [
+    "settings_used",
     "GNMAX_ORDERS",
     "LNMAX_MOMENT_ORDERS",
     "PATE_COSTS",
@@ -1192,3 +1193,17 @@ def pate_claim(
         smooth_sensitivity=smooth,
         description=text,
     )
+
+
+def settings_used(config: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The PATE settings a run used: its config, completed where a value was left unset.
+
+    A PATE run derives what the user left unset (teachers, noise, threshold, queries, the
+    aggregator) from public sizes, and keeps the values it used in its metrics as
+    ``run_<key>``; the config itself keeps the values as asked (they name the record).
+    """
+    used = dict(config)
+    for key, value in metrics.items():
+        if key.startswith("run_") and used.get(key[4:]) is None:
+            used[key[4:]] = value
+    return used

@@ -29,6 +29,7 @@ from dp_accounting import dp_event as dpe
 
 from dpaudit import _validate as v
 from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, PATEClaim, PrivacyClaim, dpsgd_claim
+from dpaudit.privacy.pate import settings_used
 from dpaudit.store import thaw
 
 __all__ = ["RebuiltClaim", "ClaimRebuilder", "CLAIM_REBUILDERS", "register_claim_rebuilder", "rebuild_claim", "check_record_claim", "DPSGD_DEFAULT_SAMPLING_RATE"]
@@ -250,14 +251,16 @@ def _pate(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str,
     """PATE: everything but the data-dependent curve from the config; the curve's ε against the run's."""
     assert isinstance(stored, PATEClaim)
     sources: dict[str, str] = {}
+    settings = settings_used(config, metrics)
 
     def used(key: str) -> Any:
         # A value left unset was derived from public sizes; the run stores what it used as run_<key>.
-        if config.get(key) is not None:
-            sources[key] = f"config {key}"
-            return config[key]
-        sources[key] = f"metrics run_{key} (config {key} unset: derived from public sizes)"
-        return _get("metrics", metrics, f"run_{key}")
+        given = config.get(key) is not None
+        sources[key] = f"config {key}" if given else f"metrics run_{key} (config {key} unset: derived from public sizes)"
+        value = settings.get(key)
+        if value is None:
+            raise ValueError(f"{'config' if given else 'metrics'} is missing {key if given else 'run_' + key!r}, which the claim is rebuilt from")
+        return value
 
     aggregator = used("aggregator")
     if aggregator not in _PATE_PARAMETERS:
