@@ -95,6 +95,8 @@ __all__ = [
     "certification_spec",
     "compute_redistribution",
     "resolve_sensitivity_control",
+    "scale_invariant_first_layer",
+    "resolve_secure_sgd_config",
     "train_pixeldp",
     "train_agm",
     "train_hgm",
@@ -565,6 +567,50 @@ def resolve_sensitivity_control(control: str, noise: NoiseLayer) -> str:
     return "orthogonal" if conv else "normalize"
 
 
+def scale_invariant_first_layer(config: Any, *, model_name: str, model_options: dict[str, Any] | None, input_shape: tuple[int, ...], num_classes: int) -> bool:
+    """Whether training ``config`` on this model normalises the first layer by its own scale.
+
+    True when the sensitivity control is (or ``auto`` resolves to) ``normalize`` on the model's
+    first layer: the layer then computes the same function for W and c·W, and the DP-SGD
+    defaults raise the learning rate for it (:mod:`defenses.dp_defaults`, rule 5). Builds the
+    untrained model only to look at its first layer (public: the architecture).
+    """
+    control = getattr(config, "sensitivity_control", None)
+    if control is None:
+        return False
+    if control == "auto":
+        options = {k: x for k, x in dict(model_options or {}).items() if k != "noise_layer"}
+        if getattr(config, "pca_components", None) is not None:
+            options.setdefault("pca_components", config.pca_components)
+        model = build_model(model_name, input_shape=tuple(input_shape), num_classes=num_classes, noise_layer=True, **options)
+        noise = find_noise_layer(model)
+        assert noise is not None  # built with noise_layer=True
+        control = resolve_sensitivity_control(control, noise)
+    return bool(control == "normalize")
+
+
+def resolve_secure_sgd_config(
+    config: SecureSGDConfig, *, num_members: int, model_name: str, model_options: dict[str, Any] | None, input_shape: tuple[int, ...], num_classes: int
+) -> tuple[SecureSGDConfig, str | None]:
+    """Secure-SGD's config with its unset DP-SGD defaults derived (rules 1-5 of :mod:`defenses.dp_defaults`).
+
+    As :func:`defenses.dpsgd.resolve_config`, with rule 5 applied when the first layer is
+    normalised (:func:`scale_invariant_first_layer`). ``dpaudit train`` and
+    :func:`train_secure_sgd` both resolve through it, so the record's id carries the values that ran.
+    """
+    from defenses.dp_defaults import defaults_note, resolve_dp_config
+
+    if not isinstance(config, SecureSGDConfig):
+        raise v.invalid_type("config", f"config must be a SecureSGDConfig, got {type(config).__name__}")
+    n = v.integer("num_members", num_members, minimum=1)
+    scale_invariant = scale_invariant_first_layer(config, model_name=model_name, model_options=model_options, input_shape=input_shape, num_classes=num_classes)
+    resolved, derived = resolve_dp_config(config, num_members=n, scale_invariant_first_layer=scale_invariant)
+    note = defaults_note(resolved, derived, num_members=n)
+    if note is not None and scale_invariant and "learning_rate" in derived:
+        note += " (the lr is raised for the normalised first layer: rule 5 of defenses.dp_defaults)"
+    return resolved, note
+
+
 class _NoiseSchedule:
     """Installs the noise layer before training and keeps it calibrated after every step.
 
@@ -1024,6 +1070,7 @@ def train_secure_sgd(
     """
     if not isinstance(config, SecureSGDConfig):
         raise v.invalid_type("config", f"config must be a SecureSGDConfig, got {type(config).__name__}")
+    config, _ = resolve_secure_sgd_config(config, num_members=len(splits.members), model_name=model_name, model_options=model_options, input_shape=bundle.input_shape, num_classes=bundle.num_classes)
     plan = plan_dpsgd(config, num_members=len(splits.members))
     public = splits.population if len(splits.population) else splits.non_members
     return _train_certified(

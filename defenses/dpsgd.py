@@ -351,7 +351,7 @@ def _calibrate_sigma_composed(config: DPSGDConfig, q: float, steps: int) -> floa
     return sigma
 
 
-def resolve_config(config: DPSGDConfig, *, num_members: int) -> tuple[DPSGDConfig, str | None]:
+def resolve_config(config: DPSGDConfig, *, num_members: int, scale_invariant_first_layer: bool = False) -> tuple[DPSGDConfig, str | None]:
     """``config`` with its unset lot size, learning rate, clip norm and epochs derived from N, ε, δ.
 
     Uses :func:`defenses.dp_defaults.resolve_dp_config` (rules and sources there); idempotent.
@@ -363,7 +363,7 @@ def resolve_config(config: DPSGDConfig, *, num_members: int) -> tuple[DPSGDConfi
     if not isinstance(config, DPSGDConfig):
         raise v.invalid_type("config", f"config must be a DPSGDConfig, got {type(config).__name__}")
     n = v.integer("num_members", num_members, minimum=1)
-    resolved, derived = resolve_dp_config(config, num_members=n)
+    resolved, derived = resolve_dp_config(config, num_members=n, scale_invariant_first_layer=scale_invariant_first_layer)
     return resolved, defaults_note(resolved, derived, num_members=n)
 
 

@@ -138,3 +138,28 @@ def test_a_grid_or_cli_run_without_values_gets_the_record_of_the_explicit_values
     assert len(ids) == 1
     assert dataclasses.asdict(implicit) == dataclasses.asdict(explicit)
     assert resolve_config(implicit, num_members=n) == (implicit, None)
+
+
+def test_a_normalised_first_layer_gets_the_raised_rate_and_a_free_or_orthogonal_one_does_not() -> None:
+    from defenses.certified import SecureSGDConfig, resolve_secure_sgd_config, scale_invariant_first_layer
+    from defenses.dp_defaults import SCALE_INVARIANT_FACTOR, derived_learning_rate
+
+    # Rule 5: ×2 where the noise sets the length (digits at ε = 2), ×4 where compute does (N = 30,000).
+    noise_bound = {"target_epsilon": 2.0, "delta": 1e-5, "num_members": 718, "lot_size": 128, "epochs": 40.0}
+    compute_bound = {"target_epsilon": 2.0, "delta": 1e-5, "num_members": 30000, "lot_size": 512, "epochs": 8.0}
+    assert derived_learning_rate(**noise_bound, scale_invariant_first_layer=True) == SCALE_INVARIANT_FACTOR * derived_learning_rate(**noise_bound) == 1.0
+    assert derived_learning_rate(**compute_bound, scale_invariant_first_layer=True) == SCALE_INVARIANT_FACTOR**2 * derived_learning_rate(**compute_bound) == 4.0
+    # auto → normalize on an MLP's Linear first layer, → orthogonal on a convolution
+    mlp = {"model_name": "digits-mlp", "model_options": {}, "input_shape": (64,), "num_classes": 10}
+    cnn = {"model_name": "hgm-cnn", "model_options": {}, "input_shape": (1, 28, 28), "num_classes": 10}
+    assert scale_invariant_first_layer(SecureSGDConfig(target_epsilon=2.0), **mlp)
+    assert not scale_invariant_first_layer(SecureSGDConfig(target_epsilon=2.0), **cnn)
+    assert not scale_invariant_first_layer(SecureSGDConfig(target_epsilon=2.0, sensitivity_control="scale-noise"), **mlp)
+    assert scale_invariant_first_layer(SecureSGDConfig(target_epsilon=2.0, sensitivity_control="normalize"), **cnn)
+    assert not scale_invariant_first_layer(DPSGDConfig(target_epsilon=2.0), **mlp)
+    resolved, note = resolve_secure_sgd_config(SecureSGDConfig(target_epsilon=2.0), num_members=718, **mlp)
+    assert resolved.learning_rate == 1.0 and note is not None and "lr 1," in note and "normalised first layer" in note
+    assert resolve_secure_sgd_config(SecureSGDConfig(target_epsilon=2.0), num_members=718, **cnn)[0].learning_rate == LEARNING_RATE
+    # a named rate always wins, and a resolved config resolves to itself
+    assert resolve_secure_sgd_config(SecureSGDConfig(target_epsilon=2.0, learning_rate=0.3), num_members=718, **mlp)[0].learning_rate == 0.3
+    assert resolve_secure_sgd_config(resolved, num_members=718, **mlp) == (resolved, None)

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from defenses._common import PREDICTION_DRAWS
 from defenses.certified import SecureSGDConfig, resolve_sensitivity_control, train_secure_sgd
 from defenses.nonprivate import NonPrivateConfig
 from dpaudit.app.runs.train import CHANCE_MARGIN, TrainSpec, chance_check, train_or_load
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.models import build_model
+from dpaudit.robustness.montecarlo import expected_score_accuracy
 from dpaudit.robustness.noise import find_noise_layer
 from dpaudit.store import RunDir
 
@@ -66,11 +68,17 @@ def test_secure_sgd_default_flags_train_well_above_chance_on_an_mlp(digits) -> N
     # test keeps checking the noise layer's defaults whatever DP-SGD's derived defaults become.
     bundle, splits = digits
     config = SecureSGDConfig(noise_multiplier=0.775, epochs=2, sampling_rate=0.01, clip_norm=4.0, learning_rate=0.1)
-    record, _ = train_secure_sgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, progress=False)
+    record, model = train_secure_sgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, progress=False)
     assert record.metrics["epsilon"] == pytest.approx(2.0, abs=0.01)
     assert record.metrics["sensitivity_control"] == "normalize"
     assert record.config["certification"]["attack_norm_bound"] == pytest.approx(0.2 * math.sqrt(64 / 784))
     assert record.metrics["test_accuracy"] > 0.3  # chance is 0.1; measured 0.44
+    # The released model predicts from its expected scores: that is the test accuracy recorded,
+    # the one-draw accuracy is kept beside it, and the same draws give the same number again.
+    assert record.metrics["test_accuracy_draws"] == PREDICTION_DRAWS
+    assert 0.0 < record.metrics["test_accuracy_single_draw"] < 1.0
+    again = expected_score_accuracy(model, bundle.test.features, bundle.test.labels, num_draws=PREDICTION_DRAWS, seed=0, stream="record-test-accuracy")
+    assert record.metrics["test_accuracy"] == again
 
 
 @pytest.mark.slow

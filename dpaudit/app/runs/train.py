@@ -265,19 +265,32 @@ _CHANCE_HINTS = {
 }
 
 
-def resolve_defaults(config: Any, *, num_members: int) -> tuple[Any, str | None]:
+def resolve_defaults(config: Any, *, num_members: int, model_name: str | None = None, model_options: dict[str, Any] | None = None, bundle: Any = None) -> tuple[Any, str | None]:
     """A DP-SGD-style config (DP-SGD's, Secure-SGD's) with its unset training defaults derived.
 
-    The values come from public facts only (N, ε, δ; :mod:`defenses.dp_defaults`). Resolved
-    before the model id is digested, so the record, its id and its claim all carry the values
-    that ran, and a run that names them explicitly finds the same record. Other configs come
-    back unchanged.
+    The values come from public facts only (N, ε, δ, and for Secure-SGD the model's first
+    layer; :mod:`defenses.dp_defaults`). Resolved before the model id is digested, so the record,
+    its id and its claim all carry the values that ran, and a run that names them explicitly
+    finds the same record. Other configs come back unchanged.
+
+    Args:
+        config: the config as asked.
+        num_members: N.
+        model_name, model_options, bundle: the model and dataset it trains (needed for
+            Secure-SGD, whose learning rate depends on how its first layer is normalised).
 
     Returns:
         (config, the line saying what was derived, or ``None``).
     """
+    from defenses.certified import SecureSGDConfig, resolve_secure_sgd_config
     from defenses.dpsgd import DPSGDConfig, resolve_config
 
+    if isinstance(config, SecureSGDConfig):
+        if model_name is None or bundle is None:
+            raise v.invalid("model", "resolving Secure-SGD's defaults needs the model and the dataset (model_name=, bundle=)")
+        return resolve_secure_sgd_config(
+            config, num_members=num_members, model_name=model_name, model_options=model_options, input_shape=tuple(bundle.input_shape), num_classes=int(bundle.num_classes)
+        )
     if not isinstance(config, DPSGDConfig):
         return config, None
     return resolve_config(config, num_members=num_members)
@@ -314,7 +327,7 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     if splits is None:
         splits = make_splits(bundle, seed=spec.split_seed if spec.split_seed is not None else spec.seed, member_fraction=spec.member_fraction)
     data = dataset_files(spec.dataset, data_root=spec.data_root)
-    config, defaults = resolve_defaults(spec.config, num_members=len(splits.members))
+    config, defaults = resolve_defaults(spec.config, num_members=len(splits.members), model_name=spec.model, model_options=dict(spec.model_options), bundle=bundle)
     _refuse_unmeetable_budget(config, bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options))
     model_id = model_id_for(defense=spec.defense, bundle=bundle, model_name=spec.model, model_options=dict(spec.model_options), config=config, splits=splits, seed=spec.seed)
     run = run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))

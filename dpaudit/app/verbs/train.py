@@ -84,7 +84,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     lines = [
         f"{'reused' if outcome.reused else 'trained'} {record.model_id}",
         f"  defense {record.defense}: {spec.summary}",
-        f"  train accuracy {m['train_accuracy']:.4f}  test accuracy {m['test_accuracy']:.4f}  ({len(record.membership.members)} members, {m['train_seconds']:.1f}s)",
+        f"  train accuracy {m['train_accuracy']:.4f}  test accuracy {m['test_accuracy']:.4f}"
+        + (f" (expected scores over {m['test_accuracy_draws']} noise draws; one draw {m['test_accuracy_single_draw']:.4f})" if "test_accuracy_draws" in m else "")
+        + f"  ({len(record.membership.members)} members, {m['train_seconds']:.1f}s)",
         f"  privacy claim: {record.claim.statement()}; epsilon at delta={delta:g}: {eps}",
     ]
     if m.get("near_chance"):
