@@ -64,13 +64,15 @@ def build_record(
     canaries: Any = (),
     owners: Any = (),
     requested_options: dict[str, Any] | None = None,
+    progress: bool = False,
 ) -> TrainedModel:
     """Evaluates ``model`` on members, non-members and test, and wraps everything as a record.
 
     ``model_options`` are those the network was built with (stored, so loading rebuilds it);
     ``requested_options`` (default: the same) are those the training was asked for, from which
     the record's id is computed, for a defense that derives options from the data (DSSGD's
-    input standardisation) and must still find its record again on a rerun.
+    input standardisation) and must still find its record again on a rerun. ``progress`` shows
+    the expected-score evaluation of a randomized model on stderr.
 
     Raises:
         TrainingDiverged: a parameter or buffer of ``model`` is NaN or infinite; such a model
@@ -92,7 +94,9 @@ def build_record(
         # accuracy. One draw's argmax (kept beside it) is a noisier classifier than the one
         # released, and is what the train / non-member accuracies still measure.
         metrics["test_accuracy_single_draw"] = metrics["test_accuracy"]
-        metrics["test_accuracy"] = expected_score_accuracy(model, bundle.test.features, bundle.test.labels, num_draws=PREDICTION_DRAWS, seed=seed, stream="record-test-accuracy", device=device)
+        metrics["test_accuracy"] = expected_score_accuracy(
+            model, bundle.test.features, bundle.test.labels, num_draws=PREDICTION_DRAWS, seed=seed, stream="record-test-accuracy", device=device, progress=progress
+        )
         metrics["test_accuracy_draws"] = PREDICTION_DRAWS
     metrics["train_seconds"] = time.monotonic() - started
     metrics.update(extra_metrics or {})

@@ -1022,6 +1022,7 @@ def _train_dpsgd_authors_batch_clipping(
         seed=seed,
         device=device,
         started=started,
+        progress=progress,
         extra_metrics={
             "num_steps": plan.num_steps,
             "epochs_completed": plan.num_steps * plan.sampling_rate,

@@ -759,6 +759,7 @@ def train_dpsgd(
         seed=seed,
         device=device,
         started=started,
+        progress=progress,
         extra_metrics={
             "num_steps": steps_taken,
             "epochs_completed": steps_taken * plan.sampling_rate,

@@ -114,6 +114,7 @@ def train_nonprivate(
         seed=seed,
         device=device,
         started=started,
+        progress=progress,
         extra_metrics={"num_steps": config.epochs * -(-len(x) // config.batch_size)},
     )
     return record, model

@@ -144,6 +144,7 @@ def expected_score_accuracy(
     seed: int = 0,
     stream: str = "matched-accuracy",
     device: torch.device | str = "cpu",
+    progress: bool = False,
 ) -> float:
     """Accuracy of the argmax of the expected softmax scores (PixelDP's prediction, Lecuyer et al. 2019 §3.3).
 
@@ -159,7 +160,8 @@ def expected_score_accuracy(
         seed: root seed of the noise (see :func:`sample_scores`).
         stream: the seed stream's name (the default is the one the reproduction scripts use).
         device: where to compute.
+        progress: show progress on stderr (a CNN's 10,000 test images × 16 draws take minutes on a CPU).
     """
     draws = v.integer("num_draws", num_draws, minimum=1)
-    scores = sample_scores(model, features, num_draws=draws if is_randomized(model) else 1, seed=seed, stream=stream, device=device)
+    scores = sample_scores(model, features, num_draws=draws if is_randomized(model) else 1, seed=seed, stream=stream, device=device, progress=progress)
     return float(np.mean(scores.mean.argmax(axis=1) == np.asarray(labels)))

@@ -201,3 +201,13 @@ def test_expected_score_accuracy_is_the_argmax_of_the_mean_softmax() -> None:
     assert expected_score_accuracy(m, x, plain, num_draws=64) == 1.0
     with pytest.raises(ValueError, match="num_draws"):
         expected_score_accuracy(m, x, plain, num_draws=0)
+
+
+def test_expected_score_accuracy_reports_progress_when_asked(capsys) -> None:
+    # A record's test accuracy is computed this way after training (minutes for a CNN on a CPU):
+    # it is never a silent stretch.
+    m, _ = _model("digits-mlp")
+    x = torch.rand(40, 1, 8, 8)
+    y = torch.zeros(40, dtype=torch.long)
+    assert expected_score_accuracy(m, x, y, num_draws=8, progress=False) == expected_score_accuracy(m, x, y, num_draws=8, progress=True)
+    assert "monte carlo (8 draws)" in capsys.readouterr().err
