@@ -20,7 +20,11 @@ is an operator norm of diag(r)^{-1/2} M (Lecuyer et al. 2019, §3.3):
 
 * ``l2``: the spectral norm, computed exactly as √λ_max of the Gram matrix Mᵀ diag(r)^{-1} M
   (built column by column through the block and its adjoint, so it works for any affine
-  first layer: Linear, Conv1d/2d/3d with any stride and padding, a Projection in front);
+  first layer: Linear, Conv1d/2d/3d with any stride and padding, a Projection in front). When
+  the layer has fewer outputs K than inputs d (a linear classifier on 10,304-pixel faces), M
+  itself is built, d forward columns, and λ_max taken of the K × K matrix
+  diag(r)^{-1/2} M Mᵀ diag(r)^{-1/2}, which has the same nonzero eigenvalues: a 40 × 40
+  eigenproblem instead of a 10,304 × 10,304 one (50 s each on a CPU core);
 * ``l1``: the largest column L2 norm √(Gram_jj), exact: a convex function on the L1 ball is
   largest at a vertex ±e_j;
 * ``linf``: an **upper bound**, √(Σ_k ‖M_k‖₁² / r_k) with M_k the rows of the effective M
@@ -371,10 +375,32 @@ def layer_sensitivity(noise: NoiseLayer, *, input_shape: tuple[int, ...], norm: 
         rows = _row_l1(noise, input_shape)
         r = weights.to(rows.device, torch.float64)
         return float(torch.sqrt((rows**2 / r).sum()))
+    k, d = int(math.prod(noise.output_shape)), int(math.prod(input_shape))
+    if k < d and k * d <= _MAX_EXPLICIT_ENTRIES:
+        scaled = _scaled_matrix(noise, input_shape, redistribution=weights)  # d × K: row j is diag(r)^{-1/2} M e_j
+        if norm == "l1":
+            return float((scaled**2).sum(1).max().sqrt())
+        return float(torch.linalg.eigvalsh(scaled.T @ scaled)[-1].clamp_min(0).sqrt())
     gram = _gram(noise, input_shape, redistribution=weights)
     if norm == "l1":
         return float(gram.diagonal().clamp_min(0).max().sqrt())
     return float(torch.linalg.eigvalsh(gram)[-1].clamp_min(0).sqrt())
+
+
+#: Largest K·d for which :func:`layer_sensitivity` holds the block's matrix M explicitly (float64: 256 MB).
+_MAX_EXPLICIT_ENTRIES = 2**25
+
+
+def _scaled_matrix(noise: NoiseLayer, input_shape: tuple[int, ...], *, redistribution: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+    """(diag(r)^{-1/2} M)ᵀ (d × K, float64): the block's linear part, one forward pass per ``chunk`` columns."""
+    block = noise.layer
+    p = next(block.parameters(), noise.redistribution)
+    inv_sqrt_r = redistribution.to(p.device, torch.float64).rsqrt().reshape(-1)
+    rows = []
+    with torch.no_grad():
+        for basis in _basis_chunks(input_shape, device=p.device, dtype=p.dtype, chunk=chunk):
+            rows.append(_linear_part(block, basis).reshape(len(basis), -1).to(torch.float64) * inv_sqrt_r)
+    return torch.cat(rows)
 
 
 @torch.no_grad()

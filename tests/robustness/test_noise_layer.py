@@ -211,3 +211,27 @@ def test_expected_score_accuracy_reports_progress_when_asked(capsys) -> None:
     y = torch.zeros(40, dtype=torch.long)
     assert expected_score_accuracy(m, x, y, num_draws=8, progress=False) == expected_score_accuracy(m, x, y, num_draws=8, progress=True)
     assert "monte carlo (8 draws)" in capsys.readouterr().err
+
+
+def test_a_layer_with_fewer_outputs_than_inputs_takes_the_small_eigenproblem(monkeypatch) -> None:
+    # softmax regression on 10,304-pixel faces: 40 outputs. Both routes give the same exact values;
+    # the explicit K × K one is the one taken (the d × d Gram took 50 s per call there).
+    import dpaudit.robustness.noise as noise_mod
+
+    model = build_model("softmax-regression", input_shape=(1, 30, 20), num_classes=7, noise_layer=True)
+    nl = find_noise_layer(model)
+    assert nl is not None
+    r = torch.rand(7, generator=torch.Generator().manual_seed(3)) + 0.5
+    nl.set_noise(0.3, r * 7 / r.sum())
+    a = _matrix(nl, (1, 30, 20))
+    small = {norm: layer_sensitivity(nl, input_shape=(1, 30, 20), norm=norm) for norm in ("l2", "l1")}
+    assert small["l2"] == pytest.approx(torch.linalg.matrix_norm(a, 2).item(), rel=1e-6)
+    assert small["l1"] == pytest.approx(a.norm(dim=0).max().item(), rel=1e-6)
+    calls = []
+    monkeypatch.setattr(noise_mod, "_gram", lambda *args, **kwargs: calls.append(1) or torch.zeros(1, 1))
+    layer_sensitivity(nl, input_shape=(1, 30, 20), norm="l2")
+    assert calls == []  # the d × d Gram matrix was never built
+    monkeypatch.undo()
+    monkeypatch.setattr(noise_mod, "_MAX_EXPLICIT_ENTRIES", 0)  # force the d × d route
+    large = {norm: layer_sensitivity(nl, input_shape=(1, 30, 20), norm=norm) for norm in ("l2", "l1")}
+    assert large == pytest.approx(small, rel=1e-6)
