@@ -95,6 +95,7 @@ __all__ = [
     "certification_spec",
     "compute_redistribution",
     "resolve_sensitivity_control",
+    "auto_sensitivity_control",
     "scale_invariant_first_layer",
     "resolve_secure_sgd_config",
     "train_pixeldp",
@@ -567,26 +568,30 @@ def resolve_sensitivity_control(control: str, noise: NoiseLayer) -> str:
     return "orthogonal" if conv else "normalize"
 
 
+def auto_sensitivity_control(*, model_name: str, model_options: dict[str, Any] | None, input_shape: tuple[int, ...], num_classes: int, pca_components: int | None = None) -> str:
+    """What ``auto`` resolves to on this architecture (:func:`resolve_sensitivity_control`).
+
+    Builds the untrained model only to look at its first layer (public: the architecture).
+    """
+    options = {k: x for k, x in dict(model_options or {}).items() if k != "noise_layer"}
+    if pca_components is not None:
+        options.setdefault("pca_components", pca_components)
+    noise = find_noise_layer(build_model(model_name, input_shape=tuple(input_shape), num_classes=num_classes, noise_layer=True, **options))
+    assert noise is not None  # built with noise_layer=True
+    return resolve_sensitivity_control("auto", noise)
+
+
 def scale_invariant_first_layer(config: Any, *, model_name: str, model_options: dict[str, Any] | None, input_shape: tuple[int, ...], num_classes: int) -> bool:
     """Whether training ``config`` on this model normalises the first layer by its own scale.
 
     True when the sensitivity control is (or ``auto`` resolves to) ``normalize`` on the model's
     first layer: the layer then computes the same function for W and c·W, and the DP-SGD
-    defaults raise the learning rate for it (:mod:`defenses.dp_defaults`, rule 5). Builds the
-    untrained model only to look at its first layer (public: the architecture).
+    defaults raise the learning rate for it (:mod:`defenses.dp_defaults`, rule 5).
     """
     control = getattr(config, "sensitivity_control", None)
-    if control is None:
-        return False
     if control == "auto":
-        options = {k: x for k, x in dict(model_options or {}).items() if k != "noise_layer"}
-        if getattr(config, "pca_components", None) is not None:
-            options.setdefault("pca_components", config.pca_components)
-        model = build_model(model_name, input_shape=tuple(input_shape), num_classes=num_classes, noise_layer=True, **options)
-        noise = find_noise_layer(model)
-        assert noise is not None  # built with noise_layer=True
-        control = resolve_sensitivity_control(control, noise)
-    return bool(control == "normalize")
+        control = auto_sensitivity_control(model_name=model_name, model_options=model_options, input_shape=input_shape, num_classes=num_classes, pca_components=getattr(config, "pca_components", None))
+    return control == "normalize"
 
 
 def resolve_secure_sgd_config(

@@ -74,14 +74,11 @@ def _dp_sweep(num_members: int, epsilon: float | None, *, scale_invariant_first_
 
 def _secure_sgd_sweep(num_members: int, epsilon: float | None, model: str, bundle: Any) -> list[dict[str, Any]]:
     """The other sensitivity controls, then DP-SGD's sweep around Secure-SGD's own derived values (rule 5 included)."""
-    from defenses.certified import resolve_sensitivity_control
-    from dpaudit.models import build_model
-    from dpaudit.robustness.noise import find_noise_layer
+    from defenses.certified import auto_sensitivity_control
 
     budget = {"target_epsilon": epsilon, "delta": DELTA}
-    noise = find_noise_layer(build_model(model, input_shape=tuple(bundle.input_shape), num_classes=int(bundle.num_classes), noise_layer=True))
-    assert noise is not None  # built with noise_layer=True
-    auto = resolve_sensitivity_control("auto", noise)  # the default's control on this model
+    # the default's control on this model
+    auto = auto_sensitivity_control(model_name=model, model_options={}, input_shape=tuple(bundle.input_shape), num_classes=int(bundle.num_classes))
     controls = [{**budget, "sensitivity_control": c} for c in ("orthogonal", "scale-noise", "normalize") if c != auto]
     si = auto == "normalize"
     return controls + [{**x, **budget} for x in _dp_sweep(num_members, epsilon, scale_invariant_first_layer=si)]

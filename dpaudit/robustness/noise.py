@@ -354,6 +354,10 @@ def _weights_of(noise: NoiseLayer, redistribution: torch.Tensor | None) -> torch
     return r
 
 
+#: Largest K·d for which :func:`layer_sensitivity` holds the block's matrix M explicitly (float64: 256 MB).
+_MAX_EXPLICIT_ENTRIES = 2**25
+
+
 def layer_sensitivity(noise: NoiseLayer, *, input_shape: tuple[int, ...], norm: str = "l2", redistribution: torch.Tensor | None = None) -> float:
     """Δ_r of the noise layer's block for input changes of unit ``norm`` (see module docstring).
 
@@ -385,10 +389,6 @@ def layer_sensitivity(noise: NoiseLayer, *, input_shape: tuple[int, ...], norm: 
     if norm == "l1":
         return float(gram.diagonal().clamp_min(0).max().sqrt())
     return float(torch.linalg.eigvalsh(gram)[-1].clamp_min(0).sqrt())
-
-
-#: Largest K·d for which :func:`layer_sensitivity` holds the block's matrix M explicitly (float64: 256 MB).
-_MAX_EXPLICIT_ENTRIES = 2**25
 
 
 def _scaled_matrix(noise: NoiseLayer, input_shape: tuple[int, ...], *, redistribution: torch.Tensor, chunk: int = 256) -> torch.Tensor:
