@@ -19,10 +19,9 @@ from flwr.app import Context, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from defenses.dssgd.flower import client_app, read_outcome, server_app
-from defenses.dssgd.protocol import FederationSetup, LocalTraining, UploadRule, flatten_parameters, run_local
-from defenses.pate.partition import partition_ids
+from defenses.dssgd.protocol import FederationSetup, UploadRule, run_local
 from dpaudit.data import load_dataset, make_splits
-from dpaudit.models import build_model
+from tests.defenses.dssgd_setups import digits_federation
 
 
 class ToyGrid:
@@ -60,19 +59,7 @@ class ToyGrid:
 def setup():
     bundle = load_dataset("digits")
     splits = make_splits(bundle, seed=0, num_members=300, num_non_members=60)
-    torch.manual_seed(0)
-    model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes)
-    return FederationSetup(
-        dataset="digits",
-        data_root=None,
-        partitions=partition_ids(splits.members, num_teachers=3, seed=0),
-        model_name="digits-mlp",
-        model_options={},
-        rule=UploadRule(upload_fraction=0.1),
-        training=LocalTraining(epochs=1, batch_size=32, learning_rate=0.1),
-        seed=0,
-        initial=flatten_parameters(model),
-    )
+    return digits_federation(bundle, splits.members, participants=3, rule=UploadRule(upload_fraction=0.1), batch_size=32)
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,6 @@ import torch
 
 from defenses.dssgd.defense import DSSGDConfig, participant_record_dir, train_dssgd
 from defenses.dssgd.protocol import (
-    FederationSetup,
-    LocalTraining,
     ParameterServer,
     Upload,
     UploadRule,
@@ -23,33 +21,17 @@ from defenses.dssgd.protocol import (
     select_largest,
     select_random_threshold,
 )
-from defenses.pate.partition import partition_ids
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.models import build_model
 from dpaudit.seeding import torch_generator
 from dpaudit.training import TrainWorkspace
+from tests.defenses.dssgd_setups import digits_federation
 
 
 @pytest.fixture(scope="module")
 def digits():
     bundle = load_dataset("digits")
     return bundle, make_splits(bundle, seed=0, num_members=120, num_non_members=60)
-
-
-def _setup(bundle, members, *, participants: int, rule: UploadRule, seed: int = 0) -> FederationSetup:
-    torch.manual_seed(seed)
-    model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes)
-    return FederationSetup(
-        dataset=bundle.name,
-        data_root=None,
-        partitions=partition_ids(members, num_teachers=participants, seed=seed),
-        model_name="digits-mlp",
-        model_options={},
-        rule=rule,
-        training=LocalTraining(epochs=1, batch_size=16, learning_rate=0.1),
-        seed=seed,
-        initial=flatten_parameters(model),
-    )
 
 
 def test_the_server_applies_exactly_the_uploaded_entries_and_counts_them():
@@ -92,7 +74,7 @@ def test_upload_selections():
 def test_one_participant_uploading_everything_is_centralised_sgd(digits):
     bundle, splits = digits
     rounds = 3
-    setup = _setup(bundle, splits.members, participants=1, rule=UploadRule(upload_fraction=1.0))
+    setup = digits_federation(bundle, splits.members, participants=1, rule=UploadRule(upload_fraction=1.0))
     outcome = run_local(setup, rounds=rounds, download_fraction=1.0, schedule="round-robin", bundle=bundle)
     model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes)
     assign_parameters(model, setup.initial)
@@ -104,7 +86,7 @@ def test_one_participant_uploading_everything_is_centralised_sgd(digits):
 
 def test_sparse_uploads_only_move_what_was_uploaded(digits):
     bundle, splits = digits
-    setup = _setup(bundle, splits.members, participants=3, rule=UploadRule(upload_fraction=0.01))
+    setup = digits_federation(bundle, splits.members, participants=3, rule=UploadRule(upload_fraction=0.01))
     seen: list[Upload] = []
     outcome = run_local(setup, rounds=2, download_fraction=1.0, schedule="random", bundle=bundle, on_upload=seen.append)
     c = fraction_count("upload_fraction", 0.01, setup.initial.numel())
@@ -120,7 +102,7 @@ def test_sparse_uploads_only_move_what_was_uploaded(digits):
 
 def test_async_turns_start_from_the_same_snapshot(digits):
     bundle, splits = digits
-    setup = _setup(bundle, splits.members, participants=3, rule=UploadRule(upload_fraction=1.0))
+    setup = digits_federation(bundle, splits.members, participants=3, rule=UploadRule(upload_fraction=1.0))
     outcome = run_local(setup, rounds=1, download_fraction=1.0, schedule="async", bundle=bundle)
     # every participant trained from the initial parameters: the global result is the initial plus the sum of the three changes
     total = setup.initial.clone()
@@ -133,7 +115,7 @@ def test_async_turns_start_from_the_same_snapshot(digits):
 
 def test_participant_state_round_trips(digits):
     bundle, splits = digits
-    setup = _setup(bundle, splits.members, participants=2, rule=UploadRule(upload_fraction=0.1, selection="random-threshold"))
+    setup = digits_federation(bundle, splits.members, participants=2, rule=UploadRule(upload_fraction=0.1, selection="random-threshold"))
     a = build_participant(setup, 1, bundle=bundle)
     all_idx = torch.arange(setup.initial.numel())
     a.run_turn(0, all_idx, setup.initial)
