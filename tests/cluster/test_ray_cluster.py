@@ -319,11 +319,16 @@ def _copy_packages(dest: Path) -> Path:
     return dest
 
 
-def test_a_node_with_other_code_is_refused_before_any_job(cluster: Cluster, tmp_path: Path) -> None:
+def _worker_with_edited_code(cluster: Cluster, tmp_path: Path) -> Node:
+    """A worker node whose checkout has one line appended to ``dpaudit/models.py``."""
     copy = _copy_packages(tmp_path / "checkout")
     with (copy / "dpaudit" / "models.py").open("a") as f:
         f.write("\n# edited on this node only\n")
-    node = cluster.add_worker({"PYTHONPATH": str(copy)})
+    return cluster.add_worker({"PYTHONPATH": str(copy)})
+
+
+def test_a_node_with_other_code_is_refused_before_any_job(cluster: Cluster, tmp_path: Path) -> None:
+    node = _worker_with_edited_code(cluster, tmp_path)
     try:
         grid = tmp_path / "grid.toml"
         grid.write_text(GRID)
@@ -331,7 +336,6 @@ def test_a_node_with_other_code_is_refused_before_any_job(cluster: Cluster, tmp_
         done = _dpaudit(["compare", "--config", str(grid), "--executor", "ray", "--address", cluster.address, "--out", str(out), "--quiet"], cluster.env({}))
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2, done.stderr
-        print(lines)
         assert len(lines) == 1 and "worker node" in lines[0] and "code fingerprint" in lines[0] and "dpaudit/models.py" in lines[0], lines
         assert not list(out.glob("compare/*/jobs/*.json")), "a job ran on a refused cluster"
     finally:
@@ -341,10 +345,7 @@ def test_a_node_with_other_code_is_refused_before_any_job(cluster: Cluster, tmp_
 def test_shipped_code_runs_on_a_node_with_another_checkout(cluster: Cluster, tmp_path: Path) -> None:
     # The node of the refusal above, with --ship-code: Ray sends the driver's packages
     # (runtime_env py_modules), every node then reports the driver's code, and the grid runs.
-    copy = _copy_packages(tmp_path / "checkout")
-    with (copy / "dpaudit" / "models.py").open("a") as f:
-        f.write("\n# edited on this node only\n")
-    node = cluster.add_worker({"PYTHONPATH": str(copy)})
+    node = _worker_with_edited_code(cluster, tmp_path)
     try:
         grid = tmp_path / "grid.toml"
         grid.write_text('name = "shipped"\ndataset = "digits"\nmodel = "digits-mlp"\nseeds = [0, 1]\n[[defenses]]\ndefense = "nonprivate"\nepochs = 2\n')
