@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -33,11 +35,24 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
 from dpaudit import _validate as v
-from dpaudit.results.audit import AuditResult, EpsilonByTrials
+from dpaudit.results.audit import AuditResult, EpsilonByTrials, load_audit_result
+from dpaudit.store import RunDir, load_npz
 from reports.figures import colour, legend_outside, new_axes, style
-from reports.render import Banner, Figure, Items, Section, Table, accountant_table, format_number
+from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.render import Banner, Figure, Items, Section, Table, accountant_table, format_number, write_report_files
 
-__all__ = ["score_histogram", "roc_figure", "guess_curve_figure", "ceiling_figure", "bounds_table", "audit_section", "split_scores"]
+__all__ = [
+    "score_histogram",
+    "roc_figure",
+    "guess_curve_figure",
+    "ceiling_figure",
+    "bounds_table",
+    "audit_section",
+    "split_scores",
+    "StoredAudit",
+    "load_audits",
+    "audit_page",
+]
 
 
 def _axes(ax: Axes | None, size: tuple[float, float] = (6.0, 3.6)) -> tuple[MplFigure, Axes]:
@@ -254,3 +269,58 @@ def audit_section(
             )
         )
     return Section(title=title, blocks=blocks)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredAudit:
+    """One audit of a run directory, as its page shows it.
+
+    Attributes:
+        name: the audit's directory name.
+        result: its stored result.
+        scores: its ``scores.npz`` (empty when none was stored).
+        trials_curve: ε_LB and the ceiling on prefixes of the scores, or ``None``.
+        no_trials_curve: why there is no such curve, for the page.
+    """
+
+    name: str
+    result: AuditResult
+    scores: Mapping[str, np.ndarray] = field(default_factory=dict)
+    trials_curve: EpsilonByTrials | None = None
+    no_trials_curve: str = "no scores were stored for this audit"
+
+
+def _trials_curve(result: AuditResult, scores: Mapping[str, Any]) -> tuple[EpsilonByTrials | None, str]:
+    """ε_LB and the ceiling on prefixes of the stored scores (the core computes; the report draws)."""
+    from dpaudit.privacy.audit import epsilon_lb_by_trials
+
+    if not scores:
+        return None, "no scores were stored for this audit"
+    try:
+        curve = epsilon_lb_by_trials(result, scores)
+    except ValueError as exc:  # a stored result the prefixes cannot be audited for; the rest of the report stands
+        return None, f"ε_LB against the number of trials could not be recomputed from the stored scores: {exc}"
+    return curve, "the stored scores are not IN/OUT observations of a game this plot covers"
+
+
+def load_audits(run: RunDir) -> list[StoredAudit]:
+    """Every finished audit of the run, by name, with its scores and its ε_LB-against-trials curve."""
+    audits = []
+    for d in run.audit_dirs():
+        result = load_audit_result(d)
+        scores = load_npz(d / "scores.npz") if (d / "scores.npz").is_file() else {}
+        curve, why = _trials_curve(result, scores)
+        audits.append(StoredAudit(name=d.name, result=result, scores=scores, trials_curve=curve, no_trials_curve=why))
+    return audits
+
+
+def audit_page(audit: StoredAudit, out: Path) -> Page:
+    """Writes ``audit-<name>.{html,md}`` and its figures into ``out``."""
+    result = audit.result
+    section = audit_section(result, audit.scores, title="Bounds and evidence", trials_curve=audit.trials_curve, no_trials_curve=audit.no_trials_curve)
+    page = write_report_files(out, [section], title=f"Audit {audit.name}", stem=f"audit-{audit.name}", kind="audit").html
+    violations = (f"audit {audit.name}: epsilon_lb {result.epsilon_lb:.4g} > epsilon_ub {result.epsilon_ub:.4g} ({result.accountant})",) if result.violation else ()
+    return Page(html=page, link=audit.name, violations=violations)
+
+
+REPORT_KINDS.register(ReportKind(name="audits", group="Audits", order=20, load=load_audits, render=audit_page))

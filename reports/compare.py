@@ -28,11 +28,13 @@ from dpaudit.results.comparison import ComparisonResult, ComparisonRow, load_com
 from dpaudit.results.membership import min_non_members
 from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
 from reports.figures import colour, legend_outside, new_axes, style
+from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.render import Banner, Figure, Items, Link, Section, Table, WrittenReport, write_report_files
 
 __all__ = [
     "advantage_figure",
     "compare_sections",
+    "compare_page",
     "compare_stem",
     "load_comparisons",
     "matrix_rows",
@@ -439,9 +441,7 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
     return sections
 
 
-def render_compare(run: RunDir, result: ComparisonResult) -> tuple[WrittenReport, list[Path]]:
-    """Writes the report (HTML + Markdown + figures) and its tables (CSV matrix, JSON summary)."""
-    out = run.reports_dir()
+def _write(out: Path, result: ComparisonResult) -> tuple[WrittenReport, list[Path]]:
     out.mkdir(parents=True, exist_ok=True)
     stem = compare_stem(result.name)
     columns, rows = matrix_rows(result)
@@ -455,3 +455,18 @@ def render_compare(run: RunDir, result: ComparisonResult) -> tuple[WrittenReport
         intro=f"{len(result.rows)} defense settings trained on {result.dataset}, attacked with the same attacks. Jobs: {result.jobs_run} run, {result.jobs_reused} reused; {result.seconds:.0f} s.",
     )
     return written, tables
+
+
+def render_compare(run: RunDir, result: ComparisonResult) -> tuple[WrittenReport, list[Path]]:
+    """Writes the report (HTML + Markdown + figures) and its tables (CSV matrix, JSON summary)."""
+    return _write(run.reports_dir(), result)
+
+
+def compare_page(result: ComparisonResult, out: Path) -> Page:
+    """Writes ``compare-<name>.{html,md}``, its figures and tables into ``out``; the rows' stored verdicts are its violations."""
+    written, tables = _write(out, result)
+    violations = tuple(f"compare {result.name} / {r.label}: {r.verdict}: {'; '.join(r.findings)}" for r in result.violations)
+    return Page(html=written.html, link=f"{result.name}: {len(result.rows)} defense settings on {result.dataset}", tables=tuple(tables), violations=violations)
+
+
+REPORT_KINDS.register(ReportKind(name="compare", group="Defenses compared under attack", order=10, load=load_comparisons, render=compare_page))
