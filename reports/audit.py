@@ -188,6 +188,37 @@ def _covered_lines(details: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _evidence_lines(result: AuditResult) -> list[str]:
+    """What the audit was: threat model, game, bound and its assumption, canary, start, score, fingerprints, coverage."""
+    lines = [
+        f"threat model: {result.threat_model}; game: {result.method}; bound: {result.bound} ({result.threshold_strategy})",
+        f"assumption of the bound: {result.assumption}" + ("" if result.assumption.startswith("none") else " — epsilon_lb is a lower bound only for mechanisms with this trade-off curve"),
+    ]
+    if result.method == "white-box":
+        lines.append(
+            "compared claim: one un-sampled Gaussian step — the auditor inserts the Dirac gradient canary itself, so whenever it is IN it is certainly in the lot; each step is one observation of that mechanism"
+        )
+        canary = result.details.get("canary")
+        if canary:
+            lines.append(f"canary coordinate: {canary['parameter']}[{canary['index']}], magnitude {format_number(float(canary['magnitude']))}; {canary['reason']}")
+    elif isinstance(result.details.get("canary"), str):
+        lines.append(f"canary: {result.details['canary']}" + (f" × {result.group_size} copies" if result.group_size and result.group_size > 1 else ""))
+    if result.method == "multi-run":
+        # Where the trainings started decides how strong the game can be (Annamalai & De Cristofaro 2024).
+        if result.details.get("init") == "worst-case":
+            lines.append("start: worst-case: every training, IN and OUT, began from the model pre-trained non-privately on records that are not members (Annamalai & De Cristofaro 2024)")
+        else:
+            lines.append("start: the trainer's own seeded initialisation (random)")
+    lines.append(f"score: {result.details.get('score', 'n/a')}")
+    # What the stored trials were keyed on: a rerun reuses them only when these match.
+    prints = {k.removesuffix("_sha256"): str(val)[:16] for k, val in result.details.items() if k.endswith("_sha256")}
+    if prints:
+        lines.append("fingerprints (SHA-256, reuse is keyed on them): " + "; ".join(f"{k} {val}" for k, val in sorted(prints.items())))
+    lines += _covered_lines(result.details)
+    lines.append("ε estimates are point estimates, never bounds; only ε_LB carries the stated confidence")
+    return lines
+
+
 def audit_section(
     result: AuditResult,
     scores: Mapping[str, np.ndarray] | None = None,
@@ -219,33 +250,7 @@ def audit_section(
     blocks.append(bounds_table(result))
     epsilons = dict(result.epsilon_ub_by_accountant) or ({result.accountant: result.epsilon_ub} if math.isfinite(result.epsilon_ub) else {})
     blocks.append(accountant_table(epsilons, delta=result.delta, description=result.claim_description, compared=result.accountant))
-    lines = [
-        f"threat model: {result.threat_model}; game: {result.method}; bound: {result.bound} ({result.threshold_strategy})",
-        f"assumption of the bound: {result.assumption}" + ("" if result.assumption.startswith("none") else " — epsilon_lb is a lower bound only for mechanisms with this trade-off curve"),
-    ]
-    if result.method == "white-box":
-        lines.append(
-            "compared claim: one un-sampled Gaussian step — the auditor inserts the Dirac gradient canary itself, so whenever it is IN it is certainly in the lot; each step is one observation of that mechanism"
-        )
-        canary = result.details.get("canary")
-        if canary:
-            lines.append(f"canary coordinate: {canary['parameter']}[{canary['index']}], magnitude {format_number(float(canary['magnitude']))}; {canary['reason']}")
-    elif isinstance(result.details.get("canary"), str):
-        lines.append(f"canary: {result.details['canary']}" + (f" × {result.group_size} copies" if result.group_size and result.group_size > 1 else ""))
-    if result.method == "multi-run":
-        # Where the trainings started decides how strong the game can be (Annamalai & De Cristofaro 2024).
-        if result.details.get("init") == "worst-case":
-            lines.append("start: worst-case: every training, IN and OUT, began from the model pre-trained non-privately on records that are not members (Annamalai & De Cristofaro 2024)")
-        else:
-            lines.append("start: the trainer's own seeded initialisation (random)")
-    lines.append(f"score: {result.details.get('score', 'n/a')}")
-    # What the stored trials were keyed on: a rerun reuses them only when these match.
-    prints = {k.removesuffix("_sha256"): str(val)[:16] for k, val in result.details.items() if k.endswith("_sha256")}
-    if prints:
-        lines.append("fingerprints (SHA-256, reuse is keyed on them): " + "; ".join(f"{k} {val}" for k, val in sorted(prints.items())))
-    lines += _covered_lines(result.details)
-    lines.append("ε estimates are point estimates, never bounds; only ε_LB carries the stated confidence")
-    blocks.append(Items(items=lines))
+    blocks.append(Items(items=_evidence_lines(result)))
     s_in, s_out = split_scores(scores) if scores else (np.zeros(0), np.zeros(0))
     drawable = bool(s_in.size and s_out.size)
     why = "no IN/OUT scores were stored for this audit" if not scores else "one of the IN/OUT score sets is empty"

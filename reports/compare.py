@@ -341,8 +341,8 @@ def _links_table(result: ComparisonResult) -> Table | None:
     return Table(columns=["setting", "trained models", *[f"report {i + 1}" for i in range(width - 2)]], rows=rows, caption="The reports each row's numbers come from.")
 
 
-def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> list[Section]:
-    """The report's sections (the index links it; ``files`` are the CSV/JSON written beside it)."""
+def _verdicts(result: ComparisonResult) -> list[Any]:
+    """The stored verdict of every row: a banner per finding (or one that all is well), then one line per row."""
     verdicts: list[Any] = []
     for r in result.rows:
         if r.verdict != "no violation":
@@ -362,6 +362,11 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
             ]
         )
     )
+    return verdicts
+
+
+def _matrix_tables(result: ComparisonResult) -> list[Any]:
+    """The defense × measure matrix as tables: privacy, then evasion and inversion, the drill-down links, ε_UB per accountant."""
     columns, rows = matrix_rows(result)
     # The matrix is wide: privacy columns in one table, evasion and inversion in a second (the
     # CSV has every column). Spread over repeats and the ceiling ride in the cells beside them.
@@ -383,36 +388,38 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
         )
     attack_cols = ["setting", *columns[split:-1]]
     attack_rows = [[r[0], *r[split:-1]] for r in rows]
-    sections = [
-        Section(title="Verdicts", blocks=verdicts),
-        Section(
-            title="Defense × measure",
-            blocks=[
-                Table(
-                    columns=privacy_cols,
-                    rows=privacy_rows,
-                    caption=(
-                        f"Mean over {len(result.rows[0].model_ids)} repeat(s). Accuracy loss is against the non-private baseline ({result.baseline}). ε_LB is the best over every attack "
-                        f"and repeat, valid jointly at {result.confidence:.0%} (Bonferroni); membership attacks' ε_LB are Clopper–Pearson bounds, which assume nothing of the "
-                        "trade-off curve, and an audit's names its own assumption; the strongest MIA is the one with the largest AUC. Advantage = max over thresholds of TPR − FPR; "
-                        "an ε-DP model's is at most e^ε − 1 (Yeom et al. 2018)."
-                    ),
-                ),
-                *(
-                    [
-                        Table(
-                            columns=attack_cols,
-                            rows=attack_rows,
-                            caption="Inversion: top-1 accuracy of an evaluation classifier on the reconstructions. Robust accuracy: the strongest evasion attack at each radius; certified where the defense certifies.",
-                        )
-                    ]
-                    if any(r.inversion_top1 is not None or r.robust_accuracy for r in result.rows)
-                    else []
-                ),
-                *([t] if (t := _links_table(result)) else []),
-                *([t] if (t := _accountant_table(result)) else []),
-            ],
+    return [
+        Table(
+            columns=privacy_cols,
+            rows=privacy_rows,
+            caption=(
+                f"Mean over {len(result.rows[0].model_ids)} repeat(s). Accuracy loss is against the non-private baseline ({result.baseline}). ε_LB is the best over every attack "
+                f"and repeat, valid jointly at {result.confidence:.0%} (Bonferroni); membership attacks' ε_LB are Clopper–Pearson bounds, which assume nothing of the "
+                "trade-off curve, and an audit's names its own assumption; the strongest MIA is the one with the largest AUC. Advantage = max over thresholds of TPR − FPR; "
+                "an ε-DP model's is at most e^ε − 1 (Yeom et al. 2018)."
+            ),
         ),
+        *(
+            [
+                Table(
+                    columns=attack_cols,
+                    rows=attack_rows,
+                    caption="Inversion: top-1 accuracy of an evaluation classifier on the reconstructions. Robust accuracy: the strongest evasion attack at each radius; certified where the defense certifies.",
+                )
+            ]
+            if any(r.inversion_top1 is not None or r.robust_accuracy for r in result.rows)
+            else []
+        ),
+        *([t] if (t := _links_table(result)) else []),
+        *([t] if (t := _accountant_table(result)) else []),
+    ]
+
+
+def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> list[Section]:
+    """The report's sections (the index links it; ``files`` are the CSV/JSON written beside it)."""
+    sections = [
+        Section(title="Verdicts", blocks=_verdicts(result)),
+        Section(title="Defense × measure", blocks=_matrix_tables(result)),
         Section(
             title="Privacy–utility curves",
             blocks=[
