@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -33,11 +35,24 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
 from dpaudit import _validate as v
-from dpaudit.results.audit import AuditResult, EpsilonByTrials
+from dpaudit.results.audit import AuditResult, EpsilonByTrials, load_audit_result
+from dpaudit.store import RunDir, load_npz
 from reports.figures import colour, legend_outside, new_axes, style
-from reports.render import Banner, Figure, Items, Section, Table, accountant_table, format_number
+from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.render import Banner, Figure, Items, Section, Table, accountant_table, format_number, write_report_files
 
-__all__ = ["score_histogram", "roc_figure", "guess_curve_figure", "ceiling_figure", "bounds_table", "audit_section", "split_scores"]
+__all__ = [
+    "score_histogram",
+    "roc_figure",
+    "guess_curve_figure",
+    "ceiling_figure",
+    "bounds_table",
+    "audit_section",
+    "split_scores",
+    "StoredAudit",
+    "load_audits",
+    "audit_page",
+]
 
 
 def _axes(ax: Axes | None, size: tuple[float, float] = (6.0, 3.6)) -> tuple[MplFigure, Axes]:
@@ -173,6 +188,37 @@ def _covered_lines(details: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _evidence_lines(result: AuditResult) -> list[str]:
+    """What the audit was: threat model, game, bound and its assumption, canary, start, score, fingerprints, coverage."""
+    lines = [
+        f"threat model: {result.threat_model}; game: {result.method}; bound: {result.bound} ({result.threshold_strategy})",
+        f"assumption of the bound: {result.assumption}" + ("" if result.assumption.startswith("none") else " — epsilon_lb is a lower bound only for mechanisms with this trade-off curve"),
+    ]
+    if result.method == "white-box":
+        lines.append(
+            "compared claim: one un-sampled Gaussian step — the auditor inserts the Dirac gradient canary itself, so whenever it is IN it is certainly in the lot; each step is one observation of that mechanism"
+        )
+        canary = result.details.get("canary")
+        if canary:
+            lines.append(f"canary coordinate: {canary['parameter']}[{canary['index']}], magnitude {format_number(float(canary['magnitude']))}; {canary['reason']}")
+    elif isinstance(result.details.get("canary"), str):
+        lines.append(f"canary: {result.details['canary']}" + (f" × {result.group_size} copies" if result.group_size and result.group_size > 1 else ""))
+    if result.method == "multi-run":
+        # Where the trainings started decides how strong the game can be (Annamalai & De Cristofaro 2024).
+        if result.details.get("init") == "worst-case":
+            lines.append("start: worst-case: every training, IN and OUT, began from the model pre-trained non-privately on records that are not members (Annamalai & De Cristofaro 2024)")
+        else:
+            lines.append("start: the trainer's own seeded initialisation (random)")
+    lines.append(f"score: {result.details.get('score', 'n/a')}")
+    # What the stored trials were keyed on: a rerun reuses them only when these match.
+    prints = {k.removesuffix("_sha256"): str(val)[:16] for k, val in result.details.items() if k.endswith("_sha256")}
+    if prints:
+        lines.append("fingerprints (SHA-256, reuse is keyed on them): " + "; ".join(f"{k} {val}" for k, val in sorted(prints.items())))
+    lines += _covered_lines(result.details)
+    lines.append("ε estimates are point estimates, never bounds; only ε_LB carries the stated confidence")
+    return lines
+
+
 def audit_section(
     result: AuditResult,
     scores: Mapping[str, np.ndarray] | None = None,
@@ -204,33 +250,7 @@ def audit_section(
     blocks.append(bounds_table(result))
     epsilons = dict(result.epsilon_ub_by_accountant) or ({result.accountant: result.epsilon_ub} if math.isfinite(result.epsilon_ub) else {})
     blocks.append(accountant_table(epsilons, delta=result.delta, description=result.claim_description, compared=result.accountant))
-    lines = [
-        f"threat model: {result.threat_model}; game: {result.method}; bound: {result.bound} ({result.threshold_strategy})",
-        f"assumption of the bound: {result.assumption}" + ("" if result.assumption.startswith("none") else " — epsilon_lb is a lower bound only for mechanisms with this trade-off curve"),
-    ]
-    if result.method == "white-box":
-        lines.append(
-            "compared claim: one un-sampled Gaussian step — the auditor inserts the Dirac gradient canary itself, so whenever it is IN it is certainly in the lot; each step is one observation of that mechanism"
-        )
-        canary = result.details.get("canary")
-        if canary:
-            lines.append(f"canary coordinate: {canary['parameter']}[{canary['index']}], magnitude {format_number(float(canary['magnitude']))}; {canary['reason']}")
-    elif isinstance(result.details.get("canary"), str):
-        lines.append(f"canary: {result.details['canary']}" + (f" × {result.group_size} copies" if result.group_size and result.group_size > 1 else ""))
-    if result.method == "multi-run":
-        # Where the trainings started decides how strong the game can be (Annamalai & De Cristofaro 2024).
-        if result.details.get("init") == "worst-case":
-            lines.append("start: worst-case: every training, IN and OUT, began from the model pre-trained non-privately on records that are not members (Annamalai & De Cristofaro 2024)")
-        else:
-            lines.append("start: the trainer's own seeded initialisation (random)")
-    lines.append(f"score: {result.details.get('score', 'n/a')}")
-    # What the stored trials were keyed on: a rerun reuses them only when these match.
-    prints = {k.removesuffix("_sha256"): str(val)[:16] for k, val in result.details.items() if k.endswith("_sha256")}
-    if prints:
-        lines.append("fingerprints (SHA-256, reuse is keyed on them): " + "; ".join(f"{k} {val}" for k, val in sorted(prints.items())))
-    lines += _covered_lines(result.details)
-    lines.append("ε estimates are point estimates, never bounds; only ε_LB carries the stated confidence")
-    blocks.append(Items(items=lines))
+    blocks.append(Items(items=_evidence_lines(result)))
     s_in, s_out = split_scores(scores) if scores else (np.zeros(0), np.zeros(0))
     drawable = bool(s_in.size and s_out.size)
     why = "no IN/OUT scores were stored for this audit" if not scores else "one of the IN/OUT score sets is empty"
@@ -254,3 +274,58 @@ def audit_section(
             )
         )
     return Section(title=title, blocks=blocks)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredAudit:
+    """One audit of a run directory, as its page shows it.
+
+    Attributes:
+        name: the audit's directory name.
+        result: its stored result.
+        scores: its ``scores.npz`` (empty when none was stored).
+        trials_curve: ε_LB and the ceiling on prefixes of the scores, or ``None``.
+        no_trials_curve: why there is no such curve, for the page.
+    """
+
+    name: str
+    result: AuditResult
+    scores: Mapping[str, np.ndarray] = field(default_factory=dict)
+    trials_curve: EpsilonByTrials | None = None
+    no_trials_curve: str = "no scores were stored for this audit"
+
+
+def _trials_curve(result: AuditResult, scores: Mapping[str, Any]) -> tuple[EpsilonByTrials | None, str]:
+    """ε_LB and the ceiling on prefixes of the stored scores (the core computes; the report draws)."""
+    from dpaudit.privacy.audit import epsilon_lb_by_trials
+
+    if not scores:
+        return None, "no scores were stored for this audit"
+    try:
+        curve = epsilon_lb_by_trials(result, scores)
+    except ValueError as exc:  # a stored result the prefixes cannot be audited for; the rest of the report stands
+        return None, f"ε_LB against the number of trials could not be recomputed from the stored scores: {exc}"
+    return curve, "the stored scores are not IN/OUT observations of a game this plot covers"
+
+
+def load_audits(run: RunDir) -> list[StoredAudit]:
+    """Every finished audit of the run, by name, with its scores and its ε_LB-against-trials curve."""
+    audits = []
+    for d in run.audit_dirs():
+        result = load_audit_result(d)
+        scores = load_npz(d / "scores.npz") if (d / "scores.npz").is_file() else {}
+        curve, why = _trials_curve(result, scores)
+        audits.append(StoredAudit(name=d.name, result=result, scores=scores, trials_curve=curve, no_trials_curve=why))
+    return audits
+
+
+def audit_page(audit: StoredAudit, out: Path) -> Page:
+    """Writes ``audit-<name>.{html,md}`` and its figures into ``out``."""
+    result = audit.result
+    section = audit_section(result, audit.scores, title="Bounds and evidence", trials_curve=audit.trials_curve, no_trials_curve=audit.no_trials_curve)
+    page = write_report_files(out, [section], title=f"Audit {audit.name}", stem=f"audit-{audit.name}", kind="audit").html
+    violations = (f"audit {audit.name}: epsilon_lb {result.epsilon_lb:.4g} > epsilon_ub {result.epsilon_ub:.4g} ({result.accountant})",) if result.violation else ()
+    return Page(html=page, link=audit.name, violations=violations)
+
+
+REPORT_KINDS.register(ReportKind(name="audits", group="Audits", order=20, load=load_audits, render=audit_page))

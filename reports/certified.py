@@ -33,6 +33,7 @@ from dpaudit.results import EvasionResult, TrainedModel, load_evasion_result, lo
 from dpaudit.results.certification import CertificationResult, load_certification_result
 from dpaudit.store import RunDir, atomic_write_text, read_json
 from reports.figures import colour, legend_outside, new_axes, style
+from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.render import Banner, Figure, Section, Table, Text, WrittenReport, accountant_table, write_report_files
 
 __all__ = [
@@ -47,6 +48,10 @@ __all__ = [
     "certified_sections",
     "write_certified_tables",
     "write_certified_report",
+    "render_certified",
+    "CertifiedRuns",
+    "load_certified",
+    "certified_page",
 ]
 
 SUMMARY_FILE = "summary.json"
@@ -395,6 +400,45 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[
     return sections
 
 
+@dataclass(frozen=True, kw_only=True)
+class CertifiedRuns:
+    """Every model certified in a run directory, and every record's accuracy against its DP ε (one page).
+
+    Attributes:
+        runs: what ``dpaudit certify`` stored per model (:func:`load_certified_runs`).
+        eps_rows: conventional accuracy against ε (:func:`accuracy_epsilon_rows`).
+    """
+
+    runs: tuple[CertifiedRun, ...]
+    eps_rows: tuple[Mapping[str, Any], ...] = ()
+
+
+def _certified(run: RunDir, runs: Sequence[CertifiedRun]) -> CertifiedRuns:
+    records = [load_record(d) for d in run.record_dirs()]
+    return CertifiedRuns(runs=tuple(runs), eps_rows=tuple(accuracy_epsilon_rows(records, runs)))
+
+
+def load_certified(run: RunDir) -> list[CertifiedRuns]:
+    """The run's certified models as the one item of the certified report (none when nothing was certified)."""
+    runs = load_certified_runs(run)
+    return [_certified(run, runs)] if runs else []
+
+
+def _write(out: Path, item: CertifiedRuns) -> tuple[WrittenReport, list[Path]]:
+    out.mkdir(parents=True, exist_ok=True)
+    csv_files = write_certified_tables(out, item.runs, item.eps_rows)
+    written = write_report_files(out, certified_sections(item.runs, item.eps_rows, csv_files), title="Certified vs conventional accuracy", stem="certified", kind="certified")
+    return written, csv_files
+
+
+def certified_page(item: CertifiedRuns, out: Path) -> Page:
+    """Writes ``certified.{html,md}``, its figures and non-empty CSV tables into ``out``."""
+    # The soundness verdicts are the ones ``certify`` stored; the page only shows them.
+    violations = tuple(f"certify {cr.summary['model_id']}: {len(cr.soundness_violations)} soundness violation(s)" for cr in item.runs if cr.soundness_violations)
+    written, csv_files = _write(out, item)
+    return Page(html=written.html, link=f"certified vs conventional accuracy ({len(item.runs)} model(s))", tables=tuple(csv_files), violations=violations)
+
+
 def write_certified_report(run_dir: str | Path | RunDir, *, runs: Sequence[CertifiedRun] | None = None) -> Path:
     """Writes ``certified.{html,md}``, its figures and non-empty CSV tables into the run's reports directory; returns the HTML path."""
     return render_certified(run_dir, runs=runs)[0].html
@@ -403,11 +447,7 @@ def write_certified_report(run_dir: str | Path | RunDir, *, runs: Sequence[Certi
 def render_certified(run_dir: str | Path | RunDir, *, runs: Sequence[CertifiedRun] | None = None) -> tuple[WrittenReport, list[Path]]:
     """Writes the certified report and its CSV tables; returns (the report's files, the CSV files)."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    runs = load_certified_runs(run) if runs is None else list(runs)
-    out = run.reports_dir()
-    out.mkdir(parents=True, exist_ok=True)
-    records = [load_record(d) for d in run.record_dirs()]
-    eps_rows = accuracy_epsilon_rows(records, runs)
-    csv_files = write_certified_tables(out, runs, eps_rows)
-    written = write_report_files(out, certified_sections(runs, eps_rows, csv_files), title="Certified vs conventional accuracy", stem="certified", kind="certified")
-    return written, csv_files
+    return _write(run.reports_dir(), _certified(run, load_certified_runs(run) if runs is None else list(runs)))
+
+
+REPORT_KINDS.register(ReportKind(name="certified", group="Certified robustness", order=40, load=load_certified, render=certified_page))

@@ -28,11 +28,13 @@ from dpaudit.results.comparison import ComparisonResult, ComparisonRow, load_com
 from dpaudit.results.membership import min_non_members
 from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
 from reports.figures import colour, legend_outside, new_axes, style
+from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.render import Banner, Figure, Items, Link, Section, Table, WrittenReport, write_report_files
 
 __all__ = [
     "advantage_figure",
     "compare_sections",
+    "compare_page",
     "compare_stem",
     "load_comparisons",
     "matrix_rows",
@@ -339,8 +341,8 @@ def _links_table(result: ComparisonResult) -> Table | None:
     return Table(columns=["setting", "trained models", *[f"report {i + 1}" for i in range(width - 2)]], rows=rows, caption="The reports each row's numbers come from.")
 
 
-def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> list[Section]:
-    """The report's sections (the index links it; ``files`` are the CSV/JSON written beside it)."""
+def _verdicts(result: ComparisonResult) -> list[Any]:
+    """The stored verdict of every row: a banner per finding (or one that all is well), then one line per row."""
     verdicts: list[Any] = []
     for r in result.rows:
         if r.verdict != "no violation":
@@ -360,6 +362,11 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
             ]
         )
     )
+    return verdicts
+
+
+def _matrix_tables(result: ComparisonResult) -> list[Any]:
+    """The defense × measure matrix as tables: privacy, then evasion and inversion, the drill-down links, ε_UB per accountant."""
     columns, rows = matrix_rows(result)
     # The matrix is wide: privacy columns in one table, evasion and inversion in a second (the
     # CSV has every column). Spread over repeats and the ceiling ride in the cells beside them.
@@ -381,36 +388,38 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
         )
     attack_cols = ["setting", *columns[split:-1]]
     attack_rows = [[r[0], *r[split:-1]] for r in rows]
-    sections = [
-        Section(title="Verdicts", blocks=verdicts),
-        Section(
-            title="Defense × measure",
-            blocks=[
-                Table(
-                    columns=privacy_cols,
-                    rows=privacy_rows,
-                    caption=(
-                        f"Mean over {len(result.rows[0].model_ids)} repeat(s). Accuracy loss is against the non-private baseline ({result.baseline}). ε_LB is the best over every attack "
-                        f"and repeat, valid jointly at {result.confidence:.0%} (Bonferroni); membership attacks' ε_LB are Clopper–Pearson bounds, which assume nothing of the "
-                        "trade-off curve, and an audit's names its own assumption; the strongest MIA is the one with the largest AUC. Advantage = max over thresholds of TPR − FPR; "
-                        "an ε-DP model's is at most e^ε − 1 (Yeom et al. 2018)."
-                    ),
-                ),
-                *(
-                    [
-                        Table(
-                            columns=attack_cols,
-                            rows=attack_rows,
-                            caption="Inversion: top-1 accuracy of an evaluation classifier on the reconstructions. Robust accuracy: the strongest evasion attack at each radius; certified where the defense certifies.",
-                        )
-                    ]
-                    if any(r.inversion_top1 is not None or r.robust_accuracy for r in result.rows)
-                    else []
-                ),
-                *([t] if (t := _links_table(result)) else []),
-                *([t] if (t := _accountant_table(result)) else []),
-            ],
+    return [
+        Table(
+            columns=privacy_cols,
+            rows=privacy_rows,
+            caption=(
+                f"Mean over {len(result.rows[0].model_ids)} repeat(s). Accuracy loss is against the non-private baseline ({result.baseline}). ε_LB is the best over every attack "
+                f"and repeat, valid jointly at {result.confidence:.0%} (Bonferroni); membership attacks' ε_LB are Clopper–Pearson bounds, which assume nothing of the "
+                "trade-off curve, and an audit's names its own assumption; the strongest MIA is the one with the largest AUC. Advantage = max over thresholds of TPR − FPR; "
+                "an ε-DP model's is at most e^ε − 1 (Yeom et al. 2018)."
+            ),
         ),
+        *(
+            [
+                Table(
+                    columns=attack_cols,
+                    rows=attack_rows,
+                    caption="Inversion: top-1 accuracy of an evaluation classifier on the reconstructions. Robust accuracy: the strongest evasion attack at each radius; certified where the defense certifies.",
+                )
+            ]
+            if any(r.inversion_top1 is not None or r.robust_accuracy for r in result.rows)
+            else []
+        ),
+        *([t] if (t := _links_table(result)) else []),
+        *([t] if (t := _accountant_table(result)) else []),
+    ]
+
+
+def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> list[Section]:
+    """The report's sections (the index links it; ``files`` are the CSV/JSON written beside it)."""
+    sections = [
+        Section(title="Verdicts", blocks=_verdicts(result)),
+        Section(title="Defense × measure", blocks=_matrix_tables(result)),
         Section(
             title="Privacy–utility curves",
             blocks=[
@@ -439,9 +448,7 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
     return sections
 
 
-def render_compare(run: RunDir, result: ComparisonResult) -> tuple[WrittenReport, list[Path]]:
-    """Writes the report (HTML + Markdown + figures) and its tables (CSV matrix, JSON summary)."""
-    out = run.reports_dir()
+def _write(out: Path, result: ComparisonResult) -> tuple[WrittenReport, list[Path]]:
     out.mkdir(parents=True, exist_ok=True)
     stem = compare_stem(result.name)
     columns, rows = matrix_rows(result)
@@ -455,3 +462,18 @@ def render_compare(run: RunDir, result: ComparisonResult) -> tuple[WrittenReport
         intro=f"{len(result.rows)} defense settings trained on {result.dataset}, attacked with the same attacks. Jobs: {result.jobs_run} run, {result.jobs_reused} reused; {result.seconds:.0f} s.",
     )
     return written, tables
+
+
+def render_compare(run: RunDir, result: ComparisonResult) -> tuple[WrittenReport, list[Path]]:
+    """Writes the report (HTML + Markdown + figures) and its tables (CSV matrix, JSON summary)."""
+    return _write(run.reports_dir(), result)
+
+
+def compare_page(result: ComparisonResult, out: Path) -> Page:
+    """Writes ``compare-<name>.{html,md}``, its figures and tables into ``out``; the rows' stored verdicts are its violations."""
+    written, tables = _write(out, result)
+    violations = tuple(f"compare {result.name} / {r.label}: {r.verdict}: {'; '.join(r.findings)}" for r in result.violations)
+    return Page(html=written.html, link=f"{result.name}: {len(result.rows)} defense settings on {result.dataset}", tables=tuple(tables), violations=violations)
+
+
+REPORT_KINDS.register(ReportKind(name="compare", group="Defenses compared under attack", order=10, load=load_comparisons, render=compare_page))

@@ -37,7 +37,8 @@ from dpaudit.results import InversionResult, TrainedModel, load_inversion_result
 from dpaudit.results.membership import tpr_unresolved
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import colour, new_axes, style
-from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number
+from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number, write_report_files
 
 __all__ = [
     "InversionTarget",
@@ -51,6 +52,8 @@ __all__ = [
     "inversion_summary",
     "INVERSION_REPORT_STEM",
     "CLASSES_PER_BLOCK",
+    "load_inverted_targets",
+    "inversion_page",
 ]
 
 #: File stem of the run's inversion page.
@@ -457,3 +460,19 @@ def inversion_sections(targets: Sequence[InversionTarget], *, confidence: float 
 def inversion_summary(targets: Sequence[InversionTarget]) -> Mapping[str, Any]:
     """Counts for the index link text."""
     return {"targets": len(targets), "attacks": sorted({r.attack for t in targets for r in t.results})}
+
+
+def load_inverted_targets(run: RunDir) -> list[tuple[InversionTarget, ...]]:
+    """The run's inversion targets as the one item of the inversion report (none when it holds none)."""
+    targets = tuple(load_inversion_targets(run))
+    return [targets] if targets else []
+
+
+def inversion_page(targets: tuple[InversionTarget, ...], out: Path) -> Page:
+    """Writes ``inversion.{html,md}`` and its image grids into ``out``."""
+    page = write_report_files(out, inversion_sections(targets), title="Model inversion", stem=INVERSION_REPORT_STEM, kind="inversion").html
+    counts = inversion_summary(targets)
+    return Page(html=page, link=f"model inversion ({', '.join(counts['attacks'])}) against {counts['targets']} target(s)")
+
+
+REPORT_KINDS.register(ReportKind(name="inversion", group="Model inversion", order=60, load=load_inverted_targets, render=inversion_page))

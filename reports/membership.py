@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,24 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
 from dpaudit import _validate as v
-from dpaudit.results import DEFAULT_FPRS, MembershipResult, load_record
+from dpaudit.results import DEFAULT_FPRS, MembershipResult, load_membership_result, load_record
 from dpaudit.results.membership import tpr_unresolved
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import colour, legend_outside, new_axes, style
+from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, write_report_files
 
-__all__ = ["plot_roc", "membership_table", "tpr_table", "membership_sections", "write_membership_report", "membership_report_stem"]
+__all__ = [
+    "plot_roc",
+    "membership_table",
+    "tpr_table",
+    "membership_sections",
+    "write_membership_report",
+    "membership_report_stem",
+    "AttackedTarget",
+    "load_attacked_targets",
+    "membership_page",
+]
 
 
 def _as_list(results: Mapping[str, MembershipResult] | Sequence[MembershipResult]) -> list[MembershipResult]:
@@ -176,3 +188,53 @@ def write_membership_report(
         epsilons, claim_description = record.claim.epsilons(delta=delta), record.claim.statement()
     sections = membership_sections(items, epsilons=epsilons, claim_description=claim_description, delta=delta, confidence=confidence)
     return write_report_files(run.reports_dir(), sections, title=f"Membership inference against {targets[0]}", stem=membership_report_stem(targets[0]), kind="membership").html
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttackedTarget:
+    """The membership attacks against one target of a run directory, with the target's claim.
+
+    Attributes:
+        model_id: the target.
+        results: every attack's stored result, by file name.
+        epsilons: the claim's ε under every accountant at ``delta``; ``None`` when the run
+            directory does not hold the target's record.
+        claim_description: the claim's statement.
+        delta: the δ of those ε (the record's, else 1e-5).
+    """
+
+    model_id: str
+    results: tuple[MembershipResult, ...]
+    epsilons: Mapping[str, float] | None = None
+    claim_description: str = ""
+    delta: float = 1e-5
+
+
+def load_attacked_targets(run: RunDir) -> list[AttackedTarget]:
+    """Every target of the run with stored membership results, by name, with its record's claim."""
+    targets = []
+    for d in run.membership_dirs():
+        results = tuple(load_membership_result(p) for p in sorted(d.glob("*.json")))
+        if not results:
+            continue
+        model_id = results[0].model_id
+        # A sub-model (a PATE teacher, a DSSGD participant) is a record in a cache under records/.
+        found = run.find_record_dir(model_id)
+        if found is None:
+            targets.append(AttackedTarget(model_id=model_id, results=results))
+            continue
+        record = load_record(found)
+        delta = float(record.metrics.get("delta") or record.config.get("delta") or 1e-5)
+        targets.append(AttackedTarget(model_id=model_id, results=results, epsilons=record.claim.epsilons(delta=delta), claim_description=record.claim.statement(), delta=delta))
+    return targets
+
+
+def membership_page(target: AttackedTarget, out: Path) -> Page:
+    """Writes ``membership-<model_id>.{html,md}`` and its ROC figure into ``out``."""
+    sections = membership_sections(target.results, epsilons=target.epsilons, claim_description=target.claim_description, delta=target.delta)
+    stem = membership_report_stem(target.model_id)
+    page = write_report_files(out, sections, title=f"Membership inference against {target.model_id}", stem=stem, kind="membership").html
+    return Page(html=page, link=stem.removeprefix("membership-"))
+
+
+REPORT_KINDS.register(ReportKind(name="membership", group="Membership inference", order=30, load=load_attacked_targets, render=membership_page))

@@ -25,9 +25,20 @@ from dpaudit.privacy.pate import settings_used
 from dpaudit.results.record import TrainedModel, load_record
 from dpaudit.store import RunDir, load_npz, thaw
 from reports.figures import legend_outside, new_axes
-from reports.render import Figure, Section, Table, Text
+from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.render import Figure, Section, Table, Text, write_report_files
 
-__all__ = ["PateRun", "load_pate_runs", "pate_label", "pate_rows", "epsilon_answers_figure", "accuracy_epsilon_figure", "pate_sections"]
+__all__ = [
+    "PateRun",
+    "load_pate_runs",
+    "pate_label",
+    "pate_rows",
+    "epsilon_answers_figure",
+    "accuracy_epsilon_figure",
+    "pate_sections",
+    "load_pate_students",
+    "pate_page",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,3 +259,18 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
             blocks=[Figure(figure=accuracy_epsilon_figure(rows, published=published), name="pate-accuracy-epsilon", caption="Filled: measured here; hollow: published.")],
         ),
     ]
+
+
+def load_pate_students(run: RunDir) -> list[tuple[PateRun, ...]]:
+    """The run's PATE students as the one item of the PATE report (none when it holds none)."""
+    runs = tuple(load_pate_runs(run)) if run.subdir("records").is_dir() else ()
+    return [runs] if runs else []
+
+
+def pate_page(runs: tuple[PateRun, ...], out: Path) -> Page:
+    """Writes ``pate.{html,md}`` and its figures into ``out``."""
+    page = write_report_files(out, pate_sections(runs), title="PATE students", stem="pate", kind="report").html
+    return Page(html=page, link=f"PATE students ({len(runs)})")
+
+
+REPORT_KINDS.register(ReportKind(name="pate", group="PATE", order=50, load=load_pate_students, render=pate_page))

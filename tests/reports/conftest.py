@@ -1,23 +1,29 @@
-"""A small run directory built from result values alone (no torch, no training)."""
+"""Small run directories built from result values alone (no torch, no training): one holding
+audits, membership attacks and certify results, and a sample run per report kind for the
+report-kind contract suite (:data:`REPORT_SAMPLES`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from dpaudit.privacy import pate
 from dpaudit.privacy.claims import dpsgd_claim
 from dpaudit.results import (
     AuditResult,
     CertificationResult,
     EvasionResult,
+    InversionResult,
     Membership,
     MembershipResult,
     TrainedModel,
     save_audit_result,
     save_certification_result,
     save_evasion_result,
+    save_inversion_result,
     save_membership_result,
 )
+from dpaudit.results.comparison import ComparisonResult, ComparisonRow, save_comparison
 from dpaudit.store import RunDir, atomic_save_npz, atomic_write_json
 
 DP_MODEL = "dpsgd-digits-mlp-seed0"
@@ -116,3 +122,134 @@ def full_run(tmp_path) -> RunDir:
 def make_run():
     """The builder itself, for tests that need a run with parts left out."""
     return build_run
+
+
+def inversion_result(model_id: str, attack: str, *, k: int = 4, shape=(1, 8, 8), top1: float = 1.0, seed: int = 0) -> InversionResult:
+    """An inversion of ``k`` classes of which a share ``top1`` the evaluator labels correctly."""
+    rng = np.random.default_rng(seed)
+    classes = np.arange(k, dtype=np.int64)
+    imgs = [rng.uniform(0, 1, (k, *shape)).astype(np.float32) for _ in range(4)]
+    right = np.arange(k) < round(top1 * k)
+    first = np.where(right, classes, (classes + 1) % k)
+    top5 = np.stack([first, *[(first + j) % k for j in range(1, min(5, k))]], axis=1)
+    n = 40
+    member = np.arange(n) < n // 2
+    membership = MembershipResult(attack=f"inversion-{attack}", model_id=model_id, sample_ids=np.arange(n), scores=rng.normal(0, 1, n) + member, is_member=member)
+    return InversionResult(
+        attack=attack,
+        model_id=model_id,
+        target_classes=classes,
+        reconstructions=imgs[0],
+        target_confidence=rng.uniform(0, 1, k),
+        evaluator_top5=top5,
+        knn_distance=np.full(k, 1.2345),
+        knn_ids=np.arange(k),
+        psnr=np.full(k, 17.25),
+        distance_to_mean=np.full(k, 0.1),
+        distance_to_member=np.full(k, 0.2),
+        distance_to_non_member=np.full(k, 0.3),
+        nearest_member_ids=np.arange(k),
+        nearest_non_member_ids=np.arange(k) + 100,
+        class_means=imgs[1],
+        nearest_members=imgs[2],
+        nearest_non_members=imgs[3],
+        membership=membership,
+        config={"attack": {"steps": 100}},
+        metadata={"seconds": 1.5, "evaluator_accuracy": 0.95, "num_dataset_classes": 10},
+    )
+
+
+@pytest.fixture
+def make_inversion_result():
+    """:func:`inversion_result`, for tests that build inversion results of their own."""
+    return inversion_result
+
+
+def build_inversion_run(path) -> RunDir:
+    """One target with its record, inverted by one attack."""
+    run = RunDir(path).create(command="test")
+    _record(run, DP_MODEL, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics={"test_accuracy": 0.9, "delta": 1e-5})
+    save_inversion_result(inversion_result(DP_MODEL, "mi-face", top1=0.5), run.inversion_dir(DP_MODEL))
+    return run
+
+
+def build_pate_run(path) -> RunDir:
+    """One GNMax student whose claim is the data-dependent analysis of a small, confident vote matrix."""
+    run = RunDir(path).create(command="test")
+    queries, sigma, delta = 20, 40.0, 1e-5
+    votes = np.zeros((queries, 10), dtype=np.int64)
+    votes[:, 0], votes[:, 1] = 230, 20  # 250 teachers, a clear plurality on every query
+    claim = pate.pate_claim(pate.analyze_gnmax(votes, sigma=sigma, delta=delta), parameters={"sigma": sigma}, num_answered=queries)
+    model_id = "pate-digits-digits-mlp-seed0"
+    rec = TrainedModel(
+        model_id=model_id,
+        defense="pate",
+        model_name="digits-mlp",
+        dataset="digits",
+        input_shape=(1, 8, 8),
+        num_classes=10,
+        membership=Membership(members=np.arange(0, 20), non_members=np.arange(20, 40)),
+        seed=0,
+        config={"aggregator": "gnmax", "teachers": 250, "sigma": sigma, "queries": queries, "delta": delta, "analysis": "data-dependent", "epochs": 1, "semi_supervised": False},
+        metrics={"num_teachers": 250, "num_queries": queries, "num_answered": queries, "answer_accuracy": 1.0, "epsilon_data_dependent_realised": claim.epsilon(delta=delta), "test_accuracy": 0.8},
+        claim=claim,
+    )
+    atomic_write_json(run.record_dir(model_id) / "record.json", rec.to_dict())
+    curve = np.array([pate.pate_claim(pate.analyze_gnmax(votes[: i + 1], sigma=sigma, delta=delta), parameters={"sigma": sigma}, num_answered=i + 1).epsilon(delta=delta) for i in range(queries)])
+    atomic_save_npz(run.record_dir(model_id) / "pate.npz", answered=np.ones(queries, dtype=bool), epsilon_curve=curve)
+    return run
+
+
+def _comparison_row(label: str, defense: str, *, epsilon_ub: dict, epsilon_lb: float, accuracy: float, **fields) -> ComparisonRow:
+    loss = {"auc": 0.5 + epsilon_lb / 10, "auc_std": 0.0, "advantage": epsilon_lb / 10, "tpr_at_fpr": {"0.01": 0.02}, "epsilon_lb": epsilon_lb}
+    return ComparisonRow(
+        label=label,
+        defense=defense,
+        family=defense,
+        model_ids=(f"{defense}-seed0",),
+        test_accuracy=accuracy,
+        epsilon_ub=epsilon_ub,
+        epsilon_lb=epsilon_lb,
+        best_attack="loss",
+        membership={"loss": loss},
+        **fields,
+    )
+
+
+def build_compare_run(path) -> RunDir:
+    """A stored comparison of a baseline and one DP-SGD setting whose stored verdict is a violation."""
+    run = RunDir(path).create(command="test")
+    rows = (
+        _comparison_row("nonprivate", "nonprivate", epsilon_ub={}, epsilon_lb=0.8, accuracy=0.95),
+        _comparison_row(
+            "dpsgd-target_epsilon=1",
+            "dpsgd",
+            epsilon_ub={"pld": 1.0, "rdp": 1.2},
+            epsilon_lb=1.5,
+            accuracy=0.9,
+            parameters={"target_epsilon": 1.0},
+            accuracy_loss=0.05,
+            verdict="violation",
+            findings=("epsilon_lb 1.5 > epsilon_ub 1 (pld)",),
+        ),
+    )
+    result = ComparisonResult(name="grid", dataset="digits", rows=rows, baseline="nonprivate", delta=1e-5, confidence=0.95, fprs=(0.01,))
+    save_comparison(result, run.compare_dir(result.name))
+    return run
+
+
+#: A sample run directory per report kind (what the contract suite renders each kind from).
+REPORT_SAMPLES = {
+    "compare": build_compare_run,
+    "audits": lambda path: build_run(path, membership=False, certify=False),
+    "membership": lambda path: build_run(path, audits=False, certify=False),
+    "certified": lambda path: build_run(path, audits=False, membership=False),
+    "pate": build_pate_run,
+    "inversion": build_inversion_run,
+}
+
+
+@pytest.fixture
+def report_samples():
+    """:data:`REPORT_SAMPLES`: report kind name → a builder of its sample run (``builder(path) -> RunDir``)."""
+    return dict(REPORT_SAMPLES)

@@ -4,54 +4,19 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
 
 from dpaudit.app.runs.report import render_reports
 from dpaudit.privacy.claims import dpsgd_claim
-from dpaudit.results import InversionResult, MembershipResult, save_inversion_result
+from dpaudit.results import save_inversion_result
 from dpaudit.store import RunDir
 
 NONPRIVATE = "nonprivate-digits-mlp-seed0"
 DP = "dpsgd-digits-mlp-seed0"
 
 
-def _result(model_id: str, attack: str, *, k: int = 4, shape=(1, 8, 8), top1: float = 1.0, seed: int = 0) -> InversionResult:
-    rng = np.random.default_rng(seed)
-    classes = np.arange(k, dtype=np.int64)
-    imgs = [rng.uniform(0, 1, (k, *shape)).astype(np.float32) for _ in range(4)]
-    right = np.arange(k) < round(top1 * k)
-    first = np.where(right, classes, (classes + 1) % k)
-    top5 = np.stack([first, *[(first + j) % k for j in range(1, min(5, k))]], axis=1)
-    n = 40
-    member = np.arange(n) < n // 2
-    membership = MembershipResult(attack=f"inversion-{attack}", model_id=model_id, sample_ids=np.arange(n), scores=rng.normal(0, 1, n) + member, is_member=member)
-    return InversionResult(
-        attack=attack,
-        model_id=model_id,
-        target_classes=classes,
-        reconstructions=imgs[0],
-        target_confidence=rng.uniform(0, 1, k),
-        evaluator_top5=top5,
-        knn_distance=np.full(k, 1.2345),
-        knn_ids=np.arange(k),
-        psnr=np.full(k, 17.25),
-        distance_to_mean=np.full(k, 0.1),
-        distance_to_member=np.full(k, 0.2),
-        distance_to_non_member=np.full(k, 0.3),
-        nearest_member_ids=np.arange(k),
-        nearest_non_member_ids=np.arange(k) + 100,
-        class_means=imgs[1],
-        nearest_members=imgs[2],
-        nearest_non_members=imgs[3],
-        membership=membership,
-        config={"attack": {"steps": 100}},
-        metadata={"seconds": 1.5, "evaluator_accuracy": 0.95, "num_dataset_classes": 10},
-    )
-
-
 @pytest.fixture
-def inversion_run(tmp_path, write_record) -> RunDir:
+def inversion_run(tmp_path, write_record, make_inversion_result) -> RunDir:
     """Only inversion results (no audit, membership or certify): two targets, two attacks each."""
     run = RunDir(tmp_path / "run").create(command="test")
     metrics = {"test_accuracy": 0.9, "delta": 1e-5}
@@ -59,7 +24,7 @@ def inversion_run(tmp_path, write_record) -> RunDir:
     write_record(run, DP, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics=metrics)
     for model_id, top1 in ((NONPRIVATE, 0.75), (DP, 0.25)):
         for i, attack in enumerate(("mi-face", "gmi")):
-            save_inversion_result(_result(model_id, attack, top1=top1, seed=i), run.inversion_dir(model_id))
+            save_inversion_result(make_inversion_result(model_id, attack, top1=top1, seed=i), run.inversion_dir(model_id))
     return run
 
 
@@ -100,9 +65,9 @@ def test_image_grids_and_the_comparison_figure_are_written_and_shown(inversion_r
         assert f"]({src})" in page.with_suffix(".md").read_text()
 
 
-def test_one_target_has_no_comparison(tmp_path):
+def test_one_target_has_no_comparison(tmp_path, make_inversion_result):
     run = RunDir(tmp_path / "run").create(command="test")
-    save_inversion_result(_result("lonely", "mi-face"), run.inversion_dir("lonely"))  # no record in the run
+    save_inversion_result(make_inversion_result("lonely", "mi-face"), run.inversion_dir("lonely"))  # no record in the run
     page = render_reports(run).inversion[0]
     html = page.read_text()
     assert "Targets compared" not in html and "compare.png" not in html
@@ -110,16 +75,16 @@ def test_one_target_has_no_comparison(tmp_path):
     assert "0.1" in html  # chance from the stored dataset class count
 
 
-def test_image_grid_layout_many_classes_and_rgb():
+def test_image_grid_layout_many_classes_and_rgb(make_inversion_result):
     from reports.inversion import image_grid
 
-    faces = [_result("m", a, k=12, shape=(1, 112, 92), seed=i) for i, a in enumerate(("mi-face", "gmi"))]
+    faces = [make_inversion_result("m", a, k=12, shape=(1, 112, 92), seed=i) for i, a in enumerate(("mi-face", "gmi"))]
     fig = image_grid(faces, list(range(10)))
     # Rows: class mean + 3 per attack; one column per class; each image keeps its aspect ratio.
     assert len(fig.axes) == (1 + 3 * 2) * 10
     img = fig.axes[0].get_images()[0]
     assert img.get_array().shape == (112, 92) and fig.axes[0].get_aspect() == 1.0
-    rgb = image_grid([_result("m", "mi-face", k=3, shape=(3, 8, 8))])
+    rgb = image_grid([make_inversion_result("m", "mi-face", k=3, shape=(3, 8, 8))])
     assert rgb.axes[0].get_images()[0].get_array().shape == (8, 8, 3)
     assert image_grid([]) is None
 

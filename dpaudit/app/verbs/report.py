@@ -1,10 +1,12 @@
 """``dpaudit report RUN_DIR``: render every stored result of a run directory, with an index page.
 
 Part of the application layer: parses, calls :func:`dpaudit.app.runs.report.render_reports`
-and prints the index path. Rendering needs no torch and recomputes nothing: audits, membership
-attacks and certify results are rendered from what the other verbs stored, as HTML and Markdown
-under ``RUN_DIR/reports/``. Exit status 3 when a stored result carries a violation verdict
-(an audit with ε_LB > ε_UB, a certificate stored as unsound).
+and prints the index path. Rendering needs no torch and recomputes nothing: every registered
+report kind (comparisons, audits, membership attacks, certify results, PATE students, model
+inversion, …) is rendered from what the other verbs stored, as HTML and Markdown under
+``RUN_DIR/reports/``; ``--json`` lists the pages under each kind's name. Exit status 3 when a
+stored result carries a violation verdict (an audit with ε_LB > ε_UB, a certificate stored as
+unsound, a compared defense whose bounds contradict each other).
 """
 
 from __future__ import annotations
@@ -25,13 +27,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(str(exc), argument="RUN_DIR") from None
     except ValueError as exc:
         raise UsageError(f"RUN_DIR {args.run_dir!r}: {exc}", argument="RUN_DIR") from None
+    # One key per registered report kind (its pages), so a new kind appears without an edit here.
     payload = {
         "index": str(index.index_html),
-        "audits": [str(p) for p in index.audits],
-        "membership": [str(p) for p in index.membership],
-        "certified": [str(p) for p in index.certified],
-        "pate": [str(p) for p in index.pate],
-        "inversion": [str(p) for p in index.inversion],
+        **{kind: [str(p) for p in pages] for kind, pages in index.kinds},
         "tables": [str(p) for p in index.tables],
         "violations": list(index.violations),
     }

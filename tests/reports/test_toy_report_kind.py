@@ -1,0 +1,110 @@
+"""A report kind defined in a module of its own appears in ``dpaudit report`` and passes the contract suite.
+
+The module is written into the test's temporary directory, imported, and registers itself the
+way every kind in ``reports/`` does; nothing else changes to add it. It lists the run's model
+records — stored results every run has — so a run holding nothing but records, which no
+built-in kind shows, becomes one ``dpaudit report`` renders.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from dpaudit.app.cli import main
+from dpaudit.app.runs.report import render_reports
+from dpaudit.store import RunDir
+from reports.kinds import REPORT_KINDS, ReportKind
+
+MODULE = "toy_report_kind"
+TOY_MODULE = '''
+"""A toy report kind: the model records of a run, one row each."""
+
+from dpaudit.results import load_record
+from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.render import Section, Table, write_report_files
+
+
+def load(run):
+    records = tuple(load_record(d) for d in run.record_dirs())
+    return [records] if records else []
+
+
+def render(records, out):
+    table = Table(columns=["model", "defense", "claim"], rows=[[r.model_id, r.defense, r.claim.statement()] for r in records])
+    page = write_report_files(out, [Section(title="Records", blocks=[table])], title="The run's records", stem="toy-records").html
+    return Page(html=page, link=f"toy: {len(records)} record(s)")
+
+
+KIND = REPORT_KINDS.register(ReportKind(name="toy_records", group="Toy: records", order=99, load=load, render=render))
+'''
+
+
+@contextmanager
+def _toy_module(directory: Path) -> Iterator[ReportKind]:
+    """Imports the toy module from ``directory`` (it registers its kind) and unregisters the kind on exit."""
+    path = directory / f"{MODULE}.py"
+    path.write_text(TOY_MODULE, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(MODULE, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[MODULE] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module.KIND
+    finally:
+        sys.modules.pop(MODULE, None)
+        if REPORT_KINDS.get("toy_records") is getattr(module, "KIND", None):
+            REPORT_KINDS.unregister("toy_records")
+
+
+@pytest.fixture
+def toy(tmp_path):
+    (tmp_path / "module").mkdir()
+    with _toy_module(tmp_path / "module") as kind:
+        yield kind
+
+
+@pytest.fixture
+def records_only(tmp_path, write_record) -> RunDir:
+    """A run holding one model record and no result a built-in report kind shows."""
+    run = RunDir(tmp_path / "run").create(command="test")
+    write_record(run, "nonprivate-digits-mlp-seed0", "nonprivate")
+    return run
+
+
+def test_the_toy_kind_is_in_dpaudit_reports_output(toy, records_only, capsys):
+    assert main(["report", str(records_only.path), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    page = records_only.reports_dir() / "toy-records.html"
+    assert payload["toy_records"] == [str(page)]
+    assert "nonprivate-digits-mlp-seed0" in page.read_text(encoding="utf-8")
+    index = Path(payload["index"])
+    assert 'href="toy-records.html"' in index.read_text(encoding="utf-8") and "Toy: records" in index.read_text(encoding="utf-8")
+    assert "[toy: 1 record(s)](toy-records.md)" in index.with_suffix(".md").read_text(encoding="utf-8")
+    # The plain listing names the page too, and the Python API has it under the kind's name.
+    assert main(["report", str(records_only.path)]) == 0
+    assert str(page) in capsys.readouterr().out
+    assert render_reports(records_only).toy_records == (page,)
+
+
+def test_the_toy_kind_passes_the_contract_suite(toy, records_only, monkeypatch, tmp_path, capsys):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # importlib mode keeps tests/ off sys.path
+    from test_report_kind_contract import check_report_kind
+
+    check_report_kind(toy, records_only, tmp_path, capsys)
+
+
+def test_the_toy_kind_is_gone_once_unregistered(records_only, tmp_path, capsys):
+    with _toy_module(tmp_path) as kind:
+        assert REPORT_KINDS["toy_records"] is kind
+    assert "toy_records" not in REPORT_KINDS
+    # Without it the same run holds nothing any report shows.
+    assert main(["report", str(records_only.path)]) == 2
+    assert "holds no audit" in capsys.readouterr().err
