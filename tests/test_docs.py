@@ -166,3 +166,13 @@ def test_every_reference_section_has_its_page() -> None:
         assert number in sections((ROOT / "docs" / rel).read_text()), rel
     noise = sections((ROOT / "docs" / "defenses" / "noise-layer.md").read_text())["2"]
     assert all(f"**({x})**" in noise for x in "abcdef")
+
+
+def test_the_readme_is_a_front_page_whose_links_resolve() -> None:
+    # The README is the docs' front page (at most 300 lines): the measured results live in docs/results/.
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    assert "make demo" in readme and "make test" in readme
+    links = re.findall(r"\]\((?!https?://|#)([^)#\s]+)(?:#[^)]*)?\)", readme)
+    assert any(link.startswith("docs/") for link in links)
+    assert [link for link in links if not (ROOT / link).exists()] == []
