@@ -38,16 +38,19 @@ demo: install
 	$(BIN)/dpaudit audit --threat black-box --method one-run --dataset digits --model digits-mlp --target-epsilon 2 --delta 1e-5 \
 		--sampling-rate 0.05 --epochs 10 --learning-rate 0.5 --num-canaries 300 --name demo-one-run --out $(RUN_DIR)
 
-# The test command: lint (ruff), format check, types (mypy on the torch-free core), then the
-# default (not slow) test suite.
+# The test command: lint (ruff), format check, types (mypy on the torch-free core), the docs'
+# strict build (a dangling link or docstring reference fails; the site goes to a scratch folder),
+# then the default (not slow) test suite.
+DOCS_SITE ?= $(or $(TMPDIR),/tmp)/dpaudit-site
 test: install-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d $(DOCS_SITE)
 	$(BIN)/python -m pytest -q
 
 test-slow: install-test
 	$(BIN)/python -m pytest -q -m slow
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

@@ -1,10 +1,11 @@
-"""Time every how-to command of the README and record the finding each one prints.
+"""Time every how-to command of the documentation and record the finding each one prints.
 
-The README's how-to blocks (the ```bash blocks marked ``<!-- howto -->``) are promises to a
-first-time user: each command finishes in a few minutes on a 2-core CPU and prints something a
-reader can see (an ε_LB above 0, an accuracy, a certified radius). This script holds the one list
-of those commands (:data:`HOWTOS`, each written exactly as the README writes it); a test compares
-the list with the README's marked blocks, so the two cannot drift apart.
+The how-to blocks of the README and of the pages under ``docs/`` (the ```bash blocks marked
+``<!-- howto -->``) are promises to a first-time user: each command finishes in a few minutes on
+a 2-core CPU and prints something a reader can see (an ε_LB above 0, an accuracy, a certified
+radius). This script holds the one list of those commands (:data:`HOWTOS`, each written exactly
+as the pages write it); a test compares the list with the pages' marked blocks, so the two cannot
+drift apart.
 
 Each command runs in a shell, in a work directory of its own (``examples/`` and ``scripts/`` are
 linked into it, the data root comes from ``--data-root`` or ``$DPAUDIT_DATA_ROOT``), with the
@@ -14,8 +15,11 @@ atomically after every command. A rerun skips the commands already finished with
 (``--force`` reruns them all); a command whose inputs (an earlier how-to's run directory) are
 gone from the work directory reruns what it needs first, untimed.
 
+With ``--update-docs`` the script then sets each marked command's ``# <time> on 2 cores``
+comment, in every page that has one (:func:`howto_pages`), from the results.
+
 Usage: ``python scripts/time_howtos.py [--only NAME ...] [--force] [--data-root DIR]
-[--workdir DIR] [--out DIR] [--limit-seconds 300]``.
+[--workdir DIR] [--out DIR] [--limit-seconds 300] [--update-docs]``.
 """
 
 from __future__ import annotations
@@ -39,20 +43,21 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "scripts" / "results" / "howtos"
+MARKER = "<!-- howto -->"
 #: What an audit's reader looks at: ε_LB, what the design could show, the claim and the verdict.
 AUDIT_FINDING = r"^\s*(epsilon_lb|ceiling|epsilon_ub)\s+[\d.]+\s|^\s*(no )?violation"
-#: The README's promise: every how-to finishes within this on 2 CPU cores.
+#: The documentation's promise: every how-to finishes within this on 2 CPU cores.
 LIMIT_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
 class HowTo:
-    """One README how-to command.
+    """One how-to command of the documentation.
 
     Attributes:
         name: short key (results and ``--only``).
         use: what a reader runs it for.
-        command: the command exactly as the README writes it, on one line.
+        command: the command exactly as the pages write it, on one line.
         finding: a regular expression; the first output line it matches is the headline.
         needs: names of how-tos whose outputs this one reads (run first).
         creates: a path (relative to the work directory) whose presence means this how-to's
@@ -67,8 +72,8 @@ class HowTo:
     creates: str | None = None
 
 
-#: The how-to commands, in the README's order. One place: tests/app/test_time_howtos.py compares
-#: it with the README's ``<!-- howto -->`` blocks.
+#: The how-to commands, in the order a reader meets them. One place: tests/app/test_time_howtos.py
+#: compares it with the ``<!-- howto -->`` blocks of :func:`howto_pages`.
 HOWTOS: tuple[HowTo, ...] = (
     HowTo("epsilon", "ε under each accountant", "dpaudit epsilon --sampling-rate 0.01 --noise-multiplier 4 --num-steps 10000 --delta 1e-5", r"^\s*pld\s"),
     HowTo("epsilon-sigma", "the smallest σ reaching a target ε", "dpaudit epsilon --sampling-rate 0.01 --num-steps 10000 --delta 1e-5 --target-epsilon 2", r"noise multiplier sigma"),
@@ -176,18 +181,31 @@ HOWTOS: tuple[HowTo, ...] = (
 
 
 def normalize(command: str) -> str:
-    """One line, single spaces: how a README command and a :data:`HOWTOS` entry are compared."""
+    """One line, single spaces: how a page's command and a :data:`HOWTOS` entry are compared."""
     return " ".join(command.replace("\\\n", " ").split())
 
 
-def readme_howto_commands(readme: str, marker: str = "<!-- howto -->") -> list[str]:
+def howto_pages(root: Path = ROOT) -> list[Path]:
+    """The pages that may hold how-to blocks: the README (the front page) and every page of ``docs/``.
+
+    Links are not followed: ``docs/results/files`` shows ``scripts/results`` to the docs build,
+    and the scripts' own Markdown there holds no how-to.
+    """
+    pages = [root / "README.md"]
+    for folder, dirs, files in os.walk(root / "docs"):  # os.walk does not enter linked folders
+        dirs.sort()
+        pages += [Path(folder) / f for f in sorted(files) if f.endswith(".md")]
+    return pages
+
+
+def howto_commands(page: str, marker: str = MARKER) -> list[str]:
     """The commands of every ```bash block that the line before marks with ``marker``.
 
     Continuation lines (a trailing backslash) are joined, comment lines and trailing ``# …``
     comments dropped, and each command normalised (:func:`normalize`).
     """
     commands: list[str] = []
-    lines = readme.splitlines()
+    lines = page.splitlines()
     for i, line in enumerate(lines):
         if line.strip() != marker:
             continue
@@ -195,7 +213,7 @@ def readme_howto_commands(readme: str, marker: str = "<!-- howto -->") -> list[s
         while j < len(lines) and not lines[j].strip():
             j += 1
         if j >= len(lines) or lines[j].strip() != "```bash":
-            raise ValueError(f"README line {i + 1}: {marker} must be followed by a ```bash block")
+            raise ValueError(f"line {i + 1}: {marker} must be followed by a ```bash block")
         pending = ""
         for body in lines[j + 1 :]:
             if body.strip() == "```":
@@ -215,14 +233,14 @@ def readme_howto_commands(readme: str, marker: str = "<!-- howto -->") -> list[s
 TIME_COMMENT = re.compile(r"\s+#\s*[0-9][0-9. a-z]* on 2 cores\s*$")
 
 
-def readme_with_times(readme: str, results: Sequence[dict[str, object]], marker: str = "<!-- howto -->") -> str:
-    """``readme`` with each how-to command's trailing ``# <time> on 2 cores`` set from ``results``.
+def with_times(page: str, results: Sequence[dict[str, object]], marker: str = MARKER) -> str:
+    """``page`` with each how-to command's trailing ``# <time> on 2 cores`` set from ``results``.
 
     The comment goes on the command's last line (after a continuation, the line without a
     backslash). A command without a result keeps its line as it is.
     """
     seconds = {normalize(str(r["command"])): float(r["seconds"]) for r in results}  # type: ignore[arg-type]
-    lines = readme.splitlines(keepends=True)
+    lines = page.splitlines(keepends=True)
     inside, pending = False, ""
     for i, line in enumerate(lines):
         text = line.rstrip("\n")
@@ -338,7 +356,7 @@ def run_one(h: HowTo, workdir: Path, env: dict[str, str], *, timeout: float) -> 
 
 def render_markdown(results: Sequence[dict[str, object]], *, meta: dict[str, object]) -> str:
     lines = [
-        "# README how-tos, timed",
+        "# How-tos, timed",
         "",
         f"Measured by `scripts/time_howtos.py` on {meta['cpus']} CPU cores ({meta['note']}); load average at start {meta['load_at_start']}. "
         "CPU time is the command's and its worker processes' user + system time: on a busy machine the wall time grows with the load "
@@ -369,10 +387,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--data-root", default=os.environ.get("DPAUDIT_DATA_ROOT"), help="data root (default: $DPAUDIT_DATA_ROOT)")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "dpaudit-howtos", help="where the commands run (kept between runs, wiped by --force)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where howtos.json and howtos.md go")
-    p.add_argument("--limit-seconds", type=float, default=LIMIT_SECONDS, help="the README's promise per command (a slower one is flagged)")
+    p.add_argument("--limit-seconds", type=float, default=LIMIT_SECONDS, help="the documentation's promise per command (a slower one is flagged)")
     p.add_argument("--timeout", type=float, default=1800.0, help="kill a command after this many seconds")
     p.add_argument("--note", default="shared machine", help="how busy the machine was, for the table's caption")
-    p.add_argument("--update-readme", type=Path, metavar="README", help="after the run, set each how-to's '# <time> on 2 cores' comment in README from the results")
+    p.add_argument("--update-docs", action="store_true", help="after the run, set each how-to's '# <time> on 2 cores' comment in README.md and docs/ from the results")
     args = p.parse_args(argv)
 
     out_json = args.out / "howtos.json"
@@ -419,9 +437,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta = stored_meta
     _write_atomic(out_json, json.dumps({"meta": meta, "howtos": ordered}, indent=2) + "\n")
     _write_atomic(args.out / "howtos.md", render_markdown(ordered, meta=meta))
-    if args.update_readme is not None:
-        _write_atomic(args.update_readme, readme_with_times(args.update_readme.read_text(), ordered))
-        print(f"[howtos] times written into {args.update_readme}", file=sys.stderr)
+    if args.update_docs:
+        for page in howto_pages():
+            text = page.read_text()
+            timed = with_times(text, ordered)
+            if timed != text:
+                _write_atomic(page, timed)
+                print(f"[howtos] times written into {page.relative_to(ROOT)}", file=sys.stderr)
     failed = [r["name"] for r in ordered if r["exit_status"] != 0 or r.get("over_limit")]
     if failed:
         print(f"[howtos] failed or over {args.limit_seconds:g} s: {', '.join(map(str, failed))}", file=sys.stderr)

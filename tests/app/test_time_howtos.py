@@ -1,8 +1,9 @@
-"""The README's how-to commands are the ones scripts/time_howtos.py times (they cannot drift apart).
+"""The documentation's how-to commands are the ones scripts/time_howtos.py times (they cannot drift apart).
 
-A ```bash block of the README marked by a ``<!-- howto -->`` line before it holds how-to
-commands: each must finish in a few minutes on 2 cores, which the script measures. Every command
-of a marked block must be in the script's list and every listed command in a marked block.
+A ```bash block of the README or of a page under ``docs/`` marked by a ``<!-- howto -->`` line
+before it holds how-to commands: each must finish in a few minutes on 2 cores, which the script
+measures. Every command of a marked block must be in the script's list and every listed command
+in a marked block of some page.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "time_howtos.py"
-README = ROOT / "README.md"
 RESULTS = ROOT / "scripts" / "results" / "howtos" / "howtos.json"
 MARKER = "<!-- howto -->"
 
@@ -30,17 +30,29 @@ def howtos():
     return mod
 
 
-def test_readme_howto_blocks_are_the_timed_commands(howtos) -> None:
-    text = README.read_text()
-    assert MARKER in text
-    in_readme = howtos.readme_howto_commands(text, MARKER)
+def _marked(howtos) -> dict[str, list[str]]:
+    """Each page's how-to commands, by its path relative to the root (pages without a block left out)."""
+    pages = {str(p.relative_to(ROOT)): howtos.howto_commands(p.read_text(), MARKER) for p in howtos.howto_pages(ROOT)}
+    return {k: c for k, c in pages.items() if c}
+
+
+def test_the_pages_read_are_the_front_page_and_the_docs(howtos) -> None:
+    pages = [str(p.relative_to(ROOT)) for p in howtos.howto_pages(ROOT)]
+    assert pages[0] == "README.md" and "docs/cli.md" in pages and "docs/results/audits.md" in pages
+    assert not [p for p in pages if p.startswith("docs/results/files/")], "the link to scripts/results is not followed"
+    # The front page shows one timed example per use; the full list lives in the docs.
+    assert "README.md" in _marked(howtos) and len(_marked(howtos)) > 1
+
+
+def test_marked_blocks_are_the_timed_commands(howtos) -> None:
+    in_pages = [c for commands in _marked(howtos).values() for c in commands]
     listed = [howtos.normalize(h.command) for h in howtos.HOWTOS]
-    assert [c for c in in_readme if c not in listed] == [], "README how-to commands scripts/time_howtos.py does not time"
-    assert [c for c in listed if c not in in_readme] == [], "timed commands missing from the README's how-to blocks"
+    assert [c for c in in_pages if c not in listed] == [], "how-to commands of the docs that scripts/time_howtos.py does not time"
+    assert [c for c in listed if c not in in_pages] == [], "timed commands missing from every page's how-to blocks"
 
 
 def test_marked_blocks_are_parsed_as_a_reader_copies_them(howtos) -> None:
-    readme = "\n".join(
+    page = "\n".join(
         [
             "```bash",
             "dpaudit unmarked --not-a-howto",
@@ -54,9 +66,9 @@ def test_marked_blocks_are_parsed_as_a_reader_copies_them(howtos) -> None:
             "```",
         ]
     )
-    assert howtos.readme_howto_commands(readme, MARKER) == ["dpaudit epsilon --delta 1e-5", "dpaudit train --defense nonprivate --epochs 5 --out runs/x"]
+    assert howtos.howto_commands(page, MARKER) == ["dpaudit epsilon --delta 1e-5", "dpaudit train --defense nonprivate --epochs 5 --out runs/x"]
     with pytest.raises(ValueError, match="must be followed by a ```bash block"):
-        howtos.readme_howto_commands(MARKER + "\ntext\n", MARKER)
+        howtos.howto_commands(MARKER + "\ntext\n", MARKER)
 
 
 def test_names_are_unique_and_needs_come_first(howtos) -> None:
@@ -86,11 +98,24 @@ def test_results_are_written_and_a_rerun_skips_finished_commands(howtos, tmp_pat
     assert not list((tmp_path / "out").glob(".*.tmp"))
 
 
-def test_readme_times_are_the_scripts_measurements(howtos) -> None:
+def test_page_times_are_the_scripts_measurements(howtos) -> None:
     # Every "# <time> on 2 cores" of a how-to is what the last run of the script measured:
-    # rewriting the README from the stored results changes nothing.
+    # rewriting any page from the stored results changes nothing.
     results = json.loads(RESULTS.read_text())["howtos"]
-    text = README.read_text()
-    assert howtos.readme_with_times(text, results) == text, "rerun: python scripts/time_howtos.py --update-readme README.md"
-    commands = howtos.readme_howto_commands(text, MARKER)
+    for page in howtos.howto_pages(ROOT):
+        text = page.read_text()
+        assert howtos.with_times(text, results) == text, f"{page.relative_to(ROOT)}: rerun python scripts/time_howtos.py --update-docs"
+    commands = {c for cs in _marked(howtos).values() for c in cs}
     assert len(commands) == len(results) and all(r["exit_status"] == 0 and not r["over_limit"] for r in results)
+
+
+def test_update_docs_sets_the_times_in_every_page(howtos, tmp_path: Path) -> None:
+    (tmp_path / "docs" / "sub").mkdir(parents=True)
+    stale = "\n".join([MARKER, "```bash", "dpaudit epsilon --delta 1e-5   # 9 s on 2 cores", "```", ""])
+    (tmp_path / "README.md").write_text(stale)
+    (tmp_path / "docs" / "sub" / "page.md").write_text(stale)
+    results = [{"command": "dpaudit epsilon --delta 1e-5", "seconds": 1.23}]
+    pages = howtos.howto_pages(tmp_path)
+    assert [p.relative_to(tmp_path).parts for p in pages] == [("README.md",), ("docs", "sub", "page.md")]
+    for page in pages:
+        assert "# 1.2 s on 2 cores" in howtos.with_times(page.read_text(), results)
