@@ -455,7 +455,23 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid", i_know: bool = 
     top = _top_level(data, source=source)
     settings, baseline = _settings(data, model=top.pop("model"), num_seeds=len(top["seeds"]), i_know=i_know)
     sections = _attack_sections(data, dataset=top["dataset"])
-    grid = CompareGrid(settings=tuple(settings), baseline=baseline, **top, **sections, source=json.loads(json.dumps(to_jsonable(dict(data)))))
+    grid = CompareGrid(
+        name=top["name"],
+        dataset=top["dataset"],
+        settings=tuple(settings),
+        baseline=baseline,
+        seeds=top["seeds"],
+        member_fraction=top["member_fraction"],
+        delta=top["delta"],
+        confidence=top["confidence"],
+        device=top["device"],
+        vulnerable_top_k=top["vulnerable_top_k"],
+        membership=sections["membership"],
+        evasion=sections["evasion"],
+        inversion=sections["inversion"],
+        audit=sections["audit"],
+        source=json.loads(json.dumps(to_jsonable(dict(data)))),
+    )
     problems = plan_problems(grid)
     if problems and not i_know:
         raise GridError(problems[0])

@@ -393,7 +393,13 @@ def audit_job(*, grid: CompareGrid, setting: Setting, trained: TrainedOutcome, n
         defense_config={k: x for k, x in thaw(record.config).items() if k in fields and k not in _AUDIT_SETS},
         method=aud["method"],
         confidence=grid.bound_confidence(),  # it competes with the membership bounds for the row's best
-        **{k: algo[k] for k in ("delta", "noise_multiplier", "clip_norm", "sampling_rate", "num_steps", "learning_rate", "num_members")},  # type: ignore[literal-required]
+        delta=algo["delta"],
+        noise_multiplier=algo["noise_multiplier"],
+        clip_norm=algo["clip_norm"],
+        sampling_rate=algo["sampling_rate"],
+        num_steps=algo["num_steps"],
+        learning_rate=algo["learning_rate"],
+        num_members=algo["num_members"],
         seed=0,
         workers=1,
         executor="serial",
@@ -418,5 +424,12 @@ def audit_job(*, grid: CompareGrid, setting: Setting, trained: TrainedOutcome, n
         # The bound's assumption travels with it into the matrix (GDP only for Gaussian-family claims).
         method=f"audit ({result.method}, {result.threat_model}; assumption: {result.assumption})",
         confidence=float(result.confidence),
-        trained={k: algo[k] for k in ("noise_multiplier", "sampling_rate", "num_steps", "clip_norm", "learning_rate", "num_members")},  # type: ignore[literal-required]
+        trained={
+            "noise_multiplier": algo["noise_multiplier"],
+            "sampling_rate": algo["sampling_rate"],
+            "num_steps": algo["num_steps"],
+            "clip_norm": algo["clip_norm"],
+            "learning_rate": algo["learning_rate"],
+            "num_members": algo["num_members"],
+        },
     )
