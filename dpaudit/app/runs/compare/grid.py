@@ -25,6 +25,7 @@ from dpaudit.store import safe_stem, to_jsonable
 
 __all__ = [
     "COMPARE_SECTIONS",
+    "EVALUATED_SECTIONS",
     "CompareGrid",
     "GridError",
     "Setting",
@@ -34,7 +35,10 @@ __all__ = [
 
 #: Top-level keys of a grid, and the attack sections.
 _TOP_KEYS = ("name", "dataset", "model", "model_options", "seeds", "member_fraction", "delta", "confidence", "device", "vulnerable_top_k", "defenses", "attacks")
-COMPARE_SECTIONS = ("membership", "evasion", "inversion", "audit")
+#: The sections whose attacks every trained record faces, each named from its registry
+#: (:func:`_attack_registries`), then the canary audit of the training algorithm.
+EVALUATED_SECTIONS = ("membership", "evasion", "inversion")
+COMPARE_SECTIONS = (*EVALUATED_SECTIONS, "audit")
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "membership": ("attacks", "num_samples", "num_shadows", "shadows", "shadow_epochs", "num_population"),
     "evasion": ("attacks", "radii", "norm", "num_examples", "eot_samples", "num_draws", "certify"),

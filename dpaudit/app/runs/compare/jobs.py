@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from dpaudit import _validate as v
-from dpaudit.app.runs.compare.grid import BASELINE_DEFENSE, CompareGrid, Setting
+from dpaudit.app.runs.compare.grid import BASELINE_DEFENSE, EVALUATED_SECTIONS, CompareGrid, Setting
 from dpaudit.results.compare_outcomes import (
     COMPARE_FPRS,
     AuditOutcome,
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: The evaluations every trained record faces, each a section of the grid (in the order they run).
-EVALUATION_KINDS = ("membership", "evasion", "inversion")
+EVALUATION_KINDS = EVALUATED_SECTIONS
 
 
 @dataclass(frozen=True)
