@@ -158,16 +158,16 @@ def test_interrupted_grid_resumes_with_only_the_missing_jobs(tmp_path: Path, mon
     for p in (run.compare_dir("tiny") / "jobs").glob("*.json"):
         if not json.loads(p.read_text())["job"].startswith("train-"):
             p.unlink()
-    real = cmp.evasion_job
+    real = cmp.jobs.evasion_job
     calls: list[str] = []
 
     def dies_on_the_second_evasion(**kwargs):
-        calls.append(kwargs["trained"]["model_id"])
+        calls.append(kwargs["trained"].model_id)
         if len(calls) == 2:
             raise KeyboardInterrupt  # Ctrl-C half-way through the second wave
         return real(**kwargs)
 
-    monkeypatch.setitem(cmp._EVALUATIONS, "evasion", dies_on_the_second_evasion)
+    monkeypatch.setitem(cmp.orchestration._EVALUATIONS, "evasion", dies_on_the_second_evasion)
     with pytest.raises(KeyboardInterrupt):
         run_compare(CompareSpec(grid=grid, executor="serial", progress=False), run)
     jobs = run.compare_dir("tiny") / "jobs"
@@ -175,7 +175,7 @@ def test_interrupted_grid_resumes_with_only_the_missing_jobs(tmp_path: Path, mon
     assert {f"train-{s.label}-seed0" for s in grid.settings} <= finished
     total = 3 * 3  # 3 settings × (train + membership + evasion)
     assert len(finished) < total
-    monkeypatch.setitem(cmp._EVALUATIONS, "evasion", real)
+    monkeypatch.setitem(cmp.orchestration._EVALUATIONS, "evasion", real)
     result = run_compare(CompareSpec(grid=grid, executor="serial", progress=False), run)
     assert result.jobs_reused == len(finished) and result.jobs_run == total - len(finished)
     again = run_compare(CompareSpec(grid=grid, executor="serial", progress=False), run)

@@ -55,7 +55,7 @@ def _compare(run_dir: Path, name: str, settings: list[dict[str, Any]], monkeypat
 
     def stand_in(spec: audit_run.AuditSpec, run: RunDir):
         members = spec.num_members or 700
-        trainer, sigma = audit_run._audit_trainer(spec, num_members=members, num_steps=spec.resolved_num_steps)
+        trainer, sigma = audit_run.runner._audit_trainer(spec, num_members=members, num_steps=spec.resolved_num_steps)
         claim = trainer.claim(members)
         plan = claim.event  # SelfComposed(PoissonSampled(q, Gaussian(σ)), T)
         seen.append({"name": spec.name, "delta": spec.delta, "sigma": sigma, "q": plan.event.sampling_probability, "steps": plan.count, "claim": claim, "trainer": trainer})

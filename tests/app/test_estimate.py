@@ -32,7 +32,7 @@ def test_only_runs_over_an_hour_are_announced(seconds: float, said: str | None, 
 
 def test_a_long_audit_says_so_before_its_trials_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import attacks.audit_procedures as ap
-    import dpaudit.app.runs.audit as audit_run
+    import dpaudit.app.runs.audit.runner as audit_run
 
     def start(*args: object, **kwargs: object) -> None:
         raise Started

@@ -149,16 +149,16 @@ def test_compare_says_it_is_still_working_while_jobs_run_elsewhere(cli, tmp_path
     import time
 
     from dpaudit import progress
-    from dpaudit.app.runs import compare
+    from dpaudit.app.runs.compare import jobs
 
     monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.05)
-    train_job = compare.train_job
+    train_job = jobs.train_job
 
     def slow_train_job(**kwargs: object) -> object:
         time.sleep(0.5)  # a job that takes ten heartbeats, however fast this machine trains
         return train_job(**kwargs)
 
-    monkeypatch.setattr(compare, "train_job", slow_train_job)
+    monkeypatch.setattr(jobs, "train_job", slow_train_job)
     grid = tmp_path / "grid.toml"
     grid.write_text('name = "cadence"\ndataset = "digits"\nmodel = "digits-mlp"\nseeds = [0]\n[[defenses]]\ndefense = "nonprivate"\nepochs = 3\n')
     code, _, err = cli.run("compare", "--config", str(grid), "--out", str(tmp_path / "run"), "--executor", "serial")

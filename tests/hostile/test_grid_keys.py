@@ -114,7 +114,7 @@ def _refused(cli: Any, tmp_path: Path, key: Key, value: Any, *, limit: bool = Fa
 
 def test_every_section_key_is_classified() -> None:
     """A section key compare's parser accepts is either one flag's value or checked by the parser."""
-    from dpaudit.app.runs.compare import _SECTION_KEYS
+    from dpaudit.app.runs.compare.grid import _SECTION_KEYS
     from dpaudit.app.runs.grid_checks import SECTION_FLAGS
 
     for section, keys in _SECTION_KEYS.items():

@@ -21,9 +21,12 @@ import functools
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpaudit.options import LIMIT_ATTR, SizeLimit, option_specs
+
+if TYPE_CHECKING:
+    from dpaudit.app.runs.compare.grid import CompareGrid
 
 __all__ = [
     "JOB_LIMIT",
@@ -177,17 +180,18 @@ def setting_limits(defense: str) -> dict[str, SizeLimit]:
     return {s.field: s.limit for s in option_specs(DEFENSES[defense].config_type) if s.limit is not None}
 
 
-def count_jobs(grid: Any) -> int:
+def count_jobs(grid: CompareGrid) -> int:
     """The jobs ``run_compare`` makes of a grid: one training per (setting, seed), one job per
     attack section per training, and one canary audit per auditable setting."""
     from defenses import DEFENSES
+    from dpaudit.app.runs.compare.grid import EVALUATED_SECTIONS
 
-    sections = sum(getattr(grid, k) is not None for k in ("membership", "evasion", "inversion"))
+    sections = sum(getattr(grid, k) is not None for k in EVALUATED_SECTIONS)
     audited = sum(1 for s in grid.settings if grid.audit is not None and DEFENSES[s.defense].audit_trainer is not None)
     return len(grid.settings) * len(grid.seeds) * (1 + sections) + audited
 
 
-def plan_problems(grid: Any) -> list[str]:
+def plan_problems(grid: CompareGrid) -> list[str]:
     """Every size of a parsed grid above its limit: setting values, section values, total jobs."""
     problems = []
     for s in grid.settings:
@@ -203,7 +207,9 @@ def plan_problems(grid: Any) -> list[str]:
                 problems.append(message)
     jobs = count_jobs(grid)
     if jobs > JOB_LIMIT.maximum:
-        sections = [k for k in ("membership", "evasion", "inversion") if getattr(grid, k) is not None]
+        from dpaudit.app.runs.compare.grid import EVALUATED_SECTIONS
+
+        sections = [k for k in EVALUATED_SECTIONS if getattr(grid, k) is not None]
         problems.append(
             f"the grid makes {jobs:,} jobs ({len(grid.settings):,} settings x {len(grid.seeds):,} seed(s) x (training{''.join(' + ' + k for k in sections)}){' + audits' if grid.audit else ''}), "
             f"above the limit {_number(JOB_LIMIT.maximum)} ({JOB_LIMIT.why}); pass --i-know to run it anyway"
@@ -218,7 +224,7 @@ def _passes(parameters: Mapping[str, Any]) -> float:
     return float(parameters.get("epochs") or 10) + float(parameters.get("student_epochs") or 0)
 
 
-def estimate_seconds(grid: Any, *, data_root: str | None, workers: int | None) -> float:
+def estimate_seconds(grid: CompareGrid, *, data_root: str | None, workers: int | None) -> float:
     """A rough, measured estimate of a grid's time: the trainings it makes (targets, shadows, audit
     trials) x the measured seconds per example of its model (:mod:`dpaudit.app.estimate`), spread
     over the workers. Attacks, evaluation and data loading are left out, so it errs low; 0.0 when
@@ -255,7 +261,7 @@ def estimate_seconds(grid: Any, *, data_root: str | None, workers: int | None) -
     return total / max(1, workers or os.cpu_count() or 1)
 
 
-def check_plan(grid: Any, *, i_know: bool, data_root: str | None, workers: int | None, progress: bool) -> None:
+def check_plan(grid: CompareGrid, *, i_know: bool, data_root: str | None, workers: int | None, progress: bool) -> None:
     """A grid's sizes against their limits, and its estimated time against the hour after which
     ``train`` and ``audit`` announce a run: above either, only with ``i_know`` (then announced).
 

@@ -16,6 +16,7 @@ same evaluator and attacked through the same GAN, which is what makes their rows
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import time
@@ -140,6 +141,11 @@ class InversionRun:
 def _key(kind: str, payload: Mapping[str, Any]) -> str:
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return f"{kind}-{payload.get('dataset', 'data')}-{digest}"
+
+
+def _build_prior(prior: Any, shape: tuple[int, ...], config: Any, device: str) -> dict[str, Any]:
+    """A prior's untrained modules on ``device`` (what :func:`_cached_modules` loads weights into)."""
+    return {k: m.to(device) for k, m in prior.build(shape, config).items()}
 
 
 def _cached_modules(
@@ -320,7 +326,7 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
             priors[prior.name] = _cached_modules(
                 pdir,
                 describe=describe,
-                build=lambda prior=prior, pconfig=pconfig: {k: m.to(device) for k, m in prior.build(shape, pconfig).items()},
+                build=functools.partial(_build_prior, prior, shape, pconfig, device),
                 train=train_prior,
                 trained=trained,
                 reused=reused,

@@ -1,0 +1,122 @@
+"""What an audit's trials are made of, as part of its name: the code and data fingerprints.
+
+Stored trials are reused only by an audit of the same code and data; when a run holds trials
+of this very audit made by other code or data, the audit says why it starts afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from dpaudit.callables import callable_fingerprint, code_fingerprint, resolve_callable
+from dpaudit.store import RunDir, to_jsonable
+
+__all__ = ["audit_hash", "code_keys", "resolve_train_fn", "say_if_superseded", "train_fn_fingerprint"]
+
+
+def audit_hash(config: Mapping[str, Any]) -> str:
+    """The short hash an audit's default name ends in."""
+    return hashlib.sha256(json.dumps(to_jsonable(dict(config)), sort_keys=True).encode()).hexdigest()[:8]
+
+
+#: Keys of an audit's configuration that say what its trials were made *of* (code, data), not
+#: how: an audit differing from a stored one only in them is the same audit of other code or data.
+_IDENTITY_KEYS = ("train_fn_modules", "train_fn_unresolved", "model_fn_modules", "model_fn_unresolved", "dataset_files")
+
+
+def code_keys(prefix: str, spec: str, *, argument: str, progress: bool) -> dict[str, Any]:
+    """``<prefix>_sha256`` of the code behind ``spec``, with the local modules it covers.
+
+    The modules (name → file and SHA-256) are listed only when the code imports any, so audits
+    of self-contained code keep the names they always had; imports found nowhere are said on
+    stderr (and listed beside the modules).
+    """
+    code = code_fingerprint(spec, argument=argument)
+    keys: dict[str, Any] = {f"{prefix}_sha256": code.sha256}
+    if code.modules:
+        keys[f"{prefix}_modules"] = code.covered()
+        if code.unresolved:
+            keys[f"{prefix}_unresolved"] = list(code.unresolved)
+    if code.unresolved and progress:
+        print(f"{argument} {spec}: import{'s' if len(code.unresolved) != 1 else ''} {', '.join(code.unresolved)} not found; not part of the code's fingerprint", file=sys.stderr)
+    return keys
+
+
+def _what_changed(ours: Mapping[str, Any], stored: Mapping[str, Any], differ: list[str]) -> list[str]:
+    """Why the stored trials are not these, in words: the files that changed."""
+    from dpaudit.data.registry import changed_files
+
+    reasons = []
+    for prefix in ("train_fn", "model_fn"):
+        if f"{prefix}_sha256" not in differ:
+            continue
+        new, old = ours.get(f"{prefix}_modules") or {}, stored.get(f"{prefix}_modules") or {}
+        files = [new[n]["file"] for n in sorted(new) if n in old and old[n] != new[n]]
+        added = [new[n]["file"] for n in sorted(new) if n not in old]
+        removed = [old[n]["file"] for n in sorted(old) if n not in new]
+        source = Path(str(ours.get(prefix, "")).rpartition(":")[0]).name or prefix
+        if files:
+            reasons.append(f"{', '.join(files)} changed")
+        if added:
+            reasons.append(f"{source} now imports {', '.join(added)}")
+        if removed:
+            reasons.append(f"{source} no longer imports {', '.join(removed)}")
+        if not (files or added or removed):
+            reasons.append(f"{source} (or the version of a package it imports) changed")
+    if "dataset_files" in differ:
+        if stored.get("dataset_files") is None:
+            reasons.append(f"the stored trials do not name the files of dataset {ours.get('dataset')}")
+        else:
+            reasons.append(f"dataset {ours.get('dataset')}'s files changed ({changed_files(stored.get('dataset_files'), dict(ours.get('dataset_files') or {}))})")
+    if "member_ids_sha256" in differ:
+        reasons.append("the member ids differ (another data root?)")
+    return reasons
+
+
+def say_if_superseded(run: RunDir, name: str, cfg: Mapping[str, Any]) -> None:
+    """Says so when the run holds trials of this very audit made by other code or other data.
+
+    Those trials are never reused (the fingerprints are part of the audit's name); the line tells
+    a user who reran after editing their training function, a module it imports, or a dataset
+    file, why nothing was reused: ``recomputing: helper.py changed since the stored trials in …``.
+    """
+    from dpaudit.store import read_json
+
+    ours = json.loads(json.dumps(to_jsonable(dict(cfg))))
+    for config_file in sorted((run.path / "audits").glob("*/config.json")):
+        if config_file.parent.name == name:
+            continue
+        try:
+            stored = read_json(config_file)
+        except ValueError:
+            continue
+        # What a trial depends on, as stored: the game's own counters (method, seed …) are in both.
+        differ = sorted(k for k in set(ours) | (set(stored) & set(_IDENTITY_KEYS)) if stored.get(k) != ours.get(k))
+        if differ and all(k.endswith("_sha256") or k in _IDENTITY_KEYS for k in differ):
+            why = "; ".join(_what_changed(ours, stored, differ)) or f"{', '.join(differ)} differ"
+            print(f"recomputing: {why} since the stored trials in {config_file.parent}; starting afresh in {run.audit_dir(name)}", file=sys.stderr)
+
+
+def resolve_train_fn(spec: str) -> Callable[..., Any]:
+    """A third-party ``train(dataset, *, seed) -> nn.Module`` from ``module:function`` or ``file.py:function``.
+
+    Raises:
+        ValueError: the spec is malformed or does not name a callable (names ``--train-fn``).
+    """
+    return resolve_callable(spec, argument="--train-fn")
+
+
+def train_fn_fingerprint(spec: str) -> str:
+    """The fingerprint of the code behind a ``--train-fn`` spec (:func:`dpaudit.callables.callable_fingerprint`).
+
+    Stored trials are reused only by an audit of the same code: the fingerprint is part of the
+    audit's configuration, so editing the training function (or upgrading a package it imports)
+    starts a fresh audit instead of handing back the verdict of the old code (issue "Results
+    that cannot lie", finding 1).
+    """
+    return callable_fingerprint(spec, argument="--train-fn")

@@ -1,0 +1,459 @@
+"""What each job of ``dpaudit compare`` hands back, and the matrix condensed from it.
+
+A grid's jobs (one training per setting and seed, then membership, evasion and inversion per
+trained record, and one canary audit per auditable setting) exchange the frozen values of this
+module; each is stored as its job's JSON outcome (:meth:`to_dict` / :meth:`from_dict`, the
+stored shape unchanged since the outcomes were plain mappings, so stored grids keep their jobs).
+:func:`condense` turns them into the defense × measure matrix, a
+:class:`~dpaudit.results.comparison.ComparisonResult`, with the measures of Jayaraman & Evans
+(USENIX Security 2019, §4) and Aerni et al. (CCS 2024).
+
+Torch-free: the application layer runs the jobs; this module only reads what they measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpaudit.results.comparison import ComparisonResult, ComparisonRow, mean_std
+
+__all__ = [
+    "COMPARE_FPRS",
+    "AuditOutcome",
+    "EvasionOutcome",
+    "InversionOutcome",
+    "MembershipMeasures",
+    "MembershipOutcome",
+    "SeedOutcomes",
+    "SettingOutcomes",
+    "TrainedOutcome",
+    "condense",
+]
+
+#: FPRs the TPRs are read at (Carlini et al. 2022, §III: the low-FPR regime that matters).
+COMPARE_FPRS = (0.001, 0.01)
+
+
+def _floats(values: Mapping[Any, Any]) -> dict[str, float]:
+    return {str(k): float(x) for k, x in values.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainedOutcome:
+    """One trained (setting, seed): what the matrix and the evaluation jobs need of the record.
+
+    Attributes:
+        model_id: the trained record's id.
+        test_accuracy: its test accuracy (nan when not measured).
+        epsilon_ub: accountant → ε at the grid's δ (``{"none": inf}`` for a non-private record).
+        data_dependent: the ε depends on the private data (PATE without smooth sensitivity).
+        record_dir: where the record is stored (read by the evaluation jobs).
+        num_members: the record's training-set size.
+        reused: the record was found in the run rather than trained by this job.
+    """
+
+    model_id: str
+    test_accuracy: float
+    epsilon_ub: Mapping[str, float]
+    data_dependent: bool = False
+    record_dir: str = ""
+    num_members: int | None = None
+    reused: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "model_id": self.model_id,
+            "record_dir": self.record_dir,
+            "test_accuracy": self.test_accuracy,
+            "epsilon_ub": dict(self.epsilon_ub),
+            "data_dependent": self.data_dependent,
+        }
+        if self.num_members is not None:
+            out["num_members"] = self.num_members
+        out["reused"] = self.reused
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainedOutcome:
+        return cls(
+            model_id=str(data["model_id"]),
+            test_accuracy=float(data["test_accuracy"]),
+            epsilon_ub=_floats(data["epsilon_ub"]),
+            data_dependent=bool(data.get("data_dependent", False)),
+            record_dir=str(data.get("record_dir", "")),
+            num_members=None if data.get("num_members") is None else int(data["num_members"]),
+            reused=bool(data.get("reused", False)),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MembershipMeasures:
+    """One membership attack's measures on one record (population or its vulnerable samples).
+
+    Attributes:
+        auc: area under the ROC curve.
+        advantage: TPR − FPR at the best balanced threshold (2 · balanced accuracy − 1).
+        tpr_at_fpr: FPR → TPR there (``None`` where the non-members cannot resolve the FPR).
+        epsilon_lb: the ε lower bound at the row's Bonferroni level.
+        num_samples: scored samples.
+        num_members, num_non_members: the members and non-members among them (``None`` in
+            outcomes stored before they were recorded).
+    """
+
+    auc: float
+    advantage: float
+    tpr_at_fpr: Mapping[float, float | None]
+    epsilon_lb: float
+    num_samples: int
+    num_members: int | None = None
+    num_non_members: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"auc": self.auc, "advantage": self.advantage, "tpr_at_fpr": dict(self.tpr_at_fpr), "epsilon_lb": self.epsilon_lb, "num_samples": self.num_samples}
+        out.update({k: getattr(self, k) for k in ("num_members", "num_non_members") if getattr(self, k) is not None})
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MembershipMeasures:
+        return cls(
+            auc=float(data["auc"]),
+            advantage=float(data["advantage"]),
+            tpr_at_fpr={float(f): (None if t is None else float(t)) for f, t in data["tpr_at_fpr"].items()},
+            epsilon_lb=float(data["epsilon_lb"]),
+            num_samples=int(data["num_samples"]),
+            num_members=None if data.get("num_members") is None else int(data["num_members"]),
+            num_non_members=None if data.get("num_non_members") is None else int(data["num_non_members"]),
+        )
+
+
+def _measures_map(data: Mapping[str, Any]) -> dict[str, MembershipMeasures | None]:
+    return {a: (MembershipMeasures.from_dict(m) if m else None) for a, m in data.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MembershipOutcome:
+    """Every membership attack of the grid against one record.
+
+    Attributes:
+        membership: attack → its population measures (``None``: the scored samples were all
+            members or all non-members, so nothing could be measured).
+        vulnerable: attack → the same measures on the most vulnerable samples (attacks with
+            nothing measurable there are left out).
+        result_dir: where ``attack membership`` stored the results.
+    """
+
+    membership: Mapping[str, MembershipMeasures | None]
+    vulnerable: Mapping[str, MembershipMeasures] = field(default_factory=dict)
+    result_dir: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "membership": {a: (m.to_dict() if m else {}) for a, m in self.membership.items()},
+            "vulnerable": {a: m.to_dict() for a, m in self.vulnerable.items()},
+            "result_dir": self.result_dir,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MembershipOutcome:
+        vulnerable = {a: m for a, m in _measures_map(data.get("vulnerable", {})).items() if m is not None}
+        return cls(membership=_measures_map(data["membership"]), vulnerable=vulnerable, result_dir=str(data.get("result_dir", "")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvasionOutcome:
+    """Evasion against one record.
+
+    Attributes:
+        robust_accuracy: radius (``f"{r:g}"``) → accuracy left by the strongest attack there.
+        certified_accuracy: radius → certified accuracy (empty when the model does not certify).
+        unsound: each certificate that claimed more than an attack left, in words.
+        certified: the record was certified (its defense certifies and the grid asked).
+        conventional_accuracy: the certified subset's accuracy without attack (certified only).
+    """
+
+    robust_accuracy: Mapping[str, float]
+    certified_accuracy: Mapping[str, float] = field(default_factory=dict)
+    unsound: tuple[str, ...] = ()
+    certified: bool = False
+    conventional_accuracy: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"robust_accuracy": dict(self.robust_accuracy), "certified_accuracy": dict(self.certified_accuracy)}
+        if self.conventional_accuracy is not None:
+            out["conventional_accuracy"] = self.conventional_accuracy
+        return {**out, "unsound": list(self.unsound), "certified": self.certified}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EvasionOutcome:
+        conventional = data.get("conventional_accuracy")
+        return cls(
+            robust_accuracy=_floats(data["robust_accuracy"]),
+            certified_accuracy=_floats(data.get("certified_accuracy", {})),
+            unsound=tuple(str(u) for u in data.get("unsound", ())),
+            certified=bool(data.get("certified", False)),
+            conventional_accuracy=None if conventional is None else float(conventional),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class InversionOutcome:
+    """Model inversion against one record: attack → top-1 accuracy of the evaluation classifier."""
+
+    inversion_top1: Mapping[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"inversion_top1": dict(self.inversion_top1)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> InversionOutcome:
+        return cls(inversion_top1=_floats(data["inversion_top1"]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditOutcome:
+    """A canary audit of the algorithm that trained a setting's first record.
+
+    Attributes:
+        epsilon_lb: the audit's ε lower bound.
+        epsilon_ub: the trained claim's ε it is compared with.
+        method: the game, its threat model and the bound's assumption, in words.
+        accountant: the accountant of ``epsilon_ub``.
+        delta: δ of both (``None`` in outcomes stored before it was recorded: the grid's).
+        confidence: the confidence of ``epsilon_lb``.
+        trained: σ, q, the steps, C, the learning rate and the members' count it ran.
+    """
+
+    epsilon_lb: float
+    epsilon_ub: float
+    method: str
+    accountant: str | None = None
+    delta: float | None = None
+    confidence: float | None = None
+    trained: Mapping[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "epsilon_lb": self.epsilon_lb,
+            "epsilon_ub": self.epsilon_ub,
+            "accountant": self.accountant,
+            "delta": self.delta,
+            "method": self.method,
+            "confidence": self.confidence,
+            "trained": dict(self.trained),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AuditOutcome:
+        optional = {k: (None if data.get(k) is None else float(data[k])) for k in ("delta", "confidence")}
+        return cls(
+            epsilon_lb=float(data["epsilon_lb"]),
+            epsilon_ub=float(data["epsilon_ub"]),
+            method=str(data["method"]),
+            accountant=None if data.get("accountant") is None else str(data["accountant"]),
+            trained=dict(data.get("trained") or {}),
+            **optional,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeedOutcomes:
+    """One repeat of a setting: its training and what each evaluation measured (``None``: not run)."""
+
+    seed: int
+    trained: TrainedOutcome
+    membership: MembershipOutcome | None = None
+    evasion: EvasionOutcome | None = None
+    inversion: InversionOutcome | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SettingOutcomes:
+    """One defense setting of the grid with every outcome of its jobs: a row of the matrix.
+
+    Attributes:
+        label, defense, family, parameters: the setting (see :class:`ComparisonRow`).
+        repeats: one :class:`SeedOutcomes` per seed, in the grid's order.
+        audit: its canary audit (``None``: not audited).
+        links: its drill-down reports (the application layer knows which are rendered).
+    """
+
+    label: str
+    defense: str
+    family: str
+    parameters: Mapping[str, Any]
+    repeats: tuple[SeedOutcomes, ...]
+    audit: AuditOutcome | None = None
+    links: Mapping[str, str] = field(default_factory=dict)
+
+
+def _mean_rate(rates: Sequence[float | None]) -> float | None:
+    """Mean rate over repeats; None (unresolved) if any repeat could not resolve it."""
+    known = [float(r) for r in rates if r is not None]
+    return None if len(known) != len(rates) else mean_std(known)[0]
+
+
+def _pooled(runs: Sequence[MembershipMeasures]) -> dict[str, Any]:
+    """One attack's measures over the repeats: means, the largest ε_LB, the smallest counts."""
+    auc, auc_std = mean_std([r.auc for r in runs])
+    pooled: dict[str, Any] = {
+        "auc": auc,
+        "auc_std": auc_std,
+        "advantage": mean_std([r.advantage for r in runs])[0],
+        "tpr_at_fpr": {f: _mean_rate([r.tpr_at_fpr[f] for r in runs]) for f in runs[0].tpr_at_fpr},
+        "epsilon_lb": max(r.epsilon_lb for r in runs),
+        "num_samples": runs[0].num_samples,
+    }
+    for k in ("num_members", "num_non_members"):
+        counts = [getattr(r, k) for r in runs]
+        if all(c is not None for c in counts):
+            pooled[k] = min(counts)
+    return pooled
+
+
+@dataclass
+class _RowEvidence:
+    """What a row's evaluations found, gathered before its verdict."""
+
+    membership: dict[str, Any] = field(default_factory=dict)
+    vulnerable: dict[str, Any] = field(default_factory=dict)
+    candidates: list[tuple[float, str]] = field(default_factory=list)
+    robust: dict[str, list[float]] = field(default_factory=dict)
+    certified: dict[str, list[float]] = field(default_factory=dict)
+    inversion: float | None = None
+    findings: list[str] = field(default_factory=list)
+    unsound: bool = False
+
+
+def _gather_membership(s: SettingOutcomes, attacks: Sequence[str], ev: _RowEvidence) -> None:
+    runs = [r.membership for r in s.repeats if r.membership is not None]
+    for attack in attacks:
+        population = [m for m in (o.membership.get(attack) for o in runs) if m]
+        if population:
+            ev.membership[attack] = _pooled(population)
+            ev.candidates.extend((m.epsilon_lb, attack) for m in population)
+        vulnerable = [m for m in (o.vulnerable.get(attack) for o in runs) if m]
+        if vulnerable:
+            ev.vulnerable[attack] = _pooled(vulnerable)
+
+
+def _gather_audit(audit: AuditOutcome, *, delta: float, ev: _RowEvidence) -> None:
+    # The audit's ε_LB is at the setting's δ; it bounds ε at the grid's δ (the row's) too
+    # when that δ is no larger, since ε(δ) only falls as δ grows.
+    if (audit.delta if audit.delta is not None else delta) >= delta:
+        ev.candidates.append((audit.epsilon_lb, audit.method))
+    if audit.epsilon_lb > audit.epsilon_ub:
+        ev.findings.append(f"{audit.method}: ε_LB {audit.epsilon_lb:.3f} > its claim's ε_UB {audit.epsilon_ub:.3f}")
+
+
+def _gather_evaluations(s: SettingOutcomes, ev: _RowEvidence) -> None:
+    for rep in s.repeats:
+        e = rep.evasion
+        if e:
+            for r, a in e.robust_accuracy.items():
+                ev.robust.setdefault(r, []).append(a)
+            for r, a in e.certified_accuracy.items():
+                ev.certified.setdefault(r, []).append(a)
+            if e.unsound:
+                ev.unsound = True
+                ev.findings.extend(f"seed {rep.seed}: certificate unsound: {u}" for u in e.unsound)
+        i = rep.inversion
+        if i and i.inversion_top1:
+            best = max(i.inversion_top1.values())
+            ev.inversion = best if ev.inversion is None else max(ev.inversion, best)
+
+
+def _row(s: SettingOutcomes, *, baseline_accuracy: float, delta: float, membership_attacks: Sequence[str] | None) -> ComparisonRow:
+    trained = [r.trained for r in s.repeats]
+    acc, acc_std = mean_std([t.test_accuracy for t in trained])
+    eps_ub = {k: float(e) for k, e in trained[0].epsilon_ub.items() if k != "none"}
+    private = bool(eps_ub)
+    ev = _RowEvidence()
+    if membership_attacks is not None:
+        _gather_membership(s, membership_attacks, ev)
+    if s.audit:
+        _gather_audit(s.audit, delta=delta, ev=ev)
+    best_lb, best_attack = max(ev.candidates, default=(0.0, None))
+    if best_lb <= 0.0:
+        best_attack = None  # no attack showed anything: no attack "achieved" ε_LB = 0
+    _gather_evaluations(s, ev)
+    violated = private and best_lb > min(eps_ub.values())
+    if violated:
+        ev.findings.insert(0, f"ε_LB {best_lb:.3f} ({best_attack}) > ε_UB {min(eps_ub.values()):.3f}")
+    verdict = "no violation"
+    if violated or (s.audit and s.audit.epsilon_lb > s.audit.epsilon_ub):
+        verdict = "violation"
+    elif ev.unsound:
+        verdict = "certificate unsound"
+    return ComparisonRow(
+        label=s.label,
+        defense=s.defense,
+        family=s.family,
+        parameters=dict(s.parameters),
+        model_ids=tuple(t.model_id for t in trained),
+        test_accuracy=acc,
+        test_accuracy_std=acc_std,
+        accuracy_loss=baseline_accuracy - acc,
+        epsilon_ub=eps_ub if private else {},
+        epsilon_ub_data_dependent=bool(trained[0].data_dependent),
+        epsilon_lb=float(best_lb),
+        best_attack=best_attack,
+        membership=ev.membership,
+        vulnerable=ev.vulnerable,
+        inversion_top1=ev.inversion,
+        robust_accuracy={r: mean_std(a)[0] for r, a in ev.robust.items()},
+        certified_accuracy={r: mean_std(a)[0] for r, a in ev.certified.items()},
+        verdict=verdict,
+        findings=tuple(ev.findings),
+        links=dict(s.links),
+    )
+
+
+def condense(
+    settings: Sequence[SettingOutcomes],
+    *,
+    name: str,
+    dataset: str,
+    baseline: str,
+    delta: float,
+    confidence: float,
+    membership_attacks: Sequence[str] | None = None,
+    radii: Sequence[float] = (),
+    vulnerable_top_k: int = 0,
+    grid: Mapping[str, Any] | None = None,
+    seconds: float = 0.0,
+    jobs_run: int = 0,
+    jobs_reused: int = 0,
+) -> ComparisonResult:
+    """The defense × measure matrix from the jobs' outcomes (no training, no I/O).
+
+    Args:
+        settings: every setting with its outcomes, the baseline among them.
+        name, dataset: the grid's.
+        baseline: the label of the non-private baseline every accuracy loss refers to.
+        delta: δ of every ε; confidence: the joint confidence of each row's ε_LB.
+        membership_attacks: the grid's membership attacks, in its order (``None``: no
+            membership section, and no vulnerable-sample measures).
+        radii: the evasion radii; vulnerable_top_k: the vulnerable samples' count.
+        grid: the grid as read, for provenance.
+        seconds, jobs_run, jobs_reused: what the run cost.
+    """
+    base = next(s for s in settings if s.label == baseline)
+    base_acc, _ = mean_std([r.trained.test_accuracy for r in base.repeats])
+    rows = tuple(_row(s, baseline_accuracy=base_acc, delta=delta, membership_attacks=membership_attacks) for s in settings)
+    return ComparisonResult(
+        name=name,
+        dataset=dataset,
+        rows=rows,
+        baseline=baseline,
+        delta=delta,
+        confidence=confidence,
+        fprs=COMPARE_FPRS,
+        radii=tuple(radii),
+        vulnerable_top_k=vulnerable_top_k if membership_attacks is not None else 0,
+        grid=dict(grid or {}),
+        seconds=seconds,
+        jobs_run=jobs_run,
+        jobs_reused=jobs_reused,
+    )
