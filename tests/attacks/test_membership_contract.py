@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from attacks.membership import MEMBERSHIP_ATTACKS, MembershipAttackSpec, MembershipContext, build_context, choose_augmentations, plan_pools, query_ids, train_pools
-from attacks.shadows import ShadowTraining
+from attacks.membership.shadows import ShadowTraining
 from dpaudit.options import add_option_flags, option_specs
 from dpaudit.results import MembershipResult
 

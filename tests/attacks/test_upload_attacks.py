@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attacks.uploads import (
+from attacks.federated.uploads import (
     RECOGNISABLE_SSIM,
     first_layer_update,
     match_reconstructions,

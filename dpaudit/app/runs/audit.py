@@ -9,7 +9,7 @@ import ``defenses``, ``attacks`` and ``reports``; the rest of the core may not. 
   or ``path/to/file.py:function`` (:func:`resolve_train_fn`);
 * the claim it is audited against — the defense's own claim, or one given on the command line or
   as a claim JSON (:func:`dpaudit.privacy.claims.claim_from_dict`);
-* canaries (:mod:`attacks.canaries`) and one of the games of :mod:`attacks.audit_procedures`;
+* canaries (:mod:`attacks.audit.canaries`) and one of the games of :mod:`attacks.audit.procedures`;
 
 and writes the result and its report under ``RUN_DIR/audits/<name>/`` and
 ``RUN_DIR/reports/``.
@@ -341,7 +341,7 @@ class AuditSpec:
         v.choice("one_run_bound", self.one_run_bound, ONE_RUN_BOUND_CHOICES)
         v.choice("bound", self.bound, SCORE_BOUND_CHOICES)
         if self.threat == "white-box":
-            from attacks.audit_procedures import white_box_strategy
+            from attacks.audit.procedures import white_box_strategy
 
             object.__setattr__(self, "strategy", white_box_strategy(self.score, self.strategy))
         elif self.strategy is None:
@@ -527,7 +527,7 @@ def _worst_case_start(spec: AuditSpec, run: RunDir, bundle: Any, splits: Any, mo
     The file sits in its own directory keyed by the audit's configuration, so a rerun reuses
     it (and says so) and another configuration never picks it up.
     """
-    from attacks.canaries import worst_case_initial_state
+    from attacks.audit.canaries import worst_case_initial_state
     from dpaudit.weights import load_weights, save_weights
 
     directory = run.path / "initial-states" / f"worst-case-{_hash(cfg_key)}"
@@ -560,8 +560,9 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
             rejects the data): one line naming ``--train-fn``, the trial index, its seed and, for a
             rejected input, its shape; trials finished before it stay stored and a rerun resumes.
     """
-    from attacks import audit_procedures as ap
-    from attacks.canaries import blank_canary, clipbkd_canaries, mislabelled_canaries
+    from attacks.audit.canaries import blank_canary, clipbkd_canaries, mislabelled_canaries
+    from attacks.audit.procedures import AUDIT_PROCEDURES
+    from attacks.audit.trials import TrialFailed, accepts_initial_state
 
     if not isinstance(spec, AuditSpec):
         raise v.invalid_type("spec", f"spec must be an AuditSpec, got {type(spec).__name__}")
@@ -643,7 +644,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
             cfg = {**described, "score": spec.score, "bound": bound, "strategy": spec.strategy}
             name = spec.name or f"white-box-{_hash(cfg)}"
             call = functools.partial(
-                ap.white_box_audit,
+                AUDIT_PROCEDURES["white-box"].run,
                 trainer=trainer,
                 dataset=members_ref,
                 noise_multiplier=sigma,
@@ -671,7 +672,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
                 start = _starting_model(spec, members, trainer if fn_third_party is None else None)
             if spec.init == "worst-case":
                 assert start is not None
-                if fn_third_party is not None and not ap.accepts_initial_state(fn_third_party):
+                if fn_third_party is not None and not accepts_initial_state(fn_third_party):
                     raise v.invalid("--train-fn", f"--train-fn {spec.train_fn}: init='worst-case' passes initial_state=... to the training function, and it takes no such argument")
                 state_file = _worst_case_start(spec, run, bundle, splits, start, cfg_key={**described, **cfg_init, "canary": spec.canary})
             if spec.canary == "blank":
@@ -694,7 +695,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
             cfg = {**described, **cfg_init, "canary": spec.canary, "group_size": spec.group_size, "bound": bound, "strategy": spec.strategy}
             name = spec.name or f"multi-run-{_hash(cfg)}"
             call = functools.partial(
-                ap.multi_run_audit,
+                AUDIT_PROCEDURES["multi-run"].run,
                 train_fn=fn,
                 dataset=members_ref,
                 canaries=cans,
@@ -717,7 +718,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
                 cfg["one_run_bound"] = spec.one_run_bound
             name = spec.name or f"one-run-{_hash(cfg)}"
             call = functools.partial(
-                ap.one_run_audit,
+                AUDIT_PROCEDURES["one-run"].run,
                 train_fn=fn,
                 dataset=members_ref,
                 canaries=cans,
@@ -732,7 +733,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
         with unit_lock(run.path, f"audit-{name}"):
             try:
                 result = call()
-            except ap.TrialFailed as exc:
+            except TrialFailed as exc:
                 if spec.train_fn is None:
                     raise  # the suite's own trainer failing is an internal error, not bad input
                 # The user's function (or its model) failed: bad input, one line, exit status 2.
