@@ -45,7 +45,7 @@ class UploadAttackSummary:
         turns: turns (uploads) attacked.
         best_ssim_max: per turn, the best SSIM any reconstruction reached against the partition.
         distinct_recognised: per turn, how many different private inputs some reconstruction
-            recognisably copies (SSIM ≥ :data:`attacks.federated.uploads.RECOGNISABLE_SSIM`).
+            recognisably copies (SSIM ≥ :data:`attacks.federated.similarity.RECOGNISABLE_SSIM`).
         membership: the membership result of the uploads (members: the partition).
         reconstructions: the first attacked turn's reconstructions (k, *input_shape).
     """
