@@ -47,6 +47,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from attacks.inversion.base import RESTARTS_HELP, InversionOutput, check_classes
+from attacks.inversion.spec import INVERSION_ATTACKS, InversionAttackSpec
 from dpaudit import _validate as v
 from dpaudit.options import SizeLimit, option
 from dpaudit.seeding import derive_seed
@@ -433,3 +434,14 @@ def run_mi_face(
             "max_iterations": alpha,
         },
     )
+
+
+INVERSION_ATTACKS.register(
+    InversionAttackSpec(
+        name="mi-face",
+        summary="gradient descent on 1 - p(class) from a neutral image (Fredrikson et al. 2015, Alg. 1)",
+        config_type=MIFaceConfig,
+        run=run_mi_face,
+        iterations_field="max_iterations",
+    )
+)
