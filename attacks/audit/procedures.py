@@ -73,20 +73,14 @@ __all__ = [
 
 
 class AuditProcedure(Protocol):
-    """What an audit game provides: it plays its trials under ``directory`` (resuming stored ones) and bounds ε from them."""
+    """What an audit game provides: it plays its trials under ``directory`` (resuming stored ones) and bounds ε from them.
 
-    def __call__(
-        self,
-        *,
-        dataset: DatasetLike,
-        directory: str | os.PathLike[str],
-        delta: float,
-        confidence: float = ...,
-        seed: int = ...,
-        config: Mapping[str, Any] | None = ...,
-        progress: bool = ...,
-        **options: Any,
-    ) -> AuditResult: ...
+    Every game also takes ``confidence``, ``seed``, ``config`` (stored in ``config.json``) and
+    ``progress``, and the options of its own threat model (a ``train_fn`` and canaries for a
+    black-box game, a :class:`~attacks.audit.trials.HookedTrainer` for the white-box one).
+    """
+
+    def __call__(self, *, dataset: DatasetLike, directory: str | os.PathLike[str], delta: float, **options: Any) -> AuditResult: ...
 
 
 @dataclass(frozen=True, kw_only=True)

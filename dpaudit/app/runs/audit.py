@@ -607,7 +607,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
             **{k: dict(x) for k, x in (("model_options", spec.model_options), ("defense_config", spec.defense_config)) if x},
         }
     else:
-        assert spec.claim is not None  # checked in AuditSpec.__post_init__
+        assert spec.claim is not None and spec.train_fn is not None  # checked in AuditSpec.__post_init__
         claim = spec.claim
         fn = fn_third_party
         described = {"train_fn": spec.train_fn, **_code_keys("train_fn", spec.train_fn, argument="--train-fn", progress=spec.progress), "claim": claim.to_dict()}

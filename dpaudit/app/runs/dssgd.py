@@ -254,8 +254,7 @@ def turn_leakage(
     bundle = load_dataset(dataset, data_root=data_root)
     data = bundle.all()
     torch.manual_seed(seed)
-    options = {"input_standardization": input_statistics(bundle.train.features)} if standardize else {}
-    net = build_model(model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **options)
+    net = build_model(model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, input_standardization=input_statistics(bundle.train.features) if standardize else None)
     initial = flatten_parameters(net)
     training = LocalTraining(epochs=1, batch_size=k, learning_rate=learning_rate)
     rng = numpy_rng(seed, "dssgd-turn-leakage")
