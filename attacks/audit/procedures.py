@@ -279,6 +279,63 @@ def one_run_audit(
     return result
 
 
+def _pooled_steps(store: TrialStore, finished: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every step of the first ``finished`` white-box trials: whether the canary was inserted, the score, the lot size."""
+    ins, scores, lots = [], [], []
+    for i in range(finished):
+        res = store.load(i)
+        ins.append(res["inserted"])
+        scores.append(res["scores"])
+        lots.append(res["lot_sizes"])
+    return np.concatenate(ins).astype(bool), np.concatenate(scores), np.concatenate(lots)
+
+
+def _with_run_context(
+    result: AuditResult, details: dict[str, Any], *, full_claim: PrivacyClaim | None, sampling_rate: float | None, num_steps: int | None, delta: float, confidence: float
+) -> AuditResult:
+    """The white-box result with the full run's own claim and the CLT-composed estimate beside it (never compared)."""
+    if full_claim is not None:
+        ub = full_claim.upper_bound(delta=delta)
+        details["full_run_claim"] = {"description": full_claim.description, "accountant": ub.accountant, "epsilon_ub": ub.epsilon, "epsilon_ub_by_accountant": dict(ub.by_accountant)}
+    estimate = None
+    if sampling_rate is not None and num_steps is not None:
+        d = result.details
+        mu = gdp_mu_lb_from_counts(
+            true_positives=d["true_positives"],
+            num_in=d["bounding_num_in"],
+            false_positives=d["false_positives"],
+            num_out=d["bounding_num_out"],
+            confidence=confidence,
+            num_tests=d["num_tests"],
+        )
+        estimate = composed_gdp_epsilon(mu_step=mu, sampling_rate=sampling_rate, num_steps=num_steps, delta=delta)
+        details["mu_step_lb"] = mu
+        details["composed_estimate"] = {
+            "epsilon": estimate,
+            "sampling_rate": sampling_rate,
+            "num_steps": num_steps,
+            "kind": "CLT composition mu_total = q*sqrt(T*(exp(mu_step^2)-1)) of the per-step mu_LB: an estimate, not a bound",
+        }
+    if full_claim is not None or estimate is not None:
+        merged = {**dict(result.details), **details}
+        result = AuditResult(**{**{f: getattr(result, f) for f in _FIELDS}, "details": merged})
+    return result
+
+
+def _run_white_box_trials(store: TrialStore, trial: Mapping[str, Any], *, seed: int, num_trials: int, budget: float | None, executor: Executor | None, progress: bool) -> int:
+    """Runs (or reuses) the white-box trials (``trial``: the keyword arguments every trial shares): exactly ``num_trials``, or waves within ``budget`` seconds; returns how many finished."""
+
+    def job(i: int, of: str) -> tuple[int, Job]:
+        kwargs = {**trial, "seed": derive_seed(seed, "audit-trial", i), "label": f"white-box trial {i + 1}{of}"}
+        return i, Job(key=f"trial-{i}", fn=white_box_trial, kwargs=kwargs)
+
+    r = num_trials
+    if budget is None:
+        run_trials(store, [job(i, f"/{r}") for i in range(r)], executor, f"white-box audit ({r} run{'s' if r > 1 else ''})", progress)
+        return r
+    return run_trials_for(store, job, executor, budget_seconds=budget, most=r, progress=progress)
+
+
 def white_box_audit(
     *,
     trainer: HookedTrainer,
@@ -352,45 +409,20 @@ def white_box_audit(
     budget = None if budget_seconds is None else v.positive("budget_seconds", budget_seconds)
     data = load_dataset_like(dataset)
     canary = find_dirac_coordinate(trainer.build_model(data), data, magnitude=scale * c)
-    store = TrialStore(
-        directory,
-        {
-            "method": "white-box",
-            "num_trials": "budget" if budget is not None else r,
-            "seed": seed,
-            "score": score,
-            "noise_multiplier": sigma,
-            "clip_norm": c,
-            "canary": canary.to_dict(),
-            **dict(config or {}),
-        },
-    )
-
-    def job(i: int, of: str) -> tuple[int, Job]:
-        kwargs = {
-            "trainer": trainer,
-            "dataset": dataset,
-            "canary": canary,
-            "score": score,
-            "seed": derive_seed(seed, "audit-trial", i),
-            "num_steps": num_steps,
-            "progress": progress,
-            "label": f"white-box trial {i + 1}{of}",
-        }
-        return i, Job(key=f"trial-{i}", fn=white_box_trial, kwargs=kwargs)
-
-    if budget is None:
-        run_trials(store, [job(i, f"/{r}") for i in range(r)], executor, f"white-box audit ({r} run{'s' if r > 1 else ''})", progress)
-        finished = r
-    else:
-        finished = run_trials_for(store, job, executor, budget_seconds=budget, most=r, progress=progress)
-    ins, scores, lots = [], [], []
-    for i in range(finished):
-        res = store.load(i)
-        ins.append(res["inserted"])
-        scores.append(res["scores"])
-        lots.append(res["lot_sizes"])
-    inserted, s = np.concatenate(ins).astype(bool), np.concatenate(scores)
+    description = {
+        "method": "white-box",
+        "num_trials": "budget" if budget is not None else r,
+        "seed": seed,
+        "score": score,
+        "noise_multiplier": sigma,
+        "clip_norm": c,
+        "canary": canary.to_dict(),
+        **dict(config or {}),
+    }
+    store = TrialStore(directory, description)
+    trial = {"trainer": trainer, "dataset": dataset, "canary": canary, "score": score, "num_steps": num_steps, "progress": progress}
+    finished = _run_white_box_trials(store, trial, seed=seed, num_trials=r, budget=budget, executor=executor, progress=progress)
+    inserted, s, lots = _pooled_steps(store, finished)
     if inserted.all() or not inserted.any():
         raise v.invalid("num_steps", f"white-box audit needs IN and OUT steps; got {int(inserted.sum())} IN of {inserted.size} (too few steps)")
     atomic_save_npz(store.path / "scores.npz", in_scores=s[inserted], out_scores=s[~inserted], inserted=inserted, scores=s)
@@ -398,7 +430,7 @@ def white_box_audit(
         "score": "canary coordinate of the released noisy sum" if score == "dirac" else "negative L2 norm of the released noisy sum",
         "canary": canary.to_dict(),
         "num_steps_observed": int(s.size),
-        "mean_lot_size": float(np.concatenate(lots).mean()),
+        "mean_lot_size": float(lots.mean()),
         "compared_claim": "one un-sampled Gaussian step (the canary inserted by the auditor is always in the lot)",
         **dict(config or {}),
     }
@@ -419,31 +451,7 @@ def white_box_audit(
         # clipped canary); halfway is where the two error rates are equal.
         threshold=c / 2 if strategy == "fixed" else None,
     )
-    if full_claim is not None:
-        ub = full_claim.upper_bound(delta=delta)
-        details["full_run_claim"] = {"description": full_claim.description, "accountant": ub.accountant, "epsilon_ub": ub.epsilon, "epsilon_ub_by_accountant": dict(ub.by_accountant)}
-    estimate = None
-    if sampling_rate is not None and num_steps is not None:
-        d = result.details
-        mu = gdp_mu_lb_from_counts(
-            true_positives=d["true_positives"],
-            num_in=d["bounding_num_in"],
-            false_positives=d["false_positives"],
-            num_out=d["bounding_num_out"],
-            confidence=confidence,
-            num_tests=d["num_tests"],
-        )
-        estimate = composed_gdp_epsilon(mu_step=mu, sampling_rate=sampling_rate, num_steps=num_steps, delta=delta)
-        details["mu_step_lb"] = mu
-        details["composed_estimate"] = {
-            "epsilon": estimate,
-            "sampling_rate": sampling_rate,
-            "num_steps": num_steps,
-            "kind": "CLT composition mu_total = q*sqrt(T*(exp(mu_step^2)-1)) of the per-step mu_LB: an estimate, not a bound",
-        }
-    if full_claim is not None or estimate is not None:
-        merged = {**dict(result.details), **details}
-        result = AuditResult(**{**{f: getattr(result, f) for f in _FIELDS}, "details": merged})
+    result = _with_run_context(result, details, full_claim=full_claim, sampling_rate=sampling_rate, num_steps=num_steps, delta=delta, confidence=confidence)
     save_audit_result(result, store.path)
     return result
 
