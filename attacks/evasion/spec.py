@@ -3,7 +3,7 @@
 An attack is a :class:`EvasionAttackSpec` registered with ``EVASION_ATTACKS.register(...)`` where
 it is defined: a name, a one-line summary citing its paper, the fields of its default
 :class:`EvasionConfig` and the routine (:class:`EvasionRun`) that attacks a batch of rows. The
-command line (``dpaudit certify --attacks``), ``compare``'s grid and the tests iterate
+command line (``dpaudit certify --attack``), ``compare``'s grid and the tests iterate
 :data:`EVASION_ATTACKS`.
 """
 
