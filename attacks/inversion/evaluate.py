@@ -194,6 +194,45 @@ def _rms(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.cdist(a2, b2) / math.sqrt(a2.shape[1])
 
 
+def _judge_class(
+    evaluator: nn.Module,
+    r: torch.Tensor,
+    feats: torch.Tensor,
+    members: tuple[torch.Tensor, np.ndarray],
+    non_members: tuple[torch.Tensor, np.ndarray],
+    *,
+    device: torch.device,
+    per: dict[str, list[Any]],
+) -> tuple[list[int], list[float], list[bool]]:
+    """Judges one class's reconstruction ``r`` (evaluator features ``feats``) against its members and non-members.
+
+    Appends the class's measures to ``per``; returns the candidates' ids, membership scores and
+    true membership.
+    """
+    (xm, idm), (xn, idn) = members, non_members
+    dev = device
+    _, fm = _embed(evaluator, xm, dev)
+    knn = torch.cdist(feats, fm)[0]
+    j = int(knn.argmin())
+    mse = float(((r.double() - xm[j : j + 1].double()) ** 2).mean())
+    per["knn"].append(float(knn[j]))
+    per["knn_id"].append(int(idm[j]))
+    per["psnr"].append(10.0 * math.log10(1.0 / mse) if mse > 0 else math.inf)
+    mean_img = xm.double().mean(0, keepdim=True)
+    dm, dn = _rms(r, xm)[0], _rms(r, xn)[0]
+    jm, jn = int(dm.argmin()), int(dn.argmin())
+    per["mean"].append(float(_rms(r, mean_img)[0, 0]))
+    per["member"].append(float(dm[jm]))
+    per["non"].append(float(dn[jn]))
+    per["member_id"].append(int(idm[jm]))
+    per["non_id"].append(int(idn[jn]))
+    per["img_mean"].append(mean_img[0].float())
+    per["img_member"].append(xm[jm].float())
+    per["img_non"].append(xn[jn].float())
+    # Membership score: nearer the class's reconstruction = more likely a member.
+    return [*idm.tolist(), *idn.tolist()], [*(-dm).tolist(), *(-dn).tolist()], [True] * len(idm) + [False] * len(idn)
+
+
 def evaluate_reconstructions(
     output: InversionOutput,
     *,
@@ -241,29 +280,10 @@ def evaluate_reconstructions(
         xn, idn = non_members.of_class(label)
         if xm.shape[0] == 0 or xn.shape[0] == 0:
             raise v.invalid("classes", f"classes: class {label} needs at least one member and one non-member to judge its reconstruction, got {xm.shape[0]} and {xn.shape[0]}")
-        r = recon[i : i + 1]
-        _, fm = _embed(evaluator, xm, dev)
-        knn = torch.cdist(rec_feats[i : i + 1], fm)[0]
-        j = int(knn.argmin())
-        mse = float(((r.double() - xm[j : j + 1].double()) ** 2).mean())
-        per["knn"].append(float(knn[j]))
-        per["knn_id"].append(int(idm[j]))
-        per["psnr"].append(10.0 * math.log10(1.0 / mse) if mse > 0 else math.inf)
-        mean_img = xm.double().mean(0, keepdim=True)
-        dm, dn = _rms(r, xm)[0], _rms(r, xn)[0]
-        jm, jn = int(dm.argmin()), int(dn.argmin())
-        per["mean"].append(float(_rms(r, mean_img)[0, 0]))
-        per["member"].append(float(dm[jm]))
-        per["non"].append(float(dn[jn]))
-        per["member_id"].append(int(idm[jm]))
-        per["non_id"].append(int(idn[jn]))
-        per["img_mean"].append(mean_img[0].float())
-        per["img_member"].append(xm[jm].float())
-        per["img_non"].append(xn[jn].float())
-        # Membership score: nearer the class's reconstruction = more likely a member.
-        cand_ids += [*idm.tolist(), *idn.tolist()]
-        cand_scores += [*(-dm).tolist(), *(-dn).tolist()]
-        cand_member += [True] * len(idm) + [False] * len(idn)
+        ids, scores, member = _judge_class(evaluator, recon[i : i + 1], rec_feats[i : i + 1], (xm, idm), (xn, idn), device=dev, per=per)
+        cand_ids += ids
+        cand_scores += scores
+        cand_member += member
     membership = MembershipResult(
         attack=f"inversion-{attack}",
         model_id=model_id,

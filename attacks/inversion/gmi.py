@@ -39,6 +39,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from attacks.inversion.base import RESTARTS_HELP, InversionOutput, check_classes, eval_mode, target_confidence
+from attacks.inversion.spec import INVERSION_ATTACKS, InversionAttackSpec, PriorSpec
 from dpaudit import _validate as v
 from dpaudit.models import build_critic, build_generator
 from dpaudit.options import SizeLimit, option, option_specs
@@ -438,3 +439,15 @@ def run_gmi(
     if tuple(made) != shape:
         raise v.invalid("prior", f"prior generator makes images of shape {tuple(made)}, but input_shape is {shape}")
     return gmi(model, prior["generator"], prior["critic"], classes=classes, config=config, seed=seed, device=device, progress=progress)
+
+
+INVERSION_ATTACKS.register(
+    InversionAttackSpec(
+        name="gmi",
+        summary="latent search through a WGAN-GP trained on public data, -D(G(z)) + lambda CE (Zhang et al. 2020, §3)",
+        config_type=GMIConfig,
+        run=run_gmi,
+        prior=PriorSpec(name="gan", config_type=GANConfig, build=build_gan_modules, train=train_gan_modules),
+        iterations_field="gmi_iterations",
+    )
+)

@@ -39,7 +39,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -47,6 +47,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from attacks.inversion.base import RESTARTS_HELP, InversionOutput, check_classes
+from attacks.inversion.spec import INVERSION_ATTACKS, InversionAttackSpec
 from dpaudit import _validate as v
 from dpaudit.options import SizeLimit, option
 from dpaudit.seeding import derive_seed
@@ -180,6 +181,48 @@ def _process(x: torch.Tensor, kind: str) -> torch.Tensor:
     return x.clamp(0.0, 1.0)
 
 
+def _check_call(model: object, *, classes: object, input_shape: Any, config: object, seed: object) -> tuple[list[int], tuple[int, ...]]:
+    """The validated labels and input shape of a :func:`mi_face` call (the error names the argument)."""
+    if not isinstance(model, nn.Module):
+        raise v.invalid("model", f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(config, MIFaceConfig):
+        raise v.invalid("config", f"config must be an MIFaceConfig, got {type(config).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise v.invalid("seed", f"seed must be an int, got {seed!r}")
+    labels = check_classes(classes)
+    try:
+        shape = tuple(int(s) for s in input_shape)
+    except (TypeError, ValueError):
+        raise v.invalid("input_shape", f"input_shape must be a tuple of positive ints, got {input_shape!r}") from None
+    if not shape or min(shape) < 1:
+        raise v.invalid("input_shape", f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
+    if config.process != "none" and len(shape) < 2:
+        raise v.invalid("input_shape", f"input_shape must have >= 2 dimensions for process={config.process!r}, got {shape}")
+    return labels, shape
+
+
+def _start_images(start: np.ndarray | None, *, config: MIFaceConfig, num_classes: int, shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
+    """The first iterate of every class: ``start``, a seeded uniform draw, or the constant ``config.start_value``."""
+    k, dev = num_classes, device
+    if start is not None:
+        start_arr = np.asarray(start, dtype=np.float32)
+        if start_arr.shape != shape:
+            raise v.invalid("start", f"start must have shape input_shape={shape}, got {start_arr.shape}")
+        if not np.all(np.isfinite(start_arr)) or start_arr.min() < 0 or start_arr.max() > 1:
+            raise v.invalid("start", "start must hold finite values in [0, 1]")
+        return torch.from_numpy(start_arr).to(dev).expand(k, *shape).clone()
+    elif config.start_value is None:
+        gen = torch.Generator().manual_seed(seed)
+        return torch.rand((k, *shape), generator=gen, dtype=torch.float32).to(dev)
+    else:
+        return torch.full((k, *shape), float(config.start_value), dtype=torch.float32, device=dev)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
 def mi_face(
     model: nn.Module,
     *,
@@ -217,35 +260,10 @@ def mi_face(
         ValueError: an argument (named in the message) is invalid, including a label the
             model's output does not have.
     """
-    if not isinstance(model, nn.Module):
-        raise v.invalid("model", f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(config, MIFaceConfig):
-        raise v.invalid("config", f"config must be an MIFaceConfig, got {type(config).__name__}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise v.invalid("seed", f"seed must be an int, got {seed!r}")
-    labels = check_classes(classes)
-    try:
-        shape = tuple(int(s) for s in input_shape)
-    except (TypeError, ValueError):
-        raise v.invalid("input_shape", f"input_shape must be a tuple of positive ints, got {input_shape!r}") from None
-    if not shape or min(shape) < 1:
-        raise v.invalid("input_shape", f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
-    if config.process != "none" and len(shape) < 2:
-        raise v.invalid("input_shape", f"input_shape must have >= 2 dimensions for process={config.process!r}, got {shape}")
+    labels, shape = _check_call(model, classes=classes, input_shape=input_shape, config=config, seed=seed)
     dev = torch.device(device)
     k = len(labels)
-    if start is not None:
-        start_arr = np.asarray(start, dtype=np.float32)
-        if start_arr.shape != shape:
-            raise v.invalid("start", f"start must have shape input_shape={shape}, got {start_arr.shape}")
-        if not np.all(np.isfinite(start_arr)) or start_arr.min() < 0 or start_arr.max() > 1:
-            raise v.invalid("start", "start must hold finite values in [0, 1]")
-        x = torch.from_numpy(start_arr).to(dev).expand(k, *shape).clone()
-    elif config.start_value is None:
-        gen = torch.Generator().manual_seed(seed)
-        x = torch.rand((k, *shape), generator=gen, dtype=torch.float32).to(dev)
-    else:
-        x = torch.full((k, *shape), float(config.start_value), dtype=torch.float32, device=dev)
+    x = _start_images(start, config=config, num_classes=k, shape=shape, seed=seed, device=dev)
 
     target = torch.tensor(labels, dtype=torch.long, device=dev)
     log_objective = config.descend_on == "log-probability"
@@ -304,15 +322,11 @@ def mi_face(
         for module, was_training in modes:
             module.train(was_training)
 
-    def frozen(a: np.ndarray) -> np.ndarray:
-        a.setflags(write=False)
-        return a
-
     return MIFaceOutput(
-        classes=frozen(np.asarray(labels, dtype=np.int64)),
-        reconstructions=frozen(best_x.detach().cpu().numpy().astype(np.float32)),
-        costs=frozen(best_cost.cpu().numpy().astype(np.float64)),
-        iterations=frozen(steps.cpu().numpy().astype(np.int64)),
+        classes=_frozen(np.asarray(labels, dtype=np.int64)),
+        reconstructions=_frozen(best_x.detach().cpu().numpy().astype(np.float32)),
+        costs=_frozen(best_cost.cpu().numpy().astype(np.float64)),
+        iterations=_frozen(steps.cpu().numpy().astype(np.int64)),
         stop_reasons=tuple(reasons),
     )
 
@@ -433,3 +447,14 @@ def run_mi_face(
             "max_iterations": alpha,
         },
     )
+
+
+INVERSION_ATTACKS.register(
+    InversionAttackSpec(
+        name="mi-face",
+        summary="gradient descent on 1 - p(class) from a neutral image (Fredrikson et al. 2015, Alg. 1)",
+        config_type=MIFaceConfig,
+        run=run_mi_face,
+        iterations_field="max_iterations",
+    )
+)

@@ -31,15 +31,17 @@ def test_only_runs_over_an_hour_are_announced(seconds: float, said: str | None, 
 
 
 def test_a_long_audit_says_so_before_its_trials_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import attacks.audit_procedures as ap
+    import dataclasses
+
     import dpaudit.app.runs.audit.runner as audit_run
+    from attacks.audit.procedures import AUDIT_PROCEDURES
 
     def start(*args: object, **kwargs: object) -> None:
         raise Started
 
     # As if one example took 10 ms: 2 x 500 trainings x 1000 steps x (0.01 x 100 members) x 3 (per-example gradients) = 8.3 h.
     monkeypatch.setattr(audit_run, "seconds_per_example", lambda *a, **k: 0.01)
-    monkeypatch.setattr(ap, "multi_run_audit", start)
+    monkeypatch.setitem(AUDIT_PROCEDURES, "multi-run", dataclasses.replace(AUDIT_PROCEDURES["multi-run"], run=start))
     with pytest.raises(Started):
         main(["audit", "--noise-multiplier", "2", "--num-trials", "500", "--num-steps", "1000", "--num-members", "100", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err

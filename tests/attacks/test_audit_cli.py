@@ -302,7 +302,7 @@ def test_trial_failures_cross_process_boundaries_intact():
     """Trials run in spawned workers with --num-workers: the failure must unpickle with its trial and seed."""
     import pickle
 
-    from attacks.audit_procedures import TrialFailed
+    from attacks.audit.trials import TrialFailed
 
     back = pickle.loads(pickle.dumps(TrialFailed("the training function raised X in trial 3 (seed 7)", 3, 7)))
     assert isinstance(back, TrialFailed) and str(back) == "the training function raised X in trial 3 (seed 7)" and (back.index, back.seed) == (3, 7)

@@ -1,4 +1,4 @@
-"""Audit procedures of :mod:`attacks.audit_procedures` (audit.md §3–5).
+"""Audit procedures of :mod:`attacks.audit.procedures` (audit.md §3–5).
 
 Statistical tier: on a simulated Gaussian release with exactly known ε, the white-box per-step
 pipeline (canary hooks → scores → bound) gives ε_LB ≤ true ε in ≥ 95 % of seeded repetitions,
@@ -63,7 +63,7 @@ def _tiny():
     ],
 )
 def test_white_box_per_step_coverage_on_gaussian_release(tmp_path, bound, strategy):
-    from attacks.audit_procedures import white_box_audit
+    from attacks.audit.procedures import white_box_audit
 
     sigma = 1.0
     true_eps = gaussian_epsilon(delta=DELTA, sigma=sigma)
@@ -93,14 +93,14 @@ def test_white_box_per_step_coverage_on_gaussian_release(tmp_path, bound, strate
 
 
 def test_white_box_identical_distributions_give_about_zero(tmp_path):
-    from attacks.audit_procedures import white_box_audit
+    from attacks.audit.procedures import white_box_audit
 
     r = white_box_audit(trainer=GaussianRelease(1.0, 4000, shift=0.0), dataset=_tiny(), noise_multiplier=1.0, clip_norm=1.0, directory=tmp_path, delta=DELTA, progress=False)
     assert r.epsilon_lb < 0.15
 
 
 def test_white_box_resumes_finished_trials(tmp_path):
-    from attacks.audit_procedures import white_box_audit
+    from attacks.audit.procedures import white_box_audit
 
     kw = dict(dataset=_tiny(), noise_multiplier=1.0, clip_norm=1.0, directory=tmp_path, delta=DELTA, num_trials=2, progress=False)
     first = white_box_audit(trainer=GaussianRelease(1.0, 100), **kw)
@@ -114,7 +114,7 @@ def test_white_box_resumes_finished_trials(tmp_path):
 
 
 def test_white_box_says_how_many_stored_trials_it_reuses(tmp_path, capsys):
-    from attacks.audit_procedures import white_box_audit
+    from attacks.audit.procedures import white_box_audit
 
     kw = dict(dataset=_tiny(), noise_multiplier=1.0, clip_norm=1.0, directory=tmp_path, delta=DELTA, num_trials=2)
     white_box_audit(trainer=GaussianRelease(1.0, 50), progress=False, **kw)
@@ -129,7 +129,7 @@ def test_white_box_says_how_many_stored_trials_it_reuses(tmp_path, capsys):
 
 
 def test_white_box_default_strategy_is_the_claims_midpoint(tmp_path):
-    from attacks.audit_procedures import white_box_audit, white_box_strategy
+    from attacks.audit.procedures import white_box_audit, white_box_strategy
 
     r = white_box_audit(trainer=GaussianRelease(1.0, 400), dataset=_tiny(), noise_multiplier=1.0, clip_norm=2.0, directory=tmp_path, delta=DELTA, progress=False)
     assert r.threshold_strategy == "fixed" and r.details["threshold"] == 1.0 and r.details["num_tests"] == 1  # C/2
@@ -139,7 +139,7 @@ def test_white_box_default_strategy_is_the_claims_midpoint(tmp_path):
 
 
 def test_white_box_budget_runs_waves_until_the_time_is_spent_and_a_rerun_adds_more(tmp_path, capsys):
-    from attacks.audit_procedures import white_box_audit
+    from attacks.audit.procedures import white_box_audit
 
     kw = dict(dataset=_tiny(), noise_multiplier=1.0, clip_norm=1.0, directory=tmp_path, delta=DELTA, num_trials=50)
     # A budget below one trial still runs one wave (one trial in this process) and says so.
@@ -181,8 +181,8 @@ def _memoriser(dataset, *, seed):
 
 
 def test_multi_run_and_one_run_flag_a_memoriser(tmp_path):
-    from attacks.audit_procedures import multi_run_audit, one_run_audit
-    from attacks.canaries import mislabelled_canaries
+    from attacks.audit.canaries import mislabelled_canaries
+    from attacks.audit.procedures import multi_run_audit, one_run_audit
 
     data = _tiny()
     pool = ArrayDataset(name="pool", features=torch.rand(300, 3), labels=torch.randint(0, 2, (300,)), ids=np.arange(100, 400), num_classes=2)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from attacks.canaries import (
+from attacks.audit.canaries import (
     DiracCanary,
     clipbkd_canaries,
     find_dirac_coordinate,

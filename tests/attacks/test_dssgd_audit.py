@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from attacks.dssgd_audit import Canary, canary_coordinates, dssgd_upload_audit, pixel_canary, upload_scores
+from attacks.federated.dssgd_audit import Canary, canary_coordinates, dssgd_upload_audit, pixel_canary, upload_scores
 from defenses.dssgd.protocol import LocalTraining, UploadRule, assign_parameters, flatten_parameters, local_sgd
 from dpaudit.data import load_dataset
 from dpaudit.models import build_model

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from torch.nn import functional as F
 
 from attacks.evasion import (
-    ATTACK_NAMES,
     EVASION_ATTACKS,
     EvasionConfig,
     adversarial_examples,
@@ -86,7 +85,7 @@ def _measured(x_adv: torch.Tensor, x: torch.Tensor, norm: str) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("norm", NORMS)
-@pytest.mark.parametrize("attack", ATTACK_NAMES)
+@pytest.mark.parametrize("attack", EVASION_ATTACKS.names())
 def test_contract(model, digits, attack, norm):
     x, y = digits.test.features, digits.test.labels
     radii = RADII[norm]
@@ -120,7 +119,7 @@ def test_contract(model, digits, attack, norm):
 
 @PROPS
 @given(
-    attack=st.sampled_from(ATTACK_NAMES),
+    attack=st.sampled_from(EVASION_ATTACKS.names()),
     norm=st.sampled_from(NORMS),
     radius=st.floats(1e-4, 20.0),
     bounds=st.sampled_from([(0.0, 1.0), (-1.0, 1.0), (0.0, 255.0)]),
@@ -304,14 +303,14 @@ def test_bad_data_and_configs(model, digits):
 
 
 def test_registry_defaults():
-    assert set(EVASION_ATTACKS) == set(ATTACK_NAMES)
-    assert EVASION_ATTACKS["fgsm"].num_steps == 1 and EVASION_ATTACKS["fgsm"].step_ratio == 1.0
+    assert EVASION_ATTACKS.names() == ("fgsm", "ifgsm", "pgd", "mim")
+    assert EVASION_ATTACKS["fgsm"].config.num_steps == 1 and EVASION_ATTACKS["fgsm"].config.step_ratio == 1.0
     for name in ("ifgsm", "mim"):  # Phan et al.'s evaluation: 10 steps of radius/10
-        assert EVASION_ATTACKS[name].num_steps == 10 and EVASION_ATTACKS[name].step_ratio == pytest.approx(0.1)
-    assert EVASION_ATTACKS["pgd"].num_steps == 10 and EVASION_ATTACKS["pgd"].step_ratio == pytest.approx(0.25)  # Madry et al.'s 2.5 r / t
-    assert EVASION_ATTACKS["pgd"].random_start and not EVASION_ATTACKS["ifgsm"].random_start
-    assert EVASION_ATTACKS["mim"].momentum == 1.0
-    assert evasion_config("pgd", num_restarts=3) == dataclasses.replace(EVASION_ATTACKS["pgd"], num_restarts=3)
+        assert EVASION_ATTACKS[name].config.num_steps == 10 and EVASION_ATTACKS[name].config.step_ratio == pytest.approx(0.1)
+    assert EVASION_ATTACKS["pgd"].config.num_steps == 10 and EVASION_ATTACKS["pgd"].config.step_ratio == pytest.approx(0.25)  # Madry et al.'s 2.5 r / t
+    assert EVASION_ATTACKS["pgd"].config.random_start and not EVASION_ATTACKS["ifgsm"].config.random_start
+    assert EVASION_ATTACKS["mim"].config.momentum == 1.0
+    assert evasion_config("pgd", num_restarts=3) == dataclasses.replace(EVASION_ATTACKS["pgd"].config, num_restarts=3)
 
 
 # ----------------------------------------------------------------------------- the result value

@@ -26,7 +26,7 @@ from attacks.membership import (
     run_membership_attacks,
     threshold_scores,
 )
-from attacks.shadows import ShadowTraining, plan_shadows, train_shadow
+from attacks.membership.shadows import ShadowTraining, plan_shadows, train_shadow
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from dpaudit.app.cli import main
 from dpaudit.data import load_dataset, make_splits

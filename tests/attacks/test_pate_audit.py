@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from attacks.pate_audit import answer_counts, neighbouring_votes, pate_audit, per_query_upper_bound
+from attacks.audit.pate import answer_counts, neighbouring_votes, pate_audit, per_query_upper_bound
 from defenses.pate.aggregators import ConfidentGNMaxConfig, GNMaxConfig, LNMaxConfig, aggregate
 from defenses.pate.planted import PLANTED_PATE_BUGS, aggregate_noise_scale_too_small, aggregate_threshold_without_noise, planted_aggregator
 from dpaudit.privacy import pate

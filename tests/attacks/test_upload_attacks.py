@@ -9,15 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attacks.uploads import (
-    RECOGNISABLE_SSIM,
-    first_layer_update,
-    match_reconstructions,
-    reconstruct_inputs,
-    ssim,
-    upload_membership_scores,
-    upload_reconstruction_attack,
-)
+from attacks.federated.similarity import RECOGNISABLE_SSIM, match_reconstructions, ssim
+from attacks.federated.uploads import first_layer_update, reconstruct_inputs, upload_membership_scores, upload_reconstruction_attack
 from dpaudit.models import build_model
 
 SHAPE = (1, 28, 28)

@@ -19,8 +19,9 @@ import torch
 from scipy import stats
 from torch import nn
 
-from attacks.audit_procedures import accepts_initial_state, multi_run_audit
-from attacks.canaries import blank_canary, clipbkd_canaries, worst_case_initial_state
+from attacks.audit.canaries import blank_canary, clipbkd_canaries, worst_case_initial_state
+from attacks.audit.procedures import multi_run_audit
+from attacks.audit.trials import accepts_initial_state
 from defenses.dpsgd import load_initial_state
 from defenses.planted_bugs import PlantedConfig, PlantedDPSGD
 from dpaudit.data import load_dataset
@@ -355,7 +356,7 @@ def test_more_trials_on_a_rerun_reuse_the_stored_ones(tmp_path, capsys):
     again = json.loads(p.out)
     assert (again["num_in"], again["epsilon_lb"]) == (first["num_in"], first["epsilon_lb"])
     # anything else that changes the trials is still refused, never mixed in
-    from attacks.audit_procedures import TrialStore
+    from attacks.audit.trials import TrialStore
 
     with pytest.raises(ValueError, match="differs in seed"):
         TrialStore(trials.parent, {**json.loads((trials.parent / "config.json").read_text()), "seed": 99}, resizable=("num_trials",))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attacks.shadows import ShadowTraining, ensure_shadows, plan_shadows
+from attacks.membership.shadows import ShadowTraining, ensure_shadows, plan_shadows
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.executors import (
     Job,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attacks.audit_procedures import white_box_audit
+from attacks.audit.procedures import white_box_audit
 from defenses.planted_bugs import PLANTED_BUGS, planted
 from dpaudit.data import load_dataset
 

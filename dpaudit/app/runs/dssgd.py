@@ -1,8 +1,8 @@
 """DSSGD runs beyond training: what the parameter server learns, and the audit of the DP upload.
 
 Distributed selective SGD (Shokri & Shmatikov, CCS 2015) shows the server every participant's
-sparse Δw. This module wires the server-seat attacks of :mod:`attacks.uploads` and the canary
-audit of :mod:`attacks.dssgd_audit` to the protocol of :mod:`defenses.dssgd` (only the
+sparse Δw. This module wires the server-seat attacks of :mod:`attacks.federated.uploads` and the canary
+audit of :mod:`attacks.federated.dssgd_audit` to the protocol of :mod:`defenses.dssgd` (only the
 application layer may import both):
 
 * :func:`attack_uploads` reads the uploads a DSSGD record kept for its observed participant
@@ -45,7 +45,7 @@ class UploadAttackSummary:
         turns: turns (uploads) attacked.
         best_ssim_max: per turn, the best SSIM any reconstruction reached against the partition.
         distinct_recognised: per turn, how many different private inputs some reconstruction
-            recognisably copies (SSIM ≥ :data:`attacks.uploads.RECOGNISABLE_SSIM`).
+            recognisably copies (SSIM ≥ :data:`attacks.federated.similarity.RECOGNISABLE_SSIM`).
         membership: the membership result of the uploads (members: the partition).
         reconstructions: the first attacked turn's reconstructions (k, *input_shape).
     """
@@ -102,7 +102,7 @@ def attack_uploads(
     """
     import torch
 
-    from attacks.uploads import first_layer_update, upload_membership_scores, upload_reconstruction_attack
+    from attacks.federated.uploads import first_layer_update, upload_membership_scores, upload_reconstruction_attack
     from defenses.dssgd.defense import UPLOADS_FILE
     from dpaudit.app.records import verify_record
     from dpaudit.data import load_dataset
@@ -228,8 +228,8 @@ def turn_leakage(
     A fresh model (the zoo's initialisation) takes one SGD step on ``examples_per_turn`` examples
     (the participant's whole turn), and uploads Δw as DSSGD would: all of it, the largest θ_u
     share (exact values), or through the DP variant's sparse-vector release. Each upload is
-    attacked with :func:`attacks.uploads.upload_reconstruction_attack` (private set: the turn's
-    examples) and :func:`attacks.uploads.upload_membership_scores` (the turn's examples against
+    attacked with :func:`attacks.federated.uploads.upload_reconstruction_attack` (private set: the turn's
+    examples) and :func:`attacks.federated.uploads.upload_membership_scores` (the turn's examples against
     as many other inputs). Every setting sees the same turns. With ``standardize`` (the DSSGD
     default) the network standardises its inputs as a federation's does, and the server, which
     knows the shared model, reads its uploads back to raw inputs.
@@ -240,7 +240,7 @@ def turn_leakage(
     import torch
     from sklearn.metrics import roc_auc_score
 
-    from attacks.uploads import first_layer_update, upload_membership_scores, upload_reconstruction_attack
+    from attacks.federated.uploads import first_layer_update, upload_membership_scores, upload_reconstruction_attack
     from defenses.dssgd.protocol import LocalTraining, UploadRule, assign_parameters, flatten_parameters, local_sgd
     from dpaudit.data import load_dataset
     from dpaudit.models import build_model, input_statistics
@@ -313,10 +313,10 @@ def audit_upload(
     data_root: str | None = None,
     progress: bool = True,
 ) -> Any:
-    """The canary audit of one participant's DSSGD turn (:func:`attacks.dssgd_audit.dssgd_upload_audit`).
+    """The canary audit of one participant's DSSGD turn (:func:`attacks.federated.dssgd_audit.dssgd_upload_audit`).
 
     The participant holds ``partition_size`` examples; the canary
-    (:func:`attacks.dssgd_audit.pixel_canary`) lights the input positions that are zero across
+    (:func:`attacks.federated.dssgd_audit.pixel_canary`) lights the input positions that are zero across
     them, so only it moves the weights there. Each trial is one turn (one local epoch of plain
     SGD from the same downloaded model) with or without the canary, uploaded as DSSGD does. The
     claim set against ε_LB is ONE turn's: c uploads composed (``num_rounds=1``), and the result
@@ -328,7 +328,7 @@ def audit_upload(
     """
     import torch
 
-    from attacks.dssgd_audit import canary_coordinates, dssgd_upload_audit, pixel_canary
+    from attacks.federated.dssgd_audit import canary_coordinates, dssgd_upload_audit, pixel_canary
     from defenses.dssgd.protocol import LocalTraining, UploadRule, assign_parameters, flatten_parameters, local_sgd
     from dpaudit.data import load_dataset
     from dpaudit.models import build_model

@@ -3,7 +3,7 @@
 ``dpaudit pate attack`` loads a PATE student's record, the teachers its ``pate.json`` names (from
 the run's teacher cache), asks every teacher for its label on the student's members (the private
 set) and non-members, answers each candidate through the record's own aggregator and scores
-membership with :func:`attacks.pate_membership.aggregator_membership`. The result is stored with
+membership with :func:`attacks.membership.pate.aggregator_membership`. The result is stored with
 the student's other membership results, so its report shows the aggregator beside the student.
 """
 
@@ -73,7 +73,7 @@ def attack_aggregator(
         ValueError: the target is not a PATE student with its teachers.
     """
     from attacks.membership import query_ids
-    from attacks.pate_membership import aggregator_membership
+    from attacks.membership.pate import aggregator_membership
     from defenses import DEFENSES
     from defenses.pate.aggregators import aggregate
     from dpaudit.app.records import verify_record

@@ -16,7 +16,7 @@ then marks as reproducible and not private. Torch-free.
 non-members through the record's own noisy aggregator, and the result joins the student's other
 membership results and report.
 
-``pate audit`` plays :func:`attacks.pate_audit.pate_audit` against the real aggregator of
+``pate audit`` plays :func:`attacks.audit.pate.pate_audit` against the real aggregator of
 :mod:`defenses.pate.aggregators` or a planted bug of :mod:`defenses.pate.planted` (imported
 when it runs, so building the parser stays torch-free); exit status 3 when ε_LB > ε_UB, as
 ``dpaudit audit``.
@@ -300,7 +300,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     if draws > MAX_DRAWS and not args.i_know:
         raise UsageError(f"--trials={args.trials} with --num-classes={args.num_classes} draws {draws:,} noise values, above {MAX_DRAWS:,}; pass --i-know to run it anyway", argument="--trials")
 
-    from attacks.pate_audit import pate_audit
+    from attacks.audit.pate import pate_audit
     from defenses.pate.aggregators import aggregator_config
     from defenses.pate.planted import planted_aggregator
 

@@ -9,7 +9,7 @@ import ``defenses``, ``attacks`` and ``reports``; the rest of the core may not. 
   or ``path/to/file.py:function`` (:func:`resolve_train_fn`);
 * the claim it is audited against — the defense's own claim, or one given on the command line or
   as a claim JSON (:func:`dpaudit.privacy.claims.claim_from_dict`);
-* canaries (:mod:`attacks.canaries`) and one of the games of :mod:`attacks.audit_procedures`;
+* canaries (:mod:`attacks.audit.canaries`) and one of the games of :mod:`attacks.audit.procedures`;
 
 and writes the result and its report under ``RUN_DIR/audits/<name>/`` and
 ``RUN_DIR/reports/``.
@@ -160,7 +160,7 @@ def _worst_case_start(spec: AuditSpec, run: RunDir, bundle: Any, splits: Any, mo
     The file sits in its own directory keyed by the audit's configuration, so a rerun reuses
     it (and says so) and another configuration never picks it up.
     """
-    from attacks.canaries import worst_case_initial_state
+    from attacks.audit.canaries import worst_case_initial_state
     from dpaudit.weights import load_weights, save_weights
 
     directory = run.path / "initial-states" / f"worst-case-{audit_hash(cfg_key)}"
@@ -280,13 +280,13 @@ def _prepare(spec: AuditSpec, third_party: Callable[..., nn.Module] | None) -> _
 
 
 def _white_box(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, strategy: str) -> tuple[str, dict[str, Any], Callable[[], AuditResult]]:
-    from attacks import audit_procedures as ap
+    from attacks.audit.procedures import AUDIT_PROCEDURES
 
     assert game.trainer is not None and game.sigma is not None  # white-box audits the suite's own trainer
     cfg = {**game.described, "score": spec.score, "bound": game.bound, "strategy": strategy}
     name = spec.name or f"white-box-{audit_hash(cfg)}"
     call = functools.partial(
-        ap.white_box_audit,
+        AUDIT_PROCEDURES["white-box"].run,
         trainer=game.trainer,
         dataset=game.members_ref,
         noise_multiplier=game.sigma,
@@ -311,7 +311,7 @@ def _white_box(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, stra
 
 
 def _multi_run_canaries(spec: AuditSpec, game: _Game, start: nn.Module | None) -> ArrayDataset:
-    from attacks.canaries import blank_canary, clipbkd_canaries, mislabelled_canaries
+    from attacks.audit.canaries import blank_canary, clipbkd_canaries, mislabelled_canaries
 
     bundle = game.bundle
     if spec.canary == "blank":
@@ -335,7 +335,8 @@ def _multi_run_canaries(spec: AuditSpec, game: _Game, start: nn.Module | None) -
 
 
 def _multi_run(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, strategy: str) -> tuple[str, dict[str, Any], Callable[[], AuditResult]]:
-    from attacks import audit_procedures as ap
+    from attacks.audit.procedures import AUDIT_PROCEDURES
+    from attacks.audit.trials import accepts_initial_state
 
     cfg_init: dict[str, Any] = {"init": spec.init} if spec.init != "random" else {}  # random-start audits keep their names
     if spec.model_fn is not None:  # the start's architecture: its code is part of what the trials are about
@@ -346,14 +347,14 @@ def _multi_run(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, stra
         start = _starting_model(spec, game.members, None if game.third_party else game.trainer)
     if spec.init == "worst-case":
         assert start is not None
-        if game.third_party and not ap.accepts_initial_state(game.fn):
+        if game.third_party and not accepts_initial_state(game.fn):
             raise v.invalid("--train-fn", f"--train-fn {spec.train_fn}: init='worst-case' passes initial_state=... to the training function, and it takes no such argument")
         state_file = _worst_case_start(spec, run, game.bundle, game.splits, start, cfg_key={**game.described, **cfg_init, "canary": spec.canary})
     cans = _multi_run_canaries(spec, game, start)
     cfg = {**game.described, **cfg_init, "canary": spec.canary, "group_size": spec.group_size, "bound": game.bound, "strategy": strategy}
     name = spec.name or f"multi-run-{audit_hash(cfg)}"
     call = functools.partial(
-        ap.multi_run_audit,
+        AUDIT_PROCEDURES["multi-run"].run,
         train_fn=game.fn,
         dataset=game.members_ref,
         canaries=cans,
@@ -374,8 +375,8 @@ def _multi_run(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, stra
 
 
 def _one_run(spec: AuditSpec, run: RunDir, game: _Game) -> tuple[str, dict[str, Any], Callable[[], AuditResult]]:
-    from attacks import audit_procedures as ap
-    from attacks.canaries import mislabelled_canaries
+    from attacks.audit.canaries import mislabelled_canaries
+    from attacks.audit.procedures import AUDIT_PROCEDURES
 
     m = spec.num_canaries
     splits = game.splits
@@ -386,7 +387,7 @@ def _one_run(spec: AuditSpec, run: RunDir, game: _Game) -> tuple[str, dict[str, 
         cfg["one_run_bound"] = spec.one_run_bound
     name = spec.name or f"one-run-{audit_hash(cfg)}"
     call = functools.partial(
-        ap.one_run_audit,
+        AUDIT_PROCEDURES["one-run"].run,
         train_fn=game.fn,
         dataset=game.members_ref,
         canaries=cans,
@@ -403,7 +404,7 @@ def _one_run(spec: AuditSpec, run: RunDir, game: _Game) -> tuple[str, dict[str, 
 
 def _play(spec: AuditSpec, run: RunDir, game: _Game, *, name: str, cfg: Mapping[str, Any], call: Callable[[], AuditResult]) -> AuditResult:
     """Runs the game under the audit's lock; a third-party function's failure is bad input."""
-    from attacks import audit_procedures as ap
+    from attacks.audit.trials import TrialFailed
 
     say_if_superseded(run, name, cfg)
     # One writer per audit directory: a second process with the same audit waits for no one
@@ -411,7 +412,7 @@ def _play(spec: AuditSpec, run: RunDir, game: _Game, *, name: str, cfg: Mapping[
     with unit_lock(run.path, f"audit-{name}"):
         try:
             result = call()
-        except ap.TrialFailed as exc:
+        except TrialFailed as exc:
             if spec.train_fn is None:
                 raise  # the suite's own trainer failing is an internal error, not bad input
             # The user's function (or its model) failed: bad input, one line, exit status 2.

@@ -162,7 +162,7 @@ class AuditSpec:
         v.choice("one_run_bound", self.one_run_bound, ONE_RUN_BOUND_CHOICES)
         v.choice("bound", self.bound, SCORE_BOUND_CHOICES)
         if self.threat == "white-box":
-            from attacks.audit_procedures import white_box_strategy
+            from attacks.audit.procedures import white_box_strategy
 
             object.__setattr__(self, "strategy", white_box_strategy(self.score, self.strategy))
         elif self.strategy is None:

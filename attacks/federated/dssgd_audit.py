@@ -215,6 +215,24 @@ def _one_turn_claim(claim: PrivacyClaim) -> PrivacyClaim:
     return claim
 
 
+def _play_turns(turn_fn: TurnFn, coords: np.ndarray, *, trials: int, seed: int, progress: bool) -> dict[bool, dict[str, list[float]]]:
+    """Plays ``trials`` turns, the first half with the canary (IN) and the rest without; each upload's statistics by side."""
+    n, started = trials, time.monotonic()
+    n_in = n // 2
+    plan = [(True, i) for i in range(n_in)] + [(False, i) for i in range(n - n_in)]
+    scores: dict[bool, dict[str, list[float]]] = {flag: {s: [] for s in STATISTICS} for flag in (True, False)}
+    step = max(1, n // 10)
+    for k, (flag, i) in enumerate(plan):
+        # Distinct named streams per side and trial: every turn is independent of every other.
+        turn_seed = derive_seed(seed, "dssgd-audit", "in" if flag else "out", i)
+        indices, values = turn_fn(include_canary=flag, seed=turn_seed)
+        for name, s in upload_scores(indices, values, coords).items():
+            scores[flag][name].append(s)
+        if progress and ((k + 1) % step == 0 or k + 1 == n):
+            print(f"dssgd upload audit: {k + 1}/{n} turns ({time.monotonic() - started:.1f} s)", file=sys.stderr)
+    return scores
+
+
 def dssgd_upload_audit(
     *,
     turn_fn: TurnFn,
@@ -277,19 +295,8 @@ def dssgd_upload_audit(
     v.integer("num_thresholds", num_thresholds, minimum=1)
     claim = _one_turn_claim(claim)
 
-    n_in = n // 2
-    plan = [(True, i) for i in range(n_in)] + [(False, i) for i in range(n - n_in)]
-    scores: dict[bool, dict[str, list[float]]] = {flag: {s: [] for s in STATISTICS} for flag in (True, False)}
     started = time.monotonic()
-    step = max(1, n // 10)
-    for k, (flag, i) in enumerate(plan):
-        # Distinct named streams per side and trial: every turn is independent of every other.
-        turn_seed = derive_seed(seed, "dssgd-audit", "in" if flag else "out", i)
-        indices, values = turn_fn(include_canary=flag, seed=turn_seed)
-        for name, s in upload_scores(indices, values, coords).items():
-            scores[flag][name].append(s)
-        if progress and ((k + 1) % step == 0 or k + 1 == n):
-            print(f"dssgd upload audit: {k + 1}/{n} turns ({time.monotonic() - started:.1f} s)", file=sys.stderr)
+    scores = _play_turns(turn_fn, coords, trials=n, seed=seed, progress=progress)
     seconds = time.monotonic() - started
 
     per_stat = 1.0 - (1.0 - confidence) / len(STATISTICS)
