@@ -114,7 +114,7 @@ def test_the_grid_schema_is_read_from_the_registries(monkeypatch: pytest.MonkeyP
         parse_grid({**BASE, "attacks": {"membership": {"attacks": ["toy"]}}})
     monkeypatch.setitem(MEMBERSHIP_ATTACKS, "toy", dataclasses.replace(MEMBERSHIP_ATTACKS["loss"], name="toy"))
     monkeypatch.setitem(DEFENSES, "toy-defense", dataclasses.replace(DEFENSES["nonprivate"], name="toy-defense", family="toys"))
-    monkeypatch.setitem(EVASION_ATTACKS, "toy-evasion", EVASION_ATTACKS["fgsm"])
+    monkeypatch.setitem(EVASION_ATTACKS, "toy-evasion", dataclasses.replace(EVASION_ATTACKS["fgsm"], name="toy-evasion"))
     grid = parse_grid({**BASE, "defenses": [{"defense": "toy-defense", "epochs": 1}], "attacks": {"membership": {"attacks": ["toy"]}, "evasion": {"attacks": ["toy-evasion"]}}})
     assert grid.membership is not None and grid.membership["attacks"] == ["toy"]
     assert grid.evasion is not None and grid.evasion["attacks"] == ["toy-evasion"]
