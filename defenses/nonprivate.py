@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from defenses._common import build_record
+from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model
 from dpaudit.privacy.claims import NonPrivateClaim
@@ -118,3 +119,6 @@ def train_nonprivate(
         extra_metrics={"num_steps": config.epochs * -(-len(x) // config.batch_size)},
     )
     return record, model
+
+
+DEFENSES.register(DefenseSpec(name="nonprivate", config_type=NonPrivateConfig, train=train_nonprivate, claim_kind="nonprivate", summary="non-private SGD baseline (ε = ∞)"))

@@ -53,6 +53,7 @@ from defenses.dssgd.protocol import (
     run_local,
 )
 from defenses.pate.partition import partition_ids, teacher_of
+from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model, input_statistics
@@ -582,3 +583,25 @@ def _global_id(bundle: DatasetBundle, splits: Splits, model_name: str, model_opt
     from defenses._common import model_id_for
 
     return model_id_for(defense="dssgd", bundle=bundle, model_name=model_name, model_options=model_options, config=config, splits=splits, seed=seed)
+
+
+def _check_budget(config: DSSGDConfig, *, bundle: DatasetBundle, model_name: str, model_options: dict[str, Any], **_: Any) -> None:
+    """With a target ε and the DP upload, refuses rounds the budget cannot pay for (naming those it allows, or the dp_epsilon)."""
+    if None not in (config.target_epsilon, config.dp_epsilon):
+        plan_dssgd(config, num_parameters=num_parameters(model_name, bundle=bundle, model_options=model_options))
+
+
+DEFENSES.register(
+    DefenseSpec(
+        name="dssgd",
+        config_type=DSSGDConfig,
+        train=train_dssgd,
+        claim_kind=dssgd_claim_kind,
+        submodels=PARTICIPANT_CACHE,
+        submodel_identity=participant_identity,
+        derived_options=DERIVED_OPTIONS,
+        report_lines=dssgd_report_lines,
+        check_budget=_check_budget,
+        summary="distributed selective SGD: participants upload a selected fraction of their updates to a parameter server, optionally by the sparse vector technique (Shokri & Shmatikov 2015)",
+    )
+)

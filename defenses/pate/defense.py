@@ -46,7 +46,8 @@ from defenses.nonprivate import NonPrivateConfig
 from defenses.pate.aggregators import AGGREGATORS, Aggregation, aggregate, aggregator_config
 from defenses.pate.plan import DEFAULT_TEACHER_EPOCHS, PATEPlan, plan_pate
 from defenses.pate.student import StudentConfig, train_student
-from defenses.pate.teachers import TeacherEnsemble, TeacherSpec, plan_teachers, teacher_votes, train_teacher, train_teachers
+from defenses.pate.teachers import TeacherEnsemble, TeacherSpec, plan_teachers, teacher_identity, teacher_votes, train_teacher, train_teachers
+from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model
@@ -502,3 +503,22 @@ def train_pate(
         summary = {"model_id": record.model_id, "claim": claim.statement(), "epsilon": claim.epsilon(delta=config.delta, accountant="rdp"), "metrics": json.loads(json.dumps(metrics))}
         _save_artifacts(workspace, agg=agg, query_ids=query_ids, ensemble=ensemble, summary=summary, curve=epsilon_curve(config, agg))
     return record, student
+
+
+def _check_budget(config: PATEConfig, *, bundle: DatasetBundle, splits: Splits, **_: Any) -> None:
+    """Refuses a budget the queries cannot be answered within (naming the queries it allows)."""
+    plan_for(config, bundle=bundle, splits=splits)
+
+
+DEFENSES.register(
+    DefenseSpec(
+        name="pate",
+        config_type=PATEConfig,
+        train=train_pate,
+        claim_kind="pate",
+        submodels=TEACHER_CACHE,
+        submodel_identity=teacher_identity,
+        check_budget=_check_budget,
+        summary="teachers on disjoint partitions, noisy vote aggregation (LNMax/GNMax/Confident-GNMax), released student (Papernot et al. 2017, 2018)",
+    )
+)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from defenses.certified import SecureSGDConfig, train_secure_sgd
+from defenses.noise_layer.configs import SecureSGDConfig
+from defenses.noise_layer.secure_sgd import train_secure_sgd
 from dpaudit.data import load_dataset, make_splits
 
 _BATCH_NOTE = (
