@@ -444,41 +444,29 @@ def train_dpsgd(
     finally:
         mechanism.close()
     model.eval()
-    record = _dpsgd_record(
-        model,
-        tally,
-        bundle=bundle,
-        splits=splits,
-        model_name=model_name,
-        model_options=model_options,
-        config=config,
-        plan=plan,
-        noise_std=mechanism.noise_std,
-        seed=seed,
-        device=device,
-        started=started,
-        progress=progress,
-    )
-    return record, model
+    run = _Run(bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, config=config, plan=plan, seed=seed, device=device, started=started, progress=progress)
+    return _dpsgd_record(model, tally, run, noise_std=mechanism.noise_std), model
 
 
-def _dpsgd_record(
-    model: nn.Module,
-    tally: _Tally,
-    *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any],
-    config: DPSGDConfig,
-    plan: DPSGDPlan,
-    noise_std: float,
-    seed: int,
-    device: torch.device,
-    started: float,
-    progress: bool,
-) -> TrainedModel:
+@dataclass(frozen=True)
+class _Run:
+    """What a finished run's record is made from, besides the model and the tally."""
+
+    bundle: DatasetBundle
+    splits: Splits
+    model_name: str
+    model_options: dict[str, Any]
+    config: DPSGDConfig
+    plan: DPSGDPlan
+    seed: int
+    device: torch.device
+    started: float
+    progress: bool
+
+
+def _dpsgd_record(model: nn.Module, tally: _Tally, run: _Run, *, noise_std: float) -> TrainedModel:
     """The record of a finished run: its claim from the steps actually taken, never the planned ones."""
+    config, plan = run.config, run.plan
     claim = run_claim(config, sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=tally.steps_taken)
     epsilon = claim.epsilon(delta=config.delta, accountant=config.accountant)
     if config.target_epsilon is not None and epsilon > config.target_epsilon * (1 + 1e-9):
@@ -486,16 +474,16 @@ def _dpsgd_record(
     return build_record(
         defense="dpsgd",
         model=model,
-        bundle=bundle,
-        splits=splits,
-        model_name=model_name,
-        model_options=model_options,
+        bundle=run.bundle,
+        splits=run.splits,
+        model_name=run.model_name,
+        model_options=run.model_options,
         config=config,
         claim=claim,
-        seed=seed,
-        device=device,
-        started=started,
-        progress=progress,
+        seed=run.seed,
+        device=run.device,
+        started=run.started,
+        progress=run.progress,
         extra_metrics={
             "num_steps": tally.steps_taken,
             "epochs_completed": tally.steps_taken * plan.sampling_rate,
