@@ -145,7 +145,7 @@ def train_certified(
     sigma = config.noise_per_sensitivity(mechanism)
     r = None
     if config.redistribute:
-        pretrain = {"batch_size": batch_size, "learning_rate": learning_rate, "seed": seed, "device": device, "progress": progress}
+        pretrain: dict[str, Any] = {"batch_size": batch_size, "learning_rate": learning_rate, "seed": seed, "device": device, "progress": progress}
         r = compute_redistribution(bundle=bundle, ids=redistribution_ids, model_name=model_name, model_options=model_options, config=config, **pretrain)
     schedule = NoiseSchedule(sigma=sigma, redistribution=r, config=config, input_shape=bundle.input_shape, total_steps=total_steps)
     prepare, after_step = _hooks(schedule, total_steps=total_steps, seed=seed, device=device)
