@@ -2,7 +2,7 @@
 
 The paper's mathematics (Phan et al. 2019, Theorems 2–3, Algorithm 1) is what the defenses
 implement; these options reproduce what the authors' code (github.com/haiphanNJIT/SecureSGD)
-does instead (certified.md §2 (a)–(f)). (a), (b), (c) and (e) act on the noise layer
+does instead, as options (a)–(f). (a), (b), (c) and (e) act on the noise layer
 (:mod:`defenses.noise_layer.schedule`, :mod:`defenses.noise_layer.training`); (d) replaces
 DP-SGD's per-example clipping by :class:`AuthorsBatchClipping`, the release the one DP-SGD loop
 (:func:`defenses.dpsgd.training.train_dpsgd`) runs through its ``release`` hook; (f) is applied
