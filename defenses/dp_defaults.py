@@ -47,7 +47,7 @@ digits, Adult, MNIST and Fashion-MNIST, ``scripts/bench_defaults.py``):
    the run's accountant. Without a target ε (σ fixed) the length stays ``DEFAULT_EPOCHS``.
 
 5. **A scale-invariant first layer takes longer strides.** Secure-SGD's ``normalize`` control
-   (:mod:`defenses.certified`) divides the first layer's output by its sensitivity Δ_r(W), so
+   (:mod:`defenses.noise_layer`) divides the first layer's output by its sensitivity Δ_r(W), so
    the network computes the same function for W and c·W. For such a layer the step in function
    space is lr·(g/Δ_r(W))² (g the initial Δ_r: the gradient scales as 1/‖W‖ and the change of
    W/‖W‖ as 1/‖W‖ again; Arora, Li & Lyu 2019, "Theoretical analysis of auto rate-tuning by
@@ -65,7 +65,7 @@ digits, Adult, MNIST and Fashion-MNIST, ``scripts/bench_defaults.py``):
 
 :func:`derive_dp_training` returns all four; :func:`resolve_dp_config` fills only the fields a
 config left unset (``None``) and says which, so an explicit flag always wins. DP-SGD
-(:func:`defenses.dpsgd.plan_dpsgd`), compare grids and ``dpaudit train`` go through it, and any
+(:func:`defenses.dpsgd.plan.plan_dpsgd`), compare grids and ``dpaudit train`` go through it, and any
 config with the DP-SGD fields (Secure-SGD's) can be resolved the same way.
 """
 

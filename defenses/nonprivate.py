@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from defenses._common import build_record
+from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model
 from dpaudit.privacy.claims import NonPrivateClaim
@@ -27,6 +28,41 @@ __all__ = ["NonPrivateConfig", "train_nonprivate"]
 
 class NonPrivateConfig(SGDConfig):
     """Hyperparameters of the non-private baseline (see :class:`dpaudit.training.SGDConfig`)."""
+
+
+def _train_epochs(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    config: NonPrivateConfig,
+    generator: torch.Generator,
+    augment: Callable[[torch.Tensor], torch.Tensor] | None,
+    after_step: Callable[[int, nn.Module], None] | None,
+    bar: Progress,
+) -> None:
+    """``config.epochs`` passes of minibatch SGD over (x, y) in seeded shuffled order."""
+    loss_fn = nn.CrossEntropyLoss()
+    step = 0
+    for epoch in range(config.epochs):
+        total, count = 0.0, 0
+        for idx in shuffled_batches(len(x), config.batch_size, generator=generator):
+            idx = idx.to(x.device)
+            opt.zero_grad(set_to_none=True)
+            inputs = x[idx] if augment is None else augment(x[idx])
+            loss = loss_fn(model(inputs), y[idx])
+            value = loss.item()
+            # Before the step: a NaN loss means NaN gradients, and the model must never be saved.
+            check_loss(value, step=step, epoch=epoch, learning_rate=config.learning_rate)
+            loss.backward()
+            opt.step()
+            if after_step is not None:
+                after_step(step, model)
+            step += 1
+            total += value * len(idx)
+            count += len(idx)
+        bar.update(1, loss=total / max(count, 1))
 
 
 def train_nonprivate(
@@ -80,27 +116,8 @@ def train_nonprivate(
     members = bundle.all().subset(splits.members)
     x, y = members.features.to(device), members.labels.to(device)
     gen = torch_generator(seed, "batches")
-    loss_fn = nn.CrossEntropyLoss()
-    step = 0
     with Progress(config.epochs, f"train {progress_label} {model_name} on {bundle.name}", enabled=progress) as bar:
-        for epoch in range(config.epochs):
-            total, count = 0.0, 0
-            for idx in shuffled_batches(len(x), config.batch_size, generator=gen):
-                idx = idx.to(device)
-                opt.zero_grad(set_to_none=True)
-                inputs = x[idx] if augment is None else augment(x[idx])
-                loss = loss_fn(model(inputs), y[idx])
-                value = loss.item()
-                # Before the step: a NaN loss means NaN gradients, and the model must never be saved.
-                check_loss(value, step=step, epoch=epoch, learning_rate=config.learning_rate)
-                loss.backward()
-                opt.step()
-                if after_step is not None:
-                    after_step(step, model)
-                step += 1
-                total += value * len(idx)
-                count += len(idx)
-            bar.update(1, loss=total / max(count, 1))
+        _train_epochs(model, opt, x, y, config=config, generator=gen, augment=augment, after_step=after_step, bar=bar)
     model.eval()
     record = build_record(
         defense="nonprivate",
@@ -118,3 +135,6 @@ def train_nonprivate(
         extra_metrics={"num_steps": config.epochs * -(-len(x) // config.batch_size)},
     )
     return record, model
+
+
+DEFENSES.register(DefenseSpec(name="nonprivate", config_type=NonPrivateConfig, train=train_nonprivate, claim_kind="nonprivate", summary="non-private SGD baseline (ε = ∞)"))

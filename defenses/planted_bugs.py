@@ -24,7 +24,7 @@ of them (ε_LB > ε_UB) and never flag the ``none`` variant. The bugs (audit.md 
     the noisy sum is divided by the realised lot size |B| instead of the public expected L:
     the normaliser depends on the data and leaks the lot's cardinality (audit.md §6).
 
-Every variant supports the white-box hooks of :func:`defenses.dpsgd.train_dpsgd`:
+Every variant supports the white-box hooks of :func:`defenses.dpsgd.training.train_dpsgd`:
 ``canary_gradient(step)`` adds one more "example's gradient" (treated by the same — possibly
 broken — clipping), and ``on_step(step, release, lot_size)`` receives the released update
 multiplied by the public constant L (for the correct variant: Σ clip(g_i) + N(0, σ²C²I)).
@@ -140,7 +140,7 @@ class PlantedDPSGD:
         canary_gradient: Callable[[int], Mapping[str, torch.Tensor] | None] | None = None,
         initial_state: Mapping[str, torch.Tensor] | None = None,
     ) -> nn.Module:
-        """Trains with the planted bug; hooks and ``initial_state`` as in :func:`defenses.dpsgd.train_dpsgd`."""
+        """Trains with the planted bug; hooks and ``initial_state`` as in :func:`defenses.dpsgd.training.train_dpsgd`."""
         from torch.func import functional_call, grad, vmap
 
         if not isinstance(dataset, ArrayDataset):
@@ -148,7 +148,7 @@ class PlantedDPSGD:
         cfg, bug = self.config, self.bug
         model = self.build_model(dataset, seed=seed)
         if initial_state is not None:
-            from defenses.dpsgd import load_initial_state
+            from defenses.dpsgd.training import load_initial_state
 
             load_initial_state(model, initial_state)
         names = [n for n, _ in model.named_parameters()]

@@ -27,6 +27,7 @@ from torch import nn
 
 from defenses._common import config_dict, model_id_for
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
+from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.options import option
@@ -148,3 +149,15 @@ def train_smoothing(
     metrics = {**record.metrics, "smoothing_sigma": config.smoothing_sigma, "train_seconds": time.monotonic() - started}
     record = dataclasses.replace(record, model_id=model_id, defense="smoothing", config=stored, metrics=metrics)
     return record, model
+
+
+DEFENSES.register(
+    DefenseSpec(
+        name="smoothing",
+        config_type=SmoothingConfig,
+        train=train_smoothing,
+        claim_kind="nonprivate",
+        certification=certification_spec,
+        summary="randomized smoothing: base model trained with Gaussian input noise, certified in L2 by CERTIFY (Cohen et al. 2019)",
+    )
+)

@@ -3,5 +3,6 @@
 - :mod:`defenses.dssgd.protocol` — server, participants, upload rules, schedules, in-process engine;
 - :mod:`defenses.dssgd.svt` — the DP variant's sparse-vector upload;
 - :mod:`defenses.dssgd.flower` — the same participants and server as Flower apps (simulated on Ray);
-- :mod:`defenses.dssgd.defense` — the registered defense: config, training, records.
+- :mod:`defenses.dssgd.config` — its hyper-parameters; :mod:`defenses.dssgd.plan` — how a run spends its budget;
+- :mod:`defenses.dssgd.defense` — the registered defense: training, records.
 """

@@ -28,24 +28,20 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from defenses._common import build_record, config_dict, evaluation_bundle, expected_model_id
-from defenses.dssgd.plan import DEFAULT_ROUNDS, MAX_ROUNDS, DSSGDPlan, plan_dssgd
+from defenses.dssgd.config import DSSGDConfig
+from defenses.dssgd.plan import DSSGDPlan, plan_dssgd
 from defenses.dssgd.protocol import (
-    SCHEDULES,
-    SELECTIONS,
     FederationOutcome,
     FederationSetup,
-    LocalTraining,
     Upload,
-    UploadRule,
     assign_parameters,
     flatten_parameters,
     fraction_count,
@@ -53,18 +49,18 @@ from defenses.dssgd.protocol import (
     run_local,
 )
 from defenses.pate.partition import partition_ids, teacher_of
+from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model, input_statistics
-from dpaudit.options import SizeLimit, option
 from dpaudit.privacy.claims import NonPrivateClaim, PrivacyClaim
 from dpaudit.progress import Progress
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, torch_generator
 from dpaudit.store import atomic_save_npz
-from dpaudit.training import BATCH_LIMIT, EPOCH_LIMIT, TrainWorkspace, evaluate
+from dpaudit.training import TrainWorkspace, evaluate
 
-__all__ = ["DSSGDConfig", "train_dssgd", "federation_setup", "dssgd_claim_kind", "dssgd_report_lines", "PARTICIPANT_CACHE", "UPLOADS_FILE", "participant_record_dir"]
+__all__ = ["train_dssgd", "federation_setup", "dssgd_claim_kind", "dssgd_report_lines", "PARTICIPANT_CACHE", "UPLOADS_FILE", "participant_record_dir"]
 
 #: The run's cache of participants' local models (``RUN_DIR/records/dssgd-participants/``).
 PARTICIPANT_CACHE = "dssgd-participants"
@@ -74,131 +70,6 @@ UPLOADS_FILE = "uploads.npz"
 #: Local models are evaluated on at most this many test examples (the first by id): evaluating 30
 #: CNNs on all 10,000 MNIST test images costs more than the whole federation's training.
 LOCAL_EVAL_EXAMPLES = 1000
-
-_PARTICIPANT_LIMIT = SizeLimit(1000, "each participant is a local model trained every round")
-_ROUND_LIMIT = SizeLimit(MAX_ROUNDS, "each round is one local training per participant")
-
-
-@dataclass(frozen=True, kw_only=True)
-class DSSGDConfig:
-    """Hyperparameters of distributed selective SGD (Shokri & Shmatikov 2015).
-
-    The defaults follow the paper's MNIST setting where it gives one (30 participants,
-    θ_u = 0.1, θ_d = 1, largest-value selection, round-robin) and keep a run short otherwise.
-
-    Attributes:
-        participants: N, the number of participants (disjoint partitions of the members).
-        rounds: R; every participant takes one turn per round. ``None`` means
-            ``DEFAULT_ROUNDS``, except with ``target_epsilon`` and ``dp_epsilon`` both set: then
-            as many rounds as the budget allows (:mod:`defenses.dssgd.plan`).
-        upload_fraction: θ_u, the share of parameters a turn may upload.
-        download_fraction: θ_d, the share of global parameters (largest ``stat``) downloaded.
-        selection: ``largest`` |Δw_j| or ``random-threshold`` (random among |Δw_j| > τ).
-        selection_threshold: τ of ``random-threshold``.
-        schedule: ``round-robin``, ``random`` (a fresh order each round) or ``async``.
-        local_epochs, batch_size, learning_rate: every participant's plain SGD per turn.
-        standardize: inputs enter the network as (x − mean) / std with the training split's mean
-            and std (§6.1 of the paper), folded into the model's first layer
-            (``model_options["input_standardization"]`` of every record).
-        dp_epsilon: the DP variant's ε per uploaded parameter per turn (``None``: not private,
-            or calibrated to ``target_epsilon``).
-        target_epsilon: the budget each participant's data get, c·R·ε by pure composition:
-            calibrates ``dp_epsilon`` for ``rounds``; with ``dp_epsilon`` set, the most rounds
-            it allows, or with ``rounds`` too, exactly those if it allows them (else refused).
-            Resolved per model by :func:`defenses.dssgd.plan.plan_dssgd`; the record keeps the
-            config as asked and the resolved values in its metrics and claim.
-        bound: γ, the DP variant's bound on uploaded values.
-        threshold: τ, the DP variant's sparse-vector threshold.
-        budget_split: ``sum`` (shares that add to ε) or ``seed`` (the seed's 8/9 + 2/9 as printed).
-        observe_participant: whose uploads the server keeps for the server-seat attacks.
-        baselines: also train the centralised and standalone reference rows.
-    """
-
-    participants: int = option(30, help="number of participants (disjoint partitions of the private members)", metavar="N", check=v.positive, limit=_PARTICIPANT_LIMIT)
-    rounds: int | None = option(
-        None,
-        kind=int,
-        help=f"rounds; every participant takes one turn per round (default {DEFAULT_ROUNDS}, or as many as --target-epsilon allows at --dp-epsilon)",
-        metavar="R",
-        check=v.positive,
-        limit=_ROUND_LIMIT,
-    )
-    upload_fraction: float = option(0.1, help="theta_u: share of the parameter changes a turn uploads", metavar="THETA_U", check=v.positive)
-    download_fraction: float = option(1.0, help="theta_d: share of the global parameters (most updated first) a turn downloads", metavar="THETA_D", check=v.positive)
-    selection: str = option("largest", choices=SELECTIONS, help="which changes to upload: the largest, or random ones above --selection-threshold")
-    selection_threshold: float = option(0.0, help="random-threshold: only changes with |dw| above this are eligible", metavar="TAU", check=v.non_negative)
-    schedule: str = option("round-robin", choices=SCHEDULES, help="turn order: fixed, a fresh random order each round, or asynchronous (all train at once)")
-    local_epochs: int = option(1, help="passes over a participant's data per turn", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
-    batch_size: int = option(32, help="examples per local SGD step", metavar="B", check=v.positive, limit=BATCH_LIMIT)
-    learning_rate: float = option(0.05, help="local SGD step size", metavar="LR", check=v.positive)
-    standardize: bool = option(True, help="standardise inputs by the training split's mean and std, as the paper does (part of the network, so attacks see raw inputs)")
-    dp_epsilon: float | None = option(
-        None,
-        help="DP variant: epsilon per uploaded parameter per turn (the paper's figure, not a total: each participant spends uploads per turn x rounds x E, said before training and claimed by the record)",
-        metavar="E",
-        check=v.positive,
-    )
-    target_epsilon: float | None = option(
-        None,
-        help="DP variant's budget: each participant's total epsilon (uploads per turn x rounds x --dp-epsilon, pure composition); calibrates --dp-epsilon for --rounds, or with --dp-epsilon the rounds (said before training)",
-        metavar="EPS",
-        check=v.positive,
-    )
-    bound: float = option(0.001, help="DP variant: gamma, uploaded values are bounded to [-gamma, gamma]", metavar="GAMMA", check=v.positive)
-    threshold: float = option(0.0001, help="DP variant: tau of the sparse-vector test on |dw|", metavar="TAU", check=v.non_negative)
-    budget_split: str = option("sum", choices=("sum", "seed"), help="DP variant: budget shares that sum to epsilon, or the seed's 8/9 + 2/9 as printed")
-    observe_participant: int = option(0, help="the participant whose uploads the server keeps for the server-seat attacks", metavar="I", check=v.non_negative)
-    baselines: bool = option(True, help="also train the centralised and standalone reference rows")
-
-    # Absent from a config without a budget, so the records and ids of runs before it stay the same.
-    _omit_when_default: ClassVar[tuple[str, ...]] = ("target_epsilon",)
-
-    def __post_init__(self) -> None:
-        v.integer("participants", self.participants, minimum=1)
-        if self.target_epsilon is not None:
-            v.positive("target_epsilon", self.target_epsilon)
-        if self.rounds is None and (self.target_epsilon is None or self.dp_epsilon is None):
-            # Resolved before the config is digested: a run that never named R keeps its model id.
-            object.__setattr__(self, "rounds", DEFAULT_ROUNDS)
-        if self.rounds is not None:
-            v.integer("rounds", self.rounds, minimum=1)
-        fraction_count("upload_fraction", self.upload_fraction, 1)
-        fraction_count("download_fraction", self.download_fraction, 1)
-        v.choice("schedule", self.schedule, SCHEDULES)
-        v.choice("budget_split", self.budget_split, ("sum", "seed"))
-        v.integer("observe_participant", self.observe_participant, minimum=0)
-        if self.observe_participant >= self.participants:
-            raise v.invalid("observe_participant", f"observe_participant must be below participants ({self.participants}), got {self.observe_participant!r}")
-        # Building them validates the upload rule's and the local SGD's fields (a budget's ε stands in for the calibrated one).
-        _ = (self._rule(self.target_epsilon if self.dp_epsilon is None else self.dp_epsilon), self.training)
-
-    def resolved(self) -> bool:
-        """Whether ``dp_epsilon`` and ``rounds`` are set (then the config is its own plan)."""
-        return self.rounds is not None and (self.target_epsilon is None or self.dp_epsilon is not None)
-
-    @property
-    def rule(self) -> UploadRule:
-        """The upload rule these settings describe (of a resolved config: see :func:`defenses.dssgd.plan.plan_dssgd`)."""
-        if not self.resolved():
-            # An unset dp_epsilon here would upload exact values under a budget: never a default.
-            raise v.invalid("dp_epsilon", "dp_epsilon is calibrated to target_epsilon from the model's parameter count: resolve the config with plan_dssgd first")
-        return self._rule(self.dp_epsilon)
-
-    def _rule(self, dp_epsilon: float | None) -> UploadRule:
-        return UploadRule(
-            upload_fraction=self.upload_fraction,
-            selection=self.selection,
-            selection_threshold=self.selection_threshold,
-            dp_epsilon=dp_epsilon,
-            bound=self.bound,
-            dp_threshold=self.threshold,
-            budget_split=self.budget_split,
-        )
-
-    @property
-    def training(self) -> LocalTraining:
-        """Every participant's local SGD."""
-        return LocalTraining(epochs=self.local_epochs, batch_size=self.batch_size, learning_rate=self.learning_rate)
 
 
 def dssgd_report_lines(record: TrainedModel) -> list[str]:
@@ -380,6 +251,84 @@ def federation_setup(
     )
 
 
+def _announce_budget(plan: DSSGDPlan, *, num_parameters: int) -> None:
+    """Says on stderr, before training, how the run spends its budget (or what its --dp-epsilon adds up to)."""
+    config = plan.config
+    if plan.budget.note is not None:
+        print(f"dssgd budget: {plan.budget.note}", file=sys.stderr, flush=True)
+    elif config.dp_epsilon is not None:
+        # --dp-epsilon is the paper's per-parameter figure, not a budget: say what it adds up to before spending it.
+        total = dssgd_claim(config, num_parameters=num_parameters)
+        print(
+            f"dssgd budget: --dp-epsilon {config.dp_epsilon:g} is spent per uploaded parameter per turn; each participant uploads at most "
+            f"{config.rule.count(num_parameters):,} of {num_parameters:,} parameters per turn for {config.rounds} rounds, so its data get "
+            f"epsilon = {total.epsilon(delta=1e-5, accountant='pure'):g} (pure composition, what the record claims)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _federation_metrics(outcome: FederationOutcome, config: DSSGDConfig, *, num_parameters: int, partitions: list[np.ndarray], observed: list[Upload]) -> dict[str, Any]:
+    """The global record's metrics about the federation: engine, uploads, the values the run used."""
+    c = config.rule.count(num_parameters)
+    return {
+        "engine": outcome.engine,
+        "num_parameters": num_parameters,
+        "uploads_per_turn": c,
+        # The values the run used (a budget's calibrated ones included: the record's config keeps them unset).
+        "run_rounds": int(config.rounds),  # type: ignore[arg-type]
+        **({} if config.dp_epsilon is None else {"run_dp_epsilon": float(config.dp_epsilon)}),
+        "download_count": fraction_count("download_fraction", config.download_fraction, num_parameters),
+        "uploads_applied": outcome.uploads_applied,
+        "parameters_updated": int((outcome.stat > 0).sum()),
+        "seconds_per_round": float(np.mean(outcome.seconds_per_round)) if outcome.seconds_per_round else float("nan"),
+        "partition_sizes": [len(p) for p in partitions],
+        "observed_upload_sizes_mean": float(np.mean([u.indices.numel() for u in observed])) if observed else 0.0,
+    }
+
+
+def _local_models(
+    outcome: FederationOutcome,
+    setup: FederationSetup,
+    *,
+    bundle: DatasetBundle,
+    splits: Splits,
+    model_name: str,
+    requested: dict[str, Any],
+    config: DSSGDConfig,
+    seed: int,
+    device: torch.device,
+    workspace: TrainWorkspace | None,
+    started: float,
+) -> list[float]:
+    """Every participant's final local model, evaluated (and with a workspace, saved as a record); their test accuracies."""
+    model_options, partitions, asked = setup.model_options, setup.partitions, config
+    local_acc = []
+    small = evaluation_bundle(bundle, LOCAL_EVAL_EXAMPLES)
+    for i, flat in enumerate(outcome.local_parameters):
+        local = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options).to(device)
+        assign_parameters(local, flat)
+        local.eval()
+        local_acc.append(evaluate(local, small.test.features, small.test.labels, device=device)["accuracy"])
+        if workspace is not None:
+            _save_participant(
+                local,
+                index=i,
+                partition=partitions[i],
+                bundle=bundle,
+                splits=splits,
+                model_name=model_name,
+                model_options=model_options,
+                requested_options=requested,
+                config=asked,
+                seed=seed,
+                device=device,
+                workspace=workspace,
+                started=started,
+            )
+    return local_acc
+
+
 def train_dssgd(
     *,
     bundle: DatasetBundle,
@@ -416,38 +365,16 @@ def train_dssgd(
         ValueError: more participants than members, or a budget that cannot be met
             (:func:`defenses.dssgd.plan.plan_dssgd`).
     """
-    started = time.monotonic()
-    device = torch.device(device)
-    requested = dict(model_options or {})
+    started, device, requested = time.monotonic(), torch.device(device), dict(model_options or {})
     members = np.sort(np.asarray(splits.members, dtype=np.int64))
-    setup = federation_setup(
-        bundle=bundle,
-        splits=splits,
-        model_name=model_name,
-        model_options=model_options,
-        config=config,
-        seed=seed,
-        device=device,
-        data_root=workspace.data_root if workspace is not None else None,
-    )
-    model_options = setup.model_options
-    partitions = setup.partitions
-    initial = setup.initial
+    data_root = workspace.data_root if workspace is not None else None
+    setup = federation_setup(bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, config=config, seed=seed, device=device, data_root=data_root)
+    model_options, partitions, initial = setup.model_options, setup.partitions, setup.initial
     asked = config  # the record keeps the config as asked (its id); the run uses the resolved one
     plan: DSSGDPlan = plan_dssgd(config, num_parameters=int(initial.numel()))
     config = plan.config
-    if progress and plan.budget.note is not None:
-        print(f"dssgd budget: {plan.budget.note}", file=sys.stderr, flush=True)
-    elif progress and config.dp_epsilon is not None:
-        # --dp-epsilon is the paper's per-parameter figure, not a budget: say what it adds up to before spending it.
-        total = dssgd_claim(config, num_parameters=int(initial.numel()))
-        print(
-            f"dssgd budget: --dp-epsilon {config.dp_epsilon:g} is spent per uploaded parameter per turn; each participant uploads at most "
-            f"{config.rule.count(int(initial.numel())):,} of {int(initial.numel()):,} parameters per turn for {config.rounds} rounds, so its data get "
-            f"epsilon = {total.epsilon(delta=1e-5, accountant='pure'):g} (pure composition, what the record claims)",
-            file=sys.stderr,
-            flush=True,
-        )
+    if progress:
+        _announce_budget(plan, num_parameters=int(initial.numel()))
     with torch.random.fork_rng(devices=[]):  # the global RNG stays untouched, as before the split
         model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
     observed: list[Upload] = []
@@ -456,44 +383,8 @@ def train_dssgd(
     assign_parameters(model, outcome.parameters)
     model.eval()
     num_parameters = int(initial.numel())
-    c = config.rule.count(num_parameters)
-    extra: dict[str, Any] = {
-        "engine": outcome.engine,
-        "num_parameters": num_parameters,
-        "uploads_per_turn": c,
-        # The values the run used (a budget's calibrated ones included: the record's config keeps them unset).
-        "run_rounds": int(config.rounds),  # type: ignore[arg-type]
-        **({} if config.dp_epsilon is None else {"run_dp_epsilon": float(config.dp_epsilon)}),
-        "download_count": fraction_count("download_fraction", config.download_fraction, num_parameters),
-        "uploads_applied": outcome.uploads_applied,
-        "parameters_updated": int((outcome.stat > 0).sum()),
-        "seconds_per_round": float(np.mean(outcome.seconds_per_round)) if outcome.seconds_per_round else float("nan"),
-        "partition_sizes": [len(p) for p in partitions],
-        "observed_upload_sizes_mean": float(np.mean([u.indices.numel() for u in observed])) if observed else 0.0,
-    }
-    local_acc = []
-    small = evaluation_bundle(bundle, LOCAL_EVAL_EXAMPLES)
-    for i, flat in enumerate(outcome.local_parameters):
-        local = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options).to(device)
-        assign_parameters(local, flat)
-        local.eval()
-        local_acc.append(evaluate(local, small.test.features, small.test.labels, device=device)["accuracy"])
-        if workspace is not None:
-            _save_participant(
-                local,
-                index=i,
-                partition=partitions[i],
-                bundle=bundle,
-                splits=splits,
-                model_name=model_name,
-                model_options=model_options,
-                requested_options=requested,
-                config=asked,
-                seed=seed,
-                device=device,
-                workspace=workspace,
-                started=started,
-            )
+    extra = _federation_metrics(outcome, config, num_parameters=num_parameters, partitions=partitions, observed=observed)
+    local_acc = _local_models(outcome, setup, bundle=bundle, splits=splits, model_name=model_name, requested=requested, config=asked, seed=seed, device=device, workspace=workspace, started=started)
     extra["local_test_accuracy_mean"] = float(np.mean(local_acc))  # on the first LOCAL_EVAL_EXAMPLES test examples
     if config.baselines:
         extra.update(_baselines(setup, config, bundle=bundle, members=members, device=device, progress=progress))
@@ -582,3 +473,25 @@ def _global_id(bundle: DatasetBundle, splits: Splits, model_name: str, model_opt
     from defenses._common import model_id_for
 
     return model_id_for(defense="dssgd", bundle=bundle, model_name=model_name, model_options=model_options, config=config, splits=splits, seed=seed)
+
+
+def _check_budget(config: DSSGDConfig, *, bundle: DatasetBundle, model_name: str, model_options: dict[str, Any], **_: Any) -> None:
+    """With a target ε and the DP upload, refuses rounds the budget cannot pay for (naming those it allows, or the dp_epsilon)."""
+    if None not in (config.target_epsilon, config.dp_epsilon):
+        plan_dssgd(config, num_parameters=num_parameters(model_name, bundle=bundle, model_options=model_options))
+
+
+DEFENSES.register(
+    DefenseSpec(
+        name="dssgd",
+        config_type=DSSGDConfig,
+        train=train_dssgd,
+        claim_kind=dssgd_claim_kind,
+        submodels=PARTICIPANT_CACHE,
+        submodel_identity=participant_identity,
+        derived_options=DERIVED_OPTIONS,
+        report_lines=dssgd_report_lines,
+        check_budget=_check_budget,
+        summary="distributed selective SGD: participants upload a selected fraction of their updates to a parameter server, optionally by the sparse vector technique (Shokri & Shmatikov 2015)",
+    )
+)

@@ -74,7 +74,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from .defense import DSSGDConfig, federation_setup
+from .config import DSSGDConfig
+from .defense import federation_setup
 from .flower import client_app, load_bundle, server_app
 from .protocol import FederationSetup
 
@@ -88,7 +89,7 @@ _SETUPS: dict[tuple[tuple[str, Any], ...], FederationSetup] = {}
 
 
 def dssgd_config(run_config: Mapping[str, Any]) -> DSSGDConfig:
-    """The :class:`~defenses.dssgd.defense.DSSGDConfig` of a run_config (keys as ``--run-config``
+    """The :class:`~defenses.dssgd.config.DSSGDConfig` of a run_config (keys as ``--run-config``
     spells them, ``upload-fraction`` for ``upload_fraction``; ``dp-epsilon`` 0 means no DP upload).
 
     Raises:

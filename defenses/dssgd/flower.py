@@ -215,7 +215,7 @@ def server_app(
     :func:`read_outcome` reads them back.
     """
     _require_flower()
-    from flwr.app import ConfigRecord, Context, Message, RecordDict
+    from flwr.app import Context
     from flwr.serverapp import Grid, ServerApp
 
     app = ServerApp()
@@ -226,138 +226,154 @@ def server_app(
         result_dir = Path(str(cfg["result-dir"]))
         result_dir.mkdir(parents=True, exist_ok=True)
         try:
-            _serve(grid, cfg, result_dir)
+            _ServerRun(grid, cfg, _resolve(setup, cfg), on_upload=on_upload, on_round=on_round).serve(result_dir)
         except _Stop as exc:
             # Ends the run cleanly with one line; run_flower / read_outcome raise it in the
             # caller's process (a diverged participant as TrainingDiverged).
             (result_dir / "failure.json").write_text(json.dumps({"kind": exc.kind, "message": str(exc)}))
 
-    def _serve(grid: Grid, cfg: dict[str, Any], result_dir: Path) -> None:
-        fed = _resolve(setup, cfg)
-        rounds = int(cfg["rounds"])
-        fraction = float(cfg["download-fraction"])
-        schedule = str(cfg["schedule"])
-        turn_timeout = float(cfg.get("turn-timeout", DEFAULT_TURN_TIMEOUT))
-        node_timeout = float(cfg.get("node-timeout", DEFAULT_NODE_TIMEOUT))
-        n = fed.num_participants
-        server = ParameterServer(fed.initial)
+    return app
 
-        # Node ids are opaque (random in simulation, assigned by the SuperLink in a real
-        # federation): ask every node once which participant it is (its partition-id). The run
-        # starts only with every participant present.
-        nodes = _wait_for_nodes(grid, n, node_timeout)
-        ids = _exchange(grid, [Message(RecordDict(), dst_node_id=node, message_type="query") for node in nodes], node_timeout)
+
+class _ServerRun:
+    """One federation served over a Flower grid: the participants' nodes, their turns, the outcome files."""
+
+    def __init__(self, grid: Any, cfg: dict[str, Any], fed: FederationSetup, *, on_upload: Callable[[Upload], None] | None, on_round: Callable[[int], None] | None) -> None:
+        self.grid, self.fed = grid, fed
+        self.rounds = int(cfg["rounds"])
+        self.fraction = float(cfg["download-fraction"])
+        self.schedule = str(cfg["schedule"])
+        self.turn_timeout = float(cfg.get("turn-timeout", DEFAULT_TURN_TIMEOUT))
+        self.node_timeout = float(cfg.get("node-timeout", DEFAULT_NODE_TIMEOUT))
+        self.n = fed.num_participants
+        self.server = ParameterServer(fed.initial)
+        self.on_upload, self.on_round = on_upload, on_round
+        self.node_of: dict[int, int] = {}
+        self.dropped: dict[int, str] = {}  # participant -> why it is missing
+        self.missed: list[tuple[int, int]] = []
+        self.finals: dict[int, torch.Tensor] = {}
+        self.started = time.monotonic()
+        self.progress: Any = None  # progress.jsonl while the federation runs (receive() writes there)
+
+    def serve(self, result_dir: Path) -> None:
+        self.node_of = self._assign_nodes()
+        self.started = time.monotonic()
+        with (result_dir / "progress.jsonl").open("a") as self.progress:
+            times = self._federate_async() if self.schedule == "async" else self._federate_in_turns()
+        arrays: dict[str, Any] = {"parameters": self.server.parameters.numpy(), "stat": self.server.stat.numpy()}
+        for i, local in sorted(self.finals.items()):
+            arrays[f"local_{i}"] = local.numpy()
+        np.savez(result_dir / "outcome.npz", **arrays)
+        meta = {"uploads_applied": self.server.uploads_applied, "seconds_per_round": times, "missed_turns": sorted(self.missed), "dropped": {str(i): why for i, why in sorted(self.dropped.items())}}
+        (result_dir / "outcome.json").write_text(json.dumps(meta))
+
+    def _assign_nodes(self) -> dict[int, int]:
+        """Participant -> node id. Node ids are opaque (random in simulation, assigned by the
+        SuperLink in a real federation): every node is asked once which participant it is (its
+        partition-id). The run starts only with every participant present."""
+        from flwr.app import Message, RecordDict
+
+        nodes = _wait_for_nodes(self.grid, self.n, self.node_timeout)
+        ids = _exchange(self.grid, [Message(RecordDict(), dst_node_id=node, message_type="query") for node in nodes], self.node_timeout)
         node_of: dict[int, int] = {}
         for node, reply in zip(nodes, ids, strict=True):
             if reply is None or reply.has_error():
                 why = "no reply" if reply is None else _one_line(reply.error.reason)
-                raise _Stop("federation", f"SuperNode {node} did not say which participant it is within {node_timeout:g} s (node-timeout): {why}")
-            node_of[int(reply.content["config"]["participant"])] = node  # type: ignore[arg-type]
-        if sorted(node_of) != list(range(n)):
-            raise _Stop("federation", f"the federation's SuperNodes must carry partition-id 0..{n - 1} once each, got {sorted(node_of)}")
+                raise _Stop("federation", f"SuperNode {node} did not say which participant it is within {self.node_timeout:g} s (node-timeout): {why}")
+            node_of[int(reply.content["config"]["participant"])] = node
+        if sorted(node_of) != list(range(self.n)):
+            raise _Stop("federation", f"the federation's SuperNodes must carry partition-id 0..{self.n - 1} once each, got {sorted(node_of)}")
+        return node_of
 
-        dropped: dict[int, str] = {}  # participant -> why it is missing
-        missed: list[tuple[int, int]] = []
-        finals: dict[int, torch.Tensor] = {}
-        started = time.monotonic()
+    def _train_msg(self, i: int, rnd: int) -> Any:
+        from flwr.app import ConfigRecord, Message, RecordDict
 
-        def train_msg(i: int, rnd: int) -> Message:
-            idx, vals = server.download(fraction)
-            content = RecordDict({"download": _arrays(indices=idx, values=vals), "config": ConfigRecord({"round": rnd, "last": rnd == rounds - 1})})
-            return Message(content, dst_node_id=node_of[i], message_type="train", group_id=str(rnd))
+        idx, vals = self.server.download(self.fraction)
+        content = RecordDict({"download": _arrays(indices=idx, values=vals), "config": ConfigRecord({"round": rnd, "last": rnd == self.rounds - 1})})
+        return Message(content, dst_node_id=self.node_of[i], message_type="train", group_id=str(rnd))
 
-        def drop(i: int, first_missed: int, reply: Message | None) -> None:
-            # The missing-participant rule (module docstring): this turn and every later one of i.
-            dropped[i] = f"no reply within {turn_timeout:g} s (turn-timeout)" if reply is None else _one_line(reply.error.reason)
-            missed.extend((r, i) for r in range(first_missed, rounds))
+    def _drop(self, i: int, first_missed: int, reply: Any) -> None:
+        # The missing-participant rule (module docstring): this turn and every later one of i.
+        self.dropped[i] = f"no reply within {self.turn_timeout:g} s (turn-timeout)" if reply is None else _one_line(reply.error.reason)
+        self.missed.extend((r, i) for r in range(first_missed, self.rounds))
 
-        def receive(i: int, reply: Message) -> None:
-            if reply.has_error():
-                raise _Stop("federation", f"participant {i} (node {node_of[i]}) failed: {_one_line(reply.error.reason)}")
-            c = reply.content["config"]
-            if "failed" in c:
-                raise _Stop("diverged", str(c["failed"]))
-            up = Upload(
-                participant=int(c["participant"]),  # type: ignore[arg-type]
-                round=int(c["round"]),  # type: ignore[arg-type]
-                indices=_tensor(reply.content["upload"], "indices"),
-                values=_tensor(reply.content["upload"], "values"),
-                loss=float(c["loss"]),  # type: ignore[arg-type]
-            )
-            server.apply(up)
-            if "local" in reply.content:
-                finals[i] = _tensor(reply.content["local"], "parameters")
-            progress.write(json.dumps({"participant": up.participant, "round": up.round, "loss": up.loss, "seconds": round(time.monotonic() - started, 3)}) + "\n")
-            progress.flush()
-            if on_upload is not None:
-                on_upload(up)
+    def _receive(self, i: int, reply: Any) -> None:
+        if reply.has_error():
+            raise _Stop("federation", f"participant {i} (node {self.node_of[i]}) failed: {_one_line(reply.error.reason)}")
+        c = reply.content["config"]
+        if "failed" in c:
+            raise _Stop("diverged", str(c["failed"]))
+        up = Upload(
+            participant=int(c["participant"]),
+            round=int(c["round"]),
+            indices=_tensor(reply.content["upload"], "indices"),
+            values=_tensor(reply.content["upload"], "values"),
+            loss=float(c["loss"]),
+        )
+        self.server.apply(up)
+        if "local" in reply.content:
+            self.finals[i] = _tensor(reply.content["local"], "parameters")
+        self.progress.write(json.dumps({"participant": up.participant, "round": up.round, "loss": up.loss, "seconds": round(time.monotonic() - self.started, 3)}) + "\n")
+        self.progress.flush()
+        if self.on_upload is not None:
+            self.on_upload(up)
 
-        def federate() -> list[float]:
-            """Every turn of every participant; returns the seconds per round."""
-            times: list[float] = []
-            start = time.monotonic()
-            if schedule == "async":
-                turns = dict.fromkeys(range(n), 0)
-                pending: dict[str, tuple[int, float]] = {}  # message id -> (participant, deadline)
+    def _federate_async(self) -> list[float]:
+        """Every participant's turns as fast as it takes them; returns the seconds per round (their mean)."""
+        start = time.monotonic()
+        turns = dict.fromkeys(range(self.n), 0)
+        pending: dict[str, tuple[int, float]] = {}  # message id -> (participant, deadline)
 
-                def send(i: int) -> None:
-                    (mid,) = grid.push_messages([train_msg(i, turns[i])])
-                    pending[mid] = (i, time.monotonic() + turn_timeout)
+        def send(i: int) -> None:
+            (mid,) = self.grid.push_messages([self._train_msg(i, turns[i])])
+            pending[mid] = (i, time.monotonic() + self.turn_timeout)
 
-                for i in range(n):
+        for i in range(self.n):
+            send(i)
+        wait = _Backoff()
+        while pending:
+            replies = [r for r in self.grid.pull_messages(list(pending)) if r.metadata.reply_to_message_id in pending]
+            for reply in replies:
+                i, _ = pending.pop(reply.metadata.reply_to_message_id)
+                if _gone(reply):
+                    self._drop(i, turns[i], reply)
+                    continue
+                self._receive(i, reply)
+                turns[i] += 1
+                if turns[i] < self.rounds:
                     send(i)
-                wait = _Backoff()
-                while pending:
-                    replies = [r for r in grid.pull_messages(list(pending)) if r.metadata.reply_to_message_id in pending]
-                    for reply in replies:
-                        i, _ = pending.pop(reply.metadata.reply_to_message_id)
-                        if _gone(reply):
-                            drop(i, turns[i], reply)
-                            continue
-                        receive(i, reply)
-                        turns[i] += 1
-                        if turns[i] < rounds:
-                            send(i)
-                    now = time.monotonic()
-                    for mid, (i, deadline) in list(pending.items()):
-                        if now >= deadline:
-                            del pending[mid]
-                            drop(i, turns[i], None)
-                    wait(bool(replies))
-                total = time.monotonic() - start
-                times = [total / rounds] * rounds
-                if on_round is not None:
-                    for r in range(rounds):
-                        on_round(r)
-            else:
-                gen = torch_generator(fed.seed, "dssgd", "schedule")
-                last = start
-                for r in range(rounds):
-                    for i in schedule_order(schedule, n, generator=gen):
-                        if i in dropped:
-                            continue
-                        (reply,) = _exchange(grid, [train_msg(i, r)], turn_timeout)
-                        if reply is None or _gone(reply):
-                            drop(i, r, reply)
-                            continue
-                        receive(i, reply)
-                    now = time.monotonic()
-                    times.append(now - last)
-                    last = now
-                    if on_round is not None:
-                        on_round(r)
-            return times
+            now = time.monotonic()
+            for mid, (i, deadline) in list(pending.items()):
+                if now >= deadline:
+                    del pending[mid]
+                    self._drop(i, turns[i], None)
+            wait(bool(replies))
+        total = time.monotonic() - start
+        if self.on_round is not None:
+            for r in range(self.rounds):
+                self.on_round(r)
+        return [total / self.rounds] * self.rounds
 
-        with (result_dir / "progress.jsonl").open("a") as progress:  # receive() writes here
-            times = federate()
-        arrays: dict[str, Any] = {"parameters": server.parameters.numpy(), "stat": server.stat.numpy()}
-        for i, local in sorted(finals.items()):
-            arrays[f"local_{i}"] = local.numpy()
-        np.savez(result_dir / "outcome.npz", **arrays)
-        meta = {"uploads_applied": server.uploads_applied, "seconds_per_round": times, "missed_turns": sorted(missed), "dropped": {str(i): why for i, why in sorted(dropped.items())}}
-        (result_dir / "outcome.json").write_text(json.dumps(meta))
-
-    return app
+    def _federate_in_turns(self) -> list[float]:
+        """Round after round, one participant's turn at a time in the schedule's order; returns the seconds per round."""
+        times: list[float] = []
+        gen = torch_generator(self.fed.seed, "dssgd", "schedule")
+        last = time.monotonic()
+        for r in range(self.rounds):
+            for i in schedule_order(self.schedule, self.n, generator=gen):
+                if i in self.dropped:
+                    continue
+                (reply,) = _exchange(self.grid, [self._train_msg(i, r)], self.turn_timeout)
+                if reply is None or _gone(reply):
+                    self._drop(i, r, reply)
+                    continue
+                self._receive(i, reply)
+            now = time.monotonic()
+            times.append(now - last)
+            last = now
+            if self.on_round is not None:
+                self.on_round(r)
+        return times
 
 
 class _Stop(Exception):

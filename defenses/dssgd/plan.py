@@ -3,7 +3,7 @@
 Shokri & Shmatikov (CCS 2015, §5) state ε per uploaded parameter per turn; a participant's data
 get c·R·ε (c uploads per turn, R rounds; :mod:`dpaudit.privacy.dssgd_budget`). c depends only on
 θ_u and the model's parameter count, both public, so the plan never looks at the data. As
-DP-SGD's :func:`defenses.dpsgd.plan_dpsgd` and PATE's :func:`defenses.pate.plan.plan_pate`:
+DP-SGD's :func:`defenses.dpsgd.plan.plan_dpsgd` and PATE's :func:`defenses.pate.plan.plan_pate`:
 
 - ``target_epsilon`` without ``dp_epsilon``: ``dp_epsilon`` is calibrated so that ``rounds``
   (default ``DEFAULT_ROUNDS``) spend exactly the target;
@@ -56,7 +56,7 @@ def plan_budget_for(config: Any, *, num_parameters: int) -> BudgetPlan:
 
 
 def plan_dssgd(config: Any, *, num_parameters: int) -> DSSGDPlan:
-    """Resolves a :class:`~defenses.dssgd.defense.DSSGDConfig` for a model of ``num_parameters`` parameters.
+    """Resolves a :class:`~defenses.dssgd.config.DSSGDConfig` for a model of ``num_parameters`` parameters.
 
     Raises:
         ValueError: the budget cannot be met (see :func:`plan_budget`).

@@ -46,7 +46,8 @@ from defenses.nonprivate import NonPrivateConfig
 from defenses.pate.aggregators import AGGREGATORS, Aggregation, aggregate, aggregator_config
 from defenses.pate.plan import DEFAULT_TEACHER_EPOCHS, PATEPlan, plan_pate
 from defenses.pate.student import StudentConfig, train_student
-from defenses.pate.teachers import TeacherEnsemble, TeacherSpec, plan_teachers, teacher_votes, train_teacher, train_teachers
+from defenses.pate.teachers import TeacherEnsemble, TeacherSpec, plan_teachers, teacher_identity, teacher_votes, train_teacher, train_teachers
+from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model
@@ -375,6 +376,85 @@ def _save_artifacts(workspace: TrainWorkspace, *, agg: Aggregation, query_ids: n
     atomic_write_json(workspace.record_dir / "pate.json", {**summary, "aggregation": {k: x for k, x in agg.to_dict().items() if k != "labels"}, "teachers": teachers})
 
 
+def _queries(config: PATEConfig, *, bundle: DatasetBundle, splits: Splits, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(public ids, evaluation ids, the queries drawn from the public ids, the public ids not queried).
+
+    Raises:
+        ValueError: more queries than public examples, more teachers than private members.
+    """
+    public_ids, eval_ids = public_split(bundle, config.public_fraction)
+    if config.queries > len(public_ids):
+        raise v.invalid(
+            "queries", f"queries={config.queries} exceeds the {len(public_ids)} public examples of {bundle.name} (public_fraction={config.public_fraction:g} of its {len(bundle.test)} test examples)"
+        )
+    if config.teachers > len(splits.members):
+        raise v.invalid("teachers", f"teachers={config.teachers} exceeds the {len(splits.members)} private members of the split (one example at least per teacher)")
+    order = np.random.default_rng(derive_seed(seed, "pate", "queries")).permutation(public_ids)
+    return public_ids, eval_ids, np.sort(order[: config.queries]), order[config.queries :]
+
+
+def _student(
+    config: PATEConfig,
+    agg: Aggregation,
+    *,
+    queries: Any,
+    unlabeled: torch.Tensor | None,
+    bundle: DatasetBundle,
+    model_name: str,
+    model_options: dict[str, Any],
+    seed: int,
+    device: torch.device,
+    progress: bool,
+) -> tuple[nn.Module, dict[str, Any]]:
+    """The student trained on the answered queries' noisy labels (and the unlabeled public data, semi-supervised); eval mode."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "pate", "student", "init"))
+        student = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+    student.to(device)
+    answered = agg.answered
+    student_metrics = train_student(
+        student,
+        labeled_features=queries.features[torch.from_numpy(np.array(answered))],
+        labels=torch.from_numpy(agg.labels[answered]),
+        unlabeled_features=unlabeled,
+        config=config.student_config(),
+        seed=derive_seed(seed, "pate", "student"),
+        device=device,
+        progress=progress,
+    )
+    student.eval()
+    return student, student_metrics
+
+
+def _pate_metrics(
+    config: PATEConfig, plan: Any, *, ensemble: TeacherEnsemble, agg: Aggregation, true_labels: np.ndarray, result: Any, release: Any, student_metrics: dict[str, Any], counts: dict[str, int]
+) -> dict[str, Any]:
+    """The record's metrics: the values the run used, the teachers, the answers, the privacy analysis, the student."""
+    answered = agg.answered
+    teacher_acc = [float(r.metrics["test_accuracy"]) for r in ensemble.records]
+    metrics: dict[str, Any] = {
+        "num_teachers": ensemble.num_teachers,
+        # The values the run used (derived ones included: the record's config keeps them unset).
+        **{f"run_{k}": float(getattr(config, k)) for k in ("epochs", "sigma", "threshold", "threshold_sigma") if getattr(config, k) is not None},
+        **{f"run_{k}": getattr(config, k) for k in ("aggregator", "analysis", "queries", "teachers") if getattr(config, k) is not None},
+        **({} if plan.epsilon_planned is None else {"epsilon_planned_worst_case": plan.epsilon_planned}),
+        "teachers_trained": len(ensemble.trained),
+        "teachers_reused": len(ensemble.reused),
+        "teacher_test_accuracy_mean": float(np.mean(teacher_acc)),
+        "num_queries": agg.num_queries,
+        "num_answered": agg.num_answered,
+        "answer_accuracy": float(np.mean(agg.labels[answered] == true_labels[answered])),
+        **counts,
+        # Confident-GNMax is analysed with the answered mask: the realised cost, not the expectation.
+        "epsilon_data_dependent_realised": result.data_dependent.epsilon,
+        "epsilon_data_dependent_realised_improved": result.data_dependent.epsilon_improved,
+        "epsilon_data_independent": result.data_independent.epsilon,
+        **({} if release is None else {"epsilon_noisy_estimate": release.epsilon_noisy_estimate, "release_order": release.order}),
+        **{f"student_{k}": x for k, x in student_metrics.items()},
+    }
+    return metrics
+
+
 def train_pate(
     *,
     bundle: DatasetBundle,
@@ -408,25 +488,13 @@ def train_pate(
     Raises:
         ValueError: more queries than public examples, more teachers than private members.
     """
-    started = time.monotonic()
-    model_options = dict(model_options or {})
-    device = torch.device(device)
+    started, model_options, device = time.monotonic(), dict(model_options or {}), torch.device(device)
     asked = config  # the record keeps the config as asked (its id); the run uses the resolved one
     plan = plan_for(config, bundle=bundle, splits=splits)
-    if progress:
-        for note in plan.notes:
-            print(f"pate: {note}", file=sys.stderr, flush=True)
+    for note in plan.notes if progress else ():
+        print(f"pate: {note}", file=sys.stderr, flush=True)
     config = plan.config
-    public_ids, eval_ids = public_split(bundle, config.public_fraction)
-    if config.queries > len(public_ids):
-        raise v.invalid(
-            "queries", f"queries={config.queries} exceeds the {len(public_ids)} public examples of {bundle.name} (public_fraction={config.public_fraction:g} of its {len(bundle.test)} test examples)"
-        )
-    if config.teachers > len(splits.members):
-        raise v.invalid("teachers", f"teachers={config.teachers} exceeds the {len(splits.members)} private members of the split (one example at least per teacher)")
-    order = np.random.default_rng(derive_seed(seed, "pate", "queries")).permutation(public_ids)
-    query_ids, other_ids = np.sort(order[: config.queries]), order[config.queries :]
-
+    public_ids, eval_ids, query_ids, other_ids = _queries(config, bundle=bundle, splits=splits, seed=seed)
     specs = plan_pate_teachers(bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, config=config, seed=seed)
     ensemble = _teachers(specs, bundle=bundle, workspace=workspace, device=device, progress=progress)
     queries = bundle.test.subset(query_ids)
@@ -437,51 +505,15 @@ def train_pate(
     result, release = _analyse(config, agg, progress=progress)
     parameters = {k: float(x) for k, x in config.aggregator_config().to_dict().items() if k != "aggregator"}
     claim = analysis_lib.pate_claim(result, parameters=parameters, num_answered=agg.num_answered, data_dependent=config.analysis == "data-dependent", release=release)
-
-    answered = agg.answered
-    true_labels = queries.labels.numpy()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(seed, "pate", "student", "init"))
-        student = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
-    student.to(device)
     unlabeled = None
     if config.semi_supervised:
-        rest = np.sort(np.concatenate([query_ids[~answered], other_ids]))
+        rest = np.sort(np.concatenate([query_ids[~agg.answered], other_ids]))
         unlabeled = bundle.test.subset(rest).features if len(rest) else None
-    student_metrics = train_student(
-        student,
-        labeled_features=queries.features[torch.from_numpy(np.array(answered))],
-        labels=torch.from_numpy(agg.labels[answered]),
-        unlabeled_features=unlabeled,
-        config=config.student_config(),
-        seed=derive_seed(seed, "pate", "student"),
-        device=device,
-        progress=progress,
+    student, student_metrics = _student(
+        config, agg, queries=queries, unlabeled=unlabeled, bundle=bundle, model_name=model_name, model_options=model_options, seed=seed, device=device, progress=progress
     )
-    student.eval()
-    teacher_acc = [float(r.metrics["test_accuracy"]) for r in ensemble.records]
-    metrics: dict[str, Any] = {
-        "num_teachers": ensemble.num_teachers,
-        # The values the run used (derived ones included: the record's config keeps them unset).
-        **{f"run_{k}": float(getattr(config, k)) for k in ("epochs", "sigma", "threshold", "threshold_sigma") if getattr(config, k) is not None},
-        **{f"run_{k}": getattr(config, k) for k in ("aggregator", "analysis", "queries", "teachers") if getattr(config, k) is not None},
-        **({} if plan.epsilon_planned is None else {"epsilon_planned_worst_case": plan.epsilon_planned}),
-        "teachers_trained": len(ensemble.trained),
-        "teachers_reused": len(ensemble.reused),
-        "teacher_test_accuracy_mean": float(np.mean(teacher_acc)),
-        "num_queries": agg.num_queries,
-        "num_answered": agg.num_answered,
-        "answer_accuracy": float(np.mean(agg.labels[answered] == true_labels[answered])),
-        "num_public": len(public_ids),
-        "num_unlabeled": 0 if unlabeled is None else len(unlabeled),
-        "num_eval": len(eval_ids),
-        # Confident-GNMax is analysed with the answered mask: the realised cost, not the expectation.
-        "epsilon_data_dependent_realised": result.data_dependent.epsilon,
-        "epsilon_data_dependent_realised_improved": result.data_dependent.epsilon_improved,
-        "epsilon_data_independent": result.data_independent.epsilon,
-        **({} if release is None else {"epsilon_noisy_estimate": release.epsilon_noisy_estimate, "release_order": release.order}),
-        **{f"student_{k}": x for k, x in student_metrics.items()},
-    }
+    counts = {"num_public": len(public_ids), "num_unlabeled": 0 if unlabeled is None else len(unlabeled), "num_eval": len(eval_ids)}
+    metrics = _pate_metrics(config, plan, ensemble=ensemble, agg=agg, true_labels=queries.labels.numpy(), result=result, release=release, student_metrics=student_metrics, counts=counts)
     # The student is evaluated on the evaluation part only: it has trained on the public part.
     evaluation = dataclasses.replace(bundle, test=bundle.test.subset(eval_ids))
     record = build_record(
@@ -502,3 +534,22 @@ def train_pate(
         summary = {"model_id": record.model_id, "claim": claim.statement(), "epsilon": claim.epsilon(delta=config.delta, accountant="rdp"), "metrics": json.loads(json.dumps(metrics))}
         _save_artifacts(workspace, agg=agg, query_ids=query_ids, ensemble=ensemble, summary=summary, curve=epsilon_curve(config, agg))
     return record, student
+
+
+def _check_budget(config: PATEConfig, *, bundle: DatasetBundle, splits: Splits, **_: Any) -> None:
+    """Refuses a budget the queries cannot be answered within (naming the queries it allows)."""
+    plan_for(config, bundle=bundle, splits=splits)
+
+
+DEFENSES.register(
+    DefenseSpec(
+        name="pate",
+        config_type=PATEConfig,
+        train=train_pate,
+        claim_kind="pate",
+        submodels=TEACHER_CACHE,
+        submodel_identity=teacher_identity,
+        check_budget=_check_budget,
+        summary="teachers on disjoint partitions, noisy vote aggregation (LNMax/GNMax/Confident-GNMax), released student (Papernot et al. 2017, 2018)",
+    )
+)

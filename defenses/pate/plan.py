@@ -21,7 +21,7 @@ budget: never from the private data or the votes. The rules, with their sources:
 * **Queries** without a budget: 640 (the 2018 MNIST student's), at most the public pool.
 * **Budget** (``target_epsilon``), met by the data-independent bound with every query charged
   as answered (:mod:`dpaudit.privacy.pate_budget`), so the plan holds whatever the votes and the
-  run never stops early. As DP-SGD's :func:`defenses.dpsgd.plan_dpsgd`:
+  run never stops early. As DP-SGD's :func:`defenses.dpsgd.plan.plan_dpsgd`:
 
   - neither ``sigma`` nor ``queries``: σ2 = 0.16 n as above, and the student asks as many
     queries as the budget allows at that σ2 (at most 640 and the public pool). If that is fewer
@@ -91,6 +91,38 @@ def _g(x: float) -> str:
     return f"{x:.4g}"
 
 
+def _teachers_and_epochs(config: Any, *, members: int, notes: list[str]) -> tuple[int, int]:
+    """The number of teachers and their epochs: as given, or derived from the private members (said in ``notes``)."""
+    n = config.teachers
+    if n is None:
+        n = max(1, min(MAX_TEACHERS, members // EXAMPLES_PER_TEACHER))
+        notes.append(f"teachers = {n} (one per {EXAMPLES_PER_TEACHER} of the {members} private members, at most {MAX_TEACHERS})")
+    elif n > members:
+        raise v.invalid("teachers", f"teachers={n} exceeds the {members} private members of the split (one example at least per teacher)")
+    epochs = config.epochs
+    if epochs is None:
+        steps_per_epoch = math.ceil((members // n) / config.batch_size)
+        epochs = max(DEFAULT_TEACHER_EPOCHS, math.ceil(MIN_TEACHER_STEPS / max(1, steps_per_epoch)))
+        if epochs != DEFAULT_TEACHER_EPOCHS:
+            notes.append(f"teacher epochs = {epochs} ({MIN_TEACHER_STEPS} SGD steps on partitions of {members // n} examples)")
+    return n, epochs
+
+
+def _resolved_values(config: Any, *, teachers: int, epochs: int, queries: Any, sigma: Any, notes: list[str]) -> dict[str, Any]:
+    """The config's fields as the run uses them; Confident-GNMax's threshold and its σ derived when unset (said in ``notes``)."""
+    n = teachers
+    values: dict[str, Any] = {"teachers": n, "epochs": epochs, "queries": queries}
+    if config.aggregator != "lnmax":
+        values["sigma"] = float(sigma)
+    if config.aggregator == "confident-gnmax":
+        s1 = config.threshold_sigma if config.threshold_sigma is not None else THRESHOLD_SIGMA_RATIO * float(sigma)
+        t = config.threshold if config.threshold is not None else THRESHOLD_FRACTION * n
+        if config.threshold_sigma is None or config.threshold is None:
+            notes.append(f"threshold T = {_g(t)} ({THRESHOLD_FRACTION:g} x teachers), threshold_sigma = {_g(s1)} ({THRESHOLD_SIGMA_RATIO:g} x sigma), as T = 200, sigma_1 = 150 of 2018's MNIST")
+        values.update(threshold=float(t), threshold_sigma=float(s1))
+    return values
+
+
 def plan_pate(config: Any, *, num_members: int, num_public: int, num_classes: int) -> PATEPlan:
     """Resolves a :class:`~defenses.pate.defense.PATEConfig` for a run (see the module docstring).
 
@@ -109,18 +141,7 @@ def plan_pate(config: Any, *, num_members: int, num_public: int, num_classes: in
     pool = v.integer("num_public", num_public, minimum=1)
     classes = v.integer("num_classes", num_classes, minimum=2)
     notes: list[str] = []
-    n = config.teachers
-    if n is None:
-        n = max(1, min(MAX_TEACHERS, members // EXAMPLES_PER_TEACHER))
-        notes.append(f"teachers = {n} (one per {EXAMPLES_PER_TEACHER} of the {members} private members, at most {MAX_TEACHERS})")
-    elif n > members:
-        raise v.invalid("teachers", f"teachers={n} exceeds the {members} private members of the split (one example at least per teacher)")
-    epochs = config.epochs
-    if epochs is None:
-        steps_per_epoch = math.ceil((members // n) / config.batch_size)
-        epochs = max(DEFAULT_TEACHER_EPOCHS, math.ceil(MIN_TEACHER_STEPS / max(1, steps_per_epoch)))
-        if epochs != DEFAULT_TEACHER_EPOCHS:
-            notes.append(f"teacher epochs = {epochs} ({MIN_TEACHER_STEPS} SGD steps on partitions of {members // n} examples)")
+    n, epochs = _teachers_and_epochs(config, members=members, notes=notes)
     if config.queries is not None and config.queries > pool:
         raise v.invalid("queries", f"queries={config.queries} exceeds the {pool} public examples (public_fraction={config.public_fraction:g})")
     agg = config.aggregator
@@ -174,15 +195,7 @@ def plan_pate(config: Any, *, num_members: int, num_public: int, num_classes: in
                 )
             else:
                 notes.append(f"sigma = {_g(sigma)} and {queries} queries stay within {where}")
-    values: dict[str, Any] = {"teachers": n, "epochs": epochs, "queries": queries}
-    if agg != "lnmax":
-        values["sigma"] = float(sigma)
-    if confident:
-        s1 = config.threshold_sigma if config.threshold_sigma is not None else THRESHOLD_SIGMA_RATIO * float(sigma)
-        t = config.threshold if config.threshold is not None else THRESHOLD_FRACTION * n
-        if config.threshold_sigma is None or config.threshold is None:
-            notes.append(f"threshold T = {_g(t)} ({THRESHOLD_FRACTION:g} x teachers), threshold_sigma = {_g(s1)} ({THRESHOLD_SIGMA_RATIO:g} x sigma), as T = 200, sigma_1 = 150 of 2018's MNIST")
-        values.update(threshold=float(t), threshold_sigma=float(s1))
+    values = _resolved_values(config, teachers=n, epochs=epochs, queries=queries, sigma=sigma, notes=notes)
     resolved = dataclasses.replace(config, **values)
     if agg != "lnmax":
         planned = worst_case_epsilon(num_queries=int(queries), sigma=float(sigma), threshold_sigma=values.get("threshold_sigma"), delta=delta)

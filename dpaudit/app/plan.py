@@ -168,7 +168,7 @@ def grid_plan(grid: Any, *, data_root: str | None, workers: int | None) -> RunPl
     except (OSError, ValueError):
         shape, num_train = (), 0
     memory = max(
-        job_memory_bytes(s.model, input_shape=shape, num_classes=source.num_classes, num_examples=num_train, per_example=DEFENSES[s.defense].claim_kind == "dp", model_options=dict(s.model_options))
+        job_memory_bytes(s.model, input_shape=shape, num_classes=source.num_classes, num_examples=num_train, per_example=DEFENSES[s.defense].per_example_gradients, model_options=dict(s.model_options))
         for s in grid.settings
     )
     sections = [k for k in ("membership", "evasion", "inversion") if getattr(grid, k) is not None]
@@ -192,7 +192,10 @@ def membership_plan(spec: Any) -> RunPlan:
     pools = mia.plan_pools(chosen, record=record, sample_ids=ids, seed=spec.seed, num_population=spec.num_population, train_size=train_size)
     num_models = sum(p.num_models for p in pools.values())
     epochs = float(record.config.get("epochs") or 10)
-    dp = record.claim.kind == "dp"
+    from defenses import DEFENSES
+
+    # Shadows train as the target did: per-example clipping costs what its defense says.
+    dp = record.defense in DEFENSES and DEFENSES[record.defense].per_example_gradients
     per = seconds_per_example(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, device="cpu", model_options=record.model_options)
     seconds = epochs * train_size * per * (PER_EXAMPLE_GRADIENT_FACTOR if dp else 1.0)
     memory = job_memory_bytes(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, num_examples=2 * train_size, per_example=dp, model_options=record.model_options)

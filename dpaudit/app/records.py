@@ -91,7 +91,8 @@ def verify_record(record: TrainedModel, directory: str | os.PathLike[str]) -> Tr
     Raises:
         ValueError: one line naming the record file, the field and both values.
     """
-    from defenses import DEFENSES, expected_model_id
+    from defenses import DEFENSES
+    from defenses._common import expected_model_id
 
     directory = Path(directory)
     _check_dataset(record, directory)

@@ -169,7 +169,7 @@ def test_target_epsilon_sigma_and_epochs_beyond_the_budget_are_refused(cli, tmp_
 )
 def test_grid_and_cli_plan_the_same_run_for_the_same_keys(keys):
     from defenses import DEFENSES
-    from defenses.dpsgd import plan_dpsgd
+    from defenses.dpsgd.plan import plan_dpsgd
     from dpaudit.app.cli import build_parser
     from dpaudit.app.runs.compare import parse_grid
     from dpaudit.app.runs.train import default_config

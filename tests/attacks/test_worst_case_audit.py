@@ -22,7 +22,7 @@ from torch import nn
 from attacks.audit.canaries import blank_canary, clipbkd_canaries, worst_case_initial_state
 from attacks.audit.procedures import multi_run_audit
 from attacks.audit.trials import accepts_initial_state
-from defenses.dpsgd import load_initial_state
+from defenses.dpsgd.training import load_initial_state
 from defenses.planted_bugs import PlantedConfig, PlantedDPSGD
 from dpaudit.data import load_dataset
 from dpaudit.privacy.audit_stats import bound_from_scores, uncorrected_gdp_estimate

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from defenses import DEFENSES
-from defenses import certified as cert_mod
-from defenses.certified import AGMConfig, HGMConfig, PixelDPConfig, SecureSGDConfig
+from defenses.noise_layer import training as noise_layer_training
+from defenses.noise_layer.configs import AGMConfig, HGMConfig, PixelDPConfig, SecureSGDConfig
+from defenses.noise_layer.schedule import NoiseSchedule
 from dpaudit.app.cli import main
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.privacy.claims import DPClaim, NonPrivateClaim
@@ -86,7 +87,7 @@ def test_normalize_trains_on_the_scaled_layer_and_releases_the_same_function(dig
 
     bundle, splits = digits
     config = HGMConfig(epochs=1, sensitivity_control="normalize", redistribute=False)
-    schedule = cert_mod._NoiseSchedule(sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5)
+    schedule = NoiseSchedule(sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5)
     from dpaudit.models import build_model
 
     torch.manual_seed(0)
@@ -127,7 +128,7 @@ def test_orthogonal_keeps_the_kernel_spectrum_flat_through_training(digits) -> N
 
     bundle, _ = digits
     config = HGMConfig(epochs=1, sensitivity_control="orthogonal", redistribute=False, noise_ramp_fraction=0.0)
-    schedule = cert_mod._NoiseSchedule(sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5)
+    schedule = NoiseSchedule(sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5)
     torch.manual_seed(0)
     model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=10, noise_layer=True)
     schedule.prepare(model)
@@ -168,13 +169,13 @@ def test_pixeldp_refuses_epsilon_above_one_and_bad_parameters() -> None:
 def test_secure_sgd_computes_r_from_data_outside_the_members(digits, monkeypatch: pytest.MonkeyPatch) -> None:
     bundle, splits = digits
     seen = {}
-    real = cert_mod.compute_redistribution
+    real = noise_layer_training.compute_redistribution
 
     def spy(**kw):
         seen["ids"] = np.asarray(kw["ids"])
         return real(**kw)
 
-    monkeypatch.setattr(cert_mod, "compute_redistribution", spy)
+    monkeypatch.setattr(noise_layer_training, "compute_redistribution", spy)
     DEFENSES["secure-sgd"].train(bundle=bundle, splits=splits, model_name="digits-mlp", config=SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64), progress=False)
     assert len(seen["ids"]) > 0
     assert not set(seen["ids"].tolist()) & set(splits.members.tolist())
@@ -260,7 +261,7 @@ def test_linf_noise_behind_a_pca_projection_follows_the_bound_of_w_times_p(digit
 
     bundle, _ = digits
     config = HGMConfig(epochs=1, attack_norm="linf", sensitivity_control=control, redistribute=False, noise_ramp_fraction=0.0)
-    schedule = cert_mod._NoiseSchedule(sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5)
+    schedule = NoiseSchedule(sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5)
     torch.manual_seed(0)
     model = build_model("abadi-mnist", input_shape=bundle.input_shape, num_classes=10, noise_layer=True, pca_components=10, hidden=32)
     proj = next(m for m in model.modules() if isinstance(m, Projection))

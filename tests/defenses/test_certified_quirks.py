@@ -21,7 +21,8 @@ import torch
 
 from defenses import DEFENSES
 from defenses._common import config_dict
-from defenses.certified import AUTHORS_QUIRKS, HGMConfig, SecureSGDConfig, _authors_batch_mean_gradient
+from defenses.noise_layer.authors import AUTHORS_QUIRKS, authors_batch_mean_gradient
+from defenses.noise_layer.configs import HGMConfig, SecureSGDConfig
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.models import build_model
 from dpaudit.options import add_option_flags, options_from_args
@@ -205,7 +206,7 @@ def test_batch_clipping_clips_the_mean_not_each_example(digits) -> None:
         model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes, hidden=128, activation="relu")
     params = dict(model.named_parameters())
     clip = 1.0
-    got, _ = _authors_batch_mean_gradient(model, params, x, y, clip_norm=clip, physical_batch_size=3)
+    got, _ = authors_batch_mean_gradient(model, params, x, y, clip_norm=clip, physical_batch_size=3)
     per_example = [torch.autograd.grad(torch.nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1]), list(params.values())) for i in range(8)]
     assert math.sqrt(sum(float(g.norm()) ** 2 for g in per_example[0])) > 100 * clip  # never clipped on its own
     for k, (name, p) in enumerate(params.items()):
@@ -213,7 +214,7 @@ def test_batch_clipping_clips_the_mean_not_each_example(digits) -> None:
         want = mean * min(1.0, clip / float(mean.norm())) if p.ndim >= 2 else mean  # weights clipped as a whole, biases not
         assert torch.allclose(got[name], want, rtol=1e-5, atol=1e-7), name
     # One example moves the pre-noise update far more than per-example clipping allows (C / L).
-    without, _ = _authors_batch_mean_gradient(model, params, x[1:], y[1:], clip_norm=clip, physical_batch_size=3)
+    without, _ = authors_batch_mean_gradient(model, params, x[1:], y[1:], clip_norm=clip, physical_batch_size=3)
     shift = math.sqrt(sum(float((got[n] - without[n]).norm()) ** 2 for n in params))
     assert shift > 4 * clip / 8
 

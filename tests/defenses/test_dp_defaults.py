@@ -21,7 +21,8 @@ from defenses.dp_defaults import (
     gdp_mu,
     resolve_dp_config,
 )
-from defenses.dpsgd import DPSGDConfig, announce_plan, plan_dpsgd, resolve_config
+from defenses.dpsgd.config import DPSGDConfig
+from defenses.dpsgd.plan import announce_plan, plan_dpsgd, resolve_config
 
 
 def test_public_facts_in_values_out() -> None:
@@ -90,7 +91,7 @@ def test_only_unset_fields_are_filled_and_resolving_is_idempotent() -> None:
 
 
 def test_secure_sgd_config_resolves_the_same_way_and_keeps_its_type() -> None:
-    from defenses.certified import SecureSGDConfig
+    from defenses.noise_layer.configs import SecureSGDConfig
 
     resolved, derived = resolve_dp_config(SecureSGDConfig(target_epsilon=2.0), num_members=718)
     assert type(resolved) is SecureSGDConfig and set(derived) == {"lot_size", "learning_rate", "clip_norm", "epochs"}
@@ -123,7 +124,7 @@ def test_the_plan_announces_the_derived_defaults(capsys) -> None:
 
 
 def test_a_grid_or_cli_run_without_values_gets_the_record_of_the_explicit_values() -> None:
-    from defenses import model_id_for
+    from defenses._common import model_id_for
     from dpaudit.app.runs.train import default_config, resolve_defaults
     from dpaudit.data import load_dataset, make_splits
 
@@ -141,8 +142,10 @@ def test_a_grid_or_cli_run_without_values_gets_the_record_of_the_explicit_values
 
 
 def test_a_normalised_first_layer_gets_the_raised_rate_and_a_free_or_orthogonal_one_does_not() -> None:
-    from defenses.certified import SecureSGDConfig, resolve_secure_sgd_config, scale_invariant_first_layer
     from defenses.dp_defaults import SCALE_INVARIANT_FACTOR, derived_learning_rate
+    from defenses.noise_layer.configs import SecureSGDConfig
+    from defenses.noise_layer.schedule import scale_invariant_first_layer
+    from defenses.noise_layer.secure_sgd import resolve_secure_sgd_config
 
     # Rule 5: ×2 where the noise sets the length (digits at ε = 2), ×4 where compute does (N = 30,000).
     noise_bound = {"target_epsilon": 2.0, "delta": 1e-5, "num_members": 718, "lot_size": 128, "epochs": 40.0}

@@ -17,15 +17,10 @@ from torch import nn
 import defenses.clipping as clipping
 from defenses import DEFENSES
 from defenses.clipping import GradientClipper, clip_gradient, per_example_loss
-from defenses.dpsgd import (
-    DPSGDConfig,
-    dp_pca,
-    learning_rate_at,
-    parameter_names,
-    plan_dpsgd,
-    poisson_lot,
-    train_dpsgd,
-)
+from defenses.dpsgd.config import DPSGDConfig
+from defenses.dpsgd.pca import dp_pca
+from defenses.dpsgd.plan import learning_rate_at, plan_dpsgd
+from defenses.dpsgd.training import parameter_names, poisson_lot, train_dpsgd
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.models import Projection
 from dpaudit.privacy.accountants import sampled_gaussian_event
@@ -329,10 +324,10 @@ def test_budget_mode_stops_at_target_without_overshooting(digits) -> None:
 def test_budget_mode_with_pca_counts_pca_and_stops_in_time() -> None:
     cfg = _small(noise_multiplier=1.2, target_epsilon=2.0, epochs=None, pca_components=10, pca_noise=8.0)
     plan = plan_dpsgd(cfg, num_members=898)
-    from defenses.dpsgd import _claim
+    from defenses.dpsgd.plan import run_claim
 
     def eps(t: int) -> float:
-        return _claim(cfg, sampling_rate=plan.sampling_rate, noise_multiplier=1.2, num_steps=t).epsilon(delta=1e-5, accountant="rdp")
+        return run_claim(cfg, sampling_rate=plan.sampling_rate, noise_multiplier=1.2, num_steps=t).epsilon(delta=1e-5, accountant="rdp")
 
     assert eps(plan.num_steps) <= 2.0 < eps(plan.num_steps + 1)
     without = plan_dpsgd(_small(noise_multiplier=1.2, target_epsilon=2.0, epochs=None), num_members=898)
@@ -466,8 +461,8 @@ def test_unmeetable_budget_is_refused() -> None:
 
 
 def test_epochs_default_only_uncapped_in_budget_mode() -> None:
-    from defenses.dp_defaults import derived_epochs
-    from defenses.dpsgd import DEFAULT_EPOCHS, resolve_config
+    from defenses.dp_defaults import DEFAULT_EPOCHS, derived_epochs
+    from defenses.dpsgd.plan import resolve_config
 
     assert _small(epochs=None).epochs == DEFAULT_EPOCHS
     # With a target and no σ the length is derived from ε when the config is resolved.
@@ -580,7 +575,7 @@ def test_explicit_sigma_and_epochs_beyond_the_budget_are_refused_not_cut_short()
 
 
 def test_explicit_sigma_without_epochs_says_how_far_the_budget_goes(capsys) -> None:
-    from defenses.dpsgd import announce_plan
+    from defenses.dpsgd.plan import announce_plan
 
     plan = plan_dpsgd(DPSGDConfig(clip_norm=1.0, lot_size=64, learning_rate=0.1, target_epsilon=2.0, noise_multiplier=1.1, accountant="rdp"), num_members=718)
     announce_plan(plan)

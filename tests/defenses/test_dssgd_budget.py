@@ -7,7 +7,7 @@ import math
 import pytest
 
 from defenses._common import config_dict
-from defenses.dssgd.defense import DSSGDConfig
+from defenses.dssgd.config import DSSGDConfig
 from defenses.dssgd.plan import DEFAULT_ROUNDS, MAX_ROUNDS, plan_dssgd
 from dpaudit.privacy.dssgd import DSSGDClaim
 from dpaudit.privacy.dssgd_budget import plan_budget

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from defenses.dssgd.defense import DSSGDConfig, participant_record_dir, train_dssgd
+from defenses.dssgd.config import DSSGDConfig
+from defenses.dssgd.defense import participant_record_dir, train_dssgd
 from defenses.dssgd.protocol import (
     ParameterServer,
     Upload,

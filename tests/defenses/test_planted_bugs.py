@@ -74,7 +74,8 @@ def test_correct_loop_never_flagged(seed, score, extra, n, digits, tmp_path):
 @pytest.mark.parametrize("score, q, n", [("dirac", 0.05, 200), ("norm", 1.0, 8)])
 def test_suite_dpsgd_never_flagged(seed, score, q, n, digits, tmp_path):
     """The suite's DP-SGD under the same audits as the planted bugs (σ = 4, C = 5)."""
-    from defenses.dpsgd import DPSGDConfig, DPSGDTrainer
+    from defenses.dpsgd.config import DPSGDConfig
+    from defenses.dpsgd.training import DPSGDTrainer
 
     data = digits.subset(digits.ids[:n].numpy())
     config = DPSGDConfig(noise_multiplier=4.0, clip_norm=5.0, sampling_rate=q, expected_lot_size=q * n, epochs=300 * q if q < 1 else 300, learning_rate=0.1)

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from defenses._common import PREDICTION_DRAWS
-from defenses.certified import SecureSGDConfig, resolve_sensitivity_control, train_secure_sgd
+from defenses.noise_layer.configs import SecureSGDConfig
+from defenses.noise_layer.schedule import resolve_sensitivity_control
+from defenses.noise_layer.secure_sgd import train_secure_sgd
 from defenses.nonprivate import NonPrivateConfig
 from dpaudit.app.runs.train import CHANCE_MARGIN, TrainSpec, chance_check, train_or_load
 from dpaudit.data import load_dataset, make_splits

@@ -265,9 +265,9 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     if stored_spec is None:
         raise NotCertifiable(refusal)
     cspec = CertificationSpec.from_dict(stored_spec)
-    from defenses.certified import CERTIFIED_MECHANISMS
+    from defenses import DEFENSES
 
-    expected = CERTIFIED_MECHANISMS.get(record.defense)
+    expected = DEFENSES[record.defense].certified_mechanism if record.defense in DEFENSES else None
     stated = (getattr(cspec, "mechanism", None), getattr(cspec, "max_epsilon", None))
     if expected is not None and stated != expected:
         # A record edited to another mechanism (or PixelDP without its ε ≤ 1 cap) would certify unsoundly.

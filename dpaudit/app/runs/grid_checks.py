@@ -246,7 +246,7 @@ def estimate_seconds(grid: CompareGrid, *, data_root: str | None, workers: int |
     total = 0.0
     for s in grid.settings:
         per = seconds_per_example(s.model, input_shape=info.input_shape, num_classes=source.num_classes, device=grid.device, model_options=dict(s.model_options))
-        factor = PER_EXAMPLE_GRADIENT_FACTOR if DEFENSES[s.defense].claim_kind == "dp" else 1.0
+        factor = PER_EXAMPLE_GRADIENT_FACTOR if DEFENSES[s.defense].per_example_gradients else 1.0
         one = _passes(s.parameters) * members * per * factor
         total += len(grid.seeds) * one
         if grid.membership is not None and grid.membership["shadows"] == "target":

@@ -366,7 +366,7 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
                 num_models = sum(p.num_models for p in pools.values())
                 epochs = float(record.config.get("epochs") or 10)
                 per_example = seconds_per_example(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, device=device, model_options=record.model_options)
-                factor = PER_EXAMPLE_GRADIENT_FACTOR if record.claim.kind == "dp" else 1.0  # PATE trains its teachers plainly
+                factor = PER_EXAMPLE_GRADIENT_FACTOR if record.defense in DEFENSES and DEFENSES[record.defense].per_example_gradients else 1.0  # PATE trains its teachers plainly
                 workers = spec.num_workers or os.cpu_count() or 1
                 announce_if_long(
                     num_models * epochs * train_size * per_example * factor / workers,

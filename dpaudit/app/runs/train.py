@@ -200,20 +200,22 @@ def _submodel_cache(cache: Path, *, dataset: str, data: Mapping[str, str], label
     return cache
 
 
-def _refuse_unmeetable_budget(config: Any, *, bundle: Any, splits: Any, model_name: str, model_options: dict[str, Any]) -> None:
-    """A DP-SGD, PATE or DSSGD run whose budget cannot be met is refused before anything is written."""
-    from defenses.dpsgd import DPSGDConfig, plan_dpsgd
-    from defenses.dssgd.defense import DSSGDConfig, num_parameters
-    from defenses.dssgd.plan import plan_dssgd
-    from defenses.pate.defense import PATEConfig, plan_for
+def _spec_of(config: Any) -> Any:
+    """The registered defense of ``config``: the one whose config type is its class or nearest base (``None``: none)."""
+    from defenses import DEFENSES
 
-    if isinstance(config, DPSGDConfig) and None not in (config.target_epsilon, config.noise_multiplier, config.epochs):
-        plan_dpsgd(config, num_members=len(splits.members))  # raises ValueError naming the steps the budget allows
-    if isinstance(config, PATEConfig):
-        plan_for(config, bundle=bundle, splits=splits)  # raises ValueError naming the queries the budget allows
-    if isinstance(config, DSSGDConfig) and None not in (config.target_epsilon, config.dp_epsilon):
-        # raises ValueError naming the rounds (or the dp_epsilon) the budget allows
-        plan_dssgd(config, num_parameters=num_parameters(model_name, bundle=bundle, model_options=model_options))
+    by_type = {spec.config_type: spec for spec in DEFENSES.values()}
+    return next((by_type[cls] for cls in type(config).__mro__ if cls in by_type), None)
+
+
+def _refuse_unmeetable_budget(config: Any, *, bundle: Any, splits: Any, model_name: str, model_options: dict[str, Any]) -> None:
+    """A run whose privacy budget cannot be met (DP-SGD's, PATE's, DSSGD's) is refused before anything is written.
+
+    The defense's ``check_budget`` raises ValueError naming what the budget allows.
+    """
+    spec = _spec_of(config)
+    if spec is not None and spec.check_budget is not None:
+        spec.check_budget(config, bundle=bundle, splits=splits, model_name=model_name, model_options=model_options)
 
 
 def chance_check(test_accuracy: float, test_labels: Any, *, num_classes: int) -> dict[str, Any]:
@@ -245,7 +247,10 @@ def warn_if_near_chance(record: TrainedModel) -> str | None:
     m = record.metrics
     if not m.get("near_chance"):
         return None
-    hint = _CHANCE_HINTS.get(record.defense, "the training flags (--epochs, --learning-rate)")
+    from defenses import DEFENSES
+
+    spec = DEFENSES.get(record.defense)
+    hint = (spec.chance_hint if spec is not None else None) or "the training flags (--epochs, --learning-rate)"
     msg = (
         f"WARNING: model {record.model_id} ({record.defense}, {record.model_name} on {record.dataset}) trained to chance: "
         f"test accuracy {float(m['test_accuracy']):.4f} is within {CHANCE_MARGIN:g} of chance {float(m['chance_accuracy']):.4f}. "
@@ -253,16 +258,6 @@ def warn_if_near_chance(record: TrainedModel) -> str | None:
     )
     print(msg, file=sys.stderr)
     return msg
-
-
-#: The flags to change first when a defense trains to chance (the warning names them).
-_CHANCE_HINTS = {
-    "dpsgd": "--lot-size, --learning-rate, --epochs or --clip-norm (or a larger --target-epsilon)",
-    "secure-sgd": "--sensitivity-control (auto picks by the first layer), --attack-norm-bound, --lot-size, --learning-rate or --epochs",
-    "pixeldp": "--sensitivity-control, --attack-norm-bound or --robustness-epsilon",
-    "agm": "--sensitivity-control, --attack-norm-bound or --robustness-epsilon",
-    "hgm": "--sensitivity-control, --attack-norm-bound or --robustness-epsilon",
-}
 
 
 def resolve_defaults(config: Any, *, num_members: int, model_name: str | None = None, model_options: dict[str, Any] | None = None, bundle: Any = None) -> tuple[Any, str | None]:
@@ -282,18 +277,10 @@ def resolve_defaults(config: Any, *, num_members: int, model_name: str | None = 
     Returns:
         (config, the line saying what was derived, or ``None``).
     """
-    from defenses.certified import SecureSGDConfig, resolve_secure_sgd_config
-    from defenses.dpsgd import DPSGDConfig, resolve_config
-
-    if isinstance(config, SecureSGDConfig):
-        if model_name is None or bundle is None:
-            raise v.invalid("model", "resolving Secure-SGD's defaults needs the model and the dataset (model_name=, bundle=)")
-        return resolve_secure_sgd_config(
-            config, num_members=num_members, model_name=model_name, model_options=model_options, input_shape=tuple(bundle.input_shape), num_classes=int(bundle.num_classes)
-        )
-    if not isinstance(config, DPSGDConfig):
+    spec = _spec_of(config)
+    if spec is None or spec.resolve_defaults is None:
         return config, None
-    return resolve_config(config, num_members=num_members)
+    return spec.resolve_defaults(config, num_members=num_members, model_name=model_name, model_options=model_options, bundle=bundle)
 
 
 def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: Any = None) -> TrainOutcome:
@@ -313,7 +300,8 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     Returns:
         The record, its model and whether it was reused.
     """
-    from defenses import DEFENSES, model_id_for
+    from defenses import DEFENSES
+    from defenses._common import model_id_for
     from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, seconds_per_example
     from dpaudit.data import dataset_files, load_dataset, make_splits
     from dpaudit.locks import unit_lock
@@ -359,8 +347,8 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
         if spec.progress:
             epochs = float(getattr(config, "epochs", None) or 10)
             per_example = seconds_per_example(spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, device=str(device), model_options=dict(spec.model_options))
-            # Only DP-SGD-style claims pay for per-example gradients (PATE's teachers train plainly).
-            factor = PER_EXAMPLE_GRADIENT_FACTOR if entry.claim_kind_for(config) == "dp" else 1.0
+            # Only training with per-example clipping pays for per-example gradients (PATE's teachers train plainly).
+            factor = PER_EXAMPLE_GRADIENT_FACTOR if entry.per_example_gradients else 1.0
             announce_if_long(epochs * len(splits.members) * per_example * factor, f"training {spec.defense} for {epochs:g} epochs", hint="--epochs changes it")
         extra: dict[str, Any] = {}
         if entry.submodels is not None:

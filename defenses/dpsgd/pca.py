@@ -1,0 +1,61 @@
+"""Differentially private PCA in front of DP-SGD (Abadi et al. 2016, §4 "Differentially private PCA"; §5.1).
+
+A Poisson sample (rate ``pca_sampling_rate``) of the members, each flattened and scaled to unit
+L2 norm, forms A = XᵀX. Adding or removing one example changes A by xxᵀ, of Frobenius norm
+‖x‖² = 1, so releasing A's upper triangle plus iid N(0, σ_p²) noise (mirrored to keep A
+symmetric) is a Gaussian mechanism with noise multiplier σ_p = ``pca_noise``. The top-k
+eigenvectors of the noisy A are installed in the model's :class:`~dpaudit.models.Projection`;
+the cost enters the claim through :func:`defenses.dpsgd.plan.pca_claim`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dpaudit import _validate as v
+from dpaudit.models import Projection
+
+__all__ = ["dp_pca", "find_projection"]
+
+
+def find_projection(model: nn.Module) -> Projection:
+    """The model's one Projection layer, which DP-PCA fills."""
+    found = [m for m in model.modules() if isinstance(m, Projection)]
+    if len(found) != 1:
+        raise v.invalid("model", f"DP-PCA needs a model with exactly one Projection layer (e.g. abadi-mnist with pca_components), found {len(found)}")
+    return found[0]
+
+
+@torch.no_grad()
+def dp_pca(features: torch.Tensor, *, num_components: int, noise: float, sampling_rate: float = 1.0, generator: torch.Generator) -> torch.Tensor:
+    """DP-PCA of Abadi et al. (2016, §4): top-k eigenvectors of a noisy XᵀX.
+
+    Args:
+        features: (N, …) private examples (flattened here).
+        num_components: k.
+        noise: σ_p; the upper triangle of XᵀX gets iid N(0, σ_p²), mirrored (sensitivity 1
+            after scaling each example to unit L2 norm).
+        sampling_rate: Poisson rate of the sample used (1 = all).
+        generator: randomness for the sample and the noise (CPU).
+
+    Returns:
+        (k, d) projection matrix whose rows are the top-k eigenvectors.
+    """
+    k = v.integer("num_components", num_components, minimum=1)
+    sigma_p = v.positive("noise", noise)
+    q = v.half_open_unit("sampling_rate", sampling_rate)
+    x = features.reshape(features.shape[0], -1).to(torch.float64)
+    d = x.shape[1]
+    if k > d:
+        raise v.invalid("num_components", f"num_components must be <= the input dimension {d}, got {k}")
+    if q < 1.0:
+        keep = torch.rand(x.shape[0], generator=generator) < q
+        x = x[keep.to(x.device)]
+    norms = x.norm(dim=1, keepdim=True)
+    x = x / norms.clamp_min(1e-12)  # zero rows stay zero
+    a = x.T @ x
+    upper = torch.triu(torch.randn(d, d, generator=generator, dtype=torch.float64) * sigma_p).to(a.device)
+    a = a + upper + torch.triu(upper, diagonal=1).T
+    _, vecs = torch.linalg.eigh(a)  # ascending eigenvalues
+    return vecs[:, -k:].flip(1).T.contiguous().to(torch.float32)

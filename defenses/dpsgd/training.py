@@ -1,0 +1,592 @@
+"""DP-SGD with the moments accountant, and DP-PCA preprocessing (Abadi et al. 2016): the one training loop.
+
+Implements Algorithm 1 of Abadi, Chu, Goodfellow, McMahan, Mironov, Talwar & Zhang, "Deep
+Learning with Differential Privacy" (CCS 2016):
+
+1. **Lots.** Each step draws a lot by Poisson sampling: every member is included
+   independently with probability q = L/N (§3.1, "Lots"; the lot size varies). A
+   fixed-size shuffling mode exists only as an explicitly labelled option
+   (``sampling="shuffle-non-private-accounting"``): the accounting assumes Poisson
+   sampling, so its claim says the guarantee does not strictly hold.
+2. **Clip.** Each example's gradient is clipped to L2 norm C (``clip_norm``), or each layer
+   to C_l = C/√(#layers) with ``per_layer`` (§3.1 "Per-layer and time-dependent
+   parameters"), computed without per-example gradients by :mod:`defenses.clipping`.
+3. **Noise.** The clipped sum gets N(0, σ²C²I) once per lot (σ = ``noise_multiplier``; with
+   per-layer clipping C is the total sensitivity √(Σ C_l²)), and is divided by the *public*
+   expected lot size q·N — never the realised lot size, which depends on the data.
+4. **Descend.** Plain or momentum SGD (momentum only post-processes the released noisy
+   gradients), with the paper's schedule: linear decay from ``learning_rate`` to
+   ``final_learning_rate`` over ``lr_decay_epochs`` epochs, then constant (§5.1).
+
+**Budget** (:mod:`defenses.dpsgd.plan`): :func:`~defenses.dpsgd.plan.plan_dpsgd` decides how
+a run spends ``target_epsilon`` and says so before training. The record's claim is built from
+the steps actually taken (counted, not planned).
+
+**Defaults.** Lot size, learning rate, clip norm and (with a target and no σ) the number of
+epochs that the user left unset are derived from public facts only — N, ε, δ — by
+:mod:`defenses.dp_defaults` (each rule with its source there); :func:`plan_dpsgd` and
+:func:`train_dpsgd` resolve them first and say which on stderr, and the record stores the
+resolved values, so its id and claim are those of a run that named them.
+
+**DP-PCA** (:mod:`defenses.dpsgd.pca`, §4) fills the model's projection before training.
+
+**The release hook.** What one step releases — steps 2 and 3 — is a :class:`Release` built by
+``release=`` (default :class:`ClippedRelease`). A defense that trains through this loop with
+another mechanism passes its own (Secure-SGD's reproduction of its authors' batch clipping,
+:mod:`defenses.noise_layer.authors`); lots, schedule, optimiser, seed streams, hooks and record
+stay this loop's.
+
+**White-box hooks** (for audits in the threat model of §2: the adversary sees every update):
+
+* ``on_step(step_index, noisy_update, lot_size)`` receives, after every step, the released
+  quantity Σ_i clip(g_i) + N(0, σ²C²I) as ``{parameter name: tensor}`` (before division by
+  the expected lot size) and the realised lot size. The tensors are fresh and not reused.
+* ``canary_gradient(step_index) -> {name: tensor} | flat tensor | None`` injects an extra
+  per-step "gradient canary" (Nasr et al. 2021, "Adversary Instantiation", §4; Jagielski et
+  al. 2020) into the clipped sum *before* the noise. It is clipped exactly like one
+  example's gradient (flat or per layer), so it is one more record under the same claim.
+  A flat tensor is split over parameters in :func:`parameter_names` order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from defenses._common import build_record, bundle_for_members
+from defenses.clipping import GradientClipper, clip_gradient
+from defenses.dpsgd.config import DPSGDConfig
+from defenses.dpsgd.pca import dp_pca, find_projection
+from defenses.dpsgd.plan import DPSGDPlan, announce_plan, learning_rate_at, plan_dpsgd, resolve_config, run_claim
+from defenses.registry import DEFENSES, DefenseSpec
+from dpaudit import _validate as v
+from dpaudit.data import ArrayDataset, DatasetBundle, Splits
+from dpaudit.models import build_model
+from dpaudit.privacy.claims import PrivacyClaim, dpsgd_claim
+from dpaudit.progress import Progress
+from dpaudit.results.record import TrainedModel
+from dpaudit.seeding import derive_seed, torch_generator
+from dpaudit.training import check_loss
+
+__all__ = [
+    "DPSGDTrainer",
+    "train_dpsgd",
+    "Release",
+    "ReleaseFactory",
+    "ClippedRelease",
+    "noisy_clipped_sum",
+    "parameter_names",
+    "poisson_lot",
+    "load_initial_state",
+]
+
+OnStep = Callable[[int, dict[str, torch.Tensor], int], None]
+CanaryGradient = Callable[[int], "dict[str, torch.Tensor] | torch.Tensor | None"]
+OnEpoch = Callable[[int, nn.Module], None]
+
+
+def poisson_lot(num_members: int, sampling_rate: float, *, generator: torch.Generator) -> torch.Tensor:
+    """Positions (0..N-1) of one Poisson lot: each included independently with prob. q."""
+    return torch.nonzero(torch.rand(num_members, generator=generator) < sampling_rate).reshape(-1)
+
+
+def noisy_clipped_sum(
+    clipper: GradientClipper,
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    lot: torch.Tensor,
+    *,
+    noise_std: float,
+    generator: torch.Generator,
+    physical_batch_size: int = 1024,
+    extra: dict[str, torch.Tensor] | None = None,
+    scale: float = 1.0,
+) -> tuple[dict[str, torch.Tensor], float]:
+    """One lot's released quantity, times ``scale``: Σ_{i∈lot} clip(g_i) (+ ``extra``) + N(0, noise_std² I).
+
+    Args:
+        clipper: the clipping engine attached to the model.
+        features: all members' features (indexed by ``lot``).
+        labels: all members' labels.
+        lot: positions of the lot's examples (may be empty).
+        noise_std: σ·C, the noise std per coordinate of the (unscaled) sum.
+        generator: noise randomness (on the parameters' device).
+        physical_batch_size: most examples per forward/backward pass.
+        extra: an already-clipped gradient added before the noise (a gradient canary).
+        scale: constant multiplying the result (1 / expected lot size gives the update
+            direction directly; folded into the clipping factors and the noise scale).
+
+    Returns:
+        ({parameter name: scale · noisy sum}, Σ loss over the lot).
+    """
+    total: dict[str, torch.Tensor] | None = None
+    loss_sum = 0.0
+    for chunk in lot.split(physical_batch_size):
+        res = clipper.clipped_sum(features[chunk], labels[chunk], scale=scale)
+        if total is None:
+            total = res.grads
+        else:
+            for name, g in res.grads.items():
+                total[name].add_(g)
+        loss_sum += res.loss_sum
+    if total is None:  # empty lot: the release is pure noise
+        total = {name: torch.zeros_like(p) for name, p in clipper.parameters().items()}
+    if extra is not None:
+        for name, g in extra.items():
+            total[name].add_(g, alpha=scale)
+    for t in total.values():
+        t.add_(torch.randn(t.shape, generator=generator, device=t.device, dtype=t.dtype), alpha=noise_std * scale)
+    return total, loss_sum
+
+
+def parameter_names(model: nn.Module) -> list[str]:
+    """Trainable parameter names in the order a flat canary gradient is split by."""
+    return [n for n, p in model.named_parameters() if p.requires_grad]
+
+
+def _canary_dict(value: dict[str, torch.Tensor] | torch.Tensor, params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        total = sum(p.numel() for p in params.values())
+        if value.numel() != total:
+            raise v.invalid("canary_gradient", f"canary_gradient returned a flat tensor of {value.numel()} entries; the model has {total} parameters")
+        out, k = {}, 0
+        for n, p in params.items():
+            out[n] = value.reshape(-1)[k : k + p.numel()].reshape(p.shape).to(p.device, p.dtype)
+            k += p.numel()
+        return out
+    if isinstance(value, dict):
+        unknown = set(value) - set(params)
+        if unknown:
+            raise v.invalid("canary_gradient", f"canary_gradient names unknown parameters {sorted(unknown)!r}")
+        return {n: value[n].to(p.device, p.dtype).reshape(p.shape) for n, p in params.items() if n in value}
+    raise v.invalid_type("canary_gradient", f"canary_gradient must return a dict of tensors, a flat tensor or None, got {type(value).__name__}")
+
+
+def load_initial_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """Loads ``state`` into ``model`` strictly, or says which names or shapes disagree.
+
+    Raises:
+        ValueError: the state does not fit the architecture (missing, unexpected or
+            mis-shaped entries, named).
+    """
+    if not isinstance(state, Mapping):
+        raise v.invalid_type("initial_state", f"initial_state must be a mapping of parameter names to tensors, got {type(state).__name__}")
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    shapes = sorted(f"{k}: {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in set(own) & set(state) if tuple(state[k].shape) != tuple(own[k].shape))
+    if missing or unexpected or shapes:
+        parts = [f"missing {missing}" if missing else "", f"unexpected {unexpected}" if unexpected else "", f"shapes differ ({'; '.join(shapes)})" if shapes else ""]
+        raise v.invalid("initial_state", f"initial_state does not fit the model: {', '.join(p for p in parts if p)}")
+    model.load_state_dict({k: torch.as_tensor(t) for k, t in state.items()}, strict=True)
+
+
+class Release(Protocol):
+    """One DP-SGD step's mechanism: a lot in, the noisy gradient sum the optimiser applies out.
+
+    Attributes:
+        noise_std: the noise std per coordinate of the unscaled sum (σ times the sensitivity).
+    """
+
+    noise_std: float
+
+    def parameters(self) -> dict[str, nn.Parameter]:
+        """The parameters the release covers (name → parameter), which the optimiser steps."""
+        ...
+
+    def __call__(self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any) -> tuple[dict[str, torch.Tensor], float]:
+        """({name: noisy sum / expected lot size}, Σ loss over the lot) for the lot's positions.
+
+        ``canary`` is what ``canary_gradient`` returned for this step (``None``: no canary).
+        """
+        ...
+
+    def close(self) -> None:
+        """Releases what the mechanism attached to the model (hooks)."""
+        ...
+
+
+class ReleaseFactory(Protocol):
+    """Builds a :class:`Release` on the model once it is ready to train (after ``prepare_model``)."""
+
+    def __call__(self, model: nn.Module, *, config: DPSGDConfig, plan: DPSGDPlan, generator: torch.Generator) -> Release: ...
+
+
+class ClippedRelease:
+    """Algorithm 1's release: per-example clipping (flat or per layer), a clipped canary, Gaussian noise."""
+
+    def __init__(self, model: nn.Module, *, config: DPSGDConfig, plan: DPSGDPlan, generator: torch.Generator) -> None:
+        self.clipper = GradientClipper(model, clip_norm=config.clip_norm, per_layer=config.per_layer, method=config.clipping_method)
+        self._params = self.clipper.parameters()
+        self._layer_groups = [[self.clipper._full(layer, local) for local in layer.params] for layer in self.clipper.layers]
+        self._config = config
+        self._scale = 1.0 / plan.expected_lot_size
+        self._generator = generator
+        self.noise_std = plan.noise_multiplier * self.clipper.sensitivity
+
+    def parameters(self) -> dict[str, nn.Parameter]:
+        return self._params
+
+    def __call__(self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any) -> tuple[dict[str, torch.Tensor], float]:
+        extra = None
+        if canary is not None:
+            # One more record under the same claim: clipped exactly like one example's gradient.
+            extra = clip_gradient(
+                _canary_dict(canary, self._params),
+                clip_norm=self._config.clip_norm,
+                layer_groups=self._layer_groups if self.clipper.layer_clip_norms else None,
+                layer_clip_norms=self.clipper.layer_clip_norms,
+            )
+        # The 1/L of the update is folded into the clipping factors and the noise scale.
+        return noisy_clipped_sum(
+            self.clipper,
+            features,
+            labels,
+            lot,
+            noise_std=self.noise_std,
+            generator=self._generator,
+            physical_batch_size=self._config.physical_batch_size,
+            extra=extra,
+            scale=self._scale,
+        )
+
+    def close(self) -> None:
+        self.clipper.close()
+
+
+class _Lots:
+    """Draws each step's lot: Poisson (private), or fixed-size lots from a shuffle (labelled non-private)."""
+
+    def __init__(self, num_members: int, *, sampling_rate: float, sampling: str, generator: torch.Generator) -> None:
+        self.n, self.q, self.poisson, self.generator = num_members, sampling_rate, sampling == "poisson", generator
+        self.order: list[torch.Tensor] = []
+
+    def draw(self) -> torch.Tensor:
+        if self.poisson:
+            return poisson_lot(self.n, self.q, generator=self.generator)
+        if not self.order:
+            size = max(1, round(self.q * self.n))
+            self.order = list(torch.randperm(self.n, generator=self.generator).split(size))
+            if len(self.order) > 1 and len(self.order[-1]) < size:
+                self.order.pop()  # fixed-size lots only
+        return self.order.pop(0)
+
+
+@dataclass
+class _Hooks:
+    """The white-box and training hooks of :func:`train_dpsgd` (module docstring)."""
+
+    on_step: OnStep | None = None
+    canary_gradient: CanaryGradient | None = None
+    on_epoch: OnEpoch | None = None
+    after_step: Callable[[int, nn.Module], None] | None = None
+
+
+@dataclass
+class _Tally:
+    """What the loop counted: steps taken, lot sizes, canary steps, the summed loss."""
+
+    steps_taken: int = 0
+    lot_sizes: list[int] = field(default_factory=list)
+    canary_steps: int = 0
+    loss_total: float = 0.0
+    loss_count: int = 0
+
+    @property
+    def loss_mean(self) -> float:
+        return self.loss_total / max(self.loss_count, 1)
+
+
+def _initial_model(
+    bundle: DatasetBundle, members: ArrayDataset, *, model_name: str, model_options: dict[str, Any], config: DPSGDConfig, seed: int, initial_state: Mapping[str, torch.Tensor] | None
+) -> nn.Module:
+    """The seeded (or given) initial model, with DP-PCA's projection filled in."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
+        model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+    if initial_state is not None:
+        load_initial_state(model, initial_state)
+    if config.pca_components is not None:
+        matrix = dp_pca(
+            members.features,
+            num_components=config.pca_components,
+            noise=float(config.pca_noise),  # type: ignore[arg-type]
+            sampling_rate=config.pca_sampling_rate,
+            generator=torch_generator(seed, "pca"),
+        )
+        find_projection(model).set(matrix)
+    return model
+
+
+def _run_steps(model: nn.Module, mechanism: Release, members: ArrayDataset, *, config: DPSGDConfig, plan: DPSGDPlan, lots: _Lots, hooks: _Hooks, bar: Progress, device: torch.device) -> _Tally:
+    """Algorithm 1's loop: per step a lot, its release, the schedule's learning rate, one optimiser step."""
+    params = mechanism.parameters()
+    opt = torch.optim.SGD(list(params.values()), lr=config.learning_rate, momentum=config.momentum, weight_decay=config.weight_decay)
+    x, y = members.features.to(device), members.labels.to(device)
+    tally = _Tally()
+    for step in range(plan.num_steps):
+        lot = lots.draw().to(device)
+        canary = hooks.canary_gradient(step) if hooks.canary_gradient is not None else None
+        tally.canary_steps += canary is not None
+        update, loss_sum = mechanism(x, y, lot, canary=canary)
+        lr = learning_rate_at(config, step / plan.steps_per_epoch)
+        # The loss is computed on the parameters before this step's update: NaN here means the
+        # previous steps diverged, and nothing of this run may become a record.
+        check_loss(loss_sum, step=step, epoch=step // plan.steps_per_epoch, learning_rate=lr, hint="or --clip-norm")
+        tally.loss_total += loss_sum
+        tally.loss_count += int(lot.numel())
+        if hooks.on_step is not None:  # the released sum itself, before the division by L
+            hooks.on_step(step, {name: t.detach() * plan.expected_lot_size for name, t in update.items()}, int(lot.numel()))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        for name, p in params.items():
+            p.grad = update[name]
+        opt.step()
+        if hooks.after_step is not None:
+            hooks.after_step(step, model)
+        tally.steps_taken += 1
+        tally.lot_sizes.append(int(lot.numel()))
+        bar.update(1, loss=tally.loss_mean)
+        if hooks.on_epoch is not None and tally.steps_taken % plan.steps_per_epoch == 0:
+            hooks.on_epoch(tally.steps_taken // plan.steps_per_epoch - 1, model)
+            model.train()
+    for p in params.values():
+        p.grad = None
+    return tally
+
+
+def _model_options(config: DPSGDConfig, model_options: dict[str, Any] | None) -> dict[str, Any]:
+    """The architecture options, with DP-PCA's number of components filled in from the config."""
+    options = dict(model_options or {})
+    if config.pca_components is not None:
+        given = options.setdefault("pca_components", config.pca_components)
+        if given != config.pca_components:
+            raise v.invalid("model_options", f"model_options pca_components={given!r} disagrees with config.pca_components={config.pca_components!r}")
+    return options
+
+
+def train_dpsgd(
+    *,
+    bundle: DatasetBundle,
+    splits: Splits,
+    model_name: str,
+    model_options: dict[str, Any] | None = None,
+    config: DPSGDConfig = DPSGDConfig(),
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+    on_step: OnStep | None = None,
+    canary_gradient: CanaryGradient | None = None,
+    on_epoch: OnEpoch | None = None,
+    prepare_model: Callable[[nn.Module], None] | None = None,
+    after_step: Callable[[int, nn.Module], None] | None = None,
+    progress_label: str = "dpsgd",
+    initial_state: Mapping[str, torch.Tensor] | None = None,
+    release: ReleaseFactory = ClippedRelease,
+) -> tuple[TrainedModel, nn.Module]:
+    """Trains a zoo model on the split's members with DP-SGD (+ DP-PCA).
+
+    Args:
+        bundle: the dataset.
+        splits: membership split; only ``splits.members`` are trained on (N = their number).
+        model_name: zoo architecture.
+        model_options: architecture options; ``pca_components`` is filled in from the config.
+        config: hyperparameters and privacy parameters.
+        seed: root seed; initialisation, DP-PCA, lots and noise use independent streams.
+        device: where to train.
+        progress: report progress on stderr.
+        on_step: white-box hook ``(step_index, noisy_update, lot_size)`` (module docstring).
+        canary_gradient: per-step gradient canary ``step_index -> dict | flat tensor | None``.
+        on_epoch: ``(epoch_index, model)`` after every ``steps_per_epoch`` steps (evaluation).
+        prepare_model: called once with the built model (on ``device``, after DP-PCA) before
+            training, e.g. to install a noise layer (Secure-SGD).
+        after_step: ``(step_index, model)`` after every optimiser step; it may only
+            post-process the released parameters (e.g. rescale a layer), which costs no privacy.
+        progress_label: the defense named on the progress bar (a wrapping defense passes its own).
+        initial_state: parameters (and buffers) to start from instead of the seeded random
+            initialisation, e.g. an auditor's crafted worst-case start (Annamalai & De
+            Cristofaro 2024); loaded strictly, before DP-PCA. Public: it costs no privacy
+            as long as it does not depend on the members.
+        release: builds what each step releases (module docstring, "The release hook");
+            default Algorithm 1's per-example clipping and Gaussian noise.
+
+    Returns:
+        The record (claim from the steps actually taken) and the trained module (eval mode).
+
+    Raises:
+        ValueError: inconsistent options (e.g. a PCA config for a model without Projection),
+            or a budget that cannot be met.
+    """
+    started = time.monotonic()
+    if not isinstance(config, DPSGDConfig):
+        raise v.invalid_type("config", f"config must be a DPSGDConfig, got {type(config).__name__}")
+    model_options = _model_options(config, model_options)
+    device = torch.device(device)
+    members = bundle.all().subset(splits.members)
+    plan = plan_dpsgd(config, num_members=len(members))
+    announce_plan(plan, label=progress_label, enabled=progress)
+    config, _ = resolve_config(config, num_members=len(members))  # the record stores the values that ran
+    model = _initial_model(bundle, members, model_name=model_name, model_options=model_options, config=config, seed=seed, initial_state=initial_state)
+    model.to(device).train()
+    if prepare_model is not None:
+        prepare_model(model)
+    mechanism = release(model, config=config, plan=plan, generator=torch_generator(seed, "noise", device=device))
+    lots = _Lots(len(members), sampling_rate=plan.sampling_rate, sampling=config.sampling, generator=torch_generator(seed, "lots"))
+    hooks = _Hooks(on_step=on_step, canary_gradient=canary_gradient, on_epoch=on_epoch, after_step=after_step)
+    try:
+        with Progress(plan.num_steps, f"train {progress_label} {model_name} on {bundle.name}", enabled=progress) as bar:
+            tally = _run_steps(model, mechanism, members, config=config, plan=plan, lots=lots, hooks=hooks, bar=bar, device=device)
+    finally:
+        mechanism.close()
+    model.eval()
+    run = _Run(bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, config=config, plan=plan, seed=seed, device=device, started=started, progress=progress)
+    return _dpsgd_record(model, tally, run, noise_std=mechanism.noise_std), model
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What a finished run's record is made from, besides the model and the tally."""
+
+    bundle: DatasetBundle
+    splits: Splits
+    model_name: str
+    model_options: dict[str, Any]
+    config: DPSGDConfig
+    plan: DPSGDPlan
+    seed: int
+    device: torch.device
+    started: float
+    progress: bool
+
+
+def _dpsgd_record(model: nn.Module, tally: _Tally, run: _Run, *, noise_std: float) -> TrainedModel:
+    """The record of a finished run: its claim from the steps actually taken, never the planned ones."""
+    config, plan = run.config, run.plan
+    claim = run_claim(config, sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=tally.steps_taken)
+    epsilon = claim.epsilon(delta=config.delta, accountant=config.accountant)
+    if config.target_epsilon is not None and epsilon > config.target_epsilon * (1 + 1e-9):
+        raise RuntimeError(f"internal error: DP-SGD spent epsilon={epsilon!r} > target_epsilon={config.target_epsilon!r}")
+    return build_record(
+        defense="dpsgd",
+        model=model,
+        bundle=run.bundle,
+        splits=run.splits,
+        model_name=run.model_name,
+        model_options=run.model_options,
+        config=config,
+        claim=claim,
+        seed=run.seed,
+        device=run.device,
+        started=run.started,
+        progress=run.progress,
+        extra_metrics={
+            "num_steps": tally.steps_taken,
+            "epochs_completed": tally.steps_taken * plan.sampling_rate,
+            "sampling_rate": plan.sampling_rate,
+            "noise_multiplier": plan.noise_multiplier,
+            "noise_std": noise_std,
+            "expected_lot_size": plan.expected_lot_size,
+            "mean_lot_size": float(sum(tally.lot_sizes) / max(len(tally.lot_sizes), 1)),
+            "epsilon": epsilon,
+            "epsilon_accountant": config.accountant,
+            "delta": config.delta,
+            "gradient_canary_steps": tally.canary_steps,
+            "train_loss_mean": tally.loss_mean,
+        },
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DPSGDTrainer:
+    """The suite's DP-SGD (:func:`train_dpsgd`) as an auditable training function.
+
+    Picklable; ``train`` follows the third-party protocol and ``__call__`` exposes the
+    white-box hooks. The config must fix σ and the sampling rate (not a lot size, not a
+    target ε) and a public ``expected_lot_size``, so that adding a canary changes neither
+    the claim nor the normaliser (dividing by q·N with N counting the canary would itself be
+    a data-dependent normaliser).
+
+    Attributes:
+        config: a :class:`defenses.dpsgd.config.DPSGDConfig`.
+        model_name: zoo architecture.
+        model_options: its options.
+        device: where to train.
+    """
+
+    config: Any
+    model_name: str = "digits-mlp"
+    model_options: Mapping[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+
+    def build_model(self, dataset: ArrayDataset) -> nn.Module:
+        return build_model(self.model_name, input_shape=dataset.input_shape, num_classes=dataset.num_classes, **dict(self.model_options))
+
+    def claim(self, num_members: int) -> PrivacyClaim:
+        plan = plan_dpsgd(self.config, num_members=num_members)
+        clip_norm = resolve_config(self.config, num_members=num_members)[0].clip_norm
+        return dpsgd_claim(
+            sampling_rate=plan.sampling_rate,
+            noise_multiplier=plan.noise_multiplier,
+            num_steps=plan.num_steps,
+            description=f"DP-SGD q={plan.sampling_rate:g} sigma={plan.noise_multiplier:.4g} T={plan.num_steps} C={clip_norm:g}",
+        )
+
+    def __call__(
+        self,
+        dataset: ArrayDataset,
+        *,
+        seed: int,
+        on_step: Callable[..., None] | None = None,
+        canary_gradient: Callable[[int], Any] | None = None,
+        initial_state: Mapping[str, torch.Tensor] | None = None,
+    ) -> nn.Module:
+        bundle, splits = bundle_for_members(dataset)
+        _, model = train_dpsgd(
+            bundle=bundle,
+            splits=splits,
+            model_name=self.model_name,
+            model_options=dict(self.model_options),
+            config=self.config,
+            seed=seed,
+            device=self.device,
+            progress=False,
+            on_step=on_step,
+            canary_gradient=canary_gradient,
+            initial_state=initial_state,
+        )
+        return model
+
+    def train(self, dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+        """The third-party protocol, with its optional ``initial_state`` (worst-case-start audits)."""
+        return self(dataset, seed=seed, initial_state=initial_state)
+
+
+def _check_budget(config: DPSGDConfig, *, splits: Splits, **_: Any) -> None:
+    """With ε, σ and the epochs all given, refuses epochs the budget cannot pay for (naming the steps it allows)."""
+    if None not in (config.target_epsilon, config.noise_multiplier, config.epochs):
+        plan_dpsgd(config, num_members=len(splits.members))
+
+
+def _resolve_defaults(config: DPSGDConfig, *, num_members: int, **_: Any) -> tuple[DPSGDConfig, str | None]:
+    return resolve_config(config, num_members=num_members)
+
+
+DEFENSES.register(
+    DefenseSpec(
+        name="dpsgd",
+        config_type=DPSGDConfig,
+        train=train_dpsgd,
+        claim_kind="dp",
+        audit_trainer=DPSGDTrainer,
+        per_example_gradients=True,
+        resolve_defaults=_resolve_defaults,
+        check_budget=_check_budget,
+        chance_hint="--lot-size, --learning-rate, --epochs or --clip-norm (or a larger --target-epsilon)",
+        summary="DP-SGD with Poisson lots, per-example clipping and Gaussian noise (+ DP-PCA) (Abadi et al. 2016)",
+    )
+)

@@ -1,0 +1,64 @@
+"""A short Secure-SGD run's weights, accuracy and claim, pinned under a seed.
+
+Secure-SGD trains through the one DP-SGD loop; with ``authors_batch_clipping`` that loop
+releases the authors' batch-mean gradient through its release hook. These numbers were taken
+before the loop was shared (when the authors' variant carried its own copy of it), so any change
+to the lots, the noise draws, the clipping or the order of a step's updates shows up here.
+Tiny (digits, 120 members, one epoch of ten steps): seconds on one CPU thread.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from defenses.noise_layer.configs import SecureSGDConfig
+from defenses.noise_layer.secure_sgd import train_secure_sgd
+from dpaudit.data import load_dataset, make_splits
+
+_BATCH_NOTE = (
+    " [authors' code, not the paper's mathematics: batch-clipping: (d) each weight's batch-mean gradient is clipped to C (biases not at all) instead of each example's gradient,"
+    " so one example can move the noisy sum by up to 2*L*C on the weights and without bound on the biases, where the accounting assumes C: this epsilon is NOT a valid guarantee for the run]"
+)
+_SHUFFLE_NOTE = " [non-private-accounting: lots drawn by fixed-size shuffling, but the accounting assumes Poisson sampling; this epsilon is NOT a valid guarantee for the run]"
+
+# (options, Σ of every weight and buffer, test accuracy, train_loss_mean, the claim's description)
+PINNED = {
+    "paper": ({}, 56.76566658994443, 0.18055555555555555, 2.308347169743028, "DP-SGD q=0.1 sigma=1.1 T=10 C=1"),
+    "authors-batch-clipping": ({"authors_batch_clipping": True}, 57.95165815202017, 0.34444444444444444, 2.1911389402640884, "DP-SGD q=0.1 sigma=1.1 T=10 C=1" + _BATCH_NOTE),
+    "authors-batch-clipping-shuffled": (
+        {"authors_batch_clipping": True, "sampling": "shuffle-non-private-accounting", "momentum": 0.5},
+        53.21095057262437,
+        0.3416666666666667,
+        None,
+        "DP-SGD q=0.1 sigma=1.1 T=10 C=1" + _SHUFFLE_NOTE + _BATCH_NOTE,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def digits():
+    bundle = load_dataset("digits")
+    return bundle, make_splits(bundle, seed=0, num_members=120, num_non_members=60)
+
+
+@pytest.mark.parametrize("name", list(PINNED))
+def test_short_secure_sgd_run_is_pinned(digits, name: str) -> None:
+    options, weight_sum, accuracy, loss_mean, description = PINNED[name]
+    bundle, splits = digits
+    config = SecureSGDConfig(epochs=1, sampling_rate=0.1, redistribution_pretrain_epochs=1, redistribution_examples=64, **options)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        record, model = train_secure_sgd(bundle=bundle, splits=splits, model_name="digits-mlp", model_options={}, config=config, seed=5, device="cpu", progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    total = sum(float(t.double().sum()) for t in model.state_dict().values())
+    # A changed noise draw or lot moves the sum in its first digits; 1e-9 only absorbs a
+    # different summation order of the same floats on another machine.
+    assert total == pytest.approx(weight_sum, rel=1e-9, abs=0)
+    assert record.metrics["test_accuracy"] == pytest.approx(accuracy, abs=1e-12)
+    if loss_mean is not None:
+        assert record.metrics["train_loss_mean"] == pytest.approx(loss_mean, rel=1e-9)
+    assert record.metrics["num_steps"] == 10 and record.metrics["gradient_canary_steps"] == 0
+    assert record.claim.description == description
