@@ -76,6 +76,18 @@ def test_scripts_are_clients_of_the_public_api():
     assert not bad, "scripts import the project only through dpaudit.api:\n" + "\n".join(bad)
 
 
+def test_scripts_import_only_names_the_public_api_lists():
+    # A script's inner imports run only on its slow paths: a misspelt or unlisted name is caught here instead.
+    import dpaudit.api
+
+    listed = set(dpaudit.api.__all__)
+    for path in sorted((ROOT / "scripts").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == PUBLIC_API:
+                unknown = sorted(a.name for a in node.names if a.name not in listed)
+                assert not unknown, f"{path.relative_to(ROOT).as_posix()}:{node.lineno} imports {unknown}, not in dpaudit.api.__all__"
+
+
 def _modules_after_import(statement: str) -> set[str]:
     code = f"import sys; {statement}; print('\\n'.join(sorted(m.split('.')[0] for m in sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
