@@ -24,10 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from defenses.certified import SecureSGDConfig, train_secure_sgd
-from defenses.dpsgd import DPSGDConfig, train_dpsgd
-from dpaudit.data import load_dataset, make_splits
-from dpaudit.robustness.montecarlo import expected_score_accuracy
+from dpaudit.api import DPSGDConfig, SecureSGDConfig, expected_score_accuracy, load_dataset, make_splits, train_dpsgd, train_secure_sgd
 
 #: name → Secure-SGD settings (``None``: plain DP-SGD on the same network without the noise layer).
 VARIANTS: dict[str, dict[str, Any] | None] = {

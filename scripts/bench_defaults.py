@@ -38,9 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from defenses.dp_defaults import derive_dp_training
-from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
-from dpaudit.store import RunDir, atomic_write_json, atomic_write_text, read_json
+from dpaudit.api import RunDir, TrainSpec, atomic_write_json, atomic_write_text, default_config, derive_dp_training, read_json, train_or_load
 
 SCHEMA = 1
 MEMBER_FRACTION = 0.5
@@ -54,7 +52,7 @@ Sweep = Callable[[int, "float | None", str, Any], list[dict[str, Any]]]
 
 def _dp_sweep(num_members: int, epsilon: float | None, *, scale_invariant_first_layer: bool = False) -> list[dict[str, Any]]:
     """One factor at a time around the derived defaults: lot ×2, epochs ÷2, lr ÷2, lr ×2, lot ÷2, epochs ×2."""
-    from defenses.dp_defaults import derived_learning_rate
+    from dpaudit.api import derived_learning_rate
 
     d = derive_dp_training(num_members=num_members, target_epsilon=epsilon, delta=DELTA)
     lr = d.learning_rate
@@ -74,7 +72,7 @@ def _dp_sweep(num_members: int, epsilon: float | None, *, scale_invariant_first_
 
 def _secure_sgd_sweep(num_members: int, epsilon: float | None, model: str, bundle: Any) -> list[dict[str, Any]]:
     """The other sensitivity controls, then DP-SGD's sweep around Secure-SGD's own derived values (rule 5 included)."""
-    from defenses.certified import auto_sensitivity_control
+    from dpaudit.api import auto_sensitivity_control
 
     budget = {"target_epsilon": epsilon, "delta": DELTA}
     # the default's control on this model
@@ -158,7 +156,7 @@ def _train(defense: str, dataset: str, model: str, args: dict[str, Any], *, run:
 
 
 def run_row(defense: str, dataset: str, epsilon: float | None, *, run: RunDir, data_root: str | None, max_sweep: int | None) -> dict[str, Any]:
-    from dpaudit.data import load_dataset, make_splits
+    from dpaudit.api import load_dataset, make_splits
 
     entry = ENTRIES[defense]
     model = entry.models.get(dataset, MODELS[dataset])
@@ -276,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 entry = ENTRIES[defense]
                 model = entry.models.get(dataset, MODELS[dataset])
                 # The key is computed from public facts only (N from the split), as in run_row.
-                from dpaudit.data import load_dataset, make_splits
+                from dpaudit.api import load_dataset, make_splits
 
                 bundle = load_dataset(dataset, data_root=args.data_root)
                 n = len(make_splits(bundle, seed=0, member_fraction=MEMBER_FRACTION).members)

@@ -41,9 +41,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from defenses.clipping import GradientClipper
-from defenses.dpsgd import noisy_clipped_sum
-from dpaudit.models import build_model
+from dpaudit.api import GradientClipper, build_model, noisy_clipped_sum
 
 SETUPS = {"abadi-mnist": 600, "hgm-cnn": 128}
 CLIP, SIGMA, LR = 1.0, 1.0, 0.05
@@ -51,7 +49,7 @@ CLIP, SIGMA, LR = 1.0, 1.0, 0.05
 
 def _data(batch: int) -> tuple[torch.Tensor, torch.Tensor, str]:
     try:
-        from dpaudit.data import load_dataset
+        from dpaudit.api import load_dataset
 
         bundle = load_dataset("mnist")
         return bundle.train.features[:batch].clone(), bundle.train.labels[:batch].clone(), "mnist"

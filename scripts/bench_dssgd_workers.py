@@ -20,11 +20,7 @@ from pathlib import Path
 
 import torch
 
-from defenses.dssgd.flower import run_flower
-from defenses.dssgd.protocol import SCHEDULES, FederationSetup, LocalTraining, UploadRule, flatten_parameters
-from defenses.pate.partition import partition_ids
-from dpaudit.data import load_dataset, make_splits
-from dpaudit.models import build_model
+from dpaudit.api import SCHEDULES, FederationSetup, LocalTraining, UploadRule, build_model, flatten_parameters, load_dataset, make_splits, partition_ids, run_flower
 
 _MODELS = {"digits": "digits-mlp", "mnist": "dssgd-mlp"}
 

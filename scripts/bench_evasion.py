@@ -47,12 +47,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from attacks.evasion import evasion_config, run_evasion
-from dpaudit.data import DatasetNotFoundError, load_dataset
-from dpaudit.models import build_model
-from dpaudit.seeding import torch_generator
-from dpaudit.store import atomic_write_json
-from dpaudit.training import resolve_device
+from dpaudit.api import DatasetNotFoundError, atomic_write_json, build_model, evasion_config, load_dataset, resolve_device, run_evasion, torch_generator
 
 RADII = {"mnist": {"linf": [0.05, 0.1, 0.2, 0.3], "l2": [0.5, 1.0, 2.0, 3.0]}, "digits": {"linf": [0.05, 0.1, 0.2, 0.3], "l2": [0.25, 0.5, 1.0, 2.0]}}
 PAIRS = (("fgsm", "FGSM", "L2FastGradientAttack"), ("ifgsm", "LinfBasicIterativeAttack", "L2BasicIterativeAttack"), ("pgd", "LinfPGD", "L2PGD"))
@@ -244,9 +239,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _certification_throughput(model: torch.nn.Module, model_name: str, bundle: Any, x: torch.Tensor, args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     """Draws per second of the Monte Carlo certifier on the same network with a noise layer."""
-    from dpaudit.models import build_model
-    from dpaudit.robustness.montecarlo import sample_scores
-    from dpaudit.robustness.noise import find_noise_layer
+    from dpaudit.api import build_model, find_noise_layer, sample_scores
 
     noisy = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, noise_layer=True)
     # The noise layer wraps the prefix up to the first weight layer and adds buffers only, so the

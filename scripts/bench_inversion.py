@@ -42,13 +42,25 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attacks.inversion.base import InversionOutput, target_confidence
-from attacks.inversion.evaluate import EvaluatorConfig, LabelledImages, evaluate_reconstructions, evaluator_accuracy, train_evaluator
-from attacks.inversion.mi_face import MIFaceConfig, run_mi_face
-from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
-from dpaudit.data import load_dataset
-from dpaudit.store import RunDir, atomic_write_json, to_jsonable
-from dpaudit.weights import load_model
+from dpaudit.api import (
+    EvaluatorConfig,
+    InversionOutput,
+    LabelledImages,
+    MIFaceConfig,
+    RunDir,
+    TrainSpec,
+    atomic_write_json,
+    default_config,
+    evaluate_reconstructions,
+    evaluator_accuracy,
+    load_dataset,
+    load_model,
+    run_mi_face,
+    target_confidence,
+    to_jsonable,
+    train_evaluator,
+    train_or_load,
+)
 
 
 def _art_mi_face(model: nn.Module, *, classes: list[int], shape: tuple[int, ...], num_classes: int, config: MIFaceConfig, batch_size: int) -> np.ndarray:

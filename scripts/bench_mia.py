@@ -36,16 +36,28 @@ from typing import Any
 
 import torch
 
-from attacks.membership import MEMBERSHIP_ATTACKS, RMIAConfig, RMIAOfflineConfig, run_membership_attacks
-from attacks.shadows import ShadowTraining, ensure_shadows, plan_shadows
-from defenses import DEFENSES
-from defenses.nonprivate import NonPrivateConfig
-from dpaudit.app.runs.train import TrainSpec, train_or_load
-from dpaudit.data import load_dataset, make_splits
-from dpaudit.executors import Job, LocalExecutor, make_executor
-from dpaudit.results import save_membership_result
-from dpaudit.store import RunDir, atomic_write_json
-from reports.membership import write_membership_report
+from dpaudit.api import (
+    DEFENSES,
+    MEMBERSHIP_ATTACKS,
+    Job,
+    LocalExecutor,
+    NonPrivateConfig,
+    RMIAConfig,
+    RMIAOfflineConfig,
+    RunDir,
+    ShadowTraining,
+    TrainSpec,
+    atomic_write_json,
+    ensure_shadows,
+    load_dataset,
+    make_executor,
+    make_splits,
+    plan_shadows,
+    run_membership_attacks,
+    save_membership_result,
+    train_or_load,
+    write_membership_report,
+)
 
 
 def _log(msg: str) -> None:

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from dpaudit.executors import Job, LocalExecutor, RayExecutor
+from dpaudit.api import Job, LocalExecutor, RayExecutor
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "bench_scale" / "bench_scale.json"
 WORKER_COUNTS = (1, 8, 64)
@@ -70,9 +70,7 @@ def job_seconds() -> dict[str, float]:
     model missed the real shadow (it leaves out data handling and evaluation)."""
     import torch
 
-    from defenses.nonprivate import NonPrivateConfig, train_nonprivate
-    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
-    from dpaudit.data import load_dataset, make_splits
+    from dpaudit.api import PER_EXAMPLE_GRADIENT_FACTOR, NonPrivateConfig, load_dataset, make_splits, seconds_per_example, train_nonprivate
 
     torch.set_num_threads(1)
     bundle = load_dataset("digits")

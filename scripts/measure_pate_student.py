@@ -31,11 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from defenses.pate.student import StudentConfig, train_student
-from dpaudit.data import load_dataset
-from dpaudit.models import build_model
-from dpaudit.seeding import derive_seed, numpy_rng
-from dpaudit.training import evaluate
+from dpaudit.api import StudentConfig, build_model, derive_seed, evaluate, load_dataset, numpy_rng, train_student
 
 #: dataset → (zoo model, public fraction of the test split, answered queries, 2018 accuracy,
 #: StudentConfig fields changed from the defaults). The defaults are tuned for MNIST images;

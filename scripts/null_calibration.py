@@ -73,12 +73,15 @@ if str(ROOT) not in sys.path:
 
 from dp_accounting import dp_event as dpe  # noqa: E402
 
-from dpaudit.privacy.audit import resolve_bound  # noqa: E402
-from dpaudit.privacy.audit_stats import bound_from_scores, one_run_bound_from_scores  # noqa: E402
-from dpaudit.privacy.claims import DPClaim  # noqa: E402
-from dpaudit.privacy.fdp_one_run import fdp_one_run_bound_from_scores  # noqa: E402
-from dpaudit.privacy.gaussian import gdp_epsilon  # noqa: E402
-from dpaudit.results import MembershipResult  # noqa: E402
+from dpaudit.api import (  # noqa: E402
+    DPClaim,
+    MembershipResult,
+    bound_from_scores,
+    fdp_one_run_bound_from_scores,
+    gdp_epsilon,
+    one_run_bound_from_scores,
+    resolve_bound,
+)
 
 DELTA = 1e-5
 CONFIDENCE = 0.95

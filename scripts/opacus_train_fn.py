@@ -121,7 +121,7 @@ def train_extra_nonprivate_epochs(dataset: torch.utils.data.Dataset, *, seed: in
 
 def claim_epsilon(delta: float = 1e-5) -> float:
     """ε (PLD) of the claim the functions above make."""
-    from dpaudit.privacy.claims import dpsgd_claim
+    from dpaudit.api import dpsgd_claim
 
     return dpsgd_claim(sampling_rate=SAMPLING_RATE, noise_multiplier=NOISE_MULTIPLIER, num_steps=STEPS).epsilon(delta=delta)
 

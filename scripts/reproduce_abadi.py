@@ -44,16 +44,20 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import torch
 
-from defenses.dpsgd import DPSGDConfig, train_dpsgd
-from defenses.nonprivate import NonPrivateConfig, train_nonprivate
-from dpaudit.data import load_dataset, make_splits
-from dpaudit.privacy.accountants import (
+from dpaudit.api import (
     ACCOUNTANTS,
+    DPSGDConfig,
+    NonPrivateConfig,
     compute_epsilon,
+    evaluate,
+    load_dataset,
+    make_splits,
+    resolve_device,
     sampled_gaussian_event,
+    to_jsonable,
+    train_dpsgd,
+    train_nonprivate,
 )
-from dpaudit.store import to_jsonable
-from dpaudit.training import evaluate, resolve_device
 
 DELTA = 1e-5
 FIG2 = {"sampling_rate": 0.01, "noise_multiplier": 4.0, "delta": DELTA}

@@ -56,8 +56,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dpaudit.app.runs.audit import AuditSpec, run_audit  # noqa: E402
-from dpaudit.store import RunDir, atomic_write_json  # noqa: E402
+from dpaudit.api import AuditSpec, RunDir, atomic_write_json, run_audit  # noqa: E402
 
 TARGETS = (1.0, 2.0, 4.0)
 WORST_CASE_TARGETS = (1.0, 2.0, 4.0, 10.0)
@@ -70,8 +69,7 @@ def one_run_pair(directory: Path, mode: str, *, delta: float, confidence: float)
     """Steinke et al.'s and the f-DP one-run ε_LB on the scores an audit stored (same guesses, same Bonferroni grid)."""
     import numpy as np
 
-    from dpaudit.privacy.audit_stats import one_run_bound_from_scores
-    from dpaudit.privacy.fdp_one_run import fdp_one_run_bound_from_scores
+    from dpaudit.api import fdp_one_run_bound_from_scores, one_run_bound_from_scores
 
     with np.load(directory / "scores.npz") as z:
         scores = np.asarray(z["scores"], dtype=float)
@@ -178,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             if mode.startswith("worst-case"):
                 import numpy as np
 
-                from dpaudit.privacy.audit_stats import uncorrected_gdp_estimate
+                from dpaudit.api import uncorrected_gdp_estimate
 
                 with np.load(directory / "scores.npz") as z:
                     published = uncorrected_gdp_estimate(z["in_scores"], z["out_scores"], delta=DELTA, confidence=spec.confidence)
@@ -220,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         atomic_write_json(args.json, {"delta": DELTA, "quick": args.quick, "workers": args.num_workers, "rows": rows})
     if rows:
-        from dpaudit.app.runs.report import render_reports
+        from dpaudit.api import render_reports
 
         print(f"reports: {render_reports(args.out).index_html}")
     return 0

@@ -34,9 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dpaudit.app.runs.compare import CompareSpec, parse_grid, run_compare
-from dpaudit.results.comparison import ComparisonResult
-from dpaudit.store import RunDir, atomic_write_json
+from dpaudit.api import CompareSpec, ComparisonResult, RunDir, atomic_write_json, parse_grid, run_compare
 
 EPSILONS = (0.1, 1.0, 10.0, 100.0, 1000.0)
 #: Jayaraman & Evans' four analyses of the same noise, by our accountant names.
@@ -227,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             measured["all"] = result.summary()
             _print_all(result)
-    from dpaudit.app.runs.report import render_reports
+    from dpaudit.api import render_reports
 
     index = render_reports(run)
     measured["reports"] = [str(p) for p in index.compare]

@@ -37,8 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
-from dpaudit.store import RunDir, atomic_write_json, to_jsonable
+from dpaudit.api import RunDir, TrainSpec, atomic_write_json, default_config, to_jsonable, train_or_load
 
 #: The seed's MNIST table (seed 004, "Overall Accuracy of DSSGD"): the value at θ, and the two reference rows.
 PUBLISHED: dict[str, dict[str, float]] = {
@@ -227,7 +226,7 @@ def _cli_json(argv: list[str]) -> dict[str, Any]:
     import io
     import json
 
-    from dpaudit.app.cli import main as dpaudit
+    from dpaudit.api import cli_main as dpaudit
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -240,9 +239,7 @@ def _cli_json(argv: list[str]) -> dict[str, Any]:
 def attack_rows(args: argparse.Namespace, budget: Budget) -> dict[str, Any]:
     """Every seat: the server (reconstruction and membership from uploads, the DP audit), the
     participants (membership against the global and one local model, through the CLI)."""
-    from defenses import DEFENSES
-    from defenses.dssgd.defense import participant_record_dir
-    from dpaudit.app.runs.dssgd import attack_uploads, audit_upload, turn_leakage
+    from dpaudit.api import DEFENSES, attack_uploads, audit_upload, participant_record_dir, turn_leakage
 
     model = "dssgd-mlp"
     rounds = budget.rounds[model]
@@ -330,7 +327,7 @@ def reconstruction_figure(examples: dict[str, Any], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from attacks.uploads import ssim
+    from dpaudit.api import ssim
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(2, len(examples), figsize=(1.6 * len(examples), 3.9), squeeze=False)

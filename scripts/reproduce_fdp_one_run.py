@@ -42,9 +42,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from dpaudit.privacy.audit_stats import one_run_bound_from_scores, one_run_epsilon_lb  # noqa: E402
-from dpaudit.privacy.fdp_one_run import fdp_one_run_bound_from_scores, fdp_one_run_epsilon_lb, idealised_gaussian_counts  # noqa: E402
-from dpaudit.privacy.gaussian import gdp_epsilon  # noqa: E402
+from dpaudit.api import (  # noqa: E402
+    fdp_one_run_bound_from_scores,
+    fdp_one_run_epsilon_lb,
+    gdp_epsilon,
+    idealised_gaussian_counts,
+    one_run_bound_from_scores,
+    one_run_epsilon_lb,
+)
 
 DELTA = 1e-5
 CONFIDENCE = 0.95

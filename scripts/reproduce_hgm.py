@@ -48,14 +48,24 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-from dpaudit.app.runs.certify import CertifySpec, certifiable_defenses, run_certify
-from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
-from dpaudit.data import load_dataset, make_splits
-from dpaudit.results.certification import load_certification_result
-from dpaudit.robustness.certification import AuthorsMixedDelta
-from dpaudit.robustness.montecarlo import expected_score_accuracy
-from dpaudit.store import RunDir, atomic_write_json, thaw, to_jsonable
-from dpaudit.training import resolve_device
+from dpaudit.api import (
+    AuthorsMixedDelta,
+    CertifySpec,
+    RunDir,
+    TrainSpec,
+    atomic_write_json,
+    certifiable_defenses,
+    default_config,
+    expected_score_accuracy,
+    load_certification_result,
+    load_dataset,
+    make_splits,
+    resolve_device,
+    run_certify,
+    thaw,
+    to_jsonable,
+    train_or_load,
+)
 
 #: Every behaviour of the authors' code on the noise layer (defenses.certified.AuthorsCodeOptions).
 AUTHORS_CODE = dict(
@@ -289,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                 measured["models"][label]["authors_mixed_delta_accuracy_not_certified"] = mixed
         print(f"[{label}] conventional {summary['conventional_accuracy']:.4f}  certified {summary.get('certified_accuracy', {})}", file=sys.stderr)
     measured["seconds"] = time.monotonic() - started
-    from dpaudit.app.runs.report import render_reports
+    from dpaudit.api import render_reports
 
     render_reports(run)  # run_certify stores results only; the report is rendered from them
     measured["report"] = str(run.reports_dir() / "certified.html")

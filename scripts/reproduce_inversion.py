@@ -41,9 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dpaudit.app.runs.inversion import InversionSpec, PublicData, run_inversion
-from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
-from dpaudit.store import RunDir, atomic_write_json, to_jsonable
+from dpaudit.api import InversionSpec, PublicData, RunDir, TrainSpec, atomic_write_json, default_config, run_inversion, to_jsonable, train_or_load
 
 SETTINGS = ("faces", "faces-1-20", "mnist")
 
@@ -116,8 +114,7 @@ def _targets(b: Budget) -> list[Target]:
 
 
 def _run_target(t: Target, b: Budget, run: RunDir, *, seed: int, data_root: str | None, device: str, progress: bool) -> dict[str, Any]:
-    from attacks.inversion import INVERSION_ATTACKS
-    from attacks.inversion.gmi import GANConfig
+    from dpaudit.api import INVERSION_ATTACKS, GANConfig
 
     started = time.perf_counter()
     done = train_or_load(
@@ -207,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     for t in chosen:
         print(f"[{time.perf_counter() - started:7.0f} s] {t.setting}: {t.label} ({', '.join(t.attacks)})", file=sys.stderr)
         rows.append(_run_target(t, budget, run, seed=args.seed, data_root=args.data_root, device=args.device, progress=not args.quiet))
-    from dpaudit.app.runs.report import render_reports
+    from dpaudit.api import render_reports
 
     index = render_reports(run)
     print(_table(rows))

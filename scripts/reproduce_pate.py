@@ -47,9 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
-from dpaudit.data import load_dataset, make_splits
-from dpaudit.store import RunDir, atomic_write_json, read_json, to_jsonable
+from dpaudit.api import RunDir, TrainSpec, atomic_write_json, default_config, load_dataset, make_splits, read_json, to_jsonable, train_or_load
 
 
 @dataclass(frozen=True)
@@ -134,10 +132,7 @@ def _split(row: Row, args: argparse.Namespace) -> tuple[Any, Any]:
 
 def _train_teachers(rows: list[Row], run: RunDir, args: argparse.Namespace) -> None:
     """Only the teachers of every row (each ensemble once), into the run's cache."""
-    from defenses import DEFENSES
-    from defenses.pate.defense import plan_pate_teachers
-    from defenses.pate.teachers import train_teachers
-    from dpaudit.executors import make_executor
+    from dpaudit.api import DEFENSES, make_executor, plan_pate_teachers, train_teachers
 
     done: set[str] = set()
     for row in rows:
@@ -204,10 +199,7 @@ def _train_rows(rows: list[Row], run: RunDir, args: argparse.Namespace) -> dict[
 
 def _attacks(row: Row, entry: dict[str, Any], run: RunDir, args: argparse.Namespace) -> dict[str, Any]:
     """Membership attacks on the student, on teacher 0 and on the aggregator's answers."""
-    from attacks.membership import MEMBERSHIP_ATTACKS
-    from dpaudit.app.runs.membership import MembershipSpec, run_membership
-    from dpaudit.app.runs.pate import attack_aggregator
-    from dpaudit.results.record import load_record
+    from dpaudit.api import MEMBERSHIP_ATTACKS, MembershipSpec, attack_aggregator, load_record, run_membership
 
     def spec(target: str, names: tuple[str, ...], samples: int, shadows: int | None = None) -> MembershipSpec:
         configs = {n: MEMBERSHIP_ATTACKS[n].config_type(**({"num_shadows": shadows} if n == "lira" else {})) for n in names}
@@ -237,9 +229,7 @@ def _attacks(row: Row, entry: dict[str, Any], run: RunDir, args: argparse.Namesp
 
 def _audits(args: argparse.Namespace, *, full: bool) -> list[dict[str, Any]]:
     """The aggregator audit game, correct and planted, over several seeds."""
-    from attacks.pate_audit import pate_audit
-    from defenses.pate.aggregators import aggregator_config
-    from defenses.pate.planted import planted_aggregator
+    from dpaudit.api import aggregator_config, pate_audit, planted_aggregator
 
     # The 2018 MNIST noise; Confident-GNMax's too-small-noise bug is played at T = 100 (T = 200 of
     # 250 puts the game at the threshold only, where σ1/10 = 15 still hides one vote: see pate_audit).
@@ -271,8 +261,7 @@ def _audits(args: argparse.Namespace, *, full: bool) -> list[dict[str, Any]]:
 
 
 def _report(run: RunDir, measured: dict[str, Any]) -> Path:
-    from reports.pate import load_pate_runs, pate_sections
-    from reports.render import Section, Table, Text, write_report_files
+    from dpaudit.api import Section, Table, Text, load_pate_runs, pate_sections, write_report_files
 
     ids = {e["model_id"] for e in measured["rows"].values()}
     runs = [r for r in load_pate_runs(run) if r.record.model_id in ids]
