@@ -78,24 +78,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from attacks.audit.pate import pate_audit
     from attacks.evasion import evasion_config, run_evasion
+    from attacks.federated.similarity import ssim
     from attacks.inversion import INVERSION_ATTACKS
     from attacks.inversion.base import InversionOutput, target_confidence
     from attacks.inversion.evaluate import EvaluatorConfig, LabelledImages, evaluate_reconstructions, evaluator_accuracy, train_evaluator
     from attacks.inversion.gmi import GANConfig
     from attacks.inversion.mi_face import MIFaceConfig, run_mi_face
     from attacks.membership import MEMBERSHIP_ATTACKS, RMIAConfig, RMIAOfflineConfig, run_membership_attacks
-    from attacks.pate_audit import pate_audit
-    from attacks.shadows import ShadowTraining, ensure_shadows, plan_shadows
-    from attacks.uploads import ssim
+    from attacks.membership.shadows import ShadowTraining, ensure_shadows, plan_shadows
     from defenses import DEFENSES
-    from defenses.certified import SecureSGDConfig, auto_sensitivity_control, train_secure_sgd
     from defenses.clipping import GradientClipper
     from defenses.dp_defaults import derive_dp_training, derived_learning_rate
-    from defenses.dpsgd import DPSGDConfig, noisy_clipped_sum, train_dpsgd
+    from defenses.dpsgd.config import DPSGDConfig
+    from defenses.dpsgd.training import noisy_clipped_sum, train_dpsgd
     from defenses.dssgd.defense import participant_record_dir
     from defenses.dssgd.flower import run_flower
     from defenses.dssgd.protocol import SCHEDULES, FederationSetup, LocalTraining, UploadRule, flatten_parameters
+    from defenses.noise_layer.configs import SecureSGDConfig
+    from defenses.noise_layer.schedule import auto_sensitivity_control
+    from defenses.noise_layer.secure_sgd import train_secure_sgd
     from defenses.nonprivate import NonPrivateConfig, train_nonprivate
     from defenses.pate.aggregators import aggregator_config
     from defenses.pate.defense import plan_pate_teachers
