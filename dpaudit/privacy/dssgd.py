@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from dpaudit import _validate as v
-from dpaudit.privacy.claims import PrivacyClaim, register_claim_kind
+from dpaudit.privacy.claims import CLAIM_KINDS, PrivacyClaim
 
 __all__ = ["SPLITS", "SELECTION_SHARE", "NoiseScales", "noise_scales", "upload_costs", "round_epsilon", "DSSGDClaim", "dssgd_svt_claim"]
 
@@ -145,7 +145,7 @@ _FIELDS = (
 )
 
 
-@register_claim_kind
+@CLAIM_KINDS.register
 @dataclass(frozen=True, kw_only=True)
 class DSSGDClaim(PrivacyClaim):
     """One DSSGD participant's guarantee under the DP upload, composed over uploads and rounds.

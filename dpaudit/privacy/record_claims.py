@@ -28,8 +28,8 @@ from typing import Any
 from dp_accounting import dp_event as dpe
 
 from dpaudit import _validate as v
-from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, PATEClaim, PrivacyClaim, dpsgd_claim
-from dpaudit.privacy.pate import settings_used
+from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, PrivacyClaim, dpsgd_claim
+from dpaudit.privacy.pate.claim import PATEClaim, settings_used
 from dpaudit.store import thaw
 
 __all__ = ["RebuiltClaim", "ClaimRebuilder", "CLAIM_REBUILDERS", "register_claim_rebuilder", "rebuild_claim", "check_record_claim", "DPSGD_DEFAULT_SAMPLING_RATE"]
@@ -298,7 +298,7 @@ def _pate(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str,
     if target is not None:
         # A budget run is planned by the data-independent bound with every query charged: the
         # parameters it used must meet the target whatever the votes were.
-        from dpaudit.privacy.pate_budget import worst_case_epsilon
+        from dpaudit.privacy.pate.budget import worst_case_epsilon
 
         if aggregator == "lnmax":
             raise ValueError("config target_epsilon is set but config aggregator='lnmax' has no budget plan")

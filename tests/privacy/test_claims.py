@@ -9,14 +9,7 @@ from dpaudit.privacy.accountants import (
     compute_epsilon,
     sampled_gaussian_event,
 )
-from dpaudit.privacy.claims import (
-    DPClaim,
-    NonPrivateClaim,
-    claim_from_dict,
-    dpsgd_claim,
-    event_from_dict,
-    event_to_dict,
-)
+from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, claim_from_dict, dpsgd_claim, event_from_dict, event_to_dict
 
 
 def test_dpsgd_claim_matches_event_and_reference_vector():
@@ -165,12 +158,10 @@ def test_loading_goes_through_the_kind_s_own_validator():
         def epsilon(self, *, delta, accountant="pld"):
             return 1.0
 
-    claims_module.register_claim_kind(ToyClaim)
-    try:
+    with claims_module.CLAIM_KINDS.temporarily(ToyClaim):
         assert claim_from_dict({"kind": "toy-test-kind", "temperature": 2.0}).temperature == 2.0
         with pytest.raises(ValueError, match="temperature must be > 0, got -3"):
             claim_from_dict({"kind": "toy-test-kind", "temperature": -3})
         with pytest.raises(ValueError, match="kind must be 'toy-test-kind'"):
             ToyClaim.from_dict({"kind": "dp"})
-    finally:
-        claims_module._CLAIM_KINDS.pop("toy-test-kind")
+    assert "toy-test-kind" not in claims_module.CLAIM_KINDS
