@@ -14,7 +14,9 @@ from typing import Any, ClassVar
 from dpaudit import _validate as v
 from dpaudit.privacy.claims import CLAIM_KINDS, PrivacyClaim
 from dpaudit.privacy.pate.analysis import PateAnalysis, rdp_to_epsilon
+from dpaudit.privacy.pate.budget import worst_case_epsilon
 from dpaudit.privacy.pate.smooth_sensitivity import SmoothSensitivityRelease
+from dpaudit.privacy.record_claims import RELATIVE_TOLERANCE, RebuiltClaim, agree, format_number, register_claim_rebuilder, required
 
 __all__ = ["PATE_ANALYSES", "PATEClaim", "pate_claim", "settings_used"]
 
@@ -199,3 +201,64 @@ def settings_used(config: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict
         if key.startswith("run_") and used.get(key[4:]) is None:
             used[key[4:]] = value
     return used
+
+
+@register_claim_rebuilder("pate")
+def _pate(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int) -> RebuiltClaim:
+    """PATE: everything but the data-dependent curve from the config; the curve's ε against the run's."""
+    assert isinstance(stored, PATEClaim)
+    sources: dict[str, str] = {}
+    settings = settings_used(config, metrics)
+
+    def used(key: str) -> Any:
+        # A value left unset was derived from public sizes; the run stores what it used as run_<key>.
+        given = config.get(key) is not None
+        sources[key] = f"config {key}" if given else f"metrics run_{key} (config {key} unset: derived from public sizes)"
+        value = settings.get(key)
+        if value is None:
+            raise ValueError(f"{'config' if given else 'metrics'} is missing {key if given else 'run_' + key!r}, which the claim is rebuilt from")
+        return value
+
+    aggregator = used("aggregator")
+    if aggregator not in _PATE_PARAMETERS:
+        raise ValueError(f"config aggregator={aggregator!r} is not a PATE aggregator ({', '.join(_PATE_PARAMETERS)})")
+    parameters = {k: float(used(k)) for k in _PATE_PARAMETERS[aggregator]}
+    queries = used("queries")
+    agree("metrics num_queries", required("metrics", metrics, "num_queries"), "config queries", queries)
+    beta, sigma_ss = config.get("smooth_sensitivity_beta"), config.get("smooth_sensitivity_sigma")
+    smooth = None if beta is None or sigma_ss is None else {"beta": float(beta), "sigma_ss": float(sigma_ss)}
+    analysis = used("analysis")
+    claim = PATEClaim(
+        aggregator=aggregator,
+        parameters=parameters,
+        num_queries=queries,
+        num_answered=required("metrics", metrics, "num_answered"),
+        orders=stored.orders,
+        rdp=stored.rdp,
+        analysis=analysis,
+        smooth_sensitivity=smooth,
+        neighbouring="add_or_remove_one",
+    )
+    # The RDP curve itself came from the votes: its ε must be the one the run measured.
+    # Records stored before the release and the realised cost were named as such carry the old keys.
+    names: tuple[str, ...]
+    if smooth is not None:
+        names = ("epsilon_noisy_estimate", "epsilon_smooth_sensitivity")
+    elif analysis == "data-dependent":
+        names = ("epsilon_data_dependent_realised", "epsilon_data_dependent")
+    else:
+        names = ("epsilon_data_independent",)
+    measured = next((n for n in names if n in metrics), names[0])
+    delta = float(required("config", config, "delta"))
+    agree(f"claim epsilon at config delta={delta:g}", stored.epsilon(delta=delta), f"metrics {measured}", required("metrics", metrics, measured))
+    target = config.get("target_epsilon")
+    if target is not None:
+        # A budget run is planned by the data-independent bound with every query charged: the
+        # parameters it used must meet the target whatever the votes were.
+        if aggregator == "lnmax":
+            raise ValueError("config target_epsilon is set but config aggregator='lnmax' has no budget plan")
+        worst = worst_case_epsilon(num_queries=int(queries), sigma=parameters["sigma"], threshold_sigma=parameters.get("threshold_sigma"), delta=delta)
+        if worst > float(target) * (1 + RELATIVE_TOLERANCE):
+            raise ValueError(f"metrics parameters spend epsilon={format_number(worst)} over {queries} queries, above config target_epsilon={format_number(float(target))}")
+    sources.update(num_queries=sources.pop("queries"), num_answered="metrics num_answered", beta="config smooth_sensitivity_beta", sigma_ss="config smooth_sensitivity_sigma")
+    return RebuiltClaim(claim=claim, sources=sources)
