@@ -61,17 +61,12 @@ from attacks.canaries import (
 from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset
 from dpaudit.executors import Executor, Job, SerialExecutor
-from dpaudit.privacy.audit import (
-    AuditResult,
-    audit_from_one_run,
-    audit_from_scores,
-    composed_gdp_epsilon,
-    gaussian_step_claim,
-    save_audit_result,
-)
+from dpaudit.privacy.audit_bounds import composed_gdp_epsilon, gaussian_step_claim
 from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES, gdp_mu_lb_from_counts
 from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.progress import Progress
+from dpaudit.results.audit import AuditResult, save_audit_result
+from dpaudit.results.auditing import audit_from_one_run, audit_from_scores
 from dpaudit.seeding import derive_seed, numpy_rng
 from dpaudit.store import (
     atomic_save_npz,

@@ -1,4 +1,4 @@
-"""PATE's derived defaults and its budget rule (defenses/pate/plan.py, dpaudit/privacy/pate_budget.py)."""
+"""PATE's derived defaults and its budget rule (defenses/pate/plan.py, dpaudit/privacy/pate/budget.py)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import optimize, stats
 
 from dpaudit.privacy import accountants as acc
-from dpaudit.privacy.audit import gaussian_step_claim
+from dpaudit.privacy.audit_bounds import gaussian_step_claim
 from dpaudit.privacy.claims import DPClaim, dpsgd_claim
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*optimal RDP order.*:RuntimeWarning"), pytest.mark.filterwarnings("ignore:Optimal order is the.*:UserWarning")]

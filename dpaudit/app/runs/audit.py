@@ -35,9 +35,10 @@ from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, 
 from dpaudit.callables import callable_fingerprint, code_fingerprint, resolve_callable
 from dpaudit.data import ArrayDataset, dataset_files, load_dataset, make_splits
 from dpaudit.locks import unit_lock
-from dpaudit.privacy.audit import ONE_RUN_BOUND_CHOICES, SCORE_BOUND_CHOICES, AuditResult, resolve_bound
+from dpaudit.privacy.audit_bounds import ONE_RUN_BOUND_CHOICES, SCORE_BOUND_CHOICES, resolve_bound
 from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES
 from dpaudit.privacy.claims import PrivacyClaim
+from dpaudit.results.audit import AuditResult
 from dpaudit.store import RunDir, to_jsonable
 
 __all__ = [
@@ -746,7 +747,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
 
 def _white_box_claim() -> PrivacyClaim:
     """The family the white-box game compares against: one un-sampled Gaussian step (σ is irrelevant here)."""
-    from dpaudit.privacy.audit import gaussian_step_claim
+    from dpaudit.privacy.audit_bounds import gaussian_step_claim
 
     return gaussian_step_claim(noise_multiplier=1.0)
 
@@ -761,7 +762,8 @@ def _rebound_one_run(result: AuditResult, directory: Path, *, claim: PrivacyClai
     The game (one training, the canary scores in ``scores.npz``) is the same for both bounds;
     only the statistics differ, so the training is not repeated for it.
     """
-    from dpaudit.privacy.audit import audit_from_one_run, save_audit_result
+    from dpaudit.results.audit import save_audit_result
+    from dpaudit.results.auditing import audit_from_one_run
 
     with np.load(directory / "scores.npz", allow_pickle=False) as stored:
         scores, included = stored["scores"], stored["included"].astype(bool)

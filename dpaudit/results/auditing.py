@@ -1,9 +1,9 @@
-"""Audit results: an empirical lower bound ε_LB set against the claim's upper bound ε_UB.
+"""Audits turned into results: ε_LB from scores, set against the claim's ε_UB, as an :class:`AuditResult`.
 
 An audit plays a distinguishing game (audit.md §1): a canary is IN or OUT, an attack scores
-it, and the scores give ε_LB at a stated confidence (:mod:`dpaudit.privacy.audit_stats`). This module
-holds the value that carries the outcome, :class:`AuditResult`, and the torch-free helpers
-that turn scores and a :class:`~dpaudit.privacy.claims.PrivacyClaim` into one:
+it, and the scores give ε_LB at a stated confidence (:mod:`dpaudit.privacy.audit_stats`). This
+module turns scores and a :class:`~dpaudit.privacy.claims.PrivacyClaim` into the value that
+carries the outcome, :class:`~dpaudit.results.audit.AuditResult` (torch-free):
 
 * :func:`audit_from_scores` — IN/OUT observations (multi-run and white-box games), bounded by
   Clopper–Pearson (Kairouz, Oh & Viswanath 2015, Thm 2.1) or the Gaussian-DP estimator of
@@ -12,15 +12,14 @@ that turn scores and a :class:`~dpaudit.privacy.claims.PrivacyClaim` into one:
 * :func:`audit_from_one_run` — m canaries of one training run, bounded by Steinke, Nasr &
   Jagielski (2023, Thm 3.1) or, with ``bound="fdp"``, by the f-DP analysis of Mahloujifar,
   Melis & Chaudhuri (2025, Algorithm 3; :mod:`dpaudit.privacy.fdp_one_run`);
-* :func:`gaussian_step_claim` — the claim of ONE un-sampled Gaussian step, the mechanism the
-  white-box per-step game exercises (see :mod:`attacks.audit_procedures`);
 * :func:`audit_ceiling` — the largest ε_LB an audit's design could produce: its counts with a
   perfect attack (every IN scored above every OUT; for one-run, every guess correct). Every
   result carries it as ``ceiling``, so ε_LB reads against what the design could have shown;
-  :func:`epsilon_lb_by_trials` recomputes both on prefixes of stored scores for the report;
-* :func:`composed_gdp_epsilon` — the central-limit composition of per-step μ over T
-  Poisson-sampled steps (Dong, Roth & Su 2019, Thm 3.5; Nasr et al. 2023, §4). An
-  approximation, reported only as an *estimate*, never as a bound.
+  :func:`epsilon_lb_by_trials` recomputes both on prefixes of stored scores for the report.
+
+Which bound a claim admits, the one-step claim of the white-box game and the central-limit
+composition are privacy mathematics (:mod:`dpaudit.privacy.audit_bounds`); results import
+privacy, never the reverse.
 
 ε_UB is evaluated once, on the claim (``claim.upper_bound``, i.e. :meth:`PrivacyClaim.epsilons`
 under every applicable accountant); the result keeps every accountant's number and compares
@@ -33,13 +32,13 @@ through :mod:`dpaudit.store` (strict JSON, schema-versioned).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from dpaudit import _validate as v
+from dpaudit.privacy.audit_bounds import ONE_RUN_BOUND_CHOICES, not_gaussian_error, resolve_bound
 from dpaudit.privacy.audit_stats import (
     THRESHOLD_STRATEGIES,
     ThresholdBound,
@@ -52,82 +51,22 @@ from dpaudit.privacy.audit_stats import (
     one_run_epsilon_lb,
     point_estimate,
 )
-from dpaudit.privacy.claims import DPClaim, PrivacyClaim
+from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.privacy.fdp_one_run import TRADEOFF_CURVES, fdp_one_run_bound_from_scores, fdp_one_run_epsilon_lb
 from dpaudit.privacy.gaussian import gdp_epsilon
 from dpaudit.results.audit import (
     ASSUMPTION_APPROXIMATE,
     AUDIT_BOUNDS,
-    AUDIT_METHODS,
     ONE_RUN_BOUNDS,
-    RESULT_FILE,
-    THREAT_MODELS,
     AuditResult,
     EpsilonByTrials,
     default_assumption,
-    load_audit_result,
-    save_audit_result,
 )
 
-__all__ = [
-    "AUDIT_METHODS",
-    "AUDIT_BOUNDS",
-    "THREAT_MODELS",
-    "AuditResult",
-    "EpsilonByTrials",
-    "audit_ceiling",
-    "epsilon_lb_by_trials",
-    "audit_from_scores",
-    "audit_from_one_run",
-    "ONE_RUN_BOUND_CHOICES",
-    "SCORE_BOUND_CHOICES",
-    "resolve_bound",
-    "bound_assumption",
-    "gaussian_step_claim",
-    "composed_gdp_epsilon",
-    "save_audit_result",
-    "load_audit_result",
-    "RESULT_FILE",
-]
+__all__ = ["audit_ceiling", "epsilon_lb_by_trials", "audit_from_scores", "audit_from_one_run", "bound_assumption", "one_run_curve"]
 
-#: ``audit_from_one_run(bound=…)``: Steinke et al. (2023) or the f-DP bound of Mahloujifar et al. (2025).
-ONE_RUN_BOUND_CHOICES = ("steinke", "fdp")
 #: The value the stored :class:`AuditResult` carries in its ``bound`` field for each choice.
 _ONE_RUN_RESULT_BOUND = {"steinke": "one-run", "fdp": "one-run-fdp"}
-
-#: ``audit_from_scores(bound=…)``: ``auto`` is GDP for claims whose trade-off curve is Gaussian-family, else Clopper–Pearson.
-SCORE_BOUND_CHOICES = ("auto", "gdp", "clopper-pearson")
-
-
-def _not_gaussian(bound: str, claim: PrivacyClaim) -> ValueError:
-    return ValueError(
-        f"bound={bound!r} assumes a Gaussian trade-off curve, and the claim of kind {claim.kind!r} ({claim.statement() or 'no description'}) is not Gaussian-family "
-        "(its trade_off_family is None): a Gaussian curve fitted to its scores can exceed its true epsilon (a pure epsilon = 1 Laplace mechanism reads 4.4). "
-        f"Use {'auto or clopper-pearson' if bound == 'gdp' else 'steinke'}"
-    )
-
-
-def resolve_bound(bound: str, *, claim: PrivacyClaim) -> str:
-    """The bound an IN/OUT audit of ``claim`` uses: ``gdp`` or ``clopper-pearson``.
-
-    ``auto`` picks the GDP estimator of Nasr et al. (2023, §4) when the claim's trade-off curve
-    is Gaussian-family (:attr:`PrivacyClaim.trade_off_family`) and Clopper–Pearson (Kairouz, Oh
-    & Viswanath 2015, Thm 2.1), valid for every (ε, δ)-DP mechanism, otherwise. An explicit
-    ``gdp`` on any other claim is refused rather than labelled: its number is no lower bound on
-    anything the claim states, so a "violation" from it would be a false alarm.
-
-    Raises:
-        ValueError: an unknown bound, or ``gdp`` for a claim that is not Gaussian-family.
-    """
-    bound = v.choice("bound", bound, SCORE_BOUND_CHOICES)
-    if not isinstance(claim, PrivacyClaim):
-        raise v.invalid_type("claim", f"claim must be a PrivacyClaim, got {type(claim).__name__}")
-    gaussian = claim.trade_off_family == "gaussian"
-    if bound == "auto":
-        return "gdp" if gaussian else "clopper-pearson"
-    if bound == "gdp" and not gaussian:
-        raise _not_gaussian(bound, claim)
-    return bound
 
 
 def bound_assumption(bound: str, *, claim: PrivacyClaim, curve: str = "gaussian") -> str:
@@ -146,37 +85,6 @@ def bound_assumption(bound: str, *, claim: PrivacyClaim, curve: str = "gaussian"
 
 # One-run audits guess IN for the top-k and OUT for the bottom-k scores (Steinke et al. 2023, §5).
 _STRATEGIES = (*THRESHOLD_STRATEGIES, "top-bottom")
-
-
-def gaussian_step_claim(*, noise_multiplier: float, description: str | None = None) -> DPClaim:
-    """The claim of one un-sampled Gaussian mechanism with noise σ·C on sensitivity C.
-
-    This is what one DP-SGD step releases about a record that is certainly in the lot (the
-    auditor inserted it): Σ clip(g_i) + N(0, σ²C²I) is a Gaussian mechanism with μ = 1/σ
-    (Abadi et al. 2016, §3.1; Dong, Roth & Su 2019, Thm 2.7).
-    """
-    from dp_accounting import dp_event as dpe
-
-    sigma = v.positive("noise_multiplier", noise_multiplier)
-    desc = description or f"one un-sampled Gaussian step, sigma={sigma:g} (mu = 1/sigma = {1 / sigma:.4g})"
-    return DPClaim(event=dpe.GaussianDpEvent(sigma), description=desc)
-
-
-def composed_gdp_epsilon(*, mu_step: float, sampling_rate: float, num_steps: int, delta: float) -> float:
-    """ε at δ of μ_total = q·√(T·(e^{μ_step²} − 1)): the CLT composition of T sampled steps.
-
-    Dong, Roth & Su (2019, Thm 3.5/Cor. 5.4); used by Nasr et al. (2023, §4) to compose
-    per-step audits. It is an asymptotic *approximation* (it can under- or over-state the
-    exact composition), so audits report it only as ``epsilon_estimate``.
-    """
-    mu = v.non_negative("mu_step", mu_step)
-    q = v.half_open_unit("sampling_rate", sampling_rate)
-    t = v.integer("num_steps", num_steps, minimum=1)
-    delta = v.open_unit("delta", delta)
-    if mu == 0:
-        return 0.0
-    total = q * math.sqrt(t * math.expm1(min(mu * mu, 700.0)))
-    return gdp_epsilon(mu=total, delta=delta) if total > 0 else 0.0
 
 
 def audit_ceiling(
@@ -487,7 +395,7 @@ def audit_from_one_run(
         raise v.invalid_type("claim", f"claim must be a PrivacyClaim, got {type(claim).__name__}")
     if bound == "fdp" and claim.trade_off_family != "gaussian":
         # Both f-DP curves are Gaussian-shaped: the same rule as bound='gdp' for IN/OUT games.
-        raise _not_gaussian(bound, claim)
+        raise not_gaussian_error(bound, claim)
     s = np.asarray(scores, dtype=float).reshape(-1)
     inc = np.asarray(included, dtype=bool).reshape(-1)
     if inc.size != s.size:
