@@ -81,7 +81,8 @@ from defenses.clipping import CLIPPING_METHODS, GradientClipper, clip_gradient
 from defenses.dp_defaults import CLIP_NORM, DEFAULT_EPOCHS, DERIVED_AT_INIT, LEARNING_RATE, defaults_note, derived_lot_size, resolve_dp_config
 from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset, DatasetBundle, Splits
-from dpaudit.models import Projection, build_model
+from dpaudit.layers import Projection
+from dpaudit.models import build_model
 from dpaudit.options import option
 from dpaudit.privacy.accountants import (
     ACCOUNTANTS,

@@ -256,7 +256,8 @@ def test_linf_noise_behind_a_pca_projection_follows_the_bound_of_w_times_p(digit
     # |W|·(P·1) gave 3.5× less noise on a trained digits model (issue 29).
     import torch
 
-    from dpaudit.models import Projection, build_model
+    from dpaudit.layers import Projection
+    from dpaudit.models import build_model
 
     bundle, _ = digits
     config = HGMConfig(epochs=1, attack_norm="linf", sensitivity_control=control, redistribute=False, noise_ramp_fraction=0.0)

@@ -27,7 +27,7 @@ from defenses.dpsgd import (
     train_dpsgd,
 )
 from dpaudit.data import load_dataset, make_splits
-from dpaudit.models import Projection
+from dpaudit.layers import Projection
 from dpaudit.privacy.accountants import sampled_gaussian_event
 from dpaudit.privacy.claims import DPClaim, dpsgd_claim
 

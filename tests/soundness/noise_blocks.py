@@ -20,7 +20,7 @@ import torch
 from hypothesis import strategies as st
 from torch import nn
 
-from dpaudit.models import Projection, Standardize
+from dpaudit.layers import Projection, Standardize
 from dpaudit.robustness.noise import NoiseLayer
 
 _CONVS = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
