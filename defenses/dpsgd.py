@@ -84,13 +84,8 @@ from dpaudit.data import ArrayDataset, DatasetBundle, Splits
 from dpaudit.layers import Projection
 from dpaudit.models import build_model
 from dpaudit.options import option
-from dpaudit.privacy.accountants import (
-    ACCOUNTANTS,
-    calibrate_noise_multiplier,
-    calibrate_num_steps,
-    largest_num_steps,
-    smallest_noise_multiplier,
-)
+from dpaudit.privacy.accountant_names import ACCOUNTANTS
+from dpaudit.privacy.calibration import calibrate_noise_multiplier, calibrate_num_steps, largest_num_steps, smallest_noise_multiplier
 from dpaudit.privacy.claims import DPClaim, PrivacyClaim, dpsgd_claim
 from dpaudit.progress import Progress
 from dpaudit.results.record import TrainedModel

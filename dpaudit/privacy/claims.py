@@ -27,11 +27,9 @@ import attr
 from dp_accounting import dp_event as dpe
 
 from dpaudit import _validate as v
-from dpaudit.privacy.accountants import (
-    ACCOUNTANTS,
-    compute_epsilon,
-    sampled_gaussian_event,
-)
+from dpaudit.privacy.accountant_names import ACCOUNTANTS
+from dpaudit.privacy.accountants import compute_epsilon
+from dpaudit.privacy.events import sampled_gaussian_event
 from dpaudit.registry import Registry
 
 __all__ = [

@@ -28,8 +28,8 @@ from defenses.dpsgd import (
 )
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.layers import Projection
-from dpaudit.privacy.accountants import sampled_gaussian_event
 from dpaudit.privacy.claims import DPClaim, dpsgd_claim
+from dpaudit.privacy.events import sampled_gaussian_event
 
 # ----------------------------------------------------------------------------- clipping
 

@@ -4,12 +4,10 @@ import math
 import pytest
 from dp_accounting import dp_event as dpe
 
-from dpaudit.privacy.accountants import (
-    ACCOUNTANTS,
-    compute_epsilon,
-    sampled_gaussian_event,
-)
+from dpaudit.privacy.accountant_names import ACCOUNTANTS
+from dpaudit.privacy.accountants import compute_epsilon
 from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, claim_from_dict, dpsgd_claim, event_from_dict, event_to_dict
+from dpaudit.privacy.events import sampled_gaussian_event
 
 
 def test_dpsgd_claim_matches_event_and_reference_vector():

@@ -13,7 +13,7 @@ import math
 import pytest
 from dp_accounting import dp_event as dpe
 
-from dpaudit.privacy.accountants import calibrate_noise_multiplier, calibrate_num_steps
+from dpaudit.privacy.calibration import calibrate_noise_multiplier, calibrate_num_steps
 from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, dpsgd_claim
 from dpaudit.privacy.dssgd import dssgd_svt_claim
 from dpaudit.privacy.pate.claim import PATEClaim

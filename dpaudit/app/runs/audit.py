@@ -463,7 +463,7 @@ def audit_defenses() -> tuple[str, ...]:
 def _audit_trainer(spec: AuditSpec, *, num_members: int, num_steps: int) -> tuple[Any, float]:
     """The defense's white-box trainer for ``spec`` and the σ it runs with."""
     from defenses import DEFENSES
-    from dpaudit.privacy.accountants import calibrate_noise_multiplier
+    from dpaudit.privacy.calibration import calibrate_noise_multiplier
     from dpaudit.privacy.gaussian import analytic_sigma
 
     entry = DEFENSES.get(spec.defense)

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from dpaudit import _validate as v
-from dpaudit.privacy.accountants import largest_num_steps, smallest_noise_multiplier
+from dpaudit.privacy.calibration import largest_num_steps, smallest_noise_multiplier
 from dpaudit.privacy.pate.analysis import rdp_to_epsilon
 from dpaudit.privacy.pate.votes import GNMAX_ORDERS
 
