@@ -66,7 +66,7 @@ from dpaudit.options import option
 from dpaudit.privacy.claims import dpsgd_claim
 from dpaudit.privacy.gaussian import calibrate_gaussian
 from dpaudit.progress import Progress
-from dpaudit.results.certification import CertificationSpec
+from dpaudit.results.certification_spec import CertificationSpec
 from dpaudit.results.record import TrainedModel
 from dpaudit.robustness.certification import AUTHORS_REFERENCE_DELTA
 from dpaudit.robustness.noise import (

@@ -216,10 +216,7 @@ def test_train_certify_report_end_to_end(tmp_path: Path, capsys: pytest.CaptureF
 
     # A planted over-claiming certificate is caught by the core's soundness check on the rerun
     # (exit 3), and the report renders the stored verdict.
-    from dpaudit.robustness.certification import (
-        load_certification_result,
-        save_certification_result,
-    )
+    from dpaudit.results.certification import load_certification_result, save_certification_result
 
     own = load_certification_result(result_dir / "certify-pixeldp.json")
     inflated = dataclasses.replace(own, predictions=np.asarray(own.labels), radii=np.full(len(own.labels), 10.0))
