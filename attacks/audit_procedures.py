@@ -60,7 +60,7 @@ from attacks.canaries import (
 )
 from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset
-from dpaudit.executors import Executor, Job, SerialExecutor
+from dpaudit.executors.jobs import Executor, Job, SerialExecutor
 from dpaudit.privacy.audit_bounds import composed_gdp_epsilon, gaussian_step_claim
 from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES, gdp_mu_lb_from_counts
 from dpaudit.privacy.claims import PrivacyClaim

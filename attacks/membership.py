@@ -64,7 +64,7 @@ from torch import nn
 from attacks.shadows import POOL_KINDS, ShadowRun, ShadowSpec, ShadowTraining, ensure_shadows, plan_shadows
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle
-from dpaudit.executors import Executor
+from dpaudit.executors.jobs import Executor
 from dpaudit.options import SizeLimit, option, option_specs
 from dpaudit.progress import Progress
 from dpaudit.results import MembershipResult

@@ -196,7 +196,9 @@ def make_audit_executor(
     """Where trials run: ``local`` is in-process for one worker (no start-up cost), else a spawned
     process pool; ``serial`` always in-process; ``ray`` a local Ray with ``workers`` CPUs or the
     cluster at ``address``."""
-    from dpaudit.executors import LocalExecutor, SerialExecutor, make_executor
+    from dpaudit.executors import make_executor
+    from dpaudit.executors.jobs import SerialExecutor
+    from dpaudit.executors.local import LocalExecutor
 
     if kind == "ray":
         return make_executor("ray", workers=workers, address=address, datasets=() if dataset is None else (dataset,), data_root=data_root, ship_code=ship_code, num_gpus=num_gpus)

@@ -908,7 +908,7 @@ class _LazyExecutor:
 
 def _run_wave(jobs: list[tuple[str, Path, str, Callable[..., Any], dict[str, Any]]], *, executor: _LazyExecutor, bar: Any, counts: dict[str, int]) -> dict[str, dict[str, Any]]:
     """Runs the jobs whose outcome is not stored yet; returns key → outcome for all of them."""
-    from dpaudit.executors import Job
+    from dpaudit.executors.jobs import Job
 
     done: dict[str, dict[str, Any]] = {}
     todo = []
