@@ -222,23 +222,9 @@ def audit_from_scores(
     s_in, s_out = np.asarray(in_scores, dtype=float).reshape(-1), np.asarray(out_scores, dtype=float).reshape(-1)
     tb, ceiling = _scores_bound(s_in, s_out, delta=delta, confidence=confidence, bound=bound, strategy=strategy, num_thresholds=num_thresholds, group_size=group_size, seed=seed, threshold=threshold)
     acc, ub, by = _upper(claim, delta)
-    if bound == "gdp":
-        estimate, kind = _gdp_point_estimate(s_in, s_out, delta=delta, num_thresholds=num_thresholds), "GDP fit of the raw rates at the best candidate threshold (an estimate, not a bound)"
-    else:
-        estimate, kind = point_estimate(s_in, s_out, delta=delta), "uncorrected best-threshold ratio (an estimate, not a bound)"
+    estimate, kind = _scores_estimate(s_in, s_out, bound=bound, delta=delta, num_thresholds=num_thresholds)
     estimate /= group_size
-    info = {
-        "threshold": tb.threshold,
-        "true_positives": tb.true_positives,
-        "false_positives": tb.false_positives,
-        "bounding_num_in": tb.num_in,
-        "bounding_num_out": tb.num_out,
-        "num_tests": tb.num_tests,
-        "num_thresholds": num_thresholds,
-        **({"split_seed": seed} if strategy == "split" else {}),
-        "estimate_kind": kind,
-        **dict(details or {}),
-    }
+    info = _scores_details(tb, num_thresholds=num_thresholds, seed=seed if strategy == "split" else None, estimate_kind=kind, details=details)
     return AuditResult(
         epsilon_lb=tb.epsilon_lb,
         ceiling=ceiling,
@@ -259,6 +245,29 @@ def audit_from_scores(
         details=info,
         assumption=bound_assumption(bound, claim=claim),
     )
+
+
+def _scores_estimate(s_in: np.ndarray, s_out: np.ndarray, *, bound: str, delta: float, num_thresholds: int) -> tuple[float, str]:
+    """(ε estimate, what it is) of IN/OUT observations: never a bound, reported beside ε_LB."""
+    if bound == "gdp":
+        return _gdp_point_estimate(s_in, s_out, delta=delta, num_thresholds=num_thresholds), "GDP fit of the raw rates at the best candidate threshold (an estimate, not a bound)"
+    return point_estimate(s_in, s_out, delta=delta), "uncorrected best-threshold ratio (an estimate, not a bound)"
+
+
+def _scores_details(tb: ThresholdBound, *, num_thresholds: int, seed: int | None, estimate_kind: str, details: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The facts an IN/OUT result keeps: the bounding counts and threshold, the split's seed (``None``: no split), the caller's details."""
+    return {
+        "threshold": tb.threshold,
+        "true_positives": tb.true_positives,
+        "false_positives": tb.false_positives,
+        "bounding_num_in": tb.num_in,
+        "bounding_num_out": tb.num_out,
+        "num_tests": tb.num_tests,
+        "num_thresholds": num_thresholds,
+        **({"split_seed": seed} if seed is not None else {}),
+        "estimate_kind": estimate_kind,
+        **dict(details or {}),
+    }
 
 
 def _gdp_point_estimate(s_in: np.ndarray, s_out: np.ndarray, *, delta: float, num_thresholds: int) -> float:
@@ -342,6 +351,48 @@ def _one_run_bound(
     return eps, r, correct, extra, ceiling
 
 
+def _one_run_choices(bound: str, curve: str, sampling_rate: float, seed: int, claim: PrivacyClaim) -> tuple[str, str, float, int]:
+    """(bound, curve, q, seed) of a one-run audit, checked against each other and against the claim."""
+    bound = v.choice("bound", bound, ONE_RUN_BOUND_CHOICES)
+    curve = v.choice("curve", curve, TRADEOFF_CURVES)
+    sampling_rate = v.half_open_unit("sampling_rate", sampling_rate)
+    seed = v.integer("seed", seed, minimum=0)
+    if bound == "steinke" and (curve != "gaussian" or sampling_rate != 1.0):
+        raise v.invalid("curve", f"curve and sampling_rate apply to bound='fdp'; got bound='steinke', curve={curve!r}, sampling_rate={sampling_rate!r}")
+    if not isinstance(claim, PrivacyClaim):
+        raise v.invalid_type("claim", f"claim must be a PrivacyClaim, got {type(claim).__name__}")
+    if bound == "fdp" and claim.trade_off_family != "gaussian":
+        # Both f-DP curves are Gaussian-shaped: the same rule as bound='gdp' for IN/OUT games.
+        raise not_gaussian_error(bound, claim)
+    return bound, curve, sampling_rate, seed
+
+
+def _one_run_details(
+    num_guesses: int,
+    num_correct: int,
+    num_canaries: int,
+    *,
+    counts: Sequence[int],
+    seed: int,
+    points: list[tuple[int, int, float]],
+    bound: str,
+    extra: Mapping[str, Any],
+    details: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The facts a one-run result keeps: the guesses, the k grid, the tie-break seed, ε_LB by guesses, the bound's own details and the caller's."""
+    return {
+        "num_guesses": num_guesses,
+        "num_correct": num_correct,
+        "num_canaries": num_canaries,
+        "guess_counts": [int(k) for k in counts],
+        "tie_break_seed": seed,
+        "guess_curve": [{"num_guesses": a, "num_correct": b, "epsilon_lb": c} for a, b, c in points],
+        "one_run_bound": bound,
+        **extra,
+        **dict(details or {}),
+    }
+
+
 def audit_from_one_run(
     scores: Sequence[float] | np.ndarray,
     included: Sequence[bool] | np.ndarray,
@@ -385,17 +436,7 @@ def audit_from_one_run(
             (:func:`~dpaudit.privacy.audit_stats.one_run_correct_guesses`).
     """
     delta = v.open_unit("delta", delta)
-    bound = v.choice("bound", bound, ONE_RUN_BOUND_CHOICES)
-    curve = v.choice("curve", curve, TRADEOFF_CURVES)
-    sampling_rate = v.half_open_unit("sampling_rate", sampling_rate)
-    seed = v.integer("seed", seed, minimum=0)
-    if bound == "steinke" and (curve != "gaussian" or sampling_rate != 1.0):
-        raise v.invalid("curve", f"curve and sampling_rate apply to bound='fdp'; got bound='steinke', curve={curve!r}, sampling_rate={sampling_rate!r}")
-    if not isinstance(claim, PrivacyClaim):
-        raise v.invalid_type("claim", f"claim must be a PrivacyClaim, got {type(claim).__name__}")
-    if bound == "fdp" and claim.trade_off_family != "gaussian":
-        # Both f-DP curves are Gaussian-shaped: the same rule as bound='gdp' for IN/OUT games.
-        raise not_gaussian_error(bound, claim)
+    bound, curve, sampling_rate, seed = _one_run_choices(bound, curve, sampling_rate, seed, claim)
     s = np.asarray(scores, dtype=float).reshape(-1)
     inc = np.asarray(included, dtype=bool).reshape(-1)
     if inc.size != s.size:
@@ -407,17 +448,7 @@ def audit_from_one_run(
     acc, ub, by = _upper(claim, delta)
     ks = sorted({k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if 2 * k <= m} | ({r // 2} if r else set()))
     points = one_run_curve(s, inc, delta=delta, confidence=confidence, guess_counts=ks, bound=bound, curve=curve, sampling_rate=sampling_rate, seed=seed)
-    info = {
-        "num_guesses": r,
-        "num_correct": correct,
-        "num_canaries": m,
-        "guess_counts": [int(k) for k in counts],
-        "tie_break_seed": seed,
-        "guess_curve": [{"num_guesses": a, "num_correct": b, "epsilon_lb": c} for a, b, c in points],
-        "one_run_bound": bound,
-        **extra,
-        **dict(details or {}),
-    }
+    info = _one_run_details(r, correct, m, counts=counts, seed=seed, points=points, bound=bound, extra=extra, details=details)
     estimate = point_estimate(s[inc], s[~inc], delta=delta) if inc.any() and (~inc).any() else None
     return AuditResult(
         epsilon_lb=eps,
