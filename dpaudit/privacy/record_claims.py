@@ -49,7 +49,7 @@ __all__ = [
 
 #: DP-SGD's sampling rate when a configuration gives neither a lot size nor a rate (Abadi et al.'s 600 of 60,000).
 DPSGD_DEFAULT_SAMPLING_RATE = 0.01
-#: Relative tolerance of the σ calibration (:func:`dpaudit.privacy.accountants.calibrate_noise_multiplier`).
+#: Relative tolerance of the σ calibration (:func:`dpaudit.privacy.calibration.calibrate_noise_multiplier`).
 _CALIBRATION_TOLERANCE = 1e-3
 RELATIVE_TOLERANCE = 1e-9
 
