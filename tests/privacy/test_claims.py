@@ -163,3 +163,22 @@ def test_loading_goes_through_the_kind_s_own_validator():
         with pytest.raises(ValueError, match="kind must be 'toy-test-kind'"):
             ToyClaim.from_dict({"kind": "dp"})
     assert "toy-test-kind" not in claims_module.CLAIM_KINDS
+
+
+def test_every_claim_kind_and_rebuilder_is_found_without_importing_its_module():
+    # Kinds register beside their mathematics (PATE's in privacy/pate/claim.py, DSSGD's in
+    # privacy/dssgd.py) and claims.py imports neither: a fresh process that loads a record
+    # must still find them, through the registries' discovery of dpaudit.privacy.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from dpaudit.privacy.claims import CLAIM_KINDS\n"
+        "from dpaudit.privacy.record_claims import CLAIM_REBUILDERS\n"
+        "assert 'dpaudit.privacy.pate.claim' not in sys.modules and 'dpaudit.privacy.dssgd' not in sys.modules\n"
+        "print(sorted(CLAIM_KINDS), sorted(CLAIM_REBUILDERS), 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("]")
+    kinds = "['dp', 'dssgd-svt', 'nonprivate', 'pate'"
+    assert out[0] == kinds and out[1].strip() == kinds and out[2].strip() == "False"
