@@ -31,7 +31,7 @@ from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.options import option
-from dpaudit.results.certification import SmoothingCertificationSpec
+from dpaudit.results.certification_spec import SmoothingCertificationSpec
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import torch_generator
 

@@ -118,12 +118,16 @@ if TYPE_CHECKING:
     from dpaudit.app.runs.report import render_reports
     from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
     from dpaudit.data import DatasetNotFoundError, load_dataset, make_splits
-    from dpaudit.executors import Job, LocalExecutor, RayExecutor, make_executor
+    from dpaudit.executors import make_executor
+    from dpaudit.executors.jobs import Job
+    from dpaudit.executors.local import LocalExecutor
+    from dpaudit.executors.ray_tasks import RayExecutor
     from dpaudit.models import build_model
-    from dpaudit.privacy.accountants import ACCOUNTANTS, compute_epsilon, sampled_gaussian_event
-    from dpaudit.privacy.audit import resolve_bound
+    from dpaudit.privacy.accountants import ACCOUNTANTS, compute_epsilon
+    from dpaudit.privacy.audit_bounds import resolve_bound
     from dpaudit.privacy.audit_stats import bound_from_scores, one_run_bound_from_scores, one_run_epsilon_lb, uncorrected_gdp_estimate
     from dpaudit.privacy.claims import DPClaim, dpsgd_claim
+    from dpaudit.privacy.events import sampled_gaussian_event
     from dpaudit.privacy.fdp_one_run import fdp_one_run_bound_from_scores, fdp_one_run_epsilon_lb, idealised_gaussian_counts
     from dpaudit.privacy.gaussian import analytic_sigma, extended_sigma, gdp_epsilon
     from dpaudit.results import (
@@ -138,9 +142,11 @@ if TYPE_CHECKING:
         save_membership_result,
     )
     from dpaudit.results.comparison import ComparisonResult
-    from dpaudit.robustness.certification import AuthorsMixedDelta, certified_radius, count_bounds, noise_multiplier
+    from dpaudit.robustness.certification import AuthorsMixedDelta, certified_radius
     from dpaudit.robustness.montecarlo import expected_score_accuracy, sample_scores
+    from dpaudit.robustness.multipliers import noise_multiplier
     from dpaudit.robustness.noise import find_noise_layer
+    from dpaudit.robustness.score_bounds import count_bounds
     from dpaudit.seeding import derive_seed, numpy_rng, torch_generator
     from dpaudit.store import RunDir, atomic_write_json, atomic_write_text, read_json, thaw, to_jsonable
     from dpaudit.training import evaluate, resolve_device

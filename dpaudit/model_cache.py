@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
-from dpaudit.executors import Executor, Job, SerialExecutor
+from dpaudit.executors.jobs import Executor, Job, SerialExecutor
 from dpaudit.progress import Progress
 from dpaudit.results.record import RECORD_FILE, TrainedModel, load_record
 from dpaudit.weights import load_model, save_record

@@ -31,6 +31,8 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
+from dpaudit.layers import Projection, Standardize
+from dpaudit.registry import Registry
 from dpaudit.robustness.noise import add_noise_layer
 
 __all__ = [
@@ -39,8 +41,7 @@ __all__ = [
     "ModelSpec",
     "build_model",
     "count_parameters",
-    "Projection",
-    "Standardize",
+    "register_model",
     "input_statistics",
     "GAN_MODELS",
     "GANSpec",
@@ -54,51 +55,6 @@ __all__ = [
 #: far beyond any architecture of the source papers; the largest default, cifar10-cnn on
 #: 32×32 inputs, has about 5 million).
 MAX_MODEL_PARAMETERS = 2**31
-
-
-class Projection(nn.Module):
-    """A fixed linear projection x ↦ (x − mean) Pᵀ, e.g. (DP-)PCA onto k components.
-
-    The projection and mean are buffers, not parameters: they are released once (with their
-    own privacy cost) and not trained.
-    """
-
-    def __init__(self, in_features: int, out_features: int) -> None:
-        super().__init__()
-        self.register_buffer("matrix", torch.eye(out_features, in_features))
-        self.register_buffer("mean", torch.zeros(in_features))
-
-    def set(self, matrix: torch.Tensor, mean: torch.Tensor | None = None) -> None:
-        """Installs a projection matrix of shape (out_features, in_features)."""
-        if tuple(matrix.shape) != tuple(self.matrix.shape):
-            raise v.invalid("matrix", f"matrix must have shape {tuple(self.matrix.shape)}, got {tuple(matrix.shape)}")
-        self.matrix.copy_(matrix)
-        if mean is not None:
-            self.mean.copy_(mean)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x - self.mean) @ self.matrix.T
-
-
-class Standardize(nn.Module):
-    """x ↦ (x − mean) / std with two fixed numbers: a dataset's standardisation inside the network.
-
-    Folding the preprocessing into the model keeps every consumer (evaluation, attacks, reports)
-    on the raw inputs the datasets provide. The two numbers are plain attributes, neither
-    parameters nor buffers: they come from the record's ``model_options``, so the weights file
-    and the flat parameter vector (what DSSGD shares) are those of the network alone.
-    """
-
-    def __init__(self, mean: float, std: float) -> None:
-        super().__init__()
-        self.mean = float(mean)
-        self.std = float(std)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x - self.mean) / self.std
-
-    def extra_repr(self) -> str:
-        return f"mean={self.mean:g}, std={self.std:g}"
 
 
 def input_statistics(features: torch.Tensor) -> list[float]:
@@ -128,6 +84,30 @@ def _flat(shape: tuple[int, ...]) -> int:
     return int(math.prod(shape))
 
 
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A zoo entry: the builder and what it is meant for."""
+
+    name: str
+    builder: Callable[..., nn.Module]
+    summary: str
+
+
+#: The classifier zoo by name; each architecture registers itself where it is defined (:func:`register_model`).
+MODELS: Registry[ModelSpec] = Registry("model", argument="model")
+
+
+def register_model(name: str, *, summary: str) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
+    """Decorator: registers the builder it decorates in :data:`MODELS` as ``name``."""
+
+    def add(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        MODELS.register(ModelSpec(name=name, builder=builder, summary=summary))
+        return builder
+
+    return add
+
+
+@register_model("abadi-mnist", summary="[PCA k →] 1000 ReLU → classes (Abadi et al. 2016)")
 def _abadi_mnist(input_shape: tuple[int, ...], num_classes: int, *, pca_components: int | None = None, hidden: int = 1000) -> nn.Module:
     hidden = v.integer("hidden", hidden, minimum=1)
     d = _flat(input_shape)
@@ -146,6 +126,7 @@ def _conv_out(size: int, kernel: int, pad: int) -> int:
     return size + 2 * pad - kernel + 1
 
 
+@register_model("hgm-cnn", summary="conv5×5×32, pool, conv5×5×64, pool, FC256, FC (Phan et al. 2019)")
 def _hgm_cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 256) -> nn.Module:
     if len(input_shape) != 3:
         raise v.invalid("model", f"hgm-cnn needs image inputs (C, H, W), got input_shape={input_shape!r}")
@@ -167,6 +148,7 @@ def _hgm_cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 25
     )
 
 
+@register_model("cifar10-cnn", summary="conv3×3×128, conv5×5×128, conv5×5×256 + GroupNorm, FC256 (Phan et al. 2019)")
 def _cifar10_cnn(input_shape: tuple[int, ...], num_classes: int, *, width: int = 128, hidden: int = 256) -> nn.Module:
     if len(input_shape) != 3:
         raise v.invalid("model", f"cifar10-cnn needs image inputs (C, H, W), got input_shape={input_shape!r}")
@@ -198,6 +180,17 @@ def _mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 128, a
     return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), hidden), act(), nn.Linear(hidden, num_classes))
 
 
+@register_model("digits-mlp", summary="64 → 64 tanh → 10, for 8×8 digits (tanh: Papernot et al. 2021)")
+def _digits_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64, activation: str = "tanh") -> nn.Module:
+    # Papernot, Thakurta, Song, Chien & Erlingsson (2021, "Tempered sigmoid activations for deep
+    # learning with differential privacy", §4-5): a bounded activation keeps clipped gradients
+    # informative and beats ReLU under DP-SGD; the narrower layer also puts less noise into
+    # fewer coordinates. Measured with DP-SGD at epsilon = 2 on digits (clip 1, lots of 64,
+    # lr 0.5, 30 epochs, seeds 0-2): 128 ReLU 0.819/0.853/0.814, 64 tanh 0.894/0.875/0.867.
+    return _mlp(input_shape, num_classes, hidden=hidden, activation=activation)
+
+
+@register_model("dssgd-mlp", summary="784 → 128 → 64 ReLU → 10: 109,386 parameters on MNIST (Shokri & Shmatikov 2015; 140,106 on their 32×32 frame)")
 def _dssgd_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: tuple[int, int] = (128, 64)) -> nn.Module:
     # Shokri & Shmatikov (2015, §6.1): two hidden ReLU layers of 128 and 64 units. The stated
     # counts pin them down: 402,250 parameters on SVHN (3,072 inputs) and 140,106 on MNIST, which
@@ -210,6 +203,7 @@ def _dssgd_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: tuple[
     return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), h1), nn.ReLU(), nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, num_classes))
 
 
+@register_model("dssgd-cnn", summary="conv5×5×32, pool3, conv5×5×64, pool2, FC200: 105,506 parameters on MNIST (Shokri & Shmatikov 2015)")
 def _dssgd_cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 200) -> nn.Module:
     # Shokri & Shmatikov (2015, §6.1) state 105,506 parameters for their MNIST CNN; two 5×5 valid
     # convolutions with 32 and 64 filters, a 3×3 then a 2×2 max-pool and a 200-unit layer give
@@ -236,6 +230,7 @@ def _dssgd_cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 
     )
 
 
+@register_model("audit-cnn", summary="conv5×5×16, pool2, conv4×4×32, pool2, 32 tanh: 25,386 parameters on MNIST (Annamalai & De Cristofaro 2024's audits)")
 def _audit_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     # The small tanh CNN of Annamalai & De Cristofaro's black-box audits (NeurIPS 2024): 5×5×16
     # conv, pool 2, 4×4×32 conv, pool 2, 32 tanh units; 25,386 parameters on 28×28 MNIST.
@@ -259,53 +254,21 @@ def _audit_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     )
 
 
-def _digits_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64, activation: str = "tanh") -> nn.Module:
-    # Papernot, Thakurta, Song, Chien & Erlingsson (2021, "Tempered sigmoid activations for deep
-    # learning with differential privacy", §4-5): a bounded activation keeps clipped gradients
-    # informative and beats ReLU under DP-SGD; the narrower layer also puts less noise into
-    # fewer coordinates. Measured with DP-SGD at epsilon = 2 on digits (clip 1, lots of 64,
-    # lr 0.5, 30 epochs, seeds 0-2): 128 ReLU 0.819/0.853/0.814, 64 tanh 0.894/0.875/0.867.
-    return _mlp(input_shape, num_classes, hidden=hidden, activation=activation)
-
-
+@register_model("softmax-regression", summary="one linear layer + softmax (Fredrikson et al. 2015's softmax target)")
 def _softmax_regression(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), num_classes))
 
 
+@register_model("faces-mlp", summary="3000 sigmoid hidden units (Fredrikson et al. 2015)")
 def _faces_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 3000, activation: str = "sigmoid") -> nn.Module:
     return _mlp(input_shape, num_classes, hidden=hidden, activation=activation)
 
 
+@register_model("tabular-mlp", summary="two 64-unit ReLU layers, for tabular data")
 def _tabular_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64) -> nn.Module:
     hidden = v.integer("hidden", hidden, minimum=1)
     d = _flat(input_shape)
     return nn.Sequential(nn.Flatten(), nn.Linear(d, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelSpec:
-    """A zoo entry: the builder and what it is meant for."""
-
-    name: str
-    builder: Callable[..., nn.Module]
-    summary: str
-
-
-MODELS: dict[str, ModelSpec] = {
-    spec.name: spec
-    for spec in (
-        ModelSpec(name="abadi-mnist", builder=_abadi_mnist, summary="[PCA k →] 1000 ReLU → classes (Abadi et al. 2016)"),
-        ModelSpec(name="hgm-cnn", builder=_hgm_cnn, summary="conv5×5×32, pool, conv5×5×64, pool, FC256, FC (Phan et al. 2019)"),
-        ModelSpec(name="cifar10-cnn", builder=_cifar10_cnn, summary="conv3×3×128, conv5×5×128, conv5×5×256 + GroupNorm, FC256 (Phan et al. 2019)"),
-        ModelSpec(name="digits-mlp", builder=_digits_mlp, summary="64 → 64 tanh → 10, for 8×8 digits (tanh: Papernot et al. 2021)"),
-        ModelSpec(name="dssgd-mlp", builder=_dssgd_mlp, summary="784 → 128 → 64 ReLU → 10: 109,386 parameters on MNIST (Shokri & Shmatikov 2015; 140,106 on their 32×32 frame)"),
-        ModelSpec(name="dssgd-cnn", builder=_dssgd_cnn, summary="conv5×5×32, pool3, conv5×5×64, pool2, FC200: 105,506 parameters on MNIST (Shokri & Shmatikov 2015)"),
-        ModelSpec(name="audit-cnn", builder=_audit_cnn, summary="conv5×5×16, pool2, conv4×4×32, pool2, 32 tanh: 25,386 parameters on MNIST (Annamalai & De Cristofaro 2024's audits)"),
-        ModelSpec(name="softmax-regression", builder=_softmax_regression, summary="one linear layer + softmax (Fredrikson et al. 2015's softmax target)"),
-        ModelSpec(name="faces-mlp", builder=_faces_mlp, summary="3000 sigmoid hidden units (Fredrikson et al. 2015)"),
-        ModelSpec(name="tabular-mlp", builder=_tabular_mlp, summary="two 64-unit ReLU layers, for tabular data"),
-    )
-}
 
 
 def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, noise_layer: bool = False, input_standardization: object = None, **kwargs: object) -> nn.Module:
@@ -509,14 +472,16 @@ class GANSpec:
     summary: str
 
 
-GAN_MODELS: dict[str, GANSpec] = {
-    "dcgan": GANSpec(
+#: The GAN zoo by name (generator and critic); each GAN registers itself below its classes.
+GAN_MODELS: Registry[GANSpec] = Registry("GAN", argument="gan")
+GAN_MODELS.register(
+    GANSpec(
         name="dcgan",
         generator=DCGANGenerator,
         critic=DCGANCritic,
         summary="DCGAN generator (BatchNorm, sigmoid) and WGAN-GP critic (no BatchNorm), for GMI (Zhang et al. 2020)",
-    ),
-}
+    )
+)
 
 
 def _image_shape(image_shape: object) -> tuple[int, int, int]:

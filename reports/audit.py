@@ -297,7 +297,7 @@ class StoredAudit:
 
 def _trials_curve(result: AuditResult, scores: Mapping[str, Any]) -> tuple[EpsilonByTrials | None, str]:
     """ε_LB and the ceiling on prefixes of the stored scores (the core computes; the report draws)."""
-    from dpaudit.privacy.audit import epsilon_lb_by_trials
+    from dpaudit.results.auditing import epsilon_lb_by_trials
 
     if not scores:
         return None, "no scores were stored for this audit"

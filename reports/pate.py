@@ -21,7 +21,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
-from dpaudit.privacy.pate import settings_used
+from dpaudit.privacy.pate.claim import settings_used
 from dpaudit.results.record import TrainedModel, load_record
 from dpaudit.store import RunDir, load_npz, thaw
 from reports.figures import legend_outside, new_axes

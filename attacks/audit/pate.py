@@ -39,9 +39,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from dpaudit import _validate as v
-from dpaudit.privacy import pate
-from dpaudit.privacy.audit import AuditResult, audit_ceiling
 from dpaudit.privacy.audit_stats import epsilon_from_rates, epsilon_lb_from_counts
+from dpaudit.privacy.pate import analysis as pate_analysis
+from dpaudit.privacy.pate import claim as pate_claim
+from dpaudit.privacy.pate import mechanisms
+from dpaudit.results.audit import AuditResult
+from dpaudit.results.auditing import audit_ceiling
 from dpaudit.seeding import derive_seed
 
 __all__ = [
@@ -215,15 +218,15 @@ def per_query_upper_bound(config: _Config, *, delta: float, votes: Any) -> PerQu
     d = v.open_unit("delta", delta)
     row = np.asarray(votes)[None, :]
     if name == "lnmax":
-        analysis = pate.analyze_lnmax(row, laplace_scale=params["laplace_scale"], delta=d)
+        analysis = pate_analysis.analyze_lnmax(row, laplace_scale=params["laplace_scale"], delta=d)
     elif name == "gnmax":
-        analysis = pate.analyze_gnmax(row, sigma=params["sigma"], delta=d)
+        analysis = pate_analysis.analyze_gnmax(row, sigma=params["sigma"], delta=d)
     else:
-        analysis = pate.analyze_confident_gnmax(row, threshold=params["threshold"], threshold_sigma=params["threshold_sigma"], sigma=params["sigma"], delta=d, answered=np.ones(1, dtype=bool))
-    claim = pate.pate_claim(analysis, parameters=params, num_answered=1, data_dependent=False)
+        analysis = pate_analysis.analyze_confident_gnmax(row, threshold=params["threshold"], threshold_sigma=params["threshold_sigma"], sigma=params["sigma"], delta=d, answered=np.ones(1, dtype=bool))
+    claim = pate_claim.pate_claim(analysis, parameters=params, num_answered=1, data_dependent=False)
     by = {"rdp": claim.epsilon(delta=d), "rdp-improved": claim.epsilon_improved(delta=d)}
     if name == "lnmax":
-        by["pure"] = pate.lnmax_epsilon_per_query(laplace_scale=params["laplace_scale"])
+        by["pure"] = mechanisms.lnmax_epsilon_per_query(laplace_scale=params["laplace_scale"])
     best = min(by, key=by.__getitem__)
     return PerQueryBound(epsilon=by[best], accountant=best, by_accountant=by, claim=claim)
 

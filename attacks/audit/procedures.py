@@ -46,18 +46,13 @@ from attacks.audit.canaries import DIRAC_SCORES, find_dirac_coordinate
 from attacks.audit.trials import DatasetLike, HookedTrainer, TrainFn, TrialStore, accepts_initial_state, black_box_trial, load_dataset_like, run_trials, run_trials_for, white_box_trial
 from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset
-from dpaudit.executors import Executor, Job
-from dpaudit.privacy.audit import (
-    AuditResult,
-    audit_from_one_run,
-    audit_from_scores,
-    composed_gdp_epsilon,
-    gaussian_step_claim,
-    save_audit_result,
-)
+from dpaudit.executors.jobs import Executor, Job
+from dpaudit.privacy.audit_bounds import composed_gdp_epsilon, gaussian_step_claim
 from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES, gdp_mu_lb_from_counts
 from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.registry import Registry
+from dpaudit.results.audit import AuditResult, save_audit_result
+from dpaudit.results.auditing import audit_from_one_run, audit_from_scores
 from dpaudit.seeding import derive_seed, numpy_rng
 from dpaudit.store import atomic_save_npz
 

@@ -30,7 +30,7 @@ from torch import nn
 from attacks.audit.canaries import DIRAC_SCORES, DiracCanary, loss_scores, with_canaries
 from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset
-from dpaudit.executors import Executor, Job, SerialExecutor
+from dpaudit.executors.jobs import Executor, Job, SerialExecutor
 from dpaudit.progress import Progress
 from dpaudit.seeding import numpy_rng
 from dpaudit.store import atomic_save_npz, atomic_write_json, load_npz, read_json, to_jsonable

@@ -99,7 +99,7 @@ class FirstLayerUpdate:
 
 
 def _first_layer_and_standardization(model: nn.Module) -> tuple[tuple[str, nn.Module], tuple[float, float]]:
-    from dpaudit.models import Standardize
+    from dpaudit.layers import Standardize
 
     mean, std = 0.0, 1.0
     for name, module in model.named_modules():

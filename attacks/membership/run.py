@@ -21,7 +21,7 @@ from attacks.membership.shadows import ShadowSpec, ShadowTraining
 from attacks.membership.spec import MEMBERSHIP_ATTACKS, MembershipContext, default_configs, expand_attacks
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle
-from dpaudit.executors import Executor
+from dpaudit.executors.jobs import Executor
 from dpaudit.results import MembershipResult
 from dpaudit.results.record import TrainedModel
 

@@ -48,7 +48,7 @@ from torch import nn
 from dpaudit import _validate as v
 from dpaudit.callables import resolve_callable
 from dpaudit.data import DatasetBundle, load_dataset, sorted_id_set
-from dpaudit.executors import Executor
+from dpaudit.executors.jobs import Executor
 from dpaudit.model_cache import ModelJob, ensure_models, pack_model
 from dpaudit.models import build_model
 from dpaudit.privacy.claims import NonPrivateClaim

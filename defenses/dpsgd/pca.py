@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
-from dpaudit.models import Projection
+from dpaudit.layers import Projection
 
 __all__ = ["dp_pca", "find_projection"]
 

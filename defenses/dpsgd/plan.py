@@ -28,7 +28,7 @@ from dp_accounting import dp_event as dpe
 from defenses.dp_defaults import defaults_note, resolve_dp_config
 from defenses.dpsgd.config import DPSGDConfig
 from dpaudit import _validate as v
-from dpaudit.privacy.accountants import calibrate_noise_multiplier, calibrate_num_steps, largest_num_steps, smallest_noise_multiplier
+from dpaudit.privacy.calibration import calibrate_noise_multiplier, calibrate_num_steps, largest_num_steps, smallest_noise_multiplier
 from dpaudit.privacy.claims import DPClaim, dpsgd_claim
 
 __all__ = ["DPSGDPlan", "plan_dpsgd", "announce_plan", "resolve_config", "pca_claim", "run_claim", "learning_rate_at"]

@@ -19,7 +19,7 @@ from defenses.nonprivate import NonPrivateConfig
 from dpaudit import _validate as v
 from dpaudit.options import option
 from dpaudit.privacy.gaussian import calibrate_gaussian
-from dpaudit.results.certification import CertificationSpec
+from dpaudit.results.certification_spec import CertificationSpec
 from dpaudit.robustness.noise import ATTACK_NORMS
 from dpaudit.training import EPOCH_LIMIT, SGDConfig
 

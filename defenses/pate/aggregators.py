@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dpaudit import _validate as v
-from dpaudit.privacy.pate import check_votes
+from dpaudit.privacy.pate.votes import check_votes
 from dpaudit.seeding import numpy_rng
 
 __all__ = [

@@ -52,7 +52,9 @@ from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model
 from dpaudit.options import SizeLimit, option, option_specs
-from dpaudit.privacy import pate as analysis_lib
+from dpaudit.privacy.pate import analysis as pate_analysis
+from dpaudit.privacy.pate import claim as pate_claim
+from dpaudit.privacy.pate import smooth_sensitivity
 from dpaudit.progress import Progress
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed
@@ -277,13 +279,13 @@ def public_split(bundle: DatasetBundle, public_fraction: float) -> tuple[np.ndar
     return ids[:cut], ids[cut:]
 
 
-def _bounds(config: PATEConfig, votes: np.ndarray, answered: np.ndarray) -> analysis_lib.PateAnalysis:
+def _bounds(config: PATEConfig, votes: np.ndarray, answered: np.ndarray) -> pate_analysis.PateAnalysis:
     """The PATE analysis of the chosen aggregator over ``votes`` (Confident-GNMax: given what was answered)."""
     if config.aggregator == "lnmax":
-        return analysis_lib.analyze_lnmax(votes, laplace_scale=config.laplace_scale, delta=config.delta)
+        return pate_analysis.analyze_lnmax(votes, laplace_scale=config.laplace_scale, delta=config.delta)
     if config.aggregator == "gnmax":
-        return analysis_lib.analyze_gnmax(votes, sigma=config.sigma, delta=config.delta)
-    return analysis_lib.analyze_confident_gnmax(votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, delta=config.delta, answered=answered)
+        return pate_analysis.analyze_gnmax(votes, sigma=config.sigma, delta=config.delta)
+    return pate_analysis.analyze_confident_gnmax(votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, delta=config.delta, answered=answered)
 
 
 def epsilon_curve(config: PATEConfig, agg: Aggregation) -> np.ndarray:
@@ -303,7 +305,7 @@ def epsilon_curve(config: PATEConfig, agg: Aggregation) -> np.ndarray:
     return np.min(rdp + np.log(1.0 / config.delta) / (orders - 1.0), axis=1)
 
 
-def _analyse(config: PATEConfig, agg: Aggregation, *, progress: bool = False) -> tuple[analysis_lib.PateAnalysis, Any]:
+def _analyse(config: PATEConfig, agg: Aggregation, *, progress: bool = False) -> tuple[pate_analysis.PateAnalysis, Any]:
     """The analysis of the answers and, when asked, its smooth-sensitivity release."""
     votes, d = agg.votes, config.delta
     result = _bounds(config, votes, agg.answered)
@@ -316,9 +318,9 @@ def _analyse(config: PATEConfig, agg: Aggregation, *, progress: bool = False) ->
         with Progress(len(votes), "smooth-sensitivity release (queries)", enabled=progress) as bar:
             step = bar.update if progress else None
             if config.aggregator == "gnmax":
-                release = analysis_lib.release_gnmax_epsilon(votes, sigma=config.sigma, delta=d, beta=beta, sigma_ss=ss, progress=step)
+                release = smooth_sensitivity.release_gnmax_epsilon(votes, sigma=config.sigma, delta=d, beta=beta, sigma_ss=ss, progress=step)
             else:
-                release = analysis_lib.release_confident_gnmax_epsilon(
+                release = smooth_sensitivity.release_confident_gnmax_epsilon(
                     votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, answered=agg.answered, delta=d, beta=beta, sigma_ss=ss, progress=step
                 )
     return result, release
@@ -504,7 +506,7 @@ def train_pate(
         raise v.invalid("threshold", f"the aggregator answered none of the {agg.num_queries} queries (threshold={config.threshold:g}); lower --threshold or ask more --queries")
     result, release = _analyse(config, agg, progress=progress)
     parameters = {k: float(x) for k, x in config.aggregator_config().to_dict().items() if k != "aggregator"}
-    claim = analysis_lib.pate_claim(result, parameters=parameters, num_answered=agg.num_answered, data_dependent=config.analysis == "data-dependent", release=release)
+    claim = pate_claim.pate_claim(result, parameters=parameters, num_answered=agg.num_answered, data_dependent=config.analysis == "data-dependent", release=release)
     unlabeled = None
     if config.semi_supervised:
         rest = np.sort(np.concatenate([query_ids[~agg.answered], other_ids]))

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.privacy.pate_budget import calibrate_sigma, max_queries, worst_case_epsilon
+from dpaudit.privacy.pate.budget import calibrate_sigma, max_queries, worst_case_epsilon
 
 __all__ = ["PATEPlan", "plan_pate", "DEFAULT_TEACHER_EPOCHS", "EXAMPLES_PER_TEACHER", "MAX_TEACHERS"]
 

@@ -46,7 +46,7 @@ from defenses.pate.aggregators import vote_histogram
 from defenses.pate.partition import partition_ids, teacher_membership
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits, load_dataset, sorted_id_set
-from dpaudit.executors import Executor
+from dpaudit.executors.jobs import Executor
 from dpaudit.model_cache import ModelJob, ensure_models, pack_model
 from dpaudit.models import build_model
 from dpaudit.progress import Progress

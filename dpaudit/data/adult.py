@@ -13,6 +13,7 @@ import torch
 
 from dpaudit.data.containers import DatasetBundle, make_bundle
 from dpaudit.data.integrity import checked_files, verify_checksum
+from dpaudit.data.registry import register_dataset
 from dpaudit.data.source import DatasetFileError, DatasetInfo, DatasetNotFoundError, DatasetSource, info_from_bundle, missing_info, not_found, unusable_info
 
 __all__ = ["SOURCE"]
@@ -116,12 +117,14 @@ def _adult_info(root: Path) -> DatasetInfo:
     return info_from_bundle(bundle, str(train_path.parent), checked_files(2, checksums, "CSV parse and labels"))
 
 
-SOURCE = DatasetSource(
-    name="adult",
-    description="UCI Adult census income (Kohavi 1996), tabular, one-hot categoricals and min-max scaled numerics; label income >50K",
-    input_shape=None,  # the one-hot width depends on the categories in the files
-    num_classes=2,
-    files=("adult/adult_train.csv", "adult/adult_test.csv"),
-    load=_load_adult,
-    info=_adult_info,
+SOURCE = register_dataset(
+    DatasetSource(
+        name="adult",
+        description="UCI Adult census income (Kohavi 1996), tabular, one-hot categoricals and min-max scaled numerics; label income >50K",
+        input_shape=None,  # the one-hot width depends on the categories in the files
+        num_classes=2,
+        files=("adult/adult_train.csv", "adult/adult_test.csv"),
+        load=_load_adult,
+        info=_adult_info,
+    )
 )

@@ -24,6 +24,7 @@ import torch
 
 from dpaudit.data.containers import DatasetBundle, make_bundle
 from dpaudit.data.integrity import checked_files, size_of, verify_checksum
+from dpaudit.data.registry import register_dataset
 from dpaudit.data.source import DatasetFileError, DatasetInfo, DatasetNotFoundError, DatasetSource, missing_info, not_found, unusable_info
 
 __all__ = ["SOURCE"]
@@ -302,13 +303,15 @@ def _cifar_info(root: Path) -> DatasetInfo:
     )
 
 
-SOURCE = DatasetSource(
-    name="cifar10",
-    description="CIFAR-10 (Krizhevsky 2009), python batches, 3x32x32 colour, 50,000 train / 10,000 test",
-    input_shape=(3, 32, 32),
-    num_classes=10,
-    files=tuple(f"{_CIFAR_DIR}/{f}" for f in _CIFAR_TRAIN + _CIFAR_TEST),
-    load=_load_cifar10,
-    info=_cifar_info,
-    download=_download_cifar10,
+SOURCE = register_dataset(
+    DatasetSource(
+        name="cifar10",
+        description="CIFAR-10 (Krizhevsky 2009), python batches, 3x32x32 colour, 50,000 train / 10,000 test",
+        input_shape=(3, 32, 32),
+        num_classes=10,
+        files=tuple(f"{_CIFAR_DIR}/{f}" for f in _CIFAR_TRAIN + _CIFAR_TEST),
+        load=_load_cifar10,
+        info=_cifar_info,
+        download=_download_cifar10,
+    )
 )

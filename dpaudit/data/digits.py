@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from dpaudit.data.containers import DatasetBundle, make_bundle
+from dpaudit.data.registry import register_dataset
 from dpaudit.data.source import DatasetInfo, DatasetSource, info_from_bundle
 
 __all__ = ["SOURCE"]
@@ -50,13 +51,15 @@ def _digits_info(root: Path) -> DatasetInfo:
     return info_from_bundle(load_dataset("digits"), "scikit-learn bundled (sklearn.datasets.load_digits)")
 
 
-SOURCE = DatasetSource(
-    name="digits",
-    description="UCI optical digits bundled with scikit-learn, 8x8 grey, 1437 train / 360 test; always available offline",
-    input_shape=(1, 8, 8),
-    num_classes=10,
-    files=(),
-    load=lambda root: _load_digits(),
-    info=_digits_info,
-    needs_root=False,
+SOURCE = register_dataset(
+    DatasetSource(
+        name="digits",
+        description="UCI optical digits bundled with scikit-learn, 8x8 grey, 1437 train / 360 test; always available offline",
+        input_shape=(1, 8, 8),
+        num_classes=10,
+        files=(),
+        load=lambda root: _load_digits(),
+        info=_digits_info,
+        needs_root=False,
+    )
 )

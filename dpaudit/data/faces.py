@@ -13,6 +13,7 @@ import torch
 
 from dpaudit.data.containers import DatasetBundle, make_bundle
 from dpaudit.data.integrity import checked_files, verify_checksum
+from dpaudit.data.registry import register_dataset
 from dpaudit.data.source import DatasetFileError, DatasetInfo, DatasetNotFoundError, DatasetSource, missing_info, not_found, unusable_info
 
 __all__ = ["SOURCE"]
@@ -200,12 +201,14 @@ def _faces_info(root: Path) -> DatasetInfo:
     )
 
 
-SOURCE = DatasetSource(
-    name="faces",
-    description="AT&T/ORL faces (Samaria & Harter 1994), 40 identities x 10 images, 112x92 PGM (Olivetti 64x64 arrays as fallback); images 1-7 train, 8-10 test",
-    input_shape=None,  # (1, 112, 92) from ORL, (1, 64, 64) from the Olivetti fallback
-    num_classes=_ORL_SUBJECTS,
-    files=tuple(f"orl_faces/s{s}/{i}.pgm" for s in range(1, _ORL_SUBJECTS + 1) for i in range(1, _ORL_IMAGES + 1)),
-    load=_load_faces,
-    info=_faces_info,
+SOURCE = register_dataset(
+    DatasetSource(
+        name="faces",
+        description="AT&T/ORL faces (Samaria & Harter 1994), 40 identities x 10 images, 112x92 PGM (Olivetti 64x64 arrays as fallback); images 1-7 train, 8-10 test",
+        input_shape=None,  # (1, 112, 92) from ORL, (1, 64, 64) from the Olivetti fallback
+        num_classes=_ORL_SUBJECTS,
+        files=tuple(f"orl_faces/s{s}/{i}.pgm" for s in range(1, _ORL_SUBJECTS + 1) for i in range(1, _ORL_IMAGES + 1)),
+        load=_load_faces,
+        info=_faces_info,
+    )
 )

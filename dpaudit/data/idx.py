@@ -29,6 +29,7 @@ import torch
 
 from dpaudit.data.containers import DatasetBundle, make_bundle
 from dpaudit.data.integrity import checked_files, size_of, verify_checksum
+from dpaudit.data.registry import register_dataset
 from dpaudit.data.source import (
     DatasetFileError,
     DatasetInfo,
@@ -362,4 +363,4 @@ def _idx_source_for(name: str) -> DatasetSource:
     )
 
 
-SOURCES = tuple(_idx_source_for(name) for name in _IDX_SETS)
+SOURCES = tuple(register_dataset(_idx_source_for(name)) for name in _IDX_SETS)

@@ -1,8 +1,10 @@
 """The dataset registry: one :class:`~dpaudit.data.source.DatasetSource` per format, and the loader that reads it.
 
 ``DATASETS`` maps each name to its source; the CLI's ``--dataset`` choices, ``dpaudit
-datasets`` and :func:`load_dataset` all read it, so adding a dataset is one module with a
-``DatasetSource`` plus one :func:`register_dataset` call (or an entry below).
+datasets`` and :func:`load_dataset` all read it. Each source registers itself where it is
+defined, with a module-level :func:`register_dataset` call, so adding a dataset is one module in
+:mod:`dpaudit.data`: the first lookup imports every module of the package (the built-in formats
+first, in the order the CLI lists them) and this module imports none of them.
 
 Loaded datasets are cached in process per (name, data root); the tensors of a returned
 dataset are shared between callers and must not be modified in place.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import os
 import pickle
 import struct
@@ -20,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.data import adult, cifar10, digits, faces, idx
 from dpaudit.data.containers import DatasetBundle
 from dpaudit.data.integrity import recording_reads
 from dpaudit.data.source import (
@@ -33,11 +35,19 @@ from dpaudit.data.source import (
     resolve_data_root,
     unusable_info,
 )
-from dpaudit.data.subsets import class_subset_source
+from dpaudit.registry import Registry
 
 __all__ = ["DATASETS", "changed_files", "clear_cache", "dataset_files", "dataset_info", "load_dataset", "register_dataset"]
 
-DATASETS: dict[str, DatasetSource] = {}
+#: Every dataset source by name, in registration order; any module of :mod:`dpaudit.data` that
+#: registers a source is found on the first lookup.
+DATASETS: Registry[DatasetSource] = Registry("dataset", argument="name", discover=("dpaudit.data",))
+
+#: The built-in formats, imported (by name) as soon as this module is, so they are registered,
+#: and listed, in this order whichever of them a process imports first.
+_BUILT_IN = ("dpaudit.data.digits", "dpaudit.data.idx", "dpaudit.data.cifar10", "dpaudit.data.faces", "dpaudit.data.adult", "dpaudit.data.gmi_halves")
+
+_registered: set[str] = set()
 
 
 def register_dataset(source: DatasetSource) -> DatasetSource:
@@ -55,19 +65,13 @@ def register_dataset(source: DatasetSource) -> DatasetSource:
     """
     if not isinstance(source, DatasetSource):
         raise v.invalid_type("source", f"source must be a DatasetSource, got {type(source).__name__}")
-    if source.name in DATASETS:
+    # Checked against the names registered so far, not by a lookup: a lookup would start
+    # discovery from inside the importing dataset module and reorder the listing.
+    if source.name in _registered:
         raise v.invalid("source", f"source: a dataset named {source.name!r} is already registered")
-    DATASETS[source.name] = source
+    DATASETS.register(source)
+    _registered.add(source.name)
     return source
-
-
-for _source in (digits.SOURCE, *idx.SOURCES, cifar10.SOURCE, faces.SOURCE, adult.SOURCE):
-    register_dataset(_source)
-
-# The private halves of generative model inversion (Zhang et al. 2020, §4.1); the public halves
-# are named on the attack's command line (--public-data mnist:5-9, faces:20-39).
-register_dataset(class_subset_source(DATASETS["mnist"], (0, 1, 2, 3, 4), name="mnist-0-4", description="MNIST digits 0-4 only (GMI's private half; public half mnist:5-9)"))
-register_dataset(class_subset_source(DATASETS["faces"], tuple(range(20)), name="faces-1-20", description="AT&T/ORL identities s1-s20 only, labels 0-19 (GMI's private half; public half faces:20-39)"))
 
 
 def _normalize_name(name: Any) -> str:
@@ -233,3 +237,8 @@ def dataset_info(*, data_root: str | os.PathLike[str] | None = None) -> list[Dat
             info = missing_info(name, f"unavailable: unreadable under {root}: {' '.join(str(err).split())}")
         out.append(info)
     return out
+
+
+# Last, so that every name the dataset modules import from here exists while they run.
+for _module in _BUILT_IN:
+    importlib.import_module(_module)

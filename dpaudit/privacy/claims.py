@@ -11,11 +11,8 @@ Claim kinds:
 
 * :class:`DPClaim` — any mechanism expressible as a ``dp_accounting`` event;
 * :class:`NonPrivateClaim` — explicitly no guarantee: ε = ∞ under every accountant;
-* :class:`PATEClaim` — the answers of a PATE aggregator (Papernot et al. 2017, 2018), stated by
-  the total RDP curve of the answered queries: data-independent, data-dependent, or a
-  data-dependent bound released with smooth sensitivity.
-
-Later defenses register their own kinds with :func:`register_claim_kind`.
+Every other kind lives beside its mathematics and registers itself in :data:`CLAIM_KINDS`
+(PATE's in :mod:`dpaudit.privacy.pate.claim`, DSSGD's in :mod:`dpaudit.privacy.dssgd`).
 """
 
 from __future__ import annotations
@@ -30,25 +27,22 @@ import attr
 from dp_accounting import dp_event as dpe
 
 from dpaudit import _validate as v
-from dpaudit.privacy.accountants import (
-    ACCOUNTANTS,
-    compute_epsilon,
-    sampled_gaussian_event,
-)
+from dpaudit.privacy.accountant_names import ACCOUNTANTS
+from dpaudit.privacy.accountants import compute_epsilon
+from dpaudit.privacy.events import sampled_gaussian_event
+from dpaudit.registry import Registry
 
 __all__ = [
     "EpsilonUpperBound",
     "PrivacyClaim",
     "DPClaim",
     "NonPrivateClaim",
-    "PATEClaim",
-    "PATE_ANALYSES",
     "dpsgd_claim",
     "claim_from_dict",
     "event_to_dict",
     "event_from_dict",
     "check_event",
-    "register_claim_kind",
+    "CLAIM_KINDS",
     "claim_kind",
     "NEIGHBOURING_RELATIONS",
 ]
@@ -417,127 +411,6 @@ class NonPrivateClaim(PrivacyClaim):
         return math.inf
 
 
-#: How a PATE claim's RDP curve was obtained.
-PATE_ANALYSES = ("data-independent", "data-dependent")
-_PATE_PARAMETERS = {"lnmax": ("laplace_scale",), "gnmax": ("sigma",), "confident-gnmax": ("threshold", "threshold_sigma", "sigma")}
-
-
-@dataclass(frozen=True, kw_only=True)
-class PATEClaim(PrivacyClaim):
-    """The privacy of a PATE student's labels: the aggregator's answers, as a total RDP curve.
-
-    PATE's guarantee covers what leaves the teachers, the noisy answers to the student's
-    queries (Papernot et al. 2017, §3; 2018, §4). Its data-dependent bound is computed from the
-    votes themselves, so unlike a DP-SGD claim it cannot be recomputed from parameters: the
-    claim carries the total RDP of the answers at each order, and ε at any δ follows by the
-    standard conversion ε = min_λ RDP(λ) + ln(1/δ)/(λ − 1) the papers use (Mironov 2017,
-    Proposition 3). A data-dependent ε released with smooth sensitivity (2018, §4.2) is stated at
-    its one order λ (fixed from public parameters), as the noisy RDP estimate plus the release's
-    own cost: a noisy estimate, not a bound.
-
-    Attributes:
-        aggregator: ``"lnmax"``, ``"gnmax"`` or ``"confident-gnmax"``.
-        parameters: the aggregator's noise (``laplace_scale``; ``sigma``; ``threshold``,
-            ``threshold_sigma`` and ``sigma``).
-        num_queries: queries the student asked.
-        num_answered: queries answered (all of them except under Confident-GNMax).
-        orders: RDP orders λ > 1.
-        rdp: total RDP of the answers at each order.
-        analysis: ``"data-independent"`` or ``"data-dependent"`` (then ε is private information).
-        smooth_sensitivity: ``{"beta": β, "sigma_ss": σ_ss}`` when the data-dependent bound was
-            released with smooth sensitivity (then ``orders`` holds the one release order).
-    """
-
-    kind: ClassVar[str] = "pate"
-    accountants: ClassVar[tuple[str, ...]] = ("rdp",)
-
-    aggregator: str
-    parameters: Mapping[str, float]
-    num_queries: int
-    num_answered: int
-    orders: tuple[float, ...]
-    rdp: tuple[float, ...]
-    analysis: str = "data-independent"
-    smooth_sensitivity: Mapping[str, float] | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        v.choice("aggregator", self.aggregator, tuple(_PATE_PARAMETERS))
-        v.choice("analysis", self.analysis, PATE_ANALYSES)
-        if not isinstance(self.parameters, Mapping):
-            raise v.invalid_type("parameters", f"parameters must be a mapping, got {v.short(self.parameters)}")
-        wanted = _PATE_PARAMETERS[self.aggregator]
-        if set(self.parameters) != set(wanted):
-            raise v.invalid("parameters", f"parameters of {self.aggregator} must be exactly {', '.join(wanted)}; got {', '.join(sorted(self.parameters)) or 'none'}")
-        params = {k: v.positive(f"parameters.{k}", self.parameters[k]) for k in wanted}
-        object.__setattr__(self, "parameters", params)
-        queries = v.integer("num_queries", self.num_queries, minimum=0)
-        answered = v.integer("num_answered", self.num_answered, minimum=0)
-        if answered > queries:
-            raise v.invalid("num_answered", f"num_answered must be <= num_queries ({queries}), got {answered!r}")
-        orders = tuple(v.positive(f"orders[{i}]", x) for i, x in enumerate(self.orders))
-        rdp = tuple(v.non_negative(f"rdp[{i}]", x) for i, x in enumerate(self.rdp))
-        if not orders or len(orders) != len(rdp) or any(o <= 1 for o in orders):
-            raise v.invalid("orders", f"orders and rdp must be equally long and non-empty, with every order > 1; got {len(orders)} orders, {len(rdp)} values")
-        object.__setattr__(self, "orders", orders)
-        object.__setattr__(self, "rdp", rdp)
-        if self.smooth_sensitivity is not None:
-            if self.analysis != "data-dependent":
-                raise v.invalid("smooth_sensitivity", "smooth_sensitivity applies to a data-dependent analysis only")
-            if not isinstance(self.smooth_sensitivity, Mapping) or set(self.smooth_sensitivity) != {"beta", "sigma_ss"}:
-                raise v.invalid("smooth_sensitivity", f"smooth_sensitivity must hold exactly beta and sigma_ss, got {v.short(self.smooth_sensitivity)}")
-            ss = {k: v.positive(f"smooth_sensitivity.{k}", self.smooth_sensitivity[k]) for k in ("beta", "sigma_ss")}
-            if len(orders) != 1:
-                raise v.invalid("orders", f"a smooth-sensitivity release is stated at one order, got {len(orders)}")
-            object.__setattr__(self, "smooth_sensitivity", ss)
-
-    @property
-    def data_dependent(self) -> bool:
-        return self.analysis == "data-dependent"
-
-    @property
-    def sanitised(self) -> bool:
-        return self.smooth_sensitivity is not None
-
-    def epsilon(self, *, delta: float, accountant: str = "rdp") -> float:
-        """ε at ``delta`` by the standard RDP conversion over the claim's orders."""
-        from dpaudit.privacy.pate import rdp_to_epsilon
-
-        v.choice("accountant", accountant, self.accountants)
-        return rdp_to_epsilon(self.orders, self.rdp, delta=delta)[0]
-
-    def epsilon_improved(self, *, delta: float) -> float:
-        """ε at ``delta`` by the improved conversion (Balle et al. 2020), reported beside :meth:`epsilon`."""
-        from dpaudit.privacy.pate import rdp_to_epsilon
-
-        return min(rdp_to_epsilon(self.orders, self.rdp, delta=delta, conversion="improved")[0], self.epsilon(delta=delta))
-
-    @classmethod
-    def from_dict_fields(cls, data: Mapping[str, Any]) -> dict[str, Any]:
-        missing = [k for k in ("aggregator", "parameters", "num_queries", "num_answered", "orders", "rdp") if k not in data]
-        if missing:
-            raise v.invalid("claim", f"claim of kind 'pate' is missing {', '.join(missing)}")
-        out = {k: data[k] for k in ("aggregator", "parameters", "num_queries", "num_answered", "analysis", "smooth_sensitivity") if k in data}
-        for k in ("orders", "rdp"):
-            if not isinstance(data[k], (list, tuple)):
-                raise v.invalid_type("claim", f"{k} must be a list of numbers, got {v.short(data[k])}")
-            out[k] = tuple(data[k])
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **super().to_dict(),
-            "aggregator": self.aggregator,
-            "parameters": dict(self.parameters),
-            "num_queries": self.num_queries,
-            "num_answered": self.num_answered,
-            "analysis": self.analysis,
-            "orders": list(self.orders),
-            "rdp": list(self.rdp),
-            "smooth_sensitivity": None if self.smooth_sensitivity is None else dict(self.smooth_sensitivity),
-        }
-
-
 def dpsgd_claim(*, sampling_rate: float, noise_multiplier: float, num_steps: int, description: str | None = None) -> DPClaim:
     """Claim of DP-SGD with Poisson sampling (Abadi et al. 2016, Algorithm 1)."""
     event = sampled_gaussian_event(sampling_rate=sampling_rate, noise_multiplier=noise_multiplier, num_steps=num_steps)
@@ -546,7 +419,13 @@ def dpsgd_claim(*, sampling_rate: float, noise_multiplier: float, num_steps: int
     return DPClaim(event=event, description=description)
 
 
-_CLAIM_KINDS: dict[str, type[PrivacyClaim]] = {"dp": DPClaim, "nonprivate": NonPrivateClaim, "pate": PATEClaim}
+#: Every claim kind, by :attr:`PrivacyClaim.kind`. A kind registers itself where its mathematics
+#: is defined (``@CLAIM_KINDS.register``); the first lookup imports every module of
+#: :mod:`dpaudit.privacy`, so a record of any kind loads in a process that never imported its
+#: defense, and this module imports none of them.
+CLAIM_KINDS: Registry[type[PrivacyClaim]] = Registry("claim kind", argument="claim", key=lambda cls: cls.kind, discover=("dpaudit.privacy",))
+CLAIM_KINDS.register(DPClaim)
+CLAIM_KINDS.register(NonPrivateClaim)
 
 
 def claim_kind(name: str) -> type[PrivacyClaim]:
@@ -555,15 +434,9 @@ def claim_kind(name: str) -> type[PrivacyClaim]:
     Raises:
         ValueError: no claim kind of that name.
     """
-    if name not in _CLAIM_KINDS:
-        raise v.invalid("claim", f"claim kind must be one of {', '.join(_CLAIM_KINDS)}; got {name!r}")
-    return _CLAIM_KINDS[name]
-
-
-def register_claim_kind(cls: type[PrivacyClaim]) -> type[PrivacyClaim]:
-    """Class decorator that makes a new claim kind loadable by :func:`claim_from_dict`."""
-    _CLAIM_KINDS[cls.kind] = cls
-    return cls
+    if name not in CLAIM_KINDS:
+        raise v.invalid("claim", f"claim kind must be one of {', '.join(CLAIM_KINDS)}; got {name!r}")
+    return CLAIM_KINDS[name]
 
 
 def claim_from_dict(data: dict[str, Any]) -> PrivacyClaim:
@@ -579,14 +452,9 @@ def claim_from_dict(data: dict[str, Any]) -> PrivacyClaim:
     if not isinstance(data, dict):
         raise v.invalid("claim", f"claim must be a JSON object, got {v.short(data)}")
     kind = data.get("kind")
-    if not isinstance(kind, str) or kind not in _CLAIM_KINDS:
-        raise v.invalid("claim", f"claim kind must be one of {', '.join(_CLAIM_KINDS)}; got {v.short(kind)}")
+    if not isinstance(kind, str) or kind not in CLAIM_KINDS:
+        raise v.invalid("claim", f"claim kind must be one of {', '.join(CLAIM_KINDS)}; got {v.short(kind)}")
     try:
-        return _CLAIM_KINDS[kind].from_dict(data)
+        return CLAIM_KINDS[kind].from_dict(data)
     except TypeError as exc:
         raise v.invalid("claim", str(exc)) from None
-
-
-# DSSGD's claim kind lives beside its accounting; importing it here registers the kind, so a
-# record written by a DSSGD run loads in a process that never imported the defense.
-from dpaudit.privacy import dssgd as _dssgd  # noqa: E402, F401

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from dpaudit import _validate as v
-from dpaudit.privacy.claims import PrivacyClaim, register_claim_kind
+from dpaudit.privacy.claims import CLAIM_KINDS, PrivacyClaim
+from dpaudit.privacy.dssgd_budget import fraction_count, plan_budget
+from dpaudit.privacy.record_claims import RebuiltClaim, agree, format_number, register_claim_rebuilder, required
 
 __all__ = ["SPLITS", "SELECTION_SHARE", "NoiseScales", "noise_scales", "upload_costs", "round_epsilon", "DSSGDClaim", "dssgd_svt_claim"]
 
@@ -145,7 +147,7 @@ _FIELDS = (
 )
 
 
-@register_claim_kind
+@CLAIM_KINDS.register
 @dataclass(frozen=True, kw_only=True)
 class DSSGDClaim(PrivacyClaim):
     """One DSSGD participant's guarantee under the DP upload, composed over uploads and rounds.
@@ -287,3 +289,51 @@ def dssgd_svt_claim(*, epsilon_per_parameter: float, bound: float, threshold: fl
         num_parameters=num_parameters,
         split=split,
     )
+
+
+@register_claim_rebuilder("dssgd-svt")
+def _dssgd(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int) -> RebuiltClaim:
+    """DSSGD's DP upload: the sparse-vector parameters from the config, c and |Δw| from the run.
+
+    With ``target_epsilon`` the config keeps ε per parameter or R unset: both are planned again
+    from it and the public c (:func:`defenses.dssgd.plan.plan_budget`), and must be what the run
+    used, so the claim can never spend more than the budget.
+    """
+    eps = required("config", config, "dp_epsilon")
+    target = config.get("target_epsilon")
+    if eps is None and target is None:
+        raise ValueError("config dp_epsilon=None states no DP upload, but the claim is of kind 'dssgd-svt'")
+    num_parameters = required("metrics", metrics, "num_parameters")
+    c = required("metrics", metrics, "uploads_per_turn")
+    rounds = config.get("rounds")
+    sources = {"epsilon_per_parameter": "config dp_epsilon", "num_rounds": "config rounds"}
+    if target is not None:
+        agree("metrics uploads_per_turn", c, "config upload_fraction x metrics num_parameters", fraction_count("upload_fraction", required("config", config, "upload_fraction"), num_parameters))
+        plan = plan_budget(target_epsilon=target, dp_epsilon=eps, rounds=rounds, uploads_per_turn=c)
+        if eps is None:
+            eps = plan.dp_epsilon
+            agree("metrics run_dp_epsilon", required("metrics", metrics, "run_dp_epsilon"), f"the dp_epsilon config target_epsilon={format_number(target)} allows", eps)
+            sources["epsilon_per_parameter"] = "config target_epsilon / (metrics uploads_per_turn x config rounds)"
+        if rounds is None:
+            rounds = plan.rounds
+            agree("metrics run_rounds", required("metrics", metrics, "run_rounds"), f"the rounds config target_epsilon={format_number(target)} allows", rounds)
+            sources["num_rounds"] = "the rounds config target_epsilon allows at config dp_epsilon"
+    claim = dssgd_svt_claim(
+        epsilon_per_parameter=eps,
+        bound=required("config", config, "bound"),
+        threshold=required("config", config, "threshold"),
+        split=required("config", config, "budget_split"),
+        uploads_per_round=c,
+        num_rounds=required("config", config, "rounds") if rounds is None else rounds,
+        num_parameters=num_parameters,
+    )
+    sources.update(
+        {
+            "bound": "config bound",
+            "threshold": "config threshold",
+            "split": "config budget_split",
+            "uploads_per_round": "metrics uploads_per_turn",
+            "num_parameters": "metrics num_parameters",
+        }
+    )
+    return RebuiltClaim(claim=claim, sources=sources)

@@ -1,6 +1,6 @@
 """The outcome of an audit: an empirical lower bound ε_LB beside the claim's upper bound ε_UB.
 
-:class:`AuditResult` is computed by :mod:`dpaudit.privacy.audit` (the statistics of audit.md
+:class:`AuditResult` is computed by :mod:`dpaudit.results.auditing` (the statistics of audit.md
 §1–5) and stored as ``result.json`` in the audit's directory; it carries its verdicts
 (``violation`` = ε_LB > ε_UB, ``tightness`` = ε_LB / ε_UB) so that reports only render them.
 
@@ -106,7 +106,7 @@ class AuditResult:
         details: further JSON-able facts (threshold, counts, full-run claim, timings).
         ceiling: the largest ``epsilon_lb`` this design could report: the same counts
             (observations, or canaries and guess counts), Bonferroni factor, confidence, δ, group
-            size and bound with a perfect attack (:func:`dpaudit.privacy.audit.audit_ceiling`).
+            size and bound with a perfect attack (:func:`dpaudit.results.auditing.audit_ceiling`).
             ``None`` only for results stored before ceilings were reported.
         assumption: what ``epsilon_lb`` assumes about the mechanism beyond its claim:
             ``none (Clopper-Pearson)`` / ``none (Steinke et al. one-run)``, or a trade-off
@@ -256,7 +256,7 @@ class AuditResult:
 class EpsilonByTrials:
     """ε_LB and its ceiling for the audit recomputed on growing prefixes of its observations.
 
-    Computed by :func:`dpaudit.privacy.audit.epsilon_lb_by_trials` from an audit's stored scores;
+    Computed by :func:`dpaudit.results.auditing.epsilon_lb_by_trials` from an audit's stored scores;
     the report plots both against the number of observations, so a reader sees whether more
     trials would have raised the ceiling (and with it, possibly, ε_LB).
 

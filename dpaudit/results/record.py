@@ -165,7 +165,7 @@ class TrainedModel:
         each is validated by its own type (:class:`CertificationSpec` for the latter), so a
         tampered value is refused on load instead of being reported.
         """
-        from dpaudit.results.certification import CertificationSpec
+        from dpaudit.results.certification_spec import CertificationSpec
 
         for where in ("config", "metrics"):
             delta = getattr(self, where).get("delta")

@@ -50,6 +50,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from dpaudit import _validate as v
+from dpaudit.layers import Standardize
 
 __all__ = [
     "ATTACK_NORMS",
@@ -303,8 +304,6 @@ def _weight_acts_on_input(block: nn.Module) -> bool:
     else in front, a PCA Projection P above all, mixes inputs with signs: |W|·(P·1) is then
     neither |W P|·1 nor a bound on it.
     """
-    from dpaudit.models import Standardize  # models imports this module; resolved at call time
-
     mods = list(block) if isinstance(block, nn.Sequential) else [block]
     *front, last = mods
     if not isinstance(last, _LINEAR_TYPES) or getattr(last, "padding_mode", "zeros") != "zeros":

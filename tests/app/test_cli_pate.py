@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpaudit.privacy import pate
+from dpaudit.privacy.pate import analysis
 
 
 def _votes(tmp_path: Path, rows: list[list[int]], repeat: int = 1, name: str = "votes.npy") -> str:
@@ -35,7 +35,7 @@ def test_gnmax_and_confident_gnmax_match_the_library(cli, tmp_path: Path) -> Non
     votes = _votes(tmp_path, [ROW, [150, 50, 20, 10, 10, 5, 5, 0, 0, 0]], 50)
     code, out, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "40", "--json")
     assert code == 0, err
-    want = pate.analyze_gnmax(np.load(votes), sigma=40, delta=1e-5)
+    want = analysis.analyze_gnmax(np.load(votes), sigma=40, delta=1e-5)
     data = json.loads(out)
     assert data["epsilon_data_dependent_realised"] == pytest.approx(want.data_dependent.epsilon) and data["order"] == want.data_dependent.order
     assert data["epsilon_data_dependent_realised_improved"] <= data["epsilon_data_dependent_realised"] < data["epsilon_data_independent"]
@@ -212,10 +212,11 @@ def test_analyze_limit_needs_i_know(cli, tmp_path: Path, shape: tuple[int, int],
 def test_analyze_limit_with_i_know_runs_and_shows_progress(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Beyond a (here lowered) limit --i-know runs it; a long analysis shows its progress on stderr."""
     from dpaudit.app.verbs import pate as verb
+    from dpaudit.privacy.pate import votes as pate_votes
 
     monkeypatch.setattr(verb, "MAX_QUERIES", 100)
     monkeypatch.setattr(verb, "PROGRESS_QUERIES", 100)
-    monkeypatch.setattr(pate, "PROGRESS_EVERY", 50)
+    monkeypatch.setattr(pate_votes, "PROGRESS_EVERY", 50)
     votes = _votes(tmp_path, [ROW], 300)
     code, _, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "40")
     assert code == 2 and "holds 300 queries, above the limit 100" in err
@@ -228,8 +229,8 @@ def test_analyze_limit_with_i_know_runs_and_shows_progress(cli, tmp_path: Path, 
 def test_analyze_progress_counts_every_query() -> None:
     seen: list[int] = []
     votes = np.array([ROW] * 2_345)
-    plain = pate.analyze_gnmax(votes, sigma=40, delta=1e-5)
-    assert pate.analyze_gnmax(votes, sigma=40, delta=1e-5, progress=seen.append) == plain
+    plain = analysis.analyze_gnmax(votes, sigma=40, delta=1e-5)
+    assert analysis.analyze_gnmax(votes, sigma=40, delta=1e-5, progress=seen.append) == plain
     assert sum(seen) == 2_345 and len(seen) == 3
 
 

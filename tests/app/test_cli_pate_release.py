@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dpaudit.privacy import pate
+from dpaudit.privacy.pate import analysis, mechanisms, smooth_sensitivity
+from dpaudit.privacy.pate import votes as pate_votes
 
 ROW = [200, 30, 10, 10, 0, 0, 0, 0, 0, 0]
 RELEASE = ["--smooth-sensitivity-beta", "0.0329", "--smooth-sensitivity-sigma", "15"]
@@ -90,20 +91,20 @@ def test_release_json_holds_no_private_quantity(cli, tmp_path: Path, aggregator:
     data = json.loads(out)
     lam = _release_of(data)["order"]
     # The private quantities, recomputed directly: at every order the old release could pick and at the one used.
-    grid = [x for x in pate.GNMAX_ORDERS if x < 1 / (2 * beta)]
+    grid = [x for x in pate_votes.GNMAX_ORDERS if x < 1 / (2 * beta)]
     if aggregator == "gnmax":
-        analyses = [pate.analyze_gnmax(votes, sigma=40.0, delta=delta, orders=o) for o in (pate.GNMAX_ORDERS, grid)]
-        per_row = [pate.gnmax_local_sensitivities(r, sigma=40.0, order=lam) for r in votes]
-        rdp_at = sum(pate.gnmax_rdp(r, sigma=40.0, orders=[lam])[0] for r in votes)
+        analyses = [analysis.analyze_gnmax(votes, sigma=40.0, delta=delta, orders=o) for o in (pate_votes.GNMAX_ORDERS, grid)]
+        per_row = [smooth_sensitivity.gnmax_local_sensitivities(r, sigma=40.0, order=lam) for r in votes]
+        rdp_at = sum(mechanisms.gnmax_rdp(r, sigma=40.0, orders=[lam])[0] for r in votes)
     else:
         kw: dict[str, Any] = {"threshold": 200.0, "threshold_sigma": 150.0}
-        analyses = [pate.analyze_confident_gnmax(votes, **kw, sigma=40.0, delta=delta, orders=o, answered=a) for o in (pate.GNMAX_ORDERS, grid) for a in (answered, None)]
-        per_row = [pate.threshold_local_sensitivities(r, **kw, order=lam) for r in votes]
-        per_row += [pate.gnmax_local_sensitivities(r, sigma=40.0, order=lam, num_teachers=250) for r in votes[answered]]
-        rdp_at = sum(pate.threshold_rdp(r, **kw, orders=[lam])[0] for r in votes) + sum(pate.gnmax_rdp(r, sigma=40.0, orders=[lam])[0] for r in votes[answered])
-    ss = pate.smooth_sensitivity(np.sum(per_row, axis=0), beta=beta)
+        analyses = [analysis.analyze_confident_gnmax(votes, **kw, sigma=40.0, delta=delta, orders=o, answered=a) for o in (pate_votes.GNMAX_ORDERS, grid) for a in (answered, None)]
+        per_row = [smooth_sensitivity.threshold_local_sensitivities(r, **kw, order=lam) for r in votes]
+        per_row += [smooth_sensitivity.gnmax_local_sensitivities(r, sigma=40.0, order=lam, num_teachers=250) for r in votes[answered]]
+        rdp_at = sum(mechanisms.threshold_rdp(r, **kw, orders=[lam])[0] for r in votes) + sum(mechanisms.gnmax_rdp(r, sigma=40.0, orders=[lam])[0] for r in votes[answered])
+    ss = smooth_sensitivity.smooth_sensitivity(np.sum(per_row, axis=0), beta=beta)
     private = {"smooth sensitivity": ss, "data-dependent RDP at the release order": rdp_at}
-    private["its ε"] = rdp_at + pate.gnss_rdp(beta=beta, sigma_ss=sigma_ss, order=lam) + math.log(1 / delta) / (lam - 1)
+    private["its ε"] = rdp_at + smooth_sensitivity.gnss_rdp(beta=beta, sigma_ss=sigma_ss, order=lam) + math.log(1 / delta) / (lam - 1)
     for i, a in enumerate(analyses):
         dep = a.data_dependent
         private |= {f"data-dependent ε {i}": dep.epsilon, f"improved {i}": dep.epsilon_improved, f"order {i}": dep.order, f"improved order {i}": dep.order_improved}
@@ -115,7 +116,7 @@ def test_release_json_holds_no_private_quantity(cli, tmp_path: Path, aggregator:
     # Public by construction (the votes' shape, δ, β, σ_ss, the data-independent bound at the
     # answered count): a private value may coincide with one of these (e.g. both orders 18.5).
     ind = analyses[0].data_independent
-    public = {ind.epsilon, ind.order, lam, pate.gnss_rdp(beta=beta, sigma_ss=sigma_ss, order=lam), beta, sigma_ss, delta, 60, 250, 10, int(answered.sum()), 3}
+    public = {ind.epsilon, ind.order, lam, smooth_sensitivity.gnss_rdp(beta=beta, sigma_ss=sigma_ss, order=lam), beta, sigma_ss, delta, 60, 250, 10, int(answered.sum()), 3}
     for where, value in _walk(data):
         if any(isinstance(value, (int, float)) and math.isclose(value, x, rel_tol=1e-12) for x in public) and where.rsplit(".", 1)[-1] != "epsilon_noisy_estimate":
             continue
@@ -130,8 +131,8 @@ def test_release_order_does_not_depend_on_the_votes(cli, tmp_path: Path) -> None
     near_unanimous = np.array([[250, 0, 0, 0, 0, 0, 0, 0, 0, 0]] * 60, dtype=np.int64)
     split = _split_votes(60, seed=5)
     # The data-dependent analysis would pick different orders for these two matrices.
-    grid = [x for x in pate.GNMAX_ORDERS if x < 1 / (2 * 0.0329)]
-    assert pate.analyze_gnmax(near_unanimous, sigma=10.0, delta=1e-5, orders=grid).data_dependent.order != pate.analyze_gnmax(split, sigma=10.0, delta=1e-5, orders=grid).data_dependent.order
+    grid = [x for x in pate_votes.GNMAX_ORDERS if x < 1 / (2 * 0.0329)]
+    assert analysis.analyze_gnmax(near_unanimous, sigma=10.0, delta=1e-5, orders=grid).data_dependent.order != analysis.analyze_gnmax(split, sigma=10.0, delta=1e-5, orders=grid).data_dependent.order
     matrices = (near_unanimous, split, _split_votes(60, seed=6))
     orders = set()
     for i, votes in enumerate(matrices):
@@ -143,7 +144,7 @@ def test_release_order_does_not_depend_on_the_votes(cli, tmp_path: Path) -> None
     answered = np.zeros(60, dtype=bool)
     answered[:25] = True
     kw: dict[str, Any] = {"threshold": 200, "threshold_sigma": 150, "sigma": 10, "answered": answered, "delta": 1e-5, "beta": 0.0329, "sigma_ss": 15.0}
-    assert len({pate.release_confident_gnmax_epsilon(votes, **kw).order for votes in matrices}) == 1
+    assert len({smooth_sensitivity.release_confident_gnmax_epsilon(votes, **kw).order for votes in matrices}) == 1
 
 
 def test_confident_gnmax_names_its_expected_and_its_realised_cost(cli, tmp_path: Path) -> None:

@@ -130,7 +130,7 @@ def test_pate_analyze_reports_every_query_of_a_smooth_sensitivity_release(cli, c
     import numpy as np
 
     from dpaudit.app.verbs import pate as pate_verb
-    from dpaudit.privacy import pate as pate_lib
+    from dpaudit.privacy.pate import smooth_sensitivity as pate_lib
 
     monkeypatch.setattr(pate_verb, "PROGRESS_QUERIES", 10)
     monkeypatch.setattr(pate_lib, "RELEASE_PROGRESS_EVERY", 1)

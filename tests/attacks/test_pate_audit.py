@@ -14,7 +14,8 @@ import pytest
 from attacks.audit.pate import answer_counts, neighbouring_votes, pate_audit, per_query_upper_bound
 from defenses.pate.aggregators import ConfidentGNMaxConfig, GNMaxConfig, LNMaxConfig, aggregate
 from defenses.pate.planted import PLANTED_PATE_BUGS, aggregate_noise_scale_too_small, aggregate_threshold_without_noise, planted_aggregator
-from dpaudit.privacy import pate
+from dpaudit.privacy.pate import analysis
+from dpaudit.privacy.pate import votes as pate_votes
 
 SEEDS = range(5)
 TRIALS = 100_000
@@ -68,14 +69,14 @@ def test_upper_bounds_are_the_claims_per_query_bounds() -> None:
     row = np.array([126, 124] + [0] * 8)
     lnmax = per_query_upper_bound(LNMaxConfig(laplace_scale=20.0), delta=1e-5, votes=row)
     assert lnmax.accountant == "pure" and lnmax.epsilon == pytest.approx(0.1)
-    orders = np.asarray(pate.GNMAX_ORDERS)
+    orders = np.asarray(pate_votes.GNMAX_ORDERS)
     gn = per_query_upper_bound(GNMaxConfig(sigma=40.0), delta=1e-5, votes=row)
-    standard = pate.rdp_to_epsilon(orders, orders / 40.0**2, delta=1e-5)[0]
+    standard = analysis.rdp_to_epsilon(orders, orders / 40.0**2, delta=1e-5)[0]
     assert gn.by_accountant["rdp"] == pytest.approx(standard)
     assert gn.epsilon == min(gn.by_accountant.values()) <= standard
     cg = per_query_upper_bound(CONFIGS["confident-gnmax"], delta=1e-5, votes=row)
     rdp = orders / (2 * 150.0**2) + orders / 40.0**2
-    assert cg.by_accountant["rdp"] == pytest.approx(pate.rdp_to_epsilon(orders, rdp, delta=1e-5)[0])
+    assert cg.by_accountant["rdp"] == pytest.approx(analysis.rdp_to_epsilon(orders, rdp, delta=1e-5)[0])
     assert not cg.claim.data_dependent and cg.claim.num_answered == 1
 
 
@@ -166,7 +167,7 @@ def test_a_million_trials_take_seconds() -> None:
 def test_the_result_carries_its_ceiling_and_the_cli_prints_it(capsys) -> None:
     """Issue 15, item 4: the largest ε_LB the game's trials and Bonferroni factor allow."""
     from dpaudit.app.cli import main
-    from dpaudit.privacy.audit import audit_ceiling
+    from dpaudit.results.auditing import audit_ceiling
 
     bugged = planted_aggregator("noise-scale-too-small", aggregator="gnmax")
     for fn in (aggregate, bugged):

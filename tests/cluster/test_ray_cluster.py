@@ -362,7 +362,8 @@ def test_a_node_with_other_data_is_refused_before_any_job(cluster: Cluster, tmp_
     import ray
 
     from dpaudit.cluster import ClusterMismatch
-    from dpaudit.executors import Job, RayExecutor
+    from dpaudit.executors.jobs import Job
+    from dpaudit.executors.ray_tasks import RayExecutor
 
     if SHARED_DATA is None:
         pytest.skip("the offline face images are not found")

@@ -21,7 +21,8 @@ def test_small_model_jobs_share_one_gpu_four_at_a_time_and_a_gpu_less_cluster_is
 
     from dpaudit.app.plan import count_parameters, ray_gpus
     from dpaudit.cluster import ClusterMismatch, gpu_share
-    from dpaudit.executors import Job, RayExecutor
+    from dpaudit.executors.jobs import Job
+    from dpaudit.executors.ray_tasks import RayExecutor
 
     # The rule: the zoo's small models take a quarter of a GPU, big ones a whole GPU, CPU none.
     mlp = count_parameters("digits-mlp", input_shape=(1, 8, 8), num_classes=10)

@@ -14,13 +14,10 @@ import torch
 
 from attacks.membership.shadows import ShadowTraining, ensure_shadows, plan_shadows
 from dpaudit.data import load_dataset, make_splits
-from dpaudit.executors import (
-    Job,
-    LocalExecutor,
-    RayExecutor,
-    SerialExecutor,
-    make_executor,
-)
+from dpaudit.executors import make_executor
+from dpaudit.executors.jobs import Job, SerialExecutor
+from dpaudit.executors.local import LocalExecutor
+from dpaudit.executors.ray_tasks import RayExecutor
 from dpaudit.results.record import Membership, TrainedModel
 from dpaudit.seeding import derive_seed
 
@@ -133,7 +130,8 @@ def test_ray_absent_is_a_clear_error(monkeypatch):
 _PARENT = """
 import os, sys, time
 import numpy as np
-from dpaudit.executors import Job, LocalExecutor
+from dpaudit.executors.jobs import Job
+from dpaudit.executors.local import LocalExecutor
 
 
 def nap(seconds, marker_dir):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit.executors import SerialExecutor
+from dpaudit.executors.jobs import SerialExecutor
 from dpaudit.model_cache import CachedModels, ModelJob, ensure_models, is_cached, pack_model, unpack_state
 from dpaudit.models import build_model
 from dpaudit.results.record import RECORD_FILE, WEIGHTS_FILE, Membership, TrainedModel, load_record

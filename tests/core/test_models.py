@@ -2,7 +2,8 @@ import pytest
 import torch
 from torch import nn
 
-from dpaudit.models import MAX_MODEL_PARAMETERS, MODELS, Projection, build_model, count_parameters
+from dpaudit.layers import Projection
+from dpaudit.models import MAX_MODEL_PARAMETERS, MODELS, build_model, count_parameters
 
 SHAPES = {
     "abadi-mnist": ((1, 28, 28), 10),

@@ -97,3 +97,14 @@ def test_source_validates_its_fields(changes, exc, arg):
     fields = {"name": "toy", "description": "toy", "input_shape": (4,), "num_classes": 3, "files": (), "load": _toy_bundle, "info": _toy_info}
     with pytest.raises(exc, match=arg):
         DatasetSource(**{**fields, **changes})
+
+
+def test_the_listing_order_does_not_depend_on_which_dataset_module_a_process_imports_first():
+    # Sources register themselves where they are defined; the built-in ones are registered in
+    # one fixed order however the process reaches them (the CLI lists them in that order).
+    import subprocess
+    import sys
+
+    code = "import dpaudit.data.adult, dpaudit.data.cifar10\nfrom dpaudit.data import DATASETS\nprint(' '.join(DATASETS))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[:8] == ["digits", "mnist", "fashion-mnist", "cifar10", "faces", "adult", "mnist-0-4", "faces-1-20"]

@@ -217,10 +217,7 @@ def test_train_certify_report_end_to_end(tmp_path: Path, capsys: pytest.CaptureF
 
     # A planted over-claiming certificate is caught by the core's soundness check on the rerun
     # (exit 3), and the report renders the stored verdict.
-    from dpaudit.robustness.certification import (
-        load_certification_result,
-        save_certification_result,
-    )
+    from dpaudit.results.certification import load_certification_result, save_certification_result
 
     own = load_certification_result(result_dir / "certify-pixeldp.json")
     inflated = dataclasses.replace(own, predictions=np.asarray(own.labels), radii=np.full(len(own.labels), 10.0))
@@ -257,7 +254,8 @@ def test_linf_noise_behind_a_pca_projection_follows_the_bound_of_w_times_p(digit
     # |W|·(P·1) gave 3.5× less noise on a trained digits model (issue 29).
     import torch
 
-    from dpaudit.models import Projection, build_model
+    from dpaudit.layers import Projection
+    from dpaudit.models import build_model
 
     bundle, _ = digits
     config = HGMConfig(epochs=1, attack_norm="linf", sensitivity_control=control, redistribute=False, noise_ramp_fraction=0.0)

@@ -19,7 +19,7 @@ from dpaudit.app.records import verify_record
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.options import option_specs
 from dpaudit.privacy.record_claims import CLAIM_REBUILDERS
-from dpaudit.results.certification import CertificationSpec
+from dpaudit.results.certification_spec import CertificationSpec
 from dpaudit.results.record import load_record
 from dpaudit.store import thaw
 from dpaudit.weights import load_model, save_record

@@ -22,9 +22,9 @@ from defenses.dpsgd.pca import dp_pca
 from defenses.dpsgd.plan import learning_rate_at, plan_dpsgd
 from defenses.dpsgd.training import parameter_names, poisson_lot, train_dpsgd
 from dpaudit.data import load_dataset, make_splits
-from dpaudit.models import Projection
-from dpaudit.privacy.accountants import sampled_gaussian_event
+from dpaudit.layers import Projection
 from dpaudit.privacy.claims import DPClaim, dpsgd_claim
+from dpaudit.privacy.events import sampled_gaussian_event
 
 # ----------------------------------------------------------------------------- clipping
 

@@ -1,4 +1,4 @@
-"""PATE's derived defaults and its budget rule (defenses/pate/plan.py, dpaudit/privacy/pate_budget.py)."""
+"""PATE's derived defaults and its budget rule (defenses/pate/plan.py, dpaudit/privacy/pate/budget.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from dp_accounting.rdp import rdp_privacy_accountant
 
 from defenses.pate.defense import PATEConfig
 from defenses.pate.plan import plan_pate
-from dpaudit.privacy.pate import GNMAX_ORDERS
-from dpaudit.privacy.pate_budget import worst_case_epsilon
+from dpaudit.privacy.pate.budget import worst_case_epsilon
+from dpaudit.privacy.pate.votes import GNMAX_ORDERS
 
 DIGITS = {"num_members": 718, "num_public": 324, "num_classes": 10}
 

@@ -12,7 +12,8 @@ import numpy as np
 
 from defenses.pate.aggregators import aggregate
 from defenses.pate.defense import PATEConfig, _analyse
-from dpaudit.privacy import pate
+from dpaudit.privacy.pate import analysis, smooth_sensitivity
+from dpaudit.privacy.pate import claim as pate_claim
 
 ROW = [200, 30, 10, 10, 0, 0, 0, 0, 0, 0]
 
@@ -27,12 +28,12 @@ def test_a_students_claim_is_the_realised_cost_and_its_release_is_fresh_and_publ
     first, second = _analyse(config, agg), _analyse(config, agg)
     result, release = first
     kw = {"threshold": 200.0, "threshold_sigma": 150.0, "sigma": 40.0, "delta": 1e-5}
-    realised = pate.analyze_confident_gnmax(votes, **kw, answered=agg.answered).data_dependent
+    realised = analysis.analyze_confident_gnmax(votes, **kw, answered=agg.answered).data_dependent
     assert result.data_dependent.cost == "realised" and result.data_dependent.epsilon == realised.epsilon
-    assert result.data_dependent.epsilon != pate.analyze_confident_gnmax(votes, **kw).data_dependent.epsilon
+    assert result.data_dependent.epsilon != analysis.analyze_confident_gnmax(votes, **kw).data_dependent.epsilon
     assert release.private and release.seed is None
     assert release.epsilon_noisy_estimate != second[1].epsilon_noisy_estimate
-    public = pate.release_order(sigma=40.0, num_answered=agg.num_answered, num_queries=40, threshold_sigma=150.0, delta=1e-5, beta=0.0329, sigma_ss=2.0)
+    public = smooth_sensitivity.release_order(sigma=40.0, num_answered=agg.num_answered, num_queries=40, threshold_sigma=150.0, delta=1e-5, beta=0.0329, sigma_ss=2.0)
     assert release.order == public and release.order_rule == "public"
-    claim = pate.pate_claim(result, parameters={"threshold": 200.0, "threshold_sigma": 150.0, "sigma": 40.0}, num_answered=agg.num_answered, release=release)
+    claim = pate_claim.pate_claim(result, parameters={"threshold": 200.0, "threshold_sigma": 150.0, "sigma": 40.0}, num_answered=agg.num_answered, release=release)
     assert "noisy estimate" in claim.statement() and claim.orders == (public,)

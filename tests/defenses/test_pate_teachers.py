@@ -11,7 +11,8 @@ import torch
 from defenses.nonprivate import NonPrivateConfig
 from defenses.pate.teachers import TeacherEnsemble, plan_teachers, teacher_predictions, teacher_votes, train_teachers
 from dpaudit.data import load_dataset, make_splits
-from dpaudit.executors import LocalExecutor, SerialExecutor
+from dpaudit.executors.jobs import SerialExecutor
+from dpaudit.executors.local import LocalExecutor
 from dpaudit.results.record import RECORD_FILE, load_record
 from dpaudit.weights import load_model
 

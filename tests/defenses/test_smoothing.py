@@ -18,8 +18,8 @@ from defenses import DEFENSES
 from defenses.smoothing import SmoothingConfig, train_smoothing
 from dpaudit.app.cli import main
 from dpaudit.data import load_dataset, make_splits
-from dpaudit.results.certification import CertificationSpec, SmoothingCertificationSpec
-from dpaudit.robustness import certification as c
+from dpaudit.results.certification_spec import CertificationSpec, SmoothingCertificationSpec
+from dpaudit.robustness import smoothing
 from dpaudit.robustness.montecarlo import sample_scores
 from dpaudit.robustness.noise import add_input_noise, is_randomized
 from dpaudit.store import thaw
@@ -54,7 +54,7 @@ def _certify(base: nn.Module, x: torch.Tensor, sigma: float) -> tuple[np.ndarray
     model = add_input_noise(base, input_shape=tuple(x.shape[1:]), noise_std=sigma)
     sel = sample_scores(model, x, num_draws=N0, seed=0, stream="select")
     est = sample_scores(model, x, num_draws=N, seed=0, stream="estimate")
-    return c.smoothing_certify(sel.counts, est.counts, sigma=sigma, confidence=CONFIDENCE)
+    return smoothing.smoothing_certify(sel.counts, est.counts, sigma=sigma, confidence=CONFIDENCE)
 
 
 def test_registered_with_a_nonprivate_claim_and_its_spec(digits):
@@ -124,9 +124,9 @@ def test_abstains_when_the_lower_bound_is_at_most_one_half(monkeypatch):
     predictions, radii = _certify(Coin(), torch.full((4, 1, 8, 8), 0.5), 0.25)
     assert predictions.tolist() == [-1] * 4 and radii.tolist() == [0.0] * 4
     # Exactly ½ abstains too (Cohen et al.'s CERTIFY certifies only p_A > ½).
-    monkeypatch.setattr(c, "smoothing_lower_bound", lambda n_a, n, confidence: np.full(np.shape(n_a), 0.5))
+    monkeypatch.setattr(smoothing, "smoothing_lower_bound", lambda n_a, n, confidence: np.full(np.shape(n_a), 0.5))
     counts = np.array([[N, 0]])
-    predictions, radii = c.smoothing_certify(counts[:, :] * 0 + [[N0, 0]], counts, sigma=1.0)
+    predictions, radii = smoothing.smoothing_certify(counts[:, :] * 0 + [[N0, 0]], counts, sigma=1.0)
     assert predictions.tolist() == [-1] and radii.tolist() == [0.0]
 
 

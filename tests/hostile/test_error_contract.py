@@ -21,8 +21,8 @@ import dpaudit.app.runs.audit as audit_run
 import dpaudit.app.runs.compare as compare_run
 import dpaudit.app.runs.train as train_run
 import dpaudit.privacy.accountants as accountants
-import dpaudit.privacy.pate as pate
 from dpaudit import _validate as v
+from dpaudit.privacy.pate import analysis as pate_analysis
 
 EPSILON = ["epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--num-steps", "10", "--delta", "1e-5"]
 
@@ -46,7 +46,7 @@ INJECTED = [
     (accountants, "compute_epsilon_detailed", EPSILON),
     (audit_run, "run_audit", ["audit", "--noise-multiplier", "1"]),
     (train_run, "train_or_load", ["train", "--defense", "nonprivate", "--model", "digits-mlp"]),
-    (pate, "analyze_gnmax", ["pate", "analyze", "--sigma", "40"]),
+    (pate_analysis, "analyze_gnmax", ["pate", "analyze", "--sigma", "40"]),
 ]
 
 
@@ -128,9 +128,9 @@ def test_a_sigma_below_the_float_range_gives_infinity_both_ways_without_a_warnin
         payload = json.loads(out)
         assert payload["epsilon_data_independent"] == "inf" and payload["epsilon_data_dependent_realised"] == "inf", payload
         for analysis in (
-            pate.analyze_gnmax(np.load(votes), sigma=1e-300, delta=1e-5),
-            pate.analyze_gnmax(np.load(votes), sigma=1e-160, delta=1e-5),
-            pate.analyze_confident_gnmax(np.load(votes), threshold=200, threshold_sigma=1e-300, sigma=40, delta=1e-5),
+            pate_analysis.analyze_gnmax(np.load(votes), sigma=1e-300, delta=1e-5),
+            pate_analysis.analyze_gnmax(np.load(votes), sigma=1e-160, delta=1e-5),
+            pate_analysis.analyze_confident_gnmax(np.load(votes), threshold=200, threshold_sigma=1e-300, sigma=40, delta=1e-5),
         ):
             assert math.isinf(analysis.data_independent.epsilon) and math.isinf(analysis.data_dependent.epsilon)
         code, out, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "1e-300", "--smooth-sensitivity-beta", "0.03", "--smooth-sensitivity-sigma", "15", "--json")

@@ -23,8 +23,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpaudit.privacy import accountants as acc
-from dpaudit.privacy import gaussian
+from dpaudit.privacy import accountant_names, accountants, calibration, events, gaussian, pld_accountant, rdp_accountant
 
 pytestmark = [
     # The optimum sitting at an end of the order grid is expected for some grid cells.
@@ -38,12 +37,12 @@ FEW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthChec
 
 
 def _event(q: float, sigma: float, steps: int) -> dpe.DpEvent:
-    return acc.sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps)
+    return events.sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps)
 
 
 @functools.cache
 def _eps(q: float, sigma: float, steps: int, delta: float, accountant: str) -> float:
-    return acc.compute_epsilon(_event(q, sigma, steps), delta=delta, accountant=accountant)
+    return accountants.compute_epsilon(_event(q, sigma, steps), delta=delta, accountant=accountant)
 
 
 # --------------------------------------------------------------------------------------------
@@ -145,13 +144,13 @@ def _opacus_rdp_module():
 @functools.cache
 def _opacus_rdp(q: float, sigma: float, steps: int) -> np.ndarray:
     module = _opacus_rdp_module()
-    return np.asarray(module.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=list(acc.RDP_ORDERS)))
+    return np.asarray(module.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=list(rdp_accountant.RDP_ORDERS)))
 
 
 def test_opacus_conversion_is_the_improved_bound():
     # accounting.md §2: ε = min_α RDP(α) − (ln δ + ln α)/(α − 1) + ln((α − 1)/α).
     module = _opacus_rdp_module()
-    orders = np.asarray(acc.RDP_ORDERS, dtype=float)
+    orders = np.asarray(rdp_accountant.RDP_ORDERS, dtype=float)
     rdp = _opacus_rdp(0.01, 1.5, 100)
     delta = 1e-5
     eps, order = module.get_privacy_spent(orders=list(orders), rdp=rdp, delta=delta)
@@ -164,7 +163,7 @@ def test_opacus_conversion_is_the_improved_bound():
 @pytest.mark.parametrize(("q", "sigma", "steps"), GRID)
 def test_rdp_matches_opacus(q, sigma, steps, delta):
     module = _opacus_rdp_module()
-    eps_opacus, _ = module.get_privacy_spent(orders=list(acc.RDP_ORDERS), rdp=_opacus_rdp(q, sigma, steps), delta=delta)
+    eps_opacus, _ = module.get_privacy_spent(orders=list(rdp_accountant.RDP_ORDERS), rdp=_opacus_rdp(q, sigma, steps), delta=delta)
     # dp_accounting's conversion (used by dpaudit) clips at 0; Opacus's does not.
     assert _eps(q, sigma, steps, delta, "rdp") == pytest.approx(max(float(eps_opacus), 0.0), rel=1e-6)
 
@@ -190,7 +189,7 @@ def test_moments_matches_reference_implementation(q, sigma, steps, delta):
 
 
 def test_moments_orders_are_abadis():
-    assert acc.MOMENTS_ORDERS == tuple(range(2, 34))
+    assert rdp_accountant.MOMENTS_ORDERS == tuple(range(2, 34))
 
 
 @pytest.mark.parametrize(
@@ -208,7 +207,7 @@ def test_fractional_rdp_matches_numerical_integration(q, sigma, alpha):
 
     exact = float(mp.log(mp.quad(integrand, [-mp.inf, -20 * s, 0, 0.5, a, a + 20 * s, mp.inf])) / (a - 1))
     event = dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma))
-    got = acc._rdp_curve(event, (alpha,), "add_or_remove_one")[0]
+    got = rdp_accountant._rdp_curve(event, (alpha,), "add_or_remove_one")[0]
     assert got == pytest.approx(exact, rel=1e-9)
 
 
@@ -216,11 +215,11 @@ def test_fractional_rdp_matches_numerical_integration(q, sigma, alpha):
 def test_rdp_curve_never_looser_than_dp_accounting(q, sigma):
     """Exact at integer orders; at fractional orders ≤ dp_accounting's |C(α,i)| upper bound."""
     event = dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma))
-    ours = acc._rdp_curve(event, acc.RDP_ORDERS, "add_or_remove_one")
-    ref = rdp_privacy_accountant.RdpAccountant(orders=list(acc.RDP_ORDERS))
+    ours = rdp_accountant._rdp_curve(event, rdp_accountant.RDP_ORDERS, "add_or_remove_one")
+    ref = rdp_privacy_accountant.RdpAccountant(orders=list(rdp_accountant.RDP_ORDERS))
     ref.compose(event)
     theirs = np.asarray(ref.rdp)
-    integer = np.array([float(a).is_integer() for a in acc.RDP_ORDERS])
+    integer = np.array([float(a).is_integer() for a in rdp_accountant.RDP_ORDERS])
     assert np.all(np.isfinite(ours))
     np.testing.assert_array_equal(ours[integer], theirs[integer])
     assert np.all(ours <= theirs * (1 + 1e-12))
@@ -236,7 +235,7 @@ def test_rdp_le_moments(q, sigma, steps, delta):
 def _direct_pld(q: float, sigma: float, steps: int) -> pld_privacy_accountant.PLDAccountant:
     pld = pld_privacy_accountant.PLDAccountant(
         neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-        value_discretization_interval=acc.PLD_DISCRETIZATION,
+        value_discretization_interval=pld_accountant.PLD_DISCRETIZATION,
     )
     pld.compose(dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma)), steps)
     return pld
@@ -270,7 +269,7 @@ def test_unsampled_gaussian_against_exact_curve(sigma, steps):
     pld = _eps(1.0, sigma, steps, delta, "pld")
     assert exact <= pld <= exact * 1.002 + 1e-3
     # RDP of the Gaussian is α/(2σ²) per step; improved conversion by hand.
-    orders = np.asarray(acc.RDP_ORDERS, dtype=float)
+    orders = np.asarray(rdp_accountant.RDP_ORDERS, dtype=float)
     rdp = steps * orders / (2 * sigma**2)
     by_hand = np.min(rdp - (math.log(delta) + np.log(orders)) / (orders - 1) + np.log((orders - 1) / orders))
     assert _eps(1.0, sigma, steps, delta, "rdp") == pytest.approx(by_hand, rel=1e-9)
@@ -294,11 +293,11 @@ deltas = st.sampled_from([1e-4, 1e-5, 1e-6, 1e-8])
     tolerance=st.sampled_from([1e-3, 1e-2]),
 )
 def test_calibrate_noise_multiplier_moments(q, steps, target, delta, tolerance):
-    sigma = acc.calibrate_noise_multiplier(target_epsilon=target, delta=delta, sampling_rate=q, num_steps=steps, accountant="moments", tolerance=tolerance)
+    sigma = calibration.calibrate_noise_multiplier(target_epsilon=target, delta=delta, sampling_rate=q, num_steps=steps, accountant="moments", tolerance=tolerance)
     event = _event(q, sigma, steps)
-    assert acc.compute_epsilon(event, delta=delta, accountant="moments") <= target
+    assert accountants.compute_epsilon(event, delta=delta, accountant="moments") <= target
     smaller = _event(q, sigma * (1 - 2 * tolerance), steps)
-    assert acc.compute_epsilon(smaller, delta=delta, accountant="moments") > target
+    assert accountants.compute_epsilon(smaller, delta=delta, accountant="moments") > target
 
 
 @pytest.mark.parametrize(
@@ -311,16 +310,16 @@ def test_calibrate_noise_multiplier_moments(q, steps, target, delta, tolerance):
     ],
 )
 def test_calibrate_noise_multiplier_rdp_pld(q, steps, target, accountant, tolerance):
-    sigma = acc.calibrate_noise_multiplier(target_epsilon=target, delta=1e-5, sampling_rate=q, num_steps=steps, accountant=accountant, tolerance=tolerance)
-    assert acc.compute_epsilon(_event(q, sigma, steps), delta=1e-5, accountant=accountant) <= target
+    sigma = calibration.calibrate_noise_multiplier(target_epsilon=target, delta=1e-5, sampling_rate=q, num_steps=steps, accountant=accountant, tolerance=tolerance)
+    assert accountants.compute_epsilon(_event(q, sigma, steps), delta=1e-5, accountant=accountant) <= target
     smaller = _event(q, sigma * (1 - 2 * tolerance), steps)
-    assert acc.compute_epsilon(smaller, delta=1e-5, accountant=accountant) > target
+    assert accountants.compute_epsilon(smaller, delta=1e-5, accountant=accountant) > target
 
 
 def test_calibrate_noise_multiplier_unreachable_target():
     # Orders stop at 33, so moments can never go below ln(1/δ)/32.
     with pytest.raises(ValueError, match="unreachable"):
-        acc.calibrate_noise_multiplier(target_epsilon=0.1, delta=1e-5, sampling_rate=0.01, num_steps=10, accountant="moments")
+        calibration.calibrate_noise_multiplier(target_epsilon=0.1, delta=1e-5, sampling_rate=0.01, num_steps=10, accountant="moments")
 
 
 @FAST
@@ -333,11 +332,11 @@ def test_calibrate_noise_multiplier_unreachable_target():
 )
 def test_calibrate_num_steps(q, sigma, target, delta, accountant):
     def eps(steps: int) -> float:
-        return acc.compute_epsilon(_event(q, sigma, steps), delta=delta, accountant=accountant)
+        return accountants.compute_epsilon(_event(q, sigma, steps), delta=delta, accountant=accountant)
 
     max_steps = 10**7
     try:
-        steps = acc.calibrate_num_steps(target_epsilon=target, delta=delta, sampling_rate=q, noise_multiplier=sigma, accountant=accountant)
+        steps = calibration.calibrate_num_steps(target_epsilon=target, delta=delta, sampling_rate=q, noise_multiplier=sigma, accountant=accountant)
     except ValueError as err:
         assert "target_epsilon" in str(err)
         assert eps(1) > target
@@ -349,11 +348,11 @@ def test_calibrate_num_steps(q, sigma, target, delta, accountant):
 
 
 def test_calibrate_num_steps_respects_max_steps():
-    assert acc.calibrate_num_steps(target_epsilon=5.0, delta=1e-5, sampling_rate=0.001, noise_multiplier=4.0, accountant="rdp", max_steps=1000) == 1000
+    assert calibration.calibrate_num_steps(target_epsilon=5.0, delta=1e-5, sampling_rate=0.001, noise_multiplier=4.0, accountant="rdp", max_steps=1000) == 1000
 
 
 def test_calibrate_num_steps_pld():
-    steps = acc.calibrate_num_steps(target_epsilon=0.5, delta=1e-5, sampling_rate=0.01, noise_multiplier=4.0, accountant="pld")
+    steps = calibration.calibrate_num_steps(target_epsilon=0.5, delta=1e-5, sampling_rate=0.01, noise_multiplier=4.0, accountant="pld")
     assert _eps(0.01, 4.0, steps, 1e-5, "pld") <= 0.5 < _eps(0.01, 4.0, steps + 1, 1e-5, "pld")
 
 
@@ -369,7 +368,7 @@ def test_calibrate_num_steps_pld():
 )
 def test_epsilon_monotone_in_steps_and_sigma(q, sigma, steps, extra, factor, delta, accountant):
     def eps(s: float, t: int) -> float:
-        return acc.compute_epsilon(_event(q, s, t), delta=delta, accountant=accountant)
+        return accountants.compute_epsilon(_event(q, s, t), delta=delta, accountant=accountant)
 
     base = eps(sigma, steps)
     assert base <= eps(sigma, steps + extra) * (1 + 1e-12)
@@ -386,16 +385,16 @@ def test_epsilon_monotone_in_steps_and_sigma(q, sigma, steps, extra, factor, del
 )
 def test_self_composition_equals_explicit_composition(q, sigma, n, delta, accountant):
     step = dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma)) if q < 1 else dpe.GaussianDpEvent(sigma)
-    a = acc.compute_epsilon(dpe.SelfComposedDpEvent(step, n), delta=delta, accountant=accountant)
-    b = acc.compute_epsilon(dpe.ComposedDpEvent([step] * n), delta=delta, accountant=accountant)
+    a = accountants.compute_epsilon(dpe.SelfComposedDpEvent(step, n), delta=delta, accountant=accountant)
+    b = accountants.compute_epsilon(dpe.ComposedDpEvent([step] * n), delta=delta, accountant=accountant)
     assert a == pytest.approx(b, rel=1e-9, abs=1e-12)
 
 
 @pytest.mark.parametrize(("q", "sigma", "n"), [(0.01, 4.0, 3), (0.05, 2.0, 2)])
 def test_self_composition_equals_explicit_composition_pld(q, sigma, n):
     step = dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma))
-    a = acc.compute_epsilon(dpe.SelfComposedDpEvent(step, n), delta=1e-5, accountant="pld")
-    b = acc.compute_epsilon(dpe.ComposedDpEvent([step] * n), delta=1e-5, accountant="pld")
+    a = accountants.compute_epsilon(dpe.SelfComposedDpEvent(step, n), delta=1e-5, accountant="pld")
+    b = accountants.compute_epsilon(dpe.ComposedDpEvent([step] * n), delta=1e-5, accountant="pld")
     assert a == pytest.approx(b, rel=1e-3)
 
 
@@ -411,12 +410,12 @@ def test_rdp_curve_of_n_steps_is_n_times_one_step(q, sigma, n):
     many.compose(dpe.SelfComposedDpEvent(step, n))
     np.testing.assert_allclose(many.rdp, n * np.asarray(one.rdp), rtol=1e-12)
     # ... and the curve dpaudit's accountants use.
-    for orders in (acc.RDP_ORDERS, acc.MOMENTS_ORDERS):
-        single = acc._rdp_curve(step, orders, "add_or_remove_one")
-        composed = acc._rdp_curve(dpe.SelfComposedDpEvent(step, n), orders, "add_or_remove_one")
+    for orders in (rdp_accountant.RDP_ORDERS, rdp_accountant.MOMENTS_ORDERS):
+        single = rdp_accountant._rdp_curve(step, orders, "add_or_remove_one")
+        composed = rdp_accountant._rdp_curve(dpe.SelfComposedDpEvent(step, n), orders, "add_or_remove_one")
         np.testing.assert_allclose(composed, n * single, rtol=1e-12)
         if n <= 20:
-            explicit = acc._rdp_curve(dpe.ComposedDpEvent([step] * n), orders, "add_or_remove_one")
+            explicit = rdp_accountant._rdp_curve(dpe.ComposedDpEvent([step] * n), orders, "add_or_remove_one")
             np.testing.assert_allclose(explicit, n * single, rtol=1e-12)
 
 
@@ -424,17 +423,17 @@ def test_heterogeneous_composition_adds_rdp():
     a = dpe.PoissonSampledDpEvent(0.01, dpe.GaussianDpEvent(1.0))
     b = dpe.PoissonSampledDpEvent(0.1, dpe.GaussianDpEvent(3.0))
     both = dpe.ComposedDpEvent([dpe.SelfComposedDpEvent(a, 100), dpe.SelfComposedDpEvent(b, 7)])
-    curve = acc._rdp_curve(both, acc.RDP_ORDERS, "add_or_remove_one")
-    expected = 100 * acc._rdp_curve(a, acc.RDP_ORDERS, "add_or_remove_one") + 7 * acc._rdp_curve(b, acc.RDP_ORDERS, "add_or_remove_one")
+    curve = rdp_accountant._rdp_curve(both, rdp_accountant.RDP_ORDERS, "add_or_remove_one")
+    expected = 100 * rdp_accountant._rdp_curve(a, rdp_accountant.RDP_ORDERS, "add_or_remove_one") + 7 * rdp_accountant._rdp_curve(b, rdp_accountant.RDP_ORDERS, "add_or_remove_one")
     np.testing.assert_allclose(curve, expected, rtol=1e-12)
     for name in ("moments", "rdp", "pld", "strong"):
-        assert acc.compute_epsilon(both, delta=1e-5, accountant=name) > acc.compute_epsilon(dpe.SelfComposedDpEvent(a, 100), delta=1e-5, accountant=name)
+        assert accountants.compute_epsilon(both, delta=1e-5, accountant=name) > accountants.compute_epsilon(dpe.SelfComposedDpEvent(a, 100), delta=1e-5, accountant=name)
 
 
-@pytest.mark.parametrize("accountant", acc.ACCOUNTANTS)
+@pytest.mark.parametrize("accountant", accountant_names.ACCOUNTANTS)
 def test_zero_steps_is_zero_epsilon(accountant):
-    assert acc.compute_epsilon(_event(0.01, 1.0, 0), delta=1e-5, accountant=accountant) == 0.0
-    assert acc.compute_epsilon(dpe.NoOpDpEvent(), delta=1e-5, accountant=accountant) == 0.0
+    assert accountants.compute_epsilon(_event(0.01, 1.0, 0), delta=1e-5, accountant=accountant) == 0.0
+    assert accountants.compute_epsilon(dpe.NoOpDpEvent(), delta=1e-5, accountant=accountant) == 0.0
 
 
 def test_sampled_gaussian_event_structure():
@@ -443,14 +442,14 @@ def test_sampled_gaussian_event_structure():
 
 
 def test_numpy_scalars_are_accepted():
-    event = acc.sampled_gaussian_event(sampling_rate=np.float64(0.01), noise_multiplier=np.float32(4.0), num_steps=np.int64(100))
-    assert acc.compute_epsilon(event, delta=np.float64(1e-5), accountant="moments") == pytest.approx(_eps(0.01, 4.0, 100, 1e-5, "moments"), rel=1e-9)
+    event = events.sampled_gaussian_event(sampling_rate=np.float64(0.01), noise_multiplier=np.float32(4.0), num_steps=np.int64(100))
+    assert accountants.compute_epsilon(event, delta=np.float64(1e-5), accountant="moments") == pytest.approx(_eps(0.01, 4.0, 100, 1e-5, "moments"), rel=1e-9)
 
 
 def test_edge_of_grid_warns():
     # One step at large σ and tiny q: the moments optimum sits at α = 33, the end of the grid.
     with pytest.warns(RuntimeWarning, match="end of the order grid"):
-        acc.compute_epsilon(_event(0.001, 4.0, 1), delta=1e-5, accountant="moments")
+        accountants.compute_epsilon(_event(0.001, 4.0, 1), delta=1e-5, accountant="moments")
 
 
 # --------------------------------------------------------------------------------------------
@@ -474,22 +473,22 @@ NEIGHBOURING = [("replace", ValueError), ("add_remove", ValueError), (None, Valu
 _GOOD_EVENT = _event(0.01, 1.0, 10)
 PUBLIC = {
     "sampled_gaussian_event": (
-        acc.sampled_gaussian_event,
+        events.sampled_gaussian_event,
         {"sampling_rate": 0.01, "noise_multiplier": 1.0, "num_steps": 10},
         {"sampling_rate": HALF_OPEN, "noise_multiplier": POSITIVE, "num_steps": INTEGER0 + HUGE_STEPS},
     ),
     "compute_epsilon": (
-        lambda **kw: acc.compute_epsilon(_GOOD_EVENT, **kw),
+        lambda **kw: accountants.compute_epsilon(_GOOD_EVENT, **kw),
         {"delta": 1e-5, "accountant": "rdp", "neighbouring": "add_or_remove_one"},
         {"delta": OPEN_UNIT, "accountant": ACCOUNTANT, "neighbouring": NEIGHBOURING},
     ),
     "calibrate_noise_multiplier": (
-        acc.calibrate_noise_multiplier,
+        calibration.calibrate_noise_multiplier,
         {"target_epsilon": 2.0, "delta": 1e-5, "sampling_rate": 0.01, "num_steps": 100, "accountant": "moments", "tolerance": 1e-3},  # fmt: skip
         {"target_epsilon": POSITIVE, "delta": OPEN_UNIT, "sampling_rate": HALF_OPEN, "num_steps": INTEGER1, "accountant": ACCOUNTANT, "tolerance": POSITIVE},  # fmt: skip
     ),
     "calibrate_num_steps": (
-        acc.calibrate_num_steps,
+        calibration.calibrate_num_steps,
         {"target_epsilon": 2.0, "delta": 1e-5, "sampling_rate": 0.01, "noise_multiplier": 1.0, "accountant": "moments", "max_steps": 1000},  # fmt: skip
         {"target_epsilon": POSITIVE, "delta": OPEN_UNIT, "sampling_rate": HALF_OPEN, "noise_multiplier": POSITIVE, "accountant": ACCOUNTANT, "max_steps": INTEGER1 + HUGE_STEPS},  # fmt: skip
     ),
@@ -516,7 +515,7 @@ def test_good_inputs_of_bad_input_table_work(fname):
 @pytest.mark.parametrize("bad", ["event", 3, None, [dpe.GaussianDpEvent(1.0)]])
 def test_compute_epsilon_rejects_non_events(bad):
     with pytest.raises(TypeError) as info:
-        acc.compute_epsilon(bad, delta=1e-5)
+        accountants.compute_epsilon(bad, delta=1e-5)
     assert "event" in str(info.value) and repr(bad) in str(info.value)
 
 
@@ -529,10 +528,10 @@ NON_PRIVATE = [
 ]
 
 
-@pytest.mark.parametrize("accountant", acc.ACCOUNTANTS)
+@pytest.mark.parametrize("accountant", accountant_names.ACCOUNTANTS)
 @pytest.mark.parametrize("event", NON_PRIVATE, ids=lambda e: type(e).__name__)
 def test_non_private_event_is_infinite(event, accountant):
-    assert acc.compute_epsilon(event, delta=1e-5, accountant=accountant) == math.inf
+    assert accountants.compute_epsilon(event, delta=1e-5, accountant=accountant) == math.inf
 
 
 # --------------------------------------------------------------------------------------------
@@ -553,26 +552,26 @@ def test_non_private_event_is_infinite(event, accountant):
 )
 def test_strong_rejects_unsupported_event(event):
     with pytest.raises(ValueError, match="strong") as info:
-        acc.compute_epsilon(event, delta=1e-5, accountant="strong")
+        accountants.compute_epsilon(event, delta=1e-5, accountant="strong")
     assert "Gaussian" in str(info.value)
 
 
 def test_strong_rejects_replace_one():
     with pytest.raises(ValueError, match="replace_one"):
-        acc.compute_epsilon(_GOOD_EVENT, delta=1e-5, accountant="strong", neighbouring="replace_one")
+        accountants.compute_epsilon(_GOOD_EVENT, delta=1e-5, accountant="strong", neighbouring="replace_one")
 
 
 @pytest.mark.parametrize("accountant", ["moments", "rdp", "pld"])
 def test_unsupported_event_is_a_clear_error(accountant):
     with pytest.raises(ValueError, match=accountant):
-        acc.compute_epsilon(dpe.UnsupportedDpEvent(), delta=1e-5, accountant=accountant)
+        accountants.compute_epsilon(dpe.UnsupportedDpEvent(), delta=1e-5, accountant=accountant)
 
 
 @pytest.mark.parametrize("accountant", ["moments", "rdp", "pld"])
 def test_laplace_is_supported_by_dp_accounting_backed_accountants(accountant):
     # Pure ε-DP Laplace (scale b = 1/ε0 at sensitivity 1): every accountant must stay ≥ 0 and
     # PLD (tight) must not exceed ε0 = 1 by more than discretisation.
-    eps = acc.compute_epsilon(dpe.LaplaceDpEvent(1.0), delta=1e-5, accountant=accountant)
+    eps = accountants.compute_epsilon(dpe.LaplaceDpEvent(1.0), delta=1e-5, accountant=accountant)
     assert 0.0 <= eps
     if accountant == "pld":
         assert eps <= 1.0 + 1e-3
@@ -590,42 +589,42 @@ HOPELESS_PLD = [(0.01, 0.05, 10_000), (0.01, 0.2, 10_000), (0.01, 4.0, 10**12), 
 @pytest.mark.parametrize(("q", "sigma", "steps"), HOPELESS_PLD)
 def test_pld_beyond_budget_falls_back_to_rdp(q, sigma, steps):
     event = _event(q, sigma, steps)
-    assert acc.pld_memory_estimate(event) > acc.PLD_MEMORY_BUDGET
-    res = acc.compute_epsilon_detailed(event, delta=1e-5, accountant="pld")
+    assert pld_accountant.pld_memory_estimate(event) > pld_accountant.PLD_MEMORY_BUDGET
+    res = accountants.compute_epsilon_detailed(event, delta=1e-5, accountant="pld")
     assert res.accountant == "pld" and res.computed_by == "rdp" and res.fell_back
-    assert res.epsilon == acc.compute_epsilon(event, delta=1e-5, accountant="rdp")
+    assert res.epsilon == accountants.compute_epsilon(event, delta=1e-5, accountant="rdp")
     assert res.note.startswith("pld would need ~") and "using rdp instead" in res.note
 
 
 def test_compute_epsilon_warns_when_it_falls_back():
     event = _event(0.01, 0.05, 10_000)
-    with pytest.warns(acc.PLDFallbackWarning, match="using rdp instead"):
-        eps = acc.compute_epsilon(event, delta=1e-5, accountant="pld")
+    with pytest.warns(accountants.PLDFallbackWarning, match="using rdp instead"):
+        eps = accountants.compute_epsilon(event, delta=1e-5, accountant="pld")
     assert isinstance(eps, float) and math.isfinite(eps)
 
 
 def test_pld_within_budget_is_unchanged_and_not_a_fallback():
     event = _event(0.01, 4.0, 10_000)
-    res = acc.compute_epsilon_detailed(event, delta=1e-5, accountant="pld")
+    res = accountants.compute_epsilon_detailed(event, delta=1e-5, accountant="pld")
     assert res.computed_by == "pld" and not res.fell_back and res.note == ""
     assert res.epsilon == pytest.approx(0.947, rel=1e-2)
-    assert acc.pld_memory_estimate(event) < 50e6
+    assert pld_accountant.pld_memory_estimate(event) < 50e6
 
 
 def test_memory_budget_is_honoured():
     event = _event(0.01, 4.0, 10_000)
-    res = acc.compute_epsilon_detailed(event, delta=1e-5, accountant="pld", memory_budget=1e3)
+    res = accountants.compute_epsilon_detailed(event, delta=1e-5, accountant="pld", memory_budget=1e3)
     assert res.computed_by == "rdp"
 
 
 _PEAK_SCRIPT = """
 import resource, sys
-from dpaudit.privacy import accountants as acc
-event = acc.sampled_gaussian_event(sampling_rate=float(sys.argv[1]), noise_multiplier=float(sys.argv[2]), num_steps=int(sys.argv[3]))
+from dpaudit.privacy import accountants as acc, events, pld_accountant
+event = events.sampled_gaussian_event(sampling_rate=float(sys.argv[1]), noise_multiplier=float(sys.argv[2]), num_steps=int(sys.argv[3]))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 res = acc.compute_epsilon_detailed(event, delta=1e-5, accountant="pld", memory_budget=float("inf"))
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(after - before, acc.pld_memory_estimate(event))
+print(after - before, pld_accountant.pld_memory_estimate(event))
 """
 
 
@@ -639,67 +638,67 @@ def test_pld_memory_estimate_bounds_the_measured_peak(q, sigma, steps):
     assert grown <= estimate
 
 
-@pytest.mark.parametrize("accountant", acc.ACCOUNTANTS)
+@pytest.mark.parametrize("accountant", accountant_names.ACCOUNTANTS)
 @pytest.mark.parametrize("sigma", [1e-300, 1e-160, 0.5e-150])
 def test_noise_below_the_floor_is_infinite_epsilon(accountant, sigma):
     # was ZeroDivisionError (moments, rdp), NaN (moments at 1e-160), 0.0 (rdp at 1e-160!) or OverflowError (strong)
-    res = acc.compute_epsilon_detailed(_event(0.01, sigma, 10), delta=1e-5, accountant=accountant)
+    res = accountants.compute_epsilon_detailed(_event(0.01, sigma, 10), delta=1e-5, accountant=accountant)
     assert res.epsilon == math.inf and "floating-point range" in res.note
 
 
-@pytest.mark.parametrize("accountant", acc.ACCOUNTANTS)
+@pytest.mark.parametrize("accountant", accountant_names.ACCOUNTANTS)
 def test_huge_noise_is_bounded_by_the_bound_at_less_noise(accountant):
     # was OverflowError (σ**2 in dp_accounting); more noise is post-processing, so ε(1e300) ≤ ε(100)
-    big = acc.compute_epsilon(_event(0.01, 1e300, 10), delta=1e-5, accountant=accountant)
-    assert 0.0 <= big <= acc.compute_epsilon(_event(0.01, 100.0, 10), delta=1e-5, accountant=accountant) + 1e-12
+    big = accountants.compute_epsilon(_event(0.01, 1e300, 10), delta=1e-5, accountant=accountant)
+    assert 0.0 <= big <= accountants.compute_epsilon(_event(0.01, 100.0, 10), delta=1e-5, accountant=accountant) + 1e-12
 
 
 def test_strong_composition_beyond_the_float_range_is_inf():
     # was OverflowError (math range error): ε0 ≈ 5e6 per step, and the bound holds T·ε0·(e^ε0 − 1)
-    assert acc.compute_epsilon(_event(0.01, 1e-8, 10), delta=1e-5, accountant="strong") == math.inf
+    assert accountants.compute_epsilon(_event(0.01, 1e-8, 10), delta=1e-5, accountant="strong") == math.inf
     # σ = 1e-3: ε_step ≈ 5e5, so ε_step(e^ε_step − 1) is beyond the float range too (it was
     # finite only under the first-order q·ε0 of issue 29); basic composition stays finite
-    assert acc.compute_epsilon(_event(0.01, 1e-3, 10), delta=1e-5, accountant="strong") == math.inf
-    assert 1e6 < acc.compute_epsilon(_event(0.01, 1e-3, 10), delta=1e-5, accountant="naive") < math.inf
+    assert accountants.compute_epsilon(_event(0.01, 1e-3, 10), delta=1e-5, accountant="strong") == math.inf
+    assert 1e6 < accountants.compute_epsilon(_event(0.01, 1e-3, 10), delta=1e-5, accountant="naive") < math.inf
     # just above the floor, the RDP-based bounds stay huge but finite (the floor is not too high)
     for name in ("moments", "rdp"):
-        assert 1e15 < acc.compute_epsilon(_event(0.01, 1e-8, 10), delta=1e-5, accountant=name) < math.inf
-        assert 1e299 < acc.compute_epsilon(_event(0.01, 2 * acc.NOISE_MULTIPLIER_MIN, 10), delta=1e-5, accountant=name) < math.inf
+        assert 1e15 < accountants.compute_epsilon(_event(0.01, 1e-8, 10), delta=1e-5, accountant=name) < math.inf
+        assert 1e299 < accountants.compute_epsilon(_event(0.01, 2 * events.NOISE_MULTIPLIER_MIN, 10), delta=1e-5, accountant=name) < math.inf
 
 
 @pytest.mark.parametrize("delta", [5e-324, 1e-300, 1 - 1e-16])
 @pytest.mark.parametrize("q", [1e-300, 0.01])
 def test_strong_survives_extreme_delta_and_sampling_rate(delta, q):
     # was "math domain error" (δ_g > 1.25) or ZeroDivisionError (δ_g underflowing to 0)
-    eps = acc.compute_epsilon(_event(q, 1.0, 10), delta=delta, accountant="strong")
+    eps = accountants.compute_epsilon(_event(q, 1.0, 10), delta=delta, accountant="strong")
     assert 0.0 <= eps < math.inf
 
 
 def test_pld_below_its_resolution_answers_with_rdp():
-    res = acc.compute_epsilon_detailed(_event(0.01, 1.0, 100), delta=1e-300, accountant="pld")
+    res = accountants.compute_epsilon_detailed(_event(0.01, 1.0, 100), delta=1e-300, accountant="pld")
     assert res.computed_by == "rdp" and math.isfinite(res.epsilon) and "cannot resolve" in res.note
 
 
 def test_event_counts_beyond_the_limit_are_refused_and_up_to_it_are_cheap():
     event = dpe.SelfComposedDpEvent(dpe.PoissonSampledDpEvent(0.01, dpe.GaussianDpEvent(1.0)), 10**400)
     with pytest.raises(ValueError, match="10\\*\\*18"):  # was OverflowError: int too large to convert to float
-        acc.compute_epsilon(event, delta=1e-5, accountant="rdp")
-    for name in acc.ACCOUNTANTS:  # RDP composition is a multiplication; pld falls back
-        assert 0.0 < acc.compute_epsilon_detailed(_event(0.01, 4.0, acc.MAX_NUM_STEPS), delta=1e-5, accountant=name).epsilon < math.inf
+        accountants.compute_epsilon(event, delta=1e-5, accountant="rdp")
+    for name in accountant_names.ACCOUNTANTS:  # RDP composition is a multiplication; pld falls back
+        assert 0.0 < accountants.compute_epsilon_detailed(_event(0.01, 4.0, accountant_names.MAX_NUM_STEPS), delta=1e-5, accountant=name).epsilon < math.inf
 
 
 @pytest.mark.slow  # 6 s; the memory-estimate tests keep the PLD budget in the default suite
 def test_calibrate_num_steps_under_pld_is_bounded_at_small_sigma():
     # every evaluation stays within PLD_SOLVER_MEMORY_BUDGET (larger ones use rdp), and the
     # answer still never overshoots under the full-budget pld bound
-    budget = acc.PLD_SOLVER_MEMORY_BUDGET  # (the default; named so that old code fails fast here)
-    steps = acc.calibrate_num_steps(target_epsilon=300.0, delta=1e-5, sampling_rate=0.01, noise_multiplier=0.3, accountant="pld", memory_budget=budget)
-    assert acc.compute_epsilon(_event(0.01, 0.3, steps), delta=1e-5, accountant="pld") <= 300.0
+    budget = calibration.PLD_SOLVER_MEMORY_BUDGET  # (the default; named so that old code fails fast here)
+    steps = calibration.calibrate_num_steps(target_epsilon=300.0, delta=1e-5, sampling_rate=0.01, noise_multiplier=0.3, accountant="pld", memory_budget=budget)
+    assert accountants.compute_epsilon(_event(0.01, 0.3, steps), delta=1e-5, accountant="pld") <= 300.0
 
 
 def test_calibrate_noise_multiplier_under_pld_for_a_huge_target():
-    budget = acc.PLD_SOLVER_MEMORY_BUDGET
-    sigma = acc.calibrate_noise_multiplier(target_epsilon=1e300, delta=1e-5, sampling_rate=0.01, num_steps=1000, accountant="pld", memory_budget=budget)
+    budget = calibration.PLD_SOLVER_MEMORY_BUDGET
+    sigma = calibration.calibrate_noise_multiplier(target_epsilon=1e300, delta=1e-5, sampling_rate=0.01, num_steps=1000, accountant="pld", memory_budget=budget)
     assert 0 < sigma < 2e-3
 
 
@@ -707,8 +706,8 @@ def test_naive_composition_sums_the_strong_per_step_bound() -> None:
     # Jayaraman & Evans' "NC": T steps of (ln(1 + q(e^ε0 − 1)), q·δ_g) summed, δ_g = δ/(qT), ε0
     # the exact Gaussian ε at δ_g. q = 0.01, σ = 4, T = 10^4, δ = 1e-5: 223.49 (the classical
     # ε0 with the first-order q·ε0 gave 142.92, issue 29).
-    event = acc.sampled_gaussian_event(sampling_rate=0.01, noise_multiplier=4, num_steps=10_000)
-    naive = acc.compute_epsilon(event, delta=1e-5, accountant="naive")
+    event = events.sampled_gaussian_event(sampling_rate=0.01, noise_multiplier=4, num_steps=10_000)
+    naive = accountants.compute_epsilon(event, delta=1e-5, accountant="naive")
     assert naive == pytest.approx(10_000 * math.log1p(0.01 * math.expm1(_exact_gaussian_epsilon(4.0, 1e-7))), rel=1e-9)
     assert naive == pytest.approx(223.49, abs=0.01)
-    assert naive > acc.compute_epsilon(event, delta=1e-5, accountant="strong")
+    assert naive > accountants.compute_epsilon(event, delta=1e-5, accountant="strong")

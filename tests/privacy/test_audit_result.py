@@ -1,4 +1,4 @@
-"""Audit results and the torch-free audit helpers of :mod:`dpaudit.privacy.audit` (audit.md §1–5)."""
+"""Audit results and the torch-free audit helpers of :mod:`dpaudit.results.auditing` and :mod:`dpaudit.privacy.audit_bounds` (audit.md §1–5)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from dpaudit.privacy.audit import (
-    AuditResult,
-    audit_from_one_run,
-    audit_from_scores,
-    composed_gdp_epsilon,
-    gaussian_step_claim,
-    load_audit_result,
-    save_audit_result,
-)
+from dpaudit.privacy.audit_bounds import composed_gdp_epsilon, gaussian_step_claim
 from dpaudit.privacy.claims import dpsgd_claim
 from dpaudit.privacy.gaussian import gaussian_epsilon
+from dpaudit.results.audit import AuditResult, load_audit_result, save_audit_result
+from dpaudit.results.auditing import audit_from_one_run, audit_from_scores
 
 DELTA = 1e-5
 

@@ -4,19 +4,10 @@ import math
 import pytest
 from dp_accounting import dp_event as dpe
 
-from dpaudit.privacy.accountants import (
-    ACCOUNTANTS,
-    compute_epsilon,
-    sampled_gaussian_event,
-)
-from dpaudit.privacy.claims import (
-    DPClaim,
-    NonPrivateClaim,
-    claim_from_dict,
-    dpsgd_claim,
-    event_from_dict,
-    event_to_dict,
-)
+from dpaudit.privacy.accountant_names import ACCOUNTANTS
+from dpaudit.privacy.accountants import compute_epsilon
+from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, claim_from_dict, dpsgd_claim, event_from_dict, event_to_dict
+from dpaudit.privacy.events import sampled_gaussian_event
 
 
 def test_dpsgd_claim_matches_event_and_reference_vector():
@@ -165,12 +156,29 @@ def test_loading_goes_through_the_kind_s_own_validator():
         def epsilon(self, *, delta, accountant="pld"):
             return 1.0
 
-    claims_module.register_claim_kind(ToyClaim)
-    try:
+    with claims_module.CLAIM_KINDS.temporarily(ToyClaim):
         assert claim_from_dict({"kind": "toy-test-kind", "temperature": 2.0}).temperature == 2.0
         with pytest.raises(ValueError, match="temperature must be > 0, got -3"):
             claim_from_dict({"kind": "toy-test-kind", "temperature": -3})
         with pytest.raises(ValueError, match="kind must be 'toy-test-kind'"):
             ToyClaim.from_dict({"kind": "dp"})
-    finally:
-        claims_module._CLAIM_KINDS.pop("toy-test-kind")
+    assert "toy-test-kind" not in claims_module.CLAIM_KINDS
+
+
+def test_every_claim_kind_and_rebuilder_is_found_without_importing_its_module():
+    # Kinds register beside their mathematics (PATE's in privacy/pate/claim.py, DSSGD's in
+    # privacy/dssgd.py) and claims.py imports neither: a fresh process that loads a record
+    # must still find them, through the registries' discovery of dpaudit.privacy.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from dpaudit.privacy.claims import CLAIM_KINDS\n"
+        "from dpaudit.privacy.record_claims import CLAIM_REBUILDERS\n"
+        "assert 'dpaudit.privacy.pate.claim' not in sys.modules and 'dpaudit.privacy.dssgd' not in sys.modules\n"
+        "print(sorted(CLAIM_KINDS), sorted(CLAIM_REBUILDERS), 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("]")
+    kinds = "['dp', 'dssgd-svt', 'nonprivate', 'pate'"
+    assert out[0] == kinds and out[1].strip() == kinds and out[2].strip() == "False"

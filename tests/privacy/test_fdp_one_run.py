@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from dpaudit.privacy.audit import audit_from_one_run, gaussian_step_claim
+from dpaudit.privacy.audit_bounds import gaussian_step_claim
 from dpaudit.privacy.audit_stats import one_run_bound_from_scores, one_run_epsilon_lb
 from dpaudit.privacy.fdp_one_run import (
     _least_type_one_error,
@@ -23,6 +23,7 @@ from dpaudit.privacy.fdp_one_run import (
 )
 from dpaudit.privacy.gaussian import gdp_epsilon
 from dpaudit.results.audit import AuditResult
+from dpaudit.results.auditing import audit_from_one_run
 
 DELTA = 1e-5
 

@@ -13,9 +13,10 @@ import math
 import pytest
 from dp_accounting import dp_event as dpe
 
-from dpaudit.privacy.accountants import calibrate_noise_multiplier, calibrate_num_steps
-from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, PATEClaim, dpsgd_claim
+from dpaudit.privacy.calibration import calibrate_noise_multiplier, calibrate_num_steps
+from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, dpsgd_claim
 from dpaudit.privacy.dssgd import dssgd_svt_claim
+from dpaudit.privacy.pate.claim import PATEClaim
 from dpaudit.privacy.record_claims import CLAIM_REBUILDERS, check_record_claim
 
 N = 120

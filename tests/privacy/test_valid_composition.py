@@ -19,8 +19,8 @@ from dp_accounting import dp_event as dpe
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import optimize, stats
 
-from dpaudit.privacy import accountants as acc
-from dpaudit.privacy.audit import gaussian_step_claim
+from dpaudit.privacy import accountants, calibration, events
+from dpaudit.privacy.audit_bounds import gaussian_step_claim
 from dpaudit.privacy.claims import DPClaim, dpsgd_claim
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*optimal RDP order.*:RuntimeWarning"), pytest.mark.filterwarnings("ignore:Optimal order is the.*:UserWarning")]
@@ -57,7 +57,7 @@ def reference_lower(q: float, sigma: float, steps: int, delta: float) -> float:
 def test_no_accountant_is_below_the_true_epsilon(accountant, q, sigma, steps):
     # was naive 0.418 / 4.06 / 8.07 / 9.69 / 16.15 against 5.52 / 6.28 / 8.34 / 9.997 / 19.13
     # and strong 2.38 at q = 0.05, σ = 0.5, T = 1
-    got = acc.compute_epsilon(acc.sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps), delta=DELTA, accountant=accountant)
+    got = accountants.compute_epsilon(events.sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps), delta=DELTA, accountant=accountant)
     assert got >= reference_lower(q, sigma, steps, DELTA) - 1e-9
 
 
@@ -85,26 +85,26 @@ def test_headline_upper_bound_is_not_below_the_true_epsilon(claim_args):
 
 def test_naive_and_strong_numbers_of_issue_29():
     # One step: basic composition is the exact amplified Gaussian, within PLD's discretisation.
-    event = acc.sampled_gaussian_event(sampling_rate=0.05, noise_multiplier=0.5, num_steps=1)
-    assert acc.compute_epsilon(event, delta=DELTA, accountant="naive") == pytest.approx(5.5169, abs=1e-4)
-    assert acc.compute_epsilon(dpe.GaussianDpEvent(0.5), delta=DELTA, accountant="naive") == pytest.approx(_gdp_epsilon(2.0, DELTA), rel=1e-9)
-    assert acc.compute_epsilon(dpe.GaussianDpEvent(0.3), delta=DELTA, accountant="naive") == pytest.approx(_gdp_epsilon(1 / 0.3, DELTA), rel=1e-9)
+    event = events.sampled_gaussian_event(sampling_rate=0.05, noise_multiplier=0.5, num_steps=1)
+    assert accountants.compute_epsilon(event, delta=DELTA, accountant="naive") == pytest.approx(5.5169, abs=1e-4)
+    assert accountants.compute_epsilon(dpe.GaussianDpEvent(0.5), delta=DELTA, accountant="naive") == pytest.approx(_gdp_epsilon(2.0, DELTA), rel=1e-9)
+    assert accountants.compute_epsilon(dpe.GaussianDpEvent(0.3), delta=DELTA, accountant="naive") == pytest.approx(_gdp_epsilon(1 / 0.3, DELTA), rel=1e-9)
 
 
 # --------------------------------------------------------------------------------------------
 # Declining: no number where the formula does not apply
 # --------------------------------------------------------------------------------------------
 
-_LAPLACE = dpe.ComposedDpEvent([acc.sampled_gaussian_event(sampling_rate=0.01, noise_multiplier=2.0, num_steps=10), dpe.LaplaceDpEvent(1.0)])
+_LAPLACE = dpe.ComposedDpEvent([events.sampled_gaussian_event(sampling_rate=0.01, noise_multiplier=2.0, num_steps=10), dpe.LaplaceDpEvent(1.0)])
 
 
 @pytest.mark.parametrize("accountant", ["naive", "strong"])
 def test_composition_declines_a_non_gaussian_event(accountant):
-    res = acc.compute_epsilon_detailed(_LAPLACE, delta=DELTA, accountant=accountant)
+    res = accountants.compute_epsilon_detailed(_LAPLACE, delta=DELTA, accountant=accountant)
     assert res.declined and res.epsilon == math.inf and "Gaussian" in res.note
-    with pytest.raises(acc.AccountantDeclined, match=f"{accountant}.*declines.*Gaussian"):
-        acc.compute_epsilon(_LAPLACE, delta=DELTA, accountant=accountant)
-    res = acc.compute_epsilon_detailed(acc.sampled_gaussian_event(sampling_rate=0.01, noise_multiplier=2.0, num_steps=10), delta=DELTA, accountant=accountant, neighbouring="replace_one")
+    with pytest.raises(accountants.AccountantDeclined, match=f"{accountant}.*declines.*Gaussian"):
+        accountants.compute_epsilon(_LAPLACE, delta=DELTA, accountant=accountant)
+    res = accountants.compute_epsilon_detailed(events.sampled_gaussian_event(sampling_rate=0.01, noise_multiplier=2.0, num_steps=10), delta=DELTA, accountant=accountant, neighbouring="replace_one")
     assert res.declined and "replace_one" in res.note
 
 
@@ -122,7 +122,7 @@ def test_headline_picks_among_accountants_that_did_not_decline():
 @pytest.mark.parametrize("accountant", ["naive", "strong"])
 def test_calibration_under_composition_is_valid_and_never_overshoots(accountant):
     q, steps, target = 0.05, 20, 10.0
-    sigma = acc.calibrate_noise_multiplier(target_epsilon=target, delta=DELTA, sampling_rate=q, num_steps=steps, accountant=accountant)
-    event = acc.sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps)
-    assert target * 0.99 < acc.compute_epsilon(event, delta=DELTA, accountant=accountant) <= target
+    sigma = calibration.calibrate_noise_multiplier(target_epsilon=target, delta=DELTA, sampling_rate=q, num_steps=steps, accountant=accountant)
+    event = events.sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps)
+    assert target * 0.99 < accountants.compute_epsilon(event, delta=DELTA, accountant=accountant) <= target
     assert reference_lower(q, sigma, steps, DELTA) <= target  # the σ found really gives ε ≤ target

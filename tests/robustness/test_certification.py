@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from scipy import optimize, stats
 
 from dpaudit.privacy.gaussian import analytic_sigma, classical_sigma, extended_sigma
-from dpaudit.robustness import certification as c
+from dpaudit.results import certification as certification_result
+from dpaudit.results import certify_summary
+from dpaudit.robustness import certification, multipliers, score_bounds, smoothing
 
 PROPS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -40,15 +42,15 @@ def _counts(rows=PIXELDP_ROWS, num_classes=10):
 
 @pytest.fixture(scope="module")
 def pixeldp_bounds():
-    return c.count_bounds(_counts(), confidence=0.95)
+    return score_bounds.count_bounds(_counts(), confidence=0.95)
 
 
 def _classical_scale():
-    return 0.1 * c.noise_multiplier("classical", epsilon=1.0, delta=0.05)
+    return 0.1 * multipliers.noise_multiplier("classical", epsilon=1.0, delta=0.05)
 
 
 def _extended_scale():
-    return 0.1 * c.noise_multiplier("extended", epsilon=1.0, delta=0.05)
+    return 0.1 * multipliers.noise_multiplier("extended", epsilon=1.0, delta=0.05)
 
 
 def test_count_bounds_vectors(pixeldp_bounds):
@@ -68,22 +70,22 @@ def test_count_bounds_are_one_sided_at_eta_over_k():
 
 def test_pixeldp_search_reproduces_classical_columns(pixeldp_bounds):
     b = pixeldp_bounds
-    unit = c.certified_radius(b.lower, b.upper, noise_per_sensitivity=_classical_scale(), mechanism="classical", search="pixeldp")
-    four = c.certified_radius(b.lower, b.upper, noise_per_sensitivity=_classical_scale(), mechanism="classical", search="pixeldp", max_epsilon=4.0, allow_classical_above_one=True)
+    unit = certification.certified_radius(b.lower, b.upper, noise_per_sensitivity=_classical_scale(), mechanism="classical", search="pixeldp")
+    four = certification.certified_radius(b.lower, b.upper, noise_per_sensitivity=_classical_scale(), mechanism="classical", search="pixeldp", max_epsilon=4.0, allow_classical_above_one=True)
     assert np.round(unit, 5).tolist() == [row[3] for row in PIXELDP_ROWS]
     assert np.round(four, 5).tolist() == [row[4] for row in PIXELDP_ROWS]
 
 
 def test_exact_search_reproduces_extended_column(pixeldp_bounds):
     b = pixeldp_bounds
-    sizes = c.certified_radius(b.lower, b.upper, noise_per_sensitivity=_extended_scale(), mechanism="extended")
+    sizes = certification.certified_radius(b.lower, b.upper, noise_per_sensitivity=_extended_scale(), mechanism="extended")
     assert np.round(sizes, 5).tolist() == [row[5] for row in PIXELDP_ROWS]
 
 
 def test_extended_column_needs_egm_calibrated_noise(pixeldp_bounds):
     # The EGM column is not the classical noise read through the EGM multiplier.
     b = pixeldp_bounds
-    sizes = c.certified_radius(b.lower, b.upper, noise_per_sensitivity=_classical_scale(), mechanism="extended")
+    sizes = certification.certified_radius(b.lower, b.upper, noise_per_sensitivity=_classical_scale(), mechanism="extended")
     assert round(float(sizes[0]), 5) != PIXELDP_ROWS[0][5]
 
 
@@ -91,8 +93,8 @@ def test_exact_search_is_at_least_pixeldp_and_close(pixeldp_bounds):
     b = pixeldp_bounds
     for max_eps in (1.0, 4.0):
         kw = dict(noise_per_sensitivity=_classical_scale(), mechanism="classical", max_epsilon=max_eps, allow_classical_above_one=True)
-        exact = c.certified_radius(b.lower, b.upper, **kw)
-        coarse = c.certified_radius(b.lower, b.upper, search="pixeldp", **kw)
+        exact = certification.certified_radius(b.lower, b.upper, **kw)
+        coarse = certification.certified_radius(b.lower, b.upper, search="pixeldp", **kw)
         assert np.all(exact >= coarse)
         np.testing.assert_allclose(exact, coarse, rtol=1.5e-3)
 
@@ -101,7 +103,7 @@ def _reference_radius(p_lower, p_upper, *, scale, mechanism, max_epsilon=math.in
     """Scalar reference: brentq for the largest ε' per δ', the scalar calibrations for c."""
     sigma = {"classical": classical_sigma, "analytic": analytic_sigma, "extended": extended_sigma}[mechanism]
     best = 0.0
-    for delta in c.DEFAULT_DELTA_GRID:
+    for delta in certification.DEFAULT_DELTA_GRID:
 
         def margin(eps):
             return p_lower - math.exp(2 * eps) * p_upper - (1 + math.exp(eps)) * delta
@@ -123,7 +125,7 @@ def test_exact_search_matches_scalar_reference(mechanism):
     p_lower = np.array([0.999, 0.9, 0.7, 0.55, 0.4, 0.3])
     p_upper = np.array([0.0, 0.05, 0.2, 0.3, 0.35, 0.31])
     scale = 0.3
-    got = c.certified_radius(p_lower, p_upper, noise_per_sensitivity=scale, mechanism=mechanism)
+    got = certification.certified_radius(p_lower, p_upper, noise_per_sensitivity=scale, mechanism=mechanism)
     max_eps = 1.0 if mechanism == "classical" else math.inf
     want = [_reference_radius(a, b, scale=scale, mechanism=mechanism, max_epsilon=max_eps) for a, b in zip(p_lower, p_upper)]
     np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-12)
@@ -133,26 +135,26 @@ def test_exact_search_matches_scalar_reference(mechanism):
 def test_certified_radius_keeps_shape_and_handles_duplicates():
     p_lower = np.array([[0.9, 0.9], [0.2, 0.9]])
     p_upper = np.array([[0.05, 0.05], [0.5, 0.05]])
-    out = c.certified_radius(p_lower, p_upper, noise_per_sensitivity=1.0, mechanism="extended")
+    out = certification.certified_radius(p_lower, p_upper, noise_per_sensitivity=1.0, mechanism="extended")
     assert out.shape == (2, 2) and out.dtype == np.float64
     assert out[0, 0] == out[0, 1] == out[1, 1] > 0 and out[1, 0] == 0.0
-    assert c.certified_radius(np.array([]), np.array([]), noise_per_sensitivity=1.0, mechanism="extended").shape == (0,)
+    assert certification.certified_radius(np.array([]), np.array([]), noise_per_sensitivity=1.0, mechanism="extended").shape == (0,)
 
 
 def test_certified_radius_scales_linearly_with_noise():
     p_lower, p_upper = np.array([0.95, 0.7]), np.array([0.03, 0.2])
-    one = c.certified_radius(p_lower, p_upper, noise_per_sensitivity=1.0, mechanism="analytic")
-    three = c.certified_radius(p_lower, p_upper, noise_per_sensitivity=3.0, mechanism="analytic")
+    one = certification.certified_radius(p_lower, p_upper, noise_per_sensitivity=1.0, mechanism="analytic")
+    three = certification.certified_radius(p_lower, p_upper, noise_per_sensitivity=3.0, mechanism="analytic")
     np.testing.assert_allclose(three, 3 * one, rtol=1e-12)
 
 
 def test_certified_radius_respects_max_epsilon_for_unbounded_mechanisms():
     p_lower, p_upper = np.array([0.999]), np.array([0.0005])
-    free = c.certified_radius(p_lower, p_upper, noise_per_sensitivity=1.0, mechanism="extended")
-    capped = c.certified_radius(p_lower, p_upper, noise_per_sensitivity=1.0, mechanism="extended", max_epsilon=1.0)
+    free = certification.certified_radius(p_lower, p_upper, noise_per_sensitivity=1.0, mechanism="extended")
+    capped = certification.certified_radius(p_lower, p_upper, noise_per_sensitivity=1.0, mechanism="extended", max_epsilon=1.0)
     assert capped[0] < free[0]
     # With ε' capped at 1, the largest size is reached at the largest δ' that still certifies.
-    want = max(1.0 / extended_sigma(epsilon=1.0, delta=float(d)) for d in c.DEFAULT_DELTA_GRID if c.robust(p_lower, p_upper, epsilon=1.0, delta=d)[0])
+    want = max(1.0 / extended_sigma(epsilon=1.0, delta=float(d)) for d in certification.DEFAULT_DELTA_GRID if certification.robust(p_lower, p_upper, epsilon=1.0, delta=d)[0])
     assert capped[0] == pytest.approx(want, rel=1e-12)
 
 
@@ -160,13 +162,13 @@ probs = st.floats(0.0, 1.0)
 
 
 @PROPS
-@given(a=probs, b=probs, extra=st.floats(0.0, 0.5), mechanism=st.sampled_from(c.CERTIFICATION_MECHANISMS))
+@given(a=probs, b=probs, extra=st.floats(0.0, 0.5), mechanism=st.sampled_from(multipliers.CERTIFICATION_MECHANISMS))
 def test_radius_monotone_in_bounds(a, b, extra, mechanism):
     p_lower, p_upper = max(a, b), min(a, b)
     kw = dict(noise_per_sensitivity=0.5, mechanism=mechanism)
-    base = c.certified_radius(np.array([p_lower]), np.array([p_upper]), **kw)[0]
-    higher = c.certified_radius(np.array([min(1.0, p_lower + extra)]), np.array([p_upper]), **kw)[0]
-    lower_ub = c.certified_radius(np.array([p_lower]), np.array([max(0.0, p_upper - extra)]), **kw)[0]
+    base = certification.certified_radius(np.array([p_lower]), np.array([p_upper]), **kw)[0]
+    higher = certification.certified_radius(np.array([min(1.0, p_lower + extra)]), np.array([p_upper]), **kw)[0]
+    lower_ub = certification.certified_radius(np.array([p_lower]), np.array([max(0.0, p_upper - extra)]), **kw)[0]
     assert base >= 0.0
     assert higher >= base - 1e-12 and lower_ub >= base - 1e-12
 
@@ -178,8 +180,8 @@ def test_moving_draws_to_the_top_class_never_shrinks_the_radius(top, moved):
     second = n - top
     moved = min(moved, second)
     counts = np.array([[top, second] + [0] * 8, [top + moved, second - moved] + [0] * 8])
-    b = c.count_bounds(counts)
-    sizes = c.certified_radius(b.lower, b.upper, noise_per_sensitivity=_extended_scale(), mechanism="extended")
+    b = score_bounds.count_bounds(counts)
+    sizes = certification.certified_radius(b.lower, b.upper, noise_per_sensitivity=_extended_scale(), mechanism="extended")
     assert sizes[1] >= sizes[0]
 
 
@@ -191,7 +193,7 @@ def test_robust_vectorised_matches_scalar_and_broadcasts():
     p_lower = rng.uniform(0, 1, 50)
     p_upper = rng.uniform(0, 0.5, 50)
     eps = np.array([0.1, 0.5, 1.0, 3.0])[:, None]
-    out = c.robust(p_lower, p_upper, epsilon=eps, delta=0.01)
+    out = certification.robust(p_lower, p_upper, epsilon=eps, delta=0.01)
     assert out.shape == (4, 50) and out.dtype == bool
     for i, e in enumerate(eps[:, 0]):
         for j in range(50):
@@ -202,16 +204,16 @@ def test_robust_vectorised_matches_scalar_and_broadcasts():
 
 
 def test_robust_edge_cases():
-    assert c.robust(np.array([0.5]), np.array([0.0]), epsilon=800.0, delta=0.0).tolist() == [True]
-    assert c.robust(np.array([0.5]), np.array([0.5]), epsilon=0.0, delta=0.0).tolist() == [False]
-    assert c.robust(0.9, 0.05, epsilon=np.array([0.1, 2.0]), delta=np.array([0.01, 0.01])).tolist() == [True, False]
+    assert certification.robust(np.array([0.5]), np.array([0.0]), epsilon=800.0, delta=0.0).tolist() == [True]
+    assert certification.robust(np.array([0.5]), np.array([0.5]), epsilon=0.0, delta=0.0).tolist() == [False]
+    assert certification.robust(0.9, 0.05, epsilon=np.array([0.1, 2.0]), delta=np.array([0.01, 0.01])).tolist() == [True, False]
 
 
 # --------------------------------------------------------------------------------------------
 # Score bounds
 # --------------------------------------------------------------------------------------------
 def test_count_bounds_edges_and_ties():
-    b = c.count_bounds(np.array([[0, 5, 5], [10, 0, 0], [3, 3, 4]]))
+    b = score_bounds.count_bounds(np.array([[0, 5, 5], [10, 0, 0], [3, 3, 4]]))
     assert b.top.tolist() == [1, 0, 2]
     # All draws on one class: closed forms (η/k)^(1/n) and 1 − (η/k)^(1/n).
     assert b.lower[1] == pytest.approx((0.05 / 3) ** (1 / 10)) and b.upper[1] == pytest.approx(1 - (0.05 / 3) ** (1 / 10))
@@ -221,7 +223,7 @@ def test_count_bounds_edges_and_ties():
 
 def test_mean_bounds_hoeffding_formula():
     means = np.array([[0.7, 0.2, 0.1], [0.999, 0.001, 0.0]])
-    b = c.mean_bounds(means, num_draws=1000, confidence=0.95)
+    b = score_bounds.mean_bounds(means, num_draws=1000, confidence=0.95)
     width = math.sqrt(math.log(3 / 0.05) / 2000)
     np.testing.assert_allclose(b.lower, [0.7 - width, 0.999 - width])
     np.testing.assert_allclose(b.upper, [0.2 + width, 0.001 + width])
@@ -232,7 +234,7 @@ def test_mean_bounds_bernstein_formula_and_widest_runner_up():
     means = np.array([[0.6, 0.22, 0.18]])
     variances = np.array([[0.01, 0.0, 0.24]])
     n, k, eta = 500, 3, 0.05
-    b = c.mean_bounds(means, num_draws=n, variances=variances, method="bernstein", confidence=1 - eta)
+    b = score_bounds.mean_bounds(means, num_draws=n, variances=variances, method="bernstein", confidence=1 - eta)
     log_term = math.log(2 * k / eta)
 
     def width(var):
@@ -245,7 +247,7 @@ def test_mean_bounds_bernstein_formula_and_widest_runner_up():
 
 
 def test_mean_bounds_clip_into_unit_interval():
-    b = c.mean_bounds(np.array([[0.02, 0.01]]), num_draws=10)
+    b = score_bounds.mean_bounds(np.array([[0.02, 0.01]]), num_draws=10)
     assert b.lower[0] == 0.0 and 0 < b.upper[0] <= 1.0
 
 
@@ -253,7 +255,7 @@ def test_count_bounds_cover_at_the_stated_confidence():
     rng = np.random.default_rng(7)
     p = np.array([0.55, 0.3, 0.1, 0.05])
     counts = rng.multinomial(300, p, size=2000)
-    b = c.count_bounds(counts, confidence=0.9)
+    b = score_bounds.count_bounds(counts, confidence=0.9)
     other = np.array([np.max(np.delete(p, t)) for t in b.top])
     covered = (b.lower <= p[b.top]) & (b.upper >= other)
     assert covered.mean() >= 0.9
@@ -263,7 +265,7 @@ def test_hoeffding_bounds_cover_at_the_stated_confidence():
     rng = np.random.default_rng(8)
     p = np.array([0.5, 0.35, 0.15])
     draws = rng.multinomial(1, p, size=(1000, 200))  # one-hot scores, 200 draws per point
-    b = c.mean_bounds(draws.mean(axis=1), num_draws=200, confidence=0.9)
+    b = score_bounds.mean_bounds(draws.mean(axis=1), num_draws=200, confidence=0.9)
     other = np.array([np.max(np.delete(p, t)) for t in b.top])
     assert ((b.lower <= p[b.top]) & (b.upper >= other)).mean() >= 0.9
 
@@ -285,14 +287,14 @@ def test_hoeffding_bounds_cover_at_the_stated_confidence():
     ],
 )
 def test_noise_multiplier_vectors(mechanism, epsilon, delta, expected):
-    assert round(c.noise_multiplier(mechanism, epsilon=epsilon, delta=delta), 6) == expected
+    assert round(multipliers.noise_multiplier(mechanism, epsilon=epsilon, delta=delta), 6) == expected
 
 
 def test_noise_multiplier_refuses_classical_above_one():
     with pytest.raises(ValueError, match="epsilon"):
-        c.noise_multiplier("classical", epsilon=2.0, delta=0.05)
+        multipliers.noise_multiplier("classical", epsilon=2.0, delta=0.05)
     with pytest.raises(ValueError, match="mechanism"):
-        c.noise_multiplier("laplace", epsilon=1.0, delta=0.05)
+        multipliers.noise_multiplier("laplace", epsilon=1.0, delta=0.05)
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,7 +312,7 @@ SMOOTHING_ROWS = [
 
 @pytest.mark.parametrize(("n_a", "p_a", "radius"), SMOOTHING_ROWS)
 def test_smoothing_lower_bound_vectors(n_a, p_a, radius):
-    assert round(float(c.smoothing_lower_bound(n_a, 100000, confidence=0.999)), 8) == p_a
+    assert round(float(smoothing.smoothing_lower_bound(n_a, 100000, confidence=0.999)), 8) == p_a
 
 
 def test_smoothing_certify_vectors_and_abstention():
@@ -324,7 +326,7 @@ def test_smoothing_certify_vectors_and_abstention():
     selection = np.zeros_like(estimation)
     selection[np.arange(n_a.size), guess] = 100
     sigma = 0.5
-    predictions, radii = c.smoothing_certify(selection, estimation, sigma=sigma, confidence=0.999)
+    predictions, radii = smoothing.smoothing_certify(selection, estimation, sigma=sigma, confidence=0.999)
     assert predictions.dtype == np.int64 and radii.dtype == np.float64
     assert predictions[:6].tolist() == guess[:6].tolist() and predictions[6:].tolist() == [-1, -1]
     assert np.round(radii[:6] / sigma, 5).tolist() == [row[2] for row in SMOOTHING_ROWS]
@@ -332,7 +334,7 @@ def test_smoothing_certify_vectors_and_abstention():
 
 
 def test_smoothing_lower_bound_is_vectorised():
-    out = c.smoothing_lower_bound(np.array([0, 10, 10]), np.array([10, 10, 20]))
+    out = smoothing.smoothing_lower_bound(np.array([0, 10, 10]), np.array([10, 10, 20]))
     assert out.shape == (3,) and out[0] == 0.0 and 0.5 < out[1] < 1.0 and out[2] < out[1]
 
 
@@ -341,7 +343,7 @@ def test_smoothing_lower_bound_is_vectorised():
 # --------------------------------------------------------------------------------------------
 def test_classical_refuses_max_epsilon_above_one_without_the_flag():
     with pytest.raises(ValueError, match=r"max_epsilon.*4\.0"):
-        c.certified_radius(np.array([0.9]), np.array([0.05]), noise_per_sensitivity=1.0, mechanism="classical", max_epsilon=4.0)
+        certification.certified_radius(np.array([0.9]), np.array([0.05]), noise_per_sensitivity=1.0, mechanism="classical", max_epsilon=4.0)
 
 
 @pytest.mark.parametrize(
@@ -365,49 +367,49 @@ def test_certified_radius_bad_input(kwargs, exc, pattern):
     args = dict(p_lower=np.array([0.9]), p_upper=np.array([0.05]), noise_per_sensitivity=1.0, mechanism="extended")
     args.update(kwargs)
     with pytest.raises(exc, match=pattern):
-        c.certified_radius(args.pop("p_lower"), args.pop("p_upper"), **args)
+        certification.certified_radius(args.pop("p_lower"), args.pop("p_upper"), **args)
 
 
 def test_score_bound_functions_bad_input():
     with pytest.raises(ValueError, match="counts.*same number of draws"):
-        c.count_bounds(np.array([[1, 2], [3, 4]]))
+        score_bounds.count_bounds(np.array([[1, 2], [3, 4]]))
     with pytest.raises(ValueError, match="counts.*non-negative"):
-        c.count_bounds(np.array([[-1, 2]]))
+        score_bounds.count_bounds(np.array([[-1, 2]]))
     with pytest.raises(TypeError, match="counts.*integers"):
-        c.count_bounds(np.array([[0.5, 0.5]]))
+        score_bounds.count_bounds(np.array([[0.5, 0.5]]))
     with pytest.raises(ValueError, match="counts.*shape"):
-        c.count_bounds(np.array([[10], [10]]))
+        score_bounds.count_bounds(np.array([[10], [10]]))
     with pytest.raises(ValueError, match=r"confidence.*1\.0"):
-        c.count_bounds(np.array([[1, 2]]), confidence=1.0)
+        score_bounds.count_bounds(np.array([[1, 2]]), confidence=1.0)
     with pytest.raises(ValueError, match="variances.*None"):
-        c.mean_bounds(np.array([[0.6, 0.4]]), num_draws=10, method="bernstein")
+        score_bounds.mean_bounds(np.array([[0.6, 0.4]]), num_draws=10, method="bernstein")
     with pytest.raises(ValueError, match="method.*clopper-pearson"):
-        c.mean_bounds(np.array([[0.6, 0.4]]), num_draws=10, method="clopper-pearson")
+        score_bounds.mean_bounds(np.array([[0.6, 0.4]]), num_draws=10, method="clopper-pearson")
     with pytest.raises(ValueError, match="means"):
-        c.mean_bounds(np.array([[0.6, 1.4]]), num_draws=10)
+        score_bounds.mean_bounds(np.array([[0.6, 1.4]]), num_draws=10)
     with pytest.raises(ValueError, match="num_draws"):
-        c.mean_bounds(np.array([[0.6, 0.4]]), num_draws=1, variances=np.zeros((1, 2)), method="bernstein")
+        score_bounds.mean_bounds(np.array([[0.6, 0.4]]), num_draws=1, variances=np.zeros((1, 2)), method="bernstein")
     with pytest.raises(ValueError, match="epsilon"):
-        c.robust(0.9, 0.1, epsilon=-1.0, delta=0.1)
+        certification.robust(0.9, 0.1, epsilon=-1.0, delta=0.1)
     with pytest.raises(ValueError, match="delta"):
-        c.robust(0.9, 0.1, epsilon=1.0, delta=1.0)
+        certification.robust(0.9, 0.1, epsilon=1.0, delta=1.0)
     with pytest.raises(ValueError, match="broadcast"):
-        c.robust(np.ones(3), np.zeros(2), epsilon=1.0, delta=0.1)
+        certification.robust(np.ones(3), np.zeros(2), epsilon=1.0, delta=0.1)
 
 
 def test_smoothing_bad_input():
     with pytest.raises(ValueError, match="sigma"):
-        c.smoothing_certify(np.array([[1, 0]]), np.array([[1, 0]]), sigma=0.0)
+        smoothing.smoothing_certify(np.array([[1, 0]]), np.array([[1, 0]]), sigma=0.0)
     with pytest.raises(ValueError, match="estimation_counts.*shape"):
-        c.smoothing_certify(np.array([[1, 0]]), np.array([[1, 0, 0]]), sigma=1.0)
+        smoothing.smoothing_certify(np.array([[1, 0]]), np.array([[1, 0, 0]]), sigma=1.0)
     with pytest.raises(ValueError, match="selection_counts.*empty"):
-        c.smoothing_certify(np.array([[0, 0]]), np.array([[1, 0]]), sigma=1.0)
+        smoothing.smoothing_certify(np.array([[0, 0]]), np.array([[1, 0]]), sigma=1.0)
     with pytest.raises(ValueError, match="n_a"):
-        c.smoothing_lower_bound(11, 10)
+        smoothing.smoothing_lower_bound(11, 10)
     with pytest.raises(TypeError, match="n_a"):
-        c.smoothing_lower_bound(1.5, 10)
+        smoothing.smoothing_lower_bound(1.5, 10)
     with pytest.raises(ValueError, match=r"confidence.*1\.5"):
-        c.smoothing_lower_bound(5, 10, confidence=1.5)
+        smoothing.smoothing_lower_bound(5, 10, confidence=1.5)
 
 
 # --------------------------------------------------------------------------------------------
@@ -425,7 +427,7 @@ def _result(**kw):
         config={"mechanism": "classical", "sigma": 0.25, "sizes": [0.1, 0.2]},
     )
     args.update(kw)
-    return c.CertificationResult(**args)
+    return certification_result.CertificationResult(**args)
 
 
 def test_certified_accuracy_semantics():
@@ -456,10 +458,10 @@ def test_certified_accuracy_non_increasing(points, sizes):
 
 def test_result_round_trip(tmp_path):
     r = _result()
-    assert c.CertificationResult.from_dict(r.to_dict()) == r
-    path = c.save_certification_result(r, tmp_path)
+    assert certification_result.CertificationResult.from_dict(r.to_dict()) == r
+    path = certification_result.save_certification_result(r, tmp_path)
     assert path.name == "certify-pixeldp.json" and (tmp_path / "certify-pixeldp.npz").is_file()
-    loaded = c.load_certification_result(path)
+    loaded = certification_result.load_certification_result(path)
     assert loaded == r and loaded.config["sizes"] == (0.1, 0.2)
     assert loaded != _result(radii=np.array([0.3, 0.1, 0.0, 0.5, 0.0, 0.25]))
 
@@ -485,7 +487,7 @@ def test_result_is_immutable_and_validated():
     with pytest.raises(ValueError, match="sizes"):
         r.certified_accuracy([-0.1])
     with pytest.raises(ValueError, match="missing"):
-        c.CertificationResult.from_dict({"method": "x"})
+        certification_result.CertificationResult.from_dict({"method": "x"})
 
 
 # --------------------------------------------------------------------------------------------
@@ -495,23 +497,23 @@ def test_soundness_violations_flags_a_planted_violation():
     radii = [0.0, 0.1, 0.2, 0.3]
     certified = np.array([0.9, 0.7, 0.5, 0.2])
     empirical = np.array([0.95, 0.72, 0.45, 0.19])
-    found = c.soundness_violations(certified, empirical, radii=radii, certificate="hgm")
+    found = certification.soundness_violations(certified, empirical, radii=radii, certificate="hgm")
     assert found == [
-        c.SoundnessViolation(certificate="hgm", radius=0.2, certified_accuracy=0.5, robust_accuracy=0.45),
-        c.SoundnessViolation(certificate="hgm", radius=0.3, certified_accuracy=0.2, robust_accuracy=0.19),
+        certify_summary.SoundnessViolation(certificate="hgm", radius=0.2, certified_accuracy=0.5, robust_accuracy=0.45),
+        certify_summary.SoundnessViolation(certificate="hgm", radius=0.3, certified_accuracy=0.2, robust_accuracy=0.19),
     ]
-    assert [x.radius for x in c.soundness_violations(certified, empirical, radii=radii, certificate="hgm", tolerance=0.02)] == [0.2]
-    assert c.soundness_violations(certified, np.minimum(empirical + 0.1, 1.0), radii=radii, certificate="hgm") == []
+    assert [x.radius for x in certification.soundness_violations(certified, empirical, radii=radii, certificate="hgm", tolerance=0.02)] == [0.2]
+    assert certification.soundness_violations(certified, np.minimum(empirical + 0.1, 1.0), radii=radii, certificate="hgm") == []
     assert found[0].to_dict() == {"certificate": "hgm", "radius": 0.2, "certified_accuracy": 0.5, "robust_accuracy": 0.45}
-    assert c.SoundnessViolation.from_dict(found[0].to_dict()) == found[0]
+    assert certify_summary.SoundnessViolation.from_dict(found[0].to_dict()) == found[0]
     with pytest.raises(ValueError, match="robust_accuracy.*shape"):
-        c.soundness_violations(certified, empirical[:2], radii=radii, certificate="hgm")
+        certification.soundness_violations(certified, empirical[:2], radii=radii, certificate="hgm")
     with pytest.raises(ValueError, match="tolerance"):
-        c.soundness_violations(certified, empirical, radii=radii, certificate="hgm", tolerance=-0.1)
+        certification.soundness_violations(certified, empirical, radii=radii, certificate="hgm", tolerance=-0.1)
     with pytest.raises(ValueError, match="certified_accuracy"):
-        c.SoundnessViolation(certificate="hgm", radius=0.1, certified_accuracy=1.5, robust_accuracy=0.1)
+        certify_summary.SoundnessViolation(certificate="hgm", radius=0.1, certified_accuracy=1.5, robust_accuracy=0.1)
 
 
 def test_module_does_not_import_torch():
-    code = "import sys, dpaudit.robustness.certification; sys.exit('torch' in sys.modules)"
+    code = "import sys, dpaudit.robustness.certification, dpaudit.robustness.multipliers, dpaudit.robustness.score_bounds, dpaudit.robustness.smoothing; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -12,7 +12,8 @@ import pytest
 from dpaudit.app.cli import main
 from dpaudit.app.runs.certify import CertifySpec, NotCertifiable, run_certify
 from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
-from dpaudit.results.certification import CertifySummary, SoundnessViolation, load_certification_result, load_certify_summary, save_certification_result
+from dpaudit.results.certification import load_certification_result, save_certification_result
+from dpaudit.results.certify_summary import CertifySummary, SoundnessViolation, load_certify_summary
 from dpaudit.store import RunDir
 
 TINY = dict(num_draws=50, num_examples=20, radii=(0.05, 0.2), attacks=("fgsm", "pgd"), num_selection_draws=20, num_eot_samples=1, progress=True)

@@ -13,7 +13,8 @@ import itertools
 import pytest
 import torch
 
-from dpaudit.models import Projection, build_model
+from dpaudit.layers import Projection
+from dpaudit.models import build_model
 from dpaudit.robustness.noise import NoiseLayer, find_noise_layer, layer_sensitivity
 
 

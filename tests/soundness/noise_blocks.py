@@ -1,7 +1,7 @@
 """Random small noise-layer blocks for the soundness properties (sensitivities and certificates).
 
 A block is what :func:`dpaudit.robustness.noise.add_noise_layer` wraps: an optional
-standardisation, an optional signed projection (Flatten → :class:`~dpaudit.models.Projection`
+standardisation, an optional signed projection (Flatten → :class:`~dpaudit.layers.Projection`
 → reshape, the DP-PCA front of ``abadi-mnist``), then one Linear or Conv1d/2d/3d layer with
 random stride, padding, dilation and padding mode. Everything is float64, so a comparison with
 brute force tests the mathematics, not float32 rounding.
@@ -20,7 +20,7 @@ import torch
 from hypothesis import strategies as st
 from torch import nn
 
-from dpaudit.models import Projection, Standardize
+from dpaudit.layers import Projection, Standardize
 from dpaudit.robustness.noise import NoiseLayer
 
 _CONVS = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}

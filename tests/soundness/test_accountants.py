@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import optimize, stats
 
-from dpaudit.privacy import accountants as acc
+from dpaudit.privacy import accountant_names, accountants, events
 from dpaudit.privacy.claims import dpsgd_claim
 
 logging.getLogger("absl").setLevel(logging.ERROR)
@@ -61,12 +61,12 @@ def reference_lower(q: float, sigma: float, steps: int, delta: float, interval: 
 
 
 def _check_accountants(q: float, sigma: float, steps: int, delta: float, names: tuple[str, ...], interval: float) -> None:
-    event = acc.sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps)
+    event = events.sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps)
     truth = reference_lower(q, sigma, steps, delta, interval)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # edge-of-grid notes, PLD fallbacks: still bounds
         for name in names:
-            res = acc.compute_epsilon_detailed(event, delta=delta, accountant=name)
+            res = accountants.compute_epsilon_detailed(event, delta=delta, accountant=name)
             assert not res.declined, res.note  # DP-SGD is within every accountant's formula
             assert res.epsilon >= truth - _TOLERANCE * max(1.0, truth), (name, res.epsilon, truth)
 
@@ -76,7 +76,7 @@ def _check_headline(q: float, sigma: float, steps: int, delta: float, interval: 
         warnings.simplefilter("ignore")
         bound = dpsgd_claim(sampling_rate=q, noise_multiplier=sigma, num_steps=steps).upper_bound(delta=delta)
     truth = reference_lower(q, sigma, steps, delta, interval)
-    assert set(bound.by_accountant) == set(acc.ACCOUNTANTS)
+    assert set(bound.by_accountant) == set(accountant_names.ACCOUNTANTS)
     assert bound.epsilon == min(bound.by_accountant.values())
     assert bound.epsilon >= truth - _TOLERANCE * max(1.0, truth), (bound, truth)
 

@@ -43,9 +43,11 @@ from hypothesis import strategies as st
 from scipy import integrate, stats
 from torch import nn
 
-from dpaudit.robustness.certification import certified_radius, count_bounds, mean_bounds, smoothing_certify
+from dpaudit.robustness.certification import certified_radius
 from dpaudit.robustness.montecarlo import sample_scores
 from dpaudit.robustness.noise import layer_sensitivity
+from dpaudit.robustness.score_bounds import count_bounds, mean_bounds
+from dpaudit.robustness.smoothing import smoothing_certify
 from tests.soundness.noise_blocks import BlockSpec, block_specs, build, sign_vectors
 
 MECHANISMS = (("classical", 1.0), ("analytic", None), ("extended", None))

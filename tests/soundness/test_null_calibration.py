@@ -20,9 +20,11 @@ import pytest
 from dp_accounting import dp_event as dpe
 from scipy import stats
 
-from dpaudit.privacy.audit import audit_from_one_run, audit_from_scores, gaussian_step_claim
-from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, PATEClaim, dpsgd_claim
+from dpaudit.privacy.audit_bounds import gaussian_step_claim
+from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, dpsgd_claim
 from dpaudit.privacy.dssgd import dssgd_svt_claim
+from dpaudit.privacy.pate.claim import PATEClaim
+from dpaudit.results.auditing import audit_from_one_run, audit_from_scores
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "null_calibration.py"
@@ -67,7 +69,7 @@ def test_default_bound_on_ideal_laplace_scores_stays_below_its_epsilon():
 
 @pytest.mark.parametrize("claim", _non_gaussian_claims(), ids=lambda c: c.kind)
 def test_gaussian_shaped_bounds_are_refused_for_other_claims(claim):
-    from dpaudit.privacy.audit import resolve_bound
+    from dpaudit.privacy.audit_bounds import resolve_bound
 
     assert claim.trade_off_family is None
     assert resolve_bound("auto", claim=claim) == "clopper-pearson"

@@ -42,7 +42,7 @@ import numpy as np
 
 from dpaudit import _validate as v
 from dpaudit.locks import unit_lock
-from dpaudit.results.certification import CertifySummary, SmoothingSummary, SoundnessViolation
+from dpaudit.results.certify_summary import CertifySummary, SmoothingSummary, SoundnessViolation
 from dpaudit.store import RunDir
 
 __all__ = ["DEFAULT_ATTACKS", "DEFAULT_RADII", "CertifySpec", "NotCertifiable", "certifiable_defenses", "run_certify"]
@@ -236,20 +236,15 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     from dpaudit.app.records import verify_record
     from dpaudit.data import dataset_files, load_dataset
     from dpaudit.results import EVASION_NORMS
-    from dpaudit.results.certification import CertificationSpec, SmoothingCertificationSpec, save_certify_summary
+    from dpaudit.results.certification import CertificationResult, load_certification_result, save_certification_result
+    from dpaudit.results.certification_spec import CertificationSpec, SmoothingCertificationSpec
+    from dpaudit.results.certify_summary import save_certify_summary
     from dpaudit.results.record import WEIGHTS_FILE, load_record, resolve_record_dir, weights_digest
-    from dpaudit.robustness.certification import (
-        CertificationResult,
-        certified_radius,
-        count_bounds,
-        load_certification_result,
-        mean_bounds,
-        save_certification_result,
-        smoothing_certify,
-        soundness_violations,
-    )
+    from dpaudit.robustness.certification import certified_radius, soundness_violations
     from dpaudit.robustness.montecarlo import sample_scores
     from dpaudit.robustness.noise import add_input_noise, find_noise_layer, layer_sensitivity
+    from dpaudit.robustness.score_bounds import count_bounds, mean_bounds
+    from dpaudit.robustness.smoothing import smoothing_certify
     from dpaudit.store import thaw
     from dpaudit.training import resolve_device
     from dpaudit.weights import load_model

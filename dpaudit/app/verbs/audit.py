@@ -81,7 +81,7 @@ def ceiling_line(result: Any) -> str:
 
 def _check_bounds_fit(args: argparse.Namespace, claim: Any) -> None:
     """Refuses a Gaussian-shaped bound for a claim that is not Gaussian-family, before any training (exit 2)."""
-    from dpaudit.privacy.audit import resolve_bound
+    from dpaudit.privacy.audit_bounds import resolve_bound
 
     if args.method == "multi-run":
         try:

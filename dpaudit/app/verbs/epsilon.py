@@ -83,13 +83,10 @@ def _eps_lines(names: tuple[str, ...], values: dict[str, float], computed_by: di
 
 
 def _cmd_epsilon(args: argparse.Namespace) -> int:
-    from dpaudit.privacy.accountants import (
-        ACCOUNTANTS,
-        calibrate_noise_multiplier,
-        calibrate_num_steps,
-        compute_epsilon,
-        sampled_gaussian_event,
-    )
+    from dpaudit.privacy.accountant_names import ACCOUNTANTS
+    from dpaudit.privacy.accountants import compute_epsilon
+    from dpaudit.privacy.calibration import calibrate_noise_multiplier, calibrate_num_steps
+    from dpaudit.privacy.events import sampled_gaussian_event
 
     # dp_accounting logs "Negative Renyi divergence ... returning an epsilon of zero" through absl
     # for ε ≈ 0 settings (huge σ, tiny q); that is the right answer there, and the log lines

@@ -177,7 +177,8 @@ def _analysis_lines(name: str, dep: Any, answered: Any) -> tuple[dict[str, Any],
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from dpaudit.privacy import pate
+    from dpaudit.privacy.pate import analysis as pate_analysis
+    from dpaudit.privacy.pate.votes import check_votes
 
     name = _aggregator(args)
     smooth = (args.smooth_sensitivity_beta, args.smooth_sensitivity_sigma)
@@ -199,7 +200,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     if not args.i_know:
         _check_votes_size(args.votes, _npy_shape(args.votes), release=smooth[0] is not None)
     try:
-        votes = pate.check_votes(_load_array("--votes", args.votes), name="--votes")
+        votes = check_votes(_load_array("--votes", args.votes), name="--votes")
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc), argument="--votes") from None
     answered = None
@@ -211,12 +212,14 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
             raise UsageError(f"--answered must be a boolean .npy of shape ({votes.shape[0]},) (one entry per query), got {answered.dtype} {answered.shape}", argument="--answered")
     bar = _LazyProgress(int(votes.shape[0]), release=smooth[0] is not None)
     try:
-        return _analyze(pate, args, name, votes, answered, smooth, bar.update)
+        return _analyze(pate_analysis, args, name, votes, answered, smooth, bar.update)
     finally:
         bar.close()
 
 
 def _analyze(pate: Any, args: argparse.Namespace, name: str, votes: Any, answered: Any, smooth: tuple[Any, Any], progress: Any) -> int:
+    from dpaudit.privacy.pate import smooth_sensitivity
+
     analysis: Any
     if name == "lnmax":
         analysis = pate.analyze_lnmax(votes, laplace_scale=args.laplace_scale, delta=args.delta, progress=None if smooth[0] is not None else progress)
@@ -250,7 +253,7 @@ def _analyze(pate: Any, args: argparse.Namespace, name: str, votes: Any, answere
         # --smooth-sensitivity-* flags for the private analysis).
         beta, sigma_ss = smooth
         try:
-            release = _release(pate, name, votes, args, answered, beta, sigma_ss, progress)
+            release = _release(smooth_sensitivity, name, votes, args, answered, beta, sigma_ss, progress)
         except ValueError as exc:  # the library names beta / sigma_ss / order; the user typed these flags
             if isinstance(exc, v.InvalidArgument) and exc.argument in ("sigma", "threshold_sigma"):
                 raise  # about --sigma / --threshold-sigma themselves (too small for a release): the CLI names them

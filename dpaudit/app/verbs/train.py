@@ -23,7 +23,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from defenses import DEFENSES
     from dpaudit.app.runs.train import TrainSpec, train_or_load
     from dpaudit.options import options_from_args
-    from dpaudit.results.certification import CertificationSpec
+    from dpaudit.results.certification_spec import CertificationSpec
     from dpaudit.store import RunDir, thaw
 
     spec = DEFENSES[args.defense]

@@ -36,8 +36,9 @@ from dpaudit.app.runs.audit.spec import WORST_CASE_AUDITOR_RECORDS, AuditSpec, a
 from dpaudit.callables import resolve_callable
 from dpaudit.data import ArrayDataset, dataset_files, load_dataset, make_splits
 from dpaudit.locks import unit_lock
-from dpaudit.privacy.audit import AuditResult, resolve_bound
+from dpaudit.privacy.audit_bounds import resolve_bound
 from dpaudit.privacy.claims import PrivacyClaim
+from dpaudit.results.audit import AuditResult
 from dpaudit.store import RunDir
 
 __all__ = ["DatasetRef", "make_audit_executor", "run_audit"]
@@ -73,7 +74,9 @@ def make_audit_executor(
     """Where trials run: ``local`` is in-process for one worker (no start-up cost), else a spawned
     process pool; ``serial`` always in-process; ``ray`` a local Ray with ``workers`` CPUs or the
     cluster at ``address``."""
-    from dpaudit.executors import LocalExecutor, SerialExecutor, make_executor
+    from dpaudit.executors import make_executor
+    from dpaudit.executors.jobs import SerialExecutor
+    from dpaudit.executors.local import LocalExecutor
 
     if kind == "ray":
         return make_executor("ray", workers=workers, address=address, datasets=() if dataset is None else (dataset,), data_root=data_root, ship_code=ship_code, num_gpus=num_gpus)
@@ -95,7 +98,7 @@ def _ray_gpus(spec: AuditSpec, bundle: Any) -> float:
 def _audit_trainer(spec: AuditSpec, *, num_members: int, num_steps: int) -> tuple[Any, float]:
     """The defense's white-box trainer for ``spec`` and the σ it runs with."""
     from defenses import DEFENSES
-    from dpaudit.privacy.accountants import calibrate_noise_multiplier
+    from dpaudit.privacy.calibration import calibrate_noise_multiplier
     from dpaudit.privacy.gaussian import analytic_sigma
 
     entry = DEFENSES.get(spec.defense)
@@ -467,7 +470,7 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
 
 def _white_box_claim() -> PrivacyClaim:
     """The family the white-box game compares against: one un-sampled Gaussian step (σ is irrelevant here)."""
-    from dpaudit.privacy.audit import gaussian_step_claim
+    from dpaudit.privacy.audit_bounds import gaussian_step_claim
 
     return gaussian_step_claim(noise_multiplier=1.0)
 
@@ -482,7 +485,8 @@ def _rebound_one_run(result: AuditResult, directory: Path, *, claim: PrivacyClai
     The game (one training, the canary scores in ``scores.npz``) is the same for both bounds;
     only the statistics differ, so the training is not repeated for it.
     """
-    from dpaudit.privacy.audit import audit_from_one_run, save_audit_result
+    from dpaudit.results.audit import save_audit_result
+    from dpaudit.results.auditing import audit_from_one_run
 
     with np.load(directory / "scores.npz", allow_pickle=False) as stored:
         scores, included = stored["scores"], stored["included"].astype(bool)

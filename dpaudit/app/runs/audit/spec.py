@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.privacy.audit import ONE_RUN_BOUND_CHOICES, SCORE_BOUND_CHOICES
+from dpaudit.privacy.audit_bounds import ONE_RUN_BOUND_CHOICES, SCORE_BOUND_CHOICES
 from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES
 from dpaudit.privacy.claims import PrivacyClaim
 

@@ -201,7 +201,7 @@ class _LazyExecutor:
 
 def _run_wave(planned: Sequence[_PlannedJob], *, executor: _LazyExecutor, bar: Any, counts: dict[str, int]) -> dict[JobKey, Outcome]:
     """Runs the jobs whose outcome is not stored yet; returns key → typed outcome for all of them."""
-    from dpaudit.executors import Job
+    from dpaudit.executors.jobs import Job
 
     done: dict[JobKey, Outcome] = {}
     todo: dict[str, _PlannedJob] = {}

@@ -23,8 +23,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from dpaudit import _validate as v
-from dpaudit.privacy.accountants import largest_num_steps, smallest_noise_multiplier
-from dpaudit.privacy.pate import GNMAX_ORDERS, rdp_to_epsilon
+from dpaudit.privacy.calibration import largest_num_steps, smallest_noise_multiplier
+from dpaudit.privacy.pate.analysis import rdp_to_epsilon
+from dpaudit.privacy.pate.votes import GNMAX_ORDERS
 
 __all__ = ["worst_case_epsilon", "calibrate_sigma", "max_queries"]
 

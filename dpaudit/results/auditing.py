@@ -1,9 +1,9 @@
-"""Audit results: an empirical lower bound ε_LB set against the claim's upper bound ε_UB.
+"""Audits turned into results: ε_LB from scores, set against the claim's ε_UB, as an :class:`AuditResult`.
 
 An audit plays a distinguishing game (audit.md §1): a canary is IN or OUT, an attack scores
-it, and the scores give ε_LB at a stated confidence (:mod:`dpaudit.privacy.audit_stats`). This module
-holds the value that carries the outcome, :class:`AuditResult`, and the torch-free helpers
-that turn scores and a :class:`~dpaudit.privacy.claims.PrivacyClaim` into one:
+it, and the scores give ε_LB at a stated confidence (:mod:`dpaudit.privacy.audit_stats`). This
+module turns scores and a :class:`~dpaudit.privacy.claims.PrivacyClaim` into the value that
+carries the outcome, :class:`~dpaudit.results.audit.AuditResult` (torch-free):
 
 * :func:`audit_from_scores` — IN/OUT observations (multi-run and white-box games), bounded by
   Clopper–Pearson (Kairouz, Oh & Viswanath 2015, Thm 2.1) or the Gaussian-DP estimator of
@@ -12,15 +12,14 @@ that turn scores and a :class:`~dpaudit.privacy.claims.PrivacyClaim` into one:
 * :func:`audit_from_one_run` — m canaries of one training run, bounded by Steinke, Nasr &
   Jagielski (2023, Thm 3.1) or, with ``bound="fdp"``, by the f-DP analysis of Mahloujifar,
   Melis & Chaudhuri (2025, Algorithm 3; :mod:`dpaudit.privacy.fdp_one_run`);
-* :func:`gaussian_step_claim` — the claim of ONE un-sampled Gaussian step, the mechanism the
-  white-box per-step game exercises (see :mod:`attacks.audit_procedures`);
 * :func:`audit_ceiling` — the largest ε_LB an audit's design could produce: its counts with a
   perfect attack (every IN scored above every OUT; for one-run, every guess correct). Every
   result carries it as ``ceiling``, so ε_LB reads against what the design could have shown;
-  :func:`epsilon_lb_by_trials` recomputes both on prefixes of stored scores for the report;
-* :func:`composed_gdp_epsilon` — the central-limit composition of per-step μ over T
-  Poisson-sampled steps (Dong, Roth & Su 2019, Thm 3.5; Nasr et al. 2023, §4). An
-  approximation, reported only as an *estimate*, never as a bound.
+  :func:`epsilon_lb_by_trials` recomputes both on prefixes of stored scores for the report.
+
+Which bound a claim admits, the one-step claim of the white-box game and the central-limit
+composition are privacy mathematics (:mod:`dpaudit.privacy.audit_bounds`); results import
+privacy, never the reverse.
 
 ε_UB is evaluated once, on the claim (``claim.upper_bound``, i.e. :meth:`PrivacyClaim.epsilons`
 under every applicable accountant); the result keeps every accountant's number and compares
@@ -33,13 +32,13 @@ through :mod:`dpaudit.store` (strict JSON, schema-versioned).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from dpaudit import _validate as v
+from dpaudit.privacy.audit_bounds import ONE_RUN_BOUND_CHOICES, not_gaussian_error, resolve_bound
 from dpaudit.privacy.audit_stats import (
     THRESHOLD_STRATEGIES,
     ThresholdBound,
@@ -52,82 +51,22 @@ from dpaudit.privacy.audit_stats import (
     one_run_epsilon_lb,
     point_estimate,
 )
-from dpaudit.privacy.claims import DPClaim, PrivacyClaim
+from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.privacy.fdp_one_run import TRADEOFF_CURVES, fdp_one_run_bound_from_scores, fdp_one_run_epsilon_lb
 from dpaudit.privacy.gaussian import gdp_epsilon
 from dpaudit.results.audit import (
     ASSUMPTION_APPROXIMATE,
     AUDIT_BOUNDS,
-    AUDIT_METHODS,
     ONE_RUN_BOUNDS,
-    RESULT_FILE,
-    THREAT_MODELS,
     AuditResult,
     EpsilonByTrials,
     default_assumption,
-    load_audit_result,
-    save_audit_result,
 )
 
-__all__ = [
-    "AUDIT_METHODS",
-    "AUDIT_BOUNDS",
-    "THREAT_MODELS",
-    "AuditResult",
-    "EpsilonByTrials",
-    "audit_ceiling",
-    "epsilon_lb_by_trials",
-    "audit_from_scores",
-    "audit_from_one_run",
-    "ONE_RUN_BOUND_CHOICES",
-    "SCORE_BOUND_CHOICES",
-    "resolve_bound",
-    "bound_assumption",
-    "gaussian_step_claim",
-    "composed_gdp_epsilon",
-    "save_audit_result",
-    "load_audit_result",
-    "RESULT_FILE",
-]
+__all__ = ["audit_ceiling", "epsilon_lb_by_trials", "audit_from_scores", "audit_from_one_run", "bound_assumption", "one_run_curve"]
 
-#: ``audit_from_one_run(bound=…)``: Steinke et al. (2023) or the f-DP bound of Mahloujifar et al. (2025).
-ONE_RUN_BOUND_CHOICES = ("steinke", "fdp")
 #: The value the stored :class:`AuditResult` carries in its ``bound`` field for each choice.
 _ONE_RUN_RESULT_BOUND = {"steinke": "one-run", "fdp": "one-run-fdp"}
-
-#: ``audit_from_scores(bound=…)``: ``auto`` is GDP for claims whose trade-off curve is Gaussian-family, else Clopper–Pearson.
-SCORE_BOUND_CHOICES = ("auto", "gdp", "clopper-pearson")
-
-
-def _not_gaussian(bound: str, claim: PrivacyClaim) -> ValueError:
-    return ValueError(
-        f"bound={bound!r} assumes a Gaussian trade-off curve, and the claim of kind {claim.kind!r} ({claim.statement() or 'no description'}) is not Gaussian-family "
-        "(its trade_off_family is None): a Gaussian curve fitted to its scores can exceed its true epsilon (a pure epsilon = 1 Laplace mechanism reads 4.4). "
-        f"Use {'auto or clopper-pearson' if bound == 'gdp' else 'steinke'}"
-    )
-
-
-def resolve_bound(bound: str, *, claim: PrivacyClaim) -> str:
-    """The bound an IN/OUT audit of ``claim`` uses: ``gdp`` or ``clopper-pearson``.
-
-    ``auto`` picks the GDP estimator of Nasr et al. (2023, §4) when the claim's trade-off curve
-    is Gaussian-family (:attr:`PrivacyClaim.trade_off_family`) and Clopper–Pearson (Kairouz, Oh
-    & Viswanath 2015, Thm 2.1), valid for every (ε, δ)-DP mechanism, otherwise. An explicit
-    ``gdp`` on any other claim is refused rather than labelled: its number is no lower bound on
-    anything the claim states, so a "violation" from it would be a false alarm.
-
-    Raises:
-        ValueError: an unknown bound, or ``gdp`` for a claim that is not Gaussian-family.
-    """
-    bound = v.choice("bound", bound, SCORE_BOUND_CHOICES)
-    if not isinstance(claim, PrivacyClaim):
-        raise v.invalid_type("claim", f"claim must be a PrivacyClaim, got {type(claim).__name__}")
-    gaussian = claim.trade_off_family == "gaussian"
-    if bound == "auto":
-        return "gdp" if gaussian else "clopper-pearson"
-    if bound == "gdp" and not gaussian:
-        raise _not_gaussian(bound, claim)
-    return bound
 
 
 def bound_assumption(bound: str, *, claim: PrivacyClaim, curve: str = "gaussian") -> str:
@@ -146,37 +85,6 @@ def bound_assumption(bound: str, *, claim: PrivacyClaim, curve: str = "gaussian"
 
 # One-run audits guess IN for the top-k and OUT for the bottom-k scores (Steinke et al. 2023, §5).
 _STRATEGIES = (*THRESHOLD_STRATEGIES, "top-bottom")
-
-
-def gaussian_step_claim(*, noise_multiplier: float, description: str | None = None) -> DPClaim:
-    """The claim of one un-sampled Gaussian mechanism with noise σ·C on sensitivity C.
-
-    This is what one DP-SGD step releases about a record that is certainly in the lot (the
-    auditor inserted it): Σ clip(g_i) + N(0, σ²C²I) is a Gaussian mechanism with μ = 1/σ
-    (Abadi et al. 2016, §3.1; Dong, Roth & Su 2019, Thm 2.7).
-    """
-    from dp_accounting import dp_event as dpe
-
-    sigma = v.positive("noise_multiplier", noise_multiplier)
-    desc = description or f"one un-sampled Gaussian step, sigma={sigma:g} (mu = 1/sigma = {1 / sigma:.4g})"
-    return DPClaim(event=dpe.GaussianDpEvent(sigma), description=desc)
-
-
-def composed_gdp_epsilon(*, mu_step: float, sampling_rate: float, num_steps: int, delta: float) -> float:
-    """ε at δ of μ_total = q·√(T·(e^{μ_step²} − 1)): the CLT composition of T sampled steps.
-
-    Dong, Roth & Su (2019, Thm 3.5/Cor. 5.4); used by Nasr et al. (2023, §4) to compose
-    per-step audits. It is an asymptotic *approximation* (it can under- or over-state the
-    exact composition), so audits report it only as ``epsilon_estimate``.
-    """
-    mu = v.non_negative("mu_step", mu_step)
-    q = v.half_open_unit("sampling_rate", sampling_rate)
-    t = v.integer("num_steps", num_steps, minimum=1)
-    delta = v.open_unit("delta", delta)
-    if mu == 0:
-        return 0.0
-    total = q * math.sqrt(t * math.expm1(min(mu * mu, 700.0)))
-    return gdp_epsilon(mu=total, delta=delta) if total > 0 else 0.0
 
 
 def audit_ceiling(
@@ -314,23 +222,9 @@ def audit_from_scores(
     s_in, s_out = np.asarray(in_scores, dtype=float).reshape(-1), np.asarray(out_scores, dtype=float).reshape(-1)
     tb, ceiling = _scores_bound(s_in, s_out, delta=delta, confidence=confidence, bound=bound, strategy=strategy, num_thresholds=num_thresholds, group_size=group_size, seed=seed, threshold=threshold)
     acc, ub, by = _upper(claim, delta)
-    if bound == "gdp":
-        estimate, kind = _gdp_point_estimate(s_in, s_out, delta=delta, num_thresholds=num_thresholds), "GDP fit of the raw rates at the best candidate threshold (an estimate, not a bound)"
-    else:
-        estimate, kind = point_estimate(s_in, s_out, delta=delta), "uncorrected best-threshold ratio (an estimate, not a bound)"
+    estimate, kind = _scores_estimate(s_in, s_out, bound=bound, delta=delta, num_thresholds=num_thresholds)
     estimate /= group_size
-    info = {
-        "threshold": tb.threshold,
-        "true_positives": tb.true_positives,
-        "false_positives": tb.false_positives,
-        "bounding_num_in": tb.num_in,
-        "bounding_num_out": tb.num_out,
-        "num_tests": tb.num_tests,
-        "num_thresholds": num_thresholds,
-        **({"split_seed": seed} if strategy == "split" else {}),
-        "estimate_kind": kind,
-        **dict(details or {}),
-    }
+    info = _scores_details(tb, num_thresholds=num_thresholds, seed=seed if strategy == "split" else None, estimate_kind=kind, details=details)
     return AuditResult(
         epsilon_lb=tb.epsilon_lb,
         ceiling=ceiling,
@@ -351,6 +245,29 @@ def audit_from_scores(
         details=info,
         assumption=bound_assumption(bound, claim=claim),
     )
+
+
+def _scores_estimate(s_in: np.ndarray, s_out: np.ndarray, *, bound: str, delta: float, num_thresholds: int) -> tuple[float, str]:
+    """(ε estimate, what it is) of IN/OUT observations: never a bound, reported beside ε_LB."""
+    if bound == "gdp":
+        return _gdp_point_estimate(s_in, s_out, delta=delta, num_thresholds=num_thresholds), "GDP fit of the raw rates at the best candidate threshold (an estimate, not a bound)"
+    return point_estimate(s_in, s_out, delta=delta), "uncorrected best-threshold ratio (an estimate, not a bound)"
+
+
+def _scores_details(tb: ThresholdBound, *, num_thresholds: int, seed: int | None, estimate_kind: str, details: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The facts an IN/OUT result keeps: the bounding counts and threshold, the split's seed (``None``: no split), the caller's details."""
+    return {
+        "threshold": tb.threshold,
+        "true_positives": tb.true_positives,
+        "false_positives": tb.false_positives,
+        "bounding_num_in": tb.num_in,
+        "bounding_num_out": tb.num_out,
+        "num_tests": tb.num_tests,
+        "num_thresholds": num_thresholds,
+        **({"split_seed": seed} if seed is not None else {}),
+        "estimate_kind": estimate_kind,
+        **dict(details or {}),
+    }
 
 
 def _gdp_point_estimate(s_in: np.ndarray, s_out: np.ndarray, *, delta: float, num_thresholds: int) -> float:
@@ -434,6 +351,48 @@ def _one_run_bound(
     return eps, r, correct, extra, ceiling
 
 
+def _one_run_choices(bound: str, curve: str, sampling_rate: float, seed: int, claim: PrivacyClaim) -> tuple[str, str, float, int]:
+    """(bound, curve, q, seed) of a one-run audit, checked against each other and against the claim."""
+    bound = v.choice("bound", bound, ONE_RUN_BOUND_CHOICES)
+    curve = v.choice("curve", curve, TRADEOFF_CURVES)
+    sampling_rate = v.half_open_unit("sampling_rate", sampling_rate)
+    seed = v.integer("seed", seed, minimum=0)
+    if bound == "steinke" and (curve != "gaussian" or sampling_rate != 1.0):
+        raise v.invalid("curve", f"curve and sampling_rate apply to bound='fdp'; got bound='steinke', curve={curve!r}, sampling_rate={sampling_rate!r}")
+    if not isinstance(claim, PrivacyClaim):
+        raise v.invalid_type("claim", f"claim must be a PrivacyClaim, got {type(claim).__name__}")
+    if bound == "fdp" and claim.trade_off_family != "gaussian":
+        # Both f-DP curves are Gaussian-shaped: the same rule as bound='gdp' for IN/OUT games.
+        raise not_gaussian_error(bound, claim)
+    return bound, curve, sampling_rate, seed
+
+
+def _one_run_details(
+    num_guesses: int,
+    num_correct: int,
+    num_canaries: int,
+    *,
+    counts: Sequence[int],
+    seed: int,
+    points: list[tuple[int, int, float]],
+    bound: str,
+    extra: Mapping[str, Any],
+    details: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The facts a one-run result keeps: the guesses, the k grid, the tie-break seed, ε_LB by guesses, the bound's own details and the caller's."""
+    return {
+        "num_guesses": num_guesses,
+        "num_correct": num_correct,
+        "num_canaries": num_canaries,
+        "guess_counts": [int(k) for k in counts],
+        "tie_break_seed": seed,
+        "guess_curve": [{"num_guesses": a, "num_correct": b, "epsilon_lb": c} for a, b, c in points],
+        "one_run_bound": bound,
+        **extra,
+        **dict(details or {}),
+    }
+
+
 def audit_from_one_run(
     scores: Sequence[float] | np.ndarray,
     included: Sequence[bool] | np.ndarray,
@@ -477,17 +436,7 @@ def audit_from_one_run(
             (:func:`~dpaudit.privacy.audit_stats.one_run_correct_guesses`).
     """
     delta = v.open_unit("delta", delta)
-    bound = v.choice("bound", bound, ONE_RUN_BOUND_CHOICES)
-    curve = v.choice("curve", curve, TRADEOFF_CURVES)
-    sampling_rate = v.half_open_unit("sampling_rate", sampling_rate)
-    seed = v.integer("seed", seed, minimum=0)
-    if bound == "steinke" and (curve != "gaussian" or sampling_rate != 1.0):
-        raise v.invalid("curve", f"curve and sampling_rate apply to bound='fdp'; got bound='steinke', curve={curve!r}, sampling_rate={sampling_rate!r}")
-    if not isinstance(claim, PrivacyClaim):
-        raise v.invalid_type("claim", f"claim must be a PrivacyClaim, got {type(claim).__name__}")
-    if bound == "fdp" and claim.trade_off_family != "gaussian":
-        # Both f-DP curves are Gaussian-shaped: the same rule as bound='gdp' for IN/OUT games.
-        raise _not_gaussian(bound, claim)
+    bound, curve, sampling_rate, seed = _one_run_choices(bound, curve, sampling_rate, seed, claim)
     s = np.asarray(scores, dtype=float).reshape(-1)
     inc = np.asarray(included, dtype=bool).reshape(-1)
     if inc.size != s.size:
@@ -499,17 +448,7 @@ def audit_from_one_run(
     acc, ub, by = _upper(claim, delta)
     ks = sorted({k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if 2 * k <= m} | ({r // 2} if r else set()))
     points = one_run_curve(s, inc, delta=delta, confidence=confidence, guess_counts=ks, bound=bound, curve=curve, sampling_rate=sampling_rate, seed=seed)
-    info = {
-        "num_guesses": r,
-        "num_correct": correct,
-        "num_canaries": m,
-        "guess_counts": [int(k) for k in counts],
-        "tie_break_seed": seed,
-        "guess_curve": [{"num_guesses": a, "num_correct": b, "epsilon_lb": c} for a, b, c in points],
-        "one_run_bound": bound,
-        **extra,
-        **dict(details or {}),
-    }
+    info = _one_run_details(r, correct, m, counts=counts, seed=seed, points=points, bound=bound, extra=extra, details=details)
     estimate = point_estimate(s[inc], s[~inc], delta=delta) if inc.any() and (~inc).any() else None
     return AuditResult(
         epsilon_lb=eps,

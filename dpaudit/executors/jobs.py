@@ -1,0 +1,161 @@
+"""Jobs and the executor interface; the serial executor that runs jobs in this process, in order.
+
+A job is a module-level function plus keyword arguments (both must pickle, since they cross
+process boundaries; this is transport between our own processes, never a file a user
+receives). :meth:`Executor.run` yields ``(job, result)`` as jobs finish, so callers persist
+each result at once; if the caller stops early (an exception, Ctrl-C), pending jobs are
+cancelled and whatever was already persisted survives.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpaudit import _validate as v
+
+__all__ = ["Job", "Executor", "SerialExecutor"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """One independent unit of work.
+
+    Attributes:
+        key: a unique name (e.g. the shadow model's id), used in errors and by callers.
+        fn: a module-level function (it must be importable by name in a worker).
+        kwargs: its keyword arguments (picklable).
+    """
+
+    key: str
+    fn: Callable[..., Any]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, str) or not self.key:
+            raise v.invalid_type("key", f"key must be a non-empty string, got {self.key!r}")
+        if not callable(self.fn):
+            raise v.invalid_type("fn", f"fn must be callable, got {self.fn!r}")
+        if not isinstance(self.kwargs, Mapping):
+            raise v.invalid_type("kwargs", f"kwargs must be a mapping, got {type(self.kwargs).__name__}")
+
+
+def _limit_threads(num_threads: int) -> None:
+    """Pins BLAS/OpenMP and torch to ``num_threads`` in a worker process."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(num_threads)
+    try:
+        import torch
+    except ImportError:  # a job that does not need torch
+        return
+    torch.set_num_threads(num_threads)
+    try:
+        torch.set_num_interop_threads(num_threads)
+    except RuntimeError:  # only settable before the first parallel work; harmless if too late
+        pass
+
+
+def _call(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+    return fn(**kwargs)
+
+
+def _noop() -> int:
+    return os.getpid()
+
+
+def _with_key(exc: BaseException, job: Job) -> BaseException:
+    exc.add_note(f"(in job {job.key!r})")
+    return exc
+
+
+class Executor(abc.ABC):
+    """Runs :class:`Job` s and yields their results as they finish.
+
+    Use as a context manager (or call :meth:`close`) so worker processes are released.
+    """
+
+    name: str = "executor"
+    workers: int = 1
+
+    @abc.abstractmethod
+    def run(self, jobs: Sequence[Job]) -> Iterator[tuple[Job, Any]]:
+        """Runs ``jobs``; yields ``(job, result)`` in completion order.
+
+        If a job raises, its exception propagates (with the job key in a note) and the
+        remaining jobs are cancelled. Closing the iterator early cancels them as well.
+
+        Raises:
+            TypeError: an element of ``jobs`` is not a :class:`Job`.
+            ValueError: two jobs share a key.
+        """
+
+    def warm_up(self) -> None:
+        """Starts the workers now (so that timing excludes start-up). No-op by default."""
+
+    def close(self) -> None:
+        """Releases workers. Idempotent."""
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(workers={self.workers})"
+
+
+def _check_jobs(jobs: Sequence[Job]) -> list[Job]:
+    jobs = list(jobs)
+    keys = set()
+    for job in jobs:
+        if not isinstance(job, Job):
+            raise v.invalid_type("jobs", f"jobs must hold Job values, got {type(job).__name__}")
+        if job.key in keys:
+            raise v.invalid("jobs", f"jobs must have unique keys, got {job.key!r} twice")
+        keys.add(job.key)
+    return jobs
+
+
+class SerialExecutor(Executor):
+    """Runs jobs one after another in this process (no start-up cost, no parallelism).
+
+    Args:
+        threads_per_worker: torch intra-op threads while a job runs (default 1, like the
+            pool's workers, so that results and speed match theirs); the previous setting is
+            restored after each job. ``None`` leaves torch's setting alone.
+    """
+
+    name = "serial"
+
+    def __init__(self, *, threads_per_worker: int | None = 1) -> None:
+        self.workers = 1
+        self.threads_per_worker = None if threads_per_worker is None else v.integer("threads_per_worker", threads_per_worker, minimum=1)
+
+    def run(self, jobs: Sequence[Job]) -> Iterator[tuple[Job, Any]]:
+        for job in _check_jobs(jobs):
+            try:
+                result = self._call(job)
+            except Exception as exc:
+                raise _with_key(exc, job)
+            yield job, result
+
+    def _call(self, job: Job) -> Any:
+        if self.threads_per_worker is None:
+            return _call(job.fn, job.kwargs)
+        import torch
+
+        # Small models on a busy machine run many times slower with several threads that
+        # contend for cores; pin for the job only, so the caller's setting survives.
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.threads_per_worker)
+        try:
+            return _call(job.fn, job.kwargs)
+        finally:
+            torch.set_num_threads(before)
+
+
+#: The resource tracker's report of the named semaphores it unlinked for a killed owner.

@@ -1,0 +1,306 @@
+"""The certify run's verdicts: soundness violations and the summary stored as ``summary.json`` (torch-free).
+
+:class:`SoundnessViolation` is a test input whose certified radius an attack broke (computed by
+:func:`dpaudit.robustness.certification.soundness_violations`); :class:`CertifySummary` holds a
+certify run's accuracies per radius and its verdicts, and :class:`SmoothingSummary` the
+smoothing-specific part.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpaudit import _validate as v
+from dpaudit.results.certification_spec import CERTIFICATION_NORMS
+from dpaudit.store import freeze as _freeze
+from dpaudit.store import read_json
+from dpaudit.store import thaw as _thaw
+
+__all__ = ["CERTIFY_SUMMARY_SCHEMA_VERSION", "SUMMARY_FILE", "SoundnessViolation", "SmoothingSummary", "CertifySummary", "load_certify_summary", "save_certify_summary"]
+
+
+#: Version of ``summary.json`` written by the certify run.
+CERTIFY_SUMMARY_SCHEMA_VERSION = 1
+SUMMARY_FILE = "summary.json"
+
+
+def _accuracy(name: str, value: Any) -> float:
+    value = v.real(name, value)
+    if not 0.0 <= value <= 1.0:
+        raise v.invalid(name, f"{name} must lie in [0, 1], got {value!r}")
+    return value
+
+
+def _accuracy_map(name: str, value: Any) -> Mapping[str, float]:
+    if not isinstance(value, Mapping):
+        raise v.invalid_type(name, f"{name} must be a mapping radius -> accuracy, got {type(value).__name__}")
+    return _freeze({str(k): _accuracy(f"{name}[{k!r}]", a) for k, a in value.items()})
+
+
+@dataclass(frozen=True, kw_only=True)
+class SoundnessViolation:
+    """One radius at which a certificate claims more than an attack left (a soundness bug).
+
+    Certified accuracy is a lower bound on robust accuracy and the strongest attack's robust
+    accuracy an upper bound (Lecuyer et al. 2019, §4; Cohen et al. 2019, §3), so
+    ``certified_accuracy > robust_accuracy`` means a broken certificate or the rare failure of
+    the 1 − η event behind its bounds.
+
+    Attributes:
+        certificate: the certificate's method (e.g. ``"hgm"``, ``"smoothing"``).
+        radius: the perturbation radius.
+        certified_accuracy: certified accuracy at ``radius``.
+        robust_accuracy: the lowest accuracy any attack left at ``radius``.
+    """
+
+    certificate: str
+    radius: float
+    certified_accuracy: float
+    robust_accuracy: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.certificate, str) or not self.certificate:
+            raise v.invalid_type("certificate", f"certificate must be a non-empty string, got {self.certificate!r}")
+        object.__setattr__(self, "radius", v.non_negative("radius", self.radius))
+        object.__setattr__(self, "certified_accuracy", _accuracy("certified_accuracy", self.certified_accuracy))
+        object.__setattr__(self, "robust_accuracy", _accuracy("robust_accuracy", self.robust_accuracy))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"certificate": self.certificate, "radius": self.radius, "certified_accuracy": self.certified_accuracy, "robust_accuracy": self.robust_accuracy}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SoundnessViolation:
+        v.mapping_with("data", data, ("certificate", "radius", "certified_accuracy", "robust_accuracy"))
+        return cls(certificate=data["certificate"], radius=data["radius"], certified_accuracy=data["certified_accuracy"], robust_accuracy=data["robust_accuracy"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmoothingSummary:
+    """Randomized smoothing of the same noise (Cohen, Rosenfeld & Kolter 2019, CERTIFY).
+
+    Attributes:
+        conventional_accuracy: accuracy of the smoothed prediction (abstentions are wrong).
+        certified_accuracy: radius (formatted ``f"{r:g}"``) -> certified accuracy.
+        confidence: 1 − α of each certificate.
+        num_selection_draws: n0, draws that pick the class.
+    """
+
+    conventional_accuracy: float
+    certified_accuracy: Mapping[str, float]
+    confidence: float
+    num_selection_draws: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "conventional_accuracy", _accuracy("conventional_accuracy", self.conventional_accuracy))
+        object.__setattr__(self, "certified_accuracy", _accuracy_map("certified_accuracy", self.certified_accuracy))
+        object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
+        object.__setattr__(self, "num_selection_draws", v.integer("num_selection_draws", self.num_selection_draws, minimum=1))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "conventional_accuracy": self.conventional_accuracy,
+            "certified_accuracy": dict(self.certified_accuracy),
+            "confidence": self.confidence,
+            "num_selection_draws": self.num_selection_draws,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SmoothingSummary:
+        v.mapping_with("data", data, ("conventional_accuracy", "certified_accuracy", "confidence", "num_selection_draws"))
+        return cls(**{k: data[k] for k in ("conventional_accuracy", "certified_accuracy", "confidence", "num_selection_draws")})
+
+
+_SUMMARY_FIELDS = (
+    "model_id",
+    "defense",
+    "dataset",
+    "norm",
+    "radii",
+    "num_examples",
+    "num_draws",
+    "confidence",
+    "bound",
+    "seed",
+    "epsilon",
+    "delta",
+    "mechanism",
+    "sensitivity",
+    "noise_std",
+    "noise_per_sensitivity",
+    "robustness_epsilon",
+    "robustness_delta",
+    "attack_norm_bound",
+    "redistribute",
+    "draws_per_second",
+    "conventional_accuracy",
+    "certified_accuracy",
+    "robust_accuracy",
+    "seconds",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CertifySummary:
+    """What one ``certify`` run measured for one noise-layer model (stored as ``summary.json``).
+
+    Certified accuracy of the defense's own certificate (Lecuyer et al. 2019, Prop. 1; Phan et
+    al. 2019, Eq. 10; for the ``smoothing`` defense, CERTIFY of Cohen et al. 2019, which then is
+    also ``smoothing``) and, optionally, of randomized smoothing, beside the robust accuracy each
+    evasion attack left at the same radii, with the soundness verdict computed by
+    :func:`dpaudit.robustness.certification.soundness_violations`. Per-input certificates and
+    attack results live beside it (``certify-METHOD.json``, ``evasion-ATTACK-NORM.json``).
+
+    Attributes:
+        model_id, defense, dataset: which record was certified.
+        norm: the attack norm the radii are measured in.
+        radii: the perturbation radii, sorted ascending.
+        num_examples: test inputs certified and attacked.
+        num_draws: Monte Carlo noise draws per input.
+        confidence: 1 − η of the expected-score bounds.
+        bound: ``clopper-pearson``, ``hoeffding`` or ``bernstein``.
+        seed: root seed.
+        epsilon, delta: the record's DP ε and δ (ε infinite without DP training).
+        mechanism: the noise layer's Gaussian calibration, or ``"smoothing"`` for a model
+            certified by randomized smoothing alone (Cohen et al. 2019).
+        sensitivity: Δ_r of the first layer measured on the weights, in ``norm`` (1 for the
+            identity in front of smoothing's input noise).
+        noise_std: σ of the noise layer (of the input noise for smoothing).
+        noise_per_sensitivity: σ / Δ_r.
+        robustness_epsilon, robustness_delta, attack_norm_bound: (ε_r, δ_r, L) the layer was
+            trained for; ``None`` for smoothing, which has no such calibration.
+        redistribute: whether the noise is heterogeneous (HGM).
+        draws_per_second: Monte Carlo throughput when the certificate was computed.
+        conventional_accuracy: accuracy of the Monte Carlo prediction.
+        certified_accuracy: radius (``f"{r:g}"``) -> certified accuracy of the defense's own certificate.
+        robust_accuracy: attack -> radius -> accuracy under that attack.
+        smoothing: the randomized-smoothing certificate, or ``None`` when skipped.
+        soundness_violations: every (certificate, radius) where certified > robust accuracy.
+        seconds: wall time of the run.
+        schema_version: version of the stored format.
+    """
+
+    model_id: str
+    defense: str
+    dataset: str
+    norm: str
+    radii: tuple[float, ...]
+    num_examples: int
+    num_draws: int
+    confidence: float
+    bound: str
+    seed: int
+    epsilon: float
+    delta: float | None
+    mechanism: str
+    sensitivity: float
+    noise_std: float
+    noise_per_sensitivity: float
+    robustness_epsilon: float | None
+    robustness_delta: float | None
+    attack_norm_bound: float | None
+    redistribute: bool
+    draws_per_second: float | None
+    conventional_accuracy: float
+    certified_accuracy: Mapping[str, float]
+    robust_accuracy: Mapping[str, Mapping[str, float]]
+    smoothing: SmoothingSummary | None = None
+    soundness_violations: tuple[SoundnessViolation, ...] = ()
+    seconds: float = 0.0
+    schema_version: int = CERTIFY_SUMMARY_SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        for name in ("model_id", "defense", "dataset", "bound", "mechanism"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise TypeError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
+        v.choice("norm", self.norm, CERTIFICATION_NORMS)
+        if self.schema_version != CERTIFY_SUMMARY_SCHEMA_VERSION:
+            raise v.invalid("schema_version", f"schema_version must be {CERTIFY_SUMMARY_SCHEMA_VERSION}, got {self.schema_version!r}")
+        radii = tuple(v.non_negative("radii", r) for r in self.radii)
+        if not radii or list(radii) != sorted(set(radii)):
+            raise v.invalid("radii", f"radii must be non-empty, sorted and distinct, got {list(self.radii)!r}")
+        object.__setattr__(self, "radii", radii)
+        object.__setattr__(self, "num_examples", v.integer("num_examples", self.num_examples, minimum=1))
+        object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=1))
+        object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
+        # The store writes an infinite ε as the string "inf" (strict JSON has no infinity).
+        epsilon = float(self.epsilon) if isinstance(self.epsilon, str) and self.epsilon in ("inf", "Infinity") else self.epsilon
+        object.__setattr__(self, "epsilon", v.positive("epsilon", epsilon, allow_inf=True) if epsilon != 0 else 0.0)
+        if self.delta is not None:
+            object.__setattr__(self, "delta", v.non_negative("delta", self.delta))
+        for name in ("sensitivity", "noise_std", "noise_per_sensitivity"):
+            object.__setattr__(self, name, v.positive(name, getattr(self, name)))
+        # A smoothing model has no noise layer calibrated at (ε_r, δ_r, L): those stay None.
+        for name in ("robustness_epsilon", "attack_norm_bound"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, v.positive(name, getattr(self, name)))
+        if self.robustness_delta is not None:
+            object.__setattr__(self, "robustness_delta", v.open_unit("robustness_delta", self.robustness_delta))
+        object.__setattr__(self, "conventional_accuracy", _accuracy("conventional_accuracy", self.conventional_accuracy))
+        object.__setattr__(self, "certified_accuracy", _accuracy_map("certified_accuracy", self.certified_accuracy))
+        if not isinstance(self.robust_accuracy, Mapping):
+            raise v.invalid_type("robust_accuracy", f"robust_accuracy must be a mapping attack -> radius -> accuracy, got {type(self.robust_accuracy).__name__}")
+        object.__setattr__(self, "robust_accuracy", _freeze({str(a): dict(_accuracy_map(f"robust_accuracy[{a!r}]", m)) for a, m in self.robust_accuracy.items()}))
+        if self.smoothing is not None and not isinstance(self.smoothing, SmoothingSummary):
+            raise v.invalid_type("smoothing", f"smoothing must be a SmoothingSummary or None, got {type(self.smoothing).__name__}")
+        bad = [x for x in self.soundness_violations if not isinstance(x, SoundnessViolation)]
+        if bad:
+            raise v.invalid_type("soundness_violations", f"soundness_violations must hold SoundnessViolation values, got {bad[0]!r}")
+        object.__setattr__(self, "soundness_violations", tuple(self.soundness_violations))
+
+    @property
+    def sound(self) -> bool:
+        """No certificate exceeded what an attack left."""
+        return not self.soundness_violations
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict (the ``--json`` payload and ``summary.json``)."""
+        out: dict[str, Any] = {"schema_version": self.schema_version}
+        for name in _SUMMARY_FIELDS:
+            out[name] = _thaw(getattr(self, name))
+        out["radii"] = list(self.radii)
+        out["smoothing"] = self.smoothing.to_dict() if self.smoothing is not None else None
+        out["soundness_violations"] = [x.to_dict() for x in self.soundness_violations]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CertifySummary:
+        """Inverse of :meth:`to_dict` (validated).
+
+        Raises:
+            ValueError: a field is missing or invalid.
+        """
+        v.mapping_with("data", data, _SUMMARY_FIELDS)
+        smoothing = data.get("smoothing")
+        return cls(
+            **{name: data[name] for name in _SUMMARY_FIELDS if name != "radii"},
+            radii=tuple(data["radii"]),
+            smoothing=SmoothingSummary.from_dict(smoothing) if smoothing is not None else None,
+            soundness_violations=tuple(SoundnessViolation.from_dict(x) for x in data.get("soundness_violations", ())),
+            schema_version=data.get("schema_version", CERTIFY_SUMMARY_SCHEMA_VERSION),
+        )
+
+
+def save_certify_summary(summary: CertifySummary, directory: str | os.PathLike[str]) -> Path:
+    """Writes ``summary.json`` into ``directory`` atomically; returns its path."""
+    from dpaudit.store import atomic_write_json
+
+    if not isinstance(summary, CertifySummary):
+        raise v.invalid_type("summary", f"summary must be a CertifySummary, got {type(summary).__name__}")
+    return atomic_write_json(Path(directory) / SUMMARY_FILE, summary.to_dict())
+
+
+def load_certify_summary(path: str | os.PathLike[str]) -> CertifySummary:
+    """Reads a ``summary.json`` (or the directory holding one) written by :func:`save_certify_summary`.
+
+    Raises:
+        FileNotFoundError: no summary there.
+        ValueError: the file is malformed.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / SUMMARY_FILE
+    return CertifySummary.from_dict(read_json(p))
