@@ -10,12 +10,11 @@ an hour are announced, in whole units, and why the message says "about".
 from __future__ import annotations
 
 import functools
-import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["LONG_RUN_SECONDS", "PER_EXAMPLE_GRADIENT_FACTOR", "seconds_per_example", "announce_if_long", "describe_duration"]
+__all__ = ["LONG_RUN_SECONDS", "PER_EXAMPLE_GRADIENT_FACTOR", "seconds_per_example", "describe_duration"]
 
 #: Runs expected to take longer than this are announced before they start.
 LONG_RUN_SECONDS = 3600.0
@@ -73,22 +72,3 @@ def describe_duration(seconds: float) -> str:
     if hours < 48:
         return f"about {hours:.0f} h" if hours >= 1.5 else "about 1 h"
     return f"about {hours / 24:.0f} days"
-
-
-def announce_if_long(seconds: float, what: str, *, hint: str = "", jobs: int = 0, job_seconds: float = 0.0) -> bool:
-    """Says on stderr that ``what`` will take ``seconds`` when that is over an hour; returns whether it did.
-
-    Given its ``jobs`` and the estimated ``job_seconds`` of one, the line also gives the CPU-hours
-    and the wall time on 8 and 64 workers (:class:`dpaudit.app.plan.RunPlan`'s cost model).
-    """
-    if not seconds > LONG_RUN_SECONDS:
-        return False
-    extra = f"; {hint}" if hint else ""
-    if jobs > 0 and job_seconds > 0:
-        from dpaudit.app.plan import WORKER_COUNTS, RunPlan
-
-        plan = RunPlan(what=what, num_jobs=jobs, job_seconds=job_seconds, job_memory_bytes=0, workers=1)
-        walls = ", ".join(f"{describe_duration(plan.wall_seconds(n)) if plan.wall_seconds(n) > LONG_RUN_SECONDS else 'under 1 h'} on {n} workers" for n in WORKER_COUNTS)
-        extra = f" ({jobs:,} jobs, about {plan.cpu_hours:.2g} CPU-hours; {walls}){extra}"
-    print(f"note: {what} is estimated to take {describe_duration(seconds)} on this machine{extra}; progress is shown, and an interrupted run resumes", file=sys.stderr)
-    return True

@@ -17,132 +17,26 @@ with torch; the run needs that much on each worker.
 
 from __future__ import annotations
 
-import math
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RunPlan", "WORKER_COUNTS", "PROCESS_BYTES", "count_parameters", "ray_gpus", "job_memory_bytes", "announce_plan", "grid_plan", "membership_plan", "audit_plan", "print_plan"]
+from dpaudit.app.cost import WORKER_COUNTS, RunPlan, job_memory_bytes, short_duration
 
-#: The worker counts a plan is shown for, beside this machine's.
-WORKER_COUNTS: tuple[int, ...] = (8, 64)
-#: A worker process with torch imported, before any data (measured: 300–400 MB RSS on CPU).
-PROCESS_BYTES = 400 * 2**20
-#: Per-job overhead of an executor, seconds (Ray's scheduling and result transfer of a small
-#: model, the larger of the two measured by scripts/bench_scale.py on a 2-core machine).
-JOB_OVERHEAD_S = 0.05
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunPlan:
-    """What a run will do and cost.
-
-    Attributes:
-        what: the jobs, in words (``12 shadow models (lira, 8 epochs each)``).
-        num_jobs: jobs that will run (stored ones already excluded where known).
-        job_seconds: estimated seconds of one job on one worker of this machine (0: unknown).
-        job_memory_bytes: estimated memory of one job.
-        workers: workers on this machine (``--num-workers``).
-        reused: jobs whose stored results will be reused.
-    """
-
-    what: str
-    num_jobs: int
-    job_seconds: float
-    job_memory_bytes: int
-    workers: int
-    reused: int = 0
-
-    @property
-    def cpu_hours(self) -> float:
-        return self.num_jobs * self.job_seconds / 3600.0
-
-    def wall_seconds(self, workers: int) -> float:
-        """Estimated wall time on ``workers`` workers (whole jobs per worker, plus overhead)."""
-        workers = max(1, int(workers))
-        return math.ceil(self.num_jobs / workers) * self.job_seconds + self.num_jobs / workers * JOB_OVERHEAD_S
-
-    def lines(self) -> list[str]:
-        """The plan as printed by ``--dry-run``."""
-        reused = f"; {self.reused} stored job(s) reused" if self.reused else ""
-        out = [f"plan: {self.num_jobs} job(s): {self.what}{reused}"]
-        if self.job_seconds > 0:
-            out.append(f"  one job: about {_duration(self.job_seconds)} on this machine; in all about {self.cpu_hours:.2g} CPU-hours")
-            walls = [f"{_duration(self.wall_seconds(self.workers))} here ({self.workers} worker{'s' if self.workers != 1 else ''})"]
-            walls += [f"{_duration(self.wall_seconds(n))} on {n} workers" for n in WORKER_COUNTS if n > self.workers]
-            out.append(f"  wall time: about {', '.join(walls)}")
-        else:
-            out.append("  time: unknown (the model's speed cannot be measured here)")
-        out.append(f"  memory: about {_size(self.job_memory_bytes)} per job (each worker needs that much)")
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "what": self.what,
-            "num_jobs": self.num_jobs,
-            "num_reused": self.reused,
-            "job_seconds": self.job_seconds,
-            "cpu_hours": self.cpu_hours,
-            "wall_seconds": {str(n): self.wall_seconds(n) for n in sorted({self.workers, *WORKER_COUNTS})},
-            "job_memory_bytes": self.job_memory_bytes,
-        }
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s" if seconds >= 1 else f"{seconds:.1g} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.0f} days"
-
-
-def _size(num_bytes: float) -> str:
-    return f"{num_bytes / 2**30:.1f} GB" if num_bytes >= 2**30 else f"{num_bytes / 2**20:.0f} MB"
-
-
-def count_parameters(model_name: str, *, input_shape: Sequence[int], num_classes: int, model_options: Any = None) -> int:
-    """Parameters of a zoo model (0 where it cannot be built here, e.g. an external builder)."""
-    try:
-        from dpaudit.models import build_model
-
-        model = build_model(model_name, input_shape=tuple(input_shape), num_classes=num_classes, **dict(model_options or {}))
-    except (ValueError, TypeError, KeyError, RuntimeError):
-        return 0
-    return int(sum(p.numel() for p in model.parameters()))
-
-
-def ray_gpus(device: str, num_parameters: int) -> float:
-    """GPUs a Ray job of a model asks for: none on CPU, :func:`dpaudit.cluster.gpu_share` on CUDA."""
-    from dpaudit.cluster import gpu_share
-
-    return gpu_share(num_parameters) if str(device).startswith("cuda") else 0.0
-
-
-def job_memory_bytes(model_name: str, *, input_shape: Sequence[int], num_classes: int, num_examples: int, batch_size: int = 256, per_example: bool = False, model_options: Any = None) -> int:
-    """Estimated memory of one training job (see the module docstring); the model's size is
-    counted from the zoo's builder, 0 parameters where it cannot be built here."""
-    params = count_parameters(model_name, input_shape=input_shape, num_classes=num_classes, model_options=model_options)
-    features = num_examples * math.prod(int(s) for s in input_shape)
-    model_bytes = 4 * params * 4  # weights, gradients, two optimizer moments (float32)
-    per_example_bytes = 4 * params * batch_size if per_example else 0
-    return int(PROCESS_BYTES + 4 * features + model_bytes + per_example_bytes)
+__all__ = ["announce_plan", "grid_plan", "membership_plan", "audit_plan", "print_plan"]
 
 
 def announce_plan(plan: RunPlan, *, hint: str = "") -> bool:
     """Says on stderr what ``plan`` costs when its wall time here is over an hour (the threshold of
-    :func:`dpaudit.app.estimate.announce_if_long`); returns whether it did."""
+    :func:`announce_if_long`); returns whether it did."""
     from dpaudit.app.estimate import LONG_RUN_SECONDS
 
     if not plan.wall_seconds(plan.workers) > LONG_RUN_SECONDS:
         return False
     extra = f"; {hint}" if hint else ""
-    walls = ", ".join(f"{_duration(plan.wall_seconds(n))} on {n} workers" for n in WORKER_COUNTS if n > plan.workers)
+    walls = ", ".join(f"{short_duration(plan.wall_seconds(n))} on {n} workers" for n in WORKER_COUNTS if n > plan.workers)
     print(
         f"note: {plan.num_jobs} {plan.what} are estimated at about {plan.cpu_hours:.2g} CPU-hours: "
-        f"{_duration(plan.wall_seconds(plan.workers))} on this machine ({plan.workers} worker(s)), {walls}{extra}; progress is shown, and an interrupted run resumes",
+        f"{short_duration(plan.wall_seconds(plan.workers))} on this machine ({plan.workers} worker(s)), {walls}{extra}; progress is shown, and an interrupted run resumes",
         file=sys.stderr,
     )
     return True
@@ -150,12 +44,13 @@ def announce_plan(plan: RunPlan, *, hint: str = "") -> bool:
 
 # ----------------------------------------------------------------------------- the verbs' plans
 def grid_plan(grid: Any, *, data_root: str | None, workers: int | None) -> RunPlan:
-    """The plan of a ``compare`` grid: its jobs (:func:`~dpaudit.app.runs.grid_checks.count_jobs`),
+    """The plan of a ``compare`` grid: its jobs (:func:`~dpaudit.app.runs.compare.grid.count_jobs`),
     the grid's estimated time on one worker shared over them, the largest job's memory."""
     import os
 
     from defenses import DEFENSES
-    from dpaudit.app.runs.grid_checks import count_jobs, estimate_seconds
+    from dpaudit.app.runs.compare.grid import count_jobs
+    from dpaudit.app.runs.compare.limits import estimate_seconds
     from dpaudit.data import DATASETS
     from dpaudit.data.source import checked_data_root
 

@@ -331,18 +331,18 @@ def test_grid_limit_needs_i_know(data: dict, message: str) -> None:
 
 
 def test_grid_limit_spec_with_i_know(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dpaudit.app.runs import grid_checks
+    from dpaudit.app.runs.compare import limits
 
-    monkeypatch.setattr(grid_checks, "estimate_seconds", lambda *a, **k: 0.0)
+    monkeypatch.setattr(limits, "estimate_seconds", lambda *a, **k: 0.0)
     grid = parse_grid({"defenses": [{"defense": "dpsgd", "target_epsilon": 1.0, "epochs": 100_000_000}]}, i_know=True)
     assert CompareSpec(grid=grid, executor="serial", progress=False, i_know=True).i_know
 
 
 def test_grid_limit_on_estimated_time(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A grid estimated above an hour needs --i-know (and announces itself with it)."""
-    from dpaudit.app.runs import grid_checks
+    from dpaudit.app.runs.compare import limits
 
-    monkeypatch.setattr(grid_checks, "estimate_seconds", lambda *a, **k: 3 * 3600.0)
+    monkeypatch.setattr(limits, "estimate_seconds", lambda *a, **k: 3 * 3600.0)
     grid = parse_grid({"defenses": [_DP]})
     with pytest.raises(GridError, match=r"estimated to take about 3 h .*pass --i-know"):
         CompareSpec(grid=grid, executor="serial", progress=False)
@@ -352,7 +352,7 @@ def test_grid_limit_on_estimated_time(monkeypatch: pytest.MonkeyPatch, capsys: p
 
 def test_grid_limit_estimate_counts_the_trainings() -> None:
     """The estimate grows with what the grid trains (epochs x settings x seeds, shadows)."""
-    from dpaudit.app.runs.grid_checks import estimate_seconds
+    from dpaudit.app.runs.compare.limits import estimate_seconds
 
     small = estimate_seconds(parse_grid({"defenses": [{"defense": "nonprivate", "epochs": 2}]}), data_root=None, workers=1)
     big = estimate_seconds(parse_grid({"seeds": [0, 1], "defenses": [{"defense": "nonprivate", "epochs": 20}], "attacks": {"membership": {"num_shadows": 4}}}), data_root=None, workers=1)
@@ -418,9 +418,9 @@ def test_grid_limit_cli_refuses_before_any_job(cli, tmp_path: Path, monkeypatch:
     path = _grid(tmp_path, '[[defenses]]\ndefense = "nonprivate"\nepochs = 1\n[attacks.inversion]\nclasses = [0, 11]\n')
     code, _, err = cli.run("compare", "--config", str(path), "--out", str(tmp_path / "run"))
     assert code == 2 and "attacks.inversion.classes" in err and "--classes" not in err
-    from dpaudit.app.runs import grid_checks
+    from dpaudit.app.runs.compare import limits
 
-    monkeypatch.setattr(grid_checks, "estimate_seconds", lambda *a, **k: 0.0)
+    monkeypatch.setattr(limits, "estimate_seconds", lambda *a, **k: 0.0)
     path = _grid(tmp_path, '[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 1.0\nepochs = 100000000\n')
     with pytest.raises(Ran):
         cli.run("compare", "--config", str(path), "--out", str(tmp_path / "run"), "--i-know")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dpaudit.app.cli import main
-from dpaudit.app.plan import RunPlan
+from dpaudit.app.cost import RunPlan
 
 GRID = """
 name = "plan"
@@ -75,7 +75,7 @@ def test_the_wall_time_spreads_whole_jobs_over_the_workers() -> None:
 
 
 def test_a_long_run_note_gives_the_cpu_hours_and_the_wall_time_on_more_workers(capsys: pytest.CaptureFixture[str]) -> None:
-    from dpaudit.app.estimate import announce_if_long
+    from dpaudit.app.cost import announce_if_long
 
     assert announce_if_long(1024 * 60.0 / 2, "training 1024 shadow models", hint="--num-shadows changes it", jobs=1024, job_seconds=60.0)
     err = capsys.readouterr().err

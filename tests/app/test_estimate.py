@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit.app import estimate
+from dpaudit.app import cost, estimate
 from dpaudit.app.cli import main
 
 
@@ -22,7 +22,7 @@ def test_seconds_per_example_is_measured_and_unknown_models_give_none() -> None:
 
 @pytest.mark.parametrize("seconds, said", [(600.0, None), (3599.0, None), (3 * 3600.0, "about 3 h"), (5 * 86400.0, "about 5 days")])
 def test_only_runs_over_an_hour_are_announced(seconds: float, said: str | None, capsys: pytest.CaptureFixture[str]) -> None:
-    assert estimate.announce_if_long(seconds, "this audit", hint="--num-trials changes it") is (said is not None)
+    assert cost.announce_if_long(seconds, "this audit", hint="--num-trials changes it") is (said is not None)
     err = capsys.readouterr().err
     if said is None:
         assert err == ""

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.cluster
 def test_small_model_jobs_share_one_gpu_four_at_a_time_and_a_gpu_less_cluster_is_refused() -> None:
     import ray
 
-    from dpaudit.app.plan import count_parameters, ray_gpus
+    from dpaudit.app.cost import count_parameters, ray_gpus
     from dpaudit.cluster import ClusterMismatch, gpu_share
     from dpaudit.executors.jobs import Job
     from dpaudit.executors.ray_tasks import RayExecutor

@@ -132,9 +132,9 @@ def test_grid_key_above_its_limit_needs_i_know(key: Key, cli, no_jobs, tmp_path:
     if (key.owner, key.name) in HARD_CAPPED:
         return
     # With --i-know it runs (the estimate is the other gate, covered in tests/app/test_compare.py).
-    from dpaudit.app.runs import grid_checks
+    from dpaudit.app.runs.compare import limits
 
-    monkeypatch.setattr(grid_checks, "estimate_seconds", lambda *a, **k: 0.0)
+    monkeypatch.setattr(limits, "estimate_seconds", lambda *a, **k: 0.0)
     with pytest.raises(Reached):
         main(["compare", "--config", str(tmp_path / "grid.toml"), "--out", str(tmp_path / "out"), "--i-know"])
 

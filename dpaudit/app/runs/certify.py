@@ -232,7 +232,8 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         FileNotFoundError: no record at ``spec.target``.
         ValueError: inconsistent options (named with their value).
     """
-    from dpaudit.app.estimate import announce_if_long, seconds_per_example
+    from dpaudit.app.cost import announce_if_long
+    from dpaudit.app.estimate import seconds_per_example
     from dpaudit.app.records import verify_record
     from dpaudit.data import dataset_files, load_dataset
     from dpaudit.results import EVASION_NORMS

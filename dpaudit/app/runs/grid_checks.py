@@ -18,25 +18,21 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import re
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from dpaudit.options import LIMIT_ATTR, SizeLimit, option_specs
+from dpaudit.options import SizeLimit, option_specs
 
 if TYPE_CHECKING:
-    from dpaudit.app.runs.compare.grid import CompareGrid
+    pass
 
 __all__ = [
     "JOB_LIMIT",
     "SECTION_FLAGS",
     "above_limit",
-    "count_jobs",
-    "estimate_seconds",
+    "describe_number",
     "fails_alone",
     "inversion_classes",
-    "plan_problems",
     "section_value",
     "setting_limits",
     "verb_flag",
@@ -90,7 +86,7 @@ def verb_flag(verb: str, flag: str) -> argparse.Action:
     return _verb_actions(verb)[flag]
 
 
-def _number(x: float) -> str:
+def describe_number(x: float) -> str:
     return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e18 else f"{x:g}"
 
 
@@ -98,7 +94,7 @@ def above_limit(key: str, value: Any, limit: SizeLimit | None) -> str | None:
     """The message refusing ``key=value`` above ``limit`` (without ``--i-know``), or ``None``."""
     if limit is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not value > limit.maximum:
         return None
-    return f"{key}={_number(value)} is above the limit {_number(limit.maximum)} ({limit.why}); pass --i-know to run it anyway"
+    return f"{key}={describe_number(value)} is above the limit {describe_number(limit.maximum)} ({limit.why}); pass --i-know to run it anyway"
 
 
 def section_value(key: str, value: Any, verb: str, flag: str) -> Any:
@@ -178,109 +174,3 @@ def setting_limits(defense: str) -> dict[str, SizeLimit]:
     from defenses import DEFENSES
 
     return {s.field: s.limit for s in option_specs(DEFENSES[defense].config_type) if s.limit is not None}
-
-
-def count_jobs(grid: CompareGrid) -> int:
-    """The jobs ``run_compare`` makes of a grid: one training per (setting, seed), one job per
-    attack section per training, and one canary audit per auditable setting."""
-    from defenses import DEFENSES
-    from dpaudit.app.runs.compare.grid import EVALUATED_SECTIONS
-
-    sections = sum(getattr(grid, k) is not None for k in EVALUATED_SECTIONS)
-    audited = sum(1 for s in grid.settings if grid.audit is not None and DEFENSES[s.defense].audit_trainer is not None)
-    return len(grid.settings) * len(grid.seeds) * (1 + sections) + audited
-
-
-def plan_problems(grid: CompareGrid) -> list[str]:
-    """Every size of a parsed grid above its limit: setting values, section values, total jobs."""
-    problems = []
-    for s in grid.settings:
-        for name, limit in setting_limits(s.defense).items():
-            message = above_limit(f"{s.origin or s.label}.{name}", s.parameters.get(name), limit)
-            if message:
-                problems.append(message)
-    for section, keys in SECTION_FLAGS.items():
-        table = getattr(grid, section)
-        for key, (verb, flag) in keys.items() if table else ():
-            message = above_limit(f"attacks.{section}.{key}", table.get(key), getattr(verb_flag(verb, flag), LIMIT_ATTR, None))
-            if message:
-                problems.append(message)
-    jobs = count_jobs(grid)
-    if jobs > JOB_LIMIT.maximum:
-        from dpaudit.app.runs.compare.grid import EVALUATED_SECTIONS
-
-        sections = [k for k in EVALUATED_SECTIONS if getattr(grid, k) is not None]
-        problems.append(
-            f"the grid makes {jobs:,} jobs ({len(grid.settings):,} settings x {len(grid.seeds):,} seed(s) x (training{''.join(' + ' + k for k in sections)}){' + audits' if grid.audit else ''}), "
-            f"above the limit {_number(JOB_LIMIT.maximum)} ({JOB_LIMIT.why}); pass --i-know to run it anyway"
-        )
-    return problems
-
-
-def _passes(parameters: Mapping[str, Any]) -> float:
-    """Passes over the members a setting's training makes (DSSGD: rounds x local epochs)."""
-    if parameters.get("rounds") is not None:
-        return float(parameters["rounds"]) * float(parameters.get("local_epochs") or 1)
-    return float(parameters.get("epochs") or 10) + float(parameters.get("student_epochs") or 0)
-
-
-def estimate_seconds(grid: CompareGrid, *, data_root: str | None, workers: int | None) -> float:
-    """A rough, measured estimate of a grid's time: the trainings it makes (targets, shadows, audit
-    trials) x the measured seconds per example of its model (:mod:`dpaudit.app.estimate`), spread
-    over the workers. Attacks, evaluation and data loading are left out, so it errs low; 0.0 when
-    the dataset's size or the model's speed cannot be found here (no estimate beats a wrong one).
-    """
-    from defenses import DEFENSES
-    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
-    from dpaudit.data import DATASETS
-    from dpaudit.data.source import checked_data_root
-
-    source = DATASETS[grid.dataset]
-    try:
-        info = source.info(checked_data_root(data_root) if source.needs_root else checked_data_root(None, allow_missing=True))
-    except (OSError, ValueError):
-        return 0.0
-    if not info.num_train or not info.input_shape:
-        return 0.0
-    members = info.num_train * grid.member_fraction
-    total = 0.0
-    for s in grid.settings:
-        per = seconds_per_example(s.model, input_shape=info.input_shape, num_classes=source.num_classes, device=grid.device, model_options=dict(s.model_options))
-        factor = PER_EXAMPLE_GRADIENT_FACTOR if DEFENSES[s.defense].per_example_gradients else 1.0
-        one = _passes(s.parameters) * members * per * factor
-        total += len(grid.seeds) * one
-        if grid.membership is not None and grid.membership["shadows"] == "target":
-            total += len(grid.seeds) * grid.membership["num_shadows"] * one
-        if grid.audit is not None and DEFENSES[s.defense].audit_trainer is not None:
-            trials = 1 if grid.audit["method"] == "one-run" else 2 * grid.audit.get("num_trials", 50)
-            total += trials * float(s.parameters.get("epochs") or 10) * members * per * PER_EXAMPLE_GRADIENT_FACTOR
-    if grid.membership is not None and grid.membership["shadows"] == "shared":
-        base = grid.settings[0]
-        per = seconds_per_example(base.model, input_shape=info.input_shape, num_classes=source.num_classes, device=grid.device, model_options=dict(base.model_options))
-        total += len(grid.seeds) * grid.membership["num_shadows"] * float(grid.membership["shadow_epochs"] or 10) * members * per
-    return total / max(1, workers or os.cpu_count() or 1)
-
-
-def check_plan(grid: CompareGrid, *, i_know: bool, data_root: str | None, workers: int | None, progress: bool) -> None:
-    """A grid's sizes against their limits, and its estimated time against the hour after which
-    ``train`` and ``audit`` announce a run: above either, only with ``i_know`` (then announced).
-
-    Raises:
-        GridError: the first size above its limit, or the estimate, with what to change.
-    """
-    from dpaudit.app.estimate import LONG_RUN_SECONDS, announce_if_long, describe_duration
-    from dpaudit.app.runs.compare import GridError
-
-    problems = plan_problems(grid)
-    if problems and not i_know:
-        raise GridError(problems[0])
-    seconds = estimate_seconds(grid, data_root=data_root, workers=workers)
-    if seconds > LONG_RUN_SECONDS and not i_know:
-        raise GridError(
-            f"the grid ({count_jobs(grid):,} jobs) is estimated to take {describe_duration(seconds)} on this machine, above {LONG_RUN_SECONDS / 3600:g} h; "
-            "fewer settings, seeds, epochs or shadows shorten it; pass --i-know to run it anyway"
-        )
-    if progress:
-        jobs = count_jobs(grid)
-        one = estimate_seconds(grid, data_root=data_root, workers=1) / max(jobs, 1)
-        announce_if_long(seconds, f"the grid ({jobs:,} jobs)", hint="--num-workers changes it", jobs=jobs, job_seconds=one)

@@ -311,7 +311,8 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
     """
     from attacks import membership as mia
     from defenses import DEFENSES
-    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, seconds_per_example
+    from dpaudit.app.cost import announce_if_long
+    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
     from dpaudit.data import dataset_files
     from dpaudit.executors import make_executor
     from dpaudit.results import save_membership_result
@@ -376,7 +377,7 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
                     job_seconds=epochs * train_size * per_example * factor,
                 )
             try:
-                from dpaudit.app.plan import count_parameters, ray_gpus
+                from dpaudit.app.cost import count_parameters, ray_gpus
 
                 executor = make_executor(
                     spec.executor,

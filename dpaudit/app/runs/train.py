@@ -302,7 +302,8 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     """
     from defenses import DEFENSES
     from defenses._common import model_id_for
-    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, seconds_per_example
+    from dpaudit.app.cost import announce_if_long
+    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
     from dpaudit.data import dataset_files, load_dataset, make_splits
     from dpaudit.locks import unit_lock
     from dpaudit.results.record import RECORD_FILE, WEIGHTS_FILE, load_record

@@ -30,7 +30,8 @@ import numpy as np
 from torch import nn
 
 from dpaudit import _validate as v
-from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, announce_if_long, seconds_per_example
+from dpaudit.app.cost import announce_if_long
+from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
 from dpaudit.app.runs.audit.provenance import audit_hash, code_keys, resolve_train_fn, say_if_superseded
 from dpaudit.app.runs.audit.spec import WORST_CASE_AUDITOR_RECORDS, AuditSpec, audit_defenses
 from dpaudit.callables import resolve_callable
@@ -90,7 +91,7 @@ def make_audit_executor(
 def _ray_gpus(spec: AuditSpec, bundle: Any) -> float:
     if spec.executor != "ray":
         return 0.0
-    from dpaudit.app.plan import count_parameters, ray_gpus
+    from dpaudit.app.cost import count_parameters, ray_gpus
 
     return ray_gpus(spec.device, count_parameters(spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes))
 

@@ -437,6 +437,43 @@ def _attack_sections(data: Mapping[str, Any], *, dataset: str) -> dict[str, dict
     return sections
 
 
+def count_jobs(grid: CompareGrid) -> int:
+    """The jobs ``run_compare`` makes of a grid: one training per (setting, seed), one job per
+    attack section per training, and one canary audit per auditable setting."""
+    from defenses import DEFENSES
+
+    sections = sum(getattr(grid, k) is not None for k in EVALUATED_SECTIONS)
+    audited = sum(1 for s in grid.settings if grid.audit is not None and DEFENSES[s.defense].audit_trainer is not None)
+    return len(grid.settings) * len(grid.seeds) * (1 + sections) + audited
+
+
+def plan_problems(grid: CompareGrid) -> list[str]:
+    """Every size of a parsed grid above its limit: setting values, section values, total jobs."""
+    from dpaudit.app.runs.grid_checks import JOB_LIMIT, SECTION_FLAGS, above_limit, describe_number, setting_limits, verb_flag
+    from dpaudit.options import LIMIT_ATTR
+
+    problems = []
+    for s in grid.settings:
+        for name, limit in setting_limits(s.defense).items():
+            message = above_limit(f"{s.origin or s.label}.{name}", s.parameters.get(name), limit)
+            if message:
+                problems.append(message)
+    for section, keys in SECTION_FLAGS.items():
+        table = getattr(grid, section)
+        for key, (verb, flag) in keys.items() if table else ():
+            message = above_limit(f"attacks.{section}.{key}", table.get(key), getattr(verb_flag(verb, flag), LIMIT_ATTR, None))
+            if message:
+                problems.append(message)
+    jobs = count_jobs(grid)
+    if jobs > JOB_LIMIT.maximum:
+        sections = [k for k in EVALUATED_SECTIONS if getattr(grid, k) is not None]
+        problems.append(
+            f"the grid makes {jobs:,} jobs ({len(grid.settings):,} settings x {len(grid.seeds):,} seed(s) x (training{''.join(' + ' + k for k in sections)}){' + audits' if grid.audit else ''}), "
+            f"above the limit {describe_number(JOB_LIMIT.maximum)} ({JOB_LIMIT.why}); pass --i-know to run it anyway"
+        )
+    return problems
+
+
 def parse_grid(data: Mapping[str, Any], *, source: str = "grid", i_know: bool = False) -> CompareGrid:
     """Validates a grid (the TOML's tables) into a :class:`CompareGrid`.
 
@@ -454,8 +491,6 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid", i_know: bool = 
             parameter the defense does not have, an empty list, a bad value, a size above its
             limit (without ``i_know``), a grid without ``[[defenses]]``.
     """
-    from dpaudit.app.runs.grid_checks import plan_problems
-
     top = _top_level(data, source=source)
     settings, baseline = _settings(data, model=top.pop("model"), num_seeds=len(top["seeds"]), i_know=i_know)
     sections = _attack_sections(data, dataset=top["dataset"])

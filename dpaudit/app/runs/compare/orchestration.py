@@ -84,7 +84,7 @@ class CompareSpec:
     i_know: bool = False
 
     def __post_init__(self) -> None:
-        from dpaudit.app.runs.grid_checks import check_plan
+        from dpaudit.app.runs.compare.limits import check_plan
         from dpaudit.executors import EXECUTORS
 
         if not isinstance(self.grid, CompareGrid):
@@ -184,7 +184,7 @@ class _LazyExecutor:
         grid = self.spec.grid
         if self.spec.executor != "ray" or not str(grid.device).startswith("cuda"):
             return 0.0
-        from dpaudit.app.plan import count_parameters, ray_gpus
+        from dpaudit.app.cost import count_parameters, ray_gpus
         from dpaudit.data import load_dataset
 
         bundle = load_dataset(grid.dataset, data_root=self.spec.data_root)  # cached: the run has loaded it

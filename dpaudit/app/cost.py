@@ -1,0 +1,140 @@
+"""What a run of independent jobs costs: time on W workers, CPU-hours, memory (the cost model
+of :mod:`dpaudit.app.plan`, and the long-run notice every run prints before a long wait).
+
+``wall(W) = ceil(jobs / W) × job_seconds + (jobs / W) × overhead``: whole jobs per worker plus
+the executor's per-job overhead (Amdahl 1967, with the overhead as the serial part).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dpaudit.app.estimate import LONG_RUN_SECONDS, describe_duration
+
+__all__ = ["RunPlan", "WORKER_COUNTS", "PROCESS_BYTES", "JOB_OVERHEAD_S", "announce_if_long", "describe_size", "short_duration", "count_parameters", "ray_gpus", "job_memory_bytes"]
+
+#: The worker counts a plan is shown for, beside this machine's.
+WORKER_COUNTS: tuple[int, ...] = (8, 64)
+#: A worker process with torch imported, before any data (measured: 300–400 MB RSS on CPU).
+PROCESS_BYTES = 400 * 2**20
+#: Per-job overhead of an executor, seconds (Ray's scheduling and result transfer of a small
+#: model, the larger of the two measured by scripts/bench_scale.py on a 2-core machine).
+JOB_OVERHEAD_S = 0.05
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    """What a run will do and cost.
+
+    Attributes:
+        what: the jobs, in words (``12 shadow models (lira, 8 epochs each)``).
+        num_jobs: jobs that will run (stored ones already excluded where known).
+        job_seconds: estimated seconds of one job on one worker of this machine (0: unknown).
+        job_memory_bytes: estimated memory of one job.
+        workers: workers on this machine (``--num-workers``).
+        reused: jobs whose stored results will be reused.
+    """
+
+    what: str
+    num_jobs: int
+    job_seconds: float
+    job_memory_bytes: int
+    workers: int
+    reused: int = 0
+
+    @property
+    def cpu_hours(self) -> float:
+        return self.num_jobs * self.job_seconds / 3600.0
+
+    def wall_seconds(self, workers: int) -> float:
+        """Estimated wall time on ``workers`` workers (whole jobs per worker, plus overhead)."""
+        workers = max(1, int(workers))
+        return math.ceil(self.num_jobs / workers) * self.job_seconds + self.num_jobs / workers * JOB_OVERHEAD_S
+
+    def lines(self) -> list[str]:
+        """The plan as printed by ``--dry-run``."""
+        reused = f"; {self.reused} stored job(s) reused" if self.reused else ""
+        out = [f"plan: {self.num_jobs} job(s): {self.what}{reused}"]
+        if self.job_seconds > 0:
+            out.append(f"  one job: about {short_duration(self.job_seconds)} on this machine; in all about {self.cpu_hours:.2g} CPU-hours")
+            walls = [f"{short_duration(self.wall_seconds(self.workers))} here ({self.workers} worker{'s' if self.workers != 1 else ''})"]
+            walls += [f"{short_duration(self.wall_seconds(n))} on {n} workers" for n in WORKER_COUNTS if n > self.workers]
+            out.append(f"  wall time: about {', '.join(walls)}")
+        else:
+            out.append("  time: unknown (the model's speed cannot be measured here)")
+        out.append(f"  memory: about {describe_size(self.job_memory_bytes)} per job (each worker needs that much)")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "what": self.what,
+            "num_jobs": self.num_jobs,
+            "num_reused": self.reused,
+            "job_seconds": self.job_seconds,
+            "cpu_hours": self.cpu_hours,
+            "wall_seconds": {str(n): self.wall_seconds(n) for n in sorted({self.workers, *WORKER_COUNTS})},
+            "job_memory_bytes": self.job_memory_bytes,
+        }
+
+
+def short_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s" if seconds >= 1 else f"{seconds:.1g} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} days"
+
+
+def describe_size(num_bytes: float) -> str:
+    return f"{num_bytes / 2**30:.1f} GB" if num_bytes >= 2**30 else f"{num_bytes / 2**20:.0f} MB"
+
+
+def announce_if_long(seconds: float, what: str, *, hint: str = "", jobs: int = 0, job_seconds: float = 0.0) -> bool:
+    """Says on stderr that ``what`` will take ``seconds`` when that is over an hour; returns whether it did.
+
+    Given its ``jobs`` and the estimated ``job_seconds`` of one, the line also gives the CPU-hours
+    and the wall time on 8 and 64 workers (:class:`RunPlan`'s cost model).
+    """
+    if not seconds > LONG_RUN_SECONDS:
+        return False
+    extra = f"; {hint}" if hint else ""
+    if jobs > 0 and job_seconds > 0:
+        plan = RunPlan(what=what, num_jobs=jobs, job_seconds=job_seconds, job_memory_bytes=0, workers=1)
+        walls = ", ".join(f"{describe_duration(plan.wall_seconds(n)) if plan.wall_seconds(n) > LONG_RUN_SECONDS else 'under 1 h'} on {n} workers" for n in WORKER_COUNTS)
+        extra = f" ({jobs:,} jobs, about {plan.cpu_hours:.2g} CPU-hours; {walls}){extra}"
+    print(f"note: {what} is estimated to take {describe_duration(seconds)} on this machine{extra}; progress is shown, and an interrupted run resumes", file=sys.stderr)
+    return True
+
+
+def count_parameters(model_name: str, *, input_shape: Sequence[int], num_classes: int, model_options: Any = None) -> int:
+    """Parameters of a zoo model (0 where it cannot be built here, e.g. an external builder)."""
+    try:
+        from dpaudit.models import build_model
+
+        model = build_model(model_name, input_shape=tuple(input_shape), num_classes=num_classes, **dict(model_options or {}))
+    except (ValueError, TypeError, KeyError, RuntimeError):
+        return 0
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def ray_gpus(device: str, num_parameters: int) -> float:
+    """GPUs a Ray job of a model asks for: none on CPU, :func:`dpaudit.cluster.gpu_share` on CUDA."""
+    from dpaudit.cluster import gpu_share
+
+    return gpu_share(num_parameters) if str(device).startswith("cuda") else 0.0
+
+
+def job_memory_bytes(model_name: str, *, input_shape: Sequence[int], num_classes: int, num_examples: int, batch_size: int = 256, per_example: bool = False, model_options: Any = None) -> int:
+    """Estimated memory of one training job (see the module docstring); the model's size is
+    counted from the zoo's builder, 0 parameters where it cannot be built here."""
+    params = count_parameters(model_name, input_shape=input_shape, num_classes=num_classes, model_options=model_options)
+    features = num_examples * math.prod(int(s) for s in input_shape)
+    model_bytes = 4 * params * 4  # weights, gradients, two optimizer moments (float32)
+    per_example_bytes = 4 * params * batch_size if per_example else 0
+    return int(PROCESS_BYTES + 4 * features + model_bytes + per_example_bytes)
