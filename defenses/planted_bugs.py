@@ -4,7 +4,7 @@ Used only by tests and demos. Each variant is a small hand-written DP-SGD loop (
 2016, Alg. 1: Poisson lots, per-example clipping, Gaussian noise σC, division by the public
 expected lot size L = qN) with exactly one planted bug, while it keeps making the correct
 claim ``SelfComposed(PoissonSampled(q, Gaussian(σ)), T)``. A sound audit must flag every one
-of them (ε_LB > ε_UB) and never flag the ``none`` variant. The bugs (audit.md §6):
+of them (ε_LB > ε_UB) and never flag the ``none`` variant. The bugs (docs/audits/statistics.md §6):
 
 ``no-clipping``
     per-example gradients are not clipped: the sensitivity is unbounded.
@@ -22,7 +22,7 @@ of them (ε_LB > ε_UB) and never flag the ``none`` variant. The bugs (audit.md 
     & Carlini 2022, "Debugging Differential Privacy: A Case Study for Privacy Auditing", §3).
 ``realised-lot-size``
     the noisy sum is divided by the realised lot size |B| instead of the public expected L:
-    the normaliser depends on the data and leaks the lot's cardinality (audit.md §6).
+    the normaliser depends on the data and leaks the lot's cardinality (docs/audits/statistics.md §6).
 
 Every variant supports the white-box hooks of :func:`defenses.dpsgd.training.train_dpsgd`:
 ``canary_gradient(step)`` adds one more "example's gradient" (treated by the same — possibly

@@ -2,7 +2,7 @@
 
 Every public function checks its inputs through these helpers so that bad input always
 raises a ``ValueError`` or ``TypeError`` whose message names the argument and the value it
-got (DESIGN.md, "Style"). The error is an :class:`InvalidArgument` (a ``ValueError``; its
+got (docs/architecture.md, "Style"). The error is an :class:`InvalidArgument` (a ``ValueError``; its
 :class:`InvalidArgumentType` twin is also a ``TypeError``) that carries the argument's name, so
 the CLI can tell a user's bad input (exit status 2, one line naming the flag) from a bug inside
 the library (any other exception: exit status 1, "internal error"). A check written by hand

@@ -4,7 +4,7 @@ A job that crosses to another machine is a reference to a function of the instal
 its arguments (:mod:`dpaudit.executors`); the worker runs *its own* copy of that function on *its
 own* copy of the dataset. Stored results are keyed by the code and the data that made them
 (issue "Results that cannot lie"), so a node with another checkout, another torch or a replaced
-dataset file would hand back results under keys that do not describe them. DESIGN.md ("Scale")
+dataset file would hand back results under keys that do not describe them. docs/architecture.md ("Scale")
 fans jobs out on Ray (Moritz et al. 2018, "Ray: A Distributed Framework for Emerging AI
 Applications", §4.2: tasks are stateless functions scheduled on any node), so before the first
 job the driver asks every node for a :class:`NodeReport` and refuses the cluster, in one line,
@@ -283,7 +283,7 @@ def ray_notices_to_stderr() -> None:
     """Sends the notices Ray prints on the driver (``(raylet) Task ... failed. There are 3 retries
     remaining``, after a node is lost) to stderr instead of stdout.
 
-    With ``--json``, stdout carries exactly one JSON object (DESIGN.md, "Command line"); Ray's
+    With ``--json``, stdout carries exactly one JSON object (docs/architecture.md, "Command line"); Ray's
     error listener writes these lines to ``sys.stdout``, which broke it. Ray has no setting for
     this, so its module-level printer is wrapped (looked up by name at each call); a Ray without
     it is left alone.

@@ -4,7 +4,7 @@ A defense's or an attack's configuration is a frozen dataclass; each field made 
 :func:`option` carries its flag, help text, metavar, choices and a validator. The command line
 is generated from these fields (:func:`add_option_flags`, :func:`options_from_args`), so a new
 defense or attack needs no hand-written argparse code and no field can lack a flag
-(DESIGN.md, "Adding a defense or an attack is one module plus one registry entry").
+(docs/architecture.md, "Registries").
 
 Several configs may share a flag (``--epochs`` for every trained defense): the flag is declared
 once and must mean the same thing everywhere (same type, choices and help), which

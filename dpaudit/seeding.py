@@ -1,6 +1,6 @@
 """Seed streams: one root seed, an independent stream per component.
 
-Library code never seeds global generators (DESIGN.md, "Style"). A component asks for its
+Library code never seeds global generators (docs/architecture.md, "Style"). A component asks for its
 own stream by name — ``derive_seed(root, "splits")``, ``torch_generator(root, "batches")`` —
 and gets a seed from ``numpy.random.SeedSequence`` keyed on the root seed and a stable hash of
 the name, so streams are independent and reproducible across processes and machines.

@@ -1,6 +1,6 @@
 """Audit figures and the audit report section: ε_LB beside ε_UB, with the evidence.
 
-Plots follow DESIGN.md ("Style"): each takes results (and an optional matplotlib axes) and
+Plots follow docs/architecture.md ("Style"): each takes results (and an optional matplotlib axes) and
 returns a figure; saving is left to :mod:`reports.render`. Shown:
 
 * a table of ε_LB (method, bound, confidence, δ, observation counts) beside ε_UB under every

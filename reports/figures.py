@@ -1,6 +1,6 @@
 """One look for every plot of the suite: a fixed colour, marker and line style per method.
 
-DESIGN.md ("Style"): one fixed colour per method across every plot and report, legends outside
+docs/architecture.md ("Style"): one fixed colour per method across every plot and report, legends outside
 the data area, overlapping curves told apart by marker and line style, and no empty plot —
 a plotting function that has nothing to draw returns ``None`` and the report says so in words.
 Plotting functions take results and an optional axes and return a figure; only

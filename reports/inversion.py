@@ -1,6 +1,6 @@
 """Model-inversion report: the evaluator's verdict, members vs class average, image grids, targets compared.
 
-Presentation only (DESIGN.md, "Style"). Everything shown is read from stored
+Presentation only (docs/architecture.md, "Style"). Everything shown is read from stored
 :class:`dpaudit.results.InversionResult` values and the targets' records:
 
 * the field's metrics (Zhang et al. 2020, "The Secret Revealer", §4.1): attack accuracy top-1 /

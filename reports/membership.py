@@ -1,12 +1,12 @@
 """Membership-inference report: a metrics table, TPR at fixed FPRs and log–log ROC curves.
 
-Presentation only (DESIGN.md, "Style"): the metrics are derived from stored
+Presentation only (docs/architecture.md, "Style"): the metrics are derived from stored
 :class:`dpaudit.results.MembershipResult` values by their own methods, :func:`plot_roc` takes
 results and an optional axes and returns a figure, and :mod:`reports.render` writes the files.
 ROC curves are drawn on log–log axes so the low-FPR regime that matters for privacy is visible
 (Carlini et al. 2022, "Membership Inference Attacks From First Principles", §III-B); the tables
 report AUC, balanced accuracy, TPR at each stored FPR and the honest ε lower bound
-(``reference/audit.md`` §1–2, §7), beside the target's claimed ε under every accountant.
+(``docs/audits/statistics.md`` §1–2, §7), beside the target's claimed ε under every accountant.
 
 Imports no torch and nothing from ``attacks``: a report renders from stored results alone.
 """

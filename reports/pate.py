@@ -243,7 +243,7 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
             Table(
                 columns=["published row", "answered", "ε", "accuracy", "source"],
                 rows=[[p["label"], _fmt(p.get("answered")), p["epsilon"], p["accuracy"], p.get("source", "")] for p in published],
-                caption="Numbers reported by the papers (recalled in ../shared/reference/pate.md, tagged [paper]).",
+                caption="Numbers reported by the papers (recalled in docs/defenses/pate.md §2–§3).",
             )
         )
     return [

@@ -1,6 +1,6 @@
 """The report writer: sections of blocks → HTML and Markdown from Jinja2 templates, plus PNGs.
 
-The only module of the suite that saves figures (DESIGN.md, "Style": plotting functions take
+The only module of the suite that saves figures (docs/architecture.md, "Style": plotting functions take
 results and an optional axes and return a figure; only the report writer saves files). A
 report is a list of :class:`Section` s, each a list of blocks — :class:`Text`, :class:`Items`,
 :class:`Table`, :class:`Figure` or :class:`Banner` — rendered through

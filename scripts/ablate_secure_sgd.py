@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Secure-SGD against DP-SGD on MNIST, one change at a time (the README's ablation table).
+"""Secure-SGD against DP-SGD on MNIST, one change at a time (the ablation table of docs/results/certified.md).
 
 Trains ``hgm-cnn`` with DP-SGD and with Secure-SGD variants at ε = 2 (δ = 1e-5, lots of 250,
 lr 0.1, momentum 0.9, C = 1; ε_r = 4, L = 0.2 for the noise layer) on the same members, and

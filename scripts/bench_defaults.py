@@ -42,7 +42,7 @@ from dpaudit.api import RunDir, TrainSpec, atomic_write_json, atomic_write_text,
 
 SCHEMA = 1
 MEMBER_FRACTION = 0.5
-#: The model a user names for each dataset (the README's examples).
+#: The model a user names for each dataset (the examples of docs/results/dpsgd.md).
 MODELS = {"digits": "digits-mlp", "adult": "tabular-mlp", "mnist": "abadi-mnist", "fashion-mnist": "abadi-mnist", "faces": "softmax-regression"}
 DELTA = 1e-5
 

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", choices=("mnist", "adult", "both"), default="both")
     parser.add_argument("--mode", choices=("supervised", "semi", "both"), default="both")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (the README's numbers: 2)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (docs/results/pate.md's numbers: 2)")
     parser.add_argument("--data-root", default=None, help="offline data root (default: $DPAUDIT_DATA_ROOT)")
     parser.add_argument("--set", dest="overrides", action="append", type=_parse_override, default=[], metavar="FIELD=VALUE", help="override a StudentConfig default")
     parser.add_argument("--defaults-only", action="store_true", help="ignore the per-dataset settings in SETTINGS")

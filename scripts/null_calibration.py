@@ -1,6 +1,6 @@
 """Null calibration of every ε_LB procedure: how often does it flag a mechanism that meets its claim?
 
-DESIGN.md, "Soundness": every ε_LB procedure's false-violation rate is simulated under the null
+docs/architecture.md, "Soundness": every ε_LB procedure's false-violation rate is simulated under the null
 at its claimed confidence. Each cell of the table pairs one procedure with one *ideal* mechanism
 sitting exactly at its claimed ε (at δ = 1e-5), observed through its most powerful score (the
 raw output, whose likelihood ratio is monotone in it), and counts the simulations in which the

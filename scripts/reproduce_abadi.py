@@ -5,7 +5,7 @@ MNIST results of §5.1 / Figure 3.
 **Figure 2** — ε against epochs for DP-SGD with q = 0.01, σ = 4, δ = 1e-5 under the moments
 accountant (the paper's), strong composition (the paper's comparison), and the tighter RDP
 (improved conversion) and PLD accountants. The paper reports ε ≈ 1.26 at 100 epochs under the
-moments accountant (reference/accounting.md §3) and ≈ 9.34 under strong composition. That 9.34
+moments accountant (docs/privacy/accounting.md §3) and ≈ 9.34 under strong composition. That 9.34
 amplifies each step to the first-order (q·ε0, q·δ_g) with the classical ε0, which understates ε;
 our ``strong`` composes the valid per-step bound (ln(1 + q(e^ε0 − 1)), q·δ_g) with the exact
 Gaussian ε0 and gives 16.84 there (issue 29), so the paper's strong column is shown, not matched.

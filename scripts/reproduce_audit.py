@@ -1,6 +1,6 @@
 """Reproduce: how tight are our audits of DP-SGD? ε_LB / ε_UB(PLD) at ε_UB ∈ {1, 2, 4}, δ = 1e-5.
 
-Three games on digits / digits-mlp (audit.md §3–5), each at the three target ε_UB:
+Three games on digits / digits-mlp (docs/audits/statistics.md §3–5), each at the three target ε_UB:
 
 * **white-box** — the per-step Dirac-canary game (Nasr et al. 2021 §4.3; Nasr et al. 2023)
   with the CLI's defaults (`dpaudit audit --threat white-box --target-epsilon E`): at every
@@ -32,7 +32,7 @@ Three games on digits / digits-mlp (audit.md §3–5), each at the three target 
   over 20 thresholds, 95 % jointly) the row gives their protocol's figure on the same scores
   (best of all thresholds, 95 % per rate, no correction: an estimate, not a bound).
 * **worst-case black-box on digits** (``--modes worst-case-digits``, at ε_UB = 8 unless
-  ``--targets``) — the same game at a laptop's size, the README's black-box how-to: 50 digits
+  ``--targets``) — the same game at a laptop's size, the black-box how-to of docs/results/audits.md: 50 digits
   records, full-batch DP-GD (q = 1, T = 20, C = 2, learning rate 0.01) of ``digits-mlp`` from a
   start pre-trained on the other records, a ClipBKD canary (an all-zero input would move only an
   MLP's biases), 100 models per side (the design of tests/attacks/test_worst_case_audit.py).
@@ -43,7 +43,7 @@ Usage::
 
 Prints a table (and writes it with timings to --json). Expect the white-box ratio ≥ 0.8 and
 the black-box ratios far lower: final-model audits with natural-ish canaries are known to be
-loose (audit.md §5).
+loose (docs/audits/statistics.md §5).
 """
 
 from __future__ import annotations

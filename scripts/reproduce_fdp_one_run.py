@@ -53,7 +53,7 @@ from dpaudit.api import (  # noqa: E402
 
 DELTA = 1e-5
 CONFIDENCE = 0.95
-#: (μ, canaries m, published f-DP ε_LB, published Steinke ε_LB): the paper's table, audit.md §8.
+#: (μ, canaries m, published f-DP ε_LB, published Steinke ε_LB): the paper's table, docs/audits/statistics.md §8.
 ROWS = ((2.0, 10**5, 8.16, 4.99), (1.0, 10**5, 3.61, 2.61), (0.5, 10**5, 1.59, 1.33), (0.25, 10**6, 0.82, 0.61))
 
 
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"  mu={mu:g} m={m:.0e}: {row['seconds']:.1f} s", file=sys.stderr, flush=True)
 
-    print(f"\nIdealised Gaussian one-run audit, delta={DELTA:g}, {CONFIDENCE:.0%} confidence (Mahloujifar et al. 2025, table of audit.md §8)\n")
+    print(f"\nIdealised Gaussian one-run audit, delta={DELTA:g}, {CONFIDENCE:.0%} confidence (Mahloujifar et al. 2025, table of docs/audits/statistics.md §8)\n")
     head = f"{'true eps':>8} {'m':>6} | {'f-DP pub':>8} {'expected':>8} {'Δ%':>6} {'simulated':>12} {'Δ%':>6} | {'Stk pub':>7} {'expected':>8} {'Δ%':>6} {'simulated':>12} {'Δ%':>6}"
     if not args.quick:
         head += f" | {'honest f-DP':>11} {'honest Stk':>10}"

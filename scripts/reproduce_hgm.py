@@ -14,7 +14,7 @@ pool, FC, FC — the authors' MNIST network) and certified on the same test exam
 * **Secure-SGD** (HGM noise layer, ε_r = 4, L = 0.2, + DP-SGD) and **DP-SGD** on the same
   network at each DP ε of ``--epsilons`` (δ = 1e-5, σ calibrated for the epochs run);
 * **the authors' code** (``hgm-authors-code``, ``secure-sgd-authors-code-epsE``): the same two
-  with every behaviour of Phan et al.'s TensorFlow code switched on (certified.md §2 (a)–(f):
+  with every behaviour of Phan et al.'s TensorFlow code switched on (docs/defenses/noise-layer.md §2 (a)–(f):
   noise σ r_k, their heuristic Δ_r, one training noise draw, r summing to 16·16·C, the mixed δ,
   and for Secure-SGD batch-mean clipping). Their honest certificate (fresh noise, exact Δ_r) is
   the mathematics' verdict on that model; the row ``mixed-delta (authors)`` shows the sizes the
@@ -108,7 +108,7 @@ FULL = dict(
     num_members=20000,
     # Secure-SGD and DP-SGD on all 60,000 training images for 20 epochs (σ calibrated to ε over
     # them): the noise layer needs the steps (Secure-SGD 0.865 after 10 epochs, 0.896 after 20;
-    # DP-SGD 0.887 and 0.884: README, "What closes the gap").
+    # DP-SGD 0.887 and 0.884: docs/results/certified.md, under What closes the gap).
     dp_num_members=60000,
     epochs=2,
     dp_epochs=20,
@@ -149,7 +149,7 @@ def _models(p: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     dp = dict(epochs=p["dp_epochs"], lot_size=p["lot_size"], clip_norm=1.0, learning_rate=p["dp_learning_rate"], momentum=0.9, noise_multiplier=None, delta=1e-5)
     for eps in p["epsilons"]:
         robust = dict(target_epsilon=eps, robustness_epsilon=4.0, robustness_delta=0.05, attack_norm_bound=0.2)
-        # Secure-SGD as measured best on MNIST (README): the first layer kept orthogonal (equal
+        # Secure-SGD as measured best on MNIST (docs/results/certified.md): the first layer kept orthogonal (equal
         # singular values at their initial mean, so Δ_r is constant and the layer passes the most
         # signal per unit of it), uniform noise (r from a pre-trained model cost 10 points under
         # DP-SGD), ramped over the first 10 % of training.
@@ -170,7 +170,7 @@ def _models(p: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def authors_mixed_delta_accuracy(run: RunDir, record: Any, sizes: tuple[float, ...]) -> dict[str, float] | None:
-    """Certified accuracy as the authors' code would report it (certified.md §2 (f)), or ``None``.
+    """Certified accuracy as the authors' code would report it (docs/defenses/noise-layer.md §2 (f)), or ``None``.
 
     For a record trained with ``authors_mixed_delta``: its stored certificate's radii times
     c(ε_r, 1e-5)/c(ε_r, δ_r) (:class:`AuthorsMixedDelta`; the (ε', δ') search does not depend

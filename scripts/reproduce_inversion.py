@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--quick", action="store_true", help="tiny budgets: checks the pipeline in minutes")
-    mode.add_argument("--full", action="store_true", help="the budgets of the README table (about an hour on a 2-core CPU)")
+    mode.add_argument("--full", action="store_true", help="the budgets of the table in docs/results/attacks.md (about an hour on a 2-core CPU)")
     p.add_argument("--only", action="append", choices=SETTINGS, help="run only this setting (repeatable)")
     p.add_argument("--out", required=True, help="run directory (rerun to resume)")
     p.add_argument("--json", help="write the measured rows here")

@@ -2,7 +2,7 @@
 """Reproduces PATE (Papernot et al. 2017, "Semi-supervised Knowledge Transfer for Deep Learning
 from Private Training Data"; 2018, "Scalable Private Learning with PATE") and attacks it.
 
-Rows (``--full``; the published numbers from ../shared/reference/pate.md beside each):
+Rows (``--full``; the published numbers from docs/defenses/pate.md beside each):
 
 * **MNIST, Confident-GNMax** (2018): 250 teachers, T = 200, σ1 = 150, σ2 = 40, 640 queries,
   δ = 1e-5 — reported 286 answered, ε = 1.97, student 98.5 %. Trained twice: with the

@@ -1,4 +1,4 @@
-"""The import rule of DESIGN.md: only the application layer (``dpaudit/app`` and the public API
+"""The import rule of docs/architecture.md: only the application layer (``dpaudit/app`` and the public API
 ``dpaudit/api.py``) wires ``attacks``, ``defenses`` and ``reports`` together; attacks and defenses
 never import each other; ``scripts/`` are clients of ``dpaudit.api`` alone; ``dpaudit/results`` and
 ``reports`` render stored results without torch; ``dpaudit --help`` does not import torch."""

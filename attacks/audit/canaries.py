@@ -1,6 +1,6 @@
 """Canaries for privacy audits: input canaries scored on the final model, and gradient canaries.
 
-The threat models of audit.md §5, from weakest to strongest:
+The threat models of docs/audits/statistics.md §5, from weakest to strongest:
 
 * **Mislabelled examples** — a held-out example with a wrong label: the model can only fit it
   by memorising it, so its loss separates IN from OUT (a simple strong input canary; Nasr et

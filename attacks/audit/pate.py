@@ -16,7 +16,7 @@ The upper bound is the aggregator's per-query claim, from :mod:`dpaudit.privacy.
 the :class:`~dpaudit.privacy.claims.PATEClaim` of one answered query — never re-derived here:
 
 - LNMax, Laplace scale b: pure (2/b, 0)-DP (:func:`~dpaudit.privacy.pate.lnmax_epsilon_per_query`;
-  one teacher moves two counts, ``pate.md`` §6), beside the moments bound of the 2017 analysis;
+  one teacher moves two counts, ``docs/defenses/pate.md`` §6), beside the moments bound of the 2017 analysis;
 - GNMax, σ: the data-independent RDP λ/σ² (2018, Prop. 8) converted at δ;
 - Confident-GNMax: the threshold step's λ/(2σ1²) plus GNMax's λ/σ2² for the answered query.
 
@@ -25,7 +25,7 @@ RDP conversion, pure ε for LNMax) and is set against the tightest, as
 :meth:`~dpaudit.privacy.claims.PrivacyClaim.upper_bound` does.
 
 The aggregator is passed in (``aggregate_fn(votes, config, seed=...)``, the signature of
-``defenses.pate.aggregators.aggregate``): attacks never import defenses (DESIGN.md, "Import
+``defenses.pate.aggregators.aggregate``): attacks never import defenses (docs/architecture.md, "Import
 rule"); the command line wires the real or a planted aggregator in. Torch-free (NumPy/SciPy).
 """
 

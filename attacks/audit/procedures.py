@@ -1,6 +1,6 @@
 """Audit procedures: the distinguishing games that turn training runs into ε lower bounds.
 
-Three games (audit.md §3–5), each returning an :class:`~dpaudit.privacy.audit.AuditResult`:
+Three games (docs/audits/statistics.md §3–5), each returning an :class:`~dpaudit.privacy.audit.AuditResult`:
 
 ``multi-run`` (black-box; Jagielski et al. 2020, §4; Nasr et al. 2021, §3)
     R trainings with the canary and R without (trial i is IN when i is even), each scored on

@@ -3,7 +3,7 @@
 These attacks measure *conventional* robustness: how much accuracy a model keeps when an
 attacker who knows its weights may move every input by at most a radius r (in L∞ or L2).
 Reports set the robust accuracy they measure beside the *certified* accuracy of PixelDP /
-HGM models (``reference/attacks.md`` §3).
+HGM models (``docs/attacks/evasion.md`` §3).
 
 Every attack registers itself in :data:`EVASION_ATTACKS` as an :class:`EvasionAttackSpec`: its
 summary, its default :class:`EvasionConfig` and the routine that runs it (:class:`EvasionRun`).

@@ -26,7 +26,7 @@ curves and is exact only for Gaussian mechanisms) would rest on an assumption th
 does not meet. Clopper–Pearson intervals on the two error rates assume nothing about the
 mechanism (Kairouz, Oh & Viswanath 2015, Thm 2.1).
 
-The turn is passed in as a function (``turn_fn``): attacks never import defenses (DESIGN.md,
+The turn is passed in as a function (``turn_fn``): attacks never import defenses (docs/architecture.md,
 "Import rule"); the application layer wires ``defenses.dssgd.protocol`` into it.
 """
 

@@ -15,7 +15,7 @@ nothing). A row driven by one example is that example *exactly*, however many lo
 epochs were taken; Phong et al. (2017, "Privacy-preserving deep learning: revisited and
 enhanced", §3) and Geiping et al. (2020, §4) make the same observation. The DSSGD paper itself
 (§5) releases individual Δw entries, so uploading even 1 % of the largest entries exposes the
-brightest pixels of the examples (``shared/reference/dssgd.md`` §5).
+brightest pixels of the examples (``docs/defenses/dssgd.md`` §5).
 
 **Similarity.** Reconstructions are scored against the participant's private inputs with SSIM
 (:mod:`attacks.federated.similarity`); one counts as recognisable at a best SSIM of at least

@@ -1,4 +1,4 @@
-"""Model-inversion attacks (MI-Face, GMI) and their registry (``reference/attacks.md`` §2).
+"""Model-inversion attacks (MI-Face, GMI) and their registry (``docs/attacks/inversion.md`` §2).
 
 Each attack registers itself in :data:`INVERSION_ATTACKS` as an :class:`InversionAttackSpec`
 where it is defined (:mod:`~attacks.inversion.mi_face`, :mod:`~attacks.inversion.gmi`); the

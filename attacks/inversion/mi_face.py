@@ -70,7 +70,7 @@ _OBJECTIVES = ("log-probability", "cost")
 class MIFaceConfig:
     """Parameters of MI-Face (Fredrikson et al. 2015, Algorithm 1).
 
-    Defaults follow the widely used implementation noted in ``reference/attacks.md`` §2
+    Defaults follow the widely used implementation noted in ``docs/attacks/inversion.md`` §2
     (step 0.1, window 100, 10,000 iterations) except the threshold, which here is on the
     *cost*: γ = 0.01 means "stop once the target class has confidence ≥ 0.99".
 

@@ -2,7 +2,7 @@
 
 Every attack scores a set of sample ids against a target model and returns a
 :class:`dpaudit.results.MembershipResult` whose scores follow one convention: higher = more
-likely a member (``reference/attacks.md`` §1).
+likely a member (``docs/attacks/membership.md`` §1).
 
 * **Threshold attacks** use the target's output on the sample alone:
   ``loss`` (Yeom et al. 2018, §3.2: score = −cross-entropy), ``confidence`` (Salem et al. 2019,

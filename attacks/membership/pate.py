@@ -1,7 +1,7 @@
 """Membership inference on PATE's noisy aggregator: what its answers reveal about a private example.
 
 PATE releases only the student, but the aggregator's answers are the channel through which the
-private data reaches it (Papernot et al. 2018, §2; pate.md §5: membership attacks on the student
+private data reaches it (Papernot et al. 2018, §2; docs/defenses/pate.md §5: membership attacks on the student
 and, for contrast, on single teachers and on the noisy aggregate). This attack queries the
 aggregator on each candidate example — a private training example (member: exactly one teacher
 trained on it) or a held-out one — and scores it by how often the released answer is its true

@@ -17,7 +17,7 @@ A training produces
   SGD on the union of the partitions and **standalone** SGD, each participant alone, both with
   the same local SGD and as many epochs as a participant's turns.
 
-The claim is honest about what the DP variant protects (reference ``dssgd.md`` §5): ε is stated
+The claim is honest about what the DP variant protects (``docs/defenses/dssgd.md`` §5): ε is stated
 per uploaded parameter per turn, as the paper states it, and composed over the c uploads of a
 turn and every round (:class:`dpaudit.privacy.dssgd.DSSGDClaim`).
 """

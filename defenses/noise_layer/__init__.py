@@ -28,7 +28,7 @@ is the calibration and the shape of the noise:
   (:meth:`RobustnessConfig.resolved_attack_norm_bound`); the record stores the options as
   given, the resolved L in its certification spec and the control in ``metrics``.
 
-The mathematics of the paper, not the quirks of its TensorFlow code (``certified.md`` §2):
+The mathematics of the paper, not the quirks of its TensorFlow code (``docs/defenses/noise-layer.md`` §2):
 the noise std is σ√r_k (not σ r_k); Δ_r is computed exactly for L2 attacks (not estimated from
 the reshaped kernel); noise is drawn afresh at every forward pass; DP-SGD clips per example.
 For Secure-SGD the pre-trained model behind r is trained on the split's *population* (ids the

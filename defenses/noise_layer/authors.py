@@ -25,7 +25,7 @@ from dpaudit.robustness.certification import AUTHORS_REFERENCE_DELTA
 
 __all__ = ["AUTHORS_QUIRKS", "AuthorsCodeOptions", "AuthorsBatchClipping", "authors_quirks", "quirk_note", "authors_total", "authors_batch_mean_gradient"]
 
-#: The authors' TensorFlow code's behaviours (certified.md §2 (a)–(f)), by config field: the
+#: The authors' TensorFlow code's behaviours (docs/defenses/noise-layer.md §2 (a)–(f)), by config field: the
 #: label records and claims carry, and what it does to the guarantees. Every one is off by default.
 AUTHORS_QUIRKS: dict[str, tuple[str, str]] = {
     "authors_noise_scale_r": (
@@ -71,7 +71,7 @@ class AuthorsCodeOptions:
     The paper's mathematics (Theorems 2–3, Algorithm 1) is what the defenses implement; these
     options reproduce what the authors' code (github.com/haiphanNJIT/SecureSGD) does instead,
     so a user can reproduce their numbers and see which the mathematics supports
-    (certified.md §2). Records trained with any on name them (:func:`authors_quirks`).
+    (docs/defenses/noise-layer.md §2). Records trained with any on name them (:func:`authors_quirks`).
 
     Attributes:
         authors_noise_scale_r: (a) component k gets noise std σ·r_k instead of σ·√r_k, while
@@ -147,7 +147,7 @@ def quirk_note(config: Any) -> str:
 
 
 def authors_total(output_shape: tuple[int, ...]) -> float:
-    """Σ r of the authors' MNIST script: 16·16 positions per channel (certified.md §2 (e))."""
+    """Σ r of the authors' MNIST script: 16·16 positions per channel (docs/defenses/noise-layer.md §2 (e))."""
     if len(output_shape) < 2:
         raise v.invalid("model", f"authors_redistribution_total=True needs a first layer with channels and positions (a convolution), got output shape {output_shape!r}")
     return float(_AUTHORS_POSITIONS * output_shape[0])
@@ -158,7 +158,7 @@ def authors_batch_mean_gradient(
 ) -> tuple[dict[str, torch.Tensor], float]:
     """The gradient the authors' code noises: ∇ of the lot's mean loss, each weight clipped as a whole.
 
-    As their TensorFlow code does (certified.md §2 (d)): the gradient of the mean cross-entropy
+    As their TensorFlow code does (docs/defenses/noise-layer.md §2 (d)): the gradient of the mean cross-entropy
     over the lot, every weight tensor (≥ 2 dimensions) rescaled to L2 norm ≤ ``clip_norm``
     (``tf.clip_by_norm``), biases left unclipped. No example's own gradient is ever clipped.
 

@@ -111,7 +111,7 @@ class NoiseSchedule:
     Δ_r ≤ 1 and the noise is σ; with ``scale-noise`` the noise is σ·Δ_r of the current weights
     (a warm power-iteration estimate during training, the exact value at the end).
 
-    The authors'-code options change three things here (certified.md §2): (a) the layer holds
+    The authors'-code options change three things here (docs/defenses/noise-layer.md §2): (a) the layer holds
     r² (std σ r_k) while Δ_r is still weighted by r; (b) Δ_r is their heuristic; (c) one noise
     draw is reused until the last step.
     """

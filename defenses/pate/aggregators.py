@@ -7,7 +7,7 @@ Learning with PATE", §4):
 
 - **LNMax** (2017): argmax_j (n_j + Lap(b)), b = ``laplace_scale`` = 1/γ. Changing one
   teacher's vote moves two counts by one, so each answer is (2γ, 0)-DP — *not* (γ, 0);
-  see ``pate.md`` §6.
+  see ``docs/defenses/pate.md`` §6.
 - **GNMax** (2018): argmax_j (n_j + N(0, σ²)).
 - **Confident-GNMax** (2018, Algorithm 1): answer iff max_j n_j + N(0, σ1²) ≥ T, then GNMax
   with σ2; otherwise the query is not answered (⊥, label ``-1`` here).
@@ -16,7 +16,7 @@ Conventions:
 
 - The vote matrix is indexed **by query**: row i is the histogram of query i, and its width
   is the number of classes given explicitly, never inferred from the labels seen (a public
-  re-implementation got both wrong and reported a "very high ε", ``pate.md`` §6).
+  re-implementation got both wrong and reported a "very high ε", ``docs/defenses/pate.md`` §6).
 - Ties in an argmax go to the lowest class index (``numpy.argmax``); with continuous noise
   they have probability zero, so the rule only matters for noiseless helpers like
   :func:`plurality`.

@@ -1,6 +1,6 @@
 """The ``dpaudit`` command line: the parser, the verbs it offers and the exit-status contract.
 
-Conventions (DESIGN.md, "Command line"): every verb has ``--help`` and ``--json``; progress
+Conventions (docs/architecture.md, "Command line"): every verb has ``--help`` and ``--json``; progress
 and logs go to stderr; with ``--json`` stdout carries exactly one JSON object whose keys are
 the snake_case field names of the result. Exit status: 0 success, 2 bad usage or input (one
 line naming the argument and the value, no traceback), 1 an internal failure, 3 an audit
@@ -202,7 +202,7 @@ def _naming(message: str, flag: str | None) -> str:
 
 
 def _report_error(argv: Sequence[str], prog: str, message: str, *, argument: str | None, status: int) -> int:
-    """One line on stderr; with ``--json`` also one JSON object on stdout (DESIGN.md, "Command line").
+    """One line on stderr; with ``--json`` also one JSON object on stdout (docs/architecture.md, "Command line").
 
     ``argument`` is a flag of the verb that was run (or a grid's TOML key, or a positional's
     name), or null when the error is about no single flag.

@@ -3,7 +3,7 @@
 The data layer reads canonical copies of the benchmark datasets from a *data root*
 (``--data-root`` / ``$DPAUDIT_DATA_ROOT`` / ``~/.dpaudit/data``), never touches the network
 unless asked (``download=True``), and falls back to scikit-learn's bundled 8×8 digits, which
-always works offline (DESIGN.md, "Data").
+always works offline (docs/architecture.md, "Data root").
 
 Modules:
 

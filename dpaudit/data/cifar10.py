@@ -1,6 +1,6 @@
 """CIFAR-10 (Krizhevsky 2009): the python batches, read with a restricted unpickler.
 
-torchvision's loader calls ``pickle.load`` on the batches, and DESIGN.md "Style" forbids
+torchvision's loader calls ``pickle.load`` on the batches, and docs/architecture.md "Style" forbids
 pickle for anything a user may have received from someone else, so the batches are read by an
 unpickler that imports nothing: the few numpy globals a batch names resolve to stand-ins that
 accept only the arguments genuine array pickles pass. Anything else (another global, a direct

@@ -5,8 +5,8 @@ the shape of one sample, its number of classes, the files it needs under the dat
 the functions that load it, describe it without loading it, and (optionally) download it.
 :mod:`dpaudit.data.registry` keeps one entry per source; nothing else dispatches on names.
 
-The data root is ``--data-root`` / ``$DPAUDIT_DATA_ROOT`` / ``~/.dpaudit/data`` (DESIGN.md,
-"Data"); nothing here touches the network.
+The data root is ``--data-root`` / ``$DPAUDIT_DATA_ROOT`` / ``~/.dpaudit/data`` (docs/architecture.md,
+"Data root"); nothing here touches the network.
 """
 
 from __future__ import annotations

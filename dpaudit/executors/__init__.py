@@ -2,7 +2,7 @@
 
 Shadow and reference models for membership inference (Shokri et al. 2017, §V; Carlini et al.
 2022, §IV-B; Zarifzadeh et al. 2024, §3) are many independent training runs, each fully
-described by its arguments (a seed and a split). DESIGN.md ("Scale") asks for a process pool
+described by its arguments (a seed and a split). docs/architecture.md ("Scale") asks for a process pool
 on one machine and Ray beyond it, nothing home-made; this package offers both behind one small
 interface (:class:`~dpaudit.executors.jobs.Executor`), and :func:`make_executor` picks one by name:
 

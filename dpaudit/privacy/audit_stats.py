@@ -101,7 +101,7 @@ def _upper_rates(tp: int, num_in: int, fp: int, num_out: int, miss: float) -> tu
 
 
 def epsilon_lb_from_counts(*, true_positives: int, num_in: int, false_positives: int, num_out: int, delta: float, confidence: float = 0.95, group_size: int = 1, num_tests: int = 1) -> float:
-    """Clopper–Pearson ε_LB from the counts of one threshold test (audit.md §1).
+    """Clopper–Pearson ε_LB from the counts of one threshold test (docs/audits/statistics.md §1).
 
     Args:
         true_positives: IN observations guessed IN.
@@ -148,7 +148,7 @@ def gdp_epsilon_lb_from_counts(*, true_positives: int, num_in: int, false_positi
 
 # ----------------------------------------------------------------------------- one run
 def one_run_p_value(*, epsilon: float, delta: float, num_canaries: int, num_guesses: int, num_correct: int) -> float:
-    """p-value of observing ≥ v correct of r guesses under (ε, δ)-DP (audit.md §4).
+    """p-value of observing ≥ v correct of r guesses under (ε, δ)-DP (docs/audits/statistics.md §4).
 
     β̂ = P[Bin(r, q) ≥ v], α̂ = max_{i=1..v} P[v − i ≤ Bin(r, q) < v] / i, q = e^ε/(1 + e^ε),
     p = min(1, β̂ + 2 m δ α̂).

@@ -1,7 +1,7 @@
 """Privacy claims: immutable descriptions of what a defense did to its training data.
 
 A claim *describes* a mechanism once; ε is evaluated from it under a named accountant at a
-given δ (DESIGN.md, "Values and procedures"). For DP-SGD the description is the
+given δ (docs/architecture.md, "Values and results"). For DP-SGD the description is the
 ``dp_accounting`` event ``SelfComposed(PoissonSampled(q, Gaussian(σ)), T)`` of Abadi et al.
 (2016, Algorithm 1); other mechanisms compose into the same event (DP-PCA adds a Gaussian
 event). Claims serialise to JSON through a whitelist of event types, never through import

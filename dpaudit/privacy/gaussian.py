@@ -40,7 +40,7 @@ __all__ = [
 GAUSSIAN_CALIBRATIONS = ("classical", "analytic", "extended")
 
 # Theorem 2 of Phan et al. needs s = ln(sqrt(2/pi)/delta) large enough for its tail bound;
-# the reference (accounting.md §5) states the condition as delta <= 0.484.
+# the reference (docs/privacy/accounting.md §5) states the condition as delta <= 0.484.
 _EGM_MAX_DELTA = 0.484
 
 

@@ -54,7 +54,7 @@ def _log_a_frac(q: float, sigma: float, alpha: float) -> float | None:
     A_α = A0 + A1 with, summed over i = 0, 1, … with the signed generalised binomial C(α, i),
     A0 = Σ C(α,i) q^i (1−q)^{α−i} e^{(i²−i)/2σ²} ½erfc((i − z0)/(√2σ)) and
     A1 = Σ C(α,i) q^{α−i} (1−q)^i e^{(j²−j)/2σ²} ½erfc((z0 − j)/(√2σ)), j = α − i,
-    z0 = σ² ln(1/q − 1) + ½ (accounting.md §1).
+    z0 = σ² ln(1/q − 1) + ½ (docs/privacy/accounting.md §1).
     """
     z0 = sigma**2 * math.log(1.0 / q - 1.0) + 0.5
     log_q, log_1mq = math.log(q), math.log1p(-q)

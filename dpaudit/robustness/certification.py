@@ -19,12 +19,12 @@ results. Everything is vectorised over test points.
   multiplier (Balle & Wang 2018) is offered as the tight alternative.
 * **Randomized smoothing** (Cohen, Rosenfeld & Kolter 2019, Theorem 1 and CERTIFY):
   R = σ Φ⁻¹(p_A) with p_A a one-sided Clopper–Pearson lower bound.
-* **The authors' mixed δ** (certified.md §2 (f)): Phan et al.'s code certifies with the
+* **The authors' mixed δ** (docs/defenses/noise-layer.md §2 (f)): Phan et al.'s code certifies with the
   multiplier taken at another δ than the one the noise was calibrated at. It is available as
   the explicit, off-by-default ``authors_mixed_delta`` option of :func:`certified_radius`
   (:class:`AuthorsMixedDelta`), only to reproduce their numbers; its radii are not certificates.
 
-Formulas and test vectors: ``reference/certified.md``. A certificate is a *lower* bound on
+Formulas and test vectors: ``docs/defenses/noise-layer.md`` and ``docs/defenses/smoothing.md``. A certificate is a *lower* bound on
 robust accuracy; :func:`soundness_violations` flags sizes where it exceeds the accuracy an
 actual attack left, which means a bug (or a failure of the 1 − η event).
 """
@@ -48,7 +48,7 @@ __all__ = ["AUTHORS_REFERENCE_DELTA", "DEFAULT_DELTA_GRID", "RADIUS_SEARCHES", "
 #: How :func:`certified_radius` finds the largest ε' for each δ'.
 RADIUS_SEARCHES = ("exact", "pixeldp")
 
-#: δ' grid of the certified-size search: 0.001, 0.002, …, 0.299 (certified.md §1).
+#: δ' grid of the certified-size search: 0.001, 0.002, …, 0.299 (docs/defenses/noise-layer.md §1).
 DEFAULT_DELTA_GRID = np.arange(1, 300) / 1000.0
 DEFAULT_DELTA_GRID.flags.writeable = False
 
@@ -59,10 +59,10 @@ _DEFAULT_TOLERANCE = {"exact": 1e-6, "pixeldp": 1e-3}
 _ARRAYS = ("labels", "predictions", "radii")
 
 
-# The authors' mixed δ (certified.md §2 (f))
+# The authors' mixed δ (docs/defenses/noise-layer.md §2 (f))
 @dataclass(frozen=True, kw_only=True)
 class AuthorsMixedDelta:
-    """The δ mix of Phan et al.'s certification code, as an explicit option (certified.md §2 (f)).
+    """The δ mix of Phan et al.'s certification code, as an explicit option (docs/defenses/noise-layer.md §2 (f)).
 
     A noise layer calibrated at (ε_r, δ_r) for attack size L has σ/Δ = L·c(ε_r, δ_r), and the
     same noise certifies L' = (σ/Δ)/c(ε', δ') (:func:`certified_radius`). The authors' code
@@ -176,7 +176,7 @@ def certified_radius(
     The layer adds Gaussian noise with standard deviation σ per unit of (r-weighted)
     sensitivity, ``noise_per_sensitivity = σ/Δ``; a layer calibrated at (ε, δ) for attack size
     L under multiplier c has σ/Δ = L·c(ε, δ). The same noise is (ε', δ')-DP for attacks of
-    size L' = (σ/Δ)/c(ε', δ') (certified.md §1; Phan et al. 2019, Eq. 10 for the
+    size L' = (σ/Δ)/c(ε', δ') (docs/defenses/noise-layer.md §1; Phan et al. 2019, Eq. 10 for the
     heterogeneous mechanism, where Δ is the r-weighted sensitivity). For each δ' of the grid
     the largest ε' satisfying :func:`robust` is found; c decreases in ε', so that ε' gives
     the largest L' at this δ'. The certified size is the maximum over the grid, 0 where no
@@ -184,7 +184,7 @@ def certified_radius(
 
     Two searches for ε' (:func:`_search_epsilons`): ``"exact"`` (default), the closed-form
     supremum of the condition less ``tolerance``; ``"pixeldp"``, the bisection of the PixelDP
-    reference code, which reproduces the published PixelDP sizes (certified.md §1).
+    reference code, which reproduces the published PixelDP sizes (docs/defenses/noise-layer.md §1).
 
     Args:
         p_lower: lower bounds on the top class's expected score, in [0, 1].
@@ -207,7 +207,7 @@ def certified_radius(
             :class:`AuthorsMixedDelta` reproduces Phan et al.'s code, which certifies with the
             multiplier at another δ than the noise's: every size is multiplied by
             :meth:`AuthorsMixedDelta.factor` (the search over (ε', δ') does not depend on
-            σ/Δ). Such sizes are **not certificates** (certified.md §2 (f)).
+            σ/Δ). Such sizes are **not certificates** (docs/defenses/noise-layer.md §2 (f)).
 
     Returns:
         Float array of certified sizes, same shape as ``p_lower``.
@@ -296,7 +296,7 @@ def _search_epsilons(pl: np.ndarray, pu: np.ndarray, d: np.ndarray, *, search: s
     * ``"pixeldp"``: the bisection of the PixelDP reference code — ε' bracketed in
       [0, max_eps], first test at the midpoint, the upper end never tested, stop when the
       bracket is narrower than ``tol`` (default 1e-3), keep the last certified ε'. It
-      reproduces the published PixelDP sizes (certified.md §1) and is slightly smaller than
+      reproduces the published PixelDP sizes (docs/defenses/noise-layer.md §1) and is slightly smaller than
       the exact search. It needs a finite ``max_eps``.
     """
     if search == "exact":

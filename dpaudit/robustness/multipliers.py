@@ -21,7 +21,7 @@ __all__ = ["CERTIFICATION_MECHANISMS", "EGM_MAX_DELTA", "noise_multiplier"]
 
 #: Calibrations whose multiplier c(ε, δ) (σ = c·Δ) a noise layer may have used.
 CERTIFICATION_MECHANISMS = ("classical", "analytic", "extended")
-#: Theorem 2 of Phan et al. needs δ ≤ 0.484 (accounting.md §5); mirrors dpaudit.privacy.gaussian.
+#: Theorem 2 of Phan et al. needs δ ≤ 0.484 (docs/privacy/accounting.md §5); mirrors dpaudit.privacy.gaussian.
 EGM_MAX_DELTA = 0.484
 
 
@@ -66,7 +66,7 @@ def _analytic_multipliers(epsilon: np.ndarray, delta: np.ndarray) -> np.ndarray:
     log_target = np.log(delta)
     lo = np.full(epsilon.shape, -30.0)  # σ = e^-30: δ(ε) ≈ 1, fails every target δ < 1
     hi = np.full(epsilon.shape, 30.0)  # σ = e^30: δ(ε) ≈ 0, meets every target
-    # EGM's σ is always at least AGM's (accounting.md §5): a close start from above.
+    # EGM's σ is always at least AGM's (docs/privacy/accounting.md §5): a close start from above.
     s = np.log(math.sqrt(2.0 / math.pi) / np.minimum(delta, EGM_MAX_DELTA))
     t = np.where(delta <= EGM_MAX_DELTA, np.log((np.sqrt(s) + np.sqrt(s + epsilon)) / (math.sqrt(2.0) * epsilon)), 0.0)
 

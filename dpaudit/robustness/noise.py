@@ -116,7 +116,7 @@ class NoiseLayer(nn.Module):
             redistribution: r, of h's shape; ``None`` keeps the installed one.
             total: the sum r must have; ``None`` means K, the number of components (Phan et
                 al. 2019, Theorem 3). Another total is only for reproducing the authors' code
-                (certified.md §2 (a), (e)); the mechanism stays calibratable because Δ_r is
+                (docs/defenses/noise-layer.md §2 (a), (e)); the mechanism stays calibratable because Δ_r is
                 measured with the r actually installed.
         """
         std = v.non_negative("noise_std", noise_std)
@@ -140,7 +140,7 @@ class NoiseLayer(nn.Module):
 
         The authors' TensorFlow code draws the noise layer's training noise once, before
         training, and feeds the same tensor at every step and to every example of a batch
-        (certified.md §2 (c)). That is not the paper's mechanism, which draws fresh noise at
+        (docs/defenses/noise-layer.md §2 (c)). That is not the paper's mechanism, which draws fresh noise at
         every pass; it exists to reproduce their training. The draw comes from
         :attr:`generator` (torch's default when ``None``) and is still multiplied by the
         current σ √r, so a noise ramp or a recalibration keeps acting on it.
@@ -369,7 +369,7 @@ def layer_sensitivity(noise: NoiseLayer, *, input_shape: tuple[int, ...], norm: 
         input_shape: shape of one input (without batch).
         norm: the attack norm, one of :data:`ATTACK_NORMS`.
         redistribution: weigh by this r instead of the installed one. Only the authors'-code
-            reproduction uses it (certified.md §2 (a): their calibration assumes noise σ√r_k
+            reproduction uses it (docs/defenses/noise-layer.md §2 (a): their calibration assumes noise σ√r_k
             while the layer adds σ r_k); a certificate must use the installed r.
     """
     norm = v.choice("norm", norm, ATTACK_NORMS)
@@ -441,7 +441,7 @@ def orthogonalize(noise: NoiseLayer, *, scale: float | None = None) -> float:
 
 @torch.no_grad()
 def authors_heuristic_sensitivity(noise: NoiseLayer, *, redistribution: torch.Tensor | None = None) -> float:
-    """The Δ_r estimate of Phan et al.'s TensorFlow code: σ_max(W) / √σ_max(R) (certified.md §2 (b)).
+    """The Δ_r estimate of Phan et al.'s TensorFlow code: σ_max(W) / √σ_max(R) (docs/defenses/noise-layer.md §2 (b)).
 
     Their code reshapes the first layer's kernel to a (C_out × fan-in) matrix and r to a
     (C × positions) matrix, and divides the kernel's largest singular value by the square
@@ -476,7 +476,7 @@ class SensitivityProjector:
     the exact value / bound is cheap and used directly.
 
     ``redistribution`` and ``heuristic`` exist only to reproduce the authors' code
-    (certified.md §2 (a), (b)): weigh Δ_r by another r than the installed one, or replace it by
+    (docs/defenses/noise-layer.md §2 (a), (b)): weigh Δ_r by another r than the installed one, or replace it by
     :func:`authors_heuristic_sensitivity`.
     """
 
@@ -546,7 +546,7 @@ def redistribution_from_gradients(gradients: torch.Tensor, *, inflation: float =
             pushed in a consistent direction would get r_k = 0; it is floored at 1e-3 · mean.
         exponent: the power applied to a_k (the authors use 2 on CIFAR-10).
         total: Σ r; ``None`` means K (Theorem 3). Another total only reproduces the authors'
-            MNIST code, which normalises to 16·16·C for 28·28·C components (certified.md §2 (e)).
+            MNIST code, which normalises to 16·16·C for 28·28·C components (docs/defenses/noise-layer.md §2 (e)).
 
     Returns:
         r with h's shape, r > 0, Σ r = ``total`` (K by default).

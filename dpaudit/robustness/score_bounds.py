@@ -114,7 +114,7 @@ def count_bounds(counts: np.ndarray, *, confidence: float = 0.95) -> ScoreBounds
     * upper = BetaInv(1 − η/k; n_2 + 1, n − n_2), 1 when n_2 = n, with n_2 the largest count
       among the other classes.
 
-    These reproduce the certified.md §1 vectors (n = 2000, k = 10, η = 0.05) to 5 decimals;
+    These reproduce the docs/defenses/noise-layer.md §1 vectors (n = 2000, k = 10, η = 0.05) to 5 decimals;
     the two-sided form (quantiles at η/(2k)) does not (e.g. 0.99701 instead of 0.99735).
 
     Args:

@@ -1,4 +1,4 @@
-"""``dpaudit pate analyze``: pate.md's test vectors through the command line, and bad vote matrices."""
+"""``dpaudit pate analyze``: docs/defenses/pate.md's test vectors through the command line, and bad vote matrices."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ ROW = [200, 30, 10, 10, 0, 0, 0, 0, 0, 0]
 
 
 def test_lnmax_reproduces_the_2017_vector(cli, tmp_path: Path) -> None:
-    """pate.md §2: 100 queries of [200, 30, 10, 10, 0, …] at γ = 0.05, δ = 1e-5 → ε = 1.48508."""
+    """docs/defenses/pate.md §2: 100 queries of [200, 30, 10, 10, 0, …] at γ = 0.05, δ = 1e-5 → ε = 1.48508."""
     code, out, err = cli.run("pate", "analyze", "--votes", _votes(tmp_path, [ROW], 100), "--laplace-scale", "20", "--delta", "1e-5", "--json")
     assert code == 0, err
     data = json.loads(out)
@@ -43,7 +43,7 @@ def test_gnmax_and_confident_gnmax_match_the_library(cli, tmp_path: Path) -> Non
     assert code == 0, err
     data = json.loads(out)
     assert data["aggregator"] == "confident-gnmax"
-    # P_ans = 0.5 for the rows whose maximum is 200 (pate.md §3), much less for the others.
+    # P_ans = 0.5 for the rows whose maximum is 200 (docs/defenses/pate.md §3), much less for the others.
     assert 50 * 0.5 < data["expected_answered"] < 50 * 0.5 + 50 * 0.5
 
 

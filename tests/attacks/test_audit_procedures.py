@@ -1,4 +1,4 @@
-"""Audit procedures of :mod:`attacks.audit.procedures` (audit.md §3–5).
+"""Audit procedures of :mod:`attacks.audit.procedures` (docs/audits/statistics.md §3–5).
 
 Statistical tier: on a simulated Gaussian release with exactly known ε, the white-box per-step
 pipeline (canary hooks → scores → bound) gives ε_LB ≤ true ε in ≥ 95 % of seeded repetitions,

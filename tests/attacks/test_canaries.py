@@ -1,4 +1,4 @@
-"""Canaries (audit.md §5): mislabelled examples, ClipBKD points, Dirac gradient canaries."""
+"""Canaries (docs/audits/statistics.md §5): mislabelled examples, ClipBKD points, Dirac gradient canaries."""
 
 from __future__ import annotations
 

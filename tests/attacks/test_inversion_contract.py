@@ -1,4 +1,4 @@
-"""One table of assertions over every registered model-inversion attack (DESIGN.md, "Contract suites").
+"""One table of assertions over every registered model-inversion attack (docs/architecture.md, "Tests").
 
 Every attack in :data:`attacks.inversion.INVERSION_ATTACKS` must: return one reconstruction per
 class of the input's shape, float32 in [0, 1]; be deterministic under a seed; leave the target

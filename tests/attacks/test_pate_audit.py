@@ -65,7 +65,7 @@ def test_the_result_records_the_game_and_is_reproducible() -> None:
 
 
 def test_upper_bounds_are_the_claims_per_query_bounds() -> None:
-    """LNMax: pure 2/b (not 1/b, pate.md §6); GNMax and Confident-GNMax: one query's data-independent RDP, converted."""
+    """LNMax: pure 2/b (not 1/b, docs/defenses/pate.md §6); GNMax and Confident-GNMax: one query's data-independent RDP, converted."""
     row = np.array([126, 124] + [0] * 8)
     lnmax = per_query_upper_bound(LNMaxConfig(laplace_scale=20.0), delta=1e-5, votes=row)
     assert lnmax.accountant == "pure" and lnmax.epsilon == pytest.approx(0.1)

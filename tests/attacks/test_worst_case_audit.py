@@ -215,7 +215,7 @@ def test_uncorrected_estimate_is_the_published_protocol_and_exceeds_the_bound(se
         uncorrected_gdp_estimate(s_in, s_out, delta=DELTA, confidence=1.5)
 
 
-# ----------------------------------------------------------------------------- planted bugs (audit.md §6)
+# ----------------------------------------------------------------------------- planted bugs (docs/audits/statistics.md §6)
 @pytest.mark.slow  # 8 s each; test_planted_bugs flags both bugs by default
 @pytest.mark.parametrize("bug", ["noise-without-clip-norm", "noise-halved"])
 def test_worst_case_audit_flags_the_bugs_that_change_the_noise(bug, digits, tmp_path):

@@ -1,4 +1,4 @@
-"""The authors' code's behaviours as explicit options of HGM / Secure-SGD (certified.md §2 (a)–(f)).
+"""The authors' code's behaviours as explicit options of HGM / Secure-SGD (docs/defenses/noise-layer.md §2 (a)–(f)).
 
 Each option is off by default and, when on, changes exactly what its help says: (a) noise std
 σ r_k instead of σ √r_k, (b) the heuristic Δ_r, (c) one training noise draw reused at every

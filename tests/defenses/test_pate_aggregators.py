@@ -1,7 +1,7 @@
 """PATE vote bookkeeping, aggregators and teacher partitions (Papernot et al. 2017, 2018).
 
 Statistical checks use fixed seeds and compare the empirical frequency to the analytic value
-(``pate.md`` §2–3) within a few binomial standard errors; exact probabilities computed by
+(``docs/defenses/pate.md`` §2–3) within a few binomial standard errors; exact probabilities computed by
 numerical integration pin the noise scale (σ vs σ², b vs 1/b) and not only an upper bound.
 """
 
@@ -32,7 +32,7 @@ from defenses.pate.aggregators import (
 )
 from defenses.pate.partition import partition_ids, partitions_from_membership, teacher_membership, teacher_of
 
-VOTES_2017 = [200, 30, 10, 10, 0, 0, 0, 0, 0, 0]  # pate.md §2 / §3 test vector, 250 teachers
+VOTES_2017 = [200, 30, 10, 10, 0, 0, 0, 0, 0, 0]  # docs/defenses/pate.md §2 / §3 test vector, 250 teachers
 N = 2000
 
 
@@ -242,14 +242,14 @@ def test_plurality_breaks_ties_to_the_lowest_class():
 
 
 def _gnmax_q_bound(votes, sigma):
-    # pate.md §3: q̃ ≤ ½ Σ_{i≠i*} erfc((n_i* − n_i)/(2σ)), capped at 1 − 1/m.
+    # docs/defenses/pate.md §3: q̃ ≤ ½ Σ_{i≠i*} erfc((n_i* − n_i)/(2σ)), capped at 1 − 1/m.
     v = np.sort(np.asarray(votes, dtype=float))[::-1]
     q = 0.5 * sum(math.erfc((v[0] - x) / (2 * sigma)) for x in v[1:])
     return min(q, 1 - 1 / len(v))
 
 
 def _lnmax_q_bound(votes, gamma):
-    # pate.md §2: q ≤ Σ_{j≠j*} (2 + γΔ_j) / (4 exp(γΔ_j)), capped at 1 − 1/m.
+    # docs/defenses/pate.md §2: q ≤ Σ_{j≠j*} (2 + γΔ_j) / (4 exp(γΔ_j)), capped at 1 − 1/m.
     v = np.sort(np.asarray(votes, dtype=float))[::-1]
     q = sum((2 + gamma * (v[0] - x)) / (4 * math.exp(gamma * (v[0] - x))) for x in v[1:])
     return min(q, 1 - 1 / len(v))
@@ -257,7 +257,7 @@ def _lnmax_q_bound(votes, gamma):
 
 def test_gnmax_returns_the_plurality_within_the_erfc_bound():
     q = _gnmax_q_bound(VOTES_2017, 40)
-    assert math.log(q) == pytest.approx(-5.7045, abs=1e-4)  # pate.md §3 test vector
+    assert math.log(q) == pytest.approx(-5.7045, abs=1e-4)  # docs/defenses/pate.md §3 test vector
     agg = gnmax(_rows(VOTES_2017), sigma=40, seed=2018)
     freq = float(np.mean(agg.labels != 0))
     assert freq <= q + 3 * math.sqrt(q * (1 - q) / N), (freq, q)
@@ -265,7 +265,7 @@ def test_gnmax_returns_the_plurality_within_the_erfc_bound():
 
 def test_lnmax_returns_the_plurality_within_the_2017_bound():
     q = _lnmax_q_bound(VOTES_2017, 1 / 20)
-    assert q == pytest.approx(0.0017817, rel=1e-4)  # pate.md §2 test vector
+    assert q == pytest.approx(0.0017817, rel=1e-4)  # docs/defenses/pate.md §2 test vector
     agg = lnmax(_rows(VOTES_2017), laplace_scale=20, seed=2017)
     freq = float(np.mean(agg.labels != 0))
     assert freq <= q + 3 * math.sqrt(q * (1 - q) / N), (freq, q)
@@ -304,13 +304,13 @@ def test_noise_scales_match_the_exact_plurality_probability():
 @pytest.mark.parametrize(
     ("row", "p_answer"),
     [
-        (VOTES_2017, 0.5),  # max vote = T: P_ans = 0.5 (pate.md §3)
+        (VOTES_2017, 0.5),  # max vote = T: P_ans = 0.5 (docs/defenses/pate.md §3)
         ([250, 0, 0, 0, 0, 0, 0, 0, 0, 0], float(stats.norm.cdf(1 / 3))),
         ([50, 50, 50, 50, 50, 0, 0, 0, 0, 0], float(stats.norm.cdf(-1.0))),
     ],
 )
 def test_confident_gnmax_answers_with_probability_p_ans(row, p_answer):
-    # pate.md §3: P_ans = Q((T − max_j n_j)/σ1) with T = 200, σ1 = 150. Without noise on the
+    # docs/defenses/pate.md §3: P_ans = Q((T − max_j n_j)/σ1) with T = 200, σ1 = 150. Without noise on the
     # threshold the first case would answer always, the last never.
     agg = confident_gnmax(_rows(row), threshold=200, threshold_sigma=150, sigma=40, seed=max(row))
     freq = agg.num_answered / N

@@ -1,4 +1,4 @@
-"""Planted DP-SGD bugs are flagged by an audit; correct DP-SGD never is (audit.md §6).
+"""Planted DP-SGD bugs are flagged by an audit; correct DP-SGD never is (docs/audits/statistics.md §6).
 
 Each bug's fastest catch is the white-box per-step Dirac game against ONE Gaussian step of
 the claimed σ (claimed ε_UB ≈ 0.93 at σ = 4, δ = 1e-5); a data-dependent normaliser rescales

@@ -26,7 +26,7 @@ from dpaudit.store import RunDir
     [
         ("digits-mlp", (1, 8, 8), "auto", "normalize"),  # Linear first layer: the projection forgets DP-SGD's signal
         ("abadi-mnist", (1, 28, 28), "auto", "normalize"),
-        ("hgm-cnn", (1, 28, 28), "auto", "orthogonal"),  # convolution: orthogonal measured best (README)
+        ("hgm-cnn", (1, 28, 28), "auto", "orthogonal"),  # convolution: orthogonal measured best (docs/results/certified.md)
         ("audit-cnn", (1, 28, 28), "auto", "orthogonal"),
         ("digits-mlp", (1, 8, 8), "orthogonal", "orthogonal"),  # an explicit choice is kept
         ("hgm-cnn", (1, 28, 28), "scale-noise", "scale-noise"),

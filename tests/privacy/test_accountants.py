@@ -2,7 +2,7 @@
 implementations (Opacus, dp_accounting, a reference moments accountant written here, numerical
 integration), calibration properties and bad-input contracts.
 
-References: ../shared/reference/accounting.md §1-§4.
+References: docs/privacy/accounting.md §1-§4.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _eps(q: float, sigma: float, steps: int, delta: float, accountant: str) -> f
 
 
 # --------------------------------------------------------------------------------------------
-# 1. Golden numbers (accounting.md §3, §4)
+# 1. Golden numbers (docs/privacy/accounting.md §3, §4)
 # --------------------------------------------------------------------------------------------
 
 # [exact] entries are given to 5 significant digits: compare at rel 5e-5. "≈" entries: 1 %.
@@ -84,7 +84,7 @@ def _exact_gaussian_epsilon(sigma: float, delta: float) -> float:
 
 
 def test_strong_composition_section4():
-    # accounting.md §4's 9.35 (Abadi et al.'s ≈ 9.34) amplifies by the first-order q·ε0 with the
+    # docs/privacy/accounting.md §4's 9.35 (Abadi et al.'s ≈ 9.34) amplifies by the first-order q·ε0 with the
     # classical ε0, neither of which is a valid bound (issue 29); the valid per-step bound
     # (exact ε0, ln(1 + q(e^ε0 − 1))) gives 16.84, still far above moments (1.26) and PLD.
     assert _eps(0.01, 4.0, 10_000, 1e-5, "strong") == pytest.approx(16.8444, rel=1e-4)
@@ -148,7 +148,7 @@ def _opacus_rdp(q: float, sigma: float, steps: int) -> np.ndarray:
 
 
 def test_opacus_conversion_is_the_improved_bound():
-    # accounting.md §2: ε = min_α RDP(α) − (ln δ + ln α)/(α − 1) + ln((α − 1)/α).
+    # docs/privacy/accounting.md §2: ε = min_α RDP(α) − (ln δ + ln α)/(α − 1) + ln((α − 1)/α).
     module = _opacus_rdp_module()
     orders = np.asarray(rdp_accountant.RDP_ORDERS, dtype=float)
     rdp = _opacus_rdp(0.01, 1.5, 100)
@@ -169,7 +169,7 @@ def test_rdp_matches_opacus(q, sigma, steps, delta):
 
 
 def _ref_log_a_int(q: float, sigma: float, alpha: int) -> float:
-    """ln A_α, accounting.md §1, integer α: log-space sum with exact fsum."""
+    """ln A_α, docs/privacy/accounting.md §1, integer α: log-space sum with exact fsum."""
     if q == 1.0:
         return alpha * (alpha - 1) / (2 * sigma**2)
     logs = [math.lgamma(alpha + 1) - math.lgamma(k + 1) - math.lgamma(alpha - k + 1) + (alpha - k) * math.log1p(-q) + k * math.log(q) + (k * k - k) / (2 * sigma**2) for k in range(alpha + 1)]

@@ -3,7 +3,7 @@
 The ceiling is the same bound on the same counts (observations or canaries and guess counts,
 Bonferroni factor, confidence, δ, group size) with a perfect attack, computed by one helper,
 :func:`dpaudit.results.auditing.audit_ceiling`, for every bound. Also: null scores give ε_LB = 0 for
-every bound and threshold strategy (audit.md §8, the |μ| failure mode of a public library).
+every bound and threshold strategy (docs/audits/statistics.md §8, the |μ| failure mode of a public library).
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ ONE_RUN_BOUNDS = ("steinke", "fdp")
 
 @pytest.mark.parametrize("n, expected", [(100, 3.28), (500, 4.91), (1000, 5.60), (5000, 7.21)])
 def test_clopper_pearson_ceiling_matches_the_reference(n, expected):
-    # audit.md §1: zero errors, n observations per side, 95 %.
+    # docs/audits/statistics.md §1: zero errors, n observations per side, 95 %.
     assert round(audit_ceiling(bound="clopper-pearson", delta=DELTA, confidence=0.95, num_in=n, num_out=n), 2) == expected
 
 
 def test_one_run_ceiling_matches_the_reference():
-    # audit.md §4: 100 guesses, all correct, 95 %, δ = 1e-5 → 3.49.
+    # docs/audits/statistics.md §4: 100 guesses, all correct, 95 %, δ = 1e-5 → 3.49.
     assert round(audit_ceiling(bound="one-run", delta=DELTA, confidence=0.95, num_in=50, num_out=50, guess_counts=[50]), 2) == 3.49
 
 

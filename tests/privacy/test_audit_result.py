@@ -1,4 +1,4 @@
-"""Audit results and the torch-free audit helpers of :mod:`dpaudit.results.auditing` and :mod:`dpaudit.privacy.audit_bounds` (audit.md §1–5)."""
+"""Audit results and the torch-free audit helpers of :mod:`dpaudit.results.auditing` and :mod:`dpaudit.privacy.audit_bounds` (docs/audits/statistics.md §1–5)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Audit statistics: reference numbers (audit.md §1, §4) and soundness on a Gaussian
-mechanism whose ε is known exactly (accounting.md §5-6)."""
+"""Audit statistics: reference numbers (docs/audits/statistics.md §1, §4) and soundness on a Gaussian
+mechanism whose ε is known exactly (docs/privacy/accounting.md §5-6)."""
 
 import math
 

@@ -35,7 +35,7 @@ DELTA = 1e-5
 # f-DP column sits 6–11 % above the expected-count figures because the paper's protocol picks the
 # guess count after seeing a simulated run, and the bound moves by ~0.7 in ε per wrong guess among
 # the top scores. Averaged over seeded runs with the count picked that way the rows come within
-# −5.5 / −3.5 / +4.0 / +2.6 % (standard error 1–6 %): scripts/reproduce_fdp_one_run.py, README.
+# −5.5 / −3.5 / +4.0 / +2.6 % (standard error 1–6 %): scripts/reproduce_fdp_one_run.py, docs/results/audits.md.
 IDEALISED = [
     (2.0, 10**5, (1500, 2000, 2500, 3000, 3500, 4000), 8.16, 4.99, 7.42, 4.89),
     (1.0, 10**5, (300, 400, 500, 600, 700, 800), 3.61, 2.61, 3.35, 2.67),
@@ -66,7 +66,7 @@ def test_perfect_guesses_give_a_finite_ceiling_that_grows_with_r():
     ceilings = [fdp_one_run_epsilon_lb(num_canaries=10**5, num_guesses=r, num_correct=r, delta=DELTA) for r in (100, 1000, 5000)]
     assert all(math.isfinite(c) for c in ceilings)
     assert ceilings[0] < ceilings[1] < ceilings[2]
-    # …and beats Steinke's ceiling at the same counts (audit.md §4: r = 1000 → 5.81 at m = r = 5000).
+    # …and beats Steinke's ceiling at the same counts (docs/audits/statistics.md §4: r = 1000 → 5.81 at m = r = 5000).
     assert ceilings[1] > one_run_epsilon_lb(num_canaries=10**5, num_guesses=1000, num_correct=1000, delta=DELTA)
 
 

@@ -1,4 +1,4 @@
-"""Tests for dpaudit.privacy.gaussian: golden numbers (accounting.md §5, §6), the exact privacy curve
+"""Tests for dpaudit.privacy.gaussian: golden numbers (docs/privacy/accounting.md §5, §6), the exact privacy curve
 against independent evaluations, calibration properties and bad-input contracts."""
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def test_extended_sigma_is_at_least_analytic(epsilon, delta):
 
 
 def test_classical_is_not_private_at_large_epsilon():
-    # Why classical_sigma refuses ε > 1 (accounting.md §5: at ε = 16 it is no longer DP).
+    # Why classical_sigma refuses ε > 1 (docs/privacy/accounting.md §5: at ε = 16 it is no longer DP).
     sigma = math.sqrt(2 * math.log(1.25 / 1e-5)) / 16
     assert g.gaussian_delta(epsilon=16, sigma=sigma) > 1e-5
 

@@ -1,9 +1,9 @@
-"""Tests for dpaudit.privacy.pate: the test vectors of pate.md §2-§4 and §6, property tests of the
+"""Tests for dpaudit.privacy.pate: the test vectors of docs/defenses/pate.md §2-§4 and §6, property tests of the
 RDP bounds, an independent re-implementation of the data-dependent analysis (direct formulas,
 mpmath for q̃) compared on generated vote matrices, the smooth-sensitivity release, and the
 bad-input contracts.
 
-References: ../shared/reference/pate.md; accounting.md §2 (conversions).
+References: docs/defenses/pate.md; docs/privacy/accounting.md §2 (conversions).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ ORDERS6 = [2, 5, 10, 20, 50, 100]
 
 
 # --------------------------------------------------------------------------------------------
-# Test vectors: LNMax (pate.md §2)
+# Test vectors: LNMax (docs/defenses/pate.md §2)
 # --------------------------------------------------------------------------------------------
 
 
@@ -75,7 +75,7 @@ def test_lnmax_data_dependent_needs_small_q():
 
 
 # --------------------------------------------------------------------------------------------
-# Test vectors: GNMax and Confident-GNMax (pate.md §3, §6)
+# Test vectors: GNMax and Confident-GNMax (docs/defenses/pate.md §3, §6)
 # --------------------------------------------------------------------------------------------
 
 
@@ -173,14 +173,14 @@ def test_conversions():
 
 
 # --------------------------------------------------------------------------------------------
-# Smooth sensitivity (pate.md §4, §6)
+# Smooth sensitivity (docs/defenses/pate.md §4, §6)
 # --------------------------------------------------------------------------------------------
 
 
 def test_local_sensitivity_unit_vector():
     ls = smooth_sensitivity.gnmax_local_sensitivities([10, 0, 0], sigma=0.5, order=1.5, num_teachers=10)
     assert ls.shape == (10,)
-    # pate.md §6: the published rtol 1e-8 fails by 2e-8 with current numpy/scipy; 1e-7 holds.
+    # docs/defenses/pate.md §6: the published rtol 1e-8 fails by 2e-8 with current numpy/scipy; 1e-7 holds.
     np.testing.assert_allclose(ls[:4], [3.13503646e-17, 1.60178280e-08, 5.90681786e-03, 5.99981308], rtol=1e-7)
     np.testing.assert_allclose(ls[4:], 5.99981308, rtol=1e-7)
     # Keyword-only σ and order: the argument swap of the reference wrapper cannot happen.

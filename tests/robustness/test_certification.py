@@ -1,4 +1,4 @@
-"""Tests for dpaudit.robustness.certification: golden numbers (certified.md §1, §3; accounting.md §5),
+"""Tests for dpaudit.robustness.certification: golden numbers (docs/defenses/noise-layer.md §1, docs/defenses/smoothing.md §3; docs/privacy/accounting.md §5),
 a scalar reference for the vectorised certified-size search, monotonicity and coverage
 properties, the result value's contract and bad-input errors."""
 
@@ -22,7 +22,7 @@ from dpaudit.robustness import certification, multipliers, score_bounds, smoothi
 PROPS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # --------------------------------------------------------------------------------------------
-# certified.md §1: n = 2000 draws, 10 classes, η = 0.05, L = 0.1, ε = 1, δ = 0.05
+# docs/defenses/noise-layer.md §1: n = 2000 draws, 10 classes, η = 0.05, L = 0.1, ε = 1, δ = 0.05
 # --------------------------------------------------------------------------------------------
 PIXELDP_ROWS = [
     # top counts, p_lb, p_ub, L' classical ε' ≤ 1, L' classical ε' ≤ 4, L' extended ε' > 0
@@ -271,7 +271,7 @@ def test_hoeffding_bounds_cover_at_the_stated_confidence():
 
 
 # --------------------------------------------------------------------------------------------
-# Noise multipliers (accounting.md §5)
+# Noise multipliers (docs/privacy/accounting.md §5)
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("mechanism", "epsilon", "delta", "expected"),
@@ -298,7 +298,7 @@ def test_noise_multiplier_refuses_classical_above_one():
 
 
 # --------------------------------------------------------------------------------------------
-# Randomized smoothing (certified.md §3)
+# Randomized smoothing (docs/defenses/smoothing.md §3)
 # --------------------------------------------------------------------------------------------
 SMOOTHING_ROWS = [
     (100000, 0.99993092, 3.81146),

@@ -20,7 +20,7 @@ kinds of ``reports/`` write:
 * ``index.{html,md}`` linking them all, one heading per kind.
 
 It recomputes no verdict: violations, tightness and soundness are read from the stored results.
-Rendering needs no torch (DESIGN.md, "Import rule").
+Rendering needs no torch (docs/architecture.md, "Import rule").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``dpaudit train``, the membership run (targets and shadows), the audit and certify scripts and
 the benchmarks all obtain a trained record through :func:`train_or_load`, so a record is found
-again by the same id whoever asks for it (DESIGN.md, "runs/").
+again by the same id whoever asks for it (docs/architecture.md, "The runs API").
 """
 
 from __future__ import annotations

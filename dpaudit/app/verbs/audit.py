@@ -1,7 +1,7 @@
 """``dpaudit audit``: empirical ε lower bounds set against a training's claimed ε.
 
-Part of the application layer (DESIGN.md, "Import rule"); the work is done by
-:func:`dpaudit.app.runs.audit.run_audit`. Games (audit.md §3–5): black-box ``multi-run`` (R trainings
+Part of the application layer (docs/architecture.md, "Import rule"); the work is done by
+:func:`dpaudit.app.runs.audit.run_audit`. Games (docs/audits/statistics.md §3–5): black-box ``multi-run`` (R trainings
 with and R without a canary), black-box ``one-run`` (m canaries in one training; Steinke,
 Nasr & Jagielski 2023) and ``white-box`` per-step Dirac-canary audits of DP-SGD (Nasr et al.
 2021, 2023), whose compared claim is one un-sampled Gaussian step.

@@ -1,6 +1,6 @@
 """``dpaudit certify``: certified vs conventional accuracy of a trained model.
 
-Part of the application layer (DESIGN.md, "Import rule"). For a record trained with a noise
+Part of the application layer (docs/architecture.md, "Import rule"). For a record trained with a noise
 layer (``pixeldp``, ``agm``, ``hgm``, ``secure-sgd``) it
 
 1. measures the first layer's sensitivity Δ_r on the loaded weights, in the attack norm

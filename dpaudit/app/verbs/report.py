@@ -38,7 +38,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     lines += [f"  {p}" for p in index.pages]
     lines += [f"  VIOLATION {v}" for v in index.violations]
     emit(args, payload, "\n".join(lines))
-    # Exit 3 repeats the stored verdicts (DESIGN.md, "Command line"), so CI can gate on a re-render too.
+    # Exit 3 repeats the stored verdicts (docs/architecture.md, "Command line"), so CI can gate on a re-render too.
     return EXIT_VIOLATION if index.violations else EXIT_OK
 
 

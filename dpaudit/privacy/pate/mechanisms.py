@@ -42,7 +42,7 @@ def lnmax_epsilon_per_query(*, laplace_scale: float) -> float:
     """Pure ε of one LNMax answer: 2γ = 2/b (Papernot et al. 2017, §3).
 
     One teacher changing its vote lowers one count and raises another, so the Laplace
-    report-noisy-max with scale b = 1/γ is (2γ, 0)-DP — not 1/b (pate.md §6).
+    report-noisy-max with scale b = 1/γ is (2γ, 0)-DP — not 1/b (docs/defenses/pate.md §6).
     """
     b = v.positive("laplace_scale", laplace_scale)
     return 2.0 / b

@@ -126,7 +126,7 @@ def gnmax_local_sensitivities(counts: Any, *, sigma: float, order: float, num_te
 
     LS_d bounds how much the RDP at ``order`` changes when one more teacher's vote changes,
     over all vote vectors within d changed votes of ``counts``. q̃ of a neighbour lies in
-    [BL(q̃), BU(q̃)] (2018, Proposition 12, with the bounds of pate.md §4). Walking from
+    [BL(q̃), BU(q̃)] (2018, Proposition 12, with the bounds of docs/defenses/pate.md §4). Walking from
     ``counts`` toward the plateau [ln q1, ln q0] — widening the top gap when q̃ is above q0,
     narrowing it when below q1 — gives the largest local sensitivity at each distance; beyond
     it every value is the plateau's.

@@ -1,6 +1,6 @@
 """The audit runner: the application layer that wires defenses, canaries and audit games.
 
-Part of the application layer (DESIGN.md, "Import rule"), like :mod:`dpaudit.app.cli`: it may
+Part of the application layer (docs/architecture.md, "Import rule"), like :mod:`dpaudit.app.cli`: it may
 import ``defenses``, ``attacks`` and ``reports``; the rest of the core may not. It turns an
 :class:`AuditSpec` (built by ``dpaudit audit`` or ``scripts/reproduce_audit.py``) into
 
