@@ -89,7 +89,7 @@ class DefenseSpec:
             rebuilder (:mod:`dpaudit.privacy.record_claims`), which every kind must register.
         audit_trainer: optional white-box adapter for audits: ``audit_trainer(config=...,
             model_name=..., device=...)`` returns an
-            :class:`attacks.audit_procedures.HookedTrainer`.
+            :class:`attacks.audit.trials.HookedTrainer`.
         certification: optional ``certification(config) -> CertificationSpec |
             SmoothingCertificationSpec`` for defenses ``certify`` can certify: a noise layer in
             the model (PixelDP, HGM) or Gaussian smoothing of its input (Cohen et al. 2019).

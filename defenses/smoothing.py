@@ -9,7 +9,7 @@ probability at least p_A > ½ under the noise, g is constant within the L2 radiu
 R = σ Φ⁻¹(p_A). ``dpaudit certify`` computes it with CERTIFY (n0 selection draws, n estimation
 draws, a one-sided Clopper–Pearson lower bound on p_A at confidence 1 − α, abstention when
 p_A ≤ ½), reading σ and its defaults from the record's
-:class:`~dpaudit.results.certification.SmoothingCertificationSpec` (docs/defenses/smoothing.md §3).
+:class:`~dpaudit.results.certification_spec.SmoothingCertificationSpec` (docs/defenses/smoothing.md §3).
 
 Smoothing certifies robustness, not privacy: the claim is non-private (ε = ∞). Inputs are in
 [0, 1]; the noisy inputs are not clipped back, as in the paper.

@@ -5,7 +5,7 @@ Times one optimiser step (forward, gradient computation, clipping + noise where 
 parameter update) on the same model, batch and data for:
 
 * ``nonprivate`` — plain SGD, ``loss.backward()``;
-* ``dpaudit`` — this suite's DP-SGD step (:func:`defenses.dpsgd.noisy_clipped_sum` with the
+* ``dpaudit`` — this suite's DP-SGD step (:func:`defenses.dpsgd.training.noisy_clipped_sum` with the
   book-keeping clipping engine of :mod:`defenses.clipping`, then SGD);
 * ``opacus-hooks`` — Opacus' default per-sample gradients (``grad_sample_mode="hooks"``);
 * ``opacus-ghost`` — Opacus' ghost clipping (``grad_sample_mode="ghost"``).
@@ -86,7 +86,7 @@ def _dpaudit(name: str, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
     lot = torch.arange(len(x))
     batch = float(len(x))
 
-    def step() -> None:  # as defenses/dpsgd.py's training loop (the lot is indexed inside)
+    def step() -> None:  # as the training loop of defenses/dpsgd/training.py (the lot is indexed inside)
         update, _ = noisy_clipped_sum(clipper, x, y, lot, noise_std=SIGMA * CLIP, generator=gen, physical_batch_size=len(x), scale=1.0 / batch)
         for n, p in params.items():
             p.grad = update[n]

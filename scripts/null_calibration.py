@@ -34,7 +34,7 @@ Procedures, each called through its public function at confidence 0.95:
   membership attack reports (members IN, non-members OUT);
 * ``compare max`` — the row maximum of ``dpaudit compare``: 2 attacks (the raw score, and a weaker
   one with unit Gaussian noise added) × 2 seeds of membership bounds plus one multi-run audit
-  (the bound :func:`dpaudit.privacy.audit.resolve_bound` picks for the claim), each taken at the
+  (the bound :func:`dpaudit.privacy.audit_bounds.resolve_bound` picks for the claim), each taken at the
   Bonferroni level 1 − (1 − confidence)/5, as ``CompareGrid.bound_confidence`` does.
 
 The GDP-shaped procedures (multi-run GDP, one-run f-DP) apply only to claims whose trade-off curve

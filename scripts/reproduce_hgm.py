@@ -67,7 +67,7 @@ from dpaudit.api import (
     train_or_load,
 )
 
-#: Every behaviour of the authors' code on the noise layer (defenses.certified.AuthorsCodeOptions).
+#: Every behaviour of the authors' code on the noise layer (defenses.noise_layer.authors.AuthorsCodeOptions).
 AUTHORS_CODE = dict(
     authors_noise_scale_r=True,
     authors_heuristic_sensitivity=True,

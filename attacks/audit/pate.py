@@ -13,9 +13,9 @@ event after the fact costs what it should. A correct aggregator then has ε_LB �
 stated confidence; an implementation that gets its noise wrong is caught when ε_LB > ε_UB.
 
 The upper bound is the aggregator's per-query claim, from :mod:`dpaudit.privacy.pate` through
-the :class:`~dpaudit.privacy.claims.PATEClaim` of one answered query — never re-derived here:
+the :class:`~dpaudit.privacy.pate.claim.PATEClaim` of one answered query — never re-derived here:
 
-- LNMax, Laplace scale b: pure (2/b, 0)-DP (:func:`~dpaudit.privacy.pate.lnmax_epsilon_per_query`;
+- LNMax, Laplace scale b: pure (2/b, 0)-DP (:func:`~dpaudit.privacy.pate.mechanisms.lnmax_epsilon_per_query`;
   one teacher moves two counts, ``docs/defenses/pate.md`` §6), beside the moments bound of the 2017 analysis;
 - GNMax, σ: the data-independent RDP λ/σ² (2018, Prop. 8) converted at δ;
 - Confident-GNMax: the threshold step's λ/(2σ1²) plus GNMax's λ/σ2² for the answered query.
@@ -196,7 +196,7 @@ class PerQueryBound:
         accountant: the name of the tightest (``"pure"``, ``"rdp"`` or ``"rdp-improved"``).
         by_accountant: every bound: ``"rdp"`` (the claim's standard conversion), ``"rdp-improved"``
             (Balle et al. 2020) and, for LNMax, ``"pure"`` (2/b).
-        claim: the :class:`~dpaudit.privacy.claims.PATEClaim` of one answered query, data-independent.
+        claim: the :class:`~dpaudit.privacy.pate.claim.PATEClaim` of one answered query, data-independent.
     """
 
     epsilon: float
@@ -296,7 +296,7 @@ def pate_audit(
         details: extra JSON-able facts to keep (e.g. the planted bug's name).
 
     Returns:
-        An :class:`~dpaudit.privacy.audit.AuditResult` (``method="multi-run"``,
+        An :class:`~dpaudit.results.audit.AuditResult` (``method="multi-run"``,
         ``bound="clopper-pearson"``, ``threshold_strategy="bonferroni"``, ``num_in`` =
         ``num_out`` = ``trials``); ``violation`` is ε_LB > ε_UB. ``epsilon_estimate`` is the
         selected event's ratio on the raw frequencies, with a half-count continuity correction

@@ -1,6 +1,6 @@
 """Audit procedures: the distinguishing games that turn training runs into ε lower bounds.
 
-Three games (docs/audits/statistics.md §3–5), each returning an :class:`~dpaudit.privacy.audit.AuditResult`:
+Three games (docs/audits/statistics.md §3–5), each returning an :class:`~dpaudit.results.audit.AuditResult`:
 
 ``multi-run`` (black-box; Jagielski et al. 2020, §4; Nasr et al. 2021, §3)
     R trainings with the canary and R without (trial i is IN when i is even), each scored on
@@ -16,7 +16,7 @@ Three games (docs/audits/statistics.md §3–5), each returning an :class:`~dpau
     (``on_step``). A canary the auditor inserts is certainly in the lot, so step t's release
     is, with respect to the canary, ONE un-sampled Gaussian mechanism with sensitivity C and
     noise σC, i.e. μ = 1/σ. **The claim compared against is that one step**
-    (:func:`dpaudit.privacy.audit.gaussian_step_claim`), not the whole Poisson-sampled training run,
+    (:func:`dpaudit.privacy.audit_bounds.gaussian_step_claim`), not the whole Poisson-sampled training run,
     which is a different (much smaller-per-step) mechanism. When the coordinate's clean
     gradient is structurally zero (:func:`attacks.audit.canaries.find_dirac_coordinate`), the T
     observations are exactly i.i.d. draws of N(C·b_t, σ²C²), so the Clopper–Pearson and GDP
@@ -156,7 +156,7 @@ def multi_run_audit(
         delta: δ of both bounds.
         confidence: confidence of ε_LB.
         bound: ``auto`` (default: ``gdp`` for a Gaussian-family claim, else
-            ``clopper-pearson``; :func:`dpaudit.privacy.audit.resolve_bound`), ``gdp`` or
+            ``clopper-pearson``; :func:`dpaudit.privacy.audit_bounds.resolve_bound`), ``gdp`` or
             ``clopper-pearson``.
         strategy: ``bonferroni`` or ``split``.
         seed: root seed (training seeds are independent streams per trial).

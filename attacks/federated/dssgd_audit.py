@@ -16,7 +16,7 @@ server therefore knows which flat coordinates to look at (:func:`canary_coordina
 
 :func:`dssgd_upload_audit` runs independent turns with and without the canary, scores each by
 what the server sees at those coordinates, and bounds ε from the scores with
-:func:`dpaudit.privacy.audit.audit_from_scores` (Jagielski et al. 2020; Nasr et al. 2021): ε_LB
+:func:`dpaudit.results.auditing.audit_from_scores` (Jagielski et al. 2020; Nasr et al. 2021): ε_LB
 is set against the claim of ONE turn (c uploads composed) and reported beside the paper's
 per-parameter ε, so a result reads "ε_LB vs per-turn ε_UB vs per-parameter ε".
 
@@ -251,7 +251,7 @@ def dssgd_upload_audit(
 
     Runs ``trials`` independent turns, half with the canary in the partition (IN) and half
     without (OUT), on seeds derived from ``seed``. Each upload is scored by every statistic of
-    :data:`STATISTICS`; for each, :func:`~dpaudit.privacy.audit.audit_from_scores` bounds ε with
+    :data:`STATISTICS`; for each, :func:`~dpaudit.results.auditing.audit_from_scores` bounds ε with
     Clopper–Pearson intervals at confidence 1 − (1 − ``confidence``)/2, paying Bonferroni over
     its ``num_thresholds`` candidate thresholds. The larger of the two bounds then holds at
     ``confidence`` (the statistic is chosen after the fact, so the confidence is split over

@@ -8,7 +8,7 @@ and compare grids both go through it), and the plan's ``note`` says so before tr
   the target: it is resolved to ``DEFAULT_NOISE_MULTIPLIER`` only when there is no target.
 * ``target_epsilon`` and ``noise_multiplier`` without ``epochs``: the number of steps is the
   largest T whose ε (under ``accountant``, including DP-PCA) stays ≤ the target, computed once
-  up front (:func:`dpaudit.privacy.accountants.calibrate_num_steps` or the same bisection on
+  up front (:func:`dpaudit.privacy.calibration.calibrate_num_steps` or the same bisection on
   the composed event).
 * all three: the run trains exactly ``epochs`` epochs if the budget allows them, and is refused
   (naming the steps the budget allows) otherwise; it never stops early in silence.

@@ -15,7 +15,7 @@ whole pipeline for one record:
    default, as the papers report it, charging Confident-GNMax's GNMax step to the queries it
    answered (the realised cost, not the expectation of the 2018 scripts), optionally published
    through the smooth-sensitivity release (2018, §4.2) as a noisy estimate — and becomes the
-   record's :class:`~dpaudit.privacy.claims.PATEClaim`;
+   record's :class:`~dpaudit.privacy.pate.claim.PATEClaim`;
 4. the student is trained on the answered queries (and, with ``semi_supervised``, on the rest of
    the public data without labels; :mod:`defenses.pate.student`).
 

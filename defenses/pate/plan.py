@@ -20,7 +20,7 @@ budget: never from the private data or the votes. The rules, with their sources:
   consensus margin keeps the noisy argmax correct; ratios of n keep both true whatever n is.
 * **Queries** without a budget: 640 (the 2018 MNIST student's), at most the public pool.
 * **Budget** (``target_epsilon``), met by the data-independent bound with every query charged
-  as answered (:mod:`dpaudit.privacy.pate_budget`), so the plan holds whatever the votes and the
+  as answered (:mod:`dpaudit.privacy.pate.budget`), so the plan holds whatever the votes and the
   run never stops early. As DP-SGD's :func:`defenses.dpsgd.plan.plan_dpsgd`:
 
   - neither ``sigma`` nor ``queries``: σ2 = 0.16 n as above, and the student asks as many

@@ -4,7 +4,7 @@ Used only by tests, demos and ``dpaudit pate audit --planted-bug``. Each variant
 signature of :func:`defenses.pate.aggregators.aggregate` and records the *documented* config in
 its :class:`~defenses.pate.aggregators.Aggregation`, so the claim made from it is the correct
 one (Papernot et al. 2017, §3; 2018, §4) while the answers are not. A sound audit
-(:mod:`attacks.pate_audit`) must flag each of them (ε_LB > ε_UB) and never the ``none``
+(:mod:`attacks.audit.pate`) must flag each of them (ε_LB > ε_UB) and never the ``none``
 variant, the real aggregator. The bugs:
 
 ``noise-scale-too-small``

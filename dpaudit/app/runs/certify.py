@@ -15,11 +15,11 @@ A record is certifiable when its defense stored a certification spec (the regist
    the same radii; the soundness verdict (certified accuracy never above the robust accuracy
    the strongest attack leaves) comes from :func:`dpaudit.robustness.certification.soundness_violations`;
 4. stores everything under ``run.certify_dir(model_id)`` (JSON + NPZ, atomic) with the typed
-   :class:`~dpaudit.results.certification.CertifySummary` as ``summary.json``. A rerun reuses
+   :class:`~dpaudit.results.certify_summary.CertifySummary` as ``summary.json``. A rerun reuses
    a stored certificate or attack only when every parameter it was computed with matches.
 
 For a randomized-smoothing record (``smoothing``: a base classifier f trained with Gaussian
-input noise, :class:`~dpaudit.results.certification.SmoothingCertificationSpec`) the same steps
+input noise, :class:`~dpaudit.results.certification_spec.SmoothingCertificationSpec`) the same steps
 run on f behind Gaussian noise on its input (:func:`dpaudit.robustness.noise.add_input_noise`, a
 noise layer around the identity, Δ = 1 in L2): CERTIFY (Cohen et al. 2019) is its own and only
 certificate, and the attacks target the smoothed classifier through expectation over the input

@@ -324,7 +324,7 @@ def audit_upload(
     are zero in every other example only before standardisation, which would shift them.
 
     Returns:
-        The :class:`dpaudit.privacy.audit.AuditResult`.
+        The :class:`dpaudit.results.audit.AuditResult`.
     """
     import torch
 

@@ -83,7 +83,7 @@ class AuditSpec:
         num_canaries: one-run: canaries m.
         one_run_bound: one-run: ``steinke`` (Steinke, Nasr & Jagielski 2023) or ``fdp``
             (Mahloujifar, Melis & Chaudhuri 2025, Gaussian trade-off curve); see
-            :func:`dpaudit.privacy.audit.audit_from_one_run`.
+            :func:`dpaudit.results.auditing.audit_from_one_run`.
         canary: multi-run input canary, ``clipbkd``, ``mislabelled`` or ``blank`` (one all-zero
             input labelled with the class the starting model finds least likely).
         init: multi-run: where every training starts, ``random`` (the trainer's own seeded
@@ -94,7 +94,7 @@ class AuditSpec:
         group_size: multi-run canary copies k (ε_LB is divided by k).
         confidence: confidence of ε_LB.
         bound: ``auto`` (GDP when the audited claim's trade-off curve is Gaussian-family, else
-            Clopper–Pearson; :func:`~dpaudit.privacy.audit.resolve_bound`), ``gdp`` (refused for
+            Clopper–Pearson; :func:`~dpaudit.privacy.audit_bounds.resolve_bound`), ``gdp`` (refused for
             other claims) or ``clopper-pearson`` (multi-run and white-box).
         strategy: honest threshold choice, ``bonferroni``, ``split`` or ``fixed`` (white-box
             Dirac only: one threshold from the claim; its default there).
