@@ -84,29 +84,8 @@ class EvasionConfig:
         return dataclasses.asdict(self)
 
 
-# FGSM, I-FGSM and MIM take the steps of Phan et al. (2019, §6) (10 steps of radius/10). PGD
-# starts at a random point of the ball, from which 10 steps of radius/10 cannot cross it, so
-
-
 class EvasionRun(Protocol):
-    """What an evasion attack provides: adversarial rows within per-row radii, and which of them fool the model.
-
-    Args:
-        model: the classifier in eval mode (logits out); a noise layer may make it randomized.
-        x0: the rows to perturb, inside [clip_min, clip_max].
-        y: their true labels.
-        radius: per-row radius (float64, all > 0).
-        config: the attack's configuration.
-        norm: ``"linf"`` or ``"l2"``.
-        eot_samples: noise draws averaged per gradient (1 for a deterministic model).
-        eval_samples: noise draws whose majority vote makes a prediction.
-        generator: the source of random starts.
-        clip_min, clip_max: the valid input range.
-
-    Returns:
-        ``(x_adv, fooled)``: each row of ``x_adv`` within its radius and the input range, and
-        whether the model misclassifies it (confirmed by fresh draws for a randomized model).
-    """
+    """What an evasion attack provides: adversarial rows within per-row radii, and which of them fool the model."""
 
     def __call__(
         self,
@@ -122,7 +101,26 @@ class EvasionRun(Protocol):
         generator: torch.Generator,
         clip_min: float,
         clip_max: float,
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Perturb ``x0`` within per-row radii and say which rows fool the model.
+
+        Args:
+            model: the classifier in eval mode (logits out); a noise layer may make it randomized.
+            x0: the rows to perturb, inside [clip_min, clip_max].
+            y: their true labels.
+            radius: per-row radius (float64, all > 0).
+            config: the attack's configuration.
+            norm: ``"linf"`` or ``"l2"``.
+            eot_samples: noise draws averaged per gradient (1 for a deterministic model).
+            eval_samples: noise draws whose majority vote makes a prediction.
+            generator: the source of random starts.
+            clip_min: lower end of the valid input range.
+            clip_max: upper end of the valid input range.
+
+        Returns:
+            tuple[torch.Tensor, torch.Tensor]: ``(x_adv, fooled)``: each row of ``x_adv`` within its radius and the input range, and
+            whether the model misclassifies it (confirmed by fresh draws for a randomized model).
+        """
 
 
 @dataclass(frozen=True, kw_only=True)
