@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpaudit.privacy import pate
 from dpaudit.privacy.claims import dpsgd_claim
+from dpaudit.privacy.pate.analysis import analyze_gnmax
+from dpaudit.privacy.pate.claim import pate_claim
 from dpaudit.results import (
     AuditResult,
     CertificationResult,
@@ -179,7 +180,7 @@ def build_pate_run(path) -> RunDir:
     queries, sigma, delta = 20, 40.0, 1e-5
     votes = np.zeros((queries, 10), dtype=np.int64)
     votes[:, 0], votes[:, 1] = 230, 20  # 250 teachers, a clear plurality on every query
-    claim = pate.pate_claim(pate.analyze_gnmax(votes, sigma=sigma, delta=delta), parameters={"sigma": sigma}, num_answered=queries)
+    claim = pate_claim(analyze_gnmax(votes, sigma=sigma, delta=delta), parameters={"sigma": sigma}, num_answered=queries)
     model_id = "pate-digits-digits-mlp-seed0"
     rec = TrainedModel(
         model_id=model_id,
@@ -195,7 +196,7 @@ def build_pate_run(path) -> RunDir:
         claim=claim,
     )
     atomic_write_json(run.record_dir(model_id) / "record.json", rec.to_dict())
-    curve = np.array([pate.pate_claim(pate.analyze_gnmax(votes[: i + 1], sigma=sigma, delta=delta), parameters={"sigma": sigma}, num_answered=i + 1).epsilon(delta=delta) for i in range(queries)])
+    curve = np.array([pate_claim(analyze_gnmax(votes[: i + 1], sigma=sigma, delta=delta), parameters={"sigma": sigma}, num_answered=i + 1).epsilon(delta=delta) for i in range(queries)])
     atomic_save_npz(run.record_dir(model_id) / "pate.npz", answered=np.ones(queries, dtype=bool), epsilon_curve=curve)
     return run
 
