@@ -79,6 +79,14 @@ def records_only(tmp_path, write_record) -> RunDir:
     return run
 
 
+def test_the_toy_kind_is_in_dpaudit_report_help(toy, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["report", "--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps the epilog
+    assert "toy_records (Toy: records)" in out and "audits (" in out
+
+
 def test_the_toy_kind_is_in_dpaudit_reports_output(toy, records_only, capsys):
     assert main(["report", str(records_only.path), "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)

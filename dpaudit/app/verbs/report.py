@@ -42,9 +42,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return EXIT_VIOLATION if index.violations else EXIT_OK
 
 
+def _kinds_epilog() -> str:
+    """The registered report kinds, in index order (read from the registry, never listed here)."""
+    from reports.kinds import ordered_kinds
+
+    return "report kinds, in index order: " + "; ".join(f"{kind.name} ({kind.group})" for kind in ordered_kinds())
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``report`` to the ``dpaudit`` parser."""
-    p = sub.add_parser("report", help="render a run directory's reports from stored results", description=__doc__.splitlines()[0])
+    p = sub.add_parser("report", help="render a run directory's reports from stored results", description=__doc__.splitlines()[0], epilog=_kinds_epilog())
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory written by audit / attack membership|inversion / certify / train")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=lambda a: _cmd_report(a))
