@@ -159,8 +159,8 @@ def build_context(
         models = list(shadow_models[kind])
         predicted = []
         with Progress(len(models), f"{kind} shadow models on {universe.size} samples (evaluated)", enabled=progress and bool(models)) as bar:
-            for _, mdl in models:
-                predicted.append(predict_queries(mdl, feats, augs, device))
+            for index, (_, mdl) in enumerate(models):
+                predicted.append(predict_queries(mdl, feats, augs, device, seed=seed, stream=f"{kind}-shadow-{index}"))
                 bar.update(1)
         logits = np.stack(predicted) if models else np.zeros((0, universe.size, len(augs), bundle.num_classes), np.float32)
         outputs[kind] = ShadowOutputs(kind=kind, pool_ids=plan.pool_ids, population_ids=plan.population_ids, train_ids=tuple(np.asarray(t, np.int64) for t, _ in models), logits=logits)
@@ -170,7 +170,7 @@ def build_context(
         is_member=is_member,
         universe_ids=universe,
         universe_labels=labels,
-        target_logits=predict_queries(model, feats, augs, device),
+        target_logits=predict_queries(model, feats, augs, device, seed=seed, stream="target"),
         augmentations=augs,
         shadows=outputs,
         seed=seed,

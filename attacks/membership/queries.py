@@ -16,6 +16,7 @@ from torch import nn
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle
 from dpaudit.results.record import TrainedModel
+from dpaudit.robustness.noise import seeded_noise
 from dpaudit.seeding import numpy_rng
 from dpaudit.training import predict_logits
 
@@ -69,10 +70,15 @@ def _augment(x: torch.Tensor, name: str) -> torch.Tensor:
     return x
 
 
-def predict_queries(model: nn.Module, features: torch.Tensor, augs: Sequence[str], device: torch.device | str) -> np.ndarray:
-    """``(n, q, C)`` float32 logits of ``model`` (inference mode) on each augmentation."""
+def predict_queries(model: nn.Module, features: torch.Tensor, augs: Sequence[str], device: torch.device | str, *, seed: int, stream: str) -> np.ndarray:
+    """``(n, q, C)`` float32 logits of ``model`` (inference mode) on each augmentation.
+
+    A randomized model (a noise layer) draws its noise from ``seed`` and ``stream`` (one stream
+    per queried model), so the scores of a seeded attack are reproducible.
+    """
     model.eval()
-    return np.stack([predict_logits(model, _augment(features, a), device=device).numpy() for a in augs], axis=1)
+    with seeded_noise(model, seed, "membership-queries", stream, device=device):
+        return np.stack([predict_logits(model, _augment(features, a), device=device).numpy() for a in augs], axis=1)
 
 
 def query_ids(record: TrainedModel, *, max_per_side: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

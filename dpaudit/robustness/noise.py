@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -51,6 +52,7 @@ from torch.nn import functional as F
 
 from dpaudit import _validate as v
 from dpaudit.layers import Standardize
+from dpaudit.seeding import torch_generator
 
 __all__ = [
     "ATTACK_NORMS",
@@ -60,6 +62,7 @@ __all__ = [
     "add_input_noise",
     "add_noise_layer",
     "find_noise_layer",
+    "seeded_noise",
     "is_randomized",
     "layer_sensitivity",
     "orthogonalize",
@@ -186,6 +189,24 @@ def find_noise_layer(model: nn.Module) -> NoiseLayer | None:
     if len(found) > 1:
         raise v.invalid("model", f"a model may hold at most one NoiseLayer, found {len(found)}")
     return found[0] if found else None
+
+
+@contextmanager
+def seeded_noise(model: nn.Module, seed: int, *stream: str | int, device: str | torch.device = "cpu") -> Iterator[None]:
+    """Within the block, ``model``'s noise layer (if any) draws from a generator derived from
+    ``seed`` and ``stream``, so a seeded evaluation of a randomized model is reproducible without
+    touching torch's global generator; the layer's own generator is restored afterwards.
+    """
+    noise = find_noise_layer(model)
+    if noise is None:
+        yield
+        return
+    previous = noise.generator
+    noise.generator = torch_generator(seed, *stream, device=device)
+    try:
+        yield
+    finally:
+        noise.generator = previous
 
 
 def is_randomized(model: nn.Module) -> bool:
