@@ -19,8 +19,7 @@ from torch import nn
 
 from dpaudit import _validate as v
 from dpaudit.progress import Progress
-from dpaudit.robustness.noise import NoiseLayer, find_noise_layer, is_randomized
-from dpaudit.seeding import torch_generator
+from dpaudit.robustness.noise import NoiseLayer, find_noise_layer, is_randomized, seeded_noise
 
 __all__ = ["MonteCarloScores", "expected_score_accuracy", "sample_scores"]
 
@@ -91,15 +90,12 @@ def sample_scores(
     model.eval()
     noise = find_noise_layer(model)
     split = _split_at_noise(model)
-    saved_gen = noise.generator if noise is not None else None
-    if noise is not None:
-        noise.generator = torch_generator(seed, stream, device=device)
     n = features.shape[0]
     counts = sums = sq = None  # sized on the first batch, once the number of classes is known
     per_input = max(1, batch_size // draws)  # inputs per batch when all their draws fit
     draws_per_batch = min(draws, batch_size)
     try:
-        with Progress(n, f"monte carlo ({draws} draws)", enabled=progress) as bar:
+        with seeded_noise(model, seed, stream, device=device), Progress(n, f"monte carlo ({draws} draws)", enabled=progress) as bar:
             for start in range(0, n, per_input):
                 x = features[start : start + per_input].to(device)
                 b = x.shape[0]
@@ -126,8 +122,6 @@ def sample_scores(
                     done += m
                 bar.update(b)
     finally:
-        if noise is not None:
-            noise.generator = saved_gen
         model.train(was_training)
     assert counts is not None and sums is not None and sq is not None
     mean = sums / draws
