@@ -55,6 +55,7 @@ from dpaudit.privacy.claims import NonPrivateClaim
 from dpaudit.provenance import provenance
 from dpaudit.results.record import Membership, TrainedModel, make_model_id
 from dpaudit.seeding import derive_seed, numpy_rng, torch_generator
+from dpaudit.specs import PlainSpec, spec_field
 from dpaudit.store import thaw
 from dpaudit.training import SGDConfig, evaluate, shuffled_batches
 
@@ -73,11 +74,12 @@ POOL_KINDS = ("online", "offline")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ShadowTraining(SGDConfig):
+class ShadowTraining(SGDConfig, PlainSpec):
     """Non-private SGD hyperparameters of a shadow model (those of the target where known).
 
     Same fields and checks as :class:`dpaudit.training.SGDConfig`; shadows default to 30
     epochs so that they overfit like the targets membership inference is run against.
+    ``to_dict`` / ``from_dict``: :class:`dpaudit.specs.PlainSpec` (the fields, in order).
     """
 
     epochs: int = 30
@@ -103,17 +105,18 @@ class ShadowTraining(SGDConfig):
                     break
         return cls(**kwargs)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
 
 def _freeze(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(obj))
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
-class ShadowSpec:
+class ShadowSpec(PlainSpec):
     """Everything that determines one shadow model (its id is a hash of it).
+
+    ``to_dict`` / ``from_dict`` (:class:`dpaudit.specs.PlainSpec`): plain data, sent to workers
+    that rebuild the spec; ``recipe`` is plain all the way down (it is pickled), the model
+    options reach the builder as given.
 
     Attributes:
         dataset: dataset name.
@@ -131,7 +134,7 @@ class ShadowSpec:
 
     dataset: str
     model_name: str
-    model_options: Mapping[str, Any] = field(default_factory=dict)
+    model_options: Mapping[str, Any] = spec_field(default_factory=dict, as_given=True)
     input_shape: tuple[int, ...]
     num_classes: int
     training: ShadowTraining
@@ -168,34 +171,6 @@ class ShadowSpec:
         if self.recipe:  # kept out of the hash when empty, so plain-SGD shadow ids stay as they were
             config["recipe"] = thaw(self.recipe)
         return make_model_id(defense="shadow", dataset=self.dataset, model_name=self.model_name, seed=self.seed, config=config)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data (sent to workers; they rebuild the spec)."""
-        return {
-            "dataset": self.dataset,
-            "model_name": self.model_name,
-            "model_options": dict(self.model_options),
-            "input_shape": list(self.input_shape),
-            "num_classes": self.num_classes,
-            "training": self.training.to_dict(),
-            "train_ids": self.train_ids.tolist(),
-            "seed": self.seed,
-            "recipe": thaw(self.recipe),  # plain data all the way down: it is pickled to workers
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ShadowSpec:
-        return cls(
-            dataset=data["dataset"],
-            model_name=data["model_name"],
-            model_options=data.get("model_options", {}),
-            input_shape=tuple(data["input_shape"]),
-            num_classes=data["num_classes"],
-            training=ShadowTraining(**data["training"]),
-            train_ids=np.asarray(data["train_ids"], dtype=np.int64),
-            seed=data["seed"],
-            recipe=data.get("recipe", {}),
-        )
 
 
 def plan_shadows(

@@ -52,6 +52,7 @@ from dpaudit.models import build_model
 from dpaudit.progress import Progress
 from dpaudit.results.record import Membership, TrainedModel, make_model_id
 from dpaudit.seeding import derive_seed
+from dpaudit.specs import PlainSpec, spec_field, spec_to_dict
 from dpaudit.store import atomic_write_bytes
 from dpaudit.training import predict_logits
 
@@ -80,8 +81,11 @@ def _digest(*arrays: np.ndarray) -> str:
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
-class TeacherSpec:
+class TeacherSpec(PlainSpec):
     """Everything that determines one teacher (its id is a hash of it).
+
+    ``to_dict`` / ``from_dict`` (:class:`dpaudit.specs.PlainSpec`): plain data, sent to workers
+    that rebuild the spec.
 
     Attributes:
         dataset: dataset name (the job reloads it by name, also on another machine).
@@ -101,12 +105,13 @@ class TeacherSpec:
             examples (the first by id; ``None``: all). Evaluating every teacher on a whole test
             set costs more than training it when partitions are small (10,000 MNIST test
             images take ~5 s on one core, 20 epochs on a 240-image partition ~3 s). It changes
-            no weight, so it is not part of the id.
+            no weight, so it is not part of the id. A dict without it (written before it
+            existed) means all.
     """
 
     dataset: str
     model_name: str
-    model_options: Mapping[str, Any] = field(default_factory=dict)
+    model_options: Mapping[str, Any] = spec_field(default_factory=dict, as_given=True)
     input_shape: tuple[int, ...]
     num_classes: int
     training: NonPrivateConfig
@@ -117,7 +122,7 @@ class TeacherSpec:
     population_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     partition_seed: int
     seed: int
-    num_eval_examples: int | None = 1000
+    num_eval_examples: int | None = spec_field(default=1000, absent=None)
 
     def __post_init__(self) -> None:
         for name in ("train_ids", "non_member_ids", "population_ids"):
@@ -145,7 +150,7 @@ class TeacherSpec:
         Starts with the zero-padded teacher index, so directory listings sort in teacher order.
         """
         config = {
-            "training": dataclasses.asdict(self.training),
+            "training": spec_to_dict(self.training),
             "model_options": dict(self.model_options),
             "input_shape": list(self.input_shape),
             "num_classes": self.num_classes,
@@ -157,44 +162,6 @@ class TeacherSpec:
         }
         width = len(str(self.num_teachers - 1))
         return make_model_id(defense=f"pate-teacher{self.index:0{width}d}", dataset=self.dataset, model_name=self.model_name, seed=self.seed, config=config)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data (sent to workers; they rebuild the spec)."""
-        return {
-            "dataset": self.dataset,
-            "model_name": self.model_name,
-            "model_options": dict(self.model_options),
-            "input_shape": list(self.input_shape),
-            "num_classes": self.num_classes,
-            "training": dataclasses.asdict(self.training),
-            "index": self.index,
-            "num_teachers": self.num_teachers,
-            "train_ids": self.train_ids.tolist(),
-            "non_member_ids": self.non_member_ids.tolist(),
-            "population_ids": self.population_ids.tolist(),
-            "partition_seed": self.partition_seed,
-            "seed": self.seed,
-            "num_eval_examples": self.num_eval_examples,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TeacherSpec:
-        return cls(
-            dataset=data["dataset"],
-            model_name=data["model_name"],
-            model_options=data.get("model_options", {}),
-            input_shape=tuple(data["input_shape"]),
-            num_classes=data["num_classes"],
-            training=NonPrivateConfig(**data["training"]),
-            index=data["index"],
-            num_teachers=data["num_teachers"],
-            train_ids=np.asarray(data["train_ids"], dtype=np.int64),
-            non_member_ids=np.asarray(data.get("non_member_ids", []), dtype=np.int64),
-            population_ids=np.asarray(data.get("population_ids", []), dtype=np.int64),
-            partition_seed=data["partition_seed"],
-            seed=data["seed"],
-            num_eval_examples=data.get("num_eval_examples"),
-        )
 
     def build(self) -> nn.Module:
         """A freshly initialised module of the teacher's architecture."""
