@@ -294,7 +294,11 @@ def _member_images(record: Any, bundle: Any) -> tuple[Any, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class _Context:
-    """What every cached model and attack of one run shares: the spec, the run, the target and where to log."""
+    """What every cached model and attack of one run shares: the spec, the run, the target and where to log.
+
+    ``trained`` and ``reused`` collect the cache entries (and reused results) as the steps go;
+    :class:`InversionRun` reports them.
+    """
 
     spec: InversionSpec
     run: RunDir
