@@ -36,7 +36,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,10 @@ from dpaudit import _validate as v
 from dpaudit.locks import unit_lock
 from dpaudit.results.certify_summary import CertifySummary, SmoothingSummary, SoundnessViolation
 from dpaudit.store import RunDir
+
+if TYPE_CHECKING:
+    from dpaudit.results.certification import CertificationResult
+    from dpaudit.results.certification_spec import CertificationSpec, SmoothingCertificationSpec
 
 __all__ = ["DEFAULT_ATTACKS", "DEFAULT_RADII", "CertifySpec", "NotCertifiable", "certifiable_defenses", "run_certify"]
 
@@ -224,31 +228,59 @@ def robust_accuracies(
     return robust
 
 
-def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
-    """Certifies and attacks one record under ``run``; returns the summary (also ``summary.json``).
+@dataclass(frozen=True, kw_only=True)
+class _Resolved:
+    """A certifiable record and what a :class:`CertifySpec` resolves to against its certification spec.
 
-    Raises:
-        NotCertifiable: the record has no certification spec, or a noise-layer spec and no noise layer.
-        FileNotFoundError: no record at ``spec.target``.
-        ValueError: inconsistent options (named with their value).
+    ``noise_layer_spec`` is ``cspec`` when it certifies a noise layer, ``None`` for smoothing (its
+    spec is about noise on the input); unset counts come from the record's spec; ``refusal`` is
+    the :class:`NotCertifiable` message for this record.
     """
-    from dpaudit.app.cost import announce_if_long
-    from dpaudit.app.estimate import seconds_per_example
+
+    rdir: Path
+    record: Any
+    cspec: CertificationSpec | SmoothingCertificationSpec
+    noise_layer_spec: CertificationSpec | None
+    norm: str
+    num_draws: int
+    num_selection_draws: int
+    smoothing_confidence: float
+    with_smoothing: bool
+    refusal: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Inputs:
+    """The certified test inputs and the noise they are certified under (what every certificate shares).
+
+    Attributes:
+        x, y: the test subset's features and labels; ``labels`` the same labels as int64.
+        num_examples: how many (``len(pick)``).
+        sensitivity: Δ of the noise layer in the attack norm; ``sigma`` its σ; ``per_unit`` σ/Δ.
+        wanted: the key every stored certificate must match; ``wanted_smooth`` CERTIFY's.
+        directory: ``run.certify_dir(model_id)``.
+    """
+
+    x: Any
+    y: Any
+    labels: np.ndarray
+    num_examples: int
+    sensitivity: float
+    sigma: float
+    per_unit: float
+    wanted: dict[str, Any]
+    wanted_smooth: dict[str, Any]
+    directory: Path
+
+
+def _resolve(spec: CertifySpec, run: RunDir) -> _Resolved:
+    """Checks the arguments and the record's certification spec before any model is loaded."""
+    from defenses import DEFENSES
     from dpaudit.app.records import verify_record
-    from dpaudit.data import dataset_files, load_dataset
     from dpaudit.results import EVASION_NORMS
-    from dpaudit.results.certification import CertificationResult, load_certification_result, save_certification_result
-    from dpaudit.results.certification_spec import CertificationSpec, SmoothingCertificationSpec
-    from dpaudit.results.certify_summary import save_certify_summary
-    from dpaudit.results.record import WEIGHTS_FILE, load_record, resolve_record_dir, weights_digest
-    from dpaudit.robustness.certification import certified_radius, soundness_violations
-    from dpaudit.robustness.montecarlo import sample_scores
-    from dpaudit.robustness.noise import add_input_noise, find_noise_layer, layer_sensitivity
-    from dpaudit.robustness.score_bounds import count_bounds, mean_bounds
-    from dpaudit.robustness.smoothing import smoothing_certify
+    from dpaudit.results.certification_spec import CertificationSpec
+    from dpaudit.results.record import load_record, resolve_record_dir
     from dpaudit.store import thaw
-    from dpaudit.training import resolve_device
-    from dpaudit.weights import load_model
 
     if not isinstance(spec, CertifySpec):
         raise v.invalid_type("spec", f"spec must be a CertifySpec, got {type(spec).__name__}")
@@ -261,8 +293,6 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     if stored_spec is None:
         raise NotCertifiable(refusal)
     cspec = CertificationSpec.from_dict(stored_spec)
-    from defenses import DEFENSES
-
     expected = DEFENSES[record.defense].certified_mechanism if record.defense in DEFENSES else None
     stated = (getattr(cspec, "mechanism", None), getattr(cspec, "max_epsilon", None))
     if expected is not None and stated != expected:
@@ -275,165 +305,287 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     norm = spec.norm if spec.norm is not None else cspec.attack_norm
     if norm not in cspec.norms:
         raise v.invalid("norm", f"norm must be one of {', '.join(cspec.norms)} for a {cspec.kind} certificate (defense {record.defense}), got {norm!r}")
-    # Unset counts come from the record's spec (CERTIFY's n = 10,000 for a smoothing model).
-    num_draws = spec.num_draws if spec.num_draws is not None else cspec.default_num_draws
-    num_selection_draws = spec.num_selection_draws if spec.num_selection_draws is not None else cspec.default_num_selection_draws
-    smoothing_confidence = spec.smoothing_confidence if spec.smoothing_confidence is not None else cspec.default_smoothing_confidence
-    with_smoothing = spec.smoothing or noise_layer_spec is None
     if spec.attacks and norm not in EVASION_NORMS:
         raise v.invalid("norm", f"norm must be one of {', '.join(EVASION_NORMS)} when attacks run, got {norm!r} (pass attacks=() to certify only)")
+    # Unset counts come from the record's spec (CERTIFY's n = 10,000 for a smoothing model).
+    return _Resolved(
+        rdir=rdir,
+        record=record,
+        cspec=cspec,
+        noise_layer_spec=noise_layer_spec,
+        norm=norm,
+        num_draws=spec.num_draws if spec.num_draws is not None else cspec.default_num_draws,
+        num_selection_draws=spec.num_selection_draws if spec.num_selection_draws is not None else cspec.default_num_selection_draws,
+        smoothing_confidence=spec.smoothing_confidence if spec.smoothing_confidence is not None else cspec.default_smoothing_confidence,
+        with_smoothing=spec.smoothing or noise_layer_spec is None,
+        refusal=refusal,
+    )
+
+
+def _load_certified_model(spec: CertifySpec, target: _Resolved) -> tuple[Any, Any, Any]:
+    """``(model, noise layer, device)``: the certified classifier (refused without a noise layer)."""
+    from dpaudit.app.cost import announce_if_long
+    from dpaudit.app.estimate import seconds_per_example
+    from dpaudit.results.certification_spec import SmoothingCertificationSpec
+    from dpaudit.robustness.noise import add_input_noise, find_noise_layer
+    from dpaudit.training import resolve_device
+    from dpaudit.weights import load_model
+
+    record = target.record
     dev = resolve_device(spec.device)
-    model = load_model(rdir, device=dev)
-    if isinstance(cspec, SmoothingCertificationSpec):
+    model = load_model(target.rdir, device=dev)
+    if isinstance(target.cspec, SmoothingCertificationSpec):
         # The certified classifier is the base model behind Gaussian input noise (Theorem 1).
-        model = add_input_noise(model, input_shape=tuple(record.input_shape), noise_std=cspec.sigma)
+        model = add_input_noise(model, input_shape=tuple(record.input_shape), noise_std=target.cspec.sigma)
     noise = find_noise_layer(model)
     if noise is None:
-        raise NotCertifiable(refusal)
+        raise NotCertifiable(target.refusal)
     if spec.progress:
         forward = seconds_per_example(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, device=str(dev), model_options=record.model_options, backward=False)
         announce_if_long(
-            spec.num_examples * (num_draws + num_selection_draws) * forward,
-            f"certifying {spec.num_examples} examples with {num_draws} noise draws each",
+            spec.num_examples * (target.num_draws + target.num_selection_draws) * forward,
+            f"certifying {spec.num_examples} examples with {target.num_draws} noise draws each",
             hint="--num-examples and --num-draws change it",
         )
+    return model, noise, dev
+
+
+def _inputs(spec: CertifySpec, target: _Resolved, noise: Any, run: RunDir) -> _Inputs:
+    """The seeded test subset, the noise's measured Δ, and the keys stored certificates must match."""
+    from dpaudit.data import dataset_files, load_dataset
+    from dpaudit.results.record import WEIGHTS_FILE, weights_digest
+    from dpaudit.robustness.noise import layer_sensitivity
+
+    record = target.record
+    bundle = load_dataset(record.dataset, data_root=spec.data_root)
+    test = bundle.test
+    pick = certify_subset(len(test), num_examples=spec.num_examples, seed=spec.seed)
+    x, y = test.features[pick], test.labels[pick]
+    cdir = run.certify_dir(record.model_id)
+    cdir.mkdir(parents=True, exist_ok=True)
+    sensitivity = layer_sensitivity(noise, input_shape=bundle.input_shape, norm=target.norm)
+    sigma = float(noise.noise_std)
+    # Keyed on the weights too: a model retrained under the same id (train --force) is another
+    # model, and its certificates are not the old ones. load_model has checked the file against
+    # the record's digest; only a record older than digests needs the file hashed here.
+    weights_sha256 = record.weights_sha256 or weights_digest(target.rdir / WEIGHTS_FILE)
+    wanted = {
+        "num_draws": target.num_draws,
+        "confidence": spec.confidence,
+        "num_examples": int(len(pick)),
+        "seed": spec.seed,
+        "bound": spec.bound,
+        "norm": target.norm,
+        "weights_sha256": weights_sha256,
+    }
+    # ... and on the test images' files: a replaced file gives other examples to certify.
+    data = dataset_files(record.dataset, data_root=spec.data_root)
+    if data:  # bundled data (digits) has a fixed identity: its certificates keep their keys
+        wanted["dataset_files"] = data
+    return _Inputs(
+        x=x,
+        y=y,
+        labels=y.numpy().astype(np.int64),
+        num_examples=int(len(pick)),
+        sensitivity=sensitivity,
+        sigma=sigma,
+        per_unit=sigma / sensitivity,
+        wanted=wanted,
+        wanted_smooth={**wanted, "smoothing_confidence": target.smoothing_confidence, "num_selection_draws": target.num_selection_draws},
+        directory=cdir,
+    )
+
+
+def _stored_certificates(spec: CertifySpec, target: _Resolved, inputs: _Inputs) -> tuple[CertificationResult | None, CertificationResult | None]:
+    """The stored own and smoothing certificates that answer the same question (``None``: recompute)."""
+    from dpaudit.results.certification import load_certification_result
+
+    own_path = inputs.directory / f"certify-{target.record.defense}.json"
+    smooth_path = inputs.directory / "certify-smoothing.json"
+    own = load_certification_result(own_path) if target.noise_layer_spec is not None and own_path.is_file() else None
+    # The measured Δ is part of the key: a certificate stored under another sensitivity (an older,
+    # unsound L∞ bound behind a PCA projection, issue 29) is recomputed, never reprinted.
+    if own is not None and not _reusable(spec.progress, own_path, own.config, {**inputs.wanted, "sensitivity": inputs.sensitivity}):
+        own = None
+    smooth = None
+    if target.with_smoothing:
+        smooth = load_certification_result(smooth_path) if smooth_path.is_file() else None
+        if smooth is not None and not _reusable(spec.progress, smooth_path, smooth.config, {**inputs.wanted_smooth, "sigma_per_sensitivity": inputs.per_unit}):
+            smooth = None
+    return own, smooth
+
+
+def _own_certificate(spec: CertifySpec, target: _Resolved, inputs: _Inputs, mc: Any, noise_layer_spec: CertificationSpec) -> CertificationResult:
+    """The defense's own certificate from the estimation draws (Lecuyer et al. 2019, Prop. 1; Phan et al. 2019, Eq. 10)."""
+    from dpaudit.results.certification import CertificationResult
+    from dpaudit.robustness.certification import certified_radius
+    from dpaudit.robustness.score_bounds import count_bounds, mean_bounds
+
+    if spec.bound == "clopper-pearson":
+        b = count_bounds(mc.counts, confidence=spec.confidence)
+    else:
+        b = mean_bounds(mc.mean, num_draws=target.num_draws, variances=mc.variance, method=spec.bound, confidence=spec.confidence)
+    own_radii = certified_radius(b.lower, b.upper, noise_per_sensitivity=inputs.per_unit, mechanism=noise_layer_spec.mechanism, max_epsilon=noise_layer_spec.max_epsilon)
+    return CertificationResult(
+        method=target.record.defense,
+        norm=target.norm,
+        labels=inputs.labels,
+        predictions=np.asarray(b.top, dtype=np.int64),
+        radii=np.asarray(own_radii, dtype=float),
+        num_draws=target.num_draws,
+        confidence=spec.confidence,
+        config={
+            **inputs.wanted,
+            "mechanism": noise_layer_spec.mechanism,
+            "max_epsilon": noise_layer_spec.max_epsilon,
+            "sensitivity": inputs.sensitivity,
+            "noise_std": inputs.sigma,
+            "draws_per_second": mc.draws_per_second,
+            "seconds": mc.seconds,
+        },
+    )
+
+
+def _certificates(spec: CertifySpec, target: _Resolved, inputs: _Inputs, model: Any, dev: Any) -> tuple[CertificationResult | None, CertificationResult | None, float | None]:
+    """``(own, smoothing, draws per second)``: reused where stored, else computed and stored
+    (``own`` is ``None`` for a smoothing record, ``smoothing`` when it was not asked for)."""
+    from dpaudit.results.certification import CertificationResult, save_certification_result
+    from dpaudit.robustness.montecarlo import sample_scores
+    from dpaudit.robustness.smoothing import smoothing_certify
+
+    own, smooth = _stored_certificates(spec, target, inputs)
+    draws_per_second: float | None = own.config.get("draws_per_second") if own is not None else None
+    if (target.noise_layer_spec is not None and own is None) or (target.with_smoothing and smooth is None):
+        # The estimation draws are shared: the own certificate and CERTIFY's estimation step use them.
+        mc = sample_scores(model, inputs.x, num_draws=target.num_draws, seed=spec.seed, stream="certify-estimate", device=dev, batch_size=spec.batch_size, progress=spec.progress)
+        draws_per_second = mc.draws_per_second
+        if target.noise_layer_spec is not None and own is None:
+            own = _own_certificate(spec, target, inputs, mc, target.noise_layer_spec)
+            save_certification_result(own, inputs.directory)
+        if target.with_smoothing and smooth is None:
+            sel = sample_scores(model, inputs.x, num_draws=target.num_selection_draws, seed=spec.seed, stream="certify-select", device=dev, batch_size=spec.batch_size)
+            # σ per unit of sensitivity: the layer's σ/Δ, or the input noise's σ (Δ = 1 in L2).
+            preds, rad = smoothing_certify(sel.counts, mc.counts, sigma=inputs.per_unit, confidence=target.smoothing_confidence)
+            smooth = CertificationResult(
+                method="smoothing",
+                norm=target.norm,
+                labels=inputs.labels,
+                predictions=np.asarray(preds, dtype=np.int64),
+                radii=np.asarray(rad, dtype=float),
+                num_draws=target.num_draws,
+                confidence=target.smoothing_confidence,
+                config={**inputs.wanted_smooth, "sigma_per_sensitivity": inputs.per_unit},
+            )
+            save_certification_result(smooth, inputs.directory)
+    return own, smooth, draws_per_second
+
+
+def _violations(robust: Mapping[str, Mapping[str, float]], certificates: Sequence[CertificationResult | None], *, radii: tuple[float, ...], norm: str) -> list[SoundnessViolation]:
+    """Radii where a certificate claims more than the strongest attack leaves."""
+    from dpaudit.robustness.certification import soundness_violations
+
+    violations: list[SoundnessViolation] = []
+    if robust:
+        # Soundness is checked against the strongest attack at each radius (lowest robust accuracy).
+        strongest = np.min(np.array([[accs[f"{r:g}"] for r in radii] for accs in robust.values()]), axis=0)
+        for cert in certificates:
+            if cert is not None and cert.norm == norm:
+                violations += soundness_violations(cert.certified_accuracy(radii), strongest, radii=radii, certificate=cert.method, tolerance=1e-9)
+    return violations
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Outcome:
+    """What the certify run measured, for :func:`_summary`."""
+
+    own: CertificationResult | None
+    smooth: CertificationResult | None
+    draws_per_second: float | None
+    robust: dict[str, dict[str, float]]
+    violations: tuple[SoundnessViolation, ...]
+    seconds: float
+
+
+def _summary(spec: CertifySpec, target: _Resolved, inputs: _Inputs, outcome: _Outcome) -> CertifySummary:
+    """The typed summary (``summary.json``) of one certify run."""
+    record, radii, nls = target.record, spec.radii, target.noise_layer_spec
+    own, smooth = outcome.own, outcome.smooth
+    # A smoothing model's own (and only) certificate is CERTIFY's.
+    primary = own if own is not None else smooth
+    assert primary is not None  # a noise-layer spec computes its own; any other computes smoothing
+    return CertifySummary(
+        model_id=record.model_id,
+        defense=record.defense,
+        dataset=record.dataset,
+        norm=target.norm,
+        radii=radii,
+        num_examples=inputs.num_examples,
+        num_draws=target.num_draws,
+        confidence=spec.confidence if own is not None else primary.confidence,
+        bound=spec.bound,
+        seed=spec.seed,
+        epsilon=float(record.metrics.get("epsilon", float("inf"))),
+        delta=record.metrics.get("delta"),
+        mechanism=nls.mechanism if nls is not None else target.cspec.kind,
+        sensitivity=inputs.sensitivity,
+        noise_std=inputs.sigma,
+        noise_per_sensitivity=inputs.per_unit,
+        robustness_epsilon=nls.robustness_epsilon if nls is not None else None,
+        robustness_delta=nls.robustness_delta if nls is not None else None,
+        attack_norm_bound=nls.attack_norm_bound if nls is not None else None,
+        redistribute=nls.redistribute if nls is not None else False,
+        draws_per_second=outcome.draws_per_second,
+        conventional_accuracy=float(primary.conventional_accuracy),
+        certified_accuracy=_by_radius(radii, primary.certified_accuracy(radii)),
+        robust_accuracy=outcome.robust,
+        smoothing=(
+            SmoothingSummary(
+                conventional_accuracy=float(smooth.conventional_accuracy),
+                certified_accuracy=_by_radius(radii, smooth.certified_accuracy(radii)),
+                confidence=target.smoothing_confidence,
+                num_selection_draws=target.num_selection_draws,
+            )
+            if smooth is not None
+            else None
+        ),
+        soundness_violations=outcome.violations,
+        seconds=outcome.seconds,
+    )
+
+
+def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
+    """Certifies and attacks one record under ``run``; returns the summary (also ``summary.json``).
+
+    Raises:
+        NotCertifiable: the record has no certification spec, or a noise-layer spec and no noise layer.
+        FileNotFoundError: no record at ``spec.target``.
+        ValueError: inconsistent options (named with their value).
+    """
+    from dpaudit.results.certify_summary import save_certify_summary
+
+    target = _resolve(spec, run)
+    model, noise, dev = _load_certified_model(spec, target)
     # Created only now, so a refused model leaves no empty run directory behind.
     run = run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
-    with unit_lock(run.path, f"certify-{record.model_id}"):  # one writer per model's certificates
-        bundle = load_dataset(record.dataset, data_root=spec.data_root)
-        test = bundle.test
-        pick = certify_subset(len(test), num_examples=spec.num_examples, seed=spec.seed)
-        x, y = test.features[pick], test.labels[pick]
-        labels = y.numpy().astype(np.int64)
-        radii = spec.radii
-
-        cdir = run.certify_dir(record.model_id)
-        cdir.mkdir(parents=True, exist_ok=True)
+    with unit_lock(run.path, f"certify-{target.record.model_id}"):  # one writer per model's certificates
+        inputs = _inputs(spec, target, noise, run)
         started = time.monotonic()
-
-        sensitivity = layer_sensitivity(noise, input_shape=bundle.input_shape, norm=norm)
-        sigma = float(noise.noise_std)
-        per_unit = sigma / sensitivity
-        # Keyed on the weights too: a model retrained under the same id (train --force) is another
-        # model, and its certificates are not the old ones. load_model has checked the file against
-        # the record's digest; only a record older than digests needs the file hashed here.
-        weights_sha256 = record.weights_sha256 or weights_digest(rdir / WEIGHTS_FILE)
-        wanted = {"num_draws": num_draws, "confidence": spec.confidence, "num_examples": int(len(pick)), "seed": spec.seed, "bound": spec.bound, "norm": norm, "weights_sha256": weights_sha256}
-        # ... and on the test images' files: a replaced file gives other examples to certify.
-        data = dataset_files(record.dataset, data_root=spec.data_root)
-        if data:  # bundled data (digits) has a fixed identity: its certificates keep their keys
-            wanted["dataset_files"] = data
-        wanted_smooth = {**wanted, "smoothing_confidence": smoothing_confidence, "num_selection_draws": num_selection_draws}
-
-        own_path = cdir / f"certify-{record.defense}.json"
-        smooth_path = cdir / "certify-smoothing.json"
-        own = load_certification_result(own_path) if noise_layer_spec is not None and own_path.is_file() else None
-        # The measured Δ is part of the key: a certificate stored under another sensitivity (an older,
-        # unsound L∞ bound behind a PCA projection, issue 29) is recomputed, never reprinted.
-        if own is not None and not _reusable(spec.progress, own_path, own.config, {**wanted, "sensitivity": sensitivity}):
-            own = None
-        smooth = None
-        if with_smoothing:
-            smooth = load_certification_result(smooth_path) if smooth_path.is_file() else None
-            if smooth is not None and not _reusable(spec.progress, smooth_path, smooth.config, {**wanted_smooth, "sigma_per_sensitivity": per_unit}):
-                smooth = None
-
-        draws_per_second: float | None = own.config.get("draws_per_second") if own is not None else None
-        if (noise_layer_spec is not None and own is None) or (with_smoothing and smooth is None):
-            # The estimation draws are shared: the own certificate and CERTIFY's estimation step use them.
-            mc = sample_scores(model, x, num_draws=num_draws, seed=spec.seed, stream="certify-estimate", device=dev, batch_size=spec.batch_size, progress=spec.progress)
-            draws_per_second = mc.draws_per_second
-            if noise_layer_spec is not None and own is None:
-                if spec.bound == "clopper-pearson":
-                    b = count_bounds(mc.counts, confidence=spec.confidence)
-                else:
-                    b = mean_bounds(mc.mean, num_draws=num_draws, variances=mc.variance, method=spec.bound, confidence=spec.confidence)
-                own_radii = certified_radius(b.lower, b.upper, noise_per_sensitivity=per_unit, mechanism=noise_layer_spec.mechanism, max_epsilon=noise_layer_spec.max_epsilon)
-                own = CertificationResult(
-                    method=record.defense,
-                    norm=norm,
-                    labels=labels,
-                    predictions=np.asarray(b.top, dtype=np.int64),
-                    radii=np.asarray(own_radii, dtype=float),
-                    num_draws=num_draws,
-                    confidence=spec.confidence,
-                    config={
-                        **wanted,
-                        "mechanism": noise_layer_spec.mechanism,
-                        "max_epsilon": noise_layer_spec.max_epsilon,
-                        "sensitivity": sensitivity,
-                        "noise_std": sigma,
-                        "draws_per_second": mc.draws_per_second,
-                        "seconds": mc.seconds,
-                    },
-                )
-                save_certification_result(own, cdir)
-            if with_smoothing and smooth is None:
-                sel = sample_scores(model, x, num_draws=num_selection_draws, seed=spec.seed, stream="certify-select", device=dev, batch_size=spec.batch_size)
-                # σ per unit of sensitivity: the layer's σ/Δ, or the input noise's σ (Δ = 1 in L2).
-                preds, rad = smoothing_certify(sel.counts, mc.counts, sigma=per_unit, confidence=smoothing_confidence)
-                smooth = CertificationResult(
-                    method="smoothing",
-                    norm=norm,
-                    labels=labels,
-                    predictions=np.asarray(preds, dtype=np.int64),
-                    radii=np.asarray(rad, dtype=float),
-                    num_draws=num_draws,
-                    confidence=smoothing_confidence,
-                    config={**wanted_smooth, "sigma_per_sensitivity": per_unit},
-                )
-                save_certification_result(smooth, cdir)
-
-        robust = robust_accuracies(model, x, y, attacks=spec.attacks, radii=radii, norm=norm, num_eot_samples=spec.num_eot_samples, seed=spec.seed, device=dev, directory=cdir, progress=spec.progress)
-
-        violations: list[SoundnessViolation] = []
-        if robust:
-            # Soundness is checked against the strongest attack at each radius (lowest robust accuracy).
-            strongest = np.min(np.array([[accs[f"{r:g}"] for r in radii] for accs in robust.values()]), axis=0)
-            for cert in (own, smooth):
-                if cert is not None and cert.norm == norm:
-                    violations += soundness_violations(cert.certified_accuracy(radii), strongest, radii=radii, certificate=cert.method, tolerance=1e-9)
-
-        # A smoothing model's own (and only) certificate is CERTIFY's.
-        primary = own if own is not None else smooth
-        assert primary is not None  # a noise-layer spec computes its own; any other computes smoothing
-        summary = CertifySummary(
-            model_id=record.model_id,
-            defense=record.defense,
-            dataset=record.dataset,
-            norm=norm,
-            radii=radii,
-            num_examples=int(len(pick)),
-            num_draws=num_draws,
-            confidence=spec.confidence if own is not None else primary.confidence,
-            bound=spec.bound,
+        own, smooth, draws_per_second = _certificates(spec, target, inputs, model, dev)
+        robust = robust_accuracies(
+            model,
+            inputs.x,
+            inputs.y,
+            attacks=spec.attacks,
+            radii=spec.radii,
+            norm=target.norm,
+            num_eot_samples=spec.num_eot_samples,
             seed=spec.seed,
-            epsilon=float(record.metrics.get("epsilon", float("inf"))),
-            delta=record.metrics.get("delta"),
-            mechanism=noise_layer_spec.mechanism if noise_layer_spec is not None else cspec.kind,
-            sensitivity=sensitivity,
-            noise_std=sigma,
-            noise_per_sensitivity=per_unit,
-            robustness_epsilon=noise_layer_spec.robustness_epsilon if noise_layer_spec is not None else None,
-            robustness_delta=noise_layer_spec.robustness_delta if noise_layer_spec is not None else None,
-            attack_norm_bound=noise_layer_spec.attack_norm_bound if noise_layer_spec is not None else None,
-            redistribute=noise_layer_spec.redistribute if noise_layer_spec is not None else False,
-            draws_per_second=draws_per_second,
-            conventional_accuracy=float(primary.conventional_accuracy),
-            certified_accuracy=_by_radius(radii, primary.certified_accuracy(radii)),
-            robust_accuracy=robust,
-            smoothing=(
-                SmoothingSummary(
-                    conventional_accuracy=float(smooth.conventional_accuracy),
-                    certified_accuracy=_by_radius(radii, smooth.certified_accuracy(radii)),
-                    confidence=smoothing_confidence,
-                    num_selection_draws=num_selection_draws,
-                )
-                if smooth is not None
-                else None
-            ),
-            soundness_violations=tuple(violations),
-            seconds=time.monotonic() - started,
+            device=dev,
+            directory=inputs.directory,
+            progress=spec.progress,
         )
-        save_certify_summary(summary, cdir)
+        violations = _violations(robust, (own, smooth), radii=spec.radii, norm=target.norm)
+        outcome = _Outcome(own=own, smooth=smooth, draws_per_second=draws_per_second, robust=robust, violations=tuple(violations), seconds=time.monotonic() - started)
+        summary = _summary(spec, target, inputs, outcome)
+        save_certify_summary(summary, inputs.directory)
         return summary

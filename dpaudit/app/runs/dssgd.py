@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -74,6 +75,81 @@ class UploadAttackSummary:
         }
 
 
+@dataclass(frozen=True)
+class _Uploads:
+    """What a DSSGD record kept of its observed participant (``uploads.npz``), for the server's attacks.
+
+    Attributes:
+        record: the federation's global record; ``rdir`` its directory.
+        sizes: per kept turn, how many parameters it uploaded (cut to ``max_turns``).
+        indices, values: the uploaded parameters of all turns, concatenated.
+        member_ids: the participant's partition; ``participant`` its index.
+    """
+
+    rdir: Path
+    record: Any
+    sizes: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+    member_ids: np.ndarray
+    participant: int
+
+
+def _load_uploads(target: str | os.PathLike[str], max_turns: int | None) -> _Uploads:
+    """Reads the record's uploads (the target named when it is not a DSSGD record with ``uploads.npz``)."""
+    from defenses.dssgd.defense import UPLOADS_FILE
+    from dpaudit.app.records import verify_record
+    from dpaudit.results.record import load_record, resolve_record_dir
+
+    try:
+        rdir = resolve_record_dir(target)
+    except ValueError as exc:
+        raise v.invalid("target", f"target: {exc}") from None
+    record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
+    path = rdir / UPLOADS_FILE
+    if record.defense != "dssgd" or not path.is_file():
+        raise v.invalid("target", f"target: {str(rdir)!r} is a {record.defense!r} record without {UPLOADS_FILE}; the upload attacks need a DSSGD record (dpaudit train --defense dssgd)")
+    with np.load(path, allow_pickle=False) as z:
+        sizes, indices, values = z["sizes"], z["indices"], z["values"]
+        member_ids, participant = z["member_ids"].astype(np.int64), int(z["participant"])
+    if max_turns is not None:
+        sizes = sizes[: v.integer("max_turns", max_turns, minimum=1)]
+    return _Uploads(rdir=rdir, record=record, sizes=sizes, indices=indices, values=values, member_ids=member_ids, participant=participant)
+
+
+@dataclass(frozen=True)
+class _ServerView:
+    """What the server drew from the uploads, turn by turn (see :class:`UploadAttackSummary`)."""
+
+    best_ssim_max: tuple[float, ...]
+    distinct_recognised: tuple[int, ...]
+    reconstructions: np.ndarray
+    scores: np.ndarray
+
+
+def _reconstruct_turns(model: Any, uploads: _Uploads, private: Any, candidates: Any, *, max_images: int, progress: bool) -> _ServerView:
+    """Reconstructs inputs from each turn's first-layer update and scores each candidate by its strongest turn."""
+    from attacks.federated.uploads import first_layer_update, upload_membership_scores, upload_reconstruction_attack
+    from dpaudit.progress import Progress
+
+    sizes, record = uploads.sizes, uploads.record
+    scores = np.zeros(candidates.shape[0])
+    best, distinct, first = [], [], np.zeros((0, *record.input_shape), dtype=np.float32)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    with Progress(len(sizes), "server reconstructs from uploads", enabled=progress) as bar:
+        for t in range(len(sizes)):
+            idx, val = uploads.indices[offsets[t] : offsets[t + 1]], uploads.values[offsets[t] : offsets[t + 1]]
+            rec = upload_reconstruction_attack(model, idx, val, input_shape=record.input_shape, private_images=private, private_ids=uploads.member_ids, max_images=max_images)
+            best.append(float(rec.best_ssim.max()) if rec.best_ssim.size else 0.0)
+            distinct.append(rec.distinct_recognised)
+            if t == 0:
+                first = rec.reconstructions
+            # A member may show in any turn: the server keeps the strongest evidence.
+            scores = np.maximum(scores, upload_membership_scores(first_layer_update(model, idx, val), candidates))
+            bar.update(1)
+    return _ServerView(best_ssim_max=tuple(best), distinct_recognised=tuple(distinct), reconstructions=first, scores=scores)
+
+
 def attack_uploads(
     *,
     target: str | os.PathLike[str],
@@ -102,32 +178,16 @@ def attack_uploads(
     """
     import torch
 
-    from attacks.federated.uploads import first_layer_update, upload_membership_scores, upload_reconstruction_attack
-    from defenses.dssgd.defense import UPLOADS_FILE
-    from dpaudit.app.records import verify_record
     from dpaudit.data import load_dataset
     from dpaudit.locks import unit_lock
-    from dpaudit.progress import Progress
     from dpaudit.results import save_membership_result
-    from dpaudit.results.record import load_record, resolve_record_dir
     from dpaudit.seeding import numpy_rng
     from dpaudit.weights import load_model
 
-    try:
-        rdir = resolve_record_dir(target)
-    except ValueError as exc:
-        raise v.invalid("target", f"target: {exc}") from None
-    record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
-    path = rdir / UPLOADS_FILE
-    if record.defense != "dssgd" or not path.is_file():
-        raise v.invalid("target", f"target: {str(rdir)!r} is a {record.defense!r} record without {UPLOADS_FILE}; the upload attacks need a DSSGD record (dpaudit train --defense dssgd)")
-    with np.load(path, allow_pickle=False) as z:
-        sizes, indices, values = z["sizes"], z["indices"], z["values"]
-        member_ids, participant = z["member_ids"].astype(np.int64), int(z["participant"])
-    if max_turns is not None:
-        sizes = sizes[: v.integer("max_turns", max_turns, minimum=1)]
+    uploads = _load_uploads(target, max_turns)
+    record, member_ids, participant, sizes = uploads.record, uploads.member_ids, uploads.participant, uploads.sizes
     max_images = v.integer("max_images", max_images, minimum=1)
-    model = load_model(rdir)  # only its parameter layout is read
+    model = load_model(uploads.rdir)  # only its parameter layout is read
     bundle = load_dataset(record.dataset, data_root=data_root)
     data = bundle.all()
     # Non-members: as many as the partition, from the record's non-members (never another participant's data).
@@ -136,27 +196,14 @@ def attack_uploads(
     non_ids = np.sort(rng.permutation(pool)[: member_ids.size]) if pool.size > member_ids.size else pool
     private = data.subset(member_ids).features
     candidates = torch.cat([private, data.subset(non_ids).features])
-    scores = np.zeros(candidates.shape[0])
-    best, distinct, first = [], [], np.zeros((0, *record.input_shape), dtype=np.float32)
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    with Progress(len(sizes), "server reconstructs from uploads", enabled=progress) as bar:
-        for t in range(len(sizes)):
-            idx, val = indices[offsets[t] : offsets[t + 1]], values[offsets[t] : offsets[t + 1]]
-            rec = upload_reconstruction_attack(model, idx, val, input_shape=record.input_shape, private_images=private, private_ids=member_ids, max_images=max_images)
-            best.append(float(rec.best_ssim.max()) if rec.best_ssim.size else 0.0)
-            distinct.append(rec.distinct_recognised)
-            if t == 0:
-                first = rec.reconstructions
-            # A member may show in any turn: the server keeps the strongest evidence.
-            scores = np.maximum(scores, upload_membership_scores(first_layer_update(model, idx, val), candidates))
-            bar.update(1)
+    view = _reconstruct_turns(model, uploads, private, candidates, max_images=max_images, progress=progress)
     ids = np.concatenate([member_ids, non_ids])
     order = np.argsort(ids, kind="stable")
     membership = MembershipResult(
         attack=UPLOAD_ATTACK,
         model_id=record.model_id,
         sample_ids=ids[order],
-        scores=scores[order],
+        scores=view.scores[order],
         is_member=np.concatenate([np.ones(member_ids.size, bool), np.zeros(non_ids.size, bool)])[order],
         config={"participant": participant, "turns": len(sizes), "seed": seed},
         metadata={"dataset": record.dataset, "defense": "dssgd", "seat": "server", "members": f"participant {participant}'s partition"},
@@ -169,10 +216,10 @@ def attack_uploads(
         model_id=record.model_id,
         participant=participant,
         turns=len(sizes),
-        best_ssim_max=tuple(best),
-        distinct_recognised=tuple(distinct),
+        best_ssim_max=view.best_ssim_max,
+        distinct_recognised=view.distinct_recognised,
         membership=membership,
-        reconstructions=first,
+        reconstructions=view.reconstructions,
     )
 
 
@@ -207,6 +254,39 @@ class LeakageRow:
         return {k: getattr(self, k) for k in ("setting", "upload_fraction", "dp_epsilon", "examples_per_turn", "turns", "best_ssim", "recognised_share", "membership_auc")}
 
 
+def _leakage_row(label: str, rule: Any, *, net: Any, data: Any, input_shape: tuple[int, ...], picks: Sequence[np.ndarray], deltas: Sequence[Any], examples_per_turn: int, seed: int) -> LeakageRow:
+    """One upload setting of :func:`turn_leakage`: every turn's Δw uploaded by ``rule`` and attacked."""
+    from sklearn.metrics import roc_auc_score
+
+    from attacks.federated.uploads import first_layer_update, upload_membership_scores, upload_reconstruction_attack
+    from dpaudit.seeding import torch_generator
+
+    k = examples_per_turn
+    best, share, aucs, example = [], [], [], np.zeros((0,), dtype=np.float32)
+    for t, (pick, delta) in enumerate(zip(picks, deltas, strict=True)):
+        idx, val = rule.choose(delta, generator=torch_generator(seed, "upload", label, t))
+        private = data.features[pick[:k]]
+        rec = upload_reconstruction_attack(net, idx, val, input_shape=input_shape, private_images=private, max_images=max(16, 2 * k))
+        best.append(float(rec.best_ssim.max()) if rec.best_ssim.size else 0.0)
+        share.append(rec.distinct_recognised / k)
+        s = upload_membership_scores(first_layer_update(net, idx, val), data.features[pick])
+        aucs.append(float(roc_auc_score(np.arange(2 * k) < k, s)))  # the turn's k images against k others
+        if t == 0 and rec.best_ssim.size:
+            j = int(np.argmax(rec.best_ssim))
+            example = np.stack([rec.reconstructions[j], private[int(rec.matched_ids[j])].numpy().astype(np.float32)])
+    return LeakageRow(
+        setting=label,
+        upload_fraction=rule.upload_fraction,
+        dp_epsilon=rule.dp_epsilon,
+        examples_per_turn=k,
+        turns=len(picks),
+        best_ssim=float(np.mean(best)),
+        recognised_share=float(np.mean(share)),
+        membership_auc=float(np.mean(aucs)),
+        example_reconstruction=example,
+    )
+
+
 def turn_leakage(
     *,
     dataset: str = "mnist",
@@ -238,9 +318,7 @@ def turn_leakage(
         ValueError: a count or fraction out of range (named).
     """
     import torch
-    from sklearn.metrics import roc_auc_score
 
-    from attacks.federated.uploads import first_layer_update, upload_membership_scores, upload_reconstruction_attack
     from defenses.dssgd.protocol import LocalTraining, UploadRule, assign_parameters, flatten_parameters, local_sgd
     from dpaudit.data import load_dataset
     from dpaudit.models import build_model, input_statistics
@@ -264,34 +342,28 @@ def turn_leakage(
         assign_parameters(net, initial)
         local_sgd(net, data.features[pick[:k]], data.labels[pick[:k]], training=training, generator=torch_generator(seed, "turn", t))
         deltas.append(flatten_parameters(net) - initial)
-    rows = []
-    for label, rule in settings:
-        best, share, aucs, example = [], [], [], np.zeros((0,), dtype=np.float32)
-        for t, (pick, delta) in enumerate(zip(picks, deltas, strict=True)):
-            idx, val = rule.choose(delta, generator=torch_generator(seed, "upload", label, t))
-            private = data.features[pick[:k]]
-            rec = upload_reconstruction_attack(net, idx, val, input_shape=bundle.input_shape, private_images=private, max_images=max(16, 2 * k))
-            best.append(float(rec.best_ssim.max()) if rec.best_ssim.size else 0.0)
-            share.append(rec.distinct_recognised / k)
-            s = upload_membership_scores(first_layer_update(net, idx, val), data.features[pick])
-            aucs.append(float(roc_auc_score(np.arange(2 * k) < k, s)))  # the turn's k images against k others
-            if t == 0 and rec.best_ssim.size:
-                j = int(np.argmax(rec.best_ssim))
-                example = np.stack([rec.reconstructions[j], private[int(rec.matched_ids[j])].numpy().astype(np.float32)])
-        rows.append(
-            LeakageRow(
-                setting=label,
-                upload_fraction=rule.upload_fraction,
-                dp_epsilon=rule.dp_epsilon,
-                examples_per_turn=k,
-                turns=turns,
-                best_ssim=float(np.mean(best)),
-                recognised_share=float(np.mean(share)),
-                membership_auc=float(np.mean(aucs)),
-                example_reconstruction=example,
-            )
+    return [_leakage_row(label, rule, net=net, data=data, input_shape=bundle.input_shape, picks=picks, deltas=deltas, examples_per_turn=k, seed=seed) for label, rule in settings]
+
+
+def _turn_claim(rule: Any, *, num_parameters: int) -> Any:
+    """The ε_UB of ONE turn uploaded by ``rule``: c uploads composed (``num_rounds=1``), none without DP."""
+    from dpaudit.privacy.claims import NonPrivateClaim, PrivacyClaim
+    from dpaudit.privacy.dssgd import dssgd_svt_claim
+
+    claim: PrivacyClaim
+    if rule.dp_epsilon is None:
+        claim = NonPrivateClaim(description="DSSGD upload without DP")
+    else:
+        claim = dssgd_svt_claim(
+            epsilon_per_parameter=rule.dp_epsilon,
+            bound=rule.bound,
+            threshold=rule.dp_threshold,
+            split=rule.budget_split,
+            uploads_per_round=rule.count(num_parameters),
+            num_rounds=1,
+            num_parameters=num_parameters,
         )
-    return rows
+    return claim
 
 
 def audit_upload(
@@ -332,8 +404,6 @@ def audit_upload(
     from defenses.dssgd.protocol import LocalTraining, UploadRule, assign_parameters, flatten_parameters, local_sgd
     from dpaudit.data import load_dataset
     from dpaudit.models import build_model
-    from dpaudit.privacy.claims import NonPrivateClaim, PrivacyClaim
-    from dpaudit.privacy.dssgd import dssgd_svt_claim
     from dpaudit.seeding import numpy_rng, torch_generator
 
     n = v.integer("partition_size", partition_size, minimum=1)
@@ -348,19 +418,7 @@ def audit_upload(
     coords = canary_coordinates(net, canary)
     rule = UploadRule(upload_fraction=upload_fraction, dp_epsilon=dp_epsilon, bound=bound, dp_threshold=threshold, budget_split=budget_split)
     training = LocalTraining(epochs=1, batch_size=batch_size, learning_rate=learning_rate)
-    claim: PrivacyClaim
-    if dp_epsilon is None:
-        claim = NonPrivateClaim(description="DSSGD upload without DP")
-    else:
-        claim = dssgd_svt_claim(
-            epsilon_per_parameter=dp_epsilon,
-            bound=bound,
-            threshold=threshold,
-            split=budget_split,
-            uploads_per_round=rule.count(initial.numel()),
-            num_rounds=1,
-            num_parameters=initial.numel(),
-        )
+    claim = _turn_claim(rule, num_parameters=initial.numel())
 
     def turn(*, include_canary: bool, seed: int) -> tuple[Any, Any]:
         xs, ys = (torch.cat([x, canary.features[None]]), torch.cat([y, torch.tensor([canary.label])])) if include_canary else (x, y)

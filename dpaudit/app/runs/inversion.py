@@ -212,34 +212,40 @@ class _EpochBar:
             self._bar.close()
 
 
-def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], None] | None = None) -> InversionRun:
-    """Runs the inversion attacks of ``spec`` against its target and stores the results in ``run``.
+@dataclass(frozen=True, kw_only=True)
+class _Target:
+    """The checked target of an inversion run and the images its reconstructions are judged against.
 
-    Args:
-        spec: what to run.
-        run: the run directory (created if needed).
-        on_plan: called with one line per cached model that will be trained or reused.
-
-    Returns:
-        The stored results and what was trained or reused.
-
-    Raises:
-        ValueError: a bad target, class list or public data (the message names the argument).
+    Attributes:
+        rdir: the record directory; ``record`` its record; ``bundle`` its dataset.
+        shape: the input shape (C, H, W).
+        classes: the labels to invert.
+        evaluator_config: the evaluation classifier's options.
+        needs_prior: attack name → the prior it needs (only attacks with one).
+        public: the priors' public data.
+        members: the private training images; ``held`` the held-out ones.
     """
-    import torch
 
+    rdir: Path
+    record: Any
+    bundle: Any
+    shape: tuple[int, ...]
+    classes: tuple[int, ...]
+    evaluator_config: Any
+    needs_prior: dict[str, Any]
+    public: PublicData | None
+    members: Any
+    held: Any
+
+
+def _resolve_target(spec: InversionSpec) -> _Target:
+    """Checks the target, the classes and the public data before any work (messages name the flags)."""
     from attacks.inversion import INVERSION_ATTACKS
-    from attacks.inversion.evaluate import EvaluatorConfig, LabelledImages, build_evaluator, evaluate_reconstructions, evaluator_accuracy, train_evaluator
+    from attacks.inversion.evaluate import EvaluatorConfig
     from dpaudit.app.records import verify_record
     from dpaudit.data import load_dataset
-    from dpaudit.results import inversion_stem, save_inversion_result
     from dpaudit.results.record import load_record, resolve_record_dir
-    from dpaudit.seeding import derive_seed
-    from dpaudit.store import thaw
-    from dpaudit.training import resolve_device
-    from dpaudit.weights import load_model
 
-    device = str(resolve_device(spec.device))
     try:
         rdir = resolve_record_dir(spec.target)
     except ValueError as exc:
@@ -264,6 +270,13 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
                 "--public-data", f"--public-data={public.text()!r} applies only to attacks with a prior ({', '.join(n for n, s in INVERSION_ATTACKS.items() if s.prior) or 'none registered'})"
             )
         check_public_data(public, dataset=record.dataset, classes=classes)
+    members, held = _member_images(record, bundle)
+    return _Target(rdir=rdir, record=record, bundle=bundle, shape=shape, classes=classes, evaluator_config=evaluator_config, needs_prior=needs_prior, public=public, members=members, held=held)
+
+
+def _member_images(record: Any, bundle: Any) -> tuple[Any, Any]:
+    """``(members, held out)`` as ``LabelledImages``: what the target trained on, and what it never saw."""
+    from attacks.inversion.evaluate import LabelledImages
 
     everything = bundle.all()
     members = everything.subset(record.membership.members)
@@ -276,114 +289,206 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
         raise v.invalid("target", f"target {record.model_id!r} has no held-out non-members to compare reconstructions with")
     priv = LabelledImages(features=members.features, labels=members.labels, ids=members.ids.numpy())
     held = LabelledImages(features=non_members.features, labels=non_members.labels, ids=non_members.ids.numpy())
+    return priv, held
 
-    run.create(command=spec.command)
-    trained: list[str] = []
-    reused: list[str] = []
-    results: dict[str, InversionResult] = {}
-    with unit_lock(run.path, f"inversion-{record.model_id}"):
-        ids_digest = hashlib.sha256(np.ascontiguousarray(record.membership.members).tobytes()).hexdigest()[:16]
-        ev_describe = {"dataset": record.dataset, "members": ids_digest, "seed": spec.seed, "config": dataclasses.asdict(evaluator_config), "num_classes": bundle.num_classes}
-        ev_dir = run.inversion_model_dir(_key("evaluator", ev_describe))
 
-        def train_ev() -> Mapping[str, Any]:
-            with _EpochBar(spec.progress, f"evaluation classifier on {len(priv.ids)} private images (epochs)") as update:
-                model = train_evaluator(priv, num_classes=bundle.num_classes, config=evaluator_config, seed=derive_seed(spec.seed, "evaluator"), device=device, progress=update)
-            return {"evaluator": model}
+@dataclass(frozen=True, kw_only=True)
+class _Context:
+    """What every cached model and attack of one run shares: the spec, the run, the target and where to log.
 
-        if on_plan is not None:
-            on_plan(f"evaluation classifier {ev_dir.name} ({'reused' if (ev_dir / 'meta.json').is_file() else 'trained now'})")
-        evaluator = _cached_modules(
-            ev_dir,
-            describe=ev_describe,
-            build=lambda: {"evaluator": build_evaluator(shape, bundle.num_classes, evaluator_config).to(device)},
-            train=train_ev,
-            trained=trained,
-            reused=reused,
-        )["evaluator"]
-        ev_acc = evaluator_accuracy(evaluator, held, device=device)
+    ``trained`` and ``reused`` collect the cache entries (and reused results) as the steps go;
+    :class:`InversionRun` reports them.
+    """
 
-        model = load_model(rdir, device=device)
-        priors: dict[str, Mapping[str, Any]] = {}
-        for name, prior in needs_prior.items():
-            if prior is None or public is None:  # checked above; narrows the types
-                continue
-            if prior.name in priors:
-                continue
-            pconfig = spec.priors.get(prior.name) or prior.config_type()
-            describe = {"dataset": public.dataset, "classes": list(public.classes), "seed": spec.seed, "config": dataclasses.asdict(pconfig), "shape": list(shape)}
-            pdir = run.inversion_model_dir(_key(prior.name, describe))
-            if on_plan is not None:
-                on_plan(f"{prior.name} prior on {public.text()} for {name}: {pdir.name} ({'reused' if (pdir / 'meta.json').is_file() else 'trained now'})")
+    spec: InversionSpec
+    run: RunDir
+    target: _Target
+    device: str
+    on_plan: Callable[[str], None] | None
+    trained: list[str]
+    reused: list[str]
 
-            def train_prior(prior: Any = prior, pconfig: Any = pconfig) -> Mapping[str, Any]:
-                pbundle = load_dataset(public.dataset, data_root=spec.data_root)
-                pall = pbundle.all()
-                keep = torch.isin(pall.labels, torch.tensor(public.classes)) if public.classes else torch.ones(len(pall), dtype=torch.bool)
-                with _EpochBar(spec.progress, f"{prior.name} prior on {int(keep.sum())} public images ({public.text()}, epochs)") as update:
-                    return prior.train(pall.features[keep], input_shape=shape, config=pconfig, seed=derive_seed(spec.seed, prior.name), device=device, progress=update)
 
-            priors[prior.name] = _cached_modules(
-                pdir,
-                describe=describe,
-                build=functools.partial(_build_prior, prior, shape, pconfig, device),
-                train=train_prior,
-                trained=trained,
-                reused=reused,
+def _evaluator(ctx: _Context) -> tuple[Any, Path]:
+    """The evaluation classifier trained on the private images (cached by what it was trained on) and its cache entry."""
+    from attacks.inversion.evaluate import build_evaluator, train_evaluator
+    from dpaudit.seeding import derive_seed
+
+    spec, t = ctx.spec, ctx.target
+    ids_digest = hashlib.sha256(np.ascontiguousarray(t.record.membership.members).tobytes()).hexdigest()[:16]
+    ev_describe = {"dataset": t.record.dataset, "members": ids_digest, "seed": spec.seed, "config": dataclasses.asdict(t.evaluator_config), "num_classes": t.bundle.num_classes}
+    ev_dir = ctx.run.inversion_model_dir(_key("evaluator", ev_describe))
+
+    def train_ev() -> Mapping[str, Any]:
+        with _EpochBar(spec.progress, f"evaluation classifier on {len(t.members.ids)} private images (epochs)") as update:
+            model = train_evaluator(t.members, num_classes=t.bundle.num_classes, config=t.evaluator_config, seed=derive_seed(spec.seed, "evaluator"), device=ctx.device, progress=update)
+        return {"evaluator": model}
+
+    if ctx.on_plan is not None:
+        ctx.on_plan(f"evaluation classifier {ev_dir.name} ({'reused' if (ev_dir / 'meta.json').is_file() else 'trained now'})")
+    evaluator = _cached_modules(
+        ev_dir,
+        describe=ev_describe,
+        build=lambda: {"evaluator": build_evaluator(t.shape, t.bundle.num_classes, t.evaluator_config).to(ctx.device)},
+        train=train_ev,
+        trained=ctx.trained,
+        reused=ctx.reused,
+    )["evaluator"]
+    return evaluator, ev_dir
+
+
+def _priors(ctx: _Context) -> dict[str, Mapping[str, Any]]:
+    """Each needed prior trained on the public data (cached by what it was trained on), by prior name."""
+    import torch
+
+    from dpaudit.data import load_dataset
+    from dpaudit.seeding import derive_seed
+
+    spec, t, public = ctx.spec, ctx.target, ctx.target.public
+    priors: dict[str, Mapping[str, Any]] = {}
+    for name, prior in t.needs_prior.items():
+        if prior is None or public is None:  # checked by _resolve_target; narrows the types
+            continue
+        if prior.name in priors:
+            continue
+        pconfig = spec.priors.get(prior.name) or prior.config_type()
+        describe = {"dataset": public.dataset, "classes": list(public.classes), "seed": spec.seed, "config": dataclasses.asdict(pconfig), "shape": list(t.shape)}
+        pdir = ctx.run.inversion_model_dir(_key(prior.name, describe))
+        if ctx.on_plan is not None:
+            ctx.on_plan(f"{prior.name} prior on {public.text()} for {name}: {pdir.name} ({'reused' if (pdir / 'meta.json').is_file() else 'trained now'})")
+
+        def train_prior(prior: Any = prior, pconfig: Any = pconfig, public: PublicData = public) -> Mapping[str, Any]:
+            pbundle = load_dataset(public.dataset, data_root=spec.data_root)
+            pall = pbundle.all()
+            keep = torch.isin(pall.labels, torch.tensor(public.classes)) if public.classes else torch.ones(len(pall), dtype=torch.bool)
+            with _EpochBar(spec.progress, f"{prior.name} prior on {int(keep.sum())} public images ({public.text()}, epochs)") as update:
+                return prior.train(pall.features[keep], input_shape=t.shape, config=pconfig, seed=derive_seed(spec.seed, prior.name), device=ctx.device, progress=update)
+
+        priors[prior.name] = _cached_modules(
+            pdir,
+            describe=describe,
+            build=functools.partial(_build_prior, prior, t.shape, pconfig, ctx.device),
+            train=train_prior,
+            trained=ctx.trained,
+            reused=ctx.reused,
+        )
+    return priors
+
+
+def _stored_config(ctx: _Context, name: str, config: Any, ev_dir: Path) -> dict[str, Any]:
+    """What one attack's result is computed with (a stored result is reused only when it matches)."""
+    from attacks.inversion import INVERSION_ATTACKS
+
+    spec, public = ctx.spec, ctx.target.public
+    attack = INVERSION_ATTACKS[name]
+    stored_config: dict[str, Any] = {
+        "attack": dataclasses.asdict(config),
+        "evaluator": {"cache": ev_dir.name, **dataclasses.asdict(ctx.target.evaluator_config)},
+        "seed": spec.seed,
+        "classes": list(ctx.target.classes),
+    }
+    if attack.prior is not None and public is not None:
+        prior_config = spec.priors.get(attack.prior.name) or attack.prior.config_type()
+        stored_config["prior"] = {"name": attack.prior.name, "public_data": public.text(), **dataclasses.asdict(prior_config)}
+    return stored_config
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Judge:
+    """The attacked model and what judges its reconstructions."""
+
+    model: Any
+    evaluator: Any
+    evaluator_accuracy: float
+    priors: Mapping[str, Mapping[str, Any]]
+
+
+def _attack(ctx: _Context, judge: _Judge, name: str, config: Any, stored_config: Mapping[str, Any]) -> InversionResult:
+    """Runs one attack on the target and judges its reconstructions (Fredrikson et al. 2015; Zhang et al. 2020)."""
+    import torch
+
+    from attacks.inversion import INVERSION_ATTACKS
+    from attacks.inversion.evaluate import evaluate_reconstructions
+    from dpaudit.seeding import derive_seed
+    from dpaudit.store import thaw
+
+    spec, t, device = ctx.spec, ctx.target, ctx.device
+    attack = INVERSION_ATTACKS[name]
+    started = time.perf_counter()
+    # A noise-layer target (PixelDP, HGM) draws its noise from torch's global stream:
+    # seed a forked copy so the attack is reproducible and the caller's stream untouched.
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if device.startswith("cuda") else []):
+        torch.manual_seed(derive_seed(spec.seed, "target-noise", name))
+        with _EpochBar(spec.progress, f"{name} on {len(t.classes)} classes (steps)") as update:
+            output = attack.run(
+                judge.model,
+                classes=t.classes,
+                input_shape=t.shape,
+                config=config,
+                seed=derive_seed(spec.seed, "attack", name),
+                device=device,
+                prior=judge.priors.get(attack.prior.name) if attack.prior is not None else None,
+                progress=update if spec.progress else None,
             )
+    seconds = time.perf_counter() - started
+    return evaluate_reconstructions(
+        output,
+        attack=name,
+        model_id=t.record.model_id,
+        evaluator=judge.evaluator,
+        members=t.members,
+        non_members=t.held,
+        config=stored_config,
+        metadata={
+            "seconds": seconds,
+            "evaluator_accuracy": judge.evaluator_accuracy,
+            "dataset": t.record.dataset,
+            "num_dataset_classes": t.bundle.num_classes,
+            "defense": t.record.defense,
+            "target_metrics": {k: val for k, val in thaw(t.record.metrics).items() if isinstance(val, (int, float))},
+        },
+        device=device,
+    )
 
-        out_dir = run.inversion_dir(record.model_id)
+
+def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], None] | None = None) -> InversionRun:
+    """Runs the inversion attacks of ``spec`` against its target and stores the results in ``run``.
+
+    Args:
+        spec: what to run.
+        run: the run directory (created if needed).
+        on_plan: called with one line per cached model that will be trained or reused.
+
+    Returns:
+        The stored results and what was trained or reused.
+
+    Raises:
+        ValueError: a bad target, class list or public data (the message names the argument).
+    """
+    from attacks.inversion.evaluate import evaluator_accuracy
+    from dpaudit.results import inversion_stem, save_inversion_result
+    from dpaudit.training import resolve_device
+    from dpaudit.weights import load_model
+
+    device = str(resolve_device(spec.device))
+    target = _resolve_target(spec)
+    run.create(command=spec.command)
+    ctx = _Context(spec=spec, run=run, target=target, device=device, on_plan=on_plan, trained=[], reused=[])
+    results: dict[str, InversionResult] = {}
+    with unit_lock(run.path, f"inversion-{target.record.model_id}"):
+        evaluator, ev_dir = _evaluator(ctx)
+        ev_acc = evaluator_accuracy(evaluator, target.held, device=device)
+        model = load_model(target.rdir, device=device)
+        judge = _Judge(model=model, evaluator=evaluator, evaluator_accuracy=ev_acc, priors=_priors(ctx))
+        out_dir = run.inversion_dir(target.record.model_id)
         for name, config in spec.attacks.items():
-            attack = INVERSION_ATTACKS[name]
-            stored_config: dict[str, Any] = {
-                "attack": dataclasses.asdict(config),
-                "evaluator": {"cache": ev_dir.name, **dataclasses.asdict(evaluator_config)},
-                "seed": spec.seed,
-                "classes": list(classes),
-            }
-            if attack.prior is not None and public is not None:
-                prior_config = spec.priors.get(attack.prior.name) or attack.prior.config_type()
-                stored_config["prior"] = {"name": attack.prior.name, "public_data": public.text(), **dataclasses.asdict(prior_config)}
+            stored_config = _stored_config(ctx, name, config, ev_dir)
             previous = _stored(out_dir / f"{inversion_stem(name)}.json", stored_config)
             if previous is not None:
                 results[name] = previous
-                reused.append(f"{name} result")
+                ctx.reused.append(f"{name} result")
                 continue
-            started = time.perf_counter()
-            # A noise-layer target (PixelDP, HGM) draws its noise from torch's global stream:
-            # seed a forked copy so the attack is reproducible and the caller's stream untouched.
-            with torch.random.fork_rng(devices=[torch.cuda.current_device()] if device.startswith("cuda") else []):
-                torch.manual_seed(derive_seed(spec.seed, "target-noise", name))
-                with _EpochBar(spec.progress, f"{name} on {len(classes)} classes (steps)") as update:
-                    output = attack.run(
-                        model,
-                        classes=classes,
-                        input_shape=shape,
-                        config=config,
-                        seed=derive_seed(spec.seed, "attack", name),
-                        device=device,
-                        prior=priors.get(attack.prior.name) if attack.prior is not None else None,
-                        progress=update if spec.progress else None,
-                    )
-            seconds = time.perf_counter() - started
-            result = evaluate_reconstructions(
-                output,
-                attack=name,
-                model_id=record.model_id,
-                evaluator=evaluator,
-                members=priv,
-                non_members=held,
-                config=stored_config,
-                metadata={
-                    "seconds": seconds,
-                    "evaluator_accuracy": ev_acc,
-                    "dataset": record.dataset,
-                    "num_dataset_classes": bundle.num_classes,
-                    "defense": record.defense,
-                    "target_metrics": {k: val for k, val in thaw(record.metrics).items() if isinstance(val, (int, float))},
-                },
-                device=device,
-            )
+            result = _attack(ctx, judge, name, config, stored_config)
             save_inversion_result(result, out_dir)
             results[name] = result
-    return InversionRun(model_id=record.model_id, results=results, result_dir=out_dir, evaluator_accuracy=ev_acc, reused=tuple(reused), trained=tuple(trained))
+    return InversionRun(model_id=target.record.model_id, results=results, result_dir=out_dir, evaluator_accuracy=ev_acc, reused=tuple(ctx.reused), trained=tuple(ctx.trained))

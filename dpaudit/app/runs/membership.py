@@ -293,6 +293,154 @@ def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None
     return record, model, bundle
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Recipe:
+    """How the shadows of one target train.
+
+    Attributes:
+        trainer: :func:`train_shadow_with_defense`, or ``None`` for plain SGD (an external model).
+        recipe: what the trainer reads and the shadow ids hash (defense and config, code and
+            data fingerprints).
+        shadow_defense: the defense the shadows are trained with, as reported.
+    """
+
+    trainer: Callable[..., Any] | None
+    recipe: dict[str, Any]
+    shadow_defense: str
+
+
+def _shadow_recipe(spec: MembershipSpec, record: Any) -> _Recipe:
+    """Shadows train as the target did: its defense and config through the registry (or the spec's shared recipe)."""
+    from defenses import DEFENSES
+    from dpaudit.data import dataset_files
+
+    # An external model has no stated recipe, so its shadows get plain SGD.
+    trainer = None
+    recipe: dict[str, Any] = {}
+    if record.defense in DEFENSES:
+        trainer = train_shadow_with_defense
+        from dpaudit.store import thaw
+
+        recipe = {"defense": record.defense, "config": thaw(record.config)}
+    if spec.shadow_defense is not None:
+        # One recipe for every target (``compare``'s shared shadows): targets on the same
+        # data share one pool instead of each training its own.
+        trainer = train_shadow_with_defense
+        recipe = {"defense": spec.shadow_defense, "config": dict(spec.shadow_config)}
+    elif "model_fn_sha256" in record.config:
+        # The shadows of an external model are built by its code: a cached shadow built by
+        # other code (an edited file) must not be reused, so the code's fingerprint is hashed
+        # into the shadow ids.
+        recipe = {"model_fn_sha256": record.config["model_fn_sha256"]}
+    # Shadows train on the dataset's files: a replaced file must not hand back shadows of the
+    # old data (bundled data such as digits has a fixed identity and keeps its shadow ids).
+    data = dataset_files(record.dataset, data_root=spec.data_root)
+    if data:
+        recipe = {**recipe, "dataset_files_sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()}
+    shadow_defense = (spec.shadow_defense or record.defense) if trainer is not None else "sgd"
+    return _Recipe(trainer=trainer, recipe=recipe, shadow_defense=shadow_defense)
+
+
+def _result_metadata(record: Any, bundle: Any, recipe: _Recipe) -> dict[str, Any]:
+    """What every result carries about its target, fingerprints (by content) included."""
+    meta: dict[str, Any] = {"target_metrics": {k: val for k, val in record.metrics.items() if isinstance(val, (int, float))}, "dataset": bundle.name, "defense": record.defense}
+    # What the results are about, by content: the report lists these beside the results.
+    fingerprints = {"weights_sha256": record.weights_sha256, "model_fn_sha256": record.config.get("model_fn_sha256"), "dataset_files_sha256": recipe.recipe.get("dataset_files_sha256")}
+    meta["fingerprints"] = {k: val for k, val in fingerprints.items() if val}
+    return meta
+
+
+def _announce_shadow_cost(spec: MembershipSpec, record: Any, pools: Mapping[str, Any], *, train_size: int, device: str) -> None:
+    """Says on stderr how long the shadows will take when that is long (before any is trained)."""
+    from defenses import DEFENSES
+    from dpaudit.app.cost import announce_if_long
+    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
+
+    num_models = sum(p.num_models for p in pools.values())
+    epochs = float(record.config.get("epochs") or 10)
+    per_example = seconds_per_example(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, device=device, model_options=record.model_options)
+    factor = PER_EXAMPLE_GRADIENT_FACTOR if record.defense in DEFENSES and DEFENSES[record.defense].per_example_gradients else 1.0  # PATE trains its teachers plainly
+    workers = spec.num_workers or os.cpu_count() or 1
+    announce_if_long(
+        num_models * epochs * train_size * per_example * factor / workers,
+        f"training {num_models} shadow models (cached ones are reused)",
+        hint="--num-shadows, --num-references and --num-workers change it",
+        jobs=num_models,
+        job_seconds=epochs * train_size * per_example * factor,
+    )
+
+
+def _shadow_executor(spec: MembershipSpec, record: Any, device: str) -> Any:
+    """The executor the shadows train on (``executor`` named in the error when its extra is missing)."""
+    from dpaudit.app.cost import count_parameters, ray_gpus
+    from dpaudit.executors import make_executor
+
+    try:
+        return make_executor(
+            spec.executor,
+            workers=spec.num_workers,
+            address=spec.address,
+            ship_code=spec.ship_code,
+            datasets=(record.dataset,),
+            data_root=spec.data_root,
+            num_gpus=ray_gpus(device, count_parameters(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, model_options=record.model_options)),
+        )
+    except ImportError as exc:
+        raise v.invalid("executor", f"executor {spec.executor!r}: {exc}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Shadows:
+    """The shadow models of a run's pools, and how many of each pool were trained now or reused."""
+
+    models: dict[str, list[tuple[np.ndarray, Any]]]
+    summaries: tuple[PoolSummary, ...]
+    num_trained: int
+    num_reused: int
+
+
+def _train_shadows(spec: MembershipSpec, run: RunDir, record: Any, pools: Mapping[str, Any], recipe: _Recipe, *, train_size: int, device: str) -> _Shadows:
+    """Trains the missing shadows of ``pools`` (cached in ``run.shadow_dir()``) and loads the rest."""
+    from attacks import membership as mia
+
+    if spec.progress:
+        _announce_shadow_cost(spec, record, pools, train_size=train_size, device=device)
+    executor = _shadow_executor(spec, record, device)
+    with executor:
+        models, plans, shadow_run = mia.train_pools(
+            pools,
+            record=record,
+            seed=spec.seed,
+            train_size=train_size,
+            recipe=recipe.recipe,
+            directory=run.shadow_dir(),
+            executor=executor,
+            data_root=spec.data_root,
+            device=device,
+            progress=spec.progress,
+            trainer=recipe.trainer,
+        )
+    trained = set(shadow_run.trained)
+    summaries: list[PoolSummary] = []
+    for kind, plan in pools.items():
+        n_new = sum(s.shadow_id in trained for s in plans[kind])
+        summaries.append(PoolSummary(kind=kind, num_models=len(plans[kind]), attacks=plan.users, num_trained=n_new, num_reused=len(plans[kind]) - n_new))
+    return _Shadows(models=models, summaries=tuple(summaries), num_trained=len(shadow_run.trained), num_reused=len(shadow_run.reused))
+
+
+def _store(context: Any, results: Mapping[str, MembershipResult], out: Path) -> None:
+    """Writes each result and, where the shadows judge it, each sample's vulnerability."""
+    from attacks import membership as mia
+    from dpaudit.results import save_membership_result
+
+    for result in results.values():
+        save_membership_result(result, out)
+    vulnerability = mia.sample_vulnerability(context)
+    if vulnerability is not None:
+        # Judged from the shadows alone: `compare` ranks samples by it (the most vulnerable).
+        atomic_save_npz(out / VULNERABILITY_FILE, sample_ids=context.sample_ids, vulnerability=vulnerability)
+
+
 def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str], None] | None = None) -> MembershipRun:
     """Runs the attacks of ``spec`` against its target and stores the results in ``run``.
 
@@ -310,12 +458,6 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
         ValueError: a bad target, ids, or counts (the message names the argument).
     """
     from attacks import membership as mia
-    from defenses import DEFENSES
-    from dpaudit.app.cost import announce_if_long
-    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
-    from dpaudit.data import dataset_files
-    from dpaudit.executors import make_executor
-    from dpaudit.results import save_membership_result
     from dpaudit.training import resolve_device
 
     device = str(resolve_device(spec.device))
@@ -329,86 +471,14 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
     pools = mia.plan_pools(chosen, record=record, sample_ids=ids, seed=spec.seed, num_population=spec.num_population, train_size=train_size)
     run.create(command=spec.command)
     with unit_lock(run.path, f"membership-{record.model_id}"):  # one writer per target's results
-        # Shadows train as the target did: its defense and config through the registry; an
-        # external model has no stated recipe, so its shadows get plain SGD.
-        trainer = None
-        recipe: dict[str, Any] = {}
-        if record.defense in DEFENSES:
-            trainer = train_shadow_with_defense
-            from dpaudit.store import thaw
-
-            recipe = {"defense": record.defense, "config": thaw(record.config)}
-        if spec.shadow_defense is not None:
-            # One recipe for every target (``compare``'s shared shadows): targets on the same
-            # data share one pool instead of each training its own.
-            trainer = train_shadow_with_defense
-            recipe = {"defense": spec.shadow_defense, "config": dict(spec.shadow_config)}
-        elif "model_fn_sha256" in record.config:
-            # The shadows of an external model are built by its code: a cached shadow built by
-            # other code (an edited file) must not be reused, so the code's fingerprint is hashed
-            # into the shadow ids.
-            recipe = {"model_fn_sha256": record.config["model_fn_sha256"]}
-        # Shadows train on the dataset's files: a replaced file must not hand back shadows of the
-        # old data (bundled data such as digits has a fixed identity and keeps its shadow ids).
-        data = dataset_files(record.dataset, data_root=spec.data_root)
-        if data:
-            recipe = {**recipe, "dataset_files_sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()}
-        shadow_defense = (spec.shadow_defense or record.defense) if trainer is not None else "sgd"
-        summaries: list[PoolSummary] = []
-        models: dict[str, list[tuple[np.ndarray, Any]]] = {}
-        meta: dict[str, Any] = {"target_metrics": {k: val for k, val in record.metrics.items() if isinstance(val, (int, float))}, "dataset": bundle.name, "defense": record.defense}
-        # What the results are about, by content: the report lists these beside the results.
-        fingerprints = {"weights_sha256": record.weights_sha256, "model_fn_sha256": record.config.get("model_fn_sha256"), "dataset_files_sha256": recipe.get("dataset_files_sha256")}
-        meta["fingerprints"] = {k: val for k, val in fingerprints.items() if val}
+        recipe = _shadow_recipe(spec, record)
+        meta = _result_metadata(record, bundle, recipe)
+        shadows = _Shadows(models={}, summaries=(), num_trained=0, num_reused=0)
         if pools:
             if on_plan is not None:
-                on_plan(f"{describe_pools(pools)}; shadows trained with {shadow_defense!r}")
-            if spec.progress:
-                num_models = sum(p.num_models for p in pools.values())
-                epochs = float(record.config.get("epochs") or 10)
-                per_example = seconds_per_example(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, device=device, model_options=record.model_options)
-                factor = PER_EXAMPLE_GRADIENT_FACTOR if record.defense in DEFENSES and DEFENSES[record.defense].per_example_gradients else 1.0  # PATE trains its teachers plainly
-                workers = spec.num_workers or os.cpu_count() or 1
-                announce_if_long(
-                    num_models * epochs * train_size * per_example * factor / workers,
-                    f"training {num_models} shadow models (cached ones are reused)",
-                    hint="--num-shadows, --num-references and --num-workers change it",
-                    jobs=num_models,
-                    job_seconds=epochs * train_size * per_example * factor,
-                )
-            try:
-                from dpaudit.app.cost import count_parameters, ray_gpus
-
-                executor = make_executor(
-                    spec.executor,
-                    workers=spec.num_workers,
-                    address=spec.address,
-                    ship_code=spec.ship_code,
-                    datasets=(record.dataset,),
-                    data_root=spec.data_root,
-                    num_gpus=ray_gpus(device, count_parameters(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, model_options=record.model_options)),
-                )
-            except ImportError as exc:
-                raise v.invalid("executor", f"executor {spec.executor!r}: {exc}") from None
-            with executor:
-                models, plans, shadow_run = mia.train_pools(
-                    pools,
-                    record=record,
-                    seed=spec.seed,
-                    train_size=train_size,
-                    recipe=recipe,
-                    directory=run.shadow_dir(),
-                    executor=executor,
-                    data_root=spec.data_root,
-                    device=device,
-                    progress=spec.progress,
-                    trainer=trainer,
-                )
-            trained = set(shadow_run.trained)
-            for kind, plan in pools.items():
-                n_new = sum(s.shadow_id in trained for s in plans[kind])
-                summaries.append(PoolSummary(kind=kind, num_models=len(plans[kind]), attacks=plan.users, num_trained=n_new, num_reused=len(plans[kind]) - n_new))
-            meta.update(shadows_trained=len(shadow_run.trained), shadows_reused=len(shadow_run.reused), shadow_defense=shadow_defense)
+                on_plan(f"{describe_pools(pools)}; shadows trained with {recipe.shadow_defense!r}")
+            shadows = _train_shadows(spec, run, record, pools, recipe, train_size=train_size, device=device)
+            meta.update(shadows_trained=shadows.num_trained, shadows_reused=shadows.num_reused, shadow_defense=recipe.shadow_defense)
         context = mia.build_context(
             record=record,
             model=model,
@@ -418,25 +488,20 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
             seed=spec.seed,
             augmentations=augs,
             pools=pools,
-            shadow_models=models,
+            shadow_models=shadows.models,
             device=device,
             metadata=meta,
             progress=spec.progress,
         )
         results = mia.run_attacks(context, spec.attacks)
         out = run.membership_dir(record.model_id)
-        for result in results.values():
-            save_membership_result(result, out)
-        vulnerability = mia.sample_vulnerability(context)
-        if vulnerability is not None:
-            # Judged from the shadows alone: `compare` ranks samples by it (the most vulnerable).
-            atomic_save_npz(out / VULNERABILITY_FILE, sample_ids=context.sample_ids, vulnerability=vulnerability)
+        _store(context, results, out)
         return MembershipRun(
             model_id=record.model_id,
             results=results,
             num_members=int(member.sum()),
             num_non_members=int((~member).sum()),
-            pools=tuple(summaries),
-            shadow_defense=shadow_defense if pools else None,
+            pools=shadows.summaries,
+            shadow_defense=recipe.shadow_defense if pools else None,
             result_dir=out,
         )
