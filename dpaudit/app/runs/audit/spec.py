@@ -1,7 +1,9 @@
 """What one audit is: :class:`AuditSpec`, validated once, and the choices it is made of.
 
-Torch-free: ``dpaudit audit`` builds the spec from its flags, ``dpaudit compare`` from a trained
-record; :mod:`dpaudit.app.runs.audit.runner` runs it.
+``dpaudit audit`` builds the spec from its flags, ``dpaudit compare`` from a trained record;
+:mod:`dpaudit.app.runs.audit.runner` runs it. The games it chooses among (:data:`THREATS`,
+:data:`METHODS`) are read from :data:`attacks.audit.procedures.AUDIT_PROCEDURES`, which imports
+torch (as the runner does).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from attacks.audit.procedures import AUDIT_PROCEDURES
 from dpaudit import _validate as v
 from dpaudit.privacy.audit_bounds import ONE_RUN_BOUND_CHOICES, SCORE_BOUND_CHOICES
 from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES
@@ -27,8 +30,10 @@ __all__ = [
     "audit_defenses",
 ]
 
-THREATS = ("black-box", "white-box")
-METHODS = ("multi-run", "one-run")
+#: The threat models of the registered audit games, in registration order (``--threat``).
+THREATS: tuple[str, ...] = tuple(dict.fromkeys(game.threat for game in AUDIT_PROCEDURES.values()))
+#: The registered black-box games (``--method``); the white-box threat has one game, chosen by ``--threat`` alone.
+METHODS: tuple[str, ...] = tuple(name for name, game in AUDIT_PROCEDURES.items() if game.threat == "black-box")
 CANARY_KINDS = ("clipbkd", "mislabelled", "blank")
 INIT_KINDS = ("random", "worst-case")
 #: Auditor records a worst-case start is pre-trained on (Annamalai & De Cristofaro use half of MNIST).
