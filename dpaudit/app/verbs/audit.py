@@ -257,7 +257,8 @@ def _pos_int(name: str) -> Any:
 
 def _add_target_flags(p: argparse.ArgumentParser) -> None:
     """What is audited: a registered defense or a third-party training function, on which data and model."""
-    from dpaudit.app.runs.audit import METHODS, THREATS, audit_defenses
+    from dpaudit.app.runs.audit import audit_defenses
+    from dpaudit.app.runs.audit.spec import audit_threats, black_box_games
     from dpaudit.data import DATASETS
     from dpaudit.models import MODELS
 
@@ -273,9 +274,9 @@ def _add_target_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--dataset", choices=DATASETS, default="digits")
     p.add_argument("--model", choices=tuple(MODELS), default="digits-mlp", help="zoo model for --defense (default digits-mlp)")
-    # The games come from the audit-procedure registry (attacks.audit.procedures.AUDIT_PROCEDURES).
-    p.add_argument("--threat", choices=THREATS, default="black-box", help="black-box: final model only; white-box: every released update (default black-box)")
-    p.add_argument("--method", choices=METHODS, default="multi-run", help="black-box game (default multi-run)")
+    # The games are read from the audit-procedure registry when the parser is built, so a game registered since import is offered too.
+    p.add_argument("--threat", choices=audit_threats(), default="black-box", help="black-box: final model only; white-box: every released update (default black-box)")
+    p.add_argument("--method", choices=black_box_games(), default="multi-run", help="black-box game (default multi-run)")
 
 
 def _add_training_flags(p: argparse.ArgumentParser) -> None:

@@ -28,12 +28,25 @@ __all__ = [
     "WORST_CASE_AUDITOR_RECORDS",
     "AuditSpec",
     "audit_defenses",
+    "audit_threats",
+    "black_box_games",
 ]
 
-#: The threat models of the registered audit games, in registration order (``--threat``).
-THREATS: tuple[str, ...] = tuple(dict.fromkeys(game.threat for game in AUDIT_PROCEDURES.values()))
-#: The registered black-box games (``--method``); the white-box threat has one game, chosen by ``--threat`` alone.
-METHODS: tuple[str, ...] = tuple(name for name, game in AUDIT_PROCEDURES.items() if game.threat == "black-box")
+
+def audit_threats() -> tuple[str, ...]:
+    """The threat models of the audit games registered now, in registration order (``--threat``)."""
+    return tuple(dict.fromkeys(game.threat for game in AUDIT_PROCEDURES.values()))
+
+
+def black_box_games() -> tuple[str, ...]:
+    """The black-box audit games registered now, in registration order (``--method``; the white-box threat has one game, chosen by ``--threat`` alone)."""
+    return tuple(name for name, game in AUDIT_PROCEDURES.items() if game.threat == "black-box")
+
+
+#: The threat models of the registered audit games (``black-box``, ``white-box``).
+THREATS: tuple[str, ...] = audit_threats()
+#: The registered black-box games (``multi-run``, ``one-run``).
+METHODS: tuple[str, ...] = black_box_games()
 CANARY_KINDS = ("clipbkd", "mislabelled", "blank")
 INIT_KINDS = ("random", "worst-case")
 #: Auditor records a worst-case start is pre-trained on (Annamalai & De Cristofaro use half of MNIST).
