@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attacks.evasion import EVASION_ATTACKS
 from dpaudit import _validate as v
 from dpaudit.locks import unit_lock
 from dpaudit.results.certify_summary import CertifySummary, SmoothingSummary, SoundnessViolation
@@ -52,7 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_ATTACKS", "DEFAULT_RADII", "CertifySpec", "NotCertifiable", "certifiable_defenses", "run_certify"]
 
 DEFAULT_RADII = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
-DEFAULT_ATTACKS = ("fgsm", "ifgsm", "pgd", "mim")
+#: Every registered evasion attack, in registration order (FGSM, I-FGSM, PGD, MIM built in).
+DEFAULT_ATTACKS: tuple[str, ...] = EVASION_ATTACKS.names()
 _BOUNDS = ("clopper-pearson", "hoeffding", "bernstein")
 
 

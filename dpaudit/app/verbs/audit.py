@@ -94,15 +94,8 @@ def _check_bounds_fit(args: argparse.Namespace, claim: Any) -> None:
         )
 
 
-def _cmd_audit(args: argparse.Namespace) -> int:
-    from dpaudit.app.runs.audit import AuditSpec, run_audit
-    from dpaudit.store import RunDir
-
-    claim = _claim_from_args(args)
-    if args.one_run_bound is not None and args.method != "one-run":
-        raise UsageError(f"--one-run-bound applies to --method one-run, got --method {args.method}", argument="--one-run-bound")
-    if claim is not None:
-        _check_bounds_fit(args, claim)
+def _check_target(args: argparse.Namespace, claim: Any) -> None:
+    """What is audited: a third-party ``--train-fn`` against its claim, or a ``--defense`` with its own (exit 2 on a mismatch)."""
     if args.train_fn is not None:
         from dpaudit.callables import resolve_callable
 
@@ -125,6 +118,10 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             raise UsageError("--threat white-box needs a defense's white-box trainer hooks; audit --train-fn with --threat black-box", argument="--threat")
         if args.target_epsilon is not None or args.noise_multiplier is not None:
             raise UsageError("--target-epsilon/--noise-multiplier configure --defense; with --train-fn the claim comes from --claim/--claim-*", argument="--target-epsilon")
+
+
+def _check_game(args: argparse.Namespace) -> None:
+    """The flags that apply to one game or one executor only, refused elsewhere (exit 2)."""
     if args.init != "random" and (args.threat != "black-box" or args.method != "multi-run"):
         raise UsageError(f"--init {args.init} applies to --threat black-box --method multi-run, got --threat {args.threat} --method {args.method}", argument="--init")
     if args.address is not None and args.executor != "ray":
@@ -138,6 +135,24 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             f"--strategy fixed takes its threshold from the white-box Dirac claim (C/2); got --threat {args.threat} --score {args.score}: use bonferroni or split",
             argument="--strategy",
         )
+
+
+def _checked_claim(args: argparse.Namespace) -> Any:
+    """The claim of a ``--train-fn`` (``None`` for a defense), after every check of the flags that needs no data (exit 2)."""
+    claim = _claim_from_args(args)
+    if args.one_run_bound is not None and args.method != "one-run":
+        raise UsageError(f"--one-run-bound applies to --method one-run, got --method {args.method}", argument="--one-run-bound")
+    if claim is not None:
+        _check_bounds_fit(args, claim)
+    _check_target(args, claim)
+    _check_game(args)
+    return claim
+
+
+def _spec_from_args(args: argparse.Namespace, claim: Any) -> Any:
+    """The :class:`~dpaudit.app.runs.audit.AuditSpec` the flags describe, refused above :data:`MAX_STEPS` steps without ``--i-know``."""
+    from dpaudit.app.runs.audit import AuditSpec
+
     spec = AuditSpec(
         defense=args.defense,
         train_fn=args.train_fn,
@@ -184,22 +199,13 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             "raise --sampling-rate, give --num-steps, or pass --i-know",
             argument="--sampling-rate",
         )
-    if args.dry_run:
-        from dpaudit.app.plan import audit_plan, print_plan
+    return spec
 
-        return print_plan(args, audit_plan(spec))
-    run = RunDir(args.out)
-    result = run_audit(spec, run)
-    directory = run.audit_dir(str(result.details["audit_name"]))
-    report = None
-    if not args.no_report:
-        from dpaudit.app.runs.report import render_reports
 
-        index = render_reports(run)
-        report = next((p for p in index.audits if p.stem == f"audit-{directory.name}"), index.index_html)
-    payload = {**result.to_dict(), "audit_dir": str(directory), "report": str(report) if report is not None else None}
+def _result_lines(result: Any, directory: Path) -> list[str]:
+    """The terminal summary of an audit result: both bounds, what they assume, the ceiling and the verdict."""
     fmt = fmt_eps
-    lines = [
+    return [
         f"audit {directory.name}: {result.threat_model} {'per-step Dirac game' if result.method == 'white-box' else result.method}, {result.num_in} IN / {result.num_out} OUT observations",
         "  " + EPSILON_DEFINITION.format(confidence=result.confidence),
         f"  epsilon_lb  {result.epsilon_lb:.4f}  ({result.bound}, {result.confidence:.0%} confidence, delta={result.delta:g})",
@@ -211,31 +217,51 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         "  VIOLATION: epsilon_lb > epsilon_ub — the implementation does not meet its claim" if result.violation else "  no violation",
         f"  results: {directory}",
     ]
+
+
+def _run_and_print(args: argparse.Namespace, spec: Any) -> int:
+    """Runs the audit, renders its report (unless ``--no-report``) and prints the result; exit status 3 on a violation."""
+    from dpaudit.app.runs.audit import run_audit
+    from dpaudit.store import RunDir
+
+    run = RunDir(args.out)
+    result = run_audit(spec, run)
+    directory = run.audit_dir(str(result.details["audit_name"]))
+    report = None
+    if not args.no_report:
+        from dpaudit.app.runs.report import render_reports
+
+        index = render_reports(run)
+        report = next((p for p in index.audits if p.stem == f"audit-{directory.name}"), index.index_html)
+    payload = {**result.to_dict(), "audit_dir": str(directory), "report": str(report) if report is not None else None}
+    lines = _result_lines(result, directory)
     if not args.no_report:
         lines.append(f"  report:  {report}")
     emit(args, payload, "\n".join(lines))
     return EXIT_VIOLATION if result.violation else EXIT_OK
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Adds ``audit`` to the ``dpaudit`` parser."""
-    from dpaudit.app.runs.audit import CANARY_KINDS, INIT_KINDS, audit_defenses
+def _cmd_audit(args: argparse.Namespace) -> int:
+    claim = _checked_claim(args)
+    spec = _spec_from_args(args, claim)
+    if args.dry_run:
+        from dpaudit.app.plan import audit_plan, print_plan
+
+        return print_plan(args, audit_plan(spec))
+    return _run_and_print(args, spec)
+
+
+def _pos_int(name: str) -> Any:
+    return arg(name, lambda n, x: v.integer(n, x, minimum=1), int)
+
+
+def _add_target_flags(p: argparse.ArgumentParser) -> None:
+    """What is audited: a registered defense or a third-party training function, on which data and model."""
+    from dpaudit.app.runs.audit import audit_defenses
+    from dpaudit.app.runs.audit.spec import audit_threats, black_box_games
     from dpaudit.data import DATASETS
     from dpaudit.models import MODELS
 
-    pos_int = lambda name: arg(name, lambda n, x: v.integer(n, x, minimum=1), int)
-    p = sub.add_parser(
-        "audit",
-        help="empirical epsilon lower bound of a training procedure vs its claimed epsilon",
-        description=(
-            "Audit a DP training procedure: play a distinguishing game with canaries and bound epsilon from below "
-            "(epsilon_lb, at --confidence, with an honest threshold choice), then set it against the claim's upper "
-            "bound (epsilon_ub) under every applicable accountant, comparing with the tightest. Exit status 3 when epsilon_lb > epsilon_ub. Games: black-box multi-run "
-            "(--num-trials trainings with and without one canary), black-box one-run (--num-canaries m canaries in one training, "
-            "Steinke et al. 2023), and white-box (Dirac gradient canary inserted at random steps of DP-SGD; the compared "
-            "claim is ONE un-sampled Gaussian step, the mechanism each step's release is about the canary)."
-        ),
-    )
     who = p.add_mutually_exclusive_group()
     defenses = audit_defenses()
     who.add_argument("--defense", choices=defenses, default=defenses[0] if defenses else None, help="a registered defense with a white-box trainer to audit (default %(default)s)")
@@ -248,8 +274,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--dataset", choices=DATASETS, default="digits")
     p.add_argument("--model", choices=tuple(MODELS), default="digits-mlp", help="zoo model for --defense (default digits-mlp)")
-    p.add_argument("--threat", choices=("black-box", "white-box"), default="black-box", help="black-box: final model only; white-box: every released update (default black-box)")
-    p.add_argument("--method", choices=("multi-run", "one-run"), default="multi-run", help="black-box game (default multi-run)")
+    # The games are read from the audit-procedure registry when the parser is built, so a game registered since import is offered too.
+    p.add_argument("--threat", choices=audit_threats(), default="black-box", help="black-box: final model only; white-box: every released update (default black-box)")
+    p.add_argument("--method", choices=black_box_games(), default="multi-run", help="black-box game (default multi-run)")
+
+
+def _add_training_flags(p: argparse.ArgumentParser) -> None:
+    """The DP-SGD setting each trial trains (its noise, clipping, sampling, length) and how many trials."""
     p.add_argument(
         "--target-epsilon", type=arg("--target-epsilon", v.positive), metavar="E", help="calibrate sigma so the audited claim has epsilon_ub = E (black-box: the whole training; white-box: one step)"
     )
@@ -259,16 +290,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sampling-rate", type=arg("--sampling-rate", v.half_open_unit), default=0.01, help="DP-SGD Poisson sampling rate q (default 0.01)")
     steps = p.add_mutually_exclusive_group()
     limit_action(steps.add_argument("--epochs", type=arg("--epochs", v.positive), help="DP-SGD epochs (1/q steps each; default 10)"), 10**4, "each epoch is 1/q training steps per trial")
-    limit_action(steps.add_argument("--num-steps", type=pos_int("--num-steps"), help="DP-SGD steps T (instead of --epochs)"), MAX_STEPS, "each step is one noisy gradient per trial")
+    limit_action(steps.add_argument("--num-steps", type=_pos_int("--num-steps"), help="DP-SGD steps T (instead of --epochs)"), MAX_STEPS, "each step is one noisy gradient per trial")
     p.add_argument("--learning-rate", type=arg("--learning-rate", v.positive), default=0.1, help="DP-SGD learning rate (default 0.1)")
     limit_action(
-        p.add_argument("--num-members", type=pos_int("--num-members"), help="training set size drawn from the dataset (default: half its training split)"), 10**7, "the members are held in memory"
+        p.add_argument("--num-members", type=_pos_int("--num-members"), help="training set size drawn from the dataset (default: half its training split)"), 10**7, "the members are held in memory"
     )
     limit_action(
-        p.add_argument("--num-trials", type=pos_int("--num-trials"), help="multi-run: trainings per side (default 50); white-box: independent runs pooled (default 1)"),
+        p.add_argument("--num-trials", type=_pos_int("--num-trials"), help="multi-run: trainings per side (default 50); white-box: independent runs pooled (default 1)"),
         10**4,
         "each trial is one full training",
     )
+
+
+def _add_canary_flags(p: argparse.ArgumentParser) -> None:
+    """The black-box games' canaries, the one-run bound and where every training starts."""
+    from dpaudit.app.runs.audit import CANARY_KINDS, INIT_KINDS
+
     limit_action(
         p.add_argument("--num-canaries", type=arg("--num-canaries", lambda n, x: v.integer(n, x, minimum=2), int), default=100, help="one-run: number of canaries m (default 100)"),
         10**5,
@@ -295,7 +332,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(Annamalai & De Cristofaro 2024: --model pre-trained non-privately on non-member records, passed as initial_state=; "
         "use with --sampling-rate 1 and --canary blank for their full-batch DP-GD audit)",
     )
-    limit_action(p.add_argument("--group-size", type=pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)"), 10**4, "each copy joins the training set")
+    limit_action(p.add_argument("--group-size", type=_pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)"), 10**4, "each copy joins the training set")
+
+
+def _add_bound_flags(p: argparse.ArgumentParser) -> None:
+    """How ε_LB is bounded: confidence, the bound, the honest threshold choice and the white-box score and budget."""
     p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="confidence of epsilon_lb (default 0.95)")
     p.add_argument(
         "--bound",
@@ -318,13 +359,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="white-box: pool trainings of --num-steps (default 2,000) steps until S seconds are spent, instead of a fixed length; a rerun reuses the stored ones and adds more",
     )
     p.add_argument("--score", choices=("dirac", "norm"), default="dirac", help="white-box score: the canary coordinate, or minus the update's norm (default dirac)")
+
+
+def _add_claim_flags(p: argparse.ArgumentParser) -> None:
+    """The claim a ``--train-fn`` is audited against: a JSON file or the DP-SGD parameters."""
     p.add_argument("--claim", type=path_type("--claim", must_exist="file"), metavar="FILE", help="--train-fn: the claim as JSON (dpaudit claim format)")
     p.add_argument("--claim-noise-multiplier", type=arg("--claim-noise-multiplier", v.positive), metavar="SIGMA", help="--train-fn: claimed DP-SGD noise multiplier")
     p.add_argument("--claim-sampling-rate", type=arg("--claim-sampling-rate", v.half_open_unit), metavar="Q", help="--train-fn: claimed Poisson sampling rate")
-    p.add_argument("--claim-num-steps", type=pos_int("--claim-num-steps"), metavar="T", help="--train-fn: claimed number of steps")
-    limit_action(p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for trials (default 1: in this process)"), 1024, "each worker is a process")
+    p.add_argument("--claim-num-steps", type=_pos_int("--claim-num-steps"), metavar="T", help="--train-fn: claimed number of steps")
+
+
+def _add_executor_flags(p: argparse.ArgumentParser) -> None:
+    """Where the trials run: workers, the executor and a Ray cluster."""
     from dpaudit.executors import EXECUTORS
 
+    limit_action(p.add_argument("--num-workers", type=_pos_int("--num-workers"), default=1, help="parallel worker processes for trials (default 1: in this process)"), 1024, "each worker is a process")
     p.add_argument(
         "--executor",
         choices=EXECUTORS,
@@ -337,6 +386,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --executor ray: send this checkout's packages to every node (Ray runtime_env py_modules) instead of using the dpaudit installed there; torch and the other dependencies must still be installed on each node",
     )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Adds ``audit`` to the ``dpaudit`` parser."""
+    p = sub.add_parser(
+        "audit",
+        help="empirical epsilon lower bound of a training procedure vs its claimed epsilon",
+        description=(
+            "Audit a DP training procedure: play a distinguishing game with canaries and bound epsilon from below "
+            "(epsilon_lb, at --confidence, with an honest threshold choice), then set it against the claim's upper "
+            "bound (epsilon_ub) under every applicable accountant, comparing with the tightest. Exit status 3 when epsilon_lb > epsilon_ub. Games: black-box multi-run "
+            "(--num-trials trainings with and without one canary), black-box one-run (--num-canaries m canaries in one training, "
+            "Steinke et al. 2023), and white-box (Dirac gradient canary inserted at random steps of DP-SGD; the compared "
+            "claim is ONE un-sampled Gaussian step, the mechanism each step's release is about the canary)."
+        ),
+    )
+    _add_target_flags(p)
+    _add_training_flags(p)
+    _add_canary_flags(p)
+    _add_bound_flags(p)
+    _add_claim_flags(p)
+    _add_executor_flags(p)
     add_common(p, out=True, seed=True, data_root=True, device="cpu", quiet=True)
     p.add_argument("--name", metavar="NAME", help="audit name under RUN_DIR/audits/ (default: derived from the configuration; reruns resume)")
     p.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report")

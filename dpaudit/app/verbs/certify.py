@@ -30,6 +30,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from attacks.evasion import EVASION_ATTACKS
 from dpaudit import _validate as v
 from dpaudit.app.common import (
     EXIT_OK,
@@ -41,7 +42,7 @@ from dpaudit.app.common import (
     emit,
     path_type,
 )
-from dpaudit.app.runs.certify import DEFAULT_ATTACKS, DEFAULT_RADII, CertifySpec, NotCertifiable, run_certify
+from dpaudit.app.runs.certify import DEFAULT_RADII, CertifySpec, NotCertifiable, run_certify
 from dpaudit.options import limit_action
 
 __all__ = ["register"]
@@ -71,10 +72,11 @@ def _count(flag: str, minimum: int) -> Any:
 def _cmd_certify(args: argparse.Namespace) -> int:
     from dpaudit.store import RunDir
 
+    registered = EVASION_ATTACKS.names()  # the default: every registered evasion attack
     for group in args.attack or ():
         if not all(name.strip() for name in group.split(",")):  # "" or "pgd,,mim" is a typo, not "no attack"
-            raise UsageError(f"--attack must name attacks separated by commas ({', '.join(DEFAULT_ATTACKS)}), got {group!r}; use --no-attacks for none", argument="--attack")
-    attacks = [a.strip() for group in (args.attack or [",".join(DEFAULT_ATTACKS)]) for a in group.split(",")]
+            raise UsageError(f"--attack must name attacks separated by commas ({', '.join(registered)}), got {group!r}; use --no-attacks for none", argument="--attack")
+    attacks = [a.strip() for group in (args.attack or [",".join(registered)]) for a in group.split(",")]
     if args.no_attacks:
         attacks = []
     check_record("--target", args.target)
@@ -149,7 +151,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "each draw is one forward pass per example",
     )
     p.add_argument("--radii", type=_radii(), metavar="R1,R2,...", help=f"perturbation radii (default {','.join(map(str, DEFAULT_RADII))})")
-    p.add_argument("--attack", action="append", metavar="NAMES", help="attacks, comma separated (default fgsm,ifgsm,pgd,mim)")
+    p.add_argument("--attack", action="append", metavar="NAMES", help=f"attacks, comma separated (default {','.join(EVASION_ATTACKS.names())})")
     p.add_argument("--no-attacks", action="store_true", help="certify only")
     p.add_argument("--norm", choices=("l2", "linf"), help="attack norm (default: the one the model was calibrated for)")
     limit_action(

@@ -84,9 +84,6 @@ def _eps_lines(names: tuple[str, ...], values: dict[str, float], computed_by: di
 
 def _cmd_epsilon(args: argparse.Namespace) -> int:
     from dpaudit.privacy.accountant_names import ACCOUNTANTS
-    from dpaudit.privacy.accountants import compute_epsilon
-    from dpaudit.privacy.calibration import calibrate_noise_multiplier, calibrate_num_steps
-    from dpaudit.privacy.events import sampled_gaussian_event
 
     # dp_accounting logs "Negative Renyi divergence ... returning an epsilon of zero" through absl
     # for ε ≈ 0 settings (huge σ, tiny q); that is the right answer there, and the log lines
@@ -97,52 +94,88 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
     if args.sampling_rate is None:
         raise UsageError("--sampling-rate is required for --mechanism dpsgd", argument="--sampling-rate")
     names = ACCOUNTANTS if args.accountant == "all" else (args.accountant,)
-    q, delta = args.sampling_rate, args.delta
     if args.target_epsilon is None:
-        if args.noise_multiplier is None or args.num_steps is None:
-            raise UsageError("--noise-multiplier and --num-steps are required unless --target-epsilon is given", argument="--noise-multiplier")
-        event = sampled_gaussian_event(sampling_rate=q, noise_multiplier=args.noise_multiplier, num_steps=args.num_steps)
-        setting = f"q={q:g}, sigma={args.noise_multiplier:g}, T={args.num_steps}"
-        values, computed_by, notes = _epsilons(event, names, delta, setting)
-        lines = [f"epsilon at delta={delta:g} for {setting}:"] + _eps_lines(names, values, computed_by, notes)
-        # The ε values stay top-level keys (as before); computed_by says which accountant produced
-        # each; a declined accountant has no key, only its note.
-        emit(args, {**values, "computed_by": computed_by, "notes": notes}, "\n".join(lines))
-        return EXIT_OK
+        return _dpsgd_epsilon(args, names)
+    return _solve(args, names)
 
+
+def _dpsgd_epsilon(args: argparse.Namespace, names: tuple[str, ...]) -> int:
+    """ε of DP-SGD's sampled Gaussian at the given σ and T, under each accountant in ``names``."""
+    from dpaudit.privacy.events import sampled_gaussian_event
+
+    q, delta = args.sampling_rate, args.delta
+    if args.noise_multiplier is None or args.num_steps is None:
+        raise UsageError("--noise-multiplier and --num-steps are required unless --target-epsilon is given", argument="--noise-multiplier")
+    event = sampled_gaussian_event(sampling_rate=q, noise_multiplier=args.noise_multiplier, num_steps=args.num_steps)
+    setting = f"q={q:g}, sigma={args.noise_multiplier:g}, T={args.num_steps}"
+    values, computed_by, notes = _epsilons(event, names, delta, setting)
+    lines = [f"epsilon at delta={delta:g} for {setting}:"] + _eps_lines(names, values, computed_by, notes)
+    # The ε values stay top-level keys (as before); computed_by says which accountant produced
+    # each; a declined accountant has no key, only its note.
+    emit(args, {**values, "computed_by": computed_by, "notes": notes}, "\n".join(lines))
+    return EXIT_OK
+
+
+def _solve_noise_multiplier(args: argparse.Namespace, solve_with: str, notes_solver: list[str]) -> float:
+    """The smallest σ whose ε at ``--num-steps`` stays within ``--target-epsilon`` (a note joins ``notes_solver`` at the search's floor)."""
+    from dpaudit.privacy.accountants import compute_epsilon
+    from dpaudit.privacy.calibration import calibrate_noise_multiplier
+    from dpaudit.privacy.events import sampled_gaussian_event
+
+    q, delta = args.sampling_rate, args.delta
+    if args.noise_multiplier is not None:
+        raise UsageError(f"--noise-multiplier={args.noise_multiplier!r} conflicts with --solve noise-multiplier; omit it", argument="--noise-multiplier")
+    if args.num_steps is None:
+        raise UsageError("--num-steps is required to solve for the noise multiplier", argument="--num-steps")
+    with warnings.catch_warnings():
+        # Each bisection step may fall back from pld to rdp or warn about the order grid; the
+        # final σ is re-evaluated below and its notes, if any, reported once.
+        warnings.simplefilter("ignore", RuntimeWarning)  # PLDFallbackWarning, edge-of-grid notes
+        try:
+            sigma = calibrate_noise_multiplier(target_epsilon=args.target_epsilon, delta=delta, sampling_rate=q, num_steps=args.num_steps, accountant=solve_with)
+        except ValueError as exc:
+            raise UsageError(str(exc), argument="--target-epsilon") from None
+        if sigma < 2 * _SOLVER_MIN_SIGMA:
+            floor_event = sampled_gaussian_event(sampling_rate=q, noise_multiplier=_SOLVER_MIN_SIGMA, num_steps=args.num_steps)
+            if compute_epsilon(floor_event, delta=delta, accountant=solve_with) <= args.target_epsilon:
+                notes_solver.append(f"the search stops near sigma = {_SOLVER_MIN_SIGMA:g}; smaller noise multipliers may reach epsilon={args.target_epsilon:g} too")
+    return sigma
+
+
+def _solve_num_steps(args: argparse.Namespace, solve_with: str) -> int:
+    """The largest T at ``--noise-multiplier`` whose ε stays within ``--target-epsilon`` (at most ``--max-num-steps``)."""
+    from dpaudit.privacy.calibration import calibrate_num_steps
+
+    if args.num_steps is not None:
+        raise UsageError(f"--num-steps={args.num_steps!r} conflicts with --solve num-steps; omit it", argument="--num-steps")
+    if args.noise_multiplier is None:
+        raise UsageError("--noise-multiplier is required to solve for the number of steps", argument="--noise-multiplier")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # PLDFallbackWarning, edge-of-grid notes
+        try:
+            return calibrate_num_steps(
+                target_epsilon=args.target_epsilon,
+                delta=args.delta,
+                sampling_rate=args.sampling_rate,
+                noise_multiplier=args.noise_multiplier,
+                accountant=solve_with,
+                max_steps=args.max_num_steps,
+            )
+        except ValueError as exc:
+            raise UsageError(str(exc), argument="--target-epsilon") from None
+
+
+def _solve(args: argparse.Namespace, names: tuple[str, ...]) -> int:
+    """σ (or T) that reaches ``--target-epsilon`` under one accountant, and ε of the result under each in ``names``."""
+    from dpaudit.privacy.events import sampled_gaussian_event
+
+    q, delta = args.sampling_rate, args.delta
     solve_with = "pld" if args.accountant == "all" else args.accountant
     notes_solver: list[str] = []
     if args.solve == "noise-multiplier":
-        if args.noise_multiplier is not None:
-            raise UsageError(f"--noise-multiplier={args.noise_multiplier!r} conflicts with --solve noise-multiplier; omit it", argument="--noise-multiplier")
-        if args.num_steps is None:
-            raise UsageError("--num-steps is required to solve for the noise multiplier", argument="--num-steps")
-        with warnings.catch_warnings():
-            # Each bisection step may fall back from pld to rdp or warn about the order grid; the
-            # final σ is re-evaluated below and its notes, if any, reported once.
-            warnings.simplefilter("ignore", RuntimeWarning)  # PLDFallbackWarning, edge-of-grid notes
-            try:
-                sigma = calibrate_noise_multiplier(target_epsilon=args.target_epsilon, delta=delta, sampling_rate=q, num_steps=args.num_steps, accountant=solve_with)
-            except ValueError as exc:
-                raise UsageError(str(exc), argument="--target-epsilon") from None
-            if sigma < 2 * _SOLVER_MIN_SIGMA:
-                floor_event = sampled_gaussian_event(sampling_rate=q, noise_multiplier=_SOLVER_MIN_SIGMA, num_steps=args.num_steps)
-                if compute_epsilon(floor_event, delta=delta, accountant=solve_with) <= args.target_epsilon:
-                    notes_solver.append(f"the search stops near sigma = {_SOLVER_MIN_SIGMA:g}; smaller noise multipliers may reach epsilon={args.target_epsilon:g} too")
-        steps = args.num_steps
+        sigma, steps = _solve_noise_multiplier(args, solve_with, notes_solver), args.num_steps
     else:
-        if args.num_steps is not None:
-            raise UsageError(f"--num-steps={args.num_steps!r} conflicts with --solve num-steps; omit it", argument="--num-steps")
-        if args.noise_multiplier is None:
-            raise UsageError("--noise-multiplier is required to solve for the number of steps", argument="--noise-multiplier")
-        sigma = args.noise_multiplier
-        cap = args.max_num_steps
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # PLDFallbackWarning, edge-of-grid notes
-            try:
-                steps = calibrate_num_steps(target_epsilon=args.target_epsilon, delta=delta, sampling_rate=q, noise_multiplier=sigma, accountant=solve_with, max_steps=cap)
-            except ValueError as exc:
-                raise UsageError(str(exc), argument="--target-epsilon") from None
+        sigma, steps = args.noise_multiplier, _solve_num_steps(args, solve_with)
     event = sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps)
     values, computed_by, notes = _epsilons(event, names, delta, f"q={q:g}, sigma={sigma:g}, T={steps}")
     payload = {

@@ -218,8 +218,6 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _analyze(pate: Any, args: argparse.Namespace, name: str, votes: Any, answered: Any, smooth: tuple[Any, Any], progress: Any) -> int:
-    from dpaudit.privacy.pate import smooth_sensitivity
-
     analysis: Any
     if name == "lnmax":
         analysis = pate.analyze_lnmax(votes, laplace_scale=args.laplace_scale, delta=args.delta, progress=None if smooth[0] is not None else progress)
@@ -229,7 +227,7 @@ def _analyze(pate: Any, args: argparse.Namespace, name: str, votes: Any, answere
         analysis = pate.analyze_confident_gnmax(
             votes, threshold=args.threshold, threshold_sigma=args.threshold_sigma, sigma=args.sigma, delta=args.delta, answered=answered, progress=None if smooth[0] is not None else progress
         )
-    dep, ind = analysis.data_dependent, analysis.data_independent
+    ind = analysis.data_independent
     # Public: the shape of the votes, δ, the data-independent bound (a function of the public
     # parameters and of the answered count, itself the mechanism's public output).
     payload: dict[str, Any] = {
@@ -251,38 +249,52 @@ def _analyze(pate: Any, args: argparse.Namespace, name: str, votes: Any, answere
         # A release prints only what may be published: the data-dependent ε, its order and the
         # expected answer count depend on the votes, so they are left out (run without the
         # --smooth-sensitivity-* flags for the private analysis).
-        beta, sigma_ss = smooth
-        try:
-            release = _release(smooth_sensitivity, name, votes, args, answered, beta, sigma_ss, progress)
-        except ValueError as exc:  # the library names beta / sigma_ss / order; the user typed these flags
-            if isinstance(exc, v.InvalidArgument) and exc.argument in ("sigma", "threshold_sigma"):
-                raise  # about --sigma / --threshold-sigma themselves (too small for a release): the CLI names them
-            raise UsageError(f"--smooth-sensitivity-beta={beta:g} --smooth-sensitivity-sigma={sigma_ss:g}: {exc}", argument="--smooth-sensitivity-beta") from None
-        payload.update(data_dependent=True, sanitised=True, publishable=not release.reproducible, release=_release_payload(release))
-        rule = "given by --smooth-sensitivity-order" if release.order_rule == "given" else "fixed from public parameters"
-        lines += [
-            f"  epsilon, released (noisy estimate, smooth sensitivity)  {fmt_eps(release.epsilon_noisy_estimate)}",
-            f"    order {release.order:g} ({rule}), beta={beta:g}, sigma_ss={sigma_ss:g}; includes the release's own RDP cost {release.rdp_release:.4g} at that order (GNSS, Papernot et al. 2018, Thm 23)",
-            "    a noisy estimate of the data-dependent epsilon, not a bound",
-        ]
-        if release.reproducible:
-            lines.append(f"  REPRODUCIBLE, NOT PRIVATE: the release noise was drawn from --seed {release.seed}; anyone with the seed can remove it. Do not publish this value.")
-        else:
-            lines.append("  release noise from the operating system's entropy: the value above may be published (the private data-dependent epsilon is not shown)")
+        part, part_lines = _released(args, name, votes, answered, smooth, progress)
     else:
-        dep_payload, dep_lines = _analysis_lines(name, dep, answered)
-        payload.update(dep_payload, data_dependent=True, sanitised=False, publishable=False)
-        if name == "confident-gnmax":
-            payload["expected_answered"] = dep.expected_answered
-        lines += dep_lines
-        if name == "confident-gnmax":
-            lines.append(f"  expected answered queries        {dep.expected_answered:.1f}" + ("" if answered is None else f" (answered: {int(answered.sum())})") + " — private")
-        if name == "lnmax":
-            lines.append("  the data-dependent epsilon depends on the private votes and is not sanitised: do not publish it as is")
-        else:
-            lines.append("  a data-dependent epsilon depends on the private votes: publish only its smooth-sensitivity release (--smooth-sensitivity-beta/-sigma)")
+        part, part_lines = _private(name, analysis.data_dependent, answered)
+    payload.update(part)
+    lines += part_lines
     emit(args, payload, "\n".join(lines))
     return EXIT_OK
+
+
+def _released(args: argparse.Namespace, name: str, votes: Any, answered: Any, smooth: tuple[Any, Any], progress: Any) -> tuple[dict[str, Any], list[str]]:
+    """The smooth-sensitivity release's JSON keys and lines: publishable values only (its noisy estimate and public parameters)."""
+    from dpaudit.privacy.pate import smooth_sensitivity
+
+    beta, sigma_ss = smooth
+    try:
+        release = _release(smooth_sensitivity, name, votes, args, answered, beta, sigma_ss, progress)
+    except ValueError as exc:  # the library names beta / sigma_ss / order; the user typed these flags
+        if isinstance(exc, v.InvalidArgument) and exc.argument in ("sigma", "threshold_sigma"):
+            raise  # about --sigma / --threshold-sigma themselves (too small for a release): the CLI names them
+        raise UsageError(f"--smooth-sensitivity-beta={beta:g} --smooth-sensitivity-sigma={sigma_ss:g}: {exc}", argument="--smooth-sensitivity-beta") from None
+    payload = {"data_dependent": True, "sanitised": True, "publishable": not release.reproducible, "release": _release_payload(release)}
+    rule = "given by --smooth-sensitivity-order" if release.order_rule == "given" else "fixed from public parameters"
+    lines = [
+        f"  epsilon, released (noisy estimate, smooth sensitivity)  {fmt_eps(release.epsilon_noisy_estimate)}",
+        f"    order {release.order:g} ({rule}), beta={beta:g}, sigma_ss={sigma_ss:g}; includes the release's own RDP cost {release.rdp_release:.4g} at that order (GNSS, Papernot et al. 2018, Thm 23)",
+        "    a noisy estimate of the data-dependent epsilon, not a bound",
+    ]
+    if release.reproducible:
+        lines.append(f"  REPRODUCIBLE, NOT PRIVATE: the release noise was drawn from --seed {release.seed}; anyone with the seed can remove it. Do not publish this value.")
+    else:
+        lines.append("  release noise from the operating system's entropy: the value above may be published (the private data-dependent epsilon is not shown)")
+    return payload, lines
+
+
+def _private(name: str, dep: Any, answered: Any) -> tuple[dict[str, Any], list[str]]:
+    """The private analysis's JSON keys and lines: the data-dependent ε, marked as not for publication."""
+    dep_payload, lines = _analysis_lines(name, dep, answered)
+    payload: dict[str, Any] = {**dep_payload, "data_dependent": True, "sanitised": False, "publishable": False}
+    if name == "confident-gnmax":
+        payload["expected_answered"] = dep.expected_answered
+        lines.append(f"  expected answered queries        {dep.expected_answered:.1f}" + ("" if answered is None else f" (answered: {int(answered.sum())})") + " — private")
+    if name == "lnmax":
+        lines.append("  the data-dependent epsilon depends on the private votes and is not sanitised: do not publish it as is")
+    else:
+        lines.append("  a data-dependent epsilon depends on the private votes: publish only its smooth-sensitivity release (--smooth-sensitivity-beta/-sigma)")
+    return payload, lines
 
 
 def _release_payload(release: Any) -> dict[str, Any]:
@@ -366,11 +378,8 @@ def _noise_flags(a: argparse.ArgumentParser) -> None:
     a.add_argument("--laplace-scale", type=arg("--laplace-scale", v.positive), metavar="B", help="LNMax Laplace scale b = 1/gamma (each answer is (2/b, 0)-DP)")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Adds ``pate`` (with ``analyze``, ``audit`` and ``attack``) to the ``dpaudit`` parser."""
-    p = sub.add_parser("pate", help="PATE: the privacy analysis of a teacher-vote matrix and the audit of an aggregator", description="PATE (Papernot et al. 2017, 2018) tools.")
-    kinds = p.add_subparsers(dest="pate_kind", metavar="KIND", parser_class=type(p))
-    kinds.required = True
+def _add_analyze(kinds: argparse._SubParsersAction) -> None:
+    """Adds ``pate analyze``: the privacy analysis of a vote matrix."""
     a = kinds.add_parser(
         "analyze",
         help="data-independent and data-dependent epsilon of a vote matrix",
@@ -418,6 +427,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--i-know", action="store_true", help="accept a vote matrix above the documented limits of --votes (long runs, large memory)")
     a.set_defaults(func=_cmd_analyze)
 
+
+def _add_audit(kinds: argparse._SubParsersAction) -> None:
+    """Adds ``pate audit``: the audit game of an aggregator."""
     u = kinds.add_parser(
         "audit",
         help="audit game of an aggregator: epsilon_lb from repeated answers on neighbouring votes",
@@ -445,6 +457,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     u.set_defaults(func=_cmd_audit)
 
+
+def _add_attack(kinds: argparse._SubParsersAction) -> None:
+    """Adds ``pate attack``: membership inference on a PATE student's aggregator."""
     t = kinds.add_parser(
         "attack",
         help="membership inference on a PATE student's aggregator answers",
@@ -466,3 +481,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--delta", type=delta_type, default=1e-5, help="delta of the epsilon lower bound (default 1e-5)")
     add_common(t, out=True, seed=True, data_root=True, device="cpu", quiet=True)
     t.set_defaults(func=_cmd_attack)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Adds ``pate`` (with ``analyze``, ``audit`` and ``attack``) to the ``dpaudit`` parser."""
+    p = sub.add_parser("pate", help="PATE: the privacy analysis of a teacher-vote matrix and the audit of an aggregator", description="PATE (Papernot et al. 2017, 2018) tools.")
+    kinds = p.add_subparsers(dest="pate_kind", metavar="KIND", parser_class=type(p))
+    kinds.required = True
+    _add_analyze(kinds)
+    _add_audit(kinds)
+    _add_attack(kinds)

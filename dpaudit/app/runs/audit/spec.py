@@ -1,7 +1,9 @@
 """What one audit is: :class:`AuditSpec`, validated once, and the choices it is made of.
 
-Torch-free: ``dpaudit audit`` builds the spec from its flags, ``dpaudit compare`` from a trained
-record; :mod:`dpaudit.app.runs.audit.runner` runs it.
+``dpaudit audit`` builds the spec from its flags, ``dpaudit compare`` from a trained record;
+:mod:`dpaudit.app.runs.audit.runner` runs it. The games it chooses among (:data:`THREATS`,
+:data:`METHODS`) are read from :data:`attacks.audit.procedures.AUDIT_PROCEDURES`, which imports
+torch (as the runner does).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from attacks.audit.procedures import AUDIT_PROCEDURES
 from dpaudit import _validate as v
 from dpaudit.privacy.audit_bounds import ONE_RUN_BOUND_CHOICES, SCORE_BOUND_CHOICES
 from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES
@@ -25,10 +28,25 @@ __all__ = [
     "WORST_CASE_AUDITOR_RECORDS",
     "AuditSpec",
     "audit_defenses",
+    "audit_threats",
+    "black_box_games",
 ]
 
-THREATS = ("black-box", "white-box")
-METHODS = ("multi-run", "one-run")
+
+def audit_threats() -> tuple[str, ...]:
+    """The threat models of the audit games registered now, in registration order (``--threat``)."""
+    return tuple(dict.fromkeys(game.threat for game in AUDIT_PROCEDURES.values()))
+
+
+def black_box_games() -> tuple[str, ...]:
+    """The black-box audit games registered now, in registration order (``--method``; the white-box threat has one game, chosen by ``--threat`` alone)."""
+    return tuple(name for name, game in AUDIT_PROCEDURES.items() if game.threat == "black-box")
+
+
+#: The threat models of the registered audit games (``black-box``, ``white-box``).
+THREATS: tuple[str, ...] = audit_threats()
+#: The registered black-box games (``multi-run``, ``one-run``).
+METHODS: tuple[str, ...] = black_box_games()
 CANARY_KINDS = ("clipbkd", "mislabelled", "blank")
 INIT_KINDS = ("random", "worst-case")
 #: Auditor records a worst-case start is pre-trained on (Annamalai & De Cristofaro use half of MNIST).
