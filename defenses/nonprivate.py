@@ -137,4 +137,4 @@ def train_nonprivate(
     return record, model
 
 
-DEFENSES.register(DefenseSpec(name="nonprivate", config_type=NonPrivateConfig, train=train_nonprivate, claim_kind="nonprivate", summary="non-private SGD baseline (ε = ∞)"))
+DEFENSES.register(DefenseSpec(name="nonprivate", config_type=NonPrivateConfig, train=train_nonprivate, claim_kind="nonprivate", summary="non-private SGD baseline (ε = ∞)", order=0))

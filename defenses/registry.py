@@ -120,6 +120,8 @@ class DefenseSpec:
             run is refused before anything is written.
         chance_hint: the flags to change first when a model of this defense trains to chance
             (the warning names them; ``None``: the generic training flags).
+        order: its place in listings (``--defense`` choices, error messages): the baseline
+            first, then DP training, the certified defenses, PATE and DSSGD; ascending.
     """
 
     name: str
@@ -139,11 +141,12 @@ class DefenseSpec:
     resolve_defaults: Callable[..., tuple[Any, str | None]] | None = None
     check_budget: Callable[..., None] | None = None
     chance_hint: str | None = None
+    order: int = 100
 
     def claim_kind_for(self, config: Any) -> str:
         """The claim kind a training with ``config`` returns, or a record with this stored config carries."""
         return self.claim_kind(config) if callable(self.claim_kind) else self.claim_kind
 
 
-#: Every defense, in registration order; each module under ``defenses`` registers its own.
-DEFENSES: Registry[DefenseSpec] = Registry("defense", argument="--defense", discover=("defenses",))
+#: Every defense, listed by its ``order``; each module under ``defenses`` registers its own.
+DEFENSES: Registry[DefenseSpec] = Registry("defense", argument="--defense", discover=("defenses",), order=lambda spec: spec.order)

@@ -159,5 +159,6 @@ DEFENSES.register(
         claim_kind="nonprivate",
         certification=certification_spec,
         summary="randomized smoothing: base model trained with Gaussian input noise, certified in L2 by CERTIFY (Cohen et al. 2019)",
+        order=30,
     )
 )

@@ -26,7 +26,7 @@ import pkgutil
 import threading
 from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from dpaudit import _validate as v
 
@@ -52,6 +52,10 @@ class Registry(MutableMapping[str, T], Generic[T]):
         key: the name a spec registers under (default: its ``name`` attribute).
         discover: packages whose modules are imported once, on first lookup, so that every
             part defined in them has registered itself.
+        order: where a part stands in listings (help choices, error messages, tables), by a
+            key of its spec; ties keep registration order. Without it, registration order —
+            which, for discovered parts, follows module names rather than what a reader expects
+            first (a baseline before its variants).
     """
 
     def __init__(
@@ -61,11 +65,13 @@ class Registry(MutableMapping[str, T], Generic[T]):
         argument: str | None = None,
         key: Callable[[T], str] | None = None,
         discover: tuple[str, ...] = (),
+        order: Callable[[T], Any] | None = None,
     ) -> None:
         self.kind = kind
         self.argument = argument or kind
         self._key = key or (lambda spec: spec.name)  # type: ignore[attr-defined]
         self._discover = discover
+        self._order = order
         self._parts: dict[str, T] = {}
         self._discovered = not discover
         self._lock = threading.RLock()
@@ -127,7 +133,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
                 _import_all(package)
 
     def _unknown(self, name: object) -> UnknownPart:
-        known = ", ".join(self._parts) or "none"
+        known = ", ".join(self._listed()) or "none"
         return UnknownPart(f"{self.argument} must name a registered {self.kind} ({known}); got {name!r}", argument=self.argument)
 
     def __getitem__(self, name: str) -> T:
@@ -147,9 +153,15 @@ class Registry(MutableMapping[str, T], Generic[T]):
     def __delitem__(self, name: str) -> None:
         self.unregister(name)
 
+    def _listed(self) -> list[str]:
+        if self._order is None:
+            return list(self._parts)
+        order = self._order
+        return [name for name, _ in sorted(self._parts.items(), key=lambda item: order(item[1]))]
+
     def __iter__(self) -> Iterator[str]:
         self._load()
-        return iter(list(self._parts))
+        return iter(self._listed())
 
     def __len__(self) -> int:
         self._load()
@@ -162,7 +174,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
     def names(self) -> tuple[str, ...]:
         """Registered names in registration order."""
         self._load()
-        return tuple(self._parts)
+        return tuple(self._listed())
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, parts={list(self._parts)!r})"

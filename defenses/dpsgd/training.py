@@ -588,5 +588,6 @@ DEFENSES.register(
         check_budget=_check_budget,
         chance_hint="--lot-size, --learning-rate, --epochs or --clip-norm (or a larger --target-epsilon)",
         summary="DP-SGD with Poisson lots, per-example clipping and Gaussian noise (+ DP-PCA) (Abadi et al. 2016)",
+        order=10,
     )
 )

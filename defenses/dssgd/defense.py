@@ -493,5 +493,6 @@ DEFENSES.register(
         report_lines=dssgd_report_lines,
         check_budget=_check_budget,
         summary="distributed selective SGD: participants upload a selected fraction of their updates to a parameter server, optionally by the sparse vector technique (Shokri & Shmatikov 2015)",
+        order=50,
     )
 )

@@ -81,7 +81,7 @@ train_agm = _make_nonprivate_trainer("agm", AGMConfig)
 train_hgm = _make_nonprivate_trainer("hgm", HGMConfig)
 
 
-def _register(name: str, config_type: type, train: Callable[..., tuple[TrainedModel, nn.Module]], summary: str) -> None:
+def _register(name: str, config_type: type, train: Callable[..., tuple[TrainedModel, nn.Module]], summary: str, order: int) -> None:
     DEFENSES.register(
         DefenseSpec(
             name=name,
@@ -94,10 +94,11 @@ def _register(name: str, config_type: type, train: Callable[..., tuple[TrainedMo
             family="noise-layer",
             chance_hint=CHANCE_HINT,
             summary=summary,
+            order=order,
         )
     )
 
 
-_register("pixeldp", PixelDPConfig, train_pixeldp, "noise layer after the first layer, classical Gaussian calibration (eps_r <= 1) (Lecuyer et al. 2019)")
-_register("agm", AGMConfig, train_agm, "PixelDP's noise layer with the analytic Gaussian calibration (Balle & Wang 2018)")
-_register("hgm", HGMConfig, train_hgm, "heterogeneous Gaussian noise layer, any eps_r > 0 (Phan et al. 2019)")
+_register("pixeldp", PixelDPConfig, train_pixeldp, "noise layer after the first layer, classical Gaussian calibration (eps_r <= 1) (Lecuyer et al. 2019)", order=20)
+_register("agm", AGMConfig, train_agm, "PixelDP's noise layer with the analytic Gaussian calibration (Balle & Wang 2018)", order=21)
+_register("hgm", HGMConfig, train_hgm, "heterogeneous Gaussian noise layer, any eps_r > 0 (Phan et al. 2019)", order=22)

@@ -133,5 +133,6 @@ DEFENSES.register(
         check_budget=_check_budget,
         chance_hint="--sensitivity-control (auto picks by the first layer), --attack-norm-bound, --lot-size, --learning-rate or --epochs",
         summary="HGM noise layer + DP-SGD: DP for the training data and certified robustness (Phan et al. 2019)",
+        order=23,
     )
 )

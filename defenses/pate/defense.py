@@ -553,5 +553,6 @@ DEFENSES.register(
         submodel_identity=teacher_identity,
         check_budget=_check_budget,
         summary="teachers on disjoint partitions, noisy vote aggregation (LNMax/GNMax/Confident-GNMax), released student (Papernot et al. 2017, 2018)",
+        order=40,
     )
 )

@@ -73,3 +73,17 @@ def test_discovery_imports_every_module_of_a_package(tmp_path, monkeypatch):
     finally:
         for name in [m for m in sys.modules if m == "toyparts" or m.startswith("toyparts.")]:
             del sys.modules[name]
+
+
+def test_an_order_key_sets_the_listing_order_whatever_the_registration_order():
+    @dataclass(frozen=True)
+    class Ranked:
+        name: str
+        rank: int
+
+    reg: Registry[Ranked] = Registry("widget", order=lambda spec: spec.rank)
+    for name, rank in (("variant", 2), ("other", 2), ("baseline", 0)):
+        reg.register(Ranked(name, rank))
+    assert reg.names() == ("baseline", "variant", "other") and list(reg) == ["baseline", "variant", "other"]
+    with pytest.raises(UnknownPart, match=r"\(baseline, variant, other\)"):
+        reg["zzz"]
