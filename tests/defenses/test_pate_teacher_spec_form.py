@@ -16,15 +16,7 @@ import pytest
 from defenses.nonprivate import NonPrivateConfig
 from defenses.pate.teachers import TeacherSpec
 from dpaudit import _validate as v
-
-
-def typed(x):
-    """``x`` with every container and leaf tagged by its type, keys in order."""
-    if isinstance(x, dict):
-        return ("dict", [(k, typed(val)) for k, val in x.items()])
-    if isinstance(x, (list, tuple)):
-        return (type(x).__name__, [typed(val) for val in x])
-    return (type(x).__name__, x)
+from tests.plain_forms import typed
 
 
 def _specs():
