@@ -1,8 +1,20 @@
-"""What a run of independent jobs costs: time on W workers, CPU-hours, memory (the cost model
-of :mod:`dpaudit.app.plan`, and the long-run notice every run prints before a long wait).
+"""The cost model of a run of independent jobs: its time on W workers, CPU-hours and memory per
+job (what ``--dry-run`` prints, :mod:`dpaudit.app.plan`), and the notice every run prints before
+a wait over an hour.
 
-``wall(W) = ceil(jobs / W) × job_seconds + (jobs / W) × overhead``: whole jobs per worker plus
-the executor's per-job overhead (Amdahl 1967, with the overhead as the serial part).
+A run of ``compare``, ``audit`` or ``attack membership`` is a set of independent jobs (trainings
+of shadow models, audit trials, grid cells). Its cost is estimated from the time of one job on
+this machine — measured passes of the model (:mod:`dpaudit.app.estimate`) times the examples
+the job pushes through it — and spread over W workers as whole jobs:
+``wall(W) = ceil(jobs / W) × job_seconds + (jobs / W) × overhead``, where ``overhead`` is the
+per-job cost of the executor (scheduling, result transfer; ``scripts/bench_scale.py`` measures
+it for the local pool and Ray). With jobs of equal length this is Amdahl's law with the serial
+part being the per-job overhead (Amdahl 1967); the driver's own work (loading, attacks on the
+stored models) is left out, so the estimate errs low, which is why it says "about".
+
+Memory per job is the dataset's tensors, the model with its gradients and two optimizer moments,
+per-example gradients of one batch for DP-SGD, and :data:`PROCESS_BYTES` for the interpreter
+with torch; the run needs that much on each worker.
 """
 
 from __future__ import annotations
@@ -82,6 +94,7 @@ class RunPlan:
 
 
 def short_duration(seconds: float) -> str:
+    """``40 s`` / ``12 min`` / ``3.5 h`` / ``2 days``: a plan's times, to the unit that reads best."""
     if seconds < 90:
         return f"{seconds:.0f} s" if seconds >= 1 else f"{seconds:.1g} s"
     if seconds < 5400:
@@ -92,6 +105,7 @@ def short_duration(seconds: float) -> str:
 
 
 def describe_size(num_bytes: float) -> str:
+    """``350 MB`` / ``1.2 GB``."""
     return f"{num_bytes / 2**30:.1f} GB" if num_bytes >= 2**30 else f"{num_bytes / 2**20:.0f} MB"
 
 

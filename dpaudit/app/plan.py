@@ -1,18 +1,8 @@
-"""The cost model: what a run will cost, before it runs (``--dry-run``, and the long-run notice).
+"""What a run will do and cost, before it runs: the plans ``--dry-run`` prints for ``compare``,
+``audit`` and ``attack membership``, and the notice of a plan whose wall time here is over an hour.
 
-A run of ``compare``, ``audit`` or ``attack membership`` is a set of independent jobs (trainings
-of shadow models, audit trials, grid cells). Its cost is estimated from the time of one job on
-this machine — measured passes of the model (:mod:`dpaudit.app.estimate`) times the examples
-the job pushes through it — and spread over W workers as whole jobs:
-``wall(W) = ceil(jobs / W) × job_seconds + (jobs / W) × overhead``, where ``overhead`` is the
-per-job cost of the executor (scheduling, result transfer; ``scripts/bench_scale.py`` measures
-it for the local pool and Ray). With jobs of equal length this is Amdahl's law with the serial
-part being the per-job overhead (Amdahl 1967); the driver's own work (loading, attacks on the
-stored models) is left out, so the estimate errs low, which is why it says "about".
-
-Memory per job is the dataset's tensors, the model with its gradients and two optimizer moments,
-per-example gradients of one batch for DP-SGD, and :data:`PROCESS_BYTES` for the interpreter
-with torch; the run needs that much on each worker.
+Each plan counts the run's independent jobs (grid cells, audit trials, shadow models), measures
+one job on this machine and hands both to the cost model of :mod:`dpaudit.app.cost`.
 """
 
 from __future__ import annotations
