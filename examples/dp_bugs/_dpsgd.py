@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-__all__ = ["CLAIM", "CLIP_NORM", "DPSGD", "Dataset", "State", "EXPECTED_LOT_SIZE", "NOISE_MULTIPLIER", "SAMPLING_RATE", "STEPS", "mlp", "model", "noise_seed"]
+__all__ = ["CLAIM", "CLIP_NORM", "DPSGD", "Dataset", "Grads", "State", "EXPECTED_LOT_SIZE", "NOISE_MULTIPLIER", "SAMPLING_RATE", "STEPS", "mlp", "model", "noise_seed"]
 
 SAMPLING_RATE = 0.1
 NOISE_MULTIPLIER = 3.0
