@@ -60,8 +60,9 @@ class OpacusDPSGD:
         """Exactly ``steps`` lots, however many epochs that takes."""
         return itertools.islice(itertools.chain.from_iterable(itertools.repeat(loader)), self.steps)
 
-    def before_step(self, optimizer: torch.optim.Optimizer, x: torch.Tensor) -> None:
-        """Nothing: the engine's settings hold for every step."""
+    def takes_step(self, optimizer: torch.optim.Optimizer, x: torch.Tensor) -> bool:
+        """Whether the lot ``x`` gets a step: always (an empty lot's step adds the noise alone)."""
+        return True
 
     def train(self, dataset: torch.utils.data.Dataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
         """Trains :func:`_dpsgd.model` with Opacus on ``dataset``; returns the plain module in eval mode."""
@@ -77,11 +78,12 @@ class OpacusDPSGD:
             private, optimizer, loader = self.make_private(net, optimizer, self.loader(dataset, seed), seed)
             private.train()
             for x, y in self.batches(loader):
+                if not self.takes_step(optimizer, x):
+                    continue
                 optimizer.zero_grad()
                 # Sum over the lot / its size: the mean for a lot, 0 (not NaN) for an empty one,
                 # whose backward still gives Opacus an empty batch to clip and noise.
                 loss = nn.functional.cross_entropy(private(x), y, reduction="sum") / max(len(y), 1)
                 loss.backward()
-                self.before_step(optimizer, x)
                 optimizer.step()
         return net.eval()
