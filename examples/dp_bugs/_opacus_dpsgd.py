@@ -13,15 +13,29 @@ Same model, claim and hyper-parameters as ``_dpsgd.py``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import torch
 from _dpsgd import CLIP_NORM, EXPECTED_LOT_SIZE, LEARNING_RATE, NOISE_MULTIPLIER, SAMPLING_RATE, STEPS, model, noise_seed
 from torch import nn
 
 __all__ = ["OpacusDPSGD"]
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """The logger ``name`` silenced below ERROR for the block, its level restored after."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 class OpacusDPSGD:
@@ -72,8 +86,9 @@ class OpacusDPSGD:
         if initial_state is not None:  # the auditor's start: public, so it costs no privacy
             net.load_state_dict(dict(initial_state))
         optimizer = torch.optim.SGD(net.parameters(), lr=self.learning_rate)
-        with warnings.catch_warnings():
-            # Opacus warns about its non-secure RNG, the seeded generator and the hooks' backward.
+        with warnings.catch_warnings(), _quiet("opacus.data_loader"):
+            # Opacus warns about its non-secure RNG, the seeded generator and the hooks' backward,
+            # and logs every empty Poisson lot: expected on an auditor's tiny datasets.
             warnings.simplefilter("ignore")
             private, optimizer, loader = self.make_private(net, optimizer, self.loader(dataset, seed), seed)
             private.train()

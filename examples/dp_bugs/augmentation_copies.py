@@ -6,9 +6,7 @@ as if they were 8 different people; the noise stays σC and the normaliser becom
 person's contribution is then the sum of 8 clipped gradients, of norm up to 8C: the sensitivity
 is k·C, not C. (Averaging the k copies' gradients *before* clipping is the correct way: De,
 Berrada, Hayes, Smith & Balle 2022, "Unlocking High-Accuracy Differentially Private Image
-Classification through Scale", §3.1, "augmentation multiplicity".) Listed among the bugs that
-reach users in Tramèr, Terzis, Steinke, Song, Jagielski & Carlini 2022, "Debugging Differential
-Privacy: A Case Study for Privacy Auditing".
+Classification through Scale", "augmentation multiplicity".)
 
 Leak (last iterate, Steinke, Jagielski, Nasr & Zhang 2024, "The Last Iterate Advantage", linear
 loss, copies aligned): Binomial(50, 0.1)·8 + N(0, 50·3²) against N(0, 50·3²): ε ≈ 19 at
@@ -32,7 +30,7 @@ from _dpsgd import CLAIM, DPSGD, Dataset, State, model
 __all__ = ["BUG", "CLAIM", "REPORTED", "model", "train"]
 
 BUG = "augmentation copies clipped separately"
-REPORTED = "De et al. 2022, Unlocking High-Accuracy Differentially Private Image Classification through Scale, §3.1 (the correct averaging); Tramèr et al. 2022, Debugging Differential Privacy"
+REPORTED = "De et al. 2022, Unlocking High-Accuracy Differentially Private Image Classification through Scale (augmentation multiplicity: average the copies, then clip)"
 
 COPIES = 8
 

@@ -9,9 +9,9 @@ part of the released ``state_dict``: a plain moving average of the private data.
 BatchNorm for this reason (its ``ModuleValidator`` asks for GroupNorm instead; Yousefpour et al.
 2021, "Opacus: User-Friendly Differential Privacy Library in PyTorch"); a hand-written loop, as
 here, or one that computes per-example gradients with a Jacobian of the batch losses, does not.
-Among the DP-SGD pitfalls listed by Ponomareva, Hazimeh, Kurakin, Xu, Denison, McMahan,
+Among the DP-SGD pitfalls discussed by Ponomareva, Hazimeh, Kurakin, Xu, Denison, McMahan,
 Vassilvitskii, Chien & Thakurta 2023 ("How to DP-fy ML: A Practical Guide to Machine Learning
-with Differential Privacy", §5).
+with Differential Privacy"), which recommend normalisation layers that do not mix examples.
 
 Leak: the running statistics are a deterministic function of the sampled records: on a dataset
 of the canary alone, ``running_mean`` keeps its initial value iff the canary was never sampled
@@ -35,7 +35,7 @@ from _dpsgd import CLAIM, DPSGD, FEATURES, HIDDEN, Dataset, Grads, State
 __all__ = ["BUG", "CLAIM", "REPORTED", "model", "train"]
 
 BUG = "BatchNorm in train mode"
-REPORTED = "Opacus ModuleValidator (Yousefpour et al. 2021), which rejects BatchNorm; Ponomareva et al. 2023, How to DP-fy ML, §5"
+REPORTED = "Opacus ModuleValidator (Yousefpour et al. 2021), which rejects BatchNorm; Ponomareva et al. 2023, How to DP-fy ML"
 
 
 def model() -> nn.Module:

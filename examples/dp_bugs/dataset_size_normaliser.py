@@ -6,7 +6,7 @@ the defaults: ``make_private`` sets the sampling rate to 1/len(data_loader) and 
 sum by ``expected_batch_size = int(len(dataset) · sample_rate)``. Both depend on the private
 dataset's size. On the author's 1437 training digits that is q = 0.1, a normaliser of 143 and
 T = 50 (the claim); on a dataset of n ≤ 144 records it is one batch per epoch, so q = 1, T = 5
-steps and the normaliser is n itself — the norm of the released noise, σC·√d/n over d = 4 874
+steps and the normaliser is n itself — the norm of the released noise, σC·√d/n over d = 4 810
 coordinates, tells n from n − 1. Reported in Opacus issues #819 and #571 (pytorch/opacus):
 the floor-based normalisation does not match the sampled-Gaussian accounting in small,
 high-dimensional settings (#571: ε reported ≈ 1.2, leakage measured ≈ 2.5 with 2–3 samples).
@@ -14,7 +14,7 @@ high-dimensional settings (#571: ε reported ≈ 1.2, leakage measured ≈ 2.5 w
 Leak (last iterate, Steinke, Jagielski, Nasr & Zhang 2024, "The Last Iterate Advantage", linear
 loss): on n ≤ 144 records the canary is in all 5 lots: 5·1 + N(0, 5·3²) against N(0, 5·3²),
 ε ≈ 3.1 at δ = 1e-5 from the gradient alone; the normaliser n against n − 1 adds a scale
-difference of 1/(n−1) in the noise's norm, measured to ±√(2/4874) ≈ 2%, so for n ≤ 20 it tells
+difference of 1/(n−1) in the noise's norm, measured to ±√(2/4810) ≈ 2%, so for n ≤ 20 it tells
 the datasets apart almost surely — against the claimed ε ≈ 0.97.
 """
 

@@ -4,12 +4,12 @@ The bug: a fine-tuning set-up in the PEFT style — the author builds the privat
 the trainable body, then unfreezes the classification head ("it is small, and it must adapt")
 and trains it with an ordinary optimizer on the same lots. The body's update is clipped and
 noised; the head's is the lot's plain mean gradient: no clipping and no noise. Any parameter
-missing from the private optimizer releases its gradients in the clear. Reported for Opacus as
-parameters that change ``requires_grad`` after ``make_private`` (the engine's hooks and its
-optimizer only see what was trainable then) and in LoRA/adapter fine-tuning recipes where a
-head is trained outside the DP optimizer; listed among the bugs auditing should catch by Tramèr,
-Terzis, Steinke, Song, Jagielski & Carlini 2022 ("Debugging Differential Privacy: A Case Study
-for Privacy Auditing").
+missing from the private optimizer releases its gradients in the clear. With Opacus the same
+happens to a parameter unfrozen after ``make_private``: the engine's hooks and optimizer were
+built for what was trainable then. Private fine-tuning trains the adapters *and* any new head
+inside the private optimizer (Yu, Naik, Backurs, Gopi, Inan, Kamath, Kulkarni, Lee, Manoel,
+Wutschitz, Yekhanin & Zhang 2022, "Differentially Private Fine-tuning of Language Models"); the
+class is listed in this suite's issue on the conformance battery as shipped in LoRA/PEFT set-ups.
 
 Leak: the head moves deterministically with the data (no noise): on a dataset of the canary
 alone the head is exactly its initial value iff the canary was never sampled (probability
@@ -33,7 +33,7 @@ from _dpsgd import CLAIM, DPSGD, Dataset, Grads, State, model
 __all__ = ["BUG", "CLAIM", "REPORTED", "model", "train"]
 
 BUG = "head trained outside the private optimizer"
-REPORTED = "Opacus (pytorch/opacus): parameters unfrozen after make_private; LoRA/PEFT heads trained outside the DP optimizer; Tramèr et al. 2022, Debugging Differential Privacy"
+REPORTED = "LoRA/PEFT set-ups with a head outside the DP optimizer; the correct recipe: Yu et al. 2022, Differentially Private Fine-tuning of Language Models"
 
 HEAD = "3."  # the last Linear of the MLP: unfrozen after the private optimizer was built
 

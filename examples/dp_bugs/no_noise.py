@@ -4,12 +4,10 @@ The bug: the noise multiplier reaches ``make_private`` as 0 — a configuration 
 author never overrode (``noise_multiplier=cfg.get("sigma", 0.0)``), while the report states the
 σ = 3 of the experiment plan. Opacus clips and averages as usual and accounts with σ = 0 (ε = ∞),
 but the claim a reader sees is computed from the plan. Training still works, better than with
-noise, so nothing looks wrong. Opacus 1.6 accepts ``noise_multiplier=0`` with a warning that the
-example's ``warnings.catch_warnings`` hides (Yousefpour et al. 2021, "Opacus: User-Friendly
-Differential Privacy Library in PyTorch"); the canonical planted bug of DP-SGD audits (Jagielski,
-Ullman & Oprea 2020, "Auditing Differentially Private Machine Learning: How Private is Private
-SGD?"; Nasr, Song, Thakurta, Papernot & Carlini 2021, "Adversary Instantiation: Lower Bounds for
-Differentially Private Machine Learning").
+noise, so nothing looks wrong. Opacus 1.6 accepts ``noise_multiplier=0`` without an error
+(Yousefpour et al. 2021, "Opacus: User-Friendly Differential Privacy Library in PyTorch"; its own
+tests use it to compare with non-private training), and the loop hides Opacus's warnings. It is the suite's first planted Opacus bug
+(``train_no_noise`` of the Opacus example under scripts/).
 
 Leak: no noise, so the last iterate (Steinke, Jagielski, Nasr & Zhang 2024, "The Last Iterate
 Advantage", linear loss) is Binomial(50, 0.1)·1 against 0: ε unbounded at δ = 1e-5 (the model
@@ -32,7 +30,7 @@ from _opacus_dpsgd import OpacusDPSGD
 __all__ = ["BUG", "CLAIM", "REPORTED", "model", "train"]
 
 BUG = "noise multiplier silently 0"
-REPORTED = "Jagielski, Ullman, Oprea 2020, Auditing Differentially Private Machine Learning (the planted no-noise baseline); Opacus accepts noise_multiplier=0 with a warning"
+REPORTED = "Opacus accepts noise_multiplier=0 without an error (Yousefpour et al. 2021); planted in the suite's Opacus example (train_no_noise)"
 
 CONFIG: dict[str, float] = {"max_grad_norm": 1.0}  # the author's run configuration: "sigma" never set
 

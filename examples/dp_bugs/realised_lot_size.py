@@ -5,11 +5,11 @@ setting ``optimizer.expected_batch_size = len(x)`` before every step — exactly
 for in Opacus issue #420 (pytorch/opacus). An empty lot then has nothing to divide by, so its
 step, and the noise it would add, is skipped. Both leak: the normaliser depends on whether the
 canary was sampled (the noisy sum is divided by |B| + 1 instead of |B|, visible in the norm of
-the released noise, about 4 874 coordinates), and a lot without the canary adds no noise at all
+the released noise, about 4 810 coordinates), and a lot without the canary adds no noise at all
 when the rest of the lot is empty. The private quantity that Opacus's accountant covers is the
 noisy *sum* divided by a public constant (Yousefpour et al. 2021, "Opacus: User-Friendly
-Differential Privacy Library in PyTorch"); the maintainers' answer to #420 was that the
-normaliser must not depend on the data.
+Differential Privacy Library in PyTorch"), and it covers it only while the normaliser does not
+depend on the data.
 
 Leak (last iterate, linear loss as in Steinke, Jagielski, Nasr & Zhang 2024, "The Last Iterate
 Advantage"): on a dataset of the canary alone, every lot without it is skipped, so the final

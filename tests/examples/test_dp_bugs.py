@@ -27,7 +27,7 @@ import pytest
 import torch
 from torch import nn
 
-from dpaudit.callables import FileCallable, resolve_callable
+from dpaudit.callables import FileCallable, code_fingerprint, resolve_callable
 from dpaudit.data import ArrayDataset, load_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,6 +149,12 @@ def test_a_relative_path_spec_resolves_from_the_repository_root(monkeypatch: pyt
     model_fn = resolve_callable("examples/dp_bugs/batchnorm.py:model", argument="--model-fn")
     assert isinstance(fc(digits(1), seed=0), nn.Module)
     assert any(isinstance(m, nn.BatchNorm1d) for m in model_fn().modules())
+
+
+def test_the_fingerprint_covers_the_shared_loops_beside_the_example() -> None:
+    """An edit of ``_dpsgd.py`` changes every example's code, so stored trials must not be reused."""
+    assert set(code_fingerprint(f"{BUGS / 'noise_not_scaled'}.py:train").covered()) == {"_dpsgd"}
+    assert set(code_fingerprint(f"{BUGS / 'no_noise'}.py:train").covered()) == {"_dpsgd", "_opacus_dpsgd"}
 
 
 # Each bug is present in the piece its module overrides (a test that would fail on the reference).
