@@ -89,8 +89,11 @@ def _train(dataset: torch.utils.data.Dataset, *, seed: int, noise_multiplier: fl
     for _ in range(EPOCHS):
         for x, y in loader:
             optimizer.zero_grad()
-            if len(x):
-                loss_fn(model(x), y).backward()
+            # An empty Poisson lot still needs its backward: Opacus then clips an empty batch and
+            # adds the noise of the step (skipping it left no per-sample gradient and crashed on
+            # the tiny datasets `dpaudit check` trains on). The sum over the lot, not a mean of
+            # nothing; Opacus's own normaliser divides by the expected lot size.
+            (nn.functional.cross_entropy(model(x), y, reduction="sum") / max(len(y), 1)).backward()
             optimizer.step()
     plain = model._module
     if extra_nonprivate_epochs:  # the planted mistake: a "harmless" fine-tuning pass
