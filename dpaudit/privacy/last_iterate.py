@@ -29,6 +29,7 @@ this is the Gaussian mechanism with μ = √T/σ (Balle & Wang 2018, Theorem 8).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -240,5 +241,10 @@ def claim_last_iterate_epsilon(claim: object, *, delta: float) -> float | None:
     params = dpsgd_parameters(claim.event)
     if params is None or params[2] > MAX_LAST_ITERATE_STEPS:
         return None
-    q, sigma, steps = params
+    return _cached_epsilon(*params, delta)
+
+
+# Audits of one claim are repeated (seeds, prefixes, soundness tests): the value is a pure function.
+@functools.lru_cache(maxsize=256)
+def _cached_epsilon(q: float, sigma: float, steps: int, delta: float) -> float:
     return last_iterate_epsilon(sampling_rate=q, noise_multiplier=sigma, num_steps=steps, delta=delta)
