@@ -83,7 +83,7 @@ def test_full_batches_are_the_gaussian_mechanism(sigma, steps, delta):
 def test_one_step_is_the_subsampled_gaussian(q, sigma, delta):
     # T = 1: nothing is hidden; the last iterate is the one release, whose tight ε dp_accounting's PLD gives.
     got = last_iterate_epsilon(sampling_rate=q, noise_multiplier=sigma, num_steps=1, delta=delta)
-    assert got == pytest.approx(_pld_epsilon(q, sigma, 1, delta), rel=3e-3, abs=2e-4)
+    assert got == pytest.approx(_pld_epsilon(q, sigma, 1, delta), rel=1e-6)
 
 
 def test_monotone_in_rate_and_noise_and_in_steps_beyond_the_first_few():
