@@ -13,7 +13,10 @@ returns a figure; saving is left to :mod:`reports.render`. Shown:
   counts) against the number of trials or canaries, recomputed on prefixes of the stored scores
   by :func:`dpaudit.results.auditing.epsilon_lb_by_trials` and handed in as an
   :class:`~dpaudit.results.audit.EpsilonByTrials`: ε_LB far below a high ceiling is a weak
-  attack; ε_LB at a low ceiling is a design that needs more trials.
+  attack; ε_LB at a low ceiling is a design that needs more trials;
+* one sentence splitting the gap ε_UB − ε_LB into what the threat model hides (ε_UB minus the
+  last-iterate ε of Steinke et al. 2024), what the audit's size allows (the ceiling) and what
+  the attack leaves (:func:`gap_sentence`, from :attr:`~dpaudit.results.audit.AuditResult.gap`).
 
 Torch-free: it renders from a stored :class:`~dpaudit.results.audit.AuditResult` and ``scores.npz``.
 """
@@ -39,7 +42,7 @@ from dpaudit.results.audit import AuditResult, EpsilonByTrials, load_audit_resul
 from dpaudit.store import RunDir, load_npz
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.render import Banner, Figure, Items, Section, Table, accountant_table, format_number, write_report_files
+from reports.render import Banner, Figure, Items, Section, Table, Text, accountant_table, format_number, write_report_files
 
 __all__ = [
     "score_histogram",
@@ -47,6 +50,7 @@ __all__ = [
     "guess_curve_figure",
     "ceiling_figure",
     "bounds_table",
+    "gap_sentence",
     "audit_section",
     "split_scores",
     "StoredAudit",
@@ -158,6 +162,14 @@ def bounds_table(result: AuditResult) -> Table:
     else:
         rows.append(["ceiling (largest ε_LB this design can show)", None, "not recorded: this result was stored before ceilings were reported"])
     rows.append([f"ε_UB (tightest accountant: {result.accountant})", result.epsilon_ub, result.claim_description])
+    if result.epsilon_last_iterate is not None:
+        rows.append(
+            [
+                "ε last-iterate (heuristic, not a bound)",
+                result.epsilon_last_iterate,
+                "the final model alone if the losses were linear (Steinke et al. 2024); ε_UB minus it is what the threat model hides",
+            ]
+        )
     if result.epsilon_estimate is not None:
         rows.append(["ε estimate (not a bound)", result.epsilon_estimate, str(result.details.get("estimate_kind", "point estimate"))])
     comp = result.details.get("composed_estimate")
@@ -166,8 +178,44 @@ def bounds_table(result: AuditResult) -> Table:
     full = result.details.get("full_run_claim")
     if full:
         rows.append([f"full-run ε_UB {full['accountant']} (context)", full["epsilon_ub"], full["description"]])
+        if full.get("epsilon_last_iterate") is not None:
+            rows.append(["full-run ε last-iterate (context)", full["epsilon_last_iterate"], "the run's final model alone under the linear-loss heuristic (Steinke et al. 2024)"])
     rows.append(["tightness ε_LB / ε_UB", result.tightness, ""])
     return Table(columns=["quantity", "ε", "how"], rows=rows, caption=f"δ = {result.delta:g}; confidence {result.confidence:.0%}.")
+
+
+def gap_sentence(result: AuditResult) -> str:
+    """One sentence splitting ε_UB − ε_LB (:attr:`AuditResult.gap`): threat model, design, attack.
+
+    The threat model's share is ε_UB − the last-iterate ε of Steinke et al. (2024, "The Last
+    Iterate Advantage", Theorem 1 / Heuristic 1), the design's what the ceiling cannot reach,
+    the attack's the rest. Words only; the numbers are the result's own.
+    """
+    g, f = result.gap, format_number
+    if math.isinf(result.epsilon_ub):
+        return "No gap to split: the claim guarantees nothing (ε_UB = ∞)."
+    if result.violation:
+        return f"No gap to split: ε_LB = {f(result.epsilon_lb)} exceeds ε_UB = {f(result.epsilon_ub)}, a violation."
+    total = f"Gap ε_UB − ε_LB = {f(result.epsilon_ub - result.epsilon_lb)}"
+    li = result.epsilon_last_iterate
+    if li is None:
+        threat = "the last-iterate ε is not defined for this claim (not DP-SGD) or was not recorded, so what the threat model hides is not separated from the rest; "
+    elif result.threat_model == "white-box":
+        threat = "the threat model hides nothing (the white-box game observes every step, and ε_UB is one step's); "
+    else:
+        threat = (
+            f"{f(g['threat_model'])} is what the black-box threat model hides (ε_UB assumes every iterate is released; "
+            f"the final model alone has ε ≈ {f(li)} under the last-iterate heuristic of Steinke et al. 2024, a prediction, not a bound); "
+        )
+    ceiling = "its ceiling was not recorded" if result.ceiling is None else f"its ceiling is {f(result.ceiling)}"
+    design = f"{f(g['design'])} is what the audit's size allows ({ceiling})"
+    attack = g["attack"]
+    assert attack is not None
+    if attack < 0 and li is not None:
+        rest = f"; ε_LB exceeds the last-iterate ε by {f(-attack)}: this training leaks more through its final model than the linear-loss heuristic predicts."
+    else:
+        rest = f"; {f(attack)} is what the attack leaves."
+    return f"{total}: {threat}{design}{rest}"
 
 
 def _covered_lines(details: Mapping[str, Any]) -> list[str]:
@@ -247,6 +295,7 @@ def audit_section(
         )
     else:
         blocks.append(Banner(text=f"No violation: ε_LB = {result.epsilon_lb:.3f} ≤ ε_UB = {ub} ({result.accountant}); tightness {result.tightness:.2f}.", level="ok"))
+    blocks.append(Text(text=gap_sentence(result)))
     blocks.append(bounds_table(result))
     epsilons = dict(result.epsilon_ub_by_accountant) or ({result.accountant: result.epsilon_ub} if math.isfinite(result.epsilon_ub) else {})
     blocks.append(accountant_table(epsilons, delta=result.delta, description=result.claim_description, compared=result.accountant))

@@ -50,6 +50,7 @@ from dpaudit.executors.jobs import Executor, Job
 from dpaudit.privacy.audit_bounds import composed_gdp_epsilon, gaussian_step_claim
 from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES, gdp_mu_lb_from_counts
 from dpaudit.privacy.claims import PrivacyClaim
+from dpaudit.privacy.last_iterate import claim_last_iterate_epsilon
 from dpaudit.registry import Registry
 from dpaudit.results.audit import AuditResult, save_audit_result
 from dpaudit.results.auditing import audit_from_one_run, audit_from_scores
@@ -291,7 +292,14 @@ def _with_run_context(
     """The white-box result with the full run's own claim and the CLT-composed estimate beside it (never compared)."""
     if full_claim is not None:
         ub = full_claim.upper_bound(delta=delta)
-        details["full_run_claim"] = {"description": full_claim.description, "accountant": ub.accountant, "epsilon_ub": ub.epsilon, "epsilon_ub_by_accountant": dict(ub.by_accountant)}
+        details["full_run_claim"] = {
+            "description": full_claim.description,
+            "accountant": ub.accountant,
+            "epsilon_ub": ub.epsilon,
+            "epsilon_ub_by_accountant": dict(ub.by_accountant),
+            # The final model's ε under the linear-loss heuristic: what a black-box audit of the run could aim at.
+            "epsilon_last_iterate": claim_last_iterate_epsilon(full_claim, delta=delta),
+        }
     estimate = None
     if sampling_rate is not None and num_steps is not None:
         d = result.details

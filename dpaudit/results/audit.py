@@ -11,7 +11,12 @@ observations per side cannot exceed ≈ ln(n) (audit.md §1: 3.28 at n = 100, 5.
 Steinke et al.'s one-run bound is capped by its guess count (audit.md §4, §8), so ε_LB = 0.4 means
 "a weak attack" beside a ceiling of 22 but "a design that could not say more" beside 0.6.
 :class:`EpsilonByTrials` holds ε_LB and the ceiling recomputed on prefixes of the observations,
-for the report's plot of both against the number of trials. Torch-free.
+for the report's plot of both against the number of trials.
+
+For DP-SGD-family claims a result also carries ``epsilon_last_iterate``, the ε of the final model
+alone under the linear-loss heuristic of Steinke et al. (2024), so that :attr:`AuditResult.gap`
+splits ε_UB − ε_LB into what the threat model hides (ε_UB − last-iterate), what the design allows
+(the ceiling) and what the attack leaves. Torch-free.
 """
 
 from __future__ import annotations
@@ -108,6 +113,12 @@ class AuditResult:
             (observations, or canaries and guess counts), Bonferroni factor, confidence, δ, group
             size and bound with a perfect attack (:func:`dpaudit.results.auditing.audit_ceiling`).
             ``None`` only for results stored before ceilings were reported.
+        epsilon_last_iterate: the last-iterate ε of the claim at ``delta`` (Steinke et al. 2024,
+            "The Last Iterate Advantage", Theorem 1 / Heuristic 1;
+            :func:`dpaudit.privacy.last_iterate.claim_last_iterate_epsilon`): what the final
+            model alone reveals if the losses were linear. A heuristic, not a bound. ``None``
+            for claims outside the DP-SGD family (PATE, DSSGD, no mechanism, DP-PCA composed
+            in) and for results stored before it was recorded.
         assumption: what ``epsilon_lb`` assumes about the mechanism beyond its claim:
             ``none (Clopper-Pearson)`` / ``none (Steinke et al. one-run)``, or a trade-off
             family (``gaussian trade-off (GDP)``, ``… (f-DP one-run)``), under which alone the
@@ -132,6 +143,7 @@ class AuditResult:
     details: Mapping[str, Any] = field(default_factory=dict)
     ceiling: float | None = None
     assumption: str = ""
+    epsilon_last_iterate: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon_lb", v.non_negative("epsilon_lb", self.epsilon_lb))
@@ -139,6 +151,11 @@ class AuditResult:
             object.__setattr__(self, "ceiling", v.non_negative("ceiling", self.ceiling))
             if self.epsilon_lb > self.ceiling + _CEILING_TOLERANCE:
                 raise v.invalid("ceiling", f"ceiling must be >= epsilon_lb={self.epsilon_lb!r} (a perfect attack bounds every attack), got {self.ceiling!r}")
+        if self.epsilon_last_iterate is not None:
+            li = v.real("epsilon_last_iterate", self.epsilon_last_iterate)
+            if li < 0:
+                raise v.invalid("epsilon_last_iterate", f"epsilon_last_iterate must be >= 0, got {self.epsilon_last_iterate!r}")
+            object.__setattr__(self, "epsilon_last_iterate", li)
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         v.choice("method", self.method, AUDIT_METHODS)
         v.choice("bound", self.bound, AUDIT_BOUNDS)
@@ -192,6 +209,30 @@ class AuditResult:
             return None
         return 0.0 if self.ceiling <= 0 else min(1.0, self.epsilon_lb / self.ceiling)
 
+    @property
+    def gap(self) -> dict[str, float | None]:
+        """ε_UB − ε_LB split into what the threat model hides, what the design allows and what the attack leaves.
+
+        With r = ``epsilon_last_iterate`` (ε_UB when unknown) and c = ``ceiling`` (r when unknown):
+        ``threat_model`` = ε_UB − r (the intermediate iterates the accountant assumes released and
+        a black-box audit never sees; ``None`` without a last-iterate ε), ``design`` = max(0, r − c)
+        (what no attack could show with the audit's counts), ``attack`` = min(r, c) − ε_LB (what
+        this attack left; negative when ε_LB exceeds the heuristic, which the heuristic does not
+        forbid). The three add up to ε_UB − ε_LB. The four values they are read from come along.
+        """
+        ub, li, lb = self.epsilon_ub, self.epsilon_last_iterate, self.epsilon_lb
+        ref = ub if li is None else li
+        top = ref if self.ceiling is None else self.ceiling
+        return {
+            "epsilon_ub": ub,
+            "epsilon_last_iterate": li,
+            "ceiling": self.ceiling,
+            "epsilon_lb": lb,
+            "threat_model": None if li is None else (0.0 if ub == li else ub - li),
+            "design": max(0.0, ref - top),
+            "attack": min(ref, top) - lb,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict (non-finite floats are handled by :mod:`dpaudit.store`)."""
         return {
@@ -200,6 +241,8 @@ class AuditResult:
             "ceiling": self.ceiling,
             "ceiling_fraction": self.ceiling_fraction,
             "epsilon_ub": self.epsilon_ub,
+            "epsilon_last_iterate": self.epsilon_last_iterate,
+            "gap": self.gap,
             "accountant": self.accountant,
             "confidence": self.confidence,
             "delta": self.delta,
@@ -223,8 +266,9 @@ class AuditResult:
     def from_dict(cls, data: Mapping[str, Any]) -> AuditResult:
         """Rebuilds a result from :meth:`to_dict` output; derived keys are ignored.
 
-        ``ceiling`` is optional: results written before it was reported (same schema version;
-        the field is additive) load with ``ceiling=None``, and reports say it was not recorded.
+        ``ceiling`` and ``epsilon_last_iterate`` are optional: results written before they were
+        reported (same schema version; the fields are additive) load with ``None``, and reports
+        say they were not recorded.
 
         Raises:
             ValueError: wrong schema version or a missing key.
@@ -238,7 +282,7 @@ class AuditResult:
         missing = [k for k in required if k not in data]
         if missing:
             raise v.invalid(None, f"audit result is missing keys {missing}")
-        optional = ("epsilon_ub_by_accountant", "epsilon_estimate", "group_size", "threat_model", "claim_description", "details", "ceiling", "assumption")
+        optional = ("epsilon_ub_by_accountant", "epsilon_estimate", "group_size", "threat_model", "claim_description", "details", "ceiling", "assumption", "epsilon_last_iterate")
         return cls(**{k: data[k] for k in required}, **{k: data[k] for k in optional if k in data})
 
     def summary(self) -> str:

@@ -21,6 +21,9 @@ Which bound a claim admits, the one-step claim of the white-box game and the cen
 composition are privacy mathematics (:mod:`dpaudit.privacy.audit_bounds`); results import
 privacy, never the reverse.
 
+Beside ε_UB every result carries the claim's last-iterate ε (Steinke et al. 2024, Theorem 1 /
+Heuristic 1; :mod:`dpaudit.privacy.last_iterate`), ``None`` outside the DP-SGD family.
+
 ε_UB is evaluated once, on the claim (``claim.upper_bound``, i.e. :meth:`PrivacyClaim.epsilons`
 under every applicable accountant); the result keeps every accountant's number and compares
 ε_LB with the tightest: an audit that beats the best available upper bound is the strongest
@@ -54,6 +57,7 @@ from dpaudit.privacy.audit_stats import (
 from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.privacy.fdp_one_run import TRADEOFF_CURVES, fdp_one_run_bound_from_scores, fdp_one_run_epsilon_lb
 from dpaudit.privacy.gaussian import gdp_epsilon
+from dpaudit.privacy.last_iterate import claim_last_iterate_epsilon
 from dpaudit.results.audit import (
     ASSUMPTION_APPROXIMATE,
     AUDIT_BOUNDS,
@@ -238,6 +242,7 @@ def audit_from_scores(
         epsilon_ub=ub,
         accountant=acc,
         epsilon_ub_by_accountant=by,
+        epsilon_last_iterate=claim_last_iterate_epsilon(claim, delta=delta),
         epsilon_estimate=estimate,
         group_size=group_size,
         threat_model=threat_model,
@@ -463,6 +468,7 @@ def audit_from_one_run(
         epsilon_ub=ub,
         accountant=acc,
         epsilon_ub_by_accountant=by,
+        epsilon_last_iterate=claim_last_iterate_epsilon(claim, delta=delta),
         epsilon_estimate=estimate,
         threat_model=threat_model,
         claim_description=claim.statement(),

@@ -49,6 +49,9 @@ class TrainedOutcome:
         test_accuracy: its test accuracy (nan when not measured).
         epsilon_ub: accountant → ε at the grid's δ (``{"none": inf}`` for a non-private record).
         data_dependent: the ε depends on the private data (PATE without smooth sensitivity).
+        epsilon_last_iterate: the claim's last-iterate ε at the grid's δ (Steinke et al. 2024,
+            Theorem 1 / Heuristic 1); ``None`` outside the DP-SGD family and in outcomes
+            stored before it was recorded.
         record_dir: where the record is stored (read by the evaluation jobs).
         num_members: the record's training-set size.
         reused: the record was found in the run rather than trained by this job.
@@ -58,6 +61,7 @@ class TrainedOutcome:
     test_accuracy: float
     epsilon_ub: Mapping[str, float]
     data_dependent: bool = False
+    epsilon_last_iterate: float | None = None
     record_dir: str = ""
     num_members: int | None = None
     reused: bool = False
@@ -72,6 +76,8 @@ class TrainedOutcome:
         }
         if self.num_members is not None:
             out["num_members"] = self.num_members
+        if self.epsilon_last_iterate is not None:  # absent otherwise: stored outcomes keep their shape
+            out["epsilon_last_iterate"] = self.epsilon_last_iterate
         out["reused"] = self.reused
         return out
 
@@ -82,6 +88,7 @@ class TrainedOutcome:
             test_accuracy=float(data["test_accuracy"]),
             epsilon_ub=_floats(data["epsilon_ub"]),
             data_dependent=bool(data.get("data_dependent", False)),
+            epsilon_last_iterate=None if data.get("epsilon_last_iterate") is None else float(data["epsilon_last_iterate"]),
             record_dir=str(data.get("record_dir", "")),
             num_members=None if data.get("num_members") is None else int(data["num_members"]),
             reused=bool(data.get("reused", False)),
@@ -397,6 +404,7 @@ def _row(s: SettingOutcomes, *, baseline_accuracy: float, delta: float, membersh
         accuracy_loss=baseline_accuracy - acc,
         epsilon_ub=eps_ub if private else {},
         epsilon_ub_data_dependent=bool(trained[0].data_dependent),
+        epsilon_last_iterate=trained[0].epsilon_last_iterate if private else None,
         epsilon_lb=float(best_lb),
         best_attack=best_attack,
         membership=ev.membership,

@@ -78,6 +78,11 @@ class ComparisonRow:
             for a defense without a DP claim on its training data).
         epsilon_ub_data_dependent: the ε depends on the private data (PATE without smooth
             sensitivity): it is then itself private and marked as such.
+        epsilon_last_iterate: the last-iterate ε at ``delta`` of the row's claim (Steinke et al.
+            2024, "The Last Iterate Advantage", Theorem 1 / Heuristic 1): the final model alone
+            under the linear-loss heuristic, a prediction and not a bound; ε_UB minus it is what
+            the black-box threat model hides. ``None`` outside the DP-SGD family and in
+            comparisons stored before it was recorded.
         epsilon_lb: the best empirical lower bound over every attack and repeat, valid jointly
             at ``confidence`` (Bonferroni over the bounds it is the maximum of); 0 when none.
         best_attack: the attack that achieved ``epsilon_lb`` (``None`` when no attack ran).
@@ -105,6 +110,7 @@ class ComparisonRow:
     accuracy_loss: float = 0.0
     epsilon_ub: Mapping[str, float] = field(default_factory=dict)
     epsilon_ub_data_dependent: bool = False
+    epsilon_last_iterate: float | None = None
     epsilon_lb: float = 0.0
     best_attack: str | None = None
     membership: Mapping[str, Any] = field(default_factory=dict)
@@ -130,6 +136,8 @@ class ComparisonRow:
         v.choice("verdict", self.verdict, VERDICTS)
         if self.inversion_top1 is not None:
             object.__setattr__(self, "inversion_top1", v.real("inversion_top1", self.inversion_top1))
+        if self.epsilon_last_iterate is not None:
+            object.__setattr__(self, "epsilon_last_iterate", v.non_negative("epsilon_last_iterate", self.epsilon_last_iterate))
         for name in ("parameters", "epsilon_ub", "membership", "vulnerable", "robust_accuracy", "certified_accuracy", "links"):
             object.__setattr__(self, name, _mapping(name, getattr(self, name)))
         object.__setattr__(self, "findings", tuple(str(f) for f in self.findings))
@@ -152,6 +160,7 @@ class ComparisonRow:
             "accuracy_loss": self.accuracy_loss,
             "epsilon_ub": thaw(self.epsilon_ub),
             "epsilon_ub_data_dependent": self.epsilon_ub_data_dependent,
+            "epsilon_last_iterate": self.epsilon_last_iterate,
             "epsilon_lb": self.epsilon_lb,
             "best_attack": self.best_attack,
             "membership": thaw(self.membership),
@@ -258,6 +267,7 @@ class ComparisonResult:
                 "accuracy_loss": r.accuracy_loss,
                 "epsilon_ub": thaw(r.epsilon_ub),
                 "epsilon_ub_data_dependent": r.epsilon_ub_data_dependent,
+                "epsilon_last_iterate": r.epsilon_last_iterate,
                 "epsilon_lb": r.epsilon_lb,
                 "best_attack": r.best_attack,
                 "membership": {a: {"auc": m["auc"], "advantage": m["advantage"], "tpr_at_fpr": dict(m["tpr_at_fpr"])} for a, m in thaw(r.membership).items()},

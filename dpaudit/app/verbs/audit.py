@@ -202,6 +202,14 @@ def _spec_from_args(args: argparse.Namespace, claim: Any) -> Any:
     return spec
 
 
+def last_iterate_line(result: Any) -> str:
+    """The last-iterate ε of an audit for a terminal (Steinke et al. 2024's heuristic), or why there is none."""
+    li = getattr(result, "epsilon_last_iterate", None)
+    if li is None:
+        return "n/a (not a DP-SGD claim, or a result written before it was recorded)"
+    return f"{fmt_eps(li)}  (final model only, linear-loss heuristic; a prediction, not a bound)"
+
+
 def _result_lines(result: Any, directory: Path) -> list[str]:
     """The terminal summary of an audit result: both bounds, what they assume, the ceiling and the verdict."""
     fmt = fmt_eps
@@ -213,6 +221,7 @@ def _result_lines(result: Any, directory: Path) -> list[str]:
         f"  ceiling     {ceiling_line(result)}",
         f"  epsilon_ub  {fmt(result.epsilon_ub)}  (tightest: {result.accountant}; {result.claim_description})",
         "  epsilon_ub by accountant: " + (", ".join(f"{k} {fmt(x)}" for k, x in result.epsilon_ub_by_accountant.items()) or "none (no privacy mechanism)"),
+        f"  last-iterate {last_iterate_line(result)}",
         f"  tightness   {result.tightness:.3f}" + ("" if result.epsilon_estimate is None else f"   (point estimate, not a bound: {result.epsilon_estimate:.4f})"),
         "  VIOLATION: epsilon_lb > epsilon_ub — the implementation does not meet its claim" if result.violation else "  no violation",
         f"  results: {directory}",

@@ -73,11 +73,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     report = index.compare[0] if getattr(index, "compare", None) else index.index_html
     lines = [
         f"compared {len(result.rows)} defense settings on {result.dataset} ({len(grid.seeds)} repeat(s)); jobs: {result.jobs_run} run, {result.jobs_reused} reused from {run.path}",
-        f"  {'setting':<28}{'test acc':>9}{'acc loss':>9}{'eps_UB':>9}{'eps_LB':>8}  best attack",
+        f"  {'setting':<28}{'test acc':>9}{'acc loss':>9}{'eps_UB':>9}{'eps_LI':>8}{'eps_LB':>8}  best attack",
     ]
     for r in result.rows:
         ub = _num(r.epsilon_ub_best, 2) + ("*" if r.epsilon_ub_data_dependent else "")
-        lines.append(f"  {r.label:<28}{_num(r.test_accuracy):>9}{_num(r.accuracy_loss):>9}{ub:>9}{_num(r.epsilon_lb, 2):>8}  {r.best_attack or '—'}  [{r.verdict}]")
+        lines.append(f"  {r.label:<28}{_num(r.test_accuracy):>9}{_num(r.accuracy_loss):>9}{ub:>9}{_num(r.epsilon_last_iterate, 2):>8}{_num(r.epsilon_lb, 2):>8}  {r.best_attack or '—'}  [{r.verdict}]")
+    lines.append("  eps_LI: the final model's ε under the last-iterate heuristic of Steinke et al. 2024 (DP-SGD rows; a prediction, not a bound)")
     if any(r.epsilon_ub_data_dependent for r in result.rows):
         lines.append("  * data-dependent ε: computed from the private data")
     for r in result.violations:

@@ -100,6 +100,8 @@ def train_job(*, grid: CompareGrid, setting: Setting, seed: int, run_dir: str, d
     outcome = train_or_load(spec, RunDir(run_dir))
     record = outcome.record
     claim = record.claim
+    from dpaudit.privacy.last_iterate import claim_last_iterate_epsilon
+
     if claim.is_private:
         epsilons = {k: float(e) for k, e in claim.epsilons(delta=grid.delta).items()}
     else:
@@ -110,6 +112,7 @@ def train_job(*, grid: CompareGrid, setting: Setting, seed: int, run_dir: str, d
         test_accuracy=float(record.metrics.get("test_accuracy", math.nan)),
         epsilon_ub=epsilons,
         data_dependent=bool(claim.data_dependent),
+        epsilon_last_iterate=claim_last_iterate_epsilon(claim, delta=grid.delta),
         num_members=len(record.membership.members),
         reused=outcome.reused,
     )
