@@ -181,7 +181,8 @@ def test_stored_soundness_violation_is_shown_and_exits_3(make_run, tmp_path, cap
     atomic_write_json(path, summary)
     assert main(["report", str(run.path)]) == 3
     page = (run.reports_dir() / "certified.html").read_text()
-    assert "SOUNDNESS VIOLATION" in page and "hgm at radius 0.3 certifies 0.900 &gt; robust 0.500" in page
+    # Issue 34: the verdict is the page's box (alert tone, status "unsound"), accuracies as percentages.
+    assert 'class="verdict verdict-alert"' in page and ">unsound<" in page and "hgm at radius 0.3 certifies 90.0% &gt; 50.0% the attacks left" in page
     assert "soundness violation" in capsys.readouterr().out
 
 
