@@ -26,10 +26,12 @@ from matplotlib.figure import Figure as MplFigure
 
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, load_comparison
 from dpaudit.results.membership import min_non_members
+from dpaudit.results.verdicts import compare_verdict
 from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.render import Banner, Figure, Items, Link, Section, Table, WrittenReport, write_report_files
+from reports.render import Figure, Items, Link, Section, Table, WrittenReport, write_report_files
+from reports.verdict_box import verdict_section
 
 __all__ = [
     "advantage_figure",
@@ -341,30 +343,6 @@ def _links_table(result: ComparisonResult) -> Table | None:
     return Table(columns=["setting", "trained models", *[f"report {i + 1}" for i in range(width - 2)]], rows=rows, caption="The reports each row's numbers come from.")
 
 
-def _verdicts(result: ComparisonResult) -> list[Any]:
-    """The stored verdict of every row: a banner per finding (or one that all is well), then one line per row."""
-    verdicts: list[Any] = []
-    for r in result.rows:
-        if r.verdict != "no violation":
-            verdicts.append(Banner(text=f"{r.label}: {r.verdict.upper()} — " + "; ".join(r.findings), level="alert"))
-    if not verdicts:
-        verdicts.append(Banner(text="No violation: every row's ε_LB ≤ ε_UB, and no certificate claims more than an attack leaves.", level="ok"))
-    verdicts.append(
-        Items(
-            items=[
-                f"{r.label}: {r.verdict}"
-                + (
-                    (f" (ε_LB {r.epsilon_lb:.3g} by {r.best_attack}" if r.best_attack else " (no attack showed leakage: ε_LB 0") + f" vs ε_UB {r.epsilon_ub_best:.3g})"
-                    if r.epsilon_ub and math.isfinite(r.epsilon_ub_best)
-                    else " (no DP claim on the training data)"
-                )
-                for r in result.rows
-            ]
-        )
-    )
-    return verdicts
-
-
 def _matrix_tables(result: ComparisonResult) -> list[Any]:
     """The defense × measure matrix as tables: privacy, then evasion and inversion, the drill-down links, ε_UB per accountant."""
     columns, rows = matrix_rows(result)
@@ -418,7 +396,8 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
 def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> list[Section]:
     """The report's sections (the index links it; ``files`` are the CSV/JSON written beside it)."""
     sections = [
-        Section(title="Verdicts", blocks=_verdicts(result)),
+        # The rows' stored verdicts, as the one box every page opens with (compare_verdict only words them).
+        verdict_section(compare_verdict(result)),
         Section(title="Defense × measure", blocks=_matrix_tables(result)),
         Section(
             title="Privacy–utility curves",

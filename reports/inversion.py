@@ -35,10 +35,12 @@ from matplotlib.patches import Rectangle
 from dpaudit import _validate as v
 from dpaudit.results import InversionResult, TrainedModel, load_inversion_result, load_record
 from dpaudit.results.membership import tpr_unresolved
+from dpaudit.results.verdicts import inversion_verdict, most_severe
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import colour, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number, write_report_files
+from reports.verdict_box import verdict_section
 
 __all__ = [
     "InversionTarget",
@@ -436,7 +438,8 @@ def inversion_sections(targets: Sequence[InversionTarget], *, confidence: float 
     """The run's inversion page: targets compared (when several), then one group of sections per target."""
     if not targets:
         return [Section(title="Model inversion", blocks=[Text(text="No model-inversion results are stored in this run.")])]
-    sections: list[Section] = []
+    verdicts = [(t.model_id, inversion_verdict(t.results, delta=t.delta, confidence=confidence, epsilon_ub=t.epsilon_ub(), num_dataset_classes=t.num_dataset_classes())) for t in targets]
+    sections: list[Section] = [verdict_section(most_severe(verdicts))]
     if len(targets) > 1:
         sections.append(
             Section(

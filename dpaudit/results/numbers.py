@@ -21,12 +21,12 @@ MISSING = "—"
 
 
 def _significant(x: float, digits: int) -> str:
-    """``x`` to ``digits`` significant digits, without an exponent between 10⁻³ and 10⁶."""
+    """``x`` to ``digits`` significant digits, without an exponent between 10⁻³ and 10⁶ (outside, as ``%g`` writes it: 1e-05)."""
     if x == 0:
         return "0"
     magnitude = math.floor(math.log10(abs(x)))
     if magnitude >= 6 or magnitude < -3:
-        return f"{x:.{digits - 1}e}".replace("e-0", "e-").replace("e+0", "e+")
+        return f"{x:.{digits}g}"
     decimals = max(digits - 1 - magnitude, 0)
     text = f"{round(x, decimals):,.{decimals}f}"
     # 1.50 → 1.5: trailing zeros after the point carry no digit of the value.

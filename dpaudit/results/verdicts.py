@@ -53,6 +53,7 @@ __all__ = [
     "train_verdict",
     "compare_verdict",
     "record_delta",
+    "most_severe",
 ]
 
 #: Box colours: a finding against the claim, all well, a caution (inconclusive, leakage), a plain statement.
@@ -97,6 +98,25 @@ def _claim_text(epsilons: Mapping[str, float], delta: float) -> str:
         return f"no accountant bounds its claim (ε = ∞ at δ = {delta:g})"
     best = min(epsilons, key=epsilons.__getitem__)
     return f"ε_UB = {fmt_epsilon(epsilons[best])} at δ = {delta:g} ({best}, the tightest of {len(epsilons)} accountant{'s' if len(epsilons) > 1 else ''})"
+
+
+#: Tones from the most to the least severe: a page of several verdicts leads with the first.
+_SEVERITY = ("alert", "warn", "info", "ok")
+
+
+def most_severe(verdicts: Sequence[tuple[str, Verdict]]) -> Verdict:
+    """One verdict for a page of several subjects: the most severe, naming its subject, with the others as lines.
+
+    Args:
+        verdicts: (subject, its verdict) pairs, e.g. per target of an inversion page.
+    """
+    if not verdicts:
+        raise v.invalid("verdicts", "verdicts must hold at least one (subject, Verdict) pair, got none")
+    if len(verdicts) == 1:
+        return verdicts[0][1]
+    subject, lead = min(verdicts, key=lambda sv: _SEVERITY.index(sv[1].tone))
+    others = tuple(f"{name}: {x.headline}" for name, x in verdicts if name != subject)
+    return Verdict(status=lead.status, headline=f"{subject}: {lead.headline}", lines=(*lead.lines, *others), tone=lead.tone)
 
 
 # ---------------------------------------------------------------------------------------- audit
@@ -353,7 +373,6 @@ def dssgd_verdict(record: TrainedModel) -> Verdict:
             f"({fmt_percent(m['uploads_per_turn'] / m['num_parameters'])}); {fmt_count(m.get('uploads_applied', 0))} uploads applied."
         )
     lines.append(f"DP claim: {_claim_text(eps, delta)}; {record.claim.statement()}.")
-    lines.append("Accuracy per round is not stored by the run: the figures are the federation after its last round.")
     if alone is not None and m.get("standalone_test_accuracy_min") is not None:
         lines.append(f"Standalone participants range {fmt_percent(m['standalone_test_accuracy_min'])}–{fmt_percent(m['standalone_test_accuracy_max'])}.")
     head = f"{participants} participants, {rounds} rounds: the federation reaches {fmt_percent(acc)} test accuracy" + (f" vs {' and '.join(versus)}" if versus else "")
