@@ -138,6 +138,13 @@ def audit_verdict(result: AuditResult) -> Verdict:
             lines=tuple(lines),
             tone="alert",
         )
+    if not math.isfinite(result.epsilon_ub):
+        return Verdict(
+            status="no claim",
+            headline=f"Nothing to violate: the claim states no privacy (ε_UB = ∞); ε_LB = {lb} {at} measures the leakage.",
+            lines=tuple(lines),
+            tone="info",
+        )
     if result.ceiling is not None and result.ceiling <= result.epsilon_ub:
         return Verdict(
             status="inconclusive",
