@@ -30,6 +30,7 @@ from dpaudit.results.verdicts import compare_verdict
 from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.numbers import Shown, epsilon_cell, fmt_rate, percent_cell
 from reports.render import Figure, Items, Link, Section, Table, WrittenReport, write_report_files
 from reports.verdict_box import verdict_section
 
@@ -64,7 +65,16 @@ def _tpr(m: Mapping[str, Any] | None, fpr: str) -> Any:
         return _DASH
     if fpr in m["tpr_at_fpr"] and m["tpr_at_fpr"][fpr] is None:
         return f"n/a: needs ≥ {min_non_members(float(fpr))} non-members"
-    return _num(m["tpr_at_fpr"].get(fpr))
+    tpr, members = m["tpr_at_fpr"].get(fpr), m.get("num_members")
+    if isinstance(tpr, (int, float)) and isinstance(members, int) and members > 0:
+        # A share of the members, with its counts; the stored rate stays the cell's value (the CSV).
+        return Shown(float(tpr), fmt_rate(round(float(tpr) * members), members))
+    return _num(tpr)
+
+
+def _pct(x: Any) -> Any:
+    """An accuracy as a percentage (its value kept for the CSV), missing as an em dash."""
+    return percent_cell(float(x)) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else _num(x)
 
 
 def _num(x: Any, digits: int = 3) -> Any:
@@ -106,15 +116,15 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
     for r in result.rows:
         attack, m = _strongest(r)
         ub = r.epsilon_ub_best
-        ub_cell: Any = _num(ub, 3) if r.epsilon_ub else "∞ (no DP claim)"
+        ub_cell: Any = epsilon_cell(ub) if r.epsilon_ub else "∞ (no DP claim)"
         if r.epsilon_ub and r.epsilon_ub_data_dependent:
             ub_cell = f"{_num(ub, 3)} (data-dependent)"
-        cells: list[Any] = [r.label, r.defense, _num(r.test_accuracy), _num(r.test_accuracy_std), _num(r.accuracy_loss), ub_cell, _num(r.epsilon_lb), r.best_attack or _DASH]
+        cells: list[Any] = [r.label, r.defense, _pct(r.test_accuracy), _num(r.test_accuracy_std), _num(r.accuracy_loss), ub_cell, epsilon_cell(r.epsilon_lb), r.best_attack or _DASH]
         cells += [attack or _DASH, _num(m.get("auc"))]
         cells += [_tpr(m, f) for f in fprs]
         cells += [_num(m.get("advantage")), _num(_ceiling(ub)) if r.epsilon_ub else 1.0, _num(r.inversion_top1)]
-        cells += [_num(r.robust_accuracy.get(f"{x:g}")) for x in result.radii]
-        cells += [_num(r.certified_accuracy.get(f"{x:g}")) if r.certified_accuracy else "does not certify" for x in result.radii]
+        cells += [_pct(r.robust_accuracy.get(f"{x:g}")) for x in result.radii]
+        cells += [_pct(r.certified_accuracy.get(f"{x:g}")) if r.certified_accuracy else "does not certify" for x in result.radii]
         cells.append(r.verdict)
         rows.append(cells)
     return columns, rows

@@ -41,8 +41,8 @@ class Shown(float):
     def __str__(self) -> str:
         return self.text
 
-    def __repr__(self) -> str:
-        return f"Shown({float(self)!r}, {self.text!r})"
+    # repr is the value's: csv writes a float cell by repr, so a CSV keeps the number and a page its text.
+    __repr__ = float.__repr__
 
 
 def epsilon_cell(x: float | None) -> Shown | None:

@@ -309,7 +309,10 @@ def inversion_verdict(
     k = top.num_classes
     lines = [
         f"{top.attack}: the evaluator recognises {fmt_rate(round(top.attack_accuracy_top1 * k), k)} of the reconstructions' classes (top-1; chance {fmt_percent(chance)}).",
-        f"{r.attack}: membership score of the reconstructions ε_LB = {fmt_epsilon(lb)} at {confidence:.0%} confidence (δ = {delta:g}), AUC {r.membership.auc():.3f}.",
+        f"{r.attack}: membership score of the reconstructions ε_LB = {fmt_epsilon(lb)} at {confidence:.0%} confidence (δ = {delta:g}), AUC {r.membership.auc():.3f}"
+        f" on {r.membership.num_members} members / {r.membership.num_non_members} non-members"
+        # An AUC well above ½ with ε_LB = 0 is a sample too small to tell, not evidence: say so beside the finding sentences.
+        + (" — too few for the AUC to be evidence of membership." if lb == 0 and r.membership.auc() >= 0.6 else "."),
     ]
     if epsilon_ub is not None:
         lines.append(f"The target claims ε_UB = {fmt_epsilon(epsilon_ub)}" + (" — below this ε_LB: a violation of the claim." if lb > epsilon_ub else "."))
