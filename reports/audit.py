@@ -41,7 +41,7 @@ from dpaudit.store import RunDir, load_npz
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.render import Figure, Items, Section, Table, accountant_table, format_number, write_report_files
-from reports.verdict_box import verdict_section
+from reports.verdict_box import verdict_section, with_status
 
 __all__ = [
     "score_histogram",
@@ -316,9 +316,10 @@ def audit_page(audit: StoredAudit, out: Path) -> Page:
     """Writes ``audit-<name>.{html,md}`` and its figures into ``out``."""
     result = audit.result
     section = audit_section(result, audit.scores, title="Bounds and evidence", trials_curve=audit.trials_curve, no_trials_curve=audit.no_trials_curve)
-    page = write_report_files(out, [verdict_section(audit_verdict(result)), section], title=f"Audit {audit.name}", stem=f"audit-{audit.name}", kind="audit").html
+    sections = [verdict_section(audit_verdict(result)), section]
+    page = write_report_files(out, sections, title=f"Audit {audit.name}", stem=f"audit-{audit.name}", kind="audit").html
     violations = (f"audit {audit.name}: epsilon_lb {result.epsilon_lb:.4g} > epsilon_ub {result.epsilon_ub:.4g} ({result.accountant})",) if result.violation else ()
-    return Page(html=page, link=audit.name, violations=violations)
+    return Page(html=page, link=with_status(audit.name, sections), violations=violations)
 
 
 REPORT_KINDS.register(ReportKind(name="audits", group="Audits", order=20, load=load_audits, render=audit_page))

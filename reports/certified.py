@@ -37,7 +37,7 @@ from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import Shown, rate_cell
 from reports.render import Figure, Section, Table, Text, WrittenReport, accountant_table, write_report_files
-from reports.verdict_box import verdict_section
+from reports.verdict_box import verdict_section, with_status
 
 __all__ = [
     "CertifiedRun",
@@ -424,19 +424,20 @@ def load_certified(run: RunDir) -> list[CertifiedRuns]:
     return [_certified(run, runs)] if runs else []
 
 
-def _write(out: Path, item: CertifiedRuns) -> tuple[WrittenReport, list[Path]]:
+def _write(out: Path, item: CertifiedRuns) -> tuple[WrittenReport, list[Path], str]:
     out.mkdir(parents=True, exist_ok=True)
     csv_files = write_certified_tables(out, item.runs, item.eps_rows)
-    written = write_report_files(out, certified_sections(item.runs, item.eps_rows, csv_files), title="Certified vs conventional accuracy", stem="certified", kind="certified")
-    return written, csv_files
+    sections = certified_sections(item.runs, item.eps_rows, csv_files)
+    written = write_report_files(out, sections, title="Certified vs conventional accuracy", stem="certified", kind="certified")
+    return written, csv_files, with_status(f"certified vs conventional accuracy ({len(item.runs)} model(s))", sections)
 
 
 def certified_page(item: CertifiedRuns, out: Path) -> Page:
     """Writes ``certified.{html,md}``, its figures and non-empty CSV tables into ``out``."""
     # The soundness verdicts are the ones ``certify`` stored; the page only shows them.
     violations = tuple(f"certify {cr.summary['model_id']}: {len(cr.soundness_violations)} soundness violation(s)" for cr in item.runs if cr.soundness_violations)
-    written, csv_files = _write(out, item)
-    return Page(html=written.html, link=f"certified vs conventional accuracy ({len(item.runs)} model(s))", tables=tuple(csv_files), violations=violations)
+    written, csv_files, link = _write(out, item)
+    return Page(html=written.html, link=link, tables=tuple(csv_files), violations=violations)
 
 
 def write_certified_report(run_dir: str | Path | RunDir, *, runs: Sequence[CertifiedRun] | None = None) -> Path:

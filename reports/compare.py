@@ -462,7 +462,9 @@ def compare_page(result: ComparisonResult, out: Path) -> Page:
     """Writes ``compare-<name>.{html,md}``, its figures and tables into ``out``; the rows' stored verdicts are its violations."""
     written, tables = _write(out, result)
     violations = tuple(f"compare {result.name} / {r.label}: {r.verdict}: {'; '.join(r.findings)}" for r in result.violations)
-    return Page(html=written.html, link=f"{result.name}: {len(result.rows)} defense settings on {result.dataset}", tables=tuple(tables), violations=violations)
+    # The index names the verdict beside the link (compare_verdict only words the rows' stored verdicts).
+    link = f"{result.name}: {len(result.rows)} defense settings on {result.dataset} — {compare_verdict(result).status}"
+    return Page(html=written.html, link=link, tables=tuple(tables), violations=violations)
 
 
 REPORT_KINDS.register(ReportKind(name="compare", group="Defenses compared under attack", order=10, load=load_comparisons, render=compare_page))

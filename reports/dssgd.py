@@ -23,7 +23,7 @@ from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent, percent_cell
 from reports.render import Items, Section, Table, Text, accountant_table, write_report_files
 from reports.train import config_items, metrics_table, record_table
-from reports.verdict_box import verdict_section
+from reports.verdict_box import verdict_section, with_status
 
 __all__ = ["accuracy_table", "uploads_table", "dssgd_sections", "load_federations", "dssgd_page"]
 
@@ -124,8 +124,9 @@ def dssgd_page(item: tuple[TrainedModel, Path], out: Path) -> Page:
     """Writes ``dssgd-<model_id>.{html,md}`` into ``out``."""
     record, record_dir = item
     stem = "dssgd-" + safe_stem(record.model_id, default="federation").removeprefix("dssgd-")
-    page = write_report_files(out, dssgd_sections(record, record_dir), title=f"DSSGD federation {record.model_id}", stem=stem, kind="dssgd").html
-    return Page(html=page, link=record.model_id)
+    sections = dssgd_sections(record, record_dir)
+    page = write_report_files(out, sections, title=f"DSSGD federation {record.model_id}", stem=stem, kind="dssgd").html
+    return Page(html=page, link=with_status(record.model_id, sections))
 
 
 REPORT_KINDS.register(ReportKind(name="dssgd", group="Federated learning (DSSGD)", order=70, load=load_federations, render=dssgd_page))

@@ -40,7 +40,7 @@ from dpaudit.store import RunDir, safe_stem
 from reports.figures import colour, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number, write_report_files
-from reports.verdict_box import verdict_section
+from reports.verdict_box import verdict_section, with_status
 
 __all__ = [
     "InversionTarget",
@@ -473,9 +473,10 @@ def load_inverted_targets(run: RunDir) -> list[tuple[InversionTarget, ...]]:
 
 def inversion_page(targets: tuple[InversionTarget, ...], out: Path) -> Page:
     """Writes ``inversion.{html,md}`` and its image grids into ``out``."""
-    page = write_report_files(out, inversion_sections(targets), title="Model inversion", stem=INVERSION_REPORT_STEM, kind="inversion").html
+    sections = inversion_sections(targets)
+    page = write_report_files(out, sections, title="Model inversion", stem=INVERSION_REPORT_STEM, kind="inversion").html
     counts = inversion_summary(targets)
-    return Page(html=page, link=f"model inversion ({', '.join(counts['attacks'])}) against {counts['targets']} target(s)")
+    return Page(html=page, link=with_status(f"model inversion ({', '.join(counts['attacks'])}) against {counts['targets']} target(s)", sections))
 
 
 REPORT_KINDS.register(ReportKind(name="inversion", group="Model inversion", order=60, load=load_inverted_targets, render=inversion_page))

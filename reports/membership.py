@@ -33,7 +33,7 @@ from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import Shown, epsilon_cell, fmt_number, fmt_percent, percent_cell, rate_cell
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, write_report_files
-from reports.verdict_box import verdict_section
+from reports.verdict_box import verdict_section, with_status
 
 __all__ = [
     "plot_roc",
@@ -271,7 +271,7 @@ def membership_page(target: AttackedTarget, out: Path) -> Page:
     sections = membership_sections(target.results, epsilons=target.epsilons, claim_description=target.claim_description, delta=target.delta, target_accuracy=target.target_accuracy)
     stem = membership_report_stem(target.model_id)
     page = write_report_files(out, sections, title=f"Membership inference against {target.model_id}", stem=stem, kind="membership").html
-    return Page(html=page, link=stem.removeprefix("membership-"))
+    return Page(html=page, link=with_status(stem.removeprefix("membership-"), sections))
 
 
 REPORT_KINDS.register(ReportKind(name="membership", group="Membership inference", order=30, load=load_attacked_targets, render=membership_page))

@@ -29,7 +29,7 @@ from reports.figures import legend_outside, new_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import fmt_number, fmt_percent
 from reports.render import Figure, Section, Table, Text, write_report_files
-from reports.verdict_box import verdict_section
+from reports.verdict_box import verdict_section, with_status
 
 __all__ = [
     "PateRun",
@@ -277,8 +277,9 @@ def load_pate_students(run: RunDir) -> list[tuple[PateRun, ...]]:
 
 def pate_page(runs: tuple[PateRun, ...], out: Path) -> Page:
     """Writes ``pate.{html,md}`` and its figures into ``out``."""
-    page = write_report_files(out, pate_sections(runs), title="PATE students", stem="pate", kind="report").html
-    return Page(html=page, link=f"PATE students ({len(runs)})")
+    sections = pate_sections(runs)
+    page = write_report_files(out, sections, title="PATE students", stem="pate", kind="report").html
+    return Page(html=page, link=with_status(f"PATE students ({len(runs)})", sections))
 
 
 REPORT_KINDS.register(ReportKind(name="pate", group="PATE", order=50, load=load_pate_students, render=pate_page))

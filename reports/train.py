@@ -23,7 +23,7 @@ from dpaudit.store import RunDir, safe_stem, thaw
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent
 from reports.render import Items, Section, Table, accountant_table, write_report_files
-from reports.verdict_box import verdict_section
+from reports.verdict_box import verdict_section, with_status
 
 __all__ = ["record_table", "metrics_table", "config_items", "shown_elsewhere", "load_trained_models", "train_sections", "train_page"]
 
@@ -113,8 +113,9 @@ def train_page(item: tuple[TrainedModel, Path], out: Path) -> Page:
     """Writes ``model-<model_id>.{html,md}`` into ``out``."""
     record, _ = item
     stem = "model-" + safe_stem(record.model_id, default="model")
-    page = write_report_files(out, train_sections(record), title=f"Trained model {record.model_id}", stem=stem, kind="train").html
-    return Page(html=page, link=record.model_id)
+    sections = train_sections(record)
+    page = write_report_files(out, sections, title=f"Trained model {record.model_id}", stem=stem, kind="train").html
+    return Page(html=page, link=with_status(record.model_id, sections))
 
 
 REPORT_KINDS.register(ReportKind(name="models", group="Trained models", order=80, load=load_trained_models, render=train_page))

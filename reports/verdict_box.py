@@ -9,13 +9,14 @@ banner and a list), so a format that has no box still prints the verdict.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpaudit import _validate as v
 from dpaudit.results.verdicts import TONES, Verdict
 from reports.render import Banner, Items, Section, Text
 
-__all__ = ["VERDICT_TITLE", "VerdictBanner", "verdict_section"]
+__all__ = ["VERDICT_TITLE", "VerdictBanner", "verdict_section", "with_status"]
 
 #: The title of the verdict section; the templates draw a section of this title as the verdict box.
 VERDICT_TITLE = "Verdict"
@@ -27,6 +28,14 @@ class VerdictBanner(Banner):
 
     def __post_init__(self) -> None:
         v.choice("level", self.level, TONES)
+
+
+def with_status(link: str, sections: Sequence[Section]) -> str:
+    """An index link naming the page's verdict: "multi — no violation" (``link`` alone when the page has none)."""
+    for section in sections:
+        if section.title == VERDICT_TITLE and section.blocks and isinstance(section.blocks[0], Text):
+            return f"{link} — {section.blocks[0].text}"
+    return link
 
 
 def verdict_section(verdict: Verdict) -> Section:

@@ -64,7 +64,7 @@ def test_audit_verdict(lb, ub, ceiling, status, tone):
     assert "∞" in audit_verdict(_audit(0.0, math.inf, 3.0)).headline
 
 
-def _membership(attack: str, *, shift: float, n: int = 400, seed: int = 0) -> MembershipResult:
+def _membership(attack: str, *, shift: float, n: int = 200, seed: int = 0) -> MembershipResult:
     rng = np.random.default_rng(seed)
     member = np.arange(n) < n // 2
     return MembershipResult(attack=attack, model_id="m", sample_ids=np.arange(n), scores=rng.normal(0, 1, n) + shift * member, is_member=member)
@@ -84,7 +84,7 @@ def test_membership_verdict_names_the_strongest_attack_its_tpr_with_counts_and_t
     leaks = membership_verdict(results, epsilon_ub=math.inf, target_accuracy=0.9)
     assert leaks.status == "leaks membership" and leaks.tone == "warn"
     assert "lira" in leaks.headline and "90.0%" in leaks.headline and "ε_UB = ∞" in leaks.headline
-    assert any("TPR" in line and "/200)" in line and "1% FPR" in line for line in leaks.lines)
+    assert any("TPR" in line and "/100)" in line and "1% FPR" in line for line in leaks.lines)  # 100 members, 100 non-members
     violation = membership_verdict(results, epsilon_ub=0.1)
     assert violation.status == "violation" and violation.tone == "alert"
     quiet = membership_verdict([_membership("loss", shift=0.0, seed=3)], epsilon_ub=1.0)
