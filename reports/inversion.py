@@ -39,6 +39,7 @@ from dpaudit.results.verdicts import inversion_verdict, most_severe
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import colour, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.numbers import percent_cell, rate_cell
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -231,14 +232,19 @@ def image_grid(results: Sequence[InversionResult], classes: Sequence[int] | None
 def _tpr(result: InversionResult) -> float | str:
     """TPR at 1 % FPR, or why the candidates' non-members cannot resolve it."""
     m = result.membership
-    return tpr_unresolved(_FPR, m.num_non_members) or float(m.tpr_at_fpr(_FPR))
+    return tpr_unresolved(_FPR, m.num_non_members) or rate_cell(round(m.tpr_at_fpr(_FPR) * m.num_members), m.num_members)
 
 
 def _chance(target: InversionTarget) -> Any:
     n = target.num_dataset_classes()
     if n is None:
         return f"1/{target.results[0].num_classes}"
-    return 1.0 / n
+    return percent_cell(1.0 / n)
+
+
+def _rate(share: float, k: int) -> Any:
+    """A share of the k classes inverted, as a percentage beside its count."""
+    return rate_cell(round(share * k), k)
 
 
 def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list[Table]:
@@ -249,7 +255,18 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
     verdict_rows, member_rows = [], []
     for r in target.results:
         s = r.summary(fprs=(_FPR,), delta=delta, confidence=confidence)
-        verdict_rows.append([r.attack, s["attack_accuracy_top1"], s["attack_accuracy_top5"], _chance(target), s["knn_distance"], s["psnr"], float(r.target_confidence.mean()), f"{r.num_classes}"])
+        verdict_rows.append(
+            [
+                r.attack,
+                _rate(s["attack_accuracy_top1"], r.num_classes),
+                _rate(s["attack_accuracy_top5"], r.num_classes),
+                _chance(target),
+                s["knn_distance"],
+                s["psnr"],
+                float(r.target_confidence.mean()),
+                f"{r.num_classes}",
+            ]
+        )
         k = r.num_classes
         member_rows.append(
             [
@@ -320,10 +337,10 @@ def comparison_table(targets: Sequence[InversionTarget], *, confidence: float = 
                 [
                     t.model_id,
                     "—" if eps is None else eps,
-                    "—" if acc is None else float(acc),
+                    "—" if acc is None else percent_cell(float(acc)),
                     r.attack,
-                    s["attack_accuracy_top1"],
-                    s["attack_accuracy_top5"],
+                    _rate(s["attack_accuracy_top1"], r.num_classes),
+                    _rate(s["attack_accuracy_top5"], r.num_classes),
                     s["knn_distance"],
                     s["psnr"],
                     s["membership"]["auc"],

@@ -42,8 +42,9 @@ def test_the_page_shows_the_metrics_of_every_target_and_attack(inversion_run):
     page = render_reports(inversion_run).inversion[0]
     html, md = page.read_text(), page.with_suffix(".md").read_text()
     for text in (html, md):
-        # Attack accuracies 0.75 / 0.25, the KNN distance (1.2345), PSNR (17.25) and chance (1/10), to three significant digits (issue 34).
-        for number in ("0.75", "0.25", "1.23", "17.2", "0.1"):
+        # Attack accuracies 3/4 and 1/4 of the classes as rates with their counts, the KNN distance (1.2345) and PSNR (17.25)
+        # to three significant digits, chance 1/10 as a percentage (issue 34).
+        for number in ("75.0% (3/4)", "25.0% (1/4)", "1.23", "17.2", "10.0%"):
             assert number in text, number
         assert "TPR @ 1% FPR" in text and "membership AUC" in text and "ε_LB" in text and "ε_UB" in text
         assert NONPRIVATE in text and DP in text
@@ -73,7 +74,7 @@ def test_one_target_has_no_comparison(tmp_path, make_inversion_result):
     html = page.read_text()
     assert "Targets compared" not in html and "compare.png" not in html
     assert "record is not in this run directory" in html
-    assert "0.1" in html  # chance from the stored dataset class count
+    assert "10.0%" in html  # chance from the stored dataset class count
 
 
 def test_image_grid_layout_many_classes_and_rgb(make_inversion_result):
