@@ -295,7 +295,8 @@ def inversion_verdict(
 
     Args:
         results: the inversions of one target.
-        delta, confidence: of the membership score's ε_LB.
+        delta: δ of the membership score's ε_LB.
+        confidence: confidence of that ε_LB.
         epsilon_ub: the target's tightest claimed ε, when its record is in the run.
         num_dataset_classes: N of chance 1/N (else the classes inverted).
     """
