@@ -39,10 +39,12 @@ from matplotlib.figure import Figure as MplFigure
 
 from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult, EpsilonByTrials, load_audit_result
+from dpaudit.results.verdicts import audit_verdict
 from dpaudit.store import RunDir, load_npz
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.render import Banner, Figure, Items, Section, Table, Text, accountant_table, format_number, write_report_files
+from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number, write_report_files
+from reports.verdict_box import verdict_section, with_status
 
 __all__ = [
     "score_histogram",
@@ -275,7 +277,7 @@ def audit_section(
     trials_curve: EpsilonByTrials | None = None,
     no_trials_curve: str = "no IN/OUT scores were stored for this audit",
 ) -> Section:
-    """The report section of one audit: verdict banner (stored), bounds, ε per accountant, evidence, figures.
+    """The report section of one audit: bounds, ε per accountant, evidence, figures (the verdict box is :func:`audit_page`'s).
 
     Args:
         result: the stored audit result.
@@ -284,17 +286,8 @@ def audit_section(
         trials_curve: ε_LB and the ceiling on prefixes of the scores (computed by the caller).
         no_trials_curve: what the report says in place of that plot when it is ``None``.
     """
+    # The verdict (violation / no violation / inconclusive) is the page's box: audit_verdict, drawn by audit_page.
     blocks: list[Any] = []
-    ub = format_number(result.epsilon_ub)
-    # The verdict is the result's own (AuditResult.violation); the report only words it.
-    if result.violation:
-        blocks.append(
-            Banner(
-                text=f"VIOLATION: ε_LB = {result.epsilon_lb:.3f} > ε_UB = {ub} ({result.accountant}) at {result.confidence:.0%} confidence. The implementation does not meet its claim.", level="alert"
-            )
-        )
-    else:
-        blocks.append(Banner(text=f"No violation: ε_LB = {result.epsilon_lb:.3f} ≤ ε_UB = {ub} ({result.accountant}); tightness {result.tightness:.2f}.", level="ok"))
     blocks.append(Text(text=gap_sentence(result)))
     blocks.append(bounds_table(result))
     epsilons = dict(result.epsilon_ub_by_accountant) or ({result.accountant: result.epsilon_ub} if math.isfinite(result.epsilon_ub) else {})
@@ -372,9 +365,10 @@ def audit_page(audit: StoredAudit, out: Path) -> Page:
     """Writes ``audit-<name>.{html,md}`` and its figures into ``out``."""
     result = audit.result
     section = audit_section(result, audit.scores, title="Bounds and evidence", trials_curve=audit.trials_curve, no_trials_curve=audit.no_trials_curve)
-    page = write_report_files(out, [section], title=f"Audit {audit.name}", stem=f"audit-{audit.name}", kind="audit").html
+    sections = [verdict_section(audit_verdict(result)), section]
+    page = write_report_files(out, sections, title=f"Audit {audit.name}", stem=f"audit-{audit.name}", kind="audit").html
     violations = (f"audit {audit.name}: epsilon_lb {result.epsilon_lb:.4g} > epsilon_ub {result.epsilon_ub:.4g} ({result.accountant})",) if result.violation else ()
-    return Page(html=page, link=audit.name, violations=violations)
+    return Page(html=page, link=with_status(audit.name, sections), violations=violations)
 
 
 REPORT_KINDS.register(ReportKind(name="audits", group="Audits", order=20, load=load_audits, render=audit_page))

@@ -31,10 +31,13 @@ from matplotlib.transforms import ScaledTranslation
 
 from dpaudit.results import EvasionResult, TrainedModel, load_evasion_result, load_record
 from dpaudit.results.certification import CertificationResult, load_certification_result
+from dpaudit.results.verdicts import certified_verdict
 from dpaudit.store import RunDir, atomic_write_text, read_json
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.render import Banner, Figure, Section, Table, Text, WrittenReport, accountant_table, write_report_files
+from reports.numbers import Shown, rate_cell
+from reports.render import Figure, Section, Table, Text, WrittenReport, accountant_table, write_report_files
+from reports.verdict_box import verdict_section, with_status
 
 __all__ = [
     "CertifiedRun",
@@ -325,19 +328,15 @@ def _claim_block(run: CertifiedRun) -> Any:
     return accountant_table(run.record.claim.epsilons(delta=float(delta)), delta=float(delta), description=run.record.claim.statement())
 
 
+def _share(accuracy: float, n: int) -> Shown:
+    return rate_cell(round(accuracy * n), n)
+
+
 def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[str, Any]], csv_files: Sequence[Path] = ()) -> list[Section]:
     """The certified report's sections: stored soundness verdicts, overview, one section per model, accuracy vs ε."""
     overview: list[Any] = []
-    bad = {str(r.summary["model_id"]): r.soundness_violations for r in runs if r.soundness_violations}
-    if bad:
-        lines = "; ".join(
-            f"{k}: {v.get('certificate')} at radius {float(v.get('radius', v.get('size', math.nan))):g} certifies {float(v['certified_accuracy']):.3f} > robust {float(v['robust_accuracy']):.3f}"
-            for k, vs in bad.items()
-            for v in vs
-        )
-        overview.append(Banner(text=f"SOUNDNESS VIOLATION: a certificate exceeds the accuracy an attack left — a bug in the certificate or the noise. {lines}", level="alert"))
-    elif any(r.certificates and r.attacks for r in runs):
-        overview.append(Banner(text="Sound: at every radius, certified accuracy ≤ robust accuracy under the strongest attack (as stored by dpaudit certify).", level="ok"))
+    # Sound / unsound is judged in the core from what certify stored; the page draws the box.
+    verdict = certified_verdict([(str(r.summary["model_id"]), r.soundness_violations, bool(r.certificates and r.attacks)) for r in runs])
     if runs:
         overview.append(_run_table(runs))
         overview.append(
@@ -350,7 +349,7 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[
         )
     else:
         overview.append(Text(text="No certified models in this run directory (run dpaudit certify first)."))
-    sections = [Section(title="Certified accuracy", blocks=overview)]
+    sections = [verdict_section(verdict), Section(title="Certified accuracy", blocks=overview)]
     for run in runs:
         blocks: list[Any] = [_claim_block(run)]
         blocks.append(
@@ -365,9 +364,10 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[
         rows = []
         for j, radius in enumerate(run.radii):
             row: list[Any] = [float(radius)]
-            row += [float(c.certified_accuracy([radius])[0]) for c in run.certificates.values()]
-            row += [float(r.robust_accuracy[j]) for r in run.attacks.values()]
-            row.append(None if robust is None else float(robust[j]))
+            # Accuracies as percentages of the test points they rest on (one more point moves them by 1/n).
+            row += [_share(float(c.certified_accuracy([radius])[0]), c.labels.size) for c in run.certificates.values()]
+            row += [_share(float(r.robust_accuracy[j]), r.success.shape[1]) for r in run.attacks.values()]
+            row.append(None if robust is None else _share(float(robust[j]), next(iter(run.attacks.values())).success.shape[1]))
             rows.append(row)
         if rows and (run.certificates or run.attacks):
             blocks.append(Table(columns=["radius", *(f"certified {n}" for n in run.certificates), *(f"robust {n}" for n in run.attacks), "robust (all attacks)"], rows=rows))
@@ -424,19 +424,20 @@ def load_certified(run: RunDir) -> list[CertifiedRuns]:
     return [_certified(run, runs)] if runs else []
 
 
-def _write(out: Path, item: CertifiedRuns) -> tuple[WrittenReport, list[Path]]:
+def _write(out: Path, item: CertifiedRuns) -> tuple[WrittenReport, list[Path], str]:
     out.mkdir(parents=True, exist_ok=True)
     csv_files = write_certified_tables(out, item.runs, item.eps_rows)
-    written = write_report_files(out, certified_sections(item.runs, item.eps_rows, csv_files), title="Certified vs conventional accuracy", stem="certified", kind="certified")
-    return written, csv_files
+    sections = certified_sections(item.runs, item.eps_rows, csv_files)
+    written = write_report_files(out, sections, title="Certified vs conventional accuracy", stem="certified", kind="certified")
+    return written, csv_files, with_status(f"certified vs conventional accuracy ({len(item.runs)} model(s))", sections)
 
 
 def certified_page(item: CertifiedRuns, out: Path) -> Page:
     """Writes ``certified.{html,md}``, its figures and non-empty CSV tables into ``out``."""
     # The soundness verdicts are the ones ``certify`` stored; the page only shows them.
     violations = tuple(f"certify {cr.summary['model_id']}: {len(cr.soundness_violations)} soundness violation(s)" for cr in item.runs if cr.soundness_violations)
-    written, csv_files = _write(out, item)
-    return Page(html=written.html, link=f"certified vs conventional accuracy ({len(item.runs)} model(s))", tables=tuple(csv_files), violations=violations)
+    written, csv_files, link = _write(out, item)
+    return Page(html=written.html, link=link, tables=tuple(csv_files), violations=violations)
 
 
 def write_certified_report(run_dir: str | Path | RunDir, *, runs: Sequence[CertifiedRun] | None = None) -> Path:

@@ -26,10 +26,13 @@ from matplotlib.figure import Figure as MplFigure
 
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, load_comparison
 from dpaudit.results.membership import min_non_members
+from dpaudit.results.verdicts import compare_verdict
 from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.render import Banner, Figure, Items, Link, Section, Table, WrittenReport, write_report_files
+from reports.numbers import Shown, epsilon_cell, fmt_rate, percent_cell
+from reports.render import Figure, Items, Link, Section, Table, WrittenReport, write_report_files
+from reports.verdict_box import verdict_section
 
 __all__ = [
     "advantage_figure",
@@ -62,7 +65,16 @@ def _tpr(m: Mapping[str, Any] | None, fpr: str) -> Any:
         return _DASH
     if fpr in m["tpr_at_fpr"] and m["tpr_at_fpr"][fpr] is None:
         return f"n/a: needs ≥ {min_non_members(float(fpr))} non-members"
-    return _num(m["tpr_at_fpr"].get(fpr))
+    tpr, members = m["tpr_at_fpr"].get(fpr), m.get("num_members")
+    if isinstance(tpr, (int, float)) and isinstance(members, int) and members > 0:
+        # A share of the members, with its counts; the stored rate stays the cell's value (the CSV).
+        return Shown(float(tpr), fmt_rate(round(float(tpr) * members), members))
+    return _num(tpr)
+
+
+def _pct(x: Any) -> Any:
+    """An accuracy as a percentage (its value kept for the CSV), missing as an em dash."""
+    return percent_cell(float(x)) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else _num(x)
 
 
 def _num(x: Any, digits: int = 3) -> Any:
@@ -104,25 +116,25 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
     for r in result.rows:
         attack, m = _strongest(r)
         ub = r.epsilon_ub_best
-        ub_cell: Any = _num(ub, 3) if r.epsilon_ub else "∞ (no DP claim)"
+        ub_cell: Any = epsilon_cell(ub) if r.epsilon_ub else "∞ (no DP claim)"
         if r.epsilon_ub and r.epsilon_ub_data_dependent:
             ub_cell = f"{_num(ub, 3)} (data-dependent)"
         cells: list[Any] = [
             r.label,
             r.defense,
-            _num(r.test_accuracy),
+            _pct(r.test_accuracy),
             _num(r.test_accuracy_std),
             _num(r.accuracy_loss),
             ub_cell,
-            _num(r.epsilon_last_iterate),
-            _num(r.epsilon_lb),
+            epsilon_cell(r.epsilon_last_iterate),
+            epsilon_cell(r.epsilon_lb),
             r.best_attack or _DASH,
         ]
         cells += [attack or _DASH, _num(m.get("auc"))]
         cells += [_tpr(m, f) for f in fprs]
         cells += [_num(m.get("advantage")), _num(_ceiling(ub)) if r.epsilon_ub else 1.0, _num(r.inversion_top1)]
-        cells += [_num(r.robust_accuracy.get(f"{x:g}")) for x in result.radii]
-        cells += [_num(r.certified_accuracy.get(f"{x:g}")) if r.certified_accuracy else "does not certify" for x in result.radii]
+        cells += [_pct(r.robust_accuracy.get(f"{x:g}")) for x in result.radii]
+        cells += [_pct(r.certified_accuracy.get(f"{x:g}")) if r.certified_accuracy else "does not certify" for x in result.radii]
         cells.append(r.verdict)
         rows.append(cells)
     return columns, rows
@@ -351,30 +363,6 @@ def _links_table(result: ComparisonResult) -> Table | None:
     return Table(columns=["setting", "trained models", *[f"report {i + 1}" for i in range(width - 2)]], rows=rows, caption="The reports each row's numbers come from.")
 
 
-def _verdicts(result: ComparisonResult) -> list[Any]:
-    """The stored verdict of every row: a banner per finding (or one that all is well), then one line per row."""
-    verdicts: list[Any] = []
-    for r in result.rows:
-        if r.verdict != "no violation":
-            verdicts.append(Banner(text=f"{r.label}: {r.verdict.upper()} — " + "; ".join(r.findings), level="alert"))
-    if not verdicts:
-        verdicts.append(Banner(text="No violation: every row's ε_LB ≤ ε_UB, and no certificate claims more than an attack leaves.", level="ok"))
-    verdicts.append(
-        Items(
-            items=[
-                f"{r.label}: {r.verdict}"
-                + (
-                    (f" (ε_LB {r.epsilon_lb:.3g} by {r.best_attack}" if r.best_attack else " (no attack showed leakage: ε_LB 0") + f" vs ε_UB {r.epsilon_ub_best:.3g})"
-                    if r.epsilon_ub and math.isfinite(r.epsilon_ub_best)
-                    else " (no DP claim on the training data)"
-                )
-                for r in result.rows
-            ]
-        )
-    )
-    return verdicts
-
-
 def _matrix_tables(result: ComparisonResult) -> list[Any]:
     """The defense × measure matrix as tables: privacy, then evasion and inversion, the drill-down links, ε_UB per accountant."""
     columns, rows = matrix_rows(result)
@@ -441,7 +429,8 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
 def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> list[Section]:
     """The report's sections (the index links it; ``files`` are the CSV/JSON written beside it)."""
     sections = [
-        Section(title="Verdicts", blocks=_verdicts(result)),
+        # The rows' stored verdicts, as the one box every page opens with (compare_verdict only words them).
+        verdict_section(compare_verdict(result)),
         Section(title="Defense × measure", blocks=_matrix_tables(result)),
         Section(
             title="Privacy–utility curves",
@@ -496,7 +485,9 @@ def compare_page(result: ComparisonResult, out: Path) -> Page:
     """Writes ``compare-<name>.{html,md}``, its figures and tables into ``out``; the rows' stored verdicts are its violations."""
     written, tables = _write(out, result)
     violations = tuple(f"compare {result.name} / {r.label}: {r.verdict}: {'; '.join(r.findings)}" for r in result.violations)
-    return Page(html=written.html, link=f"{result.name}: {len(result.rows)} defense settings on {result.dataset}", tables=tuple(tables), violations=violations)
+    # The index names the verdict beside the link (compare_verdict only words the rows' stored verdicts).
+    link = f"{result.name}: {len(result.rows)} defense settings on {result.dataset} — {compare_verdict(result).status}"
+    return Page(html=written.html, link=link, tables=tuple(tables), violations=violations)
 
 
 REPORT_KINDS.register(ReportKind(name="compare", group="Defenses compared under attack", order=10, load=load_comparisons, render=compare_page))

@@ -35,10 +35,13 @@ from matplotlib.patches import Rectangle
 from dpaudit import _validate as v
 from dpaudit.results import InversionResult, TrainedModel, load_inversion_result, load_record
 from dpaudit.results.membership import tpr_unresolved
+from dpaudit.results.verdicts import inversion_verdict, most_severe
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import colour, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.numbers import percent_cell, rate_cell
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number, write_report_files
+from reports.verdict_box import verdict_section, with_status
 
 __all__ = [
     "InversionTarget",
@@ -229,14 +232,19 @@ def image_grid(results: Sequence[InversionResult], classes: Sequence[int] | None
 def _tpr(result: InversionResult) -> float | str:
     """TPR at 1 % FPR, or why the candidates' non-members cannot resolve it."""
     m = result.membership
-    return tpr_unresolved(_FPR, m.num_non_members) or float(m.tpr_at_fpr(_FPR))
+    return tpr_unresolved(_FPR, m.num_non_members) or rate_cell(round(m.tpr_at_fpr(_FPR) * m.num_members), m.num_members)
 
 
 def _chance(target: InversionTarget) -> Any:
     n = target.num_dataset_classes()
     if n is None:
         return f"1/{target.results[0].num_classes}"
-    return 1.0 / n
+    return percent_cell(1.0 / n)
+
+
+def _rate(share: float, k: int) -> Any:
+    """A share of the k classes inverted, as a percentage beside its count."""
+    return rate_cell(round(share * k), k)
 
 
 def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list[Table]:
@@ -247,7 +255,18 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
     verdict_rows, member_rows = [], []
     for r in target.results:
         s = r.summary(fprs=(_FPR,), delta=delta, confidence=confidence)
-        verdict_rows.append([r.attack, s["attack_accuracy_top1"], s["attack_accuracy_top5"], _chance(target), s["knn_distance"], s["psnr"], float(r.target_confidence.mean()), f"{r.num_classes}"])
+        verdict_rows.append(
+            [
+                r.attack,
+                _rate(s["attack_accuracy_top1"], r.num_classes),
+                _rate(s["attack_accuracy_top5"], r.num_classes),
+                _chance(target),
+                s["knn_distance"],
+                s["psnr"],
+                float(r.target_confidence.mean()),
+                f"{r.num_classes}",
+            ]
+        )
         k = r.num_classes
         member_rows.append(
             [
@@ -318,10 +337,10 @@ def comparison_table(targets: Sequence[InversionTarget], *, confidence: float = 
                 [
                     t.model_id,
                     "—" if eps is None else eps,
-                    "—" if acc is None else float(acc),
+                    "—" if acc is None else percent_cell(float(acc)),
                     r.attack,
-                    s["attack_accuracy_top1"],
-                    s["attack_accuracy_top5"],
+                    _rate(s["attack_accuracy_top1"], r.num_classes),
+                    _rate(s["attack_accuracy_top5"], r.num_classes),
                     s["knn_distance"],
                     s["psnr"],
                     s["membership"]["auc"],
@@ -436,7 +455,8 @@ def inversion_sections(targets: Sequence[InversionTarget], *, confidence: float 
     """The run's inversion page: targets compared (when several), then one group of sections per target."""
     if not targets:
         return [Section(title="Model inversion", blocks=[Text(text="No model-inversion results are stored in this run.")])]
-    sections: list[Section] = []
+    verdicts = [(t.model_id, inversion_verdict(t.results, delta=t.delta, confidence=confidence, epsilon_ub=t.epsilon_ub(), num_dataset_classes=t.num_dataset_classes())) for t in targets]
+    sections: list[Section] = [verdict_section(most_severe(verdicts))]
     if len(targets) > 1:
         sections.append(
             Section(
@@ -470,9 +490,10 @@ def load_inverted_targets(run: RunDir) -> list[tuple[InversionTarget, ...]]:
 
 def inversion_page(targets: tuple[InversionTarget, ...], out: Path) -> Page:
     """Writes ``inversion.{html,md}`` and its image grids into ``out``."""
-    page = write_report_files(out, inversion_sections(targets), title="Model inversion", stem=INVERSION_REPORT_STEM, kind="inversion").html
+    sections = inversion_sections(targets)
+    page = write_report_files(out, sections, title="Model inversion", stem=INVERSION_REPORT_STEM, kind="inversion").html
     counts = inversion_summary(targets)
-    return Page(html=page, link=f"model inversion ({', '.join(counts['attacks'])}) against {counts['targets']} target(s)")
+    return Page(html=page, link=with_status(f"model inversion ({', '.join(counts['attacks'])}) against {counts['targets']} target(s)", sections))
 
 
 REPORT_KINDS.register(ReportKind(name="inversion", group="Model inversion", order=60, load=load_inverted_targets, render=inversion_page))

@@ -13,6 +13,7 @@ Imports no torch and nothing from ``attacks``: a report renders from stored resu
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,12 +25,15 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
 from dpaudit import _validate as v
-from dpaudit.results import DEFAULT_FPRS, MembershipResult, load_membership_result, load_record
+from dpaudit.results import DEFAULT_FPRS, MembershipResult, TrainedModel, load_membership_result, load_record
 from dpaudit.results.membership import tpr_unresolved
+from dpaudit.results.verdicts import membership_verdict, rank_attacks
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.numbers import Shown, epsilon_cell, fmt_number, fmt_percent, percent_cell, rate_cell
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, write_report_files
+from reports.verdict_box import verdict_section, with_status
 
 __all__ = [
     "plot_roc",
@@ -90,16 +94,25 @@ def plot_roc(results: Mapping[str, MembershipResult] | Sequence[MembershipResult
     return fig
 
 
+def _auc(x: float) -> Shown:
+    return Shown(x, f"{x:.3f}")
+
+
 def membership_table(results: Mapping[str, MembershipResult] | Sequence[MembershipResult], *, delta: float = 1e-5, confidence: float = 0.95) -> Table:
-    """One row per attack: AUC, balanced accuracy, ε_LB and the counts."""
+    """One row per attack, strongest first (:func:`~dpaudit.results.verdicts.rank_attacks`): ε_LB, TPR at the lowest resolvable FPR, AUC, balanced accuracy, the counts."""
     rows = []
-    for r in _as_list(results):
-        s = r.summary(delta=delta, confidence=confidence)
-        rows.append([r.attack, s["auc"], s["balanced_accuracy"], s["epsilon_lb"], f"{s['num_members']} / {s['num_non_members']}"])
+    for a in rank_attacks(_as_list(results), delta=delta, confidence=confidence):
+        r = a.result
+        tpr = "n/a: no FPR ≤ 10% resolved" if a.tpr is None or a.fpr is None else rate_cell(round(a.tpr * r.num_members), r.num_members)
+        at = "—" if a.fpr is None else f"{a.fpr:.1%}".replace(".0%", "%")
+        rows.append([r.attack, epsilon_cell(a.epsilon_lb), tpr, at, _auc(a.auc), percent_cell(r.balanced_accuracy()), f"{r.num_members} / {r.num_non_members}"])
     return Table(
-        columns=["attack", "AUC", "balanced acc. (estimate)", f"ε_LB (δ={delta:g}, {confidence:.0%})", "members / non-members"],
+        columns=["attack", f"ε_LB (δ={delta:g}, {confidence:.0%})", "TPR at the lowest FPR resolved", "at FPR", "AUC", "balanced acc. (estimate)", "members / non-members"],
         rows=rows,
-        caption="ε_LB: Clopper–Pearson bound with a Bonferroni-corrected threshold choice, valid at the stated confidence.",
+        caption=(
+            "Strongest attack first: by ε_LB, then TPR at the lowest FPR the non-members resolve (at least 1/FPR of them). "
+            "ε_LB: Clopper–Pearson bound with a Bonferroni-corrected threshold choice, valid at the stated confidence. TPR as a share of the members."
+        ),
     )
 
 
@@ -108,11 +121,12 @@ def tpr_table(results: Mapping[str, MembershipResult] | Sequence[MembershipResul
 
     A rate at FPR f is shown only where at least ⌈1/f⌉ non-members resolve it
     (:func:`dpaudit.results.membership.min_non_members`); otherwise the cell says how many it
-    needs. The members / non-members each row rests on stand beside the rates.
+    needs. Rates are percentages of the members with the counts; the members / non-members
+    each row rests on stand beside them.
     """
     rows = []
     for r in _as_list(results):
-        cells = [tpr_unresolved(f, r.num_non_members) or r.tpr_at_fpr(f) for f in fprs]
+        cells = [tpr_unresolved(f, r.num_non_members) or rate_cell(round(r.tpr_at_fpr(f) * r.num_members), r.num_members) for f in fprs]
         rows.append([r.attack, *cells, f"{r.num_members} / {r.num_non_members}"])
     return Table(
         columns=["attack", *(f"TPR @ {f:.1%} FPR" for f in fprs), "members / non-members"],
@@ -123,7 +137,7 @@ def tpr_table(results: Mapping[str, MembershipResult] | Sequence[MembershipResul
 
 def _short(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return fmt_number(value)
     if isinstance(value, (tuple, list)):
         return "/".join(map(str, value))
     return str(value)
@@ -136,15 +150,21 @@ def membership_sections(
     claim_description: str = "",
     delta: float = 1e-5,
     confidence: float = 0.95,
+    target_accuracy: float | None = None,
 ) -> list[Section]:
-    """The report's sections: claim ε per accountant, metrics, TPR@FPR, ROC, attack configurations."""
-    items = _as_list(results)
+    """The report's sections: the verdict, the target (accuracy, claim ε per accountant), the attacks strongest first, TPR@FPR, ROC, configurations."""
+    # Strongest first everywhere on the page: the tables, the ROC legend, the configurations.
+    items = [a.result for a in rank_attacks(_as_list(results), delta=delta, confidence=confidence)]
+    epsilon_ub = None if epsilons is None else (min(epsilons.values()) if epsilons else math.inf)
+    verdict = membership_verdict(items, delta=delta, confidence=confidence, epsilon_ub=epsilon_ub, target_accuracy=target_accuracy)
     claim: list[Any] = (
         [accountant_table(epsilons, delta=delta, description=claim_description)]
         if epsilons is not None
         else [Text(text="The target's record is not in this run directory, so its claim cannot be shown.")]
     )
-    sections = [Section(title="Target's privacy claim", blocks=claim)]
+    if target_accuracy is not None:
+        claim.insert(0, Text(text=f"Test accuracy of the target: {fmt_percent(target_accuracy)}."))
+    sections = [verdict_section(verdict), Section(title="Target: accuracy and privacy claim", blocks=claim)]
     if not items:
         sections.append(Section(title="Attacks", blocks=[Text(text="No membership-attack results are stored for this target.")]))
         return sections
@@ -186,7 +206,8 @@ def write_membership_report(
     if epsilons is None and record_dir is not None:
         record = load_record(record_dir)
         epsilons, claim_description = record.claim.epsilons(delta=delta), record.claim.statement()
-    sections = membership_sections(items, epsilons=epsilons, claim_description=claim_description, delta=delta, confidence=confidence)
+    accuracy = _accuracy(load_record(record_dir)) if record_dir is not None else None
+    sections = membership_sections(items, epsilons=epsilons, claim_description=claim_description, delta=delta, confidence=confidence, target_accuracy=accuracy)
     return write_report_files(run.reports_dir(), sections, title=f"Membership inference against {targets[0]}", stem=membership_report_stem(targets[0]), kind="membership").html
 
 
@@ -201,6 +222,7 @@ class AttackedTarget:
             directory does not hold the target's record.
         claim_description: the claim's statement.
         delta: the δ of those ε (the record's, else 1e-5).
+        target_accuracy: the target's test accuracy, from its record.
     """
 
     model_id: str
@@ -208,6 +230,12 @@ class AttackedTarget:
     epsilons: Mapping[str, float] | None = None
     claim_description: str = ""
     delta: float = 1e-5
+    target_accuracy: float | None = None
+
+
+def _accuracy(record: TrainedModel) -> float | None:
+    acc = record.metrics.get("test_accuracy")
+    return float(acc) if isinstance(acc, (int, float)) and not isinstance(acc, bool) else None
 
 
 def load_attacked_targets(run: RunDir) -> list[AttackedTarget]:
@@ -225,16 +253,25 @@ def load_attacked_targets(run: RunDir) -> list[AttackedTarget]:
             continue
         record = load_record(found)
         delta = float(record.metrics.get("delta") or record.config.get("delta") or 1e-5)
-        targets.append(AttackedTarget(model_id=model_id, results=results, epsilons=record.claim.epsilons(delta=delta), claim_description=record.claim.statement(), delta=delta))
+        targets.append(
+            AttackedTarget(
+                model_id=model_id,
+                results=results,
+                epsilons=record.claim.epsilons(delta=delta),
+                claim_description=record.claim.statement(),
+                delta=delta,
+                target_accuracy=_accuracy(record),
+            )
+        )
     return targets
 
 
 def membership_page(target: AttackedTarget, out: Path) -> Page:
     """Writes ``membership-<model_id>.{html,md}`` and its ROC figure into ``out``."""
-    sections = membership_sections(target.results, epsilons=target.epsilons, claim_description=target.claim_description, delta=target.delta)
+    sections = membership_sections(target.results, epsilons=target.epsilons, claim_description=target.claim_description, delta=target.delta, target_accuracy=target.target_accuracy)
     stem = membership_report_stem(target.model_id)
     page = write_report_files(out, sections, title=f"Membership inference against {target.model_id}", stem=stem, kind="membership").html
-    return Page(html=page, link=stem.removeprefix("membership-"))
+    return Page(html=page, link=with_status(stem.removeprefix("membership-"), sections))
 
 
 REPORT_KINDS.register(ReportKind(name="membership", group="Membership inference", order=30, load=load_attacked_targets, render=membership_page))

@@ -23,10 +23,13 @@ from matplotlib.figure import Figure as MplFigure
 
 from dpaudit.privacy.pate.claim import settings_used
 from dpaudit.results.record import TrainedModel, load_record
+from dpaudit.results.verdicts import pate_verdict
 from dpaudit.store import RunDir, load_npz, thaw
 from reports.figures import legend_outside, new_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.numbers import fmt_number, fmt_percent
 from reports.render import Figure, Section, Table, Text, write_report_files
+from reports.verdict_box import verdict_section, with_status
 
 __all__ = [
     "PateRun",
@@ -195,7 +198,11 @@ def _look(i: int) -> tuple[str, str, str]:
 
 
 def _num(x: Any) -> str:
-    return "—" if x is None else f"{float(x):.4g}"
+    return fmt_number(None if x is None else float(x))
+
+
+def _pct(x: Any) -> str:
+    return fmt_percent(None if x is None else float(x))
 
 
 def _fmt(x: Any) -> Any:
@@ -219,13 +226,13 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
         rows=[
             [
                 r["label"],
-                f"{r['teachers']} ({_num(r['teacher_accuracy_mean'])})",
+                f"{r['teachers']} ({_pct(r['teacher_accuracy_mean'])})",
                 f"{r['answered']} / {r['queries']}",
-                _num(r["answer_accuracy"]),
+                _pct(r["answer_accuracy"]),
                 f"{_num(r['epsilon_data_dependent_realised'])} ({_num(r['epsilon_data_dependent_realised_improved'])})",
                 _num(r["epsilon_noisy_estimate"]) if r["sanitised"] else "not released",
                 _num(r["epsilon_data_independent"]),
-                _num(r["student_accuracy"]),
+                _pct(r["student_accuracy"]),
             ]
             for r in rows
         ],
@@ -247,6 +254,7 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
             )
         )
     return [
+        verdict_section(pate_verdict([r.record for r in runs])),
         Section(title="Students and their privacy cost", blocks=blocks),
         Section(
             title="ε against queries answered",
@@ -269,8 +277,9 @@ def load_pate_students(run: RunDir) -> list[tuple[PateRun, ...]]:
 
 def pate_page(runs: tuple[PateRun, ...], out: Path) -> Page:
     """Writes ``pate.{html,md}`` and its figures into ``out``."""
-    page = write_report_files(out, pate_sections(runs), title="PATE students", stem="pate", kind="report").html
-    return Page(html=page, link=f"PATE students ({len(runs)})")
+    sections = pate_sections(runs)
+    page = write_report_files(out, sections, title="PATE students", stem="pate", kind="report").html
+    return Page(html=page, link=with_status(f"PATE students ({len(runs)})", sections))
 
 
 REPORT_KINDS.register(ReportKind(name="pate", group="PATE", order=50, load=load_pate_students, render=pate_page))

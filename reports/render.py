@@ -15,7 +15,6 @@ No torch here: reports render from stored results alone.
 from __future__ import annotations
 
 import io
-import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -57,16 +56,10 @@ _STEM = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def format_number(x: Any, digits: int = 4) -> str:
-    """Numbers for tables: ∞ as "inf", floats to ``digits`` significant places, None as "—"."""
-    if isinstance(x, bool) or x is None:
-        return "—" if x is None else ("yes" if x else "no")
-    if isinstance(x, float):
-        if math.isinf(x):
-            return "inf" if x > 0 else "-inf"
-        if math.isnan(x):
-            return "nan"
-        return f"{x:.{digits}g}"
-    return str(x)
+    """Numbers for tables, by :func:`reports.numbers.format_cell` (∞, —, one precision); ``digits`` is kept for old callers."""
+    from reports.numbers import format_cell
+
+    return format_cell(x)
 
 
 @dataclass(frozen=True, kw_only=True)

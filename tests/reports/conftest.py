@@ -239,6 +239,49 @@ def build_compare_run(path) -> RunDir:
     return run
 
 
+def build_dssgd_run(path) -> RunDir:
+    """A DSSGD federation with the DP upload, its record built as ``train --defense dssgd`` writes it (baselines included)."""
+    from dpaudit.privacy.dssgd import dssgd_svt_claim
+
+    run = RunDir(path).create(command="test")
+    eps, params, c, rounds = 0.002, 4810, 481, 2
+    config = {
+        "participants": 3, "rounds": rounds, "upload_fraction": 0.1, "download_fraction": 1.0, "selection": "largest", "selection_threshold": 0.0,
+        "schedule": "round-robin", "local_epochs": 1, "batch_size": 32, "learning_rate": 0.05, "standardize": True, "dp_epsilon": eps, "bound": 0.001,
+        "threshold": 0.0001, "budget_split": "sum", "observe_participant": 0, "baselines": True, "split_seed": 0,
+    }  # fmt: skip
+    metrics = {
+        "train_accuracy": 0.56, "test_accuracy": 0.55, "engine": "local", "num_parameters": params, "uploads_per_turn": c, "run_rounds": rounds,
+        "run_dp_epsilon": eps, "download_count": params, "uploads_applied": 6, "parameters_updated": 966, "seconds_per_round": 0.01,
+        "partition_sizes": [10, 10, 10], "standalone_test_accuracy": 0.58, "standalone_test_accuracy_min": 0.53, "standalone_test_accuracy_max": 0.61,
+        "centralised_test_accuracy": 0.84, "local_test_accuracy_mean": 0.5, "chance_accuracy": 0.13, "near_chance": False,
+    }  # fmt: skip
+    claim = dssgd_svt_claim(epsilon_per_parameter=eps, bound=0.001, threshold=0.0001, uploads_per_round=c, num_rounds=rounds, num_parameters=params, split="sum")
+    rec = TrainedModel(
+        model_id="dssgd-digits-digits-mlp-seed0",
+        defense="dssgd",
+        model_name="digits-mlp",
+        dataset="digits",
+        input_shape=(1, 8, 8),
+        num_classes=10,
+        membership=Membership(members=np.arange(0, 30), non_members=np.arange(30, 60), owners=np.arange(30) % 3),
+        seed=0,
+        config=config,
+        metrics=metrics,
+        claim=claim,
+    )
+    atomic_write_json(run.record_dir(rec.model_id) / "record.json", rec.to_dict())
+    return run
+
+
+def build_train_run(path) -> RunDir:
+    """What ``dpaudit train`` alone leaves: a DP-SGD record and a non-private one, nothing attacked."""
+    run = RunDir(path).create(command="test")
+    _record(run, DP_MODEL, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics={"test_accuracy": 0.9, "train_accuracy": 0.92, "delta": 1e-5})
+    _record(run, "nonprivate-digits-mlp-seed0", "nonprivate", metrics={"test_accuracy": 0.95})
+    return run
+
+
 #: A sample run directory per report kind (what the contract suite renders each kind from).
 REPORT_SAMPLES = {
     "compare": build_compare_run,
@@ -247,6 +290,8 @@ REPORT_SAMPLES = {
     "certified": lambda path: build_run(path, audits=False, membership=False),
     "pate": build_pate_run,
     "inversion": build_inversion_run,
+    "dssgd": build_dssgd_run,
+    "models": build_train_run,
 }
 
 

@@ -42,15 +42,17 @@ def test_the_page_shows_the_metrics_of_every_target_and_attack(inversion_run):
     page = render_reports(inversion_run).inversion[0]
     html, md = page.read_text(), page.with_suffix(".md").read_text()
     for text in (html, md):
-        # Attack accuracies 0.75 / 0.25, the KNN distance, PSNR and chance (1/10) as stored.
-        for number in ("0.75", "0.25", "1.234", "17.25", "0.1"):
+        # Attack accuracies 3/4 and 1/4 of the classes as rates with their counts, the KNN distance (1.2345) and PSNR (17.25)
+        # to three significant digits, chance 1/10 as a percentage (issue 34).
+        for number in ("75.0% (3/4)", "25.0% (1/4)", "1.23", "17.2", "10.0%"):
             assert number in text, number
         assert "TPR @ 1% FPR" in text and "membership AUC" in text and "ε_LB" in text and "ε_UB" in text
         assert NONPRIVATE in text and DP in text
         assert "mi-face: " in text and "gmi: " in text and "membership AUC" in text  # the finding sentences
     # The DP target's claim: ε under every accountant; the non-private target's ε_UB is ∞.
     assert '<td class="t">rdp' in html
-    assert "inf" in html
+    # One symbol for an unbounded ε on every page (issue 34: inversion reports printed "inf").
+    assert "∞" in html and ">inf<" not in html and "inf" not in md.replace("inference", "").replace("inform", "")
 
 
 def test_image_grids_and_the_comparison_figure_are_written_and_shown(inversion_run):
@@ -72,7 +74,7 @@ def test_one_target_has_no_comparison(tmp_path, make_inversion_result):
     html = page.read_text()
     assert "Targets compared" not in html and "compare.png" not in html
     assert "record is not in this run directory" in html
-    assert "0.1" in html  # chance from the stored dataset class count
+    assert "10.0%" in html  # chance from the stored dataset class count
 
 
 def test_image_grid_layout_many_classes_and_rgb(make_inversion_result):

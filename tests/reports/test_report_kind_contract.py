@@ -27,7 +27,7 @@ def _report_json(run: RunDir, capsys: pytest.CaptureFixture[str]) -> tuple[int, 
     return code, json.loads(out)
 
 
-def check_report_kind(kind: ReportKind, run: RunDir, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def check_report_kind(kind: ReportKind, run: RunDir, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[Path]:
     """What every report kind does, on a run directory that holds a sample of what it shows.
 
     An empty run gives it nothing to render (and is no error); the sample gives it at least one
@@ -35,6 +35,7 @@ def check_report_kind(kind: ReportKind, run: RunDir, tmp_path: Path, capsys: pyt
     lists the pages under the kind's name, links each from both indexes under the kind's
     heading, and exits 3 exactly when a page reports a stored violation; a second rendering
     writes the same bytes and :class:`~dpaudit.app.runs.report.ReportIndex` names the same pages.
+    Returns the kind's HTML pages.
     """
     assert REPORT_KINDS[kind.name] is kind
     assert list(kind.load(RunDir(tmp_path / "empty").create(command="test"))) == []
@@ -56,13 +57,27 @@ def check_report_kind(kind: ReportKind, run: RunDir, tmp_path: Path, capsys: pyt
     index = render_reports(run)
     assert index.pages_of(kind.name) == getattr(index, kind.name) == tuple(pages)
     assert {p.name: p.read_bytes() for p in run.reports_dir().iterdir()} == first
+    return pages
+
+
+def check_verdict_boxes(pages: list[Path], index_html: Path) -> None:
+    """Issue 34: every page opens with exactly one verdict box (HTML and Markdown), and the index names its status beside the link."""
+    index = index_html.read_text(encoding="utf-8")
+    for page in pages:
+        html, md = page.read_text(encoding="utf-8"), page.with_suffix(".md").read_text(encoding="utf-8")
+        assert html.count('class="verdict verdict-') == 1 and html.index('class="verdict verdict-') < html.index("<h2>"), page
+        status = html.split('<p class="verdict-status">', 1)[1].split("</p>", 1)[0]
+        assert md.count("> **Verdict — ") == 1 and f"> **Verdict — {status}.**" in md and md.index("> **Verdict") < md.index("\n## "), page
+        assert f"— {status}</a>" in index, page
 
 
 @pytest.mark.parametrize("name", KINDS)
 def test_report_kind_contract(name, report_samples, tmp_path, capsys):
     if name not in report_samples:
         pytest.fail(f"report kind {name!r} has no sample run: add a builder to REPORT_SAMPLES in tests/reports/conftest.py")
-    check_report_kind(REPORT_KINDS[name], report_samples[name](tmp_path / "run"), tmp_path, capsys)
+    run = report_samples[name](tmp_path / "run")
+    pages = check_report_kind(REPORT_KINDS[name], run, tmp_path, capsys)
+    check_verdict_boxes(pages, run.reports_dir() / "index.html")
 
 
 def test_the_index_keeps_its_order_and_every_kind_its_own_heading():

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 
 from dpaudit.app.runs.report import NothingToRender, ReportIndex, render_reports
 from dpaudit.results import MembershipResult
+from dpaudit.store import RunDir
 
 DP_MODEL = "dpsgd-digits-mlp-seed0"
 HGM_MODEL = "hgm-digits-mlp-seed0"
@@ -55,9 +56,10 @@ def test_membership_report_has_auc_and_tpr_at_fpr(full_run):
     assert "AUC" in page and "TPR @ 0.1% FPR" in page and "TPR @ 1.0% FPR" in page and "<img" in page
 
 
-def test_nothing_to_render_is_a_clear_error(make_run, tmp_path):
-    run = make_run(tmp_path / "run", audits=False, membership=False, certify=False)
-    with pytest.raises(NothingToRender, match="holds no audit, membership-attack, certify or PATE results"):
+def test_nothing_to_render_is_a_clear_error(tmp_path):
+    # A run with a record renders since issue 34 (the trained-model page); one with nothing at all does not.
+    run = RunDir(tmp_path / "run").create(command="test")
+    with pytest.raises(NothingToRender, match="holds no trained model and no audit, membership-attack, certify, PATE, DSSGD or model-inversion results"):
         render_reports(run)
 
 
@@ -66,9 +68,9 @@ def test_report_verb_exit_codes(make_run, full_run, tmp_path, capsys):
 
     assert main(["report", str(full_run.path)]) == 0
     assert str(full_run.reports_dir() / "index.html") in capsys.readouterr().out
-    empty = make_run(tmp_path / "empty", audits=False, membership=False, certify=False)
+    empty = RunDir(tmp_path / "empty").create(command="test")  # a record alone renders since issue 34
     assert main(["report", str(empty.path)]) == 2
-    assert "holds no audit" in capsys.readouterr().err
+    assert "holds no trained model" in capsys.readouterr().err
 
 
 def test_rendering_imports_no_torch(make_run, tmp_path):
@@ -181,7 +183,8 @@ def test_stored_soundness_violation_is_shown_and_exits_3(make_run, tmp_path, cap
     atomic_write_json(path, summary)
     assert main(["report", str(run.path)]) == 3
     page = (run.reports_dir() / "certified.html").read_text()
-    assert "SOUNDNESS VIOLATION" in page and "hgm at radius 0.3 certifies 0.900 &gt; robust 0.500" in page
+    # Issue 34: the verdict is the page's box (alert tone, status "unsound"), accuracies as percentages.
+    assert 'class="verdict verdict-alert"' in page and ">unsound<" in page and "hgm at radius 0.3 certifies 90.0% &gt; 50.0% the attacks left" in page
     assert "soundness violation" in capsys.readouterr().out
 
 

@@ -2,8 +2,7 @@
 
 The module is written into the test's temporary directory, imported, and registers itself the
 way every kind in ``reports/`` does; nothing else changes to add it. It lists the run's model
-records — stored results every run has — so a run holding nothing but records, which no
-built-in kind shows, becomes one ``dpaudit report`` renders.
+records — stored results every run has — beside the built-in trained-model page of each.
 """
 
 from __future__ import annotations
@@ -73,7 +72,7 @@ def toy(tmp_path):
 
 @pytest.fixture
 def records_only(tmp_path, write_record) -> RunDir:
-    """A run holding one model record and no result a built-in report kind shows."""
+    """A run holding one model record and no result (the built-in trained-model kind shows it too)."""
     run = RunDir(tmp_path / "run").create(command="test")
     write_record(run, "nonprivate-digits-mlp-seed0", "nonprivate")
     return run
@@ -113,6 +112,8 @@ def test_the_toy_kind_is_gone_once_unregistered(records_only, tmp_path, capsys):
     with _toy_module(tmp_path) as kind:
         assert REPORT_KINDS["toy_records"] is kind
     assert "toy_records" not in REPORT_KINDS
-    # Without it the same run holds nothing any report shows.
-    assert main(["report", str(records_only.path)]) == 2
-    assert "holds no audit" in capsys.readouterr().err
+    # Without it the same run renders only the built-in page of each record (issue 34), no toy page.
+    assert main(["report", str(records_only.path)]) == 0
+    out = capsys.readouterr().out
+    assert "toy-records" not in out and "model-" in out
+    assert "toy_records" not in dict(render_reports(records_only).kinds)

@@ -137,8 +137,8 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
     found = [(kind, list(kind.load(run))) for kind in ordered_kinds()]
     if not any(items for _, items in found):
         raise NothingToRender(
-            f"run_dir {str(run.path)!r} holds no audit, membership-attack, certify or PATE results and no model-inversion results to render "
-            "(run dpaudit audit, attack membership, attack inversion, certify or train --defense pate into it first)"
+            f"run_dir {str(run.path)!r} holds no trained model and no audit, membership-attack, certify, PATE, DSSGD or model-inversion results to render "
+            "(run dpaudit train, audit, attack membership, attack inversion or certify into it first)"
         )
     _verify_records(run)
     out = run.reports_dir()

@@ -1,0 +1,442 @@
+"""The verdict of every report page, computed from stored results (torch-free).
+
+A report page opens with one :class:`Verdict`: a status a reader can act on, one headline
+sentence, a few supporting lines, and a tone for the box it is drawn in. The verdicts are judged
+here, in the core, from the stored result and record values, so every page (and any other
+consumer) states the same judgement and a report only draws it:
+
+* an audit: a violation when ε_LB > ε_UB; inconclusive when the design's ceiling (the ε_LB a
+  perfect attack on the same counts would reach) is at most ε_UB, so no attack could have shown
+  a violation; otherwise no violation (Jagielski, Ullman & Oprea 2020, §5; Nasr et al. 2021, §4);
+* membership inference: the strongest attack by ε_LB, then by TPR at the lowest false-positive
+  rate the non-members resolve (Carlini et al. 2022, §III-B), against the target's claim;
+* certified robustness: sound when no certificate claims more accuracy at a radius than an
+  attack left at that radius (Lecuyer et al. 2019, §3; Cohen et al. 2019, Theorem 1);
+* model inversion: whether the reconstructions identify members (their membership score has a
+  positive ε_LB), recover only the class (the evaluator's top-1 above chance) or nothing
+  (Zhang et al. 2020, §4.1);
+* PATE: the student's accuracy and ε under the data-dependent and the data-independent analysis
+  (Papernot et al. 2018, §4);
+* DSSGD: the federation's accuracy against standalone and centralised training, its uploads and
+  its DP claim (Shokri & Shmatikov 2015, §5);
+* a trained model: its record, its claim (ε_UB under every accountant) and its metrics;
+* a comparison: the rows' stored verdicts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dpaudit import _validate as v
+from dpaudit.results.audit import AuditResult
+from dpaudit.results.comparison import ComparisonResult
+from dpaudit.results.inversion import InversionResult
+from dpaudit.results.membership import MembershipResult, tpr_unresolved
+from dpaudit.results.numbers import fmt_count, fmt_epsilon, fmt_percent, fmt_rate
+from dpaudit.results.record import TrainedModel
+
+__all__ = [
+    "TONES",
+    "Verdict",
+    "AttackStrength",
+    "audit_verdict",
+    "membership_verdict",
+    "rank_attacks",
+    "lowest_resolvable_fpr",
+    "certified_verdict",
+    "inversion_verdict",
+    "pate_verdict",
+    "dssgd_verdict",
+    "train_verdict",
+    "compare_verdict",
+    "record_delta",
+    "most_severe",
+]
+
+#: Box colours: a finding against the claim, all well, a caution (inconclusive, leakage), a plain statement.
+TONES = ("alert", "ok", "warn", "info")
+#: The false-positive rates a membership verdict reads the TPR at, lowest first.
+VERDICT_FPRS = (0.001, 0.01, 0.1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """What a report page concludes, before any evidence.
+
+    Attributes:
+        status: the verdict in a few words ("violation", "no violation", "inconclusive", "sound", …).
+        headline: one sentence stating it with its numbers.
+        lines: a few supporting facts, one sentence each.
+        tone: the box colour, one of :data:`TONES`.
+    """
+
+    status: str
+    headline: str
+    lines: tuple[str, ...] = ()
+    tone: str = "info"
+
+    def __post_init__(self) -> None:
+        for name in ("status", "headline"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise v.invalid(name, f"{name} must be a non-empty string, got {getattr(self, name)!r}")
+        object.__setattr__(self, "lines", tuple(self.lines))
+        if not all(isinstance(x, str) for x in self.lines):
+            raise v.invalid_type("lines", f"lines must be strings, got {self.lines!r}")
+        v.choice("tone", self.tone, TONES)
+
+
+def record_delta(record: TrainedModel) -> float:
+    """The δ a record's claim is stated at (its metrics', else its config's, else 10⁻⁵)."""
+    return float(record.metrics.get("delta") or record.config.get("delta") or 1e-5)
+
+
+def _claim_text(epsilons: Mapping[str, float], delta: float) -> str:
+    if not epsilons:
+        return f"no accountant bounds its claim (ε = ∞ at δ = {delta:g})"
+    best = min(epsilons, key=epsilons.__getitem__)
+    return f"ε_UB = {fmt_epsilon(epsilons[best])} at δ = {delta:g} ({best}, the tightest of {len(epsilons)} accountant{'s' if len(epsilons) > 1 else ''})"
+
+
+#: Tones from the most to the least severe: a page of several verdicts leads with the first.
+_SEVERITY = ("alert", "warn", "info", "ok")
+
+
+def most_severe(verdicts: Sequence[tuple[str, Verdict]]) -> Verdict:
+    """One verdict for a page of several subjects: the most severe, naming its subject, with the others as lines.
+
+    Args:
+        verdicts: (subject, its verdict) pairs, e.g. per target of an inversion page.
+    """
+    if not verdicts:
+        raise v.invalid("verdicts", "verdicts must hold at least one (subject, Verdict) pair, got none")
+    if len(verdicts) == 1:
+        return verdicts[0][1]
+    subject, lead = min(verdicts, key=lambda sv: _SEVERITY.index(sv[1].tone))
+    others = tuple(f"{name}: {x.headline}" for name, x in verdicts if name != subject)
+    return Verdict(status=lead.status, headline=f"{subject}: {lead.headline}", lines=(*lead.lines, *others), tone=lead.tone)
+
+
+# ---------------------------------------------------------------------------------------- audit
+def audit_verdict(result: AuditResult) -> Verdict:
+    """Violation, no violation, or inconclusive (the design's ceiling ≤ ε_UB: no attack could show a violation)."""
+    lb, ub = fmt_epsilon(result.epsilon_lb), fmt_epsilon(result.epsilon_ub)
+    at = f"at {result.confidence:.0%} confidence, δ = {result.delta:g}"
+    lines = [f"{result.method} audit, {result.threat_model}, {result.bound} bound: {result.num_in} IN / {result.num_out} OUT observations."]
+    if result.ceiling is not None:
+        lines.append(f"Ceiling (ε_LB of a perfect attack on the same counts): {fmt_epsilon(result.ceiling)}.")
+    else:
+        lines.append("The ceiling was not recorded (result stored before ceilings were reported).")
+    if math.isfinite(result.epsilon_ub) and result.epsilon_ub > 0:
+        lines.append(f"Tightness ε_LB / ε_UB = {result.tightness:.2f}.")
+    if result.violation:
+        return Verdict(
+            status="violation",
+            headline=f"Violation: ε_LB = {lb} > ε_UB = {ub} ({result.accountant}) {at}. The implementation does not meet its claim.",
+            lines=tuple(lines),
+            tone="alert",
+        )
+    if not math.isfinite(result.epsilon_ub):
+        return Verdict(
+            status="no claim",
+            headline=f"Nothing to violate: the claim states no privacy (ε_UB = ∞); ε_LB = {lb} {at} measures the leakage.",
+            lines=tuple(lines),
+            tone="info",
+        )
+    if result.ceiling is not None and result.ceiling <= result.epsilon_ub:
+        return Verdict(
+            status="inconclusive",
+            headline=(
+                f"Inconclusive: ε_LB = {lb} ≤ ε_UB = {ub} ({result.accountant}), but even a perfect attack on this design reaches only "
+                f"ε_LB = {fmt_epsilon(result.ceiling)} ≤ ε_UB: it could not have shown a violation. More trials raise the ceiling."
+            ),
+            lines=tuple(lines),
+            tone="warn",
+        )
+    return Verdict(status="no violation", headline=f"No violation: ε_LB = {lb} ≤ ε_UB = {ub} ({result.accountant}) {at}.", lines=tuple(lines), tone="ok")
+
+
+# ----------------------------------------------------------------------------------- membership
+def lowest_resolvable_fpr(num_non_members: int, fprs: Sequence[float] = VERDICT_FPRS) -> float | None:
+    """The lowest FPR of ``fprs`` the non-members resolve (at least 1/f of them), or ``None``."""
+    ok = [f for f in fprs if tpr_unresolved(f, num_non_members) is None]
+    return min(ok) if ok else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttackStrength:
+    """One membership attack's standing: ε_LB, TPR at the lowest resolvable FPR, AUC.
+
+    Attributes:
+        result: the stored result.
+        epsilon_lb: its ε_LB at the verdict's δ and confidence.
+        fpr: the lowest FPR its non-members resolve (``None``: not even 10 %).
+        tpr: its TPR there (``None`` with ``fpr``).
+        auc: its AUC.
+    """
+
+    result: MembershipResult
+    epsilon_lb: float
+    fpr: float | None
+    tpr: float | None
+    auc: float
+
+    def tpr_text(self) -> str:
+        """TPR as a percentage of the members, at its FPR: "12.5% (25/200) at 1% FPR"."""
+        if self.fpr is None or self.tpr is None:
+            return f"TPR at a low FPR not resolved ({self.result.num_non_members} non-members resolve no FPR below 10%)"
+        n = self.result.num_members
+        return f"TPR {fmt_rate(round(self.tpr * n), n)} at {self.fpr:.1%} FPR".replace(".0% FPR", "% FPR")
+
+
+def rank_attacks(results: Sequence[MembershipResult], *, delta: float = 1e-5, confidence: float = 0.95) -> list[AttackStrength]:
+    """The attacks, strongest first: by ε_LB, then TPR at the lowest resolvable FPR, then AUC, then name."""
+    ranked = []
+    for r in results:
+        fpr = lowest_resolvable_fpr(r.num_non_members)
+        ranked.append(
+            AttackStrength(
+                result=r,
+                epsilon_lb=float(r.epsilon_bound(delta=delta, confidence=confidence).epsilon_lb),
+                fpr=fpr,
+                tpr=None if fpr is None else float(r.tpr_at_fpr(fpr)),
+                auc=float(r.auc()),
+            )
+        )
+    # Attacks read at different FPRs compare the lower FPR's TPR first (the harder regime).
+    return sorted(ranked, key=lambda a: (-a.epsilon_lb, a.fpr if a.fpr is not None else 2.0, -(a.tpr or 0.0), -a.auc, a.result.attack))
+
+
+def membership_verdict(
+    results: Sequence[MembershipResult],
+    *,
+    delta: float = 1e-5,
+    confidence: float = 0.95,
+    epsilon_ub: float | None = None,
+    target_accuracy: float | None = None,
+) -> Verdict:
+    """The strongest attack's ε_LB (and TPR at the lowest resolvable FPR) against the target's ε_UB.
+
+    Args:
+        results: the attacks against one target.
+        delta: δ of ε_LB and ε_UB.
+        confidence: confidence of ε_LB.
+        epsilon_ub: the target's tightest claimed ε (∞ without a mechanism); ``None``: unknown.
+        target_accuracy: the target's test accuracy, when its record is in the run.
+    """
+    if not results:
+        return Verdict(status="no attacks", headline="No membership attack against this target is stored.", tone="info")
+    best = rank_attacks(results, delta=delta, confidence=confidence)[0]
+    r = best.result
+    acc = f"; the target's test accuracy is {fmt_percent(target_accuracy)}" if target_accuracy is not None else ""
+    claim = "an unknown claim (no record in this run)" if epsilon_ub is None else f"the claimed ε_UB = {fmt_epsilon(epsilon_ub)}"
+    lines = (
+        f"{r.attack}: {best.tpr_text()}, AUC {best.auc:.3f}, on {r.num_members} members / {r.num_non_members} non-members.",
+        f"ε_LB: Clopper–Pearson at {confidence:.0%} confidence with a Bonferroni-corrected threshold, δ = {delta:g}; attacks ranked by ε_LB, then TPR at the lowest FPR resolved.",
+    )
+    lb = fmt_epsilon(best.epsilon_lb)
+    if epsilon_ub is not None and best.epsilon_lb > epsilon_ub:
+        return Verdict(status="violation", headline=f"Violation: the strongest attack, {r.attack}, shows ε_LB = {lb} > {claim}{acc}.", lines=lines, tone="alert")
+    if best.epsilon_lb > 0:
+        return Verdict(status="leaks membership", headline=f"Membership leaks: the strongest attack, {r.attack}, shows ε_LB = {lb} (≤ {claim}){acc}.", lines=lines, tone="warn")
+    return Verdict(
+        status="no evidence",
+        headline=f"No evidence of membership leakage: no attack shows ε_LB > 0 at {confidence:.0%} confidence; the strongest, {r.attack}, has AUC {best.auc:.3f} (against {claim}){acc}.",
+        lines=lines,
+        tone="ok",
+    )
+
+
+# ------------------------------------------------------------------------------------ certified
+def certified_verdict(models: Sequence[tuple[str, Sequence[Mapping[str, Any]], bool]]) -> Verdict:
+    """Sound or unsound, from certify's stored soundness violations.
+
+    Args:
+        models: per certified model, (model id, its stored soundness violations — each with
+            ``certificate``, ``radius``, ``certified_accuracy``, ``robust_accuracy`` — and whether
+            it was checked at all: certificates and attacks both stored).
+    """
+    bad = [(m, dict(x)) for m, violations, _ in models for x in violations]
+    checked = [m for m, _, ok in models if ok]
+    if bad:
+        lines = tuple(
+            f"{m}: {x.get('certificate')} at radius {float(x.get('radius', math.nan)):g} certifies {fmt_percent(float(x['certified_accuracy']))} "
+            f"> {fmt_percent(float(x['robust_accuracy']))} the attacks left."
+            for m, x in bad
+        )
+        return Verdict(
+            status="unsound",
+            headline=f"Unsound: {len(bad)} certificate(s) claim more accuracy at a radius than an attack left there — a bug in the certificate or its noise.",
+            lines=lines,
+            tone="alert",
+        )
+    if not checked:
+        return Verdict(status="not checked", headline="Not checked: no model has both certificates and attack results stored, so soundness cannot be judged.", tone="info")
+    return Verdict(
+        status="sound",
+        headline=f"Sound: at every radius, certified accuracy ≤ the robust accuracy the strongest attack left ({len(checked)} model{'s' if len(checked) > 1 else ''} checked).",
+        lines=(f"Models checked: {', '.join(checked)}.",),
+        tone="ok",
+    )
+
+
+# ------------------------------------------------------------------------------------ inversion
+def inversion_verdict(
+    results: Sequence[InversionResult],
+    *,
+    delta: float = 1e-5,
+    confidence: float = 0.95,
+    epsilon_ub: float | None = None,
+    num_dataset_classes: int | None = None,
+) -> Verdict:
+    """Identifies members (membership score ε_LB > 0), class only (top-1 above chance) or nothing.
+
+    Args:
+        results: the inversions of one target.
+        delta: δ of the membership score's ε_LB.
+        confidence: confidence of that ε_LB.
+        epsilon_ub: the target's tightest claimed ε, when its record is in the run.
+        num_dataset_classes: N of chance 1/N (else the classes inverted).
+    """
+    if not results:
+        return Verdict(status="no attacks", headline="No model-inversion result is stored.", tone="info")
+    scored = [(r, float(r.membership.epsilon_bound(delta=delta, confidence=confidence).epsilon_lb)) for r in results]
+    r, lb = max(scored, key=lambda s: (s[1], s[0].attack_accuracy_top1))
+    n = num_dataset_classes or r.num_classes
+    chance = 1.0 / n
+    top = max(results, key=lambda x: x.attack_accuracy_top1)
+    k = top.num_classes
+    lines = [
+        f"{top.attack}: the evaluator recognises {fmt_rate(round(top.attack_accuracy_top1 * k), k)} of the reconstructions' classes (top-1; chance {fmt_percent(chance)}).",
+        f"{r.attack}: membership score of the reconstructions ε_LB = {fmt_epsilon(lb)} at {confidence:.0%} confidence (δ = {delta:g}), AUC {r.membership.auc():.3f}"
+        f" on {r.membership.num_members} members / {r.membership.num_non_members} non-members"
+        # An AUC well above ½ with ε_LB = 0 is a sample too small to tell, not evidence: say so beside the finding sentences.
+        + (" — too few for the AUC to be evidence of membership." if lb == 0 and r.membership.auc() >= 0.6 else "."),
+    ]
+    if epsilon_ub is not None:
+        lines.append(f"The target claims ε_UB = {fmt_epsilon(epsilon_ub)}" + (" — below this ε_LB: a violation of the claim." if lb > epsilon_ub else "."))
+    if lb > 0:
+        return Verdict(
+            status="identifies members",
+            headline=f"Identifies members: {r.attack}'s reconstructions sit nearer training members than held-out images of their class (ε_LB = {fmt_epsilon(lb)}).",
+            lines=tuple(lines),
+            tone="alert" if epsilon_ub is not None and lb > epsilon_ub else "warn",
+        )
+    if top.attack_accuracy_top1 > chance:
+        return Verdict(
+            status="class only",
+            headline=f"Class only: {top.attack} recovers what a class looks like (top-1 {fmt_percent(top.attack_accuracy_top1)} against chance {fmt_percent(chance)}), not which images were members.",
+            lines=tuple(lines),
+            tone="info",
+        )
+    return Verdict(status="nothing", headline="Nothing recovered: the evaluator recognises no class above chance and no reconstruction points to members.", lines=tuple(lines), tone="ok")
+
+
+# ----------------------------------------------------------------------------------------- PATE
+def pate_verdict(students: Sequence[TrainedModel]) -> Verdict:
+    """The most accurate student: its accuracy and ε, data-dependent beside data-independent."""
+    if not students:
+        return Verdict(status="no students", headline="No PATE student is stored.", tone="info")
+    best = max(students, key=lambda s: (float(s.metrics.get("test_accuracy") or 0.0), s.model_id))
+    delta = record_delta(best)
+    claim, m = best.claim, best.metrics
+    eps = claim.epsilon(delta=delta, accountant="rdp")
+    indep = m.get("epsilon_data_independent")
+    dependent = bool(getattr(claim, "data_dependent", False))
+    sanitised = bool(getattr(claim, "sanitised", False))
+    analysis = "data-dependent analysis" if dependent else "data-independent analysis"
+    lines = [
+        f"{best.model_id}: {m.get('num_answered', '?')} of {m.get('num_queries', '?')} queries answered by {m.get('num_teachers', '?')} teachers"
+        + (f", {fmt_percent(float(m['answer_accuracy']))} of the answers correct." if m.get("answer_accuracy") is not None else "."),
+    ]
+    if indep is not None:
+        lines.append(f"Data-independent analysis of the same answers: ε = {fmt_epsilon(float(indep))} at δ = {delta:g}.")
+    if len(students) > 1:
+        lines.append(f"{len(students)} students in this run; the table below lists each.")
+    acc = fmt_percent(m.get("test_accuracy"))
+    headline = f"The most accurate student reaches {acc} test accuracy at ε = {fmt_epsilon(eps)} (δ = {delta:g}, {analysis}"
+    if dependent and not sanitised:
+        lines.append("A data-dependent ε is computed from the private votes: publishing it is itself not private unless sanitised (smooth sensitivity).")
+        return Verdict(status="data-dependent ε", headline=headline + ", not sanitised).", lines=tuple(lines), tone="warn")
+    if dependent:
+        return Verdict(status="data-dependent ε, sanitised", headline=headline + ", sanitised).", lines=tuple(lines), tone="info")
+    return Verdict(status="data-independent ε", headline=headline + ").", lines=tuple(lines), tone="info")
+
+
+# ---------------------------------------------------------------------------------------- DSSGD
+def dssgd_verdict(record: TrainedModel) -> Verdict:
+    """The federation's accuracy against standalone and centralised training, its uploads and its DP claim."""
+    m, c = record.metrics, record.config
+    delta = record_delta(record)
+    acc = float(m.get("test_accuracy", math.nan))
+    alone, central = m.get("standalone_test_accuracy"), m.get("centralised_test_accuracy")
+    rounds = m.get("run_rounds", c.get("rounds"))
+    participants = c.get("participants")
+    eps = record.claim.epsilons(delta=delta)
+    versus = [f"{fmt_percent(float(alone))} standalone (mean over participants)"] if alone is not None else []
+    versus += [f"{fmt_percent(float(central))} centralised"] if central is not None else []
+    lines = []
+    if m.get("uploads_per_turn") is not None and m.get("num_parameters"):
+        lines.append(
+            f"Uploads: {fmt_count(m['uploads_per_turn'])} of {fmt_count(m['num_parameters'])} parameters per turn "
+            f"({fmt_percent(m['uploads_per_turn'] / m['num_parameters'])}); {fmt_count(m.get('uploads_applied', 0))} uploads applied."
+        )
+    lines.append(f"DP claim: {_claim_text(eps, delta)}; {record.claim.statement()}.")
+    if alone is not None and m.get("standalone_test_accuracy_min") is not None:
+        lines.append(f"Standalone participants range {fmt_percent(m['standalone_test_accuracy_min'])}–{fmt_percent(m['standalone_test_accuracy_max'])}.")
+    head = f"{participants} participants, {rounds} rounds: the federation reaches {fmt_percent(acc)} test accuracy" + (f" vs {' and '.join(versus)}" if versus else "")
+    privacy = f"; {_claim_text(eps, delta)}" if eps else "; no DP guarantee (the uploads carry exact parameter changes)"
+    if m.get("near_chance"):
+        return Verdict(status="near chance", headline=f"Near chance: {head}{privacy}.", lines=tuple(lines), tone="warn")
+    if alone is not None and acc <= float(alone):
+        return Verdict(status="no gain", headline=f"No gain over training alone: {head}{privacy}.", lines=tuple(lines), tone="warn")
+    return Verdict(status="federation helps" if alone is not None else "trained", headline=f"{head[0].upper()}{head[1:]}{privacy}.", lines=tuple(lines), tone="info")
+
+
+# ------------------------------------------------------------------------------------ train-only
+_METRICS = (("train_accuracy", "train accuracy"), ("non_member_accuracy", "non-member accuracy"), ("test_accuracy", "test accuracy"))
+
+
+def train_verdict(record: TrainedModel) -> Verdict:
+    """The record, its claim (ε_UB under every accountant at its δ) and its metrics."""
+    delta = record_delta(record)
+    eps = record.claim.epsilons(delta=delta)
+    m = record.metrics
+    accs = [f"{name} {fmt_percent(float(m[key]))}" for key, name in _METRICS if isinstance(m.get(key), (int, float))]
+    what = f"{record.defense} {record.model_name} on {record.dataset}, {fmt_count(len(record.membership.members))} members"
+    lines = [f"Claim: {record.claim.statement()}."]
+    if eps:
+        lines.append("ε at δ = " + f"{delta:g}: " + ", ".join(f"{name} {fmt_epsilon(e)}" for name, e in sorted(eps.items(), key=lambda kv: kv[1])) + ".")
+    if accs:
+        lines.append(", ".join(accs).capitalize() + ".")
+    lines.append(f"Record {record.model_id} (seed {record.seed}).")
+    test = f": {fmt_percent(float(m['test_accuracy']))} test accuracy" if isinstance(m.get("test_accuracy"), (int, float)) else ""
+    if eps:
+        return Verdict(status="private", headline=f"{what}{test}; claims {_claim_text(eps, delta)}.", lines=tuple(lines), tone="info")
+    return Verdict(status="no privacy claim", headline=f"{what}{test}; no privacy claim (ε = ∞).", lines=tuple(lines), tone="warn")
+
+
+# -------------------------------------------------------------------------------------- compare
+def _compare_row(r: Any) -> str:
+    acc = f", accuracy {fmt_percent(r.test_accuracy)}" if not math.isnan(r.test_accuracy) else ""
+    if not r.epsilon_ub or not math.isfinite(r.epsilon_ub_best):
+        return "no DP claim on the training data" + acc
+    shown = f"ε_LB {fmt_epsilon(r.epsilon_lb)} by {r.best_attack}" if r.best_attack else "no attack showed leakage: ε_LB 0"
+    return f"{shown} vs ε_UB {fmt_epsilon(r.epsilon_ub_best)}{acc}"
+
+
+def compare_verdict(result: ComparisonResult) -> Verdict:
+    """The comparison's stored row verdicts, as one verdict."""
+    bad = result.violations
+    lines = tuple(f"{r.label}: {r.verdict} ({_compare_row(r)})" + (f" — {'; '.join(r.findings)}" if r.findings else "") + "." for r in result.rows)
+    if bad:
+        names = ", ".join(f"{r.label} ({r.verdict})" for r in bad)
+        return Verdict(status="violation", headline=f"{len(bad)} of {len(result.rows)} settings contradict their claim: {names}.", lines=lines, tone="alert")
+    return Verdict(
+        status="no violation",
+        headline=f"No violation: in all {len(result.rows)} settings ε_LB ≤ ε_UB, and no certificate claims more than an attack leaves.",
+        lines=lines,
+        tone="ok",
+    )

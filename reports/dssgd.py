@@ -1,0 +1,132 @@
+"""DSSGD report: a federation against its participants trained alone and against centralised training.
+
+Distributed selective SGD (Shokri & Shmatikov, CCS 2015, §5) is worth its uploads when the
+federation's model beats what each participant reaches alone and approaches centralised
+training on the pooled data; its privacy is the DP claim of the uploads (none without the DP
+upload: the server sees exact parameter changes). The page shows the verdict
+(:func:`dpaudit.results.verdicts.dssgd_verdict`), the accuracies, what was uploaded, the claim
+under every accountant, where the participants' local records and the observed uploads are kept
+(for ``dpaudit attack uploads`` and ``attack membership``), and the configuration.
+
+Torch-free: it renders from the stored global record alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dpaudit.results import TrainedModel, load_record
+from dpaudit.results.verdicts import dssgd_verdict, record_delta
+from dpaudit.store import RunDir, safe_stem
+from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent, percent_cell
+from reports.render import Items, Section, Table, Text, accountant_table, write_report_files
+from reports.train import config_items, metrics_table, record_table
+from reports.verdict_box import verdict_section, with_status
+
+__all__ = ["accuracy_table", "uploads_table", "dssgd_sections", "load_federations", "dssgd_page"]
+
+#: Metrics the accuracy and uploads tables show (the rest go to the metrics table).
+_SHOWN = (
+    "test_accuracy",
+    "train_accuracy",
+    "standalone_test_accuracy",
+    "standalone_test_accuracy_min",
+    "standalone_test_accuracy_max",
+    "centralised_test_accuracy",
+    "local_test_accuracy_mean",
+    "chance_accuracy",
+    "num_parameters",
+    "uploads_per_turn",
+    "download_count",
+    "uploads_applied",
+    "parameters_updated",
+    "run_rounds",
+    "seconds_per_round",
+    "observed_upload_sizes_mean",
+)
+
+
+def accuracy_table(record: TrainedModel) -> Table:
+    """The federation's test accuracy beside standalone, centralised, the participants' local models and chance."""
+    m = record.metrics
+    n = record.config.get("participants")
+    rows: list[list[Any]] = [["federation (global model)", percent_cell(m.get("test_accuracy")), "the server's parameters after the last round"]]
+    if m.get("standalone_test_accuracy") is not None:
+        spread = f"; {fmt_percent(m['standalone_test_accuracy_min'])}–{fmt_percent(m['standalone_test_accuracy_max'])}" if m.get("standalone_test_accuracy_min") is not None else ""
+        rows.append(["standalone (each participant alone)", percent_cell(m["standalone_test_accuracy"]), f"mean over {n} participants{spread}"])
+    if m.get("centralised_test_accuracy") is not None:
+        rows.append(["centralised (all data pooled)", percent_cell(m["centralised_test_accuracy"]), "the same model trained on the union of the partitions"])
+    if m.get("local_test_accuracy_mean") is not None:
+        rows.append(["participants' final local models", percent_cell(m["local_test_accuracy_mean"]), "mean; each downloaded the global parameters"])
+    if m.get("chance_accuracy") is not None:
+        rows.append(["chance", percent_cell(m["chance_accuracy"]), "as the run stored it (near_chance flags a federation that did not learn)"])
+    caption = "Test accuracy after the last round" + ("; the baselines were not trained (--no-baselines)." if m.get("standalone_test_accuracy") is None else ".")
+    return Table(columns=["model", "test accuracy", "what"], rows=rows, caption=caption)
+
+
+def uploads_table(record: TrainedModel) -> Table:
+    """What each participant uploaded per turn, and what the server applied."""
+    m, c = record.metrics, record.config
+    params = int(m.get("num_parameters") or 0)
+    rows: list[list[Any]] = [
+        ["participants × rounds", f"{c.get('participants')} × {m.get('run_rounds', c.get('rounds'))} ({c.get('schedule')}, {m.get('engine', '?')} engine)"],
+        ["parameters", fmt_count(params)],
+    ]
+    if m.get("uploads_per_turn") is not None and params:
+        rows.append(["uploaded per turn (θ_u)", f"{fmt_count(m['uploads_per_turn'])} ({fmt_percent(m['uploads_per_turn'] / params)}, selection {c.get('selection')})"])
+    if m.get("download_count") is not None and params:
+        rows.append(["downloaded per turn (θ_d)", f"{fmt_count(m['download_count'])} ({fmt_percent(m['download_count'] / params)})"])
+    if m.get("uploads_applied") is not None:
+        rows.append(["uploads applied by the server", fmt_count(m["uploads_applied"])])
+    if m.get("parameters_updated") is not None and params:
+        rows.append(["parameters ever updated", f"{fmt_count(m['parameters_updated'])} ({fmt_percent(m['parameters_updated'] / params)})"])
+    if m.get("seconds_per_round") is not None:
+        rows.append(["seconds per round", Shown(float(m["seconds_per_round"]), fmt_number(float(m["seconds_per_round"])))])
+    return Table(columns=["", "value"], rows=rows)
+
+
+def _participants(record_dir: Path, record: TrainedModel) -> list[str]:
+    root = record_dir.parent / "dssgd-participants" / record.model_id
+    found = sorted(p.name for p in root.glob("participant-*") if (p / "record.json").is_file()) if root.is_dir() else []
+    lines = [f"participants' local records: {root} ({', '.join(found)})" if found else "the participants' local records were not kept"]
+    uploads = record_dir / "uploads.npz"
+    lines.append(f"observed participant's uploads: {uploads} (attack them: dpaudit attack uploads --target {record_dir})" if uploads.is_file() else "no uploads were kept for the server-seat attacks")
+    return lines
+
+
+def dssgd_sections(record: TrainedModel, record_dir: Path) -> list[Section]:
+    """The page: verdict, accuracies, uploads, the DP claim, where the parts are kept, the record and its configuration."""
+    delta = record_delta(record)
+    claim = accountant_table(record.claim.epsilons(delta=delta), delta=delta, description=record.claim.statement())
+    return [
+        verdict_section(dssgd_verdict(record)),
+        Section(
+            title="Federation against training alone and centralised",
+            blocks=[accuracy_table(record), Text(text="Accuracy per round is not stored by the run; the table is the federation after its last round.")],
+        ),
+        Section(title="Uploads", blocks=[uploads_table(record), Items(items=_participants(record_dir, record))]),
+        Section(title="DP claim of the uploads", blocks=[claim]),
+        Section(title="Record", blocks=[record_table(record), metrics_table(record.metrics, skip=_SHOWN)]),
+        Section(title="Configuration", blocks=[config_items(record.config)]),
+    ]
+
+
+def load_federations(run: RunDir) -> list[tuple[TrainedModel, Path]]:
+    """Every DSSGD federation (global record) at the top of the run's records, by name."""
+    if not run.subdir("records").is_dir():
+        return []
+    return [(r, d) for d in run.record_dirs() if (r := load_record(d)).defense == "dssgd"]
+
+
+def dssgd_page(item: tuple[TrainedModel, Path], out: Path) -> Page:
+    """Writes ``dssgd-<model_id>.{html,md}`` into ``out``."""
+    record, record_dir = item
+    stem = "dssgd-" + safe_stem(record.model_id, default="federation").removeprefix("dssgd-")
+    sections = dssgd_sections(record, record_dir)
+    page = write_report_files(out, sections, title=f"DSSGD federation {record.model_id}", stem=stem, kind="dssgd").html
+    return Page(html=page, link=with_status(record.model_id, sections))
+
+
+REPORT_KINDS.register(ReportKind(name="dssgd", group="Federated learning (DSSGD)", order=70, load=load_federations, render=dssgd_page))

@@ -1,0 +1,67 @@
+"""Numbers in reports: one rule per quantity for every table cell and sentence.
+
+The rules live in the core (:mod:`dpaudit.results.numbers`, so the verdicts word their sentences
+alike); this module gives them to the reports and adds :class:`Shown`, a table cell that keeps
+its value (for CSV and sorting) but prints as the quantity it is: a rate beside its counts, an
+accuracy as a percentage. :func:`format_cell` is what every table cell goes through.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpaudit.results.numbers import INFINITY, MISSING, fmt_count, fmt_epsilon, fmt_number, fmt_percent, fmt_rate, fmt_value
+
+__all__ = [
+    "INFINITY",
+    "MISSING",
+    "Shown",
+    "fmt_count",
+    "fmt_epsilon",
+    "fmt_number",
+    "fmt_percent",
+    "fmt_rate",
+    "format_cell",
+    "epsilon_cell",
+    "percent_cell",
+    "rate_cell",
+]
+
+
+class Shown(float):
+    """A number that prints as ``text``: a cell keeps its value (CSV, sorting) and reads as its quantity."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> Shown:
+        obj = super().__new__(cls, value)
+        obj.text = text
+        return obj
+
+    def __str__(self) -> str:
+        return self.text
+
+    # repr is the value's: csv writes a float cell by repr, so a CSV keeps the number and a page its text.
+    __repr__ = float.__repr__
+
+
+def epsilon_cell(x: float | None) -> Shown | None:
+    """ε to three significant digits (∞ when unbounded); ``None`` stays a missing cell."""
+    return None if x is None else Shown(float(x), fmt_epsilon(x))
+
+
+def percent_cell(x: float | None) -> Shown | None:
+    """A share in [0, 1] (an accuracy) as a percentage."""
+    return None if x is None else Shown(float(x), fmt_percent(x))
+
+
+def rate_cell(count: int, total: int) -> Shown:
+    """A rate beside its counts: "12.5% (25/200)"; its value is the share."""
+    return Shown(count / total if total else float("nan"), fmt_rate(count, total))
+
+
+def format_cell(x: Any) -> str:
+    """Any table cell: a :class:`Shown` as its text, other numbers by :func:`fmt_value` (∞, —, 3 significant digits)."""
+    if isinstance(x, Shown):
+        return x.text
+    return fmt_value(x)

@@ -1,0 +1,121 @@
+"""Trained-model report: a record no other page shows — its claim (ε_UB per accountant), metrics and configuration.
+
+``dpaudit train`` alone leaves a run directory with a record and nothing else; this kind gives
+such a record a page: the verdict (:func:`dpaudit.results.verdicts.train_verdict`: what was
+trained, its accuracy and its claim), the claim's ε under every accountant at the record's δ,
+the measured metrics and the configuration. A record that another page already shows — a
+membership, inversion or certify target, a compared setting, a PATE student, a DSSGD
+federation — gets no page here: its own page states the same claim beside the evidence, and a
+second page of the same record would only repeat it.
+
+Torch-free: it renders from the stored record alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dpaudit.results import TrainedModel, load_record
+from dpaudit.results.verdicts import record_delta, train_verdict
+from dpaudit.store import RunDir, safe_stem, thaw
+from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent
+from reports.render import Items, Section, Table, accountant_table, write_report_files
+from reports.verdict_box import verdict_section, with_status
+
+__all__ = ["record_table", "metrics_table", "config_items", "shown_elsewhere", "load_trained_models", "train_sections", "train_page"]
+
+
+def record_table(record: TrainedModel) -> Table:
+    """What was trained: model, dataset, defense, members, seed, provenance."""
+    prov = record.provenance
+    rows: list[list[Any]] = [
+        ["model id", record.model_id],
+        ["defense", record.defense],
+        ["model", record.model_name],
+        ["dataset", f"{record.dataset} (input {'×'.join(map(str, record.input_shape))}, {record.num_classes} classes)"],
+        ["members / non-members", f"{fmt_count(len(record.membership.members))} / {fmt_count(len(record.membership.non_members))}"],
+        ["seed", str(record.seed)],
+    ]
+    if prov.get("time"):
+        rows.append(["trained", f"{prov['time']} (git {str(prov.get('git_revision', '?'))[:12]}, {prov.get('device', '?')})"])
+    return Table(columns=["", "value"], rows=rows)
+
+
+def _metric_cell(key: str, value: Any) -> Any:
+    # Accuracies read as percentages; every other metric to one precision.
+    if key.endswith("accuracy") or "accuracy_" in key:
+        return Shown(float(value), fmt_percent(float(value)))
+    return Shown(float(value), fmt_number(float(value)))
+
+
+def metrics_table(metrics: Mapping[str, Any], *, skip: tuple[str, ...] = ()) -> Table:
+    """Every scalar metric the training stored (accuracies as percentages)."""
+    rows = []
+    for key, value in sorted(metrics.items()):
+        if key in skip or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        rows.append([key.replace("_", " "), _metric_cell(key, value)])
+    return Table(columns=["metric", "value"], rows=rows, caption="As stored by dpaudit train in the record's metrics.")
+
+
+def config_items(config: Mapping[str, Any]) -> Items:
+    """The configuration as asked, one key per line (unset keys left out)."""
+    items = [f"{k} = {fmt_number(v) if isinstance(v, float) else v}" for k, v in sorted(thaw(config).items()) if v is not None]
+    return Items(items=items or ["defaults"])
+
+
+def _claim_block(record: TrainedModel) -> Any:
+    delta = record_delta(record)
+    return accountant_table(record.claim.epsilons(delta=delta), delta=delta, description=record.claim.statement())
+
+
+def train_sections(record: TrainedModel) -> list[Section]:
+    """The page: the verdict, what was trained, the claim, the metrics, the configuration."""
+    return [
+        verdict_section(train_verdict(record)),
+        Section(title="Record", blocks=[record_table(record)]),
+        Section(title="Privacy claim", blocks=[_claim_block(record)]),
+        Section(title="Metrics", blocks=[metrics_table(record.metrics)]),
+        Section(title="Configuration", blocks=[config_items(record.config)]),
+    ]
+
+
+def shown_elsewhere(run: RunDir) -> set[str]:
+    """Model ids (as file stems) another report kind already gives a page with the record's claim."""
+    from reports.compare import load_comparisons
+
+    stems = {d.name for d in (*run.membership_dirs(), *run.inversion_dirs(), *run.certify_dirs())}
+    stems |= {safe_stem(m, default="target") for c in load_comparisons(run) for row in c.rows for m in row.model_ids}
+    return stems
+
+
+def load_trained_models(run: RunDir) -> list[tuple[TrainedModel, Path]]:
+    """Every top-level record of the run that no other report kind shows, by name."""
+    if not run.subdir("records").is_dir():
+        return []
+    covered = shown_elsewhere(run)
+    out = []
+    for d in run.record_dirs():
+        record = load_record(d)
+        # DSSGD federations and PATE students have pages of their own kind.
+        if record.defense == "dssgd" or (record.defense == "pate" and (d / "pate.npz").is_file()):
+            continue
+        if safe_stem(record.model_id, default="target") in covered or safe_stem(record.model_id, default="model") in covered:
+            continue
+        out.append((record, d))
+    return out
+
+
+def train_page(item: tuple[TrainedModel, Path], out: Path) -> Page:
+    """Writes ``model-<model_id>.{html,md}`` into ``out``."""
+    record, _ = item
+    stem = "model-" + safe_stem(record.model_id, default="model")
+    sections = train_sections(record)
+    page = write_report_files(out, sections, title=f"Trained model {record.model_id}", stem=stem, kind="train").html
+    return Page(html=page, link=with_status(record.model_id, sections))
+
+
+REPORT_KINDS.register(ReportKind(name="models", group="Trained models", order=80, load=load_trained_models, render=train_page))
