@@ -37,7 +37,7 @@ from matplotlib.figure import Figure as MplFigure
 from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult, EpsilonByTrials, load_audit_result
 from dpaudit.store import RunDir, load_npz
-from reports.figures import FONT_PT, Looks, colour, eps_text, finish_axes, fit_page, legend_outside, new_axes, new_figure, style, zero_and_log_axes
+from reports.figures import FONT_PT, Looks, colour, eps_text, finish_axes, fit_page, legend_outside, new_axes, new_figure, plain_log_ticks, style, zero_and_log_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.render import Banner, Figure, Items, Section, Table, accountant_table, format_number, write_report_files
 
@@ -130,8 +130,8 @@ def ceiling_figure(curve: EpsilonByTrials, result: AuditResult, *, ax: Axes | No
     """ε_LB (with ε_UB) and, in a panel of its own, its ceiling, against the number of observations.
 
     Two panels sharing the x axis: a ceiling far above ε_UB (a white-box audit's can be 50 where
-    ε_UB is 2) would squash ε_LB and ε_UB against the bottom of one shared scale. The ceiling's
-    panel is log-scaled when it spans a decade or more. With ``ax`` given, both go on it.
+    ε_UB is 2) would squash ε_LB and ε_UB against the bottom of one shared scale, so the ceiling
+    gets a panel and a y scale of its own. With ``ax`` given, both go on it.
     """
     n = list(curve.num_observations)
     if ax is None:
@@ -150,11 +150,9 @@ def ceiling_figure(curve: EpsilonByTrials, result: AuditResult, *, ax: Axes | No
         finish_axes(panel)
     if len(n) > 1 and n[-1] / max(n[0], 1) >= 10:
         top.set_xscale("log")
+        plain_log_ticks(bottom.xaxis, count=True)
     # ε ≥ 0; a little room below 0 so markers at ε_LB = 0 are drawn whole, not cut by the axis.
     top.set_ylim(bottom=-0.03 * max(top.get_ylim()[1], 1e-3))
-    positive = [c for c in curve.ceiling if c > 0]
-    if bottom is not top and positive and max(positive) / min(positive) >= 10:
-        bottom.set_yscale("log")
     top.set_ylabel("ε_LB and ε_UB")
     if bottom is not top:
         bottom.set_ylabel("ceiling")
@@ -204,6 +202,7 @@ def bounds_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFigure:
         fig, ax = new_axes(ax, size=(7.4, 2.3))
         if log:
             ax.set_xscale("log")
+            plain_log_ticks(ax.xaxis)
     looks = Looks()
     for key, x, label in values:
         ax.plot([x], [0.0], **looks.method(key, linestyle="none"), markersize=10, label=label, zorder=3)
@@ -245,6 +244,25 @@ def bounds_caption(result: AuditResult) -> str:
     return " ".join(parts)
 
 
+def _estimate_rows(result: AuditResult) -> list[list[Any]]:
+    """The ε point estimate, only with its confidence interval and only when that interval excludes 0.
+
+    An estimate at chance (AUC 0.49) can still read ε ≈ 1 (the best of many thresholds); shown
+    bare it reads as leakage. Results stored without an interval show no estimate.
+    """
+    if result.epsilon_estimate is None:
+        return []
+    interval = result.details.get("estimate_interval")
+    if not isinstance(interval, (list, tuple)) or len(interval) != 2:
+        return [["ε estimate (not a bound)", "not shown", "stored without a confidence interval; a point estimate is shown only with one"]]
+    low, high = float(interval[0]), math.inf if interval[1] is None else float(interval[1])
+    level = float(result.details.get("estimate_interval_confidence", result.confidence))
+    if low <= 0:
+        return [["ε estimate (not a bound)", "not shown", f"its {level:.0%} interval [0, {eps_text(high)}] includes 0: no evidence of leakage beyond chance"]]
+    kind = str(result.details.get("estimate_kind", "point estimate"))
+    return [["ε estimate (not a bound)", result.epsilon_estimate, f"{level:.0%} interval [{eps_text(low)}, {eps_text(high)}] at the estimate's own threshold; {kind}"]]
+
+
 def bounds_table(result: AuditResult) -> Table:
     """ε_LB (with method, bound, confidence, δ and counts) beside ε_UB under each accountant."""
     rows: list[list[Any]] = [
@@ -260,8 +278,7 @@ def bounds_table(result: AuditResult) -> Table:
     else:
         rows.append(["ceiling (largest ε_LB this design can show)", None, "not recorded: this result was stored before ceilings were reported"])
     rows.append([f"ε_UB (tightest accountant: {result.accountant})", result.epsilon_ub, result.claim_description])
-    if result.epsilon_estimate is not None:
-        rows.append(["ε estimate (not a bound)", result.epsilon_estimate, str(result.details.get("estimate_kind", "point estimate"))])
+    rows += _estimate_rows(result)
     comp = result.details.get("composed_estimate")
     if comp:
         rows.append(["full-run ε estimate (not a bound)", comp["epsilon"], f"CLT composition of μ_LB over T={comp['num_steps']} steps at q={comp['sampling_rate']:g}"])
@@ -317,7 +334,7 @@ def _evidence_lines(result: AuditResult) -> list[str]:
     if prints:
         lines.append("fingerprints (SHA-256, reuse is keyed on them): " + "; ".join(f"{k} {val}" for k, val in sorted(prints.items())))
     lines += _covered_lines(result.details)
-    lines.append("ε estimates are point estimates, never bounds; only ε_LB carries the stated confidence")
+    lines.append("an ε estimate is a point estimate, never a bound: it is shown only with its confidence interval, and only when that interval excludes 0; ε_LB is the bound")
     return lines
 
 

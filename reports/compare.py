@@ -27,7 +27,7 @@ from matplotlib.figure import Figure as MplFigure
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, load_comparison
 from dpaudit.results.membership import min_non_members
 from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
-from reports.figures import FONT_PT, Looks, colour, legend_outside, new_axes, new_figure, setting_looks, zero_and_log_axes
+from reports.figures import FONT_PT, Looks, colour, legend_outside, new_axes, new_figure, plain_log_ticks, setting_looks, zero_and_log_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.render import Banner, Figure, Items, Link, Section, Table, WrittenReport, write_report_files
 
@@ -164,6 +164,7 @@ def _looks(rows: Sequence[ComparisonRow]) -> dict[str, dict[str, Any]]:
 def _finish(ax: Axes, *, xlabel: str, ylabel: str, title: str) -> None:
     """The common end of the ε plots: log ε axis, labels, grid, legend beside the axes."""
     ax.set_xscale("log")
+    plain_log_ticks(ax.xaxis)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

@@ -43,6 +43,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from dpaudit import _validate as v
 
@@ -65,6 +66,7 @@ __all__ = [
     "new_figure",
     "fit_page",
     "zero_and_log_axes",
+    "plain_log_ticks",
     "finish_axes",
     "legend_outside",
     "has_data",
@@ -412,6 +414,16 @@ def zero_and_log_axes(fig: Figure, *, zero_label: str = "0\nno evidence") -> tup
     main.spines["left"].set_linestyle((0, (2, 2)))
     main.tick_params(axis="y", which="both", left=False)
     main.set_xscale("log")
+    plain_log_ticks(main.xaxis)
     for ax in (zero, main):
         finish_axes(ax)
     return zero, main
+
+
+def plain_log_ticks(axis: Any, *, count: bool = False) -> None:
+    """Ticks of a log-scaled axis (``ax.xaxis`` or ``ax.yaxis``) at 1, 2 and 5 per decade, written
+    as plain numbers (:func:`eps_text`; whole numbers with thousands separators for a ``count``),
+    with no minor labels to collide with them."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:,.0f}" if count and x >= 1 else eps_text(x)))
+    axis.set_minor_formatter(NullFormatter())
