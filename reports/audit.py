@@ -142,7 +142,7 @@ def ceiling_figure(curve: EpsilonByTrials, result: AuditResult, *, ax: Axes | No
         bottom = top
     ub = result.epsilon_ub if math.isfinite(result.epsilon_ub) else None
     top.plot(n, list(curve.epsilon_lb), **style("epsilon_lb"), label=f"ε_LB ({result.bound}, {result.confidence:.0%})")
-    bottom.plot(n, list(curve.ceiling), **style("ceiling"), label="ceiling: a perfect attack on the same design")
+    bottom.plot(n, list(curve.ceiling), **style("ceiling"), label="ceiling (a perfect attack on the same design)")
     for panel in {id(top): top, id(bottom): bottom}.values():
         if ub is not None:
             panel.axhline(ub, ls=":", lw=1.5, color=colour("epsilon_ub"), label=f"ε_UB = {eps_text(ub)} ({result.accountant})" if panel is top else None)

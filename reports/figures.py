@@ -128,10 +128,10 @@ PALETTE: Mapping[str, str] = {
     "confidence": "#999933",
     "entropy": "#8C564B",
     "modified-entropy": "#332288",
-    "shadow": "#E69F00",
-    "lira": "#0072B2",
+    "shadow": "#EE7733",
+    "lira": "#1F4E9C",
     "lira-offline": "#56B4E9",
-    "rmia": "#009E73",
+    "rmia": "#117733",
     "rmia-offline": "#CC79A7",
     "threshold": "#44AA99",
     # inversion attacks
@@ -253,7 +253,7 @@ class Looks:
                     key = (cc, _dash_key(dd), mm or "none")
                     if key not in self._taken:
                         self._taken.add(key)
-                        return {"color": cc, "marker": mm, "linestyle": dd}
+                        return {"color": color if cc == c else cc, "marker": mm, "linestyle": dd}
         raise RuntimeError("more series than looks")  # pragma: no cover - over 2,000 looks per axes
 
     def method(self, method: str, **overrides: Any) -> dict[str, Any]:

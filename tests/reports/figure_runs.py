@@ -102,17 +102,17 @@ def build_certified_run(path: Path) -> RunDir:
 
 
 def build_audit_run(path: Path) -> RunDir:
-    """A white-box audit (GDP bound: a ceiling far above ε_UB) and a one-run audit of 1,000 canaries."""
+    """A white-box audit of 200 steps (GDP bound: a ceiling far above ε_UB) and a one-run audit of 300 canaries."""
     run = RunDir(path).create(command="test")
     rng = np.random.default_rng(3)
-    steps = 400
+    steps = 200
     step = gaussian_step_claim(noise_multiplier=1.0)
     s_in, s_out = rng.normal(1.0, 1.0, steps), rng.normal(0.0, 1.0, steps)
     white = audit_from_scores(s_in, s_out, claim=step, delta=1e-5, method="white-box", threat_model="white-box")
     d = run.audit_dir("white-box")
     save_audit_result(white, d)
     atomic_save_npz(d / "scores.npz", in_scores=s_in, out_scores=s_out)
-    m = 1000
+    m = 300
     included = rng.random(m) < 0.5
     scores = rng.normal(0, 1, m) + 0.3 * included
     one = audit_from_one_run(scores, included, claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), delta=1e-5)
