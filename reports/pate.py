@@ -246,6 +246,7 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
         ),
     )
     statements = [Text(text=f"{pate_label(r.record)}: {r.record.claim.statement()}") for r in runs]
+    accuracy = accuracy_epsilon_figure(rows, published=published)
     blocks: list[Any] = [table, *statements]
     if published:
         blocks.append(
@@ -267,10 +268,10 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
             title="Student accuracy against ε",
             blocks=[
                 Figure(
-                    figure=accuracy_epsilon_figure(rows, published=published),
+                    figure=accuracy,
                     name="pate-accuracy-epsilon",
                     # The caption names only what is drawn: hollow markers only where published numbers were given.
-                    caption="Student test accuracy against ε; filled: measured here" + ("; hollow: published (docs/defenses/pate.md)" if published else ""),
+                    caption="Student test accuracy against ε" + (("; filled: measured here" + ("; hollow: published (docs/defenses/pate.md)" if published else "")) if accuracy else ""),
                     empty=accuracy_epsilon_sentence(rows, published),
                 )
             ],
