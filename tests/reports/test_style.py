@@ -196,3 +196,25 @@ def test_every_report_kind_is_walked():
     from reports.kinds import REPORT_KINDS
 
     assert set(REPORT_KINDS) <= set(REPORT_SAMPLES), "a report kind without a sample run escapes the style test"
+
+
+def test_series_looks_are_unique_and_settings_are_coloured_per_setting():
+    from reports.figures import SERIES_COLOURS, Looks, setting_looks
+
+    looks = Looks()
+    taken = [looks.method("dpsgd") for _ in range(40)]
+    assert len({(s["color"].lower(), str(s["linestyle"]), s["marker"]) for s in taken}) == 40
+    grid = setting_looks([("dpsgd ε=1", "dpsgd"), ("dpsgd ε=8", "dpsgd"), ("pixeldp", "certified"), ("pate", "pate"), ("dssgd", "dssgd")])
+    assert len({g["color"] for g in grid.values()}) == 5 and len({g["marker"] for g in grid.values()}) >= 4
+    assert grid["dpsgd ε=1"]["marker"] != grid["dpsgd ε=8"]["marker"]
+    # Two families whose fixed colours coincide still get two hues.
+    clash = setting_looks([("a", "certified"), ("b", "pixeldp")])  # both blue in the palette
+    assert clash["a"]["color"] != clash["b"]["color"]
+    assert len(set(SERIES_COLOURS)) == len(SERIES_COLOURS) >= 12
+
+
+def test_figure_numbers():
+    from reports.figures import eps_text, rate_text
+
+    assert [eps_text(x) for x in (0.0, 0.97123, 1.3149, 52.4, float("inf"), None)] == ["0", "0.971", "1.31", "52", "∞", "—"]
+    assert rate_text(0.0123, 400) == "1.23% (n = 400)" and rate_text(0.0004) == "0.04%"
