@@ -27,7 +27,7 @@ from matplotlib.figure import Figure as MplFigure
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, load_comparison
 from dpaudit.results.membership import min_non_members
 from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
-from reports.figures import FONT_PT, Looks, colour, legend_outside, new_axes, new_figure, plain_log_ticks, setting_looks, zero_and_log_axes
+from reports.figures import FONT_PT, Looks, colour, legend_outside, new_axes, new_figure, plain_log_ticks, rate_text, setting_looks, zero_and_log_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.render import Banner, Figure, Items, Link, Section, Table, WrittenReport, write_report_files
 
@@ -272,7 +272,7 @@ def vulnerable_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mp
         vul.append(r.vulnerable[attack]["tpr_at_fpr"][fpr] if attack in r.vulnerable and r.vulnerable[attack]["tpr_at_fpr"][fpr] is not None else np.nan)
     ax.barh(y - 0.2, pop, height=0.38, color=colour("out"), label="all queried samples")
     ax.barh(y + 0.2, vul, height=0.38, color=colour("in"), label=f"top {result.vulnerable_top_k} most vulnerable")
-    ax.axvline(float(fpr), color=colour("chance"), linestyle=":", label=f"chance (TPR = FPR = {float(fpr):.0%})")
+    ax.axvline(float(fpr), color=colour("chance"), linestyle=":", label=f"chance (TPR = FPR = {rate_text(float(fpr))})")
     ax.set_yticks(y, [r.label for r in rows])
     ax.invert_yaxis()
     ax.set_xlabel(f"TPR at {float(fpr):.0%} FPR (strongest attack of each row)")

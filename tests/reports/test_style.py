@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 from matplotlib.artist import Artist
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import Collection
-from matplotlib.colors import to_hex
+from matplotlib.colors import to_hex, to_rgb
 from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.lines import Line2D
@@ -218,3 +219,22 @@ def test_figure_numbers():
 
     assert [eps_text(x) for x in (0.0, 0.97123, 1.3149, 52.4, float("inf"), None)] == ["0", "0.971", "1.31", "52", "∞", "—"]
     assert rate_text(0.0123, 400) == "1.23% (n = 400)" and rate_text(0.0004) == "0.04%"
+
+
+def _lab(hex_colour: str) -> np.ndarray:
+    """CIE L*a*b* (D65) of an sRGB colour."""
+    rgb = np.array(to_rgb(hex_colour))
+    lin = np.where(rgb > 0.04045, ((rgb + 0.055) / 1.055) ** 2.4, rgb / 12.92)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ lin / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > 0.008856, np.cbrt(xyz), 7.787 * xyz + 16 / 116)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def test_series_colours_and_the_nine_attacks_are_far_apart():
+    # "Similar greens" (rmia, rmia-offline, lira-offline) were told apart by nothing but a shade.
+    from reports.figures import SERIES_COLOURS, colour
+    from tests.reports.figure_runs import MEMBERSHIP_ATTACKS
+
+    for group, least in ((SERIES_COLOURS, 18.0), ([colour(a) for a in MEMBERSHIP_ATTACKS], 18.0)):
+        gaps = [float(np.linalg.norm(_lab(a) - _lab(b))) for i, a in enumerate(group) for b in group[i + 1 :]]
+        assert min(gaps) >= least, f"two colours of one group are only {min(gaps):.1f} CIE-Lab units apart"
