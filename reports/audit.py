@@ -41,7 +41,7 @@ from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult, EpsilonByTrials, load_audit_result
 from dpaudit.results.verdicts import audit_verdict
 from dpaudit.store import RunDir, load_npz
-from reports.figures import colour, legend_outside, new_axes, style
+from reports.figures import FONT_PT, Looks, colour, eps_text, finish_axes, fit_page, legend_outside, new_axes, new_figure, plain_log_ticks, style, zero_and_log_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number, write_report_files
 from reports.verdict_box import verdict_section, with_status
@@ -51,6 +51,8 @@ __all__ = [
     "roc_figure",
     "guess_curve_figure",
     "ceiling_figure",
+    "bounds_figure",
+    "bounds_caption",
     "bounds_table",
     "gap_sentence",
     "audit_section",
@@ -131,22 +133,142 @@ def guess_curve_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFig
 
 
 def ceiling_figure(curve: EpsilonByTrials, result: AuditResult, *, ax: Axes | None = None) -> MplFigure:
-    """ε_LB and its ceiling against the number of observations (prefixes of the stored scores), with ε_UB."""
-    fig, ax = _axes(ax, size=(6.4, 3.6))
+    """ε_LB (with ε_UB) and, in a panel of its own, its ceiling, against the number of observations.
+
+    Two panels sharing the x axis: a ceiling far above ε_UB (a white-box audit's can be 50 where
+    ε_UB is 2) would squash ε_LB and ε_UB against the bottom of one shared scale, so the ceiling
+    gets a panel and a y scale of its own. With ``ax`` given, both go on it.
+    """
     n = list(curve.num_observations)
-    ax.plot(n, list(curve.ceiling), **style("ceiling"), label="ceiling (perfect attack, same design)")
-    ax.plot(n, list(curve.epsilon_lb), **style("epsilon_lb"), label=f"ε_LB ({result.bound}, {result.confidence:.0%})")
-    if math.isfinite(result.epsilon_ub):
-        ax.axhline(result.epsilon_ub, ls=":", lw=1.5, color=colour("epsilon_ub"), label=f"ε_UB = {result.epsilon_ub:.3g} ({result.accountant})")
+    if ax is None:
+        fig = new_figure((6.8, 5.0))
+        top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2], "hspace": 0.12})
+    else:
+        fig, top = new_axes(ax)
+        bottom = top
+    ub = result.epsilon_ub if math.isfinite(result.epsilon_ub) else None
+    top.plot(n, list(curve.epsilon_lb), **style("epsilon_lb"), label=f"ε_LB ({result.bound}, {result.confidence:.0%})")
+    bottom.plot(n, list(curve.ceiling), **style("ceiling"), label="ceiling (a perfect attack on the same design)")
+    for panel in {id(top): top, id(bottom): bottom}.values():
+        if ub is not None:
+            panel.axhline(ub, ls=":", lw=1.5, color=colour("epsilon_ub"), label=f"ε_UB = {eps_text(ub)} ({result.accountant})" if panel is top else None)
+        panel.grid(True, alpha=0.3)
+        finish_axes(panel)
     if len(n) > 1 and n[-1] / max(n[0], 1) >= 10:
-        ax.set_xscale("log")
+        top.set_xscale("log")
+        plain_log_ticks(bottom.xaxis, count=True)
     # ε ≥ 0; a little room below 0 so markers at ε_LB = 0 are drawn whole, not cut by the axis.
-    ax.set_ylim(bottom=-0.03 * max(ax.get_ylim()[1], 1e-3))
-    ax.set_xlabel(f"number of {curve.unit} (IN + OUT)")
-    ax.set_ylabel("ε")
-    ax.grid(True, alpha=0.3)
+    top.set_ylim(bottom=-0.03 * max(top.get_ylim()[1], 1e-3))
+    top.set_ylabel("ε_LB and ε_UB")
+    if bottom is not top:
+        bottom.set_ylabel("ceiling")
+    bottom.set_xlabel(f"number of {curve.unit} (IN + OUT)")
+    handles, labels = top.get_legend_handles_labels()
+    if bottom is not top:
+        extra = bottom.get_legend_handles_labels()
+        handles, labels = handles + extra[0], labels + extra[1]
+    top.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=FONT_PT, frameon=False)
+    return fit_page(fig)
+
+
+def _last_iterate(result: AuditResult) -> float | None:
+    """ε of the final model alone (Steinke et al. 2024), where the audit stored it."""
+    value = result.epsilon_last_iterate
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def bounds_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFigure:
+    """The audit's ε on one number line: ε_LB, the ceiling, ε_last-iterate and ε_UB.
+
+    ε_UB is the accountant's bound on every model the training released; ε_last-iterate
+    (Steinke et al. 2024, "The Last Iterate Advantage") is ε of the final model alone under a
+    linear-loss assumption, drawn where the result holds it; the ceiling is the largest ε_LB
+    the audit's size allows; ε_LB is the evidence. The line is log-scaled when the positive
+    values span a decade or more; ε_LB = 0 is a marker at 0 in a narrow panel of its own
+    ("no evidence"), never at an arbitrary left edge of a log axis.
+    """
+    values: list[tuple[str, float, str]] = []
+    if math.isfinite(result.epsilon_ub):
+        values.append(("epsilon_ub", result.epsilon_ub, f"ε_UB {eps_text(result.epsilon_ub)} ({result.accountant})"))
+    last = _last_iterate(result)
+    if last is not None:
+        values.append(("epsilon_last_iterate", last, f"ε last iterate {eps_text(last)}"))
+    if result.ceiling is not None:
+        values.append(("ceiling", result.ceiling, f"ceiling {eps_text(result.ceiling)}"))
+    lb_label = f"ε_LB {eps_text(result.epsilon_lb)} ({result.confidence:.0%})"
+    positive = [x for _, x, _ in values if x > 0] + ([result.epsilon_lb] if result.epsilon_lb > 0 else [])
+    log = bool(positive) and max(positive) / min(positive) >= 10
+    zero = None
+    if ax is None and result.epsilon_lb <= 0 and positive:
+        fig = new_figure((7.4, 2.3))
+        zero, ax = zero_and_log_axes(fig, zero_label="0\nno evidence")
+        if not log:
+            ax.set_xscale("linear")
+    else:
+        fig, ax = new_axes(ax, size=(7.4, 2.3))
+        if log:
+            ax.set_xscale("log")
+            plain_log_ticks(ax.xaxis)
+    looks = Looks()
+    for key, x, label in values:
+        ax.plot([x], [0.0], **looks.method(key, linestyle="none"), markersize=10, label=label, zorder=3)
+    lb_panel = ax if result.epsilon_lb > 0 or zero is None else zero
+    lb_panel.plot([result.epsilon_lb], [0.0], **looks.method("epsilon_lb", linestyle="none"), markersize=10, label=lb_label if lb_panel is ax else None, zorder=4)
+    if lb_panel is not ax:
+        ax.plot([], [], **{**style("epsilon_lb"), "linestyle": "none"}, markersize=10, label=f"{lb_label}: no evidence, drawn at 0")
+    if positive:
+        lo, hi = min(positive), max(positive)
+        ax.set_xlim(lo / 2, hi * 2) if log else ax.set_xlim(0 if zero is None else lo - 0.1 * (hi - lo + 1), hi * 1.1 + 0.05)
+    for panel in (ax, zero) if zero is not None else (ax,):
+        panel.set_ylim(-1, 1)
+        panel.set_yticks([])
+        panel.axhline(0.0, color="#999999", linewidth=0.8, zorder=1)
+    ax.set_xlabel(f"ε at δ = {result.delta:g}" + (" (log scale)" if log else ""))
     legend_outside(ax)
     return fig
+
+
+def bounds_caption(result: AuditResult) -> str:
+    """What the gap between ε_LB and ε_UB is made of, in the figure's numbers."""
+    ub, lb, ceiling, last = result.epsilon_ub, result.epsilon_lb, result.ceiling, _last_iterate(result)
+    parts = [f"ε_LB = {eps_text(lb)}" + (" (no evidence)" if lb <= 0 else "") + f", ε_UB = {eps_text(ub)} ({result.accountant})."]
+    if last is None:
+        parts.append(
+            "ε last iterate (Steinke et al. 2024, the final model's ε under a linear-loss assumption) is not stored with this audit, so the line omits it and the threat model's share of the gap is not split out."
+        )
+    elif math.isfinite(ub) and ub - last <= 1e-9 * max(1.0, ub):  # equal up to rounding (white-box: one step)
+        parts.append("ε last iterate = ε_UB: this audit sees every release the accountant bounds, so the threat model hides nothing.")
+    elif math.isfinite(ub):
+        parts.append(f"ε_UB − ε last iterate = {eps_text(max(ub - last, 0.0))}: what the threat model hides (the accountant bounds every released model; this audit sees the final one).")
+    top = min(x for x in (ub, last) if x is not None) if math.isfinite(ub) or last is not None else None
+    if ceiling is not None:
+        parts.append(
+            f"Ceiling = {eps_text(ceiling)}: the most this audit's size allows (a perfect attack on the same design)"
+            + (f", {eps_text(max(top - ceiling, 0.0))} short of {eps_text(top)}." if top is not None and ceiling < top else ".")
+        )
+    reach = min(x for x in (top, ceiling) if x is not None) if (top is not None or ceiling is not None) else None
+    if reach is not None and math.isfinite(reach):
+        parts.append(f"The rest, {eps_text(max(reach - lb, 0.0))} between ε_LB and {eps_text(reach)}, is what the attack leaves.")
+    return " ".join(parts)
+
+
+def _estimate_rows(result: AuditResult) -> list[list[Any]]:
+    """The ε point estimate, only with its confidence interval and only when that interval excludes 0.
+
+    An estimate at chance (AUC 0.49) can still read ε ≈ 1 (the best of many thresholds); shown
+    bare it reads as leakage. Results stored without an interval show no estimate.
+    """
+    if result.epsilon_estimate is None:
+        return []
+    interval = result.details.get("estimate_interval")
+    if not isinstance(interval, (list, tuple)) or len(interval) != 2:
+        return [["ε estimate (not a bound)", "not shown", "stored without a confidence interval; a point estimate is shown only with one"]]
+    low, high = float(interval[0]), math.inf if interval[1] is None else float(interval[1])
+    level = float(result.details.get("estimate_interval_confidence", result.confidence))
+    if low <= 0:
+        return [["ε estimate (not a bound)", "not shown", f"its {level:.0%} interval [0, {eps_text(high)}] includes 0: no evidence of leakage beyond chance"]]
+    kind = str(result.details.get("estimate_kind", "point estimate"))
+    return [["ε estimate (not a bound)", result.epsilon_estimate, f"{level:.0%} interval [{eps_text(low)}, {eps_text(high)}] at the estimate's own threshold; {kind}"]]
 
 
 def bounds_table(result: AuditResult) -> Table:
@@ -172,8 +294,7 @@ def bounds_table(result: AuditResult) -> Table:
                 "the final model alone if the losses were linear (Steinke et al. 2024); ε_UB minus it is what the threat model hides",
             ]
         )
-    if result.epsilon_estimate is not None:
-        rows.append(["ε estimate (not a bound)", result.epsilon_estimate, str(result.details.get("estimate_kind", "point estimate"))])
+    rows += _estimate_rows(result)
     comp = result.details.get("composed_estimate")
     if comp:
         rows.append(["full-run ε estimate (not a bound)", comp["epsilon"], f"CLT composition of μ_LB over T={comp['num_steps']} steps at q={comp['sampling_rate']:g}"])
@@ -265,8 +386,23 @@ def _evidence_lines(result: AuditResult) -> list[str]:
     if prints:
         lines.append("fingerprints (SHA-256, reuse is keyed on them): " + "; ".join(f"{k} {val}" for k, val in sorted(prints.items())))
     lines += _covered_lines(result.details)
-    lines.append("ε estimates are point estimates, never bounds; only ε_LB carries the stated confidence")
+    lines.append("an ε estimate is a point estimate, never a bound: it is shown only with its confidence interval, and only when that interval excludes 0; ε_LB is the bound")
     return lines
+
+
+def _ceiling_caption(result: AuditResult, unit: str) -> str:
+    """The ceiling plot's caption; for one-run audits, why the ceiling can fall as canaries are added."""
+    text = (
+        f"ε_LB with ε_UB (top) and, on a scale of its own, its ceiling (bottom: a perfect attack on the same design) against the number of {unit}: "
+        "each point audits the first n observations as the full audit did."
+    )
+    if result.method == "one-run":
+        text += (
+            " The ceiling need not rise with n: each prefix pays a Bonferroni factor over its own guess counts (the audit's counts scaled to the prefix, "
+            "equal ones merged, so a longer prefix can pay for more of them), and a prefix's IN/OUT split is random, so a perfect attack that guesses k "
+            "canaries OUT among fewer than k OUT ones must get some wrong. Both change from one prefix to the next."
+        )
+    return text
 
 
 def audit_section(
@@ -290,6 +426,7 @@ def audit_section(
     blocks: list[Any] = []
     blocks.append(Text(text=gap_sentence(result)))
     blocks.append(bounds_table(result))
+    blocks.append(Figure(figure=bounds_figure(result), name="bounds", caption="The audit on one line. " + bounds_caption(result)))
     epsilons = dict(result.epsilon_ub_by_accountant) or ({result.accountant: result.epsilon_ub} if math.isfinite(result.epsilon_ub) else {})
     blocks.append(accountant_table(epsilons, delta=result.delta, description=result.claim_description, compared=result.accountant))
     blocks.append(Items(items=_evidence_lines(result)))
@@ -302,7 +439,7 @@ def audit_section(
         Figure(
             figure=ceiling_figure(trials_curve, result) if trials_curve is not None else None,
             name="ceiling",
-            caption=f"ε_LB and its ceiling (a perfect attack on the same design) against the number of {trials_curve.unit if trials_curve else 'observations'}: each point audits the first n observations as the full audit did",
+            caption=_ceiling_caption(result, trials_curve.unit if trials_curve else "observations"),
             empty=no_trials_curve,
         )
     )
@@ -311,7 +448,10 @@ def audit_section(
             Figure(
                 figure=guess_curve_figure(result) if result.details.get("guess_curve") else None,
                 name="guesses",
-                caption="One-run ε_LB against the number of guesses",
+                caption=(
+                    "One-run ε_LB against the number of guesses r: each point is a bound on its own, at the stated confidence for that r alone; "
+                    "the curve's highest point is not a bound (choosing it needs the Bonferroni factor the headline ε_LB pays), so a point above ε_UB is no violation"
+                ),
                 empty="the audit stored no guess curve",
             )
         )

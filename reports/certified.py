@@ -33,7 +33,7 @@ from dpaudit.results import EvasionResult, TrainedModel, load_evasion_result, lo
 from dpaudit.results.certification import CertificationResult, load_certification_result
 from dpaudit.results.verdicts import certified_verdict
 from dpaudit.store import RunDir, atomic_write_text, read_json
-from reports.figures import colour, legend_outside, new_axes, style
+from reports.figures import Looks, colour, legend_outside, new_axes, setting_looks
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import Shown, rate_cell
 from reports.render import Figure, Section, Table, Text, WrittenReport, accountant_table, write_report_files
@@ -137,31 +137,32 @@ def certified_figure(run: CertifiedRun, *, ax: Axes | None = None) -> MplFigure 
     fig, ax = new_axes(ax, size=(7.5, 4.2))
     radii = run.radii
     conv = run.summary.get("conventional_accuracy")
+    looks = Looks()
     if isinstance(conv, (int, float)) and math.isfinite(conv):
-        ax.axhline(conv, color=colour(str(run.summary["defense"])), linestyle=(0, (6, 2)), linewidth=1.0, alpha=0.7, label=f"conventional accuracy {conv:.3f}")
+        ax.axhline(conv, **looks.take(color=colour(str(run.summary["defense"])), marker="", linestyle=(0, (6, 2))), linewidth=1.0, alpha=0.7, label=f"conventional accuracy {conv:.3f}")
     for name, cert in run.certificates.items():
-        ax.plot(radii, cert.certified_accuracy(radii), **{**style(name), "linestyle": "-" if name != "smoothing" else ":"}, linewidth=2, markersize=6, label=f"certified: {name}")
+        ax.plot(radii, cert.certified_accuracy(radii), **looks.method(name, linestyle="-" if name != "smoothing" else ":"), linewidth=2, markersize=6, label=f"certified: {name}")
     # Attacks often leave the same accuracy: each curve is dodged a few points sideways (display
     # space, so the data stay exact) to keep all of them visible.
     n = len(run.attacks)
     for i, (name, res) in enumerate(run.attacks.items()):
         dodge = ScaledTranslation((i - (n - 1) / 2) * 3.0 / 72, 0, fig.dpi_scale_trans)
-        ax.plot(res.radii, res.robust_accuracy, **style(name), markersize=5, markerfacecolor="none", label=f"robust under {name}", transform=ax.transData + dodge)
+        ax.plot(res.radii, res.robust_accuracy, **looks.method(name), markersize=5, markerfacecolor="none", label=f"robust under {name}", transform=ax.transData + dodge)
     ax.set_xlabel(f"perturbation radius ({run.summary.get('norm', '')}); attack curves dodged sideways by a few points")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(run.label, fontsize=9)
+    ax.set_title(run.label)
     ax.grid(alpha=0.3)
     legend_outside(ax)
     return fig
 
 
-_REPEAT_MARKERS = ("s", "D", "P", "X", "*", "h")
-_REPEAT_DASHES: tuple[Any, ...] = ("--", "-.", (0, (1, 1)), (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (3, 3)))
-
-
 def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, include_smoothing: bool = True) -> MplFigure | None:
-    """Every model's certificates on one axes, coloured by method.
+    """Every model's certificates on one axes: colour and marker name the model, the line the certificate.
+
+    A model's own certificate is solid, the randomized-smoothing certificate of its noise dotted,
+    so PixelDP's smoothing curve and a smoothing model's curve differ in colour and marker, and
+    a model's two curves share its colour (models of one defense: shades of its hue).
 
     Returns:
         The figure, or ``None`` when no model holds a certificate.
@@ -170,19 +171,12 @@ def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, i
     if not curves:
         return None
     fig, ax = new_axes(ax, size=(8.0, 4.2))
-    seen: dict[tuple[str, str], int] = {}
+    models = setting_looks([(str(run.summary["model_id"]), str(run.summary["defense"])) for run in runs if run.certificates])
+    looks = Looks()
     for run, name, cert in curves:
-        st = style(name)
-        if name == "smoothing":
-            # Smoothing keeps its own colour; the marker says which model's noise it smooths.
-            st = {**st, "marker": style(str(run.summary["defense"]))["marker"]}
-        repeat = seen.get((name, st["marker"]), 0)
-        seen[(name, st["marker"])] = repeat + 1
-        if repeat:
-            # Several models of one method (e.g. smoothing at three σ) would draw identical
-            # lines: each further one gets its own marker and dash pattern.
-            st = {**st, "marker": _REPEAT_MARKERS[(repeat - 1) % len(_REPEAT_MARKERS)], "linestyle": _REPEAT_DASHES[(repeat - 1) % len(_REPEAT_DASHES)]}
-        ax.plot(run.radii, cert.certified_accuracy(run.radii), **st, label=f"{run.label} [{run.summary['model_id']}]: {name}")
+        own = name != "smoothing" or run.summary.get("mechanism") == "smoothing"
+        st = looks.take(**{**models[str(run.summary["model_id"])], "linestyle": "-" if own else ":"})
+        ax.plot(run.radii, cert.certified_accuracy(run.radii), **st, **({} if own else {"markerfacecolor": "white"}), label=f"{run.label} [{run.summary['model_id']}]: {name}")
     ax.set_xlabel("perturbation radius")
     ax.set_ylabel("certified accuracy")
     ax.set_ylim(-0.02, 1.02)
@@ -225,9 +219,10 @@ def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, ax: Axes | Non
     if not rows:
         return None
     fig, ax = new_axes(ax, size=(7.0, 4.0))
+    looks = Looks()
     for defense in sorted({r["defense"] for r in rows}):
         pts = sorted((r["epsilon"], r["conventional_accuracy"]) for r in rows if r["defense"] == defense)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], **style(defense), label=defense)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], **looks.method(defense), label=defense)
     ax.set_xscale("log")
     ax.set_xlabel("DP ε of the training data")
     ax.set_ylabel("conventional accuracy")
@@ -343,7 +338,7 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[
             Figure(
                 figure=comparison_figure(runs),
                 name="comparison",
-                caption="Certified accuracy against radius: each model's own certificate and randomized smoothing of the same noise (a smoothing model: CERTIFY on its input noise)",
+                caption="Certified accuracy against radius: colour and marker name the model; solid: its own certificate, dotted with hollow markers: randomized smoothing of the same noise (a smoothing model: CERTIFY on its input noise, solid)",
                 empty="no model in this run holds a certificate (none has a noise layer)",
             )
         )

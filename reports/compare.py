@@ -5,7 +5,7 @@ new): the verdict per defense, the defense × measure matrix with links to each 
 membership, certified and inversion reports, ε_UB under every accountant, the membership
 measures on the most vulnerable samples beside the population averages (Aerni et al. 2024),
 and the figures a reader would rather look at than read — privacy–utility curves (accuracy
-against ε_UB and ε_LB on one axis, one colour per defense family, the Pareto front marked),
+against ε_UB and ε_LB on one axis, one colour and marker per setting, the Pareto front marked),
 attack advantage against the DP ceiling e^ε − 1 (Yeom et al. 2018, Theorem 1; Jayaraman & Evans
 2019, Figure 1), and robust/certified accuracy against the radius. Tables also go to CSV and
 the summary to JSON.
@@ -28,7 +28,7 @@ from dpaudit.results.comparison import ComparisonResult, ComparisonRow, load_com
 from dpaudit.results.membership import min_non_members
 from dpaudit.results.verdicts import compare_verdict
 from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
-from reports.figures import colour, legend_outside, new_axes, style
+from reports.figures import FONT_PT, Looks, colour, legend_outside, new_axes, new_figure, plain_log_ticks, rate_text, setting_looks, zero_and_log_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import Shown, epsilon_cell, fmt_rate, percent_cell
 from reports.render import Figure, Items, Link, Section, Table, WrittenReport, write_report_files
@@ -168,19 +168,25 @@ def _pareto(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     return front
 
 
-def _family_curves(result: ComparisonResult, keep: Sequence[ComparisonRow]) -> list[tuple[str, list[ComparisonRow], dict[str, Any]]]:
-    """Per defense family (baseline excluded): its rows among ``keep``, by ε_UB, and its plot style."""
+def _family_curves(result: ComparisonResult, keep: Sequence[ComparisonRow]) -> list[tuple[str, list[ComparisonRow]]]:
+    """Per defense family (baseline excluded): its rows among ``keep``, by ε_UB."""
     out = []
     for family, rows in _family_rows(result).items():
         members = sorted((r for r in rows if r in keep), key=lambda r: r.epsilon_ub_best)
         if members:
-            out.append((family, members, style(family)))
+            out.append((family, members))
     return out
+
+
+def _looks(rows: Sequence[ComparisonRow]) -> dict[str, dict[str, Any]]:
+    """Each setting's colour and marker: per setting, its family's hue ramp (reports.figures.setting_looks)."""
+    return setting_looks([(r.label, r.family) for r in rows])
 
 
 def _finish(ax: Axes, *, xlabel: str, ylabel: str, title: str) -> None:
     """The common end of the ε plots: log ε axis, labels, grid, legend beside the axes."""
     ax.set_xscale("log")
+    plain_log_ticks(ax.xaxis)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -188,41 +194,70 @@ def _finish(ax: Axes, *, xlabel: str, ylabel: str, title: str) -> None:
     legend_outside(ax)
 
 
-def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
-    """Test accuracy against ε_UB (filled, solid) and ε_LB (hollow, dashed), one colour per family.
+def _utility_axes(ax: Axes | None) -> tuple[MplFigure, Axes | None, Axes]:
+    """(figure, zero panel or None, log panel): a panel at ε = 0 when the figure is ours to lay out."""
+    if ax is not None:
+        fig, main = new_axes(ax)
+        return fig, None, main
+    fig = new_figure((8.0, 4.4))
+    zero, main = zero_and_log_axes(fig, zero_label="ε_LB = 0\nno evidence")
+    return fig, zero, main
 
-    The non-private baseline (ε = ∞) is a horizontal line; the Pareto front over the ε_UB points
+
+def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
+    """Test accuracy against ε_UB (filled) and ε_LB (hollow), colour and marker per setting.
+
+    Each family's settings are joined (solid through ε_UB, dashed through the positive ε_LB);
+    the non-private baseline (ε = ∞) is a horizontal line; the Pareto front over the ε_UB points
     is drawn thick and grey behind them; error bars are the accuracy's spread over the repeats.
-    ε_LB = 0 (no attack showed anything) is drawn at the axis' left edge and said in the caption.
+    ε_LB = 0 (no attack showed anything) has no place on a log axis: it is drawn at 0 in a
+    narrow panel of its own, "no evidence" — never at an arbitrary left edge, never joined to
+    the log axis (with an ``ax`` given, it is said in a note on the axes instead).
     """
     private = [r for r in result.rows if r.epsilon_ub and math.isfinite(r.epsilon_ub_best)]
     if not private:
         return None
-    fig, ax = new_axes(ax, size=(7.5, 4.2))
-    ub_all = [r.epsilon_ub_best for r in private]
-    lb_pos = [r.epsilon_lb for r in private if r.epsilon_lb > 0]
-    floor = min([*ub_all, *lb_pos]) / 10
-    for family, rows, st in _family_curves(result, private):
-        acc = [r.test_accuracy for r in rows]
-        err = [r.test_accuracy_std for r in rows]
-        ax.errorbar([r.epsilon_ub_best for r in rows], acc, yerr=err, color=st["color"], marker=st["marker"], linestyle="-", capsize=3, label=f"{family}: ε_UB")
-        ax.errorbar([max(r.epsilon_lb, floor) for r in rows], acc, yerr=err, color=st["color"], marker=st["marker"], markerfacecolor="white", linestyle="--", capsize=3, label=f"{family}: ε_LB")
+    fig, zero, ax = _utility_axes(ax)
+    looks = _looks(private)
+    for _family, rows in _family_curves(result, private):
+        line = looks[rows[0].label]["color"]  # the family's darkest shade
+        ax.plot([r.epsilon_ub_best for r in rows], [r.test_accuracy for r in rows], color=line, linewidth=1.0, alpha=0.7, zorder=1)
+        pos = [r for r in rows if r.epsilon_lb > 0]
+        ax.plot([r.epsilon_lb for r in pos], [r.test_accuracy for r in pos], color=line, linewidth=1.0, linestyle="--", alpha=0.7, zorder=1)
+    nothing = []
+    for r in private:
+        lk = looks[r.label]
+        ax.errorbar([r.epsilon_ub_best], [r.test_accuracy], yerr=[r.test_accuracy_std], color=lk["color"], marker=lk["marker"], markersize=7, linestyle="none", capsize=3, label=r.label, zorder=3)
+        where = ax if r.epsilon_lb > 0 else zero
+        if where is None:
+            nothing.append(r.label)
+            continue
+        where.plot([r.epsilon_lb if r.epsilon_lb > 0 else 0.0], [r.test_accuracy], color=lk["color"], marker=lk["marker"], markersize=7, markerfacecolor="white", linestyle="none", zorder=3)
+    # What filled and hollow mean, once for every setting.
+    ax.plot([], [], color="#000000", marker="o", linestyle="-", label="filled: ε_UB (guarantee)")
+    ax.plot([], [], color="#000000", marker="o", markerfacecolor="white", linestyle="--", label="hollow: ε_LB (evidence)")
     front = _pareto([(r.epsilon_ub_best, r.test_accuracy) for r in private])
     if front:
         ax.plot([p[0] for p in front], [p[1] for p in front], color="#bbbbbb", linewidth=7, alpha=0.6, zorder=0, solid_capstyle="round", label="Pareto front (ε_UB)")
     base = result.row(result.baseline)
-    ax.axhline(base.test_accuracy, color=colour("nonprivate"), linestyle=":", linewidth=1.5, label=f"non-private baseline ({base.test_accuracy:.3f})")
+    for a in (ax, zero) if zero is not None else (ax,):
+        a.axhline(base.test_accuracy, color=colour("nonprivate"), linestyle=":", linewidth=1.5, label=f"non-private baseline ({base.test_accuracy:.3f})" if a is ax else None)
+    if nothing:
+        ax.text(0.01, 0.02, "ε_LB = 0 (no evidence): " + ", ".join(nothing), transform=ax.transAxes, fontsize=FONT_PT, va="bottom")
+    if zero is not None:
+        zero.set_ylabel("test accuracy")
+        zero.grid(True, axis="y", alpha=0.3)
     _finish(
         ax,
-        xlabel=f"ε (δ = {result.delta:g}); ε_LB at {result.confidence:.0%} confidence",
-        ylabel="test accuracy",
+        xlabel=f"ε > 0 (δ = {result.delta:g}, log scale); ε_LB at {result.confidence:.0%} confidence",
+        ylabel="" if zero is not None else "test accuracy",
         title="Privacy–utility: accuracy against the guarantee (ε_UB) and the evidence (ε_LB)",
     )
     return fig
 
 
 def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
-    """Membership advantage (TPR − FPR, strongest attack) against ε_UB, under the ceiling e^ε − 1."""
+    """Membership advantage (TPR − FPR, strongest attack) against ε_UB, under the ceiling e^ε − 1; colour and marker per setting."""
     rows = [r for r in result.rows if r.epsilon_ub and math.isfinite(r.epsilon_ub_best) and r.membership]
     if not rows:
         return None
@@ -230,8 +265,11 @@ def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mpl
     eps = np.array([r.epsilon_ub_best for r in rows])
     grid = np.geomspace(eps.min() / 2, eps.max() * 2, 200)
     ax.plot(grid, np.minimum(np.expm1(np.minimum(grid, 50.0)), 1.0), color=colour("ceiling"), linestyle="--", label="ceiling min(e^ε − 1, 1)")
-    for family, members, st in _family_curves(result, rows):
-        ax.plot([r.epsilon_ub_best for r in members], [_strongest(r)[1]["advantage"] for r in members], color=st["color"], marker=st["marker"], linestyle="-", label=family)
+    looks = _looks(rows)
+    for _family, members in _family_curves(result, rows):
+        ax.plot([r.epsilon_ub_best for r in members], [_strongest(r)[1]["advantage"] for r in members], color=looks[members[0].label]["color"], linewidth=1.0, alpha=0.7, zorder=1)
+        for r in members:
+            ax.plot([r.epsilon_ub_best], [_strongest(r)[1]["advantage"]], color=looks[r.label]["color"], marker=looks[r.label]["marker"], markersize=7, linestyle="none", label=r.label, zorder=3)
     base = result.row(result.baseline)
     if base.membership:
         ax.axhline(_strongest(base)[1]["advantage"], color=colour("nonprivate"), linestyle=":", label="non-private baseline")
@@ -256,7 +294,7 @@ def vulnerable_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mp
         vul.append(r.vulnerable[attack]["tpr_at_fpr"][fpr] if attack in r.vulnerable and r.vulnerable[attack]["tpr_at_fpr"][fpr] is not None else np.nan)
     ax.barh(y - 0.2, pop, height=0.38, color=colour("out"), label="all queried samples")
     ax.barh(y + 0.2, vul, height=0.38, color=colour("in"), label=f"top {result.vulnerable_top_k} most vulnerable")
-    ax.axvline(float(fpr), color=colour("chance"), linestyle=":", label=f"chance (TPR = FPR = {float(fpr):.0%})")
+    ax.axvline(float(fpr), color=colour("chance"), linestyle=":", label=f"chance (TPR = FPR = {rate_text(float(fpr))})")
     ax.set_yticks(y, [r.label for r in rows])
     ax.invert_yaxis()
     ax.set_xlabel(f"TPR at {float(fpr):.0%} FPR (strongest attack of each row)")
@@ -272,13 +310,14 @@ def robustness_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mp
         return None
     fig, ax = new_axes(ax, size=(7.5, 4.0))
     radii = list(result.radii)
-    markers = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
-    for i, r in enumerate(rows):
-        # Colour by family, marker by row: two settings of one family stay distinguishable.
-        c, m = style(r.family)["color"], markers[i % len(markers)]
-        ax.plot(radii, [r.robust_accuracy.get(f"{x:g}", math.nan) for x in radii], color=c, marker=m, linestyle="-", label=f"{r.label}: robust")
+    settings = _looks(rows)
+    looks = Looks()
+    for r in rows:
+        # Colour and marker per setting (its family's hue ramp); robust solid, certified dotted and hollow.
+        st = settings[r.label]
+        ax.plot(radii, [r.robust_accuracy.get(f"{x:g}", math.nan) for x in radii], **looks.take(**st), label=f"{r.label}: robust")
         if r.certified_accuracy:
-            ax.plot(radii, [r.certified_accuracy.get(f"{x:g}", math.nan) for x in radii], color=c, marker=m, markerfacecolor="white", linestyle=":", label=f"{r.label}: certified")
+            ax.plot(radii, [r.certified_accuracy.get(f"{x:g}", math.nan) for x in radii], **looks.take(**{**st, "linestyle": ":"}), markerfacecolor="white", label=f"{r.label}: certified")
     ax.set_xlabel("attack radius")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
@@ -438,7 +477,10 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
                 Figure(
                     figure=privacy_utility_figure(result),
                     name="privacy-utility",
-                    caption="Accuracy against ε: filled markers at ε_UB, hollow at ε_LB (drawn at the left edge when 0); the grey band is the Pareto front over ε_UB.",
+                    caption=(
+                        "Accuracy against ε, one colour and marker per setting (a family's settings share a hue, dark to light): filled markers at ε_UB, hollow at ε_LB; "
+                        "a setting whose attacks showed nothing (ε_LB = 0) is drawn at 0 in the narrow 'no evidence' panel, not on the log axis. The grey band is the Pareto front over ε_UB."
+                    ),
                     empty="no row has a finite ε_UB",
                 ),
                 Figure(figure=advantage_figure(result), name="advantage", caption="Membership advantage of the strongest attack against the DP ceiling.", empty="no DP row was attacked"),

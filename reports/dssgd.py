@@ -16,16 +16,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure as MplFigure
+
 from dpaudit.results import TrainedModel, load_record
 from dpaudit.results.verdicts import dssgd_verdict, record_delta
 from dpaudit.store import RunDir, safe_stem
+from reports.figures import Looks, finish_axes, new_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent, percent_cell
-from reports.render import Items, Section, Table, Text, accountant_table, write_report_files
+from reports.render import Figure, Items, Section, Table, Text, accountant_table, write_report_files
 from reports.train import config_items, metrics_table, record_table
 from reports.verdict_box import verdict_section, with_status
 
-__all__ = ["accuracy_table", "uploads_table", "dssgd_sections", "load_federations", "dssgd_page"]
+__all__ = ["accuracy_figure", "accuracy_table", "uploads_table", "dssgd_sections", "load_federations", "dssgd_page"]
 
 #: Metrics the accuracy and uploads tables show (the rest go to the metrics table).
 _SHOWN = (
@@ -66,6 +69,45 @@ def accuracy_table(record: TrainedModel) -> Table:
     return Table(columns=["model", "test accuracy", "what"], rows=rows, caption=caption)
 
 
+def accuracy_figure(record: TrainedModel) -> MplFigure | None:
+    """The federation's test accuracy as a bar beside standalone (its min–max over participants),
+    centralised and the participants' local models, with chance as a line; ``None`` (the page says
+    so) when the run trained no baseline to compare with."""
+    m = record.metrics
+    bars = [
+        (label, m.get(key))
+        for label, key in (
+            ("federation", "test_accuracy"),
+            ("standalone (mean)", "standalone_test_accuracy"),
+            ("centralised", "centralised_test_accuracy"),
+            ("local models (mean)", "local_test_accuracy_mean"),
+        )
+    ]
+    bars = [(label, float(x)) for label, x in bars if x is not None]
+    if len(bars) < 2:
+        return None
+    fig, ax = new_axes(size=(7.0, 0.5 + 0.45 * len(bars)))
+    looks = Looks()
+    for i, (label, x) in enumerate(bars):
+        look = looks.method("dssgd" if i == 0 else label)
+        ax.barh(i, x, color=look["color"], height=0.6)
+        ax.text(x, i, f" {fmt_percent(x)}", va="center", fontsize=9.5)
+    lo, hi = m.get("standalone_test_accuracy_min"), m.get("standalone_test_accuracy_max")
+    if lo is not None and hi is not None and m.get("standalone_test_accuracy") is not None:
+        y = [label for label, _ in bars].index("standalone (mean)")
+        ax.plot([float(lo), float(hi)], [y, y], color="#222222", linewidth=1.5)  # the participants' spread
+    if m.get("chance_accuracy") is not None:
+        ax.axvline(float(m["chance_accuracy"]), color="#777777", linestyle=":", linewidth=1.2)
+        ax.text(float(m["chance_accuracy"]), len(bars) - 0.45, " chance", fontsize=9.5, color="#555555", va="bottom")
+    ax.set_yticks(range(len(bars)), [label for label, _ in bars])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.12)
+    ax.set_xlabel("test accuracy")
+    finish_axes(ax)
+    fig.tight_layout()
+    return fig
+
+
 def uploads_table(record: TrainedModel) -> Table:
     """What each participant uploaded per turn, and what the server applied."""
     m, c = record.metrics, record.config
@@ -104,13 +146,23 @@ def dssgd_sections(record: TrainedModel, record_dir: Path) -> list[Section]:
         verdict_section(dssgd_verdict(record)),
         Section(
             title="Federation against training alone and centralised",
-            blocks=[accuracy_table(record), Text(text="Accuracy per round is not stored by the run; the table is the federation after its last round.")],
+            blocks=[
+                *_figure(record),
+                accuracy_table(record),
+                Text(text="Accuracy per round is not stored by the run; the table is the federation after its last round."),
+            ],
         ),
         Section(title="Uploads", blocks=[uploads_table(record), Items(items=_participants(record_dir, record))]),
         Section(title="DP claim of the uploads", blocks=[claim]),
         Section(title="Record", blocks=[record_table(record), metrics_table(record.metrics, skip=_SHOWN)]),
         Section(title="Configuration", blocks=[config_items(record.config)]),
     ]
+
+
+def _figure(record: TrainedModel) -> list[Figure]:
+    fig = accuracy_figure(record)
+    caption = "Test accuracy after the last round: the federation against each participant alone (bar: mean; black line: lowest to highest participant), centralised training on the pooled data and the participants' final local models; dotted: chance."
+    return [] if fig is None else [Figure(figure=fig, name="accuracy", caption=caption)]
 
 
 def load_federations(run: RunDir) -> list[tuple[TrainedModel, Path]]:

@@ -37,7 +37,7 @@ from dpaudit.results import InversionResult, TrainedModel, load_inversion_result
 from dpaudit.results.membership import tpr_unresolved
 from dpaudit.results.verdicts import inversion_verdict, most_severe
 from dpaudit.store import RunDir, safe_stem
-from reports.figures import colour, new_axes, style
+from reports.figures import FONT_PT, PAGE_WIDTH_IN, colour, fit_page, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import percent_cell, rate_cell
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number, write_report_files
@@ -162,6 +162,10 @@ def _bare(ax: Axes) -> None:
         spine.set_visible(False)
 
 
+#: Text under each image: two short lines, 9 pt as the page shows the grid.
+_CAPTION_PT = 9.0
+
+
 def image_grid(results: Sequence[InversionResult], classes: Sequence[int] | None = None, *, cell: float = 0.95) -> MplFigure | None:
     """One column per class; rows: class mean, then per attack its reconstruction, nearest member and nearest non-member.
 
@@ -190,42 +194,46 @@ def image_grid(results: Sequence[InversionResult], classes: Sequence[int] | None
     for r in items:
         rows += [(f"{r.attack}:\nreconstruction", (r, "reconstructions")), (f"{r.attack}:\nnearest member", (r, "nearest_members")), (f"{r.attack}:\nnearest non-member", (r, "nearest_non_members"))]
     # Room under each image for one small line of caption text, above the first row for the class.
+    # Cells narrow so that the grid fits the page (a wider image is shrunk, its text with it).
+    cell = min(cell, (PAGE_WIDTH_IN - 1.7) / (len(labels) * 1.08))
     img_h = cell * h / w
-    fig = MplFigure(figsize=(1.3 + cell * len(labels) * 1.08, 0.35 + len(rows) * (img_h + 0.32)), layout="constrained")
+    fig = MplFigure(figsize=(1.7 + cell * len(labels) * 1.08, 0.45 + len(rows) * (img_h + 0.5)), layout="constrained")
     axes = fig.subplots(len(rows), len(labels), squeeze=False)
     for j, c in enumerate(labels):
         for i, (row_name, source) in enumerate(rows):
             ax = axes[i, j]
             _bare(ax)
             if i == 0:
-                ax.set_title(f"class {c}", fontsize=8)
+                ax.set_title(f"class {c}", fontsize=FONT_PT)
             if j == 0:
                 # Reconstruction rows are named in bold and in the attack's colour: each attack's block of rows stands out.
                 recon = source is not None and source[1] == "reconstructions"
-                ax.set_ylabel(row_name, fontsize=7.5, rotation=0, ha="right", va="center", labelpad=4, fontweight="bold" if recon else "normal", color=colour(source[0].attack) if recon else "black")
+                ax.set_ylabel(
+                    row_name, fontsize=FONT_PT - 1, rotation=0, ha="right", va="center", labelpad=4, fontweight="bold" if recon else "normal", color=colour(source[0].attack) if recon else "black"
+                )
             if source is None:
                 # The class mean of the members: the first result holding the class has it.
                 owner = next(((r, ix[c]) for r, ix in zip(items, index, strict=True) if c in ix), None)
                 if owner is None:
                     continue
                 _show(ax, owner[0].class_means[owner[1]])
-                ax.set_xlabel(" ", fontsize=6.5)
+                ax.set_xlabel(" ", fontsize=_CAPTION_PT)
                 continue
             r, field_name = source
             k = index[items.index(r)].get(c)
             if k is None:
-                ax.set_xlabel("not inverted", fontsize=6.5)
+                ax.set_xlabel("not\ninverted", fontsize=_CAPTION_PT)
                 continue
             _show(ax, getattr(r, field_name)[k])
             if field_name == "reconstructions":
                 guess = int(r.evaluator_top5[k, 0])
                 ok = "✓" if guess == c else "✗"
-                ax.set_xlabel(f"eval: {guess} {ok}  μ: {r.distance_to_mean[k]:.3f}", fontsize=6.5)
+                ax.set_xlabel(f"eval {guess} {ok}\nμ {r.distance_to_mean[k]:.3f}", fontsize=_CAPTION_PT)
             elif field_name == "nearest_members":
-                ax.set_xlabel(f"#{int(r.nearest_member_ids[k])}  d: {r.distance_to_member[k]:.3f}", fontsize=6.5)
+                ax.set_xlabel(f"#{int(r.nearest_member_ids[k])}\nd {r.distance_to_member[k]:.3f}", fontsize=_CAPTION_PT)
             else:
-                ax.set_xlabel(f"#{int(r.nearest_non_member_ids[k])}  d: {r.distance_to_non_member[k]:.3f}", fontsize=6.5)
-    return fig
+                ax.set_xlabel(f"#{int(r.nearest_non_member_ids[k])}\nd {r.distance_to_non_member[k]:.3f}", fontsize=_CAPTION_PT)
+    return fit_page(fig)
 
 
 # ---------------------------------------------------------------------------- tables
@@ -374,7 +382,7 @@ def comparison_figure(targets: Sequence[InversionTarget], *, axes: Sequence[Axes
         return None
     n = len(targets)
     if axes is None:
-        fig = MplFigure(figsize=(11.0, 1.4 + 0.34 * n), layout="constrained")
+        fig = MplFigure(figsize=(PAGE_WIDTH_IN - 2.2, 1.6 + 0.4 * n), layout="constrained")
         left, right = fig.subplots(1, 2, sharey=True)
     else:
         fig, left = new_axes(axes[0])
@@ -393,22 +401,24 @@ def comparison_figure(targets: Sequence[InversionTarget], *, axes: Sequence[Axes
         if classes:
             left.plot([1.0 / classes] * 2, [y[j] - 0.35, y[j] + 0.35], color=colour("chance"), linewidth=2.0, label="chance top-1 (1/classes)" if j == 0 else None)
     right.axvline(0.5, linestyle="--", color=colour("chance"), linewidth=0.9, label="chance AUC (0.5)")
-    left.set_yticks(y, [t.label() for t in targets], fontsize=7)
+    left.set_yticks(y, [t.label() for t in targets], fontsize=FONT_PT)
     for ax, xlabel in ((left, "attack accuracy top-1 (evaluator)"), (right, "membership AUC (inversion score)")):
         ax.set_xlim(-0.04, 1.05)  # a point at 0 is drawn whole, not cut by the frame
         ax.set_ylim(-0.6, n - 0.4)
-        ax.set_xlabel(xlabel, fontsize=8)
+        ax.set_xlabel(xlabel, fontsize=FONT_PT)
         ax.grid(True, axis="x", linewidth=0.3)
-    left.set_title("attack accuracy per target", fontsize=9)
-    right.set_title("does the reconstruction reveal members?", fontsize=9)
+    left.set_title("attack accuracy per target", fontsize=FONT_PT)
+    right.set_title("does the reconstruction reveal members?", fontsize=FONT_PT)
     handles, labels = [], []
     for ax in (left, right):
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    right.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
-    return fig
+    right.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=FONT_PT, frameon=False)
+    for ax in (left, right):
+        ax.tick_params(labelsize=FONT_PT)
+    return fit_page(fig) if axes is None else fig
 
 
 # ---------------------------------------------------------------------------- page

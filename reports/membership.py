@@ -29,7 +29,7 @@ from dpaudit.results import DEFAULT_FPRS, MembershipResult, TrainedModel, load_m
 from dpaudit.results.membership import tpr_unresolved
 from dpaudit.results.verdicts import membership_verdict, rank_attacks
 from dpaudit.store import RunDir, safe_stem
-from reports.figures import colour, legend_outside, new_axes, style
+from reports.figures import Looks, colour, legend_outside, new_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import Shown, epsilon_cell, fmt_number, fmt_percent, percent_cell, rate_cell
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, write_report_files
@@ -71,6 +71,7 @@ def plot_roc(results: Mapping[str, MembershipResult] | Sequence[MembershipResult
         return None
     fig, ax = new_axes(ax, size=(7.0, 4.5))
     floor = min(0.5 / max(r.num_non_members, 1) for r in items)
+    looks = Looks()
     for i, r in enumerate(items):
         curve = r.roc()
         # FPR = 0 has no place on a log axis; pin it at the floor so the curve starts at the left edge.
@@ -78,7 +79,7 @@ def plot_roc(results: Mapping[str, MembershipResult] | Sequence[MembershipResult
         tpr = np.maximum(curve.tpr, floor)
         # Curves of attacks that rank alike lie on each other: earlier ones are drawn wider and
         # below, and markers sit at even distances along the (log-scaled) curve, so each stays visible.
-        ax.plot(fpr, tpr, **style(r.attack), markevery=0.07, markersize=5, linewidth=max(1.0, 3.2 - 0.6 * i), zorder=2 + i, drawstyle="steps-post", label=f"{r.attack} (AUC {r.auc():.3f})")
+        ax.plot(fpr, tpr, **looks.method(r.attack), markevery=0.07, markersize=5, linewidth=max(1.0, 3.2 - 0.6 * i), zorder=2 + i, drawstyle="steps-post", label=f"{r.attack} (AUC {r.auc():.3f})")
     grid = np.logspace(np.log10(floor), 0, 50)
     ax.plot(grid, grid, linestyle="--", color=colour("chance"), linewidth=0.8, label="chance")
     ax.set_xscale("log")
@@ -88,7 +89,7 @@ def plot_roc(results: Mapping[str, MembershipResult] | Sequence[MembershipResult
     ax.set_xlabel("false-positive rate")
     ax.set_ylabel("true-positive rate")
     targets = sorted({r.model_id for r in items})
-    ax.set_title("membership inference: " + (targets[0] if len(targets) == 1 else f"{len(targets)} targets"), fontsize=8)
+    ax.set_title("membership inference: " + (targets[0] if len(targets) == 1 else f"{len(targets)} targets"))
     ax.grid(True, which="major", linewidth=0.3)
     legend_outside(ax)
     return fig

@@ -25,7 +25,7 @@ from dpaudit.privacy.pate.claim import settings_used
 from dpaudit.results.record import TrainedModel, load_record
 from dpaudit.results.verdicts import pate_verdict
 from dpaudit.store import RunDir, load_npz, thaw
-from reports.figures import legend_outside, new_axes
+from reports.figures import DASH_CYCLE, MARKER_CYCLE, SERIES_COLOURS, eps_text, legend_outside, new_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import fmt_number, fmt_percent
 from reports.render import Figure, Section, Table, Text, write_report_files
@@ -38,6 +38,7 @@ __all__ = [
     "pate_rows",
     "epsilon_answers_figure",
     "accuracy_epsilon_figure",
+    "accuracy_epsilon_sentence",
     "pate_sections",
     "load_pate_students",
     "pate_page",
@@ -159,13 +160,18 @@ def epsilon_answers_figure(runs: Sequence[PateRun], *, ax: Axes | None = None) -
     ax.set_xlabel("queries answered")
     ax.set_ylabel("ε, data-dependent, realised (private)")
     ax.grid(alpha=0.3)
-    legend_outside(ax, fontsize=7)
+    legend_outside(ax)
     return fig
 
 
 def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, published: Sequence[Mapping[str, Any]] = (), ax: Axes | None = None) -> MplFigure | None:
-    """Student accuracy against ε: measured students (filled) and published rows (hollow)."""
-    if not rows:
+    """Student accuracy against ε: measured students (filled) and published rows (hollow, only where given).
+
+    Returns:
+        The figure, or ``None`` when there are fewer than two points: one point on axes zoomed
+        around it says nothing a sentence would not (:func:`accuracy_epsilon_sentence`).
+    """
+    if len(rows) + len(published) < 2:
         return None
     fig, ax = new_axes(ax, size=(7.5, 4.0))
     # Points that coincide are drawn largest first, so each stays visible around the next.
@@ -183,18 +189,21 @@ def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, published: Seq
     ax.set_xlabel("ε of the student's labels")
     ax.set_ylabel("student test accuracy")
     ax.grid(alpha=0.3)
-    legend_outside(ax, fontsize=7)
+    legend_outside(ax)
     return fig
 
 
-_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
-_DASHES = ("-", "--", ":", "-.")
-_MARKS = ("o", "s", "^", "D", "v", "P", "X", "*")
+def accuracy_epsilon_sentence(rows: Sequence[Mapping[str, Any]], published: Sequence[Mapping[str, Any]] = ()) -> str:
+    """What the accuracy-against-ε plot would show, in words, when it has fewer than two points."""
+    points = [f"{r['label']}: ε = {eps_text(r['epsilon'])}, test accuracy {_num(r['student_accuracy'])} (measured here)" for r in rows]
+    points += [f"{p['label']}: ε = {eps_text(p['epsilon'])}, accuracy {_num(p['accuracy'])} (published)" for p in published]
+    return ("one student only — " + points[0] + "; a single point is not plotted") if points else "no student to plot"
 
 
 def _look(i: int) -> tuple[str, str, str]:
-    """(colour, marker, dash) of the i-th series: no two of the first 64 share colour and marker."""
-    return _COLOURS[(i + i // len(_COLOURS)) % len(_COLOURS)], _MARKS[i % len(_MARKS)], _DASHES[(i + i // len(_COLOURS)) % len(_DASHES)]
+    """(colour, marker, dash) of the i-th series from the style module's cycles: no two of the first 48 alike."""
+    n = len(SERIES_COLOURS)
+    return SERIES_COLOURS[i % n], MARKER_CYCLE[i % len(MARKER_CYCLE)], DASH_CYCLE[(i // n) % len(DASH_CYCLE)]
 
 
 def _num(x: Any) -> str:
@@ -244,6 +253,7 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
         ),
     )
     statements = [Text(text=f"{pate_label(r.record)}: {r.record.claim.statement()}") for r in runs]
+    accuracy = accuracy_epsilon_figure(rows, published=published)
     blocks: list[Any] = [table, *statements]
     if published:
         blocks.append(
@@ -264,7 +274,15 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
         ),
         Section(
             title="Student accuracy against ε",
-            blocks=[Figure(figure=accuracy_epsilon_figure(rows, published=published), name="pate-accuracy-epsilon", caption="Filled: measured here; hollow: published.")],
+            blocks=[
+                Figure(
+                    figure=accuracy,
+                    name="pate-accuracy-epsilon",
+                    # The caption names only what is drawn: hollow markers only where published numbers were given.
+                    caption="Student test accuracy against ε" + (("; filled: measured here" + ("; hollow: published (docs/defenses/pate.md)" if published else "")) if accuracy else ""),
+                    empty=accuracy_epsilon_sentence(rows, published),
+                )
+            ],
         ),
     ]
 

@@ -55,6 +55,7 @@ from dpaudit.privacy.audit_stats import (
     point_estimate,
 )
 from dpaudit.privacy.claims import PrivacyClaim
+from dpaudit.privacy.estimate_interval import estimate_interval
 from dpaudit.privacy.fdp_one_run import TRADEOFF_CURVES, fdp_one_run_bound_from_scores, fdp_one_run_epsilon_lb
 from dpaudit.privacy.gaussian import gdp_epsilon
 from dpaudit.privacy.last_iterate import claim_last_iterate_epsilon
@@ -228,7 +229,10 @@ def audit_from_scores(
     acc, ub, by = _upper(claim, delta)
     estimate, kind = _scores_estimate(s_in, s_out, bound=bound, delta=delta, num_thresholds=num_thresholds)
     estimate /= group_size
-    info = _scores_details(tb, num_thresholds=num_thresholds, seed=seed if strategy == "split" else None, estimate_kind=kind, details=details)
+    interval = estimate_interval(s_in, s_out, bound=bound, delta=delta, confidence=confidence, num_thresholds=num_thresholds)
+    info = _scores_details(
+        tb, num_thresholds=num_thresholds, seed=seed if strategy == "split" else None, estimate_kind=kind, details={**_interval_details(interval, confidence, group_size), **dict(details or {})}
+    )
     return AuditResult(
         epsilon_lb=tb.epsilon_lb,
         ceiling=ceiling,
@@ -273,6 +277,12 @@ def _scores_details(tb: ThresholdBound, *, num_thresholds: int, seed: int | None
         "estimate_kind": estimate_kind,
         **dict(details or {}),
     }
+
+
+def _interval_details(interval: tuple[float, float], confidence: float, group_size: int) -> dict[str, Any]:
+    """The estimate's interval as a result keeps it (∞ as ``None``: strict JSON), per canary copy."""
+    low, high = (x / group_size for x in interval)
+    return {"estimate_interval": [low, high if np.isfinite(high) else None], "estimate_interval_confidence": confidence}
 
 
 def _gdp_point_estimate(s_in: np.ndarray, s_out: np.ndarray, *, delta: float, num_thresholds: int) -> float:
@@ -455,6 +465,8 @@ def audit_from_one_run(
     points = one_run_curve(s, inc, delta=delta, confidence=confidence, guess_counts=ks, bound=bound, curve=curve, sampling_rate=sampling_rate, seed=seed)
     info = _one_run_details(r, correct, m, counts=counts, seed=seed, points=points, bound=bound, extra=extra, details=details)
     estimate = point_estimate(s[inc], s[~inc], delta=delta) if inc.any() and (~inc).any() else None
+    if estimate is not None:
+        info.update(_interval_details(estimate_interval(s[inc], s[~inc], bound="clopper-pearson", delta=delta, confidence=confidence), confidence, 1))
     return AuditResult(
         epsilon_lb=eps,
         ceiling=ceiling,

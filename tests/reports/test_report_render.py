@@ -227,8 +227,9 @@ def test_ceiling_figure_lines_are_told_apart_and_the_legend_is_outside():
         epsilon_lb=0.5, ceiling=3.0, confidence=0.95, method="multi-run", bound="gdp", delta=1e-5, threshold_strategy="bonferroni", num_in=100, num_out=100, epsilon_ub=1.0, accountant="pld"
     )
     curve = EpsilonByTrials(unit="trials", num_observations=(10, 50, 200), num_in=(5, 25, 100), num_out=(5, 25, 100), epsilon_lb=(0.0, 0.2, 0.5), ceiling=(0.5, 2.0, 3.0))
-    ax = ceiling_figure(curve, result).axes[0]
-    lines = {line.get_label().split(" ")[0]: line for line in ax.get_lines()}
+    # Issue 34: the ceiling has a panel of its own (below), so it never squashes ε_LB against ε_UB.
+    ax, below = ceiling_figure(curve, result).axes
+    lines = {line.get_label().split(" ")[0]: line for a in (ax, below) for line in a.get_lines()}
     lb, ceiling, ub = lines["ε_LB"], lines["ceiling"], lines["ε_UB"]
     assert len({lb.get_color(), ceiling.get_color(), ub.get_color()}) == 3
     assert lb.get_marker() != ceiling.get_marker() and lb.get_linestyle() != ceiling.get_linestyle()
