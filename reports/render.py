@@ -284,7 +284,9 @@ def _block(block: Any, out: Path, stem: str, tables: list[int], exports: list[Pa
         tables.append(1)
         files = save_table(block.columns, block.rows, out, f"{stem}-{block.name or f'table-{len(tables)}'}", _table_cell)
         exports.extend(files.values())
-        return {"kind": "table", "columns": list(block.columns), "rows": [list(r) for r in block.rows], "caption": block.caption, **{k: p.name for k, p in files.items()}}
+        # A column of words is set flush left under a flush-left heading (numbers stay right-aligned).
+        text = [bool(block.rows) and all(isinstance(r[j], (str, Link)) or r[j] is None for r in block.rows) for j in range(len(block.columns))]
+        return {"kind": "table", "columns": list(block.columns), "rows": [list(r) for r in block.rows], "caption": block.caption, "text_columns": text, **{k: p.name for k, p in files.items()}}
     if isinstance(block, Figure):
         if block.figure is None or not has_data(block.figure):
             return {"kind": "empty", "text": f"{block.caption.rstrip('.')}: {block.empty}." if block.caption else f"{block.empty}."}

@@ -116,6 +116,12 @@ def test_a_table_is_written_as_csv_at_full_precision_and_latex_as_the_page_print
         Table(columns=["a"], rows=[], name="a b")
 
 
+def test_a_column_of_words_has_a_flush_left_heading(tmp_path):
+    table = Table(columns=["ε", "how", "mixed"], rows=[[0.5, "multi-run", "n/a"], [0.25, None, 0.1]])
+    html = write_report_files(tmp_path, [Section(title="s", blocks=[table])], title="t", stem="p").html.read_text()
+    assert '<th>ε</th><th class="t" style="text-align:left">how</th><th>mixed</th>' in html
+
+
 # -- every kind's pages link every export ----------------------------------------------------------
 
 
@@ -136,7 +142,7 @@ def test_every_figure_and_table_of_every_kind_has_its_exports(name, rendered_sam
         tables = re.findall(r"<table>.*?<thead><tr>(.*?)</tr></thead>.*?</table>\s*<p class=\"downloads\"[^>]*><a href=\"([^\"]+)\">CSV</a> · <a href=\"([^\"]+)\">LaTeX</a>", html, re.S)
         assert len(tables) == html.count("<table>"), f"{page.name}: a table without its CSV and LaTeX links"
         for head, csv_name, tex_name in tables:
-            columns = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<th>(.*?)</th>", head)]
+            columns = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<th[^>]*>(.*?)</th>", head)]
             with (page.parent / csv_name).open(encoding="utf-8") as f:
                 assert next(csv.reader(f)) == [c.replace("&#39;", "'").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">") for c in columns]
             assert_well_formed_latex(page.parent / tex_name)
