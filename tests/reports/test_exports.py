@@ -210,9 +210,10 @@ def test_format_md_writes_only_markdown_and_html_stays_the_default(report_sample
     code = main(["report", str(run.path), "--format", "md", "--json"])
     payload = json.loads(capsys.readouterr().out)
     out = run.reports_dir()
-    assert code == 0 and payload["pate"] == [str(out / "pate.md")] and payload["index"] == str(out / "index.md")
+    page = out / "pate.html"  # the page's identity; under --format md only its Markdown twin is written
+    assert code == 0 and payload["pate"] == [str(page.with_suffix(".md"))] and payload["index"] == str(out / "index.md")
     assert not list(out.glob("*.html")) and {p.name for p in out.glob("*.tex")} == {"pate-table-1.tex"}  # a table's LaTeX, no page
-    assert "[SVG](pate-pate-epsilon-answered.svg) · [PDF](pate-pate-epsilon-answered.pdf) · [data (CSV)](pate-pate-epsilon-answered.csv)" in (out / "pate.md").read_text()
+    assert "[SVG](pate-pate-epsilon-answered.svg) · [PDF](pate-pate-epsilon-answered.pdf) · [data (CSV)](pate-pate-epsilon-answered.csv)" in page.with_suffix(".md").read_text()
     # The default stays what it was before --format existed: HTML with its Markdown twin (the contract suite renders it).
     assert build_parser(["report"]).parse_args(["report", str(run.path)]).format == "html"
 
