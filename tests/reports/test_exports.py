@@ -110,7 +110,7 @@ def test_a_table_is_written_as_csv_at_full_precision_and_latex_as_the_page_print
     assert _rows(tmp_path / "p-table-1.csv") == [{"setting": "dpsgd", "ε_UB": "inf", "AUC": "0.51234567"}, {"setting": "nonprivate", "ε_UB": "", "AUC": "yes"}]
     tex = (tmp_path / "p-table-1.tex").read_text()
     assert tex.startswith(r"\begin{tabular}{lrr}") and r"\toprule" in tex and r"setting & $\varepsilon$\_UB & AUC \\" in tex
-    assert r"dpsgd & inf & 0.5123 \\" in tex and r"nonprivate & — & yes \\".replace("—", "---") in tex
+    assert r"dpsgd & $\infty$ & 0.5123 \\" in tex and ">∞</td>" in html and r"nonprivate & — & yes \\".replace("—", "---") in tex
     assert {p.name for p in written.exports} == {"p-table-1.csv", "p-table-1.tex", "p-second.csv", "p-second.tex"}
     with pytest.raises(ValueError, match="name"):
         Table(columns=["a"], rows=[], name="a b")

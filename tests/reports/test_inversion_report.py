@@ -50,7 +50,7 @@ def test_the_page_shows_the_metrics_of_every_target_and_attack(inversion_run):
         assert "mi-face: " in text and "gmi: " in text and "membership AUC" in text  # the finding sentences
     # The DP target's claim: ε under every accountant; the non-private target's ε_UB is ∞.
     assert '<td class="t">rdp' in html
-    assert "inf" in html
+    assert "<td>∞</td>" in html and "<td>inf</td>" not in html  # issue 34: ∞ on every page, never "inf"
 
 
 def test_image_grids_and_the_comparison_figure_are_written_and_shown(inversion_run):
