@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -239,21 +240,34 @@ _LATEX_CHARS = {
 }
 
 
+# A Greek letter with a subscript (ε_LB, Δ_r) is one symbol in a paper: $\varepsilon_{\mathrm{LB}}$.
+_SUBSCRIPTED = re.compile(r"([εδσαμτλΔ])_([A-Za-z0-9]+)")
+
+
 def latex_text(text: Any) -> str:
     """``text`` as LaTeX source for pdflatex: specials escaped, Greek and symbols as math, plain ASCII out.
 
     A character with no mapping is written as its ASCII decomposition (é → e) or, failing
     that, ``?`` — so the page always compiles, whatever a label holds.
     """
+    text = str(text)
+    parts, last = [], 0
+    for m in _SUBSCRIPTED.finditer(text):
+        parts += [_latex_chars(text[last : m.start()]), "$" + _LATEX_CHARS[m[1]].strip("$") + r"_{\mathrm{" + m[2] + "}}$"]
+        last = m.end()
+    return "".join(parts) + _latex_chars(text[last:])
+
+
+def _latex_chars(text: str) -> str:
     out = []
-    for ch in str(text):
+    for ch in text:
         if ch in _LATEX_CHARS:
             out.append(_LATEX_CHARS[ch])
         elif ord(ch) < 128:
             out.append(ch)
         else:
             ascii_form = unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode()
-            out.append(latex_text(ascii_form) if ascii_form else "?")
+            out.append(_latex_chars(ascii_form) if ascii_form else "?")
     return "".join(out)
 
 

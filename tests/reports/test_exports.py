@@ -96,8 +96,8 @@ def test_an_image_only_figure_has_no_data_csv(tmp_path):
 
 
 def test_latex_text_escapes_specials_and_writes_symbols_as_math():
-    assert latex_text("ε_LB ≥ 50% & δ=1e-05 #1 {x} ~ ^ \\ ∞ — ü 中") == (
-        r"$\varepsilon$\_LB $\geq$ 50\% \& $\delta$=1e-05 \#1 \{x\} \textasciitilde{} \textasciicircum{} \textbackslash{} $\infty$ --- u ?"
+    assert latex_text("ε_LB ≥ 50% & δ=1e-05 #1 {x} ~ ^ \\ ∞ — ü 中 ε model_id") == (
+        r"$\varepsilon_{\mathrm{LB}}$ $\geq$ 50\% \& $\delta$=1e-05 \#1 \{x\} \textasciitilde{} \textasciicircum{} \textbackslash{} $\infty$ --- u ? $\varepsilon$ model\_id"
     )
 
 
@@ -109,7 +109,7 @@ def test_a_table_is_written_as_csv_at_full_precision_and_latex_as_the_page_print
     assert "[CSV](p-table-1.csv) · [LaTeX](p-table-1.tex)" in written.markdown.read_text()
     assert _rows(tmp_path / "p-table-1.csv") == [{"setting": "dpsgd", "ε_UB": "inf", "AUC": "0.51234567"}, {"setting": "nonprivate", "ε_UB": "", "AUC": "yes"}]
     tex = (tmp_path / "p-table-1.tex").read_text()
-    assert tex.startswith(r"\begin{tabular}{lrr}") and r"\toprule" in tex and r"setting & $\varepsilon$\_UB & AUC \\" in tex
+    assert tex.startswith(r"\begin{tabular}{lrr}") and r"\toprule" in tex and r"setting & $\varepsilon_{\mathrm{UB}}$ & AUC \\" in tex
     assert r"dpsgd & $\infty$ & 0.5123 \\" in tex and ">∞</td>" in html and r"nonprivate & — & yes \\".replace("—", "---") in tex
     assert {p.name for p in written.exports} == {"p-table-1.csv", "p-table-1.tex", "p-second.csv", "p-second.tex"}
     with pytest.raises(ValueError, match="name"):
