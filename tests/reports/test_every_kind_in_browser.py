@@ -51,8 +51,3 @@ def test_every_page_of_every_kind_is_clean_in_chromium(name, rendered_samples, c
         assert html.count("<table>") == html.count(">LaTeX</a>"), f"{page.name}: a table without its CSV and LaTeX links"
         if _verdicts_landed(rendered_samples):
             assert _VERDICT.search(html), f'{page.name} has no verdict box (class="{VERDICT_CLASS}")'
-
-
-def test_the_index_of_every_kind_is_clean(rendered_samples, check_page):
-    indexes = [entry[1].index_html for entry in rendered_samples.values() if entry is not None]
-    assert_clean(*(check_page(page) for page in indexes))
