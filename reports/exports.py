@@ -45,7 +45,7 @@ _SAVE: dict[str, dict[str, Any]] = {
     "svg": {"metadata": {"Date": None, "Creator": None}},
     "pdf": {"metadata": {"CreationDate": None, "ModDate": None, "Creator": None, "Producer": None}},
 }
-_RC = {"svg.hashsalt": "dpaudit-report", "svg.fonttype": "path"}
+_RC: dict[str, Any] = {"svg.hashsalt": "dpaudit-report", "svg.fonttype": "path"}
 
 
 def _num(x: Any) -> str:
@@ -133,7 +133,7 @@ def _collection_rows(ax: Axes, owner: dict[int, str]) -> Iterator[tuple[str, str
                     yield name, kind, "", seg[0][0], seg[0][1], seg[-1][0], seg[-1][1]
         elif isinstance(coll, PolyCollection):  # fill_between: the area's outline
             for path in coll.get_paths():
-                for x, y in path.vertices:
+                for x, y in np.asarray(path.vertices):
                     yield name, "area", "", x, y, None, None
 
 
@@ -174,7 +174,8 @@ def save_figure(fig: Figure, out: Path, base: str, *, truetype: bool = False) ->
         Format (``png``, ``svg``, ``pdf``, ``csv``) → path written.
     """
     written: dict[str, Path] = {}
-    with matplotlib.rc_context({**_RC, "pdf.fonttype": 42 if truetype else 3}):
+    rc: Any = {**_RC, "pdf.fonttype": 42 if truetype else 3}  # (matplotlib types rc keys as literals)
+    with matplotlib.rc_context(rc):
         bbox: Any = "tight"  # keeps the legend placed outside the axes inside the image
         for fmt in FIGURE_FORMATS:
             buf = io.BytesIO()
