@@ -26,7 +26,7 @@ __all__ = ["Page", "ReportKind", "REPORT_KINDS", "ordered_kinds"]
 Item = TypeVar("Item")
 
 # Names the report output keeps for itself (``--json`` keys, attributes of the report index).
-_RESERVED = frozenset({"index", "index_html", "index_md", "kinds", "pages", "pages_of", "tables", "violations"})
+_RESERVED = frozenset({"format", "index", "index_html", "index_md", "kinds", "pages", "pages_of", "tables", "violations"})
 
 
 @dataclass(frozen=True, kw_only=True)

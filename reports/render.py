@@ -1,4 +1,4 @@
-"""The report writer: sections of blocks → HTML and Markdown from Jinja2 templates, plus PNGs.
+"""The report writer: sections of blocks → HTML, Markdown or LaTeX from Jinja2 templates, with every figure and table in forms a paper takes.
 
 The only module of the suite that saves figures (docs/architecture.md, "Style": plotting functions take
 results and an optional axes and return a figure; only the report writer saves files). A
@@ -9,15 +9,24 @@ report is a list of :class:`Section` s, each a list of blocks — :class:`Text`,
 never as empty axes. Every file is written atomically through :mod:`dpaudit.store`, whose
 writers give files the mode ``open`` would (0644 under the usual umask 022).
 
+Beside every page (:mod:`reports.exports`): each figure as ``<stem>-<name>.png`` (shown),
+``.svg`` and ``.pdf``, with the data it draws as ``.csv``; each table as
+``<stem>-<name>.csv`` and a LaTeX ``tabular`` ``.tex``; the page links them. The page format
+is chosen with :func:`report_format` (``html``: HTML with its Markdown twin, the default;
+``md``: Markdown only; ``latex``: ``<stem>.tex``, a standalone document that compiles with
+pdflatex, whose body ``<stem>-body.tex`` the LaTeX index inputs; its PDFs embed TrueType
+fonts, as publishers ask). Rendering twice writes the same bytes.
+
 No torch here: reports render from stored results alone.
 """
 
 from __future__ import annotations
 
-import io
+import contextlib
+import contextvars
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +40,8 @@ matplotlib.use("Agg")  # no display on servers and CI; must precede any canvas
 from matplotlib.figure import Figure as MplFigure
 
 from dpaudit import _validate as v
-from dpaudit.store import atomic_write_bytes, atomic_write_text
+from dpaudit.store import atomic_write_text
+from reports.exports import latex_text, save_figure, save_table
 from reports.figures import has_data
 
 __all__ = [
@@ -46,6 +56,10 @@ __all__ = [
     "write_report",
     "write_report_files",
     "write_index",
+    "write_index_files",
+    "REPORT_FORMATS",
+    "report_format",
+    "current_format",
     "accountant_table",
     "format_number",
     "TEMPLATE_DIR",
@@ -53,6 +67,36 @@ __all__ = [
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 _STEM = re.compile(r"[A-Za-z0-9_.-]+")
+
+#: The page formats ``dpaudit report --format`` offers (``html`` writes its Markdown twin too).
+REPORT_FORMATS = ("html", "md", "latex")
+#: File suffix of the page of each format (what the index links and ``render_reports`` lists).
+PAGE_SUFFIX = {"html": ".html", "md": ".md", "latex": ".tex"}
+_FORMAT: contextvars.ContextVar[str] = contextvars.ContextVar("report_format", default="html")
+
+
+def current_format() -> str:
+    """The page format :func:`write_report_files` writes now (``html`` unless :func:`report_format` says otherwise)."""
+    return _FORMAT.get()
+
+
+@contextlib.contextmanager
+def report_format(fmt: str) -> Iterator[str]:
+    """Within the block, every report page is written in ``fmt`` (one of :data:`REPORT_FORMATS`).
+
+    A context rather than an argument: report kinds call :func:`write_report_files` themselves,
+    and the format is the caller's choice, not the kind's (a kind renders every format unchanged).
+
+    Raises:
+        ValueError: ``fmt`` is not one of :data:`REPORT_FORMATS`.
+    """
+    if fmt not in REPORT_FORMATS:
+        raise v.invalid("format", f"format must be one of {', '.join(REPORT_FORMATS)}, got {fmt!r}")
+    token = _FORMAT.set(fmt)
+    try:
+        yield fmt
+    finally:
+        _FORMAT.reset(token)
 
 
 def format_number(x: Any, digits: int = 4) -> str:
@@ -100,13 +144,20 @@ def _md_cell(x: Any) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Table:
-    """A table: column names, rows of cells, an optional caption."""
+    """A table: column names, rows of cells, an optional caption.
+
+    ``name`` is the file stem of its CSV and LaTeX exports (``<page>-<name>.csv``); left empty,
+    the table is numbered in page order (``<page>-table-1``).
+    """
 
     columns: Sequence[str]
     rows: Sequence[Sequence[Any]]
     caption: str = ""
+    name: str = ""
 
     def __post_init__(self) -> None:
+        if self.name and not _STEM.fullmatch(self.name):
+            raise v.invalid("name", f"name must be a plain file stem (letters, digits, _ . -), got {self.name!r}")
         for i, row in enumerate(self.rows):
             if len(row) != len(self.columns):
                 raise v.invalid("rows", f"rows[{i}] has {len(row)} cells, expected {len(self.columns)} (columns {list(self.columns)})")
@@ -154,11 +205,20 @@ class Section:
 
 @dataclass(frozen=True, kw_only=True)
 class WrittenReport:
-    """The files one report consists of."""
+    """The files one report consists of.
+
+    ``html`` and ``markdown`` name the page's HTML and Markdown whatever the format (the
+    HTML path is the page's identity on the index); ``page`` is the file written in the
+    format chosen. ``figures`` are the PNGs shown, ``exports`` every SVG, PDF, CSV and LaTeX
+    file written beside the page for its figures and tables.
+    """
 
     html: Path
     markdown: Path
     figures: tuple[Path, ...] = ()
+    page: Path | None = None
+    format: str = "html"
+    exports: tuple[Path, ...] = ()
 
 
 def accountant_table(epsilons: Mapping[str, float], *, delta: float, description: str = "", compared: str | None = None) -> Table | Text:
@@ -169,7 +229,11 @@ def accountant_table(epsilons: Mapping[str, float], *, delta: float, description
     return Table(columns=["accountant", f"ε at δ={delta:g}"], rows=rows, caption=f"Claim: {description}" if description else "")
 
 
-def _environment() -> jinja2.Environment:
+def _environment(latex: bool = False) -> jinja2.Environment:
+    options: dict[str, Any] = {}
+    if latex:
+        # LaTeX is made of braces: Jinja's delimiters become ((* *)), ((( ))) and ((= =)) there.
+        options = {"block_start_string": "((*", "block_end_string": "*))", "variable_start_string": "(((", "variable_end_string": ")))", "comment_start_string": "((=", "comment_end_string": "=))"}
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
         autoescape=lambda name: name is not None and name.endswith(".html.j2"),
@@ -177,64 +241,92 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        **options,
     )
     env.filters["num"] = _html_cell
     env.filters["mdcell"] = _md_cell
+    env.filters["tex"] = latex_text
     return env
 
 
-_ENV: jinja2.Environment | None = None
+_ENVS: dict[bool, jinja2.Environment] = {}
 
 
-def _env() -> jinja2.Environment:
-    global _ENV
-    if _ENV is None:
-        _ENV = _environment()
-    return _ENV
+def _env(latex: bool = False) -> jinja2.Environment:
+    if latex not in _ENVS:
+        _ENVS[latex] = _environment(latex)
+    return _ENVS[latex]
 
 
-def _prepare(out: Path, stem: str, sections: Sequence[Section]) -> tuple[list[dict[str, Any]], list[Path]]:
-    """Sections as plain dicts for the templates; figures saved as PNGs beside the report."""
-    prepared, figures = [], []
+def _table_cell(x: Any) -> str:
+    """A table cell as the page prints it (a link as its words): what the LaTeX table shows."""
+    return x.text if isinstance(x, Link) else format_number(x)
+
+
+def _block(block: Any, out: Path, stem: str, tables: list[int], exports: list[Path]) -> dict[str, Any]:
+    """One block as a plain dict for the templates; a figure's or table's files written beside the page."""
+    if isinstance(block, str):
+        return {"kind": "text", "text": block.strip()}
+    if isinstance(block, Text):
+        return {"kind": "text", "text": block.text}
+    if isinstance(block, Items):
+        return {"kind": "items", "entries": list(block.items)}
+    if isinstance(block, Banner):
+        return {"kind": "banner", "text": block.text, "level": block.level}
+    if isinstance(block, Table):
+        tables.append(1)
+        files = save_table(block.columns, block.rows, out, f"{stem}-{block.name or f'table-{len(tables)}'}", _table_cell)
+        exports.extend(files.values())
+        # A column of words is set flush left under a flush-left heading (numbers stay right-aligned).
+        text = [bool(block.rows) and all(isinstance(r[j], (str, Link)) or r[j] is None for r in block.rows) for j in range(len(block.columns))]
+        return {"kind": "table", "columns": list(block.columns), "rows": [list(r) for r in block.rows], "caption": block.caption, "text_columns": text, **{k: p.name for k, p in files.items()}}
+    if isinstance(block, Figure):
+        if block.figure is None or not has_data(block.figure):
+            return {"kind": "empty", "text": f"{block.caption.rstrip('.')}: {block.empty}." if block.caption else f"{block.empty}."}
+        files = save_figure(block.figure, out, f"{stem}-{block.name}", truetype=current_format() == "latex")
+        exports.extend(files.values())
+        links = {k: p.name for k, p in files.items()}
+        # "src" is the PNG the page shows; a figure that draws only images has no data CSV ("csv": "").
+        return {"kind": "figure", "src": links["png"], "svg": links["svg"], "pdf": links["pdf"], "csv": links.get("csv", ""), "caption": block.caption, "alt": block.caption or block.name}
+    raise TypeError(f"report blocks must be str, Text, Items, Table, Figure or Banner, got {type(block).__name__}")
+
+
+def _prepare(out: Path, stem: str, sections: Sequence[Section]) -> tuple[list[dict[str, Any]], list[Path], list[Path]]:
+    """Sections as plain dicts for the templates; figures and tables written beside the report.
+
+    Returns:
+        (the sections, the PNGs shown, every export file written).
+    """
+    prepared: list[dict[str, Any]] = []
+    tables: list[int] = []
+    exports: list[Path] = []
     for section in sections:
         if not isinstance(section, Section):
             raise v.invalid_type("sections", f"sections must hold Section values, got {type(section).__name__}")
-        blocks: list[dict[str, Any]] = []
-        for block in section.blocks:
-            if isinstance(block, str):
-                blocks.append({"kind": "text", "text": block.strip()})
-            elif isinstance(block, Text):
-                blocks.append({"kind": "text", "text": block.text})
-            elif isinstance(block, Items):
-                blocks.append({"kind": "items", "entries": list(block.items)})
-            elif isinstance(block, Banner):
-                blocks.append({"kind": "banner", "text": block.text, "level": block.level})
-            elif isinstance(block, Table):
-                blocks.append({"kind": "table", "columns": list(block.columns), "rows": [list(r) for r in block.rows], "caption": block.caption})
-            elif isinstance(block, Figure):
-                if block.figure is None or not has_data(block.figure):
-                    blocks.append({"kind": "empty", "text": f"{block.caption.rstrip('.')}: {block.empty}." if block.caption else f"{block.empty}."})
-                    continue
-                png = f"{stem}-{block.name}.png"
-                buf = io.BytesIO()
-                # bbox_inches="tight" keeps the legend placed outside the axes inside the image.
-                block.figure.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-                figures.append(atomic_write_bytes(out / png, buf.getvalue()))
-                blocks.append({"kind": "figure", "src": png, "caption": block.caption, "alt": block.caption or block.name})
-            else:
-                raise TypeError(f"report blocks must be str, Text, Items, Table, Figure or Banner, got {type(block).__name__}")
-        prepared.append({"title": section.title, "blocks": blocks})
-    return prepared, figures
+        prepared.append({"title": section.title, "blocks": [_block(block, out, stem, tables, exports) for block in section.blocks]})
+    figures = [p for p in exports if p.suffix == ".png"]
+    return prepared, figures, [p for p in exports if p.suffix != ".png"]
+
+
+def _template(kind: str, fmt: str) -> str:
+    """The template of ``kind`` in ``fmt``; a kind without a LaTeX template of its own uses the shared one."""
+    if fmt == "latex":
+        return f"{kind}.tex.j2" if (TEMPLATE_DIR / f"{kind}.tex.j2").is_file() else "page.tex.j2"
+    return f"{kind}.{fmt}.j2"
 
 
 def write_report_files(directory: str | os.PathLike[str], sections: Sequence[Section], *, title: str, stem: str, kind: str = "report", intro: str = "") -> WrittenReport:
-    """Writes ``<stem>.html``, ``<stem>.md`` and one PNG per figure into ``directory``.
+    """Writes the page ``<stem>`` in the current :func:`report_format`, with its figures and tables, into ``directory``.
+
+    ``html`` (the default) writes ``<stem>.html`` and ``<stem>.md``; ``md`` only ``<stem>.md``;
+    ``latex`` ``<stem>.tex`` (standalone) and ``<stem>-body.tex``. Every format writes each
+    figure as PNG, SVG, PDF and data CSV, and each table as CSV and LaTeX.
 
     Args:
         directory: where to write (usually ``RunDir.reports_dir()``); created if missing.
         sections: the report's sections, in order.
         title: the report's title.
-        stem: file name stem of the report and prefix of its figures.
+        stem: file name stem of the report and prefix of its figures and tables.
         kind: the template pair to use (``audit``, ``membership``, ``certified`` or ``report``).
         intro: a paragraph under the title.
 
@@ -249,34 +341,51 @@ def write_report_files(directory: str | os.PathLike[str], sections: Sequence[Sec
         raise v.invalid("stem", f"stem must be a plain file stem (letters, digits, _ . -), got {stem!r}")
     if not (TEMPLATE_DIR / f"{kind}.html.j2").is_file():
         raise v.invalid("kind", f"kind must name a report template in {TEMPLATE_DIR}, got {kind!r}")
+    fmt = current_format()
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    prepared, figures = _prepare(out, stem, sections)
+    prepared, figures, exports = _prepare(out, stem, sections)
     context = {"title": title, "intro": intro, "sections": prepared}
-    md = atomic_write_text(out / f"{stem}.md", _env().get_template(f"{kind}.md.j2").render(**context))
-    page = atomic_write_text(out / f"{stem}.html", _env().get_template(f"{kind}.html.j2").render(**context))
-    return WrittenReport(html=page, markdown=md, figures=tuple(figures))
+    html, md = out / f"{stem}.html", out / f"{stem}.md"
+    if fmt == "latex":
+        body = atomic_write_text(out / f"{stem}-body.tex", _env(latex=True).get_template(_template(kind, fmt)).render(**context))
+        page = atomic_write_text(out / f"{stem}.tex", _env(latex=True).get_template("standalone.tex.j2").render(title=title, inputs=[body.stem]))
+        exports.append(body)
+    else:
+        page = atomic_write_text(md, _env().get_template(_template(kind, "md")).render(**context))
+        if fmt == "html":
+            page = atomic_write_text(html, _env().get_template(_template(kind, "html")).render(**context))
+    return WrittenReport(html=html, markdown=md, figures=tuple(figures), page=page, format=fmt, exports=tuple(exports))
 
 
 def write_report(directory: str | os.PathLike[str], sections: Sequence[Section], *, title: str, stem: str = "report", kind: str = "report", intro: str = "") -> Path:
-    """:func:`write_report_files`, returning the HTML report's path."""
-    return write_report_files(directory, sections, title=title, stem=stem, kind=kind, intro=intro).html
+    """:func:`write_report_files`, returning the page's path (the HTML report under the default format)."""
+    written = write_report_files(directory, sections, title=title, stem=stem, kind=kind, intro=intro)
+    return written.page or written.html
 
 
-def write_index(directory: str | os.PathLike[str], *, title: str, groups: Sequence[tuple[str, Sequence[tuple[str, str]]]], files: Sequence[str] = ()) -> tuple[Path, Path]:
-    """Writes ``index.html`` and ``index.md`` linking every report.
+def write_index_files(directory: str | os.PathLike[str], *, title: str, groups: Sequence[tuple[str, Sequence[tuple[str, str]]]], files: Sequence[str] = ()) -> tuple[Path, ...]:
+    """Writes the index linking every report in the current :func:`report_format`.
+
+    ``html``: ``index.html`` and ``index.md``; ``md``: ``index.md``; ``latex``: ``index.tex``, one
+    document that inputs every page's body (``<stem>-body.tex``), so the whole run compiles
+    into one PDF.
 
     Args:
         directory: the reports directory.
         title: page title.
-        groups: (heading, [(link text, file name relative to ``directory``), …]) per report kind.
+        groups: (heading, [(link text, HTML page name relative to ``directory``), …]) per report kind.
         files: further files (CSV tables) to list.
 
     Returns:
-        (index.html, index.md).
+        The index files written, the current format's first.
     """
+    fmt = current_format()
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
+    if fmt == "latex":
+        inputs = [Path(h).stem + "-body" for _, links in groups for _, h in links]
+        return (atomic_write_text(out / "index.tex", _env(latex=True).get_template("standalone.tex.j2").render(title=title, inputs=inputs)),)
     context = {
         "title": title,
         "intro": "",
@@ -284,5 +393,17 @@ def write_index(directory: str | os.PathLike[str], *, title: str, groups: Sequen
         "files": list(files),
     }
     md = atomic_write_text(out / "index.md", _env().get_template("index.md.j2").render(**context))
-    page = atomic_write_text(out / "index.html", _env().get_template("index.html.j2").render(**context))
+    if fmt == "md":
+        return (md,)
+    return atomic_write_text(out / "index.html", _env().get_template("index.html.j2").render(**context)), md
+
+
+def write_index(directory: str | os.PathLike[str], *, title: str, groups: Sequence[tuple[str, Sequence[tuple[str, str]]]], files: Sequence[str] = ()) -> tuple[Path, Path]:
+    """Writes ``index.html`` and ``index.md`` linking every report (:func:`write_index_files` in the ``html`` format).
+
+    Returns:
+        (index.html, index.md).
+    """
+    with report_format("html"):
+        page, md = write_index_files(directory, title=title, groups=groups, files=files)
     return page, md

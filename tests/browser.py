@@ -2,7 +2,8 @@
 
 A page passes when, once loaded, it logged no console error and raised no script error, every
 request it made succeeded, every ``<img>`` decoded, and no table cell shows ``NaN``, ``None``,
-``null`` or ``undefined`` (a value the renderer failed to format). A full-page screenshot is
+``null``, ``undefined`` or ``inf`` in any spelling (a value the renderer failed to format;
+an unbounded value reads ∞). A full-page screenshot is
 saved either way, so a failure can be looked at.
 
 The browser is the system's (Debian's ``chromium`` package), never one Playwright downloads, so
@@ -43,8 +44,10 @@ REQUIRE_ENV = "DPAUDIT_REQUIRE_BROWSER"
 #: When set, every screenshot is also copied into this folder, which outlives pytest's tmp_path.
 SCREENSHOT_DIR_ENV = "DPAUDIT_SCREENSHOT_DIR"
 
-# Whole words only: "nonprivate", "Nonetheless" or "annotation" are not missing values.
-MISSING_VALUE = re.compile(r"\b(?:NaN|nan|None|null|undefined)\b")
+# Whole words only: "nonprivate", "Nonetheless", "annotation", "information" or "inference" are
+# not missing values. NaN and infinity in any spelling (nan, NAN, inf, -Inf, Infinity) are: a
+# page writes an unbounded value as ∞ and a missing one as —.
+MISSING_VALUE = re.compile(r"\b(?:None|null|undefined)\b|(?i:\b(?:nan|inf|infinity)\b)")
 
 # Runs in the page: every <td>/<th> with where it sits, and every <img> that finished without an image.
 _CELLS_JS = """() => Array.from(document.querySelectorAll("td, th")).map((cell) => {

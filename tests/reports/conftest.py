@@ -299,3 +299,19 @@ REPORT_SAMPLES = {
 def report_samples():
     """:data:`REPORT_SAMPLES`: report kind name → a builder of its sample run (``builder(path) -> RunDir``)."""
     return dict(REPORT_SAMPLES)
+
+
+@pytest.fixture(scope="session")
+def rendered_samples(tmp_path_factory):
+    """Every registered report kind's sample run rendered once (HTML), for the read-only checks of a
+    session: kind name → (the run, its :class:`~dpaudit.app.runs.report.ReportIndex`). A kind without
+    a sample maps to None (the contract suite says which builder is missing)."""
+    from dpaudit.app.runs.report import render_reports
+    from reports.kinds import REPORT_KINDS
+
+    rendered = {}
+    for name in sorted(REPORT_KINDS):
+        builder = REPORT_SAMPLES.get(name)
+        run = builder(tmp_path_factory.mktemp(f"sample-{name}") / "run") if builder is not None else None
+        rendered[name] = (run, render_reports(run)) if run is not None else None
+    return rendered

@@ -19,6 +19,11 @@ kinds of ``reports/`` write:
   grids per class, and the targets compared when there are several);
 * ``index.{html,md}`` linking them all, one heading per kind.
 
+Beside every page, each figure as PNG, SVG, PDF and its data as CSV, and each table as CSV and
+LaTeX (:mod:`reports.exports`). ``format`` picks the pages: ``html`` (the default, as before:
+HTML with a Markdown twin), ``md`` (Markdown only) or ``latex`` (a standalone ``.tex`` per page
+and ``index.tex`` gathering them all).
+
 It recomputes no verdict: violations, tightness and soundness are read from the stored results.
 Rendering needs no torch (docs/architecture.md, "Import rule").
 """
@@ -45,15 +50,21 @@ class NothingToRender(v.InvalidArgument):
 
 @dataclass(frozen=True, kw_only=True)
 class ReportIndex:
-    """What :func:`render_reports` wrote: the index, every report kind's HTML pages (Markdown,
-    figures and tables beside them), the tables and the stored violations.
+    """What :func:`render_reports` wrote: the index, every report kind's pages (HTML under the
+    default format, else the format's ``.md`` or ``.tex``; figures and tables beside them), the
+    tables and the stored violations.
 
     The pages of one kind are also an attribute named after it (``index.audits``,
     ``index.compare``, …): every registered kind has one, empty when the run held nothing of it.
     """
 
-    index_html: Path
-    index_md: Path
+    #: ``index.html`` and ``index.md``; None where the format did not write them.
+    index_html: Path | None = None
+    index_md: Path | None = None
+    #: The page format written (``html``, ``md`` or ``latex``; :data:`reports.render.REPORT_FORMATS`).
+    format: str = "html"
+    #: The index of the format written (``index.html``, ``index.md`` or ``index.tex``).
+    index: Path | None = None
     #: (kind name, its HTML pages) per registered report kind, in index order.
     kinds: tuple[tuple[str, tuple[Path, ...]], ...] = ()
     tables: tuple[Path, ...] = ()
@@ -70,11 +81,11 @@ class ReportIndex:
 
     @property
     def pages(self) -> tuple[Path, ...]:
-        """Every HTML report the index links, in index order."""
+        """Every report page the index links (in the format written), in index order."""
         return tuple(page for _, pages in self.kinds for page in pages)
 
     def pages_of(self, kind: str) -> tuple[Path, ...]:
-        """The HTML pages of the report kind ``kind``.
+        """The pages of the report kind ``kind`` (in the format written).
 
         Raises:
             ValueError: no registered report kind is called ``kind``.
@@ -114,23 +125,26 @@ def _verify_records(run: RunDir) -> None:
             verify_record_claim(load_record(found), found, top_level=found.parent == records)
 
 
-def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
+def render_reports(run_dir: str | os.PathLike[str] | RunDir, *, format: str = "html") -> ReportIndex:
     """Renders every stored result of ``run_dir``, one page per item of every report kind, and the index page.
 
     Args:
         run_dir: a run directory written by train / audit / attack / certify / compare.
+        format: the pages' format: ``html`` (HTML with its Markdown twin), ``md`` or ``latex``.
 
     Returns:
         The files written, per kind.
 
     Raises:
-        ValueError: ``run_dir`` is not a directory, or a record in it contradicts itself (one
-            line naming the field, before anything is written).
+        ValueError: ``run_dir`` is not a directory, ``format`` is not a report format, or a
+            record in it contradicts itself (one line naming the field, before anything is written).
         NothingToRender: no report kind finds anything to show in it.
     """
     from reports.kinds import ordered_kinds
-    from reports.render import write_index
+    from reports.render import PAGE_SUFFIX, REPORT_FORMATS, report_format, write_index_files
 
+    if format not in REPORT_FORMATS:
+        raise v.invalid("format", f"format must be one of {', '.join(REPORT_FORMATS)}, got {format!r}")
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     if not run.path.is_dir():
         raise v.invalid("run_dir", f"run_dir must be a directory, got {str(run.path)!r}")
@@ -143,14 +157,19 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir) -> ReportIndex:
     _verify_records(run)
     out = run.reports_dir()
     out.mkdir(parents=True, exist_ok=True)
-    written = [(kind, [kind.render(item, out) for item in items]) for kind, items in found]
-    groups = [(kind.group, [(page.link, page.html.name) for page in pages]) for kind, pages in written if pages]
-    tables = tuple(table for _, pages in written for page in pages for table in page.tables)
-    index_html, index_md = write_index(out, title=f"Reports of {run.path.name}", groups=groups, files=[p.name for p in tables])
+    with report_format(format):
+        written = [(kind, [kind.render(item, out) for item in items]) for kind, items in found]
+        groups = [(kind.group, [(page.link, page.html.name) for page in pages]) for kind, pages in written if pages]
+        tables = tuple(table for _, pages in written for page in pages for table in page.tables)
+        indexes = write_index_files(out, title=f"Reports of {run.path.name}", groups=groups, files=[p.name for p in tables])
+    by_suffix = {p.suffix: p for p in indexes}
     return ReportIndex(
-        index_html=index_html,
-        index_md=index_md,
-        kinds=tuple((kind.name, tuple(page.html for page in pages)) for kind, pages in written),
+        index_html=by_suffix.get(".html"),
+        index_md=by_suffix.get(".md"),
+        format=format,
+        index=indexes[0],
+        # A kind names its page by the HTML path; the page written is that stem in the format chosen.
+        kinds=tuple((kind.name, tuple(page.html.with_suffix(PAGE_SUFFIX[format]) for page in pages)) for kind, pages in written),
         tables=tables,
         violations=tuple(line for _, pages in written for page in pages for line in page.violations),
     )
