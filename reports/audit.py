@@ -330,8 +330,10 @@ def gap_sentence(result: AuditResult) -> str:
             f"{f(g['threat_model'])} is what the black-box threat model hides (ε_UB assumes every iterate is released; "
             f"the final model alone has ε ≈ {f(li)} under the last-iterate heuristic of Steinke et al. 2024, a prediction, not a bound); "
         )
-    ceiling = "its ceiling was not recorded" if result.ceiling is None else f"its ceiling is {f(result.ceiling)}"
-    design = f"{f(g['design'])} is what the audit's size allows ({ceiling})"
+    if result.ceiling is None:  # stored before ceilings: the design's share is unknown, not 0
+        design = "what the audit's size allows is not separated either (its ceiling was not recorded)"
+    else:
+        design = f"{f(g['design'])} is what the audit's size allows (its ceiling is {f(result.ceiling)})"
     attack = g["attack"]
     assert attack is not None
     if attack < 0 and li is not None:

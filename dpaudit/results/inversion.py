@@ -181,16 +181,23 @@ class InversionResult:
         """(K,) bool: the reconstruction is nearer the class mean than any single member."""
         return np.asarray(self.distance_to_mean < self.distance_to_member)
 
-    def finding(self) -> str:
-        """One sentence: does the inversion reveal members, or only the class average?"""
+    def finding(self, *, delta: float = 1e-5, confidence: float = 0.95) -> str:
+        """One sentence: does the inversion reveal members, or only the class average?
+
+        "Leaks membership" needs evidence: the membership score's ε_LB > 0 at ``confidence``
+        (Clopper–Pearson). An AUC of 0.6 or more on too few candidates to bound anything is said
+        to point towards members, never to leak them, so the sentence agrees with the page's verdict.
+        """
         k = self.num_classes
         near_member = int(self.closer_to_member().sum())
         near_mean = int(self.closer_to_mean().sum())
         auc = self.membership.auc()
         if near_mean >= k / 2 and near_member <= 0.6 * k and auc < 0.6:
             verdict = "recovers a class average, not members"
-        elif auc >= 0.6:
+        elif auc >= 0.6 and self.membership.epsilon_bound(delta=delta, confidence=confidence).epsilon_lb > 0:
             verdict = "leaks membership: reconstructions sit nearer members than held-out images of their class"
+        elif auc >= 0.6:
+            verdict = f"points towards members, but too few candidates for evidence (membership ε_LB = 0 at {confidence:.0%} confidence)"
         else:
             verdict = "neither clearly a class average nor a member"
         return (
