@@ -24,9 +24,9 @@ def setup():
     return bundle, splits, digits_federation(bundle, splits.members, participants=3, rule=UploadRule(upload_fraction=0.1))
 
 
-# The random order differs from round-robin only in the permutation the server draws: opt-in (each
-# Flower federation costs ~10 s of Ray start-up on 2 cores).
-@pytest.mark.parametrize("schedule", ["round-robin", pytest.param("random", marks=pytest.mark.slow)])
+# A Flower federation costs ~10 s of Ray start-up on 2 cores: round-robin runs in the cluster tier
+# (.ci/run's second command); the random order differs only in the server's permutation: opt-in.
+@pytest.mark.parametrize("schedule", [pytest.param("round-robin", marks=pytest.mark.cluster), pytest.param("random", marks=pytest.mark.slow)])
 def test_sequential_schedules_on_flower_equal_the_local_engine(setup, schedule):
     _, _, fed = setup
     local_uploads = []

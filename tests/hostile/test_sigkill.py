@@ -239,8 +239,9 @@ def test_every_verb_has_a_scenario():
     assert set(SCENARIOS) == set(VERBS), "give every verb of dpaudit.app.cli.VERBS a scenario in SCENARIOS"
 
 
-# compare and attack (7 s each) are opt-in: audit keeps a killed worker pool in the default suite
-@pytest.mark.parametrize("verb", [pytest.param(v, marks=pytest.mark.slow) if v in ("compare", "attack") else v for v in VERBS])
+# Killed worker pools take tens of seconds on 2 cores: the audit's runs in the cluster tier (.ci/run's
+# second command, with the other real-process tests); compare, attack and check are opt-in (-m slow).
+@pytest.mark.parametrize("verb", [pytest.param(v, marks=pytest.mark.cluster) if v == "audit" else pytest.param(v, marks=pytest.mark.slow) if v in ("compare", "attack", "check") else v for v in VERBS])
 def test_sigkill_leaves_no_process_behind(verb, targets, tmp_path):
     scenario = SCENARIOS.get(verb)
     assert scenario is not None, f"no SIGKILL scenario for verb {verb!r}: add one to SCENARIOS"
@@ -271,6 +272,7 @@ def test_sigkill_leaves_no_process_behind(verb, targets, tmp_path):
         _reap({**procs, **_started_by(proc.pid)})
 
 
+@pytest.mark.cluster  # a 12-shadow LiRA pool interrupted and resumed: ~15 s, so in the cluster tier CI runs
 def test_ctrl_c_stops_the_pool_and_a_rerun_resumes(targets, tmp_path, capsys):
     out = tmp_path / "run"
     shadows = 12
