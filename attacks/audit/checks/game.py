@@ -39,12 +39,30 @@ from dpaudit.results.audit import AuditResult
 from dpaudit.results.auditing import audit_from_scores
 from dpaudit.seeding import derive_seed
 
-__all__ = ["SATURATION", "Game", "Start", "worst_case_start", "relabelled", "check_trial", "play", "bound_scores", "sides", "first", "margin_game", "evidence", "claimed_sampling_rate", "start_for"]
+__all__ = [
+    "SATURATION",
+    "Game",
+    "Start",
+    "worst_case_start",
+    "relabelled",
+    "check_trial",
+    "play",
+    "bound_scores",
+    "sides",
+    "first",
+    "copies",
+    "margin_game",
+    "evidence",
+    "claimed_sampling_rate",
+    "start_for",
+]
 
-#: Added to class 0's bias (beyond the logit spread): softmax mass e^-40 ≈ 4e-18 on other classes.
-SATURATION = 40.0
-#: Candidate thresholds of each bound (Bonferroni-paid).
-NUM_THRESHOLDS = 10
+#: Added to class 0's bias (beyond the logit spread): softmax mass e^-100 on other classes, and a margin
+#: that noise far above the claimed one (a reused noise vector summed coherently over the steps) rarely eats.
+SATURATION = 100.0
+#: Candidate thresholds of each bound (Bonferroni-paid): quantiles 5 % apart, so a threshold falls
+#: just above a mass of tied OUT scores (an un-noised tensor that stays put without the canary).
+NUM_THRESHOLDS = 20
 _PREFIX = "_module."  # Opacus's GradSampleModule wrapper
 
 
@@ -234,6 +252,13 @@ def bound_scores(ctx: CheckContext, scores: np.ndarray, is_in: np.ndarray, *, nu
     s = finite(scores)
     confidence = 1.0 - (1.0 - ctx.confidence) / num_tests
     return audit_from_scores(s[is_in], s[~is_in], claim=ctx.claim, delta=ctx.delta, confidence=confidence, bound="auto", strategy="bonferroni", num_thresholds=NUM_THRESHOLDS, details=details)
+
+
+def copies(data: ArrayDataset, n: int) -> ArrayDataset:
+    """``n`` copies of the first record of ``data`` (fresh ids): every lot of them has the same statistics."""
+    idx = torch.zeros(n, dtype=torch.long)
+    ids = torch.arange(n, dtype=torch.long) + int(data.ids.max()) + 1_000_000
+    return ArrayDataset(name=data.name, features=data.features.index_select(0, idx), labels=data.labels.index_select(0, idx), ids=ids, num_classes=data.num_classes)
 
 
 def first(data: ArrayDataset, n: int) -> ArrayDataset:

@@ -22,7 +22,7 @@ from attacks.audit.checks.spec import CHECKS, CheckContext, CheckEvidence, Check
 
 #: Trials per game: the one-record game needs many (the canary shares a lot with the record in
 #: ≈ 40 % of the trainings), the q·n game few (a floor or q·|D| normaliser separates every trial).
-TRIALS = {"shared-lot": 200, "integer-crossing": 60}
+TRIALS = {"shared-lot": 160, "integer-crossing": 40}
 
 
 def sizes(q: float) -> dict[str, int]:

@@ -17,7 +17,7 @@ from attacks.audit.checks.game import Game, evidence, first, play, sides, start_
 from attacks.audit.checks.spec import CHECKS, CheckContext, CheckEvidence, CheckSpec
 
 RECORDS = 5
-TRIALS = 100
+TRIALS = 80
 #: Share of the trials that are references.
 REFERENCES = 0.4
 

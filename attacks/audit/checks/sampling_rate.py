@@ -14,7 +14,7 @@ from attacks.audit.checks.spec import CHECKS, CheckContext, CheckEvidence, Check
 
 #: Class-0 records beside the lone canary: a class-balanced sampler draws it ≈ RECORDS/2 times as often.
 RECORDS = 150
-TRIALS = 80
+TRIALS = 60
 
 
 def run(ctx: CheckContext) -> CheckEvidence:

@@ -1,7 +1,7 @@
 """``state-leakage``: per-tensor statistics of the returned state, against un-noised tensors.
 
-The worst-case game (:mod:`attacks.audit.checks.game`) keeping every floating tensor of the
-returned state dict — parameters and buffers. On the first half of the trials each tensor gets a
+The worst-case game (:mod:`attacks.audit.checks.game`) on copies of one zero-gradient record,
+keeping every floating tensor of the returned state dict — parameters and buffers. On the first half of the trials each tensor gets a
 direction, (mean_IN − mean_OUT) over the pooled variance elementwise (with a floor); on the
 second half each trial is scored by its projection on that direction, per tensor, and ε_LB is the
 best tensor's, Bonferroni-paid over the tensors. A tensor that moves with the data without noise
@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from attacks.audit.checks.game import Game, evidence, first, play, sides, start_for
+from attacks.audit.checks.game import Game, copies, evidence, play, sides, start_for
 from attacks.audit.checks.spec import CHECKS, CheckContext, CheckEvidence, CheckSpec
 
-RECORDS = 5
-TRIALS = 120
+#: Copies of one zero-gradient record: almost every lot holds some, all with the same statistics,
+#: so a buffer that averages lots (BatchNorm's running mean) is nearly constant without the canary.
+RECORDS = 20
+TRIALS = 100
 #: Relative variance floor: directions never divide by a near-zero variance of a constant coordinate.
 FLOOR = 1e-6
 
@@ -36,7 +38,7 @@ def directions(fit: list[dict[str, np.ndarray]], is_in: np.ndarray) -> dict[str,
 
 def run(ctx: CheckContext) -> CheckEvidence:
     start = start_for(ctx)
-    game = Game(name=f"records-{RECORDS}", out_data=first(start.zero_gradient, RECORDS), canary=start.canary, start=start.state, keep_state=True)
+    game = Game(name=f"records-{RECORDS}", out_data=copies(start.zero_gradient, RECORDS), canary=start.canary, start=start.state, keep_state=True)
     total = ctx.trials or TRIALS
     trials = play(ctx, game, trials=total, budget_seconds=ctx.budget_seconds)
     num_fit = min(len(trials) // 2, total // 2)
