@@ -40,8 +40,12 @@ def run(ctx: CheckContext) -> CheckEvidence:
     start = start_for(ctx)
     game = Game(name=f"records-{RECORDS}", out_data=copies(start.zero_gradient, RECORDS), canary=start.canary, start=start.state, keep_state=True)
     total = ctx.trials or TRIALS
-    trials = play(ctx, game, trials=total, budget_seconds=ctx.budget_seconds)
-    num_fit = min(len(trials) // 2, total // 2)
+    return evaluate(ctx, play(ctx, game, trials=total, budget_seconds=ctx.budget_seconds), planned=total)
+
+
+def evaluate(ctx: CheckContext, trials: list[dict[str, np.ndarray]], *, planned: int) -> CheckEvidence:
+    """Directions from the first half of the ``planned`` trials, ε_LB on the rest (Bonferroni over tensors)."""
+    num_fit = min(len(trials) // 2, planned // 2)
     num_fit -= num_fit % 2
     is_in = sides(len(trials))
     if num_fit < 4 or len(trials) - num_fit < 2:
