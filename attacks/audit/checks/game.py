@@ -20,6 +20,7 @@ linear-loss DP-SGD and IN and OUT differ by (times sampled)·C against the noise
 from __future__ import annotations
 
 import copy
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -124,7 +125,7 @@ def worst_case_start(model_fn: Callable[[], Any], pool: ArrayDataset, *, seed: i
     for c in candidates:
         net.zero_grad()
         nn.functional.cross_entropy(net(c.features), c.labels).backward()
-        norms.append(float(torch.sqrt(sum((p.grad**2).sum() for p in net.parameters() if p.grad is not None))))
+        norms.append(math.sqrt(sum(float((p.grad**2).sum()) for p in net.parameters() if p.grad is not None)))
     canary = candidates[int(np.argmax(norms))]
     zero = [int(i) for i in order if int(i) not in others]
     from safetensors.torch import save

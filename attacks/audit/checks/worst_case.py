@@ -16,7 +16,7 @@ from attacks.audit.checks.spec import CHECKS, CheckContext, CheckEvidence, Check
 
 #: Zero-gradient records beside the canary (lots are seldom empty, the canary dominates).
 RECORDS = 5
-TRIALS = 60
+TRIALS = 100
 
 
 def run(ctx: CheckContext) -> CheckEvidence:
