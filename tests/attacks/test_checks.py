@@ -1,7 +1,8 @@
 """The battery's checks against planted broken doubles and the correct one (small settings, in-process).
 
 Each check must flag the bug it is designed for (ε_LB > ε_UB) and leave the correct DP-SGD of
-``checks_doubles.py`` unflagged; the ceiling always bounds ε_LB.
+``checks_doubles.py`` unflagged; the ceiling always bounds ε_LB. The default tier plays few
+trainings at 95 % confidence; the slow tier plays each check's default size at its battery share.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ CLAIM = dpsgd_claim(sampling_rate=0.1, noise_multiplier=3.0, num_steps=50)
 EPSILON_UB = CLAIM.upper_bound(delta=1e-5).epsilon
 
 
-def context(tmp_path: Path, fn: str, check: str, *, trials: int, confidence: float = 0.99) -> CheckContext:
+def context(tmp_path: Path, fn: str, check: str, *, trials: int | None, confidence: float = 0.95) -> CheckContext:
     return CheckContext(
         train_fn=resolve_callable(f"{DOUBLES}:{fn}"),
         model_fn=resolve_callable(f"{DOUBLES}:model"),
@@ -73,15 +74,13 @@ def test_a_model_without_a_class_layer_cannot_start():
         worst_case_start(lambda: torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 3)), load_dataset("digits").train, seed=0)
 
 
-def test_worst_case_flags_missing_noise_and_passes_the_correct_double(tmp_path):
-    broken = play(tmp_path / "a", "train_no_noise", "worst-case", 32)
+def test_worst_case_flags_missing_noise(tmp_path):
+    broken = play(tmp_path, "train_no_noise", "worst-case", 28)
     assert broken.epsilon_lb > EPSILON_UB
-    correct = play(tmp_path / "b", "train", "worst-case", 32)
-    assert correct.epsilon_lb <= EPSILON_UB < correct.ceiling
 
 
 def test_lot_size_flags_a_dataset_size_normaliser(tmp_path):
-    ev = play(tmp_path, "train_dataset_size", "lot-size", 40)
+    ev = play(tmp_path, "train_dataset_size", "lot-size", 32)
     assert ev.epsilon_lb > EPSILON_UB
     assert ev.details["sizes"] == {"shared-lot": 1, "integer-crossing": 19}
 
@@ -92,27 +91,27 @@ def test_reused_noise_flags_a_constant_noise_seed(tmp_path):
 
 
 def test_state_leakage_flags_an_unnoised_bias(tmp_path):
-    ev = play(tmp_path, "train_unnoised_bias", "state-leakage", 100)
+    ev = play(tmp_path, "train_unnoised_bias", "state-leakage", 72)
     assert ev.epsilon_lb > EPSILON_UB
     assert ev.details["tensor"].endswith("bias")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("check", ["lot-size", "sampling-rate", "reused-noise", "state-leakage"])
+@pytest.mark.parametrize("check", ["worst-case", "lot-size", "sampling-rate", "reused-noise", "state-leakage"])
 def test_the_correct_double_passes_every_check(tmp_path, check):
-    ev = CHECKS[check].run(context(tmp_path, "train", check, trials=None))  # type: ignore[arg-type]
+    ev = CHECKS[check].run(context(tmp_path, "train", check, trials=None, confidence=0.99))
     assert ev.epsilon_lb <= EPSILON_UB < ev.ceiling
 
 
 @pytest.mark.slow
 def test_lot_size_flags_realised_lot_normalisation(tmp_path):
-    ev = CHECKS["lot-size"].run(context(tmp_path, "train_realised_lot", "lot-size", trials=None))  # type: ignore[arg-type]
+    ev = CHECKS["lot-size"].run(context(tmp_path, "train_realised_lot", "lot-size", trials=None, confidence=0.99))
     assert ev.epsilon_lb > EPSILON_UB
 
 
 @pytest.mark.slow
 def test_sampling_rate_flags_a_class_balanced_sampler(tmp_path):
-    ev = CHECKS["sampling-rate"].run(context(tmp_path, "train_class_balanced", "sampling-rate", trials=None))  # type: ignore[arg-type]
+    ev = CHECKS["sampling-rate"].run(context(tmp_path, "train_class_balanced", "sampling-rate", trials=None, confidence=0.99))
     assert ev.epsilon_lb > EPSILON_UB
 
 
