@@ -27,7 +27,7 @@ def _dpsgd(dataset, *, seed, initial_state=None, noise=1.0, normaliser="expected
     net = model() if not bn else nn.Sequential(nn.Flatten(), nn.Linear(64, HIDDEN), nn.BatchNorm1d(HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10))
     if initial_state is not None:
         net.load_state_dict(initial_state, strict=not bn)
-    q = CLAIM["sampling_rate"] if rate is None else rate
+    q = CLAIM["sampling_rate"] if rate is None else rate  # a number, or one rate per record
     sigma = CLAIM["noise_multiplier"] * noise
     gen = torch.Generator().manual_seed(seed)
     x_all, y_all = dataset.features.float().reshape(len(dataset), -1), dataset.labels.long()
@@ -94,10 +94,12 @@ def train_unnoised_bias(dataset, *, seed, initial_state=None):
 
 
 def train_class_balanced(dataset, *, seed, initial_state=None):
-    """Sampler bug: every record of a rare class is drawn with rate 0.5 (class-balanced weights)."""
+    """Sampler bug: class-balanced rates q·n/(K·n_c), capped at 1, accounted as q (Opacus #813)."""
     labels = dataset.labels
-    rare = (labels != 0).any()
-    return _dpsgd(dataset, seed=seed, initial_state=initial_state, rate=0.5 if rare and (labels != 0).sum() == 1 else None)
+    counts = torch.bincount(labels, minlength=10).float()
+    present = int((counts > 0).sum())
+    rates = (CLAIM["sampling_rate"] * len(labels) / (present * counts[labels])).clamp(max=1.0)
+    return _dpsgd(dataset, seed=seed, initial_state=initial_state, rate=rates)
 
 
 def train_no_initial_state(dataset, *, seed):

@@ -39,7 +39,7 @@ class BatterySpec:
         delta: δ of every bound.
         confidence: family-wise confidence of the battery (each check gets a Bonferroni share).
         budget_minutes: wall-time budget, split evenly across the checks run.
-        checks: names of the checks to run (empty: all registered).
+        checks: names of the checks to run (empty or ``"all"``: every registered check).
         dataset: where the checks draw records from.
         seed: root seed of every trial's seed.
         num_workers: worker processes (1: in-process).
@@ -71,6 +71,8 @@ class BatterySpec:
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         object.__setattr__(self, "budget_minutes", v.positive("budget_minutes", self.budget_minutes))
         names = (self.checks,) if isinstance(self.checks, str) else tuple(self.checks)
+        if names == ("all",):
+            names = ()
         from attacks.audit.checks import CHECKS
 
         for name in names:
