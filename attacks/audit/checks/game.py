@@ -64,6 +64,10 @@ SATURATION = 100.0
 #: Candidate thresholds of each bound (Bonferroni-paid): quantiles 5 % apart, so a threshold falls
 #: just above a mass of tied OUT scores (an un-noised tensor that stays put without the canary).
 NUM_THRESHOLDS = 20
+#: The canary's gradient norm at the start is raised to at least this (clipping norms C up to it
+#: then clip it at every step, so noise not scaled by C shows), by at most MAX_SCALE.
+CANARY_GRADIENT = 50.0
+MAX_SCALE = 20.0
 _PREFIX = "_module."  # Opacus's GradSampleModule wrapper
 
 
@@ -114,24 +118,38 @@ def worst_case_start(model_fn: Callable[[], Any], pool: ArrayDataset, *, seed: i
     rng = np.random.default_rng(derive_seed(seed, "check", "start"))
     order = rng.permutation(len(pool))
     net.eval()
-    with torch.no_grad():
-        logits = net(pool.features.index_select(0, torch.as_tensor(order[:64])))
-        spread = float(logits.max() - logits.min())
-        layer.bias[0] += SATURATION + spread
+    inputs = pool.features.index_select(0, torch.as_tensor(order[:64]))
+    bias0 = float(layer.bias[0].detach())
+    _saturate(net, layer, inputs, bias0)
     others = [int(i) for i in order if int(pool.labels[int(i)]) != 0][:6]
     blank = ArrayDataset(name=pool.name, features=torch.ones_like(pool.features[:1]), labels=torch.ones(1, dtype=torch.long), ids=torch.tensor([int(pool.ids.max()) + 1]), num_classes=k)
     candidates = [blank] + [relabelled(pool, [i], None) for i in others]
-    norms = []
-    for c in candidates:
-        net.zero_grad()
-        nn.functional.cross_entropy(net(c.features), c.labels).backward()
-        norms.append(math.sqrt(sum(float((p.grad**2).sum()) for p in net.parameters() if p.grad is not None)))
+    norms = [_gradient_norm(net, c) for c in candidates]
     canary = candidates[int(np.argmax(norms))]
+    if max(norms) < CANARY_GRADIENT:
+        # A canary below the clipping norm carries only its own norm per step: scale the class
+        # layer (every gradient before it scales with it) so it is clipped to C at every step.
+        with torch.no_grad():
+            layer.weight.mul_(min(MAX_SCALE, CANARY_GRADIENT / max(norms)))
+        _saturate(net, layer, inputs, bias0)
     zero = [int(i) for i in order if int(i) not in others]
     from safetensors.torch import save
 
     state = save({key: t.detach().clone().contiguous() for key, t in net.state_dict().items()})
     return Start(state=state, canary=canary, zero_gradient=relabelled(pool, zero[:256], 0), num_classes=k)
+
+
+def _saturate(net: nn.Module, layer: nn.Linear, inputs: torch.Tensor, bias0: float) -> None:
+    with torch.no_grad():
+        layer.bias[0] = bias0
+        logits = net(inputs)
+        layer.bias[0] = bias0 + SATURATION + float(logits.max() - logits.min())
+
+
+def _gradient_norm(net: nn.Module, record: ArrayDataset) -> float:
+    net.zero_grad()
+    nn.functional.cross_entropy(net(record.features), record.labels).backward()
+    return math.sqrt(sum(float((p.grad**2).sum()) for p in net.parameters() if p.grad is not None))
 
 
 # ----------------------------------------------------------------------------- one trial
