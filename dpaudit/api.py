@@ -10,6 +10,7 @@ What it offers:
 * **Typed runs**, what the ``dpaudit`` verbs run (a typed spec and a run directory in, a typed
   result out): :class:`TrainSpec`, :func:`default_config`, :func:`train_or_load`;
   :class:`MembershipSpec`, :func:`run_membership`; :class:`AuditSpec`, :func:`run_audit`;
+  :class:`BatterySpec`, :func:`run_check` (the conformance battery, ``dpaudit check``);
   :class:`CertifySpec`, :func:`run_certify`, :func:`certifiable_defenses`;
   :class:`InversionSpec`, :class:`PublicData`, :func:`run_inversion`; :class:`CompareSpec`,
   :func:`parse_grid`, :func:`run_compare`; PATE's :func:`attack_aggregator`; DSSGD's
@@ -21,7 +22,8 @@ What it offers:
   :func:`thaw`; :class:`TrainedModel`, :func:`load_record`; :class:`MembershipResult`,
   :func:`save_membership_result`; :class:`AuditResult`; :class:`EvasionResult`;
   :class:`InversionResult`; :class:`CertificationResult`, :func:`load_certification_result`;
-  :class:`ComparisonResult`.
+  :class:`ComparisonResult`; :class:`CheckReport`, :class:`CheckOutcome`,
+  :func:`load_check_report`.
 * **Privacy and robustness mathematics** (torch-free but for :func:`expected_score_accuracy`,
   :func:`sample_scores` and :func:`find_noise_layer`): claims (:func:`dpsgd_claim`,
   :class:`DPClaim`), accountants (:data:`ACCOUNTANTS`, :func:`compute_epsilon`,
@@ -37,7 +39,8 @@ What it offers:
   :class:`DatasetNotFoundError`, :func:`build_model`, :func:`load_model`, :func:`evaluate`,
   :func:`resolve_device`, :func:`derive_seed`, :func:`numpy_rng`, :func:`torch_generator`,
   :class:`Job`, :class:`LocalExecutor`, :class:`RayExecutor`, :func:`make_executor`.
-* **Registries**: :data:`DEFENSES`, :data:`MEMBERSHIP_ATTACKS`, :data:`INVERSION_ATTACKS`.
+* **Registries**: :data:`DEFENSES`, :data:`MEMBERSHIP_ATTACKS`, :data:`INVERSION_ATTACKS`,
+  :data:`CHECKS`.
 * **Lower-level pieces** that benchmarks, ablations and reproductions time or vary below the
   runs (a benchmark of our DP-SGD step, PGD or MI-Face against another library's, the Secure-SGD
   ablation, PATE's teachers trained apart from their students, the aggregator audit game with a
@@ -78,6 +81,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from attacks.audit.checks import CHECKS
     from attacks.audit.pate import pate_audit
     from attacks.evasion import evasion_config, run_evasion
     from attacks.federated.similarity import ssim
@@ -110,6 +114,7 @@ if TYPE_CHECKING:
     from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
     from dpaudit.app.runs.audit import AuditSpec, run_audit
     from dpaudit.app.runs.certify import CertifySpec, certifiable_defenses, run_certify
+    from dpaudit.app.runs.check import BatterySpec, run_check
     from dpaudit.app.runs.compare import CompareSpec, parse_grid, run_compare
     from dpaudit.app.runs.dssgd import attack_uploads, audit_upload, turn_leakage
     from dpaudit.app.runs.inversion import InversionSpec, PublicData, run_inversion
@@ -141,6 +146,7 @@ if TYPE_CHECKING:
         load_record,
         save_membership_result,
     )
+    from dpaudit.results.check import CheckOutcome, CheckReport, load_check_report
     from dpaudit.results.comparison import ComparisonResult
     from dpaudit.robustness.certification import AuthorsMixedDelta, certified_radius
     from dpaudit.robustness.montecarlo import expected_score_accuracy, sample_scores
@@ -164,6 +170,8 @@ __all__ = [
     "run_membership",
     "AuditSpec",
     "run_audit",
+    "BatterySpec",
+    "run_check",
     "CertifySpec",
     "certifiable_defenses",
     "run_certify",
@@ -198,6 +206,9 @@ __all__ = [
     "CertificationResult",
     "load_certification_result",
     "ComparisonResult",
+    "CheckOutcome",
+    "CheckReport",
+    "load_check_report",
     # Privacy and robustness mathematics
     "DPClaim",
     "dpsgd_claim",
@@ -241,6 +252,7 @@ __all__ = [
     "DEFENSES",
     "MEMBERSHIP_ATTACKS",
     "INVERSION_ATTACKS",
+    "CHECKS",
     # Lower-level pieces: defenses
     "DPSGDConfig",
     "train_dpsgd",

@@ -1,0 +1,166 @@
+"""The battery's detection table: every example of ``examples/dp_bugs/`` through ``dpaudit check``.
+
+Runs the conformance battery (through :mod:`dpaudit.api` only) once on every bug module of
+``examples/dp_bugs/`` (its ``CLAIM``, its ``model``) and ``--runs`` times, with seeds 0, 1, …, on
+every correct implementation (``BUG = ""``), and writes ``scripts/results/check/detection.json``
+and ``detection.md``: bug × check → status (exit 3 or not), ε_LB and seconds, the CPU-seconds each
+bug took, and the false alarms of each correct implementation out of its runs. ::
+
+    python scripts/reproduce_check.py            # 50 runs per correct implementation (~30-40 min on 2 cores)
+    python scripts/reproduce_check.py --quick    # 3 runs: a smoke test of the table
+
+Goal (issue 33): every bug flagged by at least one check within 5 CPU-minutes, and no false
+alarm in the correct implementations' runs. Each run's directory is removed once its
+``check.json`` is read (the trials of 100 runs would fill a disk); ``--keep`` keeps them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from dpaudit.api import BatterySpec, RunDir, atomic_write_json, atomic_write_text, dpsgd_claim, run_check
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "dp_bugs"
+OUT = ROOT / "scripts" / "results" / "check"
+FIVE_CPU_MINUTES = 300.0
+
+
+def _module(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"dp_bugs_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cpu_seconds() -> float:
+    # Workers are joined when a battery's executor closes, so RUSAGE_CHILDREN holds their time.
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _battery(path: Path, claim: dict[str, Any], *, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    spec = BatterySpec(
+        train_fn=f"{path}:train",
+        model_fn=f"{path}:model",
+        claim=dpsgd_claim(**claim),
+        delta=args.delta,
+        budget_minutes=args.budget_minutes,
+        seed=seed,
+        num_workers=args.workers,
+    )
+    out = Path(tempfile.mkdtemp(prefix=f"check-{path.stem}-", dir=args.scratch))
+    cpu, wall = _cpu_seconds(), time.monotonic()
+    try:
+        report = run_check(spec, RunDir(out), progress=args.verbose)
+    finally:
+        if not args.keep:
+            shutil.rmtree(out, ignore_errors=True)
+    row = report.to_dict()
+    row.update(seed=seed, cpu_seconds=_cpu_seconds() - cpu, wall_seconds=time.monotonic() - wall)
+    return row
+
+
+def _cell(outcome: dict[str, Any]) -> str:
+    mark = {"violated": "**exit 3**", "passed": "passed", "inconclusive": "inconclusive"}[outcome["status"]]
+    return f"{mark} ε_LB {outcome['epsilon_lb']:.2f} ({outcome['seconds']:.0f} s)"
+
+
+def _markdown(table: dict[str, Any]) -> str:
+    checks = table["checks"]
+    lines = [
+        f"Claim of every example: DP-SGD q=0.1, σ=3, T=50 (unless its module says otherwise); ε_UB at δ={table['delta']:g}; "
+        f"{table['confidence']:.0%} family-wise confidence; budget {table['budget_minutes']:g} min; {table['workers']} worker processes.",
+        "",
+        "| bug | " + " | ".join(checks) + " | detected | CPU-s |",
+        "|---|" + "---|" * len(checks) + "---|---|",
+    ]
+    for row in table["bugs"]:
+        cells = {o["name"]: _cell(o) for o in row["outcomes"]}
+        detected = "yes" if row["exit_status"] == 3 else "**no**"
+        lines.append(f"| {row['module']} ({row['bug']}) | " + " | ".join(cells.get(c, "–") for c in checks) + f" | {detected} | {row['cpu_seconds']:.0f} |")
+    lines += ["", "| correct implementation | runs | false alarms (exit 3) | per check (false alarms, mean s) | mean wall s | mean CPU-s |", "|---|---|---|---|---|---|"]
+    for row in table["correct"]:
+        per = ", ".join(f"{k} {n} ({row['mean_seconds_by_check'][k]:.1f} s)" for k, n in row["false_alarms_by_check"].items())
+        lines.append(f"| {row['module']} | {row['runs']} | {row['false_alarms']} | {per} | {row['mean_wall_seconds']:.1f} | {row['mean_cpu_seconds']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=50, help="seeded runs per correct implementation (default 50)")
+    parser.add_argument("--quick", action="store_true", help="3 runs per correct implementation")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--budget-minutes", type=float, default=5.0)
+    parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--only", default="", help="comma-separated module names (default: all)")
+    parser.add_argument("--examples", type=Path, default=EXAMPLES, help="the catalogue's directory (default examples/dp_bugs)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--scratch", default=None, help="where run directories live while a battery runs")
+    parser.add_argument("--keep", action="store_true", help="keep every run directory")
+    parser.add_argument("--verbose", action="store_true", help="the battery's own progress on stderr")
+    args = parser.parse_args(argv)
+    runs = 3 if args.quick else args.runs
+    only = {s for s in args.only.split(",") if s}
+    paths = [p for p in sorted(args.examples.resolve().glob("*.py")) if not p.name.startswith("_") and (not only or p.stem in only)]
+    if not paths:
+        raise SystemExit(f"no example modules under {args.examples}")
+    table: dict[str, Any] = {"delta": args.delta, "confidence": 0.95, "budget_minutes": args.budget_minutes, "workers": args.workers, "runs": runs, "bugs": [], "correct": [], "checks": []}
+    started = time.monotonic()
+    for path in paths:
+        module = _module(path)
+        bug = getattr(module, "BUG", "")
+        if bug:
+            row = _battery(path, module.CLAIM, seed=0, args=args)
+            row.update(module=path.stem, bug=bug, reported=getattr(module, "REPORTED", ""))
+            table["bugs"].append(row)
+            flagged = [o["name"] for o in row["outcomes"] if o["status"] == "violated"]
+            print(f"[{time.monotonic() - started:5.0f} s] {path.stem}: {'exit 3 by ' + ', '.join(flagged) if flagged else 'NOT detected'} ({row['cpu_seconds']:.0f} CPU-s)", flush=True)
+            continue
+        rows = []
+        for seed in range(runs):
+            rows.append(_battery(path, module.CLAIM, seed=seed, args=args))
+            alarms = sum(r["exit_status"] == 3 for r in rows)
+            print(f"[{time.monotonic() - started:5.0f} s] {path.stem} run {seed + 1}/{runs}: exit {rows[-1]['exit_status']} ({alarms} false alarm{'s' if alarms != 1 else ''} so far)", flush=True)
+        by_check: dict[str, int] = {}
+        for r in rows:
+            for o in r["outcomes"]:
+                by_check[o["name"]] = by_check.get(o["name"], 0) + (o["status"] == "violated")
+        table["correct"].append(
+            {
+                "module": path.stem,
+                "runs": runs,
+                "false_alarms": sum(r["exit_status"] == 3 for r in rows),
+                "false_alarms_by_check": by_check,
+                "mean_wall_seconds": sum(r["wall_seconds"] for r in rows) / runs,
+                "mean_cpu_seconds": sum(r["cpu_seconds"] for r in rows) / runs,
+                "mean_seconds_by_check": {name: sum(o["seconds"] for r in rows for o in r["outcomes"] if o["name"] == name) / runs for name in by_check},
+                "statuses": [{o["name"]: o["status"] for o in r["outcomes"]} for r in rows],
+            }
+        )
+    for row in table["bugs"] + [{"outcomes": []}]:
+        for o in row["outcomes"]:
+            if o["name"] not in table["checks"]:
+                table["checks"].append(o["name"])
+    missed = [r["module"] for r in table["bugs"] if r["exit_status"] != 3 or r["cpu_seconds"] > FIVE_CPU_MINUTES]
+    table["undetected_within_5_cpu_minutes"] = missed
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(args.out / "detection.json", table)
+    atomic_write_text(args.out / "detection.md", _markdown(table))
+    print(_markdown(table))
+    print(f"wrote {args.out / 'detection.json'} and detection.md in {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
