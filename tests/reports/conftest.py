@@ -26,6 +26,7 @@ from dpaudit.results import (
 )
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, save_comparison
 from dpaudit.store import RunDir, atomic_save_npz, atomic_write_json
+from tests.check_samples import build_check_run
 
 DP_MODEL = "dpsgd-digits-mlp-seed0"
 HGM_MODEL = "hgm-digits-mlp-seed0"
@@ -247,6 +248,7 @@ REPORT_SAMPLES = {
     "certified": lambda path: build_run(path, audits=False, membership=False),
     "pate": build_pate_run,
     "inversion": build_inversion_run,
+    "checks": build_check_run,
 }
 
 
