@@ -31,7 +31,7 @@ def outcome(name: str, status: str, *, epsilon_lb: float, ceiling: float, second
 
 
 def sample_report(*, violated: bool = True) -> CheckReport:
-    """Three checks: ``worst-case`` violated (or passed), ``lot-size`` passed, ``seeds`` inconclusive."""
+    """Three checks: ``worst-case`` violated (or passed), ``lot-size`` passed, ``reused-noise`` inconclusive."""
     first = outcome("worst-case", "violated", epsilon_lb=4.1, ceiling=5.2) if violated else outcome("worst-case", "passed", epsilon_lb=0.2, ceiling=5.2)
     return CheckReport(
         train_fn="examples/dp_bugs/realised_lot_size.py:train",
@@ -40,7 +40,7 @@ def sample_report(*, violated: bool = True) -> CheckReport:
         delta=1e-5,
         confidence=0.95,
         budget_minutes=5.0,
-        outcomes=(first, outcome("lot-size", "passed", epsilon_lb=0.31, ceiling=2.4, seconds=40.0), outcome("seeds", "inconclusive", epsilon_lb=0.0, ceiling=0.6, seconds=3.25, num_trials=8)),
+        outcomes=(first, outcome("lot-size", "passed", epsilon_lb=0.31, ceiling=2.4, seconds=40.0), outcome("reused-noise", "inconclusive", epsilon_lb=0.0, ceiling=0.6, seconds=3.25, num_trials=8)),
         seconds=55.75,
     )
 

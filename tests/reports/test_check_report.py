@@ -26,9 +26,9 @@ def test_the_verdict_box_names_the_violated_check_in_red_before_the_table(tmp_pa
     assert alert is not None, "no red verdict box"
     assert "VIOLATED" in alert.group(1) and "worst-case" in alert.group(1)
     # the passed and the inconclusive check are not named as violations
-    assert "lot-size" not in alert.group(1) and "seeds" not in alert.group(1)
+    assert "lot-size" not in alert.group(1) and "reused-noise" not in alert.group(1)
     assert html.index("banner alert") < html.index("<table")
-    assert "inconclusive: seeds" in html and "ceiling 0.6" in html
+    assert "inconclusive: reused-noise" in html and "ceiling 0.6" in html
 
 
 def test_a_run_without_violation_shows_the_all_clear_and_no_red_box(tmp_path):
@@ -44,10 +44,10 @@ def test_one_row_per_check_with_every_column(tmp_path):
     header = re.findall(r"<th>(.*?)</th>", table)
     assert header == ["check", "status", "ε_LB", "ε_UB", "ceiling", "trainings", "seconds", "detects", "misses"]
     rows = re.findall(r"<tr><td[^>]*>([^<]*)</td>", table)
-    assert rows == ["worst-case", "lot-size", "seeds"]
-    assert "what lot-size is designed to detect" in table and "what seeds cannot see" in table
+    assert rows == ["worst-case", "lot-size", "reused-noise"]
+    assert "what lot-size is designed to detect" in table and "what reused-noise cannot see" in table
     md = (run.reports_dir() / "check.md").read_text(encoding="utf-8")
-    assert "| worst-case | VIOLATED | 4.1 |" in md and "| seeds | inconclusive |" in md
+    assert "| worst-case | VIOLATED | 4.1 |" in md and "| reused-noise | inconclusive |" in md
 
 
 def test_the_figure_draws_one_bar_per_check_the_claim_and_each_ceiling():

@@ -17,6 +17,7 @@ test case per check for CI services to display (:mod:`reports.junit`).
 from __future__ import annotations
 
 import argparse
+import datetime
 import math
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from dpaudit.store import RunDir
 
     run = RunDir(args.out)
+    started = datetime.datetime.now()
     report = check_run.run_check(spec, run, progress=not args.quiet)
     check_dir = run.path / "checks"
     lines = result_lines(report, check_dir=check_dir)
@@ -141,7 +143,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if args.junit is not None:
         from reports.junit import write_junit
 
-        payload["junit"] = str(write_junit(report, args.junit))
+        payload["junit"] = str(write_junit(report, args.junit, timestamp=started))
         lines.append(f"  junit:   {payload['junit']}")
     if not args.no_report:
         from dpaudit.app.runs.report import render_reports
