@@ -186,3 +186,33 @@ def test_the_registered_checks_come_from_the_registry_in_run_order():
 
     assert check_verb.registered_checks() == tuple(CHECKS.names())
     assert {"worst-case", "lot-size", "reused-noise"} <= set(CHECKS)  # the names the sample verdict uses
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_ci_example_runs_a_command_this_parser_accepts(tmp_path, monkeypatch):
+    """examples/ci/dpaudit-check.yml's `dpaudit check` line parses with today's flags and writes JUnit."""
+    import shlex
+
+    import yaml
+
+    from dpaudit.app.cli import build_parser
+
+    workflow = yaml.safe_load((ROOT / "examples" / "ci" / "dpaudit-check.yml").read_text(encoding="utf-8"))
+    steps = [s for job in workflow["jobs"].values() for s in job["steps"]]
+    (command,) = [s["run"] for s in steps if "run" in s and s["run"].lstrip().startswith("dpaudit check")]
+    argv = shlex.split(command)[1:]
+    monkeypatch.chdir(tmp_path)
+    args = build_parser(argv).parse_args(argv)
+    assert args.junit == "results.xml" and args.train_fn and args.model_fn and args.claim_num_steps
+    published = [s for s in steps if "junit" in s.get("uses", "")]
+    assert published and published[0]["with"]["report_paths"] == args.junit and published[0]["if"] == "always()"
+
+
+def test_the_documentation_lists_every_registered_check():
+    from attacks.audit.checks import CHECKS
+
+    page = (ROOT / "docs" / "audits" / "check.md").read_text(encoding="utf-8")
+    missing = [name for name in CHECKS if f"| `{name}` |" not in page]
+    assert not missing, f"docs/audits/check.md §2 has no row for {missing}"
