@@ -165,14 +165,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="conformance battery: targeted audits that expose DP-training bugs, one verdict per check",
         description=(
             "Check a DP training function against its claim with a battery of targeted audits, each designed to expose one class of "
-            "implementation bug cheaply (worst-case start with a blank canary for missing noise or clipping, lot-size variation for "
-            "normalisation bugs, a sampling-rate probe, repeated seeds for reused noise, ...; docs/audits/check.md). Each check reports "
+            "implementation bug cheaply (a saturated worst-case start for missing noise or clipping, a zero-gradient canary for normalisers "
+            "that depend on the lot, a lone rare-class canary for samplers off their rate, reference trainings for reused noise seeds, "
+            "per-tensor statistics for un-noised parameters and buffers; docs/audits/check.md). Each check reports "
             "passed, violated (epsilon_lb > epsilon_ub at its share of --confidence) or inconclusive (the largest epsilon_lb its design "
-            "could reach, its ceiling, stays below epsilon_ub). Exit status 3 when a check is violated, one line per violated check on stdout."
+            "could reach, its ceiling, stays at or below epsilon_ub). Exit status 3 when a check is violated, one line per violated check on stdout."
         ),
     )
     add_train_fn_flag(p, required=True, help="third-party train(dataset, *, seed, initial_state=None) -> nn.Module, as module:function or path/to/file.py:function (required)")
-    add_model_fn_flag(p, help="a zero-argument function building the architecture --train-fn trains, on which the checks craft worst-case starts (default: the zoo model of --dataset)")
+    add_model_fn_flag(
+        p,
+        help="a zero-argument function building the architecture --train-fn trains, on which the checks craft their worst-case start "
+        "(without it, the checks that need that start are inconclusive and say so)",
+    )
     add_claim_flags(p)
     p.add_argument("--delta", type=delta_type, default=1e-5, help="delta of every epsilon (default 1e-5)")
     p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="family-wise confidence of the battery, split over the checks by Bonferroni (default 0.95)")
@@ -181,7 +186,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         24 * 60,
         "the battery trains until the budget is spent",
     )
-    p.add_argument("--checks", type=_check_list, metavar="NAME[,NAME...]", help="run only these checks (default: every registered check, in order)")
+    p.add_argument("--checks", type=_check_list, metavar="NAME[,NAME...]", help="run only these checks (default: every registered check, in run order; docs/audits/check.md lists them)")
     p.add_argument("--dataset", choices=DATASETS, default="digits", help="the dataset the checks draw records from (default digits)")
     limit_action(
         p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for the trainings (default 1: in this process)"), 1024, "each worker is a process"
