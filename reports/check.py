@@ -118,8 +118,11 @@ def _verdict(report: CheckReport) -> list[Any]:
     else:
         blocks.append(Banner(text=f"No violation: no check found ε_LB above ε_UB = {_eps(ub) if ub is not None else '—'} at {report.confidence:.0%} family-wise confidence.", level="ok"))
     items = [f"passed: {o.name} — its design could reach ε_LB {_eps(o.ceiling)} > ε_UB and found {_eps(o.epsilon_lb)}" for o in report.outcomes if o.status == "passed"]
+    # A ceiling of 0 is a check that could not run at all; its finding says why.
     items += [
         f"inconclusive: {o.name} — ceiling {_eps(o.ceiling)} ≤ ε_UB {_eps(o.epsilon_ub)}: at this size it could not have shown a violation (more budget raises the ceiling)"
+        if o.ceiling > 0
+        else f"inconclusive: {o.finding}"
         for o in report.outcomes
         if o.status == "inconclusive"
     ]

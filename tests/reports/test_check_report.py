@@ -97,3 +97,17 @@ def test_the_page_renders_cleanly_in_chromium(tmp_path, check_page):
     report = check_page(page)
     assert_clean(report)
     assert report.num_images == 1 and report.num_cells > 0
+
+
+def test_a_check_that_could_not_run_says_why_not_what_size_it_needed(tmp_path):
+    from dpaudit.results.check import CheckReport, save_check_report
+    from dpaudit.store import RunDir
+    from tests.check_samples import outcome
+
+    base = outcome("worst-case", "inconclusive", epsilon_lb=0.0, ceiling=0.0, num_trials=0)
+    cannot = type(base)(**{**base.to_dict(), "finding": "worst-case: could not run: no --model-fn"})
+    fields = {k: v for k, v in sample_report().to_dict().items() if k in ("train_fn", "model_fn", "claim_description", "delta", "confidence", "budget_minutes", "seconds")}
+    run = RunDir(tmp_path / "run").create(command="test")
+    save_check_report(CheckReport(**fields, outcomes=(cannot,)), run.path / "checks")
+    html = _page(run)
+    assert "inconclusive: worst-case: could not run: no --model-fn" in html and "more budget" not in html

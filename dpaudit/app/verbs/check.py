@@ -118,7 +118,8 @@ def result_lines(report: Any, *, check_dir: Path) -> list[str]:
     ]
     width = max(len(s) for s in _SHOWN.values())
     for o in report.outcomes:
-        extra = "" if o.status != "inconclusive" else f" [ceiling {_eps(o.ceiling)} <= eps_UB: this check could not have shown a violation at this size]"
+        # A ceiling of 0 is a check that could not run; its finding says why.
+        extra = f" [ceiling {_eps(o.ceiling)} <= eps_UB: this check could not have shown a violation at this size]" if o.status == "inconclusive" and o.ceiling > 0 else ""
         lines.append(f"  {_SHOWN[o.status]:<{width}}  {o.finding}{extra}")
     violated = report.violations
     if violated:
