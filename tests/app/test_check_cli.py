@@ -216,3 +216,18 @@ def test_the_documentation_lists_every_registered_check():
     page = (ROOT / "docs" / "audits" / "check.md").read_text(encoding="utf-8")
     missing = [name for name in CHECKS if f"| `{name}` |" not in page]
     assert not missing, f"docs/audits/check.md §2 has no row for {missing}"
+
+
+@pytest.mark.slow
+def test_end_to_end_a_training_without_noise_exits_3_and_its_junit_validates(cli, tmp_path):
+    """The real battery (one check, ~30 s on 2 cores) on the catalogue's no-noise bug: exit 3, its line, a valid JUnit file, the report page."""
+    xmlschema = pytest.importorskip("xmlschema")
+    fn = ROOT / "examples" / "dp_bugs" / "no_noise.py"
+    junit = tmp_path / "results.xml"
+    argv = ["check", "--train-fn", f"{fn}:train", "--model-fn", f"{fn}:model", *CLAIM, "--checks", "worst-case", "--budget-minutes", "1"]
+    code, out, err = cli.run(*argv, "--junit", str(junit), "--out", str(tmp_path / "run"), "--quiet")
+    assert code == 3, err
+    (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("VIOLATED")]
+    assert "worst-case: eps_LB" in line
+    xmlschema.XMLSchema(str(Path(__file__).with_name("junit.xsd"))).validate(str(junit))
+    assert (tmp_path / "run" / "reports" / "check.html").is_file()
