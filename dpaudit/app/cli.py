@@ -44,6 +44,7 @@ VERBS: dict[str, str] = {
     "datasets": "list the datasets available under the data root",
     "train": "train a registered defense and write its record",
     "audit": "empirical ε lower bound of a training procedure against its claimed ε",
+    "check": "conformance battery: targeted audits that catch DP-training bugs, one verdict per check (JUnit for CI)",
     "attack": "run attacks (membership inference, model inversion, DSSGD uploads) against a trained model",
     "certify": "certified vs conventional accuracy of a noise-layer model, beside evasion attacks",
     "compare": "every defense of a grid under the same attacks: privacy evidence, guarantees and utility side by side",

@@ -41,12 +41,15 @@ TEXT_FLAGS: dict[str, tuple[str, ...]] = {
     "--attack": ("", "bogus", ","),
     "--classes": ("", ",", "abc", "-1", "3-1", "99", "0,0"),
     "--public-data": ("", "bogus", "mnist:abc", "mnist:99", "digits"),
+    "--checks": ("", ",", "bogus", "worst-case,,worst-case"),
+    "--junit": ("", "{dir}", "{missing}/results.xml"),
 }
 #: (verb, flag, value) triples that are legitimate requests, with why.
 ACCEPTED: dict[tuple[str, str, str], str] = {
     ("train", "--seed", "0"): "seed 0 is a seed",
     ("train", "--split-seed", "0"): "seed 0 is a seed",
     ("audit", "--seed", "0"): "seed 0 is a seed",
+    ("check", "--seed", "0"): "seed 0 is a seed",
     ("certify", "--seed", "0"): "seed 0 is a seed",
     ("attack membership", "--seed", "0"): "seed 0 is a seed",
     ("attack inversion", "--seed", "0"): "seed 0 is a seed",
@@ -95,6 +98,7 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("train", "--noise-multiplier", "1e300"): "a claim of ε ≈ 0 for a model that is all noise: valid, useless",
     ("audit", "--noise-multiplier", "1e300"): "a claim of ε ≈ 0: valid, useless",
     ("audit", "--claim-noise-multiplier", "1e300"): "a third party may claim ε ≈ 0; the audit then tests it",
+    ("check", "--claim-noise-multiplier", "1e300"): "a third party may claim ε ≈ 0; the battery then tests it",
     ("train", "--weight-decay", "1e300"): "diverges at the first step: training stops with exit 2 and no record (test_records)",
     ("train", "--final-learning-rate", "1e300"): "diverges: training stops with exit 2 and no record",
     ("train", "--expected-lot-size", "1e300"): "a divisor that makes every update vanish: valid, useless",
@@ -201,6 +205,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
         raise Reached
 
     import dpaudit.app.runs.audit as audit_run
+    import dpaudit.app.runs.check as check_run
     import dpaudit.app.runs.compare as compare_run
     import dpaudit.app.runs.dssgd as dssgd_run
     import dpaudit.app.runs.inversion as inversion_run
@@ -210,6 +215,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     import dpaudit.app.verbs.certify as certify_verb
 
     monkeypatch.setattr(audit_run, "run_audit", stop)
+    monkeypatch.setattr(check_run, "run_check", stop)
     monkeypatch.setattr(membership_run, "run_membership", stop)
     monkeypatch.setattr(inversion_run, "run_inversion", stop)
     monkeypatch.setattr(dssgd_run, "attack_uploads", stop)
@@ -273,6 +279,8 @@ def _base(verb: str, flag: str, work: Path, record_dir: Path, external: dict[str
         if flag in ("--noise-multiplier",):
             return ["audit", "--out", out]
         return ["audit", "--target-epsilon", "2", "--out", out]
+    if verb == "check":
+        return ["check", "--train-fn", external["train_fn"], "--claim-noise-multiplier", "1", "--claim-sampling-rate", "0.01", "--claim-num-steps", "10", "--out", out]
     if verb == "attack membership":
         if flag in ("--model-fn", "--weights", "--dataset", "--member-ids", "--non-member-ids"):
             return [

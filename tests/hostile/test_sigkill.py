@@ -169,6 +169,17 @@ def _compare_argv(out: Path, targets: dict[str, Path]) -> list[str]:
     return ["compare", "--config", str(grid), "--num-workers", "2", "--out", str(out)]
 
 
+def _check_argv(out: Path, targets: dict[str, Path]) -> list[str]:
+    """A training function that computes for two minutes, so both of the battery's workers are busy when killed."""
+    fn = out.parent / "slow_train.py"
+    fn.write_text(
+        "import time\nimport torch.nn as nn\n\n\ndef model():\n    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))\n\n\n"
+        "def train(dataset, *, seed, initial_state=None):\n    end = time.monotonic() + 120\n    while time.monotonic() < end:\n        pass\n    return model()\n"
+    )
+    claim = ["--claim-noise-multiplier", "3", "--claim-sampling-rate", "0.1", "--claim-num-steps", "50"]
+    return ["check", "--train-fn", f"{fn}:train", "--model-fn", f"{fn}:model", *claim, "--num-workers", "2", "--no-report", "--out", str(out)]
+
+
 # Long enough that each is still running when killed.
 SCENARIOS: dict[str, Scenario] = {
     "epsilon": Scenario(lambda out, t: ["epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--num-steps", "100000", "--delta", "1e-5"]),
@@ -185,6 +196,7 @@ SCENARIOS: dict[str, Scenario] = {
         ready=_first("attacks/shadows/*/record.json"),
     ),
     "certify": Scenario(lambda out, t: ["certify", "--target", str(t["pixeldp"]), "--num-draws", "100000", "--out", str(out)]),
+    "check": Scenario(_check_argv, ready=_workers_busy(4.0)),
     "report": Scenario(lambda out, t: ["report", str(t["nonprivate"])]),
     "pate": Scenario(_pate_argv),
     "compare": Scenario(_compare_argv, ready=_workers_busy(4.0)),

@@ -26,6 +26,7 @@ from dpaudit.results import (
 )
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, save_comparison
 from dpaudit.store import RunDir, atomic_save_npz, atomic_write_json
+from tests.check_samples import build_check_run
 
 DP_MODEL = "dpsgd-digits-mlp-seed0"
 HGM_MODEL = "hgm-digits-mlp-seed0"
@@ -292,6 +293,7 @@ REPORT_SAMPLES = {
     "inversion": build_inversion_run,
     "dssgd": build_dssgd_run,
     "models": build_train_run,
+    "checks": build_check_run,
 }
 
 

@@ -25,41 +25,14 @@ from dpaudit.app.common import (
     delta_type,
     emit,
     fmt_eps,
-    path_type,
 )
+from dpaudit.app.train_fn_flags import TRAIN_FN_HELP, add_claim_flags, add_model_fn_flag, add_train_fn_flag, claim_from_args, pos_int
 from dpaudit.options import limit_action
 
 __all__ = ["register"]
 
 #: Training steps above this need --i-know (Abadi et al.'s longest MNIST run is ~10^5 steps).
 MAX_STEPS = 10**6
-
-
-def _claim_from_args(args: argparse.Namespace) -> Any:
-    from dpaudit.privacy.claims import claim_from_dict, dpsgd_claim
-    from dpaudit.store import read_json
-
-    parts = (args.claim_noise_multiplier, args.claim_sampling_rate, args.claim_num_steps)
-    if args.claim is not None:
-        if any(p is not None for p in parts):
-            raise UsageError("--claim FILE conflicts with --claim-noise-multiplier/--claim-sampling-rate/--claim-num-steps; give one or the other", argument="--claim")
-        path = Path(args.claim)
-        if not path.is_file():
-            raise UsageError(f"--claim: file {args.claim!r} does not exist", argument="--claim")
-        try:
-            return claim_from_dict(read_json(path))
-        except (ValueError, TypeError) as exc:
-            raise UsageError(f"--claim {args.claim!r}: {exc}", argument="--claim") from None
-    if all(p is None for p in parts):
-        return None
-    if any(p is None for p in parts):
-        raise UsageError("--claim-noise-multiplier, --claim-sampling-rate and --claim-num-steps go together", argument="--claim-noise-multiplier")
-    return dpsgd_claim(
-        sampling_rate=args.claim_sampling_rate,
-        noise_multiplier=args.claim_noise_multiplier,
-        num_steps=args.claim_num_steps,
-        description=f"claimed by {args.train_fn}: DP-SGD q={args.claim_sampling_rate:g} sigma={args.claim_noise_multiplier:g} T={args.claim_num_steps}",
-    )
 
 
 #: One line defining the two numbers an audit prints (issue 10: the terminal output defines them).
@@ -139,7 +112,7 @@ def _check_game(args: argparse.Namespace) -> None:
 
 def _checked_claim(args: argparse.Namespace) -> Any:
     """The claim of a ``--train-fn`` (``None`` for a defense), after every check of the flags that needs no data (exit 2)."""
-    claim = _claim_from_args(args)
+    claim = claim_from_args(args)
     if args.one_run_bound is not None and args.method != "one-run":
         raise UsageError(f"--one-run-bound applies to --method one-run, got --method {args.method}", argument="--one-run-bound")
     if claim is not None:
@@ -260,10 +233,6 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return _run_and_print(args, spec)
 
 
-def _pos_int(name: str) -> Any:
-    return arg(name, lambda n, x: v.integer(n, x, minimum=1), int)
-
-
 def _add_target_flags(p: argparse.ArgumentParser) -> None:
     """What is audited: a registered defense or a third-party training function, on which data and model."""
     from dpaudit.app.runs.audit import audit_defenses
@@ -274,10 +243,9 @@ def _add_target_flags(p: argparse.ArgumentParser) -> None:
     who = p.add_mutually_exclusive_group()
     defenses = audit_defenses()
     who.add_argument("--defense", choices=defenses, default=defenses[0] if defenses else None, help="a registered defense with a white-box trainer to audit (default %(default)s)")
-    who.add_argument("--train-fn", metavar="MODULE:FUNCTION", help="third-party train(dataset, *, seed) -> nn.Module, as module:function or path/to/file.py:function (black-box only)")
-    p.add_argument(
-        "--model-fn",
-        metavar="MODULE:FUNCTION",
+    add_train_fn_flag(who, help=f"{TRAIN_FN_HELP} (black-box only)")
+    add_model_fn_flag(
+        p,
         help="with --train-fn and --init worst-case (or --canary blank): a zero-argument function building the architecture your function trains, "
         "on which the start is crafted (default: --model from the zoo)",
     )
@@ -299,13 +267,13 @@ def _add_training_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sampling-rate", type=arg("--sampling-rate", v.half_open_unit), default=0.01, help="DP-SGD Poisson sampling rate q (default 0.01)")
     steps = p.add_mutually_exclusive_group()
     limit_action(steps.add_argument("--epochs", type=arg("--epochs", v.positive), help="DP-SGD epochs (1/q steps each; default 10)"), 10**4, "each epoch is 1/q training steps per trial")
-    limit_action(steps.add_argument("--num-steps", type=_pos_int("--num-steps"), help="DP-SGD steps T (instead of --epochs)"), MAX_STEPS, "each step is one noisy gradient per trial")
+    limit_action(steps.add_argument("--num-steps", type=pos_int("--num-steps"), help="DP-SGD steps T (instead of --epochs)"), MAX_STEPS, "each step is one noisy gradient per trial")
     p.add_argument("--learning-rate", type=arg("--learning-rate", v.positive), default=0.1, help="DP-SGD learning rate (default 0.1)")
     limit_action(
-        p.add_argument("--num-members", type=_pos_int("--num-members"), help="training set size drawn from the dataset (default: half its training split)"), 10**7, "the members are held in memory"
+        p.add_argument("--num-members", type=pos_int("--num-members"), help="training set size drawn from the dataset (default: half its training split)"), 10**7, "the members are held in memory"
     )
     limit_action(
-        p.add_argument("--num-trials", type=_pos_int("--num-trials"), help="multi-run: trainings per side (default 50); white-box: independent runs pooled (default 1)"),
+        p.add_argument("--num-trials", type=pos_int("--num-trials"), help="multi-run: trainings per side (default 50); white-box: independent runs pooled (default 1)"),
         10**4,
         "each trial is one full training",
     )
@@ -341,7 +309,7 @@ def _add_canary_flags(p: argparse.ArgumentParser) -> None:
         "(Annamalai & De Cristofaro 2024: --model pre-trained non-privately on non-member records, passed as initial_state=; "
         "use with --sampling-rate 1 and --canary blank for their full-batch DP-GD audit)",
     )
-    limit_action(p.add_argument("--group-size", type=_pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)"), 10**4, "each copy joins the training set")
+    limit_action(p.add_argument("--group-size", type=pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)"), 10**4, "each copy joins the training set")
 
 
 def _add_bound_flags(p: argparse.ArgumentParser) -> None:
@@ -370,19 +338,11 @@ def _add_bound_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--score", choices=("dirac", "norm"), default="dirac", help="white-box score: the canary coordinate, or minus the update's norm (default dirac)")
 
 
-def _add_claim_flags(p: argparse.ArgumentParser) -> None:
-    """The claim a ``--train-fn`` is audited against: a JSON file or the DP-SGD parameters."""
-    p.add_argument("--claim", type=path_type("--claim", must_exist="file"), metavar="FILE", help="--train-fn: the claim as JSON (dpaudit claim format)")
-    p.add_argument("--claim-noise-multiplier", type=arg("--claim-noise-multiplier", v.positive), metavar="SIGMA", help="--train-fn: claimed DP-SGD noise multiplier")
-    p.add_argument("--claim-sampling-rate", type=arg("--claim-sampling-rate", v.half_open_unit), metavar="Q", help="--train-fn: claimed Poisson sampling rate")
-    p.add_argument("--claim-num-steps", type=_pos_int("--claim-num-steps"), metavar="T", help="--train-fn: claimed number of steps")
-
-
 def _add_executor_flags(p: argparse.ArgumentParser) -> None:
     """Where the trials run: workers, the executor and a Ray cluster."""
     from dpaudit.executors import EXECUTORS
 
-    limit_action(p.add_argument("--num-workers", type=_pos_int("--num-workers"), default=1, help="parallel worker processes for trials (default 1: in this process)"), 1024, "each worker is a process")
+    limit_action(p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for trials (default 1: in this process)"), 1024, "each worker is a process")
     p.add_argument(
         "--executor",
         choices=EXECUTORS,
@@ -415,7 +375,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_training_flags(p)
     _add_canary_flags(p)
     _add_bound_flags(p)
-    _add_claim_flags(p)
+    add_claim_flags(p)
     _add_executor_flags(p)
     add_common(p, out=True, seed=True, data_root=True, device="cpu", quiet=True)
     p.add_argument("--name", metavar="NAME", help="audit name under RUN_DIR/audits/ (default: derived from the configuration; reruns resume)")

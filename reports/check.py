@@ -1,0 +1,189 @@
+"""The conformance battery's report: the verdict of every check ``dpaudit check`` ran, from its ``check.json``.
+
+What a reader deciding whether a DP training function meets its claim looks for:
+
+1. **the verdict** first — which checks were violated (ε_LB > ε_UB: the code leaks more than it
+   claims), which passed (their design could have shown a violation and did not), and which were
+   inconclusive, with the ceiling each could reach (the largest ε_LB its design allows at the size
+   it ran, at or below ε_UB: it could not have shown a violation);
+2. **one row per check**: status, ε_LB, ε_UB, ceiling, trainings, seconds, and what the check is
+   designed to detect and cannot detect (docs/audits/check.md);
+3. **one figure**: ε_LB of every check as a bar against ε_UB, each check's ceiling as a marker, so
+   the distance between evidence and claim and between evidence and what the design allows can
+   be read on one axis.
+
+Verdicts are read from the stored report, never recomputed. Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure as MplFigure
+
+from dpaudit.results.check import CHECK_FILE, CheckOutcome, CheckReport, load_check_report
+from dpaudit.store import RunDir
+from reports.figures import colour, legend_outside, new_axes, style
+from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.render import Banner, Figure, Items, Section, Table, Text, format_number, write_report_files
+
+__all__ = ["CHECKS_DIR", "StoredCheck", "load_checks", "check_figure", "check_sections", "check_page"]
+
+#: Where ``dpaudit check`` keeps its results under the run directory (``check.json`` and one folder per check).
+CHECKS_DIR = "checks"
+_STATUS_COLOUR = {"violated": colour("epsilon_lb"), "passed": "#7F7F7F", "inconclusive": "#BBBBBB"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredCheck:
+    """One battery run of a run directory, as its page shows it.
+
+    Attributes:
+        path: its ``check.json``.
+        report: the stored verdicts.
+    """
+
+    path: Path
+    report: CheckReport
+
+
+def load_checks(run: RunDir) -> list[StoredCheck]:
+    """The battery verdict stored in the run (``checks/check.json``), or none."""
+    path = run.path / CHECKS_DIR / CHECK_FILE
+    return [StoredCheck(path=path, report=load_check_report(path))] if path.is_file() else []
+
+
+def _eps(x: float) -> str:
+    return "∞" if math.isinf(x) else format_number(float(x), 3)
+
+
+def check_figure(outcomes: Sequence[CheckOutcome], *, ax: Axes | None = None) -> MplFigure | None:
+    """ε_LB of every check as a horizontal bar, ε_UB as a vertical line, each ceiling as a marker (``None`` without checks).
+
+    A bar is red where the check was violated and grey otherwise; infinite values (an ε_UB no
+    accountant bounds, an unbounded ceiling) are drawn at the right edge with an arrow-head marker.
+    """
+    if not outcomes:
+        return None
+    finite = [x for o in outcomes for x in (o.epsilon_lb, o.ceiling, o.epsilon_ub) if math.isfinite(x)]
+    right = max([*finite, 1e-3]) * 1.15
+    fig, ax = new_axes(ax, size=(7.5, 0.55 * len(outcomes) + 1.6))
+    ys = list(range(len(outcomes)))[::-1]  # the first check on top, as in the table
+    labels = {"violated": "ε_LB, violated (> ε_UB)", "passed": "ε_LB, passed", "inconclusive": "ε_LB, inconclusive"}
+    for y, o in zip(ys, outcomes):
+        # The first bar of each status carries the legend entry.
+        ax.barh(y, min(o.epsilon_lb, right), height=0.55, color=_STATUS_COLOUR[o.status], alpha=0.9, label=labels.pop(o.status, None))
+        ax.annotate(f"{_eps(o.epsilon_lb)} ({o.status})", (min(o.epsilon_lb, right), y), xytext=(4, 7), textcoords="offset points", fontsize=8, va="bottom")
+    ceil_style = style("ceiling")
+    ceilings = [min(o.ceiling, right) for o in outcomes]
+    ax.plot(
+        ceilings,
+        ys,
+        linestyle="none",
+        marker=ceil_style["marker"],
+        color=ceil_style["color"],
+        markersize=8,
+        markerfacecolor="none",
+        markeredgewidth=1.8,
+        label="ceiling (largest ε_LB the check's design allows)",
+    )
+    ub = outcomes[0].epsilon_ub
+    if math.isfinite(ub):
+        ax.axvline(ub, color=colour("epsilon_ub"), linestyle="--", linewidth=1.4, label=f"ε_UB = {ub:.3g} (the claim)")
+    ax.set_yticks(ys)
+    ax.set_yticklabels([o.name for o in outcomes])
+    ax.set_xlim(0, right)
+    ax.set_ylim(-0.7, len(outcomes) - 0.3)
+    ax.set_xlabel("ε at the battery's δ (ε_LB at each check's confidence)")
+    ax.grid(axis="x", alpha=0.3)
+    legend_outside(ax)
+    return fig
+
+
+def _verdict(report: CheckReport) -> list[Any]:
+    """The verdict box: violated checks in red, or the all-clear; then what passed and how far the inconclusive ones could see."""
+    ub = report.epsilon_ub
+    blocks: list[Any] = []
+    violated = report.violations
+    if violated:
+        names = "; ".join(f"{o.name} (ε_LB {_eps(o.epsilon_lb)} > ε_UB {_eps(o.epsilon_ub)})" for o in violated)
+        blocks.append(Banner(text=f"VIOLATED — {len(violated)} check(s) show the training function leaks more than its claim: {names}.", level="alert"))
+    elif not report.outcomes:
+        blocks.append(Text(text="The battery ran no check."))
+    else:
+        blocks.append(Banner(text=f"No violation: no check found ε_LB above ε_UB = {_eps(ub) if ub is not None else '—'} at {report.confidence:.0%} family-wise confidence.", level="ok"))
+    items = [f"passed: {o.name} — its design could reach ε_LB {_eps(o.ceiling)} > ε_UB and found {_eps(o.epsilon_lb)}" for o in report.outcomes if o.status == "passed"]
+    # A ceiling of 0 is a check that could not run at all; its finding says why.
+    items += [
+        f"inconclusive: {o.name} — ceiling {_eps(o.ceiling)} ≤ ε_UB {_eps(o.epsilon_ub)}: at this size it could not have shown a violation (more budget raises the ceiling)"
+        if o.ceiling > 0
+        else f"inconclusive: {o.finding}"
+        for o in report.outcomes
+        if o.status == "inconclusive"
+    ]
+    if items:
+        blocks.append(Items(items=items))
+    return blocks
+
+
+def _outcome_table(report: CheckReport) -> Table:
+    rows = [[o.name, o.status.upper() if o.violated else o.status, o.epsilon_lb, o.epsilon_ub, o.ceiling, o.num_trials, o.seconds, o.detects, o.misses] for o in report.outcomes]
+    return Table(
+        columns=["check", "status", "ε_LB", "ε_UB", "ceiling", "trainings", "seconds", "detects", "misses"],
+        rows=rows,
+        caption=(
+            "ε_LB holds at each check's confidence (the battery's, split by Bonferroni); ceiling: the largest ε_LB the check's design could show at the size it ran "
+            "(a perfect attack on the same counts). Violated iff ε_LB > ε_UB; passed iff not violated and ceiling > ε_UB; otherwise inconclusive."
+        ),
+    )
+
+
+def _battery_table(report: CheckReport) -> Table:
+    rows = [
+        ["training function", report.train_fn],
+        ["model builder", report.model_fn or "— (the zoo model of the dataset)"],
+        ["claim", report.claim_description],
+        ["δ", f"{report.delta:g}"],
+        ["ε_UB at δ", "—" if report.epsilon_ub is None else _eps(report.epsilon_ub)],
+        ["family-wise confidence", f"{report.confidence:g} (each check at its Bonferroni share)"],
+        ["budget", f"{report.budget_minutes:g} minutes"],
+        ["wall time", f"{report.seconds:.1f} seconds"],
+    ]
+    return Table(columns=["what", "value"], rows=rows)
+
+
+def check_sections(report: CheckReport) -> list[Section]:
+    """The battery page's sections: the verdict, the checks (table, figure, findings), what was checked against what."""
+    checks: list[Any] = [
+        _outcome_table(report),
+        Figure(
+            figure=check_figure(report.outcomes),
+            name="epsilon",
+            caption="ε_LB per check (bars; red: violated) against the claim's ε_UB (dashed line) and each check's ceiling (open squares)",
+            empty="the battery ran no check",
+        ),
+    ]
+    if report.outcomes:
+        checks.append(Items(items=[o.finding for o in report.outcomes]))
+    return [
+        Section(title="Verdict", blocks=_verdict(report)),
+        Section(title="Checks", blocks=checks),
+        Section(title="What was checked", blocks=[_battery_table(report)]),
+    ]
+
+
+def check_page(item: StoredCheck, out: Path) -> Page:
+    """Writes ``check.{html,md}`` and its figure into ``out``; the violated checks' findings are the page's violations."""
+    report = item.report
+    written = write_report_files(out, check_sections(report), title=f"Conformance checks of {report.train_fn}", stem="check", kind="check")
+    counts = {s: sum(o.status == s for o in report.outcomes) for s in ("violated", "passed", "inconclusive")}
+    link = f"{report.train_fn}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if report.outcomes else f"{report.train_fn}: no check ran"
+    return Page(html=written.html, link=link, violations=tuple(f"check {o.finding}" for o in report.violations))
+
+
+REPORT_KINDS.register(ReportKind(name="checks", group="Conformance checks", order=25, load=load_checks, render=check_page))
