@@ -27,10 +27,12 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
 from dpaudit.results.check import CHECK_FILE, CheckOutcome, CheckReport, load_check_report
+from dpaudit.results.verdicts import check_verdict
 from dpaudit.store import RunDir
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.render import Banner, Figure, Items, Section, Table, Text, format_number, write_report_files
+from reports.render import Figure, Items, Section, Table, format_number, write_report_files
+from reports.verdict_box import verdict_section
 
 __all__ = ["CHECKS_DIR", "StoredCheck", "load_checks", "check_figure", "check_sections", "check_page"]
 
@@ -105,32 +107,6 @@ def check_figure(outcomes: Sequence[CheckOutcome], *, ax: Axes | None = None) ->
     return fig
 
 
-def _verdict(report: CheckReport) -> list[Any]:
-    """The verdict box: violated checks in red, or the all-clear; then what passed and how far the inconclusive ones could see."""
-    ub = report.epsilon_ub
-    blocks: list[Any] = []
-    violated = report.violations
-    if violated:
-        names = "; ".join(f"{o.name} (ε_LB {_eps(o.epsilon_lb)} > ε_UB {_eps(o.epsilon_ub)})" for o in violated)
-        blocks.append(Banner(text=f"VIOLATED — {len(violated)} check(s) show the training function leaks more than its claim: {names}.", level="alert"))
-    elif not report.outcomes:
-        blocks.append(Text(text="The battery ran no check."))
-    else:
-        blocks.append(Banner(text=f"No violation: no check found ε_LB above ε_UB = {_eps(ub) if ub is not None else '—'} at {report.confidence:.0%} family-wise confidence.", level="ok"))
-    items = [f"passed: {o.name} — its design could reach ε_LB {_eps(o.ceiling)} > ε_UB and found {_eps(o.epsilon_lb)}" for o in report.outcomes if o.status == "passed"]
-    # A ceiling of 0 is a check that could not run at all; its finding says why.
-    items += [
-        f"inconclusive: {o.name} — ceiling {_eps(o.ceiling)} ≤ ε_UB {_eps(o.epsilon_ub)}: at this size it could not have shown a violation (more budget raises the ceiling)"
-        if o.ceiling > 0
-        else f"inconclusive: {o.finding}"
-        for o in report.outcomes
-        if o.status == "inconclusive"
-    ]
-    if items:
-        blocks.append(Items(items=items))
-    return blocks
-
-
 def _outcome_table(report: CheckReport) -> Table:
     rows = [[o.name, o.status.upper() if o.violated else o.status, o.epsilon_lb, o.epsilon_ub, o.ceiling, o.num_trials, o.seconds, o.detects, o.misses] for o in report.outcomes]
     return Table(
@@ -171,7 +147,7 @@ def check_sections(report: CheckReport) -> list[Section]:
     if report.outcomes:
         checks.append(Items(items=[o.finding for o in report.outcomes]))
     return [
-        Section(title="Verdict", blocks=_verdict(report)),
+        verdict_section(check_verdict(report)),
         Section(title="Checks", blocks=checks),
         Section(title="What was checked", blocks=[_battery_table(report)]),
     ]

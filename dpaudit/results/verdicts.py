@@ -32,6 +32,7 @@ from typing import Any
 
 from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult
+from dpaudit.results.check import CheckReport
 from dpaudit.results.comparison import ComparisonResult
 from dpaudit.results.inversion import InversionResult
 from dpaudit.results.membership import MembershipResult, tpr_unresolved
@@ -416,6 +417,33 @@ def train_verdict(record: TrainedModel) -> Verdict:
     if eps:
         return Verdict(status="private", headline=f"{what}{test}; claims {_claim_text(eps, delta)}.", lines=tuple(lines), tone="info")
     return Verdict(status="no privacy claim", headline=f"{what}{test}; no privacy claim (ε = ∞).", lines=tuple(lines), tone="warn")
+
+
+# -------------------------------------------------------------------------------------- checks
+def check_verdict(report: CheckReport) -> Verdict:
+    """The conformance battery: violated (a check's ε_LB > ε_UB), no violation (every check that
+    could have shown one did not), or inconclusive (no check's ceiling reached ε_UB)."""
+    ub = report.epsilon_ub
+    ub_text = "—" if ub is None else fmt_epsilon(ub)
+    passed = [o for o in report.outcomes if o.status == "passed"]
+    unsure = [o for o in report.outcomes if o.status == "inconclusive"]
+    lines = [f"passed: {o.name}: its design could reach ε_LB {fmt_epsilon(o.ceiling)} > ε_UB and found {fmt_epsilon(o.epsilon_lb)}" for o in passed]
+    # A ceiling of 0 is a check that could not run at all; its finding says why.
+    lines += [f"inconclusive: {o.name}: ceiling {fmt_epsilon(o.ceiling)} ≤ ε_UB {ub_text}, more budget raises it" if o.ceiling > 0 else f"inconclusive: {o.finding}" for o in unsure]
+    if report.violations:
+        names = "; ".join(f"{o.name} (ε_LB {fmt_epsilon(o.epsilon_lb)} > ε_UB {fmt_epsilon(o.epsilon_ub)})" for o in report.violations)
+        n = len(report.violations)
+        return Verdict(status="violation", headline=f"{n} check{'s' if n > 1 else ''} show the training function leaks more than its claim: {names}.", lines=tuple(lines), tone="alert")
+    if not report.outcomes:
+        return Verdict(status="inconclusive", headline="The battery ran no check.", tone="warn")
+    if not passed:
+        return Verdict(status="inconclusive", headline=f"Inconclusive: no check's design could reach ε_UB = {ub_text} at the size it ran.", lines=tuple(lines), tone="warn")
+    return Verdict(
+        status="no violation",
+        headline=f"No violation: no check found ε_LB above ε_UB = {ub_text} at {report.confidence:.0%} family-wise confidence ({len(passed)} of {len(report.outcomes)} checks could have).",
+        lines=tuple(lines),
+        tone="ok",
+    )
 
 
 # -------------------------------------------------------------------------------------- compare

@@ -104,7 +104,7 @@ def test_every_registered_check_runs_when_none_is_named(cli, battery, train_fn, 
 
 def test_json_is_one_object_of_snake_case_fields(cli, battery, train_fn, tmp_path):
     code, out, _ = cli.run(*_argv(train_fn, tmp_path / "run", "--json"))
-    assert code == 3
+    assert code == 3, _
     payload = json.loads(out)
     report = battery.current.report
     assert set(report.to_dict()) <= set(payload) and {"check_dir", "report", "junit"} <= set(payload)

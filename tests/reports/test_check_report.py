@@ -22,18 +22,19 @@ def _page(run) -> str:
 
 def test_the_verdict_box_names_the_violated_check_in_red_before_the_table(tmp_path):
     html = _page(build_check_run(tmp_path / "run"))
-    alert = re.search(r'<div class="banner alert">(.*?)</div>', html, re.S)
-    assert alert is not None, "no red verdict box"
-    assert "VIOLATED" in alert.group(1) and "worst-case" in alert.group(1)
+    box = re.search(r'<section class="verdict verdict-alert"[^>]*>(.*?)</section>', html, re.S)
+    assert box is not None, "no red verdict box"
+    headline = re.search(r'<p class="verdict-headline">(.*?)</p>', box.group(1), re.S)
+    assert headline is not None and "worst-case" in headline.group(1) and ">violation<" in box.group(1)
     # the passed and the inconclusive check are not named as violations
-    assert "lot-size" not in alert.group(1) and "reused-noise" not in alert.group(1)
-    assert html.index("banner alert") < html.index("<table")
+    assert "lot-size" not in headline.group(1) and "reused-noise" not in headline.group(1)
+    assert html.index('class="verdict verdict-alert"') < html.index("<table")
     assert "inconclusive: reused-noise" in html and "ceiling 0.6" in html
 
 
 def test_a_run_without_violation_shows_the_all_clear_and_no_red_box(tmp_path):
     html = _page(build_check_run(tmp_path / "run", violated=False))
-    assert 'class="banner ok"' in html and 'class="banner alert"' not in html
+    assert 'class="verdict verdict-ok"' in html and 'class="verdict verdict-alert"' not in html
     assert "No violation" in html
 
 
@@ -41,7 +42,7 @@ def test_one_row_per_check_with_every_column(tmp_path):
     run = build_check_run(tmp_path / "run")
     html = _page(run)
     table = html[html.index("<table") : html.index("</table>")]
-    header = re.findall(r"<th>(.*?)</th>", table)
+    header = re.findall(r"<th(?: [^>]*)?>(.*?)</th>", table)
     assert header == ["check", "status", "ε_LB", "ε_UB", "ceiling", "trainings", "seconds", "detects", "misses"]
     rows = re.findall(r"<tr><td[^>]*>([^<]*)</td>", table)
     assert rows == ["worst-case", "lot-size", "reused-noise"]
