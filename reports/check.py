@@ -140,7 +140,7 @@ def check_sections(report: CheckReport) -> list[Section]:
         Figure(
             figure=check_figure(report.outcomes),
             name="epsilon",
-            caption="ε_LB per check (bars; red: violated) against the claim's ε_UB (dashed line) and each check's ceiling (open squares)",
+            caption="ε_LB per check (bars, coloured by status as the legend says) against the claim's ε_UB (dashed line) and each check's ceiling (open triangles)",
             empty="the battery ran no check",
         ),
     ]

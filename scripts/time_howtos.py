@@ -177,6 +177,13 @@ HOWTOS: tuple[HowTo, ...] = (
         "--num-members 300 --claim-noise-multiplier 6.6 --claim-sampling-rate 0.1 --claim-num-steps 300 --out runs/opacus",
         AUDIT_FINDING,
     ),
+    HowTo(
+        "check-opacus",
+        "the conformance battery on correct Opacus DP-SGD",
+        "dpaudit check --train-fn examples/dp_bugs/correct_opacus.py:train --model-fn examples/dp_bugs/correct_opacus.py:model "
+        "--claim-noise-multiplier 3 --claim-sampling-rate 0.1 --claim-num-steps 50 --num-workers 2 --junit runs/check/results.xml --out runs/check",
+        r"no violation|^\s*VIOLATED",
+    ),
 )
 
 

@@ -433,7 +433,7 @@ def check_verdict(report: CheckReport) -> Verdict:
     if report.violations:
         names = "; ".join(f"{o.name} (ε_LB {fmt_epsilon(o.epsilon_lb)} > ε_UB {fmt_epsilon(o.epsilon_ub)})" for o in report.violations)
         n = len(report.violations)
-        return Verdict(status="violation", headline=f"{n} check{'s' if n > 1 else ''} show the training function leaks more than its claim: {names}.", lines=tuple(lines), tone="alert")
+        return Verdict(status="violation", headline=f"{n} check{'s show' if n > 1 else ' shows'} the training function leaks more than its claim: {names}.", lines=tuple(lines), tone="alert")
     if not report.outcomes:
         return Verdict(status="inconclusive", headline="The battery ran no check.", tone="warn")
     if not passed:
