@@ -32,7 +32,7 @@ from dpaudit.store import RunDir
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.render import Figure, Items, Section, Table, format_number, write_report_files
-from reports.verdict_box import verdict_section
+from reports.verdict_box import verdict_section, with_status
 
 __all__ = ["CHECKS_DIR", "StoredCheck", "load_checks", "check_figure", "check_sections", "check_page"]
 
@@ -156,9 +156,11 @@ def check_sections(report: CheckReport) -> list[Section]:
 def check_page(item: StoredCheck, out: Path) -> Page:
     """Writes ``check.{html,md}`` and its figure into ``out``; the violated checks' findings are the page's violations."""
     report = item.report
-    written = write_report_files(out, check_sections(report), title=f"Conformance checks of {report.train_fn}", stem="check", kind="check")
+    sections = check_sections(report)
+    written = write_report_files(out, sections, title=f"Conformance checks of {report.train_fn}", stem="check", kind="check")
     counts = {s: sum(o.status == s for o in report.outcomes) for s in ("violated", "passed", "inconclusive")}
-    link = f"{report.train_fn}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if report.outcomes else f"{report.train_fn}: no check ran"
+    tally = ", ".join(f"{n} {s}" for s, n in counts.items() if n) if report.outcomes else "no check ran"
+    link = with_status(f"{report.train_fn} ({tally})", sections)
     return Page(html=written.html, link=link, violations=tuple(f"check {o.finding}" for o in report.violations))
 
 

@@ -245,6 +245,7 @@ def _main(capsys, *args):
 _CHEAP = ["--dataset", "digits", "--model", "digits-mlp", "--num-members", "100", "--sampling-rate", "1", "--num-steps", "5", "--target-epsilon", "4", "--num-trials", "2"]
 
 
+@pytest.mark.cluster  # a CLI audit on a worker pool, run twice (~12 s): the cluster tier (.ci/run) runs it
 def test_cli_worst_case_audit_end_to_end_and_a_rerun_reuses_the_start(tmp_path, capsys):
     import json
 

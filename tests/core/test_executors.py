@@ -90,6 +90,7 @@ def test_make_executor_rejects_bad_input(kwargs, exc, match):
         make_executor(**kwargs)
 
 
+@pytest.mark.cluster  # real worker processes for several seconds: the cluster tier (.ci/run) runs it
 def test_process_pool_trains_identical_shadows_and_stops_with_the_caller(specs, serial_weights):
     # One pool for both checks: starting a worker (spawn, then importing torch) costs seconds.
     with LocalExecutor(workers=2) as pool:
@@ -180,6 +181,7 @@ def _alive(pid):
     return st is not None and st[0] not in ("Z", "X")  # a zombie runs nothing
 
 
+@pytest.mark.cluster  # kills real parents of real pools, for each start method: the cluster tier (.ci/run)
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds processes through Linux's /proc")
 @pytest.mark.parametrize(
     "start_method, guard",
@@ -217,6 +219,7 @@ def test_workers_and_resource_tracker_die_when_the_parent_is_killed(tmp_path, st
                 os.kill(p, signal.SIGKILL)
 
 
+@pytest.mark.cluster  # real workers streaming large results: the cluster tier (.ci/run) runs it
 def test_stopping_a_run_while_workers_send_large_results_does_not_hang(tmp_path):
     # A worker terminated half-way through sending its result used to leave the pool's manager
     # thread waiting for the rest for ever: the caller, then interpreter exit, hung.
