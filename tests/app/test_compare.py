@@ -121,6 +121,7 @@ def test_bad_grid_exits_2_with_one_line(cli, tmp_path: Path) -> None:
     assert code == 2 and "not valid TOML" in err and err.count("\n") == 1
 
 
+@pytest.mark.cluster  # the tiny grid trains and attacks on a 2-worker pool (~20 s): the cluster tier (.ci/run)
 def test_matrix(tiny: tuple[Path, ComparisonResult, Path]) -> None:
     _, result, run = tiny
     base, eps1, eps8 = result.rows
@@ -148,6 +149,7 @@ def test_matrix(tiny: tuple[Path, ComparisonResult, Path]) -> None:
     assert _matrix(stored) == _matrix(result)
 
 
+@pytest.mark.cluster  # the tiny grid trains and attacks on a 2-worker pool (~20 s): the cluster tier (.ci/run)
 def test_interrupted_grid_resumes_with_only_the_missing_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny) -> None:
     grid_path, done, finished_run = tiny
     grid = load_grid(grid_path)
@@ -183,6 +185,7 @@ def test_interrupted_grid_resumes_with_only_the_missing_jobs(tmp_path: Path, mon
     assert _matrix(again) == _matrix(result)
 
 
+@pytest.mark.cluster  # the tiny grid trains and attacks on a 2-worker pool (~20 s): the cluster tier (.ci/run)
 def test_cli_json_and_report(cli, tiny) -> None:
     grid_path, result, run = tiny
     code, out, _ = cli.run("compare", "--config", str(grid_path), "--out", str(run), "--json", "--quiet")
@@ -207,6 +210,7 @@ def test_cli_json_and_report(cli, tiny) -> None:
             assert (report.parent / href).is_file(), href
 
 
+@pytest.mark.cluster  # the tiny grid trains and attacks on a 2-worker pool (~20 s): the cluster tier (.ci/run)
 def test_violation_exits_3(tiny, monkeypatch: pytest.MonkeyPatch) -> None:
     # A row whose evidence beats its guarantee is a finding: the verdict and exit status say so.
     grid_path, result, _ = tiny
@@ -252,6 +256,7 @@ def test_ray_gives_the_same_matrix_as_local(tmp_path: Path) -> None:
     assert _matrix(on_ray) == _matrix(local)
 
 
+@pytest.mark.cluster  # the tiny grid trains and attacks on a 2-worker pool (~20 s): the cluster tier (.ci/run)
 def test_result_round_trip_and_validation(tiny) -> None:
     _, result, _ = tiny
     again = ComparisonResult.from_dict(json.loads(json.dumps(result.to_dict())))
@@ -263,6 +268,7 @@ def test_result_round_trip_and_validation(tiny) -> None:
     assert math.isinf(result.rows[0].epsilon_ub_best)
 
 
+@pytest.mark.cluster  # the tiny grid trains and attacks on a 2-worker pool (~20 s): the cluster tier (.ci/run)
 def test_report_passes_the_browser_check(tiny, check_page) -> None:
     # The comparison report (and the index linking it) in headless Chromium: no console error,
     # every figure loaded, no NaN or None in a table cell; the screenshot is kept for a person.
