@@ -46,6 +46,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from dpaudit import _validate as v
+from dpaudit.results.numbers import fmt_epsilon
 
 __all__ = [
     "PALETTE",
@@ -366,15 +367,8 @@ def has_data(fig: Figure) -> bool:
 
 
 def eps_text(x: float | None, *, digits: int = 3) -> str:
-    """An ε for a figure: ``digits`` significant digits (2 at and above 10), ∞ as "∞", none as "—"."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    x = float(x)
-    if math.isinf(x):
-        return "∞" if x > 0 else "−∞"
-    if x == 0:
-        return "0"
-    return f"{x:.{2 if abs(x) >= 10 else digits}g}"
+    """An ε for a figure, written as every table writes it (:func:`dpaudit.results.numbers.fmt_epsilon`)."""
+    return fmt_epsilon(None if x is None or (isinstance(x, float) and math.isnan(x)) else x, digits)
 
 
 def rate_text(rate: float | None, n: int | None = None) -> str:

@@ -223,7 +223,8 @@ def test_series_looks_are_unique_and_settings_are_coloured_per_setting():
 def test_figure_numbers():
     from reports.figures import eps_text, rate_text
 
-    assert [eps_text(x) for x in (0.0, 0.97123, 1.3149, 52.4, float("inf"), None)] == ["0", "0.971", "1.31", "52", "∞", "—"]
+    # Figures write ε as the tables do: one format on the page.
+    assert [eps_text(x) for x in (0.0, 0.97123, 1.3149, 52.4, float("inf"), None, float("nan"))] == ["0", "0.971", "1.31", "52.4", "∞", "—", "—"]
     assert rate_text(0.0123, 400) == "1.23% (n = 400)" and rate_text(0.0004) == "0.04%"
 
 
