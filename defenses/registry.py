@@ -120,6 +120,13 @@ class DefenseSpec:
             run is refused before anything is written.
         chance_hint: the flags to change first when a model of this defense trains to chance
             (the warning names them; ``None``: the generic training flags).
+        replay: for a defense with a DP claim, ``replay(*, bundle, splits, model_name,
+            model_options, config, seed, device) -> dpaudit.replay.ReplayTrace``: runs the
+            defense's own pipeline on ``splits``' members with ``seed`` and records every
+            mechanism input (with its claimed sensitivity) and every value released outside the
+            mechanisms. The contract suite replays it on D and D ± one record and requires
+            :func:`dpaudit.replay.compare_traces` to hold; every defense whose claim is not
+            ``nonprivate`` must provide it.
         order: its place in listings (``--defense`` choices, error messages): the baseline
             first, then DP training, the certified defenses, PATE and DSSGD; ascending.
     """
@@ -141,6 +148,7 @@ class DefenseSpec:
     resolve_defaults: Callable[..., tuple[Any, str | None]] | None = None
     check_budget: Callable[..., None] | None = None
     chance_hint: str | None = None
+    replay: Callable[..., Any] | None = None
     order: int = 100
 
     def claim_kind_for(self, config: Any) -> str:
