@@ -196,8 +196,7 @@ def compare_traces(run: ReplayTrace, neighbour: ReplayTrace, *, rtol: float = 1e
                 measured=math.inf,
                 allowed=0.0,
                 message=(
-                    f"the neighbouring run fed its mechanisms differently ({len(names)} inputs on D, {len(other)} on D′, first differing at position {first}): "
-                    "the control flow depends on the data"
+                    f"the neighbouring run fed its mechanisms differently ({len(names)} inputs on D, {len(other)} on D′, first differing at position {first}): the control flow depends on the data"
                 ),
             )
         )
@@ -231,7 +230,15 @@ def compare_traces(run: ReplayTrace, neighbour: ReplayTrace, *, rtol: float = 1e
             findings.append(ReplayFinding(kind="released", name=key, measured=math.inf, allowed=0.0, message=f"{key} is released only by the run on {where}: what is released depends on the data"))
             continue
         if a.shape != b.shape:
-            findings.append(ReplayFinding(kind="released", name=key, measured=math.inf, allowed=0.0, message=f"{key} has shape {a.shape} on D and {b.shape} on D′: it depends on the private data outside the claimed mechanism"))
+            findings.append(
+                ReplayFinding(
+                    kind="released",
+                    name=key,
+                    measured=math.inf,
+                    allowed=0.0,
+                    message=f"{key} has shape {a.shape} on D and {b.shape} on D′: it depends on the private data outside the claimed mechanism",
+                )
+            )
             continue
         if not np.allclose(a, b, rtol=0.0, atol=atol):
             measured = _norm(a - b, "linf")
