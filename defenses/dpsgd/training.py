@@ -55,20 +55,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch import nn
 
 from defenses._common import build_record, bundle_for_members
 from defenses.clipping import GradientClipper, clip_gradient
 from defenses.dpsgd.config import DPSGDConfig
-from defenses.dpsgd.pca import dp_pca, find_projection
+from defenses.dpsgd.pca import PCAObserver, dp_pca, find_projection
 from defenses.dpsgd.plan import DPSGDPlan, announce_plan, learning_rate_at, plan_dpsgd, resolve_config, run_claim
+from defenses.dpsgd.sampling import keyed_uniforms, poisson_lot
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset, DatasetBundle, Splits
 from dpaudit.models import build_model
 from dpaudit.privacy.claims import PrivacyClaim, dpsgd_claim
 from dpaudit.progress import Progress
+from dpaudit.replay import MechanismInput, ReplayTrace
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, torch_generator
 from dpaudit.training import check_loss
@@ -82,17 +85,31 @@ __all__ = [
     "noisy_clipped_sum",
     "parameter_names",
     "poisson_lot",
+    "keyed_uniforms",
+    "StepObserver",
+    "ReplayRecorder",
+    "dpsgd_released",
+    "replay_dpsgd",
     "load_initial_state",
 ]
 
 OnStep = Callable[[int, dict[str, torch.Tensor], int], None]
 CanaryGradient = Callable[[int], "dict[str, torch.Tensor] | torch.Tensor | None"]
 OnEpoch = Callable[[int, nn.Module], None]
+PreNoise = Callable[[dict[str, torch.Tensor]], "dict[str, torch.Tensor] | None"]
 
 
-def poisson_lot(num_members: int, sampling_rate: float, *, generator: torch.Generator) -> torch.Tensor:
-    """Positions (0..N-1) of one Poisson lot: each included independently with prob. q."""
-    return torch.nonzero(torch.rand(num_members, generator=generator) < sampling_rate).reshape(-1)
+class StepObserver(Protocol):
+    """Sees each step's mechanism input before its noise (the neighbouring replay, docs/audits/replay.md).
+
+    Called once per step with the step index, the release's pre-noise value — ``scale`` ·
+    (Σ_{i∈lot} clip(g_i) + canary) with ``scale`` = 1 / the expected lot size, as the release
+    computes it — and the sample ids of the lot. What it returns, if not ``None``, replaces
+    that value before the noise is added (the replay substitutes a public value, so that both
+    runs of a pair follow the same trajectory); ``None`` leaves the step as it was.
+    """
+
+    def __call__(self, step: int, clipped_sum: dict[str, torch.Tensor], lot_ids: np.ndarray) -> dict[str, torch.Tensor] | None: ...
 
 
 def noisy_clipped_sum(
@@ -106,6 +123,7 @@ def noisy_clipped_sum(
     physical_batch_size: int = 1024,
     extra: dict[str, torch.Tensor] | None = None,
     scale: float = 1.0,
+    pre_noise: PreNoise | None = None,
 ) -> tuple[dict[str, torch.Tensor], float]:
     """One lot's released quantity, times ``scale``: Σ_{i∈lot} clip(g_i) (+ ``extra``) + N(0, noise_std² I).
 
@@ -120,6 +138,9 @@ def noisy_clipped_sum(
         extra: an already-clipped gradient added before the noise (a gradient canary).
         scale: constant multiplying the result (1 / expected lot size gives the update
             direction directly; folded into the clipping factors and the noise scale).
+        pre_noise: receives ``scale`` · (Σ clip(g_i) + ``extra``) before the noise is added;
+            what it returns, if not ``None``, replaces it (the neighbouring replay's observer,
+            :class:`StepObserver`).
 
     Returns:
         ({parameter name: scale · noisy sum}, Σ loss over the lot).
@@ -139,6 +160,10 @@ def noisy_clipped_sum(
     if extra is not None:
         for name, g in extra.items():
             total[name].add_(g, alpha=scale)
+    if pre_noise is not None:
+        replaced = pre_noise(total)
+        if replaced is not None:
+            total = replaced
     for t in total.values():
         t.add_(torch.randn(t.shape, generator=generator, device=t.device, dtype=t.dtype), alpha=noise_std * scale)
     return total, loss_sum
@@ -228,6 +253,9 @@ class ClippedRelease:
         self._scale = 1.0 / plan.expected_lot_size
         self._generator = generator
         self.noise_std = plan.noise_multiplier * self.clipper.sensitivity
+        #: :func:`noisy_clipped_sum`'s ``pre_noise`` for the next call; set by the loop only
+        #: when a :class:`StepObserver` is attached.
+        self.pre_noise: PreNoise | None = None
 
     def parameters(self) -> dict[str, nn.Parameter]:
         return self._params
@@ -253,6 +281,7 @@ class ClippedRelease:
             physical_batch_size=self._config.physical_batch_size,
             extra=extra,
             scale=self._scale,
+            pre_noise=self.pre_noise,
         )
 
     def close(self) -> None:
@@ -262,13 +291,15 @@ class ClippedRelease:
 class _Lots:
     """Draws each step's lot: Poisson (private), or fixed-size lots from a shuffle (labelled non-private)."""
 
-    def __init__(self, num_members: int, *, sampling_rate: float, sampling: str, generator: torch.Generator) -> None:
-        self.n, self.q, self.poisson, self.generator = num_members, sampling_rate, sampling == "poisson", generator
+    def __init__(self, ids: np.ndarray, *, sampling_rate: float, sampling: str, generator: torch.Generator) -> None:
+        self.ids, self.n, self.q, self.poisson, self.generator = ids, len(ids), sampling_rate, sampling == "poisson", generator
         self.order: list[torch.Tensor] = []
 
     def draw(self) -> torch.Tensor:
         if self.poisson:
-            return poisson_lot(self.n, self.q, generator=self.generator)
+            return poisson_lot(self.ids, self.q, generator=self.generator)
+        # A shuffle is positional: one record more or less changes every fixed-size lot, so this
+        # mode does not respect add/remove (its claim says so; the replay reports it).
         if not self.order:
             size = max(1, round(self.q * self.n))
             self.order = list(torch.randperm(self.n, generator=self.generator).split(size))
@@ -285,6 +316,7 @@ class _Hooks:
     canary_gradient: CanaryGradient | None = None
     on_epoch: OnEpoch | None = None
     after_step: Callable[[int, nn.Module], None] | None = None
+    observer: StepObserver | None = None
 
 
 @dataclass
@@ -303,7 +335,15 @@ class _Tally:
 
 
 def _initial_model(
-    bundle: DatasetBundle, members: ArrayDataset, *, model_name: str, model_options: dict[str, Any], config: DPSGDConfig, seed: int, initial_state: Mapping[str, torch.Tensor] | None
+    bundle: DatasetBundle,
+    members: ArrayDataset,
+    *,
+    model_name: str,
+    model_options: dict[str, Any],
+    config: DPSGDConfig,
+    seed: int,
+    initial_state: Mapping[str, torch.Tensor] | None,
+    pca_observer: PCAObserver | None = None,
 ) -> nn.Module:
     """The seeded (or given) initial model, with DP-PCA's projection filled in."""
     with torch.random.fork_rng(devices=[]):
@@ -318,6 +358,8 @@ def _initial_model(
             noise=float(config.pca_noise),  # type: ignore[arg-type]
             sampling_rate=config.pca_sampling_rate,
             generator=torch_generator(seed, "pca"),
+            ids=members.ids.numpy(),
+            observer=pca_observer,
         )
         find_projection(model).set(matrix)
     return model
@@ -333,6 +375,8 @@ def _run_steps(model: nn.Module, mechanism: Release, members: ArrayDataset, *, c
         lot = lots.draw().to(device)
         canary = hooks.canary_gradient(step) if hooks.canary_gradient is not None else None
         tally.canary_steps += canary is not None
+        if hooks.observer is not None:
+            _observe(mechanism, hooks.observer, step, members.ids, lot)
         update, loss_sum = mechanism(x, y, lot, canary=canary)
         lr = learning_rate_at(config, step / plan.steps_per_epoch)
         # The loss is computed on the parameters before this step's update: NaN here means the
@@ -358,6 +402,14 @@ def _run_steps(model: nn.Module, mechanism: Release, members: ArrayDataset, *, c
     for p in params.values():
         p.grad = None
     return tally
+
+
+def _observe(mechanism: Release, observer: StepObserver, step: int, ids: Any, lot: torch.Tensor) -> None:
+    """Points the release's pre-noise callback at ``observer`` for this step."""
+    if not hasattr(mechanism, "pre_noise"):
+        raise v.invalid("observer", f"the release {type(mechanism).__name__} exposes no pre-noise value to observe (it has no pre_noise attribute)")
+    lot_ids = np.asarray(ids)[lot.cpu().numpy()]
+    mechanism.pre_noise = lambda total: observer(step, total, lot_ids)
 
 
 def _model_options(config: DPSGDConfig, model_options: dict[str, Any] | None) -> dict[str, Any]:
@@ -388,6 +440,8 @@ def train_dpsgd(
     progress_label: str = "dpsgd",
     initial_state: Mapping[str, torch.Tensor] | None = None,
     release: ReleaseFactory = ClippedRelease,
+    observer: StepObserver | None = None,
+    pca_observer: PCAObserver | None = None,
 ) -> tuple[TrainedModel, nn.Module]:
     """Trains a zoo model on the split's members with DP-SGD (+ DP-PCA).
 
@@ -414,6 +468,10 @@ def train_dpsgd(
             as long as it does not depend on the members.
         release: builds what each step releases (module docstring, "The release hook");
             default Algorithm 1's per-example clipping and Gaussian noise.
+        observer: sees (and may replace) each step's pre-noise clipped sum with the lot's
+            sample ids (:class:`StepObserver`; the neighbouring replay). The release must
+            expose ``pre_noise`` (:class:`ClippedRelease` does).
+        pca_observer: the same for DP-PCA's pre-noise covariance (:data:`defenses.dpsgd.pca.PCAObserver`).
 
     Returns:
         The record (claim from the steps actually taken) and the trained module (eval mode).
@@ -431,13 +489,13 @@ def train_dpsgd(
     plan = plan_dpsgd(config, num_members=len(members))
     announce_plan(plan, label=progress_label, enabled=progress)
     config, _ = resolve_config(config, num_members=len(members))  # the record stores the values that ran
-    model = _initial_model(bundle, members, model_name=model_name, model_options=model_options, config=config, seed=seed, initial_state=initial_state)
+    model = _initial_model(bundle, members, model_name=model_name, model_options=model_options, config=config, seed=seed, initial_state=initial_state, pca_observer=pca_observer)
     model.to(device).train()
     if prepare_model is not None:
         prepare_model(model)
     mechanism = release(model, config=config, plan=plan, generator=torch_generator(seed, "noise", device=device))
-    lots = _Lots(len(members), sampling_rate=plan.sampling_rate, sampling=config.sampling, generator=torch_generator(seed, "lots"))
-    hooks = _Hooks(on_step=on_step, canary_gradient=canary_gradient, on_epoch=on_epoch, after_step=after_step)
+    lots = _Lots(members.ids.numpy(), sampling_rate=plan.sampling_rate, sampling=config.sampling, generator=torch_generator(seed, "lots"))
+    hooks = _Hooks(on_step=on_step, canary_gradient=canary_gradient, on_epoch=on_epoch, after_step=after_step, observer=observer)
     try:
         with Progress(plan.num_steps, f"train {progress_label} {model_name} on {bundle.name}", enabled=progress) as bar:
             tally = _run_steps(model, mechanism, members, config=config, plan=plan, lots=lots, hooks=hooks, bar=bar, device=device)
@@ -566,6 +624,103 @@ class DPSGDTrainer:
         return self(dataset, seed=seed, initial_state=initial_state)
 
 
+class ReplayRecorder:
+    """The observers of a DP-SGD replay: records each mechanism input and substitutes a public value.
+
+    Each step's pre-noise clipped sum (divided by the public expected lot size L, as the release
+    computes it) is recorded with the claim's sensitivity C / L, and DP-PCA's pre-noise
+    covariance with sensitivity 1; each is then replaced by zeros before its noise. Both runs of a
+    pair therefore follow the same trajectory — the one the noise alone drives — so every step's
+    input is compared at the same parameters: the per-step sensitivity that adaptive composition
+    assumes, conditioned on the same earlier outputs (docs/audits/replay.md).
+
+    Args:
+        clip_norm: C, the claim's total L2 bound on one example's clipped gradient.
+        expected_lot_size: L, the divisor the release folds in.
+        pca_sensitivity: DP-PCA's claimed sensitivity (1: rows scaled to unit norm).
+    """
+
+    def __init__(self, *, clip_norm: float, expected_lot_size: float, pca_sensitivity: float = 1.0) -> None:
+        self.step_sensitivity = float(clip_norm) / float(expected_lot_size)
+        self.pca_sensitivity = float(pca_sensitivity)
+        self.inputs: list[MechanismInput] = []
+
+    def step(self, step: int, clipped_sum: dict[str, torch.Tensor], lot_ids: np.ndarray) -> dict[str, torch.Tensor]:
+        """A :class:`StepObserver`: records the step's clipped sum, returns zeros in its place."""
+        flat = torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in clipped_sum.values()])
+        self.inputs.append(MechanismInput(name=f"step {step}: clipped sum", value=flat.numpy(), sensitivity=self.step_sensitivity, norm="l2"))
+        return {name: torch.zeros_like(t) for name, t in clipped_sum.items()}
+
+    def pca(self, upper: torch.Tensor) -> torch.Tensor:
+        """A :data:`~defenses.dpsgd.pca.PCAObserver`: records XᵀX's upper triangle, returns zeros."""
+        self.inputs.append(MechanismInput(name="DP-PCA: covariance (upper triangle)", value=upper.detach().cpu().numpy(), sensitivity=self.pca_sensitivity, norm="l2"))
+        return torch.zeros_like(upper)
+
+
+def dpsgd_released(record: TrainedModel, model: nn.Module, *, config: DPSGDConfig) -> dict[str, Any]:
+    """What a DP-SGD run releases besides its noisy sums: the schedule's public constants, the claim and the model.
+
+    The record's evaluation metrics (accuracies and losses on members, the realised mean lot
+    size, the mean training loss) are the audit's own measurements beside its membership ground
+    truth, not values the defense publishes, and are not listed.
+    """
+    m = record.metrics
+    released: dict[str, Any] = {
+        "number of steps": m["num_steps"],
+        "sampling rate": m["sampling_rate"],
+        "expected lot size (normaliser)": m["expected_lot_size"],
+        "noise multiplier": m["noise_multiplier"],
+        "noise std": m["noise_std"],
+        "clip norm": config.clip_norm,
+        "claimed epsilon": m["epsilon"],
+    }
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if t.is_floating_point():
+            released[f"model {name}"] = t.detach().cpu().double().numpy()
+    return released
+
+
+def replay_dpsgd(
+    *,
+    bundle: DatasetBundle,
+    splits: Splits,
+    model_name: str,
+    model_options: dict[str, Any] | None = None,
+    config: DPSGDConfig = DPSGDConfig(),
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> ReplayTrace:
+    """The neighbouring replay of DP-SGD (:attr:`defenses.registry.DefenseSpec.replay`).
+
+    Runs :func:`train_dpsgd` itself on ``splits``' members with a :class:`ReplayRecorder`
+    attached: every step's clipped sum (sensitivity C / L) and DP-PCA's covariance (sensitivity
+    1) as mechanism inputs, and :func:`dpsgd_released` as released values. With
+    ``sampling="shuffle-non-private-accounting"`` the fixed-size lots come from a positional
+    shuffle, which one record more or less reshuffles: the replay runs it as it is and reports
+    the steps whose sums moved by more than C / L. A sampling rate derived from N (``lot_size``
+    or its default, q = L / N) and the default divisor q·N depend on the number of members: the
+    replay reports them as released values that differ; give ``sampling_rate`` and
+    ``expected_lot_size`` for a pipeline that treats nothing about the data as public.
+    """
+    members = len(splits.members)
+    resolved, _ = resolve_config(config, num_members=members)
+    plan = plan_dpsgd(resolved, num_members=members)
+    recorder = ReplayRecorder(clip_norm=float(resolved.clip_norm), expected_lot_size=plan.expected_lot_size)  # type: ignore[arg-type]
+    record, model = train_dpsgd(
+        bundle=bundle,
+        splits=splits,
+        model_name=model_name,
+        model_options=model_options,
+        config=config,
+        seed=seed,
+        device=device,
+        progress=False,
+        observer=recorder.step,
+        pca_observer=recorder.pca,
+    )
+    return ReplayTrace(defense="dpsgd", mechanism_inputs=tuple(recorder.inputs), released=dpsgd_released(record, model, config=resolved))
+
+
 def _check_budget(config: DPSGDConfig, *, splits: Splits, **_: Any) -> None:
     """With ε, σ and the epochs all given, refuses epochs the budget cannot pay for (naming the steps it allows)."""
     if None not in (config.target_epsilon, config.noise_multiplier, config.epochs):
@@ -586,6 +741,7 @@ DEFENSES.register(
         per_example_gradients=True,
         resolve_defaults=_resolve_defaults,
         check_budget=_check_budget,
+        replay=replay_dpsgd,
         chance_hint="--lot-size, --learning-rate, --epochs or --clip-norm (or a larger --target-epsilon)",
         summary="DP-SGD with Poisson lots, per-example clipping and Gaussian noise (+ DP-PCA) (Abadi et al. 2016)",
         order=10,
