@@ -106,7 +106,9 @@ class StepObserver(Protocol):
     (Σ_{i∈lot} clip(g_i) + canary) with ``scale`` = 1 / the expected lot size, as the release
     computes it — and the sample ids of the lot. What it returns, if not ``None``, replaces
     that value before the noise is added (the replay substitutes a public value, so that both
-    runs of a pair follow the same trajectory); ``None`` leaves the step as it was.
+    runs of a pair follow the same trajectory); ``None`` leaves the step as it was. An observer
+    with a ``before_lot(step, lot_ids, model)`` method has it called before the lot's forward
+    pass (Secure-SGD's replay keys the noise layer's per-example training noise there).
     """
 
     def __call__(self, step: int, clipped_sum: dict[str, torch.Tensor], lot_ids: np.ndarray) -> dict[str, torch.Tensor] | None: ...
@@ -376,7 +378,7 @@ def _run_steps(model: nn.Module, mechanism: Release, members: ArrayDataset, *, c
         canary = hooks.canary_gradient(step) if hooks.canary_gradient is not None else None
         tally.canary_steps += canary is not None
         if hooks.observer is not None:
-            _observe(mechanism, hooks.observer, step, members.ids, lot)
+            _observe(mechanism, hooks.observer, step, members.ids, lot, model)
         update, loss_sum = mechanism(x, y, lot, canary=canary)
         lr = learning_rate_at(config, step / plan.steps_per_epoch)
         # The loss is computed on the parameters before this step's update: NaN here means the
@@ -404,11 +406,14 @@ def _run_steps(model: nn.Module, mechanism: Release, members: ArrayDataset, *, c
     return tally
 
 
-def _observe(mechanism: Release, observer: StepObserver, step: int, ids: Any, lot: torch.Tensor) -> None:
-    """Points the release's pre-noise callback at ``observer`` for this step."""
+def _observe(mechanism: Release, observer: StepObserver, step: int, ids: Any, lot: torch.Tensor, model: nn.Module) -> None:
+    """Points the release's pre-noise callback at ``observer`` for this step (and calls its ``before_lot``, if any)."""
     if not hasattr(mechanism, "pre_noise"):
         raise v.invalid("observer", f"the release {type(mechanism).__name__} exposes no pre-noise value to observe (it has no pre_noise attribute)")
     lot_ids = np.asarray(ids)[lot.cpu().numpy()]
+    before_lot = getattr(observer, "before_lot", None)
+    if before_lot is not None:
+        before_lot(step, lot_ids, model)
     mechanism.pre_noise = lambda total: observer(step, total, lot_ids)
 
 
@@ -645,7 +650,7 @@ class ReplayRecorder:
         self.pca_sensitivity = float(pca_sensitivity)
         self.inputs: list[MechanismInput] = []
 
-    def step(self, step: int, clipped_sum: dict[str, torch.Tensor], lot_ids: np.ndarray) -> dict[str, torch.Tensor]:
+    def __call__(self, step: int, clipped_sum: dict[str, torch.Tensor], lot_ids: np.ndarray) -> dict[str, torch.Tensor]:
         """A :class:`StepObserver`: records the step's clipped sum, returns zeros in its place."""
         flat = torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in clipped_sum.values()])
         self.inputs.append(MechanismInput(name=f"step {step}: clipped sum", value=flat.numpy(), sensitivity=self.step_sensitivity, norm="l2"))
@@ -715,7 +720,7 @@ def replay_dpsgd(
         seed=seed,
         device=device,
         progress=False,
-        observer=recorder.step,
+        observer=recorder,
         pca_observer=recorder.pca,
     )
     return ReplayTrace(defense="dpsgd", mechanism_inputs=tuple(recorder.inputs), released=dpsgd_released(record, model, config=resolved))
