@@ -202,3 +202,68 @@ def test_a_correct_toy_replay_holds_and_planted_bugs_are_caught(digits) -> None:
             check_contract(TOY, {"leak_mean": True}, digits)
         with pytest.raises(AssertionError, match=r"\[sensitivity\] sum moved by"):
             check_contract(TOY, {"skip_clipping": True, "clip": 0.01}, digits)
+
+
+# ----------------------------------------------------------------------------- DP-SGD's sampling and DP-PCA
+
+
+def test_keyed_poisson_lots_of_neighbours_differ_only_in_the_changed_record() -> None:
+    import torch
+
+    from defenses.dpsgd.sampling import poisson_lot
+
+    ids = np.arange(0, 3000, 3)
+    without = np.delete(ids, 200)
+    lots_d, lots_minus, sizes = [], [], []
+    for step in range(200):
+        a = ids[poisson_lot(ids, 0.05, generator=torch.Generator().manual_seed(step)).numpy()]
+        b = without[poisson_lot(without, 0.05, generator=torch.Generator().manual_seed(step)).numpy()]
+        assert set(a) - set(b) <= {ids[200]} and set(b) <= set(a), f"step {step}: the lots differ beyond the removed record"
+        lots_d.append(a)
+        lots_minus.append(b)
+        sizes.append(len(a))
+    # The law is unchanged: each record in a lot with probability q, independently (binomial sizes,
+    # mean Nq = 50, variance Nq(1-q) = 47.5; the bounds are ~5 standard errors wide).
+    assert abs(np.mean(sizes) - 50) < 5 * np.sqrt(47.5 / 200)
+    assert 47.5 / 2 < np.var(sizes) < 47.5 * 2
+    hits = np.zeros(len(ids))
+    for a in lots_d:
+        hits[np.searchsorted(ids, a)] += 1
+    assert abs(hits.mean() / 200 - 0.05) < 0.005 and np.corrcoef(hits[:-1], hits[1:])[0, 1] < 0.15
+
+
+def _dpsgd_replays(digits, **options: Any) -> list[Any]:
+    bundle, splits, pairs = digits
+    spec = DEFENSES["dpsgd"]
+    config = spec.config_type(epochs=1, sampling_rate=0.1, expected_lot_size=0.1 * len(splits.members), accountant="rdp", **options)
+    model_options = {"hidden": 32} if "pca_components" in options else None
+    model = "abadi-mnist" if "pca_components" in options else "digits-mlp"
+    common = {"bundle": bundle, "model_name": model, "model_options": model_options, "config": config, "seed": SEED, "device": "cpu"}
+    run = spec.replay(splits=splits, **common)
+    return [compare_traces(run, spec.replay(splits=neighbour, **common)) for neighbour in pairs.values()]
+
+
+def test_dp_pca_input_is_replayed_within_its_sensitivity(digits) -> None:
+    verdicts = _dpsgd_replays(digits, pca_components=8, pca_noise=4.0, pca_sampling_rate=0.5)
+    for verdict in verdicts:
+        assert verdict.holds, verdict.summary()
+    # DP-PCA's covariance (a sampled record moves its upper triangle by ≤ ‖xxᵀ‖_F = 1), then one
+    # clipped sum per step: 1 epoch at q = 0.1 is 10 steps.
+    assert verdicts[0].num_mechanism_inputs == 1 + 10
+
+
+def test_shuffled_lots_are_reported_as_not_add_remove_stable(digits) -> None:
+    verdicts = _dpsgd_replays(digits, sampling="shuffle-non-private-accounting")
+    assert all(not v.holds for v in verdicts)
+    assert all({f.kind for f in v.findings} == {"sensitivity"} for v in verdicts)
+
+
+def test_a_sampling_rate_derived_from_the_number_of_members_is_reported(digits) -> None:
+    """With a lot size L (q = L / N), N — which D and D ± 1 do not share — sets q, the steps and the divisor."""
+    bundle, splits, pairs = digits
+    spec = DEFENSES["dpsgd"]
+    config = spec.config_type(epochs=1, lot_size=12, accountant="rdp")
+    common = {"bundle": bundle, "model_name": "digits-mlp", "model_options": None, "config": config, "seed": SEED, "device": "cpu"}
+    verdict = compare_traces(spec.replay(splits=splits, **common), spec.replay(splits=next(iter(pairs.values())), **common))
+    assert not verdict.holds
+    assert "sampling rate" in {f.name for f in verdict.findings if f.kind == "released"}
