@@ -4,7 +4,9 @@ Implements Algorithm 1 of Abadi, Chu, Goodfellow, McMahan, Mironov, Talwar & Zha
 Learning with Differential Privacy" (CCS 2016):
 
 1. **Lots.** Each step draws a lot by Poisson sampling: every member is included
-   independently with probability q = L/N (§3.1, "Lots"; the lot size varies). A
+   independently with probability q = L/N (§3.1, "Lots"; the lot size varies), its coin a
+   keyed hash of its sample id (:mod:`defenses.dpsgd.sampling`), so a neighbouring dataset
+   draws the same lots up to its one record. A
    fixed-size shuffling mode exists only as an explicitly labelled option
    (``sampling="shuffle-non-private-accounting"``): the accounting assumes Poisson
    sampling, so its claim says the guarantee does not strictly hold.
@@ -35,6 +37,10 @@ resolved values, so its id and claim are those of a run that named them.
 another mechanism passes its own (Secure-SGD's reproduction of its authors' batch clipping,
 :mod:`defenses.noise_layer.authors`); lots, schedule, optimiser, seed streams, hooks and record
 stay this loop's.
+
+**The neighbouring replay** (:func:`replay_dpsgd`, docs/audits/replay.md): ``observer=`` (a
+:class:`StepObserver`) sees each step's clipped sum before the noise, with the lot's sample ids,
+and ``pca_observer=`` DP-PCA's covariance; without them the loop pays one ``None`` check per step.
 
 **White-box hooks** (for audits in the threat model of §2: the adversary sees every update):
 
