@@ -38,7 +38,7 @@ another mechanism passes its own (Secure-SGD's reproduction of its authors' batc
 :mod:`defenses.noise_layer.authors`); lots, schedule, optimiser, seed streams, hooks and record
 stay this loop's.
 
-**The neighbouring replay** (:func:`replay_dpsgd`, docs/audits/replay.md): ``observer=`` (a
+**The neighbouring replay** (:func:`defenses.dpsgd.replay.replay_dpsgd`, docs/audits/replay.md): ``observer=`` (a
 :class:`StepObserver`) sees each step's clipped sum before the noise, with the lot's sample ids,
 and ``pca_observer=`` DP-PCA's covariance; without them the loop pays one ``None`` check per step.
 
@@ -59,17 +59,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from defenses._common import build_record, bundle_for_members
-from defenses.clipping import GradientClipper, clip_gradient
 from defenses.dpsgd.config import DPSGDConfig
 from defenses.dpsgd.pca import PCAObserver, dp_pca, find_projection
 from defenses.dpsgd.plan import DPSGDPlan, announce_plan, learning_rate_at, plan_dpsgd, resolve_config, run_claim
+from defenses.dpsgd.release import ClippedRelease, Release, ReleaseFactory, StepObserver, noisy_clipped_sum, parameter_names
 from defenses.dpsgd.sampling import keyed_uniforms, poisson_lot
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
@@ -77,7 +77,6 @@ from dpaudit.data import ArrayDataset, DatasetBundle, Splits
 from dpaudit.models import build_model
 from dpaudit.privacy.claims import PrivacyClaim, dpsgd_claim
 from dpaudit.progress import Progress
-from dpaudit.replay import MechanismInput, ReplayTrace
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, torch_generator
 from dpaudit.training import check_loss
@@ -93,111 +92,12 @@ __all__ = [
     "poisson_lot",
     "keyed_uniforms",
     "StepObserver",
-    "ReplayRecorder",
-    "dpsgd_released",
-    "replay_dpsgd",
     "load_initial_state",
 ]
 
 OnStep = Callable[[int, dict[str, torch.Tensor], int], None]
 CanaryGradient = Callable[[int], "dict[str, torch.Tensor] | torch.Tensor | None"]
 OnEpoch = Callable[[int, nn.Module], None]
-PreNoise = Callable[[dict[str, torch.Tensor]], "dict[str, torch.Tensor] | None"]
-
-
-class StepObserver(Protocol):
-    """Sees each step's mechanism input before its noise (the neighbouring replay, docs/audits/replay.md).
-
-    Called once per step with the step index, the release's pre-noise value — ``scale`` ·
-    (Σ_{i∈lot} clip(g_i) + canary) with ``scale`` = 1 / the expected lot size, as the release
-    computes it — and the sample ids of the lot. What it returns, if not ``None``, replaces
-    that value before the noise is added (the replay substitutes a public value, so that both
-    runs of a pair follow the same trajectory); ``None`` leaves the step as it was. An observer
-    with a ``before_lot(step, lot_ids, model)`` method has it called before the lot's forward
-    pass (Secure-SGD's replay keys the noise layer's per-example training noise there).
-    """
-
-    def __call__(self, step: int, clipped_sum: dict[str, torch.Tensor], lot_ids: np.ndarray) -> dict[str, torch.Tensor] | None: ...
-
-
-def noisy_clipped_sum(
-    clipper: GradientClipper,
-    features: torch.Tensor,
-    labels: torch.Tensor,
-    lot: torch.Tensor,
-    *,
-    noise_std: float,
-    generator: torch.Generator,
-    physical_batch_size: int = 1024,
-    extra: dict[str, torch.Tensor] | None = None,
-    scale: float = 1.0,
-    pre_noise: PreNoise | None = None,
-) -> tuple[dict[str, torch.Tensor], float]:
-    """One lot's released quantity, times ``scale``: Σ_{i∈lot} clip(g_i) (+ ``extra``) + N(0, noise_std² I).
-
-    Args:
-        clipper: the clipping engine attached to the model.
-        features: all members' features (indexed by ``lot``).
-        labels: all members' labels.
-        lot: positions of the lot's examples (may be empty).
-        noise_std: σ·C, the noise std per coordinate of the (unscaled) sum.
-        generator: noise randomness (on the parameters' device).
-        physical_batch_size: most examples per forward/backward pass.
-        extra: an already-clipped gradient added before the noise (a gradient canary).
-        scale: constant multiplying the result (1 / expected lot size gives the update
-            direction directly; folded into the clipping factors and the noise scale).
-        pre_noise: receives ``scale`` · (Σ clip(g_i) + ``extra``) before the noise is added;
-            what it returns, if not ``None``, replaces it (the neighbouring replay's observer,
-            :class:`StepObserver`).
-
-    Returns:
-        ({parameter name: scale · noisy sum}, Σ loss over the lot).
-    """
-    total: dict[str, torch.Tensor] | None = None
-    loss_sum = 0.0
-    for chunk in lot.split(physical_batch_size):
-        res = clipper.clipped_sum(features[chunk], labels[chunk], scale=scale)
-        if total is None:
-            total = res.grads
-        else:
-            for name, g in res.grads.items():
-                total[name].add_(g)
-        loss_sum += res.loss_sum
-    if total is None:  # empty lot: the release is pure noise
-        total = {name: torch.zeros_like(p) for name, p in clipper.parameters().items()}
-    if extra is not None:
-        for name, g in extra.items():
-            total[name].add_(g, alpha=scale)
-    if pre_noise is not None:
-        replaced = pre_noise(total)
-        if replaced is not None:
-            total = replaced
-    for t in total.values():
-        t.add_(torch.randn(t.shape, generator=generator, device=t.device, dtype=t.dtype), alpha=noise_std * scale)
-    return total, loss_sum
-
-
-def parameter_names(model: nn.Module) -> list[str]:
-    """Trainable parameter names in the order a flat canary gradient is split by."""
-    return [n for n, p in model.named_parameters() if p.requires_grad]
-
-
-def _canary_dict(value: dict[str, torch.Tensor] | torch.Tensor, params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        total = sum(p.numel() for p in params.values())
-        if value.numel() != total:
-            raise v.invalid("canary_gradient", f"canary_gradient returned a flat tensor of {value.numel()} entries; the model has {total} parameters")
-        out, k = {}, 0
-        for n, p in params.items():
-            out[n] = value.reshape(-1)[k : k + p.numel()].reshape(p.shape).to(p.device, p.dtype)
-            k += p.numel()
-        return out
-    if isinstance(value, dict):
-        unknown = set(value) - set(params)
-        if unknown:
-            raise v.invalid("canary_gradient", f"canary_gradient names unknown parameters {sorted(unknown)!r}")
-        return {n: value[n].to(p.device, p.dtype).reshape(p.shape) for n, p in params.items() if n in value}
-    raise v.invalid_type("canary_gradient", f"canary_gradient must return a dict of tensors, a flat tensor or None, got {type(value).__name__}")
 
 
 def load_initial_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
@@ -217,83 +117,6 @@ def load_initial_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> N
         parts = [f"missing {missing}" if missing else "", f"unexpected {unexpected}" if unexpected else "", f"shapes differ ({'; '.join(shapes)})" if shapes else ""]
         raise v.invalid("initial_state", f"initial_state does not fit the model: {', '.join(p for p in parts if p)}")
     model.load_state_dict({k: torch.as_tensor(t) for k, t in state.items()}, strict=True)
-
-
-class Release(Protocol):
-    """One DP-SGD step's mechanism: a lot in, the noisy gradient sum the optimiser applies out.
-
-    Attributes:
-        noise_std: the noise std per coordinate of the unscaled sum (σ times the sensitivity).
-    """
-
-    noise_std: float
-
-    def parameters(self) -> dict[str, nn.Parameter]:
-        """The parameters the release covers (name → parameter), which the optimiser steps."""
-        ...
-
-    def __call__(self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any) -> tuple[dict[str, torch.Tensor], float]:
-        """({name: noisy sum / expected lot size}, Σ loss over the lot) for the lot's positions.
-
-        ``canary`` is what ``canary_gradient`` returned for this step (``None``: no canary).
-        """
-        ...
-
-    def close(self) -> None:
-        """Releases what the mechanism attached to the model (hooks)."""
-        ...
-
-
-class ReleaseFactory(Protocol):
-    """Builds a :class:`Release` on the model once it is ready to train (after ``prepare_model``)."""
-
-    def __call__(self, model: nn.Module, *, config: DPSGDConfig, plan: DPSGDPlan, generator: torch.Generator) -> Release: ...
-
-
-class ClippedRelease:
-    """Algorithm 1's release: per-example clipping (flat or per layer), a clipped canary, Gaussian noise."""
-
-    def __init__(self, model: nn.Module, *, config: DPSGDConfig, plan: DPSGDPlan, generator: torch.Generator) -> None:
-        self.clipper = GradientClipper(model, clip_norm=config.clip_norm, per_layer=config.per_layer, method=config.clipping_method)
-        self._params = self.clipper.parameters()
-        self._layer_groups = [[self.clipper._full(layer, local) for local in layer.params] for layer in self.clipper.layers]
-        self._config = config
-        self._scale = 1.0 / plan.expected_lot_size
-        self._generator = generator
-        self.noise_std = plan.noise_multiplier * self.clipper.sensitivity
-        #: :func:`noisy_clipped_sum`'s ``pre_noise`` for the next call; set by the loop only
-        #: when a :class:`StepObserver` is attached.
-        self.pre_noise: PreNoise | None = None
-
-    def parameters(self) -> dict[str, nn.Parameter]:
-        return self._params
-
-    def __call__(self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any) -> tuple[dict[str, torch.Tensor], float]:
-        extra = None
-        if canary is not None:
-            # One more record under the same claim: clipped exactly like one example's gradient.
-            extra = clip_gradient(
-                _canary_dict(canary, self._params),
-                clip_norm=self._config.clip_norm,
-                layer_groups=self._layer_groups if self.clipper.layer_clip_norms else None,
-                layer_clip_norms=self.clipper.layer_clip_norms,
-            )
-        # The 1/L of the update is folded into the clipping factors and the noise scale.
-        return noisy_clipped_sum(
-            self.clipper,
-            features,
-            labels,
-            lot,
-            noise_std=self.noise_std,
-            generator=self._generator,
-            physical_batch_size=self._config.physical_batch_size,
-            extra=extra,
-            scale=self._scale,
-            pre_noise=self.pre_noise,
-        )
-
-    def close(self) -> None:
-        self.clipper.close()
 
 
 class _Lots:
@@ -635,103 +458,6 @@ class DPSGDTrainer:
         return self(dataset, seed=seed, initial_state=initial_state)
 
 
-class ReplayRecorder:
-    """The observers of a DP-SGD replay: records each mechanism input and substitutes a public value.
-
-    Each step's pre-noise clipped sum (divided by the public expected lot size L, as the release
-    computes it) is recorded with the claim's sensitivity C / L, and DP-PCA's pre-noise
-    covariance with sensitivity 1; each is then replaced by zeros before its noise. Both runs of a
-    pair therefore follow the same trajectory — the one the noise alone drives — so every step's
-    input is compared at the same parameters: the per-step sensitivity that adaptive composition
-    assumes, conditioned on the same earlier outputs (docs/audits/replay.md).
-
-    Args:
-        clip_norm: C, the claim's total L2 bound on one example's clipped gradient.
-        expected_lot_size: L, the divisor the release folds in.
-        pca_sensitivity: DP-PCA's claimed sensitivity (1: rows scaled to unit norm).
-    """
-
-    def __init__(self, *, clip_norm: float, expected_lot_size: float, pca_sensitivity: float = 1.0) -> None:
-        self.step_sensitivity = float(clip_norm) / float(expected_lot_size)
-        self.pca_sensitivity = float(pca_sensitivity)
-        self.inputs: list[MechanismInput] = []
-
-    def __call__(self, step: int, clipped_sum: dict[str, torch.Tensor], lot_ids: np.ndarray) -> dict[str, torch.Tensor]:
-        """A :class:`StepObserver`: records the step's clipped sum, returns zeros in its place."""
-        flat = torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in clipped_sum.values()])
-        self.inputs.append(MechanismInput(name=f"step {step}: clipped sum", value=flat.numpy(), sensitivity=self.step_sensitivity, norm="l2"))
-        return {name: torch.zeros_like(t) for name, t in clipped_sum.items()}
-
-    def pca(self, upper: torch.Tensor) -> torch.Tensor:
-        """A :data:`~defenses.dpsgd.pca.PCAObserver`: records XᵀX's upper triangle, returns zeros."""
-        self.inputs.append(MechanismInput(name="DP-PCA: covariance (upper triangle)", value=upper.detach().cpu().numpy(), sensitivity=self.pca_sensitivity, norm="l2"))
-        return torch.zeros_like(upper)
-
-
-def dpsgd_released(record: TrainedModel, model: nn.Module, *, config: DPSGDConfig) -> dict[str, Any]:
-    """What a DP-SGD run releases besides its noisy sums: the schedule's public constants, the claim and the model.
-
-    The record's evaluation metrics (accuracies and losses on members, the realised mean lot
-    size, the mean training loss) are the audit's own measurements beside its membership ground
-    truth, not values the defense publishes, and are not listed.
-    """
-    m = record.metrics
-    released: dict[str, Any] = {
-        "number of steps": m["num_steps"],
-        "sampling rate": m["sampling_rate"],
-        "expected lot size (normaliser)": m["expected_lot_size"],
-        "noise multiplier": m["noise_multiplier"],
-        "noise std": m["noise_std"],
-        "clip norm": config.clip_norm,
-        "claimed epsilon": m["epsilon"],
-    }
-    for name, t in [*model.named_parameters(), *model.named_buffers()]:
-        if t.is_floating_point():
-            released[f"model {name}"] = t.detach().cpu().double().numpy()
-    return released
-
-
-def replay_dpsgd(
-    *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any] | None = None,
-    config: DPSGDConfig = DPSGDConfig(),
-    seed: int = 0,
-    device: torch.device | str = "cpu",
-) -> ReplayTrace:
-    """The neighbouring replay of DP-SGD (:attr:`defenses.registry.DefenseSpec.replay`).
-
-    Runs :func:`train_dpsgd` itself on ``splits``' members with a :class:`ReplayRecorder`
-    attached: every step's clipped sum (sensitivity C / L) and DP-PCA's covariance (sensitivity
-    1) as mechanism inputs, and :func:`dpsgd_released` as released values. With
-    ``sampling="shuffle-non-private-accounting"`` the fixed-size lots come from a positional
-    shuffle, which one record more or less reshuffles: the replay runs it as it is and reports
-    the steps whose sums moved by more than C / L. A sampling rate derived from N (``lot_size``
-    or its default, q = L / N) and the default divisor q·N depend on the number of members: the
-    replay reports them as released values that differ; give ``sampling_rate`` and
-    ``expected_lot_size`` for a pipeline that treats nothing about the data as public.
-    """
-    members = len(splits.members)
-    resolved, _ = resolve_config(config, num_members=members)
-    plan = plan_dpsgd(resolved, num_members=members)
-    recorder = ReplayRecorder(clip_norm=float(resolved.clip_norm), expected_lot_size=plan.expected_lot_size)  # type: ignore[arg-type]
-    record, model = train_dpsgd(
-        bundle=bundle,
-        splits=splits,
-        model_name=model_name,
-        model_options=model_options,
-        config=config,
-        seed=seed,
-        device=device,
-        progress=False,
-        observer=recorder,
-        pca_observer=recorder.pca,
-    )
-    return ReplayTrace(defense="dpsgd", mechanism_inputs=tuple(recorder.inputs), released=dpsgd_released(record, model, config=resolved))
-
-
 def _check_budget(config: DPSGDConfig, *, splits: Splits, **_: Any) -> None:
     """With ε, σ and the epochs all given, refuses epochs the budget cannot pay for (naming the steps it allows)."""
     if None not in (config.target_epsilon, config.noise_multiplier, config.epochs):
@@ -740,6 +466,13 @@ def _check_budget(config: DPSGDConfig, *, splits: Splits, **_: Any) -> None:
 
 def _resolve_defaults(config: DPSGDConfig, *, num_members: int, **_: Any) -> tuple[DPSGDConfig, str | None]:
     return resolve_config(config, num_members=num_members)
+
+
+def _replay(**kwargs: Any) -> Any:
+    """:func:`defenses.dpsgd.replay.replay_dpsgd`, imported on use (that module imports this one)."""
+    from defenses.dpsgd.replay import replay_dpsgd
+
+    return replay_dpsgd(**kwargs)
 
 
 DEFENSES.register(
@@ -752,7 +485,7 @@ DEFENSES.register(
         per_example_gradients=True,
         resolve_defaults=_resolve_defaults,
         check_budget=_check_budget,
-        replay=replay_dpsgd,
+        replay=_replay,
         chance_hint="--lot-size, --learning-rate, --epochs or --clip-norm (or a larger --target-epsilon)",
         summary="DP-SGD with Poisson lots, per-example clipping and Gaussian noise (+ DP-PCA) (Abadi et al. 2016)",
         order=10,

@@ -23,7 +23,9 @@ from torch import nn
 from defenses.dp_defaults import defaults_note, resolve_dp_config
 from defenses.dpsgd.pca import PCAObserver
 from defenses.dpsgd.plan import plan_dpsgd
-from defenses.dpsgd.training import ClippedRelease, ReplayRecorder, StepObserver, dpsgd_released, train_dpsgd
+from defenses.dpsgd.release import ClippedRelease, StepObserver
+from defenses.dpsgd.replay import ReplayRecorder, dpsgd_released
+from defenses.dpsgd.training import train_dpsgd
 from defenses.noise_layer.authors import AuthorsBatchClipping, authors_batch_mean_gradient
 from defenses.noise_layer.configs import CERTIFIED_MECHANISMS, SecureSGDConfig, certification_spec
 from defenses.noise_layer.schedule import scale_invariant_first_layer
@@ -187,10 +189,10 @@ def replay_secure_sgd(
 
     Secure-SGD's DP claim is DP-SGD's, so its mechanism inputs are the DP-SGD loop's (each
     step's clipped sum with sensitivity C / L, DP-PCA's covariance), recorded by the same
-    :class:`~defenses.dpsgd.training.ReplayRecorder` through :func:`train_secure_sgd` itself,
+    :class:`~defenses.dpsgd.replay.ReplayRecorder` through :func:`train_secure_sgd` itself,
     with the noise layer's per-example training noise keyed by sample id (same law; see
     :class:`_NoiseLayerRecorder`).
-    Its released values are DP-SGD's (:func:`~defenses.dpsgd.training.dpsgd_released`, the
+    Its released values are DP-SGD's (:func:`~defenses.dpsgd.replay.dpsgd_released`, the
     model including the noise layer's redistribution r and noise scale) plus the first layer's
     sensitivity the noise layer was calibrated with: r comes from public ids only, so none may
     differ. With ``authors_batch_clipping`` the recorded value is the clipped batch-mean
