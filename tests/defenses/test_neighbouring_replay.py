@@ -252,12 +252,14 @@ def test_dp_pca_input_is_replayed_within_its_sensitivity(digits) -> None:
     assert verdicts[0].num_mechanism_inputs == 1 + 10
 
 
+@pytest.mark.slow  # ~1 s each: what the replay reports, beside the contract
 def test_shuffled_lots_are_reported_as_not_add_remove_stable(digits) -> None:
     verdicts = _dpsgd_replays(digits, sampling="shuffle-non-private-accounting")
     assert all(not v.holds for v in verdicts)
     assert all({f.kind for f in v.findings} == {"sensitivity"} for v in verdicts)
 
 
+@pytest.mark.slow  # ~1 s each: what the replay reports, beside the contract
 def test_a_sampling_rate_derived_from_the_number_of_members_is_reported(digits) -> None:
     """With a lot size L (q = L / N), N — which D and D ± 1 do not share — sets q, the steps and the divisor."""
     bundle, splits, pairs = digits
