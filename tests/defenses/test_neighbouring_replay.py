@@ -269,3 +269,29 @@ def test_a_sampling_rate_derived_from_the_number_of_members_is_reported(digits) 
     verdict = compare_traces(spec.replay(splits=splits, **common), spec.replay(splits=next(iter(pairs.values())), **common))
     assert not verdict.holds
     assert "sampling rate" in {f.name for f in verdict.findings if f.kind == "released"}
+
+
+def test_an_observer_that_returns_none_changes_nothing(digits) -> None:
+    """The observer sees each step's pre-noise sum and the lot's ids; returning None leaves the run as it was."""
+    import torch
+
+    from defenses.dpsgd.training import train_dpsgd
+
+    bundle, splits, _ = digits
+    config = DEFENSES["dpsgd"].config_type(epochs=1, sampling_rate=0.1, accountant="rdp")
+    seen: list[tuple[int, int, float]] = []
+
+    def observer(step: int, clipped_sum: dict, lot_ids: np.ndarray) -> None:
+        assert set(lot_ids) <= set(splits.members.tolist())
+        seen.append((step, len(lot_ids), float(sum(t.double().norm() ** 2 for t in clipped_sum.values()) ** 0.5)))
+
+    common = {"bundle": bundle, "splits": splits, "model_name": "digits-mlp", "config": config, "seed": SEED, "progress": False}
+    _, plain = train_dpsgd(**common)
+    record, observed = train_dpsgd(**common, observer=observer)
+    for (name, a), b in zip(plain.state_dict().items(), observed.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert [s for s, _, _ in seen] == list(range(record.metrics["num_steps"]))
+    # Each sum is at most (lot size) · C / L in L2 (triangle inequality over clipped gradients).
+    expected = 0.1 * len(splits.members)
+    assert all(norm <= size * config.clip_norm / expected * (1 + 1e-6) for _, size, norm in seen)
+    assert record.metrics["mean_lot_size"] == pytest.approx(np.mean([size for _, size, _ in seen]))
