@@ -4,7 +4,9 @@ Implements Algorithm 1 of Abadi, Chu, Goodfellow, McMahan, Mironov, Talwar & Zha
 Learning with Differential Privacy" (CCS 2016):
 
 1. **Lots.** Each step draws a lot by Poisson sampling: every member is included
-   independently with probability q = L/N (§3.1, "Lots"; the lot size varies). A
+   independently with probability q = L/N (§3.1, "Lots"; the lot size varies), its coin a
+   keyed hash of its sample id (:mod:`defenses.dpsgd.sampling`), so a neighbouring dataset
+   draws the same lots up to its one record. A
    fixed-size shuffling mode exists only as an explicitly labelled option
    (``sampling="shuffle-non-private-accounting"``): the accounting assumes Poisson
    sampling, so its claim says the guarantee does not strictly hold.
@@ -36,6 +38,10 @@ another mechanism passes its own (Secure-SGD's reproduction of its authors' batc
 :mod:`defenses.noise_layer.authors`); lots, schedule, optimiser, seed streams, hooks and record
 stay this loop's.
 
+**The neighbouring replay** (:func:`defenses.dpsgd.replay.replay_dpsgd`, docs/audits/replay.md): ``observer=`` (a
+:class:`StepObserver`) sees each step's clipped sum before the noise, with the lot's sample ids,
+and ``pca_observer=`` DP-PCA's covariance; without them the loop pays one ``None`` check per step.
+
 **White-box hooks** (for audits in the threat model of §2: the adversary sees every update):
 
 * ``on_step(step_index, noisy_update, lot_size)`` receives, after every step, the released
@@ -53,16 +59,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from defenses._common import build_record, bundle_for_members
-from defenses.clipping import GradientClipper, clip_gradient
 from defenses.dpsgd.config import DPSGDConfig
-from defenses.dpsgd.pca import dp_pca, find_projection
+from defenses.dpsgd.pca import PCAObserver, dp_pca, find_projection
 from defenses.dpsgd.plan import DPSGDPlan, announce_plan, learning_rate_at, plan_dpsgd, resolve_config, run_claim
+from defenses.dpsgd.release import ClippedRelease, Release, ReleaseFactory, StepObserver, noisy_clipped_sum, parameter_names
+from defenses.dpsgd.sampling import keyed_uniforms, poisson_lot
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset, DatasetBundle, Splits
@@ -82,89 +90,14 @@ __all__ = [
     "noisy_clipped_sum",
     "parameter_names",
     "poisson_lot",
+    "keyed_uniforms",
+    "StepObserver",
     "load_initial_state",
 ]
 
 OnStep = Callable[[int, dict[str, torch.Tensor], int], None]
 CanaryGradient = Callable[[int], "dict[str, torch.Tensor] | torch.Tensor | None"]
 OnEpoch = Callable[[int, nn.Module], None]
-
-
-def poisson_lot(num_members: int, sampling_rate: float, *, generator: torch.Generator) -> torch.Tensor:
-    """Positions (0..N-1) of one Poisson lot: each included independently with prob. q."""
-    return torch.nonzero(torch.rand(num_members, generator=generator) < sampling_rate).reshape(-1)
-
-
-def noisy_clipped_sum(
-    clipper: GradientClipper,
-    features: torch.Tensor,
-    labels: torch.Tensor,
-    lot: torch.Tensor,
-    *,
-    noise_std: float,
-    generator: torch.Generator,
-    physical_batch_size: int = 1024,
-    extra: dict[str, torch.Tensor] | None = None,
-    scale: float = 1.0,
-) -> tuple[dict[str, torch.Tensor], float]:
-    """One lot's released quantity, times ``scale``: Σ_{i∈lot} clip(g_i) (+ ``extra``) + N(0, noise_std² I).
-
-    Args:
-        clipper: the clipping engine attached to the model.
-        features: all members' features (indexed by ``lot``).
-        labels: all members' labels.
-        lot: positions of the lot's examples (may be empty).
-        noise_std: σ·C, the noise std per coordinate of the (unscaled) sum.
-        generator: noise randomness (on the parameters' device).
-        physical_batch_size: most examples per forward/backward pass.
-        extra: an already-clipped gradient added before the noise (a gradient canary).
-        scale: constant multiplying the result (1 / expected lot size gives the update
-            direction directly; folded into the clipping factors and the noise scale).
-
-    Returns:
-        ({parameter name: scale · noisy sum}, Σ loss over the lot).
-    """
-    total: dict[str, torch.Tensor] | None = None
-    loss_sum = 0.0
-    for chunk in lot.split(physical_batch_size):
-        res = clipper.clipped_sum(features[chunk], labels[chunk], scale=scale)
-        if total is None:
-            total = res.grads
-        else:
-            for name, g in res.grads.items():
-                total[name].add_(g)
-        loss_sum += res.loss_sum
-    if total is None:  # empty lot: the release is pure noise
-        total = {name: torch.zeros_like(p) for name, p in clipper.parameters().items()}
-    if extra is not None:
-        for name, g in extra.items():
-            total[name].add_(g, alpha=scale)
-    for t in total.values():
-        t.add_(torch.randn(t.shape, generator=generator, device=t.device, dtype=t.dtype), alpha=noise_std * scale)
-    return total, loss_sum
-
-
-def parameter_names(model: nn.Module) -> list[str]:
-    """Trainable parameter names in the order a flat canary gradient is split by."""
-    return [n for n, p in model.named_parameters() if p.requires_grad]
-
-
-def _canary_dict(value: dict[str, torch.Tensor] | torch.Tensor, params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        total = sum(p.numel() for p in params.values())
-        if value.numel() != total:
-            raise v.invalid("canary_gradient", f"canary_gradient returned a flat tensor of {value.numel()} entries; the model has {total} parameters")
-        out, k = {}, 0
-        for n, p in params.items():
-            out[n] = value.reshape(-1)[k : k + p.numel()].reshape(p.shape).to(p.device, p.dtype)
-            k += p.numel()
-        return out
-    if isinstance(value, dict):
-        unknown = set(value) - set(params)
-        if unknown:
-            raise v.invalid("canary_gradient", f"canary_gradient names unknown parameters {sorted(unknown)!r}")
-        return {n: value[n].to(p.device, p.dtype).reshape(p.shape) for n, p in params.items() if n in value}
-    raise v.invalid_type("canary_gradient", f"canary_gradient must return a dict of tensors, a flat tensor or None, got {type(value).__name__}")
 
 
 def load_initial_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
@@ -186,89 +119,18 @@ def load_initial_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> N
     model.load_state_dict({k: torch.as_tensor(t) for k, t in state.items()}, strict=True)
 
 
-class Release(Protocol):
-    """One DP-SGD step's mechanism: a lot in, the noisy gradient sum the optimiser applies out.
-
-    Attributes:
-        noise_std: the noise std per coordinate of the unscaled sum (σ times the sensitivity).
-    """
-
-    noise_std: float
-
-    def parameters(self) -> dict[str, nn.Parameter]:
-        """The parameters the release covers (name → parameter), which the optimiser steps."""
-        ...
-
-    def __call__(self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any) -> tuple[dict[str, torch.Tensor], float]:
-        """({name: noisy sum / expected lot size}, Σ loss over the lot) for the lot's positions.
-
-        ``canary`` is what ``canary_gradient`` returned for this step (``None``: no canary).
-        """
-        ...
-
-    def close(self) -> None:
-        """Releases what the mechanism attached to the model (hooks)."""
-        ...
-
-
-class ReleaseFactory(Protocol):
-    """Builds a :class:`Release` on the model once it is ready to train (after ``prepare_model``)."""
-
-    def __call__(self, model: nn.Module, *, config: DPSGDConfig, plan: DPSGDPlan, generator: torch.Generator) -> Release: ...
-
-
-class ClippedRelease:
-    """Algorithm 1's release: per-example clipping (flat or per layer), a clipped canary, Gaussian noise."""
-
-    def __init__(self, model: nn.Module, *, config: DPSGDConfig, plan: DPSGDPlan, generator: torch.Generator) -> None:
-        self.clipper = GradientClipper(model, clip_norm=config.clip_norm, per_layer=config.per_layer, method=config.clipping_method)
-        self._params = self.clipper.parameters()
-        self._layer_groups = [[self.clipper._full(layer, local) for local in layer.params] for layer in self.clipper.layers]
-        self._config = config
-        self._scale = 1.0 / plan.expected_lot_size
-        self._generator = generator
-        self.noise_std = plan.noise_multiplier * self.clipper.sensitivity
-
-    def parameters(self) -> dict[str, nn.Parameter]:
-        return self._params
-
-    def __call__(self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any) -> tuple[dict[str, torch.Tensor], float]:
-        extra = None
-        if canary is not None:
-            # One more record under the same claim: clipped exactly like one example's gradient.
-            extra = clip_gradient(
-                _canary_dict(canary, self._params),
-                clip_norm=self._config.clip_norm,
-                layer_groups=self._layer_groups if self.clipper.layer_clip_norms else None,
-                layer_clip_norms=self.clipper.layer_clip_norms,
-            )
-        # The 1/L of the update is folded into the clipping factors and the noise scale.
-        return noisy_clipped_sum(
-            self.clipper,
-            features,
-            labels,
-            lot,
-            noise_std=self.noise_std,
-            generator=self._generator,
-            physical_batch_size=self._config.physical_batch_size,
-            extra=extra,
-            scale=self._scale,
-        )
-
-    def close(self) -> None:
-        self.clipper.close()
-
-
 class _Lots:
     """Draws each step's lot: Poisson (private), or fixed-size lots from a shuffle (labelled non-private)."""
 
-    def __init__(self, num_members: int, *, sampling_rate: float, sampling: str, generator: torch.Generator) -> None:
-        self.n, self.q, self.poisson, self.generator = num_members, sampling_rate, sampling == "poisson", generator
+    def __init__(self, ids: np.ndarray, *, sampling_rate: float, sampling: str, generator: torch.Generator) -> None:
+        self.ids, self.n, self.q, self.poisson, self.generator = ids, len(ids), sampling_rate, sampling == "poisson", generator
         self.order: list[torch.Tensor] = []
 
     def draw(self) -> torch.Tensor:
         if self.poisson:
-            return poisson_lot(self.n, self.q, generator=self.generator)
+            return poisson_lot(self.ids, self.q, generator=self.generator)
+        # A shuffle is positional: one record more or less changes every fixed-size lot, so this
+        # mode does not respect add/remove (its claim says so; the replay reports it).
         if not self.order:
             size = max(1, round(self.q * self.n))
             self.order = list(torch.randperm(self.n, generator=self.generator).split(size))
@@ -285,6 +147,7 @@ class _Hooks:
     canary_gradient: CanaryGradient | None = None
     on_epoch: OnEpoch | None = None
     after_step: Callable[[int, nn.Module], None] | None = None
+    observer: StepObserver | None = None
 
 
 @dataclass
@@ -303,7 +166,15 @@ class _Tally:
 
 
 def _initial_model(
-    bundle: DatasetBundle, members: ArrayDataset, *, model_name: str, model_options: dict[str, Any], config: DPSGDConfig, seed: int, initial_state: Mapping[str, torch.Tensor] | None
+    bundle: DatasetBundle,
+    members: ArrayDataset,
+    *,
+    model_name: str,
+    model_options: dict[str, Any],
+    config: DPSGDConfig,
+    seed: int,
+    initial_state: Mapping[str, torch.Tensor] | None,
+    pca_observer: PCAObserver | None = None,
 ) -> nn.Module:
     """The seeded (or given) initial model, with DP-PCA's projection filled in."""
     with torch.random.fork_rng(devices=[]):
@@ -318,6 +189,8 @@ def _initial_model(
             noise=float(config.pca_noise),  # type: ignore[arg-type]
             sampling_rate=config.pca_sampling_rate,
             generator=torch_generator(seed, "pca"),
+            ids=members.ids.numpy(),
+            observer=pca_observer,
         )
         find_projection(model).set(matrix)
     return model
@@ -333,6 +206,8 @@ def _run_steps(model: nn.Module, mechanism: Release, members: ArrayDataset, *, c
         lot = lots.draw().to(device)
         canary = hooks.canary_gradient(step) if hooks.canary_gradient is not None else None
         tally.canary_steps += canary is not None
+        if hooks.observer is not None:
+            _observe(mechanism, hooks.observer, step, members.ids, lot, model)
         update, loss_sum = mechanism(x, y, lot, canary=canary)
         lr = learning_rate_at(config, step / plan.steps_per_epoch)
         # The loss is computed on the parameters before this step's update: NaN here means the
@@ -358,6 +233,17 @@ def _run_steps(model: nn.Module, mechanism: Release, members: ArrayDataset, *, c
     for p in params.values():
         p.grad = None
     return tally
+
+
+def _observe(mechanism: Release, observer: StepObserver, step: int, ids: Any, lot: torch.Tensor, model: nn.Module) -> None:
+    """Points the release's pre-noise callback at ``observer`` for this step (and calls its ``before_lot``, if any)."""
+    if not hasattr(mechanism, "pre_noise"):
+        raise v.invalid("observer", f"the release {type(mechanism).__name__} exposes no pre-noise value to observe (it has no pre_noise attribute)")
+    lot_ids = np.asarray(ids)[lot.cpu().numpy()]
+    before_lot = getattr(observer, "before_lot", None)
+    if before_lot is not None:
+        before_lot(step, lot_ids, model)
+    mechanism.pre_noise = lambda total: observer(step, total, lot_ids)
 
 
 def _model_options(config: DPSGDConfig, model_options: dict[str, Any] | None) -> dict[str, Any]:
@@ -388,6 +274,8 @@ def train_dpsgd(
     progress_label: str = "dpsgd",
     initial_state: Mapping[str, torch.Tensor] | None = None,
     release: ReleaseFactory = ClippedRelease,
+    observer: StepObserver | None = None,
+    pca_observer: PCAObserver | None = None,
 ) -> tuple[TrainedModel, nn.Module]:
     """Trains a zoo model on the split's members with DP-SGD (+ DP-PCA).
 
@@ -414,6 +302,10 @@ def train_dpsgd(
             as long as it does not depend on the members.
         release: builds what each step releases (module docstring, "The release hook");
             default Algorithm 1's per-example clipping and Gaussian noise.
+        observer: sees (and may replace) each step's pre-noise clipped sum with the lot's
+            sample ids (:class:`StepObserver`; the neighbouring replay). The release must
+            expose ``pre_noise`` (:class:`ClippedRelease` does).
+        pca_observer: the same for DP-PCA's pre-noise covariance (:data:`defenses.dpsgd.pca.PCAObserver`).
 
     Returns:
         The record (claim from the steps actually taken) and the trained module (eval mode).
@@ -431,13 +323,13 @@ def train_dpsgd(
     plan = plan_dpsgd(config, num_members=len(members))
     announce_plan(plan, label=progress_label, enabled=progress)
     config, _ = resolve_config(config, num_members=len(members))  # the record stores the values that ran
-    model = _initial_model(bundle, members, model_name=model_name, model_options=model_options, config=config, seed=seed, initial_state=initial_state)
+    model = _initial_model(bundle, members, model_name=model_name, model_options=model_options, config=config, seed=seed, initial_state=initial_state, pca_observer=pca_observer)
     model.to(device).train()
     if prepare_model is not None:
         prepare_model(model)
     mechanism = release(model, config=config, plan=plan, generator=torch_generator(seed, "noise", device=device))
-    lots = _Lots(len(members), sampling_rate=plan.sampling_rate, sampling=config.sampling, generator=torch_generator(seed, "lots"))
-    hooks = _Hooks(on_step=on_step, canary_gradient=canary_gradient, on_epoch=on_epoch, after_step=after_step)
+    lots = _Lots(members.ids.numpy(), sampling_rate=plan.sampling_rate, sampling=config.sampling, generator=torch_generator(seed, "lots"))
+    hooks = _Hooks(on_step=on_step, canary_gradient=canary_gradient, on_epoch=on_epoch, after_step=after_step, observer=observer)
     try:
         with Progress(plan.num_steps, f"train {progress_label} {model_name} on {bundle.name}", enabled=progress) as bar:
             tally = _run_steps(model, mechanism, members, config=config, plan=plan, lots=lots, hooks=hooks, bar=bar, device=device)
@@ -576,6 +468,13 @@ def _resolve_defaults(config: DPSGDConfig, *, num_members: int, **_: Any) -> tup
     return resolve_config(config, num_members=num_members)
 
 
+def _replay(**kwargs: Any) -> Any:
+    """:func:`defenses.dpsgd.replay.replay_dpsgd`, imported on use (that module imports this one)."""
+    from defenses.dpsgd.replay import replay_dpsgd
+
+    return replay_dpsgd(**kwargs)
+
+
 DEFENSES.register(
     DefenseSpec(
         name="dpsgd",
@@ -586,6 +485,7 @@ DEFENSES.register(
         per_example_gradients=True,
         resolve_defaults=_resolve_defaults,
         check_budget=_check_budget,
+        replay=_replay,
         chance_hint="--lot-size, --learning-rate, --epochs or --clip-norm (or a larger --target-epsilon)",
         summary="DP-SGD with Poisson lots, per-example clipping and Gaussian noise (+ DP-PCA) (Abadi et al. 2016)",
         order=10,

@@ -13,24 +13,32 @@ Registers ``secure-sgd``.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from defenses.dp_defaults import defaults_note, resolve_dp_config
+from defenses.dpsgd.pca import PCAObserver
 from defenses.dpsgd.plan import plan_dpsgd
+from defenses.dpsgd.release import ClippedRelease, StepObserver
+from defenses.dpsgd.replay import ReplayRecorder, dpsgd_released
 from defenses.dpsgd.training import train_dpsgd
-from defenses.noise_layer.authors import AuthorsBatchClipping
+from defenses.noise_layer.authors import AuthorsBatchClipping, authors_batch_mean_gradient
 from defenses.noise_layer.configs import CERTIFIED_MECHANISMS, SecureSGDConfig, certification_spec
 from defenses.noise_layer.schedule import scale_invariant_first_layer
 from defenses.noise_layer.training import train_certified
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
+from dpaudit.replay import ReplayTrace
 from dpaudit.results.record import TrainedModel
+from dpaudit.robustness.noise import NoiseLayer, find_noise_layer
+from dpaudit.seeding import torch_generator
 
-__all__ = ["resolve_secure_sgd_config", "train_secure_sgd"]
+__all__ = ["replay_secure_sgd", "resolve_secure_sgd_config", "train_secure_sgd"]
 
 
 def resolve_secure_sgd_config(
@@ -63,6 +71,8 @@ def train_secure_sgd(
     seed: int = 0,
     device: torch.device | str = "cpu",
     progress: bool = True,
+    observer: StepObserver | None = None,
+    pca_observer: PCAObserver | None = None,
 ) -> tuple[TrainedModel, nn.Module]:
     """Secure-SGD (Phan et al. 2019, Algorithm 1): HGM noise layer + DP-SGD on the parameters.
 
@@ -81,6 +91,8 @@ def train_secure_sgd(
         bundle, splits, model_name, model_options, seed, device, progress: as for
             :func:`defenses.dpsgd.training.train_dpsgd`.
         config: a :class:`SecureSGDConfig`.
+        observer, pca_observer: passed to the DP-SGD loop (the neighbouring replay,
+            :func:`replay_secure_sgd`).
     """
     if not isinstance(config, SecureSGDConfig):
         raise v.invalid_type("config", f"config must be a SecureSGDConfig, got {type(config).__name__}")
@@ -97,12 +109,116 @@ def train_secure_sgd(
         seed=seed,
         device=device,
         progress=progress,
-        base_train=functools.partial(train_dpsgd, release=AuthorsBatchClipping) if config.authors_batch_clipping else train_dpsgd,
+        base_train=functools.partial(train_dpsgd, release=_ObservableAuthorsBatchClipping if config.authors_batch_clipping else ClippedRelease, observer=observer, pca_observer=pca_observer),
         total_steps=plan.num_steps,
         redistribution_ids=public,
         batch_size=max(1, round(plan.expected_lot_size)),
         learning_rate=config.learning_rate,
     )
+
+
+class _ObservableAuthorsBatchClipping(AuthorsBatchClipping):
+    """The authors' batch clipping with a ``pre_noise`` callback, so the replay sees what it noises.
+
+    Without a callback it is :class:`AuthorsBatchClipping` itself. With one, the pre-noise value
+    is the same clipped batch-mean gradient, handed to the callback before the same noise
+    N(0, σ²C²)/L is added; the replay compares it against the C / L the accounting assumes.
+    """
+
+    pre_noise: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor] | None] | None = None
+
+    def __call__(self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any) -> tuple[dict[str, torch.Tensor], float]:
+        if self.pre_noise is None:
+            return super().__call__(features, labels, lot, canary=canary)
+        if canary is not None:
+            raise v.invalid("canary_gradient", "the authors' batch clipping has no per-example clipping a gradient canary could be clipped like; got a canary")
+        grads, loss_sum = authors_batch_mean_gradient(self._model, self._params, features[lot], labels[lot], clip_norm=self._clip_norm, physical_batch_size=self._physical_batch_size)
+        replaced = self.pre_noise(grads)
+        if replaced is not None:
+            grads = replaced
+        for g in grads.values():
+            g.add_(torch.randn(g.shape, generator=self._generator, device=g.device, dtype=g.dtype), alpha=self.noise_std / self._expected_lot_size)
+        return grads, loss_sum
+
+
+class _NoiseLayerRecorder(ReplayRecorder):
+    """DP-SGD's replay recorder, with the noise layer's training noise keyed by sample id during each lot.
+
+    The noise layer draws each example's training noise by its position in the batch, so one
+    record more or less would hand every later example of a lot another draw: the same law, but
+    no longer the same randomness per record, and the lots' sums could not be compared. During
+    the replay each example's draw is keyed by (seed, step, its sample id) instead — the same
+    N(0, I) per example per step — and fresh draws resume after the lot. With the authors'
+    fixed training noise (c), one draw already serves every example, and it is left alone.
+    """
+
+    def __init__(self, *, clip_norm: float, expected_lot_size: float, seed: int, max_lot: int) -> None:
+        super().__init__(clip_norm=clip_norm, expected_lot_size=expected_lot_size)
+        self._seed, self._max_lot = seed, max_lot
+        self._layer: NoiseLayer | None = None
+
+    def before_lot(self, step: int, lot_ids: np.ndarray, model: nn.Module) -> None:
+        layer = find_noise_layer(model)
+        if layer is None or layer.fixed_noise is not None:
+            return
+        if len(lot_ids) > self._max_lot:
+            raise v.invalid(
+                "physical_batch_size", f"the replay keys the noise layer's draws over one forward pass per lot; physical_batch_size must be >= the lot ({len(lot_ids)}), got {self._max_lot}"
+            )
+        draws = [torch.randn((1, *layer.output_shape), generator=torch_generator(self._seed, "replay-noise-layer", step, int(i)), dtype=layer.redistribution.dtype) for i in lot_ids]
+        layer.fixed_noise = torch.cat(draws).to(layer.redistribution.device) if draws else None
+        self._layer = layer
+
+    def __call__(self, step: int, clipped_sum: dict[str, torch.Tensor], lot_ids: np.ndarray) -> dict[str, torch.Tensor]:
+        if self._layer is not None:
+            self._layer.fixed_noise, self._layer = None, None  # fresh draws again after the lot
+        return super().__call__(step, clipped_sum, lot_ids)
+
+
+def replay_secure_sgd(
+    *,
+    bundle: DatasetBundle,
+    splits: Splits,
+    model_name: str,
+    model_options: dict[str, Any] | None = None,
+    config: SecureSGDConfig = SecureSGDConfig(),
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> ReplayTrace:
+    """The neighbouring replay of Secure-SGD (:attr:`defenses.registry.DefenseSpec.replay`).
+
+    Secure-SGD's DP claim is DP-SGD's, so its mechanism inputs are the DP-SGD loop's (each
+    step's clipped sum with sensitivity C / L, DP-PCA's covariance), recorded by the same
+    :class:`~defenses.dpsgd.replay.ReplayRecorder` through :func:`train_secure_sgd` itself,
+    with the noise layer's per-example training noise keyed by sample id (same law; see
+    :class:`_NoiseLayerRecorder`).
+    Its released values are DP-SGD's (:func:`~defenses.dpsgd.replay.dpsgd_released`, the
+    model including the noise layer's redistribution r and noise scale) plus the first layer's
+    sensitivity the noise layer was calibrated with: r comes from public ids only, so none may
+    differ. With ``authors_batch_clipping`` the recorded value is the clipped batch-mean
+    gradient, which one example can move by more than C / L: the replay reports it.
+    """
+    if not isinstance(config, SecureSGDConfig):
+        raise v.invalid_type("config", f"config must be a SecureSGDConfig, got {type(config).__name__}")
+    resolved, _ = resolve_secure_sgd_config(config, num_members=len(splits.members), model_name=model_name, model_options=model_options, input_shape=bundle.input_shape, num_classes=bundle.num_classes)
+    plan = plan_dpsgd(resolved, num_members=len(splits.members))
+    recorder = _NoiseLayerRecorder(clip_norm=float(resolved.clip_norm), expected_lot_size=plan.expected_lot_size, seed=seed, max_lot=resolved.physical_batch_size)  # type: ignore[arg-type]
+    record, model = train_secure_sgd(
+        bundle=bundle,
+        splits=splits,
+        model_name=model_name,
+        model_options=model_options,
+        config=config,
+        seed=seed,
+        device=device,
+        progress=False,
+        observer=recorder,
+        pca_observer=recorder.pca,
+    )
+    released = dpsgd_released(record, model, config=resolved)
+    released["first-layer sensitivity"] = record.metrics["first_layer_sensitivity"]
+    released["noise-layer noise std"] = record.metrics["noise_std"]
+    return ReplayTrace(defense="secure-sgd", mechanism_inputs=tuple(recorder.inputs), released=released)
 
 
 def _resolve_defaults(
@@ -131,6 +247,7 @@ DEFENSES.register(
         per_example_gradients=True,
         resolve_defaults=_resolve_defaults,
         check_budget=_check_budget,
+        replay=replay_secure_sgd,
         chance_hint="--sensitivity-control (auto picks by the first layer), --attack-norm-bound, --lot-size, --learning-rate or --epochs",
         summary="HGM noise layer + DP-SGD: DP for the training data and certified robustness (Phan et al. 2019)",
         order=23,
