@@ -486,7 +486,7 @@ def standardization_source(config: DSSGDConfig, *, bundle: DatasetBundle, splits
     if dssgd_claim_kind(config) == "nonprivate":
         return "training split", bundle.train.features
     population = np.asarray(splits.population, dtype=np.int64)
-    if population.size < 2:
+    if population.size == 0:
         raise v.invalid(
             "standardize",
             f"standardize=True with a DP budget (dp_epsilon={config.dp_epsilon!r}, target_epsilon={config.target_epsilon!r}) standardises inputs by public data, "
