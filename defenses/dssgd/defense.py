@@ -487,10 +487,11 @@ def standardization_source(config: DSSGDConfig, *, bundle: DatasetBundle, splits
         return "training split", bundle.train.features
     population = np.asarray(splits.population, dtype=np.int64)
     if population.size == 0:
+        budget = ", ".join(f"{k}={val!r}" for k, val in (("dp_epsilon", config.dp_epsilon), ("target_epsilon", config.target_epsilon)) if val is not None)
         raise v.invalid(
             "standardize",
-            f"standardize=True with a DP budget (dp_epsilon={config.dp_epsilon!r}, target_epsilon={config.target_epsilon!r}) standardises inputs by public data, "
-            f"the split's population, which holds {population.size} ids here: pass --no-standardize, leave a population (lower --member-fraction), "
+            f"--standardize (standardize=True, the default) with a DP budget ({budget}) standardises inputs by public data, the split's population, "
+            "which is empty here (members and non-members take every training id): pass --no-standardize, leave a population (lower --member-fraction), "
             "or, from Python, declare the constants as the model option input_standardization",
         )
     return "population", bundle.all().subset(population).features
