@@ -9,17 +9,21 @@ A training produces
 
 - the **global model** (the server's parameters) as the record, whose membership names the owner
   of every member;
-- every participant's **final local model** as a record of its own in the run's
-  ``records/dssgd-participants/MODEL_ID/participant-NNN/`` (attack it with ``--target``);
+- without the DP upload, every participant's **final local model** as a record of its own in the
+  run's ``records/dssgd-participants/MODEL_ID/participant-NNN/`` (attack it with ``--target``);
+  under it the local models never reach the server (:func:`defenses.dssgd.protocol.turn_reply`);
 - the uploads of one observed participant (``--observe-participant``), as the server saw them,
   in ``uploads.npz`` beside the record: what the server-seat attacks read;
-- the two reference rows every DSSGD result is set against (§5 of the paper): **centralised**
-  SGD on the union of the partitions and **standalone** SGD, each participant alone, both with
-  the same local SGD and as many epochs as a participant's turns.
+- without a DP claim, the two reference rows every DSSGD result is set against (§5 of the
+  paper): **centralised** SGD on the union of the partitions and **standalone** SGD, each
+  participant alone, both with the same local SGD and as many epochs as a participant's turns.
 
 The claim is honest about what the DP variant protects (``docs/defenses/dssgd.md`` §5): ε is stated
 per uploaded parameter per turn, as the paper states it, and composed over the c uploads of a
-turn and every round (:class:`dpaudit.privacy.dssgd.DSSGDClaim`).
+turn and every round (:class:`dpaudit.privacy.dssgd.DSSGDClaim`). Under it nothing else computed
+from the private data is released (§6 there): the input standardisation comes from public data
+(:func:`standardization_source`), replies carry only the noised upload, and :func:`replay_dssgd`
+checks both on neighbouring data sets.
 """
 
 from __future__ import annotations
