@@ -240,3 +240,22 @@ def test_dp_standardisation_is_the_populations_and_refused_without_one(digits: D
         federation_setup(bundle=digits, splits=no_public, model_name="digits-mlp", model_options=None, config=_config(), seed=0)
     declared = federation_setup(bundle=digits, splits=no_public, model_name="digits-mlp", model_options={"input_standardization": [4.0, 6.0]}, config=_config(), seed=0)
     assert declared.model_options["input_standardization"] == [4.0, 6.0]
+
+
+@pytest.mark.cluster  # a Ray start-up (~10 s on 2 cores), as the other Flower federations
+def test_a_dp_federation_on_flower_sends_what_the_local_engine_does(digits: DatasetBundle, splits: Splits) -> None:
+    pytest.importorskip("flwr")
+    pytest.importorskip("ray")
+    from defenses.dssgd.flower import run_flower
+
+    fed = digits_federation(digits, splits.members, participants=3, rule=_DP)
+    want_uploads: list[Upload] = []
+    want = protocol.run_local(fed, rounds=2, download_fraction=1.0, schedule="round-robin", bundle=digits, on_upload=want_uploads.append)
+    got_uploads: list[Upload] = []
+    got = run_flower(fed, rounds=2, download_fraction=1.0, schedule="round-robin", num_workers=2, on_upload=got_uploads.append)
+    # The server received no local model and no loss, and applied the same noised uploads.
+    assert got.local_parameters == want.local_parameters == (None, None, None)
+    assert all(math.isnan(u.loss) for u in got_uploads) and len(got_uploads) == len(want_uploads) == 6
+    for g, w in zip(got_uploads, want_uploads, strict=True):
+        assert torch.equal(g.indices, w.indices) and torch.allclose(g.values, w.values)
+    assert torch.allclose(got.parameters, want.parameters, atol=1e-6)
