@@ -39,9 +39,10 @@ class DSSGDConfig:
         selection_threshold: τ of ``random-threshold``.
         schedule: ``round-robin``, ``random`` (a fresh order each round) or ``async``.
         local_epochs, batch_size, learning_rate: every participant's plain SGD per turn.
-        standardize: inputs enter the network as (x − mean) / std with the training split's mean
-            and std (§6.1 of the paper), folded into the model's first layer
-            (``model_options["input_standardization"]`` of every record).
+        standardize: inputs enter the network as (x − mean) / std (§6.1 of the paper), folded
+            into the model's first layer (``model_options["input_standardization"]`` of every
+            record): the training split's mean and std, or under a DP claim the split's
+            population's (public data; :func:`defenses.dssgd.defense.standardization_source`).
         dp_epsilon: the DP variant's ε per uploaded parameter per turn (``None``: not private,
             or calibrated to ``target_epsilon``).
         target_epsilon: the budget each participant's data get, c·R·ε by pure composition:
@@ -73,7 +74,10 @@ class DSSGDConfig:
     local_epochs: int = option(1, help="passes over a participant's data per turn", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
     batch_size: int = option(32, help="examples per local SGD step", metavar="B", check=v.positive, limit=BATCH_LIMIT)
     learning_rate: float = option(0.05, help="local SGD step size", metavar="LR", check=v.positive)
-    standardize: bool = option(True, help="standardise inputs by the training split's mean and std, as the paper does (part of the network, so attacks see raw inputs)")
+    standardize: bool = option(
+        True,
+        help="standardise inputs by the training split's mean and std, as the paper does, or with a DP budget by the split's population's (public data); part of the network, so attacks see raw inputs",
+    )
     dp_epsilon: float | None = option(
         None,
         help="DP variant: epsilon per uploaded parameter per turn (the paper's figure, not a total: each participant spends uploads per turn x rounds x E, said before training and claimed by the record)",

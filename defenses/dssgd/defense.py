@@ -9,17 +9,21 @@ A training produces
 
 - the **global model** (the server's parameters) as the record, whose membership names the owner
   of every member;
-- every participant's **final local model** as a record of its own in the run's
-  ``records/dssgd-participants/MODEL_ID/participant-NNN/`` (attack it with ``--target``);
+- without the DP upload, every participant's **final local model** as a record of its own in the
+  run's ``records/dssgd-participants/MODEL_ID/participant-NNN/`` (attack it with ``--target``);
+  under it the local models never reach the server (:func:`defenses.dssgd.protocol.turn_reply`);
 - the uploads of one observed participant (``--observe-participant``), as the server saw them,
   in ``uploads.npz`` beside the record: what the server-seat attacks read;
-- the two reference rows every DSSGD result is set against (§5 of the paper): **centralised**
-  SGD on the union of the partitions and **standalone** SGD, each participant alone, both with
-  the same local SGD and as many epochs as a participant's turns.
+- without a DP claim, the two reference rows every DSSGD result is set against (§5 of the
+  paper): **centralised** SGD on the union of the partitions and **standalone** SGD, each
+  participant alone, both with the same local SGD and as many epochs as a participant's turns.
 
 The claim is honest about what the DP variant protects (``docs/defenses/dssgd.md`` §5): ε is stated
 per uploaded parameter per turn, as the paper states it, and composed over the c uploads of a
-turn and every round (:class:`dpaudit.privacy.dssgd.DSSGDClaim`).
+turn and every round (:class:`dpaudit.privacy.dssgd.DSSGDClaim`). Under it nothing else computed
+from the private data is released (§6 there): the input standardisation comes from public data
+(:func:`standardization_source`), replies carry only the noised upload, and :func:`replay_dssgd`
+checks both on neighbouring data sets.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from defenses._common import build_record, config_dict, evaluation_bundle, expec
 from defenses.dssgd.config import DSSGDConfig
 from defenses.dssgd.plan import DSSGDPlan, plan_dssgd
 from defenses.dssgd.protocol import (
+    MECHANISM_FIELDS,
     FederationOutcome,
     FederationSetup,
     Upload,
@@ -55,12 +60,13 @@ from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model, input_statistics
 from dpaudit.privacy.claims import NonPrivateClaim, PrivacyClaim
 from dpaudit.progress import Progress
+from dpaudit.replay import ReplayTrace
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, torch_generator
 from dpaudit.store import atomic_save_npz
 from dpaudit.training import TrainWorkspace, evaluate
 
-__all__ = ["train_dssgd", "federation_setup", "dssgd_claim_kind", "dssgd_report_lines", "PARTICIPANT_CACHE", "UPLOADS_FILE", "participant_record_dir"]
+__all__ = ["train_dssgd", "federation_setup", "replay_dssgd", "standardization_source", "dssgd_claim_kind", "dssgd_report_lines", "PARTICIPANT_CACHE", "UPLOADS_FILE", "participant_record_dir"]
 
 #: The run's cache of participants' local models (``RUN_DIR/records/dssgd-participants/``).
 PARTICIPANT_CACHE = "dssgd-participants"
@@ -227,7 +233,7 @@ def federation_setup(
         ValueError: more participants than members, or a budget that cannot be met.
     """
     requested = dict(model_options or {})
-    model_options = _network_options(requested, config, bundle=bundle)
+    model_options = _network_options(requested, config, bundle=bundle, splits=splits)
     members = np.sort(np.asarray(splits.members, dtype=np.int64))
     if config.participants > len(members):
         raise v.invalid("participants", f"participants must be at most the number of members ({len(members)}), got {config.participants!r}")
@@ -301,11 +307,16 @@ def _local_models(
     workspace: TrainWorkspace | None,
     started: float,
 ) -> list[float]:
-    """Every participant's final local model, evaluated (and with a workspace, saved as a record); their test accuracies."""
+    """Every final local model the server received, evaluated (and with a workspace, saved as a record); their test accuracies.
+
+    Under the DP upload the server receives none (:func:`defenses.dssgd.protocol.turn_reply`).
+    """
     model_options, partitions, asked = setup.model_options, setup.partitions, config
     local_acc = []
     small = evaluation_bundle(bundle, LOCAL_EVAL_EXAMPLES)
     for i, flat in enumerate(outcome.local_parameters):
+        if flat is None:  # kept by the participant (DP upload) or gone (a real federation)
+            continue
         local = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options).to(device)
         assign_parameters(local, flat)
         local.eval()
@@ -384,9 +395,17 @@ def train_dssgd(
     model.eval()
     num_parameters = int(initial.numel())
     extra = _federation_metrics(outcome, config, num_parameters=num_parameters, partitions=partitions, observed=observed)
+    private = setup.rule.private
     local_acc = _local_models(outcome, setup, bundle=bundle, splits=splits, model_name=model_name, requested=requested, config=asked, seed=seed, device=device, workspace=workspace, started=started)
-    extra["local_test_accuracy_mean"] = float(np.mean(local_acc))  # on the first LOCAL_EVAL_EXAMPLES test examples
-    if config.baselines:
+    if local_acc:  # none under the DP upload: the local models stay with their participants
+        extra["local_test_accuracy_mean"] = float(np.mean(local_acc))  # on the first LOCAL_EVAL_EXAMPLES test examples
+    if config.baselines and private:
+        # Plain SGD on the private data, un-noised: its accuracies would be statistics of the data
+        # outside the claim in a record that claims DP. They do not depend on the DP settings, so
+        # the same config without the budget trains the same reference rows.
+        if progress:
+            print("dssgd: no reference rows under a DP claim (they are non-private statistics of the data); train the same config without the budget for them", file=sys.stderr)
+    elif config.baselines:
         extra.update(_baselines(setup, config, bundle=bundle, members=members, device=device, progress=progress))
     owners = teacher_of(partitions, members)
     record = build_record(
@@ -457,16 +476,42 @@ def _save_participant(
         print(f"participants' local records: {target.parent}", file=sys.stderr)
 
 
-def _network_options(requested: dict[str, Any], config: DSSGDConfig, *, bundle: DatasetBundle) -> dict[str, Any]:
+def standardization_source(config: DSSGDConfig, *, bundle: DatasetBundle, splits: Splits) -> tuple[str, torch.Tensor]:
+    """Where ``--standardize`` takes the input mean and std from: (what, the features).
+
+    Without the DP upload, the whole training split (the paper's preprocessing, §6.1). Under a DP
+    claim, the split's *population*: ids that are neither members nor non-members, public data of
+    the same distribution (the pool shadow models train on), so the two constants the released
+    model carries do not depend on any private record (docs/defenses/dssgd.md, §6).
+
+    Raises:
+        ValueError: a DP config with ``standardize`` and an empty population (named ``standardize``).
+    """
+    if dssgd_claim_kind(config) == "nonprivate":
+        return "training split", bundle.train.features
+    population = np.asarray(splits.population, dtype=np.int64)
+    if population.size == 0:
+        budget = ", ".join(f"{k}={val!r}" for k, val in (("dp_epsilon", config.dp_epsilon), ("target_epsilon", config.target_epsilon)) if val is not None)
+        raise v.invalid(
+            "standardize",
+            f"--standardize (standardize=True, the default) with a DP budget ({budget}) standardises inputs by public data, the split's population, "
+            "which is empty here (members and non-members take every training id): pass --no-standardize, leave a population (lower --member-fraction), "
+            "or, from Python, declare the constants as the model option input_standardization",
+        )
+    return "population", bundle.all().subset(population).features
+
+
+def _network_options(requested: dict[str, Any], config: DSSGDConfig, *, bundle: DatasetBundle, splits: Splits) -> dict[str, Any]:
     """The options every network of the federation is built with: the requested ones, plus the
     input standardisation when ``config.standardize`` asks for it and the caller gave none.
 
-    The statistics are two numbers over the whole training split (members and non-members), the
-    paper's preprocessing; like the paper, the DP variant's claim does not cover them.
+    The statistics are two numbers (:func:`dpaudit.models.input_statistics`) over
+    :func:`standardization_source`: the training split without the DP upload, public data under it.
     """
     if not config.standardize or "input_standardization" in requested:
         return dict(requested)
-    return {**requested, "input_standardization": input_statistics(bundle.train.features)}
+    _, features = standardization_source(config, bundle=bundle, splits=splits)
+    return {**requested, "input_standardization": input_statistics(features)}
 
 
 def _global_id(bundle: DatasetBundle, splits: Splits, model_name: str, model_options: dict[str, Any], config: DSSGDConfig, seed: int) -> str:
@@ -475,10 +520,90 @@ def _global_id(bundle: DatasetBundle, splits: Splits, model_name: str, model_opt
     return model_id_for(defense="dssgd", bundle=bundle, model_name=model_name, model_options=model_options, config=config, splits=splits, seed=seed)
 
 
-def _check_budget(config: DSSGDConfig, *, bundle: DatasetBundle, model_name: str, model_options: dict[str, Any], **_: Any) -> None:
-    """With a target ε and the DP upload, refuses rounds the budget cannot pay for (naming those it allows, or the dp_epsilon)."""
+def _check_budget(config: DSSGDConfig, *, bundle: DatasetBundle, splits: Splits, model_name: str, model_options: dict[str, Any], **_: Any) -> None:
+    """Refuses, before anything is written, a DP run that ``--standardize`` would standardise by
+    no public data, and with a target ε and the DP upload, rounds the budget cannot pay for
+    (naming those it allows, or the dp_epsilon)."""
+    if config.standardize and "input_standardization" not in (model_options or {}):
+        standardization_source(config, bundle=bundle, splits=splits)
     if None not in (config.target_epsilon, config.dp_epsilon):
         plan_dssgd(config, num_parameters=num_parameters(model_name, bundle=bundle, model_options=model_options))
+
+
+#: Metrics of :func:`_federation_metrics` the replay does not count as released, with why.
+_NOT_RELEASED_METRICS = {
+    "partition_sizes": "a summary of the membership ground truth the record holds anyway (each member's owner)",
+    "parameters_updated": "post-processing of the uploads' indices, the mechanism's output",
+    "observed_upload_sizes_mean": "post-processing of the uploads' sizes, the mechanism's output",
+    "seconds_per_round": "wall time, as every record's train_seconds",
+}
+
+
+def replay_dssgd(*, bundle: DatasetBundle, splits: Splits, model_name: str, model_options: dict[str, Any] | None, config: DSSGDConfig, seed: int, device: torch.device | str = "cpu") -> ReplayTrace:
+    """The neighbouring replay of a DP DSSGD training (``DefenseSpec.replay``; docs/defenses/dssgd.md, §6).
+
+    Runs the training's own federation (:func:`federation_setup`: standardisation, partitions,
+    initial model, plan; :func:`~defenses.dssgd.protocol.run_local`: participants, schedule,
+    local SGD, uploads) on ``splits``' members, without the reference rows, and records:
+
+    * mechanism inputs: every turn's bounded Δw as the sparse-vector upload receives it, before
+      its noise, named ``round R, participant I: bounded update``, with the sensitivity the
+      claim's accounting assumes for every entry, Δf = 2γ, in L∞
+      (:func:`dpaudit.privacy.dssgd.noise_scales`);
+    * released: the standardisation constants and the initial parameters the record's network
+      is built with; every field of every turn's reply other than the noised upload
+      (:func:`~defenses.dssgd.protocol.turn_reply`: who sent it, the round, and, were they sent,
+      the loss and the final local model); the turns taken, in order (who took part); the final
+      local models the outcome holds; the federation's metrics the record stores, except those in
+      :data:`_NOT_RELEASED_METRICS`.
+
+    Raises:
+        ValueError: ``config`` has no DP claim (nothing to replay against), or is invalid.
+    """
+    from dpaudit.privacy.dssgd import noise_scales
+    from dpaudit.replay import MechanismInput, ReplayTrace
+
+    if dssgd_claim_kind(config) == "nonprivate":
+        raise v.invalid("config", "the DSSGD replay needs a DP config (dp_epsilon or target_epsilon): without the DP upload there is no claim to replay against")
+    setup = federation_setup(bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, config=config, seed=seed, device=device)
+    n = int(setup.initial.numel())
+    config = plan_dssgd(config, num_parameters=n).config
+    rounds = int(config.rounds)  # type: ignore[arg-type]
+    sensitivity = noise_scales(epsilon=float(config.dp_epsilon), bound=config.bound, split=config.budget_split).sensitivity  # type: ignore[arg-type]
+    inputs: list[MechanismInput] = []
+    released: dict[str, Any] = {
+        "input standardization": np.asarray(setup.model_options.get("input_standardization", []), dtype=np.float64),
+        "initial parameters": setup.initial.numpy(),
+    }
+    turns: list[tuple[int, int]] = []
+
+    def observe(participant: int, rnd: int, bounded: np.ndarray) -> None:
+        inputs.append(MechanismInput(name=f"round {rnd}, participant {participant}: bounded update", value=bounded, sensitivity=sensitivity, norm="linf"))
+
+    def on_reply(reply: dict[str, dict[str, Any]]) -> None:
+        sender, rnd = reply["config"]["participant"], reply["config"]["round"]
+        turns.append((rnd, sender))
+        for record, fields in reply.items():
+            for name, value in fields.items():
+                if (record, name) not in MECHANISM_FIELDS:
+                    released[f"round {rnd}, participant {sender}: {record}.{name}"] = _numeric(value)
+
+    outcome = run_local(setup, rounds=rounds, download_fraction=config.download_fraction, schedule=config.schedule, bundle=bundle, observer=observe, on_reply=on_reply)
+    released["turns"] = np.asarray(turns, dtype=np.float64).reshape(-1, 2)
+    for i, flat in enumerate(outcome.local_parameters):
+        if flat is not None:
+            released[f"final local model of participant {i}"] = flat.numpy()
+    metrics = _federation_metrics(outcome, config, num_parameters=n, partitions=list(setup.partitions), observed=[])
+    for key, value in metrics.items():
+        if key not in _NOT_RELEASED_METRICS and not isinstance(value, str):
+            released[f"metric {key}"] = np.asarray(value, dtype=np.float64)
+    return ReplayTrace(defense="dssgd", mechanism_inputs=tuple(inputs), released=released)
+
+
+def _numeric(value: Any) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().double().numpy()
+    return np.asarray(value, dtype=np.float64)
 
 
 DEFENSES.register(
@@ -492,6 +617,7 @@ DEFENSES.register(
         derived_options=DERIVED_OPTIONS,
         report_lines=dssgd_report_lines,
         check_budget=_check_budget,
+        replay=replay_dssgd,
         summary="distributed selective SGD: participants upload a selected fraction of their updates to a parameter server, optionally by the sparse vector technique (Shokri & Shmatikov 2015)",
         order=50,
     )

@@ -12,7 +12,8 @@ participant I on partition I only.
 **Result.** With a sequential schedule (``round-robin``, ``random``) the federation applies the
 same uploads in the same order as Flower's simulation engine (:func:`defenses.dssgd.flower.run_flower`)
 and the in-process engine, and ends with bitwise the same global parameters, ``stat`` and local
-models when every process trains with one thread (``OMP_NUM_THREADS=1``, what the simulation's
+models (none under the DP upload, whose participants send the noised upload only:
+:func:`~defenses.dssgd.protocol.turn_reply`) when every process trains with one thread (``OMP_NUM_THREADS=1``, what the simulation's
 Ray workers use): float32 arrays cross the network unchanged, and each participant's generators
 and parameters are carried in the SuperNode's per-node ``context.state``.
 

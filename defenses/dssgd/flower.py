@@ -68,7 +68,9 @@ from .protocol import (
     Participant,
     Upload,
     build_participant,
+    query_reply,
     schedule_order,
+    turn_reply,
 )
 
 __all__ = ["run_flower", "client_app", "server_app", "read_outcome", "DEFAULT_TURN_TIMEOUT", "DEFAULT_NODE_TIMEOUT"]
@@ -129,6 +131,14 @@ def _arrays(**tensors: torch.Tensor | np.ndarray) -> Any:
     return ArrayRecord(array_dict=out)
 
 
+def _record_dict(content: Mapping[str, Mapping[str, Any]]) -> Any:
+    """A Flower RecordDict of a reply built by :func:`turn_reply` / :func:`query_reply`:
+    ``config`` as a ConfigRecord, every other record as an ArrayRecord of its tensors."""
+    from flwr.app import ConfigRecord, RecordDict
+
+    return RecordDict({name: ConfigRecord(dict(fields)) if name == "config" else _arrays(**fields) for name, fields in content.items()})
+
+
 def _tensor(record: Any, name: str) -> torch.Tensor:
     return torch.from_numpy(np.array(record[name].numpy(), copy=True))
 
@@ -148,12 +158,14 @@ def client_app(setup: SetupSource) -> Any:
     """The participants' ClientApp for ``setup`` (a federation, or a factory of one from run_config).
 
     Message types: ``train`` (content ``download``: indices, values; ``config``: round, last)
-    replies with ``upload`` (indices, values), ``config`` (participant, round, loss) and, on the
-    participant's last turn, ``local`` (its final local parameters); ``query`` replies with the
-    participant's index and local parameters.
+    replies with :func:`~defenses.dssgd.protocol.turn_reply`: ``upload`` (indices, values) and
+    ``config`` (participant, round), plus without the DP upload the turn's ``loss`` and, on the
+    participant's last turn, ``local`` (its final local parameters); ``query`` replies with
+    :func:`~defenses.dssgd.protocol.query_reply` (the participant's index and turns, plus its
+    local parameters without the DP upload).
     """
     _require_flower()
-    from flwr.app import ConfigRecord, Context, Message, RecordDict
+    from flwr.app import Context, Message
     from flwr.clientapp import ClientApp
 
     app = ClientApp()
@@ -168,30 +180,18 @@ def client_app(setup: SetupSource) -> Any:
         except TrainingDiverged as exc:
             # A setting the user chose (the learning rate, the schedule), not a crash: the
             # server hears it in one line instead of Flower logging this client's traceback.
-            return Message(RecordDict({"config": ConfigRecord({"failed": str(exc)})}), reply_to=msg)
+            return Message(_record_dict({"config": {"failed": str(exc)}}), reply_to=msg)
         context.state[_STATE] = _arrays(**participant.state())
-        content = RecordDict(
-            {
-                "upload": _arrays(indices=up.indices, values=up.values),
-                "config": ConfigRecord({"participant": participant.index, "round": rnd, "loss": float(up.loss)}),
-            }
-        )
-        if msg.content["config"].get("last", False):
-            # The participant's last turn also returns its final local model (what a ``query``
-            # returns), sparing a real federation one more message exchange.
-            content["local"] = _arrays(parameters=participant.local_parameters)
-        return Message(content, reply_to=msg)
+        # Without the DP upload the last turn also returns the final local model (what a
+        # ``query`` returns), sparing a real federation one more exchange; under it, never.
+        last = bool(msg.content["config"].get("last", False))
+        reply = turn_reply(up, private=participant.rule.private, final_parameters=participant.local_parameters if last else None)
+        return Message(_record_dict(reply), reply_to=msg)
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
         participant = _participant(_resolve(setup, context.run_config), context)
-        content = RecordDict(
-            {
-                "local": _arrays(parameters=participant.local_parameters),
-                "config": ConfigRecord({"participant": participant.index, "turns": participant.turns}),
-            }
-        )
-        return Message(content, reply_to=msg)
+        return Message(_record_dict(query_reply(participant)), reply_to=msg)
 
     return app
 
@@ -209,9 +209,9 @@ def server_app(
     ``flwr.simulation.run_simulation`` takes no run_config); the run's own run_config wins.
 
     It writes into run_config ``result-dir``: ``outcome.npz`` (global parameters, stat, the final
-    local parameters of every participant that took its last turn), ``outcome.json`` (uploads
+    local parameters of every participant that took its last turn, none under the DP upload), ``outcome.json`` (uploads
     applied, seconds per round, missed turns, each dropped participant with why), ``progress.jsonl`` (one line
-    per applied upload, as it happens) and, when the run stops early, ``failure.json`` (one line).
+    per applied upload, as it happens; its loss only without the DP upload) and, when the run stops early, ``failure.json`` (one line).
     :func:`read_outcome` reads them back.
     """
     _require_flower()
@@ -308,12 +308,15 @@ class _ServerRun:
             round=int(c["round"]),
             indices=_tensor(reply.content["upload"], "indices"),
             values=_tensor(reply.content["upload"], "values"),
-            loss=float(c["loss"]),
+            loss=float(c["loss"]) if "loss" in c else math.nan,  # none under the DP upload
         )
         self.server.apply(up)
         if "local" in reply.content:
             self.finals[i] = _tensor(reply.content["local"], "parameters")
-        self.progress.write(json.dumps({"participant": up.participant, "round": up.round, "loss": up.loss, "seconds": round(time.monotonic() - self.started, 3)}) + "\n")
+        line: dict[str, Any] = {"participant": up.participant, "round": up.round}
+        if math.isfinite(up.loss):
+            line["loss"] = up.loss
+        self.progress.write(json.dumps({**line, "seconds": round(time.monotonic() - self.started, 3)}) + "\n")
         self.progress.flush()
         if self.on_upload is not None:
             self.on_upload(up)

@@ -58,6 +58,10 @@ __all__ = [
     "FederationOutcome",
     "build_participant",
     "run_local",
+    "Observer",
+    "MECHANISM_FIELDS",
+    "turn_reply",
+    "query_reply",
 ]
 
 #: Upload criteria (fixed for a whole training, as in the paper).
@@ -93,7 +97,8 @@ class Upload:
         round: the round of the turn (0-based).
         indices: int64 positions in the flat parameter vector, distinct.
         values: float32 increments at those positions.
-        loss: the participant's mean local training loss over the turn.
+        loss: the participant's mean local training loss over the turn; NaN under the DP upload,
+            whose claim covers the noised upload only (:func:`turn_reply`).
     """
 
     participant: int
@@ -208,17 +213,26 @@ class UploadRule:
                 raise v.invalid("bound", f"bound / dp_epsilon must give a finite noise scale, got bound={self.bound!r} and dp_epsilon={self.dp_epsilon!r}")
         v.non_negative("dp_threshold", self.dp_threshold)
 
+    @property
+    def private(self) -> bool:
+        """Whether uploads go through the DP variant's sparse-vector release (then nothing else leaves a participant)."""
+        return self.dp_epsilon is not None
+
     def count(self, num_parameters: int) -> int:
         """c, the most entries one turn may upload."""
         return fraction_count("upload_fraction", self.upload_fraction, num_parameters)
 
-    def choose(self, delta: torch.Tensor, *, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """(positions, values) to upload for the local change ``delta``."""
+    def choose(self, delta: torch.Tensor, *, generator: torch.Generator, observe: Callable[[np.ndarray], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(positions, values) to upload for the local change ``delta``.
+
+        ``observe`` (DP variant only) receives the bounded Δw as the sparse-vector mechanism
+        takes it, before any noise (:func:`defenses.dssgd.svt.svt_upload`).
+        """
         c = self.count(delta.numel())
         if self.dp_epsilon is not None:
             from defenses.dssgd.svt import svt_upload
 
-            return svt_upload(delta, count=c, epsilon=self.dp_epsilon, bound=self.bound, threshold=self.dp_threshold, split=self.budget_split, generator=generator)
+            return svt_upload(delta, count=c, epsilon=self.dp_epsilon, bound=self.bound, threshold=self.dp_threshold, split=self.budget_split, generator=generator, observe=observe)
         if self.selection == "largest":
             idx = select_largest(delta, c)
         else:
@@ -277,6 +291,10 @@ def local_sgd(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, *,
     return total / max(count, 1)
 
 
+#: Receives (participant, round, bounded Δw) of every DP upload, before its noise: the neighbouring replay's hook.
+Observer = Callable[[int, int, np.ndarray], None]
+
+
 class Participant:
     """One DSSGD participant: its private data, its local model and its two random streams.
 
@@ -288,6 +306,8 @@ class Participant:
         training: its local SGD.
         batch_generator: the stream of its batch orders (one per participant, continuing over turns).
         upload_generator: the stream of its upload choices (random selection, DP noise).
+        observer: called with every DP upload's mechanism input (:data:`Observer`); ``None``
+            (the default) in every training.
     """
 
     def __init__(
@@ -301,6 +321,7 @@ class Participant:
         training: LocalTraining,
         batch_generator: torch.Generator,
         upload_generator: torch.Generator,
+        observer: Observer | None = None,
     ) -> None:
         if len(features) == 0 or len(features) != len(labels):
             raise v.invalid("participants", f"participant {index} needs a non-empty partition with one label per example, got {len(features)} examples and {len(labels)} labels")
@@ -312,6 +333,7 @@ class Participant:
         self.training = training
         self.batch_generator = batch_generator
         self.upload_generator = upload_generator
+        self.observer = observer
         self.turns = 0
 
     @property
@@ -326,9 +348,12 @@ class Participant:
         assign_parameters(self.model, local)
         loss = local_sgd(self.model, self.features, self.labels, training=self.training, generator=self.batch_generator)
         delta = self.local_parameters - local
-        idx, values = self.rule.choose(delta, generator=self.upload_generator)
+        observer = self.observer
+        observe = None if observer is None else (lambda bounded: observer(self.index, round_index, bounded))
+        idx, values = self.rule.choose(delta, generator=self.upload_generator, observe=observe)
         self.turns += 1
-        return Upload(participant=self.index, round=round_index, indices=idx, values=values, loss=loss)
+        # Under the DP upload the claim covers the noised values only: the un-noised mean loss stays here.
+        return Upload(participant=self.index, round=round_index, indices=idx, values=values, loss=math.nan if self.rule.private else loss)
 
     def state(self) -> dict[str, torch.Tensor]:
         """Everything that carries over between turns (for engines whose clients are rebuilt per turn)."""
@@ -340,6 +365,48 @@ class Participant:
         self.batch_generator.set_state(state["batch_rng"])
         self.upload_generator.set_state(state["upload_rng"])
         self.turns = int(state["turns"])
+
+
+#: The fields of a turn's reply that the DP upload's mechanism produces (its noised output);
+#: every other field a participant sends must not depend on its data (:func:`turn_reply`).
+MECHANISM_FIELDS: frozenset[tuple[str, str]] = frozenset({("upload", "indices"), ("upload", "values")})
+
+
+def turn_reply(upload: Upload, *, private: bool, final_parameters: torch.Tensor | None = None) -> dict[str, dict[str, Any]]:
+    """Everything a participant sends the server after a turn, by record and field.
+
+    Every engine that carries a turn over a network builds its message from this (the Flower
+    ClientApp, :mod:`defenses.dssgd.flower`), and the neighbouring replay inspects it, so what is
+    sent and what is checked are one thing. ``upload``: the sparse Δw (:data:`MECHANISM_FIELDS`);
+    ``config``: who sent it and for which round (both the server's own knowledge). Without the
+    DP upload the reply also carries the turn's mean ``loss`` and, with ``final_parameters`` (the
+    participant's last turn), its whole local model under ``local``; under the DP upload
+    neither: the claim covers the noised upload only (docs/defenses/dssgd.md, §6).
+
+    Args:
+        upload: the turn's upload.
+        private: whether the upload rule is the DP variant's.
+        final_parameters: the participant's final local parameters on its last turn, else ``None``.
+    """
+    config: dict[str, Any] = {"participant": int(upload.participant), "round": int(upload.round)}
+    content: dict[str, dict[str, Any]] = {"upload": {"indices": upload.indices, "values": upload.values}, "config": config}
+    if not private:
+        config["loss"] = float(upload.loss)
+        if final_parameters is not None:
+            content["local"] = {"parameters": final_parameters}
+    return content
+
+
+def query_reply(participant: Participant) -> dict[str, dict[str, Any]]:
+    """What a participant answers the server's ``query`` (which participant it is, how many turns it took).
+
+    Without the DP upload it also sends its current local parameters (``local``); under the DP
+    upload never: after a turn they are a function of its data outside the mechanism.
+    """
+    content: dict[str, dict[str, Any]] = {"config": {"participant": int(participant.index), "turns": int(participant.turns)}}
+    if not participant.rule.private:
+        content["local"] = {"parameters": participant.local_parameters}
+    return content
 
 
 def schedule_order(schedule: str, num_participants: int, *, generator: torch.Generator) -> list[int]:
@@ -471,7 +538,8 @@ class FederationOutcome:
         parameters: the global parameters (flat).
         stat: how often each global parameter was updated.
         local_parameters: each participant's final local parameters (flat), by index; ``None``
-            for a participant of a real federation that was gone at the end (never otherwise).
+            for a participant of a real federation that was gone at the end, and for every
+            participant under the DP upload (its local model never leaves it).
         uploads_applied: uploads the server applied.
         seconds_per_round: wall time of each round.
         engine: ``local`` or ``flower``.
@@ -497,11 +565,37 @@ def run_local(
     bundle: Any = None,
     on_upload: Callable[[Upload], None] | None = None,
     on_round: Callable[[int], None] | None = None,
+    observer: Observer | None = None,
+    on_reply: Callable[[dict[str, dict[str, Any]]], None] | None = None,
 ) -> FederationOutcome:
-    """Runs the federation of ``setup`` in this process with :func:`run_federation`."""
+    """Runs the federation of ``setup`` in this process with :func:`run_federation`.
+
+    Each turn's reply is built as a networked engine sends it (:func:`turn_reply`), and the
+    outcome's final local models are those the replies carried: none under the DP upload.
+
+    Args:
+        setup, rounds, download_fraction, schedule, bundle, on_upload, on_round: as for
+            :func:`run_federation` (``bundle``: the loaded dataset, else loaded by name).
+        observer: receives every DP upload's mechanism input (:data:`Observer`).
+        on_reply: receives every turn's reply, after the server applied its upload.
+    """
     import time
 
     participants = [build_participant(setup, i, bundle=bundle) for i in range(setup.num_participants)]
+    for p in participants:
+        p.observer = observer
+    finals: dict[int, torch.Tensor] = {}
+
+    def delivered(up: Upload) -> None:
+        last = participants[up.participant].local_parameters if up.round == rounds - 1 else None
+        reply = turn_reply(up, private=setup.rule.private, final_parameters=last)
+        if "local" in reply:
+            finals[up.participant] = reply["local"]["parameters"]
+        if on_reply is not None:
+            on_reply(reply)
+        if on_upload is not None:
+            on_upload(up)
+
     server = ParameterServer(setup.initial)
     times: list[float] = []
     last = [time.monotonic()]
@@ -520,13 +614,13 @@ def run_local(
         download_fraction=download_fraction,
         schedule=schedule,
         generator=torch_generator(setup.seed, "dssgd", "schedule"),
-        on_upload=on_upload,
+        on_upload=delivered,
         on_round=round_done,
     )
     return FederationOutcome(
         parameters=server.parameters.clone(),
         stat=server.stat.clone(),
-        local_parameters=tuple(p.local_parameters for p in participants),
+        local_parameters=tuple(finals.get(i) for i in range(setup.num_participants)),
         uploads_applied=server.uploads_applied,
         seconds_per_round=tuple(times),
         engine="local",

@@ -16,6 +16,8 @@ fewer than c uploads when every entry has been visited.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -35,7 +37,9 @@ def _laplace(n: int, scale: float, generator: torch.Generator) -> np.ndarray:
     return (scale * (e[0] - e[1])).numpy()
 
 
-def svt_upload(delta: torch.Tensor, *, count: int, epsilon: float, bound: float, threshold: float, split: str = "sum", generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def svt_upload(
+    delta: torch.Tensor, *, count: int, epsilon: float, bound: float, threshold: float, split: str = "sum", generator: torch.Generator, observe: Callable[[np.ndarray], None] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Selects and noisily releases at most ``count`` entries of ``delta`` (the DP upload).
 
     Args:
@@ -48,6 +52,9 @@ def svt_upload(delta: torch.Tensor, *, count: int, epsilon: float, bound: float,
         split: ``"sum"`` (default, shares 8/9 and 1/9 of ε) or ``"seed"`` (the seed's 8/9 and
             2/9 with its σ(ε2) = 2Δf/ε2, which releases with the same noise).
         generator: the source of every random draw (visiting order and all noise).
+        observe: receives a copy of the bounded values (float64, ``delta``'s flattened order):
+            the mechanism's input before any noise, each entry of sensitivity Δf = 2γ (the
+            neighbouring replay's hook; ``None`` in training).
 
     Returns:
         ``(indices, values)``: int64 indices into the flattened ``delta`` in upload order (unique)
@@ -75,6 +82,8 @@ def svt_upload(delta: torch.Tensor, *, count: int, epsilon: float, bound: float,
     gamma = scales.bound
     # Bound first: every later step (query and release) sees values of sensitivity Δf = 2γ.
     x = flat.clamp(-gamma, gamma).numpy()
+    if observe is not None:
+        observe(x.copy())
     c = min(c, n)
 
     # Every random draw up front, in a fixed order, so a seeded generator fixes the output.
