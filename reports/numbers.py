@@ -10,7 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpaudit.results.numbers import INFINITY, MISSING, fmt_count, fmt_epsilon, fmt_number, fmt_percent, fmt_rate, fmt_value
+from dpaudit.results.numbers import (
+    INFINITY,
+    MISSING,
+    fmt_count,
+    fmt_epsilon,
+    fmt_lower_bound,
+    fmt_number,
+    fmt_percent,
+    fmt_percent_lower_bound,
+    fmt_rate,
+    fmt_upper_bound,
+    fmt_value,
+)
 
 __all__ = [
     "INFINITY",
@@ -18,11 +30,16 @@ __all__ = [
     "Shown",
     "fmt_count",
     "fmt_epsilon",
+    "fmt_lower_bound",
     "fmt_number",
     "fmt_percent",
     "fmt_rate",
+    "fmt_upper_bound",
     "format_cell",
     "epsilon_cell",
+    "epsilon_ub_cell",
+    "epsilon_lb_cell",
+    "percent_lb_cell",
     "percent_cell",
     "rate_cell",
 ]
@@ -46,8 +63,23 @@ class Shown(float):
 
 
 def epsilon_cell(x: float | None) -> Shown | None:
-    """ε to three significant digits (∞ when unbounded); ``None`` stays a missing cell."""
+    """An ε that is not a bound (an estimate, the last-iterate ε) to three significant digits, to nearest; ``None`` stays a missing cell."""
     return None if x is None else Shown(float(x), fmt_epsilon(x))
+
+
+def epsilon_ub_cell(x: float | None) -> Shown | None:
+    """An upper bound (ε_UB) to three significant digits rounded up (∞ when unbounded); ``None`` stays a missing cell."""
+    return None if x is None else Shown(float(x), fmt_upper_bound(x))
+
+
+def epsilon_lb_cell(x: float | None) -> Shown | None:
+    """A lower bound (ε_LB, a ceiling, a certified radius) to three significant digits rounded down; ``None`` stays a missing cell."""
+    return None if x is None else Shown(float(x), fmt_lower_bound(x))
+
+
+def percent_lb_cell(x: float | None) -> Shown | None:
+    """A share that is a lower bound (a certified accuracy) as a percentage rounded down."""
+    return None if x is None else Shown(float(x), fmt_percent_lower_bound(x))
 
 
 def percent_cell(x: float | None) -> Shown | None:
