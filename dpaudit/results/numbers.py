@@ -20,7 +20,8 @@ lower bound printed above it, is a wrong bound. So each direction has its format
 
 The rounding is done on the exact binary value of the float (:class:`decimal.Decimal`), so a
 printed upper bound parsed back is never below the float it came from, whatever its magnitude:
-2.694e-05 prints ``2.7e-05`` at two digits, not ``0.0000``. See docs/reports/numbers.md.
+2.694e-05 prints ``2.7e-05`` at two digits, not ``0.0000``. A float that is already short (0.6)
+prints as itself in either direction: parsed back it is the same float.
 """
 
 from __future__ import annotations
@@ -61,11 +62,19 @@ def _significant(x: float | decimal.Decimal, digits: int, rounding: str = _NEARE
     """``x`` to ``digits`` significant digits, rounded by ``rounding``; no exponent between 10⁻⁴ and 10⁶ (outside, as ``%g`` writes it: 1e-05).
 
     The rounding is of the float's exact value (``Decimal(x)`` holds it to the last bit), so
-    ``_UP`` never prints below ``x`` and ``_DOWN`` never above it, at any magnitude.
+    ``_UP`` never prints below ``x`` and ``_DOWN`` never above it, at any magnitude, read back
+    as a float; a float whose own shortest text is short enough prints as that text.
     """
     if x == 0:
         return "0"
     exact = x if isinstance(x, decimal.Decimal) else decimal.Decimal(x)
+    if rounding != _NEAREST and not isinstance(x, decimal.Decimal):
+        # A float whose shortest round-trip text has at most ``digits`` digits (0.6, whose exact
+        # value is 0.59999999999999997…) prints as that text: read back, it is the very same
+        # float, so the bound is neither raised nor lowered, and 0.6 does not read 0.599.
+        short = decimal.Decimal(repr(x))
+        if len(short.normalize(context=_EXACT).as_tuple().digits) <= digits:
+            exact, rounding = short, _NEAREST
     # Quantizing to the last kept digit's place: the result has at most ``digits`` digits, or one
     # more digit when rounding carries (9.996 up → 10.0), which the rendering below re-reads.
     shown = exact.quantize(decimal.Decimal(1).scaleb(exact.adjusted() - digits + 1, context=_EXACT), rounding=rounding, context=_EXACT)

@@ -57,9 +57,12 @@ values = st.one_of(magnitudes, binary_halves, _ties(3), beside_round).filter(lam
 @example(x=0.00020794110349686278, digits=3)  # its strong ε, printed "0.0002"
 @example(x=0.125, digits=2)  # an exact half: to nearest it reads 0.12
 def test_an_upper_bound_is_never_printed_below_its_value(x, digits):
-    shown = parse(fmt_upper_bound(x, digits))
-    assert shown >= Decimal(x), (x, fmt_upper_bound(x, digits))
-    assert shown - Decimal(x) <= _unit(x, digits)
+    text = fmt_upper_bound(x, digits)
+    shown = parse(text)
+    # Read back as a float (how a reader or a script takes it), never below; as a decimal, never
+    # below the float's exact value unless it is that very float's own text (0.6 for 0.59999…97).
+    assert float(shown) >= x and (shown >= Decimal(x) or float(shown) == x), (x, text)
+    assert abs(shown - Decimal(x)) <= _unit(x, digits)
 
 
 @settings(max_examples=150, deadline=None)
@@ -67,9 +70,10 @@ def test_an_upper_bound_is_never_printed_below_its_value(x, digits):
 @example(x=0.9995, digits=3)
 @example(x=0.375, digits=2)
 def test_a_lower_bound_is_never_printed_above_its_value(x, digits):
-    shown = parse(fmt_lower_bound(x, digits))
-    assert shown <= Decimal(x), (x, fmt_lower_bound(x, digits))
-    assert Decimal(x) - shown <= _unit(x, digits)
+    text = fmt_lower_bound(x, digits)
+    shown = parse(text)
+    assert float(shown) <= x and (shown <= Decimal(x) or float(shown) == x), (x, text)
+    assert abs(Decimal(x) - shown) <= _unit(x, digits)
 
 
 shares = st.one_of(st.floats(0.0, 1.0), st.floats(1e-12, 1e-3), binary_halves.map(lambda h: h / (1 + h)), st.builds(lambda k: k / 2000, st.integers(0, 2000)))
@@ -84,7 +88,7 @@ def test_percentages_of_bounds_round_their_own_way(share):
     low, high = parse(fmt_percent_lower_bound(share)), parse(fmt_percent_upper_bound(share))
     assert low <= exact <= high, (share, fmt_percent_lower_bound(share), fmt_percent_upper_bound(share))
     # One decimal of a percent, or two significant digits below 0.1 %: never further than that.
-    unit = Decimal("0.1") if exact >= Decimal("0.1") else _unit(float(exact), 2)
+    unit = Decimal("0.1") if exact >= Decimal("0.1") else Decimal(1).scaleb(exact.adjusted() - 1)
     assert high - low <= unit and parse(fmt_percent(share)) in (low, high)
 
 
@@ -106,3 +110,5 @@ def test_tiny_bounds_keep_their_digits():
     assert fmt_lower_bound(2.694392033855676e-05) == "2.69e-05"
     assert fmt_upper_bound(0.00020794110349686278) == "0.000208"
     assert fmt_upper_bound(4811.2) == "4,820" and fmt_lower_bound(4819.9) == "4,810"
+    # A float that is its own short text reads as itself both ways (0.6 is 0.59999999999999997…).
+    assert fmt_lower_bound(0.6, 4) == fmt_upper_bound(0.6, 4) == "0.6" and fmt_lower_bound(0.3) == "0.3"
