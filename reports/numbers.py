@@ -19,7 +19,10 @@ from dpaudit.results.numbers import (
     fmt_number,
     fmt_percent,
     fmt_percent_lower_bound,
+    fmt_percent_upper_bound,
     fmt_rate,
+    fmt_rate_lower_bound,
+    fmt_rate_upper_bound,
     fmt_upper_bound,
     fmt_value,
 )
@@ -40,6 +43,9 @@ __all__ = [
     "epsilon_ub_cell",
     "epsilon_lb_cell",
     "percent_lb_cell",
+    "percent_ub_cell",
+    "rate_lb_cell",
+    "rate_ub_cell",
     "percent_cell",
     "rate_cell",
 ]
@@ -82,6 +88,11 @@ def percent_lb_cell(x: float | None) -> Shown | None:
     return None if x is None else Shown(float(x), fmt_percent_lower_bound(x))
 
 
+def percent_ub_cell(x: float | None) -> Shown | None:
+    """A share that is an upper bound (the robust accuracy attacks left: the true one is at most that) as a percentage rounded up."""
+    return None if x is None else Shown(float(x), fmt_percent_upper_bound(x))
+
+
 def percent_cell(x: float | None) -> Shown | None:
     """A share in [0, 1] (an accuracy) as a percentage."""
     return None if x is None else Shown(float(x), fmt_percent(x))
@@ -90,6 +101,16 @@ def percent_cell(x: float | None) -> Shown | None:
 def rate_cell(count: int, total: int) -> Shown:
     """A rate beside its counts: "12.5% (25/200)"; its value is the share."""
     return Shown(count / total if total else float("nan"), fmt_rate(count, total))
+
+
+def rate_lb_cell(count: int, total: int) -> Shown:
+    """A rate that is a lower bound (a certified accuracy) beside its counts, rounded down; its value is the share."""
+    return Shown(count / total if total else float("nan"), fmt_rate_lower_bound(count, total))
+
+
+def rate_ub_cell(count: int, total: int) -> Shown:
+    """A rate that is an upper bound (the robust accuracy attacks left) beside its counts, rounded up; its value is the share."""
+    return Shown(count / total if total else float("nan"), fmt_rate_upper_bound(count, total))
 
 
 def format_cell(x: Any) -> str:

@@ -295,11 +295,14 @@ class AuditResult:
 
     def summary(self) -> str:
         """One line for terminals and logs."""
-        ub = "inf" if math.isinf(self.epsilon_ub) else f"{self.epsilon_ub:.4f}"
+        from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
+
+        # Each bound its safe way, four significant digits: ε_UB up; ε_LB and the ceiling (an ε_LB) down.
+        ub = "inf" if math.isinf(self.epsilon_ub) else fmt_upper_bound(self.epsilon_ub, 4)
         flag = "VIOLATION" if self.violation else "ok"
-        ceiling = "" if self.ceiling is None else f" [ceiling {self.ceiling:.4f}]"
+        ceiling = "" if self.ceiling is None else f" [ceiling {fmt_lower_bound(self.ceiling, 4)}]"
         return (
-            f"epsilon_lb {self.epsilon_lb:.4f}{ceiling} ({self.method}, {self.bound}, assumes {self.assumption}, {self.confidence:.0%} confidence, "
+            f"epsilon_lb {fmt_lower_bound(self.epsilon_lb, 4)}{ceiling} ({self.method}, {self.bound}, assumes {self.assumption}, {self.confidence:.0%} confidence, "
             f"{self.num_in} in / {self.num_out} out) vs epsilon_ub {ub} ({self.accountant}) at delta={self.delta:g}: {flag}"
         )
 

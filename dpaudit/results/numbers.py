@@ -41,6 +41,8 @@ __all__ = [
     "fmt_percent_lower_bound",
     "fmt_percent_upper_bound",
     "fmt_rate",
+    "fmt_rate_lower_bound",
+    "fmt_rate_upper_bound",
     "fmt_upper_bound",
     "fmt_value",
 ]
@@ -147,9 +149,9 @@ def fmt_count(n: int) -> str:
     return f"{int(n):,}"
 
 
-def _pct(share: float, rounding: str = _NEAREST) -> str:
+def _pct(share: float | decimal.Decimal, rounding: str = _NEAREST) -> str:
     # × 100 by moving the decimal point of the exact value: a float product could round across the bound.
-    pct = decimal.Decimal(share).scaleb(2, context=_EXACT)
+    pct = (share if isinstance(share, decimal.Decimal) else decimal.Decimal(share)).scaleb(2, context=_EXACT)
     if 0 < pct < decimal.Decimal("0.1"):
         return f"{_significant(pct, 2, rounding)}%"
     return f"{pct.quantize(decimal.Decimal('0.1'), rounding=rounding, context=_EXACT):f}%"
@@ -184,10 +186,26 @@ def fmt_rate(count: int, total: int) -> str:
 
     A reader sees at once how coarse the rate is: with 200 draws one more hit moves it by 0.5 %.
     """
+    return _rate(count, total, _NEAREST)
+
+
+def fmt_rate_lower_bound(count: int, total: int) -> str:
+    """A rate that is a lower bound (a certified accuracy) beside its counts, the percentage rounded down: 2 of 3 → "66.6% (2/3)"."""
+    return _rate(count, total, _DOWN)
+
+
+def fmt_rate_upper_bound(count: int, total: int) -> str:
+    """A rate that is an upper bound (the robust accuracy attacks left) beside its counts, the percentage rounded up: 1 of 3 → "33.4% (1/3)"."""
+    return _rate(count, total, _UP)
+
+
+def _rate(count: int, total: int, rounding: str) -> str:
     count, total = int(count), int(total)
     if total <= 0:
         return f"{MISSING} (0 draws)"
-    return f"{_pct(count / total)} ({count}/{total})"
+    # The share as an exact fraction's decimal (count / total in floating point could round across the bound).
+    share = decimal.Decimal(count).scaleb(0, context=_EXACT) / decimal.Decimal(total) if rounding != _NEAREST else count / total
+    return f"{_pct(share, rounding)} ({count}/{total})"
 
 
 def fmt_value(x: Any) -> str:
