@@ -9,19 +9,21 @@ with it and :mod:`reports.numbers` gives it to the reports.
 A bound is rounded the safe way, never to nearest: an upper bound printed below its value, or a
 lower bound printed above it, is a wrong bound. So each direction has its formatter:
 
-* :func:`fmt_upper_bound` rounds up: ε_UB, a δ upper bound, the ceiling of an audit design
-  when it is set against ε_UB as "at most this could be shown".
-* :func:`fmt_lower_bound` rounds down: ε_LB, a certified radius ("robust within r": printed
-  larger, it would certify more than was computed).
-* :func:`fmt_percent_lower_bound` rounds a share down: a certified accuracy, a lower bound on
-  the robust accuracy.
-* :func:`fmt_epsilon` / :func:`fmt_number` / :func:`fmt_percent` round to nearest, for point
-  estimates only (a measured accuracy, an ε estimate, a heuristic's prediction).
+* :func:`fmt_upper_bound` rounds up: ε_UB under any accountant, a PATE ε, a δ upper bound.
+* :func:`fmt_lower_bound` rounds down: ε_LB, an audit's ceiling (itself the ε_LB of a perfect
+  attack), a certified radius ("robust within r": printed larger, it would certify more than
+  was computed).
+* :func:`fmt_percent_lower_bound` / :func:`fmt_rate_lower_bound` round a share down: a certified
+  accuracy, a lower bound on the robust accuracy; :func:`fmt_percent_upper_bound` /
+  :func:`fmt_rate_upper_bound` round up the robust accuracy attacks left, an upper bound on it.
+* :func:`fmt_epsilon` / :func:`fmt_number` / :func:`fmt_percent` / :func:`fmt_rate` round to
+  nearest, for what is not a bound (a measured accuracy, an ε estimate, the last-iterate ε).
 
 The rounding is done on the exact binary value of the float (:class:`decimal.Decimal`), so a
 printed upper bound parsed back is never below the float it came from, whatever its magnitude:
 2.694e-05 prints ``2.7e-05`` at two digits, not ``0.0000``. A float that is already short (0.6)
-prints as itself in either direction: parsed back it is the same float.
+prints as itself in either direction: parsed back it is the same float. docs/cli.md ("How bounds
+are printed") states the rule for users.
 """
 
 from __future__ import annotations
