@@ -22,8 +22,8 @@ lower bound printed above it, is a wrong bound. So each direction has its format
 The rounding is done on the exact binary value of the float (:class:`decimal.Decimal`), so a
 printed upper bound parsed back is never below the float it came from, whatever its magnitude:
 2.694e-05 prints ``2.7e-05`` at two digits, not ``0.0000``. A float that is already short (0.6)
-prints as itself in either direction: parsed back it is the same float. docs/cli.md ("How bounds
-are printed") states the rule for users.
+prints as itself in either direction: parsed back it is the same float. docs/cli.md states the rule for
+users.
 """
 
 from __future__ import annotations
