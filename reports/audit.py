@@ -14,9 +14,13 @@ returns a figure; saving is left to :mod:`reports.render`. Shown:
   by :func:`dpaudit.results.auditing.epsilon_lb_by_trials` and handed in as an
   :class:`~dpaudit.results.audit.EpsilonByTrials`: ε_LB far below a high ceiling is a weak
   attack; ε_LB at a low ceiling is a design that needs more trials;
-* one sentence splitting the gap ε_UB − ε_LB into what the threat model hides (ε_UB minus the
-  last-iterate ε of Steinke et al. 2024), what the audit's size allows (the ceiling) and what
-  the attack leaves (:func:`gap_sentence`, from :attr:`~dpaudit.results.audit.AuditResult.gap`).
+* one sentence splitting the gap ε_UB − ε_LB into what the audit's size allows (the ceiling)
+  and what the attack leaves, with what the last-iterate ε of Steinke et al. 2024 suggests
+  beside it, worded as the linear-loss heuristic it is (:func:`gap_sentence`, from
+  :attr:`~dpaudit.results.audit.AuditResult.gap`).
+
+Bounds are written their safe way (:mod:`dpaudit.results.numbers`): ε_UB rounded up, ε_LB and
+the ceiling (itself the ε_LB of a perfect attack) rounded down.
 
 Torch-free: it renders from a stored :class:`~dpaudit.results.audit.AuditResult` and ``scores.npz``.
 """
@@ -39,10 +43,12 @@ from matplotlib.figure import Figure as MplFigure
 
 from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult, EpsilonByTrials, load_audit_result
+from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
 from dpaudit.results.verdicts import audit_verdict
 from dpaudit.store import RunDir, load_npz
-from reports.figures import FONT_PT, Looks, colour, eps_text, finish_axes, fit_page, legend_outside, new_axes, new_figure, plain_log_ticks, style, zero_and_log_axes
+from reports.figures import FONT_PT, Looks, colour, eps_lb_text, eps_text, eps_ub_text, finish_axes, fit_page, legend_outside, new_axes, new_figure, plain_log_ticks, style, zero_and_log_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.numbers import epsilon_lb_cell, epsilon_ub_cell
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -151,7 +157,7 @@ def ceiling_figure(curve: EpsilonByTrials, result: AuditResult, *, ax: Axes | No
     bottom.plot(n, list(curve.ceiling), **style("ceiling"), label="ceiling (a perfect attack on the same design)")
     for panel in {id(top): top, id(bottom): bottom}.values():
         if ub is not None:
-            panel.axhline(ub, ls=":", lw=1.5, color=colour("epsilon_ub"), label=f"ε_UB = {eps_text(ub)} ({result.accountant})" if panel is top else None)
+            panel.axhline(ub, ls=":", lw=1.5, color=colour("epsilon_ub"), label=f"ε_UB = {eps_ub_text(ub)} ({result.accountant})" if panel is top else None)
         panel.grid(True, alpha=0.3)
         finish_axes(panel)
     if len(n) > 1 and n[-1] / max(n[0], 1) >= 10:
@@ -172,30 +178,36 @@ def ceiling_figure(curve: EpsilonByTrials, result: AuditResult, *, ax: Axes | No
 
 
 def _last_iterate(result: AuditResult) -> float | None:
-    """ε of the final model alone (Steinke et al. 2024), where the audit stored it."""
+    """The last-iterate ε (Steinke et al. 2024), where the audit stored it."""
     value = result.epsilon_last_iterate
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def bounds_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFigure:
-    """The audit's ε on one number line: ε_LB, the ceiling, ε_last-iterate and ε_UB.
+#: What the last-iterate ε is, wherever the report names it: exact for linear losses (so a lower
+#: bound on the worst case over losses), a heuristic for others, never a cap or an upper bound.
+LAST_ITERATE_MEANING = "exact for linear losses; a heuristic, not an upper bound, for others"
 
-    ε_UB is the accountant's bound on every model the training released; ε_last-iterate
-    (Steinke et al. 2024, "The Last Iterate Advantage") is ε of the final model alone under a
-    linear-loss assumption, drawn where the result holds it; the ceiling is the largest ε_LB
-    the audit's size allows; ε_LB is the evidence. The line is log-scaled when the positive
-    values span a decade or more; ε_LB = 0 is a marker at 0 in a narrow panel of its own
-    ("no evidence"), never at an arbitrary left edge of a log axis.
+
+def bounds_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFigure:
+    """The audit's ε on one number line: ε_LB, the ceiling, the last-iterate ε and ε_UB.
+
+    ε_UB is the accountant's bound on every model the training released; the last-iterate ε
+    (Steinke et al. 2024, "The Last Iterate Advantage") is the final model's exact ε if the
+    losses were linear, and only a heuristic for other losses, drawn where the result holds it;
+    the ceiling is the largest ε_LB the audit's size allows; ε_LB is the evidence. The line is
+    log-scaled when the positive values span a decade or more; ε_LB = 0 is a marker at 0 in a
+    narrow panel of its own ("no evidence"), never at an arbitrary left edge of a log axis.
+    Bounds are labelled their safe way: ε_UB rounded up, ε_LB and the ceiling down.
     """
     values: list[tuple[str, float, str]] = []
     if math.isfinite(result.epsilon_ub):
-        values.append(("epsilon_ub", result.epsilon_ub, f"ε_UB {eps_text(result.epsilon_ub)} ({result.accountant})"))
+        values.append(("epsilon_ub", result.epsilon_ub, f"ε_UB {eps_ub_text(result.epsilon_ub)} ({result.accountant})"))
     last = _last_iterate(result)
     if last is not None:
-        values.append(("epsilon_last_iterate", last, f"ε last iterate {eps_text(last)}"))
+        values.append(("epsilon_last_iterate", last, f"last-iterate ε {eps_text(last)}\n({LAST_ITERATE_MEANING})"))
     if result.ceiling is not None:
-        values.append(("ceiling", result.ceiling, f"ceiling {eps_text(result.ceiling)}"))
-    lb_label = f"ε_LB {eps_text(result.epsilon_lb)} ({result.confidence:.0%})"
+        values.append(("ceiling", result.ceiling, f"ceiling {eps_lb_text(result.ceiling)}"))
+    lb_label = f"ε_LB {eps_lb_text(result.epsilon_lb)} ({result.confidence:.0%})"
     positive = [x for _, x, _ in values if x > 0] + ([result.epsilon_lb] if result.epsilon_lb > 0 else [])
     log = bool(positive) and max(positive) / min(positive) >= 10
     zero = None
@@ -229,26 +241,35 @@ def bounds_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFigure:
 
 
 def bounds_caption(result: AuditResult) -> str:
-    """What the gap between ε_LB and ε_UB is made of, in the figure's numbers."""
+    """What the gap between ε_LB and ε_UB is made of, in the figure's numbers; the last-iterate ε worded as the heuristic it is."""
     ub, lb, ceiling, last = result.epsilon_ub, result.epsilon_lb, result.ceiling, _last_iterate(result)
-    parts = [f"ε_LB = {eps_text(lb)}" + (" (no evidence)" if lb <= 0 else "") + f", ε_UB = {eps_text(ub)} ({result.accountant})."]
-    if last is None:
-        parts.append(
-            "ε last iterate (Steinke et al. 2024, the final model's ε under a linear-loss assumption) is not stored with this audit, so the line omits it and the threat model's share of the gap is not split out."
-        )
-    elif math.isfinite(ub) and ub - last <= 1e-9 * max(1.0, ub):  # equal up to rounding (white-box: one step)
-        parts.append("ε last iterate = ε_UB: this audit sees every release the accountant bounds, so the threat model hides nothing.")
-    elif math.isfinite(ub):
-        parts.append(f"ε_UB − ε last iterate = {eps_text(max(ub - last, 0.0))}: what the threat model hides (the accountant bounds every released model; this audit sees the final one).")
-    top = min(x for x in (ub, last) if x is not None) if math.isfinite(ub) or last is not None else None
+    parts = [f"ε_LB = {eps_lb_text(lb)}" + (" (no evidence)" if lb <= 0 else "") + f", ε_UB = {eps_ub_text(ub)} ({result.accountant})."]
+    top = ub if math.isfinite(ub) else None
     if ceiling is not None:
         parts.append(
-            f"Ceiling = {eps_text(ceiling)}: the most this audit's size allows (a perfect attack on the same design)"
-            + (f", {eps_text(max(top - ceiling, 0.0))} short of {eps_text(top)}." if top is not None and ceiling < top else ".")
+            f"Ceiling = {eps_lb_text(ceiling)}: the most this audit's size allows (a perfect attack on the same design)"
+            + (f", {eps_text(max(top - ceiling, 0.0))} short of ε_UB." if top is not None and ceiling < top else ".")
         )
     reach = min(x for x in (top, ceiling) if x is not None) if (top is not None or ceiling is not None) else None
     if reach is not None and math.isfinite(reach):
         parts.append(f"The rest, {eps_text(max(reach - lb, 0.0))} between ε_LB and {eps_text(reach)}, is what the attack leaves.")
+    if last is None:
+        parts.append("No last-iterate ε (Steinke et al. 2024, defined for DP-SGD claims) is stored with this audit, so the line omits it.")
+    elif top is not None and top - last <= 1e-9 * max(1.0, top):  # equal up to rounding (white-box: one step)
+        parts.append("The last-iterate ε equals ε_UB: this audit observes every release the accountant bounds.")
+    else:
+        parts.append(
+            f"The last-iterate ε = {eps_text(last)} (Steinke et al. 2024) is the final model's exact ε if the losses were linear, "
+            "and a heuristic, not an upper bound, for other losses"
+            + (
+                f": the heuristic suggests that {eps_text(max(top - last, 0.0))} of ε_UB is out of sight of an audit of the final model, "
+                "but a non-linear loss can leak more, so it does not cap what an attack can show."
+                if top is not None
+                else "."
+            )
+        )
+        if lb > last:
+            parts.append("ε_LB exceeds it: this training's final model leaks more than a linear loss would.")
     return " ".join(parts)
 
 
@@ -276,22 +297,25 @@ def bounds_table(result: AuditResult) -> Table:
     rows: list[list[Any]] = [
         [
             "ε_LB (empirical lower bound)",
-            result.epsilon_lb,
+            epsilon_lb_cell(result.epsilon_lb),
             f"{result.method} / {result.bound} / {result.threshold_strategy}, {result.confidence:.0%} confidence, δ={result.delta:g}, {result.num_in} IN / {result.num_out} OUT"
             + (f", group size {result.group_size}" if result.group_size > 1 else ""),
         ]
     ]
     if result.ceiling is not None:
-        rows.append(["ceiling (largest ε_LB this design can show)", result.ceiling, "the same counts, Bonferroni factor, confidence, δ and bound with a perfect attack; more trials raise it"])
+        rows.append(
+            ["ceiling (largest ε_LB this design can show)", epsilon_lb_cell(result.ceiling), "the same counts, Bonferroni factor, confidence, δ and bound with a perfect attack; more trials raise it"]
+        )
     else:
         rows.append(["ceiling (largest ε_LB this design can show)", None, "not recorded: this result was stored before ceilings were reported"])
-    rows.append([f"ε_UB (tightest accountant: {result.accountant})", result.epsilon_ub, result.claim_description])
+    rows.append([f"ε_UB (tightest accountant: {result.accountant})", epsilon_ub_cell(result.epsilon_ub), result.claim_description])
     if result.epsilon_last_iterate is not None:
         rows.append(
             [
-                "ε last-iterate (heuristic, not a bound)",
+                f"last-iterate ε ({LAST_ITERATE_MEANING})",
                 result.epsilon_last_iterate,
-                "the final model alone if the losses were linear (Steinke et al. 2024); ε_UB minus it is what the threat model hides",
+                "the final model's ε if the losses were linear (Steinke et al. 2024), so a lower bound on its worst case over losses; "
+                "ε_UB minus it is what this heuristic suggests an audit of the final model cannot see",
             ]
         )
     rows += _estimate_rows(result)
@@ -300,47 +324,54 @@ def bounds_table(result: AuditResult) -> Table:
         rows.append(["full-run ε estimate (not a bound)", comp["epsilon"], f"CLT composition of μ_LB over T={comp['num_steps']} steps at q={comp['sampling_rate']:g}"])
     full = result.details.get("full_run_claim")
     if full:
-        rows.append([f"full-run ε_UB {full['accountant']} (context)", full["epsilon_ub"], full["description"]])
+        rows.append([f"full-run ε_UB {full['accountant']} (context)", epsilon_ub_cell(full["epsilon_ub"]), full["description"]])
         if full.get("epsilon_last_iterate") is not None:
-            rows.append(["full-run ε last-iterate (context)", full["epsilon_last_iterate"], "the run's final model alone under the linear-loss heuristic (Steinke et al. 2024)"])
+            rows.append(
+                [
+                    "full-run last-iterate ε (context)",
+                    full["epsilon_last_iterate"],
+                    f"the run's final model (Steinke et al. 2024): {LAST_ITERATE_MEANING}",
+                ]
+            )
     rows.append(["tightness ε_LB / ε_UB", result.tightness, ""])
     return Table(columns=["quantity", "ε", "how"], rows=rows, caption=f"δ = {result.delta:g}; confidence {result.confidence:.0%}.")
 
 
 def gap_sentence(result: AuditResult) -> str:
-    """One sentence splitting ε_UB − ε_LB (:attr:`AuditResult.gap`): threat model, design, attack.
+    """One sentence splitting ε_UB − ε_LB (:attr:`AuditResult.gap`): the design's share, the attack's, and what the last-iterate heuristic suggests.
 
-    The threat model's share is ε_UB − the last-iterate ε of Steinke et al. (2024, "The Last
-    Iterate Advantage", Theorem 1 / Heuristic 1), the design's what the ceiling cannot reach,
-    the attack's the rest. Words only; the numbers are the result's own.
+    The design's share is what the ceiling cannot reach, the attack's the rest below it; both
+    rest on bounds alone. The last-iterate ε of Steinke et al. (2024, "The Last Iterate
+    Advantage", Theorem 1 / Heuristic 1) is the final model's exact ε for linear losses and a
+    heuristic for others, so ε_UB minus it is worded as what that heuristic suggests, never as an
+    established share, and it caps nothing. ε_UB is written rounded up, ε_LB and the ceiling
+    rounded down (:mod:`dpaudit.results.numbers`); the shares, differences of bounds, to nearest.
     """
     g, f = result.gap, format_number
+    ub_text, lb_text = fmt_upper_bound(result.epsilon_ub), fmt_lower_bound(result.epsilon_lb)
     if math.isinf(result.epsilon_ub):
         return "No gap to split: the claim guarantees nothing (ε_UB = ∞)."
     if result.violation:
-        return f"No gap to split: ε_LB = {f(result.epsilon_lb)} exceeds ε_UB = {f(result.epsilon_ub)}, a violation."
-    total = f"Gap ε_UB − ε_LB = {f(result.epsilon_ub - result.epsilon_lb)}"
+        return f"No gap to split: ε_LB = {lb_text} exceeds ε_UB = {ub_text}, a violation."
+    total = f"Gap ε_UB − ε_LB = {f(result.epsilon_ub - result.epsilon_lb)} (ε_UB = {ub_text}, ε_LB = {lb_text})"
+    if result.ceiling is None:  # stored before ceilings: the design's share is unknown, not 0
+        split = f"what the audit's size allows is not separated from what the attack leaves (its ceiling was not recorded), {f(g['attack'])} in all"
+    else:
+        split = f"{f(g['design'])} is what the audit's size allows (its ceiling is {fmt_lower_bound(result.ceiling)}) and {f(g['attack'])} is what the attack leaves"
     li = result.epsilon_last_iterate
     if li is None:
-        threat = "the last-iterate ε is not defined for this claim (not DP-SGD) or was not recorded, so what the threat model hides is not separated from the rest; "
+        heuristic = " No last-iterate ε is defined for this claim (not DP-SGD) or it was not recorded."
     elif result.threat_model == "white-box":
-        threat = "the threat model hides nothing (the white-box game observes every step, and ε_UB is one step's); "
+        heuristic = " The threat model hides nothing: the white-box game observes every step, and ε_UB is one step's."
     else:
-        threat = (
-            f"{f(g['threat_model'])} is what the black-box threat model hides (ε_UB assumes every iterate is released; "
-            f"the final model alone has ε ≈ {f(li)} under the last-iterate heuristic of Steinke et al. 2024, a prediction, not a bound); "
+        heuristic = (
+            f" The last-iterate ε of Steinke et al. 2024 is {f(li)} ({LAST_ITERATE_MEANING}): "
+            f"if this training's losses behaved like linear ones, {f(g['last_iterate_heuristic'])} of ε_UB would be out of sight of an attack on the final model alone; "
+            "that is what the heuristic suggests, not an established share, and it caps nothing."
         )
-    if result.ceiling is None:  # stored before ceilings: the design's share is unknown, not 0
-        design = "what the audit's size allows is not separated either (its ceiling was not recorded)"
-    else:
-        design = f"{f(g['design'])} is what the audit's size allows (its ceiling is {f(result.ceiling)})"
-    attack = g["attack"]
-    assert attack is not None
-    if attack < 0 and li is not None:
-        rest = f"; ε_LB exceeds the last-iterate ε by {f(-attack)}: this training leaks more through its final model than the linear-loss heuristic predicts."
-    else:
-        rest = f"; {f(attack)} is what the attack leaves."
-    return f"{total}: {threat}{design}{rest}"
+        if result.epsilon_lb > li:
+            heuristic += f" ε_LB exceeds the last-iterate ε by {f(result.epsilon_lb - li)}: this training's final model leaks more than a linear loss would."
+    return f"{total}: {split}.{heuristic}"
 
 
 def _covered_lines(details: Mapping[str, Any]) -> list[str]:
@@ -509,7 +540,7 @@ def audit_page(audit: StoredAudit, out: Path) -> Page:
     section = audit_section(result, audit.scores, title="Bounds and evidence", trials_curve=audit.trials_curve, no_trials_curve=audit.no_trials_curve)
     sections = [verdict_section(audit_verdict(result)), section]
     page = write_report_files(out, sections, title=f"Audit {audit.name}", stem=f"audit-{audit.name}", kind="audit").html
-    violations = (f"audit {audit.name}: epsilon_lb {result.epsilon_lb:.4g} > epsilon_ub {result.epsilon_ub:.4g} ({result.accountant})",) if result.violation else ()
+    violations = (f"audit {audit.name}: epsilon_lb {fmt_lower_bound(result.epsilon_lb, 4)} > epsilon_ub {fmt_upper_bound(result.epsilon_ub, 4)} ({result.accountant})",) if result.violation else ()
     return Page(html=page, link=with_status(audit.name, sections), violations=violations)
 
 

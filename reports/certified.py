@@ -35,7 +35,7 @@ from dpaudit.results.verdicts import certified_verdict
 from dpaudit.store import RunDir, atomic_write_text, read_json
 from reports.figures import Looks, colour, legend_outside, new_axes, setting_looks
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import Shown, rate_cell
+from reports.numbers import Shown, fmt_upper_bound, rate_cell, rate_lb_cell, rate_ub_cell
 from reports.render import Figure, Section, Table, Text, WrittenReport, accountant_table, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -82,7 +82,7 @@ class CertifiedRun:
             parts.append("r=1")
         eps = s.get("epsilon")
         if isinstance(eps, (int, float)) and math.isfinite(eps):
-            parts.append(f"DP ε={eps:.2g}")
+            parts.append(f"DP ε={fmt_upper_bound(eps, 2)}")
         return " ".join(parts)
 
     @property
@@ -323,8 +323,9 @@ def _claim_block(run: CertifiedRun) -> Any:
     return accountant_table(run.record.claim.epsilons(delta=float(delta)), delta=float(delta), description=run.record.claim.statement())
 
 
-def _share(accuracy: float, n: int) -> Shown:
-    return rate_cell(round(accuracy * n), n)
+def _share(accuracy: float, n: int, cell: Any = rate_cell) -> Shown:
+    # ``cell`` rounds a bound its safe way: a certified accuracy down, a robust accuracy left by attacks up.
+    return cell(round(accuracy * n), n)
 
 
 def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[str, Any]], csv_files: Sequence[Path] = ()) -> list[Section]:
@@ -360,9 +361,9 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[
         for j, radius in enumerate(run.radii):
             row: list[Any] = [float(radius)]
             # Accuracies as percentages of the test points they rest on (one more point moves them by 1/n).
-            row += [_share(float(c.certified_accuracy([radius])[0]), c.labels.size) for c in run.certificates.values()]
-            row += [_share(float(r.robust_accuracy[j]), r.success.shape[1]) for r in run.attacks.values()]
-            row.append(None if robust is None else _share(float(robust[j]), next(iter(run.attacks.values())).success.shape[1]))
+            row += [_share(float(c.certified_accuracy([radius])[0]), c.labels.size, rate_lb_cell) for c in run.certificates.values()]
+            row += [_share(float(r.robust_accuracy[j]), r.success.shape[1], rate_ub_cell) for r in run.attacks.values()]
+            row.append(None if robust is None else _share(float(robust[j]), next(iter(run.attacks.values())).success.shape[1], rate_ub_cell))
             rows.append(row)
         if rows and (run.certificates or run.attacks):
             blocks.append(Table(columns=["radius", *(f"certified {n}" for n in run.certificates), *(f"robust {n}" for n in run.attacks), "robust (all attacks)"], rows=rows))

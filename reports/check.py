@@ -31,7 +31,8 @@ from dpaudit.results.verdicts import check_verdict
 from dpaudit.store import RunDir
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.render import Figure, Items, Section, Table, format_number, write_report_files
+from reports.numbers import fmt_lower_bound, fmt_upper_bound
+from reports.render import Figure, Items, Section, Table, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
 __all__ = ["CHECKS_DIR", "StoredCheck", "load_checks", "check_figure", "check_sections", "check_page"]
@@ -61,7 +62,13 @@ def load_checks(run: RunDir) -> list[StoredCheck]:
 
 
 def _eps(x: float) -> str:
-    return "∞" if math.isinf(x) else format_number(float(x), 3)
+    """An ε_UB for the page, rounded up."""
+    return fmt_upper_bound(float(x))
+
+
+def _eps_lb(x: float) -> str:
+    """An ε_LB for the page, rounded down."""
+    return fmt_lower_bound(float(x))
 
 
 def check_figure(outcomes: Sequence[CheckOutcome], *, ax: Axes | None = None) -> MplFigure | None:
@@ -80,7 +87,7 @@ def check_figure(outcomes: Sequence[CheckOutcome], *, ax: Axes | None = None) ->
     for y, o in zip(ys, outcomes):
         # The first bar of each status carries the legend entry.
         ax.barh(y, min(o.epsilon_lb, right), height=0.55, color=_STATUS_COLOUR[o.status], alpha=0.9, label=labels.pop(o.status, None))
-        ax.annotate(f"{_eps(o.epsilon_lb)} ({o.status})", (min(o.epsilon_lb, right), y), xytext=(4, 7), textcoords="offset points", fontsize=8, va="bottom")
+        ax.annotate(f"{_eps_lb(o.epsilon_lb)} ({o.status})", (min(o.epsilon_lb, right), y), xytext=(4, 7), textcoords="offset points", fontsize=8, va="bottom")
     ceil_style = style("ceiling")
     ceilings = [min(o.ceiling, right) for o in outcomes]
     ax.plot(
@@ -96,7 +103,7 @@ def check_figure(outcomes: Sequence[CheckOutcome], *, ax: Axes | None = None) ->
     )
     ub = outcomes[0].epsilon_ub
     if math.isfinite(ub):
-        ax.axvline(ub, color=colour("epsilon_ub"), linestyle="--", linewidth=1.4, label=f"ε_UB = {ub:.3g} (the claim)")
+        ax.axvline(ub, color=colour("epsilon_ub"), linestyle="--", linewidth=1.4, label=f"ε_UB = {fmt_upper_bound(ub)} (the claim)")
     ax.set_yticks(ys)
     ax.set_yticklabels([o.name for o in outcomes])
     ax.set_xlim(0, right)

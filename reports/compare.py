@@ -30,9 +30,22 @@ from dpaudit.results.verdicts import compare_verdict
 from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
 from reports.figures import FONT_PT, Looks, colour, legend_outside, new_axes, new_figure, plain_log_ticks, rate_text, setting_looks, zero_and_log_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import Shown, epsilon_cell, fmt_rate, percent_cell
+from reports.numbers import (
+    Shown,
+    epsilon_cell,
+    epsilon_lb_cell,
+    epsilon_ub_cell,
+    fmt_rate,
+    fmt_upper_bound,
+    percent_cell,
+    percent_lb_cell,
+    percent_ub_cell,
+)
 from reports.render import Figure, Items, Link, Section, Table, WrittenReport, write_report_files
 from reports.verdict_box import verdict_section
+
+#: The matrix's column of the last-iterate ε (Steinke et al. 2024): a heuristic, never a cap or an upper bound.
+LAST_ITERATE_COLUMN = "last-iterate ε (heuristic)"
 
 __all__ = [
     "advantage_figure",
@@ -72,9 +85,9 @@ def _tpr(m: Mapping[str, Any] | None, fpr: str) -> Any:
     return _num(tpr)
 
 
-def _pct(x: Any) -> Any:
-    """An accuracy as a percentage (its value kept for the CSV), missing as an em dash."""
-    return percent_cell(float(x)) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else _num(x)
+def _pct(x: Any, cell: Any = percent_cell) -> Any:
+    """An accuracy as a percentage (its value kept for the CSV), missing as an em dash; ``cell`` rounds a bound its safe way."""
+    return cell(float(x)) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else _num(x)
 
 
 def _num(x: Any, digits: int = 3) -> Any:
@@ -108,7 +121,7 @@ def _ceiling(eps: float) -> float:
 def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
     """The defense × measure matrix as columns and cells (shared by the HTML table and the CSV)."""
     fprs = [f"{f:g}" for f in result.fprs]
-    columns = ["setting", "defense", "test acc.", "± (repeats)", "acc. loss", "ε_UB (tightest)", "ε last-iterate", "ε_LB", "best attack", "strongest MIA", "AUC"]
+    columns = ["setting", "defense", "test acc.", "± (repeats)", "acc. loss", "ε_UB (tightest)", LAST_ITERATE_COLUMN, "ε_LB", "best attack", "strongest MIA", "AUC"]
     columns += [f"TPR @ {float(f):.1%} FPR" for f in fprs]
     columns += ["advantage", "ceiling min(e^ε−1, 1)", "inversion top-1"]
     columns += [f"robust @ {r:g}" for r in result.radii] + [f"certified @ {r:g}" for r in result.radii] + ["verdict"]
@@ -116,9 +129,10 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
     for r in result.rows:
         attack, m = _strongest(r)
         ub = r.epsilon_ub_best
-        ub_cell: Any = epsilon_cell(ub) if r.epsilon_ub else "∞ (no DP claim)"
+        # Bounds print their safe way: ε_UB and the advantage ceiling up, ε_LB and certified accuracy down.
+        ub_cell: Any = epsilon_ub_cell(ub) if r.epsilon_ub else "∞ (no DP claim)"
         if r.epsilon_ub and r.epsilon_ub_data_dependent:
-            ub_cell = f"{_num(ub, 3)} (data-dependent)"
+            ub_cell = f"{fmt_upper_bound(ub)} (data-dependent)"
         cells: list[Any] = [
             r.label,
             r.defense,
@@ -127,14 +141,14 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
             _num(r.accuracy_loss),
             ub_cell,
             epsilon_cell(r.epsilon_last_iterate),
-            epsilon_cell(r.epsilon_lb),
+            epsilon_lb_cell(r.epsilon_lb),
             r.best_attack or _DASH,
         ]
         cells += [attack or _DASH, _num(m.get("auc"))]
         cells += [_tpr(m, f) for f in fprs]
-        cells += [_num(m.get("advantage")), _num(_ceiling(ub)) if r.epsilon_ub else 1.0, _num(r.inversion_top1)]
-        cells += [_pct(r.robust_accuracy.get(f"{x:g}")) for x in result.radii]
-        cells += [_pct(r.certified_accuracy.get(f"{x:g}")) if r.certified_accuracy else "does not certify" for x in result.radii]
+        cells += [_num(m.get("advantage")), Shown(_ceiling(ub), fmt_upper_bound(_ceiling(ub))) if r.epsilon_ub else 1.0, _num(r.inversion_top1)]
+        cells += [_pct(r.robust_accuracy.get(f"{x:g}"), percent_ub_cell) for x in result.radii]
+        cells += [_pct(r.certified_accuracy.get(f"{x:g}"), percent_lb_cell) if r.certified_accuracy else "does not certify" for x in result.radii]
         cells.append(r.verdict)
         rows.append(cells)
     return columns, rows
@@ -333,7 +347,9 @@ def _accountant_table(result: ComparisonResult) -> Table | None:
         names += [a for a in r.epsilon_ub if a not in names]
     if not names:
         return None
-    rows = [[r.label, *(_num(r.epsilon_ub.get(a)) for a in names), "yes" if r.epsilon_ub_data_dependent else "no"] for r in result.rows if r.epsilon_ub]
+    rows = [
+        [r.label, *(_DASH if r.epsilon_ub.get(a) is None else epsilon_ub_cell(r.epsilon_ub[a]) for a in names), "yes" if r.epsilon_ub_data_dependent else "no"] for r in result.rows if r.epsilon_ub
+    ]
     return Table(
         columns=["setting", *names, "data-dependent"], rows=rows, caption=f"ε_UB at δ = {result.delta:g} under every accountant that can analyse the row's claim (the same noise, four analyses)."
     )
@@ -359,7 +375,7 @@ def _membership_table(result: ComparisonResult) -> Table | None:
                     _num(m["auc"]),
                     _num(m["advantage"]),
                     *(_tpr(m, f) for f in fprs),
-                    _num(m["epsilon_lb"]),
+                    _DASH if m.get("epsilon_lb") is None else epsilon_lb_cell(m["epsilon_lb"]),
                     _num(v.get("auc")),
                     *(_tpr(v, f) for f in fprs),
                     _counts(m),
@@ -414,7 +430,7 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
         "test acc. (± sd)",
         "acc. loss",
         "ε_UB (tightest)",
-        "ε last-iterate",
+        LAST_ITERATE_COLUMN,
         "ε_LB",
         "best attack",
         "strongest MIA",
@@ -430,7 +446,7 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
             [
                 r[0],
                 f"{acc} (± {sd})" if isinstance(sd, float) and sd > 0 else acc,
-                *(r[col[c]] for c in ("acc. loss", "ε_UB (tightest)", "ε last-iterate", "ε_LB", "best attack", "strongest MIA", "AUC")),
+                *(r[col[c]] for c in ("acc. loss", "ε_UB (tightest)", LAST_ITERATE_COLUMN, "ε_LB", "best attack", "strongest MIA", "AUC")),
                 *r[col["AUC"] + 1 : col["advantage"]],
                 f"{r[col['advantage']]} (≤ {r[col['ceiling min(e^ε−1, 1)']]})" if r[col["advantage"]] != _DASH else _DASH,
             ]
@@ -445,8 +461,9 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
                 f"Mean over {len(result.rows[0].model_ids)} repeat(s). Accuracy loss is against the non-private baseline ({result.baseline}). ε_LB is the best over every attack "
                 f"and repeat, valid jointly at {result.confidence:.0%} (Bonferroni); membership attacks' ε_LB are Clopper–Pearson bounds, which assume nothing of the "
                 "trade-off curve, and an audit's names its own assumption; the strongest MIA is the one with the largest AUC. Advantage = max over thresholds of TPR − FPR; "
-                "an ε-DP model's is at most e^ε − 1 (Yeom et al. 2018). ε last-iterate is the final model's ε under the linear-loss heuristic of Steinke et al. (2024) "
-                "for DP-SGD claims (a prediction, not a bound; — for other defenses): ε_UB minus it is what releasing only the final model hides from the accountant's analysis."
+                "an ε-DP model's is at most e^ε − 1 (Yeom et al. 2018). The last-iterate ε (Steinke et al. 2024; DP-SGD claims, — for other defenses) is the final model's exact ε "
+                "if the losses were linear, and a heuristic, not an upper bound, for other losses: ε_UB minus it is what that heuristic suggests releasing only the final "
+                "model hides, not an established share. ε_UB and the advantage ceiling are rounded up, ε_LB down."
             ),
         ),
         *(

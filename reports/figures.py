@@ -46,7 +46,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from dpaudit import _validate as v
-from dpaudit.results.numbers import fmt_epsilon
+from dpaudit.results.numbers import fmt_epsilon, fmt_lower_bound, fmt_upper_bound
 
 __all__ = [
     "PALETTE",
@@ -71,6 +71,8 @@ __all__ = [
     "finish_axes",
     "legend_outside",
     "has_data",
+    "eps_ub_text",
+    "eps_lb_text",
     "eps_text",
     "rate_text",
 ]
@@ -367,8 +369,18 @@ def has_data(fig: Figure) -> bool:
 
 
 def eps_text(x: float | None, *, digits: int = 3) -> str:
-    """An ε for a figure, written as every table writes it (:func:`dpaudit.results.numbers.fmt_epsilon`)."""
+    """An ε that is not a bound (an estimate, a difference) for a figure, to nearest as every table writes it (:func:`dpaudit.results.numbers.fmt_epsilon`)."""
     return fmt_epsilon(None if x is None or (isinstance(x, float) and math.isnan(x)) else x, digits)
+
+
+def eps_ub_text(x: float | None, *, digits: int = 3) -> str:
+    """An upper bound (ε_UB) for a figure, rounded up (:func:`dpaudit.results.numbers.fmt_upper_bound`)."""
+    return fmt_upper_bound(None if x is None or (isinstance(x, float) and math.isnan(x)) else x, digits)
+
+
+def eps_lb_text(x: float | None, *, digits: int = 3) -> str:
+    """A lower bound (ε_LB, a ceiling) for a figure, rounded down (:func:`dpaudit.results.numbers.fmt_lower_bound`)."""
+    return fmt_lower_bound(None if x is None or (isinstance(x, float) and math.isnan(x)) else x, digits)
 
 
 def rate_text(rate: float | None, n: int | None = None) -> str:

@@ -39,7 +39,7 @@ from dpaudit.results.verdicts import inversion_verdict, most_severe
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import FONT_PT, PAGE_WIDTH_IN, colour, fit_page, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import percent_cell, rate_cell
+from reports.numbers import fmt_upper_bound, percent_cell, rate_cell
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -114,7 +114,7 @@ class InversionTarget:
         if eps is None:
             return self.model_id
         defense = self.record.defense if self.record is not None else ""
-        return f"{self.model_id}\n({defense}, ε={'∞' if math.isinf(eps) else f'{eps:.3g}'})"
+        return f"{self.model_id}\n({defense}, ε={fmt_upper_bound(eps)})"
 
 
 def load_inversion_targets(run_dir: str | Path | RunDir) -> list[InversionTarget]:

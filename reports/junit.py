@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit.results.check import CheckOutcome, CheckReport
+from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
 from dpaudit.store import atomic_write_bytes
 
 __all__ = ["SUITE_NAME", "junit_xml", "write_junit"]
@@ -44,13 +45,23 @@ def _num(x: float) -> str:
     return f"{x:.6g}"
 
 
+def _ub(x: float) -> str:
+    """An upper bound (ε_UB) as XML text: six significant digits rounded up, no thousands separator."""
+    return "inf" if math.isinf(x) else fmt_upper_bound(x, 6).replace(",", "")
+
+
+def _lb(x: float) -> str:
+    """A lower bound (ε_LB, a ceiling) as XML text: six significant digits rounded down, no thousands separator."""
+    return "inf" if math.isinf(x) else fmt_lower_bound(x, 6).replace(",", "")
+
+
 def _seconds(x: float) -> str:
     # xs:decimal (the schema's type for time): plain digits, never an exponent.
     return f"{max(0.0, x):.3f}"
 
 
 def _numbers(o: CheckOutcome) -> str:
-    return f"epsilon_lb={_num(o.epsilon_lb)} epsilon_ub={_num(o.epsilon_ub)} ceiling={_num(o.ceiling)} confidence={_num(o.confidence)} trainings={o.num_trials} seconds={_seconds(o.seconds)}"
+    return f"epsilon_lb={_lb(o.epsilon_lb)} epsilon_ub={_ub(o.epsilon_ub)} ceiling={_lb(o.ceiling)} confidence={_num(o.confidence)} trainings={o.num_trials} seconds={_seconds(o.seconds)}"
 
 
 def _testcase(suite: ET.Element, o: CheckOutcome) -> None:
@@ -60,7 +71,7 @@ def _testcase(suite: ET.Element, o: CheckOutcome) -> None:
         failure.text = f"{o.finding}\n{_numbers(o)}\nThe training function leaks more than its claim allows: epsilon_lb > epsilon_ub at confidence {_num(o.confidence)}."
     elif o.status == "inconclusive":
         # A ceiling of 0 is a check that could not run; its finding says why.
-        reach = f" (ceiling {_num(o.ceiling)} <= epsilon_ub {_num(o.epsilon_ub)}: this check could not have shown a violation at this size)" if o.ceiling > 0 else ""
+        reach = f" (ceiling {_lb(o.ceiling)} <= epsilon_ub {_ub(o.epsilon_ub)}: this check could not have shown a violation at this size)" if o.ceiling > 0 else ""
         message = o.finding + reach
         ET.SubElement(case, "skipped", {"message": message})
     out = ET.SubElement(case, "system-out")
@@ -75,11 +86,11 @@ def _properties(suite: ET.Element, report: CheckReport) -> None:
         ("claim", report.claim_description),
         ("delta", _num(report.delta)),
         ("confidence", _num(report.confidence)),
-        ("epsilon_ub", "" if report.epsilon_ub is None else _num(report.epsilon_ub)),
+        ("epsilon_ub", "" if report.epsilon_ub is None else _ub(report.epsilon_ub)),
         ("budget_minutes", _num(report.budget_minutes)),
     ]
     for o in report.outcomes:
-        pairs += [(f"{o.name}.status", o.status), (f"{o.name}.epsilon_lb", _num(o.epsilon_lb)), (f"{o.name}.ceiling", _num(o.ceiling))]
+        pairs += [(f"{o.name}.status", o.status), (f"{o.name}.epsilon_lb", _lb(o.epsilon_lb)), (f"{o.name}.ceiling", _lb(o.ceiling))]
     for name, value in pairs:
         ET.SubElement(props, "property", {"name": name, "value": str(value)})
 

@@ -31,7 +31,7 @@ from dpaudit.results.verdicts import membership_verdict, rank_attacks
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import Looks, colour, legend_outside, new_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import Shown, epsilon_cell, fmt_number, fmt_percent, percent_cell, rate_cell
+from reports.numbers import Shown, epsilon_lb_cell, fmt_number, fmt_percent, percent_cell, rate_cell
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -106,7 +106,7 @@ def membership_table(results: Mapping[str, MembershipResult] | Sequence[Membersh
         r = a.result
         tpr = "n/a: no FPR ≤ 10% resolved" if a.tpr is None or a.fpr is None else rate_cell(round(a.tpr * r.num_members), r.num_members)
         at = "—" if a.fpr is None else f"{a.fpr:.1%}".replace(".0%", "%")
-        rows.append([r.attack, epsilon_cell(a.epsilon_lb), tpr, at, _auc(a.auc), percent_cell(r.balanced_accuracy()), f"{r.num_members} / {r.num_non_members}"])
+        rows.append([r.attack, epsilon_lb_cell(a.epsilon_lb), tpr, at, _auc(a.auc), percent_cell(r.balanced_accuracy()), f"{r.num_members} / {r.num_non_members}"])
     return Table(
         columns=["attack", f"ε_LB (δ={delta:g}, {confidence:.0%})", "TPR at the lowest FPR resolved", "at FPR", "AUC", "balanced acc. (estimate)", "members / non-members"],
         rows=rows,

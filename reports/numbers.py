@@ -10,7 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpaudit.results.numbers import INFINITY, MISSING, fmt_count, fmt_epsilon, fmt_number, fmt_percent, fmt_rate, fmt_value
+from dpaudit.results.numbers import (
+    INFINITY,
+    MISSING,
+    fmt_count,
+    fmt_epsilon,
+    fmt_lower_bound,
+    fmt_number,
+    fmt_percent,
+    fmt_percent_lower_bound,
+    fmt_percent_upper_bound,
+    fmt_rate,
+    fmt_rate_lower_bound,
+    fmt_rate_upper_bound,
+    fmt_upper_bound,
+    fmt_value,
+)
 
 __all__ = [
     "INFINITY",
@@ -18,11 +33,19 @@ __all__ = [
     "Shown",
     "fmt_count",
     "fmt_epsilon",
+    "fmt_lower_bound",
     "fmt_number",
     "fmt_percent",
     "fmt_rate",
+    "fmt_upper_bound",
     "format_cell",
     "epsilon_cell",
+    "epsilon_ub_cell",
+    "epsilon_lb_cell",
+    "percent_lb_cell",
+    "percent_ub_cell",
+    "rate_lb_cell",
+    "rate_ub_cell",
     "percent_cell",
     "rate_cell",
 ]
@@ -46,8 +69,28 @@ class Shown(float):
 
 
 def epsilon_cell(x: float | None) -> Shown | None:
-    """ε to three significant digits (∞ when unbounded); ``None`` stays a missing cell."""
+    """An ε that is not a bound (an estimate, the last-iterate ε) to three significant digits, to nearest; ``None`` stays a missing cell."""
     return None if x is None else Shown(float(x), fmt_epsilon(x))
+
+
+def epsilon_ub_cell(x: float | None) -> Shown | None:
+    """An upper bound (ε_UB) to three significant digits rounded up (∞ when unbounded); ``None`` stays a missing cell."""
+    return None if x is None else Shown(float(x), fmt_upper_bound(x))
+
+
+def epsilon_lb_cell(x: float | None) -> Shown | None:
+    """A lower bound (ε_LB, a ceiling, a certified radius) to three significant digits rounded down; ``None`` stays a missing cell."""
+    return None if x is None else Shown(float(x), fmt_lower_bound(x))
+
+
+def percent_lb_cell(x: float | None) -> Shown | None:
+    """A share that is a lower bound (a certified accuracy) as a percentage rounded down."""
+    return None if x is None else Shown(float(x), fmt_percent_lower_bound(x))
+
+
+def percent_ub_cell(x: float | None) -> Shown | None:
+    """A share that is an upper bound (the robust accuracy attacks left: the true one is at most that) as a percentage rounded up."""
+    return None if x is None else Shown(float(x), fmt_percent_upper_bound(x))
 
 
 def percent_cell(x: float | None) -> Shown | None:
@@ -58,6 +101,16 @@ def percent_cell(x: float | None) -> Shown | None:
 def rate_cell(count: int, total: int) -> Shown:
     """A rate beside its counts: "12.5% (25/200)"; its value is the share."""
     return Shown(count / total if total else float("nan"), fmt_rate(count, total))
+
+
+def rate_lb_cell(count: int, total: int) -> Shown:
+    """A rate that is a lower bound (a certified accuracy) beside its counts, rounded down; its value is the share."""
+    return Shown(count / total if total else float("nan"), fmt_rate_lower_bound(count, total))
+
+
+def rate_ub_cell(count: int, total: int) -> Shown:
+    """A rate that is an upper bound (the robust accuracy attacks left) beside its counts, rounded up; its value is the share."""
+    return Shown(count / total if total else float("nan"), fmt_rate_upper_bound(count, total))
 
 
 def format_cell(x: Any) -> str:

@@ -25,9 +25,9 @@ from dpaudit.privacy.pate.claim import settings_used
 from dpaudit.results.record import TrainedModel, load_record
 from dpaudit.results.verdicts import pate_verdict
 from dpaudit.store import RunDir, load_npz, thaw
-from reports.figures import DASH_CYCLE, MARKER_CYCLE, SERIES_COLOURS, eps_text, legend_outside, new_axes
+from reports.figures import DASH_CYCLE, MARKER_CYCLE, SERIES_COLOURS, eps_ub_text, legend_outside, new_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import fmt_number, fmt_percent
+from reports.numbers import fmt_number, fmt_percent, fmt_upper_bound
 from reports.render import Figure, Section, Table, Text, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -195,8 +195,8 @@ def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, published: Seq
 
 def accuracy_epsilon_sentence(rows: Sequence[Mapping[str, Any]], published: Sequence[Mapping[str, Any]] = ()) -> str:
     """What the accuracy-against-ε plot would show, in words, when it has fewer than two points."""
-    points = [f"{r['label']}: ε = {eps_text(r['epsilon'])}, test accuracy {_num(r['student_accuracy'])} (measured here)" for r in rows]
-    points += [f"{p['label']}: ε = {eps_text(p['epsilon'])}, accuracy {_num(p['accuracy'])} (published)" for p in published]
+    points = [f"{r['label']}: ε = {eps_ub_text(r['epsilon'])}, test accuracy {_num(r['student_accuracy'])} (measured here)" for r in rows]
+    points += [f"{p['label']}: ε = {eps_ub_text(p['epsilon'])}, accuracy {_num(p['accuracy'])} (published)" for p in published]
     return ("one student only — " + points[0] + "; a single point is not plotted") if points else "no student to plot"
 
 
@@ -208,6 +208,11 @@ def _look(i: int) -> tuple[str, str, str]:
 
 def _num(x: Any) -> str:
     return fmt_number(None if x is None else float(x))
+
+
+def _eps(x: Any) -> str:
+    """A PATE ε (every one an upper bound, data-dependent or not) rounded up."""
+    return fmt_upper_bound(None if x is None else float(x))
 
 
 def _pct(x: Any) -> str:
@@ -238,9 +243,9 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
                 f"{r['teachers']} ({_pct(r['teacher_accuracy_mean'])})",
                 f"{r['answered']} / {r['queries']}",
                 _pct(r["answer_accuracy"]),
-                f"{_num(r['epsilon_data_dependent_realised'])} ({_num(r['epsilon_data_dependent_realised_improved'])})",
-                _num(r["epsilon_noisy_estimate"]) if r["sanitised"] else "not released",
-                _num(r["epsilon_data_independent"]),
+                f"{_eps(r['epsilon_data_dependent_realised'])} ({_eps(r['epsilon_data_dependent_realised_improved'])})",
+                _eps(r["epsilon_noisy_estimate"]) if r["sanitised"] else "not released",
+                _eps(r["epsilon_data_independent"]),
                 _pct(r["student_accuracy"]),
             ]
             for r in rows

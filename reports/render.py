@@ -225,7 +225,10 @@ def accountant_table(epsilons: Mapping[str, float], *, delta: float, description
     """The claim's ε under every applicable accountant at ``delta`` (one row each), or why there is none."""
     if not epsilons:
         return Text(text=f"No accountant applies to this claim{f' ({description})' if description else ''}: it states no privacy mechanism, so ε is unbounded.")
-    rows = [[name + (" (tightest; compared)" if name == compared else ""), float(eps)] for name, eps in epsilons.items()]
+    from reports.numbers import epsilon_ub_cell
+
+    # Every accountant's ε is an upper bound: printed rounded up (the CSV export keeps the text too).
+    rows = [[name + (" (tightest; compared)" if name == compared else ""), epsilon_ub_cell(float(eps))] for name, eps in epsilons.items()]
     return Table(columns=["accountant", f"ε at δ={delta:g}"], rows=rows, caption=f"Claim: {description}" if description else "")
 
 

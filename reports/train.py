@@ -21,7 +21,7 @@ from dpaudit.results import TrainedModel, load_record
 from dpaudit.results.verdicts import record_delta, train_verdict
 from dpaudit.store import RunDir, safe_stem, thaw
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent
+from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent, fmt_upper_bound
 from reports.render import Items, Section, Table, accountant_table, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -45,9 +45,11 @@ def record_table(record: TrainedModel) -> Table:
 
 
 def _metric_cell(key: str, value: Any) -> Any:
-    # Accuracies read as percentages; every other metric to one precision.
+    # Accuracies read as percentages; a claim's ε (an upper bound) rounded up; every other metric to one precision.
     if key.endswith("accuracy") or "accuracy_" in key:
         return Shown(float(value), fmt_percent(float(value)))
+    if key == "epsilon" or key.startswith("epsilon_"):
+        return Shown(float(value), fmt_upper_bound(float(value)))
     return Shown(float(value), fmt_number(float(value)))
 
 

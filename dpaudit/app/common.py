@@ -30,6 +30,8 @@ __all__ = [
     "arg",
     "emit",
     "fmt_eps",
+    "fmt_eps_lb",
+    "fmt_eps_ub",
     "delta_type",
     "seed_type",
     "positive_int",
@@ -251,6 +253,31 @@ def emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:
         sys.stdout.write(text.rstrip("\n") + "\n")
 
 
+def _terminal_digits(x: float) -> int:
+    # Four decimals as the terminal always showed, but never fewer than four significant digits:
+    # a tiny ε keeps its digits instead of reading 0.0000.
+    return 4 if x == 0 or not math.isfinite(x) else max(4, math.floor(math.log10(abs(x))) + 5)
+
+
 def fmt_eps(x: float) -> str:
-    """ε for a terminal: four decimals, or ``inf``."""
-    return "inf" if math.isinf(x) else f"{x:.4f}"
+    """An ε that is a point estimate (not a bound) for a terminal, to nearest, or ``inf``."""
+    from dpaudit.results.numbers import fmt_epsilon
+
+    return "inf" if math.isinf(x) else fmt_epsilon(x, _terminal_digits(x))
+
+
+def fmt_eps_ub(x: float) -> str:
+    """An upper bound (ε_UB, a δ) for a terminal: four decimals (at least four significant digits) rounded *up*, or ``inf``.
+
+    Never printed below its value, and a tiny one keeps its digits (2.695e-05, not 0.0000).
+    """
+    from dpaudit.results.numbers import fmt_upper_bound
+
+    return "inf" if math.isinf(x) else fmt_upper_bound(x, _terminal_digits(x))
+
+
+def fmt_eps_lb(x: float) -> str:
+    """A lower bound (ε_LB, an audit's ceiling) for a terminal: four decimals (at least four significant digits) rounded *down*."""
+    from dpaudit.results.numbers import fmt_lower_bound
+
+    return "inf" if math.isinf(x) else fmt_lower_bound(x, _terminal_digits(x))

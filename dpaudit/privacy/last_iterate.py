@@ -1,4 +1,4 @@
-"""The last-iterate ε of DP-SGD under the linear-loss heuristic of Steinke et al. (2024).
+"""The last-iterate ε of DP-SGD (Steinke et al. 2024): exact for linear losses, a heuristic for others.
 
 Steinke, Nasr, Ganesh, Balle, Choquette-Choo, Jagielski, Hayes, Thakurta, Smith & Terzis (2024),
 "The Last Iterate Advantage: Empirical Auditing and Principled Heuristic Analysis of Differentially
@@ -10,11 +10,13 @@ final model is (ε, δ)-DP (add or remove one) exactly when
 
     δ ≥ max(H_{e^ε}(P ‖ Q), H_{e^ε}(Q ‖ P)),  P = Binomial(T, q) + N(0, Tσ²),  Q = N(0, Tσ²),
 
-with H_α(P ‖ Q) = ∫ max(p − α q, 0) the hockey-stick divergence. The heuristic takes this ε as
-the privacy of the *last iterate* of DP-SGD on any loss. It is not a bound: the paper gives
-artificial losses that leak more (its §4), but it predicts what audits of the final model
-reach, and ε_UB (every iterate released, the accountants) minus it is what the black-box threat
-model hides (docs/privacy/accounting.md §7).
+with H_α(P ‖ Q) = ∫ max(p − α q, 0) the hockey-stick divergence. So this ε is the final model's
+*exact* ε for linear losses, and therefore a *lower* bound on the final model's worst-case ε over
+all losses. The heuristic takes it as the privacy of the last iterate on any loss; for losses
+that are not linear it is not an upper bound (the paper's §4 gives losses whose final model
+leaks more), so it caps neither ε_UB nor what an audit of the final model can show. ε_UB (every
+iterate released, the accountants) minus it is what the heuristic suggests a final-model
+adversary cannot see, not an established share (docs/privacy/accounting.md §7).
 
 Computation: with s = σ√T and w_k the Binomial(T, q) pmf, the privacy loss
 L(x) = ln Σ_k w_k exp((k x − k²/2)/s²) is increasing in x (every mixture mean k ≥ 0), so each
@@ -140,7 +142,7 @@ def _log_diff_exp(a: float, b: float) -> float:
 
 
 def last_iterate_delta(*, sampling_rate: float, noise_multiplier: float, num_steps: int, epsilon: float) -> float:
-    """δ(ε) of the last iterate of DP-SGD under the linear-loss heuristic.
+    """δ(ε) of the last iterate of DP-SGD: exact for linear losses, a heuristic (not an upper bound) for others.
 
     Steinke et al. (2024), "The Last Iterate Advantage", Theorem 1 / Heuristic 1:
     δ(ε) = max(H_{e^ε}(P ‖ Q), H_{e^ε}(Q ‖ P)) with P = Binomial(T, q) + N(0, Tσ²) and
@@ -153,7 +155,8 @@ def last_iterate_delta(*, sampling_rate: float, noise_multiplier: float, num_ste
         epsilon: ε ≥ 0.
 
     Returns:
-        The smallest δ for which the final model is (ε, δ)-DP under the heuristic.
+        The smallest δ for which the final model is (ε, δ)-DP when the losses are linear (for
+        other losses a heuristic value: some non-linear losses need a larger δ).
     """
     q, sigma, steps = _checked(sampling_rate, noise_multiplier, num_steps)
     eps = v.non_negative("epsilon", epsilon)
@@ -171,12 +174,15 @@ def last_iterate_delta(*, sampling_rate: float, noise_multiplier: float, num_ste
 
 
 def last_iterate_epsilon(*, sampling_rate: float, noise_multiplier: float, num_steps: int, delta: float) -> float:
-    """ε(δ) of the last iterate of DP-SGD under the linear-loss heuristic (the inverse of :func:`last_iterate_delta`).
+    """ε(δ) of the last iterate of DP-SGD: exact for linear losses, a heuristic for others (the inverse of :func:`last_iterate_delta`).
 
     Steinke et al. (2024), "The Last Iterate Advantage", Theorem 1 / Heuristic 1: the tight ε of
     the pair P = Binomial(T, q) + N(0, Tσ²), Q = N(0, Tσ²) in both directions. At q = 1 it is the
     Gaussian mechanism with μ = √T/σ (Balle & Wang 2018, Theorem 8). Never above the ε of the
     full transcript (every iterate released): the last iterate is a post-processing of it.
+    Being exact for linear losses, it is a lower bound on the final model's worst-case ε over
+    losses; it is not an upper bound for other losses (Steinke et al. give losses that exceed it),
+    so it caps nothing an audit of the final model may show.
 
     Args:
         sampling_rate: the Poisson sampling rate q in (0, 1].
@@ -228,7 +234,7 @@ def dpsgd_parameters(event: dpe.DpEvent) -> tuple[float, float, int] | None:
 
 
 def claim_last_iterate_epsilon(claim: object, *, delta: float) -> float | None:
-    """The last-iterate ε (:func:`last_iterate_epsilon`) of a DP-SGD-family claim at ``delta``, else ``None``.
+    """The last-iterate ε (:func:`last_iterate_epsilon`; exact for linear losses, a heuristic for others) of a DP-SGD-family claim at ``delta``, else ``None``.
 
     DP-SGD family: a :class:`~dpaudit.privacy.claims.DPClaim` whose event is (q, σ, T) of DP-SGD
     (:func:`dpsgd_parameters`) under add-or-remove-one neighbours (the relation the heuristic is

@@ -13,10 +13,13 @@ Steinke et al.'s one-run bound is capped by its guess count (audit.md §4, §8),
 :class:`EpsilonByTrials` holds ε_LB and the ceiling recomputed on prefixes of the observations,
 for the report's plot of both against the number of trials.
 
-For DP-SGD-family claims a result also carries ``epsilon_last_iterate``, the ε of the final model
-alone under the linear-loss heuristic of Steinke et al. (2024), so that :attr:`AuditResult.gap`
-splits ε_UB − ε_LB into what the threat model hides (ε_UB − last-iterate), what the design allows
-(the ceiling) and what the attack leaves. Torch-free.
+For DP-SGD-family claims a result also carries ``epsilon_last_iterate``, the last-iterate ε of
+Steinke et al. (2024): the final model's exact ε when the losses are linear, hence a *lower* bound
+on its worst case over losses, and only a heuristic for other losses (the paper constructs losses
+whose final model exceeds it). It is neither a cap on what an attack can show nor an upper bound.
+:attr:`AuditResult.gap` splits ε_UB − ε_LB into what the design allows (the ceiling) and what the
+attack leaves, and gives ε_UB − last-iterate beside them as what the linear-loss heuristic
+suggests a final-model audit cannot see. Torch-free.
 """
 
 from __future__ import annotations
@@ -115,8 +118,9 @@ class AuditResult:
             ``None`` only for results stored before ceilings were reported.
         epsilon_last_iterate: the last-iterate ε of the claim at ``delta`` (Steinke et al. 2024,
             "The Last Iterate Advantage", Theorem 1 / Heuristic 1;
-            :func:`dpaudit.privacy.last_iterate.claim_last_iterate_epsilon`): what the final
-            model alone reveals if the losses were linear. A heuristic, not a bound. ``None``
+            :func:`dpaudit.privacy.last_iterate.claim_last_iterate_epsilon`): the final model's
+            exact ε if the losses were linear, so a lower bound on its worst case over losses;
+            for other losses a heuristic, not an upper bound (losses exist that exceed it). ``None``
             for claims outside the DP-SGD family (PATE, DSSGD, no mechanism, DP-PCA composed
             in) and for results stored before it was recorded.
         assumption: what ``epsilon_lb`` assumes about the mechanism beyond its claim:
@@ -211,26 +215,30 @@ class AuditResult:
 
     @property
     def gap(self) -> dict[str, float | None]:
-        """ε_UB − ε_LB split into what the threat model hides, what the design allows and what the attack leaves.
+        """ε_UB − ε_LB split into what the design allows and what the attack leaves, with the last-iterate heuristic's reading beside it.
 
-        With r = ``epsilon_last_iterate`` (ε_UB when unknown) and c = ``ceiling`` (r when unknown):
-        ``threat_model`` = ε_UB − r (the intermediate iterates the accountant assumes released and
-        a black-box audit never sees; ``None`` without a last-iterate ε), ``design`` = max(0, r − c)
-        (what no attack could show with the audit's counts), ``attack`` = min(r, c) − ε_LB (what
-        this attack left; negative when ε_LB exceeds the heuristic, which the heuristic does not
-        forbid). The three add up to ε_UB − ε_LB. The four values they are read from come along.
+        With c = ``ceiling`` (ε_UB when unknown): ``design`` = max(0, ε_UB − c) (what no attack
+        could show with the audit's counts) and ``attack`` = min(ε_UB, c) − ε_LB (what this attack
+        left below what the design allows; negative only for a violation). The two add up to
+        ε_UB − ε_LB, and both rest on bounds alone.
+
+        ``last_iterate_heuristic`` = ε_UB − r with r = ``epsilon_last_iterate`` (``None`` without
+        one) is *not* a third share: it is what the linear-loss heuristic of Steinke et al. (2024)
+        suggests a final-model (black-box) audit cannot see. For linear losses r is the final
+        model's exact ε, so there it is established; for other losses r is no upper bound (losses
+        exist whose final model exceeds it), so ``attack`` is never capped at r. The four values
+        the split is read from come along.
         """
         ub, li, lb = self.epsilon_ub, self.epsilon_last_iterate, self.epsilon_lb
-        ref = ub if li is None else li
-        top = ref if self.ceiling is None else self.ceiling
+        top = ub if self.ceiling is None else self.ceiling
         return {
             "epsilon_ub": ub,
             "epsilon_last_iterate": li,
             "ceiling": self.ceiling,
             "epsilon_lb": lb,
-            "threat_model": None if li is None else (0.0 if ub == li else ub - li),
-            "design": max(0.0, ref - top),
-            "attack": min(ref, top) - lb,
+            "design": max(0.0, ub - top),
+            "attack": min(ub, top) - lb,
+            "last_iterate_heuristic": None if li is None else (0.0 if ub == li else ub - li),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -287,11 +295,14 @@ class AuditResult:
 
     def summary(self) -> str:
         """One line for terminals and logs."""
-        ub = "inf" if math.isinf(self.epsilon_ub) else f"{self.epsilon_ub:.4f}"
+        from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
+
+        # Each bound its safe way, four significant digits: ε_UB up; ε_LB and the ceiling (an ε_LB) down.
+        ub = "inf" if math.isinf(self.epsilon_ub) else fmt_upper_bound(self.epsilon_ub, 4)
         flag = "VIOLATION" if self.violation else "ok"
-        ceiling = "" if self.ceiling is None else f" [ceiling {self.ceiling:.4f}]"
+        ceiling = "" if self.ceiling is None else f" [ceiling {fmt_lower_bound(self.ceiling, 4)}]"
         return (
-            f"epsilon_lb {self.epsilon_lb:.4f}{ceiling} ({self.method}, {self.bound}, assumes {self.assumption}, {self.confidence:.0%} confidence, "
+            f"epsilon_lb {fmt_lower_bound(self.epsilon_lb, 4)}{ceiling} ({self.method}, {self.bound}, assumes {self.assumption}, {self.confidence:.0%} confidence, "
             f"{self.num_in} in / {self.num_out} out) vs epsilon_ub {ub} ({self.accountant}) at delta={self.delta:g}: {flag}"
         )
 

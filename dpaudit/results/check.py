@@ -169,8 +169,12 @@ class CheckOutcome:
 
     def summary(self) -> str:
         """One line for terminals: status, ε_LB, ε_UB and ceiling."""
-        ub = "inf" if math.isinf(self.epsilon_ub) else f"{self.epsilon_ub:.4g}"
-        return f"{self.name}: {self.status} (eps_LB {self.epsilon_lb:.4g}, eps_UB {ub}, ceiling {self.ceiling:.4g}, {self.num_trials} trainings, {self.seconds:.1f} s)"
+        from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
+
+        # Bounds rounded their safe way: ε_UB up; ε_LB and the ceiling (itself an ε_LB) down.
+        ub = "inf" if math.isinf(self.epsilon_ub) else fmt_upper_bound(self.epsilon_ub, 4)
+        lb, ceiling = fmt_lower_bound(self.epsilon_lb, 4), fmt_lower_bound(self.ceiling, 4)
+        return f"{self.name}: {self.status} (eps_LB {lb}, eps_UB {ub}, ceiling {ceiling}, {self.num_trials} trainings, {self.seconds:.1f} s)"
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

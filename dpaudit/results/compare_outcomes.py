@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, mean_std
+from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
 
 __all__ = [
     "COMPARE_FPRS",
@@ -351,7 +352,7 @@ def _gather_audit(audit: AuditOutcome, *, delta: float, ev: _RowEvidence) -> Non
     if (audit.delta if audit.delta is not None else delta) >= delta:
         ev.candidates.append((audit.epsilon_lb, audit.method))
     if audit.epsilon_lb > audit.epsilon_ub:
-        ev.findings.append(f"{audit.method}: ε_LB {audit.epsilon_lb:.3f} > its claim's ε_UB {audit.epsilon_ub:.3f}")
+        ev.findings.append(f"{audit.method}: ε_LB {fmt_lower_bound(audit.epsilon_lb)} > its claim's ε_UB {fmt_upper_bound(audit.epsilon_ub)}")
 
 
 def _gather_evaluations(s: SettingOutcomes, ev: _RowEvidence) -> None:
@@ -387,7 +388,7 @@ def _row(s: SettingOutcomes, *, baseline_accuracy: float, delta: float, membersh
     _gather_evaluations(s, ev)
     violated = private and best_lb > min(eps_ub.values())
     if violated:
-        ev.findings.insert(0, f"ε_LB {best_lb:.3f} ({best_attack}) > ε_UB {min(eps_ub.values()):.3f}")
+        ev.findings.insert(0, f"ε_LB {fmt_lower_bound(best_lb)} ({best_attack}) > ε_UB {fmt_upper_bound(min(eps_ub.values()))}")
     verdict = "no violation"
     if violated or (s.audit and s.audit.epsilon_lb > s.audit.epsilon_ub):
         verdict = "violation"

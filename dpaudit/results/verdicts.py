@@ -36,7 +36,7 @@ from dpaudit.results.check import CheckReport
 from dpaudit.results.comparison import ComparisonResult
 from dpaudit.results.inversion import InversionResult
 from dpaudit.results.membership import MembershipResult, tpr_unresolved
-from dpaudit.results.numbers import fmt_count, fmt_epsilon, fmt_percent, fmt_rate
+from dpaudit.results.numbers import fmt_count, fmt_lower_bound, fmt_percent, fmt_percent_lower_bound, fmt_percent_upper_bound, fmt_rate, fmt_upper_bound
 from dpaudit.results.record import TrainedModel
 
 __all__ = [
@@ -98,7 +98,7 @@ def _claim_text(epsilons: Mapping[str, float], delta: float) -> str:
     if not epsilons:
         return f"no accountant bounds its claim (ε = ∞ at δ = {delta:g})"
     best = min(epsilons, key=epsilons.__getitem__)
-    return f"ε_UB = {fmt_epsilon(epsilons[best])} at δ = {delta:g} ({best}, the tightest of {len(epsilons)} accountant{'s' if len(epsilons) > 1 else ''})"
+    return f"ε_UB = {fmt_upper_bound(epsilons[best])} at δ = {delta:g} ({best}, the tightest of {len(epsilons)} accountant{'s' if len(epsilons) > 1 else ''})"
 
 
 #: Tones from the most to the least severe: a page of several verdicts leads with the first.
@@ -123,11 +123,11 @@ def most_severe(verdicts: Sequence[tuple[str, Verdict]]) -> Verdict:
 # ---------------------------------------------------------------------------------------- audit
 def audit_verdict(result: AuditResult) -> Verdict:
     """Violation, no violation, or inconclusive (the design's ceiling ≤ ε_UB: no attack could show a violation)."""
-    lb, ub = fmt_epsilon(result.epsilon_lb), fmt_epsilon(result.epsilon_ub)
+    lb, ub = fmt_lower_bound(result.epsilon_lb), fmt_upper_bound(result.epsilon_ub)
     at = f"at {result.confidence:.0%} confidence, δ = {result.delta:g}"
     lines = [f"{result.method} audit, {result.threat_model}, {result.bound} bound: {result.num_in} IN / {result.num_out} OUT observations."]
     if result.ceiling is not None:
-        lines.append(f"Ceiling (ε_LB of a perfect attack on the same counts): {fmt_epsilon(result.ceiling)}.")
+        lines.append(f"Ceiling (ε_LB of a perfect attack on the same counts): {fmt_lower_bound(result.ceiling)}.")
     else:
         lines.append("The ceiling was not recorded (result stored before ceilings were reported).")
     if math.isfinite(result.epsilon_ub) and result.epsilon_ub > 0:
@@ -151,7 +151,7 @@ def audit_verdict(result: AuditResult) -> Verdict:
             status="inconclusive",
             headline=(
                 f"Inconclusive: ε_LB = {lb} ≤ ε_UB = {ub} ({result.accountant}), but even a perfect attack on this design reaches only "
-                f"ε_LB = {fmt_epsilon(result.ceiling)} ≤ ε_UB: it could not have shown a violation. More trials raise the ceiling."
+                f"ε_LB = {fmt_lower_bound(result.ceiling)} ≤ ε_UB: it could not have shown a violation. More trials raise the ceiling."
             ),
             lines=tuple(lines),
             tone="warn",
@@ -232,12 +232,12 @@ def membership_verdict(
     best = rank_attacks(results, delta=delta, confidence=confidence)[0]
     r = best.result
     acc = f"; the target's test accuracy is {fmt_percent(target_accuracy)}" if target_accuracy is not None else ""
-    claim = "an unknown claim (no record in this run)" if epsilon_ub is None else f"the claimed ε_UB = {fmt_epsilon(epsilon_ub)}"
+    claim = "an unknown claim (no record in this run)" if epsilon_ub is None else f"the claimed ε_UB = {fmt_upper_bound(epsilon_ub)}"
     lines = (
         f"{r.attack}: {best.tpr_text()}, AUC {best.auc:.3f}, on {r.num_members} members / {r.num_non_members} non-members.",
         f"ε_LB: Clopper–Pearson at {confidence:.0%} confidence with a Bonferroni-corrected threshold, δ = {delta:g}; attacks ranked by ε_LB, then TPR at the lowest FPR resolved.",
     )
-    lb = fmt_epsilon(best.epsilon_lb)
+    lb = fmt_lower_bound(best.epsilon_lb)
     if epsilon_ub is not None and best.epsilon_lb > epsilon_ub:
         return Verdict(status="violation", headline=f"Violation: the strongest attack, {r.attack}, shows ε_LB = {lb} > {claim}{acc}.", lines=lines, tone="alert")
     if best.epsilon_lb > 0:
@@ -263,8 +263,8 @@ def certified_verdict(models: Sequence[tuple[str, Sequence[Mapping[str, Any]], b
     checked = [m for m, _, ok in models if ok]
     if bad:
         lines = tuple(
-            f"{m}: {x.get('certificate')} at radius {float(x.get('radius', math.nan)):g} certifies {fmt_percent(float(x['certified_accuracy']))} "
-            f"> {fmt_percent(float(x['robust_accuracy']))} the attacks left."
+            f"{m}: {x.get('certificate')} at radius {fmt_lower_bound(float(x.get('radius', math.nan)), 4)} certifies {fmt_percent_lower_bound(float(x['certified_accuracy']))} "
+            f"> {fmt_percent_upper_bound(float(x['robust_accuracy']))} the attacks left."
             for m, x in bad
         )
         return Verdict(
@@ -311,17 +311,17 @@ def inversion_verdict(
     k = top.num_classes
     lines = [
         f"{top.attack}: the evaluator recognises {fmt_rate(round(top.attack_accuracy_top1 * k), k)} of the reconstructions' classes (top-1; chance {fmt_percent(chance)}).",
-        f"{r.attack}: membership score of the reconstructions ε_LB = {fmt_epsilon(lb)} at {confidence:.0%} confidence (δ = {delta:g}), AUC {r.membership.auc():.3f}"
+        f"{r.attack}: membership score of the reconstructions ε_LB = {fmt_lower_bound(lb)} at {confidence:.0%} confidence (δ = {delta:g}), AUC {r.membership.auc():.3f}"
         f" on {r.membership.num_members} members / {r.membership.num_non_members} non-members"
         # An AUC well above ½ with ε_LB = 0 is a sample too small to tell, not evidence: say so beside the finding sentences.
         + (" — too few for the AUC to be evidence of membership." if lb == 0 and r.membership.auc() >= 0.6 else "."),
     ]
     if epsilon_ub is not None:
-        lines.append(f"The target claims ε_UB = {fmt_epsilon(epsilon_ub)}" + (" — below this ε_LB: a violation of the claim." if lb > epsilon_ub else "."))
+        lines.append(f"The target claims ε_UB = {fmt_upper_bound(epsilon_ub)}" + (" — below this ε_LB: a violation of the claim." if lb > epsilon_ub else "."))
     if lb > 0:
         return Verdict(
             status="identifies members",
-            headline=f"Identifies members: {r.attack}'s reconstructions sit nearer training members than held-out images of their class (ε_LB = {fmt_epsilon(lb)}).",
+            headline=f"Identifies members: {r.attack}'s reconstructions sit nearer training members than held-out images of their class (ε_LB = {fmt_lower_bound(lb)}).",
             lines=tuple(lines),
             tone="alert" if epsilon_ub is not None and lb > epsilon_ub else "warn",
         )
@@ -353,11 +353,11 @@ def pate_verdict(students: Sequence[TrainedModel]) -> Verdict:
         + (f", {fmt_percent(float(m['answer_accuracy']))} of the answers correct." if m.get("answer_accuracy") is not None else "."),
     ]
     if indep is not None:
-        lines.append(f"Data-independent analysis of the same answers: ε = {fmt_epsilon(float(indep))} at δ = {delta:g}.")
+        lines.append(f"Data-independent analysis of the same answers: ε = {fmt_upper_bound(float(indep))} at δ = {delta:g}.")
     if len(students) > 1:
         lines.append(f"{len(students)} students in this run; the table below lists each.")
     acc = fmt_percent(m.get("test_accuracy"))
-    headline = f"The most accurate student reaches {acc} test accuracy at ε = {fmt_epsilon(eps)} (δ = {delta:g}, {analysis}"
+    headline = f"The most accurate student reaches {acc} test accuracy at ε = {fmt_upper_bound(eps)} (δ = {delta:g}, {analysis}"
     if dependent and not sanitised:
         lines.append("A data-dependent ε is computed from the private votes: publishing it is itself not private unless sanitised (smooth sensitivity).")
         return Verdict(status="data-dependent ε", headline=headline + ", not sanitised).", lines=tuple(lines), tone="warn")
@@ -409,7 +409,7 @@ def train_verdict(record: TrainedModel) -> Verdict:
     what = f"{record.defense} {record.model_name} on {record.dataset}, {fmt_count(len(record.membership.members))} members"
     lines = [f"Claim: {record.claim.statement()}."]
     if eps:
-        lines.append("ε at δ = " + f"{delta:g}: " + ", ".join(f"{name} {fmt_epsilon(e)}" for name, e in sorted(eps.items(), key=lambda kv: kv[1])) + ".")
+        lines.append("ε at δ = " + f"{delta:g}: " + ", ".join(f"{name} {fmt_upper_bound(e)}" for name, e in sorted(eps.items(), key=lambda kv: kv[1])) + ".")
     if accs:
         lines.append(", ".join(accs).capitalize() + ".")
     lines.append(f"Record {record.model_id} (seed {record.seed}).")
@@ -424,14 +424,14 @@ def check_verdict(report: CheckReport) -> Verdict:
     """The conformance battery: violated (a check's ε_LB > ε_UB), no violation (every check that
     could have shown one did not), or inconclusive (no check's ceiling reached ε_UB)."""
     ub = report.epsilon_ub
-    ub_text = "—" if ub is None else fmt_epsilon(ub)
+    ub_text = "—" if ub is None else fmt_upper_bound(ub)
     passed = [o for o in report.outcomes if o.status == "passed"]
     unsure = [o for o in report.outcomes if o.status == "inconclusive"]
-    lines = [f"passed: {o.name}: its design could reach ε_LB {fmt_epsilon(o.ceiling)} > ε_UB and found {fmt_epsilon(o.epsilon_lb)}" for o in passed]
+    lines = [f"passed: {o.name}: its design could reach ε_LB {fmt_lower_bound(o.ceiling)} > ε_UB and found {fmt_lower_bound(o.epsilon_lb)}" for o in passed]
     # A ceiling of 0 is a check that could not run at all; its finding says why.
-    lines += [f"inconclusive: {o.name}: ceiling {fmt_epsilon(o.ceiling)} ≤ ε_UB {ub_text}, more budget raises it" if o.ceiling > 0 else f"inconclusive: {o.finding}" for o in unsure]
+    lines += [f"inconclusive: {o.name}: ceiling {fmt_lower_bound(o.ceiling)} ≤ ε_UB {ub_text}, more budget raises it" if o.ceiling > 0 else f"inconclusive: {o.finding}" for o in unsure]
     if report.violations:
-        names = "; ".join(f"{o.name} (ε_LB {fmt_epsilon(o.epsilon_lb)} > ε_UB {fmt_epsilon(o.epsilon_ub)})" for o in report.violations)
+        names = "; ".join(f"{o.name} (ε_LB {fmt_lower_bound(o.epsilon_lb)} > ε_UB {fmt_upper_bound(o.epsilon_ub)})" for o in report.violations)
         n = len(report.violations)
         return Verdict(status="violation", headline=f"{n} check{'s show' if n > 1 else ' shows'} the training function leaks more than its claim: {names}.", lines=tuple(lines), tone="alert")
     if not report.outcomes:
@@ -451,8 +451,8 @@ def _compare_row(r: Any) -> str:
     acc = f", accuracy {fmt_percent(r.test_accuracy)}" if not math.isnan(r.test_accuracy) else ""
     if not r.epsilon_ub or not math.isfinite(r.epsilon_ub_best):
         return "no DP claim on the training data" + acc
-    shown = f"ε_LB {fmt_epsilon(r.epsilon_lb)} by {r.best_attack}" if r.best_attack else "no attack showed leakage: ε_LB 0"
-    return f"{shown} vs ε_UB {fmt_epsilon(r.epsilon_ub_best)}{acc}"
+    shown = f"ε_LB {fmt_lower_bound(r.epsilon_lb)} by {r.best_attack}" if r.best_attack else "no attack showed leakage: ε_LB 0"
+    return f"{shown} vs ε_UB {fmt_upper_bound(r.epsilon_ub_best)}{acc}"
 
 
 def compare_verdict(result: ComparisonResult) -> Verdict:

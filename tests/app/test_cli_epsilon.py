@@ -253,3 +253,29 @@ def test_epsilon_verb_prints_a_declined_accountant(cli, monkeypatch):
     assert code == 0 and "strong" not in data and "strong" not in data["computed_by"]
     assert data["notes"] == {"strong": "declined: it composes Gaussian steps only"}
     assert data["naive"] > data["pld"]
+
+
+def _printed_values(text: str) -> dict[str, float]:
+    """Accountant → the number its line prints (a reader's parse: the first token after the name)."""
+    out = {}
+    for line in text.splitlines()[1:]:
+        name, value = line.split()[:2]
+        out[name] = math.inf if value == "inf" else float(value.replace(",", ""))
+    return out
+
+
+def test_no_upper_bound_is_printed_below_its_json_value(cli):
+    # Issue 42, part 3: at this setting four decimals printed naive 2.69e-05 as 0.0000 and strong
+    # 2.08e-04 as 0.0002, each below the bound it stands for.
+    argv = ("epsilon", "--sampling-rate", "0.0001", "--noise-multiplier", "20", "--num-steps", "1", "--delta", "1e-12")
+    code, text, _ = cli.run(*argv)
+    assert code == 0
+    code, raw, _ = cli.run(*argv, "--json")
+    exact = {k: float(x) for k, x in json.loads(raw).items() if isinstance(x, (int, float))}
+    printed = _printed_values(text)
+    assert set(printed) == set(exact) and len(exact) == 5
+    below = {name: (printed[name], value) for name, value in exact.items() if printed[name] < value}
+    assert not below, below
+    # ...and close to it, at four significant digits or more: a tiny bound keeps its digits.
+    far = {name: (printed[name], value) for name, value in exact.items() if printed[name] > value * (1 + 1e-3)}
+    assert not far, far

@@ -222,7 +222,7 @@ def test_violation_exits_3(tiny, monkeypatch: pytest.MonkeyPatch) -> None:
     evaluated["membership-dpsgd-target_epsilon=1-seed0"]["membership"]["loss"]["epsilon_lb"] = 3.0
     bad = cmp.condense(grid, trained, evaluated)
     row = bad.row("dpsgd-target_epsilon=1")
-    assert row.verdict == "violation" and row.best_attack == "loss" and "ε_LB 3.000 (loss) > ε_UB" in row.findings[0]
+    assert row.verdict == "violation" and row.best_attack == "loss" and "ε_LB 3 (loss) > ε_UB" in row.findings[0]
     assert bad.exit_status == 3
 
 

@@ -55,7 +55,10 @@ def test_missing_noise_exits_3_with_a_finding_naming_the_check(tmp_path):
     report = run_check(spec(fn="train_no_noise", trials=32), RunDir(tmp_path), progress=False)
     assert report.exit_status == 3
     (o,) = report.violations
-    assert o.finding.startswith("worst-case: eps_LB ") and "> eps_UB 0.971 (95% family-wise)" in o.finding
+    assert o.finding.startswith("worst-case: eps_LB ") and " (95% family-wise)" in o.finding
+    # Both bounds printed their safe way: ε_UB (0.97066…) rounded up, ε_LB rounded down.
+    lb_text, ub_text = o.finding.removeprefix("worst-case: eps_LB ").split(" (")[0].split(" > eps_UB ")
+    assert float(ub_text) >= o.epsilon_ub and float(ub_text) == pytest.approx(0.971, abs=1e-3) and float(lb_text) <= o.epsilon_lb
 
 
 @pytest.mark.parametrize(

@@ -36,8 +36,8 @@ def test_cli_white_box_audit_json_and_report(tmp_path, capsys):
     for key in ("epsilon_lb", "epsilon_ub", "accountant", "confidence", "delta", "method", "violation", "tightness", "epsilon_last_iterate", "gap"):
         assert key in d
     assert d["method"] == "white-box" and d["epsilon_ub"] == pytest.approx(2.0, rel=1e-6) and not d["violation"]
-    # One un-sampled step is compared: its last iterate is itself, so the threat model hides nothing.
-    assert d["epsilon_last_iterate"] == pytest.approx(d["epsilon_ub"], rel=1e-6) and d["gap"]["threat_model"] == pytest.approx(0.0, abs=1e-5)
+    # One un-sampled step is compared: its last iterate is itself, so nothing is out of its view.
+    assert d["epsilon_last_iterate"] == pytest.approx(d["epsilon_ub"], rel=1e-6) and d["gap"]["last_iterate_heuristic"] == pytest.approx(0.0, abs=1e-5)
     html = Path(d["report"])
     assert html.is_file() and html.with_suffix(".md").is_file()
     assert "ε_LB" in html.read_text() and list(html.parent.glob("*.png"))

@@ -1,4 +1,9 @@
-"""Every audit result carries the last-iterate ε of its claim and splits ε_UB − ε_LB (issue 33, item 3)."""
+"""Every audit result carries the last-iterate ε of its claim and splits ε_UB − ε_LB (issue 33, item 3).
+
+Issue 42, part 4: the last-iterate ε is exact for linear losses and a heuristic for others, so the
+split rests on bounds alone (design + attack) and ε_UB − last-iterate rides beside it, never
+capping what the attack leaves.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpaudit.privacy.audit_bounds import gaussian_step_claim
 from dpaudit.privacy.claims import NonPrivateClaim, dpsgd_claim
@@ -33,7 +40,7 @@ def test_scores_audit_carries_the_last_iterate_epsilon_and_round_trips(tmp_path)
     save_audit_result(r, tmp_path)
     stored = json.loads((tmp_path / "result.json").read_text())
     assert stored["epsilon_last_iterate"] == pytest.approx(LAST_ITERATE, abs=1e-8)
-    assert stored["gap"]["threat_model"] == pytest.approx(r.epsilon_ub - LAST_ITERATE, abs=1e-8)
+    assert stored["gap"]["last_iterate_heuristic"] == pytest.approx(r.epsilon_ub - LAST_ITERATE, abs=1e-8)
     back = load_audit_result(tmp_path)
     assert back.epsilon_last_iterate == r.epsilon_last_iterate and back.to_dict() == r.to_dict()
 
@@ -49,11 +56,11 @@ def test_claims_outside_the_family_have_none():
     s_in, s_out = _scores()
     r = audit_from_scores(s_in, s_out, claim=NonPrivateClaim(), delta=DELTA)
     assert r.epsilon_last_iterate is None
-    assert r.gap["threat_model"] is None
+    assert r.gap["last_iterate_heuristic"] is None
     # The white-box game compares one un-sampled step: nothing is hidden from it.
     w = audit_from_scores(s_in, s_out, claim=gaussian_step_claim(noise_multiplier=1.0), delta=DELTA, method="white-box", threat_model="white-box")
     assert w.epsilon_last_iterate == pytest.approx(w.epsilon_ub, rel=1e-6)
-    assert w.gap["threat_model"] == pytest.approx(0.0, abs=1e-5)
+    assert w.gap["last_iterate_heuristic"] == pytest.approx(0.0, abs=1e-5)
 
 
 def test_results_stored_before_it_load_with_none(tmp_path):
@@ -66,18 +73,8 @@ def test_results_stored_before_it_load_with_none(tmp_path):
     assert old.gap["design"] is not None
 
 
-@pytest.mark.parametrize(
-    ("ub", "li", "ceiling", "lb", "expected"),
-    [
-        (2.0, 1.5, 1.0, 0.4, {"threat_model": 0.5, "design": 0.5, "attack": 0.6}),  # ceiling below the heuristic
-        (2.0, 1.5, 3.0, 0.4, {"threat_model": 0.5, "design": 0.0, "attack": 1.1}),  # the design could show it all
-        (2.0, None, 1.0, 0.4, {"threat_model": None, "design": 1.0, "attack": 0.6}),  # no heuristic: from ε_UB
-        (2.0, 1.0, 3.0, 1.2, {"threat_model": 1.0, "design": 0.0, "attack": -0.2}),  # ε_LB above the heuristic
-        (2.0, 1.5, None, 0.4, {"threat_model": 0.5, "design": 0.0, "attack": 1.1}),  # no ceiling recorded
-    ],
-)
-def test_gap_splits_the_whole_gap(ub, li, ceiling, lb, expected):
-    r = AuditResult(
+def _result(ub, li, ceiling, lb):
+    return AuditResult(
         epsilon_lb=lb,
         confidence=0.95,
         method="multi-run",
@@ -91,12 +88,44 @@ def test_gap_splits_the_whole_gap(ub, li, ceiling, lb, expected):
         ceiling=ceiling,
         epsilon_last_iterate=li,
     )
-    gap = r.gap
+
+
+@pytest.mark.parametrize(
+    ("ub", "li", "ceiling", "lb", "expected"),
+    [
+        (2.0, 1.5, 1.0, 0.4, {"last_iterate_heuristic": 0.5, "design": 1.0, "attack": 0.6}),  # ceiling below the heuristic
+        (2.0, 1.5, 3.0, 0.4, {"last_iterate_heuristic": 0.5, "design": 0.0, "attack": 1.6}),  # the design could show it all
+        (2.0, None, 1.0, 0.4, {"last_iterate_heuristic": None, "design": 1.0, "attack": 0.6}),  # no heuristic
+        (2.0, 1.0, 3.0, 1.2, {"last_iterate_heuristic": 1.0, "design": 0.0, "attack": 0.8}),  # ε_LB above the heuristic: no negative share
+        (2.0, 1.5, None, 0.4, {"last_iterate_heuristic": 0.5, "design": 0.0, "attack": 1.6}),  # no ceiling recorded
+    ],
+)
+def test_gap_splits_the_whole_gap_on_bounds_alone(ub, li, ceiling, lb, expected):
+    gap = _result(ub, li, ceiling, lb).gap
     for key, value in expected.items():
         assert gap[key] == (None if value is None else pytest.approx(value))
-    parts = [gap[k] or 0.0 for k in ("threat_model", "design", "attack")]
-    assert sum(parts) == pytest.approx(ub - lb)
+    # The two shares rest on ε_UB, the ceiling and ε_LB and add up to the whole gap; the heuristic is not a third share.
+    assert gap["design"] + gap["attack"] == pytest.approx(ub - lb)
     assert (gap["epsilon_ub"], gap["epsilon_last_iterate"], gap["ceiling"], gap["epsilon_lb"]) == (ub, li, ceiling, lb)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ub=st.floats(0.01, 50.0),
+    li_share=st.one_of(st.none(), st.floats(0.0, 1.0)),
+    above_lb=st.one_of(st.none(), st.floats(0.0, 80.0)),
+    lb_share=st.floats(0.0, 1.0),
+)
+def test_the_last_iterate_caps_nothing(ub, li_share, above_lb, lb_share):
+    # Issue 42, part 4: the last-iterate ε is no upper bound for non-linear losses, so the shares
+    # must not move with it: with or without it, and wherever it lies, design and attack are the same.
+    lb = lb_share * ub
+    ceiling = None if above_lb is None else lb + above_lb  # a perfect attack bounds every attack
+    li = None if li_share is None else li_share * ub
+    gap, plain = _result(ub, li, ceiling, lb).gap, _result(ub, None, ceiling, lb).gap
+    assert (gap["design"], gap["attack"]) == (plain["design"], plain["attack"])
+    assert gap["design"] >= 0 and gap["attack"] >= -1e-12  # no violation here: nothing negative
+    assert gap["attack"] <= (ub if ceiling is None else min(ub, ceiling)) - lb + 1e-12
 
 
 @pytest.mark.parametrize("bad", [-0.1, math.nan, "x"])

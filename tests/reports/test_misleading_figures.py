@@ -75,8 +75,8 @@ def test_bounds_line_shows_every_epsilon_and_no_evidence_at_zero(white_box):
     xs = {label.split(" ")[0] + (" last" if "last" in label else ""): line.get_xdata()[0] for label, line in _lines(fig.axes[-1]).items() if len(line.get_xdata())}
     assert xs["ε_UB"] == pytest.approx(result.epsilon_ub) and xs["ceiling"] == pytest.approx(result.ceiling) and xs["ε_LB"] == pytest.approx(result.epsilon_lb)
     assert fig.axes[-1].get_xscale() == "log"  # 2.6 to 27: a decade
-    assert "hides nothing" in bounds_caption(result)  # white-box: the last iterate of one step is ε_UB
-    assert "not stored with this audit" in bounds_caption(dataclasses.replace(result, epsilon_last_iterate=None))
+    assert "equals ε_UB" in bounds_caption(result)  # white-box: the last iterate of one step is ε_UB
+    assert "No last-iterate ε" in bounds_caption(dataclasses.replace(result, epsilon_last_iterate=None))
     # ε_LB = 0: a marker at 0 in the "no evidence" panel, nothing at the log axis' edge.
     nothing = audit_from_scores(np.zeros(50), np.zeros(50), claim=gaussian_step_claim(noise_multiplier=1.0), delta=1e-5)
     assert nothing.epsilon_lb == 0
@@ -84,11 +84,13 @@ def test_bounds_line_shows_every_epsilon_and_no_evidence_at_zero(white_box):
     assert [line.get_xdata()[0] for line in zero.get_lines() if line.get_marker() not in ("None", "")] == [0.0]
     assert all(x > 0 for line in main.get_lines() for x in line.get_xdata() if line.get_marker() not in ("None", ""))
     assert "no evidence" in bounds_caption(nothing)
-    # With the last iterate stored (issue 33), it is drawn and the gap is split.
+    # With the last iterate stored (issue 33), it is drawn, labelled for what it is (issue 42), and
+    # the gap split rests on the bounds: the heuristic's reading rides beside it, capping nothing.
     stored = dataclasses.replace(result, epsilon_last_iterate=2.0)
     labels = _lines(bounds_figure(stored).axes[-1])
-    assert any("last iterate" in label and line.get_xdata()[0] == 2.0 for label, line in labels.items())
-    assert "what the threat model hides" in bounds_caption(stored) and "what the attack leaves" in bounds_caption(stored)
+    assert any("last-iterate ε" in label and "exact for linear losses" in label and line.get_xdata()[0] == 2.0 for label, line in labels.items())
+    caption = bounds_caption(stored)
+    assert "heuristic suggests" in caption and "does not cap" in caption and "what the attack leaves" in caption and "threat model hides" not in caption
 
 
 def test_privacy_utility_draws_no_evidence_at_zero_never_at_a_log_edge(tmp_path):

@@ -10,7 +10,6 @@ under ``RUN/checks/<name>/`` one file per trial, so a rerun resumes and says wha
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -115,12 +114,15 @@ def _cannot(spec: Any, *, reason: str, epsilon_ub: float, confidence: float, sec
 
 
 def _finding(spec: Any, status: str, *, lb: float, ub: float, ceiling: float, family: float) -> str:
-    ub_text = "inf" if math.isinf(ub) else f"{ub:.3g}"
+    from dpaudit.app.common import fmt_eps_lb, fmt_eps_ub
+
+    # Each bound rounded its safe way (ε_UB up; ε_LB and the ceiling, itself an ε_LB, down).
+    ub_text, lb_text, ceiling_text = fmt_eps_ub(ub), fmt_eps_lb(lb), fmt_eps_lb(ceiling)
     if status == "violated":
-        return f"{spec.name}: eps_LB {lb:.3g} > eps_UB {ub_text} ({family:.0%} family-wise): {spec.violation}"
+        return f"{spec.name}: eps_LB {lb_text} > eps_UB {ub_text} ({family:.0%} family-wise): {spec.violation}"
     if status == "passed":
-        return f"{spec.name}: eps_LB {lb:.3g} <= eps_UB {ub_text}; the design could have shown up to {ceiling:.3g} ({family:.0%} family-wise)"
-    return f"{spec.name}: eps_LB {lb:.3g} <= eps_UB {ub_text}, but the trials run allow at most {ceiling:.3g}: give a larger --budget-minutes"
+        return f"{spec.name}: eps_LB {lb_text} <= eps_UB {ub_text}; the design could have shown up to {ceiling_text} ({family:.0%} family-wise)"
+    return f"{spec.name}: eps_LB {lb_text} <= eps_UB {ub_text}, but the trials run allow at most {ceiling_text}: give a larger --budget-minutes"
 
 
 def _one(spec: Any, ctx: Any, *, can_start: str | None) -> CheckOutcome:
@@ -173,6 +175,7 @@ def run_check(spec: BatterySpec, run: RunDir, *, progress: bool = True) -> Check
         ValueError: a spec that does not resolve (names ``--train-fn`` / ``--model-fn``).
     """
     from attacks.audit.checks import CHECKS, CheckContext
+    from dpaudit.app.common import fmt_eps_ub
     from dpaudit.app.runs.audit import make_audit_executor, resolve_train_fn, train_fn_fingerprint
     from dpaudit.callables import resolve_callable
     from dpaudit.data import load_dataset
@@ -191,7 +194,7 @@ def run_check(spec: BatterySpec, run: RunDir, *, progress: bool = True) -> Check
     problem = _start_problem(train_fn, model_fn)
     _say(
         progress,
-        f"check: {len(names)} checks ({', '.join(names)}) against {spec.claim.statement()}: eps_UB {bound.epsilon:.4g} at delta={spec.delta:g}; {per_check:.4%} confidence each, {budget:.0f} s each",
+        f"check: {len(names)} checks ({', '.join(names)}) against {spec.claim.statement()}: eps_UB {fmt_eps_ub(bound.epsilon)} at delta={spec.delta:g}; {per_check:.4%} confidence each, {budget:.0f} s each",
     )
     outcomes = []
     with make_audit_executor(spec.num_workers) as executor:

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from dpaudit.app.common import EXIT_OK, UsageError, add_common, check_executor_flags, check_record, delta_type, emit, path_type, positive_int
+from dpaudit.app.common import EXIT_OK, UsageError, add_common, check_executor_flags, check_record, delta_type, emit, fmt_eps_lb, path_type, positive_int
 from dpaudit.options import limit_action
 
 __all__ = ["register"]
@@ -181,7 +181,7 @@ def _cmd_membership(args: argparse.Namespace, flags: Any) -> int:
         lines.append(f"  {p.kind} shadow pool: {p.num_models} models ({p.num_trained} trained, {p.num_reused} reused; trained as {done.shadow_defense!r}) for {', '.join(p.attacks)}")
     lines.append(f"  {'attack':<17} {'AUC':>6} {'bal.acc':>7} {'TPR@0.1%':>9} {'TPR@1%':>7} {'eps_lb':>7}")
     for name, s in summaries.items():
-        lines.append(f"  {name:<17} {s['auc']:6.4f} {s['balanced_accuracy']:7.4f} {_rate(s, '0.001'):>9} {_rate(s, '0.01'):>7} {s['epsilon_lb']:7.3f}")
+        lines.append(f"  {name:<17} {s['auc']:6.4f} {s['balanced_accuracy']:7.4f} {_rate(s, '0.001'):>9} {_rate(s, '0.01'):>7} {fmt_eps_lb(s['epsilon_lb']):>7}")
     # A rate the non-members cannot resolve is shown as n/a, with the reason once below the table.
     notes = {f: n for s in summaries.values() for f, n in s["tpr_at_fpr_notes"].items()}
     lines += [f"  TPR@{float(f):.1%}: {note}" for f, note in sorted(notes.items())]
@@ -343,7 +343,7 @@ def _cmd_inversion(args: argparse.Namespace, flags: Any) -> int:
     for name, s in summaries.items():
         secs = float(done.results[name].metadata.get("seconds", float("nan")))
         lines.append(
-            f"  {name:<8} {s['attack_accuracy_top1']:6.3f} {s['attack_accuracy_top5']:6.3f} {s['knn_distance']:7.3f} {s['psnr']:6.2f} {s['membership']['auc']:6.3f} {s['membership']['epsilon_lb']:7.3f} {secs:8.1f}"
+            f"  {name:<8} {s['attack_accuracy_top1']:6.3f} {s['attack_accuracy_top5']:6.3f} {s['knn_distance']:7.3f} {s['psnr']:6.2f} {s['membership']['auc']:6.3f} {fmt_eps_lb(s['membership']['epsilon_lb']):>7} {secs:8.1f}"
         )
     for name in summaries:
         lines.append(f"  {done.results[name].finding()}")

@@ -25,6 +25,8 @@ from dpaudit.app.common import (
     delta_type,
     emit,
     fmt_eps,
+    fmt_eps_lb,
+    fmt_eps_ub,
 )
 from dpaudit.app.train_fn_flags import TRAIN_FN_HELP, add_claim_flags, add_model_fn_flag, add_train_fn_flag, claim_from_args, pos_int
 from dpaudit.options import limit_action
@@ -49,7 +51,7 @@ def ceiling_line(result: Any) -> str:
         design = f"every guess right among {result.num_in + result.num_out} canaries, {len(result.details.get('guess_counts', ())) or 'the'} guess counts tried"
     else:
         design = f"every IN scored above every OUT on the same {result.details.get('bounding_num_in', result.num_in)} IN / {result.details.get('bounding_num_out', result.num_out)} OUT"
-    return f"{result.ceiling:.4f}  (the largest epsilon_lb this design can show: {design}; more trials raise it)"
+    return f"{fmt_eps_lb(result.ceiling)}  (the largest epsilon_lb this design can show: {design}; more trials raise it)"
 
 
 def _check_bounds_fit(args: argparse.Namespace, claim: Any) -> None:
@@ -176,26 +178,31 @@ def _spec_from_args(args: argparse.Namespace, claim: Any) -> Any:
 
 
 def last_iterate_line(result: Any) -> str:
-    """The last-iterate ε of an audit for a terminal (Steinke et al. 2024's heuristic), or why there is none."""
+    """The last-iterate ε of an audit for a terminal (Steinke et al. 2024), or why there is none.
+
+    It is the final model's exact ε for linear losses, hence a lower bound on the worst case over
+    losses, and only a heuristic for other losses (the paper shows losses that exceed it): the
+    line says so, and never calls it a cap or an upper bound.
+    """
     li = getattr(result, "epsilon_last_iterate", None)
     if li is None:
         return "n/a (not a DP-SGD claim, or a result written before it was recorded)"
-    return f"{fmt_eps(li)}  (final model only, linear-loss heuristic; a prediction, not a bound)"
+    return f"{fmt_eps(li)}  (final model only: exact for linear losses; a heuristic, not an upper bound, for others)"
 
 
 def _result_lines(result: Any, directory: Path) -> list[str]:
     """The terminal summary of an audit result: both bounds, what they assume, the ceiling and the verdict."""
-    fmt = fmt_eps
+    fmt = fmt_eps_ub
     return [
         f"audit {directory.name}: {result.threat_model} {'per-step Dirac game' if result.method == 'white-box' else result.method}, {result.num_in} IN / {result.num_out} OUT observations",
         "  " + EPSILON_DEFINITION.format(confidence=result.confidence),
-        f"  epsilon_lb  {result.epsilon_lb:.4f}  ({result.bound}, {result.confidence:.0%} confidence, delta={result.delta:g})",
+        f"  epsilon_lb  {fmt_eps_lb(result.epsilon_lb)}  ({result.bound}, {result.confidence:.0%} confidence, delta={result.delta:g})",
         f"  assumption  {result.assumption}",
         f"  ceiling     {ceiling_line(result)}",
         f"  epsilon_ub  {fmt(result.epsilon_ub)}  (tightest: {result.accountant}; {result.claim_description})",
         "  epsilon_ub by accountant: " + (", ".join(f"{k} {fmt(x)}" for k, x in result.epsilon_ub_by_accountant.items()) or "none (no privacy mechanism)"),
         f"  last-iterate {last_iterate_line(result)}",
-        f"  tightness   {result.tightness:.3f}" + ("" if result.epsilon_estimate is None else f"   (point estimate, not a bound: {result.epsilon_estimate:.4f})"),
+        f"  tightness   {result.tightness:.3f}" + ("" if result.epsilon_estimate is None else f"   (point estimate, not a bound: {fmt_eps(result.epsilon_estimate)})"),
         "  VIOLATION: epsilon_lb > epsilon_ub — the implementation does not meet its claim" if result.violation else "  no violation",
         f"  results: {directory}",
     ]

@@ -65,6 +65,20 @@ def _radii() -> Any:
     return parse
 
 
+def _down(share: float) -> str:
+    """A certified accuracy (a lower bound) for the terminal table: three significant digits rounded down."""
+    from dpaudit.results.numbers import fmt_lower_bound
+
+    return fmt_lower_bound(float(share), 3)
+
+
+def _up(share: float) -> str:
+    """A robust accuracy left by attacks (the true one is at most that) for the terminal table: three significant digits rounded up."""
+    from dpaudit.results.numbers import fmt_upper_bound
+
+    return fmt_upper_bound(float(share), 3)
+
+
 def _count(flag: str, minimum: int) -> Any:
     return arg(flag, lambda n, x: v.integer(n, x, minimum=minimum), int)
 
@@ -111,14 +125,15 @@ def _cmd_certify(args: argparse.Namespace) -> int:
         f"  noise std {s.noise_std:.4g}, sensitivity {s.sensitivity:.4g}, {s.num_draws} draws" + (f" ({s.draws_per_second:.0f} draws/s)" if s.draws_per_second else ""),
         f"  conventional accuracy {s.conventional_accuracy:.4f}",
         "  " + f"{'radius':<22}" + "".join(f"{r:>7g}" for r in s.radii),
-        "  " + f"{'certified ' + s.defense:<22}" + "".join(f"{a:7.3f}" for a in s.certified_accuracy.values()),
+        # Certified accuracies are lower bounds (rounded down), attacks' robust accuracies upper bounds (rounded up).
+        "  " + f"{'certified ' + s.defense:<22}" + "".join(f"{_down(a):>7}" for a in s.certified_accuracy.values()),
     ]
     if s.smoothing is not None and s.mechanism != "smoothing":  # else it is the line above
-        lines.append("  " + f"{'certified smoothing':<22}" + "".join(f"{a:7.3f}" for a in s.smoothing.certified_accuracy.values()))
+        lines.append("  " + f"{'certified smoothing':<22}" + "".join(f"{_down(a):>7}" for a in s.smoothing.certified_accuracy.values()))
     for name, accs in s.robust_accuracy.items():
-        lines.append("  " + f"{'robust ' + name:<22}" + "".join(f"{a:7.3f}" for a in accs.values()))
+        lines.append("  " + f"{'robust ' + name:<22}" + "".join(f"{_up(a):>7}" for a in accs.values()))
     if s.soundness_violations:
-        where = ", ".join(f"{x.certificate} at radius {x.radius:g} ({x.certified_accuracy:.3f} > {x.robust_accuracy:.3f})" for x in s.soundness_violations)
+        where = ", ".join(f"{x.certificate} at radius {x.radius:g} ({_down(x.certified_accuracy)} > {_up(x.robust_accuracy)})" for x in s.soundness_violations)
         lines.append(f"  SOUNDNESS VIOLATION: certified accuracy exceeds the strongest attack's robust accuracy: {where}")
     else:
         lines.append("  sound: no certificate exceeds the robust accuracy an attack left" if s.robust_accuracy else "  soundness not checked: no attacks ran")

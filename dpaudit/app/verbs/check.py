@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +101,17 @@ def _spec_from_args(args: argparse.Namespace) -> Any:
 
 
 def _eps(x: float) -> str:
-    return "inf" if math.isinf(x) else f"{x:.4g}"
+    # ε_UB, an upper bound: rounded up, never printed below its value.
+    from dpaudit.app.common import fmt_eps_ub
+
+    return fmt_eps_ub(x)
+
+
+def _ceiling(x: float) -> str:
+    # The ceiling is the ε_LB of a perfect attack: rounded down, like every lower bound.
+    from dpaudit.app.common import fmt_eps_lb
+
+    return fmt_eps_lb(x)
 
 
 def result_lines(report: Any, *, check_dir: Path) -> list[str]:
@@ -119,7 +128,7 @@ def result_lines(report: Any, *, check_dir: Path) -> list[str]:
     width = max(len(s) for s in _SHOWN.values())
     for o in report.outcomes:
         # A ceiling of 0 is a check that could not run; its finding says why.
-        extra = f" [ceiling {_eps(o.ceiling)} <= eps_UB: this check could not have shown a violation at this size]" if o.status == "inconclusive" and o.ceiling > 0 else ""
+        extra = f" [ceiling {_ceiling(o.ceiling)} <= eps_UB: this check could not have shown a violation at this size]" if o.status == "inconclusive" and o.ceiling > 0 else ""
         lines.append(f"  {_SHOWN[o.status]:<{width}}  {o.finding}{extra}")
     violated = report.violations
     if violated:

@@ -28,11 +28,22 @@ from dpaudit.app.common import EXIT_OK, EXIT_VIOLATION, add_common, check_execut
 __all__ = ["register"]
 
 
-def _num(x: Any, digits: int = 3) -> str:
+def _num(x: Any, digits: int = 3, rounding: str = "nearest") -> str:
+    """A cell of the terminal table: ``digits`` decimals to nearest, or an ε bound at ``digits`` + 1 significant digits rounded its safe way.
+
+    ``rounding`` is "up" for an upper bound (ε_UB), "down" for a lower one (ε_LB), "nearest" for
+    a measurement or an estimate.
+    """
+    from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
+
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
     if isinstance(x, float) and math.isinf(x):
         return "∞"
+    if rounding == "up":
+        return fmt_upper_bound(x, digits + 1)
+    if rounding == "down":
+        return fmt_lower_bound(x, digits + 1)
     return f"{x:.{digits}f}"
 
 
@@ -76,9 +87,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         f"  {'setting':<28}{'test acc':>9}{'acc loss':>9}{'eps_UB':>9}{'eps_LI':>8}{'eps_LB':>8}  best attack",
     ]
     for r in result.rows:
-        ub = _num(r.epsilon_ub_best, 2) + ("*" if r.epsilon_ub_data_dependent else "")
-        lines.append(f"  {r.label:<28}{_num(r.test_accuracy):>9}{_num(r.accuracy_loss):>9}{ub:>9}{_num(r.epsilon_last_iterate, 2):>8}{_num(r.epsilon_lb, 2):>8}  {r.best_attack or '—'}  [{r.verdict}]")
-    lines.append("  eps_LI: the final model's ε under the last-iterate heuristic of Steinke et al. 2024 (DP-SGD rows; a prediction, not a bound)")
+        ub = _num(r.epsilon_ub_best, 2, "up") + ("*" if r.epsilon_ub_data_dependent else "")
+        lines.append(
+            f"  {r.label:<28}{_num(r.test_accuracy):>9}{_num(r.accuracy_loss):>9}{ub:>9}{_num(r.epsilon_last_iterate, 2):>8}{_num(r.epsilon_lb, 2, 'down'):>8}  {r.best_attack or '—'}  [{r.verdict}]"
+        )
+    lines.append("  eps_LI: the final model's last-iterate ε (Steinke et al. 2024; DP-SGD rows): exact for linear losses, a heuristic, not an upper bound, for others")
     if any(r.epsilon_ub_data_dependent for r in result.rows):
         lines.append("  * data-dependent ε: computed from the private data")
     for r in result.violations:

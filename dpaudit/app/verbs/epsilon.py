@@ -22,7 +22,7 @@ from dpaudit.app.common import (
     arg,
     delta_type,
     emit,
-    fmt_eps,
+    fmt_eps_ub,
 )
 
 __all__ = ["register"]
@@ -35,9 +35,15 @@ DEFAULT_MAX_NUM_STEPS = 10**7
 _SOLVER_MIN_SIGMA = 1e-3
 
 
-def _num(x: float) -> str:
-    """A number for a terminal: six significant digits, ``inf`` as is (never 200 digits of %f)."""
-    return f"{x:.6g}"
+def _num_up(x: float) -> str:
+    """A number that errs safe upwards (an exact ε, a solved σ or noise std) for a terminal: six significant digits rounded up, ``inf`` as is.
+
+    A σ or a noise std printed below the one solved for would miss the target ε; an ε printed
+    below its value would understate it.
+    """
+    from dpaudit.results.numbers import fmt_upper_bound
+
+    return "inf" if math.isinf(x) else fmt_upper_bound(x, 6).replace(",", "")
 
 
 #: How a declined accountant's note starts (text output and the JSON ``notes``).
@@ -78,7 +84,7 @@ def _eps_lines(names: tuple[str, ...], values: dict[str, float], computed_by: di
         if n not in values:
             lines.append(f"  {n:<8} {notes[n]}")
         else:
-            lines.append(f"  {n:<8} {fmt_eps(values[n])}" + (f"  (computed by {computed_by[n]})" if computed_by[n] != n else ""))
+            lines.append(f"  {n:<8} {fmt_eps_ub(values[n])}" + (f"  (computed by {computed_by[n]})" if computed_by[n] != n else ""))
     return lines
 
 
@@ -196,14 +202,14 @@ def _solve(args: argparse.Namespace, names: tuple[str, ...]) -> int:
         payload["capped"] = capped
         if capped:
             reached = values.get(solve_with)
-            got = f"; T = {steps} gives epsilon = {fmt_eps(reached)}" if reached is not None else ""
+            got = f"; T = {steps} gives epsilon = {fmt_eps_ub(reached)}" if reached is not None else ""
             notes_solver.append(f"the search stops at --max-num-steps {steps}: no T <= {steps} reaches epsilon={args.target_epsilon:g}{got}")
     payload["solver_notes"] = notes_solver
     for note in notes_solver:
         print(f"dpaudit epsilon: note: {note}", file=sys.stderr)
     lines = [
         f"target epsilon {args.target_epsilon:g} at delta={delta:g} under '{solve_with}': "
-        + (f"noise multiplier sigma = {_num(sigma)} for T={steps}" if args.solve == "noise-multiplier" else f"at most T = {steps} steps at sigma={sigma:g}"),
+        + (f"noise multiplier sigma = {_num_up(sigma)} for T={steps}" if args.solve == "noise-multiplier" else f"at most T = {steps} steps at sigma={sigma:g}"),
         *[f"note: {n}" for n in notes_solver],
         "epsilon reached:",
     ] + _eps_lines(names, values, computed_by, notes)
@@ -232,7 +238,7 @@ def _gaussian_epsilon(args: argparse.Namespace) -> int:
         emit(
             args,
             payload,
-            f"Gaussian mechanism, sigma = {args.noise_multiplier:g} x sensitivity {sens:g}: exact epsilon at delta={delta:g} is {fmt_eps(eps) if math.isinf(eps) else _num(eps)} (Balle & Wang 2018)",
+            f"Gaussian mechanism, sigma = {args.noise_multiplier:g} x sensitivity {sens:g}: exact epsilon at delta={delta:g} is {_num_up(eps)} (Balle & Wang 2018)",
         )
         return EXIT_OK
     if args.noise_multiplier is not None:
@@ -252,7 +258,7 @@ def _gaussian_epsilon(args: argparse.Namespace) -> int:
         raise UsageError(f"no calibration applies to --target-epsilon={args.target_epsilon!r}, --delta={delta!r}, --sensitivity={sens!r} ({first})", argument="--target-epsilon")
     payload = {"mechanism": "gaussian", "target_epsilon": args.target_epsilon, "delta": delta, "sensitivity": sens, "sigma": sigmas}
     lines = [f"Gaussian noise std for epsilon={args.target_epsilon:g}, delta={delta:g}, sensitivity={sens:g}:"]
-    lines += [f"  {n:<9} " + (_num(val) if val is not None else f"n/a ({notes[n]})") for n, val in sigmas.items()]
+    lines += [f"  {n:<9} " + (_num_up(val) if val is not None else f"n/a ({notes[n]})") for n, val in sigmas.items()]
     emit(args, payload, "\n".join(lines))
     return EXIT_OK
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.app.common import EXIT_OK, EXIT_VIOLATION, UsageError, add_common, arg, check_record, delta_type, emit, fmt_eps, path_type, positive_int, seed_type
+from dpaudit.app.common import EXIT_OK, EXIT_VIOLATION, UsageError, add_common, arg, check_record, delta_type, emit, fmt_eps_lb, fmt_eps_ub, path_type, positive_int, seed_type
 from dpaudit.options import limit_action
 
 __all__ = ["register"]
@@ -170,7 +170,7 @@ def _analysis_lines(name: str, dep: Any, answered: Any) -> tuple[dict[str, Any],
     else:
         key, label = "epsilon_data_dependent_realised", "epsilon, data-dependent, realised (every query answered)"
     payload = {key: dep.epsilon, f"{key}_improved": dep.epsilon_improved, "order": dep.order, "cost": dep.cost}
-    lines = [f"  {label}", f"    {fmt_eps(dep.epsilon)}  (order {dep.order:g}; improved conversion {fmt_eps(dep.epsilon_improved)}) — PRIVATE: computed from the votes, not for publication"]
+    lines = [f"  {label}", f"    {fmt_eps_ub(dep.epsilon)}  (order {dep.order:g}; improved conversion {fmt_eps_ub(dep.epsilon_improved)}) — PRIVATE: computed from the votes, not for publication"]
     if dep.cost == "expected":
         lines.append("    the realised cost of a run exceeds it when more costly queries pass the threshold; pass --answered for the realised cost")
     return payload, lines
@@ -243,7 +243,7 @@ def _analyze(pate: Any, args: argparse.Namespace, name: str, votes: Any, answere
         payload["num_answered"] = int(answered.sum())
     lines = [
         f"PATE {name}: {votes.shape[0]} queries, {int(votes[0].sum())} teachers, {votes.shape[1]} classes, delta={args.delta:g}",
-        f"  epsilon, data-independent        {fmt_eps(ind.epsilon)}  (order {ind.order:g})",
+        f"  epsilon, data-independent        {fmt_eps_ub(ind.epsilon)}  (order {ind.order:g})",
     ]
     if smooth[0] is not None:
         # A release prints only what may be published: the data-dependent ε, its order and the
@@ -272,7 +272,7 @@ def _released(args: argparse.Namespace, name: str, votes: Any, answered: Any, sm
     payload = {"data_dependent": True, "sanitised": True, "publishable": not release.reproducible, "release": _release_payload(release)}
     rule = "given by --smooth-sensitivity-order" if release.order_rule == "given" else "fixed from public parameters"
     lines = [
-        f"  epsilon, released (noisy estimate, smooth sensitivity)  {fmt_eps(release.epsilon_noisy_estimate)}",
+        f"  epsilon, released (noisy estimate, smooth sensitivity)  {fmt_eps_ub(release.epsilon_noisy_estimate)}",
         f"    order {release.order:g} ({rule}), beta={beta:g}, sigma_ss={sigma_ss:g}; includes the release's own RDP cost {release.rdp_release:.4g} at that order (GNSS, Papernot et al. 2018, Thm 23)",
         "    a noisy estimate of the data-dependent epsilon, not a bound",
     ]
@@ -337,9 +337,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     lines = [
         f"PATE audit of {name} ({', '.join(f'{k}={x:g}' for k, x in params.items())}), planted bug: {bug}",
         f"  game: {args.trials:,} answers on each of D = {info['votes']} and D' = {info['neighbour_votes']} (one teacher's vote moved)",
-        f"  epsilon_lb  {result.epsilon_lb:.4f}  ({info['event']}; clopper-pearson, {result.confidence:.0%} confidence over {info['num_tests']} tests, delta={result.delta:g})",
-        f"  ceiling     {result.ceiling:.4f}  (the largest epsilon_lb {args.trials:,} answers per side can show: the event always on D, never on D'; more --trials raise it)",
-        f"  epsilon_ub  {fmt_eps(result.epsilon_ub)}  ({result.accountant}: {', '.join(f'{k} {x:.4f}' for k, x in result.epsilon_ub_by_accountant.items())}; one answered query, data-independent)",
+        f"  epsilon_lb  {fmt_eps_lb(result.epsilon_lb)}  ({info['event']}; clopper-pearson, {result.confidence:.0%} confidence over {info['num_tests']} tests, delta={result.delta:g})",
+        f"  ceiling     {'not recorded' if result.ceiling is None else fmt_eps_lb(result.ceiling)}  (the largest epsilon_lb {args.trials:,} answers per side can show: the event always on D, never on D'; more --trials raise it)",
+        f"  epsilon_ub  {fmt_eps_ub(result.epsilon_ub)}  ({result.accountant}: {', '.join(f'{k} {fmt_eps_ub(x)}' for k, x in result.epsilon_ub_by_accountant.items())}; one answered query, data-independent)",
         "  VIOLATION: epsilon_lb > epsilon_ub — the aggregator does not meet its claim" if result.violation else "  no violation",
     ]
     emit(args, payload, "\n".join(lines))
@@ -363,7 +363,7 @@ def _cmd_attack(args: argparse.Namespace) -> int:
     payload = {"attack": result.attack, "target": result.model_id, "repeats": args.repeats, "covered_by_claim": args.repeats == 1, **summary, "report": str(report)}
     lines = [
         f"membership inference on the aggregator of {result.model_id} ({result.num_members} members, {result.num_non_members} non-members; {covered})",
-        f"  AUC {summary['auc']:.4f}  balanced accuracy {summary['balanced_accuracy']:.4f}  TPR@1% {'n/a' if summary['tpr_at_fpr']['0.01'] is None else format(summary['tpr_at_fpr']['0.01'], '.4f')}  epsilon_lb {summary['epsilon_lb']:.3f}",
+        f"  AUC {summary['auc']:.4f}  balanced accuracy {summary['balanced_accuracy']:.4f}  TPR@1% {'n/a' if summary['tpr_at_fpr']['0.01'] is None else format(summary['tpr_at_fpr']['0.01'], '.4f')}  epsilon_lb {fmt_eps_lb(summary['epsilon_lb'])}",
         *(f"  TPR@1%: {note}" for f, note in summary["tpr_at_fpr_notes"].items() if f == "0.01"),
         f"  report: {report}",
     ]

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.app.common import EXIT_OK, UsageError, add_common, arg, emit, fmt_eps
+from dpaudit.app.common import EXIT_OK, UsageError, add_common, arg, emit, fmt_eps_ub
 
 __all__ = ["register"]
 
@@ -80,7 +80,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         "delta": delta,
         "robustness": stored,
     }
-    eps = ", ".join(f"{k} {fmt_eps(e)}" for k, e in epsilons.items()) or "inf (no accountant applies)"
+    eps = ", ".join(f"{k} {fmt_eps_ub(e)}" for k, e in epsilons.items()) or "inf (no accountant applies)"
     lines = [
         f"{'reused' if outcome.reused else 'trained'} {record.model_id}",
         f"  defense {record.defense}: {spec.summary}",

@@ -29,6 +29,7 @@ from dpaudit.results.compare_outcomes import (
     MembershipOutcome,
     TrainedOutcome,
 )
+from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
 from dpaudit.store import RunDir, safe_stem
 
 __all__ = [
@@ -234,7 +235,8 @@ def _certified_evasion(eva: Mapping[str, Any], *, trained: TrainedOutcome, grid:
         robust_accuracy=_strongest_by_radius(summary.robust_accuracy, radii),
         certified_accuracy=dict(summary.certified_accuracy),
         conventional_accuracy=float(summary.conventional_accuracy),
-        unsound=tuple(f"{x.certificate} at radius {x.radius:g}: certified {x.certified_accuracy:.3f} > robust {x.robust_accuracy:.3f}" for x in summary.soundness_violations),
+        # Certified accuracy is a lower bound (rounded down), the robust accuracy attacks left an upper one (rounded up).
+        unsound=tuple(f"{x.certificate} at radius {x.radius:g}: certified {fmt_lower_bound(x.certified_accuracy)} > robust {fmt_upper_bound(x.robust_accuracy)}" for x in summary.soundness_violations),
         certified=True,
     )
 
