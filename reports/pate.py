@@ -1,7 +1,9 @@
 """The PATE report: what each student's answers cost (ε against queries answered) and bought (accuracy).
 
 Reads PATE student records and the ``pate.npz`` saved beside each (:mod:`defenses.pate.defense`:
-the vote matrix, which queries were answered, and ε after each query). Every ε shown says
+the queries, which were answered, and ε after each query); never the record's ``private/``
+folder (votes, noise, partitions, the un-sanitised data-dependent ε of a run that claims
+another bound), whose values are not for publication. Every ε shown says
 whether it is data-dependent (computed from the private votes, as Papernot et al. 2017 and 2018
 report it; realised: Confident-GNMax charged for the queries it answered) and whether it was
 released with smooth sensitivity, as a noisy estimate; a data-dependent ε that was not sanitised
@@ -235,10 +237,11 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
         rows=[
             [
                 r["label"],
-                f"{r['teachers']} ({_pct(r['teacher_accuracy_mean'])})",
+                # Teachers' accuracy is private since records keep it under private/ (older ones show it).
+                f"{r['teachers']}" + ("" if r["teacher_accuracy_mean"] is None else f" ({_pct(r['teacher_accuracy_mean'])})"),
                 f"{r['answered']} / {r['queries']}",
                 _pct(r["answer_accuracy"]),
-                f"{_num(r['epsilon_data_dependent_realised'])} ({_num(r['epsilon_data_dependent_realised_improved'])})",
+                (f"{_num(r['epsilon_data_dependent_realised'])} ({_num(r['epsilon_data_dependent_realised_improved'])})" if r["epsilon_data_dependent_realised"] is not None else "kept private"),
                 _num(r["epsilon_noisy_estimate"]) if r["sanitised"] else "not released",
                 _num(r["epsilon_data_independent"]),
                 _pct(r["student_accuracy"]),
@@ -248,7 +251,8 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
         caption=(
             "ε at δ = " + ", ".join(sorted({f"{r['delta']:g}" for r in rows})) + " by the standard RDP conversion (the improved conversion in brackets). 'Realised': "
             "Confident-GNMax's GNMax step is charged to the queries it answered (not the expectation over the threshold step of the 2018 scripts). A data-dependent "
-            "ε is computed from the private votes and is not for publication; the released ε is its smooth-sensitivity release, a noisy estimate (not a bound). "
+            "ε is computed from the private votes and is not for publication ('kept private': the record holds it only under private/, as the claim is another bound); "
+            "the released ε is its smooth-sensitivity release, a noisy estimate (not a bound). "
             "Each record claims the data-dependent ε unless its statement below says otherwise. 'label acc.': share of the answered labels that are correct."
         ),
     )
