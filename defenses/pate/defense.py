@@ -601,10 +601,10 @@ def replay_pate(*, bundle: DatasetBundle, splits: Splits, model_name: str, model
     public_ids, eval_ids, query_ids, _, ensemble, votes = _teach(
         config, bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, seed=seed, device=device, progress=False, workspace=None
     )
-    sensitivity, norm = vote_sensitivity(config.aggregator)
+    sensitivity, norm = vote_sensitivity(str(config.aggregator))  # resolved by the plan
     inputs = tuple(MechanismInput(name=f"query {i} (public id {int(q)}): vote histogram", value=votes[i], sensitivity=sensitivity, norm=norm) for i, q in enumerate(query_ids))
     settings = {f"run_{k}": float(getattr(config, k)) for k in ("teachers", "epochs", "queries", "sigma", "threshold", "threshold_sigma", "laplace_scale") if getattr(config, k) is not None}
-    released = {"public ids": public_ids, "evaluation ids": eval_ids, "query ids": query_ids, "number of teachers": float(ensemble.num_teachers), **settings}
+    released: dict[str, Any] = {"public ids": public_ids, "evaluation ids": eval_ids, "query ids": query_ids, "number of teachers": float(ensemble.num_teachers), **settings}
     return ReplayTrace(defense="pate", mechanism_inputs=inputs, released=released)
 
 
