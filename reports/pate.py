@@ -220,6 +220,14 @@ def _fmt(x: Any) -> Any:
     return "—" if x is None else x
 
 
+def _noise_note(record: TrainedModel) -> str:
+    """A warning when the aggregator's noise was seeded (its answers are then not private)."""
+    source = record.metrics.get("aggregator_noise")
+    if isinstance(source, str) and "not private" in source:
+        return f" NOT PRIVATE: the aggregator's noise was drawn from {source.split(':')[0]} (reproducible: anyone with the seed can remove it)."
+    return ""
+
+
 def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, Any]] = ()) -> list[Section]:
     """The PATE page: a table of students, ε against answers, accuracy against ε, and what ε means."""
     rows = pate_rows(runs)
@@ -256,7 +264,7 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
             "Each record claims the data-dependent ε unless its statement below says otherwise. 'label acc.': share of the answered labels that are correct."
         ),
     )
-    statements = [Text(text=f"{pate_label(r.record)}: {r.record.claim.statement()}") for r in runs]
+    statements = [Text(text=f"{pate_label(r.record)}: {r.record.claim.statement()}{_noise_note(r.record)}") for r in runs]
     accuracy = accuracy_epsilon_figure(rows, published=published)
     blocks: list[Any] = [table, *statements]
     if published:

@@ -245,7 +245,16 @@ def test_unseeded_aggregator_noise_comes_from_entropy_and_says_it_is_private() -
     assert np.array_equal(s1.noise, s2.noise) and not s1.private and "reproducible, not private" in s1.noise_source
 
 
-def test_a_trained_student_records_where_its_noise_came_from(digits) -> None:
+def _statements(record, tmp_path) -> str:
+    from reports.pate import PateRun, pate_sections
+    from reports.render import Text
+
+    n = record.metrics["num_queries"]
+    sections = pate_sections([PateRun(record=record, answered=np.ones(n, dtype=bool), epsilon_curve=np.zeros(n), record_dir=tmp_path)])
+    return " ".join(b.text for sec in sections for b in sec.blocks if isinstance(b, Text))
+
+
+def test_a_trained_student_records_where_its_noise_came_from(digits, tmp_path) -> None:
     bundle, splits = digits
     small = dataclasses.replace(splits, members=splits.members[:60])
     record, _ = train_pate(bundle=bundle, splits=small, model_name="digits-mlp", config=dataclasses.replace(SMALL, queries=4), seed=0, progress=False)
@@ -254,3 +263,5 @@ def test_a_trained_student_records_where_its_noise_came_from(digits) -> None:
     assert "epsilon_data_dependent_realised" not in record.metrics and "teacher_test_accuracy_mean" not in record.metrics
     seeded, _ = train_pate(bundle=bundle, splits=small, model_name="digits-mlp", config=dataclasses.replace(SMALL, queries=4, aggregator_seed=5), seed=0, progress=False)
     assert "reproducible, not private" in seeded.metrics["aggregator_noise"] and seeded.model_id != record.model_id
+    # The PATE report says so beside the claim, and only for the seeded run.
+    assert "NOT PRIVATE" in _statements(seeded, tmp_path) and "NOT PRIVATE" not in _statements(record, tmp_path)
