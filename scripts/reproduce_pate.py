@@ -47,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dpaudit.api import RunDir, TrainSpec, atomic_write_json, default_config, load_dataset, make_splits, to_jsonable, train_or_load
+from dpaudit.api import RunDir, TrainSpec, atomic_write_json, default_config, load_dataset, make_splits, read_json, to_jsonable, train_or_load
 
 
 @dataclass(frozen=True)
@@ -206,9 +206,8 @@ def _attacks(row: Row, entry: dict[str, Any], run: RunDir, args: argparse.Namesp
         return MembershipSpec(attacks=configs, target=target, seed=args.seed, num_samples=samples, data_root=args.data_root, device="cpu", num_workers=args.num_workers, progress=not args.quiet)
 
     rdir = Path(entry["record_dir"])
-    from dpaudit.app.runs.pate import load_teacher_dirs
-
-    teacher_dir = load_teacher_dirs(rdir)[0]  # the teachers' ids are private (private/pate.json)
+    teachers = read_json(rdir / "private" / "pate.json")["teachers"]  # the teachers' ids are private, the cache relative to private/
+    teacher_dir = rdir / "private" / teachers["cache"] / teachers["teacher_ids"][0]
     delta = row.config.get("delta", 1e-5)
     out: dict[str, Any] = {"epsilon_ub_student": entry["epsilon"], "delta": delta}
     student = run_membership(spec(str(rdir), ("loss", "confidence"), args.attack_samples), run)
