@@ -535,7 +535,7 @@ def _pate_metrics(
 
 def _noise_seed(config: PATEConfig) -> int | None:
     """The aggregator's noise seed: ``None`` (the operating system's entropy) unless the config gives one."""
-    return None if config.aggregator_seed is None else derive_seed(config.aggregator_seed, "pate", "aggregate")
+    return config.aggregator_seed  # the aggregators draw each step's stream from it by name
 
 
 def _teach(
