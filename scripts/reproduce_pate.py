@@ -162,7 +162,10 @@ def _train_rows(rows: list[Row], run: RunDir, args: argparse.Namespace) -> dict[
             splits=splits,
         )
         rec = outcome.record
-        m = rec.metrics
+        # A measurement on the trusted side: the teachers' accuracy (and a data-dependent ε the
+        # record does not claim) are kept under the record's private/, merged in here.
+        private = outcome.record_dir / "private" / "pate.json"
+        m = {**(read_json(private).get("metrics", {}) if private.is_file() else {}), **rec.metrics}
         entry = {
             "model_id": rec.model_id,
             "record_dir": str(outcome.record_dir),
