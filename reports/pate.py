@@ -1,7 +1,9 @@
 """The PATE report: what each student's answers cost (ε against queries answered) and bought (accuracy).
 
 Reads PATE student records and the ``pate.npz`` saved beside each (:mod:`defenses.pate.defense`:
-the vote matrix, which queries were answered, and ε after each query). Every ε shown says
+the queries, which were answered, and ε after each query); never the record's ``private/``
+folder (votes, noise, partitions, the un-sanitised data-dependent ε of a run that claims
+another bound), whose values are not for publication. Every ε shown says
 whether it is data-dependent (computed from the private votes, as Papernot et al. 2017 and 2018
 report it; realised: Confident-GNMax charged for the queries it answered) and whether it was
 released with smooth sensitivity, as a noisy estimate; a data-dependent ε that was not sanitised
@@ -223,6 +225,14 @@ def _fmt(x: Any) -> Any:
     return "—" if x is None else x
 
 
+def _noise_note(record: TrainedModel) -> str:
+    """A warning when the aggregator's noise was seeded (its answers are then not private)."""
+    source = record.metrics.get("aggregator_noise")
+    if isinstance(source, str) and "not private" in source:
+        return f" NOT PRIVATE: the aggregator's noise was drawn from {source.split(':')[0]} (reproducible: anyone with the seed can remove it)."
+    return ""
+
+
 def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, Any]] = ()) -> list[Section]:
     """The PATE page: a table of students, ε against answers, accuracy against ε, and what ε means."""
     rows = pate_rows(runs)
@@ -240,10 +250,11 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
         rows=[
             [
                 r["label"],
-                f"{r['teachers']} ({_pct(r['teacher_accuracy_mean'])})",
+                # Teachers' accuracy is private since records keep it under private/ (older ones show it).
+                f"{r['teachers']}" + ("" if r["teacher_accuracy_mean"] is None else f" ({_pct(r['teacher_accuracy_mean'])})"),
                 f"{r['answered']} / {r['queries']}",
                 _pct(r["answer_accuracy"]),
-                f"{_eps(r['epsilon_data_dependent_realised'])} ({_eps(r['epsilon_data_dependent_realised_improved'])})",
+                (f"{_eps(r['epsilon_data_dependent_realised'])} ({_eps(r['epsilon_data_dependent_realised_improved'])})" if r["epsilon_data_dependent_realised"] is not None else "kept private"),
                 _eps(r["epsilon_noisy_estimate"]) if r["sanitised"] else "not released",
                 _eps(r["epsilon_data_independent"]),
                 _pct(r["student_accuracy"]),
@@ -253,11 +264,12 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
         caption=(
             "ε at δ = " + ", ".join(sorted({f"{r['delta']:g}" for r in rows})) + " by the standard RDP conversion (the improved conversion in brackets). 'Realised': "
             "Confident-GNMax's GNMax step is charged to the queries it answered (not the expectation over the threshold step of the 2018 scripts). A data-dependent "
-            "ε is computed from the private votes and is not for publication; the released ε is its smooth-sensitivity release, a noisy estimate (not a bound). "
+            "ε is computed from the private votes and is not for publication ('kept private': the record holds it only under private/, as the claim is another bound); "
+            "the released ε is its smooth-sensitivity release, a noisy estimate (not a bound). "
             "Each record claims the data-dependent ε unless its statement below says otherwise. 'label acc.': share of the answered labels that are correct."
         ),
     )
-    statements = [Text(text=f"{pate_label(r.record)}: {r.record.claim.statement()}") for r in runs]
+    statements = [Text(text=f"{pate_label(r.record)}: {r.record.claim.statement()}{_noise_note(r.record)}") for r in runs]
     accuracy = accuracy_epsilon_figure(rows, published=published)
     blocks: list[Any] = [table, *statements]
     if published:

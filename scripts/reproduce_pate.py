@@ -162,7 +162,10 @@ def _train_rows(rows: list[Row], run: RunDir, args: argparse.Namespace) -> dict[
             splits=splits,
         )
         rec = outcome.record
-        m = rec.metrics
+        # A measurement on the trusted side: the teachers' accuracy (and a data-dependent ε the
+        # record does not claim) are kept under the record's private/, merged in here.
+        private = outcome.record_dir / "private" / "pate.json"
+        m = {**(read_json(private).get("metrics", {}) if private.is_file() else {}), **rec.metrics}
         entry = {
             "model_id": rec.model_id,
             "record_dir": str(outcome.record_dir),
@@ -206,7 +209,8 @@ def _attacks(row: Row, entry: dict[str, Any], run: RunDir, args: argparse.Namesp
         return MembershipSpec(attacks=configs, target=target, seed=args.seed, num_samples=samples, data_root=args.data_root, device="cpu", num_workers=args.num_workers, progress=not args.quiet)
 
     rdir = Path(entry["record_dir"])
-    teacher_dir = rdir / read_json(rdir / "pate.json")["teachers"]["cache"] / read_json(rdir / "pate.json")["teachers"]["teacher_ids"][0]
+    teachers = read_json(rdir / "private" / "pate.json")["teachers"]  # the teachers' ids are private, the cache relative to private/
+    teacher_dir = rdir / "private" / teachers["cache"] / teachers["teacher_ids"][0]
     delta = row.config.get("delta", 1e-5)
     out: dict[str, Any] = {"epsilon_ub_student": entry["epsilon"], "delta": delta}
     student = run_membership(spec(str(rdir), ("loss", "confidence"), args.attack_samples), run)

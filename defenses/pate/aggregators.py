@@ -20,11 +20,14 @@ Conventions:
 - Ties in an argmax go to the lowest class index (``numpy.argmax``); with continuous noise
   they have probability zero, so the rule only matters for noiseless helpers like
   :func:`plurality`.
-- Noise comes from :func:`dpaudit.seeding.numpy_rng` on a stream named after the aggregator
-  and the step (``"pate", name, "argmax"`` / ``"threshold"``), so an aggregation is
-  reproducible from its seed and independent of every other component's draws, including
-  the other aggregators' under the same root seed. Noise is drawn for every query, answered
-  or not, so the draw of query i does not depend on what happened to the others.
+- Noise comes from the operating system's entropy when no seed is given (``seed=None``), as a
+  private release needs: noise recomputable from a stored seed can be subtracted from the
+  answers by anyone holding the record. A seed makes the aggregation reproducible — and then
+  not private (:attr:`Aggregation.private` is false); it is drawn from
+  :func:`dpaudit.seeding.numpy_rng` on a stream named after the aggregator and the step
+  (``"pate", name, "argmax"`` / ``"threshold"``), independent of every other component's draws,
+  including the other aggregators' under the same root seed. Noise is drawn for every query,
+  answered or not, so the draw of query i does not depend on what happened to the others.
 - Only whole vote counts are accepted: fractional (weighted) votes would change the
   sensitivity the privacy analysis assumes.
 """
@@ -253,7 +256,8 @@ class Aggregation:
     Attributes:
         aggregator: the aggregator's name (a key of :data:`AGGREGATORS`).
         config: the aggregator's parameters (``config.to_dict()``), JSON-able.
-        seed: the root seed the noise streams were derived from.
+        seed: the root seed the noise streams were derived from; ``None`` when the noise came
+            from the operating system's entropy (the only private case).
         votes: int64 ``(queries, classes)``, the vote matrix aggregated.
         labels: int64 ``(queries,)``; the released label, :data:`NOT_ANSWERED` (−1) for ⊥.
         answered: bool ``(queries,)``; all true for LNMax and GNMax.
@@ -265,12 +269,27 @@ class Aggregation:
 
     aggregator: str
     config: dict[str, Any]
-    seed: int
+    seed: int | None
     votes: np.ndarray
     labels: np.ndarray
     answered: np.ndarray
     noise: np.ndarray
     threshold_noise: np.ndarray | None
+
+    @property
+    def reproducible(self) -> bool:
+        """Whether the noise was drawn from a seed (then anyone with the seed can remove it)."""
+        return self.seed is not None
+
+    @property
+    def private(self) -> bool:
+        """Whether the answers may be published as differentially private: noise from the OS's entropy."""
+        return self.seed is None
+
+    @property
+    def noise_source(self) -> str:
+        """One phrase for records and reports: where the noise came from and what that means."""
+        return "operating-system entropy (private)" if self.seed is None else f"seed {self.seed}: reproducible, not private"
 
     @property
     def num_queries(self) -> int:
@@ -283,7 +302,7 @@ class Aggregation:
         return int(np.count_nonzero(self.answered))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able summary: aggregator, parameters, seed, counts and the released labels.
+        """JSON-able summary: aggregator, parameters, seed (``None``: entropy), noise source, counts and the released labels.
 
         The vote matrix and the noise are left out (save them as ``.npy`` beside it).
         """
@@ -291,6 +310,7 @@ class Aggregation:
             "aggregator": self.aggregator,
             "config": dict(self.config),
             "seed": self.seed,
+            "noise_source": self.noise_source,
             "num_queries": self.num_queries,
             "num_answered": self.num_answered,
             "labels": self.labels.tolist(),
@@ -302,13 +322,14 @@ def _noisy_argmax(votes: np.ndarray, noise: np.ndarray) -> np.ndarray:
     return np.argmax(votes + noise, axis=1).astype(np.int64)
 
 
-def lnmax(votes: Any, *, laplace_scale: float, seed: int) -> Aggregation:
+def lnmax(votes: Any, *, laplace_scale: float, seed: int | None) -> Aggregation:
     """LNMax (Papernot et al. 2017, §2.1): argmax_j (n_j + Lap(b)) for every query.
 
     Args:
         votes: vote matrix ``(queries, classes)`` (see :func:`validate_votes`).
         laplace_scale: b = 1/γ > 0.
-        seed: root seed; the noise is on stream ``("pate", "lnmax", "argmax")``.
+        seed: root seed, the noise on stream ``("pate", "lnmax", "argmax")`` (reproducible, not
+            private); ``None``: the operating system's entropy.
 
     Returns:
         An :class:`Aggregation` with every query answered.
@@ -316,13 +337,14 @@ def lnmax(votes: Any, *, laplace_scale: float, seed: int) -> Aggregation:
     return aggregate(votes, LNMaxConfig(laplace_scale=laplace_scale), seed=seed)
 
 
-def gnmax(votes: Any, *, sigma: float, seed: int) -> Aggregation:
+def gnmax(votes: Any, *, sigma: float, seed: int | None) -> Aggregation:
     """GNMax (Papernot et al. 2018, §4.1): argmax_j (n_j + N(0, σ²)) for every query.
 
     Args:
         votes: vote matrix ``(queries, classes)`` (see :func:`validate_votes`).
         sigma: σ > 0.
-        seed: root seed; the noise is on stream ``("pate", "gnmax", "argmax")``.
+        seed: root seed, the noise on stream ``("pate", "gnmax", "argmax")`` (reproducible, not
+            private); ``None``: the operating system's entropy.
 
     Returns:
         An :class:`Aggregation` with every query answered.
@@ -330,7 +352,7 @@ def gnmax(votes: Any, *, sigma: float, seed: int) -> Aggregation:
     return aggregate(votes, GNMaxConfig(sigma=sigma), seed=seed)
 
 
-def confident_gnmax(votes: Any, *, threshold: float, threshold_sigma: float, sigma: float, seed: int) -> Aggregation:
+def confident_gnmax(votes: Any, *, threshold: float, threshold_sigma: float, sigma: float, seed: int | None) -> Aggregation:
     """Confident-GNMax (Papernot et al. 2018, Algorithm 1).
 
     Args:
@@ -339,7 +361,8 @@ def confident_gnmax(votes: Any, *, threshold: float, threshold_sigma: float, sig
         threshold_sigma: σ1 > 0, noise of the threshold check.
         sigma: σ2 > 0, noise of the GNMax step.
         seed: root seed; streams ``("pate", "confident-gnmax", "threshold")`` and
-            ``("pate", "confident-gnmax", "argmax")``.
+            ``("pate", "confident-gnmax", "argmax")`` (reproducible, not private); ``None``: the
+            operating system's entropy.
 
     Returns:
         An :class:`Aggregation`; unanswered queries have label :data:`NOT_ANSWERED`.
@@ -347,28 +370,35 @@ def confident_gnmax(votes: Any, *, threshold: float, threshold_sigma: float, sig
     return aggregate(votes, ConfidentGNMaxConfig(threshold=threshold, threshold_sigma=threshold_sigma, sigma=sigma), seed=seed)
 
 
-def aggregate(votes: Any, config: AggregatorConfig, *, seed: int) -> Aggregation:
+def aggregate(votes: Any, config: AggregatorConfig, *, seed: int | None) -> Aggregation:
     """Answers every query of ``votes`` with the aggregator ``config`` describes.
 
     Args:
         votes: vote matrix ``(queries, classes)`` (see :func:`validate_votes`).
         config: an :class:`LNMaxConfig`, :class:`GNMaxConfig` or
             :class:`ConfidentGNMaxConfig`.
-        seed: root seed of the noise streams (see the module docstring).
+        seed: root seed of the noise streams (see the module docstring): reproducible, not
+            private; ``None``: noise from the operating system's entropy.
 
     Returns:
         The :class:`Aggregation`, with the noise drawn so that it can be re-checked.
 
     Raises:
-        TypeError: ``config`` is not an aggregator config, ``seed`` not an integer.
+        TypeError: ``config`` is not an aggregator config, ``seed`` neither ``None`` nor an integer.
         ValueError: a bad vote matrix or a negative seed.
     """
     if not isinstance(config, (LNMaxConfig, GNMaxConfig, ConfidentGNMaxConfig)):
         raise v.invalid_type("config", f"config must be one of {', '.join(c.__name__ for c in AGGREGATORS.values())}, got {type(config).__name__}")
-    seed = v.integer("seed", seed, minimum=0)
+    if seed is not None:
+        seed = v.integer("seed", seed, minimum=0)
     arr = validate_votes(votes)
     shape = arr.shape
-    argmax_rng = numpy_rng(seed, "pate", config.name, "argmax")
+    if seed is None:
+        # Fresh OS entropy (SeedSequence() reads it), split into the two steps' independent streams.
+        argmax_seq, threshold_seq = np.random.SeedSequence().spawn(2)
+        argmax_rng, threshold_rng = np.random.default_rng(argmax_seq), np.random.default_rng(threshold_seq)
+    else:
+        argmax_rng, threshold_rng = numpy_rng(seed, "pate", config.name, "argmax"), numpy_rng(seed, "pate", config.name, "threshold")
     threshold_noise: np.ndarray | None = None
     if isinstance(config, LNMaxConfig):
         noise = argmax_rng.laplace(0.0, config.laplace_scale, size=shape)
@@ -377,7 +407,7 @@ def aggregate(votes: Any, config: AggregatorConfig, *, seed: int) -> Aggregation
         noise = argmax_rng.normal(0.0, config.sigma, size=shape)
         answered = np.ones(shape[0], dtype=bool)
     else:
-        drawn = np.asarray(numpy_rng(seed, "pate", config.name, "threshold").normal(0.0, config.threshold_sigma, size=(shape[0],)), dtype=np.float64)
+        drawn = np.asarray(threshold_rng.normal(0.0, config.threshold_sigma, size=(shape[0],)), dtype=np.float64)
         noise = argmax_rng.normal(0.0, config.sigma, size=shape)
         answered = arr.max(axis=1) + drawn >= config.threshold
         threshold_noise = _readonly(drawn)

@@ -20,10 +20,20 @@ whole pipeline for one record:
    the public data without labels; :mod:`defenses.pate.student`).
 
 Only the student is released: its record's members are the whole private set (every teacher's
-partition), its non-members the run's held-out ids. With a workspace, the vote matrix
-(``votes.npy``, for ``dpaudit pate analyze``), the aggregator's draws and answers (``pate.npz``)
-and the teachers' ids and partitions (``pate.json``) are saved beside the record, and each
-teacher is a record of its own under ``RUN_DIR/records/pate-teachers/`` (attackable like any).
+partition), its non-members the run's held-out ids. With a workspace, what the claim covers is
+saved beside the record (``pate.npz``: the queries asked and their noisy answers; ``pate.json``:
+the run's public summary), and what it does not cover is kept apart under the record's
+``private/`` folder (:data:`PRIVATE_DIR`): the vote matrix (``votes.npy``, for ``dpaudit pate
+analyze``), the aggregator's noise, the un-sanitised data-dependent ε, the teachers' accuracy
+and their ids and partitions. Each teacher is a record of its own under
+``RUN_DIR/records/pate-teachers/`` (attackable like any; trusted-side, like ``private/``).
+
+The aggregator's noise comes from the operating system's entropy unless ``aggregator_seed``
+(``--aggregator-seed``) is given, and the record then says the answers are reproducible and not
+private: noise derived from the stored root seed could be subtracted by anyone holding the
+record. Partitions, teachers, the query draw and the student stay seeded (reproducible), as
+none of them is the mechanism's noise. :func:`replay_pate` runs the same pipeline for the
+neighbouring replay (:mod:`dpaudit.replay`).
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 import os
 import sys
 import time
@@ -56,15 +67,24 @@ from dpaudit.privacy.pate import analysis as pate_analysis
 from dpaudit.privacy.pate import claim as pate_claim
 from dpaudit.privacy.pate import smooth_sensitivity
 from dpaudit.progress import Progress
+from dpaudit.replay import MechanismInput, ReplayTrace
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed
 from dpaudit.store import atomic_save_npz, atomic_write_bytes, atomic_write_json
 from dpaudit.training import EPOCH_LIMIT, TrainWorkspace
 
-__all__ = ["PATEConfig", "TEACHER_CACHE", "epsilon_curve", "plan_pate_teachers", "plan_for", "public_split", "train_pate"]
+__all__ = ["PATEConfig", "PRIVATE_DIR", "PRIVATE_METRICS", "TEACHER_CACHE", "epsilon_curve", "plan_pate_teachers", "plan_for", "public_split", "replay_pate", "train_pate", "vote_sensitivity"]
 
 #: Name of the run's teacher cache (``RUN_DIR/records/pate-teachers/``).
 TEACHER_CACHE = "pate-teachers"
+
+#: The record's subfolder for what the claim does not cover (votes, noise, partitions, the
+#: un-sanitised data-dependent ε): kept on the trusted side, never published with the record.
+PRIVATE_DIR = "private"
+
+#: Values computed from the private data outside the aggregator: kept in ``private/pate.json``,
+#: not in the record's metrics (the data-dependent ε stays there only when it is the claim).
+PRIVATE_METRICS = ("epsilon_data_dependent_realised", "epsilon_data_dependent_realised_improved", "teacher_test_accuracy_mean")
 
 _TEACHER_LIMIT = SizeLimit(10_000, "each teacher is one training")
 _QUERY_LIMIT = SizeLimit(1_000_000, "each query is one forward pass of every teacher")
@@ -110,6 +130,9 @@ class PATEConfig:
             unlabeled_ratio, pseudo_label_confidence: the student's training (``None``: the defaults of
             :class:`defenses.pate.student.StudentConfig`).
         semi_supervised: the student also learns from the public data that got no label.
+        aggregator_seed: seed of the aggregator's noise; ``None`` (default): the operating
+            system's entropy. A seeded run is reproducible and not private (its record says so):
+            anyone with the seed can recompute the noise and subtract it from the answers.
     """
 
     teachers: int | None = option(
@@ -153,6 +176,13 @@ class PATEConfig:
         None, help="publish the data-dependent epsilon by smooth sensitivity with this beta (with --smooth-sensitivity-sigma)", metavar="BETA", check=v.positive
     )
     smooth_sensitivity_sigma: float | None = option(None, help="noise std of the smooth-sensitivity release, in units of the smooth sensitivity", metavar="SIGMA_SS", check=v.positive)
+    aggregator_seed: int | None = option(
+        None,
+        kind=int,
+        help="seed of the aggregator's noise: makes the answers reproducible and NOT private (default: the operating system's entropy, as private answers need)",
+        metavar="SEED",
+        check=v.non_negative,
+    )
     public_fraction: float = option(0.9, help="share of the test split (first by id) that is public query data; the rest evaluates the student", metavar="F", check=v.open_unit)
     epochs: int | None = option(
         None, kind=int, help="passes of each teacher over its partition (default: 20, or enough for 200 SGD steps on a small partition)", metavar="N", check=v.positive, limit=EPOCH_LIMIT
@@ -179,14 +209,16 @@ class PATEConfig:
     )
     pseudo_label_confidence: float | None = option(None, help="semi-supervised student: confidence a pseudo-label needs (default: the student trainer's)", metavar="P", check=v.open_unit)
 
-    #: Added after records were stored: a run without a budget keeps its record and id.
-    _omit_when_default: ClassVar[tuple[str, ...]] = ("target_epsilon",)
+    #: Added after records were stored: a run without a budget (or a noise seed) keeps its record and id.
+    _omit_when_default: ClassVar[tuple[str, ...]] = ("target_epsilon", "aggregator_seed")
 
     def __post_init__(self) -> None:
         for opt in option_specs(type(self)):  # each field's own check, by its field name
             value = getattr(self, opt.field)
             if value is not None and opt.check is not None:
                 opt.check(opt.field, value)
+        if self.aggregator_seed is not None:
+            v.integer("aggregator_seed", self.aggregator_seed, minimum=0)
         for name in ("teachers", "queries", "epochs", "batch_size", "teacher_eval_examples", "student_epochs", "student_batch_size", "unlabeled_ratio"):
             if getattr(self, name) is not None:
                 v.integer(name, getattr(self, name), minimum=1)
@@ -288,20 +320,22 @@ def _bounds(config: PATEConfig, votes: np.ndarray, answered: np.ndarray) -> pate
     return pate_analysis.analyze_confident_gnmax(votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, delta=config.delta, answered=answered)
 
 
-def epsilon_curve(config: PATEConfig, agg: Aggregation) -> np.ndarray:
+def epsilon_curve(config: PATEConfig, agg: Aggregation, *, analysis: str | None = None) -> np.ndarray:
     """ε (standard conversion, at ``config.delta``) of the first k answers, for k = 1 … queries.
 
     RDP adds over queries, so the curve is the conversion of running sums of each query's RDP;
     the data-dependent curve never exceeds the data-independent one at any order (as for the
-    whole run), so its last point is the claim's ε.
+    whole run), so its last point is the claim's ε. ``analysis`` (default: the config's) picks
+    the bound; the data-independent curve depends only on which queries were answered.
     """
+    analysis = config.analysis if analysis is None else v.choice("analysis", analysis, ("data-dependent", "data-independent"))
     rows = [_bounds(config, agg.votes[i : i + 1], agg.answered[i : i + 1]) for i in range(agg.num_queries)]
     if not rows:
         return np.zeros(0)
     orders = np.asarray(rows[0].orders)
     dep = np.cumsum([r.rdp_data_dependent for r in rows], axis=0)
     ind = np.cumsum([r.rdp_data_independent for r in rows], axis=0)
-    rdp = np.minimum(dep, ind) if config.analysis == "data-dependent" else ind
+    rdp = np.minimum(dep, ind) if analysis == "data-dependent" else ind
     return np.min(rdp + np.log(1.0 / config.delta) / (orders - 1.0), axis=1)
 
 
@@ -361,21 +395,53 @@ def _teachers(specs: Any, *, bundle: DatasetBundle, workspace: TrainWorkspace | 
         return train_teachers(specs, directory=workspace.cache_dir, executor=executor, data_root=workspace.data_root, device=device.type, progress=progress)
 
 
-def _save_artifacts(workspace: TrainWorkspace, *, agg: Aggregation, query_ids: np.ndarray, ensemble: TeacherEnsemble, summary: dict[str, Any], curve: np.ndarray) -> None:
-    """Writes the vote matrix, the aggregator's draws and the teachers' ground truth beside the record."""
+def _save_artifacts(
+    workspace: TrainWorkspace, *, config: PATEConfig, agg: Aggregation, query_ids: np.ndarray, ensemble: TeacherEnsemble, summary: dict[str, Any], private_metrics: dict[str, Any], sanitised: bool
+) -> None:
+    """Writes what the claim covers beside the record and what it does not under ``private/``.
+
+    Published (``pate.npz``, ``pate.json``): the queries asked, the noisy answers, which were
+    answered, ε after each query (the claim's own bound, unless the claim is a smooth-sensitivity
+    release, whose curve would be the un-sanitised data-dependent one), the public summary.
+    Private (``private/votes.npy``, ``private/pate.npz``, ``private/pate.json``): the vote matrix,
+    the noise, the data-dependent curve and ε, the teachers' accuracy, ids and partitions.
+    """
+    private = workspace.record_dir / PRIVATE_DIR
+    private.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     np.save(buf, np.ascontiguousarray(agg.votes), allow_pickle=False)
-    atomic_write_bytes(workspace.record_dir / "votes.npy", buf.getvalue())
-    arrays = {"votes": agg.votes, "query_ids": query_ids, "labels": agg.labels, "answered": agg.answered, "noise": agg.noise, "epsilon_curve": curve}
+    atomic_write_bytes(private / "votes.npy", buf.getvalue())
+    curve = epsilon_curve(config, agg)
+    secret = {"votes": agg.votes, "query_ids": query_ids, "noise": agg.noise, "epsilon_curve": curve, "epsilon_curve_data_dependent": epsilon_curve(config, agg, analysis="data-dependent")}
     if agg.threshold_noise is not None:
-        arrays["threshold_noise"] = agg.threshold_noise
-    atomic_save_npz(workspace.record_dir / "pate.npz", **arrays)
+        secret["threshold_noise"] = agg.threshold_noise
+    atomic_save_npz(private / "pate.npz", **secret)
+    published = {"query_ids": query_ids, "labels": agg.labels, "answered": agg.answered}
+    if not sanitised:
+        published["epsilon_curve"] = curve
+    atomic_save_npz(workspace.record_dir / "pate.npz", **published)
     teachers = {
-        "cache": os.path.relpath(workspace.cache_dir, workspace.record_dir),  # relative: the run may move
+        "cache": os.path.relpath(workspace.cache_dir, private),  # relative: the run may move
         "teacher_ids": list(ensemble.teacher_ids),
         "partitions": ensemble.membership(),
     }
-    atomic_write_json(workspace.record_dir / "pate.json", {**summary, "aggregation": {k: x for k, x in agg.to_dict().items() if k != "labels"}, "teachers": teachers})
+    aggregation = {k: x for k, x in agg.to_dict().items() if k != "labels"}
+    atomic_write_json(
+        private / "pate.json",
+        {
+            "model_id": summary["model_id"],
+            "note": "private: computed from the private data outside the claimed mechanism; never publish (docs/defenses/pate.md)",
+            "metrics": json.loads(json.dumps(private_metrics)),
+            "aggregation": aggregation,
+            "teachers": teachers,
+        },
+    )
+    if agg.seed is None:
+        aggregation.pop("seed")
+    atomic_write_json(
+        workspace.record_dir / "pate.json",
+        {**summary, "aggregation": aggregation, "teachers": {"num_teachers": ensemble.num_teachers, "private": f"{PRIVATE_DIR}/pate.json"}},
+    )
 
 
 def _queries(config: PATEConfig, *, bundle: DatasetBundle, splits: Splits, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -430,8 +496,14 @@ def _student(
 
 def _pate_metrics(
     config: PATEConfig, plan: Any, *, ensemble: TeacherEnsemble, agg: Aggregation, true_labels: np.ndarray, result: Any, release: Any, student_metrics: dict[str, Any], counts: dict[str, int]
-) -> dict[str, Any]:
-    """The record's metrics: the values the run used, the teachers, the answers, the privacy analysis, the student."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the record's metrics, the private ones): the values the run used, the teachers, the answers, the privacy analysis, the student.
+
+    The values of :data:`PRIVATE_METRICS` are computed from the private data outside the
+    aggregator, so they go to ``private/pate.json``; the data-dependent ε stays in the record only
+    when it is the claim itself (a data-dependent claim without smooth-sensitivity release,
+    which the record already flags as not publishable).
+    """
     answered = agg.answered
     teacher_acc = [float(r.metrics["test_accuracy"]) for r in ensemble.records]
     metrics: dict[str, Any] = {
@@ -445,6 +517,7 @@ def _pate_metrics(
         "teacher_test_accuracy_mean": float(np.mean(teacher_acc)),
         "num_queries": agg.num_queries,
         "num_answered": agg.num_answered,
+        "aggregator_noise": agg.noise_source,
         "answer_accuracy": float(np.mean(agg.labels[answered] == true_labels[answered])),
         **counts,
         # Confident-GNMax is analysed with the answered mask: the realised cost, not the expectation.
@@ -454,7 +527,85 @@ def _pate_metrics(
         **({} if release is None else {"epsilon_noisy_estimate": release.epsilon_noisy_estimate, "release_order": release.order}),
         **{f"student_{k}": x for k, x in student_metrics.items()},
     }
-    return metrics
+    claims_it = config.analysis == "data-dependent" and release is None
+    keep = ("epsilon_data_dependent_realised", "epsilon_data_dependent_realised_improved") if claims_it else ()
+    private = {k: metrics[k] for k in PRIVATE_METRICS}
+    return {k: x for k, x in metrics.items() if k not in PRIVATE_METRICS or k in keep}, private
+
+
+def _noise_seed(config: PATEConfig) -> int | None:
+    """The aggregator's noise seed: ``None`` (the operating system's entropy) unless the config gives one."""
+    return config.aggregator_seed  # the aggregators draw each step's stream from it by name
+
+
+def _teach(
+    config: PATEConfig,
+    *,
+    bundle: DatasetBundle,
+    splits: Splits,
+    model_name: str,
+    model_options: dict[str, Any],
+    seed: int,
+    device: torch.device,
+    progress: bool,
+    workspace: TrainWorkspace | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, TeacherEnsemble, np.ndarray]:
+    """Everything before the aggregator's noise, shared by :func:`train_pate` and :func:`replay_pate`.
+
+    Returns:
+        (public ids, evaluation ids, query ids, public ids not queried, the teachers, the vote
+        matrix of the queries) for a resolved ``config``.
+    """
+    public_ids, eval_ids, query_ids, other_ids = _queries(config, bundle=bundle, splits=splits, seed=seed)
+    specs = plan_pate_teachers(bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, config=config, seed=seed)
+    ensemble = _teachers(specs, bundle=bundle, workspace=workspace, device=device, progress=progress)
+    votes = teacher_votes(ensemble, bundle.test.subset(query_ids).features, device=device, progress=progress)
+    return public_ids, eval_ids, query_ids, other_ids, ensemble, votes
+
+
+def vote_sensitivity(aggregator: str) -> tuple[float, str]:
+    """(sensitivity, norm) of one query's vote histogram, as the aggregator's analysis assumes it.
+
+    One record is in one teacher's partition, so a neighbouring data set changes at most that
+    teacher's vote: one count down by one and another up by one. GNMax and Confident-GNMax are
+    analysed as Gaussian mechanisms on the histogram (L2 sensitivity √2; the threshold step's
+    maximum count moves by at most 1 ≤ √2); LNMax as a Laplace report-noisy-max (L1 sensitivity
+    2: each answer (2/b, 0)-DP).
+    """
+    v.choice("aggregator", aggregator, tuple(AGGREGATORS))
+    return (2.0, "l1") if aggregator == "lnmax" else (math.sqrt(2.0), "l2")
+
+
+def replay_pate(*, bundle: DatasetBundle, splits: Splits, model_name: str, model_options: dict[str, Any] | None, config: PATEConfig, seed: int, device: torch.device | str = "cpu") -> ReplayTrace:
+    """The neighbouring-replay trace of PATE (:mod:`dpaudit.replay`): :func:`train_pate`'s own pipeline up to the aggregator.
+
+    Runs the plan, the query draw, the keyed-hash partitioning, every teacher's training (in
+    this process, nothing cached) and the votes exactly as :func:`train_pate` does, and records:
+
+    * one mechanism input per query: its vote histogram, with :func:`vote_sensitivity`;
+    * released: what a run publishes besides the noisy answers and does not pass through the
+      aggregator — the public ids and evaluation ids, the queries asked, the number of teachers
+      and every resolved setting of the run (teacher epochs, noise, threshold, queries), which the
+      record's metrics state. The partitions, the teachers, their accuracy and the votes are
+      private (``private/``), so they are not listed; the student is trained on the noisy
+      answers and public data only (post-processing), so it is not run.
+
+    Args:
+        bundle, splits, model_name, model_options, config, seed, device: as for :func:`train_pate`.
+
+    Returns:
+        The trace.
+    """
+    model_options, device = dict(model_options or {}), torch.device(device)
+    config = plan_for(config, bundle=bundle, splits=splits).config
+    public_ids, eval_ids, query_ids, _, ensemble, votes = _teach(
+        config, bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, seed=seed, device=device, progress=False, workspace=None
+    )
+    sensitivity, norm = vote_sensitivity(str(config.aggregator))  # resolved by the plan
+    inputs = tuple(MechanismInput(name=f"query {i} (public id {int(q)}): vote histogram", value=votes[i], sensitivity=sensitivity, norm=norm) for i, q in enumerate(query_ids))
+    settings = {f"run_{k}": float(getattr(config, k)) for k in ("teachers", "epochs", "queries", "sigma", "threshold", "threshold_sigma", "laplace_scale") if getattr(config, k) is not None}
+    released: dict[str, Any] = {"public ids": public_ids, "evaluation ids": eval_ids, "query ids": query_ids, "number of teachers": float(ensemble.num_teachers), **settings}
+    return ReplayTrace(defense="pate", mechanism_inputs=inputs, released=released)
 
 
 def train_pate(
@@ -477,11 +628,13 @@ def train_pate(
         model_name: zoo architecture of the teachers and the student.
         model_options: architecture options.
         config: hyperparameters.
-        seed: root seed: partitions and teachers, the query draw, the aggregator's noise and
-            the student are independent streams of it.
+        seed: root seed: the partitions' hash key, the teachers, the query draw and the student
+            are independent streams of it. The aggregator's noise is not (the operating
+            system's entropy, unless ``config.aggregator_seed`` is given).
         device: where to train.
         progress: progress on stderr.
-        workspace: where to cache teachers and save the votes (``None``: keep nothing).
+        workspace: where to cache teachers and save the answers, and the votes under
+            ``private/`` (``None``: keep nothing).
 
     Returns:
         The student's record (defense ``pate``, the PATE claim, members = the private set) and
@@ -496,12 +649,11 @@ def train_pate(
     for note in plan.notes if progress else ():
         print(f"pate: {note}", file=sys.stderr, flush=True)
     config = plan.config
-    public_ids, eval_ids, query_ids, other_ids = _queries(config, bundle=bundle, splits=splits, seed=seed)
-    specs = plan_pate_teachers(bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, config=config, seed=seed)
-    ensemble = _teachers(specs, bundle=bundle, workspace=workspace, device=device, progress=progress)
+    public_ids, eval_ids, query_ids, other_ids, ensemble, votes = _teach(
+        config, bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, seed=seed, device=device, progress=progress, workspace=workspace
+    )
     queries = bundle.test.subset(query_ids)
-    votes = teacher_votes(ensemble, queries.features, device=device, progress=progress)
-    agg = aggregate(votes, config.aggregator_config(), seed=derive_seed(seed, "pate", "aggregate"))
+    agg = aggregate(votes, config.aggregator_config(), seed=_noise_seed(config))
     if agg.num_answered == 0:
         raise v.invalid("threshold", f"the aggregator answered none of the {agg.num_queries} queries (threshold={config.threshold:g}); lower --threshold or ask more --queries")
     result, release = _analyse(config, agg, progress=progress)
@@ -515,7 +667,9 @@ def train_pate(
         config, agg, queries=queries, unlabeled=unlabeled, bundle=bundle, model_name=model_name, model_options=model_options, seed=seed, device=device, progress=progress
     )
     counts = {"num_public": len(public_ids), "num_unlabeled": 0 if unlabeled is None else len(unlabeled), "num_eval": len(eval_ids)}
-    metrics = _pate_metrics(config, plan, ensemble=ensemble, agg=agg, true_labels=queries.labels.numpy(), result=result, release=release, student_metrics=student_metrics, counts=counts)
+    metrics, private_metrics = _pate_metrics(
+        config, plan, ensemble=ensemble, agg=agg, true_labels=queries.labels.numpy(), result=result, release=release, student_metrics=student_metrics, counts=counts
+    )
     # The student is evaluated on the evaluation part only: it has trained on the public part.
     evaluation = dataclasses.replace(bundle, test=bundle.test.subset(eval_ids))
     record = build_record(
@@ -534,7 +688,7 @@ def train_pate(
     )
     if workspace is not None:
         summary = {"model_id": record.model_id, "claim": claim.statement(), "epsilon": claim.epsilon(delta=config.delta, accountant="rdp"), "metrics": json.loads(json.dumps(metrics))}
-        _save_artifacts(workspace, agg=agg, query_ids=query_ids, ensemble=ensemble, summary=summary, curve=epsilon_curve(config, agg))
+        _save_artifacts(workspace, config=config, agg=agg, query_ids=query_ids, ensemble=ensemble, summary=summary, private_metrics=private_metrics, sanitised=release is not None)
     return record, student
 
 
@@ -552,6 +706,7 @@ DEFENSES.register(
         submodels=TEACHER_CACHE,
         submodel_identity=teacher_identity,
         check_budget=_check_budget,
+        replay=replay_pate,
         summary="teachers on disjoint partitions, noisy vote aggregation (LNMax/GNMax/Confident-GNMax), released student (Papernot et al. 2017, 2018)",
         order=40,
     )

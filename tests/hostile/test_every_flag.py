@@ -48,6 +48,7 @@ TEXT_FLAGS: dict[str, tuple[str, ...]] = {
 ACCEPTED: dict[tuple[str, str, str], str] = {
     ("train", "--seed", "0"): "seed 0 is a seed",
     ("train", "--split-seed", "0"): "seed 0 is a seed",
+    ("train", "--aggregator-seed", "0"): "seed 0 is a seed (PATE's noise, reproducible and not private)",
     ("audit", "--seed", "0"): "seed 0 is a seed",
     ("check", "--seed", "0"): "seed 0 is a seed",
     ("certify", "--seed", "0"): "seed 0 is a seed",

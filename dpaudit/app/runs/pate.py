@@ -1,6 +1,6 @@
 """PATE runs beyond training: the membership attack on a student's aggregator.
 
-``dpaudit pate attack`` loads a PATE student's record, the teachers its ``pate.json`` names (from
+``dpaudit pate attack`` loads a PATE student's record, the teachers its ``private/pate.json`` names (from
 the run's teacher cache), asks every teacher for its label on the student's members (the private
 set) and non-members, answers each candidate through the record's own aggregator and scores
 membership with :func:`attacks.membership.pate.aggregator_membership`. The result is stored with
@@ -26,16 +26,21 @@ def load_teacher_dirs(record_dir: Path) -> list[Path]:
     """The record directories of a PATE student's teachers, in teacher order.
 
     Raises:
-        ValueError: no ``pate.json`` beside the record, or a teacher missing from the cache.
+        ValueError: no ``private/pate.json`` (nor, for older records, ``pate.json``) beside the
+            record, or a teacher missing from the cache.
     """
     from dpaudit.store import read_json
 
-    meta_path = record_dir / "pate.json"
+    # The teachers' ids and partitions are private (private/pate.json, the cache path relative
+    # to it); records written before that split keep them in the public pate.json.
+    meta_path = record_dir / "private" / "pate.json"
+    if not meta_path.is_file():
+        meta_path = record_dir / "pate.json"
     if not meta_path.is_file():
         raise v.invalid("target", f"target: {str(record_dir)!r} has no pate.json (train it with `dpaudit train --defense pate --out RUN_DIR`)")
     meta = read_json(meta_path)
     try:
-        cache = (record_dir / meta["teachers"]["cache"]).resolve()
+        cache = (meta_path.parent / meta["teachers"]["cache"]).resolve()
         ids = list(meta["teachers"]["teacher_ids"])
     except (KeyError, TypeError) as exc:
         raise v.invalid("target", f"target: {str(meta_path)!r} does not list the teachers ({exc})") from None
