@@ -109,11 +109,17 @@ def _cmd_certify(args: argparse.Namespace) -> int:
     lines = [
         f"certified {s.model_id} ({s.defense}) on {s.num_examples} test examples ({s.norm} radii)",
         f"  noise std {s.noise_std:.4g}, sensitivity {s.sensitivity:.4g}, {s.num_draws} draws" + (f" ({s.draws_per_second:.0f} draws/s)" if s.draws_per_second else ""),
-        f"  conventional accuracy {s.conventional_accuracy:.4f}",
+        # The conventional accuracy is the certified classifier's own, named, so the two rows
+        # below it are read as one classifier with and without a certificate.
+        f"  conventional accuracy {s.conventional_accuracy:.4f} of the classifier certified as {s.defense}: {s.prediction_rule}",
+    ]
+    if s.smoothing is not None and s.mechanism != "smoothing":  # else it is the line above
+        lines.append(f"  conventional accuracy {s.smoothing.conventional_accuracy:.4f} of the classifier certified as smoothing: {s.smoothing.prediction_rule}")
+    lines += [
         "  " + f"{'radius':<22}" + "".join(f"{r:>7g}" for r in s.radii),
         "  " + f"{'certified ' + s.defense:<22}" + "".join(f"{a:7.3f}" for a in s.certified_accuracy.values()),
     ]
-    if s.smoothing is not None and s.mechanism != "smoothing":  # else it is the line above
+    if s.smoothing is not None and s.mechanism != "smoothing":
         lines.append("  " + f"{'certified smoothing':<22}" + "".join(f"{a:7.3f}" for a in s.smoothing.certified_accuracy.values()))
     for name, accs in s.robust_accuracy.items():
         lines.append("  " + f"{'robust ' + name:<22}" + "".join(f"{a:7.3f}" for a in accs.values()))
