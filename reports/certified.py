@@ -5,8 +5,9 @@ What a reader of Phan et al. (2019, Figs. 2–5) or Lecuyer et al. (2019, Fig. 3
 1. **certified accuracy against the perturbation radius** for every certified model (its own
    PixelDP-style certificate and the randomized-smoothing certificate of the same noise, Cohen
    et al. 2019; a ``smoothing`` model, trained with Gaussian input noise, has CERTIFY's
-   certificate only), beside its conventional accuracy and the **empirical robust accuracy** under
-   FGSM / I-FGSM / PGD / MIM on the same axes;
+   certificate only), beside the conventional accuracy of the classifier each certificate covers
+   (its prediction rule named, so the two read as one classifier) and the **empirical robust
+   accuracy** under FGSM / I-FGSM / PGD / MIM on the same axes;
 2. **conventional accuracy against the DP ε** of the training data, where records carry one;
 3. the tables behind both, as CSV (a CSV with no rows is not written).
 

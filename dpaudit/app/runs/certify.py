@@ -10,7 +10,11 @@ A record is certifiable when its defense stored a certification spec (the regist
    certifies each input with the defense's own mechanism: expected-score bounds at confidence
    1 − η, the robustness condition, and the largest radius over (ε', δ')
    (Lecuyer et al. 2019, Prop. 1; Phan et al. 2019, Eq. 10) — and with randomized smoothing
-   of the same noise (Cohen et al. 2019, CERTIFY);
+   of the same noise (Cohen et al. 2019, CERTIFY). The prediction is read from the same draws
+   as the bounds, so they take both sides of every class at η/(2k)
+   (:func:`dpaudit.robustness.score_bounds.count_bounds`); the conventional accuracy reported
+   is that prediction's, the classifier the certificate covers, with its rule named
+   (:func:`dpaudit.results.certify_summary.own_prediction_rule`);
 3. attacks the same inputs with FGSM, I-FGSM, PGD and MIM (expectation over the noise) at
    the same radii; the soundness verdict (certified accuracy never above the robust accuracy
    the strongest attack leaves) comes from :func:`dpaudit.robustness.certification.soundness_violations`;

@@ -9,7 +9,8 @@ layer (``pixeldp``, ``agm``, ``hgm``, ``secure-sgd``) it
    certifies each input with the defense's own mechanism: expected-score bounds at confidence
    1 − η, the robustness condition, and the largest radius over (ε', δ')
    (Lecuyer et al. 2019, Prop. 1; Phan et al. 2019, Eq. 10) — and with randomized smoothing
-   of the same noise (Cohen et al. 2019, CERTIFY);
+   of the same noise (Cohen et al. 2019, CERTIFY); each conventional accuracy printed is that
+   of the classifier its certificate covers, and names its prediction rule;
 3. attacks the same inputs with FGSM, I-FGSM, PGD and MIM (expectation over the noise) at
    the same radii; the run's summary carries the soundness verdict (certified accuracy must
    never exceed the robust accuracy the strongest attack leaves) and this verb exits 3 if it
