@@ -158,7 +158,8 @@ def certified_figure(run: CertifiedRun, *, ax: Axes | None = None) -> MplFigure 
     # Each certificate's conventional accuracy is that of the classifier it certifies (the same
     # predictions), drawn in the certificate's colour so the pair reads as one classifier.
     for name, cert in run.certificates.items():
-        st = looks.method(name, linestyle="-" if name != "smoothing" else ":")
+        own = name != "smoothing" or run.summary.get("mechanism") == "smoothing"  # a smoothing model's own certificate is solid
+        st = looks.method(name, linestyle="-" if own else ":")
         ax.plot(radii, cert.certified_accuracy(radii), **st, linewidth=2, markersize=6, label=f"certified: {name}")
         ax.axhline(cert.conventional_accuracy, color=st["color"], linestyle=(0, (6, 2)), linewidth=1.0, alpha=0.7, label=f"conventional: {name}'s classifier {cert.conventional_accuracy:.3f}")
     conv = run.summary.get("conventional_accuracy")
