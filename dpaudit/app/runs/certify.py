@@ -94,7 +94,7 @@ class CertifySpec:
         num_draws: n, noise draws per test input for the certificate (``None``: the record's
             spec's default, 2,000 for a noise layer and 10,000 for smoothing).
         num_examples: test inputs (a seeded subset of the test split).
-        confidence: 1 − η of the expected-score bounds.
+        confidence: 1 − η, the joint confidence of all expected-score bounds of one input.
         bound: ``clopper-pearson`` (argmax counts), ``hoeffding`` or ``bernstein`` (softmax).
         smoothing: also certify with randomized smoothing of the same noise.
         num_selection_draws: n0 of CERTIFY (independent draws that pick the class; ``None``:

@@ -166,7 +166,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         10**5,
         "each example is certified with --num-draws draws and attacked",
     )
-    p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="1 - eta of the score bounds (default 0.95)")
+    p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="joint confidence 1 - eta of all score bounds of one test example (default 0.95)")
     p.add_argument("--bound", choices=("clopper-pearson", "hoeffding", "bernstein"), default="clopper-pearson", help="expected-score bound (default clopper-pearson on argmax counts)")
     p.add_argument("--no-smoothing", action="store_true", help="skip the randomized-smoothing certificate")
     limit_action(
