@@ -5,8 +5,9 @@ What a reader of Phan et al. (2019, Figs. 2–5) or Lecuyer et al. (2019, Fig. 3
 1. **certified accuracy against the perturbation radius** for every certified model (its own
    PixelDP-style certificate and the randomized-smoothing certificate of the same noise, Cohen
    et al. 2019; a ``smoothing`` model, trained with Gaussian input noise, has CERTIFY's
-   certificate only), beside its conventional accuracy and the **empirical robust accuracy** under
-   FGSM / I-FGSM / PGD / MIM on the same axes;
+   certificate only), beside the conventional accuracy of the classifier each certificate covers
+   (its prediction rule named, so the two read as one classifier) and the **empirical robust
+   accuracy** under FGSM / I-FGSM / PGD / MIM on the same axes;
 2. **conventional accuracy against the DP ε** of the training data, where records carry one;
 3. the tables behind both, as CSV (a CSV with no rows is not written).
 
@@ -31,11 +32,12 @@ from matplotlib.transforms import ScaledTranslation
 
 from dpaudit.results import EvasionResult, TrainedModel, load_evasion_result, load_record
 from dpaudit.results.certification import CertificationResult, load_certification_result
+from dpaudit.results.certify_summary import UNNAMED_PREDICTION_RULE
 from dpaudit.results.verdicts import certified_verdict
 from dpaudit.store import RunDir, atomic_write_text, read_json
 from reports.figures import Looks, colour, legend_outside, new_axes, setting_looks
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import Shown, fmt_upper_bound, rate_cell, rate_lb_cell, rate_ub_cell
+from reports.numbers import Shown, fmt_percent, fmt_upper_bound, rate_cell, rate_lb_cell, rate_ub_cell
 from reports.render import Figure, Section, Table, Text, WrittenReport, accountant_table, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -68,6 +70,16 @@ class CertifiedRun:
     certificates: Mapping[str, CertificationResult]
     attacks: Mapping[str, EvasionResult]
     record: TrainedModel | None = field(default=None)
+
+    def prediction_rule(self, certificate: str) -> str:
+        """The classifier ``certificate`` covers, in words, as ``certify`` stored it (its conventional accuracy is this rule's)."""
+        cert = self.certificates.get(certificate)
+        rule = cert.config.get("prediction_rule") if cert is not None else None
+        if not rule:
+            s = self.summary
+            own = certificate != "smoothing" or s.get("mechanism") == "smoothing"
+            rule = s.get("prediction_rule") if own else (s.get("smoothing") or {}).get("prediction_rule")
+        return str(rule) if rule else UNNAMED_PREDICTION_RULE
 
     @property
     def label(self) -> str:
@@ -118,10 +130,16 @@ def load_certified_runs(run_dir: str | Path | RunDir) -> list[CertifiedRun]:
     for d in run.certify_dirs():
         summary = read_json(d / SUMMARY_FILE)
         certs = {p.stem.removeprefix("certify-"): load_certification_result(p) for p in sorted(d.glob("certify-*.json"))}
+        radii = np.asarray(summary.get("radii", ()), dtype=float)
+        used = summary.get("robust_accuracy")
         attacks = {}
         for p in sorted(d.glob("evasion-*.json")):
             res = load_evasion_result(p)
-            attacks[res.attack] = res
+            # Only the attacks the summary's run used, at its radii: a result left by an earlier run
+            # at other radii (or by a run with attacks when the last had none) is not this run's.
+            same_radii = res.radii.shape == radii.shape and np.allclose(res.radii, radii)
+            if same_radii and (not isinstance(used, Mapping) or res.attack in used):
+                attacks[res.attack] = res
         out.append(CertifiedRun(summary=summary, certificates=certs, attacks=attacks, record=_record(run, str(summary.get("model_id", d.name)))))
     return sorted(out, key=lambda r: (str(r.summary["defense"]), str(r.summary["model_id"])))
 
@@ -136,12 +154,17 @@ def certified_figure(run: CertifiedRun, *, ax: Axes | None = None) -> MplFigure 
         return None
     fig, ax = new_axes(ax, size=(7.5, 4.2))
     radii = run.radii
-    conv = run.summary.get("conventional_accuracy")
     looks = Looks()
-    if isinstance(conv, (int, float)) and math.isfinite(conv):
-        ax.axhline(conv, **looks.take(color=colour(str(run.summary["defense"])), marker="", linestyle=(0, (6, 2))), linewidth=1.0, alpha=0.7, label=f"conventional accuracy {conv:.3f}")
+    # Each certificate's conventional accuracy is that of the classifier it certifies (the same
+    # predictions), drawn in the certificate's colour so the pair reads as one classifier.
     for name, cert in run.certificates.items():
-        ax.plot(radii, cert.certified_accuracy(radii), **looks.method(name, linestyle="-" if name != "smoothing" else ":"), linewidth=2, markersize=6, label=f"certified: {name}")
+        own = name != "smoothing" or run.summary.get("mechanism") == "smoothing"  # a smoothing model's own certificate is solid
+        st = looks.method(name, linestyle="-" if own else ":")
+        ax.plot(radii, cert.certified_accuracy(radii), **st, linewidth=2, markersize=6, label=f"certified: {name}")
+        ax.axhline(cert.conventional_accuracy, color=st["color"], linestyle=(0, (6, 2)), linewidth=1.0, alpha=0.7, label=f"conventional: {name}'s classifier {cert.conventional_accuracy:.3f}")
+    conv = run.summary.get("conventional_accuracy")
+    if not run.certificates and isinstance(conv, (int, float)) and math.isfinite(conv):
+        ax.axhline(conv, **looks.take(color=colour(str(run.summary["defense"])), marker="", linestyle=(0, (6, 2))), linewidth=1.0, alpha=0.7, label=f"conventional accuracy {conv:.3f}")
     # Attacks often leave the same accuracy: each curve is dodged a few points sideways (display
     # space, so the data stay exact) to keep all of them visible.
     n = len(run.attacks)
@@ -188,8 +211,10 @@ def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, i
 def accuracy_epsilon_rows(records: Sequence[TrainedModel], runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
     """(defense, model id, DP ε, δ, conventional accuracy) for every record with a finite ε.
 
-    Conventional accuracy is the Monte Carlo prediction's accuracy where the model was
-    certified, else the record's test accuracy.
+    Conventional accuracy is that of the classifier the model's own certificate covers where the
+    model was certified, else the record's test accuracy; ``source`` names the prediction rule
+    either way (a noise-layer record's test accuracy is its expected-softmax argmax over a few
+    noise draws, which is not the vote-count argmax a Clopper–Pearson certificate covers).
     """
     certified = {str(r.summary["model_id"]): r for r in runs}
     rows = []
@@ -208,10 +233,16 @@ def accuracy_epsilon_rows(records: Sequence[TrainedModel], runs: Sequence[Certif
                 "epsilon": float(eps),
                 "delta": rec.metrics.get("delta"),
                 "conventional_accuracy": float(acc),
-                "source": "monte carlo" if run is not None else "record test accuracy",
+                "source": f"certify: {run.summary.get('prediction_rule') or UNNAMED_PREDICTION_RULE}" if run is not None else _record_rule(rec),
             }
         )
     return sorted(rows, key=lambda r: (r["defense"], r["epsilon"]))
+
+
+def _record_rule(rec: TrainedModel) -> str:
+    """The prediction rule behind a record's test accuracy, in words."""
+    draws = rec.metrics.get("test_accuracy_draws")
+    return f"record test accuracy: expected-softmax argmax over {draws} noise draws" if draws else "record test accuracy: the trained model on clean inputs"
 
 
 def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, ax: Axes | None = None) -> MplFigure | None:
@@ -232,7 +263,7 @@ def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, ax: Axes | Non
 
 
 def certified_rows(runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
-    """Long table: defense, model, certificate, radius, certified accuracy, conventional accuracy."""
+    """Long table: defense, model, certificate, radius, certified accuracy, conventional accuracy of the same classifier, its prediction rule."""
     return [
         {
             "defense": run.summary["defense"],
@@ -242,6 +273,7 @@ def certified_rows(runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
             "radius": float(radius),
             "certified_accuracy": float(acc),
             "conventional_accuracy": float(cert.conventional_accuracy),
+            "prediction_rule": run.prediction_rule(name),
         }
         for run in runs
         for name, cert in run.certificates.items()
@@ -301,17 +333,19 @@ def _run_table(runs: Sequence[CertifiedRun]) -> Table:
                 s.get("noise_std"),
                 s.get("sensitivity"),
                 s.get("conventional_accuracy"),
+                s.get("prediction_rule") or UNNAMED_PREDICTION_RULE,
                 s.get("num_examples"),
                 s.get("num_draws"),
                 s.get("draws_per_second"),
             ]
         )
     return Table(
-        columns=["defense", "model", "DP ε", "ε_r", "L", "σ", "Δ_r", "conv. acc", "examples", "draws", "draws/s"],
+        columns=["defense", "model", "DP ε", "ε_r", "L", "σ", "Δ_r", "conv. acc", "prediction rule", "examples", "draws", "draws/s"],
         rows=rows,
         caption=(
             "σ: base noise std of the noise layer (of the input noise for a smoothing model, whose ε_r and L are blank); "
-            "Δ_r: its measured (r-weighted) sensitivity in the attack norm; conventional accuracy of the Monte Carlo prediction."
+            "Δ_r: its measured (r-weighted) sensitivity in the attack norm; conv. acc: accuracy of the classifier the model's own certificate covers, "
+            "named by its prediction rule: the same classifier as the certified accuracy, which at radius 0 never exceeds it."
         ),
     )
 
@@ -352,10 +386,18 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[
             Figure(
                 figure=certified_figure(run),
                 name=f"model-{run.summary['model_id']}",
-                caption="Conventional accuracy (dashed horizontal), certified accuracy (filled markers, one line per certificate) and empirical robust accuracy under each attack (open markers)",
+                caption="Certified accuracy (filled markers, one line per certificate), the conventional accuracy of the classifier each certificate covers (dashed horizontal, in the certificate's colour) and empirical robust accuracy under each attack (open markers)",
                 empty="no certificate and no attack result stored for this model",
             )
         )
+        if run.certificates:
+            blocks.append(
+                Text(
+                    text="Each certificate's conventional accuracy is that of the classifier it certifies: "
+                    + "; ".join(f"certified {n}: conventional accuracy {fmt_percent(c.conventional_accuracy)} of the same classifier ({run.prediction_rule(n)})" for n, c in run.certificates.items())
+                    + "."
+                )
+            )
         robust = run.strongest_robust_accuracy()
         rows = []
         for j, radius in enumerate(run.radii):

@@ -62,8 +62,9 @@ class CertificationResult:
     """Certified radii of one certification method on one test set.
 
     Certified accuracy at size T is the fraction of test points predicted correctly *and*
-    certified at a size ≥ T; conventional accuracy is the plain accuracy of the (Monte Carlo)
-    prediction (certified.md §1). Both are derived, never stored.
+    certified at a size ≥ T; conventional accuracy is the plain accuracy of the same (Monte Carlo)
+    predictions, so both describe one classifier, which the certify run names in
+    ``config["prediction_rule"]`` (docs/defenses/noise-layer.md §1). Both are derived, never stored.
 
     Attributes:
         method: e.g. ``"pixeldp"``, ``"hgm"``, ``"agm"``, ``"smoothing"``.

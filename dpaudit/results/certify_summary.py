@@ -20,12 +20,50 @@ from dpaudit.store import freeze as _freeze
 from dpaudit.store import read_json
 from dpaudit.store import thaw as _thaw
 
-__all__ = ["CERTIFY_SUMMARY_SCHEMA_VERSION", "SUMMARY_FILE", "SoundnessViolation", "SmoothingSummary", "CertifySummary", "load_certify_summary", "save_certify_summary"]
+__all__ = [
+    "CERTIFY_SUMMARY_SCHEMA_VERSION",
+    "SUMMARY_FILE",
+    "UNNAMED_PREDICTION_RULE",
+    "SoundnessViolation",
+    "SmoothingSummary",
+    "CertifySummary",
+    "load_certify_summary",
+    "own_prediction_rule",
+    "save_certify_summary",
+    "smoothing_prediction_rule",
+]
 
 
 #: Version of ``summary.json`` written by the certify run.
 CERTIFY_SUMMARY_SCHEMA_VERSION = 1
 SUMMARY_FILE = "summary.json"
+
+
+#: What a summary stored before prediction rules were named says about its classifier.
+UNNAMED_PREDICTION_RULE = "not recorded (certified before the prediction rule was stored)"
+
+
+def own_prediction_rule(bound: str, num_draws: int) -> str:
+    """The classifier a noise layer's own certificate covers, in words (its conventional accuracy is this rule's).
+
+    With Clopper–Pearson the certificate bounds the expected one-hot votes, so the classifier is
+    the argmax of the vote counts; with Hoeffding or Bernstein it bounds the expected softmax,
+    so the classifier is the argmax of the mean softmax (PixelDP's prediction, Lecuyer et al.
+    2019, §3.3). Both are read from the same ``num_draws`` draws as the bounds.
+    """
+    rule = "vote-count argmax" if bound == "clopper-pearson" else "expected-softmax argmax"
+    return f"{rule} over the {num_draws} certification draws"
+
+
+def smoothing_prediction_rule(num_selection_draws: int) -> str:
+    """The classifier CERTIFY covers (Cohen et al. 2019): its guess c_A, abstaining where p_A ≤ ½ (abstentions count as wrong)."""
+    return f"CERTIFY: vote-count argmax over {num_selection_draws} selection draws, abstaining where p_A <= 1/2"
+
+
+def _rule(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise v.invalid_type(name, f"{name} must be a non-empty string naming the prediction rule, got {value!r}")
+    return value
 
 
 def _accuracy(name: str, value: Any) -> float:
@@ -39,6 +77,13 @@ def _accuracy_map(name: str, value: Any) -> Mapping[str, float]:
     if not isinstance(value, Mapping):
         raise v.invalid_type(name, f"{name} must be a mapping radius -> accuracy, got {type(value).__name__}")
     return _freeze({str(k): _accuracy(f"{name}[{k!r}]", a) for k, a in value.items()})
+
+
+def _within_conventional(certified: Mapping[str, float], conventional: float, *, name: str) -> None:
+    """Certified accuracy counts correct predictions of the same classifier, so it never exceeds that classifier's accuracy."""
+    over = {r: a for r, a in certified.items() if a > conventional + 1e-12}
+    if over:
+        raise v.invalid(name, f"{name} must not exceed the conventional accuracy {conventional!r} of the same classifier, got {over}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,22 +128,27 @@ class SmoothingSummary:
     """Randomized smoothing of the same noise (Cohen, Rosenfeld & Kolter 2019, CERTIFY).
 
     Attributes:
-        conventional_accuracy: accuracy of the smoothed prediction (abstentions are wrong).
+        conventional_accuracy: accuracy of CERTIFY's prediction (abstentions are wrong), the
+            classifier whose certified accuracy is beside it.
         certified_accuracy: radius (formatted ``f"{r:g}"``) -> certified accuracy.
         confidence: 1 − α of each certificate.
         num_selection_draws: n0, draws that pick the class.
+        prediction_rule: that classifier, in words (:func:`smoothing_prediction_rule`).
     """
 
     conventional_accuracy: float
     certified_accuracy: Mapping[str, float]
     confidence: float
     num_selection_draws: int
+    prediction_rule: str = UNNAMED_PREDICTION_RULE
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "prediction_rule", _rule("prediction_rule", self.prediction_rule))
         object.__setattr__(self, "conventional_accuracy", _accuracy("conventional_accuracy", self.conventional_accuracy))
         object.__setattr__(self, "certified_accuracy", _accuracy_map("certified_accuracy", self.certified_accuracy))
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         object.__setattr__(self, "num_selection_draws", v.integer("num_selection_draws", self.num_selection_draws, minimum=1))
+        _within_conventional(self.certified_accuracy, self.conventional_accuracy, name="certified_accuracy")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,12 +156,17 @@ class SmoothingSummary:
             "certified_accuracy": dict(self.certified_accuracy),
             "confidence": self.confidence,
             "num_selection_draws": self.num_selection_draws,
+            "prediction_rule": self.prediction_rule,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SmoothingSummary:
         v.mapping_with("data", data, ("conventional_accuracy", "certified_accuracy", "confidence", "num_selection_draws"))
-        return cls(**{k: data[k] for k in ("conventional_accuracy", "certified_accuracy", "confidence", "num_selection_draws")})
+        # Summaries stored before the rule was named read as UNNAMED_PREDICTION_RULE.
+        return cls(
+            **{k: data[k] for k in ("conventional_accuracy", "certified_accuracy", "confidence", "num_selection_draws")},
+            prediction_rule=data.get("prediction_rule", UNNAMED_PREDICTION_RULE),
+        )
 
 
 _SUMMARY_FIELDS = (
@@ -174,7 +229,12 @@ class CertifySummary:
             trained for; ``None`` for smoothing, which has no such calibration.
         redistribute: whether the noise is heterogeneous (HGM).
         draws_per_second: Monte Carlo throughput when the certificate was computed.
-        conventional_accuracy: accuracy of the Monte Carlo prediction.
+        conventional_accuracy: accuracy of the classifier the defense's own certificate covers
+            (``prediction_rule``), so that it and ``certified_accuracy`` describe one classifier:
+            at radius 0 the certified accuracy never exceeds it.
+        prediction_rule: that classifier, in words (:func:`own_prediction_rule`,
+            :func:`smoothing_prediction_rule`; :data:`UNNAMED_PREDICTION_RULE` when read from a
+            summary stored before rules were named).
         certified_accuracy: radius (``f"{r:g}"``) -> certified accuracy of the defense's own certificate.
         robust_accuracy: attack -> radius -> accuracy under that attack.
         smoothing: the randomized-smoothing certificate, or ``None`` when skipped.
@@ -210,9 +270,11 @@ class CertifySummary:
     smoothing: SmoothingSummary | None = None
     soundness_violations: tuple[SoundnessViolation, ...] = ()
     seconds: float = 0.0
+    prediction_rule: str = UNNAMED_PREDICTION_RULE
     schema_version: int = CERTIFY_SUMMARY_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "prediction_rule", _rule("prediction_rule", self.prediction_rule))
         for name in ("model_id", "defense", "dataset", "bound", "mechanism"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise TypeError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
@@ -241,6 +303,7 @@ class CertifySummary:
             object.__setattr__(self, "robustness_delta", v.open_unit("robustness_delta", self.robustness_delta))
         object.__setattr__(self, "conventional_accuracy", _accuracy("conventional_accuracy", self.conventional_accuracy))
         object.__setattr__(self, "certified_accuracy", _accuracy_map("certified_accuracy", self.certified_accuracy))
+        _within_conventional(self.certified_accuracy, self.conventional_accuracy, name="certified_accuracy")
         if not isinstance(self.robust_accuracy, Mapping):
             raise v.invalid_type("robust_accuracy", f"robust_accuracy must be a mapping attack -> radius -> accuracy, got {type(self.robust_accuracy).__name__}")
         object.__setattr__(self, "robust_accuracy", _freeze({str(a): dict(_accuracy_map(f"robust_accuracy[{a!r}]", m)) for a, m in self.robust_accuracy.items()}))
@@ -262,6 +325,7 @@ class CertifySummary:
         for name in _SUMMARY_FIELDS:
             out[name] = _thaw(getattr(self, name))
         out["radii"] = list(self.radii)
+        out["prediction_rule"] = self.prediction_rule
         out["smoothing"] = self.smoothing.to_dict() if self.smoothing is not None else None
         out["soundness_violations"] = [x.to_dict() for x in self.soundness_violations]
         return out
@@ -280,6 +344,7 @@ class CertifySummary:
             radii=tuple(data["radii"]),
             smoothing=SmoothingSummary.from_dict(smoothing) if smoothing is not None else None,
             soundness_violations=tuple(SoundnessViolation.from_dict(x) for x in data.get("soundness_violations", ())),
+            prediction_rule=data.get("prediction_rule", UNNAMED_PREDICTION_RULE),
             schema_version=data.get("schema_version", CERTIFY_SUMMARY_SCHEMA_VERSION),
         )
 

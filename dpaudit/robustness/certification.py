@@ -9,7 +9,8 @@ results. Everything is vectorised over test points.
   prediction k is robust within L whenever
   E_lb[A_k(x)] > e^{2ε} max_{i≠k} E_ub[A_i(x)] + (1 + e^ε) δ. The expectations are bounded
   from Monte Carlo draws (Clopper–Pearson on argmax counts, Hoeffding or empirical Bernstein
-  on softmax means), with a Bonferroni union over the classes.
+  on softmax means), with a union bound over the classes: both sides of every class at η/(2k)
+  when the prediction comes from the same draws (:mod:`dpaudit.robustness.score_bounds`).
 * **Certified size**: noise with σ per unit of sensitivity (σ/Δ) is (ε', δ')-DP for attacks of
   size L' = (σ/Δ)/c(ε', δ'), where c is the multiplier of the calibration (σ = c·Δ). Searching
   (ε', δ') over the robustness condition gives the largest certified L'. PixelDP uses the

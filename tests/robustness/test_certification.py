@@ -42,7 +42,8 @@ def _counts(rows=PIXELDP_ROWS, num_classes=10):
 
 @pytest.fixture(scope="module")
 def pixeldp_bounds():
-    return score_bounds.count_bounds(_counts(), confidence=0.95)
+    # The vectors bound class 0 as chosen beforehand (one-sided at η/k, the PixelDP code's level).
+    return score_bounds.count_bounds(_counts(), confidence=0.95, selected=np.zeros(len(PIXELDP_ROWS), dtype=np.int64))
 
 
 def _classical_scale():
@@ -58,11 +59,12 @@ def test_count_bounds_vectors(pixeldp_bounds):
     assert np.round(b.lower, 5).tolist() == [row[1] for row in PIXELDP_ROWS]
     assert np.round(b.upper, 5).tolist() == [row[2] for row in PIXELDP_ROWS]
     assert b.top.tolist() == [0, 0, 0, 0]
-    assert b.num_draws == 2000 and b.method == "clopper-pearson" and b.confidence == 0.95
+    assert b.num_draws == 2000 and b.method == "clopper-pearson" and b.confidence == 0.95 and b.selection == "separate-draws"
 
 
 def test_count_bounds_are_one_sided_at_eta_over_k():
-    # The two-sided form (quantiles at η/(2k)) would give 0.99701, not 0.99735.
+    # With the class fixed beforehand the vectors are one-sided at η/k; at η/(2k) (the level of
+    # bounds whose top class comes from their own draws) they would read 0.99701, not 0.99735.
     lower = stats.beta.ppf(0.05 / 10, 2000, 1)
     two_sided = stats.beta.ppf(0.05 / 20, 2000, 1)
     assert round(lower, 5) == 0.99735 and round(two_sided, 5) == 0.99701
@@ -214,9 +216,9 @@ def test_robust_edge_cases():
 # --------------------------------------------------------------------------------------------
 def test_count_bounds_edges_and_ties():
     b = score_bounds.count_bounds(np.array([[0, 5, 5], [10, 0, 0], [3, 3, 4]]))
-    assert b.top.tolist() == [1, 0, 2]
-    # All draws on one class: closed forms (η/k)^(1/n) and 1 − (η/k)^(1/n).
-    assert b.lower[1] == pytest.approx((0.05 / 3) ** (1 / 10)) and b.upper[1] == pytest.approx(1 - (0.05 / 3) ** (1 / 10))
+    assert b.top.tolist() == [1, 0, 2] and b.selection == "same-draws"
+    # All draws on one class: closed forms a^(1/n) and 1 − a^(1/n), a = η/(2k) (top read from these draws).
+    assert b.lower[1] == pytest.approx((0.05 / 6) ** (1 / 10)) and b.upper[1] == pytest.approx(1 - (0.05 / 6) ** (1 / 10))
     assert b.lower[0] < b.upper[0] and b.lower[2] < b.upper[2]  # too few draws to separate
     assert not b.top.flags.writeable and not b.lower.flags.writeable
 
@@ -224,7 +226,7 @@ def test_count_bounds_edges_and_ties():
 def test_mean_bounds_hoeffding_formula():
     means = np.array([[0.7, 0.2, 0.1], [0.999, 0.001, 0.0]])
     b = score_bounds.mean_bounds(means, num_draws=1000, confidence=0.95)
-    width = math.sqrt(math.log(3 / 0.05) / 2000)
+    width = math.sqrt(math.log(2 * 3 / 0.05) / 2000)  # each side at η/(2k): the top comes from these means
     np.testing.assert_allclose(b.lower, [0.7 - width, 0.999 - width])
     np.testing.assert_allclose(b.upper, [0.2 + width, 0.001 + width])
     assert b.method == "hoeffding" and b.num_draws == 1000
@@ -235,7 +237,7 @@ def test_mean_bounds_bernstein_formula_and_widest_runner_up():
     variances = np.array([[0.01, 0.0, 0.24]])
     n, k, eta = 500, 3, 0.05
     b = score_bounds.mean_bounds(means, num_draws=n, variances=variances, method="bernstein", confidence=1 - eta)
-    log_term = math.log(2 * k / eta)
+    log_term = math.log(2 * (2 * k) / eta)  # Maurer–Pontil's ln(2/a) at a = η/(2k)
 
     def width(var):
         return math.sqrt(2 * var * log_term / n) + 7 * log_term / (3 * (n - 1))

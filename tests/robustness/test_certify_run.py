@@ -112,6 +112,9 @@ def test_certify_cli_exits_3_on_a_planted_soundness_violation(hgm_record, monkey
     out = json.loads(capsys.readouterr().out)
     assert out["soundness_violations"] == [{"certificate": "hgm", "radius": 0.2, "certified_accuracy": 0.9, "robust_accuracy": 0.1}]
     assert out["radii"] == [0.05, 0.2]
+    # The JSON names the classifier whose conventional and certified accuracy it reports.
+    assert out["prediction_rule"] == "vote-count argmax over the 50 certification draws"
+    assert out["smoothing"]["prediction_rule"] == "CERTIFY: vote-count argmax over 20 selection draws, abstaining where p_A <= 1/2"
 
 
 def test_certify_refuses_a_model_without_noise_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -158,3 +161,78 @@ def test_an_empty_out_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 11, finding 9: --out '' made the current directory a run directory."""
     assert main(["train", "--defense", "nonprivate", "--model", "digits-mlp", "--out", ""]) == 2
     assert "--out must name a path" in capsys.readouterr().err
+
+
+def _certified_inputs(rdir: Path, num_examples: int, seed: int):
+    """The model, test inputs and labels a certify run certifies (recomputed here, not read from the run)."""
+    from dpaudit.app.runs.certify import certify_subset
+    from dpaudit.data import load_dataset
+    from dpaudit.weights import load_model
+
+    test = load_dataset("digits").test
+    pick = certify_subset(len(test), num_examples=num_examples, seed=seed)
+    return load_model(rdir), test.features[pick], test.labels[pick].numpy()
+
+
+def test_conventional_accuracy_is_the_certified_classifiers_own(hgm_record, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 42, part 5: the accuracy printed beside the certified accuracy must be that of the
+    # classifier the certificate covers: for Clopper–Pearson, the vote-count argmax of the
+    # certification draws (not the record's 16-draw expected-softmax argmax).
+    import numpy as np
+
+    from dpaudit.robustness.montecarlo import sample_scores
+
+    run, rdir, model_id = hgm_record
+    spec = CertifySpec(target=rdir, **{**TINY, "attacks": (), "radii": (0.0, 0.05, 0.2)})
+    s = run_certify(spec, run)
+    model, x, y = _certified_inputs(rdir, TINY["num_examples"], seed=0)
+    votes = sample_scores(model, x, num_draws=TINY["num_draws"], seed=0, stream="certify-estimate").counts
+    assert s.conventional_accuracy == pytest.approx(np.mean(votes.argmax(axis=1) == y))
+    assert s.prediction_rule == "vote-count argmax over the 50 certification draws"
+    assert s.certified_accuracy["0"] <= s.conventional_accuracy
+    assert s.smoothing is not None and s.smoothing.prediction_rule.startswith("CERTIFY: vote-count argmax over 20 selection draws")
+    assert s.smoothing.certified_accuracy["0"] <= s.smoothing.conventional_accuracy
+    # The rule travels with the numbers: JSON, text and the certificate's own config.
+    cdir = run.certify_dir(model_id)
+    assert load_certify_summary(cdir).prediction_rule == s.prediction_rule
+    assert load_certification_result(cdir / "certify-hgm.json").config["prediction_rule"] == s.prediction_rule
+    # A certificate stored before the bounds took both sides of every class is recomputed.
+    stored = load_certification_result(cdir / "certify-hgm.json")
+    save_certification_result(dataclasses.replace(stored, config={k: val for k, val in stored.config.items() if k != "bound_selection"}), cdir)
+    capsys.readouterr()
+    run_certify(spec, run)
+    assert "recomputing certify-hgm.json: stored with {'bound_selection': None}, asked for {'bound_selection': 'same-draws'}" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_certify_text_names_the_classifier_of_both_accuracies(hgm_record, capsys: pytest.CaptureFixture[str]) -> None:
+    run, rdir, model_id = hgm_record
+    argv = ["certify", "--target", str(rdir), "--out", str(run.path), "--num-draws", "50", "--num-examples", "20", "--radii", "0,0.05,0.2", "--no-attacks", "--num-selection-draws", "20", "--quiet"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    s = load_certify_summary(run.certify_dir(model_id))
+    assert f"conventional accuracy {s.conventional_accuracy:.4f} of the classifier certified as hgm: vote-count argmax over the 50 certification draws" in text
+    assert s.smoothing is not None
+    assert f"conventional accuracy {s.smoothing.conventional_accuracy:.4f} of the classifier certified as smoothing: CERTIFY: vote-count argmax over 20 selection draws" in text
+
+
+def test_a_smoothing_models_certified_accuracy_at_radius_0_stays_within_its_classifiers(tmp_path: Path) -> None:
+    import numpy as np
+
+    from dpaudit.robustness.montecarlo import sample_scores
+    from dpaudit.robustness.noise import add_input_noise
+    from dpaudit.robustness.smoothing import smoothing_certify
+
+    run = RunDir(tmp_path / "run").create(command="test")
+    config = default_config("smoothing", epochs=2, smoothing_sigma=0.5)
+    outcome = train_or_load(TrainSpec(defense="smoothing", config=config, model="digits-mlp", dataset="digits", seed=0, device="cpu", progress=False), run)
+    s = run_certify(CertifySpec(target=outcome.record_dir, **{**TINY, "attacks": (), "radii": (0.0, 0.25)}), run)
+    assert s.prediction_rule.startswith("CERTIFY: vote-count argmax over 20 selection draws") and s.smoothing is not None
+    assert s.certified_accuracy["0"] <= s.conventional_accuracy
+    # CERTIFY recomputed from fresh calls on the same streams: its predictions' accuracy is the conventional one.
+    model, x, y = _certified_inputs(outcome.record_dir, TINY["num_examples"], seed=0)
+    noisy = add_input_noise(model, input_shape=tuple(outcome.record.input_shape), noise_std=0.5)
+    sel = sample_scores(noisy, x, num_draws=20, seed=0, stream="certify-select").counts
+    est = sample_scores(noisy, x, num_draws=50, seed=0, stream="certify-estimate").counts
+    preds, _ = smoothing_certify(sel, est, sigma=0.5, confidence=0.999)
+    assert s.conventional_accuracy == pytest.approx(np.mean(preds == y))

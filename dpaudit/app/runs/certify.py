@@ -10,7 +10,11 @@ A record is certifiable when its defense stored a certification spec (the regist
    certifies each input with the defense's own mechanism: expected-score bounds at confidence
    1 − η, the robustness condition, and the largest radius over (ε', δ')
    (Lecuyer et al. 2019, Prop. 1; Phan et al. 2019, Eq. 10) — and with randomized smoothing
-   of the same noise (Cohen et al. 2019, CERTIFY);
+   of the same noise (Cohen et al. 2019, CERTIFY). The prediction is read from the same draws
+   as the bounds, so they take both sides of every class at η/(2k)
+   (:func:`dpaudit.robustness.score_bounds.count_bounds`); the conventional accuracy reported
+   is that prediction's, the classifier the certificate covers, with its rule named
+   (:func:`dpaudit.results.certify_summary.own_prediction_rule`);
 3. attacks the same inputs with FGSM, I-FGSM, PGD and MIM (expectation over the noise) at
    the same radii; the soundness verdict (certified accuracy never above the robust accuracy
    the strongest attack leaves) comes from :func:`dpaudit.robustness.certification.soundness_violations`;
@@ -43,7 +47,7 @@ import numpy as np
 from attacks.evasion import EVASION_ATTACKS
 from dpaudit import _validate as v
 from dpaudit.locks import unit_lock
-from dpaudit.results.certify_summary import CertifySummary, SmoothingSummary, SoundnessViolation
+from dpaudit.results.certify_summary import CertifySummary, SmoothingSummary, SoundnessViolation, own_prediction_rule, smoothing_prediction_rule
 from dpaudit.store import RunDir
 
 if TYPE_CHECKING:
@@ -56,6 +60,9 @@ DEFAULT_RADII = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
 #: Every registered evasion attack, in registration order (FGSM, I-FGSM, PGD, MIM built in).
 DEFAULT_ATTACKS: tuple[str, ...] = EVASION_ATTACKS.names()
 _BOUNDS = ("clopper-pearson", "hoeffding", "bernstein")
+#: Where the own certificate's prediction comes from: its estimation draws, so its score bounds
+#: are two-sided per class (:func:`dpaudit.robustness.score_bounds.count_bounds`).
+OWN_BOUND_SELECTION = "same-draws"
 
 
 class NotCertifiable(v.InvalidArgument):
@@ -87,7 +94,7 @@ class CertifySpec:
         num_draws: n, noise draws per test input for the certificate (``None``: the record's
             spec's default, 2,000 for a noise layer and 10,000 for smoothing).
         num_examples: test inputs (a seeded subset of the test split).
-        confidence: 1 − η of the expected-score bounds.
+        confidence: 1 − η, the joint confidence of all expected-score bounds of one input.
         bound: ``clopper-pearson`` (argmax counts), ``hoeffding`` or ``bernstein`` (softmax).
         smoothing: also certify with randomized smoothing of the same noise.
         num_selection_draws: n0 of CERTIFY (independent draws that pick the class; ``None``:
@@ -407,7 +414,9 @@ def _stored_certificates(spec: CertifySpec, target: _Resolved, inputs: _Inputs) 
     own = load_certification_result(own_path) if target.noise_layer_spec is not None and own_path.is_file() else None
     # The measured Δ is part of the key: a certificate stored under another sensitivity (an older,
     # unsound L∞ bound behind a PCA projection, issue 29) is recomputed, never reprinted.
-    if own is not None and not _reusable(spec.progress, own_path, own.config, {**inputs.wanted, "sensitivity": inputs.sensitivity}):
+    # So is the bounds' selection: a certificate from before the bounds took both sides of every
+    # class (its confidence was only 1 − 2η) is recomputed too.
+    if own is not None and not _reusable(spec.progress, own_path, own.config, {**inputs.wanted, "sensitivity": inputs.sensitivity, "bound_selection": OWN_BOUND_SELECTION}):
         own = None
     smooth = None
     if target.with_smoothing:
@@ -423,10 +432,13 @@ def _own_certificate(spec: CertifySpec, target: _Resolved, inputs: _Inputs, mc: 
     from dpaudit.robustness.certification import certified_radius
     from dpaudit.robustness.score_bounds import count_bounds, mean_bounds
 
+    # The prediction is read from the same draws as the bounds ("same-draws"): the bounds then
+    # take both sides of every class at η/(2k), so the stated confidence is what they have.
     if spec.bound == "clopper-pearson":
         b = count_bounds(mc.counts, confidence=spec.confidence)
     else:
         b = mean_bounds(mc.mean, num_draws=target.num_draws, variances=mc.variance, method=spec.bound, confidence=spec.confidence)
+    assert b.selection == OWN_BOUND_SELECTION
     own_radii = certified_radius(b.lower, b.upper, noise_per_sensitivity=inputs.per_unit, mechanism=noise_layer_spec.mechanism, max_epsilon=noise_layer_spec.max_epsilon)
     return CertificationResult(
         method=target.record.defense,
@@ -438,6 +450,8 @@ def _own_certificate(spec: CertifySpec, target: _Resolved, inputs: _Inputs, mc: 
         confidence=spec.confidence,
         config={
             **inputs.wanted,
+            "bound_selection": b.selection,
+            "prediction_rule": own_prediction_rule(spec.bound, target.num_draws),
             "mechanism": noise_layer_spec.mechanism,
             "max_epsilon": noise_layer_spec.max_epsilon,
             "sensitivity": inputs.sensitivity,
@@ -476,7 +490,7 @@ def _certificates(spec: CertifySpec, target: _Resolved, inputs: _Inputs, model: 
                 radii=np.asarray(rad, dtype=float),
                 num_draws=target.num_draws,
                 confidence=target.smoothing_confidence,
-                config={**inputs.wanted_smooth, "sigma_per_sensitivity": inputs.per_unit},
+                config={**inputs.wanted_smooth, "sigma_per_sensitivity": inputs.per_unit, "prediction_rule": smoothing_prediction_rule(target.num_selection_draws)},
             )
             save_certification_result(smooth, inputs.directory)
     return own, smooth, draws_per_second
@@ -538,11 +552,13 @@ def _summary(spec: CertifySpec, target: _Resolved, inputs: _Inputs, outcome: _Ou
         redistribute=nls.redistribute if nls is not None else False,
         draws_per_second=outcome.draws_per_second,
         conventional_accuracy=float(primary.conventional_accuracy),
+        prediction_rule=own_prediction_rule(spec.bound, target.num_draws) if own is not None else smoothing_prediction_rule(target.num_selection_draws),
         certified_accuracy=_by_radius(radii, primary.certified_accuracy(radii)),
         robust_accuracy=outcome.robust,
         smoothing=(
             SmoothingSummary(
                 conventional_accuracy=float(smooth.conventional_accuracy),
+                prediction_rule=smoothing_prediction_rule(target.num_selection_draws),
                 certified_accuracy=_by_radius(radii, smooth.certified_accuracy(radii)),
                 confidence=target.smoothing_confidence,
                 num_selection_draws=target.num_selection_draws,

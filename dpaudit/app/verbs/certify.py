@@ -9,7 +9,8 @@ layer (``pixeldp``, ``agm``, ``hgm``, ``secure-sgd``) it
    certifies each input with the defense's own mechanism: expected-score bounds at confidence
    1 − η, the robustness condition, and the largest radius over (ε', δ')
    (Lecuyer et al. 2019, Prop. 1; Phan et al. 2019, Eq. 10) — and with randomized smoothing
-   of the same noise (Cohen et al. 2019, CERTIFY);
+   of the same noise (Cohen et al. 2019, CERTIFY); each conventional accuracy printed is that
+   of the classifier its certificate covers, and names its prediction rule;
 3. attacks the same inputs with FGSM, I-FGSM, PGD and MIM (expectation over the noise) at
    the same radii; the run's summary carries the soundness verdict (certified accuracy must
    never exceed the robust accuracy the strongest attack leaves) and this verb exits 3 if it
@@ -123,7 +124,13 @@ def _cmd_certify(args: argparse.Namespace) -> int:
     lines = [
         f"certified {s.model_id} ({s.defense}) on {s.num_examples} test examples ({s.norm} radii)",
         f"  noise std {s.noise_std:.4g}, sensitivity {s.sensitivity:.4g}, {s.num_draws} draws" + (f" ({s.draws_per_second:.0f} draws/s)" if s.draws_per_second else ""),
-        f"  conventional accuracy {s.conventional_accuracy:.4f}",
+        # The conventional accuracy is the certified classifier's own, named, so the two rows
+        # below it are read as one classifier with and without a certificate.
+        f"  conventional accuracy {s.conventional_accuracy:.4f} of the classifier certified as {s.defense}: {s.prediction_rule}",
+    ]
+    if s.smoothing is not None and s.mechanism != "smoothing":  # else it is the line above
+        lines.append(f"  conventional accuracy {s.smoothing.conventional_accuracy:.4f} of the classifier certified as smoothing: {s.smoothing.prediction_rule}")
+    lines += [
         "  " + f"{'radius':<22}" + "".join(f"{r:>7g}" for r in s.radii),
         # Certified accuracies are lower bounds (rounded down), attacks' robust accuracies upper bounds (rounded up).
         "  " + f"{'certified ' + s.defense:<22}" + "".join(f"{_down(a):>7}" for a in s.certified_accuracy.values()),
@@ -174,7 +181,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         10**5,
         "each example is certified with --num-draws draws and attacked",
     )
-    p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="1 - eta of the score bounds (default 0.95)")
+    p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="joint confidence 1 - eta of all score bounds of one test example (default 0.95)")
     p.add_argument("--bound", choices=("clopper-pearson", "hoeffding", "bernstein"), default="clopper-pearson", help="expected-score bound (default clopper-pearson on argmax counts)")
     p.add_argument("--no-smoothing", action="store_true", help="skip the randomized-smoothing certificate")
     limit_action(
