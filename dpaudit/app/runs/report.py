@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.results import load_membership_result, load_record
+from dpaudit.results import load_record
 from dpaudit.store import RunDir
 
 __all__ = ["ReportIndex", "NothingToRender", "render_reports"]
@@ -107,22 +107,24 @@ def _is_kind_pages(entry: Any) -> bool:
     return isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], tuple) and all(isinstance(p, Path) for p in entry[1])
 
 
-def _verify_records(run: RunDir) -> None:
-    """Refuses, before anything is written, a record that contradicts itself (claim against config
-    and metrics, directory against id; :func:`dpaudit.app.records.verify_record_claim`): the pages
-    would state an ε_UB the record's own run does not give, beside the one its jobs computed."""
-    from dpaudit.app.records import verify_record_claim
+def _verify(run: RunDir) -> None:
+    """Refuses, before anything is written, a run directory whose pages could lie
+    (:func:`dpaudit.app.runs.report_checks.verify_run`: links out of the run, references that
+    resolve elsewhere, results that contradict themselves), then every record a page shows,
+    through the verifier ``attack`` uses (:func:`dpaudit.app.records.verify_record`): the pages
+    would otherwise state an ε_UB, a dataset or a training the record's own run does not give."""
+    from dpaudit.app.records import verify_record
+    from dpaudit.app.runs.report_checks import verify_run
 
-    records = run.subdir("records")
+    referenced = verify_run(run)
     seen = set()
     for d in run.record_dirs():
-        verify_record_claim(load_record(d), d)
+        verify_record(load_record(d), d)
         seen.add(d)
-    for d in run.membership_dirs():  # a sub-model attacked (a PATE teacher, a DSSGD participant) is reported with its claim
-        first = next(iter(sorted(d.glob("*.json"))), None)
-        found = run.find_record_dir(load_membership_result(first).model_id) if first is not None else None
-        if found is not None and found not in seen:
-            verify_record_claim(load_record(found), found, top_level=found.parent == records)
+    for d in referenced:  # a sub-model attacked (a PATE teacher, a DSSGD participant) is reported with its claim
+        if d not in seen:
+            verify_record(load_record(d), d)
+            seen.add(d)
 
 
 def render_reports(run_dir: str | os.PathLike[str] | RunDir, *, format: str = "html") -> ReportIndex:
@@ -148,13 +150,13 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir, *, format: str = "h
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     if not run.path.is_dir():
         raise v.invalid("run_dir", f"run_dir must be a directory, got {str(run.path)!r}")
+    _verify(run)  # before any loader reads a file a reference names
     found = [(kind, list(kind.load(run))) for kind in ordered_kinds()]
     if not any(items for _, items in found):
         raise NothingToRender(
             f"run_dir {str(run.path)!r} holds no trained model and no audit, membership-attack, certify, PATE, DSSGD or model-inversion results to render "
             "(run dpaudit train, audit, attack membership, attack inversion or certify into it first)"
         )
-    _verify_records(run)
     out = run.reports_dir()
     out.mkdir(parents=True, exist_ok=True)
     with report_format(format):
