@@ -425,6 +425,9 @@ def write_index_files(directory: str | os.PathLike[str], *, title: str, groups: 
         The index files written, the current format's first.
     """
     fmt = current_format()
+    for target in [h for _, links in groups for _, h in links] + list(files):
+        if not safe_href(target):
+            raise v.invalid("groups", f"every index link must be a relative path inside the reports folder (safe_href), got {v.short(target, 300)}")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     if fmt == "latex":

@@ -24,8 +24,12 @@ LaTeX (:mod:`reports.exports`). ``format`` picks the pages: ``html`` (the defaul
 HTML with a Markdown twin), ``md`` (Markdown only) or ``latex`` (a standalone ``.tex`` per page
 and ``index.tex`` gathering them all).
 
-It recomputes no verdict: violations, tightness and soundness are read from the stored results.
-Rendering needs no torch (docs/architecture.md, "Import rule").
+It recomputes no verdict: violations, tightness and soundness are read from the stored results,
+after :func:`_verify` has refused, before anything is written, a run whose stored files
+contradict themselves or reach outside it (:mod:`dpaudit.app.runs.report_checks`) and any
+record the verifier ``attack`` uses refuses (:func:`dpaudit.app.records.verify_record`, which
+loads the defense registry and so torch). The pages themselves render without torch
+(docs/architecture.md, "Import rule").
 """
 
 from __future__ import annotations
@@ -139,7 +143,8 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir, *, format: str = "h
 
     Raises:
         ValueError: ``run_dir`` is not a directory, ``format`` is not a report format, or a
-            record in it contradicts itself (one line naming the field, before anything is written).
+            record or result in it contradicts itself, or a reference, link or symbolic link in
+            it leads outside it (one line naming the file and field, before anything is written).
         NothingToRender: no report kind finds anything to show in it.
     """
     from reports.kinds import ordered_kinds
