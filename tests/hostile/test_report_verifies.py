@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.hostile.test_records import attacked_run, edit_record, one_line_error, record_dir, reported  # noqa: F401  (fixtures)
@@ -189,3 +190,19 @@ def test_grid_labels_are_escaped_in_the_markdown_twin_as_in_the_html(cli, compar
     rendered = markdown_it.MarkdownIt("commonmark").enable("table").render(md)
     assert "<script>" not in rendered and 'href="javascript:' not in rendered and "<code>code</code>" not in rendered
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in rendered
+
+
+def test_a_certify_summary_hiding_a_soundness_violation_is_refused(cli, tmp_path):
+    # The stored certificates claim more than the stored attacks leave; the summary says none does.
+    from dpaudit.results import CertificationResult, save_certification_result
+
+    run = build_run(tmp_path / "run", audits=False, membership=False).path
+    (d,) = sorted((run / "certify").iterdir())
+    labels = np.arange(30) % 10
+    for p in d.glob("certify-*"):
+        p.unlink()
+    save_certification_result(CertificationResult(method="hgm", norm="l2", labels=labels, predictions=labels.copy(), radii=np.full(30, 0.35), num_draws=100, confidence=0.95, config={}), d)
+    code, _, err = _report(cli, run)
+    # Every example certified at 0.35, yet the attacks broke 10 of 30 at 0.3: certified 100% > robust 66.7%.
+    one_line_error(code, err, str(d / "summary.json"), "stores soundness_violations=[]", "'hgm' certifies 1.000 at radius 0.3 > 0.667")
+    assert not _pages(run)

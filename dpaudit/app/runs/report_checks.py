@@ -19,7 +19,8 @@ the command line), when:
 * **a result contradicts itself**: a comparison row's stored verdict says "no violation" while its
   ε_LB exceeds its tightest ε_UB (the rule ``compare`` decides verdicts by), or its ε_LB is below
   an attack's ε_LB it is the maximum of; an audit's stored ``violation`` differs from
-  ε_LB > ε_UB, or its ε_UB differs from the one it lists for its own accountant.
+  ε_LB > ε_UB, or its ε_UB differs from the one it lists for its own accountant; a certify
+  summary stores no soundness violation where its own certificates and attacks show one.
 
 Refusal rather than rendering the contradiction: a page cannot say which of two contradicting
 numbers was edited, and a re-render that exits 3 (or 0) on a file that was edited would make
@@ -194,6 +195,41 @@ def _verify_audit(path: Path) -> None:
         raise _refuse(path, f"epsilon_ub={result.epsilon_ub:g} differs from epsilon_ub_by_accountant.{result.accountant}={float(listed):g}, the same accountant's ε_UB: the result contradicts itself")
 
 
+def _verify_certified(run: RunDir) -> None:
+    """A certify summary storing no soundness violation where its own certificates and attacks show one.
+
+    The rule ``certify`` stores them by (:func:`dpaudit.robustness.certification.soundness_violations`,
+    tolerance 10⁻⁹): at each radius, a certificate of the summary's norm against the lowest
+    accuracy any stored attack left. Only this direction is refused: a violation stored where none
+    is recomputed is shown as stored (exit 3), never hidden.
+    """
+    import numpy as np
+
+    from dpaudit.robustness.certification import soundness_violations
+    from reports.certified import SUMMARY_FILE, load_certified_runs
+
+    for cr in load_certified_runs(run):
+        if cr.soundness_violations or not cr.attacks or not cr.certificates:
+            continue
+        path = run.certify_dir(str(cr.summary.get("model_id"))) / SUMMARY_FILE
+        radii = [float(r) for r in cr.radii]
+        try:
+            strongest = np.min(np.array([[res.robust_accuracy_at(r) for r in radii] for res in cr.attacks.values()]), axis=0)
+        except ValueError as exc:
+            raise _refuse(path, f"radii={radii} are not the radii its stored attacks ran at ({exc})") from None
+        for cert in cr.certificates.values():
+            if cert.norm != cr.summary.get("norm", cert.norm):
+                continue
+            found = soundness_violations(cert.certified_accuracy(radii), strongest, radii=radii, certificate=cert.method, tolerance=1e-9)
+            if found:
+                x = found[0]
+                raise _refuse(
+                    path,
+                    f"stores soundness_violations=[] but its certificate {cert.method!r} certifies {x.certified_accuracy:.3f} at radius {x.radius:g} > {x.robust_accuracy:.3f}, "
+                    "the accuracy its stored attacks left: the summary contradicts its own results",
+                )
+
+
 def verify_results(run: RunDir) -> None:
     """Refuses a stored result whose verdict-relevant numbers contradict each other (see the module docstring).
 
@@ -204,6 +240,7 @@ def verify_results(run: RunDir) -> None:
         _verify_comparison(d / "comparison.json")
     for d in run.audit_dirs():
         _verify_audit(d / "result.json")
+    _verify_certified(run)
 
 
 def verify_run(run: RunDir) -> list[Path]:
