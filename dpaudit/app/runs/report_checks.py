@@ -39,7 +39,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.results.record import RECORD_FILE
+from dpaudit.results.record import RECORD_FILE, load_record
 from dpaudit.store import RunDir, read_json, safe_stem
 
 __all__ = ["plain_model_id", "verify_references", "verify_results", "verify_run", "verify_symlinks"]
@@ -110,8 +110,7 @@ def _check_record_of(run: RunDir, model_id: str, referrer: Path) -> Path | None:
         return None
     if not _inside(found.resolve(), run.subdir("records").resolve()):
         raise _refuse(referrer, f"model_id={model_id!r} resolves to {str(found)!r}, outside the run's records")
-    data = read_json(found / RECORD_FILE)
-    stated = data.get("model_id") if isinstance(data, dict) else None
+    stated = load_record(found).model_id  # the record's own loader names a malformed file
     if stated != model_id:
         raise _refuse(found / RECORD_FILE, f"model_id={v.short(stated)} is not {model_id!r}, the id {str(referrer)!r} found this record under")
     return found
