@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.hostile.test_records import attacked_run, edit_record, one_line_error, record_dir, reported  # noqa: F401  (fixtures)
+from tests.hostile.test_records import edit_record, one_line_error, record_dir
 from tests.reports.conftest import build_compare_run, build_run
 
 
@@ -106,7 +106,7 @@ TAMPERED_RECORDS = [
 
 
 @pytest.mark.parametrize("field, value, shown", TAMPERED_RECORDS, ids=[t[0] for t in TAMPERED_RECORDS])
-def test_report_refuses_a_record_attack_refuses(cli, reported, field, value, shown):  # noqa: F811
+def test_report_refuses_a_record_attack_refuses(cli, reported, field, value, shown):
     def change(data: dict) -> dict:
         node, keys = data, field.split(".")
         for key in keys[:-1]:
@@ -125,7 +125,7 @@ def test_report_refuses_a_record_attack_refuses(cli, reported, field, value, sho
 
 # -------------------------------------------------------------- references resolved inside the run only
 @pytest.fixture
-def elsewhere(reported: Path, tmp_path: Path) -> Path:  # noqa: F811
+def elsewhere(reported: Path, tmp_path: Path) -> Path:
     """Another run's record (a copy of the same non-private one), outside the run reported."""
     other = Path(shutil.copytree(record_dir(reported), tmp_path / "other-run" / "records" / record_dir(reported).name))
     return other
@@ -137,7 +137,7 @@ def _membership_result(run: Path) -> Path:
 
 
 @pytest.mark.parametrize("how", ["absolute", "dotdot"])
-def test_a_membership_result_naming_a_model_outside_the_run_is_refused(cli, reported, elsewhere, how):  # noqa: F811
+def test_a_membership_result_naming_a_model_outside_the_run_is_refused(cli, reported, elsewhere, how):
     target = str(elsewhere) if how == "absolute" else os.path.relpath(elsewhere, reported / "records")
     path = _edit_json(_membership_result(reported), lambda d: d.update(model_id=target))
     code, _, err = _report(cli, reported)
@@ -145,13 +145,13 @@ def test_a_membership_result_naming_a_model_outside_the_run_is_refused(cli, repo
     assert not _pages(reported)
 
 
-def test_a_membership_result_naming_another_target_than_its_directory_is_refused(cli, reported):  # noqa: F811
+def test_a_membership_result_naming_another_target_than_its_directory_is_refused(cli, reported):
     path = _edit_json(_membership_result(reported), lambda d: d.update(model_id="dpsgd-digits-digits-mlp-seed0-00000000"))
     code, _, err = _report(cli, reported)
     one_line_error(code, err, str(path), "does not match its directory")
 
 
-def test_a_record_linked_in_from_outside_the_run_is_refused(cli, reported, elsewhere):  # noqa: F811
+def test_a_record_linked_in_from_outside_the_run_is_refused(cli, reported, elsewhere):
     inside = record_dir(reported)
     shutil.rmtree(inside)
     inside.symlink_to(elsewhere, target_is_directory=True)
