@@ -136,9 +136,10 @@ def _membership_result(run: Path) -> Path:
     return only
 
 
-@pytest.mark.parametrize("how", ["absolute", "dotdot"])
+@pytest.mark.parametrize("how", ["absolute", "dotdot", "glob"])
 def test_a_membership_result_naming_a_model_outside_the_run_is_refused(cli, reported, elsewhere, how):
-    target = str(elsewhere) if how == "absolute" else os.path.relpath(elsewhere, reported / "records")
+    # A glob pattern would pick whichever sub-model record the lookup's glob meets first.
+    target = {"absolute": str(elsewhere), "dotdot": os.path.relpath(elsewhere, reported / "records"), "glob": "*"}[how]
     path = _edit_json(_membership_result(reported), lambda d: d.update(model_id=target))
     code, _, err = _report(cli, reported)
     one_line_error(code, err, str(path), f"model_id={target!r} is not a plain model id", "only inside the run directory")
