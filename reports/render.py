@@ -63,6 +63,9 @@ __all__ = [
     "accountant_table",
     "format_number",
     "TEMPLATE_DIR",
+    "safe_href",
+    "md_text",
+    "md_inline",
 ]
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
@@ -120,12 +123,51 @@ class Items:
     items: Sequence[str]
 
 
+_HREF_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def safe_href(href: Any) -> bool:
+    """Whether ``href`` may appear as a link on a page: a relative path inside the reports folder.
+
+    The allow-list every URL of a page passes: plain path segments (letters, digits, ``_ . -``;
+    none ``.`` or ``..``, none starting with a dot) joined by ``/``. So no scheme
+    (``javascript:``, ``https:``), no absolute path, no ``..`` out of the run, no query or
+    fragment, no backslash. Every page, figure and table a report links is named this way.
+    """
+    return isinstance(href, str) and bool(href) and all(_HREF_SEGMENT.fullmatch(part) for part in href.split("/"))
+
+
+# Markdown's own characters in text from results (labels, model ids, findings), backslash-escaped
+# (CommonMark: any ASCII punctuation may be): ``<`` and ``&`` would start raw HTML or an entity,
+# backticks code, brackets a link, ``|`` a table column, ``>`` a quote; the backslash too, so a
+# backslash in the text cannot undo an escape. The HTML twin escapes the same text with markupsafe.
+_MD_SPECIAL = re.compile(r"([\\<>&`|\[\]])")
+
+
+def md_text(x: Any) -> str:
+    """Text from a result as Markdown shows it literally (see :data:`_MD_SPECIAL`)."""
+    return _MD_SPECIAL.sub(r"\\\1", str(x))
+
+
+def md_inline(x: Any) -> str:
+    """:func:`md_text` on one line (a table cell, a heading, a link's words): a newline would end the row."""
+    return md_text(x).replace("\r", " ").replace("\n", " ")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Link:
-    """A table cell that links another report (``href`` relative to the reports folder, HTML)."""
+    """A table cell that links another report (``href`` relative to the reports folder, HTML).
+
+    Raises:
+        ValueError: ``href`` is not a relative path inside the reports folder (:func:`safe_href`).
+    """
 
     text: str
     href: str
+
+    def __post_init__(self) -> None:
+        if not safe_href(self.href):
+            raise v.invalid("href", f"href must be a relative path inside the reports folder (no scheme, no '..', no absolute path), got {v.short(self.href)}")
 
 
 def _html_cell(x: Any) -> Any:
@@ -136,10 +178,10 @@ def _html_cell(x: Any) -> Any:
 
 def _md_cell(x: Any) -> str:
     if isinstance(x, Link):
-        # The Markdown reports sit beside the HTML ones: link the .md twin.
+        # The Markdown reports sit beside the HTML ones: link the .md twin (the href passed safe_href: nothing to escape).
         target = x.href[: -len(".html")] + ".md" if x.href.endswith(".html") else x.href
-        return f"[{x.text}]({target})".replace("|", "\\|")
-    return format_number(x).replace("|", "\\|").replace("\n", " ")
+        return f"[{md_inline(x.text)}]({target})"
+    return md_inline(format_number(x))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,6 +290,8 @@ def _environment(latex: bool = False) -> jinja2.Environment:
     )
     env.filters["num"] = _html_cell
     env.filters["mdcell"] = _md_cell
+    env.filters["md"] = md_text
+    env.filters["mdline"] = md_inline
     env.filters["tex"] = latex_text
     return env
 
@@ -384,6 +428,9 @@ def write_index_files(directory: str | os.PathLike[str], *, title: str, groups: 
         The index files written, the current format's first.
     """
     fmt = current_format()
+    for target in [h for _, links in groups for _, h in links] + list(files):
+        if not safe_href(target):
+            raise v.invalid("groups", f"every index link must be a relative path inside the reports folder (safe_href), got {v.short(target, 300)}")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     if fmt == "latex":

@@ -19,8 +19,9 @@ Checks, in order:
 4. the model id is the one the config, options, seed and number of members give;
 5. the directory is named after the model id (a sub-model's after its own scheme).
 
-The report run renders without torch or the defenses, so it checks 3 and 5 only
-(:func:`verify_record_claim`).
+``dpaudit report`` runs all five too (:func:`verify_record`) before it renders: a page must not
+show a record ``attack`` would refuse. :func:`verify_record_claim` is the torch-free part (3 and
+5), for callers that cannot load the defense registry.
 """
 
 from __future__ import annotations

@@ -38,21 +38,6 @@ def run(trained_run: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(trained_run, tmp_path / "run"))
 
 
-@pytest.fixture(scope="session")
-def attacked_run(trained_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The trained run plus a stored ``loss`` attack result (what ``report`` renders)."""
-    from dpaudit.app.cli import main
-
-    path = Path(shutil.copytree(trained_run, tmp_path_factory.mktemp("hostile-attacked") / "run"))
-    assert main(["attack", "membership", "--target", str(path), "--attack", "loss", "--out", str(path), "--quiet"]) == 0
-    return path
-
-
-@pytest.fixture
-def reported(attacked_run: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(attacked_run, tmp_path / "run"))
-
-
 def record_dir(run: Path) -> Path:
     (only,) = sorted((run / "records").iterdir())
     return only

@@ -4,6 +4,8 @@ report-kind contract suite (:data:`REPORT_SAMPLES`)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -28,9 +30,6 @@ from dpaudit.results.comparison import ComparisonResult, ComparisonRow, save_com
 from dpaudit.store import RunDir, atomic_save_npz, atomic_write_json
 from tests.check_samples import build_check_run
 
-DP_MODEL = "dpsgd-digits-mlp-seed0"
-HGM_MODEL = "hgm-digits-mlp-seed0"
-
 
 def _dpsgd_fields(claim) -> tuple[dict, dict]:
     """The config and metrics a DP-SGD run with ``claim``'s q, σ and T records (reports verify the claim against them)."""
@@ -43,10 +42,20 @@ def _dpsgd_fields(claim) -> tuple[dict, dict]:
     return config, {"sampling_rate": q, "noise_multiplier": sigma, "num_steps": steps}
 
 
-def _record(run: RunDir, model_id: str, defense: str, claim=None, metrics=None) -> TrainedModel:
+def with_true_id(rec: TrainedModel) -> TrainedModel:
+    """``rec`` under the model id ``train`` gives the training it describes: the id ``report``'s
+    record verifier (the one ``attack`` uses) expects, a digest of config, options, seed and members."""
+    from defenses import DEFENSES
+    from defenses._common import expected_model_id
+
+    return dataclasses.replace(rec, model_id=expected_model_id(rec, derived_options=DEFENSES[rec.defense].derived_options))
+
+
+def trained(defense: str, claim=None, metrics=None) -> TrainedModel:
+    """A digits-mlp record of ``defense`` (its DP-SGD config and metrics read from ``claim``), under its true id."""
     config, measured = _dpsgd_fields(claim)
     rec = TrainedModel(
-        model_id=model_id,
+        model_id="unnamed",
         defense=defense,
         model_name="digits-mlp",
         dataset="digits",
@@ -58,8 +67,25 @@ def _record(run: RunDir, model_id: str, defense: str, claim=None, metrics=None) 
         metrics={**measured, **(metrics or {})},
         **({"claim": claim} if claim is not None else {}),
     )
-    atomic_write_json(run.record_dir(model_id) / "record.json", rec.to_dict())
+    return with_true_id(rec)
+
+
+def _record(run: RunDir, defense: str, claim=None, metrics=None) -> TrainedModel:
+    """Writes :func:`trained`'s record into ``run`` (``records/<its id>/record.json``) and returns it."""
+    rec = trained(defense, claim, metrics)
+    atomic_write_json(run.record_dir(rec.model_id) / "record.json", rec.to_dict())
     return rec
+
+
+def sample_claim():
+    """The DP-SGD claim of the sample runs' target (q = 0.01, σ = 1.1, T = 100)."""
+    return dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100)
+
+
+#: The sample runs' DP-SGD target, HGM model and non-private model, by their true ids (metrics are no part of an id).
+DP_MODEL = trained("dpsgd", sample_claim()).model_id
+HGM_MODEL = trained("hgm").model_id
+NONPRIVATE_MODEL = trained("nonprivate").model_id
 
 
 @pytest.fixture
@@ -72,7 +98,7 @@ def build_run(path, *, audits=True, membership=True, certify=True) -> RunDir:
     run = RunDir(path).create(command="test")
     rng = np.random.default_rng(0)
     claim = dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100)
-    _record(run, DP_MODEL, "dpsgd", claim=claim, metrics={"epsilon": 1.5, "delta": 1e-5, "test_accuracy": 0.9})
+    _record(run, "dpsgd", claim=claim, metrics={"epsilon": 1.5, "delta": 1e-5, "test_accuracy": 0.9})
     if audits:
         eps = claim.epsilons(delta=1e-5)
         result = AuditResult(
@@ -99,7 +125,7 @@ def build_run(path, *, audits=True, membership=True, certify=True) -> RunDir:
             scores = rng.normal(0, 1, n) + shift * member
             save_membership_result(MembershipResult(attack=attack, model_id=DP_MODEL, sample_ids=np.arange(n), scores=scores, is_member=member), run.membership_dir(DP_MODEL))
     if certify:
-        _record(run, HGM_MODEL, "hgm")
+        _record(run, "hgm")
         n, radii = 30, [0.1, 0.3]
         labels = rng.integers(0, 10, n)
         d = run.certify_dir(HGM_MODEL)
@@ -170,7 +196,7 @@ def make_inversion_result():
 def build_inversion_run(path) -> RunDir:
     """One target with its record, inverted by one attack."""
     run = RunDir(path).create(command="test")
-    _record(run, DP_MODEL, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics={"test_accuracy": 0.9, "delta": 1e-5})
+    _record(run, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics={"test_accuracy": 0.9, "delta": 1e-5})
     save_inversion_result(inversion_result(DP_MODEL, "mi-face", top1=0.5), run.inversion_dir(DP_MODEL))
     return run
 
@@ -182,9 +208,8 @@ def build_pate_run(path) -> RunDir:
     votes = np.zeros((queries, 10), dtype=np.int64)
     votes[:, 0], votes[:, 1] = 230, 20  # 250 teachers, a clear plurality on every query
     claim = pate_claim(analyze_gnmax(votes, sigma=sigma, delta=delta), parameters={"sigma": sigma}, num_answered=queries)
-    model_id = "pate-digits-digits-mlp-seed0"
     rec = TrainedModel(
-        model_id=model_id,
+        model_id="unnamed",
         defense="pate",
         model_name="digits-mlp",
         dataset="digits",
@@ -196,6 +221,8 @@ def build_pate_run(path) -> RunDir:
         metrics={"num_teachers": 250, "num_queries": queries, "num_answered": queries, "answer_accuracy": 1.0, "epsilon_data_dependent_realised": claim.epsilon(delta=delta), "test_accuracy": 0.8},
         claim=claim,
     )
+    rec = with_true_id(rec)
+    model_id = rec.model_id
     atomic_write_json(run.record_dir(model_id) / "record.json", rec.to_dict())
     curve = np.array([pate_claim(analyze_gnmax(votes[: i + 1], sigma=sigma, delta=delta), parameters={"sigma": sigma}, num_answered=i + 1).epsilon(delta=delta) for i in range(queries)])
     atomic_save_npz(run.record_dir(model_id) / "pate.npz", answered=np.ones(queries, dtype=bool), epsilon_curve=curve)
@@ -259,7 +286,7 @@ def build_dssgd_run(path) -> RunDir:
     }  # fmt: skip
     claim = dssgd_svt_claim(epsilon_per_parameter=eps, bound=0.001, threshold=0.0001, uploads_per_round=c, num_rounds=rounds, num_parameters=params, split="sum")
     rec = TrainedModel(
-        model_id="dssgd-digits-digits-mlp-seed0",
+        model_id="unnamed",
         defense="dssgd",
         model_name="digits-mlp",
         dataset="digits",
@@ -271,6 +298,7 @@ def build_dssgd_run(path) -> RunDir:
         metrics=metrics,
         claim=claim,
     )
+    rec = with_true_id(rec)
     atomic_write_json(run.record_dir(rec.model_id) / "record.json", rec.to_dict())
     return run
 
@@ -278,8 +306,8 @@ def build_dssgd_run(path) -> RunDir:
 def build_train_run(path) -> RunDir:
     """What ``dpaudit train`` alone leaves: a DP-SGD record and a non-private one, nothing attacked."""
     run = RunDir(path).create(command="test")
-    _record(run, DP_MODEL, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics={"test_accuracy": 0.9, "train_accuracy": 0.92, "delta": 1e-5})
-    _record(run, "nonprivate-digits-mlp-seed0", "nonprivate", metrics={"test_accuracy": 0.95})
+    _record(run, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics={"test_accuracy": 0.9, "train_accuracy": 0.92, "delta": 1e-5})
+    _record(run, "nonprivate", metrics={"test_accuracy": 0.95})
     return run
 
 

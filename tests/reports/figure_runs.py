@@ -65,7 +65,7 @@ def build_big_compare_run(path: Path) -> RunDir:
 def build_nine_attack_run(path: Path) -> RunDir:
     """One DP-SGD target attacked by the nine membership attacks, several ranking alike."""
     run = RunDir(path).create(command="test")
-    _record(run, DP_MODEL, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics={"test_accuracy": 0.9, "delta": 1e-5})
+    _record(run, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics={"test_accuracy": 0.9, "delta": 1e-5})
     rng = np.random.default_rng(1)
     n = 400
     member = np.arange(n) < n // 2
@@ -81,8 +81,8 @@ def build_certified_run(path: Path) -> RunDir:
     run = RunDir(path).create(command="test")
     rng = np.random.default_rng(2)
     n, radii = 40, [0.1, 0.2, 0.3]
-    for model_id, defense, certs in (("pixeldp-digits-mlp-seed0", "pixeldp", ("pixeldp", "smoothing")), ("smoothing-digits-mlp-seed0", "smoothing", ("smoothing",))):
-        _record(run, model_id, defense)
+    for defense, certs in (("pixeldp", ("pixeldp", "smoothing")), ("smoothing", ("smoothing",))):
+        model_id = _record(run, defense).model_id
         labels = rng.integers(0, 10, n)
         d = run.certify_dir(model_id)
         for method in certs:

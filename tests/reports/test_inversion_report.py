@@ -10,9 +10,10 @@ from dpaudit.app.runs.report import render_reports
 from dpaudit.privacy.claims import dpsgd_claim
 from dpaudit.results import save_inversion_result
 from dpaudit.store import RunDir
+from tests.reports.conftest import DP_MODEL, NONPRIVATE_MODEL
 
-NONPRIVATE = "nonprivate-digits-mlp-seed0"
-DP = "dpsgd-digits-mlp-seed0"
+NONPRIVATE = NONPRIVATE_MODEL
+DP = DP_MODEL
 
 
 @pytest.fixture
@@ -20,8 +21,8 @@ def inversion_run(tmp_path, write_record, make_inversion_result) -> RunDir:
     """Only inversion results (no audit, membership or certify): two targets, two attacks each."""
     run = RunDir(tmp_path / "run").create(command="test")
     metrics = {"test_accuracy": 0.9, "delta": 1e-5}
-    write_record(run, NONPRIVATE, "nonprivate", metrics=metrics)
-    write_record(run, DP, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics=metrics)
+    write_record(run, "nonprivate", metrics=metrics)
+    write_record(run, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics=metrics)
     for model_id, top1 in ((NONPRIVATE, 0.75), (DP, 0.25)):
         for i, attack in enumerate(("mi-face", "gmi")):
             save_inversion_result(make_inversion_result(model_id, attack, top1=top1, seed=i), run.inversion_dir(model_id))

@@ -20,6 +20,7 @@ from dpaudit.app.cli import main
 from dpaudit.app.runs.report import render_reports
 from dpaudit.store import RunDir
 from reports.kinds import REPORT_KINDS, ReportKind
+from tests.reports.conftest import NONPRIVATE_MODEL
 
 MODULE = "toy_report_kind"
 TOY_MODULE = '''
@@ -74,7 +75,7 @@ def toy(tmp_path):
 def records_only(tmp_path, write_record) -> RunDir:
     """A run holding one model record and no result (the built-in trained-model kind shows it too)."""
     run = RunDir(tmp_path / "run").create(command="test")
-    write_record(run, "nonprivate-digits-mlp-seed0", "nonprivate")
+    write_record(run, "nonprivate")
     return run
 
 
@@ -91,7 +92,7 @@ def test_the_toy_kind_is_in_dpaudit_reports_output(toy, records_only, capsys):
     payload = json.loads(capsys.readouterr().out)
     page = records_only.reports_dir() / "toy-records.html"
     assert payload["toy_records"] == [str(page)]
-    assert "nonprivate-digits-mlp-seed0" in page.read_text(encoding="utf-8")
+    assert NONPRIVATE_MODEL in page.read_text(encoding="utf-8")
     index = Path(payload["index"])
     assert 'href="toy-records.html"' in index.read_text(encoding="utf-8") and "Toy: records" in index.read_text(encoding="utf-8")
     assert "[toy: 1 record(s)](toy-records.md)" in index.with_suffix(".md").read_text(encoding="utf-8")

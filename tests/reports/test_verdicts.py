@@ -142,10 +142,10 @@ def test_train_verdict(tmp_path, write_record):
     from dpaudit.store import RunDir
 
     run = RunDir(tmp_path / "run").create(command="test")
-    dp = write_record(run, "dp", "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics={"test_accuracy": 0.9})
+    dp = write_record(run, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics={"test_accuracy": 0.9})
     verdict = train_verdict(dp)
     assert verdict.status == "private" and "90.0% test accuracy" in verdict.headline and "the tightest of" in verdict.headline
-    assert train_verdict(write_record(run, "np", "nonprivate")).status == "no privacy claim"
+    assert train_verdict(write_record(run, "nonprivate")).status == "no privacy claim"
 
 
 def test_compare_verdict(tmp_path, report_samples):

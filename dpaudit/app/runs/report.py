@@ -24,8 +24,12 @@ LaTeX (:mod:`reports.exports`). ``format`` picks the pages: ``html`` (the defaul
 HTML with a Markdown twin), ``md`` (Markdown only) or ``latex`` (a standalone ``.tex`` per page
 and ``index.tex`` gathering them all).
 
-It recomputes no verdict: violations, tightness and soundness are read from the stored results.
-Rendering needs no torch (docs/architecture.md, "Import rule").
+It recomputes no verdict: violations, tightness and soundness are read from the stored results,
+after :func:`_verify` has refused, before anything is written, a run whose stored files
+contradict themselves or reach outside it (:mod:`dpaudit.app.runs.report_checks`) and any
+record the verifier ``attack`` uses refuses (:func:`dpaudit.app.records.verify_record`, which
+loads the defense registry and so torch). The pages themselves render without torch
+(docs/architecture.md, "Import rule").
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.results import load_membership_result, load_record
+from dpaudit.results import load_record
 from dpaudit.store import RunDir
 
 __all__ = ["ReportIndex", "NothingToRender", "render_reports"]
@@ -107,22 +111,24 @@ def _is_kind_pages(entry: Any) -> bool:
     return isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], tuple) and all(isinstance(p, Path) for p in entry[1])
 
 
-def _verify_records(run: RunDir) -> None:
-    """Refuses, before anything is written, a record that contradicts itself (claim against config
-    and metrics, directory against id; :func:`dpaudit.app.records.verify_record_claim`): the pages
-    would state an ε_UB the record's own run does not give, beside the one its jobs computed."""
-    from dpaudit.app.records import verify_record_claim
+def _verify(run: RunDir) -> None:
+    """Refuses, before anything is written, a run directory whose pages could lie
+    (:func:`dpaudit.app.runs.report_checks.verify_run`: links out of the run, references that
+    resolve elsewhere, results that contradict themselves), then every record a page shows,
+    through the verifier ``attack`` uses (:func:`dpaudit.app.records.verify_record`): the pages
+    would otherwise state an ε_UB, a dataset or a training the record's own run does not give."""
+    from dpaudit.app.records import verify_record
+    from dpaudit.app.runs.report_checks import verify_run
 
-    records = run.subdir("records")
+    referenced = verify_run(run)
     seen = set()
     for d in run.record_dirs():
-        verify_record_claim(load_record(d), d)
+        verify_record(load_record(d), d)
         seen.add(d)
-    for d in run.membership_dirs():  # a sub-model attacked (a PATE teacher, a DSSGD participant) is reported with its claim
-        first = next(iter(sorted(d.glob("*.json"))), None)
-        found = run.find_record_dir(load_membership_result(first).model_id) if first is not None else None
-        if found is not None and found not in seen:
-            verify_record_claim(load_record(found), found, top_level=found.parent == records)
+    for d in referenced:  # a sub-model attacked (a PATE teacher, a DSSGD participant) is reported with its claim
+        if d not in seen:
+            verify_record(load_record(d), d)
+            seen.add(d)
 
 
 def render_reports(run_dir: str | os.PathLike[str] | RunDir, *, format: str = "html") -> ReportIndex:
@@ -137,7 +143,8 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir, *, format: str = "h
 
     Raises:
         ValueError: ``run_dir`` is not a directory, ``format`` is not a report format, or a
-            record in it contradicts itself (one line naming the field, before anything is written).
+            record or result in it contradicts itself, or a reference, link or symbolic link in
+            it leads outside it (one line naming the file and field, before anything is written).
         NothingToRender: no report kind finds anything to show in it.
     """
     from reports.kinds import ordered_kinds
@@ -148,13 +155,13 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir, *, format: str = "h
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     if not run.path.is_dir():
         raise v.invalid("run_dir", f"run_dir must be a directory, got {str(run.path)!r}")
+    _verify(run)  # before any loader reads a file a reference names
     found = [(kind, list(kind.load(run))) for kind in ordered_kinds()]
     if not any(items for _, items in found):
         raise NothingToRender(
             f"run_dir {str(run.path)!r} holds no trained model and no audit, membership-attack, certify, PATE, DSSGD or model-inversion results to render "
             "(run dpaudit train, audit, attack membership, attack inversion or certify into it first)"
         )
-    _verify_records(run)
     out = run.reports_dir()
     out.mkdir(parents=True, exist_ok=True)
     with report_format(format):

@@ -1,7 +1,10 @@
 """``dpaudit report RUN_DIR``: render every stored result of a run directory, with an index page.
 
 Part of the application layer: parses, calls :func:`dpaudit.app.runs.report.render_reports`
-and prints the index path. Rendering needs no torch and recomputes nothing: every registered
+and prints the index path. Before anything is written the run is verified (records through the
+verifier ``attack`` uses, results that contradict themselves, references and links that leave
+the run: :mod:`dpaudit.app.runs.report_checks`; exit 2 naming the file and field). Rendering
+itself needs no torch and recomputes nothing: every registered
 report kind (comparisons, audits, membership attacks, certify results, PATE students, model
 inversion, …) is rendered from what the other verbs stored, as HTML and Markdown under
 ``RUN_DIR/reports/``; ``--json`` lists the pages under each kind's name. ``--format`` picks
