@@ -245,7 +245,6 @@ def run_check(spec: BatterySpec, run: RunDir, *, progress: bool = True) -> Check
     from dpaudit.data import load_dataset
 
     started = time.monotonic()
-    ends = time.time() + 60.0 * spec.budget_minutes  # the battery's budget, in wall time (workers share it)
     train_fn = resolve_train_fn(spec.train_fn)
     model_fn = None if spec.model_fn is None else resolve_callable(spec.model_fn, argument="--model-fn")
     names = spec.selected()
@@ -265,6 +264,7 @@ def run_check(spec: BatterySpec, run: RunDir, *, progress: bool = True) -> Check
     outcomes = []
     with make_audit_executor(spec.num_workers) as executor:
         executor.warm_up()  # worker start-up is not a check's time: budgets measure trainings
+        ends = time.time() + 60.0 * spec.budget_minutes  # the battery's budget, in wall time (workers share it)
         for name in names:
             check = CHECKS[name]
             if time.time() >= ends and not (check.needs_initial_state and problem is not None):
