@@ -241,10 +241,35 @@ def check_trial(
     Raises:
         TrialFailed: the training function failed, ran out of time or returned something unusable.
     """
+    _worker_stdout_to_stderr()
+    backstop = _kill_worker_after(deadline)
+    try:
+        return _check_trial(train_fn=train_fn, dataset=dataset, seed=seed, index=index, initial_state=initial_state, probe=probe, keep_state=keep_state, deadline=deadline)
+    finally:
+        if backstop is not None:
+            backstop.cancel()
+
+
+def _kill_worker_after(deadline: float | None) -> threading.Timer | None:
+    """In a worker process, a timer that ends the process :data:`GRACE_SECONDS` after ``deadline``.
+
+    The backstop for a training stuck in one native call, which the SIGALRM of :func:`_time_limit`
+    cannot interrupt; the battery sees the worker die past the deadline and counts the trial failed.
+    """
+    import multiprocessing
+
+    if deadline is None or multiprocessing.parent_process() is None:
+        return None
+    timer = threading.Timer(max(0.0, deadline + GRACE_SECONDS - time.time()), os._exit, args=(70,))
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _check_trial(*, train_fn: Any, dataset: ArrayDataset, seed: int, index: int, initial_state: bytes, probe: ArrayDataset | None, keep_state: bool, deadline: float | None) -> dict[str, np.ndarray]:
     from dpaudit.callables import OutOfTime, UserCodeFailed, call_user, callable_label, describe_exception
     from dpaudit.weights import weights_from_bytes
 
-    _worker_stdout_to_stderr()
     start = weights_from_bytes(initial_state)
     where = f"trial {index} (seed {seed}, {len(dataset)} record{'s' if len(dataset) != 1 else ''})"
     label = callable_label(train_fn)
@@ -335,7 +360,16 @@ def play(ctx: CheckContext, game: Game, *, trials: int, budget_seconds: float) -
             break  # the battery's own budget ends before another wave would
         wave = list(range(done, min(trials, done + width)))
         t0 = time.monotonic()
-        run_trials(store, [job(i) for i in wave], ctx.executor, f"{ctx.directory.name} ({game.name}: trials {wave[0] + 1}-{wave[-1] + 1} of {trials})", ctx.progress)
+        try:
+            run_trials(store, [job(i) for i in wave], ctx.executor, f"{ctx.directory.name} ({game.name}: trials {wave[0] + 1}-{wave[-1] + 1} of {trials})", ctx.progress)
+        except RuntimeError as exc:
+            if ctx.deadline is None or time.time() < ctx.deadline:
+                raise
+            # A worker ended by its backstop (_kill_worker_after): a training stuck past the budget.
+            first = wave[0]
+            seed = derive_seed(ctx.seed, "check", ctx.directory.name, game.name, first)
+            message = f"a training of trials {first}-{wave[-1]} was stopped with its worker: it ran past the battery's time budget (+{GRACE_SECONDS:g} s grace) in native code"
+            raise TrialFailed(message, first, seed) from exc
         last_wave, done = time.monotonic() - t0, wave[-1] + 1
     return [store.load(i) for i in range(done)]
 
