@@ -72,6 +72,7 @@ def test_a_model_file_a_helper_or_the_seed_changed_recomputes_and_says_why(tmp_p
     assert "reusing" not in err, err
     # train.py imports model.py, and model.py is --model-fn's own source: both keys name it.
     assert "recomputing: model.py changed; model.py (or the version of a package it imports) changed since the stored trials in " in err, err
+    assert err.count("recomputing:") == 1
 
     (code / "helper.py").write_text(HELPER.format(extra="  # edited"))
     _forget("helper")

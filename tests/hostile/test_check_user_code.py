@@ -125,4 +125,5 @@ def test_in_workers_prints_go_to_stderr_and_exits_are_failures(cli, tmp_path):
     hang = _write(tmp_path, "time.sleep(10**6)")
     started = time.monotonic()
     code, out, err = cli.run(*_argv(hang, tmp_path, "--budget-minutes", "0.01", "--num-workers", "2"))
-    assert code == 2 and "was stopped" in err and time.monotonic() - started < 30, (code, out, err)
+    # Two workers spawned and warmed, then 0.6 s of budget and the 2 s grace: it ends (before, never).
+    assert code == 2 and "was stopped" in err and time.monotonic() - started < 120, (code, out, err)

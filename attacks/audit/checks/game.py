@@ -51,6 +51,7 @@ __all__ = [
     "worst_case_start",
     "relabelled",
     "check_trial",
+    "warm_worker",
     "play",
     "bound_scores",
     "sides",
@@ -248,6 +249,15 @@ def check_trial(
     finally:
         if backstop is not None:
             backstop.cancel()
+
+
+def warm_worker() -> int:
+    """Loads what a trial needs into a worker (torch, this module, the weights reader) before the
+    budget starts: a worker's first imports are start-up, not the training the budget measures."""
+    import dpaudit.weights  # noqa: F401 - imported for its cost
+
+    _worker_stdout_to_stderr()
+    return os.getpid()
 
 
 def _kill_worker_after(deadline: float | None) -> threading.Timer | None:

@@ -227,6 +227,18 @@ def _keyed_directory(root: Path, key: dict[str, Any], *, progress: bool) -> Path
     return directory
 
 
+def _warm_workers(executor: Any) -> None:
+    """Has every worker import the trial code (torch included) before the budget's clock starts."""
+    workers = int(getattr(executor, "workers", 1) or 1)
+    if workers <= 1:
+        return
+    from attacks.audit.checks.game import warm_worker
+    from dpaudit.executors.jobs import Job
+
+    for _ in executor.run([Job(key=f"warm-{i}", fn=warm_worker, kwargs={}) for i in range(2 * workers)]):
+        pass
+
+
 def run_check(spec: BatterySpec, run: RunDir, *, progress: bool = True) -> CheckReport:
     """Runs the battery of ``spec`` under ``run`` and writes ``RUN/checks/check.json``.
 
@@ -264,6 +276,7 @@ def run_check(spec: BatterySpec, run: RunDir, *, progress: bool = True) -> Check
     outcomes = []
     with make_audit_executor(spec.num_workers) as executor:
         executor.warm_up()  # worker start-up is not a check's time: budgets measure trainings
+        _warm_workers(executor)
         ends = time.time() + 60.0 * spec.budget_minutes  # the battery's budget, in wall time (workers share it)
         for name in names:
             check = CHECKS[name]

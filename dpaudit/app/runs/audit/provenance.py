@@ -94,7 +94,8 @@ def superseded_reasons(ours: Mapping[str, Any], stored: Mapping[str, Any]) -> li
         old, new = stored.get(k), ours.get(k)
         shown = f"{old!r} -> {new!r}" if len(repr(old)) + len(repr(new)) <= 60 else "differs"
         reasons.append(f"{k.replace('_', '-') if k in ('seed', 'dataset', 'train_fn', 'model_fn') else k} {shown}")
-    return reasons or [f"{', '.join(differ)} differ"]
+    unique = list(dict.fromkeys(reasons))  # a file both --train-fn and --model-fn name is said once
+    return unique or [f"{', '.join(differ)} differ"]
 
 
 def say_if_superseded(run: RunDir, name: str, cfg: Mapping[str, Any]) -> None:
