@@ -452,6 +452,12 @@ def start_for(ctx: CheckContext) -> Start:
     Raises:
         CheckCannotRun: no model function.
     """
+    from dpaudit.callables import UserCodeFailed, call_user, callable_label
+
     if ctx.model_fn is None:
         raise CheckCannotRun("no --model-fn: the worst-case start is crafted on the model's architecture")
-    return worst_case_start(ctx.model_fn, ctx.pool, seed=ctx.seed)
+    try:
+        # The model's own forward runs here too (saturating it, measuring gradients): user code.
+        return call_user(worst_case_start, ctx.model_fn, ctx.pool, seed=ctx.seed, label=f"the model of {callable_label(ctx.model_fn)}")
+    except UserCodeFailed as exc:
+        raise CheckCannotRun(str(exc)) from None
