@@ -84,6 +84,7 @@ def test_a_model_file_a_helper_or_the_seed_changed_recomputes_and_says_why(tmp_p
     assert "recomputing: seed 0 -> 1 since the stored trials in " in err, err
 
 
+@pytest.mark.slow  # ~4 s on two idle cores: a fake MNIST root, loaded and keyed twice
 @pytest.mark.usefixtures("no_data_root")  # tests/conftest.py
 def test_new_dataset_files_recompute_and_say_which(tmp_path, monkeypatch, capsys):
     from tests.hostile.test_data_root import write_md5sums, write_mnist
