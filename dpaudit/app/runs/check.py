@@ -14,12 +14,14 @@ reused; one with another key starts afresh and says why on one line (``recomputi
 changed since the stored trials in …``), keeping the old trials.
 
 The battery's ``--budget-minutes`` holds: a training still running
-:data:`attacks.audit.checks.game.GRACE_SECONDS` (2 s) after it ends is stopped and counted failed, and checks not started by then are inconclusive.
+:data:`attacks.audit.checks.game.GRACE_SECONDS` (2 s) after it ends is stopped and counted
+failed, and checks not started by then are inconclusive.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -224,6 +226,8 @@ def _keyed_directory(root: Path, key: dict[str, Any], *, progress: bool) -> Path
             _say(True, f"recomputing: {why} since the stored trials in {stored[-1].parent}; starting afresh in {directory}")
         directory.mkdir(parents=True, exist_ok=True)
         atomic_write_json(directory / "key.json", to_jsonable(key))
+    else:
+        os.utime(directory / "key.json")  # the last battery run, which the next "recomputing" line compares with
     return directory
 
 
