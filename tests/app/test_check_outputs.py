@@ -6,6 +6,9 @@ Before it, ``--junit PATH`` replaced whatever was at PATH by atomic rename: run 
 output path (``--junit``, and ``--out`` of every verb, through one shared check in the CLI) must
 now be a regular file (a directory for ``--out``) or absent, in a directory that takes new files;
 anything else is refused before any work with exit 2 naming the flag and the value.
+
+Run as root, the devices are private nodes in ``tmp_path`` with the numbers of ``/dev/null`` and
+``/dev/full``: run against code without the check, these tests then replace only those copies.
 """
 
 from __future__ import annotations
@@ -37,6 +40,21 @@ def train_fn(tmp_path: Path) -> str:
     return f"{path}:train"
 
 
+def _device(name: str, minor: int):
+    """A character device to write to: as root, a private node in ``tmp_path`` with the numbers of
+    ``/dev/<name>`` (code that replaced it would replace only that copy, never the machine's own
+    device); otherwise ``/dev/<name>`` itself, which no one but root can replace."""
+
+    def make(tmp_path: Path) -> str:
+        if os.geteuid() != 0:
+            return f"/dev/{name}"
+        path = tmp_path / name
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, minor))
+        return str(path)
+
+    return make
+
+
 def _fifo(tmp_path: Path) -> str:
     path = tmp_path / "pipe"
     os.mkfifo(path)
@@ -46,8 +64,8 @@ def _fifo(tmp_path: Path) -> str:
 @pytest.mark.parametrize(
     ("where", "says"),
     [
-        (lambda tmp: "/dev/null", "character device"),
-        (lambda tmp: "/dev/full", "character device"),
+        (_device("null", 3), "character device"),
+        (_device("full", 7), "character device"),
         (_fifo, "named pipe (FIFO)"),
         (lambda tmp: str(tmp), "is a directory"),
         (lambda tmp: "/proc/version", "refuses new files"),
@@ -69,7 +87,7 @@ def test_junit_that_is_not_a_writable_regular_file_is_refused_before_any_work(cl
         assert stat.S_IFMT(os.stat(target).st_mode) == stat.S_IFMT(before)  # still a device, a FIFO, a directory
 
 
-@pytest.mark.parametrize(("where", "says"), [(lambda tmp: "/dev/null", "not a directory"), (_fifo, "not a directory"), (lambda tmp: "/proc/dpaudit-run", "refuses new files")])
+@pytest.mark.parametrize(("where", "says"), [(_device("null", 3), "not a directory"), (_fifo, "not a directory"), (lambda tmp: "/proc/dpaudit-run", "refuses new files")])
 def test_out_that_is_a_special_file_or_in_a_read_only_place_is_refused(cli, battery, train_fn, tmp_path, where, says):
     target = where(tmp_path)
     if target.startswith("/proc") and not Path("/proc/version").exists():
