@@ -17,6 +17,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import io
 import json
 import os
 import sys
@@ -28,7 +29,129 @@ from typing import Any
 from dpaudit import _validate as v
 from dpaudit.import_graph import LocalModule, installed_distributions, installed_top_level, walk_imports
 
-__all__ = ["FileCallable", "CodeFingerprint", "resolve_callable", "callable_fingerprint", "code_fingerprint", "names_a_file", "callable_attribute"]
+__all__ = [
+    "FileCallable",
+    "CodeFingerprint",
+    "UserCodeFailed",
+    "OutOfTime",
+    "resolve_callable",
+    "callable_fingerprint",
+    "callable_label",
+    "call_user",
+    "code_fingerprint",
+    "describe_exception",
+    "names_a_file",
+    "callable_attribute",
+]
+
+
+class UserCodeFailed(Exception):
+    """Third-party code ended in a way no caller should see as its own: it raised ``SystemExit``
+    (any code) or another ``BaseException`` that is not an ``Exception``, or it closed or replaced
+    ``sys.stdout``/``sys.stderr``. The message names the code (``module:function``) and what it did.
+
+    An ordinary ``Exception`` is not wrapped: callers report those as they always did.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Crosses back from worker processes as its message.
+        return (type(self), (str(self),))
+
+
+class OutOfTime(BaseException):
+    """Raised into user code whose time is up (a ``BaseException``, so ``except Exception`` in
+    that code does not swallow it); :func:`call_user` lets it through to whoever set the time."""
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message`` of ``exc`` on one line, never raising: an exception whose ``__str__``
+    raises (or returns a non-string) is described by its type alone."""
+    name = type(exc).__name__
+    try:
+        text = " ".join(str(exc).split())
+    except BaseException:  # user code's __str__ may raise anything; its type is what is left
+        text = ""
+    return f"{name}: {text}" if text else name
+
+
+class _Forward(io.TextIOBase):
+    """What user code sees as ``sys.stdout``/``sys.stderr``: writes go to this process's stderr.
+
+    Its own ``close()`` closes only this stand-in, so user code that closes "stdout" cannot close
+    the stream dpaudit writes its result to (the caller then reports the close as a failure).
+    """
+
+    def __init__(self, target: Any) -> None:
+        super().__init__()
+        self._target = target
+
+    def write(self, text: str) -> int:
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
+        self._target.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed:
+            self._target.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return int(self._target.fileno())
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(getattr(self._target, "encoding", None) or "utf-8")
+
+
+def callable_label(fn: Any) -> str:
+    """``file.py:function`` or ``module:function`` of ``fn``, for messages about what it did."""
+    if isinstance(fn, FileCallable):
+        return f"{Path(fn.path).name}:{fn.name}"
+    target = getattr(fn, "func", fn)  # functools.partial
+    module = getattr(target, "__module__", None) or "?"
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or type(target).__name__
+    return f"{module}:{name}"
+
+
+def call_user(fn: Callable[..., Any], *args: Any, label: str, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, for code dpaudit did not write, with its prints sent to stderr.
+
+    While ``fn`` runs, ``sys.stdout`` and ``sys.stderr`` are stand-ins that write to stderr, so
+    ``--json`` keeps stdout to its one JSON object whatever the code prints. ``KeyboardInterrupt``
+    (a real Ctrl-C), :class:`OutOfTime` and ordinary exceptions pass through unchanged; anything else that would end
+    the process or take its streams is turned into :class:`UserCodeFailed` naming ``label``.
+
+    Raises:
+        UserCodeFailed: ``fn`` raised ``SystemExit`` or another non-``Exception``
+            ``BaseException``, or closed or replaced ``sys.stdout`` or ``sys.stderr``.
+    """
+    real_out, real_err = sys.stdout, sys.stderr
+    out, err = _Forward(real_err), _Forward(real_err)
+
+    def restore() -> list[str]:
+        took = [f"{'closed' if ours.closed else 'replaced'} sys.{name}" for name, now, ours in (("stdout", sys.stdout, out), ("stderr", sys.stderr, err)) if now is not ours or ours.closed]
+        sys.stdout, sys.stderr = real_out, real_err
+        return took
+
+    sys.stdout, sys.stderr = out, err
+    try:
+        result = fn(*args, **kwargs)
+    except (KeyboardInterrupt, OutOfTime, Exception):
+        restore()
+        raise
+    except BaseException as exc:  # SystemExit and the like, from code that is not ours
+        restore()
+        raise UserCodeFailed(f"{label} raised {describe_exception(exc)}") from None
+    took = restore()
+    if took:
+        raise UserCodeFailed(f"{label} {' and '.join(took)}; only dpaudit may write its standard output")
+    return result
 
 
 def names_a_file(target: str) -> bool:
@@ -79,13 +202,20 @@ class FileCallable:
             module = importlib.util.module_from_spec(spec)
             sys.modules[mod_name] = module
             try:
-                spec.loader.exec_module(module)
+                # Import runs the file's top level: its prints go to stderr, its sys.exit() is its failure.
+                call_user(spec.loader.exec_module, module, label=f"{self.argument} {p.name} (at import)")
+            except UserCodeFailed as exc:
+                del sys.modules[mod_name]
+                raise v.invalid(self.argument, str(exc)) from None
             except SyntaxError as exc:
                 del sys.modules[mod_name]
                 raise v.invalid(self.argument, f"{self.argument}: {self.path!r} is not valid Python (line {exc.lineno}: {exc.msg})") from None
             except ImportError as exc:
                 del sys.modules[mod_name]
-                raise v.invalid(self.argument, f"{self.argument}: {self.path!r} fails to import: {exc}") from None
+                raise v.invalid(self.argument, f"{self.argument}: {self.path!r} fails to import: {describe_exception(exc)}") from None
+            except Exception as exc:
+                del sys.modules[mod_name]
+                raise v.invalid(self.argument, f"{self.argument}: {self.path!r} raised {describe_exception(exc)} at import") from None
         return callable_attribute(module, self.name, label=f"{self.argument}={self.path}:{self.name}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -122,17 +252,26 @@ def resolve_callable(spec: str, *, argument: str = "spec") -> Callable[..., Any]
         fc = FileCallable(str(Path(target).resolve()), name, argument)
         fc.resolve()
         return fc
-    try:
-        module = importlib.import_module(target)
-    except ImportError as exc:
-        raise v.invalid(argument, f"{argument}={spec!r}: cannot import module {target!r} ({exc})") from None
+    module = _import_user_module(target, spec=spec, argument=argument)
     return callable_attribute(module, name, label=f"{argument}={spec!r}")
 
 
-def _source_path(target: str) -> str | None:
+def _import_user_module(target: str, *, spec: str, argument: str) -> Any:
+    """``importlib.import_module(target)`` as user code (:func:`call_user`); failures name ``argument``."""
+    try:
+        return call_user(importlib.import_module, target, label=f"{argument} {target} (at import)")
+    except UserCodeFailed as exc:
+        raise v.invalid(argument, str(exc)) from None
+    except ImportError as exc:
+        raise v.invalid(argument, f"{argument}={spec!r}: cannot import module {target!r} ({describe_exception(exc)})") from None
+    except Exception as exc:
+        raise v.invalid(argument, f"{argument}={spec!r}: module {target!r} raised {describe_exception(exc)} at import") from None
+
+
+def _source_path(target: str, *, spec: str, argument: str) -> str | None:
     if names_a_file(target):
         return str(Path(target).resolve())
-    module = importlib.import_module(target)
+    module = _import_user_module(target, spec=spec, argument=argument)
     try:
         return inspect.getsourcefile(module)
     except TypeError:  # a built-in module has no source
@@ -201,10 +340,7 @@ def code_fingerprint(spec: str, *, argument: str = "spec") -> CodeFingerprint:
         ValueError: malformed spec or a module that cannot be imported.
     """
     target, _ = _split(spec, argument)
-    try:
-        path = _source_path(target)
-    except ImportError as exc:
-        raise v.invalid(argument, f"{argument}={spec!r}: cannot import module {target!r} ({exc})") from None
+    path = _source_path(target, spec=spec, argument=argument)
     if path is None:
         module = sys.modules.get(target)
         return CodeFingerprint(sha256=hashlib.sha256(f"{target}=={getattr(module, '__version__', '')}".encode()).hexdigest())

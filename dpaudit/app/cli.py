@@ -25,7 +25,9 @@ import hashlib
 import importlib
 import json
 import os
+import stat
 import sys
+import tempfile
 import traceback
 from collections.abc import Iterator, Sequence
 
@@ -34,7 +36,7 @@ from dpaudit.app.common import EXIT_INTERNAL, EXIT_USAGE, Parser, UsageError
 from dpaudit.locks import RunInUse, command_lock
 from dpaudit.options import LIMIT_ATTR, SizeLimit
 
-__all__ = ["main", "build_parser", "UsageError", "VERBS"]
+__all__ = ["main", "build_parser", "UsageError", "VERBS", "OUTPUT_FILE", "output_problem", "check_output_paths"]
 
 #: The verbs, in the order ``dpaudit --help`` lists them (modules of ``dpaudit.app.verbs``), with
 #: their one-line help. Only the verb being run is imported, so ``dpaudit --help`` and
@@ -128,6 +130,82 @@ def check_device(args: argparse.Namespace) -> None:
         resolve_device(device)
     except (ValueError, RuntimeError) as exc:
         raise UsageError(f"--device={device!r}: {exc}", argument="--device") from None
+
+
+#: The attribute an argparse action carries when its value is a file the verb writes (``--junit``):
+#: :func:`check_output_paths` checks it, with every ``--out``, before any work starts.
+OUTPUT_FILE = "dpaudit_output_file"
+
+_KINDS = ((stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "named pipe (FIFO)"), (stat.S_ISSOCK, "socket"))
+
+
+def _creatable_in(directory: os.PathLike[str] | str) -> str | None:
+    """Why no new file can be made in ``directory`` (what an atomic write does first), or None."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".dpaudit-probe-")
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def output_problem(text: str, *, directory: bool) -> str | None:
+    """Why ``text`` cannot be written as an output (a file, or with ``directory`` a run directory), or None.
+
+    Outputs are written by atomic rename, which would put a regular file in place of whatever is
+    there: a device (``/dev/null``, ``/dev/full``), a FIFO or a socket is refused, as is a file
+    where a directory is meant and a directory where a file is. The file (or the nearest existing
+    directory above a run directory to be made) must lie in a directory that accepts a new file —
+    found by making and removing one, so ``/proc/version`` is refused before any work, not after.
+    """
+    from pathlib import Path
+
+    p = Path(text).expanduser()
+    try:
+        st: os.stat_result | None = os.stat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        return f"cannot be used: {exc.strerror or exc}"
+    if st is not None:
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), None)
+        if kind is not None:
+            return f"is a {kind}, not a regular {'directory' if directory else 'file'}; dpaudit writes its outputs only to regular files and directories"
+        if directory and not stat.S_ISDIR(st.st_mode):
+            return "exists and is not a directory"
+        if not directory and stat.S_ISDIR(st.st_mode):
+            return "is a directory; name the file to write"
+        if directory:
+            why = _creatable_in(p)
+            return None if why is None else f"is a directory that refuses new files ({why})"
+    parent = p.parent if str(p.parent) else Path(".")
+    if directory:  # a run directory is made with its parents: the nearest existing one must take it
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+    if not parent.is_dir():
+        return f"cannot be written: its directory {str(parent)!r} does not exist"
+    why = _creatable_in(parent)
+    if why is not None:
+        return f"cannot be written: its directory {str(parent)!r} refuses new files ({why})"
+    return None
+
+
+def check_output_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuses, before any work, an ``--out`` or an output file (:data:`OUTPUT_FILE`) that cannot be written.
+
+    Raises:
+        UsageError: names the flag and the value.
+    """
+    for action in parser._actions:
+        value = getattr(args, action.dest, None) if action.dest not in (None, argparse.SUPPRESS) else None
+        is_file = bool(getattr(action, OUTPUT_FILE, False))
+        if not isinstance(value, str) or not value.strip() or not (is_file or "--out" in action.option_strings):
+            continue
+        problem = output_problem(value, directory=not is_file)
+        if problem is not None:
+            flag = action.option_strings[-1]
+            raise UsageError(f"{flag}={value!r} {problem}", argument=flag)
 
 
 def _number(x: float) -> str:
@@ -254,6 +332,7 @@ def _main(argv: list[str]) -> int:
     try:
         check_size_limits(args)
         check_device(args)
+        check_output_paths(leaf, args)
         return int(args.func(args))
     except UsageError as exc:
         return _report_error(argv, prog, _naming(_one_line(str(exc)), _flag_of(leaf, exc.argument)), argument=_flag_of(leaf, exc.argument), status=EXIT_USAGE)
@@ -277,6 +356,12 @@ def _main(argv: list[str]) -> int:
         return _report_error(argv, prog, _one_line(f"{flag}: {message}" if flag else message), argument=flag, status=EXIT_USAGE)
     except KeyboardInterrupt:
         return _report_error(argv, prog, "interrupted; finished results are kept, rerun to resume", argument=None, status=130)
+    except SystemExit as exc:
+        # Nothing of dpaudit's exits from inside a verb; user code that does is caught where it is
+        # called (dpaudit.callables.call_user), and whatever slipped past must not pick the status.
+        if debug:
+            traceback.print_exc()
+        return _internal(argv, prog, exc)
     except Exception as exc:
         if debug:
             traceback.print_exc()

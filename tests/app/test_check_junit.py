@@ -102,6 +102,29 @@ def test_an_all_passing_battery_has_no_failure(schema):
     assert root.get("failures") == "0" and root.find(".//failure") is None
 
 
+def test_a_check_whose_training_failed_is_an_error_not_skipped(schema):
+    """Issue 43: a battery whose trainings all failed read as skipped tests (nothing failed in CI)."""
+    import dataclasses
+
+    from dpaudit.results.check import CheckReport
+
+    failed = dataclasses.replace(
+        outcome("lot-size", "inconclusive", epsilon_lb=0.0, ceiling=0.0, num_trials=0),
+        finding="lot-size: the training failed: the training function t.py:train raised SystemExit: 0 in trial 0",
+        details={"reason": "the training function t.py:train raised SystemExit: 0 in trial 0", "error": "training failed"},
+    )
+    base = sample_report(violated=False)
+    report = CheckReport(**{**_report_fields(), "outcomes": (base.outcomes[0], failed, base.outcomes[2])})
+    data = junit_xml(report)
+    schema.validate(data.decode("utf-8"))
+    root = ET.fromstring(data)
+    (case,) = [c for c in root.iter("testcase") if c.get("name") == "lot-size"]
+    error = case.find("error")
+    assert error is not None and error.get("type") == "TrainingFailed" and "SystemExit: 0" in error.get("message", "")
+    assert case.find("skipped") is None
+    assert (root.get("errors"), root.get("skipped"), root.get("failures")) == ("1", "1", "0")  # reused-noise is still skipped
+
+
 def _report_fields() -> dict:
     r = sample_report()
     return {

@@ -26,7 +26,7 @@ def test_a_run_writes_check_json_and_a_rerun_reuses_its_trials(tmp_path, capsys)
     assert outcome.ceiling >= outcome.epsilon_lb and 0.0 < outcome.confidence < 1.0
     assert outcome.finding.startswith("worst-case: ")
     assert load_check_report(tmp_path / "checks").to_dict() == report.to_dict()
-    assert len(list((tmp_path / "checks" / "worst-case").glob("*/trials/trial-*.npz"))) == 8
+    assert len(list((tmp_path / "checks").glob("trials-*/worst-case/*/trials/trial-*.npz"))) == 8
     capsys.readouterr()
     again = run_check(spec(), RunDir(tmp_path), progress=True)
     assert "reusing 8 stored trials" in capsys.readouterr().err

@@ -19,11 +19,15 @@ linear-loss DP-SGD and IN and OUT differ by (times sampled)·C against the noise
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
+import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +51,7 @@ __all__ = [
     "worst_case_start",
     "relabelled",
     "check_trial",
+    "warm_worker",
     "play",
     "bound_scores",
     "sides",
@@ -107,10 +112,15 @@ def worst_case_start(model_fn: Callable[[], Any], pool: ArrayDataset, *, seed: i
     Raises:
         CheckCannotRun: ``model_fn`` fails or its model has no class layer to saturate.
     """
+    from dpaudit.callables import UserCodeFailed, call_user, callable_label, describe_exception
+
+    label = callable_label(model_fn)
     try:
-        net = model_fn()
+        net = call_user(model_fn, label=f"the model function {label}")
+    except UserCodeFailed as exc:
+        raise CheckCannotRun(str(exc)) from None
     except Exception as exc:  # third-party code
-        raise CheckCannotRun(f"the model function raised {type(exc).__name__}: {exc}") from exc
+        raise CheckCannotRun(f"the model function {label} raised {describe_exception(exc)}") from None
     if not isinstance(net, nn.Module):
         raise CheckCannotRun(f"the model function returned a {type(net).__name__}, not a torch.nn.Module")
     k = pool.num_classes
@@ -169,8 +179,59 @@ def _margin(model: nn.Module, x: torch.Tensor, label: int) -> float:
     return float(out[label] - out[0])
 
 
-def check_trial(*, train_fn: Any, dataset: ArrayDataset, seed: int, index: int, initial_state: bytes, probe: ArrayDataset | None, keep_state: bool) -> dict[str, np.ndarray]:
+#: How long a training may run past the battery's budget before it is stopped and counted failed (seconds).
+GRACE_SECONDS = 2.0
+
+
+def _worker_stdout_to_stderr() -> None:
+    """In a worker process, file descriptor 1 becomes a copy of 2, once: whatever user code (or a
+    library it calls, in C) writes to stdout lands on stderr, never inside ``--json``'s object."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is None or getattr(_worker_stdout_to_stderr, "done", False):
+        return
+    try:
+        sys.stdout.flush()
+        os.dup2(2, 1)
+    except (OSError, ValueError):  # no descriptors to speak of: the Python-level redirect remains
+        pass
+    _worker_stdout_to_stderr.done = True  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _time_limit(deadline: float | None) -> Iterator[None]:
+    """Raises :class:`~dpaudit.callables.OutOfTime` into the code run inside once ``time.time()``
+    passes ``deadline`` (SIGALRM; in the main thread only, where Python delivers signals)."""
+    from dpaudit.callables import OutOfTime
+
+    if deadline is None or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def ring(signum: int, frame: Any) -> None:
+        raise OutOfTime()
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    try:
+        left = deadline - time.time()
+        if left <= 0:
+            raise OutOfTime()
+        signal.setitimer(signal.ITIMER_REAL, left)
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def check_trial(
+    *, train_fn: Any, dataset: ArrayDataset, seed: int, index: int, initial_state: bytes, probe: ArrayDataset | None, keep_state: bool, deadline: float | None = None
+) -> dict[str, np.ndarray]:
     """One training from the crafted start; the final model's statistics.
+
+    The training function is third-party code, run through :func:`dpaudit.callables.call_user`:
+    its prints go to stderr, and ``sys.exit``, any other ``BaseException``, a closed or replaced
+    ``sys.stdout`` are this trial's failure, named after the function. A training still running at
+    ``deadline`` (``time.time()``) is stopped and counted failed.
 
     Returns:
         ``{"seed", "margin" (the probe's logit margin, if a probe), "norm:<key>" (‖θ_T − θ_0‖ of
@@ -179,18 +240,69 @@ def check_trial(*, train_fn: Any, dataset: ArrayDataset, seed: int, index: int, 
         final tensor, flattened, when ``keep_state``)}``.
 
     Raises:
-        TrialFailed: the training function raised or returned something unusable.
+        TrialFailed: the training function failed, ran out of time or returned something unusable.
     """
+    _worker_stdout_to_stderr()
+    backstop = _kill_worker_after(deadline)
+    try:
+        return _check_trial(train_fn=train_fn, dataset=dataset, seed=seed, index=index, initial_state=initial_state, probe=probe, keep_state=keep_state, deadline=deadline)
+    finally:
+        if backstop is not None:
+            backstop.cancel()
+
+
+def warm_worker() -> int:
+    """Loads what a trial needs into a worker (torch, this module, the weights reader) before the
+    budget starts: a worker's first imports are start-up, not the training the budget measures."""
+    import dpaudit.weights  # noqa: F401 - imported for its cost
+
+    _worker_stdout_to_stderr()
+    return os.getpid()
+
+
+def _kill_worker_after(deadline: float | None) -> threading.Timer | None:
+    """In a worker process, a timer that ends the process :data:`GRACE_SECONDS` after ``deadline``.
+
+    The backstop for a training stuck in one native call, which the SIGALRM of :func:`_time_limit`
+    cannot interrupt; the battery sees the worker die past the deadline and counts the trial failed.
+    """
+    import multiprocessing
+
+    if deadline is None or multiprocessing.parent_process() is None:
+        return None
+    timer = threading.Timer(max(0.0, deadline + GRACE_SECONDS - time.time()), os._exit, args=(70,))
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _check_trial(*, train_fn: Any, dataset: ArrayDataset, seed: int, index: int, initial_state: bytes, probe: ArrayDataset | None, keep_state: bool, deadline: float | None) -> dict[str, np.ndarray]:
+    from dpaudit.callables import OutOfTime, UserCodeFailed, call_user, callable_label, describe_exception
     from dpaudit.weights import weights_from_bytes
 
     start = weights_from_bytes(initial_state)
     where = f"trial {index} (seed {seed}, {len(dataset)} record{'s' if len(dataset) != 1 else ''})"
+    label = callable_label(train_fn)
     try:
-        model = train_fn(dataset, seed=seed, initial_state={k: t.clone() for k, t in start.items()})
+        with _time_limit(deadline):
+            model = call_user(train_fn, dataset, seed=seed, initial_state={k: t.clone() for k, t in start.items()}, label=f"the training function {label}")
+            if not isinstance(model, nn.Module):
+                raise TrialFailed(f"the training function {label} returned a {type(model).__name__}, not a torch.nn.Module, in {where}", index, seed)
+            # The returned model is user code too (its forward, its state_dict).
+            return call_user(_statistics, model, start=start, probe=probe, keep_state=keep_state, where=where, index=index, seed=seed, label=f"the model {label} returned")
+    except TrialFailed:
+        raise
+    except OutOfTime:
+        raise TrialFailed(f"the training function {label} was stopped in {where}: it ran past the battery's time budget (+{GRACE_SECONDS:g} s grace)", index, seed) from None
+    except UserCodeFailed as exc:
+        raise TrialFailed(f"{exc} in {where}", index, seed) from None
     except Exception as exc:  # third-party code
-        raise TrialFailed(f"the training function raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} in {where}", index, seed) from exc
-    if not isinstance(model, nn.Module):
-        raise TrialFailed(f"the training function returned a {type(model).__name__}, not a torch.nn.Module, in {where}", index, seed)
+        raise TrialFailed(f"the training function {label} raised {describe_exception(exc)} in {where}", index, seed) from None
+
+
+def _statistics(model: nn.Module, *, start: dict[str, torch.Tensor], probe: ArrayDataset | None, keep_state: bool, where: str, index: int, seed: int) -> dict[str, np.ndarray]:
+    from dpaudit.callables import describe_exception
+
     out: dict[str, np.ndarray] = {"seed": np.array(seed)}
     final = _state(model)
     params = {key.removeprefix(_PREFIX) for key, _ in model.named_parameters()}
@@ -205,7 +317,7 @@ def check_trial(*, train_fn: Any, dataset: ArrayDataset, seed: int, index: int, 
         try:
             out["margin"] = np.array(_margin(model, probe.features, int(probe.labels[0])))
         except Exception as exc:
-            raise TrialFailed(f"the returned model cannot score an input of shape {tuple(probe.features.shape)} in {where}: {type(exc).__name__}: {exc}", index, seed) from exc
+            raise TrialFailed(f"the returned model cannot score an input of shape {tuple(probe.features.shape)} in {where}: {describe_exception(exc)}", index, seed) from exc
     return out
 
 
@@ -231,7 +343,8 @@ def play(ctx: CheckContext, game: Game, *, trials: int, budget_seconds: float) -
     """Runs trials 0, 1, … of ``game`` in waves until ``trials`` or the budget; returns them in order.
 
     Stopping depends on elapsed time only, never on outcomes, so ε_LB stays sound. Stored trials
-    of the same game (a rerun) are reused without spending the budget.
+    of the same game (a rerun) are reused without spending the budget. Every training gets
+    ``ctx.deadline``: one still running then is stopped and the check fails (:class:`TrialFailed`).
     """
     config = {"check": ctx.directory.name, "game": game.name, "train_fn": ctx.train_spec, "seed": ctx.seed, "records": len(game.out_data), "trials": trials}
     store = TrialStore(ctx.directory / game.name, config, resizable=("trials",))
@@ -240,7 +353,7 @@ def play(ctx: CheckContext, game: Game, *, trials: int, budget_seconds: float) -
     def job(i: int) -> tuple[int, Job]:
         data = with_canaries(game.out_data, canary) if i % 2 == 1 else game.out_data
         seed = derive_seed(ctx.seed, "check", ctx.directory.name, game.name, i)
-        kwargs = {"train_fn": ctx.train_fn, "dataset": data, "seed": seed, "index": i, "initial_state": game.start, "probe": game.probe, "keep_state": game.keep_state}
+        kwargs = {"train_fn": ctx.train_fn, "dataset": data, "seed": seed, "index": i, "initial_state": game.start, "probe": game.probe, "keep_state": game.keep_state, "deadline": ctx.deadline}
         return i, Job(key=f"{ctx.directory.name}/{game.name}/{i}", fn=check_trial, kwargs=kwargs)
 
     done = 0
@@ -253,9 +366,20 @@ def play(ctx: CheckContext, game: Game, *, trials: int, budget_seconds: float) -
     while done < trials:
         if done > fresh and time.monotonic() - started + last_wave > budget_seconds:
             break
+        if ctx.deadline is not None and time.time() + last_wave > ctx.deadline - GRACE_SECONDS and done > fresh:
+            break  # the battery's own budget ends before another wave would
         wave = list(range(done, min(trials, done + width)))
         t0 = time.monotonic()
-        run_trials(store, [job(i) for i in wave], ctx.executor, f"{ctx.directory.name} ({game.name}: trials {wave[0] + 1}-{wave[-1] + 1} of {trials})", ctx.progress)
+        try:
+            run_trials(store, [job(i) for i in wave], ctx.executor, f"{ctx.directory.name} ({game.name}: trials {wave[0] + 1}-{wave[-1] + 1} of {trials})", ctx.progress)
+        except RuntimeError as exc:
+            if ctx.deadline is None or time.time() < ctx.deadline:
+                raise
+            # A worker ended by its backstop (_kill_worker_after): a training stuck past the budget.
+            first = wave[0]
+            seed = derive_seed(ctx.seed, "check", ctx.directory.name, game.name, first)
+            message = f"a training of trials {first}-{wave[-1]} was stopped with its worker: it ran past the battery's time budget (+{GRACE_SECONDS:g} s grace) in native code"
+            raise TrialFailed(message, first, seed) from exc
         last_wave, done = time.monotonic() - t0, wave[-1] + 1
     return [store.load(i) for i in range(done)]
 
@@ -328,6 +452,12 @@ def start_for(ctx: CheckContext) -> Start:
     Raises:
         CheckCannotRun: no model function.
     """
+    from dpaudit.callables import UserCodeFailed, call_user, callable_label
+
     if ctx.model_fn is None:
         raise CheckCannotRun("no --model-fn: the worst-case start is crafted on the model's architecture")
-    return worst_case_start(ctx.model_fn, ctx.pool, seed=ctx.seed)
+    try:
+        # The model's own forward runs here too (saturating it, measuring gradients): user code.
+        return call_user(worst_case_start, ctx.model_fn, ctx.pool, seed=ctx.seed, label=f"the model of {callable_label(ctx.model_fn)}")
+    except UserCodeFailed as exc:
+        raise CheckCannotRun(str(exc)) from None

@@ -39,12 +39,15 @@ class CheckContext:
         family_confidence: the battery's family-wise confidence (for findings).
         epsilon_ub: the claim's ε at ``delta``.
         pool: the dataset the check draws its records from (digits by default).
-        directory: the check's directory (``RUN/checks/<name>``): its games' trials live there.
+        directory: the check's directory (``RUN/checks/<key>/<name>``, the key that of the code,
+            data, claim and seed the trials are made of): its games' trials live there.
         budget_seconds: the check's share of the battery's time budget.
         seed: the battery's root seed (every trial's seed derives from it).
         executor: where trials run (:mod:`dpaudit.executors`).
         trials: trainings per game (``None``: the check's default).
         progress: progress on stderr.
+        deadline: ``time.time()`` at which a training still running is stopped and its trial
+            counted failed (the battery's budget plus a grace period); ``None``: no limit.
     """
 
     train_fn: Callable[..., Any]
@@ -62,6 +65,7 @@ class CheckContext:
     executor: Any = None
     trials: int | None = None
     progress: bool = False
+    deadline: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,16 +4,28 @@ Part of the application layer (it imports ``attacks``). :func:`run_check` resolv
 and model functions, evaluates the claim's ε_UB once, splits the family-wise confidence over the
 checks by Bonferroni and the time budget evenly, runs each check of
 :data:`attacks.audit.checks.CHECKS` on the executors and writes ``check.json`` (a
-:class:`~dpaudit.results.check.CheckReport`) under ``RUN/checks/``. Each check's trials are stored
-under ``RUN/checks/<name>/`` one file per trial, so a rerun resumes and says what it reused.
+:class:`~dpaudit.results.check.CheckReport`) under ``RUN/checks/``.
+
+Each check's trials are stored one file per trial under ``RUN/checks/trials-<key>/<name>/``,
+where the key is that of everything a trial is made of (:func:`battery_key`: the training and
+model code with the local modules they import, the dataset's files, the claim, the seed) — the
+same key machinery as ``dpaudit audit``'s. A rerun with the same key resumes and says what it
+reused; one with another key starts afresh and says why on one line (``recomputing: helper.py
+changed since the stored trials in …``), keeping the old trials.
+
+The battery's ``--budget-minutes`` holds: a training still running
+:data:`attacks.audit.checks.game.GRACE_SECONDS` (2 s) after it ends is stopped and counted
+failed, and checks not started by then are inconclusive.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dpaudit import _validate as v
@@ -21,7 +33,7 @@ from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.results.check import CheckOutcome, CheckReport, check_status, save_check_report
 from dpaudit.store import RunDir
 
-__all__ = ["BatterySpec", "run_check", "CHECK_DIR", "DEFAULT_BUDGET_MINUTES"]
+__all__ = ["BatterySpec", "run_check", "battery_key", "training_failed", "CHECK_DIR", "DEFAULT_BUDGET_MINUTES"]
 
 CHECK_DIR = "checks"
 DEFAULT_BUDGET_MINUTES = 5.0
@@ -96,11 +108,13 @@ def _say(progress: bool, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
-def _cannot(spec: Any, *, reason: str, epsilon_ub: float, confidence: float, seconds: float = 0.0, trials: int = 0) -> CheckOutcome:
+def _cannot(spec: Any, *, reason: str, epsilon_ub: float, confidence: float, seconds: float = 0.0, trials: int = 0, error: bool = False) -> CheckOutcome:
+    """A check without evidence: inconclusive at ceiling 0; ``error`` when the training function failed
+    (``details["error"]``: the JUnit file reports it as an error, and a battery of them exits 2)."""
     return CheckOutcome(
         name=spec.name,
         status="inconclusive",
-        finding=f"{spec.name}: could not run: {reason}",
+        finding=f"{spec.name}: {'the training failed' if error else 'could not run'}: {reason}",
         epsilon_lb=0.0,
         epsilon_ub=epsilon_ub,
         ceiling=0.0,
@@ -109,8 +123,18 @@ def _cannot(spec: Any, *, reason: str, epsilon_ub: float, confidence: float, sec
         seconds=seconds,
         detects=spec.detects,
         misses=spec.misses,
-        details={"reason": reason},
+        details={"reason": reason, **({"error": "training failed"} if error else {})},
     )
+
+
+def training_failed(report: CheckReport) -> tuple[CheckOutcome, ...]:
+    """The checks whose training function failed, when no check got a training through; else ``()``.
+
+    Such a battery checked nothing: ``dpaudit check`` exits 2 naming the first failure, never 0.
+    """
+    failed = tuple(o for o in report.outcomes if o.details.get("error"))
+    trained = [o for o in report.outcomes if o.num_trials > 0 and not o.details.get("error")]
+    return failed if failed and not trained and not report.violated else ()
 
 
 def _finding(spec: Any, status: str, *, lb: float, ub: float, ceiling: float, family: float) -> str:
@@ -134,8 +158,10 @@ def _one(spec: Any, ctx: Any, *, can_start: str | None) -> CheckOutcome:
         return _cannot(spec, reason=can_start, epsilon_ub=ctx.epsilon_ub, confidence=ctx.confidence)
     try:
         ev = spec.run(ctx)
-    except (CheckCannotRun, TrialFailed) as exc:
+    except CheckCannotRun as exc:
         return _cannot(spec, reason=str(exc), epsilon_ub=ctx.epsilon_ub, confidence=ctx.confidence, seconds=time.monotonic() - started)
+    except TrialFailed as exc:
+        return _cannot(spec, reason=str(exc), epsilon_ub=ctx.epsilon_ub, confidence=ctx.confidence, seconds=time.monotonic() - started, error=True)
     seconds = time.monotonic() - started
     ceiling = max(ev.ceiling, ev.epsilon_lb)
     status = check_status(epsilon_lb=ev.epsilon_lb, epsilon_ub=ctx.epsilon_ub, ceiling=ceiling)
@@ -165,18 +191,75 @@ def _start_problem(train_fn: Any, model_fn: Any) -> str | None:
     return None
 
 
+def battery_key(spec: BatterySpec, *, progress: bool = False) -> dict[str, Any]:
+    """What every trial of the battery is made of, the key its stored trials are reused by.
+
+    The keys ``dpaudit audit`` uses for the same things (:func:`dpaudit.app.runs.audit.provenance.code_keys`,
+    :func:`dpaudit.data.dataset_files`): the training and model code with every local module they
+    import, the claim, the dataset and its files, and the seed. The trial count is not part of it
+    (trial i depends on i alone), nor are δ and the confidence (they bound, never train).
+    """
+    from dpaudit.app.runs.audit.provenance import code_keys
+    from dpaudit.data import dataset_files
+
+    key: dict[str, Any] = {"train_fn": spec.train_fn, **code_keys("train_fn", spec.train_fn, argument="--train-fn", progress=progress)}
+    if spec.model_fn is not None:
+        key.update({"model_fn": spec.model_fn, **code_keys("model_fn", spec.model_fn, argument="--model-fn", progress=progress)})
+    key.update({"claim": spec.claim.to_dict(), "dataset": spec.dataset, "seed": spec.seed})
+    files = dataset_files(spec.dataset, data_root=spec.data_root)
+    if files:  # bundled data (digits) has none
+        key["dataset_files"] = files
+    return key
+
+
+def _keyed_directory(root: Path, key: dict[str, Any], *, progress: bool) -> Path:
+    """``root/trials-<hash of key>``, its ``key.json`` written; says why when other trials are there instead."""
+    from dpaudit.app.runs.audit.provenance import audit_hash, superseded_reasons
+    from dpaudit.store import atomic_write_json, read_json, to_jsonable
+
+    directory = root / f"trials-{audit_hash(key)}"
+    if not (directory / "key.json").is_file():
+        stored = sorted(root.glob("trials-*/key.json"), key=lambda p: p.stat().st_mtime)
+        if stored:  # said even with --quiet, as dpaudit audit says it: nothing reused needs a reason
+            try:
+                why = "; ".join(superseded_reasons(key, read_json(stored[-1])))
+            except ValueError:
+                why = "their key cannot be read"
+            _say(True, f"recomputing: {why} since the stored trials in {stored[-1].parent}; starting afresh in {directory}")
+        directory.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(directory / "key.json", to_jsonable(key))
+    else:
+        os.utime(directory / "key.json")  # the last battery run, which the next "recomputing" line compares with
+    return directory
+
+
+def _warm_workers(executor: Any) -> None:
+    """Has every worker import the trial code (torch included) before the budget's clock starts."""
+    workers = int(getattr(executor, "workers", 1) or 1)
+    if workers <= 1:
+        return
+    from attacks.audit.checks.game import warm_worker
+    from dpaudit.executors.jobs import Job
+
+    for _ in executor.run([Job(key=f"warm-{i}", fn=warm_worker, kwargs={}) for i in range(2 * workers)]):
+        pass
+
+
 def run_check(spec: BatterySpec, run: RunDir, *, progress: bool = True) -> CheckReport:
     """Runs the battery of ``spec`` under ``run`` and writes ``RUN/checks/check.json``.
 
     Returns:
-        The :class:`CheckReport` (``exit_status`` 3 when a check is violated).
+        The :class:`CheckReport` (``exit_status`` 3 when a check is violated); a check whose
+        training failed (raised, exited, ran past the budget) is inconclusive with
+        ``details["error"]`` (:func:`training_failed`).
 
     Raises:
         ValueError: a spec that does not resolve (names ``--train-fn`` / ``--model-fn``).
     """
     from attacks.audit.checks import CHECKS, CheckContext
+    from attacks.audit.checks.game import GRACE_SECONDS as grace
     from dpaudit.app.common import fmt_eps_ub
-    from dpaudit.app.runs.audit import make_audit_executor, resolve_train_fn, train_fn_fingerprint
+    from dpaudit.app.runs.audit import make_audit_executor, resolve_train_fn
     from dpaudit.callables import resolve_callable
     from dpaudit.data import load_dataset
 
@@ -188,9 +271,10 @@ def run_check(spec: BatterySpec, run: RunDir, *, progress: bool = True) -> Check
     per_check = 1.0 - (1.0 - spec.confidence) / len(names)
     budget = 60.0 * spec.budget_minutes / len(names)
     pool = load_dataset(spec.dataset, data_root=spec.data_root).train
+    key = battery_key(spec, progress=progress)
     run.create(command="check")
     root = run.path / CHECK_DIR
-    identity = f"{spec.train_fn}@{train_fn_fingerprint(spec.train_fn)}|{spec.model_fn or ''}|{spec.dataset}"
+    keyed = _keyed_directory(root, key, progress=progress)
     problem = _start_problem(train_fn, model_fn)
     _say(
         progress,
@@ -199,26 +283,32 @@ def run_check(spec: BatterySpec, run: RunDir, *, progress: bool = True) -> Check
     outcomes = []
     with make_audit_executor(spec.num_workers) as executor:
         executor.warm_up()  # worker start-up is not a check's time: budgets measure trainings
+        _warm_workers(executor)
+        ends = time.time() + 60.0 * spec.budget_minutes  # the battery's budget, in wall time (workers share it)
         for name in names:
             check = CHECKS[name]
-            ctx = CheckContext(
-                train_fn=train_fn,
-                model_fn=model_fn,
-                train_spec=identity,
-                claim=spec.claim,
-                delta=spec.delta,
-                confidence=per_check,
-                family_confidence=spec.confidence,
-                epsilon_ub=bound.epsilon,
-                pool=pool,
-                directory=root / name,
-                budget_seconds=budget,
-                seed=spec.seed,
-                executor=executor,
-                trials=spec.trials,
-                progress=progress,
-            )
-            outcome = _one(check, ctx, can_start=problem)
+            if time.time() >= ends and not (check.needs_initial_state and problem is not None):
+                outcome = _cannot(check, reason="the battery's --budget-minutes was spent before it started", epsilon_ub=bound.epsilon, confidence=per_check)
+            else:
+                ctx = CheckContext(
+                    train_fn=train_fn,
+                    model_fn=model_fn,
+                    train_spec=spec.train_fn,
+                    claim=spec.claim,
+                    delta=spec.delta,
+                    confidence=per_check,
+                    family_confidence=spec.confidence,
+                    epsilon_ub=bound.epsilon,
+                    pool=pool,
+                    directory=keyed / name,
+                    budget_seconds=budget,
+                    seed=spec.seed,
+                    executor=executor,
+                    trials=spec.trials,
+                    progress=progress,
+                    deadline=ends + grace,
+                )
+                outcome = _one(check, ctx, can_start=problem)
             _say(progress, outcome.summary())
             outcomes.append(outcome)
     report = CheckReport(

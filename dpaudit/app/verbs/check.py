@@ -10,7 +10,10 @@ implementation bug cheaply (docs/audits/check.md) and ends ``passed`` (it could 
 it could see).
 
 Exit status 3 when a check is violated, with one line per violated check (its finding) on
-stdout, so a repository can gate merges on ``dpaudit check``; ``--junit FILE`` writes one JUnit
+stdout, so a repository can gate merges on ``dpaudit check``; exit status 2 when no check got a
+training through (every training the battery asked for failed: nothing was checked), naming the
+first failure. The training function is third-party code: whatever it prints goes to stderr,
+and its ``sys.exit`` is its failure, never the command's exit status (:func:`dpaudit.callables.call_user`). ``--junit FILE`` writes one JUnit
 test case per check for CI services to display (:mod:`reports.junit`).
 """
 
@@ -28,8 +31,9 @@ from dpaudit.options import limit_action
 
 __all__ = ["register"]
 
-#: The status words as the terminal shows them; a violation is the one a reader must not miss.
-_SHOWN = {"violated": "VIOLATED", "passed": "passed", "inconclusive": "inconclusive"}
+#: The status words as the terminal shows them; a violation is the one a reader must not miss. A
+#: check whose training function failed is inconclusive, shown as ``error``.
+_SHOWN = {"violated": "VIOLATED", "passed": "passed", "inconclusive": "inconclusive", "error": "error"}
 
 
 def _check_list(text: str) -> tuple[str, ...]:
@@ -44,18 +48,21 @@ def _check_list(text: str) -> tuple[str, ...]:
 
 
 def _junit_path(text: str) -> str:
-    """``--junit FILE``: a file to (over)write in a directory that exists, never a directory itself."""
+    """``--junit FILE``: a regular file to (over)write, or none yet, in a directory that takes new files.
+
+    Never a directory, a device (``/dev/null``), a FIFO or a file in ``/proc``: the shared output
+    check (:func:`dpaudit.app.cli.output_problem`) refuses them before any training.
+    """
+    from dpaudit.app.cli import output_problem
+
     if not text.strip():
         raise argparse.ArgumentTypeError(f"--junit must name a file, got {text!r}")
-    p = Path(text).expanduser()
-    problem = path_problem(p)
-    if problem is not None:
+    problem = path_problem(Path(text).expanduser())
+    if problem is not None:  # a name too long to repeat in full
         raise argparse.ArgumentTypeError(f"--junit={v.short(text)} {problem}")
-    if p.is_dir():
-        raise argparse.ArgumentTypeError(f"--junit={text!r} is a directory; name the XML file to write")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise argparse.ArgumentTypeError(f"--junit={text!r}: its directory {str(parent)!r} does not exist")
+    problem = output_problem(text, directory=False)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"--junit={text!r} {problem}")
     return text
 
 
@@ -129,7 +136,7 @@ def result_lines(report: Any, *, check_dir: Path) -> list[str]:
     for o in report.outcomes:
         # A ceiling of 0 is a check that could not run; its finding says why.
         extra = f" [ceiling {_ceiling(o.ceiling)} <= eps_UB: this check could not have shown a violation at this size]" if o.status == "inconclusive" and o.ceiling > 0 else ""
-        lines.append(f"  {_SHOWN[o.status]:<{width}}  {o.finding}{extra}")
+        lines.append(f"  {_SHOWN['error' if o.details.get('error') else o.status]:<{width}}  {o.finding}{extra}")
     violated = report.violations
     if violated:
         lines.append(f"  VIOLATION: {len(violated)} check(s) found eps_LB > eps_UB — the implementation does not meet its claim")
@@ -162,6 +169,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
         pages = index.pages_of("checks")
         payload["report"] = str(pages[0] if pages else index.index_html)
         lines.append(f"  report:  {payload['report']}")
+    failed = check_run.training_failed(report)
+    if failed:
+        # Nothing was checked: a CI gate must not read this as "no violation" (check.json and the
+        # JUnit file, written above, mark the checks as errors).
+        raise UsageError(
+            f"--train-fn {spec.train_fn}: no check got a training through ({len(failed)} of {len(report.outcomes)} failed; results in {check_dir}): {failed[0].details.get('reason')}",
+            argument="--train-fn",
+        )
     emit(args, payload, "\n".join(lines))
     return EXIT_VIOLATION if report.violated else EXIT_OK
 
@@ -201,7 +216,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     limit_action(
         p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for the trainings (default 1: in this process)"), 1024, "each worker is a process"
     )
-    p.add_argument("--junit", type=_junit_path, metavar="FILE", help="also write the verdicts as JUnit XML, one test case per check (GitHub, GitLab and Jenkins display it)")
+    junit = p.add_argument("--junit", type=_junit_path, metavar="FILE", help="also write the verdicts as JUnit XML, one test case per check (GitHub, GitLab and Jenkins display it)")
+    from dpaudit.app.cli import OUTPUT_FILE
+
+    setattr(junit, OUTPUT_FILE, True)  # checked again just before the work, beside --out
     p.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report")
     add_common(p, out=True, seed=True, data_root=True, quiet=True)
     p.set_defaults(func=lambda a: _cmd_check(a))

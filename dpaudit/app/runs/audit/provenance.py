@@ -16,7 +16,7 @@ from typing import Any
 from dpaudit.callables import callable_fingerprint, code_fingerprint, resolve_callable
 from dpaudit.store import RunDir, to_jsonable
 
-__all__ = ["audit_hash", "code_keys", "resolve_train_fn", "say_if_superseded", "train_fn_fingerprint"]
+__all__ = ["audit_hash", "code_keys", "resolve_train_fn", "say_if_superseded", "superseded_reasons", "train_fn_fingerprint"]
 
 
 def audit_hash(config: Mapping[str, Any]) -> str:
@@ -76,6 +76,26 @@ def _what_changed(ours: Mapping[str, Any], stored: Mapping[str, Any], differ: li
     if "member_ids_sha256" in differ:
         reasons.append("the member ids differ (another data root?)")
     return reasons
+
+
+def superseded_reasons(ours: Mapping[str, Any], stored: Mapping[str, Any]) -> list[str]:
+    """Every way the stored key ``stored`` differs from ``ours``, in words (files, then other settings).
+
+    The code and data differences are worded as :func:`say_if_superseded` words them; any other
+    key that differs is named with both values (``--seed 0 -> 7``), a long value by name alone.
+    """
+    ours = json.loads(json.dumps(to_jsonable(dict(ours))))
+    differ = sorted(k for k in set(ours) | set(stored) if stored.get(k) != ours.get(k))
+    reasons = _what_changed(ours, stored, differ)
+    worded = {"member_ids_sha256", "dataset_files"} | {k for k in differ if k.endswith("_sha256") or k.endswith("_modules") or k.endswith("_unresolved")}
+    for k in differ:
+        if k in worded:
+            continue
+        old, new = stored.get(k), ours.get(k)
+        shown = f"{old!r} -> {new!r}" if len(repr(old)) + len(repr(new)) <= 60 else "differs"
+        reasons.append(f"{k.replace('_', '-') if k in ('seed', 'dataset', 'train_fn', 'model_fn') else k} {shown}")
+    unique = list(dict.fromkeys(reasons))  # a file both --train-fn and --model-fn name is said once
+    return unique or [f"{', '.join(differ)} differ"]
 
 
 def say_if_superseded(run: RunDir, name: str, cfg: Mapping[str, Any]) -> None:
