@@ -408,6 +408,7 @@ def audit_job(*, grid: CompareGrid, setting: Setting, trained: TrainedOutcome, n
         executor="serial",
         data_root=data_root,
         device=grid.device,
+        i_know=True,  # the grid's sizes were held against the same limits when it was planned (check_plan)
         progress=False,
         name=name,
         **{k: aud[k] for k in ("threat", "num_canaries", "num_trials", "canary") if k in aud},
