@@ -51,6 +51,7 @@ def __getattr__(name: str) -> Any:
         return UsageError
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 #: The verbs, in the order ``dpaudit --help`` lists them (modules of ``dpaudit.app.verbs``), with
 #: their one-line help. Only the verb being run is imported, so ``dpaudit --help`` and
 #: ``dpaudit epsilon`` never load torch or the registries.

@@ -39,6 +39,7 @@ __all__ = [
     "NonPrivateClaim",
     "dpsgd_claim",
     "claim_from_dict",
+    "check_claim_size",
     "event_to_dict",
     "event_from_dict",
     "check_event",
@@ -437,6 +438,33 @@ def claim_kind(name: str) -> type[PrivacyClaim]:
     if name not in CLAIM_KINDS:
         raise v.invalid("claim", f"claim kind must be one of {', '.join(CLAIM_KINDS)}; got {name!r}")
     return CLAIM_KINDS[name]
+
+
+def check_claim_size(data: Any, *, argument: str = "claim", i_know: bool = False) -> int:
+    """Refuses a claim's JSON form that nests deeper, or holds more events, than the documented limits.
+
+    Counted without recursion and before any event is built, so that a hostile claim file (an
+    event list 10,000 deep, or 100,000 composed events that every accountant would walk for
+    minutes) is one line naming ``argument``. The event count is
+    :data:`~dpaudit.limits.LIMITS` ``["composed_events"]`` (exceeded only with ``i_know``).
+
+    Returns:
+        The number of events the claim holds (every mapping with a ``type``).
+    """
+    from dpaudit.limits import LIMITS, check_depth, check_limit
+
+    check_depth(argument, data)
+    events, stack = 0, [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            events += "type" in item
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    if events > LIMITS["composed_events"].maximum and not i_know:
+        check_limit(f"{argument} (its events)", events, "composed_events", i_know=i_know)
+    return events
 
 
 def claim_from_dict(data: dict[str, Any]) -> PrivacyClaim:

@@ -100,6 +100,8 @@ class CertifySpec:
         data_root: data root for the record's dataset.
         batch_size: most rows per Monte Carlo forward pass.
         progress: progress and reuse notes on stderr.
+        i_know: accept draws, examples, radii or EOT samples above the documented limits
+            (:data:`dpaudit.limits.LIMITS`), as ``--i-know`` does on the command line.
     """
 
     target: str | Path
@@ -119,12 +121,20 @@ class CertifySpec:
     data_root: str | None = None
     batch_size: int = 4096
     progress: bool = True
+    i_know: bool = False
 
     def __post_init__(self) -> None:
         from attacks.evasion import EVASION_ATTACKS
+        from dpaudit.limits import check_count, check_limit
 
         if not isinstance(self.target, (str, Path)) or not str(self.target):
             raise v.invalid_type("target", f"target must be a path, got {self.target!r}")
+        if not isinstance(self.i_know, bool):
+            raise v.invalid_type("i_know", f"i_know must be a bool, got {self.i_know!r}")
+        sizes = {"num_draws": "draws", "num_selection_draws": "draws", "num_examples": "examples", "num_eot_samples": "eot_samples"}
+        for name, limit in sizes.items():
+            check_limit(name, getattr(self, name), limit, i_know=self.i_know)
+        check_count("radii", self.radii, "radii", i_know=self.i_know)
         radii = sorted({v.non_negative("radii", r) for r in self.radii})
         if not radii:
             raise v.invalid("radii", "radii must name at least one radius, got []")

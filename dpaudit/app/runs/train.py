@@ -60,6 +60,9 @@ class TrainSpec:
         num_workers: their parallel workers (``None``: the executor's default).
         address: Ray cluster address.
         ship_code: Ray sends this checkout's packages to the workers (:mod:`dpaudit.cluster`).
+        i_know: accept sizes above the documented limits (the config's epochs, batch size,
+            teachers…, each declared with its field; :data:`dpaudit.limits.LIMITS`), as
+            ``--i-know`` does on the command line.
     """
 
     defense: str
@@ -78,10 +81,13 @@ class TrainSpec:
     num_workers: int | None = None
     address: str | None = None
     ship_code: bool = False
+    i_know: bool = False
 
     def __post_init__(self) -> None:
         from defenses import DEFENSES
+        from dpaudit.limits import above_limit, check_limit
         from dpaudit.models import MODELS
+        from dpaudit.options import option_specs
 
         if self.defense not in DEFENSES:
             raise v.invalid("defense", f"defense must be one of {', '.join(DEFENSES)}, got {self.defense!r}")
@@ -103,6 +109,13 @@ class TrainSpec:
             v.integer("num_workers", self.num_workers, minimum=1)
         if self.address is not None and self.executor != "ray":
             raise v.invalid("address", f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
+        if not isinstance(self.i_know, bool):
+            raise v.invalid_type("i_know", f"i_know must be a bool, got {self.i_know!r}")
+        check_limit("num_workers", self.num_workers, "workers", i_know=self.i_know)
+        for option in option_specs(type(self.config)):  # each size field declares its limit (the flag's)
+            message = above_limit(option.field, getattr(self.config, option.field, None), option.limit, i_know=self.i_know)
+            if message is not None:
+                raise v.invalid(option.field, message)
         object.__setattr__(self, "model_options", dict(self.model_options))
 
 

@@ -271,9 +271,7 @@ def _add_training_flags(p: argparse.ArgumentParser) -> None:
     limit_action(steps.add_argument("--epochs", type=arg("--epochs", v.positive), help="DP-SGD epochs (1/q steps each; default 10)"), LIMITS["epochs"])
     limit_action(steps.add_argument("--num-steps", type=pos_int("--num-steps"), help="DP-SGD steps T (instead of --epochs)"), LIMITS["steps"])
     p.add_argument("--learning-rate", type=arg("--learning-rate", v.positive), default=0.1, help="DP-SGD learning rate (default 0.1)")
-    limit_action(
-        p.add_argument("--num-members", type=pos_int("--num-members"), help="training set size drawn from the dataset (default: half its training split)"), LIMITS["members"]
-    )
+    limit_action(p.add_argument("--num-members", type=pos_int("--num-members"), help="training set size drawn from the dataset (default: half its training split)"), LIMITS["members"])
     limit_action(
         p.add_argument("--num-trials", type=pos_int("--num-trials"), help="multi-run: trainings per side (default 50); white-box: independent runs pooled (default 1)"),
         LIMITS["trials"],

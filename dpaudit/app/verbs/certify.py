@@ -98,6 +98,7 @@ def _cmd_certify(args: argparse.Namespace) -> int:
         device=args.device,
         data_root=args.data_root,
         progress=not args.quiet,
+        i_know=getattr(args, "i_know", False),
     )
     run = RunDir(args.out)
     try:

@@ -98,6 +98,7 @@ def _spec_from_args(args: argparse.Namespace) -> Any:
         seed=args.seed,
         num_workers=args.num_workers,
         data_root=args.data_root,
+        i_know=getattr(args, "i_know", False),
     )
 
 

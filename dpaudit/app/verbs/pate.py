@@ -58,9 +58,16 @@ MIN_LAPLACE_SCALE = 4.0 / math.log(sys.float_info.max)
 PROGRESS_QUERIES = 10_000
 
 
-def _load_array(flag: str, path: str) -> Any:
+def _load_array(flag: str, path: str, *, ndim: int) -> Any:
+    """The array of a ``.npy`` file, refused from its header (before any loading) unless it has ``ndim`` dimensions."""
     import numpy as np
 
+    from dpaudit.limits import check_npy
+
+    try:
+        check_npy(flag, path, ndim=ndim)
+    except ValueError as exc:
+        raise UsageError(str(exc), argument=flag) from None
     try:
         return np.load(Path(path), allow_pickle=False)
     except ValueError as exc:  # an object array (a pickle) or a malformed header
@@ -206,14 +213,14 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     if not args.i_know:
         _check_votes_size(args.votes, _npy_shape(args.votes), release=smooth[0] is not None)
     try:
-        votes = check_votes(_load_array("--votes", args.votes), name="--votes")
+        votes = check_votes(_load_array("--votes", args.votes, ndim=2), name="--votes")
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc), argument="--votes") from None
     answered = None
     if args.answered is not None:
         import numpy as np
 
-        answered = np.asarray(_load_array("--answered", args.answered))
+        answered = np.asarray(_load_array("--answered", args.answered, ndim=1))
         if answered.dtype != bool or answered.shape != (votes.shape[0],):
             raise UsageError(f"--answered must be a boolean .npy of shape ({votes.shape[0]},) (one entry per query), got {answered.dtype} {answered.shape}", argument="--answered")
     bar = _LazyProgress(int(votes.shape[0]), release=smooth[0] is not None)
