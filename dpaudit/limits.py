@@ -37,6 +37,7 @@ __all__ = [
     "npy_header",
     "check_npy",
     "check_parameter_count",
+    "limits_markdown",
 ]
 
 
@@ -82,6 +83,10 @@ LIMITS: Mapping[str, SizeLimit] = {
     "radii": SizeLimit(1000, "each radius is one attack of every example"),
     "queries": SizeLimit(256, "each query is one forward pass of every model over the data"),
     "samples": SizeLimit(10**7, "scores are held in memory for every model"),
+    "inversion_steps": SizeLimit(10**6, "each step is one forward and backward pass over every class (and restart)"),
+    "restarts": SizeLimit(1000, "each restart is one more inversion of every class"),
+    "latent_dim": SizeLimit(10_000, "the generator's first layer grows with it"),
+    "critic_steps": SizeLimit(1000, "the generator learns once per this many critic steps"),
     "population": SizeLimit(10**6, "each is scored by every reference model"),
     # Plans and inputs
     "jobs": SizeLimit(1000, "each job is one training or one attack of a trained model"),
@@ -196,17 +201,19 @@ def npy_header(argument: str, path: str | Path) -> tuple[tuple[int, ...], Any]:
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, _, dtype = read(f)
     except (ValueError, EOFError) as exc:
-        raise v.invalid(argument, f"{argument}={str(path)!r} is not a .npy array ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+        raise v.invalid(argument, f"{argument}={str(path)!r} is not a plain .npy array ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     return tuple(int(n) for n in shape), dtype
 
 
 def check_npy(argument: str, path: str | Path, *, ndim: int) -> tuple[int, ...]:
-    """Refuses a ``.npy`` file whose header declares other than ``ndim`` dimensions, before it is loaded.
+    """Refuses a ``.npy`` file whose header declares other than ``ndim`` dimensions (or Python objects), before it is loaded.
 
     Returns:
         The declared shape.
     """
-    shape, _ = npy_header(argument, path)
+    shape, dtype = npy_header(argument, path)
+    if dtype.hasobject:
+        raise v.invalid(argument, f"{argument}={str(path)!r} is not a plain .npy array (it holds Python objects, which loading would unpickle)")
     if len(shape) != ndim:
         raise v.invalid(argument, f"{argument}={str(path)!r} must hold a {ndim}-D array, its header declares shape {shape}")
     return shape
@@ -227,3 +234,11 @@ def check_parameter_count(argument: str, model: Any, *, i_know: bool = False) ->
     if count > limit.maximum and not i_know:
         raise v.invalid(argument, f"{argument}: the model has {count:,} parameters, above the limit {describe_number(limit.maximum)} ({limit.why}); pass --i-know (i_know=True) to run it anyway")
     return count
+
+
+def limits_markdown() -> str:
+    """:data:`LIMITS` as the Markdown table of docs/cli.md ("Limits"; a test keeps the page equal to it)."""
+    rows = ["| limit | at most | why | `--i-know` lifts it |", "|---|---:|---|---|"]
+    for name, limit in LIMITS.items():
+        rows.append(f"| `{name}` | {describe_number(limit.maximum)} | {limit.why} | {'no' if limit.hard else 'yes'} |")
+    return "\n".join(rows) + "\n"

@@ -449,22 +449,27 @@ def check_claim_size(data: Any, *, argument: str = "claim", i_know: bool = False
     :data:`~dpaudit.limits.LIMITS` ``["composed_events"]`` (exceeded only with ``i_know``).
 
     Returns:
-        The number of events the claim holds (every mapping with a ``type``).
+        The number of events its compositions hold (the items of every ``events`` list).
     """
-    from dpaudit.limits import LIMITS, check_depth, check_limit
+    from dpaudit.limits import LIMITS, check_depth, describe_number
 
     check_depth(argument, data)
-    events, stack = 0, [data]
+    composed, stack = 0, [data]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
-            events += "type" in item
+            if isinstance(item.get("events"), list):  # a ComposedDpEvent's list: one mechanism each
+                composed += len(item["events"])
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-    if events > LIMITS["composed_events"].maximum and not i_know:
-        check_limit(f"{argument} (its events)", events, "composed_events", i_know=i_know)
-    return events
+    limit = LIMITS["composed_events"]
+    if composed > limit.maximum and not i_know:
+        raise v.invalid(
+            argument,
+            f"{argument} composes {composed:,} events, above the limit {describe_number(limit.maximum)} ({limit.why}); pass --i-know (i_know=True) to run it anyway",
+        )
+    return composed
 
 
 def claim_from_dict(data: dict[str, Any]) -> PrivacyClaim:
