@@ -196,13 +196,6 @@ def test_gdp_mu_solves_its_equation_where_e_to_the_epsilon_overflows() -> None:
     assert achieved == pytest.approx(delta, rel=1e-3)
 
 
-@pytest.mark.parametrize("defense", ["dpsgd", "secure-sgd"])
-def test_a_grid_of_huge_target_epsilons_plans(defense: str, cli, no_work, tmp_path: Path) -> None:
-    grid = _grid(tmp_path, GRID.format(extra=f'[[defenses]]\ndefense = "{defense}"\ntarget_epsilon = [1000.0, 1e9]\n'))
-    code, _, err = cli.run(*_compare(tmp_path, grid, "--dry-run"))
-    assert code == 0, err
-
-
 def test_pate_laplace_scale_below_what_floats_hold_exits_2(cli, tmp_path: Path) -> None:
     votes = tmp_path / "votes.npy"
     np.save(votes, np.array([[5, 3, 2], [1, 8, 1], [0, 0, 10]]))

@@ -64,6 +64,12 @@ def _membership(*, i_know: bool = False, **kw: Any) -> Any:
     return MembershipSpec(attacks={"lira": MEMBERSHIP_ATTACKS["lira"].config_type(**attack)}, target="record", i_know=i_know, **kw)
 
 
+def _inversion(*, i_know: bool = False, **kw: Any) -> Any:
+    from dpaudit.api import InversionSpec, MIFaceConfig
+
+    return InversionSpec(target=Path("record"), attacks={"mi-face": MIFaceConfig(**kw)}, i_know=i_know)
+
+
 @dataclass(frozen=True)
 class SpecCase:
     limit: str  # the entry of LIMITS
@@ -96,6 +102,8 @@ SPEC_CASES = [
     SpecCase("population", "MembershipSpec", "num_population", _membership),
     SpecCase("workers", "MembershipSpec", "num_workers", _membership),
     SpecCase("shadows", "MembershipSpec", "num_shadows", _membership),
+    SpecCase("inversion_steps", "InversionSpec", "max_iterations", _inversion),
+    SpecCase("restarts", "InversionSpec", "restarts", _inversion),
 ]
 
 #: Entries checked by a case other than a spec field: a count, a file, a name.

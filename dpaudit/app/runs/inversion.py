@@ -111,6 +111,9 @@ class InversionSpec:
         device: where to run.
         progress: progress on stderr.
         command: the command line, for the run manifest.
+        i_know: accept sizes above the documented limits of the attacks', priors' and
+            evaluator's configs (steps, restarts, epochs…; :data:`dpaudit.limits.LIMITS`), as
+            ``--i-know`` does on the command line.
     """
 
     target: Path
@@ -124,6 +127,22 @@ class InversionSpec:
     device: str = "cpu"
     progress: bool = True
     command: str = ""
+    i_know: bool = False
+
+    def __post_init__(self) -> None:
+        from dpaudit.limits import above_limit
+        from dpaudit.options import option_specs
+
+        if not isinstance(self.i_know, bool):
+            raise v.invalid_type("i_know", f"i_know must be a bool, got {self.i_know!r}")
+        configs = [*dict(self.attacks).values(), *dict(self.priors).values(), self.evaluator]
+        for config in configs:  # each config's sizes declare their limits (the flags')
+            if config is None or not dataclasses.is_dataclass(config):
+                continue
+            for option in option_specs(type(config)):
+                message = above_limit(option.field, getattr(config, option.field, None), option.limit, i_know=self.i_know)
+                if message is not None:
+                    raise v.invalid(option.field, message)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -308,6 +308,7 @@ def _inversion_spec(args: argparse.Namespace, flags: Any) -> Any:
         device=args.device,
         progress=not args.quiet,
         command=" ".join(["dpaudit", *sys.argv[1:]]),
+        i_know=getattr(args, "i_know", False),
     )
 
 

@@ -311,6 +311,7 @@ def inversion_job(*, grid: CompareGrid, trained: TrainedOutcome, seed: int, run_
             data_root=data_root,
             device=grid.device,
             progress=False,
+            i_know=True,  # the grid's sizes were held against the same limits when it was planned (check_plan)
         ),
         RunDir(run_dir),
     )
