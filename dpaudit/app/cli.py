@@ -124,19 +124,19 @@ def _install_limits(parser: argparse.ArgumentParser) -> None:
 
 
 def check_size_limits(args: argparse.Namespace) -> None:
-    """Refuses a size above its documented limit unless ``--i-know`` was given.
+    """Refuses a size above its documented limit unless ``--i-know`` was given (a hard limit: even then).
 
     Raises:
         UsageError: names the flag, the value, the limit and what each unit costs.
     """
     from dpaudit.app.common import UsageError
 
-    if getattr(args, "i_know", False):
-        return
+    i_know = bool(getattr(args, "i_know", False))
     for dest, flag, lim in getattr(args, "_size_limits", ()):
         value = getattr(args, dest, None)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > lim.maximum:
-            raise UsageError(f"{flag}={_number(value)} is above the limit {_number(lim.maximum)} ({lim.why}); pass --i-know to run it anyway", argument=flag)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > lim.maximum and (lim.hard or not i_know):
+            tail = "" if lim.hard else "; pass --i-know to run it anyway"
+            raise UsageError(f"{flag}={_number(value)} is above the limit {_number(lim.maximum)} ({lim.why}){tail}", argument=flag)
 
 
 def check_device(args: argparse.Namespace) -> None:
