@@ -32,6 +32,8 @@ __all__ = [
     "above_limit",
     "check_limit",
     "check_count",
+    "check_sizes",
+    "check_config_sizes",
     "check_name",
     "check_depth",
     "npy_header",
@@ -131,6 +133,37 @@ def check_limit(argument: str, value: Any, name: str, *, i_know: bool = False) -
     if message is not None:
         raise v.invalid(argument, message)
     return value
+
+
+def check_sizes(spec: Any, fields: Mapping[str, str]) -> None:
+    """Each ``field`` of ``spec`` against its entry of :data:`LIMITS`, waived by ``spec.i_know``.
+
+    Args:
+        spec: a spec of the Python API with an ``i_know`` field (``TrainSpec``, ``AuditSpec``…).
+        fields: its field → the name of the entry it answers to (``{"num_trials": "trials"}``).
+
+    Raises:
+        InvalidArgument: a value above its limit (named by its field), or an ``i_know`` that is
+            not a bool.
+    """
+    i_know = spec.i_know
+    if not isinstance(i_know, bool):
+        raise v.invalid_type("i_know", f"i_know must be a bool, got {i_know!r}")
+    for field, name in fields.items():
+        check_limit(field, getattr(spec, field), name, i_know=i_know)
+
+
+def check_config_sizes(config: Any, *, i_know: bool) -> None:
+    """Each size field of a defense's or an attack's config against the limit it declares
+    (:func:`dpaudit.options.option` ``limit=``, the limit of its flag), waived by ``i_know``."""
+    from dpaudit.options import option_specs
+
+    if config is None or not dataclasses.is_dataclass(config):
+        return
+    for option in option_specs(type(config)):
+        message = above_limit(option.field, getattr(config, option.field, None), option.limit, i_know=i_know)
+        if message is not None:
+            raise v.invalid(option.field, message)
 
 
 def check_count(argument: str, items: Any, name: str, *, i_know: bool = False) -> None:

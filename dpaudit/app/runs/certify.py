@@ -125,15 +125,11 @@ class CertifySpec:
 
     def __post_init__(self) -> None:
         from attacks.evasion import EVASION_ATTACKS
-        from dpaudit.limits import check_count, check_limit
+        from dpaudit.limits import check_count, check_sizes
 
         if not isinstance(self.target, (str, Path)) or not str(self.target):
             raise v.invalid_type("target", f"target must be a path, got {self.target!r}")
-        if not isinstance(self.i_know, bool):
-            raise v.invalid_type("i_know", f"i_know must be a bool, got {self.i_know!r}")
-        sizes = {"num_draws": "draws", "num_selection_draws": "draws", "num_examples": "examples", "num_eot_samples": "eot_samples"}
-        for name, limit in sizes.items():
-            check_limit(name, getattr(self, name), limit, i_know=self.i_know)
+        check_sizes(self, {"num_draws": "draws", "num_selection_draws": "draws", "num_examples": "examples", "num_eot_samples": "eot_samples"})
         check_count("radii", self.radii, "radii", i_know=self.i_know)
         radii = sorted({v.non_negative("radii", r) for r in self.radii})
         if not radii:

@@ -87,12 +87,9 @@ class BatterySpec:
         object.__setattr__(self, "num_workers", v.integer("num_workers", self.num_workers, minimum=1))
         if self.trials is not None:
             object.__setattr__(self, "trials", v.integer("trials", self.trials, minimum=4))
-        from dpaudit.limits import check_limit
+        from dpaudit.limits import check_sizes
 
-        if not isinstance(self.i_know, bool):
-            raise v.invalid_type("i_know", f"i_know must be a bool, got {self.i_know!r}")
-        for name, limit in (("budget_minutes", "budget_minutes"), ("trials", "trials"), ("num_workers", "workers")):
-            check_limit(name, getattr(self, name), limit, i_know=self.i_know)
+        check_sizes(self, {"budget_minutes": "budget_minutes", "trials": "trials", "num_workers": "workers"})
 
     def selected(self) -> tuple[str, ...]:
         """The checks to run, in registry order."""

@@ -130,19 +130,11 @@ class InversionSpec:
     i_know: bool = False
 
     def __post_init__(self) -> None:
-        from dpaudit.limits import above_limit
-        from dpaudit.options import option_specs
+        from dpaudit.limits import check_config_sizes, check_sizes
 
-        if not isinstance(self.i_know, bool):
-            raise v.invalid_type("i_know", f"i_know must be a bool, got {self.i_know!r}")
-        configs = [*dict(self.attacks).values(), *dict(self.priors).values(), self.evaluator]
-        for config in configs:  # each config's sizes declare their limits (the flags')
-            if config is None or not dataclasses.is_dataclass(config):
-                continue
-            for option in option_specs(type(config)):
-                message = above_limit(option.field, getattr(config, option.field, None), option.limit, i_know=self.i_know)
-                if message is not None:
-                    raise v.invalid(option.field, message)
+        check_sizes(self, {})
+        for config in [*dict(self.attacks).values(), *dict(self.priors).values(), self.evaluator]:  # each declares its limits (the flags')
+            check_config_sizes(config, i_know=self.i_know)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -141,8 +141,7 @@ class MembershipSpec:
 
     def __post_init__(self) -> None:
         from attacks.membership import MEMBERSHIP_ATTACKS
-        from dpaudit.limits import above_limit, check_limit
-        from dpaudit.options import option_specs
+        from dpaudit.limits import check_config_sizes, check_sizes
 
         if not self.attacks:
             raise v.invalid("attacks", "attacks must name at least one attack")
@@ -156,15 +155,9 @@ class MembershipSpec:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, v.integer(name, getattr(self, name), minimum=1))
         object.__setattr__(self, "num_population", v.integer("num_population", self.num_population, minimum=1))
-        if not isinstance(self.i_know, bool):
-            raise v.invalid_type("i_know", f"i_know must be a bool, got {self.i_know!r}")
-        for name, limit in (("num_samples", "samples"), ("num_queries", "queries"), ("num_population", "population"), ("num_workers", "workers")):
-            check_limit(name, getattr(self, name), limit, i_know=self.i_know)
+        check_sizes(self, {"num_samples": "samples", "num_queries": "queries", "num_population": "population", "num_workers": "workers"})
         for config in self.attacks.values():  # each attack's sizes (its shadows) declare their limits
-            for option in option_specs(type(config)):
-                message = above_limit(option.field, getattr(config, option.field, None), option.limit, i_know=self.i_know)
-                if message is not None:
-                    raise v.invalid(option.field, message)
+            check_config_sizes(config, i_know=self.i_know)
         if self.address is not None and self.executor != "ray":
             raise v.invalid("address", f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
         if self.shadow_defense is not None:

@@ -85,9 +85,8 @@ class TrainSpec:
 
     def __post_init__(self) -> None:
         from defenses import DEFENSES
-        from dpaudit.limits import above_limit, check_limit
+        from dpaudit.limits import check_config_sizes, check_sizes
         from dpaudit.models import MODELS
-        from dpaudit.options import option_specs
 
         if self.defense not in DEFENSES:
             raise v.invalid("defense", f"defense must be one of {', '.join(DEFENSES)}, got {self.defense!r}")
@@ -109,13 +108,8 @@ class TrainSpec:
             v.integer("num_workers", self.num_workers, minimum=1)
         if self.address is not None and self.executor != "ray":
             raise v.invalid("address", f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
-        if not isinstance(self.i_know, bool):
-            raise v.invalid_type("i_know", f"i_know must be a bool, got {self.i_know!r}")
-        check_limit("num_workers", self.num_workers, "workers", i_know=self.i_know)
-        for option in option_specs(type(self.config)):  # each size field declares its limit (the flag's)
-            message = above_limit(option.field, getattr(self.config, option.field, None), option.limit, i_know=self.i_know)
-            if message is not None:
-                raise v.invalid(option.field, message)
+        check_sizes(self, {"num_workers": "workers"})
+        check_config_sizes(self.config, i_know=self.i_know)
         object.__setattr__(self, "model_options", dict(self.model_options))
 
 

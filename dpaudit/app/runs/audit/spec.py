@@ -14,7 +14,7 @@ from typing import Any
 
 from attacks.audit.procedures import AUDIT_PROCEDURES
 from dpaudit import _validate as v
-from dpaudit.limits import LIMITS, above_limit, check_limit, check_name, describe_number
+from dpaudit.limits import LIMITS, above_limit, check_name, check_sizes, describe_number
 from dpaudit.privacy.audit_bounds import ONE_RUN_BOUND_CHOICES, SCORE_BOUND_CHOICES
 from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES
 from dpaudit.privacy.claims import PrivacyClaim
@@ -252,11 +252,7 @@ class AuditSpec:
 
     def _check_limits(self) -> None:
         """Every size against :data:`dpaudit.limits.LIMITS` (the limits the flags of ``dpaudit audit`` have)."""
-        if not isinstance(self.i_know, bool):
-            raise v.invalid_type("i_know", f"i_know must be a bool, got {self.i_know!r}")
-        sizes = {"num_trials": "trials", "epochs": "epochs", "num_steps": "steps", "num_members": "members", "num_canaries": "canaries", "group_size": "group_size", "workers": "workers"}
-        for name, limit in sizes.items():
-            check_limit(name, getattr(self, name), limit, i_know=self.i_know)
+        check_sizes(self, {"num_trials": "trials", "epochs": "epochs", "num_steps": "steps", "num_members": "members", "num_canaries": "canaries", "group_size": "group_size", "workers": "workers"})
         if self.num_steps is None and self.epochs is not None:
             # A tiny sampling rate makes 1/q steps per epoch: the steps are what the time follows.
             steps = self.epochs * max(1, round(1.0 / self.sampling_rate))
