@@ -71,14 +71,13 @@ def _compare(tmp_path: Path, grid: str, *extra: str) -> list[str]:
 # --------------------------------------------------------------------------- grid values
 
 
-@pytest.mark.parametrize("text", ["inf", "nan", "-inf", "Infinity", "NaN"])
+@pytest.mark.parametrize("text", ["inf", "nan", "-inf"])
 @pytest.mark.parametrize("key", ["label", "family"])
 def test_grid_texts_that_json_reads_back_as_numbers_are_refused(text: str, key: str, cli, no_work, tmp_path: Path) -> None:
     """A label "inf" trained, then broke the run: its JSON round trip made it a float."""
     from dpaudit.store import from_jsonable
 
-    if from_jsonable(text) == text:  # only the strings the results' JSON turns into numbers
-        pytest.skip(f"{text!r} stays a string after the round trip")
+    assert isinstance(from_jsonable(text), float)  # the results' JSON reads these back as numbers
     grid = _grid(tmp_path, GRID.format(extra=f'[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = 1\n{key} = {json.dumps(text)}\n'))
     _refused(cli, _compare(tmp_path, grid, "--dry-run"), naming=f"defenses[1].{key}")
 
