@@ -95,8 +95,8 @@ LIMITS: Mapping[str, SizeLimit] = {
     "workers": SizeLimit(1024, "each worker is a process"),
     "composed_events": SizeLimit(1000, "each event of a claim is accounted in turn by every accountant: 1,000 took 20 s, 10,000 more than 3 minutes"),
     "nesting_depth": SizeLimit(64, "a value nested deeper is no grid or claim, and parsing it recurses", hard=True),
-    "name_length": SizeLimit(220, "a name becomes directory and file names, which with their suffixes must stay within the 255 bytes a file name may have", hard=True),
-    "label_length": SizeLimit(100, "a grid's name and its settings' labels are parts of its job and audit file names, which must stay within 255 bytes", hard=True),
+    "name_length": SizeLimit(200, "a name becomes directory and report file names, which with their suffixes must stay within the 255 bytes a file name may have", hard=True),
+    "label_length": SizeLimit(90, "a grid's name and each setting's label make up its audits' names (compare-NAME-LABEL-HASH), within name_length", hard=True),
 }
 
 

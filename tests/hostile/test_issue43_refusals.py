@@ -270,9 +270,10 @@ def test_python_api_specs_refuse_the_sizes_the_flags_refuse() -> None:
         assert getattr(caught.value, "argument", None) == name
 
 
-def test_audit_name_too_long_for_a_file_name_exits_2_before_the_work(cli, no_work, tmp_path: Path) -> None:
-    """A 250-character --name failed after the audit, blaming --out."""
-    argv = ["audit", "--target-epsilon", "1", "--num-steps", "10", "--num-trials", "2", "--name", "a" * 250, "--out", str(tmp_path / "run")]
+@pytest.mark.parametrize("name", ["a" * 250, "ε-audit"])
+def test_audit_names_no_report_file_can_carry_exit_2_before_the_work(name: str, cli, no_work, tmp_path: Path) -> None:
+    """A 250-character --name failed after the audit, blaming --out; one with ε failed at its report (ASCII file stems)."""
+    argv = ["audit", "--target-epsilon", "1", "--num-steps", "10", "--num-trials", "2", "--name", name, "--out", str(tmp_path / "run")]
     _refused(cli, argv, naming="--name")
 
 

@@ -227,8 +227,9 @@ class AuditSpec:
         self._check_limits()
         if self.name is not None:
             check_name("name", self.name)
-        if self.name is not None and not (isinstance(self.name, str) and self.name.replace("-", "").replace("_", "").replace(".", "").isalnum() and not self.name.startswith(".")):
-            raise v.invalid("name", f"name must be a plain name (letters, digits, - _ .), got {self.name!r}")
+        # ASCII only: the audit's report files are named after it (reports/render.py's plain stems).
+        if self.name is not None and not (self.name.isascii() and self.name.replace("-", "").replace("_", "").replace(".", "").isalnum() and not self.name.startswith(".")):
+            raise v.invalid("name", f"name must be a plain name (ASCII letters, digits, - _ .), got {self.name!r}")
         if self.model_fn is not None and (self.train_fn is None or (self.init == "random" and self.canary != "blank")):
             raise v.invalid(
                 "model_fn",

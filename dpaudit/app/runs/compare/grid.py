@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.limits import check_count, check_depth, check_name
+from dpaudit.limits import LIMITS, check_count, check_depth, check_name, describe_number
 from dpaudit.store import from_jsonable, safe_stem, to_jsonable
 
 __all__ = [
@@ -350,9 +350,13 @@ def _top_level(data: Mapping[str, Any], *, source: str) -> dict[str, Any]:
         raise GridError(str(exc), argument=getattr(exc, "argument", None)) from None
     name = _text("name", data["name"]) if "name" in data else Path(source).stem or "compare"
     stem = safe_stem(name, default="compare")
-    if not stem.isascii() or len(stem) > 100:
+    if not stem.isascii() or len(stem) > LIMITS["label_length"].maximum:
         # The report's files are named after it, in letters, digits and - _ . only.
-        raise _fail("name", f"{v.short(name, 40)} must be written in ASCII letters, digits and - _ . (at most 100) to name the report's files{'' if 'name' in data else '; give the grid a `name`'}")
+        raise _fail(
+            "name",
+            f"{v.short(name, 40)} must be written in ASCII letters, digits and - _ . (at most {describe_number(LIMITS['label_length'].maximum)}) to name the report's files"
+            + ("" if "name" in data else "; give the grid a `name`"),
+        )
     return {"name": stem, "dataset": dataset, "model": model, "seeds": seeds, "device": device, **values}
 
 
