@@ -174,11 +174,12 @@ def gdp_mu(epsilon: float, delta: float) -> float:
     eps = v.positive("epsilon", epsilon)
     d = v.open_unit("delta", delta)
 
-    def phi(x: float) -> float:
-        return 0.5 * math.erfc(-x / math.sqrt(2.0))
+    from scipy.special import log_ndtr
 
     def delta_of(mu: float) -> float:
-        return phi(-eps / mu + mu / 2) - math.exp(eps) * phi(-eps / mu - mu / 2)
+        # e^ε·Φ(x) as exp(ε + log Φ(x)): e^ε alone overflows a float from ε ≈ 710 (a typed
+        # --target-epsilon 1000), while the product itself is at most 1.
+        return math.exp(float(log_ndtr(-eps / mu + mu / 2))) - math.exp(eps + float(log_ndtr(-eps / mu - mu / 2)))
 
     lo, hi = 1e-6, 1.0
     while delta_of(hi) < d and hi < 1e3:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dpaudit import _validate as v
+from dpaudit.limits import SizeLimit
 
 __all__ = ["SizeLimit", "LIMIT_ATTR", "limit_action", "OptionSpec", "option", "option_specs", "add_option_flags", "options_from_args", "OptionConflictError"]
 
@@ -28,26 +29,13 @@ _KEY = "dpaudit_option"
 LIMIT_ATTR = "dpaudit_limit"
 
 
-@dataclasses.dataclass(frozen=True)
-class SizeLimit:
-    """The documented upper limit of a size argument (a count of models, steps, draws…).
+def limit_action(action: argparse.Action, maximum: float | SizeLimit, why: str = "") -> argparse.Action:
+    """Attaches a :class:`~dpaudit.limits.SizeLimit` to a hand-written argparse flag; returns the action.
 
-    A value above ``maximum`` is refused unless the user passes ``--i-know``: such sizes are
-    far more often a typo (``--num-shadows 100000``) than an intent, and they would otherwise
-    run silently for hours or exhaust memory.
-
-    Attributes:
-        maximum: the largest value accepted without ``--i-know``.
-        why: what each unit costs, for the error message (``"each shadow is one training"``).
+    ``maximum`` is an entry of :data:`dpaudit.limits.LIMITS` (the one table), or a number with
+    its ``why`` for a limit of one verb alone.
     """
-
-    maximum: float
-    why: str
-
-
-def limit_action(action: argparse.Action, maximum: float, why: str) -> argparse.Action:
-    """Attaches a :class:`SizeLimit` to a hand-written argparse flag; returns the action."""
-    setattr(action, LIMIT_ATTR, SizeLimit(maximum, why))
+    setattr(action, LIMIT_ATTR, maximum if isinstance(maximum, SizeLimit) else SizeLimit(maximum, why))
     return action
 
 

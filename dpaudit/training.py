@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
-from dpaudit.options import SizeLimit, option
+from dpaudit.limits import LIMITS
+from dpaudit.options import option
 
 __all__ = ["SGDConfig", "TrainWorkspace", "TrainingDiverged", "check_loss", "resolve_device", "shuffled_batches", "evaluate", "predict_logits"]
 
@@ -51,8 +52,8 @@ def check_loss(loss: float, *, step: int, epoch: int, learning_rate: float, hint
 #: Documented size limits of the training flags (``--i-know`` exceeds them on the command line):
 #: the longest published runs in the suite's scope are a few hundred epochs, and a batch beyond
 #: 65,536 examples no longer fits a GPU for the zoo's image models.
-EPOCH_LIMIT = SizeLimit(10_000, "each epoch is one pass over the training set")
-BATCH_LIMIT = SizeLimit(65_536, "a batch is held in memory at once")
+EPOCH_LIMIT = LIMITS["epochs"]
+BATCH_LIMIT = LIMITS["batch_size"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,8 +128,14 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
         raise v.invalid("device", f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}") from None
+    if dev.type not in ("cpu", "cuda"):
+        # The suite trains and attacks on a CPU or a CUDA GPU only: 'meta' holds no values and an
+        # 'mps' or 'xpu' build is untested here, and either would fail mid-run rather than now.
+        raise v.invalid("device", f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise v.invalid("device", f"device={device!r} requested but CUDA is not available on this machine")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise v.invalid("device", f"device={device!r} names GPU {dev.index}, but this machine has {torch.cuda.device_count()}")
     return dev
 
 

@@ -41,8 +41,9 @@ from torch.nn import functional as F
 from attacks.inversion.base import RESTARTS_HELP, InversionOutput, check_classes, eval_mode, target_confidence
 from attacks.inversion.spec import INVERSION_ATTACKS, InversionAttackSpec, PriorSpec
 from dpaudit import _validate as v
+from dpaudit.limits import LIMITS
 from dpaudit.models import build_critic, build_generator
-from dpaudit.options import SizeLimit, option, option_specs
+from dpaudit.options import option, option_specs
 from dpaudit.seeding import torch_generator
 
 __all__ = ["GANConfig", "GMIConfig", "build_gan", "train_gan", "gmi", "build_gan_modules", "train_gan_modules", "run_gmi"]
@@ -95,19 +96,17 @@ class GANConfig:
         gradient_penalty: λ_GP, the weight of the critic's gradient-norm penalty.
     """
 
-    latent_dim: int = option(100, help="GMI: length of the GAN's latent vector z", metavar="D", check=_count, limit=SizeLimit(10_000, "the generator's first layer grows with it"))
+    latent_dim: int = option(100, help="GMI: length of the GAN's latent vector z", metavar="D", check=_count, limit=LIMITS["latent_dim"])
     gan_epochs: int = option(
         10,
         help="GMI: passes of the GAN training over the public images",
         metavar="N",
         check=_count,
-        limit=SizeLimit(10_000, "each epoch is one pass of GAN training over the public data"),
+        limit=LIMITS["epochs"],
     )
-    gan_batch_size: int = option(64, help="GMI: public images per GAN critic step", metavar="B", check=_count, limit=SizeLimit(65_536, "a batch is held in memory with its double-backward graph"))
+    gan_batch_size: int = option(64, help="GMI: public images per GAN critic step", metavar="B", check=_count, limit=LIMITS["batch_size"])
     gan_learning_rate: float = option(2e-4, help="GMI: Adam step size of the GAN's generator and critic", metavar="LR", check=_rate)
-    critic_steps: int = option(
-        5, help="GMI: WGAN-GP critic steps per generator step, n_critic", metavar="N", check=_count, limit=SizeLimit(1000, "the generator learns once per this many critic steps")
-    )
+    critic_steps: int = option(5, help="GMI: WGAN-GP critic steps per generator step, n_critic", metavar="N", check=_count, limit=LIMITS["critic_steps"])
     gradient_penalty: float = option(10.0, help="GMI: WGAN-GP gradient-penalty weight (Gulrajani et al. 2017)", metavar="LAMBDA", check=_weight)
 
     def __post_init__(self) -> None:
@@ -136,11 +135,11 @@ class GMIConfig:
         help="GMI: momentum-SGD steps on the latent z",
         metavar="N",
         check=_count,
-        limit=SizeLimit(10**6, "each step is one forward and backward pass over all classes and restarts"),
+        limit=LIMITS["inversion_steps"],
     )
     gmi_step_size: float = option(0.02, help="GMI: SGD learning rate on the latent z", metavar="ETA", check=v.positive)
     gmi_momentum: float = option(0.9, help="GMI: SGD momentum on the latent z, in [0, 1)", metavar="MU", check=v.unit_interval_open_right)
-    restarts: int = option(5, help=RESTARTS_HELP, metavar="R", check=_count, limit=SizeLimit(1000, "each restart is one more inversion of every class"))
+    restarts: int = option(5, help=RESTARTS_HELP, metavar="R", check=_count, limit=LIMITS["restarts"])
 
     def __post_init__(self) -> None:
         _check_fields(self)

@@ -49,7 +49,8 @@ from torch.nn import functional as F
 from attacks.inversion.base import RESTARTS_HELP, InversionOutput, check_classes
 from attacks.inversion.spec import INVERSION_ATTACKS, InversionAttackSpec
 from dpaudit import _validate as v
-from dpaudit.options import SizeLimit, option
+from dpaudit.limits import LIMITS
+from dpaudit.options import option
 from dpaudit.seeding import derive_seed
 
 __all__ = ["MIFaceConfig", "MIFaceOutput", "mi_face", "run_mi_face", "plan_iterations", "DEFAULT_ITERATIONS", "SECONDS_PER_CLASS"]
@@ -108,7 +109,7 @@ class MIFaceConfig:
         help=f"MI-Face: most gradient steps per class, alpha (default {DEFAULT_ITERATIONS:,}, capped to about {SECONDS_PER_CLASS / 60:g} min per class at the speed measured on the model)",
         metavar="N",
         check=lambda n, x: v.integer(n, x, minimum=1),
-        limit=SizeLimit(10**6, "each step is one forward and backward pass over all classes"),
+        limit=LIMITS["inversion_steps"],
     )
     step_size: float = option(0.1, help="MI-Face: gradient step lambda", metavar="LAMBDA", check=v.positive)
     patience: int = option(100, help="MI-Face: stop a class whose best cost has not improved for this many steps, beta", metavar="BETA", check=lambda n, x: v.integer(n, x, minimum=1))
@@ -118,7 +119,7 @@ class MIFaceConfig:
     descend_on: str = option(
         "log-probability", help="MI-Face: take gradient steps on -log p(class) (same minimisers, no vanishing gradient where p ~ 0) or on the paper's cost 1 - p(class)", choices=_OBJECTIVES
     )
-    restarts: int = option(1, help=RESTARTS_HELP, metavar="R", check=lambda n, x: v.integer(n, x, minimum=1), limit=SizeLimit(1000, "each restart is one more inversion of every class"))
+    restarts: int = option(1, help=RESTARTS_HELP, metavar="R", check=lambda n, x: v.integer(n, x, minimum=1), limit=LIMITS["restarts"])
 
     def __post_init__(self) -> None:
         if self.max_iterations is None:

@@ -18,7 +18,8 @@ import numpy as np
 
 from attacks.membership.shadows import POOL_KINDS
 from dpaudit import _validate as v
-from dpaudit.options import SizeLimit, option_specs
+from dpaudit.limits import LIMITS
+from dpaudit.options import option_specs
 from dpaudit.registry import Registry
 from dpaudit.results import MembershipResult
 
@@ -55,7 +56,7 @@ def check_fields(config: Any) -> None:
 
 #: Shadow and reference counts above this need ``--i-know`` on the command line (the papers use
 #: at most 256 for LiRA and 254 for RMIA; each model is one full training).
-SHADOW_LIMIT = SizeLimit(1024, "each shadow model is one full training of the target's defense")
+SHADOW_LIMIT = LIMITS["shadows"]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -14,6 +14,9 @@ found from the path). Anything else, a plain ``ValueError`` included, is a bug: 
 
 Each verb is one module of :mod:`dpaudit.app.verbs` with ``register(subparsers)``; the heavy
 imports (torch, the registries) happen inside the verbs, so ``dpaudit --help`` stays light.
+This module itself imports only the standard library when loaded (the rest inside
+:func:`main`), so that a Ctrl-C in the first moments of a command is caught by :func:`main`
+like any later one: exit status 130 and one line, never a traceback.
 """
 
 from __future__ import annotations
@@ -30,13 +33,26 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-from dpaudit._validate import InvalidArgument
-from dpaudit.app.common import EXIT_INTERNAL, EXIT_USAGE, Parser, UsageError
-from dpaudit.locks import RunInUse, command_lock
-from dpaudit.options import LIMIT_ATTR, SizeLimit
+if TYPE_CHECKING:
+    from dpaudit.app.common import UsageError
+    from dpaudit.limits import SizeLimit
 
 __all__ = ["main", "build_parser", "UsageError", "VERBS", "OUTPUT_FILE", "output_problem", "check_output_paths"]
+
+#: The exit status of an interrupted command (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
+
+
+def __getattr__(name: str) -> Any:
+    # ``UsageError`` is re-exported here, but imported only on first use (see the module docstring).
+    if name == "UsageError":
+        from dpaudit.app.common import UsageError
+
+        return UsageError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: The verbs, in the order ``dpaudit --help`` lists them (modules of ``dpaudit.app.verbs``), with
 #: their one-line help. Only the verb being run is imported, so ``dpaudit --help`` and
@@ -63,6 +79,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             registered (the others appear by name and help), which keeps start-up light;
             ``None`` registers every verb fully (for tests that enumerate every flag).
     """
+    from dpaudit.app.common import Parser
+
     parser = Parser(prog="dpaudit", description="Attack-and-audit evaluation suite for privacy-preserving deep learning.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on internal errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
@@ -95,6 +113,8 @@ def _install_limits(parser: argparse.ArgumentParser) -> None:
     generated flags, :func:`dpaudit.options.limit_action` for hand-written ones), so a new
     registered defense or attack brings its own.
     """
+    from dpaudit.options import LIMIT_ATTR
+
     limited = [a for a in parser._actions if getattr(a, LIMIT_ATTR, None) is not None]
     if not limited:
         return
@@ -106,21 +126,25 @@ def _install_limits(parser: argparse.ArgumentParser) -> None:
 
 
 def check_size_limits(args: argparse.Namespace) -> None:
-    """Refuses a size above its documented limit unless ``--i-know`` was given.
+    """Refuses a size above its documented limit unless ``--i-know`` was given (a hard limit: even then).
 
     Raises:
         UsageError: names the flag, the value, the limit and what each unit costs.
     """
-    if getattr(args, "i_know", False):
-        return
+    from dpaudit.app.common import UsageError
+
+    i_know = bool(getattr(args, "i_know", False))
     for dest, flag, lim in getattr(args, "_size_limits", ()):
         value = getattr(args, dest, None)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > lim.maximum:
-            raise UsageError(f"{flag}={_number(value)} is above the limit {_number(lim.maximum)} ({lim.why}); pass --i-know to run it anyway", argument=flag)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > lim.maximum and (lim.hard or not i_know):
+            tail = "" if lim.hard else "; pass --i-know to run it anyway"
+            raise UsageError(f"{flag}={_number(value)} is above the limit {_number(lim.maximum)} ({lim.why}){tail}", argument=flag)
 
 
 def check_device(args: argparse.Namespace) -> None:
     """Refuses a ``--device`` this machine does not have before any work starts (exit 2, not 1)."""
+    from dpaudit.app.common import UsageError
+
     device = getattr(args, "device", None)
     if device is None or device in ("auto", "cpu"):
         return
@@ -205,12 +229,26 @@ def check_output_paths(parser: argparse.ArgumentParser, args: argparse.Namespace
         problem = output_problem(value, directory=not is_file)
         if problem is not None:
             flag = action.option_strings[-1]
+            from dpaudit.app.common import UsageError
+
             raise UsageError(f"{flag}={value!r} {problem}", argument=flag)
+
+
+def check_executor(args: argparse.Namespace) -> None:
+    """Refuses ``--executor ray`` where Ray is not installed, before any work (exit 2, as ``attack membership``)."""
+    import importlib.util
+
+    from dpaudit.app.common import UsageError
+
+    if getattr(args, "executor", None) == "ray" and importlib.util.find_spec("ray") is None:
+        raise UsageError("--executor ray needs Ray, which is not installed here: pip install 'dpaudit[ray]' (or pip install 'ray>=2.9'), or use --executor local", argument="--executor")
 
 
 def _number(x: float) -> str:
     """A limit or a size as people write it: ``1,000,000`` rather than ``1e+06``."""
-    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e18 else f"{x:g}"
+    from dpaudit.limits import describe_number
+
+    return describe_number(x)
 
 
 def _leaf_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
@@ -301,6 +339,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     (exit 1, "internal error", a traceback with ``--debug``).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _locked_main(argv)
+    except KeyboardInterrupt:
+        # Caught here, above every import of the suite (this module loads only the standard
+        # library), so that even a Ctrl-C during start-up ends in one line and 130.
+        return _report_error(argv, _prog_of(argv), "interrupted; finished results are kept, rerun to resume", argument=None, status=EXIT_INTERRUPTED)
+
+
+def _locked_main(argv: list[str]) -> int:
+    from dpaudit.app.common import EXIT_USAGE
+    from dpaudit.locks import RunInUse, command_lock
+
     with contextlib.ExitStack() as stack:
         # One writer per command and run directory, taken from the raw arguments before anything
         # heavy is imported (building some verbs' parsers imports torch): an identical second run
@@ -316,6 +366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    from dpaudit._validate import InvalidArgument
+    from dpaudit.app.common import EXIT_INTERNAL, EXIT_USAGE, UsageError
+
     debug = "--debug" in argv or bool(os.environ.get("DPAUDIT_DEBUG"))
     try:
         parser = build_parser(argv)
@@ -333,6 +386,7 @@ def _main(argv: list[str]) -> int:
         check_size_limits(args)
         check_device(args)
         check_output_paths(leaf, args)
+        check_executor(args)
         return int(args.func(args))
     except UsageError as exc:
         return _report_error(argv, prog, _naming(_one_line(str(exc)), _flag_of(leaf, exc.argument)), argument=_flag_of(leaf, exc.argument), status=EXIT_USAGE)
@@ -355,7 +409,7 @@ def _main(argv: list[str]) -> int:
         message = f"{shown}: {exc.strerror or exc}"
         return _report_error(argv, prog, _one_line(f"{flag}: {message}" if flag else message), argument=flag, status=EXIT_USAGE)
     except KeyboardInterrupt:
-        return _report_error(argv, prog, "interrupted; finished results are kept, rerun to resume", argument=None, status=130)
+        return _report_error(argv, prog, "interrupted; finished results are kept, rerun to resume", argument=None, status=EXIT_INTERRUPTED)
     except SystemExit as exc:
         # Nothing of dpaudit's exits from inside a verb; user code that does is caught where it is
         # called (dpaudit.callables.call_user), and whatever slipped past must not pick the status.
@@ -369,6 +423,8 @@ def _main(argv: list[str]) -> int:
 
 
 def _internal(argv: Sequence[str], prog: str, exc: BaseException) -> int:
+    from dpaudit.app.common import EXIT_INTERNAL
+
     text = _one_line(str(exc))
     return _report_error(argv, prog, f"internal error: {type(exc).__name__}: {text} (please report it; rerun with --debug for a traceback)", argument=None, status=EXIT_INTERNAL)
 

@@ -206,10 +206,11 @@ def add_common(
         parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     if executor is not None:
         from dpaudit.executors import EXECUTORS
+        from dpaudit.limits import LIMITS
         from dpaudit.options import limit_action
 
         parser.add_argument("--executor", choices=EXECUTORS, default="local", help=f"where {executor} train: local process pool (default), ray, or serial (in-process)")
-        limit_action(parser.add_argument("--num-workers", type=positive_int("--num-workers"), metavar="W", help="parallel workers (default: CPU count)"), 1024, "each worker is a process")
+        limit_action(parser.add_argument("--num-workers", type=positive_int("--num-workers"), metavar="W", help="parallel workers (default: CPU count)"), LIMITS["workers"])
         parser.add_argument("--address", metavar="ADDR", help="Ray cluster address (with --executor ray; default: start a local Ray)")
         parser.add_argument(
             "--ship-code",

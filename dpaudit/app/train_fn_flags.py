@@ -54,7 +54,7 @@ def claim_from_args(args: argparse.Namespace) -> Any:
         UsageError: ``--claim`` together with ``--claim-*``, only some of the three ``--claim-*``,
             or a claim file that is missing or not a claim.
     """
-    from dpaudit.privacy.claims import claim_from_dict, dpsgd_claim
+    from dpaudit.privacy.claims import check_claim_size, claim_from_dict, dpsgd_claim
     from dpaudit.store import read_json
 
     parts = (args.claim_noise_multiplier, args.claim_sampling_rate, args.claim_num_steps)
@@ -65,7 +65,9 @@ def claim_from_args(args: argparse.Namespace) -> Any:
         if not path.is_file():
             raise UsageError(f"--claim: file {args.claim!r} does not exist", argument="--claim")
         try:
-            return claim_from_dict(read_json(path))
+            data = read_json(path)
+            check_claim_size(data, argument="--claim", i_know=getattr(args, "i_know", False))
+            return claim_from_dict(data)
         except (ValueError, TypeError) as exc:
             raise UsageError(f"--claim {args.claim!r}: {exc}", argument="--claim") from None
     if all(p is None for p in parts):

@@ -39,6 +39,7 @@ __all__ = [
     "NonPrivateClaim",
     "dpsgd_claim",
     "claim_from_dict",
+    "check_claim_size",
     "event_to_dict",
     "event_from_dict",
     "check_event",
@@ -437,6 +438,38 @@ def claim_kind(name: str) -> type[PrivacyClaim]:
     if name not in CLAIM_KINDS:
         raise v.invalid("claim", f"claim kind must be one of {', '.join(CLAIM_KINDS)}; got {name!r}")
     return CLAIM_KINDS[name]
+
+
+def check_claim_size(data: Any, *, argument: str = "claim", i_know: bool = False) -> int:
+    """Refuses a claim's JSON form that nests deeper, or holds more events, than the documented limits.
+
+    Counted without recursion and before any event is built, so that a hostile claim file (an
+    event list 10,000 deep, or 100,000 composed events that every accountant would walk for
+    minutes) is one line naming ``argument``. The event count is
+    :data:`~dpaudit.limits.LIMITS` ``["composed_events"]`` (exceeded only with ``i_know``).
+
+    Returns:
+        The number of events its compositions hold (the items of every ``events`` list).
+    """
+    from dpaudit.limits import LIMITS, check_depth, describe_number
+
+    check_depth(argument, data)
+    composed, stack = 0, [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("events"), list):  # a ComposedDpEvent's list: one mechanism each
+                composed += len(item["events"])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    limit = LIMITS["composed_events"]
+    if composed > limit.maximum and not i_know:
+        raise v.invalid(
+            argument,
+            f"{argument} composes {composed:,} events, above the limit {describe_number(limit.maximum)} ({limit.why}); pass --i-know (i_know=True) to run it anyway",
+        )
+    return composed
 
 
 def claim_from_dict(data: dict[str, Any]) -> PrivacyClaim:

@@ -107,6 +107,8 @@ class CertifySpec:
         data_root: data root for the record's dataset.
         batch_size: most rows per Monte Carlo forward pass.
         progress: progress and reuse notes on stderr.
+        i_know: accept draws, examples, radii or EOT samples above the documented limits
+            (:data:`dpaudit.limits.LIMITS`), as ``--i-know`` does on the command line.
     """
 
     target: str | Path
@@ -126,12 +128,16 @@ class CertifySpec:
     data_root: str | None = None
     batch_size: int = 4096
     progress: bool = True
+    i_know: bool = False
 
     def __post_init__(self) -> None:
         from attacks.evasion import EVASION_ATTACKS
+        from dpaudit.limits import check_count, check_sizes
 
         if not isinstance(self.target, (str, Path)) or not str(self.target):
             raise v.invalid_type("target", f"target must be a path, got {self.target!r}")
+        check_sizes(self, {"num_draws": "draws", "num_selection_draws": "draws", "num_examples": "examples", "num_eot_samples": "eot_samples"})
+        check_count("radii", self.radii, "radii", i_know=self.i_know)
         radii = sorted({v.non_negative("radii", r) for r in self.radii})
         if not radii:
             raise v.invalid("radii", "radii must name at least one radius, got []")

@@ -56,6 +56,8 @@ class BatterySpec:
         num_workers: worker processes (1: in-process).
         trials: trainings per game (``None``: each check's default; tests use few).
         data_root: data root for datasets other than digits.
+        i_know: accept a budget, trials or workers above the documented limits
+            (:data:`dpaudit.limits.LIMITS`), as ``--i-know`` does on the command line.
     """
 
     train_fn: str
@@ -70,6 +72,7 @@ class BatterySpec:
     num_workers: int = 1
     trials: int | None = None
     data_root: str | None = None
+    i_know: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.train_fn, str) or ":" not in self.train_fn:
@@ -95,6 +98,9 @@ class BatterySpec:
         object.__setattr__(self, "num_workers", v.integer("num_workers", self.num_workers, minimum=1))
         if self.trials is not None:
             object.__setattr__(self, "trials", v.integer("trials", self.trials, minimum=4))
+        from dpaudit.limits import check_sizes
+
+        check_sizes(self, {"budget_minutes": "budget_minutes", "trials": "trials", "num_workers": "workers"})
 
     def selected(self) -> tuple[str, ...]:
         """The checks to run, in registry order."""

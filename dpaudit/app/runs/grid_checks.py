@@ -21,7 +21,9 @@ import functools
 import re
 from typing import TYPE_CHECKING, Any
 
-from dpaudit.options import SizeLimit, option_specs
+from dpaudit.limits import LIMITS, SizeLimit
+from dpaudit.limits import describe_number as describe_number
+from dpaudit.options import option_specs
 
 if TYPE_CHECKING:
     pass
@@ -41,7 +43,7 @@ __all__ = [
 
 #: The most jobs a grid runs without ``--i-know``: a 2,000-value sweep or 500 seeds is far more
 #: often a typo than a plan, and would train for days.
-JOB_LIMIT = SizeLimit(1000, "each job is one training or one attack of a trained model")
+JOB_LIMIT = LIMITS["jobs"]
 
 #: Each numeric or choice key of an attack section → the verb and flag it stands for: the grid
 #: value is checked by that flag's validator and answers to its documented limit.
@@ -84,10 +86,6 @@ def _verb_actions(verb: str) -> dict[str, argparse.Action]:
 def verb_flag(verb: str, flag: str) -> argparse.Action:
     """The argparse action of ``flag`` of ``dpaudit VERB`` (its ``type``, ``choices`` and limit)."""
     return _verb_actions(verb)[flag]
-
-
-def describe_number(x: float) -> str:
-    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e18 else f"{x:g}"
 
 
 def above_limit(key: str, value: Any, limit: SizeLimit | None) -> str | None:

@@ -111,6 +111,9 @@ class InversionSpec:
         device: where to run.
         progress: progress on stderr.
         command: the command line, for the run manifest.
+        i_know: accept sizes above the documented limits of the attacks', priors' and
+            evaluator's configs (steps, restarts, epochs…; :data:`dpaudit.limits.LIMITS`), as
+            ``--i-know`` does on the command line.
     """
 
     target: Path
@@ -124,6 +127,14 @@ class InversionSpec:
     device: str = "cpu"
     progress: bool = True
     command: str = ""
+    i_know: bool = False
+
+    def __post_init__(self) -> None:
+        from dpaudit.limits import check_config_sizes, check_sizes
+
+        check_sizes(self, {})
+        for config in [*dict(self.attacks).values(), *dict(self.priors).values(), self.evaluator]:  # each declares its limits (the flags')
+            check_config_sizes(config, i_know=self.i_know)
 
 
 @dataclass(frozen=True, kw_only=True)

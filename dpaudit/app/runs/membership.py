@@ -51,7 +51,13 @@ def read_ids(name: str, path: str | Path) -> np.ndarray:
     if not p.is_file():
         raise v.invalid(name, f"{name}: file not found: {str(path)!r}")
     try:
+        if p.suffix == ".npy":
+            from dpaudit.limits import check_npy
+
+            check_npy(name, p, ndim=1)  # from the header: a 2-D or 3-D array is refused before it is loaded
         arr = np.load(p, allow_pickle=False) if p.suffix == ".npy" else np.asarray(json.loads(p.read_text(encoding="utf-8")))
+    except v.InvalidArgument:
+        raise
     except (ValueError, OSError) as exc:
         raise v.invalid(name, f"{name}: {str(path)!r} must be a JSON list or .npy array of integer sample ids ({exc})") from None
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
@@ -110,6 +116,9 @@ class MembershipSpec:
         shadow_defense: train every shadow with this defense and ``shadow_config`` instead of
             the target's own recipe (``None``). Targets on the same data then share one pool.
         shadow_config: that defense's config fields.
+        i_know: accept sizes above the documented limits (samples, queries, population,
+            workers, each attack's shadows; :data:`dpaudit.limits.LIMITS`), as ``--i-know``
+            does on the command line.
     """
 
     attacks: Mapping[str, Any]
@@ -128,9 +137,11 @@ class MembershipSpec:
     command: str = ""
     shadow_defense: str | None = None
     shadow_config: Mapping[str, Any] = field(default_factory=dict)
+    i_know: bool = False
 
     def __post_init__(self) -> None:
         from attacks.membership import MEMBERSHIP_ATTACKS
+        from dpaudit.limits import check_config_sizes, check_sizes
 
         if not self.attacks:
             raise v.invalid("attacks", "attacks must name at least one attack")
@@ -144,6 +155,9 @@ class MembershipSpec:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, v.integer(name, getattr(self, name), minimum=1))
         object.__setattr__(self, "num_population", v.integer("num_population", self.num_population, minimum=1))
+        check_sizes(self, {"num_samples": "samples", "num_queries": "queries", "num_population": "population", "num_workers": "workers"})
+        for config in self.attacks.values():  # each attack's sizes (its shadows) declare their limits
+            check_config_sizes(config, i_know=self.i_know)
         if self.address is not None and self.executor != "ray":
             raise v.invalid("address", f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
         if self.shadow_defense is not None:

@@ -60,6 +60,9 @@ class TrainSpec:
         num_workers: their parallel workers (``None``: the executor's default).
         address: Ray cluster address.
         ship_code: Ray sends this checkout's packages to the workers (:mod:`dpaudit.cluster`).
+        i_know: accept sizes above the documented limits (the config's epochs, batch size,
+            teachers…, each declared with its field; :data:`dpaudit.limits.LIMITS`), as
+            ``--i-know`` does on the command line.
     """
 
     defense: str
@@ -78,9 +81,11 @@ class TrainSpec:
     num_workers: int | None = None
     address: str | None = None
     ship_code: bool = False
+    i_know: bool = False
 
     def __post_init__(self) -> None:
         from defenses import DEFENSES
+        from dpaudit.limits import check_config_sizes, check_sizes
         from dpaudit.models import MODELS
 
         if self.defense not in DEFENSES:
@@ -103,6 +108,8 @@ class TrainSpec:
             v.integer("num_workers", self.num_workers, minimum=1)
         if self.address is not None and self.executor != "ray":
             raise v.invalid("address", f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
+        check_sizes(self, {"num_workers": "workers"})
+        check_config_sizes(self.config, i_know=self.i_know)
         object.__setattr__(self, "model_options", dict(self.model_options))
 
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpaudit.app.common import EXIT_OK, UsageError, add_common, check_executor_flags, check_record, delta_type, emit, fmt_eps_lb, path_type, positive_int
+from dpaudit.limits import LIMITS
 from dpaudit.options import limit_action
 
 __all__ = ["register"]
@@ -64,18 +65,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--attack", action="append", choices=(*MEMBERSHIP_ATTACKS, "all"), required=True, help="attack to run (repeatable; 'all' for every registered attack)")
     limit_action(
         m.add_argument("--num-queries", type=positive_int("--num-queries"), metavar="N", help="query augmentations per example for LiRA/RMIA (default: 2 where mirroring/shifts apply, else 1)"),
-        256,
-        "each query is one forward pass of every model over the data",
+        LIMITS["queries"],
     )
     limit_action(
         m.add_argument("--num-samples", type=positive_int("--num-samples"), metavar="N", help="score at most N members and N non-members (seeded subsample)"),
-        10**7,
-        "scores are held in memory for every model",
+        LIMITS["samples"],
     )
     limit_action(
         m.add_argument("--num-population", type=positive_int("--num-population"), default=1000, metavar="N", help="RMIA population samples z (default 1000)"),
-        10**6,
-        "each is scored by every reference model",
+        LIMITS["population"],
     )
     add_common(m, out=True, seed=True, data_root=True, device="cpu", quiet=True, executor="shadow models")
     m.add_argument("--dry-run", action="store_true", help="print the plan (jobs, estimated CPU-hours, wall time here and on 8 and 64 workers, memory per job) and exit without training shadow models")
@@ -146,6 +144,7 @@ def _spec(args: argparse.Namespace, flags: Any) -> Any:
         device=args.device,
         progress=not args.quiet,
         command=" ".join(["dpaudit", *sys.argv[1:]]),
+        i_know=getattr(args, "i_know", False),
     )
 
 
@@ -309,6 +308,7 @@ def _inversion_spec(args: argparse.Namespace, flags: Any) -> Any:
         device=args.device,
         progress=not args.quiet,
         command=" ".join(["dpaudit", *sys.argv[1:]]),
+        i_know=getattr(args, "i_know", False),
     )
 
 

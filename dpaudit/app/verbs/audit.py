@@ -29,12 +29,13 @@ from dpaudit.app.common import (
     fmt_eps_ub,
 )
 from dpaudit.app.train_fn_flags import TRAIN_FN_HELP, add_claim_flags, add_model_fn_flag, add_train_fn_flag, claim_from_args, pos_int
+from dpaudit.limits import LIMITS
 from dpaudit.options import limit_action
 
 __all__ = ["register"]
 
 #: Training steps above this need --i-know (Abadi et al.'s longest MNIST run is ~10^5 steps).
-MAX_STEPS = 10**6
+MAX_STEPS = int(LIMITS["steps"].maximum)
 
 
 #: One line defining the two numbers an audit prints (issue 10: the terminal output defines them).
@@ -166,6 +167,7 @@ def _spec_from_args(args: argparse.Namespace, claim: Any) -> Any:
         data_root=args.data_root,
         device=args.device,
         progress=not args.quiet,
+        i_know=args.i_know,
     )
     if spec.resolved_num_steps > MAX_STEPS and not args.i_know:
         # A tiny --sampling-rate makes 1/q steps per epoch: refuse before minutes of silence.
@@ -273,16 +275,13 @@ def _add_training_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clip-norm", type=arg("--clip-norm", v.positive), default=1.0, help="DP-SGD clipping norm C (default 1)")
     p.add_argument("--sampling-rate", type=arg("--sampling-rate", v.half_open_unit), default=0.01, help="DP-SGD Poisson sampling rate q (default 0.01)")
     steps = p.add_mutually_exclusive_group()
-    limit_action(steps.add_argument("--epochs", type=arg("--epochs", v.positive), help="DP-SGD epochs (1/q steps each; default 10)"), 10**4, "each epoch is 1/q training steps per trial")
-    limit_action(steps.add_argument("--num-steps", type=pos_int("--num-steps"), help="DP-SGD steps T (instead of --epochs)"), MAX_STEPS, "each step is one noisy gradient per trial")
+    limit_action(steps.add_argument("--epochs", type=arg("--epochs", v.positive), help="DP-SGD epochs (1/q steps each; default 10)"), LIMITS["epochs"])
+    limit_action(steps.add_argument("--num-steps", type=pos_int("--num-steps"), help="DP-SGD steps T (instead of --epochs)"), LIMITS["steps"])
     p.add_argument("--learning-rate", type=arg("--learning-rate", v.positive), default=0.1, help="DP-SGD learning rate (default 0.1)")
-    limit_action(
-        p.add_argument("--num-members", type=pos_int("--num-members"), help="training set size drawn from the dataset (default: half its training split)"), 10**7, "the members are held in memory"
-    )
+    limit_action(p.add_argument("--num-members", type=pos_int("--num-members"), help="training set size drawn from the dataset (default: half its training split)"), LIMITS["members"])
     limit_action(
         p.add_argument("--num-trials", type=pos_int("--num-trials"), help="multi-run: trainings per side (default 50); white-box: independent runs pooled (default 1)"),
-        10**4,
-        "each trial is one full training",
+        LIMITS["trials"],
     )
 
 
@@ -292,8 +291,7 @@ def _add_canary_flags(p: argparse.ArgumentParser) -> None:
 
     limit_action(
         p.add_argument("--num-canaries", type=arg("--num-canaries", lambda n, x: v.integer(n, x, minimum=2), int), default=100, help="one-run: number of canaries m (default 100)"),
-        10**5,
-        "the canaries join the training set",
+        LIMITS["canaries"],
     )
     p.add_argument(
         "--one-run-bound",
@@ -316,7 +314,7 @@ def _add_canary_flags(p: argparse.ArgumentParser) -> None:
         "(Annamalai & De Cristofaro 2024: --model pre-trained non-privately on non-member records, passed as initial_state=; "
         "use with --sampling-rate 1 and --canary blank for their full-batch DP-GD audit)",
     )
-    limit_action(p.add_argument("--group-size", type=pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)"), 10**4, "each copy joins the training set")
+    limit_action(p.add_argument("--group-size", type=pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)"), LIMITS["group_size"])
 
 
 def _add_bound_flags(p: argparse.ArgumentParser) -> None:
@@ -349,7 +347,7 @@ def _add_executor_flags(p: argparse.ArgumentParser) -> None:
     """Where the trials run: workers, the executor and a Ray cluster."""
     from dpaudit.executors import EXECUTORS
 
-    limit_action(p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for trials (default 1: in this process)"), 1024, "each worker is a process")
+    limit_action(p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for trials (default 1: in this process)"), LIMITS["workers"])
     p.add_argument(
         "--executor",
         choices=EXECUTORS,

@@ -44,6 +44,7 @@ from dpaudit.app.common import (
     path_type,
 )
 from dpaudit.app.runs.certify import DEFAULT_RADII, CertifySpec, NotCertifiable, run_certify
+from dpaudit.limits import LIMITS
 from dpaudit.options import limit_action
 
 __all__ = ["register"]
@@ -112,6 +113,7 @@ def _cmd_certify(args: argparse.Namespace) -> int:
         device=args.device,
         data_root=args.data_root,
         progress=not args.quiet,
+        i_know=getattr(args, "i_know", False),
     )
     run = RunDir(args.out)
     try:
@@ -169,8 +171,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_common(p, out=True, seed=True, data_root=True, device="auto", quiet=True)
     limit_action(
         p.add_argument("--num-draws", type=_count("--num-draws", 2), metavar="N", help="noise draws per test example (default: the record's spec, 2000 for a noise layer, 10000 for smoothing)"),
-        10**6,
-        "each draw is one forward pass per example",
+        LIMITS["draws"],
     )
     p.add_argument("--radii", type=_radii(), metavar="R1,R2,...", help=f"perturbation radii (default {','.join(map(str, DEFAULT_RADII))})")
     p.add_argument("--attack", action="append", metavar="NAMES", help=f"attacks, comma separated (default {','.join(EVASION_ATTACKS.names())})")
@@ -178,23 +179,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--norm", choices=("l2", "linf"), help="attack norm (default: the one the model was calibrated for)")
     limit_action(
         p.add_argument("--num-examples", type=_count("--num-examples", 1), default=500, metavar="N", help="test examples (seeded subset; default 500)"),
-        10**5,
-        "each example is certified with --num-draws draws and attacked",
+        LIMITS["examples"],
     )
     p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="joint confidence 1 - eta of all score bounds of one test example (default 0.95)")
     p.add_argument("--bound", choices=("clopper-pearson", "hoeffding", "bernstein"), default="clopper-pearson", help="expected-score bound (default clopper-pearson on argmax counts)")
     p.add_argument("--no-smoothing", action="store_true", help="skip the randomized-smoothing certificate")
     limit_action(
         p.add_argument("--num-selection-draws", type=_count("--num-selection-draws", 1), metavar="N0", help="CERTIFY n0 (default: the record's spec, 100)"),
-        10**6,
-        "each draw is one forward pass per example",
+        LIMITS["draws"],
     )
     p.add_argument(
         "--smoothing-confidence", type=arg("--smoothing-confidence", v.open_unit), metavar="C", help="confidence of each smoothing certificate, 1 - CERTIFY's alpha (default: the record's spec, 0.999)"
     )
     limit_action(
         p.add_argument("--num-eot-samples", type=_count("--num-eot-samples", 1), metavar="K", help="noise draws averaged per attack gradient (default 8 for noisy models)"),
-        10**4,
-        "each sample is one gradient per attack step",
+        LIMITS["eot_samples"],
     )
     p.set_defaults(func=lambda a: _cmd_certify(a))

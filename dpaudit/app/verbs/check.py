@@ -27,6 +27,7 @@ from typing import Any
 from dpaudit import _validate as v
 from dpaudit.app.common import EXIT_OK, EXIT_VIOLATION, UsageError, add_common, arg, delta_type, emit, path_problem
 from dpaudit.app.train_fn_flags import add_claim_flags, add_model_fn_flag, add_train_fn_flag, claim_from_args, pos_int, resolve_callables
+from dpaudit.limits import LIMITS
 from dpaudit.options import limit_action
 
 __all__ = ["register"]
@@ -104,6 +105,7 @@ def _spec_from_args(args: argparse.Namespace) -> Any:
         seed=args.seed,
         num_workers=args.num_workers,
         data_root=args.data_root,
+        i_know=getattr(args, "i_know", False),
     )
 
 
@@ -208,14 +210,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="family-wise confidence of the battery, split over the checks by Bonferroni (default 0.95)")
     limit_action(
         p.add_argument("--budget-minutes", type=arg("--budget-minutes", v.positive), default=5.0, metavar="M", help="wall-clock budget shared by the checks (default 5)"),
-        24 * 60,
-        "the battery trains until the budget is spent",
+        LIMITS["budget_minutes"],
     )
     p.add_argument("--checks", type=_check_list, metavar="NAME[,NAME...]", help="run only these checks (default: every registered check, in run order; docs/audits/check.md lists them)")
     p.add_argument("--dataset", choices=DATASETS, default="digits", help="the dataset the checks draw records from (default digits)")
-    limit_action(
-        p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for the trainings (default 1: in this process)"), 1024, "each worker is a process"
-    )
+    limit_action(p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for the trainings (default 1: in this process)"), LIMITS["workers"])
     junit = p.add_argument("--junit", type=_junit_path, metavar="FILE", help="also write the verdicts as JUnit XML, one test case per check (GitHub, GitLab and Jenkins display it)")
     from dpaudit.app.cli import OUTPUT_FILE
 

@@ -54,16 +54,20 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     check_executor_flags(args)
     try:
-        # A plan is shown whatever its size: the limits are what it is there to weigh.
-        grid = load_grid(args.config, i_know=args.i_know or args.dry_run)
+        # A dry run answers to the same limits and checks as the run it stands for (with --i-know,
+        # a plan above them is shown): a plan that prints must be a run that starts.
+        grid = load_grid(args.config, i_know=args.i_know)
         if args.device is not None:
             import dataclasses
 
             grid = dataclasses.replace(grid, device=args.device)
+        workers = 1 if args.executor == "serial" else args.num_workers
         if args.dry_run:
             from dpaudit.app.plan import grid_plan, print_plan
+            from dpaudit.app.runs.compare.limits import check_plan
 
-            return print_plan(args, grid_plan(grid, data_root=args.data_root, workers=1 if args.executor == "serial" else args.num_workers))
+            check_plan(grid, i_know=args.i_know, data_root=args.data_root, workers=workers, progress=False)
+            return print_plan(args, grid_plan(grid, data_root=args.data_root, workers=workers))
         spec = CompareSpec(
             grid=grid,
             executor=args.executor,

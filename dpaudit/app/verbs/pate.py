@@ -25,6 +25,8 @@ when it runs, so building the parser stays torch-free); exit status 3 when ε_LB
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +50,24 @@ MAX_QUERIES = 100_000
 MAX_VOTE_CELLS = 10_000_000
 BYTES_PER_CELL = 24
 MAX_RELEASE_QUERIES = 10_000
+#: The smallest ``--laplace-scale`` b the LNMax moments analysis can evaluate: it takes
+#: e^{2ε} of each answer's ε = 2/b, which overflows a float once 4/b passes ln(float max) ≈ 709.8
+#: (b ≈ 0.0056, an answer that is (357, 0)-DP: no privacy worth analysing).
+MIN_LAPLACE_SCALE = 4.0 / math.log(sys.float_info.max)
 #: From this many queries (the release: this many divided by 10) the analysis shows its progress.
 PROGRESS_QUERIES = 10_000
 
 
-def _load_array(flag: str, path: str) -> Any:
+def _load_array(flag: str, path: str, *, ndim: int) -> Any:
+    """The array of a ``.npy`` file, refused from its header (before any loading) unless it has ``ndim`` dimensions."""
     import numpy as np
 
+    from dpaudit.limits import check_npy
+
+    try:
+        check_npy(flag, path, ndim=ndim)
+    except ValueError as exc:
+        raise UsageError(str(exc), argument=flag) from None
     try:
         return np.load(Path(path), allow_pickle=False)
     except ValueError as exc:  # an object array (a pickle) or a malformed header
@@ -200,14 +213,14 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     if not args.i_know:
         _check_votes_size(args.votes, _npy_shape(args.votes), release=smooth[0] is not None)
     try:
-        votes = check_votes(_load_array("--votes", args.votes), name="--votes")
+        votes = check_votes(_load_array("--votes", args.votes, ndim=2), name="--votes")
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc), argument="--votes") from None
     answered = None
     if args.answered is not None:
         import numpy as np
 
-        answered = np.asarray(_load_array("--answered", args.answered))
+        answered = np.asarray(_load_array("--answered", args.answered, ndim=1))
         if answered.dtype != bool or answered.shape != (votes.shape[0],):
             raise UsageError(f"--answered must be a boolean .npy of shape ({votes.shape[0]},) (one entry per query), got {answered.dtype} {answered.shape}", argument="--answered")
     bar = _LazyProgress(int(votes.shape[0]), release=smooth[0] is not None)
@@ -371,11 +384,19 @@ def _cmd_attack(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _laplace_scale(name: str, value: float) -> float:
+    """A positive ``--laplace-scale`` no smaller than :data:`MIN_LAPLACE_SCALE` (below it the analysis overflows)."""
+    b = v.positive(name, value)
+    if b < MIN_LAPLACE_SCALE:
+        raise v.invalid(name, f"{name}={value!r} is below {MIN_LAPLACE_SCALE:.4g}: each answer would be (2/b = {2 / b:.4g}, 0)-DP, beyond what the moments analysis can evaluate in floating point")
+    return b
+
+
 def _noise_flags(a: argparse.ArgumentParser) -> None:
     a.add_argument("--sigma", type=arg("--sigma", v.positive), metavar="S", help="GNMax noise sigma (sigma2 of Confident-GNMax)")
     a.add_argument("--threshold", type=arg("--threshold", v.positive), metavar="T", help="Confident-GNMax threshold T")
     a.add_argument("--threshold-sigma", type=arg("--threshold-sigma", v.positive), metavar="S1", help="Confident-GNMax threshold noise sigma1")
-    a.add_argument("--laplace-scale", type=arg("--laplace-scale", v.positive), metavar="B", help="LNMax Laplace scale b = 1/gamma (each answer is (2/b, 0)-DP)")
+    a.add_argument("--laplace-scale", type=arg("--laplace-scale", _laplace_scale), metavar="B", help=f"LNMax Laplace scale b = 1/gamma (each answer is (2/b, 0)-DP; at least {MIN_LAPLACE_SCALE:.4g})")
 
 
 def _add_analyze(kinds: argparse._SubParsersAction) -> None:

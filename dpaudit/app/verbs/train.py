@@ -49,6 +49,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             num_workers=args.num_workers,
             address=args.address,
             ship_code=args.ship_code,
+            i_know=getattr(args, "i_know", False),
         ),
         RunDir(args.out),
     )

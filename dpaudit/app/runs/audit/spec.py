@@ -14,6 +14,7 @@ from typing import Any
 
 from attacks.audit.procedures import AUDIT_PROCEDURES
 from dpaudit import _validate as v
+from dpaudit.limits import LIMITS, above_limit, check_name, check_sizes, describe_number
 from dpaudit.privacy.audit_bounds import ONE_RUN_BOUND_CHOICES, SCORE_BOUND_CHOICES
 from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES
 from dpaudit.privacy.claims import PrivacyClaim
@@ -128,6 +129,8 @@ class AuditSpec:
         data_root: data root (``None``: the default resolution).
         device: ``cpu`` or ``cuda[:N]``.
         progress: report progress on stderr.
+        i_know: accept sizes above the documented limits (:data:`dpaudit.limits.LIMITS`: trials,
+            epochs, steps, canaries…), as ``--i-know`` does on the command line.
     """
 
     defense: str = "dpsgd"
@@ -169,6 +172,7 @@ class AuditSpec:
     data_root: str | None = None
     device: str = "cpu"
     progress: bool = True
+    i_know: bool = False
 
     def __post_init__(self) -> None:
         v.choice("threat", self.threat, THREATS)
@@ -220,8 +224,12 @@ class AuditSpec:
             object.__setattr__(self, "epochs", v.positive("epochs", self.epochs))
         if self.num_steps is not None and self.epochs is not None:
             raise v.invalid("epochs", f"give epochs or num_steps, not both; got epochs={self.epochs!r}, num_steps={self.num_steps!r}")
-        if self.name is not None and not (isinstance(self.name, str) and self.name.replace("-", "").replace("_", "").replace(".", "").isalnum() and not self.name.startswith(".")):
-            raise v.invalid("name", f"name must be a plain name (letters, digits, - _ .), got {self.name!r}")
+        self._check_limits()
+        if self.name is not None:
+            check_name("name", self.name)
+        # ASCII only: the audit's report files are named after it (reports/render.py's plain stems).
+        if self.name is not None and not (self.name.isascii() and self.name.replace("-", "").replace("_", "").replace(".", "").isalnum() and not self.name.startswith(".")):
+            raise v.invalid("name", f"name must be a plain name (ASCII letters, digits, - _ .), got {self.name!r}")
         if self.model_fn is not None and (self.train_fn is None or (self.init == "random" and self.canary != "blank")):
             raise v.invalid(
                 "model_fn",
@@ -242,6 +250,19 @@ class AuditSpec:
                 raise v.invalid("threat", "threat='white-box' needs a defense's white-box trainer hooks; a third-party train_fn is audited black-box")
             if self.target_epsilon is not None or self.noise_multiplier is not None:
                 raise v.invalid("target_epsilon", "target_epsilon/noise_multiplier configure the suite's defense; with train_fn the claim comes from claim")
+
+    def _check_limits(self) -> None:
+        """Every size against :data:`dpaudit.limits.LIMITS` (the limits the flags of ``dpaudit audit`` have)."""
+        check_sizes(self, {"num_trials": "trials", "epochs": "epochs", "num_steps": "steps", "num_members": "members", "num_canaries": "canaries", "group_size": "group_size", "workers": "workers"})
+        if self.num_steps is None and self.epochs is not None:
+            # A tiny sampling rate makes 1/q steps per epoch: the steps are what the time follows.
+            steps = self.epochs * max(1, round(1.0 / self.sampling_rate))
+            if above_limit("steps", steps, LIMITS["steps"], i_know=self.i_know):
+                raise v.invalid(
+                    "sampling_rate",
+                    f"sampling_rate={self.sampling_rate:g} with epochs={self.epochs:g} is {steps:.3g} steps per training, above the limit "
+                    f"{describe_number(LIMITS['steps'].maximum)} ({LIMITS['steps'].why}); pass --i-know (i_know=True) to run it anyway",
+                )
 
     @property
     def _white_box_default_length(self) -> bool:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.store import safe_stem, to_jsonable
+from dpaudit.limits import LIMITS, check_count, check_depth, check_name, describe_number
+from dpaudit.store import from_jsonable, safe_stem, to_jsonable
 
 __all__ = [
     "COMPARE_SECTIONS",
@@ -156,6 +157,33 @@ def _label_value(x: Any) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
+def _text(key: str, value: Any) -> str:
+    """A label, a family or a name: a string within :data:`~dpaudit.limits.LIMITS` ``["label_length"]``
+    that stays a string when the grid's results are written and read back as JSON (``"inf"``
+    and ``"nan"`` would come back as floats, and every later read of the run would fail)."""
+    try:
+        check_name(key, value, name="label_length")
+    except (TypeError, ValueError) as exc:
+        raise _fail(key, str(exc).removeprefix(f"{key} ").removeprefix(f"{key}=")) from None
+    if from_jsonable(value) is not value:
+        raise _fail(key, f"{value!r} reads back from JSON as the number {from_jsonable(value)!r}; choose another text")
+    return value
+
+
+def _table(key: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _fail(key, f"must be a table of the model's options (e.g. {{ hidden = 64 }}), got {v.short(value)} ({type(value).__name__})")
+    return value
+
+
+def _model(key: str, value: Any) -> str:
+    from dpaudit.models import MODELS
+
+    if not isinstance(value, str) or value not in MODELS:
+        raise _fail(key, f"unknown model {v.short(value)} (known: {', '.join(MODELS)})")
+    return value
+
+
 def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_options: Mapping[str, Any]) -> list[Setting]:
     from defenses import DEFENSES
     from dpaudit.app.runs.grid_checks import fails_alone, wrong_kind
@@ -191,6 +219,11 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
             if wrong:
                 raise _fail(f"{where}.{k}", f"must be {wrong} for the {name} defense, got {x!r}")
     names = list(swept)
+    for key in ("label", "family"):
+        if key in table:
+            _text(f"{where}.{key}", table[key])
+    setting_model = _model(f"{where}.model", table.get("model", model))
+    setting_options = _table(f"{where}.model_options", table.get("model_options", model_options))
     settings = []
     for combo in itertools.product(*(swept[k] for k in names)):
         chosen = dict(zip(names, combo))
@@ -209,15 +242,15 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
             raise _fail(where, f"{name}: {exc}") from None
         multi = [k for k in names if len(swept[k]) > 1]
         base = table.get("label") or name
-        label = base + "".join(f"-{k}={_label_value(chosen[k])}" for k in multi)
+        label = _text(f"{where}.label", base + "".join(f"-{k}={_label_value(chosen[k])}" for k in multi))
         settings.append(
             Setting(
                 label=label,
                 defense=name,
                 family=str(table.get("family") or spec.family or name),
                 parameters=chosen,
-                model=str(table.get("model", model)),
-                model_options=dict(table.get("model_options", model_options)),
+                model=setting_model,
+                model_options=dict(setting_options),
                 origin=where,
             )
         )
@@ -291,6 +324,16 @@ def _top_level(data: Mapping[str, Any], *, source: str) -> dict[str, Any]:
     model = data.get("model", "digits-mlp" if dataset == "digits" else None)
     if not isinstance(model, str) or model not in MODELS:
         raise _fail("model", f"unknown model {model!r} (known: {', '.join(MODELS)})")
+    _table("model_options", data.get("model_options", {}))
+    device = data.get("device", "cpu")
+    if not isinstance(device, str):
+        raise _fail("device", f"must be a string (cpu, cuda or cuda:N), got {v.short(device)}")
+    from dpaudit.training import resolve_device
+
+    try:
+        resolve_device(device)
+    except (TypeError, ValueError) as exc:
+        raise _fail("device", str(exc)) from None
     try:
         seeds = tuple(v.integer("seeds", s, minimum=0) for s in _as_list("seeds", data.get("seeds", [0])))
         if len(set(seeds)) != len(seeds):
@@ -305,8 +348,16 @@ def _top_level(data: Mapping[str, Any], *, source: str) -> dict[str, Any]:
         if isinstance(exc, GridError):
             raise
         raise GridError(str(exc), argument=getattr(exc, "argument", None)) from None
-    name = str(data.get("name") or Path(source).stem or "compare")
-    return {"name": safe_stem(name, default="compare"), "dataset": dataset, "model": model, "seeds": seeds, "device": str(data.get("device", "cpu")), **values}
+    name = _text("name", data["name"]) if "name" in data else Path(source).stem or "compare"
+    stem = safe_stem(name, default="compare")
+    if not stem.isascii() or len(stem) > LIMITS["label_length"].maximum:
+        # The report's files are named after it, in letters, digits and - _ . only.
+        raise _fail(
+            "name",
+            f"{v.short(name, 40)} must be written in ASCII letters, digits and - _ . (at most {describe_number(LIMITS['label_length'].maximum)}) to name the report's files"
+            + ("" if "name" in data else "; give the grid a `name`"),
+        )
+    return {"name": stem, "dataset": dataset, "model": model, "seeds": seeds, "device": device, **values}
 
 
 def _settings(data: Mapping[str, Any], *, model: str, num_seeds: int, i_know: bool) -> tuple[list[Setting], str]:
@@ -363,10 +414,15 @@ def _membership_section(table: Mapping[str, Any], registry: Mapping[str, Any], *
     return mem
 
 
-def _evasion_section(table: Mapping[str, Any], registry: Mapping[str, Any], *, dataset: str) -> dict[str, Any]:
+def _evasion_section(table: Mapping[str, Any], registry: Mapping[str, Any], *, dataset: str, i_know: bool = False) -> dict[str, Any]:
     from dpaudit.results import EVASION_NORMS
 
     names = _attack_names("evasion", table.get("attacks", ["fgsm", "pgd"]), registry)
+    if isinstance(table.get("radii"), list):  # counted before each is checked: a million radii would take that long
+        try:
+            check_count("attacks.evasion.radii", table["radii"], "radii", i_know=i_know)
+        except ValueError as exc:
+            raise GridError(str(exc), argument="attacks.evasion.radii") from None
     radii = sorted(set(_number_list("attacks.evasion.radii", table.get("radii", [0.1, 0.3]), check=v.positive)))
     norm = table.get("norm", "l2")
     if norm not in EVASION_NORMS:
@@ -411,7 +467,7 @@ def _audit_section(table: Mapping[str, Any]) -> dict[str, Any]:
 _SECTION_PARSERS: dict[str, Callable[..., dict[str, Any]]] = {"membership": _membership_section, "evasion": _evasion_section, "inversion": _inversion_section}
 
 
-def _attack_sections(data: Mapping[str, Any], *, dataset: str) -> dict[str, dict[str, Any] | None]:
+def _attack_sections(data: Mapping[str, Any], *, dataset: str, i_know: bool = False) -> dict[str, dict[str, Any] | None]:
     """Each attack section as the jobs read it (``None``: absent), every value checked."""
     attacks = data.get("attacks", {})
     if not isinstance(attacks, Mapping):
@@ -431,7 +487,7 @@ def _attack_sections(data: Mapping[str, Any], *, dataset: str) -> dict[str, dict
     for section, parse in _SECTION_PARSERS.items():
         table = sections[section]
         if table is not None:
-            sections[section] = parse(table, registries[section], dataset=dataset)
+            sections[section] = parse(table, registries[section], dataset=dataset, **({"i_know": i_know} if section == "evasion" else {}))
     if sections["audit"] is not None:
         sections["audit"] = _audit_section(sections["audit"])
     return sections
@@ -491,9 +547,13 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid", i_know: bool = 
             parameter the defense does not have, an empty list, a bad value, a size above its
             limit (without ``i_know``), a grid without ``[[defenses]]``.
     """
+    try:
+        check_depth("grid", data)
+    except ValueError as exc:
+        raise GridError(f"{source}: {exc}", argument="--config") from None
     top = _top_level(data, source=source)
     settings, baseline = _settings(data, model=top.pop("model"), num_seeds=len(top["seeds"]), i_know=i_know)
-    sections = _attack_sections(data, dataset=top["dataset"])
+    sections = _attack_sections(data, dataset=top["dataset"], i_know=i_know)
     grid = CompareGrid(
         name=top["name"],
         dataset=top["dataset"],
@@ -530,4 +590,6 @@ def load_grid(path: str | Path, *, i_know: bool = False) -> CompareGrid:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise GridError(f"--config: {p} is not valid TOML: {exc}", argument="--config") from None
+    except RecursionError:  # the parser recurses once per nesting level of an array or table
+        raise GridError(f"--config: {p} nests its values deeper than a grid can (arrays within arrays)", argument="--config") from None
     return parse_grid(data, source=str(p), i_know=i_know)

@@ -97,6 +97,7 @@ def train_job(*, grid: CompareGrid, setting: Setting, seed: int, run_dir: str, d
         device=grid.device,
         progress=False,
         executor="serial",
+        i_know=True,  # the grid's sizes were held against the same limits when it was planned (check_plan)
     )
     outcome = train_or_load(spec, RunDir(run_dir))
     record = outcome.record
@@ -183,6 +184,7 @@ def membership_job(*, grid: CompareGrid, trained: TrainedOutcome, seed: int, run
         data_root=data_root,
         device=grid.device,
         progress=False,
+        i_know=True,  # the grid's sizes were held against the same limits when it was planned (check_plan)
         **shadow,
     )
     out = run_membership(spec, RunDir(run_dir))
@@ -228,6 +230,7 @@ def _certified_evasion(eva: Mapping[str, Any], *, trained: TrainedOutcome, grid:
             device=grid.device,
             data_root=data_root,
             progress=False,
+            i_know=True,  # the grid's sizes were held against the same limits when it was planned (check_plan)
         ),
         run,
     )
@@ -310,6 +313,7 @@ def inversion_job(*, grid: CompareGrid, trained: TrainedOutcome, seed: int, run_
             data_root=data_root,
             device=grid.device,
             progress=False,
+            i_know=True,  # the grid's sizes were held against the same limits when it was planned (check_plan)
         ),
         RunDir(run_dir),
     )
@@ -410,6 +414,7 @@ def audit_job(*, grid: CompareGrid, setting: Setting, trained: TrainedOutcome, n
         executor="serial",
         data_root=data_root,
         device=grid.device,
+        i_know=True,  # the grid's sizes were held against the same limits when it was planned (check_plan)
         progress=False,
         name=name,
         **{k: aud[k] for k in ("threat", "num_canaries", "num_trials", "canary") if k in aud},
