@@ -113,3 +113,40 @@ def test_a_regular_junit_file_is_replaced_and_a_new_one_made(cli, battery, train
         code, _, err = cli.run("check", "--train-fn", train_fn, *CLAIM, "--out", str(tmp_path / "run"), "--no-report", "--junit", str(target), "--quiet")
         assert code == 0, err
         assert target.read_bytes().startswith(b"<?xml")
+
+
+def test_a_model_above_the_parameter_limit_is_refused_before_any_training(cli, tmp_path):
+    """``--model-fn`` building a model of more than ``LIMITS["model_parameters"]`` is refused (exit 2) before
+    a single training; ``--i-know`` lifts the limit (a 2.2 M-parameter model once took 2.2 GB in a minute)."""
+    from dpaudit.limits import LIMITS
+
+    side = int(LIMITS["model_parameters"].maximum ** 0.5) + 1  # side² + side parameters: just above the limit
+    path = tmp_path / "big.py"
+    path.write_text(
+        "import torch.nn as nn\n\nCALLS = []\n\n\n"
+        f"def model():\n    return nn.Linear({side}, {side})\n\n\n"
+        "def train(dataset, *, seed, initial_state=None):\n    raise AssertionError('trained despite the limit')\n"
+    )
+    code, out, err = cli.run("check", "--train-fn", f"{path}:train", "--model-fn", f"{path}:model", *CLAIM, "--out", str(tmp_path / "run"), "--json")
+    assert code == 2 and len(err.strip().splitlines()) == 1, (code, err)
+    payload = json.loads(out)
+    assert payload["argument"] == "--model-fn" and f"{side * side + side:,} parameters" in payload["error"], payload
+    assert "trained despite" not in err
+
+
+def test_the_parameter_limit_counts_the_model_and_never_fails_for_a_broken_builder():
+    import torch.nn as nn
+
+    from dpaudit._validate import InvalidArgument
+    from dpaudit.limits import LIMITS
+
+    limit = int(LIMITS["model_parameters"].maximum)
+    check_run._check_model_size(lambda: nn.Linear(10, 10), i_know=False)  # 110 parameters
+    with pytest.raises(InvalidArgument, match="--model-fn"):
+        check_run._check_model_size(lambda: nn.Linear(limit, 1), i_know=False)  # limit + 1 parameters
+    check_run._check_model_size(lambda: nn.Linear(limit, 1), i_know=True)
+
+    def broken():
+        raise SystemExit(0)
+
+    check_run._check_model_size(broken, i_know=False)  # the battery reports the failure where it calls it

@@ -197,6 +197,25 @@ def _start_problem(train_fn: Any, model_fn: Any) -> str | None:
     return None
 
 
+def _check_model_size(model_fn: Any, *, i_know: bool) -> None:
+    """Refuses, before any training, a ``--model-fn`` model above the parameter limit (unless ``i_know``).
+
+    Every check trains the model hundreds of times, so a model of millions of parameters would
+    exhaust memory and budget long before a verdict. The model is built once here, sandboxed like
+    every call of the user's code; if building it fails, the battery reports that failure where it
+    calls the function itself, so nothing is decided here.
+    """
+    from dpaudit.callables import call_user
+    from dpaudit.limits import check_parameter_count
+
+    try:
+        model = call_user(model_fn, label="--model-fn")
+    except Exception:  # UserCodeFailed included: the battery reports it where it calls the function
+        return
+    if hasattr(model, "parameters"):
+        check_parameter_count("--model-fn", model, i_know=i_know)
+
+
 def battery_key(spec: BatterySpec, *, progress: bool = False) -> dict[str, Any]:
     """What every trial of the battery is made of, the key its stored trials are reused by.
 
@@ -272,6 +291,8 @@ def run_check(spec: BatterySpec, run: RunDir, *, progress: bool = True) -> Check
     started = time.monotonic()
     train_fn = resolve_train_fn(spec.train_fn)
     model_fn = None if spec.model_fn is None else resolve_callable(spec.model_fn, argument="--model-fn")
+    if model_fn is not None:
+        _check_model_size(model_fn, i_know=spec.i_know)
     names = spec.selected()
     bound = spec.claim.upper_bound(delta=spec.delta)
     per_check = 1.0 - (1.0 - spec.confidence) / len(names)
