@@ -148,6 +148,7 @@ if TYPE_CHECKING:
     )
     from dpaudit.results.check import CheckOutcome, CheckReport, load_check_report
     from dpaudit.results.comparison import ComparisonResult
+    from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
     from dpaudit.robustness.certification import AuthorsMixedDelta, certified_radius
     from dpaudit.robustness.montecarlo import expected_score_accuracy, sample_scores
     from dpaudit.robustness.multipliers import noise_multiplier
@@ -209,6 +210,8 @@ __all__ = [
     "CheckOutcome",
     "CheckReport",
     "load_check_report",
+    "fmt_lower_bound",
+    "fmt_upper_bound",
     # Privacy and robustness mathematics
     "DPClaim",
     "dpsgd_claim",

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dpaudit.api import BatterySpec, RunDir, atomic_write_json, atomic_write_text, dpsgd_claim, run_check
+from dpaudit.api import BatterySpec, RunDir, atomic_write_json, atomic_write_text, dpsgd_claim, fmt_lower_bound, fmt_upper_bound, read_json, run_check
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "dp_bugs"
@@ -73,7 +73,8 @@ def _battery(path: Path, claim: dict[str, Any], *, seed: int, args: argparse.Nam
 
 def _cell(outcome: dict[str, Any]) -> str:
     mark = {"violated": "**exit 3**", "passed": "passed", "inconclusive": "inconclusive"}[outcome["status"]]
-    return f"{mark} ε_LB {outcome['epsilon_lb']:.2f} ({outcome['seconds']:.0f} s)"
+    # A lower bound is printed rounded down, so the table never shows more evidence than was found.
+    return f"{mark} ε_LB {fmt_lower_bound(outcome['epsilon_lb'])} ({outcome['seconds']:.0f} s)"
 
 
 def _markdown(table: dict[str, Any]) -> str:
@@ -89,6 +90,14 @@ def _markdown(table: dict[str, Any]) -> str:
         cells = {o["name"]: _cell(o) for o in row["outcomes"]}
         detected = "yes" if row["exit_status"] == 3 else "**no**"
         lines.append(f"| {row['module']} ({row['bug']}) | " + " | ".join(cells.get(c, "–") for c in checks) + f" | {detected} | {row['cpu_seconds']:.0f} |")
+    lines += ["", "Summary (the README's table): the largest ε_LB of each bug against the ε_UB of its claim, ε_LB rounded down and ε_UB up.", ""]
+    lines += ["| example | bug | flagged by (exit 3) | largest ε_LB vs ε_UB | CPU-s |", "|---|---|---|---|---|"]
+    for row in table["bugs"]:
+        flagged = ", ".join(o["name"] for o in row["outcomes"] if o["status"] == "violated") or "**not detected**"
+        best = max(row["outcomes"], key=lambda o: o["epsilon_lb"])
+        ub = max(o["epsilon_ub"] for o in row["outcomes"])
+        relation = ">" if row["exit_status"] == 3 else "≤"
+        lines.append(f"| `{row['module']}` | {row['bug']} | {flagged} | {fmt_lower_bound(best['epsilon_lb'])} {relation} {fmt_upper_bound(ub)} | {row['cpu_seconds']:.0f} |")
     lines += ["", "| correct implementation | runs | false alarms (exit 3) | per check (false alarms, mean s) | mean wall s | mean CPU-s |", "|---|---|---|---|---|---|"]
     for row in table["correct"]:
         per = ", ".join(f"{k} {n} ({row['mean_seconds_by_check'][k]:.1f} s)" for k, n in row["false_alarms_by_check"].items())
@@ -108,8 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--scratch", default=None, help="where run directories live while a battery runs")
     parser.add_argument("--keep", action="store_true", help="keep every run directory")
+    parser.add_argument("--render-only", action="store_true", help="rewrite detection.md from the stored detection.json, running nothing")
     parser.add_argument("--verbose", action="store_true", help="the battery's own progress on stderr")
     args = parser.parse_args(argv)
+    if args.render_only:
+        # The tables again from the stored measurements, after a change to how they are printed.
+        table = read_json(args.out / "detection.json")
+        atomic_write_text(args.out / "detection.md", _markdown(table))
+        print(_markdown(table))
+        return 0
     runs = 3 if args.quick else args.runs
     only = {s for s in args.only.split(",") if s}
     paths = [p for p in sorted(args.examples.resolve().glob("*.py")) if not p.name.startswith("_") and (not only or p.stem in only)]
