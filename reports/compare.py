@@ -338,7 +338,7 @@ def vulnerable_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mp
         attack, m = _strongest(r)
         # An unresolved rate (None) draws no bar rather than a made-up one.
         pop.append(m["tpr_at_fpr"][fpr] if m and m["tpr_at_fpr"][fpr] is not None else np.nan)
-        vul.append(r.vulnerable[attack]["tpr_at_fpr"][fpr] if attack in r.vulnerable and r.vulnerable[attack]["tpr_at_fpr"][fpr] is not None else np.nan)
+        vul.append(r.vulnerable[attack]["tpr_at_fpr"][fpr] if attack is not None and attack in r.vulnerable and r.vulnerable[attack]["tpr_at_fpr"][fpr] is not None else np.nan)
     ax.barh(y - 0.2, pop, height=0.38, color=colour("out"), label="all queried samples")
     ax.barh(y + 0.2, vul, height=0.38, color=colour("in"), label=f"top {result.vulnerable_top_k} most vulnerable")
     ax.axvline(float(fpr), color=colour("chance"), linestyle=":", label=f"chance (TPR = FPR = {rate_text(float(fpr))})")
