@@ -46,8 +46,17 @@ from reports.verdict_box import verdict_section
 
 #: The matrix's column of the last-iterate ε (Steinke et al. 2024): a heuristic, never a cap or an upper bound.
 LAST_ITERATE_COLUMN = "last-iterate ε (heuristic)"
+#: The classifier the certified columns are about, and its accuracy without attack: certified
+#: accuracy is read against this, never against "test acc." (the record's own prediction rule).
+CERTIFIED_RULE_COLUMN = "certified classifier"
+CERTIFIED_ACCURACY_COLUMN = "certified classifier: accuracy"
+#: What a comparison stored before the certified classifier was recorded says about it.
+NOT_RECORDED = "not recorded (compared before it was stored)"
 
 __all__ = [
+    "CERTIFIED_ACCURACY_COLUMN",
+    "CERTIFIED_RULE_COLUMN",
+    "LAST_ITERATE_COLUMN",
     "advantage_figure",
     "compare_sections",
     "compare_page",
@@ -118,13 +127,36 @@ def _ceiling(eps: float) -> float:
     return 1.0 if eps > 1 else min(1.0, math.expm1(eps))
 
 
+def _certifies(result: ComparisonResult) -> bool:
+    """Some row certifies: the matrix then names the certified classifier and gives its accuracy."""
+    return any(r.certified_accuracy for r in result.rows)
+
+
+def _certified_classifier(row: ComparisonRow) -> list[Any]:
+    """The certified classifier's name and accuracy without attack, the cells before "certified @ r"."""
+    if not row.certified_accuracy:
+        return ["does not certify", "does not certify"]
+    rule = row.certified_prediction_rule or NOT_RECORDED
+    accuracy = NOT_RECORDED if row.certified_conventional_accuracy is None else _pct(row.certified_conventional_accuracy)
+    return [rule, accuracy]
+
+
 def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
-    """The defense × measure matrix as columns and cells (shared by the HTML table and the CSV)."""
+    """The defense × measure matrix as columns and cells (shared by the HTML table and the CSV).
+
+    Where a row certifies, the certified accuracies follow the certified classifier's name and
+    its own accuracy without attack: "test acc." is the record's prediction rule, which for a
+    noise-layer defense or smoothing is another classifier than the one certified.
+    """
     fprs = [f"{f:g}" for f in result.fprs]
+    certifies = _certifies(result)
     columns = ["setting", "defense", "test acc.", "± (repeats)", "acc. loss", "ε_UB (tightest)", LAST_ITERATE_COLUMN, "ε_LB", "best attack", "strongest MIA", "AUC"]
     columns += [f"TPR @ {float(f):.1%} FPR" for f in fprs]
     columns += ["advantage", "ceiling min(e^ε−1, 1)", "inversion top-1"]
-    columns += [f"robust @ {r:g}" for r in result.radii] + [f"certified @ {r:g}" for r in result.radii] + ["verdict"]
+    columns += [f"robust @ {r:g}" for r in result.radii]
+    # Only a grid with a certifying row has the two columns: one without keeps its matrix as it was.
+    columns += [CERTIFIED_RULE_COLUMN, CERTIFIED_ACCURACY_COLUMN] if certifies else []
+    columns += [f"certified @ {r:g}" for r in result.radii] + ["verdict"]
     rows = []
     for r in result.rows:
         attack, m = _strongest(r)
@@ -148,6 +180,7 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
         cells += [_tpr(m, f) for f in fprs]
         cells += [_num(m.get("advantage")), Shown(_ceiling(ub), fmt_upper_bound(_ceiling(ub))) if r.epsilon_ub else 1.0, _num(r.inversion_top1)]
         cells += [_pct(r.robust_accuracy.get(f"{x:g}"), percent_ub_cell) for x in result.radii]
+        cells += _certified_classifier(r) if certifies else []
         cells += [_pct(r.certified_accuracy.get(f"{x:g}"), percent_lb_cell) if r.certified_accuracy else "does not certify" for x in result.radii]
         cells.append(r.verdict)
         rows.append(cells)
@@ -305,7 +338,7 @@ def vulnerable_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mp
         attack, m = _strongest(r)
         # An unresolved rate (None) draws no bar rather than a made-up one.
         pop.append(m["tpr_at_fpr"][fpr] if m and m["tpr_at_fpr"][fpr] is not None else np.nan)
-        vul.append(r.vulnerable[attack]["tpr_at_fpr"][fpr] if attack in r.vulnerable and r.vulnerable[attack]["tpr_at_fpr"][fpr] is not None else np.nan)
+        vul.append(r.vulnerable[attack]["tpr_at_fpr"][fpr] if attack is not None and attack in r.vulnerable and r.vulnerable[attack]["tpr_at_fpr"][fpr] is not None else np.nan)
     ax.barh(y - 0.2, pop, height=0.38, color=colour("out"), label="all queried samples")
     ax.barh(y + 0.2, vul, height=0.38, color=colour("in"), label=f"top {result.vulnerable_top_k} most vulnerable")
     ax.axvline(float(fpr), color=colour("chance"), linestyle=":", label=f"chance (TPR = FPR = {rate_text(float(fpr))})")
@@ -453,6 +486,23 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
         )
     attack_cols = ["setting", *columns[split:-1]]
     attack_rows = [[r[0], *r[split:-1]] for r in rows]
+    attack_caption = (
+        "Inversion: top-1 accuracy of an evaluation classifier on the reconstructions. Robust accuracy: the strongest evasion attack at each radius; certified where the defense certifies."
+    )
+    accuracy_note = ""
+    if _certifies(result):
+        # Certified accuracy is only read against the accuracy of the classifier it certifies.
+        which = (
+            " The certified columns are about the certified classifier, named in its column (for a noise layer the vote-count or expected-softmax argmax "
+            "over the certification draws, for smoothing Cohen et al.'s CERTIFY with abstentions counted wrong); its accuracy without attack, on the same "
+            "test subset, is given beside them, and certified accuracy at any radius is at most it. Test accuracy in the first table is the record's own "
+            "prediction rule, a different classifier for the noise-layer defenses and smoothing."
+        )
+        attack_caption += which
+        accuracy_note = (
+            " Test acc. is the accuracy of each record's own prediction rule on the whole test set (for a noise-layer defense the argmax of the expected scores over "
+            "its noise draws, for smoothing the base model on clean inputs), not of the classifier the certified columns describe: that one's accuracy is beside them."
+        )
     return [
         Table(
             columns=privacy_cols,
@@ -464,6 +514,7 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
                 "an ε-DP model's is at most e^ε − 1 (Yeom et al. 2018). The last-iterate ε (Steinke et al. 2024; DP-SGD claims, — for other defenses) is the final model's exact ε "
                 "if the losses were linear, and a heuristic, not an upper bound, for other losses: ε_UB minus it is what that heuristic suggests releasing only the final "
                 "model hides, not an established share. ε_UB and the advantage ceiling are rounded up, ε_LB down."
+                f"{accuracy_note}"
             ),
         ),
         *(
@@ -471,7 +522,7 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
                 Table(
                     columns=attack_cols,
                     rows=attack_rows,
-                    caption="Inversion: top-1 accuracy of an evaluation classifier on the reconstructions. Robust accuracy: the strongest evasion attack at each radius; certified where the defense certifies.",
+                    caption=attack_caption,
                 )
             ]
             if any(r.inversion_top1 is not None or r.robust_accuracy for r in result.rows)

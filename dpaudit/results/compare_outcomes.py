@@ -178,7 +178,11 @@ class EvasionOutcome:
         certified_accuracy: radius → certified accuracy (empty when the model does not certify).
         unsound: each certificate that claimed more than an attack left, in words.
         certified: the record was certified (its defense certifies and the grid asked).
-        conventional_accuracy: the certified subset's accuracy without attack (certified only).
+        conventional_accuracy: the certified subset's accuracy without attack of the classifier
+            the certificate covers (``prediction_rule``), not of the record's own prediction
+            rule (certified only).
+        prediction_rule: that classifier, in words, as the certify summary names it
+            (``None`` when not certified, and in outcomes stored before it was recorded).
     """
 
     robust_accuracy: Mapping[str, float]
@@ -186,11 +190,14 @@ class EvasionOutcome:
     unsound: tuple[str, ...] = ()
     certified: bool = False
     conventional_accuracy: float | None = None
+    prediction_rule: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"robust_accuracy": dict(self.robust_accuracy), "certified_accuracy": dict(self.certified_accuracy)}
         if self.conventional_accuracy is not None:
             out["conventional_accuracy"] = self.conventional_accuracy
+        if self.prediction_rule is not None:  # absent otherwise: stored outcomes keep their shape
+            out["prediction_rule"] = self.prediction_rule
         return {**out, "unsound": list(self.unsound), "certified": self.certified}
 
     @classmethod
@@ -202,6 +209,7 @@ class EvasionOutcome:
             unsound=tuple(str(u) for u in data.get("unsound", ())),
             certified=bool(data.get("certified", False)),
             conventional_accuracy=None if conventional is None else float(conventional),
+            prediction_rule=None if data.get("prediction_rule") is None else str(data["prediction_rule"]),
         )
 
 
@@ -329,6 +337,9 @@ class _RowEvidence:
     candidates: list[tuple[float, str]] = field(default_factory=list)
     robust: dict[str, list[float]] = field(default_factory=dict)
     certified: dict[str, list[float]] = field(default_factory=dict)
+    # The certified classifier's own accuracy and name, one entry per certified repeat (None: not recorded).
+    conventional: list[float | None] = field(default_factory=list)
+    rules: list[str | None] = field(default_factory=list)
     inversion: float | None = None
     findings: list[str] = field(default_factory=list)
     unsound: bool = False
@@ -363,6 +374,9 @@ def _gather_evaluations(s: SettingOutcomes, ev: _RowEvidence) -> None:
                 ev.robust.setdefault(r, []).append(a)
             for r, a in e.certified_accuracy.items():
                 ev.certified.setdefault(r, []).append(a)
+            if e.certified_accuracy:
+                ev.conventional.append(e.conventional_accuracy)
+                ev.rules.append(e.prediction_rule)
             if e.unsound:
                 ev.unsound = True
                 ev.findings.extend(f"seed {rep.seed}: certificate unsound: {u}" for u in e.unsound)
@@ -370,6 +384,21 @@ def _gather_evaluations(s: SettingOutcomes, ev: _RowEvidence) -> None:
         if i and i.inversion_top1:
             best = max(i.inversion_top1.values())
             ev.inversion = best if ev.inversion is None else max(ev.inversion, best)
+
+
+def _certified_classifier(ev: _RowEvidence) -> tuple[float | None, str | None]:
+    """The certified classifier's accuracy (mean over the certified repeats) and its name.
+
+    ``None`` unless every certified repeat recorded it: a mean over only some repeats would not
+    be the accuracy of the classifier whose certified accuracy is averaged over all of them.
+    """
+    accuracy = None
+    if ev.conventional and all(a is not None for a in ev.conventional):
+        accuracy = mean_std([float(a) for a in ev.conventional if a is not None])[0]
+    rule = None
+    if ev.rules and all(r is not None for r in ev.rules):
+        rule = "; ".join(dict.fromkeys(r for r in ev.rules if r is not None))  # the repeats' rules, each once
+    return accuracy, rule
 
 
 def _row(s: SettingOutcomes, *, baseline_accuracy: float, delta: float, membership_attacks: Sequence[str] | None) -> ComparisonRow:
@@ -386,6 +415,7 @@ def _row(s: SettingOutcomes, *, baseline_accuracy: float, delta: float, membersh
     if best_lb <= 0.0:
         best_attack = None  # no attack showed anything: no attack "achieved" ε_LB = 0
     _gather_evaluations(s, ev)
+    certified_conventional, certified_rule = _certified_classifier(ev)
     violated = private and best_lb > min(eps_ub.values())
     if violated:
         ev.findings.insert(0, f"ε_LB {fmt_lower_bound(best_lb)} ({best_attack}) > ε_UB {fmt_upper_bound(min(eps_ub.values()))}")
@@ -413,6 +443,8 @@ def _row(s: SettingOutcomes, *, baseline_accuracy: float, delta: float, membersh
         inversion_top1=ev.inversion,
         robust_accuracy={r: mean_std(a)[0] for r, a in ev.robust.items()},
         certified_accuracy={r: mean_std(a)[0] for r, a in ev.certified.items()},
+        certified_conventional_accuracy=certified_conventional,
+        certified_prediction_rule=certified_rule,
         verdict=verdict,
         findings=tuple(ev.findings),
         links=dict(s.links),

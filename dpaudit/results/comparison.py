@@ -95,6 +95,13 @@ class ComparisonRow:
         robust_accuracy: radius → accuracy left by the strongest evasion attack.
         certified_accuracy: radius → certified accuracy (empty for a defense that does not
             certify).
+        certified_conventional_accuracy: accuracy without attack of the classifier the
+            certificate covers, mean over the repeats: the accuracy ``certified_accuracy`` is to
+            be read against (``test_accuracy`` is the record's own prediction rule, another
+            classifier for noise-layer defenses and smoothing). ``None`` for a row that does not
+            certify and in comparisons stored before it was recorded.
+        certified_prediction_rule: that classifier, in words, as ``dpaudit certify`` names it
+            (``None`` likewise).
         verdict: one of :data:`VERDICTS`.
         findings: what made the verdict (empty for ``no violation``).
         links: report name → path relative to the run's reports folder (drill-down).
@@ -118,6 +125,8 @@ class ComparisonRow:
     inversion_top1: float | None = None
     robust_accuracy: Mapping[str, float] = field(default_factory=dict)
     certified_accuracy: Mapping[str, float] = field(default_factory=dict)
+    certified_conventional_accuracy: float | None = None
+    certified_prediction_rule: str | None = None
     verdict: str = "no violation"
     findings: tuple[str, ...] = ()
     links: Mapping[str, str] = field(default_factory=dict)
@@ -136,6 +145,13 @@ class ComparisonRow:
         v.choice("verdict", self.verdict, VERDICTS)
         if self.inversion_top1 is not None:
             object.__setattr__(self, "inversion_top1", v.real("inversion_top1", self.inversion_top1))
+        if self.certified_conventional_accuracy is not None:
+            accuracy = v.real("certified_conventional_accuracy", self.certified_conventional_accuracy)
+            if not 0.0 <= accuracy <= 1.0:
+                raise v.invalid("certified_conventional_accuracy", f"certified_conventional_accuracy must lie in [0, 1], got {accuracy!r}")
+            object.__setattr__(self, "certified_conventional_accuracy", accuracy)
+        if self.certified_prediction_rule is not None and (not isinstance(self.certified_prediction_rule, str) or not self.certified_prediction_rule):
+            raise v.invalid_type("certified_prediction_rule", f"certified_prediction_rule must be a non-empty string, got {self.certified_prediction_rule!r}")
         if self.epsilon_last_iterate is not None:
             object.__setattr__(self, "epsilon_last_iterate", v.non_negative("epsilon_last_iterate", self.epsilon_last_iterate))
         for name in ("parameters", "epsilon_ub", "membership", "vulnerable", "robust_accuracy", "certified_accuracy", "links"):
@@ -149,7 +165,7 @@ class ComparisonRow:
         return min(finite) if finite else math.inf
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "label": self.label,
             "defense": self.defense,
             "family": self.family,
@@ -172,6 +188,11 @@ class ComparisonRow:
             "findings": list(self.findings),
             "links": thaw(self.links),
         }
+        # Absent when not recorded, so that comparisons stored before these fields keep their bytes.
+        for name in ("certified_conventional_accuracy", "certified_prediction_rule"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ComparisonRow:
@@ -277,6 +298,9 @@ class ComparisonResult:
                 "certified_accuracy": thaw(r.certified_accuracy),
                 "verdict": r.verdict,
             }
+            for name in ("certified_conventional_accuracy", "certified_prediction_rule"):
+                if getattr(r, name) is not None:
+                    out[r.label][name] = getattr(r, name)
         return {"name": self.name, "dataset": self.dataset, "delta": self.delta, "confidence": self.confidence, "defenses": out}
 
     def to_dict(self) -> dict[str, Any]:

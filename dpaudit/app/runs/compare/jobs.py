@@ -238,6 +238,7 @@ def _certified_evasion(eva: Mapping[str, Any], *, trained: TrainedOutcome, grid:
         robust_accuracy=_strongest_by_radius(summary.robust_accuracy, radii),
         certified_accuracy=dict(summary.certified_accuracy),
         conventional_accuracy=float(summary.conventional_accuracy),
+        prediction_rule=summary.prediction_rule,
         # Certified accuracy is a lower bound (rounded down), the robust accuracy attacks left an upper one (rounded up).
         unsound=tuple(f"{x.certificate} at radius {x.radius:g}: certified {fmt_lower_bound(x.certified_accuracy)} > robust {fmt_upper_bound(x.robust_accuracy)}" for x in summary.soundness_violations),
         certified=True,
