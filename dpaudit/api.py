@@ -97,9 +97,10 @@ if TYPE_CHECKING:
     from defenses.dp_defaults import derive_dp_training, derived_learning_rate
     from defenses.dpsgd.config import DPSGDConfig
     from defenses.dpsgd.training import noisy_clipped_sum, train_dpsgd
-    from defenses.dssgd.defense import participant_record_dir
     from defenses.dssgd.flower import run_flower
-    from defenses.dssgd.protocol import SCHEDULES, FederationSetup, LocalTraining, UploadRule, flatten_parameters
+    from defenses.dssgd.participants import participant_record_dir
+    from defenses.dssgd.protocol import SCHEDULES, FederationSetup, LocalTraining, flatten_parameters
+    from defenses.dssgd.uploads import UploadRule
     from defenses.noise_layer.configs import SecureSGDConfig
     from defenses.noise_layer.schedule import auto_sensitivity_control
     from defenses.noise_layer.secure_sgd import train_secure_sgd

@@ -33,7 +33,6 @@ __all__ = [
     "check_limit",
     "check_count",
     "check_sizes",
-    "check_config_sizes",
     "check_name",
     "check_depth",
     "npy_header",
@@ -151,19 +150,6 @@ def check_sizes(spec: Any, fields: Mapping[str, str]) -> None:
         raise v.invalid_type("i_know", f"i_know must be a bool, got {i_know!r}")
     for field, name in fields.items():
         check_limit(field, getattr(spec, field), name, i_know=i_know)
-
-
-def check_config_sizes(config: Any, *, i_know: bool) -> None:
-    """Each size field of a defense's or an attack's config against the limit it declares
-    (:func:`dpaudit.options.option` ``limit=``, the limit of its flag), waived by ``i_know``."""
-    from dpaudit.options import option_specs
-
-    if config is None or not dataclasses.is_dataclass(config):
-        return
-    for option in option_specs(type(config)):
-        message = above_limit(option.field, getattr(config, option.field, None), option.limit, i_know=i_know)
-        if message is not None:
-            raise v.invalid(option.field, message)
 
 
 def check_count(argument: str, items: Any, name: str, *, i_know: bool = False) -> None:

@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dpaudit import _validate as v
-from dpaudit.limits import SizeLimit
+from dpaudit.limits import SizeLimit, above_limit
 
-__all__ = ["SizeLimit", "LIMIT_ATTR", "limit_action", "OptionSpec", "option", "option_specs", "add_option_flags", "options_from_args", "OptionConflictError"]
+__all__ = ["SizeLimit", "LIMIT_ATTR", "limit_action", "OptionSpec", "option", "option_specs", "add_option_flags", "options_from_args", "OptionConflictError", "check_config_sizes"]
 
 _KEY = "dpaudit_option"
 
@@ -259,3 +259,14 @@ def options_from_args(args: argparse.Namespace, config_type: type, flags: Mappin
             value = int(value)
         out[spec.field] = value
     return out
+
+
+def check_config_sizes(config: Any, *, i_know: bool) -> None:
+    """Each size field of a defense's or an attack's config against the limit it declares
+    (:func:`option` ``limit=``, the limit of its flag), waived by ``i_know``."""
+    if config is None or not dataclasses.is_dataclass(config):
+        return
+    for option in option_specs(type(config)):
+        message = above_limit(option.field, getattr(config, option.field, None), option.limit, i_know=i_know)
+        if message is not None:
+            raise v.invalid(option.field, message)

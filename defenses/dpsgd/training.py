@@ -71,7 +71,6 @@ from defenses.dpsgd.pca import PCAObserver, dp_pca, find_projection
 from defenses.dpsgd.plan import DPSGDPlan, announce_plan, learning_rate_at, plan_dpsgd, resolve_config, run_claim
 from defenses.dpsgd.release import ClippedRelease, Release, ReleaseFactory, StepObserver, noisy_clipped_sum, parameter_names
 from defenses.dpsgd.sampling import keyed_uniforms, poisson_lot
-from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset, DatasetBundle, Splits
 from dpaudit.models import build_model
@@ -456,38 +455,3 @@ class DPSGDTrainer:
     def train(self, dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
         """The third-party protocol, with its optional ``initial_state`` (worst-case-start audits)."""
         return self(dataset, seed=seed, initial_state=initial_state)
-
-
-def _check_budget(config: DPSGDConfig, *, splits: Splits, **_: Any) -> None:
-    """With ε, σ and the epochs all given, refuses epochs the budget cannot pay for (naming the steps it allows)."""
-    if None not in (config.target_epsilon, config.noise_multiplier, config.epochs):
-        plan_dpsgd(config, num_members=len(splits.members))
-
-
-def _resolve_defaults(config: DPSGDConfig, *, num_members: int, **_: Any) -> tuple[DPSGDConfig, str | None]:
-    return resolve_config(config, num_members=num_members)
-
-
-def _replay(**kwargs: Any) -> Any:
-    """:func:`defenses.dpsgd.replay.replay_dpsgd`, imported on use (that module imports this one)."""
-    from defenses.dpsgd.replay import replay_dpsgd
-
-    return replay_dpsgd(**kwargs)
-
-
-DEFENSES.register(
-    DefenseSpec(
-        name="dpsgd",
-        config_type=DPSGDConfig,
-        train=train_dpsgd,
-        claim_kind="dp",
-        audit_trainer=DPSGDTrainer,
-        per_example_gradients=True,
-        resolve_defaults=_resolve_defaults,
-        check_budget=_check_budget,
-        replay=_replay,
-        chance_hint="--lot-size, --learning-rate, --epochs or --clip-norm (or a larger --target-epsilon)",
-        summary="DP-SGD with Poisson lots, per-example clipping and Gaussian noise (+ DP-PCA) (Abadi et al. 2016)",
-        order=10,
-    )
-)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from defenses.dssgd.plan import DEFAULT_ROUNDS, MAX_ROUNDS
-from defenses.dssgd.protocol import SCHEDULES, SELECTIONS, LocalTraining, UploadRule, fraction_count
+from defenses.dssgd.protocol import SCHEDULES, LocalTraining, fraction_count
+from defenses.dssgd.uploads import SELECTIONS, UploadRule
 from dpaudit import _validate as v
 from dpaudit.options import SizeLimit, option
 from dpaudit.training import BATCH_LIMIT, EPOCH_LIMIT

@@ -10,7 +10,8 @@ A training produces
 - the **global model** (the server's parameters) as the record, whose membership names the owner
   of every member;
 - without the DP upload, every participant's **final local model** as a record of its own in the
-  run's ``records/dssgd-participants/MODEL_ID/participant-NNN/`` (attack it with ``--target``);
+  run's ``records/dssgd-participants/MODEL_ID/participant-NNN/`` (attack it with ``--target``;
+  :mod:`defenses.dssgd.participants`);
   under it the local models never reach the server (:func:`defenses.dssgd.protocol.turn_reply`);
 - the uploads of one observed participant (``--observe-participant``), as the server saw them,
   in ``uploads.npz`` beside the record: what the server-seat attacks read;
@@ -39,20 +40,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from defenses._common import build_record, config_dict, evaluation_bundle, expected_model_id
+from defenses._common import build_record, expected_model_id
 from defenses.dssgd.config import DSSGDConfig
+from defenses.dssgd.participants import local_models
 from defenses.dssgd.plan import DSSGDPlan, plan_dssgd
-from defenses.dssgd.protocol import (
-    MECHANISM_FIELDS,
-    FederationOutcome,
-    FederationSetup,
-    Upload,
-    assign_parameters,
-    flatten_parameters,
-    fraction_count,
-    local_sgd,
-    run_local,
-)
+from defenses.dssgd.protocol import MECHANISM_FIELDS, FederationOutcome, FederationSetup, assign_parameters, flatten_parameters, fraction_count, local_sgd, run_local
+from defenses.dssgd.uploads import Upload
 from defenses.pate.partition import partition_ids, teacher_of
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
@@ -66,16 +59,12 @@ from dpaudit.seeding import derive_seed, torch_generator
 from dpaudit.store import atomic_save_npz
 from dpaudit.training import TrainWorkspace, evaluate
 
-__all__ = ["train_dssgd", "federation_setup", "replay_dssgd", "standardization_source", "dssgd_claim_kind", "dssgd_report_lines", "PARTICIPANT_CACHE", "UPLOADS_FILE", "participant_record_dir"]
+__all__ = ["train_dssgd", "federation_setup", "replay_dssgd", "standardization_source", "dssgd_claim_kind", "dssgd_report_lines", "PARTICIPANT_CACHE", "UPLOADS_FILE"]
 
 #: The run's cache of participants' local models (``RUN_DIR/records/dssgd-participants/``).
 PARTICIPANT_CACHE = "dssgd-participants"
 #: The observed participant's uploads, beside the global record.
 UPLOADS_FILE = "uploads.npz"
-
-#: Local models are evaluated on at most this many test examples (the first by id): evaluating 30
-#: CNNs on all 10,000 MNIST test images costs more than the whole federation's training.
-LOCAL_EVAL_EXAMPLES = 1000
 
 
 def dssgd_report_lines(record: TrainedModel) -> list[str]:
@@ -92,11 +81,6 @@ def dssgd_report_lines(record: TrainedModel) -> list[str]:
             f"(participants {m['standalone_test_accuracy_min']:.4f}-{m['standalone_test_accuracy_max']:.4f}); local models after DSSGD {m['local_test_accuracy_mean']:.4f}"
         )
     return lines
-
-
-def participant_record_dir(cache_dir: str | os.PathLike[str], model_id: str, index: int) -> Path:
-    """Where participant ``index`` of the federation ``model_id`` keeps its local record."""
-    return Path(cache_dir) / model_id / f"participant-{index:03d}"
 
 
 def dssgd_claim_kind(config: DSSGDConfig | Mapping[str, Any]) -> str:
@@ -293,53 +277,6 @@ def _federation_metrics(outcome: FederationOutcome, config: DSSGDConfig, *, num_
     }
 
 
-def _local_models(
-    outcome: FederationOutcome,
-    setup: FederationSetup,
-    *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    requested: dict[str, Any],
-    config: DSSGDConfig,
-    seed: int,
-    device: torch.device,
-    workspace: TrainWorkspace | None,
-    started: float,
-) -> list[float]:
-    """Every final local model the server received, evaluated (and with a workspace, saved as a record); their test accuracies.
-
-    Under the DP upload the server receives none (:func:`defenses.dssgd.protocol.turn_reply`).
-    """
-    model_options, partitions, asked = setup.model_options, setup.partitions, config
-    local_acc = []
-    small = evaluation_bundle(bundle, LOCAL_EVAL_EXAMPLES)
-    for i, flat in enumerate(outcome.local_parameters):
-        if flat is None:  # kept by the participant (DP upload) or gone (a real federation)
-            continue
-        local = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options).to(device)
-        assign_parameters(local, flat)
-        local.eval()
-        local_acc.append(evaluate(local, small.test.features, small.test.labels, device=device)["accuracy"])
-        if workspace is not None:
-            _save_participant(
-                local,
-                index=i,
-                partition=partitions[i],
-                bundle=bundle,
-                splits=splits,
-                model_name=model_name,
-                model_options=model_options,
-                requested_options=requested,
-                config=asked,
-                seed=seed,
-                device=device,
-                workspace=workspace,
-                started=started,
-            )
-    return local_acc
-
-
 def train_dssgd(
     *,
     bundle: DatasetBundle,
@@ -396,7 +333,7 @@ def train_dssgd(
     num_parameters = int(initial.numel())
     extra = _federation_metrics(outcome, config, num_parameters=num_parameters, partitions=partitions, observed=observed)
     private = setup.rule.private
-    local_acc = _local_models(outcome, setup, bundle=bundle, splits=splits, model_name=model_name, requested=requested, config=asked, seed=seed, device=device, workspace=workspace, started=started)
+    local_acc = local_models(outcome, setup, bundle=bundle, splits=splits, model_name=model_name, requested=requested, config=asked, seed=seed, device=device, workspace=workspace, started=started)
     if local_acc:  # none under the DP upload: the local models stay with their participants
         extra["local_test_accuracy_mean"] = float(np.mean(local_acc))  # on the first LOCAL_EVAL_EXAMPLES test examples
     if config.baselines and private:
@@ -428,52 +365,6 @@ def train_dssgd(
         workspace.record_dir.mkdir(parents=True, exist_ok=True)
         _save_uploads(workspace.record_dir, observed, participant=config.observe_participant, partition=partitions[config.observe_participant], num_parameters=num_parameters)
     return record, model
-
-
-def _save_participant(
-    local: nn.Module,
-    *,
-    index: int,
-    partition: np.ndarray,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any],
-    requested_options: dict[str, Any],
-    config: DSSGDConfig,
-    seed: int,
-    device: torch.device,
-    workspace: TrainWorkspace,
-    started: float,
-) -> None:
-    """Participant ``index``'s final local model as a record whose members are its own partition."""
-    from dpaudit.weights import save_record
-
-    # As many non-members as the participant has members, drawn from the global non-members: a
-    # balanced membership game for its local model, evaluated at the cost of its own data.
-    rng = np.random.default_rng(derive_seed(seed, "dssgd", "local-non-members", index))
-    pool = np.asarray(splits.non_members, dtype=np.int64)
-    non_members = np.sort(rng.choice(pool, size=min(len(pool), len(partition)), replace=False)) if len(pool) else pool
-    own = Splits(dataset=splits.dataset, seed=splits.seed, members=partition, non_members=non_members, population=splits.population, test=np.asarray(bundle.test.ids, dtype=np.int64))
-    claim = NonPrivateClaim(description=f"DSSGD participant {index}'s local model: trained on its own data without noise (the DP variant, if any, protects only what it uploads)")
-    record = build_record(
-        defense="dssgd",
-        model=local,
-        bundle=bundle,
-        splits=own,
-        model_name=model_name,
-        model_options=model_options,
-        config={**config_dict(config), "participant": index},
-        claim=claim,
-        seed=seed,
-        device=device,
-        started=started,
-        requested_options=requested_options,
-    )
-    target = participant_record_dir(workspace.cache_dir, _global_id(bundle, splits, model_name, requested_options, config, seed), index)
-    save_record(record, local, target)
-    if index == 0:
-        print(f"participants' local records: {target.parent}", file=sys.stderr)
 
 
 def standardization_source(config: DSSGDConfig, *, bundle: DatasetBundle, splits: Splits) -> tuple[str, torch.Tensor]:
@@ -512,12 +403,6 @@ def _network_options(requested: dict[str, Any], config: DSSGDConfig, *, bundle: 
         return dict(requested)
     _, features = standardization_source(config, bundle=bundle, splits=splits)
     return {**requested, "input_standardization": input_statistics(features)}
-
-
-def _global_id(bundle: DatasetBundle, splits: Splits, model_name: str, model_options: dict[str, Any], config: DSSGDConfig, seed: int) -> str:
-    from defenses._common import model_id_for
-
-    return model_id_for(defense="dssgd", bundle=bundle, model_name=model_name, model_options=model_options, config=config, splits=splits, seed=seed)
 
 
 def _check_budget(config: DSSGDConfig, *, bundle: DatasetBundle, splits: Splits, model_name: str, model_options: dict[str, Any], **_: Any) -> None:

@@ -60,18 +60,8 @@ import torch
 from dpaudit.seeding import torch_generator
 from dpaudit.training import TrainingDiverged
 
-from .protocol import (
-    SCHEDULES,
-    FederationOutcome,
-    FederationSetup,
-    ParameterServer,
-    Participant,
-    Upload,
-    build_participant,
-    query_reply,
-    schedule_order,
-    turn_reply,
-)
+from .protocol import SCHEDULES, FederationOutcome, FederationSetup, ParameterServer, Participant, build_participant, query_reply, schedule_order, turn_reply
+from .uploads import Upload
 
 __all__ = ["run_flower", "client_app", "server_app", "read_outcome", "DEFAULT_TURN_TIMEOUT", "DEFAULT_NODE_TIMEOUT"]
 

@@ -1,6 +1,6 @@
 """PATE's defaults from public facts, and how a run spends ``target_epsilon``.
 
-:func:`plan_pate` resolves every value of a :class:`~defenses.pate.defense.PATEConfig` left unset
+:func:`plan_pate` resolves every value of a :class:`~defenses.pate.config.PATEConfig` left unset
 from the number of private members, the size of the public pool, the number of classes and the
 budget: never from the private data or the votes. The rules, with their sources:
 
@@ -124,7 +124,7 @@ def _resolved_values(config: Any, *, teachers: int, epochs: int, queries: Any, s
 
 
 def plan_pate(config: Any, *, num_members: int, num_public: int, num_classes: int) -> PATEPlan:
-    """Resolves a :class:`~defenses.pate.defense.PATEConfig` for a run (see the module docstring).
+    """Resolves a :class:`~defenses.pate.config.PATEConfig` for a run (see the module docstring).
 
     Args:
         config: the config as asked.

@@ -63,7 +63,7 @@ def test_the_row_carries_the_certified_classifiers_accuracy_as_the_mean_over_rep
 
 
 def test_the_matrix_gives_the_certified_classifiers_accuracy_right_before_its_certified_columns() -> None:
-    from reports.compare import CERTIFIED_ACCURACY_COLUMN, CERTIFIED_RULE_COLUMN, _csv, _matrix_tables, matrix_rows
+    from reports.compare_matrix import CERTIFIED_ACCURACY_COLUMN, CERTIFIED_RULE_COLUMN, _csv, _matrix_tables, matrix_rows
 
     columns, rows = matrix_rows(_result())
     first = columns.index("certified @ 0.1")
@@ -87,7 +87,7 @@ def test_the_matrix_gives_the_certified_classifiers_accuracy_right_before_its_ce
 
 
 def test_a_comparison_stored_before_it_was_recorded_loads_and_saves_the_same_bytes(tmp_path) -> None:
-    from reports.compare import CERTIFIED_ACCURACY_COLUMN, NOT_RECORDED, matrix_rows
+    from reports.compare_matrix import CERTIFIED_ACCURACY_COLUMN, NOT_RECORDED, matrix_rows
 
     old = _result().to_dict()
     for row in old["rows"]:

@@ -47,7 +47,7 @@ def test_rows_carry_it_and_the_json_has_it() -> None:
 
 
 def test_table_and_csv_have_the_column_beside_eps_ub() -> None:
-    from reports.compare import LAST_ITERATE_COLUMN, _csv, matrix_rows
+    from reports.compare_matrix import LAST_ITERATE_COLUMN, _csv, matrix_rows
 
     columns, rows = matrix_rows(_result())
     # Named for what it is (issue 42, part 4): a heuristic, not a cap or a bound.

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from attacks.federated.dssgd_audit import Canary, canary_coordinates, dssgd_upload_audit, pixel_canary, upload_scores
-from defenses.dssgd.protocol import LocalTraining, UploadRule, assign_parameters, flatten_parameters, local_sgd
+from defenses.dssgd.protocol import LocalTraining, assign_parameters, flatten_parameters, local_sgd
+from defenses.dssgd.uploads import UploadRule
 from dpaudit.data import load_dataset
 from dpaudit.models import build_model
 from dpaudit.privacy.claims import NonPrivateClaim

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from defenses.dssgd.protocol import FederationSetup, LocalTraining, UploadRule, flatten_parameters
+from defenses.dssgd.protocol import FederationSetup, LocalTraining, flatten_parameters
+from defenses.dssgd.uploads import UploadRule
 from defenses.pate.partition import partition_ids
 from dpaudit.data import DatasetBundle
 from dpaudit.models import build_model

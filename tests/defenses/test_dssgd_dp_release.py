@@ -20,7 +20,8 @@ import defenses.dssgd.defense as dssgd_defense
 import defenses.dssgd.protocol as protocol
 from defenses.dssgd.config import DSSGDConfig
 from defenses.dssgd.defense import replay_dssgd
-from defenses.dssgd.protocol import MECHANISM_FIELDS, Upload, UploadRule, query_reply, turn_reply
+from defenses.dssgd.protocol import MECHANISM_FIELDS, query_reply, turn_reply
+from defenses.dssgd.uploads import Upload, UploadRule
 from dpaudit.data import DatasetBundle, load_dataset, make_splits
 from dpaudit.data.splits import Splits
 from dpaudit.replay import compare_traces, neighbours
@@ -217,7 +218,9 @@ def test_the_replay_catches_a_loss_or_local_model_in_the_replies(digits: Dataset
     verdict = compare_traces(_replay(digits, splits, rounds=1), _replay(_without(digits, gone), _removed(splits, gone), rounds=1))
     names = {f.name for f in verdict.findings}
     assert {f.kind for f in verdict.findings} == {"released"}
-    assert {f"round 0, participant {i}: config.loss" for i in range(3)} <= names
+    # Partitions are keyed by sample id, so only the participant that held the removed record
+    # computes another loss; that one un-noised loss is the leak the replay must name.
+    assert any(n.startswith("round 0, participant ") and n.endswith(": config.loss") for n in names), names
     assert any(n.startswith("final local model of participant") for n in names) and any(n.endswith("local.parameters") for n in names)
 
 

@@ -12,7 +12,8 @@ pytest.importorskip("flwr")
 pytest.importorskip("ray")
 
 from defenses.dssgd.flower import run_flower
-from defenses.dssgd.protocol import LocalTraining, UploadRule, assign_parameters, build_participant, run_local
+from defenses.dssgd.protocol import LocalTraining, assign_parameters, build_participant, run_local
+from defenses.dssgd.uploads import UploadRule
 from dpaudit.data import load_dataset, make_splits
 from tests.defenses.dssgd_setups import digits_federation
 

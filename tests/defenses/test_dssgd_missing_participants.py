@@ -19,7 +19,8 @@ from flwr.app import Context, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from defenses.dssgd.flower import client_app, read_outcome, server_app
-from defenses.dssgd.protocol import FederationSetup, UploadRule, run_local
+from defenses.dssgd.protocol import FederationSetup, run_local
+from defenses.dssgd.uploads import UploadRule
 from dpaudit.data import load_dataset, make_splits
 from tests.defenses.dssgd_setups import digits_federation
 

@@ -8,20 +8,10 @@ import pytest
 import torch
 
 from defenses.dssgd.config import DSSGDConfig
-from defenses.dssgd.defense import participant_record_dir, train_dssgd
-from defenses.dssgd.protocol import (
-    ParameterServer,
-    Upload,
-    UploadRule,
-    assign_parameters,
-    build_participant,
-    flatten_parameters,
-    fraction_count,
-    local_sgd,
-    run_local,
-    select_largest,
-    select_random_threshold,
-)
+from defenses.dssgd.defense import train_dssgd
+from defenses.dssgd.participants import participant_record_dir
+from defenses.dssgd.protocol import ParameterServer, assign_parameters, build_participant, flatten_parameters, fraction_count, local_sgd, run_local
+from defenses.dssgd.uploads import Upload, UploadRule, select_largest, select_random_threshold
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.models import build_model
 from dpaudit.seeding import torch_generator

@@ -17,7 +17,8 @@ import pytest
 
 import defenses.pate.teachers as teachers_module
 from defenses.pate.aggregators import GNMaxConfig, aggregate
-from defenses.pate.defense import PATEConfig, plan_for, replay_pate, train_pate, vote_sensitivity
+from defenses.pate.config import PATEConfig
+from defenses.pate.defense import plan_for, replay_pate, train_pate, vote_sensitivity
 from defenses.pate.partition import assign_teachers, partition_ids
 from defenses.registry import DEFENSES
 from dpaudit.data import load_dataset, make_splits

@@ -9,7 +9,7 @@ import pytest
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from defenses.pate.defense import PATEConfig
+from defenses.pate.config import PATEConfig
 from defenses.pate.plan import plan_pate
 from dpaudit.privacy.pate.budget import worst_case_epsilon
 from dpaudit.privacy.pate.votes import GNMAX_ORDERS

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from defenses.pate.aggregators import aggregate
-from defenses.pate.defense import PATEConfig, _analyse
+from defenses.pate.config import PATEConfig
+from defenses.pate.defense import _analyse
 from dpaudit.privacy.pate import analysis, smooth_sensitivity
 from dpaudit.privacy.pate import claim as pate_claim
 

@@ -38,6 +38,15 @@ PINNED = {
 }
 
 
+#: Relative tolerance of the pins (see the test): far below the settings' separation, above a build's drift.
+RTOL = 2e-3
+
+
+def test_the_tolerance_separates_the_settings() -> None:
+    sums = sorted(p[1] for p in PINNED.values())
+    assert all(b - a > 5 * RTOL * b for a, b in zip(sums, sums[1:]))
+
+
 @pytest.fixture(scope="module")
 def digits():
     bundle = load_dataset("digits")
@@ -56,11 +65,14 @@ def test_short_secure_sgd_run_is_pinned(digits, name: str) -> None:
     finally:
         torch.set_num_threads(threads)
     total = sum(float(t.double().sum()) for t in model.state_dict().values())
-    # A changed noise draw or lot moves the sum in its first digits; 1e-9 only absorbs a
-    # different summation order of the same floats on another machine.
-    assert total == pytest.approx(weight_sum, rel=1e-9, abs=0)
-    assert record.metrics["test_accuracy"] == pytest.approx(accuracy, abs=1e-12)
+    # A changed noise draw, lot, clip or update order moves the sum by percents (the three pinned
+    # settings differ by 2-8%: test_the_tolerance_separates_the_settings). The tolerance absorbs
+    # what another build of torch does to the same computation: ten noisy steps amplify last-bit
+    # differences of its kernels to ~4e-4 of the sum (torch 2.15 against the build these were
+    # pinned on), so a tighter pin fails on a library upgrade rather than on a change of ours.
+    assert total == pytest.approx(weight_sum, rel=RTOL, abs=0)
+    assert record.metrics["test_accuracy"] == pytest.approx(accuracy, abs=2 / 360)  # two of the 360 test images
     if loss_mean is not None:
-        assert record.metrics["train_loss_mean"] == pytest.approx(loss_mean, rel=1e-9)
+        assert record.metrics["train_loss_mean"] == pytest.approx(loss_mean, rel=RTOL)
     assert record.metrics["num_steps"] == 10 and record.metrics["gradient_canary_steps"] == 0
     assert record.claim.description == description

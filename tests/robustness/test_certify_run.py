@@ -165,7 +165,7 @@ def test_an_empty_out_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
 
 def _certified_inputs(rdir: Path, num_examples: int, seed: int):
     """The model, test inputs and labels a certify run certifies (recomputed here, not read from the run)."""
-    from dpaudit.app.runs.certify import certify_subset
+    from dpaudit.app.runs.certify_attacks import certify_subset
     from dpaudit.data import load_dataset
     from dpaudit.weights import load_model
 

@@ -319,7 +319,8 @@ def turn_leakage(
     """
     import torch
 
-    from defenses.dssgd.protocol import LocalTraining, UploadRule, assign_parameters, flatten_parameters, local_sgd
+    from defenses.dssgd.protocol import LocalTraining, assign_parameters, flatten_parameters, local_sgd
+    from defenses.dssgd.uploads import UploadRule
     from dpaudit.data import load_dataset
     from dpaudit.models import build_model, input_statistics
     from dpaudit.seeding import numpy_rng, torch_generator
@@ -401,7 +402,8 @@ def audit_upload(
     import torch
 
     from attacks.federated.dssgd_audit import canary_coordinates, dssgd_upload_audit, pixel_canary
-    from defenses.dssgd.protocol import LocalTraining, UploadRule, assign_parameters, flatten_parameters, local_sgd
+    from defenses.dssgd.protocol import LocalTraining, assign_parameters, flatten_parameters, local_sgd
+    from defenses.dssgd.uploads import UploadRule
     from dpaudit.data import load_dataset
     from dpaudit.models import build_model
     from dpaudit.seeding import numpy_rng, torch_generator

@@ -130,7 +130,8 @@ class InversionSpec:
     i_know: bool = False
 
     def __post_init__(self) -> None:
-        from dpaudit.limits import check_config_sizes, check_sizes
+        from dpaudit.limits import check_sizes
+        from dpaudit.options import check_config_sizes
 
         check_sizes(self, {})
         for config in [*dict(self.attacks).values(), *dict(self.priors).values(), self.evaluator]:  # each declares its limits (the flags')

@@ -141,7 +141,8 @@ class MembershipSpec:
 
     def __post_init__(self) -> None:
         from attacks.membership import MEMBERSHIP_ATTACKS
-        from dpaudit.limits import check_config_sizes, check_sizes
+        from dpaudit.limits import check_sizes
+        from dpaudit.options import check_config_sizes
 
         if not self.attacks:
             raise v.invalid("attacks", "attacks must name at least one attack")

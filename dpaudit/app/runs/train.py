@@ -85,8 +85,9 @@ class TrainSpec:
 
     def __post_init__(self) -> None:
         from defenses import DEFENSES
-        from dpaudit.limits import check_config_sizes, check_sizes
+        from dpaudit.limits import check_sizes
         from dpaudit.models import MODELS
+        from dpaudit.options import check_config_sizes
 
         if self.defense not in DEFENSES:
             raise v.invalid("defense", f"defense must be one of {', '.join(DEFENSES)}, got {self.defense!r}")

@@ -248,7 +248,8 @@ def _certified_evasion(eva: Mapping[str, Any], *, trained: TrainedOutcome, grid:
 def evasion_job(*, grid: CompareGrid, trained: TrainedOutcome, seed: int, run_dir: str, data_root: str | None) -> EvasionOutcome:
     """Robust accuracy under the grid's evasion attacks; certified accuracy where the defense certifies."""
     from dpaudit.app.records import load_verified_record
-    from dpaudit.app.runs.certify import certifiable_defenses, certify_subset, robust_accuracies
+    from dpaudit.app.runs.certify import certifiable_defenses
+    from dpaudit.app.runs.certify_attacks import certify_subset, robust_accuracies
     from dpaudit.data import load_dataset
     from dpaudit.weights import load_model
 
