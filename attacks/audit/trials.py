@@ -249,10 +249,16 @@ def black_box_trial(
         from dpaudit.weights import weights_from_bytes
 
         extra["initial_state"] = weights_from_bytes(initial_state)
+    from dpaudit.callables import UserCodeFailed, call_user, callable_label, describe_exception
+
     try:
-        model = train_fn(with_canaries(data, canaries, mask), seed=seed, **extra)
+        # User code: its prints go to stderr and its SystemExit or closed streams are its failure,
+        # never the exit status or the --json output of the verb (the battery's trials do the same).
+        model = call_user(train_fn, with_canaries(data, canaries, mask), seed=seed, label=f"the training function {callable_label(train_fn)}", **extra)
+    except UserCodeFailed as exc:
+        raise TrialFailed(f"{exc} in {where}", index, seed) from None
     except Exception as exc:  # third-party code: any failure is reported with the trial that hit it
-        raise TrialFailed(f"the training function raised {type(exc).__name__}: {_one_line(exc)} in {where}", index, seed) from exc
+        raise TrialFailed(f"the training function raised {describe_exception(exc)} in {where}", index, seed) from exc
     if not isinstance(model, nn.Module):
         raise TrialFailed(f"the training function returned a {type(model).__name__}, not a torch.nn.Module, in {where}", index, seed)
     try:

@@ -221,6 +221,13 @@ def not_a_module(dataset, *, seed):
     return {"weights": [1.0]}
 
 
+def exits(dataset, *, seed):
+    import sys
+
+    print("user output " * 10)
+    sys.exit(0)
+
+
 def flaky(dataset, *, seed):
     calls = HERE / "calls"
     n = int(calls.read_text()) if calls.exists() else 0
@@ -264,6 +271,21 @@ def test_a_function_that_returns_no_module_is_named_with_its_trial_and_seed(tmp_
     assert "returned a dict, not a torch.nn.Module, in trial 0 (seed " in line
     err = json.loads(p.out)
     assert err["exit_status"] == 2 and err["argument"] == "--train-fn"
+
+
+@pytest.mark.parametrize("json_flag", [(), ("--json",)])
+def test_a_function_that_exits_is_its_failure_not_the_exit_status(tmp_path, capsys, json_flag):
+    """``sys.exit(0)`` inside the user's train function once ended ``audit`` with status 1 ("internal
+    error"); it is that function's failure (exit 2, naming it), and its prints never reach stdout."""
+    code, p = _main(capsys, *_multi_run_argv(tmp_path, "exits", "--quiet", *json_flag))
+    assert code == 2
+    assert "Traceback" not in p.err and "internal error" not in p.err
+    errors = [ln for ln in p.err.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "fns.py:exits raised SystemExit" in errors[0] and "in trial 0 (seed " in errors[0], p.err
+    assert "user output" in p.err and "user output" not in p.out  # the function's prints go to stderr
+    if json_flag:
+        err = json.loads(p.out)
+        assert err["exit_status"] == 2 and err["argument"] == "--train-fn"
 
 
 def test_a_function_that_raises_keeps_the_finished_trials_and_a_rerun_resumes(tmp_path, capsys):
