@@ -150,3 +150,12 @@ def test_the_parameter_limit_counts_the_model_and_never_fails_for_a_broken_build
         raise SystemExit(0)
 
     check_run._check_model_size(broken, i_know=False)  # the battery reports the failure where it calls it
+
+
+def test_a_battery_that_could_run_no_check_is_not_a_pass(cli, train_fn, tmp_path):
+    """Without ``--model-fn`` no check can craft its start, so nothing trains: once exit 0 ("no
+    violation"), which a CI gate read as a pass; now exit 2 naming what to add."""
+    code, out, err = cli.run("check", "--train-fn", train_fn, *CLAIM, "--out", str(tmp_path / "run"), "--json", "--no-report")
+    assert code == 2, (code, err)
+    payload = json.loads(out)
+    assert payload["argument"] == "--train-fn" and "no check could run" in payload["error"] and "--model-fn" in payload["error"], payload

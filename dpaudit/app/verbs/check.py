@@ -179,6 +179,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
             f"--train-fn {spec.train_fn}: no check got a training through ({len(failed)} of {len(report.outcomes)} failed; results in {check_dir}): {failed[0].details.get('reason')}",
             argument="--train-fn",
         )
+    if report.outcomes and not report.violated and all(o.num_trials == 0 for o in report.outcomes):
+        # No check ran a single training (no --model-fn, no initial_state keyword): nothing was
+        # checked, so a CI gate must not read it as a pass either.
+        raise UsageError(
+            f"--train-fn {spec.train_fn}: no check could run ({len(report.outcomes)} of {len(report.outcomes)} could not; results in {check_dir}): {report.outcomes[0].finding}", argument="--train-fn"
+        )
     emit(args, payload, "\n".join(lines))
     return EXIT_VIOLATION if report.violated else EXIT_OK
 
