@@ -160,7 +160,10 @@ def epsilon_answers_figure(runs: Sequence[PateRun], *, ax: Axes | None = None) -
             label=f"{label}, {' and '.join(modes)} student{'s' if len(modes) > 1 else ''}",
         )
     ax.set_xlabel("queries answered")
-    ax.set_ylabel("ε, data-dependent, realised (private)")
+    # The plotted curve is the one the record publishes: its claim's own analysis (a private
+    # data-dependent curve is never published, so never drawn).
+    analyses = sorted({str(thaw(r.record.config).get("analysis", "data-independent")) for m in groups.values() for r in m})
+    ax.set_ylabel(f"ε claimed ({analyses[0]} analysis)" if len(analyses) == 1 else "ε claimed (each student's analysis)")
     ax.grid(alpha=0.3)
     legend_outside(ax)
     return fig
