@@ -31,7 +31,7 @@ from dpaudit.results.verdicts import check_verdict
 from dpaudit.store import RunDir
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import fmt_lower_bound, fmt_upper_bound
+from reports.numbers import epsilon_lb_cell, epsilon_ub_cell, fmt_lower_bound, fmt_upper_bound
 from reports.render import Figure, Items, Section, Table, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -115,7 +115,12 @@ def check_figure(outcomes: Sequence[CheckOutcome], *, ax: Axes | None = None) ->
 
 
 def _outcome_table(report: CheckReport) -> Table:
-    rows = [[o.name, o.status.upper() if o.violated else o.status, o.epsilon_lb, o.epsilon_ub, o.ceiling, o.num_trials, o.seconds, o.detects, o.misses] for o in report.outcomes]
+    # Bounds print their safe way, as in the verdict box above the table: ε_LB and the ceiling (the
+    # ε_LB of a perfect attack) rounded down, ε_UB up.
+    rows = [
+        [o.name, o.status.upper() if o.violated else o.status, epsilon_lb_cell(o.epsilon_lb), epsilon_ub_cell(o.epsilon_ub), epsilon_lb_cell(o.ceiling), o.num_trials, o.seconds, o.detects, o.misses]
+        for o in report.outcomes
+    ]
     return Table(
         columns=["check", "status", "ε_LB", "ε_UB", "ceiling", "trainings", "seconds", "detects", "misses"],
         rows=rows,

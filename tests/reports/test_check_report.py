@@ -112,3 +112,18 @@ def test_a_check_that_could_not_run_says_why_not_what_size_it_needed(tmp_path):
     save_check_report(CheckReport(**fields, outcomes=(cannot,)), run.path / "checks")
     html = _page(run)
     assert "inconclusive: worst-case: could not run: no --model-fn" in html and "more budget" not in html
+
+
+def test_the_table_rounds_each_bound_its_safe_way_like_the_verdict_box():
+    """ε_LB 3.6458 and a ceiling of 10.2974 once read 3.65 and 10.3 in the table under a verdict box
+    saying 3.64 and 10.2: a lower bound printed above its value. ε_UB 0.97082 reads 0.971 (up)."""
+    from dataclasses import replace
+
+    from reports.check import _outcome_table
+    from tests.check_samples import outcome
+
+    report = replace(sample_report(), outcomes=(outcome("lot-size", "violated", epsilon_lb=3.6458, ceiling=10.2974),))
+    (row,) = _outcome_table(report).rows
+    lb, ub, ceiling = (str(getattr(c, "text", c)) for c in row[2:5])
+    assert (lb, ceiling) == ("3.64", "10.2")
+    assert float(lb) <= 3.6458 and float(ceiling) <= 10.2974 and float(ub) >= report.outcomes[0].epsilon_ub
