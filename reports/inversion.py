@@ -39,7 +39,7 @@ from dpaudit.results.verdicts import inversion_verdict, most_severe
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import FONT_PT, PAGE_WIDTH_IN, colour, fit_page, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import fmt_upper_bound, percent_cell, rate_cell
+from reports.numbers import epsilon_lb_cell, epsilon_ub_cell, fmt_upper_bound, percent_cell, rate_cell
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -287,8 +287,8 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
                 s["membership"]["auc"],
                 _tpr(r),
                 f"{r.membership.num_members} / {r.membership.num_non_members}",
-                s["membership"]["epsilon_lb"],
-                "—" if eps_ub is None else eps_ub,
+                epsilon_lb_cell(s["membership"]["epsilon_lb"]),  # bounds their safe way: ε_LB down, ε_UB up
+                "—" if eps_ub is None else epsilon_ub_cell(eps_ub),
             ]
         )
     evaluator = sorted({format_number(r.metadata.get("evaluator_accuracy")) for r in target.results if r.metadata.get("evaluator_accuracy") is not None})
@@ -352,7 +352,7 @@ def comparison_table(targets: Sequence[InversionTarget], *, confidence: float = 
                     s["knn_distance"],
                     s["psnr"],
                     s["membership"]["auc"],
-                    s["membership"]["epsilon_lb"],
+                    epsilon_lb_cell(s["membership"]["epsilon_lb"]),
                 ]
             )
     return Table(
