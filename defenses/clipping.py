@@ -1,52 +1,13 @@
 """Per-example gradient clipping without per-example gradients of the whole model.
 
 DP-SGD (Abadi et al. 2016, Algorithm 1, "Clip gradient") needs, for every lot, the sum of the
-per-example gradients each rescaled to L2 norm at most C:
-
-    Σ_i g_i · min(1, C / ‖g_i‖).
-
-The naive way materialises a (batch × parameters) tensor. This module computes the same sum
-from one forward and one *activation-only* backward pass, by book-keeping (Bu et al. 2022,
-"Scalable and Efficient Training of Large Convolutional Neural Networks with Differential
-Privacy", §3; the norm identities are Goodfellow 2015, "Efficient Per-Example Gradient
-Computations", and Li et al. 2022, "Large Language Models Can Be Strong Differentially
-Private Learners", §4 — "ghost clipping"):
-
-* forward hooks store each layer's input ``a`` and its output ``z``;
-* ``torch.autograd.grad(Σ_i ℓ_i, [z_1 … z_L])`` returns ``g = ∂Σℓ/∂z`` for every layer
-  without computing any weight gradient (row i of ``g`` is ∂ℓ_i/∂z_i, since no layer mixes
-  examples);
-* per-example gradient norms come from ``a`` and ``g`` alone:
-
-  - ``nn.Linear`` with ``a`` (B, T, d), ``g`` (B, T, p): the weight gradient of example i is
-    ``g_iᵀ a_i``. For T = 1 its squared norm is ‖a_i‖²‖g_i‖². For T > 1 either the Gram
-    identity ‖Σ_t g_t a_tᵀ‖² = Σ_{t,s} (a_t·a_s)(g_t·g_s), costing B·T²·(d+p), or the
-    (B, p, d) per-example gradient of this one layer, costing B·T·d·p — whichever is
-    cheaper. The bias gradient is Σ_t g_t.
-  - ``nn.Conv2d`` is a Linear on T = output positions with d = C_in·k·k. Materialising its
-    per-example weight gradient (B, C_out, C_in, k, k) is usually the cheaper side here, and
-    is done by one grouped convolution backward with the batch folded into the groups
-    (Rochette et al. 2019) rather than an im2col; the Gram identity on unfolded patches is
-    used where T is small against d·p.
-  - any other module with its own parameters (GroupNorm, LayerNorm, Embedding, …): the
-    per-example gradient of *that module only*, by ``torch.func`` (``functional_call`` +
-    ``vmap`` + ``grad`` of ⟨module(x_i), g_i⟩), which is small for normalisation layers.
-
-* the clipping factors w_i = C / max(C, ‖g_i‖) then give the clipped sum in one more pass
-  over the stored tensors: ``Σ_i w_i g_iᵀ a_i`` is a single matmul per layer — the same work
-  as the weight gradient of an ordinary backward pass, which we never ran — or, where one
-  layer's per-example gradients were materialised, a matrix-vector product with w.
-
-So no (batch × all-parameters) tensor is formed (at most one layer's per-example gradient,
-and never for a Linear applied once per example), and the cost is close to one non-private
-step. For models the hooks cannot follow (parameters used outside
-their module's ``forward``, in-place edits of a hooked output), ``method="vmap"`` computes
-whole-model per-example gradients with ``torch.func`` instead (exact, memory-hungry).
-
-Per-layer clipping (Abadi et al. 2016, §3.1 "Per-layer and time-dependent parameters";
-McMahan et al. 2018, §3): each layer l (the parameters of one module) is clipped to C_l on
-its own. One example then moves the clipped sum by at most √(Σ_l C_l²), which is the L2
-sensitivity the Gaussian noise must be scaled to; with the equal split C_l = C/√L it is C.
+per-example gradients each rescaled to L2 norm at most C: Σ_i g_i · min(1, C / ‖g_i‖). This module
+computes it from one forward and one activation-only backward pass ("ghost clipping": Bu et al.
+2022, §3; Goodfellow 2015; Li et al. 2022, §4), materialising at most one layer's per-example
+gradient, with ``method="vmap"`` (``torch.func``) for models the hooks cannot follow; per-layer
+clipping (Abadi et al. 2016, §3.1; McMahan et al. 2018, §3) clips each module to C_l, for an L2
+sensitivity √(Σ_l C_l²). The norm identities, the cost of each layer type and when each path is
+taken are on the docs page "DP-SGD", section "Per-example clipping" (``docs/defenses/dpsgd.md``).
 """
 
 from __future__ import annotations

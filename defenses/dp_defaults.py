@@ -1,67 +1,11 @@
 """Training defaults for DP-SGD derived from public facts only (N, ε, δ), with their sources.
 
-A user who names only a dataset, a model and a target ε should get a model worth auditing.
-The values below are not tuned on anyone's data at run time: they are functions of the number
-of members N, the target ε and δ, which are public (the claim states them), so choosing them
-costs no privacy. Input shape and model are accepted for the same reason but no rule uses them
-yet: the rules act on the clipped update, whose scale C·lr does not depend on the architecture.
-
-Rules (each is what the cited work found; the constants were checked against small sweeps on
-digits, Adult, MNIST and Fashion-MNIST, ``scripts/bench_defaults.py``):
-
-1. **Clip norm C = 1.** De et al. (2022, "Unlocking high-accuracy differentially private image
-   classification through scale", experimental set-up) clip at C = 1 throughout and find that,
-   once C is small enough that almost every per-example gradient is clipped, what matters is
-   lr·C (the update becomes a mean of normalised gradients); Tramèr & Boneh (2021,
-   "Differentially private learning needs better features", hyperparameter appendix) tune C
-   jointly with lr for the same reason.
-2. **Learning rate independent of N and of the lot size.** The update divides the noisy clipped
-   sum by the expected lot size, so its norm is ≤ lr·C whatever L is; Sander et al. (2023, "TAN
-   without a burn", §3) show that at a fixed number of steps and fixed σ/L the training is
-   unchanged when L and σ are scaled together with lr fixed. lr = ``LEARNING_RATE`` with plain
-   SGD, doubled when the length is set by the step budget or ``MAX_EPOCHS`` rather than by the
-   noise (rule 4's noise bound at least ``COMPUTE_LIMITED`` times the epochs run): such a run
-   is short of steps, not drowned in noise, and takes longer strides (measured: ε = 2 on MNIST
-   0.898 → 0.910, Fashion-MNIST 0.780 → 0.810, ε = 8 on digits 0.947 → 0.961; where the noise
-   bound sets the length, digits at ε = 1 and 2, lr 1 lost 2-8 points). Plain (no momentum: De et al. 2022 train without it, and on digits momentum 0.5 / 0.9 at this
-   step size lowered accuracy from 0.85 to 0.71 / 0.45).
-3. **Lot size L ≈ 4·√N, rounded to a power of two, within [``MIN_LOT_SIZE``, N/4].** Abadi et al.
-   (2016, "Deep learning with differential privacy", §3.1 "Lots" and §5.1) take lots of the order
-   of √N (600 of 60,000); De et al. (2022) and Sander et al. (2023, §3) find larger
-   lots better once σ is calibrated to the target, because the noise on the mean, σ·C/L, falls
-   faster than the number of steps. The factor 4 is the larger of the two lot sizes that tied
-   on digits (64 and 128 at ε = 2); N/4 keeps at least four steps per epoch.
-4. **Epochs: as many as keep the noise on the mean below a fixed level, within a step budget.**
-   Sander et al. (2023, §3) show that at a fixed number of steps accuracy is governed by
-   σ/L, and degrades once it exceeds a level; De et al. (2022) and Abadi et al. (2016, §5)
-   find the best length growing with ε. With the central-limit theorem for subsampled noisy
-   SGD (Bu, Dong, Long & Su 2020, "Deep learning with Gaussian differential privacy"; Dong,
-   Roth & Su 2022, "Gaussian differential privacy", §5), T steps at rate q and noise σ are
-   asymptotically μ-GDP with μ = q·√(T·(e^{1/σ²} − 1)) ≈ q·√T/σ, so
-   σ/L ≈ √(E/(L·N))/μ for E epochs, and σ/L ≤ r holds up to
-   E = r²·μ²·L·N, where μ is the GDP parameter of the target (ε, δ) (Dong et al. 2022,
-   Cor. 2.13). r = ``NOISE_PER_LOT`` (0.05: on digits, accuracy fell from 0.89-0.91 to 0.67-0.83
-   beyond it). The result is clamped to [``MIN_EPOCHS``, ``MAX_EPOCHS``] and to at most
-   ``MAX_STEPS`` steps — a compute budget (minutes on two CPU cores; pass ``--epochs`` on a
-   GPU), also public. Only the choice uses the approximation: σ itself is then calibrated by
-   the run's accountant. Without a target ε (σ fixed) the length stays ``DEFAULT_EPOCHS``.
-
-5. **A scale-invariant first layer takes longer strides.** Secure-SGD's ``normalize`` control
-   (:mod:`defenses.noise_layer`) divides the first layer's output by its sensitivity Δ_r(W), so
-   the network computes the same function for W and c·W. For such a layer the step in function
-   space is lr·(g/Δ_r(W))² (g the initial Δ_r: the gradient scales as 1/‖W‖ and the change of
-   W/‖W‖ as 1/‖W‖ again; Arora, Li & Lyu 2019, "Theoretical analysis of auto rate-tuning by
-   batch normalization", §2), and under DP-SGD the noise makes ‖W‖ grow: Δ_r(W)/g reached
-   3.2–5.8 by the end of the default runs (digits at ε = 1 and 8, Fashion-MNIST at ε = 2), so
-   the layer's steps had shrunk 10–35-fold. Rescaling W back after each step keeps the step
-   but re-randomises the layer with every step's noise (Fashion-MNIST 0.762 → 0.710 at lr 2),
-   so the rate is raised instead: rule 2's times ``SCALE_INVARIANT_FACTOR`` when the noise sets
-   the length, times its square when compute does (longer strides already pay there, rule 2),
-   the best of ×1, ×2 and ×4 in each of the five runs below. Measured with the expected-score
-   accuracy (16 draws) at ε = 2 unless said, rule 2's rate ×1 / ×2 / ×4 against DP-SGD's default: digits ε = 1 0.778 / **0.808** / 0.783 (DP-SGD 0.822),
-   ε = 2 0.897 / **0.925** / 0.878 (0.917), ε = 8 0.950 / 0.953 / **0.961** (0.961); MNIST
-   0.886 / 0.898 / **0.903** (0.910); Fashion-MNIST 0.763 / 0.787 / **0.805** (0.810) — the
-   last three compute-limited, the first two noise-bound.
+A user who names only a dataset, a model and a target ε should get a model worth auditing. The
+values are functions of the number of members N, the target ε and δ — which the claim states, so
+choosing them costs no privacy — never of the data. The five rules (clip norm, learning rate, lot
+size ≈ 4·√N, epochs from the noise on the mean, the scale-invariant first layer's stride), their
+sources and the measurements behind each constant are on the docs page "DP-SGD", section
+"Defaults from public facts" (``docs/defenses/dpsgd.md``).
 
 :func:`derive_dp_training` returns all four; :func:`resolve_dp_config` fills only the fields a
 config left unset (``None``) and says which, so an explicit flag always wins. DP-SGD
