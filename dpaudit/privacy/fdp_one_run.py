@@ -13,17 +13,6 @@ Algorithm 3; ``rh_with_cap`` / ``audit_rh_with_cap`` in the authors' PrivacyGuar
 If honouring the curve would need more guesses in expectation than the auditor made, seeing
 ≥ v correct has probability below 1 − confidence and the hypothesis is rejected.
 
-Reproduction status (``scripts/reproduce_fdp_one_run.py``): with the expected counts of the
-idealised Gaussian auditor this recursion lands 6–11 % below the paper's idealised f-DP column,
-while Steinke et al.'s column is matched within about 2 %. The gap is not in the recursion (see
-:func:`fdp_one_run_rejects` for why each step is forced) but in how the table's counts were
-obtained: the bound moves by roughly 0.7 in ε per wrong guess among the top scores, so a
-simulated run whose guess count is picked after the fact sits well above the expected-count
-value; averaged over seeded runs with the guess count picked that way (uncorrected), the rows
-come within about ±6 % (−5.5 / −3.5 / +4.0 / +2.6 % over 20, 20, 20, 10 runs; another seed set
-gave −4.2 / −1.6 / −0.1 / −3.1 %), and a single run varies by 5–10 %, so no honest protocol pins
-the published column to 2 %.
-
 The curves tested here are one-parameter families, so rejection turns into a lower bound on the
 parameter:
 
@@ -33,11 +22,10 @@ parameter:
   (Dong, Roth & Su 2022, §4.2; Zhu, Dong & Wang 2022 for Poisson sampling); the bound is again
   on μ = 1/σ at the stated q, reported as ε at δ of the subsampled step.
 
-What the bound means: "the mechanism is not f_{μ_LB}-DP" at ``confidence``. Turned into ε it is
-sound for mechanisms whose trade-off curve lies in the family (the Gaussian mechanism exactly,
-DP-SGD approximately), the same standing as the Gaussian-DP estimator of
-:mod:`dpaudit.privacy.audit_stats`; a mechanism that is (ε, δ)-DP but not Gaussian-shaped can
-be rejected at μ whose ε exceeds its own. Say so beside every number it produces.
+The bound rejects "the mechanism is f_{μ_LB}-DP" at ``confidence``; as ε it is sound only for
+mechanisms whose trade-off curve lies in the family, so every number it produces says so. What that
+means, and how the reproduction of the paper's table went (``scripts/reproduce_fdp_one_run.py``), is
+on the docs page "Audit statistics", §4 (``docs/audits/statistics.md``).
 
 Torch-free (NumPy/SciPy only).
 """
