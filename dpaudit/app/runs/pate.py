@@ -32,17 +32,22 @@ from typing import Any
 import numpy as np
 
 from attacks.audit.pate import pate_audit
-from defenses.pate.aggregators import aggregator_config
+from defenses import DEFENSES
+from defenses.pate.aggregators import aggregate, aggregator_config
 from defenses.pate.planted import planted_aggregator
 from dpaudit import _validate as v
+from dpaudit.app.records import verify_record
+from dpaudit.app.runs.membership import _defense_config
 from dpaudit.limits import check_npy, npy_header
+from dpaudit.locks import unit_lock
 from dpaudit.privacy.pate import votes as pate_votes
 from dpaudit.privacy.pate.analysis import PateEpsilon, analyze_votes
 from dpaudit.privacy.pate.smooth_sensitivity import SmoothSensitivityRelease, release_epsilon
 from dpaudit.progress import Progress
-from dpaudit.results import MembershipResult
+from dpaudit.results import MembershipResult, save_membership_result
 from dpaudit.results.audit import AuditResult
-from dpaudit.store import RunDir
+from dpaudit.results.record import load_record, resolve_record_dir
+from dpaudit.store import RunDir, read_json, thaw
 
 __all__ = [
     "ReleaseSpec",
@@ -371,8 +376,6 @@ def load_teacher_dirs(record_dir: Path) -> list[Path]:
         ValueError: no ``private/pate.json`` (nor, for older records, ``pate.json``) beside the
             record, or a teacher missing from the cache.
     """
-    from dpaudit.store import read_json
-
     # The teachers' ids and partitions are private (private/pate.json, the cache path relative
     # to it); records written before that split keep them in the public pate.json.
     meta_path = record_dir / "private" / "pate.json"
@@ -419,18 +422,10 @@ def attack_aggregator(
     Raises:
         ValueError: the target is not a PATE student with its teachers.
     """
+    # What loads the teachers (and torch) is imported here, so that the analysis and the audit stay torch-free.
     from attacks.membership import query_ids
     from attacks.membership.pate import aggregator_membership
-    from defenses import DEFENSES
-    from defenses.pate.aggregators import aggregate
-    from dpaudit.app.records import verify_record
-    from dpaudit.app.runs.membership import _defense_config
     from dpaudit.data import load_dataset
-    from dpaudit.locks import unit_lock
-    from dpaudit.progress import Progress
-    from dpaudit.results import save_membership_result
-    from dpaudit.results.record import load_record, resolve_record_dir
-    from dpaudit.store import thaw
     from dpaudit.training import predict_logits, resolve_device
     from dpaudit.weights import load_model
 
