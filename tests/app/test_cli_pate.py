@@ -211,11 +211,10 @@ def test_analyze_limit_needs_i_know(cli, tmp_path: Path, shape: tuple[int, int],
 
 def test_analyze_limit_with_i_know_runs_and_shows_progress(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Beyond a (here lowered) limit --i-know runs it; a long analysis shows its progress on stderr."""
-    from dpaudit.app.verbs import pate as verb
     from dpaudit.privacy.pate import votes as pate_votes
 
-    monkeypatch.setattr(verb, "MAX_QUERIES", 100)
-    monkeypatch.setattr(verb, "PROGRESS_QUERIES", 100)
+    monkeypatch.setattr(pate_votes, "MAX_QUERIES", 100)
+    monkeypatch.setattr(pate_votes, "PROGRESS_QUERIES", 100)
     monkeypatch.setattr(pate_votes, "PROGRESS_EVERY", 50)
     votes = _votes(tmp_path, [ROW], 300)
     code, _, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "40")

@@ -129,10 +129,10 @@ def test_pate_analyze_reports_every_query_of_a_smooth_sensitivity_release(cli, c
     # reports every RELEASE_PROGRESS_EVERY of them; both are lowered so 40 queries show it.
     import numpy as np
 
-    from dpaudit.app.verbs import pate as pate_verb
     from dpaudit.privacy.pate import smooth_sensitivity as pate_lib
+    from dpaudit.privacy.pate import votes as pate_votes
 
-    monkeypatch.setattr(pate_verb, "PROGRESS_QUERIES", 10)
+    monkeypatch.setattr(pate_votes, "PROGRESS_QUERIES", 10)
     monkeypatch.setattr(pate_lib, "RELEASE_PROGRESS_EVERY", 1)
     votes = np.random.default_rng(0).multinomial(250, [0.6] + [0.4 / 9] * 9, size=40)
     np.save(tmp_path / "votes.npy", votes)

@@ -1,145 +1,55 @@
 """``dpaudit pate analyze``: the privacy analysis of a PATE vote matrix from any implementation;
-``dpaudit pate audit``: the audit game of an aggregator (ε_LB from repeated answers on neighbouring votes).
+``dpaudit pate audit``: the audit game of an aggregator (ε_LB from repeated answers on neighbouring votes);
+``dpaudit pate attack``: membership inference on a PATE student's aggregator.
 
-Papernot et al. (2017) for LNMax's moments analysis, (2018) for GNMax's data-dependent RDP
-(Theorem 6 with Proposition 10), Confident-GNMax's realised cost (``--answered``) or expected
-cost, and the smooth-sensitivity release of a data-dependent ε (§4.2, Theorem 23, Appendix C).
-The mathematics is :mod:`dpaudit.privacy.pate`; this verb reads the votes, picks the analysis
-and prints it. Every ε it prints says whether it depends on the votes, whether it was sanitised,
-and whether it is a realised or an expected cost. A release prints publishable values only: its
-noisy estimate and public parameters, never the private ε, its order or the smooth sensitivity;
-its noise comes from the operating system's entropy unless ``--seed`` is given, which the output
-then marks as reproducible and not private. Torch-free.
+This module parses the flags, builds the spec and prints what the run returns; the work is
+:mod:`dpaudit.app.runs.pate` (:func:`~dpaudit.app.runs.pate.analyze_vote_file`,
+:func:`~dpaudit.app.runs.pate.audit_aggregator`, :func:`~dpaudit.app.runs.pate.attack_aggregator`)
+and the mathematics :mod:`dpaudit.privacy.pate` (Papernot et al. 2017 for LNMax's moments
+analysis, 2018 for GNMax's data-dependent RDP, Confident-GNMax's realised or expected cost, and
+the smooth-sensitivity release of a data-dependent ε). Every ε printed says whether it depends
+on the votes, whether it was sanitised, and whether it is a realised or an expected cost. A
+release prints publishable values only: its noisy estimate and public parameters, never the
+private ε, its order or the smooth sensitivity; its noise comes from the operating system's
+entropy unless ``--seed`` is given, which the output then marks as reproducible and not private.
 
-``pate attack`` runs the label-only membership attack on a PATE student's aggregator
-(:func:`dpaudit.app.runs.pate.attack_aggregator`): the teachers answer the student's members and
-non-members through the record's own noisy aggregator, and the result joins the student's other
-membership results and report.
-
-``pate audit`` plays :func:`attacks.audit.pate.pate_audit` against the real aggregator of
-:mod:`defenses.pate.aggregators` or a planted bug of :mod:`defenses.pate.planted` (imported
-when it runs, so building the parser stays torch-free); exit status 3 when ε_LB > ε_UB, as
-``dpaudit audit``.
+Building the parser stays torch-free (the runs are imported when a command runs); ``pate audit``
+exits 3 when ε_LB > ε_UB, as ``dpaudit audit``.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dpaudit import _validate as v
 from dpaudit.app.common import EXIT_OK, EXIT_VIOLATION, UsageError, add_common, arg, check_record, delta_type, emit, fmt_eps_lb, fmt_eps_ub, path_type, positive_int, seed_type
 from dpaudit.options import limit_action
+from dpaudit.privacy.pate.votes import (
+    AGGREGATOR_NAMES,
+    BYTES_PER_CELL,
+    MAX_QUERIES,
+    MAX_RELEASE_QUERIES,
+    MAX_VOTE_CELLS,
+    MIN_LAPLACE_SCALE,
+    PROGRESS_QUERIES,
+)
+
+if TYPE_CHECKING:
+    from dpaudit.app.runs.pate import VoteAnalysis
 
 __all__ = ["register"]
 
-AGGREGATORS = ("gnmax", "confident-gnmax", "lnmax")
+AGGREGATORS = AGGREGATOR_NAMES
 #: ``--planted-bug`` values; the same as ``defenses.pate.planted.PLANTED_PATE_BUGS`` (a test checks),
 #: written out so that ``--help`` does not import the defenses (and torch).
 PLANTED_BUGS = ("none", "noise-scale-too-small", "threshold-without-noise")
 #: Noise draws (trials × (classes + 1) per side) above this need --i-know.
 MAX_DRAWS = 10**9
-#: ``pate analyze``'s documented limits (exceeded only with --i-know). Each query's data-dependent
-#: RDP is evaluated in turn (about a millisecond); the matrix is held about three times (as read,
-#: as int64, as float64 rows); the smooth-sensitivity release walks each query's local
-#: sensitivity (measured 10-20 ms a query for 50-250 teachers).
-MAX_QUERIES = 100_000
-MAX_VOTE_CELLS = 10_000_000
-BYTES_PER_CELL = 24
-MAX_RELEASE_QUERIES = 10_000
-#: The smallest ``--laplace-scale`` b the LNMax moments analysis can evaluate: it takes
-#: e^{2ε} of each answer's ε = 2/b, which overflows a float once 4/b passes ln(float max) ≈ 709.8
-#: (b ≈ 0.0056, an answer that is (357, 0)-DP: no privacy worth analysing).
-MIN_LAPLACE_SCALE = 4.0 / math.log(sys.float_info.max)
-#: From this many queries (the release: this many divided by 10) the analysis shows its progress.
-PROGRESS_QUERIES = 10_000
-
-
-def _load_array(flag: str, path: str, *, ndim: int) -> Any:
-    """The array of a ``.npy`` file, refused from its header (before any loading) unless it has ``ndim`` dimensions."""
-    import numpy as np
-
-    from dpaudit.limits import check_npy
-
-    try:
-        check_npy(flag, path, ndim=ndim)
-    except ValueError as exc:
-        raise UsageError(str(exc), argument=flag) from None
-    try:
-        return np.load(Path(path), allow_pickle=False)
-    except ValueError as exc:  # an object array (a pickle) or a malformed header
-        raise UsageError(f"{flag}={path!r} is not a plain .npy array ({str(exc).splitlines()[0]})", argument=flag) from None
-    except (OSError, EOFError) as exc:
-        raise UsageError(f"{flag}={path!r} cannot be read as .npy ({exc})", argument=flag) from None
-
-
-def _npy_shape(path: str) -> tuple[int, ...] | None:
-    """The shape a .npy header declares, read without loading the array (``None`` if unreadable:
-    :func:`_load_array` then says why)."""
-    import numpy as np
-
-    try:
-        with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, _, _ = header(f)
-    except (OSError, ValueError, EOFError):
-        return None
-    return tuple(int(n) for n in shape)
 
 
 def _gb(num_bytes: float) -> str:
     return f"{num_bytes / 1e9:.1f} GB" if num_bytes >= 1e9 else f"{num_bytes / 1e6:.0f} MB"
-
-
-def _check_votes_size(path: str, shape: tuple[int, ...] | None, *, release: bool) -> None:
-    """Refuses a vote matrix above the documented limits, from its header, before loading it."""
-    if shape is None or len(shape) != 2:
-        return
-    queries, classes = shape
-    if release and queries > MAX_RELEASE_QUERIES:
-        raise UsageError(
-            f"--votes={path!r} holds {queries:,} queries, above the limit {MAX_RELEASE_QUERIES:,} of the smooth-sensitivity release "
-            "(each query's local sensitivity is walked over the teachers, 10-20 ms each); pass --i-know to run it anyway",
-            argument="--votes",
-        )
-    if queries > MAX_QUERIES:
-        raise UsageError(
-            f"--votes={path!r} holds {queries:,} queries, above the limit {MAX_QUERIES:,} (each query's data-dependent RDP is evaluated in turn, about 1 ms each); pass --i-know to run it anyway",
-            argument="--votes",
-        )
-    if queries * classes > MAX_VOTE_CELLS:
-        raise UsageError(
-            f"--votes={path!r} holds {queries:,} x {classes:,} = {queries * classes:,} counts, above the limit {MAX_VOTE_CELLS:,} "
-            f"(the analysis holds about {BYTES_PER_CELL} bytes per count: {_gb(queries * classes * BYTES_PER_CELL)}); pass --i-know to run it anyway",
-            argument="--votes",
-        )
-
-
-class _LazyProgress:
-    """Progress on stderr for an analysis of many queries, started at the first query done (so an
-    error found before the work stays the one line on stderr)."""
-
-    def __init__(self, queries: int, *, release: bool) -> None:
-        self.queries = queries
-        self.enabled = queries >= (PROGRESS_QUERIES // 10 if release else PROGRESS_QUERIES)
-        self.bar: Any = None
-
-    def update(self, n: int) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None:
-            from dpaudit.progress import Progress
-
-            self.bar = Progress(self.queries, "pate analyze: queries")
-        self.bar.update(n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 def _aggregator(args: argparse.Namespace) -> str:
@@ -164,160 +74,96 @@ def _aggregator(args: argparse.Namespace) -> str:
     return name
 
 
-def _release(pate: Any, name: str, votes: Any, args: argparse.Namespace, answered: Any, beta: float, sigma_ss: float, progress: Any = None) -> Any:
-    """The smooth-sensitivity release of the data-dependent ε (2018, §4.2), for GNMax or Confident-GNMax."""
-    common = {"delta": args.delta, "beta": beta, "sigma_ss": sigma_ss, "seed": args.seed, "order": args.smooth_sensitivity_order, "progress": progress}
-    if name == "gnmax":
-        return pate.release_gnmax_epsilon(votes, sigma=args.sigma, **common)
-    if answered is None:
-        raise UsageError("--smooth-sensitivity-* with --aggregator confident-gnmax needs --answered (which queries the mechanism answered)", argument="--answered")
-    return pate.release_confident_gnmax_epsilon(votes, threshold=args.threshold, threshold_sigma=args.threshold_sigma, sigma=args.sigma, answered=answered, **common)
-
-
-def _analysis_lines(name: str, dep: Any, answered: Any) -> tuple[dict[str, Any], list[str]]:
-    """The data-dependent ε for the researcher: JSON keys and lines, named by what it charges."""
-    if dep.cost == "expected":
-        key, label = "epsilon_data_dependent_expected", "epsilon, data-dependent, EXPECTED over the threshold step (not a bound for any one run)"
-    elif name == "confident-gnmax":
-        key, label = "epsilon_data_dependent_realised", f"epsilon, data-dependent, realised ({int(answered.sum())} answered queries)"
-    else:
-        key, label = "epsilon_data_dependent_realised", "epsilon, data-dependent, realised (every query answered)"
-    payload = {key: dep.epsilon, f"{key}_improved": dep.epsilon_improved, "order": dep.order, "cost": dep.cost}
-    lines = [f"  {label}", f"    {fmt_eps_ub(dep.epsilon)}  (order {dep.order:g}; improved conversion {fmt_eps_ub(dep.epsilon_improved)}) — PRIVATE: computed from the votes, not for publication"]
-    if dep.cost == "expected":
-        lines.append("    the realised cost of a run exceeds it when more costly queries pass the threshold; pass --answered for the realised cost")
-    return payload, lines
+def _asks_release(args: argparse.Namespace, name: str) -> bool:
+    """Whether the flags ask for the smooth-sensitivity release, its flags checked against each other."""
+    beta, sigma_ss, order = args.smooth_sensitivity_beta, args.smooth_sensitivity_sigma, args.smooth_sensitivity_order
+    if (beta is None) != (sigma_ss is None):
+        raise UsageError("--smooth-sensitivity-beta and --smooth-sensitivity-sigma go together", argument="--smooth-sensitivity-beta")
+    if beta is None:
+        for flag, value in (("--smooth-sensitivity-order", order), ("--seed", args.seed)):
+            if value is not None:
+                raise UsageError(f"{flag}={value!r} applies to the smooth-sensitivity release (--smooth-sensitivity-beta/-sigma)", argument=flag)
+        return False
+    if order is not None and not 1.0 < order < 1.0 / (2.0 * beta):
+        raise UsageError(f"--smooth-sensitivity-order={order:g} must lie in (1, 1/(2*beta)) = (1, {1.0 / (2.0 * beta):g}) (Papernot et al. 2018, Theorem 23)", argument="--smooth-sensitivity-order")
+    if name == "lnmax":
+        raise UsageError("the smooth-sensitivity release is defined for GNMax and Confident-GNMax, not --aggregator lnmax", argument="--smooth-sensitivity-beta")
+    return True
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from dpaudit.privacy.pate import analysis as pate_analysis
-    from dpaudit.privacy.pate.votes import check_votes
+    from dpaudit.app.runs.pate import AnalyzeSpec, ReleaseSpec, analyze_vote_file
 
     name = _aggregator(args)
-    smooth = (args.smooth_sensitivity_beta, args.smooth_sensitivity_sigma)
-    if (smooth[0] is None) != (smooth[1] is None):
-        raise UsageError("--smooth-sensitivity-beta and --smooth-sensitivity-sigma go together", argument="--smooth-sensitivity-beta")
-    if smooth[0] is None:
-        for flag, value in (("--smooth-sensitivity-order", args.smooth_sensitivity_order), ("--seed", args.seed)):
-            if value is not None:
-                raise UsageError(f"{flag}={value!r} applies to the smooth-sensitivity release (--smooth-sensitivity-beta/-sigma)", argument=flag)
-    order = args.smooth_sensitivity_order
-    if smooth[0] is not None and order is not None and not 1.0 < order < 1.0 / (2.0 * smooth[0]):
-        raise UsageError(
-            f"--smooth-sensitivity-order={order:g} must lie in (1, 1/(2*beta)) = (1, {1.0 / (2.0 * smooth[0]):g}) (Papernot et al. 2018, Theorem 23)", argument="--smooth-sensitivity-order"
-        )
-    if smooth[0] is not None and name == "lnmax":
-        raise UsageError("the smooth-sensitivity release is defined for GNMax and Confident-GNMax, not --aggregator lnmax", argument="--smooth-sensitivity-beta")
+    asks_release = _asks_release(args, name)
+    release = ReleaseSpec(beta=args.smooth_sensitivity_beta, sigma_ss=args.smooth_sensitivity_sigma, order=args.smooth_sensitivity_order, seed=args.seed) if asks_release else None
     if args.answered is not None and name != "confident-gnmax":
         raise UsageError(f"--answered applies to --aggregator confident-gnmax, not {name}", argument="--answered")
-    if not args.i_know:
-        _check_votes_size(args.votes, _npy_shape(args.votes), release=smooth[0] is not None)
-    try:
-        votes = check_votes(_load_array("--votes", args.votes, ndim=2), name="--votes")
-    except (ValueError, TypeError) as exc:
-        raise UsageError(str(exc), argument="--votes") from None
-    answered = None
-    if args.answered is not None:
-        import numpy as np
-
-        answered = np.asarray(_load_array("--answered", args.answered, ndim=1))
-        if answered.dtype != bool or answered.shape != (votes.shape[0],):
-            raise UsageError(f"--answered must be a boolean .npy of shape ({votes.shape[0]},) (one entry per query), got {answered.dtype} {answered.shape}", argument="--answered")
-    bar = _LazyProgress(int(votes.shape[0]), release=smooth[0] is not None)
-    try:
-        return _analyze(pate_analysis, args, name, votes, answered, smooth, bar.update)
-    finally:
-        bar.close()
-
-
-def _analyze(pate: Any, args: argparse.Namespace, name: str, votes: Any, answered: Any, smooth: tuple[Any, Any], progress: Any) -> int:
-    analysis: Any
-    if name == "lnmax":
-        analysis = pate.analyze_lnmax(votes, laplace_scale=args.laplace_scale, delta=args.delta, progress=None if smooth[0] is not None else progress)
-    elif name == "gnmax":
-        analysis = pate.analyze_gnmax(votes, sigma=args.sigma, delta=args.delta, progress=None if smooth[0] is not None else progress)
-    else:
-        analysis = pate.analyze_confident_gnmax(
-            votes, threshold=args.threshold, threshold_sigma=args.threshold_sigma, sigma=args.sigma, delta=args.delta, answered=answered, progress=None if smooth[0] is not None else progress
-        )
-    ind = analysis.data_independent
-    # Public: the shape of the votes, δ, the data-independent bound (a function of the public
-    # parameters and of the answered count, itself the mechanism's public output).
-    payload: dict[str, Any] = {
-        "aggregator": name,
-        "num_queries": int(votes.shape[0]),
-        "num_teachers": int(votes[0].sum()),
-        "num_classes": int(votes.shape[1]),
-        "delta": args.delta,
-        "epsilon_data_independent": ind.epsilon,
-        "order_data_independent": ind.order,
-    }
-    if answered is not None:
-        payload["num_answered"] = int(answered.sum())
-    lines = [
-        f"PATE {name}: {votes.shape[0]} queries, {int(votes[0].sum())} teachers, {votes.shape[1]} classes, delta={args.delta:g}",
-        f"  epsilon, data-independent        {fmt_eps_ub(ind.epsilon)}  (order {ind.order:g})",
-    ]
-    if smooth[0] is not None:
-        # A release prints only what may be published: the data-dependent ε, its order and the
-        # expected answer count depend on the votes, so they are left out (run without the
-        # --smooth-sensitivity-* flags for the private analysis).
-        part, part_lines = _released(args, name, votes, answered, smooth, progress)
-    else:
-        part, part_lines = _private(name, analysis.data_dependent, answered)
-    payload.update(part)
-    lines += part_lines
-    emit(args, payload, "\n".join(lines))
+    if release is not None and name == "confident-gnmax" and args.answered is None:
+        raise UsageError("--smooth-sensitivity-* with --aggregator confident-gnmax needs --answered (which queries the mechanism answered)", argument="--answered")
+    spec = AnalyzeSpec(
+        votes=args.votes,
+        aggregator=name,
+        delta=args.delta,
+        sigma=args.sigma,
+        threshold=args.threshold,
+        threshold_sigma=args.threshold_sigma,
+        laplace_scale=args.laplace_scale,
+        answered=args.answered,
+        release=release,
+        i_know=args.i_know,
+    )
+    result = analyze_vote_file(spec)
+    emit(args, result.to_dict(), "\n".join(_analysis_lines(result)))
     return EXIT_OK
 
 
-def _released(args: argparse.Namespace, name: str, votes: Any, answered: Any, smooth: tuple[Any, Any], progress: Any) -> tuple[dict[str, Any], list[str]]:
-    """The smooth-sensitivity release's JSON keys and lines: publishable values only (its noisy estimate and public parameters)."""
-    from dpaudit.privacy.pate import smooth_sensitivity
-
-    beta, sigma_ss = smooth
-    try:
-        release = _release(smooth_sensitivity, name, votes, args, answered, beta, sigma_ss, progress)
-    except ValueError as exc:  # the library names beta / sigma_ss / order; the user typed these flags
-        if isinstance(exc, v.InvalidArgument) and exc.argument in ("sigma", "threshold_sigma"):
-            raise  # about --sigma / --threshold-sigma themselves (too small for a release): the CLI names them
-        raise UsageError(f"--smooth-sensitivity-beta={beta:g} --smooth-sensitivity-sigma={sigma_ss:g}: {exc}", argument="--smooth-sensitivity-beta") from None
-    payload = {"data_dependent": True, "sanitised": True, "publishable": not release.reproducible, "release": _release_payload(release)}
-    rule = "given by --smooth-sensitivity-order" if release.order_rule == "given" else "fixed from public parameters"
+def _analysis_lines(result: VoteAnalysis) -> list[str]:
+    """What ``pate analyze`` prints: the public values, then the release or the private analysis, each marked as what it is."""
+    ind = result.data_independent
     lines = [
-        f"  epsilon, released (noisy estimate, smooth sensitivity)  {fmt_eps_ub(release.epsilon_noisy_estimate)}",
-        f"    order {release.order:g} ({rule}), beta={beta:g}, sigma_ss={sigma_ss:g}; includes the release's own RDP cost {release.rdp_release:.4g} at that order (GNSS, Papernot et al. 2018, Thm 23)",
-        "    a noisy estimate of the data-dependent epsilon, not a bound",
+        f"PATE {result.aggregator}: {result.num_queries} queries, {result.num_teachers} teachers, {result.num_classes} classes, delta={result.delta:g}",
+        f"  epsilon, data-independent        {fmt_eps_ub(ind.epsilon)}  (order {ind.order:g})",
     ]
-    if release.reproducible:
-        lines.append(f"  REPRODUCIBLE, NOT PRIVATE: the release noise was drawn from --seed {release.seed}; anyone with the seed can remove it. Do not publish this value.")
+    release, dep = result.release, result.data_dependent
+    if release is not None:
+        # A release prints only what may be published: the data-dependent ε, its order and the
+        # expected answer count depend on the votes, so they are left out (run without the
+        # --smooth-sensitivity-* flags for the private analysis).
+        rule = "given by --smooth-sensitivity-order" if release.order_rule == "given" else "fixed from public parameters"
+        lines += [
+            f"  epsilon, released (noisy estimate, smooth sensitivity)  {fmt_eps_ub(release.epsilon_noisy_estimate)}",
+            f"    order {release.order:g} ({rule}), beta={release.beta:g}, sigma_ss={release.sigma_ss:g}; includes the release's own RDP cost {release.rdp_release:.4g} at that order (GNSS, Papernot et al. 2018, Thm 23)",
+            "    a noisy estimate of the data-dependent epsilon, not a bound",
+        ]
+        if release.reproducible:
+            lines.append(f"  REPRODUCIBLE, NOT PRIVATE: the release noise was drawn from --seed {release.seed}; anyone with the seed can remove it. Do not publish this value.")
+        else:
+            lines.append("  release noise from the operating system's entropy: the value above may be published (the private data-dependent epsilon is not shown)")
+        return lines
+    assert dep is not None  # a private analysis keeps its data-dependent bound
+    if dep.cost == "expected":
+        label = "epsilon, data-dependent, EXPECTED over the threshold step (not a bound for any one run)"
+    elif result.aggregator == "confident-gnmax":
+        label = f"epsilon, data-dependent, realised ({result.num_answered} answered queries)"
     else:
-        lines.append("  release noise from the operating system's entropy: the value above may be published (the private data-dependent epsilon is not shown)")
-    return payload, lines
-
-
-def _private(name: str, dep: Any, answered: Any) -> tuple[dict[str, Any], list[str]]:
-    """The private analysis's JSON keys and lines: the data-dependent ε, marked as not for publication."""
-    dep_payload, lines = _analysis_lines(name, dep, answered)
-    payload: dict[str, Any] = {**dep_payload, "data_dependent": True, "sanitised": False, "publishable": False}
-    if name == "confident-gnmax":
-        payload["expected_answered"] = dep.expected_answered
-        lines.append(f"  expected answered queries        {dep.expected_answered:.1f}" + ("" if answered is None else f" (answered: {int(answered.sum())})") + " — private")
-    if name == "lnmax":
+        label = "epsilon, data-dependent, realised (every query answered)"
+    lines += [f"  {label}", f"    {fmt_eps_ub(dep.epsilon)}  (order {dep.order:g}; improved conversion {fmt_eps_ub(dep.epsilon_improved)}) — PRIVATE: computed from the votes, not for publication"]
+    if dep.cost == "expected":
+        lines.append("    the realised cost of a run exceeds it when more costly queries pass the threshold; pass --answered for the realised cost")
+    if result.aggregator == "confident-gnmax":
+        answered = "" if result.num_answered is None else f" (answered: {result.num_answered})"
+        lines.append(f"  expected answered queries        {dep.expected_answered:.1f}{answered} — private")
+    if result.aggregator == "lnmax":
         lines.append("  the data-dependent epsilon depends on the private votes and is not sanitised: do not publish it as is")
     else:
         lines.append("  a data-dependent epsilon depends on the private votes: publish only its smooth-sensitivity release (--smooth-sensitivity-beta/-sigma)")
-    return payload, lines
-
-
-def _release_payload(release: Any) -> dict[str, Any]:
-    """The release's JSON: its fields, all publishable (the release holds no private value)."""
-    import dataclasses
-
-    return {f.name: getattr(release, f.name) for f in dataclasses.fields(release)}
+    return lines
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
+    from dpaudit.app.runs.pate import AggregatorAuditSpec, audit_aggregator
+
     name = _aggregator(args)
     bug = args.planted_bug
     if bug == "threshold-without-noise" and name != "confident-gnmax":
@@ -327,26 +173,20 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     draws = 2 * args.trials * (args.num_classes + 1)
     if draws > MAX_DRAWS and not args.i_know:
         raise UsageError(f"--trials={args.trials} with --num-classes={args.num_classes} draws {draws:,} noise values, above {MAX_DRAWS:,}; pass --i-know to run it anyway", argument="--trials")
-
-    from attacks.audit.pate import pate_audit
-    from defenses.pate.aggregators import aggregator_config
-    from defenses.pate.planted import planted_aggregator
-
     params = {"lnmax": {"laplace_scale": args.laplace_scale}, "gnmax": {"sigma": args.sigma}}.get(name, {"threshold": args.threshold, "threshold_sigma": args.threshold_sigma, "sigma": args.sigma})
-    config = aggregator_config(name, **params)
-    result = pate_audit(
-        planted_aggregator(bug, aggregator=name),
-        config,
+    spec = AggregatorAuditSpec(
+        aggregator=name,
+        parameters=tuple(params.items()),
+        planted_bug=bug,
         num_teachers=args.num_teachers,
         num_classes=args.num_classes,
         trials=args.trials,
         delta=args.delta,
         confidence=args.confidence,
         seed=args.seed,
-        details={"planted_bug": bug},
     )
-    info = result.details
-    payload: dict[str, Any] = {"aggregator": name, "parameters": dict(params), "planted_bug": bug, "trials": args.trials, **result.to_dict()}
+    audit = audit_aggregator(spec)
+    result, info = audit.result, audit.result.details
     lines = [
         f"PATE audit of {name} ({', '.join(f'{k}={x:g}' for k, x in params.items())}), planted bug: {bug}",
         f"  game: {args.trials:,} answers on each of D = {info['votes']} and D' = {info['neighbour_votes']} (one teacher's vote moved)",
@@ -355,7 +195,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         f"  epsilon_ub  {fmt_eps_ub(result.epsilon_ub)}  ({result.accountant}: {', '.join(f'{k} {fmt_eps_ub(x)}' for k, x in result.epsilon_ub_by_accountant.items())}; one answered query, data-independent)",
         "  VIOLATION: epsilon_lb > epsilon_ub — the aggregator does not meet its claim" if result.violation else "  no violation",
     ]
-    emit(args, payload, "\n".join(lines))
+    emit(args, audit.to_dict(), "\n".join(lines))
     return EXIT_VIOLATION if result.violation else EXIT_OK
 
 

@@ -21,9 +21,9 @@ from scipy import special
 
 from dpaudit import _validate as v
 from dpaudit.privacy.pate.mechanisms import _log_q_gaussian, _per_variance, _rdp_from_log_q, _threshold_rdp_from_log_p, lnmax_log_moments
-from dpaudit.privacy.pate.votes import GNMAX_ORDERS, LNMAX_MOMENT_ORDERS, PATE_COSTS, _orders, _rows, _threshold_step, check_votes
+from dpaudit.privacy.pate.votes import AGGREGATOR_NAMES, GNMAX_ORDERS, LNMAX_MOMENT_ORDERS, PATE_COSTS, _orders, _rows, _threshold_step, check_votes
 
-__all__ = ["PateEpsilon", "PateAnalysis", "rdp_to_epsilon", "analyze_lnmax", "analyze_gnmax", "analyze_confident_gnmax"]
+__all__ = ["PateEpsilon", "PateAnalysis", "rdp_to_epsilon", "analyze_lnmax", "analyze_gnmax", "analyze_confident_gnmax", "analyze_votes"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -227,3 +227,47 @@ def analyze_confident_gnmax(
         if weight > 0:
             dep += weight * _rdp_from_log_q(_log_q_gaussian(row, s2), s2, lam)
     return _analysis(lam, ind, dep, d, aggregator="confident-gnmax", num_queries=int(k), expected_answered=expected, cost="expected" if mask is None else "realised")
+
+
+def analyze_votes(
+    votes: Any,
+    *,
+    aggregator: str,
+    delta: float,
+    sigma: float | None = None,
+    threshold: float | None = None,
+    threshold_sigma: float | None = None,
+    laplace_scale: float | None = None,
+    answered: Any = None,
+    progress: Callable[[int], None] | None = None,
+) -> PateAnalysis:
+    """The analysis of ``aggregator`` over a vote matrix: :func:`analyze_lnmax`, :func:`analyze_gnmax` or :func:`analyze_confident_gnmax`.
+
+    Args:
+        votes: queries × classes vote counts.
+        aggregator: ``"lnmax"``, ``"gnmax"`` or ``"confident-gnmax"``.
+        delta: the δ.
+        sigma: GNMax's σ (σ2 of Confident-GNMax).
+        threshold: T of Confident-GNMax.
+        threshold_sigma: σ1 of Confident-GNMax.
+        laplace_scale: b of LNMax.
+        answered: Confident-GNMax only: the boolean mask of the answered queries (the realised cost).
+        progress: called with the number of queries analysed since its last call.
+
+    Raises:
+        ValueError: an unknown aggregator, a parameter it needs missing, or one it does not take given.
+    """
+    name = v.choice("aggregator", aggregator, AGGREGATOR_NAMES)
+    given = {"sigma": sigma, "threshold": threshold, "threshold_sigma": threshold_sigma, "laplace_scale": laplace_scale}
+    needed = {"lnmax": ("laplace_scale",), "gnmax": ("sigma",), "confident-gnmax": ("threshold", "threshold_sigma", "sigma")}[name]
+    for key, value in given.items():
+        if (value is None) == (key in needed):
+            raise v.invalid(key, f"{key} {'is needed by' if value is None else 'does not apply to'} aggregator {name!r}")
+    if answered is not None and name != "confident-gnmax":
+        raise v.invalid("answered", f"answered applies to aggregator 'confident-gnmax', not {name!r}")
+    if laplace_scale is not None:
+        return analyze_lnmax(votes, laplace_scale=laplace_scale, delta=delta, progress=progress)
+    assert sigma is not None  # every other aggregator needs it (checked above)
+    if threshold is None or threshold_sigma is None:
+        return analyze_gnmax(votes, sigma=sigma, delta=delta, progress=progress)
+    return analyze_confident_gnmax(votes, threshold=threshold, threshold_sigma=threshold_sigma, sigma=sigma, delta=delta, answered=answered, progress=progress)

@@ -39,6 +39,7 @@ __all__ = [
     "release_gnmax_epsilon",
     "threshold_local_sensitivities",
     "release_confident_gnmax_epsilon",
+    "release_epsilon",
 ]
 
 
@@ -511,3 +512,50 @@ def release_confident_gnmax_epsilon(
             total_rdp += _rdp_at(_log_q_gaussian(row.astype(float), s2), s2, lam)
             total_ls += gnmax_local_sensitivities(row, sigma=s2, order=lam, num_teachers=teachers)
     return _release(total_rdp, total_ls, lam, rule, d, b, ss_sigma, sd, aggregator="confident-gnmax")
+
+
+def release_epsilon(
+    votes: Any,
+    *,
+    aggregator: str,
+    sigma: float,
+    delta: float,
+    beta: float,
+    sigma_ss: float,
+    threshold: float | None = None,
+    threshold_sigma: float | None = None,
+    answered: Any = None,
+    seed: int | None = None,
+    order: float | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> SmoothSensitivityRelease:
+    """The GNSS release of ``aggregator``'s data-dependent ε: :func:`release_gnmax_epsilon` or :func:`release_confident_gnmax_epsilon`.
+
+    Args:
+        votes: queries × classes vote counts.
+        aggregator: ``"gnmax"`` or ``"confident-gnmax"`` (LNMax has no release).
+        sigma: GNMax's σ (σ2 of Confident-GNMax).
+        delta: the δ.
+        beta: smoothness β > 0.
+        sigma_ss: standard deviation of the sanitising noise (in units of SS_β).
+        threshold: T of Confident-GNMax.
+        threshold_sigma: σ1 of Confident-GNMax.
+        answered: Confident-GNMax: the boolean mask of the answered queries (required: the release
+            is of the realised cost).
+        seed: ``None`` (default): noise from the operating system's entropy (private); a seed
+            makes the release reproducible and NOT private.
+        order: the order λ, fixed without looking at the votes (default: :func:`release_order`).
+        progress: called with the number of queries processed since its last call.
+    """
+    name = v.choice("aggregator", aggregator, ("gnmax", "confident-gnmax"))
+    if name == "gnmax":
+        for key, value in (("threshold", threshold), ("threshold_sigma", threshold_sigma), ("answered", answered)):
+            if value is not None:
+                raise v.invalid(key, f"{key} does not apply to aggregator 'gnmax'")
+        return release_gnmax_epsilon(votes, sigma=sigma, delta=delta, beta=beta, sigma_ss=sigma_ss, seed=seed, order=order, progress=progress)
+    if threshold is None or threshold_sigma is None or answered is None:
+        missing = next(k for k, x in (("threshold", threshold), ("threshold_sigma", threshold_sigma), ("answered", answered)) if x is None)
+        raise v.invalid(missing, f"{missing} is needed by the release of aggregator 'confident-gnmax'")
+    return release_confident_gnmax_epsilon(
+        votes, threshold=threshold, threshold_sigma=threshold_sigma, sigma=sigma, answered=answered, delta=delta, beta=beta, sigma_ss=sigma_ss, seed=seed, order=order, progress=progress
+    )

@@ -10,6 +10,7 @@ the votes one teacher at a time, so a fractional matrix has no well-defined answ
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,7 +18,19 @@ import numpy as np
 
 from dpaudit import _validate as v
 
-__all__ = ["GNMAX_ORDERS", "LNMAX_MOMENT_ORDERS", "PATE_COSTS", "check_votes"]
+__all__ = [
+    "GNMAX_ORDERS",
+    "LNMAX_MOMENT_ORDERS",
+    "PATE_COSTS",
+    "AGGREGATOR_NAMES",
+    "MIN_LAPLACE_SCALE",
+    "MAX_QUERIES",
+    "MAX_VOTE_CELLS",
+    "BYTES_PER_CELL",
+    "MAX_RELEASE_QUERIES",
+    "PROGRESS_QUERIES",
+    "check_votes",
+]
 
 
 #: RDP orders of the 2018 analysis: 2, 2.5, …, 100, then 99 log-spaced values up to 500.
@@ -26,6 +39,22 @@ GNMAX_ORDERS: tuple[float, ...] = tuple([float(x) for x in np.arange(2.0, 100.25
 LNMAX_MOMENT_ORDERS: tuple[int, ...] = tuple(range(1, 9))
 #: What a :class:`PateEpsilon` charges: the answers given, or Confident-GNMax's expectation.
 PATE_COSTS: tuple[str, ...] = ("realised", "expected")
+#: The aggregators a vote matrix is analysed for (:func:`~dpaudit.privacy.pate.analysis.analyze_votes`).
+AGGREGATOR_NAMES: tuple[str, ...] = ("gnmax", "confident-gnmax", "lnmax")
+#: The smallest Laplace scale b the LNMax moments analysis can evaluate: it takes e^{2ε} of each
+#: answer's ε = 2/b, which overflows a float once 4/b passes ln(float max) ≈ 709.8 (b ≈ 0.0056,
+#: an answer that is (357, 0)-DP: no privacy worth analysing).
+MIN_LAPLACE_SCALE = 4.0 / math.log(sys.float_info.max)
+#: The documented limits of a whole-matrix analysis (``dpaudit pate analyze`` exceeds them only with
+#: --i-know). Each query's data-dependent RDP is evaluated in turn (about a millisecond); the matrix
+#: is held about three times (as read, as int64, as float64 rows); the smooth-sensitivity release
+#: walks each query's local sensitivity (measured 10-20 ms a query for 50-250 teachers).
+MAX_QUERIES = 100_000
+MAX_VOTE_CELLS = 10_000_000
+BYTES_PER_CELL = 24
+MAX_RELEASE_QUERIES = 10_000
+#: From this many queries (a release: this many divided by 10) an analysis is long enough to show its progress.
+PROGRESS_QUERIES = 10_000
 
 
 def check_votes(votes: Any, *, name: str = "votes", equal_totals: bool = True, allow_empty: bool = False) -> np.ndarray:
