@@ -75,6 +75,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from dpaudit.train_request import TrainRequest
+
 from .config import DSSGDConfig
 from .defense import federation_setup
 from .flower import client_app, load_bundle, server_app
@@ -122,15 +124,8 @@ def setup_from_run_config(run_config: Mapping[str, Any]) -> FederationSetup:
         seed = int(run_config["seed"])
         split_seed = int(run_config.get("split-seed", -1))
         splits = make_splits(bundle, seed=seed if split_seed < 0 else split_seed, member_fraction=float(run_config.get("member-fraction", 0.5)))
-        _SETUPS[key] = federation_setup(
-            bundle=bundle,
-            splits=splits,
-            model_name=str(run_config["model"]),
-            model_options=None,
-            config=dssgd_config(run_config),
-            seed=seed,
-            data_root=data_root,
-        )
+        request = TrainRequest(bundle=bundle, splits=splits, model_name=str(run_config["model"]), config=dssgd_config(run_config), seed=seed, progress=False)
+        _SETUPS[key] = federation_setup(request, data_root=data_root)
     return _SETUPS[key]
 
 
