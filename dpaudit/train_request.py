@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from dpaudit import _validate as v
 
@@ -50,7 +50,8 @@ class TrainRequest(Generic[ConfigT]):
     splits: Splits
     model_name: str
     config: ConfigT
-    model_options: Mapping[str, object] = field(default_factory=dict)
+    # Any: the keyword arguments of an architecture's builder, whatever its signature accepts.
+    model_options: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
     device: str | torch.device = "cpu"
     progress: bool = True
@@ -68,6 +69,6 @@ class TrainRequest(Generic[ConfigT]):
         if not isinstance(self.progress, bool):
             raise v.invalid_type("progress", f"progress must be True or False, got {v.short(self.progress)}")
 
-    def options(self) -> dict[str, object]:
+    def options(self) -> dict[str, Any]:
         """A fresh copy of :attr:`model_options`, for a defense to add its derived options to."""
         return dict(self.model_options)

@@ -11,7 +11,6 @@ import dataclasses
 
 import numpy as np
 import torch
-from numpy.typing import ArrayLike
 from torch import nn
 
 from defenses.dpsgd.config import DPSGDConfig
@@ -57,7 +56,7 @@ class ReplayRecorder:
         return torch.zeros_like(upper)
 
 
-def dpsgd_released(record: TrainedModel, model: nn.Module, *, config: DPSGDConfig) -> dict[str, ArrayLike]:
+def dpsgd_released(record: TrainedModel, model: nn.Module, *, config: DPSGDConfig) -> dict[str, np.ndarray]:
     """What a DP-SGD run releases besides its noisy sums: the schedule's public constants, the claim and the model.
 
     The record's evaluation metrics (accuracies and losses on members, the realised mean lot
@@ -65,7 +64,7 @@ def dpsgd_released(record: TrainedModel, model: nn.Module, *, config: DPSGDConfi
     truth, not values the defense publishes, and are not listed.
     """
     m = record.metrics
-    released: dict[str, ArrayLike] = {
+    constants = {
         "number of steps": m["num_steps"],
         "sampling rate": m["sampling_rate"],
         "expected lot size (normaliser)": m["expected_lot_size"],
@@ -74,6 +73,7 @@ def dpsgd_released(record: TrainedModel, model: nn.Module, *, config: DPSGDConfi
         "clip norm": config.clip_norm,
         "claimed epsilon": m["epsilon"],
     }
+    released = {name: np.asarray(x, dtype=np.float64) for name, x in constants.items()}
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
         if t.is_floating_point():
             released[f"model {name}"] = t.detach().cpu().double().numpy()

@@ -379,7 +379,7 @@ class DPSGDTrainer:
 
     config: Any
     model_name: str = "digits-mlp"
-    model_options: Mapping[str, object] = field(default_factory=dict)
+    model_options: Mapping[str, Any] = field(default_factory=dict)
     device: str = "cpu"
 
     def build_model(self, dataset: ArrayDataset) -> nn.Module:

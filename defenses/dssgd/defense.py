@@ -354,7 +354,7 @@ def standardization_source(config: DSSGDConfig, *, bundle: DatasetBundle, splits
     return "population", bundle.all().subset(population).features
 
 
-def _network_options(requested: Mapping[str, object], config: DSSGDConfig, *, bundle: DatasetBundle, splits: Splits) -> dict[str, object]:
+def _network_options(requested: Mapping[str, Any], config: DSSGDConfig, *, bundle: DatasetBundle, splits: Splits) -> dict[str, Any]:
     """The options every network of the federation is built with: the requested ones, plus the
     input standardisation when ``config.standardize`` asks for it and the caller gave none.
 

@@ -11,7 +11,6 @@ global one.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Mapping
@@ -79,7 +78,8 @@ def _save_participant(
     non_members = np.sort(rng.choice(pool, size=min(len(pool), len(partition)), replace=False)) if len(pool) else pool
     own = Splits(dataset=splits.dataset, seed=splits.seed, members=partition, non_members=non_members, population=splits.population, test=np.asarray(bundle.test.ids, dtype=np.int64))
     claim = NonPrivateClaim(description=f"DSSGD participant {index}'s local model: trained on its own data without noise (the DP variant, if any, protects only what it uploads)")
-    participant = dataclasses.replace(request, splits=own, config={**config_dict(request.config), "participant": index}, progress=False)
+    config = {**config_dict(request.config), "participant": index}
+    participant = TrainRequest(bundle=bundle, splits=own, model_name=request.model_name, model_options=request.model_options, config=config, seed=request.seed, device=request.device, progress=False)
     record = build_record(participant, defense="dssgd", model=local, claim=claim, started=started, built_options=built_options)
     target = participant_record_dir(workspace.cache_dir, model_id_for(request, defense="dssgd"), index)
     save_record(record, local, target)

@@ -14,7 +14,7 @@ from torch import nn
 
 from defenses.noise_layer.configs import CERTIFIED_MECHANISMS, AGMConfig, HGMConfig, PixelDPConfig, certification_spec
 from defenses.noise_layer.training import train_certified
-from defenses.nonprivate import train_nonprivate
+from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from defenses.registry import DEFENSES, DefenseSpec, TrainFn
 from dpaudit import _validate as v
 from dpaudit.results.record import TrainedModel
@@ -31,7 +31,7 @@ def _sgd_steps(config: SGDConfig, num_members: int) -> int:
     return config.epochs * -(-num_members // config.batch_size)
 
 
-def _make_nonprivate_trainer(defense: str, config_type: type) -> TrainFn:
+def _make_nonprivate_trainer(defense: str, config_type: type[NonPrivateConfig]) -> TrainFn:
     def train(request: TrainRequest[Any], /) -> tuple[TrainedModel, nn.Module]:
         config = request.config
         if not isinstance(config, config_type):

@@ -192,8 +192,8 @@ def replay_secure_sgd(request: TrainRequest[SecureSGDConfig], /) -> ReplayTrace:
     recorder = _NoiseLayerRecorder(clip_norm=float(resolved.clip_norm), expected_lot_size=plan.expected_lot_size, seed=request.seed, max_lot=resolved.physical_batch_size)  # type: ignore[arg-type]
     record, model = train_secure_sgd(dataclasses.replace(request, progress=False), observer=recorder, pca_observer=recorder.pca)
     released = dpsgd_released(record, model, config=resolved)
-    released["first-layer sensitivity"] = record.metrics["first_layer_sensitivity"]
-    released["noise-layer noise std"] = record.metrics["noise_std"]
+    released["first-layer sensitivity"] = np.asarray(record.metrics["first_layer_sensitivity"], dtype=np.float64)
+    released["noise-layer noise std"] = np.asarray(record.metrics["noise_std"], dtype=np.float64)
     return ReplayTrace(defense="secure-sgd", mechanism_inputs=tuple(recorder.inputs), released=released)
 
 

@@ -62,7 +62,8 @@ def compute_redistribution(
     empty = np.zeros(0, dtype=np.int64)
     pre_splits = Splits(dataset=bundle.name, seed=seed, members=np.sort(ids), non_members=empty, population=empty, test=np.asarray(bundle.test.ids, dtype=np.int64))
     pretrain = NonPrivateConfig(epochs=config.redistribution_pretrain_epochs, batch_size=batch_size, learning_rate=learning_rate)
-    pre_request = dataclasses.replace(request, splits=pre_splits, model_options={**request.model_options, "noise_layer": True}, config=pretrain, seed=seed + 1)
+    options = {**request.model_options, "noise_layer": True}
+    pre_request = TrainRequest(bundle=bundle, splits=pre_splits, model_name=request.model_name, model_options=options, config=pretrain, seed=seed + 1, device=device, progress=request.progress)
     _, pre = train_nonprivate(pre_request, progress_label="redistribution pretrain")
     noise = find_noise_layer(pre)
     assert noise is not None  # built with noise_layer=True

@@ -49,7 +49,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from numpy.typing import ArrayLike
 from torch import nn
 
 from defenses._common import build_record
@@ -369,7 +368,8 @@ def replay_pate(request: TrainRequest[PATEConfig], /) -> ReplayTrace:
     sensitivity, norm = vote_sensitivity(str(config.aggregator))  # resolved by the plan
     inputs = tuple(MechanismInput(name=f"query {i} (public id {int(q)}): vote histogram", value=votes[i], sensitivity=sensitivity, norm=norm) for i, q in enumerate(query_ids))
     settings = {f"run_{k}": float(getattr(config, k)) for k in ("teachers", "epochs", "queries", "sigma", "threshold", "threshold_sigma", "laplace_scale") if getattr(config, k) is not None}
-    released: dict[str, ArrayLike] = {"public ids": public_ids, "evaluation ids": eval_ids, "query ids": query_ids, "number of teachers": float(ensemble.num_teachers), **settings}
+    public = {"public ids": public_ids, "evaluation ids": eval_ids, "query ids": query_ids, "number of teachers": float(ensemble.num_teachers), **settings}
+    released = {name: np.asarray(x, dtype=np.float64) for name, x in public.items()}
     return ReplayTrace(defense="pate", mechanism_inputs=inputs, released=released)
 
 
