@@ -33,7 +33,7 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from defenses._common import build_record, expected_model_id
 from defenses.dssgd.config import DSSGDConfig
 from defenses.dssgd.participants import local_models
 from defenses.dssgd.plan import DSSGDPlan, plan_dssgd
-from defenses.dssgd.protocol import MECHANISM_FIELDS, FederationOutcome, FederationSetup, assign_parameters, flatten_parameters, fraction_count, local_sgd, run_local
+from defenses.dssgd.protocol import MECHANISM_FIELDS, FederationOutcome, FederationSetup, Reply, ReplyValue, assign_parameters, flatten_parameters, fraction_count, local_sgd, run_local
 from defenses.dssgd.uploads import Upload
 from defenses.pate.partition import partition_ids, teacher_of
 from defenses.registry import DEFENSES, DefenseSpec
@@ -85,7 +85,7 @@ def dssgd_report_lines(record: TrainedModel) -> list[str]:
     return lines
 
 
-def dssgd_claim_kind(config: DSSGDConfig | Mapping[str, Any]) -> str:
+def dssgd_claim_kind(config: DSSGDConfig | Mapping[str, object]) -> str:
     """The claim kind a DSSGD training with ``config`` returns, or a stored record with this config carries.
 
     The DP upload's (``dssgd-svt``) with ``dp_epsilon``; none without it, and none for a
@@ -153,7 +153,7 @@ def _run(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBundle, 
         return run_local(setup, rounds=config.rounds, download_fraction=config.download_fraction, schedule=config.schedule, bundle=bundle, on_upload=on_upload, on_round=on_round)
 
 
-def _baselines(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBundle, members: np.ndarray, device: torch.device, progress: bool) -> dict[str, Any]:
+def _baselines(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBundle, members: np.ndarray, device: torch.device, progress: bool) -> dict[str, float]:
     """Centralised and standalone SGD with the participants' local SGD, for as many epochs as turns."""
     everything = bundle.all()
     test_x, test_y = bundle.test.features, bundle.test.labels
@@ -164,7 +164,7 @@ def _baselines(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBu
         assign_parameters(model, setup.initial)
         return model
 
-    out: dict[str, Any] = {}
+    out: dict[str, float] = {}
     with Progress(1 + config.participants, "dssgd reference rows (centralised, standalone)", enabled=progress) as bar:
         union = everything.subset(members)
         model = fresh()
@@ -250,7 +250,7 @@ def _announce_budget(plan: DSSGDPlan, *, num_parameters: int) -> None:
         )
 
 
-def _federation_metrics(outcome: FederationOutcome, config: DSSGDConfig, *, num_parameters: int, partitions: list[np.ndarray], observed: list[Upload]) -> dict[str, Any]:
+def _federation_metrics(outcome: FederationOutcome, config: DSSGDConfig, *, num_parameters: int, partitions: Sequence[np.ndarray], observed: list[Upload]) -> dict[str, object]:
     """The global record's metrics about the federation: engine, uploads, the values the run used."""
     c = config.rule.count(num_parameters)
     return {
@@ -418,7 +418,7 @@ def replay_dssgd(request: TrainRequest[DSSGDConfig], /) -> ReplayTrace:
     rounds = int(config.rounds)  # type: ignore[arg-type]
     sensitivity = noise_scales(epsilon=float(config.dp_epsilon), bound=config.bound, split=config.budget_split).sensitivity  # type: ignore[arg-type]
     inputs: list[MechanismInput] = []
-    released: dict[str, Any] = {
+    released: dict[str, np.ndarray] = {
         "input standardization": np.asarray(setup.model_options.get("input_standardization", []), dtype=np.float64),
         "initial parameters": setup.initial.numpy(),
     }
@@ -427,8 +427,8 @@ def replay_dssgd(request: TrainRequest[DSSGDConfig], /) -> ReplayTrace:
     def observe(participant: int, rnd: int, bounded: np.ndarray) -> None:
         inputs.append(MechanismInput(name=f"round {rnd}, participant {participant}: bounded update", value=bounded, sensitivity=sensitivity, norm="linf"))
 
-    def on_reply(reply: dict[str, dict[str, Any]]) -> None:
-        sender, rnd = reply["config"]["participant"], reply["config"]["round"]
+    def on_reply(reply: Reply) -> None:
+        sender, rnd = int(reply["config"]["participant"]), int(reply["config"]["round"])
         turns.append((rnd, sender))
         for record, fields in reply.items():
             for name, value in fields.items():
@@ -447,7 +447,7 @@ def replay_dssgd(request: TrainRequest[DSSGDConfig], /) -> ReplayTrace:
     return ReplayTrace(defense="dssgd", mechanism_inputs=tuple(inputs), released=released)
 
 
-def _numeric(value: Any) -> np.ndarray:
+def _numeric(value: ReplyValue) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().double().numpy()
     return np.asarray(value, dtype=np.float64)

@@ -198,7 +198,7 @@ def replay_secure_sgd(request: TrainRequest[SecureSGDConfig], /) -> ReplayTrace:
 
 
 def _resolve_defaults(
-    config: SecureSGDConfig, *, num_members: int, model_name: str | None = None, model_options: dict[str, Any] | None = None, bundle: Any = None
+    config: SecureSGDConfig, *, num_members: int, model_name: str | None = None, model_options: Mapping[str, object] | None = None, bundle: Any = None
 ) -> tuple[SecureSGDConfig, str | None]:
     if model_name is None or bundle is None:
         raise v.invalid("model", "resolving Secure-SGD's defaults needs the model and the dataset (model_name=, bundle=)")

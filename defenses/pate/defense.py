@@ -45,7 +45,7 @@ import math
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -184,8 +184,25 @@ def _teachers(specs: Any, *, bundle: DatasetBundle, workspace: TrainWorkspace | 
         return train_teachers(specs, directory=workspace.cache_dir, executor=executor, data_root=workspace.data_root, device=device.type, progress=progress)
 
 
+class PublicSummary(TypedDict):
+    """The run's public summary, the fields of the record's ``pate.json`` (in this order) besides the aggregation and teachers."""
+
+    model_id: str
+    claim: str
+    epsilon: float
+    metrics: dict[str, object]
+
+
 def _save_artifacts(
-    workspace: TrainWorkspace, *, config: PATEConfig, agg: Aggregation, query_ids: np.ndarray, ensemble: TeacherEnsemble, summary: dict[str, Any], private_metrics: dict[str, Any], sanitised: bool
+    workspace: TrainWorkspace,
+    *,
+    config: PATEConfig,
+    agg: Aggregation,
+    query_ids: np.ndarray,
+    ensemble: TeacherEnsemble,
+    summary: PublicSummary,
+    private_metrics: dict[str, object],
+    sanitised: bool,
 ) -> None:
     """Writes what the claim covers beside the record and what it does not under ``private/``.
 
@@ -273,8 +290,8 @@ def _student(request: TrainRequest[PATEConfig], agg: Aggregation, *, queries: An
 
 
 def _pate_metrics(
-    config: PATEConfig, plan: Any, *, ensemble: TeacherEnsemble, agg: Aggregation, true_labels: np.ndarray, result: Any, release: Any, student_metrics: dict[str, Any], counts: dict[str, int]
-) -> tuple[dict[str, Any], dict[str, Any]]:
+    config: PATEConfig, plan: Any, *, ensemble: TeacherEnsemble, agg: Aggregation, true_labels: np.ndarray, result: Any, release: Any, student_metrics: dict[str, float], counts: dict[str, int]
+) -> tuple[dict[str, object], dict[str, object]]:
     """(the record's metrics, the private ones): the values the run used, the teachers, the answers, the privacy analysis, the student.
 
     The values of :data:`PRIVATE_METRICS` are computed from the private data outside the
@@ -284,7 +301,7 @@ def _pate_metrics(
     """
     answered = agg.answered
     teacher_acc = [float(r.metrics["test_accuracy"]) for r in ensemble.records]
-    metrics: dict[str, Any] = {
+    metrics: dict[str, object] = {
         "num_teachers": ensemble.num_teachers,
         # The values the run used (derived ones included: the record's config keeps them unset).
         **{f"run_{k}": float(getattr(config, k)) for k in ("epochs", "sigma", "threshold", "threshold_sigma") if getattr(config, k) is not None},
@@ -422,7 +439,7 @@ def train_pate(request: TrainRequest[PATEConfig], /, *, workspace: TrainWorkspac
     evaluated = dataclasses.replace(request, bundle=evaluation, splits=dataclasses.replace(request.splits, test=eval_ids), progress=False)
     record = build_record(evaluated, defense="pate", model=student, claim=claim, started=started, extra_metrics=metrics)
     if workspace is not None:
-        summary = {"model_id": record.model_id, "claim": claim.statement(), "epsilon": claim.epsilon(delta=config.delta, accountant="rdp"), "metrics": json.loads(json.dumps(metrics))}
+        summary: PublicSummary = {"model_id": record.model_id, "claim": claim.statement(), "epsilon": claim.epsilon(delta=config.delta, accountant="rdp"), "metrics": json.loads(json.dumps(metrics))}
         _save_artifacts(workspace, config=config, agg=agg, query_ids=query_ids, ensemble=ensemble, summary=summary, private_metrics=private_metrics, sanitised=release is not None)
     return record, student
 
