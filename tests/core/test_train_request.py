@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +97,10 @@ def test_the_id_a_request_resumes_by_is_the_one_its_record_states(digits) -> Non
     assert len(others) == 3 and record.model_id not in others
     # Where it trains and whether it reports progress is no part of what was trained.
     assert model_id_for(dataclasses.replace(request, device="cpu", progress=True), defense="nonprivate") == record.model_id
+
+
+def test_the_request_module_is_torch_free() -> None:
+    # The value sits in the core beside the registry: naming it must not load the training stack.
+    code = "import sys, dpaudit.train_request; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "False"
