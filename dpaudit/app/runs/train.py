@@ -327,7 +327,7 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     data = dataset_files(spec.dataset, data_root=spec.data_root)
     config, defaults = resolve_defaults(spec.config, num_members=len(splits.members), model_name=spec.model, model_options=dict(spec.model_options), bundle=bundle)
     _refuse_unmeetable_budget(config, bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options))
-    request = TrainRequest(bundle=bundle, splits=splits, model_name=spec.model, model_options=spec.model_options, config=config, seed=spec.seed, device=device, progress=spec.progress)
+    request = TrainRequest(bundle=bundle, splits=splits, model_name=spec.model, model_options=spec.model_options, config=config, seed=spec.seed, device=device, progress=bool(spec.progress))
     model_id = model_id_for(request, defense=spec.defense)
     run = run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
     rdir = run.record_dir(model_id)
