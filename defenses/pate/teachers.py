@@ -175,7 +175,7 @@ def plan_teachers(
     splits: Splits,
     num_teachers: int,
     model_name: str,
-    model_options: Mapping[str, Any] | None = None,
+    model_options: Mapping[str, object] | None = None,
     config: NonPrivateConfig | None = None,
     seed: int,
     num_eval_examples: int | None = 1000,
