@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from dpaudit.provenance import provenance
 from dpaudit.results.record import Membership, TrainedModel, make_model_id
 from dpaudit.robustness.montecarlo import expected_score_accuracy
 from dpaudit.robustness.noise import is_randomized
+from dpaudit.train_request import TrainRequest
 from dpaudit.training import TrainingDiverged, evaluate
 
 #: Noise draws per test input behind a randomized model's ``test_accuracy`` (see build_record).
@@ -41,49 +43,49 @@ def config_dict(config: Any) -> dict[str, Any]:
     return out
 
 
-def model_id_for(*, defense: str, bundle: DatasetBundle, model_name: str, model_options: dict[str, Any], config: Any, splits: Splits, seed: int) -> str:
-    """The stable id of the model this training call would produce (used to resume)."""
-    full = {"config": config_dict(config), "model_options": model_options, "split_seed": splits.seed, "num_members": int(len(splits.members))}
-    return make_model_id(defense=defense, dataset=bundle.name, model_name=model_name, seed=seed, config=full)
+def model_id_for(request: TrainRequest[Any], *, defense: str) -> str:
+    """The stable id of the model ``defense`` trains for ``request`` (used to resume).
+
+    It hashes the config and the model options as asked, the split seed and the number of members.
+    """
+    splits = request.splits
+    full = {"config": config_dict(request.config), "model_options": request.options(), "split_seed": splits.seed, "num_members": int(len(splits.members))}
+    return make_model_id(defense=defense, dataset=request.bundle.name, model_name=request.model_name, seed=request.seed, config=full)
 
 
 def build_record(
+    request: TrainRequest[Any],
     *,
     defense: str,
     model: nn.Module,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any],
-    config: Any,
     claim: PrivacyClaim,
-    seed: int,
-    device: torch.device,
     started: float,
-    extra_metrics: dict[str, Any] | None = None,
+    built_options: Mapping[str, object] | None = None,
+    extra_metrics: Mapping[str, object] | None = None,
     canaries: Any = (),
     owners: Any = (),
-    requested_options: dict[str, Any] | None = None,
-    progress: bool = False,
 ) -> TrainedModel:
-    """Evaluates ``model`` on members, non-members and test, and wraps everything as a record.
+    """Evaluates ``model`` on the request's members, non-members and test, and wraps everything as a record.
 
-    ``model_options`` are those the network was built with (stored, so loading rebuilds it);
-    ``requested_options`` (default: the same) are those the training was asked for, from which
-    the record's id is computed, for a defense that derives options from the data (DSSGD's
-    input standardisation) and must still find its record again on a rerun. ``progress`` shows
-    the expected-score evaluation of a randomized model on stderr.
+    The record's id is computed from the request as asked (its config, its model options), so a
+    rerun of the same request finds it again. ``built_options`` (default: the request's) are the
+    options the network was built with, stored so that loading rebuilds it: a defense that
+    derives options from the data (DSSGD's input standardisation) passes them here. The
+    request's ``progress`` shows the expected-score evaluation of a randomized model on stderr.
 
     Raises:
         TrainingDiverged: a parameter or buffer of ``model`` is NaN or infinite; such a model
             must not become a record (the trainers stop at a non-finite loss already; this
             catches divergence that left the loss finite, e.g. in a noise layer's rescaling).
     """
+    bundle, splits, config, seed = request.bundle, request.splits, request.config, request.seed
+    device = torch.device(request.device)
+    model_options = request.options() if built_options is None else dict(built_options)
     check_finite_parameters(model, defense=defense, config=config)
     everything = bundle.all()
     members = everything.subset(splits.members)
     non_members = everything.subset(splits.non_members)
-    metrics: dict[str, Any] = {}
+    metrics: dict[str, object] = {}
     for name, part in (("train", members), ("non_member", non_members), ("test", bundle.test)):
         res = evaluate(model, part.features, part.labels, device=device)
         metrics[f"{name}_accuracy"] = res["accuracy"]
@@ -95,17 +97,15 @@ def build_record(
         # released, and is what the train / non-member accuracies still measure.
         metrics["test_accuracy_single_draw"] = metrics["test_accuracy"]
         metrics["test_accuracy"] = expected_score_accuracy(
-            model, bundle.test.features, bundle.test.labels, num_draws=PREDICTION_DRAWS, seed=seed, stream="record-test-accuracy", device=device, progress=progress
+            model, bundle.test.features, bundle.test.labels, num_draws=PREDICTION_DRAWS, seed=seed, stream="record-test-accuracy", device=device, progress=request.progress
         )
         metrics["test_accuracy_draws"] = PREDICTION_DRAWS
     metrics["train_seconds"] = time.monotonic() - started
     metrics.update(extra_metrics or {})
     return TrainedModel(
-        model_id=model_id_for(
-            defense=defense, bundle=bundle, model_name=model_name, model_options=model_options if requested_options is None else requested_options, config=config, splits=splits, seed=seed
-        ),
+        model_id=model_id_for(request, defense=defense),
         defense=defense,
-        model_name=model_name,
+        model_name=request.model_name,
         model_options=model_options,
         dataset=bundle.name,
         input_shape=bundle.input_shape,

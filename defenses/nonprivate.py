@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import nn
 
 from defenses._common import build_record
 from defenses.registry import DEFENSES, DefenseSpec
-from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model
 from dpaudit.privacy.claims import NonPrivateClaim
 from dpaudit.progress import Progress
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, torch_generator
+from dpaudit.train_request import TrainRequest
 from dpaudit.training import SGDConfig, check_loss, shuffled_batches
 
 __all__ = ["NonPrivateConfig", "train_nonprivate"]
@@ -66,32 +65,20 @@ def _train_epochs(
 
 
 def train_nonprivate(
+    request: TrainRequest[NonPrivateConfig],
+    /,
     *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any] | None = None,
-    config: NonPrivateConfig = NonPrivateConfig(),
-    seed: int = 0,
-    device: torch.device | str = "cpu",
-    progress: bool = True,
     prepare_model: Callable[[nn.Module], None] | None = None,
     after_step: Callable[[int, nn.Module], None] | None = None,
     progress_label: str = "nonprivate",
     augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[TrainedModel, nn.Module]:
-    """Trains a zoo model on the split's members with non-private SGD.
+    """Trains a zoo model on the request's members with non-private SGD.
 
     Args:
-        bundle: the dataset.
-        splits: membership split; only ``splits.members`` are trained on.
-        model_name: zoo architecture.
-        model_options: architecture options.
-        config: hyperparameters.
-        seed: root seed (initialisation and batch order are independent streams of it).
-        device: where to train.
-        progress: report epochs on stderr.
-        prepare_model: called once with the built model (on ``device``) before training,
+        request: what to train (its ``config`` a :class:`NonPrivateConfig`); the seed's
+            initialisation and batch order are independent streams.
+        prepare_model: called once with the built model (on the device) before training,
             e.g. to install a noise layer's σ and r.
         after_step: called with (step index, model) after every optimiser step, e.g. to
             project the first layer back to sensitivity ≤ 1 (PixelDP).
@@ -104,36 +91,23 @@ def train_nonprivate(
         The record and the trained module (in eval mode).
     """
     started = time.monotonic()
-    model_options = dict(model_options or {})
-    device = torch.device(device)
+    bundle, config, seed = request.bundle, request.config, request.seed
+    device = torch.device(request.device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
-        model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+        model = build_model(request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **request.model_options)
     model.to(device).train()
     if prepare_model is not None:
         prepare_model(model)
     opt = torch.optim.SGD(model.parameters(), lr=config.learning_rate, momentum=config.momentum, weight_decay=config.weight_decay)
-    members = bundle.all().subset(splits.members)
+    members = bundle.all().subset(request.splits.members)
     x, y = members.features.to(device), members.labels.to(device)
     gen = torch_generator(seed, "batches")
-    with Progress(config.epochs, f"train {progress_label} {model_name} on {bundle.name}", enabled=progress) as bar:
+    with Progress(config.epochs, f"train {progress_label} {request.model_name} on {bundle.name}", enabled=request.progress) as bar:
         _train_epochs(model, opt, x, y, config=config, generator=gen, augment=augment, after_step=after_step, bar=bar)
     model.eval()
-    record = build_record(
-        defense="nonprivate",
-        model=model,
-        bundle=bundle,
-        splits=splits,
-        model_name=model_name,
-        model_options=model_options,
-        config=config,
-        claim=NonPrivateClaim(),
-        seed=seed,
-        device=device,
-        started=started,
-        progress=progress,
-        extra_metrics={"num_steps": config.epochs * -(-len(x) // config.batch_size)},
-    )
+    steps = config.epochs * -(-len(x) // config.batch_size)
+    record = build_record(request, defense="nonprivate", model=model, claim=NonPrivateClaim(), started=started, extra_metrics={"num_steps": steps})
     return record, model
 
 

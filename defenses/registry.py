@@ -20,33 +20,23 @@ from dpaudit.registry import Registry
 if TYPE_CHECKING:
     from torch import nn
 
-    from dpaudit.data import DatasetBundle, Splits
+    from dpaudit.replay import ReplayTrace
     from dpaudit.results.record import TrainedModel
+    from dpaudit.train_request import TrainRequest
     from dpaudit.training import TrainWorkspace
 
-__all__ = ["DEFENSES", "DefenseSpec", "SubmodelTrainFn", "TrainFn"]
+__all__ = ["DEFENSES", "DefenseSpec", "ReplayFn", "SubmodelTrainFn", "TrainFn"]
 
 
 class TrainFn(Protocol):
-    """What every defense's ``train`` is: members in, a record and its model out.
+    """What every defense's ``train`` is: a :class:`dpaudit.train_request.TrainRequest` in, a record and its model out.
 
     The record (:class:`dpaudit.results.record.TrainedModel`) carries the model id, the
     membership ground truth, the config as it ran and the privacy claim; the module is in eval
-    mode on ``device``. The same ``seed`` gives the same weights.
+    mode on the request's ``device``. The same request gives the same weights.
     """
 
-    def __call__(
-        self,
-        *,
-        bundle: DatasetBundle,
-        splits: Splits,
-        model_name: str,
-        model_options: dict[str, Any] | None,
-        config: Any,
-        seed: int,
-        device: Any,
-        progress: bool,
-    ) -> tuple[TrainedModel, nn.Module]: ...
+    def __call__(self, request: TrainRequest[Any], /) -> tuple[TrainedModel, nn.Module]: ...
 
 
 class SubmodelTrainFn(Protocol):
@@ -56,19 +46,16 @@ class SubmodelTrainFn(Protocol):
     (:class:`dpaudit.training.TrainWorkspace`); ``None`` keeps nothing and trains in-process.
     """
 
-    def __call__(
-        self,
-        *,
-        bundle: DatasetBundle,
-        splits: Splits,
-        model_name: str,
-        model_options: dict[str, Any] | None,
-        config: Any,
-        seed: int,
-        device: Any,
-        progress: bool,
-        workspace: TrainWorkspace | None = None,
-    ) -> tuple[TrainedModel, nn.Module]: ...
+    def __call__(self, request: TrainRequest[Any], /, *, workspace: TrainWorkspace | None = None) -> tuple[TrainedModel, nn.Module]: ...
+
+
+class ReplayFn(Protocol):
+    """A defense's neighbouring replay (:attr:`DefenseSpec.replay`): the same request as its ``train``, a trace out.
+
+    The request's ``progress`` is ignored: a replay trains quietly.
+    """
+
+    def __call__(self, request: TrainRequest[Any], /) -> ReplayTrace: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,9 +107,9 @@ class DefenseSpec:
             run is refused before anything is written.
         chance_hint: the flags to change first when a model of this defense trains to chance
             (the warning names them; ``None``: the generic training flags).
-        replay: for a defense with a DP claim, ``replay(*, bundle, splits, model_name,
-            model_options, config, seed, device) -> dpaudit.replay.ReplayTrace``: runs the
-            defense's own pipeline on ``splits``' members with ``seed`` and records every
+        replay: for a defense with a DP claim, a :class:`ReplayFn`, ``replay(request) ->
+            dpaudit.replay.ReplayTrace``: runs the defense's own pipeline on the request's
+            members with its seed and records every
             mechanism input (with its claimed sensitivity) and every value released outside the
             mechanisms. The contract suite replays it on D and D ± one record and requires
             :func:`dpaudit.replay.compare_traces` to hold; every defense whose claim is not
@@ -148,7 +135,7 @@ class DefenseSpec:
     resolve_defaults: Callable[..., tuple[Any, str | None]] | None = None
     check_budget: Callable[..., None] | None = None
     chance_hint: str | None = None
-    replay: Callable[..., Any] | None = None
+    replay: ReplayFn | None = None
     order: int = 100
 
     def claim_kind_for(self, config: Any) -> str:

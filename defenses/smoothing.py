@@ -29,11 +29,11 @@ from defenses._common import config_dict, model_id_for
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
-from dpaudit.data import DatasetBundle, Splits
 from dpaudit.options import option
 from dpaudit.results.certification_spec import SmoothingCertificationSpec
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import torch_generator
+from dpaudit.train_request import TrainRequest
 
 __all__ = ["MAX_SMOOTHING_SIGMA", "SmoothingConfig", "certification_spec", "check_sigma", "gaussian_augmentation", "train_smoothing"]
 
@@ -93,23 +93,12 @@ def gaussian_augmentation(sigma: float, *, generator: torch.Generator) -> Any:
     return augment
 
 
-def train_smoothing(
-    *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any] | None = None,
-    config: SmoothingConfig | None = None,
-    seed: int = 0,
-    device: torch.device | str = "cpu",
-    progress: bool = True,
-) -> tuple[TrainedModel, nn.Module]:
+def train_smoothing(request: TrainRequest[SmoothingConfig], /) -> tuple[TrainedModel, nn.Module]:
     """Trains a smoothing base classifier: non-private SGD on Gaussian-augmented inputs.
 
     Args:
-        bundle, splits, model_name, model_options, seed, device, progress: as for
-            :func:`defenses.nonprivate.train_nonprivate`.
-        config: a :class:`SmoothingConfig` (default: σ = 0.25).
+        request: as for :func:`defenses.nonprivate.train_nonprivate`, with a
+            :class:`SmoothingConfig`.
 
     Returns:
         The record (``config["certification"]`` holds the smoothing spec ``certify`` reads)
@@ -122,32 +111,18 @@ def train_smoothing(
             model may hold one noise layer only).
     """
     started = time.monotonic()
-    config = SmoothingConfig() if config is None else config
+    config = request.config
     if not isinstance(config, SmoothingConfig):
         raise v.invalid_type("config", f"config must be a SmoothingConfig, got {type(config).__name__}")
-    model_options = dict(model_options or {})
-    if model_options.get("noise_layer", False) is not False:
-        raise v.invalid("--defense", f"--defense smoothing noises the input, not a layer; got model_options noise_layer={model_options['noise_layer']!r}")
-    device = torch.device(device)
+    if request.model_options.get("noise_layer", False) is not False:
+        raise v.invalid("--defense", f"--defense smoothing noises the input, not a layer; got model_options noise_layer={request.model_options['noise_layer']!r}")
     # Its own seed stream: the augmentation noise neither shifts the batch order nor the init.
-    augment = gaussian_augmentation(config.smoothing_sigma, generator=torch_generator(seed, "smoothing-augmentation", device=device))
-    record, model = train_nonprivate(
-        bundle=bundle,
-        splits=splits,
-        model_name=model_name,
-        model_options=model_options,
-        config=config,
-        seed=seed,
-        device=device,
-        progress=progress,
-        progress_label="smoothing",
-        augment=augment,
-    )
+    generator = torch_generator(request.seed, "smoothing-augmentation", device=torch.device(request.device))
+    record, model = train_nonprivate(request, progress_label="smoothing", augment=gaussian_augmentation(config.smoothing_sigma, generator=generator))
     spec = certification_spec(config)
-    stored = {**config_dict(config), "split_seed": splits.seed, "certification": spec.to_dict()}
-    model_id = model_id_for(defense="smoothing", bundle=bundle, model_name=model_name, model_options=model_options, config=config, splits=splits, seed=seed)
+    stored = {**config_dict(config), "split_seed": request.splits.seed, "certification": spec.to_dict()}
     metrics = {**record.metrics, "smoothing_sigma": config.smoothing_sigma, "train_seconds": time.monotonic() - started}
-    record = dataclasses.replace(record, model_id=model_id, defense="smoothing", config=stored, metrics=metrics)
+    record = dataclasses.replace(record, model_id=model_id_for(request, defense="smoothing"), defense="smoothing", config=stored, metrics=metrics)
     return record, model
 
 

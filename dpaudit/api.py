@@ -46,7 +46,8 @@ What it offers:
   ablation, PATE's teachers trained apart from their students, the aggregator audit game with a
   planted bug, a DSSGD federation on Flower, a report of extra sections):
 
-  - defenses: :class:`DPSGDConfig`, :func:`train_dpsgd`, :class:`NonPrivateConfig`,
+  - defenses: :class:`TrainRequest` (what every defense's train function takes),
+    :class:`DPSGDConfig`, :func:`train_dpsgd`, :class:`NonPrivateConfig`,
     :func:`train_nonprivate`, :class:`SecureSGDConfig`, :func:`train_secure_sgd`,
     :func:`auto_sensitivity_control`, :func:`derive_dp_training`,
     :func:`derived_learning_rate`, :class:`GradientClipper`, :func:`noisy_clipped_sum`;
@@ -157,6 +158,7 @@ if TYPE_CHECKING:
     from dpaudit.robustness.score_bounds import count_bounds
     from dpaudit.seeding import derive_seed, numpy_rng, torch_generator
     from dpaudit.store import RunDir, atomic_write_json, atomic_write_text, read_json, thaw, to_jsonable
+    from dpaudit.train_request import TrainRequest
     from dpaudit.training import evaluate, resolve_device
     from dpaudit.weights import load_model
     from reports.membership import write_membership_report
@@ -166,6 +168,7 @@ if TYPE_CHECKING:
 __all__ = [
     # Typed runs
     "TrainSpec",
+    "TrainRequest",
     "default_config",
     "train_or_load",
     "MembershipSpec",

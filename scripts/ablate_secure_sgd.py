@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from dpaudit.api import DPSGDConfig, SecureSGDConfig, expected_score_accuracy, load_dataset, make_splits, train_dpsgd, train_secure_sgd
+from dpaudit.api import DPSGDConfig, SecureSGDConfig, TrainRequest, expected_score_accuracy, load_dataset, make_splits, train_dpsgd, train_secure_sgd
 
 #: name → Secure-SGD settings (``None``: plain DP-SGD on the same network without the noise layer).
 VARIANTS: dict[str, dict[str, Any] | None] = {
@@ -73,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         extra = VARIANTS[name]
         if extra is None:
-            record, model = train_dpsgd(bundle=bundle, splits=splits, model_name="hgm-cnn", config=DPSGDConfig(**base), seed=0, progress=False)
+            record, model = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="hgm-cnn", config=DPSGDConfig(**base), seed=0, progress=False))
         else:
             cfg = {**base, "robustness_epsilon": 4.0, "attack_norm_bound": 0.2, **extra}
-            record, model = train_secure_sgd(bundle=bundle, splits=splits, model_name="hgm-cnn", config=SecureSGDConfig(**cfg), seed=0, progress=False)
+            record, model = train_secure_sgd(TrainRequest(bundle=bundle, splits=splits, model_name="hgm-cnn", config=SecureSGDConfig(**cfg), seed=0, progress=False))
         one, majority = accuracy(model, x, y)
         row = {
             "variant": name,

@@ -70,15 +70,15 @@ def job_seconds() -> dict[str, float]:
     model missed the real shadow (it leaves out data handling and evaluation)."""
     import torch
 
-    from dpaudit.api import PER_EXAMPLE_GRADIENT_FACTOR, NonPrivateConfig, load_dataset, make_splits, seconds_per_example, train_nonprivate
+    from dpaudit.api import PER_EXAMPLE_GRADIENT_FACTOR, NonPrivateConfig, TrainRequest, load_dataset, make_splits, seconds_per_example, train_nonprivate
 
     torch.set_num_threads(1)
     bundle = load_dataset("digits")
     splits = make_splits(bundle, seed=0)
     members = len(splits.members)
-    train_nonprivate(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=1), seed=0, progress=False)  # warm-up
+    train_nonprivate(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=1), seed=0, progress=False))  # warm-up
     start = time.perf_counter()
-    train_nonprivate(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=30), seed=0, progress=False)
+    train_nonprivate(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=30), seed=0, progress=False))
     shadow = time.perf_counter() - start
     per = seconds_per_example("digits-mlp", input_shape=(1, 8, 8), num_classes=10)
     modelled = 30 * members * per

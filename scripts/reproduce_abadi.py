@@ -48,6 +48,7 @@ from dpaudit.api import (
     ACCOUNTANTS,
     DPSGDConfig,
     NonPrivateConfig,
+    TrainRequest,
     compute_epsilon,
     evaluate,
     load_dataset,
@@ -122,7 +123,7 @@ def run_row(row: dict[str, Any], *, bundle, splits, epochs_cap: float | None, se
         pca_noise=row["pca_noise"],
     )
     started = time.monotonic()
-    record, _ = train_dpsgd(bundle=bundle, splits=splits, model_name="abadi-mnist", config=config, seed=seed, device=device, progress=progress, on_epoch=on_epoch)
+    record, _ = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="abadi-mnist", config=config, seed=seed, device=device, progress=progress), on_epoch=on_epoch)
     m = record.metrics
     eps = {name: record.claim.epsilon(delta=DELTA, accountant=name) for name in ("moments", "rdp", "pld")}
     return {
@@ -182,7 +183,7 @@ def run_baseline(*, bundle, splits, epochs: float, seed: int, device: torch.devi
     """The same network (784 → 1000 ReLU → 10, no PCA) trained without privacy: the reference row."""
     started = time.monotonic()
     config = NonPrivateConfig(epochs=max(1, int(round(epochs))), batch_size=600, learning_rate=0.1, momentum=0.9)
-    record, _ = train_nonprivate(bundle=bundle, splits=splits, model_name="abadi-mnist", config=config, seed=seed, device=device, progress=progress)
+    record, _ = train_nonprivate(TrainRequest(bundle=bundle, splits=splits, model_name="abadi-mnist", config=config, seed=seed, device=device, progress=progress))
     return {"label": "non-private baseline", "epochs": config.epochs, "test_accuracy": record.metrics["test_accuracy"], "seconds": time.monotonic() - started}
 
 

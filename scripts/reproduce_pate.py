@@ -132,12 +132,12 @@ def _split(row: Row, args: argparse.Namespace) -> tuple[Any, Any]:
 
 def _train_teachers(rows: list[Row], run: RunDir, args: argparse.Namespace) -> None:
     """Only the teachers of every row (each ensemble once), into the run's cache."""
-    from dpaudit.api import DEFENSES, make_executor, plan_pate_teachers, train_teachers
+    from dpaudit.api import DEFENSES, TrainRequest, make_executor, plan_pate_teachers, train_teachers
 
     done: set[str] = set()
     for row in rows:
         bundle, splits = _split(row, args)
-        specs = plan_pate_teachers(bundle=bundle, splits=splits, model_name=row.model, model_options={}, config=default_config("pate", **row.config), seed=args.seed)
+        specs = plan_pate_teachers(TrainRequest(bundle=bundle, splits=splits, model_name=row.model, model_options={}, config=default_config("pate", **row.config), seed=args.seed))
         if specs[0].teacher_id in done:
             continue
         started = time.monotonic()

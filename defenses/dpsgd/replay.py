@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 import numpy as np
 import torch
@@ -16,9 +16,9 @@ from torch import nn
 from defenses.dpsgd.config import DPSGDConfig
 from defenses.dpsgd.plan import plan_dpsgd, resolve_config
 from defenses.dpsgd.training import train_dpsgd
-from dpaudit.data import DatasetBundle, Splits
 from dpaudit.replay import MechanismInput, ReplayTrace
 from dpaudit.results.record import TrainedModel
+from dpaudit.train_request import TrainRequest
 
 __all__ = ["ReplayRecorder", "dpsgd_released", "replay_dpsgd"]
 
@@ -56,7 +56,7 @@ class ReplayRecorder:
         return torch.zeros_like(upper)
 
 
-def dpsgd_released(record: TrainedModel, model: nn.Module, *, config: DPSGDConfig) -> dict[str, Any]:
+def dpsgd_released(record: TrainedModel, model: nn.Module, *, config: DPSGDConfig) -> dict[str, np.ndarray]:
     """What a DP-SGD run releases besides its noisy sums: the schedule's public constants, the claim and the model.
 
     The record's evaluation metrics (accuracies and losses on members, the realised mean lot
@@ -64,7 +64,7 @@ def dpsgd_released(record: TrainedModel, model: nn.Module, *, config: DPSGDConfi
     truth, not values the defense publishes, and are not listed.
     """
     m = record.metrics
-    released: dict[str, Any] = {
+    constants = {
         "number of steps": m["num_steps"],
         "sampling rate": m["sampling_rate"],
         "expected lot size (normaliser)": m["expected_lot_size"],
@@ -73,25 +73,17 @@ def dpsgd_released(record: TrainedModel, model: nn.Module, *, config: DPSGDConfi
         "clip norm": config.clip_norm,
         "claimed epsilon": m["epsilon"],
     }
+    released = {name: np.asarray(x, dtype=np.float64) for name, x in constants.items()}
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
         if t.is_floating_point():
             released[f"model {name}"] = t.detach().cpu().double().numpy()
     return released
 
 
-def replay_dpsgd(
-    *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any] | None = None,
-    config: DPSGDConfig = DPSGDConfig(),
-    seed: int = 0,
-    device: torch.device | str = "cpu",
-) -> ReplayTrace:
+def replay_dpsgd(request: TrainRequest[DPSGDConfig], /) -> ReplayTrace:
     """The neighbouring replay of DP-SGD (:attr:`defenses.registry.DefenseSpec.replay`).
 
-    Runs :func:`train_dpsgd` itself on ``splits``' members with a :class:`ReplayRecorder`
+    Runs :func:`train_dpsgd` itself on the request's members with a :class:`ReplayRecorder`
     attached: every step's clipped sum (sensitivity C / L) and DP-PCA's covariance (sensitivity
     1) as mechanism inputs, and :func:`dpsgd_released` as released values. With
     ``sampling="shuffle-non-private-accounting"`` the fixed-size lots come from a positional
@@ -101,20 +93,9 @@ def replay_dpsgd(
     replay reports them as released values that differ; give ``sampling_rate`` and
     ``expected_lot_size`` for a pipeline that treats nothing about the data as public.
     """
-    members = len(splits.members)
-    resolved, _ = resolve_config(config, num_members=members)
+    members = len(request.splits.members)
+    resolved, _ = resolve_config(request.config, num_members=members)
     plan = plan_dpsgd(resolved, num_members=members)
     recorder = ReplayRecorder(clip_norm=float(resolved.clip_norm), expected_lot_size=plan.expected_lot_size)  # type: ignore[arg-type]
-    record, model = train_dpsgd(
-        bundle=bundle,
-        splits=splits,
-        model_name=model_name,
-        model_options=model_options,
-        config=config,
-        seed=seed,
-        device=device,
-        progress=False,
-        observer=recorder,
-        pca_observer=recorder.pca,
-    )
+    record, model = train_dpsgd(dataclasses.replace(request, progress=False), observer=recorder, pca_observer=recorder.pca)
     return ReplayTrace(defense="dpsgd", mechanism_inputs=tuple(recorder.inputs), released=dpsgd_released(record, model, config=resolved))

@@ -56,6 +56,7 @@ and ``pca_observer=`` DP-PCA's covariance; without them the loop pays one ``None
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -72,12 +73,13 @@ from defenses.dpsgd.plan import DPSGDPlan, announce_plan, learning_rate_at, plan
 from defenses.dpsgd.release import ClippedRelease, Release, ReleaseFactory, StepObserver, noisy_clipped_sum, parameter_names
 from defenses.dpsgd.sampling import keyed_uniforms, poisson_lot
 from dpaudit import _validate as v
-from dpaudit.data import ArrayDataset, DatasetBundle, Splits
+from dpaudit.data import ArrayDataset
 from dpaudit.models import build_model
 from dpaudit.privacy.claims import PrivacyClaim, dpsgd_claim
 from dpaudit.progress import Progress
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, torch_generator
+from dpaudit.train_request import TrainRequest
 from dpaudit.training import check_loss
 
 __all__ = [
@@ -165,20 +167,17 @@ class _Tally:
 
 
 def _initial_model(
-    bundle: DatasetBundle,
+    request: TrainRequest[DPSGDConfig],
     members: ArrayDataset,
     *,
-    model_name: str,
-    model_options: dict[str, Any],
-    config: DPSGDConfig,
-    seed: int,
     initial_state: Mapping[str, torch.Tensor] | None,
     pca_observer: PCAObserver | None = None,
 ) -> nn.Module:
-    """The seeded (or given) initial model, with DP-PCA's projection filled in."""
+    """The seeded (or given) initial model, with DP-PCA's projection filled in (``request`` resolved)."""
+    bundle, config, seed = request.bundle, request.config, request.seed
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
-        model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+        model = build_model(request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **request.model_options)
     if initial_state is not None:
         load_initial_state(model, initial_state)
     if config.pca_components is not None:
@@ -245,9 +244,9 @@ def _observe(mechanism: Release, observer: StepObserver, step: int, ids: Any, lo
     mechanism.pre_noise = lambda total: observer(step, total, lot_ids)
 
 
-def _model_options(config: DPSGDConfig, model_options: dict[str, Any] | None) -> dict[str, Any]:
+def _model_options(config: DPSGDConfig, model_options: Mapping[str, object]) -> dict[str, object]:
     """The architecture options, with DP-PCA's number of components filled in from the config."""
-    options = dict(model_options or {})
+    options = dict(model_options)
     if config.pca_components is not None:
         given = options.setdefault("pca_components", config.pca_components)
         if given != config.pca_components:
@@ -256,15 +255,9 @@ def _model_options(config: DPSGDConfig, model_options: dict[str, Any] | None) ->
 
 
 def train_dpsgd(
+    request: TrainRequest[DPSGDConfig],
+    /,
     *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any] | None = None,
-    config: DPSGDConfig = DPSGDConfig(),
-    seed: int = 0,
-    device: torch.device | str = "cpu",
-    progress: bool = True,
     on_step: OnStep | None = None,
     canary_gradient: CanaryGradient | None = None,
     on_epoch: OnEpoch | None = None,
@@ -279,14 +272,10 @@ def train_dpsgd(
     """Trains a zoo model on the split's members with DP-SGD (+ DP-PCA).
 
     Args:
-        bundle: the dataset.
-        splits: membership split; only ``splits.members`` are trained on (N = their number).
-        model_name: zoo architecture.
-        model_options: architecture options; ``pca_components`` is filled in from the config.
-        config: hyperparameters and privacy parameters.
-        seed: root seed; initialisation, DP-PCA, lots and noise use independent streams.
-        device: where to train.
-        progress: report progress on stderr.
+        request: what to train: only its split's members are trained on (N = their number); its
+            config (a :class:`DPSGDConfig`) holds the hyperparameters and privacy parameters; its
+            model options get ``pca_components`` filled in from the config; initialisation,
+            DP-PCA, lots and noise use independent streams of its seed.
         on_step: white-box hook ``(step_index, noisy_update, lot_size)`` (module docstring).
         canary_gradient: per-step gradient canary ``step_index -> dict | flat tensor | None``.
         on_epoch: ``(epoch_index, model)`` after every ``steps_per_epoch`` steps (evaluation).
@@ -314,67 +303,46 @@ def train_dpsgd(
             or a budget that cannot be met.
     """
     started = time.monotonic()
+    config = request.config
     if not isinstance(config, DPSGDConfig):
         raise v.invalid_type("config", f"config must be a DPSGDConfig, got {type(config).__name__}")
-    model_options = _model_options(config, model_options)
-    device = torch.device(device)
-    members = bundle.all().subset(splits.members)
+    options = _model_options(config, request.model_options)
+    device = torch.device(request.device)
+    members = request.bundle.all().subset(request.splits.members)
     plan = plan_dpsgd(config, num_members=len(members))
-    announce_plan(plan, label=progress_label, enabled=progress)
+    announce_plan(plan, label=progress_label, enabled=request.progress)
     config, _ = resolve_config(config, num_members=len(members))  # the record stores the values that ran
-    model = _initial_model(bundle, members, model_name=model_name, model_options=model_options, config=config, seed=seed, initial_state=initial_state, pca_observer=pca_observer)
+    # What ran is what the record's id hashes: the resolved config, the options with DP-PCA's components.
+    request = dataclasses.replace(request, config=config, model_options=options)
+    model = _initial_model(request, members, initial_state=initial_state, pca_observer=pca_observer)
     model.to(device).train()
     if prepare_model is not None:
         prepare_model(model)
-    mechanism = release(model, config=config, plan=plan, generator=torch_generator(seed, "noise", device=device))
-    lots = _Lots(members.ids.numpy(), sampling_rate=plan.sampling_rate, sampling=config.sampling, generator=torch_generator(seed, "lots"))
+    mechanism = release(model, config=config, plan=plan, generator=torch_generator(request.seed, "noise", device=device))
+    lots = _Lots(members.ids.numpy(), sampling_rate=plan.sampling_rate, sampling=config.sampling, generator=torch_generator(request.seed, "lots"))
     hooks = _Hooks(on_step=on_step, canary_gradient=canary_gradient, on_epoch=on_epoch, after_step=after_step, observer=observer)
     try:
-        with Progress(plan.num_steps, f"train {progress_label} {model_name} on {bundle.name}", enabled=progress) as bar:
+        with Progress(plan.num_steps, f"train {progress_label} {request.model_name} on {request.bundle.name}", enabled=request.progress) as bar:
             tally = _run_steps(model, mechanism, members, config=config, plan=plan, lots=lots, hooks=hooks, bar=bar, device=device)
     finally:
         mechanism.close()
     model.eval()
-    run = _Run(bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, config=config, plan=plan, seed=seed, device=device, started=started, progress=progress)
-    return _dpsgd_record(model, tally, run, noise_std=mechanism.noise_std), model
+    return _dpsgd_record(model, tally, request, plan=plan, started=started, noise_std=mechanism.noise_std), model
 
 
-@dataclass(frozen=True)
-class _Run:
-    """What a finished run's record is made from, besides the model and the tally."""
-
-    bundle: DatasetBundle
-    splits: Splits
-    model_name: str
-    model_options: dict[str, Any]
-    config: DPSGDConfig
-    plan: DPSGDPlan
-    seed: int
-    device: torch.device
-    started: float
-    progress: bool
-
-
-def _dpsgd_record(model: nn.Module, tally: _Tally, run: _Run, *, noise_std: float) -> TrainedModel:
+def _dpsgd_record(model: nn.Module, tally: _Tally, request: TrainRequest[DPSGDConfig], *, plan: DPSGDPlan, started: float, noise_std: float) -> TrainedModel:
     """The record of a finished run: its claim from the steps actually taken, never the planned ones."""
-    config, plan = run.config, run.plan
+    config = request.config
     claim = run_claim(config, sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=tally.steps_taken)
     epsilon = claim.epsilon(delta=config.delta, accountant=config.accountant)
     if config.target_epsilon is not None and epsilon > config.target_epsilon * (1 + 1e-9):
         raise RuntimeError(f"internal error: DP-SGD spent epsilon={epsilon!r} > target_epsilon={config.target_epsilon!r}")
     return build_record(
+        request,
         defense="dpsgd",
         model=model,
-        bundle=run.bundle,
-        splits=run.splits,
-        model_name=run.model_name,
-        model_options=run.model_options,
-        config=config,
         claim=claim,
-        seed=run.seed,
-        device=run.device,
-        started=run.started,
-        progress=run.progress,
+        started=started,
         extra_metrics={
             "num_steps": tally.steps_taken,
             "epochs_completed": tally.steps_taken * plan.sampling_rate,
@@ -437,15 +405,9 @@ class DPSGDTrainer:
         initial_state: Mapping[str, torch.Tensor] | None = None,
     ) -> nn.Module:
         bundle, splits = bundle_for_members(dataset)
+        request = TrainRequest(bundle=bundle, splits=splits, model_name=self.model_name, model_options=self.model_options, config=self.config, seed=seed, device=self.device, progress=False)
         _, model = train_dpsgd(
-            bundle=bundle,
-            splits=splits,
-            model_name=self.model_name,
-            model_options=dict(self.model_options),
-            config=self.config,
-            seed=seed,
-            device=self.device,
-            progress=False,
+            request,
             on_step=on_step,
             canary_gradient=canary_gradient,
             initial_state=initial_state,

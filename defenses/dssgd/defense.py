@@ -29,10 +29,11 @@ checks both on neighbouring data sets.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from defenses._common import build_record, expected_model_id
 from defenses.dssgd.config import DSSGDConfig
 from defenses.dssgd.participants import local_models
 from defenses.dssgd.plan import DSSGDPlan, plan_dssgd
-from defenses.dssgd.protocol import MECHANISM_FIELDS, FederationOutcome, FederationSetup, assign_parameters, flatten_parameters, fraction_count, local_sgd, run_local
+from defenses.dssgd.protocol import MECHANISM_FIELDS, FederationOutcome, FederationSetup, Reply, ReplyValue, assign_parameters, flatten_parameters, fraction_count, local_sgd, run_local
 from defenses.dssgd.uploads import Upload
 from defenses.pate.partition import partition_ids, teacher_of
 from defenses.registry import DEFENSES, DefenseSpec
@@ -57,6 +58,7 @@ from dpaudit.replay import ReplayTrace
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, torch_generator
 from dpaudit.store import atomic_save_npz
+from dpaudit.train_request import TrainRequest
 from dpaudit.training import TrainWorkspace, evaluate
 
 __all__ = ["train_dssgd", "federation_setup", "replay_dssgd", "standardization_source", "dssgd_claim_kind", "dssgd_report_lines", "PARTICIPANT_CACHE", "UPLOADS_FILE"]
@@ -83,7 +85,7 @@ def dssgd_report_lines(record: TrainedModel) -> list[str]:
     return lines
 
 
-def dssgd_claim_kind(config: DSSGDConfig | Mapping[str, Any]) -> str:
+def dssgd_claim_kind(config: DSSGDConfig | Mapping[str, object]) -> str:
     """The claim kind a DSSGD training with ``config`` returns, or a stored record with this config carries.
 
     The DP upload's (``dssgd-svt``) with ``dp_epsilon``; none without it, and none for a
@@ -151,7 +153,7 @@ def _run(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBundle, 
         return run_local(setup, rounds=config.rounds, download_fraction=config.download_fraction, schedule=config.schedule, bundle=bundle, on_upload=on_upload, on_round=on_round)
 
 
-def _baselines(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBundle, members: np.ndarray, device: torch.device, progress: bool) -> dict[str, Any]:
+def _baselines(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBundle, members: np.ndarray, device: torch.device, progress: bool) -> dict[str, float]:
     """Centralised and standalone SGD with the participants' local SGD, for as many epochs as turns."""
     everything = bundle.all()
     test_x, test_y = bundle.test.features, bundle.test.labels
@@ -162,7 +164,7 @@ def _baselines(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBu
         assign_parameters(model, setup.initial)
         return model
 
-    out: dict[str, Any] = {}
+    out: dict[str, float] = {}
     with Progress(1 + config.participants, "dssgd reference rows (centralised, standalone)", enabled=progress) as bar:
         union = everything.subset(members)
         model = fresh()
@@ -197,47 +199,37 @@ def _save_uploads(record_dir: Path, uploads: list[Upload], *, participant: int, 
     )
 
 
-def federation_setup(
-    *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any] | None,
-    config: DSSGDConfig,
-    seed: int,
-    device: torch.device | str = "cpu",
-    data_root: str | None = None,
-) -> FederationSetup:
-    """The federation :func:`train_dssgd` trains: partitions, common initial parameters, rules.
+def federation_setup(request: TrainRequest[DSSGDConfig], /, *, data_root: str | None = None) -> FederationSetup:
+    """The federation :func:`train_dssgd` trains for ``request``: partitions, common initial parameters, rules.
 
-    A deterministic function of its arguments, so every machine of a real Flower federation
+    A deterministic function of the request (its ``progress`` aside), so every machine of a real Flower federation
     builds the same one from the same dataset and settings (:mod:`defenses.dssgd.deployment`).
 
     Raises:
         ValueError: more participants than members, or a budget that cannot be met.
     """
-    requested = dict(model_options or {})
-    model_options = _network_options(requested, config, bundle=bundle, splits=splits)
+    bundle, splits, config, seed = request.bundle, request.splits, request.config, request.seed
+    model_options = _network_options(request.model_options, config, bundle=bundle, splits=splits)
     members = np.sort(np.asarray(splits.members, dtype=np.int64))
     if config.participants > len(members):
         raise v.invalid("participants", f"participants must be at most the number of members ({len(members)}), got {config.participants!r}")
     partitions = partition_ids(members, num_teachers=config.participants, seed=derive_seed(seed, "dssgd", "partition"))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
-        model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+        model = build_model(request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
     initial = flatten_parameters(model)
     config = plan_dssgd(config, num_parameters=int(initial.numel())).config  # a budget's dp_epsilon is that of this model's c
     return FederationSetup(
         dataset=bundle.name,
         data_root=data_root,
         partitions=partitions,
-        model_name=model_name,
+        model_name=request.model_name,
         model_options=model_options,
         rule=config.rule,
         training=config.training,
         seed=seed,
         initial=initial,
-        device=str(torch.device(device)),
+        device=str(torch.device(request.device)),
     )
 
 
@@ -258,7 +250,7 @@ def _announce_budget(plan: DSSGDPlan, *, num_parameters: int) -> None:
         )
 
 
-def _federation_metrics(outcome: FederationOutcome, config: DSSGDConfig, *, num_parameters: int, partitions: list[np.ndarray], observed: list[Upload]) -> dict[str, Any]:
+def _federation_metrics(outcome: FederationOutcome, config: DSSGDConfig, *, num_parameters: int, partitions: Sequence[np.ndarray], observed: list[Upload]) -> dict[str, object]:
     """The global record's metrics about the federation: engine, uploads, the values the run used."""
     c = config.rule.count(num_parameters)
     return {
@@ -277,30 +269,14 @@ def _federation_metrics(outcome: FederationOutcome, config: DSSGDConfig, *, num_
     }
 
 
-def train_dssgd(
-    *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any] | None = None,
-    config: DSSGDConfig = DSSGDConfig(),
-    seed: int = 0,
-    device: torch.device | str = "cpu",
-    progress: bool = True,
-    workspace: TrainWorkspace | None = None,
-) -> tuple[TrainedModel, nn.Module]:
+def train_dssgd(request: TrainRequest[DSSGDConfig], /, *, workspace: TrainWorkspace | None = None) -> tuple[TrainedModel, nn.Module]:
     """Trains a DSSGD federation over the split's members and returns the global model's record.
 
     Args:
-        bundle: the dataset.
-        splits: membership split; ``splits.members`` are cut into ``config.participants``
-            disjoint partitions (seeded, by sample id).
-        model_name: zoo architecture of the global and every local model.
-        model_options: its options.
-        config: the protocol's settings.
-        seed: root seed (initialisation, partitions, batch orders, uploads, schedule).
-        device: where participants train (the in-process engine).
-        progress: report rounds on stderr.
+        request: what to train: the split's members are cut into ``config.participants``
+            disjoint partitions (seeded, by sample id); the model is the global and every local
+            model's architecture; the seed roots the initialisation, partitions, batch orders,
+            uploads and schedule; the device is where participants train (the in-process engine).
         workspace: where the participants' local records and the observed uploads are kept and
             which engine runs the federation (``ray``: Flower's simulation engine on Ray with
             ``num_workers`` concurrent clients; otherwise in this process). ``None``: in this
@@ -313,18 +289,18 @@ def train_dssgd(
         ValueError: more participants than members, or a budget that cannot be met
             (:func:`defenses.dssgd.plan.plan_dssgd`).
     """
-    started, device, requested = time.monotonic(), torch.device(device), dict(model_options or {})
-    members = np.sort(np.asarray(splits.members, dtype=np.int64))
+    started, device, progress, bundle = time.monotonic(), torch.device(request.device), request.progress, request.bundle
+    members = np.sort(np.asarray(request.splits.members, dtype=np.int64))
     data_root = workspace.data_root if workspace is not None else None
-    setup = federation_setup(bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, config=config, seed=seed, device=device, data_root=data_root)
+    setup = federation_setup(request, data_root=data_root)
     model_options, partitions, initial = setup.model_options, setup.partitions, setup.initial
-    asked = config  # the record keeps the config as asked (its id); the run uses the resolved one
-    plan: DSSGDPlan = plan_dssgd(config, num_parameters=int(initial.numel()))
+    # The record keeps the request's config as asked (its id); the run uses the resolved one.
+    plan: DSSGDPlan = plan_dssgd(request.config, num_parameters=int(initial.numel()))
     config = plan.config
     if progress:
         _announce_budget(plan, num_parameters=int(initial.numel()))
     with torch.random.fork_rng(devices=[]):  # the global RNG stays untouched, as before the split
-        model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+        model = build_model(request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
     observed: list[Upload] = []
     outcome = _run(setup, config, bundle=bundle, workspace=workspace, progress=progress, observed=observed)
     model.to(device)
@@ -333,7 +309,7 @@ def train_dssgd(
     num_parameters = int(initial.numel())
     extra = _federation_metrics(outcome, config, num_parameters=num_parameters, partitions=partitions, observed=observed)
     private = setup.rule.private
-    local_acc = local_models(outcome, setup, bundle=bundle, splits=splits, model_name=model_name, requested=requested, config=asked, seed=seed, device=device, workspace=workspace, started=started)
+    local_acc = local_models(outcome, setup, request, workspace=workspace, started=started)
     if local_acc:  # none under the DP upload: the local models stay with their participants
         extra["local_test_accuracy_mean"] = float(np.mean(local_acc))  # on the first LOCAL_EVAL_EXAMPLES test examples
     if config.baselines and private:
@@ -345,22 +321,8 @@ def train_dssgd(
     elif config.baselines:
         extra.update(_baselines(setup, config, bundle=bundle, members=members, device=device, progress=progress))
     owners = teacher_of(partitions, members)
-    record = build_record(
-        defense="dssgd",
-        model=model,
-        bundle=bundle,
-        splits=splits,
-        model_name=model_name,
-        model_options=model_options,
-        config=asked,
-        claim=dssgd_claim(config, num_parameters=num_parameters),
-        seed=seed,
-        device=device,
-        started=started,
-        extra_metrics=extra,
-        owners=owners,
-        requested_options=requested,
-    )
+    claim = dssgd_claim(config, num_parameters=num_parameters)
+    record = build_record(dataclasses.replace(request, progress=False), defense="dssgd", model=model, claim=claim, started=started, built_options=model_options, extra_metrics=extra, owners=owners)
     if workspace is not None:
         workspace.record_dir.mkdir(parents=True, exist_ok=True)
         _save_uploads(workspace.record_dir, observed, participant=config.observe_participant, partition=partitions[config.observe_participant], num_parameters=num_parameters)
@@ -392,7 +354,7 @@ def standardization_source(config: DSSGDConfig, *, bundle: DatasetBundle, splits
     return "population", bundle.all().subset(population).features
 
 
-def _network_options(requested: dict[str, Any], config: DSSGDConfig, *, bundle: DatasetBundle, splits: Splits) -> dict[str, Any]:
+def _network_options(requested: Mapping[str, Any], config: DSSGDConfig, *, bundle: DatasetBundle, splits: Splits) -> dict[str, Any]:
     """The options every network of the federation is built with: the requested ones, plus the
     input standardisation when ``config.standardize`` asks for it and the caller gave none.
 
@@ -424,7 +386,7 @@ _NOT_RELEASED_METRICS = {
 }
 
 
-def replay_dssgd(*, bundle: DatasetBundle, splits: Splits, model_name: str, model_options: dict[str, Any] | None, config: DSSGDConfig, seed: int, device: torch.device | str = "cpu") -> ReplayTrace:
+def replay_dssgd(request: TrainRequest[DSSGDConfig], /) -> ReplayTrace:
     """The neighbouring replay of a DP DSSGD training (``DefenseSpec.replay``; docs/defenses/dssgd.md, §6).
 
     Runs the training's own federation (:func:`federation_setup`: standardisation, partitions,
@@ -448,15 +410,15 @@ def replay_dssgd(*, bundle: DatasetBundle, splits: Splits, model_name: str, mode
     from dpaudit.privacy.dssgd import noise_scales
     from dpaudit.replay import MechanismInput, ReplayTrace
 
-    if dssgd_claim_kind(config) == "nonprivate":
+    if dssgd_claim_kind(request.config) == "nonprivate":
         raise v.invalid("config", "the DSSGD replay needs a DP config (dp_epsilon or target_epsilon): without the DP upload there is no claim to replay against")
-    setup = federation_setup(bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, config=config, seed=seed, device=device)
+    setup = federation_setup(request)
     n = int(setup.initial.numel())
-    config = plan_dssgd(config, num_parameters=n).config
+    config = plan_dssgd(request.config, num_parameters=n).config
     rounds = int(config.rounds)  # type: ignore[arg-type]
     sensitivity = noise_scales(epsilon=float(config.dp_epsilon), bound=config.bound, split=config.budget_split).sensitivity  # type: ignore[arg-type]
     inputs: list[MechanismInput] = []
-    released: dict[str, Any] = {
+    released: dict[str, np.ndarray] = {
         "input standardization": np.asarray(setup.model_options.get("input_standardization", []), dtype=np.float64),
         "initial parameters": setup.initial.numpy(),
     }
@@ -465,15 +427,15 @@ def replay_dssgd(*, bundle: DatasetBundle, splits: Splits, model_name: str, mode
     def observe(participant: int, rnd: int, bounded: np.ndarray) -> None:
         inputs.append(MechanismInput(name=f"round {rnd}, participant {participant}: bounded update", value=bounded, sensitivity=sensitivity, norm="linf"))
 
-    def on_reply(reply: dict[str, dict[str, Any]]) -> None:
-        sender, rnd = reply["config"]["participant"], reply["config"]["round"]
+    def on_reply(reply: Reply) -> None:
+        sender, rnd = int(reply["config"]["participant"]), int(reply["config"]["round"])
         turns.append((rnd, sender))
         for record, fields in reply.items():
             for name, value in fields.items():
                 if (record, name) not in MECHANISM_FIELDS:
                     released[f"round {rnd}, participant {sender}: {record}.{name}"] = _numeric(value)
 
-    outcome = run_local(setup, rounds=rounds, download_fraction=config.download_fraction, schedule=config.schedule, bundle=bundle, observer=observe, on_reply=on_reply)
+    outcome = run_local(setup, rounds=rounds, download_fraction=config.download_fraction, schedule=config.schedule, bundle=request.bundle, observer=observe, on_reply=on_reply)
     released["turns"] = np.asarray(turns, dtype=np.float64).reshape(-1, 2)
     for i, flat in enumerate(outcome.local_parameters):
         if flat is not None:
@@ -485,7 +447,7 @@ def replay_dssgd(*, bundle: DatasetBundle, splits: Splits, model_name: str, mode
     return ReplayTrace(defense="dssgd", mechanism_inputs=tuple(inputs), released=released)
 
 
-def _numeric(value: Any) -> np.ndarray:
+def _numeric(value: ReplyValue) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().double().numpy()
     return np.asarray(value, dtype=np.float64)

@@ -72,12 +72,13 @@ instead.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
+
+from dpaudit.train_request import TrainRequest
 
 from .config import DSSGDConfig
 from .defense import federation_setup
-from .flower import client_app, load_bundle, server_app
+from .flower import RunConfig, client_app, load_bundle, server_app
 from .protocol import FederationSetup
 
 __all__ = ["SETUP_KEYS", "setup_from_run_config", "dssgd_config", "make_client_app", "make_server_app"]
@@ -89,7 +90,7 @@ SETUP_KEYS: tuple[str, ...] = ("dataset", "data-root", "model", "seed", "split-s
 _SETUPS: dict[tuple[tuple[str, Any], ...], FederationSetup] = {}
 
 
-def dssgd_config(run_config: Mapping[str, Any]) -> DSSGDConfig:
+def dssgd_config(run_config: RunConfig) -> DSSGDConfig:
     """The :class:`~defenses.dssgd.config.DSSGDConfig` of a run_config (keys as ``--run-config``
     spells them, ``upload-fraction`` for ``upload_fraction``; ``dp-epsilon`` 0 means no DP upload).
 
@@ -106,7 +107,7 @@ def dssgd_config(run_config: Mapping[str, Any]) -> DSSGDConfig:
     return DSSGDConfig(**kwargs)
 
 
-def setup_from_run_config(run_config: Mapping[str, Any]) -> FederationSetup:
+def setup_from_run_config(run_config: RunConfig) -> FederationSetup:
     """The federation a run_config describes, as ``dpaudit train --defense dssgd`` would build it.
 
     Keys: ``dataset``, ``data-root`` (empty: the default resolution), ``model``, ``seed``,
@@ -122,15 +123,8 @@ def setup_from_run_config(run_config: Mapping[str, Any]) -> FederationSetup:
         seed = int(run_config["seed"])
         split_seed = int(run_config.get("split-seed", -1))
         splits = make_splits(bundle, seed=seed if split_seed < 0 else split_seed, member_fraction=float(run_config.get("member-fraction", 0.5)))
-        _SETUPS[key] = federation_setup(
-            bundle=bundle,
-            splits=splits,
-            model_name=str(run_config["model"]),
-            model_options=None,
-            config=dssgd_config(run_config),
-            seed=seed,
-            data_root=data_root,
-        )
+        request = TrainRequest(bundle=bundle, splits=splits, model_name=str(run_config["model"]), config=dssgd_config(run_config), seed=seed, progress=False)
+        _SETUPS[key] = federation_setup(request, data_root=data_root)
     return _SETUPS[key]
 
 

@@ -67,9 +67,11 @@ __all__ = ["run_flower", "client_app", "server_app", "read_outcome", "DEFAULT_TU
 
 _EXTRA = "pip install 'dpaudit[federated]'"
 _STATE = "dssgd-state"
+#: A Flower run's run_config: its keys' values (Flower's ``UserConfigValue``: no nesting, no null).
+RunConfig = Mapping[str, bool | int | float | str | bytes]
 #: A federation, or a function building it from a run's run_config (every machine of a real
 #: federation builds it itself, :func:`defenses.dssgd.deployment.setup_from_run_config`).
-SetupSource = FederationSetup | Callable[[Mapping[str, Any]], FederationSetup]
+SetupSource = FederationSetup | Callable[[RunConfig], FederationSetup]
 #: Seconds the server waits for a turn's reply before the participant counts as missing.
 DEFAULT_TURN_TIMEOUT = 600.0
 #: Seconds the server waits for all SuperNodes to connect and say which participant they are.
@@ -92,7 +94,7 @@ def _require_flower(*, ray: bool = False) -> None:
         raise ImportError(f"the Flower engine needs Flower{' and Ray' if ray else ''}: {_EXTRA}") from exc
 
 
-def _resolve(setup: SetupSource, run_config: Mapping[str, Any]) -> FederationSetup:
+def _resolve(setup: SetupSource, run_config: RunConfig) -> FederationSetup:
     """The federation itself, or the one a factory builds from the run's run_config (a real federation)."""
     return setup if isinstance(setup, FederationSetup) else setup(run_config)
 
@@ -191,7 +193,7 @@ def server_app(
     *,
     on_upload: Callable[[Upload], None] | None = None,
     on_round: Callable[[int], None] | None = None,
-    config: dict[str, Any] | None = None,
+    config: RunConfig | None = None,
 ) -> Any:
     """The parameter server's ServerApp for ``setup`` (reads run_config, see the module docstring).
 
@@ -228,7 +230,7 @@ def server_app(
 class _ServerRun:
     """One federation served over a Flower grid: the participants' nodes, their turns, the outcome files."""
 
-    def __init__(self, grid: Any, cfg: dict[str, Any], fed: FederationSetup, *, on_upload: Callable[[Upload], None] | None, on_round: Callable[[int], None] | None) -> None:
+    def __init__(self, grid: Any, cfg: RunConfig, fed: FederationSetup, *, on_upload: Callable[[Upload], None] | None, on_round: Callable[[int], None] | None) -> None:
         self.grid, self.fed = grid, fed
         self.rounds = int(cfg["rounds"])
         self.fraction = float(cfg["download-fraction"])
@@ -303,7 +305,7 @@ class _ServerRun:
         self.server.apply(up)
         if "local" in reply.content:
             self.finals[i] = _tensor(reply.content["local"], "parameters")
-        line: dict[str, Any] = {"participant": up.participant, "round": up.round}
+        line: dict[str, int | float] = {"participant": up.participant, "round": up.round}
         if math.isfinite(up.loss):
             line["loss"] = up.loss
         self.progress.write(json.dumps({**line, "seconds": round(time.monotonic() - self.started, 3)}) + "\n")
@@ -524,7 +526,7 @@ def run_flower(
         },
     }
     with tempfile.TemporaryDirectory(prefix="dssgd-flower-") as tmp:
-        run_config = {"rounds": rounds, "download-fraction": float(download_fraction), "schedule": schedule, "result-dir": tmp}
+        run_config: RunConfig = {"rounds": rounds, "download-fraction": float(download_fraction), "schedule": schedule, "result-dir": tmp}
         flwr_logger = logging.getLogger("flwr")
         level = flwr_logger.level
         if not progress:

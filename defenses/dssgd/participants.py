@@ -13,20 +13,21 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from defenses._common import build_record, config_dict, evaluation_bundle
+from defenses._common import build_record, config_dict, evaluation_bundle, model_id_for
 from defenses.dssgd.config import DSSGDConfig
 from defenses.dssgd.protocol import FederationOutcome, FederationSetup, assign_parameters
-from dpaudit.data import DatasetBundle, Splits
+from dpaudit.data import Splits
 from dpaudit.models import build_model
 from dpaudit.privacy.claims import NonPrivateClaim
 from dpaudit.seeding import derive_seed
+from dpaudit.train_request import TrainRequest
 from dpaudit.training import TrainWorkspace, evaluate
 
 __all__ = ["LOCAL_EVAL_EXAMPLES", "local_models", "participant_record_dir"]
@@ -41,100 +42,46 @@ def participant_record_dir(cache_dir: str | os.PathLike[str], model_id: str, ind
     return Path(cache_dir) / model_id / f"participant-{index:03d}"
 
 
-def local_models(
-    outcome: FederationOutcome,
-    setup: FederationSetup,
-    *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    requested: dict[str, Any],
-    config: DSSGDConfig,
-    seed: int,
-    device: torch.device,
-    workspace: TrainWorkspace | None,
-    started: float,
-) -> list[float]:
+def local_models(outcome: FederationOutcome, setup: FederationSetup, request: TrainRequest[DSSGDConfig], *, workspace: TrainWorkspace | None, started: float) -> list[float]:
     """Every final local model the server received, evaluated (and with a workspace, saved as a record); their test accuracies.
 
-    Under the DP upload the server receives none (:func:`defenses.dssgd.protocol.turn_reply`).
+    ``request`` is the federation's training as asked (its config and model options, what the
+    global record's id hashes); ``setup`` holds the options the networks were built with. Under
+    the DP upload the server receives none (:func:`defenses.dssgd.protocol.turn_reply`).
     """
-    model_options, partitions, asked = setup.model_options, setup.partitions, config
+    bundle, device = request.bundle, torch.device(request.device)
     local_acc = []
     small = evaluation_bundle(bundle, LOCAL_EVAL_EXAMPLES)
     for i, flat in enumerate(outcome.local_parameters):
         if flat is None:  # kept by the participant (DP upload) or gone (a real federation)
             continue
-        local = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options).to(device)
+        local = build_model(request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **setup.model_options).to(device)
         assign_parameters(local, flat)
         local.eval()
         local_acc.append(evaluate(local, small.test.features, small.test.labels, device=device)["accuracy"])
         if workspace is not None:
-            _save_participant(
-                local,
-                index=i,
-                partition=partitions[i],
-                bundle=bundle,
-                splits=splits,
-                model_name=model_name,
-                model_options=model_options,
-                requested_options=requested,
-                config=asked,
-                seed=seed,
-                device=device,
-                workspace=workspace,
-                started=started,
-            )
+            _save_participant(local, request, index=i, partition=setup.partitions[i], built_options=setup.model_options, workspace=workspace, started=started)
     return local_acc
 
 
 def _save_participant(
-    local: nn.Module,
-    *,
-    index: int,
-    partition: np.ndarray,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any],
-    requested_options: dict[str, Any],
-    config: DSSGDConfig,
-    seed: int,
-    device: torch.device,
-    workspace: TrainWorkspace,
-    started: float,
+    local: nn.Module, request: TrainRequest[DSSGDConfig], *, index: int, partition: np.ndarray, built_options: Mapping[str, object], workspace: TrainWorkspace, started: float
 ) -> None:
     """Participant ``index``'s final local model as a record whose members are its own partition."""
     from dpaudit.weights import save_record
 
+    bundle, splits = request.bundle, request.splits
     # As many non-members as the participant has members, drawn from the global non-members: a
     # balanced membership game for its local model, evaluated at the cost of its own data.
-    rng = np.random.default_rng(derive_seed(seed, "dssgd", "local-non-members", index))
+    rng = np.random.default_rng(derive_seed(request.seed, "dssgd", "local-non-members", index))
     pool = np.asarray(splits.non_members, dtype=np.int64)
     non_members = np.sort(rng.choice(pool, size=min(len(pool), len(partition)), replace=False)) if len(pool) else pool
     own = Splits(dataset=splits.dataset, seed=splits.seed, members=partition, non_members=non_members, population=splits.population, test=np.asarray(bundle.test.ids, dtype=np.int64))
     claim = NonPrivateClaim(description=f"DSSGD participant {index}'s local model: trained on its own data without noise (the DP variant, if any, protects only what it uploads)")
-    record = build_record(
-        defense="dssgd",
-        model=local,
-        bundle=bundle,
-        splits=own,
-        model_name=model_name,
-        model_options=model_options,
-        config={**config_dict(config), "participant": index},
-        claim=claim,
-        seed=seed,
-        device=device,
-        started=started,
-        requested_options=requested_options,
-    )
-    target = participant_record_dir(workspace.cache_dir, _global_id(bundle, splits, model_name, requested_options, config, seed), index)
+    config = {**config_dict(request.config), "participant": index}
+    participant = TrainRequest(bundle=bundle, splits=own, model_name=request.model_name, model_options=request.model_options, config=config, seed=request.seed, device=request.device, progress=False)
+    record = build_record(participant, defense="dssgd", model=local, claim=claim, started=started, built_options=built_options)
+    target = participant_record_dir(workspace.cache_dir, model_id_for(request, defense="dssgd"), index)
     save_record(record, local, target)
     if index == 0:
         print(f"participants' local records: {target.parent}", file=sys.stderr)
-
-
-def _global_id(bundle: DatasetBundle, splits: Splits, model_name: str, model_options: dict[str, Any], config: DSSGDConfig, seed: int) -> str:
-    from defenses._common import model_id_for
-
-    return model_id_for(defense="dssgd", bundle=bundle, model_name=model_name, model_options=model_options, config=config, splits=splits, seed=seed)

@@ -58,6 +58,8 @@ __all__ = [
     "MECHANISM_FIELDS",
     "turn_reply",
     "query_reply",
+    "Reply",
+    "ReplyValue",
 ]
 
 #: Orders in which participants take their turns.
@@ -258,12 +260,18 @@ class Participant:
         self.turns = int(state["turns"])
 
 
+#: One field of a participant's reply: a tensor (the upload, local parameters), an index or count, a
+#: loss, or a failed turn's message.
+ReplyValue = torch.Tensor | int | float | str
+#: A participant's reply, by record (``upload``, ``config``, ``local``) and field, as it crosses the network.
+Reply = dict[str, dict[str, ReplyValue]]
+
 #: The fields of a turn's reply that the DP upload's mechanism produces (its noised output);
 #: every other field a participant sends must not depend on its data (:func:`turn_reply`).
 MECHANISM_FIELDS: frozenset[tuple[str, str]] = frozenset({("upload", "indices"), ("upload", "values")})
 
 
-def turn_reply(upload: Upload, *, private: bool, final_parameters: torch.Tensor | None = None) -> dict[str, dict[str, Any]]:
+def turn_reply(upload: Upload, *, private: bool, final_parameters: torch.Tensor | None = None) -> Reply:
     """Everything a participant sends the server after a turn, by record and field.
 
     Every engine that carries a turn over a network builds its message from this (the Flower
@@ -279,8 +287,8 @@ def turn_reply(upload: Upload, *, private: bool, final_parameters: torch.Tensor 
         private: whether the upload rule is the DP variant's.
         final_parameters: the participant's final local parameters on its last turn, else ``None``.
     """
-    config: dict[str, Any] = {"participant": int(upload.participant), "round": int(upload.round)}
-    content: dict[str, dict[str, Any]] = {"upload": {"indices": upload.indices, "values": upload.values}, "config": config}
+    config: dict[str, ReplyValue] = {"participant": int(upload.participant), "round": int(upload.round)}
+    content: Reply = {"upload": {"indices": upload.indices, "values": upload.values}, "config": config}
     if not private:
         config["loss"] = float(upload.loss)
         if final_parameters is not None:
@@ -288,13 +296,13 @@ def turn_reply(upload: Upload, *, private: bool, final_parameters: torch.Tensor 
     return content
 
 
-def query_reply(participant: Participant) -> dict[str, dict[str, Any]]:
+def query_reply(participant: Participant) -> Reply:
     """What a participant answers the server's ``query`` (which participant it is, how many turns it took).
 
     Without the DP upload it also sends its current local parameters (``local``); under the DP
     upload never: after a turn they are a function of its data outside the mechanism.
     """
-    content: dict[str, dict[str, Any]] = {"config": {"participant": int(participant.index), "turns": int(participant.turns)}}
+    content: Reply = {"config": {"participant": int(participant.index), "turns": int(participant.turns)}}
     if not participant.rule.private:
         content["local"] = {"parameters": participant.local_parameters}
     return content
@@ -457,7 +465,7 @@ def run_local(
     on_upload: Callable[[Upload], None] | None = None,
     on_round: Callable[[int], None] | None = None,
     observer: Observer | None = None,
-    on_reply: Callable[[dict[str, dict[str, Any]]], None] | None = None,
+    on_reply: Callable[[Reply], None] | None = None,
 ) -> FederationOutcome:
     """Runs the federation of ``setup`` in this process with :func:`run_federation`.
 
@@ -480,8 +488,9 @@ def run_local(
     def delivered(up: Upload) -> None:
         last = participants[up.participant].local_parameters if up.round == rounds - 1 else None
         reply = turn_reply(up, private=setup.rule.private, final_parameters=last)
-        if "local" in reply:
-            finals[up.participant] = reply["local"]["parameters"]
+        sent = reply.get("local", {}).get("parameters")
+        if isinstance(sent, torch.Tensor):  # only without the DP upload, on the last turn
+            finals[up.participant] = sent
         if on_reply is not None:
             on_reply(reply)
         if on_upload is not None:

@@ -8,19 +8,17 @@ one privacy–utility family in ``dpaudit compare``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-import torch
 from torch import nn
 
 from defenses.noise_layer.configs import CERTIFIED_MECHANISMS, AGMConfig, HGMConfig, PixelDPConfig, certification_spec
 from defenses.noise_layer.training import train_certified
-from defenses.nonprivate import train_nonprivate
-from defenses.registry import DEFENSES, DefenseSpec
+from defenses.nonprivate import NonPrivateConfig, train_nonprivate
+from defenses.registry import DEFENSES, DefenseSpec, TrainFn
 from dpaudit import _validate as v
-from dpaudit.data import DatasetBundle, Splits
 from dpaudit.results.record import TrainedModel
+from dpaudit.train_request import TrainRequest
 from dpaudit.training import SGDConfig
 
 __all__ = ["train_pixeldp", "train_agm", "train_hgm"]
@@ -33,34 +31,18 @@ def _sgd_steps(config: SGDConfig, num_members: int) -> int:
     return config.epochs * -(-num_members // config.batch_size)
 
 
-def _make_nonprivate_trainer(defense: str, config_type: type) -> Callable[..., tuple[TrainedModel, nn.Module]]:
-    def train(
-        *,
-        bundle: DatasetBundle,
-        splits: Splits,
-        model_name: str,
-        model_options: dict[str, Any] | None = None,
-        config: Any = None,
-        seed: int = 0,
-        device: torch.device | str = "cpu",
-        progress: bool = True,
-    ) -> tuple[TrainedModel, nn.Module]:
-        config = config_type() if config is None else config
+def _make_nonprivate_trainer(defense: str, config_type: type[NonPrivateConfig]) -> TrainFn:
+    def train(request: TrainRequest[Any], /) -> tuple[TrainedModel, nn.Module]:
+        config = request.config
         if not isinstance(config, config_type):
             raise v.invalid_type("config", f"config must be a {config_type.__name__}, got {type(config).__name__}")
+        members = request.splits.members
         return train_certified(
             defense,
-            bundle=bundle,
-            splits=splits,
-            model_name=model_name,
-            model_options=model_options,
-            config=config,
-            seed=seed,
-            device=device,
-            progress=progress,
+            request,
             base_train=train_nonprivate,
-            total_steps=_sgd_steps(config, len(splits.members)),
-            redistribution_ids=splits.members,
+            total_steps=_sgd_steps(config, len(members)),
+            redistribution_ids=members,
             batch_size=config.batch_size,
             learning_rate=config.learning_rate,
         )
@@ -68,9 +50,8 @@ def _make_nonprivate_trainer(defense: str, config_type: type) -> Callable[..., t
     train.__name__ = f"train_{defense.replace('-', '_')}"
     train.__doc__ = (
         f"Trains a zoo model with the {defense} noise layer (see the module docstring).\n\n"
-        "Args:\n    bundle, splits, model_name, model_options, seed, device, progress: as for\n"
-        "        :func:`defenses.nonprivate.train_nonprivate`.\n"
-        f"    config: a :class:`{config_type.__name__}`.\n\n"
+        "Args:\n    request: as for :func:`defenses.nonprivate.train_nonprivate`, with a\n"
+        f"        :class:`{config_type.__name__}` config.\n\n"
         "Returns:\n    The record (config carries the certification parameters) and the module.\n"
     )
     return train
@@ -81,7 +62,7 @@ train_agm = _make_nonprivate_trainer("agm", AGMConfig)
 train_hgm = _make_nonprivate_trainer("hgm", HGMConfig)
 
 
-def _register(name: str, config_type: type, train: Callable[..., tuple[TrainedModel, nn.Module]], summary: str, order: int) -> None:
+def _register(name: str, config_type: type, train: TrainFn, summary: str, order: int) -> None:
     DEFENSES.register(
         DefenseSpec(
             name=name,

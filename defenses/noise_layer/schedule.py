@@ -9,6 +9,7 @@ has the rule ``auto`` follows and its measurements.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -78,7 +79,7 @@ def resolve_sensitivity_control(control: str, noise: NoiseLayer) -> str:
     return "orthogonal" if conv else "normalize"
 
 
-def auto_sensitivity_control(*, model_name: str, model_options: dict[str, Any] | None, input_shape: tuple[int, ...], num_classes: int, pca_components: int | None = None) -> str:
+def auto_sensitivity_control(*, model_name: str, model_options: Mapping[str, object] | None, input_shape: tuple[int, ...], num_classes: int, pca_components: int | None = None) -> str:
     """What ``auto`` resolves to on this architecture (:func:`resolve_sensitivity_control`).
 
     Builds the untrained model only to look at its first layer (public: the architecture).
@@ -91,7 +92,7 @@ def auto_sensitivity_control(*, model_name: str, model_options: dict[str, Any] |
     return resolve_sensitivity_control("auto", noise)
 
 
-def scale_invariant_first_layer(config: Any, *, model_name: str, model_options: dict[str, Any] | None, input_shape: tuple[int, ...], num_classes: int) -> bool:
+def scale_invariant_first_layer(config: Any, *, model_name: str, model_options: Mapping[str, object] | None, input_shape: tuple[int, ...], num_classes: int) -> bool:
     """Whether training ``config`` on this model normalises the first layer by its own scale.
 
     True when the sensitivity control is (or ``auto`` resolves to) ``normalize`` on the model's

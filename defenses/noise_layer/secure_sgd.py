@@ -12,8 +12,9 @@ Registers ``secure-sgd``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -32,17 +33,18 @@ from defenses.noise_layer.schedule import scale_invariant_first_layer
 from defenses.noise_layer.training import train_certified
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
-from dpaudit.data import DatasetBundle, Splits
+from dpaudit.data import Splits
 from dpaudit.replay import ReplayTrace
 from dpaudit.results.record import TrainedModel
 from dpaudit.robustness.noise import NoiseLayer, find_noise_layer
 from dpaudit.seeding import torch_generator
+from dpaudit.train_request import TrainRequest
 
 __all__ = ["replay_secure_sgd", "resolve_secure_sgd_config", "train_secure_sgd"]
 
 
 def resolve_secure_sgd_config(
-    config: SecureSGDConfig, *, num_members: int, model_name: str, model_options: dict[str, Any] | None, input_shape: tuple[int, ...], num_classes: int
+    config: SecureSGDConfig, *, num_members: int, model_name: str, model_options: Mapping[str, object] | None, input_shape: tuple[int, ...], num_classes: int
 ) -> tuple[SecureSGDConfig, str | None]:
     """Secure-SGD's config with its unset DP-SGD defaults derived (rules 1-5 of :mod:`defenses.dp_defaults`).
 
@@ -61,16 +63,22 @@ def resolve_secure_sgd_config(
     return resolved, note
 
 
+def _resolved(request: TrainRequest[SecureSGDConfig]) -> SecureSGDConfig:
+    """The request's config with the defaults it left unset derived (TypeError for another config type)."""
+    config, bundle = request.config, request.bundle
+    if not isinstance(config, SecureSGDConfig):
+        raise v.invalid_type("config", f"config must be a SecureSGDConfig, got {type(config).__name__}")
+    num_members = len(request.splits.members)
+    resolved, _ = resolve_secure_sgd_config(
+        config, num_members=num_members, model_name=request.model_name, model_options=request.model_options, input_shape=bundle.input_shape, num_classes=bundle.num_classes
+    )
+    return resolved
+
+
 def train_secure_sgd(
+    request: TrainRequest[SecureSGDConfig],
+    /,
     *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any] | None = None,
-    config: SecureSGDConfig = SecureSGDConfig(),
-    seed: int = 0,
-    device: torch.device | str = "cpu",
-    progress: bool = True,
     observer: StepObserver | None = None,
     pca_observer: PCAObserver | None = None,
 ) -> tuple[TrainedModel, nn.Module]:
@@ -88,27 +96,17 @@ def train_secure_sgd(
     and leave the DP claim intact (their description is appended all the same).
 
     Args:
-        bundle, splits, model_name, model_options, seed, device, progress: as for
-            :func:`defenses.dpsgd.training.train_dpsgd`.
-        config: a :class:`SecureSGDConfig`.
+        request: as for :func:`defenses.dpsgd.training.train_dpsgd`, with a :class:`SecureSGDConfig`.
         observer, pca_observer: passed to the DP-SGD loop (the neighbouring replay,
             :func:`replay_secure_sgd`).
     """
-    if not isinstance(config, SecureSGDConfig):
-        raise v.invalid_type("config", f"config must be a SecureSGDConfig, got {type(config).__name__}")
-    config, _ = resolve_secure_sgd_config(config, num_members=len(splits.members), model_name=model_name, model_options=model_options, input_shape=bundle.input_shape, num_classes=bundle.num_classes)
-    plan = plan_dpsgd(config, num_members=len(splits.members))
+    config = _resolved(request)
+    plan = plan_dpsgd(config, num_members=len(request.splits.members))
+    splits = request.splits
     public = splits.population if len(splits.population) else splits.non_members
     return train_certified(
         "secure-sgd",
-        bundle=bundle,
-        splits=splits,
-        model_name=model_name,
-        model_options=model_options,
-        config=config,
-        seed=seed,
-        device=device,
-        progress=progress,
+        dataclasses.replace(request, config=config),
         base_train=functools.partial(train_dpsgd, release=_ObservableAuthorsBatchClipping if config.authors_batch_clipping else ClippedRelease, observer=observer, pca_observer=pca_observer),
         total_steps=plan.num_steps,
         redistribution_ids=public,
@@ -175,16 +173,7 @@ class _NoiseLayerRecorder(ReplayRecorder):
         return super().__call__(step, clipped_sum, lot_ids)
 
 
-def replay_secure_sgd(
-    *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any] | None = None,
-    config: SecureSGDConfig = SecureSGDConfig(),
-    seed: int = 0,
-    device: torch.device | str = "cpu",
-) -> ReplayTrace:
+def replay_secure_sgd(request: TrainRequest[SecureSGDConfig], /) -> ReplayTrace:
     """The neighbouring replay of Secure-SGD (:attr:`defenses.registry.DefenseSpec.replay`).
 
     Secure-SGD's DP claim is DP-SGD's, so its mechanism inputs are the DP-SGD loop's (each
@@ -198,31 +187,18 @@ def replay_secure_sgd(
     differ. With ``authors_batch_clipping`` the recorded value is the clipped batch-mean
     gradient, which one example can move by more than C / L: the replay reports it.
     """
-    if not isinstance(config, SecureSGDConfig):
-        raise v.invalid_type("config", f"config must be a SecureSGDConfig, got {type(config).__name__}")
-    resolved, _ = resolve_secure_sgd_config(config, num_members=len(splits.members), model_name=model_name, model_options=model_options, input_shape=bundle.input_shape, num_classes=bundle.num_classes)
-    plan = plan_dpsgd(resolved, num_members=len(splits.members))
-    recorder = _NoiseLayerRecorder(clip_norm=float(resolved.clip_norm), expected_lot_size=plan.expected_lot_size, seed=seed, max_lot=resolved.physical_batch_size)  # type: ignore[arg-type]
-    record, model = train_secure_sgd(
-        bundle=bundle,
-        splits=splits,
-        model_name=model_name,
-        model_options=model_options,
-        config=config,
-        seed=seed,
-        device=device,
-        progress=False,
-        observer=recorder,
-        pca_observer=recorder.pca,
-    )
+    resolved = _resolved(request)
+    plan = plan_dpsgd(resolved, num_members=len(request.splits.members))
+    recorder = _NoiseLayerRecorder(clip_norm=float(resolved.clip_norm), expected_lot_size=plan.expected_lot_size, seed=request.seed, max_lot=resolved.physical_batch_size)  # type: ignore[arg-type]
+    record, model = train_secure_sgd(dataclasses.replace(request, progress=False), observer=recorder, pca_observer=recorder.pca)
     released = dpsgd_released(record, model, config=resolved)
-    released["first-layer sensitivity"] = record.metrics["first_layer_sensitivity"]
-    released["noise-layer noise std"] = record.metrics["noise_std"]
+    released["first-layer sensitivity"] = np.asarray(record.metrics["first_layer_sensitivity"], dtype=np.float64)
+    released["noise-layer noise std"] = np.asarray(record.metrics["noise_std"], dtype=np.float64)
     return ReplayTrace(defense="secure-sgd", mechanism_inputs=tuple(recorder.inputs), released=released)
 
 
 def _resolve_defaults(
-    config: SecureSGDConfig, *, num_members: int, model_name: str | None = None, model_options: dict[str, Any] | None = None, bundle: Any = None
+    config: SecureSGDConfig, *, num_members: int, model_name: str | None = None, model_options: Mapping[str, object] | None = None, bundle: Any = None
 ) -> tuple[SecureSGDConfig, str | None]:
     if model_name is None or bundle is None:
         raise v.invalid("model", "resolving Secure-SGD's defaults needs the model and the dataset (model_name=, bundle=)")

@@ -24,50 +24,47 @@ from defenses.noise_layer.configs import CERTIFIED_MECHANISMS, RobustnessConfig,
 from defenses.noise_layer.schedule import NoiseSchedule
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from dpaudit import _validate as v
-from dpaudit.data import DatasetBundle, Splits
+from dpaudit.data import Splits
 from dpaudit.results.record import TrainedModel
 from dpaudit.robustness.certification import AUTHORS_REFERENCE_DELTA
 from dpaudit.robustness.noise import NoiseLayer, find_noise_layer, layer_sensitivity, redistribution_from_gradients
 from dpaudit.seeding import numpy_rng, torch_generator
+from dpaudit.train_request import TrainRequest
 
 __all__ = ["compute_redistribution", "train_certified"]
 
 
 def compute_redistribution(
+    request: TrainRequest[RobustnessConfig],
+    /,
     *,
-    bundle: DatasetBundle,
     ids: np.ndarray,
-    model_name: str,
-    model_options: dict[str, Any],
-    config: RobustnessConfig,
     batch_size: int,
     learning_rate: float,
-    seed: int,
-    device: torch.device,
-    progress: bool,
 ) -> torch.Tensor:
     """HGM's r: pre-train a noise-free copy on ``ids``, then score ∂L/∂h (Phan et al. 2019, Eq. 7).
+
+    Args:
+        request: the defense's training (its resolved config; its model options without the
+            noise layer, which the pre-training adds).
+        ids: the ids r is computed from (never the members under DP).
+        batch_size, learning_rate: of the noise-free pre-training.
 
     Returns:
         r with the noise layer's output shape (r > 0, Σ r = K; Σ r = 16·16·C with the
         authors' ``authors_redistribution_total``).
     """
+    bundle, config, seed = request.bundle, request.config, request.seed
+    device = torch.device(request.device)
     ids = np.asarray(ids, dtype=np.int64)
     if len(ids) == 0:
         raise v.invalid("member_fraction", "the data for the redistribution vector is empty; use --member-fraction < 1 or redistribute=False")
     empty = np.zeros(0, dtype=np.int64)
     pre_splits = Splits(dataset=bundle.name, seed=seed, members=np.sort(ids), non_members=empty, population=empty, test=np.asarray(bundle.test.ids, dtype=np.int64))
-    _, pre = train_nonprivate(
-        bundle=bundle,
-        splits=pre_splits,
-        model_name=model_name,
-        model_options={**model_options, "noise_layer": True},
-        config=NonPrivateConfig(epochs=config.redistribution_pretrain_epochs, batch_size=batch_size, learning_rate=learning_rate),
-        seed=seed + 1,
-        device=device,
-        progress=progress,
-        progress_label="redistribution pretrain",
-    )
+    pretrain = NonPrivateConfig(epochs=config.redistribution_pretrain_epochs, batch_size=batch_size, learning_rate=learning_rate)
+    options = {**request.model_options, "noise_layer": True}
+    pre_request = TrainRequest(bundle=bundle, splits=pre_splits, model_name=request.model_name, model_options=options, config=pretrain, seed=seed + 1, device=device, progress=request.progress)
+    _, pre = train_nonprivate(pre_request, progress_label="redistribution pretrain")
     noise = find_noise_layer(pre)
     assert noise is not None  # built with noise_layer=True
     pick = numpy_rng(seed, "redistribution").choice(len(ids), size=min(len(ids), config.redistribution_examples), replace=False)
@@ -105,15 +102,9 @@ def _hooks(schedule: NoiseSchedule, *, total_steps: int, seed: int, device: torc
 
 def train_certified(
     defense: str,
+    request: TrainRequest[Any],
+    /,
     *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any] | None,
-    config: Any,
-    seed: int,
-    device: torch.device | str,
-    progress: bool,
     base_train: Callable[..., tuple[TrainedModel, nn.Module]],
     total_steps: int,
     redistribution_ids: np.ndarray,
@@ -124,51 +115,41 @@ def train_certified(
 
     Args:
         defense: a noise-layer defense (a key of :data:`defenses.noise_layer.configs.CERTIFIED_MECHANISMS`).
-        bundle, splits, model_name, model_options, seed, device, progress: as for the base training.
-        config: the defense's config (a :class:`~defenses.noise_layer.configs.RobustnessConfig`).
-        base_train: the training the layer is installed in; it takes ``prepare_model``,
-            ``after_step`` and ``progress_label``.
+        request: the training asked for; its config is the defense's (a
+            :class:`~defenses.noise_layer.configs.RobustnessConfig`).
+        base_train: the training the layer is installed in; it takes the request and
+            ``prepare_model``, ``after_step`` and ``progress_label``.
         total_steps: the steps ``base_train`` will take (the noise ramp and the last projection).
         redistribution_ids: the ids HGM's r is computed from (never the members under DP).
         batch_size, learning_rate: of the noise-free pre-training behind r.
     """
     started = time.monotonic()
-    device = torch.device(device)
-    model_options = dict(model_options or {})
+    device = torch.device(request.device)
+    model_options = request.options()
     given = model_options.pop("noise_layer", True)
     if given is not True:
         raise v.invalid("--defense", f"--defense {defense} needs the noise layer; got model_options noise_layer={given!r}")
     mechanism, _ = CERTIFIED_MECHANISMS[defense]
     # The id and the stored config keep the options as given (a derived L stays None, so a rerun
     # finds the record); the calibration and the certification spec use the resolved values.
-    given_config, config = config, config.for_input(bundle.input_shape)
+    # The noise layer is implied by the defense: the id hashes the options without it.
+    asked = dataclasses.replace(request, model_options=model_options)
+    config = request.config.for_input(request.bundle.input_shape)
     sigma = config.noise_per_sensitivity(mechanism)
     r = None
     if config.redistribute:
-        pretrain: dict[str, Any] = {"batch_size": batch_size, "learning_rate": learning_rate, "seed": seed, "device": device, "progress": progress}
-        r = compute_redistribution(bundle=bundle, ids=redistribution_ids, model_name=model_name, model_options=model_options, config=config, **pretrain)
-    schedule = NoiseSchedule(sigma=sigma, redistribution=r, config=config, input_shape=bundle.input_shape, total_steps=total_steps)
-    prepare, after_step = _hooks(schedule, total_steps=total_steps, seed=seed, device=device)
-    record, model = base_train(
-        bundle=bundle,
-        splits=splits,
-        model_name=model_name,
-        model_options={**model_options, "noise_layer": True},
-        config=config,
-        seed=seed,
-        device=device,
-        progress=progress,
-        progress_label=defense,
-        prepare_model=prepare,
-        after_step=after_step,
-    )
+        r = compute_redistribution(dataclasses.replace(asked, config=config), ids=redistribution_ids, batch_size=batch_size, learning_rate=learning_rate)
+    schedule = NoiseSchedule(sigma=sigma, redistribution=r, config=config, input_shape=request.bundle.input_shape, total_steps=total_steps)
+    prepare, after_step = _hooks(schedule, total_steps=total_steps, seed=request.seed, device=device)
+    layered = dataclasses.replace(asked, model_options={**model_options, "noise_layer": True}, config=config)
+    record, model = base_train(layered, progress_label=defense, prepare_model=prepare, after_step=after_step)
     noise = find_noise_layer(model)
     assert noise is not None
     noise.generator = None  # a released model draws fresh noise; certification seeds its own stream
     sensitivity = schedule.finish()
     # The id is computed from the options as given (the noise layer is implied by the defense),
     # so the CLI finds the record again on a rerun.
-    model_id = model_id_for(defense=defense, bundle=bundle, model_name=model_name, model_options=model_options, config=given_config, splits=splits, seed=seed)
+    model_id = model_id_for(asked, defense=defense)
     metrics = {
         **record.metrics,
         "noise_std": float(noise.noise_std),
@@ -180,7 +161,7 @@ def train_certified(
         "sensitivity_control": schedule.control,  # what ``auto`` resolved to on this model
     }
     record = dataclasses.replace(record, model_id=model_id, defense=defense, model_options={**model_options, "noise_layer": True}, metrics=metrics)
-    return _with_certification(record, defense, config=config, given_config=given_config, noise=noise, split_seed=splits.seed, input_shape=bundle.input_shape), model
+    return _with_certification(record, defense, config=config, given_config=request.config, noise=noise, split_seed=request.splits.seed, input_shape=request.bundle.input_shape), model
 
 
 def _with_certification(record: TrainedModel, defense: str, *, config: Any, given_config: Any, noise: NoiseLayer, split_seed: int, input_shape: tuple[int, ...]) -> TrainedModel:

@@ -45,7 +45,7 @@ import math
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -69,6 +69,7 @@ from dpaudit.replay import MechanismInput, ReplayTrace
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed
 from dpaudit.store import atomic_save_npz, atomic_write_bytes, atomic_write_json
+from dpaudit.train_request import TrainRequest
 from dpaudit.training import TrainWorkspace
 
 __all__ = ["PRIVATE_DIR", "PRIVATE_METRICS", "TEACHER_CACHE", "epsilon_curve", "plan_pate_teachers", "plan_for", "public_split", "replay_pate", "train_pate", "vote_sensitivity"]
@@ -153,18 +154,19 @@ def plan_for(config: PATEConfig, *, bundle: DatasetBundle, splits: Splits) -> PA
     return plan_pate(config, num_members=len(splits.members), num_public=len(public_ids), num_classes=bundle.num_classes)
 
 
-def plan_pate_teachers(*, bundle: DatasetBundle, splits: Splits, model_name: str, model_options: dict[str, Any] | None, config: PATEConfig, seed: int) -> tuple[TeacherSpec, ...]:
-    """The teachers :func:`train_pate` trains for these arguments (to train them ahead of the students)."""
+def plan_pate_teachers(request: TrainRequest[PATEConfig], /) -> tuple[TeacherSpec, ...]:
+    """The teachers :func:`train_pate` trains for ``request`` (to train them ahead of the students)."""
+    config, bundle, splits = request.config, request.bundle, request.splits
     if not config.resolved():
         config = plan_for(config, bundle=bundle, splits=splits).config
     return plan_teachers(
         bundle=bundle,
         splits=splits,
         num_teachers=config.teachers,
-        model_name=model_name,
-        model_options=dict(model_options or {}),
+        model_name=request.model_name,
+        model_options=request.options(),
         config=config.teacher_config(),
-        seed=seed,
+        seed=request.seed,
         num_eval_examples=config.teacher_eval_examples,
     )
 
@@ -182,8 +184,25 @@ def _teachers(specs: Any, *, bundle: DatasetBundle, workspace: TrainWorkspace | 
         return train_teachers(specs, directory=workspace.cache_dir, executor=executor, data_root=workspace.data_root, device=device.type, progress=progress)
 
 
+class PublicSummary(TypedDict):
+    """The run's public summary, the fields of the record's ``pate.json`` (in this order) besides the aggregation and teachers."""
+
+    model_id: str
+    claim: str
+    epsilon: float
+    metrics: dict[str, object]
+
+
 def _save_artifacts(
-    workspace: TrainWorkspace, *, config: PATEConfig, agg: Aggregation, query_ids: np.ndarray, ensemble: TeacherEnsemble, summary: dict[str, Any], private_metrics: dict[str, Any], sanitised: bool
+    workspace: TrainWorkspace,
+    *,
+    config: PATEConfig,
+    agg: Aggregation,
+    query_ids: np.ndarray,
+    ensemble: TeacherEnsemble,
+    summary: PublicSummary,
+    private_metrics: dict[str, object],
+    sanitised: bool,
 ) -> None:
     """Writes what the claim covers beside the record and what it does not under ``private/``.
 
@@ -248,23 +267,12 @@ def _queries(config: PATEConfig, *, bundle: DatasetBundle, splits: Splits, seed:
     return public_ids, eval_ids, np.sort(order[: config.queries]), order[config.queries :]
 
 
-def _student(
-    config: PATEConfig,
-    agg: Aggregation,
-    *,
-    queries: Any,
-    unlabeled: torch.Tensor | None,
-    bundle: DatasetBundle,
-    model_name: str,
-    model_options: dict[str, Any],
-    seed: int,
-    device: torch.device,
-    progress: bool,
-) -> tuple[nn.Module, dict[str, Any]]:
+def _student(request: TrainRequest[PATEConfig], agg: Aggregation, *, queries: Any, unlabeled: torch.Tensor | None) -> tuple[nn.Module, dict[str, float]]:
     """The student trained on the answered queries' noisy labels (and the unlabeled public data, semi-supervised); eval mode."""
+    bundle, seed, device = request.bundle, request.seed, torch.device(request.device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "pate", "student", "init"))
-        student = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+        student = build_model(request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **request.model_options)
     student.to(device)
     answered = agg.answered
     student_metrics = train_student(
@@ -272,18 +280,18 @@ def _student(
         labeled_features=queries.features[torch.from_numpy(np.array(answered))],
         labels=torch.from_numpy(agg.labels[answered]),
         unlabeled_features=unlabeled,
-        config=config.student_config(),
+        config=request.config.student_config(),
         seed=derive_seed(seed, "pate", "student"),
         device=device,
-        progress=progress,
+        progress=request.progress,
     )
     student.eval()
     return student, student_metrics
 
 
 def _pate_metrics(
-    config: PATEConfig, plan: Any, *, ensemble: TeacherEnsemble, agg: Aggregation, true_labels: np.ndarray, result: Any, release: Any, student_metrics: dict[str, Any], counts: dict[str, int]
-) -> tuple[dict[str, Any], dict[str, Any]]:
+    config: PATEConfig, plan: Any, *, ensemble: TeacherEnsemble, agg: Aggregation, true_labels: np.ndarray, result: Any, release: Any, student_metrics: dict[str, float], counts: dict[str, int]
+) -> tuple[dict[str, object], dict[str, object]]:
     """(the record's metrics, the private ones): the values the run used, the teachers, the answers, the privacy analysis, the student.
 
     The values of :data:`PRIVATE_METRICS` are computed from the private data outside the
@@ -293,7 +301,7 @@ def _pate_metrics(
     """
     answered = agg.answered
     teacher_acc = [float(r.metrics["test_accuracy"]) for r in ensemble.records]
-    metrics: dict[str, Any] = {
+    metrics: dict[str, object] = {
         "num_teachers": ensemble.num_teachers,
         # The values the run used (derived ones included: the record's config keeps them unset).
         **{f"run_{k}": float(getattr(config, k)) for k in ("epochs", "sigma", "threshold", "threshold_sigma") if getattr(config, k) is not None},
@@ -325,27 +333,16 @@ def _noise_seed(config: PATEConfig) -> int | None:
     return config.aggregator_seed  # the aggregators draw each step's stream from it by name
 
 
-def _teach(
-    config: PATEConfig,
-    *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any],
-    seed: int,
-    device: torch.device,
-    progress: bool,
-    workspace: TrainWorkspace | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, TeacherEnsemble, np.ndarray]:
+def _teach(request: TrainRequest[PATEConfig], /, *, workspace: TrainWorkspace | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, TeacherEnsemble, np.ndarray]:
     """Everything before the aggregator's noise, shared by :func:`train_pate` and :func:`replay_pate`.
 
     Returns:
         (public ids, evaluation ids, query ids, public ids not queried, the teachers, the vote
-        matrix of the queries) for a resolved ``config``.
+        matrix of the queries) for a request with a resolved config.
     """
-    public_ids, eval_ids, query_ids, other_ids = _queries(config, bundle=bundle, splits=splits, seed=seed)
-    specs = plan_pate_teachers(bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, config=config, seed=seed)
-    ensemble = _teachers(specs, bundle=bundle, workspace=workspace, device=device, progress=progress)
+    bundle, device, progress = request.bundle, torch.device(request.device), request.progress
+    public_ids, eval_ids, query_ids, other_ids = _queries(request.config, bundle=bundle, splits=request.splits, seed=request.seed)
+    ensemble = _teachers(plan_pate_teachers(request), bundle=bundle, workspace=workspace, device=device, progress=progress)
     votes = teacher_votes(ensemble, bundle.test.subset(query_ids).features, device=device, progress=progress)
     return public_ids, eval_ids, query_ids, other_ids, ensemble, votes
 
@@ -363,7 +360,7 @@ def vote_sensitivity(aggregator: str) -> tuple[float, str]:
     return (2.0, "l1") if aggregator == "lnmax" else (math.sqrt(2.0), "l2")
 
 
-def replay_pate(*, bundle: DatasetBundle, splits: Splits, model_name: str, model_options: dict[str, Any] | None, config: PATEConfig, seed: int, device: torch.device | str = "cpu") -> ReplayTrace:
+def replay_pate(request: TrainRequest[PATEConfig], /) -> ReplayTrace:
     """The neighbouring-replay trace of PATE (:mod:`dpaudit.replay`): :func:`train_pate`'s own pipeline up to the aggregator.
 
     Runs the plan, the query draw, the keyed-hash partitioning, every teacher's training (in
@@ -378,48 +375,31 @@ def replay_pate(*, bundle: DatasetBundle, splits: Splits, model_name: str, model
       answers and public data only (post-processing), so it is not run.
 
     Args:
-        bundle, splits, model_name, model_options, config, seed, device: as for :func:`train_pate`.
+        request: as for :func:`train_pate` (its ``progress`` ignored).
 
     Returns:
         The trace.
     """
-    model_options, device = dict(model_options or {}), torch.device(device)
-    config = plan_for(config, bundle=bundle, splits=splits).config
-    public_ids, eval_ids, query_ids, _, ensemble, votes = _teach(
-        config, bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, seed=seed, device=device, progress=False, workspace=None
-    )
+    config = plan_for(request.config, bundle=request.bundle, splits=request.splits).config
+    public_ids, eval_ids, query_ids, _, ensemble, votes = _teach(dataclasses.replace(request, config=config, progress=False), workspace=None)
     sensitivity, norm = vote_sensitivity(str(config.aggregator))  # resolved by the plan
     inputs = tuple(MechanismInput(name=f"query {i} (public id {int(q)}): vote histogram", value=votes[i], sensitivity=sensitivity, norm=norm) for i, q in enumerate(query_ids))
     settings = {f"run_{k}": float(getattr(config, k)) for k in ("teachers", "epochs", "queries", "sigma", "threshold", "threshold_sigma", "laplace_scale") if getattr(config, k) is not None}
-    released: dict[str, Any] = {"public ids": public_ids, "evaluation ids": eval_ids, "query ids": query_ids, "number of teachers": float(ensemble.num_teachers), **settings}
+    public = {"public ids": public_ids, "evaluation ids": eval_ids, "query ids": query_ids, "number of teachers": float(ensemble.num_teachers), **settings}
+    released = {name: np.asarray(x, dtype=np.float64) for name, x in public.items()}
     return ReplayTrace(defense="pate", mechanism_inputs=inputs, released=released)
 
 
-def train_pate(
-    *,
-    bundle: DatasetBundle,
-    splits: Splits,
-    model_name: str,
-    model_options: dict[str, Any] | None = None,
-    config: PATEConfig = PATEConfig(),
-    seed: int = 0,
-    device: torch.device | str = "cpu",
-    progress: bool = True,
-    workspace: TrainWorkspace | None = None,
-) -> tuple[TrainedModel, nn.Module]:
+def train_pate(request: TrainRequest[PATEConfig], /, *, workspace: TrainWorkspace | None = None) -> tuple[TrainedModel, nn.Module]:
     """Trains PATE's teachers, labels public queries by the noisy aggregator, trains the student.
 
     Args:
-        bundle: the dataset; its test split supplies the public data and the evaluation set.
-        splits: the run's split; ``splits.members`` is the private data the teachers share out.
-        model_name: zoo architecture of the teachers and the student.
-        model_options: architecture options.
-        config: hyperparameters.
-        seed: root seed: the partitions' hash key, the teachers, the query draw and the student
-            are independent streams of it. The aggregator's noise is not (the operating
-            system's entropy, unless ``config.aggregator_seed`` is given).
-        device: where to train.
-        progress: progress on stderr.
+        request: what to train. The bundle's test split supplies the public data and the
+            evaluation set; the split's members are the private data the teachers share out; the
+            model is the teachers' and the student's architecture; the partitions' hash key, the
+            teachers, the query draw and the student are independent streams of the seed. The
+            aggregator's noise is not (the operating system's entropy, unless
+            ``config.aggregator_seed`` is given).
         workspace: where to cache teachers and save the answers, and the votes under
             ``private/`` (``None``: keep nothing).
 
@@ -430,15 +410,14 @@ def train_pate(
     Raises:
         ValueError: more queries than public examples, more teachers than private members.
     """
-    started, model_options, device = time.monotonic(), dict(model_options or {}), torch.device(device)
-    asked = config  # the record keeps the config as asked (its id); the run uses the resolved one
-    plan = plan_for(config, bundle=bundle, splits=splits)
+    started, bundle, progress = time.monotonic(), request.bundle, request.progress
+    # The record keeps the config as asked (its id); the run uses the resolved one.
+    plan = plan_for(request.config, bundle=bundle, splits=request.splits)
     for note in plan.notes if progress else ():
         print(f"pate: {note}", file=sys.stderr, flush=True)
     config = plan.config
-    public_ids, eval_ids, query_ids, other_ids, ensemble, votes = _teach(
-        config, bundle=bundle, splits=splits, model_name=model_name, model_options=model_options, seed=seed, device=device, progress=progress, workspace=workspace
-    )
+    resolved = dataclasses.replace(request, config=config)
+    public_ids, eval_ids, query_ids, other_ids, ensemble, votes = _teach(resolved, workspace=workspace)
     queries = bundle.test.subset(query_ids)
     agg = aggregate(votes, config.aggregator_config(), seed=_noise_seed(config))
     if agg.num_answered == 0:
@@ -450,31 +429,17 @@ def train_pate(
     if config.semi_supervised:
         rest = np.sort(np.concatenate([query_ids[~agg.answered], other_ids]))
         unlabeled = bundle.test.subset(rest).features if len(rest) else None
-    student, student_metrics = _student(
-        config, agg, queries=queries, unlabeled=unlabeled, bundle=bundle, model_name=model_name, model_options=model_options, seed=seed, device=device, progress=progress
-    )
+    student, student_metrics = _student(resolved, agg, queries=queries, unlabeled=unlabeled)
     counts = {"num_public": len(public_ids), "num_unlabeled": 0 if unlabeled is None else len(unlabeled), "num_eval": len(eval_ids)}
     metrics, private_metrics = _pate_metrics(
         config, plan, ensemble=ensemble, agg=agg, true_labels=queries.labels.numpy(), result=result, release=release, student_metrics=student_metrics, counts=counts
     )
     # The student is evaluated on the evaluation part only: it has trained on the public part.
     evaluation = dataclasses.replace(bundle, test=bundle.test.subset(eval_ids))
-    record = build_record(
-        defense="pate",
-        model=student,
-        bundle=evaluation,
-        splits=dataclasses.replace(splits, test=eval_ids),
-        model_name=model_name,
-        model_options=model_options,
-        config=asked,
-        claim=claim,
-        seed=seed,
-        device=device,
-        started=started,
-        extra_metrics=metrics,
-    )
+    evaluated = dataclasses.replace(request, bundle=evaluation, splits=dataclasses.replace(request.splits, test=eval_ids), progress=False)
+    record = build_record(evaluated, defense="pate", model=student, claim=claim, started=started, extra_metrics=metrics)
     if workspace is not None:
-        summary = {"model_id": record.model_id, "claim": claim.statement(), "epsilon": claim.epsilon(delta=config.delta, accountant="rdp"), "metrics": json.loads(json.dumps(metrics))}
+        summary: PublicSummary = {"model_id": record.model_id, "claim": claim.statement(), "epsilon": claim.epsilon(delta=config.delta, accountant="rdp"), "metrics": json.loads(json.dumps(metrics))}
         _save_artifacts(workspace, config=config, agg=agg, query_ids=query_ids, ensemble=ensemble, summary=summary, private_metrics=private_metrics, sanitised=release is not None)
     return record, student
 

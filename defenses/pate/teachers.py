@@ -54,6 +54,7 @@ from dpaudit.results.record import Membership, TrainedModel, make_model_id
 from dpaudit.seeding import derive_seed
 from dpaudit.specs import PlainSpec, spec_field, spec_to_dict
 from dpaudit.store import atomic_write_bytes
+from dpaudit.train_request import TrainRequest
 from dpaudit.training import predict_logits
 
 __all__ = [
@@ -174,7 +175,7 @@ def plan_teachers(
     splits: Splits,
     num_teachers: int,
     model_name: str,
-    model_options: Mapping[str, Any] | None = None,
+    model_options: Mapping[str, object] | None = None,
     config: NonPrivateConfig | None = None,
     seed: int,
     num_eval_examples: int | None = 1000,
@@ -242,17 +243,8 @@ def train_teacher(spec: TeacherSpec, *, bundle: DatasetBundle, device: torch.dev
     # Only the partition is trained on; the run's non-members are not evaluated per teacher (a
     # second test set's cost for every teacher) but become its ground truth below.
     splits = Splits(dataset=bundle.name, seed=spec.partition_seed, members=spec.train_ids, non_members=none, population=none, test=np.asarray(evaluation.test.ids, dtype=np.int64))
-    record, model = train_nonprivate(
-        bundle=evaluation,
-        splits=splits,
-        model_name=spec.model_name,
-        model_options=dict(spec.model_options),
-        config=spec.training,
-        seed=spec.seed,
-        device=device,
-        progress=False,
-        progress_label="pate-teacher",
-    )
+    request = TrainRequest(bundle=evaluation, splits=splits, model_name=spec.model_name, model_options=spec.model_options, config=spec.training, seed=spec.seed, device=device, progress=False)
+    record, model = train_nonprivate(request, progress_label="pate-teacher")
     about = {"index": spec.index, "num_teachers": spec.num_teachers, "partition_seed": spec.partition_seed, "train_ids_sha256": _digest(spec.train_ids)}
     metrics = {k: val for k, val in record.metrics.items() if not k.startswith("non_member_")}
     metrics["num_test_examples"] = len(evaluation.test)

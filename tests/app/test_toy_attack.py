@@ -21,6 +21,7 @@ import pytest
 
 from attacks.membership import MEMBERSHIP_ATTACKS, MembershipAttackSpec
 from dpaudit.app.cli import main
+from dpaudit.train_request import TrainRequest
 
 MODULE = "dpaudit_toy_membership_attack"
 
@@ -91,7 +92,7 @@ def target_run(toy: MembershipAttackSpec, tmp_path_factory: pytest.TempPathFacto
     tmp = tmp_path_factory.mktemp("toy-run")
     bundle = load_dataset("digits")
     splits = make_splits(bundle, seed=0, num_members=60, num_non_members=60)
-    record, model = train_nonprivate(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=60), seed=0, progress=False)
+    record, model = train_nonprivate(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=60), seed=0, progress=False))
     save_record(record, model, RunDir(tmp).record_dir(record.model_id))
     return tmp, record.model_id
 

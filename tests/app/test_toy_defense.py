@@ -43,6 +43,7 @@ from dpaudit.models import build_model
 from dpaudit.options import option
 from dpaudit.privacy.claims import NonPrivateClaim
 from dpaudit.seeding import derive_seed
+from dpaudit.train_request import TrainRequest
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,32 +56,20 @@ class ToyConfig:
         v.positive("toy_learning_rate", self.toy_learning_rate)
 
 
-def train_toy(*, bundle, splits, model_name, model_options=None, config=ToyConfig(), seed=0, device="cpu", progress=False):
+def train_toy(request: TrainRequest[ToyConfig], /):
     # Deterministic given the seeded initialisation.
     started = time.monotonic()
-    torch.manual_seed(derive_seed(seed, "toy-init"))
-    model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **(model_options or {}))
-    members = bundle.all().subset(splits.members)
+    bundle, config = request.bundle, request.config
+    torch.manual_seed(derive_seed(request.seed, "toy-init"))
+    model = build_model(request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **request.model_options)
+    members = bundle.all().subset(request.splits.members)
     opt = torch.optim.SGD(model.parameters(), lr=config.toy_learning_rate)
     for _ in range(config.num_toy_steps):
         opt.zero_grad()
         nn.functional.cross_entropy(model(members.features), members.labels).backward()
         opt.step()
     model.eval()
-    record = build_record(
-        defense="toy",
-        model=model,
-        bundle=bundle,
-        splits=splits,
-        model_name=model_name,
-        model_options=dict(model_options or {}),
-        config=config,
-        claim=NonPrivateClaim(),
-        seed=seed,
-        device=torch.device(device),
-        started=started,
-    )
-    return record, model
+    return build_record(request, defense="toy", model=model, claim=NonPrivateClaim(), started=started), model
 
 
 DEFENSES.register(DefenseSpec(name="toy", summary="full-batch gradient descent (a test's own defense)", config_type=ToyConfig, train=train_toy, claim_kind="nonprivate"))

@@ -37,6 +37,7 @@ from dpaudit.results import (
     save_membership_result,
 )
 from dpaudit.store import RunDir
+from dpaudit.train_request import TrainRequest
 from dpaudit.weights import save_record
 
 NUM_SHADOWS = 8
@@ -68,7 +69,7 @@ def target(tmp_path_factory):
     """A deliberately overfit digits-mlp: 100 members, 150 epochs (train acc 1.0, held-out ~0.8)."""
     bundle = load_dataset("digits")
     splits = make_splits(bundle, seed=0, num_members=100, num_non_members=100)
-    record, model = train_nonprivate(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=150), seed=0, progress=False)
+    record, model = train_nonprivate(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=150), seed=0, progress=False))
     run = tmp_path_factory.mktemp("mia-run")
     save_record(record, model, run / "records" / record.model_id)
     return {"bundle": bundle, "record": record, "model": model, "run": run}

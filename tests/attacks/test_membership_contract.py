@@ -22,6 +22,7 @@ from attacks.membership import MEMBERSHIP_ATTACKS, MembershipAttackSpec, Members
 from attacks.membership.shadows import ShadowTraining
 from dpaudit.options import add_option_flags, option_specs
 from dpaudit.results import MembershipResult
+from dpaudit.train_request import TrainRequest
 
 NUM_SHADOWS = 4
 
@@ -35,7 +36,7 @@ def tiny_context(seed: int = 0) -> MembershipContext:
     torch.set_num_threads(1)  # tiny models on a shared 2-core machine
     bundle = load_dataset("digits")
     splits = make_splits(bundle, seed=0, num_members=60, num_non_members=60)
-    record, model = train_nonprivate(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=80), seed=0, progress=False)
+    record, model = train_nonprivate(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=80), seed=0, progress=False))
     ids, member = query_ids(record)
     # Every pool, so that any attack (whichever pool it names) finds its models.
     everyone = {n: (s, s.config_type(**_count_kwargs(s))) for n, s in MEMBERSHIP_ATTACKS.items() if s.shadow_pool}

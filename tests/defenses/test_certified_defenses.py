@@ -21,6 +21,7 @@ from dpaudit.privacy.gaussian import analytic_sigma, classical_sigma, extended_s
 from dpaudit.results.record import load_record
 from dpaudit.robustness.noise import find_noise_layer, layer_sensitivity
 from dpaudit.store import RunDir
+from dpaudit.train_request import TrainRequest
 from dpaudit.weights import load_model, save_record
 
 #: Secure-SGD's derived L on 8×8 inputs: the paper's 0.2 at the same per-pixel size as on 28×28.
@@ -47,7 +48,7 @@ def digits():
 )
 def test_defense_calibrates_noise_and_keeps_sensitivity_at_most_one(digits, tmp_path: Path, defense: str, config, sigma: float) -> None:
     bundle, splits = digits
-    record, model = DEFENSES[defense].train(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, progress=False)
+    record, model = DEFENSES[defense].train(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, progress=False))
     noise = find_noise_layer(model)
     assert noise is not None
     delta = layer_sensitivity(noise, input_shape=bundle.input_shape)
@@ -171,12 +172,12 @@ def test_secure_sgd_computes_r_from_data_outside_the_members(digits, monkeypatch
     seen = {}
     real = noise_layer_training.compute_redistribution
 
-    def spy(**kw):
+    def spy(request, /, **kw):
         seen["ids"] = np.asarray(kw["ids"])
-        return real(**kw)
+        return real(request, **kw)
 
     monkeypatch.setattr(noise_layer_training, "compute_redistribution", spy)
-    DEFENSES["secure-sgd"].train(bundle=bundle, splits=splits, model_name="digits-mlp", config=SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64), progress=False)
+    DEFENSES["secure-sgd"].train(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64), progress=False))
     assert len(seen["ids"]) > 0
     assert not set(seen["ids"].tolist()) & set(splits.members.tolist())
 
@@ -241,7 +242,7 @@ def test_training_noise_is_seeded_so_runs_repeat(digits) -> None:
     bundle, splits = digits
     states = []
     for _ in range(2):
-        _, model = DEFENSES["pixeldp"].train(bundle=bundle, splits=splits, model_name="digits-mlp", config=PixelDPConfig(epochs=1), seed=3, progress=False)
+        _, model = DEFENSES["pixeldp"].train(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=PixelDPConfig(epochs=1), seed=3, progress=False))
         states.append(model.state_dict())
         assert find_noise_layer(model).generator is None  # released models draw fresh noise
     assert all(np.array_equal(states[0][k].numpy(), states[1][k].numpy()) for k in states[0])

@@ -38,6 +38,7 @@ from dpaudit.robustness.noise import (
     redistribution_from_gradients,
 )
 from dpaudit.store import RunDir, thaw
+from dpaudit.train_request import TrainRequest
 from dpaudit.weights import save_record
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_hgm.py"
@@ -70,7 +71,7 @@ def _train(digits, defense: str, model_name: str = "digits-mlp", **overrides):
         bundle, splits = digits
         base = HGM_TINY if defense == "hgm" else SECURE_TINY
         config = DEFENSES[defense].config_type(**{**base, **overrides})
-        _TRAINED[key] = DEFENSES[defense].train(bundle=bundle, splits=splits, model_name=model_name, config=config, seed=0, progress=False)
+        _TRAINED[key] = DEFENSES[defense].train(TrainRequest(bundle=bundle, splits=splits, model_name=model_name, config=config, seed=0, progress=False))
     return _TRAINED[key]
 
 
@@ -170,7 +171,7 @@ def _training_noise(digits, monkeypatch: pytest.MonkeyPatch, **overrides) -> tup
     monkeypatch.setattr(NoiseLayer, "add_noise", spy)
     bundle, splits = digits
     config = HGMConfig(**{**HGM_TINY, "noise_ramp_fraction": 0.0, **overrides})  # constant σ: step noises comparable
-    _, model = DEFENSES["hgm"].train(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=0, progress=False)
+    _, model = DEFENSES["hgm"].train(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=0, progress=False))
     monkeypatch.setattr(NoiseLayer, "add_noise", real)
     return seen, fixed, model
 

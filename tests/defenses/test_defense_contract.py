@@ -22,6 +22,7 @@ from dpaudit.privacy.record_claims import CLAIM_REBUILDERS
 from dpaudit.results.certification_spec import CertificationSpec
 from dpaudit.results.record import load_record
 from dpaudit.store import thaw
+from dpaudit.train_request import TrainRequest
 from dpaudit.weights import load_model, save_record
 
 # The smallest settings of the fields a defense may have: a contract check, not a reproduction.
@@ -62,7 +63,7 @@ def tiny_config(spec: DefenseSpec, *, private_mode: bool = True):
 def _train(spec: DefenseSpec, config, *, seed: int):
     bundle = load_dataset("digits")
     splits = make_splits(bundle, seed=0, num_members=120, num_non_members=60)
-    return spec.train(bundle=bundle, splits=splits, model_name="digits-mlp", model_options={}, config=config, seed=seed, device="cpu", progress=False)
+    return spec.train(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", model_options={}, config=config, seed=seed, device="cpu", progress=False))
 
 
 def _numeric_options(spec: DefenseSpec):

@@ -23,6 +23,7 @@ from defenses.dp_defaults import (
 )
 from defenses.dpsgd.config import DPSGDConfig
 from defenses.dpsgd.plan import announce_plan, plan_dpsgd, resolve_config
+from dpaudit.train_request import TrainRequest
 
 
 def test_public_facts_in_values_out() -> None:
@@ -135,7 +136,7 @@ def test_a_grid_or_cli_run_without_values_gets_the_record_of_the_explicit_values
     d = derive_dp_training(num_members=n, target_epsilon=2.0, delta=1e-5)
     explicit, none = resolve_defaults(default_config("dpsgd", target_epsilon=2.0, lot_size=d.lot_size, learning_rate=d.learning_rate, clip_norm=d.clip_norm, epochs=d.epochs), num_members=n)
     assert note is not None and none is None
-    ids = {model_id_for(defense="dpsgd", bundle=bundle, model_name="digits-mlp", model_options={}, config=c, splits=splits, seed=0) for c in (implicit, explicit)}
+    ids = {model_id_for(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=c, seed=0), defense="dpsgd") for c in (implicit, explicit)}
     assert len(ids) == 1
     assert dataclasses.asdict(implicit) == dataclasses.asdict(explicit)
     assert resolve_config(implicit, num_members=n) == (implicit, None)

@@ -25,6 +25,7 @@ from dpaudit.data import load_dataset, make_splits
 from dpaudit.layers import Projection
 from dpaudit.privacy.claims import DPClaim, dpsgd_claim
 from dpaudit.privacy.events import sampled_gaussian_event
+from dpaudit.train_request import TrainRequest
 
 # ----------------------------------------------------------------------------- clipping
 
@@ -218,15 +219,7 @@ def test_claim_counts_the_steps_taken_and_lots_are_poisson(digits) -> None:
     bundle, splits = digits
     seen: list[tuple[int, int]] = []
     cfg = _small(momentum=0.5)
-    record, model = train_dpsgd(
-        bundle=bundle,
-        splits=splits,
-        model_name="digits-mlp",
-        config=cfg,
-        seed=3,
-        progress=False,
-        on_step=lambda i, update, lot: seen.append((i, lot)),
-    )
+    record, model = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=3, progress=False), on_step=lambda i, update, lot: seen.append((i, lot)))
     n = len(splits.members)
     steps = [i for i, _ in seen]
     assert steps == list(range(len(steps)))
@@ -262,7 +255,7 @@ def test_noise_has_std_sigma_c_per_coordinate(digits) -> None:
             updates.append(torch.cat([t.reshape(-1) for t in update.values()]))
             lots.append(lot)
 
-        train_dpsgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=5, progress=False, on_step=keep)
+        train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=5, progress=False), on_step=keep)
     assert len(updates) == 8 and set(lots) == {0}
     noise = torch.cat(updates).double()
     expected = 2.5 * 0.8
@@ -291,14 +284,7 @@ def test_gradient_canary_is_clipped_and_added_before_noise(digits) -> None:
     runs: list[list[dict[str, torch.Tensor]]] = [[], []]
     for k, canary in enumerate((None, lambda step: None if step == 1 else torch.ones(4810) * 3.0)):
         record, model = train_dpsgd(
-            bundle=bundle,
-            splits=splits,
-            model_name="digits-mlp",
-            config=cfg,
-            seed=0,
-            progress=False,
-            on_step=lambda i, u, lot, k=k: runs[k].append(u),
-            canary_gradient=canary,
+            TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=0, progress=False), on_step=lambda i, u, lot, k=k: runs[k].append(u), canary_gradient=canary
         )
     names = parameter_names(model)
     assert sum(p.numel() for p in model.parameters()) == 4810  # digits-mlp: 64 → 64 tanh → 10
@@ -312,7 +298,7 @@ def test_budget_mode_stops_at_target_without_overshooting(digits) -> None:
     bundle, splits = digits
     n = len(splits.members)
     cfg = _small(noise_multiplier=1.2, target_epsilon=1.5, epochs=None, delta=1e-5)
-    record, _ = train_dpsgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=1, progress=False)
+    record, _ = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=1, progress=False))
     steps = record.metrics["num_steps"]
     q = 60 / n
     eps = record.claim.epsilon(delta=1e-5, accountant="rdp")
@@ -344,7 +330,7 @@ def test_calibrated_sigma_meets_target(digits) -> None:
 def test_dp_pca_cost_appears_in_claim(digits) -> None:
     bundle, splits = digits
     cfg = _small(pca_components=16, pca_noise=6.0, epochs=1)
-    record, model = train_dpsgd(bundle=bundle, splits=splits, model_name="abadi-mnist", model_options={"hidden": 32}, config=cfg, seed=2, progress=False)
+    record, model = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="abadi-mnist", model_options={"hidden": 32}, config=cfg, seed=2, progress=False))
     steps = record.metrics["num_steps"]
     plain = dpsgd_claim(sampling_rate=cfg.rate(len(splits.members)), noise_multiplier=1.0, num_steps=steps)
     for accountant in ("rdp", "pld"):
@@ -369,14 +355,14 @@ def test_dp_pca_recovers_principal_subspace_at_low_noise() -> None:
 def test_pca_needs_a_projection_layer(digits) -> None:
     bundle, splits = digits
     with pytest.raises(ValueError, match="pca_components"):
-        train_dpsgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=_small(pca_components=8, pca_noise=4.0), progress=False)
+        train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=_small(pca_components=8, pca_noise=4.0), progress=False))
 
 
 def test_shuffle_mode_is_labelled_non_private_accounting(digits) -> None:
     bundle, splits = digits
     lots: list[int] = []
     cfg = _small(sampling="shuffle-non-private-accounting", epochs=1)
-    record, _ = train_dpsgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=0, progress=False, on_step=lambda i, u, lot: lots.append(lot))
+    record, _ = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=0, progress=False), on_step=lambda i, u, lot: lots.append(lot))
     assert set(lots) == {60}
     assert "non-private-accounting" in record.claim.description
     assert record.config["sampling"] == "shuffle-non-private-accounting"
@@ -385,9 +371,9 @@ def test_shuffle_mode_is_labelled_non_private_accounting(digits) -> None:
 def test_training_is_deterministic_under_a_seed(digits) -> None:
     bundle, splits = digits
     cfg = _small(epochs=1, per_layer=True)
-    _, a = train_dpsgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=7, progress=False)
-    _, b = train_dpsgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=7, progress=False)
-    _, c = train_dpsgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=8, progress=False)
+    _, a = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=7, progress=False))
+    _, b = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=7, progress=False))
+    _, c = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=8, progress=False))
     for (n, pa), pb, _pc in zip(a.state_dict().items(), b.state_dict().values(), c.state_dict().values()):
         assert torch.equal(pa, pb), n
     assert any(not torch.equal(pa, pc) for pa, pc in zip(a.state_dict().values(), c.state_dict().values()))
@@ -486,7 +472,7 @@ def test_dpsgd_stops_at_a_non_finite_loss_naming_the_step(digits) -> None:
     seen: list[int] = []
     with pytest.raises(TrainingDiverged, match=r"training diverged: loss became (nan|inf) at step \d+ \(epoch \d+\); lower --learning-rate \(now 1e\+30\)") as exc:
         # ReLU: digits-mlp's tanh saturates, so its loss grows without overflowing for many steps.
-        train_dpsgd(bundle=bundle, splits=splits, model_name="digits-mlp", model_options=RELU, config=_small(learning_rate=1e30), progress=False, on_step=lambda i, u, n: seen.append(i))
+        train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", model_options=RELU, config=_small(learning_rate=1e30), progress=False), on_step=lambda i, u, n: seen.append(i))
     # it stops at once: the step named is the first whose loss is not finite, and no later step runs
     step = int(str(exc.value).split("at step ")[1].split()[0])
     assert seen == list(range(step)) and step < 5
@@ -501,7 +487,8 @@ def test_nonprivate_training_stops_at_a_non_finite_loss(digits) -> None:
     steps: list[int] = []
     with pytest.raises(TrainingDiverged, match=r"at step \d+ \(epoch 0\); lower --learning-rate \(now 1e\+10\)"):
         train_nonprivate(
-            bundle=bundle, splits=splits, model_name="digits-mlp", model_options=RELU, config=NonPrivateConfig(epochs=3, learning_rate=1e10), progress=False, after_step=lambda i, m: steps.append(i)
+            TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", model_options=RELU, config=NonPrivateConfig(epochs=3, learning_rate=1e10), progress=False),
+            after_step=lambda i, m: steps.append(i),
         )
     assert len(steps) < 5
 
@@ -519,19 +506,8 @@ def test_a_model_with_non_finite_parameters_never_becomes_a_record(digits) -> No
     with torch.no_grad():
         model[1].weight[0, 0] = float("nan")
     with pytest.raises(TrainingDiverged, match=r"1\.weight holds NaN or infinite values.*lower --learning-rate \(now 0\.05\)"):
-        build_record(
-            defense="nonprivate",
-            model=model,
-            bundle=bundle,
-            splits=splits,
-            model_name="digits-mlp",
-            model_options={},
-            config=SGDConfig(),
-            claim=NonPrivateClaim(),
-            seed=0,
-            device=torch.device("cpu"),
-            started=time.monotonic(),
-        )
+        request = TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=SGDConfig(), seed=0, device=torch.device("cpu"))
+        build_record(request, defense="nonprivate", model=model, claim=NonPrivateClaim(), started=time.monotonic())
 
 
 # ----------------------------------------------------------------------------- budget plan (issue 30, item 1)

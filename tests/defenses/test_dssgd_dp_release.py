@@ -25,6 +25,7 @@ from defenses.dssgd.uploads import Upload, UploadRule
 from dpaudit.data import DatasetBundle, load_dataset, make_splits
 from dpaudit.data.splits import Splits
 from dpaudit.replay import compare_traces, neighbours
+from dpaudit.train_request import TrainRequest
 from tests.defenses.dssgd_setups import digits_federation
 
 GAMMA = 0.001
@@ -170,7 +171,7 @@ def test_the_server_takes_a_dp_reply_without_loss_or_local_model(digits: Dataset
 
 
 def _replay(bundle: DatasetBundle, splits: Splits, **kw):
-    return replay_dssgd(bundle=bundle, splits=splits, model_name="digits-mlp", model_options=None, config=_config(**kw), seed=0)
+    return replay_dssgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", model_options=None, config=_config(**kw), seed=0))
 
 
 def _removed(splits: Splits, sample_id: int) -> Splits:
@@ -226,22 +227,22 @@ def test_the_replay_catches_a_loss_or_local_model_in_the_replies(digits: Dataset
 
 def test_the_replay_refuses_a_config_without_a_dp_claim(digits: DatasetBundle, splits: Splits) -> None:
     with pytest.raises(ValueError, match="config"):
-        replay_dssgd(bundle=digits, splits=splits, model_name="digits-mlp", model_options=None, config=DSSGDConfig(participants=3, rounds=1, baselines=False), seed=0)
+        replay_dssgd(TrainRequest(bundle=digits, splits=splits, model_name="digits-mlp", model_options=None, config=DSSGDConfig(participants=3, rounds=1, baselines=False), seed=0))
 
 
 def test_dp_standardisation_is_the_populations_and_refused_without_one(digits: DatasetBundle, splits: Splits) -> None:
     from defenses.dssgd.defense import federation_setup
 
-    fed = federation_setup(bundle=digits, splits=splits, model_name="digits-mlp", model_options=None, config=_config(), seed=0)
+    fed = federation_setup(TrainRequest(bundle=digits, splits=splits, model_name="digits-mlp", model_options=None, config=_config(), seed=0))
     x = digits.train.features.numpy()[np.isin(digits.train.ids.numpy(), splits.population)].astype(np.float64)
     assert fed.model_options["input_standardization"] == pytest.approx([x.mean(), x.std(ddof=1)], rel=1e-5)
-    plain = federation_setup(bundle=digits, splits=splits, model_name="digits-mlp", model_options=None, config=_config(target_epsilon=None), seed=0)
+    plain = federation_setup(TrainRequest(bundle=digits, splits=splits, model_name="digits-mlp", model_options=None, config=_config(target_epsilon=None), seed=0))
     whole = digits.train.features.numpy().astype(np.float64)
     assert plain.model_options["input_standardization"] == pytest.approx([whole.mean(), whole.std(ddof=1)], rel=1e-5)
     no_public = Splits(dataset=splits.dataset, seed=0, members=splits.members, non_members=splits.non_members, population=np.zeros(0, dtype=np.int64), test=splits.test)
     with pytest.raises(ValueError, match="standardize"):
-        federation_setup(bundle=digits, splits=no_public, model_name="digits-mlp", model_options=None, config=_config(), seed=0)
-    declared = federation_setup(bundle=digits, splits=no_public, model_name="digits-mlp", model_options={"input_standardization": [4.0, 6.0]}, config=_config(), seed=0)
+        federation_setup(TrainRequest(bundle=digits, splits=no_public, model_name="digits-mlp", model_options=None, config=_config(), seed=0))
+    declared = federation_setup(TrainRequest(bundle=digits, splits=no_public, model_name="digits-mlp", model_options={"input_standardization": [4.0, 6.0]}, config=_config(), seed=0))
     assert declared.model_options["input_standardization"] == [4.0, 6.0]
 
 

@@ -15,6 +15,7 @@ from defenses.dssgd.uploads import Upload, UploadRule, select_largest, select_ra
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.models import build_model
 from dpaudit.seeding import torch_generator
+from dpaudit.train_request import TrainRequest
 from dpaudit.training import TrainWorkspace
 from tests.defenses.dssgd_setups import digits_federation
 
@@ -120,7 +121,7 @@ def test_training_leaves_owners_local_records_and_observed_uploads(digits, tmp_p
     bundle, splits = digits
     config = DSSGDConfig(participants=3, rounds=2, upload_fraction=0.1, observe_participant=1, baselines=True)
     ws = TrainWorkspace(record_dir=tmp_path / "rec", cache_dir=tmp_path / "cache")
-    record, _ = train_dssgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1, progress=False, workspace=ws)
+    record, _ = train_dssgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1, progress=False), workspace=ws)
     owners = record.membership.owners
     assert owners.shape == record.membership.members.shape and set(owners.tolist()) == {0, 1, 2}
     assert record.claim.kind == "nonprivate" and not record.claim.is_private
@@ -146,16 +147,16 @@ def test_standardised_inputs_live_in_the_record_and_its_id_stays_the_requested_o
     bundle, splits = digits
     config = DSSGDConfig(participants=2, rounds=1, baselines=False)
     assert config.standardize
-    record, model = train_dssgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1, progress=False)
+    record, model = train_dssgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1, progress=False))
     mean, std = record.model_options["input_standardization"]
     x = bundle.train.features.double()
     assert mean == pytest.approx(float(x.mean()), rel=1e-5) and std == pytest.approx(float(x.std()), rel=1e-5)
-    assert record.model_id == model_id_for(defense="dssgd", bundle=bundle, model_name="digits-mlp", model_options={}, config=config, splits=splits, seed=1)
+    assert record.model_id == model_id_for(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1), defense="dssgd")
     save_record(record, model, tmp_path / "rec")
     again = load_model(tmp_path / "rec")
     xs = bundle.test.features[:16]
     assert torch.allclose(again(xs), model(xs))
-    raw, _ = train_dssgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=DSSGDConfig(participants=2, rounds=1, baselines=False, standardize=False), seed=1, progress=False)
+    raw, _ = train_dssgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=DSSGDConfig(participants=2, rounds=1, baselines=False, standardize=False), seed=1, progress=False))
     assert "input_standardization" not in raw.model_options and raw.model_id != record.model_id
 
 

@@ -28,6 +28,7 @@ from defenses import DEFENSES
 from defenses.registry import DefenseSpec
 from dpaudit.data import Splits, load_dataset, make_splits
 from dpaudit.replay import MechanismInput, ReplayTrace, compare_traces
+from dpaudit.train_request import TrainRequest
 
 SEED = 3
 NUM_MEMBERS = 120
@@ -127,12 +128,12 @@ def check_contract(name: str, options: dict[str, Any], digits: tuple[Any, Splits
     )
     bundle, splits, pairs = digits
     config = small_config(spec, options, num_members=len(splits.members))
-    common = {"bundle": bundle, "model_name": "digits-mlp", "model_options": None, "config": config, "seed": SEED, "device": "cpu"}
-    run = spec.replay(splits=splits, **common)
+    request = TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=SEED, device="cpu")
+    run = spec.replay(request)
     assert isinstance(run, ReplayTrace) and run.defense == name, f"{name}: replay returned {type(run).__name__} for defense {getattr(run, 'defense', None)!r}"
     summaries = []
     for label, neighbour in pairs.items():
-        verdict = compare_traces(run, spec.replay(splits=neighbour, **common))
+        verdict = compare_traces(run, spec.replay(dataclasses.replace(request, splits=neighbour)))
         detail = "\n  ".join(f"[{f.kind}] {f.message}" for f in verdict.findings[:8])
         assert verdict.holds, f"{name} vs {label}: {verdict.summary()}\n  {detail}"
         summaries.append(f"{label}: {verdict.summary()}")
@@ -167,12 +168,13 @@ class ToyConfig:
     skip_clipping: bool = False
 
 
-def _toy_train(**_: Any) -> Any:
+def _toy_train(request: TrainRequest[Any], /) -> Any:
     raise AssertionError("the replay contract never trains the toy")
 
 
-def _toy_replay(*, bundle, splits, model_name, model_options, config, seed, device) -> ReplayTrace:
+def _toy_replay(request: TrainRequest[ToyConfig], /) -> ReplayTrace:
     """A Gaussian sum of clipped feature vectors; optionally with a planted bug."""
+    bundle, splits, config = request.bundle, request.splits, request.config
     x = bundle.all().subset(splits.members).features.reshape(len(splits.members), -1).double().numpy()
     clipped = x * np.minimum(1.0, config.clip / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12))
     total = (x if config.skip_clipping else clipped).sum(axis=0)  # the bug of a sum never clipped
@@ -238,9 +240,9 @@ def _dpsgd_replays(digits, **options: Any) -> list[Any]:
     config = spec.config_type(epochs=1, sampling_rate=0.1, expected_lot_size=0.1 * len(splits.members), accountant="rdp", **options)
     model_options = {"hidden": 32} if "pca_components" in options else None
     model = "abadi-mnist" if "pca_components" in options else "digits-mlp"
-    common = {"bundle": bundle, "model_name": model, "model_options": model_options, "config": config, "seed": SEED, "device": "cpu"}
-    run = spec.replay(splits=splits, **common)
-    return [compare_traces(run, spec.replay(splits=neighbour, **common)) for neighbour in pairs.values()]
+    request = TrainRequest(bundle=bundle, splits=splits, model_name=model, model_options=model_options, config=config, seed=SEED, device="cpu")
+    run = spec.replay(request)
+    return [compare_traces(run, spec.replay(dataclasses.replace(request, splits=neighbour))) for neighbour in pairs.values()]
 
 
 def test_dp_pca_input_is_replayed_within_its_sensitivity(digits) -> None:
@@ -265,8 +267,8 @@ def test_a_sampling_rate_derived_from_the_number_of_members_is_reported(digits) 
     bundle, splits, pairs = digits
     spec = DEFENSES["dpsgd"]
     config = spec.config_type(epochs=1, lot_size=12, accountant="rdp")
-    common = {"bundle": bundle, "model_name": "digits-mlp", "model_options": None, "config": config, "seed": SEED, "device": "cpu"}
-    verdict = compare_traces(spec.replay(splits=splits, **common), spec.replay(splits=next(iter(pairs.values())), **common))
+    request = TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=SEED, device="cpu")
+    verdict = compare_traces(spec.replay(request), spec.replay(dataclasses.replace(request, splits=next(iter(pairs.values())))))
     assert not verdict.holds
     assert "sampling rate" in {f.name for f in verdict.findings if f.kind == "released"}
 
@@ -285,9 +287,9 @@ def test_an_observer_that_returns_none_changes_nothing(digits) -> None:
         assert set(lot_ids) <= set(splits.members.tolist())
         seen.append((step, len(lot_ids), float(sum(t.double().norm() ** 2 for t in clipped_sum.values()) ** 0.5)))
 
-    common = {"bundle": bundle, "splits": splits, "model_name": "digits-mlp", "config": config, "seed": SEED, "progress": False}
-    _, plain = train_dpsgd(**common)
-    record, observed = train_dpsgd(**common, observer=observer)
+    request = TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=SEED, progress=False)
+    _, plain = train_dpsgd(request)
+    record, observed = train_dpsgd(request, observer=observer)
     for (name, a), b in zip(plain.state_dict().items(), observed.state_dict().values()):
         assert torch.equal(a, b), name
     assert [s for s, _, _ in seen] == list(range(record.metrics["num_steps"]))

@@ -26,6 +26,7 @@ from dpaudit.privacy.gaussian import gdp_epsilon
 from dpaudit.privacy.pate import analysis as pate_analysis
 from dpaudit.replay import compare_traces, neighbours
 from dpaudit.seeding import numpy_rng
+from dpaudit.train_request import TrainRequest
 
 IDS = np.arange(1000)
 
@@ -121,7 +122,7 @@ def digits():
 
 def _replay(bundle, splits, members, config=SMALL):
     d = dataclasses.replace(splits, members=np.asarray(members, dtype=np.int64), non_members=np.setdiff1d(splits.non_members, members))
-    return replay_pate(bundle=bundle, splits=d, model_name="digits-mlp", model_options={}, config=config, seed=0, device="cpu")
+    return replay_pate(TrainRequest(bundle=bundle, splits=d, model_name="digits-mlp", model_options={}, config=config, seed=0, device="cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -223,9 +224,9 @@ def test_the_exact_epsilon_of_the_digits_default_run_is_within_its_claim() -> No
     resolved = plan_for(config, bundle=bundle, splits=splits).config
     assert resolved.teachers == 35 and resolved.queries == 20 and resolved.aggregator == "gnmax"
     members = splits.members
-    run = replay_pate(bundle=bundle, splits=splits, model_name="digits-mlp", model_options={}, config=config, seed=0)
+    run = replay_pate(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", model_options={}, config=config, seed=0))
     fewer = dataclasses.replace(splits, members=np.asarray(neighbours(members, removed=int(members[len(members) // 2])), dtype=np.int64))
-    other = replay_pate(bundle=bundle, splits=fewer, model_name="digits-mlp", model_options={}, config=config, seed=0)
+    other = replay_pate(TrainRequest(bundle=bundle, splits=fewer, model_name="digits-mlp", model_options={}, config=config, seed=0))
     assert compare_traces(run, other).holds
     votes = _votes(run)
     claimed = pate_analysis.analyze_gnmax(votes.astype(np.int64), sigma=resolved.sigma, delta=delta).data_independent.epsilon
@@ -259,7 +260,7 @@ def test_a_trained_student_records_where_its_noise_came_from(digits, tmp_path) -
     # The unseeded path ("operating-system entropy (private)") is checked on a CLI run in tests/app/test_cli_pate_train.py.
     bundle, splits = digits
     small = dataclasses.replace(splits, members=splits.members[:60])
-    seeded, _ = train_pate(bundle=bundle, splits=small, model_name="digits-mlp", config=dataclasses.replace(SMALL, queries=4, aggregator_seed=5), seed=0, progress=False)
+    seeded, _ = train_pate(TrainRequest(bundle=bundle, splits=small, model_name="digits-mlp", config=dataclasses.replace(SMALL, queries=4, aggregator_seed=5), seed=0, progress=False))
     assert seeded.metrics["aggregator_noise"] == "seed 5: reproducible, not private"
     # The data-independent claim keeps the un-sanitised data-dependent ε and the teachers' accuracy out of the record.
     assert "epsilon_data_dependent_realised" not in seeded.metrics and "teacher_test_accuracy_mean" not in seeded.metrics

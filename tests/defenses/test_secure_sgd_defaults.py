@@ -19,6 +19,7 @@ from dpaudit.models import build_model
 from dpaudit.robustness.montecarlo import expected_score_accuracy
 from dpaudit.robustness.noise import find_noise_layer
 from dpaudit.store import RunDir
+from dpaudit.train_request import TrainRequest
 
 
 @pytest.mark.parametrize(
@@ -70,7 +71,7 @@ def test_secure_sgd_default_flags_train_well_above_chance_on_an_mlp(digits) -> N
     # test keeps checking the noise layer's defaults whatever DP-SGD's derived defaults become.
     bundle, splits = digits
     config = SecureSGDConfig(noise_multiplier=0.775, epochs=2, sampling_rate=0.01, clip_norm=4.0, learning_rate=0.1)
-    record, model = train_secure_sgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, progress=False)
+    record, model = train_secure_sgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, progress=False))
     assert record.metrics["epsilon"] == pytest.approx(2.0, abs=0.01)
     assert record.metrics["sensitivity_control"] == "normalize"
     assert record.config["certification"]["attack_norm_bound"] == pytest.approx(0.2 * math.sqrt(64 / 784))
@@ -86,7 +87,7 @@ def test_secure_sgd_default_flags_train_well_above_chance_on_an_mlp(digits) -> N
 @pytest.mark.slow
 def test_secure_sgd_all_default_flags_train_well_above_chance_on_an_mlp(digits) -> None:
     bundle, splits = digits
-    record, _ = train_secure_sgd(bundle=bundle, splits=splits, model_name="digits-mlp", config=SecureSGDConfig(target_epsilon=2.0), progress=False)
+    record, _ = train_secure_sgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=SecureSGDConfig(target_epsilon=2.0), progress=False))
     assert record.metrics["test_accuracy"] > 0.45  # measured 0.58 (old code: 0.117)
 
 

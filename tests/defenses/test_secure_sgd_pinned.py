@@ -15,6 +15,7 @@ import torch
 from defenses.noise_layer.configs import SecureSGDConfig
 from defenses.noise_layer.secure_sgd import train_secure_sgd
 from dpaudit.data import load_dataset, make_splits
+from dpaudit.train_request import TrainRequest
 
 _BATCH_NOTE = (
     " [authors' code, not the paper's mathematics: batch-clipping: (d) each weight's batch-mean gradient is clipped to C (biases not at all) instead of each example's gradient,"
@@ -61,7 +62,7 @@ def test_short_secure_sgd_run_is_pinned(digits, name: str) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        record, model = train_secure_sgd(bundle=bundle, splits=splits, model_name="digits-mlp", model_options={}, config=config, seed=5, device="cpu", progress=False)
+        record, model = train_secure_sgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", model_options={}, config=config, seed=5, device="cpu", progress=False))
     finally:
         torch.set_num_threads(threads)
     total = sum(float(t.double().sum()) for t in model.state_dict().values())

@@ -23,6 +23,7 @@ from dpaudit.robustness import smoothing
 from dpaudit.robustness.montecarlo import sample_scores
 from dpaudit.robustness.noise import add_input_noise, is_randomized
 from dpaudit.store import thaw
+from dpaudit.train_request import TrainRequest
 
 torch.set_num_threads(1)
 
@@ -62,7 +63,7 @@ def test_registered_with_a_nonprivate_claim_and_its_spec(digits):
     assert spec.claim_kind == "nonprivate" and spec.config_type is SmoothingConfig and spec.certification is not None
     bundle, splits = digits
     config = SmoothingConfig(smoothing_sigma=0.5, epochs=10, batch_size=32)
-    record, model = train_smoothing(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1, progress=False)
+    record, model = train_smoothing(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1, progress=False))
     assert record.defense == "smoothing" and record.claim.kind == "nonprivate" and not record.claim.is_private
     assert math.isinf(record.claim.upper_bound(delta=1e-5).epsilon)  # robustness, not privacy
     stored = CertificationSpec.from_dict(thaw(record.config)["certification"])
@@ -91,7 +92,7 @@ def test_augmentation_noises_the_training_inputs_at_sigma(digits, monkeypatch):
     monkeypatch.setattr(nonprivate, "shuffled_batches", spy_batches)
     monkeypatch.setattr(nonprivate, "build_model", spy_build)
     sigma = 0.5
-    train_smoothing(bundle=bundle, splits=splits, model_name="digits-mlp", config=SmoothingConfig(smoothing_sigma=sigma, epochs=2, batch_size=32), seed=0, progress=False)
+    train_smoothing(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=SmoothingConfig(smoothing_sigma=sigma, epochs=2, batch_size=32), seed=0, progress=False))
     assert len(seen) == len(batches) > 0
     residual = torch.cat([x - clean[idx] for x, idx in zip(seen, batches)]).flatten()
     assert residual.numel() == 2 * len(clean) * clean[0].numel()

@@ -34,6 +34,7 @@ from dpaudit import _validate as v
 from dpaudit.locks import unit_lock
 from dpaudit.results import MembershipResult
 from dpaudit.store import RunDir, atomic_save_npz
+from dpaudit.train_request import TrainRequest
 
 #: Per queried sample, its vulnerability judged from the shadows (see attacks.membership.sample_vulnerability).
 VULNERABILITY_FILE = "vulnerability.npz"
@@ -236,7 +237,8 @@ def train_shadow_with_defense(spec: Any, *, bundle: Any, device: str) -> tuple[A
     none = np.zeros(0, dtype=np.int64)
     splits = Splits(dataset=bundle.name, seed=spec.seed, members=spec.train_ids, non_members=none, population=none, test=bundle.test.ids.numpy())
     with torch.random.fork_rng(devices=[]):  # library code never moves the global RNG
-        record, model = defense.train(bundle=bundle, splits=splits, model_name=spec.model_name, model_options=dict(spec.model_options), config=config, seed=spec.seed, device=device, progress=False)
+        request = TrainRequest(bundle=bundle, splits=splits, model_name=spec.model_name, model_options=spec.model_options, config=config, seed=spec.seed, device=device, progress=False)
+        record, model = defense.train(request)
     # The cache is keyed by the shadow's id, so the record carries it rather than the defense's own.
     return dataclasses.replace(record, model_id=spec.shadow_id), model.eval()
 

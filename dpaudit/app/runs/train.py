@@ -17,6 +17,7 @@ from typing import Any
 from dpaudit import _validate as v
 from dpaudit.results.record import TrainedModel
 from dpaudit.store import RunDir
+from dpaudit.train_request import TrainRequest
 
 __all__ = ["TrainSpec", "TrainOutcome", "train_or_load", "default_config", "resolve_defaults", "DATA_FILES_KEY", "CHANCE_MARGIN", "chance_check", "warn_if_near_chance"]
 
@@ -326,7 +327,8 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     data = dataset_files(spec.dataset, data_root=spec.data_root)
     config, defaults = resolve_defaults(spec.config, num_members=len(splits.members), model_name=spec.model, model_options=dict(spec.model_options), bundle=bundle)
     _refuse_unmeetable_budget(config, bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options))
-    model_id = model_id_for(defense=spec.defense, bundle=bundle, model_name=spec.model, model_options=dict(spec.model_options), config=config, splits=splits, seed=spec.seed)
+    request = TrainRequest(bundle=bundle, splits=splits, model_name=spec.model, model_options=spec.model_options, config=config, seed=spec.seed, device=device, progress=bool(spec.progress))
+    model_id = model_id_for(request, defense=spec.defense)
     run = run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
     rdir = run.record_dir(model_id)
     with unit_lock(run.path, f"record-{model_id}"):  # one writer per record: a second `train` is refused, not duplicated
@@ -372,9 +374,7 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                 ship_code=spec.ship_code,
                 data_root=spec.data_root,
             )
-        record, model = entry.train(
-            bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options), config=config, seed=spec.seed, device=device, progress=spec.progress, **extra
-        )
+        record, model = entry.train(request, **extra)
         if data:  # bundled data (digits) has a fixed identity: its records keep their exact bytes
             record = dataclasses.replace(record, provenance={**record.provenance, DATA_FILES_KEY: dict(data)})
         if "test_accuracy" in record.metrics:
