@@ -46,3 +46,17 @@ def moments_epsilon(q: float, sigma: float, steps: int, delta: float) -> float:
         rdp = float(special.logsumexp(log_terms)) / (alpha - 1)
         best = min(best, steps * rdp + math.log(1 / delta) / (alpha - 1))
     return best
+
+
+def analytic_sigma(epsilon: float, delta: float) -> float:
+    """The smallest σ whose Gaussian mechanism (sensitivity 1) is (ε, δ)-DP, from its exact privacy profile.
+
+    δ(ε; σ) = Φ(1/(2σ) − εσ) − e^ε Φ(−1/(2σ) − εσ) (Balle & Wang 2018, Theorem 8) falls as σ
+    grows, so σ is the root of δ(ε; σ) = δ.
+    """
+
+    def excess(log_sigma: float) -> float:
+        s = math.exp(log_sigma)
+        return float(stats.norm.cdf(0.5 / s - epsilon * s) - math.exp(epsilon) * stats.norm.cdf(-0.5 / s - epsilon * s)) - delta
+
+    return math.exp(optimize.brentq(excess, math.log(1e-3), math.log(1e4), xtol=1e-14))
