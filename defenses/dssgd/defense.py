@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +141,7 @@ def _run(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBundle, 
         if up.participant == config.observe_participant:
             observed.append(up)
 
+    assert config.rounds is not None  # plan_dssgd sets R before the federation runs
     with Progress(config.rounds, f"train dssgd {setup.model_name} on {bundle.name} ({config.participants} participants)", enabled=progress) as bar:
         on_round = lambda r: bar.update(1)
         if workspace is not None and workspace.executor == "ray":
@@ -155,6 +156,7 @@ def _baselines(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBu
     """Centralised and standalone SGD with the participants' local SGD, for as many epochs as turns."""
     everything = bundle.all()
     test_x, test_y = bundle.test.features, bundle.test.labels
+    assert config.rounds is not None  # plan_dssgd sets R before the federation runs
     epochs = config.rounds * config.local_epochs
 
     def fresh() -> nn.Module:
@@ -258,7 +260,7 @@ def _announce_budget(plan: DSSGDPlan, *, num_parameters: int) -> None:
         )
 
 
-def _federation_metrics(outcome: FederationOutcome, config: DSSGDConfig, *, num_parameters: int, partitions: list[np.ndarray], observed: list[Upload]) -> dict[str, Any]:
+def _federation_metrics(outcome: FederationOutcome, config: DSSGDConfig, *, num_parameters: int, partitions: Sequence[np.ndarray], observed: list[Upload]) -> dict[str, Any]:
     """The global record's metrics about the federation: engine, uploads, the values the run used."""
     c = config.rule.count(num_parameters)
     return {

@@ -33,7 +33,7 @@ def _sgd_steps(config: SGDConfig, num_members: int) -> int:
     return config.epochs * -(-num_members // config.batch_size)
 
 
-def _make_nonprivate_trainer(defense: str, config_type: type) -> Callable[..., tuple[TrainedModel, nn.Module]]:
+def _make_nonprivate_trainer(defense: str, config_type: type[SGDConfig]) -> Callable[..., tuple[TrainedModel, nn.Module]]:
     def train(
         *,
         bundle: DatasetBundle,

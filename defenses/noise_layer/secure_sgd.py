@@ -98,6 +98,7 @@ def train_secure_sgd(
         raise v.invalid_type("config", f"config must be a SecureSGDConfig, got {type(config).__name__}")
     config, _ = resolve_secure_sgd_config(config, num_members=len(splits.members), model_name=model_name, model_options=model_options, input_shape=bundle.input_shape, num_classes=bundle.num_classes)
     plan = plan_dpsgd(config, num_members=len(splits.members))
+    assert config.learning_rate is not None  # resolve_secure_sgd_config derives it
     public = splits.population if len(splits.population) else splits.non_members
     return train_certified(
         "secure-sgd",
