@@ -38,7 +38,7 @@ demo: install
 	$(BIN)/dpaudit audit --threat black-box --method one-run --dataset digits --model digits-mlp --target-epsilon 2 --delta 1e-5 \
 		--sampling-rate 0.05 --epochs 10 --learning-rate 0.5 --num-canaries 300 --name demo-one-run --out $(RUN_DIR)
 
-# The test command: lint (ruff), format check, types (mypy on the torch-free core), the docs'
+# The test command: lint (ruff), format check, types (mypy over dpaudit/, attacks/, defenses/, reports/), the docs'
 # strict build (a dangling link or docstring reference fails; the site goes to a scratch folder),
 # then the default (not slow) test suite.
 DOCS_SITE ?= $(or $(TMPDIR),/tmp)/dpaudit-site

@@ -250,15 +250,15 @@ class GradientClipper:
         for layer in self.layers:
             if not layer.outputs:
                 raise RuntimeError(f"layer {layer.name!r} has trainable parameters but its forward never ran; its parameters may be used outside its forward (use method='vmap')")
-            for out, ver in zip(layer.outputs, layer.versions):
-                if out._version != ver:
+            for output, ver in zip(layer.outputs, layer.versions):
+                if output._version != ver:
                     raise RuntimeError(
                         f"the output of layer {layer.name!r} was modified in place (e.g. ReLU(inplace=True)); per-example gradients would be wrong — avoid in-place ops after it or use method='vmap'"
                     )
-                outputs.append(out)
+                outputs.append(output)
         grads_out = torch.autograd.grad(losses.sum(), outputs, allow_unused=True)
         k = 0
-        prepared: list[tuple[_Layer, list]] = []
+        prepared: list[tuple[_Layer, dict]] = []
         sq_norms: list[torch.Tensor] = []
         for layer in self.layers:
             n = len(layer.outputs)
@@ -297,8 +297,8 @@ class GradientClipper:
                     sq = sq + g_sq
                 return {"weight": ("lowrank", a, g) if has_w else None, "bias": g if has_b else None}, sq
             bias = g.sum(1) if has_b else None
-            weight = None
-            sq = _sq_norms(bias) if has_b else a.new_zeros(batch)
+            weight: tuple[str, torch.Tensor] | tuple[str, torch.Tensor, torch.Tensor] | None = None
+            sq = _sq_norms(bias) if bias is not None else a.new_zeros(batch)
             if has_w:
                 if _use_gram(t, d, p):
                     # Gram identity: never forms the (B, p, d) per-example gradient.
@@ -311,8 +311,9 @@ class GradientClipper:
             return {"weight": weight, "bias": bias}, sq
         # Conv2d
         conv = layer.module
+        assert isinstance(conv, nn.Conv2d)  # the kinds are linear, generic and conv2d
         bias = _add_up([gi.sum((2, 3)) for gi in gs]) if has_b else None
-        sq = _sq_norms(bias) if has_b else gs[0].new_zeros(batch)
+        sq = _sq_norms(bias) if bias is not None else gs[0].new_zeros(batch)
         weight = None
         if has_w:
             positions = sum(gi.shape[2] * gi.shape[3] for gi in gs)
@@ -492,12 +493,12 @@ def clip_gradient(grads: dict[str, torch.Tensor], *, clip_norm: float, layer_gro
         A new dict with the clipped gradient.
     """
     if layer_groups is None or layer_clip_norms is None:
-        norm = torch.sqrt(sum(t.double().pow(2).sum() for t in grads.values()))
+        norm = torch.sqrt(torch.as_tensor(sum(t.double().pow(2).sum() for t in grads.values())))
         w = float(clip_norm / max(float(norm), clip_norm))
         return {n: t * w for n, t in grads.items()}
     out: dict[str, torch.Tensor] = {}
     for names, c in zip(layer_groups, layer_clip_norms):
-        norm = torch.sqrt(sum(grads[n].double().pow(2).sum() for n in names if n in grads))
+        norm = torch.sqrt(torch.as_tensor(sum(grads[n].double().pow(2).sum() for n in names if n in grads)))
         w = float(c / max(float(norm), c))
         out.update({n: grads[n] * w for n in names if n in grads})
     return out

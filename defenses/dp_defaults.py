@@ -205,6 +205,13 @@ def derive_dp_training(*, num_members: int, target_epsilon: float | None, delta:
     )
 
 
+def _rate_lot(rate: float | None, num_members: int) -> int:
+    """The lot q·N of a config that sets q (one setting neither q nor L has L filled in before this is read)."""
+    if rate is None:
+        raise v.invalid("sampling_rate", "sampling_rate or lot_size must be set, got neither")
+    return max(1, round(float(rate) * num_members))
+
+
 def resolve_dp_config(config: T, *, num_members: int, scale_invariant_first_layer: bool = False) -> tuple[T, tuple[str, ...]]:
     """``config`` with its unset DP-SGD fields filled by :func:`derive_dp_training`, and their names.
 
@@ -235,13 +242,13 @@ def resolve_dp_config(config: T, *, num_members: int, scale_invariant_first_laye
     if getattr(config, "epochs", None) is None and not budget_mode:
         # The length follows the lot size that will run, the user's if given (rule 4).
         rate = getattr(config, "sampling_rate", None)
-        lot = fills.get("lot_size") or getattr(config, "lot_size", None) or max(1, round(float(rate) * n))
+        lot = fills.get("lot_size") or getattr(config, "lot_size", None) or _rate_lot(rate, n)
         fills["epochs"] = derived_epochs(target_epsilon=target, delta=defaults.delta, num_members=n, lot_size=min(int(lot), n))
     earlier = tuple(getattr(config, DERIVED_AT_INIT, ()))
     if getattr(config, "learning_rate", None) is None or "learning_rate" in earlier:
         # Derived at construction without N (LEARNING_RATE); now N, L and the length are known.
         rate = getattr(config, "sampling_rate", None)
-        run_lot = fills.get("lot_size") or getattr(config, "lot_size", None) or max(1, round(float(rate) * n))
+        run_lot = fills.get("lot_size") or getattr(config, "lot_size", None) or _rate_lot(rate, n)
         run_epochs = fills.get("epochs", getattr(config, "epochs", None))
         if run_epochs is None:
             lr = LEARNING_RATE * (SCALE_INVARIANT_FACTOR if scale_invariant_first_layer else 1.0)

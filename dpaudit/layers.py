@@ -24,6 +24,9 @@ class Projection(nn.Module):
     own privacy cost) and not trained.
     """
 
+    matrix: torch.Tensor
+    mean: torch.Tensor
+
     def __init__(self, in_features: int, out_features: int) -> None:
         super().__init__()
         self.register_buffer("matrix", torch.eye(out_features, in_features))

@@ -21,7 +21,7 @@ import dataclasses
 import numbers
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from dpaudit import _validate as v
 
@@ -110,7 +110,8 @@ def above_limit(argument: str, value: Any, limit: SizeLimit | None, *, i_know: b
     ``i_know`` waives a limit that is not hard. Bools and non-numbers are not sizes (their own
     checks refuse them).
     """
-    if limit is None or isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > limit.maximum:
+    # typeshed's numbers.Real declares no __gt__; every concrete Real compares with a float, so read it as one.
+    if limit is None or isinstance(value, bool) or not isinstance(value, numbers.Real) or not cast(float, value) > limit.maximum:
         return None
     if limit.hard:
         return f"{argument}={describe_number(float(value))} is above the limit {describe_number(limit.maximum)} ({limit.why})"

@@ -189,7 +189,7 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise v.invalid(str(path), f"{path} must be a JSON file, got a directory") from None
 
 
-def save_value(value: Any, directory: str | os.PathLike[str], filename: str, *, kind: type) -> Path:
+def save_value(value: Any, directory: str | os.PathLike[str], filename: str, *, kind: type[Any]) -> Path:
     """Writes a result value (``kind``, with ``to_dict``) as ``directory/filename`` atomically."""
     if not isinstance(value, kind):
         raise TypeError(f"result must be a {kind.__name__}, got {type(value).__name__}")
@@ -210,7 +210,8 @@ def atomic_save_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> Path:
         if np.asarray(arr).dtype == object:
             raise TypeError(f"array {name!r} has dtype object, which NPZ can only store by pickling")
     buf = io.BytesIO()
-    np.savez_compressed(buf, **{k: np.asarray(a) for k, a in arrays.items()})
+    # numpy's stub lets a ** mapping bind its allow_pickle: bool (a 2.x parameter); every value here is an array.
+    np.savez_compressed(buf, **{k: np.asarray(a) for k, a in arrays.items()})  # type: ignore[arg-type]
     return atomic_write_bytes(path, buf.getvalue())
 
 

@@ -40,6 +40,7 @@ matplotlib.use("Agg")
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
+from scipy.integrate import trapezoid
 
 from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult, EpsilonByTrials, load_audit_result
@@ -87,7 +88,7 @@ def score_histogram(in_scores: np.ndarray, out_scores: np.ndarray, *, ax: Axes |
     """Overlaid histograms of IN and OUT scores."""
     fig, ax = _axes(ax)
     both = np.concatenate([in_scores, out_scores])
-    bins = np.histogram_bin_edges(both, bins=min(60, max(10, int(math.sqrt(both.size))))) if both.size else 10
+    bins = np.histogram_bin_edges(both, bins=min(60, max(10, int(math.sqrt(both.size))))).tolist() if both.size else 10
     ax.hist(out_scores, bins=bins, alpha=0.55, label=f"OUT (n={out_scores.size})", color=colour("out"), density=True, histtype="stepfilled")
     ax.hist(in_scores, bins=bins, alpha=0.55, label=f"IN (n={in_scores.size})", color=colour("in"), density=True, histtype="stepfilled")
     ax.set_xlabel(label)
@@ -109,7 +110,7 @@ def roc_figure(in_scores: np.ndarray, out_scores: np.ndarray, *, ax: Axes | None
     fig, ax = _axes(ax)
     fpr, tpr = _roc(np.asarray(in_scores, float), np.asarray(out_scores, float))
     floor = 0.5 / max(min(in_scores.size, out_scores.size), 1)
-    auc = float(np.trapezoid(tpr, fpr)) if hasattr(np, "trapezoid") else float(np.trapz(tpr, fpr))
+    auc = float(trapezoid(tpr, fpr))
     ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), color=colour("epsilon_lb"), label=f"threshold test (AUC {auc:.3f})")
     grid = np.logspace(math.log10(floor), 0, 50)
     ax.plot(grid, grid, ls="--", color=colour("chance"), label="chance")

@@ -199,7 +199,9 @@ def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, i
     for run, name, cert in curves:
         own = name != "smoothing" or run.summary.get("mechanism") == "smoothing"
         st = looks.take(**{**models[str(run.summary["model_id"])], "linestyle": "-" if own else ":"})
-        ax.plot(run.radii, cert.certified_accuracy(run.radii), **st, **({} if own else {"markerfacecolor": "white"}), label=f"{run.label} [{run.summary['model_id']}]: {name}")
+        if not own:
+            st["markerfacecolor"] = "white"
+        ax.plot(run.radii, cert.certified_accuracy(run.radii), **st, label=f"{run.label} [{run.summary['model_id']}]: {name}")
     ax.set_xlabel("perturbation radius")
     ax.set_ylabel("certified accuracy")
     ax.set_ylim(-0.02, 1.02)
@@ -486,7 +488,8 @@ def write_certified_report(run_dir: str | Path | RunDir, *, runs: Sequence[Certi
 def render_certified(run_dir: str | Path | RunDir, *, runs: Sequence[CertifiedRun] | None = None) -> tuple[WrittenReport, list[Path]]:
     """Writes the certified report and its CSV tables; returns (the report's files, the CSV files)."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    return _write(run.reports_dir(), _certified(run, load_certified_runs(run) if runs is None else list(runs)))
+    written, csv_files, _ = _write(run.reports_dir(), _certified(run, load_certified_runs(run) if runs is None else list(runs)))
+    return written, csv_files
 
 
 REPORT_KINDS.register(ReportKind(name="certified", group="Certified robustness", order=40, load=load_certified, render=certified_page))

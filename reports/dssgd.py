@@ -83,12 +83,12 @@ def accuracy_figure(record: TrainedModel) -> MplFigure | None:
             ("local models (mean)", "local_test_accuracy_mean"),
         )
     ]
-    bars = [(label, float(x)) for label, x in bars if x is not None]
-    if len(bars) < 2:
+    shown = [(label, float(x)) for label, x in bars if x is not None]
+    if len(shown) < 2:
         return None
-    fig, ax = new_axes(size=(7.0, 0.5 + 0.45 * len(bars)))
+    fig, ax = new_axes(size=(7.0, 0.5 + 0.45 * len(shown)))
     looks = Looks()
-    for i, (label, x) in enumerate(bars):
+    for i, (label, x) in enumerate(shown):
         look = looks.method("dssgd" if i == 0 else label)
         ax.barh(i, x, color=look["color"], height=0.6)
         ax.text(x, i, f" {fmt_percent(x)}", va="center", fontsize=9.5)

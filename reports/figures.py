@@ -349,6 +349,7 @@ def legend_outside(ax: Axes, *, fontsize: float = FONT_PT, wrap: int = 48) -> No
     legend.remove()
     # Under the axes' own box (tick labels and x label included), in as many columns as fit.
     box = ax.get_tightbbox(renderer)
+    assert box is not None  # the axes are drawn: they hold the legend
     top = ax.transAxes.inverted().transform((0.0, box.y0))[1] - 0.04
     wrapped = [textwrap.fill(label, wrap) for label in labels]
     for ncol in (3, 2, 1):

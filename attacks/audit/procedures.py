@@ -35,7 +35,7 @@ application's audit run looks its game up there.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -95,7 +95,7 @@ class AuditProcedureSpec:
     name: str
     summary: str
     threat: str
-    run: AuditProcedure
+    run: Callable[..., AuditResult]
     hooked_trainer: bool = False
 
     def __post_init__(self) -> None:
@@ -198,7 +198,8 @@ def multi_run_audit(
             )
         )
     run_trials(store, jobs, executor, f"multi-run audit ({2 * r} trainings)", progress)
-    s_in, s_out = [], []
+    s_in: list[float] = []
+    s_out: list[float] = []
     for i in range(2 * r):
         res = store.load(i)
         (s_in if bool(res["included"].all()) else s_out).append(float(res["scores"].mean()))

@@ -333,7 +333,10 @@ def adversarial_examples(
         TypeError / ValueError: an argument has the wrong type or value (named in the message).
     """
     r = v.non_negative("radius", radius)
-    config, norm, lo, hi, features, labels, randomized, eot, n_eval, batch_size = _check_call(model, attack, norm, clip_min, clip_max, features, labels, eot_samples, None, batch_size)
+    config, norm, lo, hi, features, labels, randomized, eot, n_eval, checked_batch = _check_call(model, attack, norm, clip_min, clip_max, features, labels, eot_samples, None, batch_size)
+    if checked_batch is None:  # unlike run_evasion, there is no size to derive it from here
+        raise v.invalid("batch_size", "batch_size must be a positive integer, got None")
+    batch_size = checked_batch
     if generator is not None and not isinstance(generator, torch.Generator):
         raise v.invalid_type("generator", f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     dev = resolve_device(device)

@@ -415,10 +415,10 @@ def run_mi_face(
         raise v.invalid("config", f"config must be an MIFaceConfig, got {type(config).__name__}")
     labels = check_classes(classes)
     try:
-        shape = tuple(int(s) for s in input_shape)  # type: ignore[union-attr]
+        shape = tuple(int(s) for s in input_shape)
         seconds = _seconds_per_step(model, num_classes=len(labels), input_shape=shape, device=device)
     except Exception:  # a bad model or shape: mi_face below refuses it, naming the argument
-        shape, seconds = input_shape, 0.0  # type: ignore[assignment]
+        shape, seconds = input_shape, 0.0
     alpha, note = plan_iterations(config, seconds_per_step=seconds, num_classes=len(labels))
     if note is not None and progress is not None:
         print(note, file=sys.stderr, flush=True)
@@ -428,7 +428,7 @@ def run_mi_face(
     for r in range(config.restarts):
         start_cfg = planned if r == 0 else dataclasses.replace(planned, start_value=None)
         done = r * alpha
-        step = None if progress is None else (lambda i, done=done: progress(done + i, total))  # type: ignore[misc]
+        step = None if progress is None else (lambda i, done=done: progress(done + i, total))
         runs.append(mi_face(model, classes=labels, input_shape=shape, config=start_cfg, seed=derive_seed(seed, "mi-face", r), device=device, progress=step))
         if progress is not None:  # a restart whose classes all stopped early is done all the same
             progress(done + alpha, total)

@@ -162,6 +162,6 @@ class DPSGDConfig:
             return float(self.sampling_rate)
         if self.lot_size is None:
             return derived_lot_size(n) / n
-        if self.lot_size > n:  # type: ignore[operator]
+        if self.lot_size > n:
             raise v.invalid("lot_size", f"lot_size must be <= the number of members ({n}), got {self.lot_size!r}")
-        return self.lot_size / n  # type: ignore[operator]
+        return self.lot_size / n

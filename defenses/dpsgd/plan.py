@@ -186,13 +186,16 @@ def plan_dpsgd(config: DPSGDConfig, *, num_members: int) -> DPSGDPlan:
             sigma = calibrate_noise_multiplier(target_epsilon=target, delta=config.delta, sampling_rate=q, num_steps=steps, accountant=config.accountant)
         note = f"sigma = {sigma:.4g} calibrated so that {config.epochs:g} epochs ({steps} steps) spend epsilon = {target:g} at delta = {config.delta:g} ({config.accountant}); --epochs sets the length"
     divisor = float(config.expected_lot_size) if config.expected_lot_size is not None else q * n
+    # resolve_config derives C, and σ is set or calibrated above whenever a target is given (and
+    # required by the config without one).
+    assert sigma is not None and config.clip_norm is not None
     return DPSGDPlan(
         sampling_rate=q,
         noise_multiplier=float(sigma),
         num_steps=int(steps),
-        steps_per_epoch=steps_per_epoch,  # type: ignore[arg-type]
+        steps_per_epoch=steps_per_epoch,
         expected_lot_size=divisor,
-        noise_std=float(sigma) * float(config.clip_norm),  # type: ignore[arg-type]
+        noise_std=float(sigma) * float(config.clip_norm),
         note=note,
         defaults=defaults,
     )

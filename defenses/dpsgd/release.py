@@ -156,6 +156,8 @@ class ClippedRelease:
     """Algorithm 1's release: per-example clipping (flat or per layer), a clipped canary, Gaussian noise."""
 
     def __init__(self, model: nn.Module, *, config: DPSGDConfig, plan: DPSGDPlan, generator: torch.Generator) -> None:
+        assert config.clip_norm is not None  # resolve_config derives C before any run
+        self._clip_norm = config.clip_norm
         self.clipper = GradientClipper(model, clip_norm=config.clip_norm, per_layer=config.per_layer, method=config.clipping_method)
         self._params = self.clipper.parameters()
         self._layer_groups = [[self.clipper._full(layer, local) for local in layer.params] for layer in self.clipper.layers]
@@ -176,7 +178,7 @@ class ClippedRelease:
             # One more record under the same claim: clipped exactly like one example's gradient.
             extra = clip_gradient(
                 _canary_dict(canary, self._params),
-                clip_norm=self._config.clip_norm,
+                clip_norm=self._clip_norm,
                 layer_groups=self._layer_groups if self.clipper.layer_clip_norms else None,
                 layer_clip_norms=self.clipper.layer_clip_norms,
             )

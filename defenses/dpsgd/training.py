@@ -197,6 +197,7 @@ def _initial_model(
 def _run_steps(model: nn.Module, mechanism: Release, members: ArrayDataset, *, config: DPSGDConfig, plan: DPSGDPlan, lots: _Lots, hooks: _Hooks, bar: Progress, device: torch.device) -> _Tally:
     """Algorithm 1's loop: per step a lot, its release, the schedule's learning rate, one optimiser step."""
     params = mechanism.parameters()
+    assert config.learning_rate is not None  # resolve_config derives it before any run
     opt = torch.optim.SGD(list(params.values()), lr=config.learning_rate, momentum=config.momentum, weight_decay=config.weight_decay)
     x, y = members.features.to(device), members.labels.to(device)
     tally = _Tally()

@@ -203,16 +203,20 @@ class NoiseSchedule:
         assert self.noise is not None
         delta = self._sensitivity()
         if self.project and delta > 1.0:
-            self._weighted_layer().weight.mul_(1.0 / delta)
+            weight = self._weighted_layer().weight
+            assert isinstance(weight, torch.Tensor)  # _weighted_layer picks the module whose weight is a Parameter
+            weight.mul_(1.0 / delta)
             delta = self._sensitivity()
         if self.normalize and full_noise:
             # Release: fold h = g·(Wx + b)/Δ_r into the layer (W, b ← gW/Δ_r, gb/Δ_r), the same
             # function, now with Δ_r = g exactly and no training-time scale left on the layer.
             self.noise.output_scale = 1.0
             layer = self._weighted_layer()
-            layer.weight.mul_(self.gain / delta)
-            if getattr(layer, "bias", None) is not None:
-                layer.bias.mul_(self.gain / delta)
+            weight, bias = layer.weight, getattr(layer, "bias", None)
+            assert isinstance(weight, torch.Tensor)
+            weight.mul_(self.gain / delta)
+            if bias is not None:
+                bias.mul_(self.gain / delta)
             delta = self._sensitivity()
         self.final_sensitivity = delta
         if full_noise:

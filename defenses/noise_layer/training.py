@@ -70,6 +70,7 @@ def compute_redistribution(
     pick = numpy_rng(seed, "redistribution").choice(len(ids), size=min(len(ids), config.redistribution_examples), replace=False)
     part = bundle.all().subset(np.sort(ids[pick]))
     x, y = part.features.to(device), part.labels.to(device)
+    assert isinstance(pre, nn.Sequential)  # add_noise_layer builds a Sequential
     rest = nn.Sequential(*list(pre)[1:])
     pre.eval()
     grads = []

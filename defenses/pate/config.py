@@ -197,10 +197,14 @@ class PATEConfig:
 
     def resolved(self) -> bool:
         """Whether every value :func:`plan_pate` derives is set (then the config is its own plan)."""
+        if self.aggregator is None:  # chosen by plan_pate
+            return False
         return None not in (self.teachers, self.queries, self.epochs, *(getattr(self, f) for f in _AGGREGATOR_FIELDS[self.aggregator]))
 
     def aggregator_config(self) -> Any:
         """The :mod:`defenses.pate.aggregators` config of the chosen aggregator (of a resolved config: see :func:`plan_pate`)."""
+        if self.aggregator is None:
+            raise v.invalid("aggregator", "aggregator is chosen from the budget: resolve the config with plan_pate first")
         missing = [f for f in _AGGREGATOR_FIELDS[self.aggregator] if getattr(self, f) is None]
         if missing:
             raise v.invalid(missing[0], f"{missing[0]} is derived from the data size: resolve the config with plan_pate first")

@@ -103,8 +103,10 @@ def _bounds(config: PATEConfig, votes: np.ndarray, answered: np.ndarray) -> pate
     """The PATE analysis of the chosen aggregator over ``votes`` (Confident-GNMax: given what was answered)."""
     if config.aggregator == "lnmax":
         return pate_analysis.analyze_lnmax(votes, laplace_scale=config.laplace_scale, delta=config.delta)
+    assert config.sigma is not None  # GNMax and Confident-GNMax configs are resolved by plan_pate
     if config.aggregator == "gnmax":
         return pate_analysis.analyze_gnmax(votes, sigma=config.sigma, delta=config.delta)
+    assert config.threshold is not None and config.threshold_sigma is not None
     return pate_analysis.analyze_confident_gnmax(votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, delta=config.delta, answered=answered)
 
 
@@ -139,9 +141,11 @@ def _analyse(config: PATEConfig, agg: Aggregation, *, progress: bool = False) ->
         # fixed from public parameters (release_order), never from the votes.
         with Progress(len(votes), "smooth-sensitivity release (queries)", enabled=progress) as bar:
             step = bar.update if progress else None
+            assert config.sigma is not None  # the release is for GNMax and Confident-GNMax, resolved by plan_pate
             if config.aggregator == "gnmax":
                 release = smooth_sensitivity.release_gnmax_epsilon(votes, sigma=config.sigma, delta=d, beta=beta, sigma_ss=ss, progress=step)
             else:
+                assert config.threshold is not None and config.threshold_sigma is not None
                 release = smooth_sensitivity.release_confident_gnmax_epsilon(
                     votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, answered=agg.answered, delta=d, beta=beta, sigma_ss=ss, progress=step
                 )
@@ -159,6 +163,7 @@ def plan_pate_teachers(request: TrainRequest[PATEConfig], /) -> tuple[TeacherSpe
     config, bundle, splits = request.config, request.bundle, request.splits
     if not config.resolved():
         config = plan_for(config, bundle=bundle, splits=splits).config
+    assert config.teachers is not None  # a resolved config
     return plan_teachers(
         bundle=bundle,
         splits=splits,
@@ -257,6 +262,7 @@ def _queries(config: PATEConfig, *, bundle: DatasetBundle, splits: Splits, seed:
         ValueError: more queries than public examples, more teachers than private members.
     """
     public_ids, eval_ids = public_split(bundle, config.public_fraction)
+    assert config.queries is not None and config.teachers is not None  # a resolved config
     if config.queries > len(public_ids):
         raise v.invalid(
             "queries", f"queries={config.queries} exceeds the {len(public_ids)} public examples of {bundle.name} (public_fraction={config.public_fraction:g} of its {len(bundle.test)} test examples)"

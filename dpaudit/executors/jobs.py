@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,7 +68,8 @@ def _noop() -> int:
 
 
 def _with_key(exc: BaseException, job: Job) -> BaseException:
-    exc.add_note(f"(in job {job.key!r})")
+    if sys.version_info >= (3, 11):  # add_note is new in 3.11; on 3.10 the error goes up without the job's key
+        exc.add_note(f"(in job {job.key!r})")
     return exc
 
 

@@ -286,6 +286,8 @@ def test_bad_data_and_configs(model, digits):
         run_evasion(model, x, y.float(), attack="fgsm", radii=[0.1])
     with pytest.raises(ValueError, match="radius"):
         adversarial_examples(model, x, y, attack="fgsm", radius=-1.0)
+    with pytest.raises(ValueError, match="batch_size"):  # was a TypeError from range() deep inside
+        adversarial_examples(model, x, y, attack="fgsm", radius=0.1, batch_size=None)
     with pytest.raises(ValueError, match="overrides.*'steps'"):
         evasion_config("pgd", steps=3)
     with pytest.raises(ValueError, match="attack"):

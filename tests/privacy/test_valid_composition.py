@@ -22,6 +22,7 @@ from scipy import optimize, stats
 from dpaudit.privacy import accountants, calibration, events
 from dpaudit.privacy.audit_bounds import gaussian_step_claim
 from dpaudit.privacy.claims import DPClaim, dpsgd_claim
+from tests.privacy.accounting_reference import one_step_epsilon
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*optimal RDP order.*:RuntimeWarning"), pytest.mark.filterwarnings("ignore:Optimal order is the.*:UserWarning")]
 logging.getLogger("absl").setLevel(logging.ERROR)
@@ -84,9 +85,9 @@ def test_headline_upper_bound_is_not_below_the_true_epsilon(claim_args):
 
 
 def test_naive_and_strong_numbers_of_issue_29():
-    # One step: basic composition is the exact amplified Gaussian, within PLD's discretisation.
+    # One step: basic composition is the exact amplified Gaussian (5.5169), against its closed form.
     event = events.sampled_gaussian_event(sampling_rate=0.05, noise_multiplier=0.5, num_steps=1)
-    assert accountants.compute_epsilon(event, delta=DELTA, accountant="naive") == pytest.approx(5.5169, abs=1e-4)
+    assert accountants.compute_epsilon(event, delta=DELTA, accountant="naive") == pytest.approx(one_step_epsilon(0.05, 0.5, DELTA), rel=1e-9)
     assert accountants.compute_epsilon(dpe.GaussianDpEvent(0.5), delta=DELTA, accountant="naive") == pytest.approx(_gdp_epsilon(2.0, DELTA), rel=1e-9)
     assert accountants.compute_epsilon(dpe.GaussianDpEvent(0.3), delta=DELTA, accountant="naive") == pytest.approx(_gdp_epsilon(1 / 0.3, DELTA), rel=1e-9)
 

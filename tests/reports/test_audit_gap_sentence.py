@@ -13,6 +13,7 @@ from dpaudit.results.audit import AuditResult
 from dpaudit.results.auditing import audit_from_scores
 from reports.audit import audit_section, bounds_table, gap_sentence
 from reports.render import Text
+from tests.privacy.last_iterate_reference import quadrature_epsilon
 
 DELTA = 1e-5
 
@@ -75,7 +76,9 @@ def test_the_section_and_table_show_it():
     texts = [b.text for b in section.blocks if isinstance(b, Text)]
     assert any(t.startswith("Gap ε_UB − ε_LB") and "last-iterate" in t for t in texts)
     rows = bounds_table(r).rows
-    assert any(str(row[0]).startswith("last-iterate ε (exact for linear losses") and row[1] == pytest.approx(0.944194, abs=1e-5) for row in rows)
+    # The row's value against a direct quadrature of the last-iterate curve of that claim (q = 0.1, σ = 3, T = 50).
+    li = quadrature_epsilon(0.1, 3.0, 50, DELTA)
+    assert any(str(row[0]).startswith("last-iterate ε (exact for linear losses") and row[1] == pytest.approx(li, abs=1e-5) for row in rows)
     # The bounds' cells print their safe way; the CSV and the page read the same text.
     cells = {str(row[0]).split(" (")[0]: row[1] for row in rows}
     assert float(str(cells["ε_UB"])) >= r.epsilon_ub and float(str(cells["ε_LB"])) <= r.epsilon_lb and float(str(cells["ceiling"])) <= r.ceiling

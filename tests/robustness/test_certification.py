@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy import optimize, stats
+from scipy import optimize
 
 from dpaudit.privacy.gaussian import analytic_sigma, classical_sigma, extended_sigma
 from dpaudit.results import certification as certification_result
@@ -62,12 +62,20 @@ def test_count_bounds_vectors(pixeldp_bounds):
     assert b.num_draws == 2000 and b.method == "clopper-pearson" and b.confidence == 0.95 and b.selection == "separate-draws"
 
 
-def test_count_bounds_are_one_sided_at_eta_over_k():
-    # With the class fixed beforehand the vectors are one-sided at η/k; at η/(2k) (the level of
-    # bounds whose top class comes from their own draws) they would read 0.99701, not 0.99735.
-    lower = stats.beta.ppf(0.05 / 10, 2000, 1)
-    two_sided = stats.beta.ppf(0.05 / 20, 2000, 1)
-    assert round(lower, 5) == 0.99735 and round(two_sided, 5) == 0.99701
+@pytest.mark.parametrize(("selected", "level"), [(np.zeros(1, dtype=np.int64), 0.05 / 10), (None, 0.05 / 20)])
+def test_count_bounds_are_one_sided_at_eta_over_k(selected, level):
+    # When all n draws fall on one class the Clopper–Pearson bounds have a closed form: the
+    # one-sided lower bound at level a solves p^n = a, so p = a^(1/n), and the upper bound of a
+    # class seen 0 times solves (1 − p)^n = a. With the class fixed beforehand a = η/k (0.99735,
+    # the vectors' first row); with the top class taken from the same draws a = η/(2k) (0.99701).
+    n = 2000
+    counts = np.zeros((1, 10), dtype=np.int64)
+    counts[0, 0] = n
+    b = score_bounds.count_bounds(counts, confidence=0.95, selected=selected)
+    assert b.top.tolist() == [0]
+    assert b.lower[0] == pytest.approx(level ** (1 / n), rel=1e-12)
+    assert b.upper[0] == pytest.approx(1 - level ** (1 / n), rel=1e-9)
+    assert b.selection == ("same-draws" if selected is None else "separate-draws")
 
 
 def test_pixeldp_search_reproduces_classical_columns(pixeldp_bounds):
