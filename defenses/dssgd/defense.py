@@ -143,6 +143,7 @@ def _run(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBundle, 
         if up.participant == config.observe_participant:
             observed.append(up)
 
+    assert config.rounds is not None  # plan_dssgd sets R before the federation runs
     with Progress(config.rounds, f"train dssgd {setup.model_name} on {bundle.name} ({config.participants} participants)", enabled=progress) as bar:
         on_round = lambda r: bar.update(1)
         if workspace is not None and workspace.executor == "ray":
@@ -157,6 +158,7 @@ def _baselines(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBu
     """Centralised and standalone SGD with the participants' local SGD, for as many epochs as turns."""
     everything = bundle.all()
     test_x, test_y = bundle.test.features, bundle.test.labels
+    assert config.rounds is not None  # plan_dssgd sets R before the federation runs
     epochs = config.rounds * config.local_epochs
 
     def fresh() -> nn.Module:
@@ -415,8 +417,8 @@ def replay_dssgd(request: TrainRequest[DSSGDConfig], /) -> ReplayTrace:
     setup = federation_setup(request)
     n = int(setup.initial.numel())
     config = plan_dssgd(request.config, num_parameters=n).config
-    rounds = int(config.rounds)  # type: ignore[arg-type]
-    sensitivity = noise_scales(epsilon=float(config.dp_epsilon), bound=config.bound, split=config.budget_split).sensitivity  # type: ignore[arg-type]
+    rounds = int(config.rounds)
+    sensitivity = noise_scales(epsilon=float(config.dp_epsilon), bound=config.bound, split=config.budget_split).sensitivity
     inputs: list[MechanismInput] = []
     released: dict[str, np.ndarray] = {
         "input standardization": np.asarray(setup.model_options.get("input_standardization", []), dtype=np.float64),

@@ -103,6 +103,7 @@ def train_secure_sgd(
     config = _resolved(request)
     plan = plan_dpsgd(config, num_members=len(request.splits.members))
     splits = request.splits
+    assert config.learning_rate is not None  # resolve_secure_sgd_config derives it
     public = splits.population if len(splits.population) else splits.non_members
     return train_certified(
         "secure-sgd",
