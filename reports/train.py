@@ -1,7 +1,7 @@
 """Trained-model report: a record no other page shows — its claim (ε_UB per accountant), metrics and configuration.
 
 ``dpaudit train`` alone leaves a run directory with a record and nothing else; this kind gives
-such a record a page: the verdict (:func:`dpaudit.results.verdicts.train_verdict`: what was
+such a record a page: the verdict (:func:`train_verdict`: what was
 trained, its accuracy and its claim), the claim's ε under every accountant at the record's δ,
 the measured metrics and the configuration. A record that another page already shows — a
 membership, inversion or certify target, a compared setting, a PATE student, a DSSGD
@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit.results import TrainedModel, load_record
-from dpaudit.results.verdicts import record_delta, train_verdict
+from dpaudit.results.verdicts import Verdict, claim_text, record_delta
 from dpaudit.store import RunDir, safe_stem, thaw
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent, fmt_upper_bound
 from reports.render import Items, Section, Table, accountant_table, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
-__all__ = ["record_table", "metrics_table", "config_items", "shown_elsewhere", "load_trained_models", "train_sections", "train_page"]
+__all__ = ["record_table", "metrics_table", "config_items", "shown_elsewhere", "load_trained_models", "train_sections", "train_page", "train_verdict"]
 
 
 def record_table(record: TrainedModel) -> Table:
@@ -74,6 +74,28 @@ def _claim_block(record: TrainedModel) -> Any:
     return accountant_table(record.claim.epsilons(delta=delta), delta=delta, description=record.claim.statement())
 
 
+_METRICS = (("train_accuracy", "train accuracy"), ("non_member_accuracy", "non-member accuracy"), ("test_accuracy", "test accuracy"))
+
+
+def train_verdict(record: TrainedModel) -> Verdict:
+    """The record, its claim (ε_UB under every accountant at its δ) and its metrics."""
+    delta = record_delta(record)
+    eps = record.claim.epsilons(delta=delta)
+    m = record.metrics
+    accs = [f"{name} {fmt_percent(float(m[key]))}" for key, name in _METRICS if isinstance(m.get(key), (int, float))]
+    what = f"{record.defense} {record.model_name} on {record.dataset}, {fmt_count(len(record.membership.members))} members"
+    lines = [f"Claim: {record.claim.statement()}."]
+    if eps:
+        lines.append("ε at δ = " + f"{delta:g}: " + ", ".join(f"{name} {fmt_upper_bound(e)}" for name, e in sorted(eps.items(), key=lambda kv: kv[1])) + ".")
+    if accs:
+        lines.append(", ".join(accs).capitalize() + ".")
+    lines.append(f"Record {record.model_id} (seed {record.seed}).")
+    test = f": {fmt_percent(float(m['test_accuracy']))} test accuracy" if isinstance(m.get("test_accuracy"), (int, float)) else ""
+    if eps:
+        return Verdict(status="private", headline=f"{what}{test}; claims {claim_text(eps, delta)}.", lines=tuple(lines), tone="info")
+    return Verdict(status="no privacy claim", headline=f"{what}{test}; no privacy claim (ε = ∞).", lines=tuple(lines), tone="warn")
+
+
 def train_sections(record: TrainedModel) -> list[Section]:
     """The page: the verdict, what was trained, the claim, the metrics, the configuration."""
     return [
@@ -120,4 +142,4 @@ def train_page(item: tuple[TrainedModel, Path], out: Path) -> Page:
     return Page(html=page, link=with_status(record.model_id, sections))
 
 
-REPORT_KINDS.register(ReportKind(name="models", group="Trained models", order=80, load=load_trained_models, render=train_page))
+REPORT_KINDS.register(ReportKind(name="models", group="Trained models", order=80, load=load_trained_models, verdict=lambda item: train_verdict(item[0]), render=train_page))
