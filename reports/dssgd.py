@@ -19,6 +19,7 @@ from typing import Any
 
 from matplotlib.figure import Figure as MplFigure
 
+from dpaudit.parts import record_report_kind
 from dpaudit.results import TrainedModel, load_record
 from dpaudit.results.verdicts import Verdict, claim_text, record_delta
 from dpaudit.store import RunDir, safe_stem
@@ -28,6 +29,9 @@ from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent, percent_c
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, write_report_files
 from reports.train import config_items, metrics_table, record_table
 from reports.verdict_box import verdict_section, with_status
+
+#: This kind's name: the report kind the DSSGD defense names for its federations.
+KIND_NAME = "dssgd"
 
 __all__ = ["accuracy_figure", "accuracy_table", "uploads_table", "dssgd_sections", "load_federations", "dssgd_page", "dssgd_verdict"]
 
@@ -196,10 +200,10 @@ def _figure(record: TrainedModel) -> list[Figure]:
 
 
 def load_federations(run: RunDir) -> list[tuple[TrainedModel, Path]]:
-    """Every DSSGD federation (global record) at the top of the run's records, by name."""
+    """Every record at the top of the run's records whose defense has this kind show it (DSSGD's global records), by name."""
     if not run.subdir("records").is_dir():
         return []
-    return [(r, d) for d in run.record_dirs() if (r := load_record(d)).defense == "dssgd"]
+    return [(r, d) for d in run.record_dirs() if record_report_kind((r := load_record(d)).defense, d) == KIND_NAME]
 
 
 def dssgd_page(item: tuple[TrainedModel, Path], out: Path) -> Page:
@@ -211,4 +215,4 @@ def dssgd_page(item: tuple[TrainedModel, Path], out: Path) -> Page:
     return Page(html=page, link=with_status(record.model_id, sections))
 
 
-REPORT_KINDS.register(ReportKind(name="dssgd", group="Federated learning (DSSGD)", order=70, load=load_federations, verdict=lambda item: dssgd_verdict(item[0]), render=dssgd_page))
+REPORT_KINDS.register(ReportKind(name=KIND_NAME, group="Federated learning (DSSGD)", order=70, load=load_federations, verdict=lambda item: dssgd_verdict(item[0]), render=dssgd_page))

@@ -46,6 +46,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from dpaudit import _validate as v
+from dpaudit.parts import PlotStyle, part_style
 from dpaudit.results.numbers import fmt_epsilon, fmt_lower_bound, fmt_upper_bound
 
 __all__ = [
@@ -106,20 +107,13 @@ SERIES_COLOURS: tuple[str, ...] = (
 MARKER_CYCLE: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 DASH_CYCLE: tuple[Any, ...] = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 1)), (0, (8, 2)), (0, (3, 1, 1, 1)))
 
-#: The colour of each method, the same in every plot and report. Methods that can share an axes
-#: have hues far apart: the nine membership attacks, the four evasion attacks, the defenses.
+#: The colour of each method that is no registered defense, the same in every plot and report
+#: (a registered defense's comes from its spec: :attr:`defenses.registry.DefenseSpec.style`,
+#: read through :func:`dpaudit.parts.part_style`). Methods that can share an axes have hues far
+#: apart: the nine membership attacks, the four evasion attacks, the defenses.
 PALETTE: Mapping[str, str] = {
-    # defenses and certificates (and the compare grid's families)
-    "nonprivate": "#6B6B6B",
-    "dpsgd": "#D55E00",
-    "pixeldp": "#0072B2",
+    # certificates and the planted bugs of the conformance battery's doubles
     "certified": "#0072B2",
-    "agm": "#E69F00",
-    "hgm": "#009E73",
-    "secure-sgd": "#CC79A7",
-    "smoothing": "#882255",
-    "pate": "#AA4499",
-    "dssgd": "#999933",
     "planted-bug": "#8C564B",
     # evasion attacks
     "fgsm": "#8C564B",
@@ -152,16 +146,7 @@ PALETTE: Mapping[str, str] = {
 
 #: Marker per method, so curves that lie on top of each other remain distinguishable.
 MARKERS: Mapping[str, str] = {
-    "nonprivate": "X",
-    "dpsgd": "P",
-    "pixeldp": "o",
     "certified": "o",
-    "agm": "s",
-    "hgm": "D",
-    "secure-sgd": "^",
-    "smoothing": "v",
-    "pate": "*",
-    "dssgd": "h",
     "fgsm": "o",
     "ifgsm": "s",
     "pgd": "^",
@@ -190,7 +175,6 @@ LINESTYLES: Mapping[str, str | tuple[int, tuple[int, ...]]] = {
     "ifgsm": "-.",
     "pgd": "--",
     "mim": (0, (1, 1)),
-    "smoothing": ":",
     "loss": ":",
     "confidence": "-.",
     "entropy": "--",
@@ -206,18 +190,34 @@ def _key(method: str) -> str:
     return method.strip().lower()
 
 
+def _spec_style(key: str) -> PlotStyle | None:
+    # The listed names are no parts (or are not yet styled by their spec): no registry is loaded for them.
+    return None if key in PALETTE else part_style(key)
+
+
 def colour(method: str) -> str:
-    """The fixed colour of ``method`` (case-insensitive); an unlisted one by a stable hash of its name."""
+    """The fixed colour of ``method`` (case-insensitive): its spec's, else listed here, else by a stable hash of its name."""
     key = _key(method)
     if key in PALETTE:
         return PALETTE[key]
+    spec = _spec_style(key)
+    if spec is not None:
+        return spec.colour
     # Never by order of appearance, which would change the colour from one plot to the next.
     return SERIES_COLOURS[zlib.crc32(key.encode()) % len(SERIES_COLOURS)]
 
 
+def _marker(key: str, default: str) -> str:
+    spec = _spec_style(key)
+    return spec.marker if spec is not None else MARKERS.get(key, default)
+
+
 def style(method: str) -> dict[str, Any]:
-    """Keyword arguments for ``Axes.plot``: the method's colour, marker and line style."""
+    """Keyword arguments for ``Axes.plot``: the method's colour, marker and line style (its spec's, where it declares one)."""
     key = _key(method)
+    spec = _spec_style(key)
+    if spec is not None:
+        return spec.plot_kwargs()
     marker = MARKERS.get(key, MARKER_CYCLE[zlib.crc32(key.encode()) % len(MARKER_CYCLE)])
     return {"color": colour(key), "marker": marker, "linestyle": LINESTYLES.get(key, "-")}
 
@@ -285,7 +285,7 @@ def setting_looks(settings: Sequence[tuple[str, str]]) -> dict[str, dict[str, An
     out: dict[str, dict[str, Any]] = {}
     for i, (family, labels) in enumerate(families.items()):
         shades = ramp(hues[family], len(labels))
-        first = MARKERS.get(_key(family), MARKER_CYCLE[i % len(MARKER_CYCLE)])
+        first = _marker(_key(family), MARKER_CYCLE[i % len(MARKER_CYCLE)])
         marks = [first, *(m for m in MARKER_CYCLE if m != first)]
         for j, label in enumerate(labels):
             out[label] = {"color": shades[j], "marker": marks[j % len(marks)], "linestyle": "-"}

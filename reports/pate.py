@@ -23,6 +23,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
+from dpaudit.parts import record_report_kind
 from dpaudit.privacy.pate.claim import settings_used
 from dpaudit.results.record import TrainedModel, load_record
 from dpaudit.results.verdicts import Verdict, record_delta
@@ -32,6 +33,9 @@ from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import fmt_number, fmt_percent, fmt_upper_bound
 from reports.render import Figure, Section, Table, Text, write_report_files
 from reports.verdict_box import verdict_section, with_status
+
+#: This kind's name: the report kind the PATE defense names for its students.
+KIND_NAME = "pate"
 
 __all__ = [
     "pate_verdict",
@@ -71,14 +75,12 @@ class PateRun:
 
 
 def load_pate_runs(run_dir: str | Path | RunDir) -> list[PateRun]:
-    """Every PATE student record of the run that has its ``pate.npz``, sorted by model id."""
+    """Every record of the run its defense has this kind show (PATE students with their ``pate.npz``), sorted by model id."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     out = []
     for d in run.record_dirs():
-        if not (d / "pate.npz").is_file():
-            continue
         record = load_record(d)
-        if record.defense != "pate":
+        if record_report_kind(record.defense, d) != KIND_NAME:
             continue
         arrays = load_npz(d / "pate.npz")
         out.append(PateRun(record=record, answered=np.asarray(arrays["answered"], dtype=bool), epsilon_curve=np.asarray(arrays.get("epsilon_curve", ()), dtype=float), record_dir=d))
@@ -340,7 +342,7 @@ def pate_verdict(students: Sequence[TrainedModel]) -> Verdict:
     return Verdict(status="data-independent ε", headline=headline + ").", lines=tuple(lines), tone="info")
 
 
-def students_verdict(runs: tuple[PateRun, ...]) -> Verdict:
+def students_verdict(runs: Sequence[PateRun]) -> Verdict:
     """The PATE page's verdict: :func:`pate_verdict` of the run's students."""
     return pate_verdict([r.record for r in runs])
 
@@ -358,4 +360,4 @@ def pate_page(runs: tuple[PateRun, ...], out: Path) -> Page:
     return Page(html=page, link=with_status(f"PATE students ({len(runs)})", sections))
 
 
-REPORT_KINDS.register(ReportKind(name="pate", group="PATE", order=50, load=load_pate_students, verdict=students_verdict, render=pate_page))
+REPORT_KINDS.register(ReportKind(name=KIND_NAME, group="PATE", order=50, load=load_pate_students, verdict=students_verdict, render=pate_page))

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dpaudit.parts import defense_parts, record_report_kind
 from dpaudit.results import TrainedModel, load_record
 from dpaudit.results.verdicts import Verdict, claim_text, record_delta
 from dpaudit.store import RunDir, safe_stem, thaw
@@ -25,7 +26,10 @@ from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent, fmt_upper
 from reports.render import Items, Section, Table, accountant_table, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
-__all__ = ["record_table", "metrics_table", "config_items", "shown_elsewhere", "load_trained_models", "train_sections", "train_page", "train_verdict"]
+#: This kind's name: the page of every record no other kind shows.
+KIND_NAME = "models"
+
+__all__ = ["record_table", "metrics_table", "config_items", "shown_elsewhere", "load_trained_models", "train_sections", "train_page", "train_verdict", "artefacts_table"]
 
 
 def record_table(record: TrainedModel) -> Table:
@@ -96,15 +100,28 @@ def train_verdict(record: TrainedModel) -> Verdict:
     return Verdict(status="no privacy claim", headline=f"{what}{test}; no privacy claim (ε = ∞).", lines=tuple(lines), tone="warn")
 
 
-def train_sections(record: TrainedModel) -> list[Section]:
-    """The page: the verdict, what was trained, the claim, the metrics, the configuration."""
-    return [
+def artefacts_table(record: TrainedModel, record_dir: Path) -> Table | None:
+    """The files the record's defense declares beside its weights (:attr:`~defenses.registry.DefenseSpec.artefacts`), and whether this record holds each; ``None`` for a defense that declares none."""
+    spec = defense_parts(record.defense)
+    if spec is None or not spec.artefacts:
+        return None
+    rows = [[a.name, a.what, "yes" if a.present(record_dir) else "missing"] for a in spec.artefacts]
+    return Table(columns=["file", "what it holds", "present"], rows=rows, caption=f"As the {record.defense} defense declares them; paths relative to the record's directory.")
+
+
+def train_sections(record: TrainedModel, record_dir: Path | None = None) -> list[Section]:
+    """The page: the verdict, what was trained, the claim, the metrics, the configuration, and the defense's own files beside the weights (when ``record_dir`` is given and it declares any)."""
+    sections = [
         verdict_section(train_verdict(record)),
         Section(title="Record", blocks=[record_table(record)]),
         Section(title="Privacy claim", blocks=[_claim_block(record)]),
         Section(title="Metrics", blocks=[metrics_table(record.metrics)]),
         Section(title="Configuration", blocks=[config_items(record.config)]),
     ]
+    files = None if record_dir is None else artefacts_table(record, record_dir)
+    if files is not None:
+        sections.append(Section(title="Files beside the weights", blocks=[files]))
+    return sections
 
 
 def shown_elsewhere(run: RunDir) -> set[str]:
@@ -124,8 +141,8 @@ def load_trained_models(run: RunDir) -> list[tuple[TrainedModel, Path]]:
     out = []
     for d in run.record_dirs():
         record = load_record(d)
-        # DSSGD federations and PATE students have pages of their own kind.
-        if record.defense == "dssgd" or (record.defense == "pate" and (d / "pate.npz").is_file()):
+        # A defense's own report kind pages its records (DSSGD federations, PATE students), not this one.
+        if record_report_kind(record.defense, d) not in (None, KIND_NAME):
             continue
         if safe_stem(record.model_id, default="target") in covered or safe_stem(record.model_id, default="model") in covered:
             continue
@@ -135,11 +152,11 @@ def load_trained_models(run: RunDir) -> list[tuple[TrainedModel, Path]]:
 
 def train_page(item: tuple[TrainedModel, Path], out: Path) -> Page:
     """Writes ``model-<model_id>.{html,md}`` into ``out``."""
-    record, _ = item
+    record, record_dir = item
     stem = "model-" + safe_stem(record.model_id, default="model")
-    sections = train_sections(record)
+    sections = train_sections(record, record_dir)
     page = write_report_files(out, sections, title=f"Trained model {record.model_id}", stem=stem, kind="train").html
     return Page(html=page, link=with_status(record.model_id, sections))
 
 
-REPORT_KINDS.register(ReportKind(name="models", group="Trained models", order=80, load=load_trained_models, verdict=lambda item: train_verdict(item[0]), render=train_page))
+REPORT_KINDS.register(ReportKind(name=KIND_NAME, group="Trained models", order=80, load=load_trained_models, verdict=lambda item: train_verdict(item[0]), render=train_page))

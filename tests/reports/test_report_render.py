@@ -168,10 +168,10 @@ def test_membership_roc_legend_outside_and_fixed_colours():
 
 
 def test_palette_is_fixed_and_distinct():
-    from reports.figures import PALETTE, colour, style
+    from reports.figures import colour, style
 
     methods = ["pixeldp", "agm", "hgm", "secure-sgd", "smoothing", "fgsm", "ifgsm", "pgd", "mim", "loss", "lira", "rmia", "shadow"]
-    assert len({PALETTE[m] for m in methods}) == len(methods)
+    assert len({colour(m) for m in methods}) == len(methods)
     assert colour("PGD") == colour("pgd") and colour("unknown-method") == colour("unknown-method")
     evasion = [style(m) for m in ("fgsm", "ifgsm", "pgd", "mim")]
     assert len({str(s["linestyle"]) for s in evasion}) == 4 and len({s["marker"] for s in evasion}) == 4
