@@ -6,7 +6,8 @@ a plotting function that has nothing to draw returns ``None`` and the report say
 Plotting functions take results and an optional axes and return a figure; only
 :mod:`reports.render` saves files. What this module fixes for all of them:
 
-* **colours**: :data:`PALETTE` gives each method (defense, attack, audit quantity) its colour;
+* **colours**: a defense or attack takes its colour, marker and dash from its spec's ``style``
+  (:func:`dpaudit.parts.part_style`), :data:`PALETTE` gives the audit quantities theirs;
   :data:`SERIES_COLOURS` holds 16 colours at least 18 CIE-Lab units apart (Okabe & Ito 2008
   and Tol 2021's colour-blind-safe sets), enough for the largest grid a report draws.
   :func:`setting_looks` colours a grid **per setting**: each family gets its own hue and its
@@ -107,33 +108,17 @@ SERIES_COLOURS: tuple[str, ...] = (
 MARKER_CYCLE: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 DASH_CYCLE: tuple[Any, ...] = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 1)), (0, (8, 2)), (0, (3, 1, 1, 1)))
 
-#: The colour of each method that is no registered defense, the same in every plot and report
-#: (a registered defense's comes from its spec: :attr:`defenses.registry.DefenseSpec.style`,
-#: read through :func:`dpaudit.parts.part_style`). Methods that can share an axes have hues far
-#: apart: the nine membership attacks, the four evasion attacks, the defenses.
+#: The colour of each method that is no registered part, the same in every plot and report. A
+#: registered defense's or attack's colour, marker and dash come from its spec's ``style``
+#: (:class:`dpaudit.parts.PlotStyle`, read through :func:`dpaudit.parts.part_style`). Methods
+#: that can share an axes have hues far apart: the nine membership attacks, the four evasion
+#: attacks, the defenses.
 PALETTE: Mapping[str, str] = {
     # certificates and the planted bugs of the conformance battery's doubles
     "certified": "#0072B2",
     "planted-bug": "#8C564B",
-    # evasion attacks
-    "fgsm": "#8C564B",
-    "ifgsm": "#999933",
-    "pgd": "#D62728",
-    "mim": "#332288",
-    # membership attacks: offline variants in their own hues, never a paler shade of the online one
-    "loss": "#6B6B6B",
-    "confidence": "#999933",
-    "entropy": "#8C564B",
-    "modified-entropy": "#332288",
-    "shadow": "#EE7733",
-    "lira": "#1F4E9C",
-    "lira-offline": "#56B4E9",
-    "rmia": "#117733",
-    "rmia-offline": "#CC79A7",
+    # the threshold attacks' family name in tables
     "threshold": "#44AA99",
-    # inversion attacks
-    "mi-face": "#0072B2",
-    "gmi": "#D55E00",
     # audits and references
     "epsilon_lb": "#D55E00",
     "epsilon_ub": "#000000",
@@ -147,41 +132,15 @@ PALETTE: Mapping[str, str] = {
 #: Marker per method, so curves that lie on top of each other remain distinguishable.
 MARKERS: Mapping[str, str] = {
     "certified": "o",
-    "fgsm": "o",
-    "ifgsm": "s",
-    "pgd": "^",
-    "mim": "x",
-    "loss": "o",
-    "confidence": "s",
-    "entropy": "^",
-    "modified-entropy": "D",
-    "shadow": "P",
-    "lira": "s",
-    "lira-offline": "D",
-    "rmia": "^",
-    "rmia-offline": "v",
     "threshold": "X",
-    "mi-face": "o",
-    "gmi": "s",
     "epsilon_lb": "o",
     "epsilon_ub": "s",
     "epsilon_last_iterate": "D",
     "ceiling": "^",
 }
 
-#: Line style per method (evasion attacks get four different dash patterns).
+#: Line style per method that is no registered part (the evasion attacks' four dash patterns are in their specs).
 LINESTYLES: Mapping[str, str | tuple[int, tuple[int, ...]]] = {
-    "fgsm": ":",
-    "ifgsm": "-.",
-    "pgd": "--",
-    "mim": (0, (1, 1)),
-    "loss": ":",
-    "confidence": "-.",
-    "entropy": "--",
-    "modified-entropy": (0, (3, 1, 1, 1)),
-    "shadow": "-.",
-    "lira-offline": "--",
-    "rmia-offline": "--",
     "ceiling": "--",
 }
 
@@ -191,7 +150,7 @@ def _key(method: str) -> str:
 
 
 def _spec_style(key: str) -> PlotStyle | None:
-    # The listed names are no parts (or are not yet styled by their spec): no registry is loaded for them.
+    # The listed names are no parts: no registry is loaded for them.
     return None if key in PALETTE else part_style(key)
 
 
