@@ -2,12 +2,15 @@
 artefacts, report kind and run module, and the plot style of a defense or an attack.
 
 The specs live in ``defenses/`` and ``attacks/``, which the core and ``reports`` never import
-(docs/architecture.md, "Import rule"). This module reaches their registries by name at run time,
-as :class:`dpaudit.registry.Registry` discovery does, and hands back only the torch-free values
-defined here (:class:`Artefact`, :class:`PlotStyle`), so a report asks "which page shows this
-record?" or "which colour is this attack?" of the part's own spec instead of testing its name.
-A lookup loads the registry it asks, and with it its parts (torch, for defenses and attacks);
-``dpaudit report`` has loaded the defense registry anyway, to verify every record it shows.
+(docs/architecture.md, "Import rule"), so a report asks "which page shows this record?" or
+"which colour is this attack?" of the part's own declaration instead of testing its name, in
+one of two ways:
+
+* the application layer reads every declaration once into a :class:`PartCatalogue` of the
+  torch-free values defined here (:func:`catalogue_from_registries`) and renders inside
+  :func:`using_parts`: the pages then import neither torch nor any part (``dpaudit report``);
+* with no catalogue in use (a script, a test), a lookup reaches the registries by name at run
+  time, as :class:`dpaudit.registry.Registry` discovery does, loading them and their parts.
 
 Torch-free at import.
 """
@@ -15,14 +18,28 @@ Torch-free at import.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from dpaudit import _validate as v
 
-__all__ = ["Artefact", "PlotStyle", "DefenseParts", "PART_REGISTRIES", "defense_parts", "record_report_kind", "part_style"]
+__all__ = [
+    "Artefact",
+    "PlotStyle",
+    "DefenseParts",
+    "DefenseDeclaration",
+    "PartCatalogue",
+    "PART_REGISTRIES",
+    "catalogue_from_registries",
+    "using_parts",
+    "defense_parts",
+    "record_report_kind",
+    "part_style",
+]
 
 #: The registries of the parts that have a plot style, as (module, attribute): read by name, never imported statically.
 PART_REGISTRIES: tuple[tuple[str, str], ...] = (
@@ -117,11 +134,49 @@ class PlotStyle:
 class DefenseParts(Protocol):
     """What of a defense's spec (:class:`defenses.registry.DefenseSpec`) the core and the reports read."""
 
-    name: str
-    artefacts: tuple[Artefact, ...]
-    report_kind: str | None
-    run_module: str | None
-    style: PlotStyle | None
+    @property
+    def artefacts(self) -> tuple[Artefact, ...]: ...
+    @property
+    def report_kind(self) -> str | None: ...
+    @property
+    def run_module(self) -> str | None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class DefenseDeclaration:
+    """A defense's :class:`DefenseParts`, copied out of its spec (see :class:`defenses.registry.DefenseSpec`)."""
+
+    artefacts: tuple[Artefact, ...] = ()
+    report_kind: str | None = None
+    run_module: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartCatalogue:
+    """What every registered part declares for the reports, as torch-free values.
+
+    Attributes:
+        styles: part name → its plot style (the parts that declare one).
+        defenses: defense name → its files, report kind and run module.
+    """
+
+    styles: Mapping[str, PlotStyle] = field(default_factory=dict)
+    defenses: Mapping[str, DefenseDeclaration] = field(default_factory=dict)
+
+
+_IN_USE: ContextVar[PartCatalogue | None] = ContextVar("dpaudit_parts_in_use", default=None)
+
+
+@contextmanager
+def using_parts(catalogue: PartCatalogue) -> Iterator[PartCatalogue]:
+    """Answers every lookup of this module from ``catalogue`` inside the ``with`` block (no registry is loaded)."""
+    if not isinstance(catalogue, PartCatalogue):
+        raise v.invalid_type("catalogue", f"catalogue must be a PartCatalogue, got {type(catalogue).__name__}")
+    token = _IN_USE.set(catalogue)
+    try:
+        yield catalogue
+    finally:
+        _IN_USE.reset(token)
 
 
 def _registry(module: str, attribute: str) -> Mapping[str, Any]:
@@ -129,8 +184,22 @@ def _registry(module: str, attribute: str) -> Mapping[str, Any]:
     return registry
 
 
+def catalogue_from_registries() -> PartCatalogue:
+    """Every registered part's declarations, read from the registries (which this loads, and their parts with them)."""
+    styles: dict[str, PlotStyle] = {}
+    for module, attribute in PART_REGISTRIES:
+        for name, spec in _registry(module, attribute).items():
+            if getattr(spec, "style", None) is not None:
+                styles.setdefault(name, spec.style)
+    defenses = {name: DefenseDeclaration(artefacts=spec.artefacts, report_kind=spec.report_kind, run_module=spec.run_module) for name, spec in _registry(*PART_REGISTRIES[0]).items()}
+    return PartCatalogue(styles=styles, defenses=defenses)
+
+
 def defense_parts(name: str) -> DefenseParts | None:
-    """The registered defense ``name``'s spec, or ``None`` when no defense is registered under it."""
+    """What the registered defense ``name`` declares, or ``None`` when no defense is registered under it."""
+    catalogue = _IN_USE.get()
+    if catalogue is not None:
+        return catalogue.defenses.get(name)
     spec: DefenseParts | None = _registry(*PART_REGISTRIES[0]).get(name)
     return spec
 
@@ -150,6 +219,9 @@ def record_report_kind(defense: str, record_dir: Path) -> str | None:
 
 def part_style(name: str) -> PlotStyle | None:
     """The plot style the registered defense or attack ``name`` declares, or ``None`` (none declared, or no such part)."""
+    catalogue = _IN_USE.get()
+    if catalogue is not None:
+        return catalogue.styles.get(name)
     for module, attribute in PART_REGISTRIES:
         spec = _registry(module, attribute).get(name)
         style = getattr(spec, "style", None) if spec is not None else None
