@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 from dpaudit import _validate as v
 
@@ -126,7 +126,7 @@ class PlotStyle:
         if not (named or pattern):
             raise v.invalid("dash", f"dash must be '-', '--', ':', '-.' or (offset, (on, off, ...)), got {self.dash!r}")
 
-    def plot_kwargs(self) -> dict[str, Any]:
+    def plot_kwargs(self) -> dict[str, Dash]:
         """Keyword arguments for ``Axes.plot``."""
         return {"color": self.colour, "marker": self.marker, "linestyle": self.dash}
 
@@ -179,8 +179,8 @@ def using_parts(catalogue: PartCatalogue) -> Iterator[PartCatalogue]:
         _IN_USE.reset(token)
 
 
-def _registry(module: str, attribute: str) -> Mapping[str, Any]:
-    registry: Mapping[str, Any] = getattr(importlib.import_module(module), attribute)
+def _registry(module: str, attribute: str) -> Mapping[str, object]:
+    registry: Mapping[str, object] = getattr(importlib.import_module(module), attribute)
     return registry
 
 
@@ -189,9 +189,13 @@ def catalogue_from_registries() -> PartCatalogue:
     styles: dict[str, PlotStyle] = {}
     for module, attribute in PART_REGISTRIES:
         for name, spec in _registry(module, attribute).items():
-            if getattr(spec, "style", None) is not None:
-                styles.setdefault(name, spec.style)
-    defenses = {name: DefenseDeclaration(artefacts=spec.artefacts, report_kind=spec.report_kind, run_module=spec.run_module) for name, spec in _registry(*PART_REGISTRIES[0]).items()}
+            style = getattr(spec, "style", None)
+            if isinstance(style, PlotStyle):
+                styles.setdefault(name, style)
+    defenses = {
+        name: DefenseDeclaration(artefacts=getattr(spec, "artefacts", ()), report_kind=getattr(spec, "report_kind", None), run_module=getattr(spec, "run_module", None))
+        for name, spec in _registry(*PART_REGISTRIES[0]).items()
+    }
     return PartCatalogue(styles=styles, defenses=defenses)
 
 
@@ -200,8 +204,8 @@ def defense_parts(name: str) -> DefenseParts | None:
     catalogue = _IN_USE.get()
     if catalogue is not None:
         return catalogue.defenses.get(name)
-    spec: DefenseParts | None = _registry(*PART_REGISTRIES[0]).get(name)
-    return spec
+    spec = _registry(*PART_REGISTRIES[0]).get(name)
+    return None if spec is None else cast(DefenseParts, spec)
 
 
 def record_report_kind(defense: str, record_dir: Path) -> str | None:
@@ -223,8 +227,7 @@ def part_style(name: str) -> PlotStyle | None:
     if catalogue is not None:
         return catalogue.styles.get(name)
     for module, attribute in PART_REGISTRIES:
-        spec = _registry(module, attribute).get(name)
-        style = getattr(spec, "style", None) if spec is not None else None
-        if style is not None:
+        style = getattr(_registry(module, attribute).get(name), "style", None)
+        if isinstance(style, PlotStyle):
             return style
     return None
