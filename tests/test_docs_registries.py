@@ -9,6 +9,7 @@ it. The runs list is held against the modules and packages of ``dpaudit/app/runs
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -21,6 +22,7 @@ def _is_registry_call(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Registry"
 
 
+@functools.cache
 def registries_in_code() -> dict[str, str]:
     """Registry name → the file (relative to the repository) whose module level assigns it a ``Registry(...)``."""
     found: dict[str, str] = {}
@@ -65,7 +67,7 @@ def runs_in_code() -> set[str]:
 
 def test_the_discovery_finds_the_registries_it_must():
     # A guard on the scan itself: an empty or partial find would let the page drift unseen.
-    found = registries_in_code()
+    found = dict(registries_in_code())
     assert {"DEFENSES", "REPORT_KINDS", "CHECKS", "MEMBERSHIP_ATTACKS", "DATASETS", "MODELS"} <= set(found), sorted(found)
     assert found["CHECKS"] == "attacks/audit/checks/spec.py"
 
