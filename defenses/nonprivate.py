@@ -15,6 +15,7 @@ from torch import nn
 from defenses._common import build_record
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit.models import build_model
+from dpaudit.parts import PlotStyle
 from dpaudit.privacy.claims import NonPrivateClaim
 from dpaudit.progress import Progress
 from dpaudit.results.record import TrainedModel
@@ -111,4 +112,14 @@ def train_nonprivate(
     return record, model
 
 
-DEFENSES.register(DefenseSpec(name="nonprivate", config_type=NonPrivateConfig, train=train_nonprivate, claim_kind="nonprivate", summary="non-private SGD baseline (ε = ∞)", order=0))
+DEFENSES.register(
+    DefenseSpec(
+        name="nonprivate",
+        config_type=NonPrivateConfig,
+        train=train_nonprivate,
+        claim_kind="nonprivate",
+        summary="non-private SGD baseline (ε = ∞)",
+        order=0,
+        style=PlotStyle(colour="#6B6B6B", marker="X"),
+    )
+)

@@ -15,7 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dpaudit import _validate as v
+from dpaudit.parts import Artefact, PlotStyle
 from dpaudit.registry import Registry
+from dpaudit.results.record import RECORD_FILE, WEIGHTS_FILE
 
 if TYPE_CHECKING:
     from torch import nn
@@ -116,6 +119,18 @@ class DefenseSpec:
             ``nonprivate`` must provide it.
         order: its place in listings (``--defense`` choices, error messages): the baseline
             first, then DP training, the certified defenses, PATE and DSSGD; ascending.
+        artefacts: the files (:class:`dpaudit.parts.Artefact`) its records hold beside
+            ``record.json`` and the weights (PATE: ``pate.npz``, ``pate.json``, ``private/``;
+            DSSGD: ``uploads.npz``). The trained-model page lists them; one marked ``required``
+            decides whether ``report_kind`` shows a record.
+        report_kind: the report kind (:data:`reports.kinds.REPORT_KINDS`) whose page shows its
+            records instead of the trained-model page (PATE: ``pate``, DSSGD: ``dssgd``); read
+            by the reports through :func:`dpaudit.parts.record_report_kind`.
+        run_module: the application run (a module of ``dpaudit.app.runs``) of the verb that
+            works on its records alone (``dpaudit pate``, ``dpaudit attack uploads``); that run
+            refuses a record whose defense names another.
+        style: its colour, marker and dash in every figure (:class:`dpaudit.parts.PlotStyle`);
+            ``None``: a colour and marker chosen by a stable hash of its name.
     """
 
     name: str
@@ -137,6 +152,26 @@ class DefenseSpec:
     chance_hint: str | None = None
     replay: ReplayFn | None = None
     order: int = 100
+    artefacts: tuple[Artefact, ...] = ()
+    report_kind: str | None = None
+    run_module: str | None = None
+    style: PlotStyle | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.artefacts, tuple) or not all(isinstance(a, Artefact) for a in self.artefacts):
+            raise v.invalid_type("artefacts", f"artefacts must be a tuple of Artefact, got {self.artefacts!r}")
+        names = [a.name.rstrip("/") for a in self.artefacts]
+        if len(set(names)) != len(names):
+            raise v.invalid("artefacts", f"artefacts must name each file once, got {names}")
+        reserved = {RECORD_FILE, WEIGHTS_FILE}
+        if reserved & set(names):
+            raise v.invalid("artefacts", f"artefacts must not name the record's own files ({', '.join(sorted(reserved))}), got {names}")
+        if self.report_kind is not None and (not isinstance(self.report_kind, str) or not self.report_kind.isidentifier()):
+            raise v.invalid("report_kind", f"report_kind must name a report kind (a Python identifier), got {self.report_kind!r}")
+        if self.run_module is not None and (not isinstance(self.run_module, str) or not self.run_module.startswith("dpaudit.app.runs.")):
+            raise v.invalid("run_module", f"run_module must be a module of dpaudit.app.runs, got {self.run_module!r}")
+        if self.style is not None and not isinstance(self.style, PlotStyle):
+            raise v.invalid_type("style", f"style must be a PlotStyle, got {self.style!r}")
 
     def claim_kind_for(self, config: Any) -> str:
         """The claim kind a training with ``config`` returns, or a record with this stored config carries."""

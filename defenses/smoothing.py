@@ -30,6 +30,7 @@ from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.options import option
+from dpaudit.parts import PlotStyle
 from dpaudit.results.certification_spec import SmoothingCertificationSpec
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import torch_generator
@@ -135,5 +136,6 @@ DEFENSES.register(
         certification=certification_spec,
         summary="randomized smoothing: base model trained with Gaussian input noise, certified in L2 by CERTIFY (Cohen et al. 2019)",
         order=30,
+        style=PlotStyle(colour="#882255", marker="v", dash=":"),
     )
 )

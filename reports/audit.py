@@ -45,7 +45,7 @@ from scipy.integrate import trapezoid
 from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult, EpsilonByTrials, load_audit_result
 from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
-from dpaudit.results.verdicts import audit_verdict
+from dpaudit.results.verdicts import Verdict, audit_verdict
 from dpaudit.store import RunDir, load_npz
 from reports.figures import FONT_PT, Looks, colour, eps_lb_text, eps_text, eps_ub_text, finish_axes, fit_page, legend_outside, new_axes, new_figure, plain_log_ticks, style, zero_and_log_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
@@ -535,14 +535,19 @@ def load_audits(run: RunDir) -> list[StoredAudit]:
     return audits
 
 
+def stored_audit_verdict(audit: StoredAudit) -> Verdict:
+    """The audit page's verdict: :func:`~dpaudit.results.verdicts.audit_verdict` of the stored result."""
+    return audit_verdict(audit.result)
+
+
 def audit_page(audit: StoredAudit, out: Path) -> Page:
     """Writes ``audit-<name>.{html,md}`` and its figures into ``out``."""
     result = audit.result
     section = audit_section(result, audit.scores, title="Bounds and evidence", trials_curve=audit.trials_curve, no_trials_curve=audit.no_trials_curve)
-    sections = [verdict_section(audit_verdict(result)), section]
+    sections = [verdict_section(stored_audit_verdict(audit)), section]
     page = write_report_files(out, sections, title=f"Audit {audit.name}", stem=f"audit-{audit.name}", kind="audit").html
     violations = (f"audit {audit.name}: epsilon_lb {fmt_lower_bound(result.epsilon_lb, 4)} > epsilon_ub {fmt_upper_bound(result.epsilon_ub, 4)} ({result.accountant})",) if result.violation else ()
     return Page(html=page, link=with_status(audit.name, sections), violations=violations)
 
 
-REPORT_KINDS.register(ReportKind(name="audits", group="Audits", order=20, load=load_audits, render=audit_page))
+REPORT_KINDS.register(ReportKind(name="audits", group="Audits", order=20, load=load_audits, verdict=stored_audit_verdict, render=audit_page))

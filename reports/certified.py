@@ -33,7 +33,7 @@ from matplotlib.transforms import ScaledTranslation
 from dpaudit.results import EvasionResult, TrainedModel, load_evasion_result, load_record
 from dpaudit.results.certification import CertificationResult, load_certification_result
 from dpaudit.results.certify_summary import UNNAMED_PREDICTION_RULE
-from dpaudit.results.verdicts import certified_verdict
+from dpaudit.results.verdicts import Verdict, certified_verdict
 from dpaudit.store import RunDir, atomic_write_text, read_json
 from reports.figures import Looks, colour, legend_outside, new_axes, setting_looks
 from reports.kinds import REPORT_KINDS, Page, ReportKind
@@ -364,11 +364,16 @@ def _share(accuracy: float, n: int, cell: Any = rate_cell) -> Shown:
     return cell(round(accuracy * n), n)
 
 
+def runs_verdict(runs: Sequence[CertifiedRun]) -> Verdict:
+    """Sound or unsound (:func:`~dpaudit.results.verdicts.certified_verdict`), from what ``certify`` stored for each model."""
+    return certified_verdict([(str(r.summary["model_id"]), r.soundness_violations, bool(r.certificates and r.attacks)) for r in runs])
+
+
 def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[str, Any]], csv_files: Sequence[Path] = ()) -> list[Section]:
     """The certified report's sections: stored soundness verdicts, overview, one section per model, accuracy vs ε."""
     overview: list[Any] = []
     # Sound / unsound is judged in the core from what certify stored; the page draws the box.
-    verdict = certified_verdict([(str(r.summary["model_id"]), r.soundness_violations, bool(r.certificates and r.attacks)) for r in runs])
+    verdict = runs_verdict(runs)
     if runs:
         overview.append(_run_table(runs))
         overview.append(
@@ -492,4 +497,4 @@ def render_certified(run_dir: str | Path | RunDir, *, runs: Sequence[CertifiedRu
     return written, csv_files
 
 
-REPORT_KINDS.register(ReportKind(name="certified", group="Certified robustness", order=40, load=load_certified, render=certified_page))
+REPORT_KINDS.register(ReportKind(name="certified", group="Certified robustness", order=40, load=load_certified, verdict=lambda item: runs_verdict(item.runs), render=certified_page))

@@ -176,4 +176,4 @@ def check_page(item: StoredCheck, out: Path) -> Page:
     return Page(html=written.html, link=link, violations=tuple(f"check {o.finding}" for o in report.violations))
 
 
-REPORT_KINDS.register(ReportKind(name="checks", group="Conformance checks", order=25, load=load_checks, render=check_page))
+REPORT_KINDS.register(ReportKind(name="checks", group="Conformance checks", order=25, load=load_checks, verdict=lambda item: check_verdict(item.report), render=check_page))

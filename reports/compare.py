@@ -301,4 +301,4 @@ def compare_page(result: ComparisonResult, out: Path) -> Page:
     return Page(html=written.html, link=link, tables=tuple(tables), violations=violations)
 
 
-REPORT_KINDS.register(ReportKind(name="compare", group="Defenses compared under attack", order=10, load=load_comparisons, render=compare_page))
+REPORT_KINDS.register(ReportKind(name="compare", group="Defenses compared under attack", order=10, load=load_comparisons, verdict=compare_verdict, render=compare_page))

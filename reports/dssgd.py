@@ -4,7 +4,7 @@ Distributed selective SGD (Shokri & Shmatikov, CCS 2015, §5) is worth its uploa
 federation's model beats what each participant reaches alone and approaches centralised
 training on the pooled data; its privacy is the DP claim of the uploads (none without the DP
 upload: the server sees exact parameter changes). The page shows the verdict
-(:func:`dpaudit.results.verdicts.dssgd_verdict`), the accuracies, what was uploaded, the claim
+(:func:`dssgd_verdict`, beside its kind), the accuracies, what was uploaded, the claim
 under every accountant, where the participants' local records and the observed uploads are kept
 (for ``dpaudit attack uploads`` and ``attack membership``), and the configuration.
 
@@ -13,13 +13,15 @@ Torch-free: it renders from the stored global record alone.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure as MplFigure
 
+from dpaudit.parts import record_report_kind
 from dpaudit.results import TrainedModel, load_record
-from dpaudit.results.verdicts import dssgd_verdict, record_delta
+from dpaudit.results.verdicts import Verdict, claim_text, record_delta
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import Looks, finish_axes, new_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
@@ -28,7 +30,10 @@ from reports.render import Figure, Items, Section, Table, Text, accountant_table
 from reports.train import config_items, metrics_table, record_table
 from reports.verdict_box import verdict_section, with_status
 
-__all__ = ["accuracy_figure", "accuracy_table", "uploads_table", "dssgd_sections", "load_federations", "dssgd_page"]
+#: This kind's name: the report kind the DSSGD defense names for its federations.
+KIND_NAME = "dssgd"
+
+__all__ = ["accuracy_figure", "accuracy_table", "uploads_table", "dssgd_sections", "load_federations", "dssgd_page", "dssgd_verdict"]
 
 #: Metrics the accuracy and uploads tables show (the rest go to the metrics table).
 _SHOWN = (
@@ -138,6 +143,35 @@ def _participants(record_dir: Path, record: TrainedModel) -> list[str]:
     return lines
 
 
+def dssgd_verdict(record: TrainedModel) -> Verdict:
+    """The federation's accuracy against standalone and centralised training, its uploads and its DP claim."""
+    m, c = record.metrics, record.config
+    delta = record_delta(record)
+    acc = float(m.get("test_accuracy", math.nan))
+    alone, central = m.get("standalone_test_accuracy"), m.get("centralised_test_accuracy")
+    rounds = m.get("run_rounds", c.get("rounds"))
+    participants = c.get("participants")
+    eps = record.claim.epsilons(delta=delta)
+    versus = [f"{fmt_percent(float(alone))} standalone (mean over participants)"] if alone is not None else []
+    versus += [f"{fmt_percent(float(central))} centralised"] if central is not None else []
+    lines = []
+    if m.get("uploads_per_turn") is not None and m.get("num_parameters"):
+        lines.append(
+            f"Uploads: {fmt_count(m['uploads_per_turn'])} of {fmt_count(m['num_parameters'])} parameters per turn "
+            f"({fmt_percent(m['uploads_per_turn'] / m['num_parameters'])}); {fmt_count(m.get('uploads_applied', 0))} uploads applied."
+        )
+    lines.append(f"DP claim: {claim_text(eps, delta)}; {record.claim.statement()}.")
+    if alone is not None and m.get("standalone_test_accuracy_min") is not None:
+        lines.append(f"Standalone participants range {fmt_percent(m['standalone_test_accuracy_min'])}–{fmt_percent(m['standalone_test_accuracy_max'])}.")
+    head = f"{participants} participants, {rounds} rounds: the federation reaches {fmt_percent(acc)} test accuracy" + (f" vs {' and '.join(versus)}" if versus else "")
+    privacy = f"; {claim_text(eps, delta)}" if eps else "; no DP guarantee (the uploads carry exact parameter changes)"
+    if m.get("near_chance"):
+        return Verdict(status="near chance", headline=f"Near chance: {head}{privacy}.", lines=tuple(lines), tone="warn")
+    if alone is not None and acc <= float(alone):
+        return Verdict(status="no gain", headline=f"No gain over training alone: {head}{privacy}.", lines=tuple(lines), tone="warn")
+    return Verdict(status="federation helps" if alone is not None else "trained", headline=f"{head[0].upper()}{head[1:]}{privacy}.", lines=tuple(lines), tone="info")
+
+
 def dssgd_sections(record: TrainedModel, record_dir: Path) -> list[Section]:
     """The page: verdict, accuracies, uploads, the DP claim, where the parts are kept, the record and its configuration."""
     delta = record_delta(record)
@@ -166,10 +200,10 @@ def _figure(record: TrainedModel) -> list[Figure]:
 
 
 def load_federations(run: RunDir) -> list[tuple[TrainedModel, Path]]:
-    """Every DSSGD federation (global record) at the top of the run's records, by name."""
+    """Every record at the top of the run's records whose defense has this kind show it (DSSGD's global records), by name."""
     if not run.subdir("records").is_dir():
         return []
-    return [(r, d) for d in run.record_dirs() if (r := load_record(d)).defense == "dssgd"]
+    return [(r, d) for d in run.record_dirs() if record_report_kind((r := load_record(d)).defense, d) == KIND_NAME]
 
 
 def dssgd_page(item: tuple[TrainedModel, Path], out: Path) -> Page:
@@ -181,4 +215,4 @@ def dssgd_page(item: tuple[TrainedModel, Path], out: Path) -> Page:
     return Page(html=page, link=with_status(record.model_id, sections))
 
 
-REPORT_KINDS.register(ReportKind(name="dssgd", group="Federated learning (DSSGD)", order=70, load=load_federations, render=dssgd_page))
+REPORT_KINDS.register(ReportKind(name=KIND_NAME, group="Federated learning (DSSGD)", order=70, load=load_federations, verdict=lambda item: dssgd_verdict(item[0]), render=dssgd_page))

@@ -6,7 +6,8 @@ a plotting function that has nothing to draw returns ``None`` and the report say
 Plotting functions take results and an optional axes and return a figure; only
 :mod:`reports.render` saves files. What this module fixes for all of them:
 
-* **colours**: :data:`PALETTE` gives each method (defense, attack, audit quantity) its colour;
+* **colours**: a defense or attack takes its colour, marker and dash from its spec's ``style``
+  (:func:`dpaudit.parts.part_style`), :data:`PALETTE` gives the audit quantities theirs;
   :data:`SERIES_COLOURS` holds 16 colours at least 18 CIE-Lab units apart (Okabe & Ito 2008
   and Tol 2021's colour-blind-safe sets), enough for the largest grid a report draws.
   :func:`setting_looks` colours a grid **per setting**: each family gets its own hue and its
@@ -46,6 +47,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from dpaudit import _validate as v
+from dpaudit.parts import PlotStyle, part_style
 from dpaudit.results.numbers import fmt_epsilon, fmt_lower_bound, fmt_upper_bound
 
 __all__ = [
@@ -106,40 +108,17 @@ SERIES_COLOURS: tuple[str, ...] = (
 MARKER_CYCLE: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 DASH_CYCLE: tuple[Any, ...] = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 1)), (0, (8, 2)), (0, (3, 1, 1, 1)))
 
-#: The colour of each method, the same in every plot and report. Methods that can share an axes
-#: have hues far apart: the nine membership attacks, the four evasion attacks, the defenses.
+#: The colour of each method that is no registered part, the same in every plot and report. A
+#: registered defense's or attack's colour, marker and dash come from its spec's ``style``
+#: (:class:`dpaudit.parts.PlotStyle`, read through :func:`dpaudit.parts.part_style`). Methods
+#: that can share an axes have hues far apart: the nine membership attacks, the four evasion
+#: attacks, the defenses.
 PALETTE: Mapping[str, str] = {
-    # defenses and certificates (and the compare grid's families)
-    "nonprivate": "#6B6B6B",
-    "dpsgd": "#D55E00",
-    "pixeldp": "#0072B2",
+    # certificates and the planted bugs of the conformance battery's doubles
     "certified": "#0072B2",
-    "agm": "#E69F00",
-    "hgm": "#009E73",
-    "secure-sgd": "#CC79A7",
-    "smoothing": "#882255",
-    "pate": "#AA4499",
-    "dssgd": "#999933",
     "planted-bug": "#8C564B",
-    # evasion attacks
-    "fgsm": "#8C564B",
-    "ifgsm": "#999933",
-    "pgd": "#D62728",
-    "mim": "#332288",
-    # membership attacks: offline variants in their own hues, never a paler shade of the online one
-    "loss": "#6B6B6B",
-    "confidence": "#999933",
-    "entropy": "#8C564B",
-    "modified-entropy": "#332288",
-    "shadow": "#EE7733",
-    "lira": "#1F4E9C",
-    "lira-offline": "#56B4E9",
-    "rmia": "#117733",
-    "rmia-offline": "#CC79A7",
+    # the threshold attacks' family name in tables
     "threshold": "#44AA99",
-    # inversion attacks
-    "mi-face": "#0072B2",
-    "gmi": "#D55E00",
     # audits and references
     "epsilon_lb": "#D55E00",
     "epsilon_ub": "#000000",
@@ -152,52 +131,16 @@ PALETTE: Mapping[str, str] = {
 
 #: Marker per method, so curves that lie on top of each other remain distinguishable.
 MARKERS: Mapping[str, str] = {
-    "nonprivate": "X",
-    "dpsgd": "P",
-    "pixeldp": "o",
     "certified": "o",
-    "agm": "s",
-    "hgm": "D",
-    "secure-sgd": "^",
-    "smoothing": "v",
-    "pate": "*",
-    "dssgd": "h",
-    "fgsm": "o",
-    "ifgsm": "s",
-    "pgd": "^",
-    "mim": "x",
-    "loss": "o",
-    "confidence": "s",
-    "entropy": "^",
-    "modified-entropy": "D",
-    "shadow": "P",
-    "lira": "s",
-    "lira-offline": "D",
-    "rmia": "^",
-    "rmia-offline": "v",
     "threshold": "X",
-    "mi-face": "o",
-    "gmi": "s",
     "epsilon_lb": "o",
     "epsilon_ub": "s",
     "epsilon_last_iterate": "D",
     "ceiling": "^",
 }
 
-#: Line style per method (evasion attacks get four different dash patterns).
+#: Line style per method that is no registered part (the evasion attacks' four dash patterns are in their specs).
 LINESTYLES: Mapping[str, str | tuple[int, tuple[int, ...]]] = {
-    "fgsm": ":",
-    "ifgsm": "-.",
-    "pgd": "--",
-    "mim": (0, (1, 1)),
-    "smoothing": ":",
-    "loss": ":",
-    "confidence": "-.",
-    "entropy": "--",
-    "modified-entropy": (0, (3, 1, 1, 1)),
-    "shadow": "-.",
-    "lira-offline": "--",
-    "rmia-offline": "--",
     "ceiling": "--",
 }
 
@@ -206,18 +149,34 @@ def _key(method: str) -> str:
     return method.strip().lower()
 
 
+def _spec_style(key: str) -> PlotStyle | None:
+    # The listed names are no parts: no registry is loaded for them.
+    return None if key in PALETTE else part_style(key)
+
+
 def colour(method: str) -> str:
-    """The fixed colour of ``method`` (case-insensitive); an unlisted one by a stable hash of its name."""
+    """The fixed colour of ``method`` (case-insensitive): its spec's, else listed here, else by a stable hash of its name."""
     key = _key(method)
     if key in PALETTE:
         return PALETTE[key]
+    spec = _spec_style(key)
+    if spec is not None:
+        return spec.colour
     # Never by order of appearance, which would change the colour from one plot to the next.
     return SERIES_COLOURS[zlib.crc32(key.encode()) % len(SERIES_COLOURS)]
 
 
+def _marker(key: str, default: str) -> str:
+    spec = _spec_style(key)
+    return spec.marker if spec is not None else MARKERS.get(key, default)
+
+
 def style(method: str) -> dict[str, Any]:
-    """Keyword arguments for ``Axes.plot``: the method's colour, marker and line style."""
+    """Keyword arguments for ``Axes.plot``: the method's colour, marker and line style (its spec's, where it declares one)."""
     key = _key(method)
+    spec = _spec_style(key)
+    if spec is not None:
+        return spec.plot_kwargs()
     marker = MARKERS.get(key, MARKER_CYCLE[zlib.crc32(key.encode()) % len(MARKER_CYCLE)])
     return {"color": colour(key), "marker": marker, "linestyle": LINESTYLES.get(key, "-")}
 
@@ -285,7 +244,7 @@ def setting_looks(settings: Sequence[tuple[str, str]]) -> dict[str, dict[str, An
     out: dict[str, dict[str, Any]] = {}
     for i, (family, labels) in enumerate(families.items()):
         shades = ramp(hues[family], len(labels))
-        first = MARKERS.get(_key(family), MARKER_CYCLE[i % len(MARKER_CYCLE)])
+        first = _marker(_key(family), MARKER_CYCLE[i % len(MARKER_CYCLE)])
         marks = [first, *(m for m in MARKER_CYCLE if m != first)]
         for j, label in enumerate(labels):
             out[label] = {"color": shades[j], "marker": marks[j % len(marks)], "linestyle": "-"}

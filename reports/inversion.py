@@ -35,7 +35,7 @@ from matplotlib.patches import Rectangle
 from dpaudit import _validate as v
 from dpaudit.results import InversionResult, TrainedModel, load_inversion_result, load_record
 from dpaudit.results.membership import tpr_unresolved
-from dpaudit.results.verdicts import inversion_verdict, most_severe
+from dpaudit.results.verdicts import Verdict, inversion_verdict, most_severe
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import FONT_PT, PAGE_WIDTH_IN, colour, fit_page, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
@@ -461,12 +461,17 @@ def target_sections(target: InversionTarget, *, confidence: float = 0.95, prefix
     return sections
 
 
+def targets_verdict(targets: Sequence[InversionTarget], *, confidence: float = 0.95) -> Verdict:
+    """The inversion page's verdict: the most severe of its targets' :func:`~dpaudit.results.verdicts.inversion_verdict`."""
+    verdicts = [(t.model_id, inversion_verdict(t.results, delta=t.delta, confidence=confidence, epsilon_ub=t.epsilon_ub(), num_dataset_classes=t.num_dataset_classes())) for t in targets]
+    return most_severe(verdicts)
+
+
 def inversion_sections(targets: Sequence[InversionTarget], *, confidence: float = 0.95) -> list[Section]:
     """The run's inversion page: targets compared (when several), then one group of sections per target."""
     if not targets:
         return [Section(title="Model inversion", blocks=[Text(text="No model-inversion results are stored in this run.")])]
-    verdicts = [(t.model_id, inversion_verdict(t.results, delta=t.delta, confidence=confidence, epsilon_ub=t.epsilon_ub(), num_dataset_classes=t.num_dataset_classes())) for t in targets]
-    sections: list[Section] = [verdict_section(most_severe(verdicts))]
+    sections: list[Section] = [verdict_section(targets_verdict(targets, confidence=confidence))]
     if len(targets) > 1:
         sections.append(
             Section(
@@ -506,4 +511,4 @@ def inversion_page(targets: tuple[InversionTarget, ...], out: Path) -> Page:
     return Page(html=page, link=with_status(f"model inversion ({', '.join(counts['attacks'])}) against {counts['targets']} target(s)", sections))
 
 
-REPORT_KINDS.register(ReportKind(name="inversion", group="Model inversion", order=60, load=load_inverted_targets, render=inversion_page))
+REPORT_KINDS.register(ReportKind(name="inversion", group="Model inversion", order=60, load=load_inverted_targets, verdict=targets_verdict, render=inversion_page))

@@ -1,11 +1,16 @@
 """Report kinds: what ``dpaudit report`` renders, one registered kind per report.
 
-A report kind finds the stored results it shows in a run directory (``load``) and writes one
-page per item found (``render``: HTML and Markdown, with figures and tables beside them). Each
+A report kind finds the stored results it shows in a run directory (``load``), judges each item
+(``verdict``: the box its page opens with and the status the index names beside its link) and
+writes one page per item found (``render``: HTML and Markdown, with figures and tables beside
+them). Each
 kind registers itself in :data:`REPORT_KINDS` in the module that defines it; the report run
 iterates the registry in ``order`` and the index lists every kind's pages under its ``group``
 heading. A new report is one module that registers its kind — dropped into ``reports/`` it is
-found by discovery; defined elsewhere, importing it registers it — and no edit anywhere else.
+found by discovery; defined elsewhere, importing it registers it — and no edit anywhere else: its
+verdict lives beside it, not in :mod:`dpaudit.results.verdicts` (which keeps the shared
+:class:`~dpaudit.results.verdicts.Verdict` type and the verdicts the core judges for several
+consumers).
 
 Torch-free: a kind reads stored result and record values, never a model.
 """
@@ -19,6 +24,7 @@ from typing import Any, Generic, TypeVar
 
 from dpaudit import _validate as v
 from dpaudit.registry import Registry
+from dpaudit.results.verdicts import Verdict
 from dpaudit.store import RunDir
 
 __all__ = ["Page", "ReportKind", "REPORT_KINDS", "ordered_kinds"]
@@ -68,6 +74,10 @@ class ReportKind(Generic[Item]):
         order: its place on the index and in the page list (ascending; ties by name).
         load: the items a run directory holds for this kind, one per page; empty (never an
             error) when it holds none. Reading happens here, before anything is written.
+        verdict: the judgement of one item, read from its stored values: the page ``render``
+            writes opens with it in a verdict box (:func:`reports.verdict_box.verdict_section`)
+            and the index names its status beside the link — the contract suite holds every kind
+            to both.
         render: writes the page of one item into the reports directory and says what it wrote.
     """
 
@@ -75,6 +85,7 @@ class ReportKind(Generic[Item]):
     group: str
     order: int
     load: Callable[[RunDir], Sequence[Item]]
+    verdict: Callable[[Item], Verdict]
     render: Callable[[Item, Path], Page]
 
     def __post_init__(self) -> None:
@@ -87,7 +98,7 @@ class ReportKind(Generic[Item]):
             raise v.invalid("group", f"group must be a non-empty string, got {self.group!r}")
         if isinstance(self.order, bool) or not isinstance(self.order, int):
             raise v.invalid_type("order", f"order must be an int, got {self.order!r}")
-        for field in ("load", "render"):
+        for field in ("load", "verdict", "render"):
             if not callable(getattr(self, field)):
                 raise v.invalid_type(field, f"{field} must be callable, got {getattr(self, field)!r}")
 

@@ -27,7 +27,7 @@ from matplotlib.figure import Figure as MplFigure
 from dpaudit import _validate as v
 from dpaudit.results import DEFAULT_FPRS, MembershipResult, TrainedModel, load_membership_result, load_record
 from dpaudit.results.membership import tpr_unresolved
-from dpaudit.results.verdicts import membership_verdict, rank_attacks
+from dpaudit.results.verdicts import Verdict, membership_verdict, rank_attacks
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import Looks, colour, legend_outside, new_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
@@ -156,8 +156,7 @@ def membership_sections(
     """The report's sections: the verdict, the target (accuracy, claim ε per accountant), the attacks strongest first, TPR@FPR, ROC, configurations."""
     # Strongest first everywhere on the page: the tables, the ROC legend, the configurations.
     items = [a.result for a in rank_attacks(_as_list(results), delta=delta, confidence=confidence)]
-    epsilon_ub = None if epsilons is None else (min(epsilons.values()) if epsilons else math.inf)
-    verdict = membership_verdict(items, delta=delta, confidence=confidence, epsilon_ub=epsilon_ub, target_accuracy=target_accuracy)
+    verdict = _verdict(items, epsilons=epsilons, delta=delta, confidence=confidence, target_accuracy=target_accuracy)
     claim: list[Any] = (
         [accountant_table(epsilons, delta=delta, description=claim_description)]
         if epsilons is not None
@@ -267,6 +266,17 @@ def load_attacked_targets(run: RunDir) -> list[AttackedTarget]:
     return targets
 
 
+def _verdict(results: Sequence[MembershipResult], *, epsilons: Mapping[str, float] | None, delta: float, confidence: float, target_accuracy: float | None) -> Verdict:
+    # The tightest claimed ε is ε_UB; no accountant bounding the claim is ∞, no record in the run unknown.
+    epsilon_ub = None if epsilons is None else (min(epsilons.values()) if epsilons else math.inf)
+    return membership_verdict(results, delta=delta, confidence=confidence, epsilon_ub=epsilon_ub, target_accuracy=target_accuracy)
+
+
+def target_verdict(target: AttackedTarget) -> Verdict:
+    """A membership page's verdict: :func:`~dpaudit.results.verdicts.membership_verdict` of the target's attacks against its claim."""
+    return _verdict(_as_list(target.results), epsilons=target.epsilons, delta=target.delta, confidence=0.95, target_accuracy=target.target_accuracy)
+
+
 def membership_page(target: AttackedTarget, out: Path) -> Page:
     """Writes ``membership-<model_id>.{html,md}`` and its ROC figure into ``out``."""
     sections = membership_sections(target.results, epsilons=target.epsilons, claim_description=target.claim_description, delta=target.delta, target_accuracy=target.target_accuracy)
@@ -275,4 +285,4 @@ def membership_page(target: AttackedTarget, out: Path) -> Page:
     return Page(html=page, link=with_status(stem.removeprefix("membership-"), sections))
 
 
-REPORT_KINDS.register(ReportKind(name="membership", group="Membership inference", order=30, load=load_attacked_targets, render=membership_page))
+REPORT_KINDS.register(ReportKind(name="membership", group="Membership inference", order=30, load=load_attacked_targets, verdict=target_verdict, render=membership_page))

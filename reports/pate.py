@@ -23,9 +23,10 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
+from dpaudit.parts import record_report_kind
 from dpaudit.privacy.pate.claim import settings_used
 from dpaudit.results.record import TrainedModel, load_record
-from dpaudit.results.verdicts import pate_verdict
+from dpaudit.results.verdicts import Verdict, record_delta
 from dpaudit.store import RunDir, load_npz, thaw
 from reports.figures import DASH_CYCLE, MARKER_CYCLE, SERIES_COLOURS, eps_ub_text, legend_outside, new_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
@@ -33,7 +34,12 @@ from reports.numbers import fmt_number, fmt_percent, fmt_upper_bound
 from reports.render import Figure, Section, Table, Text, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
+#: This kind's name: the report kind the PATE defense names for its students.
+KIND_NAME = "pate"
+
 __all__ = [
+    "pate_verdict",
+    "students_verdict",
     "PateRun",
     "load_pate_runs",
     "pate_label",
@@ -69,14 +75,12 @@ class PateRun:
 
 
 def load_pate_runs(run_dir: str | Path | RunDir) -> list[PateRun]:
-    """Every PATE student record of the run that has its ``pate.npz``, sorted by model id."""
+    """Every record of the run its defense has this kind show (PATE students with their ``pate.npz``), sorted by model id."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     out = []
     for d in run.record_dirs():
-        if not (d / "pate.npz").is_file():
-            continue
         record = load_record(d)
-        if record.defense != "pate":
+        if record_report_kind(record.defense, d) != KIND_NAME:
             continue
         arrays = load_npz(d / "pate.npz")
         out.append(PateRun(record=record, answered=np.asarray(arrays["answered"], dtype=bool), epsilon_curve=np.asarray(arrays.get("epsilon_curve", ()), dtype=float), record_dir=d))
@@ -284,7 +288,7 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
             )
         )
     return [
-        verdict_section(pate_verdict([r.record for r in runs])),
+        verdict_section(students_verdict(runs)),
         Section(title="Students and their privacy cost", blocks=blocks),
         Section(
             title="ε against queries answered",
@@ -307,6 +311,42 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
     ]
 
 
+# ------------------------------------------------------------------------------------- verdict
+def pate_verdict(students: Sequence[TrainedModel]) -> Verdict:
+    """The most accurate student: its accuracy and ε, data-dependent beside data-independent."""
+    if not students:
+        return Verdict(status="no students", headline="No PATE student is stored.", tone="info")
+    best = max(students, key=lambda s: (float(s.metrics.get("test_accuracy") or 0.0), s.model_id))
+    delta = record_delta(best)
+    claim, m = best.claim, best.metrics
+    eps = claim.epsilon(delta=delta, accountant="rdp")
+    indep = m.get("epsilon_data_independent")
+    dependent = bool(getattr(claim, "data_dependent", False))
+    sanitised = bool(getattr(claim, "sanitised", False))
+    analysis = "data-dependent analysis" if dependent else "data-independent analysis"
+    lines = [
+        f"{best.model_id}: {m.get('num_answered', '?')} of {m.get('num_queries', '?')} queries answered by {m.get('num_teachers', '?')} teachers"
+        + (f", {fmt_percent(float(m['answer_accuracy']))} of the answers correct." if m.get("answer_accuracy") is not None else "."),
+    ]
+    if indep is not None:
+        lines.append(f"Data-independent analysis of the same answers: ε = {fmt_upper_bound(float(indep))} at δ = {delta:g}.")
+    if len(students) > 1:
+        lines.append(f"{len(students)} students in this run; the table below lists each.")
+    acc = fmt_percent(m.get("test_accuracy"))
+    headline = f"The most accurate student reaches {acc} test accuracy at ε = {fmt_upper_bound(eps)} (δ = {delta:g}, {analysis}"
+    if dependent and not sanitised:
+        lines.append("A data-dependent ε is computed from the private votes: publishing it is itself not private unless sanitised (smooth sensitivity).")
+        return Verdict(status="data-dependent ε", headline=headline + ", not sanitised).", lines=tuple(lines), tone="warn")
+    if dependent:
+        return Verdict(status="data-dependent ε, sanitised", headline=headline + ", sanitised).", lines=tuple(lines), tone="info")
+    return Verdict(status="data-independent ε", headline=headline + ").", lines=tuple(lines), tone="info")
+
+
+def students_verdict(runs: Sequence[PateRun]) -> Verdict:
+    """The PATE page's verdict: :func:`pate_verdict` of the run's students."""
+    return pate_verdict([r.record for r in runs])
+
+
 def load_pate_students(run: RunDir) -> list[tuple[PateRun, ...]]:
     """The run's PATE students as the one item of the PATE report (none when it holds none)."""
     runs = tuple(load_pate_runs(run)) if run.subdir("records").is_dir() else ()
@@ -320,4 +360,4 @@ def pate_page(runs: tuple[PateRun, ...], out: Path) -> Page:
     return Page(html=page, link=with_status(f"PATE students ({len(runs)})", sections))
 
 
-REPORT_KINDS.register(ReportKind(name="pate", group="PATE", order=50, load=load_pate_students, render=pate_page))
+REPORT_KINDS.register(ReportKind(name=KIND_NAME, group="PATE", order=50, load=load_pate_students, verdict=students_verdict, render=pate_page))

@@ -1,7 +1,7 @@
 """Trained-model report: a record no other page shows — its claim (ε_UB per accountant), metrics and configuration.
 
 ``dpaudit train`` alone leaves a run directory with a record and nothing else; this kind gives
-such a record a page: the verdict (:func:`dpaudit.results.verdicts.train_verdict`: what was
+such a record a page: the verdict (:func:`train_verdict`: what was
 trained, its accuracy and its claim), the claim's ε under every accountant at the record's δ,
 the measured metrics and the configuration. A record that another page already shows — a
 membership, inversion or certify target, a compared setting, a PATE student, a DSSGD
@@ -17,15 +17,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dpaudit.parts import defense_parts, record_report_kind
 from dpaudit.results import TrainedModel, load_record
-from dpaudit.results.verdicts import record_delta, train_verdict
+from dpaudit.results.verdicts import Verdict, claim_text, record_delta
 from dpaudit.store import RunDir, safe_stem, thaw
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent, fmt_upper_bound
 from reports.render import Items, Section, Table, accountant_table, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
-__all__ = ["record_table", "metrics_table", "config_items", "shown_elsewhere", "load_trained_models", "train_sections", "train_page"]
+#: This kind's name: the page of every record no other kind shows.
+KIND_NAME = "models"
+
+__all__ = ["record_table", "metrics_table", "config_items", "shown_elsewhere", "load_trained_models", "train_sections", "train_page", "train_verdict", "artefacts_table"]
 
 
 def record_table(record: TrainedModel) -> Table:
@@ -74,15 +78,50 @@ def _claim_block(record: TrainedModel) -> Any:
     return accountant_table(record.claim.epsilons(delta=delta), delta=delta, description=record.claim.statement())
 
 
-def train_sections(record: TrainedModel) -> list[Section]:
-    """The page: the verdict, what was trained, the claim, the metrics, the configuration."""
-    return [
+_METRICS = (("train_accuracy", "train accuracy"), ("non_member_accuracy", "non-member accuracy"), ("test_accuracy", "test accuracy"))
+
+
+def train_verdict(record: TrainedModel) -> Verdict:
+    """The record, its claim (ε_UB under every accountant at its δ) and its metrics."""
+    delta = record_delta(record)
+    eps = record.claim.epsilons(delta=delta)
+    m = record.metrics
+    accs = [f"{name} {fmt_percent(float(m[key]))}" for key, name in _METRICS if isinstance(m.get(key), (int, float))]
+    what = f"{record.defense} {record.model_name} on {record.dataset}, {fmt_count(len(record.membership.members))} members"
+    lines = [f"Claim: {record.claim.statement()}."]
+    if eps:
+        lines.append("ε at δ = " + f"{delta:g}: " + ", ".join(f"{name} {fmt_upper_bound(e)}" for name, e in sorted(eps.items(), key=lambda kv: kv[1])) + ".")
+    if accs:
+        lines.append(", ".join(accs).capitalize() + ".")
+    lines.append(f"Record {record.model_id} (seed {record.seed}).")
+    test = f": {fmt_percent(float(m['test_accuracy']))} test accuracy" if isinstance(m.get("test_accuracy"), (int, float)) else ""
+    if eps:
+        return Verdict(status="private", headline=f"{what}{test}; claims {claim_text(eps, delta)}.", lines=tuple(lines), tone="info")
+    return Verdict(status="no privacy claim", headline=f"{what}{test}; no privacy claim (ε = ∞).", lines=tuple(lines), tone="warn")
+
+
+def artefacts_table(record: TrainedModel, record_dir: Path) -> Table | None:
+    """The files the record's defense declares beside its weights (:attr:`~defenses.registry.DefenseSpec.artefacts`), and whether this record holds each; ``None`` for a defense that declares none."""
+    spec = defense_parts(record.defense)
+    if spec is None or not spec.artefacts:
+        return None
+    rows = [[a.name, a.what, "yes" if a.present(record_dir) else "missing"] for a in spec.artefacts]
+    return Table(columns=["file", "what it holds", "present"], rows=rows, caption=f"As the {record.defense} defense declares them; paths relative to the record's directory.")
+
+
+def train_sections(record: TrainedModel, record_dir: Path | None = None) -> list[Section]:
+    """The page: the verdict, what was trained, the claim, the metrics, the configuration, and the defense's own files beside the weights (when ``record_dir`` is given and it declares any)."""
+    sections = [
         verdict_section(train_verdict(record)),
         Section(title="Record", blocks=[record_table(record)]),
         Section(title="Privacy claim", blocks=[_claim_block(record)]),
         Section(title="Metrics", blocks=[metrics_table(record.metrics)]),
         Section(title="Configuration", blocks=[config_items(record.config)]),
     ]
+    files = None if record_dir is None else artefacts_table(record, record_dir)
+    if files is not None:
+        sections.append(Section(title="Files beside the weights", blocks=[files]))
+    return sections
 
 
 def shown_elsewhere(run: RunDir) -> set[str]:
@@ -102,8 +141,8 @@ def load_trained_models(run: RunDir) -> list[tuple[TrainedModel, Path]]:
     out = []
     for d in run.record_dirs():
         record = load_record(d)
-        # DSSGD federations and PATE students have pages of their own kind.
-        if record.defense == "dssgd" or (record.defense == "pate" and (d / "pate.npz").is_file()):
+        # A defense's own report kind pages its records (DSSGD federations, PATE students), not this one.
+        if record_report_kind(record.defense, d) not in (None, KIND_NAME):
             continue
         if safe_stem(record.model_id, default="target") in covered or safe_stem(record.model_id, default="model") in covered:
             continue
@@ -113,11 +152,11 @@ def load_trained_models(run: RunDir) -> list[tuple[TrainedModel, Path]]:
 
 def train_page(item: tuple[TrainedModel, Path], out: Path) -> Page:
     """Writes ``model-<model_id>.{html,md}`` into ``out``."""
-    record, _ = item
+    record, record_dir = item
     stem = "model-" + safe_stem(record.model_id, default="model")
-    sections = train_sections(record)
+    sections = train_sections(record, record_dir)
     page = write_report_files(out, sections, title=f"Trained model {record.model_id}", stem=stem, kind="train").html
     return Page(html=page, link=with_status(record.model_id, sections))
 
 
-REPORT_KINDS.register(ReportKind(name="models", group="Trained models", order=80, load=load_trained_models, render=train_page))
+REPORT_KINDS.register(ReportKind(name=KIND_NAME, group="Trained models", order=80, load=load_trained_models, verdict=lambda item: train_verdict(item[0]), render=train_page))

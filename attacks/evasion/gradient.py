@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from attacks.evasion.spec import CONFIRM_CONFIDENCE, CONFIRM_SAMPLES, EVASION_ATTACKS, EvasionAttackSpec, EvasionConfig
+from dpaudit.parts import PlotStyle
 from dpaudit.robustness.noise import is_randomized
 
 __all__ = ["evaluate", "confirm_fooled", "norms", "projected_gradient"]
@@ -215,16 +216,29 @@ def projected_gradient(
 # PGD is ``evasion_config("pgd", step_ratio=0.1)``.
 for _spec in (
     EvasionAttackSpec(
-        name="fgsm", summary="one signed-gradient step of the radius (Goodfellow et al. 2015, §4)", defaults={"num_steps": 1, "step_ratio": 1.0, "random_start": False}, run=projected_gradient
+        name="fgsm",
+        style=PlotStyle(colour="#8C564B", marker="o", dash=":"),
+        summary="one signed-gradient step of the radius (Goodfellow et al. 2015, §4)",
+        defaults={"num_steps": 1, "step_ratio": 1.0, "random_start": False},
+        run=projected_gradient,
     ),
     EvasionAttackSpec(
-        name="ifgsm", summary="iterated FGSM, projected onto the ball (Kurakin et al. 2016, §2.2)", defaults={"num_steps": 10, "step_ratio": 0.1, "random_start": False}, run=projected_gradient
+        name="ifgsm",
+        style=PlotStyle(colour="#999933", marker="s", dash="-."),
+        summary="iterated FGSM, projected onto the ball (Kurakin et al. 2016, §2.2)",
+        defaults={"num_steps": 10, "step_ratio": 0.1, "random_start": False},
+        run=projected_gradient,
     ),
     EvasionAttackSpec(
-        name="pgd", summary="I-FGSM from a uniformly random start in the ball (Madry et al. 2018, §2.1)", defaults={"num_steps": 10, "step_ratio": 0.25, "random_start": True}, run=projected_gradient
+        name="pgd",
+        style=PlotStyle(colour="#D62728", marker="^", dash="--"),
+        summary="I-FGSM from a uniformly random start in the ball (Madry et al. 2018, §2.1)",
+        defaults={"num_steps": 10, "step_ratio": 0.25, "random_start": True},
+        run=projected_gradient,
     ),
     EvasionAttackSpec(
         name="mim",
+        style=PlotStyle(colour="#332288", marker="x", dash=(0, (1, 1))),
         summary="I-FGSM on the accumulated L1-normalised gradient, momentum 1 (Dong et al. 2018, Alg. 1)",
         defaults={"num_steps": 10, "step_ratio": 0.1, "random_start": False, "momentum": 1.0},
         run=projected_gradient,

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
+from dpaudit.parts import PlotStyle
 from dpaudit.registry import Registry
 
 __all__ = [
@@ -134,12 +135,15 @@ class EvasionAttackSpec:
             (``num_steps``, ``step_ratio``, ``random_start``, and optionally ``num_restarts``,
             ``momentum``).
         run: the routine that attacks a batch of rows (:class:`EvasionRun`).
+        style: its colour, marker and dash in every figure (:class:`dpaudit.parts.PlotStyle`);
+            ``None``: chosen by a stable hash of its name.
     """
 
     name: str
     summary: str
     defaults: Mapping[str, Any] = field(default_factory=dict)
     run: EvasionRun
+    style: PlotStyle | None = None
 
     def __post_init__(self) -> None:
         fields = {f.name for f in dataclasses.fields(EvasionConfig)} - {"name"}

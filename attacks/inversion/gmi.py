@@ -44,6 +44,7 @@ from dpaudit import _validate as v
 from dpaudit.limits import LIMITS
 from dpaudit.models import build_critic, build_generator
 from dpaudit.options import option, option_specs
+from dpaudit.parts import PlotStyle
 from dpaudit.seeding import torch_generator
 
 __all__ = ["GANConfig", "GMIConfig", "build_gan", "train_gan", "gmi", "build_gan_modules", "train_gan_modules", "run_gmi"]
@@ -443,6 +444,7 @@ def run_gmi(
 INVERSION_ATTACKS.register(
     InversionAttackSpec(
         name="gmi",
+        style=PlotStyle(colour="#D55E00", marker="s"),
         summary="latent search through a WGAN-GP trained on public data, -D(G(z)) + lambda CE (Zhang et al. 2020, §3)",
         config_type=GMIConfig,
         run=run_gmi,

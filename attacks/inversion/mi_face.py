@@ -51,6 +51,7 @@ from attacks.inversion.spec import INVERSION_ATTACKS, InversionAttackSpec
 from dpaudit import _validate as v
 from dpaudit.limits import LIMITS
 from dpaudit.options import option
+from dpaudit.parts import PlotStyle
 from dpaudit.seeding import derive_seed
 
 __all__ = ["MIFaceConfig", "MIFaceOutput", "mi_face", "run_mi_face", "plan_iterations", "DEFAULT_ITERATIONS", "SECONDS_PER_CLASS"]
@@ -453,6 +454,7 @@ def run_mi_face(
 INVERSION_ATTACKS.register(
     InversionAttackSpec(
         name="mi-face",
+        style=PlotStyle(colour="#0072B2", marker="o"),
         summary="gradient descent on 1 - p(class) from a neutral image (Fredrikson et al. 2015, Alg. 1)",
         config_type=MIFaceConfig,
         run=run_mi_face,

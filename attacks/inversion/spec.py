@@ -18,6 +18,7 @@ from torch import nn
 
 from attacks.inversion.base import InversionOutput
 from dpaudit import _validate as v
+from dpaudit.parts import PlotStyle
 from dpaudit.registry import Registry
 
 __all__ = ["INVERSION_ATTACKS", "InversionAttackSpec", "InversionRun", "PriorSpec", "expand_inversion_attacks"]
@@ -76,6 +77,8 @@ class InversionAttackSpec:
         prior: what the attack learns from public data first, or ``None``.
         iterations_field: the field of ``config_type`` that bounds the search's steps (what a
             ``compare`` grid's ``iterations`` sets), or ``None`` if it has none.
+        style: its colour, marker and dash in every figure (:class:`dpaudit.parts.PlotStyle`);
+            ``None``: chosen by a stable hash of its name.
     """
 
     name: str
@@ -84,6 +87,7 @@ class InversionAttackSpec:
     run: InversionRun
     prior: PriorSpec | None = None
     iterations_field: str | None = None
+    style: PlotStyle | None = None
 
     @property
     def needs_prior(self) -> bool:

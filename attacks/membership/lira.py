@@ -18,6 +18,7 @@ from attacks.membership.scores import GLOBAL_VARIANCE_BELOW, lira_offline_scores
 from attacks.membership.spec import MEMBERSHIP_ATTACKS, SHADOW_LIMIT, MembershipAttackSpec, MembershipContext, check_fields, count
 from dpaudit import _validate as v
 from dpaudit.options import option
+from dpaudit.parts import PlotStyle
 from dpaudit.results import MembershipResult
 
 __all__ = ["LiRAConfig", "sample_vulnerability"]
@@ -100,6 +101,7 @@ def sample_vulnerability(context: MembershipContext) -> np.ndarray | None:
 MEMBERSHIP_ATTACKS.register(
     MembershipAttackSpec(
         name="lira",
+        style=PlotStyle(colour="#1F4E9C", marker="s"),
         summary="likelihood-ratio test with IN and OUT shadows, online (Carlini et al. 2022, §IV-B)",
         config_type=LiRAConfig,
         run=_lira(True),
@@ -110,6 +112,7 @@ MEMBERSHIP_ATTACKS.register(
 MEMBERSHIP_ATTACKS.register(
     MembershipAttackSpec(
         name="lira-offline",
+        style=PlotStyle(colour="#56B4E9", marker="D", dash="--"),
         summary="one-sided test against OUT shadows only (Carlini et al. 2022, §IV-C)",
         config_type=LiRAConfig,
         run=_lira(False),

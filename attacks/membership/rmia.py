@@ -18,6 +18,7 @@ from attacks.membership.scores import _log_softmax, rmia_scores, tune_rmia_offli
 from attacks.membership.spec import MEMBERSHIP_ATTACKS, SHADOW_LIMIT, MembershipAttackSpec, MembershipContext, check_fields, count
 from dpaudit import _validate as v
 from dpaudit.options import option
+from dpaudit.parts import PlotStyle
 from dpaudit.results import MembershipResult
 
 __all__ = ["RMIAConfig", "RMIAOfflineConfig"]
@@ -113,6 +114,7 @@ def _rmia(online: bool) -> Callable[[MembershipContext, Any], MembershipResult]:
 MEMBERSHIP_ATTACKS.register(
     MembershipAttackSpec(
         name="rmia",
+        style=PlotStyle(colour="#117733", marker="^"),
         summary="relative likelihood ratio against population samples, online (Zarifzadeh et al. 2024, §3)",
         config_type=RMIAConfig,
         run=_rmia(True),
@@ -124,6 +126,7 @@ MEMBERSHIP_ATTACKS.register(
 MEMBERSHIP_ATTACKS.register(
     MembershipAttackSpec(
         name="rmia-offline",
+        style=PlotStyle(colour="#CC79A7", marker="v", dash="--"),
         summary="RMIA with OUT references and the offline approximation of Pr(x) (Zarifzadeh et al. 2024, §3, App. B)",
         config_type=RMIAOfflineConfig,
         run=_rmia(False),

@@ -14,6 +14,7 @@ import numpy as np
 from attacks.membership.scores import shokri_scores
 from attacks.membership.spec import MEMBERSHIP_ATTACKS, SHADOW_LIMIT, MembershipAttackSpec, MembershipContext, check_fields, count
 from dpaudit.options import option
+from dpaudit.parts import PlotStyle
 from dpaudit.results import MembershipResult
 from dpaudit.seeding import numpy_rng
 
@@ -49,6 +50,7 @@ def _run_shokri(context: MembershipContext, config: ShokriConfig) -> MembershipR
 MEMBERSHIP_ATTACKS.register(
     MembershipAttackSpec(
         name="shadow",
+        style=PlotStyle(colour="#EE7733", marker="P", dash="-."),
         summary="per-class attack classifiers trained on shadow models' outputs (Shokri et al. 2017, §V)",
         config_type=ShokriConfig,
         run=_run_shokri,

@@ -20,6 +20,7 @@ from attacks.membership.shadows import POOL_KINDS
 from dpaudit import _validate as v
 from dpaudit.limits import LIMITS
 from dpaudit.options import option_specs
+from dpaudit.parts import PlotStyle
 from dpaudit.registry import Registry
 from dpaudit.results import MembershipResult
 
@@ -166,6 +167,8 @@ class MembershipAttackSpec:
         shadow_pool: ``online``, ``offline`` or ``None`` (no shadow models).
         shadow_count_field: the config field saying how many models of the pool it uses.
         population_samples: whether the attack needs population samples z (RMIA).
+        style: its colour, marker and dash in every figure (:class:`dpaudit.parts.PlotStyle`);
+            ``None``: chosen by a stable hash of its name.
     """
 
     name: str
@@ -175,6 +178,7 @@ class MembershipAttackSpec:
     shadow_pool: str | None = None
     shadow_count_field: str | None = None
     population_samples: bool = False
+    style: PlotStyle | None = None
 
     def __post_init__(self) -> None:
         if self.shadow_pool is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from attacks.membership.scores import threshold_scores
 from attacks.membership.spec import MEMBERSHIP_ATTACKS, MembershipAttackSpec, MembershipContext
+from dpaudit.parts import PlotStyle
 from dpaudit.results import MembershipResult
 
 __all__ = ["ThresholdConfig"]
@@ -38,5 +39,12 @@ _SUMMARIES = {
     "entropy": "negative prediction entropy (Salem et al. 2019, §V)",
     "modified-entropy": "negative modified entropy Mentr(p, y) (Song & Mittal 2021, §3.1, Eq. 4)",
 }
+#: Each threshold attack's look in every figure (dashed apart: they often share an axes with the shadow-model attacks).
+_STYLES = {
+    "loss": PlotStyle(colour="#6B6B6B", marker="o", dash=":"),
+    "confidence": PlotStyle(colour="#999933", marker="s", dash="-."),
+    "entropy": PlotStyle(colour="#8C564B", marker="^", dash="--"),
+    "modified-entropy": PlotStyle(colour="#332288", marker="D", dash=(0, (3, 1, 1, 1))),
+}
 for _kind, _summary in _SUMMARIES.items():
-    MEMBERSHIP_ATTACKS.register(MembershipAttackSpec(name=_kind, summary=_summary, config_type=ThresholdConfig, run=_threshold(_kind)))
+    MEMBERSHIP_ATTACKS.register(MembershipAttackSpec(name=_kind, summary=_summary, config_type=ThresholdConfig, run=_threshold(_kind), style=_STYLES[_kind]))

@@ -15,6 +15,7 @@ from defenses.dpsgd.replay import replay_dpsgd
 from defenses.dpsgd.training import DPSGDTrainer, train_dpsgd
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit.data import Splits
+from dpaudit.parts import PlotStyle
 
 
 def _check_budget(config: DPSGDConfig, *, splits: Splits, **_: Any) -> None:
@@ -41,5 +42,6 @@ DEFENSES.register(
         chance_hint="--lot-size, --learning-rate, --epochs or --clip-norm (or a larger --target-epsilon)",
         summary="DP-SGD with Poisson lots, per-example clipping and Gaussian noise (+ DP-PCA) (Abadi et al. 2016)",
         order=10,
+        style=PlotStyle(colour="#D55E00", marker="P"),
     )
 )

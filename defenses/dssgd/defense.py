@@ -52,6 +52,7 @@ from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model, input_statistics
+from dpaudit.parts import Artefact, PlotStyle
 from dpaudit.privacy.claims import NonPrivateClaim, PrivacyClaim
 from dpaudit.progress import Progress
 from dpaudit.replay import ReplayTrace
@@ -469,5 +470,9 @@ DEFENSES.register(
         replay=replay_dssgd,
         summary="distributed selective SGD: participants upload a selected fraction of their updates to a parameter server, optionally by the sparse vector technique (Shokri & Shmatikov 2015)",
         order=50,
+        artefacts=(Artefact(name=UPLOADS_FILE, what="the observed participant's uploads as the server received them, turn by turn"),),
+        report_kind="dssgd",
+        run_module="dpaudit.app.runs.dssgd",
+        style=PlotStyle(colour="#999933", marker="h"),
     )
 )

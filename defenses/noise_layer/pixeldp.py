@@ -17,6 +17,7 @@ from defenses.noise_layer.training import train_certified
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from defenses.registry import DEFENSES, DefenseSpec, TrainFn
 from dpaudit import _validate as v
+from dpaudit.parts import PlotStyle
 from dpaudit.results.record import TrainedModel
 from dpaudit.train_request import TrainRequest
 from dpaudit.training import SGDConfig
@@ -62,7 +63,7 @@ train_agm = _make_nonprivate_trainer("agm", AGMConfig)
 train_hgm = _make_nonprivate_trainer("hgm", HGMConfig)
 
 
-def _register(name: str, config_type: type, train: TrainFn, summary: str, order: int) -> None:
+def _register(name: str, config_type: type, train: TrainFn, summary: str, order: int, style: PlotStyle) -> None:
     DEFENSES.register(
         DefenseSpec(
             name=name,
@@ -76,10 +77,18 @@ def _register(name: str, config_type: type, train: TrainFn, summary: str, order:
             chance_hint=CHANCE_HINT,
             summary=summary,
             order=order,
+            style=style,
         )
     )
 
 
-_register("pixeldp", PixelDPConfig, train_pixeldp, "noise layer after the first layer, classical Gaussian calibration (eps_r <= 1) (Lecuyer et al. 2019)", order=20)
-_register("agm", AGMConfig, train_agm, "PixelDP's noise layer with the analytic Gaussian calibration (Balle & Wang 2018)", order=21)
-_register("hgm", HGMConfig, train_hgm, "heterogeneous Gaussian noise layer, any eps_r > 0 (Phan et al. 2019)", order=22)
+_register(
+    "pixeldp",
+    PixelDPConfig,
+    train_pixeldp,
+    "noise layer after the first layer, classical Gaussian calibration (eps_r <= 1) (Lecuyer et al. 2019)",
+    order=20,
+    style=PlotStyle(colour="#0072B2", marker="o"),
+)
+_register("agm", AGMConfig, train_agm, "PixelDP's noise layer with the analytic Gaussian calibration (Balle & Wang 2018)", order=21, style=PlotStyle(colour="#E69F00", marker="s"))
+_register("hgm", HGMConfig, train_hgm, "heterogeneous Gaussian noise layer, any eps_r > 0 (Phan et al. 2019)", order=22, style=PlotStyle(colour="#009E73", marker="D"))

@@ -34,6 +34,7 @@ from defenses.noise_layer.training import train_certified
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import Splits
+from dpaudit.parts import PlotStyle
 from dpaudit.replay import ReplayTrace
 from dpaudit.results.record import TrainedModel
 from dpaudit.robustness.noise import NoiseLayer, find_noise_layer
@@ -228,5 +229,6 @@ DEFENSES.register(
         chance_hint="--sensitivity-control (auto picks by the first layer), --attack-norm-bound, --lot-size, --learning-rate or --epochs",
         summary="HGM noise layer + DP-SGD: DP for the training data and certified robustness (Phan et al. 2019)",
         order=23,
+        style=PlotStyle(colour="#CC79A7", marker="^"),
     )
 )

@@ -61,6 +61,7 @@ from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model
+from dpaudit.parts import Artefact, PlotStyle
 from dpaudit.privacy.pate import analysis as pate_analysis
 from dpaudit.privacy.pate import claim as pate_claim
 from dpaudit.privacy.pate import smooth_sensitivity
@@ -467,5 +468,13 @@ DEFENSES.register(
         replay=replay_pate,
         summary="teachers on disjoint partitions, noisy vote aggregation (LNMax/GNMax/Confident-GNMax), released student (Papernot et al. 2017, 2018)",
         order=40,
+        artefacts=(
+            Artefact(name="pate.npz", what="the queries asked, the noisy answers, which were answered (published)", required=True),
+            Artefact(name="pate.json", what="the aggregation and its privacy accounting (published)"),
+            Artefact(name=f"{PRIVATE_DIR}/", what="the vote matrix, the noise, the partitions, the un-sanitised data-dependent ε (never publish)"),
+        ),
+        report_kind="pate",
+        run_module="dpaudit.app.runs.pate",
+        style=PlotStyle(colour="#AA4499", marker="*"),
     )
 )

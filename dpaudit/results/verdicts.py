@@ -15,12 +15,15 @@ consumer) states the same judgement and a report only draws it:
 * model inversion: whether the reconstructions identify members (their membership score has a
   positive ε_LB), recover only the class (the evaluator's top-1 above chance) or nothing
   (Zhang et al. 2020, §4.1);
-* PATE: the student's accuracy and ε under the data-dependent and the data-independent analysis
-  (Papernot et al. 2018, §4);
-* DSSGD: the federation's accuracy against standalone and centralised training, its uploads and
-  its DP claim (Shokri & Shmatikov 2015, §5);
-* a trained model: its record, its claim (ε_UB under every accountant) and its metrics;
+* a conformance battery: a check's ε_LB above ε_UB, or no check that could have shown one;
 * a comparison: the rows' stored verdicts.
+
+A report kind (:class:`reports.kinds.ReportKind`) carries its own verdict function: a kind whose
+judgement only its page states keeps it beside itself (the PATE students, the DSSGD federation and
+the trained-model pages: ``reports/pate.py``, ``reports/dssgd.py``, ``reports/train.py``), so a new
+kind edits nothing here; this module keeps the shared :class:`Verdict`, its helpers
+(:func:`record_delta`, :func:`claim_text`, :func:`most_severe`) and the verdicts above, which
+other consumers (``--json``, JUnit, ``compare``) read as well.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from dpaudit.results.check import CheckReport
 from dpaudit.results.comparison import ComparisonResult
 from dpaudit.results.inversion import InversionResult
 from dpaudit.results.membership import MembershipResult, tpr_unresolved
-from dpaudit.results.numbers import fmt_count, fmt_lower_bound, fmt_percent, fmt_percent_lower_bound, fmt_percent_upper_bound, fmt_rate, fmt_upper_bound
+from dpaudit.results.numbers import fmt_lower_bound, fmt_percent, fmt_percent_lower_bound, fmt_percent_upper_bound, fmt_rate, fmt_upper_bound
 from dpaudit.results.record import TrainedModel
 
 __all__ = [
@@ -49,9 +52,8 @@ __all__ = [
     "lowest_resolvable_fpr",
     "certified_verdict",
     "inversion_verdict",
-    "pate_verdict",
-    "dssgd_verdict",
-    "train_verdict",
+    "check_verdict",
+    "claim_text",
     "compare_verdict",
     "record_delta",
     "most_severe",
@@ -94,7 +96,8 @@ def record_delta(record: TrainedModel) -> float:
     return float(record.metrics.get("delta") or record.config.get("delta") or 1e-5)
 
 
-def _claim_text(epsilons: Mapping[str, float], delta: float) -> str:
+def claim_text(epsilons: Mapping[str, float], delta: float) -> str:
+    """The claim in words: its tightest ε_UB at ``delta`` and the accountant that gives it."""
     if not epsilons:
         return f"no accountant bounds its claim (ε = ∞ at δ = {delta:g})"
     best = min(epsilons, key=epsilons.__getitem__)
@@ -333,90 +336,6 @@ def inversion_verdict(
             tone="info",
         )
     return Verdict(status="nothing", headline="Nothing recovered: the evaluator recognises no class above chance and no reconstruction points to members.", lines=tuple(lines), tone="ok")
-
-
-# ----------------------------------------------------------------------------------------- PATE
-def pate_verdict(students: Sequence[TrainedModel]) -> Verdict:
-    """The most accurate student: its accuracy and ε, data-dependent beside data-independent."""
-    if not students:
-        return Verdict(status="no students", headline="No PATE student is stored.", tone="info")
-    best = max(students, key=lambda s: (float(s.metrics.get("test_accuracy") or 0.0), s.model_id))
-    delta = record_delta(best)
-    claim, m = best.claim, best.metrics
-    eps = claim.epsilon(delta=delta, accountant="rdp")
-    indep = m.get("epsilon_data_independent")
-    dependent = bool(getattr(claim, "data_dependent", False))
-    sanitised = bool(getattr(claim, "sanitised", False))
-    analysis = "data-dependent analysis" if dependent else "data-independent analysis"
-    lines = [
-        f"{best.model_id}: {m.get('num_answered', '?')} of {m.get('num_queries', '?')} queries answered by {m.get('num_teachers', '?')} teachers"
-        + (f", {fmt_percent(float(m['answer_accuracy']))} of the answers correct." if m.get("answer_accuracy") is not None else "."),
-    ]
-    if indep is not None:
-        lines.append(f"Data-independent analysis of the same answers: ε = {fmt_upper_bound(float(indep))} at δ = {delta:g}.")
-    if len(students) > 1:
-        lines.append(f"{len(students)} students in this run; the table below lists each.")
-    acc = fmt_percent(m.get("test_accuracy"))
-    headline = f"The most accurate student reaches {acc} test accuracy at ε = {fmt_upper_bound(eps)} (δ = {delta:g}, {analysis}"
-    if dependent and not sanitised:
-        lines.append("A data-dependent ε is computed from the private votes: publishing it is itself not private unless sanitised (smooth sensitivity).")
-        return Verdict(status="data-dependent ε", headline=headline + ", not sanitised).", lines=tuple(lines), tone="warn")
-    if dependent:
-        return Verdict(status="data-dependent ε, sanitised", headline=headline + ", sanitised).", lines=tuple(lines), tone="info")
-    return Verdict(status="data-independent ε", headline=headline + ").", lines=tuple(lines), tone="info")
-
-
-# ---------------------------------------------------------------------------------------- DSSGD
-def dssgd_verdict(record: TrainedModel) -> Verdict:
-    """The federation's accuracy against standalone and centralised training, its uploads and its DP claim."""
-    m, c = record.metrics, record.config
-    delta = record_delta(record)
-    acc = float(m.get("test_accuracy", math.nan))
-    alone, central = m.get("standalone_test_accuracy"), m.get("centralised_test_accuracy")
-    rounds = m.get("run_rounds", c.get("rounds"))
-    participants = c.get("participants")
-    eps = record.claim.epsilons(delta=delta)
-    versus = [f"{fmt_percent(float(alone))} standalone (mean over participants)"] if alone is not None else []
-    versus += [f"{fmt_percent(float(central))} centralised"] if central is not None else []
-    lines = []
-    if m.get("uploads_per_turn") is not None and m.get("num_parameters"):
-        lines.append(
-            f"Uploads: {fmt_count(m['uploads_per_turn'])} of {fmt_count(m['num_parameters'])} parameters per turn "
-            f"({fmt_percent(m['uploads_per_turn'] / m['num_parameters'])}); {fmt_count(m.get('uploads_applied', 0))} uploads applied."
-        )
-    lines.append(f"DP claim: {_claim_text(eps, delta)}; {record.claim.statement()}.")
-    if alone is not None and m.get("standalone_test_accuracy_min") is not None:
-        lines.append(f"Standalone participants range {fmt_percent(m['standalone_test_accuracy_min'])}–{fmt_percent(m['standalone_test_accuracy_max'])}.")
-    head = f"{participants} participants, {rounds} rounds: the federation reaches {fmt_percent(acc)} test accuracy" + (f" vs {' and '.join(versus)}" if versus else "")
-    privacy = f"; {_claim_text(eps, delta)}" if eps else "; no DP guarantee (the uploads carry exact parameter changes)"
-    if m.get("near_chance"):
-        return Verdict(status="near chance", headline=f"Near chance: {head}{privacy}.", lines=tuple(lines), tone="warn")
-    if alone is not None and acc <= float(alone):
-        return Verdict(status="no gain", headline=f"No gain over training alone: {head}{privacy}.", lines=tuple(lines), tone="warn")
-    return Verdict(status="federation helps" if alone is not None else "trained", headline=f"{head[0].upper()}{head[1:]}{privacy}.", lines=tuple(lines), tone="info")
-
-
-# ------------------------------------------------------------------------------------ train-only
-_METRICS = (("train_accuracy", "train accuracy"), ("non_member_accuracy", "non-member accuracy"), ("test_accuracy", "test accuracy"))
-
-
-def train_verdict(record: TrainedModel) -> Verdict:
-    """The record, its claim (ε_UB under every accountant at its δ) and its metrics."""
-    delta = record_delta(record)
-    eps = record.claim.epsilons(delta=delta)
-    m = record.metrics
-    accs = [f"{name} {fmt_percent(float(m[key]))}" for key, name in _METRICS if isinstance(m.get(key), (int, float))]
-    what = f"{record.defense} {record.model_name} on {record.dataset}, {fmt_count(len(record.membership.members))} members"
-    lines = [f"Claim: {record.claim.statement()}."]
-    if eps:
-        lines.append("ε at δ = " + f"{delta:g}: " + ", ".join(f"{name} {fmt_upper_bound(e)}" for name, e in sorted(eps.items(), key=lambda kv: kv[1])) + ".")
-    if accs:
-        lines.append(", ".join(accs).capitalize() + ".")
-    lines.append(f"Record {record.model_id} (seed {record.seed}).")
-    test = f": {fmt_percent(float(m['test_accuracy']))} test accuracy" if isinstance(m.get("test_accuracy"), (int, float)) else ""
-    if eps:
-        return Verdict(status="private", headline=f"{what}{test}; claims {_claim_text(eps, delta)}.", lines=tuple(lines), tone="info")
-    return Verdict(status="no privacy claim", headline=f"{what}{test}; no privacy claim (ε = ∞).", lines=tuple(lines), tone="warn")
 
 
 # -------------------------------------------------------------------------------------- checks

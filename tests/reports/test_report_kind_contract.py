@@ -12,9 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
+from markupsafe import escape
 
 from dpaudit.app.cli import main
 from dpaudit.app.runs.report import render_reports
+from dpaudit.results.verdicts import Verdict
 from dpaudit.store import RunDir
 from reports.kinds import REPORT_KINDS, ReportKind, ordered_kinds
 
@@ -33,9 +35,10 @@ def check_report_kind(kind: ReportKind, run: RunDir, tmp_path: Path, capsys: pyt
     An empty run gives it nothing to render (and is no error); the sample gives it at least one
     item; ``dpaudit report`` writes one non-empty HTML page with its Markdown twin per item,
     lists the pages under the kind's name, links each from both indexes under the kind's
-    heading, and exits 3 exactly when a page reports a stored violation; a second rendering
-    writes the same bytes and :class:`~dpaudit.app.runs.report.ReportIndex` names the same pages.
-    Returns the kind's HTML pages.
+    heading, and exits 3 exactly when a page reports a stored violation; every page opens with
+    one verdict box, the one the kind's ``verdict`` judges its item to (:func:`check_verdict_boxes`);
+    a second rendering writes the same bytes and :class:`~dpaudit.app.runs.report.ReportIndex`
+    names the same pages. Returns the kind's HTML pages.
     """
     assert REPORT_KINDS[kind.name] is kind
     assert list(kind.load(RunDir(tmp_path / "empty").create(command="test"))) == []
@@ -53,6 +56,14 @@ def check_report_kind(kind: ReportKind, run: RunDir, tmp_path: Path, capsys: pyt
         assert page.with_suffix(".md").read_text(encoding="utf-8").strip()
         assert f'href="{page.name}"' in index_html
         assert f"({page.with_suffix('.md').name})" in index_md
+    check_verdict_boxes(pages, Path(payload["index"]))
+    # The box each page opens with is the kind's own verdict of its item, not one the page made up.
+    for item, page in zip(items, pages, strict=True):
+        verdict = kind.verdict(item)
+        assert isinstance(verdict, Verdict), f"{kind.name}.verdict returned {type(verdict).__name__}, not a Verdict"
+        html = page.read_text(encoding="utf-8")
+        assert f'<p class="verdict-status">{escape(verdict.status)}</p>' in html, page
+        assert escape(verdict.headline) in html, page
     first = {p.name: p.read_bytes() for p in run.reports_dir().iterdir()}
     index = render_reports(run)
     assert index.pages_of(kind.name) == getattr(index, kind.name) == tuple(pages)
@@ -76,8 +87,7 @@ def test_report_kind_contract(name, report_samples, tmp_path, capsys):
     if name not in report_samples:
         pytest.fail(f"report kind {name!r} has no sample run: add a builder to REPORT_SAMPLES in tests/reports/conftest.py")
     run = report_samples[name](tmp_path / "run")
-    pages = check_report_kind(REPORT_KINDS[name], run, tmp_path, capsys)
-    check_verdict_boxes(pages, run.reports_dir() / "index.html")
+    check_report_kind(REPORT_KINDS[name], run, tmp_path, capsys)
 
 
 def test_the_index_keeps_its_order_and_every_kind_its_own_heading():
@@ -103,9 +113,10 @@ def test_a_compare_violation_is_reported_and_exits_3(report_samples, tmp_path, c
         ("group", "", "group"),
         ("order", 1.5, "order"),
         ("load", None, "load"),
+        ("verdict", "violation", "verdict"),
     ],
 )
 def test_a_malformed_kind_is_refused(field, value, match):
-    fields = {"name": "toy", "group": "Toy", "order": 1, "load": lambda run: [], "render": lambda item, out: None}
+    fields = {"name": "toy", "group": "Toy", "order": 1, "load": lambda run: [], "verdict": lambda item: None, "render": lambda item, out: None}
     with pytest.raises((ValueError, TypeError), match=match):
         ReportKind(**{**fields, field: value})

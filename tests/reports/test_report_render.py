@@ -74,15 +74,23 @@ def test_report_verb_exit_codes(make_run, full_run, tmp_path, capsys):
 def test_rendering_imports_no_torch(make_run, tmp_path):
     # The pages are rendered by reports/ alone, from stored results: every kind's load and render
     # import no torch. (dpaudit report itself loads the defense registry first, to verify each
-    # record as attack does; the rendering after it needs none.)
+    # record as attack does, and hands the pages what the parts declare — their files, report
+    # kinds and looks — as torch-free values; the rendering after it needs no part.)
+    from dpaudit.parts import catalogue_from_registries
+
     make_run(tmp_path / "run")
+    catalogue = catalogue_from_registries()
+    assert catalogue.styles["dpsgd"].colour == "#D55E00" and catalogue.defenses["pate"].report_kind == "pate"
     code = (
         "import sys\n"
         "from pathlib import Path\n"
+        "from dpaudit.parts import Artefact, DefenseDeclaration, PartCatalogue, PlotStyle, using_parts\n"
         "from dpaudit.store import RunDir\n"
         "from reports.kinds import ordered_kinds\n"
         f"run = RunDir({str(tmp_path / 'run')!r})\n"
-        "pages = [kind.render(item, run.reports_dir()) for kind in ordered_kinds() for item in kind.load(run)]\n"
+        f"catalogue = {catalogue!r}\n"
+        "with using_parts(catalogue):\n"
+        "    pages = [kind.render(item, run.reports_dir()) for kind in ordered_kinds() for item in kind.load(run)]\n"
         "assert pages\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'attacks', 'defenses'))\n"
         "assert not bad, bad[:5]\n"
@@ -168,10 +176,10 @@ def test_membership_roc_legend_outside_and_fixed_colours():
 
 
 def test_palette_is_fixed_and_distinct():
-    from reports.figures import PALETTE, colour, style
+    from reports.figures import colour, style
 
     methods = ["pixeldp", "agm", "hgm", "secure-sgd", "smoothing", "fgsm", "ifgsm", "pgd", "mim", "loss", "lira", "rmia", "shadow"]
-    assert len({PALETTE[m] for m in methods}) == len(methods)
+    assert len({colour(m) for m in methods}) == len(methods)
     assert colour("PGD") == colour("pgd") and colour("unknown-method") == colour("unknown-method")
     evasion = [style(m) for m in ("fgsm", "ifgsm", "pgd", "mim")]
     assert len({str(s["linestyle"]) for s in evasion}) == 4 and len({s["marker"] for s in evasion}) == 4

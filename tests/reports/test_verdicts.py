@@ -1,4 +1,7 @@
-"""The verdict of every page kind, judged in the core from stored values (issue 34, item 2): each status reachable."""
+"""The verdict of every page kind, judged from stored values (issue 34, item 2): each status reachable.
+
+The shared verdicts live in the core; the PATE, DSSGD and trained-model verdicts beside their report kinds.
+"""
 
 from __future__ import annotations
 
@@ -18,15 +21,15 @@ from dpaudit.results.verdicts import (
     audit_verdict,
     certified_verdict,
     compare_verdict,
-    dssgd_verdict,
     inversion_verdict,
     lowest_resolvable_fpr,
     membership_verdict,
     most_severe,
-    pate_verdict,
     rank_attacks,
-    train_verdict,
 )
+from reports.dssgd import dssgd_verdict
+from reports.pate import pate_verdict
+from reports.train import train_verdict
 
 
 def _audit(lb: float, ub: float, ceiling: float | None) -> AuditResult:

@@ -97,6 +97,7 @@ class _Uploads:
 
 def _load_uploads(target: str | os.PathLike[str], max_turns: int | None) -> _Uploads:
     """Reads the record's uploads (the target named when it is not a DSSGD record with ``uploads.npz``)."""
+    from defenses import DEFENSES
     from defenses.dssgd.defense import UPLOADS_FILE
     from dpaudit.app.records import verify_record
     from dpaudit.results.record import load_record, resolve_record_dir
@@ -107,7 +108,9 @@ def _load_uploads(target: str | os.PathLike[str], max_turns: int | None) -> _Upl
         raise v.invalid("target", f"target: {exc}") from None
     record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     path = rdir / UPLOADS_FILE
-    if record.defense != "dssgd" or not path.is_file():
+    defense = DEFENSES.get(record.defense)
+    # The uploads are an artefact of the defenses whose records this run works on (DSSGD's), nothing else's.
+    if defense is None or defense.run_module != __name__ or not path.is_file():
         raise v.invalid("target", f"target: {str(rdir)!r} is a {record.defense!r} record without {UPLOADS_FILE}; the upload attacks need a DSSGD record (dpaudit train --defense dssgd)")
     with np.load(path, allow_pickle=False) as z:
         sizes, indices, values = z["sizes"], z["indices"], z["values"]

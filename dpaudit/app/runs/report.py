@@ -147,8 +147,8 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir, *, format: str = "h
             it leads outside it (one line naming the file and field, before anything is written).
         NothingToRender: no report kind finds anything to show in it.
     """
-    from reports.kinds import ordered_kinds
-    from reports.render import PAGE_SUFFIX, REPORT_FORMATS, report_format, write_index_files
+    from dpaudit.parts import catalogue_from_registries, using_parts
+    from reports.render import REPORT_FORMATS
 
     if format not in REPORT_FORMATS:
         raise v.invalid("format", f"format must be one of {', '.join(REPORT_FORMATS)}, got {format!r}")
@@ -156,6 +156,15 @@ def render_reports(run_dir: str | os.PathLike[str] | RunDir, *, format: str = "h
     if not run.path.is_dir():
         raise v.invalid("run_dir", f"run_dir must be a directory, got {str(run.path)!r}")
     _verify(run)  # before any loader reads a file a reference names
+    # The parts' files, report kinds and looks, read once here: the pages then read no registry.
+    with using_parts(catalogue_from_registries()):
+        return _render(run, format=format)
+
+
+def _render(run: RunDir, *, format: str) -> ReportIndex:
+    from reports.kinds import ordered_kinds
+    from reports.render import PAGE_SUFFIX, report_format, write_index_files
+
     found = [(kind, list(kind.load(run))) for kind in ordered_kinds()]
     if not any(items for _, items in found):
         raise NothingToRender(
