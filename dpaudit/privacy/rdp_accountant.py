@@ -141,7 +141,7 @@ def _warn_if_edge(orders: tuple[float, ...], best: int, name: str) -> None:
         warnings.warn(
             f"{name}: the optimal RDP order {orders[best]} lies at the end of the order grid; the bound is valid but may be loose",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of compute_epsilon_detailed, past the registered entry
         )
 
 

@@ -617,7 +617,7 @@ def test_delta_from_an_accountant_without_one_is_refused(accountant):
 def test_docs_accountant_table_lists_the_registry():
     from pathlib import Path
 
-    page = (Path(__file__).parents[2] / "docs" / "privacy" / "accounting.md").read_text(encoding="utf-8")
+    page = (Path(__file__).parents[2] / "docs/privacy/accounting.md").read_text(encoding="utf-8")
     listed = [line.split("|")[1].strip().strip("`") for line in page.splitlines() if line.startswith("| `")]
     assert sorted(listed) == sorted(accountant_names.ACCOUNTANTS.names())  # the page lists loosest first
 
