@@ -461,6 +461,7 @@ OPEN_UNIT = [(0.0, ValueError), (1.0, ValueError), (-0.1, ValueError), (1.5, Val
              (INF, ValueError), (True, TypeError), ("0.1", TypeError), (None, TypeError)]  # fmt: skip
 POSITIVE = [(0.0, ValueError), (-1.0, ValueError), (-INF, ValueError), (NAN, ValueError), (INF, ValueError),
             (True, TypeError), ("1.0", TypeError), (None, TypeError)]  # fmt: skip
+NON_NEGATIVE = [(-1.0, ValueError), (NAN, ValueError), (INF, ValueError), (True, TypeError), ("1.0", TypeError), (None, TypeError)]
 HALF_OPEN = [(0.0, ValueError), (-0.1, ValueError), (1.0001, ValueError), (NAN, ValueError), (INF, ValueError),
              (False, TypeError), ("0.1", TypeError)]  # fmt: skip
 INTEGER0 = [(-1, ValueError), (2.5, TypeError), (100.0, TypeError), (True, TypeError), ("3", TypeError),
@@ -481,6 +482,11 @@ PUBLIC = {
         lambda **kw: accountants.compute_epsilon(_GOOD_EVENT, **kw),
         {"delta": 1e-5, "accountant": "rdp", "neighbouring": "add_or_remove_one"},
         {"delta": OPEN_UNIT, "accountant": ACCOUNTANT, "neighbouring": NEIGHBOURING},
+    ),
+    "compute_delta": (
+        lambda **kw: accountants.compute_delta(_GOOD_EVENT, **kw),
+        {"epsilon": 1.0, "accountant": "rdp", "neighbouring": "add_or_remove_one"},
+        {"epsilon": NON_NEGATIVE, "accountant": ACCOUNTANT, "neighbouring": NEIGHBOURING},
     ),
     "calibrate_noise_multiplier": (
         calibration.calibrate_noise_multiplier,
