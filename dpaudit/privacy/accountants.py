@@ -30,20 +30,26 @@ bound or *declines* (below); none prints a number its theorem does not support.
     Privacy loss distributions (Koskela et al. 2020; Doroshenko et al. 2022), the tightest in
     practice; ``dp_accounting``'s pessimistic estimate, so it stays an upper bound.
 
-Declining: ``naive`` and ``strong`` bound compositions of (Poisson-sampled) Gaussian steps under
-add/remove-one only. For any other event or relation :func:`compute_epsilon_detailed` returns an
+The accountants are the entries of the registry :data:`ACCOUNTANTS`
+(:mod:`dpaudit.privacy.accountant_names`), one module each under
+:mod:`dpaudit.privacy.accounting`; each declares which events it supports, as
+``dp_accounting``'s ``supports(event)`` does, and how it computes ε (and δ where it can). This
+module applies what they share around that.
+
+Declining: an accountant that does not support an event (``naive`` and ``strong``: anything but
+(Poisson-sampled) Gaussian steps under add/remove-one; ``moments``, ``rdp``, ``pld``: what
+``dp_accounting`` cannot analyse) gets no number. :func:`compute_epsilon_detailed` returns an
 :class:`EpsilonResult` with ``declined`` set, ``epsilon`` = ∞ (trivially valid, so a caller
 that ignores the flag stays sound) and the reason in ``note``; :func:`compute_epsilon` raises
 :class:`AccountantDeclined` (a ``ValueError``), so a claim's by-accountant mapping leaves the
-accountant out and its headline bound picks among the others. The other accountants raise
-``ValueError`` for events ``dp_accounting`` cannot analyse.
+accountant out and its headline bound picks among the others.
 
 RDP and PLD come from ``dp_accounting``; what it lacks (the standard conversion on integer
 orders, strong composition, calibration that never overshoots) is written here, one module per
 family: :mod:`~dpaudit.privacy.composition` (``naive``, ``strong``),
 :mod:`~dpaudit.privacy.rdp_accountant` (``moments``, ``rdp``), :mod:`~dpaudit.privacy.pld_accountant`
 (``pld``), with the events they read in :mod:`~dpaudit.privacy.events` and the calibrations in
-:mod:`~dpaudit.privacy.calibration`. This module dispatches among them.
+:mod:`~dpaudit.privacy.calibration`.
 
 Bounded resources and extreme inputs (issue 11):
 
@@ -51,7 +57,7 @@ Bounded resources and extreme inputs (issue 11):
   grows like (per-step loss range) / step and, under composition, with T. Before
   ``dp_accounting`` allocates anything, :func:`compute_epsilon_detailed` estimates the bytes
   the grid will need (:func:`~dpaudit.privacy.pld_accountant.pld_memory_estimate`); above :data:`~dpaudit.privacy.pld_accountant.PLD_MEMORY_BUDGET` it answers
-  with the ``rdp`` bound instead, and says so (:class:`EpsilonResult`.computed_by and ``note``;
+  with its fallback's (``rdp``) bound instead, and says so (:class:`EpsilonResult`.computed_by and ``note``;
   :func:`compute_epsilon` additionally warns with :class:`PLDFallbackWarning`). The RDP bound
   is an upper bound too, only looser, so a fallback never understates ε.
 * Noise multipliers above :data:`NOISE_MULTIPLIER_MAX` are evaluated at that value: more noise
@@ -67,19 +73,16 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from dp_accounting import dp_event as dpe
 
 from dpaudit import _validate as v
-from dpaudit.privacy import composition
-from dpaudit.privacy.accountant_names import ACCOUNTANTS
+from dpaudit.privacy.accountant_names import ACCOUNTANTS, MAX_NUM_STEPS, AccountantSpec
 from dpaudit.privacy.events import DP_ACCOUNTING_RELATIONS, NOISE_MULTIPLIER_MIN, check_counts, clamp_sigma, contains_non_private, drop_empty, smallest_active_sigma
-from dpaudit.privacy.pld_accountant import PLD_MEMORY_BUDGET, pld_epsilon, pld_memory_estimate
-from dpaudit.privacy.rdp_accountant import moments_epsilon, rdp_epsilon, rdp_supports
+from dpaudit.privacy.pld_accountant import PLD_MEMORY_BUDGET
 
-__all__ = ["AccountantDeclined", "EpsilonResult", "PLDFallbackWarning", "compute_epsilon", "compute_epsilon_detailed"]
+__all__ = ["ACCOUNTANTS", "MAX_NUM_STEPS", "AccountantDeclined", "AccountantSpec", "EpsilonResult", "PLDFallbackWarning", "compute_delta", "compute_epsilon", "compute_epsilon_detailed"]
 
 
 class PLDFallbackWarning(RuntimeWarning):
@@ -118,15 +121,6 @@ class EpsilonResult:
         return self.computed_by != self.accountant
 
 
-_DISPATCH: dict[str, Callable[[dpe.DpEvent, float, str], float]] = {
-    "naive": lambda e, d, _n: composition.naive_epsilon(e, d),
-    "moments": moments_epsilon,
-    "rdp": rdp_epsilon,
-    "pld": pld_epsilon,
-    "strong": lambda e, d, _n: composition.strong_epsilon(e, d),
-}
-
-
 def _fmt_bytes(n: float) -> str:
     return "an unbounded amount of memory" if not math.isfinite(n) else f"~{n / 1e9:.3g} GB"
 
@@ -141,61 +135,76 @@ def compute_epsilon_detailed(
 ) -> EpsilonResult:
     """ε at ``delta`` under the named accountant, with the accountant that actually produced it.
 
-    Like :func:`compute_epsilon`, but never warns: a ``pld`` request whose grid would exceed
-    ``memory_budget`` bytes (:func:`pld_memory_estimate`) is answered by ``rdp``, reported in
+    Like :func:`compute_epsilon`, but never warns: a request whose evaluation would exceed
+    ``memory_budget`` bytes (``pld``: :func:`~dpaudit.privacy.pld_accountant.pld_memory_estimate`)
+    is answered by the accountant's fallback (``rdp``), reported in
     :attr:`EpsilonResult.computed_by` and :attr:`EpsilonResult.note`.
 
     Args:
         event: a ``dp_accounting`` DpEvent describing everything that touched the data.
         delta: target δ ∈ (0, 1).
-        accountant: one of :data:`ACCOUNTANTS`.
+        accountant: the name of a registered accountant (:data:`ACCOUNTANTS`).
         neighbouring: ``add_or_remove_one`` (the DP-SGD analysis) or ``replace_one``.
-        memory_budget: bytes the PLD accountant may use (default :data:`PLD_MEMORY_BUDGET`).
+        memory_budget: bytes the accountant may use (default :data:`PLD_MEMORY_BUDGET`).
 
-    An accountant whose formula does not apply (``naive``/``strong`` on anything but
-    Poisson-sampled Gaussian steps under add/remove-one) declines: the result has ``declined``
-    set, ``epsilon`` = ∞ and the reason in ``note``.
+    An accountant that does not support the event (:meth:`AccountantSpec.supports`; ``naive``
+    and ``strong`` bound Poisson-sampled Gaussian steps under add/remove-one only) declines:
+    the result has ``declined`` set, ``epsilon`` = ∞ and the reason in ``note``.
 
     Raises:
         ValueError: unknown accountant or neighbouring relation, δ outside (0, 1), a step count
-            above :data:`MAX_NUM_STEPS`, or an event ``moments``/``rdp``/``pld`` cannot analyse.
+            above :data:`MAX_NUM_STEPS`, or an evaluation beyond ``memory_budget`` that no
+            fallback can answer.
     """
     delta = v.open_unit("delta", delta)
-    accountant = v.choice("accountant", accountant, ACCOUNTANTS)
-    neighbouring = v.choice("neighbouring", neighbouring, tuple(DP_ACCOUNTING_RELATIONS))
-    memory_budget = v.positive("memory_budget", memory_budget, allow_inf=True)
+    spec = _spec(accountant)
+    event, early = _prepare(event, spec, neighbouring, memory_budget)
+    if early is not None:
+        return early
+    fallback = ACCOUNTANTS[spec.fallback] if spec.fallback is not None else None
+    need = spec.memory_estimate(event, neighbouring) if spec.memory_estimate is not None else None
+    if need is not None and need > memory_budget:
+        if fallback is None or not fallback.supports(event, neighbouring):
+            after = f", and {fallback.name!r} cannot analyse it under {neighbouring}" if fallback is not None else ""
+            raise v.invalid("accountant", f"accountant {spec.name!r} would need {_fmt_bytes(need)} for this event (budget {memory_budget / 1e9:.3g} GB){after}")
+        note = f"{spec.name} would need {_fmt_bytes(need)} (budget {memory_budget / 1e9:.3g} GB); using {fallback.name} instead"
+        return EpsilonResult(fallback.epsilon(event, delta, neighbouring), spec.name, fallback.name, note)
+    eps = spec.epsilon(event, delta, neighbouring)
+    if math.isinf(eps) and spec.unresolved and fallback is not None and fallback.supports(event, neighbouring):
+        # The event is private (checked above), so an infinite bound means δ lies below what
+        # the accountant resolves (PLD: the mass dp_accounting's truncations move to +∞, ~1e-15).
+        other = fallback.epsilon(event, delta, neighbouring)
+        if math.isfinite(other):
+            note = f"{spec.name} cannot resolve delta={delta:g} ({spec.unresolved}); using {fallback.name} instead"
+            return EpsilonResult(other, spec.name, fallback.name, note)
+    return EpsilonResult(eps, spec.name, spec.name)
+
+
+def _spec(accountant: object) -> AccountantSpec:
+    """The registered accountant named ``accountant`` (the message lists every registered name)."""
+    name = v.choice("accountant", accountant, ACCOUNTANTS.names())
+    return ACCOUNTANTS[name]
+
+
+def _prepare(event: object, spec: AccountantSpec, neighbouring: str, memory_budget: float) -> tuple[dpe.DpEvent, EpsilonResult | None]:
+    """What every accountant shares before its own analysis: validation, then the answers that
+    need none (non-private → ∞, a declined event, σ below the floor → ∞); else the normalised event."""
+    v.choice("neighbouring", neighbouring, tuple(DP_ACCOUNTING_RELATIONS))
+    v.positive("memory_budget", memory_budget, allow_inf=True)
     if not isinstance(event, dpe.DpEvent):
         raise v.invalid_type("event", f"event must be a dp_accounting DpEvent, got {event!r}")
     check_counts(event)
     if contains_non_private(event):
-        return EpsilonResult(math.inf, accountant, accountant)
+        return event, EpsilonResult(math.inf, spec.name, spec.name)
     event = drop_empty(event)
-    if accountant in ("strong", "naive"):
-        reason = composition.decline_reason(event, neighbouring)
-        if reason:
-            return EpsilonResult(math.inf, accountant, accountant, reason, declined=True)
+    reason = spec.decline_reason(event, neighbouring)
+    if reason:
+        return event, EpsilonResult(math.inf, spec.name, spec.name, reason, declined=True)
     smallest = smallest_active_sigma(event)
     if smallest < NOISE_MULTIPLIER_MIN:
         note = f"noise multiplier {smallest:g} < {NOISE_MULTIPLIER_MIN:g}: epsilon exceeds the floating-point range, reported as inf"
-        return EpsilonResult(math.inf, accountant, accountant, note)
-    event = clamp_sigma(event)
-    if accountant == "pld":
-        need = pld_memory_estimate(event, neighbouring=neighbouring)
-        if need is not None and need > memory_budget:
-            if not rdp_supports(event, neighbouring):
-                raise v.invalid("accountant", f"accountant 'pld' would need {_fmt_bytes(need)} for this event (budget {memory_budget / 1e9:.3g} GB), and 'rdp' cannot analyse it under {neighbouring}")
-            note = f"pld would need {_fmt_bytes(need)} (budget {memory_budget / 1e9:.3g} GB); using rdp instead"
-            return EpsilonResult(rdp_epsilon(event, delta, neighbouring), accountant, "rdp", note)
-        eps = pld_epsilon(event, delta, neighbouring)
-        if math.isinf(eps) and rdp_supports(event, neighbouring):
-            # The event is private (checked above), so an infinite PLD bound means δ lies below
-            # the mass dp_accounting's truncations move to +∞ (~1e-15): RDP still resolves it.
-            rdp = rdp_epsilon(event, delta, neighbouring)
-            if math.isfinite(rdp):
-                note = f"pld cannot resolve delta={delta:g} (below its truncated tail mass); using rdp instead"
-                return EpsilonResult(rdp, accountant, "rdp", note)
-        return EpsilonResult(eps, accountant, accountant)
-    return EpsilonResult(_DISPATCH[accountant](event, delta, neighbouring), accountant, accountant)
+        return event, EpsilonResult(math.inf, spec.name, spec.name, note)
+    return clamp_sigma(event), None
 
 
 def compute_epsilon(event: dpe.DpEvent, *, delta: float, accountant: str = "pld", neighbouring: str = "add_or_remove_one") -> float:
@@ -226,3 +235,43 @@ def compute_epsilon(event: dpe.DpEvent, *, delta: float, accountant: str = "pld"
     if result.fell_back:
         warnings.warn(result.note, PLDFallbackWarning, stacklevel=2)
     return result.epsilon
+
+
+def compute_delta(event: dpe.DpEvent, *, epsilon: float, accountant: str = "pld", neighbouring: str = "add_or_remove_one", memory_budget: float = PLD_MEMORY_BUDGET) -> float:
+    """δ at ``epsilon`` of the mechanism described by ``event``, for accountants that give one.
+
+    The counterpart of :func:`compute_epsilon`: an upper bound on the δ(ε) of the mechanism
+    (1 for a non-private step or a noise multiplier below :data:`NOISE_MULTIPLIER_MIN`, trivially
+    valid). An evaluation beyond ``memory_budget`` is answered by the accountant's fallback,
+    with a :class:`PLDFallbackWarning`.
+
+    Args:
+        event: a ``dp_accounting`` DpEvent describing everything that touched the data.
+        epsilon: ε ≥ 0.
+        accountant: a registered accountant whose entry has a ``delta`` (``moments``, ``rdp``, ``pld``).
+        neighbouring: ``add_or_remove_one`` or ``replace_one``.
+        memory_budget: bytes the accountant may use.
+
+    Raises:
+        AccountantDeclined: the accountant does not support the event (a ValueError).
+        ValueError: unknown accountant, one without a δ analysis, ε < 0 or not finite, an
+            unknown relation, or a step count above :data:`MAX_NUM_STEPS`.
+    """
+    epsilon = v.non_negative("epsilon", epsilon)
+    spec = _spec(accountant)
+    if spec.delta is None:
+        with_delta = ", ".join(name for name in ACCOUNTANTS.names() if ACCOUNTANTS[name].delta is not None)
+        raise v.invalid("accountant", f"accountant {spec.name!r} gives no delta for a given epsilon (those that do: {with_delta}); got accountant={accountant!r}")
+    event, early = _prepare(event, spec, neighbouring, memory_budget)
+    if early is not None:
+        if early.declined:
+            raise AccountantDeclined(f"accountant {spec.name!r} declines: {early.note}")
+        return 1.0  # no privacy, or σ below the floor: only the trivial δ is certain
+    need = spec.memory_estimate(event, neighbouring) if spec.memory_estimate is not None else None
+    if need is not None and need > memory_budget:
+        fallback = ACCOUNTANTS[spec.fallback] if spec.fallback is not None else None
+        if fallback is None or fallback.delta is None or not fallback.supports(event, neighbouring):
+            raise v.invalid("accountant", f"accountant {spec.name!r} would need {_fmt_bytes(need)} for this event (budget {memory_budget / 1e9:.3g} GB), and no fallback gives its delta")
+        warnings.warn(f"{spec.name} would need {_fmt_bytes(need)} (budget {memory_budget / 1e9:.3g} GB); using {fallback.name} instead", PLDFallbackWarning, stacklevel=2)
+        return fallback.delta(event, epsilon, neighbouring)
+    return spec.delta(event, epsilon, neighbouring)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -193,7 +193,7 @@ class EpsilonUpperBound:
 
 # ε_UB per (claim JSON, δ): claims are immutable values and ε_UB a pure function of them, and
 # PLD costs up to a second while seeded repetitions audit the same claim many times.
-_EPSILONS: dict[tuple[str, float], dict[str, float]] = {}
+_EPSILONS: dict[tuple[str, float, tuple[str, ...]], dict[str, float]] = {}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,8 +264,11 @@ class PrivacyClaim:
         """ε_UB at ``delta`` under ``accountant`` (``math.inf`` when nothing is guaranteed)."""
         raise NotImplementedError
 
-    #: The accountants that can analyse this kind of claim (none for a claim without a mechanism).
-    accountants: ClassVar[tuple[str, ...]] = ACCOUNTANTS
+    #: The accountants that may analyse this kind of claim, in listing order: every registered
+    #: one (:data:`~dpaudit.privacy.accountant_names.ACCOUNTANTS`, read at each use, so a newly
+    #: registered accountant joins) for an event-based claim; a claim kind with its own analysis
+    #: names its own; none for a claim without a mechanism.
+    accountants: ClassVar[Collection[str]] = ACCOUNTANTS
 
     def epsilons(self, *, delta: float) -> dict[str, float]:
         """ε_UB at ``delta`` under every applicable accountant (in registry order).
@@ -279,7 +282,7 @@ class PrivacyClaim:
             ValueError: no applicable accountant can evaluate the claim.
         """
         delta = v.open_unit("delta", delta)
-        key = (json.dumps(self.to_dict(), sort_keys=True, default=str), float(delta))
+        key = (json.dumps(self.to_dict(), sort_keys=True, default=str), float(delta), tuple(self.accountants))
         if key not in _EPSILONS:
             values: dict[str, float] = {}
             for name in self.accountants:
@@ -399,7 +402,7 @@ class NonPrivateClaim(PrivacyClaim):
     """No privacy mechanism ran: ε = ∞ under every accountant (explicit, never ``None``)."""
 
     kind: ClassVar[str] = "nonprivate"
-    accountants: ClassVar[tuple[str, ...]] = ()
+    accountants: ClassVar[Collection[str]] = ()
     description: str = "trained without a privacy mechanism"
 
     @property
@@ -408,7 +411,7 @@ class NonPrivateClaim(PrivacyClaim):
 
     def epsilon(self, *, delta: float, accountant: str = "pld") -> float:
         v.open_unit("delta", delta)
-        v.choice("accountant", accountant, ACCOUNTANTS)
+        v.choice("accountant", accountant, ACCOUNTANTS.names())
         return math.inf
 
 

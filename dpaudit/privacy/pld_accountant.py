@@ -25,7 +25,7 @@ from scipy import fft
 from dpaudit import _validate as v
 from dpaudit.privacy.events import DP_ACCOUNTING_RELATIONS, clamp_sigma, drop_empty
 
-__all__ = ["PLD_DISCRETIZATION", "PLD_MEMORY_BUDGET", "pld_epsilon", "pld_memory_estimate"]
+__all__ = ["PLD_DISCRETIZATION", "PLD_MEMORY_BUDGET", "pld_delta", "pld_epsilon", "pld_memory_estimate", "pld_supports"]
 
 # PLD discretisation: 1e-4 in the privacy-loss domain keeps ε within ~0.1 % of the exact
 # curve for DP-SGD-sized compositions while composing 10^4 steps in about a second.
@@ -68,6 +68,24 @@ def pld_epsilon(event: dpe.DpEvent, delta: float, neighbouring: str) -> float:
     finally:
         del acc
         _release_fft_plans()
+
+
+def pld_delta(event: dpe.DpEvent, epsilon: float, neighbouring: str) -> float:
+    """δ at ``epsilon`` of the pessimistic PLD (an upper bound on the true δ(ε))."""
+    acc = pld_privacy_accountant.PLDAccountant(neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring], value_discretization_interval=PLD_DISCRETIZATION)
+    if not acc.supports(event):
+        raise v.invalid("accountant", f"accountant 'pld' does not support the event {event!r}")
+    try:
+        acc.compose(event)
+        return float(min(1.0, acc.get_delta(epsilon)))
+    finally:
+        del acc
+        _release_fft_plans()
+
+
+def pld_supports(event: dpe.DpEvent, neighbouring: str) -> bool:
+    """Whether ``dp_accounting``'s PLD accountant can analyse ``event`` under ``neighbouring``."""
+    return bool(pld_privacy_accountant.PLDAccountant(neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring]).supports(event))
 
 
 def _pld_gaussian_parts(event: dpe.DpEvent, count: int = 1) -> list[tuple[int, float, float, bool]] | None:

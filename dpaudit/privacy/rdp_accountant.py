@@ -23,7 +23,7 @@ from scipy import special
 from dpaudit import _validate as v
 from dpaudit.privacy.events import DP_ACCOUNTING_RELATIONS
 
-__all__ = ["MOMENTS_ORDERS", "RDP_ORDERS", "moments_epsilon", "rdp_epsilon", "rdp_supports"]
+__all__ = ["MOMENTS_ORDERS", "RDP_ORDERS", "moments_delta", "moments_epsilon", "rdp_delta", "rdp_epsilon", "rdp_supports"]
 
 # Abadi et al. track moments for λ ≤ 32, i.e. RDP orders 2..33.
 MOMENTS_ORDERS = tuple(range(2, 34))
@@ -141,7 +141,7 @@ def _warn_if_edge(orders: tuple[float, ...], best: int, name: str) -> None:
         warnings.warn(
             f"{name}: the optimal RDP order {orders[best]} lies at the end of the order grid; the bound is valid but may be loose",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of compute_epsilon_detailed, past the registered entry
         )
 
 
@@ -162,6 +162,24 @@ def rdp_epsilon(event: dpe.DpEvent, delta: float, neighbouring: str) -> float:
     if 0 < eps < math.inf and order in RDP_ORDERS:
         _warn_if_edge(RDP_ORDERS, RDP_ORDERS.index(order), "rdp")
     return float(eps)
+
+
+def moments_delta(event: dpe.DpEvent, epsilon: float, neighbouring: str) -> float:
+    """δ at ``epsilon`` by the standard conversion inverted: min over the integer orders of e^{(α−1)(RDP(α) − ε)}."""
+    rdp = _rdp_curve(event, MOMENTS_ORDERS, neighbouring)
+    if np.all(rdp == 0):
+        return 0.0
+    orders = np.asarray(MOMENTS_ORDERS, dtype=float)
+    with np.errstate(over="ignore"):
+        log_delta = (orders - 1.0) * (rdp - epsilon)
+    return float(min(1.0, math.exp(min(0.0, float(np.min(log_delta))))))
+
+
+def rdp_delta(event: dpe.DpEvent, epsilon: float, neighbouring: str) -> float:
+    """δ at ``epsilon`` from the fine-grid RDP curve (``dp_accounting``'s conversion)."""
+    rdp = _rdp_curve(event, RDP_ORDERS, neighbouring)
+    delta, _ = rdp_privacy_accountant.compute_delta(RDP_ORDERS, rdp, epsilon)
+    return float(min(1.0, delta))
 
 
 def rdp_supports(event: dpe.DpEvent, neighbouring: str) -> bool:

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from dpaudit.privacy import accountants
+from dpaudit.privacy.accountant_names import ACCOUNTANTS
 from tests.privacy.accounting_reference import moments_epsilon
 
 EPS = ("epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--num-steps", "10000", "--delta", "1e-5")
@@ -15,9 +16,9 @@ def test_epsilon_json_reproduces_reference_vectors(cli):
     code, out, _ = cli.run(*EPS, "--json")
     assert code == 0
     data = json.loads(out)
-    assert {"moments", "rdp", "pld", "strong"} <= set(data)
+    assert set(ACCOUNTANTS.names()) <= set(data)
     # which accountant produced each value: here each one itself (no fallback)
-    assert data["computed_by"] == {n: n for n in ("moments", "rdp", "pld", "strong", "naive")} and data["notes"] == {}
+    assert data["computed_by"] == {n: n for n in ACCOUNTANTS.names()} and data["notes"] == {}
     assert data["moments"] == pytest.approx(moments_epsilon(0.01, 4.0, 10_000, 1e-5), rel=1e-9)  # 1.2586, by its closed form
     assert data["rdp"] == pytest.approx(1.0355, abs=5e-5)
     assert data["pld"] == pytest.approx(0.947, rel=0.01)
@@ -216,10 +217,10 @@ def test_extreme_noise_multiplier_exits_0(cli, sigma):
     assert code == 0, err
     data = json.loads(out)
     if sigma == "1e-300":
-        assert all(data[n] == "inf" for n in ("moments", "rdp", "pld", "strong"))
+        assert all(data[n] == "inf" for n in ACCOUNTANTS.names())
         assert "exceeds the floating-point range" in data["notes"]["pld"]
     else:
-        assert all(0.0 <= data[n] < 0.5 for n in ("moments", "rdp", "pld", "strong"))
+        assert all(0.0 <= data[n] < 0.5 for n in ACCOUNTANTS.names())
 
 
 def test_solve_sigma_for_a_huge_target_says_where_the_search_stops(cli):

@@ -426,7 +426,7 @@ def test_heterogeneous_composition_adds_rdp():
     curve = rdp_accountant._rdp_curve(both, rdp_accountant.RDP_ORDERS, "add_or_remove_one")
     expected = 100 * rdp_accountant._rdp_curve(a, rdp_accountant.RDP_ORDERS, "add_or_remove_one") + 7 * rdp_accountant._rdp_curve(b, rdp_accountant.RDP_ORDERS, "add_or_remove_one")
     np.testing.assert_allclose(curve, expected, rtol=1e-12)
-    for name in ("moments", "rdp", "pld", "strong"):
+    for name in accountant_names.ACCOUNTANTS.names():
         assert accountants.compute_epsilon(both, delta=1e-5, accountant=name) > accountants.compute_epsilon(dpe.SelfComposedDpEvent(a, 100), delta=1e-5, accountant=name)
 
 
@@ -461,6 +461,7 @@ OPEN_UNIT = [(0.0, ValueError), (1.0, ValueError), (-0.1, ValueError), (1.5, Val
              (INF, ValueError), (True, TypeError), ("0.1", TypeError), (None, TypeError)]  # fmt: skip
 POSITIVE = [(0.0, ValueError), (-1.0, ValueError), (-INF, ValueError), (NAN, ValueError), (INF, ValueError),
             (True, TypeError), ("1.0", TypeError), (None, TypeError)]  # fmt: skip
+NON_NEGATIVE = [(-1.0, ValueError), (NAN, ValueError), (INF, ValueError), (True, TypeError), ("1.0", TypeError), (None, TypeError)]
 HALF_OPEN = [(0.0, ValueError), (-0.1, ValueError), (1.0001, ValueError), (NAN, ValueError), (INF, ValueError),
              (False, TypeError), ("0.1", TypeError)]  # fmt: skip
 INTEGER0 = [(-1, ValueError), (2.5, TypeError), (100.0, TypeError), (True, TypeError), ("3", TypeError),
@@ -481,6 +482,11 @@ PUBLIC = {
         lambda **kw: accountants.compute_epsilon(_GOOD_EVENT, **kw),
         {"delta": 1e-5, "accountant": "rdp", "neighbouring": "add_or_remove_one"},
         {"delta": OPEN_UNIT, "accountant": ACCOUNTANT, "neighbouring": NEIGHBOURING},
+    ),
+    "compute_delta": (
+        lambda **kw: accountants.compute_delta(_GOOD_EVENT, **kw),
+        {"epsilon": 1.0, "accountant": "rdp", "neighbouring": "add_or_remove_one"},
+        {"epsilon": NON_NEGATIVE, "accountant": ACCOUNTANT, "neighbouring": NEIGHBOURING},
     ),
     "calibrate_noise_multiplier": (
         calibration.calibrate_noise_multiplier,
@@ -561,13 +567,16 @@ def test_strong_rejects_replace_one():
         accountants.compute_epsilon(_GOOD_EVENT, delta=1e-5, accountant="strong", neighbouring="replace_one")
 
 
-@pytest.mark.parametrize("accountant", ["moments", "rdp", "pld"])
+@pytest.mark.parametrize("accountant", accountant_names.ACCOUNTANTS.names())
 def test_unsupported_event_is_a_clear_error(accountant):
-    with pytest.raises(ValueError, match=accountant):
+    assert not accountant_names.ACCOUNTANTS[accountant].supports(dpe.UnsupportedDpEvent())
+    with pytest.raises(accountants.AccountantDeclined, match=accountant):
         accountants.compute_epsilon(dpe.UnsupportedDpEvent(), delta=1e-5, accountant=accountant)
+    res = accountants.compute_epsilon_detailed(dpe.UnsupportedDpEvent(), delta=1e-5, accountant=accountant)
+    assert res.declined and res.epsilon == math.inf and res.note
 
 
-@pytest.mark.parametrize("accountant", ["moments", "rdp", "pld"])
+@pytest.mark.parametrize("accountant", [name for name, spec in accountant_names.ACCOUNTANTS.items() if spec.supports(dpe.LaplaceDpEvent(1.0))])
 def test_laplace_is_supported_by_dp_accounting_backed_accountants(accountant):
     # Pure ε-DP Laplace (scale b = 1/ε0 at sensitivity 1): every accountant must stay ≥ 0 and
     # PLD (tight) must not exceed ε0 = 1 by more than discretisation.
@@ -575,6 +584,48 @@ def test_laplace_is_supported_by_dp_accounting_backed_accountants(accountant):
     assert 0.0 <= eps
     if accountant == "pld":
         assert eps <= 1.0 + 1e-3
+
+
+def test_supports_follows_dp_accounting_and_the_composition_theorems():
+    # What each family can bound, stated independently: dp_accounting's own accountants for RDP
+    # and PLD; Poisson-sampled Gaussian steps under add/remove-one for the composition theorems.
+    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    cases = [_GOOD_EVENT, dpe.LaplaceDpEvent(1.0), dpe.PoissonSampledDpEvent(0.1, dpe.LaplaceDpEvent(1.0)), dpe.SampledWithoutReplacementDpEvent(1000, 10, dpe.GaussianDpEvent(1.0))]
+    for event in cases:
+        for relation, dp_relation in events.DP_ACCOUNTING_RELATIONS.items():
+            rdp = rdp_privacy_accountant.RdpAccountant(neighboring_relation=dp_relation).supports(event)
+            pld = pld_privacy_accountant.PLDAccountant(neighboring_relation=dp_relation).supports(event)
+            gaussian_steps = event is _GOOD_EVENT and relation == "add_or_remove_one"
+            expected = {"moments": rdp, "rdp": rdp, "pld": pld, "strong": gaussian_steps, "naive": gaussian_steps}
+            assert {name: accountant_names.ACCOUNTANTS[name].supports(event, relation) for name in expected} == expected, (event, relation)
+
+
+@pytest.mark.parametrize("accountant", [name for name, spec in accountant_names.ACCOUNTANTS.items() if spec.delta is not None])
+def test_delta_at_the_accountants_epsilon_is_the_target_delta(accountant):
+    # δ(ε) inverts ε(δ): at the ε an accountant prints for δ = 1e-5 its δ is at most 1e-5 (and
+    # not far below, or the two conversions would disagree), and δ falls as ε grows.
+    event = _event(0.01, 4.0, 1000)
+    eps = accountants.compute_epsilon(event, delta=1e-5, accountant=accountant)
+    at = accountants.compute_delta(event, epsilon=eps, accountant=accountant)
+    assert 0.5e-5 <= at <= 1e-5 * (1 + 1e-6)
+    assert accountants.compute_delta(event, epsilon=2 * eps, accountant=accountant) < at
+    assert accountants.compute_delta(dpe.NonPrivateDpEvent(), epsilon=eps, accountant=accountant) == 1.0
+
+
+@pytest.mark.parametrize("accountant", [name for name, spec in accountant_names.ACCOUNTANTS.items() if spec.delta is None])
+def test_delta_from_an_accountant_without_one_is_refused(accountant):
+    with pytest.raises(ValueError, match=f"accountant '{accountant}' gives no delta"):
+        accountants.compute_delta(_GOOD_EVENT, epsilon=1.0, accountant=accountant)
+
+
+def test_docs_accountant_table_lists_the_registry():
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs/privacy/accounting.md").read_text(encoding="utf-8")
+    listed = [line.split("|")[1].strip().strip("`") for line in page.splitlines() if line.startswith("| `")]
+    assert sorted(listed) == sorted(accountant_names.ACCOUNTANTS.names())  # the page lists loosest first
 
 
 # --------------------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
         return _gaussian_epsilon(args)
     if args.sampling_rate is None:
         raise UsageError("--sampling-rate is required for --mechanism dpsgd", argument="--sampling-rate")
-    names = ACCOUNTANTS if args.accountant == "all" else (args.accountant,)
+    names = ACCOUNTANTS.names() if args.accountant == "all" else (args.accountant,)
     if args.target_epsilon is None:
         return _dpsgd_epsilon(args, names)
     return _solve(args, names)
@@ -302,7 +302,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"--solve num-steps searches T up to this (default {DEFAULT_MAX_NUM_STEPS:,}); reaching it is reported, never silent",
     )
     p.add_argument("--delta", type=delta_type, required=True, metavar="D", help="target delta in (0, 1)")
-    p.add_argument("--accountant", choices=(*ACCOUNTANTS, "all"), default="all", help="accountant (default: all)")
+    p.add_argument("--accountant", choices=(*ACCOUNTANTS.names(), "all"), default="all", help="accountant (default: all)")
     p.add_argument("--target-epsilon", type=arg("--target-epsilon", v.positive), metavar="E", help="solve for the value that reaches this epsilon")
     p.add_argument("--solve", choices=("noise-multiplier", "num-steps"), default="noise-multiplier", help="what --target-epsilon solves for (default: noise-multiplier)")
     p.add_argument(
