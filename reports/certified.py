@@ -30,9 +30,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.transforms import ScaledTranslation
 
+from dpaudit import _validate as v
 from dpaudit.results import EvasionResult, TrainedModel, load_evasion_result, load_record
 from dpaudit.results.certification import CertificationResult, load_certification_result
-from dpaudit.results.certify_summary import UNNAMED_PREDICTION_RULE
+from dpaudit.results.certify_summary import UNNAMED_PREDICTION_RULE, SoundnessViolation, stored_soundness_violations
 from dpaudit.results.verdicts import certified_verdict
 from dpaudit.store import RunDir, atomic_write_text, read_json
 from reports.figures import Looks, colour, legend_outside, new_axes, setting_looks
@@ -104,9 +105,9 @@ class CertifiedRun:
         return np.asarray(s["radii"], dtype=float)
 
     @property
-    def soundness_violations(self) -> list[Mapping[str, Any]]:
-        """The violations ``certify`` stored (certificate, radius, certified and robust accuracy)."""
-        return [dict(v) if isinstance(v, Mapping) else {"certificate": v[0], "radius": v[1], "certified_accuracy": v[2], "robust_accuracy": v[3]} for v in self.summary.get("soundness_violations", ())]
+    def soundness_violations(self) -> tuple[SoundnessViolation, ...]:
+        """The violations ``certify`` stored (certificate, radius, certified and robust accuracy), in any stored form."""
+        return stored_soundness_violations(self.summary.get("soundness_violations"))
 
     def strongest_robust_accuracy(self) -> np.ndarray | None:
         """Robust accuracy when an example counts as broken if *any* attack broke it."""
@@ -129,6 +130,11 @@ def load_certified_runs(run_dir: str | Path | RunDir) -> list[CertifiedRun]:
     out = []
     for d in run.certify_dirs():
         summary = read_json(d / SUMMARY_FILE)
+        try:
+            # Read typed once here, so a malformed entry is named with its file before anything renders.
+            stored_soundness_violations(summary.get("soundness_violations"))
+        except ValueError as exc:
+            raise v.invalid("summary", f"{str(d / SUMMARY_FILE)!r}: {exc}") from None
         certs = {p.stem.removeprefix("certify-"): load_certification_result(p) for p in sorted(d.glob("certify-*.json"))}
         radii = np.asarray(summary.get("radii", ()), dtype=float)
         used = summary.get("robust_accuracy")
@@ -366,7 +372,7 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[
     """The certified report's sections: stored soundness verdicts, overview, one section per model, accuracy vs ε."""
     overview: list[Any] = []
     # Sound / unsound is judged in the core from what certify stored; the page draws the box.
-    verdict = certified_verdict([(str(r.summary["model_id"]), r.soundness_violations, bool(r.certificates and r.attacks)) for r in runs])
+    verdict = certified_verdict([(str(r.summary["model_id"]), [x.to_dict() for x in r.soundness_violations], bool(r.certificates and r.attacks)) for r in runs])
     if runs:
         overview.append(_run_table(runs))
         overview.append(

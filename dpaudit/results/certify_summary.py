@@ -28,6 +28,7 @@ __all__ = [
     "SmoothingSummary",
     "CertifySummary",
     "load_certify_summary",
+    "stored_soundness_violations",
     "own_prediction_rule",
     "save_certify_summary",
     "smoothing_prediction_rule",
@@ -121,6 +122,32 @@ class SoundnessViolation:
     def from_dict(cls, data: Mapping[str, Any]) -> SoundnessViolation:
         v.mapping_with("data", data, ("certificate", "radius", "certified_accuracy", "robust_accuracy"))
         return cls(certificate=data["certificate"], radius=data["radius"], certified_accuracy=data["certified_accuracy"], robust_accuracy=data["robust_accuracy"])
+
+
+def stored_soundness_violations(items: Any) -> tuple[SoundnessViolation, ...]:
+    """The ``soundness_violations`` a stored summary holds, typed, in every form ``certify`` has written.
+
+    Summaries of the current form hold one mapping per violation (:meth:`SoundnessViolation.to_dict`);
+    older ones hold a ``[certificate, radius, certified_accuracy, robust_accuracy]`` list each.
+    Readers get :class:`SoundnessViolation` values either way, so no reader keeps the old form.
+
+    Raises:
+        ValueError: ``items`` is not a list of either form (named, with the entry's index).
+    """
+    if items is None:
+        return ()
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, (list, tuple)):
+        raise v.invalid_type("soundness_violations", f"soundness_violations must be a list, got {v.short(items)}")
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping):
+            out.append(SoundnessViolation.from_dict(item))
+        elif isinstance(item, (list, tuple)) and len(item) == 4:
+            certificate, radius, certified, robust = item
+            out.append(SoundnessViolation(certificate=certificate, radius=radius, certified_accuracy=certified, robust_accuracy=robust))
+        else:
+            raise v.invalid_type(f"soundness_violations[{i}]", f"soundness_violations[{i}] must be a mapping or a [certificate, radius, certified, robust] list, got {v.short(item)}")
+    return tuple(out)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -343,7 +370,7 @@ class CertifySummary:
             **{name: data[name] for name in _SUMMARY_FIELDS if name != "radii"},
             radii=tuple(data["radii"]),
             smoothing=SmoothingSummary.from_dict(smoothing) if smoothing is not None else None,
-            soundness_violations=tuple(SoundnessViolation.from_dict(x) for x in data.get("soundness_violations", ())),
+            soundness_violations=stored_soundness_violations(data.get("soundness_violations")),
             prediction_rule=data.get("prediction_rule", UNNAMED_PREDICTION_RULE),
             schema_version=data.get("schema_version", CERTIFY_SUMMARY_SCHEMA_VERSION),
         )
