@@ -84,3 +84,25 @@ def test_a_report_names_the_summary_file_with_a_malformed_violation(tmp_path):
     atomic_write_json(d / "summary.json", _summary([["hgm", 0.3]]))
     with pytest.raises(ValueError, match=r"summary\.json'.*soundness_violations\[0\]"):
         load_certified_runs(run)
+
+
+def test_the_stored_summary_reads_what_certify_wrote_and_what_older_files_lack():
+    from dpaudit.results.certify_summary import read_stored_summary
+
+    full = _summary(NEW)
+    typed = CertifySummary.from_dict(full)
+    stored = read_stored_summary(full)
+    # Every field both types carry agrees with the strict loader's reading (ε "inf" included).
+    for name in ("model_id", "defense", "radii", "norm", "epsilon", "delta", "mechanism", "sensitivity", "noise_std", "robustness_epsilon", "attack_norm_bound", "redistribute"):
+        assert getattr(stored, name) == getattr(typed, name), name
+    for name in ("num_examples", "num_draws", "draws_per_second", "conventional_accuracy", "soundness_violations"):
+        assert getattr(stored, name) == getattr(typed, name), name
+    assert stored.prediction_rule is None and typed.prediction_rule != stored.prediction_rule  # not in this file: the strict type says so in words
+    assert stored.attacks_run == ("pgd",) and stored.epsilon == float("inf")
+    # A summary without the run's details (an older or a fixture's) reads them as None.
+    small = read_stored_summary({"model_id": "m", "defense": "hgm", "norm": "l2", "radii": [0.1], "soundness_violations": []})
+    assert (small.epsilon, small.num_draws, small.attacks_run, small.soundness_violations) == (None, None, None, ())
+    with pytest.raises(ValueError, match="num_draws must be int, got '100'"):
+        read_stored_summary({**full, "num_draws": "100"})
+    with pytest.raises(ValueError, match="defense must be a non-empty string"):
+        read_stored_summary({"model_id": "m", "radii": []})
