@@ -18,6 +18,7 @@ its summary); this module only renders them. Torch-free: everything renders from
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 from collections.abc import Mapping, Sequence
@@ -44,6 +45,7 @@ from reports.verdict_box import verdict_section, with_status
 
 __all__ = [
     "CertifiedRun",
+    "AccuracyEpsilonRow",
     "load_certified_runs",
     "certified_figure",
     "comparison_figure",
@@ -220,7 +222,26 @@ def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, i
     return fig
 
 
-def accuracy_epsilon_rows(records: Sequence[TrainedModel], runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
+@dataclass(frozen=True, kw_only=True)
+class AccuracyEpsilonRow:
+    """One record's conventional accuracy at its DP ε (a row of ``accuracy_vs_epsilon.csv``, columns in field order).
+
+    Attributes:
+        defense, model_id: the record.
+        epsilon, delta: its DP ε at the δ its metrics state (``None`` when they state none).
+        conventional_accuracy: of the classifier ``source`` names.
+        source: where the accuracy comes from, with its prediction rule in words.
+    """
+
+    defense: str
+    model_id: str
+    epsilon: float
+    delta: float | None
+    conventional_accuracy: float
+    source: str
+
+
+def accuracy_epsilon_rows(records: Sequence[TrainedModel], runs: Sequence[CertifiedRun]) -> list[AccuracyEpsilonRow]:
     """(defense, model id, DP ε, δ, conventional accuracy) for every record with a finite ε.
 
     Conventional accuracy is that of the classifier the model's own certificate covers where the
@@ -239,16 +260,16 @@ def accuracy_epsilon_rows(records: Sequence[TrainedModel], runs: Sequence[Certif
         if not isinstance(acc, (int, float)):
             continue
         rows.append(
-            {
-                "defense": rec.defense,
-                "model_id": rec.model_id,
-                "epsilon": float(eps),
-                "delta": rec.metrics.get("delta"),
-                "conventional_accuracy": float(acc),
-                "source": f"certify: {run.summary.prediction_rule or UNNAMED_PREDICTION_RULE}" if run is not None else _record_rule(rec),
-            }
+            AccuracyEpsilonRow(
+                defense=rec.defense,
+                model_id=rec.model_id,
+                epsilon=float(eps),
+                delta=rec.metrics.get("delta"),
+                conventional_accuracy=float(acc),
+                source=f"certify: {run.summary.prediction_rule or UNNAMED_PREDICTION_RULE}" if run is not None else _record_rule(rec),
+            )
         )
-    return sorted(rows, key=lambda r: (r["defense"], r["epsilon"]))
+    return sorted(rows, key=lambda r: (r.defense, r.epsilon))
 
 
 def _record_rule(rec: TrainedModel) -> str:
@@ -257,14 +278,14 @@ def _record_rule(rec: TrainedModel) -> str:
     return f"record test accuracy: expected-softmax argmax over {draws} noise draws" if draws else "record test accuracy: the trained model on clean inputs"
 
 
-def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, ax: Axes | None = None) -> MplFigure | None:
+def accuracy_epsilon_figure(rows: Sequence[AccuracyEpsilonRow], *, ax: Axes | None = None) -> MplFigure | None:
     """Conventional accuracy against the training data's DP ε, one line per defense (``None`` without rows)."""
     if not rows:
         return None
     fig, ax = new_axes(ax, size=(7.0, 4.0))
     looks = Looks()
-    for defense in sorted({r["defense"] for r in rows}):
-        pts = sorted((r["epsilon"], r["conventional_accuracy"]) for r in rows if r["defense"] == defense)
+    for defense in sorted({r.defense for r in rows}):
+        pts = sorted((r.epsilon, r.conventional_accuracy) for r in rows if r.defense == defense)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], **looks.method(defense), label=defense)
     ax.set_xscale("log")
     ax.set_xlabel("DP ε of the training data")
@@ -319,10 +340,11 @@ def _csv(rows: Sequence[Mapping[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def write_certified_tables(directory: Path, runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[str, Any]]) -> list[Path]:
+def write_certified_tables(directory: Path, runs: Sequence[CertifiedRun], eps_rows: Sequence[AccuracyEpsilonRow]) -> list[Path]:
     """Writes the CSV tables that have rows (a table without rows is neither written nor listed); removes stale empty ones."""
     written = []
-    for name, rows in (("certified_accuracy.csv", certified_rows(runs)), ("robust_accuracy.csv", robust_rows(runs)), ("accuracy_vs_epsilon.csv", eps_rows)):
+    tables = (("certified_accuracy.csv", certified_rows(runs)), ("robust_accuracy.csv", robust_rows(runs)), ("accuracy_vs_epsilon.csv", [dataclasses.asdict(r) for r in eps_rows]))
+    for name, rows in tables:
         path = directory / name
         if rows:
             written.append(atomic_write_text(path, _csv(rows)))
@@ -374,7 +396,7 @@ def _share(accuracy: float, n: int, cell: Any = rate_cell) -> Shown:
     return cell(round(accuracy * n), n)
 
 
-def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[str, Any]], csv_files: Sequence[Path] = ()) -> list[Section]:
+def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[AccuracyEpsilonRow], csv_files: Sequence[Path] = ()) -> list[Section]:
     """The certified report's sections: stored soundness verdicts, overview, one section per model, accuracy vs ε."""
     overview: list[Any] = []
     # Sound / unsound is judged in the core from what certify stored; the page draws the box.
@@ -436,7 +458,7 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[
                     [
                         Table(
                             columns=["defense", "model", "ε", "δ", "conv. acc", "source"],
-                            rows=[[r["defense"], r["model_id"], r["epsilon"], r["delta"], r["conventional_accuracy"], r["source"]] for r in eps_rows],
+                            rows=[[r.defense, r.model_id, r.epsilon, r.delta, r.conventional_accuracy, r.source] for r in eps_rows],
                         )
                     ]
                     if eps_rows
@@ -460,7 +482,7 @@ class CertifiedRuns:
     """
 
     runs: tuple[CertifiedRun, ...]
-    eps_rows: tuple[Mapping[str, Any], ...] = ()
+    eps_rows: tuple[AccuracyEpsilonRow, ...] = ()
 
 
 def _certified(run: RunDir, runs: Sequence[CertifiedRun]) -> CertifiedRuns:
@@ -498,7 +520,8 @@ def write_certified_report(run_dir: str | Path | RunDir, *, runs: Sequence[Certi
 def render_certified(run_dir: str | Path | RunDir, *, runs: Sequence[CertifiedRun] | None = None) -> tuple[WrittenReport, list[Path]]:
     """Writes the certified report and its CSV tables; returns (the report's files, the CSV files)."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    return _write(run.reports_dir(), _certified(run, load_certified_runs(run) if runs is None else list(runs)))
+    written, csv_files, _ = _write(run.reports_dir(), _certified(run, load_certified_runs(run) if runs is None else list(runs)))
+    return written, csv_files
 
 
 REPORT_KINDS.register(ReportKind(name="certified", group="Certified robustness", order=40, load=load_certified, render=certified_page))

@@ -185,7 +185,7 @@ class DPSGDConfig:
     # -- the claim of a stored record (dpaudit.privacy.record_claims.ClaimConfig) ---------------
 
     @classmethod
-    def from_record_config(cls, config: Mapping[str, Any]) -> DPSGDConfig:
+    def from_record_config(cls, config: Mapping[str, object]) -> DPSGDConfig:
         """The DP-SGD configuration a record stored (a Secure-SGD record's other fields are left out).
 
         Raises:
@@ -195,7 +195,8 @@ class DPSGDConfig:
             raise ValueError("config is missing 'noise_multiplier', which the claim is rebuilt from")
         names = {f.name for f in dataclasses.fields(cls) if f.init}
         try:
-            return cls(**{name: value for name, value in config.items() if name in names})
+            # Stored JSON values: __post_init__ checks each one's type and range, naming the field.
+            return cls(**{name: value for name, value in config.items() if name in names})  # type: ignore[arg-type]
         except (TypeError, ValueError) as exc:
             raise ValueError(f"config: {exc}") from None
 
@@ -222,7 +223,7 @@ class DPSGDConfig:
             return event
         return pca if steps == 0 else dpe.ComposedDpEvent([pca, event])
 
-    def rebuild_claim(self, stored: PrivacyClaim, *, metrics: Mapping[str, Any], num_members: int) -> RebuiltClaim:
+    def rebuild_claim(self, stored: PrivacyClaim, *, metrics: Mapping[str, object], num_members: int) -> RebuiltClaim:
         """The DP claim this configuration implies (Abadi et al. 2016, Algorithm 1), with q, σ and T as the run planned them.
 
         A calibrated σ or step count is checked to be the calibration's answer by evaluating ε

@@ -67,7 +67,7 @@ class RebuiltClaim:
 
 #: ``rebuild(stored_claim, config, metrics, num_members) -> RebuiltClaim``; raises ``ValueError``
 #: naming the field when the configuration and the metrics disagree with each other.
-ClaimRebuilder = Callable[[PrivacyClaim, Mapping[str, Any], Mapping[str, Any], int], RebuiltClaim]
+ClaimRebuilder = Callable[[PrivacyClaim, Mapping[str, object], Mapping[str, object], int], RebuiltClaim]
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class ClaimConfig(Protocol):
     ``metrics`` and ``num_members`` imply.
     """
 
-    def rebuild_claim(self, stored: PrivacyClaim, *, metrics: Mapping[str, Any], num_members: int) -> RebuiltClaim:
+    def rebuild_claim(self, stored: PrivacyClaim, *, metrics: Mapping[str, object], num_members: int) -> RebuiltClaim:
         """The claim this configuration implies; ``ValueError`` naming the field when it and ``metrics`` disagree."""
         ...
 
@@ -115,7 +115,7 @@ def register_claim_rebuilder(kind: str) -> Callable[[ClaimRebuilder], ClaimRebui
     return add
 
 
-def register_claim_config(kind: str, load: Callable[[Mapping[str, Any]], ClaimConfig]) -> None:
+def register_claim_config(kind: str, load: Callable[[Mapping[str, object]], ClaimConfig]) -> None:
     """Registers that claims of ``kind`` are rebuilt by the configuration ``load`` makes of a record's stored config.
 
     Args:
@@ -124,7 +124,7 @@ def register_claim_config(kind: str, load: Callable[[Mapping[str, Any]], ClaimCo
             configuration value; ``ValueError`` naming the field it cannot read.
     """
 
-    def rebuild(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int) -> RebuiltClaim:
+    def rebuild(stored: PrivacyClaim, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int) -> RebuiltClaim:
         return load(config).rebuild_claim(stored, metrics=metrics, num_members=num_members)
 
     CLAIM_REBUILDERS.register(ClaimRebuilderSpec(kind, rebuild))
@@ -135,7 +135,7 @@ def format_number(x: Any) -> str:
     return f"{x:g}" if isinstance(x, float) else repr(x) if isinstance(x, str) else str(x)
 
 
-def required(where: str, data: Mapping[str, Any], key: str) -> Any:
+def required(where: str, data: Mapping[str, object], key: str) -> Any:
     """``data[key]``, or a ValueError naming the record part (``where``) that lacks it."""
     if key not in data:
         raise ValueError(f"{where} is missing {key!r}, which the claim is rebuilt from")
@@ -156,7 +156,7 @@ def agree(what: str, value: Any, against: str, expected: Any) -> None:
         raise ValueError(f"{what}={format_number(value)} does not match {against}={format_number(expected)}")
 
 
-def rebuild_claim(stored: PrivacyClaim, *, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int) -> RebuiltClaim:
+def rebuild_claim(stored: PrivacyClaim, *, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int) -> RebuiltClaim:
     """The claim of kind ``stored.kind`` that ``config`` and ``metrics`` imply.
 
     Raises:
@@ -190,7 +190,7 @@ def _first_difference(stored: Any, rebuilt: Any, path: str) -> tuple[str, Any, A
     return None if _same(stored, rebuilt) else (path.lstrip("."), stored, rebuilt)
 
 
-def check_record_claim(stored: PrivacyClaim, *, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int) -> None:
+def check_record_claim(stored: PrivacyClaim, *, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int) -> None:
     """Refuses a stored claim that differs from the one its record's config and metrics imply.
 
     Every field that ε_UB depends on is compared (numbers to a relative 1e-9); the description
@@ -210,7 +210,7 @@ def check_record_claim(stored: PrivacyClaim, *, config: Mapping[str, Any], metri
 
 
 @register_claim_rebuilder("nonprivate")
-def _nonprivate(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int) -> RebuiltClaim:
+def _nonprivate(stored: PrivacyClaim, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int) -> RebuiltClaim:
     # ε = ∞ under every accountant: nothing in the config can make it smaller. Which defenses
     # may carry it is the defense registry's business (DefenseSpec.claim_kind_for).
     return RebuiltClaim(claim=NonPrivateClaim(neighbouring=stored.neighbouring, description=stored.description))

@@ -378,7 +378,7 @@ class CertifySummary:
         )
 
 
-def _stored(name: str, data: Mapping[str, Any], kinds: tuple[type, ...]) -> Any:
+def _stored(name: str, data: Mapping[str, object], kinds: tuple[type, ...]) -> Any:
     """``data[name]`` when the file has it and it is of one of ``kinds`` (a bool is no number), else ``None`` when absent or null."""
     value = data.get(name)
     if value is None:
@@ -428,7 +428,7 @@ class StoredCertifySummary:
     soundness_violations: tuple[SoundnessViolation, ...] = ()
 
 
-def read_stored_summary(data: Mapping[str, Any]) -> StoredCertifySummary:
+def read_stored_summary(data: object) -> StoredCertifySummary:
     """A stored summary (``summary.json``'s content, any version) as :class:`StoredCertifySummary`.
 
     Raises:
