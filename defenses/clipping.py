@@ -20,11 +20,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from defenses.dpsgd.config import CLIPPING_METHODS
 from dpaudit import _validate as v
 
 __all__ = ["CLIPPING_METHODS", "ClippedSum", "GradientClipper", "clip_gradient", "per_example_loss"]
-
-CLIPPING_METHODS = ("auto", "hooks", "vmap")
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -18,6 +18,7 @@ its summary); this module only renders them. Torch-free: everything renders from
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 from collections.abc import Mapping, Sequence
@@ -30,9 +31,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.transforms import ScaledTranslation
 
+from dpaudit import _validate as v
 from dpaudit.results import EvasionResult, TrainedModel, load_evasion_result, load_record
 from dpaudit.results.certification import CertificationResult, load_certification_result
-from dpaudit.results.certify_summary import UNNAMED_PREDICTION_RULE
+from dpaudit.results.certify_summary import UNNAMED_PREDICTION_RULE, SoundnessViolation, StoredCertifySummary, read_stored_summary
 from dpaudit.results.verdicts import Verdict, certified_verdict
 from dpaudit.store import RunDir, atomic_write_text, read_json
 from reports.figures import Looks, colour, legend_outside, new_axes, setting_looks
@@ -43,6 +45,7 @@ from reports.verdict_box import verdict_section, with_status
 
 __all__ = [
     "CertifiedRun",
+    "AccuracyEpsilonRow",
     "load_certified_runs",
     "certified_figure",
     "comparison_figure",
@@ -64,12 +67,20 @@ SUMMARY_FILE = "summary.json"
 
 @dataclass(frozen=True, kw_only=True)
 class CertifiedRun:
-    """What ``dpaudit certify`` stored for one model (and its record, when the run holds it)."""
+    """What ``dpaudit certify`` stored for one model (and its record, when the run holds it).
 
-    summary: Mapping[str, Any]
+    ``summary`` is read typed (:func:`dpaudit.results.certify_summary.read_stored_summary`); a
+    mapping given here is read the same way.
+    """
+
+    summary: StoredCertifySummary
     certificates: Mapping[str, CertificationResult]
     attacks: Mapping[str, EvasionResult]
     record: TrainedModel | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.summary, StoredCertifySummary):
+            object.__setattr__(self, "summary", read_stored_summary(self.summary))
 
     def prediction_rule(self, certificate: str) -> str:
         """The classifier ``certificate`` covers, in words, as ``certify`` stored it (its conventional accuracy is this rule's)."""
@@ -77,36 +88,35 @@ class CertifiedRun:
         rule = cert.config.get("prediction_rule") if cert is not None else None
         if not rule:
             s = self.summary
-            own = certificate != "smoothing" or s.get("mechanism") == "smoothing"
-            rule = s.get("prediction_rule") if own else (s.get("smoothing") or {}).get("prediction_rule")
+            own = certificate != "smoothing" or s.mechanism == "smoothing"
+            rule = s.prediction_rule if own else s.smoothing_prediction_rule
         return str(rule) if rule else UNNAMED_PREDICTION_RULE
 
     @property
     def label(self) -> str:
         """Defense, its robustness parameters (ε_r, L; r = 1 when HGM's noise is not redistributed; σ for smoothing) and DP ε."""
         s = self.summary
-        parts = [str(s["defense"])]
-        if s.get("robustness_epsilon") is not None and s.get("attack_norm_bound") is not None:
-            parts.append(f"ε_r={s['robustness_epsilon']:g} L={s['attack_norm_bound']:g}")
-        elif s.get("mechanism") == "smoothing" and isinstance(s.get("noise_std"), (int, float)):
-            parts.append(f"σ={s['noise_std']:g}")
-        if s.get("defense") in ("hgm", "secure-sgd") and s.get("redistribute") is False:
+        parts = [s.defense]
+        if s.robustness_epsilon is not None and s.attack_norm_bound is not None:
+            parts.append(f"ε_r={s.robustness_epsilon:g} L={s.attack_norm_bound:g}")
+        elif s.mechanism == "smoothing" and s.noise_std is not None:
+            parts.append(f"σ={s.noise_std:g}")
+        if s.defense in ("hgm", "secure-sgd") and s.redistribute is False:
             parts.append("r=1")
-        eps = s.get("epsilon")
-        if isinstance(eps, (int, float)) and math.isfinite(eps):
+        eps = s.epsilon
+        if eps is not None and math.isfinite(eps):
             parts.append(f"DP ε={fmt_upper_bound(eps, 2)}")
         return " ".join(parts)
 
     @property
     def radii(self) -> np.ndarray:
         """The perturbation radii the model was certified and attacked at."""
-        s = self.summary
-        return np.asarray(s["radii"], dtype=float)
+        return np.asarray(self.summary.radii, dtype=float)
 
     @property
-    def soundness_violations(self) -> list[Mapping[str, Any]]:
-        """The violations ``certify`` stored (certificate, radius, certified and robust accuracy)."""
-        return [dict(v) if isinstance(v, Mapping) else {"certificate": v[0], "radius": v[1], "certified_accuracy": v[2], "robust_accuracy": v[3]} for v in self.summary.get("soundness_violations", ())]
+    def soundness_violations(self) -> tuple[SoundnessViolation, ...]:
+        """The violations ``certify`` stored (certificate, radius, certified and robust accuracy), in any stored form."""
+        return self.summary.soundness_violations
 
     def strongest_robust_accuracy(self) -> np.ndarray | None:
         """Robust accuracy when an example counts as broken if *any* attack broke it."""
@@ -128,20 +138,24 @@ def load_certified_runs(run_dir: str | Path | RunDir) -> list[CertifiedRun]:
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     out = []
     for d in run.certify_dirs():
-        summary = read_json(d / SUMMARY_FILE)
+        try:
+            # Read typed here, so a malformed field is named with its file before anything renders.
+            summary = read_stored_summary(read_json(d / SUMMARY_FILE))
+        except ValueError as exc:
+            raise v.invalid("summary", f"{str(d / SUMMARY_FILE)!r}: {exc}") from None
         certs = {p.stem.removeprefix("certify-"): load_certification_result(p) for p in sorted(d.glob("certify-*.json"))}
-        radii = np.asarray(summary.get("radii", ()), dtype=float)
-        used = summary.get("robust_accuracy")
+        radii = np.asarray(summary.radii, dtype=float)
+        used = summary.attacks_run
         attacks = {}
         for p in sorted(d.glob("evasion-*.json")):
             res = load_evasion_result(p)
             # Only the attacks the summary's run used, at its radii: a result left by an earlier run
             # at other radii (or by a run with attacks when the last had none) is not this run's.
             same_radii = res.radii.shape == radii.shape and np.allclose(res.radii, radii)
-            if same_radii and (not isinstance(used, Mapping) or res.attack in used):
+            if same_radii and (used is None or res.attack in used):
                 attacks[res.attack] = res
-        out.append(CertifiedRun(summary=summary, certificates=certs, attacks=attacks, record=_record(run, str(summary.get("model_id", d.name)))))
-    return sorted(out, key=lambda r: (str(r.summary["defense"]), str(r.summary["model_id"])))
+        out.append(CertifiedRun(summary=summary, certificates=certs, attacks=attacks, record=_record(run, summary.model_id)))
+    return sorted(out, key=lambda r: (r.summary.defense, r.summary.model_id))
 
 
 def certified_figure(run: CertifiedRun, *, ax: Axes | None = None) -> MplFigure | None:
@@ -158,20 +172,20 @@ def certified_figure(run: CertifiedRun, *, ax: Axes | None = None) -> MplFigure 
     # Each certificate's conventional accuracy is that of the classifier it certifies (the same
     # predictions), drawn in the certificate's colour so the pair reads as one classifier.
     for name, cert in run.certificates.items():
-        own = name != "smoothing" or run.summary.get("mechanism") == "smoothing"  # a smoothing model's own certificate is solid
+        own = name != "smoothing" or run.summary.mechanism == "smoothing"  # a smoothing model's own certificate is solid
         st = looks.method(name, linestyle="-" if own else ":")
         ax.plot(radii, cert.certified_accuracy(radii), **st, linewidth=2, markersize=6, label=f"certified: {name}")
         ax.axhline(cert.conventional_accuracy, color=st["color"], linestyle=(0, (6, 2)), linewidth=1.0, alpha=0.7, label=f"conventional: {name}'s classifier {cert.conventional_accuracy:.3f}")
-    conv = run.summary.get("conventional_accuracy")
-    if not run.certificates and isinstance(conv, (int, float)) and math.isfinite(conv):
-        ax.axhline(conv, **looks.take(color=colour(str(run.summary["defense"])), marker="", linestyle=(0, (6, 2))), linewidth=1.0, alpha=0.7, label=f"conventional accuracy {conv:.3f}")
+    conv = run.summary.conventional_accuracy
+    if not run.certificates and conv is not None and math.isfinite(conv):
+        ax.axhline(conv, **looks.take(color=colour(run.summary.defense), marker="", linestyle=(0, (6, 2))), linewidth=1.0, alpha=0.7, label=f"conventional accuracy {conv:.3f}")
     # Attacks often leave the same accuracy: each curve is dodged a few points sideways (display
     # space, so the data stay exact) to keep all of them visible.
     n = len(run.attacks)
     for i, (name, res) in enumerate(run.attacks.items()):
         dodge = ScaledTranslation((i - (n - 1) / 2) * 3.0 / 72, 0, fig.dpi_scale_trans)
         ax.plot(res.radii, res.robust_accuracy, **looks.method(name), markersize=5, markerfacecolor="none", label=f"robust under {name}", transform=ax.transData + dodge)
-    ax.set_xlabel(f"perturbation radius ({run.summary.get('norm', '')}); attack curves dodged sideways by a few points")
+    ax.set_xlabel(f"perturbation radius ({run.summary.norm or ''}); attack curves dodged sideways by a few points")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(run.label)
@@ -194,14 +208,14 @@ def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, i
     if not curves:
         return None
     fig, ax = new_axes(ax, size=(8.0, 4.2))
-    models = setting_looks([(str(run.summary["model_id"]), str(run.summary["defense"])) for run in runs if run.certificates])
+    models = setting_looks([(run.summary.model_id, run.summary.defense) for run in runs if run.certificates])
     looks = Looks()
     for run, name, cert in curves:
-        own = name != "smoothing" or run.summary.get("mechanism") == "smoothing"
-        st = looks.take(**{**models[str(run.summary["model_id"])], "linestyle": "-" if own else ":"})
+        own = name != "smoothing" or run.summary.mechanism == "smoothing"
+        st = looks.take(**{**models[run.summary.model_id], "linestyle": "-" if own else ":"})
         if not own:
             st["markerfacecolor"] = "white"
-        ax.plot(run.radii, cert.certified_accuracy(run.radii), **st, label=f"{run.label} [{run.summary['model_id']}]: {name}")
+        ax.plot(run.radii, cert.certified_accuracy(run.radii), **st, label=f"{run.label} [{run.summary.model_id}]: {name}")
     ax.set_xlabel("perturbation radius")
     ax.set_ylabel("certified accuracy")
     ax.set_ylim(-0.02, 1.02)
@@ -210,7 +224,26 @@ def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, i
     return fig
 
 
-def accuracy_epsilon_rows(records: Sequence[TrainedModel], runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
+@dataclass(frozen=True, kw_only=True)
+class AccuracyEpsilonRow:
+    """One record's conventional accuracy at its DP ε (a row of ``accuracy_vs_epsilon.csv``, columns in field order).
+
+    Attributes:
+        defense, model_id: the record.
+        epsilon, delta: its DP ε at the δ its metrics state (``None`` when they state none).
+        conventional_accuracy: of the classifier ``source`` names.
+        source: where the accuracy comes from, with its prediction rule in words.
+    """
+
+    defense: str
+    model_id: str
+    epsilon: float
+    delta: float | None
+    conventional_accuracy: float
+    source: str
+
+
+def accuracy_epsilon_rows(records: Sequence[TrainedModel], runs: Sequence[CertifiedRun]) -> list[AccuracyEpsilonRow]:
     """(defense, model id, DP ε, δ, conventional accuracy) for every record with a finite ε.
 
     Conventional accuracy is that of the classifier the model's own certificate covers where the
@@ -218,27 +251,27 @@ def accuracy_epsilon_rows(records: Sequence[TrainedModel], runs: Sequence[Certif
     either way (a noise-layer record's test accuracy is its expected-softmax argmax over a few
     noise draws, which is not the vote-count argmax a Clopper–Pearson certificate covers).
     """
-    certified = {str(r.summary["model_id"]): r for r in runs}
+    certified = {r.summary.model_id: r for r in runs}
     rows = []
     for rec in records:
         eps = rec.metrics.get("epsilon")
         if not isinstance(eps, (int, float)) or not math.isfinite(eps):
             continue
         run = certified.get(rec.model_id)
-        acc = run.summary.get("conventional_accuracy") if run is not None else rec.metrics.get("test_accuracy")
+        acc = run.summary.conventional_accuracy if run is not None else rec.metrics.get("test_accuracy")
         if not isinstance(acc, (int, float)):
             continue
         rows.append(
-            {
-                "defense": rec.defense,
-                "model_id": rec.model_id,
-                "epsilon": float(eps),
-                "delta": rec.metrics.get("delta"),
-                "conventional_accuracy": float(acc),
-                "source": f"certify: {run.summary.get('prediction_rule') or UNNAMED_PREDICTION_RULE}" if run is not None else _record_rule(rec),
-            }
+            AccuracyEpsilonRow(
+                defense=rec.defense,
+                model_id=rec.model_id,
+                epsilon=float(eps),
+                delta=rec.metrics.get("delta"),
+                conventional_accuracy=float(acc),
+                source=f"certify: {run.summary.prediction_rule or UNNAMED_PREDICTION_RULE}" if run is not None else _record_rule(rec),
+            )
         )
-    return sorted(rows, key=lambda r: (r["defense"], r["epsilon"]))
+    return sorted(rows, key=lambda r: (r.defense, r.epsilon))
 
 
 def _record_rule(rec: TrainedModel) -> str:
@@ -247,14 +280,14 @@ def _record_rule(rec: TrainedModel) -> str:
     return f"record test accuracy: expected-softmax argmax over {draws} noise draws" if draws else "record test accuracy: the trained model on clean inputs"
 
 
-def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, ax: Axes | None = None) -> MplFigure | None:
+def accuracy_epsilon_figure(rows: Sequence[AccuracyEpsilonRow], *, ax: Axes | None = None) -> MplFigure | None:
     """Conventional accuracy against the training data's DP ε, one line per defense (``None`` without rows)."""
     if not rows:
         return None
     fig, ax = new_axes(ax, size=(7.0, 4.0))
     looks = Looks()
-    for defense in sorted({r["defense"] for r in rows}):
-        pts = sorted((r["epsilon"], r["conventional_accuracy"]) for r in rows if r["defense"] == defense)
+    for defense in sorted({r.defense for r in rows}):
+        pts = sorted((r.epsilon, r.conventional_accuracy) for r in rows if r.defense == defense)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], **looks.method(defense), label=defense)
     ax.set_xscale("log")
     ax.set_xlabel("DP ε of the training data")
@@ -268,8 +301,8 @@ def certified_rows(runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
     """Long table: defense, model, certificate, radius, certified accuracy, conventional accuracy of the same classifier, its prediction rule."""
     return [
         {
-            "defense": run.summary["defense"],
-            "model_id": run.summary["model_id"],
+            "defense": run.summary.defense,
+            "model_id": run.summary.model_id,
             "certificate": name,
             "norm": cert.norm,
             "radius": float(radius),
@@ -287,8 +320,8 @@ def robust_rows(runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
     """Long table: defense, model, attack, radius, robust accuracy, clean accuracy."""
     return [
         {
-            "defense": run.summary["defense"],
-            "model_id": run.summary["model_id"],
+            "defense": run.summary.defense,
+            "model_id": run.summary.model_id,
             "attack": name,
             "norm": res.norm,
             "radius": float(radius),
@@ -309,10 +342,11 @@ def _csv(rows: Sequence[Mapping[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def write_certified_tables(directory: Path, runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[str, Any]]) -> list[Path]:
+def write_certified_tables(directory: Path, runs: Sequence[CertifiedRun], eps_rows: Sequence[AccuracyEpsilonRow]) -> list[Path]:
     """Writes the CSV tables that have rows (a table without rows is neither written nor listed); removes stale empty ones."""
     written = []
-    for name, rows in (("certified_accuracy.csv", certified_rows(runs)), ("robust_accuracy.csv", robust_rows(runs)), ("accuracy_vs_epsilon.csv", eps_rows)):
+    tables = (("certified_accuracy.csv", certified_rows(runs)), ("robust_accuracy.csv", robust_rows(runs)), ("accuracy_vs_epsilon.csv", [dataclasses.asdict(r) for r in eps_rows]))
+    for name, rows in tables:
         path = directory / name
         if rows:
             written.append(atomic_write_text(path, _csv(rows)))
@@ -327,18 +361,18 @@ def _run_table(runs: Sequence[CertifiedRun]) -> Table:
         s = run.summary
         rows.append(
             [
-                s["defense"],
-                s["model_id"],
-                s.get("epsilon"),
-                s.get("robustness_epsilon"),
-                s.get("attack_norm_bound"),
-                s.get("noise_std"),
-                s.get("sensitivity"),
-                s.get("conventional_accuracy"),
-                s.get("prediction_rule") or UNNAMED_PREDICTION_RULE,
-                s.get("num_examples"),
-                s.get("num_draws"),
-                s.get("draws_per_second"),
+                s.defense,
+                s.model_id,
+                s.epsilon,
+                s.robustness_epsilon,
+                s.attack_norm_bound,
+                s.noise_std,
+                s.sensitivity,
+                s.conventional_accuracy,
+                s.prediction_rule or UNNAMED_PREDICTION_RULE,
+                s.num_examples,
+                s.num_draws,
+                s.draws_per_second,
             ]
         )
     return Table(
@@ -355,7 +389,7 @@ def _run_table(runs: Sequence[CertifiedRun]) -> Table:
 def _claim_block(run: CertifiedRun) -> Any:
     if run.record is None:
         return Text(text="The model's record is not in this run directory, so its privacy claim cannot be shown.")
-    delta = run.record.metrics.get("delta") or run.summary.get("delta") or 1e-5
+    delta = run.record.metrics.get("delta") or run.summary.delta or 1e-5
     return accountant_table(run.record.claim.epsilons(delta=float(delta)), delta=float(delta), description=run.record.claim.statement())
 
 
@@ -366,10 +400,10 @@ def _share(accuracy: float, n: int, cell: Any = rate_cell) -> Shown:
 
 def runs_verdict(runs: Sequence[CertifiedRun]) -> Verdict:
     """Sound or unsound (:func:`~dpaudit.results.verdicts.certified_verdict`), from what ``certify`` stored for each model."""
-    return certified_verdict([(str(r.summary["model_id"]), r.soundness_violations, bool(r.certificates and r.attacks)) for r in runs])
+    return certified_verdict([(r.summary.model_id, [x.to_dict() for x in r.soundness_violations], bool(r.certificates and r.attacks)) for r in runs])
 
 
-def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[str, Any]], csv_files: Sequence[Path] = ()) -> list[Section]:
+def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[AccuracyEpsilonRow], csv_files: Sequence[Path] = ()) -> list[Section]:
     """The certified report's sections: stored soundness verdicts, overview, one section per model, accuracy vs ε."""
     overview: list[Any] = []
     # Sound / unsound is judged in the core from what certify stored; the page draws the box.
@@ -392,7 +426,7 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[
         blocks.append(
             Figure(
                 figure=certified_figure(run),
-                name=f"model-{run.summary['model_id']}",
+                name=f"model-{run.summary.model_id}",
                 caption="Certified accuracy (filled markers, one line per certificate), the conventional accuracy of the classifier each certificate covers (dashed horizontal, in the certificate's colour) and empirical robust accuracy under each attack (open markers)",
                 empty="no certificate and no attack result stored for this model",
             )
@@ -416,7 +450,7 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[
             rows.append(row)
         if rows and (run.certificates or run.attacks):
             blocks.append(Table(columns=["radius", *(f"certified {n}" for n in run.certificates), *(f"robust {n}" for n in run.attacks), "robust (all attacks)"], rows=rows))
-        sections.append(Section(title=f"{run.label} — {run.summary['model_id']}", blocks=blocks))
+        sections.append(Section(title=f"{run.label} — {run.summary.model_id}", blocks=blocks))
     sections.append(
         Section(
             title="Conventional accuracy against DP ε",
@@ -431,7 +465,7 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Mapping[
                     [
                         Table(
                             columns=["defense", "model", "ε", "δ", "conv. acc", "source"],
-                            rows=[[r["defense"], r["model_id"], r["epsilon"], r["delta"], r["conventional_accuracy"], r["source"]] for r in eps_rows],
+                            rows=[[r.defense, r.model_id, r.epsilon, r.delta, r.conventional_accuracy, r.source] for r in eps_rows],
                         )
                     ]
                     if eps_rows
@@ -455,7 +489,7 @@ class CertifiedRuns:
     """
 
     runs: tuple[CertifiedRun, ...]
-    eps_rows: tuple[Mapping[str, Any], ...] = ()
+    eps_rows: tuple[AccuracyEpsilonRow, ...] = ()
 
 
 def _certified(run: RunDir, runs: Sequence[CertifiedRun]) -> CertifiedRuns:
@@ -480,7 +514,7 @@ def _write(out: Path, item: CertifiedRuns) -> tuple[WrittenReport, list[Path], s
 def certified_page(item: CertifiedRuns, out: Path) -> Page:
     """Writes ``certified.{html,md}``, its figures and non-empty CSV tables into ``out``."""
     # The soundness verdicts are the ones ``certify`` stored; the page only shows them.
-    violations = tuple(f"certify {cr.summary['model_id']}: {len(cr.soundness_violations)} soundness violation(s)" for cr in item.runs if cr.soundness_violations)
+    violations = tuple(f"certify {cr.summary.model_id}: {len(cr.soundness_violations)} soundness violation(s)" for cr in item.runs if cr.soundness_violations)
     written, csv_files, link = _write(out, item)
     return Page(html=written.html, link=link, tables=tuple(csv_files), violations=violations)
 

@@ -2,25 +2,41 @@
 
 :class:`DPSGDConfig` is what a user sets; :func:`defenses.dpsgd.plan.plan_dpsgd` turns it into
 what a run does (q, σ, the number of steps), and :mod:`defenses.dp_defaults` derives the values
-left unset from public facts.
+left unset from public facts. :meth:`DPSGDConfig.rebuild_claim` rebuilds a stored record's claim
+from its configuration (the :class:`dpaudit.privacy.record_claims.ClaimConfig` protocol), so the
+schema's keys are read here and nowhere in the core.
+
+Torch-free: the claim check of ``report`` loads this module without the training code.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from defenses.clipping import CLIPPING_METHODS
+from dp_accounting import dp_event as dpe
+
 from defenses.dp_defaults import CLIP_NORM, DEFAULT_EPOCHS, DERIVED_AT_INIT, LEARNING_RATE, derived_lot_size
 from dpaudit import _validate as v
+from dpaudit.limits import LIMITS
 from dpaudit.options import option
 from dpaudit.privacy.accountants import ACCOUNTANTS
-from dpaudit.training import BATCH_LIMIT, EPOCH_LIMIT
+from dpaudit.privacy.claims import DPClaim, PrivacyClaim, dpsgd_claim
+from dpaudit.privacy.record_claims import RELATIVE_TOLERANCE, RebuiltClaim, agree, format_number, register_claim_config, required
 
-__all__ = ["SAMPLING_MODES", "DEFAULT_NOISE_MULTIPLIER", "DPSGDConfig"]
+__all__ = ["SAMPLING_MODES", "CLIPPING_METHODS", "DEFAULT_NOISE_MULTIPLIER", "DEFAULT_SAMPLING_RATE", "DPSGDConfig"]
 
 SAMPLING_MODES = ("poisson", "shuffle-non-private-accounting")
+#: Per-example gradient engines (:mod:`defenses.clipping`); named here so the config stays torch-free.
+CLIPPING_METHODS = ("auto", "hooks", "vmap")
+#: The sampling rate a stored configuration with neither a lot size nor a rate was run at (Abadi et al.'s 600 of 60,000).
+DEFAULT_SAMPLING_RATE = 0.01
+#: Relative tolerance of the σ calibration (:func:`dpaudit.privacy.calibration.calibrate_noise_multiplier`).
+_CALIBRATION_TOLERANCE = 1e-3
+EPOCH_LIMIT = LIMITS["epochs"]
+BATCH_LIMIT = LIMITS["batch_size"]
 #: σ of a run without ``target_epsilon`` and without ``noise_multiplier``. With a target, σ is
 #: calibrated instead: a default σ would silently turn the target into a step budget.
 DEFAULT_NOISE_MULTIPLIER = 1.1
@@ -165,3 +181,114 @@ class DPSGDConfig:
         if self.lot_size > n:
             raise v.invalid("lot_size", f"lot_size must be <= the number of members ({n}), got {self.lot_size!r}")
         return self.lot_size / n
+
+    # -- the claim of a stored record (dpaudit.privacy.record_claims.ClaimConfig) ---------------
+
+    @classmethod
+    def from_record_config(cls, config: Mapping[str, object]) -> DPSGDConfig:
+        """The DP-SGD configuration a record stored (a Secure-SGD record's other fields are left out).
+
+        Raises:
+            ValueError: σ is missing (it would otherwise read as the default σ), or a field is invalid.
+        """
+        if "noise_multiplier" not in config:
+            raise ValueError("config is missing 'noise_multiplier', which the claim is rebuilt from")
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        try:
+            # Stored JSON values: __post_init__ checks each one's type and range, naming the field.
+            return cls(**{name: value for name, value in config.items() if name in names})  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"config: {exc}") from None
+
+    def _claim_rate(self, num_members: int) -> tuple[float, str]:
+        # As the run planned q; the source names the field for error messages.
+        if self.sampling_rate is not None:
+            return float(self.sampling_rate), "config sampling_rate"
+        if self.lot_size is not None:
+            return self.lot_size / max(num_members, 1), f"config lot_size / members ({num_members})"
+        return DEFAULT_SAMPLING_RATE, "the default sampling_rate"
+
+    def _pca_event(self) -> dpe.DpEvent | None:
+        """DP-PCA (Abadi et al. 2016, §4): a ``Gaussian(σ_p)`` event, Poisson-sampled when q_p < 1."""
+        if self.pca_components is None or self.pca_noise is None:
+            return None
+        event: dpe.DpEvent = dpe.GaussianDpEvent(float(self.pca_noise))
+        q_p = float(self.pca_sampling_rate)
+        return dpe.PoissonSampledDpEvent(q_p, event) if q_p < 1.0 else event
+
+    def _dp_event(self, *, q: float, sigma: float, steps: int) -> dpe.DpEvent:
+        event = dpsgd_claim(sampling_rate=q, noise_multiplier=sigma, num_steps=steps).event
+        pca = self._pca_event()
+        if pca is None:
+            return event
+        return pca if steps == 0 else dpe.ComposedDpEvent([pca, event])
+
+    def rebuild_claim(self, stored: PrivacyClaim, *, metrics: Mapping[str, object], num_members: int) -> RebuiltClaim:
+        """The DP claim this configuration implies (Abadi et al. 2016, Algorithm 1), with q, σ and T as the run planned them.
+
+        A calibrated σ or step count is checked to be the calibration's answer by evaluating ε
+        on both sides of it rather than by searching again.
+
+        Raises:
+            ValueError: ``metrics`` and the configuration disagree (both values named).
+        """
+        n = num_members
+        q, q_source = self._claim_rate(n)
+        agree("metrics sampling_rate", required("metrics", metrics, "sampling_rate"), q_source, q)
+        sigma_cfg, target = self.noise_multiplier, self.target_epsilon
+        epochs = self.epochs
+        steps_per_epoch = max(1, round(1.0 / q))
+        cap = None if epochs is None else max(1, round(float(epochs) * steps_per_epoch))
+        steps = v.integer("metrics.num_steps", required("metrics", metrics, "num_steps"), minimum=0)
+        sigma_metric = v.positive("metrics.noise_multiplier", required("metrics", metrics, "noise_multiplier"))
+        pca = self._pca_event() is not None
+        dp_path = "event.events[1]" if pca and steps > 0 else "event"
+        gauss_path = f"{dp_path}.event.event" if q < 1.0 else f"{dp_path}.event"
+        sources = {f"{dp_path}.event.sampling_probability": q_source}
+        if pca:
+            sources.update(
+                {
+                    "event.events[0].noise_multiplier": "config pca_noise",
+                    "event.events[0].event.noise_multiplier": "config pca_noise",
+                    "event.events[0].sampling_probability": "config pca_sampling_rate",
+                }
+            )
+
+        def eps(s: float, t: int) -> float:
+            return DPClaim(event=self._dp_event(q=q, sigma=s, steps=t)).epsilon(delta=self.delta, accountant=self.accountant)
+
+        if sigma_cfg is not None:
+            sigma = float(sigma_cfg)
+            agree("metrics noise_multiplier", sigma_metric, "config noise_multiplier", sigma)
+            sources[f"{gauss_path}.noise_multiplier"] = "config noise_multiplier"
+        else:
+            # σ was calibrated to the target: the smallest σ (to the calibration's tolerance) with
+            # ε ≤ target, so ε at σ is within the target and ε just below σ is beyond it.
+            sigma = sigma_metric
+            target_eps = float(v.positive("config.target_epsilon", target))
+            lower = sigma * (1.0 - 1.001 * _CALIBRATION_TOLERANCE)
+            if eps(sigma, steps) > target_eps * (1 + RELATIVE_TOLERANCE) or (lower > 2e-3 and eps(lower, steps) <= target_eps):
+                raise ValueError(
+                    f"metrics noise_multiplier={format_number(sigma)} is not the noise multiplier calibrated to config target_epsilon={format_number(target_eps)} over {steps} steps "
+                    f"under config accountant={self.accountant!r} (a record calibrated by an older, unsound naive/strong analysis is one: retrain it with --force)"
+                )
+            sources[f"{gauss_path}.noise_multiplier"] = "metrics noise_multiplier (calibrated to config target_epsilon)"
+        if target is None or sigma_cfg is None:
+            if steps != cap:
+                raise ValueError(f"metrics num_steps={steps} does not match config epochs={format_number(epochs)}, which is {cap} steps of {steps_per_epoch} per epoch")
+            sources[f"{dp_path}.count"] = "config epochs x steps per epoch"
+        else:
+            # Budget mode: as many steps as the target allows, up to the cap.
+            target_eps = float(target)
+            beyond = steps != cap and eps(sigma, steps + 1) <= target_eps
+            if steps < 1 or eps(sigma, steps) > target_eps * (1 + RELATIVE_TOLERANCE) or beyond or (cap is not None and steps > cap):
+                raise ValueError(
+                    f"metrics num_steps={steps} is not the number of steps config target_epsilon={format_number(target_eps)} allows at noise_multiplier={format_number(sigma)} "
+                    f"under config accountant={self.accountant!r} (a record planned by an older, unsound naive/strong analysis is one: retrain it with --force)"
+                )
+            sources[f"{dp_path}.count"] = "metrics num_steps (the steps config target_epsilon allows)"
+        return RebuiltClaim(claim=DPClaim(event=self._dp_event(q=q, sigma=sigma, steps=steps)), sources=sources)
+
+
+# DP-SGD's claims, and Secure-SGD's (whose DP part is this configuration), are rebuilt by it.
+register_claim_config("dp", DPSGDConfig.from_record_config)

@@ -4,14 +4,15 @@ A stored record states its privacy claim beside the configuration that produced 
 measured run (steps taken, calibrated σ, queries answered). The claim is what every ε_UB is
 evaluated from, so a record whose claim says σ = 10 while its configuration ran σ = 1 must not
 be audited or reported: its ε_UB would be 0.17 where the mechanism gives 3.90. Each claim kind
-registers, beside its claim, how its claim follows from ``(config, metrics, number of members)``,
-without torch and without the defenses (reports verify records too), and :func:`check_record_claim`
-compares the rebuilt claim with the stored one, naming the first field that differs.
+registers how its claim follows from ``(config, metrics, number of members)``, without torch
+(reports verify records too), and :func:`check_record_claim` compares the rebuilt claim with the
+stored one, naming the first field that differs.
 
-The DP-SGD rebuild follows the mechanism of Abadi et al. (2016, Algorithm 1) with q, σ and T
-resolved as the defense plans them (a calibrated σ or step count is checked to be the
-calibration's answer by evaluating ε on both sides of it, rather than re-running the search);
-DP-PCA (§4) composes a ``Gaussian(σ_p)`` event, Poisson-sampled when q_p < 1. DSSGD's DP upload
+A defense whose configuration type holds the schema rebuilds through that type: the type
+implements :class:`ClaimConfig` and registers its loader with :func:`register_claim_config`, so
+no key of the defense's schema is spelled here. DP-SGD's configuration
+(:class:`defenses.dpsgd.config.DPSGDConfig`) is one: its module is torch-free and is discovered
+by name, as every registry discovers its parts (:mod:`dpaudit.registry`). DSSGD's DP upload
 is rebuilt from its parameters (Shokri & Shmatikov 2015, §5). PATE's data-dependent RDP curve
 (Papernot et al. 2018, §4) cannot be rebuilt without the vote matrix: its aggregator, noise,
 query counts and analysis are rebuilt from the configuration, and the ε it states is checked
@@ -23,12 +24,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from dp_accounting import dp_event as dpe
+from typing import Any, Protocol, runtime_checkable
 
 from dpaudit import _validate as v
-from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, PrivacyClaim, dpsgd_claim
+from dpaudit.privacy.claims import NonPrivateClaim, PrivacyClaim
 from dpaudit.registry import Registry
 from dpaudit.store import thaw
 
@@ -37,20 +36,17 @@ __all__ = [
     "ClaimRebuilder",
     "CLAIM_REBUILDERS",
     "ClaimRebuilderSpec",
+    "ClaimConfig",
     "register_claim_rebuilder",
+    "register_claim_config",
     "required",
     "agree",
     "format_number",
     "RELATIVE_TOLERANCE",
     "rebuild_claim",
     "check_record_claim",
-    "DPSGD_DEFAULT_SAMPLING_RATE",
 ]
 
-#: DP-SGD's sampling rate when a configuration gives neither a lot size nor a rate (Abadi et al.'s 600 of 60,000).
-DPSGD_DEFAULT_SAMPLING_RATE = 0.01
-#: Relative tolerance of the σ calibration (:func:`dpaudit.privacy.calibration.calibrate_noise_multiplier`).
-_CALIBRATION_TOLERANCE = 1e-3
 RELATIVE_TOLERANCE = 1e-9
 
 
@@ -71,7 +67,7 @@ class RebuiltClaim:
 
 #: ``rebuild(stored_claim, config, metrics, num_members) -> RebuiltClaim``; raises ``ValueError``
 #: naming the field when the configuration and the metrics disagree with each other.
-ClaimRebuilder = Callable[[PrivacyClaim, Mapping[str, Any], Mapping[str, Any], int], RebuiltClaim]
+ClaimRebuilder = Callable[[PrivacyClaim, Mapping[str, object], Mapping[str, object], int], RebuiltClaim]
 
 
 @dataclass(frozen=True)
@@ -87,10 +83,26 @@ class ClaimRebuilderSpec:
     rebuild: ClaimRebuilder
 
 
+@runtime_checkable
+class ClaimConfig(Protocol):
+    """A defense's configuration type that rebuilds the claim of a record it configured.
+
+    The type owns its schema: it is built from the record's stored configuration by the loader
+    given to :func:`register_claim_config` and answers with the claim that configuration,
+    ``metrics`` and ``num_members`` imply.
+    """
+
+    def rebuild_claim(self, stored: PrivacyClaim, *, metrics: Mapping[str, object], num_members: int) -> RebuiltClaim:
+        """The claim this configuration implies; ``ValueError`` naming the field when it and ``metrics`` disagree."""
+        ...
+
+
 #: Every claim kind's rebuilder, by kind. A kind registers its rebuilder beside its claim
-#: (:func:`register_claim_rebuilder`); the first lookup imports every module of
-#: :mod:`dpaudit.privacy`, so this module imports none of the kinds.
-CLAIM_REBUILDERS: Registry[ClaimRebuilderSpec] = Registry("claim rebuilder", argument="claim", discover=("dpaudit.privacy",))
+#: (:func:`register_claim_rebuilder`) or beside the configuration type that rebuilds it
+#: (:func:`register_claim_config`); the first lookup imports every module of
+#: :mod:`dpaudit.privacy` and the torch-free configuration modules named here, by name, so
+#: this module imports none of the kinds.
+CLAIM_REBUILDERS: Registry[ClaimRebuilderSpec] = Registry("claim rebuilder", argument="claim", discover=("dpaudit.privacy", "defenses.dpsgd.config"))
 
 
 def register_claim_rebuilder(kind: str) -> Callable[[ClaimRebuilder], ClaimRebuilder]:
@@ -103,12 +115,27 @@ def register_claim_rebuilder(kind: str) -> Callable[[ClaimRebuilder], ClaimRebui
     return add
 
 
+def register_claim_config(kind: str, load: Callable[[Mapping[str, object]], ClaimConfig]) -> None:
+    """Registers that claims of ``kind`` are rebuilt by the configuration ``load`` makes of a record's stored config.
+
+    Args:
+        kind: the claim kind (:attr:`PrivacyClaim.kind`).
+        load: a stored configuration (a mapping, as ``record.json`` holds it) to the defense's
+            configuration value; ``ValueError`` naming the field it cannot read.
+    """
+
+    def rebuild(stored: PrivacyClaim, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int) -> RebuiltClaim:
+        return load(config).rebuild_claim(stored, metrics=metrics, num_members=num_members)
+
+    CLAIM_REBUILDERS.register(ClaimRebuilderSpec(kind, rebuild))
+
+
 def format_number(x: Any) -> str:
     """A number as error messages print it (floats by ``:g``)."""
     return f"{x:g}" if isinstance(x, float) else repr(x) if isinstance(x, str) else str(x)
 
 
-def required(where: str, data: Mapping[str, Any], key: str) -> Any:
+def required(where: str, data: Mapping[str, object], key: str) -> Any:
     """``data[key]``, or a ValueError naming the record part (``where``) that lacks it."""
     if key not in data:
         raise ValueError(f"{where} is missing {key!r}, which the claim is rebuilt from")
@@ -129,7 +156,7 @@ def agree(what: str, value: Any, against: str, expected: Any) -> None:
         raise ValueError(f"{what}={format_number(value)} does not match {against}={format_number(expected)}")
 
 
-def rebuild_claim(stored: PrivacyClaim, *, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int) -> RebuiltClaim:
+def rebuild_claim(stored: PrivacyClaim, *, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int) -> RebuiltClaim:
     """The claim of kind ``stored.kind`` that ``config`` and ``metrics`` imply.
 
     Raises:
@@ -163,7 +190,7 @@ def _first_difference(stored: Any, rebuilt: Any, path: str) -> tuple[str, Any, A
     return None if _same(stored, rebuilt) else (path.lstrip("."), stored, rebuilt)
 
 
-def check_record_claim(stored: PrivacyClaim, *, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int) -> None:
+def check_record_claim(stored: PrivacyClaim, *, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int) -> None:
     """Refuses a stored claim that differs from the one its record's config and metrics imply.
 
     Every field that ε_UB depends on is compared (numbers to a relative 1e-9); the description
@@ -183,93 +210,7 @@ def check_record_claim(stored: PrivacyClaim, *, config: Mapping[str, Any], metri
 
 
 @register_claim_rebuilder("nonprivate")
-def _nonprivate(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int) -> RebuiltClaim:
+def _nonprivate(stored: PrivacyClaim, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int) -> RebuiltClaim:
     # ε = ∞ under every accountant: nothing in the config can make it smaller. Which defenses
     # may carry it is the defense registry's business (DefenseSpec.claim_kind_for).
     return RebuiltClaim(claim=NonPrivateClaim(neighbouring=stored.neighbouring, description=stored.description))
-
-
-def _dpsgd_rate(config: Mapping[str, Any], n: int) -> tuple[float, str]:
-    rate, lot = config.get("sampling_rate"), config.get("lot_size")
-    if rate is not None:
-        return float(v.half_open_unit("config.sampling_rate", rate)), "config sampling_rate"
-    if lot is not None:
-        return v.integer("config.lot_size", lot, minimum=1) / max(n, 1), f"config lot_size / members ({n})"
-    return DPSGD_DEFAULT_SAMPLING_RATE, "the default sampling_rate"
-
-
-def _pca_event(config: Mapping[str, Any]) -> dpe.DpEvent | None:
-    if config.get("pca_components") is None or config.get("authors_batch_clipping") is True:
-        return None  # the authors' batch-clipping path accounts DP-SGD alone
-    event: dpe.DpEvent = dpe.GaussianDpEvent(float(v.positive("config.pca_noise", required("config", config, "pca_noise"))))
-    q_p = float(config.get("pca_sampling_rate", 1.0))
-    return dpe.PoissonSampledDpEvent(q_p, event) if q_p < 1.0 else event
-
-
-def _dp_event(config: Mapping[str, Any], *, q: float, sigma: float, steps: int) -> dpe.DpEvent:
-    event = dpsgd_claim(sampling_rate=q, noise_multiplier=sigma, num_steps=steps).event
-    pca = _pca_event(config)
-    if pca is None:
-        return event
-    return pca if steps == 0 else dpe.ComposedDpEvent([pca, event])
-
-
-@register_claim_rebuilder("dp")
-def _dp(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int) -> RebuiltClaim:
-    """DP-SGD (and Secure-SGD's DP-SGD part): q, σ, T as the defense plans them."""
-    n = num_members
-    q, q_source = _dpsgd_rate(config, n)
-    agree("metrics sampling_rate", required("metrics", metrics, "sampling_rate"), q_source, q)
-    sigma_cfg, target = config.get("noise_multiplier", "missing"), config.get("target_epsilon")
-    if sigma_cfg == "missing":
-        raise ValueError("config is missing 'noise_multiplier', which the claim is rebuilt from")
-    epochs = config.get("epochs")
-    steps_per_epoch = max(1, round(1.0 / q))
-    cap = None if epochs is None else max(1, round(float(epochs) * steps_per_epoch))
-    steps = v.integer("metrics.num_steps", required("metrics", metrics, "num_steps"), minimum=0)
-    sigma_metric = v.positive("metrics.noise_multiplier", required("metrics", metrics, "noise_multiplier"))
-    pca = _pca_event(config) is not None
-    dp_path = "event.events[1]" if pca and steps > 0 else "event"
-    gauss_path = f"{dp_path}.event.event" if q < 1.0 else f"{dp_path}.event"
-    sources = {f"{dp_path}.event.sampling_probability": q_source}
-    if pca:
-        sources.update(
-            {"event.events[0].noise_multiplier": "config pca_noise", "event.events[0].event.noise_multiplier": "config pca_noise", "event.events[0].sampling_probability": "config pca_sampling_rate"}
-        )
-    delta, accountant = config.get("delta", 1e-5), config.get("accountant", "pld")
-
-    def eps(s: float, t: int) -> float:
-        return DPClaim(event=_dp_event(config, q=q, sigma=s, steps=t)).epsilon(delta=delta, accountant=accountant)
-
-    if sigma_cfg is not None:
-        sigma = float(v.positive("config.noise_multiplier", sigma_cfg))
-        agree("metrics noise_multiplier", sigma_metric, "config noise_multiplier", sigma)
-        sources[f"{gauss_path}.noise_multiplier"] = "config noise_multiplier"
-    else:
-        # σ was calibrated to the target: the smallest σ (to the calibration's tolerance) with
-        # ε ≤ target, so ε at σ is within the target and ε just below σ is beyond it.
-        sigma = sigma_metric
-        target_eps = float(v.positive("config.target_epsilon", target))
-        lower = sigma * (1.0 - 1.001 * _CALIBRATION_TOLERANCE)
-        if eps(sigma, steps) > target_eps * (1 + RELATIVE_TOLERANCE) or (lower > 2e-3 and eps(lower, steps) <= target_eps):
-            raise ValueError(
-                f"metrics noise_multiplier={format_number(sigma)} is not the noise multiplier calibrated to config target_epsilon={format_number(target_eps)} over {steps} steps "
-                f"under config accountant={config.get('accountant')!r} (a record calibrated by an older, unsound naive/strong analysis is one: retrain it with --force)"
-            )
-        sources[f"{gauss_path}.noise_multiplier"] = "metrics noise_multiplier (calibrated to config target_epsilon)"
-    if target is None or sigma_cfg is None:
-        if steps != cap:
-            raise ValueError(f"metrics num_steps={steps} does not match config epochs={format_number(epochs)}, which is {cap} steps of {steps_per_epoch} per epoch")
-        sources[f"{dp_path}.count"] = "config epochs x steps per epoch"
-    else:
-        # Budget mode: as many steps as the target allows, up to the cap.
-        target_eps = float(v.positive("config.target_epsilon", target))
-        beyond = steps != cap and eps(sigma, steps + 1) <= target_eps
-        if steps < 1 or eps(sigma, steps) > target_eps * (1 + RELATIVE_TOLERANCE) or beyond or (cap is not None and steps > cap):
-            raise ValueError(
-                f"metrics num_steps={steps} is not the number of steps config target_epsilon={format_number(target_eps)} allows at noise_multiplier={format_number(sigma)} "
-                f"under config accountant={config.get('accountant')!r} (a record planned by an older, unsound naive/strong analysis is one: retrain it with --force)"
-            )
-        sources[f"{dp_path}.count"] = "metrics num_steps (the steps config target_epsilon allows)"
-    claim = DPClaim(event=_dp_event(config, q=q, sigma=sigma, steps=steps))
-    return RebuiltClaim(claim=claim, sources=sources)

@@ -28,6 +28,9 @@ __all__ = [
     "SmoothingSummary",
     "CertifySummary",
     "load_certify_summary",
+    "StoredCertifySummary",
+    "read_stored_summary",
+    "stored_soundness_violations",
     "own_prediction_rule",
     "save_certify_summary",
     "smoothing_prediction_rule",
@@ -121,6 +124,32 @@ class SoundnessViolation:
     def from_dict(cls, data: Mapping[str, Any]) -> SoundnessViolation:
         v.mapping_with("data", data, ("certificate", "radius", "certified_accuracy", "robust_accuracy"))
         return cls(certificate=data["certificate"], radius=data["radius"], certified_accuracy=data["certified_accuracy"], robust_accuracy=data["robust_accuracy"])
+
+
+def stored_soundness_violations(items: Any) -> tuple[SoundnessViolation, ...]:
+    """The ``soundness_violations`` a stored summary holds, typed, in every form ``certify`` has written.
+
+    Summaries of the current form hold one mapping per violation (:meth:`SoundnessViolation.to_dict`);
+    older ones hold a ``[certificate, radius, certified_accuracy, robust_accuracy]`` list each.
+    Readers get :class:`SoundnessViolation` values either way, so no reader keeps the old form.
+
+    Raises:
+        ValueError: ``items`` is not a list of either form (named, with the entry's index).
+    """
+    if items is None:
+        return ()
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, (list, tuple)):
+        raise v.invalid_type("soundness_violations", f"soundness_violations must be a list, got {v.short(items)}")
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping):
+            out.append(SoundnessViolation.from_dict(item))
+        elif isinstance(item, (list, tuple)) and len(item) == 4:
+            certificate, radius, certified, robust = item
+            out.append(SoundnessViolation(certificate=certificate, radius=radius, certified_accuracy=certified, robust_accuracy=robust))
+        else:
+            raise v.invalid_type(f"soundness_violations[{i}]", f"soundness_violations[{i}] must be a mapping or a [certificate, radius, certified, robust] list, got {v.short(item)}")
+    return tuple(out)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -343,10 +372,106 @@ class CertifySummary:
             **{name: data[name] for name in _SUMMARY_FIELDS if name != "radii"},
             radii=tuple(data["radii"]),
             smoothing=SmoothingSummary.from_dict(smoothing) if smoothing is not None else None,
-            soundness_violations=tuple(SoundnessViolation.from_dict(x) for x in data.get("soundness_violations", ())),
+            soundness_violations=stored_soundness_violations(data.get("soundness_violations")),
             prediction_rule=data.get("prediction_rule", UNNAMED_PREDICTION_RULE),
             schema_version=data.get("schema_version", CERTIFY_SUMMARY_SCHEMA_VERSION),
         )
+
+
+def _stored(name: str, data: Mapping[str, object], kinds: tuple[type, ...]) -> Any:
+    """``data[name]`` when the file has it and it is of one of ``kinds`` (a bool is no number), else ``None`` when absent or null."""
+    value = data.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise v.invalid_type(name, f"{name} must be {' or '.join(k.__name__ for k in kinds)}, got {v.short(value)}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredCertifySummary:
+    """A stored ``summary.json`` as reports read it: the fields of :class:`CertifySummary`, ``None`` where the file has none.
+
+    ``certify`` writes every field (:func:`save_certify_summary`); summaries stored by older
+    versions, and the small ones test fixtures write, lack some, and their pages show those
+    cells blank. :func:`read_stored_summary` is the one place that knows the stored forms
+    (an infinite ε stored as ``"inf"``, violations stored as lists), so a reader reads attributes.
+
+    Attributes:
+        model_id, defense: which record was certified (required).
+        radii: the perturbation radii (empty when the file has none).
+        attacks_run: the attacks of the run's ``robust_accuracy``, ``None`` when the file has no such mapping.
+        smoothing_prediction_rule: the prediction rule of the smoothing certificate, if stored.
+        soundness_violations: typed (:func:`stored_soundness_violations`).
+        the rest: as :class:`CertifySummary`.
+    """
+
+    model_id: str
+    defense: str
+    radii: tuple[float, ...] = ()
+    norm: str | None = None
+    epsilon: float | None = None
+    delta: float | None = None
+    mechanism: str | None = None
+    sensitivity: float | None = None
+    noise_std: float | None = None
+    robustness_epsilon: float | None = None
+    attack_norm_bound: float | None = None
+    redistribute: bool | None = None
+    num_examples: int | None = None
+    num_draws: int | None = None
+    draws_per_second: float | None = None
+    conventional_accuracy: float | None = None
+    prediction_rule: str | None = None
+    smoothing_prediction_rule: str | None = None
+    attacks_run: tuple[str, ...] | None = None
+    soundness_violations: tuple[SoundnessViolation, ...] = ()
+
+
+def read_stored_summary(data: object) -> StoredCertifySummary:
+    """A stored summary (``summary.json``'s content, any version) as :class:`StoredCertifySummary`.
+
+    Raises:
+        ValueError: the summary is not a mapping, lacks ``model_id`` or ``defense``, or a field has the wrong type (named).
+    """
+    if not isinstance(data, Mapping):
+        raise v.invalid_type("summary", f"summary must be a mapping, got {v.short(data)}")
+    number = (int, float)
+    ids = {name: data.get(name) for name in ("model_id", "defense")}
+    for name, value in ids.items():
+        if not isinstance(value, str) or not value:
+            raise v.invalid_type(name, f"{name} must be a non-empty string, got {v.short(value)}")
+    radii = data.get("radii", ())
+    if not isinstance(radii, (list, tuple)) or any(isinstance(r, bool) or not isinstance(r, number) for r in radii):
+        raise v.invalid_type("radii", f"radii must be a list of numbers, got {v.short(radii)}")
+    # The store writes an infinite ε as the string "inf" (strict JSON has no infinity).
+    epsilon = data.get("epsilon")
+    epsilon = float(epsilon) if isinstance(epsilon, str) and epsilon in ("inf", "Infinity") else _stored("epsilon", data, number)
+    used = data.get("robust_accuracy")
+    smoothing = data.get("smoothing")
+    smoothing_rule = _stored("prediction_rule", smoothing, (str,)) if isinstance(smoothing, Mapping) else None
+    return StoredCertifySummary(
+        model_id=str(ids["model_id"]),
+        defense=str(ids["defense"]),
+        radii=tuple(radii),
+        norm=_stored("norm", data, (str,)),
+        epsilon=epsilon,
+        delta=_stored("delta", data, number),
+        mechanism=_stored("mechanism", data, (str,)),
+        sensitivity=_stored("sensitivity", data, number),
+        noise_std=_stored("noise_std", data, number),
+        robustness_epsilon=_stored("robustness_epsilon", data, number),
+        attack_norm_bound=_stored("attack_norm_bound", data, number),
+        redistribute=_stored("redistribute", data, (bool,)),
+        num_examples=_stored("num_examples", data, (int,)),
+        num_draws=_stored("num_draws", data, (int,)),
+        draws_per_second=_stored("draws_per_second", data, number),
+        conventional_accuracy=_stored("conventional_accuracy", data, number),
+        prediction_rule=_stored("prediction_rule", data, (str,)),
+        smoothing_prediction_rule=smoothing_rule,
+        attacks_run=tuple(str(a) for a in used) if isinstance(used, Mapping) else None,
+        soundness_violations=stored_soundness_violations(data.get("soundness_violations")),
+    )
 
 
 def save_certify_summary(summary: CertifySummary, directory: str | os.PathLike[str]) -> Path:

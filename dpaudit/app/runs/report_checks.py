@@ -210,14 +210,14 @@ def _verify_certified(run: RunDir) -> None:
     for cr in load_certified_runs(run):
         if cr.soundness_violations or not cr.attacks or not cr.certificates:
             continue
-        path = run.certify_dir(str(cr.summary.get("model_id"))) / SUMMARY_FILE
+        path = run.certify_dir(str(cr.summary.model_id)) / SUMMARY_FILE
         radii = [float(r) for r in cr.radii]
         try:
             strongest = np.min(np.array([[res.robust_accuracy_at(r) for r in radii] for res in cr.attacks.values()]), axis=0)
         except ValueError as exc:
             raise _refuse(path, f"radii={radii} are not the radii its stored attacks ran at ({exc})") from None
         for cert in cr.certificates.values():
-            if cert.norm != cr.summary.get("norm", cert.norm):
+            if cert.norm != (cr.summary.norm or cert.norm):
                 continue
             found = soundness_violations(cert.certified_accuracy(radii), strongest, radii=radii, certificate=cert.method, tolerance=1e-9)
             if found:
