@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from dpaudit import _validate as v
@@ -84,7 +84,7 @@ def option(
     flag: str | None = None,
     kind: type | None = None,
     metavar: str | None = None,
-    choices: Sequence[Any] | None = None,
+    choices: Collection[Any] | None = None,
     check: Callable[[str, Any], Any] | None = None,
     default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
     limit: SizeLimit | None = None,
