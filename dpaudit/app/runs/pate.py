@@ -46,10 +46,11 @@ from dpaudit.privacy.pate.smooth_sensitivity import SmoothSensitivityRelease, re
 from dpaudit.progress import Progress
 from dpaudit.results import MembershipResult, save_membership_result
 from dpaudit.results.audit import AuditResult
-from dpaudit.results.record import load_record, resolve_record_dir
+from dpaudit.results.record import TrainedModel, load_record, resolve_record_dir
 from dpaudit.store import RunDir, read_json, thaw
 
 __all__ = [
+    "handles_record",
     "ReleaseSpec",
     "AnalyzeSpec",
     "VoteAnalysis",
@@ -396,6 +397,12 @@ def load_teacher_dirs(record_dir: Path) -> list[Path]:
     return dirs
 
 
+def handles_record(record: TrainedModel) -> bool:
+    """Whether ``record``'s defense names this module as the run of its own verb (its ``DefenseSpec.run_module``)."""
+    spec = DEFENSES.get(record.defense)
+    return spec is not None and spec.run_module == __name__
+
+
 def attack_aggregator(
     *,
     target: str | os.PathLike[str],
@@ -434,10 +441,10 @@ def attack_aggregator(
     except ValueError as exc:
         raise v.invalid("target", f"target: {exc}") from None
     record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
-    if record.defense != "pate":
+    if not handles_record(record):
         raise v.invalid("target", f"target: {str(rdir)!r} is a {record.defense!r} record; the aggregator attack needs a PATE student (--defense pate)")
     teacher_dirs = load_teacher_dirs(rdir)
-    config = _defense_config(DEFENSES["pate"].config_type, thaw(record.config))
+    config = _defense_config(DEFENSES[record.defense].config_type, thaw(record.config))
     seed = v.integer("seed", seed, minimum=0)
     ids, member = query_ids(record, max_per_side=num_samples, seed=seed)
     bundle = load_dataset(record.dataset, data_root=data_root)

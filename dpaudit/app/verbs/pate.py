@@ -200,12 +200,12 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _cmd_attack(args: argparse.Namespace) -> int:
-    from dpaudit.app.runs.pate import attack_aggregator
+    from dpaudit.app.runs.pate import attack_aggregator, handles_record
     from dpaudit.app.runs.report import render_reports
     from dpaudit.store import RunDir
 
     record = check_record("--target", args.target)
-    if record.defense != "pate":
+    if not handles_record(record):
         raise UsageError(f"--target is a {record.defense!r} record; the aggregator attack needs a PATE student (trained with --defense pate)", argument="--target")
     run = RunDir(args.out)
     result = attack_aggregator(target=args.target, run=run, repeats=args.repeats, num_samples=args.num_samples, seed=args.seed, data_root=args.data_root, device=args.device, progress=not args.quiet)
