@@ -167,7 +167,7 @@ def test_a_million_trials_take_seconds() -> None:
 def test_the_result_carries_its_ceiling_and_the_cli_prints_it(capsys) -> None:
     """Issue 15, item 4: the largest ε_LB the game's trials and Bonferroni factor allow."""
     from dpaudit.app.cli import main
-    from dpaudit.results.auditing import audit_ceiling
+    from dpaudit.privacy.audit_procedures import audit_ceiling
 
     bugged = planted_aggregator("noise-scale-too-small", aggregator="gnmax")
     for fn in (aggregate, bugged):

@@ -160,7 +160,7 @@ def test_the_project_has_no_import_cycle() -> None:
 
 def test_results_import_privacy_and_never_the_reverse() -> None:
     # A record holds its claim and a membership result its bound, so results/ reads privacy/;
-    # an audit that builds an AuditResult is therefore a result (results/auditing.py), and
+    # an audit that builds an AuditResult is therefore a result (privacy/audit_procedures.py), and
     # privacy/ stays the mathematics that results are made from.
     graph = import_graph(project_modules(ROOT, PACKAGES))
     upward = sorted(f"{m} -> {t}" for m, targets in graph.items() if m.startswith("dpaudit.privacy") for t in targets if t.startswith("dpaudit.results"))

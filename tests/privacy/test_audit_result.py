@@ -1,4 +1,4 @@
-"""Audit results and the torch-free audit helpers of :mod:`dpaudit.results.auditing` and :mod:`dpaudit.privacy.audit_bounds` (docs/audits/statistics.md §1–5)."""
+"""Audit results and the torch-free audit helpers of :mod:`dpaudit.privacy.audit_procedures` and :mod:`dpaudit.privacy.audit_bounds` (docs/audits/statistics.md §1–5)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dpaudit.privacy.audit_bounds import composed_gdp_epsilon, gaussian_step_cla
 from dpaudit.privacy.claims import dpsgd_claim
 from dpaudit.privacy.gaussian import gaussian_epsilon
 from dpaudit.results.audit import AuditResult, load_audit_result, save_audit_result
-from dpaudit.results.auditing import audit_from_one_run, audit_from_scores
+from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
 
 DELTA = 1e-5
 

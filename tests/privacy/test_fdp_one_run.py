@@ -23,7 +23,7 @@ from dpaudit.privacy.fdp_one_run import (
 )
 from dpaudit.privacy.gaussian import gdp_epsilon
 from dpaudit.results.audit import AuditResult
-from dpaudit.results.auditing import audit_from_one_run
+from dpaudit.privacy.audit_procedures import audit_from_one_run
 
 DELTA = 1e-5
 

@@ -487,7 +487,7 @@ def _rebound_one_run(result: AuditResult, directory: Path, *, claim: PrivacyClai
     only the statistics differ, so the training is not repeated for it.
     """
     from dpaudit.results.audit import save_audit_result
-    from dpaudit.results.auditing import audit_from_one_run
+    from dpaudit.privacy.audit_procedures import audit_from_one_run
 
     with np.load(directory / "scores.npz", allow_pickle=False) as stored:
         scores, included = stored["scores"], stored["included"].astype(bool)
