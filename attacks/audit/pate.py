@@ -39,13 +39,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from dpaudit import _validate as v
+from dpaudit.privacy.audit_procedures import audit_ceiling
 from dpaudit.privacy.audit_stats import epsilon_from_rates, epsilon_lb_from_counts
 from dpaudit.privacy.pate import analysis as pate_analysis
 from dpaudit.privacy.pate import claim as pate_claim
 from dpaudit.privacy.pate import mechanisms
 from dpaudit.results.audit import AuditResult
 from dpaudit.results.audit_details import PateAuditDetails
-from dpaudit.privacy.audit_procedures import audit_ceiling
 from dpaudit.seeding import derive_seed
 
 __all__ = [

@@ -49,13 +49,13 @@ from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset
 from dpaudit.executors.jobs import Executor, Job
 from dpaudit.privacy.audit_bounds import composed_gdp_epsilon, gaussian_step_claim
+from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
 from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES, gdp_mu_lb_from_counts
 from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.privacy.last_iterate import claim_last_iterate_epsilon
 from dpaudit.registry import Registry
 from dpaudit.results.audit import AuditResult, save_audit_result
 from dpaudit.results.audit_details import ComposedEstimate, FullRunClaim, ScoresDetails
-from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
 from dpaudit.seeding import derive_seed, numpy_rng
 from dpaudit.store import atomic_save_npz
 

@@ -45,10 +45,10 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
+from dpaudit.privacy.audit_procedures import audit_from_scores
 from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.results.audit import AuditResult
 from dpaudit.results.audit_details import ScoresDetails, UploadAuditDetails
-from dpaudit.privacy.audit_procedures import audit_from_scores
 from dpaudit.seeding import derive_seed
 
 __all__ = ["STATISTICS", "Canary", "TurnFn", "pixel_canary", "canary_coordinates", "upload_scores", "dssgd_upload_audit"]

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from dpaudit import _validate as v
 from dpaudit.store import freeze as _freeze
@@ -43,6 +43,7 @@ __all__ = [
     "GuessPoint",
     "CanaryCoordinate",
     "details_from_dict",
+    "estimate_facts",
 ]
 
 #: The game an upload audit's details name (:class:`UploadAuditDetails`).
@@ -74,7 +75,17 @@ class FullRunClaim:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> FullRunClaim:
-        return cls(**_pick(cls, data, "full_run_claim"))
+        d = _pick(cls, data, "full_run_claim")
+        by = d["epsilon_ub_by_accountant"]
+        if not isinstance(by, Mapping):
+            raise v.invalid_type("full_run_claim", f"details['full_run_claim']['epsilon_ub_by_accountant'] must be a mapping, got {type(by).__name__}")
+        return cls(
+            description=str(d["description"]),
+            accountant=str(d["accountant"]),
+            epsilon_ub=cast(float, d["epsilon_ub"]),
+            epsilon_ub_by_accountant=by,
+            epsilon_last_iterate=cast("float | None", d["epsilon_last_iterate"]),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,7 +102,8 @@ class ComposedEstimate:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> ComposedEstimate:
-        return cls(**_pick(cls, data, "composed_estimate"))
+        d = _pick(cls, data, "composed_estimate")
+        return cls(epsilon=cast(float, d["epsilon"]), sampling_rate=cast(float, d["sampling_rate"]), num_steps=cast(int, d["num_steps"]), kind=str(d["kind"]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +119,9 @@ class GuessPoint:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> GuessPoint:
-        return cls(**_pick(cls, data, "guess_curve"))
+        d = _pick(cls, data, "guess_curve")
+        # Stored numbers are kept as they are (no float()/int()): the file's bytes must round-trip.
+        return cls(num_guesses=cast(int, d["num_guesses"]), num_correct=cast(int, d["num_correct"]), epsilon_lb=cast(float, d["epsilon_lb"]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,7 +228,7 @@ class AuditDetails:
         if missing:
             raise v.invalid("details", f"{cls.__name__} is missing keys {missing}")
         typed = {k: data[k] for k in names if k in data}
-        return cls(**typed, context={k: x for k, x in data.items() if k not in typed})  # type: ignore[arg-type]
+        return cls(**typed, context={k: x for k, x in data.items() if k not in typed})
 
     # Typed views of the context keys the audit runner writes (app/runs/audit).
     def _text(self, key: str) -> str | None:
@@ -491,3 +505,13 @@ def details_from_dict(data: Mapping[str, object]) -> AuditDetails:
         except (TypeError, ValueError):
             pass  # a hand-made or damaged object: kept whole as context, as it was stored
     return AuditDetails(context=data)
+
+
+def estimate_facts(details: AuditDetails) -> tuple[tuple[float, float | None] | None, float | None, str | None]:
+    """(interval, its confidence, what the estimate is) of a result's ε estimate, ``None`` where not recorded."""
+    interval = confidence = kind = None
+    if isinstance(details, (ScoresDetails, OneRunDetails)):
+        interval, confidence = details.estimate_interval, details.estimate_interval_confidence
+    if isinstance(details, (ScoresDetails, PateAuditDetails)):
+        kind = details.estimate_kind
+    return interval, confidence, kind

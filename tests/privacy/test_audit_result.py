@@ -64,7 +64,7 @@ def test_audit_from_scores_and_one_run_keep_estimates_apart():
     assert 0 < r.epsilon_lb < r.epsilon_ub and r.epsilon_estimate is not None
     inc = rng.random(400) < 0.5
     one = audit_from_one_run(rng.normal(size=400) + 5 * inc, inc, claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.0, num_steps=100), delta=DELTA)
-    assert one.method == "one-run" and one.violation and one.details["guess_curve"]
+    assert one.method == "one-run" and one.violation and one.details.guess_curve
 
 
 def test_composed_estimate_matches_clt_formula():

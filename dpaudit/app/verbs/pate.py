@@ -33,6 +33,7 @@ from typing import Any
 from dpaudit import _validate as v
 from dpaudit.app.common import EXIT_OK, EXIT_VIOLATION, UsageError, add_common, arg, check_record, delta_type, emit, fmt_eps_lb, fmt_eps_ub, path_type, positive_int, seed_type
 from dpaudit.options import limit_action
+from dpaudit.results.audit_details import PateAuditDetails
 
 __all__ = ["register"]
 
@@ -346,11 +347,13 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         details={"planted_bug": bug},
     )
     info = result.details
+    if not isinstance(info, PateAuditDetails):
+        raise TypeError(f"pate_audit must return PateAuditDetails, got {type(info).__name__}")
     payload: dict[str, Any] = {"aggregator": name, "parameters": dict(params), "planted_bug": bug, "trials": args.trials, **result.to_dict()}
     lines = [
         f"PATE audit of {name} ({', '.join(f'{k}={x:g}' for k, x in params.items())}), planted bug: {bug}",
-        f"  game: {args.trials:,} answers on each of D = {info['votes']} and D' = {info['neighbour_votes']} (one teacher's vote moved)",
-        f"  epsilon_lb  {fmt_eps_lb(result.epsilon_lb)}  ({info['event']}; clopper-pearson, {result.confidence:.0%} confidence over {info['num_tests']} tests, delta={result.delta:g})",
+        f"  game: {args.trials:,} answers on each of D = {info.votes} and D' = {info.neighbour_votes} (one teacher's vote moved)",
+        f"  epsilon_lb  {fmt_eps_lb(result.epsilon_lb)}  ({info.event}; clopper-pearson, {result.confidence:.0%} confidence over {info.num_tests} tests, delta={result.delta:g})",
         f"  ceiling     {'not recorded' if result.ceiling is None else fmt_eps_lb(result.ceiling)}  (the largest epsilon_lb {args.trials:,} answers per side can show: the event always on D, never on D'; more --trials raise it)",
         f"  epsilon_ub  {fmt_eps_ub(result.epsilon_ub)}  ({result.accountant}: {', '.join(f'{k} {fmt_eps_ub(x)}' for k, x in result.epsilon_ub_by_accountant.items())}; one answered query, data-independent)",
         "  VIOLATION: epsilon_lb > epsilon_ub — the aggregator does not meet its claim" if result.violation else "  no violation",

@@ -429,7 +429,7 @@ def _play(spec: AuditSpec, run: RunDir, game: _Game, *, name: str, cfg: Mapping[
 def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
     """Runs one audit end to end under ``run``; returns its result (stored in ``run.audit_dir(name)``).
 
-    The audit's directory name is in ``result.details["audit_name"]``. A rerun with the same
+    The audit's directory name is in ``result.details.audit_name``. A rerun with the same
     configuration resumes: finished trials are reused (and said so on stderr).
 
     Raises:
@@ -476,22 +476,18 @@ def _white_box_claim() -> PrivacyClaim:
     return gaussian_step_claim(noise_multiplier=1.0)
 
 
-#: Keys :func:`audit_from_one_run` computes itself; the rest of a result's details are carried over.
-_ONE_RUN_COMPUTED = ("num_guesses", "num_correct", "num_canaries", "guess_counts", "tie_break_seed", "guess_curve", "one_run_bound", "mu_lb", "tradeoff_curve", "sampling_rate", "bound_assumption")
-
-
 def _rebound_one_run(result: AuditResult, directory: Path, *, claim: PrivacyClaim, spec: AuditSpec) -> AuditResult:
     """The one-run game's stored scores bounded again with the f-DP bound; replaces ``result.json``.
 
     The game (one training, the canary scores in ``scores.npz``) is the same for both bounds;
     only the statistics differ, so the training is not repeated for it.
     """
-    from dpaudit.results.audit import save_audit_result
     from dpaudit.privacy.audit_procedures import audit_from_one_run
+    from dpaudit.results.audit import save_audit_result
 
     with np.load(directory / "scores.npz", allow_pickle=False) as stored:
         scores, included = stored["scores"], stored["included"].astype(bool)
-    kept = {k: x for k, x in result.details.items() if k not in _ONE_RUN_COMPUTED}
-    fdp = audit_from_one_run(scores, included, claim=claim, delta=spec.delta, confidence=spec.confidence, threat_model=result.threat_model, details=kept, bound=spec.one_run_bound)
+    # The procedure computes its own details again; only the caller's context is carried over.
+    fdp = audit_from_one_run(scores, included, claim=claim, delta=spec.delta, confidence=spec.confidence, threat_model=result.threat_model, details=result.details.context, bound=spec.one_run_bound)
     save_audit_result(fdp, directory)
     return fdp
