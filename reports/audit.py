@@ -509,7 +509,7 @@ class StoredAudit:
     no_trials_curve: str = "no scores were stored for this audit"
 
 
-def _trials_curve(result: AuditResult, scores: Mapping[str, Any]) -> tuple[EpsilonByTrials | None, str]:
+def _trials_curve(result: AuditResult, scores: Mapping[str, np.ndarray]) -> tuple[EpsilonByTrials | None, str]:
     """ε_LB and the ceiling on prefixes of the stored scores (the core computes; the report draws)."""
     from dpaudit.privacy.audit_procedures import epsilon_lb_by_trials
 

@@ -143,7 +143,7 @@ def multi_run_audit(
     strategy: str = "bonferroni",
     seed: int = 0,
     executor: Executor | None = None,
-    config: Mapping[str, Any] | None = None,
+    config: Mapping[str, object] | None = None,
     progress: bool = True,
     initial_state: str | os.PathLike[str] | None = None,
 ) -> AuditResult:
@@ -234,7 +234,7 @@ def one_run_audit(
     confidence: float = 0.95,
     guess_counts: Sequence[int] | None = None,
     seed: int = 0,
-    config: Mapping[str, Any] | None = None,
+    config: Mapping[str, object] | None = None,
     progress: bool = True,
 ) -> AuditResult:
     """Black-box one-run game: m canaries, each in with probability ½, one training.
@@ -354,7 +354,7 @@ def white_box_audit(
     budget_seconds: float | None = None,
     seed: int = 0,
     executor: Executor | None = None,
-    config: Mapping[str, Any] | None = None,
+    config: Mapping[str, object] | None = None,
     progress: bool = True,
 ) -> AuditResult:
     """White-box per-step Dirac game against the claim of ONE un-sampled Gaussian step.
@@ -424,7 +424,7 @@ def white_box_audit(
     if inserted.all() or not inserted.any():
         raise v.invalid("num_steps", f"white-box audit needs IN and OUT steps; got {int(inserted.sum())} IN of {inserted.size} (too few steps)")
     atomic_save_npz(store.path / "scores.npz", in_scores=s[inserted], out_scores=s[~inserted], inserted=inserted, scores=s)
-    details: dict[str, Any] = {
+    details: dict[str, object] = {
         "score": "canary coordinate of the released noisy sum" if score == "dirac" else "negative L2 norm of the released noisy sum",
         "canary": canary.to_dict(),
         "num_steps_observed": int(s.size),

@@ -216,7 +216,7 @@ def _check_model_size(model_fn: Any, *, i_know: bool) -> None:
         check_parameter_count("--model-fn", model, i_know=i_know)
 
 
-def battery_key(spec: BatterySpec, *, progress: bool = False) -> dict[str, Any]:
+def battery_key(spec: BatterySpec, *, progress: bool = False) -> dict[str, object]:
     """What every trial of the battery is made of, the key its stored trials are reused by.
 
     The keys ``dpaudit audit`` uses for the same things (:func:`dpaudit.app.runs.audit.provenance.code_keys`,
@@ -227,7 +227,7 @@ def battery_key(spec: BatterySpec, *, progress: bool = False) -> dict[str, Any]:
     from dpaudit.app.runs.audit.provenance import code_keys
     from dpaudit.data import dataset_files
 
-    key: dict[str, Any] = {"train_fn": spec.train_fn, **code_keys("train_fn", spec.train_fn, argument="--train-fn", progress=progress)}
+    key: dict[str, object] = {"train_fn": spec.train_fn, **code_keys("train_fn", spec.train_fn, argument="--train-fn", progress=progress)}
     if spec.model_fn is not None:
         key.update({"model_fn": spec.model_fn, **code_keys("model_fn", spec.model_fn, argument="--model-fn", progress=progress)})
     key.update({"claim": spec.claim.to_dict(), "dataset": spec.dataset, "seed": spec.seed})
@@ -237,7 +237,7 @@ def battery_key(spec: BatterySpec, *, progress: bool = False) -> dict[str, Any]:
     return key
 
 
-def _keyed_directory(root: Path, key: dict[str, Any], *, progress: bool) -> Path:
+def _keyed_directory(root: Path, key: dict[str, object], *, progress: bool) -> Path:
     """``root/trials-<hash of key>``, its ``key.json`` written; says why when other trials are there instead."""
     from dpaudit.app.runs.audit.provenance import audit_hash, superseded_reasons
     from dpaudit.store import atomic_write_json, read_json, to_jsonable

@@ -158,7 +158,7 @@ def _starting_model(spec: AuditSpec, members: ArrayDataset, trainer: Any | None)
         return build_model(spec.model, input_shape=members.input_shape, num_classes=members.num_classes)
 
 
-def _worst_case_start(spec: AuditSpec, run: RunDir, bundle: Any, splits: Any, model: nn.Module, *, cfg_key: Mapping[str, Any]) -> Path:
+def _worst_case_start(spec: AuditSpec, run: RunDir, bundle: Any, splits: Any, model: nn.Module, *, cfg_key: Mapping[str, object]) -> Path:
     """Pre-trains ``model`` on non-member records (the auditor's own) once; returns the safetensors file.
 
     The file sits in its own directory keyed by the audit's configuration, so a rerun reuses
@@ -200,7 +200,7 @@ class _Game:
     trainer: Any | None
     sigma: float | None
     third_party: bool
-    described: dict[str, Any]
+    described: dict[str, object]
     bound: str
 
 
@@ -221,8 +221,8 @@ def _announce(spec: AuditSpec, bundle: Any, members: ArrayDataset, num_steps: in
 def _prepare(spec: AuditSpec, third_party: Callable[..., nn.Module] | None) -> _Game:
     """The data, the training function, its claim and the bound; what the trials are about."""
     bundle = load_dataset(spec.dataset, data_root=spec.data_root)
-    split_kwargs: dict[str, Any] = {"num_members": spec.num_members} if spec.num_members is not None else {}
-    splits = make_splits(bundle, seed=spec.seed, **split_kwargs)
+    # make_splits' own default member count applies unless the spec names one.
+    splits = make_splits(bundle, seed=spec.seed) if spec.num_members is None else make_splits(bundle, seed=spec.seed, num_members=spec.num_members)
     members_ref = DatasetRef(name=spec.dataset, ids=tuple(int(i) for i in splits.members), data_root=spec.data_root)
     members = members_ref()
     num_steps = spec.resolved_num_steps
@@ -234,7 +234,7 @@ def _prepare(spec: AuditSpec, third_party: Callable[..., nn.Module] | None) -> _
         trainer, sigma = _audit_trainer(spec, num_members=len(members), num_steps=num_steps)
         claim: PrivacyClaim = trainer.claim(len(members))
         fn: Callable[..., nn.Module] = trainer.train
-        described: dict[str, Any] = {
+        described: dict[str, object] = {
             "defense": spec.defense,
             "model": spec.model,
             "noise_multiplier": sigma,
@@ -283,7 +283,7 @@ def _prepare(spec: AuditSpec, third_party: Callable[..., nn.Module] | None) -> _
     )
 
 
-def _white_box(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, strategy: str) -> tuple[str, dict[str, Any], Callable[[], AuditResult]]:
+def _white_box(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, strategy: str) -> tuple[str, dict[str, object], Callable[[], AuditResult]]:
     from attacks.audit.procedures import AUDIT_PROCEDURES
 
     assert game.trainer is not None and game.sigma is not None  # white-box audits the suite's own trainer
@@ -338,11 +338,11 @@ def _multi_run_canaries(spec: AuditSpec, game: _Game, start: nn.Module | None) -
     )
 
 
-def _multi_run(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, strategy: str) -> tuple[str, dict[str, Any], Callable[[], AuditResult]]:
+def _multi_run(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, strategy: str) -> tuple[str, dict[str, object], Callable[[], AuditResult]]:
     from attacks.audit.procedures import AUDIT_PROCEDURES
     from attacks.audit.trials import accepts_initial_state
 
-    cfg_init: dict[str, Any] = {"init": spec.init} if spec.init != "random" else {}  # random-start audits keep their names
+    cfg_init: dict[str, object] = {"init": spec.init} if spec.init != "random" else {}  # random-start audits keep their names
     if spec.model_fn is not None:  # the start's architecture: its code is part of what the trials are about
         cfg_init.update({"model_fn": spec.model_fn, **code_keys("model_fn", spec.model_fn, argument="--model-fn", progress=spec.progress)})
     start: nn.Module | None = None
@@ -378,7 +378,7 @@ def _multi_run(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, stra
     return name, cfg, call
 
 
-def _one_run(spec: AuditSpec, run: RunDir, game: _Game) -> tuple[str, dict[str, Any], Callable[[], AuditResult]]:
+def _one_run(spec: AuditSpec, run: RunDir, game: _Game) -> tuple[str, dict[str, object], Callable[[], AuditResult]]:
     from attacks.audit.canaries import mislabelled_canaries
     from attacks.audit.procedures import AUDIT_PROCEDURES
 
@@ -406,7 +406,7 @@ def _one_run(spec: AuditSpec, run: RunDir, game: _Game) -> tuple[str, dict[str, 
     return name, cfg, call
 
 
-def _play(spec: AuditSpec, run: RunDir, game: _Game, *, name: str, cfg: Mapping[str, Any], call: Callable[[], AuditResult]) -> AuditResult:
+def _play(spec: AuditSpec, run: RunDir, game: _Game, *, name: str, cfg: Mapping[str, object], call: Callable[[], AuditResult]) -> AuditResult:
     """Runs the game under the audit's lock; a third-party function's failure is bad input."""
     from attacks.audit.trials import TrialFailed
 
