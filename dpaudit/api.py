@@ -21,7 +21,7 @@ What it offers:
   :func:`atomic_write_json`, :func:`atomic_write_text`, :func:`read_json`, :func:`to_jsonable`,
   :func:`thaw`; :class:`TrainedModel`, :func:`load_record`; :class:`MembershipResult`,
   :func:`save_membership_result`; :class:`AuditResult` with its typed details
-  (:class:`AuditDetails`, :class:`ScoresDetails`, :class:`OneRunDetails`,
+  (:class:`AuditDetails`, :class:`ScoresDetails`, :class:`WhiteBoxDetails`, :class:`OneRunDetails`,
   :class:`PateAuditDetails`, :class:`UploadAuditDetails`); :class:`EvasionResult`;
   :class:`InversionResult`; :class:`CertificationResult`, :func:`load_certification_result`;
   :class:`ComparisonResult`; :class:`CheckReport`, :class:`CheckOutcome`,
@@ -152,7 +152,7 @@ if TYPE_CHECKING:
         load_record,
         save_membership_result,
     )
-    from dpaudit.results.audit_details import AuditDetails, OneRunDetails, PateAuditDetails, ScoresDetails, UploadAuditDetails
+    from dpaudit.results.audit_details import AuditDetails, OneRunDetails, PateAuditDetails, ScoresDetails, UploadAuditDetails, WhiteBoxDetails
     from dpaudit.results.check import CheckDetails, CheckOutcome, CheckReport, load_check_report
     from dpaudit.results.comparison import ComparisonResult
     from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
@@ -211,6 +211,7 @@ __all__ = [
     "AuditResult",
     "AuditDetails",
     "ScoresDetails",
+    "WhiteBoxDetails",
     "OneRunDetails",
     "PateAuditDetails",
     "UploadAuditDetails",

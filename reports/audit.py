@@ -43,7 +43,7 @@ from matplotlib.figure import Figure as MplFigure
 
 from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult, EpsilonByTrials, load_audit_result
-from dpaudit.results.audit_details import AuditDetails, OneRunDetails, ScoresDetails, estimate_facts
+from dpaudit.results.audit_details import AuditDetails, OneRunDetails, WhiteBoxDetails, estimate_facts
 from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
 from dpaudit.results.verdicts import audit_verdict
 from dpaudit.store import RunDir, load_npz
@@ -320,7 +320,7 @@ def bounds_table(result: AuditResult) -> Table:
             ]
         )
     rows += _estimate_rows(result)
-    scored = result.details if isinstance(result.details, ScoresDetails) else None
+    scored = result.details if isinstance(result.details, WhiteBoxDetails) else None
     comp = None if scored is None else scored.composed_estimate
     if comp:
         rows.append(["full-run ε estimate (not a bound)", comp.epsilon, f"CLT composition of μ_LB over T={comp.num_steps} steps at q={comp.sampling_rate:g}"])

@@ -55,7 +55,7 @@ from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.privacy.last_iterate import claim_last_iterate_epsilon
 from dpaudit.registry import Registry
 from dpaudit.results.audit import AuditResult, save_audit_result
-from dpaudit.results.audit_details import ComposedEstimate, FullRunClaim, ScoresDetails
+from dpaudit.results.audit_details import ComposedEstimate, FullRunClaim, WhiteBoxDetails
 from dpaudit.seeding import derive_seed, numpy_rng
 from dpaudit.store import atomic_save_npz
 
@@ -291,8 +291,8 @@ def _pooled_steps(store: TrialStore, finished: int) -> tuple[np.ndarray, np.ndar
 def _with_run_context(result: AuditResult, *, full_claim: PrivacyClaim | None, sampling_rate: float | None, num_steps: int | None, delta: float, confidence: float) -> AuditResult:
     """The white-box result with the full run's own claim and the CLT-composed estimate beside it (never compared)."""
     d = result.details
-    if not isinstance(d, ScoresDetails):
-        raise TypeError(f"a white-box result's details must be ScoresDetails, got {type(d).__name__}")
+    if not isinstance(d, WhiteBoxDetails):
+        raise TypeError(f"a white-box result's details must be WhiteBoxDetails, got {type(d).__name__}")
     full = None
     if full_claim is not None:
         ub = full_claim.upper_bound(delta=delta)

@@ -66,7 +66,7 @@ from dpaudit.results.audit import (
     EpsilonByTrials,
     default_assumption,
 )
-from dpaudit.results.audit_details import GuessPoint, OneRunDetails, ScoresDetails
+from dpaudit.results.audit_details import GuessPoint, OneRunDetails, ScoresDetails, WhiteBoxDetails
 
 __all__ = ["audit_ceiling", "epsilon_lb_by_trials", "audit_from_scores", "audit_from_one_run", "bound_assumption", "one_run_curve"]
 
@@ -231,7 +231,7 @@ def audit_from_scores(
     estimate /= group_size
     interval = estimate_interval(s_in, s_out, bound=bound, delta=delta, confidence=confidence, num_thresholds=num_thresholds)
     low, high = _interval(interval, group_size)
-    info = ScoresDetails(
+    info = (WhiteBoxDetails if method == "white-box" else ScoresDetails)(
         threshold=tb.threshold,
         true_positives=tb.true_positives,
         false_positives=tb.false_positives,

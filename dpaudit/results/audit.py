@@ -186,7 +186,7 @@ class AuditResult:
         if not isinstance(self.claim_description, str):
             raise v.invalid_type("claim_description", f"claim_description must be a string, got {self.claim_description!r}")
         if isinstance(self.details, Mapping):
-            object.__setattr__(self, "details", details_from_dict(self.details))
+            object.__setattr__(self, "details", details_from_dict(self.details, method=self.method))
         elif not isinstance(self.details, AuditDetails):
             raise v.invalid_type("details", f"details must be AuditDetails or a mapping, got {type(self.details).__name__}")
         if self.method == "one-run" and self.bound not in ONE_RUN_BOUNDS:

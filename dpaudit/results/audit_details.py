@@ -3,9 +3,10 @@
 :attr:`dpaudit.results.audit.AuditResult.details` is one of these values. Each procedure writes its
 own type, and every reader reads attributes, never keys:
 
-* :class:`ScoresDetails` — IN/OUT observations (the multi-run and white-box games,
-  :func:`dpaudit.privacy.audit_procedures.audit_from_scores`): the bounding counts, the threshold
-  and, for white-box audits, the run's own claim and the composed estimate beside the per-step bound;
+* :class:`ScoresDetails` — IN/OUT observations (the multi-run game,
+  :func:`dpaudit.privacy.audit_procedures.audit_from_scores`): the bounding counts and the threshold;
+* :class:`WhiteBoxDetails` — the same for the white-box per-step game, with the run's own claim
+  and the composed estimate beside the per-step bound;
 * :class:`OneRunDetails` — the one-run game (:func:`~dpaudit.privacy.audit_procedures.audit_from_one_run`):
   guesses, the k grid, the curve of ε_LB by guesses and, for the f-DP bound, its trade-off family;
 * :class:`PateAuditDetails` — the PATE aggregator game (:func:`attacks.audit.pate.pate_audit`);
@@ -35,6 +36,7 @@ from dpaudit.store import thaw as _thaw
 __all__ = [
     "AuditDetails",
     "ScoresDetails",
+    "WhiteBoxDetails",
     "OneRunDetails",
     "PateAuditDetails",
     "UploadAuditDetails",
@@ -291,7 +293,7 @@ class AuditDetails:
 
 @dataclass(frozen=True, kw_only=True)
 class ScoresDetails(AuditDetails):
-    """Details of an IN/OUT-observation audit (multi-run and white-box games).
+    """Details of an IN/OUT-observation audit (the multi-run game; :class:`WhiteBoxDetails` for the per-step one).
 
     Attributes:
         threshold: the bounding threshold (``None``: none chosen).
@@ -305,9 +307,6 @@ class ScoresDetails(AuditDetails):
         estimate_kind: what ``epsilon_estimate`` is, in words.
         estimate_interval: the estimate's interval per canary copy (``None`` upper end: ∞).
         estimate_interval_confidence: its confidence.
-        full_run_claim: white-box audits: the run's own claim, for context.
-        mu_step_lb: white-box audits: the per-step μ lower bound the composed estimate uses.
-        composed_estimate: white-box audits: the CLT composition over the run (an estimate).
     """
 
     HEAD: ClassVar[tuple[str, ...]] = (
@@ -323,8 +322,7 @@ class ScoresDetails(AuditDetails):
         "estimate_interval",
         "estimate_interval_confidence",
     )
-    TAIL: ClassVar[tuple[str, ...]] = ("full_run_claim", "mu_step_lb", "composed_estimate")
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"split_seed", "estimate_interval", "estimate_interval_confidence", "full_run_claim", "mu_step_lb", "composed_estimate"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"split_seed", "estimate_interval", "estimate_interval_confidence"})
 
     threshold: float | None
     true_positives: int
@@ -337,6 +335,21 @@ class ScoresDetails(AuditDetails):
     estimate_kind: str
     estimate_interval: tuple[float, float | None] | None = None
     estimate_interval_confidence: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WhiteBoxDetails(ScoresDetails):
+    """Details of the white-box per-step game: the IN/OUT facts, then the caller's context, then the run's own context.
+
+    Attributes:
+        full_run_claim: the run's own claim, for context (ε_UB of the result is one step's).
+        mu_step_lb: the per-step μ lower bound the composed estimate uses.
+        composed_estimate: the CLT composition over the run (an estimate, never a bound).
+    """
+
+    TAIL: ClassVar[tuple[str, ...]] = ("full_run_claim", "mu_step_lb", "composed_estimate")
+    OPTIONAL: ClassVar[frozenset[str]] = ScoresDetails.OPTIONAL | {"full_run_claim", "mu_step_lb", "composed_estimate"}
+
     full_run_claim: FullRunClaim | None = None
     mu_step_lb: float | None = None
     composed_estimate: ComposedEstimate | None = None
@@ -463,7 +476,7 @@ class UploadAuditDetails(ScoresDetails):
         "out_rate_any_canary_coordinate",
         "seconds",
     )
-    TAIL: ClassVar[tuple[str, ...]] = ("epsilon_ub_note", *ScoresDetails.TAIL)
+    TAIL: ClassVar[tuple[str, ...]] = ("epsilon_ub_note",)
     OPTIONAL: ClassVar[frozenset[str]] = ScoresDetails.OPTIONAL | {"epsilon_ub_note"}
 
     game: str = UPLOAD_GAME
@@ -482,8 +495,8 @@ class UploadAuditDetails(ScoresDetails):
     epsilon_ub_note: str | None = None
 
 
-def details_from_dict(data: Mapping[str, object]) -> AuditDetails:
-    """The typed details of a stored (or caller-built) object, by the keys it holds.
+def details_from_dict(data: Mapping[str, object], *, method: str | None = None) -> AuditDetails:
+    """The typed details of a stored (or caller-built) object, by the keys it holds and the result's ``method``.
 
     Raises:
         TypeError: ``data`` is not a mapping.
@@ -498,7 +511,7 @@ def details_from_dict(data: Mapping[str, object]) -> AuditDetails:
     elif "guess_curve" in data and "num_guesses" in data:
         kind = OneRunDetails
     elif "bounding_num_in" in data and "estimate_kind" in data:
-        kind = ScoresDetails
+        kind = WhiteBoxDetails if method == "white-box" else ScoresDetails
     if kind is not AuditDetails:
         try:
             return kind.from_dict(data)

@@ -13,7 +13,7 @@ from dpaudit.privacy.audit_bounds import gaussian_step_claim
 from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
 from dpaudit.results import audit_details
 from dpaudit.results.audit import AuditResult
-from dpaudit.results.audit_details import AuditDetails, OneRunDetails, PateAuditDetails, ScoresDetails, UploadAuditDetails, details_from_dict
+from dpaudit.results.audit_details import AuditDetails, OneRunDetails, PateAuditDetails, ScoresDetails, UploadAuditDetails, WhiteBoxDetails, details_from_dict
 from dpaudit.results.check import CheckDetails, CheckOutcome
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,12 +48,17 @@ def test_every_details_type_round_trips_through_its_stored_json_byte_for_byte(bo
     rng = np.random.default_rng(1)
     included = rng.random(120) < 0.5
     scores = rng.normal(0.0, 1.0, 120) + 1.5 * included
-    results = [audit_from_one_run(scores, included, claim=CLAIM, delta=1e-5, details=CONTEXT, bound=bound), audit_from_scores(*_scores(), claim=CLAIM, delta=1e-5, details=CONTEXT)]
+    results = [
+        audit_from_one_run(scores, included, claim=CLAIM, delta=1e-5, details=CONTEXT, bound=bound),
+        audit_from_scores(*_scores(), claim=CLAIM, delta=1e-5, details=CONTEXT),
+        audit_from_scores(*_scores(), claim=CLAIM, delta=1e-5, method="white-box", threat_model="white-box", strategy="fixed", threshold=0.5),
+    ]
     for r in results:
         text = _strict(r.to_dict())
         again = AuditResult.from_dict(json.loads(text))
         assert type(again.details) is type(r.details)
         assert _strict(again.to_dict()) == text
+    assert [type(r.details) for r in results] == [OneRunDetails, ScoresDetails, WhiteBoxDetails]
     one = results[0].details
     assert isinstance(one, OneRunDetails) and one.one_run_bound == bound and (one.tradeoff_curve is None) == (bound == "steinke")
 

@@ -21,7 +21,7 @@ import numpy as np
 from dpaudit import _validate as v
 from dpaudit.app.runs.compare.grid import BASELINE_DEFENSE, EVALUATED_SECTIONS, CompareGrid, Setting
 from dpaudit.results.audit import AuditResult
-from dpaudit.results.audit_details import ScoresDetails
+from dpaudit.results.audit_details import WhiteBoxDetails
 from dpaudit.results.compare_outcomes import (
     COMPARE_FPRS,
     AuditOutcome,
@@ -453,5 +453,5 @@ def _audited_by_accountant(result: AuditResult) -> Mapping[str, float]:
     """ε_UB by accountant of the claim the audit trained: a white-box audit's run-level claim (its own ε_UB is one step's)."""
     if result.threat_model != "white-box":
         return result.epsilon_ub_by_accountant
-    full = result.details.full_run_claim if isinstance(result.details, ScoresDetails) else None
+    full = result.details.full_run_claim if isinstance(result.details, WhiteBoxDetails) else None
     return {} if full is None else full.epsilon_ub_by_accountant
