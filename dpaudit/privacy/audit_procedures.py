@@ -510,14 +510,14 @@ def epsilon_lb_by_trials(result: AuditResult, scores: Mapping[str, np.ndarray], 
         m = s_all.size
         if m < 2 or inc_all.size != m:
             return None
-        if not isinstance(d, OneRunDetails):
-            return None
-        # Results stored before the bound's name, the k grid and the seed were recorded used the defaults.
-        bound = d.one_run_bound or ("fdp" if result.bound == "one-run-fdp" else "steinke")
-        curve = (d.tradeoff_curve or "gaussian") if bound == "fdp" else "gaussian"
-        q = (1.0 if d.sampling_rate is None else d.sampling_rate) if bound == "fdp" else 1.0
-        stored = [int(k) for k in (d.guess_counts or default_guess_counts(m))]
-        seed = d.tie_break_seed or 0
+        # Results stored before the bound's name, the k grid and the seed were recorded (or with
+        # no one-run details at all) used the defaults.
+        one = d if isinstance(d, OneRunDetails) else None
+        bound = (one and one.one_run_bound) or ("fdp" if result.bound == "one-run-fdp" else "steinke")
+        curve = ((one and one.tradeoff_curve) or "gaussian") if bound == "fdp" else "gaussian"
+        q = (1.0 if one is None or one.sampling_rate is None else one.sampling_rate) if bound == "fdp" else 1.0
+        stored = [int(k) for k in ((one and one.guess_counts) or default_guess_counts(m))]
+        seed = (one and one.tie_break_seed) or 0
         for n in _prefix_sizes(m, min(10, m), points):
             counts = sorted({min(n // 2, max(1, round(k * n / m))) for k in stored})
             s, inc = s_all[:n], inc_all[:n]
@@ -529,8 +529,15 @@ def epsilon_lb_by_trials(result: AuditResult, scores: Mapping[str, np.ndarray], 
             return None
         s_in = np.asarray(scores["in_scores"], dtype=float).reshape(-1)
         s_out = np.asarray(scores["out_scores"], dtype=float).reshape(-1)
-        if s_in.size == 0 or s_out.size == 0 or result.bound not in ("clopper-pearson", "gdp") or not isinstance(d, ScoresDetails):
+        if s_in.size == 0 or s_out.size == 0 or result.bound not in ("clopper-pearson", "gdp"):
             return None
+        # Results stored without IN/OUT details were audited with the defaults.
+        scored = d if isinstance(d, ScoresDetails) else None
+        num_thresholds = 20 if scored is None else scored.num_thresholds
+        split_seed = 0 if scored is None or scored.split_seed is None else scored.split_seed
+        fixed = None if scored is None else scored.threshold
+        if result.threshold_strategy == "fixed" and fixed is None:
+            return None  # the threshold it was audited at is not recorded
         least = 2 if result.threshold_strategy == "split" else 1
         if min(s_in.size, s_out.size) < least:
             return None
@@ -545,10 +552,10 @@ def epsilon_lb_by_trials(result: AuditResult, scores: Mapping[str, np.ndarray], 
                 confidence=result.confidence,
                 bound=result.bound,
                 strategy=result.threshold_strategy,
-                num_thresholds=d.num_thresholds,
+                num_thresholds=num_thresholds,
                 group_size=result.group_size,
-                seed=d.split_seed or 0,
-                threshold=d.threshold if result.threshold_strategy == "fixed" else None,
+                seed=split_seed,
+                threshold=fixed if result.threshold_strategy == "fixed" else None,
             )
             rows.append((n_in + n_out, n_in, n_out, tb.epsilon_lb, ceiling))
         unit = "steps" if result.method == "white-box" else "trials"
