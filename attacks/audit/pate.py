@@ -295,7 +295,7 @@ def pate_audit(
         confidence: joint confidence of ε_LB over every candidate event.
         seed: root seed (D and D' draw on separate streams).
         details: the caller's JSON-able context to keep (e.g. the planted bug's name;
-            :attr:`~dpaudit.results.audit_details.PateAuditDetails.context`).
+            the ``context`` of :class:`~dpaudit.results.audit_details.PateAuditDetails`).
 
     Returns:
         An :class:`~dpaudit.results.audit.AuditResult` (``method="multi-run"``,

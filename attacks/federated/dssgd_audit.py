@@ -269,7 +269,7 @@ def dssgd_upload_audit(
         seed: root seed of the turns.
         num_thresholds: candidate thresholds per statistic (Bonferroni factor).
         progress: report progress on stderr.
-        details: the caller's context to keep with the result (:attr:`UploadAuditDetails.context`).
+        details: the caller's context to keep with the result (the ``context`` of :class:`~dpaudit.results.audit_details.UploadAuditDetails`).
 
     Returns:
         The :class:`AuditResult` (``method`` and ``threat_model`` ``white-box``: one observation

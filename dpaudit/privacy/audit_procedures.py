@@ -1,6 +1,6 @@
 """Audits turned into results: ε_LB from scores, set against the claim's ε_UB, as an :class:`AuditResult`.
 
-An audit plays a distinguishing game (audit.md §1): a canary is IN or OUT, an attack scores
+An audit plays a distinguishing game (docs/audits/statistics.md §1): a canary is IN or OUT, an attack scores
 it, and the scores give ε_LB at a stated confidence (:mod:`dpaudit.privacy.audit_stats`). This
 module turns scores and a :class:`~dpaudit.privacy.claims.PrivacyClaim` into the value that
 carries the outcome, :class:`~dpaudit.results.audit.AuditResult` (torch-free):
@@ -8,7 +8,7 @@ carries the outcome, :class:`~dpaudit.results.audit.AuditResult` (torch-free):
 * :func:`audit_from_scores` — IN/OUT observations (multi-run and white-box games), bounded by
   Clopper–Pearson (Kairouz, Oh & Viswanath 2015, Thm 2.1) or the Gaussian-DP estimator of
   Nasr et al. (2023, "Tight Auditing", §4), with an honest threshold choice (Bonferroni or
-  split, audit.md §2);
+  split, docs/audits/statistics.md §2);
 * :func:`audit_from_one_run` — m canaries of one training run, bounded by Steinke, Nasr &
   Jagielski (2023, Thm 3.1) or, with ``bound="fdp"``, by the f-DP analysis of Mahloujifar,
   Melis & Chaudhuri (2025, Algorithm 3; :mod:`dpaudit.privacy.fdp_one_run`);
@@ -109,9 +109,9 @@ def audit_ceiling(
 
     The ceiling depends on the design only — the numbers of observations, the Bonferroni factor,
     the confidence, δ, the group size and the bound — never on the scores. With zero errors a
-    Clopper–Pearson bound on n observations per side is capped near ln(n) (audit.md §1: 3.28 at
+    Clopper–Pearson bound on n observations per side is capped near ln(n) (docs/audits/statistics.md §1: 3.28 at
     n = 100, 5.60 at 1,000, 95 %); Steinke, Nasr & Jagielski (2023, Thm 3.1)'s one-run bound by its
-    guess count (audit.md §4: 3.49 at r = 100). Each bound is monotone in the errors (a larger
+    guess count (docs/audits/statistics.md §4: 3.49 at r = 100). Each bound is monotone in the errors (a larger
     false-positive or false-negative count raises the Clopper–Pearson upper rates; a smaller
     correct count raises the one-run p-value), so no attack on the same design exceeds it.
 
@@ -207,12 +207,12 @@ def audit_from_scores(
         bound: ``auto`` (the default: ``gdp`` when ``claim`` is Gaussian-family, else
             ``clopper-pearson``; :func:`resolve_bound`), ``gdp`` (refused for other claims)
             or ``clopper-pearson``. The result names the bound used and its ``assumption``.
-        strategy: ``bonferroni``, ``split`` (audit.md §2) or ``fixed`` (``threshold``).
+        strategy: ``bonferroni``, ``split`` (docs/audits/statistics.md §2) or ``fixed`` (``threshold``).
         num_thresholds: candidate thresholds (Bonferroni factor).
         group_size: canary multiplicity k.
         threat_model: ``black-box`` or ``white-box``.
         seed: seed of the random halves for ``split``.
-        details: the caller's context to keep with the result (:attr:`ScoresDetails.context`).
+        details: the caller's context to keep with the result (the ``context`` of its :class:`~dpaudit.results.audit_details.ScoresDetails`).
         threshold: ``strategy="fixed"``: the threshold, chosen before the scores were seen
             (kept as ``details.threshold``, so the prefix curve reuses it).
 
@@ -410,7 +410,7 @@ def audit_from_one_run(
         guess_counts: the k values (top-k guessed IN, bottom-k OUT) tried, Bonferroni over them
             (default: the same grid for both bounds, fractions 2 %–50 % of m).
         threat_model: ``black-box`` or ``white-box``.
-        details: the caller's context to keep (:attr:`OneRunDetails.context`).
+        details: the caller's context to keep (the ``context`` of its :class:`~dpaudit.results.audit_details.OneRunDetails`).
         bound: ``steinke`` or ``fdp`` (refused unless ``claim`` is Gaussian-family,
             :attr:`PrivacyClaim.trade_off_family`: both of its curves are Gaussian-shaped).
         curve: ``fdp`` only: ``gaussian`` or ``subsampled-gaussian``.

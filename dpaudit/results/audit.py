@@ -1,14 +1,14 @@
 """The outcome of an audit: an empirical lower bound ε_LB beside the claim's upper bound ε_UB.
 
-:class:`AuditResult` is computed by :mod:`dpaudit.privacy.audit_procedures` (the statistics of audit.md
+:class:`AuditResult` is computed by :mod:`dpaudit.privacy.audit_procedures` (the statistics of docs/audits/statistics.md
 §1–5) and stored as ``result.json`` in the audit's directory; it carries its verdicts
 (``violation`` = ε_LB > ε_UB, ``tightness`` = ε_LB / ε_UB) so that reports only render them.
 
 Every result also carries its ``ceiling``: the largest ε_LB the audit's design could have produced
 — the same counts, Bonferroni factor, confidence, δ and bound with a perfect attack (every IN
 scored above every OUT; for one-run, every guess correct). A Clopper–Pearson bound on n
-observations per side cannot exceed ≈ ln(n) (audit.md §1: 3.28 at n = 100, 5.60 at 1,000), and
-Steinke et al.'s one-run bound is capped by its guess count (audit.md §4, §8), so ε_LB = 0.4 means
+observations per side cannot exceed ≈ ln(n) (docs/audits/statistics.md §1: 3.28 at n = 100, 5.60 at 1,000), and
+Steinke et al.'s one-run bound is capped by its guess count (docs/audits/statistics.md §4, §8), so ε_LB = 0.4 means
 "a weak attack" beside a ceiling of 22 but "a design that could not say more" beside 0.6.
 :class:`EpsilonByTrials` holds ε_LB and the ceiling recomputed on prefixes of the observations,
 for the report's plot of both against the number of trials.

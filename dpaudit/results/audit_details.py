@@ -1,6 +1,6 @@
 """What an audit result keeps beside its bounds: one frozen details type per audit procedure.
 
-:attr:`dpaudit.results.audit.AuditResult.details` is one of these values. Each procedure writes its
+The ``details`` of an :class:`~dpaudit.results.audit.AuditResult` is one of these values. Each procedure writes its
 own type, and every reader reads attributes, never keys:
 
 * :class:`ScoresDetails` — IN/OUT observations (the multi-run game,
