@@ -145,3 +145,53 @@ def test_the_key_scan_sees_both_forms_of_read() -> None:
     # The scan itself, on code that reads by key (as compare/jobs.py and reports/audit.py did).
     code = 'a = result.details["full_run_claim"]\nb = o.details.get("error")\nc = details["threshold"]\nd = result.details.full_run_claim\ne = x["details"]\n'
     assert _key_reads(ast.parse(code)) == [(1, "full_run_claim"), (2, "error"), (3, "threshold")]
+
+
+# Files written by the code before the details were typed (commit b294724, every producer; the
+# DSSGD one with its clock stubbed): the typed values must load them and write the same bytes.
+STORED = Path(__file__).resolve().parent / "stored_details"
+_KIND = {"dssgd": UploadAuditDetails, "onerun_fdp": OneRunDetails, "pate_conf": PateAuditDetails, "scores_bonf": ScoresDetails, "scores_split": ScoresDetails, "wb_ctx": WhiteBoxDetails}
+
+
+@pytest.mark.parametrize("name", sorted(_KIND))
+def test_a_result_stored_before_the_types_loads_typed_and_is_written_back_byte_for_byte(name: str, tmp_path: Path) -> None:
+    from dpaudit.results.audit import load_audit_result, save_audit_result
+
+    old = STORED / f"{name}.json"
+    result = load_audit_result(old)
+    assert type(result.details) is _KIND[name]
+    assert save_audit_result(result, tmp_path).read_bytes() == old.read_bytes()
+
+
+def test_the_procedures_write_the_bytes_the_old_code_wrote(tmp_path: Path) -> None:
+    from dpaudit.results.audit import save_audit_result
+
+    # The inputs the stored files were made from.
+    rng = np.random.default_rng(0)
+    s_in, s_out = rng.normal(1, 1, 60), rng.normal(0, 1, 60)
+    scores = rng.normal(0, 1, 200)
+    included = rng.random(200) < 0.5
+    scores[included] += 1.5
+    ctx = {
+        "score": "negative canary loss",
+        "audit_name": "mr-x",
+        "init": "worst-case",
+        "member_ids_sha256": "abc",
+        "dataset_files": {"a.npz": "ff"},
+        "train_fn_modules": {"m": {"file": "m.py", "sha256": "00"}},
+    }
+    made = {
+        "scores_bonf": audit_from_scores(s_in, s_out, claim=CLAIM, delta=1e-5, details=ctx),
+        "scores_split": audit_from_scores(s_in, s_out, claim=CLAIM, delta=1e-5, strategy="split", bound="clopper-pearson", seed=3, details=ctx, group_size=2),
+        "onerun_fdp": audit_from_one_run(scores, included, claim=CLAIM, delta=1e-5, details=ctx, bound="fdp"),
+    }
+    for name, result in made.items():
+        assert save_audit_result(result, tmp_path / name).read_bytes() == (STORED / f"{name}.json").read_bytes(), name
+
+
+@pytest.mark.parametrize("name", ["check_0", "check_2"])
+def test_a_check_outcome_stored_before_the_types_round_trips(name: str) -> None:
+    text = (STORED / f"{name}.json").read_text()
+    outcome = CheckOutcome.from_dict(json.loads(text))
+    assert outcome.details.failed == (name == "check_0")
+    assert json.dumps(outcome.to_dict(), allow_nan=True) == text
