@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dpaudit.privacy.audit_procedures import audit_ceiling, audit_from_one_run, audit_from_scores, epsilon_lb_by_trials
 from dpaudit.privacy.claims import dpsgd_claim
 from dpaudit.results.audit import AuditResult, load_audit_result, save_audit_result
-from dpaudit.privacy.audit_procedures import audit_ceiling, audit_from_one_run, audit_from_scores, epsilon_lb_by_trials
 
 DELTA = 1e-5
 CLAIM = dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100)

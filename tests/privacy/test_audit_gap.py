@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpaudit.privacy.audit_bounds import gaussian_step_claim
+from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
 from dpaudit.privacy.claims import NonPrivateClaim, dpsgd_claim
 from dpaudit.privacy.last_iterate import last_iterate_epsilon
 from dpaudit.results.audit import AuditResult, load_audit_result, save_audit_result
-from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
 
 DELTA = 1e-5
 CLAIM = dpsgd_claim(sampling_rate=0.1, noise_multiplier=3.0, num_steps=50)

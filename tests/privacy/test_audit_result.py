@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from dpaudit.privacy.audit_bounds import composed_gdp_epsilon, gaussian_step_claim
+from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
 from dpaudit.privacy.claims import dpsgd_claim
 from dpaudit.privacy.gaussian import gaussian_epsilon
 from dpaudit.results.audit import AuditResult, load_audit_result, save_audit_result
-from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
 
 DELTA = 1e-5
 

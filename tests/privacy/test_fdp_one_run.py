@@ -9,6 +9,7 @@ import pytest
 from scipy import optimize, stats
 
 from dpaudit.privacy.audit_bounds import gaussian_step_claim
+from dpaudit.privacy.audit_procedures import audit_from_one_run
 from dpaudit.privacy.audit_stats import one_run_bound_from_scores, one_run_epsilon_lb
 from dpaudit.privacy.fdp_one_run import (
     _least_type_one_error,
@@ -23,7 +24,6 @@ from dpaudit.privacy.fdp_one_run import (
 )
 from dpaudit.privacy.gaussian import gdp_epsilon
 from dpaudit.results.audit import AuditResult
-from dpaudit.privacy.audit_procedures import audit_from_one_run
 
 DELTA = 1e-5
 

@@ -40,8 +40,8 @@ from attacks.audit.checks.spec import CheckCannotRun, CheckContext, CheckEvidenc
 from attacks.audit.trials import TrialFailed, TrialStore, run_trials
 from dpaudit.data import ArrayDataset
 from dpaudit.executors.jobs import Job
-from dpaudit.results.audit import AuditResult
 from dpaudit.privacy.audit_procedures import audit_from_scores
+from dpaudit.results.audit import AuditResult
 from dpaudit.seeding import derive_seed
 
 __all__ = [
