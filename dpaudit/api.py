@@ -20,10 +20,12 @@ What it offers:
 * **Run directories and stored results** (torch-free): :class:`RunDir`,
   :func:`atomic_write_json`, :func:`atomic_write_text`, :func:`read_json`, :func:`to_jsonable`,
   :func:`thaw`; :class:`TrainedModel`, :func:`load_record`; :class:`MembershipResult`,
-  :func:`save_membership_result`; :class:`AuditResult`; :class:`EvasionResult`;
+  :func:`save_membership_result`; :class:`AuditResult` with its typed details
+  (:class:`AuditDetails`, :class:`ScoresDetails`, :class:`WhiteBoxDetails`, :class:`OneRunDetails`,
+  :class:`PateAuditDetails`, :class:`UploadAuditDetails`); :class:`EvasionResult`;
   :class:`InversionResult`; :class:`CertificationResult`, :func:`load_certification_result`;
   :class:`ComparisonResult`; :class:`CheckReport`, :class:`CheckOutcome`,
-  :func:`load_check_report`.
+  :class:`CheckDetails`, :func:`load_check_report`.
 * **Privacy and robustness mathematics** (torch-free but for :func:`expected_score_accuracy`,
   :func:`sample_scores` and :func:`find_noise_layer`): claims (:func:`dpsgd_claim`,
   :class:`DPClaim`), accountants (:data:`ACCOUNTANTS`, :func:`compute_epsilon`,
@@ -32,7 +34,9 @@ What it offers:
   (:func:`resolve_bound`, :func:`bound_from_scores`, :func:`one_run_bound_from_scores`,
   :func:`one_run_epsilon_lb`, :func:`uncorrected_gdp_estimate`,
   :func:`fdp_one_run_bound_from_scores`, :func:`fdp_one_run_epsilon_lb`,
-  :func:`idealised_gaussian_counts`), certification (:func:`count_bounds`,
+  :func:`idealised_gaussian_counts`), the audits built on them (:func:`audit_from_scores`,
+  :func:`audit_from_one_run`, :func:`audit_ceiling`: an :class:`AuditResult` from scores),
+  certification (:func:`count_bounds`,
   :func:`certified_radius`, :func:`noise_multiplier`, :class:`AuthorsMixedDelta`) and its Monte
   Carlo (:func:`expected_score_accuracy`, :func:`sample_scores`, :func:`find_noise_layer`).
 * **Data, models, seeds, devices and executors**: :func:`load_dataset`, :func:`make_splits`,
@@ -132,6 +136,7 @@ if TYPE_CHECKING:
     from dpaudit.models import build_model
     from dpaudit.privacy.accountants import ACCOUNTANTS, compute_epsilon
     from dpaudit.privacy.audit_bounds import resolve_bound
+    from dpaudit.privacy.audit_procedures import audit_ceiling, audit_from_one_run, audit_from_scores
     from dpaudit.privacy.audit_stats import bound_from_scores, one_run_bound_from_scores, one_run_epsilon_lb, uncorrected_gdp_estimate
     from dpaudit.privacy.claims import DPClaim, dpsgd_claim
     from dpaudit.privacy.events import sampled_gaussian_event
@@ -148,7 +153,8 @@ if TYPE_CHECKING:
         load_record,
         save_membership_result,
     )
-    from dpaudit.results.check import CheckOutcome, CheckReport, load_check_report
+    from dpaudit.results.audit_details import AuditDetails, OneRunDetails, PateAuditDetails, ScoresDetails, UploadAuditDetails, WhiteBoxDetails
+    from dpaudit.results.check import CheckDetails, CheckOutcome, CheckReport, load_check_report
     from dpaudit.results.comparison import ComparisonResult
     from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
     from dpaudit.robustness.certification import AuthorsMixedDelta, certified_radius
@@ -206,12 +212,19 @@ __all__ = [
     "MembershipResult",
     "save_membership_result",
     "AuditResult",
+    "AuditDetails",
+    "ScoresDetails",
+    "WhiteBoxDetails",
+    "OneRunDetails",
+    "PateAuditDetails",
+    "UploadAuditDetails",
     "EvasionResult",
     "InversionResult",
     "CertificationResult",
     "load_certification_result",
     "ComparisonResult",
     "CheckOutcome",
+    "CheckDetails",
     "CheckReport",
     "load_check_report",
     "fmt_lower_bound",
@@ -226,6 +239,9 @@ __all__ = [
     "analytic_sigma",
     "extended_sigma",
     "resolve_bound",
+    "audit_from_scores",
+    "audit_from_one_run",
+    "audit_ceiling",
     "bound_from_scores",
     "one_run_bound_from_scores",
     "one_run_epsilon_lb",

@@ -11,7 +11,7 @@ returns a figure; saving is left to :mod:`reports.render`. Shown:
 * for one-run audits, ε_LB against the number of guesses (Steinke, Nasr & Jagielski 2023, Fig. 2);
 * ε_LB and its ceiling (the largest ε_LB the design could show: a perfect attack on the same
   counts) against the number of trials or canaries, recomputed on prefixes of the stored scores
-  by :func:`dpaudit.results.auditing.epsilon_lb_by_trials` and handed in as an
+  by :func:`dpaudit.privacy.audit_procedures.epsilon_lb_by_trials` and handed in as an
   :class:`~dpaudit.results.audit.EpsilonByTrials`: ε_LB far below a high ceiling is a weak
   attack; ε_LB at a low ceiling is a design that needs more trials;
 * one sentence splitting the gap ε_UB − ε_LB into what the audit's size allows (the ceiling)
@@ -44,6 +44,7 @@ from scipy.integrate import trapezoid
 
 from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult, EpsilonByTrials, load_audit_result
+from dpaudit.results.audit_details import AuditDetails, OneRunDetails, WhiteBoxDetails, estimate_facts
 from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
 from dpaudit.results.verdicts import Verdict, audit_verdict
 from dpaudit.store import RunDir, load_npz
@@ -125,9 +126,9 @@ def roc_figure(in_scores: np.ndarray, out_scores: np.ndarray, *, ax: Axes | None
 def guess_curve_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFigure:
     """One-run audits: ε_LB of each guess count r (each point bounded on its own) vs ε_UB."""
     fig, ax = _axes(ax)
-    curve = result.details.get("guess_curve", ())
-    r = [p["num_guesses"] for p in curve]
-    e = [p["epsilon_lb"] for p in curve]
+    curve = result.details.guess_curve if isinstance(result.details, OneRunDetails) else ()
+    r = [p.num_guesses for p in curve]
+    e = [p.epsilon_lb for p in curve]
     ax.plot(r, e, **{**style("epsilon_lb"), "marker": "o"}, label="ε_LB at r guesses")
     if math.isfinite(result.epsilon_ub):
         ax.axhline(result.epsilon_ub, ls="--", color=colour("epsilon_ub"), label=f"ε_UB ({result.accountant})")
@@ -282,14 +283,14 @@ def _estimate_rows(result: AuditResult) -> list[list[Any]]:
     """
     if result.epsilon_estimate is None:
         return []
-    interval = result.details.get("estimate_interval")
-    if not isinstance(interval, (list, tuple)) or len(interval) != 2:
+    interval, stored_level, stored_kind = estimate_facts(result.details)
+    if interval is None or len(interval) != 2:
         return [["ε estimate (not a bound)", "not shown", "stored without a confidence interval; a point estimate is shown only with one"]]
     low, high = float(interval[0]), math.inf if interval[1] is None else float(interval[1])
-    level = float(result.details.get("estimate_interval_confidence", result.confidence))
+    level = float(result.confidence if stored_level is None else stored_level)
     if low <= 0:
         return [["ε estimate (not a bound)", "not shown", f"its {level:.0%} interval [0, {eps_text(high)}] includes 0: no evidence of leakage beyond chance"]]
-    kind = str(result.details.get("estimate_kind", "point estimate"))
+    kind = stored_kind or "point estimate"
     return [["ε estimate (not a bound)", result.epsilon_estimate, f"{level:.0%} interval [{eps_text(low)}, {eps_text(high)}] at the estimate's own threshold; {kind}"]]
 
 
@@ -320,17 +321,18 @@ def bounds_table(result: AuditResult) -> Table:
             ]
         )
     rows += _estimate_rows(result)
-    comp = result.details.get("composed_estimate")
+    scored = result.details if isinstance(result.details, WhiteBoxDetails) else None
+    comp = None if scored is None else scored.composed_estimate
     if comp:
-        rows.append(["full-run ε estimate (not a bound)", comp["epsilon"], f"CLT composition of μ_LB over T={comp['num_steps']} steps at q={comp['sampling_rate']:g}"])
-    full = result.details.get("full_run_claim")
+        rows.append(["full-run ε estimate (not a bound)", comp.epsilon, f"CLT composition of μ_LB over T={comp.num_steps} steps at q={comp.sampling_rate:g}"])
+    full = None if scored is None else scored.full_run_claim
     if full:
-        rows.append([f"full-run ε_UB {full['accountant']} (context)", epsilon_ub_cell(full["epsilon_ub"]), full["description"]])
-        if full.get("epsilon_last_iterate") is not None:
+        rows.append([f"full-run ε_UB {full.accountant} (context)", epsilon_ub_cell(full.epsilon_ub), full.description])
+        if full.epsilon_last_iterate is not None:
             rows.append(
                 [
                     "full-run last-iterate ε (context)",
-                    full["epsilon_last_iterate"],
+                    full.epsilon_last_iterate,
                     f"the run's final model (Steinke et al. 2024): {LAST_ITERATE_MEANING}",
                 ]
             )
@@ -375,20 +377,17 @@ def gap_sentence(result: AuditResult) -> str:
     return f"{total}: {split}.{heuristic}"
 
 
-def _covered_lines(details: Mapping[str, Any]) -> list[str]:
+def _covered_lines(details: AuditDetails) -> list[str]:
     """What the fingerprints cover: the local modules the user's code imports, the dataset's files."""
     lines = []
     for key, flag in (("train_fn", "--train-fn"), ("model_fn", "--model-fn")):
-        modules = details.get(f"{key}_modules")
-        if isinstance(modules, Mapping) and modules:
-            lines.append(
-                f"{flag} imports, covered by its fingerprint: " + "; ".join(f"{m.get('file', name)} {str(m.get('sha256', ''))[:16]}" for name, m in sorted(modules.items()) if isinstance(m, Mapping))
-            )
-        unresolved = details.get(f"{key}_unresolved")
+        modules, unresolved = details.covered_modules(key)
+        if modules:
+            lines.append(f"{flag} imports, covered by its fingerprint: " + "; ".join(f"{file} {sha[:16]}" for _, (file, sha) in sorted(modules.items())))
         if unresolved:
-            lines.append(f"{flag} imports not found, not covered: {', '.join(map(str, unresolved))}")
-    files = details.get("dataset_files")
-    if isinstance(files, Mapping) and files:
+            lines.append(f"{flag} imports not found, not covered: {', '.join(unresolved)}")
+    files = details.dataset_files
+    if files:
         lines.append("dataset files (MD5, reuse is keyed on them): " + "; ".join(f"{f} {str(md5)[:16]}" for f, md5 in sorted(files.items())))
     return lines
 
@@ -403,20 +402,20 @@ def _evidence_lines(result: AuditResult) -> list[str]:
         lines.append(
             "compared claim: one un-sampled Gaussian step — the auditor inserts the Dirac gradient canary itself, so whenever it is IN it is certainly in the lot; each step is one observation of that mechanism"
         )
-        canary = result.details.get("canary")
+        canary = result.details.canary_coordinate
         if canary:
-            lines.append(f"canary coordinate: {canary['parameter']}[{canary['index']}], magnitude {format_number(float(canary['magnitude']))}; {canary['reason']}")
-    elif isinstance(result.details.get("canary"), str):
-        lines.append(f"canary: {result.details['canary']}" + (f" × {result.group_size} copies" if result.group_size and result.group_size > 1 else ""))
+            lines.append(f"canary coordinate: {canary.parameter}[{canary.index}], magnitude {format_number(canary.magnitude)}; {canary.reason}")
+    elif result.details.canary_name is not None:
+        lines.append(f"canary: {result.details.canary_name}" + (f" × {result.group_size} copies" if result.group_size and result.group_size > 1 else ""))
     if result.method == "multi-run":
         # Where the trainings started decides how strong the game can be (Annamalai & De Cristofaro 2024).
-        if result.details.get("init") == "worst-case":
+        if result.details.init == "worst-case":
             lines.append("start: worst-case: every training, IN and OUT, began from the model pre-trained non-privately on records that are not members (Annamalai & De Cristofaro 2024)")
         else:
             lines.append("start: the trainer's own seeded initialisation (random)")
-    lines.append(f"score: {result.details.get('score', 'n/a')}")
+    lines.append(f"score: {result.details.score or 'n/a'}")
     # What the stored trials were keyed on: a rerun reuses them only when these match.
-    prints = {k.removesuffix("_sha256"): str(val)[:16] for k, val in result.details.items() if k.endswith("_sha256")}
+    prints = {k: val[:16] for k, val in result.details.fingerprints.items()}
     if prints:
         lines.append("fingerprints (SHA-256, reuse is keyed on them): " + "; ".join(f"{k} {val}" for k, val in sorted(prints.items())))
     lines += _covered_lines(result.details)
@@ -480,7 +479,7 @@ def audit_section(
     if result.method == "one-run":
         blocks.append(
             Figure(
-                figure=guess_curve_figure(result) if result.details.get("guess_curve") else None,
+                figure=guess_curve_figure(result) if isinstance(result.details, OneRunDetails) and result.details.guess_curve else None,
                 name="guesses",
                 caption=(
                     "One-run ε_LB against the number of guesses r: each point is a bound on its own, at the stated confidence for that r alone; "
@@ -511,9 +510,9 @@ class StoredAudit:
     no_trials_curve: str = "no scores were stored for this audit"
 
 
-def _trials_curve(result: AuditResult, scores: Mapping[str, Any]) -> tuple[EpsilonByTrials | None, str]:
+def _trials_curve(result: AuditResult, scores: Mapping[str, np.ndarray]) -> tuple[EpsilonByTrials | None, str]:
     """ε_LB and the ceiling on prefixes of the stored scores (the core computes; the report draws)."""
-    from dpaudit.results.auditing import epsilon_lb_by_trials
+    from dpaudit.privacy.audit_procedures import epsilon_lb_by_trials
 
     if not scores:
         return None, "no scores were stored for this audit"

@@ -12,7 +12,7 @@ check --junit FILE`` writes one suite, ``dpaudit.check``, with one test case per
   stayed at or below ε_UB (the check could not have shown a violation at its size);
 * ``passed`` → an empty test case;
 * a check whose training function failed (raised, exited, ran past the budget; its outcome's
-  ``details["error"]``) → ``<error type="TrainingFailed" message=FINDING>``: nothing was checked,
+  ``details.error``) → ``<error type="TrainingFailed" message=FINDING>``: nothing was checked,
   which a CI service must not show as skipped.
 
 Every test case also carries the check's numbers and what it detects and misses in
@@ -69,7 +69,7 @@ def _numbers(o: CheckOutcome) -> str:
 
 def _testcase(suite: ET.Element, o: CheckOutcome) -> None:
     case = ET.SubElement(suite, "testcase", {"classname": SUITE_NAME, "name": o.name, "time": _seconds(o.seconds)})
-    if o.details.get("error"):
+    if o.details.failed:
         error = ET.SubElement(case, "error", {"message": o.finding, "type": "TrainingFailed"})
         error.text = f"{o.finding}\n{_numbers(o)}\nThe training function failed, so this check tested nothing."
     elif o.status == "violated":
@@ -113,8 +113,8 @@ def junit_xml(report: CheckReport, *, timestamp: datetime.datetime | None = None
     counts = {
         "tests": str(len(outcomes)),
         "failures": str(sum(o.status == "violated" for o in outcomes)),
-        "errors": str(sum(bool(o.details.get("error")) for o in outcomes)),
-        "skipped": str(sum(o.status == "inconclusive" and not o.details.get("error") for o in outcomes)),
+        "errors": str(sum(o.details.failed for o in outcomes)),
+        "skipped": str(sum(o.status == "inconclusive" and not o.details.failed for o in outcomes)),
         "time": _seconds(report.seconds),
     }
     root = ET.Element("testsuites", {"name": "dpaudit check", **counts})

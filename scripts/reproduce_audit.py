@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 raise SystemExit(f"--modes: unknown mode {mode!r}")
             result = run_audit(spec, run)
-            directory = run.audit_dir(str(result.details["audit_name"]))
+            directory = run.audit_dir(str(result.details.audit_name))
             seconds = time.monotonic() - started
             published = None
             one_run = None

@@ -310,10 +310,10 @@ def attack_rows(args: argparse.Namespace, budget: Budget) -> dict[str, Any]:
                 "trials": budget.audit_trials,
                 "epsilon_lb": res.epsilon_lb,
                 "epsilon_ub_turn": res.epsilon_ub,
-                "epsilon_per_parameter": res.details.get("epsilon_per_parameter"),
-                "statistic": res.details["statistic"],
-                "in_rate": res.details["in_rate_any_canary_coordinate"],
-                "out_rate": res.details["out_rate_any_canary_coordinate"],
+                "epsilon_per_parameter": res.details.epsilon_per_parameter,
+                "statistic": res.details.statistic,
+                "in_rate": res.details.in_rate_any_canary_coordinate,
+                "out_rate": res.details.out_rate_any_canary_coordinate,
                 "seconds": time.monotonic() - started,
             }
         )

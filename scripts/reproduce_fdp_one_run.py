@@ -16,7 +16,7 @@ Three numbers per bound and row:
   Gaussian example in the authors' PrivacyGuard library). LABELLED AS THE PAPER'S PROTOCOL: the
   count is chosen after seeing the run and nothing is paid for the choice, so this is an
   idealised figure of what the bound can reach, not an audit;
-* ``honest``: the first simulated run bounded as :func:`dpaudit.results.auditing.audit_from_one_run`
+* ``honest``: the first simulated run bounded as :func:`dpaudit.privacy.audit_procedures.audit_from_one_run`
   does it (Bonferroni over the default guess grid), which is what a user gets.
 
 Why ``expected`` stays below the published f-DP column while ``simulated`` comes close: the f-DP

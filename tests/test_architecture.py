@@ -98,7 +98,7 @@ def _modules_after_import(statement: str) -> set[str]:
     "statement",
     [
         "import dpaudit.results, dpaudit.results.record, dpaudit.results.membership, dpaudit.results.evasion",
-        "import dpaudit.privacy.claims, dpaudit.privacy.audit_bounds, dpaudit.results.auditing, dpaudit.privacy.gaussian, dpaudit.privacy.pate.claim, dpaudit.privacy.pate.smooth_sensitivity, dpaudit.seeding",
+        "import dpaudit.privacy.claims, dpaudit.privacy.audit_bounds, dpaudit.privacy.audit_procedures, dpaudit.privacy.gaussian, dpaudit.privacy.pate.claim, dpaudit.privacy.pate.smooth_sensitivity, dpaudit.seeding",
         # `dpaudit pate analyze` is the PATE analysis of a vote matrix: numpy and scipy only.
         "from dpaudit.app.cli import build_parser; build_parser(['pate', 'analyze', '--help'])",
         # The public API loads each name on first use: its privacy mathematics and result types stay torch-free.

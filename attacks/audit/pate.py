@@ -39,12 +39,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from dpaudit import _validate as v
+from dpaudit.privacy.audit_procedures import audit_ceiling
 from dpaudit.privacy.audit_stats import epsilon_from_rates, epsilon_lb_from_counts
 from dpaudit.privacy.pate import analysis as pate_analysis
 from dpaudit.privacy.pate import claim as pate_claim
 from dpaudit.privacy.pate import mechanisms
 from dpaudit.results.audit import AuditResult
-from dpaudit.results.auditing import audit_ceiling
+from dpaudit.results.audit_details import PateAuditDetails
 from dpaudit.seeding import derive_seed
 
 __all__ = [
@@ -278,7 +279,7 @@ def pate_audit(
     delta: float = 1e-5,
     confidence: float = 0.95,
     seed: int = 0,
-    details: Mapping[str, Any] | None = None,
+    details: Mapping[str, object] | None = None,
 ) -> AuditResult:
     """Plays the neighbouring-votes game against ``aggregate_fn`` and sets ε_LB against the per-query ε_UB.
 
@@ -293,7 +294,8 @@ def pate_audit(
         delta: δ of both bounds.
         confidence: joint confidence of ε_LB over every candidate event.
         seed: root seed (D and D' draw on separate streams).
-        details: extra JSON-able facts to keep (e.g. the planted bug's name).
+        details: the caller's JSON-able context to keep (e.g. the planted bug's name;
+            the ``context`` of :class:`~dpaudit.results.audit_details.PateAuditDetails`).
 
     Returns:
         An :class:`~dpaudit.results.audit.AuditResult` (``method="multi-run"``,
@@ -335,26 +337,26 @@ def pate_audit(
     # The estimate is the selected event's ratio; with none selected, the largest raw ratio of
     # an event seen at least 10 times on each side.
     estimate = best_raw if best[0] > 0 else any_raw
-    info: dict[str, Any] = {
-        "game": "PATE aggregator, one query answered on neighbouring vote histograms (one teacher's vote changed)",
-        "aggregator": name,
-        "parameters": params,
-        "num_teachers": int(num_teachers),
-        "num_classes": int(num_classes),
-        "votes": pair.votes.tolist(),
-        "neighbour_votes": pair.neighbour.tolist(),
-        "choice_of_votes": pair.why,
-        "outputs": [*(str(j) for j in range(k)), "not answered"],
-        "counts": on_d.tolist(),
-        "neighbour_counts": on_neighbour.tolist(),
-        "event": best[1],
-        "true_positives": best[2],
-        "false_positives": best[3],
-        "num_tests": num_tests,
-        "seed": root,
-        "estimate_kind": "the selected event's ratio on the raw frequencies (an estimate, not a bound)",
-        **dict(details or {}),
-    }
+    info = PateAuditDetails(
+        game="PATE aggregator, one query answered on neighbouring vote histograms (one teacher's vote changed)",
+        aggregator=name,
+        parameters=params,
+        num_teachers=int(num_teachers),
+        num_classes=int(num_classes),
+        votes=pair.votes.tolist(),
+        neighbour_votes=pair.neighbour.tolist(),
+        choice_of_votes=pair.why,
+        outputs=(*(str(j) for j in range(k)), "not answered"),
+        counts=on_d.tolist(),
+        neighbour_counts=on_neighbour.tolist(),
+        event=best[1],
+        true_positives=best[2],
+        false_positives=best[3],
+        num_tests=num_tests,
+        seed=root,
+        estimate_kind="the selected event's ratio on the raw frequencies (an estimate, not a bound)",
+        context=details or {},
+    )
     return AuditResult(
         epsilon_lb=best[0],
         ceiling=audit_ceiling(bound="clopper-pearson", delta=d, confidence=conf, num_in=n, num_out=n, num_tests=num_tests),

@@ -22,7 +22,7 @@ Three games (docs/audits/statistics.md §3–5), each returning an :class:`~dpau
     observations are exactly i.i.d. draws of N(C·b_t, σ²C²), so the Clopper–Pearson and GDP
     bounds apply as to any i.i.d. sample and the GDP bound is exact-model (a single Gaussian
     has a Gaussian trade-off curve). The composed ε of the full run under the central-limit
-    formula μ_total = q·√(T(e^{μ²}−1)) is attached in ``details["composed_estimate"]`` only
+    formula μ_total = q·√(T(e^{μ²}−1)) is attached as ``details.composed_estimate`` only
     — an approximation, never a bound.
 
 
@@ -34,6 +34,7 @@ application's audit run looks its game up there.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,12 +49,13 @@ from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset
 from dpaudit.executors.jobs import Executor, Job
 from dpaudit.privacy.audit_bounds import composed_gdp_epsilon, gaussian_step_claim
+from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
 from dpaudit.privacy.audit_stats import THRESHOLD_STRATEGIES, gdp_mu_lb_from_counts
 from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.privacy.last_iterate import claim_last_iterate_epsilon
 from dpaudit.registry import Registry
 from dpaudit.results.audit import AuditResult, save_audit_result
-from dpaudit.results.auditing import audit_from_one_run, audit_from_scores
+from dpaudit.results.audit_details import ComposedEstimate, FullRunClaim, WhiteBoxDetails
 from dpaudit.seeding import derive_seed, numpy_rng
 from dpaudit.store import atomic_save_npz
 
@@ -141,7 +143,7 @@ def multi_run_audit(
     strategy: str = "bonferroni",
     seed: int = 0,
     executor: Executor | None = None,
-    config: Mapping[str, Any] | None = None,
+    config: Mapping[str, object] | None = None,
     progress: bool = True,
     initial_state: str | os.PathLike[str] | None = None,
 ) -> AuditResult:
@@ -233,7 +235,7 @@ def one_run_audit(
     confidence: float = 0.95,
     guess_counts: Sequence[int] | None = None,
     seed: int = 0,
-    config: Mapping[str, Any] | None = None,
+    config: Mapping[str, object] | None = None,
     progress: bool = True,
 ) -> AuditResult:
     """Black-box one-run game: m canaries, each in with probability ½, one training.
@@ -287,43 +289,36 @@ def _pooled_steps(store: TrialStore, finished: int) -> tuple[np.ndarray, np.ndar
     return np.concatenate(ins).astype(bool), np.concatenate(scores), np.concatenate(lots)
 
 
-def _with_run_context(
-    result: AuditResult, details: dict[str, Any], *, full_claim: PrivacyClaim | None, sampling_rate: float | None, num_steps: int | None, delta: float, confidence: float
-) -> AuditResult:
+def _with_run_context(result: AuditResult, *, full_claim: PrivacyClaim | None, sampling_rate: float | None, num_steps: int | None, delta: float, confidence: float) -> AuditResult:
     """The white-box result with the full run's own claim and the CLT-composed estimate beside it (never compared)."""
+    d = result.details
+    if not isinstance(d, WhiteBoxDetails):
+        raise TypeError(f"a white-box result's details must be WhiteBoxDetails, got {type(d).__name__}")
+    full = None
     if full_claim is not None:
         ub = full_claim.upper_bound(delta=delta)
-        details["full_run_claim"] = {
-            "description": full_claim.description,
-            "accountant": ub.accountant,
-            "epsilon_ub": ub.epsilon,
-            "epsilon_ub_by_accountant": dict(ub.by_accountant),
+        full = FullRunClaim(
+            description=full_claim.description,
+            accountant=ub.accountant,
+            epsilon_ub=ub.epsilon,
+            epsilon_ub_by_accountant=dict(ub.by_accountant),
             # The final model's ε under the linear-loss heuristic: what a black-box audit of the run could aim at.
-            "epsilon_last_iterate": claim_last_iterate_epsilon(full_claim, delta=delta),
-        }
-    estimate = None
-    if sampling_rate is not None and num_steps is not None:
-        d = result.details
-        mu = gdp_mu_lb_from_counts(
-            true_positives=d["true_positives"],
-            num_in=d["bounding_num_in"],
-            false_positives=d["false_positives"],
-            num_out=d["bounding_num_out"],
-            confidence=confidence,
-            num_tests=d["num_tests"],
+            epsilon_last_iterate=claim_last_iterate_epsilon(full_claim, delta=delta),
         )
-        estimate = composed_gdp_epsilon(mu_step=mu, sampling_rate=sampling_rate, num_steps=num_steps, delta=delta)
-        details["mu_step_lb"] = mu
-        details["composed_estimate"] = {
-            "epsilon": estimate,
-            "sampling_rate": sampling_rate,
-            "num_steps": num_steps,
-            "kind": "CLT composition mu_total = q*sqrt(T*(exp(mu_step^2)-1)) of the per-step mu_LB: an estimate, not a bound",
-        }
-    if full_claim is not None or estimate is not None:
-        merged = {**dict(result.details), **details}
-        result = AuditResult(**{**{f: getattr(result, f) for f in _FIELDS}, "details": merged})
-    return result
+    mu, composed = None, None
+    if sampling_rate is not None and num_steps is not None:
+        mu = gdp_mu_lb_from_counts(
+            true_positives=d.true_positives, num_in=d.bounding_num_in, false_positives=d.false_positives, num_out=d.bounding_num_out, confidence=confidence, num_tests=d.num_tests
+        )
+        composed = ComposedEstimate(
+            epsilon=composed_gdp_epsilon(mu_step=mu, sampling_rate=sampling_rate, num_steps=num_steps, delta=delta),
+            sampling_rate=sampling_rate,
+            num_steps=num_steps,
+            kind="CLT composition mu_total = q*sqrt(T*(exp(mu_step^2)-1)) of the per-step mu_LB: an estimate, not a bound",
+        )
+    if full is None and composed is None:
+        return result
+    return dataclasses.replace(result, details=dataclasses.replace(d, full_run_claim=full, mu_step_lb=mu, composed_estimate=composed))
 
 
 def _run_white_box_trials(store: TrialStore, trial: Mapping[str, Any], *, seed: int, num_trials: int, budget: float | None, executor: Executor | None, progress: bool) -> int:
@@ -360,7 +355,7 @@ def white_box_audit(
     budget_seconds: float | None = None,
     seed: int = 0,
     executor: Executor | None = None,
-    config: Mapping[str, Any] | None = None,
+    config: Mapping[str, object] | None = None,
     progress: bool = True,
 ) -> AuditResult:
     """White-box per-step Dirac game against the claim of ONE un-sampled Gaussian step.
@@ -398,9 +393,9 @@ def white_box_audit(
 
     Returns:
         The result; ``epsilon_ub`` is ε of one Gaussian step with σ and ``epsilon_estimate``
-        the uncorrected per-step estimate. ``details["composed_estimate"]`` holds the CLT
+        the uncorrected per-step estimate. ``details.composed_estimate`` holds the CLT
         composition over the full run (when q and T are given) and
-        ``details["full_run_claim"]`` the run's own claim: both for context, never compared.
+        ``details.full_run_claim`` the run's own claim: both for context, never compared.
     """
     r, delta, confidence = _common_checks(num_trials, delta, confidence)
     sigma = v.positive("noise_multiplier", noise_multiplier)
@@ -430,7 +425,7 @@ def white_box_audit(
     if inserted.all() or not inserted.any():
         raise v.invalid("num_steps", f"white-box audit needs IN and OUT steps; got {int(inserted.sum())} IN of {inserted.size} (too few steps)")
     atomic_save_npz(store.path / "scores.npz", in_scores=s[inserted], out_scores=s[~inserted], inserted=inserted, scores=s)
-    details: dict[str, Any] = {
+    details: dict[str, object] = {
         "score": "canary coordinate of the released noisy sum" if score == "dirac" else "negative L2 norm of the released noisy sum",
         "canary": canary.to_dict(),
         "num_steps_observed": int(s.size),
@@ -455,12 +450,9 @@ def white_box_audit(
         # clipped canary); halfway is where the two error rates are equal.
         threshold=c / 2 if strategy == "fixed" else None,
     )
-    result = _with_run_context(result, details, full_claim=full_claim, sampling_rate=sampling_rate, num_steps=num_steps, delta=delta, confidence=confidence)
+    result = _with_run_context(result, full_claim=full_claim, sampling_rate=sampling_rate, num_steps=num_steps, delta=delta, confidence=confidence)
     save_audit_result(result, store.path)
     return result
-
-
-_FIELDS = tuple(AuditResult.__dataclass_fields__)
 
 
 AUDIT_PROCEDURES.register(

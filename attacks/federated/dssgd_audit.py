@@ -16,7 +16,7 @@ server therefore knows which flat coordinates to look at (:func:`canary_coordina
 
 :func:`dssgd_upload_audit` runs independent turns with and without the canary, scores each by
 what the server sees at those coordinates, and bounds ε from the scores with
-:func:`dpaudit.results.auditing.audit_from_scores` (Jagielski et al. 2020; Nasr et al. 2021): ε_LB
+:func:`dpaudit.privacy.audit_procedures.audit_from_scores` (Jagielski et al. 2020; Nasr et al. 2021): ε_LB
 is set against the claim of ONE turn (c uploads composed) and reported beside the paper's
 per-parameter ε, so a result reads "ε_LB vs per-turn ε_UB vs per-parameter ε".
 
@@ -45,9 +45,10 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
+from dpaudit.privacy.audit_procedures import audit_from_scores
 from dpaudit.privacy.claims import PrivacyClaim
 from dpaudit.results.audit import AuditResult
-from dpaudit.results.auditing import audit_from_scores
+from dpaudit.results.audit_details import ScoresDetails, UploadAuditDetails
 from dpaudit.seeding import derive_seed
 
 __all__ = ["STATISTICS", "Canary", "TurnFn", "pixel_canary", "canary_coordinates", "upload_scores", "dssgd_upload_audit"]
@@ -245,13 +246,13 @@ def dssgd_upload_audit(
     seed: int = 0,
     num_thresholds: int = 20,
     progress: bool = False,
-    details: Mapping[str, Any] | None = None,
+    details: Mapping[str, object] | None = None,
 ) -> AuditResult:
     """ε_LB of one DSSGD turn from the server's view of the canary coordinates.
 
     Runs ``trials`` independent turns, half with the canary in the partition (IN) and half
     without (OUT), on seeds derived from ``seed``. Each upload is scored by every statistic of
-    :data:`STATISTICS`; for each, :func:`~dpaudit.results.auditing.audit_from_scores` bounds ε with
+    :data:`STATISTICS`; for each, :func:`~dpaudit.privacy.audit_procedures.audit_from_scores` bounds ε with
     Clopper–Pearson intervals at confidence 1 − (1 − ``confidence``)/2, paying Bonferroni over
     its ``num_thresholds`` candidate thresholds. The larger of the two bounds then holds at
     ``confidence`` (the statistic is chosen after the fact, so the confidence is split over
@@ -268,7 +269,7 @@ def dssgd_upload_audit(
         seed: root seed of the turns.
         num_thresholds: candidate thresholds per statistic (Bonferroni factor).
         progress: report progress on stderr.
-        details: extra facts to keep with the result.
+        details: the caller's context to keep with the result (the ``context`` of :class:`~dpaudit.results.audit_details.UploadAuditDetails`).
 
     Returns:
         The :class:`AuditResult` (``method`` and ``threat_model`` ``white-box``: one observation
@@ -320,25 +321,36 @@ def dssgd_upload_audit(
     per_parameter = getattr(claim, "epsilon_per_parameter", None)
     hit_in = float(np.mean(np.asarray(scores[True]["count"]) > 0))
     hit_out = float(np.mean(np.asarray(scores[False]["count"]) > 0))
-    info: dict[str, Any] = {
-        **dict(chosen.details),
-        "game": "dssgd-upload-canary",
-        "statistic": best,
-        "statistics": list(STATISTICS),
-        "epsilon_lb_by_statistic": {s: results[s].epsilon_lb for s in STATISTICS},
-        "confidence_per_statistic": per_stat,
-        "epsilon_ub_per_turn": chosen.epsilon_ub,
-        "epsilon_per_parameter": None if per_parameter is None else float(per_parameter),
-        "exceeds_per_parameter": None if per_parameter is None else bool(chosen.epsilon_lb > float(per_parameter)),
-        "uploads_per_turn": getattr(claim, "uploads_per_round", None),
-        "num_canary_coordinates": int(coords.size),
-        "in_rate_any_canary_coordinate": hit_in,
-        "out_rate_any_canary_coordinate": hit_out,
-        "seconds": seconds,
-        **dict(details or {}),
-    }
-    if not math.isfinite(chosen.epsilon_ub):
-        info["epsilon_ub_note"] = "the claim states no finite ε (no privacy mechanism)"
+    scored = chosen.details
+    if not isinstance(scored, ScoresDetails):
+        raise TypeError(f"audit_from_scores must return ScoresDetails, got {type(scored).__name__}")
+    info = UploadAuditDetails(
+        threshold=scored.threshold,
+        true_positives=scored.true_positives,
+        false_positives=scored.false_positives,
+        bounding_num_in=scored.bounding_num_in,
+        bounding_num_out=scored.bounding_num_out,
+        num_tests=scored.num_tests,
+        num_thresholds=scored.num_thresholds,
+        split_seed=scored.split_seed,
+        estimate_kind=scored.estimate_kind,
+        estimate_interval=scored.estimate_interval,
+        estimate_interval_confidence=scored.estimate_interval_confidence,
+        statistic=best,
+        statistics=STATISTICS,
+        epsilon_lb_by_statistic={s: results[s].epsilon_lb for s in STATISTICS},
+        confidence_per_statistic=per_stat,
+        epsilon_ub_per_turn=chosen.epsilon_ub,
+        epsilon_per_parameter=None if per_parameter is None else float(per_parameter),
+        exceeds_per_parameter=None if per_parameter is None else bool(chosen.epsilon_lb > float(per_parameter)),
+        uploads_per_turn=getattr(claim, "uploads_per_round", None),
+        num_canary_coordinates=int(coords.size),
+        in_rate_any_canary_coordinate=hit_in,
+        out_rate_any_canary_coordinate=hit_out,
+        seconds=seconds,
+        epsilon_ub_note=None if math.isfinite(chosen.epsilon_ub) else "the claim states no finite ε (no privacy mechanism)",
+        context={**scored.context, **(details or {})},
+    )
     # Each statistic's bound holds at per_stat; their maximum holds at ``confidence``.
     # The design's ceiling is the larger of the statistics' ceilings (ε_LB is their maximum).
     return dataclasses.replace(chosen, confidence=confidence, details=info, ceiling=max(float(results[s].ceiling or 0.0) for s in STATISTICS))

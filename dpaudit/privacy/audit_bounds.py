@@ -10,7 +10,7 @@
   approximation, reported only as an *estimate*, never as a bound.
 
 The audits that use them, and the :class:`~dpaudit.results.audit.AuditResult` they return, are
-in :mod:`dpaudit.results.auditing`.
+in :mod:`dpaudit.privacy.audit_procedures`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """The outcome of an audit: an empirical lower bound ε_LB beside the claim's upper bound ε_UB.
 
-:class:`AuditResult` is computed by :mod:`dpaudit.results.auditing` (the statistics of audit.md
+:class:`AuditResult` is computed by :mod:`dpaudit.privacy.audit_procedures` (the statistics of docs/audits/statistics.md
 §1–5) and stored as ``result.json`` in the audit's directory; it carries its verdicts
 (``violation`` = ε_LB > ε_UB, ``tightness`` = ε_LB / ε_UB) so that reports only render them.
 
 Every result also carries its ``ceiling``: the largest ε_LB the audit's design could have produced
 — the same counts, Bonferroni factor, confidence, δ and bound with a perfect attack (every IN
 scored above every OUT; for one-run, every guess correct). A Clopper–Pearson bound on n
-observations per side cannot exceed ≈ ln(n) (audit.md §1: 3.28 at n = 100, 5.60 at 1,000), and
-Steinke et al.'s one-run bound is capped by its guess count (audit.md §4, §8), so ε_LB = 0.4 means
+observations per side cannot exceed ≈ ln(n) (docs/audits/statistics.md §1: 3.28 at n = 100, 5.60 at 1,000), and
+Steinke et al.'s one-run bound is capped by its guess count (docs/audits/statistics.md §4, §8), so ε_LB = 0.4 means
 "a weak attack" beside a ceiling of 22 but "a design that could not say more" beside 0.6.
 :class:`EpsilonByTrials` holds ε_LB and the ceiling recomputed on prefixes of the observations,
 for the report's plot of both against the number of trials.
@@ -33,9 +33,8 @@ from types import MappingProxyType
 from typing import Any
 
 from dpaudit import _validate as v
+from dpaudit.results.audit_details import AuditDetails, details_from_dict
 from dpaudit.store import SCHEMA_VERSION, load_value, save_value
-from dpaudit.store import freeze as _freeze
-from dpaudit.store import thaw as _thaw
 
 __all__ = [
     "AUDIT_METHODS",
@@ -111,10 +110,13 @@ class AuditResult:
         threat_model: ``black-box`` (final model only) or ``white-box`` (every update).
         claim_description: the mechanism ``epsilon_ub`` describes, in words. For white-box
             audits this is ONE step of the Gaussian mechanism, not the whole training.
-        details: further JSON-able facts (threshold, counts, full-run claim, timings).
+        details: what the procedure kept beside the bounds, typed by procedure
+            (:mod:`dpaudit.results.audit_details`: threshold and counts, one-run guesses, the
+            white-box run's own claim, the PATE or DSSGD game, the caller's context). A mapping
+            given here is read into its type (:func:`~dpaudit.results.audit_details.details_from_dict`).
         ceiling: the largest ``epsilon_lb`` this design could report: the same counts
             (observations, or canaries and guess counts), Bonferroni factor, confidence, δ, group
-            size and bound with a perfect attack (:func:`dpaudit.results.auditing.audit_ceiling`).
+            size and bound with a perfect attack (:func:`dpaudit.privacy.audit_procedures.audit_ceiling`).
             ``None`` only for results stored before ceilings were reported.
         epsilon_last_iterate: the last-iterate ε of the claim at ``delta`` (Steinke et al. 2024,
             "The Last Iterate Advantage", Theorem 1 / Heuristic 1;
@@ -144,7 +146,7 @@ class AuditResult:
     group_size: int = 1
     threat_model: str = "black-box"
     claim_description: str = ""
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: AuditDetails = field(default_factory=AuditDetails)
     ceiling: float | None = None
     assumption: str = ""
     epsilon_last_iterate: float | None = None
@@ -183,15 +185,16 @@ class AuditResult:
         v.choice("threat_model", self.threat_model, THREAT_MODELS)
         if not isinstance(self.claim_description, str):
             raise v.invalid_type("claim_description", f"claim_description must be a string, got {self.claim_description!r}")
-        if not isinstance(self.details, Mapping):
-            raise v.invalid_type("details", f"details must be a mapping, got {type(self.details).__name__}")
-        object.__setattr__(self, "details", _freeze(self.details))
+        if isinstance(self.details, Mapping):
+            object.__setattr__(self, "details", details_from_dict(self.details, method=self.method))
+        elif not isinstance(self.details, AuditDetails):
+            raise v.invalid_type("details", f"details must be AuditDetails or a mapping, got {type(self.details).__name__}")
         if self.method == "one-run" and self.bound not in ONE_RUN_BOUNDS:
             raise v.invalid("method", f"method 'one-run' needs a bound in {ONE_RUN_BOUNDS}, got bound={self.bound!r}")
         if not isinstance(self.assumption, str):
             raise v.invalid_type("assumption", f"assumption must be a string, got {self.assumption!r}")
         if not self.assumption:
-            object.__setattr__(self, "assumption", default_assumption(self.bound, str(self.details.get("tradeoff_curve", "gaussian"))))
+            object.__setattr__(self, "assumption", default_assumption(self.bound, self.details.assumed_curve))
 
     @property
     def violation(self) -> bool:
@@ -267,7 +270,7 @@ class AuditResult:
             "epsilon_ub_by_accountant": dict(self.epsilon_ub_by_accountant),
             "epsilon_estimate": self.epsilon_estimate,
             "claim_description": self.claim_description,
-            "details": _thaw(self.details),
+            "details": self.details.to_dict(),
         }
 
     @classmethod
@@ -311,7 +314,7 @@ class AuditResult:
 class EpsilonByTrials:
     """ε_LB and its ceiling for the audit recomputed on growing prefixes of its observations.
 
-    Computed by :func:`dpaudit.results.auditing.epsilon_lb_by_trials` from an audit's stored scores;
+    Computed by :func:`dpaudit.privacy.audit_procedures.epsilon_lb_by_trials` from an audit's stored scores;
     the report plots both against the number of observations, so a reader sees whether more
     trials would have raised the ceiling (and with it, possibly, ε_LB).
 

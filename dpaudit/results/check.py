@@ -32,6 +32,7 @@ __all__ = [
     "CHECK_STATUSES",
     "CHECK_FILE",
     "EXIT_VIOLATED",
+    "CheckDetails",
     "CheckOutcome",
     "CheckReport",
     "check_status",
@@ -69,6 +70,59 @@ def _epsilon_ub(value: Any) -> float:
     return ub
 
 
+@dataclass(frozen=True, kw_only=True)
+class CheckDetails:
+    """What a check's verdict keeps beside its numbers.
+
+    Attributes:
+        reason: why the check could not run (``None`` when it ran).
+        error: set when the training function itself failed (the JUnit file reports the check
+            as an error, and a battery of them exits 2); ``None`` otherwise.
+        evidence: the game's own JSON-able facts (counts, statistic, sizes, …), as the check
+            wrote them.
+    """
+
+    reason: str | None = None
+    error: str | None = None
+    evidence: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("reason", "error"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise v.invalid_type(name, f"details {name} must be a string or None, got {value!r}")
+        if not isinstance(self.evidence, Mapping):
+            raise v.invalid_type("details", f"details must be a mapping, got {type(self.evidence).__name__}")
+        object.__setattr__(self, "evidence", _freeze(self.evidence))
+
+    @property
+    def failed(self) -> bool:
+        """The training function failed: nothing was checked."""
+        return bool(self.error)
+
+    def to_dict(self) -> dict[str, object]:
+        """The stored object: ``reason`` and ``error`` first (when set), then the evidence."""
+        out: dict[str, object] = {}
+        if self.reason is not None:
+            out["reason"] = self.reason
+        if self.error is not None:
+            out["error"] = self.error
+        out.update(_thaw(self.evidence))
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> CheckDetails:
+        """Rebuilds the details from their stored object; keys other than ``reason`` and ``error`` are the evidence."""
+        if not isinstance(data, Mapping):
+            raise v.invalid_type("details", f"details must be a mapping, got {type(data).__name__}")
+        reason, error = data.get("reason"), data.get("error")
+        return cls(
+            reason=reason if isinstance(reason, str) else None,
+            error=error if isinstance(error, str) else None,
+            evidence={k: x for k, x in data.items() if not (k in ("reason", "error") and isinstance(x, str))},
+        )
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class CheckOutcome:
     """One check's verdict.
@@ -86,7 +140,8 @@ class CheckOutcome:
         seconds: wall time of the check.
         detects: what the check is designed to detect (one sentence).
         misses: what it cannot detect (one sentence).
-        details: JSON-able extras (counts, threshold, dataset sizes, reused trials, …).
+        details: why it could not run or that the training failed, and the game's evidence
+            (:class:`CheckDetails`; a mapping given here is read into one).
     """
 
     name: str
@@ -100,7 +155,7 @@ class CheckOutcome:
     seconds: float
     detects: str
     misses: str
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: CheckDetails = field(default_factory=CheckDetails)
 
     def __post_init__(self) -> None:
         _string("name", self.name)
@@ -126,9 +181,10 @@ class CheckOutcome:
                 "status",
                 f"status must be {expected!r} for epsilon_lb={self.epsilon_lb!r}, epsilon_ub={self.epsilon_ub!r}, ceiling={self.ceiling!r}, got {self.status!r}",
             )
-        if not isinstance(self.details, Mapping):
-            raise v.invalid_type("details", f"details must be a mapping, got {type(self.details).__name__}")
-        object.__setattr__(self, "details", _freeze(self.details))
+        if isinstance(self.details, Mapping):
+            object.__setattr__(self, "details", CheckDetails.from_dict(self.details))
+        elif not isinstance(self.details, CheckDetails):
+            raise v.invalid_type("details", f"details must be CheckDetails or a mapping, got {type(self.details).__name__}")
 
     @property
     def violated(self) -> bool:
@@ -149,7 +205,7 @@ class CheckOutcome:
             "seconds": self.seconds,
             "detects": self.detects,
             "misses": self.misses,
-            "details": _thaw(self.details),
+            "details": self.details.to_dict(),
         }
 
     @classmethod

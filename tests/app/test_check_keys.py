@@ -55,7 +55,7 @@ def _run(code: Path, out: Path, capsys: pytest.CaptureFixture[str], **over: obje
     base.update(over)
     capsys.readouterr()
     report = run_check(BatterySpec(**base), RunDir(out), progress=True)
-    assert report.outcomes[0].num_trials == 4 and not report.outcomes[0].details.get("error")
+    assert report.outcomes[0].num_trials == 4 and not report.outcomes[0].details.failed
     return capsys.readouterr().err
 
 

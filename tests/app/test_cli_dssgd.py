@@ -85,7 +85,7 @@ def test_upload_audit_finds_the_canary_without_dp_and_stays_below_the_turns_clai
     plain = audit_upload(dataset="digits", model="digits-mlp", partition_size=50, upload_fraction=0.02, dp_epsilon=None, trials=200, progress=False)
     assert plain.epsilon_lb > 1.0
     private = audit_upload(dataset="digits", model="digits-mlp", partition_size=50, upload_fraction=0.02, dp_epsilon=1.0, trials=200, progress=False)
-    assert private.epsilon_lb <= private.epsilon_ub and private.details["epsilon_per_parameter"] == 1.0
+    assert private.epsilon_lb <= private.epsilon_ub and private.details.epsilon_per_parameter == 1.0
 
 
 def test_reports_find_a_participants_record_for_its_claim(dssgd_run, cli) -> None:

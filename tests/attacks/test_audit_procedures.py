@@ -85,7 +85,7 @@ def test_white_box_per_step_coverage_on_gaussian_release(tmp_path, bound, strate
             progress=False,
         )
         assert r.epsilon_ub == pytest.approx(true_eps, rel=1e-3)
-        assert r.details["canary"]["decoupled"]
+        assert r.details.context["canary"]["decoupled"]
         below += r.epsilon_lb <= true_eps
         lbs.append(r.epsilon_lb)
     assert below / reps >= 0.95
@@ -132,7 +132,7 @@ def test_white_box_default_strategy_is_the_claims_midpoint(tmp_path):
     from attacks.audit.procedures import white_box_audit, white_box_strategy
 
     r = white_box_audit(trainer=GaussianRelease(1.0, 400), dataset=_tiny(), noise_multiplier=1.0, clip_norm=2.0, directory=tmp_path, delta=DELTA, progress=False)
-    assert r.threshold_strategy == "fixed" and r.details["threshold"] == 1.0 and r.details["num_tests"] == 1  # C/2
+    assert r.threshold_strategy == "fixed" and r.details.threshold == 1.0 and r.details.num_tests == 1  # C/2
     assert white_box_strategy("norm", None) == "bonferroni"
     with pytest.raises(ValueError, match="score='norm'"):
         white_box_strategy("norm", "fixed")

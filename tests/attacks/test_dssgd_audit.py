@@ -98,11 +98,11 @@ def test_canary_coordinates_are_the_first_layer_columns_and_move_only_with_the_c
 def test_non_private_dssgd_uploads_the_canary_coordinates_only_with_the_canary(setup):
     turn = make_turn(setup, UploadRule(upload_fraction=0.1))
     result = dssgd_upload_audit(turn_fn=turn, coordinates=setup["coords"], trials=500, claim=NonPrivateClaim(), delta=DELTA, seed=0)
-    assert result.details["in_rate_any_canary_coordinate"] > 0.95
-    assert result.details["out_rate_any_canary_coordinate"] == 0.0
+    assert result.details.in_rate_any_canary_coordinate > 0.95
+    assert result.details.out_rate_any_canary_coordinate == 0.0
     assert result.epsilon_lb > 3.0  # measured 3.7 (seed 0); perfect separation on 250 + 250 turns
     assert result.bound == "clopper-pearson" and result.confidence == 0.95
-    assert result.details["confidence_per_statistic"] == pytest.approx(0.975)
+    assert result.details.confidence_per_statistic == pytest.approx(0.975)
     assert result.epsilon_ub == float("inf") and not result.violation
 
 
@@ -112,10 +112,10 @@ def test_dp_variant_stays_below_its_per_turn_claim(setup):
     c = claim.uploads_per_round
     assert c == 10
     assert result.epsilon_ub == pytest.approx(c * 0.1)  # the composed figure of one turn
-    assert result.details["epsilon_per_parameter"] == pytest.approx(0.1)
+    assert result.details.epsilon_per_parameter == pytest.approx(0.1)
     assert not result.violation and result.epsilon_lb <= result.epsilon_ub
     # Measured, not asserted as a property of DP: with seed 0, ε_LB = 0.0 (below the per-parameter 0.1).
-    assert result.details["exceeds_per_parameter"] == (result.epsilon_lb > 0.1)
+    assert result.details.exceeds_per_parameter == (result.epsilon_lb > 0.1)
 
 
 def test_planted_leak_of_true_canary_values_is_flagged(setup):
@@ -123,7 +123,7 @@ def test_planted_leak_of_true_canary_values_is_flagged(setup):
     turn = make_turn(setup, rule, leak=True)
     result = dssgd_upload_audit(turn_fn=turn, coordinates=setup["coords"], trials=400, claim=claim, delta=DELTA, seed=1)
     assert result.violation and result.epsilon_lb > result.epsilon_ub == pytest.approx(1.0)
-    assert result.details["exceeds_per_parameter"] is True
+    assert result.details.exceeds_per_parameter is True
 
 
 def test_claim_of_more_than_one_turn_is_refused(setup):

@@ -50,17 +50,17 @@ def test_threshold_without_noise_is_flagged_for_every_seed(name: str) -> None:
     for seed in SEEDS:
         result = pate_audit(bugged, CONFIGS[name], trials=TRIALS, seed=seed)
         assert result.violation and result.epsilon_lb > result.epsilon_ub, (name, seed, result.summary())
-        assert result.details["event"].startswith("not answered")  # the threshold step gave it away
+        assert result.details.event.startswith("not answered")  # the threshold step gave it away
 
 
 def test_the_result_records_the_game_and_is_reproducible() -> None:
     cfg = CONFIGS["gnmax"]
     a, b = pate_audit(aggregate, cfg, trials=20_000, seed=3), pate_audit(aggregate, cfg, trials=20_000, seed=3)
     assert a.to_dict() == b.to_dict()
-    assert pate_audit(aggregate, cfg, trials=20_000, seed=4).details["counts"] != a.details["counts"]
+    assert pate_audit(aggregate, cfg, trials=20_000, seed=4).details.counts != a.details.counts
     assert (a.method, a.bound, a.threshold_strategy, a.num_in, a.num_out) == ("multi-run", "clopper-pearson", "bonferroni", 20_000, 20_000)
-    assert a.details["num_tests"] == 2 * 10  # every label, both directions
-    assert sum(a.details["counts"]) == sum(a.details["neighbour_counts"]) == 20_000
+    assert a.details.num_tests == 2 * 10  # every label, both directions
+    assert sum(a.details.counts) == sum(a.details.neighbour_counts) == 20_000
     assert "data-independent" in a.claim_description
 
 
@@ -167,12 +167,12 @@ def test_a_million_trials_take_seconds() -> None:
 def test_the_result_carries_its_ceiling_and_the_cli_prints_it(capsys) -> None:
     """Issue 15, item 4: the largest ε_LB the game's trials and Bonferroni factor allow."""
     from dpaudit.app.cli import main
-    from dpaudit.results.auditing import audit_ceiling
+    from dpaudit.privacy.audit_procedures import audit_ceiling
 
     bugged = planted_aggregator("noise-scale-too-small", aggregator="gnmax")
     for fn in (aggregate, bugged):
         r = pate_audit(fn, CONFIGS["gnmax"], trials=20_000, seed=0)
-        expected = audit_ceiling(bound="clopper-pearson", delta=r.delta, confidence=r.confidence, num_in=20_000, num_out=20_000, num_tests=r.details["num_tests"])
+        expected = audit_ceiling(bound="clopper-pearson", delta=r.delta, confidence=r.confidence, num_in=20_000, num_out=20_000, num_tests=r.details.num_tests)
         assert r.ceiling == pytest.approx(expected) and r.epsilon_lb <= r.ceiling
     capsys.readouterr()
     assert main(["pate", "audit", "--sigma", "40", "--trials", "20000"]) == 0

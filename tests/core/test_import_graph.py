@@ -111,12 +111,15 @@ def test_a_file_that_does_not_parse_is_skipped(tmp_path, syntax):
 
 
 def test_the_audit_report_lists_what_the_fingerprints_cover():
+    from dpaudit.results.audit_details import AuditDetails
     from reports.audit import _covered_lines
 
-    details = {"train_fn_modules": {"helper": {"file": "helper.py", "sha256": "ab" * 32}}, "train_fn_unresolved": ["ujson"], "dataset_files": {"mnist/t10k-labels-idx1-ubyte.gz": "cd" * 16}}
+    details = AuditDetails(
+        context={"train_fn_modules": {"helper": {"file": "helper.py", "sha256": "ab" * 32}}, "train_fn_unresolved": ["ujson"], "dataset_files": {"mnist/t10k-labels-idx1-ubyte.gz": "cd" * 16}}
+    )
     assert _covered_lines(details) == [
         f"--train-fn imports, covered by its fingerprint: helper.py {'ab' * 8}",
         "--train-fn imports not found, not covered: ujson",
         f"dataset files (MD5, reuse is keyed on them): mnist/t10k-labels-idx1-ubyte.gz {'cd' * 8}",
     ]
-    assert _covered_lines({}) == []
+    assert _covered_lines(AuditDetails()) == []

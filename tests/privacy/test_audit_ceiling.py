@@ -2,7 +2,7 @@
 
 The ceiling is the same bound on the same counts (observations or canaries and guess counts,
 Bonferroni factor, confidence, δ, group size) with a perfect attack, computed by one helper,
-:func:`dpaudit.results.auditing.audit_ceiling`, for every bound. Also: null scores give ε_LB = 0 for
+:func:`dpaudit.privacy.audit_procedures.audit_ceiling`, for every bound. Also: null scores give ε_LB = 0 for
 every bound and threshold strategy (docs/audits/statistics.md §8, the |μ| failure mode of a public library).
 """
 
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dpaudit.privacy.audit_procedures import audit_ceiling, audit_from_one_run, audit_from_scores, epsilon_lb_by_trials
 from dpaudit.privacy.claims import dpsgd_claim
 from dpaudit.results.audit import AuditResult, load_audit_result, save_audit_result
-from dpaudit.results.auditing import audit_ceiling, audit_from_one_run, audit_from_scores, epsilon_lb_by_trials
 
 DELTA = 1e-5
 CLAIM = dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100)

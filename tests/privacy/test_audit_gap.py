@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpaudit.privacy.audit_bounds import gaussian_step_claim
+from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
 from dpaudit.privacy.claims import NonPrivateClaim, dpsgd_claim
 from dpaudit.privacy.last_iterate import last_iterate_epsilon
 from dpaudit.results.audit import AuditResult, load_audit_result, save_audit_result
-from dpaudit.results.auditing import audit_from_one_run, audit_from_scores
 from tests.privacy.last_iterate_reference import quadrature_epsilon
 
 DELTA = 1e-5

@@ -1,4 +1,4 @@
-"""Audit results and the torch-free audit helpers of :mod:`dpaudit.results.auditing` and :mod:`dpaudit.privacy.audit_bounds` (docs/audits/statistics.md §1–5)."""
+"""Audit results and the torch-free audit helpers of :mod:`dpaudit.privacy.audit_procedures` and :mod:`dpaudit.privacy.audit_bounds` (docs/audits/statistics.md §1–5)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from dpaudit.privacy.audit_bounds import composed_gdp_epsilon, gaussian_step_claim
+from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
 from dpaudit.privacy.claims import dpsgd_claim
 from dpaudit.privacy.gaussian import gaussian_epsilon
 from dpaudit.results.audit import AuditResult, load_audit_result, save_audit_result
-from dpaudit.results.auditing import audit_from_one_run, audit_from_scores
 
 DELTA = 1e-5
 
@@ -64,7 +64,7 @@ def test_audit_from_scores_and_one_run_keep_estimates_apart():
     assert 0 < r.epsilon_lb < r.epsilon_ub and r.epsilon_estimate is not None
     inc = rng.random(400) < 0.5
     one = audit_from_one_run(rng.normal(size=400) + 5 * inc, inc, claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.0, num_steps=100), delta=DELTA)
-    assert one.method == "one-run" and one.violation and one.details["guess_curve"]
+    assert one.method == "one-run" and one.violation and one.details.guess_curve
 
 
 def test_composed_estimate_matches_clt_formula():

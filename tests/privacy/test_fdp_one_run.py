@@ -9,6 +9,7 @@ import pytest
 from scipy import optimize, stats
 
 from dpaudit.privacy.audit_bounds import gaussian_step_claim
+from dpaudit.privacy.audit_procedures import audit_from_one_run
 from dpaudit.privacy.audit_stats import one_run_bound_from_scores, one_run_epsilon_lb
 from dpaudit.privacy.fdp_one_run import (
     _least_type_one_error,
@@ -23,7 +24,6 @@ from dpaudit.privacy.fdp_one_run import (
 )
 from dpaudit.privacy.gaussian import gdp_epsilon
 from dpaudit.results.audit import AuditResult
-from dpaudit.results.auditing import audit_from_one_run
 
 DELTA = 1e-5
 
@@ -230,11 +230,11 @@ def test_audit_from_one_run_default_unchanged_and_fdp_labelled():
     scores, included = _gaussian_run(rng, 3.0, 1000)
     claim = gaussian_step_claim(noise_multiplier=1 / 3)
     default = audit_from_one_run(scores, included, claim=claim, delta=DELTA)
-    assert default.bound == "one-run" and default.details["one_run_bound"] == "steinke"
+    assert default.bound == "one-run" and default.details.one_run_bound == "steinke"
     assert default.epsilon_lb == one_run_bound_from_scores(scores, included, delta=DELTA)[0]
     fdp = audit_from_one_run(scores, included, claim=claim, delta=DELTA, bound="fdp")
     assert fdp.method == "one-run" and fdp.bound == "one-run-fdp"
-    assert fdp.details["one_run_bound"] == "fdp" and fdp.details["tradeoff_curve"] == "gaussian" and fdp.details["mu_lb"] > 0
+    assert fdp.details.one_run_bound == "fdp" and fdp.details.tradeoff_curve == "gaussian" and fdp.details.mu_lb > 0
     assert default.epsilon_lb < fdp.epsilon_lb < gdp_epsilon(mu=3.0, delta=DELTA)
     again = AuditResult.from_dict(fdp.to_dict())
     assert again.bound == "one-run-fdp" and again.epsilon_lb == fdp.epsilon_lb

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from dpaudit.privacy.audit_bounds import gaussian_step_claim
+from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
 from dpaudit.privacy.claims import dpsgd_claim
 from dpaudit.results import CertificationResult, EvasionResult, MembershipResult, save_audit_result, save_certification_result, save_evasion_result, save_membership_result
-from dpaudit.results.auditing import audit_from_one_run, audit_from_scores
 from dpaudit.results.certify_summary import own_prediction_rule, smoothing_prediction_rule
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, save_comparison
 from dpaudit.store import RunDir, atomic_save_npz, atomic_write_json

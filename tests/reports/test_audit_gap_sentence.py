@@ -8,9 +8,9 @@ import re
 import numpy as np
 import pytest
 
+from dpaudit.privacy.audit_procedures import audit_from_scores
 from dpaudit.privacy.claims import NonPrivateClaim, dpsgd_claim
 from dpaudit.results.audit import AuditResult
-from dpaudit.results.auditing import audit_from_scores
 from reports.audit import audit_section, bounds_table, gap_sentence
 from reports.render import Text
 from tests.privacy.last_iterate_reference import quadrature_epsilon

@@ -70,9 +70,9 @@ def test_no_doc_page_calls_the_last_iterate_a_cap(page):
 @pytest.mark.slow  # renders a report with its figures: tens of seconds on 2 cores
 def test_no_rendered_audit_report_calls_it_a_cap(tmp_path):
     from dpaudit.app.runs.report import render_reports
+    from dpaudit.privacy.audit_procedures import audit_from_scores
     from dpaudit.privacy.claims import dpsgd_claim
     from dpaudit.results.audit import save_audit_result
-    from dpaudit.results.auditing import audit_from_scores
     from dpaudit.store import RunDir, atomic_save_npz
     from tests.reports.conftest import DP_MODEL, _record
 

@@ -20,8 +20,8 @@ import pytest
 from matplotlib.colors import to_hex
 
 from dpaudit.privacy.audit_bounds import gaussian_step_claim
+from dpaudit.privacy.audit_procedures import audit_from_scores, epsilon_lb_by_trials
 from dpaudit.privacy.estimate_interval import estimate_interval
-from dpaudit.results.auditing import audit_from_scores, epsilon_lb_by_trials
 from reports.audit import _estimate_rows, bounds_caption, bounds_figure, ceiling_figure
 from reports.certified import comparison_figure, load_certified_runs
 from reports.compare import privacy_utility_figure
@@ -141,12 +141,12 @@ def test_estimate_shown_only_with_an_interval_that_excludes_zero():
     claim = gaussian_step_claim(noise_multiplier=1.0)
     chance = audit_from_scores(rng.normal(0, 1, 200), rng.normal(0, 1, 200), claim=claim, delta=1e-5, bound="clopper-pearson")
     assert chance.epsilon_estimate > 0.3  # the best of many thresholds reads as leakage at chance
-    low, high = chance.details["estimate_interval"]
+    low, high = chance.details.estimate_interval
     assert low == 0.0 and (high is None or high > chance.epsilon_estimate)
     [row] = _estimate_rows(chance)
     assert row[1] == "not shown" and "includes 0" in row[2]
     strong = audit_from_scores(rng.normal(3, 1, 200), rng.normal(0, 1, 200), claim=claim, delta=1e-5, bound="clopper-pearson")
-    low, high = strong.details["estimate_interval"]
+    low, high = strong.details.estimate_interval
     assert 0 < low <= strong.epsilon_estimate <= (math.inf if high is None else high)
     [row] = _estimate_rows(strong)
     assert row[1] == strong.epsilon_estimate and "95% interval" in row[2]

@@ -203,9 +203,9 @@ def test_stored_soundness_violation_is_shown_and_exits_3(make_run, tmp_path, cap
 
 def test_audit_report_plots_epsilon_lb_and_its_ceiling_against_the_trials(make_run, tmp_path):
     """Issue 15, item 4: the ceiling beside ε_LB, in the table and against the number of trials."""
+    from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
     from dpaudit.privacy.claims import dpsgd_claim
     from dpaudit.results.audit import save_audit_result
-    from dpaudit.results.auditing import audit_from_one_run, audit_from_scores
     from dpaudit.store import atomic_save_npz
 
     run = make_run(tmp_path / "run", membership=False, certify=False)  # "multi": an older result without a ceiling

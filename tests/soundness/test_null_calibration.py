@@ -21,10 +21,10 @@ from dp_accounting import dp_event as dpe
 from scipy import stats
 
 from dpaudit.privacy.audit_bounds import gaussian_step_claim
+from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
 from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, dpsgd_claim
 from dpaudit.privacy.dssgd import dssgd_svt_claim
 from dpaudit.privacy.pate.claim import PATEClaim
-from dpaudit.results.auditing import audit_from_one_run, audit_from_scores
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "null_calibration.py"

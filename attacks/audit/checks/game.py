@@ -5,7 +5,7 @@ canary record (IN), with auditor-chosen seeds (trial i is IN iff i is odd, its s
 the battery's root seed). A statistic of each final model, fixed before the evaluated trials are
 seen, gives IN and OUT scores; ε_LB follows from them at the check's confidence with the bound the
 claim admits (:func:`dpaudit.privacy.audit_bounds.resolve_bound`) and a Bonferroni-paid threshold
-(:func:`dpaudit.results.auditing.audit_from_scores`), and the ceiling is what a perfect attack on
+(:func:`dpaudit.privacy.audit_procedures.audit_from_scores`), and the ceiling is what a perfect attack on
 the same counts gives. Any such statistic is sound: ε_LB is a post-processing of the outputs of
 the claimed mechanism on neighbouring datasets (Kairouz, Oh & Viswanath 2015, Thm 2.1).
 
@@ -40,8 +40,8 @@ from attacks.audit.checks.spec import CheckCannotRun, CheckContext, CheckEvidenc
 from attacks.audit.trials import TrialFailed, TrialStore, run_trials
 from dpaudit.data import ArrayDataset
 from dpaudit.executors.jobs import Job
+from dpaudit.privacy.audit_procedures import audit_from_scores
 from dpaudit.results.audit import AuditResult
-from dpaudit.results.auditing import audit_from_scores
 from dpaudit.seeding import derive_seed
 
 __all__ = [

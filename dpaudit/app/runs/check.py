@@ -30,7 +30,7 @@ from typing import Any
 
 from dpaudit import _validate as v
 from dpaudit.privacy.claims import PrivacyClaim
-from dpaudit.results.check import CheckOutcome, CheckReport, check_status, save_check_report
+from dpaudit.results.check import CheckDetails, CheckOutcome, CheckReport, check_status, save_check_report
 from dpaudit.store import RunDir
 
 __all__ = ["BatterySpec", "run_check", "battery_key", "training_failed", "CHECK_DIR", "DEFAULT_BUDGET_MINUTES"]
@@ -116,7 +116,7 @@ def _say(progress: bool, text: str) -> None:
 
 def _cannot(spec: Any, *, reason: str, epsilon_ub: float, confidence: float, seconds: float = 0.0, trials: int = 0, error: bool = False) -> CheckOutcome:
     """A check without evidence: inconclusive at ceiling 0; ``error`` when the training function failed
-    (``details["error"]``: the JUnit file reports it as an error, and a battery of them exits 2)."""
+    (``details.error``: the JUnit file reports it as an error, and a battery of them exits 2)."""
     return CheckOutcome(
         name=spec.name,
         status="inconclusive",
@@ -129,7 +129,7 @@ def _cannot(spec: Any, *, reason: str, epsilon_ub: float, confidence: float, sec
         seconds=seconds,
         detects=spec.detects,
         misses=spec.misses,
-        details={"reason": reason, **({"error": "training failed"} if error else {})},
+        details=CheckDetails(reason=reason, error="training failed" if error else None),
     )
 
 
@@ -138,8 +138,8 @@ def training_failed(report: CheckReport) -> tuple[CheckOutcome, ...]:
 
     Such a battery checked nothing: ``dpaudit check`` exits 2 naming the first failure, never 0.
     """
-    failed = tuple(o for o in report.outcomes if o.details.get("error"))
-    trained = [o for o in report.outcomes if o.num_trials > 0 and not o.details.get("error")]
+    failed = tuple(o for o in report.outcomes if o.details.failed)
+    trained = [o for o in report.outcomes if o.num_trials > 0 and not o.details.failed]
     return failed if failed and not trained and not report.violated else ()
 
 
@@ -183,7 +183,7 @@ def _one(spec: Any, ctx: Any, *, can_start: str | None) -> CheckOutcome:
         seconds=seconds,
         detects=spec.detects,
         misses=spec.misses,
-        details=dict(ev.details),
+        details=CheckDetails(evidence=ev.details),
     )
 
 
@@ -216,7 +216,7 @@ def _check_model_size(model_fn: Any, *, i_know: bool) -> None:
         check_parameter_count("--model-fn", model, i_know=i_know)
 
 
-def battery_key(spec: BatterySpec, *, progress: bool = False) -> dict[str, Any]:
+def battery_key(spec: BatterySpec, *, progress: bool = False) -> dict[str, object]:
     """What every trial of the battery is made of, the key its stored trials are reused by.
 
     The keys ``dpaudit audit`` uses for the same things (:func:`dpaudit.app.runs.audit.provenance.code_keys`,
@@ -227,7 +227,7 @@ def battery_key(spec: BatterySpec, *, progress: bool = False) -> dict[str, Any]:
     from dpaudit.app.runs.audit.provenance import code_keys
     from dpaudit.data import dataset_files
 
-    key: dict[str, Any] = {"train_fn": spec.train_fn, **code_keys("train_fn", spec.train_fn, argument="--train-fn", progress=progress)}
+    key: dict[str, object] = {"train_fn": spec.train_fn, **code_keys("train_fn", spec.train_fn, argument="--train-fn", progress=progress)}
     if spec.model_fn is not None:
         key.update({"model_fn": spec.model_fn, **code_keys("model_fn", spec.model_fn, argument="--model-fn", progress=progress)})
     key.update({"claim": spec.claim.to_dict(), "dataset": spec.dataset, "seed": spec.seed})
@@ -237,7 +237,7 @@ def battery_key(spec: BatterySpec, *, progress: bool = False) -> dict[str, Any]:
     return key
 
 
-def _keyed_directory(root: Path, key: dict[str, Any], *, progress: bool) -> Path:
+def _keyed_directory(root: Path, key: dict[str, object], *, progress: bool) -> Path:
     """``root/trials-<hash of key>``, its ``key.json`` written; says why when other trials are there instead."""
     from dpaudit.app.runs.audit.provenance import audit_hash, superseded_reasons
     from dpaudit.store import atomic_write_json, read_json, to_jsonable
@@ -276,7 +276,7 @@ def run_check(spec: BatterySpec, run: RunDir, *, progress: bool = True) -> Check
     Returns:
         The :class:`CheckReport` (``exit_status`` 3 when a check is violated); a check whose
         training failed (raised, exited, ran past the budget) is inconclusive with
-        ``details["error"]`` (:func:`training_failed`).
+        ``details.error`` (:func:`training_failed`).
 
     Raises:
         ValueError: a spec that does not resolve (names ``--train-fn`` / ``--model-fn``).

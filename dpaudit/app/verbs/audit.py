@@ -31,6 +31,8 @@ from dpaudit.app.common import (
 from dpaudit.app.train_fn_flags import TRAIN_FN_HELP, add_claim_flags, add_model_fn_flag, add_train_fn_flag, claim_from_args, pos_int
 from dpaudit.limits import LIMITS
 from dpaudit.options import limit_action
+from dpaudit.results.audit import AuditResult
+from dpaudit.results.audit_details import OneRunDetails, ScoresDetails
 
 __all__ = ["register"]
 
@@ -44,14 +46,17 @@ EPSILON_DEFINITION = (
 )
 
 
-def ceiling_line(result: Any) -> str:
+def ceiling_line(result: AuditResult) -> str:
     """The ceiling of an audit for a terminal: the number and what it is (issue 15, item 4)."""
     if result.ceiling is None:
         return "not recorded (result written before ceilings were reported)"
+    d = result.details
     if result.method == "one-run":
-        design = f"every guess right among {result.num_in + result.num_out} canaries, {len(result.details.get('guess_counts', ())) or 'the'} guess counts tried"
+        tried = len(d.guess_counts or ()) if isinstance(d, OneRunDetails) else 0
+        design = f"every guess right among {result.num_in + result.num_out} canaries, {tried or 'the'} guess counts tried"
     else:
-        design = f"every IN scored above every OUT on the same {result.details.get('bounding_num_in', result.num_in)} IN / {result.details.get('bounding_num_out', result.num_out)} OUT"
+        n_in, n_out = (d.bounding_num_in, d.bounding_num_out) if isinstance(d, ScoresDetails) else (result.num_in, result.num_out)
+        design = f"every IN scored above every OUT on the same {n_in} IN / {n_out} OUT"
     return f"{fmt_eps_lb(result.ceiling)}  (the largest epsilon_lb this design can show: {design}; more trials raise it)"
 
 
@@ -217,7 +222,7 @@ def _run_and_print(args: argparse.Namespace, spec: Any) -> int:
 
     run = RunDir(args.out)
     result = run_audit(spec, run)
-    directory = run.audit_dir(str(result.details["audit_name"]))
+    directory = run.audit_dir(str(result.details.audit_name))
     report = None
     if not args.no_report:
         from dpaudit.app.runs.report import render_reports

@@ -138,7 +138,7 @@ def result_lines(report: Any, *, check_dir: Path) -> list[str]:
     for o in report.outcomes:
         # A ceiling of 0 is a check that could not run; its finding says why.
         extra = f" [ceiling {_ceiling(o.ceiling)} <= eps_UB: this check could not have shown a violation at this size]" if o.status == "inconclusive" and o.ceiling > 0 else ""
-        lines.append(f"  {_SHOWN['error' if o.details.get('error') else o.status]:<{width}}  {o.finding}{extra}")
+        lines.append(f"  {_SHOWN['error' if o.details.failed else o.status]:<{width}}  {o.finding}{extra}")
     violated = report.violations
     if violated:
         lines.append(f"  VIOLATION: {len(violated)} check(s) found eps_LB > eps_UB — the implementation does not meet its claim")
@@ -176,7 +176,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         # Nothing was checked: a CI gate must not read this as "no violation" (check.json and the
         # JUnit file, written above, mark the checks as errors).
         raise UsageError(
-            f"--train-fn {spec.train_fn}: no check got a training through ({len(failed)} of {len(report.outcomes)} failed; results in {check_dir}): {failed[0].details.get('reason')}",
+            f"--train-fn {spec.train_fn}: no check got a training through ({len(failed)} of {len(report.outcomes)} failed; results in {check_dir}): {failed[0].details.reason}",
             argument="--train-fn",
         )
     if report.outcomes and not report.violated and all(o.num_trials == 0 for o in report.outcomes):

@@ -34,6 +34,7 @@ from dpaudit.privacy.pate.votes import (
     MIN_LAPLACE_SCALE,
     PROGRESS_QUERIES,
 )
+from dpaudit.results.audit_details import PateAuditDetails
 
 if TYPE_CHECKING:
     from dpaudit.app.runs.pate import VoteAnalysis
@@ -187,10 +188,12 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     )
     audit = audit_aggregator(spec)
     result, info = audit.result, audit.result.details
+    if not isinstance(info, PateAuditDetails):
+        raise TypeError(f"the aggregator audit must return PateAuditDetails, got {type(info).__name__}")
     lines = [
         f"PATE audit of {name} ({', '.join(f'{k}={x:g}' for k, x in params.items())}), planted bug: {bug}",
-        f"  game: {args.trials:,} answers on each of D = {info['votes']} and D' = {info['neighbour_votes']} (one teacher's vote moved)",
-        f"  epsilon_lb  {fmt_eps_lb(result.epsilon_lb)}  ({info['event']}; clopper-pearson, {result.confidence:.0%} confidence over {info['num_tests']} tests, delta={result.delta:g})",
+        f"  game: {args.trials:,} answers on each of D = {info.votes} and D' = {info.neighbour_votes} (one teacher's vote moved)",
+        f"  epsilon_lb  {fmt_eps_lb(result.epsilon_lb)}  ({info.event}; clopper-pearson, {result.confidence:.0%} confidence over {info.num_tests} tests, delta={result.delta:g})",
         f"  ceiling     {'not recorded' if result.ceiling is None else fmt_eps_lb(result.ceiling)}  (the largest epsilon_lb {args.trials:,} answers per side can show: the event always on D, never on D'; more --trials raise it)",
         f"  epsilon_ub  {fmt_eps_ub(result.epsilon_ub)}  ({result.accountant}: {', '.join(f'{k} {fmt_eps_ub(x)}' for k, x in result.epsilon_ub_by_accountant.items())}; one answered query, data-independent)",
         "  VIOLATION: epsilon_lb > epsilon_ub — the aggregator does not meet its claim" if result.violation else "  no violation",

@@ -158,7 +158,7 @@ def _starting_model(spec: AuditSpec, members: ArrayDataset, trainer: Any | None)
         return build_model(spec.model, input_shape=members.input_shape, num_classes=members.num_classes)
 
 
-def _worst_case_start(spec: AuditSpec, run: RunDir, bundle: Any, splits: Any, model: nn.Module, *, cfg_key: Mapping[str, Any]) -> Path:
+def _worst_case_start(spec: AuditSpec, run: RunDir, bundle: Any, splits: Any, model: nn.Module, *, cfg_key: Mapping[str, object]) -> Path:
     """Pre-trains ``model`` on non-member records (the auditor's own) once; returns the safetensors file.
 
     The file sits in its own directory keyed by the audit's configuration, so a rerun reuses
@@ -200,7 +200,7 @@ class _Game:
     trainer: Any | None
     sigma: float | None
     third_party: bool
-    described: dict[str, Any]
+    described: dict[str, object]
     bound: str
 
 
@@ -221,8 +221,8 @@ def _announce(spec: AuditSpec, bundle: Any, members: ArrayDataset, num_steps: in
 def _prepare(spec: AuditSpec, third_party: Callable[..., nn.Module] | None) -> _Game:
     """The data, the training function, its claim and the bound; what the trials are about."""
     bundle = load_dataset(spec.dataset, data_root=spec.data_root)
-    split_kwargs: dict[str, Any] = {"num_members": spec.num_members} if spec.num_members is not None else {}
-    splits = make_splits(bundle, seed=spec.seed, **split_kwargs)
+    # make_splits' own default member count applies unless the spec names one.
+    splits = make_splits(bundle, seed=spec.seed) if spec.num_members is None else make_splits(bundle, seed=spec.seed, num_members=spec.num_members)
     members_ref = DatasetRef(name=spec.dataset, ids=tuple(int(i) for i in splits.members), data_root=spec.data_root)
     members = members_ref()
     num_steps = spec.resolved_num_steps
@@ -234,7 +234,7 @@ def _prepare(spec: AuditSpec, third_party: Callable[..., nn.Module] | None) -> _
         trainer, sigma = _audit_trainer(spec, num_members=len(members), num_steps=num_steps)
         claim: PrivacyClaim = trainer.claim(len(members))
         fn: Callable[..., nn.Module] = trainer.train
-        described: dict[str, Any] = {
+        described: dict[str, object] = {
             "defense": spec.defense,
             "model": spec.model,
             "noise_multiplier": sigma,
@@ -283,7 +283,7 @@ def _prepare(spec: AuditSpec, third_party: Callable[..., nn.Module] | None) -> _
     )
 
 
-def _white_box(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, strategy: str) -> tuple[str, dict[str, Any], Callable[[], AuditResult]]:
+def _white_box(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, strategy: str) -> tuple[str, dict[str, object], Callable[[], AuditResult]]:
     from attacks.audit.procedures import AUDIT_PROCEDURES
 
     assert game.trainer is not None and game.sigma is not None  # white-box audits the suite's own trainer
@@ -338,11 +338,11 @@ def _multi_run_canaries(spec: AuditSpec, game: _Game, start: nn.Module | None) -
     )
 
 
-def _multi_run(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, strategy: str) -> tuple[str, dict[str, Any], Callable[[], AuditResult]]:
+def _multi_run(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, strategy: str) -> tuple[str, dict[str, object], Callable[[], AuditResult]]:
     from attacks.audit.procedures import AUDIT_PROCEDURES
     from attacks.audit.trials import accepts_initial_state
 
-    cfg_init: dict[str, Any] = {"init": spec.init} if spec.init != "random" else {}  # random-start audits keep their names
+    cfg_init: dict[str, object] = {"init": spec.init} if spec.init != "random" else {}  # random-start audits keep their names
     if spec.model_fn is not None:  # the start's architecture: its code is part of what the trials are about
         cfg_init.update({"model_fn": spec.model_fn, **code_keys("model_fn", spec.model_fn, argument="--model-fn", progress=spec.progress)})
     start: nn.Module | None = None
@@ -378,7 +378,7 @@ def _multi_run(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, stra
     return name, cfg, call
 
 
-def _one_run(spec: AuditSpec, run: RunDir, game: _Game) -> tuple[str, dict[str, Any], Callable[[], AuditResult]]:
+def _one_run(spec: AuditSpec, run: RunDir, game: _Game) -> tuple[str, dict[str, object], Callable[[], AuditResult]]:
     from attacks.audit.canaries import mislabelled_canaries
     from attacks.audit.procedures import AUDIT_PROCEDURES
 
@@ -406,7 +406,7 @@ def _one_run(spec: AuditSpec, run: RunDir, game: _Game) -> tuple[str, dict[str, 
     return name, cfg, call
 
 
-def _play(spec: AuditSpec, run: RunDir, game: _Game, *, name: str, cfg: Mapping[str, Any], call: Callable[[], AuditResult]) -> AuditResult:
+def _play(spec: AuditSpec, run: RunDir, game: _Game, *, name: str, cfg: Mapping[str, object], call: Callable[[], AuditResult]) -> AuditResult:
     """Runs the game under the audit's lock; a third-party function's failure is bad input."""
     from attacks.audit.trials import TrialFailed
 
@@ -429,7 +429,7 @@ def _play(spec: AuditSpec, run: RunDir, game: _Game, *, name: str, cfg: Mapping[
 def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
     """Runs one audit end to end under ``run``; returns its result (stored in ``run.audit_dir(name)``).
 
-    The audit's directory name is in ``result.details["audit_name"]``. A rerun with the same
+    The audit's directory name is in ``result.details.audit_name``. A rerun with the same
     configuration resumes: finished trials are reused (and said so on stderr).
 
     Raises:
@@ -476,22 +476,18 @@ def _white_box_claim() -> PrivacyClaim:
     return gaussian_step_claim(noise_multiplier=1.0)
 
 
-#: Keys :func:`audit_from_one_run` computes itself; the rest of a result's details are carried over.
-_ONE_RUN_COMPUTED = ("num_guesses", "num_correct", "num_canaries", "guess_counts", "tie_break_seed", "guess_curve", "one_run_bound", "mu_lb", "tradeoff_curve", "sampling_rate", "bound_assumption")
-
-
 def _rebound_one_run(result: AuditResult, directory: Path, *, claim: PrivacyClaim, spec: AuditSpec) -> AuditResult:
     """The one-run game's stored scores bounded again with the f-DP bound; replaces ``result.json``.
 
     The game (one training, the canary scores in ``scores.npz``) is the same for both bounds;
     only the statistics differ, so the training is not repeated for it.
     """
+    from dpaudit.privacy.audit_procedures import audit_from_one_run
     from dpaudit.results.audit import save_audit_result
-    from dpaudit.results.auditing import audit_from_one_run
 
     with np.load(directory / "scores.npz", allow_pickle=False) as stored:
         scores, included = stored["scores"], stored["included"].astype(bool)
-    kept = {k: x for k, x in result.details.items() if k not in _ONE_RUN_COMPUTED}
-    fdp = audit_from_one_run(scores, included, claim=claim, delta=spec.delta, confidence=spec.confidence, threat_model=result.threat_model, details=kept, bound=spec.one_run_bound)
+    # The procedure computes its own details again; only the caller's context is carried over.
+    fdp = audit_from_one_run(scores, included, claim=claim, delta=spec.delta, confidence=spec.confidence, threat_model=result.threat_model, details=result.details.context, bound=spec.one_run_bound)
     save_audit_result(fdp, directory)
     return fdp

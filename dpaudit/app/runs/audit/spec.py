@@ -102,7 +102,7 @@ class AuditSpec:
         num_canaries: one-run: canaries m.
         one_run_bound: one-run: ``steinke`` (Steinke, Nasr & Jagielski 2023) or ``fdp``
             (Mahloujifar, Melis & Chaudhuri 2025, Gaussian trade-off curve); see
-            :func:`dpaudit.results.auditing.audit_from_one_run`.
+            :func:`dpaudit.privacy.audit_procedures.audit_from_one_run`.
         canary: multi-run input canary, ``clipbkd``, ``mislabelled`` or ``blank`` (one all-zero
             input labelled with the class the starting model finds least likely).
         init: multi-run: where every training starts, ``random`` (the trainer's own seeded

@@ -20,6 +20,8 @@ import numpy as np
 
 from dpaudit import _validate as v
 from dpaudit.app.runs.compare.grid import BASELINE_DEFENSE, EVALUATED_SECTIONS, CompareGrid, Setting
+from dpaudit.results.audit import AuditResult
+from dpaudit.results.audit_details import WhiteBoxDetails
 from dpaudit.results.compare_outcomes import (
     COMPARE_FPRS,
     AuditOutcome,
@@ -425,7 +427,7 @@ def audit_job(*, grid: CompareGrid, setting: Setting, trained: TrainedOutcome, n
     # The audit's own claim must be the trained one: else it trained another algorithm.
     accountant = algo["accountant"]
     claimed = float(record.claim.epsilon(delta=algo["delta"], accountant=accountant))
-    audited = (result.details["full_run_claim"]["epsilon_ub_by_accountant"] if result.threat_model == "white-box" else result.epsilon_ub_by_accountant).get(accountant)
+    audited = _audited_by_accountant(result).get(accountant)
     if audited is None or not math.isclose(audited, claimed, rel_tol=1e-9):
         raise RuntimeError(f"internal error: setting {setting.label!r} trained a claim of ε={claimed!r} ({accountant}, δ={algo['delta']:g}), its audit one of ε={audited!r}")
     return AuditOutcome(
@@ -445,3 +447,11 @@ def audit_job(*, grid: CompareGrid, setting: Setting, trained: TrainedOutcome, n
             "num_members": algo["num_members"],
         },
     )
+
+
+def _audited_by_accountant(result: AuditResult) -> Mapping[str, float]:
+    """ε_UB by accountant of the claim the audit trained: a white-box audit's run-level claim (its own ε_UB is one step's)."""
+    if result.threat_model != "white-box":
+        return result.epsilon_ub_by_accountant
+    full = result.details.full_run_claim if isinstance(result.details, WhiteBoxDetails) else None
+    return {} if full is None else full.epsilon_ub_by_accountant

@@ -1,6 +1,6 @@
 """Audits turned into results: ε_LB from scores, set against the claim's ε_UB, as an :class:`AuditResult`.
 
-An audit plays a distinguishing game (audit.md §1): a canary is IN or OUT, an attack scores
+An audit plays a distinguishing game (docs/audits/statistics.md §1): a canary is IN or OUT, an attack scores
 it, and the scores give ε_LB at a stated confidence (:mod:`dpaudit.privacy.audit_stats`). This
 module turns scores and a :class:`~dpaudit.privacy.claims.PrivacyClaim` into the value that
 carries the outcome, :class:`~dpaudit.results.audit.AuditResult` (torch-free):
@@ -8,7 +8,7 @@ carries the outcome, :class:`~dpaudit.results.audit.AuditResult` (torch-free):
 * :func:`audit_from_scores` — IN/OUT observations (multi-run and white-box games), bounded by
   Clopper–Pearson (Kairouz, Oh & Viswanath 2015, Thm 2.1) or the Gaussian-DP estimator of
   Nasr et al. (2023, "Tight Auditing", §4), with an honest threshold choice (Bonferroni or
-  split, audit.md §2);
+  split, docs/audits/statistics.md §2);
 * :func:`audit_from_one_run` — m canaries of one training run, bounded by Steinke, Nasr &
   Jagielski (2023, Thm 3.1) or, with ``bound="fdp"``, by the f-DP analysis of Mahloujifar,
   Melis & Chaudhuri (2025, Algorithm 3; :mod:`dpaudit.privacy.fdp_one_run`);
@@ -36,7 +36,6 @@ through :mod:`dpaudit.store` (strict JSON, schema-versioned).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -67,6 +66,7 @@ from dpaudit.results.audit import (
     EpsilonByTrials,
     default_assumption,
 )
+from dpaudit.results.audit_details import GuessPoint, OneRunDetails, ScoresDetails, WhiteBoxDetails
 
 __all__ = ["audit_ceiling", "epsilon_lb_by_trials", "audit_from_scores", "audit_from_one_run", "bound_assumption", "one_run_curve"]
 
@@ -109,9 +109,9 @@ def audit_ceiling(
 
     The ceiling depends on the design only — the numbers of observations, the Bonferroni factor,
     the confidence, δ, the group size and the bound — never on the scores. With zero errors a
-    Clopper–Pearson bound on n observations per side is capped near ln(n) (audit.md §1: 3.28 at
+    Clopper–Pearson bound on n observations per side is capped near ln(n) (docs/audits/statistics.md §1: 3.28 at
     n = 100, 5.60 at 1,000, 95 %); Steinke, Nasr & Jagielski (2023, Thm 3.1)'s one-run bound by its
-    guess count (audit.md §4: 3.49 at r = 100). Each bound is monotone in the errors (a larger
+    guess count (docs/audits/statistics.md §4: 3.49 at r = 100). Each bound is monotone in the errors (a larger
     false-positive or false-negative count raises the Clopper–Pearson upper rates; a smaller
     correct count raises the one-run p-value), so no attack on the same design exceeds it.
 
@@ -191,7 +191,7 @@ def audit_from_scores(
     group_size: int = 1,
     threat_model: str = "black-box",
     seed: int = 0,
-    details: Mapping[str, Any] | None = None,
+    details: Mapping[str, object] | None = None,
     threshold: float | None = None,
 ) -> AuditResult:
     """ε_LB from IN/OUT observations (higher score = IN), set against ``claim``.
@@ -207,14 +207,14 @@ def audit_from_scores(
         bound: ``auto`` (the default: ``gdp`` when ``claim`` is Gaussian-family, else
             ``clopper-pearson``; :func:`resolve_bound`), ``gdp`` (refused for other claims)
             or ``clopper-pearson``. The result names the bound used and its ``assumption``.
-        strategy: ``bonferroni``, ``split`` (audit.md §2) or ``fixed`` (``threshold``).
+        strategy: ``bonferroni``, ``split`` (docs/audits/statistics.md §2) or ``fixed`` (``threshold``).
         num_thresholds: candidate thresholds (Bonferroni factor).
         group_size: canary multiplicity k.
         threat_model: ``black-box`` or ``white-box``.
         seed: seed of the random halves for ``split``.
-        details: extra facts to keep with the result.
+        details: the caller's context to keep with the result (the ``context`` of its :class:`~dpaudit.results.audit_details.ScoresDetails`).
         threshold: ``strategy="fixed"``: the threshold, chosen before the scores were seen
-            (kept in ``details["threshold"]``, so the prefix curve reuses it).
+            (kept as ``details.threshold``, so the prefix curve reuses it).
 
     Returns:
         The :class:`AuditResult`; ``epsilon_estimate`` is the uncorrected best-threshold
@@ -230,8 +230,20 @@ def audit_from_scores(
     estimate, kind = _scores_estimate(s_in, s_out, bound=bound, delta=delta, num_thresholds=num_thresholds)
     estimate /= group_size
     interval = estimate_interval(s_in, s_out, bound=bound, delta=delta, confidence=confidence, num_thresholds=num_thresholds)
-    info = _scores_details(
-        tb, num_thresholds=num_thresholds, seed=seed if strategy == "split" else None, estimate_kind=kind, details={**_interval_details(interval, confidence, group_size), **dict(details or {})}
+    low, high = _interval(interval, group_size)
+    info = (WhiteBoxDetails if method == "white-box" else ScoresDetails)(
+        threshold=tb.threshold,
+        true_positives=tb.true_positives,
+        false_positives=tb.false_positives,
+        bounding_num_in=tb.num_in,
+        bounding_num_out=tb.num_out,
+        num_tests=tb.num_tests,
+        num_thresholds=num_thresholds,
+        split_seed=seed if strategy == "split" else None,
+        estimate_kind=kind,
+        estimate_interval=(low, high),
+        estimate_interval_confidence=confidence,
+        context=details or {},
     )
     return AuditResult(
         epsilon_lb=tb.epsilon_lb,
@@ -263,26 +275,10 @@ def _scores_estimate(s_in: np.ndarray, s_out: np.ndarray, *, bound: str, delta: 
     return point_estimate(s_in, s_out, delta=delta), "uncorrected best-threshold ratio (an estimate, not a bound)"
 
 
-def _scores_details(tb: ThresholdBound, *, num_thresholds: int, seed: int | None, estimate_kind: str, details: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The facts an IN/OUT result keeps: the bounding counts and threshold, the split's seed (``None``: no split), the caller's details."""
-    return {
-        "threshold": tb.threshold,
-        "true_positives": tb.true_positives,
-        "false_positives": tb.false_positives,
-        "bounding_num_in": tb.num_in,
-        "bounding_num_out": tb.num_out,
-        "num_tests": tb.num_tests,
-        "num_thresholds": num_thresholds,
-        **({"split_seed": seed} if seed is not None else {}),
-        "estimate_kind": estimate_kind,
-        **dict(details or {}),
-    }
-
-
-def _interval_details(interval: tuple[float, float], confidence: float, group_size: int) -> dict[str, Any]:
+def _interval(interval: tuple[float, float], group_size: int) -> tuple[float, float | None]:
     """The estimate's interval as a result keeps it (∞ as ``None``: strict JSON), per canary copy."""
     low, high = (x / group_size for x in interval)
-    return {"estimate_interval": [low, high if np.isfinite(high) else None], "estimate_interval_confidence": confidence}
+    return low, (high if np.isfinite(high) else None)
 
 
 def _gdp_point_estimate(s_in: np.ndarray, s_out: np.ndarray, *, delta: float, num_thresholds: int) -> float:
@@ -335,21 +331,15 @@ def one_run_curve(
 
 def _one_run_bound(
     s: np.ndarray, inc: np.ndarray, *, delta: float, confidence: float, counts: Sequence[int], bound: str, curve: str, sampling_rate: float, seed: int
-) -> tuple[float, int, int, dict[str, Any], float]:
-    """(ε_LB, guesses r, correct v, bound-specific details, ceiling) of the one-run game.
+) -> tuple[float, int, int, float | None, float]:
+    """(ε_LB, guesses r, correct v, the f-DP bound's rejected μ (``None`` for Steinke et al.), ceiling) of the one-run game.
 
     Both bounds count the guesses the same way (:func:`one_run_correct_guesses`: ties never
     decide a guess) and pay the same Bonferroni factor over ``counts``.
     """
-    extra: dict[str, Any] = {}
+    mu: float | None = None
     if bound == "fdp":
         eps, mu, r, correct = fdp_one_run_bound_from_scores(s, inc, delta=delta, confidence=confidence, guess_counts=counts, curve=curve, sampling_rate=sampling_rate, seed=seed)
-        extra = {
-            "mu_lb": mu,
-            "tradeoff_curve": curve,
-            "sampling_rate": sampling_rate,
-            "bound_assumption": "epsilon_lb is the epsilon at delta of the rejected trade-off curve: a lower bound for mechanisms whose curve is in this family",
-        }
     else:
         eps, r, correct = one_run_bound_from_scores(s, inc, delta=delta, confidence=confidence, guess_counts=counts, seed=seed)
     ceiling = audit_ceiling(
@@ -363,7 +353,7 @@ def _one_run_bound(
         curve=curve,
         sampling_rate=sampling_rate,
     )
-    return eps, r, correct, extra, ceiling
+    return eps, r, correct, mu, ceiling
 
 
 def _one_run_choices(bound: str, curve: str, sampling_rate: float, seed: int, claim: PrivacyClaim) -> tuple[str, str, float, int]:
@@ -382,30 +372,8 @@ def _one_run_choices(bound: str, curve: str, sampling_rate: float, seed: int, cl
     return bound, curve, sampling_rate, seed
 
 
-def _one_run_details(
-    num_guesses: int,
-    num_correct: int,
-    num_canaries: int,
-    *,
-    counts: Sequence[int],
-    seed: int,
-    points: list[tuple[int, int, float]],
-    bound: str,
-    extra: Mapping[str, Any],
-    details: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """The facts a one-run result keeps: the guesses, the k grid, the tie-break seed, ε_LB by guesses, the bound's own details and the caller's."""
-    return {
-        "num_guesses": num_guesses,
-        "num_correct": num_correct,
-        "num_canaries": num_canaries,
-        "guess_counts": [int(k) for k in counts],
-        "tie_break_seed": seed,
-        "guess_curve": [{"num_guesses": a, "num_correct": b, "epsilon_lb": c} for a, b, c in points],
-        "one_run_bound": bound,
-        **extra,
-        **dict(details or {}),
-    }
+#: What the f-DP one-run bound's result says it assumes (the family is named beside it).
+_FDP_ASSUMPTION = "epsilon_lb is the epsilon at delta of the rejected trade-off curve: a lower bound for mechanisms whose curve is in this family"
 
 
 def audit_from_one_run(
@@ -417,7 +385,7 @@ def audit_from_one_run(
     confidence: float = 0.95,
     guess_counts: Sequence[int] | None = None,
     threat_model: str = "black-box",
-    details: Mapping[str, Any] | None = None,
+    details: Mapping[str, object] | None = None,
     bound: str = "steinke",
     curve: str = "gaussian",
     sampling_rate: float = 1.0,
@@ -442,7 +410,7 @@ def audit_from_one_run(
         guess_counts: the k values (top-k guessed IN, bottom-k OUT) tried, Bonferroni over them
             (default: the same grid for both bounds, fractions 2 %–50 % of m).
         threat_model: ``black-box`` or ``white-box``.
-        details: extra facts to keep.
+        details: the caller's context to keep (the ``context`` of its :class:`~dpaudit.results.audit_details.OneRunDetails`).
         bound: ``steinke`` or ``fdp`` (refused unless ``claim`` is Gaussian-family,
             :attr:`PrivacyClaim.trade_off_family`: both of its curves are Gaussian-shaped).
         curve: ``fdp`` only: ``gaussian`` or ``subsampled-gaussian``.
@@ -459,14 +427,28 @@ def audit_from_one_run(
     m = s.size
     # The same default grid for both bounds, so switching the bound changes nothing else.
     counts = list(guess_counts) if guess_counts is not None else default_guess_counts(m)
-    eps, r, correct, extra, ceiling = _one_run_bound(s, inc, delta=delta, confidence=confidence, counts=counts, bound=bound, curve=curve, sampling_rate=sampling_rate, seed=seed)
+    eps, r, correct, mu, ceiling = _one_run_bound(s, inc, delta=delta, confidence=confidence, counts=counts, bound=bound, curve=curve, sampling_rate=sampling_rate, seed=seed)
     acc, ub, by = _upper(claim, delta)
     ks = sorted({k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if 2 * k <= m} | ({r // 2} if r else set()))
     points = one_run_curve(s, inc, delta=delta, confidence=confidence, guess_counts=ks, bound=bound, curve=curve, sampling_rate=sampling_rate, seed=seed)
-    info = _one_run_details(r, correct, m, counts=counts, seed=seed, points=points, bound=bound, extra=extra, details=details)
     estimate = point_estimate(s[inc], s[~inc], delta=delta) if inc.any() and (~inc).any() else None
-    if estimate is not None:
-        info.update(_interval_details(estimate_interval(s[inc], s[~inc], bound="clopper-pearson", delta=delta, confidence=confidence), confidence, 1))
+    fdp = bound == "fdp"
+    info = OneRunDetails(
+        num_guesses=r,
+        num_correct=correct,
+        num_canaries=m,
+        guess_counts=tuple(int(k) for k in counts),
+        tie_break_seed=seed,
+        guess_curve=tuple(GuessPoint(num_guesses=a, num_correct=b, epsilon_lb=c) for a, b, c in points),
+        one_run_bound=bound,
+        mu_lb=mu if fdp else None,
+        tradeoff_curve=curve if fdp else None,
+        sampling_rate=sampling_rate if fdp else None,
+        bound_assumption=_FDP_ASSUMPTION if fdp else None,
+        estimate_interval=None if estimate is None else _interval(estimate_interval(s[inc], s[~inc], bound="clopper-pearson", delta=delta, confidence=confidence), 1),
+        estimate_interval_confidence=None if estimate is None else confidence,
+        context=details or {},
+    )
     return AuditResult(
         epsilon_lb=eps,
         ceiling=ceiling,
@@ -528,11 +510,14 @@ def epsilon_lb_by_trials(result: AuditResult, scores: Mapping[str, np.ndarray], 
         m = s_all.size
         if m < 2 or inc_all.size != m:
             return None
-        bound = str(d.get("one_run_bound", "fdp" if result.bound == "one-run-fdp" else "steinke"))
-        curve = str(d.get("tradeoff_curve", "gaussian")) if bound == "fdp" else "gaussian"
-        q = float(d.get("sampling_rate", 1.0)) if bound == "fdp" else 1.0
-        stored = [int(k) for k in d.get("guess_counts", default_guess_counts(m))]
-        seed = int(d.get("tie_break_seed", 0))
+        # Results stored before the bound's name, the k grid and the seed were recorded (or with
+        # no one-run details at all) used the defaults.
+        one = d if isinstance(d, OneRunDetails) else None
+        bound = (one and one.one_run_bound) or ("fdp" if result.bound == "one-run-fdp" else "steinke")
+        curve = ((one and one.tradeoff_curve) or "gaussian") if bound == "fdp" else "gaussian"
+        q = (1.0 if one is None or one.sampling_rate is None else one.sampling_rate) if bound == "fdp" else 1.0
+        stored = [int(k) for k in ((one and one.guess_counts) or default_guess_counts(m))]
+        seed = (one and one.tie_break_seed) or 0
         for n in _prefix_sizes(m, min(10, m), points):
             counts = sorted({min(n // 2, max(1, round(k * n / m))) for k in stored})
             s, inc = s_all[:n], inc_all[:n]
@@ -546,6 +531,13 @@ def epsilon_lb_by_trials(result: AuditResult, scores: Mapping[str, np.ndarray], 
         s_out = np.asarray(scores["out_scores"], dtype=float).reshape(-1)
         if s_in.size == 0 or s_out.size == 0 or result.bound not in ("clopper-pearson", "gdp"):
             return None
+        # Results stored without IN/OUT details were audited with the defaults.
+        scored = d if isinstance(d, ScoresDetails) else None
+        num_thresholds = 20 if scored is None else scored.num_thresholds
+        split_seed = 0 if scored is None or scored.split_seed is None else scored.split_seed
+        fixed = None if scored is None else scored.threshold
+        if result.threshold_strategy == "fixed" and fixed is None:
+            return None  # the threshold it was audited at is not recorded
         least = 2 if result.threshold_strategy == "split" else 1
         if min(s_in.size, s_out.size) < least:
             return None
@@ -560,10 +552,10 @@ def epsilon_lb_by_trials(result: AuditResult, scores: Mapping[str, np.ndarray], 
                 confidence=result.confidence,
                 bound=result.bound,
                 strategy=result.threshold_strategy,
-                num_thresholds=int(d.get("num_thresholds", 20)),
+                num_thresholds=num_thresholds,
                 group_size=result.group_size,
-                seed=int(d.get("split_seed", 0)),
-                threshold=float(d["threshold"]) if result.threshold_strategy == "fixed" else None,
+                seed=split_seed,
+                threshold=fixed if result.threshold_strategy == "fixed" else None,
             )
             rows.append((n_in + n_out, n_in, n_out, tb.epsilon_lb, ceiling))
         unit = "steps" if result.method == "white-box" else "trials"
