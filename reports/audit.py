@@ -11,7 +11,7 @@ returns a figure; saving is left to :mod:`reports.render`. Shown:
 * for one-run audits, ε_LB against the number of guesses (Steinke, Nasr & Jagielski 2023, Fig. 2);
 * ε_LB and its ceiling (the largest ε_LB the design could show: a perfect attack on the same
   counts) against the number of trials or canaries, recomputed on prefixes of the stored scores
-  by :func:`dpaudit.privacy.audit_procedures.epsilon_lb_by_trials` and handed in as an
+  by :func:`dpaudit.privacy.audit_trials.epsilon_lb_by_trials` and handed in as an
   :class:`~dpaudit.results.audit.EpsilonByTrials`: ε_LB far below a high ceiling is a weak
   attack; ε_LB at a low ceiling is a design that needs more trials;
 * one sentence splitting the gap ε_UB − ε_LB into what the audit's size allows (the ceiling)
@@ -314,7 +314,7 @@ class StoredAudit:
 
 def _trials_curve(result: AuditResult, scores: Mapping[str, np.ndarray]) -> tuple[EpsilonByTrials | None, str]:
     """ε_LB and the ceiling on prefixes of the stored scores (the core computes; the report draws)."""
-    from dpaudit.privacy.audit_procedures import epsilon_lb_by_trials
+    from dpaudit.privacy.audit_trials import epsilon_lb_by_trials
 
     if not scores:
         return None, "no scores were stored for this audit"

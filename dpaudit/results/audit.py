@@ -314,7 +314,7 @@ class AuditResult:
 class EpsilonByTrials:
     """ε_LB and its ceiling for the audit recomputed on growing prefixes of its observations.
 
-    Computed by :func:`dpaudit.privacy.audit_procedures.epsilon_lb_by_trials` from an audit's stored scores;
+    Computed by :func:`dpaudit.privacy.audit_trials.epsilon_lb_by_trials` from an audit's stored scores;
     the report plots both against the number of observations, so a reader sees whether more
     trials would have raised the ceiling (and with it, possibly, ε_LB).
 

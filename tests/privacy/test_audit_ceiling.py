@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpaudit.privacy.audit_procedures import audit_ceiling, audit_from_one_run, audit_from_scores, epsilon_lb_by_trials
+from dpaudit.privacy.audit_procedures import audit_ceiling, audit_from_one_run, audit_from_scores
+from dpaudit.privacy.audit_trials import epsilon_lb_by_trials
 from dpaudit.privacy.claims import dpsgd_claim
 from dpaudit.results.audit import AuditResult, load_audit_result, save_audit_result
 

@@ -20,7 +20,8 @@ import pytest
 from matplotlib.colors import to_hex
 
 from dpaudit.privacy.audit_bounds import gaussian_step_claim
-from dpaudit.privacy.audit_procedures import audit_from_scores, epsilon_lb_by_trials
+from dpaudit.privacy.audit_procedures import audit_from_scores
+from dpaudit.privacy.audit_trials import epsilon_lb_by_trials
 from dpaudit.privacy.estimate_interval import estimate_interval
 from reports.audit import _estimate_rows, bounds_caption, bounds_figure, ceiling_figure
 from reports.certified import comparison_figure, load_certified_runs
