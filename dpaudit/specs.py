@@ -35,9 +35,11 @@ an :class:`enum.Enum`         its value                              the member 
 anything else                 as it is                               as it is
 ============================  =====================================  =============================
 
-Keys come out in field order, or in the order a class names in ``__spec_keys__``: a tuple of
-field names and *computed* names (a property or class attribute, written but not read back;
-a stored value of a plain class constant, such as a schema version or a kind, must equal it).
+Keys come out in field order, or in the order a class names in ``__spec_keys__`` (then the
+fields it does not name, in field order, so a subclass's new fields follow its base's keys):
+a tuple of field names and *computed* names (a property or class attribute, written but not
+read back; a stored value of a plain class constant, such as a schema version or a kind, must
+equal it).
 Per field, :func:`spec_field` can rename the key (``key=``), read older names
 (``legacy=``), leave the key out of the dict when the value is ``None`` or empty
 (``omit=``), keep the field out of the dict altogether (``stored=False``), give the value an
@@ -166,10 +168,9 @@ def _layout(cls: type) -> _Layout:
     # hints are strings until read in their modules' namespaces).
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init and f.metadata.get(_STORED, True)}
-    order = tuple(getattr(cls, "__spec_keys__", None) or fields)
-    missing = [n for n in fields if n not in order]
-    if missing:
-        raise TypeError(f"{cls.__name__}.__spec_keys__ leaves out the stored field(s) {', '.join(missing)}")
+    # The declared order first (a subclass inherits its base's), then any stored field it does not name.
+    declared = tuple(getattr(cls, "__spec_keys__", None) or ())
+    order = declared + tuple(n for n in fields if n not in declared)
     for name in order:
         if name not in fields and not hasattr(cls, name):
             raise TypeError(f"{cls.__name__}.__spec_keys__ names {name!r}, neither a stored field nor an attribute")
@@ -260,9 +261,7 @@ def _decode(name: str, value: Any, hint: Any, dtype: Any = None) -> Any:
         except ValueError:
             raise v.invalid(name, f"{name} must be one of {', '.join(repr(m.value) for m in cls)}, got {v.short(value)}") from None
     if cls is np.ndarray:
-        if dtype is None:
-            dtype = _hint_dtype(hint)
-        return np.asarray(value, dtype=dtype)
+        return _array(name, value, np.dtype(dtype if dtype is not None else _hint_dtype(hint)))
     if cls is float:
         if isinstance(value, str) and value in _NONFINITE:
             return _NONFINITE[value]
@@ -286,6 +285,14 @@ def _decode(name: str, value: Any, hint: Any, dtype: Any = None) -> Any:
             return value
         return {_decode_key(name, k, key_hint): _decode(f"{name}[{k!r}]", x, value_hint) for k, x in value.items()}
     return value
+
+
+def _array(name: str, value: Any, dtype: np.dtype[Any]) -> np.ndarray:
+    # Cast only within the kind (bools to ints, ints to floats): 1.5 read as an id would be truncated silently.
+    arr = np.asarray(value)
+    if arr.size and not np.can_cast(arr.dtype, dtype, casting="same_kind"):
+        raise v.invalid_type(name, f"{name} must hold {dtype} values, got {arr.dtype} ({v.short(value)})")
+    return arr.astype(dtype)
 
 
 def _decode_key(name: str, key: Any, hint: Any) -> Any:
