@@ -30,7 +30,7 @@ a dataclass                   its own ``to_dict`` when it has one,   its own ``f
                               :func:`spec_field` ``(as_given=True)``
 ``X | None``                  ``None``, or by X's rule               likewise
 an :class:`enum.Enum`         its value                              the member of that value
-``float``                     as it is                               an int or ``"inf"`` /
+``float``                     as it is                               ``"inf"`` / ``"-inf"`` /
                                                                      ``"nan"`` made a float
 anything else                 as it is                               as it is
 ============================  =====================================  =============================
@@ -39,7 +39,8 @@ Keys come out in field order, or in the order a class names in ``__spec_keys__``
 fields it does not name, in field order, so a subclass's new fields follow its base's keys):
 a tuple of field names and *computed* names (a property or class attribute, written but not
 read back; a stored value of a plain class constant, such as a schema version or a kind, must
-equal it).
+equal it); a ``(key, attribute)`` pair stores a computed attribute under another key. Keys that other writers store beside a value's own (a record's notes about its
+authors' code beside a certification spec) are named in ``__spec_ignored__`` and read past.
 Per field, :func:`spec_field` can rename the key (``key=``), read older names
 (``legacy=``), leave the key out of the dict when the value is ``None`` or empty
 (``omit=``), keep the field out of the dict altogether (``stored=False``), give the value an
@@ -147,7 +148,8 @@ class _Layout(typing.NamedTuple):
 
     hints: dict[str, Any]
     fields: dict[str, dataclasses.Field[Any]]  # stored init fields, by name
-    order: tuple[str, ...]  # field names and computed names, in the dict's order
+    order: tuple[str, ...]  # field names and computed keys, in the dict's order
+    computed: dict[str, str]  # computed key → the attribute it is read from
     keys: dict[str, str]  # dict key (current and legacy) → field name
 
 
@@ -169,17 +171,20 @@ def _layout(cls: type) -> _Layout:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init and f.metadata.get(_STORED, True)}
     # The declared order first (a subclass inherits its base's), then any stored field it does not name.
-    declared = tuple(getattr(cls, "__spec_keys__", None) or ())
+    # A (key, attribute) pair stores a computed attribute under another key.
+    entries = [(e, e) if isinstance(e, str) else tuple(e) for e in getattr(cls, "__spec_keys__", None) or ()]
+    declared = tuple(key for key, _ in entries)
     order = declared + tuple(n for n in fields if n not in declared)
-    for name in order:
-        if name not in fields and not hasattr(cls, name):
-            raise TypeError(f"{cls.__name__}.__spec_keys__ names {name!r}, neither a stored field nor an attribute")
+    computed = {key: attribute for key, attribute in entries if key not in fields}
+    for key, attribute in computed.items():
+        if not hasattr(cls, attribute):
+            raise TypeError(f"{cls.__name__}.__spec_keys__ names {attribute!r}, neither a stored field nor an attribute")
     keys: dict[str, str] = {}
     for f in fields.values():
         keys[_key(f)] = f.name
         for old in f.metadata.get(_LEGACY, ()):
             keys.setdefault(old, f.name)
-    layout = _LAYOUTS[cls] = _Layout(hints, fields, order, keys)
+    layout = _LAYOUTS[cls] = _Layout(hints, fields, order, computed, keys)
     return layout
 
 
@@ -263,11 +268,9 @@ def _decode(name: str, value: Any, hint: Any, dtype: Any = None) -> Any:
     if cls is np.ndarray:
         return _array(name, value, np.dtype(dtype if dtype is not None else _hint_dtype(hint)))
     if cls is float:
-        if isinstance(value, str) and value in _NONFINITE:
-            return _NONFINITE[value]
-        if isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        return value
+        # The strings to_jsonable writes for non-finite floats; an int stays an int, so that a
+        # value read and written again keeps its bytes ("1" is not "1.0").
+        return _NONFINITE.get(value, value) if isinstance(value, str) else value
     if cls is tuple:
         if not isinstance(value, (list, tuple)):
             raise v.invalid_type(name, f"{name} must be a list, got {type(value).__name__}")
@@ -334,7 +337,7 @@ def spec_to_dict(spec: Any) -> dict[str, Any]:
     for name in layout.order:
         f = layout.fields.get(name)
         if f is None:  # a computed key
-            out[name] = _encode(getattr(spec, name), Any)
+            out[name] = _encode(getattr(spec, layout.computed[name]), Any)
             continue
         value = getattr(spec, name)
         if _omitted(value, f.metadata.get(_OMIT)):
@@ -344,13 +347,13 @@ def spec_to_dict(spec: Any) -> dict[str, Any]:
     return out
 
 
-def _computed_check(cls: type, name: str, stored: Any) -> None:
+def _computed_check(cls: type, key: str, attribute: str, stored: Any) -> None:
     # A class constant (a kind, a schema version) must match; a property is derived, not read.
-    attr = _class_attribute(cls, name)
+    attr = _class_attribute(cls, attribute)
     if isinstance(attr, (property, types.FunctionType, classmethod, staticmethod)):
         return
     if stored != attr:
-        raise v.invalid(name, f"{cls.__name__} {name} must be {attr!r}, got {v.short(stored)}")
+        raise v.invalid(key, f"{cls.__name__} {key} must be {attr!r}, got {v.short(stored)}")
 
 
 def _class_attribute(cls: type, name: str) -> Any:
@@ -371,14 +374,15 @@ def spec_from_dict(cls: type[S], data: Mapping[str, Any]) -> S:
     layout = _layout(cls)
     if not isinstance(data, Mapping):
         raise v.invalid_type(cls.__name__, f"{cls.__name__} must be read from a mapping, got {type(data).__name__}")
-    computed = [n for n in layout.order if n not in layout.fields]
-    unknown = [k for k in data if k not in layout.keys and k not in computed]
+    computed = layout.computed
+    ignored = getattr(cls, "__spec_ignored__", ())
+    unknown = [k for k in data if k not in layout.keys and k not in computed and k not in ignored]
     if unknown:
         names = [_key(f) for f in layout.fields.values()]
         raise v.invalid(str(unknown[0]), f"{cls.__name__} has no field {unknown[0]!r} (its fields: {', '.join(names)})")
-    for name in computed:
-        if name in data:
-            _computed_check(cls, name, data[name])
+    for key, attribute in computed.items():
+        if key in data:
+            _computed_check(cls, key, attribute, data[key])
     kwargs: dict[str, Any] = {}
     for name, f in layout.fields.items():
         key = next((k for k in (_key(f), *f.metadata.get(_LEGACY, ())) if k in data), None)

@@ -201,9 +201,13 @@ def test_stored_values_round_trip_through_json_with_their_types():
     assert json.dumps(to_jsonable(back.to_dict())) == text
 
 
-def test_legacy_keys_ints_for_floats_and_computed_constants():
-    back = Stored.from_dict({"name": "s", "old_name": 4, "points": [{"x": 1}], "tpr": {"0.5": 1}})
-    assert back.renamed == 4 and type(back.points[0].x) is float and back.tpr == {0.5: 1.0}
+def test_legacy_keys_numbers_and_computed_constants():
+    back = Stored.from_dict({"name": "s", "old_name": 4, "points": [{"x": 1}], "tpr": {"0.5": 1}, "scores": [1, 2]})
+    assert back.renamed == 4 and back.tpr == {0.5: 1} and type(back.tpr[0.5]) is int  # an int stays one: re-saved, "1" stays "1"
+    assert type(back.points[0].x) is int and back.to_dict()["new_name"] == 4 and "old_name" not in back.to_dict()
+    assert back.scores.tolist() == [1.0, 2.0] and back.scores.dtype == np.float64  # ints into a float array: within the kind
+    with pytest.raises(v.InvalidArgumentType, match=r"owners must hold int64 values, got float64"):
+        Stored.from_dict({"name": "s", "owners": [1.5]})  # an id of 1.5 is refused, never truncated to 1
     assert Stored.from_dict({"name": "s", "flagged": True}).note is None  # a computed property is not read back
     with pytest.raises(v.InvalidArgument, match=r"version must be 3, got 2") as err:
         Stored.from_dict({"name": "s", "version": 2})
@@ -227,6 +231,16 @@ def test_fields_a_key_order_does_not_name_follow_it_and_bad_names_are_refused():
         c: int = 0
 
     assert list(Child(a=1, b=2, c=3).to_dict().items()) == [("kind", "base"), ("b", 2), ("a", 1), ("c", 3)]
+
+    @dataclass(frozen=True, kw_only=True)
+    class Renamed(PlainSpec):  # a computed attribute stored under another key
+        __spec_keys__: ClassVar[tuple[str | tuple[str, str], ...]] = (("type", "name"), "a")
+        name: ClassVar[str] = "renamed"
+        a: int = 0
+
+    assert Renamed(a=2).to_dict() == {"type": "renamed", "a": 2} and Renamed.from_dict({"type": "renamed", "a": 2}) == Renamed(a=2)
+    with pytest.raises(v.InvalidArgument, match=r"Renamed type must be 'renamed', got 'other'"):
+        Renamed.from_dict({"type": "other"})
 
     @dataclass(frozen=True, kw_only=True)
     class Typo(PlainSpec):
