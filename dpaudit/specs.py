@@ -385,11 +385,11 @@ def spec_from_dict(cls: type[S], data: Mapping[str, Any]) -> S:
             _computed_check(cls, key, attribute, data[key])
     kwargs: dict[str, Any] = {}
     for name, f in layout.fields.items():
-        key = next((k for k in (_key(f), *f.metadata.get(_LEGACY, ())) if k in data), None)
-        if key is not None:
-            value = data[key]
+        found = next((k for k in (_key(f), *f.metadata.get(_LEGACY, ())) if k in data), None)
+        if found is not None:
+            value = data[found]
             decode = f.metadata.get(_DECODE)
-            kwargs[name] = decode(value) if decode is not None else _decode(key, value, layout.hints[name], f.metadata.get(_DTYPE))
+            kwargs[name] = decode(value) if decode is not None else _decode(found, value, layout.hints[name], f.metadata.get(_DTYPE))
         elif _ABSENT in f.metadata:
             kwargs[name] = f.metadata[_ABSENT]
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
