@@ -88,8 +88,9 @@ class CertificationSpec(PlainSpec):
         noise = "heterogeneous" if self.redistribute else "isotropic"
         return f"{noise} Gaussian noise layer ({self.mechanism}): eps_r={self.robustness_epsilon:g}, delta_r={self.robustness_delta:g}, L={self.attack_norm_bound:g} ({self.attack_norm})"
 
+    # Wider than PlainSpec's: a record's certification may be of either kind, read by its "kind".
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CertificationSpec | SmoothingCertificationSpec:
+    def from_dict(cls, data: Mapping[str, Any]) -> CertificationSpec | SmoothingCertificationSpec:  # type: ignore[override]
         """Inverse of :meth:`to_dict` for every kind of certification spec a record may store.
 
         Every reader of ``config["certification"]`` (record validation, ``train``, ``certify``)
