@@ -176,7 +176,7 @@ def _layout(cls: type) -> _Layout:
     declared = tuple(key for key, _ in entries)
     order = declared + tuple(n for n in fields if n not in declared)
     computed = {key: attribute for key, attribute in entries if key not in fields}
-    for key, attribute in computed.items():
+    for attribute in computed.values():
         if not hasattr(cls, attribute):
             raise TypeError(f"{cls.__name__}.__spec_keys__ names {attribute!r}, neither a stored field nor an attribute")
     keys: dict[str, str] = {}
