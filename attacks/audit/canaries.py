@@ -34,6 +34,7 @@ from torch import nn
 from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset
 from dpaudit.seeding import numpy_rng
+from dpaudit.specs import PlainSpec
 
 __all__ = [
     "mislabelled_canaries",
@@ -240,7 +241,7 @@ def loss_scores(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, 
 
 
 @dataclass(frozen=True, kw_only=True)
-class DiracCanary:
+class DiracCanary(PlainSpec):
     """A gradient canary that is zero except at one coordinate (Nasr et al. 2021, §4.3).
 
     Attributes:
@@ -275,9 +276,6 @@ class DiracCanary:
     def read(self, update: Mapping[str, torch.Tensor]) -> float:
         """The canary's coordinate of a released update."""
         return float(update[self.parameter].reshape(-1)[self.index])
-
-    def to_dict(self) -> dict[str, object]:
-        return {"parameter": self.parameter, "index": self.index, "magnitude": self.magnitude, "decoupled": self.decoupled, "reason": self.reason}
 
 
 def _first_linear(model: nn.Module, in_features: int) -> tuple[str, nn.Linear] | None:

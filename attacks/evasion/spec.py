@@ -20,6 +20,7 @@ from torch import nn
 from dpaudit import _validate as v
 from dpaudit.parts import PlotStyle
 from dpaudit.registry import Registry
+from dpaudit.specs import PlainSpec
 
 __all__ = [
     "CONFIRM_CONFIDENCE",
@@ -46,8 +47,8 @@ CONFIRM_CONFIDENCE = 0.99
 
 
 @dataclass(frozen=True, kw_only=True)
-class EvasionConfig:
-    """One configuration of the projected-gradient routine.
+class EvasionConfig(PlainSpec):
+    """One configuration of the projected-gradient routine (``to_dict``: its fields, for a result's ``config``).
 
     Attributes:
         name: the attack, a name registered in :data:`EVASION_ATTACKS`.
@@ -79,10 +80,6 @@ class EvasionConfig:
             raise v.invalid_type("random_start", f"random_start must be a bool, got {self.random_start!r}")
         v.integer("num_restarts", self.num_restarts, minimum=1)
         v.non_negative("momentum", self.momentum)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (for a result's ``config``)."""
-        return dataclasses.asdict(self)
 
 
 class EvasionRun(Protocol):

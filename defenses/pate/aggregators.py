@@ -42,6 +42,7 @@ import numpy as np
 from dpaudit import _validate as v
 from dpaudit.privacy.pate.votes import check_votes
 from dpaudit.seeding import numpy_rng
+from dpaudit.specs import PlainSpec
 
 __all__ = [
     "AGGREGATORS",
@@ -146,7 +147,7 @@ def plurality(votes: Any) -> np.ndarray:
 
 
 @dataclass(frozen=True, kw_only=True)
-class LNMaxConfig:
+class LNMaxConfig(PlainSpec):
     """LNMax (Papernot et al. 2017): argmax_j (n_j + Lap(b)).
 
     Attributes:
@@ -154,19 +155,17 @@ class LNMaxConfig:
             2017 MNIST/SVHN setting is b = 20 (γ = 0.05).
     """
 
+    #: Stored as the aggregator's name, then its parameters (``to_dict`` / ``from_dict``: :class:`~dpaudit.specs.PlainSpec`).
+    __spec_keys__: ClassVar[tuple[tuple[str, str], ...]] = (("aggregator", "name"),)
     name: ClassVar[str] = "lnmax"
     laplace_scale: float = 20.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "laplace_scale", v.positive("laplace_scale", self.laplace_scale))
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form: the aggregator's name and its parameters."""
-        return {"aggregator": self.name, "laplace_scale": self.laplace_scale}
-
 
 @dataclass(frozen=True, kw_only=True)
-class GNMaxConfig:
+class GNMaxConfig(PlainSpec):
     """GNMax (Papernot et al. 2018, §4.1): argmax_j (n_j + N(0, σ²)).
 
     Attributes:
@@ -174,19 +173,16 @@ class GNMaxConfig:
             40).
     """
 
+    __spec_keys__: ClassVar[tuple[tuple[str, str], ...]] = (("aggregator", "name"),)
     name: ClassVar[str] = "gnmax"
     sigma: float = 40.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma", v.positive("sigma", self.sigma))
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form: the aggregator's name and its parameters."""
-        return {"aggregator": self.name, "sigma": self.sigma}
-
 
 @dataclass(frozen=True, kw_only=True)
-class ConfidentGNMaxConfig:
+class ConfidentGNMaxConfig(PlainSpec):
     """Confident-GNMax (Papernot et al. 2018, Algorithm 1).
 
     A query is answered iff max_j n_j + N(0, σ1²) ≥ T; an answered query gets the GNMax
@@ -198,6 +194,7 @@ class ConfidentGNMaxConfig:
         sigma: σ2, the noise of the GNMax step (2018 MNIST: 40).
     """
 
+    __spec_keys__: ClassVar[tuple[tuple[str, str], ...]] = (("aggregator", "name"),)
     name: ClassVar[str] = "confident-gnmax"
     threshold: float = 200.0
     threshold_sigma: float = 150.0
@@ -207,10 +204,6 @@ class ConfidentGNMaxConfig:
         object.__setattr__(self, "threshold", v.non_negative("threshold", self.threshold))
         object.__setattr__(self, "threshold_sigma", v.positive("threshold_sigma", self.threshold_sigma))
         object.__setattr__(self, "sigma", v.positive("sigma", self.sigma))
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form: the aggregator's name and its parameters."""
-        return {"aggregator": self.name, "threshold": self.threshold, "threshold_sigma": self.threshold_sigma, "sigma": self.sigma}
 
 
 AggregatorConfig = LNMaxConfig | GNMaxConfig | ConfidentGNMaxConfig

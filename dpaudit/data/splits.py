@@ -10,14 +10,14 @@ apart from loading: they depend only on a bundle's ids.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 
 from dpaudit import _validate as v
 from dpaudit.data.containers import DatasetBundle
+from dpaudit.specs import PlainSpec
 
 __all__ = ["SPLITS_SCHEMA_VERSION", "Splits", "make_splits"]
 
@@ -26,7 +26,7 @@ _SPLIT_FIELDS = ("members", "non_members", "population", "test")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
-class Splits:
+class Splits(PlainSpec):
     """Membership ground truth over a dataset's sample ids.
 
     ``members`` train the target model; ``non_members`` are held out from it and serve as
@@ -46,6 +46,10 @@ class Splits:
         TypeError: ids are not integers, or ``seed`` not an integer.
         ValueError: ids repeat, are negative, or two sets share an id.
     """
+
+    #: Stored first (:class:`~dpaudit.specs.PlainSpec`); a stored version must equal it.
+    __spec_keys__: ClassVar[tuple[str, ...]] = ("schema_version",)
+    schema_version: ClassVar[int] = SPLITS_SCHEMA_VERSION
 
     dataset: str
     seed: int
@@ -72,32 +76,6 @@ class Splits:
         return self.dataset == other.dataset and self.seed == other.seed and all(np.array_equal(getattr(self, f), getattr(other, f)) for f in _SPLIT_FIELDS)
 
     __hash__ = None  # type: ignore[assignment]
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict (ids as lists of ints), readable by :meth:`from_dict`."""
-        out: dict[str, Any] = {"schema_version": SPLITS_SCHEMA_VERSION, "dataset": self.dataset, "seed": self.seed}
-        out.update({f: getattr(self, f).tolist() for f in _SPLIT_FIELDS})
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Splits:
-        """Rebuilds splits written by :meth:`to_dict`, validating them.
-
-        Args:
-            data: a mapping with ``dataset``, ``seed`` and the four id lists.
-
-        Returns:
-            The splits.
-
-        Raises:
-            TypeError: ``data`` is not a mapping, or holds values of the wrong type.
-            ValueError: a key is missing, the schema version is unknown, or sets overlap.
-        """
-        v.mapping_with("data", data, ("dataset", "seed", *_SPLIT_FIELDS))
-        version = data.get("schema_version", SPLITS_SCHEMA_VERSION)
-        if version != SPLITS_SCHEMA_VERSION:
-            raise v.invalid(None, f"schema_version must be {SPLITS_SCHEMA_VERSION}, got {version!r}")
-        return cls(dataset=data["dataset"], seed=data["seed"], **{f: data[f] for f in _SPLIT_FIELDS})
 
 
 def make_splits(

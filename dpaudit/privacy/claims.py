@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import attr
@@ -31,6 +31,7 @@ from dpaudit.privacy.accountant_names import ACCOUNTANTS
 from dpaudit.privacy.accountants import compute_epsilon
 from dpaudit.privacy.events import sampled_gaussian_event
 from dpaudit.registry import Registry
+from dpaudit.specs import PlainSpec, spec_field
 
 __all__ = [
     "EpsilonUpperBound",
@@ -197,14 +198,22 @@ _EPSILONS: dict[tuple[str, float, tuple[str, ...]], dict[str, float]] = {}
 
 
 @dataclass(frozen=True, kw_only=True)
-class PrivacyClaim:
+class PrivacyClaim(PlainSpec):
     """What a defense claims about its training data. Subclasses define :meth:`epsilon`.
+
+    Stored by the type-derived codec (:class:`~dpaudit.specs.PlainSpec`): the kind, the
+    neighbouring relation, whether ε is data-dependent and sanitised (derived, written for
+    readers of the file, not read back), the description, then each kind's own fields
+    (``__spec_keys__``). ``from_dict`` rebuilds through the constructor, so a claim read from
+    a file passes exactly the checks a claim built in code does: a hand-edited record with
+    σ = −1.1 is refused rather than accounted.
 
     Attributes:
         neighbouring: the neighbouring relation the guarantee is stated for.
         description: a human-readable account of the mechanism ("DP-SGD q=0.01 σ=4 T=10000").
     """
 
+    __spec_keys__: ClassVar[tuple[str, ...]] = ("kind", "neighbouring", "data_dependent", "sanitised", "description")
     kind: ClassVar[str] = "abstract"
 
     neighbouring: str = "add_or_remove_one"
@@ -308,49 +317,15 @@ class PrivacyClaim:
         best = min(values, key=values.__getitem__) if values else "none"
         return EpsilonUpperBound(delta=delta, by_accountant=values, accountant=best, epsilon=values.get(best, math.inf))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "neighbouring": self.neighbouring,
-            "data_dependent": self.data_dependent,
-            "sanitised": self.sanitised,
-            "description": self.description,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PrivacyClaim:
-        """Rebuilds a claim of this kind from :meth:`to_dict` output, validating every field.
-
-        The kind reads its own fields (:meth:`from_dict_fields`) and the constructor
-        validates them (``__post_init__``), so a claim read from a file passes exactly the
-        checks a claim built in code does: a hand-edited record with σ = −1.1 is refused
-        here rather than accounted.
-
-        Raises:
-            ValueError: a field is missing or invalid (named, with its value).
-            TypeError: a field has the wrong type (named, with its value).
-        """
-        if not isinstance(data, Mapping):
-            raise v.invalid("claim", f"claim must be a JSON object, got {v.short(data)}")
-        kind = data.get("kind", cls.kind)
-        if kind != cls.kind:
-            raise v.invalid("claim", f"claim kind must be {cls.kind!r} for {cls.__name__}, got {v.short(kind)}")
-        kwargs: dict[str, Any] = {k: data[k] for k in ("neighbouring", "description") if k in data}
-        kwargs.update(cls.from_dict_fields(data))
-        return cls(**kwargs)
-
-    @classmethod
-    def from_dict_fields(cls, data: Mapping[str, Any]) -> dict[str, Any]:
-        """The constructor arguments of this kind's own fields, read from ``data`` (none here)."""
-        return {}
-
 
 @dataclass(frozen=True, kw_only=True)
 class DPClaim(PrivacyClaim):
     """A differential-privacy claim described by a ``dp_accounting`` event."""
 
     kind: ClassVar[str] = "dp"
-    event: dpe.DpEvent = field(default_factory=dpe.NoOpDpEvent)
+    # A stored claim without its event reads as None, which the constructor refuses: a missing
+    # event must never be accounted as the no-op event (ε = 0).
+    event: dpe.DpEvent = spec_field(default_factory=dpe.NoOpDpEvent, absent=None, encode=event_to_dict, decode=event_from_dict)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -358,12 +333,6 @@ class DPClaim(PrivacyClaim):
             raise v.invalid_type("event", f"event must be a dp_accounting DpEvent, got {self.event!r}")
         event_to_dict(self.event)  # refuses events a record could not store
         check_event(self.event)  # σ > 0, q in (0, 1], whole step counts: else no guarantee is described
-
-    @classmethod
-    def from_dict_fields(cls, data: Mapping[str, Any]) -> dict[str, Any]:
-        if "event" not in data:
-            raise v.invalid("claim", "claim of kind 'dp' is missing its 'event'")
-        return {"event": event_from_dict(data["event"])}
 
     def epsilon(self, *, delta: float, accountant: str = "pld") -> float:
         return compute_epsilon(self.event, delta=delta, accountant=accountant, neighbouring=self.neighbouring)
@@ -392,9 +361,6 @@ class DPClaim(PrivacyClaim):
             raise ValueError(f"cannot compose claims under different neighbouring relations: {self.neighbouring!r} and {other.neighbouring!r}")
         desc = description if description is not None else " + ".join(d for d in (self.description, other.description) if d)
         return DPClaim(event=dpe.ComposedDpEvent([self.event, other.event]), neighbouring=self.neighbouring, description=desc)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "event": event_to_dict(self.event)}
 
 
 @dataclass(frozen=True, kw_only=True)

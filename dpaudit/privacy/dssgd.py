@@ -132,21 +132,6 @@ def round_epsilon(scales: NoiseScales, *, uploads: int, exhausted: bool = False)
     return used * scales.upload_cost + extra
 
 
-_FIELDS = (
-    "epsilon_per_parameter",
-    "bound",
-    "sensitivity",
-    "threshold",
-    "split",
-    "threshold_scale",
-    "query_scale",
-    "release_scale",
-    "uploads_per_round",
-    "num_rounds",
-    "num_parameters",
-)
-
-
 @CLAIM_KINDS.register
 @dataclass(frozen=True, kw_only=True)
 class DSSGDClaim(PrivacyClaim):
@@ -266,16 +251,6 @@ class DSSGDClaim(PrivacyClaim):
             return pieces * (sel + rel)
         rho = pieces * (sel * sel + rel * rel) / 2.0
         return rho + 2.0 * math.sqrt(rho * math.log(1.0 / d))
-
-    @classmethod
-    def from_dict_fields(cls, data: Mapping[str, Any]) -> dict[str, Any]:
-        missing = [k for k in _FIELDS if k not in data]
-        if missing:
-            raise v.invalid("claim", f"claim of kind 'dssgd-svt' is missing {', '.join(missing)}")
-        return {k: data[k] for k in _FIELDS}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), **{k: getattr(self, k) for k in _FIELDS}}
 
 
 def dssgd_svt_claim(*, epsilon_per_parameter: float, bound: float, threshold: float, uploads_per_round: int, num_rounds: int, num_parameters: int, split: str = "sum") -> DSSGDClaim:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from dpaudit import _validate as v
+from dpaudit.specs import PlainSpec, spec_from_dict
 
 __all__ = ["CERTIFICATION_NORMS", "CERTIFICATION_KINDS", "CertificationSpec", "SmoothingCertificationSpec", "certification_spec_from_dict"]
 
@@ -29,7 +30,7 @@ CERTIFICATION_KINDS = ("noise-layer", "smoothing")
 
 
 @dataclass(frozen=True, kw_only=True)
-class CertificationSpec:
+class CertificationSpec(PlainSpec):
     """What a certifier needs to know about a noise-layer model beyond its weights.
 
     A defense with a noise layer (PixelDP, Lecuyer et al. 2019; HGM, Phan et al. 2019) stores
@@ -46,6 +47,9 @@ class CertificationSpec:
         noise_per_sensitivity: σ/Δ_r the calibration gives at (ε_r, δ_r) for unit L.
         redistribute: whether the noise is heterogeneous (HGM's redistribution vector).
     """
+
+    #: Beside the spec, a record notes how the authors' code differed (noise_layer/training.py).
+    __spec_ignored__: ClassVar[tuple[str, ...]] = ("kind", "authors_quirks", "authors_reference_delta")
 
     mechanism: str
     max_epsilon: float | None
@@ -84,20 +88,9 @@ class CertificationSpec:
         noise = "heterogeneous" if self.redistribute else "isotropic"
         return f"{noise} Gaussian noise layer ({self.mechanism}): eps_r={self.robustness_epsilon:g}, delta_r={self.robustness_delta:g}, L={self.attack_norm_bound:g} ({self.attack_norm})"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "mechanism": self.mechanism,
-            "max_epsilon": self.max_epsilon,
-            "attack_norm": self.attack_norm,
-            "robustness_epsilon": self.robustness_epsilon,
-            "robustness_delta": self.robustness_delta,
-            "attack_norm_bound": self.attack_norm_bound,
-            "noise_per_sensitivity": self.noise_per_sensitivity,
-            "redistribute": self.redistribute,
-        }
-
+    # Wider than PlainSpec's: a record's certification may be of either kind, read by its "kind".
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CertificationSpec | SmoothingCertificationSpec:
+    def from_dict(cls, data: Mapping[str, Any]) -> CertificationSpec | SmoothingCertificationSpec:  # type: ignore[override]
         """Inverse of :meth:`to_dict` for every kind of certification spec a record may store.
 
         Every reader of ``config["certification"]`` (record validation, ``train``, ``certify``)
@@ -109,17 +102,9 @@ class CertificationSpec:
         """
         return certification_spec_from_dict(data)
 
-    @classmethod
-    def _noise_layer_from_dict(cls, data: Mapping[str, Any]) -> CertificationSpec:
-        names = ("mechanism", "max_epsilon", "attack_norm", "robustness_epsilon", "robustness_delta", "attack_norm_bound", "noise_per_sensitivity")
-        missing = [n for n in names if n not in data]
-        if missing:
-            raise v.invalid(None, f"certification spec is missing {', '.join(missing)}")
-        return cls(**{n: data[n] for n in names}, redistribute=bool(data.get("redistribute", False)))
-
 
 @dataclass(frozen=True, kw_only=True)
-class SmoothingCertificationSpec:
+class SmoothingCertificationSpec(PlainSpec):
     """How ``certify`` certifies a randomized-smoothing model (Cohen, Rosenfeld & Kolter 2019).
 
     The record's model is the *base* classifier f, trained with Gaussian data augmentation;
@@ -135,6 +120,8 @@ class SmoothingCertificationSpec:
         num_draws: n of CERTIFY (default 10,000; the paper uses 100,000).
         confidence: 1 − α of each certificate (default 0.999, the paper's α = 0.001).
     """
+
+    __spec_keys__: ClassVar[tuple[str, ...]] = ("kind",)  # then the fields in order
 
     sigma: float
     attack_norm: str = "l2"
@@ -173,29 +160,6 @@ class SmoothingCertificationSpec:
             f"n={self.num_draws}, confidence={self.confidence:g} ({self.attack_norm} radius sigma * Phi^-1(p_A))"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "sigma": self.sigma,
-            "attack_norm": self.attack_norm,
-            "num_selection_draws": self.num_selection_draws,
-            "num_draws": self.num_draws,
-            "confidence": self.confidence,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SmoothingCertificationSpec:
-        """Inverse of :meth:`to_dict`.
-
-        Raises:
-            ValueError: a field is missing or invalid (named).
-        """
-        names = ("sigma", "attack_norm", "num_selection_draws", "num_draws", "confidence")
-        missing = [n for n in names if n not in data]
-        if missing:
-            raise v.invalid(None, f"certification spec is missing {', '.join(missing)}")
-        return cls(**{n: data[n] for n in names})
-
 
 def certification_spec_from_dict(data: Mapping[str, Any]) -> CertificationSpec | SmoothingCertificationSpec:
     """Reads a stored certification spec by its ``kind`` (none: a noise layer's, as older records store it).
@@ -208,5 +172,5 @@ def certification_spec_from_dict(data: Mapping[str, Any]) -> CertificationSpec |
         raise v.invalid_type(None, f"certification spec must be a mapping, got {type(data).__name__}")
     kind = v.choice("kind", data.get("kind", "noise-layer"), CERTIFICATION_KINDS)
     if kind == "smoothing":
-        return SmoothingCertificationSpec.from_dict(data)
-    return CertificationSpec._noise_layer_from_dict(data)
+        return spec_from_dict(SmoothingCertificationSpec, data)
+    return spec_from_dict(CertificationSpec, data)

@@ -19,6 +19,7 @@ from typing import Any
 
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, mean_std
 from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
+from dpaudit.specs import PlainSpec, spec_field
 
 __all__ = [
     "COMPARE_FPRS",
@@ -37,12 +38,8 @@ __all__ = [
 COMPARE_FPRS = (0.001, 0.01)
 
 
-def _floats(values: Mapping[Any, Any]) -> dict[str, float]:
-    return {str(k): float(x) for k, x in values.items()}
-
-
 @dataclass(frozen=True, kw_only=True)
-class TrainedOutcome:
+class TrainedOutcome(PlainSpec):
     """One trained (setting, seed): what the matrix and the evaluation jobs need of the record.
 
     Attributes:
@@ -58,46 +55,19 @@ class TrainedOutcome:
         reused: the record was found in the run rather than trained by this job.
     """
 
+    # Stored in this order; the optional keys are absent when None, so stored outcomes keep their shape.
     model_id: str
+    record_dir: str = ""
     test_accuracy: float
     epsilon_ub: Mapping[str, float]
     data_dependent: bool = False
-    epsilon_last_iterate: float | None = None
-    record_dir: str = ""
-    num_members: int | None = None
+    num_members: int | None = spec_field(default=None, omit="none")
+    epsilon_last_iterate: float | None = spec_field(default=None, omit="none")
     reused: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "model_id": self.model_id,
-            "record_dir": self.record_dir,
-            "test_accuracy": self.test_accuracy,
-            "epsilon_ub": dict(self.epsilon_ub),
-            "data_dependent": self.data_dependent,
-        }
-        if self.num_members is not None:
-            out["num_members"] = self.num_members
-        if self.epsilon_last_iterate is not None:  # absent otherwise: stored outcomes keep their shape
-            out["epsilon_last_iterate"] = self.epsilon_last_iterate
-        out["reused"] = self.reused
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrainedOutcome:
-        return cls(
-            model_id=str(data["model_id"]),
-            test_accuracy=float(data["test_accuracy"]),
-            epsilon_ub=_floats(data["epsilon_ub"]),
-            data_dependent=bool(data.get("data_dependent", False)),
-            epsilon_last_iterate=None if data.get("epsilon_last_iterate") is None else float(data["epsilon_last_iterate"]),
-            record_dir=str(data.get("record_dir", "")),
-            num_members=None if data.get("num_members") is None else int(data["num_members"]),
-            reused=bool(data.get("reused", False)),
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
-class MembershipMeasures:
+class MembershipMeasures(PlainSpec):
     """One membership attack's measures on one record (population or its vulnerable samples).
 
     Attributes:
@@ -115,33 +85,25 @@ class MembershipMeasures:
     tpr_at_fpr: Mapping[float, float | None]
     epsilon_lb: float
     num_samples: int
-    num_members: int | None = None
-    num_non_members: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"auc": self.auc, "advantage": self.advantage, "tpr_at_fpr": dict(self.tpr_at_fpr), "epsilon_lb": self.epsilon_lb, "num_samples": self.num_samples}
-        out.update({k: getattr(self, k) for k in ("num_members", "num_non_members") if getattr(self, k) is not None})
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> MembershipMeasures:
-        return cls(
-            auc=float(data["auc"]),
-            advantage=float(data["advantage"]),
-            tpr_at_fpr={float(f): (None if t is None else float(t)) for f, t in data["tpr_at_fpr"].items()},
-            epsilon_lb=float(data["epsilon_lb"]),
-            num_samples=int(data["num_samples"]),
-            num_members=None if data.get("num_members") is None else int(data["num_members"]),
-            num_non_members=None if data.get("num_non_members") is None else int(data["num_non_members"]),
-        )
+    num_members: int | None = spec_field(default=None, omit="none")
+    num_non_members: int | None = spec_field(default=None, omit="none")
 
 
-def _measures_map(data: Mapping[str, Any]) -> dict[str, MembershipMeasures | None]:
+def _stored_measures(measures: Mapping[str, MembershipMeasures | None]) -> dict[str, object]:
+    # An attack with nothing measurable is stored as an empty mapping (the outcomes' shape since they were plain dicts).
+    return {a: (m.to_dict() if m else {}) for a, m in measures.items()}
+
+
+def _read_measures(data: Mapping[str, Mapping[str, object]]) -> dict[str, MembershipMeasures | None]:
     return {a: (MembershipMeasures.from_dict(m) if m else None) for a, m in data.items()}
 
 
+def _read_vulnerable(data: Mapping[str, Mapping[str, object]]) -> dict[str, MembershipMeasures]:
+    return {a: m for a, m in _read_measures(data).items() if m is not None}
+
+
 @dataclass(frozen=True, kw_only=True)
-class MembershipOutcome:
+class MembershipOutcome(PlainSpec):
     """Every membership attack of the grid against one record.
 
     Attributes:
@@ -152,25 +114,13 @@ class MembershipOutcome:
         result_dir: where ``attack membership`` stored the results.
     """
 
-    membership: Mapping[str, MembershipMeasures | None]
-    vulnerable: Mapping[str, MembershipMeasures] = field(default_factory=dict)
+    membership: Mapping[str, MembershipMeasures | None] = spec_field(encode=_stored_measures, decode=_read_measures)
+    vulnerable: Mapping[str, MembershipMeasures] = spec_field(default_factory=dict, encode=_stored_measures, decode=_read_vulnerable)
     result_dir: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "membership": {a: (m.to_dict() if m else {}) for a, m in self.membership.items()},
-            "vulnerable": {a: m.to_dict() for a, m in self.vulnerable.items()},
-            "result_dir": self.result_dir,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> MembershipOutcome:
-        vulnerable = {a: m for a, m in _measures_map(data.get("vulnerable", {})).items() if m is not None}
-        return cls(membership=_measures_map(data["membership"]), vulnerable=vulnerable, result_dir=str(data.get("result_dir", "")))
 
 
 @dataclass(frozen=True, kw_only=True)
-class EvasionOutcome:
+class EvasionOutcome(PlainSpec):
     """Evasion against one record.
 
     Attributes:
@@ -185,50 +135,24 @@ class EvasionOutcome:
             (``None`` when not certified, and in outcomes stored before it was recorded).
     """
 
+    # Stored in this order; the optional keys are absent when None, so stored outcomes keep their shape.
     robust_accuracy: Mapping[str, float]
     certified_accuracy: Mapping[str, float] = field(default_factory=dict)
+    conventional_accuracy: float | None = spec_field(default=None, omit="none")
+    prediction_rule: str | None = spec_field(default=None, omit="none")
     unsound: tuple[str, ...] = ()
     certified: bool = False
-    conventional_accuracy: float | None = None
-    prediction_rule: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"robust_accuracy": dict(self.robust_accuracy), "certified_accuracy": dict(self.certified_accuracy)}
-        if self.conventional_accuracy is not None:
-            out["conventional_accuracy"] = self.conventional_accuracy
-        if self.prediction_rule is not None:  # absent otherwise: stored outcomes keep their shape
-            out["prediction_rule"] = self.prediction_rule
-        return {**out, "unsound": list(self.unsound), "certified": self.certified}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EvasionOutcome:
-        conventional = data.get("conventional_accuracy")
-        return cls(
-            robust_accuracy=_floats(data["robust_accuracy"]),
-            certified_accuracy=_floats(data.get("certified_accuracy", {})),
-            unsound=tuple(str(u) for u in data.get("unsound", ())),
-            certified=bool(data.get("certified", False)),
-            conventional_accuracy=None if conventional is None else float(conventional),
-            prediction_rule=None if data.get("prediction_rule") is None else str(data["prediction_rule"]),
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
-class InversionOutcome:
+class InversionOutcome(PlainSpec):
     """Model inversion against one record: attack → top-1 accuracy of the evaluation classifier."""
 
     inversion_top1: Mapping[str, float]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"inversion_top1": dict(self.inversion_top1)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> InversionOutcome:
-        return cls(inversion_top1=_floats(data["inversion_top1"]))
-
 
 @dataclass(frozen=True, kw_only=True)
-class AuditOutcome:
+class AuditOutcome(PlainSpec):
     """A canary audit of the algorithm that trained a setting's first record.
 
     Attributes:
@@ -243,34 +167,11 @@ class AuditOutcome:
 
     epsilon_lb: float
     epsilon_ub: float
-    method: str
     accountant: str | None = None
     delta: float | None = None
+    method: str
     confidence: float | None = None
-    trained: Mapping[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "epsilon_lb": self.epsilon_lb,
-            "epsilon_ub": self.epsilon_ub,
-            "accountant": self.accountant,
-            "delta": self.delta,
-            "method": self.method,
-            "confidence": self.confidence,
-            "trained": dict(self.trained),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AuditOutcome:
-        optional = {k: (None if data.get(k) is None else float(data[k])) for k in ("delta", "confidence")}
-        return cls(
-            epsilon_lb=float(data["epsilon_lb"]),
-            epsilon_ub=float(data["epsilon_ub"]),
-            method=str(data["method"]),
-            accountant=None if data.get("accountant") is None else str(data["accountant"]),
-            trained=dict(data.get("trained") or {}),
-            **optional,
-        )
+    trained: Mapping[str, int | float] = field(default_factory=dict)  # counts stay ints
 
 
 @dataclass(frozen=True, kw_only=True)

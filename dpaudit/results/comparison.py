@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit import _validate as v
+from dpaudit.specs import PlainSpec, spec_field
 from dpaudit.store import freeze, load_value, save_value, thaw
 
 __all__ = [
@@ -61,7 +62,7 @@ def _real_or_nan(name: str, value: Any) -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ComparisonRow:
+class ComparisonRow(PlainSpec):
     """One defense setting of the grid, over its repeats.
 
     Attributes:
@@ -125,11 +126,12 @@ class ComparisonRow:
     inversion_top1: float | None = None
     robust_accuracy: Mapping[str, float] = field(default_factory=dict)
     certified_accuracy: Mapping[str, float] = field(default_factory=dict)
-    certified_conventional_accuracy: float | None = None
-    certified_prediction_rule: str | None = None
     verdict: str = "no violation"
     findings: tuple[str, ...] = ()
     links: Mapping[str, str] = field(default_factory=dict)
+    # Stored last, and absent when not recorded, so that comparisons stored before them keep their bytes.
+    certified_conventional_accuracy: float | None = spec_field(default=None, omit="none")
+    certified_prediction_rule: str | None = spec_field(default=None, omit="none")
 
     def __post_init__(self) -> None:
         for name in ("label", "defense", "family"):
@@ -164,53 +166,9 @@ class ComparisonRow:
         finite = [float(e) for e in self.epsilon_ub.values()]
         return min(finite) if finite else math.inf
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "label": self.label,
-            "defense": self.defense,
-            "family": self.family,
-            "parameters": thaw(self.parameters),
-            "model_ids": list(self.model_ids),
-            "test_accuracy": self.test_accuracy,
-            "test_accuracy_std": self.test_accuracy_std,
-            "accuracy_loss": self.accuracy_loss,
-            "epsilon_ub": thaw(self.epsilon_ub),
-            "epsilon_ub_data_dependent": self.epsilon_ub_data_dependent,
-            "epsilon_last_iterate": self.epsilon_last_iterate,
-            "epsilon_lb": self.epsilon_lb,
-            "best_attack": self.best_attack,
-            "membership": thaw(self.membership),
-            "vulnerable": thaw(self.vulnerable),
-            "inversion_top1": self.inversion_top1,
-            "robust_accuracy": thaw(self.robust_accuracy),
-            "certified_accuracy": thaw(self.certified_accuracy),
-            "verdict": self.verdict,
-            "findings": list(self.findings),
-            "links": thaw(self.links),
-        }
-        # Absent when not recorded, so that comparisons stored before these fields keep their bytes.
-        for name in ("certified_conventional_accuracy", "certified_prediction_rule"):
-            if getattr(self, name) is not None:
-                out[name] = getattr(self, name)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ComparisonRow:
-        if not isinstance(data, Mapping):
-            raise v.invalid_type(None, f"a comparison row must be a mapping, got {type(data).__name__}")
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise v.invalid(None, f"comparison row has unknown field(s) {', '.join(unknown)}")
-        kw = dict(data)
-        for name in ("model_ids", "findings"):
-            if name in kw:
-                kw[name] = tuple(kw[name])
-        return cls(**kw)
-
 
 @dataclass(frozen=True, kw_only=True)
-class ComparisonResult:
+class ComparisonResult(PlainSpec):
     """Every defense setting of one grid under the same attacks.
 
     Attributes:
@@ -227,6 +185,8 @@ class ComparisonResult:
         seconds: wall time of the whole comparison (this run: reused jobs cost nothing).
         jobs_run: jobs computed in this run; jobs_reused: jobs found in the run store.
     """
+
+    __spec_keys__ = ("schema_version", "name", "dataset", "baseline", "delta", "confidence", "fprs", "radii", "vulnerable_top_k", "grid", "seconds", "jobs_run", "jobs_reused", "rows")
 
     name: str
     dataset: str
@@ -302,35 +262,6 @@ class ComparisonResult:
                 if getattr(r, name) is not None:
                     out[r.label][name] = getattr(r, name)
         return {"name": self.name, "dataset": self.dataset, "delta": self.delta, "confidence": self.confidence, "defenses": out}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
-            "name": self.name,
-            "dataset": self.dataset,
-            "baseline": self.baseline,
-            "delta": self.delta,
-            "confidence": self.confidence,
-            "fprs": list(self.fprs),
-            "radii": list(self.radii),
-            "vulnerable_top_k": self.vulnerable_top_k,
-            "grid": thaw(self.grid),
-            "seconds": self.seconds,
-            "jobs_run": self.jobs_run,
-            "jobs_reused": self.jobs_reused,
-            "rows": [r.to_dict() for r in self.rows],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ComparisonResult:
-        if not isinstance(data, Mapping):
-            raise v.invalid_type(None, f"a comparison must be a mapping, got {type(data).__name__}")
-        kw = dict(data)
-        kw["rows"] = tuple(ComparisonRow.from_dict(r) for r in kw.get("rows", ()))
-        for name in ("fprs", "radii"):
-            if name in kw:
-                kw[name] = tuple(kw[name])
-        return cls(**kw)
 
 
 def save_comparison(result: ComparisonResult, directory: str | os.PathLike[str]) -> Path:

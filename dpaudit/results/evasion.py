@@ -12,12 +12,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from dpaudit import _validate as v
 from dpaudit.results.membership import RESULT_SCHEMA_VERSION, _file_stem, _readonly
+from dpaudit.specs import PlainSpec, spec_field
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import load_result_files, save_result_files
 from dpaudit.store import thaw as _thaw
@@ -36,7 +37,7 @@ _PERTURBATION_RTOL = 1e-6
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
-class EvasionResult:
+class EvasionResult(PlainSpec):
     """What one white-box evasion attack found against one model, at K radii.
 
     ``success[k, i]`` says that example ``i`` is misclassified by some input within distance
@@ -62,12 +63,14 @@ class EvasionResult:
             radius or misses a clean error, or a perturbation exceeds its radius.
     """
 
+    __spec_keys__: ClassVar[tuple[str, ...]] = ("schema_version",)  # then the fields in order
+
     attack: str
     norm: str
-    radii: np.ndarray
-    success: np.ndarray
-    clean_correct: np.ndarray
-    max_perturbation: np.ndarray
+    radii: np.ndarray = spec_field(dtype=np.float64)
+    success: np.ndarray = spec_field(dtype=bool)
+    clean_correct: np.ndarray = spec_field(dtype=bool)
+    max_perturbation: np.ndarray = spec_field(dtype=np.float64)
     config: Mapping[str, Any] = field(default_factory=dict)
     schema_version: int = RESULT_SCHEMA_VERSION
 
@@ -159,39 +162,6 @@ class EvasionResult:
         }
 
     # ------------------------------------------------------------------ (de)serialisation
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict (arrays as lists), readable by :meth:`from_dict`."""
-        return {
-            "schema_version": self.schema_version,
-            "attack": self.attack,
-            "norm": self.norm,
-            "radii": self.radii.tolist(),
-            "success": self.success.tolist(),
-            "clean_correct": self.clean_correct.tolist(),
-            "max_perturbation": self.max_perturbation.tolist(),
-            "config": _thaw(self.config),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EvasionResult:
-        """Rebuilds a result written by :meth:`to_dict` (validated).
-
-        Raises:
-            TypeError: ``data`` is not a mapping.
-            ValueError: a field is missing or the schema version is unknown.
-        """
-        v.mapping_with("data", data, ("attack", "norm", *_EVASION_ARRAYS))
-        return cls(
-            attack=data["attack"],
-            norm=data["norm"],
-            radii=np.asarray(data["radii"], dtype=np.float64),
-            success=np.asarray(data["success"], dtype=bool),
-            clean_correct=np.asarray(data["clean_correct"], dtype=bool),
-            max_perturbation=np.asarray(data["max_perturbation"], dtype=np.float64),
-            config=data.get("config", {}),
-            schema_version=data.get("schema_version", RESULT_SCHEMA_VERSION),
-        )
-
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, EvasionResult):
             return NotImplemented
@@ -245,4 +215,5 @@ def load_evasion_result(path: str | os.PathLike[str]) -> EvasionResult:
         FileNotFoundError: the JSON or its NPZ is missing.
         ValueError: the files are malformed.
     """
-    return EvasionResult.from_dict(load_result_files(path, _EVASION_ARRAYS))
+    stored = load_result_files(path, _EVASION_ARRAYS)
+    return EvasionResult.from_dict({k: x for k, x in stored.items() if k != "arrays"})  # "arrays" names the NPZ file

@@ -18,12 +18,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from dpaudit import _validate as v
 from dpaudit.privacy.audit_stats import ThresholdBound, bound_from_scores
+from dpaudit.specs import PlainSpec, spec_field
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import load_result_files, safe_stem, save_result_files
 from dpaudit.store import thaw as _thaw
@@ -123,7 +124,7 @@ class RocCurve:
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
-class MembershipResult:
+class MembershipResult(PlainSpec):
     """Scores of one membership-inference attack against one target model.
 
     Attributes:
@@ -142,11 +143,13 @@ class MembershipResult:
             (members or non-members) is present.
     """
 
+    __spec_keys__: ClassVar[tuple[str, ...]] = ("schema_version",)  # then the fields in order
+
     attack: str
     model_id: str
-    sample_ids: np.ndarray
-    scores: np.ndarray
-    is_member: np.ndarray
+    sample_ids: np.ndarray = spec_field(dtype=np.int64)
+    scores: np.ndarray = spec_field(dtype=np.float64)
+    is_member: np.ndarray = spec_field(dtype=bool)
     config: Mapping[str, Any] = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
     schema_version: int = RESULT_SCHEMA_VERSION
@@ -271,39 +274,6 @@ class MembershipResult:
         }
 
     # ------------------------------------------------------------------ (de)serialisation
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict (arrays as lists), readable by :meth:`from_dict`."""
-        return {
-            "schema_version": self.schema_version,
-            "attack": self.attack,
-            "model_id": self.model_id,
-            "sample_ids": self.sample_ids.tolist(),
-            "scores": self.scores.tolist(),
-            "is_member": self.is_member.tolist(),
-            "config": _thaw(self.config),
-            "metadata": _thaw(self.metadata),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> MembershipResult:
-        """Rebuilds a result written by :meth:`to_dict` (validated).
-
-        Raises:
-            TypeError: ``data`` is not a mapping.
-            ValueError: a field is missing or the schema version is unknown.
-        """
-        v.mapping_with("data", data, ("attack", "model_id", *_ARRAYS))
-        return cls(
-            attack=data["attack"],
-            model_id=data["model_id"],
-            sample_ids=np.asarray(data["sample_ids"], dtype=np.int64),
-            scores=np.asarray(data["scores"], dtype=np.float64),
-            is_member=np.asarray(data["is_member"], dtype=bool),
-            config=data.get("config", {}),
-            metadata=data.get("metadata", {}),
-            schema_version=data.get("schema_version", RESULT_SCHEMA_VERSION),
-        )
-
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MembershipResult):
             return NotImplemented
@@ -346,4 +316,5 @@ def load_membership_result(path: str | os.PathLike[str]) -> MembershipResult:
         FileNotFoundError: the JSON or its NPZ is missing.
         ValueError: the files are malformed.
     """
-    return MembershipResult.from_dict(load_result_files(path, _ARRAYS))
+    stored = load_result_files(path, _ARRAYS)
+    return MembershipResult.from_dict({k: x for k, x in stored.items() if k != "arrays"})  # "arrays" names the NPZ file

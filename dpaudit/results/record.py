@@ -14,13 +14,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from dpaudit import _validate as v
 from dpaudit._validate import sorted_id_set
 from dpaudit.privacy.claims import NonPrivateClaim, PrivacyClaim, claim_from_dict
+from dpaudit.specs import PlainSpec, spec_field, spec_from_dict
 from dpaudit.store import SCHEMA_VERSION, read_json
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import thaw as _thaw
@@ -32,7 +33,7 @@ WEIGHTS_FILE = "model.safetensors"
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
-class Membership:
+class Membership(PlainSpec):
     """Membership ground truth of a trained model, by sample id.
 
     Attributes:
@@ -48,7 +49,8 @@ class Membership:
     non_members: np.ndarray
     population: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     canaries: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    owners: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # Left out when empty: single-party records keep their exact bytes.
+    owners: np.ndarray = spec_field(default_factory=lambda: np.zeros(0, dtype=np.int64), omit="empty")
 
     def __post_init__(self) -> None:
         for name in ("members", "non_members", "population", "canaries"):
@@ -82,19 +84,22 @@ class Membership:
             return self.members
         return self.members[self.owners == owner]
 
-    def to_dict(self) -> dict[str, list[int]]:
-        out = {k: getattr(self, k).tolist() for k in ("members", "non_members", "population", "canaries")}
-        if self.owners.size:  # left out otherwise: single-party records keep their exact bytes
-            out["owners"] = self.owners.tolist()
-        return out
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Membership:
-        return cls(**{k: data.get(k, []) for k in ("members", "non_members", "population", "canaries", "owners")})
+def _read_claim(data: Any) -> PrivacyClaim:
+    try:
+        return claim_from_dict(data)
+    except ValueError as exc:
+        raise v.invalid("claim", f"claim: {exc}") from None
+
+
+def _read_membership(data: Any) -> Membership:
+    if not isinstance(data, Mapping):
+        raise v.invalid_type("membership", f"membership must be a mapping, got {v.short(data)}")
+    return Membership.from_dict(data)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
-class TrainedModel:
+class TrainedModel(PlainSpec):
     """A trained model as the suite knows it: everything but the weights themselves.
 
     Attributes:
@@ -117,6 +122,24 @@ class TrainedModel:
         schema_version: version of the record format.
     """
 
+    __spec_keys__: ClassVar[tuple[str, ...]] = (
+        "schema_version",
+        "model_id",
+        "defense",
+        "model_name",
+        "model_options",
+        "dataset",
+        "input_shape",
+        "num_classes",
+        "config",
+        "claim",
+        "membership",
+        "seed",
+        "metrics",
+        "provenance",
+        "weights_sha256",
+    )
+
     model_id: str
     defense: str
     model_name: str
@@ -125,12 +148,12 @@ class TrainedModel:
     input_shape: tuple[int, ...]
     num_classes: int
     config: Mapping[str, Any] = field(default_factory=dict)
-    claim: PrivacyClaim = field(default_factory=NonPrivateClaim)
-    membership: Membership
+    claim: PrivacyClaim = spec_field(default_factory=NonPrivateClaim, decode=_read_claim)
+    membership: Membership = spec_field(decode=_read_membership)
     seed: int
     metrics: Mapping[str, Any] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
-    weights_sha256: str | None = None
+    weights_sha256: str | None = spec_field(default=None, omit="none")
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -180,31 +203,12 @@ class TrainedModel:
             except (ValueError, TypeError) as exc:
                 raise v.invalid("config", f"config.certification: {exc}") from None
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (what ``record.json`` holds)."""
-        return {
-            "schema_version": self.schema_version,
-            "model_id": self.model_id,
-            "defense": self.defense,
-            "model_name": self.model_name,
-            "model_options": _thaw(self.model_options),
-            "dataset": self.dataset,
-            "input_shape": list(self.input_shape),
-            "num_classes": self.num_classes,
-            "config": _thaw(self.config),
-            "claim": self.claim.to_dict(),
-            "membership": self.membership.to_dict(),
-            "seed": self.seed,
-            "metrics": _thaw(self.metrics),
-            "provenance": _thaw(self.provenance),
-            **({"weights_sha256": self.weights_sha256} if self.weights_sha256 is not None else {}),
-        }
-
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainedModel:
-        """Inverse of :meth:`to_dict`, validating everything (the data may come from an edited file).
+        """The record rebuilt from ``record.json``'s form, validating everything (the file may have been edited).
 
-        The claim is rebuilt through its kind's own validator (:func:`claim_from_dict`).
+        The fields are read by their types (:class:`~dpaudit.specs.PlainSpec`); the claim is
+        rebuilt through its kind's own validator (:func:`claim_from_dict`).
 
         Raises:
             ValueError: not an object, a missing field, or an invalid value (named, with the value).
@@ -218,30 +222,7 @@ class TrainedModel:
         missing = [k for k in ("model_id", "defense", "model_name", "dataset", "input_shape", "num_classes", "claim", "membership", "seed") if k not in data]
         if missing:
             raise v.invalid("record", f"record is missing the field {missing[0]!r}")
-        try:
-            claim = claim_from_dict(data["claim"])
-        except ValueError as exc:
-            raise v.invalid("claim", f"claim: {exc}") from None
-        membership = data["membership"]
-        if not isinstance(membership, Mapping):
-            raise v.invalid_type("membership", f"membership must be a mapping, got {v.short(membership)}")
-        input_shape = data["input_shape"]
-        return cls(
-            model_id=data["model_id"],
-            defense=data["defense"],
-            model_name=data["model_name"],
-            model_options=data.get("model_options", {}),
-            dataset=data["dataset"],
-            input_shape=tuple(input_shape) if isinstance(input_shape, list) else input_shape,
-            num_classes=data["num_classes"],
-            config=data.get("config", {}),
-            claim=claim,
-            membership=Membership.from_dict(membership),
-            seed=data["seed"],
-            metrics=data.get("metrics", {}),
-            provenance=data.get("provenance", {}),
-            weights_sha256=data.get("weights_sha256"),
-        )
+        return spec_from_dict(cls, data)
 
 
 def _is_sha256(value: Any) -> bool:

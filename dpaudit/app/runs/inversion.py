@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,14 @@ from dpaudit import _validate as v
 from dpaudit.locks import unit_lock
 from dpaudit.results.inversion import InversionResult
 from dpaudit.store import RunDir, atomic_write_json, read_json
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from attacks.inversion.spec import PriorSpec
+
+#: Trained modules by name (an evaluator, a prior's generator and discriminator), as cached.
+Modules = Mapping[str, "nn.Module"]
 
 __all__ = ["InversionRun", "InversionSpec", "PublicData", "check_public_data", "parse_public_data", "run_inversion"]
 
@@ -155,7 +163,7 @@ def _key(kind: str, payload: Mapping[str, Any]) -> str:
     return f"{kind}-{payload.get('dataset', 'data')}-{digest}"
 
 
-def _build_prior(prior: Any, shape: tuple[int, ...], config: Any, device: str) -> dict[str, Any]:
+def _build_prior(prior: PriorSpec, shape: tuple[int, ...], config: Any, device: str) -> dict[str, nn.Module]:
     """A prior's untrained modules on ``device`` (what :func:`_cached_modules` loads weights into)."""
     return {k: m.to(device) for k, m in prior.build(shape, config).items()}
 
@@ -164,11 +172,11 @@ def _cached_modules(
     directory: Path,
     *,
     describe: Mapping[str, Any],
-    build: Callable[[], Mapping[str, Any]],
-    train: Callable[[], Mapping[str, Any]],
+    build: Callable[[], Modules],
+    train: Callable[[], Modules],
     trained: list[str],
     reused: list[str],
-) -> Mapping[str, Any]:
+) -> Modules:
     """Loads ``directory``'s modules if a finished cache entry is there, else trains and stores them."""
     from dpaudit.weights import load_modules, save_modules
 
@@ -244,7 +252,7 @@ class _Target:
     shape: tuple[int, ...]
     classes: tuple[int, ...]
     evaluator_config: Any
-    needs_prior: dict[str, Any]
+    needs_prior: dict[str, PriorSpec]
     public: PublicData | None
     members: Any
     held: Any
@@ -272,7 +280,7 @@ def _resolve_target(spec: InversionSpec) -> _Target:
     if bad or not classes or len(set(classes)) != len(classes):
         raise v.invalid("--classes", f"--classes must be distinct labels 0..{bundle.num_classes - 1} of {record.dataset!r}, got {list(classes)}")
     evaluator_config = spec.evaluator if spec.evaluator is not None else EvaluatorConfig()
-    needs_prior = {n: INVERSION_ATTACKS[n].prior for n in spec.attacks if INVERSION_ATTACKS[n].prior is not None}
+    needs_prior = {n: prior for n in spec.attacks if (prior := INVERSION_ATTACKS[n].prior) is not None}
     public = spec.public_data
     if needs_prior and public is None:
         raise v.invalid("--attack", f"--attack {', '.join(needs_prior)} needs --public-data DATASET[:CLASSES]: images of the same domain the target never saw (e.g. mnist:5-9 for a mnist-0-4 target)")
@@ -331,7 +339,7 @@ def _evaluator(ctx: _Context) -> tuple[Any, Path]:
     ev_describe = {"dataset": t.record.dataset, "members": ids_digest, "seed": spec.seed, "config": dataclasses.asdict(t.evaluator_config), "num_classes": t.bundle.num_classes}
     ev_dir = ctx.run.inversion_model_dir(_key("evaluator", ev_describe))
 
-    def train_ev() -> Mapping[str, Any]:
+    def train_ev() -> Modules:
         with _EpochBar(spec.progress, f"evaluation classifier on {len(t.members.ids)} private images (epochs)") as update:
             model = train_evaluator(t.members, num_classes=t.bundle.num_classes, config=t.evaluator_config, seed=derive_seed(spec.seed, "evaluator"), device=ctx.device, progress=update)
         return {"evaluator": model}
@@ -349,7 +357,7 @@ def _evaluator(ctx: _Context) -> tuple[Any, Path]:
     return evaluator, ev_dir
 
 
-def _priors(ctx: _Context) -> dict[str, Mapping[str, Any]]:
+def _priors(ctx: _Context) -> dict[str, Modules]:
     """Each needed prior trained on the public data (cached by what it was trained on), by prior name."""
     import torch
 
@@ -357,7 +365,7 @@ def _priors(ctx: _Context) -> dict[str, Mapping[str, Any]]:
     from dpaudit.seeding import derive_seed
 
     spec, t, public = ctx.spec, ctx.target, ctx.target.public
-    priors: dict[str, Mapping[str, Any]] = {}
+    priors: dict[str, Modules] = {}
     for name, prior in t.needs_prior.items():
         if prior is None or public is None:  # checked by _resolve_target; narrows the types
             continue
@@ -369,7 +377,7 @@ def _priors(ctx: _Context) -> dict[str, Mapping[str, Any]]:
         if ctx.on_plan is not None:
             ctx.on_plan(f"{prior.name} prior on {public.text()} for {name}: {pdir.name} ({'reused' if (pdir / 'meta.json').is_file() else 'trained now'})")
 
-        def train_prior(prior: Any = prior, pconfig: Any = pconfig, public: PublicData = public) -> Mapping[str, Any]:
+        def train_prior(prior: PriorSpec = prior, pconfig: Any = pconfig, public: PublicData = public) -> Modules:
             pbundle = load_dataset(public.dataset, data_root=spec.data_root)
             pall = pbundle.all()
             keep = torch.isin(pall.labels, torch.tensor(public.classes)) if public.classes else torch.ones(len(pall), dtype=torch.bool)
@@ -412,7 +420,7 @@ class _Judge:
     model: Any
     evaluator: Any
     evaluator_accuracy: float
-    priors: Mapping[str, Mapping[str, Any]]
+    priors: Mapping[str, Modules]
 
 
 def _attack(ctx: _Context, judge: _Judge, name: str, config: Any, stored_config: Mapping[str, Any]) -> InversionResult:

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from dpaudit.locks import unit_lock
 from dpaudit.results import MembershipResult
 from dpaudit.store import RunDir, atomic_save_npz
 from dpaudit.train_request import TrainRequest
+
+if TYPE_CHECKING:
+    from attacks.membership.pools import PoolPlan
 
 #: Per queried sample, its vulnerability judged from the shadows (see attacks.membership.sample_vulnerability).
 VULNERABILITY_FILE = "vulnerability.npz"
@@ -213,7 +216,7 @@ class MembershipRun:
         return sum(p.num_reused for p in self.pools)
 
 
-def describe_pools(pools: Mapping[str, Any]) -> str:
+def describe_pools(pools: Mapping[str, PoolPlan]) -> str:
     """One line saying how many shadow models a plan needs and why (printed before training)."""
     total = sum(p.num_models for p in pools.values())
     why = {"online": "each queried example IN for about half", "offline": "population only, no queried example"}
@@ -367,7 +370,7 @@ def _result_metadata(record: Any, bundle: Any, recipe: _Recipe) -> dict[str, Any
     return meta
 
 
-def _announce_shadow_cost(spec: MembershipSpec, record: Any, pools: Mapping[str, Any], *, train_size: int, device: str) -> None:
+def _announce_shadow_cost(spec: MembershipSpec, record: Any, pools: Mapping[str, PoolPlan], *, train_size: int, device: str) -> None:
     """Says on stderr how long the shadows will take when that is long (before any is trained)."""
     from defenses import DEFENSES
     from dpaudit.app.cost import announce_if_long
@@ -416,7 +419,7 @@ class _Shadows:
     num_reused: int
 
 
-def _train_shadows(spec: MembershipSpec, run: RunDir, record: Any, pools: Mapping[str, Any], recipe: _Recipe, *, train_size: int, device: str) -> _Shadows:
+def _train_shadows(spec: MembershipSpec, run: RunDir, record: Any, pools: Mapping[str, PoolPlan], recipe: _Recipe, *, train_size: int, device: str) -> _Shadows:
     """Trains the missing shadows of ``pools`` (cached in ``run.shadow_dir()``) and loads the rest."""
     from attacks import membership as mia
 

@@ -53,6 +53,8 @@ class PATEClaim(PrivacyClaim):
             released with smooth sensitivity (then ``orders`` holds the one release order).
     """
 
+    # Stored with the analysis before the curve, as PATE claims always were.
+    __spec_keys__: ClassVar[tuple[str, ...]] = (*PrivacyClaim.__spec_keys__, "aggregator", "parameters", "num_queries", "num_answered", "analysis")
     kind: ClassVar[str] = "pate"
     accountants: ClassVar[tuple[str, ...]] = ("rdp",)
 
@@ -112,31 +114,6 @@ class PATEClaim(PrivacyClaim):
     def epsilon_improved(self, *, delta: float) -> float:
         """ε at ``delta`` by the improved conversion (Balle et al. 2020), reported beside :meth:`epsilon`."""
         return min(rdp_to_epsilon(self.orders, self.rdp, delta=delta, conversion="improved")[0], self.epsilon(delta=delta))
-
-    @classmethod
-    def from_dict_fields(cls, data: Mapping[str, Any]) -> dict[str, Any]:
-        missing = [k for k in ("aggregator", "parameters", "num_queries", "num_answered", "orders", "rdp") if k not in data]
-        if missing:
-            raise v.invalid("claim", f"claim of kind 'pate' is missing {', '.join(missing)}")
-        out = {k: data[k] for k in ("aggregator", "parameters", "num_queries", "num_answered", "analysis", "smooth_sensitivity") if k in data}
-        for k in ("orders", "rdp"):
-            if not isinstance(data[k], (list, tuple)):
-                raise v.invalid_type("claim", f"{k} must be a list of numbers, got {v.short(data[k])}")
-            out[k] = tuple(data[k])
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **super().to_dict(),
-            "aggregator": self.aggregator,
-            "parameters": dict(self.parameters),
-            "num_queries": self.num_queries,
-            "num_answered": self.num_answered,
-            "analysis": self.analysis,
-            "orders": list(self.orders),
-            "rdp": list(self.rdp),
-            "smooth_sensitivity": None if self.smooth_sensitivity is None else dict(self.smooth_sensitivity),
-        }
 
 
 def pate_claim(

@@ -112,9 +112,13 @@ def _job_file(jobs_dir: Path, key: JobKey) -> Path:
     return jobs_dir / f"{safe_stem(name, default='job')}-{hashlib.sha256(name.encode()).hexdigest()[:8]}.json"
 
 
+#: What the job store writes beside each outcome's own keys (see :func:`_run_wave`).
+_JOB_STORE_KEYS = ("job_hash", "job")
+
+
 def _parse(key: JobKey, data: Mapping[str, Any]) -> Outcome:
     """A stored (or hand-made) outcome of job ``key`` as its typed value."""
-    outcome: Outcome = _OUTCOME_TYPES[key.kind].from_dict(data)
+    outcome: Outcome = _OUTCOME_TYPES[key.kind].from_dict({k: x for k, x in data.items() if k not in _JOB_STORE_KEYS})
     return outcome
 
 
