@@ -40,7 +40,7 @@ def test_the_scan_sees_the_pattern_it_forbids():
     assert _name_tests('if record.defense != "pate":\n    pass\n') == [(1, "pate")]
     assert _name_tests('ok = defense in ("dssgd", "x")\n') == [(1, "dssgd")]
     assert _name_tests('if record.defense == "dpsgd":\n    pass\n') == []  # a defense without modules of its own
-    assert _name_tests('if spec.run_module == __name__:\n    pass\n') == []
+    assert _name_tests("if spec.run_module == __name__:\n    pass\n") == []
 
 
 def test_no_defense_is_recognised_by_name_outside_its_modules():
