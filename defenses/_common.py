@@ -49,8 +49,15 @@ def model_id_for(request: TrainRequest[Any], *, defense: str) -> str:
     It hashes the config and the model options as asked, the split seed and the number of members.
     """
     splits = request.splits
-    full = {"config": config_dict(request.config), "model_options": request.options(), "split_seed": splits.seed, "num_members": int(len(splits.members))}
-    return make_model_id(defense=defense, dataset=request.bundle.name, model_name=request.model_name, seed=request.seed, config=full)
+    full = {
+        "config": config_dict(request.config),
+        "model_options": request.options(),
+        "split_seed": splits.seed,
+        "num_members": int(len(splits.members)),
+    }
+    return make_model_id(
+        defense=defense, dataset=request.bundle.name, model_name=request.model_name, seed=request.seed, config=full
+    )
 
 
 def build_record(
@@ -97,7 +104,14 @@ def build_record(
         # released, and is what the train / non-member accuracies still measure.
         metrics["test_accuracy_single_draw"] = metrics["test_accuracy"]
         metrics["test_accuracy"] = expected_score_accuracy(
-            model, bundle.test.features, bundle.test.labels, num_draws=PREDICTION_DRAWS, seed=seed, stream="record-test-accuracy", device=device, progress=request.progress
+            model,
+            bundle.test.features,
+            bundle.test.labels,
+            num_draws=PREDICTION_DRAWS,
+            seed=seed,
+            stream="record-test-accuracy",
+            device=device,
+            progress=request.progress,
         )
         metrics["test_accuracy_draws"] = PREDICTION_DRAWS
     metrics["train_seconds"] = time.monotonic() - started
@@ -112,7 +126,13 @@ def build_record(
         num_classes=bundle.num_classes,
         config={**config_dict(config), "split_seed": splits.seed},
         claim=claim,
-        membership=Membership(members=splits.members, non_members=splits.non_members, population=splits.population, canaries=canaries, owners=np.asarray(owners, dtype=np.int64)),
+        membership=Membership(
+            members=splits.members,
+            non_members=splits.non_members,
+            population=splits.population,
+            canaries=canaries,
+            owners=np.asarray(owners, dtype=np.int64),
+        ),
         seed=seed,
         metrics=metrics,
         provenance=provenance(device=str(device)),
@@ -126,16 +146,38 @@ def check_finite_parameters(model: nn.Module, *, defense: str, config: Any) -> N
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             lr = getattr(config, "learning_rate", None)
             advice = f"; lower --learning-rate (now {lr:g})" if isinstance(lr, (int, float)) else ""
-            raise TrainingDiverged(f"training diverged: the {defense} model's {name} holds NaN or infinite values after training{advice}")
+            raise TrainingDiverged(
+                f"training diverged: the {defense} model's {name} holds NaN or infinite values after training{advice}"
+            )
 
 
 def bundle_for_members(dataset: ArrayDataset) -> tuple[DatasetBundle, Splits]:
     """A bundle whose train split is ``dataset`` (all members) and a one-sample dummy test split."""
     top = int(dataset.ids.max()) + 1 if len(dataset) else 0
     name = dataset.name.split("/")[0] or "audit"  # record ids may not contain '/'
-    test = ArrayDataset(name=f"{name}/test", features=dataset.features[:1].clone(), labels=dataset.labels[:1].clone(), ids=np.array([top]), num_classes=dataset.num_classes)
-    bundle = DatasetBundle(name=name, train=dataset, test=test, num_classes=dataset.num_classes, input_shape=dataset.input_shape, description="audit training set")
-    splits = Splits(dataset=name, seed=0, members=dataset.ids.numpy(), non_members=np.zeros(0, dtype=np.int64), population=np.zeros(0, dtype=np.int64), test=np.array([top]))
+    test = ArrayDataset(
+        name=f"{name}/test",
+        features=dataset.features[:1].clone(),
+        labels=dataset.labels[:1].clone(),
+        ids=np.array([top]),
+        num_classes=dataset.num_classes,
+    )
+    bundle = DatasetBundle(
+        name=name,
+        train=dataset,
+        test=test,
+        num_classes=dataset.num_classes,
+        input_shape=dataset.input_shape,
+        description="audit training set",
+    )
+    splits = Splits(
+        dataset=name,
+        seed=0,
+        members=dataset.ids.numpy(),
+        non_members=np.zeros(0, dtype=np.int64),
+        population=np.zeros(0, dtype=np.int64),
+        test=np.array([top]),
+    )
     return bundle, splits
 
 
@@ -171,8 +213,15 @@ def expected_model_id(record: TrainedModel, *, derived_options: tuple[str, ...] 
     stored = dict(record.config)
     config = {k: x for k, x in stored.items() if k not in _STORED_AFTER_ID}
     options = {k: x for k, x in record.model_options.items() if k not in derived_options}
-    full = {"config": config, "model_options": options, "split_seed": stored.get("split_seed"), "num_members": int(len(record.membership.members))}
-    return make_model_id(defense=record.defense, dataset=record.dataset, model_name=record.model_name, seed=record.seed, config=full)
+    full = {
+        "config": config,
+        "model_options": options,
+        "split_seed": stored.get("split_seed"),
+        "num_members": int(len(record.membership.members)),
+    }
+    return make_model_id(
+        defense=record.defense, dataset=record.dataset, model_name=record.model_name, seed=record.seed, config=full
+    )
 
 
 #: Config keys a record stores that its model id does not hash inside the config: the split seed

@@ -116,7 +116,9 @@ class GradientClipper:
         if mixing:
             raise v.invalid(
                 "model",
-                f"model contains BatchNorm ({', '.join(mixing)}), which mixes the examples of a batch: per-example gradients and their clipping are then undefined; use GroupNorm / LayerNorm instead",
+                f"model contains BatchNorm ({', '.join(mixing)}), which mixes the "
+                "examples of a batch: per-example gradients and their clipping are then "
+                "undefined; use GroupNorm / LayerNorm instead",
             )
         self.layers: list[_Layer] = []
         for name, module in model.named_modules():
@@ -135,10 +137,16 @@ class GradientClipper:
         if layer_clip_norms is not None:
             norms = tuple(v.positive("layer_clip_norms", c) for c in layer_clip_norms)
             if len(norms) != len(self.layers):
-                raise v.invalid("layer_clip_norms", f"layer_clip_norms must have one entry per layer ({len(self.layers)}: {self.layer_names}), got {len(norms)}")
+                raise v.invalid(
+                    "layer_clip_norms",
+                    f"layer_clip_norms must have one entry per layer ({len(self.layers)}: "
+                    f"{self.layer_names}), got {len(norms)}",
+                )
             total = math.sqrt(sum(c * c for c in norms))
             if not math.isclose(total, self.clip_norm, rel_tol=1e-6):
-                raise v.invalid("clip_norm", f"clip_norm must equal sqrt(sum(layer_clip_norms**2)) = {total:g}, got {clip_norm!r}")
+                raise v.invalid(
+                    "clip_norm", f"clip_norm must equal sqrt(sum(layer_clip_norms**2)) = {total:g}, got {clip_norm!r}"
+                )
             self.layer_clip_norms: tuple[float, ...] | None = norms
         elif per_layer:
             self.layer_clip_norms = (self.clip_norm / math.sqrt(len(self.layers)),) * len(self.layers)
@@ -180,7 +188,10 @@ class GradientClipper:
             A :class:`ClippedSum`; an empty batch gives zero gradients.
         """
         if inputs.shape[0] != targets.shape[0]:
-            raise v.invalid("inputs", f"inputs and targets must have the same batch size, got {inputs.shape[0]} and {targets.shape[0]}")
+            raise v.invalid(
+                "inputs",
+                f"inputs and targets must have the same batch size, got {inputs.shape[0]} and {targets.shape[0]}",
+            )
         if inputs.shape[0] == 0:
             zeros = {n: torch.zeros_like(p) for n, p in self.parameters().items()}
             return ClippedSum(grads=zeros, norms=torch.zeros(0, device=inputs.device), loss_sum=0.0, batch_size=0)
@@ -208,7 +219,9 @@ class GradientClipper:
         if self.layer_clip_norms is None:
             w = (scale * self.clip_norm) / total.clamp_min(self.clip_norm)
             return [w] * len(sq_norms), total
-        return [(scale * c) / n.clamp_min(0).sqrt().clamp_min(c) for c, n in zip(self.layer_clip_norms, sq_norms)], total
+        return [
+            (scale * c) / n.clamp_min(0).sqrt().clamp_min(c) for c, n in zip(self.layer_clip_norms, sq_norms)
+        ], total
 
     @staticmethod
     def _full(layer: _Layer, local: str) -> str:
@@ -220,7 +233,9 @@ class GradientClipper:
             if not self._capturing:
                 return
             if not isinstance(output, torch.Tensor):
-                raise v.invalid_type("model", f"layer {layer.name!r} returns {type(output).__name__}; use method='vmap' for such models")
+                raise v.invalid_type(
+                    "model", f"layer {layer.name!r} returns {type(output).__name__}; use method='vmap' for such models"
+                )
             layer.inputs.append(tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
             layer.outputs.append(output)
             layer.versions.append(output._version)
@@ -248,11 +263,17 @@ class GradientClipper:
         outputs: list[torch.Tensor] = []
         for layer in self.layers:
             if not layer.outputs:
-                raise RuntimeError(f"layer {layer.name!r} has trainable parameters but its forward never ran; its parameters may be used outside its forward (use method='vmap')")
+                raise RuntimeError(
+                    f"layer {layer.name!r} has trainable parameters but its forward never "
+                    "ran; its parameters may be used outside its forward (use "
+                    "method='vmap')"
+                )
             for output, ver in zip(layer.outputs, layer.versions):
                 if output._version != ver:
                     raise RuntimeError(
-                        f"the output of layer {layer.name!r} was modified in place (e.g. ReLU(inplace=True)); per-example gradients would be wrong — avoid in-place ops after it or use method='vmap'"
+                        f"the output of layer {layer.name!r} was modified in place (e.g. "
+                        "ReLU(inplace=True)); per-example gradients would be wrong — avoid "
+                        "in-place ops after it or use method='vmap'"
                     )
                 outputs.append(output)
         grads_out = torch.autograd.grad(losses.sum(), outputs, allow_unused=True)
@@ -479,7 +500,13 @@ def _conv_per_example_weight_grad(conv: nn.Conv2d, x: torch.Tensor, g: torch.Ten
     return grad_w.reshape(batch, *conv.weight.shape)
 
 
-def clip_gradient(grads: dict[str, torch.Tensor], *, clip_norm: float, layer_groups: Sequence[Sequence[str]] | None = None, layer_clip_norms: Sequence[float] | None = None) -> dict[str, torch.Tensor]:
+def clip_gradient(
+    grads: dict[str, torch.Tensor],
+    *,
+    clip_norm: float,
+    layer_groups: Sequence[Sequence[str]] | None = None,
+    layer_clip_norms: Sequence[float] | None = None,
+) -> dict[str, torch.Tensor]:
     """Clips one gradient (e.g. an audit's gradient canary) the way an example's is clipped.
 
     Args:

@@ -155,7 +155,15 @@ def _noise_bound_epochs(target_epsilon: float, delta: float, num_members: int, l
     return NOISE_PER_LOT**2 * gdp_mu(target_epsilon, delta) ** 2 * lot_size * num_members
 
 
-def derived_learning_rate(*, target_epsilon: float | None, delta: float, num_members: int, lot_size: int, epochs: float, scale_invariant_first_layer: bool = False) -> float:
+def derived_learning_rate(
+    *,
+    target_epsilon: float | None,
+    delta: float,
+    num_members: int,
+    lot_size: int,
+    epochs: float,
+    scale_invariant_first_layer: bool = False,
+) -> float:
     """Rule 2: ``LEARNING_RATE``, doubled when rule 4's noise bound exceeds ``epochs`` ``COMPUTE_LIMITED``-fold.
 
     With ``scale_invariant_first_layer`` (rule 5) the result is multiplied by
@@ -164,13 +172,25 @@ def derived_learning_rate(*, target_epsilon: float | None, delta: float, num_mem
     factor = SCALE_INVARIANT_FACTOR if scale_invariant_first_layer else 1.0
     if target_epsilon is None:
         return LEARNING_RATE * factor
-    bound = _noise_bound_epochs(target_epsilon, delta, v.integer("num_members", num_members, minimum=1), v.integer("lot_size", lot_size, minimum=1))
+    bound = _noise_bound_epochs(
+        target_epsilon,
+        delta,
+        v.integer("num_members", num_members, minimum=1),
+        v.integer("lot_size", lot_size, minimum=1),
+    )
     if bound >= COMPUTE_LIMITED * v.positive("epochs", epochs):
         return 2 * LEARNING_RATE * factor * factor
     return LEARNING_RATE * factor
 
 
-def derive_dp_training(*, num_members: int, target_epsilon: float | None, delta: float, input_shape: Sequence[int] | None = None, model: str | None = None) -> DPTrainingDefaults:
+def derive_dp_training(
+    *,
+    num_members: int,
+    target_epsilon: float | None,
+    delta: float,
+    input_shape: Sequence[int] | None = None,
+    model: str | None = None,
+) -> DPTrainingDefaults:
     """DP-SGD hyperparameters from public facts only (module docstring, rules 1-4).
 
     Args:
@@ -196,7 +216,9 @@ def derive_dp_training(*, num_members: int, target_epsilon: float | None, delta:
     return DPTrainingDefaults(
         lot_size=lot,
         sampling_rate=lot / n,
-        learning_rate=derived_learning_rate(target_epsilon=target_epsilon, delta=d, num_members=n, lot_size=lot, epochs=epochs),
+        learning_rate=derived_learning_rate(
+            target_epsilon=target_epsilon, delta=d, num_members=n, lot_size=lot, epochs=epochs
+        ),
         epochs=epochs,
         clip_norm=CLIP_NORM,
         num_members=n,
@@ -212,7 +234,9 @@ def _rate_lot(rate: float | None, num_members: int) -> int:
     return max(1, round(float(rate) * num_members))
 
 
-def resolve_dp_config(config: T, *, num_members: int, scale_invariant_first_layer: bool = False) -> tuple[T, tuple[str, ...]]:
+def resolve_dp_config(
+    config: T, *, num_members: int, scale_invariant_first_layer: bool = False
+) -> tuple[T, tuple[str, ...]]:
     """``config`` with its unset DP-SGD fields filled by :func:`derive_dp_training`, and their names.
 
     Fills ``lot_size`` when neither it nor ``sampling_rate`` is given, ``learning_rate`` and
@@ -243,7 +267,9 @@ def resolve_dp_config(config: T, *, num_members: int, scale_invariant_first_laye
         # The length follows the lot size that will run, the user's if given (rule 4).
         rate = getattr(config, "sampling_rate", None)
         lot = fills.get("lot_size") or getattr(config, "lot_size", None) or _rate_lot(rate, n)
-        fills["epochs"] = derived_epochs(target_epsilon=target, delta=defaults.delta, num_members=n, lot_size=min(int(lot), n))
+        fills["epochs"] = derived_epochs(
+            target_epsilon=target, delta=defaults.delta, num_members=n, lot_size=min(int(lot), n)
+        )
     earlier = tuple(getattr(config, DERIVED_AT_INIT, ()))
     if getattr(config, "learning_rate", None) is None or "learning_rate" in earlier:
         # Derived at construction without N (LEARNING_RATE); now N, L and the length are known.
@@ -254,7 +280,12 @@ def resolve_dp_config(config: T, *, num_members: int, scale_invariant_first_laye
             lr = LEARNING_RATE * (SCALE_INVARIANT_FACTOR if scale_invariant_first_layer else 1.0)
         else:
             lr = derived_learning_rate(
-                target_epsilon=target, delta=defaults.delta, num_members=n, lot_size=min(int(run_lot), n), epochs=float(run_epochs), scale_invariant_first_layer=scale_invariant_first_layer
+                target_epsilon=target,
+                delta=defaults.delta,
+                num_members=n,
+                lot_size=min(int(run_lot), n),
+                epochs=float(run_epochs),
+                scale_invariant_first_layer=scale_invariant_first_layer,
             )
         if lr != getattr(config, "learning_rate", None):
             fills["learning_rate"] = lr
@@ -266,7 +297,12 @@ def resolve_dp_config(config: T, *, num_members: int, scale_invariant_first_laye
     return dataclasses.replace(config, **fills), tuple(k for k in order if k in fills or k in earlier)  # type: ignore[type-var]
 
 
-_FLAGS = {"lot_size": "--lot-size", "learning_rate": "--learning-rate", "epochs": "--epochs", "clip_norm": "--clip-norm"}
+_FLAGS = {
+    "lot_size": "--lot-size",
+    "learning_rate": "--learning-rate",
+    "epochs": "--epochs",
+    "clip_norm": "--clip-norm",
+}
 
 
 def defaults_note(config: Any, derived: Sequence[str], *, num_members: int) -> str | None:
@@ -292,6 +328,8 @@ def defaults_note(config: Any, derived: Sequence[str], *, num_members: int) -> s
         else:
             parts.append(f"clip {value:g}")
     target = getattr(config, "target_epsilon", None)
-    facts = f"N={num_members}, " + (f"epsilon={target:g}, delta={getattr(config, 'delta', 0):g}" if target is not None else "no target epsilon")
+    facts = f"N={num_members}, " + (
+        f"epsilon={target:g}, delta={getattr(config, 'delta', 0):g}" if target is not None else "no target epsilon"
+    )
     flags = ", ".join(_FLAGS[name] for name in ("lot_size", "learning_rate", "epochs", "clip_norm") if name in derived)
     return f"defaults: {', '.join(parts)} — derived from {facts}; pass {flags} to override"

@@ -96,19 +96,32 @@ def train_nonprivate(
     device = torch.device(request.device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
-        model = build_model(request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **request.model_options)
+        model = build_model(
+            request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **request.model_options
+        )
     model.to(device).train()
     if prepare_model is not None:
         prepare_model(model)
-    opt = torch.optim.SGD(model.parameters(), lr=config.learning_rate, momentum=config.momentum, weight_decay=config.weight_decay)
+    opt = torch.optim.SGD(
+        model.parameters(), lr=config.learning_rate, momentum=config.momentum, weight_decay=config.weight_decay
+    )
     members = bundle.all().subset(request.splits.members)
     x, y = members.features.to(device), members.labels.to(device)
     gen = torch_generator(seed, "batches")
-    with Progress(config.epochs, f"train {progress_label} {request.model_name} on {bundle.name}", enabled=request.progress) as bar:
+    with Progress(
+        config.epochs, f"train {progress_label} {request.model_name} on {bundle.name}", enabled=request.progress
+    ) as bar:
         _train_epochs(model, opt, x, y, config=config, generator=gen, augment=augment, after_step=after_step, bar=bar)
     model.eval()
     steps = config.epochs * -(-len(x) // config.batch_size)
-    record = build_record(request, defense="nonprivate", model=model, claim=NonPrivateClaim(), started=started, extra_metrics={"num_steps": steps})
+    record = build_record(
+        request,
+        defense="nonprivate",
+        model=model,
+        claim=NonPrivateClaim(),
+        started=started,
+        extra_metrics={"num_steps": steps},
+    )
     return record, model
 
 

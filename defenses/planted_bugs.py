@@ -59,7 +59,15 @@ __all__ = [
     "train_realised_lot_size",
 ]
 
-PLANTED_BUGS = ("none", "no-clipping", "batch-clipping", "noise-without-clip-norm", "noise-halved", "lot-size-sensitivity", "realised-lot-size")
+PLANTED_BUGS = (
+    "none",
+    "no-clipping",
+    "batch-clipping",
+    "noise-without-clip-norm",
+    "noise-halved",
+    "lot-size-sensitivity",
+    "realised-lot-size",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,17 +125,29 @@ class PlantedDPSGD:
     def claim(self) -> DPClaim:
         """The claim the variant makes: correct DP-SGD accounting for (q, σ, T)."""
         c = self.config
-        desc = f"DP-SGD q={c.sampling_rate:g} sigma={c.noise_multiplier:g} T={c.num_steps} C={c.clip_norm:g} [planted bug: {self.bug}]"
-        return dpsgd_claim(sampling_rate=c.sampling_rate, noise_multiplier=c.noise_multiplier, num_steps=c.num_steps, description=desc)
+        desc = (
+            f"DP-SGD q={c.sampling_rate:g} sigma={c.noise_multiplier:g} "
+            f"T={c.num_steps} C={c.clip_norm:g} [planted bug: {self.bug}]"
+        )
+        return dpsgd_claim(
+            sampling_rate=c.sampling_rate, noise_multiplier=c.noise_multiplier, num_steps=c.num_steps, description=desc
+        )
 
     def build_model(self, dataset: ArrayDataset, *, seed: int = 0) -> nn.Module:
         """The MLP trained on ``dataset`` (initialised from the ``init`` stream of ``seed``)."""
         d = int(math.prod(dataset.input_shape))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(seed, "init"))
-            return nn.Sequential(nn.Flatten(), nn.Linear(d, self.config.hidden), nn.ReLU(), nn.Linear(self.config.hidden, dataset.num_classes))
+            return nn.Sequential(
+                nn.Flatten(),
+                nn.Linear(d, self.config.hidden),
+                nn.ReLU(),
+                nn.Linear(self.config.hidden, dataset.num_classes),
+            )
 
-    def train(self, dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+    def train(
+        self, dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None
+    ) -> nn.Module:
         """The third-party protocol ``train(dataset, *, seed[, initial_state]) -> nn.Module``."""
         return self(dataset, seed=seed, initial_state=initial_state)
 
@@ -140,7 +160,8 @@ class PlantedDPSGD:
         canary_gradient: Callable[[int], Mapping[str, torch.Tensor] | None] | None = None,
         initial_state: Mapping[str, torch.Tensor] | None = None,
     ) -> nn.Module:
-        """Trains with the planted bug; hooks and ``initial_state`` as in :func:`defenses.dpsgd.training.train_dpsgd`."""
+        """Trains with the planted bug; hooks and ``initial_state`` as in
+        :func:`defenses.dpsgd.training.train_dpsgd`."""
         from torch.func import functional_call, grad, vmap
 
         if not isinstance(dataset, ArrayDataset):
@@ -176,7 +197,15 @@ class PlantedDPSGD:
             if canary_gradient is not None:
                 canary = canary_gradient(step)
                 if canary is not None:  # one more example's gradient, treated like the others
-                    rows.append(torch.cat([canary[k].reshape(1, -1).float() if k in canary else torch.zeros(1, shapes[k].numel()) for k in names], dim=1))
+                    rows.append(
+                        torch.cat(
+                            [
+                                canary[k].reshape(1, -1).float() if k in canary else torch.zeros(1, shapes[k].numel())
+                                for k in names
+                            ],
+                            dim=1,
+                        )
+                    )
             grads = torch.cat(rows) if rows else torch.zeros(0, sum(sizes))
             size = grads.shape[0]  # the realised lot size (with the canary)
             if bug == "no-clipping":
@@ -205,36 +234,50 @@ def planted(bug: str, **config: Any) -> PlantedDPSGD:
     return PlantedDPSGD(bug=bug, config=PlantedConfig(**config))
 
 
-def train_correct(dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+def train_correct(
+    dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None
+) -> nn.Module:
     """The correct loop (default config): must never be flagged."""
     return PlantedDPSGD(bug="none").train(dataset, seed=seed, initial_state=initial_state)
 
 
-def train_no_clipping(dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+def train_no_clipping(
+    dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None
+) -> nn.Module:
     """Planted bug: per-example gradients not clipped."""
     return PlantedDPSGD(bug="no-clipping").train(dataset, seed=seed, initial_state=initial_state)
 
 
-def train_batch_clipping(dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+def train_batch_clipping(
+    dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None
+) -> nn.Module:
     """Planted bug: the lot's mean gradient clipped instead of each example's."""
     return PlantedDPSGD(bug="batch-clipping").train(dataset, seed=seed, initial_state=initial_state)
 
 
-def train_noise_without_clip_norm(dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+def train_noise_without_clip_norm(
+    dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None
+) -> nn.Module:
     """Planted bug: noise N(0, σ²) instead of N(0, σ²C²)."""
     return PlantedDPSGD(bug="noise-without-clip-norm").train(dataset, seed=seed, initial_state=initial_state)
 
 
-def train_noise_halved(dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+def train_noise_halved(
+    dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None
+) -> nn.Module:
     """Planted bug: σ lowered 2× while the claim keeps it."""
     return PlantedDPSGD(bug="noise-halved").train(dataset, seed=seed, initial_state=initial_state)
 
 
-def train_lot_size_sensitivity(dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+def train_lot_size_sensitivity(
+    dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None
+) -> nn.Module:
     """Planted bug: sensitivity off by the lot size (Backpropagation Clipping)."""
     return PlantedDPSGD(bug="lot-size-sensitivity").train(dataset, seed=seed, initial_state=initial_state)
 
 
-def train_realised_lot_size(dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+def train_realised_lot_size(
+    dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None
+) -> nn.Module:
     """Planted bug: division by the realised (data-dependent) lot size."""
     return PlantedDPSGD(bug="realised-lot-size").train(dataset, seed=seed, initial_state=initial_state)

@@ -49,7 +49,9 @@ class SubmodelTrainFn(Protocol):
     (:class:`dpaudit.training.TrainWorkspace`); ``None`` keeps nothing and trains in-process.
     """
 
-    def __call__(self, request: TrainRequest[Any], /, *, workspace: TrainWorkspace | None = None) -> tuple[TrainedModel, nn.Module]: ...
+    def __call__(
+        self, request: TrainRequest[Any], /, *, workspace: TrainWorkspace | None = None
+    ) -> tuple[TrainedModel, nn.Module]: ...
 
 
 class ReplayFn(Protocol):
@@ -165,10 +167,19 @@ class DefenseSpec:
             raise v.invalid("artefacts", f"artefacts must name each file once, got {names}")
         reserved = {RECORD_FILE, WEIGHTS_FILE}
         if reserved & set(names):
-            raise v.invalid("artefacts", f"artefacts must not name the record's own files ({', '.join(sorted(reserved))}), got {names}")
-        if self.report_kind is not None and (not isinstance(self.report_kind, str) or not self.report_kind.isidentifier()):
-            raise v.invalid("report_kind", f"report_kind must name a report kind (a Python identifier), got {self.report_kind!r}")
-        if self.run_module is not None and (not isinstance(self.run_module, str) or not self.run_module.startswith("dpaudit.app.runs.")):
+            raise v.invalid(
+                "artefacts",
+                f"artefacts must not name the record's own files ({', '.join(sorted(reserved))}), got {names}",
+            )
+        if self.report_kind is not None and (
+            not isinstance(self.report_kind, str) or not self.report_kind.isidentifier()
+        ):
+            raise v.invalid(
+                "report_kind", f"report_kind must name a report kind (a Python identifier), got {self.report_kind!r}"
+            )
+        if self.run_module is not None and (
+            not isinstance(self.run_module, str) or not self.run_module.startswith("dpaudit.app.runs.")
+        ):
             raise v.invalid("run_module", f"run_module must be a module of dpaudit.app.runs, got {self.run_module!r}")
         if self.style is not None and not isinstance(self.style, PlotStyle):
             raise v.invalid_type("style", f"style must be a PlotStyle, got {self.style!r}")
@@ -179,4 +190,6 @@ class DefenseSpec:
 
 
 #: Every defense, listed by its ``order``; each module under ``defenses`` registers its own.
-DEFENSES: Registry[DefenseSpec] = Registry("defense", argument="--defense", discover=("defenses",), order=lambda spec: spec.order)
+DEFENSES: Registry[DefenseSpec] = Registry(
+    "defense", argument="--defense", discover=("defenses",), order=lambda spec: spec.order
+)

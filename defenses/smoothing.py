@@ -36,7 +36,14 @@ from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import torch_generator
 from dpaudit.train_request import TrainRequest
 
-__all__ = ["MAX_SMOOTHING_SIGMA", "SmoothingConfig", "certification_spec", "check_sigma", "gaussian_augmentation", "train_smoothing"]
+__all__ = [
+    "MAX_SMOOTHING_SIGMA",
+    "SmoothingConfig",
+    "certification_spec",
+    "check_sigma",
+    "gaussian_augmentation",
+    "train_smoothing",
+]
 
 
 #: Largest σ accepted: 100 times the input range [0, 1]. Cohen et al. go up to σ = 1; far beyond,
@@ -48,20 +55,30 @@ def check_sigma(name: str, value: Any) -> float:
     """Validates σ in (0, :data:`MAX_SMOOTHING_SIGMA`]; the message names ``name`` and the value."""
     sigma = v.positive(name, value)
     if sigma > MAX_SMOOTHING_SIGMA:
-        raise v.invalid(name, f"{name} must be <= {MAX_SMOOTHING_SIGMA:g} (inputs lie in [0, 1]; the paper uses 0.25 to 1), got {v.short(value)}")
+        raise v.invalid(
+            name,
+            f"{name} must be <= {MAX_SMOOTHING_SIGMA:g} (inputs lie in [0, 1]; the "
+            f"paper uses 0.25 to 1), got {v.short(value)}",
+        )
     return sigma
 
 
 @dataclass(frozen=True, kw_only=True)
 class SmoothingConfig(NonPrivateConfig):
-    """Hyperparameters of a smoothing base classifier (the non-private baseline's SGD, :class:`defenses.nonprivate.NonPrivateConfig`).
+    """Hyperparameters of a smoothing base classifier (the non-private baseline's SGD,
+    :class:`defenses.nonprivate.NonPrivateConfig`).
 
     Attributes:
         smoothing_sigma: σ of the Gaussian noise, both the training augmentation and the
             smoothing that is certified (Cohen et al. use σ ∈ {0.25, 0.5, 1.0} on inputs in [0, 1]).
     """
 
-    smoothing_sigma: float = option(0.25, help="std of the Gaussian input noise trained with and certified (Cohen et al. 2019)", metavar="SIGMA", check=check_sigma)
+    smoothing_sigma: float = option(
+        0.25,
+        help="std of the Gaussian input noise trained with and certified (Cohen et al. 2019)",
+        metavar="SIGMA",
+        check=check_sigma,
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -116,14 +133,22 @@ def train_smoothing(request: TrainRequest[SmoothingConfig], /) -> tuple[TrainedM
     if not isinstance(config, SmoothingConfig):
         raise v.invalid_type("config", f"config must be a SmoothingConfig, got {type(config).__name__}")
     if request.model_options.get("noise_layer", False) is not False:
-        raise v.invalid("--defense", f"--defense smoothing noises the input, not a layer; got model_options noise_layer={request.model_options['noise_layer']!r}")
+        raise v.invalid(
+            "--defense",
+            "--defense smoothing noises the input, not a layer; got model_options "
+            f"noise_layer={request.model_options['noise_layer']!r}",
+        )
     # Its own seed stream: the augmentation noise neither shifts the batch order nor the init.
     generator = torch_generator(request.seed, "smoothing-augmentation", device=torch.device(request.device))
-    record, model = train_nonprivate(request, progress_label="smoothing", augment=gaussian_augmentation(config.smoothing_sigma, generator=generator))
+    record, model = train_nonprivate(
+        request, progress_label="smoothing", augment=gaussian_augmentation(config.smoothing_sigma, generator=generator)
+    )
     spec = certification_spec(config)
     stored = {**config_dict(config), "split_seed": request.splits.seed, "certification": spec.to_dict()}
     metrics = {**record.metrics, "smoothing_sigma": config.smoothing_sigma, "train_seconds": time.monotonic() - started}
-    record = dataclasses.replace(record, model_id=model_id_for(request, defense="smoothing"), defense="smoothing", config=stored, metrics=metrics)
+    record = dataclasses.replace(
+        record, model_id=model_id_for(request, defense="smoothing"), defense="smoothing", config=stored, metrics=metrics
+    )
     return record, model
 
 
@@ -134,7 +159,8 @@ DEFENSES.register(
         train=train_smoothing,
         claim_kind="nonprivate",
         certification=certification_spec,
-        summary="randomized smoothing: base model trained with Gaussian input noise, certified in L2 by CERTIFY (Cohen et al. 2019)",
+        summary="randomized smoothing: base model trained with Gaussian input noise, "
+        "certified in L2 by CERTIFY (Cohen et al. 2019)",
         order=30,
         style=PlotStyle(colour="#882255", marker="v", dash=":"),
     )

@@ -92,7 +92,13 @@ if TYPE_CHECKING:
     from attacks.federated.similarity import ssim
     from attacks.inversion import INVERSION_ATTACKS
     from attacks.inversion.base import InversionOutput, target_confidence
-    from attacks.inversion.evaluate import EvaluatorConfig, LabelledImages, evaluate_reconstructions, evaluator_accuracy, train_evaluator
+    from attacks.inversion.evaluate import (
+        EvaluatorConfig,
+        LabelledImages,
+        evaluate_reconstructions,
+        evaluator_accuracy,
+        train_evaluator,
+    )
     from attacks.inversion.gmi import GANConfig
     from attacks.inversion.mi_face import MIFaceConfig, run_mi_face
     from attacks.membership import MEMBERSHIP_ATTACKS, RMIAConfig, RMIAOfflineConfig, run_membership_attacks
@@ -137,10 +143,19 @@ if TYPE_CHECKING:
     from dpaudit.privacy.accountants import ACCOUNTANTS, compute_epsilon
     from dpaudit.privacy.audit_bounds import resolve_bound
     from dpaudit.privacy.audit_procedures import audit_ceiling, audit_from_one_run, audit_from_scores
-    from dpaudit.privacy.audit_stats import bound_from_scores, one_run_bound_from_scores, one_run_epsilon_lb, uncorrected_gdp_estimate
+    from dpaudit.privacy.audit_stats import (
+        bound_from_scores,
+        one_run_bound_from_scores,
+        one_run_epsilon_lb,
+        uncorrected_gdp_estimate,
+    )
     from dpaudit.privacy.claims import DPClaim, dpsgd_claim
     from dpaudit.privacy.events import sampled_gaussian_event
-    from dpaudit.privacy.fdp_one_run import fdp_one_run_bound_from_scores, fdp_one_run_epsilon_lb, idealised_gaussian_counts
+    from dpaudit.privacy.fdp_one_run import (
+        fdp_one_run_bound_from_scores,
+        fdp_one_run_epsilon_lb,
+        idealised_gaussian_counts,
+    )
     from dpaudit.privacy.gaussian import analytic_sigma, extended_sigma, gdp_epsilon
     from dpaudit.results import (
         AuditResult,
@@ -153,7 +168,14 @@ if TYPE_CHECKING:
         load_record,
         save_membership_result,
     )
-    from dpaudit.results.audit_details import AuditDetails, OneRunDetails, PateAuditDetails, ScoresDetails, UploadAuditDetails, WhiteBoxDetails
+    from dpaudit.results.audit_details import (
+        AuditDetails,
+        OneRunDetails,
+        PateAuditDetails,
+        ScoresDetails,
+        UploadAuditDetails,
+        WhiteBoxDetails,
+    )
     from dpaudit.results.check import CheckDetails, CheckOutcome, CheckReport, load_check_report
     from dpaudit.results.comparison import ComparisonResult
     from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
@@ -342,7 +364,9 @@ def _sources() -> dict[str, tuple[str, str]]:
         if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
             for stmt in node.body:
                 if not (isinstance(stmt, ast.ImportFrom) and stmt.module and stmt.level == 0):
-                    raise ImportError(f"dpaudit.api: only absolute 'from ... import' lines belong in its table (line {stmt.lineno})")
+                    raise ImportError(
+                        f"dpaudit.api: only absolute 'from ... import' lines belong in its table (line {stmt.lineno})"
+                    )
                 table.update({alias.asname or alias.name: (stmt.module, alias.name) for alias in stmt.names})
     return table
 

@@ -3,7 +3,8 @@
 ``--train-fn`` (a training procedure to audit) and ``--model-fn`` (a model builder to attack)
 accept the same two forms, resolved here in one way. Each also has a *fingerprint* — the
 SHA-256 of the source it resolves to, of every local module it imports (found statically,
-:mod:`dpaudit.import_graph`), and the installed versions of the distributions they import — so a stored result made by other code is never handed back as if it were
+:mod:`dpaudit.import_graph`), and the installed versions of the distributions they import — so a stored result made by
+other code is never handed back as if it were
 this code's (issue "Results that cannot lie": reuse keyed by content, never by name).
 
 Torch-free.
@@ -135,7 +136,11 @@ def call_user(fn: Callable[..., Any], *args: Any, label: str, **kwargs: Any) -> 
     out, err = _Forward(real_err), _Forward(real_err)
 
     def restore() -> list[str]:
-        took = [f"{'closed' if ours.closed else 'replaced'} sys.{name}" for name, now, ours in (("stdout", sys.stdout, out), ("stderr", sys.stderr, err)) if now is not ours or ours.closed]
+        took = [
+            f"{'closed' if ours.closed else 'replaced'} sys.{name}"
+            for name, now, ours in (("stdout", sys.stdout, out), ("stderr", sys.stderr, err))
+            if now is not ours or ours.closed
+        ]
         sys.stdout, sys.stderr = real_out, real_err
         return took
 
@@ -209,13 +214,19 @@ class FileCallable:
                 raise v.invalid(self.argument, str(exc)) from None
             except SyntaxError as exc:
                 del sys.modules[mod_name]
-                raise v.invalid(self.argument, f"{self.argument}: {self.path!r} is not valid Python (line {exc.lineno}: {exc.msg})") from None
+                raise v.invalid(
+                    self.argument, f"{self.argument}: {self.path!r} is not valid Python (line {exc.lineno}: {exc.msg})"
+                ) from None
             except ImportError as exc:
                 del sys.modules[mod_name]
-                raise v.invalid(self.argument, f"{self.argument}: {self.path!r} fails to import: {describe_exception(exc)}") from None
+                raise v.invalid(
+                    self.argument, f"{self.argument}: {self.path!r} fails to import: {describe_exception(exc)}"
+                ) from None
             except Exception as exc:
                 del sys.modules[mod_name]
-                raise v.invalid(self.argument, f"{self.argument}: {self.path!r} raised {describe_exception(exc)} at import") from None
+                raise v.invalid(
+                    self.argument, f"{self.argument}: {self.path!r} raised {describe_exception(exc)} at import"
+                ) from None
         return callable_attribute(module, self.name, label=f"{self.argument}={self.path}:{self.name}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -230,10 +241,14 @@ class FileCallable:
 
 def _split(spec: Any, argument: str) -> tuple[str, str]:
     if not isinstance(spec, str) or ":" not in spec:
-        raise v.invalid(argument, f"{argument} must look like 'module:function' or 'path/to/file.py:function', got {spec!r}")
+        raise v.invalid(
+            argument, f"{argument} must look like 'module:function' or 'path/to/file.py:function', got {spec!r}"
+        )
     target, _, name = spec.rpartition(":")
     if not target or not name:
-        raise v.invalid(argument, f"{argument} must look like 'module:function' or 'path/to/file.py:function', got {spec!r}")
+        raise v.invalid(
+            argument, f"{argument} must look like 'module:function' or 'path/to/file.py:function', got {spec!r}"
+        )
     return target, name
 
 
@@ -263,9 +278,13 @@ def _import_user_module(target: str, *, spec: str, argument: str) -> Any:
     except UserCodeFailed as exc:
         raise v.invalid(argument, str(exc)) from None
     except ImportError as exc:
-        raise v.invalid(argument, f"{argument}={spec!r}: cannot import module {target!r} ({describe_exception(exc)})") from None
+        raise v.invalid(
+            argument, f"{argument}={spec!r}: cannot import module {target!r} ({describe_exception(exc)})"
+        ) from None
     except Exception as exc:
-        raise v.invalid(argument, f"{argument}={spec!r}: module {target!r} raised {describe_exception(exc)} at import") from None
+        raise v.invalid(
+            argument, f"{argument}={spec!r}: module {target!r} raised {describe_exception(exc)} at import"
+        ) from None
 
 
 def _source_path(target: str, *, spec: str, argument: str) -> str | None:
@@ -343,7 +362,9 @@ def code_fingerprint(spec: str, *, argument: str = "spec") -> CodeFingerprint:
     path = _source_path(target, spec=spec, argument=argument)
     if path is None:
         module = sys.modules.get(target)
-        return CodeFingerprint(sha256=hashlib.sha256(f"{target}=={getattr(module, '__version__', '')}".encode()).hexdigest())
+        return CodeFingerprint(
+            sha256=hashlib.sha256(f"{target}=={getattr(module, '__version__', '')}".encode()).hexdigest()
+        )
     try:
         source = Path(path).read_bytes()
     except OSError as exc:

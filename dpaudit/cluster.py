@@ -171,7 +171,10 @@ def _short(digest: str) -> str:
 
 def _code_difference(driver: Mapping[str, str], worker: Mapping[str, str]) -> str:
     # Files first: an edited module is the likelier story than a library's version.
-    changed = sorted((k for k in set(driver) | set(worker) if driver.get(k) != worker.get(k)), key=lambda k: (k.startswith("dist:"), k))
+    changed = sorted(
+        (k for k in set(driver) | set(worker) if driver.get(k) != worker.get(k)),
+        key=lambda k: (k.startswith("dist:"), k),
+    )
     parts = []
     for key in changed[:3]:
         if key.startswith("dist:"):
@@ -190,20 +193,30 @@ def mismatch(driver: NodeReport, worker: NodeReport, *, data_root: str | None = 
     """One line saying how ``worker`` differs from ``driver`` (code first, then data), or None."""
     if worker.fingerprint != driver.fingerprint:
         return (
-            f"worker node {worker.node}: code fingerprint {_short(worker.fingerprint)} differs from the driver's {_short(driver.fingerprint)} "
-            f"({_code_difference(driver.manifest, worker.manifest)}); install the same checkout on every node, or pass --ship-code"
+            f"worker node {worker.node}: code fingerprint "
+            f"{_short(worker.fingerprint)} differs from the driver's "
+            f"{_short(driver.fingerprint)} "
+            f"({_code_difference(driver.manifest, worker.manifest)}); install the "
+            "same checkout on every node, or pass --ship-code"
         )
     root = f"data root {data_root!r}" if data_root is not None else "data root (DPAUDIT_DATA_ROOT)"
     for name in sorted(set(driver.data) | set(driver.data_errors)):
         if name in worker.data_errors:
-            return f"worker node {worker.node}: dataset {name!r} cannot be read there ({worker.data_errors[name]}); every node's {root} must hold the same files"
+            return (
+                f"worker node {worker.node}: dataset {name!r} cannot be read there "
+                f"({worker.data_errors[name]}); every node's {root} must hold the same "
+                "files"
+            )
         theirs, ours = dict(worker.data.get(name, {})), dict(driver.data.get(name, {}))
         if theirs != ours:
             changed = sorted(f for f in set(theirs) | set(ours) if theirs.get(f) != ours.get(f))
             first = changed[0]
             detail = f"{first}: MD5 {theirs.get(first, 'missing')[:12]} there, {ours.get(first, 'missing')[:12]} here"
             more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
-            return f"worker node {worker.node}: dataset {name!r} differs from the driver's ({detail}{more}); every node's {root} must hold the same files"
+            return (
+                f"worker node {worker.node}: dataset {name!r} differs from the driver's "
+                f"({detail}{more}); every node's {root} must hold the same files"
+            )
     return None
 
 
@@ -248,7 +261,9 @@ def _describe_node(datasets: Sequence[str], data_root: str | None) -> NodeReport
     return node_report(datasets, data_root)
 
 
-def check_nodes(ray: Any, driver: NodeReport, *, datasets: Sequence[str], data_root: str | None, checked: MutableSet[str]) -> None:
+def check_nodes(
+    ray: Any, driver: NodeReport, *, datasets: Sequence[str], data_root: str | None, checked: MutableSet[str]
+) -> None:
     """Asks every live node of the cluster not in ``checked`` for its :class:`NodeReport` (a task
     pinned to it, using no CPU so that busy nodes answer too) and compares it with ``driver``'s.
 
@@ -265,13 +280,21 @@ def check_nodes(ray: Any, driver: NodeReport, *, datasets: Sequence[str], data_r
     if not nodes:
         return
     describe = ray.remote(num_cpus=0, max_retries=0)(_describe_node)
-    refs = [describe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)).remote(tuple(datasets), data_root) for n in nodes]
+    refs = [
+        describe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)).remote(
+            tuple(datasets), data_root
+        )
+        for n in nodes
+    ]
     for n, ref in zip(nodes, refs):
         try:
             report = ray.get(ref, timeout=NODE_CHECK_TIMEOUT)
         except Exception as exc:  # the node died meanwhile, or cannot run our code at all
             if any(m["NodeID"] == n["NodeID"] and m.get("Alive") for m in ray.nodes()):
-                raise ClusterMismatch(f"worker node {n.get('NodeManagerAddress')} (node {n['NodeID'][:8]}) did not report its code and data: {' '.join(str(exc).split())[:300]}") from None
+                raise ClusterMismatch(
+                    f"worker node {n.get('NodeManagerAddress')} (node {n['NodeID'][:8]}) did "
+                    f"not report its code and data: {' '.join(str(exc).split())[:300]}"
+                ) from None
             continue
         problem = mismatch(driver, report, data_root=data_root)
         if problem is not None:

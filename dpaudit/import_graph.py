@@ -279,7 +279,9 @@ def walk_imports(path: str | os.PathLike[str], *, module_name: str | None = None
     """
     importlib.invalidate_caches()  # a file written a moment ago (same directory mtime) is found too
     start = os.path.realpath(path)
-    walker = _Walker(search=_search_path(Path(start).parent), modules={}, unresolved=set(), tops=set(), queue=[(start, module_name)])
+    walker = _Walker(
+        search=_search_path(Path(start).parent), modules={}, unresolved=set(), tops=set(), queue=[(start, module_name)]
+    )
     seen: set[str] = set()
     while walker.queue:
         file, name = walker.queue.pop(0)
@@ -288,4 +290,6 @@ def walk_imports(path: str | os.PathLike[str], *, module_name: str | None = None
         seen.add(file)
         walker.visit(file, name)
     modules = tuple(sorted((m for p, m in walker.modules.items() if p != start), key=lambda m: (m.name, m.path)))
-    return ImportWalk(modules=modules, unresolved=tuple(sorted(walker.unresolved)), distributions=installed_distributions(walker.tops))
+    return ImportWalk(
+        modules=modules, unresolved=tuple(sorted(walker.unresolved)), distributions=installed_distributions(walker.tops)
+    )

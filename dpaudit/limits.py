@@ -70,7 +70,12 @@ LIMITS: Mapping[str, SizeLimit] = {
     "batch_size": SizeLimit(65_536, "a batch is held in memory at once"),
     "steps": SizeLimit(10**6, "each step is one noisy gradient per trial"),
     "members": SizeLimit(10**7, "the members are held in memory"),
-    "model_parameters": SizeLimit(10**6, "check trains a --train-fn model many times over, with per-example gradients: 2.2 million parameters took 2.2 GB of memory within a minute"),
+    "model_parameters": SizeLimit(
+        10**6,
+        "check trains a --train-fn model many times over, with per-example "
+        "gradients: 2.2 million parameters took 2.2 GB of memory within a "
+        "minute",
+    ),
     # Audits
     "trials": SizeLimit(10**4, "each trial is one full training"),
     "canaries": SizeLimit(10**5, "the canaries join the training set"),
@@ -92,10 +97,23 @@ LIMITS: Mapping[str, SizeLimit] = {
     # Plans and inputs
     "jobs": SizeLimit(1000, "each job is one training or one attack of a trained model"),
     "workers": SizeLimit(1024, "each worker is a process"),
-    "composed_events": SizeLimit(1000, "each event of a claim is accounted in turn by every accountant: 1,000 took 20 s, 10,000 more than 3 minutes"),
+    "composed_events": SizeLimit(
+        1000,
+        "each event of a claim is accounted in turn by every accountant: 1,000 took 20 s, 10,000 more than 3 minutes",
+    ),
     "nesting_depth": SizeLimit(64, "a value nested deeper is no grid or claim, and parsing it recurses", hard=True),
-    "name_length": SizeLimit(200, "a name becomes directory and report file names, which with their suffixes must stay within the 255 bytes a file name may have", hard=True),
-    "label_length": SizeLimit(90, "a grid's name and each setting's label make up its audits' names (compare-NAME-LABEL-HASH), within name_length", hard=True),
+    "name_length": SizeLimit(
+        200,
+        "a name becomes directory and report file names, which with their "
+        "suffixes must stay within the 255 bytes a file name may have",
+        hard=True,
+    ),
+    "label_length": SizeLimit(
+        90,
+        "a grid's name and each setting's label make up its audits' names "
+        "(compare-NAME-LABEL-HASH), within name_length",
+        hard=True,
+    ),
 }
 
 
@@ -111,13 +129,25 @@ def above_limit(argument: str, value: Any, limit: SizeLimit | None, *, i_know: b
     checks refuse them).
     """
     # typeshed's numbers.Real declares no __gt__; every concrete Real compares with a float, so read it as one.
-    if limit is None or isinstance(value, bool) or not isinstance(value, numbers.Real) or not cast(float, value) > limit.maximum:
+    if (
+        limit is None
+        or isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not cast(float, value) > limit.maximum
+    ):
         return None
     if limit.hard:
-        return f"{argument}={describe_number(float(value))} is above the limit {describe_number(limit.maximum)} ({limit.why})"
+        return (
+            f"{argument}={describe_number(float(value))} is above the limit "
+            f"{describe_number(limit.maximum)} ({limit.why})"
+        )
     if i_know:
         return None
-    return f"{argument}={describe_number(float(value))} is above the limit {describe_number(limit.maximum)} ({limit.why}); pass --i-know (i_know=True) to run it anyway"
+    return (
+        f"{argument}={describe_number(float(value))} is above the limit "
+        f"{describe_number(limit.maximum)} ({limit.why}); pass --i-know "
+        "(i_know=True) to run it anyway"
+    )
 
 
 def check_limit(argument: str, value: Any, name: str, *, i_know: bool = False) -> Any:
@@ -164,7 +194,10 @@ def check_count(argument: str, items: Any, name: str, *, i_know: bool = False) -
     limit = LIMITS[name]
     if size > limit.maximum and (limit.hard or not i_know):
         tail = "" if limit.hard else "; pass --i-know (i_know=True) to run it anyway"
-        raise v.invalid(argument, f"{argument} has {size:,} values, above the limit {describe_number(limit.maximum)} ({limit.why}){tail}")
+        raise v.invalid(
+            argument,
+            f"{argument} has {size:,} values, above the limit {describe_number(limit.maximum)} ({limit.why}){tail}",
+        )
 
 
 def check_name(argument: str, value: Any, *, name: str = "name_length") -> str:
@@ -179,7 +212,11 @@ def check_name(argument: str, value: Any, *, name: str = "name_length") -> str:
         raise v.invalid(argument, f"{argument} must not be empty, got {value!r}")
     limit = LIMITS[name]
     if len(value) > limit.maximum:
-        raise v.invalid(argument, f"{argument}={v.short(value, 40)} has {len(value)} characters, above the limit {describe_number(limit.maximum)} ({limit.why})")
+        raise v.invalid(
+            argument,
+            f"{argument}={v.short(value, 40)} has {len(value)} characters, above the "
+            f"limit {describe_number(limit.maximum)} ({limit.why})",
+        )
     return value
 
 
@@ -202,7 +239,9 @@ def check_depth(argument: str, value: Any) -> Any:
         else:
             continue
         if depth >= limit:
-            raise v.invalid(argument, f"{argument} is nested more than {limit} levels deep ({LIMITS['nesting_depth'].why})")
+            raise v.invalid(
+                argument, f"{argument} is nested more than {limit} levels deep ({LIMITS['nesting_depth'].why})"
+            )
         stack.extend((c, depth + 1) for c in children)
     return value
 
@@ -221,21 +260,32 @@ def npy_header(argument: str, path: str | Path) -> tuple[tuple[int, ...], Any]:
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, _, dtype = read(f)
     except (ValueError, EOFError) as exc:
-        raise v.invalid(argument, f"{argument}={str(path)!r} is not a plain .npy array ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+        raise v.invalid(
+            argument,
+            f"{argument}={str(path)!r} is not a plain .npy array "
+            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})",
+        ) from None
     return tuple(int(n) for n in shape), dtype
 
 
 def check_npy(argument: str, path: str | Path, *, ndim: int) -> tuple[int, ...]:
-    """Refuses a ``.npy`` file whose header declares other than ``ndim`` dimensions (or Python objects), before it is loaded.
+    """Refuses a ``.npy`` file whose header declares other than ``ndim`` dimensions (or Python objects), before it is
+    loaded.
 
     Returns:
         The declared shape.
     """
     shape, dtype = npy_header(argument, path)
     if dtype.hasobject:
-        raise v.invalid(argument, f"{argument}={str(path)!r} is not a plain .npy array (it holds Python objects, which loading would unpickle)")
+        raise v.invalid(
+            argument,
+            f"{argument}={str(path)!r} is not a plain .npy array (it holds Python "
+            "objects, which loading would unpickle)",
+        )
     if len(shape) != ndim:
-        raise v.invalid(argument, f"{argument}={str(path)!r} must hold a {ndim}-D array, its header declares shape {shape}")
+        raise v.invalid(
+            argument, f"{argument}={str(path)!r} must hold a {ndim}-D array, its header declares shape {shape}"
+        )
     return shape
 
 
@@ -252,7 +302,12 @@ def check_parameter_count(argument: str, model: Any, *, i_know: bool = False) ->
     count = int(model) if isinstance(model, numbers.Integral) else sum(int(p.numel()) for p in model.parameters())
     limit = LIMITS["model_parameters"]
     if count > limit.maximum and not i_know:
-        raise v.invalid(argument, f"{argument}: the model has {count:,} parameters, above the limit {describe_number(limit.maximum)} ({limit.why}); pass --i-know (i_know=True) to run it anyway")
+        raise v.invalid(
+            argument,
+            f"{argument}: the model has {count:,} parameters, above the limit "
+            f"{describe_number(limit.maximum)} ({limit.why}); pass --i-know "
+            "(i_know=True) to run it anyway",
+        )
     return count
 
 

@@ -63,7 +63,10 @@ def unit_lock(run_path: str | os.PathLike[str], unit: str, *, label: str | None 
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
-            raise RunInUse(f"{Path(run_path)} is in use: {label or unit} is being written by {holder}; wait for it to finish, or use another --out") from None
+            raise RunInUse(
+                f"{Path(run_path)} is in use: {label or unit} is being written by "
+                f"{holder}; wait for it to finish, or use another --out"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} ({' '.join(['dpaudit', *sys.argv[1:]])[:300]})".encode(), 0)
         try:
@@ -81,7 +84,8 @@ def command_lock(run_path: str | os.PathLike[str] | None, key: str) -> Iterator[
 
     Taken by the command line from the raw arguments, before it builds the parser (which
     imports torch for some verbs) or loads data, so that a second identical run into the same
-    ``--out`` is refused at once rather than after its start-up. The unit locks taken inside the work stay the real guarantee
+    ``--out`` is refused at once rather than after its start-up. The unit locks taken inside the work stay the real
+    guarantee
     (different commands may write the same unit); this one only makes the common mistake
     cheap. A run directory this call had to create, and left holding nothing but the lock, is
     removed again, so a command refused later for bad input leaves no empty ``--out``.

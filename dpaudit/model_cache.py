@@ -81,7 +81,9 @@ class ModelJob:
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key or "/" in self.key or self.key.startswith("."):
-            raise v.invalid("key", f"key must be a non-empty name without '/' that does not start with '.', got {self.key!r}")
+            raise v.invalid(
+                "key", f"key must be a non-empty name without '/' that does not start with '.', got {self.key!r}"
+            )
         if not callable(self.fn):
             raise v.invalid_type("fn", f"fn must be callable, got {self.fn!r}")
         if not callable(self.build):

@@ -108,7 +108,9 @@ def register_model(name: str, *, summary: str) -> Callable[[Callable[..., nn.Mod
 
 
 @register_model("abadi-mnist", summary="[PCA k →] 1000 ReLU → classes (Abadi et al. 2016)")
-def _abadi_mnist(input_shape: tuple[int, ...], num_classes: int, *, pca_components: int | None = None, hidden: int = 1000) -> nn.Module:
+def _abadi_mnist(
+    input_shape: tuple[int, ...], num_classes: int, *, pca_components: int | None = None, hidden: int = 1000
+) -> nn.Module:
     hidden = v.integer("hidden", hidden, minimum=1)
     d = _flat(input_shape)
     layers: list[nn.Module] = [nn.Flatten()]
@@ -176,12 +178,16 @@ def _cifar10_cnn(input_shape: tuple[int, ...], num_classes: int, *, width: int =
 
 def _mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 128, activation: str = "relu") -> nn.Module:
     hidden = v.integer("hidden", hidden, minimum=1)
-    act = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}[v.choice("activation", activation, ("relu", "tanh", "sigmoid"))]
+    act = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}[
+        v.choice("activation", activation, ("relu", "tanh", "sigmoid"))
+    ]
     return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), hidden), act(), nn.Linear(hidden, num_classes))
 
 
 @register_model("digits-mlp", summary="64 → 64 tanh → 10, for 8×8 digits (tanh: Papernot et al. 2021)")
-def _digits_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64, activation: str = "tanh") -> nn.Module:
+def _digits_mlp(
+    input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64, activation: str = "tanh"
+) -> nn.Module:
     # Papernot, Thakurta, Song, Chien & Erlingsson (2021, "Tempered sigmoid activations for deep
     # learning with differential privacy", §4-5): a bounded activation keeps clipped gradients
     # informative and beats ReLU under DP-SGD; the narrower layer also puts less noise into
@@ -190,7 +196,11 @@ def _digits_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int =
     return _mlp(input_shape, num_classes, hidden=hidden, activation=activation)
 
 
-@register_model("dssgd-mlp", summary="784 → 128 → 64 ReLU → 10: 109,386 parameters on MNIST (Shokri & Shmatikov 2015; 140,106 on their 32×32 frame)")
+@register_model(
+    "dssgd-mlp",
+    summary="784 → 128 → 64 ReLU → 10: 109,386 parameters on MNIST (Shokri & "
+    "Shmatikov 2015; 140,106 on their 32×32 frame)",
+)
 def _dssgd_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: tuple[int, int] = (128, 64)) -> nn.Module:
     # Shokri & Shmatikov (2015, §6.1): two hidden ReLU layers of 128 and 64 units. The stated
     # counts pin them down: 402,250 parameters on SVHN (3,072 inputs) and 140,106 on MNIST, which
@@ -200,10 +210,20 @@ def _dssgd_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: tuple[
     if not (isinstance(hidden, (tuple, list)) and len(hidden) == 2):
         raise v.invalid("hidden", f"hidden must be two layer widths, got {hidden!r}")
     h1, h2 = (v.integer("hidden", h, minimum=1) for h in hidden)
-    return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), h1), nn.ReLU(), nn.Linear(h1, h2), nn.ReLU(), nn.Linear(h2, num_classes))
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(_flat(input_shape), h1),
+        nn.ReLU(),
+        nn.Linear(h1, h2),
+        nn.ReLU(),
+        nn.Linear(h2, num_classes),
+    )
 
 
-@register_model("dssgd-cnn", summary="conv5×5×32, pool3, conv5×5×64, pool2, FC200: 105,506 parameters on MNIST (Shokri & Shmatikov 2015)")
+@register_model(
+    "dssgd-cnn",
+    summary="conv5×5×32, pool3, conv5×5×64, pool2, FC200: 105,506 parameters on MNIST (Shokri & Shmatikov 2015)",
+)
 def _dssgd_cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 200) -> nn.Module:
     # Shokri & Shmatikov (2015, §6.1) state 105,506 parameters for their MNIST CNN; two 5×5 valid
     # convolutions with 32 and 64 filters, a 3×3 then a 2×2 max-pool and a 200-unit layer give
@@ -230,7 +250,11 @@ def _dssgd_cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 
     )
 
 
-@register_model("audit-cnn", summary="conv5×5×16, pool2, conv4×4×32, pool2, 32 tanh: 25,386 parameters on MNIST (Annamalai & De Cristofaro 2024's audits)")
+@register_model(
+    "audit-cnn",
+    summary="conv5×5×16, pool2, conv4×4×32, pool2, 32 tanh: 25,386 parameters on "
+    "MNIST (Annamalai & De Cristofaro 2024's audits)",
+)
 def _audit_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     # The small tanh CNN of Annamalai & De Cristofaro's black-box audits (NeurIPS 2024): 5×5×16
     # conv, pool 2, 4×4×32 conv, pool 2, 32 tanh units; 25,386 parameters on 28×28 MNIST.
@@ -260,7 +284,9 @@ def _softmax_regression(input_shape: tuple[int, ...], num_classes: int) -> nn.Mo
 
 
 @register_model("faces-mlp", summary="3000 sigmoid hidden units (Fredrikson et al. 2015)")
-def _faces_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 3000, activation: str = "sigmoid") -> nn.Module:
+def _faces_mlp(
+    input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 3000, activation: str = "sigmoid"
+) -> nn.Module:
     return _mlp(input_shape, num_classes, hidden=hidden, activation=activation)
 
 
@@ -268,10 +294,25 @@ def _faces_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 
 def _tabular_mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 64) -> nn.Module:
     hidden = v.integer("hidden", hidden, minimum=1)
     d = _flat(input_shape)
-    return nn.Sequential(nn.Flatten(), nn.Linear(d, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(d, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, num_classes),
+    )
 
 
-def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, noise_layer: bool = False, input_standardization: object = None, **kwargs: object) -> nn.Module:
+def build_model(
+    name: str,
+    *,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    noise_layer: bool = False,
+    input_standardization: object = None,
+    **kwargs: object,
+) -> nn.Module:
     """Builds the zoo model ``name`` for inputs of ``input_shape`` and ``num_classes`` outputs.
 
     Args:
@@ -296,8 +337,11 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, no
     if count > MAX_MODEL_PARAMETERS:
         raise v.invalid(
             "model",
-            f"model {name!r} with options {_options_text(kwargs)} and input_shape {shape} would have about {count:.3g} parameters "
-            f"({_bytes_text(4 * count)} as float32); the limit is MAX_MODEL_PARAMETERS = {MAX_MODEL_PARAMETERS} ({_bytes_text(4 * MAX_MODEL_PARAMETERS)})",
+            f"model {name!r} with options {_options_text(kwargs)} and input_shape "
+            f"{shape} would have about {count:.3g} parameters "
+            f"({_bytes_text(4 * count)} as float32); the limit is "
+            f"MAX_MODEL_PARAMETERS = {MAX_MODEL_PARAMETERS} "
+            f"({_bytes_text(4 * MAX_MODEL_PARAMETERS)})",
         )
     standardize = None if input_standardization is None else _standardization(input_standardization)
     model = MODELS[name].builder(shape, num_classes, **kwargs)
@@ -309,7 +353,9 @@ def build_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, no
     return add_noise_layer(model, input_shape=shape) if noise_layer else model
 
 
-def count_parameters(name: str, *, input_shape: tuple[int, ...], num_classes: int, input_standardization: object = None, **kwargs: object) -> int:
+def count_parameters(
+    name: str, *, input_shape: tuple[int, ...], num_classes: int, input_standardization: object = None, **kwargs: object
+) -> int:
     """Parameter and buffer elements the zoo model ``name`` would have, counted without allocating.
 
     The architecture is built on PyTorch's ``meta`` device, which records shapes but holds no
@@ -322,12 +368,16 @@ def count_parameters(name: str, *, input_shape: tuple[int, ...], num_classes: in
     return _count(name, input_shape=input_shape, num_classes=num_classes, options=kwargs)[0]
 
 
-def _count(name: str, *, input_shape: tuple[int, ...], num_classes: int, options: dict[str, object]) -> tuple[int, tuple[int, ...], int]:
+def _count(
+    name: str, *, input_shape: tuple[int, ...], num_classes: int, options: dict[str, object]
+) -> tuple[int, tuple[int, ...], int]:
     num_classes = v.integer("num_classes", num_classes, minimum=2)
     try:
         shape = tuple(v.integer("input_shape", x, minimum=1) for x in input_shape)
     except (TypeError, ValueError):
-        raise v.invalid("input_shape", f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}") from None
+        raise v.invalid(
+            "input_shape", f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}"
+        ) from None
     if not shape:
         raise v.invalid("input_shape", f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
     builder = MODELS[name].builder
@@ -346,19 +396,25 @@ def _count(name: str, *, input_shape: tuple[int, ...], num_classes: int, options
             if isinstance(value, int) and not isinstance(value, bool) and value > MAX_MODEL_PARAMETERS:
                 raise v.invalid(
                     "model",
-                    f"model {name!r}: option {key}={value!r} gives at least {value:.3g} parameters (at least {_bytes_text(4 * value)} as float32); "
-                    f"the limit is MAX_MODEL_PARAMETERS = {MAX_MODEL_PARAMETERS} ({_bytes_text(4 * MAX_MODEL_PARAMETERS)})",
+                    f"model {name!r}: option {key}={value!r} gives at least {value:.3g} "
+                    f"parameters (at least {_bytes_text(4 * value)} as float32); "
+                    f"the limit is MAX_MODEL_PARAMETERS = {MAX_MODEL_PARAMETERS} "
+                    f"({_bytes_text(4 * MAX_MODEL_PARAMETERS)})",
                 ) from None
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "overflow" in detail.lower():
             raise v.invalid(
                 "model",
-                f"model {name!r} with options {_options_text(options)} and input_shape {shape} would have more parameters than a 64-bit count holds; "
+                f"model {name!r} with options {_options_text(options)} and input_shape "
+                f"{shape} would have more parameters than a 64-bit count holds; "
                 f"the limit is MAX_MODEL_PARAMETERS = {MAX_MODEL_PARAMETERS} ({_bytes_text(4 * MAX_MODEL_PARAMETERS)})",
             ) from None
         if isinstance(exc, (TypeError, ValueError)):  # our validators: they name the option and value
             raise type(exc)(f"model {name!r}: {detail}") from None
-        raise v.invalid("model", f"model {name!r} cannot be built with options {_options_text(options)} and input_shape {shape}: {detail}") from None
+        raise v.invalid(
+            "model",
+            f"model {name!r} cannot be built with options {_options_text(options)} and input_shape {shape}: {detail}",
+        ) from None
     count = sum(t.numel() for t in skeleton.parameters()) + sum(t.numel() for t in skeleton.buffers())
     return int(count), shape, num_classes
 
@@ -419,7 +475,11 @@ class DCGANGenerator(nn.Module):
         self.project_norm = nn.Sequential(nn.BatchNorm2d(channels[0]), nn.ReLU())
         blocks: list[nn.Module] = []
         for cin, cout in zip(channels[:-1], channels[1:], strict=True):
-            blocks += [nn.ConvTranspose2d(cin, cout, 4, stride=2, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+            blocks += [
+                nn.ConvTranspose2d(cin, cout, 4, stride=2, padding=1, bias=False),
+                nn.BatchNorm2d(cout),
+                nn.ReLU(),
+            ]
         blocks += [nn.ConvTranspose2d(channels[-1], c, 4, stride=2, padding=1), nn.Sigmoid()]
         self.blocks = nn.Sequential(*blocks)
 

@@ -21,7 +21,18 @@ from typing import Any
 from dpaudit import _validate as v
 from dpaudit.limits import SizeLimit, above_limit
 
-__all__ = ["SizeLimit", "LIMIT_ATTR", "limit_action", "OptionSpec", "option", "option_specs", "add_option_flags", "options_from_args", "OptionConflictError", "check_config_sizes"]
+__all__ = [
+    "SizeLimit",
+    "LIMIT_ATTR",
+    "limit_action",
+    "OptionSpec",
+    "option",
+    "option_specs",
+    "add_option_flags",
+    "options_from_args",
+    "OptionConflictError",
+    "check_config_sizes",
+]
 
 _KEY = "dpaudit_option"
 
@@ -109,7 +120,17 @@ def option(
         kind = type(default) if default not in (None, dataclasses.MISSING) else float
         if choices and default in (None, dataclasses.MISSING):
             kind = type(next(iter(choices)))
-    meta = {_KEY: {"help": help, "flag": flag, "kind": kind, "metavar": metavar, "choices": tuple(choices) if choices is not None else None, "check": check, "limit": limit}}
+    meta = {
+        _KEY: {
+            "help": help,
+            "flag": flag,
+            "kind": kind,
+            "metavar": metavar,
+            "choices": tuple(choices) if choices is not None else None,
+            "check": check,
+            "limit": limit,
+        }
+    }
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -168,7 +189,9 @@ def _argparse_type(spec: OptionSpec) -> Callable[[str], Any]:
         try:
             value = spec.kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{spec.flag} expects {_KIND_NAMES.get(spec.kind, 'a ' + spec.kind.__name__)}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"{spec.flag} expects {_KIND_NAMES.get(spec.kind, 'a ' + spec.kind.__name__)}, got {text!r}"
+            ) from None
         if spec.check is not None:
             try:
                 value = spec.check(spec.flag, value)
@@ -201,14 +224,23 @@ def add_option_flags(parser: argparse.ArgumentParser, groups: Mapping[str, type]
         for spec in option_specs(config_type):
             seen = by_flag.get(spec.flag)
             if seen is not None and not seen.same_meaning(spec):
-                raise OptionConflictError(f"flag {spec.flag} means field {seen.field!r} ({seen.kind.__name__}) in one config and {spec.field!r} ({spec.kind.__name__}) in {title!r}")
+                raise OptionConflictError(
+                    f"flag {spec.flag} means field {seen.field!r} ({seen.kind.__name__}) in "
+                    f"one config and {spec.field!r} ({spec.kind.__name__}) in {title!r}"
+                )
             if seen is None:
                 by_flag[spec.flag] = spec
             elif seen.kind is not spec.kind:  # int and float: parse a float, each config checks its own type
-                by_flag[spec.flag] = dataclasses.replace(seen, kind=float, check=seen.check if seen.check is spec.check else None)
+                by_flag[spec.flag] = dataclasses.replace(
+                    seen, kind=float, check=seen.check if seen.check is spec.check else None
+                )
             owners.setdefault(spec.flag, []).append(title)
             by_flag_all.setdefault(spec.flag, []).append(spec)
-    shared = parser.add_argument_group("options shared by several of them") if any(len(o) > 1 for o in owners.values()) else None
+    shared = (
+        parser.add_argument_group("options shared by several of them")
+        if any(len(o) > 1 for o in owners.values())
+        else None
+    )
     per_title = {}
     for flag, spec in by_flag.items():
         names = owners[flag]
@@ -217,7 +249,9 @@ def add_option_flags(parser: argparse.ArgumentParser, groups: Mapping[str, type]
             by_help: dict[str, list[str]] = {}
             for t, o in zip(names, by_flag_all[flag]):
                 by_help.setdefault(o.help, []).append(t)
-            if len(by_help) > 1:  # one field name, worded differently per config (PATE's and DSSGD's --threshold): show each wording once
+            if (
+                len(by_help) > 1
+            ):  # one field name, worded differently per config (PATE's and DSSGD's --threshold): show each wording once
                 spec = dataclasses.replace(spec, help="; ".join(f"[{', '.join(ts)}] {h}" for h, ts in by_help.items()))
             suffix = f" [{', '.join(names)}]" if len(by_help) == 1 else ""
         else:
@@ -226,19 +260,39 @@ def add_option_flags(parser: argparse.ArgumentParser, groups: Mapping[str, type]
             group = per_title[names[0]]
             suffix = ""
         # A shared flag's default may differ per config, so only a single owner's default is shown.
-        default = "" if len(names) > 1 or spec.default in (None, dataclasses.MISSING) or spec.kind is bool else f" (default {spec.default})"
+        default = (
+            ""
+            if len(names) > 1 or spec.default in (None, dataclasses.MISSING) or spec.kind is bool
+            else f" (default {spec.default})"
+        )
         assert group is not None
         if spec.kind is bool:
-            group.add_argument(spec.flag, dest=spec.field, action=argparse.BooleanOptionalAction, default=None, help=spec.help + default + suffix)
+            group.add_argument(
+                spec.flag,
+                dest=spec.field,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=spec.help + default + suffix,
+            )
         else:
-            action = group.add_argument(spec.flag, dest=spec.field, type=_argparse_type(spec), choices=spec.choices, metavar=spec.metavar, default=None, help=spec.help + default + suffix)
+            action = group.add_argument(
+                spec.flag,
+                dest=spec.field,
+                type=_argparse_type(spec),
+                choices=spec.choices,
+                metavar=spec.metavar,
+                default=None,
+                help=spec.help + default + suffix,
+            )
             limits = [o.limit for o in by_flag_all[flag] if o.limit is not None]
             if limits:  # configs sharing a flag may differ in limit: the strictest applies
                 setattr(action, LIMIT_ATTR, min(limits, key=lambda lim: lim.maximum))
     return by_flag
 
 
-def options_from_args(args: argparse.Namespace, config_type: type, flags: Mapping[str, OptionSpec], *, owner: str) -> dict[str, Any]:
+def options_from_args(
+    args: argparse.Namespace, config_type: type, flags: Mapping[str, OptionSpec], *, owner: str
+) -> dict[str, Any]:
     """The keyword arguments of ``config_type`` given on the command line.
 
     Raises:

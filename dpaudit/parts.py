@@ -70,7 +70,9 @@ class Artefact:
             raise v.invalid("name", f"name must be a non-empty relative path, got {self.name!r}")
         path = PurePosixPath(self.name.rstrip("/"))
         if path.is_absolute() or ".." in path.parts or "\\" in self.name:
-            raise v.invalid("name", f"name must be a path inside the record directory (POSIX, no '..'), got {self.name!r}")
+            raise v.invalid(
+                "name", f"name must be a path inside the record directory (POSIX, no '..'), got {self.name!r}"
+            )
         if not isinstance(self.what, str) or not self.what:
             raise v.invalid("what", f"what must be a non-empty string, got {self.what!r}")
         if not isinstance(self.required, bool):
@@ -110,7 +112,12 @@ class PlotStyle:
     dash: Dash = "-"
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.colour, str) and len(self.colour) == 7 and self.colour[0] == "#" and all(c in "0123456789abcdefABCDEF" for c in self.colour[1:])):
+        if not (
+            isinstance(self.colour, str)
+            and len(self.colour) == 7
+            and self.colour[0] == "#"
+            and all(c in "0123456789abcdefABCDEF" for c in self.colour[1:])
+        ):
             raise v.invalid("colour", f"colour must be a hex colour '#RRGGBB', got {self.colour!r}")
         if not isinstance(self.marker, str) or not self.marker:
             raise v.invalid("marker", f"marker must be a non-empty Matplotlib marker, got {self.marker!r}")
@@ -193,7 +200,11 @@ def catalogue_from_registries() -> PartCatalogue:
             if isinstance(style, PlotStyle):
                 styles.setdefault(name, style)
     defenses = {
-        name: DefenseDeclaration(artefacts=getattr(spec, "artefacts", ()), report_kind=getattr(spec, "report_kind", None), run_module=getattr(spec, "run_module", None))
+        name: DefenseDeclaration(
+            artefacts=getattr(spec, "artefacts", ()),
+            report_kind=getattr(spec, "report_kind", None),
+            run_module=getattr(spec, "run_module", None),
+        )
         for name, spec in _registry(*PART_REGISTRIES[0]).items()
     }
     return PartCatalogue(styles=styles, defenses=defenses)
@@ -222,7 +233,8 @@ def record_report_kind(defense: str, record_dir: Path) -> str | None:
 
 
 def part_style(name: str) -> PlotStyle | None:
-    """The plot style the registered defense or attack ``name`` declares, or ``None`` (none declared, or no such part)."""
+    """The plot style the registered defense or attack ``name`` declares, or ``None`` (none declared, or no such
+    part)."""
     catalogue = _IN_USE.get()
     if catalogue is not None:
         return catalogue.styles.get(name)

@@ -34,7 +34,9 @@ class Progress:
         interval: least seconds between reports when not on a terminal.
     """
 
-    def __init__(self, total: int, description: str, *, enabled: bool = True, stream: TextIO | None = None, interval: float = 5.0) -> None:
+    def __init__(
+        self, total: int, description: str, *, enabled: bool = True, stream: TextIO | None = None, interval: float = 5.0
+    ) -> None:
         self.total = max(int(total), 0)
         self.description = description
         self.enabled = enabled
@@ -63,7 +65,9 @@ class Progress:
         if self._bar is None:
             return
         if info:
-            self._bar.set_postfix({k: (f"{val:.4g}" if isinstance(val, float) else val) for k, val in info.items()}, refresh=False)
+            self._bar.set_postfix(
+                {k: (f"{val:.4g}" if isinstance(val, float) else val) for k, val in info.items()}, refresh=False
+            )
         self._bar.update(n)
 
     def write(self, message: str) -> None:
@@ -93,7 +97,9 @@ class Progress:
             while not stop.wait(wait / 4):
                 idle = time.monotonic() - self._last
                 if idle >= wait and self._bar is not None:
-                    self.write(f"{self.description}: still working: {status()} ({_duration(idle)} since the last update)")
+                    self.write(
+                        f"{self.description}: still working: {status()} ({_duration(idle)} since the last update)"
+                    )
                     self._last = time.monotonic()
 
         thread = threading.Thread(target=beat, name="progress-heartbeat", daemon=True)

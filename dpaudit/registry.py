@@ -91,7 +91,11 @@ class Registry(MutableMapping[str, T], Generic[T]):
         with self._lock:
             held = self._parts.get(name)
             if held is not None and held is not spec and not replace:
-                raise v.invalid("name", f"{self.kind} {name!r} is already registered (by {_origin(held)}); got a second one from {_origin(spec)}")
+                raise v.invalid(
+                    "name",
+                    f"{self.kind} {name!r} is already registered (by {_origin(held)}); got a "
+                    f"second one from {_origin(spec)}",
+                )
             self._parts[name] = spec
         return spec
 
@@ -134,7 +138,9 @@ class Registry(MutableMapping[str, T], Generic[T]):
 
     def _unknown(self, name: object) -> UnknownPart:
         known = ", ".join(self._listed()) or "none"
-        return UnknownPart(f"{self.argument} must name a registered {self.kind} ({known}); got {name!r}", argument=self.argument)
+        return UnknownPart(
+            f"{self.argument} must name a registered {self.kind} ({known}); got {name!r}", argument=self.argument
+        )
 
     def __getitem__(self, name: str) -> T:
         self._load()
@@ -147,7 +153,9 @@ class Registry(MutableMapping[str, T], Generic[T]):
         # Mapping-style assignment (``monkeypatch.setitem``) replaces, as dict assignment does.
         self._load()
         if self._key(spec) != name:
-            raise v.invalid("name", f"a {self.kind} registered as {name!r} must carry that name; got {self._key(spec)!r}")
+            raise v.invalid(
+                "name", f"a {self.kind} registered as {name!r} must carry that name; got {self._key(spec)!r}"
+            )
         self.register(spec, replace=True)
 
     def __delitem__(self, name: str) -> None:

@@ -68,7 +68,9 @@ class MechanismInput:
         if not isinstance(self.name, str) or not self.name:
             raise v.invalid("name", f"name must be a non-empty string, got {self.name!r}")
         object.__setattr__(self, "value", _frozen(f"{self.name}: value", self.value))
-        if not (isinstance(self.sensitivity, (int, float)) and math.isfinite(self.sensitivity) and self.sensitivity >= 0):
+        if not (
+            isinstance(self.sensitivity, (int, float)) and math.isfinite(self.sensitivity) and self.sensitivity >= 0
+        ):
             raise v.invalid("sensitivity", f"sensitivity must be a finite number ≥ 0, got {self.sensitivity!r}")
         if self.norm not in NORMS:
             raise v.invalid("norm", f"norm must be one of {NORMS}, got {self.norm!r}")
@@ -101,7 +103,9 @@ class ReplayTrace:
             dup = next(n for n in names if names.count(n) > 1)
             raise v.invalid("mechanism_inputs", f"mechanism input names must be unique, got {dup!r} twice")
         object.__setattr__(self, "mechanism_inputs", inputs)
-        object.__setattr__(self, "released", {str(k): _frozen(f"released[{k!r}]", x) for k, x in dict(self.released).items()})
+        object.__setattr__(
+            self, "released", {str(k): _frozen(f"released[{k!r}]", x) for k, x in dict(self.released).items()}
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,7 +155,11 @@ class ReplayVerdict:
     def summary(self) -> str:
         """One line: holds, or the first finding."""
         if self.holds:
-            return f"{self.defense}: neighbouring replay holds ({self.num_mechanism_inputs} mechanism inputs, largest change {self.max_ratio:.3g} of its sensitivity)"
+            return (
+                f"{self.defense}: neighbouring replay holds ({self.num_mechanism_inputs} "
+                f"mechanism inputs, largest change {self.max_ratio:.3g} of its "
+                "sensitivity)"
+            )
         more = f" (and {len(self.findings) - 1} more)" if len(self.findings) > 1 else ""
         return f"{self.defense}: {self.findings[0].message}{more}"
 
@@ -167,7 +175,9 @@ def _norm(diff: np.ndarray, norm: str) -> float:
     return float(np.sqrt(np.square(flat).sum()))
 
 
-def compare_traces(run: ReplayTrace, neighbour: ReplayTrace, *, rtol: float = 1e-6, atol: float = 1e-9) -> ReplayVerdict:
+def compare_traces(
+    run: ReplayTrace, neighbour: ReplayTrace, *, rtol: float = 1e-6, atol: float = 1e-9
+) -> ReplayVerdict:
     """Checks that a neighbouring run differs only in its mechanisms' inputs, within their sensitivity.
 
     Args:
@@ -188,7 +198,9 @@ def compare_traces(run: ReplayTrace, neighbour: ReplayTrace, *, rtol: float = 1e
     names = [m.name for m in run.mechanism_inputs]
     other = [m.name for m in neighbour.mechanism_inputs]
     if names != other:
-        first = next((i for i, (a, b) in enumerate(zip(names, other, strict=False)) if a != b), min(len(names), len(other)))
+        first = next(
+            (i for i, (a, b) in enumerate(zip(names, other, strict=False)) if a != b), min(len(names), len(other))
+        )
         findings.append(
             ReplayFinding(
                 kind="control-flow",
@@ -196,7 +208,9 @@ def compare_traces(run: ReplayTrace, neighbour: ReplayTrace, *, rtol: float = 1e
                 measured=math.inf,
                 allowed=0.0,
                 message=(
-                    f"the neighbouring run fed its mechanisms differently ({len(names)} inputs on D, {len(other)} on D′, first differing at position {first}): the control flow depends on the data"
+                    f"the neighbouring run fed its mechanisms differently ({len(names)} "
+                    f"inputs on D, {len(other)} on D′, first differing at position {first}): "
+                    "the control flow depends on the data"
                 ),
             )
         )
@@ -220,14 +234,23 @@ def compare_traces(run: ReplayTrace, neighbour: ReplayTrace, *, rtol: float = 1e
                     name=m.name,
                     measured=measured,
                     allowed=allowed,
-                    message=f"{m.name} moved by {measured:.6g} in {m.norm.upper()} between neighbours, more than the claimed sensitivity {allowed:.6g}",
+                    message=f"{m.name} moved by {measured:.6g} in {m.norm.upper()} between "
+                    f"neighbours, more than the claimed sensitivity {allowed:.6g}",
                 )
             )
     for key in list(run.released) + [k for k in neighbour.released if k not in run.released]:
         a, b = run.released.get(key), neighbour.released.get(key)
         if a is None or b is None:
             where = "D" if b is None else "D′"
-            findings.append(ReplayFinding(kind="released", name=key, measured=math.inf, allowed=0.0, message=f"{key} is released only by the run on {where}: what is released depends on the data"))
+            findings.append(
+                ReplayFinding(
+                    kind="released",
+                    name=key,
+                    measured=math.inf,
+                    allowed=0.0,
+                    message=f"{key} is released only by the run on {where}: what is released depends on the data",
+                )
+            )
             continue
         if a.shape != b.shape:
             findings.append(
@@ -236,7 +259,8 @@ def compare_traces(run: ReplayTrace, neighbour: ReplayTrace, *, rtol: float = 1e
                     name=key,
                     measured=math.inf,
                     allowed=0.0,
-                    message=f"{key} has shape {a.shape} on D and {b.shape} on D′: it depends on the private data outside the claimed mechanism",
+                    message=f"{key} has shape {a.shape} on D and {b.shape} on D′: it depends on the "
+                    "private data outside the claimed mechanism",
                 )
             )
             continue
@@ -248,10 +272,16 @@ def compare_traces(run: ReplayTrace, neighbour: ReplayTrace, *, rtol: float = 1e
                     name=key,
                     measured=measured,
                     allowed=0.0,
-                    message=f"{key} differs between neighbours (by up to {measured:.6g}) and passes through no claimed mechanism: it leaks the private data",
+                    message=f"{key} differs between neighbours (by up to {measured:.6g}) and passes "
+                    "through no claimed mechanism: it leaks the private data",
                 )
             )
-    return ReplayVerdict(defense=run.defense, num_mechanism_inputs=len(run.mechanism_inputs), max_ratio=max_ratio, findings=tuple(findings))
+    return ReplayVerdict(
+        defense=run.defense,
+        num_mechanism_inputs=len(run.mechanism_inputs),
+        max_ratio=max_ratio,
+        findings=tuple(findings),
+    )
 
 
 def neighbours(ids: Sequence[int], *, removed: int | None = None, added: int | None = None) -> tuple[int, ...]:

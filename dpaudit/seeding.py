@@ -31,7 +31,9 @@ def derive_seed(seed: int, *components: str | int) -> int:
     """A 63-bit seed for the stream named by ``components`` under the root ``seed``."""
     seed = v.integer("seed", seed, minimum=0)
     seq = np.random.SeedSequence(entropy=seed, spawn_key=tuple(_key(c) for c in components))
-    return int(seq.generate_state(2, dtype=np.uint32).astype(np.uint64) @ np.array([1, 2**32], dtype=np.uint64)) & (2**63 - 1)
+    return int(seq.generate_state(2, dtype=np.uint32).astype(np.uint64) @ np.array([1, 2**32], dtype=np.uint64)) & (
+        2**63 - 1
+    )
 
 
 def numpy_rng(seed: int, *components: str | int) -> np.random.Generator:

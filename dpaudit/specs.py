@@ -39,7 +39,8 @@ Keys come out in field order, or in the order a class names in ``__spec_keys__``
 fields it does not name, in field order, so a subclass's new fields follow its base's keys):
 a tuple of field names and *computed* names (a property or class attribute, written but not
 read back; a stored value of a plain class constant, such as a schema version or a kind, must
-equal it); a ``(key, attribute)`` pair stores a computed attribute under another key. Keys that other writers store beside a value's own (a record's notes about its
+equal it); a ``(key, attribute)`` pair stores a computed attribute under another key. Keys that other writers store
+beside a value's own (a record's notes about its
 authors' code beside a certification spec) are named in ``__spec_ignored__`` and read past.
 Per field, :func:`spec_field` can rename the key (``key=``), read older names
 (``legacy=``), leave the key out of the dict when the value is ``None`` or empty
@@ -178,7 +179,9 @@ def _layout(cls: type) -> _Layout:
     computed = {key: attribute for key, attribute in entries if key not in fields}
     for attribute in computed.values():
         if not hasattr(cls, attribute):
-            raise TypeError(f"{cls.__name__}.__spec_keys__ names {attribute!r}, neither a stored field nor an attribute")
+            raise TypeError(
+                f"{cls.__name__}.__spec_keys__ names {attribute!r}, neither a stored field nor an attribute"
+            )
     keys: dict[str, str] = {}
     for f in fields.values():
         keys[_key(f)] = f.name
@@ -257,14 +260,18 @@ def _decode(name: str, value: Any, hint: Any, dtype: Any = None) -> Any:
         if isinstance(value, cls):
             return value
         if not isinstance(value, Mapping):
-            raise v.invalid_type(name, f"{name} must be a mapping of {cls.__name__}'s fields, got {type(value).__name__}")
+            raise v.invalid_type(
+                name, f"{name} must be a mapping of {cls.__name__}'s fields, got {type(value).__name__}"
+            )
         from_dict = getattr(cls, "from_dict", None)
         return from_dict(value) if callable(from_dict) else spec_from_dict(cls, value)
     if isinstance(cls, type) and issubclass(cls, enum.Enum):
         try:
             return cls(value)
         except ValueError:
-            raise v.invalid(name, f"{name} must be one of {', '.join(repr(m.value) for m in cls)}, got {v.short(value)}") from None
+            raise v.invalid(
+                name, f"{name} must be one of {', '.join(repr(m.value) for m in cls)}, got {v.short(value)}"
+            ) from None
     if cls is np.ndarray:
         return _array(name, value, np.dtype(dtype if dtype is not None else _hint_dtype(hint)))
     if cls is float:
@@ -343,7 +350,9 @@ def spec_to_dict(spec: Any) -> dict[str, Any]:
         if _omitted(value, f.metadata.get(_OMIT)):
             continue
         encode = f.metadata.get(_ENCODE)
-        out[_key(f)] = encode(value) if encode is not None else _encode(value, layout.hints[name], bool(f.metadata.get(_AS_GIVEN)))
+        out[_key(f)] = (
+            encode(value) if encode is not None else _encode(value, layout.hints[name], bool(f.metadata.get(_AS_GIVEN)))
+        )
     return out
 
 
@@ -389,7 +398,11 @@ def spec_from_dict(cls: type[S], data: Mapping[str, Any]) -> S:
         if found is not None:
             value = data[found]
             decode = f.metadata.get(_DECODE)
-            kwargs[name] = decode(value) if decode is not None else _decode(found, value, layout.hints[name], f.metadata.get(_DTYPE))
+            kwargs[name] = (
+                decode(value)
+                if decode is not None
+                else _decode(found, value, layout.hints[name], f.metadata.get(_DTYPE))
+            )
         elif _ABSENT in f.metadata:
             kwargs[name] = f.metadata[_ABSENT]
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:

@@ -282,7 +282,12 @@ class RunDir:
 
             atomic_write_json(
                 manifest,
-                {"schema_version": SCHEMA_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": command, "provenance": provenance()},
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "command": command,
+                    "provenance": provenance(),
+                },
             )
         return self
 
@@ -351,7 +356,15 @@ class RunDir:
     def inversion_dirs(self) -> list[Path]:
         """Every target with stored inversion results, sorted by name (the model cache excluded)."""
         root = self.subdir("attacks") / "inversion"
-        return sorted(p for p in root.iterdir() if p.is_dir() and p.name != _INVERSION_MODELS and any(p.glob("inversion-*.json"))) if root.is_dir() else []
+        return (
+            sorted(
+                p
+                for p in root.iterdir()
+                if p.is_dir() and p.name != _INVERSION_MODELS and any(p.glob("inversion-*.json"))
+            )
+            if root.is_dir()
+            else []
+        )
 
     def inversion_model_dir(self, key: str) -> Path:
         """A cached model an inversion attack trains once per run and reuses across targets.
@@ -390,7 +403,9 @@ class RunDir:
         return sorted(p for p in root.iterdir() if (p / marker).is_file()) if root.is_dir() else []
 
 
-def save_result_files(directory: str | os.PathLike[str], stem: str, *, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
+def save_result_files(
+    directory: str | os.PathLike[str], stem: str, *, arrays: dict[str, np.ndarray], meta: dict[str, Any]
+) -> Path:
     """Writes ``STEM.npz`` (the arrays) then ``STEM.json`` (the rest), both atomically.
 
     The JSON is written last and names its NPZ, so a JSON file that exists always has its

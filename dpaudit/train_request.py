@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 __all__ = ["TrainRequest"]
 
-ConfigT = TypeVar("ConfigT", covariant=True)  # a request for a subclass config is one for its base (smoothing → non-private)
+ConfigT = TypeVar(
+    "ConfigT", covariant=True
+)  # a request for a subclass config is one for its base (smoothing → non-private)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,11 +60,16 @@ class TrainRequest(Generic[ConfigT]):
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_name, str) or not self.model_name:
-            raise v.invalid_type("model_name", f"model_name must be a zoo architecture's name, got {v.short(self.model_name)}")
+            raise v.invalid_type(
+                "model_name", f"model_name must be a zoo architecture's name, got {v.short(self.model_name)}"
+            )
         if self.model_options is None:  # the old keyword's "no options"
             object.__setattr__(self, "model_options", {})
         elif not isinstance(self.model_options, Mapping):
-            raise v.invalid_type("model_options", f"model_options must be a mapping of option names to values, got {v.short(self.model_options)}")
+            raise v.invalid_type(
+                "model_options",
+                f"model_options must be a mapping of option names to values, got {v.short(self.model_options)}",
+            )
         else:
             object.__setattr__(self, "model_options", dict(self.model_options))
         v.integer("seed", self.seed)

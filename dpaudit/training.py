@@ -18,7 +18,16 @@ from dpaudit import _validate as v
 from dpaudit.limits import LIMITS
 from dpaudit.options import option
 
-__all__ = ["SGDConfig", "TrainWorkspace", "TrainingDiverged", "check_loss", "resolve_device", "shuffled_batches", "evaluate", "predict_logits"]
+__all__ = [
+    "SGDConfig",
+    "TrainWorkspace",
+    "TrainingDiverged",
+    "check_loss",
+    "resolve_device",
+    "shuffled_batches",
+    "evaluate",
+    "predict_logits",
+]
 
 
 class TrainingDiverged(v.InvalidArgument):
@@ -46,7 +55,10 @@ def check_loss(loss: float, *, step: int, epoch: int, learning_rate: float, hint
     """
     if not math.isfinite(loss):
         extra = f" {hint}" if hint else ""
-        raise TrainingDiverged(f"training diverged: loss became {loss} at step {step} (epoch {epoch}); lower --learning-rate (now {learning_rate:g}){extra}")
+        raise TrainingDiverged(
+            f"training diverged: loss became {loss} at step {step} (epoch {epoch}); "
+            f"lower --learning-rate (now {learning_rate:g}){extra}"
+        )
 
 
 #: Documented size limits of the training flags (``--i-know`` exceeds them on the command line):
@@ -135,7 +147,9 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise v.invalid("device", f"device={device!r} requested but CUDA is not available on this machine")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise v.invalid("device", f"device={device!r} names GPU {dev.index}, but this machine has {torch.cuda.device_count()}")
+        raise v.invalid(
+            "device", f"device={device!r} names GPU {dev.index}, but this machine has {torch.cuda.device_count()}"
+        )
     return dev
 
 
@@ -147,7 +161,9 @@ def shuffled_batches(num_examples: int, batch_size: int, *, generator: torch.Gen
 
 
 @torch.no_grad()
-def predict_logits(model: nn.Module, features: torch.Tensor, *, device: torch.device | str = "cpu", batch_size: int = 1024) -> torch.Tensor:
+def predict_logits(
+    model: nn.Module, features: torch.Tensor, *, device: torch.device | str = "cpu", batch_size: int = 1024
+) -> torch.Tensor:
     """Logits of ``model`` on ``features`` in inference mode, batched, returned on the CPU."""
     was_training = model.training
     model.eval()
@@ -157,7 +173,14 @@ def predict_logits(model: nn.Module, features: torch.Tensor, *, device: torch.de
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, *, device: torch.device | str = "cpu", batch_size: int = 1024) -> dict[str, float]:
+def evaluate(
+    model: nn.Module,
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 1024,
+) -> dict[str, float]:
     """Accuracy and mean cross-entropy of ``model`` on (features, labels)."""
     if len(features) == 0:
         return {"accuracy": float("nan"), "loss": float("nan")}

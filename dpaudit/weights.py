@@ -65,9 +65,15 @@ def build_module(record: TrainedModel, *, external_builder: str | None = None) -
     if record.model_name.startswith("external:"):
         named = record.model_name.removeprefix("external:")
         if named != external_builder:
-            raise v.invalid("model_fn", f"model_name {record.model_name!r} names an external builder; it is built only for the attack given --model-fn {named!r}")
+            raise v.invalid(
+                "model_fn",
+                f"model_name {record.model_name!r} names an external builder; it is "
+                f"built only for the attack given --model-fn {named!r}",
+            )
         return _call_builder(resolve_callable(named, argument="model_name"), record.model_name)
-    return build_model(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, **_thaw(record.model_options))
+    return build_model(
+        record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, **_thaw(record.model_options)
+    )
 
 
 def save_record(record: TrainedModel, model: nn.Module, directory: str | os.PathLike[str]) -> Path:
@@ -97,12 +103,16 @@ def save_modules(path: str | os.PathLike[str], modules: Mapping[str, nn.Module])
     classifier, GMI's generator and critic): one file per cached set, read back by
     :func:`load_modules`.
     """
-    return save_weights(path, {f"{name}.{k}": t for name, module in modules.items() for k, t in module.state_dict().items()})
+    return save_weights(
+        path, {f"{name}.{k}": t for name, module in modules.items() for k, t in module.state_dict().items()}
+    )
 
 
 def save_weights(path: str | os.PathLike[str], state: Mapping[str, torch.Tensor]) -> Path:
     """Writes one state dict as safetensors, atomically (read back with :func:`load_weights`)."""
-    return atomic_write_bytes(Path(path), _save_safetensors({k: t.detach().to("cpu").contiguous() for k, t in state.items()}))
+    return atomic_write_bytes(
+        Path(path), _save_safetensors({k: t.detach().to("cpu").contiguous() for k, t in state.items()})
+    )
 
 
 def weights_from_bytes(blob: bytes) -> dict[str, torch.Tensor]:
@@ -160,16 +170,24 @@ def load_weights(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
             f"(loading it could run code). Save a state_dict or safetensors instead. Detail: {str(exc).splitlines()[0]}"
         ) from None
     except (RuntimeError, EOFError, OSError) as exc:
-        raise v.invalid("weights", f"weights file {str(path)!r} could not be read as a torch state dict: {exc}") from None
+        raise v.invalid(
+            "weights", f"weights file {str(path)!r} could not be read as a torch state dict: {exc}"
+        ) from None
     if isinstance(state, Mapping) and "state_dict" in state and isinstance(state["state_dict"], Mapping):
         state = state["state_dict"]
     if not isinstance(state, Mapping) or not all(isinstance(t, torch.Tensor) for t in state.values()):
-        raise v.invalid("weights", f"weights file {str(path)!r} must hold a state dict of tensors, got {type(state).__name__}")
+        raise v.invalid(
+            "weights", f"weights file {str(path)!r} must hold a state dict of tensors, got {type(state).__name__}"
+        )
     return dict(state)
 
 
 def load_model(
-    record_or_path: TrainedModel | str | os.PathLike[str], *, directory: str | os.PathLike[str] | None = None, device: str | torch.device = "cpu", external_builder: str | None = None
+    record_or_path: TrainedModel | str | os.PathLike[str],
+    *,
+    directory: str | os.PathLike[str] | None = None,
+    device: str | torch.device = "cpu",
+    external_builder: str | None = None,
 ) -> nn.Module:
     """Rebuilds a record's module and loads its weights, verified; returned in eval mode on ``device``.
 
@@ -192,15 +210,27 @@ def load_model(
         record = load_record(rdir)
     weights = rdir / WEIGHTS_FILE
     if not weights.is_file():
-        raise v.invalid("target", f"record {str(rdir / RECORD_FILE)!r} has no weights file {str(weights)!r}; retrain it (dpaudit train ... --force) or restore the file")
+        raise v.invalid(
+            "target",
+            f"record {str(rdir / RECORD_FILE)!r} has no weights file "
+            f"{str(weights)!r}; retrain it (dpaudit train ... --force) or restore "
+            "the file",
+        )
     owner = _weights_owner(weights)
     if owner is not None and owner != record.model_id:
         # A weights file copied in from another record would otherwise load silently.
-        raise v.invalid("target", f"weights file {str(weights)!r} belongs to model {owner!r}, not to the record's model {record.model_id!r}")
+        raise v.invalid(
+            "target",
+            f"weights file {str(weights)!r} belongs to model {owner!r}, not to the record's model {record.model_id!r}",
+        )
     if record.weights_sha256 is not None:
         digest = weights_digest(weights)
         if digest != record.weights_sha256:
-            raise v.invalid("target", f"weights file {str(weights)!r} does not match its record (sha256 {digest} != {record.weights_sha256}); retrain or restore it")
+            raise v.invalid(
+                "target",
+                f"weights file {str(weights)!r} does not match its record (sha256 "
+                f"{digest} != {record.weights_sha256}); retrain or restore it",
+            )
     try:
         model = build_module(record, external_builder=external_builder)
     except (ValueError, TypeError) as exc:
@@ -216,7 +246,11 @@ def _weights_owner(path: Path) -> str | None:
         with safe_open(str(path), framework="pt") as fh:
             meta = fh.metadata() or {}
     except (SafetensorError, OSError, ValueError) as exc:
-        raise v.invalid("weights", f"weights file {str(path)!r} is not a valid safetensors file: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise v.invalid(
+            "weights",
+            f"weights file {str(path)!r} is not a valid safetensors file: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+        ) from None
     owner = meta.get("model_id")
     return str(owner) if owner is not None else None
 
@@ -225,7 +259,9 @@ def _load_into(model: nn.Module, state: Mapping[str, torch.Tensor], source: Path
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
-        raise v.invalid("weights", f"weights in {str(source)!r} do not fit the model: {str(exc).splitlines()[0]}") from None
+        raise v.invalid(
+            "weights", f"weights in {str(source)!r} do not fit the model: {str(exc).splitlines()[0]}"
+        ) from None
 
 
 def _call_builder(fn: Any, spec: str) -> nn.Module:

@@ -87,13 +87,31 @@ def _estimate_rows(result: AuditResult) -> list[list[Any]]:
         return []
     interval, stored_level, stored_kind = estimate_facts(result.details)
     if interval is None or len(interval) != 2:
-        return [["ε estimate (not a bound)", "not shown", "stored without a confidence interval; a point estimate is shown only with one"]]
+        return [
+            [
+                "ε estimate (not a bound)",
+                "not shown",
+                "stored without a confidence interval; a point estimate is shown only with one",
+            ]
+        ]
     low, high = float(interval[0]), math.inf if interval[1] is None else float(interval[1])
     level = float(result.confidence if stored_level is None else stored_level)
     if low <= 0:
-        return [["ε estimate (not a bound)", "not shown", f"its {level:.0%} interval [0, {eps_text(high)}] includes 0: no evidence of leakage beyond chance"]]
+        return [
+            [
+                "ε estimate (not a bound)",
+                "not shown",
+                f"its {level:.0%} interval [0, {eps_text(high)}] includes 0: no evidence of leakage beyond chance",
+            ]
+        ]
     kind = stored_kind or "point estimate"
-    return [["ε estimate (not a bound)", result.epsilon_estimate, f"{level:.0%} interval [{eps_text(low)}, {eps_text(high)}] at the estimate's own threshold; {kind}"]]
+    return [
+        [
+            "ε estimate (not a bound)",
+            result.epsilon_estimate,
+            f"{level:.0%} interval [{eps_text(low)}, {eps_text(high)}] at the estimate's own threshold; {kind}",
+        ]
+    ]
 
 
 def bounds_table(result: AuditResult) -> Table:
@@ -102,23 +120,43 @@ def bounds_table(result: AuditResult) -> Table:
         [
             "ε_LB (empirical lower bound)",
             epsilon_lb_cell(result.epsilon_lb),
-            f"{result.method} / {result.bound} / {result.threshold_strategy}, {result.confidence:.0%} confidence, δ={result.delta:g}, {result.num_in} IN / {result.num_out} OUT"
+            f"{result.method} / {result.bound} / {result.threshold_strategy}, "
+            f"{result.confidence:.0%} confidence, δ={result.delta:g}, "
+            f"{result.num_in} IN / {result.num_out} OUT"
             + (f", group size {result.group_size}" if result.group_size > 1 else ""),
         ]
     ]
     if result.ceiling is not None:
         rows.append(
-            ["ceiling (largest ε_LB this design can show)", epsilon_lb_cell(result.ceiling), "the same counts, Bonferroni factor, confidence, δ and bound with a perfect attack; more trials raise it"]
+            [
+                "ceiling (largest ε_LB this design can show)",
+                epsilon_lb_cell(result.ceiling),
+                "the same counts, Bonferroni factor, confidence, δ and bound with a "
+                "perfect attack; more trials raise it",
+            ]
         )
     else:
-        rows.append(["ceiling (largest ε_LB this design can show)", None, "not recorded: this result was stored before ceilings were reported"])
-    rows.append([f"ε_UB (tightest accountant: {result.accountant})", epsilon_ub_cell(result.epsilon_ub), result.claim_description])
+        rows.append(
+            [
+                "ceiling (largest ε_LB this design can show)",
+                None,
+                "not recorded: this result was stored before ceilings were reported",
+            ]
+        )
+    rows.append(
+        [
+            f"ε_UB (tightest accountant: {result.accountant})",
+            epsilon_ub_cell(result.epsilon_ub),
+            result.claim_description,
+        ]
+    )
     if result.epsilon_last_iterate is not None:
         rows.append(
             [
                 f"last-iterate ε ({LAST_ITERATE_MEANING})",
                 result.epsilon_last_iterate,
-                "the final model's ε if the losses were linear (Steinke et al. 2024), so a lower bound on its worst case over losses; "
+                "the final model's ε if the losses were linear (Steinke et al. 2024), "
+                "so a lower bound on its worst case over losses; "
                 "ε_UB minus it is what this heuristic suggests an audit of the final model cannot see",
             ]
         )
@@ -126,7 +164,13 @@ def bounds_table(result: AuditResult) -> Table:
     scored = result.details if isinstance(result.details, WhiteBoxDetails) else None
     comp = None if scored is None else scored.composed_estimate
     if comp:
-        rows.append(["full-run ε estimate (not a bound)", comp.epsilon, f"CLT composition of μ_LB over T={comp.num_steps} steps at q={comp.sampling_rate:g}"])
+        rows.append(
+            [
+                "full-run ε estimate (not a bound)",
+                comp.epsilon,
+                f"CLT composition of μ_LB over T={comp.num_steps} steps at q={comp.sampling_rate:g}",
+            ]
+        )
     full = None if scored is None else scored.full_run_claim
     if full:
         rows.append([f"full-run ε_UB {full.accountant} (context)", epsilon_ub_cell(full.epsilon_ub), full.description])
@@ -139,11 +183,16 @@ def bounds_table(result: AuditResult) -> Table:
                 ]
             )
     rows.append(["tightness ε_LB / ε_UB", result.tightness, ""])
-    return Table(columns=["quantity", "ε", "how"], rows=rows, caption=f"δ = {result.delta:g}; confidence {result.confidence:.0%}.")
+    return Table(
+        columns=["quantity", "ε", "how"],
+        rows=rows,
+        caption=f"δ = {result.delta:g}; confidence {result.confidence:.0%}.",
+    )
 
 
 def gap_sentence(result: AuditResult) -> str:
-    """One sentence splitting ε_UB − ε_LB (:attr:`AuditResult.gap`): the design's share, the attack's, and what the last-iterate heuristic suggests.
+    """One sentence splitting ε_UB − ε_LB (:attr:`AuditResult.gap`): the design's share, the attack's, and what the
+    last-iterate heuristic suggests.
 
     The design's share is what the ceiling cannot reach, the attack's the rest below it; both
     rest on bounds alone. The last-iterate ε of Steinke et al. (2024, "The Last Iterate
@@ -160,9 +209,16 @@ def gap_sentence(result: AuditResult) -> str:
         return f"No gap to split: ε_LB = {lb_text} exceeds ε_UB = {ub_text}, a violation."
     total = f"Gap ε_UB − ε_LB = {f(result.epsilon_ub - result.epsilon_lb)} (ε_UB = {ub_text}, ε_LB = {lb_text})"
     if result.ceiling is None:  # stored before ceilings: the design's share is unknown, not 0
-        split = f"what the audit's size allows is not separated from what the attack leaves (its ceiling was not recorded), {f(g['attack'])} in all"
+        split = (
+            "what the audit's size allows is not separated from what the attack "
+            f"leaves (its ceiling was not recorded), {f(g['attack'])} in all"
+        )
     else:
-        split = f"{f(g['design'])} is what the audit's size allows (its ceiling is {fmt_lower_bound(result.ceiling)}) and {f(g['attack'])} is what the attack leaves"
+        split = (
+            f"{f(g['design'])} is what the audit's size allows (its ceiling is "
+            f"{fmt_lower_bound(result.ceiling)}) and {f(g['attack'])} is what the "
+            "attack leaves"
+        )
     li = result.epsilon_last_iterate
     if li is None:
         heuristic = " No last-iterate ε is defined for this claim (not DP-SGD) or it was not recorded."
@@ -171,11 +227,16 @@ def gap_sentence(result: AuditResult) -> str:
     else:
         heuristic = (
             f" The last-iterate ε of Steinke et al. 2024 is {f(li)} ({LAST_ITERATE_MEANING}): "
-            f"if this training's losses behaved like linear ones, {f(g['last_iterate_heuristic'])} of ε_UB would be out of sight of an attack on the final model alone; "
+            "if this training's losses behaved like linear ones, "
+            f"{f(g['last_iterate_heuristic'])} of ε_UB would be out of sight of an "
+            "attack on the final model alone; "
             "that is what the heuristic suggests, not an established share, and it caps nothing."
         )
         if result.epsilon_lb > li:
-            heuristic += f" ε_LB exceeds the last-iterate ε by {f(result.epsilon_lb - li)}: this training's final model leaks more than a linear loss would."
+            heuristic += (
+                f" ε_LB exceeds the last-iterate ε by {f(result.epsilon_lb - li)}: this "
+                "training's final model leaks more than a linear loss would."
+            )
     return f"{total}: {split}.{heuristic}"
 
 
@@ -185,56 +246,92 @@ def _covered_lines(details: AuditDetails) -> list[str]:
     for key, flag in (("train_fn", "--train-fn"), ("model_fn", "--model-fn")):
         modules, unresolved = details.covered_modules(key)
         if modules:
-            lines.append(f"{flag} imports, covered by its fingerprint: " + "; ".join(f"{file} {sha[:16]}" for _, (file, sha) in sorted(modules.items())))
+            lines.append(
+                f"{flag} imports, covered by its fingerprint: "
+                + "; ".join(f"{file} {sha[:16]}" for _, (file, sha) in sorted(modules.items()))
+            )
         if unresolved:
             lines.append(f"{flag} imports not found, not covered: {', '.join(unresolved)}")
     files = details.dataset_files
     if files:
-        lines.append("dataset files (MD5, reuse is keyed on them): " + "; ".join(f"{f} {str(md5)[:16]}" for f, md5 in sorted(files.items())))
+        lines.append(
+            "dataset files (MD5, reuse is keyed on them): "
+            + "; ".join(f"{f} {str(md5)[:16]}" for f, md5 in sorted(files.items()))
+        )
     return lines
 
 
 def _evidence_lines(result: AuditResult) -> list[str]:
-    """What the audit was: threat model, game, bound and its assumption, canary, start, score, fingerprints, coverage."""
+    """What the audit was: threat model, game, bound and its assumption, canary, start, score, fingerprints,
+    coverage."""
     lines = [
-        f"threat model: {result.threat_model}; game: {result.method}; bound: {result.bound} ({result.threshold_strategy})",
-        f"assumption of the bound: {result.assumption}" + ("" if result.assumption.startswith("none") else " — epsilon_lb is a lower bound only for mechanisms with this trade-off curve"),
+        f"threat model: {result.threat_model}; game: {result.method}; bound: "
+        f"{result.bound} ({result.threshold_strategy})",
+        f"assumption of the bound: {result.assumption}"
+        + (
+            ""
+            if result.assumption.startswith("none")
+            else " — epsilon_lb is a lower bound only for mechanisms with this trade-off curve"
+        ),
     ]
     if result.method == "white-box":
         lines.append(
-            "compared claim: one un-sampled Gaussian step — the auditor inserts the Dirac gradient canary itself, so whenever it is IN it is certainly in the lot; each step is one observation of that mechanism"
+            "compared claim: one un-sampled Gaussian step — the auditor inserts the "
+            "Dirac gradient canary itself, so whenever it is IN it is certainly in "
+            "the lot; each step is one observation of that mechanism"
         )
         canary = result.details.canary_coordinate
         if canary:
-            lines.append(f"canary coordinate: {canary.parameter}[{canary.index}], magnitude {format_number(canary.magnitude)}; {canary.reason}")
+            lines.append(
+                f"canary coordinate: {canary.parameter}[{canary.index}], magnitude "
+                f"{format_number(canary.magnitude)}; {canary.reason}"
+            )
     elif result.details.canary_name is not None:
-        lines.append(f"canary: {result.details.canary_name}" + (f" × {result.group_size} copies" if result.group_size and result.group_size > 1 else ""))
+        lines.append(
+            f"canary: {result.details.canary_name}"
+            + (f" × {result.group_size} copies" if result.group_size and result.group_size > 1 else "")
+        )
     if result.method == "multi-run":
         # Where the trainings started decides how strong the game can be (Annamalai & De Cristofaro 2024).
         if result.details.init == "worst-case":
-            lines.append("start: worst-case: every training, IN and OUT, began from the model pre-trained non-privately on records that are not members (Annamalai & De Cristofaro 2024)")
+            lines.append(
+                "start: worst-case: every training, IN and OUT, began from the model "
+                "pre-trained non-privately on records that are not members (Annamalai & "
+                "De Cristofaro 2024)"
+            )
         else:
             lines.append("start: the trainer's own seeded initialisation (random)")
     lines.append(f"score: {result.details.score or 'n/a'}")
     # What the stored trials were keyed on: a rerun reuses them only when these match.
     prints = {k: val[:16] for k, val in result.details.fingerprints.items()}
     if prints:
-        lines.append("fingerprints (SHA-256, reuse is keyed on them): " + "; ".join(f"{k} {val}" for k, val in sorted(prints.items())))
+        lines.append(
+            "fingerprints (SHA-256, reuse is keyed on them): "
+            + "; ".join(f"{k} {val}" for k, val in sorted(prints.items()))
+        )
     lines += _covered_lines(result.details)
-    lines.append("an ε estimate is a point estimate, never a bound: it is shown only with its confidence interval, and only when that interval excludes 0; ε_LB is the bound")
+    lines.append(
+        "an ε estimate is a point estimate, never a bound: it is shown only "
+        "with its confidence interval, and only when that interval excludes 0; "
+        "ε_LB is the bound"
+    )
     return lines
 
 
 def _ceiling_caption(result: AuditResult, unit: str) -> str:
     """The ceiling plot's caption; for one-run audits, why the ceiling can fall as canaries are added."""
     text = (
-        f"ε_LB with ε_UB (top) and, on a scale of its own, its ceiling (bottom: a perfect attack on the same design) against the number of {unit}: "
+        "ε_LB with ε_UB (top) and, on a scale of its own, its ceiling (bottom: "
+        f"a perfect attack on the same design) against the number of {unit}: "
         "each point audits the first n observations as the full audit did."
     )
     if result.method == "one-run":
         text += (
-            " The ceiling need not rise with n: each prefix pays a Bonferroni factor over its own guess counts (the audit's counts scaled to the prefix, "
-            "equal ones merged, so a longer prefix can pay for more of them), and a prefix's IN/OUT split is random, so a perfect attack that guesses k "
+            " The ceiling need not rise with n: each prefix pays a Bonferroni "
+            "factor over its own guess counts (the audit's counts scaled to the "
+            "prefix, "
+            "equal ones merged, so a longer prefix can pay for more of them), and a "
+            "prefix's IN/OUT split is random, so a perfect attack that guesses k "
             "canaries OUT among fewer than k OUT ones must get some wrong. Both change from one prefix to the next."
         )
     return text
@@ -248,7 +345,8 @@ def audit_section(
     trials_curve: EpsilonByTrials | None = None,
     no_trials_curve: str = "no IN/OUT scores were stored for this audit",
 ) -> Section:
-    """The report section of one audit: bounds, ε per accountant, evidence, figures (the verdict box is :func:`audit_page`'s).
+    """The report section of one audit: bounds, ε per accountant, evidence, figures (the verdict box is
+    :func:`audit_page`'s).
 
     Args:
         result: the stored audit result.
@@ -261,15 +359,35 @@ def audit_section(
     blocks: list[Any] = []
     blocks.append(Text(text=gap_sentence(result)))
     blocks.append(bounds_table(result))
-    blocks.append(Figure(figure=bounds_figure(result), name="bounds", caption="The audit on one line. " + bounds_caption(result)))
-    epsilons = dict(result.epsilon_ub_by_accountant) or ({result.accountant: result.epsilon_ub} if math.isfinite(result.epsilon_ub) else {})
-    blocks.append(accountant_table(epsilons, delta=result.delta, description=result.claim_description, compared=result.accountant))
+    blocks.append(
+        Figure(figure=bounds_figure(result), name="bounds", caption="The audit on one line. " + bounds_caption(result))
+    )
+    epsilons = dict(result.epsilon_ub_by_accountant) or (
+        {result.accountant: result.epsilon_ub} if math.isfinite(result.epsilon_ub) else {}
+    )
+    blocks.append(
+        accountant_table(epsilons, delta=result.delta, description=result.claim_description, compared=result.accountant)
+    )
     blocks.append(Items(items=_evidence_lines(result)))
     s_in, s_out = split_scores(scores) if scores else (np.zeros(0), np.zeros(0))
     drawable = bool(s_in.size and s_out.size)
     why = "no IN/OUT scores were stored for this audit" if not scores else "one of the IN/OUT score sets is empty"
-    blocks.append(Figure(figure=score_histogram(s_in, s_out) if drawable else None, name="scores", caption="IN and OUT scores (higher = IN)", empty=why))
-    blocks.append(Figure(figure=roc_figure(s_in, s_out) if drawable else None, name="roc", caption="ROC of the threshold test, log–log axes", empty=why))
+    blocks.append(
+        Figure(
+            figure=score_histogram(s_in, s_out) if drawable else None,
+            name="scores",
+            caption="IN and OUT scores (higher = IN)",
+            empty=why,
+        )
+    )
+    blocks.append(
+        Figure(
+            figure=roc_figure(s_in, s_out) if drawable else None,
+            name="roc",
+            caption="ROC of the threshold test, log–log axes",
+            empty=why,
+        )
+    )
     blocks.append(
         Figure(
             figure=ceiling_figure(trials_curve, result) if trials_curve is not None else None,
@@ -281,11 +399,16 @@ def audit_section(
     if result.method == "one-run":
         blocks.append(
             Figure(
-                figure=guess_curve_figure(result) if isinstance(result.details, OneRunDetails) and result.details.guess_curve else None,
+                figure=guess_curve_figure(result)
+                if isinstance(result.details, OneRunDetails) and result.details.guess_curve
+                else None,
                 name="guesses",
                 caption=(
-                    "One-run ε_LB against the number of guesses r: each point is a bound on its own, at the stated confidence for that r alone; "
-                    "the curve's highest point is not a bound (choosing it needs the Bonferroni factor the headline ε_LB pays), so a point above ε_UB is no violation"
+                    "One-run ε_LB against the number of guesses r: each point is a bound on "
+                    "its own, at the stated confidence for that r alone; "
+                    "the curve's highest point is not a bound (choosing it needs the "
+                    "Bonferroni factor the headline ε_LB pays), so a point above ε_UB is no "
+                    "violation"
                 ),
                 empty="the audit stored no guess curve",
             )
@@ -344,11 +467,29 @@ def stored_audit_verdict(audit: StoredAudit) -> Verdict:
 def audit_page(audit: StoredAudit, out: Path) -> Page:
     """Writes ``audit-<name>.{html,md}`` and its figures into ``out``."""
     result = audit.result
-    section = audit_section(result, audit.scores, title="Bounds and evidence", trials_curve=audit.trials_curve, no_trials_curve=audit.no_trials_curve)
+    section = audit_section(
+        result,
+        audit.scores,
+        title="Bounds and evidence",
+        trials_curve=audit.trials_curve,
+        no_trials_curve=audit.no_trials_curve,
+    )
     sections = [verdict_section(stored_audit_verdict(audit)), section]
     page = write_report_files(out, sections, title=f"Audit {audit.name}", stem=f"audit-{audit.name}", kind="audit").html
-    violations = (f"audit {audit.name}: epsilon_lb {fmt_lower_bound(result.epsilon_lb, 4)} > epsilon_ub {fmt_upper_bound(result.epsilon_ub, 4)} ({result.accountant})",) if result.violation else ()
+    violations = (
+        (
+            f"audit {audit.name}: epsilon_lb {fmt_lower_bound(result.epsilon_lb, 4)} "
+            f"> epsilon_ub {fmt_upper_bound(result.epsilon_ub, 4)} "
+            f"({result.accountant})",
+        )
+        if result.violation
+        else ()
+    )
     return Page(html=page, link=with_status(audit.name, sections), violations=violations)
 
 
-REPORT_KINDS.register(ReportKind(name="audits", group="Audits", order=20, load=load_audits, verdict=stored_audit_verdict, render=audit_page))
+REPORT_KINDS.register(
+    ReportKind(
+        name="audits", group="Audits", order=20, load=load_audits, verdict=stored_audit_verdict, render=audit_page
+    )
+)

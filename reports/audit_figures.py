@@ -22,7 +22,22 @@ from scipy.integrate import trapezoid
 from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult, EpsilonByTrials
 from dpaudit.results.audit_details import OneRunDetails
-from reports.figures import FONT_PT, Looks, colour, eps_lb_text, eps_text, eps_ub_text, finish_axes, fit_page, legend_outside, new_axes, new_figure, plain_log_ticks, style, zero_and_log_axes
+from reports.figures import (
+    FONT_PT,
+    Looks,
+    colour,
+    eps_lb_text,
+    eps_text,
+    eps_ub_text,
+    finish_axes,
+    fit_page,
+    legend_outside,
+    new_axes,
+    new_figure,
+    plain_log_ticks,
+    style,
+    zero_and_log_axes,
+)
 
 __all__ = [
     "split_scores",
@@ -50,13 +65,31 @@ def split_scores(scores: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarr
     raise v.invalid("scores", f"scores must hold in_scores/out_scores or scores/included, got keys {sorted(scores)}")
 
 
-def score_histogram(in_scores: np.ndarray, out_scores: np.ndarray, *, ax: Axes | None = None, label: str = "score (higher = IN)") -> MplFigure:
+def score_histogram(
+    in_scores: np.ndarray, out_scores: np.ndarray, *, ax: Axes | None = None, label: str = "score (higher = IN)"
+) -> MplFigure:
     """Overlaid histograms of IN and OUT scores."""
     fig, ax = _axes(ax)
     both = np.concatenate([in_scores, out_scores])
     bins = np.histogram_bin_edges(both, bins=min(60, max(10, int(math.sqrt(both.size))))).tolist() if both.size else 10
-    ax.hist(out_scores, bins=bins, alpha=0.55, label=f"OUT (n={out_scores.size})", color=colour("out"), density=True, histtype="stepfilled")
-    ax.hist(in_scores, bins=bins, alpha=0.55, label=f"IN (n={in_scores.size})", color=colour("in"), density=True, histtype="stepfilled")
+    ax.hist(
+        out_scores,
+        bins=bins,
+        alpha=0.55,
+        label=f"OUT (n={out_scores.size})",
+        color=colour("out"),
+        density=True,
+        histtype="stepfilled",
+    )
+    ax.hist(
+        in_scores,
+        bins=bins,
+        alpha=0.55,
+        label=f"IN (n={in_scores.size})",
+        color=colour("in"),
+        density=True,
+        histtype="stepfilled",
+    )
     ax.set_xlabel(label)
     ax.set_ylabel("density")
     legend_outside(ax)
@@ -77,7 +110,12 @@ def roc_figure(in_scores: np.ndarray, out_scores: np.ndarray, *, ax: Axes | None
     fpr, tpr = _roc(np.asarray(in_scores, float), np.asarray(out_scores, float))
     floor = 0.5 / max(min(in_scores.size, out_scores.size), 1)
     auc = float(trapezoid(tpr, fpr))
-    ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), color=colour("epsilon_lb"), label=f"threshold test (AUC {auc:.3f})")
+    ax.plot(
+        np.maximum(fpr, floor),
+        np.maximum(tpr, floor),
+        color=colour("epsilon_lb"),
+        label=f"threshold test (AUC {auc:.3f})",
+    )
     grid = np.logspace(math.log10(floor), 0, 50)
     ax.plot(grid, grid, ls="--", color=colour("chance"), label="chance")
     ax.set_xscale("log")
@@ -124,7 +162,13 @@ def ceiling_figure(curve: EpsilonByTrials, result: AuditResult, *, ax: Axes | No
     bottom.plot(n, list(curve.ceiling), **style("ceiling"), label="ceiling (a perfect attack on the same design)")
     for panel in {id(top): top, id(bottom): bottom}.values():
         if ub is not None:
-            panel.axhline(ub, ls=":", lw=1.5, color=colour("epsilon_ub"), label=f"ε_UB = {eps_ub_text(ub)} ({result.accountant})" if panel is top else None)
+            panel.axhline(
+                ub,
+                ls=":",
+                lw=1.5,
+                color=colour("epsilon_ub"),
+                label=f"ε_UB = {eps_ub_text(ub)} ({result.accountant})" if panel is top else None,
+            )
         panel.grid(True, alpha=0.3)
         finish_axes(panel)
     if len(n) > 1 and n[-1] / max(n[0], 1) >= 10:
@@ -140,7 +184,15 @@ def ceiling_figure(curve: EpsilonByTrials, result: AuditResult, *, ax: Axes | No
     if bottom is not top:
         extra = bottom.get_legend_handles_labels()
         handles, labels = handles + extra[0], labels + extra[1]
-    top.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=FONT_PT, frameon=False)
+    top.legend(
+        handles,
+        labels,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        borderaxespad=0.0,
+        fontsize=FONT_PT,
+        frameon=False,
+    )
     return fit_page(fig)
 
 
@@ -192,12 +244,27 @@ def bounds_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFigure:
     for key, x, label in values:
         ax.plot([x], [0.0], **looks.method(key, linestyle="none"), markersize=10, label=label, zorder=3)
     lb_panel = ax if result.epsilon_lb > 0 or zero is None else zero
-    lb_panel.plot([result.epsilon_lb], [0.0], **looks.method("epsilon_lb", linestyle="none"), markersize=10, label=lb_label if lb_panel is ax else None, zorder=4)
+    lb_panel.plot(
+        [result.epsilon_lb],
+        [0.0],
+        **looks.method("epsilon_lb", linestyle="none"),
+        markersize=10,
+        label=lb_label if lb_panel is ax else None,
+        zorder=4,
+    )
     if lb_panel is not ax:
-        ax.plot([], [], **{**style("epsilon_lb"), "linestyle": "none"}, markersize=10, label=f"{lb_label}: no evidence, drawn at 0")
+        ax.plot(
+            [],
+            [],
+            **{**style("epsilon_lb"), "linestyle": "none"},
+            markersize=10,
+            label=f"{lb_label}: no evidence, drawn at 0",
+        )
     if positive:
         lo, hi = min(positive), max(positive)
-        ax.set_xlim(lo / 2, hi * 2) if log else ax.set_xlim(0 if zero is None else lo - 0.1 * (hi - lo + 1), hi * 1.1 + 0.05)
+        ax.set_xlim(lo / 2, hi * 2) if log else ax.set_xlim(
+            0 if zero is None else lo - 0.1 * (hi - lo + 1), hi * 1.1 + 0.05
+        )
     for panel in (ax, zero) if zero is not None else (ax,):
         panel.set_ylim(-1, 1)
         panel.set_yticks([])
@@ -208,9 +275,14 @@ def bounds_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFigure:
 
 
 def bounds_caption(result: AuditResult) -> str:
-    """What the gap between ε_LB and ε_UB is made of, in the figure's numbers; the last-iterate ε worded as the heuristic it is."""
+    """What the gap between ε_LB and ε_UB is made of, in the figure's numbers; the last-iterate ε worded as the
+    heuristic it is."""
     ub, lb, ceiling, last = result.epsilon_ub, result.epsilon_lb, result.ceiling, _last_iterate(result)
-    parts = [f"ε_LB = {eps_lb_text(lb)}" + (" (no evidence)" if lb <= 0 else "") + f", ε_UB = {eps_ub_text(ub)} ({result.accountant})."]
+    parts = [
+        f"ε_LB = {eps_lb_text(lb)}"
+        + (" (no evidence)" if lb <= 0 else "")
+        + f", ε_UB = {eps_ub_text(ub)} ({result.accountant})."
+    ]
     top = ub if math.isfinite(ub) else None
     if ceiling is not None:
         parts.append(
@@ -219,17 +291,24 @@ def bounds_caption(result: AuditResult) -> str:
         )
     reach = min(x for x in (top, ceiling) if x is not None) if (top is not None or ceiling is not None) else None
     if reach is not None and math.isfinite(reach):
-        parts.append(f"The rest, {eps_text(max(reach - lb, 0.0))} between ε_LB and {eps_text(reach)}, is what the attack leaves.")
+        parts.append(
+            f"The rest, {eps_text(max(reach - lb, 0.0))} between ε_LB and {eps_text(reach)}, is what the attack leaves."
+        )
     if last is None:
-        parts.append("No last-iterate ε (Steinke et al. 2024, defined for DP-SGD claims) is stored with this audit, so the line omits it.")
+        parts.append(
+            "No last-iterate ε (Steinke et al. 2024, defined for DP-SGD claims) is "
+            "stored with this audit, so the line omits it."
+        )
     elif top is not None and top - last <= 1e-9 * max(1.0, top):  # equal up to rounding (white-box: one step)
         parts.append("The last-iterate ε equals ε_UB: this audit observes every release the accountant bounds.")
     else:
         parts.append(
-            f"The last-iterate ε = {eps_text(last)} (Steinke et al. 2024) is the final model's exact ε if the losses were linear, "
+            f"The last-iterate ε = {eps_text(last)} (Steinke et al. 2024) is the "
+            "final model's exact ε if the losses were linear, "
             "and a heuristic, not an upper bound, for other losses"
             + (
-                f": the heuristic suggests that {eps_text(max(top - last, 0.0))} of ε_UB is out of sight of an audit of the final model, "
+                f": the heuristic suggests that {eps_text(max(top - last, 0.0))} of ε_UB "
+                "is out of sight of an audit of the final model, "
                 "but a non-linear loss can leak more, so it does not cap what an attack can show."
                 if top is not None
                 else "."

@@ -34,7 +34,12 @@ from matplotlib.transforms import ScaledTranslation
 from dpaudit import _validate as v
 from dpaudit.results import EvasionResult, TrainedModel, load_evasion_result, load_record
 from dpaudit.results.certification import CertificationResult, load_certification_result
-from dpaudit.results.certify_summary import UNNAMED_PREDICTION_RULE, SoundnessViolation, StoredCertifySummary, read_stored_summary
+from dpaudit.results.certify_summary import (
+    UNNAMED_PREDICTION_RULE,
+    SoundnessViolation,
+    StoredCertifySummary,
+    read_stored_summary,
+)
 from dpaudit.results.verdicts import Verdict, certified_verdict
 from dpaudit.store import RunDir, atomic_write_text, read_json
 from reports.figures import Looks, colour, legend_outside, new_axes, setting_looks
@@ -83,7 +88,8 @@ class CertifiedRun:
             object.__setattr__(self, "summary", read_stored_summary(self.summary))
 
     def prediction_rule(self, certificate: str) -> str:
-        """The classifier ``certificate`` covers, in words, as ``certify`` stored it (its conventional accuracy is this rule's)."""
+        """The classifier ``certificate`` covers, in words, as ``certify`` stored it (its conventional accuracy is this
+        rule's)."""
         cert = self.certificates.get(certificate)
         rule = cert.config.get("prediction_rule") if cert is not None else None
         if not rule:
@@ -94,7 +100,8 @@ class CertifiedRun:
 
     @property
     def label(self) -> str:
-        """Defense, its robustness parameters (ε_r, L; r = 1 when HGM's noise is not redistributed; σ for smoothing) and DP ε."""
+        """Defense, its robustness parameters (ε_r, L; r = 1 when HGM's noise is not redistributed; σ for smoothing) and
+        DP ε."""
         s = self.summary
         parts = [s.defense]
         if s.robustness_epsilon is not None and s.attack_norm_bound is not None:
@@ -115,7 +122,8 @@ class CertifiedRun:
 
     @property
     def soundness_violations(self) -> tuple[SoundnessViolation, ...]:
-        """The violations ``certify`` stored (certificate, radius, certified and robust accuracy), in any stored form."""
+        """The violations ``certify`` stored (certificate, radius, certified and robust accuracy), in any stored
+        form."""
         return self.summary.soundness_violations
 
     def strongest_robust_accuracy(self) -> np.ndarray | None:
@@ -143,7 +151,9 @@ def load_certified_runs(run_dir: str | Path | RunDir) -> list[CertifiedRun]:
             summary = read_stored_summary(read_json(d / SUMMARY_FILE))
         except ValueError as exc:
             raise v.invalid("summary", f"{str(d / SUMMARY_FILE)!r}: {exc}") from None
-        certs = {p.stem.removeprefix("certify-"): load_certification_result(p) for p in sorted(d.glob("certify-*.json"))}
+        certs = {
+            p.stem.removeprefix("certify-"): load_certification_result(p) for p in sorted(d.glob("certify-*.json"))
+        }
         radii = np.asarray(summary.radii, dtype=float)
         used = summary.attacks_run
         attacks = {}
@@ -154,12 +164,15 @@ def load_certified_runs(run_dir: str | Path | RunDir) -> list[CertifiedRun]:
             same_radii = res.radii.shape == radii.shape and np.allclose(res.radii, radii)
             if same_radii and (used is None or res.attack in used):
                 attacks[res.attack] = res
-        out.append(CertifiedRun(summary=summary, certificates=certs, attacks=attacks, record=_record(run, summary.model_id)))
+        out.append(
+            CertifiedRun(summary=summary, certificates=certs, attacks=attacks, record=_record(run, summary.model_id))
+        )
     return sorted(out, key=lambda r: (r.summary.defense, r.summary.model_id))
 
 
 def certified_figure(run: CertifiedRun, *, ax: Axes | None = None) -> MplFigure | None:
-    """One model: conventional accuracy, certified accuracy per certificate and robust accuracy per attack, against radius.
+    """One model: conventional accuracy, certified accuracy per certificate and robust accuracy per attack, against
+    radius.
 
     Returns:
         The figure, or ``None`` when the model has neither a certificate nor an attack result.
@@ -172,19 +185,42 @@ def certified_figure(run: CertifiedRun, *, ax: Axes | None = None) -> MplFigure 
     # Each certificate's conventional accuracy is that of the classifier it certifies (the same
     # predictions), drawn in the certificate's colour so the pair reads as one classifier.
     for name, cert in run.certificates.items():
-        own = name != "smoothing" or run.summary.mechanism == "smoothing"  # a smoothing model's own certificate is solid
+        own = (
+            name != "smoothing" or run.summary.mechanism == "smoothing"
+        )  # a smoothing model's own certificate is solid
         st = looks.method(name, linestyle="-" if own else ":")
         ax.plot(radii, cert.certified_accuracy(radii), **st, linewidth=2, markersize=6, label=f"certified: {name}")
-        ax.axhline(cert.conventional_accuracy, color=st["color"], linestyle=(0, (6, 2)), linewidth=1.0, alpha=0.7, label=f"conventional: {name}'s classifier {cert.conventional_accuracy:.3f}")
+        ax.axhline(
+            cert.conventional_accuracy,
+            color=st["color"],
+            linestyle=(0, (6, 2)),
+            linewidth=1.0,
+            alpha=0.7,
+            label=f"conventional: {name}'s classifier {cert.conventional_accuracy:.3f}",
+        )
     conv = run.summary.conventional_accuracy
     if not run.certificates and conv is not None and math.isfinite(conv):
-        ax.axhline(conv, **looks.take(color=colour(run.summary.defense), marker="", linestyle=(0, (6, 2))), linewidth=1.0, alpha=0.7, label=f"conventional accuracy {conv:.3f}")
+        ax.axhline(
+            conv,
+            **looks.take(color=colour(run.summary.defense), marker="", linestyle=(0, (6, 2))),
+            linewidth=1.0,
+            alpha=0.7,
+            label=f"conventional accuracy {conv:.3f}",
+        )
     # Attacks often leave the same accuracy: each curve is dodged a few points sideways (display
     # space, so the data stay exact) to keep all of them visible.
     n = len(run.attacks)
     for i, (name, res) in enumerate(run.attacks.items()):
         dodge = ScaledTranslation((i - (n - 1) / 2) * 3.0 / 72, 0, fig.dpi_scale_trans)
-        ax.plot(res.radii, res.robust_accuracy, **looks.method(name), markersize=5, markerfacecolor="none", label=f"robust under {name}", transform=ax.transData + dodge)
+        ax.plot(
+            res.radii,
+            res.robust_accuracy,
+            **looks.method(name),
+            markersize=5,
+            markerfacecolor="none",
+            label=f"robust under {name}",
+            transform=ax.transData + dodge,
+        )
     ax.set_xlabel(f"perturbation radius ({run.summary.norm or ''}); attack curves dodged sideways by a few points")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
@@ -194,7 +230,9 @@ def certified_figure(run: CertifiedRun, *, ax: Axes | None = None) -> MplFigure 
     return fig
 
 
-def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, include_smoothing: bool = True) -> MplFigure | None:
+def comparison_figure(
+    runs: Sequence[CertifiedRun], *, ax: Axes | None = None, include_smoothing: bool = True
+) -> MplFigure | None:
     """Every model's certificates on one axes: colour and marker name the model, the line the certificate.
 
     A model's own certificate is solid, the randomized-smoothing certificate of its noise dotted,
@@ -204,7 +242,12 @@ def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, i
     Returns:
         The figure, or ``None`` when no model holds a certificate.
     """
-    curves = [(run, name, cert) for run in runs for name, cert in run.certificates.items() if include_smoothing or name != "smoothing"]
+    curves = [
+        (run, name, cert)
+        for run in runs
+        for name, cert in run.certificates.items()
+        if include_smoothing or name != "smoothing"
+    ]
     if not curves:
         return None
     fig, ax = new_axes(ax, size=(8.0, 4.2))
@@ -215,7 +258,9 @@ def comparison_figure(runs: Sequence[CertifiedRun], *, ax: Axes | None = None, i
         st = looks.take(**{**models[run.summary.model_id], "linestyle": "-" if own else ":"})
         if not own:
             st["markerfacecolor"] = "white"
-        ax.plot(run.radii, cert.certified_accuracy(run.radii), **st, label=f"{run.label} [{run.summary.model_id}]: {name}")
+        ax.plot(
+            run.radii, cert.certified_accuracy(run.radii), **st, label=f"{run.label} [{run.summary.model_id}]: {name}"
+        )
     ax.set_xlabel("perturbation radius")
     ax.set_ylabel("certified accuracy")
     ax.set_ylim(-0.02, 1.02)
@@ -268,7 +313,9 @@ def accuracy_epsilon_rows(records: Sequence[TrainedModel], runs: Sequence[Certif
                 epsilon=float(eps),
                 delta=rec.metrics.get("delta"),
                 conventional_accuracy=float(acc),
-                source=f"certify: {run.summary.prediction_rule or UNNAMED_PREDICTION_RULE}" if run is not None else _record_rule(rec),
+                source=f"certify: {run.summary.prediction_rule or UNNAMED_PREDICTION_RULE}"
+                if run is not None
+                else _record_rule(rec),
             )
         )
     return sorted(rows, key=lambda r: (r.defense, r.epsilon))
@@ -277,7 +324,11 @@ def accuracy_epsilon_rows(records: Sequence[TrainedModel], runs: Sequence[Certif
 def _record_rule(rec: TrainedModel) -> str:
     """The prediction rule behind a record's test accuracy, in words."""
     draws = rec.metrics.get("test_accuracy_draws")
-    return f"record test accuracy: expected-softmax argmax over {draws} noise draws" if draws else "record test accuracy: the trained model on clean inputs"
+    return (
+        f"record test accuracy: expected-softmax argmax over {draws} noise draws"
+        if draws
+        else "record test accuracy: the trained model on clean inputs"
+    )
 
 
 def accuracy_epsilon_figure(rows: Sequence[AccuracyEpsilonRow], *, ax: Axes | None = None) -> MplFigure | None:
@@ -298,7 +349,8 @@ def accuracy_epsilon_figure(rows: Sequence[AccuracyEpsilonRow], *, ax: Axes | No
 
 
 def certified_rows(runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
-    """Long table: defense, model, certificate, radius, certified accuracy, conventional accuracy of the same classifier, its prediction rule."""
+    """Long table: defense, model, certificate, radius, certified accuracy, conventional accuracy of the same
+    classifier, its prediction rule."""
     return [
         {
             "defense": run.summary.defense,
@@ -342,10 +394,17 @@ def _csv(rows: Sequence[Mapping[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def write_certified_tables(directory: Path, runs: Sequence[CertifiedRun], eps_rows: Sequence[AccuracyEpsilonRow]) -> list[Path]:
-    """Writes the CSV tables that have rows (a table without rows is neither written nor listed); removes stale empty ones."""
+def write_certified_tables(
+    directory: Path, runs: Sequence[CertifiedRun], eps_rows: Sequence[AccuracyEpsilonRow]
+) -> list[Path]:
+    """Writes the CSV tables that have rows (a table without rows is neither written nor listed); removes stale empty
+    ones."""
     written = []
-    tables = (("certified_accuracy.csv", certified_rows(runs)), ("robust_accuracy.csv", robust_rows(runs)), ("accuracy_vs_epsilon.csv", [dataclasses.asdict(r) for r in eps_rows]))
+    tables = (
+        ("certified_accuracy.csv", certified_rows(runs)),
+        ("robust_accuracy.csv", robust_rows(runs)),
+        ("accuracy_vs_epsilon.csv", [dataclasses.asdict(r) for r in eps_rows]),
+    )
     for name, rows in tables:
         path = directory / name
         if rows:
@@ -376,12 +435,28 @@ def _run_table(runs: Sequence[CertifiedRun]) -> Table:
             ]
         )
     return Table(
-        columns=["defense", "model", "DP ε", "ε_r", "L", "σ", "Δ_r", "conv. acc", "prediction rule", "examples", "draws", "draws/s"],
+        columns=[
+            "defense",
+            "model",
+            "DP ε",
+            "ε_r",
+            "L",
+            "σ",
+            "Δ_r",
+            "conv. acc",
+            "prediction rule",
+            "examples",
+            "draws",
+            "draws/s",
+        ],
         rows=rows,
         caption=(
-            "σ: base noise std of the noise layer (of the input noise for a smoothing model, whose ε_r and L are blank); "
-            "Δ_r: its measured (r-weighted) sensitivity in the attack norm; conv. acc: accuracy of the classifier the model's own certificate covers, "
-            "named by its prediction rule: the same classifier as the certified accuracy, which at radius 0 never exceeds it."
+            "σ: base noise std of the noise layer (of the input noise for a "
+            "smoothing model, whose ε_r and L are blank); "
+            "Δ_r: its measured (r-weighted) sensitivity in the attack norm; conv. "
+            "acc: accuracy of the classifier the model's own certificate covers, "
+            "named by its prediction rule: the same classifier as the certified "
+            "accuracy, which at radius 0 never exceeds it."
         ),
     )
 
@@ -390,7 +465,9 @@ def _claim_block(run: CertifiedRun) -> Any:
     if run.record is None:
         return Text(text="The model's record is not in this run directory, so its privacy claim cannot be shown.")
     delta = run.record.metrics.get("delta") or run.summary.delta or 1e-5
-    return accountant_table(run.record.claim.epsilons(delta=float(delta)), delta=float(delta), description=run.record.claim.statement())
+    return accountant_table(
+        run.record.claim.epsilons(delta=float(delta)), delta=float(delta), description=run.record.claim.statement()
+    )
 
 
 def _share(accuracy: float, n: int, cell: Any = rate_cell) -> Shown:
@@ -399,11 +476,19 @@ def _share(accuracy: float, n: int, cell: Any = rate_cell) -> Shown:
 
 
 def runs_verdict(runs: Sequence[CertifiedRun]) -> Verdict:
-    """Sound or unsound (:func:`~dpaudit.results.verdicts.certified_verdict`), from what ``certify`` stored for each model."""
-    return certified_verdict([(r.summary.model_id, [x.to_dict() for x in r.soundness_violations], bool(r.certificates and r.attacks)) for r in runs])
+    """Sound or unsound (:func:`~dpaudit.results.verdicts.certified_verdict`), from what ``certify`` stored for each
+    model."""
+    return certified_verdict(
+        [
+            (r.summary.model_id, [x.to_dict() for x in r.soundness_violations], bool(r.certificates and r.attacks))
+            for r in runs
+        ]
+    )
 
 
-def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[AccuracyEpsilonRow], csv_files: Sequence[Path] = ()) -> list[Section]:
+def certified_sections(
+    runs: Sequence[CertifiedRun], eps_rows: Sequence[AccuracyEpsilonRow], csv_files: Sequence[Path] = ()
+) -> list[Section]:
     """The certified report's sections: stored soundness verdicts, overview, one section per model, accuracy vs ε."""
     overview: list[Any] = []
     # Sound / unsound is judged in the core from what certify stored; the page draws the box.
@@ -414,7 +499,10 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Accuracy
             Figure(
                 figure=comparison_figure(runs),
                 name="comparison",
-                caption="Certified accuracy against radius: colour and marker name the model; solid: its own certificate, dotted with hollow markers: randomized smoothing of the same noise (a smoothing model: CERTIFY on its input noise, solid)",
+                caption="Certified accuracy against radius: colour and marker name the model; "
+                "solid: its own certificate, dotted with hollow markers: randomized "
+                "smoothing of the same noise (a smoothing model: CERTIFY on its input "
+                "noise, solid)",
                 empty="no model in this run holds a certificate (none has a noise layer)",
             )
         )
@@ -427,7 +515,10 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Accuracy
             Figure(
                 figure=certified_figure(run),
                 name=f"model-{run.summary.model_id}",
-                caption="Certified accuracy (filled markers, one line per certificate), the conventional accuracy of the classifier each certificate covers (dashed horizontal, in the certificate's colour) and empirical robust accuracy under each attack (open markers)",
+                caption="Certified accuracy (filled markers, one line per certificate), the "
+                "conventional accuracy of the classifier each certificate covers "
+                "(dashed horizontal, in the certificate's colour) and empirical robust "
+                "accuracy under each attack (open markers)",
                 empty="no certificate and no attack result stored for this model",
             )
         )
@@ -435,7 +526,12 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Accuracy
             blocks.append(
                 Text(
                     text="Each certificate's conventional accuracy is that of the classifier it certifies: "
-                    + "; ".join(f"certified {n}: conventional accuracy {fmt_percent(c.conventional_accuracy)} of the same classifier ({run.prediction_rule(n)})" for n, c in run.certificates.items())
+                    + "; ".join(
+                        f"certified {n}: conventional accuracy "
+                        f"{fmt_percent(c.conventional_accuracy)} of the same classifier "
+                        f"({run.prediction_rule(n)})"
+                        for n, c in run.certificates.items()
+                    )
                     + "."
                 )
             )
@@ -444,12 +540,29 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Accuracy
         for j, radius in enumerate(run.radii):
             row: list[Any] = [float(radius)]
             # Accuracies as percentages of the test points they rest on (one more point moves them by 1/n).
-            row += [_share(float(c.certified_accuracy([radius])[0]), c.labels.size, rate_lb_cell) for c in run.certificates.values()]
+            row += [
+                _share(float(c.certified_accuracy([radius])[0]), c.labels.size, rate_lb_cell)
+                for c in run.certificates.values()
+            ]
             row += [_share(float(r.robust_accuracy[j]), r.success.shape[1], rate_ub_cell) for r in run.attacks.values()]
-            row.append(None if robust is None else _share(float(robust[j]), next(iter(run.attacks.values())).success.shape[1], rate_ub_cell))
+            row.append(
+                None
+                if robust is None
+                else _share(float(robust[j]), next(iter(run.attacks.values())).success.shape[1], rate_ub_cell)
+            )
             rows.append(row)
         if rows and (run.certificates or run.attacks):
-            blocks.append(Table(columns=["radius", *(f"certified {n}" for n in run.certificates), *(f"robust {n}" for n in run.attacks), "robust (all attacks)"], rows=rows))
+            blocks.append(
+                Table(
+                    columns=[
+                        "radius",
+                        *(f"certified {n}" for n in run.certificates),
+                        *(f"robust {n}" for n in run.attacks),
+                        "robust (all attacks)",
+                    ],
+                    rows=rows,
+                )
+            )
         sections.append(Section(title=f"{run.label} — {run.summary.model_id}", blocks=blocks))
     sections.append(
         Section(
@@ -465,7 +578,10 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Accuracy
                     [
                         Table(
                             columns=["defense", "model", "ε", "δ", "conv. acc", "source"],
-                            rows=[[r.defense, r.model_id, r.epsilon, r.delta, r.conventional_accuracy, r.source] for r in eps_rows],
+                            rows=[
+                                [r.defense, r.model_id, r.epsilon, r.delta, r.conventional_accuracy, r.source]
+                                for r in eps_rows
+                            ],
                         )
                     ]
                     if eps_rows
@@ -475,7 +591,12 @@ def certified_sections(runs: Sequence[CertifiedRun], eps_rows: Sequence[Accuracy
         )
     )
     if csv_files:
-        sections.append(Section(title="Tables", blocks=[Text(text="CSV beside this report: " + ", ".join(p.name for p in csv_files) + ".")]))
+        sections.append(
+            Section(
+                title="Tables",
+                blocks=[Text(text="CSV beside this report: " + ", ".join(p.name for p in csv_files) + ".")],
+            )
+        )
     return sections
 
 
@@ -507,28 +628,48 @@ def _write(out: Path, item: CertifiedRuns) -> tuple[WrittenReport, list[Path], s
     out.mkdir(parents=True, exist_ok=True)
     csv_files = write_certified_tables(out, item.runs, item.eps_rows)
     sections = certified_sections(item.runs, item.eps_rows, csv_files)
-    written = write_report_files(out, sections, title="Certified vs conventional accuracy", stem="certified", kind="certified")
+    written = write_report_files(
+        out, sections, title="Certified vs conventional accuracy", stem="certified", kind="certified"
+    )
     return written, csv_files, with_status(f"certified vs conventional accuracy ({len(item.runs)} model(s))", sections)
 
 
 def certified_page(item: CertifiedRuns, out: Path) -> Page:
     """Writes ``certified.{html,md}``, its figures and non-empty CSV tables into ``out``."""
     # The soundness verdicts are the ones ``certify`` stored; the page only shows them.
-    violations = tuple(f"certify {cr.summary.model_id}: {len(cr.soundness_violations)} soundness violation(s)" for cr in item.runs if cr.soundness_violations)
+    violations = tuple(
+        f"certify {cr.summary.model_id}: {len(cr.soundness_violations)} soundness violation(s)"
+        for cr in item.runs
+        if cr.soundness_violations
+    )
     written, csv_files, link = _write(out, item)
     return Page(html=written.html, link=link, tables=tuple(csv_files), violations=violations)
 
 
 def write_certified_report(run_dir: str | Path | RunDir, *, runs: Sequence[CertifiedRun] | None = None) -> Path:
-    """Writes ``certified.{html,md}``, its figures and non-empty CSV tables into the run's reports directory; returns the HTML path."""
+    """Writes ``certified.{html,md}``, its figures and non-empty CSV tables into the run's reports directory; returns
+    the HTML path."""
     return render_certified(run_dir, runs=runs)[0].html
 
 
-def render_certified(run_dir: str | Path | RunDir, *, runs: Sequence[CertifiedRun] | None = None) -> tuple[WrittenReport, list[Path]]:
+def render_certified(
+    run_dir: str | Path | RunDir, *, runs: Sequence[CertifiedRun] | None = None
+) -> tuple[WrittenReport, list[Path]]:
     """Writes the certified report and its CSV tables; returns (the report's files, the CSV files)."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    written, csv_files, _ = _write(run.reports_dir(), _certified(run, load_certified_runs(run) if runs is None else list(runs)))
+    written, csv_files, _ = _write(
+        run.reports_dir(), _certified(run, load_certified_runs(run) if runs is None else list(runs))
+    )
     return written, csv_files
 
 
-REPORT_KINDS.register(ReportKind(name="certified", group="Certified robustness", order=40, load=load_certified, verdict=lambda item: runs_verdict(item.runs), render=certified_page))
+REPORT_KINDS.register(
+    ReportKind(
+        name="certified",
+        group="Certified robustness",
+        order=40,
+        load=load_certified,
+        verdict=lambda item: runs_verdict(item.runs),
+        render=certified_page,
+    )
+)

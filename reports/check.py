@@ -72,7 +72,8 @@ def _eps_lb(x: float) -> str:
 
 
 def check_figure(outcomes: Sequence[CheckOutcome], *, ax: Axes | None = None) -> MplFigure | None:
-    """ε_LB of every check as a horizontal bar, ε_UB as a vertical line, each ceiling as a marker (``None`` without checks).
+    """ε_LB of every check as a horizontal bar, ε_UB as a vertical line, each ceiling as a marker (``None`` without
+    checks).
 
     A bar is red where the check was violated and grey otherwise; infinite values (an ε_UB no
     accountant bounds, an unbounded ceiling) are drawn at the right edge with an arrow-head marker.
@@ -86,8 +87,22 @@ def check_figure(outcomes: Sequence[CheckOutcome], *, ax: Axes | None = None) ->
     labels = {"violated": "ε_LB, violated (> ε_UB)", "passed": "ε_LB, passed", "inconclusive": "ε_LB, inconclusive"}
     for y, o in zip(ys, outcomes):
         # The first bar of each status carries the legend entry.
-        ax.barh(y, min(o.epsilon_lb, right), height=0.55, color=_STATUS_COLOUR[o.status], alpha=0.9, label=labels.pop(o.status, None))
-        ax.annotate(f"{_eps_lb(o.epsilon_lb)} ({o.status})", (min(o.epsilon_lb, right), y), xytext=(4, 7), textcoords="offset points", fontsize=8, va="bottom")
+        ax.barh(
+            y,
+            min(o.epsilon_lb, right),
+            height=0.55,
+            color=_STATUS_COLOUR[o.status],
+            alpha=0.9,
+            label=labels.pop(o.status, None),
+        )
+        ax.annotate(
+            f"{_eps_lb(o.epsilon_lb)} ({o.status})",
+            (min(o.epsilon_lb, right), y),
+            xytext=(4, 7),
+            textcoords="offset points",
+            fontsize=8,
+            va="bottom",
+        )
     ceil_style = style("ceiling")
     ceilings = [min(o.ceiling, right) for o in outcomes]
     ax.plot(
@@ -103,7 +118,13 @@ def check_figure(outcomes: Sequence[CheckOutcome], *, ax: Axes | None = None) ->
     )
     ub = outcomes[0].epsilon_ub
     if math.isfinite(ub):
-        ax.axvline(ub, color=colour("epsilon_ub"), linestyle="--", linewidth=1.4, label=f"ε_UB = {fmt_upper_bound(ub)} (the claim)")
+        ax.axvline(
+            ub,
+            color=colour("epsilon_ub"),
+            linestyle="--",
+            linewidth=1.4,
+            label=f"ε_UB = {fmt_upper_bound(ub)} (the claim)",
+        )
     ax.set_yticks(ys)
     ax.set_yticklabels([o.name for o in outcomes])
     ax.set_xlim(0, right)
@@ -118,15 +139,28 @@ def _outcome_table(report: CheckReport) -> Table:
     # Bounds print their safe way, as in the verdict box above the table: ε_LB and the ceiling (the
     # ε_LB of a perfect attack) rounded down, ε_UB up.
     rows = [
-        [o.name, o.status.upper() if o.violated else o.status, epsilon_lb_cell(o.epsilon_lb), epsilon_ub_cell(o.epsilon_ub), epsilon_lb_cell(o.ceiling), o.num_trials, o.seconds, o.detects, o.misses]
+        [
+            o.name,
+            o.status.upper() if o.violated else o.status,
+            epsilon_lb_cell(o.epsilon_lb),
+            epsilon_ub_cell(o.epsilon_ub),
+            epsilon_lb_cell(o.ceiling),
+            o.num_trials,
+            o.seconds,
+            o.detects,
+            o.misses,
+        ]
         for o in report.outcomes
     ]
     return Table(
         columns=["check", "status", "ε_LB", "ε_UB", "ceiling", "trainings", "seconds", "detects", "misses"],
         rows=rows,
         caption=(
-            "ε_LB holds at each check's confidence (the battery's, split by Bonferroni); ceiling: the largest ε_LB the check's design could show at the size it ran "
-            "(a perfect attack on the same counts). Violated iff ε_LB > ε_UB; passed iff not violated and ceiling > ε_UB; otherwise inconclusive."
+            "ε_LB holds at each check's confidence (the battery's, split by "
+            "Bonferroni); ceiling: the largest ε_LB the check's design could show "
+            "at the size it ran "
+            "(a perfect attack on the same counts). Violated iff ε_LB > ε_UB; "
+            "passed iff not violated and ceiling > ε_UB; otherwise inconclusive."
         ),
     )
 
@@ -152,7 +186,9 @@ def check_sections(report: CheckReport) -> list[Section]:
         Figure(
             figure=check_figure(report.outcomes),
             name="epsilon",
-            caption="ε_LB per check (bars, coloured by status as the legend says) against the claim's ε_UB (dashed line) and each check's ceiling (open triangles)",
+            caption="ε_LB per check (bars, coloured by status as the legend says) against "
+            "the claim's ε_UB (dashed line) and each check's ceiling (open "
+            "triangles)",
             empty="the battery ran no check",
         ),
     ]
@@ -166,14 +202,26 @@ def check_sections(report: CheckReport) -> list[Section]:
 
 
 def check_page(item: StoredCheck, out: Path) -> Page:
-    """Writes ``check.{html,md}`` and its figure into ``out``; the violated checks' findings are the page's violations."""
+    """Writes ``check.{html,md}`` and its figure into ``out``; the violated checks' findings are the page's
+    violations."""
     report = item.report
     sections = check_sections(report)
-    written = write_report_files(out, sections, title=f"Conformance checks of {report.train_fn}", stem="check", kind="check")
+    written = write_report_files(
+        out, sections, title=f"Conformance checks of {report.train_fn}", stem="check", kind="check"
+    )
     counts = {s: sum(o.status == s for o in report.outcomes) for s in ("violated", "passed", "inconclusive")}
     tally = ", ".join(f"{n} {s}" for s, n in counts.items() if n) if report.outcomes else "no check ran"
     link = with_status(f"{report.train_fn} ({tally})", sections)
     return Page(html=written.html, link=link, violations=tuple(f"check {o.finding}" for o in report.violations))
 
 
-REPORT_KINDS.register(ReportKind(name="checks", group="Conformance checks", order=25, load=load_checks, verdict=lambda item: check_verdict(item.report), render=check_page))
+REPORT_KINDS.register(
+    ReportKind(
+        name="checks",
+        group="Conformance checks",
+        order=25,
+        load=load_checks,
+        verdict=lambda item: check_verdict(item.report),
+        render=check_page,
+    )
+)

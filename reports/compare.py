@@ -29,7 +29,18 @@ from dpaudit.results.comparison import ComparisonResult, ComparisonRow, load_com
 from dpaudit.results.verdicts import compare_verdict
 from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
 from reports.compare_matrix import _csv, _matrix_tables, _membership_table, _strongest, matrix_rows
-from reports.figures import FONT_PT, Looks, colour, legend_outside, new_axes, new_figure, plain_log_ticks, rate_text, setting_looks, zero_and_log_axes
+from reports.figures import (
+    FONT_PT,
+    Looks,
+    colour,
+    legend_outside,
+    new_axes,
+    new_figure,
+    plain_log_ticks,
+    rate_text,
+    setting_looks,
+    zero_and_log_axes,
+)
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.render import Figure, Items, Section, WrittenReport, write_report_files
 from reports.verdict_box import verdict_section
@@ -128,29 +139,88 @@ def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) 
     looks = _looks(private)
     for _family, rows in _family_curves(result, private):
         line = looks[rows[0].label]["color"]  # the family's darkest shade
-        ax.plot([r.epsilon_ub_best for r in rows], [r.test_accuracy for r in rows], color=line, linewidth=1.0, alpha=0.7, zorder=1)
+        ax.plot(
+            [r.epsilon_ub_best for r in rows],
+            [r.test_accuracy for r in rows],
+            color=line,
+            linewidth=1.0,
+            alpha=0.7,
+            zorder=1,
+        )
         pos = [r for r in rows if r.epsilon_lb > 0]
-        ax.plot([r.epsilon_lb for r in pos], [r.test_accuracy for r in pos], color=line, linewidth=1.0, linestyle="--", alpha=0.7, zorder=1)
+        ax.plot(
+            [r.epsilon_lb for r in pos],
+            [r.test_accuracy for r in pos],
+            color=line,
+            linewidth=1.0,
+            linestyle="--",
+            alpha=0.7,
+            zorder=1,
+        )
     nothing = []
     for r in private:
         lk = looks[r.label]
-        ax.errorbar([r.epsilon_ub_best], [r.test_accuracy], yerr=[r.test_accuracy_std], color=lk["color"], marker=lk["marker"], markersize=7, linestyle="none", capsize=3, label=r.label, zorder=3)
+        ax.errorbar(
+            [r.epsilon_ub_best],
+            [r.test_accuracy],
+            yerr=[r.test_accuracy_std],
+            color=lk["color"],
+            marker=lk["marker"],
+            markersize=7,
+            linestyle="none",
+            capsize=3,
+            label=r.label,
+            zorder=3,
+        )
         where = ax if r.epsilon_lb > 0 else zero
         if where is None:
             nothing.append(r.label)
             continue
-        where.plot([r.epsilon_lb if r.epsilon_lb > 0 else 0.0], [r.test_accuracy], color=lk["color"], marker=lk["marker"], markersize=7, markerfacecolor="white", linestyle="none", zorder=3)
+        where.plot(
+            [r.epsilon_lb if r.epsilon_lb > 0 else 0.0],
+            [r.test_accuracy],
+            color=lk["color"],
+            marker=lk["marker"],
+            markersize=7,
+            markerfacecolor="white",
+            linestyle="none",
+            zorder=3,
+        )
     # What filled and hollow mean, once for every setting.
     ax.plot([], [], color="#000000", marker="o", linestyle="-", label="filled: ε_UB (guarantee)")
-    ax.plot([], [], color="#000000", marker="o", markerfacecolor="white", linestyle="--", label="hollow: ε_LB (evidence)")
+    ax.plot(
+        [], [], color="#000000", marker="o", markerfacecolor="white", linestyle="--", label="hollow: ε_LB (evidence)"
+    )
     front = _pareto([(r.epsilon_ub_best, r.test_accuracy) for r in private])
     if front:
-        ax.plot([p[0] for p in front], [p[1] for p in front], color="#bbbbbb", linewidth=7, alpha=0.6, zorder=0, solid_capstyle="round", label="Pareto front (ε_UB)")
+        ax.plot(
+            [p[0] for p in front],
+            [p[1] for p in front],
+            color="#bbbbbb",
+            linewidth=7,
+            alpha=0.6,
+            zorder=0,
+            solid_capstyle="round",
+            label="Pareto front (ε_UB)",
+        )
     base = result.row(result.baseline)
     for a in (ax, zero) if zero is not None else (ax,):
-        a.axhline(base.test_accuracy, color=colour("nonprivate"), linestyle=":", linewidth=1.5, label=f"non-private baseline ({base.test_accuracy:.3f})" if a is ax else None)
+        a.axhline(
+            base.test_accuracy,
+            color=colour("nonprivate"),
+            linestyle=":",
+            linewidth=1.5,
+            label=f"non-private baseline ({base.test_accuracy:.3f})" if a is ax else None,
+        )
     if nothing:
-        ax.text(0.01, 0.02, "ε_LB = 0 (no evidence): " + ", ".join(nothing), transform=ax.transAxes, fontsize=FONT_PT, va="bottom")
+        ax.text(
+            0.01,
+            0.02,
+            "ε_LB = 0 (no evidence): " + ", ".join(nothing),
+            transform=ax.transAxes,
+            fontsize=FONT_PT,
+            va="bottom",
+        )
     if zero is not None:
         zero.set_ylabel("test accuracy")
         zero.grid(True, axis="y", alpha=0.3)
@@ -164,24 +234,54 @@ def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) 
 
 
 def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
-    """Membership advantage (TPR − FPR, strongest attack) against ε_UB, under the ceiling e^ε − 1; colour and marker per setting."""
+    """Membership advantage (TPR − FPR, strongest attack) against ε_UB, under the ceiling e^ε − 1; colour and marker per
+    setting."""
     rows = [r for r in result.rows if r.epsilon_ub and math.isfinite(r.epsilon_ub_best) and r.membership]
     if not rows:
         return None
     fig, ax = new_axes(ax, size=(7.5, 4.0))
     eps = np.array([r.epsilon_ub_best for r in rows])
     grid = np.geomspace(eps.min() / 2, eps.max() * 2, 200)
-    ax.plot(grid, np.minimum(np.expm1(np.minimum(grid, 50.0)), 1.0), color=colour("ceiling"), linestyle="--", label="ceiling min(e^ε − 1, 1)")
+    ax.plot(
+        grid,
+        np.minimum(np.expm1(np.minimum(grid, 50.0)), 1.0),
+        color=colour("ceiling"),
+        linestyle="--",
+        label="ceiling min(e^ε − 1, 1)",
+    )
     looks = _looks(rows)
     for _family, members in _family_curves(result, rows):
-        ax.plot([r.epsilon_ub_best for r in members], [_strongest(r)[1]["advantage"] for r in members], color=looks[members[0].label]["color"], linewidth=1.0, alpha=0.7, zorder=1)
+        ax.plot(
+            [r.epsilon_ub_best for r in members],
+            [_strongest(r)[1]["advantage"] for r in members],
+            color=looks[members[0].label]["color"],
+            linewidth=1.0,
+            alpha=0.7,
+            zorder=1,
+        )
         for r in members:
-            ax.plot([r.epsilon_ub_best], [_strongest(r)[1]["advantage"]], color=looks[r.label]["color"], marker=looks[r.label]["marker"], markersize=7, linestyle="none", label=r.label, zorder=3)
+            ax.plot(
+                [r.epsilon_ub_best],
+                [_strongest(r)[1]["advantage"]],
+                color=looks[r.label]["color"],
+                marker=looks[r.label]["marker"],
+                markersize=7,
+                linestyle="none",
+                label=r.label,
+                zorder=3,
+            )
     base = result.row(result.baseline)
     if base.membership:
-        ax.axhline(_strongest(base)[1]["advantage"], color=colour("nonprivate"), linestyle=":", label="non-private baseline")
+        ax.axhline(
+            _strongest(base)[1]["advantage"], color=colour("nonprivate"), linestyle=":", label="non-private baseline"
+        )
     ax.set_ylim(0, 1.05)
-    _finish(ax, xlabel=f"ε_UB (δ = {result.delta:g})", ylabel="membership advantage TPR − FPR", title="How much of the DP ceiling the strongest attack reaches")
+    _finish(
+        ax,
+        xlabel=f"ε_UB (δ = {result.delta:g})",
+        ylabel="membership advantage TPR − FPR",
+        title="How much of the DP ceiling the strongest attack reaches",
+    )
     return fig
 
 
@@ -198,7 +298,11 @@ def vulnerable_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mp
         attack, m = _strongest(r)
         # An unresolved rate (None) draws no bar rather than a made-up one.
         pop.append(m["tpr_at_fpr"][fpr] if m and m["tpr_at_fpr"][fpr] is not None else np.nan)
-        vul.append(r.vulnerable[attack]["tpr_at_fpr"][fpr] if attack is not None and attack in r.vulnerable and r.vulnerable[attack]["tpr_at_fpr"][fpr] is not None else np.nan)
+        vul.append(
+            r.vulnerable[attack]["tpr_at_fpr"][fpr]
+            if attack is not None and attack in r.vulnerable and r.vulnerable[attack]["tpr_at_fpr"][fpr] is not None
+            else np.nan
+        )
     ax.barh(y - 0.2, pop, height=0.38, color=colour("out"), label="all queried samples")
     ax.barh(y + 0.2, vul, height=0.38, color=colour("in"), label=f"top {result.vulnerable_top_k} most vulnerable")
     ax.axvline(float(fpr), color=colour("chance"), linestyle=":", label=f"chance (TPR = FPR = {rate_text(float(fpr))})")
@@ -222,9 +326,20 @@ def robustness_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mp
     for r in rows:
         # Colour and marker per setting (its family's hue ramp); robust solid, certified dotted and hollow.
         st = settings[r.label]
-        ax.plot(radii, [r.robust_accuracy.get(f"{x:g}", math.nan) for x in radii], **looks.take(**st), label=f"{r.label}: robust")
+        ax.plot(
+            radii,
+            [r.robust_accuracy.get(f"{x:g}", math.nan) for x in radii],
+            **looks.take(**st),
+            label=f"{r.label}: robust",
+        )
         if r.certified_accuracy:
-            ax.plot(radii, [r.certified_accuracy.get(f"{x:g}", math.nan) for x in radii], **looks.take(**{**st, "linestyle": ":"}), markerfacecolor="white", label=f"{r.label}: certified")
+            ax.plot(
+                radii,
+                [r.certified_accuracy.get(f"{x:g}", math.nan) for x in radii],
+                **looks.take(**{**st, "linestyle": ":"}),
+                markerfacecolor="white",
+                label=f"{r.label}: certified",
+            )
     ax.set_xlabel("attack radius")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
@@ -247,12 +362,21 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
                     figure=privacy_utility_figure(result),
                     name="privacy-utility",
                     caption=(
-                        "Accuracy against ε, one colour and marker per setting (a family's settings share a hue, dark to light): filled markers at ε_UB, hollow at ε_LB; "
-                        "a setting whose attacks showed nothing (ε_LB = 0) is drawn at 0 in the narrow 'no evidence' panel, not on the log axis. The grey band is the Pareto front over ε_UB."
+                        "Accuracy against ε, one colour and marker per setting (a family's "
+                        "settings share a hue, dark to light): filled markers at ε_UB, hollow "
+                        "at ε_LB; "
+                        "a setting whose attacks showed nothing (ε_LB = 0) is drawn at 0 in the "
+                        "narrow 'no evidence' panel, not on the log axis. The grey band is the "
+                        "Pareto front over ε_UB."
                     ),
                     empty="no row has a finite ε_UB",
                 ),
-                Figure(figure=advantage_figure(result), name="advantage", caption="Membership advantage of the strongest attack against the DP ceiling.", empty="no DP row was attacked"),
+                Figure(
+                    figure=advantage_figure(result),
+                    name="advantage",
+                    caption="Membership advantage of the strongest attack against the DP ceiling.",
+                    empty="no DP row was attacked",
+                ),
             ],
         ),
     ]
@@ -261,11 +385,30 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
         sections.append(
             Section(
                 title="Membership: average vs most vulnerable samples",
-                blocks=[Figure(figure=vulnerable_figure(result), name="vulnerable", caption="TPR at the grid's largest FPR.", empty="no shadow-based attack ranked the samples"), mem],
+                blocks=[
+                    Figure(
+                        figure=vulnerable_figure(result),
+                        name="vulnerable",
+                        caption="TPR at the grid's largest FPR.",
+                        empty="no shadow-based attack ranked the samples",
+                    ),
+                    mem,
+                ],
             )
         )
     if result.radii:
-        sections.append(Section(title="Robustness", blocks=[Figure(figure=robustness_figure(result), name="robustness", caption="Evasion and certification at the grid's radii.")]))
+        sections.append(
+            Section(
+                title="Robustness",
+                blocks=[
+                    Figure(
+                        figure=robustness_figure(result),
+                        name="robustness",
+                        caption="Evasion and certification at the grid's radii.",
+                    )
+                ],
+            )
+        )
     if files:
         sections.append(Section(title="Tables", blocks=[Items(items=list(files))]))
     return sections
@@ -275,14 +418,19 @@ def _write(out: Path, result: ComparisonResult) -> tuple[WrittenReport, list[Pat
     out.mkdir(parents=True, exist_ok=True)
     stem = compare_stem(result.name)
     columns, rows = matrix_rows(result)
-    tables = [atomic_write_text(out / f"{stem}-matrix.csv", _csv(columns, rows)), atomic_write_json(out / f"{stem}.json", result.summary())]
+    tables = [
+        atomic_write_text(out / f"{stem}-matrix.csv", _csv(columns, rows)),
+        atomic_write_json(out / f"{stem}.json", result.summary()),
+    ]
     written = write_report_files(
         out,
         compare_sections(result, files=[p.name for p in tables]),
         title=f"Defenses under attack: {result.name} ({result.dataset})",
         stem=stem,
         kind="report",
-        intro=f"{len(result.rows)} defense settings trained on {result.dataset}, attacked with the same attacks. Jobs: {result.jobs_run} run, {result.jobs_reused} reused; {result.seconds:.0f} s.",
+        intro=f"{len(result.rows)} defense settings trained on {result.dataset}, "
+        f"attacked with the same attacks. Jobs: {result.jobs_run} run, "
+        f"{result.jobs_reused} reused; {result.seconds:.0f} s.",
     )
     return written, tables
 
@@ -293,12 +441,24 @@ def render_compare(run: RunDir, result: ComparisonResult) -> tuple[WrittenReport
 
 
 def compare_page(result: ComparisonResult, out: Path) -> Page:
-    """Writes ``compare-<name>.{html,md}``, its figures and tables into ``out``; the rows' stored verdicts are its violations."""
+    """Writes ``compare-<name>.{html,md}``, its figures and tables into ``out``; the rows' stored verdicts are its
+    violations."""
     written, tables = _write(out, result)
-    violations = tuple(f"compare {result.name} / {r.label}: {r.verdict}: {'; '.join(r.findings)}" for r in result.violations)
+    violations = tuple(
+        f"compare {result.name} / {r.label}: {r.verdict}: {'; '.join(r.findings)}" for r in result.violations
+    )
     # The index names the verdict beside the link (compare_verdict only words the rows' stored verdicts).
     link = f"{result.name}: {len(result.rows)} defense settings on {result.dataset} — {compare_verdict(result).status}"
     return Page(html=written.html, link=link, tables=tuple(tables), violations=violations)
 
 
-REPORT_KINDS.register(ReportKind(name="compare", group="Defenses compared under attack", order=10, load=load_comparisons, verdict=compare_verdict, render=compare_page))
+REPORT_KINDS.register(
+    ReportKind(
+        name="compare",
+        group="Defenses compared under attack",
+        order=10,
+        load=load_comparisons,
+        verdict=compare_verdict,
+        render=compare_page,
+    )
+)

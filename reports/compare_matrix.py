@@ -64,7 +64,8 @@ def _tpr(m: Mapping[str, Any] | None, fpr: str) -> Any:
 
 
 def _pct(x: Any, cell: Any = percent_cell) -> Any:
-    """An accuracy as a percentage (its value kept for the CSV), missing as an em dash; ``cell`` rounds a bound its safe way."""
+    """An accuracy as a percentage (its value kept for the CSV), missing as an em dash; ``cell`` rounds a bound its safe
+    way."""
     return cell(float(x)) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else _num(x)
 
 
@@ -106,7 +107,9 @@ def _certified_classifier(row: ComparisonRow) -> list[Any]:
     if not row.certified_accuracy:
         return ["does not certify", "does not certify"]
     rule = row.certified_prediction_rule or NOT_RECORDED
-    accuracy = NOT_RECORDED if row.certified_conventional_accuracy is None else _pct(row.certified_conventional_accuracy)
+    accuracy = (
+        NOT_RECORDED if row.certified_conventional_accuracy is None else _pct(row.certified_conventional_accuracy)
+    )
     return [rule, accuracy]
 
 
@@ -119,7 +122,19 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
     """
     fprs = [f"{f:g}" for f in result.fprs]
     certifies = _certifies(result)
-    columns = ["setting", "defense", "test acc.", "± (repeats)", "acc. loss", "ε_UB (tightest)", LAST_ITERATE_COLUMN, "ε_LB", "best attack", "strongest MIA", "AUC"]
+    columns = [
+        "setting",
+        "defense",
+        "test acc.",
+        "± (repeats)",
+        "acc. loss",
+        "ε_UB (tightest)",
+        LAST_ITERATE_COLUMN,
+        "ε_LB",
+        "best attack",
+        "strongest MIA",
+        "AUC",
+    ]
     columns += [f"TPR @ {float(f):.1%} FPR" for f in fprs]
     columns += ["advantage", "ceiling min(e^ε−1, 1)", "inversion top-1"]
     columns += [f"robust @ {r:g}" for r in result.radii]
@@ -147,10 +162,17 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
         ]
         cells += [attack or _DASH, _num(m.get("auc"))]
         cells += [_tpr(m, f) for f in fprs]
-        cells += [_num(m.get("advantage")), Shown(_ceiling(ub), fmt_upper_bound(_ceiling(ub))) if r.epsilon_ub else 1.0, _num(r.inversion_top1)]
+        cells += [
+            _num(m.get("advantage")),
+            Shown(_ceiling(ub), fmt_upper_bound(_ceiling(ub))) if r.epsilon_ub else 1.0,
+            _num(r.inversion_top1),
+        ]
         cells += [_pct(r.robust_accuracy.get(f"{x:g}"), percent_ub_cell) for x in result.radii]
         cells += _certified_classifier(r) if certifies else []
-        cells += [_pct(r.certified_accuracy.get(f"{x:g}"), percent_lb_cell) if r.certified_accuracy else "does not certify" for x in result.radii]
+        cells += [
+            _pct(r.certified_accuracy.get(f"{x:g}"), percent_lb_cell) if r.certified_accuracy else "does not certify"
+            for x in result.radii
+        ]
         cells.append(r.verdict)
         rows.append(cells)
     return columns, rows
@@ -172,10 +194,19 @@ def _accountant_table(result: ComparisonResult) -> Table | None:
     if not names:
         return None
     rows = [
-        [r.label, *(_DASH if r.epsilon_ub.get(a) is None else epsilon_ub_cell(r.epsilon_ub[a]) for a in names), "yes" if r.epsilon_ub_data_dependent else "no"] for r in result.rows if r.epsilon_ub
+        [
+            r.label,
+            *(_DASH if r.epsilon_ub.get(a) is None else epsilon_ub_cell(r.epsilon_ub[a]) for a in names),
+            "yes" if r.epsilon_ub_data_dependent else "no",
+        ]
+        for r in result.rows
+        if r.epsilon_ub
     ]
     return Table(
-        columns=["setting", *names, "data-dependent"], rows=rows, caption=f"ε_UB at δ = {result.delta:g} under every accountant that can analyse the row's claim (the same noise, four analyses)."
+        columns=["setting", *names, "data-dependent"],
+        rows=rows,
+        caption=f"ε_UB at δ = {result.delta:g} under every accountant that can analyse "
+        "the row's claim (the same noise, four analyses).",
     )
 
 
@@ -224,8 +255,12 @@ def _membership_table(result: ComparisonResult) -> Table | None:
         columns=cols,
         rows=rows,
         caption=(
-            f"Population measures (every queried sample, mean over repeats; ε_LB is the largest over repeats) beside the same measures on the {result.vulnerable_top_k} most vulnerable "
-            "samples, ranked by how far their IN and OUT shadow statistics lie apart — the shadows alone decide, never the target, so the subset's rates are honest."
+            "Population measures (every queried sample, mean over repeats; ε_LB is "
+            "the largest over repeats) beside the same measures on the "
+            f"{result.vulnerable_top_k} most vulnerable "
+            "samples, ranked by how far their IN and OUT shadow statistics lie "
+            "apart — the shadows alone decide, never the target, so the subset's "
+            "rates are honest."
         ),
     )
 
@@ -239,11 +274,16 @@ def _links_table(result: ComparisonResult) -> Table | None:
         return None
     width = max(len(x) for x in rows)
     rows = [x + [_DASH] * (width - len(x)) for x in rows]
-    return Table(columns=["setting", "trained models", *[f"report {i + 1}" for i in range(width - 2)]], rows=rows, caption="The reports each row's numbers come from.")
+    return Table(
+        columns=["setting", "trained models", *[f"report {i + 1}" for i in range(width - 2)]],
+        rows=rows,
+        caption="The reports each row's numbers come from.",
+    )
 
 
 def _matrix_tables(result: ComparisonResult) -> list[Any]:
-    """The defense × measure matrix as tables: privacy, then evasion and inversion, the drill-down links, ε_UB per accountant."""
+    """The defense × measure matrix as tables: privacy, then evasion and inversion, the drill-down links, ε_UB per
+    accountant."""
     columns, rows = matrix_rows(result)
     # The matrix is wide: privacy columns in one table, evasion and inversion in a second (the
     # CSV has every column). Spread over repeats and the ceiling ride in the cells beside them.
@@ -270,40 +310,75 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
             [
                 r[0],
                 f"{acc} (± {sd})" if isinstance(sd, float) and sd > 0 else acc,
-                *(r[col[c]] for c in ("acc. loss", "ε_UB (tightest)", LAST_ITERATE_COLUMN, "ε_LB", "best attack", "strongest MIA", "AUC")),
+                *(
+                    r[col[c]]
+                    for c in (
+                        "acc. loss",
+                        "ε_UB (tightest)",
+                        LAST_ITERATE_COLUMN,
+                        "ε_LB",
+                        "best attack",
+                        "strongest MIA",
+                        "AUC",
+                    )
+                ),
                 *r[col["AUC"] + 1 : col["advantage"]],
-                f"{r[col['advantage']]} (≤ {r[col['ceiling min(e^ε−1, 1)']]})" if r[col["advantage"]] != _DASH else _DASH,
+                f"{r[col['advantage']]} (≤ {r[col['ceiling min(e^ε−1, 1)']]})"
+                if r[col["advantage"]] != _DASH
+                else _DASH,
             ]
         )
     attack_cols = ["setting", *columns[split:-1]]
     attack_rows = [[r[0], *r[split:-1]] for r in rows]
     attack_caption = (
-        "Inversion: top-1 accuracy of an evaluation classifier on the reconstructions. Robust accuracy: the strongest evasion attack at each radius; certified where the defense certifies."
+        "Inversion: top-1 accuracy of an evaluation classifier on the "
+        "reconstructions. Robust accuracy: the strongest evasion attack at each "
+        "radius; certified where the defense certifies."
     )
     accuracy_note = ""
     if _certifies(result):
         # Certified accuracy is only read against the accuracy of the classifier it certifies.
         which = (
-            " The certified columns are about the certified classifier, named in its column (for a noise layer the vote-count or expected-softmax argmax "
-            "over the certification draws, for smoothing Cohen et al.'s CERTIFY with abstentions counted wrong); its accuracy without attack, on the same "
-            "test subset, is given beside them, and certified accuracy at any radius is at most it. Test accuracy in the first table is the record's own "
+            " The certified columns are about the certified classifier, named in "
+            "its column (for a noise layer the vote-count or expected-softmax "
+            "argmax "
+            "over the certification draws, for smoothing Cohen et al.'s CERTIFY "
+            "with abstentions counted wrong); its accuracy without attack, on the "
+            "same "
+            "test subset, is given beside them, and certified accuracy at any "
+            "radius is at most it. Test accuracy in the first table is the record's "
+            "own "
             "prediction rule, a different classifier for the noise-layer defenses and smoothing."
         )
         attack_caption += which
         accuracy_note = (
-            " Test acc. is the accuracy of each record's own prediction rule on the whole test set (for a noise-layer defense the argmax of the expected scores over "
-            "its noise draws, for smoothing the base model on clean inputs), not of the classifier the certified columns describe: that one's accuracy is beside them."
+            " Test acc. is the accuracy of each record's own prediction rule on the "
+            "whole test set (for a noise-layer defense the argmax of the expected "
+            "scores over "
+            "its noise draws, for smoothing the base model on clean inputs), not of "
+            "the classifier the certified columns describe: that one's accuracy is "
+            "beside them."
         )
     return [
         Table(
             columns=privacy_cols,
             rows=privacy_rows,
             caption=(
-                f"Mean over {len(result.rows[0].model_ids)} repeat(s). Accuracy loss is against the non-private baseline ({result.baseline}). ε_LB is the best over every attack "
-                f"and repeat, valid jointly at {result.confidence:.0%} (Bonferroni); membership attacks' ε_LB are Clopper–Pearson bounds, which assume nothing of the "
-                "trade-off curve, and an audit's names its own assumption; the strongest MIA is the one with the largest AUC. Advantage = max over thresholds of TPR − FPR; "
-                "an ε-DP model's is at most e^ε − 1 (Yeom et al. 2018). The last-iterate ε (Steinke et al. 2024; DP-SGD claims, — for other defenses) is the final model's exact ε "
-                "if the losses were linear, and a heuristic, not an upper bound, for other losses: ε_UB minus it is what that heuristic suggests releasing only the final "
+                f"Mean over {len(result.rows[0].model_ids)} repeat(s). Accuracy loss is "
+                f"against the non-private baseline ({result.baseline}). ε_LB is the best "
+                "over every attack "
+                f"and repeat, valid jointly at {result.confidence:.0%} (Bonferroni); "
+                "membership attacks' ε_LB are Clopper–Pearson bounds, which assume "
+                "nothing of the "
+                "trade-off curve, and an audit's names its own assumption; the "
+                "strongest MIA is the one with the largest AUC. Advantage = max over "
+                "thresholds of TPR − FPR; "
+                "an ε-DP model's is at most e^ε − 1 (Yeom et al. 2018). The "
+                "last-iterate ε (Steinke et al. 2024; DP-SGD claims, — for other "
+                "defenses) is the final model's exact ε "
+                "if the losses were linear, and a heuristic, not an upper bound, for "
+                "other losses: ε_UB minus it is what that heuristic suggests releasing "
+                "only the final "
                 "model hides, not an established share. ε_UB and the advantage ceiling are rounded up, ε_LB down."
                 f"{accuracy_note}"
             ),

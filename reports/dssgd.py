@@ -33,7 +33,15 @@ from reports.verdict_box import verdict_section, with_status
 #: This kind's name: the report kind the DSSGD defense names for its federations.
 KIND_NAME = "dssgd"
 
-__all__ = ["accuracy_figure", "accuracy_table", "uploads_table", "dssgd_sections", "load_federations", "dssgd_page", "dssgd_verdict"]
+__all__ = [
+    "accuracy_figure",
+    "accuracy_table",
+    "uploads_table",
+    "dssgd_sections",
+    "load_federations",
+    "dssgd_page",
+    "dssgd_verdict",
+]
 
 #: Metrics the accuracy and uploads tables show (the rest go to the metrics table).
 _SHOWN = (
@@ -60,17 +68,53 @@ def accuracy_table(record: TrainedModel) -> Table:
     """The federation's test accuracy beside standalone, centralised, the participants' local models and chance."""
     m = record.metrics
     n = record.config.get("participants")
-    rows: list[list[Any]] = [["federation (global model)", percent_cell(m.get("test_accuracy")), "the server's parameters after the last round"]]
+    rows: list[list[Any]] = [
+        [
+            "federation (global model)",
+            percent_cell(m.get("test_accuracy")),
+            "the server's parameters after the last round",
+        ]
+    ]
     if m.get("standalone_test_accuracy") is not None:
-        spread = f"; {fmt_percent(m['standalone_test_accuracy_min'])}–{fmt_percent(m['standalone_test_accuracy_max'])}" if m.get("standalone_test_accuracy_min") is not None else ""
-        rows.append(["standalone (each participant alone)", percent_cell(m["standalone_test_accuracy"]), f"mean over {n} participants{spread}"])
+        spread = (
+            f"; {fmt_percent(m['standalone_test_accuracy_min'])}–{fmt_percent(m['standalone_test_accuracy_max'])}"
+            if m.get("standalone_test_accuracy_min") is not None
+            else ""
+        )
+        rows.append(
+            [
+                "standalone (each participant alone)",
+                percent_cell(m["standalone_test_accuracy"]),
+                f"mean over {n} participants{spread}",
+            ]
+        )
     if m.get("centralised_test_accuracy") is not None:
-        rows.append(["centralised (all data pooled)", percent_cell(m["centralised_test_accuracy"]), "the same model trained on the union of the partitions"])
+        rows.append(
+            [
+                "centralised (all data pooled)",
+                percent_cell(m["centralised_test_accuracy"]),
+                "the same model trained on the union of the partitions",
+            ]
+        )
     if m.get("local_test_accuracy_mean") is not None:
-        rows.append(["participants' final local models", percent_cell(m["local_test_accuracy_mean"]), "mean; each downloaded the global parameters"])
+        rows.append(
+            [
+                "participants' final local models",
+                percent_cell(m["local_test_accuracy_mean"]),
+                "mean; each downloaded the global parameters",
+            ]
+        )
     if m.get("chance_accuracy") is not None:
-        rows.append(["chance", percent_cell(m["chance_accuracy"]), "as the run stored it (near_chance flags a federation that did not learn)"])
-    caption = "Test accuracy after the last round" + ("; the baselines were not trained (--no-baselines)." if m.get("standalone_test_accuracy") is None else ".")
+        rows.append(
+            [
+                "chance",
+                percent_cell(m["chance_accuracy"]),
+                "as the run stored it (near_chance flags a federation that did not learn)",
+            ]
+        )
+    caption = "Test accuracy after the last round" + (
+        "; the baselines were not trained (--no-baselines)." if m.get("standalone_test_accuracy") is None else "."
+    )
     return Table(columns=["model", "test accuracy", "what"], rows=rows, caption=caption)
 
 
@@ -118,28 +162,59 @@ def uploads_table(record: TrainedModel) -> Table:
     m, c = record.metrics, record.config
     params = int(m.get("num_parameters") or 0)
     rows: list[list[Any]] = [
-        ["participants × rounds", f"{c.get('participants')} × {m.get('run_rounds', c.get('rounds'))} ({c.get('schedule')}, {m.get('engine', '?')} engine)"],
+        [
+            "participants × rounds",
+            f"{c.get('participants')} × {m.get('run_rounds', c.get('rounds'))} "
+            f"({c.get('schedule')}, {m.get('engine', '?')} engine)",
+        ],
         ["parameters", fmt_count(params)],
     ]
     if m.get("uploads_per_turn") is not None and params:
-        rows.append(["uploaded per turn (θ_u)", f"{fmt_count(m['uploads_per_turn'])} ({fmt_percent(m['uploads_per_turn'] / params)}, selection {c.get('selection')})"])
+        rows.append(
+            [
+                "uploaded per turn (θ_u)",
+                f"{fmt_count(m['uploads_per_turn'])} "
+                f"({fmt_percent(m['uploads_per_turn'] / params)}, selection "
+                f"{c.get('selection')})",
+            ]
+        )
     if m.get("download_count") is not None and params:
-        rows.append(["downloaded per turn (θ_d)", f"{fmt_count(m['download_count'])} ({fmt_percent(m['download_count'] / params)})"])
+        rows.append(
+            [
+                "downloaded per turn (θ_d)",
+                f"{fmt_count(m['download_count'])} ({fmt_percent(m['download_count'] / params)})",
+            ]
+        )
     if m.get("uploads_applied") is not None:
         rows.append(["uploads applied by the server", fmt_count(m["uploads_applied"])])
     if m.get("parameters_updated") is not None and params:
-        rows.append(["parameters ever updated", f"{fmt_count(m['parameters_updated'])} ({fmt_percent(m['parameters_updated'] / params)})"])
+        rows.append(
+            [
+                "parameters ever updated",
+                f"{fmt_count(m['parameters_updated'])} ({fmt_percent(m['parameters_updated'] / params)})",
+            ]
+        )
     if m.get("seconds_per_round") is not None:
-        rows.append(["seconds per round", Shown(float(m["seconds_per_round"]), fmt_number(float(m["seconds_per_round"])))])
+        rows.append(
+            ["seconds per round", Shown(float(m["seconds_per_round"]), fmt_number(float(m["seconds_per_round"])))]
+        )
     return Table(columns=["", "value"], rows=rows)
 
 
 def _participants(record_dir: Path, record: TrainedModel) -> list[str]:
     root = record_dir.parent / "dssgd-participants" / record.model_id
     found = sorted(p.name for p in root.glob("participant-*") if (p / "record.json").is_file()) if root.is_dir() else []
-    lines = [f"participants' local records: {root} ({', '.join(found)})" if found else "the participants' local records were not kept"]
+    lines = [
+        f"participants' local records: {root} ({', '.join(found)})"
+        if found
+        else "the participants' local records were not kept"
+    ]
     uploads = record_dir / "uploads.npz"
-    lines.append(f"observed participant's uploads: {uploads} (attack them: dpaudit attack uploads --target {record_dir})" if uploads.is_file() else "no uploads were kept for the server-seat attacks")
+    lines.append(
+        f"observed participant's uploads: {uploads} (attack them: dpaudit attack uploads --target {record_dir})"
+        if uploads.is_file()
+        else "no uploads were kept for the server-seat attacks"
+    )
     return lines
 
 
@@ -158,22 +233,36 @@ def dssgd_verdict(record: TrainedModel) -> Verdict:
     if m.get("uploads_per_turn") is not None and m.get("num_parameters"):
         lines.append(
             f"Uploads: {fmt_count(m['uploads_per_turn'])} of {fmt_count(m['num_parameters'])} parameters per turn "
-            f"({fmt_percent(m['uploads_per_turn'] / m['num_parameters'])}); {fmt_count(m.get('uploads_applied', 0))} uploads applied."
+            f"({fmt_percent(m['uploads_per_turn'] / m['num_parameters'])}); "
+            f"{fmt_count(m.get('uploads_applied', 0))} uploads applied."
         )
     lines.append(f"DP claim: {claim_text(eps, delta)}; {record.claim.statement()}.")
     if alone is not None and m.get("standalone_test_accuracy_min") is not None:
-        lines.append(f"Standalone participants range {fmt_percent(m['standalone_test_accuracy_min'])}–{fmt_percent(m['standalone_test_accuracy_max'])}.")
-    head = f"{participants} participants, {rounds} rounds: the federation reaches {fmt_percent(acc)} test accuracy" + (f" vs {' and '.join(versus)}" if versus else "")
+        lines.append(
+            "Standalone participants range "
+            f"{fmt_percent(m['standalone_test_accuracy_min'])}–{fmt_percent(m['standalone_test_accuracy_max'])}."
+        )
+    head = f"{participants} participants, {rounds} rounds: the federation reaches {fmt_percent(acc)} test accuracy" + (
+        f" vs {' and '.join(versus)}" if versus else ""
+    )
     privacy = f"; {claim_text(eps, delta)}" if eps else "; no DP guarantee (the uploads carry exact parameter changes)"
     if m.get("near_chance"):
         return Verdict(status="near chance", headline=f"Near chance: {head}{privacy}.", lines=tuple(lines), tone="warn")
     if alone is not None and acc <= float(alone):
-        return Verdict(status="no gain", headline=f"No gain over training alone: {head}{privacy}.", lines=tuple(lines), tone="warn")
-    return Verdict(status="federation helps" if alone is not None else "trained", headline=f"{head[0].upper()}{head[1:]}{privacy}.", lines=tuple(lines), tone="info")
+        return Verdict(
+            status="no gain", headline=f"No gain over training alone: {head}{privacy}.", lines=tuple(lines), tone="warn"
+        )
+    return Verdict(
+        status="federation helps" if alone is not None else "trained",
+        headline=f"{head[0].upper()}{head[1:]}{privacy}.",
+        lines=tuple(lines),
+        tone="info",
+    )
 
 
 def dssgd_sections(record: TrainedModel, record_dir: Path) -> list[Section]:
-    """The page: verdict, accuracies, uploads, the DP claim, where the parts are kept, the record and its configuration."""
+    """The page: verdict, accuracies, uploads, the DP claim, where the parts are kept, the record and its
+    configuration."""
     delta = record_delta(record)
     claim = accountant_table(record.claim.epsilons(delta=delta), delta=delta, description=record.claim.statement())
     return [
@@ -183,7 +272,10 @@ def dssgd_sections(record: TrainedModel, record_dir: Path) -> list[Section]:
             blocks=[
                 *_figure(record),
                 accuracy_table(record),
-                Text(text="Accuracy per round is not stored by the run; the table is the federation after its last round."),
+                Text(
+                    text="Accuracy per round is not stored by the run; the table is the "
+                    "federation after its last round."
+                ),
             ],
         ),
         Section(title="Uploads", blocks=[uploads_table(record), Items(items=_participants(record_dir, record))]),
@@ -195,12 +287,18 @@ def dssgd_sections(record: TrainedModel, record_dir: Path) -> list[Section]:
 
 def _figure(record: TrainedModel) -> list[Figure]:
     fig = accuracy_figure(record)
-    caption = "Test accuracy after the last round: the federation against each participant alone (bar: mean; black line: lowest to highest participant), centralised training on the pooled data and the participants' final local models; dotted: chance."
+    caption = (
+        "Test accuracy after the last round: the federation against each "
+        "participant alone (bar: mean; black line: lowest to highest "
+        "participant), centralised training on the pooled data and the "
+        "participants' final local models; dotted: chance."
+    )
     return [] if fig is None else [Figure(figure=fig, name="accuracy", caption=caption)]
 
 
 def load_federations(run: RunDir) -> list[tuple[TrainedModel, Path]]:
-    """Every record at the top of the run's records whose defense has this kind show it (DSSGD's global records), by name."""
+    """Every record at the top of the run's records whose defense has this kind show it (DSSGD's global records), by
+    name."""
     if not run.subdir("records").is_dir():
         return []
     return [(r, d) for d in run.record_dirs() if record_report_kind((r := load_record(d)).defense, d) == KIND_NAME]
@@ -215,4 +313,13 @@ def dssgd_page(item: tuple[TrainedModel, Path], out: Path) -> Page:
     return Page(html=page, link=with_status(record.model_id, sections))
 
 
-REPORT_KINDS.register(ReportKind(name=KIND_NAME, group="Federated learning (DSSGD)", order=70, load=load_federations, verdict=lambda item: dssgd_verdict(item[0]), render=dssgd_page))
+REPORT_KINDS.register(
+    ReportKind(
+        name=KIND_NAME,
+        group="Federated learning (DSSGD)",
+        order=70,
+        load=load_federations,
+        verdict=lambda item: dssgd_verdict(item[0]),
+        render=dssgd_page,
+    )
+)

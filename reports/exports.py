@@ -112,7 +112,8 @@ def _axes_rows(ax: Axes) -> Iterator[tuple[str, str, Any, Any, Any, Any, Any]]:
                 yield name, "bar", xcat.get(round(x, 9), ""), x, rect.get_y() + rect.get_height(), None, rect.get_y()
     in_bars = {id(rect) for c in ax.containers if isinstance(c, BarContainer) for rect in c.patches}
     for k, patch in enumerate(ax.patches):
-        # A step histogram is a polygon (its outline: bin edges and heights); frames and other rectangles are decoration.
+        # A step histogram is a polygon (its outline: bin edges and heights); frames and other rectangles are
+        # decoration.
         if isinstance(patch, Polygon) and id(patch) not in in_bars:
             name = _series_name(patch.get_label(), f"area {k + 1}")
             for x, y in patch.get_xy():
@@ -185,7 +186,9 @@ def save_figure(fig: Figure, out: Path, base: str, *, truetype: bool = False) ->
                 # The same tight box for the vector files, measured once: "tight" would lay the figure
                 # out again per format, half the cost of each (savefig's own padding, 0.1 inch, absorbs
                 # the backends' slightly different text extents).
-                bbox = fig.get_tightbbox(FigureCanvasAgg(fig).get_renderer()).padded(matplotlib.rcParams["savefig.pad_inches"])
+                bbox = fig.get_tightbbox(FigureCanvasAgg(fig).get_renderer()).padded(
+                    matplotlib.rcParams["savefig.pad_inches"]
+                )
     rows = figure_data(fig)
     if rows:
         written["csv"] = atomic_write_text(out / f"{base}.csv", _csv(DATA_COLUMNS, rows))
@@ -260,7 +263,10 @@ def latex_text(text: Any) -> str:
     text = str(text)
     parts, last = [], 0
     for m in _SUBSCRIPTED.finditer(text):
-        parts += [_latex_chars(text[last : m.start()]), "$" + _LATEX_CHARS[m[1]].strip("$") + r"_{\mathrm{" + m[2] + "}}$"]
+        parts += [
+            _latex_chars(text[last : m.start()]),
+            "$" + _LATEX_CHARS[m[1]].strip("$") + r"_{\mathrm{" + m[2] + "}}$",
+        ]
         last = m.end()
     return "".join(parts) + _latex_chars(text[last:])
 
@@ -291,15 +297,21 @@ def _csv_cell(x: Any) -> str:
 
 def latex_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], cell: Callable[[Any], str]) -> str:
     """A booktabs ``tabular`` of the table through :meth:`pandas.DataFrame.to_latex`, cells as ``cell`` writes them."""
-    frame = pd.DataFrame([[latex_text(cell(x)) for x in row] for row in rows], columns=pd.Index([latex_text(c) for c in columns]))
+    frame = pd.DataFrame(
+        [[latex_text(cell(x)) for x in row] for row in rows], columns=pd.Index([latex_text(c) for c in columns])
+    )
     # Text columns left, the rest right-aligned, as the HTML page sets them.
     align = "".join("l" if j == 0 or any(isinstance(r[j], str) for r in rows) else "r" for j in range(len(columns)))
     return frame.to_latex(index=False, escape=False, column_format=align or "l")
 
 
-def save_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], out: Path, base: str, cell: Callable[[Any], str]) -> dict[str, Path]:
+def save_table(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], out: Path, base: str, cell: Callable[[Any], str]
+) -> dict[str, Path]:
     """Writes ``<base>.csv`` (values at full precision) and ``<base>.tex`` (the page's formatting, a ``tabular``)."""
     return {
-        "csv": atomic_write_text(out / f"{base}.csv", _csv(list(columns), [[_csv_cell(x) for x in row] for row in rows])),
+        "csv": atomic_write_text(
+            out / f"{base}.csv", _csv(list(columns), [[_csv_cell(x) for x in row] for row in rows])
+        ),
         "tex": atomic_write_text(out / f"{base}.tex", latex_table(columns, rows, cell)),
     }

@@ -106,7 +106,16 @@ SERIES_COLOURS: tuple[str, ...] = (
     "#000000",  # black
 )
 MARKER_CYCLE: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
-DASH_CYCLE: tuple[Any, ...] = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 1)), (0, (8, 2)), (0, (3, 1, 1, 1)))
+DASH_CYCLE: tuple[Any, ...] = (
+    "-",
+    "--",
+    ":",
+    "-.",
+    (0, (5, 1, 1, 1, 1, 1)),
+    (0, (1, 1)),
+    (0, (8, 2)),
+    (0, (3, 1, 1, 1)),
+)
 
 #: The colour of each method that is no registered part, the same in every plot and report. A
 #: registered defense's or attack's colour, marker and dash come from its spec's ``style``
@@ -155,7 +164,8 @@ def _spec_style(key: str) -> PlotStyle | None:
 
 
 def colour(method: str) -> str:
-    """The fixed colour of ``method`` (case-insensitive): its spec's, else listed here, else by a stable hash of its name."""
+    """The fixed colour of ``method`` (case-insensitive): its spec's, else listed here, else by a stable hash of its
+    name."""
     key = _key(method)
     if key in PALETTE:
         return PALETTE[key]
@@ -172,7 +182,8 @@ def _marker(key: str, default: str) -> str:
 
 
 def style(method: str) -> dict[str, Any]:
-    """Keyword arguments for ``Axes.plot``: the method's colour, marker and line style (its spec's, where it declares one)."""
+    """Keyword arguments for ``Axes.plot``: the method's colour, marker and line style (its spec's, where it declares
+    one)."""
     key = _key(method)
     spec = _spec_style(key)
     if spec is not None:
@@ -190,7 +201,11 @@ def ramp(base: str, n: int) -> list[str]:
 
 
 def _dash_key(dash: Any) -> str:
-    return {"solid": "-", "dashed": "--", "dotted": ":", "dashdot": "-."}.get(dash, dash) if isinstance(dash, str) else repr(dash)
+    return (
+        {"solid": "-", "dashed": "--", "dotted": ":", "dashdot": "-."}.get(dash, dash)
+        if isinstance(dash, str)
+        else repr(dash)
+    )
 
 
 class Looks:
@@ -240,7 +255,9 @@ def setting_looks(settings: Sequence[tuple[str, str]]) -> dict[str, dict[str, An
     hues: dict[str, str] = {}
     for family in families:
         wish = colour(family)
-        hues[family] = wish if wish not in hues.values() else next((c for c in SERIES_COLOURS if c not in hues.values()), wish)
+        hues[family] = (
+            wish if wish not in hues.values() else next((c for c in SERIES_COLOURS if c not in hues.values()), wish)
+        )
     out: dict[str, dict[str, Any]] = {}
     for i, (family, labels) in enumerate(families.items()):
         shades = ramp(hues[family], len(labels))
@@ -299,7 +316,15 @@ def legend_outside(ax: Axes, *, fontsize: float = FONT_PT, wrap: int = 48) -> No
         return
     fontsize = max(fontsize, FONT_PT)
     fig = ax.figure
-    legend = ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False, fontsize=fontsize)
+    legend = ax.legend(
+        handles,
+        labels,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        borderaxespad=0.0,
+        frameon=False,
+        fontsize=fontsize,
+    )
     if not isinstance(fig, Figure):
         return
     renderer = _renderer(fig)
@@ -314,7 +339,16 @@ def legend_outside(ax: Axes, *, fontsize: float = FONT_PT, wrap: int = 48) -> No
     for ncol in (3, 2, 1):
         if ncol > len(labels):
             continue
-        legend = ax.legend(handles, wrapped, loc="upper left", bbox_to_anchor=(0.0, top), borderaxespad=0.0, frameon=False, fontsize=fontsize, ncol=ncol)
+        legend = ax.legend(
+            handles,
+            wrapped,
+            loc="upper left",
+            bbox_to_anchor=(0.0, top),
+            borderaxespad=0.0,
+            frameon=False,
+            fontsize=fontsize,
+            ncol=ncol,
+        )
         if ncol == 1 or fig.get_tightbbox(renderer).width <= PAGE_WIDTH_IN:
             return
         legend.remove()
@@ -329,7 +363,8 @@ def has_data(fig: Figure) -> bool:
 
 
 def eps_text(x: float | None, *, digits: int = 3) -> str:
-    """An ε that is not a bound (an estimate, a difference) for a figure, to nearest as every table writes it (:func:`dpaudit.results.numbers.fmt_epsilon`)."""
+    """An ε that is not a bound (an estimate, a difference) for a figure, to nearest as every table writes it
+    (:func:`dpaudit.results.numbers.fmt_epsilon`)."""
     return fmt_epsilon(None if x is None or (isinstance(x, float) and math.isnan(x)) else x, digits)
 
 

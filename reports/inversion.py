@@ -166,8 +166,11 @@ def _bare(ax: Axes) -> None:
 _CAPTION_PT = 9.0
 
 
-def image_grid(results: Sequence[InversionResult], classes: Sequence[int] | None = None, *, cell: float = 0.95) -> MplFigure | None:
-    """One column per class; rows: class mean, then per attack its reconstruction, nearest member and nearest non-member.
+def image_grid(
+    results: Sequence[InversionResult], classes: Sequence[int] | None = None, *, cell: float = 0.95
+) -> MplFigure | None:
+    """One column per class; rows: class mean, then per attack its reconstruction, nearest member and nearest
+    non-member.
 
     The nearest member / non-member are those of each attack's own reconstruction, so they are
     shown per attack; the class mean is the same for every attack and is drawn once.
@@ -192,7 +195,11 @@ def image_grid(results: Sequence[InversionResult], classes: Sequence[int] | None
     _, _, h, w = items[0].reconstructions.shape
     rows: list[tuple[str, Any]] = [("class mean", None)]
     for r in items:
-        rows += [(f"{r.attack}:\nreconstruction", (r, "reconstructions")), (f"{r.attack}:\nnearest member", (r, "nearest_members")), (f"{r.attack}:\nnearest non-member", (r, "nearest_non_members"))]
+        rows += [
+            (f"{r.attack}:\nreconstruction", (r, "reconstructions")),
+            (f"{r.attack}:\nnearest member", (r, "nearest_members")),
+            (f"{r.attack}:\nnearest non-member", (r, "nearest_non_members")),
+        ]
     # Room under each image for one small line of caption text, above the first row for the class.
     # Cells narrow so that the grid fits the page (a wider image is shrunk, its text with it).
     cell = min(cell, (PAGE_WIDTH_IN - 1.7) / (len(labels) * 1.08))
@@ -206,10 +213,18 @@ def image_grid(results: Sequence[InversionResult], classes: Sequence[int] | None
             if i == 0:
                 ax.set_title(f"class {c}", fontsize=FONT_PT)
             if j == 0:
-                # Reconstruction rows are named in bold and in the attack's colour: each attack's block of rows stands out.
+                # Reconstruction rows are named in bold and in the attack's colour: each attack's block of rows stands
+                # out.
                 recon = source is not None and source[1] == "reconstructions"
                 ax.set_ylabel(
-                    row_name, fontsize=FONT_PT - 1, rotation=0, ha="right", va="center", labelpad=4, fontweight="bold" if recon else "normal", color=colour(source[0].attack) if recon else "black"
+                    row_name,
+                    fontsize=FONT_PT - 1,
+                    rotation=0,
+                    ha="right",
+                    va="center",
+                    labelpad=4,
+                    fontweight="bold" if recon else "normal",
+                    color=colour(source[0].attack) if recon else "black",
                 )
             if source is None:
                 # The class mean of the members: the first result holding the class has it.
@@ -232,7 +247,9 @@ def image_grid(results: Sequence[InversionResult], classes: Sequence[int] | None
             elif field_name == "nearest_members":
                 ax.set_xlabel(f"#{int(r.nearest_member_ids[k])}\nd {r.distance_to_member[k]:.3f}", fontsize=_CAPTION_PT)
             else:
-                ax.set_xlabel(f"#{int(r.nearest_non_member_ids[k])}\nd {r.distance_to_non_member[k]:.3f}", fontsize=_CAPTION_PT)
+                ax.set_xlabel(
+                    f"#{int(r.nearest_non_member_ids[k])}\nd {r.distance_to_non_member[k]:.3f}", fontsize=_CAPTION_PT
+                )
     return fit_page(fig)
 
 
@@ -240,7 +257,9 @@ def image_grid(results: Sequence[InversionResult], classes: Sequence[int] | None
 def _tpr(result: InversionResult) -> float | str:
     """TPR at 1 % FPR, or why the candidates' non-members cannot resolve it."""
     m = result.membership
-    return tpr_unresolved(_FPR, m.num_non_members) or rate_cell(round(m.tpr_at_fpr(_FPR) * m.num_members), m.num_members)
+    return tpr_unresolved(_FPR, m.num_non_members) or rate_cell(
+        round(m.tpr_at_fpr(_FPR) * m.num_members), m.num_members
+    )
 
 
 def _chance(target: InversionTarget) -> Any:
@@ -291,19 +310,38 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
                 "—" if eps_ub is None else epsilon_ub_cell(eps_ub),
             ]
         )
-    evaluator = sorted({format_number(r.metadata.get("evaluator_accuracy")) for r in target.results if r.metadata.get("evaluator_accuracy") is not None})
+    evaluator = sorted(
+        {
+            format_number(r.metadata.get("evaluator_accuracy"))
+            for r in target.results
+            if r.metadata.get("evaluator_accuracy") is not None
+        }
+    )
     chance_note = (
-        f"chance = 1/N over the dataset's N = {n} classes (top-5 chance {min(5, n) / n:.3g})" if n is not None else "chance = 1/K over the K classes inverted (the dataset's class count is not stored)"
+        f"chance = 1/N over the dataset's N = {n} classes (top-5 chance {min(5, n) / n:.3g})"
+        if n is not None
+        else "chance = 1/K over the K classes inverted (the dataset's class count is not stored)"
     )
     verdict = Table(
-        columns=["attack", "top-1", "top-5", "chance (top-1)", "KNN distance", "PSNR dB", "target's confidence", "classes"],
+        columns=[
+            "attack",
+            "top-1",
+            "top-5",
+            "chance (top-1)",
+            "KNN distance",
+            "PSNR dB",
+            "target's confidence",
+            "classes",
+        ],
         rows=verdict_rows,
         caption=(
-            "Judged by an independent evaluation classifier (another architecture, trained on the private data, never the target"
+            "Judged by an independent evaluation classifier (another architecture, "
+            "trained on the private data, never the target"
             + (f"; its test accuracy {', '.join(evaluator)}" if evaluator else "")
             + "). Top-5: the true class among the evaluator's five most likely labels for the kept restart. "
             + chance_note
-            + ". KNN distance: in the evaluator's feature space, to the nearest member of the class; PSNR against that member; "
+            + ". KNN distance: in the evaluator's feature space, to the nearest "
+            "member of the class; PSNR against that member; "
             "the target's softmax probability of the class on the reconstruction. All means over the classes inverted."
         ),
     )
@@ -323,10 +361,16 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
         ],
         rows=member_rows,
         caption=(
-            "Distances: pixel RMS from the reconstruction to the members' class mean, the nearest member and the nearest held-out non-member, means over classes. "
-            "Nearer member: classes whose reconstruction is nearer its nearest member than its nearest non-member; nearer mean: nearer the class mean than any member. "
+            "Distances: pixel RMS from the reconstruction to the members' class "
+            "mean, the nearest member and the nearest held-out non-member, means "
+            "over classes. "
+            "Nearer member: classes whose reconstruction is nearer its nearest "
+            "member than its nearest non-member; nearer mean: nearer the class mean "
+            "than any member. "
             "Membership score of a candidate: −distance to its class's reconstruction; "
-            f"ε_LB at δ={delta:g}, {confidence:.0%} confidence: Clopper–Pearson bound with a Bonferroni-corrected threshold choice, set against the claimed ε_UB (tightest accountant)."
+            f"ε_LB at δ={delta:g}, {confidence:.0%} confidence: Clopper–Pearson "
+            "bound with a Bonferroni-corrected threshold choice, set against the "
+            "claimed ε_UB (tightest accountant)."
         ),
     )
     return [verdict, members]
@@ -335,7 +379,9 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
 def comparison_table(targets: Sequence[InversionTarget], *, confidence: float = 0.95) -> Table:
     """One row per target × attack: claim, the target's accuracy, the evaluator's verdict, membership."""
     rows = []
-    chance = ", ".join(sorted({f"1/{n}" if n is not None else "1/K" for n in (t.num_dataset_classes() for t in targets)}))
+    chance = ", ".join(
+        sorted({f"1/{n}" if n is not None else "1/K" for n in (t.num_dataset_classes() for t in targets)})
+    )
     for t in targets:
         eps = t.epsilon_ub()
         acc = t.record.metrics.get("test_accuracy") if t.record is not None else None
@@ -356,11 +402,25 @@ def comparison_table(targets: Sequence[InversionTarget], *, confidence: float = 
                 ]
             )
     return Table(
-        columns=["target", "ε_UB", "test acc.", "attack", "top-1", "top-5", "KNN dist.", "PSNR dB", "memb. AUC", "ε_LB"],
+        columns=[
+            "target",
+            "ε_UB",
+            "test acc.",
+            "attack",
+            "top-1",
+            "top-5",
+            "KNN dist.",
+            "PSNR dB",
+            "memb. AUC",
+            "ε_LB",
+        ],
         rows=rows,
         caption=(
-            "Targets in order of claimed ε_UB (tightest accountant; non-private last), with their test accuracy. Top-1 / top-5: attack accuracy by the "
-            f"independent evaluator (chance: {chance}). Memb. AUC / ε_LB: the inversion-based membership score at δ of each target, {confidence:.0%} confidence."
+            "Targets in order of claimed ε_UB (tightest accountant; non-private "
+            "last), with their test accuracy. Top-1 / top-5: attack accuracy by the "
+            f"independent evaluator (chance: {chance}). Memb. AUC / ε_LB: the "
+            f"inversion-based membership score at δ of each target, {confidence:.0%} "
+            "confidence."
         ),
     )
 
@@ -399,7 +459,13 @@ def comparison_figure(targets: Sequence[InversionTarget], *, axes: Sequence[Axes
     for j, t in enumerate(targets):
         classes = t.num_dataset_classes()
         if classes:
-            left.plot([1.0 / classes] * 2, [y[j] - 0.35, y[j] + 0.35], color=colour("chance"), linewidth=2.0, label="chance top-1 (1/classes)" if j == 0 else None)
+            left.plot(
+                [1.0 / classes] * 2,
+                [y[j] - 0.35, y[j] + 0.35],
+                color=colour("chance"),
+                linewidth=2.0,
+                label="chance top-1 (1/classes)" if j == 0 else None,
+            )
     right.axvline(0.5, linestyle="--", color=colour("chance"), linewidth=0.9, label="chance AUC (0.5)")
     left.set_yticks(y, [t.label() for t in targets], fontsize=FONT_PT)
     for ax, xlabel in ((left, "attack accuracy top-1 (evaluator)"), (right, "membership AUC (inversion score)")):
@@ -436,12 +502,20 @@ def target_sections(target: InversionTarget, *, confidence: float = 0.95, prefix
     name = prefix or target.model_id
     eps = target.epsilons()
     claim: Any = (
-        accountant_table(eps, delta=target.delta, description=target.record.claim.statement() if target.record is not None else "")
+        accountant_table(
+            eps, delta=target.delta, description=target.record.claim.statement() if target.record is not None else ""
+        )
         if eps is not None
         else Text(text="The target's record is not in this run directory, so its claim cannot be shown.")
     )
-    metrics: list[Any] = [*metrics_tables(target, confidence=confidence), Items(items=[r.finding() for r in target.results])]
-    sections = [Section(title=f"{name}: privacy claim", blocks=[claim]), Section(title=f"{name}: metrics", blocks=metrics)]
+    metrics: list[Any] = [
+        *metrics_tables(target, confidence=confidence),
+        Items(items=[r.finding() for r in target.results]),
+    ]
+    sections = [
+        Section(title=f"{name}: privacy claim", blocks=[claim]),
+        Section(title=f"{name}: metrics", blocks=metrics),
+    ]
     labels = sorted({int(c) for r in target.results for c in r.target_classes})
     stem = safe_stem(target.model_id, default="target")
     grids: list[Any] = []
@@ -451,8 +525,11 @@ def target_sections(target: InversionTarget, *, confidence: float = 0.95, prefix
             Figure(
                 figure=image_grid(target.results, block),
                 name=f"{stem}-grid-{start // CLASSES_PER_BLOCK}",
-                caption=f"Classes {block[0]}–{block[-1]}: each attack's reconstruction (the evaluator's top-1 label, ✓ if right; μ: RMS distance to the class mean), "
-                "the class mean of the members, and the member and held-out non-member nearest the reconstruction (#sample id; d: RMS distance).",
+                caption=f"Classes {block[0]}–{block[-1]}: each attack's reconstruction (the "
+                "evaluator's top-1 label, ✓ if right; μ: RMS distance to the class "
+                "mean), "
+                "the class mean of the members, and the member and held-out non-member "
+                "nearest the reconstruction (#sample id; d: RMS distance).",
                 empty="no reconstruction stored",
             )
         )
@@ -462,15 +539,30 @@ def target_sections(target: InversionTarget, *, confidence: float = 0.95, prefix
 
 
 def targets_verdict(targets: Sequence[InversionTarget], *, confidence: float = 0.95) -> Verdict:
-    """The inversion page's verdict: the most severe of its targets' :func:`~dpaudit.results.verdicts.inversion_verdict`."""
-    verdicts = [(t.model_id, inversion_verdict(t.results, delta=t.delta, confidence=confidence, epsilon_ub=t.epsilon_ub(), num_dataset_classes=t.num_dataset_classes())) for t in targets]
+    """The inversion page's verdict: the most severe of its targets'
+    :func:`~dpaudit.results.verdicts.inversion_verdict`."""
+    verdicts = [
+        (
+            t.model_id,
+            inversion_verdict(
+                t.results,
+                delta=t.delta,
+                confidence=confidence,
+                epsilon_ub=t.epsilon_ub(),
+                num_dataset_classes=t.num_dataset_classes(),
+            ),
+        )
+        for t in targets
+    ]
     return most_severe(verdicts)
 
 
 def inversion_sections(targets: Sequence[InversionTarget], *, confidence: float = 0.95) -> list[Section]:
     """The run's inversion page: targets compared (when several), then one group of sections per target."""
     if not targets:
-        return [Section(title="Model inversion", blocks=[Text(text="No model-inversion results are stored in this run.")])]
+        return [
+            Section(title="Model inversion", blocks=[Text(text="No model-inversion results are stored in this run.")])
+        ]
     sections: list[Section] = [verdict_section(targets_verdict(targets, confidence=confidence))]
     if len(targets) > 1:
         sections.append(
@@ -481,7 +573,9 @@ def inversion_sections(targets: Sequence[InversionTarget], *, confidence: float 
                     Figure(
                         figure=comparison_figure(targets),
                         name="compare",
-                        caption="Left: share of classes whose reconstruction the evaluator labels correctly; right: AUC of the inversion-based membership score. Dashed: chance.",
+                        caption="Left: share of classes whose reconstruction the evaluator labels "
+                        "correctly; right: AUC of the inversion-based membership score. Dashed: "
+                        "chance.",
                         empty="no target has inversion results",
                     ),
                 ],
@@ -508,7 +602,21 @@ def inversion_page(targets: tuple[InversionTarget, ...], out: Path) -> Page:
     sections = inversion_sections(targets)
     page = write_report_files(out, sections, title="Model inversion", stem=INVERSION_REPORT_STEM, kind="inversion").html
     counts = inversion_summary(targets)
-    return Page(html=page, link=with_status(f"model inversion ({', '.join(counts['attacks'])}) against {counts['targets']} target(s)", sections))
+    return Page(
+        html=page,
+        link=with_status(
+            f"model inversion ({', '.join(counts['attacks'])}) against {counts['targets']} target(s)", sections
+        ),
+    )
 
 
-REPORT_KINDS.register(ReportKind(name="inversion", group="Model inversion", order=60, load=load_inverted_targets, verdict=targets_verdict, render=inversion_page))
+REPORT_KINDS.register(
+    ReportKind(
+        name="inversion",
+        group="Model inversion",
+        order=60,
+        load=load_inverted_targets,
+        verdict=targets_verdict,
+        render=inversion_page,
+    )
+)

@@ -64,7 +64,11 @@ def _seconds(x: float) -> str:
 
 
 def _numbers(o: CheckOutcome) -> str:
-    return f"epsilon_lb={_lb(o.epsilon_lb)} epsilon_ub={_ub(o.epsilon_ub)} ceiling={_lb(o.ceiling)} confidence={_num(o.confidence)} trainings={o.num_trials} seconds={_seconds(o.seconds)}"
+    return (
+        f"epsilon_lb={_lb(o.epsilon_lb)} epsilon_ub={_ub(o.epsilon_ub)} "
+        f"ceiling={_lb(o.ceiling)} confidence={_num(o.confidence)} "
+        f"trainings={o.num_trials} seconds={_seconds(o.seconds)}"
+    )
 
 
 def _testcase(suite: ET.Element, o: CheckOutcome) -> None:
@@ -74,10 +78,19 @@ def _testcase(suite: ET.Element, o: CheckOutcome) -> None:
         error.text = f"{o.finding}\n{_numbers(o)}\nThe training function failed, so this check tested nothing."
     elif o.status == "violated":
         failure = ET.SubElement(case, "failure", {"message": o.finding, "type": "PrivacyViolation"})
-        failure.text = f"{o.finding}\n{_numbers(o)}\nThe training function leaks more than its claim allows: epsilon_lb > epsilon_ub at confidence {_num(o.confidence)}."
+        failure.text = (
+            f"{o.finding}\n{_numbers(o)}\nThe training function leaks more than its "
+            "claim allows: epsilon_lb > epsilon_ub at confidence "
+            f"{_num(o.confidence)}."
+        )
     elif o.status == "inconclusive":
         # A ceiling of 0 is a check that could not run; its finding says why.
-        reach = f" (ceiling {_lb(o.ceiling)} <= epsilon_ub {_ub(o.epsilon_ub)}: this check could not have shown a violation at this size)" if o.ceiling > 0 else ""
+        reach = (
+            f" (ceiling {_lb(o.ceiling)} <= epsilon_ub {_ub(o.epsilon_ub)}: this "
+            "check could not have shown a violation at this size)"
+            if o.ceiling > 0
+            else ""
+        )
         message = o.finding + reach
         ET.SubElement(case, "skipped", {"message": message})
     out = ET.SubElement(case, "system-out")
@@ -96,7 +109,11 @@ def _properties(suite: ET.Element, report: CheckReport) -> None:
         ("budget_minutes", _num(report.budget_minutes)),
     ]
     for o in report.outcomes:
-        pairs += [(f"{o.name}.status", o.status), (f"{o.name}.epsilon_lb", _lb(o.epsilon_lb)), (f"{o.name}.ceiling", _lb(o.ceiling))]
+        pairs += [
+            (f"{o.name}.status", o.status),
+            (f"{o.name}.epsilon_lb", _lb(o.epsilon_lb)),
+            (f"{o.name}.ceiling", _lb(o.ceiling)),
+        ]
     for name, value in pairs:
         ET.SubElement(props, "property", {"name": name, "value": str(value)})
 
@@ -129,6 +146,8 @@ def junit_xml(report: CheckReport, *, timestamp: datetime.datetime | None = None
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
-def write_junit(report: CheckReport, path: str | os.PathLike[str], *, timestamp: datetime.datetime | None = None) -> Path:
+def write_junit(
+    report: CheckReport, path: str | os.PathLike[str], *, timestamp: datetime.datetime | None = None
+) -> Path:
     """Writes :func:`junit_xml` of ``report`` to ``path`` atomically; returns the path."""
     return atomic_write_bytes(Path(path).expanduser(), junit_xml(report, timestamp=timestamp))

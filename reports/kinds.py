@@ -32,7 +32,9 @@ __all__ = ["Page", "ReportKind", "REPORT_KINDS", "ordered_kinds"]
 Item = TypeVar("Item")
 
 # Names the report output keeps for itself (``--json`` keys, attributes of the report index).
-_RESERVED = frozenset({"format", "index", "index_html", "index_md", "kinds", "pages", "pages_of", "tables", "violations"})
+_RESERVED = frozenset(
+    {"format", "index", "index_html", "index_md", "kinds", "pages", "pages_of", "tables", "violations"}
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,7 +95,11 @@ class ReportKind(Generic[Item]):
             # An identifier: the name is a JSON key and an attribute of the report index.
             raise v.invalid("name", f"name must be a Python identifier, got {self.name!r}")
         if self.name in _RESERVED:
-            raise v.invalid("name", f"name must not be one the report output uses for itself ({', '.join(sorted(_RESERVED))}), got {self.name!r}")
+            raise v.invalid(
+                "name",
+                "name must not be one the report output uses for itself "
+                f"({', '.join(sorted(_RESERVED))}), got {self.name!r}",
+            )
         if not isinstance(self.group, str) or not self.group:
             raise v.invalid("group", f"group must be a non-empty string, got {self.group!r}")
         if isinstance(self.order, bool) or not isinstance(self.order, int):

@@ -56,7 +56,9 @@ def _as_list(results: Mapping[str, MembershipResult] | Sequence[MembershipResult
     return items
 
 
-def plot_roc(results: Mapping[str, MembershipResult] | Sequence[MembershipResult], *, ax: Axes | None = None) -> MplFigure | None:
+def plot_roc(
+    results: Mapping[str, MembershipResult] | Sequence[MembershipResult], *, ax: Axes | None = None
+) -> MplFigure | None:
     """Log–log ROC curves of several attacks on one plot, each in its method's fixed style.
 
     Args:
@@ -79,7 +81,17 @@ def plot_roc(results: Mapping[str, MembershipResult] | Sequence[MembershipResult
         tpr = np.maximum(curve.tpr, floor)
         # Curves of attacks that rank alike lie on each other: earlier ones are drawn wider and
         # below, and markers sit at even distances along the (log-scaled) curve, so each stays visible.
-        ax.plot(fpr, tpr, **looks.method(r.attack), markevery=0.07, markersize=5, linewidth=max(1.0, 3.2 - 0.6 * i), zorder=2 + i, drawstyle="steps-post", label=f"{r.attack} (AUC {r.auc():.3f})")
+        ax.plot(
+            fpr,
+            tpr,
+            **looks.method(r.attack),
+            markevery=0.07,
+            markersize=5,
+            linewidth=max(1.0, 3.2 - 0.6 * i),
+            zorder=2 + i,
+            drawstyle="steps-post",
+            label=f"{r.attack} (AUC {r.auc():.3f})",
+        )
     grid = np.logspace(np.log10(floor), 0, 50)
     ax.plot(grid, grid, linestyle="--", color=colour("chance"), linewidth=0.8, label="chance")
     ax.set_xscale("log")
@@ -99,25 +111,57 @@ def _auc(x: float) -> Shown:
     return Shown(x, f"{x:.3f}")
 
 
-def membership_table(results: Mapping[str, MembershipResult] | Sequence[MembershipResult], *, delta: float = 1e-5, confidence: float = 0.95) -> Table:
-    """One row per attack, strongest first (:func:`~dpaudit.results.verdicts.rank_attacks`): ε_LB, TPR at the lowest resolvable FPR, AUC, balanced accuracy, the counts."""
+def membership_table(
+    results: Mapping[str, MembershipResult] | Sequence[MembershipResult],
+    *,
+    delta: float = 1e-5,
+    confidence: float = 0.95,
+) -> Table:
+    """One row per attack, strongest first (:func:`~dpaudit.results.verdicts.rank_attacks`): ε_LB, TPR at the lowest
+    resolvable FPR, AUC, balanced accuracy, the counts."""
     rows = []
     for a in rank_attacks(_as_list(results), delta=delta, confidence=confidence):
         r = a.result
-        tpr = "n/a: no FPR ≤ 10% resolved" if a.tpr is None or a.fpr is None else rate_cell(round(a.tpr * r.num_members), r.num_members)
+        tpr = (
+            "n/a: no FPR ≤ 10% resolved"
+            if a.tpr is None or a.fpr is None
+            else rate_cell(round(a.tpr * r.num_members), r.num_members)
+        )
         at = "—" if a.fpr is None else f"{a.fpr:.1%}".replace(".0%", "%")
-        rows.append([r.attack, epsilon_lb_cell(a.epsilon_lb), tpr, at, _auc(a.auc), percent_cell(r.balanced_accuracy()), f"{r.num_members} / {r.num_non_members}"])
+        rows.append(
+            [
+                r.attack,
+                epsilon_lb_cell(a.epsilon_lb),
+                tpr,
+                at,
+                _auc(a.auc),
+                percent_cell(r.balanced_accuracy()),
+                f"{r.num_members} / {r.num_non_members}",
+            ]
+        )
     return Table(
-        columns=["attack", f"ε_LB (δ={delta:g}, {confidence:.0%})", "TPR at the lowest FPR resolved", "at FPR", "AUC", "balanced acc. (estimate)", "members / non-members"],
+        columns=[
+            "attack",
+            f"ε_LB (δ={delta:g}, {confidence:.0%})",
+            "TPR at the lowest FPR resolved",
+            "at FPR",
+            "AUC",
+            "balanced acc. (estimate)",
+            "members / non-members",
+        ],
         rows=rows,
         caption=(
-            "Strongest attack first: by ε_LB, then TPR at the lowest FPR the non-members resolve (at least 1/FPR of them). "
-            "ε_LB: Clopper–Pearson bound with a Bonferroni-corrected threshold choice, valid at the stated confidence. TPR as a share of the members."
+            "Strongest attack first: by ε_LB, then TPR at the lowest FPR the "
+            "non-members resolve (at least 1/FPR of them). "
+            "ε_LB: Clopper–Pearson bound with a Bonferroni-corrected threshold "
+            "choice, valid at the stated confidence. TPR as a share of the members."
         ),
     )
 
 
-def tpr_table(results: Mapping[str, MembershipResult] | Sequence[MembershipResult], *, fprs: Sequence[float] = DEFAULT_FPRS) -> Table:
+def tpr_table(
+    results: Mapping[str, MembershipResult] | Sequence[MembershipResult], *, fprs: Sequence[float] = DEFAULT_FPRS
+) -> Table:
     """TPR at each fixed FPR, read off the exact ROC curve of each attack.
 
     A rate at FPR f is shown only where at least ⌈1/f⌉ non-members resolve it
@@ -127,12 +171,17 @@ def tpr_table(results: Mapping[str, MembershipResult] | Sequence[MembershipResul
     """
     rows = []
     for r in _as_list(results):
-        cells = [tpr_unresolved(f, r.num_non_members) or rate_cell(round(r.tpr_at_fpr(f) * r.num_members), r.num_members) for f in fprs]
+        cells = [
+            tpr_unresolved(f, r.num_non_members) or rate_cell(round(r.tpr_at_fpr(f) * r.num_members), r.num_members)
+            for f in fprs
+        ]
         rows.append([r.attack, *cells, f"{r.num_members} / {r.num_non_members}"])
     return Table(
         columns=["attack", *(f"TPR @ {f:.1%} FPR" for f in fprs), "members / non-members"],
         rows=rows,
-        caption="TPR at FPR f is read off the exact ROC curve; it needs at least 1/f non-members (the empirical FPR moves in steps of 1/non-members), so a rate the sample cannot resolve is n/a.",
+        caption="TPR at FPR f is read off the exact ROC curve; it needs at least 1/f "
+        "non-members (the empirical FPR moves in steps of 1/non-members), so a "
+        "rate the sample cannot resolve is n/a.",
     )
 
 
@@ -153,7 +202,8 @@ def membership_sections(
     confidence: float = 0.95,
     target_accuracy: float | None = None,
 ) -> list[Section]:
-    """The report's sections: the verdict, the target (accuracy, claim ε per accountant), the attacks strongest first, TPR@FPR, ROC, configurations."""
+    """The report's sections: the verdict, the target (accuracy, claim ε per accountant), the attacks strongest first,
+    TPR@FPR, ROC, configurations."""
     # Strongest first everywhere on the page: the tables, the ROC legend, the configurations.
     items = [a.result for a in rank_attacks(_as_list(results), delta=delta, confidence=confidence)]
     verdict = _verdict(items, epsilons=epsilons, delta=delta, confidence=confidence, target_accuracy=target_accuracy)
@@ -166,14 +216,35 @@ def membership_sections(
         claim.insert(0, Text(text=f"Test accuracy of the target: {fmt_percent(target_accuracy)}."))
     sections = [verdict_section(verdict), Section(title="Target: accuracy and privacy claim", blocks=claim)]
     if not items:
-        sections.append(Section(title="Attacks", blocks=[Text(text="No membership-attack results are stored for this target.")]))
+        sections.append(
+            Section(title="Attacks", blocks=[Text(text="No membership-attack results are stored for this target.")])
+        )
         return sections
-    sections.append(Section(title="Attacks", blocks=[membership_table(items, delta=delta, confidence=confidence), tpr_table(items)]))
-    sections.append(Section(title="ROC curves", blocks=[Figure(figure=plot_roc(items), name="roc", caption="ROC curves of every attack, log–log axes", empty="no attack results to draw")]))
-    configs = [f"{r.attack}: " + (", ".join(f"{k}={_short(v)}" for k, v in r.config.items()) or "defaults") for r in items]
+    sections.append(
+        Section(title="Attacks", blocks=[membership_table(items, delta=delta, confidence=confidence), tpr_table(items)])
+    )
+    sections.append(
+        Section(
+            title="ROC curves",
+            blocks=[
+                Figure(
+                    figure=plot_roc(items),
+                    name="roc",
+                    caption="ROC curves of every attack, log–log axes",
+                    empty="no attack results to draw",
+                )
+            ],
+        )
+    )
+    configs = [
+        f"{r.attack}: " + (", ".join(f"{k}={_short(v)}" for k, v in r.config.items()) or "defaults") for r in items
+    ]
     prints = {k: str(val)[:16] for r in items for k, val in dict(r.metadata.get("fingerprints") or {}).items()}
     if prints:
-        configs.append("target fingerprints (SHA-256): " + "; ".join(f"{k.removesuffix('_sha256')} {val}" for k, val in sorted(prints.items())))
+        configs.append(
+            "target fingerprints (SHA-256): "
+            + "; ".join(f"{k.removesuffix('_sha256')} {val}" for k, val in sorted(prints.items()))
+        )
     sections.append(Section(title="Attack configurations", blocks=[Items(items=configs)]))
     return sections
 
@@ -192,7 +263,8 @@ def write_membership_report(
     delta: float = 1e-5,
     confidence: float = 0.95,
 ) -> Path:
-    """Writes ``membership-<model_id>.{html,md}`` and its ROC figure into the run's reports directory; returns the HTML path.
+    """Writes ``membership-<model_id>.{html,md}`` and its ROC figure into the run's reports directory; returns the HTML
+    path.
 
     Raises:
         ValueError: ``results`` is empty or covers more than one target.
@@ -207,8 +279,21 @@ def write_membership_report(
         record = load_record(record_dir)
         epsilons, claim_description = record.claim.epsilons(delta=delta), record.claim.statement()
     accuracy = _accuracy(load_record(record_dir)) if record_dir is not None else None
-    sections = membership_sections(items, epsilons=epsilons, claim_description=claim_description, delta=delta, confidence=confidence, target_accuracy=accuracy)
-    return write_report_files(run.reports_dir(), sections, title=f"Membership inference against {targets[0]}", stem=membership_report_stem(targets[0]), kind="membership").html
+    sections = membership_sections(
+        items,
+        epsilons=epsilons,
+        claim_description=claim_description,
+        delta=delta,
+        confidence=confidence,
+        target_accuracy=accuracy,
+    )
+    return write_report_files(
+        run.reports_dir(),
+        sections,
+        title=f"Membership inference against {targets[0]}",
+        stem=membership_report_stem(targets[0]),
+        kind="membership",
+    ).html
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -266,23 +351,56 @@ def load_attacked_targets(run: RunDir) -> list[AttackedTarget]:
     return targets
 
 
-def _verdict(results: Sequence[MembershipResult], *, epsilons: Mapping[str, float] | None, delta: float, confidence: float, target_accuracy: float | None) -> Verdict:
+def _verdict(
+    results: Sequence[MembershipResult],
+    *,
+    epsilons: Mapping[str, float] | None,
+    delta: float,
+    confidence: float,
+    target_accuracy: float | None,
+) -> Verdict:
     # The tightest claimed ε is ε_UB; no accountant bounding the claim is ∞, no record in the run unknown.
     epsilon_ub = None if epsilons is None else (min(epsilons.values()) if epsilons else math.inf)
-    return membership_verdict(results, delta=delta, confidence=confidence, epsilon_ub=epsilon_ub, target_accuracy=target_accuracy)
+    return membership_verdict(
+        results, delta=delta, confidence=confidence, epsilon_ub=epsilon_ub, target_accuracy=target_accuracy
+    )
 
 
 def target_verdict(target: AttackedTarget) -> Verdict:
-    """A membership page's verdict: :func:`~dpaudit.results.verdicts.membership_verdict` of the target's attacks against its claim."""
-    return _verdict(_as_list(target.results), epsilons=target.epsilons, delta=target.delta, confidence=0.95, target_accuracy=target.target_accuracy)
+    """A membership page's verdict: :func:`~dpaudit.results.verdicts.membership_verdict` of the target's attacks against
+    its claim."""
+    return _verdict(
+        _as_list(target.results),
+        epsilons=target.epsilons,
+        delta=target.delta,
+        confidence=0.95,
+        target_accuracy=target.target_accuracy,
+    )
 
 
 def membership_page(target: AttackedTarget, out: Path) -> Page:
     """Writes ``membership-<model_id>.{html,md}`` and its ROC figure into ``out``."""
-    sections = membership_sections(target.results, epsilons=target.epsilons, claim_description=target.claim_description, delta=target.delta, target_accuracy=target.target_accuracy)
+    sections = membership_sections(
+        target.results,
+        epsilons=target.epsilons,
+        claim_description=target.claim_description,
+        delta=target.delta,
+        target_accuracy=target.target_accuracy,
+    )
     stem = membership_report_stem(target.model_id)
-    page = write_report_files(out, sections, title=f"Membership inference against {target.model_id}", stem=stem, kind="membership").html
+    page = write_report_files(
+        out, sections, title=f"Membership inference against {target.model_id}", stem=stem, kind="membership"
+    ).html
     return Page(html=page, link=with_status(stem.removeprefix("membership-"), sections))
 
 
-REPORT_KINDS.register(ReportKind(name="membership", group="Membership inference", order=30, load=load_attacked_targets, verdict=target_verdict, render=membership_page))
+REPORT_KINDS.register(
+    ReportKind(
+        name="membership",
+        group="Membership inference",
+        order=30,
+        load=load_attacked_targets,
+        verdict=target_verdict,
+        render=membership_page,
+    )
+)

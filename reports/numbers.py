@@ -69,17 +69,20 @@ class Shown(float):
 
 
 def epsilon_cell(x: float | None) -> Shown | None:
-    """An ε that is not a bound (an estimate, the last-iterate ε) to three significant digits, to nearest; ``None`` stays a missing cell."""
+    """An ε that is not a bound (an estimate, the last-iterate ε) to three significant digits, to nearest; ``None``
+    stays a missing cell."""
     return None if x is None else Shown(float(x), fmt_epsilon(x))
 
 
 def epsilon_ub_cell(x: float | None) -> Shown | None:
-    """An upper bound (ε_UB) to three significant digits rounded up (∞ when unbounded); ``None`` stays a missing cell."""
+    """An upper bound (ε_UB) to three significant digits rounded up (∞ when unbounded); ``None`` stays a missing
+    cell."""
     return None if x is None else Shown(float(x), fmt_upper_bound(x))
 
 
 def epsilon_lb_cell(x: float | None) -> Shown | None:
-    """A lower bound (ε_LB, a ceiling, a certified radius) to three significant digits rounded down; ``None`` stays a missing cell."""
+    """A lower bound (ε_LB, a ceiling, a certified radius) to three significant digits rounded down; ``None`` stays a
+    missing cell."""
     return None if x is None else Shown(float(x), fmt_lower_bound(x))
 
 
@@ -89,7 +92,8 @@ def percent_lb_cell(x: float | None) -> Shown | None:
 
 
 def percent_ub_cell(x: float | None) -> Shown | None:
-    """A share that is an upper bound (the robust accuracy attacks left: the true one is at most that) as a percentage rounded up."""
+    """A share that is an upper bound (the robust accuracy attacks left: the true one is at most that) as a percentage
+    rounded up."""
     return None if x is None else Shown(float(x), fmt_percent_upper_bound(x))
 
 
@@ -109,7 +113,8 @@ def rate_lb_cell(count: int, total: int) -> Shown:
 
 
 def rate_ub_cell(count: int, total: int) -> Shown:
-    """A rate that is an upper bound (the robust accuracy attacks left) beside its counts, rounded up; its value is the share."""
+    """A rate that is an upper bound (the robust accuracy attacks left) beside its counts, rounded up; its value is the
+    share."""
     return Shown(count / total if total else float("nan"), fmt_rate_upper_bound(count, total))
 
 

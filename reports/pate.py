@@ -75,7 +75,8 @@ class PateRun:
 
 
 def load_pate_runs(run_dir: str | Path | RunDir) -> list[PateRun]:
-    """Every record of the run its defense has this kind show (PATE students with their ``pate.npz``), sorted by model id."""
+    """Every record of the run its defense has this kind show (PATE students with their ``pate.npz``), sorted by model
+    id."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     out = []
     for d in run.record_dirs():
@@ -83,7 +84,14 @@ def load_pate_runs(run_dir: str | Path | RunDir) -> list[PateRun]:
         if record_report_kind(record.defense, d) != KIND_NAME:
             continue
         arrays = load_npz(d / "pate.npz")
-        out.append(PateRun(record=record, answered=np.asarray(arrays["answered"], dtype=bool), epsilon_curve=np.asarray(arrays.get("epsilon_curve", ()), dtype=float), record_dir=d))
+        out.append(
+            PateRun(
+                record=record,
+                answered=np.asarray(arrays["answered"], dtype=bool),
+                epsilon_curve=np.asarray(arrays.get("epsilon_curve", ()), dtype=float),
+                record_dir=d,
+            )
+        )
     return out
 
 
@@ -101,11 +109,16 @@ def _answers_label(record: TrainedModel) -> str:
 
 def pate_label(record: TrainedModel) -> str:
     """A short name: dataset, aggregator and its noise, and the student's mode."""
-    return f"{_answers_label(record)}, {'semi-sup.' if thaw(record.config).get('semi_supervised') else 'supervised'} student"
+    return (
+        f"{_answers_label(record)}, "
+        f"{'semi-sup.' if thaw(record.config).get('semi_supervised') else 'supervised'} "
+        "student"
+    )
 
 
 def pate_rows(runs: Sequence[PateRun]) -> list[dict[str, Any]]:
-    """One row per student: the aggregator, answers, its ε (claimed, realised data-dependent, released, data-independent) and the student's accuracy."""
+    """One row per student: the aggregator, answers, its ε (claimed, realised data-dependent, released,
+    data-independent) and the student's accuracy."""
     rows = []
     for r in runs:
         m, claim = r.record.metrics, r.record.claim
@@ -120,8 +133,12 @@ def pate_rows(runs: Sequence[PateRun]) -> list[dict[str, Any]]:
                 "epsilon": claim.epsilon(delta=r.delta, accountant="rdp"),
                 # Records stored before the realised cost was named so hold the same value under
                 # the old key (training always charged the answered queries).
-                "epsilon_data_dependent_realised": m.get("epsilon_data_dependent_realised", m.get("epsilon_data_dependent")),
-                "epsilon_data_dependent_realised_improved": m.get("epsilon_data_dependent_realised_improved", m.get("epsilon_data_dependent_improved")),
+                "epsilon_data_dependent_realised": m.get(
+                    "epsilon_data_dependent_realised", m.get("epsilon_data_dependent")
+                ),
+                "epsilon_data_dependent_realised_improved": m.get(
+                    "epsilon_data_dependent_realised_improved", m.get("epsilon_data_dependent_improved")
+                ),
                 "epsilon_data_independent": m.get("epsilon_data_independent"),
                 "epsilon_noisy_estimate": m.get("epsilon_noisy_estimate", m.get("epsilon_smooth_sensitivity")),
                 "data_dependent": claim.data_dependent,
@@ -166,14 +183,20 @@ def epsilon_answers_figure(runs: Sequence[PateRun], *, ax: Axes | None = None) -
     ax.set_xlabel("queries answered")
     # The plotted curve is the one the record publishes: its claim's own analysis (a private
     # data-dependent curve is never published, so never drawn).
-    analyses = sorted({str(thaw(r.record.config).get("analysis", "data-independent")) for m in groups.values() for r in m})
-    ax.set_ylabel(f"ε claimed ({analyses[0]} analysis)" if len(analyses) == 1 else "ε claimed (each student's analysis)")
+    analyses = sorted(
+        {str(thaw(r.record.config).get("analysis", "data-independent")) for m in groups.values() for r in m}
+    )
+    ax.set_ylabel(
+        f"ε claimed ({analyses[0]} analysis)" if len(analyses) == 1 else "ε claimed (each student's analysis)"
+    )
     ax.grid(alpha=0.3)
     legend_outside(ax)
     return fig
 
 
-def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, published: Sequence[Mapping[str, Any]] = (), ax: Axes | None = None) -> MplFigure | None:
+def accuracy_epsilon_figure(
+    rows: Sequence[Mapping[str, Any]], *, published: Sequence[Mapping[str, Any]] = (), ax: Axes | None = None
+) -> MplFigure | None:
     """Student accuracy against ε: measured students (filled) and published rows (hollow, only where given).
 
     Returns:
@@ -193,7 +216,17 @@ def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, published: Seq
         seen[key] = dup + 1
         colour, mark, _ = _look(i)
         kw: dict[str, Any] = {"markerfacecolor": "none"} if fill == "none" else {}
-        ax.plot([x], [y], linestyle="none", marker=mark, color=colour, markersize=max(12 - 4 * dup, 4), zorder=2 + dup, label=label, **kw)
+        ax.plot(
+            [x],
+            [y],
+            linestyle="none",
+            marker=mark,
+            color=colour,
+            markersize=max(12 - 4 * dup, 4),
+            zorder=2 + dup,
+            label=label,
+            **kw,
+        )
     ax.margins(0.12)  # no marker cut by the frame
     ax.set_xlabel("ε of the student's labels")
     ax.set_ylabel("student test accuracy")
@@ -204,8 +237,13 @@ def accuracy_epsilon_figure(rows: Sequence[Mapping[str, Any]], *, published: Seq
 
 def accuracy_epsilon_sentence(rows: Sequence[Mapping[str, Any]], published: Sequence[Mapping[str, Any]] = ()) -> str:
     """What the accuracy-against-ε plot would show, in words, when it has fewer than two points."""
-    points = [f"{r['label']}: ε = {eps_ub_text(r['epsilon'])}, test accuracy {_num(r['student_accuracy'])} (measured here)" for r in rows]
-    points += [f"{p['label']}: ε = {eps_ub_text(p['epsilon'])}, accuracy {_num(p['accuracy'])} (published)" for p in published]
+    points = [
+        f"{r['label']}: ε = {eps_ub_text(r['epsilon'])}, test accuracy {_num(r['student_accuracy'])} (measured here)"
+        for r in rows
+    ]
+    points += [
+        f"{p['label']}: ε = {eps_ub_text(p['epsilon'])}, accuracy {_num(p['accuracy'])} (published)" for p in published
+    ]
     return ("one student only — " + points[0] + "; a single point is not plotted") if points else "no student to plot"
 
 
@@ -236,7 +274,11 @@ def _noise_note(record: TrainedModel) -> str:
     """A warning when the aggregator's noise was seeded (its answers are then not private)."""
     source = record.metrics.get("aggregator_noise")
     if isinstance(source, str) and "not private" in source:
-        return f" NOT PRIVATE: the aggregator's noise was drawn from {source.split(':')[0]} (reproducible: anyone with the seed can remove it)."
+        return (
+            " NOT PRIVATE: the aggregator's noise was drawn from "
+            f"{source.split(':')[0]} (reproducible: anyone with the seed can remove "
+            "it)."
+        )
     return ""
 
 
@@ -258,10 +300,16 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
             [
                 r["label"],
                 # Teachers' accuracy is private since records keep it under private/ (older ones show it).
-                f"{r['teachers']}" + ("" if r["teacher_accuracy_mean"] is None else f" ({_pct(r['teacher_accuracy_mean'])})"),
+                f"{r['teachers']}"
+                + ("" if r["teacher_accuracy_mean"] is None else f" ({_pct(r['teacher_accuracy_mean'])})"),
                 f"{r['answered']} / {r['queries']}",
                 _pct(r["answer_accuracy"]),
-                (f"{_eps(r['epsilon_data_dependent_realised'])} ({_eps(r['epsilon_data_dependent_realised_improved'])})" if r["epsilon_data_dependent_realised"] is not None else "kept private"),
+                (
+                    f"{_eps(r['epsilon_data_dependent_realised'])} "
+                    f"({_eps(r['epsilon_data_dependent_realised_improved'])})"
+                    if r["epsilon_data_dependent_realised"] is not None
+                    else "kept private"
+                ),
                 _eps(r["epsilon_noisy_estimate"]) if r["sanitised"] else "not released",
                 _eps(r["epsilon_data_independent"]),
                 _pct(r["student_accuracy"]),
@@ -269,21 +317,34 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
             for r in rows
         ],
         caption=(
-            "ε at δ = " + ", ".join(sorted({f"{r['delta']:g}" for r in rows})) + " by the standard RDP conversion (the improved conversion in brackets). 'Realised': "
-            "Confident-GNMax's GNMax step is charged to the queries it answered (not the expectation over the threshold step of the 2018 scripts). A data-dependent "
-            "ε is computed from the private votes and is not for publication ('kept private': the record holds it only under private/, as the claim is another bound); "
+            "ε at δ = "
+            + ", ".join(sorted({f"{r['delta']:g}" for r in rows}))
+            + " by the standard RDP conversion (the improved conversion in brackets). 'Realised': "
+            "Confident-GNMax's GNMax step is charged to the queries it answered "
+            "(not the expectation over the threshold step of the 2018 scripts). A "
+            "data-dependent "
+            "ε is computed from the private votes and is not for publication ('kept "
+            "private': the record holds it only under private/, as the claim is "
+            "another bound); "
             "the released ε is its smooth-sensitivity release, a noisy estimate (not a bound). "
-            "Each record claims the data-dependent ε unless its statement below says otherwise. 'label acc.': share of the answered labels that are correct."
+            "Each record claims the data-dependent ε unless its statement below "
+            "says otherwise. 'label acc.': share of the answered labels that are "
+            "correct."
         ),
     )
-    statements = [Text(text=f"{pate_label(r.record)}: {r.record.claim.statement()}{_noise_note(r.record)}") for r in runs]
+    statements = [
+        Text(text=f"{pate_label(r.record)}: {r.record.claim.statement()}{_noise_note(r.record)}") for r in runs
+    ]
     accuracy = accuracy_epsilon_figure(rows, published=published)
     blocks: list[Any] = [table, *statements]
     if published:
         blocks.append(
             Table(
                 columns=["published row", "answered", "ε", "accuracy", "source"],
-                rows=[[p["label"], _fmt(p.get("answered")), p["epsilon"], p["accuracy"], p.get("source", "")] for p in published],
+                rows=[
+                    [p["label"], _fmt(p.get("answered")), p["epsilon"], p["accuracy"], p.get("source", "")]
+                    for p in published
+                ],
                 caption="Numbers reported by the papers (recalled in docs/defenses/pate.md §2–§3).",
             )
         )
@@ -293,7 +354,12 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
         Section(
             title="ε against queries answered",
             blocks=[
-                Figure(figure=epsilon_answers_figure(runs), name="pate-epsilon-answered", caption="Each answered query adds RDP; Confident-GNMax's unanswered queries cost only the threshold step.")
+                Figure(
+                    figure=epsilon_answers_figure(runs),
+                    name="pate-epsilon-answered",
+                    caption="Each answered query adds RDP; Confident-GNMax's unanswered queries "
+                    "cost only the threshold step.",
+                )
             ],
         ),
         Section(
@@ -303,7 +369,15 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
                     figure=accuracy,
                     name="pate-accuracy-epsilon",
                     # The caption names only what is drawn: hollow markers only where published numbers were given.
-                    caption="Student test accuracy against ε" + (("; filled: measured here" + ("; hollow: published (docs/defenses/pate.md)" if published else "")) if accuracy else ""),
+                    caption="Student test accuracy against ε"
+                    + (
+                        (
+                            "; filled: measured here"
+                            + ("; hollow: published (docs/defenses/pate.md)" if published else "")
+                        )
+                        if accuracy
+                        else ""
+                    ),
                     empty=accuracy_epsilon_sentence(rows, published),
                 )
             ],
@@ -325,20 +399,38 @@ def pate_verdict(students: Sequence[TrainedModel]) -> Verdict:
     sanitised = bool(getattr(claim, "sanitised", False))
     analysis = "data-dependent analysis" if dependent else "data-independent analysis"
     lines = [
-        f"{best.model_id}: {m.get('num_answered', '?')} of {m.get('num_queries', '?')} queries answered by {m.get('num_teachers', '?')} teachers"
-        + (f", {fmt_percent(float(m['answer_accuracy']))} of the answers correct." if m.get("answer_accuracy") is not None else "."),
+        f"{best.model_id}: {m.get('num_answered', '?')} of "
+        f"{m.get('num_queries', '?')} queries answered by "
+        f"{m.get('num_teachers', '?')} teachers"
+        + (
+            f", {fmt_percent(float(m['answer_accuracy']))} of the answers correct."
+            if m.get("answer_accuracy") is not None
+            else "."
+        ),
     ]
     if indep is not None:
-        lines.append(f"Data-independent analysis of the same answers: ε = {fmt_upper_bound(float(indep))} at δ = {delta:g}.")
+        lines.append(
+            f"Data-independent analysis of the same answers: ε = {fmt_upper_bound(float(indep))} at δ = {delta:g}."
+        )
     if len(students) > 1:
         lines.append(f"{len(students)} students in this run; the table below lists each.")
     acc = fmt_percent(m.get("test_accuracy"))
-    headline = f"The most accurate student reaches {acc} test accuracy at ε = {fmt_upper_bound(eps)} (δ = {delta:g}, {analysis}"
+    headline = (
+        f"The most accurate student reaches {acc} test accuracy at ε = "
+        f"{fmt_upper_bound(eps)} (δ = {delta:g}, {analysis}"
+    )
     if dependent and not sanitised:
-        lines.append("A data-dependent ε is computed from the private votes: publishing it is itself not private unless sanitised (smooth sensitivity).")
-        return Verdict(status="data-dependent ε", headline=headline + ", not sanitised).", lines=tuple(lines), tone="warn")
+        lines.append(
+            "A data-dependent ε is computed from the private votes: publishing it "
+            "is itself not private unless sanitised (smooth sensitivity)."
+        )
+        return Verdict(
+            status="data-dependent ε", headline=headline + ", not sanitised).", lines=tuple(lines), tone="warn"
+        )
     if dependent:
-        return Verdict(status="data-dependent ε, sanitised", headline=headline + ", sanitised).", lines=tuple(lines), tone="info")
+        return Verdict(
+            status="data-dependent ε, sanitised", headline=headline + ", sanitised).", lines=tuple(lines), tone="info"
+        )
     return Verdict(status="data-independent ε", headline=headline + ").", lines=tuple(lines), tone="info")
 
 
@@ -360,4 +452,8 @@ def pate_page(runs: tuple[PateRun, ...], out: Path) -> Page:
     return Page(html=page, link=with_status(f"PATE students ({len(runs)})", sections))
 
 
-REPORT_KINDS.register(ReportKind(name=KIND_NAME, group="PATE", order=50, load=load_pate_students, verdict=students_verdict, render=pate_page))
+REPORT_KINDS.register(
+    ReportKind(
+        name=KIND_NAME, group="PATE", order=50, load=load_pate_students, verdict=students_verdict, render=pate_page
+    )
+)

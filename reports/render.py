@@ -1,4 +1,5 @@
-"""The report writer: sections of blocks → HTML, Markdown or LaTeX from Jinja2 templates, with every figure and table in forms a paper takes.
+"""The report writer: sections of blocks → HTML, Markdown or LaTeX from Jinja2 templates, with every figure and table in
+forms a paper takes.
 
 The only module of the suite that saves figures (docs/architecture.md, "Style": plotting functions take
 results and an optional axes and return a figure; only the report writer saves files). A
@@ -103,7 +104,8 @@ def report_format(fmt: str) -> Iterator[str]:
 
 
 def format_number(x: Any, digits: int = 4) -> str:
-    """Numbers for tables, by :func:`reports.numbers.format_cell` (∞, —, one precision); ``digits`` is kept for old callers."""
+    """Numbers for tables, by :func:`reports.numbers.format_cell` (∞, —, one precision); ``digits`` is kept for old
+    callers."""
     from reports.numbers import format_cell
 
     return format_cell(x)
@@ -167,7 +169,11 @@ class Link:
 
     def __post_init__(self) -> None:
         if not safe_href(self.href):
-            raise v.invalid("href", f"href must be a relative path inside the reports folder (no scheme, no '..', no absolute path), got {v.short(self.href)}")
+            raise v.invalid(
+                "href",
+                "href must be a relative path inside the reports folder (no scheme, no "
+                f"'..', no absolute path), got {v.short(self.href)}",
+            )
 
 
 def _html_cell(x: Any) -> Any:
@@ -178,7 +184,8 @@ def _html_cell(x: Any) -> Any:
 
 def _md_cell(x: Any) -> str:
     if isinstance(x, Link):
-        # The Markdown reports sit beside the HTML ones: link the .md twin (the href passed safe_href: nothing to escape).
+        # The Markdown reports sit beside the HTML ones: link the .md twin (the href passed safe_href: nothing to
+        # escape).
         target = x.href[: -len(".html")] + ".md" if x.href.endswith(".html") else x.href
         return f"[{md_inline(x.text)}]({target})"
     return md_inline(format_number(x))
@@ -202,7 +209,10 @@ class Table:
             raise v.invalid("name", f"name must be a plain file stem (letters, digits, _ . -), got {self.name!r}")
         for i, row in enumerate(self.rows):
             if len(row) != len(self.columns):
-                raise v.invalid("rows", f"rows[{i}] has {len(row)} cells, expected {len(self.columns)} (columns {list(self.columns)})")
+                raise v.invalid(
+                    "rows",
+                    f"rows[{i}] has {len(row)} cells, expected {len(self.columns)} (columns {list(self.columns)})",
+                )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,7 +230,9 @@ class Figure:
 
     def __post_init__(self) -> None:
         if self.figure is not None and not isinstance(self.figure, MplFigure):
-            raise v.invalid_type("figure", f"figure must be a matplotlib Figure or None, got {type(self.figure).__name__}")
+            raise v.invalid_type(
+                "figure", f"figure must be a matplotlib Figure or None, got {type(self.figure).__name__}"
+            )
         if not _STEM.fullmatch(self.name):
             raise v.invalid("name", f"name must be a plain file stem (letters, digits, _ . -), got {self.name!r}")
 
@@ -239,7 +251,8 @@ class Banner:
 
 @dataclass(frozen=True, kw_only=True)
 class Section:
-    """A titled list of blocks (:class:`Text`, :class:`Items`, :class:`Table`, :class:`Figure`, :class:`Banner`; a ``str`` is a paragraph)."""
+    """A titled list of blocks (:class:`Text`, :class:`Items`, :class:`Table`, :class:`Figure`, :class:`Banner`; a
+    ``str`` is a paragraph)."""
 
     title: str
     blocks: Sequence[Any] = field(default_factory=list)
@@ -263,22 +276,40 @@ class WrittenReport:
     exports: tuple[Path, ...] = ()
 
 
-def accountant_table(epsilons: Mapping[str, float], *, delta: float, description: str = "", compared: str | None = None) -> Table | Text:
+def accountant_table(
+    epsilons: Mapping[str, float], *, delta: float, description: str = "", compared: str | None = None
+) -> Table | Text:
     """The claim's ε under every applicable accountant at ``delta`` (one row each), or why there is none."""
     if not epsilons:
-        return Text(text=f"No accountant applies to this claim{f' ({description})' if description else ''}: it states no privacy mechanism, so ε is unbounded.")
+        return Text(
+            text="No accountant applies to this "
+            f"claim{f' ({description})' if description else ''}: it states no "
+            "privacy mechanism, so ε is unbounded."
+        )
     from reports.numbers import epsilon_ub_cell
 
     # Every accountant's ε is an upper bound: printed rounded up (the CSV export keeps the text too).
-    rows = [[name + (" (tightest; compared)" if name == compared else ""), epsilon_ub_cell(float(eps))] for name, eps in epsilons.items()]
-    return Table(columns=["accountant", f"ε at δ={delta:g}"], rows=rows, caption=f"Claim: {description}" if description else "")
+    rows = [
+        [name + (" (tightest; compared)" if name == compared else ""), epsilon_ub_cell(float(eps))]
+        for name, eps in epsilons.items()
+    ]
+    return Table(
+        columns=["accountant", f"ε at δ={delta:g}"], rows=rows, caption=f"Claim: {description}" if description else ""
+    )
 
 
 def _environment(latex: bool = False) -> jinja2.Environment:
     options: dict[str, Any] = {}
     if latex:
         # LaTeX is made of braces: Jinja's delimiters become ((* *)), ((( ))) and ((= =)) there.
-        options = {"block_start_string": "((*", "block_end_string": "*))", "variable_start_string": "(((", "variable_end_string": ")))", "comment_start_string": "((=", "comment_end_string": "=))"}
+        options = {
+            "block_start_string": "((*",
+            "block_end_string": "*))",
+            "variable_start_string": "(((",
+            "variable_end_string": ")))",
+            "comment_start_string": "((=",
+            "comment_end_string": "=))",
+        }
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
         autoescape=lambda name: name is not None and name.endswith(".html.j2"),
@@ -322,19 +353,42 @@ def _block(block: Any, out: Path, stem: str, tables: list[int], exports: list[Pa
         return {"kind": "banner", "text": block.text, "level": block.level}
     if isinstance(block, Table):
         tables.append(1)
-        files = save_table(block.columns, block.rows, out, f"{stem}-{block.name or f'table-{len(tables)}'}", _table_cell)
+        files = save_table(
+            block.columns, block.rows, out, f"{stem}-{block.name or f'table-{len(tables)}'}", _table_cell
+        )
         exports.extend(files.values())
         # A column of words is set flush left under a flush-left heading (numbers stay right-aligned).
-        text = [bool(block.rows) and all(isinstance(r[j], (str, Link)) or r[j] is None for r in block.rows) for j in range(len(block.columns))]
-        return {"kind": "table", "columns": list(block.columns), "rows": [list(r) for r in block.rows], "caption": block.caption, "text_columns": text, **{k: p.name for k, p in files.items()}}
+        text = [
+            bool(block.rows) and all(isinstance(r[j], (str, Link)) or r[j] is None for r in block.rows)
+            for j in range(len(block.columns))
+        ]
+        return {
+            "kind": "table",
+            "columns": list(block.columns),
+            "rows": [list(r) for r in block.rows],
+            "caption": block.caption,
+            "text_columns": text,
+            **{k: p.name for k, p in files.items()},
+        }
     if isinstance(block, Figure):
         if block.figure is None or not has_data(block.figure):
-            return {"kind": "empty", "text": f"{block.caption.rstrip('.')}: {block.empty}." if block.caption else f"{block.empty}."}
+            return {
+                "kind": "empty",
+                "text": f"{block.caption.rstrip('.')}: {block.empty}." if block.caption else f"{block.empty}.",
+            }
         files = save_figure(block.figure, out, f"{stem}-{block.name}", truetype=current_format() == "latex")
         exports.extend(files.values())
         links = {k: p.name for k, p in files.items()}
         # "src" is the PNG the page shows; a figure that draws only images has no data CSV ("csv": "").
-        return {"kind": "figure", "src": links["png"], "svg": links["svg"], "pdf": links["pdf"], "csv": links.get("csv", ""), "caption": block.caption, "alt": block.caption or block.name}
+        return {
+            "kind": "figure",
+            "src": links["png"],
+            "svg": links["svg"],
+            "pdf": links["pdf"],
+            "csv": links.get("csv", ""),
+            "caption": block.caption,
+            "alt": block.caption or block.name,
+        }
     raise TypeError(f"report blocks must be str, Text, Items, Table, Figure or Banner, got {type(block).__name__}")
 
 
@@ -350,7 +404,9 @@ def _prepare(out: Path, stem: str, sections: Sequence[Section]) -> tuple[list[di
     for section in sections:
         if not isinstance(section, Section):
             raise v.invalid_type("sections", f"sections must hold Section values, got {type(section).__name__}")
-        prepared.append({"title": section.title, "blocks": [_block(block, out, stem, tables, exports) for block in section.blocks]})
+        prepared.append(
+            {"title": section.title, "blocks": [_block(block, out, stem, tables, exports) for block in section.blocks]}
+        )
     figures = [p for p in exports if p.suffix == ".png"]
     return prepared, figures, [p for p in exports if p.suffix != ".png"]
 
@@ -362,7 +418,15 @@ def _template(kind: str, fmt: str) -> str:
     return f"{kind}.{fmt}.j2"
 
 
-def write_report_files(directory: str | os.PathLike[str], sections: Sequence[Section], *, title: str, stem: str, kind: str = "report", intro: str = "") -> WrittenReport:
+def write_report_files(
+    directory: str | os.PathLike[str],
+    sections: Sequence[Section],
+    *,
+    title: str,
+    stem: str,
+    kind: str = "report",
+    intro: str = "",
+) -> WrittenReport:
     """Writes the page ``<stem>`` in the current :func:`report_format`, with its figures and tables, into ``directory``.
 
     ``html`` (the default) writes ``<stem>.html`` and ``<stem>.md``; ``md`` only ``<stem>.md``;
@@ -395,8 +459,13 @@ def write_report_files(directory: str | os.PathLike[str], sections: Sequence[Sec
     context = {"title": title, "intro": intro, "sections": prepared}
     html, md = out / f"{stem}.html", out / f"{stem}.md"
     if fmt == "latex":
-        body = atomic_write_text(out / f"{stem}-body.tex", _env(latex=True).get_template(_template(kind, fmt)).render(**context))
-        page = atomic_write_text(out / f"{stem}.tex", _env(latex=True).get_template("standalone.tex.j2").render(title=title, inputs=[body.stem]))
+        body = atomic_write_text(
+            out / f"{stem}-body.tex", _env(latex=True).get_template(_template(kind, fmt)).render(**context)
+        )
+        page = atomic_write_text(
+            out / f"{stem}.tex",
+            _env(latex=True).get_template("standalone.tex.j2").render(title=title, inputs=[body.stem]),
+        )
         exports.append(body)
     else:
         page = atomic_write_text(md, _env().get_template(_template(kind, "md")).render(**context))
@@ -405,13 +474,27 @@ def write_report_files(directory: str | os.PathLike[str], sections: Sequence[Sec
     return WrittenReport(html=html, markdown=md, figures=tuple(figures), page=page, format=fmt, exports=tuple(exports))
 
 
-def write_report(directory: str | os.PathLike[str], sections: Sequence[Section], *, title: str, stem: str = "report", kind: str = "report", intro: str = "") -> Path:
+def write_report(
+    directory: str | os.PathLike[str],
+    sections: Sequence[Section],
+    *,
+    title: str,
+    stem: str = "report",
+    kind: str = "report",
+    intro: str = "",
+) -> Path:
     """:func:`write_report_files`, returning the page's path (the HTML report under the default format)."""
     written = write_report_files(directory, sections, title=title, stem=stem, kind=kind, intro=intro)
     return written.page or written.html
 
 
-def write_index_files(directory: str | os.PathLike[str], *, title: str, groups: Sequence[tuple[str, Sequence[tuple[str, str]]]], files: Sequence[str] = ()) -> tuple[Path, ...]:
+def write_index_files(
+    directory: str | os.PathLike[str],
+    *,
+    title: str,
+    groups: Sequence[tuple[str, Sequence[tuple[str, str]]]],
+    files: Sequence[str] = (),
+) -> tuple[Path, ...]:
     """Writes the index linking every report in the current :func:`report_format`.
 
     ``html``: ``index.html`` and ``index.md``; ``md``: ``index.md``; ``latex``: ``index.tex``, one
@@ -430,16 +513,27 @@ def write_index_files(directory: str | os.PathLike[str], *, title: str, groups: 
     fmt = current_format()
     for target in [h for _, links in groups for _, h in links] + list(files):
         if not safe_href(target):
-            raise v.invalid("groups", f"every index link must be a relative path inside the reports folder (safe_href), got {v.short(target, 300)}")
+            raise v.invalid(
+                "groups",
+                "every index link must be a relative path inside the reports folder "
+                f"(safe_href), got {v.short(target, 300)}",
+            )
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     if fmt == "latex":
         inputs = [Path(h).stem + "-body" for _, links in groups for _, h in links]
-        return (atomic_write_text(out / "index.tex", _env(latex=True).get_template("standalone.tex.j2").render(title=title, inputs=inputs)),)
+        return (
+            atomic_write_text(
+                out / "index.tex", _env(latex=True).get_template("standalone.tex.j2").render(title=title, inputs=inputs)
+            ),
+        )
     context = {
         "title": title,
         "intro": "",
-        "groups": [{"title": g, "links": [{"text": t, "html": h, "md": Path(h).with_suffix(".md").name} for t, h in links]} for g, links in groups],
+        "groups": [
+            {"title": g, "links": [{"text": t, "html": h, "md": Path(h).with_suffix(".md").name} for t, h in links]}
+            for g, links in groups
+        ],
         "files": list(files),
     }
     md = atomic_write_text(out / "index.md", _env().get_template("index.md.j2").render(**context))
@@ -448,7 +542,13 @@ def write_index_files(directory: str | os.PathLike[str], *, title: str, groups: 
     return atomic_write_text(out / "index.html", _env().get_template("index.html.j2").render(**context)), md
 
 
-def write_index(directory: str | os.PathLike[str], *, title: str, groups: Sequence[tuple[str, Sequence[tuple[str, str]]]], files: Sequence[str] = ()) -> tuple[Path, Path]:
+def write_index(
+    directory: str | os.PathLike[str],
+    *,
+    title: str,
+    groups: Sequence[tuple[str, Sequence[tuple[str, str]]]],
+    files: Sequence[str] = (),
+) -> tuple[Path, Path]:
     """Writes ``index.html`` and ``index.md`` linking every report (:func:`write_index_files` in the ``html`` format).
 
     Returns:

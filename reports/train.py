@@ -29,7 +29,17 @@ from reports.verdict_box import verdict_section, with_status
 #: This kind's name: the page of every record no other kind shows.
 KIND_NAME = "models"
 
-__all__ = ["record_table", "metrics_table", "config_items", "shown_elsewhere", "load_trained_models", "train_sections", "train_page", "train_verdict", "artefacts_table"]
+__all__ = [
+    "record_table",
+    "metrics_table",
+    "config_items",
+    "shown_elsewhere",
+    "load_trained_models",
+    "train_sections",
+    "train_page",
+    "train_verdict",
+    "artefacts_table",
+]
 
 
 def record_table(record: TrainedModel) -> Table:
@@ -40,11 +50,16 @@ def record_table(record: TrainedModel) -> Table:
         ["defense", record.defense],
         ["model", record.model_name],
         ["dataset", f"{record.dataset} (input {'×'.join(map(str, record.input_shape))}, {record.num_classes} classes)"],
-        ["members / non-members", f"{fmt_count(len(record.membership.members))} / {fmt_count(len(record.membership.non_members))}"],
+        [
+            "members / non-members",
+            f"{fmt_count(len(record.membership.members))} / {fmt_count(len(record.membership.non_members))}",
+        ],
         ["seed", str(record.seed)],
     ]
     if prov.get("time"):
-        rows.append(["trained", f"{prov['time']} (git {str(prov.get('git_revision', '?'))[:12]}, {prov.get('device', '?')})"])
+        rows.append(
+            ["trained", f"{prov['time']} (git {str(prov.get('git_revision', '?'))[:12]}, {prov.get('device', '?')})"]
+        )
     return Table(columns=["", "value"], rows=rows)
 
 
@@ -69,7 +84,11 @@ def metrics_table(metrics: Mapping[str, Any], *, skip: tuple[str, ...] = ()) -> 
 
 def config_items(config: Mapping[str, Any]) -> Items:
     """The configuration as asked, one key per line (unset keys left out)."""
-    items = [f"{k} = {fmt_number(v) if isinstance(v, float) else v}" for k, v in sorted(thaw(config).items()) if v is not None]
+    items = [
+        f"{k} = {fmt_number(v) if isinstance(v, float) else v}"
+        for k, v in sorted(thaw(config).items())
+        if v is not None
+    ]
     return Items(items=items or ["defaults"])
 
 
@@ -78,7 +97,11 @@ def _claim_block(record: TrainedModel) -> Any:
     return accountant_table(record.claim.epsilons(delta=delta), delta=delta, description=record.claim.statement())
 
 
-_METRICS = (("train_accuracy", "train accuracy"), ("non_member_accuracy", "non-member accuracy"), ("test_accuracy", "test accuracy"))
+_METRICS = (
+    ("train_accuracy", "train accuracy"),
+    ("non_member_accuracy", "non-member accuracy"),
+    ("test_accuracy", "test accuracy"),
+)
 
 
 def train_verdict(record: TrainedModel) -> Verdict:
@@ -87,30 +110,54 @@ def train_verdict(record: TrainedModel) -> Verdict:
     eps = record.claim.epsilons(delta=delta)
     m = record.metrics
     accs = [f"{name} {fmt_percent(float(m[key]))}" for key, name in _METRICS if isinstance(m.get(key), (int, float))]
-    what = f"{record.defense} {record.model_name} on {record.dataset}, {fmt_count(len(record.membership.members))} members"
+    what = (
+        f"{record.defense} {record.model_name} on {record.dataset}, {fmt_count(len(record.membership.members))} members"
+    )
     lines = [f"Claim: {record.claim.statement()}."]
     if eps:
-        lines.append("ε at δ = " + f"{delta:g}: " + ", ".join(f"{name} {fmt_upper_bound(e)}" for name, e in sorted(eps.items(), key=lambda kv: kv[1])) + ".")
+        lines.append(
+            "ε at δ = "
+            + f"{delta:g}: "
+            + ", ".join(f"{name} {fmt_upper_bound(e)}" for name, e in sorted(eps.items(), key=lambda kv: kv[1]))
+            + "."
+        )
     if accs:
         lines.append(", ".join(accs).capitalize() + ".")
     lines.append(f"Record {record.model_id} (seed {record.seed}).")
-    test = f": {fmt_percent(float(m['test_accuracy']))} test accuracy" if isinstance(m.get("test_accuracy"), (int, float)) else ""
+    test = (
+        f": {fmt_percent(float(m['test_accuracy']))} test accuracy"
+        if isinstance(m.get("test_accuracy"), (int, float))
+        else ""
+    )
     if eps:
-        return Verdict(status="private", headline=f"{what}{test}; claims {claim_text(eps, delta)}.", lines=tuple(lines), tone="info")
-    return Verdict(status="no privacy claim", headline=f"{what}{test}; no privacy claim (ε = ∞).", lines=tuple(lines), tone="warn")
+        return Verdict(
+            status="private",
+            headline=f"{what}{test}; claims {claim_text(eps, delta)}.",
+            lines=tuple(lines),
+            tone="info",
+        )
+    return Verdict(
+        status="no privacy claim", headline=f"{what}{test}; no privacy claim (ε = ∞).", lines=tuple(lines), tone="warn"
+    )
 
 
 def artefacts_table(record: TrainedModel, record_dir: Path) -> Table | None:
-    """The files the record's defense declares beside its weights (:attr:`~defenses.registry.DefenseSpec.artefacts`), and whether this record holds each; ``None`` for a defense that declares none."""
+    """The files the record's defense declares beside its weights (:attr:`~defenses.registry.DefenseSpec.artefacts`),
+    and whether this record holds each; ``None`` for a defense that declares none."""
     spec = defense_parts(record.defense)
     if spec is None or not spec.artefacts:
         return None
     rows = [[a.name, a.what, "yes" if a.present(record_dir) else "missing"] for a in spec.artefacts]
-    return Table(columns=["file", "what it holds", "present"], rows=rows, caption=f"As the {record.defense} defense declares them; paths relative to the record's directory.")
+    return Table(
+        columns=["file", "what it holds", "present"],
+        rows=rows,
+        caption=f"As the {record.defense} defense declares them; paths relative to the record's directory.",
+    )
 
 
 def train_sections(record: TrainedModel, record_dir: Path | None = None) -> list[Section]:
-    """The page: the verdict, what was trained, the claim, the metrics, the configuration, and the defense's own files beside the weights (when ``record_dir`` is given and it declares any)."""
+    """The page: the verdict, what was trained, the claim, the metrics, the configuration, and the defense's own files
+    beside the weights (when ``record_dir`` is given and it declares any)."""
     sections = [
         verdict_section(train_verdict(record)),
         Section(title="Record", blocks=[record_table(record)]),
@@ -144,7 +191,10 @@ def load_trained_models(run: RunDir) -> list[tuple[TrainedModel, Path]]:
         # A defense's own report kind pages its records (DSSGD federations, PATE students), not this one.
         if record_report_kind(record.defense, d) not in (None, KIND_NAME):
             continue
-        if safe_stem(record.model_id, default="target") in covered or safe_stem(record.model_id, default="model") in covered:
+        if (
+            safe_stem(record.model_id, default="target") in covered
+            or safe_stem(record.model_id, default="model") in covered
+        ):
             continue
         out.append((record, d))
     return out
@@ -159,4 +209,13 @@ def train_page(item: tuple[TrainedModel, Path], out: Path) -> Page:
     return Page(html=page, link=with_status(record.model_id, sections))
 
 
-REPORT_KINDS.register(ReportKind(name=KIND_NAME, group="Trained models", order=80, load=load_trained_models, verdict=lambda item: train_verdict(item[0]), render=train_page))
+REPORT_KINDS.register(
+    ReportKind(
+        name=KIND_NAME,
+        group="Trained models",
+        order=80,
+        load=load_trained_models,
+        verdict=lambda item: train_verdict(item[0]),
+        render=train_page,
+    )
+)

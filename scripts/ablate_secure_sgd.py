@@ -24,7 +24,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from dpaudit.api import DPSGDConfig, SecureSGDConfig, TrainRequest, expected_score_accuracy, load_dataset, make_splits, train_dpsgd, train_secure_sgd
+from dpaudit.api import (
+    DPSGDConfig,
+    SecureSGDConfig,
+    TrainRequest,
+    expected_score_accuracy,
+    load_dataset,
+    make_splits,
+    train_dpsgd,
+    train_secure_sgd,
+)
 
 #: name → Secure-SGD settings (``None``: plain DP-SGD on the same network without the noise layer).
 VARIANTS: dict[str, dict[str, Any] | None] = {
@@ -59,13 +68,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--members", type=int, default=20000)
     ap.add_argument("--epochs", type=float, default=3.0)
     ap.add_argument("--only", default=",".join(VARIANTS), help=f"variants, comma separated ({', '.join(VARIANTS)})")
-    ap.add_argument("--set", default="{}", help="JSON of config fields for every variant, e.g. '{\"learning_rate\": 0.2}'")
+    ap.add_argument(
+        "--set", default="{}", help="JSON of config fields for every variant, e.g. '{\"learning_rate\": 0.2}'"
+    )
     ap.add_argument("--out", default="out/ablate_secure_sgd.jsonl")
     args = ap.parse_args(argv)
     bundle = load_dataset("mnist")
     splits = make_splits(bundle, seed=0, num_members=min(args.members, len(bundle.train) - 1), num_non_members=0)
     x, y = bundle.test.features[:2000], bundle.test.labels[:2000]
-    base = dict(epochs=args.epochs, lot_size=250, clip_norm=1.0, learning_rate=0.1, momentum=0.9, noise_multiplier=None, delta=1e-5, target_epsilon=2.0, **json.loads(args.set))
+    base = dict(
+        epochs=args.epochs,
+        lot_size=250,
+        clip_norm=1.0,
+        learning_rate=0.1,
+        momentum=0.9,
+        noise_multiplier=None,
+        delta=1e-5,
+        target_epsilon=2.0,
+        **json.loads(args.set),
+    )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     for name in args.only.split(","):
         if name not in VARIANTS:
@@ -73,10 +94,28 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         extra = VARIANTS[name]
         if extra is None:
-            record, model = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="hgm-cnn", config=DPSGDConfig(**base), seed=0, progress=False))
+            record, model = train_dpsgd(
+                TrainRequest(
+                    bundle=bundle,
+                    splits=splits,
+                    model_name="hgm-cnn",
+                    config=DPSGDConfig(**base),
+                    seed=0,
+                    progress=False,
+                )
+            )
         else:
             cfg = {**base, "robustness_epsilon": 4.0, "attack_norm_bound": 0.2, **extra}
-            record, model = train_secure_sgd(TrainRequest(bundle=bundle, splits=splits, model_name="hgm-cnn", config=SecureSGDConfig(**cfg), seed=0, progress=False))
+            record, model = train_secure_sgd(
+                TrainRequest(
+                    bundle=bundle,
+                    splits=splits,
+                    model_name="hgm-cnn",
+                    config=SecureSGDConfig(**cfg),
+                    seed=0,
+                    progress=False,
+                )
+            )
         one, majority = accuracy(model, x, y)
         row = {
             "variant": name,

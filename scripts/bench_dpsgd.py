@@ -87,7 +87,9 @@ def _dpaudit(name: str, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
     batch = float(len(x))
 
     def step() -> None:  # as the training loop of defenses/dpsgd/training.py (the lot is indexed inside)
-        update, _ = noisy_clipped_sum(clipper, x, y, lot, noise_std=SIGMA * CLIP, generator=gen, physical_batch_size=len(x), scale=1.0 / batch)
+        update, _ = noisy_clipped_sum(
+            clipper, x, y, lot, noise_std=SIGMA * CLIP, generator=gen, physical_batch_size=len(x), scale=1.0 / batch
+        )
         for n, p in params.items():
             p.grad = update[n]
         opt.step()
@@ -163,7 +165,9 @@ def _worker(conn: Any, name: str, batch: int, method: str, threads: int) -> None
     conn.close()
 
 
-def bench(name: str, batch: int, *, rounds: int, steps: int, with_opacus: bool, threads: int, in_process: bool) -> dict[str, Any]:
+def bench(
+    name: str, batch: int, *, rounds: int, steps: int, with_opacus: bool, threads: int, in_process: bool
+) -> dict[str, Any]:
     methods = ["nonprivate", "dpaudit"] + (["opacus-hooks", "opacus-ghost"] if with_opacus else [])
     times: dict[str, list[float]] = {m: [] for m in methods}
     if in_process:
@@ -230,21 +234,43 @@ def _timed(fn: Callable[[], None], steps: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--models", nargs="+", choices=tuple(SETUPS), default=list(SETUPS))
     parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median reported)")
     parser.add_argument("--num-steps", type=int, default=3, help="steps per method per round")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)"
+    )
     parser.add_argument("--no-opacus", action="store_true", help="skip the Opacus comparisons")
-    parser.add_argument("--in-process", action="store_true", help="time all methods in this process (see bench() for why not by default)")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="time all methods in this process (see bench() for why not by default)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the measurements as JSON")
     args = parser.parse_args(argv)
     threads = args.threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
-    results = [bench(m, SETUPS[m], rounds=args.rounds, steps=args.num_steps, with_opacus=not args.no_opacus, threads=threads, in_process=args.in_process) for m in args.models]
+    results = [
+        bench(
+            m,
+            SETUPS[m],
+            rounds=args.rounds,
+            steps=args.num_steps,
+            with_opacus=not args.no_opacus,
+            threads=threads,
+            in_process=args.in_process,
+        )
+        for m in args.models
+    ]
     header = f"{'model':<12} {'batch':>5}  {'method':<13} {'ms/step':>9}  {'x nonprivate':>12}"
     where = "one process" if args.in_process else "one worker process per method"
-    print(f"DP-SGD step time, torch {torch.__version__}, {threads} threads, {where} (median of {args.rounds} interleaved rounds)")
+    print(
+        f"DP-SGD step time, torch {torch.__version__}, {threads} threads, "
+        f"{where} (median of {args.rounds} interleaved rounds)"
+    )
     print(header)
     print("-" * len(header))
     for r in results:

@@ -7,7 +7,8 @@ Ray's start-up, so the per-round times (the server's own clock) are reported too
 
 Usage::
 
-    python scripts/bench_dssgd_workers.py --dataset mnist --data-root ../shared/data --participants 8 --rounds 3 --json out/bench_dssgd_workers.json
+    python scripts/bench_dssgd_workers.py --dataset mnist --data-root ../shared/data --participants 8 --rounds 3 --json
+    out/bench_dssgd_workers.json
 """
 
 from __future__ import annotations
@@ -20,7 +21,18 @@ from pathlib import Path
 
 import torch
 
-from dpaudit.api import SCHEDULES, FederationSetup, LocalTraining, UploadRule, build_model, flatten_parameters, load_dataset, make_splits, partition_ids, run_flower
+from dpaudit.api import (
+    SCHEDULES,
+    FederationSetup,
+    LocalTraining,
+    UploadRule,
+    build_model,
+    flatten_parameters,
+    load_dataset,
+    make_splits,
+    partition_ids,
+    run_flower,
+)
 
 _MODELS = {"digits": "digits-mlp", "mnist": "dssgd-mlp"}
 
@@ -56,19 +68,37 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         seed=args.seed,
         initial=flatten_parameters(model),
     )
-    result: dict[str, object] = {"dataset": args.dataset, "model": model_name, "participants": args.participants, "rounds": args.rounds, "schedule": args.schedule, "cpus": os.cpu_count()}
+    result: dict[str, object] = {
+        "dataset": args.dataset,
+        "model": model_name,
+        "participants": args.participants,
+        "rounds": args.rounds,
+        "schedule": args.schedule,
+        "cpus": os.cpu_count(),
+    }
     for workers in (1, 2):
         start = time.monotonic()
         out = run_flower(setup, rounds=args.rounds, download_fraction=1.0, schedule=args.schedule, num_workers=workers)
         wall = time.monotonic() - start
         federation = sum(out.seconds_per_round)
-        result[f"workers_{workers}"] = {"wall_s": wall, "federation_s": federation, "seconds_per_round": list(out.seconds_per_round), "uploads": out.uploads_applied}
-        print(f"num_workers={workers}: wall {wall:.1f} s, federation {federation:.1f} s ({federation / args.rounds:.2f} s/round)")
+        result[f"workers_{workers}"] = {
+            "wall_s": wall,
+            "federation_s": federation,
+            "seconds_per_round": list(out.seconds_per_round),
+            "uploads": out.uploads_applied,
+        }
+        print(
+            f"num_workers={workers}: wall {wall:.1f} s, federation {federation:.1f} "
+            f"s ({federation / args.rounds:.2f} s/round)"
+        )
     one, two = result["workers_1"], result["workers_2"]
     assert isinstance(one, dict) and isinstance(two, dict)
     result["speedup_wall"] = one["wall_s"] / two["wall_s"]
     result["speedup_federation"] = one["federation_s"] / two["federation_s"]
-    print(f"speed-up 1 → 2 workers: {result['speedup_federation']:.2f}× (federation), {result['speedup_wall']:.2f}× (wall, with Ray start-up)")
+    print(
+        f"speed-up 1 → 2 workers: {result['speedup_federation']:.2f}× "
+        f"(federation), {result['speedup_wall']:.2f}× (wall, with Ray start-up)"
+    )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

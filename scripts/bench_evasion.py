@@ -47,10 +47,26 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from dpaudit.api import DatasetNotFoundError, atomic_write_json, build_model, evasion_config, load_dataset, resolve_device, run_evasion, torch_generator
+from dpaudit.api import (
+    DatasetNotFoundError,
+    atomic_write_json,
+    build_model,
+    evasion_config,
+    load_dataset,
+    resolve_device,
+    run_evasion,
+    torch_generator,
+)
 
-RADII = {"mnist": {"linf": [0.05, 0.1, 0.2, 0.3], "l2": [0.5, 1.0, 2.0, 3.0]}, "digits": {"linf": [0.05, 0.1, 0.2, 0.3], "l2": [0.25, 0.5, 1.0, 2.0]}}
-PAIRS = (("fgsm", "FGSM", "L2FastGradientAttack"), ("ifgsm", "LinfBasicIterativeAttack", "L2BasicIterativeAttack"), ("pgd", "LinfPGD", "L2PGD"))
+RADII = {
+    "mnist": {"linf": [0.05, 0.1, 0.2, 0.3], "l2": [0.5, 1.0, 2.0, 3.0]},
+    "digits": {"linf": [0.05, 0.1, 0.2, 0.3], "l2": [0.25, 0.5, 1.0, 2.0]},
+}
+PAIRS = (
+    ("fgsm", "FGSM", "L2FastGradientAttack"),
+    ("ifgsm", "LinfBasicIterativeAttack", "L2BasicIterativeAttack"),
+    ("pgd", "LinfPGD", "L2PGD"),
+)
 PGD_TOLERANCE = 0.01  # one point of accuracy
 
 
@@ -59,16 +75,32 @@ def _log(msg: str) -> None:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", choices=("auto", "mnist", "digits"), default="auto", help="auto: MNIST if found under the data root, else digits")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--dataset",
+        choices=("auto", "mnist", "digits"),
+        default="auto",
+        help="auto: MNIST if found under the data root, else digits",
+    )
     p.add_argument("--model", default=None, help="zoo model (default: hgm-cnn for MNIST, digits-mlp for digits)")
     p.add_argument("--num-examples", type=int, default=1000, help="test examples attacked (default 1000)")
     p.add_argument("--train-examples", type=int, default=None, help="training examples (default: all)")
     p.add_argument("--epochs", type=int, default=1, help="training epochs (default 1)")
     p.add_argument("--num-steps", type=int, default=10, help="iterations of ifgsm/pgd (default 10)")
-    p.add_argument("--step-ratio", type=float, default=0.1, help="step size relative to the radius (default 0.1, Phan et al. 2019)")
-    p.add_argument("--batch-size", type=int, default=None, help="examples per batch (default: ours sizes its own chunks; Foolbox gets all examples at once)")
-    p.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up; the median is reported (default 3)")
+    p.add_argument(
+        "--step-ratio", type=float, default=0.1, help="step size relative to the radius (default 0.1, Phan et al. 2019)"
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="examples per batch (default: ours sizes its own chunks; Foolbox gets all examples at once)",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=3, help="timed runs after one warm-up; the median is reported (default 3)"
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-root", default=None, help="data root (default $DPAUDIT_DATA_ROOT)")
@@ -117,7 +149,10 @@ def _train(args: argparse.Namespace, bundle: Any, device: torch.device) -> tuple
             opt.step()
     opt.zero_grad(set_to_none=True)
     model.eval()
-    _log(f"trained {name} on {len(x)} {bundle.name} examples for {args.epochs} epoch(s) in {time.perf_counter() - t0:.1f}s")
+    _log(
+        f"trained {name} on {len(x)} {bundle.name} examples for {args.epochs} "
+        f"epoch(s) in {time.perf_counter() - t0:.1f}s"
+    )
     return model, name
 
 
@@ -132,15 +167,48 @@ def _timed(fn: Callable[[], np.ndarray], repeats: int) -> tuple[np.ndarray, floa
     return out, statistics.median(times), times
 
 
-def _ours(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, attack: str, norm: str, radii: list[float], args: argparse.Namespace) -> np.ndarray:
+def _ours(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    attack: str,
+    norm: str,
+    radii: list[float],
+    args: argparse.Namespace,
+) -> np.ndarray:
     overrides = {} if attack == "fgsm" else {"num_steps": args.num_steps, "step_ratio": args.step_ratio}
-    result = run_evasion(model, x, y, attack=evasion_config(attack, **overrides), radii=radii, norm=norm, batch_size=args.batch_size, device=args.device, seed=args.seed)
+    result = run_evasion(
+        model,
+        x,
+        y,
+        attack=evasion_config(attack, **overrides),
+        radii=radii,
+        norm=norm,
+        batch_size=args.batch_size,
+        device=args.device,
+        seed=args.seed,
+    )
     return result.robust_accuracy
 
 
-def _foolbox(fb: Any, fmodel: Any, x: torch.Tensor, y: torch.Tensor, *, cls: str, radii: list[float], args: argparse.Namespace, device: torch.device) -> np.ndarray:
+def _foolbox(
+    fb: Any,
+    fmodel: Any,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    cls: str,
+    radii: list[float],
+    args: argparse.Namespace,
+    device: torch.device,
+) -> np.ndarray:
     attack_cls = getattr(fb.attacks, cls)
-    attack = attack_cls() if "Fast" in cls or cls == "FGSM" else attack_cls(steps=args.num_steps, rel_stepsize=args.step_ratio)
+    attack = (
+        attack_cls()
+        if "Fast" in cls or cls == "FGSM"
+        else attack_cls(steps=args.num_steps, rel_stepsize=args.step_ratio)
+    )
     fooled = np.zeros((len(radii), len(x)), dtype=bool)
     step = args.batch_size or 32  # the examples per chunk ours picks on a CPU for 4 radii
     for begin in range(0, len(x), step):
@@ -176,11 +244,15 @@ def main(argv: list[str] | None = None) -> int:
         for ours_name, linf_cls, l2_cls in PAIRS:
             cls = linf_cls if norm == "linf" else l2_cls
             _log(f"{ours_name}/{norm} vs foolbox {cls} ...")
-            ours_acc, ours_s, ours_times = _timed(lambda: _ours(model, x, y, attack=ours_name, norm=norm, radii=radii, args=args), args.repeats)
+            ours_acc, ours_s, ours_times = _timed(
+                lambda: _ours(model, x, y, attack=ours_name, norm=norm, radii=radii, args=args), args.repeats
+            )
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
                 # Foolbox's random starts draw from torch's global generator; seed it locally.
                 torch.manual_seed(args.seed)
-                fb_acc, fb_s, fb_times = _timed(lambda: _foolbox(fb, fmodel, x, y, cls=cls, radii=radii, args=args, device=device), args.repeats)
+                fb_acc, fb_s, fb_times = _timed(
+                    lambda: _foolbox(fb, fmodel, x, y, cls=cls, radii=radii, args=args, device=device), args.repeats
+                )
             work = len(x) * len(radii)
             rows.append(
                 {
@@ -206,9 +278,17 @@ def main(argv: list[str] | None = None) -> int:
     pgd_ok = all(max(r["difference_points"]) <= 100 * PGD_TOLERANCE + 1e-9 for r in rows if r["attack"] == "pgd")
     speed_ok = all(r["throughput_ratio"] >= 1.0 for r in rows)
     _print_table(rows, clean=clean, args=args, model_name=model_name, dataset=bundle.name)
-    print(f"criterion: our PGD robust accuracy <= Foolbox's + {100 * PGD_TOLERANCE:g} point at every radius: {'PASS' if pgd_ok else 'FAIL'}")
+    print(
+        "criterion: our PGD robust accuracy <= Foolbox's + "
+        f"{100 * PGD_TOLERANCE:g} point at every radius: "
+        f"{'PASS' if pgd_ok else 'FAIL'}"
+    )
     print(f"criterion: our throughput >= Foolbox's for every attack: {'PASS' if speed_ok else 'FAIL'}")
-    print(f"certification throughput ({model_name} with a noise layer after its first layer, {cert['num_examples']} inputs × {cert['num_draws']} draws): {cert['draws_per_second']:.0f} draws/s")
+    print(
+        f"certification throughput ({model_name} with a noise layer after its "
+        f"first layer, {cert['num_examples']} inputs × {cert['num_draws']} "
+        f"draws): {cert['draws_per_second']:.0f} draws/s"
+    )
     if args.json is not None:
         atomic_write_json(
             args.json,
@@ -237,7 +317,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if pgd_ok and speed_ok else 1
 
 
-def _certification_throughput(model: torch.nn.Module, model_name: str, bundle: Any, x: torch.Tensor, args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+def _certification_throughput(
+    model: torch.nn.Module,
+    model_name: str,
+    bundle: Any,
+    x: torch.Tensor,
+    args: argparse.Namespace,
+    device: torch.device,
+) -> dict[str, Any]:
     """Draws per second of the Monte Carlo certifier on the same network with a noise layer."""
     from dpaudit.api import build_model, find_noise_layer, sample_scores
 
@@ -258,13 +345,20 @@ def _certification_throughput(model: torch.nn.Module, model_name: str, bundle: A
     return {"num_examples": n, "num_draws": draws, "seconds": res.seconds, "draws_per_second": res.draws_per_second}
 
 
-def _print_table(rows: list[dict[str, Any]], *, clean: float, args: argparse.Namespace, model_name: str, dataset: str) -> None:
+def _print_table(
+    rows: list[dict[str, Any]], *, clean: float, args: argparse.Namespace, model_name: str, dataset: str
+) -> None:
     print(
         f"\n{model_name} on {dataset}: {args.num_examples} test examples, clean accuracy {100 * clean:.1f}%, "
-        f"{args.num_steps} steps (iterative attacks), step = {args.step_ratio:g} × radius, batch {args.batch_size or 'auto (ours) / 32 (Foolbox)'}, "
+        f"{args.num_steps} steps (iterative attacks), step = {args.step_ratio:g} "
+        f"× radius, batch {args.batch_size or 'auto (ours) / 32 (Foolbox)'}, "
         f"device {args.device}, {torch.get_num_threads()} torch threads, median of {args.repeats} after a warm-up\n"
     )
-    head = f"{'attack':<6} {'norm':<5} {'foolbox':<26} {'radii':<22} {'robust acc % ours':<26} {'foolbox':<26} {'diff (points)':<28} {'ex·r/s ours':>11} {'foolbox':>9} {'ratio':>6}"
+    head = (
+        f"{'attack':<6} {'norm':<5} {'foolbox':<26} {'radii':<22} "
+        f"{'robust acc % ours':<26} {'foolbox':<26} {'diff (points)':<28} "
+        f"{'ex·r/s ours':>11} {'foolbox':>9} {'ratio':>6}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -274,7 +368,9 @@ def _print_table(rows: list[dict[str, Any]], *, clean: float, args: argparse.Nam
 
         print(
             f"{r['attack']:<6} {r['norm']:<5} {r['foolbox_attack']:<26} {' '.join(f'{q:g}' for q in r['radii']):<22} "
-            f"{fmt(r['robust_accuracy_ours']):<26} {fmt(r['robust_accuracy_foolbox']):<26} {fmt(r['difference_points'], 1.0, '+.1f'):<28} "
+            f"{fmt(r['robust_accuracy_ours']):<26} "
+            f"{fmt(r['robust_accuracy_foolbox']):<26} "
+            f"{fmt(r['difference_points'], 1.0, '+.1f'):<28} "
             f"{r['throughput_ours']:>11.0f} {r['throughput_foolbox']:>9.0f} {r['throughput_ratio']:>6.2f}"
         )
     print()

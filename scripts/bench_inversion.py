@@ -63,13 +63,31 @@ from dpaudit.api import (
 )
 
 
-def _art_mi_face(model: nn.Module, *, classes: list[int], shape: tuple[int, ...], num_classes: int, config: MIFaceConfig, batch_size: int) -> np.ndarray:
+def _art_mi_face(
+    model: nn.Module,
+    *,
+    classes: list[int],
+    shape: tuple[int, ...],
+    num_classes: int,
+    config: MIFaceConfig,
+    batch_size: int,
+) -> np.ndarray:
     from art.attacks.inference.model_inversion import MIFace
     from art.estimators.classification import PyTorchClassifier
 
     probs = nn.Sequential(model, nn.Softmax(dim=1)).eval()
-    classifier = PyTorchClassifier(model=probs, loss=nn.CrossEntropyLoss(), input_shape=shape, nb_classes=num_classes, clip_values=(0.0, 1.0))
-    attack = MIFace(classifier, max_iter=config.max_iterations, window_length=config.patience, threshold=0.99, learning_rate=float(config.step_size), batch_size=batch_size, verbose=False)
+    classifier = PyTorchClassifier(
+        model=probs, loss=nn.CrossEntropyLoss(), input_shape=shape, nb_classes=num_classes, clip_values=(0.0, 1.0)
+    )
+    attack = MIFace(
+        classifier,
+        max_iter=config.max_iterations,
+        window_length=config.patience,
+        threshold=0.99,
+        learning_rate=float(config.step_size),
+        batch_size=batch_size,
+        verbose=False,
+    )
     start = np.full((len(classes), *shape), float(config.start_value or 0.0), dtype=np.float32)
     return np.asarray(attack.infer(start, np.asarray(classes)), dtype=np.float32).clip(0.0, 1.0)
 
@@ -78,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="200 iterations instead of --iterations")
     p.add_argument("--iterations", type=int, default=1000, help="iteration cap of both sides (default 1000)")
-    p.add_argument("--run-dir", default="/tmp/dpaudit-bench-inversion", help="where the target is trained once and reused")
+    p.add_argument(
+        "--run-dir", default="/tmp/dpaudit-bench-inversion", help="where the target is trained once and reused"
+    )
     p.add_argument("--data-root", help="data root (default $DPAUDIT_DATA_ROOT)")
     p.add_argument("--json", help="write the measured figures here")
     args = p.parse_args(argv)
@@ -103,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     bundle = load_dataset("faces", data_root=args.data_root)
     everything = bundle.all()
     members = everything.subset(record.membership.members)
-    held_ids = np.setdiff1d(np.union1d(record.membership.non_members, bundle.test.ids.numpy()), record.membership.members)
+    held_ids = np.setdiff1d(
+        np.union1d(record.membership.non_members, bundle.test.ids.numpy()), record.membership.members
+    )
     held = everything.subset(held_ids)
     private = LabelledImages(features=members.features, labels=members.labels, ids=members.ids.numpy())
     non_members = LabelledImages(features=held.features, labels=held.labels, ids=held.ids.numpy())
@@ -112,28 +134,63 @@ def main(argv: list[str] | None = None) -> int:
     classes = list(range(bundle.num_classes))
     config = MIFaceConfig(max_iterations=iterations)
     print(
-        f"target {record.model_id}: test accuracy {record.metrics['test_accuracy']:.3f}; evaluator held-out accuracy {evaluator_accuracy(evaluator, non_members):.3f}; {len(classes)} classes, {iterations} iterations",
+        f"target {record.model_id}: test accuracy "
+        f"{record.metrics['test_accuracy']:.3f}; evaluator held-out accuracy "
+        f"{evaluator_accuracy(evaluator, non_members):.3f}; {len(classes)} "
+        f"classes, {iterations} iterations",
         flush=True,
     )
 
     rows: list[dict[str, Any]] = []
 
     def judge(method: str, batch: int, seconds: float, output: InversionOutput) -> None:
-        r = evaluate_reconstructions(output, attack="mi-face", model_id=record.model_id, evaluator=evaluator, members=private, non_members=non_members, config={}, metadata={})
+        r = evaluate_reconstructions(
+            output,
+            attack="mi-face",
+            model_id=record.model_id,
+            evaluator=evaluator,
+            members=private,
+            non_members=non_members,
+            config={},
+            metadata={},
+        )
         s = r.summary()
-        rows.append({"method": method, "batch": batch, "seconds": seconds, "top1": s["attack_accuracy_top1"], "top5": s["attack_accuracy_top5"], "knn_distance": s["knn_distance"], "psnr": s["psnr"]})
-        print(f"  {method:<22} batch {batch:>2}: {seconds:8.1f} s  top-1 {s['attack_accuracy_top1']:.3f}  top-5 {s['attack_accuracy_top5']:.3f}", flush=True)
+        rows.append(
+            {
+                "method": method,
+                "batch": batch,
+                "seconds": seconds,
+                "top1": s["attack_accuracy_top1"],
+                "top5": s["attack_accuracy_top5"],
+                "knn_distance": s["knn_distance"],
+                "psnr": s["psnr"],
+            }
+        )
+        print(
+            f"  {method:<22} batch {batch:>2}: {seconds:8.1f} s  top-1 "
+            f"{s['attack_accuracy_top1']:.3f}  top-5 {s['attack_accuracy_top5']:.3f}",
+            flush=True,
+        )
 
-    for method, cfg in (("ours (-log p steps)", config), ("ours (paper 1-p steps)", dataclasses.replace(config, descend_on="cost"))):
+    for method, cfg in (
+        ("ours (-log p steps)", config),
+        ("ours (paper 1-p steps)", dataclasses.replace(config, descend_on="cost")),
+    ):
         started = time.perf_counter()
         out = run_mi_face(model, classes=classes, input_shape=shape, config=cfg, seed=0)
         judge(method, len(classes), time.perf_counter() - started, out)
     labels = torch.tensor(classes)
     for batch in (1, len(classes)):
         started = time.perf_counter()
-        recon = _art_mi_face(model, classes=classes, shape=shape, num_classes=bundle.num_classes, config=config, batch_size=batch)
+        recon = _art_mi_face(
+            model, classes=classes, shape=shape, num_classes=bundle.num_classes, config=config, batch_size=batch
+        )
         seconds = time.perf_counter() - started
-        out = InversionOutput(classes=np.asarray(classes), reconstructions=recon, target_confidence=target_confidence(model, torch.from_numpy(recon), labels))
+        out = InversionOutput(
+            classes=np.asarray(classes),
+            reconstructions=recon,
+            target_confidence=target_confidence(model, torch.from_numpy(recon), labels),
+        )
         judge("ART MIFace", batch, seconds, out)
 
     ours = rows[0]
@@ -142,16 +199,30 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"{'method':<22} {'batch':>5} {'seconds':>8} {'top-1':>6} {'top-5':>6} {'KNN':>7} {'PSNR':>6}")
     for r in rows:
-        print(f"{r['method']:<22} {r['batch']:>5} {r['seconds']:8.1f} {r['top1']:6.3f} {r['top5']:6.3f} {r['knn_distance']:7.2f} {r['psnr']:6.2f}")
+        print(
+            f"{r['method']:<22} {r['batch']:>5} {r['seconds']:8.1f} {r['top1']:6.3f} "
+            f"{r['top5']:6.3f} {r['knn_distance']:7.2f} {r['psnr']:6.2f}"
+        )
     print(f"speed: ART at batch 1 takes {ratio_1:.1f}x our time, at batch {len(classes)} {ratio_k:.1f}x")
     accurate = ours["top1"] >= max(art1["top1"], art_k["top1"])
     fast = ratio_1 >= 5.0
-    print(f"pass: ours top-1 >= ART top-1 (both batch sizes): {accurate}; ours >= 5x faster than ART at its default batch size: {fast}")
+    print(
+        f"pass: ours top-1 >= ART top-1 (both batch sizes): {accurate}; ours >= "
+        f"5x faster than ART at its default batch size: {fast}"
+    )
     if args.json:
         atomic_write_json(
             Path(args.json),
             to_jsonable(
-                {"iterations": iterations, "target": record.model_id, "rows": rows, "speedup_vs_art_batch1": ratio_1, "speedup_vs_art_batch40": ratio_k, "pass_accuracy": accurate, "pass_speed": fast}
+                {
+                    "iterations": iterations,
+                    "target": record.model_id,
+                    "rows": rows,
+                    "speedup_vs_art_batch1": ratio_1,
+                    "speedup_vs_art_batch40": ratio_k,
+                    "pass_accuracy": accurate,
+                    "pass_speed": fast,
+                }
             ),
         )
     return 0 if accurate and fast else 1

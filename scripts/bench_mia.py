@@ -64,14 +64,31 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _train_target(run: RunDir, *, defense: str, config: Any, bundle: Any, splits: Any, model: str, seed: int, quiet: bool) -> tuple[Any, Any]:
-    outcome = train_or_load(TrainSpec(defense=defense, config=config, model=model, dataset=bundle.name, seed=seed, device="cpu", progress=not quiet), run, bundle=bundle, splits=splits)
+def _train_target(
+    run: RunDir, *, defense: str, config: Any, bundle: Any, splits: Any, model: str, seed: int, quiet: bool
+) -> tuple[Any, Any]:
+    outcome = train_or_load(
+        TrainSpec(
+            defense=defense,
+            config=config,
+            model=model,
+            dataset=bundle.name,
+            seed=seed,
+            device="cpu",
+            progress=not quiet,
+        ),
+        run,
+        bundle=bundle,
+        splits=splits,
+    )
     if outcome.reused:
         _log(f"reusing target {outcome.record.model_id}")
     return outcome.record, outcome.model
 
 
-def _attack(args: argparse.Namespace, run: RunDir, record: Any, model: Any, bundle: Any, *, num_shadows: int, executor: Any) -> dict[str, Any]:
+def _attack(
+    args: argparse.Namespace, run: RunDir, record: Any, model: Any, bundle: Any, *, num_shadows: int, executor: Any
+) -> dict[str, Any]:
     t0 = time.monotonic()
     results = run_membership_attacks(
         list(MEMBERSHIP_ATTACKS),
@@ -80,7 +97,10 @@ def _attack(args: argparse.Namespace, run: RunDir, record: Any, model: Any, bund
         bundle=bundle,
         seed=args.seed,
         num_shadows=num_shadows,
-        configs={"rmia": RMIAConfig(num_references=args.num_references), "rmia-offline": RMIAOfflineConfig(num_references=args.num_references)},
+        configs={
+            "rmia": RMIAConfig(num_references=args.num_references),
+            "rmia-offline": RMIAOfflineConfig(num_references=args.num_references),
+        },
         num_queries=args.num_queries,
         shadow_directory=run.shadow_dir(),
         executor=executor,
@@ -111,12 +131,19 @@ def _attack(args: argparse.Namespace, run: RunDir, record: Any, model: Any, bund
 def _table(block: dict[str, Any]) -> str:
     m = block["target_metrics"]
     lines = [
-        f"target {block['target']} (train acc {m.get('train_accuracy', float('nan')):.3f}, test acc {m.get('test_accuracy', float('nan')):.3f}); "
-        f"{block['num_shadows']} shadows, {block['num_references']} RMIA references, {block['num_queries']} queries; {block['seconds']:.0f}s",
+        f"target {block['target']} (train acc "
+        f"{m.get('train_accuracy', float('nan')):.3f}, test acc "
+        f"{m.get('test_accuracy', float('nan')):.3f}); "
+        f"{block['num_shadows']} shadows, {block['num_references']} RMIA "
+        f"references, {block['num_queries']} queries; {block['seconds']:.0f}s",
         f"  {'attack':<17} {'AUC':>7} {'TPR@0.1%':>9} {'TPR@1%':>8} {'bal.acc':>8} {'eps_lb':>7}",
     ]
     for name, s in block["attacks"].items():
-        lines.append(f"  {name:<17} {s['auc']:7.4f} {s['tpr_at_fpr']['0.001']:9.4f} {s['tpr_at_fpr']['0.01']:8.4f} {s['balanced_accuracy']:8.4f} {s['epsilon_lb']:7.3f}")
+        lines.append(
+            f"  {name:<17} {s['auc']:7.4f} {s['tpr_at_fpr']['0.001']:9.4f} "
+            f"{s['tpr_at_fpr']['0.01']:8.4f} {s['balanced_accuracy']:8.4f} "
+            f"{s['epsilon_lb']:7.3f}"
+        )
     return "\n".join(lines)
 
 
@@ -155,7 +182,18 @@ def _scaling(args: argparse.Namespace, record: Any) -> dict[str, Any]:
                 with LocalExecutor(workers=workers) as pool:
                     pool.warm_up()
                     # Loading the dataset in every worker first keeps start-up out of the timing.
-                    list(pool.run([Job(key=f"load{i}", fn=load_dataset, kwargs={"name": record.dataset, "data_root": args.data_root}) for i in range(workers)]))
+                    list(
+                        pool.run(
+                            [
+                                Job(
+                                    key=f"load{i}",
+                                    fn=load_dataset,
+                                    kwargs={"name": record.dataset, "data_root": args.data_root},
+                                )
+                                for i in range(workers)
+                            ]
+                        )
+                    )
                     t0 = time.monotonic()
                     ensure_shadows(specs, directory=tmp, executor=pool, data_root=args.data_root, progress=False)
                     seconds = time.monotonic() - t0
@@ -172,7 +210,9 @@ def _scaling(args: argparse.Namespace, record: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--dataset", choices=("mnist", "fashion-mnist", "digits"), default="mnist")
     p.add_argument("--model", default="digits-mlp", help="zoo model (digits-mlp is a generic 128-unit MLP)")
     p.add_argument("--num-members", type=int, default=2500)
@@ -190,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scaling-only", action="store_true", help="only the scaling measurement")
     p.add_argument("--scaling-shadows", type=int, default=8)
     p.add_argument("--scaling-repeats", type=int, default=2, help="alternating rounds of 1 and 2 workers")
-    p.add_argument("--dpsgd-epsilons", type=float, nargs="*", default=[], help="also attack DP-SGD targets at these epsilons")
+    p.add_argument(
+        "--dpsgd-epsilons", type=float, nargs="*", default=[], help="also attack DP-SGD targets at these epsilons"
+    )
     p.add_argument("--num-dp-shadows", type=int, default=16, help="shadows for the DP-SGD targets")
     p.add_argument("--threads", type=int, default=1, help="torch threads in this process (inference)")
     p.add_argument("--quiet", action="store_true")
@@ -201,14 +243,31 @@ def main(argv: list[str] | None = None) -> int:
     bundle = load_dataset(args.dataset, data_root=args.data_root)
     splits = make_splits(bundle, seed=args.seed, num_members=args.num_members, num_non_members=args.num_non_members)
     run = RunDir(args.out).create(command=" ".join(["bench_mia.py", *sys.argv[1:]]))
-    record, model = _train_target(run, defense="nonprivate", config=NonPrivateConfig(epochs=args.epochs), bundle=bundle, splits=splits, model=args.model, seed=args.seed, quiet=args.quiet)
-    figures: dict[str, Any] = {"dataset": args.dataset, "model": args.model, "num_members": args.num_members, "num_non_members": args.num_non_members, "cpu_count": os.cpu_count()}
+    record, model = _train_target(
+        run,
+        defense="nonprivate",
+        config=NonPrivateConfig(epochs=args.epochs),
+        bundle=bundle,
+        splits=splits,
+        model=args.model,
+        seed=args.seed,
+        quiet=args.quiet,
+    )
+    figures: dict[str, Any] = {
+        "dataset": args.dataset,
+        "model": args.model,
+        "num_members": args.num_members,
+        "num_non_members": args.num_non_members,
+        "cpu_count": os.cpu_count(),
+    }
     if args.scaling or args.scaling_only:
         figures["scaling"] = _scaling(args, record)
         s = figures["scaling"]
         print(
-            f"shadow training, {s['num_shadows']} shadows on a warmed pool: 1 worker {s['seconds_1_workers']:.1f}s, 2 workers {s['seconds_2_workers']:.1f}s "
-            f"-> speed-up {s['speedup_2_vs_1']:.2f}x (per round {', '.join(f'{x:.2f}' for x in s['speedup_per_round'])}; "
+            f"shadow training, {s['num_shadows']} shadows on a warmed pool: 1 worker "
+            f"{s['seconds_1_workers']:.1f}s, 2 workers {s['seconds_2_workers']:.1f}s "
+            f"-> speed-up {s['speedup_2_vs_1']:.2f}x (per round "
+            f"{', '.join(f'{x:.2f}' for x in s['speedup_per_round'])}; "
             f"1-min load average before {s['load_before'][0]:.2f}, after {s['load_after'][0]:.2f})"
         )
     if not args.scaling_only:
@@ -226,9 +285,29 @@ def main(argv: list[str] | None = None) -> int:
                     cfg_type = DEFENSES["dpsgd"].config_type
                     figures["dpsgd"] = {}
                     for eps in args.dpsgd_epsilons:
-                        config = cfg_type(noise_multiplier=None, target_epsilon=eps, delta=1e-5, epochs=args.epochs, lot_size=250, learning_rate=0.1, momentum=0.9, clip_norm=1.0)
-                        dp_record, dp_model = _train_target(run, defense="dpsgd", config=config, bundle=bundle, splits=splits, model=args.model, seed=args.seed, quiet=args.quiet)
-                        dp_block = _attack(args, run, dp_record, dp_model, bundle, num_shadows=args.num_dp_shadows, executor=executor)
+                        config = cfg_type(
+                            noise_multiplier=None,
+                            target_epsilon=eps,
+                            delta=1e-5,
+                            epochs=args.epochs,
+                            lot_size=250,
+                            learning_rate=0.1,
+                            momentum=0.9,
+                            clip_norm=1.0,
+                        )
+                        dp_record, dp_model = _train_target(
+                            run,
+                            defense="dpsgd",
+                            config=config,
+                            bundle=bundle,
+                            splits=splits,
+                            model=args.model,
+                            seed=args.seed,
+                            quiet=args.quiet,
+                        )
+                        dp_block = _attack(
+                            args, run, dp_record, dp_model, bundle, num_shadows=args.num_dp_shadows, executor=executor
+                        )
                         dp_block["epsilon"] = eps
                         figures["dpsgd"][f"{eps:g}"] = dp_block
                         print(f"\nDP-SGD target, epsilon = {eps:g} (delta 1e-5):")

@@ -70,15 +70,41 @@ def job_seconds() -> dict[str, float]:
     model missed the real shadow (it leaves out data handling and evaluation)."""
     import torch
 
-    from dpaudit.api import PER_EXAMPLE_GRADIENT_FACTOR, NonPrivateConfig, TrainRequest, load_dataset, make_splits, seconds_per_example, train_nonprivate
+    from dpaudit.api import (
+        PER_EXAMPLE_GRADIENT_FACTOR,
+        NonPrivateConfig,
+        TrainRequest,
+        load_dataset,
+        make_splits,
+        seconds_per_example,
+        train_nonprivate,
+    )
 
     torch.set_num_threads(1)
     bundle = load_dataset("digits")
     splits = make_splits(bundle, seed=0)
     members = len(splits.members)
-    train_nonprivate(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=1), seed=0, progress=False))  # warm-up
+    train_nonprivate(
+        TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name="digits-mlp",
+            config=NonPrivateConfig(epochs=1),
+            seed=0,
+            progress=False,
+        )
+    )  # warm-up
     start = time.perf_counter()
-    train_nonprivate(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=30), seed=0, progress=False))
+    train_nonprivate(
+        TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name="digits-mlp",
+            config=NonPrivateConfig(epochs=30),
+            seed=0,
+            progress=False,
+        )
+    )
     shadow = time.perf_counter() - start
     per = seconds_per_example("digits-mlp", input_shape=(1, 8, 8), num_classes=10)
     modelled = 30 * members * per
@@ -89,14 +115,18 @@ def job_seconds() -> dict[str, float]:
 def extrapolate(overheads: dict[str, float], job: float, num_jobs: int, workers: int) -> float:
     """Amdahl-style wall time (see the module docstring)."""
     driver = overheads["driver_per_job_s"]
-    return overheads["startup_s"] + max(num_jobs * driver, math.ceil(num_jobs / workers) * (job + overheads["transfer_per_job_s"]))
+    return overheads["startup_s"] + max(
+        num_jobs * driver, math.ceil(num_jobs / workers) * (job + overheads["transfer_per_job_s"])
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2, help="workers of each executor while measuring (default 2)")
     parser.add_argument("--num-jobs", type=int, default=200, help="tiny jobs per measurement (default 200)")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"where to write the figures (default {DEFAULT_JSON})")
+    parser.add_argument(
+        "--json", type=Path, default=DEFAULT_JSON, help=f"where to write the figures (default {DEFAULT_JSON})"
+    )
     args = parser.parse_args()
 
     overheads: dict[str, dict[str, float]] = {}
@@ -110,22 +140,47 @@ def main() -> None:
     print(f"per-job overheads ({args.workers} workers, {args.num_jobs} tiny jobs; this machine: {os.cpu_count()} CPUs)")
     print(f"{'executor':<8} {'start-up s':>11} {'driver ms/job':>14} {'1 MB result ms/job':>19}")
     for name, o in overheads.items():
-        print(f"{name:<8} {o['startup_s']:>11.2f} {1000 * o['driver_per_job_s']:>14.2f} {1000 * o['transfer_per_job_s']:>19.2f}")
+        print(
+            f"{name:<8} {o['startup_s']:>11.2f} "
+            f"{1000 * o['driver_per_job_s']:>14.2f} "
+            f"{1000 * o['transfer_per_job_s']:>19.2f}"
+        )
     table: dict[str, Any] = {}
     print(
-        f"\none job: LiRA shadow {jobs['lira_shadow']:.2f} s measured (the cost model says {jobs['lira_shadow_cost_model']:.2f} s), "
+        f"\none job: LiRA shadow {jobs['lira_shadow']:.2f} s measured (the cost "
+        f"model says {jobs['lira_shadow_cost_model']:.2f} s), "
         f"audit training {jobs['audit_training']:.2f} s (cost model, scaled alike); digits-mlp, one thread"
     )
-    print(f"{'workload':<20} {'executor':<8} " + " ".join(f"{f'W={w}':>10}" for w in WORKER_COUNTS) + f" {'speed-up stops at W≈':>21}")
+    print(
+        f"{'workload':<20} {'executor':<8} "
+        + " ".join(f"{f'W={w}':>10}" for w in WORKER_COUNTS)
+        + f" {'speed-up stops at W≈':>21}"
+    )
     for work, (job, n) in workloads.items():
         for name, o in overheads.items():
             walls = {w: extrapolate(o, job, n, w) for w in WORKER_COUNTS}
             saturate = (job + o["transfer_per_job_s"]) / max(o["driver_per_job_s"], 1e-9)
-            table.setdefault(work, {})[name] = {"wall_seconds": {str(w): t for w, t in walls.items()}, "saturates_at_workers": saturate, "job_seconds": job, "num_jobs": n}
+            table.setdefault(work, {})[name] = {
+                "wall_seconds": {str(w): t for w, t in walls.items()},
+                "saturates_at_workers": saturate,
+                "job_seconds": job,
+                "num_jobs": n,
+            }
             print(f"{work:<20} {name:<8} " + " ".join(f"{t:>9.0f}s" for t in walls.values()) + f" {saturate:>21.0f}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
-        json.dumps({"workers": args.workers, "num_jobs": args.num_jobs, "cpu_count": os.cpu_count(), "overheads": overheads, "job_seconds": jobs, "extrapolation": table}, indent=2) + "\n"
+        json.dumps(
+            {
+                "workers": args.workers,
+                "num_jobs": args.num_jobs,
+                "cpu_count": os.cpu_count(),
+                "overheads": overheads,
+                "job_seconds": jobs,
+                "extrapolation": table,
+            },
+            indent=2,
+        )
+        + "\n"
     )
     print(f"\nwritten to {args.json}")
 

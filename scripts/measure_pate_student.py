@@ -68,7 +68,16 @@ def simulate_answers(labels: np.ndarray, *, count: int, num_classes: int, seed: 
     return chosen, answers
 
 
-def measure(dataset: str, *, semi: bool, seed: int, data_root: str | None, overrides: dict[str, object], progress: bool, defaults_only: bool = False) -> dict[str, float]:
+def measure(
+    dataset: str,
+    *,
+    semi: bool,
+    seed: int,
+    data_root: str | None,
+    overrides: dict[str, object],
+    progress: bool,
+    defaults_only: bool = False,
+) -> dict[str, float]:
     model_name, public_fraction, count, _, tuned = SETTINGS[dataset]
     bundle = load_dataset(dataset, data_root=data_root)
     test = bundle.test
@@ -97,7 +106,14 @@ def measure(dataset: str, *, semi: bool, seed: int, data_root: str | None, overr
     seconds = time.perf_counter() - started
     result = evaluate(model, test.features[held_out], test.labels[held_out])
     wrong = int((answers != y_pub[chosen]).sum())
-    return {"accuracy": result["accuracy"], "seconds": seconds, "labels": float(count), "wrong_labels": float(wrong), "evaluated": float(len(held_out)), **metrics}
+    return {
+        "accuracy": result["accuracy"],
+        "seconds": seconds,
+        "labels": float(count),
+        "wrong_labels": float(wrong),
+        "evaluated": float(len(held_out)),
+        **metrics,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (docs/results/pate.md's numbers: 2)")
     parser.add_argument("--data-root", default=None, help="offline data root (default: $DPAUDIT_DATA_ROOT)")
-    parser.add_argument("--set", dest="overrides", action="append", type=_parse_override, default=[], metavar="FIELD=VALUE", help="override a StudentConfig default")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        type=_parse_override,
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a StudentConfig default",
+    )
     parser.add_argument("--defaults-only", action="store_true", help="ignore the per-dataset settings in SETTINGS")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
@@ -117,11 +141,20 @@ def main(argv: list[str] | None = None) -> int:
     modes = (False, True) if args.mode == "both" else (args.mode == "semi",)
     for dataset in datasets:
         for semi in modes:
-            m = measure(dataset, semi=semi, seed=args.seed, data_root=args.data_root, overrides=overrides, progress=not args.quiet, defaults_only=args.defaults_only)
+            m = measure(
+                dataset,
+                semi=semi,
+                seed=args.seed,
+                data_root=args.data_root,
+                overrides=overrides,
+                progress=not args.quiet,
+                defaults_only=args.defaults_only,
+            )
             paper = SETTINGS[dataset][3]
             print(
                 f"{dataset:5s} {'semi-supervised' if semi else 'supervised':15s} accuracy {m['accuracy']:.4f} "
-                f"(paper {paper:.3f}) seconds {m['seconds']:.1f}  labels {int(m['labels'])} ({int(m['wrong_labels'])} wrong) "
+                f"(paper {paper:.3f}) seconds {m['seconds']:.1f}  labels "
+                f"{int(m['labels'])} ({int(m['wrong_labels'])} wrong) "
                 f"eval {int(m['evaluated'])}  steps {int(m['steps'])} unlabeled_passes {m['unlabeled_passes']:.1f} "
                 f"mask_rate {m['mask_rate']:.3f} sup_loss {m['supervised_loss']:.4f}",
                 flush=True,

@@ -141,13 +141,40 @@ def _randomized_response(eps0: float) -> Sampler:
 def mechanisms() -> tuple[Mechanism, ...]:
     """The four ideal mechanisms of the table, each exactly at its claimed ε at δ = :data:`DELTA`."""
     q, sigma = 0.5, 1.0
-    sampled = DPClaim(event=dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma)), description=f"one Poisson-sampled Gaussian step q={q:g} sigma={sigma:g}")
+    sampled = DPClaim(
+        event=dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma)),
+        description=f"one Poisson-sampled Gaussian step q={q:g} sigma={sigma:g}",
+    )
     p = 1.0 / (1.0 + math.exp(-1.0))
     return (
-        Mechanism("gaussian", lambda: gdp_epsilon(mu=1.0, delta=DELTA), DPClaim(event=dpe.GaussianDpEvent(1.0), description="Gaussian mu=1"), _gaussian, "mu = 1, exact"),
-        Mechanism("sampled-gaussian", lambda: sampled.epsilon(delta=DELTA, accountant="pld"), sampled, _sampled_gaussian(q), f"q = {q:g}, sigma = {sigma:g}, PLD"),
-        Mechanism("laplace", lambda: 1.0 + 2.0 * math.log1p(-DELTA), DPClaim(event=dpe.LaplaceDpEvent(1.0), description="Laplace eps=1"), _laplace, "pure eps 1, exact"),
-        Mechanism("randomized-response", lambda: math.log((p - DELTA) / (1.0 - p)), None, _randomized_response(1.0), "pure eps 1, exact"),
+        Mechanism(
+            "gaussian",
+            lambda: gdp_epsilon(mu=1.0, delta=DELTA),
+            DPClaim(event=dpe.GaussianDpEvent(1.0), description="Gaussian mu=1"),
+            _gaussian,
+            "mu = 1, exact",
+        ),
+        Mechanism(
+            "sampled-gaussian",
+            lambda: sampled.epsilon(delta=DELTA, accountant="pld"),
+            sampled,
+            _sampled_gaussian(q),
+            f"q = {q:g}, sigma = {sigma:g}, PLD",
+        ),
+        Mechanism(
+            "laplace",
+            lambda: 1.0 + 2.0 * math.log1p(-DELTA),
+            DPClaim(event=dpe.LaplaceDpEvent(1.0), description="Laplace eps=1"),
+            _laplace,
+            "pure eps 1, exact",
+        ),
+        Mechanism(
+            "randomized-response",
+            lambda: math.log((p - DELTA) / (1.0 - p)),
+            None,
+            _randomized_response(1.0),
+            "pure eps 1, exact",
+        ),
     )
 
 
@@ -164,24 +191,45 @@ def _one_run_draw(mech: Mechanism, rng: np.random.Generator, sims: int, m: int) 
 def multi_run(method: str) -> Callable[..., np.ndarray]:
     def run(mech: Mechanism, rng: np.random.Generator, sims: int, n: int, m: int) -> np.ndarray:
         s_in, s_out = _in_out(mech, rng, sims, n)
-        return np.array([bound_from_scores(s_in[i], s_out[i], delta=DELTA, confidence=CONFIDENCE, method=method).epsilon_lb for i in range(sims)])
+        return np.array(
+            [
+                bound_from_scores(s_in[i], s_out[i], delta=DELTA, confidence=CONFIDENCE, method=method).epsilon_lb
+                for i in range(sims)
+            ]
+        )
 
     return run
 
 
 def one_run_steinke(mech: Mechanism, rng: np.random.Generator, sims: int, n: int, m: int) -> np.ndarray:
     scores, inc = _one_run_draw(mech, rng, sims, m)
-    return np.array([one_run_bound_from_scores(scores[i], inc[i], delta=DELTA, confidence=CONFIDENCE, seed=i)[0] for i in range(sims)])
+    return np.array(
+        [
+            one_run_bound_from_scores(scores[i], inc[i], delta=DELTA, confidence=CONFIDENCE, seed=i)[0]
+            for i in range(sims)
+        ]
+    )
 
 
 def one_run_fdp(mech: Mechanism, rng: np.random.Generator, sims: int, n: int, m: int) -> np.ndarray:
     scores, inc = _one_run_draw(mech, rng, sims, m)
-    return np.array([fdp_one_run_bound_from_scores(scores[i], inc[i], delta=DELTA, confidence=CONFIDENCE, seed=i)[0] for i in range(sims)])
+    return np.array(
+        [
+            fdp_one_run_bound_from_scores(scores[i], inc[i], delta=DELTA, confidence=CONFIDENCE, seed=i)[0]
+            for i in range(sims)
+        ]
+    )
 
 
 def _membership_lb(s_in: np.ndarray, s_out: np.ndarray, confidence: float) -> float:
     scores = np.concatenate([s_in, s_out])
-    result = MembershipResult(attack="ideal", model_id="null", sample_ids=np.arange(scores.size), scores=scores, is_member=np.arange(scores.size) < s_in.size)
+    result = MembershipResult(
+        attack="ideal",
+        model_id="null",
+        sample_ids=np.arange(scores.size),
+        scores=scores,
+        is_member=np.arange(scores.size) < s_in.size,
+    )
     return result.epsilon_bound(delta=DELTA, confidence=confidence).epsilon_lb
 
 
@@ -202,7 +250,9 @@ def compare_max(mech: Mechanism, rng: np.random.Generator, sims: int, n: int, m:
         bounds = [bound_from_scores(a_in[i], a_out[i], delta=DELTA, confidence=level, method=audit_method).epsilon_lb]
         for j, (s_in, s_out) in enumerate(seeds):
             bounds.append(_membership_lb(s_in[i], s_out[i], level))  # the raw score
-            bounds.append(_membership_lb(s_in[i] + noise[2 * j][i], s_out[i] + noise[2 * j + 1][i], level))  # a weaker attack
+            bounds.append(
+                _membership_lb(s_in[i] + noise[2 * j][i], s_out[i] + noise[2 * j + 1][i], level)
+            )  # a weaker attack
         out[i] = max(bounds)
     return out
 
@@ -239,13 +289,31 @@ class Cell:
         return self.applicable and self.rate_ci[0] > 1.0 - CONFIDENCE
 
 
-def run_cell(proc: str, mech: Mechanism, *, simulations: int, num_observations: int, num_canaries: int, seed: int) -> Cell:
+def run_cell(
+    proc: str, mech: Mechanism, *, simulations: int, num_observations: int, num_canaries: int, seed: int
+) -> Cell:
     """One cell: ``simulations`` independent audits of ``mech`` with ``proc``, seeded by (seed, cell)."""
     names = [p[0] for p in PROCEDURES]
     runner, needs_gaussian = PROCEDURES[names.index(proc)][1:]
     if needs_gaussian and not mech.gaussian_family:
-        why = "no claim kind (not Gaussian-family)" if mech.claim is None else f"claim is not Gaussian-family (trade_off_family={mech.claim.trade_off_family})"
-        return Cell(proc, mech.name, mech.epsilon, 0, 0, math.nan, (math.nan, math.nan), math.nan, 0.0, applicable=False, reason=f"n/a: {why}; the audit refuses this bound")
+        why = (
+            "no claim kind (not Gaussian-family)"
+            if mech.claim is None
+            else f"claim is not Gaussian-family (trade_off_family={mech.claim.trade_off_family})"
+        )
+        return Cell(
+            proc,
+            mech.name,
+            mech.epsilon,
+            0,
+            0,
+            math.nan,
+            (math.nan, math.nan),
+            math.nan,
+            0.0,
+            applicable=False,
+            reason=f"n/a: {why}; the audit refuses this bound",
+        )
     mech_index = [m.name for m in mechanisms()].index(mech.name)
     rng = np.random.default_rng([seed, names.index(proc), mech_index])
     start = time.perf_counter()
@@ -253,7 +321,17 @@ def run_cell(proc: str, mech: Mechanism, *, simulations: int, num_observations: 
     seconds = time.perf_counter() - start
     k = int(np.sum(lbs > mech.epsilon))
     ci = stats.binomtest(k, simulations).proportion_ci(confidence_level=0.95, method="exact")
-    return Cell(proc, mech.name, mech.epsilon, simulations, k, k / simulations, (float(ci.low), float(ci.high)), float(np.mean(lbs) / mech.epsilon), seconds)
+    return Cell(
+        proc,
+        mech.name,
+        mech.epsilon,
+        simulations,
+        k,
+        k / simulations,
+        (float(ci.low), float(ci.high)),
+        float(np.mean(lbs) / mech.epsilon),
+        seconds,
+    )
 
 
 def format_table(cells: list[Cell]) -> str:
@@ -266,7 +344,11 @@ def format_table(cells: list[Cell]) -> str:
             rows.append(f"| {c.procedure} | {c.mechanism} ({c.epsilon:.3f}) | {c.reason} | — |")
             continue
         flag = " **MISCALIBRATED**" if c.miscalibrated else ""
-        rows.append(f"| {c.procedure} | {c.mechanism} ({c.epsilon:.3f}) | {c.violations}/{c.simulations} = {c.rate:.3f} [{c.rate_ci[0]:.3f}, {c.rate_ci[1]:.3f}]{flag} | {c.mean_ratio:.3f} |")
+        rows.append(
+            f"| {c.procedure} | {c.mechanism} ({c.epsilon:.3f}) | "
+            f"{c.violations}/{c.simulations} = {c.rate:.3f} [{c.rate_ci[0]:.3f}, "
+            f"{c.rate_ci[1]:.3f}]{flag} | {c.mean_ratio:.3f} |"
+        )
     return "\n".join(rows)
 
 
@@ -276,7 +358,8 @@ EXACT_RATE_FLOORS = (1e-3, 1e-4, 1e-5)
 
 
 def gdp_at_exact_rates(*, sampling_rate: float, noise_multiplier: float, floor: float) -> float:
-    """The GDP ε at δ fitted to one sampled Gaussian step's *exact* rates: the limit of the GDP bound with unlimited observations.
+    """The GDP ε at δ fitted to one sampled Gaussian step's *exact* rates: the limit of the GDP bound with unlimited
+    observations.
 
     Over thresholds t whose FPR and FNR both stay ≥ ``floor`` (about 10/n with n observations per
     side), μ(t) = Φ⁻¹(1 − FPR) − Φ⁻¹(FNR) on the rates of OUT ~ N(0, 1) against IN ~ (1 − q) N(0, 1)
@@ -299,7 +382,13 @@ def exact_rate_rows() -> list[dict[str, float]]:
         eps = claim.epsilon(delta=DELTA, accountant="pld")
         for floor in EXACT_RATE_FLOORS:
             rows.append(
-                {"sampling_rate": q, "noise_multiplier": sigma, "rate_floor": floor, "pld_epsilon": eps, "gdp_epsilon": gdp_at_exact_rates(sampling_rate=q, noise_multiplier=sigma, floor=floor)}
+                {
+                    "sampling_rate": q,
+                    "noise_multiplier": sigma,
+                    "rate_floor": floor,
+                    "pld_epsilon": eps,
+                    "gdp_epsilon": gdp_at_exact_rates(sampling_rate=q, noise_multiplier=sigma, floor=floor),
+                }
             )
     return rows
 
@@ -307,10 +396,19 @@ def exact_rate_rows() -> list[dict[str, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--simulations", type=int, default=1000, help="simulations per cell (default 1,000)")
-    parser.add_argument("--num-observations", type=int, default=2000, help="observations per side, multi-run / membership / compare (default 2,000)")
-    parser.add_argument("--num-canaries", type=int, default=2000, help="canaries of the one-run procedures (default 2,000)")
+    parser.add_argument(
+        "--num-observations",
+        type=int,
+        default=2000,
+        help="observations per side, multi-run / membership / compare (default 2,000)",
+    )
+    parser.add_argument(
+        "--num-canaries", type=int, default=2000, help="canaries of the one-run procedures (default 2,000)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
-    parser.add_argument("--procedures", nargs="*", choices=[p[0] for p in PROCEDURES], help="only these procedures (default all)")
+    parser.add_argument(
+        "--procedures", nargs="*", choices=[p[0] for p in PROCEDURES], help="only these procedures (default all)"
+    )
     parser.add_argument("--json", metavar="FILE", help="write the measured figures here")
     args = parser.parse_args(argv)
     if args.simulations < 1 or args.num_observations < 2 or args.num_canaries < 4:
@@ -321,21 +419,40 @@ def main(argv: list[str] | None = None) -> int:
         if args.procedures and proc not in args.procedures:
             continue
         for mech in mechanisms():
-            cell = run_cell(proc, mech, simulations=args.simulations, num_observations=args.num_observations, num_canaries=args.num_canaries, seed=args.seed)
+            cell = run_cell(
+                proc,
+                mech,
+                simulations=args.simulations,
+                num_observations=args.num_observations,
+                num_canaries=args.num_canaries,
+                seed=args.seed,
+            )
             cells.append(cell)
-            print(f"{proc:16s} {mech.name:20s} " + (f"{cell.violations}/{cell.simulations} ({cell.seconds:.1f} s)" if cell.applicable else "n/a"), file=sys.stderr)
+            print(
+                f"{proc:16s} {mech.name:20s} "
+                + (f"{cell.violations}/{cell.simulations} ({cell.seconds:.1f} s)" if cell.applicable else "n/a"),
+                file=sys.stderr,
+            )
     total = time.perf_counter() - started
     print(format_table(cells))
     print(
-        f"\nconfidence {CONFIDENCE}, delta {DELTA:g}; {args.simulations} simulations per cell; {args.num_observations} observations per side "
+        f"\nconfidence {CONFIDENCE}, delta {DELTA:g}; {args.simulations} "
+        f"simulations per cell; {args.num_observations} observations per side "
         f"(multi-run, membership, compare), {args.num_canaries} canaries (one-run); seed {args.seed}; {total:.0f} s"
     )
     exact = exact_rate_rows()
-    print("\nGDP fitted to one Poisson-sampled Gaussian step's exact rates (the GDP bound's limit with unlimited observations):")
+    print(
+        "\nGDP fitted to one Poisson-sampled Gaussian step's exact rates (the "
+        "GDP bound's limit with unlimited observations):"
+    )
     print("| q | sigma | rates >= | PLD epsilon | GDP-fit epsilon |\n|---|---|---|---|---|")
     for r in exact:
         flag = " (above: GDP is not a lower bound here)" if r["gdp_epsilon"] > r["pld_epsilon"] else ""
-        print(f"| {r['sampling_rate']:g} | {r['noise_multiplier']:g} | {r['rate_floor']:g} | {r['pld_epsilon']:.4f} | {r['gdp_epsilon']:.4f}{flag} |")
+        print(
+            f"| {r['sampling_rate']:g} | {r['noise_multiplier']:g} | "
+            f"{r['rate_floor']:g} | {r['pld_epsilon']:.4f} | "
+            f"{r['gdp_epsilon']:.4f}{flag} |"
+        )
     bad = [c for c in cells if c.miscalibrated]
     if args.json:
         payload = {
@@ -347,14 +464,25 @@ def main(argv: list[str] | None = None) -> int:
             "seed": args.seed,
             "seconds": total,
             "power": "mean epsilon_lb / epsilon over the null simulations",
-            "mechanisms": {m.name: {"epsilon": m.epsilon, "gaussian_family": m.gaussian_family, "note": m.note} for m in mechanisms()},
+            "mechanisms": {
+                m.name: {"epsilon": m.epsilon, "gaussian_family": m.gaussian_family, "note": m.note}
+                for m in mechanisms()
+            },
             "cells": [
                 {
                     "procedure": c.procedure,
                     "mechanism": c.mechanism,
                     "applicable": c.applicable,
                     **(
-                        {"epsilon": c.epsilon, "simulations": c.simulations, "violations": c.violations, "rate": c.rate, "rate_ci": list(c.rate_ci), "mean_ratio": c.mean_ratio, "seconds": c.seconds}
+                        {
+                            "epsilon": c.epsilon,
+                            "simulations": c.simulations,
+                            "violations": c.violations,
+                            "rate": c.rate,
+                            "rate_ci": list(c.rate_ci),
+                            "mean_ratio": c.mean_ratio,
+                            "seconds": c.seconds,
+                        }
                         if c.applicable
                         else {"reason": c.reason}
                     ),

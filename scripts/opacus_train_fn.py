@@ -54,12 +54,20 @@ def model() -> nn.Module:
     ``dpaudit audit --init worst-case`` crafts its start on it::
 
         dpaudit audit --train-fn scripts/opacus_train_fn.py:train --model-fn scripts/opacus_train_fn.py:model \\
-            --init worst-case --claim-noise-multiplier 6.6 --claim-sampling-rate 0.1 --claim-num-steps 300 --out runs/opacus
+            --init worst-case --claim-noise-multiplier 6.6 --claim-sampling-rate 0.1 --claim-num-steps 300 --out
+            runs/opacus
     """
     return _mlp(64, 10)
 
 
-def _train(dataset: torch.utils.data.Dataset, *, seed: int, noise_multiplier: float, extra_nonprivate_epochs: int = 0, initial_state: dict[str, torch.Tensor] | None = None) -> nn.Module:
+def _train(
+    dataset: torch.utils.data.Dataset,
+    *,
+    seed: int,
+    noise_multiplier: float,
+    extra_nonprivate_epochs: int = 0,
+    initial_state: dict[str, torch.Tensor] | None = None,
+) -> nn.Module:
     from opacus import PrivacyEngine
     from opacus.data_loader import DPDataLoader
 
@@ -98,7 +106,9 @@ def _train(dataset: torch.utils.data.Dataset, *, seed: int, noise_multiplier: fl
     plain = model._module
     if extra_nonprivate_epochs:  # the planted mistake: a "harmless" fine-tuning pass
         opt = torch.optim.SGD(plain.parameters(), lr=0.1)
-        plain_loader = torch.utils.data.DataLoader(dataset, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(seed))
+        plain_loader = torch.utils.data.DataLoader(
+            dataset, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(seed)
+        )
         for _ in range(extra_nonprivate_epochs):
             for x, y in plain_loader:
                 opt.zero_grad()
@@ -107,26 +117,36 @@ def _train(dataset: torch.utils.data.Dataset, *, seed: int, noise_multiplier: fl
     return plain.eval()
 
 
-def train(dataset: torch.utils.data.Dataset, *, seed: int, initial_state: dict[str, torch.Tensor] | None = None) -> nn.Module:
+def train(
+    dataset: torch.utils.data.Dataset, *, seed: int, initial_state: dict[str, torch.Tensor] | None = None
+) -> nn.Module:
     """Opacus DP-SGD: Poisson rate 0.1, σ = 6.6, C = 1, 300 steps (claim: ``claim_epsilon()``)."""
     return _train(dataset, seed=seed, noise_multiplier=NOISE_MULTIPLIER, initial_state=initial_state)
 
 
-def train_no_noise(dataset: torch.utils.data.Dataset, *, seed: int, initial_state: dict[str, torch.Tensor] | None = None) -> nn.Module:
+def train_no_noise(
+    dataset: torch.utils.data.Dataset, *, seed: int, initial_state: dict[str, torch.Tensor] | None = None
+) -> nn.Module:
     """Broken on purpose: the noise multiplier silently 0 while the claim says σ = 6.6."""
     return _train(dataset, seed=seed, noise_multiplier=0.0, initial_state=initial_state)
 
 
-def train_extra_nonprivate_epochs(dataset: torch.utils.data.Dataset, *, seed: int, initial_state: dict[str, torch.Tensor] | None = None) -> nn.Module:
+def train_extra_nonprivate_epochs(
+    dataset: torch.utils.data.Dataset, *, seed: int, initial_state: dict[str, torch.Tensor] | None = None
+) -> nn.Module:
     """Broken on purpose: DP-SGD followed by 30 non-private epochs on the same data."""
-    return _train(dataset, seed=seed, noise_multiplier=NOISE_MULTIPLIER, extra_nonprivate_epochs=30, initial_state=initial_state)
+    return _train(
+        dataset, seed=seed, noise_multiplier=NOISE_MULTIPLIER, extra_nonprivate_epochs=30, initial_state=initial_state
+    )
 
 
 def claim_epsilon(delta: float = 1e-5) -> float:
     """ε (PLD) of the claim the functions above make."""
     from dpaudit.api import dpsgd_claim
 
-    return dpsgd_claim(sampling_rate=SAMPLING_RATE, noise_multiplier=NOISE_MULTIPLIER, num_steps=STEPS).epsilon(delta=delta)
+    return dpsgd_claim(sampling_rate=SAMPLING_RATE, noise_multiplier=NOISE_MULTIPLIER, num_steps=STEPS).epsilon(
+        delta=delta
+    )
 
 
 if __name__ == "__main__":

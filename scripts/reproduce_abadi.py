@@ -76,7 +76,11 @@ def figure2(epochs: list[int]) -> dict[str, Any]:
     steps_per_epoch = round(1 / FIG2["sampling_rate"])
     table: dict[str, list[float]] = {name: [] for name in ACCOUNTANTS}
     for e in epochs:
-        event = sampled_gaussian_event(sampling_rate=FIG2["sampling_rate"], noise_multiplier=FIG2["noise_multiplier"], num_steps=e * steps_per_epoch)
+        event = sampled_gaussian_event(
+            sampling_rate=FIG2["sampling_rate"],
+            noise_multiplier=FIG2["noise_multiplier"],
+            num_steps=e * steps_per_epoch,
+        )
         for name in ACCOUNTANTS:
             table[name].append(compute_epsilon(event, delta=DELTA, accountant=name))
     return {**FIG2, "epochs": epochs, "epsilon": table, "paper": FIG2_PAPER}
@@ -87,7 +91,15 @@ def plot_figure2(fig2: dict[str, Any], ax: plt.Axes | None = None) -> plt.Figure
     styles = {"moments": "-", "strong": "--", "rdp": "-.", "pld": ":", "naive": (0, (1, 1, 3, 1))}
     markers = {"moments": "o", "strong": "s", "rdp": "^", "pld": "v", "naive": "D"}
     for name, values in fig2["epsilon"].items():
-        ax.plot(fig2["epochs"], values, linestyle=styles.get(name, "-"), marker=markers.get(name), markevery=max(1, len(values) // 8), markersize=4, label=name)
+        ax.plot(
+            fig2["epochs"],
+            values,
+            linestyle=styles.get(name, "-"),
+            marker=markers.get(name),
+            markevery=max(1, len(values) // 8),
+            markersize=4,
+            label=name,
+        )
     # The analyses differ by three orders of magnitude (naive composition's ε is in the hundreds
     # where PLD's is about 1): on a linear axis the tight ones would lie on top of each other.
     ax.set_yscale("log")
@@ -99,7 +111,17 @@ def plot_figure2(fig2: dict[str, Any], ax: plt.Axes | None = None) -> plt.Figure
     return fig
 
 
-def run_row(row: dict[str, Any], *, bundle, splits, epochs_cap: float | None, seed: int, device: torch.device, eval_every: int, progress: bool) -> dict[str, Any]:
+def run_row(
+    row: dict[str, Any],
+    *,
+    bundle,
+    splits,
+    epochs_cap: float | None,
+    seed: int,
+    device: torch.device,
+    eval_every: int,
+    progress: bool,
+) -> dict[str, Any]:
     history: list[dict[str, float]] = []
     test = bundle.test
 
@@ -123,7 +145,18 @@ def run_row(row: dict[str, Any], *, bundle, splits, epochs_cap: float | None, se
         pca_noise=row["pca_noise"],
     )
     started = time.monotonic()
-    record, _ = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="abadi-mnist", config=config, seed=seed, device=device, progress=progress), on_epoch=on_epoch)
+    record, _ = train_dpsgd(
+        TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name="abadi-mnist",
+            config=config,
+            seed=seed,
+            device=device,
+            progress=progress,
+        ),
+        on_epoch=on_epoch,
+    )
     m = record.metrics
     eps = {name: record.claim.epsilon(delta=DELTA, accountant=name) for name in ("moments", "rdp", "pld")}
     return {
@@ -160,7 +193,9 @@ def figure2_markdown(fig2: dict[str, Any]) -> str:
     names = list(fig2["epsilon"])
     lines = ["| epochs | " + " | ".join(names) + " | paper (moments / strong) |", "|---|" + "---|" * (len(names) + 1)]
     for i, e in enumerate(fig2["epochs"]):
-        paper = " / ".join(f"{FIG2_PAPER[k].get(e, float('nan')):.2f}" if e in FIG2_PAPER[k] else "–" for k in ("moments", "strong"))
+        paper = " / ".join(
+            f"{FIG2_PAPER[k].get(e, float('nan')):.2f}" if e in FIG2_PAPER[k] else "–" for k in ("moments", "strong")
+        )
         lines.append(f"| {e} | " + " | ".join(f"{fig2['epsilon'][n][i]:.4f}" for n in names) + f" | {paper} |")
     return "\n".join(lines)
 
@@ -173,8 +208,11 @@ def mnist_markdown(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         e = r["epsilon"]
         lines.append(
-            f"| {r['label']} ({r['noise_multiplier']:g}, {r['pca_noise']:g}) | {r['target_epsilon']:g} | {r['epochs']:.1f} | {r['num_steps']} | "
-            f"{e['moments']:.3f} | {e['rdp']:.3f} | {e['pld']:.3f} | {100 * r['test_accuracy']:.2f} % | ≈{100 * r['paper_accuracy']:.0f} % |"
+            f"| {r['label']} ({r['noise_multiplier']:g}, {r['pca_noise']:g}) | "
+            f"{r['target_epsilon']:g} | {r['epochs']:.1f} | {r['num_steps']} | "
+            f"{e['moments']:.3f} | {e['rdp']:.3f} | {e['pld']:.3f} | "
+            f"{100 * r['test_accuracy']:.2f} % | ≈{100 * r['paper_accuracy']:.0f} % "
+            "|"
         )
     return "\n".join(lines)
 
@@ -183,40 +221,69 @@ def run_baseline(*, bundle, splits, epochs: float, seed: int, device: torch.devi
     """The same network (784 → 1000 ReLU → 10, no PCA) trained without privacy: the reference row."""
     started = time.monotonic()
     config = NonPrivateConfig(epochs=max(1, int(round(epochs))), batch_size=600, learning_rate=0.1, momentum=0.9)
-    record, _ = train_nonprivate(TrainRequest(bundle=bundle, splits=splits, model_name="abadi-mnist", config=config, seed=seed, device=device, progress=progress))
-    return {"label": "non-private baseline", "epochs": config.epochs, "test_accuracy": record.metrics["test_accuracy"], "seconds": time.monotonic() - started}
+    record, _ = train_nonprivate(
+        TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name="abadi-mnist",
+            config=config,
+            seed=seed,
+            device=device,
+            progress=progress,
+        )
+    )
+    return {
+        "label": "non-private baseline",
+        "epochs": config.epochs,
+        "test_accuracy": record.metrics["test_accuracy"],
+        "seconds": time.monotonic() - started,
+    }
 
 
 def comparison_markdown(baseline: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     """Baseline vs DP-SGD at each ε: what privacy costs in accuracy."""
     lines = ["| model | ε (δ = 1e-5, moments) | ε (pld) | test accuracy | gap to baseline |", "|---|---|---|---|---|"]
-    lines.append(f"| {baseline['label']} ({baseline['epochs']} epochs) | ∞ | ∞ | {100 * baseline['test_accuracy']:.2f} % | — |")
+    lines.append(
+        f"| {baseline['label']} ({baseline['epochs']} epochs) | ∞ | ∞ | {100 * baseline['test_accuracy']:.2f} % | — |"
+    )
     for r in rows:
         gap = 100 * (baseline["test_accuracy"] - r["test_accuracy"])
         lines.append(
-            f"| DP-SGD σ={r['noise_multiplier']:g}, σ_p={r['pca_noise']:g} | {r['epsilon']['moments']:.2f} | {r['epsilon']['pld']:.2f} | {100 * r['test_accuracy']:.2f} % | {gap:.2f} points |"
+            f"| DP-SGD σ={r['noise_multiplier']:g}, σ_p={r['pca_noise']:g} | "
+            f"{r['epsilon']['moments']:.2f} | {r['epsilon']['pld']:.2f} | "
+            f"{100 * r['test_accuracy']:.2f} % | {gap:.2f} points |"
         )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="CI-sized run (default)")
     mode.add_argument("--full", action="store_true", help="train every MNIST row to its privacy budget")
     parser.add_argument("--out", default="scripts/results/abadi", help="output directory for plots and tables")
     parser.add_argument("--json", metavar="FILE", help="write all measured numbers as JSON")
-    parser.add_argument("--epochs", type=float, default=None, help="cap on epochs per MNIST row (default: 3 quick, none full)")
+    parser.add_argument(
+        "--epochs", type=float, default=None, help="cap on epochs per MNIST row (default: 3 quick, none full)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--skip-mnist", action="store_true", help="only Figure 2")
-    parser.add_argument("--baseline", action="store_true", help="also train the non-private baseline and print baseline vs DP-SGD at each ε")
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also train the non-private baseline and print baseline vs DP-SGD at each ε",
+    )
     parser.add_argument(
         "--threads",
         type=int,
         default=1,
-        help="torch threads (default 1: these models are small, and on a shared 2-core machine a second OpenMP thread waits for a busy core on every op, which made runs several times slower)",
+        help="torch threads (default 1: these models are small, and on a shared "
+        "2-core machine a second OpenMP thread waits for a busy core on every "
+        "op, which made runs several times slower)",
     )
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
@@ -249,16 +316,33 @@ def main(argv: list[str] | None = None) -> int:
         cap = args.epochs if args.epochs is not None else (None if full else 3.0)
         eval_every = 1
         for row in ROWS:
-            r = run_row(row, bundle=bundle, splits=splits, epochs_cap=cap, seed=args.seed, device=device, eval_every=eval_every, progress=not args.quiet)
+            r = run_row(
+                row,
+                bundle=bundle,
+                splits=splits,
+                epochs_cap=cap,
+                seed=args.seed,
+                device=device,
+                eval_every=eval_every,
+                progress=not args.quiet,
+            )
             results["mnist"].append(r)
             print(
                 f"{r['label']}: sigma={r['noise_multiplier']:g} sigma_p={r['pca_noise']:g}: {r['epochs']:.1f} epochs, "
-                f"eps(moments)={r['epsilon']['moments']:.3f} (target {r['target_epsilon']:g}), test acc {100 * r['test_accuracy']:.2f}% "
+                f"eps(moments)={r['epsilon']['moments']:.3f} (target "
+                f"{r['target_epsilon']:g}), test acc {100 * r['test_accuracy']:.2f}% "
                 f"(paper ~{100 * r['paper_accuracy']:.0f}%) [{r['seconds']:.0f}s]",
                 file=sys.stderr,
             )
         if args.baseline:
-            results["baseline"] = run_baseline(bundle=bundle, splits=splits, epochs=20 if full else (cap or 3.0), seed=args.seed, device=device, progress=not args.quiet)
+            results["baseline"] = run_baseline(
+                bundle=bundle,
+                splits=splits,
+                epochs=20 if full else (cap or 3.0),
+                seed=args.seed,
+                device=device,
+                progress=not args.quiet,
+            )
             cmp_md = comparison_markdown(results["baseline"], results["mnist"])
             (out / "comparison.md").write_text(cmp_md + "\n")
             print("\nBaseline vs DP-SGD on MNIST")
@@ -274,7 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     report = [
         "# Abadi et al. (2016) reproduction",
         "",
-        f"Mode: {results['mode']}; total time {results['seconds']:.0f} s; torch {torch.__version__}, device {device}, {torch.get_num_threads()} thread(s); seed {args.seed}.",
+        f"Mode: {results['mode']}; total time {results['seconds']:.0f} s; torch "
+        f"{torch.__version__}, device {device}, {torch.get_num_threads()} "
+        f"thread(s); seed {args.seed}.",
         "",
         "## Figure 2: ε vs epochs (q = 0.01, σ = 4, δ = 1e-5)",
         "",
@@ -288,7 +374,12 @@ def main(argv: list[str] | None = None) -> int:
             "## MNIST (PCA-60, 1000 hidden, lot 600, C = 4, all 60,000 training images as members)",
             "",
             "Budget mode under the moments accountant, DP-PCA (on all training images) composed in."
-            + ("" if full else " Quick mode caps each row at a few epochs, so ε stays below the target and accuracy below the paper's."),
+            + (
+                ""
+                if full
+                else " Quick mode caps each row at a few epochs, so ε stays below the target "
+                "and accuracy below the paper's."
+            ),
             "",
             mnist_markdown(results["mnist"]),
             "",

@@ -76,7 +76,16 @@ def one_run_pair(directory: Path, mode: str, *, delta: float, confidence: float)
         included = np.asarray(z["inserted" if mode == "white-box" else "included"], dtype=bool)
     steinke, r_s, v_s = one_run_bound_from_scores(scores, included, delta=delta, confidence=confidence)
     fdp, mu_lb, r_f, v_f = fdp_one_run_bound_from_scores(scores, included, delta=delta, confidence=confidence)
-    return {"num_canaries": int(scores.size), "steinke": steinke, "fdp": fdp, "fdp_mu_lb": mu_lb, "steinke_guesses": r_s, "steinke_correct": v_s, "fdp_guesses": r_f, "fdp_correct": v_f}
+    return {
+        "num_canaries": int(scores.size),
+        "steinke": steinke,
+        "fdp": fdp,
+        "fdp_mu_lb": mu_lb,
+        "steinke_guesses": r_s,
+        "steinke_correct": v_s,
+        "fdp_guesses": r_f,
+        "fdp_correct": v_f,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,9 +93,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(ROOT / "runs" / "reproduce-audit"))
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="a tenth of the work (looser bounds), for a smoke run")
-    p.add_argument("--modes", default="white-box,multi-run,one-run", help="comma-separated subset of white-box,multi-run,one-run,worst-case,worst-case-digits")
+    p.add_argument(
+        "--modes",
+        default="white-box,multi-run,one-run",
+        help="comma-separated subset of white-box,multi-run,one-run,worst-case,worst-case-digits",
+    )
     p.add_argument("--targets", help="comma-separated target epsilons (default 1,2,4; worst-case also 10)")
-    p.add_argument("--worst-case-trials", type=int, default=100, help="worst-case: models per side (default 100, the paper's 200 in all)")
+    p.add_argument(
+        "--worst-case-trials",
+        type=int,
+        default=100,
+        help="worst-case: models per side (default 100, the paper's 200 in all)",
+    )
     p.add_argument("--data-root", help="where MNIST lives (worst-case; default: the data-root setting)")
     p.add_argument("--json", metavar="FILE", help="write the measured figures here")
     args = p.parse_args(argv)
@@ -94,14 +112,25 @@ def main(argv: list[str] | None = None) -> int:
     scale = 0.1 if args.quick else 1.0
     rows = []
     own = {"worst-case": WORST_CASE_TARGETS, "worst-case-digits": WORST_CASE_DIGITS_TARGETS}
-    targets = sorted({float(t) for t in args.targets.split(",")} if args.targets else set(TARGETS).union(*(own[m] for m in modes if m in own)))
+    targets = sorted(
+        {float(t) for t in args.targets.split(",")}
+        if args.targets
+        else set(TARGETS).union(*(own[m] for m in modes if m in own))
+    )
     for target in targets:
         for mode in modes:
             if not args.targets and target not in own.get(mode, TARGETS):
                 continue
             started = time.monotonic()
             run = RunDir(args.out)
-            common = dict(dataset="digits", model="digits-mlp", target_epsilon=target, delta=DELTA, workers=args.num_workers, progress=True)
+            common = dict(
+                dataset="digits",
+                model="digits-mlp",
+                target_epsilon=target,
+                delta=DELTA,
+                workers=args.num_workers,
+                progress=True,
+            )
             if mode == "white-box":
                 # The CLI's defaults, nothing else: `dpaudit audit --threat white-box --target-epsilon E`
                 # (length from the target, one training per worker, the claim's midpoint threshold).
@@ -179,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
                 from dpaudit.api import uncorrected_gdp_estimate
 
                 with np.load(directory / "scores.npz") as z:
-                    published = uncorrected_gdp_estimate(z["in_scores"], z["out_scores"], delta=DELTA, confidence=spec.confidence)
+                    published = uncorrected_gdp_estimate(
+                        z["in_scores"], z["out_scores"], delta=DELTA, confidence=spec.confidence
+                    )
             rows.append(
                 {
                     "target_epsilon": target,
@@ -200,21 +231,40 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             print(f"[{mode} eps={target:g}] {result.summary()} ({seconds:.0f}s)", file=sys.stderr)
-    header = f"{'eps_UB':>6}  {'mode':<10} {'eps_LB':>7} {'eps_UB(PLD)':>11} {'ratio':>6} {'in/out':>13} {'time':>6}  {'paper-protocol est.':>19}  compared claim"
+    header = (
+        f"{'eps_UB':>6}  {'mode':<10} {'eps_LB':>7} {'eps_UB(PLD)':>11} "
+        f"{'ratio':>6} {'in/out':>13} {'time':>6}  {'paper-protocol est.':>19}  "
+        "compared claim"
+    )
     print(header)
     for r in rows:
-        est = "" if r["published_protocol_estimate"] is None else f"{r['published_protocol_estimate']:.3f} ({r['published_protocol_estimate'] / r['epsilon_ub']:.2f})"
+        est = (
+            ""
+            if r["published_protocol_estimate"] is None
+            else f"{r['published_protocol_estimate']:.3f} ({r['published_protocol_estimate'] / r['epsilon_ub']:.2f})"
+        )
         print(
-            f"{r['target_epsilon']:>6g}  {r['mode']:<10} {r['epsilon_lb']:>7.3f} {r['epsilon_ub']:>11.3f} {r['tightness']:>6.3f} {str(r['num_in']) + '/' + str(r['num_out']):>13} {r['seconds']:>5.0f}s  {est:>19}  {r['claim']}"
+            f"{r['target_epsilon']:>6g}  {r['mode']:<10} {r['epsilon_lb']:>7.3f} "
+            f"{r['epsilon_ub']:>11.3f} {r['tightness']:>6.3f} "
+            f"{str(r['num_in']) + '/' + str(r['num_out']):>13} {r['seconds']:>5.0f}s "
+            f" {est:>19}  {r['claim']}"
         )
     paired = [r for r in rows if r["one_run_bounds"]]
     if paired:
         print("\none-run bounds on the same stored scores (95 %, Bonferroni over the same guess counts)")
-        print(f"{'eps_UB':>6}  {'mode':<10} {'canaries':>9} {'Steinke':>8} {'f-DP':>8} {'f-DP/UB':>8}  compared against")
+        print(
+            f"{'eps_UB':>6}  {'mode':<10} {'canaries':>9} {'Steinke':>8} {'f-DP':>8} {'f-DP/UB':>8}  compared against"
+        )
         for r in paired:
             b = r["one_run_bounds"]
-            against = "one Gaussian step (exactly G_mu)" if r["mode"] == "white-box" else "the whole training (G_mu assumed)"
-            print(f"{r['target_epsilon']:>6g}  {r['mode']:<10} {b['num_canaries']:>9,} {b['steinke']:>8.3f} {b['fdp']:>8.3f} {b['fdp'] / r['epsilon_ub']:>8.3f}  {against}")
+            against = (
+                "one Gaussian step (exactly G_mu)" if r["mode"] == "white-box" else "the whole training (G_mu assumed)"
+            )
+            print(
+                f"{r['target_epsilon']:>6g}  {r['mode']:<10} {b['num_canaries']:>9,} "
+                f"{b['steinke']:>8.3f} {b['fdp']:>8.3f} "
+                f"{b['fdp'] / r['epsilon_ub']:>8.3f}  {against}"
+            )
     if args.json:
         atomic_write_json(args.json, {"delta": DELTA, "quick": args.quick, "workers": args.num_workers, "rows": rows})
     if rows:

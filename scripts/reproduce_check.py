@@ -26,7 +26,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dpaudit.api import BatterySpec, RunDir, atomic_write_json, atomic_write_text, dpsgd_claim, fmt_lower_bound, fmt_upper_bound, read_json, run_check
+from dpaudit.api import (
+    BatterySpec,
+    RunDir,
+    atomic_write_json,
+    atomic_write_text,
+    dpsgd_claim,
+    fmt_lower_bound,
+    fmt_upper_bound,
+    read_json,
+    run_check,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "dp_bugs"
@@ -80,8 +90,10 @@ def _cell(outcome: dict[str, Any]) -> str:
 def _markdown(table: dict[str, Any]) -> str:
     checks = table["checks"]
     lines = [
-        f"Claim of every example: DP-SGD q=0.1, σ=3, T=50 (unless its module says otherwise); ε_UB at δ={table['delta']:g}; "
-        f"{table['confidence']:.0%} family-wise confidence; budget {table['budget_minutes']:g} min; {table['workers']} worker processes.",
+        "Claim of every example: DP-SGD q=0.1, σ=3, T=50 (unless its module "
+        f"says otherwise); ε_UB at δ={table['delta']:g}; "
+        f"{table['confidence']:.0%} family-wise confidence; budget "
+        f"{table['budget_minutes']:g} min; {table['workers']} worker processes.",
         "",
         "| bug | " + " | ".join(checks) + " | detected | CPU-s |",
         "|---|" + "---|" * len(checks) + "---|---|",
@@ -89,19 +101,42 @@ def _markdown(table: dict[str, Any]) -> str:
     for row in table["bugs"]:
         cells = {o["name"]: _cell(o) for o in row["outcomes"]}
         detected = "yes" if row["exit_status"] == 3 else "**no**"
-        lines.append(f"| {row['module']} ({row['bug']}) | " + " | ".join(cells.get(c, "–") for c in checks) + f" | {detected} | {row['cpu_seconds']:.0f} |")
-    lines += ["", "Summary (the README's table): the largest ε_LB of each bug against the ε_UB of its claim, ε_LB rounded down and ε_UB up.", ""]
+        lines.append(
+            f"| {row['module']} ({row['bug']}) | "
+            + " | ".join(cells.get(c, "–") for c in checks)
+            + f" | {detected} | {row['cpu_seconds']:.0f} |"
+        )
+    lines += [
+        "",
+        "Summary (the README's table): the largest ε_LB of each bug against the "
+        "ε_UB of its claim, ε_LB rounded down and ε_UB up.",
+        "",
+    ]
     lines += ["| example | bug | flagged by (exit 3) | largest ε_LB vs ε_UB | CPU-s |", "|---|---|---|---|---|"]
     for row in table["bugs"]:
         flagged = ", ".join(o["name"] for o in row["outcomes"] if o["status"] == "violated") or "**not detected**"
         best = max(row["outcomes"], key=lambda o: o["epsilon_lb"])
         ub = max(o["epsilon_ub"] for o in row["outcomes"])
         relation = ">" if row["exit_status"] == 3 else "≤"
-        lines.append(f"| `{row['module']}` | {row['bug']} | {flagged} | {fmt_lower_bound(best['epsilon_lb'])} {relation} {fmt_upper_bound(ub)} | {row['cpu_seconds']:.0f} |")
-    lines += ["", "| correct implementation | runs | false alarms (exit 3) | per check (false alarms, mean s) | mean wall s | mean CPU-s |", "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| `{row['module']}` | {row['bug']} | {flagged} | "
+            f"{fmt_lower_bound(best['epsilon_lb'])} {relation} {fmt_upper_bound(ub)} "
+            f"| {row['cpu_seconds']:.0f} |"
+        )
+    lines += [
+        "",
+        "| correct implementation | runs | false alarms (exit 3) | per check "
+        "(false alarms, mean s) | mean wall s | mean CPU-s |",
+        "|---|---|---|---|---|---|",
+    ]
     for row in table["correct"]:
-        per = ", ".join(f"{k} {n} ({row['mean_seconds_by_check'][k]:.1f} s)" for k, n in row["false_alarms_by_check"].items())
-        lines.append(f"| {row['module']} | {row['runs']} | {row['false_alarms']} | {per} | {row['mean_wall_seconds']:.1f} | {row['mean_cpu_seconds']:.1f} |")
+        per = ", ".join(
+            f"{k} {n} ({row['mean_seconds_by_check'][k]:.1f} s)" for k, n in row["false_alarms_by_check"].items()
+        )
+        lines.append(
+            f"| {row['module']} | {row['runs']} | {row['false_alarms']} | {per} | "
+            f"{row['mean_wall_seconds']:.1f} | {row['mean_cpu_seconds']:.1f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -113,11 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-minutes", type=float, default=5.0)
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--only", default="", help="comma-separated module names (default: all)")
-    parser.add_argument("--examples", type=Path, default=EXAMPLES, help="the catalogue's directory (default examples/dp_bugs)")
+    parser.add_argument(
+        "--examples", type=Path, default=EXAMPLES, help="the catalogue's directory (default examples/dp_bugs)"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--scratch", default=None, help="where run directories live while a battery runs")
     parser.add_argument("--keep", action="store_true", help="keep every run directory")
-    parser.add_argument("--render-only", action="store_true", help="rewrite detection.md from the stored detection.json, running nothing")
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="rewrite detection.md from the stored detection.json, running nothing",
+    )
     parser.add_argument("--verbose", action="store_true", help="the battery's own progress on stderr")
     args = parser.parse_args(argv)
     if args.render_only:
@@ -128,10 +169,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     runs = 3 if args.quick else args.runs
     only = {s for s in args.only.split(",") if s}
-    paths = [p for p in sorted(args.examples.resolve().glob("*.py")) if not p.name.startswith("_") and (not only or p.stem in only)]
+    paths = [
+        p
+        for p in sorted(args.examples.resolve().glob("*.py"))
+        if not p.name.startswith("_") and (not only or p.stem in only)
+    ]
     if not paths:
         raise SystemExit(f"no example modules under {args.examples}")
-    table: dict[str, Any] = {"delta": args.delta, "confidence": 0.95, "budget_minutes": args.budget_minutes, "workers": args.workers, "runs": runs, "bugs": [], "correct": [], "checks": []}
+    table: dict[str, Any] = {
+        "delta": args.delta,
+        "confidence": 0.95,
+        "budget_minutes": args.budget_minutes,
+        "workers": args.workers,
+        "runs": runs,
+        "bugs": [],
+        "correct": [],
+        "checks": [],
+    }
     started = time.monotonic()
     for path in paths:
         module = _module(path)
@@ -141,13 +195,23 @@ def main(argv: list[str] | None = None) -> int:
             row.update(module=path.stem, bug=bug, reported=getattr(module, "REPORTED", ""))
             table["bugs"].append(row)
             flagged = [o["name"] for o in row["outcomes"] if o["status"] == "violated"]
-            print(f"[{time.monotonic() - started:5.0f} s] {path.stem}: {'exit 3 by ' + ', '.join(flagged) if flagged else 'NOT detected'} ({row['cpu_seconds']:.0f} CPU-s)", flush=True)
+            print(
+                f"[{time.monotonic() - started:5.0f} s] {path.stem}: "
+                f"{'exit 3 by ' + ', '.join(flagged) if flagged else 'NOT detected'} "
+                f"({row['cpu_seconds']:.0f} CPU-s)",
+                flush=True,
+            )
             continue
         rows = []
         for seed in range(runs):
             rows.append(_battery(path, module.CLAIM, seed=seed, args=args))
             alarms = sum(r["exit_status"] == 3 for r in rows)
-            print(f"[{time.monotonic() - started:5.0f} s] {path.stem} run {seed + 1}/{runs}: exit {rows[-1]['exit_status']} ({alarms} false alarm{'s' if alarms != 1 else ''} so far)", flush=True)
+            print(
+                f"[{time.monotonic() - started:5.0f} s] {path.stem} run "
+                f"{seed + 1}/{runs}: exit {rows[-1]['exit_status']} ({alarms} false "
+                f"alarm{'s' if alarms != 1 else ''} so far)",
+                flush=True,
+            )
         by_check: dict[str, int] = {}
         for r in rows:
             for o in r["outcomes"]:
@@ -160,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
                 "false_alarms_by_check": by_check,
                 "mean_wall_seconds": sum(r["wall_seconds"] for r in rows) / runs,
                 "mean_cpu_seconds": sum(r["cpu_seconds"] for r in rows) / runs,
-                "mean_seconds_by_check": {name: sum(o["seconds"] for r in rows for o in r["outcomes"] if o["name"] == name) / runs for name in by_check},
+                "mean_seconds_by_check": {
+                    name: sum(o["seconds"] for r in rows for o in r["outcomes"] if o["name"] == name) / runs
+                    for name in by_check
+                },
                 "statuses": [{o["name"]: o["status"] for o in r["outcomes"]} for r in rows],
             }
         )

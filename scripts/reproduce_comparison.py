@@ -20,7 +20,8 @@ and writes ``--json``.
 
 Usage::
 
-    DPAUDIT_DATA_ROOT=../shared/data python scripts/reproduce_comparison.py --part je --out out/compare --json out/compare.json
+    DPAUDIT_DATA_ROOT=../shared/data python scripts/reproduce_comparison.py --part je --out out/compare --json
+    out/compare.json
 """
 
 from __future__ import annotations
@@ -38,7 +39,12 @@ from dpaudit.api import CompareSpec, ComparisonResult, RunDir, atomic_write_json
 
 EPSILONS = (0.1, 1.0, 10.0, 100.0, 1000.0)
 #: Jayaraman & Evans' four analyses of the same noise, by our accountant names.
-ANALYSES = {"naive": "NC (naive composition)", "strong": "AC (advanced composition)", "moments": "zCDP / MA (moments)", "rdp": "RDP"}
+ANALYSES = {
+    "naive": "NC (naive composition)",
+    "strong": "AC (advanced composition)",
+    "moments": "zCDP / MA (moments)",
+    "rdp": "RDP",
+}
 MIA = {"attacks": ["loss", "shadow", "lira", "rmia"], "num_shadows": 8, "num_samples": 2000, "shadows": "shared"}
 
 #: Per dataset: the model and the training of the J&E grid. Their 2-layer network of 256 units,
@@ -46,8 +52,24 @@ MIA = {"attacks": ["loss", "shadow", "lira", "rmia"], "num_shadows": 8, "num_sam
 #: overfits as theirs did (Purchase-100 and CIFAR-100 with 10,000 records and 100 classes); on
 #: 10,000 Adult records a small MLP generalises and no attack sees anything.
 JE_DATA: dict[str, dict[str, Any]] = {
-    "adult": {"model": "tabular-mlp", "model_options": {"hidden": 256}, "member_fraction": 2_000 / 30_162, "epochs": 100, "lot_size": 100, "learning_rate": 0.5, "nonprivate_lr": 0.05},
-    "mnist": {"model": "dssgd-mlp", "model_options": {"hidden": [256, 256]}, "member_fraction": 2_000 / 60_000, "epochs": 100, "lot_size": 100, "learning_rate": 0.5, "nonprivate_lr": 0.05},
+    "adult": {
+        "model": "tabular-mlp",
+        "model_options": {"hidden": 256},
+        "member_fraction": 2_000 / 30_162,
+        "epochs": 100,
+        "lot_size": 100,
+        "learning_rate": 0.5,
+        "nonprivate_lr": 0.05,
+    },
+    "mnist": {
+        "model": "dssgd-mlp",
+        "model_options": {"hidden": [256, 256]},
+        "member_fraction": 2_000 / 60_000,
+        "epochs": 100,
+        "lot_size": 100,
+        "learning_rate": 0.5,
+        "nonprivate_lr": 0.05,
+    },
 }
 
 
@@ -97,9 +119,32 @@ def all_grid(*, quick: bool = False) -> dict[str, Any]:
         "vulnerable_top_k": 200,
         "defenses": [
             {"defense": "nonprivate", "epochs": e},
-            {"defense": "dpsgd", "target_epsilon": [1.0, 8.0], "epochs": 3, "lot_size": 250, "clip_norm": 1.0, "learning_rate": 0.1, "momentum": 0.9},
-            {"defense": "pate", "teachers": 50, "queries": 1000, "threshold": 40.0, "threshold_sigma": 20.0, "sigma": 10.0, "epochs": 10},
-            {"defense": "dssgd", "model": "dssgd-mlp", "participants": 10, "rounds": 20, "upload_fraction": 0.1, "baselines": False},
+            {
+                "defense": "dpsgd",
+                "target_epsilon": [1.0, 8.0],
+                "epochs": 3,
+                "lot_size": 250,
+                "clip_norm": 1.0,
+                "learning_rate": 0.1,
+                "momentum": 0.9,
+            },
+            {
+                "defense": "pate",
+                "teachers": 50,
+                "queries": 1000,
+                "threshold": 40.0,
+                "threshold_sigma": 20.0,
+                "sigma": 10.0,
+                "epochs": 10,
+            },
+            {
+                "defense": "dssgd",
+                "model": "dssgd-mlp",
+                "participants": 10,
+                "rounds": 20,
+                "upload_fraction": 0.1,
+                "baselines": False,
+            },
             {"defense": "pixeldp", "epochs": e},
             {"defense": "hgm", "epochs": e, "redistribute": False},
             {
@@ -117,8 +162,21 @@ def all_grid(*, quick: bool = False) -> dict[str, Any]:
             {"defense": "smoothing", "epochs": e, "smoothing_sigma": 0.5},
         ],
         "attacks": {
-            "membership": {"attacks": ["loss", "lira", "rmia"], "num_shadows": 8, "num_samples": 2000, "shadows": "shared", "shadow_epochs": e},
-            "evasion": {"attacks": ["fgsm", "pgd"], "radii": [0.1, 0.3, 0.5, 1.0], "norm": "l2", "num_examples": 100, "num_draws": 1000, "eot_samples": 2},
+            "membership": {
+                "attacks": ["loss", "lira", "rmia"],
+                "num_shadows": 8,
+                "num_samples": 2000,
+                "shadows": "shared",
+                "shadow_epochs": e,
+            },
+            "evasion": {
+                "attacks": ["fgsm", "pgd"],
+                "radii": [0.1, 0.3, 0.5, 1.0],
+                "norm": "l2",
+                "num_examples": 100,
+                "num_draws": 1000,
+                "eot_samples": 2,
+            },
             # Three classes keep MI-Face's share of the CPU run small (it inverts every target).
             "inversion": {"attacks": ["mi-face"], "classes": [0, 1, 2]},
         },
@@ -161,7 +219,11 @@ def _je_table(result: ComparisonResult) -> list[dict[str, Any]]:
 
 def _print_je(name: str, rows: list[dict[str, Any]]) -> None:
     print(f"\n== {name}: Jayaraman & Evans' comparison (advantage = TPR - FPR, ceiling = min(e^eps - 1, 1)) ==")
-    print(f"{'analysis':<28}{'eps':>7}{'acc':>7}{'loss':>7}{'Yeom/Shokri':>12}{'LiRA/RMIA':>11}{'ceiling':>9}{'gap closed':>11}{'eps_LB':>8}  members@1%FPR (loss/shadow/lira/rmia)")
+    print(
+        f"{'analysis':<28}{'eps':>7}{'acc':>7}{'loss':>7}{'Yeom/Shokri':>12}"
+        f"{'LiRA/RMIA':>11}{'ceiling':>9}{'gap closed':>11}{'eps_LB':>8} "
+        " members@1%FPR (loss/shadow/lira/rmia)"
+    )
     for r in rows:
         eps = "inf" if r["target_epsilon"] is None else f"{r['target_epsilon']:g}"
         rev = "/".join(str(r["members_revealed_at_1pct"].get(a, "-")) for a in ("loss", "shadow", "lira", "rmia"))
@@ -174,7 +236,10 @@ def _print_je(name: str, rows: list[dict[str, Any]]) -> None:
 def _print_all(result: ComparisonResult) -> None:
     print(f"\n== {result.name}: every defense under the same attacks ==")
     radii = [f"{x:g}" for x in result.radii]
-    print(f"{'setting':<26}{'acc':>7}{'eps_UB':>9}{'eps_LB':>8}{'AUC':>7}{'TPR@1%':>8}{'vuln TPR@1%':>12}{'inv top1':>9}  robust/certified @ {','.join(radii)}")
+    print(
+        f"{'setting':<26}{'acc':>7}{'eps_UB':>9}{'eps_LB':>8}{'AUC':>7}{'TPR@1%':>8}{'vuln TPR@1%':>12}{'inv top1':>9} "
+        f" robust/certified @ {','.join(radii)}"
+    )
     for r in result.rows:
         m = max(r.membership.values(), key=lambda x: x["auc"]) if r.membership else {}
         attack = max(r.membership, key=lambda a: r.membership[a]["auc"]) if r.membership else None
@@ -183,16 +248,22 @@ def _print_all(result: ComparisonResult) -> None:
         cert = "/".join(f"{r.certified_accuracy[x]:.2f}" for x in radii) if r.certified_accuracy else "-"
         inv = f"{r.inversion_top1:.2f}" if r.inversion_top1 is not None else "-"
         print(
-            f"{r.label:<26}{r.test_accuracy:7.3f}{r.epsilon_ub_best:9.3g}{r.epsilon_lb:8.3f}{m.get('auc', math.nan):7.3f}{m.get('tpr_at_fpr', {}).get('0.01', math.nan):8.3f}"
+            f"{r.label:<26}{r.test_accuracy:7.3f}{r.epsilon_ub_best:9.3g}"
+            f"{r.epsilon_lb:8.3f}{m.get('auc', math.nan):7.3f}"
+            f"{m.get('tpr_at_fpr', {}).get('0.01', math.nan):8.3f}"
             f"{vul:12.3f}{inv:>9}  {rob} | {cert}  [{r.verdict}]"
         )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--part", choices=("je", "all", "both"), default="both")
     ap.add_argument("--datasets", default="adult,mnist", help="datasets of the J&E part (adult, mnist)")
-    ap.add_argument("--quick", action="store_true", help="2 epochs per model: a smoke test of the pipeline, not the numbers")
+    ap.add_argument(
+        "--quick", action="store_true", help="2 epochs per model: a smoke test of the pipeline, not the numbers"
+    )
     ap.add_argument("--out", default="out/compare")
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--executor", default="local", choices=("local", "ray", "serial"))
@@ -208,10 +279,22 @@ def main(argv: list[str] | None = None) -> int:
         grids.append(("all", all_grid(quick=args.quick)))
     for kind, data in grids:
         started = time.monotonic()
-        result = run_compare(CompareSpec(grid=parse_grid(data), executor=args.executor, num_workers=args.num_workers, address=args.address, command="scripts/reproduce_comparison.py"), run)
+        result = run_compare(
+            CompareSpec(
+                grid=parse_grid(data),
+                executor=args.executor,
+                num_workers=args.num_workers,
+                address=args.address,
+                command="scripts/reproduce_comparison.py",
+            ),
+            run,
+        )
         seconds = time.monotonic() - started
         measured["seconds"][data["name"]] = seconds
-        print(f"\n[{data['name']}] {result.jobs_run} jobs run, {result.jobs_reused} reused, {seconds:.0f} s", file=sys.stderr)
+        print(
+            f"\n[{data['name']}] {result.jobs_run} jobs run, {result.jobs_reused} reused, {seconds:.0f} s",
+            file=sys.stderr,
+        )
         if kind == "je":
             rows = _je_table(result)
             measured["je"][data["dataset"]] = {"rows": rows, "summary": result.summary()}
@@ -219,8 +302,16 @@ def main(argv: list[str] | None = None) -> int:
             dp = [r for r in result.rows if r.epsilon_ub]
             base = result.row(result.baseline)
             strongest = max((m["advantage"] for m in base.membership.values()), default=0.0)
-            leaks_more = all(strongest >= max((m["advantage"] for m in r.membership.values()), default=0.0) for r in dp if r.epsilon_ub_best <= 8)
-            print(f"soundness: eps_LB <= eps_UB on every DP row: {all(r.verdict == 'no violation' for r in dp)}; non-private leaks more than every DP row at eps <= 8: {leaks_more}")
+            leaks_more = all(
+                strongest >= max((m["advantage"] for m in r.membership.values()), default=0.0)
+                for r in dp
+                if r.epsilon_ub_best <= 8
+            )
+            print(
+                "soundness: eps_LB <= eps_UB on every DP row: "
+                f"{all(r.verdict == 'no violation' for r in dp)}; non-private leaks more "
+                f"than every DP row at eps <= 8: {leaks_more}"
+            )
             measured["je"][data["dataset"]]["nonprivate_leaks_more_than_dp_at_eps_le_8"] = leaks_more
         else:
             measured["all"] = result.summary()

@@ -9,8 +9,10 @@ Settings (``--full``; ``--quick`` runs the same rows with a handful of rounds, t
 * 30 participants, each with 600 MNIST training images (members = 30 % of the 60,000, split
   seeded); θ_d = 1, largest-value selection, round-robin, plain SGD (batch 32) with one local
   epoch per turn, inputs standardised by the training split's mean and std as in the paper's
-  §6.1 (the defense's default; part of every network, so attacks see raw images). θ_u ∈ {1, 0.1, 0.01, 0.001} for the paper's MLP (784-128-64-10, 109,386
-  parameters; 140,106 on the paper's 32×32 frame) and CNN (105,506 parameters, :mod:`dpaudit.models`), beside centralised SGD on
+  §6.1 (the defense's default; part of every network, so attacks see raw images). θ_u ∈ {1, 0.1, 0.01, 0.001} for the
+  paper's MLP (784-128-64-10, 109,386
+  parameters; 140,106 on the paper's 32×32 frame) and CNN (105,506 parameters, :mod:`dpaudit.models`), beside
+  centralised SGD on
   the union and standalone SGD (each participant alone, as many epochs as it has turns). The
   seed's table labels the varied fraction θ_d; the issue and the protocol's privacy question
   concern θ_u, which is what is varied here (θ_d = 1).
@@ -120,11 +122,29 @@ def accuracy_rows(args: argparse.Namespace, budget: Budget) -> list[dict[str, An
         for theta in THETAS:
             rounds = budget.rounds_small_theta[model] if theta == 0.001 else budget.rounds[model]
             # The reference rows are trained once per model, with the θ_u = 0.1 run.
-            out = _train(args, model=model, member_fraction=0.3, participants=30, rounds=rounds, upload_fraction=theta, baselines=theta == 0.1, learning_rate=args.learning_rate)
+            out = _train(
+                args,
+                model=model,
+                member_fraction=0.3,
+                participants=30,
+                rounds=rounds,
+                upload_fraction=theta,
+                baselines=theta == 0.1,
+                learning_rate=args.learning_rate,
+            )
             m = out.record.metrics
             if theta == 0.1:
                 for ref in ("centralised", "standalone"):
-                    rows.append({"model": model, "participants": 30, "row": ref, "rounds": rounds, "accuracy": m[f"{ref}_test_accuracy"], "published": published.get(ref)})
+                    rows.append(
+                        {
+                            "model": model,
+                            "participants": 30,
+                            "row": ref,
+                            "rounds": rounds,
+                            "accuracy": m[f"{ref}_test_accuracy"],
+                            "published": published.get(ref),
+                        }
+                    )
             rows.append(
                 {
                     "model": model,
@@ -140,10 +160,28 @@ def accuracy_rows(args: argparse.Namespace, budget: Budget) -> list[dict[str, An
             )
         if budget.participants_large and model == "dssgd-mlp":
             n = budget.participants_large
-            out = _train(args, model=model, member_fraction=0.75, participants=n, rounds=budget.rounds[model], upload_fraction=0.1, baselines=True, learning_rate=args.learning_rate)
+            out = _train(
+                args,
+                model=model,
+                member_fraction=0.75,
+                participants=n,
+                rounds=budget.rounds[model],
+                upload_fraction=0.1,
+                baselines=True,
+                learning_rate=args.learning_rate,
+            )
             m = out.record.metrics
             for ref in ("centralised", "standalone"):
-                rows.append({"model": model, "participants": n, "row": ref, "rounds": budget.rounds[model], "accuracy": m[f"{ref}_test_accuracy"], "published": None})
+                rows.append(
+                    {
+                        "model": model,
+                        "participants": n,
+                        "row": ref,
+                        "rounds": budget.rounds[model],
+                        "accuracy": m[f"{ref}_test_accuracy"],
+                        "published": None,
+                    }
+                )
             rows.append(
                 {
                     "model": model,
@@ -165,13 +203,20 @@ def accuracy_rows(args: argparse.Namespace, budget: Budget) -> list[dict[str, An
 
 def print_accuracy(rows: list[dict[str, Any]]) -> None:
     print("\nDSSGD accuracy on MNIST (global model; θ_d = 1, largest values, round-robin)")
-    print(f"  {'model':<10} {'N':>3} {'row':<16} {'rounds':>6} {'accuracy':>9} {'local':>7} {'seed':>7} {'diff':>7} {'s/round':>8}")
+    print(
+        f"  {'model':<10} {'N':>3} {'row':<16} {'rounds':>6} {'accuracy':>9} "
+        f"{'local':>7} {'seed':>7} {'diff':>7} {'s/round':>8}"
+    )
     for r in rows:
         pub = "" if r.get("published") is None else f"{r['published']:.4f}"
         diff = "" if r.get("difference") is None else f"{r['difference']:+.4f}"
         local = "" if r.get("local_accuracy") is None else f"{r['local_accuracy']:.4f}"
         spr = "" if r.get("seconds_per_round") is None else f"{r['seconds_per_round']:.2f}"
-        print(f"  {r['model']:<10} {r['participants']:>3} {r['row']:<16} {r['rounds']:>6} {r['accuracy']:>9.4f} {local:>7} {pub:>7} {diff:>7} {spr:>8}")
+        print(
+            f"  {r['model']:<10} {r['participants']:>3} {r['row']:<16} "
+            f"{r['rounds']:>6} {r['accuracy']:>9.4f} {local:>7} {pub:>7} {diff:>7} "
+            f"{spr:>8}"
+        )
 
 
 def dp_rows(args: argparse.Namespace, budget: Budget) -> list[dict[str, Any]]:
@@ -213,10 +258,15 @@ def dp_rows(args: argparse.Namespace, budget: Budget) -> list[dict[str, Any]]:
 
 def print_dp(rows: list[dict[str, Any]]) -> None:
     print("\nDP variant (MLP, θ_u = 0.01): accuracy against the guarantee as stated and as composed (δ = 1e-5)")
-    print(f"  {'eps/param':>9} {'c':>6} {'rounds':>6} {'eps/round':>11} {'eps pure':>12} {'eps zCDP':>12} {'accuracy':>9}")
+    print(
+        f"  {'eps/param':>9} {'c':>6} {'rounds':>6} {'eps/round':>11} {'eps pure':>12} {'eps zCDP':>12} {'accuracy':>9}"
+    )
     for r in rows:
         print(
-            f"  {r['epsilon_per_parameter']:>9g} {r['uploads_per_turn']:>6} {r['rounds']:>6} {r['epsilon_per_round']:>11.4g} {r['epsilon_pure']:>12.4g} {r['epsilon_zcdp']:>12.4g} {r['accuracy']:>9.4f}"
+            f"  {r['epsilon_per_parameter']:>9g} {r['uploads_per_turn']:>6} "
+            f"{r['rounds']:>6} {r['epsilon_per_round']:>11.4g} "
+            f"{r['epsilon_pure']:>12.4g} {r['epsilon_zcdp']:>12.4g} "
+            f"{r['accuracy']:>9.4f}"
         )
 
 
@@ -264,15 +314,43 @@ def attack_rows(args: argparse.Namespace, budget: Budget) -> dict[str, Any]:
         examples.update({f"{k} x {r.setting}": r.example_reconstruction for r in rows if r.example_reconstruction.size})
         print(f"  turn leakage measured for {k} example(s) per turn", file=sys.stderr)
     if args.figures:
-        out["reconstruction_figure"] = str(reconstruction_figure(examples, Path(args.figures) / "dssgd-reconstructions.png"))
+        out["reconstruction_figure"] = str(
+            reconstruction_figure(examples, Path(args.figures) / "dssgd-reconstructions.png")
+        )
     # 2. The recorded uploads of participant 0 in the federations of the accuracy and DP tables.
     targets = [(f"theta_u={t:g}", {"upload_fraction": t, "baselines": t == 0.1}) for t in (1.0, 0.1, 0.01)]
-    targets += [(f"dp eps={e:g} (theta_u=0.01)", {"upload_fraction": 0.01, "dp_epsilon": e, "bound": args.bound, "threshold": args.threshold, "baselines": False}) for e in budget.dp_epsilons]
+    targets += [
+        (
+            f"dp eps={e:g} (theta_u=0.01)",
+            {
+                "upload_fraction": 0.01,
+                "dp_epsilon": e,
+                "bound": args.bound,
+                "threshold": args.threshold,
+                "baselines": False,
+            },
+        )
+        for e in budget.dp_epsilons
+    ]
     out["uploads"], records = [], {}
     for label, cfg in targets:
-        rec = _train(args, model=model, member_fraction=0.3, participants=30, rounds=rounds, learning_rate=args.learning_rate, **cfg)
+        rec = _train(
+            args,
+            model=model,
+            member_fraction=0.3,
+            participants=30,
+            rounds=rounds,
+            learning_rate=args.learning_rate,
+            **cfg,
+        )
         records[label] = rec.record
-        res = attack_uploads(target=rec.record_dir, run=RunDir(args.out), max_turns=budget.upload_turns, data_root=args.data_root, progress=not args.quiet)
+        res = attack_uploads(
+            target=rec.record_dir,
+            run=RunDir(args.out),
+            max_turns=budget.upload_turns,
+            data_root=args.data_root,
+            progress=not args.quiet,
+        )
         out["uploads"].append({"setting": label, **res.summary()})
     # 3. Membership inference from the participants' seat, through the CLI like any record.
     out["membership"] = []
@@ -280,13 +358,43 @@ def attack_rows(args: argparse.Namespace, budget: Budget) -> dict[str, Any]:
     for label in ("theta_u=1", "theta_u=0.01"):
         record = records[label]
         seats = [
-            ("global", RunDir(args.out).record_dir(record.model_id), [*basic, "--attack", "lira-offline", "--num-shadows", str(budget.num_shadows), "--executor", "serial"]),
-            ("participant 0 (local)", participant_record_dir(RunDir(args.out).submodel_dir(DEFENSES["dssgd"].submodels), record.model_id, 0), basic),
+            (
+                "global",
+                RunDir(args.out).record_dir(record.model_id),
+                [*basic, "--attack", "lira-offline", "--num-shadows", str(budget.num_shadows), "--executor", "serial"],
+            ),
+            (
+                "participant 0 (local)",
+                participant_record_dir(RunDir(args.out).submodel_dir(DEFENSES["dssgd"].submodels), record.model_id, 0),
+                basic,
+            ),
         ]
         for seat, rdir, attacks in seats:
-            res = _cli_json(["attack", "membership", "--target", str(rdir), *attacks, "--num-samples", "1000", "--out", args.out, "--quiet"])
+            res = _cli_json(
+                [
+                    "attack",
+                    "membership",
+                    "--target",
+                    str(rdir),
+                    *attacks,
+                    "--num-samples",
+                    "1000",
+                    "--out",
+                    args.out,
+                    "--quiet",
+                ]
+            )
             for name, summary in res["attacks"].items():
-                out["membership"].append({"setting": label, "model": seat, "attack": name, "auc": summary["auc"], "tpr_at_1pct": summary["tpr_at_fpr"]["0.01"], "epsilon_lb": summary["epsilon_lb"]})
+                out["membership"].append(
+                    {
+                        "setting": label,
+                        "model": seat,
+                        "attack": name,
+                        "auc": summary["auc"],
+                        "tpr_at_1pct": summary["tpr_at_fpr"]["0.01"],
+                        "epsilon_lb": summary["epsilon_lb"],
+                    }
+                )
     # 4. The canary audit of one turn's upload, without and with the DP variant.
     out["audit"] = []
     for eps in (None, 1.0, 10.0, 100.0):
@@ -350,23 +458,49 @@ def reconstruction_figure(examples: dict[str, Any], path: Path) -> Path:
 
 
 def print_attacks(res: dict[str, Any]) -> None:
-    print("\nServer seat, one turn of k examples (one SGD step; means over turns): best SSIM, share of the k inputs recognisable (SSIM >= 0.5), upload-membership AUC")
+    print(
+        "\nServer seat, one turn of k examples (one SGD step; means over "
+        "turns): best SSIM, share of the k inputs recognisable (SSIM >= 0.5), "
+        "upload-membership AUC"
+    )
     print(f"  {'k':>2} {'upload':<26} {'SSIM':>6} {'recognised':>10} {'AUC':>6}")
     for r in res["turn_leakage"]:
-        print(f"  {r['examples_per_turn']:>2} {r['setting']:<26} {r['best_ssim']:>6.3f} {r['recognised_share']:>10.2f} {r['membership_auc']:>6.3f}")
+        print(
+            f"  {r['examples_per_turn']:>2} {r['setting']:<26} "
+            f"{r['best_ssim']:>6.3f} {r['recognised_share']:>10.2f} "
+            f"{r['membership_auc']:>6.3f}"
+        )
     print("\nServer seat, participant 0's recorded uploads (30 participants, 600 examples per turn, MLP)")
     print(f"  {'federation':<26} {'turns':>5} {'best SSIM':>9} {'recognised':>10} {'AUC':>6} {'TPR@1%':>7}")
     for r in res["uploads"]:
-        print(f"  {r['setting']:<26} {r['turns']:>5} {r['best_ssim_max']:>9.3f} {r['distinct_recognised_total']:>10} {r['membership_auc']:>6.3f} {r['membership_tpr_at_1pct_fpr']:>7.3f}")
+        print(
+            f"  {r['setting']:<26} {r['turns']:>5} {r['best_ssim_max']:>9.3f} "
+            f"{r['distinct_recognised_total']:>10} {r['membership_auc']:>6.3f} "
+            f"{r['membership_tpr_at_1pct_fpr']:>7.3f}"
+        )
     print("\nMembership inference against the global and a local model (1,000 members and 1,000 non-members at most)")
     print(f"  {'federation':<14} {'model':<22} {'attack':<17} {'AUC':>6} {'TPR@1%':>7} {'eps_lb':>7}")
     for r in res["membership"]:
-        print(f"  {r['setting']:<14} {r['model']:<22} {r['attack']:<17} {r['auc']:>6.3f} {r['tpr_at_1pct']:>7.3f} {r['epsilon_lb']:>7.3f}")
-    print("\nCanary audit of one turn's upload (100 examples, theta_u = 0.01): eps_lb (95 %) vs the turn's composed eps_ub and the paper's per-parameter eps")
-    print(f"  {'eps/param':>9} {'trials':>6} {'eps_lb':>7} {'eps_ub turn':>11} {'IN rate':>7} {'OUT rate':>8} {'statistic':<9}")
+        print(
+            f"  {r['setting']:<14} {r['model']:<22} {r['attack']:<17} "
+            f"{r['auc']:>6.3f} {r['tpr_at_1pct']:>7.3f} {r['epsilon_lb']:>7.3f}"
+        )
+    print(
+        "\nCanary audit of one turn's upload (100 examples, theta_u = 0.01): "
+        "eps_lb (95 %) vs the turn's composed eps_ub and the paper's "
+        "per-parameter eps"
+    )
+    print(
+        f"  {'eps/param':>9} {'trials':>6} {'eps_lb':>7} {'eps_ub turn':>11} "
+        f"{'IN rate':>7} {'OUT rate':>8} {'statistic':<9}"
+    )
     for r in res["audit"]:
         eps = "no DP" if r["dp_epsilon"] is None else f"{r['dp_epsilon']:g}"
-        print(f"  {eps:>9} {r['trials']:>6} {r['epsilon_lb']:>7.3f} {r['epsilon_ub_turn']:>11.4g} {r['in_rate']:>7.3f} {r['out_rate']:>8.3f} {r['statistic']:<9}")
+        print(
+            f"  {eps:>9} {r['trials']:>6} {r['epsilon_lb']:>7.3f} "
+            f"{r['epsilon_ub_turn']:>11.4g} {r['in_rate']:>7.3f} "
+            f"{r['out_rate']:>8.3f} {r['statistic']:<9}"
+        )
 
 
 def timing_rows(args: argparse.Namespace, budget: Budget) -> list[dict[str, Any]]:
@@ -378,7 +512,13 @@ def timing_rows(args: argparse.Namespace, budget: Budget) -> list[dict[str, Any]
             model=budget.timing_model,
             dataset=args.dataset,
             config=default_config(
-                "dssgd", participants=budget.timing_participants, rounds=budget.timing_rounds, upload_fraction=0.1, schedule="async", baselines=False, learning_rate=TIMING_LEARNING_RATE
+                "dssgd",
+                participants=budget.timing_participants,
+                rounds=budget.timing_rounds,
+                upload_fraction=0.1,
+                schedule="async",
+                baselines=False,
+                learning_rate=TIMING_LEARNING_RATE,
             ),
             seed=args.seed,
             member_fraction=0.3,
@@ -409,14 +549,23 @@ def timing_rows(args: argparse.Namespace, budget: Budget) -> list[dict[str, Any]
 
 
 def print_timing(rows: list[dict[str, Any]]) -> None:
-    print(f"\nTime per round on Flower's simulation engine (Ray; async schedule, {rows[0]['model']}, {rows[0]['participants']} participants, {rows[0]['rounds']} rounds)")
+    print(
+        "\nTime per round on Flower's simulation engine (Ray; async schedule, "
+        f"{rows[0]['model']}, {rows[0]['participants']} participants, "
+        f"{rows[0]['rounds']} rounds)"
+    )
     for r in rows:
         extra = f"  speed-up {r['speedup_per_round']:.2f}x" if "speedup_per_round" in r else ""
-        print(f"  {r['workers']} worker(s): {r['seconds_per_round']:.2f} s per round, {r['wall_seconds']:.0f} s wall with Ray's start{extra}")
+        print(
+            f"  {r['workers']} worker(s): {r['seconds_per_round']:.2f} s per round, "
+            f"{r['wall_seconds']:.0f} s wall with Ray's start{extra}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="a few rounds per row (smoke test)")
     mode.add_argument("--full", action="store_true", help="the reproduction (default)")

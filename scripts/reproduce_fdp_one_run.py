@@ -100,7 +100,9 @@ def pct(ours: float, published: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, default=20, help="simulated runs per row (default 20; the 10^6-canary row uses at most 10)")
+    p.add_argument(
+        "--seeds", type=int, default=20, help="simulated runs per row (default 20; the 10^6-canary row uses at most 10)"
+    )
     p.add_argument("--quick", action="store_true", help="expected counts only (no simulation): seconds")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the measured figures here")
     args = p.parse_args(argv)
@@ -112,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         ks = guess_grid(m)
         true_eps = gdp_epsilon(mu=mu, delta=DELTA)
-        exp_f, exp_s, exp_rf, exp_rs = best_over_k(m, [idealised_gaussian_counts(mu=mu, num_canaries=m, num_guesses_per_side=k) for k in ks])
+        exp_f, exp_s, exp_rf, exp_rs = best_over_k(
+            m, [idealised_gaussian_counts(mu=mu, num_canaries=m, num_guesses_per_side=k) for k in ks]
+        )
         row: dict = {
             "mu": mu,
             "num_canaries": m,
@@ -131,7 +135,13 @@ def main(argv: list[str] | None = None) -> int:
                 sims_f.append(f)
                 sims_s.append(s)
                 if seed == 0:
-                    hf = fdp_one_run_bound_from_scores(scores, included, delta=DELTA, confidence=CONFIDENCE, guess_counts=sorted({max(1, int(m * x)) for x in (0.02, 0.05, 0.1, 0.2, 0.5)}))
+                    hf = fdp_one_run_bound_from_scores(
+                        scores,
+                        included,
+                        delta=DELTA,
+                        confidence=CONFIDENCE,
+                        guess_counts=sorted({max(1, int(m * x)) for x in (0.02, 0.05, 0.1, 0.2, 0.5)}),
+                    )
                     hs = one_run_bound_from_scores(scores, included, delta=DELTA, confidence=CONFIDENCE)
                     honest = {"fdp": hf[0], "steinke": hs[0]}
             row["simulated"] = {
@@ -150,8 +160,16 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"  mu={mu:g} m={m:.0e}: {row['seconds']:.1f} s", file=sys.stderr, flush=True)
 
-    print(f"\nIdealised Gaussian one-run audit, delta={DELTA:g}, {CONFIDENCE:.0%} confidence (Mahloujifar et al. 2025, table of docs/audits/statistics.md §8)\n")
-    head = f"{'true eps':>8} {'m':>6} | {'f-DP pub':>8} {'expected':>8} {'Δ%':>6} {'simulated':>12} {'Δ%':>6} | {'Stk pub':>7} {'expected':>8} {'Δ%':>6} {'simulated':>12} {'Δ%':>6}"
+    print(
+        f"\nIdealised Gaussian one-run audit, delta={DELTA:g}, {CONFIDENCE:.0%} "
+        "confidence (Mahloujifar et al. 2025, table of "
+        "docs/audits/statistics.md §8)\n"
+    )
+    head = (
+        f"{'true eps':>8} {'m':>6} | {'f-DP pub':>8} {'expected':>8} {'Δ%':>6} "
+        f"{'simulated':>12} {'Δ%':>6} | {'Stk pub':>7} {'expected':>8} {'Δ%':>6} "
+        f"{'simulated':>12} {'Δ%':>6}"
+    )
     if not args.quick:
         head += f" | {'honest f-DP':>11} {'honest Stk':>10}"
     print(head)
@@ -172,8 +190,10 @@ def main(argv: list[str] | None = None) -> int:
             line += f" | {row['honest']['fdp']:11.2f} {row['honest']['steinke']:10.2f}"
         print(line)
     print(
-        "\nexpected: expected counts, best k (uncorrected); simulated (paper's protocol): mean ± standard error over seeds 0..n-1,"
-        "\n  best of 50 log-spaced guess counts per run, chosen after the fact and uncorrected (an idealised figure, not an audit);"
+        "\nexpected: expected counts, best k (uncorrected); simulated (paper's "
+        "protocol): mean ± standard error over seeds 0..n-1,"
+        "\n  best of 50 log-spaced guess counts per run, chosen after the fact "
+        "and uncorrected (an idealised figure, not an audit);"
         "\nhonest: one run, Bonferroni over the default guess grid (what `dpaudit audit --method one-run` reports)."
     )
     if args.json is not None:

@@ -135,30 +135,71 @@ FULL = dict(
 
 
 def _models(p: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    sgd = dict(epochs=p["epochs"], batch_size=p["batch_size"], learning_rate=p["learning_rate"], momentum=0.9, noise_ramp_fraction=p["noise_ramp"])
+    sgd = dict(
+        epochs=p["epochs"],
+        batch_size=p["batch_size"],
+        learning_rate=p["learning_rate"],
+        momentum=0.9,
+        noise_ramp_fraction=p["noise_ramp"],
+    )
     pre = dict(redistribution_pretrain_epochs=p["pretrain_epochs"])
     rows = [
         ("pixeldp", "pixeldp", dict(sgd, robustness_epsilon=1.0, robustness_delta=0.05, attack_norm_bound=0.1)),
         ("agm", "agm", dict(sgd, robustness_epsilon=1.0, robustness_delta=0.05, attack_norm_bound=0.1)),
         ("hgm-matched", "hgm", dict(sgd, **pre, robustness_epsilon=1.0, robustness_delta=0.05, attack_norm_bound=0.1)),
-        ("hgm-matched-r1", "hgm", dict(sgd, robustness_epsilon=1.0, robustness_delta=0.05, attack_norm_bound=0.1, redistribute=False)),
+        (
+            "hgm-matched-r1",
+            "hgm",
+            dict(sgd, robustness_epsilon=1.0, robustness_delta=0.05, attack_norm_bound=0.1, redistribute=False),
+        ),
         ("hgm-authors", "hgm", dict(sgd, **pre, robustness_epsilon=4.0, robustness_delta=0.05, attack_norm_bound=0.2)),
     ]
     if p["authors_code"]:
-        rows.append(("hgm-authors-code", "hgm", dict(sgd, **pre, **AUTHORS_CODE, robustness_epsilon=4.0, robustness_delta=0.05, attack_norm_bound=0.2)))
-    dp = dict(epochs=p["dp_epochs"], lot_size=p["lot_size"], clip_norm=1.0, learning_rate=p["dp_learning_rate"], momentum=0.9, noise_multiplier=None, delta=1e-5)
+        rows.append(
+            (
+                "hgm-authors-code",
+                "hgm",
+                dict(sgd, **pre, **AUTHORS_CODE, robustness_epsilon=4.0, robustness_delta=0.05, attack_norm_bound=0.2),
+            )
+        )
+    dp = dict(
+        epochs=p["dp_epochs"],
+        lot_size=p["lot_size"],
+        clip_norm=1.0,
+        learning_rate=p["dp_learning_rate"],
+        momentum=0.9,
+        noise_multiplier=None,
+        delta=1e-5,
+    )
     for eps in p["epsilons"]:
         robust = dict(target_epsilon=eps, robustness_epsilon=4.0, robustness_delta=0.05, attack_norm_bound=0.2)
         # Secure-SGD as measured best on MNIST (docs/results/certified.md): the first layer kept orthogonal (equal
         # singular values at their initial mean, so Δ_r is constant and the layer passes the most
         # signal per unit of it), uniform noise (r from a pre-trained model cost 10 points under
         # DP-SGD), ramped over the first 10 % of training.
-        secure = dict(dp, **robust, sensitivity_control="orthogonal", redistribute=False, noise_ramp_fraction=p["secure_noise_ramp"])
+        secure = dict(
+            dp,
+            **robust,
+            sensitivity_control="orthogonal",
+            redistribute=False,
+            noise_ramp_fraction=p["secure_noise_ramp"],
+        )
         rows.append((f"secure-sgd-eps{eps:g}", "secure-sgd", secure))
         if p["authors_code"]:
             rows.append(
                 # Their code scales the noise to its Δ_r estimate of the current weights: scale-noise.
-                (f"secure-sgd-authors-code-eps{eps:g}", "secure-sgd", dict(dp, **pre, **robust, **AUTHORS_CODE, authors_batch_clipping=True, sensitivity_control="scale-noise"))
+                (
+                    f"secure-sgd-authors-code-eps{eps:g}",
+                    "secure-sgd",
+                    dict(
+                        dp,
+                        **pre,
+                        **robust,
+                        **AUTHORS_CODE,
+                        authors_batch_clipping=True,
+                        sensitivity_control="scale-noise",
+                    ),
+                )
             )
         rows.append((f"dpsgd-eps{eps:g}", "dpsgd", dict(dp, target_epsilon=eps)))
     # Randomized smoothing as a defense of its own: the base classifier trained on Gaussian-noised
@@ -179,9 +220,15 @@ def authors_mixed_delta_accuracy(run: RunDir, record: Any, sizes: tuple[float, .
     spec = thaw(record.config).get("certification") or {}
     if "authors_reference_delta" not in spec:
         return None
-    mix = AuthorsMixedDelta(robustness_epsilon=spec["robustness_epsilon"], robustness_delta=spec["robustness_delta"], reference_delta=spec["authors_reference_delta"])
+    mix = AuthorsMixedDelta(
+        robustness_epsilon=spec["robustness_epsilon"],
+        robustness_delta=spec["robustness_delta"],
+        reference_delta=spec["authors_reference_delta"],
+    )
     own = load_certification_result(run.certify_dir(record.model_id) / f"certify-{record.defense}.json")
-    inflated = dataclasses.replace(own, method=f"{own.method}-authors-mixed-delta", radii=own.radii * mix.factor(spec["mechanism"]))
+    inflated = dataclasses.replace(
+        own, method=f"{own.method}-authors-mixed-delta", radii=own.radii * mix.factor(spec["mechanism"])
+    )
     return {f"{s:g}": float(a) for s, a in zip(sizes, inflated.certified_accuracy(sizes))}
 
 
@@ -193,22 +240,52 @@ def matched_test_accuracy(model: Any, bundle: Any, *, num_examples: int, draws: 
     ``draws`` for a noise layer, one pass otherwise).
     """
     n = min(num_examples, len(bundle.test))
-    return expected_score_accuracy(model, bundle.test.features[:n], bundle.test.labels[:n], num_draws=draws, seed=seed, device=device)
+    return expected_score_accuracy(
+        model, bundle.test.features[:n], bundle.test.labels[:n], num_draws=draws, seed=seed, device=device
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="digits, CI-sized (default)")
     mode.add_argument("--full", action="store_true", help="MNIST")
-    ap.add_argument("--out", default="out/hgm", help="run directory (reused: finished models and results are not recomputed)")
+    ap.add_argument(
+        "--out", default="out/hgm", help="run directory (reused: finished models and results are not recomputed)"
+    )
     ap.add_argument("--json", metavar="FILE", help="write the measured numbers here")
-    for name in ("num_members", "dp_num_members", "epochs", "dp_epochs", "batch_size", "lot_size", "draws", "num_examples", "eot_samples", "pretrain_epochs", "accuracy_examples", "accuracy_draws"):
+    for name in (
+        "num_members",
+        "dp_num_members",
+        "epochs",
+        "dp_epochs",
+        "batch_size",
+        "lot_size",
+        "draws",
+        "num_examples",
+        "eot_samples",
+        "pretrain_epochs",
+        "accuracy_examples",
+        "accuracy_draws",
+    ):
         ap.add_argument(f"--{name.replace('_', '-')}", type=int)
-    ap.add_argument("--noise-ramp", type=float, help="fraction of training over which the noise layer's noise ramps up (default 0.1)")
-    ap.add_argument("--epsilons", type=lambda s: tuple(float(x) for x in s.split(",")), help="DP epsilons for Secure-SGD and DP-SGD")
+    ap.add_argument(
+        "--noise-ramp",
+        type=float,
+        help="fraction of training over which the noise layer's noise ramps up (default 0.1)",
+    )
+    ap.add_argument(
+        "--epsilons", type=lambda s: tuple(float(x) for x in s.split(",")), help="DP epsilons for Secure-SGD and DP-SGD"
+    )
     ap.add_argument("--only", help="comma-separated subset of the model labels to run")
-    ap.add_argument("--no-authors-code", dest="authors_code", action="store_false", help="leave out the rows with the authors' code's behaviours switched on")
+    ap.add_argument(
+        "--no-authors-code",
+        dest="authors_code",
+        action="store_false",
+        help="leave out the rows with the authors' code's behaviours switched on",
+    )
     ap.add_argument("--dataset")
     ap.add_argument("--model")
     ap.add_argument("--device", default="auto")
@@ -245,16 +322,33 @@ def main(argv: list[str] | None = None) -> int:
     splits = make_splits(bundle, seed=args.seed, num_members=members, num_non_members=0)
     # DP-SGD and Secure-SGD share their own (larger) member set: same network, same data.
     dp_members = min(p["dp_num_members"], n_train - 1)
-    dp_splits = splits if dp_members == members else make_splits(bundle, seed=args.seed, num_members=dp_members, num_non_members=0)
-    run = RunDir(args.out).create(command="scripts/reproduce_hgm.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    dp_splits = (
+        splits
+        if dp_members == members
+        else make_splits(bundle, seed=args.seed, num_members=dp_members, num_non_members=0)
+    )
+    run = RunDir(args.out).create(
+        command="scripts/reproduce_hgm.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    )
     started = time.monotonic()
-    measured: dict[str, Any] = {"mode": "full" if args.full else "quick", "parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in p.items()}, "models": {}}
+    measured: dict[str, Any] = {
+        "mode": "full" if args.full else "quick",
+        "parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in p.items()},
+        "models": {},
+    }
     only = set(args.only.split(",")) if args.only else None
     for label, defense, kw in _models(p):
         if only is not None and label not in only:
             continue
         outcome = train_or_load(
-            TrainSpec(defense=defense, config=default_config(defense, **kw), model=p["model"], dataset=p["dataset"], seed=args.seed, device=str(device)),
+            TrainSpec(
+                defense=defense,
+                config=default_config(defense, **kw),
+                model=p["model"],
+                dataset=p["dataset"],
+                seed=args.seed,
+                device=str(device),
+            ),
             run,
             bundle=bundle,
             splits=dp_splits if defense in ("secure-sgd", "dpsgd") else splits,
@@ -279,25 +373,57 @@ def main(argv: list[str] | None = None) -> int:
                 run,
             ).to_dict()
         else:
-            # No noise layer to certify (DP-SGD): its one-draw test accuracy is the conventional accuracy compared against.
-            summary = {"conventional_accuracy": record.metrics["test_accuracy"], "certified_accuracy": {}, "soundness_violations": []}
+            # No noise layer to certify (DP-SGD): its one-draw test accuracy is the conventional accuracy compared
+            # against.
+            summary = {
+                "conventional_accuracy": record.metrics["test_accuracy"],
+                "certified_accuracy": {},
+                "soundness_violations": [],
+            }
         measured["models"][label] = {
             "defense": defense,
             "model_id": model_id,
             "train_seconds": train_s,
             "certify_seconds": time.monotonic() - t1,
             "test_accuracy_one_draw": record.metrics.get("test_accuracy"),
-            "matched_test_accuracy": matched_test_accuracy(outcome.model, bundle, num_examples=p["accuracy_examples"], draws=p["accuracy_draws"], seed=args.seed, device=device),
+            "matched_test_accuracy": matched_test_accuracy(
+                outcome.model,
+                bundle,
+                num_examples=p["accuracy_examples"],
+                draws=p["accuracy_draws"],
+                seed=args.seed,
+                device=device,
+            ),
             "epsilon": record.metrics.get("epsilon", float("inf")),
-            **{k: summary.get(k) for k in ("conventional_accuracy", "certified_accuracy", "robust_accuracy", "smoothing", "noise_std", "sensitivity", "draws_per_second", "soundness_violations")},
+            **{
+                k: summary.get(k)
+                for k in (
+                    "conventional_accuracy",
+                    "certified_accuracy",
+                    "robust_accuracy",
+                    "smoothing",
+                    "noise_std",
+                    "sensitivity",
+                    "draws_per_second",
+                    "soundness_violations",
+                )
+            },
         }
         quirks = thaw(record.config).get("authors_quirks")
         if quirks:
             measured["models"][label]["authors_quirks"] = list(quirks)
-            mixed = authors_mixed_delta_accuracy(run, record, tuple(p["sizes"])) if defense in certifiable_defenses() else None
+            mixed = (
+                authors_mixed_delta_accuracy(run, record, tuple(p["sizes"]))
+                if defense in certifiable_defenses()
+                else None
+            )
             if mixed is not None:
                 measured["models"][label]["authors_mixed_delta_accuracy_not_certified"] = mixed
-        print(f"[{label}] conventional {summary['conventional_accuracy']:.4f}  certified {summary.get('certified_accuracy', {})}", file=sys.stderr)
+        print(
+            f"[{label}] conventional {summary['conventional_accuracy']:.4f}  "
+            f"certified {summary.get('certified_accuracy', {})}",
+            file=sys.stderr,
+        )
     measured["seconds"] = time.monotonic() - started
     from dpaudit.api import render_reports
 
@@ -314,18 +440,29 @@ def main(argv: list[str] | None = None) -> int:
             diffs = [hg["certified_accuracy"][s] - px["certified_accuracy"][s] for s in sizes]
             measured[f"{hgm_label}_minus_pixeldp"] = dict(zip(sizes, diffs))
             lines.append(
-                f"{hgm_label} vs PixelDP (same noise per unit sensitivity): conventional {hg['conventional_accuracy']:.4f} vs "
-                f"{px['conventional_accuracy']:.4f}; certified difference per size {', '.join(f'{s}: {d:+.3f}' for s, d in zip(sizes, diffs))}; "
+                f"{hgm_label} vs PixelDP (same noise per unit sensitivity): conventional "
+                f"{hg['conventional_accuracy']:.4f} vs "
+                f"{px['conventional_accuracy']:.4f}; certified difference per size "
+                f"{', '.join(f'{s}: {d:+.3f}' for s, d in zip(sizes, diffs))}; "
                 f">= at every size: {all(d >= 0 for d in diffs)}"
             )
-    for code, paper in [("hgm-authors-code", "hgm-authors"), *((f"secure-sgd-authors-code-eps{e:g}", f"secure-sgd-eps{e:g}") for e in p["epsilons"])]:
+    for code, paper in [
+        ("hgm-authors-code", "hgm-authors"),
+        *((f"secure-sgd-authors-code-eps{e:g}", f"secure-sgd-eps{e:g}") for e in p["epsilons"]),
+    ]:
         if code in m and paper in m:
             q, x = m[code], m[paper]
             lines.append(
-                f"{code} (authors' code: {', '.join(q.get('authors_quirks', []))}) vs {paper}: conventional {q['conventional_accuracy']:.4f} vs {x['conventional_accuracy']:.4f}; "
-                f"certified at {sizes[0]}: {q['certified_accuracy'].get(sizes[0], float('nan')):.3f} vs {x['certified_accuracy'].get(sizes[0], float('nan')):.3f}"
+                f"{code} (authors' code: {', '.join(q.get('authors_quirks', []))}) vs "
+                f"{paper}: conventional {q['conventional_accuracy']:.4f} vs "
+                f"{x['conventional_accuracy']:.4f}; "
+                f"certified at {sizes[0]}: "
+                f"{q['certified_accuracy'].get(sizes[0], float('nan')):.3f} vs "
+                f"{x['certified_accuracy'].get(sizes[0], float('nan')):.3f}"
                 + (
-                    f"; the code's mixed-delta sizes would report {q['authors_mixed_delta_accuracy_not_certified'][sizes[0]]:.3f} (not a certificate)"
+                    "; the code's mixed-delta sizes would report "
+                    f"{q['authors_mixed_delta_accuracy_not_certified'][sizes[0]]:.3f} (not a "
+                    "certificate)"
                     if q.get("authors_mixed_delta_accuracy_not_certified")
                     else ""
                 )
@@ -336,12 +473,15 @@ def main(argv: list[str] | None = None) -> int:
             gap = a["matched_test_accuracy"] - b["matched_test_accuracy"]
             measured.setdefault("secure_minus_dpsgd", {})[f"{eps:g}"] = gap
             lines.append(
-                f"eps={eps:g}: Secure-SGD {a['matched_test_accuracy']:.4f} vs DP-SGD {b['matched_test_accuracy']:.4f} on the first "
+                f"eps={eps:g}: Secure-SGD {a['matched_test_accuracy']:.4f} vs DP-SGD "
+                f"{b['matched_test_accuracy']:.4f} on the first "
                 f"{p['accuracy_examples']:,} test images (difference {gap:+.4f}; within 2 points: {gap >= -0.02})"
             )
     bad = {k: x["soundness_violations"] for k, x in m.items() if x.get("soundness_violations")}
     lines.append(f"soundness violations: {bad or 'none'}")
-    header = f"{'model':<30}{'conv':>7}" + "".join(f"{s:>7}" for s in sizes) + f"{'train s':>9}{'cert s':>8}{'acc@N':>8}"
+    header = (
+        f"{'model':<30}{'conv':>7}" + "".join(f"{s:>7}" for s in sizes) + f"{'train s':>9}{'cert s':>8}{'acc@N':>8}"
+    )
     print(header)
     for label, x in m.items():
         cert = x.get("certified_accuracy") or {}
@@ -352,10 +492,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         if x.get("smoothing"):
             sm = x["smoothing"]["certified_accuracy"]
-            print(f"{'  smoothing':<30}{x['smoothing']['conventional_accuracy']:7.3f}" + "".join(f"{sm.get(s, float('nan')):7.3f}" for s in sizes))
+            print(
+                f"{'  smoothing':<30}{x['smoothing']['conventional_accuracy']:7.3f}"
+                + "".join(f"{sm.get(s, float('nan')):7.3f}" for s in sizes)
+            )
         if x.get("authors_mixed_delta_accuracy_not_certified"):
             mixed = x["authors_mixed_delta_accuracy_not_certified"]
-            print(f"{'  mixed-delta (authors)':<30}{'':>7}" + "".join(f"{mixed.get(s, float('nan')):7.3f}" for s in sizes))
+            print(
+                f"{'  mixed-delta (authors)':<30}{'':>7}" + "".join(f"{mixed.get(s, float('nan')):7.3f}" for s in sizes)
+            )
         rob = x.get("robust_accuracy") or {}
         strongest = [min(r[s] for r in rob.values()) for s in sizes] if rob else []
         if strongest:
@@ -363,12 +508,25 @@ def main(argv: list[str] | None = None) -> int:
     smooth_rows = {label: x for label, x in m.items() if x["defense"] == "smoothing"}
     if smooth_rows:
         radii = [*sizes, *(f"{r:g}" for r in p["smoothing_sizes"])]
-        measured["smoothing_defense"] = {label: {"conventional_accuracy": x["conventional_accuracy"], "certified_accuracy": x["certified_accuracy"]} for label, x in smooth_rows.items()}
-        print(f"\nRandomized smoothing as a defense (CERTIFY, n = {p['smoothing_draws']:,}, alpha = 0.001): certified accuracy by L2 radius")
+        measured["smoothing_defense"] = {
+            label: {"conventional_accuracy": x["conventional_accuracy"], "certified_accuracy": x["certified_accuracy"]}
+            for label, x in smooth_rows.items()
+        }
+        print(
+            "\nRandomized smoothing as a defense (CERTIFY, n = "
+            f"{p['smoothing_draws']:,}, alpha = 0.001): certified accuracy by L2 "
+            "radius"
+        )
         print(f"{'model':<30}{'conv':>7}" + "".join(f"{r:>7}" for r in radii))
         for label, x in smooth_rows.items():
-            print(f"{label:<30}{x['conventional_accuracy']:7.3f}" + "".join(f"{x['certified_accuracy'].get(r, float('nan')):7.3f}" for r in radii))
-    print(f"acc@N: accuracy on the first {p['accuracy_examples']:,} test images, the same for every row ({p['accuracy_draws']} draws for noise layers)")
+            print(
+                f"{label:<30}{x['conventional_accuracy']:7.3f}"
+                + "".join(f"{x['certified_accuracy'].get(r, float('nan')):7.3f}" for r in radii)
+            )
+    print(
+        f"acc@N: accuracy on the first {p['accuracy_examples']:,} test images, "
+        f"the same for every row ({p['accuracy_draws']} draws for noise layers)"
+    )
     print("\n".join(lines))
     print(f"report: {measured['report']}  ({measured['seconds']:.0f} s)")
     if args.json:

@@ -11,7 +11,8 @@ Settings (``--full``; ``--quick`` runs the same rows with tiny budgets, the CI s
   targets at ε = 1 and ε = 8 and a PixelDP (noise-layer) softmax target. Chance is 1/40.
 * **faces-1-20** — identities s1–s20 private, s21–s40 public (the GMI face setting with
   disjoint identities): MI-Face and GMI on the same targets — non-private and DP-SGD (ε = 1)
-  softmax (the sigmoid MLP does not learn 20 identities from 105 images with plain SGD); the GAN (WGAN-GP) learns from the 200 public faces. Chance is 1/20.
+  softmax (the sigmoid MLP does not learn 20 identities from 105 images with plain SGD); the GAN (WGAN-GP) learns from
+  the 200 public faces. Chance is 1/20.
 * **mnist-0-4** — digits 0–4 private, 5–9 public (Zhang et al. 2020, §4.1): MI-Face and GMI
   against an MLP target trained non-privately, with DP-SGD at ε = 1 and ε = 8, with PixelDP, and
   as the student of 50 PATE teachers (GNMax, σ = 10, 500 queries, supervised student).
@@ -26,7 +27,8 @@ and renders ``OUT/reports/inversion.html``.
 
 Usage::
 
-    DPAUDIT_DATA_ROOT=../shared/data python scripts/reproduce_inversion.py --full --out out/inversion --json out/inversion.json
+    DPAUDIT_DATA_ROOT=../shared/data python scripts/reproduce_inversion.py --full --out out/inversion --json
+    out/inversion.json
     DPAUDIT_DATA_ROOT=../shared/data python scripts/reproduce_inversion.py --full --only mnist ...   # one setting
 """
 
@@ -41,7 +43,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dpaudit.api import InversionSpec, PublicData, RunDir, TrainSpec, atomic_write_json, default_config, run_inversion, to_jsonable, train_or_load
+from dpaudit.api import (
+    InversionSpec,
+    PublicData,
+    RunDir,
+    TrainSpec,
+    atomic_write_json,
+    default_config,
+    run_inversion,
+    to_jsonable,
+    train_or_load,
+)
 
 SETTINGS = ("faces", "faces-1-20", "mnist")
 
@@ -89,31 +101,109 @@ def _targets(b: Budget) -> list[Target]:
     mlp = {"epochs": b.epochs["faces"], "learning_rate": 0.1, "batch_size": 32}
     # DP-SGD on 210 faces: a large lot (q = 0.5) and few epochs keep the noise per step bearable.
     # σ is calibrated to the budget for the given epochs (noise_multiplier=None).
-    faces_dp = {"epochs": b.epochs["faces-dp"], "lot_size": 105, "noise_multiplier": None, "learning_rate": 20.0, "clip_norm": 1.0, "delta": 1e-3}
+    faces_dp = {
+        "epochs": b.epochs["faces-dp"],
+        "lot_size": 105,
+        "noise_multiplier": None,
+        "learning_rate": 20.0,
+        "clip_norm": 1.0,
+        "delta": 1e-3,
+    }
     pixel = {"epochs": b.epochs["faces"], "learning_rate": 0.01, "batch_size": 32}
     mnist = {"epochs": b.epochs["mnist"], "learning_rate": 0.1, "batch_size": 64}
-    mnist_dp = {"epochs": b.epochs["mnist-dp"], "lot_size": 600, "noise_multiplier": None, "learning_rate": 0.1, "clip_norm": 4.0, "delta": 1e-5}
+    mnist_dp = {
+        "epochs": b.epochs["mnist-dp"],
+        "lot_size": 600,
+        "noise_multiplier": None,
+        "learning_rate": 0.1,
+        "clip_norm": 4.0,
+        "delta": 1e-5,
+    }
     faces_public = PublicData(dataset="faces", classes=tuple(range(20, 40)))
     mnist_public = PublicData(dataset="mnist", classes=(5, 6, 7, 8, 9))
     both = ("mi-face", "gmi")
     return [
         Target("faces", "softmax, non-private", "faces", "softmax-regression", "nonprivate", soft),
         Target("faces", "MLP, non-private", "faces", "faces-mlp", "nonprivate", mlp),
-        Target("faces", "softmax, DP-SGD eps=1", "faces", "softmax-regression", "dpsgd", {**faces_dp, "target_epsilon": 1.0}),
-        Target("faces", "softmax, DP-SGD eps=8", "faces", "softmax-regression", "dpsgd", {**faces_dp, "target_epsilon": 8.0}),
+        Target(
+            "faces",
+            "softmax, DP-SGD eps=1",
+            "faces",
+            "softmax-regression",
+            "dpsgd",
+            {**faces_dp, "target_epsilon": 1.0},
+        ),
+        Target(
+            "faces",
+            "softmax, DP-SGD eps=8",
+            "faces",
+            "softmax-regression",
+            "dpsgd",
+            {**faces_dp, "target_epsilon": 8.0},
+        ),
         Target("faces", "softmax, PixelDP", "faces", "softmax-regression", "pixeldp", pixel),
-        Target("faces-1-20", "softmax, non-private", "faces-1-20", "softmax-regression", "nonprivate", soft, both, faces_public),
-        Target("faces-1-20", "softmax, DP-SGD eps=1", "faces-1-20", "softmax-regression", "dpsgd", {**faces_dp, "target_epsilon": 1.0, "lot_size": 52}, both, faces_public),
+        Target(
+            "faces-1-20",
+            "softmax, non-private",
+            "faces-1-20",
+            "softmax-regression",
+            "nonprivate",
+            soft,
+            both,
+            faces_public,
+        ),
+        Target(
+            "faces-1-20",
+            "softmax, DP-SGD eps=1",
+            "faces-1-20",
+            "softmax-regression",
+            "dpsgd",
+            {**faces_dp, "target_epsilon": 1.0, "lot_size": 52},
+            both,
+            faces_public,
+        ),
         Target("mnist", "MLP, non-private", "mnist-0-4", "abadi-mnist", "nonprivate", mnist, both, mnist_public, 0.5),
-        Target("mnist", "MLP, DP-SGD eps=1", "mnist-0-4", "abadi-mnist", "dpsgd", {**mnist_dp, "target_epsilon": 1.0}, both, mnist_public, 0.5),
-        Target("mnist", "MLP, DP-SGD eps=8", "mnist-0-4", "abadi-mnist", "dpsgd", {**mnist_dp, "target_epsilon": 8.0}, both, mnist_public, 0.5),
+        Target(
+            "mnist",
+            "MLP, DP-SGD eps=1",
+            "mnist-0-4",
+            "abadi-mnist",
+            "dpsgd",
+            {**mnist_dp, "target_epsilon": 1.0},
+            both,
+            mnist_public,
+            0.5,
+        ),
+        Target(
+            "mnist",
+            "MLP, DP-SGD eps=8",
+            "mnist-0-4",
+            "abadi-mnist",
+            "dpsgd",
+            {**mnist_dp, "target_epsilon": 8.0},
+            both,
+            mnist_public,
+            0.5,
+        ),
         Target("mnist", "MLP, PixelDP", "mnist-0-4", "abadi-mnist", "pixeldp", mnist, both, mnist_public, 0.5),
         # GNMax (σ = 10 for 50 teachers, Papernot et al. 2018) with a supervised student.
-        Target("mnist", "MLP, PATE student", "mnist-0-4", "abadi-mnist", "pate", {**b.pate, "aggregator": "gnmax", "sigma": 10.0, "semi_supervised": False}, both, mnist_public, 0.5),
+        Target(
+            "mnist",
+            "MLP, PATE student",
+            "mnist-0-4",
+            "abadi-mnist",
+            "pate",
+            {**b.pate, "aggregator": "gnmax", "sigma": 10.0, "semi_supervised": False},
+            both,
+            mnist_public,
+            0.5,
+        ),
     ]
 
 
-def _run_target(t: Target, b: Budget, run: RunDir, *, seed: int, data_root: str | None, device: str, progress: bool) -> dict[str, Any]:
+def _run_target(
+    t: Target, b: Budget, run: RunDir, *, seed: int, data_root: str | None, device: str, progress: bool
+) -> dict[str, Any]:
     from dpaudit.api import INVERSION_ATTACKS, GANConfig
 
     started = time.perf_counter()
@@ -165,29 +255,48 @@ def _run_target(t: Target, b: Budget, run: RunDir, *, seed: int, data_root: str 
     }
     for name, result in out.results.items():
         s = result.summary()
-        row["attacks"][name] = {**s, "seconds": float(result.metadata.get("seconds", 0.0)), "chance": 1.0 / int(result.metadata.get("num_dataset_classes", result.num_classes))}
+        row["attacks"][name] = {
+            **s,
+            "seconds": float(result.metadata.get("seconds", 0.0)),
+            "chance": 1.0 / int(result.metadata.get("num_dataset_classes", result.num_classes)),
+        }
     return row
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'setting':<11} {'target':<24} {'eps_ub':>6} {'acc':>5} {'attack':<8} {'top-1':>6} {'top-5':>6} {'chance':>6} {'KNN':>7} {'PSNR':>6} {'d_mean':>6} {'d_mem':>6} {'d_non':>6} {'AUC':>5} {'eps_lb':>6} {'sec':>6}"
+    head = (
+        f"{'setting':<11} {'target':<24} {'eps_ub':>6} {'acc':>5} {'attack':<8} "
+        f"{'top-1':>6} {'top-5':>6} {'chance':>6} {'KNN':>7} {'PSNR':>6} "
+        f"{'d_mean':>6} {'d_mem':>6} {'d_non':>6} {'AUC':>5} {'eps_lb':>6} "
+        f"{'sec':>6}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         for name, a in r["attacks"].items():
             eps = f"{r['epsilon_ub']:.2f}" if r["epsilon_ub"] != float("inf") else "inf"
             lines.append(
-                f"{r['setting']:<11} {r['target']:<24} {eps:>6} {r['test_accuracy'] or 0:5.2f} {name:<8} {a['attack_accuracy_top1']:6.3f} {a['attack_accuracy_top5']:6.3f} {a['chance']:6.3f} "
-                f"{a['knn_distance']:7.2f} {a['psnr']:6.2f} {a['distance_to_mean']:6.3f} {a['distance_to_member']:6.3f} {a['distance_to_non_member']:6.3f} "
+                f"{r['setting']:<11} {r['target']:<24} {eps:>6} "
+                f"{r['test_accuracy'] or 0:5.2f} {name:<8} "
+                f"{a['attack_accuracy_top1']:6.3f} {a['attack_accuracy_top5']:6.3f} "
+                f"{a['chance']:6.3f} "
+                f"{a['knn_distance']:7.2f} {a['psnr']:6.2f} {a['distance_to_mean']:6.3f} "
+                f"{a['distance_to_member']:6.3f} {a['distance_to_non_member']:6.3f} "
                 f"{a['membership']['auc']:5.3f} {a['membership']['epsilon_lb']:6.3f} {a['seconds']:6.0f}"
             )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--quick", action="store_true", help="tiny budgets: checks the pipeline in minutes")
-    mode.add_argument("--full", action="store_true", help="the budgets of the table in docs/results/attacks.md (about an hour on a 2-core CPU)")
+    mode.add_argument(
+        "--full",
+        action="store_true",
+        help="the budgets of the table in docs/results/attacks.md (about an hour on a 2-core CPU)",
+    )
     p.add_argument("--only", action="append", choices=SETTINGS, help="run only this setting (repeatable)")
     p.add_argument("--out", required=True, help="run directory (rerun to resume)")
     p.add_argument("--json", help="write the measured rows here")
@@ -202,8 +311,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     started = time.perf_counter()
     for t in chosen:
-        print(f"[{time.perf_counter() - started:7.0f} s] {t.setting}: {t.label} ({', '.join(t.attacks)})", file=sys.stderr)
-        rows.append(_run_target(t, budget, run, seed=args.seed, data_root=args.data_root, device=args.device, progress=not args.quiet))
+        print(
+            f"[{time.perf_counter() - started:7.0f} s] {t.setting}: {t.label} ({', '.join(t.attacks)})", file=sys.stderr
+        )
+        rows.append(
+            _run_target(
+                t, budget, run, seed=args.seed, data_root=args.data_root, device=args.device, progress=not args.quiet
+            )
+        )
     from dpaudit.api import render_reports
 
     index = render_reports(run)
@@ -213,7 +328,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['setting']} / {r['target']}: {a['finding']}")
     print(f"report: {index.index_html}")
     if args.json:
-        atomic_write_json(Path(args.json), to_jsonable({"mode": "full" if args.full else "quick", "rows": rows, "seconds": time.perf_counter() - started}))
+        atomic_write_json(
+            Path(args.json),
+            to_jsonable(
+                {"mode": "full" if args.full else "quick", "rows": rows, "seconds": time.perf_counter() - started}
+            ),
+        )
     return 0
 
 

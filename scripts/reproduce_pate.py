@@ -47,7 +47,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dpaudit.api import RunDir, TrainSpec, atomic_write_json, default_config, load_dataset, make_splits, read_json, to_jsonable, train_or_load
+from dpaudit.api import (
+    RunDir,
+    TrainSpec,
+    atomic_write_json,
+    default_config,
+    load_dataset,
+    make_splits,
+    read_json,
+    to_jsonable,
+    train_or_load,
+)
 
 
 @dataclass(frozen=True)
@@ -68,29 +78,71 @@ class Row:
 # the stronger ones.
 _MNIST_TEACHERS = dict(teachers=250, epochs=10, batch_size=32, learning_rate=0.05)
 _STRONG_TEACHERS = dict(_MNIST_TEACHERS, epochs=20)
-_CGN_MNIST = dict(aggregator="confident-gnmax", threshold=200.0, threshold_sigma=150.0, sigma=40.0, queries=640, delta=1e-5)
+_CGN_MNIST = dict(
+    aggregator="confident-gnmax", threshold=200.0, threshold_sigma=150.0, sigma=40.0, queries=640, delta=1e-5
+)
 FULL = [
     Row(
         "mnist-confident-gnmax-semi",
         "mnist",
         "hgm-cnn",
         dict(_MNIST_TEACHERS, **_CGN_MNIST, semi_supervised=True),
-        {"answered": 286, "epsilon": 1.97, "accuracy": 0.985, "source": "Papernot et al. 2018, MNIST (Confident-GNMax)"},
+        {
+            "answered": 286,
+            "epsilon": 1.97,
+            "accuracy": 0.985,
+            "source": "Papernot et al. 2018, MNIST (Confident-GNMax)",
+        },
         attack=True,
     ),
-    Row("mnist-confident-gnmax-supervised", "mnist", "hgm-cnn", dict(_MNIST_TEACHERS, **_CGN_MNIST, semi_supervised=False)),
-    Row("mnist-confident-gnmax-semi-20-epoch-teachers", "mnist", "hgm-cnn", dict(_STRONG_TEACHERS, **_CGN_MNIST, semi_supervised=True)),
-    Row("mnist-confident-gnmax-supervised-8-epoch-teachers", "mnist", "hgm-cnn", dict(_MNIST_TEACHERS, epochs=8, **_CGN_MNIST, semi_supervised=False)),
-    Row("mnist-confident-gnmax-supervised-6-epoch-teachers", "mnist", "hgm-cnn", dict(_MNIST_TEACHERS, epochs=6, **_CGN_MNIST, semi_supervised=False)),
-    Row("mnist-confident-gnmax-semi-6-epoch-teachers", "mnist", "hgm-cnn", dict(_MNIST_TEACHERS, epochs=6, **_CGN_MNIST, semi_supervised=True)),
+    Row(
+        "mnist-confident-gnmax-supervised",
+        "mnist",
+        "hgm-cnn",
+        dict(_MNIST_TEACHERS, **_CGN_MNIST, semi_supervised=False),
+    ),
+    Row(
+        "mnist-confident-gnmax-semi-20-epoch-teachers",
+        "mnist",
+        "hgm-cnn",
+        dict(_STRONG_TEACHERS, **_CGN_MNIST, semi_supervised=True),
+    ),
+    Row(
+        "mnist-confident-gnmax-supervised-8-epoch-teachers",
+        "mnist",
+        "hgm-cnn",
+        dict(_MNIST_TEACHERS, epochs=8, **_CGN_MNIST, semi_supervised=False),
+    ),
+    Row(
+        "mnist-confident-gnmax-supervised-6-epoch-teachers",
+        "mnist",
+        "hgm-cnn",
+        dict(_MNIST_TEACHERS, epochs=6, **_CGN_MNIST, semi_supervised=False),
+    ),
+    Row(
+        "mnist-confident-gnmax-semi-6-epoch-teachers",
+        "mnist",
+        "hgm-cnn",
+        dict(_MNIST_TEACHERS, epochs=6, **_CGN_MNIST, semi_supervised=True),
+    ),
     Row(
         "mnist-lnmax-semi",
         "mnist",
         "hgm-cnn",
         dict(_MNIST_TEACHERS, aggregator="lnmax", laplace_scale=20.0, queries=100, delta=1e-5, semi_supervised=True),
-        {"answered": 100, "epsilon": 2.04, "accuracy": 0.980, "source": "Papernot et al. 2017, MNIST (LNMax, 100 queries)"},
+        {
+            "answered": 100,
+            "epsilon": 2.04,
+            "accuracy": 0.980,
+            "source": "Papernot et al. 2017, MNIST (LNMax, 100 queries)",
+        },
     ),
-    Row("mnist-gnmax-semi", "mnist", "hgm-cnn", dict(_MNIST_TEACHERS, aggregator="gnmax", sigma=40.0, queries=100, delta=1e-5, semi_supervised=True)),
+    Row(
+        "mnist-gnmax-semi",
+        "mnist",
+        "hgm-cnn",
+        dict(_MNIST_TEACHERS, aggregator="gnmax", sigma=40.0, queries=100, delta=1e-5, semi_supervised=True),
+    ),
     Row(
         "adult-confident-gnmax-semi",
         "adult",
@@ -109,16 +161,58 @@ FULL = [
             semi_supervised=True,
             student_epochs=10,  # 524 rows: the default 200 epochs overfit (78 %)
         ),
-        {"answered": 524, "epsilon": 1.90, "accuracy": 0.837, "source": "Papernot et al. 2018, Adult (Confident-GNMax)"},
+        {
+            "answered": 524,
+            "epsilon": 1.90,
+            "accuracy": 0.837,
+            "source": "Papernot et al. 2018, Adult (Confident-GNMax)",
+        },
     ),
 ]
 # digits: 20 teachers on ~70 images each; thresholds and noise scaled to 20 votes.
 _Q = dict(teachers=20, epochs=20, batch_size=16, learning_rate=0.05, delta=1e-5, student_epochs=60)
 QUICK = [
-    Row("digits-confident-gnmax-semi", "digits", "digits-mlp", dict(_Q, aggregator="confident-gnmax", threshold=15.0, threshold_sigma=4.0, sigma=2.0, queries=200, semi_supervised=True), attack=True),
-    Row("digits-confident-gnmax-supervised", "digits", "digits-mlp", dict(_Q, aggregator="confident-gnmax", threshold=15.0, threshold_sigma=4.0, sigma=2.0, queries=200, semi_supervised=False)),
-    Row("digits-lnmax-semi", "digits", "digits-mlp", dict(_Q, aggregator="lnmax", laplace_scale=2.0, queries=100, semi_supervised=True)),
-    Row("digits-gnmax-semi", "digits", "digits-mlp", dict(_Q, aggregator="gnmax", sigma=3.0, queries=100, semi_supervised=True)),
+    Row(
+        "digits-confident-gnmax-semi",
+        "digits",
+        "digits-mlp",
+        dict(
+            _Q,
+            aggregator="confident-gnmax",
+            threshold=15.0,
+            threshold_sigma=4.0,
+            sigma=2.0,
+            queries=200,
+            semi_supervised=True,
+        ),
+        attack=True,
+    ),
+    Row(
+        "digits-confident-gnmax-supervised",
+        "digits",
+        "digits-mlp",
+        dict(
+            _Q,
+            aggregator="confident-gnmax",
+            threshold=15.0,
+            threshold_sigma=4.0,
+            sigma=2.0,
+            queries=200,
+            semi_supervised=False,
+        ),
+    ),
+    Row(
+        "digits-lnmax-semi",
+        "digits",
+        "digits-mlp",
+        dict(_Q, aggregator="lnmax", laplace_scale=2.0, queries=100, semi_supervised=True),
+    ),
+    Row(
+        "digits-gnmax-semi",
+        "digits",
+        "digits-mlp",
+        dict(_Q, aggregator="gnmax", sigma=3.0, queries=100, semi_supervised=True),
+    ),
 ]
 # Non-members held out of the private data per dataset (the ground truth of the attacks).
 HELD_OUT = {"mnist": 3000, "adult": 2561, "digits": 300}
@@ -127,7 +221,9 @@ HELD_OUT = {"mnist": 3000, "adult": 2561, "digits": 300}
 def _split(row: Row, args: argparse.Namespace) -> tuple[Any, Any]:
     bundle = load_dataset(row.dataset, data_root=args.data_root)
     held_out = HELD_OUT[row.dataset]
-    return bundle, make_splits(bundle, seed=args.seed, num_members=len(bundle.train) - held_out, num_non_members=held_out)
+    return bundle, make_splits(
+        bundle, seed=args.seed, num_members=len(bundle.train) - held_out, num_non_members=held_out
+    )
 
 
 def _train_teachers(rows: list[Row], run: RunDir, args: argparse.Namespace) -> None:
@@ -137,14 +233,33 @@ def _train_teachers(rows: list[Row], run: RunDir, args: argparse.Namespace) -> N
     done: set[str] = set()
     for row in rows:
         bundle, splits = _split(row, args)
-        specs = plan_pate_teachers(TrainRequest(bundle=bundle, splits=splits, model_name=row.model, model_options={}, config=default_config("pate", **row.config), seed=args.seed))
+        specs = plan_pate_teachers(
+            TrainRequest(
+                bundle=bundle,
+                splits=splits,
+                model_name=row.model,
+                model_options={},
+                config=default_config("pate", **row.config),
+                seed=args.seed,
+            )
+        )
         if specs[0].teacher_id in done:
             continue
         started = time.monotonic()
         with make_executor("local", workers=args.num_workers) as executor:
-            ens = train_teachers(specs, directory=run.submodel_dir(DEFENSES["pate"].submodels or "pate-teachers"), executor=executor, data_root=args.data_root, progress=not args.quiet)
+            ens = train_teachers(
+                specs,
+                directory=run.submodel_dir(DEFENSES["pate"].submodels or "pate-teachers"),
+                executor=executor,
+                data_root=args.data_root,
+                progress=not args.quiet,
+            )
         done.add(specs[0].teacher_id)
-        print(f"[{row.dataset} teachers] {len(ens.trained)} trained, {len(ens.reused)} reused in {time.monotonic() - started:.0f}s", file=sys.stderr)
+        print(
+            f"[{row.dataset} teachers] {len(ens.trained)} trained, {len(ens.reused)} "
+            f"reused in {time.monotonic() - started:.0f}s",
+            file=sys.stderr,
+        )
 
 
 def _train_rows(rows: list[Row], run: RunDir, args: argparse.Namespace) -> dict[str, Any]:
@@ -155,7 +270,15 @@ def _train_rows(rows: list[Row], run: RunDir, args: argparse.Namespace) -> dict[
         started = time.monotonic()
         outcome = train_or_load(
             TrainSpec(
-                defense="pate", config=config, model=row.model, dataset=row.dataset, seed=args.seed, data_root=args.data_root, device=args.device, num_workers=args.num_workers, progress=not args.quiet
+                defense="pate",
+                config=config,
+                model=row.model,
+                dataset=row.dataset,
+                seed=args.seed,
+                data_root=args.data_root,
+                device=args.device,
+                num_workers=args.num_workers,
+                progress=not args.quiet,
             ),
             run,
             bundle=bundle,
@@ -181,7 +304,9 @@ def _train_rows(rows: list[Row], run: RunDir, args: argparse.Namespace) -> dict[
             # The realised data-dependent ε (the answered queries); records stored before it was
             # named so hold it under the old key.
             "epsilon": m.get("epsilon_data_dependent_realised", m.get("epsilon_data_dependent")),
-            "epsilon_improved": m.get("epsilon_data_dependent_realised_improved", m.get("epsilon_data_dependent_improved")),
+            "epsilon_improved": m.get(
+                "epsilon_data_dependent_realised_improved", m.get("epsilon_data_dependent_improved")
+            ),
             "epsilon_data_independent": m["epsilon_data_independent"],
             "data_dependent": rec.claim.data_dependent,
             "sanitised": rec.claim.sanitised,
@@ -192,9 +317,13 @@ def _train_rows(rows: list[Row], run: RunDir, args: argparse.Namespace) -> dict[
         measured[row.label] = entry
         pub = row.published or {}
         print(
-            f"[{row.label}] {'reused' if outcome.reused else 'trained'} in {entry['train_seconds']:.0f}s: answered {entry['answered']}/{entry['queries']}"
-            f" (published {pub.get('answered', '-')}), eps {entry['epsilon']:.3f} data-dependent realised (published {pub.get('epsilon', '-')}),"
-            f" data-independent {entry['epsilon_data_independent']:.3f}, student {entry['student_accuracy']:.4f} (published {pub.get('accuracy', '-')})",
+            f"[{row.label}] {'reused' if outcome.reused else 'trained'} in "
+            f"{entry['train_seconds']:.0f}s: answered "
+            f"{entry['answered']}/{entry['queries']}"
+            f" (published {pub.get('answered', '-')}), eps {entry['epsilon']:.3f} "
+            f"data-dependent realised (published {pub.get('epsilon', '-')}),"
+            f" data-independent {entry['epsilon_data_independent']:.3f}, student "
+            f"{entry['student_accuracy']:.4f} (published {pub.get('accuracy', '-')})",
             file=sys.stderr,
         )
     return measured
@@ -205,11 +334,24 @@ def _attacks(row: Row, entry: dict[str, Any], run: RunDir, args: argparse.Namesp
     from dpaudit.api import MEMBERSHIP_ATTACKS, MembershipSpec, attack_aggregator, load_record, run_membership
 
     def spec(target: str, names: tuple[str, ...], samples: int, shadows: int | None = None) -> MembershipSpec:
-        configs = {n: MEMBERSHIP_ATTACKS[n].config_type(**({"num_shadows": shadows} if n == "lira" else {})) for n in names}
-        return MembershipSpec(attacks=configs, target=target, seed=args.seed, num_samples=samples, data_root=args.data_root, device="cpu", num_workers=args.num_workers, progress=not args.quiet)
+        configs = {
+            n: MEMBERSHIP_ATTACKS[n].config_type(**({"num_shadows": shadows} if n == "lira" else {})) for n in names
+        }
+        return MembershipSpec(
+            attacks=configs,
+            target=target,
+            seed=args.seed,
+            num_samples=samples,
+            data_root=args.data_root,
+            device="cpu",
+            num_workers=args.num_workers,
+            progress=not args.quiet,
+        )
 
     rdir = Path(entry["record_dir"])
-    teachers = read_json(rdir / "private" / "pate.json")["teachers"]  # the teachers' ids are private, the cache relative to private/
+    teachers = read_json(rdir / "private" / "pate.json")[
+        "teachers"
+    ]  # the teachers' ids are private, the cache relative to private/
     teacher_dir = rdir / "private" / teachers["cache"] / teachers["teacher_ids"][0]
     delta = row.config.get("delta", 1e-5)
     out: dict[str, Any] = {"epsilon_ub_student": entry["epsilon"], "delta": delta}
@@ -223,11 +365,23 @@ def _attacks(row: Row, entry: dict[str, Any], run: RunDir, args: argparse.Namesp
     lira = run_membership(spec(str(teacher_dir.resolve()), ("lira",), balanced, shadows=args.shadows), run)
     out["teacher"] = {n: r.summary(delta=delta) for n, r in {**teacher.results, **lira.results}.items()}
     out["teacher_id"] = teacher.model_id
-    agg = attack_aggregator(target=rdir, run=run, repeats=1, num_samples=args.attack_samples, seed=args.seed, data_root=args.data_root, progress=not args.quiet)
+    agg = attack_aggregator(
+        target=rdir,
+        run=run,
+        repeats=1,
+        num_samples=args.attack_samples,
+        seed=args.seed,
+        data_root=args.data_root,
+        progress=not args.quiet,
+    )
     out["aggregator"] = {agg.attack: agg.summary(delta=delta)}
     for where in ("student", "teacher", "aggregator"):
         for name, s in out[where].items():
-            print(f"[attack {where}] {name}: AUC {s['auc']:.4f}, eps_lb {s['epsilon_lb']:.3f} (student's eps_ub {entry['epsilon']:.3f})", file=sys.stderr)
+            print(
+                f"[attack {where}] {name}: AUC {s['auc']:.4f}, eps_lb "
+                f"{s['epsilon_lb']:.3f} (student's eps_ub {entry['epsilon']:.3f})",
+                file=sys.stderr,
+            )
     return out
 
 
@@ -240,14 +394,30 @@ def _audits(args: argparse.Namespace, *, full: bool) -> list[dict[str, Any]]:
     cases = [
         ("lnmax", {"laplace_scale": 20.0}, ("none", "noise-scale-too-small")),
         ("gnmax", {"sigma": 40.0}, ("none", "noise-scale-too-small")),
-        ("confident-gnmax", {"threshold": 200.0, "threshold_sigma": 150.0, "sigma": 40.0}, ("none", "threshold-without-noise")),
-        ("confident-gnmax", {"threshold": 100.0, "threshold_sigma": 150.0, "sigma": 40.0}, ("none", "noise-scale-too-small", "threshold-without-noise")),
+        (
+            "confident-gnmax",
+            {"threshold": 200.0, "threshold_sigma": 150.0, "sigma": 40.0},
+            ("none", "threshold-without-noise"),
+        ),
+        (
+            "confident-gnmax",
+            {"threshold": 100.0, "threshold_sigma": 150.0, "sigma": 40.0},
+            ("none", "noise-scale-too-small", "threshold-without-noise"),
+        ),
     ]
     rows = []
     for name, params, bugs in cases:
         for bug in bugs:
             results = [
-                pate_audit(planted_aggregator(bug, aggregator=name), aggregator_config(name, **params), num_teachers=250, num_classes=10, trials=args.audit_trials, delta=1e-5, seed=s)
+                pate_audit(
+                    planted_aggregator(bug, aggregator=name),
+                    aggregator_config(name, **params),
+                    num_teachers=250,
+                    num_classes=10,
+                    trials=args.audit_trials,
+                    delta=1e-5,
+                    seed=s,
+                )
                 for s in range(args.audit_seeds)
             ]
             row = {
@@ -260,7 +430,12 @@ def _audits(args: argparse.Namespace, *, full: bool) -> list[dict[str, Any]]:
                 "epsilon_ub": results[0].epsilon_ub,
             }
             rows.append(row)
-            print(f"[audit] {name} {params} bug={bug}: flagged {row['flagged']}/{args.audit_seeds}, eps_lb max {max(row['epsilon_lb']):.3f} vs eps_ub {row['epsilon_ub']:.3f}", file=sys.stderr)
+            print(
+                f"[audit] {name} {params} bug={bug}: flagged "
+                f"{row['flagged']}/{args.audit_seeds}, eps_lb max "
+                f"{max(row['epsilon_lb']):.3f} vs eps_ub {row['epsilon_ub']:.3f}",
+                file=sys.stderr,
+            )
     return rows
 
 
@@ -272,7 +447,14 @@ def _report(run: RunDir, measured: dict[str, Any]) -> Path:
     published = [dict(p, label=label) for label, e in measured["rows"].items() if (p := e.get("published"))]
     sections = pate_sections(runs, published=published)
     times = Table(
-        columns=["row", "teachers trained", "train seconds", "answered (published)", "ε (published)", "student acc. (published)"],
+        columns=[
+            "row",
+            "teachers trained",
+            "train seconds",
+            "answered (published)",
+            "ε (published)",
+            "student acc. (published)",
+        ],
         rows=[
             [
                 label,
@@ -284,13 +466,21 @@ def _report(run: RunDir, measured: dict[str, Any]) -> Path:
             ]
             for label, e in measured["rows"].items()
         ],  # fmt: skip
-        caption="Train seconds include the teachers the row trained (0 when it reused another row's) and the student, on this machine.",
+        caption="Train seconds include the teachers the row trained (0 when it reused "
+        "another row's) and the student, on this machine.",
     )
     sections.insert(1, Section(title="Measured against published", blocks=[times]))
     if measured.get("attacks"):
         a = measured["attacks"]
         rows = [
-            [where, name, f"{s['num_members']} / {s['num_non_members']}", s["auc"], s["epsilon_lb"], a["epsilon_ub_student"]]
+            [
+                where,
+                name,
+                f"{s['num_members']} / {s['num_non_members']}",
+                s["auc"],
+                s["epsilon_lb"],
+                a["epsilon_ub_student"],
+            ]
             for where in ("student", "teacher", "aggregator")
             for name, s in a[where].items()
         ]
@@ -298,14 +488,29 @@ def _report(run: RunDir, measured: dict[str, Any]) -> Path:
             Section(
                 title="Membership attacks: student, one teacher, the aggregator's answers",
                 blocks=[
-                    Table(columns=["target", "attack", "members / non-members", "AUC", "ε_LB", "student's claimed ε_UB"], rows=rows, caption=f"ε_LB at δ = {a['delta']:g}, 95 % confidence."),
-                    Text(text="The student is what PATE releases; a single teacher is trained without any privacy mechanism, so attacks on it show what the aggregation protects."),
+                    Table(
+                        columns=["target", "attack", "members / non-members", "AUC", "ε_LB", "student's claimed ε_UB"],
+                        rows=rows,
+                        caption=f"ε_LB at δ = {a['delta']:g}, 95 % confidence.",
+                    ),
+                    Text(
+                        text="The student is what PATE releases; a single teacher is trained without "
+                        "any privacy mechanism, so attacks on it show what the aggregation "
+                        "protects."
+                    ),
                 ],
             )
         )
     if measured.get("audits"):
         rows = [
-            [r["aggregator"], ", ".join(f"{k}={v:g}" for k, v in r["parameters"].items()), r["planted_bug"], f"{r['flagged']}/{r['seeds']}", max(r["epsilon_lb"]), r["epsilon_ub"]]
+            [
+                r["aggregator"],
+                ", ".join(f"{k}={v:g}" for k, v in r["parameters"].items()),
+                r["planted_bug"],
+                f"{r['flagged']}/{r['seeds']}",
+                max(r["epsilon_lb"]),
+                r["epsilon_ub"],
+            ]
             for r in measured["audits"]
         ]
         sections.append(
@@ -324,18 +529,24 @@ def _report(run: RunDir, measured: dict[str, Any]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="digits, CI-sized (default)")
     mode.add_argument("--full", action="store_true", help="MNIST and Adult")
-    ap.add_argument("--out", default="out/pate", help="run directory (reused: finished teachers and students are not retrained)")
+    ap.add_argument(
+        "--out", default="out/pate", help="run directory (reused: finished teachers and students are not retrained)"
+    )
     ap.add_argument("--json", metavar="FILE", help="write the measured numbers here")
     ap.add_argument("--only", help="comma-separated subset of the row labels")
     ap.add_argument("--data-root", help="data root (default: $DPAUDIT_DATA_ROOT)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--num-workers", type=int, help="teacher training processes (default: CPU count)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--attack-samples", type=int, help="members and non-members scored per attack (default: full 3000, quick 300)")
+    ap.add_argument(
+        "--attack-samples", type=int, help="members and non-members scored per attack (default: full 3000, quick 300)"
+    )
     ap.add_argument("--shadows", type=int, default=8, help="LiRA shadows of the attacked teacher (default 8)")
     ap.add_argument("--audit-seeds", type=int, default=5)
     ap.add_argument("--audit-trials", type=int, default=200_000)
@@ -348,7 +559,9 @@ def main(argv: list[str] | None = None) -> int:
         wanted = set(args.only.split(","))
         rows = [r for r in rows if r.label in wanted]
     args.attack_samples = args.attack_samples or (3000 if args.full else 300)
-    run = RunDir(args.out).create(command="scripts/reproduce_pate.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    run = RunDir(args.out).create(
+        command="scripts/reproduce_pate.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    )
     if args.teachers_only:
         _train_teachers(rows, run, args)
         return 0

@@ -44,20 +44,35 @@ BUILDS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "attack membership --target {run} --attack loss --attack lira --attack rmia --num-shadows 4 --out {run}",
         ),
     ),
-    ("audit", ("audit --threat white-box --dataset digits --model digits-mlp --target-epsilon 2 --delta 1e-5 --budget-seconds 20 --out {run}",)),
+    (
+        "audit",
+        (
+            "audit --threat white-box --dataset digits --model digits-mlp "
+            "--target-epsilon 2 --delta 1e-5 --budget-seconds 20 --out {run}",
+        ),
+    ),
     (
         "certified",
         (
-            "train --defense smoothing --dataset digits --model digits-mlp --epochs 10 --smoothing-sigma 0.5 --out {run}",
+            "train --defense smoothing --dataset digits --model digits-mlp --epochs "
+            "10 --smoothing-sigma 0.5 --out {run}",
             "certify --target {run} --radii 0.25,0.5 --num-examples 50 --out {run}",
         ),
     ),
-    ("pate", ("train --defense pate --dataset digits --model digits-mlp --teachers 10 --queries 100 --epochs 5 --out {run}",)),
+    (
+        "pate",
+        (
+            "train --defense pate --dataset digits --model digits-mlp --teachers 10 "
+            "--queries 100 --epochs 5 --out {run}",
+        ),
+    ),
     ("dssgd", ("train --defense dssgd --dataset digits --model digits-mlp --participants 5 --rounds 3 --out {run}",)),
     (
         "inversion",
         (
-            "train --defense nonprivate --dataset faces --model softmax-regression --epochs 50 --learning-rate 0.01 --batch-size 32 --member-fraction 0.75 --out {run}",
+            "train --defense nonprivate --dataset faces --model softmax-regression "
+            "--epochs 50 --learning-rate 0.01 --batch-size 32 --member-fraction "
+            "0.75 --out {run}",
             "attack inversion --target {run} --attack mi-face --max-iterations 200 --evaluator-epochs 10 --out {run}",
         ),
     ),
@@ -86,14 +101,19 @@ def build_runs(folder: Path) -> list[Path]:
 
 def _chromium() -> str:
     override = os.environ.get("DPAUDIT_CHROMIUM")
-    found = (override if override and Path(override).is_file() else shutil.which(override)) if override else shutil.which("chromium") or shutil.which("chromium-browser")
+    found = (
+        (override if override and Path(override).is_file() else shutil.which(override))
+        if override
+        else shutil.which("chromium") or shutil.which("chromium-browser")
+    )
     if not found:
         raise SystemExit("no Chromium found: install Debian's chromium or set DPAUDIT_CHROMIUM")
     return found
 
 
 def render(runs: Sequence[Path]) -> list[tuple[Path, list[Path]]]:
-    """Each run's pages (index first), rendered with ``dpaudit report``; a run with nothing to render is said and skipped."""
+    """Each run's pages (index first), rendered with ``dpaudit report``; a run with nothing to render is said and
+    skipped."""
     from dpaudit.api import render_reports
 
     rendered = []
@@ -121,10 +141,16 @@ def screenshot(rendered: Sequence[tuple[Path, list[Path]]], out: Path) -> list[t
                     problems: list[str] = []
                     context = browser.new_context(viewport={"width": WIDTH, "height": 900})
                     page = context.new_page()
-                    page.on("console", lambda msg, p=problems: p.append(f"console: {msg.text}") if msg.type == "error" else None)
+                    page.on(
+                        "console",
+                        lambda msg, p=problems: p.append(f"console: {msg.text}") if msg.type == "error" else None,
+                    )
                     page.on("pageerror", lambda exc, p=problems: p.append(f"script error: {exc}"))
                     page.goto(Path(page_path).resolve().as_uri(), wait_until="load")
-                    broken = page.evaluate("() => Array.from(document.images).filter(i => i.complete && i.naturalWidth === 0).map(i => i.getAttribute('src'))")
+                    broken = page.evaluate(
+                        "() => Array.from(document.images).filter(i => i.complete && "
+                        "i.naturalWidth === 0).map(i => i.getAttribute('src'))"
+                    )
                     problems += [f"image did not load: {src}" for src in broken]
                     target = out / re.sub(r"[^\w.-]+", "_", f"{Path(run).name}--{Path(page_path).stem}.png")
                     page.screenshot(path=str(target), full_page=True)
@@ -137,9 +163,21 @@ def screenshot(rendered: Sequence[tuple[Path, list[Path]]], out: Path) -> list[t
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="*", type=Path, metavar="RUN_DIR", help="run directories to render and screenshot")
-    parser.add_argument("--build", type=Path, metavar="DIR", help="first produce small runs of every kind with the CLI into DIR (and screenshot those too)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"folder of the screenshots (default {DEFAULT_OUT.relative_to(ROOT)})")
+    parser.add_argument(
+        "runs", nargs="*", type=Path, metavar="RUN_DIR", help="run directories to render and screenshot"
+    )
+    parser.add_argument(
+        "--build",
+        type=Path,
+        metavar="DIR",
+        help="first produce small runs of every kind with the CLI into DIR (and screenshot those too)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"folder of the screenshots (default {DEFAULT_OUT.relative_to(ROOT)})",
+    )
     args = parser.parse_args(argv)
     runs = list(args.runs) + (build_runs(args.build) if args.build else [])
     if not runs:

@@ -75,10 +75,30 @@ class HowTo:
 #: The how-to commands, in the order a reader meets them. One place: tests/app/test_time_howtos.py
 #: compares it with the ``<!-- howto -->`` blocks of :func:`howto_pages`.
 HOWTOS: tuple[HowTo, ...] = (
-    HowTo("epsilon", "ε under each accountant", "dpaudit epsilon --sampling-rate 0.01 --noise-multiplier 4 --num-steps 10000 --delta 1e-5", r"^\s*pld\s"),
-    HowTo("epsilon-sigma", "the smallest σ reaching a target ε", "dpaudit epsilon --sampling-rate 0.01 --num-steps 10000 --delta 1e-5 --target-epsilon 2", r"noise multiplier sigma"),
-    HowTo("epsilon-steps", "the most steps at a given σ", "dpaudit epsilon --sampling-rate 0.01 --noise-multiplier 4 --delta 1e-5 --target-epsilon 2 --solve num-steps", r"at most T ="),
-    HowTo("epsilon-gaussian", "one Gaussian mechanism's σ", "dpaudit epsilon --mechanism gaussian --target-epsilon 1 --delta 1e-5", r"^\s*analytic\s"),
+    HowTo(
+        "epsilon",
+        "ε under each accountant",
+        "dpaudit epsilon --sampling-rate 0.01 --noise-multiplier 4 --num-steps 10000 --delta 1e-5",
+        r"^\s*pld\s",
+    ),
+    HowTo(
+        "epsilon-sigma",
+        "the smallest σ reaching a target ε",
+        "dpaudit epsilon --sampling-rate 0.01 --num-steps 10000 --delta 1e-5 --target-epsilon 2",
+        r"noise multiplier sigma",
+    ),
+    HowTo(
+        "epsilon-steps",
+        "the most steps at a given σ",
+        "dpaudit epsilon --sampling-rate 0.01 --noise-multiplier 4 --delta 1e-5 --target-epsilon 2 --solve num-steps",
+        r"at most T =",
+    ),
+    HowTo(
+        "epsilon-gaussian",
+        "one Gaussian mechanism's σ",
+        "dpaudit epsilon --mechanism gaussian --target-epsilon 1 --delta 1e-5",
+        r"^\s*analytic\s",
+    ),
     HowTo("datasets", "what the data root holds", "dpaudit datasets", r"^mnist\s"),
     HowTo(
         "pate-analyze",
@@ -89,7 +109,9 @@ HOWTOS: tuple[HowTo, ...] = (
     HowTo(
         "pate-analyze-release",
         "a private release of PATE's data-dependent ε",
-        "dpaudit pate analyze --votes votes.npy --sigma 40 --threshold 200 --threshold-sigma 150 --answered answered.npy --smooth-sensitivity-beta 0.0329 --smooth-sensitivity-sigma 15",
+        "dpaudit pate analyze --votes votes.npy --sigma 40 --threshold 200 "
+        "--threshold-sigma 150 --answered answered.npy "
+        "--smooth-sensitivity-beta 0.0329 --smooth-sensitivity-sigma 15",
         r"epsilon, released",
     ),
     HowTo(
@@ -99,11 +121,17 @@ HOWTOS: tuple[HowTo, ...] = (
         r"test accuracy",
         creates="runs/mnist/records",
     ),
-    HowTo("compare", "every defense of a grid under the same attacks", "dpaudit compare --config examples/compare-digits.toml --out runs/compare", r"^\s*nonprivate\s"),
+    HowTo(
+        "compare",
+        "every defense of a grid under the same attacks",
+        "dpaudit compare --config examples/compare-digits.toml --out runs/compare",
+        r"^\s*nonprivate\s",
+    ),
     HowTo(
         "train-overfit",
         "a target that leaks (for the membership attacks)",
-        "dpaudit train --defense nonprivate --dataset digits --model digits-mlp --epochs 100 --member-fraction 0.25 --out runs/digits",
+        "dpaudit train --defense nonprivate --dataset digits --model digits-mlp "
+        "--epochs 100 --member-fraction 0.25 --out runs/digits",
         r"test accuracy",
         creates="runs/digits/records",
     ),
@@ -117,21 +145,25 @@ HOWTOS: tuple[HowTo, ...] = (
     HowTo(
         "train-faces",
         "a face-recognition target (for MI-Face)",
-        "dpaudit train --defense nonprivate --dataset faces --model softmax-regression --epochs 100 --learning-rate 0.01 --batch-size 32 --member-fraction 0.75 --out runs/faces",
+        "dpaudit train --defense nonprivate --dataset faces --model "
+        "softmax-regression --epochs 100 --learning-rate 0.01 --batch-size 32 "
+        "--member-fraction 0.75 --out runs/faces",
         r"test accuracy",
         creates="runs/faces/records",
     ),
     HowTo(
         "inversion",
         "model inversion (MI-Face), judged by an independent evaluator",
-        "dpaudit attack inversion --target runs/faces --attack mi-face --max-iterations 1000 --evaluator-epochs 20 --out runs/faces",
+        "dpaudit attack inversion --target runs/faces --attack mi-face "
+        "--max-iterations 1000 --evaluator-epochs 20 --out runs/faces",
         r"^\s*mi-face\s+[\d.]+",
         needs=("train-faces",),
     ),
     HowTo(
         "train-smoothing",
         "a defense that certifies (randomized smoothing)",
-        "dpaudit train --defense smoothing --dataset digits --model digits-mlp --epochs 30 --smoothing-sigma 0.5 --out runs/smoothing",
+        "dpaudit train --defense smoothing --dataset digits --model digits-mlp "
+        "--epochs 30 --smoothing-sigma 0.5 --out runs/smoothing",
         r"test accuracy",
         creates="runs/smoothing/records",
     ),
@@ -143,11 +175,18 @@ HOWTOS: tuple[HowTo, ...] = (
         needs=("train-smoothing",),
         creates="runs/smoothing/certify",
     ),
-    HowTo("report", "re-render every report of a run", "dpaudit report runs/smoothing", r"index|report", needs=("certify",)),
+    HowTo(
+        "report",
+        "re-render every report of a run",
+        "dpaudit report runs/smoothing",
+        r"index|report",
+        needs=("certify",),
+    ),
     HowTo(
         "audit-white-box",
         "white-box canary audit of DP-SGD",
-        "dpaudit audit --threat white-box --dataset digits --model digits-mlp --target-epsilon 2 --delta 1e-5 --num-workers 2 --out runs/audit",
+        "dpaudit audit --threat white-box --dataset digits --model digits-mlp "
+        "--target-epsilon 2 --delta 1e-5 --num-workers 2 --out runs/audit",
         AUDIT_FINDING,
     ),
     HowTo(
@@ -159,29 +198,36 @@ HOWTOS: tuple[HowTo, ...] = (
     HowTo(
         "audit-black-box",
         "black-box audit from a worst-case start (final models only)",
-        "dpaudit audit --threat black-box --method multi-run --dataset digits --model digits-mlp --num-members 50 --sampling-rate 1 "
-        "--num-steps 20 --clip-norm 2 --learning-rate 0.01 --target-epsilon 8 --init worst-case --canary clipbkd --num-trials 100 "
+        "dpaudit audit --threat black-box --method multi-run --dataset digits "
+        "--model digits-mlp --num-members 50 --sampling-rate 1 "
+        "--num-steps 20 --clip-norm 2 --learning-rate 0.01 --target-epsilon 8 "
+        "--init worst-case --canary clipbkd --num-trials 100 "
         "--num-workers 2 --out runs/audit",
         AUDIT_FINDING,
     ),
     HowTo(
         "audit-one-run",
         "black-box one-run audit (one training)",
-        "dpaudit audit --threat black-box --method one-run --target-epsilon 4 --num-canaries 500 --one-run-bound fdp --out runs/audit",
+        "dpaudit audit --threat black-box --method one-run --target-epsilon 4 "
+        "--num-canaries 500 --one-run-bound fdp --out runs/audit",
         AUDIT_FINDING,
     ),
     HowTo(
         "audit-train-fn",
         "audit your own training code (Opacus) in one run",
-        "dpaudit audit --train-fn scripts/opacus_train_fn.py:train --threat black-box --method one-run --num-canaries 200 "
-        "--num-members 300 --claim-noise-multiplier 6.6 --claim-sampling-rate 0.1 --claim-num-steps 300 --out runs/opacus",
+        "dpaudit audit --train-fn scripts/opacus_train_fn.py:train --threat "
+        "black-box --method one-run --num-canaries 200 "
+        "--num-members 300 --claim-noise-multiplier 6.6 --claim-sampling-rate "
+        "0.1 --claim-num-steps 300 --out runs/opacus",
         AUDIT_FINDING,
     ),
     HowTo(
         "check-opacus",
         "the conformance battery on correct Opacus DP-SGD",
-        "dpaudit check --train-fn examples/dp_bugs/correct_opacus.py:train --model-fn examples/dp_bugs/correct_opacus.py:model "
-        "--claim-noise-multiplier 3 --claim-sampling-rate 0.1 --claim-num-steps 50 --num-workers 2 --junit runs/check/results.xml --out runs/check",
+        "dpaudit check --train-fn examples/dp_bugs/correct_opacus.py:train "
+        "--model-fn examples/dp_bugs/correct_opacus.py:model "
+        "--claim-noise-multiplier 3 --claim-sampling-rate 0.1 --claim-num-steps "
+        "50 --num-workers 2 --junit runs/check/results.xml --out runs/check",
         r"no violation|^\s*VIOLATED",
     ),
 )
@@ -338,7 +384,9 @@ def run_one(h: HowTo, workdir: Path, env: dict[str, str], *, timeout: float) -> 
     # time grows with the load, the CPU time hardly, so CPU / cores estimates a quiet machine.
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        proc = subprocess.run(["bash", "-c", h.command], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            ["bash", "-c", h.command], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout
+        )
         rc, out, err = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as e:
         rc = 124
@@ -365,8 +413,10 @@ def render_markdown(results: Sequence[dict[str, object]], *, meta: dict[str, obj
     lines = [
         "# How-tos, timed",
         "",
-        f"Measured by `scripts/time_howtos.py` on {meta['cpus']} CPU cores ({meta['note']}); load average at start {meta['load_at_start']}. "
-        "CPU time is the command's and its worker processes' user + system time: on a busy machine the wall time grows with the load "
+        f"Measured by `scripts/time_howtos.py` on {meta['cpus']} CPU cores "
+        f"({meta['note']}); load average at start {meta['load_at_start']}. "
+        "CPU time is the command's and its worker processes' user + system "
+        "time: on a busy machine the wall time grows with the load "
         "and the CPU time hardly, so CPU time / cores estimates the wall time on a quiet machine.",
         "",
         "| how-to | command | exit | wall time | CPU time | finding |",
@@ -376,7 +426,11 @@ def render_markdown(results: Sequence[dict[str, object]], *, meta: dict[str, obj
         cmd = str(r["command"]).replace("|", "\\|")
         finding = str(r["finding"])
         finding = (finding if len(finding) <= 300 else finding[:299] + "…").replace("|", "\\|") or "—"
-        lines.append(f"| {r['name']} | `{cmd}` | {r['exit_status']} | {_fmt_seconds(float(r['seconds']))} | {_fmt_seconds(float(r.get('cpu_seconds', 0.0)))} | {finding} |")  # type: ignore[arg-type]
+        lines.append(
+            f"| {r['name']} | `{cmd}` | {r['exit_status']} | "
+            f"{_fmt_seconds(float(r['seconds']))} | "
+            f"{_fmt_seconds(float(r.get('cpu_seconds', 0.0)))} | {finding} |"
+        )  # type: ignore[arg-type]
     return "\n".join(lines) + "\n"
 
 
@@ -389,15 +443,37 @@ def _load(path: Path) -> tuple[dict[str, dict[str, object]], dict[str, object] |
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", nargs="+", metavar="NAME", choices=[h.name for h in HOWTOS], help="run only these how-tos (and what they need)")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        choices=[h.name for h in HOWTOS],
+        help="run only these how-tos (and what they need)",
+    )
     p.add_argument("--force", action="store_true", help="rerun how-tos already finished (default: skip them)")
-    p.add_argument("--data-root", default=os.environ.get("DPAUDIT_DATA_ROOT"), help="data root (default: $DPAUDIT_DATA_ROOT)")
-    p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "dpaudit-howtos", help="where the commands run (kept between runs, wiped by --force)")
+    p.add_argument(
+        "--data-root", default=os.environ.get("DPAUDIT_DATA_ROOT"), help="data root (default: $DPAUDIT_DATA_ROOT)"
+    )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "dpaudit-howtos",
+        help="where the commands run (kept between runs, wiped by --force)",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where howtos.json and howtos.md go")
-    p.add_argument("--limit-seconds", type=float, default=LIMIT_SECONDS, help="the documentation's promise per command (a slower one is flagged)")
+    p.add_argument(
+        "--limit-seconds",
+        type=float,
+        default=LIMIT_SECONDS,
+        help="the documentation's promise per command (a slower one is flagged)",
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="kill a command after this many seconds")
     p.add_argument("--note", default="shared machine", help="how busy the machine was, for the table's caption")
-    p.add_argument("--update-docs", action="store_true", help="after the run, set each how-to's '# <time> on 2 cores' comment in README.md and docs/ from the results")
+    p.add_argument(
+        "--update-docs",
+        action="store_true",
+        help="after the run, set each how-to's '# <time> on 2 cores' comment in README.md and docs/ from the results",
+    )
     args = p.parse_args(argv)
 
     out_json = args.out / "howtos.json"
@@ -412,7 +488,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = _environment(args.data_root)
     by_name = {h.name: h for h in HOWTOS}
     chosen = [h for h in HOWTOS if not args.only or h.name in args.only]
-    meta = {"cpus": os.cpu_count(), "load_at_start": round(os.getloadavg()[0], 1), "note": args.note, "limit_seconds": args.limit_seconds, "data_root": args.data_root}
+    meta = {
+        "cpus": os.cpu_count(),
+        "load_at_start": round(os.getloadavg()[0], 1),
+        "note": args.note,
+        "limit_seconds": args.limit_seconds,
+        "data_root": args.data_root,
+    }
     ran = False  # a rerun that only skips keeps the caption of the run that measured
 
     def ensure_inputs(h: HowTo) -> None:
@@ -435,7 +517,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         ran = True
         result["over_limit"] = float(result["seconds"]) > args.limit_seconds  # type: ignore[arg-type]
         done[h.name] = result
-        print(f"[howtos] {h.name}: exit {result['exit_status']} in {_fmt_seconds(float(result['seconds']))}: {result['finding']}", file=sys.stderr)  # type: ignore[arg-type]
+        print(
+            f"[howtos] {h.name}: exit {result['exit_status']} in "
+            f"{_fmt_seconds(float(result['seconds']))}: {result['finding']}",
+            file=sys.stderr,
+        )  # type: ignore[arg-type]
         ordered = [done[x.name] for x in HOWTOS if x.name in done]
         _write_atomic(out_json, json.dumps({"meta": meta, "howtos": ordered}, indent=2) + "\n")
         _write_atomic(args.out / "howtos.md", render_markdown(ordered, meta=meta))

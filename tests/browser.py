@@ -107,7 +107,10 @@ def assert_clean(*reports: PageReport) -> None:
     for report in reports:
         if report.problems:
             lines = "\n".join(f"  - {p}" for p in report.problems)
-            failures.append(f"{report.page} has {len(report.problems)} problem(s) in headless Chromium (screenshot: {report.screenshot}):\n{lines}")
+            failures.append(
+                f"{report.page} has {len(report.problems)} problem(s) in headless "
+                f"Chromium (screenshot: {report.screenshot}):\n{lines}"
+            )
     if failures:
         raise AssertionError("\n".join(failures))
 
@@ -120,7 +123,9 @@ def _browser_required() -> bool:
 
 def _unavailable(reason: str) -> NoReturn:
     if _browser_required():
-        pytest.fail(f"{reason}; CI must run the browser tests (.ci/run installs Debian's chromium package)", pytrace=False)
+        pytest.fail(
+            f"{reason}; CI must run the browser tests (.ci/run installs Debian's chromium package)", pytrace=False
+        )
     pytest.skip(f"{reason}; the headless-browser checks of the HTML reports need it")
 
 
@@ -158,7 +163,9 @@ class Chromium:
         context = self._browser.new_context(viewport={"width": 1280, "height": 900})
         try:
             page = context.new_page()
-            page.on("console", lambda msg: console.append(_located(msg.text, msg.location)) if msg.type == "error" else None)
+            page.on(
+                "console", lambda msg: console.append(_located(msg.text, msg.location)) if msg.type == "error" else None
+            )
             page.on("pageerror", lambda exc: console.append(f"uncaught {exc.name or 'Error'}: {exc.message}"))
             page.on("requestfailed", lambda req: failed.append(f"{req.url}: {req.failure or 'failed'}"))
             page.goto(html_path.as_uri(), wait_until="load")
@@ -173,7 +180,11 @@ class Chromium:
         if keep:
             Path(keep).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(screenshot, Path(keep) / screenshot.name)
-        missing = [f"table {c['table']} row {c['row']} column {c['column']}: <{c['tag']}> {c['text']!r}" for c in cells if MISSING_VALUE.search(c["text"])]
+        missing = [
+            f"table {c['table']} row {c['row']} column {c['column']}: <{c['tag']}> {c['text']!r}"
+            for c in cells
+            if MISSING_VALUE.search(c["text"])
+        ]
         return PageReport(
             page=html_path,
             screenshot=screenshot,
@@ -207,7 +218,10 @@ def chromium() -> Iterator[Chromium]:
         _unavailable("Playwright is not installed (pip install -e '.[test]')")
     executable = find_chromium()
     if executable is None:
-        _unavailable(f"no Chromium binary found (looked for chromium and chromium-browser on PATH, and ${CHROMIUM_ENV}; on Debian: apt-get install chromium)")
+        _unavailable(
+            "no Chromium binary found (looked for chromium and chromium-browser on "
+            f"PATH, and ${CHROMIUM_ENV}; on Debian: apt-get install chromium)"
+        )
     with sync_playwright() as playwright:
         try:
             # The system browser, not a Playwright download; no sandbox, as CI containers run as root.

@@ -1,4 +1,5 @@
-"""Battery verdicts built from result values alone (no training), for the CLI, JUnit and report tests of ``dpaudit check``."""
+"""Battery verdicts built from result values alone (no training), for the CLI, JUnit and report tests of ``dpaudit
+check``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ EPSILON_UB = 0.9712
 CLAIM = "claimed by examples/dp_bugs/realised_lot_size.py:train: DP-SGD q=0.1 sigma=3 T=50"
 
 
-def outcome(name: str, status: str, *, epsilon_lb: float, ceiling: float, seconds: float = 12.5, num_trials: int = 40) -> CheckOutcome:
+def outcome(
+    name: str, status: str, *, epsilon_lb: float, ceiling: float, seconds: float = 12.5, num_trials: int = 40
+) -> CheckOutcome:
     """One check's verdict; its finding names the check and says what it found, as the battery's do."""
     verb = {"violated": ">", "passed": "<=", "inconclusive": "<="}[status]
     return CheckOutcome(
@@ -32,7 +35,11 @@ def outcome(name: str, status: str, *, epsilon_lb: float, ceiling: float, second
 
 def sample_report(*, violated: bool = True) -> CheckReport:
     """Three checks: ``worst-case`` violated (or passed), ``lot-size`` passed, ``reused-noise`` inconclusive."""
-    first = outcome("worst-case", "violated", epsilon_lb=4.1, ceiling=5.2) if violated else outcome("worst-case", "passed", epsilon_lb=0.2, ceiling=5.2)
+    first = (
+        outcome("worst-case", "violated", epsilon_lb=4.1, ceiling=5.2)
+        if violated
+        else outcome("worst-case", "passed", epsilon_lb=0.2, ceiling=5.2)
+    )
     return CheckReport(
         train_fn="examples/dp_bugs/realised_lot_size.py:train",
         model_fn=None,
@@ -40,7 +47,11 @@ def sample_report(*, violated: bool = True) -> CheckReport:
         delta=1e-5,
         confidence=0.95,
         budget_minutes=5.0,
-        outcomes=(first, outcome("lot-size", "passed", epsilon_lb=0.31, ceiling=2.4, seconds=40.0), outcome("reused-noise", "inconclusive", epsilon_lb=0.0, ceiling=0.6, seconds=3.25, num_trials=8)),
+        outcomes=(
+            first,
+            outcome("lot-size", "passed", epsilon_lb=0.31, ceiling=2.4, seconds=40.0),
+            outcome("reused-noise", "inconclusive", epsilon_lb=0.0, ceiling=0.6, seconds=3.25, num_trials=8),
+        ),
         seconds=55.75,
     )
 

@@ -49,7 +49,8 @@ def _chromium():
 
 @pytest.fixture
 def check_page(_chromium, request: pytest.FixtureRequest, tmp_path: Path):
-    """``check_page(html, screenshot=None)``: open an HTML page in headless Chromium; returns a ``tests.browser.PageReport``.
+    """``check_page(html, screenshot=None)``: open an HTML page in headless Chromium; returns a
+    ``tests.browser.PageReport``.
 
     Pass the report to ``tests.browser.assert_clean``. The screenshot goes to ``screenshot``, else
     to ``tmp_path/screenshots/<test>-<page>.png`` (a copy into ``$DPAUDIT_SCREENSHOT_DIR`` when set).
@@ -58,6 +59,8 @@ def check_page(_chromium, request: pytest.FixtureRequest, tmp_path: Path):
 
     def check(html: Path | str, screenshot: Path | str | None = None):
         html = Path(html)
-        return _chromium.check(html, screenshot if screenshot is not None else tmp_path / "screenshots" / f"{test_name}-{html.stem}.png")
+        return _chromium.check(
+            html, screenshot if screenshot is not None else tmp_path / "screenshots" / f"{test_name}-{html.stem}.png"
+        )
 
     return check

@@ -54,7 +54,9 @@ def test_application_layer_is_a_package_of_its_own():
             tree = ast.parse(path.read_text(encoding="utf-8"))
             mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
             mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-            assert not any(m == "dpaudit.app" or m.startswith("dpaudit.app.") for m in mods), f"{rel} imports dpaudit.app"
+            assert not any(m == "dpaudit.app" or m.startswith("dpaudit.app.") for m in mods), (
+                f"{rel} imports dpaudit.app"
+            )
 
 
 def _project_imports(path: Path) -> list[tuple[int, str]]:
@@ -65,14 +67,23 @@ def _project_imports(path: Path) -> list[tuple[int, str]]:
             found += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             # `from dpaudit import api` names the module it imports.
-            found += [(node.lineno, f"dpaudit.{a.name}") for a in node.names] if node.module == "dpaudit" else [(node.lineno, node.module)]
+            found += (
+                [(node.lineno, f"dpaudit.{a.name}") for a in node.names]
+                if node.module == "dpaudit"
+                else [(node.lineno, node.module)]
+            )
     return [(line, m) for line, m in found if m.split(".")[0] in FORBIDDEN]  # its keys: the project's packages
 
 
 def test_scripts_are_clients_of_the_public_api():
     scripts = sorted((ROOT / "scripts").glob("*.py"))
     assert scripts, "no scripts found"
-    bad = [f"{p.relative_to(ROOT).as_posix()}:{line} imports {m}" for p in scripts for line, m in _project_imports(p) if m != PUBLIC_API]
+    bad = [
+        f"{p.relative_to(ROOT).as_posix()}:{line} imports {m}"
+        for p in scripts
+        for line, m in _project_imports(p)
+        if m != PUBLIC_API
+    ]
     assert not bad, "scripts import the project only through dpaudit.api:\n" + "\n".join(bad)
 
 
@@ -85,7 +96,9 @@ def test_scripts_import_only_names_the_public_api_lists():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module == PUBLIC_API:
                 unknown = sorted(a.name for a in node.names if a.name not in listed)
-                assert not unknown, f"{path.relative_to(ROOT).as_posix()}:{node.lineno} imports {unknown}, not in dpaudit.api.__all__"
+                assert not unknown, (
+                    f"{path.relative_to(ROOT).as_posix()}:{node.lineno} imports {unknown}, not in dpaudit.api.__all__"
+                )
 
 
 def _modules_after_import(statement: str) -> set[str]:
@@ -98,14 +111,20 @@ def _modules_after_import(statement: str) -> set[str]:
     "statement",
     [
         "import dpaudit.results, dpaudit.results.record, dpaudit.results.membership, dpaudit.results.evasion",
-        "import dpaudit.privacy.claims, dpaudit.privacy.audit_bounds, dpaudit.privacy.audit_procedures, dpaudit.privacy.gaussian, dpaudit.privacy.pate.claim, dpaudit.privacy.pate.smooth_sensitivity, dpaudit.seeding",
+        "import dpaudit.privacy.claims, dpaudit.privacy.audit_bounds, "
+        "dpaudit.privacy.audit_procedures, dpaudit.privacy.gaussian, "
+        "dpaudit.privacy.pate.claim, dpaudit.privacy.pate.smooth_sensitivity, "
+        "dpaudit.seeding",
         # `dpaudit pate analyze` is the PATE analysis of a vote matrix: numpy and scipy only.
         "from dpaudit.app.cli import build_parser; build_parser(['pate', 'analyze', '--help'])",
         # The public API loads each name on first use: its privacy mathematics and result types stay torch-free.
-        "import dpaudit.api; from dpaudit.api import dpsgd_claim, gdp_epsilon, analytic_sigma, count_bounds, MembershipResult, RunDir",
+        "import dpaudit.api; from dpaudit.api import dpsgd_claim, gdp_epsilon, "
+        "analytic_sigma, count_bounds, MembershipResult, RunDir",
         # What `dpaudit --help` and `dpaudit epsilon ...` load before they run.
         "from dpaudit.app.cli import build_parser; build_parser(['--help'])",
-        "from dpaudit.app.cli import main; main(['epsilon', '--sampling-rate', '0.01', '--noise-multiplier', '1', '--num-steps', '10', '--delta', '1e-5'])",
+        "from dpaudit.app.cli import main; main(['epsilon', '--sampling-rate', "
+        "'0.01', '--noise-multiplier', '1', '--num-steps', '10', '--delta', "
+        "'1e-5'])",
     ],
 )
 def test_torch_free_imports(statement):

@@ -22,7 +22,8 @@ CLOSE = re.compile(r"^>{7}(?: |$)")
 
 
 def conflict_lines(text: str) -> list[int]:
-    """Line numbers (1-based) of conflict markers in ``text``: every opener and closer, and separators inside an open block."""
+    """Line numbers (1-based) of conflict markers in ``text``: every opener and closer, and separators inside an open
+    block."""
     hits, inside = [], False
     for number, line in enumerate(text.splitlines(), start=1):
         if OPEN.match(line):

@@ -30,7 +30,10 @@ SELF = Path(__file__).resolve()
 OUTSIDE = re.compile(r"DESIGN\.md|reference/[\w./-]*\.md")
 OLD_NAMES = re.compile(r"(?<![\w/.-])(?:certified|pate|audit|accounting|attacks|dssgd)\.md\b")
 _SEC = r"§\d+(?:\.\d+)?(?:\s*[–-]\s*§?\d+)?(?:\s*\([a-f]\)(?:\s*[–,]\s*\([a-f]\))*)?"
-DOCS_CITATION = re.compile(rf"(?P<path>docs/[\w/.-]+?\.md)(?:``)?(?P<after>(?:[ \t]*{_SEC}(?:\s*,\s*{_SEC})*)|(?:(?:[ \t]*[,(]\s*|[ \t]+)\"[^\"]+\"))?")
+DOCS_CITATION = re.compile(
+    r"(?P<path>docs/[\w/.-]+?\.md)(?:``)?(?P<after>(?:[ "
+    rf"\t]*{_SEC}(?:\s*,\s*{_SEC})*)|(?:(?:[ \t]*[,(]\s*|[ \t]+)\"[^\"]+\"))?"
+)
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*(?:\{[^}]*\})?\s*$", re.MULTILINE)
 
 
@@ -42,7 +45,8 @@ def python_files() -> list[Path]:
 
 
 def sections(page: str) -> dict[str, str]:
-    """``§N`` / ``§N.M`` of a page's headings -> the text under that heading, up to the next heading of its level or above."""
+    """``§N`` / ``§N.M`` of a page's headings -> the text under that heading, up to the next heading of its level or
+    above."""
     found: dict[str, str] = {}
     heads = list(HEADING.finditer(page))
     for i, h in enumerate(heads):
@@ -100,7 +104,11 @@ def problems(text: str, docs_root: Path) -> list[str]:
 
 def test_every_citation_points_into_docs_or_a_paper() -> None:
     bad = [f"{p.relative_to(ROOT)}: {line}" for p in python_files() for line in problems(p.read_text(), ROOT / "docs")]
-    assert bad == [], "run the citation rewrite (see the docs branch's report), then fix what is left:\n" + "\n".join(bad[:40]) + (f"\n… and {len(bad) - 40} more" if len(bad) > 40 else "")
+    assert bad == [], (
+        "run the citation rewrite (see the docs branch's report), then fix what is left:\n"
+        + "\n".join(bad[:40])
+        + (f"\n… and {len(bad) - 40} more" if len(bad) > 40 else "")
+    )
 
 
 # The checker itself, on text whose verdict is known (so the test above cannot pass vacuously).
@@ -109,7 +117,9 @@ def test_every_citation_points_into_docs_or_a_paper() -> None:
 @pytest.fixture()
 def docs(tmp_path: Path) -> Path:
     (tmp_path / "defenses").mkdir()
-    (tmp_path / "defenses" / "noise.md").write_text("# Noise\n\n## §1 Idea\n\ntext\n\n## §2 HGM\n\n- **(a)** one\n- **(b)** two\n")
+    (tmp_path / "defenses" / "noise.md").write_text(
+        "# Noise\n\n## §1 Idea\n\ntext\n\n## §2 HGM\n\n- **(a)** one\n- **(b)** two\n"
+    )
     (tmp_path / "architecture.md").write_text("# Architecture\n\n## Import rule\n\n## Style\n")
     return tmp_path
 
@@ -179,7 +189,9 @@ def test_the_readme_is_a_front_page_whose_links_resolve() -> None:
     assert [link for link in links if not (ROOT / link).exists()] == []
 
 
-_CROSS_REFERENCE = re.compile(r":(?:mod|class|func|data|meth|attr|exc|obj):`~?((?:dpaudit|attacks|defenses|reports)(?:\.\w+)+)")
+_CROSS_REFERENCE = re.compile(
+    r":(?:mod|class|func|data|meth|attr|exc|obj):`~?((?:dpaudit|attacks|defenses|reports)(?:\.\w+)+)"
+)
 
 
 def _resolves(dotted: str) -> bool:

@@ -29,10 +29,16 @@ def registries_in_code() -> dict[str, str]:
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             for node in ast.parse(path.read_text(encoding="utf-8")).body:
-                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and _is_registry_call(node.value):
+                if (
+                    isinstance(node, ast.AnnAssign)
+                    and isinstance(node.target, ast.Name)
+                    and _is_registry_call(node.value)
+                ):
                     found[node.target.id] = path.relative_to(ROOT).as_posix()
                 elif isinstance(node, ast.Assign) and _is_registry_call(node.value):
-                    found.update({t.id: path.relative_to(ROOT).as_posix() for t in node.targets if isinstance(t, ast.Name)})
+                    found.update(
+                        {t.id: path.relative_to(ROOT).as_posix() for t in node.targets if isinstance(t, ast.Name)}
+                    )
     return found
 
 
@@ -68,7 +74,9 @@ def runs_in_code() -> set[str]:
 def test_the_discovery_finds_the_registries_it_must():
     # A guard on the scan itself: an empty or partial find would let the page drift unseen.
     found = dict(registries_in_code())
-    assert {"DEFENSES", "REPORT_KINDS", "CHECKS", "MEMBERSHIP_ATTACKS", "DATASETS", "MODELS"} <= set(found), sorted(found)
+    assert {"DEFENSES", "REPORT_KINDS", "CHECKS", "MEMBERSHIP_ATTACKS", "DATASETS", "MODELS"} <= set(found), sorted(
+        found
+    )
     assert found["CHECKS"] == "attacks/audit/checks/spec.py"
 
 
@@ -84,5 +92,9 @@ def test_the_registry_table_names_every_registry_where_it_is():
 
 def test_the_runs_list_names_every_run_module():
     code, page = runs_in_code(), runs_on_page()
-    assert not code - page, f"modules of dpaudit/app/runs missing from docs/architecture.md's runs list: {sorted(code - page)}"
-    assert not page - code, f"docs/architecture.md's runs list names modules dpaudit/app/runs does not hold: {sorted(page - code)}"
+    assert not code - page, (
+        f"modules of dpaudit/app/runs missing from docs/architecture.md's runs list: {sorted(code - page)}"
+    )
+    assert not page - code, (
+        f"docs/architecture.md's runs list names modules dpaudit/app/runs does not hold: {sorted(page - code)}"
+    )

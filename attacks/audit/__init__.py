@@ -1,4 +1,5 @@
-"""Privacy audits: canaries, the distinguishing games that turn training runs into ε lower bounds, and the PATE aggregator audit.
+"""Privacy audits: canaries, the distinguishing games that turn training runs into ε lower bounds, and the PATE
+aggregator audit.
 
 :mod:`~attacks.audit.canaries` crafts the records an audit inserts,
 :mod:`~attacks.audit.trials` runs and stores the trainings of a game,

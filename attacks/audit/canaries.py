@@ -154,10 +154,24 @@ def blank_canary(model: nn.Module, *, input_shape: tuple[int, ...], num_classes:
             label = int(model(x).reshape(1, -1).argmin(1))
     finally:
         model.train(was)
-    return ArrayDataset(name="canaries/blank", features=x, labels=torch.tensor([label]), ids=np.array([id_offset]), num_classes=num_classes)
+    return ArrayDataset(
+        name="canaries/blank",
+        features=x,
+        labels=torch.tensor([label]),
+        ids=np.array([id_offset]),
+        num_classes=num_classes,
+    )
 
 
-def worst_case_initial_state(model: nn.Module, auditor_data: ArrayDataset, *, epochs: int = 5, learning_rate: float = 0.01, batch_size: int = 32, seed: int = 0) -> dict[str, torch.Tensor]:
+def worst_case_initial_state(
+    model: nn.Module,
+    auditor_data: ArrayDataset,
+    *,
+    epochs: int = 5,
+    learning_rate: float = 0.01,
+    batch_size: int = 32,
+    seed: int = 0,
+) -> dict[str, torch.Tensor]:
     """Parameters an auditor starts every training from so the target's gradient stands out.
 
     Annamalai & De Cristofaro (NeurIPS 2024, §4.2): train the model non-privately on data of
@@ -224,7 +238,9 @@ def with_canaries(data: ArrayDataset, canaries: ArrayDataset, include: np.ndarra
 
 
 @torch.no_grad()
-def loss_scores(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, *, device: torch.device | str = "cpu") -> np.ndarray:
+def loss_scores(
+    model: nn.Module, features: torch.Tensor, labels: torch.Tensor, *, device: torch.device | str = "cpu"
+) -> np.ndarray:
     """Negative cross-entropy of each example on ``model`` (higher = more likely IN)."""
     if not isinstance(model, nn.Module):
         raise v.invalid_type("model", f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -233,7 +249,11 @@ def loss_scores(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, 
     try:
         param = next(model.parameters(), None)
         dev = param.device if param is not None else torch.device(device)
-        logits = torch.cat([model(x.to(dev)).float().cpu() for x in features.split(1024)]) if len(features) else torch.zeros(0, 1)
+        logits = (
+            torch.cat([model(x.to(dev)).float().cpu() for x in features.split(1024)])
+            if len(features)
+            else torch.zeros(0, 1)
+        )
         loss = nn.functional.cross_entropy(logits, labels.cpu(), reduction="none")
     finally:
         model.train(was)

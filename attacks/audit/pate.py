@@ -61,7 +61,11 @@ __all__ = [
 
 AGGREGATOR_NAMES = ("lnmax", "gnmax", "confident-gnmax")
 #: The parameters each aggregator's config states (as ``config.to_dict()`` names them).
-_PARAMETERS = {"lnmax": ("laplace_scale",), "gnmax": ("sigma",), "confident-gnmax": ("threshold", "threshold_sigma", "sigma")}
+_PARAMETERS = {
+    "lnmax": ("laplace_scale",),
+    "gnmax": ("sigma",),
+    "confident-gnmax": ("threshold", "threshold_sigma", "sigma"),
+}
 #: Rows of noise drawn per call of the aggregator: bounds memory (rows × classes floats) at ~4M draws.
 _DRAWS_PER_CHUNK = 1 << 22
 
@@ -88,7 +92,11 @@ def _parameters(config: _Config) -> tuple[str, dict[str, float]]:
     """(aggregator name, its noise parameters) from an aggregator config's ``to_dict()``."""
     to_dict = getattr(config, "to_dict", None)
     if not callable(to_dict):
-        raise v.invalid_type("config", f"config must be an aggregator config (LNMaxConfig, GNMaxConfig or ConfidentGNMaxConfig), got {type(config).__name__}")
+        raise v.invalid_type(
+            "config",
+            "config must be an aggregator config (LNMaxConfig, GNMaxConfig or "
+            f"ConfidentGNMaxConfig), got {type(config).__name__}",
+        )
     data = dict(to_dict())
     name = v.choice("aggregator", data.get("aggregator"), AGGREGATOR_NAMES)
     params = {k: float(data[k]) for k in _PARAMETERS[name]}
@@ -110,7 +118,9 @@ class NeighbouringVotes:
     why: str
 
 
-def neighbouring_votes(aggregator: str, *, num_teachers: int, num_classes: int, threshold: float | None = None) -> NeighbouringVotes:
+def neighbouring_votes(
+    aggregator: str, *, num_teachers: int, num_classes: int, threshold: float | None = None
+) -> NeighbouringVotes:
     """The worst-case pair of histograms for ``aggregator``: D and D' = D − e_0 + e_1.
 
     One teacher moves its vote from class 0 to class 1, the largest change one teacher can make
@@ -151,35 +161,59 @@ def neighbouring_votes(aggregator: str, *, num_teachers: int, num_classes: int, 
         d[0], d[1] = c + 1, c - 1
         if rest and k >= 3:
             d[2] = rest
-            why = f"D' ties the top two classes at {c} votes (one vote on class 2), D = D' with one teacher moved from class 1 to class 0"
+            why = (
+                f"D' ties the top two classes at {c} votes (one vote on class 2), D = D' "
+                "with one teacher moved from class 1 to class 0"
+            )
         else:
             d[0] += rest
-            why = f"{n} teachers in two classes cannot tie: D' = ({c + rest}, {c}), D = D' with one teacher moved from class 1 to class 0"
+            why = (
+                f"{n} teachers in two classes cannot tie: D' = ({c + rest}, {c}), D = D' "
+                "with one teacher moved from class 1 to class 0"
+            )
     else:
         if threshold is None:
             raise v.invalid("threshold", "threshold must be given for confident-gnmax")
         t_real = v.positive("threshold", threshold)
         if t_real > n:
-            raise v.invalid("threshold", f"threshold must be <= num_teachers ({n}) so the largest count can sit at T, got {threshold!r}")
+            raise v.invalid(
+                "threshold",
+                f"threshold must be <= num_teachers ({n}) so the largest count can sit at T, got {threshold!r}",
+            )
         t = math.ceil(t_real)
         if t < 2:
-            raise v.invalid("threshold", f"threshold must be > 1 so that D' (largest count T - 1) keeps a vote on its top class, got {threshold!r}")
+            raise v.invalid(
+                "threshold",
+                "threshold must be > 1 so that D' (largest count T - 1) keeps a vote on "
+                f"its top class, got {threshold!r}",
+            )
         if n >= 2 * t - 2:
             rest = n - (2 * t - 2)
             spare = k - 2
             # The other classes must stay below t − 1 so that D's maximum is t and D''s is t − 1.
             if rest and (spare == 0 or -(-rest // spare) > t - 2):
                 raise v.invalid(
-                    "threshold", f"threshold={threshold!r} is too low for num_teachers={n} in num_classes={k}: the largest count cannot sit at T (raise the threshold or the number of classes)"
+                    "threshold",
+                    f"threshold={threshold!r} is too low for num_teachers={n} in "
+                    f"num_classes={k}: the largest count cannot sit at T (raise the "
+                    "threshold or the number of classes)",
                 )
             d[0], d[1] = t, t - 2
             if rest:
                 d[2:] = rest // spare
                 d[2 : 2 + rest % spare] += 1
-            why = f"D's largest count is at T ({t}) and its runner-up at T - 2; D' (one teacher moved from class 0 to class 1) ties them at T - 1: both steps move"
+            why = (
+                f"D's largest count is at T ({t}) and its runner-up at T - 2; D' (one "
+                "teacher moved from class 0 to class 1) ties them at T - 1: both steps "
+                "move"
+            )
         else:
             d[0], d[1] = t, n - t
-            why = f"D's largest count is at T ({t}); D' (one teacher moved from class 0 to class 1) lowers it to T - 1; with T > N/2 + 1 the GNMax step stays far from a tie"
+            why = (
+                f"D's largest count is at T ({t}); D' (one teacher moved from class 0 to "
+                "class 1) lowers it to T - 1; with T > N/2 + 1 the GNMax step stays far "
+                "from a tie"
+            )
     neighbour = d.copy()
     neighbour[0] -= 1
     neighbour[1] += 1
@@ -223,7 +257,14 @@ def per_query_upper_bound(config: _Config, *, delta: float, votes: Any) -> PerQu
     elif name == "gnmax":
         analysis = pate_analysis.analyze_gnmax(row, sigma=params["sigma"], delta=d)
     else:
-        analysis = pate_analysis.analyze_confident_gnmax(row, threshold=params["threshold"], threshold_sigma=params["threshold_sigma"], sigma=params["sigma"], delta=d, answered=np.ones(1, dtype=bool))
+        analysis = pate_analysis.analyze_confident_gnmax(
+            row,
+            threshold=params["threshold"],
+            threshold_sigma=params["threshold_sigma"],
+            sigma=params["sigma"],
+            delta=d,
+            answered=np.ones(1, dtype=bool),
+        )
     claim = pate_claim.pate_claim(analysis, parameters=params, num_answered=1, data_dependent=False)
     by = {"rdp": claim.epsilon(delta=d), "rdp-improved": claim.epsilon_improved(delta=d)}
     if name == "lnmax":
@@ -253,7 +294,9 @@ def answer_counts(aggregate_fn: AggregateFn, config: Any, votes: np.ndarray, *, 
         out = aggregate_fn(np.broadcast_to(row, (rows, k)), config, seed=derive_seed(seed, "pate-audit", chunk))
         labels, answered = np.asarray(out.labels), np.asarray(out.answered, dtype=bool)
         if labels.shape != (rows,) or answered.shape != (rows,):
-            raise v.invalid("aggregate_fn", f"aggregate_fn must answer every row: expected {rows} labels, got shape {labels.shape}")
+            raise v.invalid(
+                "aggregate_fn", f"aggregate_fn must answer every row: expected {rows} labels, got shape {labels.shape}"
+            )
         outcome = np.where(answered, labels, k)
         if outcome.size and (outcome.min() < 0 or outcome.max() > k):
             raise v.invalid("aggregate_fn", f"aggregate_fn returned a label outside [0, {k}) for an answered query")
@@ -312,7 +355,9 @@ def pate_audit(
     d = v.open_unit("delta", delta)
     conf = v.open_unit("confidence", confidence)
     root = v.integer("seed", seed, minimum=0)
-    pair = neighbouring_votes(name, num_teachers=num_teachers, num_classes=num_classes, threshold=params.get("threshold"))
+    pair = neighbouring_votes(
+        name, num_teachers=num_teachers, num_classes=num_classes, threshold=params.get("threshold")
+    )
     upper = per_query_upper_bound(config, delta=d, votes=pair.votes)
     on_d = answer_counts(aggregate_fn, config, pair.votes, trials=n, seed=derive_seed(root, "D"))
     on_neighbour = answer_counts(aggregate_fn, config, pair.neighbour, trials=n, seed=derive_seed(root, "D'"))
@@ -328,7 +373,15 @@ def pate_audit(
         label = "not answered" if o == k else f"answer == {o}"
         for first, second, direction in ((on_d, on_neighbour, "D over D'"), (on_neighbour, on_d, "D' over D")):
             tp, fp = int(first[o]), int(second[o])
-            lb = epsilon_lb_from_counts(true_positives=tp, num_in=n, false_positives=fp, num_out=n, delta=d, confidence=conf, num_tests=num_tests)
+            lb = epsilon_lb_from_counts(
+                true_positives=tp,
+                num_in=n,
+                false_positives=fp,
+                num_out=n,
+                delta=d,
+                confidence=conf,
+                num_tests=num_tests,
+            )
             raw = _raw_ratio(tp, fp, n, d)
             if min(tp, fp) >= 10:  # a handful of rare answers says nothing about the ratio
                 any_raw = max(any_raw, raw)
@@ -359,7 +412,9 @@ def pate_audit(
     )
     return AuditResult(
         epsilon_lb=best[0],
-        ceiling=audit_ceiling(bound="clopper-pearson", delta=d, confidence=conf, num_in=n, num_out=n, num_tests=num_tests),
+        ceiling=audit_ceiling(
+            bound="clopper-pearson", delta=d, confidence=conf, num_in=n, num_out=n, num_tests=num_tests
+        ),
         confidence=conf,
         method="multi-run",
         bound="clopper-pearson",

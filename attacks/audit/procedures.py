@@ -44,7 +44,18 @@ from typing import Any, Protocol
 import numpy as np
 
 from attacks.audit.canaries import DIRAC_SCORES, find_dirac_coordinate
-from attacks.audit.trials import DatasetLike, HookedTrainer, TrainFn, TrialStore, accepts_initial_state, black_box_trial, load_dataset_like, run_trials, run_trials_for, white_box_trial
+from attacks.audit.trials import (
+    DatasetLike,
+    HookedTrainer,
+    TrainFn,
+    TrialStore,
+    accepts_initial_state,
+    black_box_trial,
+    load_dataset_like,
+    run_trials,
+    run_trials_for,
+    white_box_trial,
+)
 from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset
 from dpaudit.executors.jobs import Executor, Job
@@ -71,14 +82,17 @@ __all__ = [
 
 
 class AuditProcedure(Protocol):
-    """What an audit game provides: it plays its trials under ``directory`` (resuming stored ones) and bounds ε from them.
+    """What an audit game provides: it plays its trials under ``directory`` (resuming stored ones) and bounds ε from
+    them.
 
     Every game also takes ``confidence``, ``seed``, ``config`` (stored in ``config.json``) and
     ``progress``, and the options of its own threat model (a ``train_fn`` and canaries for a
     black-box game, a :class:`~attacks.audit.trials.HookedTrainer` for the white-box one).
     """
 
-    def __call__(self, *, dataset: DatasetLike, directory: str | os.PathLike[str], delta: float, **options: Any) -> AuditResult: ...
+    def __call__(
+        self, *, dataset: DatasetLike, directory: str | os.PathLike[str], delta: float, **options: Any
+    ) -> AuditResult: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +119,9 @@ class AuditProcedureSpec:
 
 
 #: Every audit game, in registration order; each registers itself below its definition.
-AUDIT_PROCEDURES: Registry[AuditProcedureSpec] = Registry("audit procedure", argument="method", discover=("attacks.audit",))
+AUDIT_PROCEDURES: Registry[AuditProcedureSpec] = Registry(
+    "audit procedure", argument="method", discover=("attacks.audit",)
+)
 
 
 def white_box_strategy(score: str, strategy: str | None) -> str:
@@ -120,13 +136,21 @@ def white_box_strategy(score: str, strategy: str | None) -> str:
         return "fixed" if score == "dirac" else "bonferroni"
     v.choice("strategy", strategy, THRESHOLD_STRATEGIES)
     if strategy == "fixed" and score != "dirac":
-        raise v.invalid("strategy", f"strategy='fixed' sets the threshold from the claim, which fixes only the Dirac score's scale; got score={score!r} (use bonferroni or split)")
+        raise v.invalid(
+            "strategy",
+            "strategy='fixed' sets the threshold from the claim, which fixes only "
+            f"the Dirac score's scale; got score={score!r} (use bonferroni or split)",
+        )
     return strategy
 
 
 # ----------------------------------------------------------------------------- games
 def _common_checks(num_trials: int, delta: float, confidence: float) -> tuple[int, float, float]:
-    return v.integer("num_trials", num_trials, minimum=1), v.open_unit("delta", delta), v.open_unit("confidence", confidence)
+    return (
+        v.integer("num_trials", num_trials, minimum=1),
+        v.open_unit("delta", delta),
+        v.open_unit("confidence", confidence),
+    )
 
 
 def multi_run_audit(
@@ -171,13 +195,22 @@ def multi_run_audit(
     """
     r, delta, confidence = _common_checks(num_trials, delta, confidence)
     if initial_state is not None and not accepts_initial_state(train_fn):
-        raise v.invalid("initial_state", f"initial_state needs a training function that accepts initial_state=..., and {getattr(train_fn, '__name__', train_fn)!r} does not")
+        raise v.invalid(
+            "initial_state",
+            "initial_state needs a training function that accepts "
+            f"initial_state=..., and {getattr(train_fn, '__name__', train_fn)!r} "
+            "does not",
+        )
     # The start travels inside each job (a cluster's workers cannot read this machine's files).
     state_blob = None if initial_state is None else Path(initial_state).read_bytes()
     k = len(canaries)
     # Trial i's seed and side depend on i alone, so raising (or lowering) R on a rerun reuses
     # the stored trials: an audit can be made tighter without training its first models again.
-    store = TrialStore(directory, {"method": "multi-run", "num_trials": r, "seed": seed, "group_size": k, **dict(config or {})}, resizable=("num_trials",))
+    store = TrialStore(
+        directory,
+        {"method": "multi-run", "num_trials": r, "seed": seed, "group_size": k, **dict(config or {})},
+        resizable=("num_trials",),
+    )
     jobs = []
     for i in range(2 * r):
         include = np.full(k, i % 2 == 0)
@@ -259,7 +292,18 @@ def one_run_audit(
         raise v.invalid("canaries", f"canaries must hold at least 2 canaries for a one-run audit, got {m}")
     store = TrialStore(directory, {"method": "one-run", "num_canaries": m, "seed": seed, **dict(config or {})})
     include = numpy_rng(seed, "one-run/include").random(m) < 0.5
-    job = Job(key="trial-0", fn=black_box_trial, kwargs={"train_fn": train_fn, "dataset": dataset, "canaries": canaries, "include": include, "seed": derive_seed(seed, "audit-trial", 0), "index": 0})
+    job = Job(
+        key="trial-0",
+        fn=black_box_trial,
+        kwargs={
+            "train_fn": train_fn,
+            "dataset": dataset,
+            "canaries": canaries,
+            "include": include,
+            "seed": derive_seed(seed, "audit-trial", 0),
+            "index": 0,
+        },
+    )
     run_trials(store, [(0, job)], None, "one-run audit (1 training)", progress)
     res = store.load(0)
     scores, inc = res["scores"], res["included"].astype(bool)
@@ -279,7 +323,8 @@ def one_run_audit(
 
 
 def _pooled_steps(store: TrialStore, finished: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every step of the first ``finished`` white-box trials: whether the canary was inserted, the score, the lot size."""
+    """Every step of the first ``finished`` white-box trials: whether the canary was inserted, the score, the lot
+    size."""
     ins, scores, lots = [], [], []
     for i in range(finished):
         res = store.load(i)
@@ -289,7 +334,15 @@ def _pooled_steps(store: TrialStore, finished: int) -> tuple[np.ndarray, np.ndar
     return np.concatenate(ins).astype(bool), np.concatenate(scores), np.concatenate(lots)
 
 
-def _with_run_context(result: AuditResult, *, full_claim: PrivacyClaim | None, sampling_rate: float | None, num_steps: int | None, delta: float, confidence: float) -> AuditResult:
+def _with_run_context(
+    result: AuditResult,
+    *,
+    full_claim: PrivacyClaim | None,
+    sampling_rate: float | None,
+    num_steps: int | None,
+    delta: float,
+    confidence: float,
+) -> AuditResult:
     """The white-box result with the full run's own claim and the CLT-composed estimate beside it (never compared)."""
     d = result.details
     if not isinstance(d, WhiteBoxDetails):
@@ -308,21 +361,39 @@ def _with_run_context(result: AuditResult, *, full_claim: PrivacyClaim | None, s
     mu, composed = None, None
     if sampling_rate is not None and num_steps is not None:
         mu = gdp_mu_lb_from_counts(
-            true_positives=d.true_positives, num_in=d.bounding_num_in, false_positives=d.false_positives, num_out=d.bounding_num_out, confidence=confidence, num_tests=d.num_tests
+            true_positives=d.true_positives,
+            num_in=d.bounding_num_in,
+            false_positives=d.false_positives,
+            num_out=d.bounding_num_out,
+            confidence=confidence,
+            num_tests=d.num_tests,
         )
         composed = ComposedEstimate(
             epsilon=composed_gdp_epsilon(mu_step=mu, sampling_rate=sampling_rate, num_steps=num_steps, delta=delta),
             sampling_rate=sampling_rate,
             num_steps=num_steps,
-            kind="CLT composition mu_total = q*sqrt(T*(exp(mu_step^2)-1)) of the per-step mu_LB: an estimate, not a bound",
+            kind="CLT composition mu_total = q*sqrt(T*(exp(mu_step^2)-1)) of the "
+            "per-step mu_LB: an estimate, not a bound",
         )
     if full is None and composed is None:
         return result
-    return dataclasses.replace(result, details=dataclasses.replace(d, full_run_claim=full, mu_step_lb=mu, composed_estimate=composed))
+    return dataclasses.replace(
+        result, details=dataclasses.replace(d, full_run_claim=full, mu_step_lb=mu, composed_estimate=composed)
+    )
 
 
-def _run_white_box_trials(store: TrialStore, trial: Mapping[str, Any], *, seed: int, num_trials: int, budget: float | None, executor: Executor | None, progress: bool) -> int:
-    """Runs (or reuses) the white-box trials (``trial``: the keyword arguments every trial shares): exactly ``num_trials``, or waves within ``budget`` seconds; returns how many finished."""
+def _run_white_box_trials(
+    store: TrialStore,
+    trial: Mapping[str, Any],
+    *,
+    seed: int,
+    num_trials: int,
+    budget: float | None,
+    executor: Executor | None,
+    progress: bool,
+) -> int:
+    """Runs (or reuses) the white-box trials (``trial``: the keyword arguments every trial shares): exactly
+    ``num_trials``, or waves within ``budget`` seconds; returns how many finished."""
 
     def job(i: int, of: str) -> tuple[int, Job]:
         kwargs = {**trial, "seed": derive_seed(seed, "audit-trial", i), "label": f"white-box trial {i + 1}{of}"}
@@ -330,7 +401,13 @@ def _run_white_box_trials(store: TrialStore, trial: Mapping[str, Any], *, seed: 
 
     r = num_trials
     if budget is None:
-        run_trials(store, [job(i, f"/{r}") for i in range(r)], executor, f"white-box audit ({r} run{'s' if r > 1 else ''})", progress)
+        run_trials(
+            store,
+            [job(i, f"/{r}") for i in range(r)],
+            executor,
+            f"white-box audit ({r} run{'s' if r > 1 else ''})",
+            progress,
+        )
         return r
     return run_trials_for(store, job, executor, budget_seconds=budget, most=r, progress=progress)
 
@@ -402,7 +479,10 @@ def white_box_audit(
     c = v.positive("clip_norm", clip_norm)
     scale = v.real("canary_scale", canary_scale)
     if scale < 1:
-        raise v.invalid("canary_scale", f"canary_scale must be >= 1 (a canary smaller than C is not the worst case), got {canary_scale!r}")
+        raise v.invalid(
+            "canary_scale",
+            f"canary_scale must be >= 1 (a canary smaller than C is not the worst case), got {canary_scale!r}",
+        )
     v.choice("score", score, DIRAC_SCORES)
     strategy = white_box_strategy(score, strategy)
     budget = None if budget_seconds is None else v.positive("budget_seconds", budget_seconds)
@@ -419,14 +499,30 @@ def white_box_audit(
         **dict(config or {}),
     }
     store = TrialStore(directory, description)
-    trial = {"trainer": trainer, "dataset": dataset, "canary": canary, "score": score, "num_steps": num_steps, "progress": progress}
-    finished = _run_white_box_trials(store, trial, seed=seed, num_trials=r, budget=budget, executor=executor, progress=progress)
+    trial = {
+        "trainer": trainer,
+        "dataset": dataset,
+        "canary": canary,
+        "score": score,
+        "num_steps": num_steps,
+        "progress": progress,
+    }
+    finished = _run_white_box_trials(
+        store, trial, seed=seed, num_trials=r, budget=budget, executor=executor, progress=progress
+    )
     inserted, s, lots = _pooled_steps(store, finished)
     if inserted.all() or not inserted.any():
-        raise v.invalid("num_steps", f"white-box audit needs IN and OUT steps; got {int(inserted.sum())} IN of {inserted.size} (too few steps)")
-    atomic_save_npz(store.path / "scores.npz", in_scores=s[inserted], out_scores=s[~inserted], inserted=inserted, scores=s)
+        raise v.invalid(
+            "num_steps",
+            f"white-box audit needs IN and OUT steps; got {int(inserted.sum())} IN of {inserted.size} (too few steps)",
+        )
+    atomic_save_npz(
+        store.path / "scores.npz", in_scores=s[inserted], out_scores=s[~inserted], inserted=inserted, scores=s
+    )
     details: dict[str, object] = {
-        "score": "canary coordinate of the released noisy sum" if score == "dirac" else "negative L2 norm of the released noisy sum",
+        "score": "canary coordinate of the released noisy sum"
+        if score == "dirac"
+        else "negative L2 norm of the released noisy sum",
         "canary": canary.to_dict(),
         "num_steps_observed": int(s.size),
         "mean_lot_size": float(lots.mean()),
@@ -450,23 +546,41 @@ def white_box_audit(
         # clipped canary); halfway is where the two error rates are equal.
         threshold=c / 2 if strategy == "fixed" else None,
     )
-    result = _with_run_context(result, full_claim=full_claim, sampling_rate=sampling_rate, num_steps=num_steps, delta=delta, confidence=confidence)
+    result = _with_run_context(
+        result,
+        full_claim=full_claim,
+        sampling_rate=sampling_rate,
+        num_steps=num_steps,
+        delta=delta,
+        confidence=confidence,
+    )
     save_audit_result(result, store.path)
     return result
 
 
 AUDIT_PROCEDURES.register(
     AuditProcedureSpec(
-        name="multi-run", summary="R trainings with the canary and R without, scored on the final model (Jagielski et al. 2020, §4; Nasr et al. 2021, §3)", threat="black-box", run=multi_run_audit
+        name="multi-run",
+        summary="R trainings with the canary and R without, scored on the final model "
+        "(Jagielski et al. 2020, §4; Nasr et al. 2021, §3)",
+        threat="black-box",
+        run=multi_run_audit,
     )
 )
 AUDIT_PROCEDURES.register(
-    AuditProcedureSpec(name="one-run", summary="m canaries each included with probability 1/2 in one training (Steinke, Nasr & Jagielski 2023, Alg. 1)", threat="black-box", run=one_run_audit)
+    AuditProcedureSpec(
+        name="one-run",
+        summary="m canaries each included with probability 1/2 in one training "
+        "(Steinke, Nasr & Jagielski 2023, Alg. 1)",
+        threat="black-box",
+        run=one_run_audit,
+    )
 )
 AUDIT_PROCEDURES.register(
     AuditProcedureSpec(
         name="white-box",
-        summary="per-step Dirac gradient canary against one un-sampled Gaussian step (Nasr et al. 2021, §4.3; Nasr et al. 2023, §4)",
+        summary="per-step Dirac gradient canary against one un-sampled Gaussian step "
+        "(Nasr et al. 2021, §4.3; Nasr et al. 2023, §4)",
         threat="white-box",
         run=white_box_audit,
         hooked_trainer=True,

@@ -81,7 +81,9 @@ class HookedTrainer(Protocol):
 
     def build_model(self, dataset: ArrayDataset) -> nn.Module: ...
 
-    def __call__(self, dataset: ArrayDataset, *, seed: int, on_step: Callable[..., None], canary_gradient: Callable[[int], Any]) -> Any: ...
+    def __call__(
+        self, dataset: ArrayDataset, *, seed: int, on_step: Callable[..., None], canary_gradient: Callable[[int], Any]
+    ) -> Any: ...
 
 
 def load_dataset_like(data: DatasetLike) -> ArrayDataset:
@@ -109,7 +111,9 @@ class TrialStore:
         ValueError: the directory belongs to an audit with another configuration.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], config: Mapping[str, Any], *, resizable: Sequence[str] = ()) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], config: Mapping[str, Any], *, resizable: Sequence[str] = ()
+    ) -> None:
         self.path = Path(directory)
         self.config = json.loads(json.dumps(to_jsonable(dict(config))))
         cfg = self.path / "config.json"
@@ -122,7 +126,8 @@ class TrialStore:
             elif differ:
                 raise v.invalid(
                     "out",
-                    f"out: audit directory {str(self.path)!r} holds trials of a different audit (differs in {', '.join(differ)}); "
+                    f"out: audit directory {str(self.path)!r} holds trials of a different "
+                    f"audit (differs in {', '.join(differ)}); "
                     "they are never reused for this one: choose another --name or --out (the stored trials are kept)",
                 )
         else:
@@ -142,13 +147,17 @@ class TrialStore:
         return load_npz(self.trial_path(index))
 
 
-def run_trials(store: TrialStore, jobs: list[tuple[int, Job]], executor: Executor | None, description: str, progress: bool) -> None:
+def run_trials(
+    store: TrialStore, jobs: list[tuple[int, Job]], executor: Executor | None, description: str, progress: bool
+) -> None:
     """Runs the unfinished jobs, saving each result the moment it arrives."""
     todo = [(i, job) for i, job in jobs if not store.done(i)]
     reused = len(jobs) - len(todo)
     if reused and progress:
         # A rerun resumes: say so, so nobody mistakes stored trials for fresh ones.
-        print(f"reusing {reused} stored trial{'s' if reused != 1 else ''} from {store.path}", file=sys.stderr, flush=True)
+        print(
+            f"reusing {reused} stored trial{'s' if reused != 1 else ''} from {store.path}", file=sys.stderr, flush=True
+        )
     if not todo:
         return
     index = {job.key: i for i, job in todo}
@@ -162,11 +171,24 @@ def run_trials(store: TrialStore, jobs: list[tuple[int, Job]], executor: Executo
                     bar.update(1)
     except TrialFailed as exc:
         kept = sum(store.done(i) for i, _ in jobs)
-        where = f"{kept} finished trial{'s' if kept != 1 else ''} kept in {store.path}; rerun the same command to resume from them" if kept else "no finished trial to keep"
+        where = (
+            f"{kept} finished trial{'s' if kept != 1 else ''} kept in {store.path}; "
+            "rerun the same command to resume from them"
+            if kept
+            else "no finished trial to keep"
+        )
         raise TrialFailed(f"{exc}; {where}", exc.index, exc.seed) from exc
 
 
-def run_trials_for(store: TrialStore, job: Callable[[int, str], tuple[int, Job]], executor: Executor | None, *, budget_seconds: float, most: int, progress: bool) -> int:
+def run_trials_for(
+    store: TrialStore,
+    job: Callable[[int, str], tuple[int, Job]],
+    executor: Executor | None,
+    *,
+    budget_seconds: float,
+    most: int,
+    progress: bool,
+) -> int:
     """Runs trials 0, 1, 2, … in waves until the next wave would overrun the budget; returns how many.
 
     Stored trials (a contiguous prefix from an earlier run of the same audit) are reused
@@ -179,7 +201,11 @@ def run_trials_for(store: TrialStore, job: Callable[[int, str], tuple[int, Job]]
     while stored < most and store.done(stored):
         stored += 1
     if stored and progress:
-        print(f"reusing {stored} stored trial{'s' if stored != 1 else ''} from {store.path}; the budget goes to new ones", file=sys.stderr, flush=True)
+        print(
+            f"reusing {stored} stored trial{'s' if stored != 1 else ''} from {store.path}; the budget goes to new ones",
+            file=sys.stderr,
+            flush=True,
+        )
     width = max(1, getattr(executor, "workers", None) or 1)
     started = time.monotonic()
     last_wave = 0.0
@@ -190,13 +216,24 @@ def run_trials_for(store: TrialStore, job: Callable[[int, str], tuple[int, Job]]
             break
         wave = list(range(done, min(most, done + width)))
         wave_started = time.monotonic()
-        run_trials(store, [job(i, "") for i in wave], executor, f"white-box audit (trials {wave[0] + 1}-{wave[-1] + 1}, {budget_seconds:g} s budget)", progress)
+        run_trials(
+            store,
+            [job(i, "") for i in wave],
+            executor,
+            f"white-box audit (trials {wave[0] + 1}-{wave[-1] + 1}, {budget_seconds:g} s budget)",
+            progress,
+        )
         last_wave = time.monotonic() - wave_started
         done = wave[-1] + 1
     if progress:
         spent = time.monotonic() - started
         over = " (one wave is longer than the budget)" if spent > budget_seconds else ""
-        print(f"budget: {done - stored} new trial{'s' if done - stored != 1 else ''} in {spent:.0f} s of {budget_seconds:g} s{over}; {done} pooled", file=sys.stderr, flush=True)
+        print(
+            f"budget: {done - stored} new trial{'s' if done - stored != 1 else ''} "
+            f"in {spent:.0f} s of {budget_seconds:g} s{over}; {done} pooled",
+            file=sys.stderr,
+            flush=True,
+        )
     return done
 
 
@@ -208,7 +245,10 @@ def accepts_initial_state(train_fn: Callable[..., Any]) -> bool:
         params = inspect.signature(train_fn).parameters.values()
     except (TypeError, ValueError):  # builtins and some C callables have no signature
         return False
-    return any(p.name == "initial_state" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) or p.kind is p.VAR_KEYWORD for p in params)
+    return any(
+        p.name == "initial_state" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) or p.kind is p.VAR_KEYWORD
+        for p in params
+    )
 
 
 def black_box_trial(
@@ -254,20 +294,30 @@ def black_box_trial(
     try:
         # User code: its prints go to stderr and its SystemExit or closed streams are its failure,
         # never the exit status or the --json output of the verb (the battery's trials do the same).
-        model = call_user(train_fn, with_canaries(data, canaries, mask), seed=seed, label=f"the training function {callable_label(train_fn)}", **extra)
+        model = call_user(
+            train_fn,
+            with_canaries(data, canaries, mask),
+            seed=seed,
+            label=f"the training function {callable_label(train_fn)}",
+            **extra,
+        )
     except UserCodeFailed as exc:
         raise TrialFailed(f"{exc} in {where}", index, seed) from None
     except Exception as exc:  # third-party code: any failure is reported with the trial that hit it
         raise TrialFailed(f"the training function raised {describe_exception(exc)} in {where}", index, seed) from exc
     if not isinstance(model, nn.Module):
-        raise TrialFailed(f"the training function returned a {type(model).__name__}, not a torch.nn.Module, in {where}", index, seed)
+        raise TrialFailed(
+            f"the training function returned a {type(model).__name__}, not a torch.nn.Module, in {where}", index, seed
+        )
     try:
         scores = loss_scores(model, canaries.features, canaries.labels)
     except Exception as exc:
         shape = tuple(canaries.features.shape)
         raise TrialFailed(
             f"the model the training function returned in {where} cannot score inputs of shape {shape} "
-            f"(a batch of {shape[0]} example{'s' if shape[0] != 1 else ''} of shape {shape[1:]}, dtype {str(canaries.features.dtype).removeprefix('torch.')}, "
+            f"(a batch of {shape[0]} example{'s' if shape[0] != 1 else ''} of shape "
+            f"{shape[1:]}, dtype "
+            f"{str(canaries.features.dtype).removeprefix('torch.')}, "
             f"{canaries.num_classes} classes): {type(exc).__name__}: {_one_line(exc)}",
             index,
             seed,
@@ -280,7 +330,15 @@ def _one_line(exc: BaseException) -> str:
 
 
 def white_box_trial(
-    *, trainer: HookedTrainer, dataset: DatasetLike, canary: DiracCanary, score: str, seed: int, num_steps: int | None = None, progress: bool = False, label: str = "white-box trial"
+    *,
+    trainer: HookedTrainer,
+    dataset: DatasetLike,
+    canary: DiracCanary,
+    score: str,
+    seed: int,
+    num_steps: int | None = None,
+    progress: bool = False,
+    label: str = "white-box trial",
 ) -> dict[str, np.ndarray]:
     """One DP-SGD run in which every step is a round of the per-step Dirac game.
 
@@ -304,7 +362,9 @@ def white_box_trial(
 
     def on_step(step: int, update: Mapping[str, torch.Tensor], lot_size: int) -> None:
         if step not in inserted:
-            raise RuntimeError(f"on_step({step}) was called before canary_gradient({step}); the trainer breaks the hook protocol")
+            raise RuntimeError(
+                f"on_step({step}) was called before canary_gradient({step}); the trainer breaks the hook protocol"
+            )
         if score == "dirac":
             scores[step] = canary.read(update)
         else:

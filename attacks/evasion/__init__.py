@@ -8,7 +8,8 @@ HGM models (``docs/attacks/evasion.md`` §3).
 Every attack registers itself in :data:`EVASION_ATTACKS` as an :class:`EvasionAttackSpec`: its
 summary, its default :class:`EvasionConfig` and the routine that runs it (:class:`EvasionRun`).
 All four built-in attacks are configurations of one projected-gradient routine
-(:mod:`attacks.evasion.gradient`); :mod:`attacks.evasion.run` runs any of them at many radii. With loss L = cross-entropy of the true label, step a = r · ``step_ratio`` and Π the
+(:mod:`attacks.evasion.gradient`); :mod:`attacks.evasion.run` runs any of them at many radii. With loss L =
+cross-entropy of the true label, step a = r · ``step_ratio`` and Π the
 projection onto the ball of radius r around x intersected with the input range:
 
 * **FGSM** — Goodfellow, Shlens & Szegedy (2015), "Explaining and Harnessing Adversarial
@@ -32,7 +33,8 @@ setting is ``evasion_config("pgd", step_ratio=0.1)``.
 **Randomized models.** Against a model with an active noise layer (PixelDP / HGM,
 :func:`dpaudit.robustness.noise.is_randomized`) the gradient of one noise draw is a poor direction and
 robustness would be overstated (Athalye, Carlini & Wagner 2018, "Obfuscated Gradients Give
-a False Sense of Security", expectation over transformation). The attack then uses expectation over transformation: each step's gradient is the mean
+a False Sense of Security", expectation over transformation). The attack then uses expectation over transformation: each
+step's gradient is the mean
 over ``eot_samples`` draws, and a prediction is the majority vote of ``eval_samples`` draws.
 A misclassification counts only when fresh draws confirm it (:func:`_confirm_fooled`), so a
 break near a tie of the votes is evidence, not Monte Carlo noise.
@@ -47,7 +49,15 @@ accuracy non-increasing in the radius by construction rather than by luck of the
 from __future__ import annotations
 
 from attacks.evasion.run import adversarial_examples, run_evasion
-from attacks.evasion.spec import CONFIRM_CONFIDENCE, CONFIRM_SAMPLES, EVASION_ATTACKS, EvasionAttackSpec, EvasionConfig, EvasionRun, evasion_config
+from attacks.evasion.spec import (
+    CONFIRM_CONFIDENCE,
+    CONFIRM_SAMPLES,
+    EVASION_ATTACKS,
+    EvasionAttackSpec,
+    EvasionConfig,
+    EvasionRun,
+    evasion_config,
+)
 
 # The built-in attacks register themselves on import.
 import attacks.evasion.gradient  # noqa: F401  isort: skip

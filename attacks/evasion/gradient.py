@@ -63,7 +63,9 @@ def _draws_in_passes(model: nn.Module, x: torch.Tensor, draws: int, draws_per_pa
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eval_samples: int, draws_per_pass: int) -> tuple[torch.Tensor, torch.Tensor]:
+def evaluate(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eval_samples: int, draws_per_pass: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(misclassified, loss) per row over ``eval_samples`` noise draws.
 
     The prediction is the majority vote of the per-draw argmax — the classifier whose
@@ -78,7 +80,12 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eval_samples
         log_p = F.log_softmax(model(x).float(), dim=1)
         votes = log_p.argmax(1)
     else:
-        draws = torch.cat([F.log_softmax(logits.float(), dim=2) for logits in _draws_in_passes(model, x, eval_samples, draws_per_pass)])
+        draws = torch.cat(
+            [
+                F.log_softmax(logits.float(), dim=2)
+                for logits in _draws_in_passes(model, x, eval_samples, draws_per_pass)
+            ]
+        )
         log_p = torch.logsumexp(draws, dim=0) - math.log(eval_samples)
         votes = F.one_hot(draws.argmax(2), draws.shape[2]).sum(0).argmax(1)
     fooled = votes != y
@@ -87,7 +94,16 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eval_samples
 
 
 @torch.no_grad()
-def confirm_fooled(model: nn.Module, x: torch.Tensor, y: torch.Tensor, fooled: torch.Tensor, *, draws: int, draws_per_pass: int, confidence: float) -> torch.Tensor:
+def confirm_fooled(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    fooled: torch.Tensor,
+    *,
+    draws: int,
+    draws_per_pass: int,
+    confidence: float,
+) -> torch.Tensor:
     """Keeps only the misclassifications of a randomized model that fresh draws confirm.
 
     The classifier a vote describes (the argmax of the expected votes, which PixelDP/HGM's
@@ -104,7 +120,10 @@ def confirm_fooled(model: nn.Module, x: torch.Tensor, y: torch.Tensor, fooled: t
     if rows.numel() == 0:
         return fooled
     xs, ys = x[rows], y[rows]
-    counts = sum(F.one_hot(logits.argmax(2), logits.shape[2]).sum(0) for logits in _draws_in_passes(model, xs, draws, draws_per_pass))
+    counts = sum(
+        F.one_hot(logits.argmax(2), logits.shape[2]).sum(0)
+        for logits in _draws_in_passes(model, xs, draws, draws_per_pass)
+    )
     assert isinstance(counts, torch.Tensor)
     n_y = counts.gather(1, ys[:, None]).squeeze(1)
     others = counts.scatter(1, ys[:, None], -1)
@@ -198,7 +217,9 @@ def projected_gradient(
                 x = project(x + step * direction)
         fooled, loss = evaluate(model, x, y, eval_samples=eval_samples, draws_per_pass=eot_samples)
         if randomized:
-            fooled = confirm_fooled(model, x, y, fooled, draws=CONFIRM_SAMPLES, draws_per_pass=eot_samples, confidence=CONFIRM_CONFIDENCE)
+            fooled = confirm_fooled(
+                model, x, y, fooled, draws=CONFIRM_SAMPLES, draws_per_pass=eot_samples, confidence=CONFIRM_CONFIDENCE
+            )
         if best_x is None:
             best_x, best_fooled, best_loss = x, fooled, loss
             continue

@@ -20,7 +20,15 @@ import torch
 from torch import nn
 
 from attacks.evasion.gradient import confirm_fooled, evaluate, norms
-from attacks.evasion.spec import CONFIRM_CONFIDENCE, CONFIRM_SAMPLES, DEFAULT_EOT_SAMPLES, DEFAULT_EVAL_SAMPLES, EVASION_ATTACKS, EvasionConfig, evasion_config
+from attacks.evasion.spec import (
+    CONFIRM_CONFIDENCE,
+    CONFIRM_SAMPLES,
+    DEFAULT_EOT_SAMPLES,
+    DEFAULT_EVAL_SAMPLES,
+    EVASION_ATTACKS,
+    EvasionConfig,
+    evasion_config,
+)
 from dpaudit import _validate as v
 from dpaudit.progress import Progress
 from dpaudit.results import EVASION_NORMS, EvasionResult
@@ -58,29 +66,51 @@ def _check_radii(radii: Any) -> np.ndarray:
 
 def _check_data(features: Any, labels: Any, clip_min: float, clip_max: float) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(features, torch.Tensor) or not features.is_floating_point():
-        raise v.invalid_type("features", f"features must be a floating-point torch.Tensor, got {type(features).__name__}")
+        raise v.invalid_type(
+            "features", f"features must be a floating-point torch.Tensor, got {type(features).__name__}"
+        )
     if features.ndim < 2 or features.shape[0] == 0:
-        raise v.invalid("features", f"features must be (n, *input_shape) with n >= 1, got shape {tuple(features.shape)}")
+        raise v.invalid(
+            "features", f"features must be (n, *input_shape) with n >= 1, got shape {tuple(features.shape)}"
+        )
     if not isinstance(labels, torch.Tensor) or labels.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-        raise v.invalid_type("labels", f"labels must be an integer torch.Tensor, got {getattr(labels, 'dtype', type(labels).__name__)}")
+        raise v.invalid_type(
+            "labels", f"labels must be an integer torch.Tensor, got {getattr(labels, 'dtype', type(labels).__name__)}"
+        )
     if tuple(labels.shape) != (features.shape[0],):
-        raise v.invalid("labels", f"labels must have shape ({features.shape[0]},), one per example, got {tuple(labels.shape)}")
+        raise v.invalid(
+            "labels", f"labels must have shape ({features.shape[0]},), one per example, got {tuple(labels.shape)}"
+        )
     # The ball ∩ box projection only stays inside the ball when x itself is in the box.
     lo, hi = float(features.min()), float(features.max())
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo < clip_min or hi > clip_max:
-        raise v.invalid("features", f"features must lie in [clip_min, clip_max] = [{clip_min:g}, {clip_max:g}], got values in [{lo:g}, {hi:g}]")
+        raise v.invalid(
+            "features",
+            f"features must lie in [clip_min, clip_max] = [{clip_min:g}, {clip_max:g}], got values in [{lo:g}, {hi:g}]",
+        )
     return features.detach(), labels.long()
 
 
 def _check_range(clip_min: Any, clip_max: Any) -> tuple[float, float]:
     lo, hi = v.real("clip_min", clip_min), v.real("clip_max", clip_max)
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
-        raise v.invalid("clip_min", f"clip_min must be finite and < clip_max, got clip_min={clip_min!r}, clip_max={clip_max!r}")
+        raise v.invalid(
+            "clip_min", f"clip_min must be finite and < clip_max, got clip_min={clip_min!r}, clip_max={clip_max!r}"
+        )
     return lo, hi
 
 
 def _check_call(
-    model: Any, attack: Any, norm: Any, clip_min: Any, clip_max: Any, features: Any, labels: Any, eot_samples: Any, eval_samples: Any, batch_size: Any
+    model: Any,
+    attack: Any,
+    norm: Any,
+    clip_min: Any,
+    clip_max: Any,
+    features: Any,
+    labels: Any,
+    eot_samples: Any,
+    eval_samples: Any,
+    batch_size: Any,
 ) -> tuple[EvasionConfig, str, float, float, torch.Tensor, torch.Tensor, bool, int, int, int | None]:
     """The argument checks :func:`run_evasion` and :func:`adversarial_examples` share."""
     if not isinstance(model, nn.Module):
@@ -161,7 +191,15 @@ def _clean_errors(
         xb, yb = features[begin:end].to(device, dtype), labels[begin:end].to(device)
         fooled, _ = evaluate(model, xb, yb, eval_samples=eval_samples, draws_per_pass=draws_per_pass)
         if randomized:
-            fooled = confirm_fooled(model, xb, yb, fooled, draws=CONFIRM_SAMPLES, draws_per_pass=draws_per_pass, confidence=CONFIRM_CONFIDENCE)
+            fooled = confirm_fooled(
+                model,
+                xb,
+                yb,
+                fooled,
+                draws=CONFIRM_SAMPLES,
+                draws_per_pass=draws_per_pass,
+                confidence=CONFIRM_CONFIDENCE,
+            )
         clean_fooled[begin:end] = fooled.cpu().numpy()
     return clean_fooled
 
@@ -231,7 +269,9 @@ def run_evasion(
     """
     start_time = time.perf_counter()
     radii_arr = _check_radii(radii)
-    config, norm, lo, hi, features, labels, randomized, eot, n_eval, batch_size = _check_call(model, attack, norm, clip_min, clip_max, features, labels, eot_samples, eval_samples, batch_size)
+    config, norm, lo, hi, features, labels, randomized, eot, n_eval, batch_size = _check_call(
+        model, attack, norm, clip_min, clip_max, features, labels, eot_samples, eval_samples, batch_size
+    )
     seed = v.integer("seed", seed, minimum=0)
     if not isinstance(progress, bool):
         raise v.invalid_type("progress", f"progress must be a bool, got {progress!r}")
@@ -249,9 +289,29 @@ def run_evasion(
         rows = 128 if dev.type == "cpu" else 8192
         batch_size = max(1, rows // (max(1, active.size) * eot))
     chunks = [(begin, min(n, begin + batch_size)) for begin in range(0, n, batch_size)]
-    attack_rows = functools.partial(EVASION_ATTACKS[config.name].run, model, config=config, norm=norm, eot_samples=eot, eval_samples=n_eval, generator=generator, clip_min=lo, clip_max=hi)
+    attack_rows = functools.partial(
+        EVASION_ATTACKS[config.name].run,
+        model,
+        config=config,
+        norm=norm,
+        eot_samples=eot,
+        eval_samples=n_eval,
+        generator=generator,
+        clip_min=lo,
+        clip_max=hi,
+    )
     with _attack_mode(model, dev, seed), Progress(n, f"evasion {config.name}/{norm}", enabled=progress) as bar:
-        clean_fooled = _clean_errors(model, features, labels, chunks, device=dev, dtype=dtype, eval_samples=n_eval, draws_per_pass=eot, randomized=randomized)
+        clean_fooled = _clean_errors(
+            model,
+            features,
+            labels,
+            chunks,
+            device=dev,
+            dtype=dtype,
+            eval_samples=n_eval,
+            draws_per_pass=eot,
+            randomized=randomized,
+        )
         for begin, end in chunks:
             xb = features[begin:end].to(dev, dtype)
             yb = labels[begin:end].to(dev)
@@ -333,12 +393,16 @@ def adversarial_examples(
         TypeError / ValueError: an argument has the wrong type or value (named in the message).
     """
     r = v.non_negative("radius", radius)
-    config, norm, lo, hi, features, labels, randomized, eot, n_eval, checked_batch = _check_call(model, attack, norm, clip_min, clip_max, features, labels, eot_samples, None, batch_size)
+    config, norm, lo, hi, features, labels, randomized, eot, n_eval, checked_batch = _check_call(
+        model, attack, norm, clip_min, clip_max, features, labels, eot_samples, None, batch_size
+    )
     if checked_batch is None:  # unlike run_evasion, there is no size to derive it from here
         raise v.invalid("batch_size", "batch_size must be a positive integer, got None")
     batch_size = checked_batch
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise v.invalid_type("generator", f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        raise v.invalid_type(
+            "generator", f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+        )
     dev = resolve_device(device)
     if r == 0:
         return features.detach().cpu().clone()

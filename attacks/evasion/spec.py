@@ -116,7 +116,8 @@ class EvasionRun(Protocol):
             clip_max: upper end of the valid input range.
 
         Returns:
-            tuple[torch.Tensor, torch.Tensor]: ``(x_adv, fooled)``: each row of ``x_adv`` within its radius and the input range, and
+            tuple[torch.Tensor, torch.Tensor]: ``(x_adv, fooled)``: each row of ``x_adv`` within its radius and the
+            input range, and
             whether the model misclassifies it (confirmed by fresh draws for a randomized model).
         """
 
@@ -146,7 +147,11 @@ class EvasionAttackSpec:
         fields = {f.name for f in dataclasses.fields(EvasionConfig)} - {"name"}
         unknown = sorted(set(self.defaults) - fields)
         if unknown:
-            raise v.invalid("defaults", f"defaults of evasion attack {self.name!r} must be fields of EvasionConfig ({', '.join(sorted(fields))}); got {unknown[0]!r}")
+            raise v.invalid(
+                "defaults",
+                f"defaults of evasion attack {self.name!r} must be fields of "
+                f"EvasionConfig ({', '.join(sorted(fields))}); got {unknown[0]!r}",
+            )
 
     @property
     def config(self) -> EvasionConfig:
@@ -155,7 +160,9 @@ class EvasionAttackSpec:
 
 
 #: Every evasion attack, in registration order; each registers itself where it is defined.
-EVASION_ATTACKS: Registry[EvasionAttackSpec] = Registry("evasion attack", argument="attack", discover=("attacks.evasion",))
+EVASION_ATTACKS: Registry[EvasionAttackSpec] = Registry(
+    "evasion attack", argument="attack", discover=("attacks.evasion",)
+)
 
 
 def evasion_config(name: str, **overrides: Any) -> EvasionConfig:
@@ -172,5 +179,7 @@ def evasion_config(name: str, **overrides: Any) -> EvasionConfig:
     fields = {f.name for f in dataclasses.fields(EvasionConfig)} - {"name"}
     unknown = sorted(set(overrides) - fields)
     if unknown:
-        raise v.invalid("overrides", f"overrides must be fields of EvasionConfig ({', '.join(sorted(fields))}); got {unknown[0]!r}")
+        raise v.invalid(
+            "overrides", f"overrides must be fields of EvasionConfig ({', '.join(sorted(fields))}); got {unknown[0]!r}"
+        )
     return dataclasses.replace(EVASION_ATTACKS[name].config, **overrides)

@@ -51,7 +51,15 @@ from dpaudit.results.audit import AuditResult
 from dpaudit.results.audit_details import ScoresDetails, UploadAuditDetails
 from dpaudit.seeding import derive_seed
 
-__all__ = ["STATISTICS", "Canary", "TurnFn", "pixel_canary", "canary_coordinates", "upload_scores", "dssgd_upload_audit"]
+__all__ = [
+    "STATISTICS",
+    "Canary",
+    "TurnFn",
+    "pixel_canary",
+    "canary_coordinates",
+    "upload_scores",
+    "dssgd_upload_audit",
+]
 
 #: What the server may compute from one upload at the canary coordinates (both are tried; the
 #: confidence is split between them, Bonferroni):
@@ -85,7 +93,14 @@ class Canary:
         object.__setattr__(self, "positions", pos)
 
 
-def pixel_canary(features: torch.Tensor, labels: torch.Tensor, *, num_classes: int, value: float | None = None, tolerance: float = 0.0) -> Canary:
+def pixel_canary(
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    num_classes: int,
+    value: float | None = None,
+    tolerance: float = 0.0,
+) -> Canary:
     """The canary of a partition: ``value`` on every input position that no example uses, 0 elsewhere.
 
     The default ``value`` is 8 × the partition's largest |x|. A canary as bright as a real pixel
@@ -111,7 +126,10 @@ def pixel_canary(features: torch.Tensor, labels: torch.Tensor, *, num_classes: i
             ``num_classes``/``value``/``tolerance`` (named, with its value).
     """
     if not isinstance(features, torch.Tensor) or not isinstance(labels, torch.Tensor):
-        raise v.invalid_type("features", f"features and labels must be torch tensors, got {type(features).__name__} and {type(labels).__name__}")
+        raise v.invalid_type(
+            "features",
+            f"features and labels must be torch tensors, got {type(features).__name__} and {type(labels).__name__}",
+        )
     k = v.integer("num_classes", num_classes, minimum=2)
     tolerance = v.non_negative("tolerance", tolerance)
     if features.ndim < 2 or len(features) == 0:
@@ -122,7 +140,11 @@ def pixel_canary(features: torch.Tensor, labels: torch.Tensor, *, num_classes: i
     value = v.positive("value", 8.0 * float(flat.max()) if value is None else value)
     positions = torch.nonzero(flat <= tolerance).flatten().numpy().astype(np.int64)
     if positions.size == 0:
-        raise v.invalid("features", f"features have no input position with |x| <= tolerance={tolerance!r} in every example; raise tolerance or use another canary")
+        raise v.invalid(
+            "features",
+            f"features have no input position with |x| <= tolerance={tolerance!r} in "
+            "every example; raise tolerance or use another canary",
+        )
     counts = torch.bincount(labels.detach().cpu().to(torch.int64), minlength=k)
     if counts.numel() > k:
         raise v.invalid("labels", f"labels must lie in [0, {k}) for num_classes={k}, got a label {int(labels.max())}")
@@ -148,10 +170,16 @@ def canary_coordinates(model: nn.Module, canary: Canary) -> np.ndarray:
         raise v.invalid_type("canary", f"canary must be a Canary, got {type(canary).__name__}")
     first = next((m for m in model.modules() if isinstance(m, nn.Linear)), None)
     if first is None:
-        raise v.invalid("model", f"model must contain an nn.Linear layer reading the input, got {type(model).__name__} without one")
+        raise v.invalid(
+            "model", f"model must contain an nn.Linear layer reading the input, got {type(model).__name__} without one"
+        )
     size = canary.features.numel()
     if first.in_features != size:
-        raise v.invalid("model", f"model's first Linear layer must read the flattened input ({size} features), got in_features={first.in_features}")
+        raise v.invalid(
+            "model",
+            f"model's first Linear layer must read the flattened input ({size} "
+            f"features), got in_features={first.in_features}",
+        )
     if int(canary.positions.max()) >= size:
         raise v.invalid("canary", f"canary positions must lie in [0, {size}), got {int(canary.positions.max())}")
     offset = 0
@@ -183,7 +211,9 @@ def upload_scores(indices: Any, values: Any, coordinates: np.ndarray) -> dict[st
         ValueError: ``indices`` and ``values`` are not vectors of one length, or a value is not finite.
     """
     idx = np.asarray(indices.detach().cpu() if isinstance(indices, torch.Tensor) else indices).reshape(-1)
-    val = np.asarray(values.detach().cpu() if isinstance(values, torch.Tensor) else values, dtype=np.float64).reshape(-1)
+    val = np.asarray(values.detach().cpu() if isinstance(values, torch.Tensor) else values, dtype=np.float64).reshape(
+        -1
+    )
     if idx.shape != val.shape:
         raise v.invalid(None, f"upload indices and values must be vectors of one length, got {idx.size} and {val.size}")
     if not np.isfinite(val).all():
@@ -213,12 +243,20 @@ def _one_turn_claim(claim: PrivacyClaim) -> PrivacyClaim:
         raise v.invalid_type("claim", f"claim must be a PrivacyClaim, got {type(claim).__name__}")
     rounds = getattr(claim, "num_rounds", None)
     if rounds is not None and rounds != 1:
-        raise v.invalid("claim", f"claim must be the claim of ONE turn (num_rounds=1), got num_rounds={rounds!r}; pass dataclasses.replace(claim, num_rounds=1, description='')")
+        raise v.invalid(
+            "claim",
+            "claim must be the claim of ONE turn (num_rounds=1), got "
+            f"num_rounds={rounds!r}; pass dataclasses.replace(claim, num_rounds=1, "
+            "description='')",
+        )
     return claim
 
 
-def _play_turns(turn_fn: TurnFn, coords: np.ndarray, *, trials: int, seed: int, progress: bool) -> dict[bool, dict[str, list[float]]]:
-    """Plays ``trials`` turns, the first half with the canary (IN) and the rest without; each upload's statistics by side."""
+def _play_turns(
+    turn_fn: TurnFn, coords: np.ndarray, *, trials: int, seed: int, progress: bool
+) -> dict[bool, dict[str, list[float]]]:
+    """Plays ``trials`` turns, the first half with the canary (IN) and the rest without; each upload's statistics by
+    side."""
     n, started = trials, time.monotonic()
     n_in = n // 2
     plan = [(True, i) for i in range(n_in)] + [(False, i) for i in range(n - n_in)]
@@ -269,7 +307,8 @@ def dssgd_upload_audit(
         seed: root seed of the turns.
         num_thresholds: candidate thresholds per statistic (Bonferroni factor).
         progress: report progress on stderr.
-        details: the caller's context to keep with the result (the ``context`` of :class:`~dpaudit.results.audit_details.UploadAuditDetails`).
+        details: the caller's context to keep with the result (the ``context`` of
+            :class:`~dpaudit.results.audit_details.UploadAuditDetails`).
 
     Returns:
         The :class:`AuditResult` (``method`` and ``threat_model`` ``white-box``: one observation
@@ -289,7 +328,11 @@ def dssgd_upload_audit(
     if coords.size == 0:
         raise v.invalid("coordinates", "coordinates must name at least one parameter position, got none")
     if not np.issubdtype(coords.dtype, np.integer) or int(coords.min()) < 0:
-        raise v.invalid("coordinates", f"coordinates must be non-negative integer positions, got dtype {coords.dtype} with minimum {coords.min()!r}")
+        raise v.invalid(
+            "coordinates",
+            "coordinates must be non-negative integer positions, got dtype "
+            f"{coords.dtype} with minimum {coords.min()!r}",
+        )
     coords = coords.astype(np.int64)
     confidence = v.open_unit("confidence", confidence)
     delta = v.open_unit("delta", delta)
@@ -348,9 +391,13 @@ def dssgd_upload_audit(
         in_rate_any_canary_coordinate=hit_in,
         out_rate_any_canary_coordinate=hit_out,
         seconds=seconds,
-        epsilon_ub_note=None if math.isfinite(chosen.epsilon_ub) else "the claim states no finite ε (no privacy mechanism)",
+        epsilon_ub_note=None
+        if math.isfinite(chosen.epsilon_ub)
+        else "the claim states no finite ε (no privacy mechanism)",
         context={**scored.context, **(details or {})},
     )
     # Each statistic's bound holds at per_stat; their maximum holds at ``confidence``.
     # The design's ceiling is the larger of the statistics' ceilings (ε_LB is their maximum).
-    return dataclasses.replace(chosen, confidence=confidence, details=info, ceiling=max(float(results[s].ceiling or 0.0) for s in STATISTICS))
+    return dataclasses.replace(
+        chosen, confidence=confidence, details=info, ceiling=max(float(results[s].ceiling or 0.0) for s in STATISTICS)
+    )

@@ -1,4 +1,5 @@
-"""How recognisable a reconstructed input is: SSIM against the private inputs, and the best match of each reconstruction.
+"""How recognisable a reconstructed input is: SSIM against the private inputs, and the best match of each
+reconstruction.
 
 Reconstructions are scored against a participant's private inputs with SSIM (Wang, Bovik,
 Sheikh & Simoncelli 2004): Gaussian window 11×11, σ = 1.5, K1 = 0.01, K2 = 0.03, data range 1,
@@ -83,7 +84,9 @@ def ssim(a: Any, b: Any, *, window: int = 11, sigma: float = 1.5) -> torch.Tenso
     ta, single = _as_batch(a, "a")
     tb, _ = _as_batch(b, "b")
     if ta.shape != tb.shape:
-        raise v.invalid("b", f"b must have the shape of a {tuple(torch.as_tensor(a).shape)}, got {tuple(torch.as_tensor(b).shape)}")
+        raise v.invalid(
+            "b", f"b must have the shape of a {tuple(torch.as_tensor(a).shape)}, got {tuple(torch.as_tensor(b).shape)}"
+        )
     n, c, h, w = ta.shape
     size = min(window, h if h % 2 else h - 1, w if w % 2 else w - 1)
     if size < 3:
@@ -122,7 +125,10 @@ def match_reconstructions(recons: Any, private_images: Any, *, chunk: int = 4096
     if r.ndim not in (3, 4):
         raise v.invalid("recons", f"recons must have shape (k, H, W) or (k, C, H, W), got {tuple(r.shape)}")
     if p.ndim != r.ndim or p.shape[1:] != r.shape[1:]:
-        raise v.invalid("private_images", f"private_images must have shape (n, {', '.join(map(str, r.shape[1:]))}) like recons, got {tuple(p.shape)}")
+        raise v.invalid(
+            "private_images",
+            f"private_images must have shape (n, {', '.join(map(str, r.shape[1:]))}) like recons, got {tuple(p.shape)}",
+        )
     if p.shape[0] == 0:
         raise v.invalid("private_images", "private_images must hold at least one image, got 0")
     if r.shape[0] == 0:

@@ -131,15 +131,20 @@ def first_layer_update(model: nn.Module, indices: Any, values: Any) -> FirstLaye
     if not isinstance(layer, nn.Linear):
         raise v.invalid(
             "model",
-            f"model: reconstruction from uploads needs a fully-connected first layer, but the first layer {name!r} is {layer!r}; "
+            "model: reconstruction from uploads needs a fully-connected first "
+            f"layer, but the first layer {name!r} is {layer!r}; "
             "a convolution's update mixes every patch of the input and is not a copy of it",
         )
     idx = torch.as_tensor(indices)
     val = torch.as_tensor(values)
     if idx.ndim != 1 or idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
-        raise v.invalid("indices", f"indices must be a 1-D integer array, got dtype {idx.dtype} and shape {tuple(idx.shape)}")
+        raise v.invalid(
+            "indices", f"indices must be a 1-D integer array, got dtype {idx.dtype} and shape {tuple(idx.shape)}"
+        )
     if val.ndim != 1 or val.shape != idx.shape:
-        raise v.invalid("values", f"values must be a 1-D array as long as indices ({idx.numel()}), got shape {tuple(val.shape)}")
+        raise v.invalid(
+            "values", f"values must be a 1-D array as long as indices ({idx.numel()}), got shape {tuple(val.shape)}"
+        )
     if not val.dtype.is_floating_point:
         val = val.to(torch.float64)
     if not bool(torch.isfinite(val).all()):
@@ -148,7 +153,11 @@ def first_layer_update(model: nn.Module, indices: Any, values: Any) -> FirstLaye
     val = val.detach().cpu()
     total = sum(p.numel() for p in model.parameters())
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= total):
-        raise v.invalid("indices", f"indices must lie in [0, {total}) (the model's parameter count), got range [{int(idx.min())}, {int(idx.max())}]")
+        raise v.invalid(
+            "indices",
+            f"indices must lie in [0, {total}) (the model's parameter count), got "
+            f"range [{int(idx.min())}, {int(idx.max())}]",
+        )
     if torch.unique(idx).numel() != idx.numel():
         raise v.invalid("indices", "indices must be distinct: an upload names each parameter at most once")
 
@@ -173,7 +182,15 @@ def first_layer_update(model: nn.Module, indices: Any, values: Any) -> FirstLaye
     bias_mask: torch.Tensor | None = None
     if layer.bias is not None:
         bias, bias_mask = dense(layer.bias)
-    return FirstLayerUpdate(weight_delta=weight, bias_delta=bias, weight_mask=weight_mask, bias_mask=bias_mask, layer=name, input_mean=input_mean, input_std=input_std)
+    return FirstLayerUpdate(
+        weight_delta=weight,
+        bias_delta=bias,
+        weight_mask=weight_mask,
+        bias_mask=bias_mask,
+        layer=name,
+        input_mean=input_mean,
+        input_std=input_std,
+    )
 
 
 @dataclass(frozen=True)
@@ -206,7 +223,9 @@ def _check_shape(input_shape: Sequence[int], in_features: int) -> tuple[int, ...
     if math.prod(shape) != in_features:
         raise v.invalid(
             "input_shape",
-            f"input_shape {shape} has {math.prod(shape)} elements but the first layer takes {in_features} features; reconstruction reads inputs only when the first layer sees the raw flattened input",
+            f"input_shape {shape} has {math.prod(shape)} elements but the first "
+            f"layer takes {in_features} features; reconstruction reads inputs only "
+            "when the first layer sees the raw flattened input",
         )
     return shape
 
@@ -216,7 +235,9 @@ def _centred_unit(x: torch.Tensor) -> torch.Tensor:
     return c / c.norm(dim=1, keepdim=True).clamp_min(1e-12)
 
 
-def _merge_bias_rows(rank: Sequence[int], *, has_bias: torch.Tensor, mask: torch.Tensor, from_ratio: torch.Tensor, images: torch.Tensor) -> tuple[list[list[int]], torch.Tensor]:
+def _merge_bias_rows(
+    rank: Sequence[int], *, has_bias: torch.Tensor, mask: torch.Tensor, from_ratio: torch.Tensor, images: torch.Tensor
+) -> tuple[list[list[int]], torch.Tensor]:
     """Groups the ranked rows whose bias-divided reads agree, and each group's merged image.
 
     Bias rows that read the same input — where their uploaded entries overlap (≥ 3 shared) they
@@ -239,7 +260,11 @@ def _merge_bias_rows(rank: Sequence[int], *, has_bias: torch.Tensor, mask: torch
             n_over = overlap.sum(dim=1)
             mean_g = g_sum / g_cnt.clamp_min(1)
             diff = ((mean_g - from_ratio[j]).abs() * overlap).sum(dim=1) / n_over.clamp_min(1)
-            ok = (n_over >= _MIN_ENTRIES) & (diff <= _MERGE_TOLERANCE) & torch.tensor([bool(has_bias[g[0]]) for g in groups])
+            ok = (
+                (n_over >= _MIN_ENTRIES)
+                & (diff <= _MERGE_TOLERANCE)
+                & torch.tensor([bool(has_bias[g[0]]) for g in groups])
+            )
             if bool(ok.any()):
                 k = int(torch.nonzero(ok)[0])
                 groups[k].append(j)
@@ -253,7 +278,9 @@ def _merge_bias_rows(rank: Sequence[int], *, has_bias: torch.Tensor, mask: torch
         else:  # kept apart: its scale is unknown, so it never merges
             g_sum = torch.cat([g_sum, images[j][None]])
             g_cnt = torch.cat([g_cnt, torch.zeros(1, width, dtype=torch.float64)])
-    merged = torch.stack([(g_sum[k] / g_cnt[k].clamp_min(1)) if bool(has_bias[g[0]]) else g_sum[k] for k, g in enumerate(groups)])
+    merged = torch.stack(
+        [(g_sum[k] / g_cnt[k].clamp_min(1)) if bool(has_bias[g[0]]) else g_sum[k] for k, g in enumerate(groups)]
+    )
     return groups, merged
 
 
@@ -308,7 +335,13 @@ def reconstruction_candidates(update: FirstLayerUpdate, *, input_shape: Sequence
     rows = torch.nonzero(keep).flatten()
     if rows.numel() == 0:
         empty = np.zeros(0)
-        return ReconstructionCandidates(images=torch.zeros((0, *shape)), confidence=empty, rows=empty.astype(np.int64), support=empty.astype(np.int64), from_bias=empty.astype(bool))
+        return ReconstructionCandidates(
+            images=torch.zeros((0, *shape)),
+            confidence=empty,
+            rows=empty.astype(np.int64),
+            support=empty.astype(np.int64),
+            from_bias=empty.astype(bool),
+        )
     wr, mr, hb = w[rows], m[rows], has_bias[rows]
     nentries = mr.sum(dim=1).to(torch.float64)
 
@@ -409,7 +442,11 @@ def upload_membership_scores(update: FirstLayerUpdate, candidates: Any, *, chunk
     """
     x = torch.as_tensor(candidates).detach().to(torch.float64).cpu()
     if x.ndim < 2 or math.prod(x.shape[1:]) != update.in_features:
-        raise v.invalid("candidates", f"candidates must have shape (n, *input_shape) with {update.in_features} features per input, got {tuple(x.shape)}")
+        raise v.invalid(
+            "candidates",
+            f"candidates must have shape (n, *input_shape) with {update.in_features} "
+            f"features per input, got {tuple(x.shape)}",
+        )
     if not bool(torch.isfinite(x).all()):
         raise v.invalid("candidates", "candidates must be finite")
     x = x.reshape(x.shape[0], -1)
@@ -490,7 +527,12 @@ class UploadReconstruction:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays, for ``np.savez``."""
-        return {"reconstructions": self.reconstructions, "confidence": self.confidence, "best_ssim": self.best_ssim, "matched_ids": self.matched_ids}
+        return {
+            "reconstructions": self.reconstructions,
+            "confidence": self.confidence,
+            "best_ssim": self.best_ssim,
+            "matched_ids": self.matched_ids,
+        }
 
 
 def upload_reconstruction_attack(
@@ -532,7 +574,9 @@ def upload_reconstruction_attack(
     best, where = match_reconstructions(recons, priv)
     ids = np.arange(priv.shape[0], dtype=np.int64) if private_ids is None else np.asarray(private_ids, dtype=np.int64)
     if ids.shape != (priv.shape[0],):
-        raise v.invalid("private_ids", f"private_ids must have one id per private image ({priv.shape[0]}), got shape {ids.shape}")
+        raise v.invalid(
+            "private_ids", f"private_ids must have one id per private image ({priv.shape[0]}), got shape {ids.shape}"
+        )
     return UploadReconstruction(
         reconstructions=recons.numpy().astype(np.float32),
         confidence=cands.confidence[:k],

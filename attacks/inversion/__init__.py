@@ -10,7 +10,13 @@ trains that prior once per run directory, caches it, and hands it to the attack.
 
 from __future__ import annotations
 
-from attacks.inversion.spec import INVERSION_ATTACKS, InversionAttackSpec, InversionRun, PriorSpec, expand_inversion_attacks
+from attacks.inversion.spec import (
+    INVERSION_ATTACKS,
+    InversionAttackSpec,
+    InversionRun,
+    PriorSpec,
+    expand_inversion_attacks,
+)
 
 # The built-in attacks register themselves on import, in this order (the CLI's choices, ``all``).
 # isort: off

@@ -56,15 +56,22 @@ class InversionOutput:
         recon = np.asarray(self.reconstructions)
         conf = np.asarray(self.target_confidence, dtype=np.float64)
         if classes.ndim != 1 or not np.issubdtype(classes.dtype, np.integer):
-            raise v.invalid("classes", f"classes must be a 1-d integer array, got {classes.dtype} of shape {classes.shape}")
+            raise v.invalid(
+                "classes", f"classes must be a 1-d integer array, got {classes.dtype} of shape {classes.shape}"
+            )
         if recon.ndim < 2 or recon.shape[0] != classes.shape[0]:
-            raise v.invalid("reconstructions", f"reconstructions must have shape (K, ...) with K = {classes.shape[0]} classes, got {recon.shape}")
+            raise v.invalid(
+                "reconstructions",
+                f"reconstructions must have shape (K, ...) with K = {classes.shape[0]} classes, got {recon.shape}",
+            )
         if recon.dtype != np.float32:
             raise v.invalid("reconstructions", f"reconstructions must be float32, got {recon.dtype}")
         if not np.all(np.isfinite(recon)) or recon.min(initial=0.0) < 0.0 or recon.max(initial=0.0) > 1.0:
             raise v.invalid("reconstructions", "reconstructions must be finite and in [0, 1]")
         if conf.shape != classes.shape or not np.all((conf >= 0) & (conf <= 1)):
-            raise v.invalid("target_confidence", f"target_confidence must be (K,) probabilities, got shape {conf.shape}")
+            raise v.invalid(
+                "target_confidence", f"target_confidence must be (K,) probabilities, got shape {conf.shape}"
+            )
         object.__setattr__(self, "classes", _frozen(classes.astype(np.int64)))
         object.__setattr__(self, "reconstructions", _frozen(recon))
         object.__setattr__(self, "target_confidence", _frozen(conf))

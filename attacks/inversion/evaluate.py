@@ -36,7 +36,14 @@ from dpaudit.results.inversion import InversionResult
 from dpaudit.results.membership import MembershipResult
 from dpaudit.seeding import torch_generator
 
-__all__ = ["EvaluatorConfig", "LabelledImages", "build_evaluator", "evaluate_reconstructions", "evaluator_accuracy", "train_evaluator"]
+__all__ = [
+    "EvaluatorConfig",
+    "LabelledImages",
+    "build_evaluator",
+    "evaluate_reconstructions",
+    "evaluator_accuracy",
+    "train_evaluator",
+]
 
 # Steps the default evaluator schedule aims for: ~40 epochs of the 280 ORL training faces,
 # a few epochs of MNIST — enough for >= 90 % held-out accuracy on both on a CPU.
@@ -57,8 +64,19 @@ class EvaluatorConfig:
         evaluator_width: channels of the first convolution (doubled twice).
     """
 
-    evaluator_epochs: int | None = option(None, kind=int, help="epochs of the evaluation classifier (default: about 400 steps)", metavar="N", check=_epochs)
-    evaluator_width: int = option(32, help="channels of the evaluation classifier's first convolution", metavar="W", check=lambda n, x: v.integer(n, x, minimum=1))
+    evaluator_epochs: int | None = option(
+        None,
+        kind=int,
+        help="epochs of the evaluation classifier (default: about 400 steps)",
+        metavar="N",
+        check=_epochs,
+    )
+    evaluator_width: int = option(
+        32,
+        help="channels of the evaluation classifier's first convolution",
+        metavar="W",
+        check=lambda n, x: v.integer(n, x, minimum=1),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,7 +127,9 @@ def build_evaluator(input_shape: tuple[int, ...], num_classes: int, config: Eval
     """
     shape = tuple(int(s) for s in input_shape)
     if len(shape) != 3 or min(shape) < 1:
-        raise v.invalid("input_shape", f"input_shape must be (C, H, W) for the evaluation classifier, got {input_shape!r}")
+        raise v.invalid(
+            "input_shape", f"input_shape must be (C, H, W) for the evaluation classifier, got {input_shape!r}"
+        )
     return _Evaluator(shape, v.integer("num_classes", num_classes, minimum=2), config.evaluator_width)
 
 
@@ -172,7 +192,9 @@ def train_evaluator(
 
 
 @torch.no_grad()
-def _embed(evaluator: nn.Module, x: torch.Tensor, device: torch.device, batch: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+def _embed(
+    evaluator: nn.Module, x: torch.Tensor, device: torch.device, batch: int = 256
+) -> tuple[torch.Tensor, torch.Tensor]:
     feats, logits = [], []
     with eval_mode(evaluator):
         for i in range(0, x.shape[0], batch):
@@ -273,14 +295,35 @@ def evaluate_reconstructions(
         raise ValueError(f"reconstructions must be images (K, C, H, W) to be judged, got shape {tuple(recon.shape)}")
     logits, rec_feats = _embed(evaluator, recon, dev)
     top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices.numpy().astype(np.int64)
-    per: dict[str, list[Any]] = {k: [] for k in ("knn", "knn_id", "psnr", "mean", "member", "non", "member_id", "non_id", "img_mean", "img_member", "img_non")}
+    per: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "knn",
+            "knn_id",
+            "psnr",
+            "mean",
+            "member",
+            "non",
+            "member_id",
+            "non_id",
+            "img_mean",
+            "img_member",
+            "img_non",
+        )
+    }
     cand_ids, cand_scores, cand_member = [], [], []
     for i, label in enumerate(classes):
         xm, idm = members.of_class(label)
         xn, idn = non_members.of_class(label)
         if xm.shape[0] == 0 or xn.shape[0] == 0:
-            raise v.invalid("classes", f"classes: class {label} needs at least one member and one non-member to judge its reconstruction, got {xm.shape[0]} and {xn.shape[0]}")
-        ids, scores, member = _judge_class(evaluator, recon[i : i + 1], rec_feats[i : i + 1], (xm, idm), (xn, idn), device=dev, per=per)
+            raise v.invalid(
+                "classes",
+                f"classes: class {label} needs at least one member and one non-member to "
+                f"judge its reconstruction, got {xm.shape[0]} and {xn.shape[0]}",
+            )
+        ids, scores, member = _judge_class(
+            evaluator, recon[i : i + 1], rec_feats[i : i + 1], (xm, idm), (xn, idn), device=dev, per=per
+        )
         cand_ids += ids
         cand_scores += scores
         cand_member += member

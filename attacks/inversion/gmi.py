@@ -47,7 +47,16 @@ from dpaudit.options import option, option_specs
 from dpaudit.parts import PlotStyle
 from dpaudit.seeding import torch_generator
 
-__all__ = ["GANConfig", "GMIConfig", "build_gan", "train_gan", "gmi", "build_gan_modules", "train_gan_modules", "run_gmi"]
+__all__ = [
+    "GANConfig",
+    "GMIConfig",
+    "build_gan",
+    "train_gan",
+    "gmi",
+    "build_gan_modules",
+    "train_gan_modules",
+    "run_gmi",
+]
 
 #: The zoo GAN (``dpaudit.models.GAN_MODELS``) GMI trains as its prior.
 GAN_NAME = "dcgan"
@@ -97,7 +106,9 @@ class GANConfig:
         gradient_penalty: λ_GP, the weight of the critic's gradient-norm penalty.
     """
 
-    latent_dim: int = option(100, help="GMI: length of the GAN's latent vector z", metavar="D", check=_count, limit=LIMITS["latent_dim"])
+    latent_dim: int = option(
+        100, help="GMI: length of the GAN's latent vector z", metavar="D", check=_count, limit=LIMITS["latent_dim"]
+    )
     gan_epochs: int = option(
         10,
         help="GMI: passes of the GAN training over the public images",
@@ -105,10 +116,22 @@ class GANConfig:
         check=_count,
         limit=LIMITS["epochs"],
     )
-    gan_batch_size: int = option(64, help="GMI: public images per GAN critic step", metavar="B", check=_count, limit=LIMITS["batch_size"])
-    gan_learning_rate: float = option(2e-4, help="GMI: Adam step size of the GAN's generator and critic", metavar="LR", check=_rate)
-    critic_steps: int = option(5, help="GMI: WGAN-GP critic steps per generator step, n_critic", metavar="N", check=_count, limit=LIMITS["critic_steps"])
-    gradient_penalty: float = option(10.0, help="GMI: WGAN-GP gradient-penalty weight (Gulrajani et al. 2017)", metavar="LAMBDA", check=_weight)
+    gan_batch_size: int = option(
+        64, help="GMI: public images per GAN critic step", metavar="B", check=_count, limit=LIMITS["batch_size"]
+    )
+    gan_learning_rate: float = option(
+        2e-4, help="GMI: Adam step size of the GAN's generator and critic", metavar="LR", check=_rate
+    )
+    critic_steps: int = option(
+        5,
+        help="GMI: WGAN-GP critic steps per generator step, n_critic",
+        metavar="N",
+        check=_count,
+        limit=LIMITS["critic_steps"],
+    )
+    gradient_penalty: float = option(
+        10.0, help="GMI: WGAN-GP gradient-penalty weight (Gulrajani et al. 2017)", metavar="LAMBDA", check=_weight
+    )
 
     def __post_init__(self) -> None:
         _check_fields(self)
@@ -130,7 +153,12 @@ class GMIConfig:
     parser, already has a ``step_size`` (``--step-size``).
     """
 
-    identity_weight: float = option(100.0, help="GMI: weight lambda of the identity loss CE(target(G(z)), class) against the prior loss -D(G(z))", metavar="LAMBDA", check=_weight)
+    identity_weight: float = option(
+        100.0,
+        help="GMI: weight lambda of the identity loss CE(target(G(z)), class) against the prior loss -D(G(z))",
+        metavar="LAMBDA",
+        check=_weight,
+    )
     gmi_iterations: int = option(
         1500,
         help="GMI: momentum-SGD steps on the latent z",
@@ -139,7 +167,9 @@ class GMIConfig:
         limit=LIMITS["inversion_steps"],
     )
     gmi_step_size: float = option(0.02, help="GMI: SGD learning rate on the latent z", metavar="ETA", check=v.positive)
-    gmi_momentum: float = option(0.9, help="GMI: SGD momentum on the latent z, in [0, 1)", metavar="MU", check=v.unit_interval_open_right)
+    gmi_momentum: float = option(
+        0.9, help="GMI: SGD momentum on the latent z, in [0, 1)", metavar="MU", check=v.unit_interval_open_right
+    )
     restarts: int = option(5, help=RESTARTS_HELP, metavar="R", check=_count, limit=LIMITS["restarts"])
 
     def __post_init__(self) -> None:
@@ -173,7 +203,9 @@ def build_gan(input_shape: tuple[int, ...], config: GANConfig) -> tuple[nn.Modul
     if not isinstance(config, GANConfig):
         raise v.invalid("config", f"config must be a GANConfig, got {type(config).__name__}")
     shape = _shape(input_shape)
-    return build_generator(GAN_NAME, image_shape=shape, latent_dim=config.latent_dim), build_critic(GAN_NAME, image_shape=shape)
+    return build_generator(GAN_NAME, image_shape=shape, latent_dim=config.latent_dim), build_critic(
+        GAN_NAME, image_shape=shape
+    )
 
 
 @torch.no_grad()
@@ -195,7 +227,9 @@ def _as_images(public: object, shape: tuple[int, int, int]) -> torch.Tensor:
     if not x.is_floating_point():
         raise v.invalid("public", f"public must hold float images in [0, 1], got dtype {x.dtype}")
     if x.ndim != 4 or tuple(x.shape[1:]) != shape or x.shape[0] < 1:
-        raise v.invalid("public", f"public must have shape (N, {', '.join(map(str, shape))}) with N >= 1, got {tuple(x.shape)}")
+        raise v.invalid(
+            "public", f"public must have shape (N, {', '.join(map(str, shape))}) with N >= 1, got {tuple(x.shape)}"
+        )
     if not bool(torch.isfinite(x).all()) or float(x.min()) < 0.0 or float(x.max()) > 1.0:
         raise v.invalid("public", "public must hold finite values in [0, 1]")
     return x.detach().to(torch.float32)
@@ -378,7 +412,11 @@ def gmi(
         with torch.no_grad():
             images, prior, identity = losses(z.detach())
         if not bool(torch.isfinite(images).all()):
-            raise v.invalid("generator", "generator produced non-finite images: is the GAN trained with a sane gan_learning_rate and gradient_penalty?")
+            raise v.invalid(
+                "generator",
+                "generator produced non-finite images: is the GAN trained with a sane "
+                "gan_learning_rate and gradient_penalty?",
+            )
         images = images.detach().clamp(0.0, 1.0)
         conf = target_confidence(target, images, y).reshape(k, r)
     best = conf.argmax(axis=1)
@@ -433,12 +471,23 @@ def run_gmi(
         ValueError: no prior, or a generator whose images are not of ``input_shape``.
     """
     if prior is None or not isinstance(prior, Mapping) or not {"generator", "critic"} <= set(prior):
-        raise v.invalid("prior", f"prior must map 'generator' and 'critic' to GMI's trained GAN, got {type(prior).__name__}")
+        raise v.invalid(
+            "prior", f"prior must map 'generator' and 'critic' to GMI's trained GAN, got {type(prior).__name__}"
+        )
     shape = _shape(input_shape)
     made = getattr(prior["generator"], "image_shape", shape)
     if tuple(made) != shape:
         raise v.invalid("prior", f"prior generator makes images of shape {tuple(made)}, but input_shape is {shape}")
-    return gmi(model, prior["generator"], prior["critic"], classes=classes, config=config, seed=seed, device=device, progress=progress)
+    return gmi(
+        model,
+        prior["generator"],
+        prior["critic"],
+        classes=classes,
+        config=config,
+        seed=seed,
+        device=device,
+        progress=progress,
+    )
 
 
 INVERSION_ATTACKS.register(

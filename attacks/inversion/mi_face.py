@@ -54,7 +54,15 @@ from dpaudit.options import option
 from dpaudit.parts import PlotStyle
 from dpaudit.seeding import derive_seed
 
-__all__ = ["MIFaceConfig", "MIFaceOutput", "mi_face", "run_mi_face", "plan_iterations", "DEFAULT_ITERATIONS", "SECONDS_PER_CLASS"]
+__all__ = [
+    "MIFaceConfig",
+    "MIFaceOutput",
+    "mi_face",
+    "run_mi_face",
+    "plan_iterations",
+    "DEFAULT_ITERATIONS",
+    "SECONDS_PER_CLASS",
+]
 
 #: α of the widely used implementation (``reference``: step 0.1, window 100, 10,000 iterations).
 DEFAULT_ITERATIONS = 10_000
@@ -107,20 +115,39 @@ class MIFaceConfig:
     max_iterations: int | None = option(
         None,
         kind=int,
-        help=f"MI-Face: most gradient steps per class, alpha (default {DEFAULT_ITERATIONS:,}, capped to about {SECONDS_PER_CLASS / 60:g} min per class at the speed measured on the model)",
+        help="MI-Face: most gradient steps per class, alpha (default "
+        f"{DEFAULT_ITERATIONS:,}, capped to about {SECONDS_PER_CLASS / 60:g} min "
+        "per class at the speed measured on the model)",
         metavar="N",
         check=lambda n, x: v.integer(n, x, minimum=1),
         limit=LIMITS["inversion_steps"],
     )
     step_size: float = option(0.1, help="MI-Face: gradient step lambda", metavar="LAMBDA", check=v.positive)
-    patience: int = option(100, help="MI-Face: stop a class whose best cost has not improved for this many steps, beta", metavar="BETA", check=lambda n, x: v.integer(n, x, minimum=1))
-    cost_threshold: float = option(0.01, help="MI-Face: stop a class once its cost 1 - p(class) is <= gamma", metavar="GAMMA")
-    process: str = option("none", help="MI-Face: Process step after each update", choices=_PROCESSES)
-    start_value: float | None = option(0.5, kind=float, help="MI-Face: grey level of the neutral start in [0, 1] (restarts after the first start from seeded noise)", metavar="V")
-    descend_on: str = option(
-        "log-probability", help="MI-Face: take gradient steps on -log p(class) (same minimisers, no vanishing gradient where p ~ 0) or on the paper's cost 1 - p(class)", choices=_OBJECTIVES
+    patience: int = option(
+        100,
+        help="MI-Face: stop a class whose best cost has not improved for this many steps, beta",
+        metavar="BETA",
+        check=lambda n, x: v.integer(n, x, minimum=1),
     )
-    restarts: int = option(1, help=RESTARTS_HELP, metavar="R", check=lambda n, x: v.integer(n, x, minimum=1), limit=LIMITS["restarts"])
+    cost_threshold: float = option(
+        0.01, help="MI-Face: stop a class once its cost 1 - p(class) is <= gamma", metavar="GAMMA"
+    )
+    process: str = option("none", help="MI-Face: Process step after each update", choices=_PROCESSES)
+    start_value: float | None = option(
+        0.5,
+        kind=float,
+        help="MI-Face: grey level of the neutral start in [0, 1] (restarts after the first start from seeded noise)",
+        metavar="V",
+    )
+    descend_on: str = option(
+        "log-probability",
+        help="MI-Face: take gradient steps on -log p(class) (same minimisers, no "
+        "vanishing gradient where p ~ 0) or on the paper's cost 1 - p(class)",
+        choices=_OBJECTIVES,
+    )
+    restarts: int = option(
+        1, help=RESTARTS_HELP, metavar="R", check=lambda n, x: v.integer(n, x, minimum=1), limit=LIMITS["restarts"]
+    )
 
     def __post_init__(self) -> None:
         if self.max_iterations is None:
@@ -143,7 +170,9 @@ class MIFaceConfig:
             raise v.invalid("descend_on", f"descend_on must be one of {_OBJECTIVES}, got {self.descend_on!r}")
         if self.process not in _PROCESSES:
             raise v.invalid("process", f"process must be one of {_PROCESSES}, got {self.process!r}")
-        if self.start_value is not None and not (isinstance(self.start_value, (int, float)) and 0.0 <= self.start_value <= 1.0):
+        if self.start_value is not None and not (
+            isinstance(self.start_value, (int, float)) and 0.0 <= self.start_value <= 1.0
+        ):
             raise v.invalid("start_value", f"start_value must be in [0, 1] or None, got {self.start_value!r}")
 
 
@@ -183,7 +212,9 @@ def _process(x: torch.Tensor, kind: str) -> torch.Tensor:
     return x.clamp(0.0, 1.0)
 
 
-def _check_call(model: object, *, classes: object, input_shape: Any, config: object, seed: object) -> tuple[list[int], tuple[int, ...]]:
+def _check_call(
+    model: object, *, classes: object, input_shape: Any, config: object, seed: object
+) -> tuple[list[int], tuple[int, ...]]:
     """The validated labels and input shape of a :func:`mi_face` call (the error names the argument)."""
     if not isinstance(model, nn.Module):
         raise v.invalid("model", f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -199,11 +230,21 @@ def _check_call(model: object, *, classes: object, input_shape: Any, config: obj
     if not shape or min(shape) < 1:
         raise v.invalid("input_shape", f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
     if config.process != "none" and len(shape) < 2:
-        raise v.invalid("input_shape", f"input_shape must have >= 2 dimensions for process={config.process!r}, got {shape}")
+        raise v.invalid(
+            "input_shape", f"input_shape must have >= 2 dimensions for process={config.process!r}, got {shape}"
+        )
     return labels, shape
 
 
-def _start_images(start: np.ndarray | None, *, config: MIFaceConfig, num_classes: int, shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
+def _start_images(
+    start: np.ndarray | None,
+    *,
+    config: MIFaceConfig,
+    num_classes: int,
+    shape: tuple[int, ...],
+    seed: int,
+    device: torch.device,
+) -> torch.Tensor:
     """The first iterate of every class: ``start``, a seeded uniform draw, or the constant ``config.start_value``."""
     k, dev = num_classes, device
     if start is not None:
@@ -281,12 +322,18 @@ def mi_face(
                 if logits.ndim != 2 or logits.shape[0] != k:
                     raise v.invalid("model", f"model must return logits of shape (N, C), got {tuple(logits.shape)}")
                 if max(labels) >= logits.shape[1]:
-                    raise v.invalid("classes", f"classes must be < the model's {logits.shape[1]} outputs, got {max(labels)}")
+                    raise v.invalid(
+                        "classes", f"classes must be < the model's {logits.shape[1]} outputs, got {max(labels)}"
+                    )
                 prob = torch.softmax(logits.double(), dim=1).gather(1, target[:, None])[:, 0]
                 cost = 1.0 - prob
                 # Both objectives share their minimisers and their per-class descent direction
                 # (∇(−log p) = ∇(1 − p) / p); only the step length differs.
-                descend = -torch.log_softmax(logits.double(), dim=1).gather(1, target[:, None])[:, 0] if log_objective else cost
+                descend = (
+                    -torch.log_softmax(logits.double(), dim=1).gather(1, target[:, None])[:, 0]
+                    if log_objective
+                    else cost
+                )
                 (grad,) = torch.autograd.grad(descend.sum(), xs)
                 return cost.detach(), grad.detach()
 
@@ -333,7 +380,9 @@ def mi_face(
     )
 
 
-def _seconds_per_step(model: nn.Module, *, num_classes: int, input_shape: tuple[int, ...], device: str | torch.device) -> float:
+def _seconds_per_step(
+    model: nn.Module, *, num_classes: int, input_shape: tuple[int, ...], device: str | torch.device
+) -> float:
     """Wall time of one MI-Face step (one forward and backward over the classes), measured."""
     dev = torch.device(device)
     x = torch.full((num_classes, *input_shape), 0.5, dtype=torch.float32, device=dev)
@@ -371,7 +420,9 @@ def plan_iterations(config: MIFaceConfig, *, seconds_per_step: float, num_classe
         if estimate <= budget:
             return config.max_iterations, None
         return config.max_iterations, (
-            f"mi-face: {config.max_iterations:,} steps x {config.restarts} restart(s) at {seconds_per_step * 1e3:.3g} ms per step over {num_classes} classes "
+            f"mi-face: {config.max_iterations:,} steps x {config.restarts} "
+            f"restart(s) at {seconds_per_step * 1e3:.3g} ms per step over "
+            f"{num_classes} classes "
             f"is estimated to take up to {estimate / 60:.1f} min (classes that converge stop earlier)"
         )
     steps = max(1, min(DEFAULT_ITERATIONS, int(budget / per_restart)))
@@ -379,10 +430,16 @@ def plan_iterations(config: MIFaceConfig, *, seconds_per_step: float, num_classe
     if steps == DEFAULT_ITERATIONS:
         return (
             steps,
-            None if estimate < 10.0 else f"mi-face: up to {steps:,} steps x {config.restarts} restart(s), estimated at most {estimate / 60:.1f} min ({seconds_per_step * 1e3:.3g} ms per step)",
+            None
+            if estimate < 10.0
+            else f"mi-face: up to {steps:,} steps x {config.restarts} restart(s), "
+            f"estimated at most {estimate / 60:.1f} min "
+            f"({seconds_per_step * 1e3:.3g} ms per step)",
         )
     return steps, (
-        f"mi-face: one step over {num_classes} classes takes {seconds_per_step * 1e3:.3g} ms here, so the default {DEFAULT_ITERATIONS:,} steps are capped at {steps:,} "
+        f"mi-face: one step over {num_classes} classes takes "
+        f"{seconds_per_step * 1e3:.3g} ms here, so the default "
+        f"{DEFAULT_ITERATIONS:,} steps are capped at {steps:,} "
         f"(at most {estimate / 60:.1f} min, {SECONDS_PER_CLASS / 60:g} min per class); pass --max-iterations to choose"
     )
 
@@ -430,7 +487,17 @@ def run_mi_face(
         start_cfg = planned if r == 0 else dataclasses.replace(planned, start_value=None)
         done = r * alpha
         step = None if progress is None else (lambda i, done=done: progress(done + i, total))
-        runs.append(mi_face(model, classes=labels, input_shape=shape, config=start_cfg, seed=derive_seed(seed, "mi-face", r), device=device, progress=step))
+        runs.append(
+            mi_face(
+                model,
+                classes=labels,
+                input_shape=shape,
+                config=start_cfg,
+                seed=derive_seed(seed, "mi-face", r),
+                device=device,
+                progress=step,
+            )
+        )
         if progress is not None:  # a restart whose classes all stopped early is done all the same
             progress(done + alpha, total)
     costs = np.stack([o.costs for o in runs])  # (R, K)

@@ -96,7 +96,9 @@ class InversionAttackSpec:
 
 
 #: Every model-inversion attack, in registration order; each registers itself in its own module.
-INVERSION_ATTACKS: Registry[InversionAttackSpec] = Registry("inversion attack", argument="--attack", discover=("attacks.inversion",))
+INVERSION_ATTACKS: Registry[InversionAttackSpec] = Registry(
+    "inversion attack", argument="--attack", discover=("attacks.inversion",)
+)
 
 
 def expand_inversion_attacks(attacks: str | Sequence[str]) -> list[str]:

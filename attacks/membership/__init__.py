@@ -49,7 +49,8 @@ training) and :mod:`~attacks.membership.pate` (membership against a PATE aggrega
 Shadow and reference models come from :mod:`attacks.membership.shadows`: trained as independent jobs
 through an executor and cached in the run store, shared by all attacks of a run (LiRA online
 and RMIA online use the ``online`` pool, the shadow attack, LiRA offline and RMIA offline the
-``offline`` pool; :func:`plan_pools` sizes each pool by the largest count its attacks ask for). All models — target and shadows — are evaluated in inference mode
+``offline`` pool; :func:`plan_pools` sizes each pool by the largest count its attacks ask for). All models — target and
+shadows — are evaluated in inference mode
 (``model.eval()``), the point Carlini et al. (2022) stress for BatchNorm models.
 """
 
@@ -58,8 +59,24 @@ from __future__ import annotations
 from attacks.membership.pools import PoolPlan, build_context, plan_pools, train_pools
 from attacks.membership.queries import augmentations_for, check_query, choose_augmentations, query_ids
 from attacks.membership.run import membership_attack, run_attacks, run_membership_attacks
-from attacks.membership.scores import lira_offline_scores, lira_online_scores, lira_phi, rmia_scores, shokri_scores, threshold_scores, tune_rmia_offline_a
-from attacks.membership.spec import MEMBERSHIP_ATTACKS, MembershipAttackSpec, MembershipContext, MembershipRun, ShadowOutputs, default_configs, expand_attacks
+from attacks.membership.scores import (
+    lira_offline_scores,
+    lira_online_scores,
+    lira_phi,
+    rmia_scores,
+    shokri_scores,
+    threshold_scores,
+    tune_rmia_offline_a,
+)
+from attacks.membership.spec import (
+    MEMBERSHIP_ATTACKS,
+    MembershipAttackSpec,
+    MembershipContext,
+    MembershipRun,
+    ShadowOutputs,
+    default_configs,
+    expand_attacks,
+)
 
 # The built-in attacks register themselves on import, in this order: the order of the CLI's
 # choices, of ``--attack all`` and of a run's results.

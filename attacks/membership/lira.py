@@ -15,7 +15,14 @@ from typing import Any
 import numpy as np
 
 from attacks.membership.scores import GLOBAL_VARIANCE_BELOW, lira_offline_scores, lira_online_scores, lira_phi
-from attacks.membership.spec import MEMBERSHIP_ATTACKS, SHADOW_LIMIT, MembershipAttackSpec, MembershipContext, check_fields, count
+from attacks.membership.spec import (
+    MEMBERSHIP_ATTACKS,
+    SHADOW_LIMIT,
+    MembershipAttackSpec,
+    MembershipContext,
+    check_fields,
+    count,
+)
 from dpaudit import _validate as v
 from dpaudit.options import option
 from dpaudit.parts import PlotStyle
@@ -28,13 +35,23 @@ __all__ = ["LiRAConfig", "sample_vulnerability"]
 class LiRAConfig:
     """LiRA (Carlini et al. 2022, §IV): shadow count and variance mode."""
 
-    num_shadows: int = option(16, help="shadow models the attack uses from its pool (default 16)", metavar="N", check=count, limit=SHADOW_LIMIT)
-    global_variance: bool | None = option(None, kind=bool, help="LiRA: one global variance (default: automatically below 64 shadows, §IV-B)")
+    num_shadows: int = option(
+        16,
+        help="shadow models the attack uses from its pool (default 16)",
+        metavar="N",
+        check=count,
+        limit=SHADOW_LIMIT,
+    )
+    global_variance: bool | None = option(
+        None, kind=bool, help="LiRA: one global variance (default: automatically below 64 shadows, §IV-B)"
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
         if self.global_variance is not None and not isinstance(self.global_variance, bool):
-            raise v.invalid_type("global_variance", f"global_variance must be a bool or None, got {self.global_variance!r}")
+            raise v.invalid_type(
+                "global_variance", f"global_variance must be a bool or None, got {self.global_variance!r}"
+            )
 
 
 def _phi(context: MembershipContext, logits: np.ndarray, where: np.ndarray) -> np.ndarray:
@@ -56,7 +73,16 @@ def _lira(online: bool) -> Callable[[MembershipContext, Any], MembershipResult]:
             scores = lira_online_scores(target_phi, shadow_phi, keep, global_variance=glob)
         else:
             scores = lira_offline_scores(target_phi, shadow_phi, global_variance=glob)
-        return context.result(name, scores, {"num_queries": len(context.augmentations), "augmentations": list(context.augmentations), "num_shadows": k, "global_variance": bool(glob)})
+        return context.result(
+            name,
+            scores,
+            {
+                "num_queries": len(context.augmentations),
+                "augmentations": list(context.augmentations),
+                "num_shadows": k,
+                "global_variance": bool(glob),
+            },
+        )
 
     return run
 

@@ -77,24 +77,38 @@ def aggregator_membership(
     """
     preds = np.asarray(teacher_labels)
     if preds.ndim != 2 or preds.shape[1] == 0:
-        raise v.invalid("teacher_labels", f"teacher_labels must be a (teachers, examples) matrix with at least one example, got shape {preds.shape}")
+        raise v.invalid(
+            "teacher_labels",
+            f"teacher_labels must be a (teachers, examples) matrix with at least one example, got shape {preds.shape}",
+        )
     n = preds.shape[1]
     labels = np.asarray(true_labels)
     if labels.shape != (n,) or labels.dtype.kind not in "iu" or labels.min() < 0 or labels.max() >= num_classes:
-        raise v.invalid("true_labels", f"true_labels must hold {n} integer labels in [0, {num_classes}), got dtype {labels.dtype} shape {labels.shape}")
+        raise v.invalid(
+            "true_labels",
+            f"true_labels must hold {n} integer labels in [0, {num_classes}), got "
+            f"dtype {labels.dtype} shape {labels.shape}",
+        )
     member = np.asarray(is_member)
     if member.shape != (n,) or member.dtype != bool:
-        raise v.invalid("is_member", f"is_member must be a boolean array of {n} entries, got dtype {member.dtype} shape {member.shape}")
+        raise v.invalid(
+            "is_member",
+            f"is_member must be a boolean array of {n} entries, got dtype {member.dtype} shape {member.shape}",
+        )
     repeats = v.integer("repeats", repeats, minimum=1)
     seed = v.integer("seed", seed, minimum=0)
     if preds.dtype.kind not in "iu" or preds.min() < 0 or preds.max() >= num_classes:
-        raise v.invalid("teacher_labels", f"teacher_labels must be integer labels in [0, {num_classes}), got dtype {preds.dtype}")
+        raise v.invalid(
+            "teacher_labels", f"teacher_labels must be integer labels in [0, {num_classes}), got dtype {preds.dtype}"
+        )
     votes = np.zeros((n, num_classes), dtype=np.int64)
     for row in preds:  # one teacher at a time: votes[i, label] += 1
         votes[np.arange(n), row] += 1
     hits = np.zeros(n)
     for r in range(repeats):
-        released = np.asarray(answer(votes, derive_seed(seed, "pate-aggregator-attack", r)))  # independent, reproducible answers
+        released = np.asarray(
+            answer(votes, derive_seed(seed, "pate-aggregator-attack", r))
+        )  # independent, reproducible answers
         hits += released == labels
     plurality_correct = votes.argmax(axis=1) == labels
     meta = {

@@ -83,10 +83,22 @@ def plan_pools(
             pool = np.union1d(sample_ids, z)
         else:
             if population.size < 2:
-                raise v.invalid("target", f"attack {users[0]!r} needs population data for shadow models, but the target's record has {population.size} population ids")
-            pool = np.sort(pop_perm[-min(population.size, 2 * train_size) :])  # the other end of the permutation from the online padding
+                raise v.invalid(
+                    "target",
+                    f"attack {users[0]!r} needs population data for shadow models, but the "
+                    f"target's record has {population.size} population ids",
+                )
+            pool = np.sort(
+                pop_perm[-min(population.size, 2 * train_size) :]
+            )  # the other end of the permutation from the online padding
             z = np.sort(numpy_rng(seed, "z-offline").permutation(pool)[:num_population])
-        out[kind] = PoolPlan(kind=kind, num_models=count, pool_ids=pool.astype(np.int64), population_ids=z.astype(np.int64), users=tuple(users))
+        out[kind] = PoolPlan(
+            kind=kind,
+            num_models=count,
+            pool_ids=pool.astype(np.int64),
+            population_ids=z.astype(np.int64),
+            users=tuple(users),
+        )
     return out
 
 
@@ -100,7 +112,8 @@ def train_pools(
     recipe: Mapping[str, Any] | None = None,
     **ensure: Any,
 ) -> tuple[dict[str, list[tuple[np.ndarray, nn.Module]]], dict[str, tuple[ShadowSpec, ...]], ShadowRun]:
-    """Plans every pool's shadows and loads or trains them in one batch (:func:`attacks.membership.shadows.ensure_shadows`).
+    """Plans every pool's shadows and loads or trains them in one batch
+    (:func:`attacks.membership.shadows.ensure_shadows`).
 
     Args:
         pools: from :func:`plan_pools`.
@@ -115,13 +128,27 @@ def train_pools(
         Pool kind → ``(train_ids, module)`` per model; pool kind → its specs; the shadow run.
     """
     plans = {
-        k: tuple(plan_shadows(template=record, pool_ids=p.pool_ids, num_shadows=p.num_models, seed=seed, kind=k, train_size=train_size, training=training, recipe=recipe)) for k, p in pools.items()
+        k: tuple(
+            plan_shadows(
+                template=record,
+                pool_ids=p.pool_ids,
+                num_shadows=p.num_models,
+                seed=seed,
+                kind=k,
+                train_size=train_size,
+                training=training,
+                recipe=recipe,
+            )
+        )
+        for k, p in pools.items()
     }
     run = ensure_shadows([s for k in pools for s in plans[k]], **ensure)
     models: dict[str, list[tuple[np.ndarray, nn.Module]]] = {}
     i = 0
     for kind in pools:
-        models[kind] = [(s.train_ids, mdl) for s, mdl in zip(plans[kind], run.models[i : i + len(plans[kind])], strict=True)]
+        models[kind] = [
+            (s.train_ids, mdl) for s, mdl in zip(plans[kind], run.models[i : i + len(plans[kind])], strict=True)
+        ]
         i += len(plans[kind])
     return models, plans, run
 
@@ -158,12 +185,24 @@ def build_context(
     for kind, plan in pools.items():
         models = list(shadow_models[kind])
         predicted = []
-        with Progress(len(models), f"{kind} shadow models on {universe.size} samples (evaluated)", enabled=progress and bool(models)) as bar:
+        with Progress(
+            len(models),
+            f"{kind} shadow models on {universe.size} samples (evaluated)",
+            enabled=progress and bool(models),
+        ) as bar:
             for index, (_, mdl) in enumerate(models):
                 predicted.append(predict_queries(mdl, feats, augs, device, seed=seed, stream=f"{kind}-shadow-{index}"))
                 bar.update(1)
-        logits = np.stack(predicted) if models else np.zeros((0, universe.size, len(augs), bundle.num_classes), np.float32)
-        outputs[kind] = ShadowOutputs(kind=kind, pool_ids=plan.pool_ids, population_ids=plan.population_ids, train_ids=tuple(np.asarray(t, np.int64) for t, _ in models), logits=logits)
+        logits = (
+            np.stack(predicted) if models else np.zeros((0, universe.size, len(augs), bundle.num_classes), np.float32)
+        )
+        outputs[kind] = ShadowOutputs(
+            kind=kind,
+            pool_ids=plan.pool_ids,
+            population_ids=plan.population_ids,
+            train_ids=tuple(np.asarray(t, np.int64) for t, _ in models),
+            logits=logits,
+        )
     return MembershipContext(
         model_id=record.model_id,
         sample_ids=sample_ids,

@@ -53,7 +53,9 @@ def _shift(x: torch.Tensor, dx: int, dy: int) -> torch.Tensor:
     """Translates images by (dx, dy) pixels with zero fill (not wrap-around)."""
     out = torch.zeros_like(x)
     h, w = x.shape[-2:]
-    out[..., max(dy, 0) : h + min(dy, 0), max(dx, 0) : w + min(dx, 0)] = x[..., max(-dy, 0) : h - max(dy, 0), max(-dx, 0) : w - max(dx, 0)]
+    out[..., max(dy, 0) : h + min(dy, 0), max(dx, 0) : w + min(dx, 0)] = x[
+        ..., max(-dy, 0) : h - max(dy, 0), max(-dx, 0) : w - max(dx, 0)
+    ]
     return out
 
 
@@ -70,7 +72,9 @@ def _augment(x: torch.Tensor, name: str) -> torch.Tensor:
     return x
 
 
-def predict_queries(model: nn.Module, features: torch.Tensor, augs: Sequence[str], device: torch.device | str, *, seed: int, stream: str) -> np.ndarray:
+def predict_queries(
+    model: nn.Module, features: torch.Tensor, augs: Sequence[str], device: torch.device | str, *, seed: int, stream: str
+) -> np.ndarray:
     """``(n, q, C)`` float32 logits of ``model`` (inference mode) on each augmentation.
 
     A randomized model (a noise layer) draws its noise from ``seed`` and ``stream`` (one stream
@@ -104,7 +108,9 @@ def query_ids(record: TrainedModel, *, max_per_side: int | None = None, seed: in
     return ids[order].astype(np.int64), is_member[order]
 
 
-def check_query(record: TrainedModel, bundle: DatasetBundle, sample_ids: Any, is_member: Any) -> tuple[np.ndarray, np.ndarray]:
+def check_query(
+    record: TrainedModel, bundle: DatasetBundle, sample_ids: Any, is_member: Any
+) -> tuple[np.ndarray, np.ndarray]:
     """Validated ``(sample_ids, is_member)``: the record's own when both are ``None``."""
     if sample_ids is None:
         if is_member is not None:
@@ -114,11 +120,16 @@ def check_query(record: TrainedModel, bundle: DatasetBundle, sample_ids: Any, is
         raise v.invalid("is_member", "is_member is required with sample_ids")
     ids = np.array(sample_ids, copy=True)
     if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
-        raise v.invalid_type("sample_ids", f"sample_ids must be a 1-D array of integer ids, got dtype {ids.dtype} shape {ids.shape}")
+        raise v.invalid_type(
+            "sample_ids", f"sample_ids must be a 1-D array of integer ids, got dtype {ids.dtype} shape {ids.shape}"
+        )
     ids = ids.astype(np.int64)
     member = np.array(is_member, copy=True)
     if member.dtype != bool or member.shape != ids.shape:
-        raise v.invalid_type("is_member", f"is_member must be a bool array of shape {ids.shape}, got dtype {member.dtype} shape {member.shape}")
+        raise v.invalid_type(
+            "is_member",
+            f"is_member must be a bool array of shape {ids.shape}, got dtype {member.dtype} shape {member.shape}",
+        )
     if np.unique(ids).size != ids.size:
         raise v.invalid("sample_ids", "sample_ids must not repeat a sample id")
     bundle.all().positions(ids)  # raises ValueError naming an unknown id
@@ -133,5 +144,9 @@ def choose_augmentations(bundle: DatasetBundle, num_queries: int | None) -> tupl
         num_queries = 2 if len(augs_all) > 1 else 1
     num_queries = v.integer("num_queries", num_queries, minimum=1)
     if num_queries > len(augs_all):
-        raise v.invalid("num_queries", f"num_queries must be <= {len(augs_all)} for dataset {bundle.name!r} (augmentations: {', '.join(augs_all)}), got {num_queries}")
+        raise v.invalid(
+            "num_queries",
+            f"num_queries must be <= {len(augs_all)} for dataset {bundle.name!r} "
+            f"(augmentations: {', '.join(augs_all)}), got {num_queries}",
+        )
     return augs_all[:num_queries]

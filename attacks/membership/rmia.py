@@ -15,7 +15,14 @@ import numpy as np
 from scipy import special
 
 from attacks.membership.scores import _log_softmax, rmia_scores, tune_rmia_offline_a
-from attacks.membership.spec import MEMBERSHIP_ATTACKS, SHADOW_LIMIT, MembershipAttackSpec, MembershipContext, check_fields, count
+from attacks.membership.spec import (
+    MEMBERSHIP_ATTACKS,
+    SHADOW_LIMIT,
+    MembershipAttackSpec,
+    MembershipContext,
+    check_fields,
+    count,
+)
 from dpaudit import _validate as v
 from dpaudit.options import option
 from dpaudit.parts import PlotStyle
@@ -40,7 +47,14 @@ class RMIAConfig:
     is then set by ``--num-shadows`` of the other attacks, or :data:`DEFAULT_NUM_SHADOWS`).
     """
 
-    num_references: int | None = option(None, kind=int, help="RMIA reference models, the first ones of its shadow pool (default: the whole pool)", metavar="R", check=count, limit=SHADOW_LIMIT)
+    num_references: int | None = option(
+        None,
+        kind=int,
+        help="RMIA reference models, the first ones of its shadow pool (default: the whole pool)",
+        metavar="R",
+        check=count,
+        limit=SHADOW_LIMIT,
+    )
     gamma: float = option(1.0, help="RMIA likelihood-ratio threshold gamma > 0 (default 1)", check=v.positive)
 
     def __post_init__(self) -> None:
@@ -51,12 +65,16 @@ class RMIAConfig:
 class RMIAOfflineConfig(RMIAConfig):
     """Offline RMIA adds a, the weight of the offline approximation of Pr(x) (§3, App. B)."""
 
-    offline_a: float | None = option(None, help="RMIA offline a in [0, 1] (default: tuned on the references)", metavar="A", check=_unit_closed)
+    offline_a: float | None = option(
+        None, help="RMIA offline a in [0, 1] (default: tuned on the references)", metavar="A", check=_unit_closed
+    )
 
 
 def _logp_true(context: MembershipContext, logits: np.ndarray, where: np.ndarray) -> np.ndarray:
     """log of the true-class probability averaged over queries (RMIA's Pr(x|θ))."""
-    logp = np.take_along_axis(_log_softmax(logits[where].astype(np.float64)), context.universe_labels[where][:, None, None], axis=-1)[..., 0]
+    logp = np.take_along_axis(
+        _log_softmax(logits[where].astype(np.float64)), context.universe_labels[where][:, None, None], axis=-1
+    )[..., 0]
     return special.logsumexp(logp, axis=1) - np.log(logp.shape[1])
 
 
@@ -68,7 +86,11 @@ def _rmia(online: bool) -> Callable[[MembershipContext, Any], MembershipResult]:
         k = pool.num_models if config.num_references is None else min(config.num_references, pool.num_models)
         z = pool.population_ids
         if z.size == 0:
-            raise v.invalid("target", f"attack {name!r} needs population samples z, but the target's record has no population ids left to draw them from")
+            raise v.invalid(
+                "target",
+                f"attack {name!r} needs population samples z, but the target's record "
+                "has no population ids left to draw them from",
+            )
         q, zpos = context.query_positions, context.positions(z)
         lgs = pool.logits[:k]
         ref_x = np.stack([_logp_true(context, lg, q) for lg in lgs])
@@ -85,7 +107,13 @@ def _rmia(online: bool) -> Callable[[MembershipContext, Any], MembershipResult]:
             ppos = context.positions(pool.pool_ids)
             ref_pool = np.stack([_logp_true(context, lg, ppos) for lg in lgs])
             keep_pool = np.stack([np.isin(pool.pool_ids, t) for t in pool.train_ids[:k]])
-            a_used = tune_rmia_offline_a(ref_logp=ref_pool, keep=keep_pool, z_index=np.searchsorted(pool.pool_ids, z), seed=context.seed, gamma=config.gamma)
+            a_used = tune_rmia_offline_a(
+                ref_logp=ref_pool,
+                keep=keep_pool,
+                z_index=np.searchsorted(pool.pool_ids, z),
+                seed=context.seed,
+                gamma=config.gamma,
+            )
         scores = rmia_scores(
             target_logp_x=_logp_true(context, context.target_logits, q),
             ref_logp_x=ref_x,

@@ -34,7 +34,9 @@ def run_attacks(context: MembershipContext, configs: Mapping[str, Any]) -> dict[
     for name, config in configs.items():
         spec = MEMBERSHIP_ATTACKS[name]
         if not isinstance(config, spec.config_type):
-            raise TypeError(f"config of attack {name!r} must be a {spec.config_type.__name__}, got {type(config).__name__}")
+            raise TypeError(
+                f"config of attack {name!r} must be a {spec.config_type.__name__}, got {type(config).__name__}"
+            )
         t0 = time.monotonic()
         result = spec.run(context, config)
         if not isinstance(result, MembershipResult):
@@ -103,8 +105,17 @@ def run_membership_attacks(
     chosen = default_configs(names, configs=configs, num_shadows=num_shadows)
     ids, member = check_query(record, bundle, sample_ids, is_member)
     augs = choose_augmentations(bundle, num_queries)
-    m = v.integer("train_size", train_size if train_size is not None else max(len(record.membership.members), 1), minimum=1)
-    pools = plan_pools({n: (MEMBERSHIP_ATTACKS[n], c) for n, c in chosen.items()}, record=record, sample_ids=ids, seed=seed, num_population=num_population, train_size=m)
+    m = v.integer(
+        "train_size", train_size if train_size is not None else max(len(record.membership.members), 1), minimum=1
+    )
+    pools = plan_pools(
+        {n: (MEMBERSHIP_ATTACKS[n], c) for n, c in chosen.items()},
+        record=record,
+        sample_ids=ids,
+        seed=seed,
+        num_population=num_population,
+        train_size=m,
+    )
     shadow_meta: dict[str, Any] = {}
     models: dict[str, list[tuple[np.ndarray, nn.Module]]] = {}
     if pools:
@@ -128,7 +139,19 @@ def run_membership_attacks(
         "defense": record.defense,
         **shadow_meta,
     }
-    context = build_context(record=record, model=model, bundle=bundle, sample_ids=ids, is_member=member, seed=seed, augmentations=augs, pools=pools, shadow_models=models, device=device, metadata=meta)
+    context = build_context(
+        record=record,
+        model=model,
+        bundle=bundle,
+        sample_ids=ids,
+        is_member=member,
+        seed=seed,
+        augmentations=augs,
+        pools=pools,
+        shadow_models=models,
+        device=device,
+        metadata=meta,
+    )
     results = run_attacks(context, chosen)
     total = time.monotonic() - started
     return {n: dataclasses.replace(r, metadata={**r.metadata, "total_seconds": total}) for n, r in results.items()}

@@ -176,7 +176,9 @@ def _fill_missing(mu: np.ndarray, sd: np.ndarray, other_mu: np.ndarray, shift: n
         sd[bad] = np.broadcast_to(fallback, sd.shape)[bad]
 
 
-def lira_online_scores(target_phi: np.ndarray, shadow_phi: np.ndarray, keep: np.ndarray, *, global_variance: bool | None = None) -> np.ndarray:
+def lira_online_scores(
+    target_phi: np.ndarray, shadow_phi: np.ndarray, keep: np.ndarray, *, global_variance: bool | None = None
+) -> np.ndarray:
     """Online LiRA (Carlini et al. 2022, §IV-B, Algorithm 1).
 
     Args:
@@ -199,7 +201,11 @@ def lira_online_scores(target_phi: np.ndarray, shadow_phi: np.ndarray, keep: np.
     mu_out, sd_out = _fit(shadow_phi, ~keep, global_variance=glob)
     both = ~np.isnan(mu_in).any(axis=1) & ~np.isnan(mu_out).any(axis=1)
     if not both.any():
-        raise v.invalid("num_shadows", f"online LiRA needs examples that are IN for some shadows and OUT for others; got {k} shadow model(s) — use at least 2")
+        raise v.invalid(
+            "num_shadows",
+            "online LiRA needs examples that are IN for some shadows and OUT for "
+            f"others; got {k} shadow model(s) — use at least 2",
+        )
     gap = np.median((mu_in - mu_out)[both], axis=0)
     _fill_missing(mu_in, sd_in, mu_out, gap)
     _fill_missing(mu_out, sd_out, mu_in, -gap)
@@ -208,7 +214,9 @@ def lira_online_scores(target_phi: np.ndarray, shadow_phi: np.ndarray, keep: np.
     return llr.mean(axis=1)
 
 
-def lira_offline_scores(target_phi: np.ndarray, shadow_phi: np.ndarray, *, global_variance: bool | None = None) -> np.ndarray:
+def lira_offline_scores(
+    target_phi: np.ndarray, shadow_phi: np.ndarray, *, global_variance: bool | None = None
+) -> np.ndarray:
     """Offline LiRA (Carlini et al. 2022, §IV-C): a one-sided test against OUT shadows only.
 
     Args:
@@ -250,7 +258,11 @@ def _lira_inputs(target_phi: Any, shadow_phi: Any, keep: Any) -> tuple[np.ndarra
     if s.ndim == 2:
         s = s[..., None]
     if s.ndim != 3 or s.shape[1:] != t.shape or kp.shape != s.shape[:2]:
-        raise v.invalid("shadow_phi", f"shadow_phi must be (k, n, q) matching target_phi (n, q) and keep (k, n); got {s.shape}, {t.shape}, {kp.shape}")
+        raise v.invalid(
+            "shadow_phi",
+            "shadow_phi must be (k, n, q) matching target_phi (n, q) and keep (k, "
+            f"n); got {s.shape}, {t.shape}, {kp.shape}",
+        )
     if s.shape[0] < 1:
         raise v.invalid("shadow_phi", "shadow_phi must hold at least one shadow model")
     return t, s, kp
@@ -324,8 +336,18 @@ def rmia_scores(
     gamma = v.positive("gamma", gamma)
     tx, rx = np.asarray(target_logp_x, dtype=np.float64), np.asarray(ref_logp_x, dtype=np.float64)
     tz, rz = np.asarray(target_logp_z, dtype=np.float64), np.asarray(ref_logp_z, dtype=np.float64)
-    if rx.ndim != 2 or rx.shape[1:] != tx.shape or rz.ndim != 2 or rz.shape[1:] != tz.shape or rx.shape[0] != rz.shape[0]:
-        raise ValueError(f"reference and target shapes disagree: ref_logp_x {rx.shape}, target_logp_x {tx.shape}, ref_logp_z {rz.shape}, target_logp_z {tz.shape}")
+    if (
+        rx.ndim != 2
+        or rx.shape[1:] != tx.shape
+        or rz.ndim != 2
+        or rz.shape[1:] != tz.shape
+        or rx.shape[0] != rz.shape[0]
+    ):
+        raise ValueError(
+            f"reference and target shapes disagree: ref_logp_x {rx.shape}, "
+            f"target_logp_x {tx.shape}, ref_logp_z {rz.shape}, target_logp_z "
+            f"{tz.shape}"
+        )
     if tz.size == 0:
         raise v.invalid("target_logp_z", "target_logp_z must hold at least one population sample z")
     if keep_x is None:

@@ -170,7 +170,9 @@ class ShadowSpec(PlainSpec):
         }
         if self.recipe:  # kept out of the hash when empty, so plain-SGD shadow ids stay as they were
             config["recipe"] = thaw(self.recipe)
-        return make_model_id(defense="shadow", dataset=self.dataset, model_name=self.model_name, seed=self.seed, config=config)
+        return make_model_id(
+            defense="shadow", dataset=self.dataset, model_name=self.model_name, seed=self.seed, config=config
+        )
 
 
 def plan_shadows(
@@ -208,7 +210,9 @@ def plan_shadows(
     kind = v.choice("kind", kind, POOL_KINDS)
     pool = sorted_id_set("pool_ids", pool_ids)
     if pool.size < 2:
-        raise v.invalid("pool_ids", f"pool_ids must hold at least 2 ids to draw shadow training sets from, got {pool.size}")
+        raise v.invalid(
+            "pool_ids", f"pool_ids must hold at least 2 ids to draw shadow training sets from, got {pool.size}"
+        )
     default = max(len(template.membership.members), 1)
     m = v.integer("train_size", train_size if train_size is not None else default, minimum=1)
     m = min(m, pool.size // 2)
@@ -239,12 +243,19 @@ def _build(spec: ShadowSpec) -> nn.Module:
         fn = resolve_callable(spec.model_name.removeprefix("external:"), argument="model_name")
         model = fn()
         if not isinstance(model, nn.Module):
-            raise v.invalid("model_fn", f"model builder {spec.model_name!r} must return a torch.nn.Module, got {type(model).__name__}")
+            raise v.invalid(
+                "model_fn",
+                f"model builder {spec.model_name!r} must return a torch.nn.Module, got {type(model).__name__}",
+            )
         return model
-    return build_model(spec.model_name, input_shape=spec.input_shape, num_classes=spec.num_classes, **dict(spec.model_options))
+    return build_model(
+        spec.model_name, input_shape=spec.input_shape, num_classes=spec.num_classes, **dict(spec.model_options)
+    )
 
 
-def train_shadow(spec: ShadowSpec, *, bundle: DatasetBundle, device: torch.device | str = "cpu") -> tuple[TrainedModel, nn.Module]:
+def train_shadow(
+    spec: ShadowSpec, *, bundle: DatasetBundle, device: torch.device | str = "cpu"
+) -> tuple[TrainedModel, nn.Module]:
     """Trains one shadow model with non-private mini-batch SGD, deterministically from its seed.
 
     Args:
@@ -262,7 +273,9 @@ def train_shadow(spec: ShadowSpec, *, bundle: DatasetBundle, device: torch.devic
         model = _build(spec)
     model.to(device).train()
     cfg = spec.training
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.learning_rate, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    opt = torch.optim.SGD(
+        model.parameters(), lr=cfg.learning_rate, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+    )
     data = bundle.all().subset(spec.train_ids)
     x, y = data.features.to(device), data.labels.to(device)
     gen = torch_generator(spec.seed, "batches")
@@ -287,7 +300,11 @@ def train_shadow(spec: ShadowSpec, *, bundle: DatasetBundle, device: torch.devic
         claim=NonPrivateClaim(),
         membership=Membership(members=spec.train_ids, non_members=np.zeros(0, dtype=np.int64)),
         seed=spec.seed,
-        metrics={"train_accuracy": fit["accuracy"], "train_loss": fit["loss"], "train_seconds": time.monotonic() - started},
+        metrics={
+            "train_accuracy": fit["accuracy"],
+            "train_loss": fit["loss"],
+            "train_seconds": time.monotonic() - started,
+        },
         provenance=provenance(device=str(device)),
     )
     return record, model
@@ -297,7 +314,9 @@ def train_shadow(spec: ShadowSpec, *, bundle: DatasetBundle, device: torch.devic
 ShadowTrainer = Callable[..., tuple[TrainedModel, nn.Module]]
 
 
-def train_shadow_job(*, spec: Mapping[str, Any], data_root: str | None = None, device: str = "cpu", trainer: ShadowTrainer | None = None) -> dict[str, Any]:
+def train_shadow_job(
+    *, spec: Mapping[str, Any], data_root: str | None = None, device: str = "cpu", trainer: ShadowTrainer | None = None
+) -> dict[str, Any]:
     """Executor job: trains the shadow described by ``spec`` (a :meth:`ShadowSpec.to_dict`).
 
     Returns plain data (the record as a dict and the weights as NumPy arrays) rather than
@@ -379,12 +398,16 @@ def ensure_shadows(
             build=functools.partial(_build, spec),
             # An external target's shadows are built by the builder the user passed now, never by
             # whatever a cached record names.
-            external_builder=spec.model_name.removeprefix("external:") if spec.model_name.startswith("external:") else None,
+            external_builder=spec.model_name.removeprefix("external:")
+            if spec.model_name.startswith("external:")
+            else None,
         )
         for sid, spec in by_id.items()
     ]
     notify = None if on_trained is None else (lambda key, record, _model: on_trained(by_id[key], record))
-    cached = ensure_models(jobs, directory=directory, executor=executor, label="shadow models", progress=progress, on_trained=notify)
+    cached = ensure_models(
+        jobs, directory=directory, executor=executor, label="shadow models", progress=progress, on_trained=notify
+    )
     models = dict(zip(cached.keys, cached.models, strict=True))
     return ShadowRun(
         specs=tuple(specs),

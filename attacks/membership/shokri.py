@@ -12,7 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from attacks.membership.scores import shokri_scores
-from attacks.membership.spec import MEMBERSHIP_ATTACKS, SHADOW_LIMIT, MembershipAttackSpec, MembershipContext, check_fields, count
+from attacks.membership.spec import (
+    MEMBERSHIP_ATTACKS,
+    SHADOW_LIMIT,
+    MembershipAttackSpec,
+    MembershipContext,
+    check_fields,
+    count,
+)
 from dpaudit.options import option
 from dpaudit.parts import PlotStyle
 from dpaudit.results import MembershipResult
@@ -25,7 +32,13 @@ __all__ = ["ShokriConfig"]
 class ShokriConfig:
     """Shokri et al. (2017): how many shadow models (offline pool) train the attack classifiers."""
 
-    num_shadows: int = option(16, help="shadow models the attack uses from its pool (default 16)", metavar="N", check=count, limit=SHADOW_LIMIT)
+    num_shadows: int = option(
+        16,
+        help="shadow models the attack uses from its pool (default 16)",
+        metavar="N",
+        check=count,
+        limit=SHADOW_LIMIT,
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -38,13 +51,31 @@ def _run_shokri(context: MembershipContext, config: ShokriConfig) -> MembershipR
     for i in range(k):
         rng_i = numpy_rng(context.seed, "shokri-rows", i)
         inside = np.isin(pool.pool_ids, pool.train_ids[i])
-        rows = np.concatenate([rng_i.permutation(np.flatnonzero(inside))[:1000], rng_i.permutation(np.flatnonzero(~inside))[:1000]])
+        rows = np.concatenate(
+            [rng_i.permutation(np.flatnonzero(inside))[:1000], rng_i.permutation(np.flatnonzero(~inside))[:1000]]
+        )
         where = context.positions(pool.pool_ids[rows])
         s_logits.append(pool.logits[i][where, 0])
         s_labels.append(context.universe_labels[where])
         s_in.append(inside[rows])
-    scores = shokri_scores(target_logits=context.query_logits(), labels=context.labels, shadow_logits=s_logits, shadow_labels=s_labels, shadow_in=s_in, seed=context.seed)
-    return context.result("shadow", scores, {"num_shadows": k, "classifier": "HistGradientBoostingClassifier", "num_queries": 1, "augmentations": ["identity"]})
+    scores = shokri_scores(
+        target_logits=context.query_logits(),
+        labels=context.labels,
+        shadow_logits=s_logits,
+        shadow_labels=s_labels,
+        shadow_in=s_in,
+        seed=context.seed,
+    )
+    return context.result(
+        "shadow",
+        scores,
+        {
+            "num_shadows": k,
+            "classifier": "HistGradientBoostingClassifier",
+            "num_queries": 1,
+            "augmentations": ["identity"],
+        },
+    )
 
 
 MEMBERSHIP_ATTACKS.register(

@@ -187,7 +187,8 @@ class MembershipAttackSpec:
                 raise ValueError(f"attack {self.name!r}: shadow_pool={self.shadow_pool!r} needs shadow_count_field")
 
     def num_shadow_models(self, config: Any) -> int | None:
-        """Models of :attr:`shadow_pool` this attack uses under ``config``: 0 without a pool, ``None`` for "the whole pool"."""
+        """Models of :attr:`shadow_pool` this attack uses under ``config``: 0 without a pool, ``None`` for "the whole
+        pool"."""
         if self.shadow_pool is None or self.shadow_count_field is None:
             return 0
         count = getattr(config, self.shadow_count_field)
@@ -201,7 +202,9 @@ class MembershipAttackSpec:
 
 #: Every membership-inference attack, in registration order; each registers itself in its own
 #: module of this package. The CLI choices and flags, the runs, ``compare`` and the reports read it.
-MEMBERSHIP_ATTACKS: Registry[MembershipAttackSpec] = Registry("membership attack", argument="--attack", discover=("attacks.membership",))
+MEMBERSHIP_ATTACKS: Registry[MembershipAttackSpec] = Registry(
+    "membership attack", argument="--attack", discover=("attacks.membership",)
+)
 
 
 def expand_attacks(attacks: str | Sequence[str]) -> list[str]:
@@ -224,7 +227,9 @@ def expand_attacks(attacks: str | Sequence[str]) -> list[str]:
     return out
 
 
-def default_configs(names: Sequence[str], *, configs: Mapping[str, Any] | None = None, num_shadows: int | None = None) -> dict[str, Any]:
+def default_configs(
+    names: Sequence[str], *, configs: Mapping[str, Any] | None = None, num_shadows: int | None = None
+) -> dict[str, Any]:
     """Config per attack: given ones as they are, the rest from their type's defaults.
 
     ``num_shadows`` (if given) sets the shadow-count field of every defaulted config.

@@ -47,4 +47,8 @@ _STYLES = {
     "modified-entropy": PlotStyle(colour="#332288", marker="D", dash=(0, (3, 1, 1, 1))),
 }
 for _kind, _summary in _SUMMARIES.items():
-    MEMBERSHIP_ATTACKS.register(MembershipAttackSpec(name=_kind, summary=_summary, config_type=ThresholdConfig, run=_threshold(_kind), style=_STYLES[_kind]))
+    MEMBERSHIP_ATTACKS.register(
+        MembershipAttackSpec(
+            name=_kind, summary=_summary, config_type=ThresholdConfig, run=_threshold(_kind), style=_STYLES[_kind]
+        )
+    )

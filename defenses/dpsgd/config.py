@@ -24,14 +24,22 @@ from dpaudit.limits import LIMITS
 from dpaudit.options import option
 from dpaudit.privacy.accountants import ACCOUNTANTS
 from dpaudit.privacy.claims import DPClaim, PrivacyClaim, dpsgd_claim
-from dpaudit.privacy.record_claims import RELATIVE_TOLERANCE, RebuiltClaim, agree, format_number, register_claim_config, required
+from dpaudit.privacy.record_claims import (
+    RELATIVE_TOLERANCE,
+    RebuiltClaim,
+    agree,
+    format_number,
+    register_claim_config,
+    required,
+)
 
 __all__ = ["SAMPLING_MODES", "CLIPPING_METHODS", "DEFAULT_NOISE_MULTIPLIER", "DEFAULT_SAMPLING_RATE", "DPSGDConfig"]
 
 SAMPLING_MODES = ("poisson", "shuffle-non-private-accounting")
 #: Per-example gradient engines (:mod:`defenses.clipping`); named here so the config stays torch-free.
 CLIPPING_METHODS = ("auto", "hooks", "vmap")
-#: The sampling rate a stored configuration with neither a lot size nor a rate was run at (Abadi et al.'s 600 of 60,000).
+#: The sampling rate a stored configuration with neither a lot size nor a rate was run at (Abadi et al.'s 600 of
+#: 60,000).
 DEFAULT_SAMPLING_RATE = 0.01
 #: Relative tolerance of the σ calibration (:func:`dpaudit.privacy.calibration.calibrate_noise_multiplier`).
 _CALIBRATION_TOLERANCE = 1e-3
@@ -91,41 +99,87 @@ class DPSGDConfig:
 
     noise_multiplier: float | None = option(
         None,
-        help=f"sigma = noise std / clip norm (default {DEFAULT_NOISE_MULTIPLIER} without --target-epsilon, calibrated with it); with --target-epsilon: train until the budget is spent, or --epochs if the budget allows",
+        help=f"sigma = noise std / clip norm (default {DEFAULT_NOISE_MULTIPLIER} "
+        "without --target-epsilon, calibrated with it); with --target-epsilon: "
+        "train until the budget is spent, or --epochs if the budget allows",
         metavar="SIGMA",
         check=v.positive,
     )
-    clip_norm: float | None = option(None, help="per-example L2 clipping norm C (default derived: 1)", metavar="C", check=v.positive)
-    lot_size: int | None = option(
-        None, kind=int, help="expected lot size L (sampling rate q = L / members); or give --sampling-rate (default derived from the number of members)", metavar="L", check=v.positive
+    clip_norm: float | None = option(
+        None, help="per-example L2 clipping norm C (default derived: 1)", metavar="C", check=v.positive
     )
-    sampling_rate: float | None = option(None, help="Poisson sampling rate q in (0, 1] (default: --lot-size derived from the number of members)", metavar="Q", check=v.half_open_unit)
-    expected_lot_size: float | None = option(None, help="public divisor of the noisy sum (default q x members)", metavar="L", check=v.positive)
+    lot_size: int | None = option(
+        None,
+        kind=int,
+        help="expected lot size L (sampling rate q = L / members); or give "
+        "--sampling-rate (default derived from the number of members)",
+        metavar="L",
+        check=v.positive,
+    )
+    sampling_rate: float | None = option(
+        None,
+        help="Poisson sampling rate q in (0, 1] (default: --lot-size derived from the number of members)",
+        metavar="Q",
+        check=v.half_open_unit,
+    )
+    expected_lot_size: float | None = option(
+        None, help="public divisor of the noisy sum (default q x members)", metavar="L", check=v.positive
+    )
     target_epsilon: float | None = option(
-        None, help="privacy budget epsilon at --delta: calibrates sigma for --epochs; with --noise-multiplier, the number of steps (says which before training)", metavar="EPS", check=v.positive
+        None,
+        help="privacy budget epsilon at --delta: calibrates sigma for --epochs; with "
+        "--noise-multiplier, the number of steps (says which before training)",
+        metavar="EPS",
+        check=v.positive,
     )
     delta: float = option(1e-5, help="delta of the budget and of the reported epsilon", check=v.open_unit)
     accountant: str = option("pld", choices=ACCOUNTANTS, help="accountant of the budget")
     epochs: float | None = option(
         None,
         kind=float,
-        help="epochs (1/q steps each); default 10, or derived from --target-epsilon, or as many as the budget allows with --target-epsilon and --noise-multiplier",
+        help="epochs (1/q steps each); default 10, or derived from --target-epsilon, "
+        "or as many as the budget allows with --target-epsilon and "
+        "--noise-multiplier",
         metavar="N",
         check=v.positive,
         limit=EPOCH_LIMIT,
     )
-    learning_rate: float | None = option(None, help="initial learning rate (default derived: 0.5)", metavar="LR", check=v.positive)
-    final_learning_rate: float | None = option(None, help="floor of the linear learning-rate decay (default: constant rate)", metavar="LR", check=v.positive)
-    lr_decay_epochs: float = option(10.0, help="epochs over which the rate decays to the floor", metavar="N", check=v.positive)
+    learning_rate: float | None = option(
+        None, help="initial learning rate (default derived: 0.5)", metavar="LR", check=v.positive
+    )
+    final_learning_rate: float | None = option(
+        None, help="floor of the linear learning-rate decay (default: constant rate)", metavar="LR", check=v.positive
+    )
+    lr_decay_epochs: float = option(
+        10.0, help="epochs over which the rate decays to the floor", metavar="N", check=v.positive
+    )
     momentum: float = option(0.0, help="heavy-ball momentum in [0, 1)", check=v.unit_interval_open_right)
     weight_decay: float = option(0.0, help="L2 penalty on the parameters", check=v.non_negative)
     per_layer: bool = option(False, help="clip each layer to C / sqrt(#layers) instead of the whole gradient to C")
-    sampling: str = option("poisson", choices=SAMPLING_MODES, help="lot sampling (shuffle lots do not meet the claim's accounting)")
-    pca_components: int | None = option(None, kind=int, help="DP-PCA projection to K components (models with a Projection, e.g. abadi-mnist)", metavar="K", check=v.positive)
-    pca_noise: float | None = option(None, help="DP-PCA noise multiplier (with --pca-components)", metavar="SIGMA_P", check=v.positive)
-    pca_sampling_rate: float = option(1.0, help="Poisson rate of the sample DP-PCA uses", metavar="Q", check=v.half_open_unit)
+    sampling: str = option(
+        "poisson", choices=SAMPLING_MODES, help="lot sampling (shuffle lots do not meet the claim's accounting)"
+    )
+    pca_components: int | None = option(
+        None,
+        kind=int,
+        help="DP-PCA projection to K components (models with a Projection, e.g. abadi-mnist)",
+        metavar="K",
+        check=v.positive,
+    )
+    pca_noise: float | None = option(
+        None, help="DP-PCA noise multiplier (with --pca-components)", metavar="SIGMA_P", check=v.positive
+    )
+    pca_sampling_rate: float = option(
+        1.0, help="Poisson rate of the sample DP-PCA uses", metavar="Q", check=v.half_open_unit
+    )
     clipping_method: str = option("auto", choices=CLIPPING_METHODS, help="per-example gradient engine")
-    physical_batch_size: int = option(1024, help="most examples per forward/backward pass (lots are split; exact)", metavar="B", check=v.positive, limit=BATCH_LIMIT)
+    physical_batch_size: int = option(
+        1024,
+        help="most examples per forward/backward pass (lots are split; exact)",
+        metavar="B",
+        check=v.positive,
+        limit=BATCH_LIMIT,
+    )
 
     def __post_init__(self) -> None:
         _optional("noise_multiplier", self.noise_multiplier, v.positive)
@@ -141,7 +195,11 @@ class DPSGDConfig:
                 derived.append(name)
         object.__setattr__(self, DERIVED_AT_INIT, tuple(derived))
         if self.lot_size is not None and self.sampling_rate is not None:
-            raise v.invalid("lot_size", f"give lot_size or sampling_rate, not both; got lot_size={self.lot_size!r}, sampling_rate={self.sampling_rate!r}")
+            raise v.invalid(
+                "lot_size",
+                "give lot_size or sampling_rate, not both; got "
+                f"lot_size={self.lot_size!r}, sampling_rate={self.sampling_rate!r}",
+            )
         _optional("lot_size", self.lot_size, lambda n, x: v.integer(n, x, minimum=1))
         _optional("sampling_rate", self.sampling_rate, v.half_open_unit)
         _optional("expected_lot_size", self.expected_lot_size, v.positive)
@@ -166,7 +224,11 @@ class DPSGDConfig:
         _optional("pca_components", self.pca_components, lambda n, x: v.integer(n, x, minimum=1))
         _optional("pca_noise", self.pca_noise, v.positive)
         if (self.pca_components is None) != (self.pca_noise is None):
-            raise v.invalid("pca_components", f"pca_components and pca_noise go together (DP-PCA needs both), got pca_components={self.pca_components!r}, pca_noise={self.pca_noise!r}")
+            raise v.invalid(
+                "pca_components",
+                "pca_components and pca_noise go together (DP-PCA needs both), got "
+                f"pca_components={self.pca_components!r}, pca_noise={self.pca_noise!r}",
+            )
         v.half_open_unit("pca_sampling_rate", self.pca_sampling_rate)
         v.choice("clipping_method", self.clipping_method, CLIPPING_METHODS)
         v.integer("physical_batch_size", self.physical_batch_size, minimum=1)
@@ -224,7 +286,8 @@ class DPSGDConfig:
         return pca if steps == 0 else dpe.ComposedDpEvent([pca, event])
 
     def rebuild_claim(self, stored: PrivacyClaim, *, metrics: Mapping[str, object], num_members: int) -> RebuiltClaim:
-        """The DP claim this configuration implies (Abadi et al. 2016, Algorithm 1), with q, σ and T as the run planned them.
+        """The DP claim this configuration implies (Abadi et al. 2016, Algorithm 1), with q, σ and T as the run planned
+        them.
 
         A calibrated σ or step count is checked to be the calibration's answer by evaluating ε
         on both sides of it rather than by searching again.
@@ -255,7 +318,9 @@ class DPSGDConfig:
             )
 
         def eps(s: float, t: int) -> float:
-            return DPClaim(event=self._dp_event(q=q, sigma=s, steps=t)).epsilon(delta=self.delta, accountant=self.accountant)
+            return DPClaim(event=self._dp_event(q=q, sigma=s, steps=t)).epsilon(
+                delta=self.delta, accountant=self.accountant
+            )
 
         if sigma_cfg is not None:
             sigma = float(sigma_cfg)
@@ -267,24 +332,41 @@ class DPSGDConfig:
             sigma = sigma_metric
             target_eps = float(v.positive("config.target_epsilon", target))
             lower = sigma * (1.0 - 1.001 * _CALIBRATION_TOLERANCE)
-            if eps(sigma, steps) > target_eps * (1 + RELATIVE_TOLERANCE) or (lower > 2e-3 and eps(lower, steps) <= target_eps):
+            if eps(sigma, steps) > target_eps * (1 + RELATIVE_TOLERANCE) or (
+                lower > 2e-3 and eps(lower, steps) <= target_eps
+            ):
                 raise ValueError(
-                    f"metrics noise_multiplier={format_number(sigma)} is not the noise multiplier calibrated to config target_epsilon={format_number(target_eps)} over {steps} steps "
-                    f"under config accountant={self.accountant!r} (a record calibrated by an older, unsound naive/strong analysis is one: retrain it with --force)"
+                    f"metrics noise_multiplier={format_number(sigma)} is not the noise "
+                    "multiplier calibrated to config "
+                    f"target_epsilon={format_number(target_eps)} over {steps} steps "
+                    f"under config accountant={self.accountant!r} (a record calibrated by an "
+                    "older, unsound naive/strong analysis is one: retrain it with --force)"
                 )
             sources[f"{gauss_path}.noise_multiplier"] = "metrics noise_multiplier (calibrated to config target_epsilon)"
         if target is None or sigma_cfg is None:
             if steps != cap:
-                raise ValueError(f"metrics num_steps={steps} does not match config epochs={format_number(epochs)}, which is {cap} steps of {steps_per_epoch} per epoch")
+                raise ValueError(
+                    f"metrics num_steps={steps} does not match config "
+                    f"epochs={format_number(epochs)}, which is {cap} steps of "
+                    f"{steps_per_epoch} per epoch"
+                )
             sources[f"{dp_path}.count"] = "config epochs x steps per epoch"
         else:
             # Budget mode: as many steps as the target allows, up to the cap.
             target_eps = float(target)
             beyond = steps != cap and eps(sigma, steps + 1) <= target_eps
-            if steps < 1 or eps(sigma, steps) > target_eps * (1 + RELATIVE_TOLERANCE) or beyond or (cap is not None and steps > cap):
+            if (
+                steps < 1
+                or eps(sigma, steps) > target_eps * (1 + RELATIVE_TOLERANCE)
+                or beyond
+                or (cap is not None and steps > cap)
+            ):
                 raise ValueError(
-                    f"metrics num_steps={steps} is not the number of steps config target_epsilon={format_number(target_eps)} allows at noise_multiplier={format_number(sigma)} "
-                    f"under config accountant={self.accountant!r} (a record planned by an older, unsound naive/strong analysis is one: retrain it with --force)"
+                    f"metrics num_steps={steps} is not the number of steps config "
+                    f"target_epsilon={format_number(target_eps)} allows at "
+                    f"noise_multiplier={format_number(sigma)} "
+                    f"under config accountant={self.accountant!r} (a record planned by an "
+                    "older, unsound naive/strong analysis is one: retrain it with --force)"
                 )
             sources[f"{dp_path}.count"] = "metrics num_steps (the steps config target_epsilon allows)"
         return RebuiltClaim(claim=DPClaim(event=self._dp_event(q=q, sigma=sigma, steps=steps)), sources=sources)

@@ -31,7 +31,11 @@ def find_projection(model: nn.Module) -> Projection:
     """The model's one Projection layer, which DP-PCA fills."""
     found = [m for m in model.modules() if isinstance(m, Projection)]
     if len(found) != 1:
-        raise v.invalid("model", f"DP-PCA needs a model with exactly one Projection layer (e.g. abadi-mnist with pca_components), found {len(found)}")
+        raise v.invalid(
+            "model",
+            "DP-PCA needs a model with exactly one Projection layer (e.g. "
+            f"abadi-mnist with pca_components), found {len(found)}",
+        )
     return found[0]
 
 

@@ -28,7 +28,12 @@ from dp_accounting import dp_event as dpe
 from defenses.dp_defaults import defaults_note, resolve_dp_config
 from defenses.dpsgd.config import DPSGDConfig
 from dpaudit import _validate as v
-from dpaudit.privacy.calibration import calibrate_noise_multiplier, calibrate_num_steps, largest_num_steps, smallest_noise_multiplier
+from dpaudit.privacy.calibration import (
+    calibrate_noise_multiplier,
+    calibrate_num_steps,
+    largest_num_steps,
+    smallest_noise_multiplier,
+)
 from dpaudit.privacy.claims import DPClaim, dpsgd_claim
 
 __all__ = ["DPSGDPlan", "plan_dpsgd", "announce_plan", "resolve_config", "pca_claim", "run_claim", "learning_rate_at"]
@@ -75,11 +80,21 @@ def pca_claim(config: DPSGDConfig) -> DPClaim | None:
 
 
 def run_claim(config: DPSGDConfig, *, sampling_rate: float, noise_multiplier: float, num_steps: int) -> DPClaim:
-    """The claim of a run of ``num_steps`` steps at (q, σ): the DP-SGD event, composed with DP-PCA's when there is one."""
-    desc = f"DP-SGD q={sampling_rate:g} sigma={noise_multiplier:g} T={num_steps} C={config.clip_norm:g}{' per-layer' if config.per_layer else ''}"
+    """The claim of a run of ``num_steps`` steps at (q, σ): the DP-SGD event, composed with DP-PCA's when there is
+    one."""
+    desc = (
+        f"DP-SGD q={sampling_rate:g} sigma={noise_multiplier:g} T={num_steps} "
+        f"C={config.clip_norm:g}{' per-layer' if config.per_layer else ''}"
+    )
     if config.sampling != "poisson":
-        desc += " [non-private-accounting: lots drawn by fixed-size shuffling, but the accounting assumes Poisson sampling; this epsilon is NOT a valid guarantee for the run]"
-    claim = dpsgd_claim(sampling_rate=sampling_rate, noise_multiplier=noise_multiplier, num_steps=num_steps, description=desc)
+        desc += (
+            " [non-private-accounting: lots drawn by fixed-size shuffling, but the "
+            "accounting assumes Poisson sampling; this epsilon is NOT a valid "
+            "guarantee for the run]"
+        )
+    claim = dpsgd_claim(
+        sampling_rate=sampling_rate, noise_multiplier=noise_multiplier, num_steps=num_steps, description=desc
+    )
     pca = pca_claim(config)
     if pca is None:
         return claim
@@ -93,14 +108,23 @@ def _max_steps_composed(config: DPSGDConfig, q: float, sigma: float, cap: int) -
     target = float(config.target_epsilon)  # type: ignore[arg-type]
 
     def eps(t: int) -> float:
-        return run_claim(config, sampling_rate=q, noise_multiplier=sigma, num_steps=t).epsilon(delta=config.delta, accountant=config.accountant)
+        return run_claim(config, sampling_rate=q, noise_multiplier=sigma, num_steps=t).epsilon(
+            delta=config.delta, accountant=config.accountant
+        )
 
     pca = pca_claim(config)
     if pca is not None and pca.epsilon(delta=config.delta, accountant=config.accountant) >= target:
-        raise v.invalid("target_epsilon", f"target_epsilon={target!r} is already exceeded by DP-PCA alone (pca_noise={config.pca_noise!r})")
+        raise v.invalid(
+            "target_epsilon",
+            f"target_epsilon={target!r} is already exceeded by DP-PCA alone (pca_noise={config.pca_noise!r})",
+        )
     steps = largest_num_steps(eps, target=target, max_steps=cap)
     if steps == 0:
-        raise v.invalid("target_epsilon", f"target_epsilon={target!r} is exceeded by a single step at noise_multiplier={sigma!r}, sampling_rate={q!r}")
+        raise v.invalid(
+            "target_epsilon",
+            f"target_epsilon={target!r} is exceeded by a single step at "
+            f"noise_multiplier={sigma!r}, sampling_rate={q!r}",
+        )
     return steps
 
 
@@ -109,18 +133,25 @@ def _calibrate_sigma_composed(config: DPSGDConfig, q: float, steps: int) -> floa
     target = float(config.target_epsilon)  # type: ignore[arg-type]
 
     def eps(sigma: float) -> float:
-        return run_claim(config, sampling_rate=q, noise_multiplier=sigma, num_steps=steps).epsilon(delta=config.delta, accountant=config.accountant)
+        return run_claim(config, sampling_rate=q, noise_multiplier=sigma, num_steps=steps).epsilon(
+            delta=config.delta, accountant=config.accountant
+        )
 
     pca = pca_claim(config)
     if pca is not None and pca.epsilon(delta=config.delta, accountant=config.accountant) >= target:
-        raise v.invalid("target_epsilon", f"target_epsilon={target!r} is already used up by DP-PCA alone (pca_noise={config.pca_noise!r})")
+        raise v.invalid(
+            "target_epsilon",
+            f"target_epsilon={target!r} is already used up by DP-PCA alone (pca_noise={config.pca_noise!r})",
+        )
     sigma = smallest_noise_multiplier(eps, target=target, tolerance=1e-3, max_sigma=1e5)
     if math.isinf(sigma):
         raise v.invalid("target_epsilon", f"target_epsilon={target!r} is unreachable with any noise_multiplier")
     return sigma
 
 
-def resolve_config(config: DPSGDConfig, *, num_members: int, scale_invariant_first_layer: bool = False) -> tuple[DPSGDConfig, str | None]:
+def resolve_config(
+    config: DPSGDConfig, *, num_members: int, scale_invariant_first_layer: bool = False
+) -> tuple[DPSGDConfig, str | None]:
     """``config`` with its unset lot size, learning rate, clip norm and epochs derived from N, ε, δ.
 
     Uses :func:`defenses.dp_defaults.resolve_dp_config` (rules and sources there); idempotent.
@@ -132,7 +163,9 @@ def resolve_config(config: DPSGDConfig, *, num_members: int, scale_invariant_fir
     if not isinstance(config, DPSGDConfig):
         raise v.invalid_type("config", f"config must be a DPSGDConfig, got {type(config).__name__}")
     n = v.integer("num_members", num_members, minimum=1)
-    resolved, derived = resolve_dp_config(config, num_members=n, scale_invariant_first_layer=scale_invariant_first_layer)
+    resolved, derived = resolve_dp_config(
+        config, num_members=n, scale_invariant_first_layer=scale_invariant_first_layer
+    )
     return resolved, defaults_note(resolved, derived, num_members=n)
 
 
@@ -165,15 +198,31 @@ def plan_dpsgd(config: DPSGDConfig, *, num_members: int) -> DPSGDPlan:
         if pca:
             steps = _max_steps_composed(config, q, sigma, cap)
         else:
-            steps = calibrate_num_steps(target_epsilon=target, delta=config.delta, sampling_rate=q, noise_multiplier=sigma, accountant=config.accountant, max_steps=cap)
-        reach = f"noise_multiplier={sigma:g} reaches target_epsilon={target:g} (delta={config.delta:g}, {config.accountant}) after {steps} steps ({steps * q:.3g} epochs)"
+            steps = calibrate_num_steps(
+                target_epsilon=target,
+                delta=config.delta,
+                sampling_rate=q,
+                noise_multiplier=sigma,
+                accountant=config.accountant,
+                max_steps=cap,
+            )
+        reach = (
+            f"noise_multiplier={sigma:g} reaches target_epsilon={target:g} "
+            f"(delta={config.delta:g}, {config.accountant}) after {steps} steps "
+            f"({steps * q:.3g} epochs)"
+        )
         if epoch_steps is None:
-            note = f"sigma = {sigma:g} reaches epsilon = {target:g} after {steps} steps ({steps * q:.3g} epochs); training stops there (leave --noise-multiplier unset and pass --epochs to calibrate sigma instead)"
+            note = (
+                f"sigma = {sigma:g} reaches epsilon = {target:g} after {steps} steps "
+                f"({steps * q:.3g} epochs); training stops there (leave "
+                "--noise-multiplier unset and pass --epochs to calibrate sigma instead)"
+            )
         elif steps < epoch_steps:
             # Stopping early would silently train a different run than the one asked for.
             raise v.invalid(
                 "epochs",
-                f"epochs={config.epochs:g} needs {epoch_steps} steps, but {reach}; lower epochs to at most {steps * q:.3g}, "
+                f"epochs={config.epochs:g} needs {epoch_steps} steps, but {reach}; lower "
+                f"epochs to at most {steps * q:.3g}, "
                 "raise noise_multiplier, or leave noise_multiplier unset to calibrate it for these epochs",
             )
         else:
@@ -183,8 +232,18 @@ def plan_dpsgd(config: DPSGDConfig, *, num_members: int) -> DPSGDPlan:
         if pca:
             sigma = _calibrate_sigma_composed(config, q, steps)
         else:
-            sigma = calibrate_noise_multiplier(target_epsilon=target, delta=config.delta, sampling_rate=q, num_steps=steps, accountant=config.accountant)
-        note = f"sigma = {sigma:.4g} calibrated so that {config.epochs:g} epochs ({steps} steps) spend epsilon = {target:g} at delta = {config.delta:g} ({config.accountant}); --epochs sets the length"
+            sigma = calibrate_noise_multiplier(
+                target_epsilon=target,
+                delta=config.delta,
+                sampling_rate=q,
+                num_steps=steps,
+                accountant=config.accountant,
+            )
+        note = (
+            f"sigma = {sigma:.4g} calibrated so that {config.epochs:g} epochs "
+            f"({steps} steps) spend epsilon = {target:g} at delta = {config.delta:g} "
+            f"({config.accountant}); --epochs sets the length"
+        )
     divisor = float(config.expected_lot_size) if config.expected_lot_size is not None else q * n
     # resolve_config derives C, and σ is set or calibrated above whenever a target is given (and
     # required by the config without one).

@@ -21,7 +21,15 @@ from defenses.dpsgd.config import DPSGDConfig
 from defenses.dpsgd.plan import DPSGDPlan
 from dpaudit import _validate as v
 
-__all__ = ["ClippedRelease", "PreNoise", "Release", "ReleaseFactory", "StepObserver", "noisy_clipped_sum", "parameter_names"]
+__all__ = [
+    "ClippedRelease",
+    "PreNoise",
+    "Release",
+    "ReleaseFactory",
+    "StepObserver",
+    "noisy_clipped_sum",
+    "parameter_names",
+]
 
 PreNoise = Callable[[dict[str, torch.Tensor]], "dict[str, torch.Tensor] | None"]
 
@@ -38,7 +46,9 @@ class StepObserver(Protocol):
     pass (Secure-SGD's replay keys the noise layer's per-example training noise there).
     """
 
-    def __call__(self, step: int, clipped_sum: dict[str, torch.Tensor], lot_ids: np.ndarray) -> dict[str, torch.Tensor] | None: ...
+    def __call__(
+        self, step: int, clipped_sum: dict[str, torch.Tensor], lot_ids: np.ndarray
+    ) -> dict[str, torch.Tensor] | None: ...
 
 
 def noisy_clipped_sum(
@@ -103,11 +113,16 @@ def parameter_names(model: nn.Module) -> list[str]:
     return [n for n, p in model.named_parameters() if p.requires_grad]
 
 
-def _canary_dict(value: dict[str, torch.Tensor] | torch.Tensor, params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:
+def _canary_dict(
+    value: dict[str, torch.Tensor] | torch.Tensor, params: dict[str, nn.Parameter]
+) -> dict[str, torch.Tensor]:
     if isinstance(value, torch.Tensor):
         total = sum(p.numel() for p in params.values())
         if value.numel() != total:
-            raise v.invalid("canary_gradient", f"canary_gradient returned a flat tensor of {value.numel()} entries; the model has {total} parameters")
+            raise v.invalid(
+                "canary_gradient",
+                f"canary_gradient returned a flat tensor of {value.numel()} entries; the model has {total} parameters",
+            )
         out, k = {}, 0
         for n, p in params.items():
             out[n] = value.reshape(-1)[k : k + p.numel()].reshape(p.shape).to(p.device, p.dtype)
@@ -118,7 +133,10 @@ def _canary_dict(value: dict[str, torch.Tensor] | torch.Tensor, params: dict[str
         if unknown:
             raise v.invalid("canary_gradient", f"canary_gradient names unknown parameters {sorted(unknown)!r}")
         return {n: value[n].to(p.device, p.dtype).reshape(p.shape) for n, p in params.items() if n in value}
-    raise v.invalid_type("canary_gradient", f"canary_gradient must return a dict of tensors, a flat tensor or None, got {type(value).__name__}")
+    raise v.invalid_type(
+        "canary_gradient",
+        f"canary_gradient must return a dict of tensors, a flat tensor or None, got {type(value).__name__}",
+    )
 
 
 class Release(Protocol):
@@ -134,7 +152,9 @@ class Release(Protocol):
         """The parameters the release covers (name → parameter), which the optimiser steps."""
         ...
 
-    def __call__(self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any) -> tuple[dict[str, torch.Tensor], float]:
+    def __call__(
+        self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any
+    ) -> tuple[dict[str, torch.Tensor], float]:
         """({name: noisy sum / expected lot size}, Σ loss over the lot) for the lot's positions.
 
         ``canary`` is what ``canary_gradient`` returned for this step (``None``: no canary).
@@ -149,7 +169,9 @@ class Release(Protocol):
 class ReleaseFactory(Protocol):
     """Builds a :class:`Release` on the model once it is ready to train (after ``prepare_model``)."""
 
-    def __call__(self, model: nn.Module, *, config: DPSGDConfig, plan: DPSGDPlan, generator: torch.Generator) -> Release: ...
+    def __call__(
+        self, model: nn.Module, *, config: DPSGDConfig, plan: DPSGDPlan, generator: torch.Generator
+    ) -> Release: ...
 
 
 class ClippedRelease:
@@ -158,9 +180,13 @@ class ClippedRelease:
     def __init__(self, model: nn.Module, *, config: DPSGDConfig, plan: DPSGDPlan, generator: torch.Generator) -> None:
         assert config.clip_norm is not None  # resolve_config derives C before any run
         self._clip_norm = config.clip_norm
-        self.clipper = GradientClipper(model, clip_norm=config.clip_norm, per_layer=config.per_layer, method=config.clipping_method)
+        self.clipper = GradientClipper(
+            model, clip_norm=config.clip_norm, per_layer=config.per_layer, method=config.clipping_method
+        )
         self._params = self.clipper.parameters()
-        self._layer_groups = [[self.clipper._full(layer, local) for local in layer.params] for layer in self.clipper.layers]
+        self._layer_groups = [
+            [self.clipper._full(layer, local) for local in layer.params] for layer in self.clipper.layers
+        ]
         self._config = config
         self._scale = 1.0 / plan.expected_lot_size
         self._generator = generator
@@ -172,7 +198,9 @@ class ClippedRelease:
     def parameters(self) -> dict[str, nn.Parameter]:
         return self._params
 
-    def __call__(self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any) -> tuple[dict[str, torch.Tensor], float]:
+    def __call__(
+        self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any
+    ) -> tuple[dict[str, torch.Tensor], float]:
         extra = None
         if canary is not None:
             # One more record under the same claim: clipped exactly like one example's gradient.

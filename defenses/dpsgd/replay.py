@@ -45,14 +45,26 @@ class ReplayRecorder:
         self.inputs: list[MechanismInput] = []
 
     def __call__(self, step: int, clipped_sum: dict[str, torch.Tensor], lot_ids: np.ndarray) -> dict[str, torch.Tensor]:
-        """A :class:`~defenses.dpsgd.release.StepObserver`: records the step's clipped sum, returns zeros in its place."""
+        """A :class:`~defenses.dpsgd.release.StepObserver`: records the step's clipped sum, returns zeros in its
+        place."""
         flat = torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in clipped_sum.values()])
-        self.inputs.append(MechanismInput(name=f"step {step}: clipped sum", value=flat.numpy(), sensitivity=self.step_sensitivity, norm="l2"))
+        self.inputs.append(
+            MechanismInput(
+                name=f"step {step}: clipped sum", value=flat.numpy(), sensitivity=self.step_sensitivity, norm="l2"
+            )
+        )
         return {name: torch.zeros_like(t) for name, t in clipped_sum.items()}
 
     def pca(self, upper: torch.Tensor) -> torch.Tensor:
         """A :data:`~defenses.dpsgd.pca.PCAObserver`: records XᵀX's upper triangle, returns zeros."""
-        self.inputs.append(MechanismInput(name="DP-PCA: covariance (upper triangle)", value=upper.detach().cpu().numpy(), sensitivity=self.pca_sensitivity, norm="l2"))
+        self.inputs.append(
+            MechanismInput(
+                name="DP-PCA: covariance (upper triangle)",
+                value=upper.detach().cpu().numpy(),
+                sensitivity=self.pca_sensitivity,
+                norm="l2",
+            )
+        )
         return torch.zeros_like(upper)
 
 
@@ -97,5 +109,11 @@ def replay_dpsgd(request: TrainRequest[DPSGDConfig], /) -> ReplayTrace:
     resolved, _ = resolve_config(request.config, num_members=members)
     plan = plan_dpsgd(resolved, num_members=members)
     recorder = ReplayRecorder(clip_norm=float(resolved.clip_norm), expected_lot_size=plan.expected_lot_size)  # type: ignore[arg-type]
-    record, model = train_dpsgd(dataclasses.replace(request, progress=False), observer=recorder, pca_observer=recorder.pca)
-    return ReplayTrace(defense="dpsgd", mechanism_inputs=tuple(recorder.inputs), released=dpsgd_released(record, model, config=resolved))
+    record, model = train_dpsgd(
+        dataclasses.replace(request, progress=False), observer=recorder, pca_observer=recorder.pca
+    )
+    return ReplayTrace(
+        defense="dpsgd",
+        mechanism_inputs=tuple(recorder.inputs),
+        released=dpsgd_released(record, model, config=resolved),
+    )

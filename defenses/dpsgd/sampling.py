@@ -42,7 +42,9 @@ def keyed_uniforms(key: int, ids: np.ndarray) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
-def poisson_lot(members: int | np.ndarray | torch.Tensor, sampling_rate: float, *, generator: torch.Generator) -> torch.Tensor:
+def poisson_lot(
+    members: int | np.ndarray | torch.Tensor, sampling_rate: float, *, generator: torch.Generator
+) -> torch.Tensor:
     """Positions of one Poisson lot: each member included independently with probability q.
 
     Args:
@@ -58,5 +60,9 @@ def poisson_lot(members: int | np.ndarray | torch.Tensor, sampling_rate: float, 
     same seed (the neighbouring replay, docs/audits/replay.md, checks this). Positional coins
     (``rand(N) < q``) would shift every later member's coin when one record is removed.
     """
-    ids = np.arange(members, dtype=np.int64) if isinstance(members, int) else np.asarray(members, dtype=np.int64).reshape(-1)
+    ids = (
+        np.arange(members, dtype=np.int64)
+        if isinstance(members, int)
+        else np.asarray(members, dtype=np.int64).reshape(-1)
+    )
     return torch.from_numpy(np.flatnonzero(keyed_uniforms(step_key(generator), ids) < sampling_rate))

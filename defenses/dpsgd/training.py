@@ -70,7 +70,14 @@ from defenses._common import build_record, bundle_for_members
 from defenses.dpsgd.config import DPSGDConfig
 from defenses.dpsgd.pca import PCAObserver, dp_pca, find_projection
 from defenses.dpsgd.plan import DPSGDPlan, announce_plan, learning_rate_at, plan_dpsgd, resolve_config, run_claim
-from defenses.dpsgd.release import ClippedRelease, Release, ReleaseFactory, StepObserver, noisy_clipped_sum, parameter_names
+from defenses.dpsgd.release import (
+    ClippedRelease,
+    Release,
+    ReleaseFactory,
+    StepObserver,
+    noisy_clipped_sum,
+    parameter_names,
+)
 from defenses.dpsgd.sampling import keyed_uniforms, poisson_lot
 from dpaudit import _validate as v
 from dpaudit.data import ArrayDataset
@@ -109,13 +116,24 @@ def load_initial_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> N
             mis-shaped entries, named).
     """
     if not isinstance(state, Mapping):
-        raise v.invalid_type("initial_state", f"initial_state must be a mapping of parameter names to tensors, got {type(state).__name__}")
+        raise v.invalid_type(
+            "initial_state",
+            f"initial_state must be a mapping of parameter names to tensors, got {type(state).__name__}",
+        )
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
-    shapes = sorted(f"{k}: {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in set(own) & set(state) if tuple(state[k].shape) != tuple(own[k].shape))
+    shapes = sorted(
+        f"{k}: {tuple(state[k].shape)} vs {tuple(own[k].shape)}"
+        for k in set(own) & set(state)
+        if tuple(state[k].shape) != tuple(own[k].shape)
+    )
     if missing or unexpected or shapes:
-        parts = [f"missing {missing}" if missing else "", f"unexpected {unexpected}" if unexpected else "", f"shapes differ ({'; '.join(shapes)})" if shapes else ""]
+        parts = [
+            f"missing {missing}" if missing else "",
+            f"unexpected {unexpected}" if unexpected else "",
+            f"shapes differ ({'; '.join(shapes)})" if shapes else "",
+        ]
         raise v.invalid("initial_state", f"initial_state does not fit the model: {', '.join(p for p in parts if p)}")
     model.load_state_dict({k: torch.as_tensor(t) for k, t in state.items()}, strict=True)
 
@@ -124,7 +142,13 @@ class _Lots:
     """Draws each step's lot: Poisson (private), or fixed-size lots from a shuffle (labelled non-private)."""
 
     def __init__(self, ids: np.ndarray, *, sampling_rate: float, sampling: str, generator: torch.Generator) -> None:
-        self.ids, self.n, self.q, self.poisson, self.generator = ids, len(ids), sampling_rate, sampling == "poisson", generator
+        self.ids, self.n, self.q, self.poisson, self.generator = (
+            ids,
+            len(ids),
+            sampling_rate,
+            sampling == "poisson",
+            generator,
+        )
         self.order: list[torch.Tensor] = []
 
     def draw(self) -> torch.Tensor:
@@ -177,7 +201,9 @@ def _initial_model(
     bundle, config, seed = request.bundle, request.config, request.seed
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
-        model = build_model(request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **request.model_options)
+        model = build_model(
+            request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **request.model_options
+        )
     if initial_state is not None:
         load_initial_state(model, initial_state)
     if config.pca_components is not None:
@@ -194,11 +220,24 @@ def _initial_model(
     return model
 
 
-def _run_steps(model: nn.Module, mechanism: Release, members: ArrayDataset, *, config: DPSGDConfig, plan: DPSGDPlan, lots: _Lots, hooks: _Hooks, bar: Progress, device: torch.device) -> _Tally:
+def _run_steps(
+    model: nn.Module,
+    mechanism: Release,
+    members: ArrayDataset,
+    *,
+    config: DPSGDConfig,
+    plan: DPSGDPlan,
+    lots: _Lots,
+    hooks: _Hooks,
+    bar: Progress,
+    device: torch.device,
+) -> _Tally:
     """Algorithm 1's loop: per step a lot, its release, the schedule's learning rate, one optimiser step."""
     params = mechanism.parameters()
     assert config.learning_rate is not None  # resolve_config derives it before any run
-    opt = torch.optim.SGD(list(params.values()), lr=config.learning_rate, momentum=config.momentum, weight_decay=config.weight_decay)
+    opt = torch.optim.SGD(
+        list(params.values()), lr=config.learning_rate, momentum=config.momentum, weight_decay=config.weight_decay
+    )
     x, y = members.features.to(device), members.labels.to(device)
     tally = _Tally()
     for step in range(plan.num_steps):
@@ -215,7 +254,9 @@ def _run_steps(model: nn.Module, mechanism: Release, members: ArrayDataset, *, c
         tally.loss_total += loss_sum
         tally.loss_count += int(lot.numel())
         if hooks.on_step is not None:  # the released sum itself, before the division by L
-            hooks.on_step(step, {name: t.detach() * plan.expected_lot_size for name, t in update.items()}, int(lot.numel()))
+            hooks.on_step(
+                step, {name: t.detach() * plan.expected_lot_size for name, t in update.items()}, int(lot.numel())
+            )
         for group in opt.param_groups:
             group["lr"] = lr
         for name, p in params.items():
@@ -234,10 +275,16 @@ def _run_steps(model: nn.Module, mechanism: Release, members: ArrayDataset, *, c
     return tally
 
 
-def _observe(mechanism: Release, observer: StepObserver, step: int, ids: Any, lot: torch.Tensor, model: nn.Module) -> None:
+def _observe(
+    mechanism: Release, observer: StepObserver, step: int, ids: Any, lot: torch.Tensor, model: nn.Module
+) -> None:
     """Points the release's pre-noise callback at ``observer`` for this step (and calls its ``before_lot``, if any)."""
     if not hasattr(mechanism, "pre_noise"):
-        raise v.invalid("observer", f"the release {type(mechanism).__name__} exposes no pre-noise value to observe (it has no pre_noise attribute)")
+        raise v.invalid(
+            "observer",
+            f"the release {type(mechanism).__name__} exposes no pre-noise value to "
+            "observe (it has no pre_noise attribute)",
+        )
     lot_ids = np.asarray(ids)[lot.cpu().numpy()]
     before_lot = getattr(observer, "before_lot", None)
     if before_lot is not None:
@@ -251,7 +298,11 @@ def _model_options(config: DPSGDConfig, model_options: Mapping[str, object]) -> 
     if config.pca_components is not None:
         given = options.setdefault("pca_components", config.pca_components)
         if given != config.pca_components:
-            raise v.invalid("model_options", f"model_options pca_components={given!r} disagrees with config.pca_components={config.pca_components!r}")
+            raise v.invalid(
+                "model_options",
+                f"model_options pca_components={given!r} disagrees with "
+                f"config.pca_components={config.pca_components!r}",
+            )
     return options
 
 
@@ -319,25 +370,52 @@ def train_dpsgd(
     model.to(device).train()
     if prepare_model is not None:
         prepare_model(model)
-    mechanism = release(model, config=config, plan=plan, generator=torch_generator(request.seed, "noise", device=device))
-    lots = _Lots(members.ids.numpy(), sampling_rate=plan.sampling_rate, sampling=config.sampling, generator=torch_generator(request.seed, "lots"))
-    hooks = _Hooks(on_step=on_step, canary_gradient=canary_gradient, on_epoch=on_epoch, after_step=after_step, observer=observer)
+    mechanism = release(
+        model, config=config, plan=plan, generator=torch_generator(request.seed, "noise", device=device)
+    )
+    lots = _Lots(
+        members.ids.numpy(),
+        sampling_rate=plan.sampling_rate,
+        sampling=config.sampling,
+        generator=torch_generator(request.seed, "lots"),
+    )
+    hooks = _Hooks(
+        on_step=on_step, canary_gradient=canary_gradient, on_epoch=on_epoch, after_step=after_step, observer=observer
+    )
     try:
-        with Progress(plan.num_steps, f"train {progress_label} {request.model_name} on {request.bundle.name}", enabled=request.progress) as bar:
-            tally = _run_steps(model, mechanism, members, config=config, plan=plan, lots=lots, hooks=hooks, bar=bar, device=device)
+        with Progress(
+            plan.num_steps,
+            f"train {progress_label} {request.model_name} on {request.bundle.name}",
+            enabled=request.progress,
+        ) as bar:
+            tally = _run_steps(
+                model, mechanism, members, config=config, plan=plan, lots=lots, hooks=hooks, bar=bar, device=device
+            )
     finally:
         mechanism.close()
     model.eval()
     return _dpsgd_record(model, tally, request, plan=plan, started=started, noise_std=mechanism.noise_std), model
 
 
-def _dpsgd_record(model: nn.Module, tally: _Tally, request: TrainRequest[DPSGDConfig], *, plan: DPSGDPlan, started: float, noise_std: float) -> TrainedModel:
+def _dpsgd_record(
+    model: nn.Module,
+    tally: _Tally,
+    request: TrainRequest[DPSGDConfig],
+    *,
+    plan: DPSGDPlan,
+    started: float,
+    noise_std: float,
+) -> TrainedModel:
     """The record of a finished run: its claim from the steps actually taken, never the planned ones."""
     config = request.config
-    claim = run_claim(config, sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=tally.steps_taken)
+    claim = run_claim(
+        config, sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=tally.steps_taken
+    )
     epsilon = claim.epsilon(delta=config.delta, accountant=config.accountant)
     if config.target_epsilon is not None and epsilon > config.target_epsilon * (1 + 1e-9):
-        raise RuntimeError(f"internal error: DP-SGD spent epsilon={epsilon!r} > target_epsilon={config.target_epsilon!r}")
+        raise RuntimeError(
+            f"internal error: DP-SGD spent epsilon={epsilon!r} > target_epsilon={config.target_epsilon!r}"
+        )
     return build_record(
         request,
         defense="dpsgd",
@@ -384,7 +462,12 @@ class DPSGDTrainer:
     device: str = "cpu"
 
     def build_model(self, dataset: ArrayDataset) -> nn.Module:
-        return build_model(self.model_name, input_shape=dataset.input_shape, num_classes=dataset.num_classes, **dict(self.model_options))
+        return build_model(
+            self.model_name,
+            input_shape=dataset.input_shape,
+            num_classes=dataset.num_classes,
+            **dict(self.model_options),
+        )
 
     def claim(self, num_members: int) -> PrivacyClaim:
         plan = plan_dpsgd(self.config, num_members=num_members)
@@ -393,7 +476,8 @@ class DPSGDTrainer:
             sampling_rate=plan.sampling_rate,
             noise_multiplier=plan.noise_multiplier,
             num_steps=plan.num_steps,
-            description=f"DP-SGD q={plan.sampling_rate:g} sigma={plan.noise_multiplier:.4g} T={plan.num_steps} C={clip_norm:g}",
+            description=f"DP-SGD q={plan.sampling_rate:g} sigma={plan.noise_multiplier:.4g} "
+            f"T={plan.num_steps} C={clip_norm:g}",
         )
 
     def __call__(
@@ -406,7 +490,16 @@ class DPSGDTrainer:
         initial_state: Mapping[str, torch.Tensor] | None = None,
     ) -> nn.Module:
         bundle, splits = bundle_for_members(dataset)
-        request = TrainRequest(bundle=bundle, splits=splits, model_name=self.model_name, model_options=self.model_options, config=self.config, seed=seed, device=self.device, progress=False)
+        request = TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name=self.model_name,
+            model_options=self.model_options,
+            config=self.config,
+            seed=seed,
+            device=self.device,
+            progress=False,
+        )
         _, model = train_dpsgd(
             request,
             on_step=on_step,
@@ -415,6 +508,8 @@ class DPSGDTrainer:
         )
         return model
 
-    def train(self, dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+    def train(
+        self, dataset: ArrayDataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None
+    ) -> nn.Module:
         """The third-party protocol, with its optional ``initial_state`` (worst-case-start audits)."""
         return self(dataset, seed=seed, initial_state=initial_state)

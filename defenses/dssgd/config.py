@@ -58,43 +58,96 @@ class DSSGDConfig:
         baselines: also train the centralised and standalone reference rows.
     """
 
-    participants: int = option(30, help="number of participants (disjoint partitions of the private members)", metavar="N", check=v.positive, limit=_PARTICIPANT_LIMIT)
+    participants: int = option(
+        30,
+        help="number of participants (disjoint partitions of the private members)",
+        metavar="N",
+        check=v.positive,
+        limit=_PARTICIPANT_LIMIT,
+    )
     rounds: int | None = option(
         None,
         kind=int,
-        help=f"rounds; every participant takes one turn per round (default {DEFAULT_ROUNDS}, or as many as --target-epsilon allows at --dp-epsilon)",
+        help="rounds; every participant takes one turn per round (default "
+        f"{DEFAULT_ROUNDS}, or as many as --target-epsilon allows at "
+        "--dp-epsilon)",
         metavar="R",
         check=v.positive,
         limit=_ROUND_LIMIT,
     )
-    upload_fraction: float = option(0.1, help="theta_u: share of the parameter changes a turn uploads", metavar="THETA_U", check=v.positive)
-    download_fraction: float = option(1.0, help="theta_d: share of the global parameters (most updated first) a turn downloads", metavar="THETA_D", check=v.positive)
-    selection: str = option("largest", choices=SELECTIONS, help="which changes to upload: the largest, or random ones above --selection-threshold")
-    selection_threshold: float = option(0.0, help="random-threshold: only changes with |dw| above this are eligible", metavar="TAU", check=v.non_negative)
-    schedule: str = option("round-robin", choices=SCHEDULES, help="turn order: fixed, a fresh random order each round, or asynchronous (all train at once)")
-    local_epochs: int = option(1, help="passes over a participant's data per turn", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
+    upload_fraction: float = option(
+        0.1, help="theta_u: share of the parameter changes a turn uploads", metavar="THETA_U", check=v.positive
+    )
+    download_fraction: float = option(
+        1.0,
+        help="theta_d: share of the global parameters (most updated first) a turn downloads",
+        metavar="THETA_D",
+        check=v.positive,
+    )
+    selection: str = option(
+        "largest",
+        choices=SELECTIONS,
+        help="which changes to upload: the largest, or random ones above --selection-threshold",
+    )
+    selection_threshold: float = option(
+        0.0,
+        help="random-threshold: only changes with |dw| above this are eligible",
+        metavar="TAU",
+        check=v.non_negative,
+    )
+    schedule: str = option(
+        "round-robin",
+        choices=SCHEDULES,
+        help="turn order: fixed, a fresh random order each round, or asynchronous (all train at once)",
+    )
+    local_epochs: int = option(
+        1, help="passes over a participant's data per turn", metavar="N", check=v.positive, limit=EPOCH_LIMIT
+    )
     batch_size: int = option(32, help="examples per local SGD step", metavar="B", check=v.positive, limit=BATCH_LIMIT)
     learning_rate: float = option(0.05, help="local SGD step size", metavar="LR", check=v.positive)
     standardize: bool = option(
         True,
-        help="standardise inputs by the training split's mean and std, as the paper does, or with a DP budget by the split's population's (public data); part of the network, so attacks see raw inputs",
+        help="standardise inputs by the training split's mean and std, as the paper "
+        "does, or with a DP budget by the split's population's (public data); "
+        "part of the network, so attacks see raw inputs",
     )
     dp_epsilon: float | None = option(
         None,
-        help="DP variant: epsilon per uploaded parameter per turn (the paper's figure, not a total: each participant spends uploads per turn x rounds x E, said before training and claimed by the record)",
+        help="DP variant: epsilon per uploaded parameter per turn (the paper's "
+        "figure, not a total: each participant spends uploads per turn x rounds "
+        "x E, said before training and claimed by the record)",
         metavar="E",
         check=v.positive,
     )
     target_epsilon: float | None = option(
         None,
-        help="DP variant's budget: each participant's total epsilon (uploads per turn x rounds x --dp-epsilon, pure composition); calibrates --dp-epsilon for --rounds, or with --dp-epsilon the rounds (said before training)",
+        help="DP variant's budget: each participant's total epsilon (uploads per "
+        "turn x rounds x --dp-epsilon, pure composition); calibrates "
+        "--dp-epsilon for --rounds, or with --dp-epsilon the rounds (said "
+        "before training)",
         metavar="EPS",
         check=v.positive,
     )
-    bound: float = option(0.001, help="DP variant: gamma, uploaded values are bounded to [-gamma, gamma]", metavar="GAMMA", check=v.positive)
-    threshold: float = option(0.0001, help="DP variant: tau of the sparse-vector test on |dw|", metavar="TAU", check=v.non_negative)
-    budget_split: str = option("sum", choices=("sum", "seed"), help="DP variant: budget shares that sum to epsilon, or the seed's 8/9 + 2/9 as printed")
-    observe_participant: int = option(0, help="the participant whose uploads the server keeps for the server-seat attacks", metavar="I", check=v.non_negative)
+    bound: float = option(
+        0.001,
+        help="DP variant: gamma, uploaded values are bounded to [-gamma, gamma]",
+        metavar="GAMMA",
+        check=v.positive,
+    )
+    threshold: float = option(
+        0.0001, help="DP variant: tau of the sparse-vector test on |dw|", metavar="TAU", check=v.non_negative
+    )
+    budget_split: str = option(
+        "sum",
+        choices=("sum", "seed"),
+        help="DP variant: budget shares that sum to epsilon, or the seed's 8/9 + 2/9 as printed",
+    )
+    observe_participant: int = option(
+        0,
+        help="the participant whose uploads the server keeps for the server-seat attacks",
+        metavar="I",
+        check=v.non_negative,
+    )
     baselines: bool = option(True, help="also train the centralised and standalone reference rows")
 
     # Absent from a config without a budget, so the records and ids of runs before it stay the same.
@@ -115,8 +168,13 @@ class DSSGDConfig:
         v.choice("budget_split", self.budget_split, ("sum", "seed"))
         v.integer("observe_participant", self.observe_participant, minimum=0)
         if self.observe_participant >= self.participants:
-            raise v.invalid("observe_participant", f"observe_participant must be below participants ({self.participants}), got {self.observe_participant!r}")
-        # Building them validates the upload rule's and the local SGD's fields (a budget's ε stands in for the calibrated one).
+            raise v.invalid(
+                "observe_participant",
+                f"observe_participant must be below participants ({self.participants}), "
+                f"got {self.observe_participant!r}",
+            )
+        # Building them validates the upload rule's and the local SGD's fields (a budget's ε stands in for the
+        # calibrated one).
         _ = (self._rule(self.target_epsilon if self.dp_epsilon is None else self.dp_epsilon), self.training)
 
     def resolved(self) -> bool:
@@ -125,10 +183,15 @@ class DSSGDConfig:
 
     @property
     def rule(self) -> UploadRule:
-        """The upload rule these settings describe (of a resolved config: see :func:`defenses.dssgd.plan.plan_dssgd`)."""
+        """The upload rule these settings describe (of a resolved config: see
+        :func:`defenses.dssgd.plan.plan_dssgd`)."""
         if not self.resolved():
             # An unset dp_epsilon here would upload exact values under a budget: never a default.
-            raise v.invalid("dp_epsilon", "dp_epsilon is calibrated to target_epsilon from the model's parameter count: resolve the config with plan_dssgd first")
+            raise v.invalid(
+                "dp_epsilon",
+                "dp_epsilon is calibrated to target_epsilon from the model's parameter "
+                "count: resolve the config with plan_dssgd first",
+            )
         return self._rule(self.dp_epsilon)
 
     def _rule(self, dp_epsilon: float | None) -> UploadRule:

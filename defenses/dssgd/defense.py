@@ -45,7 +45,18 @@ from defenses._common import build_record, expected_model_id
 from defenses.dssgd.config import DSSGDConfig
 from defenses.dssgd.participants import local_models
 from defenses.dssgd.plan import DSSGDPlan, plan_dssgd
-from defenses.dssgd.protocol import MECHANISM_FIELDS, FederationOutcome, FederationSetup, Reply, ReplyValue, assign_parameters, flatten_parameters, fraction_count, local_sgd, run_local
+from defenses.dssgd.protocol import (
+    MECHANISM_FIELDS,
+    FederationOutcome,
+    FederationSetup,
+    Reply,
+    ReplyValue,
+    assign_parameters,
+    flatten_parameters,
+    fraction_count,
+    local_sgd,
+    run_local,
+)
 from defenses.dssgd.uploads import Upload
 from defenses.pate.partition import partition_ids, teacher_of
 from defenses.registry import DEFENSES, DefenseSpec
@@ -62,7 +73,16 @@ from dpaudit.store import atomic_save_npz
 from dpaudit.train_request import TrainRequest
 from dpaudit.training import TrainWorkspace, evaluate
 
-__all__ = ["train_dssgd", "federation_setup", "replay_dssgd", "standardization_source", "dssgd_claim_kind", "dssgd_report_lines", "PARTICIPANT_CACHE", "UPLOADS_FILE"]
+__all__ = [
+    "train_dssgd",
+    "federation_setup",
+    "replay_dssgd",
+    "standardization_source",
+    "dssgd_claim_kind",
+    "dssgd_report_lines",
+    "PARTICIPANT_CACHE",
+    "UPLOADS_FILE",
+]
 
 #: The run's cache of participants' local models (``RUN_DIR/records/dssgd-participants/``).
 PARTICIPANT_CACHE = "dssgd-participants"
@@ -75,13 +95,19 @@ def dssgd_report_lines(record: TrainedModel) -> list[str]:
     m = record.metrics
     rounds = m.get("run_rounds", record.config.get("rounds"))
     lines = [
-        f"  federation: {record.config['participants']} participants, {rounds} rounds ({record.config['schedule']}, {m['engine']} engine, {m['seconds_per_round']:.2f} s per round); "
+        f"  federation: {record.config['participants']} participants, {rounds} "
+        f"rounds ({record.config['schedule']}, {m['engine']} engine, "
+        f"{m['seconds_per_round']:.2f} s per round); "
         f"each turn uploads at most {m['uploads_per_turn']:,} of {m['num_parameters']:,} parameters"
     ]
     if "centralised_test_accuracy" in m:
         lines.append(
-            f"  reference rows: centralised SGD {m['centralised_test_accuracy']:.4f}, standalone {m['standalone_test_accuracy']:.4f} "
-            f"(participants {m['standalone_test_accuracy_min']:.4f}-{m['standalone_test_accuracy_max']:.4f}); local models after DSSGD {m['local_test_accuracy_mean']:.4f}"
+            "  reference rows: centralised SGD "
+            f"{m['centralised_test_accuracy']:.4f}, standalone "
+            f"{m['standalone_test_accuracy']:.4f} "
+            "(participants "
+            f"{m['standalone_test_accuracy_min']:.4f}-{m['standalone_test_accuracy_max']:.4f}); "
+            f"local models after DSSGD {m['local_test_accuracy_mean']:.4f}"
         )
     return lines
 
@@ -93,7 +119,9 @@ def dssgd_claim_kind(config: DSSGDConfig | Mapping[str, object]) -> str:
     participant's local model (a stored config naming its ``participant``).
     """
     if isinstance(config, Mapping):
-        private = (config.get("dp_epsilon") is not None or config.get("target_epsilon") is not None) and "participant" not in config
+        private = (
+            config.get("dp_epsilon") is not None or config.get("target_epsilon") is not None
+        ) and "participant" not in config
     else:
         private = config.dp_epsilon is not None or config.target_epsilon is not None
     return "dssgd-svt" if private else "nonprivate"
@@ -118,7 +146,9 @@ def dssgd_claim(config: DSSGDConfig, *, num_parameters: int) -> PrivacyClaim:
     """
     config = plan_dssgd(config, num_parameters=num_parameters).config
     if config.dp_epsilon is None:
-        return NonPrivateClaim(description="DSSGD without the DP upload: the uploads carry exact parameter changes (no guarantee)")
+        return NonPrivateClaim(
+            description="DSSGD without the DP upload: the uploads carry exact parameter changes (no guarantee)"
+        )
     from dpaudit.privacy.dssgd import dssgd_svt_claim
 
     return dssgd_svt_claim(
@@ -133,29 +163,68 @@ def dssgd_claim(config: DSSGDConfig, *, num_parameters: int) -> PrivacyClaim:
 
 
 def num_parameters(model_name: str, *, bundle: DatasetBundle, model_options: Mapping[str, Any]) -> int:
-    """|w|, the parameters every network of the federation has (public: the architecture's), without the data's statistics."""
+    """|w|, the parameters every network of the federation has (public: the architecture's), without the data's
+    statistics."""
     with torch.random.fork_rng(devices=[]):  # the global RNG stays untouched
-        model = build_model(model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **dict(model_options))
+        model = build_model(
+            model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **dict(model_options)
+        )
     return int(flatten_parameters(model).numel())
 
 
-def _run(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBundle, workspace: TrainWorkspace | None, progress: bool, observed: list[Upload]) -> FederationOutcome:
+def _run(
+    setup: FederationSetup,
+    config: DSSGDConfig,
+    *,
+    bundle: DatasetBundle,
+    workspace: TrainWorkspace | None,
+    progress: bool,
+    observed: list[Upload],
+) -> FederationOutcome:
     def on_upload(up: Upload) -> None:
         if up.participant == config.observe_participant:
             observed.append(up)
 
     assert config.rounds is not None  # plan_dssgd sets R before the federation runs
-    with Progress(config.rounds, f"train dssgd {setup.model_name} on {bundle.name} ({config.participants} participants)", enabled=progress) as bar:
+    with Progress(
+        config.rounds,
+        f"train dssgd {setup.model_name} on {bundle.name} ({config.participants} participants)",
+        enabled=progress,
+    ) as bar:
         on_round = lambda r: bar.update(1)
         if workspace is not None and workspace.executor == "ray":
             from defenses.dssgd.flower import run_flower
 
             workers = workspace.num_workers or max(1, min(config.participants, os.cpu_count() or 1))
-            return run_flower(setup, rounds=config.rounds, download_fraction=config.download_fraction, schedule=config.schedule, num_workers=workers, on_upload=on_upload, on_round=on_round)
-        return run_local(setup, rounds=config.rounds, download_fraction=config.download_fraction, schedule=config.schedule, bundle=bundle, on_upload=on_upload, on_round=on_round)
+            return run_flower(
+                setup,
+                rounds=config.rounds,
+                download_fraction=config.download_fraction,
+                schedule=config.schedule,
+                num_workers=workers,
+                on_upload=on_upload,
+                on_round=on_round,
+            )
+        return run_local(
+            setup,
+            rounds=config.rounds,
+            download_fraction=config.download_fraction,
+            schedule=config.schedule,
+            bundle=bundle,
+            on_upload=on_upload,
+            on_round=on_round,
+        )
 
 
-def _baselines(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBundle, members: np.ndarray, device: torch.device, progress: bool) -> dict[str, float]:
+def _baselines(
+    setup: FederationSetup,
+    config: DSSGDConfig,
+    *,
+    bundle: DatasetBundle,
+    members: np.ndarray,
+    device: torch.device,
+    progress: bool,
+) -> dict[str, float]:
     """Centralised and standalone SGD with the participants' local SGD, for as many epochs as turns."""
     everything = bundle.all()
     test_x, test_y = bundle.test.features, bundle.test.labels
@@ -163,7 +232,9 @@ def _baselines(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBu
     epochs = config.rounds * config.local_epochs
 
     def fresh() -> nn.Module:
-        model = build_model(setup.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **setup.model_options).to(device)
+        model = build_model(
+            setup.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **setup.model_options
+        ).to(device)
         assign_parameters(model, setup.initial)
         return model
 
@@ -171,14 +242,28 @@ def _baselines(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBu
     with Progress(1 + config.participants, "dssgd reference rows (centralised, standalone)", enabled=progress) as bar:
         union = everything.subset(members)
         model = fresh()
-        local_sgd(model, union.features.to(device), union.labels.to(device), training=setup.training, generator=torch_generator(setup.seed, "dssgd", "centralised"), epochs=epochs)
+        local_sgd(
+            model,
+            union.features.to(device),
+            union.labels.to(device),
+            training=setup.training,
+            generator=torch_generator(setup.seed, "dssgd", "centralised"),
+            epochs=epochs,
+        )
         out["centralised_test_accuracy"] = evaluate(model, test_x, test_y, device=device)["accuracy"]
         bar.update(1)
         alone = []
         for i, part_ids in enumerate(setup.partitions):
             part = everything.subset(part_ids)
             model = fresh()
-            local_sgd(model, part.features.to(device), part.labels.to(device), training=setup.training, generator=torch_generator(setup.seed, "dssgd", "batches", i), epochs=epochs)
+            local_sgd(
+                model,
+                part.features.to(device),
+                part.labels.to(device),
+                training=setup.training,
+                generator=torch_generator(setup.seed, "dssgd", "batches", i),
+                epochs=epochs,
+            )
             alone.append(evaluate(model, test_x, test_y, device=device)["accuracy"])
             bar.update(1)
     out["standalone_test_accuracy"] = float(np.mean(alone))
@@ -187,7 +272,9 @@ def _baselines(setup: FederationSetup, config: DSSGDConfig, *, bundle: DatasetBu
     return out
 
 
-def _save_uploads(record_dir: Path, uploads: list[Upload], *, participant: int, partition: np.ndarray, num_parameters: int) -> None:
+def _save_uploads(
+    record_dir: Path, uploads: list[Upload], *, participant: int, partition: np.ndarray, num_parameters: int
+) -> None:
     """The observed participant's uploads as the server received them (JSON-free NPZ, no pickle)."""
     sizes = np.array([u.indices.numel() for u in uploads], dtype=np.int64)
     atomic_save_npz(
@@ -215,13 +302,20 @@ def federation_setup(request: TrainRequest[DSSGDConfig], /, *, data_root: str | 
     model_options = _network_options(request.model_options, config, bundle=bundle, splits=splits)
     members = np.sort(np.asarray(splits.members, dtype=np.int64))
     if config.participants > len(members):
-        raise v.invalid("participants", f"participants must be at most the number of members ({len(members)}), got {config.participants!r}")
+        raise v.invalid(
+            "participants",
+            f"participants must be at most the number of members ({len(members)}), got {config.participants!r}",
+        )
     partitions = partition_ids(members, num_teachers=config.participants, seed=derive_seed(seed, "dssgd", "partition"))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
-        model = build_model(request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+        model = build_model(
+            request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options
+        )
     initial = flatten_parameters(model)
-    config = plan_dssgd(config, num_parameters=int(initial.numel())).config  # a budget's dp_epsilon is that of this model's c
+    config = plan_dssgd(
+        config, num_parameters=int(initial.numel())
+    ).config  # a budget's dp_epsilon is that of this model's c
     return FederationSetup(
         dataset=bundle.name,
         data_root=data_root,
@@ -245,15 +339,24 @@ def _announce_budget(plan: DSSGDPlan, *, num_parameters: int) -> None:
         # --dp-epsilon is the paper's per-parameter figure, not a budget: say what it adds up to before spending it.
         total = dssgd_claim(config, num_parameters=num_parameters)
         print(
-            f"dssgd budget: --dp-epsilon {config.dp_epsilon:g} is spent per uploaded parameter per turn; each participant uploads at most "
-            f"{config.rule.count(num_parameters):,} of {num_parameters:,} parameters per turn for {config.rounds} rounds, so its data get "
+            f"dssgd budget: --dp-epsilon {config.dp_epsilon:g} is spent per uploaded "
+            "parameter per turn; each participant uploads at most "
+            f"{config.rule.count(num_parameters):,} of {num_parameters:,} parameters "
+            f"per turn for {config.rounds} rounds, so its data get "
             f"epsilon = {total.epsilon(delta=1e-5, accountant='pure'):g} (pure composition, what the record claims)",
             file=sys.stderr,
             flush=True,
         )
 
 
-def _federation_metrics(outcome: FederationOutcome, config: DSSGDConfig, *, num_parameters: int, partitions: Sequence[np.ndarray], observed: list[Upload]) -> dict[str, object]:
+def _federation_metrics(
+    outcome: FederationOutcome,
+    config: DSSGDConfig,
+    *,
+    num_parameters: int,
+    partitions: Sequence[np.ndarray],
+    observed: list[Upload],
+) -> dict[str, object]:
     """The global record's metrics about the federation: engine, uploads, the values the run used."""
     c = config.rule.count(num_parameters)
     return {
@@ -272,7 +375,9 @@ def _federation_metrics(outcome: FederationOutcome, config: DSSGDConfig, *, num_
     }
 
 
-def train_dssgd(request: TrainRequest[DSSGDConfig], /, *, workspace: TrainWorkspace | None = None) -> tuple[TrainedModel, nn.Module]:
+def train_dssgd(
+    request: TrainRequest[DSSGDConfig], /, *, workspace: TrainWorkspace | None = None
+) -> tuple[TrainedModel, nn.Module]:
     """Trains a DSSGD federation over the split's members and returns the global model's record.
 
     Args:
@@ -303,14 +408,18 @@ def train_dssgd(request: TrainRequest[DSSGDConfig], /, *, workspace: TrainWorksp
     if progress:
         _announce_budget(plan, num_parameters=int(initial.numel()))
     with torch.random.fork_rng(devices=[]):  # the global RNG stays untouched, as before the split
-        model = build_model(request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options)
+        model = build_model(
+            request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options
+        )
     observed: list[Upload] = []
     outcome = _run(setup, config, bundle=bundle, workspace=workspace, progress=progress, observed=observed)
     model.to(device)
     assign_parameters(model, outcome.parameters)
     model.eval()
     num_parameters = int(initial.numel())
-    extra = _federation_metrics(outcome, config, num_parameters=num_parameters, partitions=partitions, observed=observed)
+    extra = _federation_metrics(
+        outcome, config, num_parameters=num_parameters, partitions=partitions, observed=observed
+    )
     private = setup.rule.private
     local_acc = local_models(outcome, setup, request, workspace=workspace, started=started)
     if local_acc:  # none under the DP upload: the local models stay with their participants
@@ -320,15 +429,35 @@ def train_dssgd(request: TrainRequest[DSSGDConfig], /, *, workspace: TrainWorksp
         # outside the claim in a record that claims DP. They do not depend on the DP settings, so
         # the same config without the budget trains the same reference rows.
         if progress:
-            print("dssgd: no reference rows under a DP claim (they are non-private statistics of the data); train the same config without the budget for them", file=sys.stderr)
+            print(
+                "dssgd: no reference rows under a DP claim (they are non-private "
+                "statistics of the data); train the same config without the budget for "
+                "them",
+                file=sys.stderr,
+            )
     elif config.baselines:
         extra.update(_baselines(setup, config, bundle=bundle, members=members, device=device, progress=progress))
     owners = teacher_of(partitions, members)
     claim = dssgd_claim(config, num_parameters=num_parameters)
-    record = build_record(dataclasses.replace(request, progress=False), defense="dssgd", model=model, claim=claim, started=started, built_options=model_options, extra_metrics=extra, owners=owners)
+    record = build_record(
+        dataclasses.replace(request, progress=False),
+        defense="dssgd",
+        model=model,
+        claim=claim,
+        started=started,
+        built_options=model_options,
+        extra_metrics=extra,
+        owners=owners,
+    )
     if workspace is not None:
         workspace.record_dir.mkdir(parents=True, exist_ok=True)
-        _save_uploads(workspace.record_dir, observed, participant=config.observe_participant, partition=partitions[config.observe_participant], num_parameters=num_parameters)
+        _save_uploads(
+            workspace.record_dir,
+            observed,
+            participant=config.observe_participant,
+            partition=partitions[config.observe_participant],
+            num_parameters=num_parameters,
+        )
     return record, model
 
 
@@ -347,17 +476,25 @@ def standardization_source(config: DSSGDConfig, *, bundle: DatasetBundle, splits
         return "training split", bundle.train.features
     population = np.asarray(splits.population, dtype=np.int64)
     if population.size == 0:
-        budget = ", ".join(f"{k}={val!r}" for k, val in (("dp_epsilon", config.dp_epsilon), ("target_epsilon", config.target_epsilon)) if val is not None)
+        budget = ", ".join(
+            f"{k}={val!r}"
+            for k, val in (("dp_epsilon", config.dp_epsilon), ("target_epsilon", config.target_epsilon))
+            if val is not None
+        )
         raise v.invalid(
             "standardize",
-            f"--standardize (standardize=True, the default) with a DP budget ({budget}) standardises inputs by public data, the split's population, "
-            "which is empty here (members and non-members take every training id): pass --no-standardize, leave a population (lower --member-fraction), "
+            "--standardize (standardize=True, the default) with a DP budget "
+            f"({budget}) standardises inputs by public data, the split's population, "
+            "which is empty here (members and non-members take every training id): "
+            "pass --no-standardize, leave a population (lower --member-fraction), "
             "or, from Python, declare the constants as the model option input_standardization",
         )
     return "population", bundle.all().subset(population).features
 
 
-def _network_options(requested: Mapping[str, Any], config: DSSGDConfig, *, bundle: DatasetBundle, splits: Splits) -> dict[str, Any]:
+def _network_options(
+    requested: Mapping[str, Any], config: DSSGDConfig, *, bundle: DatasetBundle, splits: Splits
+) -> dict[str, Any]:
     """The options every network of the federation is built with: the requested ones, plus the
     input standardisation when ``config.standardize`` asks for it and the caller gave none.
 
@@ -370,7 +507,15 @@ def _network_options(requested: Mapping[str, Any], config: DSSGDConfig, *, bundl
     return {**requested, "input_standardization": input_statistics(features)}
 
 
-def _check_budget(config: DSSGDConfig, *, bundle: DatasetBundle, splits: Splits, model_name: str, model_options: dict[str, Any], **_: Any) -> None:
+def _check_budget(
+    config: DSSGDConfig,
+    *,
+    bundle: DatasetBundle,
+    splits: Splits,
+    model_name: str,
+    model_options: dict[str, Any],
+    **_: Any,
+) -> None:
     """Refuses, before anything is written, a DP run that ``--standardize`` would standardise by
     no public data, and with a target ε and the DP upload, rounds the budget cannot pay for
     (naming those it allows, or the dp_epsilon)."""
@@ -414,12 +559,18 @@ def replay_dssgd(request: TrainRequest[DSSGDConfig], /) -> ReplayTrace:
     from dpaudit.replay import MechanismInput, ReplayTrace
 
     if dssgd_claim_kind(request.config) == "nonprivate":
-        raise v.invalid("config", "the DSSGD replay needs a DP config (dp_epsilon or target_epsilon): without the DP upload there is no claim to replay against")
+        raise v.invalid(
+            "config",
+            "the DSSGD replay needs a DP config (dp_epsilon or target_epsilon): "
+            "without the DP upload there is no claim to replay against",
+        )
     setup = federation_setup(request)
     n = int(setup.initial.numel())
     config = plan_dssgd(request.config, num_parameters=n).config
     rounds = int(config.rounds)
-    sensitivity = noise_scales(epsilon=float(config.dp_epsilon), bound=config.bound, split=config.budget_split).sensitivity
+    sensitivity = noise_scales(
+        epsilon=float(config.dp_epsilon), bound=config.bound, split=config.budget_split
+    ).sensitivity
     inputs: list[MechanismInput] = []
     released: dict[str, np.ndarray] = {
         "input standardization": np.asarray(setup.model_options.get("input_standardization", []), dtype=np.float64),
@@ -428,7 +579,14 @@ def replay_dssgd(request: TrainRequest[DSSGDConfig], /) -> ReplayTrace:
     turns: list[tuple[int, int]] = []
 
     def observe(participant: int, rnd: int, bounded: np.ndarray) -> None:
-        inputs.append(MechanismInput(name=f"round {rnd}, participant {participant}: bounded update", value=bounded, sensitivity=sensitivity, norm="linf"))
+        inputs.append(
+            MechanismInput(
+                name=f"round {rnd}, participant {participant}: bounded update",
+                value=bounded,
+                sensitivity=sensitivity,
+                norm="linf",
+            )
+        )
 
     def on_reply(reply: Reply) -> None:
         sender, rnd = int(reply["config"]["participant"]), int(reply["config"]["round"])
@@ -438,7 +596,15 @@ def replay_dssgd(request: TrainRequest[DSSGDConfig], /) -> ReplayTrace:
                 if (record, name) not in MECHANISM_FIELDS:
                     released[f"round {rnd}, participant {sender}: {record}.{name}"] = _numeric(value)
 
-    outcome = run_local(setup, rounds=rounds, download_fraction=config.download_fraction, schedule=config.schedule, bundle=request.bundle, observer=observe, on_reply=on_reply)
+    outcome = run_local(
+        setup,
+        rounds=rounds,
+        download_fraction=config.download_fraction,
+        schedule=config.schedule,
+        bundle=request.bundle,
+        observer=observe,
+        on_reply=on_reply,
+    )
     released["turns"] = np.asarray(turns, dtype=np.float64).reshape(-1, 2)
     for i, flat in enumerate(outcome.local_parameters):
         if flat is not None:
@@ -468,9 +634,15 @@ DEFENSES.register(
         report_lines=dssgd_report_lines,
         check_budget=_check_budget,
         replay=replay_dssgd,
-        summary="distributed selective SGD: participants upload a selected fraction of their updates to a parameter server, optionally by the sparse vector technique (Shokri & Shmatikov 2015)",
+        summary="distributed selective SGD: participants upload a selected fraction of "
+        "their updates to a parameter server, optionally by the sparse vector "
+        "technique (Shokri & Shmatikov 2015)",
         order=50,
-        artefacts=(Artefact(name=UPLOADS_FILE, what="the observed participant's uploads as the server received them, turn by turn"),),
+        artefacts=(
+            Artefact(
+                name=UPLOADS_FILE, what="the observed participant's uploads as the server received them, turn by turn"
+            ),
+        ),
         report_kind="dssgd",
         run_module="dpaudit.app.runs.dssgd",
         style=PlotStyle(colour="#999933", marker="h"),

@@ -13,7 +13,8 @@ participant I on partition I only.
 same uploads in the same order as Flower's simulation engine (:func:`defenses.dssgd.flower.run_flower`)
 and the in-process engine, and ends with bitwise the same global parameters, ``stat`` and local
 models (none under the DP upload, whose participants send the noised upload only:
-:func:`~defenses.dssgd.protocol.turn_reply`) when every process trains with one thread (``OMP_NUM_THREADS=1``, what the simulation's
+:func:`~defenses.dssgd.protocol.turn_reply`) when every process trains with one thread (``OMP_NUM_THREADS=1``, what the
+simulation's
 Ray workers use): float32 arrays cross the network unchanged, and each participant's generators
 and parameters are carried in the SuperNode's per-node ``context.state``.
 
@@ -85,7 +86,15 @@ __all__ = ["SETUP_KEYS", "setup_from_run_config", "dssgd_config", "make_client_a
 
 #: run_config keys that define the federation (the rest, ``rounds``, ``download-fraction``,
 #: ``schedule``, ``turn-timeout``, ``node-timeout`` and ``result-dir``, steer the server).
-SETUP_KEYS: tuple[str, ...] = ("dataset", "data-root", "model", "seed", "split-seed", "member-fraction", *(f.name.replace("_", "-") for f in dataclasses.fields(DSSGDConfig)))
+SETUP_KEYS: tuple[str, ...] = (
+    "dataset",
+    "data-root",
+    "model",
+    "seed",
+    "split-seed",
+    "member-fraction",
+    *(f.name.replace("_", "-") for f in dataclasses.fields(DSSGDConfig)),
+)
 #: Federations built in this process, by their settings (a ClientApp process serves one message).
 _SETUPS: dict[tuple[tuple[str, Any], ...], FederationSetup] = {}
 
@@ -122,8 +131,19 @@ def setup_from_run_config(run_config: RunConfig) -> FederationSetup:
         bundle = load_bundle(str(run_config["dataset"]), data_root)
         seed = int(run_config["seed"])
         split_seed = int(run_config.get("split-seed", -1))
-        splits = make_splits(bundle, seed=seed if split_seed < 0 else split_seed, member_fraction=float(run_config.get("member-fraction", 0.5)))
-        request = TrainRequest(bundle=bundle, splits=splits, model_name=str(run_config["model"]), config=dssgd_config(run_config), seed=seed, progress=False)
+        splits = make_splits(
+            bundle,
+            seed=seed if split_seed < 0 else split_seed,
+            member_fraction=float(run_config.get("member-fraction", 0.5)),
+        )
+        request = TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name=str(run_config["model"]),
+            config=dssgd_config(run_config),
+            seed=seed,
+            progress=False,
+        )
         _SETUPS[key] = federation_setup(request, data_root=data_root)
     return _SETUPS[key]
 

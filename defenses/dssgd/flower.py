@@ -60,7 +60,17 @@ import torch
 from dpaudit.seeding import torch_generator
 from dpaudit.training import TrainingDiverged
 
-from .protocol import SCHEDULES, FederationOutcome, FederationSetup, ParameterServer, Participant, build_participant, query_reply, schedule_order, turn_reply
+from .protocol import (
+    SCHEDULES,
+    FederationOutcome,
+    FederationSetup,
+    ParameterServer,
+    Participant,
+    build_participant,
+    query_reply,
+    schedule_order,
+    turn_reply,
+)
 from .uploads import Upload
 
 __all__ = ["run_flower", "client_app", "server_app", "read_outcome", "DEFAULT_TURN_TIMEOUT", "DEFAULT_NODE_TIMEOUT"]
@@ -128,7 +138,12 @@ def _record_dict(content: Mapping[str, Mapping[str, Any]]) -> Any:
     ``config`` as a ConfigRecord, every other record as an ArrayRecord of its tensors."""
     from flwr.app import ConfigRecord, RecordDict
 
-    return RecordDict({name: ConfigRecord(dict(fields)) if name == "config" else _arrays(**fields) for name, fields in content.items()})
+    return RecordDict(
+        {
+            name: ConfigRecord(dict(fields)) if name == "config" else _arrays(**fields)
+            for name, fields in content.items()
+        }
+    )
 
 
 def _tensor(record: Any, name: str) -> torch.Tensor:
@@ -142,7 +157,9 @@ def _participant(setup: FederationSetup, context: Any) -> Participant:
     participant = build_participant(setup, index, bundle=_bundle(setup))
     if _STATE in context.state:
         rec = context.state[_STATE]
-        participant.load_state({name: _tensor(rec, name) for name in ("parameters", "batch_rng", "upload_rng", "turns")})
+        participant.load_state(
+            {name: _tensor(rec, name) for name in ("parameters", "batch_rng", "upload_rng", "turns")}
+        )
     return participant
 
 
@@ -177,7 +194,9 @@ def client_app(setup: SetupSource) -> Any:
         # Without the DP upload the last turn also returns the final local model (what a
         # ``query`` returns), sparing a real federation one more exchange; under it, never.
         last = bool(msg.content["config"].get("last", False))
-        reply = turn_reply(up, private=participant.rule.private, final_parameters=participant.local_parameters if last else None)
+        reply = turn_reply(
+            up, private=participant.rule.private, final_parameters=participant.local_parameters if last else None
+        )
         return Message(_record_dict(reply), reply_to=msg)
 
     @app.query()
@@ -203,7 +222,8 @@ def server_app(
     It writes into run_config ``result-dir``: ``outcome.npz`` (global parameters, stat, the final
     local parameters of every participant that took its last turn, none under the DP upload), ``outcome.json`` (uploads
     applied, seconds per round, missed turns, each dropped participant with why), ``progress.jsonl`` (one line
-    per applied upload, as it happens; its loss only without the DP upload) and, when the run stops early, ``failure.json`` (one line).
+    per applied upload, as it happens; its loss only without the DP upload) and, when the run stops early,
+    ``failure.json`` (one line).
     :func:`read_outcome` reads them back.
     """
     _require_flower()
@@ -230,7 +250,15 @@ def server_app(
 class _ServerRun:
     """One federation served over a Flower grid: the participants' nodes, their turns, the outcome files."""
 
-    def __init__(self, grid: Any, cfg: RunConfig, fed: FederationSetup, *, on_upload: Callable[[Upload], None] | None, on_round: Callable[[int], None] | None) -> None:
+    def __init__(
+        self,
+        grid: Any,
+        cfg: RunConfig,
+        fed: FederationSetup,
+        *,
+        on_upload: Callable[[Upload], None] | None,
+        on_round: Callable[[int], None] | None,
+    ) -> None:
         self.grid, self.fed = grid, fed
         self.rounds = int(cfg["rounds"])
         self.fraction = float(cfg["download-fraction"])
@@ -256,7 +284,12 @@ class _ServerRun:
         for i, local in sorted(self.finals.items()):
             arrays[f"local_{i}"] = local.numpy()
         np.savez(result_dir / "outcome.npz", **arrays)
-        meta = {"uploads_applied": self.server.uploads_applied, "seconds_per_round": times, "missed_turns": sorted(self.missed), "dropped": {str(i): why for i, why in sorted(self.dropped.items())}}
+        meta = {
+            "uploads_applied": self.server.uploads_applied,
+            "seconds_per_round": times,
+            "missed_turns": sorted(self.missed),
+            "dropped": {str(i): why for i, why in sorted(self.dropped.items())},
+        }
         (result_dir / "outcome.json").write_text(json.dumps(meta))
 
     def _assign_nodes(self) -> dict[int, int]:
@@ -266,32 +299,54 @@ class _ServerRun:
         from flwr.app import Message, RecordDict
 
         nodes = _wait_for_nodes(self.grid, self.n, self.node_timeout)
-        ids = _exchange(self.grid, [Message(RecordDict(), dst_node_id=node, message_type="query") for node in nodes], self.node_timeout)
+        ids = _exchange(
+            self.grid,
+            [Message(RecordDict(), dst_node_id=node, message_type="query") for node in nodes],
+            self.node_timeout,
+        )
         node_of: dict[int, int] = {}
         for node, reply in zip(nodes, ids, strict=True):
             if reply is None or reply.has_error():
                 why = "no reply" if reply is None else _one_line(reply.error.reason)
-                raise _Stop("federation", f"SuperNode {node} did not say which participant it is within {self.node_timeout:g} s (node-timeout): {why}")
+                raise _Stop(
+                    "federation",
+                    f"SuperNode {node} did not say which participant it is within "
+                    f"{self.node_timeout:g} s (node-timeout): {why}",
+                )
             node_of[int(reply.content["config"]["participant"])] = node
         if sorted(node_of) != list(range(self.n)):
-            raise _Stop("federation", f"the federation's SuperNodes must carry partition-id 0..{self.n - 1} once each, got {sorted(node_of)}")
+            raise _Stop(
+                "federation",
+                f"the federation's SuperNodes must carry partition-id 0..{self.n - 1} once each, got {sorted(node_of)}",
+            )
         return node_of
 
     def _train_msg(self, i: int, rnd: int) -> Any:
         from flwr.app import ConfigRecord, Message, RecordDict
 
         idx, vals = self.server.download(self.fraction)
-        content = RecordDict({"download": _arrays(indices=idx, values=vals), "config": ConfigRecord({"round": rnd, "last": rnd == self.rounds - 1})})
+        content = RecordDict(
+            {
+                "download": _arrays(indices=idx, values=vals),
+                "config": ConfigRecord({"round": rnd, "last": rnd == self.rounds - 1}),
+            }
+        )
         return Message(content, dst_node_id=self.node_of[i], message_type="train", group_id=str(rnd))
 
     def _drop(self, i: int, first_missed: int, reply: Any) -> None:
         # The missing-participant rule (module docstring): this turn and every later one of i.
-        self.dropped[i] = f"no reply within {self.turn_timeout:g} s (turn-timeout)" if reply is None else _one_line(reply.error.reason)
+        self.dropped[i] = (
+            f"no reply within {self.turn_timeout:g} s (turn-timeout)"
+            if reply is None
+            else _one_line(reply.error.reason)
+        )
         self.missed.extend((r, i) for r in range(first_missed, self.rounds))
 
     def _receive(self, i: int, reply: Any) -> None:
         if reply.has_error():
-            raise _Stop("federation", f"participant {i} (node {self.node_of[i]}) failed: {_one_line(reply.error.reason)}")
+            raise _Stop(
+                "federation", f"participant {i} (node {self.node_of[i]}) failed: {_one_line(reply.error.reason)}"
+            )
         c = reply.content["config"]
         if "failed" in c:
             raise _Stop("diverged", str(c["failed"]))
@@ -350,7 +405,8 @@ class _ServerRun:
         return [total / self.rounds] * self.rounds
 
     def _federate_in_turns(self) -> list[float]:
-        """Round after round, one participant's turn at a time in the schedule's order; returns the seconds per round."""
+        """Round after round, one participant's turn at a time in the schedule's order; returns the seconds per
+        round."""
         times: list[float] = []
         gen = torch_generator(self.fed.seed, "dssgd", "schedule")
         last = time.monotonic()
@@ -410,7 +466,9 @@ def _wait_for_nodes(grid: Any, n: int, timeout: float) -> list[int]:
         if len(nodes) >= n:
             return nodes[:n]
         if time.monotonic() > deadline:
-            raise _Stop("federation", f"only {len(nodes)} of {n} SuperNodes connected within {timeout:g} s (node-timeout)")
+            raise _Stop(
+                "federation", f"only {len(nodes)} of {n} SuperNodes connected within {timeout:g} s (node-timeout)"
+            )
         time.sleep(0.2)
 
 
@@ -453,7 +511,9 @@ def read_outcome(result_dir: str | Path, num_participants: int) -> FederationOut
     with np.load(result, allow_pickle=False) as npz:
         params = torch.from_numpy(npz["parameters"].copy())
         stat = torch.from_numpy(npz["stat"].copy())
-        local = tuple(torch.from_numpy(npz[f"local_{i}"].copy()) if f"local_{i}" in npz else None for i in range(num_participants))
+        local = tuple(
+            torch.from_numpy(npz[f"local_{i}"].copy()) if f"local_{i}" in npz else None for i in range(num_participants)
+        )
     meta = json.loads((result_dir / "outcome.json").read_text())
     times = tuple(float(t) for t in meta["seconds_per_round"])
     assert all(math.isfinite(t) for t in times)
@@ -526,7 +586,12 @@ def run_flower(
         },
     }
     with tempfile.TemporaryDirectory(prefix="dssgd-flower-") as tmp:
-        run_config: RunConfig = {"rounds": rounds, "download-fraction": float(download_fraction), "schedule": schedule, "result-dir": tmp}
+        run_config: RunConfig = {
+            "rounds": rounds,
+            "download-fraction": float(download_fraction),
+            "schedule": schedule,
+            "result-dir": tmp,
+        }
         flwr_logger = logging.getLogger("flwr")
         level = flwr_logger.level
         if not progress:

@@ -42,8 +42,16 @@ def participant_record_dir(cache_dir: str | os.PathLike[str], model_id: str, ind
     return Path(cache_dir) / model_id / f"participant-{index:03d}"
 
 
-def local_models(outcome: FederationOutcome, setup: FederationSetup, request: TrainRequest[DSSGDConfig], *, workspace: TrainWorkspace | None, started: float) -> list[float]:
-    """Every final local model the server received, evaluated (and with a workspace, saved as a record); their test accuracies.
+def local_models(
+    outcome: FederationOutcome,
+    setup: FederationSetup,
+    request: TrainRequest[DSSGDConfig],
+    *,
+    workspace: TrainWorkspace | None,
+    started: float,
+) -> list[float]:
+    """Every final local model the server received, evaluated (and with a workspace, saved as a record); their test
+    accuracies.
 
     ``request`` is the federation's training as asked (its config and model options, what the
     global record's id hashes); ``setup`` holds the options the networks were built with. Under
@@ -55,17 +63,34 @@ def local_models(outcome: FederationOutcome, setup: FederationSetup, request: Tr
     for i, flat in enumerate(outcome.local_parameters):
         if flat is None:  # kept by the participant (DP upload) or gone (a real federation)
             continue
-        local = build_model(request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **setup.model_options).to(device)
+        local = build_model(
+            request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **setup.model_options
+        ).to(device)
         assign_parameters(local, flat)
         local.eval()
         local_acc.append(evaluate(local, small.test.features, small.test.labels, device=device)["accuracy"])
         if workspace is not None:
-            _save_participant(local, request, index=i, partition=setup.partitions[i], built_options=setup.model_options, workspace=workspace, started=started)
+            _save_participant(
+                local,
+                request,
+                index=i,
+                partition=setup.partitions[i],
+                built_options=setup.model_options,
+                workspace=workspace,
+                started=started,
+            )
     return local_acc
 
 
 def _save_participant(
-    local: nn.Module, request: TrainRequest[DSSGDConfig], *, index: int, partition: np.ndarray, built_options: Mapping[str, object], workspace: TrainWorkspace, started: float
+    local: nn.Module,
+    request: TrainRequest[DSSGDConfig],
+    *,
+    index: int,
+    partition: np.ndarray,
+    built_options: Mapping[str, object],
+    workspace: TrainWorkspace,
+    started: float,
 ) -> None:
     """Participant ``index``'s final local model as a record whose members are its own partition."""
     from dpaudit.weights import save_record
@@ -76,11 +101,32 @@ def _save_participant(
     rng = np.random.default_rng(derive_seed(request.seed, "dssgd", "local-non-members", index))
     pool = np.asarray(splits.non_members, dtype=np.int64)
     non_members = np.sort(rng.choice(pool, size=min(len(pool), len(partition)), replace=False)) if len(pool) else pool
-    own = Splits(dataset=splits.dataset, seed=splits.seed, members=partition, non_members=non_members, population=splits.population, test=np.asarray(bundle.test.ids, dtype=np.int64))
-    claim = NonPrivateClaim(description=f"DSSGD participant {index}'s local model: trained on its own data without noise (the DP variant, if any, protects only what it uploads)")
+    own = Splits(
+        dataset=splits.dataset,
+        seed=splits.seed,
+        members=partition,
+        non_members=non_members,
+        population=splits.population,
+        test=np.asarray(bundle.test.ids, dtype=np.int64),
+    )
+    claim = NonPrivateClaim(
+        description=f"DSSGD participant {index}'s local model: trained on its own data "
+        "without noise (the DP variant, if any, protects only what it uploads)"
+    )
     config = {**config_dict(request.config), "participant": index}
-    participant = TrainRequest(bundle=bundle, splits=own, model_name=request.model_name, model_options=request.model_options, config=config, seed=request.seed, device=request.device, progress=False)
-    record = build_record(participant, defense="dssgd", model=local, claim=claim, started=started, built_options=built_options)
+    participant = TrainRequest(
+        bundle=bundle,
+        splits=own,
+        model_name=request.model_name,
+        model_options=request.model_options,
+        config=config,
+        seed=request.seed,
+        device=request.device,
+        progress=False,
+    )
+    record = build_record(
+        participant, defense="dssgd", model=local, claim=claim, started=started, built_options=built_options
+    )
     target = participant_record_dir(workspace.cache_dir, model_id_for(request, defense="dssgd"), index)
     save_record(record, local, target)
     if index == 0:

@@ -52,7 +52,12 @@ def plan_budget_for(config: Any, *, num_parameters: int) -> BudgetPlan:
     """:func:`plan_budget` for a DSSGD config or a stored record's config mapping."""
     n = v.integer("num_parameters", num_parameters, minimum=1)
     c = fraction_count("upload_fraction", _field(config, "upload_fraction"), n)
-    return plan_budget(target_epsilon=_field(config, "target_epsilon"), dp_epsilon=_field(config, "dp_epsilon"), rounds=_field(config, "rounds"), uploads_per_turn=c)
+    return plan_budget(
+        target_epsilon=_field(config, "target_epsilon"),
+        dp_epsilon=_field(config, "dp_epsilon"),
+        rounds=_field(config, "rounds"),
+        uploads_per_turn=c,
+    )
 
 
 def plan_dssgd(config: Any, *, num_parameters: int) -> DSSGDPlan:

@@ -76,7 +76,9 @@ def assign_parameters(model: nn.Module, flat: torch.Tensor) -> None:
     """Copies the flat vector ``flat`` into the model's parameters (the inverse of :func:`flatten_parameters`)."""
     total = sum(p.numel() for p in model.parameters())
     if flat.ndim != 1 or flat.numel() != total:
-        raise v.invalid("flat", f"flat must be a vector of the model's {total} parameters, got shape {tuple(flat.shape)}")
+        raise v.invalid(
+            "flat", f"flat must be a vector of the model's {total} parameters, got shape {tuple(flat.shape)}"
+        )
     offset = 0
     for p in model.parameters():
         n = p.numel()
@@ -93,7 +95,9 @@ class ParameterServer:
 
     def __init__(self, initial: torch.Tensor) -> None:
         if initial.ndim != 1 or initial.numel() == 0:
-            raise v.invalid("initial", f"initial must be a non-empty flat parameter vector, got shape {tuple(initial.shape)}")
+            raise v.invalid(
+                "initial", f"initial must be a non-empty flat parameter vector, got shape {tuple(initial.shape)}"
+            )
         self.parameters = initial.detach().float().cpu().clone()
         self.stat = torch.zeros(initial.numel(), dtype=torch.int64)
         self.uploads_applied = 0
@@ -125,7 +129,10 @@ class ParameterServer:
         idx = upload.indices
         if idx.numel():
             if int(idx.min()) < 0 or int(idx.max()) >= self.parameters.numel():
-                raise v.invalid("upload", f"upload of participant {upload.participant} has indices outside [0, {self.parameters.numel()})")
+                raise v.invalid(
+                    "upload",
+                    f"upload of participant {upload.participant} has indices outside [0, {self.parameters.numel()})",
+                )
             if torch.unique(idx).numel() != idx.numel():
                 raise v.invalid("upload", f"upload of participant {upload.participant} repeats an index")
         self.parameters[idx] += upload.values
@@ -156,7 +163,15 @@ class LocalTraining:
         v.positive("learning_rate", self.learning_rate)
 
 
-def local_sgd(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, *, training: LocalTraining, generator: torch.Generator, epochs: int | None = None) -> float:
+def local_sgd(
+    model: nn.Module,
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    training: LocalTraining,
+    generator: torch.Generator,
+    epochs: int | None = None,
+) -> float:
     """Runs plain mini-batch SGD on (features, labels) in place; returns the mean loss.
 
     The batch order comes from ``generator`` only, so a participant alone with θ_u = θ_d = 1
@@ -217,7 +232,11 @@ class Participant:
         observer: Observer | None = None,
     ) -> None:
         if len(features) == 0 or len(features) != len(labels):
-            raise v.invalid("participants", f"participant {index} needs a non-empty partition with one label per example, got {len(features)} examples and {len(labels)} labels")
+            raise v.invalid(
+                "participants",
+                f"participant {index} needs a non-empty partition with one label per "
+                f"example, got {len(features)} examples and {len(labels)} labels",
+            )
         self.index = index
         self.model = model
         self.features = features
@@ -246,11 +265,22 @@ class Participant:
         idx, values = self.rule.choose(delta, generator=self.upload_generator, observe=observe)
         self.turns += 1
         # Under the DP upload the claim covers the noised values only: the un-noised mean loss stays here.
-        return Upload(participant=self.index, round=round_index, indices=idx, values=values, loss=math.nan if self.rule.private else loss)
+        return Upload(
+            participant=self.index,
+            round=round_index,
+            indices=idx,
+            values=values,
+            loss=math.nan if self.rule.private else loss,
+        )
 
     def state(self) -> dict[str, torch.Tensor]:
         """Everything that carries over between turns (for engines whose clients are rebuilt per turn)."""
-        return {"parameters": self.local_parameters, "batch_rng": self.batch_generator.get_state(), "upload_rng": self.upload_generator.get_state(), "turns": torch.tensor(self.turns)}
+        return {
+            "parameters": self.local_parameters,
+            "batch_rng": self.batch_generator.get_state(),
+            "upload_rng": self.upload_generator.get_state(),
+            "turns": torch.tensor(self.turns),
+        }
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
         """Restores what :meth:`state` returned."""
@@ -414,7 +444,9 @@ def build_participant(setup: FederationSetup, index: int, *, bundle: Any = None)
     if bundle is None:
         bundle = load_dataset(setup.dataset, data_root=setup.data_root)
     part = bundle.all().subset(setup.partitions[index])
-    model = build_model(setup.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **setup.model_options)
+    model = build_model(
+        setup.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **setup.model_options
+    )
     model.to(setup.device)
     assign_parameters(model, setup.initial)
     return Participant(

@@ -38,7 +38,15 @@ def _laplace(n: int, scale: float, generator: torch.Generator) -> np.ndarray:
 
 
 def svt_upload(
-    delta: torch.Tensor, *, count: int, epsilon: float, bound: float, threshold: float, split: str = "sum", generator: torch.Generator, observe: Callable[[np.ndarray], None] | None = None
+    delta: torch.Tensor,
+    *,
+    count: int,
+    epsilon: float,
+    bound: float,
+    threshold: float,
+    split: str = "sum",
+    generator: torch.Generator,
+    observe: Callable[[np.ndarray], None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Selects and noisily releases at most ``count`` entries of ``delta`` (the DP upload).
 

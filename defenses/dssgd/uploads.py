@@ -47,7 +47,11 @@ class Upload:
 
     def __post_init__(self) -> None:
         if self.indices.ndim != 1 or self.values.shape != self.indices.shape:
-            raise v.invalid("indices", f"indices and values must be vectors of one length, got shapes {tuple(self.indices.shape)} and {tuple(self.values.shape)}")
+            raise v.invalid(
+                "indices",
+                "indices and values must be vectors of one length, got shapes "
+                f"{tuple(self.indices.shape)} and {tuple(self.values.shape)}",
+            )
         object.__setattr__(self, "indices", self.indices.to(torch.int64).cpu())
         object.__setattr__(self, "values", self.values.to(torch.float32).cpu())
 
@@ -59,7 +63,9 @@ def select_largest(delta: torch.Tensor, count: int) -> torch.Tensor:
     return torch.sort(order).values
 
 
-def select_random_threshold(delta: torch.Tensor, count: int, *, threshold: float, generator: torch.Generator) -> torch.Tensor:
+def select_random_threshold(
+    delta: torch.Tensor, count: int, *, threshold: float, generator: torch.Generator
+) -> torch.Tensor:
     """Positions of up to ``count`` entries drawn uniformly among those with |Δw_j| > ``threshold``."""
     count = v.integer("count", count, minimum=0)
     threshold = v.non_negative("selection_threshold", threshold)
@@ -99,19 +105,26 @@ class UploadRule:
             v.positive("dp_epsilon", self.dp_epsilon)
             # The largest noise scale is 18γ/ε (release under the seed's split): it must be a number.
             if not math.isfinite(18.0 * self.bound / self.dp_epsilon):
-                raise v.invalid("bound", f"bound / dp_epsilon must give a finite noise scale, got bound={self.bound!r} and dp_epsilon={self.dp_epsilon!r}")
+                raise v.invalid(
+                    "bound",
+                    "bound / dp_epsilon must give a finite noise scale, got "
+                    f"bound={self.bound!r} and dp_epsilon={self.dp_epsilon!r}",
+                )
         v.non_negative("dp_threshold", self.dp_threshold)
 
     @property
     def private(self) -> bool:
-        """Whether uploads go through the DP variant's sparse-vector release (then nothing else leaves a participant)."""
+        """Whether uploads go through the DP variant's sparse-vector release (then nothing else leaves a
+        participant)."""
         return self.dp_epsilon is not None
 
     def count(self, num_parameters: int) -> int:
         """c, the most entries one turn may upload."""
         return fraction_count("upload_fraction", self.upload_fraction, num_parameters)
 
-    def choose(self, delta: torch.Tensor, *, generator: torch.Generator, observe: Callable[[np.ndarray], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def choose(
+        self, delta: torch.Tensor, *, generator: torch.Generator, observe: Callable[[np.ndarray], None] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(positions, values) to upload for the local change ``delta``.
 
         ``observe`` (DP variant only) receives the bounded Δw as the sparse-vector mechanism
@@ -121,7 +134,16 @@ class UploadRule:
         if self.dp_epsilon is not None:
             from defenses.dssgd.svt import svt_upload
 
-            return svt_upload(delta, count=c, epsilon=self.dp_epsilon, bound=self.bound, threshold=self.dp_threshold, split=self.budget_split, generator=generator, observe=observe)
+            return svt_upload(
+                delta,
+                count=c,
+                epsilon=self.dp_epsilon,
+                bound=self.bound,
+                threshold=self.dp_threshold,
+                split=self.budget_split,
+                generator=generator,
+                observe=observe,
+            )
         if self.selection == "largest":
             idx = select_largest(delta, c)
         else:

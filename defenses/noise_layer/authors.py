@@ -23,26 +23,42 @@ from dpaudit import _validate as v
 from dpaudit.options import option
 from dpaudit.robustness.certification import AUTHORS_REFERENCE_DELTA
 
-__all__ = ["AUTHORS_QUIRKS", "AuthorsCodeOptions", "AuthorsBatchClipping", "authors_quirks", "quirk_note", "authors_total", "authors_batch_mean_gradient"]
+__all__ = [
+    "AUTHORS_QUIRKS",
+    "AuthorsCodeOptions",
+    "AuthorsBatchClipping",
+    "authors_quirks",
+    "quirk_note",
+    "authors_total",
+    "authors_batch_mean_gradient",
+]
 
 #: The authors' TensorFlow code's behaviours (docs/defenses/noise-layer.md §2 (a)–(f)), by config field: the
 #: label records and claims carry, and what it does to the guarantees. Every one is off by default.
 AUTHORS_QUIRKS: dict[str, tuple[str, str]] = {
     "authors_noise_scale_r": (
         "noise-scale-r",
-        "(a) noise std sigma*r_k instead of sigma*sqrt(r_k), calibrated as if it were sigma*sqrt(r_k): the noise layer does not meet its (eps_r, delta_r, L) as trained",
+        "(a) noise std sigma*r_k instead of sigma*sqrt(r_k), calibrated as if "
+        "it were sigma*sqrt(r_k): the noise layer does not meet its (eps_r, "
+        "delta_r, L) as trained",
     ),
     "authors_heuristic_sensitivity": (
         "heuristic-sensitivity",
-        "(b) Delta_r estimated from the reshaped kernel and r, not the layer's sensitivity: the noise may be below what (eps_r, delta_r, L) needs",
+        "(b) Delta_r estimated from the reshaped kernel and r, not the layer's "
+        "sensitivity: the noise may be below what (eps_r, delta_r, L) needs",
     ),
     "authors_fixed_training_noise": (
         "fixed-training-noise",
-        "(c) one noise-layer draw reused at every training step (the released model draws fresh noise; no guarantee depends on the training draws)",
+        "(c) one noise-layer draw reused at every training step (the released "
+        "model draws fresh noise; no guarantee depends on the training draws)",
     ),
     "authors_batch_clipping": (
         "batch-clipping",
-        "(d) each weight's batch-mean gradient is clipped to C (biases not at all) instead of each example's gradient, so one example can move the noisy sum by up to 2*L*C on the weights and without bound on the biases, where the accounting assumes C: this epsilon is NOT a valid guarantee for the run",
+        "(d) each weight's batch-mean gradient is clipped to C (biases not at "
+        "all) instead of each example's gradient, so one example can move the "
+        "noisy sum by up to 2*L*C on the weights and without bound on the "
+        "biases, where the accounting assumes C: this epsilon is NOT a valid "
+        "guarantee for the run",
     ),
     "authors_redistribution_total": (
         "redistribution-total",
@@ -50,7 +66,9 @@ AUTHORS_QUIRKS: dict[str, tuple[str, str]] = {
     ),
     "authors_mixed_delta": (
         "mixed-delta",
-        f"(f) certified sizes scaled by c(eps_r, {AUTHORS_REFERENCE_DELTA:g})/c(eps_r, delta_r), a delta the noise was not calibrated at: such sizes are NOT certificates",
+        "(f) certified sizes scaled by c(eps_r, "
+        f"{AUTHORS_REFERENCE_DELTA:g})/c(eps_r, delta_r), a delta the noise was "
+        "not calibrated at: such sizes are NOT certificates",
     ),
 }
 
@@ -112,18 +130,34 @@ class AuthorsCodeOptions:
     )
 
     authors_noise_scale_r: bool = option(
-        False, help="AUTHORS' CODE, not the paper: noise std sigma*r_k; the maths (Theorem 3) adds sigma*sqrt(r_k), so this under-noises components with r_k < 1 and voids eps_r/delta_r/L"
+        False,
+        help="AUTHORS' CODE, not the paper: noise std sigma*r_k; the maths (Theorem "
+        "3) adds sigma*sqrt(r_k), so this under-noises components with r_k < 1 "
+        "and voids eps_r/delta_r/L",
     )
     authors_heuristic_sensitivity: bool = option(
         False,
-        help="AUTHORS' CODE, not the paper: Delta_r = sigma_max(reshaped kernel)/sqrt(sigma_max(reshaped r)); the maths uses the exact Delta_r (l2, l1) or the bound sqrt(sum_k ||W_k||_1^2/r_k) (linf); may under-noise",
+        help="AUTHORS' CODE, not the paper: Delta_r = sigma_max(reshaped "
+        "kernel)/sqrt(sigma_max(reshaped r)); the maths uses the exact Delta_r "
+        "(l2, l1) or the bound sqrt(sum_k ||W_k||_1^2/r_k) (linf); may "
+        "under-noise",
     )
     authors_fixed_training_noise: bool = option(
-        False, help="AUTHORS' CODE, not the paper: draw the noise layer's training noise once and reuse it every step; the maths draws fresh noise at every pass (the released model still does)"
+        False,
+        help="AUTHORS' CODE, not the paper: draw the noise layer's training noise "
+        "once and reuse it every step; the maths draws fresh noise at every "
+        "pass (the released model still does)",
     )
-    authors_redistribution_total: bool = option(False, help="AUTHORS' CODE, not the paper: normalise r to sum 16*16*C (their MNIST total); Theorem 3 needs sum r_k = K (conv first layer only)")
+    authors_redistribution_total: bool = option(
+        False,
+        help="AUTHORS' CODE, not the paper: normalise r to sum 16*16*C (their MNIST "
+        "total); Theorem 3 needs sum r_k = K (conv first layer only)",
+    )
     authors_mixed_delta: bool = option(
-        False, help="AUTHORS' CODE, not the paper: certify with the multiplier at delta=1e-5 while the noise is calibrated at delta_r; the maths uses delta_r; inflated sizes, NOT certificates"
+        False,
+        help="AUTHORS' CODE, not the paper: certify with the multiplier at "
+        "delta=1e-5 while the noise is calibrated at delta_r; the maths uses "
+        "delta_r; inflated sizes, NOT certificates",
     )
 
     def _check_authors_options(self) -> None:
@@ -132,7 +166,11 @@ class AuthorsCodeOptions:
                 _flag(name, getattr(self, name))
         for name in ("authors_noise_scale_r", "authors_redistribution_total"):
             if getattr(self, name) and not getattr(self, "redistribute", False):
-                raise v.invalid(name, f"{name}=True needs redistribute=True (it acts on the redistribution vector r), got redistribute={getattr(self, 'redistribute', None)!r}")
+                raise v.invalid(
+                    name,
+                    f"{name}=True needs redistribute=True (it acts on the redistribution "
+                    f"vector r), got redistribute={getattr(self, 'redistribute', None)!r}",
+                )
 
 
 def authors_quirks(config: Any) -> tuple[str, ...]:
@@ -142,19 +180,33 @@ def authors_quirks(config: Any) -> tuple[str, ...]:
 
 def quirk_note(config: Any) -> str:
     """What a claim's description appends for the switched-on quirks ("" when none)."""
-    notes = [f"{label}: {AUTHORS_QUIRKS[name][1]}" for name, (label, _) in AUTHORS_QUIRKS.items() if getattr(config, name, False) is True]
+    notes = [
+        f"{label}: {AUTHORS_QUIRKS[name][1]}"
+        for name, (label, _) in AUTHORS_QUIRKS.items()
+        if getattr(config, name, False) is True
+    ]
     return f" [authors' code, not the paper's mathematics: {'; '.join(notes)}]" if notes else ""
 
 
 def authors_total(output_shape: tuple[int, ...]) -> float:
     """Σ r of the authors' MNIST script: 16·16 positions per channel (docs/defenses/noise-layer.md §2 (e))."""
     if len(output_shape) < 2:
-        raise v.invalid("model", f"authors_redistribution_total=True needs a first layer with channels and positions (a convolution), got output shape {output_shape!r}")
+        raise v.invalid(
+            "model",
+            "authors_redistribution_total=True needs a first layer with channels "
+            f"and positions (a convolution), got output shape {output_shape!r}",
+        )
     return float(_AUTHORS_POSITIONS * output_shape[0])
 
 
 def authors_batch_mean_gradient(
-    model: nn.Module, params: dict[str, nn.Parameter], features: torch.Tensor, labels: torch.Tensor, *, clip_norm: float, physical_batch_size: int
+    model: nn.Module,
+    params: dict[str, nn.Parameter],
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    clip_norm: float,
+    physical_batch_size: int,
 ) -> tuple[dict[str, torch.Tensor], float]:
     """The gradient the authors' code noises: ∇ of the lot's mean loss, each weight clipped as a whole.
 
@@ -207,12 +259,28 @@ class AuthorsBatchClipping:
     def parameters(self) -> dict[str, nn.Parameter]:
         return self._params
 
-    def __call__(self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any) -> tuple[dict[str, torch.Tensor], float]:
+    def __call__(
+        self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any
+    ) -> tuple[dict[str, torch.Tensor], float]:
         if canary is not None:
-            raise v.invalid("canary_gradient", "the authors' batch clipping has no per-example clipping a gradient canary could be clipped like; got a canary")
-        grads, loss_sum = authors_batch_mean_gradient(self._model, self._params, features[lot], labels[lot], clip_norm=self._clip_norm, physical_batch_size=self._physical_batch_size)
+            raise v.invalid(
+                "canary_gradient",
+                "the authors' batch clipping has no per-example clipping a gradient "
+                "canary could be clipped like; got a canary",
+            )
+        grads, loss_sum = authors_batch_mean_gradient(
+            self._model,
+            self._params,
+            features[lot],
+            labels[lot],
+            clip_norm=self._clip_norm,
+            physical_batch_size=self._physical_batch_size,
+        )
         for g in grads.values():
-            g.add_(torch.randn(g.shape, generator=self._generator, device=g.device, dtype=g.dtype), alpha=self.noise_std / self._expected_lot_size)
+            g.add_(
+                torch.randn(g.shape, generator=self._generator, device=g.device, dtype=g.dtype),
+                alpha=self.noise_std / self._expected_lot_size,
+            )
         return grads, loss_sum
 
     def close(self) -> None:

@@ -94,20 +94,47 @@ class RobustnessConfig:
             (:func:`resolve_sensitivity_control` has the rule and its measurements).
     """
 
-    robustness_epsilon: float = option(1.0, help="epsilon_r of the noise layer's input-DP guarantee (pixeldp: <= 1)", metavar="EPS_R", check=v.positive)
+    robustness_epsilon: float = option(
+        1.0, help="epsilon_r of the noise layer's input-DP guarantee (pixeldp: <= 1)", metavar="EPS_R", check=v.positive
+    )
     robustness_delta: float = option(0.05, help="delta_r of the noise layer", metavar="DELTA_R", check=v.open_unit)
-    attack_norm_bound: float = option(0.1, help="attack radius L the noise is calibrated for", metavar="L", check=v.positive)
+    attack_norm_bound: float = option(
+        0.1, help="attack radius L the noise is calibrated for", metavar="L", check=v.positive
+    )
     attack_norm: str = option("l2", choices=ATTACK_NORMS, help="norm of the input changes certified against")
-    noise_ramp_fraction: float = option(0.1, help="fraction of training over which the noise ramps up to full size", metavar="FRACTION", check=v.non_negative)
+    noise_ramp_fraction: float = option(
+        0.1,
+        help="fraction of training over which the noise ramps up to full size",
+        metavar="FRACTION",
+        check=v.non_negative,
+    )
     redistribute: bool = option(False, help="HGM heterogeneous noise from a pre-trained model's forward derivative")
-    inflation: float = option(0.5, help="HGM inflation rate beta (large = uniform noise)", metavar="BETA", check=v.non_negative)
-    redistribution_exponent: float = option(1.0, help="power on the forward-derivative scores (2 on CIFAR-10)", check=v.positive)
-    redistribution_pretrain_epochs: int = option(2, help="epochs of the noise-free model the redistribution is computed from", metavar="N", check=v.positive, limit=EPOCH_LIMIT)
-    redistribution_examples: int = option(1000, help="examples whose forward derivatives are averaged for the redistribution", metavar="N", check=v.positive)
+    inflation: float = option(
+        0.5, help="HGM inflation rate beta (large = uniform noise)", metavar="BETA", check=v.non_negative
+    )
+    redistribution_exponent: float = option(
+        1.0, help="power on the forward-derivative scores (2 on CIFAR-10)", check=v.positive
+    )
+    redistribution_pretrain_epochs: int = option(
+        2,
+        help="epochs of the noise-free model the redistribution is computed from",
+        metavar="N",
+        check=v.positive,
+        limit=EPOCH_LIMIT,
+    )
+    redistribution_examples: int = option(
+        1000,
+        help="examples whose forward derivatives are averaged for the redistribution",
+        metavar="N",
+        check=v.positive,
+    )
     sensitivity_control: str = option(
         "project",
         choices=SENSITIVITY_CONTROLS,
-        help="keep the first layer's sensitivity <= 1 by projection, scale the noise to it, divide the layer's output by it, or keep the layer orthogonal (equal singular values) and scale the noise to it; auto: orthogonal for a convolutional first layer, normalize for a Linear one",
+        help="keep the first layer's sensitivity <= 1 by projection, scale the noise "
+        "to it, divide the layer's output by it, or keep the layer orthogonal "
+        "(equal singular values) and scale the noise to it; auto: orthogonal "
+        "for a convolutional first layer, normalize for a Linear one",
     )
 
     def _check_robustness(self, mechanism: str, max_epsilon: float | None) -> None:
@@ -118,7 +145,9 @@ class RobustnessConfig:
         v.choice("attack_norm", self.attack_norm, ATTACK_NORMS)
         frac = v.real("noise_ramp_fraction", self.noise_ramp_fraction)
         if not 0.0 <= frac <= 1.0:
-            raise v.invalid("noise_ramp_fraction", f"noise_ramp_fraction must lie in [0, 1], got {self.noise_ramp_fraction!r}")
+            raise v.invalid(
+                "noise_ramp_fraction", f"noise_ramp_fraction must lie in [0, 1], got {self.noise_ramp_fraction!r}"
+            )
         if not isinstance(self.redistribute, bool):
             raise v.invalid_type("redistribute", f"redistribute must be a bool, got {self.redistribute!r}")
         v.non_negative("inflation", self.inflation)
@@ -127,11 +156,20 @@ class RobustnessConfig:
         v.integer("redistribution_examples", self.redistribution_examples, minimum=1)
         v.choice("sensitivity_control", self.sensitivity_control, SENSITIVITY_CONTROLS)
         if max_epsilon is not None and eps > max_epsilon:
-            raise v.invalid("robustness_epsilon", f"robustness_epsilon must be <= {max_epsilon:g} for the {mechanism} calibration, got {self.robustness_epsilon!r}")
+            raise v.invalid(
+                "robustness_epsilon",
+                f"robustness_epsilon must be <= {max_epsilon:g} for the {mechanism} "
+                f"calibration, got {self.robustness_epsilon!r}",
+            )
         try:
             calibrate_gaussian(epsilon=eps, delta=self.robustness_delta, method=mechanism)
         except ValueError as exc:  # e.g. δ_r > 0.484 for the extended mechanism; name the field the user set
-            raise v.invalid("robustness_delta", f"robustness_delta={self.robustness_delta!r} / robustness_epsilon={eps!r} invalid for the {mechanism} calibration: {exc}") from None
+            raise v.invalid(
+                "robustness_delta",
+                f"robustness_delta={self.robustness_delta!r} / "
+                f"robustness_epsilon={eps!r} invalid for the {mechanism} calibration: "
+                f"{exc}",
+            ) from None
 
     #: Whether ``attack_norm_bound=None`` means "derived from the input size" (Secure-SGD).
     _derived_attack_norm_bound: ClassVar[bool] = False
@@ -168,8 +206,14 @@ class RobustnessConfig:
             ValueError: L is still to be derived from the input (call :meth:`for_input` first).
         """
         if self.attack_norm_bound is None:
-            raise v.invalid("attack_norm_bound", "attack_norm_bound=None is derived from the input shape: resolve it with for_input(input_shape) first")
-        return calibrate_gaussian(epsilon=self.robustness_epsilon, delta=self.robustness_delta, method=mechanism) * self.attack_norm_bound
+            raise v.invalid(
+                "attack_norm_bound",
+                "attack_norm_bound=None is derived from the input shape: resolve it with for_input(input_shape) first",
+            )
+        return (
+            calibrate_gaussian(epsilon=self.robustness_epsilon, delta=self.robustness_delta, method=mechanism)
+            * self.attack_norm_bound
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,14 +282,19 @@ class SecureSGDConfig(DPSGDConfig, RobustnessConfig, AuthorsCodeOptions):
     robustness_epsilon: float = 4.0
     attack_norm_bound: float | None = option(  # type: ignore[assignment]
         None,
-        help="attack radius L the noise is calibrated for (default 0.2*min(1, sqrt(d/784)) for d input values: Phan et al.'s 0.2 on 28x28, the same per-pixel size on smaller inputs)",
+        help="attack radius L the noise is calibrated for (default 0.2*min(1, "
+        "sqrt(d/784)) for d input values: Phan et al.'s 0.2 on 28x28, the same "
+        "per-pixel size on smaller inputs)",
         metavar="L",
         check=v.positive,
     )
     redistribute: bool = True
     sensitivity_control: str = "auto"
     authors_batch_clipping: bool = option(
-        False, help="AUTHORS' CODE, not the paper: clip each weight's batch-mean gradient to C, biases not at all; DP-SGD (the maths) clips each example's gradient; voids the DP guarantee"
+        False,
+        help="AUTHORS' CODE, not the paper: clip each weight's batch-mean gradient "
+        "to C, biases not at all; DP-SGD (the maths) clips each example's "
+        "gradient; voids the DP guarantee",
     )
 
     def __post_init__(self) -> None:
@@ -253,10 +302,17 @@ class SecureSGDConfig(DPSGDConfig, RobustnessConfig, AuthorsCodeOptions):
         self._check_robustness(*CERTIFIED_MECHANISMS["secure-sgd"])
         self._check_authors_options()
         if self.authors_batch_clipping and self.pca_components is not None:
-            raise v.invalid("authors_batch_clipping", f"authors_batch_clipping=True does not support DP-PCA, got pca_components={self.pca_components!r}")
+            raise v.invalid(
+                "authors_batch_clipping",
+                f"authors_batch_clipping=True does not support DP-PCA, got pca_components={self.pca_components!r}",
+            )
         if self.authors_batch_clipping and self.per_layer:
-            # The authors' code clips each weight's batch-mean gradient as a whole: there is no layer-wise per-example clipping to apply.
-            raise v.invalid("authors_batch_clipping", f"authors_batch_clipping=True does not support per-layer clipping, got per_layer={self.per_layer!r}")
+            # The authors' code clips each weight's batch-mean gradient as a whole: there is no layer-wise per-example
+            # clipping to apply.
+            raise v.invalid(
+                "authors_batch_clipping",
+                f"authors_batch_clipping=True does not support per-layer clipping, got per_layer={self.per_layer!r}",
+            )
 
 
 def certification_spec(defense: str, config: RobustnessConfig) -> CertificationSpec:

@@ -90,5 +90,19 @@ _register(
     order=20,
     style=PlotStyle(colour="#0072B2", marker="o"),
 )
-_register("agm", AGMConfig, train_agm, "PixelDP's noise layer with the analytic Gaussian calibration (Balle & Wang 2018)", order=21, style=PlotStyle(colour="#E69F00", marker="s"))
-_register("hgm", HGMConfig, train_hgm, "heterogeneous Gaussian noise layer, any eps_r > 0 (Phan et al. 2019)", order=22, style=PlotStyle(colour="#009E73", marker="D"))
+_register(
+    "agm",
+    AGMConfig,
+    train_agm,
+    "PixelDP's noise layer with the analytic Gaussian calibration (Balle & Wang 2018)",
+    order=21,
+    style=PlotStyle(colour="#E69F00", marker="s"),
+)
+_register(
+    "hgm",
+    HGMConfig,
+    train_hgm,
+    "heterogeneous Gaussian noise layer, any eps_r > 0 (Phan et al. 2019)",
+    order=22,
+    style=PlotStyle(colour="#009E73", marker="D"),
+)

@@ -79,7 +79,14 @@ def resolve_sensitivity_control(control: str, noise: NoiseLayer) -> str:
     return "orthogonal" if conv else "normalize"
 
 
-def auto_sensitivity_control(*, model_name: str, model_options: Mapping[str, object] | None, input_shape: tuple[int, ...], num_classes: int, pca_components: int | None = None) -> str:
+def auto_sensitivity_control(
+    *,
+    model_name: str,
+    model_options: Mapping[str, object] | None,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    pca_components: int | None = None,
+) -> str:
     """What ``auto`` resolves to on this architecture (:func:`resolve_sensitivity_control`).
 
     Builds the untrained model only to look at its first layer (public: the architecture).
@@ -87,12 +94,21 @@ def auto_sensitivity_control(*, model_name: str, model_options: Mapping[str, obj
     options = {k: x for k, x in dict(model_options or {}).items() if k != "noise_layer"}
     if pca_components is not None:
         options.setdefault("pca_components", pca_components)
-    noise = find_noise_layer(build_model(model_name, input_shape=tuple(input_shape), num_classes=num_classes, noise_layer=True, **options))
+    noise = find_noise_layer(
+        build_model(model_name, input_shape=tuple(input_shape), num_classes=num_classes, noise_layer=True, **options)
+    )
     assert noise is not None  # built with noise_layer=True
     return resolve_sensitivity_control("auto", noise)
 
 
-def scale_invariant_first_layer(config: Any, *, model_name: str, model_options: Mapping[str, object] | None, input_shape: tuple[int, ...], num_classes: int) -> bool:
+def scale_invariant_first_layer(
+    config: Any,
+    *,
+    model_name: str,
+    model_options: Mapping[str, object] | None,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+) -> bool:
     """Whether training ``config`` on this model normalises the first layer by its own scale.
 
     True when the sensitivity control is (or ``auto`` resolves to) ``normalize`` on the model's
@@ -101,7 +117,13 @@ def scale_invariant_first_layer(config: Any, *, model_name: str, model_options: 
     """
     control = getattr(config, "sensitivity_control", None)
     if control == "auto":
-        control = auto_sensitivity_control(model_name=model_name, model_options=model_options, input_shape=input_shape, num_classes=num_classes, pca_components=getattr(config, "pca_components", None))
+        control = auto_sensitivity_control(
+            model_name=model_name,
+            model_options=model_options,
+            input_shape=input_shape,
+            num_classes=num_classes,
+            pca_components=getattr(config, "pca_components", None),
+        )
     return control == "normalize"
 
 
@@ -117,7 +139,15 @@ class NoiseSchedule:
     draw is reused until the last step.
     """
 
-    def __init__(self, *, sigma: float, redistribution: torch.Tensor | None, config: RobustnessConfig, input_shape: tuple[int, ...], total_steps: int) -> None:
+    def __init__(
+        self,
+        *,
+        sigma: float,
+        redistribution: torch.Tensor | None,
+        config: RobustnessConfig,
+        input_shape: tuple[int, ...],
+        total_steps: int,
+    ) -> None:
         self.sigma = sigma
         self.redistribution = redistribution
         self.config = config
@@ -141,7 +171,9 @@ class NoiseSchedule:
         assert self.noise is not None
         if self.heuristic:
             return authors_heuristic_sensitivity(self.noise, redistribution=self.calibration_r)
-        return layer_sensitivity(self.noise, input_shape=self.input_shape, norm=self.config.attack_norm, redistribution=self.calibration_r)
+        return layer_sensitivity(
+            self.noise, input_shape=self.input_shape, norm=self.config.attack_norm, redistribution=self.calibration_r
+        )
 
     def _std_at(self, step: int) -> float:
         if self.ramp_steps == 0:
@@ -167,7 +199,14 @@ class NoiseSchedule:
         self.noise = noise
         if self.orthogonal:
             self.orthogonal_scale = orthogonalize(noise)
-        self.projector = SensitivityProjector(noise, input_shape=self.input_shape, norm=self.config.attack_norm, iterations=2, redistribution=self.calibration_r, heuristic=self.heuristic)
+        self.projector = SensitivityProjector(
+            noise,
+            input_shape=self.input_shape,
+            norm=self.config.attack_norm,
+            iterations=2,
+            redistribution=self.calibration_r,
+            heuristic=self.heuristic,
+        )
         step = self.projector.project if self.project else self.projector.estimate
         for _ in range(10):  # converge the warm start (and, when projecting, start inside the ball)
             step()

@@ -45,7 +45,13 @@ __all__ = ["replay_secure_sgd", "resolve_secure_sgd_config", "train_secure_sgd"]
 
 
 def resolve_secure_sgd_config(
-    config: SecureSGDConfig, *, num_members: int, model_name: str, model_options: Mapping[str, object] | None, input_shape: tuple[int, ...], num_classes: int
+    config: SecureSGDConfig,
+    *,
+    num_members: int,
+    model_name: str,
+    model_options: Mapping[str, object] | None,
+    input_shape: tuple[int, ...],
+    num_classes: int,
 ) -> tuple[SecureSGDConfig, str | None]:
     """Secure-SGD's config with its unset DP-SGD defaults derived (rules 1-5 of :mod:`defenses.dp_defaults`).
 
@@ -56,7 +62,9 @@ def resolve_secure_sgd_config(
     if not isinstance(config, SecureSGDConfig):
         raise v.invalid_type("config", f"config must be a SecureSGDConfig, got {type(config).__name__}")
     n = v.integer("num_members", num_members, minimum=1)
-    scale_invariant = scale_invariant_first_layer(config, model_name=model_name, model_options=model_options, input_shape=input_shape, num_classes=num_classes)
+    scale_invariant = scale_invariant_first_layer(
+        config, model_name=model_name, model_options=model_options, input_shape=input_shape, num_classes=num_classes
+    )
     resolved, derived = resolve_dp_config(config, num_members=n, scale_invariant_first_layer=scale_invariant)
     note = defaults_note(resolved, derived, num_members=n)
     if note is not None and scale_invariant and "learning_rate" in derived:
@@ -71,7 +79,12 @@ def _resolved(request: TrainRequest[SecureSGDConfig]) -> SecureSGDConfig:
         raise v.invalid_type("config", f"config must be a SecureSGDConfig, got {type(config).__name__}")
     num_members = len(request.splits.members)
     resolved, _ = resolve_secure_sgd_config(
-        config, num_members=num_members, model_name=request.model_name, model_options=request.model_options, input_shape=bundle.input_shape, num_classes=bundle.num_classes
+        config,
+        num_members=num_members,
+        model_name=request.model_name,
+        model_options=request.model_options,
+        input_shape=bundle.input_shape,
+        num_classes=bundle.num_classes,
     )
     return resolved
 
@@ -109,7 +122,12 @@ def train_secure_sgd(
     return train_certified(
         "secure-sgd",
         dataclasses.replace(request, config=config),
-        base_train=functools.partial(train_dpsgd, release=_ObservableAuthorsBatchClipping if config.authors_batch_clipping else ClippedRelease, observer=observer, pca_observer=pca_observer),
+        base_train=functools.partial(
+            train_dpsgd,
+            release=_ObservableAuthorsBatchClipping if config.authors_batch_clipping else ClippedRelease,
+            observer=observer,
+            pca_observer=pca_observer,
+        ),
         total_steps=plan.num_steps,
         redistribution_ids=public,
         batch_size=max(1, round(plan.expected_lot_size)),
@@ -127,17 +145,33 @@ class _ObservableAuthorsBatchClipping(AuthorsBatchClipping):
 
     pre_noise: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor] | None] | None = None
 
-    def __call__(self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any) -> tuple[dict[str, torch.Tensor], float]:
+    def __call__(
+        self, features: torch.Tensor, labels: torch.Tensor, lot: torch.Tensor, *, canary: Any
+    ) -> tuple[dict[str, torch.Tensor], float]:
         if self.pre_noise is None:
             return super().__call__(features, labels, lot, canary=canary)
         if canary is not None:
-            raise v.invalid("canary_gradient", "the authors' batch clipping has no per-example clipping a gradient canary could be clipped like; got a canary")
-        grads, loss_sum = authors_batch_mean_gradient(self._model, self._params, features[lot], labels[lot], clip_norm=self._clip_norm, physical_batch_size=self._physical_batch_size)
+            raise v.invalid(
+                "canary_gradient",
+                "the authors' batch clipping has no per-example clipping a gradient "
+                "canary could be clipped like; got a canary",
+            )
+        grads, loss_sum = authors_batch_mean_gradient(
+            self._model,
+            self._params,
+            features[lot],
+            labels[lot],
+            clip_norm=self._clip_norm,
+            physical_batch_size=self._physical_batch_size,
+        )
         replaced = self.pre_noise(grads)
         if replaced is not None:
             grads = replaced
         for g in grads.values():
-            g.add_(torch.randn(g.shape, generator=self._generator, device=g.device, dtype=g.dtype), alpha=self.noise_std / self._expected_lot_size)
+            g.add_(
+                torch.randn(g.shape, generator=self._generator, device=g.device, dtype=g.dtype),
+                alpha=self.noise_std / self._expected_lot_size,
+            )
         return grads, loss_sum
 
 
@@ -163,9 +197,19 @@ class _NoiseLayerRecorder(ReplayRecorder):
             return
         if len(lot_ids) > self._max_lot:
             raise v.invalid(
-                "physical_batch_size", f"the replay keys the noise layer's draws over one forward pass per lot; physical_batch_size must be >= the lot ({len(lot_ids)}), got {self._max_lot}"
+                "physical_batch_size",
+                "the replay keys the noise layer's draws over one forward pass per lot; "
+                f"physical_batch_size must be >= the lot ({len(lot_ids)}), got "
+                f"{self._max_lot}",
             )
-        draws = [torch.randn((1, *layer.output_shape), generator=torch_generator(self._seed, "replay-noise-layer", step, int(i)), dtype=layer.redistribution.dtype) for i in lot_ids]
+        draws = [
+            torch.randn(
+                (1, *layer.output_shape),
+                generator=torch_generator(self._seed, "replay-noise-layer", step, int(i)),
+                dtype=layer.redistribution.dtype,
+            )
+            for i in lot_ids
+        ]
         layer.fixed_noise = torch.cat(draws).to(layer.redistribution.device) if draws else None
         self._layer = layer
 
@@ -191,8 +235,15 @@ def replay_secure_sgd(request: TrainRequest[SecureSGDConfig], /) -> ReplayTrace:
     """
     resolved = _resolved(request)
     plan = plan_dpsgd(resolved, num_members=len(request.splits.members))
-    recorder = _NoiseLayerRecorder(clip_norm=float(resolved.clip_norm), expected_lot_size=plan.expected_lot_size, seed=request.seed, max_lot=resolved.physical_batch_size)  # type: ignore[arg-type]
-    record, model = train_secure_sgd(dataclasses.replace(request, progress=False), observer=recorder, pca_observer=recorder.pca)
+    recorder = _NoiseLayerRecorder(
+        clip_norm=float(resolved.clip_norm),  # type: ignore[arg-type]
+        expected_lot_size=plan.expected_lot_size,
+        seed=request.seed,
+        max_lot=resolved.physical_batch_size,
+    )
+    record, model = train_secure_sgd(
+        dataclasses.replace(request, progress=False), observer=recorder, pca_observer=recorder.pca
+    )
     released = dpsgd_released(record, model, config=resolved)
     released["first-layer sensitivity"] = np.asarray(record.metrics["first_layer_sensitivity"], dtype=np.float64)
     released["noise-layer noise std"] = np.asarray(record.metrics["noise_std"], dtype=np.float64)
@@ -200,11 +251,25 @@ def replay_secure_sgd(request: TrainRequest[SecureSGDConfig], /) -> ReplayTrace:
 
 
 def _resolve_defaults(
-    config: SecureSGDConfig, *, num_members: int, model_name: str | None = None, model_options: Mapping[str, object] | None = None, bundle: Any = None
+    config: SecureSGDConfig,
+    *,
+    num_members: int,
+    model_name: str | None = None,
+    model_options: Mapping[str, object] | None = None,
+    bundle: Any = None,
 ) -> tuple[SecureSGDConfig, str | None]:
     if model_name is None or bundle is None:
-        raise v.invalid("model", "resolving Secure-SGD's defaults needs the model and the dataset (model_name=, bundle=)")
-    return resolve_secure_sgd_config(config, num_members=num_members, model_name=model_name, model_options=model_options, input_shape=tuple(bundle.input_shape), num_classes=int(bundle.num_classes))
+        raise v.invalid(
+            "model", "resolving Secure-SGD's defaults needs the model and the dataset (model_name=, bundle=)"
+        )
+    return resolve_secure_sgd_config(
+        config,
+        num_members=num_members,
+        model_name=model_name,
+        model_options=model_options,
+        input_shape=tuple(bundle.input_shape),
+        num_classes=int(bundle.num_classes),
+    )
 
 
 def _check_budget(config: SecureSGDConfig, *, splits: Splits, **_: Any) -> None:
@@ -226,7 +291,8 @@ DEFENSES.register(
         resolve_defaults=_resolve_defaults,
         check_budget=_check_budget,
         replay=replay_secure_sgd,
-        chance_hint="--sensitivity-control (auto picks by the first layer), --attack-norm-bound, --lot-size, --learning-rate or --epochs",
+        chance_hint="--sensitivity-control (auto picks by the first layer), "
+        "--attack-norm-bound, --lot-size, --learning-rate or --epochs",
         summary="HGM noise layer + DP-SGD: DP for the training data and certified robustness (Phan et al. 2019)",
         order=23,
         style=PlotStyle(colour="#CC79A7", marker="^"),

@@ -58,16 +58,39 @@ def compute_redistribution(
     device = torch.device(request.device)
     ids = np.asarray(ids, dtype=np.int64)
     if len(ids) == 0:
-        raise v.invalid("member_fraction", "the data for the redistribution vector is empty; use --member-fraction < 1 or redistribute=False")
+        raise v.invalid(
+            "member_fraction",
+            "the data for the redistribution vector is empty; use --member-fraction < 1 or redistribute=False",
+        )
     empty = np.zeros(0, dtype=np.int64)
-    pre_splits = Splits(dataset=bundle.name, seed=seed, members=np.sort(ids), non_members=empty, population=empty, test=np.asarray(bundle.test.ids, dtype=np.int64))
-    pretrain = NonPrivateConfig(epochs=config.redistribution_pretrain_epochs, batch_size=batch_size, learning_rate=learning_rate)
+    pre_splits = Splits(
+        dataset=bundle.name,
+        seed=seed,
+        members=np.sort(ids),
+        non_members=empty,
+        population=empty,
+        test=np.asarray(bundle.test.ids, dtype=np.int64),
+    )
+    pretrain = NonPrivateConfig(
+        epochs=config.redistribution_pretrain_epochs, batch_size=batch_size, learning_rate=learning_rate
+    )
     options = {**request.model_options, "noise_layer": True}
-    pre_request = TrainRequest(bundle=bundle, splits=pre_splits, model_name=request.model_name, model_options=options, config=pretrain, seed=seed + 1, device=device, progress=request.progress)
+    pre_request = TrainRequest(
+        bundle=bundle,
+        splits=pre_splits,
+        model_name=request.model_name,
+        model_options=options,
+        config=pretrain,
+        seed=seed + 1,
+        device=device,
+        progress=request.progress,
+    )
     _, pre = train_nonprivate(pre_request, progress_label="redistribution pretrain")
     noise = find_noise_layer(pre)
     assert noise is not None  # built with noise_layer=True
-    pick = numpy_rng(seed, "redistribution").choice(len(ids), size=min(len(ids), config.redistribution_examples), replace=False)
+    pick = numpy_rng(seed, "redistribution").choice(
+        len(ids), size=min(len(ids), config.redistribution_examples), replace=False
+    )
     part = bundle.all().subset(np.sort(ids[pick]))
     x, y = part.features.to(device), part.labels.to(device)
     assert isinstance(pre, nn.Sequential)  # add_noise_layer builds a Sequential
@@ -79,11 +102,17 @@ def compute_redistribution(
         loss = nn.functional.cross_entropy(rest(h), yb, reduction="sum")  # no layer mixes examples: row i is ∂ℓ_i/∂h_i
         (g,) = torch.autograd.grad(loss, h)
         grads.append(g.cpu())
-    total = authors_total(noise.output_shape) if getattr(config, "authors_redistribution_total", False) is True else None
-    return redistribution_from_gradients(torch.cat(grads), inflation=config.inflation, exponent=config.redistribution_exponent, total=total)
+    total = (
+        authors_total(noise.output_shape) if getattr(config, "authors_redistribution_total", False) is True else None
+    )
+    return redistribution_from_gradients(
+        torch.cat(grads), inflation=config.inflation, exponent=config.redistribution_exponent, total=total
+    )
 
 
-def _hooks(schedule: NoiseSchedule, *, total_steps: int, seed: int, device: torch.device) -> tuple[Callable[[nn.Module], None], Callable[[int, nn.Module], None]]:
+def _hooks(
+    schedule: NoiseSchedule, *, total_steps: int, seed: int, device: torch.device
+) -> tuple[Callable[[nn.Module], None], Callable[[int, nn.Module], None]]:
     """The base training's ``prepare_model`` and ``after_step``: install the layer, keep it calibrated."""
 
     def prepare(model: nn.Module) -> None:
@@ -129,7 +158,9 @@ def train_certified(
     model_options = request.options()
     given = model_options.pop("noise_layer", True)
     if given is not True:
-        raise v.invalid("--defense", f"--defense {defense} needs the noise layer; got model_options noise_layer={given!r}")
+        raise v.invalid(
+            "--defense", f"--defense {defense} needs the noise layer; got model_options noise_layer={given!r}"
+        )
     mechanism, _ = CERTIFIED_MECHANISMS[defense]
     # The id and the stored config keep the options as given (a derived L stays None, so a rerun
     # finds the record); the calibration and the certification spec use the resolved values.
@@ -139,8 +170,15 @@ def train_certified(
     sigma = config.noise_per_sensitivity(mechanism)
     r = None
     if config.redistribute:
-        r = compute_redistribution(dataclasses.replace(asked, config=config), ids=redistribution_ids, batch_size=batch_size, learning_rate=learning_rate)
-    schedule = NoiseSchedule(sigma=sigma, redistribution=r, config=config, input_shape=request.bundle.input_shape, total_steps=total_steps)
+        r = compute_redistribution(
+            dataclasses.replace(asked, config=config),
+            ids=redistribution_ids,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+        )
+    schedule = NoiseSchedule(
+        sigma=sigma, redistribution=r, config=config, input_shape=request.bundle.input_shape, total_steps=total_steps
+    )
     prepare, after_step = _hooks(schedule, total_steps=total_steps, seed=request.seed, device=device)
     layered = dataclasses.replace(asked, model_options={**model_options, "noise_layer": True}, config=config)
     record, model = base_train(layered, progress_label=defense, prepare_model=prepare, after_step=after_step)
@@ -161,11 +199,34 @@ def train_certified(
         "train_seconds": time.monotonic() - started,
         "sensitivity_control": schedule.control,  # what ``auto`` resolved to on this model
     }
-    record = dataclasses.replace(record, model_id=model_id, defense=defense, model_options={**model_options, "noise_layer": True}, metrics=metrics)
-    return _with_certification(record, defense, config=config, given_config=request.config, noise=noise, split_seed=request.splits.seed, input_shape=request.bundle.input_shape), model
+    record = dataclasses.replace(
+        record,
+        model_id=model_id,
+        defense=defense,
+        model_options={**model_options, "noise_layer": True},
+        metrics=metrics,
+    )
+    return _with_certification(
+        record,
+        defense,
+        config=config,
+        given_config=request.config,
+        noise=noise,
+        split_seed=request.splits.seed,
+        input_shape=request.bundle.input_shape,
+    ), model
 
 
-def _with_certification(record: TrainedModel, defense: str, *, config: Any, given_config: Any, noise: NoiseLayer, split_seed: int, input_shape: tuple[int, ...]) -> TrainedModel:
+def _with_certification(
+    record: TrainedModel,
+    defense: str,
+    *,
+    config: Any,
+    given_config: Any,
+    noise: NoiseLayer,
+    split_seed: int,
+    input_shape: tuple[int, ...],
+) -> TrainedModel:
     """The record's stored config with the certification spec ``certify`` reads, and every authors' quirk named."""
     spec = certification_spec(defense, config)
     stored = {**config_dict(given_config), "split_seed": split_seed, "certification": spec.to_dict()}
@@ -180,6 +241,8 @@ def _with_certification(record: TrainedModel, defense: str, *, config: Any, give
             stored["certification"]["authors_reference_delta"] = AUTHORS_REFERENCE_DELTA
         claim = dataclasses.replace(claim, description=claim.description + quirk_note(config))
         # What `certify` will measure on the released layer, beside the Δ_r training used.
-        metrics["first_layer_sensitivity_released"] = layer_sensitivity(noise, input_shape=input_shape, norm=config.attack_norm)
+        metrics["first_layer_sensitivity_released"] = layer_sensitivity(
+            noise, input_shape=input_shape, norm=config.attack_norm
+        )
         metrics["redistribution_sum"] = float(noise.redistribution.double().sum())
     return dataclasses.replace(record, config=stored, claim=claim, metrics=metrics)

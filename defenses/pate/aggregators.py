@@ -92,21 +92,34 @@ def vote_histogram(teacher_predictions: Any, *, num_classes: int) -> np.ndarray:
             ``[0, num_classes)``, or ``num_classes`` < 2.
     """
     num_classes = v.integer("num_classes", num_classes, minimum=2)
-    if hasattr(teacher_predictions, "detach") and hasattr(teacher_predictions, "numpy"):  # a torch tensor, without importing torch
+    if hasattr(teacher_predictions, "detach") and hasattr(
+        teacher_predictions, "numpy"
+    ):  # a torch tensor, without importing torch
         teacher_predictions = teacher_predictions.detach().cpu().numpy()
     preds = np.asarray(teacher_predictions)
     if preds.ndim != 2:
-        raise v.invalid("teacher_predictions", f"teacher_predictions must be 2-D (teachers x queries), got shape {preds.shape}")
+        raise v.invalid(
+            "teacher_predictions", f"teacher_predictions must be 2-D (teachers x queries), got shape {preds.shape}"
+        )
     if preds.shape[0] < 1:
-        raise v.invalid("teacher_predictions", f"teacher_predictions must hold at least one teacher, got shape {preds.shape}")
+        raise v.invalid(
+            "teacher_predictions", f"teacher_predictions must hold at least one teacher, got shape {preds.shape}"
+        )
     if preds.size and preds.dtype.kind not in "iu":
-        raise v.invalid_type("teacher_predictions", f"teacher_predictions must hold integer labels, got dtype {preds.dtype}")
+        raise v.invalid_type(
+            "teacher_predictions", f"teacher_predictions must hold integer labels, got dtype {preds.dtype}"
+        )
     num_teachers, num_queries = preds.shape
     if preds.size:
         bad = (preds < 0) | (preds >= num_classes)
         if bad.any():
             t, i = (int(k) for k in np.argwhere(bad)[0])
-            raise v.invalid("teacher_predictions", f"teacher_predictions must hold labels in [0, {num_classes}) (num_classes={num_classes}), got {int(preds[t, i])} from teacher {t} on query {i}")
+            raise v.invalid(
+                "teacher_predictions",
+                f"teacher_predictions must hold labels in [0, {num_classes}) "
+                f"(num_classes={num_classes}), got {int(preds[t, i])} from teacher {t} "
+                f"on query {i}",
+            )
     # One flat bincount over (query, label) pairs: the row is the query, the column the label.
     flat = np.arange(num_queries, dtype=np.int64)[None, :] * num_classes + preds.astype(np.int64, copy=False)
     counts = np.bincount(flat.ravel(), minlength=num_queries * num_classes)
@@ -155,7 +168,8 @@ class LNMaxConfig(PlainSpec):
             2017 MNIST/SVHN setting is b = 20 (γ = 0.05).
     """
 
-    #: Stored as the aggregator's name, then its parameters (``to_dict`` / ``from_dict``: :class:`~dpaudit.specs.PlainSpec`).
+    #: Stored as the aggregator's name, then its parameters (``to_dict`` / ``from_dict``:
+    #: :class:`~dpaudit.specs.PlainSpec`).
     __spec_keys__: ClassVar[tuple[tuple[str, str], ...]] = (("aggregator", "name"),)
     name: ClassVar[str] = "lnmax"
     laplace_scale: float = 20.0
@@ -282,7 +296,11 @@ class Aggregation:
     @property
     def noise_source(self) -> str:
         """One phrase for records and reports: where the noise came from and what that means."""
-        return "operating-system entropy (private)" if self.seed is None else f"seed {self.seed}: reproducible, not private"
+        return (
+            "operating-system entropy (private)"
+            if self.seed is None
+            else f"seed {self.seed}: reproducible, not private"
+        )
 
     @property
     def num_queries(self) -> int:
@@ -295,7 +313,8 @@ class Aggregation:
         return int(np.count_nonzero(self.answered))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able summary: aggregator, parameters, seed (``None``: entropy), noise source, counts and the released labels.
+        """JSON-able summary: aggregator, parameters, seed (``None``: entropy), noise source, counts and the released
+        labels.
 
         The vote matrix and the noise are left out (save them as ``.npy`` beside it).
         """
@@ -345,7 +364,9 @@ def gnmax(votes: Any, *, sigma: float, seed: int | None) -> Aggregation:
     return aggregate(votes, GNMaxConfig(sigma=sigma), seed=seed)
 
 
-def confident_gnmax(votes: Any, *, threshold: float, threshold_sigma: float, sigma: float, seed: int | None) -> Aggregation:
+def confident_gnmax(
+    votes: Any, *, threshold: float, threshold_sigma: float, sigma: float, seed: int | None
+) -> Aggregation:
     """Confident-GNMax (Papernot et al. 2018, Algorithm 1).
 
     Args:
@@ -360,7 +381,9 @@ def confident_gnmax(votes: Any, *, threshold: float, threshold_sigma: float, sig
     Returns:
         An :class:`Aggregation`; unanswered queries have label :data:`NOT_ANSWERED`.
     """
-    return aggregate(votes, ConfidentGNMaxConfig(threshold=threshold, threshold_sigma=threshold_sigma, sigma=sigma), seed=seed)
+    return aggregate(
+        votes, ConfidentGNMaxConfig(threshold=threshold, threshold_sigma=threshold_sigma, sigma=sigma), seed=seed
+    )
 
 
 def aggregate(votes: Any, config: AggregatorConfig, *, seed: int | None) -> Aggregation:
@@ -381,7 +404,10 @@ def aggregate(votes: Any, config: AggregatorConfig, *, seed: int | None) -> Aggr
         ValueError: a bad vote matrix or a negative seed.
     """
     if not isinstance(config, (LNMaxConfig, GNMaxConfig, ConfidentGNMaxConfig)):
-        raise v.invalid_type("config", f"config must be one of {', '.join(c.__name__ for c in AGGREGATORS.values())}, got {type(config).__name__}")
+        raise v.invalid_type(
+            "config",
+            f"config must be one of {', '.join(c.__name__ for c in AGGREGATORS.values())}, got {type(config).__name__}",
+        )
     if seed is not None:
         seed = v.integer("seed", seed, minimum=0)
     arr = validate_votes(votes)
@@ -391,7 +417,10 @@ def aggregate(votes: Any, config: AggregatorConfig, *, seed: int | None) -> Aggr
         argmax_seq, threshold_seq = np.random.SeedSequence().spawn(2)
         argmax_rng, threshold_rng = np.random.default_rng(argmax_seq), np.random.default_rng(threshold_seq)
     else:
-        argmax_rng, threshold_rng = numpy_rng(seed, "pate", config.name, "argmax"), numpy_rng(seed, "pate", config.name, "threshold")
+        argmax_rng, threshold_rng = (
+            numpy_rng(seed, "pate", config.name, "argmax"),
+            numpy_rng(seed, "pate", config.name, "threshold"),
+        )
     threshold_noise: np.ndarray | None = None
     if isinstance(config, LNMaxConfig):
         noise = argmax_rng.laplace(0.0, config.laplace_scale, size=shape)

@@ -56,7 +56,15 @@ from defenses.pate.aggregators import AGGREGATORS, Aggregation, aggregate
 from defenses.pate.config import PATEConfig
 from defenses.pate.plan import PATEPlan, plan_pate
 from defenses.pate.student import train_student
-from defenses.pate.teachers import TeacherEnsemble, TeacherSpec, plan_teachers, teacher_identity, teacher_votes, train_teacher, train_teachers
+from defenses.pate.teachers import (
+    TeacherEnsemble,
+    TeacherSpec,
+    plan_teachers,
+    teacher_identity,
+    teacher_votes,
+    train_teacher,
+    train_teachers,
+)
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
@@ -73,7 +81,18 @@ from dpaudit.store import atomic_save_npz, atomic_write_bytes, atomic_write_json
 from dpaudit.train_request import TrainRequest
 from dpaudit.training import TrainWorkspace
 
-__all__ = ["PRIVATE_DIR", "PRIVATE_METRICS", "TEACHER_CACHE", "epsilon_curve", "plan_pate_teachers", "plan_for", "public_split", "replay_pate", "train_pate", "vote_sensitivity"]
+__all__ = [
+    "PRIVATE_DIR",
+    "PRIVATE_METRICS",
+    "TEACHER_CACHE",
+    "epsilon_curve",
+    "plan_pate_teachers",
+    "plan_for",
+    "public_split",
+    "replay_pate",
+    "train_pate",
+    "vote_sensitivity",
+]
 
 #: Name of the run's teacher cache (``RUN_DIR/records/pate-teachers/``).
 TEACHER_CACHE = "pate-teachers"
@@ -84,7 +103,11 @@ PRIVATE_DIR = "private"
 
 #: Values computed from the private data outside the aggregator: kept in ``private/pate.json``,
 #: not in the record's metrics (the data-dependent ε stays there only when it is the claim).
-PRIVATE_METRICS = ("epsilon_data_dependent_realised", "epsilon_data_dependent_realised_improved", "teacher_test_accuracy_mean")
+PRIVATE_METRICS = (
+    "epsilon_data_dependent_realised",
+    "epsilon_data_dependent_realised_improved",
+    "teacher_test_accuracy_mean",
+)
 
 
 def public_split(bundle: DatasetBundle, public_fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -96,7 +119,11 @@ def public_split(bundle: DatasetBundle, public_fraction: float) -> tuple[np.ndar
     ids = np.sort(np.asarray(bundle.test.ids, dtype=np.int64))
     cut = int(round(v.open_unit("public_fraction", public_fraction) * len(ids)))
     if cut < 1 or cut >= len(ids):
-        raise v.invalid("public_fraction", f"public_fraction={public_fraction!r} leaves no public or no evaluation example among the {len(ids)} test examples of {bundle.name}")
+        raise v.invalid(
+            "public_fraction",
+            f"public_fraction={public_fraction!r} leaves no public or no evaluation "
+            f"example among the {len(ids)} test examples of {bundle.name}",
+        )
     return ids[:cut], ids[cut:]
 
 
@@ -108,7 +135,14 @@ def _bounds(config: PATEConfig, votes: np.ndarray, answered: np.ndarray) -> pate
     if config.aggregator == "gnmax":
         return pate_analysis.analyze_gnmax(votes, sigma=config.sigma, delta=config.delta)
     assert config.threshold is not None and config.threshold_sigma is not None
-    return pate_analysis.analyze_confident_gnmax(votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, delta=config.delta, answered=answered)
+    return pate_analysis.analyze_confident_gnmax(
+        votes,
+        threshold=config.threshold,
+        threshold_sigma=config.threshold_sigma,
+        sigma=config.sigma,
+        delta=config.delta,
+        answered=answered,
+    )
 
 
 def epsilon_curve(config: PATEConfig, agg: Aggregation, *, analysis: str | None = None) -> np.ndarray:
@@ -119,7 +153,9 @@ def epsilon_curve(config: PATEConfig, agg: Aggregation, *, analysis: str | None 
     whole run), so its last point is the claim's ε. ``analysis`` (default: the config's) picks
     the bound; the data-independent curve depends only on which queries were answered.
     """
-    analysis = config.analysis if analysis is None else v.choice("analysis", analysis, ("data-dependent", "data-independent"))
+    analysis = (
+        config.analysis if analysis is None else v.choice("analysis", analysis, ("data-dependent", "data-independent"))
+    )
     rows = [_bounds(config, agg.votes[i : i + 1], agg.answered[i : i + 1]) for i in range(agg.num_queries)]
     if not rows:
         return np.zeros(0)
@@ -144,11 +180,21 @@ def _analyse(config: PATEConfig, agg: Aggregation, *, progress: bool = False) ->
             step = bar.update if progress else None
             assert config.sigma is not None  # the release is for GNMax and Confident-GNMax, resolved by plan_pate
             if config.aggregator == "gnmax":
-                release = smooth_sensitivity.release_gnmax_epsilon(votes, sigma=config.sigma, delta=d, beta=beta, sigma_ss=ss, progress=step)
+                release = smooth_sensitivity.release_gnmax_epsilon(
+                    votes, sigma=config.sigma, delta=d, beta=beta, sigma_ss=ss, progress=step
+                )
             else:
                 assert config.threshold is not None and config.threshold_sigma is not None
                 release = smooth_sensitivity.release_confident_gnmax_epsilon(
-                    votes, threshold=config.threshold, threshold_sigma=config.threshold_sigma, sigma=config.sigma, answered=agg.answered, delta=d, beta=beta, sigma_ss=ss, progress=step
+                    votes,
+                    threshold=config.threshold,
+                    threshold_sigma=config.threshold_sigma,
+                    sigma=config.sigma,
+                    answered=agg.answered,
+                    delta=d,
+                    beta=beta,
+                    sigma_ss=ss,
+                    progress=step,
                 )
     return result, release
 
@@ -156,7 +202,9 @@ def _analyse(config: PATEConfig, agg: Aggregation, *, progress: bool = False) ->
 def plan_for(config: PATEConfig, *, bundle: DatasetBundle, splits: Splits) -> PATEPlan:
     """:func:`defenses.pate.plan.plan_pate` for this dataset and split (public facts only: sizes and classes)."""
     public_ids, _ = public_split(bundle, config.public_fraction)
-    return plan_pate(config, num_members=len(splits.members), num_public=len(public_ids), num_classes=bundle.num_classes)
+    return plan_pate(
+        config, num_members=len(splits.members), num_public=len(public_ids), num_classes=bundle.num_classes
+    )
 
 
 def plan_pate_teachers(request: TrainRequest[PATEConfig], /) -> tuple[TeacherSpec, ...]:
@@ -177,21 +225,43 @@ def plan_pate_teachers(request: TrainRequest[PATEConfig], /) -> tuple[TeacherSpe
     )
 
 
-def _teachers(specs: Any, *, bundle: DatasetBundle, workspace: TrainWorkspace | None, device: torch.device, progress: bool) -> TeacherEnsemble:
+def _teachers(
+    specs: Any, *, bundle: DatasetBundle, workspace: TrainWorkspace | None, device: torch.device, progress: bool
+) -> TeacherEnsemble:
     if workspace is None:
         # No run to cache in (a shadow model of an attack): train in this process, keep nothing.
         pairs = [train_teacher(s, bundle=bundle, device=device) for s in specs]
         return TeacherEnsemble(
-            specs=tuple(specs), records=tuple(r for r, _ in pairs), models=tuple(m.to("cpu") for _, m in pairs), trained=tuple(s.teacher_id for s in specs), reused=(), directory=None
+            specs=tuple(specs),
+            records=tuple(r for r, _ in pairs),
+            models=tuple(m.to("cpu") for _, m in pairs),
+            trained=tuple(s.teacher_id for s in specs),
+            reused=(),
+            directory=None,
         )
     from dpaudit.executors import make_executor
 
-    with make_executor(workspace.executor, workers=workspace.num_workers, address=workspace.address, ship_code=workspace.ship_code, datasets=(bundle.name,), data_root=workspace.data_root) as executor:
-        return train_teachers(specs, directory=workspace.cache_dir, executor=executor, data_root=workspace.data_root, device=device.type, progress=progress)
+    with make_executor(
+        workspace.executor,
+        workers=workspace.num_workers,
+        address=workspace.address,
+        ship_code=workspace.ship_code,
+        datasets=(bundle.name,),
+        data_root=workspace.data_root,
+    ) as executor:
+        return train_teachers(
+            specs,
+            directory=workspace.cache_dir,
+            executor=executor,
+            data_root=workspace.data_root,
+            device=device.type,
+            progress=progress,
+        )
 
 
 class PublicSummary(TypedDict):
-    """The run's public summary, the fields of the record's ``pate.json`` (in this order) besides the aggregation and teachers."""
+    """The run's public summary, the fields of the record's ``pate.json`` (in this order) besides the aggregation and
+    teachers."""
 
     model_id: str
     claim: str
@@ -224,7 +294,13 @@ def _save_artifacts(
     np.save(buf, np.ascontiguousarray(agg.votes), allow_pickle=False)
     atomic_write_bytes(private / "votes.npy", buf.getvalue())
     curve = epsilon_curve(config, agg)
-    secret = {"votes": agg.votes, "query_ids": query_ids, "noise": agg.noise, "epsilon_curve": curve, "epsilon_curve_data_dependent": epsilon_curve(config, agg, analysis="data-dependent")}
+    secret = {
+        "votes": agg.votes,
+        "query_ids": query_ids,
+        "noise": agg.noise,
+        "epsilon_curve": curve,
+        "epsilon_curve_data_dependent": epsilon_curve(config, agg, analysis="data-dependent"),
+    }
     if agg.threshold_noise is not None:
         secret["threshold_noise"] = agg.threshold_noise
     atomic_save_npz(private / "pate.npz", **secret)
@@ -242,7 +318,8 @@ def _save_artifacts(
         private / "pate.json",
         {
             "model_id": summary["model_id"],
-            "note": "private: computed from the private data outside the claimed mechanism; never publish (docs/defenses/pate.md)",
+            "note": "private: computed from the private data outside the claimed mechanism; "
+            "never publish (docs/defenses/pate.md)",
             "metrics": json.loads(json.dumps(private_metrics)),
             "aggregation": aggregation,
             "teachers": teachers,
@@ -252,11 +329,17 @@ def _save_artifacts(
         aggregation.pop("seed")
     atomic_write_json(
         workspace.record_dir / "pate.json",
-        {**summary, "aggregation": aggregation, "teachers": {"num_teachers": ensemble.num_teachers, "private": f"{PRIVATE_DIR}/pate.json"}},
+        {
+            **summary,
+            "aggregation": aggregation,
+            "teachers": {"num_teachers": ensemble.num_teachers, "private": f"{PRIVATE_DIR}/pate.json"},
+        },
     )
 
 
-def _queries(config: PATEConfig, *, bundle: DatasetBundle, splits: Splits, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _queries(
+    config: PATEConfig, *, bundle: DatasetBundle, splits: Splits, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(public ids, evaluation ids, the queries drawn from the public ids, the public ids not queried).
 
     Raises:
@@ -266,20 +349,32 @@ def _queries(config: PATEConfig, *, bundle: DatasetBundle, splits: Splits, seed:
     assert config.queries is not None and config.teachers is not None  # a resolved config
     if config.queries > len(public_ids):
         raise v.invalid(
-            "queries", f"queries={config.queries} exceeds the {len(public_ids)} public examples of {bundle.name} (public_fraction={config.public_fraction:g} of its {len(bundle.test)} test examples)"
+            "queries",
+            f"queries={config.queries} exceeds the {len(public_ids)} public examples "
+            f"of {bundle.name} (public_fraction={config.public_fraction:g} of its "
+            f"{len(bundle.test)} test examples)",
         )
     if config.teachers > len(splits.members):
-        raise v.invalid("teachers", f"teachers={config.teachers} exceeds the {len(splits.members)} private members of the split (one example at least per teacher)")
+        raise v.invalid(
+            "teachers",
+            f"teachers={config.teachers} exceeds the {len(splits.members)} private "
+            "members of the split (one example at least per teacher)",
+        )
     order = np.random.default_rng(derive_seed(seed, "pate", "queries")).permutation(public_ids)
     return public_ids, eval_ids, np.sort(order[: config.queries]), order[config.queries :]
 
 
-def _student(request: TrainRequest[PATEConfig], agg: Aggregation, *, queries: Any, unlabeled: torch.Tensor | None) -> tuple[nn.Module, dict[str, float]]:
-    """The student trained on the answered queries' noisy labels (and the unlabeled public data, semi-supervised); eval mode."""
+def _student(
+    request: TrainRequest[PATEConfig], agg: Aggregation, *, queries: Any, unlabeled: torch.Tensor | None
+) -> tuple[nn.Module, dict[str, float]]:
+    """The student trained on the answered queries' noisy labels (and the unlabeled public data, semi-supervised); eval
+    mode."""
     bundle, seed, device = request.bundle, request.seed, torch.device(request.device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "pate", "student", "init"))
-        student = build_model(request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **request.model_options)
+        student = build_model(
+            request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **request.model_options
+        )
     student.to(device)
     answered = agg.answered
     student_metrics = train_student(
@@ -297,9 +392,19 @@ def _student(request: TrainRequest[PATEConfig], agg: Aggregation, *, queries: An
 
 
 def _pate_metrics(
-    config: PATEConfig, plan: Any, *, ensemble: TeacherEnsemble, agg: Aggregation, true_labels: np.ndarray, result: Any, release: Any, student_metrics: dict[str, float], counts: dict[str, int]
+    config: PATEConfig,
+    plan: Any,
+    *,
+    ensemble: TeacherEnsemble,
+    agg: Aggregation,
+    true_labels: np.ndarray,
+    result: Any,
+    release: Any,
+    student_metrics: dict[str, float],
+    counts: dict[str, int],
 ) -> tuple[dict[str, object], dict[str, object]]:
-    """(the record's metrics, the private ones): the values the run used, the teachers, the answers, the privacy analysis, the student.
+    """(the record's metrics, the private ones): the values the run used, the teachers, the answers, the privacy
+    analysis, the student.
 
     The values of :data:`PRIVATE_METRICS` are computed from the private data outside the
     aggregator, so they go to ``private/pate.json``; the data-dependent ε stays in the record only
@@ -311,8 +416,16 @@ def _pate_metrics(
     metrics: dict[str, object] = {
         "num_teachers": ensemble.num_teachers,
         # The values the run used (derived ones included: the record's config keeps them unset).
-        **{f"run_{k}": float(getattr(config, k)) for k in ("epochs", "sigma", "threshold", "threshold_sigma") if getattr(config, k) is not None},
-        **{f"run_{k}": getattr(config, k) for k in ("aggregator", "analysis", "queries", "teachers") if getattr(config, k) is not None},
+        **{
+            f"run_{k}": float(getattr(config, k))
+            for k in ("epochs", "sigma", "threshold", "threshold_sigma")
+            if getattr(config, k) is not None
+        },
+        **{
+            f"run_{k}": getattr(config, k)
+            for k in ("aggregator", "analysis", "queries", "teachers")
+            if getattr(config, k) is not None
+        },
         **({} if plan.epsilon_planned is None else {"epsilon_planned_worst_case": plan.epsilon_planned}),
         "teachers_trained": len(ensemble.trained),
         "teachers_reused": len(ensemble.reused),
@@ -326,7 +439,11 @@ def _pate_metrics(
         "epsilon_data_dependent_realised": result.data_dependent.epsilon,
         "epsilon_data_dependent_realised_improved": result.data_dependent.epsilon_improved,
         "epsilon_data_independent": result.data_independent.epsilon,
-        **({} if release is None else {"epsilon_noisy_estimate": release.epsilon_noisy_estimate, "release_order": release.order}),
+        **(
+            {}
+            if release is None
+            else {"epsilon_noisy_estimate": release.epsilon_noisy_estimate, "release_order": release.order}
+        ),
         **{f"student_{k}": x for k, x in student_metrics.items()},
     }
     claims_it = config.analysis == "data-dependent" and release is None
@@ -340,7 +457,9 @@ def _noise_seed(config: PATEConfig) -> int | None:
     return config.aggregator_seed  # the aggregators draw each step's stream from it by name
 
 
-def _teach(request: TrainRequest[PATEConfig], /, *, workspace: TrainWorkspace | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, TeacherEnsemble, np.ndarray]:
+def _teach(
+    request: TrainRequest[PATEConfig], /, *, workspace: TrainWorkspace | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, TeacherEnsemble, np.ndarray]:
     """Everything before the aggregator's noise, shared by :func:`train_pate` and :func:`replay_pate`.
 
     Returns:
@@ -348,8 +467,12 @@ def _teach(request: TrainRequest[PATEConfig], /, *, workspace: TrainWorkspace | 
         matrix of the queries) for a request with a resolved config.
     """
     bundle, device, progress = request.bundle, torch.device(request.device), request.progress
-    public_ids, eval_ids, query_ids, other_ids = _queries(request.config, bundle=bundle, splits=request.splits, seed=request.seed)
-    ensemble = _teachers(plan_pate_teachers(request), bundle=bundle, workspace=workspace, device=device, progress=progress)
+    public_ids, eval_ids, query_ids, other_ids = _queries(
+        request.config, bundle=bundle, splits=request.splits, seed=request.seed
+    )
+    ensemble = _teachers(
+        plan_pate_teachers(request), bundle=bundle, workspace=workspace, device=device, progress=progress
+    )
     votes = teacher_votes(ensemble, bundle.test.subset(query_ids).features, device=device, progress=progress)
     return public_ids, eval_ids, query_ids, other_ids, ensemble, votes
 
@@ -368,7 +491,8 @@ def vote_sensitivity(aggregator: str) -> tuple[float, str]:
 
 
 def replay_pate(request: TrainRequest[PATEConfig], /) -> ReplayTrace:
-    """The neighbouring-replay trace of PATE (:mod:`dpaudit.replay`): :func:`train_pate`'s own pipeline up to the aggregator.
+    """The neighbouring-replay trace of PATE (:mod:`dpaudit.replay`): :func:`train_pate`'s own pipeline up to the
+    aggregator.
 
     Runs the plan, the query draw, the keyed-hash partitioning, every teacher's training (in
     this process, nothing cached) and the votes exactly as :func:`train_pate` does, and records:
@@ -388,16 +512,35 @@ def replay_pate(request: TrainRequest[PATEConfig], /) -> ReplayTrace:
         The trace.
     """
     config = plan_for(request.config, bundle=request.bundle, splits=request.splits).config
-    public_ids, eval_ids, query_ids, _, ensemble, votes = _teach(dataclasses.replace(request, config=config, progress=False), workspace=None)
+    public_ids, eval_ids, query_ids, _, ensemble, votes = _teach(
+        dataclasses.replace(request, config=config, progress=False), workspace=None
+    )
     sensitivity, norm = vote_sensitivity(str(config.aggregator))  # resolved by the plan
-    inputs = tuple(MechanismInput(name=f"query {i} (public id {int(q)}): vote histogram", value=votes[i], sensitivity=sensitivity, norm=norm) for i, q in enumerate(query_ids))
-    settings = {f"run_{k}": float(getattr(config, k)) for k in ("teachers", "epochs", "queries", "sigma", "threshold", "threshold_sigma", "laplace_scale") if getattr(config, k) is not None}
-    public = {"public ids": public_ids, "evaluation ids": eval_ids, "query ids": query_ids, "number of teachers": float(ensemble.num_teachers), **settings}
+    inputs = tuple(
+        MechanismInput(
+            name=f"query {i} (public id {int(q)}): vote histogram", value=votes[i], sensitivity=sensitivity, norm=norm
+        )
+        for i, q in enumerate(query_ids)
+    )
+    settings = {
+        f"run_{k}": float(getattr(config, k))
+        for k in ("teachers", "epochs", "queries", "sigma", "threshold", "threshold_sigma", "laplace_scale")
+        if getattr(config, k) is not None
+    }
+    public = {
+        "public ids": public_ids,
+        "evaluation ids": eval_ids,
+        "query ids": query_ids,
+        "number of teachers": float(ensemble.num_teachers),
+        **settings,
+    }
     released = {name: np.asarray(x, dtype=np.float64) for name, x in public.items()}
     return ReplayTrace(defense="pate", mechanism_inputs=inputs, released=released)
 
 
-def train_pate(request: TrainRequest[PATEConfig], /, *, workspace: TrainWorkspace | None = None) -> tuple[TrainedModel, nn.Module]:
+def train_pate(
+    request: TrainRequest[PATEConfig], /, *, workspace: TrainWorkspace | None = None
+) -> tuple[TrainedModel, nn.Module]:
     """Trains PATE's teachers, labels public queries by the noisy aggregator, trains the student.
 
     Args:
@@ -428,26 +571,65 @@ def train_pate(request: TrainRequest[PATEConfig], /, *, workspace: TrainWorkspac
     queries = bundle.test.subset(query_ids)
     agg = aggregate(votes, config.aggregator_config(), seed=_noise_seed(config))
     if agg.num_answered == 0:
-        raise v.invalid("threshold", f"the aggregator answered none of the {agg.num_queries} queries (threshold={config.threshold:g}); lower --threshold or ask more --queries")
+        raise v.invalid(
+            "threshold",
+            f"the aggregator answered none of the {agg.num_queries} queries "
+            f"(threshold={config.threshold:g}); lower --threshold or ask more "
+            "--queries",
+        )
     result, release = _analyse(config, agg, progress=progress)
     parameters = {k: float(x) for k, x in config.aggregator_config().to_dict().items() if k != "aggregator"}
-    claim = pate_claim.pate_claim(result, parameters=parameters, num_answered=agg.num_answered, data_dependent=config.analysis == "data-dependent", release=release)
+    claim = pate_claim.pate_claim(
+        result,
+        parameters=parameters,
+        num_answered=agg.num_answered,
+        data_dependent=config.analysis == "data-dependent",
+        release=release,
+    )
     unlabeled = None
     if config.semi_supervised:
         rest = np.sort(np.concatenate([query_ids[~agg.answered], other_ids]))
         unlabeled = bundle.test.subset(rest).features if len(rest) else None
     student, student_metrics = _student(resolved, agg, queries=queries, unlabeled=unlabeled)
-    counts = {"num_public": len(public_ids), "num_unlabeled": 0 if unlabeled is None else len(unlabeled), "num_eval": len(eval_ids)}
+    counts = {
+        "num_public": len(public_ids),
+        "num_unlabeled": 0 if unlabeled is None else len(unlabeled),
+        "num_eval": len(eval_ids),
+    }
     metrics, private_metrics = _pate_metrics(
-        config, plan, ensemble=ensemble, agg=agg, true_labels=queries.labels.numpy(), result=result, release=release, student_metrics=student_metrics, counts=counts
+        config,
+        plan,
+        ensemble=ensemble,
+        agg=agg,
+        true_labels=queries.labels.numpy(),
+        result=result,
+        release=release,
+        student_metrics=student_metrics,
+        counts=counts,
     )
     # The student is evaluated on the evaluation part only: it has trained on the public part.
     evaluation = dataclasses.replace(bundle, test=bundle.test.subset(eval_ids))
-    evaluated = dataclasses.replace(request, bundle=evaluation, splits=dataclasses.replace(request.splits, test=eval_ids), progress=False)
+    evaluated = dataclasses.replace(
+        request, bundle=evaluation, splits=dataclasses.replace(request.splits, test=eval_ids), progress=False
+    )
     record = build_record(evaluated, defense="pate", model=student, claim=claim, started=started, extra_metrics=metrics)
     if workspace is not None:
-        summary: PublicSummary = {"model_id": record.model_id, "claim": claim.statement(), "epsilon": claim.epsilon(delta=config.delta, accountant="rdp"), "metrics": json.loads(json.dumps(metrics))}
-        _save_artifacts(workspace, config=config, agg=agg, query_ids=query_ids, ensemble=ensemble, summary=summary, private_metrics=private_metrics, sanitised=release is not None)
+        summary: PublicSummary = {
+            "model_id": record.model_id,
+            "claim": claim.statement(),
+            "epsilon": claim.epsilon(delta=config.delta, accountant="rdp"),
+            "metrics": json.loads(json.dumps(metrics)),
+        }
+        _save_artifacts(
+            workspace,
+            config=config,
+            agg=agg,
+            query_ids=query_ids,
+            ensemble=ensemble,
+            summary=summary,
+            private_metrics=private_metrics,
+            sanitised=release is not None,
+        )
     return record, student
 
 
@@ -466,12 +648,21 @@ DEFENSES.register(
         submodel_identity=teacher_identity,
         check_budget=_check_budget,
         replay=replay_pate,
-        summary="teachers on disjoint partitions, noisy vote aggregation (LNMax/GNMax/Confident-GNMax), released student (Papernot et al. 2017, 2018)",
+        summary="teachers on disjoint partitions, noisy vote aggregation "
+        "(LNMax/GNMax/Confident-GNMax), released student (Papernot et al. 2017, "
+        "2018)",
         order=40,
         artefacts=(
-            Artefact(name="pate.npz", what="the queries asked, the noisy answers, which were answered (published)", required=True),
+            Artefact(
+                name="pate.npz",
+                what="the queries asked, the noisy answers, which were answered (published)",
+                required=True,
+            ),
             Artefact(name="pate.json", what="the aggregation and its privacy accounting (published)"),
-            Artefact(name=f"{PRIVATE_DIR}/", what="the vote matrix, the noise, the partitions, the un-sanitised data-dependent ε (never publish)"),
+            Artefact(
+                name=f"{PRIVATE_DIR}/",
+                what="the vote matrix, the noise, the partitions, the un-sanitised data-dependent ε (never publish)",
+            ),
         ),
         report_kind="pate",
         run_module="dpaudit.app.runs.pate",

@@ -18,7 +18,14 @@ import numpy as np
 from dpaudit import _validate as v
 from dpaudit.seeding import derive_seed
 
-__all__ = ["assign_teachers", "partition_ids", "partition_key", "partitions_from_membership", "teacher_membership", "teacher_of"]
+__all__ = [
+    "assign_teachers",
+    "partition_ids",
+    "partition_key",
+    "partitions_from_membership",
+    "teacher_membership",
+    "teacher_of",
+]
 
 
 #: SplitMix64's constants (Steele, Lea and Flood 2014, "Fast splittable pseudorandom number generators").
@@ -100,7 +107,9 @@ def partition_ids(ids: Any, *, num_teachers: int, seed: int) -> tuple[np.ndarray
     pool = v.sorted_id_set("ids", ids)
     num_teachers = v.integer("num_teachers", num_teachers, minimum=1)
     if num_teachers > pool.size:
-        raise v.invalid("num_teachers", f"num_teachers must be at most the number of ids ({pool.size}), got {num_teachers}")
+        raise v.invalid(
+            "num_teachers", f"num_teachers must be at most the number of ids ({pool.size}), got {num_teachers}"
+        )
     seed = v.integer("seed", seed, minimum=0)
     owner = assign_teachers(pool, num_teachers=num_teachers, seed=seed)
     sizes = np.bincount(owner, minlength=num_teachers)
@@ -108,8 +117,10 @@ def partition_ids(ids: Any, *, num_teachers: int, seed: int) -> tuple[np.ndarray
         empty = int(np.flatnonzero(sizes == 0)[0])
         raise v.invalid(
             "num_teachers",
-            f"num_teachers={num_teachers}: the keyed hash of seed {seed} gives teacher {empty} none of the {pool.size} ids "
-            f"({int((sizes == 0).sum())} teachers empty); use fewer teachers (a teacher's expected share is {pool.size / num_teachers:.3g} ids)",
+            f"num_teachers={num_teachers}: the keyed hash of seed {seed} gives "
+            f"teacher {empty} none of the {pool.size} ids "
+            f"({int((sizes == 0).sum())} teachers empty); use fewer teachers (a "
+            f"teacher's expected share is {pool.size / num_teachers:.3g} ids)",
         )
     parts = []
     for t in range(num_teachers):
@@ -167,7 +178,11 @@ def partitions_from_membership(membership: Mapping[str, Any]) -> tuple[np.ndarra
         raise v.invalid_type("membership", f"membership must be a mapping, got {type(membership).__name__}")
     expected = [str(t) for t in range(len(membership))]
     if sorted(membership, key=str) != sorted(expected) or any(not isinstance(k, str) for k in membership):
-        raise v.invalid("membership", f"membership keys must be the teacher indices '0'..'{len(membership) - 1}', got {sorted(map(str, membership))[:5]}")
+        raise v.invalid(
+            "membership",
+            "membership keys must be the teacher indices "
+            f"'0'..'{len(membership) - 1}', got {sorted(map(str, membership))[:5]}",
+        )
     return _check_partitions([membership[k] for k in expected], "membership")
 
 

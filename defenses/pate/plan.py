@@ -96,20 +96,30 @@ def _teachers_and_epochs(config: Any, *, members: int, notes: list[str]) -> tupl
     n = config.teachers
     if n is None:
         n = max(1, min(MAX_TEACHERS, members // EXAMPLES_PER_TEACHER))
-        notes.append(f"teachers = {n} (one per {EXAMPLES_PER_TEACHER} of the {members} private members, at most {MAX_TEACHERS})")
+        notes.append(
+            f"teachers = {n} (one per {EXAMPLES_PER_TEACHER} of the {members} private members, at most {MAX_TEACHERS})"
+        )
     elif n > members:
-        raise v.invalid("teachers", f"teachers={n} exceeds the {members} private members of the split (one example at least per teacher)")
+        raise v.invalid(
+            "teachers",
+            f"teachers={n} exceeds the {members} private members of the split (one example at least per teacher)",
+        )
     epochs = config.epochs
     if epochs is None:
         steps_per_epoch = math.ceil((members // n) / config.batch_size)
         epochs = max(DEFAULT_TEACHER_EPOCHS, math.ceil(MIN_TEACHER_STEPS / max(1, steps_per_epoch)))
         if epochs != DEFAULT_TEACHER_EPOCHS:
-            notes.append(f"teacher epochs = {epochs} ({MIN_TEACHER_STEPS} SGD steps on partitions of {members // n} examples)")
+            notes.append(
+                f"teacher epochs = {epochs} ({MIN_TEACHER_STEPS} SGD steps on partitions of {members // n} examples)"
+            )
     return n, epochs
 
 
-def _resolved_values(config: Any, *, teachers: int, epochs: int, queries: Any, sigma: Any, notes: list[str]) -> dict[str, Any]:
-    """The config's fields as the run uses them; Confident-GNMax's threshold and its σ derived when unset (said in ``notes``)."""
+def _resolved_values(
+    config: Any, *, teachers: int, epochs: int, queries: Any, sigma: Any, notes: list[str]
+) -> dict[str, Any]:
+    """The config's fields as the run uses them; Confident-GNMax's threshold and its σ derived when unset (said in
+    ``notes``)."""
     n = teachers
     values: dict[str, Any] = {"teachers": n, "epochs": epochs, "queries": queries}
     if config.aggregator != "lnmax":
@@ -118,7 +128,11 @@ def _resolved_values(config: Any, *, teachers: int, epochs: int, queries: Any, s
         s1 = config.threshold_sigma if config.threshold_sigma is not None else THRESHOLD_SIGMA_RATIO * float(sigma)
         t = config.threshold if config.threshold is not None else THRESHOLD_FRACTION * n
         if config.threshold_sigma is None or config.threshold is None:
-            notes.append(f"threshold T = {_g(t)} ({THRESHOLD_FRACTION:g} x teachers), threshold_sigma = {_g(s1)} ({THRESHOLD_SIGMA_RATIO:g} x sigma), as T = 200, sigma_1 = 150 of 2018's MNIST")
+            notes.append(
+                f"threshold T = {_g(t)} ({THRESHOLD_FRACTION:g} x teachers), "
+                f"threshold_sigma = {_g(s1)} ({THRESHOLD_SIGMA_RATIO:g} x sigma), as T = "
+                "200, sigma_1 = 150 of 2018's MNIST"
+            )
         values.update(threshold=float(t), threshold_sigma=float(s1))
     return values
 
@@ -143,7 +157,10 @@ def plan_pate(config: Any, *, num_members: int, num_public: int, num_classes: in
     notes: list[str] = []
     n, epochs = _teachers_and_epochs(config, members=members, notes=notes)
     if config.queries is not None and config.queries > pool:
-        raise v.invalid("queries", f"queries={config.queries} exceeds the {pool} public examples (public_fraction={config.public_fraction:g})")
+        raise v.invalid(
+            "queries",
+            f"queries={config.queries} exceeds the {pool} public examples (public_fraction={config.public_fraction:g})",
+        )
     agg = config.aggregator
     confident = agg == "confident-gnmax"
     sigma, queries, target, delta = config.sigma, config.queries, config.target_epsilon, config.delta
@@ -153,7 +170,9 @@ def plan_pate(config: Any, *, num_members: int, num_public: int, num_classes: in
     if target is None or agg == "lnmax":
         if agg != "lnmax" and sigma is None:
             sigma = SIGMA_FRACTION * n
-            notes.append(f"sigma = {_g(sigma)} ({SIGMA_FRACTION:g} x {n} teachers, as 40 of 250 in Papernot et al. 2018)")
+            notes.append(
+                f"sigma = {_g(sigma)} ({SIGMA_FRACTION:g} x {n} teachers, as 40 of 250 in Papernot et al. 2018)"
+            )
         if queries is None:
             queries = min(MAX_DEFAULT_QUERIES, pool)
             notes.append(f"queries = {queries} (at most {MAX_DEFAULT_QUERIES}, of {pool} public examples)")
@@ -164,41 +183,68 @@ def plan_pate(config: Any, *, num_members: int, num_public: int, num_classes: in
             return s1_given if not confident or s1_given is not None else THRESHOLD_SIGMA_RATIO * s2
 
         def calibrate(q: int) -> float:
-            return calibrate_sigma(target_epsilon=target, delta=delta, num_queries=q, threshold_ratio=ratio, threshold_sigma=s1_given)
+            return calibrate_sigma(
+                target_epsilon=target, delta=delta, num_queries=q, threshold_ratio=ratio, threshold_sigma=s1_given
+            )
 
         where = f"target_epsilon = {target:g} (delta = {delta:g}, data-independent, every query charged as answered)"
         if sigma is None and queries is None:
             sigma = SIGMA_FRACTION * n
-            queries = max_queries(target_epsilon=target, delta=delta, sigma=sigma, threshold_sigma=s1_of(sigma), limit=cap)
+            queries = max_queries(
+                target_epsilon=target, delta=delta, sigma=sigma, threshold_sigma=s1_of(sigma), limit=cap
+            )
             floor = min(pool, MIN_QUERIES_PER_CLASS * classes)
             if queries < floor:
                 queries = floor
                 sigma = calibrate(queries)
-                notes.append(f"sigma = {_g(sigma)} calibrated so that {queries} queries ({MIN_QUERIES_PER_CLASS} per class) spend {where}; --queries sets the number")
+                notes.append(
+                    f"sigma = {_g(sigma)} calibrated so that {queries} queries "
+                    f"({MIN_QUERIES_PER_CLASS} per class) spend {where}; --queries sets the "
+                    "number"
+                )
             else:
-                notes.append(f"sigma = {_g(sigma)} ({SIGMA_FRACTION:g} x {n} teachers) and {queries} queries, the most (of at most {cap}) within {where}")
+                notes.append(
+                    f"sigma = {_g(sigma)} ({SIGMA_FRACTION:g} x {n} teachers) and {queries} "
+                    f"queries, the most (of at most {cap}) within {where}"
+                )
         elif sigma is None:
             sigma = calibrate(queries)
-            notes.append(f"sigma = {_g(sigma)} calibrated so that {queries} queries spend {where}; --queries sets the number")
+            notes.append(
+                f"sigma = {_g(sigma)} calibrated so that {queries} queries spend {where}; --queries sets the number"
+            )
         else:
-            allowed = max_queries(target_epsilon=target, delta=delta, sigma=sigma, threshold_sigma=s1_of(sigma), limit=pool)
+            allowed = max_queries(
+                target_epsilon=target, delta=delta, sigma=sigma, threshold_sigma=s1_of(sigma), limit=pool
+            )
             if allowed == 0:
-                raise v.invalid("target_epsilon", f"target_epsilon={target!r} is exceeded by a single query at sigma={sigma!r}; raise sigma or leave it unset to calibrate it")
+                raise v.invalid(
+                    "target_epsilon",
+                    f"target_epsilon={target!r} is exceeded by a single query at "
+                    f"sigma={sigma!r}; raise sigma or leave it unset to calibrate it",
+                )
             if queries is None:
                 queries = min(allowed, cap)
-                notes.append(f"sigma = {_g(sigma)} allows {allowed} queries within {where}; the student asks {queries} (leave --sigma unset and pass --queries to calibrate sigma instead)")
+                notes.append(
+                    f"sigma = {_g(sigma)} allows {allowed} queries within {where}; the "
+                    f"student asks {queries} (leave --sigma unset and pass --queries to "
+                    "calibrate sigma instead)"
+                )
             elif queries > allowed:
                 # Answering fewer than asked would silently train a different run than the one asked for.
                 raise v.invalid(
                     "queries",
-                    f"queries={queries} exceeds the {allowed} queries that sigma={sigma!r} allows within {where}; lower queries to at most {allowed}, raise sigma, or leave sigma unset to calibrate it",
+                    f"queries={queries} exceeds the {allowed} queries that sigma={sigma!r} "
+                    f"allows within {where}; lower queries to at most {allowed}, raise "
+                    "sigma, or leave sigma unset to calibrate it",
                 )
             else:
                 notes.append(f"sigma = {_g(sigma)} and {queries} queries stay within {where}")
     values = _resolved_values(config, teachers=n, epochs=epochs, queries=queries, sigma=sigma, notes=notes)
     resolved = dataclasses.replace(config, **values)
     if agg != "lnmax":
-        planned = worst_case_epsilon(num_queries=int(queries), sigma=float(sigma), threshold_sigma=values.get("threshold_sigma"), delta=delta)
+        planned = worst_case_epsilon(
+            num_queries=int(queries), sigma=float(sigma), threshold_sigma=values.get("threshold_sigma"), delta=delta
+        )
         if target is not None and planned > target * (1 + 1e-9):
             raise RuntimeError(f"internal error: the PATE plan spends epsilon={planned!r} > target_epsilon={target!r}")
     return PATEPlan(config=resolved, notes=tuple(notes), epsilon_planned=planned)

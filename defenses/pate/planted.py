@@ -25,21 +25,41 @@ from typing import Any
 
 import numpy as np
 
-from defenses.pate.aggregators import NOT_ANSWERED, Aggregation, AggregatorConfig, ConfidentGNMaxConfig, GNMaxConfig, LNMaxConfig, aggregate, validate_votes
+from defenses.pate.aggregators import (
+    NOT_ANSWERED,
+    Aggregation,
+    AggregatorConfig,
+    ConfidentGNMaxConfig,
+    GNMaxConfig,
+    LNMaxConfig,
+    aggregate,
+    validate_votes,
+)
 from dpaudit import _validate as v
 
-__all__ = ["PLANTED_PATE_BUGS", "planted_aggregator", "aggregate_noise_scale_too_small", "aggregate_threshold_without_noise"]
+__all__ = [
+    "PLANTED_PATE_BUGS",
+    "planted_aggregator",
+    "aggregate_noise_scale_too_small",
+    "aggregate_threshold_without_noise",
+]
 
 PLANTED_PATE_BUGS = ("none", "noise-scale-too-small", "threshold-without-noise")
 """The ``--planted-bug`` values of ``dpaudit pate audit``; ``none`` is the real aggregator."""
 
 #: Which aggregators each bug applies to.
-_APPLIES_TO = {"none": ("lnmax", "gnmax", "confident-gnmax"), "noise-scale-too-small": ("lnmax", "gnmax", "confident-gnmax"), "threshold-without-noise": ("confident-gnmax",)}
+_APPLIES_TO = {
+    "none": ("lnmax", "gnmax", "confident-gnmax"),
+    "noise-scale-too-small": ("lnmax", "gnmax", "confident-gnmax"),
+    "threshold-without-noise": ("confident-gnmax",),
+}
 
 Aggregate = Callable[..., Aggregation]
 
 
-def aggregate_noise_scale_too_small(votes: Any, config: AggregatorConfig, *, seed: int, factor: float = 10.0) -> Aggregation:
+def aggregate_noise_scale_too_small(
+    votes: Any, config: AggregatorConfig, *, seed: int, factor: float = 10.0
+) -> Aggregation:
     """The real aggregator with every noise scale divided by ``factor``; records the documented config.
 
     Args:
@@ -69,7 +89,11 @@ def aggregate_threshold_without_noise(votes: Any, config: AggregatorConfig, *, s
         ValueError: ``config`` is not a Confident-GNMax config (there is no threshold to forget).
     """
     if not isinstance(config, ConfidentGNMaxConfig):
-        raise v.invalid("planted_bug", f"planted bug threshold-without-noise applies to confident-gnmax, got aggregator {getattr(config, 'name', type(config).__name__)!r}")
+        raise v.invalid(
+            "planted_bug",
+            "planted bug threshold-without-noise applies to confident-gnmax, got "
+            f"aggregator {getattr(config, 'name', type(config).__name__)!r}",
+        )
     real = aggregate(votes, config, seed=seed)
     arr = validate_votes(votes)
     answered = arr.max(axis=1) >= config.threshold
@@ -93,7 +117,10 @@ def planted_aggregator(bug: str, *, aggregator: str | None = None, factor: float
     """
     v.choice("planted_bug", bug, PLANTED_PATE_BUGS)
     if aggregator is not None and aggregator not in _APPLIES_TO[bug]:
-        raise v.invalid("planted_bug", f"planted_bug {bug!r} applies to {', '.join(_APPLIES_TO[bug])}, got aggregator {aggregator!r}")
+        raise v.invalid(
+            "planted_bug",
+            f"planted_bug {bug!r} applies to {', '.join(_APPLIES_TO[bug])}, got aggregator {aggregator!r}",
+        )
     if bug == "noise-scale-too-small":
         f = v.positive("factor", factor)
 

@@ -94,7 +94,9 @@ class StudentConfig:
         v.unit_interval_open_right("momentum", self.momentum)
         v.non_negative("weight_decay", self.weight_decay)
         if not isinstance(self.semi_supervised, bool):
-            raise v.invalid_type("semi_supervised", f"semi_supervised must be True or False, got {self.semi_supervised!r}")
+            raise v.invalid_type(
+                "semi_supervised", f"semi_supervised must be True or False, got {self.semi_supervised!r}"
+            )
         v.non_negative("unlabeled_weight", self.unlabeled_weight)
         v.open_unit("confidence", self.confidence)
         v.integer("unlabeled_ratio", self.unlabeled_ratio, minimum=1)
@@ -127,7 +129,15 @@ def _uniform(n: int, generator: torch.Generator, device: torch.device, low: floa
     return (low + (high - low) * torch.rand(n, generator=generator)).to(device)
 
 
-def _affine(x: torch.Tensor, generator: torch.Generator, *, shift: float, rotate_deg: float, scale: tuple[float, float], shear: float) -> torch.Tensor:
+def _affine(
+    x: torch.Tensor,
+    generator: torch.Generator,
+    *,
+    shift: float,
+    rotate_deg: float,
+    scale: tuple[float, float],
+    shear: float,
+) -> torch.Tensor:
     """Random affine maps of an image batch (N, C, H, W), one per image, sampled bilinearly."""
     n, _, h, w = x.shape
     dev = x.device
@@ -138,7 +148,9 @@ def _affine(x: torch.Tensor, generator: torch.Generator, *, shift: float, rotate
     tx = _uniform(n, generator, dev, -shift, shift) * (2.0 / w)
     ty = _uniform(n, generator, dev, -shift, shift) * (2.0 / h)
     cos, sin = torch.cos(angle), torch.sin(angle)
-    theta = torch.stack([torch.stack([s * cos, -s * sin + sh, tx], 1), torch.stack([s * sin, s * cos, ty], 1)], 1).to(x.dtype)
+    theta = torch.stack([torch.stack([s * cos, -s * sin + sh, tx], 1), torch.stack([s * sin, s * cos, ty], 1)], 1).to(
+        x.dtype
+    )
     grid = F.affine_grid(theta, list(x.shape), align_corners=False)
     # Edge replication: MNIST's border is black anyway, and natural images get no black frame.
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
@@ -289,10 +301,17 @@ def train_student(
     x_unl: torch.Tensor | None = None
     if config.semi_supervised:
         if unlabeled_features is None:
-            raise v.invalid("unlabeled_features", "unlabeled_features must be given when config.semi_supervised is True")
+            raise v.invalid(
+                "unlabeled_features", "unlabeled_features must be given when config.semi_supervised is True"
+            )
         x_unl = _check_features("unlabeled_features", unlabeled_features)
         if tuple(x_unl.shape[1:]) != tuple(x_lab.shape[1:]):
-            raise v.invalid("unlabeled_features", f"unlabeled_features must have examples of shape {tuple(x_lab.shape[1:])} like labeled_features, got {tuple(x_unl.shape[1:])}")
+            raise v.invalid(
+                "unlabeled_features",
+                "unlabeled_features must have examples of shape "
+                f"{tuple(x_lab.shape[1:])} like labeled_features, got "
+                f"{tuple(x_unl.shape[1:])}",
+            )
     dev = torch.device(device)
     # Only this device's generator needs saving: the CPU one always is.
     cuda_devices = [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []
@@ -307,11 +326,30 @@ def train_student(
             width = model(x_lab[:1]).shape[-1]
         low, high = int(y_lab.min()), int(y_lab.max())
         if low < 0 or high >= width:
-            raise v.invalid("labels", f"labels must lie in [0, {width}) (the model's {width} outputs), got range [{low}, {high}]")
-        return _train(model, x_lab, y_lab, x_unl.to(dev) if x_unl is not None else None, config=config, seed=seed, progress=progress)
+            raise v.invalid(
+                "labels", f"labels must lie in [0, {width}) (the model's {width} outputs), got range [{low}, {high}]"
+            )
+        return _train(
+            model,
+            x_lab,
+            y_lab,
+            x_unl.to(dev) if x_unl is not None else None,
+            config=config,
+            seed=seed,
+            progress=progress,
+        )
 
 
-def _train(model: nn.Module, x_lab: torch.Tensor, y_lab: torch.Tensor, x_unl: torch.Tensor | None, *, config: StudentConfig, seed: int, progress: bool) -> dict[str, float]:
+def _train(
+    model: nn.Module,
+    x_lab: torch.Tensor,
+    y_lab: torch.Tensor,
+    x_unl: torch.Tensor | None,
+    *,
+    config: StudentConfig,
+    seed: int,
+    progress: bool,
+) -> dict[str, float]:
     semi = x_unl is not None
     batch_gen = torch_generator(seed, "student", "labeled-batches")
     unl_gen = torch_generator(seed, "student", "unlabeled-batches")
@@ -320,7 +358,13 @@ def _train(model: nn.Module, x_lab: torch.Tensor, y_lab: torch.Tensor, x_unl: to
     total_steps = config.epochs * steps_per_epoch
     unl_size = config.unlabeled_ratio * config.batch_size
     stream = _unlabeled_stream(len(x_unl), unl_size, unl_gen) if x_unl is not None else None
-    opt = torch.optim.SGD(model.parameters(), lr=config.learning_rate, momentum=config.momentum, weight_decay=config.weight_decay, nesterov=config.momentum > 0)
+    opt = torch.optim.SGD(
+        model.parameters(),
+        lr=config.learning_rate,
+        momentum=config.momentum,
+        weight_decay=config.weight_decay,
+        nesterov=config.momentum > 0,
+    )
     model.train()
     step = 0
     sup_total = unl_total = 0.0

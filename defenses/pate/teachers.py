@@ -130,7 +130,9 @@ class TeacherSpec(PlainSpec):
             object.__setattr__(self, name, sorted_id_set(name, getattr(self, name)))
         if self.train_ids.size == 0:
             raise v.invalid("train_ids", "train_ids must not be empty")
-        Membership(members=self.train_ids, non_members=self.non_member_ids, population=self.population_ids)  # refuses shared ids
+        Membership(
+            members=self.train_ids, non_members=self.non_member_ids, population=self.population_ids
+        )  # refuses shared ids
         num = v.integer("num_teachers", self.num_teachers, minimum=1)
         index = v.integer("index", self.index, minimum=0)
         if index >= num:
@@ -138,7 +140,9 @@ class TeacherSpec(PlainSpec):
         object.__setattr__(self, "partition_seed", v.integer("partition_seed", self.partition_seed, minimum=0))
         object.__setattr__(self, "seed", v.integer("seed", self.seed, minimum=0))
         if self.num_eval_examples is not None:
-            object.__setattr__(self, "num_eval_examples", v.integer("num_eval_examples", self.num_eval_examples, minimum=1))
+            object.__setattr__(
+                self, "num_eval_examples", v.integer("num_eval_examples", self.num_eval_examples, minimum=1)
+            )
         object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
         object.__setattr__(self, "model_options", MappingProxyType(dict(self.model_options)))
         if not isinstance(self.training, NonPrivateConfig):
@@ -162,11 +166,19 @@ class TeacherSpec(PlainSpec):
             "membership_sha256": _digest(self.non_member_ids, self.population_ids),
         }
         width = len(str(self.num_teachers - 1))
-        return make_model_id(defense=f"pate-teacher{self.index:0{width}d}", dataset=self.dataset, model_name=self.model_name, seed=self.seed, config=config)
+        return make_model_id(
+            defense=f"pate-teacher{self.index:0{width}d}",
+            dataset=self.dataset,
+            model_name=self.model_name,
+            seed=self.seed,
+            config=config,
+        )
 
     def build(self) -> nn.Module:
         """A freshly initialised module of the teacher's architecture."""
-        return build_model(self.model_name, input_shape=self.input_shape, num_classes=self.num_classes, **dict(self.model_options))
+        return build_model(
+            self.model_name, input_shape=self.input_shape, num_classes=self.num_classes, **dict(self.model_options)
+        )
 
 
 def plan_teachers(
@@ -225,7 +237,9 @@ def plan_teachers(
     )
 
 
-def train_teacher(spec: TeacherSpec, *, bundle: DatasetBundle, device: torch.device | str = "cpu") -> tuple[TrainedModel, nn.Module]:
+def train_teacher(
+    spec: TeacherSpec, *, bundle: DatasetBundle, device: torch.device | str = "cpu"
+) -> tuple[TrainedModel, nn.Module]:
     """Trains one teacher on its partition with the non-private baseline's SGD loop.
 
     Args:
@@ -242,10 +256,31 @@ def train_teacher(spec: TeacherSpec, *, bundle: DatasetBundle, device: torch.dev
     none = np.zeros(0, dtype=np.int64)
     # Only the partition is trained on; the run's non-members are not evaluated per teacher (a
     # second test set's cost for every teacher) but become its ground truth below.
-    splits = Splits(dataset=bundle.name, seed=spec.partition_seed, members=spec.train_ids, non_members=none, population=none, test=np.asarray(evaluation.test.ids, dtype=np.int64))
-    request = TrainRequest(bundle=evaluation, splits=splits, model_name=spec.model_name, model_options=spec.model_options, config=spec.training, seed=spec.seed, device=device, progress=False)
+    splits = Splits(
+        dataset=bundle.name,
+        seed=spec.partition_seed,
+        members=spec.train_ids,
+        non_members=none,
+        population=none,
+        test=np.asarray(evaluation.test.ids, dtype=np.int64),
+    )
+    request = TrainRequest(
+        bundle=evaluation,
+        splits=splits,
+        model_name=spec.model_name,
+        model_options=spec.model_options,
+        config=spec.training,
+        seed=spec.seed,
+        device=device,
+        progress=False,
+    )
     record, model = train_nonprivate(request, progress_label="pate-teacher")
-    about = {"index": spec.index, "num_teachers": spec.num_teachers, "partition_seed": spec.partition_seed, "train_ids_sha256": _digest(spec.train_ids)}
+    about = {
+        "index": spec.index,
+        "num_teachers": spec.num_teachers,
+        "partition_seed": spec.partition_seed,
+        "train_ids_sha256": _digest(spec.train_ids),
+    }
     metrics = {k: val for k, val in record.metrics.items() if not k.startswith("non_member_")}
     metrics["num_test_examples"] = len(evaluation.test)
     return dataclasses.replace(
@@ -384,13 +419,31 @@ def train_teachers(
         if not isinstance(s, TeacherSpec):
             raise v.invalid_type("specs", f"specs must hold TeacherSpec values, got {type(s).__name__}")
     if len({s.num_classes for s in specs}) != 1:
-        raise v.invalid("specs", f"specs must share one number of classes, got {sorted({s.num_classes for s in specs})}")
+        raise v.invalid(
+            "specs", f"specs must share one number of classes, got {sorted({s.num_classes for s in specs})}"
+        )
     teacher_membership([s.train_ids for s in specs])  # refuses overlapping partitions: one example, one teacher
     root_text = os.fspath(data_root) if data_root is not None else None
-    jobs = [ModelJob(key=s.teacher_id, fn=train_teacher_job, kwargs={"spec": s.to_dict(), "data_root": root_text, "device": device}, build=functools.partial(TeacherSpec.build, s)) for s in specs]
+    jobs = [
+        ModelJob(
+            key=s.teacher_id,
+            fn=train_teacher_job,
+            kwargs={"spec": s.to_dict(), "data_root": root_text, "device": device},
+            build=functools.partial(TeacherSpec.build, s),
+        )
+        for s in specs
+    ]
     by_key = {s.teacher_id: s for s in specs}
     notify = None if on_trained is None else (lambda key, record, _model: on_trained(by_key[key], record))
-    cached = ensure_models(jobs, directory=directory, executor=executor, label="PATE teachers", progress=progress, announce_reused=True, on_trained=notify)
+    cached = ensure_models(
+        jobs,
+        directory=directory,
+        executor=executor,
+        label="PATE teachers",
+        progress=progress,
+        announce_reused=True,
+        on_trained=notify,
+    )
     return TeacherEnsemble(
         specs=specs,
         records=cached.records,
@@ -405,7 +458,9 @@ def _as_features(features: Any) -> torch.Tensor:
     if isinstance(features, np.ndarray):
         features = torch.from_numpy(features)
     if not isinstance(features, torch.Tensor):
-        raise v.invalid_type("features", f"features must be a torch.Tensor or numpy array, got {type(features).__name__}")
+        raise v.invalid_type(
+            "features", f"features must be a torch.Tensor or numpy array, got {type(features).__name__}"
+        )
     if features.ndim < 1:
         raise v.invalid("features", f"features must hold one example per row, got shape {tuple(features.shape)}")
     return features.detach().to("cpu", torch.float32).contiguous()
@@ -419,12 +474,23 @@ def _load_cached(path: Path, *, num_queries: int, num_classes: int) -> np.ndarra
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError):
         return None
-    if arr.shape != (num_queries,) or arr.dtype.kind not in "iu" or (arr.size and (arr.min() < 0 or arr.max() >= num_classes)):
+    if (
+        arr.shape != (num_queries,)
+        or arr.dtype.kind not in "iu"
+        or (arr.size and (arr.min() < 0 or arr.max() >= num_classes))
+    ):
         return None
     return arr.astype(np.int64, copy=False)
 
 
-def teacher_predictions(ensemble: TeacherEnsemble, features: Any, *, device: torch.device | str = "cpu", batch_size: int = 1024, progress: bool = False) -> np.ndarray:
+def teacher_predictions(
+    ensemble: TeacherEnsemble,
+    features: Any,
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 1024,
+    progress: bool = False,
+) -> np.ndarray:
     """Every teacher's label for every query: a (teachers × queries) int64 matrix.
 
     With a cache directory each teacher's labels are kept as
@@ -457,7 +523,11 @@ def teacher_predictions(ensemble: TeacherEnsemble, features: Any, *, device: tor
                     bar.update(1)
                     continue
             model.to(device)
-            labels = predict_logits(model, x, device=device, batch_size=batch_size).argmax(1).numpy().astype(np.int64) if len(x) else np.zeros(0, dtype=np.int64)
+            labels = (
+                predict_logits(model, x, device=device, batch_size=batch_size).argmax(1).numpy().astype(np.int64)
+                if len(x)
+                else np.zeros(0, dtype=np.int64)
+            )
             model.to("cpu")
             out[t] = labels
             if path is not None:
@@ -469,7 +539,14 @@ def teacher_predictions(ensemble: TeacherEnsemble, features: Any, *, device: tor
     return out
 
 
-def teacher_votes(ensemble: TeacherEnsemble, features: Any, *, device: torch.device | str = "cpu", batch_size: int = 1024, progress: bool = False) -> np.ndarray:
+def teacher_votes(
+    ensemble: TeacherEnsemble,
+    features: Any,
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 1024,
+    progress: bool = False,
+) -> np.ndarray:
     """The vote matrix of the ensemble on the queries (Papernot et al. 2017, §2.1: n_j(x)).
 
     Args:

@@ -81,7 +81,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """
     from dpaudit.app.common import Parser
 
-    parser = Parser(prog="dpaudit", description="Attack-and-audit evaluation suite for privacy-preserving deep learning.")
+    parser = Parser(
+        prog="dpaudit", description="Attack-and-audit evaluation suite for privacy-preserving deep learning."
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on internal errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
@@ -121,7 +123,9 @@ def _install_limits(parser: argparse.ArgumentParser) -> None:
     for action in limited:
         lim: SizeLimit = getattr(action, LIMIT_ATTR)
         action.help = f"{action.help or ''} (at most {_number(lim.maximum)} without --i-know)".strip()
-    parser.add_argument("--i-know", action="store_true", help="accept sizes above the documented limits (long runs, large memory)")
+    parser.add_argument(
+        "--i-know", action="store_true", help="accept sizes above the documented limits (long runs, large memory)"
+    )
     parser.set_defaults(_size_limits=tuple((a.dest, a.option_strings[-1], getattr(a, LIMIT_ATTR)) for a in limited))
 
 
@@ -136,9 +140,16 @@ def check_size_limits(args: argparse.Namespace) -> None:
     i_know = bool(getattr(args, "i_know", False))
     for dest, flag, lim in getattr(args, "_size_limits", ()):
         value = getattr(args, dest, None)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > lim.maximum and (lim.hard or not i_know):
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and value > lim.maximum
+            and (lim.hard or not i_know)
+        ):
             tail = "" if lim.hard else "; pass --i-know to run it anyway"
-            raise UsageError(f"{flag}={_number(value)} is above the limit {_number(lim.maximum)} ({lim.why}){tail}", argument=flag)
+            raise UsageError(
+                f"{flag}={_number(value)} is above the limit {_number(lim.maximum)} ({lim.why}){tail}", argument=flag
+            )
 
 
 def check_device(args: argparse.Namespace) -> None:
@@ -160,7 +171,12 @@ def check_device(args: argparse.Namespace) -> None:
 #: :func:`check_output_paths` checks it, with every ``--out``, before any work starts.
 OUTPUT_FILE = "dpaudit_output_file"
 
-_KINDS = ((stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "named pipe (FIFO)"), (stat.S_ISSOCK, "socket"))
+_KINDS = (
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISFIFO, "named pipe (FIFO)"),
+    (stat.S_ISSOCK, "socket"),
+)
 
 
 def _creatable_in(directory: os.PathLike[str] | str) -> str | None:
@@ -195,7 +211,10 @@ def output_problem(text: str, *, directory: bool) -> str | None:
     if st is not None:
         kind = next((name for test, name in _KINDS if test(st.st_mode)), None)
         if kind is not None:
-            return f"is a {kind}, not a regular {'directory' if directory else 'file'}; dpaudit writes its outputs only to regular files and directories"
+            return (
+                f"is a {kind}, not a regular {'directory' if directory else 'file'}; "
+                "dpaudit writes its outputs only to regular files and directories"
+            )
         if directory and not stat.S_ISDIR(st.st_mode):
             return "exists and is not a directory"
         if not directory and stat.S_ISDIR(st.st_mode):
@@ -241,7 +260,11 @@ def check_executor(args: argparse.Namespace) -> None:
     from dpaudit.app.common import UsageError
 
     if getattr(args, "executor", None) == "ray" and importlib.util.find_spec("ray") is None:
-        raise UsageError("--executor ray needs Ray, which is not installed here: pip install 'dpaudit[ray]' (or pip install 'ray>=2.9'), or use --executor local", argument="--executor")
+        raise UsageError(
+            "--executor ray needs Ray, which is not installed here: pip install "
+            "'dpaudit[ray]' (or pip install 'ray>=2.9'), or use --executor local",
+            argument="--executor",
+        )
 
 
 def _number(x: float) -> str:
@@ -287,7 +310,21 @@ def _flag_of(parser: argparse.ArgumentParser, name: str | None) -> str | None:
 
 
 #: Errors of the file system about a path the user gave (or a file under it): bad input, not a bug.
-_USER_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ELOOP, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EEXIST})
+_USER_ERRNOS = frozenset(
+    {
+        errno.ENOENT,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.EACCES,
+        errno.EPERM,
+        errno.ENAMETOOLONG,
+        errno.ELOOP,
+        errno.EROFS,
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EEXIST,
+    }
+)
 
 
 def _path_flag(parser: argparse.ArgumentParser, args: argparse.Namespace, filename: object) -> str | None:
@@ -302,7 +339,11 @@ def _path_flag(parser: argparse.ArgumentParser, args: argparse.Namespace, filena
             continue
         paths = {value, value.rpartition(":")[0] or value}  # FILE.py:FUNCTION flags name a file too
         for form in {*paths, *(os.path.abspath(os.path.expanduser(p)) for p in paths)}:
-            if target == form or target.startswith(form.rstrip(os.sep) + os.sep) or (form.endswith(os.sep) and target.startswith(form)):
+            if (
+                target == form
+                or target.startswith(form.rstrip(os.sep) + os.sep)
+                or (form.endswith(os.sep) and target.startswith(form))
+            ):
                 flag = action.option_strings[-1] if action.option_strings else str(action.metavar or action.dest)
                 if best is None or len(form) > best[0]:
                     best = (len(form), flag)
@@ -314,7 +355,8 @@ def _one_line(text: str) -> str:
 
 
 def _naming(message: str, flag: str | None) -> str:
-    """``message``, led by the flag it is about where the library named only its parameter (``upload_fraction must ...``)."""
+    """``message``, led by the flag it is about where the library named only its parameter (``upload_fraction must
+    ...``)."""
     return f"{flag}: {message}" if flag and flag.startswith("--") and flag not in message else message
 
 
@@ -344,7 +386,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         # Caught here, above every import of the suite (this module loads only the standard
         # library), so that even a Ctrl-C during start-up ends in one line and 130.
-        return _report_error(argv, _prog_of(argv), "interrupted; finished results are kept, rerun to resume", argument=None, status=EXIT_INTERRUPTED)
+        return _report_error(
+            argv,
+            _prog_of(argv),
+            "interrupted; finished results are kept, rerun to resume",
+            argument=None,
+            status=EXIT_INTERRUPTED,
+        )
 
 
 def _locked_main(argv: list[str]) -> int:
@@ -375,7 +423,13 @@ def _main(argv: list[str]) -> int:
     except Exception as exc:
         if debug:
             traceback.print_exc()
-        return _report_error(argv, "dpaudit", f"internal error while starting: {type(exc).__name__}: {exc}", argument=None, status=EXIT_INTERNAL)
+        return _report_error(
+            argv,
+            "dpaudit",
+            f"internal error while starting: {type(exc).__name__}: {exc}",
+            argument=None,
+            status=EXIT_INTERNAL,
+        )
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
@@ -389,27 +443,47 @@ def _main(argv: list[str]) -> int:
         check_executor(args)
         return int(args.func(args))
     except UsageError as exc:
-        return _report_error(argv, prog, _naming(_one_line(str(exc)), _flag_of(leaf, exc.argument)), argument=_flag_of(leaf, exc.argument), status=EXIT_USAGE)
+        return _report_error(
+            argv,
+            prog,
+            _naming(_one_line(str(exc)), _flag_of(leaf, exc.argument)),
+            argument=_flag_of(leaf, exc.argument),
+            status=EXIT_USAGE,
+        )
     except InvalidArgument as exc:
         if debug:
             traceback.print_exc()
         # A check names a parameter, a flag, a grid key, or the user's file it refused (read_json).
-        named = exc.argument if getattr(exc, "grid_key", False) else _flag_of(leaf, exc.argument) or _path_flag(leaf, args, exc.argument)
+        named = (
+            exc.argument
+            if getattr(exc, "grid_key", False)
+            else _flag_of(leaf, exc.argument) or _path_flag(leaf, args, exc.argument)
+        )
         return _report_error(argv, prog, _naming(_one_line(str(exc)), named), argument=named, status=EXIT_USAGE)
     except OSError as exc:
         if debug:
             traceback.print_exc()
         if exc.filename is None or exc.errno not in _USER_ERRNOS:
-            if isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)):  # e.g. a dataset not found
+            if isinstance(
+                exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+            ):  # e.g. a dataset not found
                 return _report_error(argv, prog, _one_line(str(exc)), argument=None, status=EXIT_USAGE)
             return _internal(argv, prog, exc)
         flag = _path_flag(leaf, args, exc.filename)
         name = os.fsdecode(exc.filename)
         shown = name if len(name) <= 120 else name[:60] + "..." + name[-40:]
         message = f"{shown}: {exc.strerror or exc}"
-        return _report_error(argv, prog, _one_line(f"{flag}: {message}" if flag else message), argument=flag, status=EXIT_USAGE)
+        return _report_error(
+            argv, prog, _one_line(f"{flag}: {message}" if flag else message), argument=flag, status=EXIT_USAGE
+        )
     except KeyboardInterrupt:
-        return _report_error(argv, prog, "interrupted; finished results are kept, rerun to resume", argument=None, status=EXIT_INTERRUPTED)
+        return _report_error(
+            argv,
+            prog,
+            "interrupted; finished results are kept, rerun to resume",
+            argument=None,
+            status=EXIT_INTERRUPTED,
+        )
     except SystemExit as exc:
         # Nothing of dpaudit's exits from inside a verb; user code that does is caught where it is
         # called (dpaudit.callables.call_user), and whatever slipped past must not pick the status.
@@ -426,11 +500,27 @@ def _internal(argv: Sequence[str], prog: str, exc: BaseException) -> int:
     from dpaudit.app.common import EXIT_INTERNAL
 
     text = _one_line(str(exc))
-    return _report_error(argv, prog, f"internal error: {type(exc).__name__}: {text} (please report it; rerun with --debug for a traceback)", argument=None, status=EXIT_INTERNAL)
+    return _report_error(
+        argv,
+        prog,
+        f"internal error: {type(exc).__name__}: {text} (please report it; rerun with --debug for a traceback)",
+        argument=None,
+        status=EXIT_INTERNAL,
+    )
 
 
 #: Flags that change how a command runs or prints, not what it writes (with whether they take a value).
-_PRESENTATION = {"--json": False, "--quiet": False, "--debug": False, "--i-know": False, "--num-workers": True, "--executor": True, "--address": True, "--ship-code": False, "--device": True}
+_PRESENTATION = {
+    "--json": False,
+    "--quiet": False,
+    "--debug": False,
+    "--i-know": False,
+    "--num-workers": True,
+    "--executor": True,
+    "--address": True,
+    "--ship-code": False,
+    "--device": True,
+}
 
 
 def _out_of(argv: Sequence[str]) -> str | None:

@@ -195,11 +195,22 @@ def add_common(
     ``executor`` names what the executor runs (``--executor``, ``--num-workers``, ``--address``).
     """
     if out:
-        parser.add_argument("--out", required=True, type=path_type("--out", must_exist=None), metavar="RUN_DIR", help="run directory to write into (created if missing; reruns resume)")
+        parser.add_argument(
+            "--out",
+            required=True,
+            type=path_type("--out", must_exist=None),
+            metavar="RUN_DIR",
+            help="run directory to write into (created if missing; reruns resume)",
+        )
     if seed:
         parser.add_argument("--seed", type=seed_type, default=0, help="root seed (default 0)")
     if data_root:
-        parser.add_argument("--data-root", type=path_type("--data-root", must_exist="dir"), metavar="DIR", help="data root (default: $DPAUDIT_DATA_ROOT or ~/.dpaudit/data)")
+        parser.add_argument(
+            "--data-root",
+            type=path_type("--data-root", must_exist="dir"),
+            metavar="DIR",
+            help="data root (default: $DPAUDIT_DATA_ROOT or ~/.dpaudit/data)",
+        )
     if device is not None:
         parser.add_argument("--device", default=device, help=f"auto, cpu or cuda[:N] (default {device})")
     if quiet:
@@ -209,13 +220,30 @@ def add_common(
         from dpaudit.limits import LIMITS
         from dpaudit.options import limit_action
 
-        parser.add_argument("--executor", choices=EXECUTORS, default="local", help=f"where {executor} train: local process pool (default), ray, or serial (in-process)")
-        limit_action(parser.add_argument("--num-workers", type=positive_int("--num-workers"), metavar="W", help="parallel workers (default: CPU count)"), LIMITS["workers"])
-        parser.add_argument("--address", metavar="ADDR", help="Ray cluster address (with --executor ray; default: start a local Ray)")
+        parser.add_argument(
+            "--executor",
+            choices=EXECUTORS,
+            default="local",
+            help=f"where {executor} train: local process pool (default), ray, or serial (in-process)",
+        )
+        limit_action(
+            parser.add_argument(
+                "--num-workers",
+                type=positive_int("--num-workers"),
+                metavar="W",
+                help="parallel workers (default: CPU count)",
+            ),
+            LIMITS["workers"],
+        )
+        parser.add_argument(
+            "--address", metavar="ADDR", help="Ray cluster address (with --executor ray; default: start a local Ray)"
+        )
         parser.add_argument(
             "--ship-code",
             action="store_true",
-            help="with --executor ray: send this checkout's packages to every node (Ray runtime_env py_modules) instead of using the dpaudit installed there; torch and the other dependencies must still be installed on each node",
+            help="with --executor ray: send this checkout's packages to every node (Ray "
+            "runtime_env py_modules) instead of using the dpaudit installed there; "
+            "torch and the other dependencies must still be installed on each node",
         )
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
@@ -223,9 +251,13 @@ def add_common(
 def check_executor_flags(args: argparse.Namespace) -> None:
     """``--address`` names a Ray cluster and needs ``--executor ray`` (one line, exit 2, before any work)."""
     if args.address is not None and not args.address.strip():
-        raise UsageError("--address must name a Ray cluster (host:port or 'auto'), got an empty string", argument="--address")
+        raise UsageError(
+            "--address must name a Ray cluster (host:port or 'auto'), got an empty string", argument="--address"
+        )
     if args.address is not None and args.executor != "ray":
-        raise UsageError(f"--address={args.address!r} needs --executor ray, got --executor {args.executor}", argument="--address")
+        raise UsageError(
+            f"--address={args.address!r} needs --executor ray, got --executor {args.executor}", argument="--address"
+        )
     if getattr(args, "ship_code", False) and args.executor != "ray":
         raise UsageError(f"--ship-code needs --executor ray, got --executor {args.executor}", argument="--ship-code")
 
@@ -268,7 +300,8 @@ def fmt_eps(x: float) -> str:
 
 
 def fmt_eps_ub(x: float) -> str:
-    """An upper bound (ε_UB, a δ) for a terminal: four decimals (at least four significant digits) rounded *up*, or ``inf``.
+    """An upper bound (ε_UB, a δ) for a terminal: four decimals (at least four significant digits) rounded *up*, or
+    ``inf``.
 
     Never printed below its value, and a tiny one keeps its digits (2.695e-05, not 0.0000).
     """
@@ -278,7 +311,8 @@ def fmt_eps_ub(x: float) -> str:
 
 
 def fmt_eps_lb(x: float) -> str:
-    """A lower bound (ε_LB, an audit's ceiling) for a terminal: four decimals (at least four significant digits) rounded *down*."""
+    """A lower bound (ε_LB, an audit's ceiling) for a terminal: four decimals (at least four significant digits) rounded
+    *down*."""
     from dpaudit.results.numbers import fmt_lower_bound
 
     return "inf" if math.isinf(x) else fmt_lower_bound(x, _terminal_digits(x))

@@ -27,7 +27,18 @@ from typing import Any
 
 from dpaudit.app.estimate import LONG_RUN_SECONDS, describe_duration
 
-__all__ = ["RunPlan", "WORKER_COUNTS", "PROCESS_BYTES", "JOB_OVERHEAD_S", "announce_if_long", "describe_size", "short_duration", "count_parameters", "ray_gpus", "job_memory_bytes"]
+__all__ = [
+    "RunPlan",
+    "WORKER_COUNTS",
+    "PROCESS_BYTES",
+    "JOB_OVERHEAD_S",
+    "announce_if_long",
+    "describe_size",
+    "short_duration",
+    "count_parameters",
+    "ray_gpus",
+    "job_memory_bytes",
+]
 
 #: The worker counts a plan is shown for, beside this machine's.
 WORKER_COUNTS: tuple[int, ...] = (8, 64)
@@ -72,9 +83,17 @@ class RunPlan:
         reused = f"; {self.reused} stored job(s) reused" if self.reused else ""
         out = [f"plan: {self.num_jobs} job(s): {self.what}{reused}"]
         if self.job_seconds > 0:
-            out.append(f"  one job: about {short_duration(self.job_seconds)} on this machine; in all about {self.cpu_hours:.2g} CPU-hours")
-            walls = [f"{short_duration(self.wall_seconds(self.workers))} here ({self.workers} worker{'s' if self.workers != 1 else ''})"]
-            walls += [f"{short_duration(self.wall_seconds(n))} on {n} workers" for n in WORKER_COUNTS if n > self.workers]
+            out.append(
+                f"  one job: about {short_duration(self.job_seconds)} on this machine; "
+                f"in all about {self.cpu_hours:.2g} CPU-hours"
+            )
+            walls = [
+                f"{short_duration(self.wall_seconds(self.workers))} here ({self.workers} "
+                f"worker{'s' if self.workers != 1 else ''})"
+            ]
+            walls += [
+                f"{short_duration(self.wall_seconds(n))} on {n} workers" for n in WORKER_COUNTS if n > self.workers
+            ]
             out.append(f"  wall time: about {', '.join(walls)}")
         else:
             out.append("  time: unknown (the model's speed cannot be measured here)")
@@ -120,18 +139,30 @@ def announce_if_long(seconds: float, what: str, *, hint: str = "", jobs: int = 0
     extra = f"; {hint}" if hint else ""
     if jobs > 0 and job_seconds > 0:
         plan = RunPlan(what=what, num_jobs=jobs, job_seconds=job_seconds, job_memory_bytes=0, workers=1)
-        walls = ", ".join(f"{describe_duration(plan.wall_seconds(n)) if plan.wall_seconds(n) > LONG_RUN_SECONDS else 'under 1 h'} on {n} workers" for n in WORKER_COUNTS)
+        walls = ", ".join(
+            f"{describe_duration(plan.wall_seconds(n)) if plan.wall_seconds(n) > LONG_RUN_SECONDS else 'under 1 h'} "
+            f"on {n} workers"
+            for n in WORKER_COUNTS
+        )
         extra = f" ({jobs:,} jobs, about {plan.cpu_hours:.2g} CPU-hours; {walls}){extra}"
-    print(f"note: {what} is estimated to take {describe_duration(seconds)} on this machine{extra}; progress is shown, and an interrupted run resumes", file=sys.stderr)
+    print(
+        f"note: {what} is estimated to take {describe_duration(seconds)} on this "
+        f"machine{extra}; progress is shown, and an interrupted run resumes",
+        file=sys.stderr,
+    )
     return True
 
 
-def count_parameters(model_name: str, *, input_shape: Sequence[int], num_classes: int, model_options: Any = None) -> int:
+def count_parameters(
+    model_name: str, *, input_shape: Sequence[int], num_classes: int, model_options: Any = None
+) -> int:
     """Parameters of a zoo model (0 where it cannot be built here, e.g. an external builder)."""
     try:
         from dpaudit.models import build_model
 
-        model = build_model(model_name, input_shape=tuple(input_shape), num_classes=num_classes, **dict(model_options or {}))
+        model = build_model(
+            model_name, input_shape=tuple(input_shape), num_classes=num_classes, **dict(model_options or {})
+        )
     except (ValueError, TypeError, KeyError, RuntimeError):
         return 0
     return int(sum(p.numel() for p in model.parameters()))
@@ -144,7 +175,16 @@ def ray_gpus(device: str, num_parameters: int) -> float:
     return gpu_share(num_parameters) if str(device).startswith("cuda") else 0.0
 
 
-def job_memory_bytes(model_name: str, *, input_shape: Sequence[int], num_classes: int, num_examples: int, batch_size: int = 256, per_example: bool = False, model_options: Any = None) -> int:
+def job_memory_bytes(
+    model_name: str,
+    *,
+    input_shape: Sequence[int],
+    num_classes: int,
+    num_examples: int,
+    batch_size: int = 256,
+    per_example: bool = False,
+    model_options: Any = None,
+) -> int:
     """Estimated memory of one training job (see the module docstring); the model's size is
     counted from the zoo's builder, 0 parameters where it cannot be built here."""
     params = count_parameters(model_name, input_shape=input_shape, num_classes=num_classes, model_options=model_options)

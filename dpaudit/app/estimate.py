@@ -25,7 +25,14 @@ _BATCH = 64
 
 
 @functools.lru_cache(maxsize=16)
-def _time_per_example(model_name: str, input_shape: tuple[int, ...], num_classes: int, device: str, options: tuple[tuple[str, Any], ...], backward: bool) -> float:
+def _time_per_example(
+    model_name: str,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    device: str,
+    options: tuple[tuple[str, Any], ...],
+    backward: bool,
+) -> float:
     import torch
 
     from dpaudit.models import build_model
@@ -54,14 +61,29 @@ def _time_per_example(model_name: str, input_shape: tuple[int, ...], num_classes
     return sorted(times)[1] / _BATCH
 
 
-def seconds_per_example(model_name: str, *, input_shape: tuple[int, ...], num_classes: int, device: str = "cpu", model_options: Mapping[str, Any] | None = None, backward: bool = True) -> float:
+def seconds_per_example(
+    model_name: str,
+    *,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    device: str = "cpu",
+    model_options: Mapping[str, Any] | None = None,
+    backward: bool = True,
+) -> float:
     """Measured seconds one example costs in a forward (and backward) pass of a zoo model.
 
     Returns 0.0 for a model that cannot be built here (an external builder): no estimate is
     better than a wrong one.
     """
     try:
-        return _time_per_example(model_name, tuple(int(s) for s in input_shape), int(num_classes), str(device), tuple(sorted((model_options or {}).items())), backward)
+        return _time_per_example(
+            model_name,
+            tuple(int(s) for s in input_shape),
+            int(num_classes),
+            str(device),
+            tuple(sorted((model_options or {}).items())),
+            backward,
+        )
     except (ValueError, TypeError, KeyError, RuntimeError):
         return 0.0
 

@@ -45,7 +45,9 @@ def _shape(shape: Any) -> str:
     return "x".join(str(int(s)) for s in shape)
 
 
-def verify_record_claim(record: TrainedModel, directory: str | os.PathLike[str], *, top_level: bool = True) -> TrainedModel:
+def verify_record_claim(
+    record: TrainedModel, directory: str | os.PathLike[str], *, top_level: bool = True
+) -> TrainedModel:
     """Checks that need neither torch nor the defenses: the claim against its config and metrics,
     and (for a record at the top of ``records/``, ``top_level``) the directory's name.
 
@@ -59,11 +61,15 @@ def verify_record_claim(record: TrainedModel, directory: str | os.PathLike[str],
 
     directory = Path(directory)
     try:
-        check_record_claim(record.claim, config=record.config, metrics=record.metrics, num_members=len(record.membership.members))
+        check_record_claim(
+            record.claim, config=record.config, metrics=record.metrics, num_members=len(record.membership.members)
+        )
     except ValueError as exc:
         raise _refuse(directory, record, str(exc)) from None
     if top_level and directory.name != record.model_id:
-        raise _refuse(directory, record, f"directory name {directory.name!r} does not match model_id={record.model_id!r}")
+        raise _refuse(
+            directory, record, f"directory name {directory.name!r} does not match model_id={record.model_id!r}"
+        )
     return record
 
 
@@ -72,11 +78,23 @@ def _check_dataset(record: TrainedModel, directory: Path) -> None:
 
     source = DATASETS.get(record.dataset)
     if source is None:
-        raise _refuse(directory, record, f"dataset={record.dataset!r} is not a registered dataset ({', '.join(DATASETS)})")
+        raise _refuse(
+            directory, record, f"dataset={record.dataset!r} is not a registered dataset ({', '.join(DATASETS)})"
+        )
     if source.input_shape is not None and tuple(source.input_shape) != tuple(record.input_shape):
-        raise _refuse(directory, record, f"input_shape={_shape(record.input_shape)} does not match dataset {record.dataset!r} input shape {_shape(source.input_shape)}")
+        raise _refuse(
+            directory,
+            record,
+            f"input_shape={_shape(record.input_shape)} does not match dataset "
+            f"{record.dataset!r} input shape {_shape(source.input_shape)}",
+        )
     if source.num_classes != record.num_classes:
-        raise _refuse(directory, record, f"num_classes={record.num_classes} does not match dataset {record.dataset!r} num_classes={source.num_classes}")
+        raise _refuse(
+            directory,
+            record,
+            f"num_classes={record.num_classes} does not match dataset "
+            f"{record.dataset!r} num_classes={source.num_classes}",
+        )
 
 
 def verify_record(record: TrainedModel, directory: str | os.PathLike[str]) -> TrainedModel:
@@ -99,17 +117,43 @@ def verify_record(record: TrainedModel, directory: str | os.PathLike[str]) -> Tr
     _check_dataset(record, directory)
     spec = DEFENSES.get(record.defense)
     if spec is None:
-        raise _refuse(directory, record, f"defense={record.defense!r} is not a registered defense ({', '.join(DEFENSES)})")
+        raise _refuse(
+            directory, record, f"defense={record.defense!r} is not a registered defense ({', '.join(DEFENSES)})"
+        )
     kind = spec.claim_kind_for(record.config)
     if record.claim.kind != kind:
-        raise _refuse(directory, record, f"claim kind={record.claim.kind!r} does not match {kind!r}, the kind defense {record.defense!r} states for this config")
+        raise _refuse(
+            directory,
+            record,
+            f"claim kind={record.claim.kind!r} does not match {kind!r}, the kind "
+            f"defense {record.defense!r} states for this config",
+        )
     verify_record_claim(record, directory, top_level=False)
-    identity = next((found for s in DEFENSES.values() if s.submodel_identity is not None and (found := s.submodel_identity(record)) is not None), None)
-    want_id, want_dir = identity if identity is not None else (expected_model_id(record, derived_options=spec.derived_options),) * 2
+    identity = next(
+        (
+            found
+            for s in DEFENSES.values()
+            if s.submodel_identity is not None and (found := s.submodel_identity(record)) is not None
+        ),
+        None,
+    )
+    want_id, want_dir = (
+        identity if identity is not None else (expected_model_id(record, derived_options=spec.derived_options),) * 2
+    )
     if record.model_id != want_id:
-        raise _refuse(directory, record, f"model_id={record.model_id!r} does not match {want_id!r}, the id of its config, model options, seed and number of members")
+        raise _refuse(
+            directory,
+            record,
+            f"model_id={record.model_id!r} does not match {want_id!r}, the id of its "
+            "config, model options, seed and number of members",
+        )
     if directory.name != want_dir:
-        raise _refuse(directory, record, f"directory name {directory.name!r} does not match {'model_id' if identity is None else 'the sub-model name'}={want_dir!r}")
+        raise _refuse(
+            directory,
+            record,
+            f"directory name {directory.name!r} does not match "
+            f"{'model_id' if identity is None else 'the sub-model name'}={want_dir!r}",
+        )
     return record
 
 

@@ -19,7 +19,15 @@ from typing import Any
 from dpaudit import _validate as v
 from dpaudit.app.common import UsageError, arg, path_type
 
-__all__ = ["TRAIN_FN_HELP", "pos_int", "add_train_fn_flag", "add_model_fn_flag", "add_claim_flags", "claim_from_args", "resolve_callables"]
+__all__ = [
+    "TRAIN_FN_HELP",
+    "pos_int",
+    "add_train_fn_flag",
+    "add_model_fn_flag",
+    "add_claim_flags",
+    "claim_from_args",
+    "resolve_callables",
+]
 
 TRAIN_FN_HELP = "third-party train(dataset, *, seed) -> nn.Module, as module:function or path/to/file.py:function"
 
@@ -41,10 +49,27 @@ def add_model_fn_flag(p: argparse.ArgumentParser, *, help: str) -> None:
 
 def add_claim_flags(p: argparse.ArgumentParser) -> None:
     """The claim a ``--train-fn`` is held to: a JSON file or the DP-SGD parameters."""
-    p.add_argument("--claim", type=path_type("--claim", must_exist="file"), metavar="FILE", help="--train-fn: the claim as JSON (dpaudit claim format)")
-    p.add_argument("--claim-noise-multiplier", type=arg("--claim-noise-multiplier", v.positive), metavar="SIGMA", help="--train-fn: claimed DP-SGD noise multiplier")
-    p.add_argument("--claim-sampling-rate", type=arg("--claim-sampling-rate", v.half_open_unit), metavar="Q", help="--train-fn: claimed Poisson sampling rate")
-    p.add_argument("--claim-num-steps", type=pos_int("--claim-num-steps"), metavar="T", help="--train-fn: claimed number of steps")
+    p.add_argument(
+        "--claim",
+        type=path_type("--claim", must_exist="file"),
+        metavar="FILE",
+        help="--train-fn: the claim as JSON (dpaudit claim format)",
+    )
+    p.add_argument(
+        "--claim-noise-multiplier",
+        type=arg("--claim-noise-multiplier", v.positive),
+        metavar="SIGMA",
+        help="--train-fn: claimed DP-SGD noise multiplier",
+    )
+    p.add_argument(
+        "--claim-sampling-rate",
+        type=arg("--claim-sampling-rate", v.half_open_unit),
+        metavar="Q",
+        help="--train-fn: claimed Poisson sampling rate",
+    )
+    p.add_argument(
+        "--claim-num-steps", type=pos_int("--claim-num-steps"), metavar="T", help="--train-fn: claimed number of steps"
+    )
 
 
 def claim_from_args(args: argparse.Namespace) -> Any:
@@ -60,7 +85,12 @@ def claim_from_args(args: argparse.Namespace) -> Any:
     parts = (args.claim_noise_multiplier, args.claim_sampling_rate, args.claim_num_steps)
     if args.claim is not None:
         if any(p is not None for p in parts):
-            raise UsageError("--claim FILE conflicts with --claim-noise-multiplier/--claim-sampling-rate/--claim-num-steps; give one or the other", argument="--claim")
+            raise UsageError(
+                "--claim FILE conflicts with "
+                "--claim-noise-multiplier/--claim-sampling-rate/--claim-num-steps; give "
+                "one or the other",
+                argument="--claim",
+            )
         path = Path(args.claim)
         if not path.is_file():
             raise UsageError(f"--claim: file {args.claim!r} does not exist", argument="--claim")
@@ -73,12 +103,16 @@ def claim_from_args(args: argparse.Namespace) -> Any:
     if all(p is None for p in parts):
         return None
     if any(p is None for p in parts):
-        raise UsageError("--claim-noise-multiplier, --claim-sampling-rate and --claim-num-steps go together", argument="--claim-noise-multiplier")
+        raise UsageError(
+            "--claim-noise-multiplier, --claim-sampling-rate and --claim-num-steps go together",
+            argument="--claim-noise-multiplier",
+        )
     return dpsgd_claim(
         sampling_rate=args.claim_sampling_rate,
         noise_multiplier=args.claim_noise_multiplier,
         num_steps=args.claim_num_steps,
-        description=f"claimed by {args.train_fn}: DP-SGD q={args.claim_sampling_rate:g} sigma={args.claim_noise_multiplier:g} T={args.claim_num_steps}",
+        description=f"claimed by {args.train_fn}: DP-SGD q={args.claim_sampling_rate:g} "
+        f"sigma={args.claim_noise_multiplier:g} T={args.claim_num_steps}",
     )
 
 

@@ -14,7 +14,16 @@ import torch
 from dpaudit.data.containers import DatasetBundle, make_bundle
 from dpaudit.data.integrity import checked_files, verify_checksum
 from dpaudit.data.registry import register_dataset
-from dpaudit.data.source import DatasetFileError, DatasetInfo, DatasetNotFoundError, DatasetSource, info_from_bundle, missing_info, not_found, unusable_info
+from dpaudit.data.source import (
+    DatasetFileError,
+    DatasetInfo,
+    DatasetNotFoundError,
+    DatasetSource,
+    info_from_bundle,
+    missing_info,
+    not_found,
+    unusable_info,
+)
 
 __all__ = ["SOURCE"]
 
@@ -46,7 +55,9 @@ def _load_adult(root: Path) -> DatasetBundle:
             # pandas' ParserError/EmptyDataError and UnicodeDecodeError, whatever their wording.
             raise DatasetFileError(path, f"not a readable CSV file: {exc}") from None
         if _ADULT_LABEL not in df.columns:
-            raise DatasetFileError(path, f"not the Adult CSV: no {_ADULT_LABEL!r} column (columns: {list(df.columns)[:20]})")
+            raise DatasetFileError(
+                path, f"not the Adult CSV: no {_ADULT_LABEL!r} column (columns: {list(df.columns)[:20]})"
+            )
         df = df.dropna().reset_index(drop=True)
         if df.empty:
             raise DatasetFileError(path, "not the Adult CSV: no complete row")
@@ -61,12 +72,16 @@ def _load_adult(root: Path) -> DatasetBundle:
         text = df[_ADULT_LABEL].astype(str).str.strip().str.rstrip(".")
         bad = ~text.isin([">50K", "<=50K"])
         if bad.any():
-            raise DatasetFileError(path, f"not the Adult CSV: unexpected {_ADULT_LABEL} value {text[bad].iloc[0][:40]!r}")
+            raise DatasetFileError(
+                path, f"not the Adult CSV: unexpected {_ADULT_LABEL} value {text[bad].iloc[0][:40]!r}"
+            )
         return (text == ">50K").to_numpy(dtype=np.int64)
 
     y_tr, y_te = labels(train_df, train_path), labels(test_df, test_path)
     features = [c for c in train_df.columns if c != _ADULT_LABEL]
-    numeric = [c for c in features if pd.api.types.is_numeric_dtype(train_df[c]) and pd.api.types.is_numeric_dtype(test_df[c])]
+    numeric = [
+        c for c in features if pd.api.types.is_numeric_dtype(train_df[c]) and pd.api.types.is_numeric_dtype(test_df[c])
+    ]
     categorical = [c for c in features if c not in numeric]
 
     lo = train_df[numeric].min().to_numpy(dtype=np.float64)
@@ -74,7 +89,10 @@ def _load_adult(root: Path) -> DatasetBundle:
     span[span == 0] = 1.0
 
     # One category list per column from the union of both files, so train and test agree.
-    categories = {c: sorted(np.union1d(train_df[c].astype(str).unique(), test_df[c].astype(str).unique()).tolist()) for c in categorical}
+    categories = {
+        c: sorted(np.union1d(train_df[c].astype(str).unique(), test_df[c].astype(str).unique()).tolist())
+        for c in categorical
+    }
 
     def encode(df: Any) -> np.ndarray:
         blocks = [np.clip((df[numeric].to_numpy(dtype=np.float64) - lo) / span, 0.0, 1.0)]
@@ -120,7 +138,8 @@ def _adult_info(root: Path) -> DatasetInfo:
 SOURCE = register_dataset(
     DatasetSource(
         name="adult",
-        description="UCI Adult census income (Kohavi 1996), tabular, one-hot categoricals and min-max scaled numerics; label income >50K",
+        description="UCI Adult census income (Kohavi 1996), tabular, one-hot categoricals "
+        "and min-max scaled numerics; label income >50K",
         input_shape=None,  # the one-hot width depends on the categories in the files
         num_classes=2,
         files=("adult/adult_train.csv", "adult/adult_test.csv"),

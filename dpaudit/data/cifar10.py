@@ -25,7 +25,15 @@ import torch
 from dpaudit.data.containers import DatasetBundle, make_bundle
 from dpaudit.data.integrity import checked_files, size_of, verify_checksum
 from dpaudit.data.registry import register_dataset
-from dpaudit.data.source import DatasetFileError, DatasetInfo, DatasetNotFoundError, DatasetSource, missing_info, not_found, unusable_info
+from dpaudit.data.source import (
+    DatasetFileError,
+    DatasetInfo,
+    DatasetNotFoundError,
+    DatasetSource,
+    missing_info,
+    not_found,
+    unusable_info,
+)
 
 __all__ = ["SOURCE"]
 
@@ -105,7 +113,12 @@ class _FromBuffer:
     __slots__ = ()
 
     def __call__(self, buf: Any, dtype: Any, shape: Any, order: Any) -> Any:
-        if not isinstance(dtype, np.dtype) or dtype.kind not in "biufcSU" or not isinstance(shape, tuple) or order not in ("C", "F"):
+        if (
+            not isinstance(dtype, np.dtype)
+            or dtype.kind not in "biufcSU"
+            or not isinstance(shape, tuple)
+            or order not in ("C", "F")
+        ):
             raise _Refused("it calls numpy's frombuffer with arguments a pickled array never has")
         return _numpy_global("numpy._core.numeric", "_frombuffer")(buf, dtype, shape, order)
 
@@ -145,7 +158,10 @@ class _RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         stand_in = _ALLOWED_GLOBALS.get((module, name))
         if stand_in is None:
-            raise _Refused(f"it refers to {module[:80]}.{name[:80]}, which a batch never holds; refusing to load it (the file may be malicious)")
+            raise _Refused(
+                f"it refers to {module[:80]}.{name[:80]}, which a batch never holds; "
+                "refusing to load it (the file may be malicious)"
+            )
         return stand_in
 
     def persistent_load(self, pid: Any) -> Any:
@@ -177,7 +193,16 @@ def _restricted_load(path: Path) -> Any:
         raise DatasetFileError(path, f"unreadable: {exc.strerror or exc}") from None
     except MemoryError:
         raise _not_a_batch(path, "its content does not fit in memory") from None
-    except (pickle.UnpicklingError, ValueError, TypeError, AttributeError, KeyError, IndexError, struct.error, RecursionError) as exc:
+    except (
+        pickle.UnpicklingError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        KeyError,
+        IndexError,
+        struct.error,
+        RecursionError,
+    ) as exc:
         # Whatever else a malformed pickle makes the unpickler or numpy's setters raise.
         raise _not_a_batch(path, f"malformed pickle ({type(exc).__name__}: {exc})") from None
 
@@ -201,17 +226,32 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if "data" not in entries or "labels" not in entries:
         raise _not_a_batch(path, f"expected keys 'data' and 'labels', got {sorted(map(str, entries))[:10]}")
     data = entries["data"]
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or data.shape[0] == 0:
-        raise _not_a_batch(path, f"'data' must be a uint8 array of shape (n, 3072), n >= 1, got {type(data).__name__} {getattr(data, 'dtype', '')} {getattr(data, 'shape', '')}")
+    if (
+        not isinstance(data, np.ndarray)
+        or data.dtype != np.uint8
+        or data.ndim != 2
+        or data.shape[1] != 3 * 32 * 32
+        or data.shape[0] == 0
+    ):
+        raise _not_a_batch(
+            path,
+            "'data' must be a uint8 array of shape (n, 3072), n >= 1, got "
+            f"{type(data).__name__} {getattr(data, 'dtype', '')} "
+            f"{getattr(data, 'shape', '')}",
+        )
     raw_labels = entries["labels"]
     if isinstance(raw_labels, np.ndarray):
         labels = raw_labels
-    elif isinstance(raw_labels, list) and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in raw_labels):
+    elif isinstance(raw_labels, list) and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in raw_labels
+    ):
         labels = np.asarray(raw_labels, dtype=np.int64)
     else:
         raise _not_a_batch(path, f"'labels' must be a list of integers, got {type(raw_labels).__name__}")
     if labels.shape != (data.shape[0],) or labels.dtype.kind not in "iu":
-        raise _not_a_batch(path, f"'labels' must be {data.shape[0]} integers, got shape {labels.shape} dtype {labels.dtype}")
+        raise _not_a_batch(
+            path, f"'labels' must be {data.shape[0]} integers, got shape {labels.shape} dtype {labels.dtype}"
+        )
     if labels.size and (labels.min() < 0 or labels.max() > 9):
         raise _not_a_batch(path, f"labels must lie in [0, 9], got [{labels.min()}, {labels.max()}]")
     return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
@@ -235,7 +275,8 @@ def _cifar_not_found(root: Path, download: bool) -> DatasetNotFoundError:
     return not_found(
         "cifar10",
         root,
-        f"{root / _CIFAR_DIR / 'data_batch_1'} ... data_batch_5 and test_batch (or {root / 'cifar10' / _CIFAR_DIR / 'data_batch_1'} ...)",
+        f"{root / _CIFAR_DIR / 'data_batch_1'} ... data_batch_5 and test_batch "
+        f"(or {root / 'cifar10' / _CIFAR_DIR / 'data_batch_1'} ...)",
         download=download,
     )
 
@@ -263,7 +304,11 @@ def _load_cifar10(root: Path) -> DatasetBundle:
         x_test=x_te,
         y_test=y_te,
         num_classes=10,
-        description=(f"CIFAR-10 (Krizhevsky 2009), {len(y_tr)} train / {len(y_te)} test, 3x32x32, pixels/255; python batches from {folder} read with a restricted unpickler"),
+        description=(
+            f"CIFAR-10 (Krizhevsky 2009), {len(y_tr)} train / {len(y_te)} test, "
+            f"3x32x32, pixels/255; python batches from {folder} read with a "
+            "restricted unpickler"
+        ),
     )
 
 

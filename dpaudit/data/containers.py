@@ -74,7 +74,10 @@ class ArrayDataset(torch.utils.data.Dataset):
         if tuple(labels_t.shape) != (n,):
             raise v.invalid("labels", f"labels must have shape ({n},), got {tuple(labels_t.shape)}")
         if n and (int(labels_t.min()) < 0 or int(labels_t.max()) >= num_classes):
-            raise v.invalid("labels", f"labels must lie in [0, {num_classes}), got range [{int(labels_t.min())}, {int(labels_t.max())}]")
+            raise v.invalid(
+                "labels",
+                f"labels must lie in [0, {num_classes}), got range [{int(labels_t.min())}, {int(labels_t.max())}]",
+            )
         ids_np = v.id_array("ids", ids)
         if ids_np.shape != (n,):
             raise v.invalid("ids", f"ids must have shape ({n},), got {ids_np.shape}")
@@ -137,7 +140,10 @@ class ArrayDataset(torch.utils.data.Dataset):
         return self._features[i], self._labels[i]
 
     def __repr__(self) -> str:
-        return f"ArrayDataset(name={self._name!r}, n={len(self)}, input_shape={self.input_shape}, num_classes={self._num_classes})"
+        return (
+            f"ArrayDataset(name={self._name!r}, n={len(self)}, "
+            f"input_shape={self.input_shape}, num_classes={self._num_classes})"
+        )
 
     # -- selection
     def positions(self, ids: Iterable[int] | np.ndarray | torch.Tensor) -> np.ndarray:
@@ -163,7 +169,9 @@ class ArrayDataset(torch.utils.data.Dataset):
         sorted_ids, order = self._id_index
         if sorted_ids.size == 0:
             if wanted.size:
-                raise v.invalid("ids", f"ids: sample id {int(wanted[0])} is not in dataset {self._name!r} (it is empty)")
+                raise v.invalid(
+                    "ids", f"ids: sample id {int(wanted[0])} is not in dataset {self._name!r} (it is empty)"
+                )
             return np.zeros(0, dtype=np.int64)
         where = np.searchsorted(sorted_ids, wanted)
         where = np.minimum(where, sorted_ids.size - 1)
@@ -289,7 +297,13 @@ def make_bundle(
         TypeError, ValueError: as :class:`ArrayDataset` and :class:`DatasetBundle` do.
     """
     n_train, n_test = int(x_train.shape[0]), int(x_test.shape[0])
-    train = ArrayDataset(name=f"{name}/train", features=x_train, labels=y_train, ids=np.arange(n_train, dtype=np.int64), num_classes=num_classes)
+    train = ArrayDataset(
+        name=f"{name}/train",
+        features=x_train,
+        labels=y_train,
+        ids=np.arange(n_train, dtype=np.int64),
+        num_classes=num_classes,
+    )
     test = ArrayDataset(
         name=f"{name}/test",
         features=x_test,
@@ -297,4 +311,11 @@ def make_bundle(
         ids=np.arange(n_train, n_train + n_test, dtype=np.int64),
         num_classes=num_classes,
     )
-    return DatasetBundle(name=name, train=train, test=test, num_classes=num_classes, input_shape=train.input_shape, description=description)
+    return DatasetBundle(
+        name=name,
+        train=train,
+        test=test,
+        num_classes=num_classes,
+        input_shape=train.input_shape,
+        description=description,
+    )

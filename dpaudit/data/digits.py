@@ -40,7 +40,11 @@ def _load_digits() -> DatasetBundle:
         x_test=x[te].contiguous(),
         y_test=y[te].contiguous(),
         num_classes=10,
-        description=(f"scikit-learn bundled 8x8 digits (UCI optical recognition of handwritten digits), pixels/16; fixed split (seed {_DIGITS_SEED}): {n_train} train / {len(y) - n_train} test"),
+        description=(
+            "scikit-learn bundled 8x8 digits (UCI optical recognition of "
+            f"handwritten digits), pixels/16; fixed split (seed {_DIGITS_SEED}): "
+            f"{n_train} train / {len(y) - n_train} test"
+        ),
     )
 
 
@@ -54,7 +58,8 @@ def _digits_info(root: Path) -> DatasetInfo:
 SOURCE = register_dataset(
     DatasetSource(
         name="digits",
-        description="UCI optical digits bundled with scikit-learn, 8x8 grey, 1437 train / 360 test; always available offline",
+        description="UCI optical digits bundled with scikit-learn, 8x8 grey, 1437 train / "
+        "360 test; always available offline",
         input_shape=(1, 8, 8),
         num_classes=10,
         files=(),

@@ -14,7 +14,15 @@ import torch
 from dpaudit.data.containers import DatasetBundle, make_bundle
 from dpaudit.data.integrity import checked_files, verify_checksum
 from dpaudit.data.registry import register_dataset
-from dpaudit.data.source import DatasetFileError, DatasetInfo, DatasetNotFoundError, DatasetSource, missing_info, not_found, unusable_info
+from dpaudit.data.source import (
+    DatasetFileError,
+    DatasetInfo,
+    DatasetNotFoundError,
+    DatasetSource,
+    missing_info,
+    not_found,
+    unusable_info,
+)
 
 __all__ = ["SOURCE"]
 
@@ -53,12 +61,19 @@ def _read_pgm(path: Path) -> np.ndarray:
     if tokens[0] != b"P5":
         raise DatasetFileError(path, f"not a binary PGM: magic {tokens[0][:8]!r}, expected b'P5'")
     if not all(t.isdigit() and len(t) <= 6 for t in tokens[1:]):
-        raise DatasetFileError(path, f"not a valid PGM: width, height and maxval must be integers, got {b' '.join(t[:8] for t in tokens[1:])!r}")
+        raise DatasetFileError(
+            path,
+            f"not a valid PGM: width, height and maxval must be integers, got {b' '.join(t[:8] for t in tokens[1:])!r}",
+        )
     width, height, maxval = (int(t) for t in tokens[1:])
     if not 0 < maxval < 256:
         raise DatasetFileError(path, f"not an 8-bit PGM: maxval {maxval}")
     if len(raw) - pos < width * height:
-        raise DatasetFileError(path, f"truncated: its header declares {width}x{height} pixels ({width * height} bytes), {max(len(raw) - pos, 0)} follow it")
+        raise DatasetFileError(
+            path,
+            f"truncated: its header declares {width}x{height} pixels "
+            f"({width * height} bytes), {max(len(raw) - pos, 0)} follow it",
+        )
     pixels = np.frombuffer(raw, dtype=np.uint8, count=width * height, offset=pos)
     return pixels.reshape(height, width)
 
@@ -91,7 +106,9 @@ def _faces_not_found(root: Path, download: bool) -> DatasetNotFoundError:
     return not_found(
         "faces",
         root,
-        f"{_orl_path(root, 1, 1)} (AT&T/ORL faces, s1..s40/1..10.pgm) or {root / 'olivetti' / 'olivetti_faces.npy'} with olivetti_faces_target.npy",
+        f"{_orl_path(root, 1, 1)} (AT&T/ORL faces, s1..s40/1..10.pgm) or "
+        f"{root / 'olivetti' / 'olivetti_faces.npy'} with "
+        "olivetti_faces_target.npy",
         download=download,
     )
 
@@ -110,7 +127,11 @@ def _per_identity_split(x: np.ndarray, y: np.ndarray, image_index: np.ndarray, s
         x_test=torch.from_numpy(np.ascontiguousarray(x_te)),
         y_test=torch.from_numpy(y_te.astype(np.int64)),
         num_classes=_ORL_SUBJECTS,
-        description=(f"{source}; 40 identities, per-identity split: images 1-{_FACES_TRAIN_PER_ID} train ({len(y_tr)}), {_FACES_TRAIN_PER_ID + 1}-{_ORL_IMAGES} test ({len(y_te)})"),
+        description=(
+            f"{source}; 40 identities, per-identity split: images "
+            f"1-{_FACES_TRAIN_PER_ID} train ({len(y_tr)}), "
+            f"{_FACES_TRAIN_PER_ID + 1}-{_ORL_IMAGES} test ({len(y_te)})"
+        ),
     )
 
 
@@ -124,7 +145,9 @@ def _orl_images(root: Path, folder: Path) -> tuple[list[np.ndarray], int]:
                 raise not_found("faces", root, f"{path} (the ORL folder is incomplete)")
             image = _read_pgm(path)
             if image.shape != (112, 92):
-                raise DatasetFileError(path, f"not an ORL face: {image.shape[0]}x{image.shape[1]} (rows x cols), expected 112x92")
+                raise DatasetFileError(
+                    path, f"not an ORL face: {image.shape[0]}x{image.shape[1]} (rows x cols), expected 112x92"
+                )
             checksums += verify_checksum(path, folder)
             images.append(image)
     return images, checksums
@@ -137,9 +160,13 @@ def _olivetti_arrays(folder: Path) -> tuple[np.ndarray, np.ndarray, int]:
     faces = _load_npy(faces_path)
     target = _load_npy(target_path)
     if faces.shape != (n, 64, 64) or faces.dtype.kind != "f":
-        raise DatasetFileError(faces_path, f"not the Olivetti faces: expected float (400, 64, 64), got {faces.dtype} {faces.shape}")
+        raise DatasetFileError(
+            faces_path, f"not the Olivetti faces: expected float (400, 64, 64), got {faces.dtype} {faces.shape}"
+        )
     if target.shape != (n,) or target.dtype.kind not in "iu":
-        raise DatasetFileError(target_path, f"not the Olivetti targets: expected integer (400,), got {target.dtype} {target.shape}")
+        raise DatasetFileError(
+            target_path, f"not the Olivetti targets: expected integer (400,), got {target.dtype} {target.shape}"
+        )
     if not np.all(target == np.arange(n) // _ORL_IMAGES):
         raise DatasetFileError(target_path, "not the Olivetti targets: sample i must have target i // 10")
     if not np.all(np.isfinite(faces)):
@@ -174,9 +201,16 @@ def _faces_info(root: Path) -> DatasetInfo:
     kind, folder = found
     n_train, n_test = _ORL_SUBJECTS * _FACES_TRAIN_PER_ID, _ORL_SUBJECTS * (_ORL_IMAGES - _FACES_TRAIN_PER_ID)
     if kind == "orl":
-        missing = [str(_orl_path(root, s, i)) for s in range(1, _ORL_SUBJECTS + 1) for i in range(1, _ORL_IMAGES + 1) if not _orl_path(root, s, i).is_file()]
+        missing = [
+            str(_orl_path(root, s, i))
+            for s in range(1, _ORL_SUBJECTS + 1)
+            for i in range(1, _ORL_IMAGES + 1)
+            if not _orl_path(root, s, i).is_file()
+        ]
         if missing:
-            return missing_info("faces", f"ORL folder {folder} is incomplete: {len(missing)} missing, e.g. {missing[0]}")
+            return missing_info(
+                "faces", f"ORL folder {folder} is incomplete: {len(missing)} missing, e.g. {missing[0]}"
+            )
         shape: tuple[int, ...] = (1, 112, 92)
         count = _ORL_SUBJECTS * _ORL_IMAGES
         what = "PGM headers and sizes"
@@ -204,7 +238,9 @@ def _faces_info(root: Path) -> DatasetInfo:
 SOURCE = register_dataset(
     DatasetSource(
         name="faces",
-        description="AT&T/ORL faces (Samaria & Harter 1994), 40 identities x 10 images, 112x92 PGM (Olivetti 64x64 arrays as fallback); images 1-7 train, 8-10 test",
+        description="AT&T/ORL faces (Samaria & Harter 1994), 40 identities x 10 images, "
+        "112x92 PGM (Olivetti 64x64 arrays as fallback); images 1-7 train, 8-10 "
+        "test",
         input_shape=None,  # (1, 112, 92) from ORL, (1, 64, 64) from the Olivetti fallback
         num_classes=_ORL_SUBJECTS,
         files=tuple(f"orl_faces/s{s}/{i}.pgm" for s in range(1, _ORL_SUBJECTS + 1) for i in range(1, _ORL_IMAGES + 1)),

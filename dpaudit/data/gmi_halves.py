@@ -14,7 +14,19 @@ __all__ = ["MNIST_0_4", "FACES_1_20"]
 
 _MNIST = next(source for source in idx.SOURCES if source.name == "mnist")
 
-MNIST_0_4 = register_dataset(class_subset_source(_MNIST, (0, 1, 2, 3, 4), name="mnist-0-4", description="MNIST digits 0-4 only (GMI's private half; public half mnist:5-9)"))
+MNIST_0_4 = register_dataset(
+    class_subset_source(
+        _MNIST,
+        (0, 1, 2, 3, 4),
+        name="mnist-0-4",
+        description="MNIST digits 0-4 only (GMI's private half; public half mnist:5-9)",
+    )
+)
 FACES_1_20 = register_dataset(
-    class_subset_source(faces.SOURCE, tuple(range(20)), name="faces-1-20", description="AT&T/ORL identities s1-s20 only, labels 0-19 (GMI's private half; public half faces:20-39)")
+    class_subset_source(
+        faces.SOURCE,
+        tuple(range(20)),
+        name="faces-1-20",
+        description="AT&T/ORL identities s1-s20 only, labels 0-19 (GMI's private half; public half faces:20-39)",
+    )
 )

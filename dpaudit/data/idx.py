@@ -75,7 +75,8 @@ def _idx_not_found(name: str, root: Path, download: bool) -> DatasetNotFoundErro
     return not_found(
         name,
         root,
-        f"{root / folder / (_IDX_FILES[0] + '.gz')} and the other three IDX files (or torchvision's {root / cls_name / 'raw' / _IDX_FILES[0]})",
+        f"{root / folder / (_IDX_FILES[0] + '.gz')} and the other three IDX "
+        f"files (or torchvision's {root / cls_name / 'raw' / _IDX_FILES[0]})",
         download=download,
     )
 
@@ -124,7 +125,10 @@ def _idx_dims(path: Path) -> tuple[tuple[int, ...], int]:
         if len(magic) < 4:
             raise DatasetFileError(path, f"truncated: {len(magic)} bytes of content, shorter than an IDX header")
         if magic[:2] != b"\x00\x00" or magic[2] != _IDX_UBYTE:
-            raise DatasetFileError(path, f"not an IDX file of unsigned bytes: it starts with 0x{magic.hex()}, expected 0x0000080{want_ndim}")
+            raise DatasetFileError(
+                path,
+                f"not an IDX file of unsigned bytes: it starts with 0x{magic.hex()}, expected 0x0000080{want_ndim}",
+            )
         ndim = magic[3]
         if ndim != want_ndim:
             raise DatasetFileError(path, f"not an IDX {kind} file: {ndim} dimensions, expected {want_ndim}")
@@ -143,7 +147,9 @@ def _length_problem(path: Path, expected: int, actual: int) -> DatasetFileError:
     after = " after decompression" if path.suffix == ".gz" else ""
     if actual < expected:
         return DatasetFileError(path, f"truncated: expected {expected} bytes{after}, got {actual}")
-    return DatasetFileError(path, f"not a valid IDX file: its header implies {expected} bytes{after}, it holds {actual}")
+    return DatasetFileError(
+        path, f"not a valid IDX file: its header implies {expected} bytes{after}, it holds {actual}"
+    )
 
 
 def _copy_counting(path: Path, out: IO[bytes] | None, expected: int) -> None:
@@ -257,9 +263,14 @@ def _check_idx_set(name: str, folder: Path, *, full: bool) -> tuple[tuple[int, .
     # Format first: "truncated: expected N bytes, got M" says more than a checksum mismatch.
     dims = [_check_idx_file(path, full=full) for path in paths]
     checksums = sum(verify_checksum(path, folder) for path in paths)
-    for images, labels, image_dims, label_dims in ((paths[0], paths[1], dims[0], dims[1]), (paths[2], paths[3], dims[2], dims[3])):
+    for images, labels, image_dims, label_dims in (
+        (paths[0], paths[1], dims[0], dims[1]),
+        (paths[2], paths[3], dims[2], dims[3]),
+    ):
         if image_dims[0] != label_dims[0]:
-            raise DatasetFileError(labels, f"inconsistent with {images.name}: {label_dims[0]} labels for {image_dims[0]} images")
+            raise DatasetFileError(
+                labels, f"inconsistent with {images.name}: {label_dims[0]} labels for {image_dims[0]} images"
+            )
     return dims[0], dims[2], checksums
 
 
@@ -305,7 +316,9 @@ def _load_idx(name: str, root: Path) -> DatasetBundle:
         y = torch.as_tensor(ds.targets, dtype=torch.int64)
         if y.numel() and (int(y.min()) < 0 or int(y.max()) > 9):
             labels = _pick(folder, _IDX_FILES[1 if train else 3])
-            raise DatasetFileError(labels, f"not a file of digit labels: its values span [{int(y.min())}, {int(y.max())}], expected 0..9")
+            raise DatasetFileError(
+                labels, f"not a file of digit labels: its values span [{int(y.min())}, {int(y.max())}], expected 0..9"
+            )
         parts.append((x, y))
     (x_tr, y_tr), (x_te, y_te) = parts
     return make_bundle(
@@ -315,7 +328,10 @@ def _load_idx(name: str, root: Path) -> DatasetBundle:
         x_test=x_te,
         y_test=y_te,
         num_classes=10,
-        description=(f"{pretty} ({cite}), {len(y_tr)} train / {len(y_te)} test, 28x28 grey, pixels/255; read with torchvision.datasets.{cls_name} from {found[1]}"),
+        description=(
+            f"{pretty} ({cite}), {len(y_tr)} train / {len(y_te)} test, 28x28 grey, "
+            f"pixels/255; read with torchvision.datasets.{cls_name} from {found[1]}"
+        ),
     )
 
 

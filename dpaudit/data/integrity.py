@@ -166,7 +166,8 @@ def verify_checksum(path: Path, folder: Path) -> bool:
     if actual != expected:
         raise DatasetFileError(
             path,
-            f"altered or damaged: its MD5 is {actual}, {folder / MD5SUMS} lists {expected} (restore the file or fix the listing)",
+            f"altered or damaged: its MD5 is {actual}, {folder / MD5SUMS} lists "
+            f"{expected} (restore the file or fix the listing)",
         )
     _note_read(path, actual)
     return True

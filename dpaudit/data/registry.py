@@ -37,7 +37,15 @@ from dpaudit.data.source import (
 )
 from dpaudit.registry import Registry
 
-__all__ = ["DATASETS", "changed_files", "clear_cache", "dataset_files", "dataset_info", "load_dataset", "register_dataset"]
+__all__ = [
+    "DATASETS",
+    "changed_files",
+    "clear_cache",
+    "dataset_files",
+    "dataset_info",
+    "load_dataset",
+    "register_dataset",
+]
 
 #: Every dataset source by name, in registration order; any module of :mod:`dpaudit.data` that
 #: registers a source is found on the first lookup.
@@ -45,7 +53,14 @@ DATASETS: Registry[DatasetSource] = Registry("dataset", argument="name", discove
 
 #: The built-in formats, imported (by name) as soon as this module is, so they are registered,
 #: and listed, in this order whichever of them a process imports first.
-_BUILT_IN = ("dpaudit.data.digits", "dpaudit.data.idx", "dpaudit.data.cifar10", "dpaudit.data.faces", "dpaudit.data.adult", "dpaudit.data.gmi_halves")
+_BUILT_IN = (
+    "dpaudit.data.digits",
+    "dpaudit.data.idx",
+    "dpaudit.data.cifar10",
+    "dpaudit.data.faces",
+    "dpaudit.data.adult",
+    "dpaudit.data.gmi_halves",
+)
 
 _registered: set[str] = set()
 
@@ -154,11 +169,15 @@ def changed_files(stored: Any, current: dict[str, str]) -> str:
 def _download(name: str, root: Path, missing: DatasetNotFoundError) -> None:
     fetch = DATASETS[name].download
     if fetch is None:
-        raise DatasetNotFoundError(f"{missing} (download=True was given); dpaudit cannot download {name!r}, copy its files there")
+        raise DatasetNotFoundError(
+            f"{missing} (download=True was given); dpaudit cannot download {name!r}, copy its files there"
+        )
     fetch(root)
 
 
-def load_dataset(name: str, *, data_root: str | os.PathLike[str] | None = None, download: bool = False) -> DatasetBundle:
+def load_dataset(
+    name: str, *, data_root: str | os.PathLike[str] | None = None, download: bool = False
+) -> DatasetBundle:
     """Loads a dataset's train and test splits.
 
     Results are cached per (name, data root) in this process, so repeated calls are cheap;

@@ -220,7 +220,9 @@ def unusable_info(name: str, err: DatasetFileError) -> DatasetInfo:
 
 
 def missing_info(name: str, why: str) -> DatasetInfo:
-    return DatasetInfo(name=name, available=False, num_train=None, num_test=None, input_shape=None, num_classes=None, detail=why)
+    return DatasetInfo(
+        name=name, available=False, num_train=None, num_test=None, input_shape=None, num_classes=None, detail=why
+    )
 
 
 def info_from_bundle(bundle: DatasetBundle, detail: str, checked: str = "") -> DatasetInfo:

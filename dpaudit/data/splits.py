@@ -68,12 +68,18 @@ class Splits(PlainSpec):
             for b in _SPLIT_FIELDS[i + 1 :]:
                 overlap = np.intersect1d(getattr(self, a), getattr(self, b))
                 if overlap.size:
-                    raise v.invalid(a, f"{a} and {b} must be disjoint, but share {overlap.size} ids, e.g. {int(overlap[0])}")
+                    raise v.invalid(
+                        a, f"{a} and {b} must be disjoint, but share {overlap.size} ids, e.g. {int(overlap[0])}"
+                    )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Splits):
             return NotImplemented
-        return self.dataset == other.dataset and self.seed == other.seed and all(np.array_equal(getattr(self, f), getattr(other, f)) for f in _SPLIT_FIELDS)
+        return (
+            self.dataset == other.dataset
+            and self.seed == other.seed
+            and all(np.array_equal(getattr(self, f), getattr(other, f)) for f in _SPLIT_FIELDS)
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -119,18 +125,24 @@ def make_splits(
         member_fraction = v.half_open_unit("member_fraction", member_fraction)
         num_members = int(math.floor(member_fraction * n))
         if num_members < 1:
-            raise v.invalid("member_fraction", f"member_fraction={member_fraction!r} of {n} training samples selects no members")
+            raise v.invalid(
+                "member_fraction", f"member_fraction={member_fraction!r} of {n} training samples selects no members"
+            )
     else:
         num_members = v.integer("num_members", num_members, minimum=1)
     if num_non_members is None:
         non_member_fraction = v.real("non_member_fraction", non_member_fraction)
         if not 0.0 <= non_member_fraction < 1.0:
-            raise v.invalid("non_member_fraction", f"non_member_fraction must lie in [0, 1), got {non_member_fraction!r}")
+            raise v.invalid(
+                "non_member_fraction", f"non_member_fraction must lie in [0, 1), got {non_member_fraction!r}"
+            )
         num_non_members = int(math.floor(non_member_fraction * n))
     else:
         num_non_members = v.integer("num_non_members", num_non_members, minimum=0)
     if num_members > n:
-        raise v.invalid("num_members", f"num_members must be <= {n} (the training set of {bundle.name!r}), got {num_members}")
+        raise v.invalid(
+            "num_members", f"num_members must be <= {n} (the training set of {bundle.name!r}), got {num_members}"
+        )
     if num_members + num_non_members > n:
         raise v.invalid(
             "num_members",

@@ -24,7 +24,9 @@ from dpaudit.data.source import DatasetInfo, DatasetNotFoundError, DatasetSource
 __all__ = ["class_subset_source", "parse_classes"]
 
 
-def parse_classes(text: str, *, argument: str, num_classes: int | None = None, example: str = "0-9 or 0,3,7") -> tuple[int, ...]:
+def parse_classes(
+    text: str, *, argument: str, num_classes: int | None = None, example: str = "0-9 or 0,3,7"
+) -> tuple[int, ...]:
     """Labels written as a comma list of labels and ascending ranges (``5-9``, ``0,2,4``, ``20-39``).
 
     One parser for every flag that names classes (``--classes``, the class part of
@@ -60,7 +62,9 @@ def parse_classes(text: str, *, argument: str, num_classes: int | None = None, e
     return tuple(out)
 
 
-def class_subset_source(parent: DatasetSource, classes: tuple[int, ...], *, name: str, description: str) -> DatasetSource:
+def class_subset_source(
+    parent: DatasetSource, classes: tuple[int, ...], *, name: str, description: str
+) -> DatasetSource:
     """A source holding ``parent``'s samples of ``classes``, relabelled ``0 … len(classes) − 1``.
 
     Args:
@@ -73,14 +77,19 @@ def class_subset_source(parent: DatasetSource, classes: tuple[int, ...], *, name
         ValueError: ``classes`` is empty, repeats a label, or names one the parent lacks.
     """
     if not classes or len(set(classes)) != len(classes) or min(classes) < 0 or max(classes) >= parent.num_classes:
-        raise v.invalid("classes", f"classes must be distinct labels of {parent.name!r} (0..{parent.num_classes - 1}), got {classes!r}")
+        raise v.invalid(
+            "classes",
+            f"classes must be distinct labels of {parent.name!r} (0..{parent.num_classes - 1}), got {classes!r}",
+        )
 
     def load(root: Path) -> DatasetBundle:
         try:
             full = parent.load(root)
         except DatasetNotFoundError as err:
             # The user asked for the subset: name it, and where its images come from.
-            raise DatasetNotFoundError(str(err).replace(f"dataset {parent.name!r}", f"dataset {name!r} (classes of {parent.name!r})", 1)) from None
+            raise DatasetNotFoundError(
+                str(err).replace(f"dataset {parent.name!r}", f"dataset {name!r} (classes of {parent.name!r})", 1)
+            ) from None
         keep = torch.tensor(classes, dtype=torch.long)
         relabel = torch.full((full.num_classes,), -1, dtype=torch.long)
         relabel[keep] = torch.arange(len(classes))
@@ -91,7 +100,15 @@ def class_subset_source(parent: DatasetSource, classes: tuple[int, ...], *, name
             return ds.features[mask], relabel[ds.labels[mask]]
 
         (x_tr, y_tr), (x_te, y_te) = part("train"), part("test")
-        return make_bundle(name, x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te, num_classes=len(classes), description=f"{description} (from {full.description})")
+        return make_bundle(
+            name,
+            x_train=x_tr,
+            y_train=y_tr,
+            x_test=x_te,
+            y_test=y_te,
+            num_classes=len(classes),
+            description=f"{description} (from {full.description})",
+        )
 
     def info(root: Path) -> DatasetInfo:
         parent_info = parent.info(root)

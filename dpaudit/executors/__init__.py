@@ -73,4 +73,6 @@ def make_executor(
         return SerialExecutor()
     if kind == "local":
         return LocalExecutor(workers=workers)
-    return RayExecutor(address=address, workers=workers, datasets=datasets, data_root=data_root, ship_code=ship_code, num_gpus=num_gpus)
+    return RayExecutor(
+        address=address, workers=workers, datasets=datasets, data_root=data_root, ship_code=ship_code, num_gpus=num_gpus
+    )

@@ -135,7 +135,9 @@ class SerialExecutor(Executor):
 
     def __init__(self, *, threads_per_worker: int | None = 1) -> None:
         self.workers = 1
-        self.threads_per_worker = None if threads_per_worker is None else v.integer("threads_per_worker", threads_per_worker, minimum=1)
+        self.threads_per_worker = (
+            None if threads_per_worker is None else v.integer("threads_per_worker", threads_per_worker, minimum=1)
+        )
 
     def run(self, jobs: Sequence[Job]) -> Iterator[tuple[Job, Any]]:
         for job in _check_jobs(jobs):

@@ -95,7 +95,9 @@ def _die_with_parent(parent_pid: int | None, pdeathsig: bool) -> None:
     # Checked after prctl: a parent that died before it would never send the signal.
     if _parent_gone(parent, parent_pid):
         os._exit(1)
-    threading.Thread(target=_watch_parent, args=(parent, parent_pid), name="dpaudit-parent-watchdog", daemon=True).start()
+    threading.Thread(
+        target=_watch_parent, args=(parent, parent_pid), name="dpaudit-parent-watchdog", daemon=True
+    ).start()
 
 
 def _worker_init(num_threads: int, parent_pid: int | None = None, pdeathsig: bool = True) -> None:
@@ -173,7 +175,11 @@ class LocalExecutor(Executor):
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context(self.start_method),
                 initializer=_worker_init,
-                initargs=(self.threads_per_worker, os.getpid() if self.start_method == "spawn" else None, self._pdeathsig),
+                initargs=(
+                    self.threads_per_worker,
+                    os.getpid() if self.start_method == "spawn" else None,
+                    self._pdeathsig,
+                ),
             )
             self._pool_thread = threading.current_thread()
         return self._pool

@@ -26,7 +26,14 @@ from dpaudit.executors.jobs import Executor, Job, _check_jobs, _limit_threads, _
 __all__ = ["RayExecutor"]
 
 
-def _ray_call(fn: Callable[..., Any], kwargs: Mapping[str, Any], num_threads: int, driver: Any = None, datasets: Sequence[str] = (), data_root: str | None = None) -> Any:
+def _ray_call(
+    fn: Callable[..., Any],
+    kwargs: Mapping[str, Any],
+    num_threads: int,
+    driver: Any = None,
+    datasets: Sequence[str] = (),
+    data_root: str | None = None,
+) -> Any:
     # Ray reuses worker processes across tasks, so pin threads on every call (cheap).
     _limit_threads(num_threads)
     if driver is not None:  # the driver's NodeReport (a top-level reference, resolved by Ray)
@@ -82,7 +89,9 @@ class RayExecutor(Executor):
         try:
             import ray  # noqa: F401  (imported lazily: Ray is an optional extra)
         except ImportError:
-            raise ImportError("executor 'ray' needs Ray: pip install 'dpaudit[ray]' (or pip install 'ray>=2.9')") from None
+            raise ImportError(
+                "executor 'ray' needs Ray: pip install 'dpaudit[ray]' (or pip install 'ray>=2.9')"
+            ) from None
         if address is not None and (not isinstance(address, str) or not address.strip()):
             raise v.invalid("address", f"address must be a non-empty string, got {address!r}")
         self.address = address
@@ -107,7 +116,12 @@ class RayExecutor(Executor):
 
             ray_notices_to_stderr()
             # Ray's connection notes (INFO) would break the one-line errors and quiet runs.
-            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "WARNING", **self.init_kwargs}
+            kwargs: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "logging_level": "WARNING",
+                **self.init_kwargs,
+            }
             if self.address is None:
                 kwargs.setdefault("num_cpus", self.workers)
             if self.ship_code:
@@ -120,11 +134,17 @@ class RayExecutor(Executor):
                 ray.init(address=self.address, **kwargs)
             self._started = True
         if self._remote is None:
-            self._remote = ray.remote(num_cpus=self.threads_per_worker, num_gpus=self.num_gpus, max_retries=self.max_retries)(_ray_call)
+            self._remote = ray.remote(
+                num_cpus=self.threads_per_worker, num_gpus=self.num_gpus, max_retries=self.max_retries
+            )(_ray_call)
         if self.num_gpus > 0 and not ray.cluster_resources().get("GPU"):
             from dpaudit.cluster import ClusterMismatch
 
-            raise ClusterMismatch(f"jobs on --device cuda ask Ray for {self.num_gpus:g} GPU each, but no node of the cluster has a GPU; start the nodes with --num-gpus or use --device cpu")
+            raise ClusterMismatch(
+                f"jobs on --device cuda ask Ray for {self.num_gpus:g} GPU each, but no "
+                "node of the cluster has a GPU; start the nodes with --num-gpus or use "
+                "--device cpu"
+            )
         self._check_nodes(ray)
         return ray
 
@@ -147,7 +167,12 @@ class RayExecutor(Executor):
             return
         ray = self._ensure()
         driver = self._driver[1]
-        pending = {self._remote.remote(job.fn, dict(job.kwargs), self.threads_per_worker, driver, self.datasets, self.data_root): job for job in jobs}
+        pending = {
+            self._remote.remote(
+                job.fn, dict(job.kwargs), self.threads_per_worker, driver, self.datasets, self.data_root
+            ): job
+            for job in jobs
+        }
         try:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)

@@ -90,4 +90,6 @@ class AccountantSpec:
 
 #: Every accountant, by name, in listing order (``moments``, ``rdp``, ``pld``, ``strong``, ``naive``
 #: for the built-in ones; see ``docs/privacy/accounting.md``).
-ACCOUNTANTS: Registry[AccountantSpec] = Registry("accountant", argument="accountant", discover=("dpaudit.privacy.accounting",), order=lambda spec: spec.rank)
+ACCOUNTANTS: Registry[AccountantSpec] = Registry(
+    "accountant", argument="accountant", discover=("dpaudit.privacy.accounting",), order=lambda spec: spec.rank
+)

@@ -53,10 +53,12 @@ family: :mod:`~dpaudit.privacy.composition` (``naive``, ``strong``),
 
 Bounded resources and extreme inputs (issue 11):
 
-* PLD discretises the privacy loss on a grid of step :data:`~dpaudit.privacy.pld_accountant.PLD_DISCRETIZATION`; its length
+* PLD discretises the privacy loss on a grid of step :data:`~dpaudit.privacy.pld_accountant.PLD_DISCRETIZATION`; its
+  length
   grows like (per-step loss range) / step and, under composition, with T. Before
   ``dp_accounting`` allocates anything, :func:`compute_epsilon_detailed` estimates the bytes
-  the grid will need (:func:`~dpaudit.privacy.pld_accountant.pld_memory_estimate`); above :data:`~dpaudit.privacy.pld_accountant.PLD_MEMORY_BUDGET` it answers
+  the grid will need (:func:`~dpaudit.privacy.pld_accountant.pld_memory_estimate`); above
+  :data:`~dpaudit.privacy.pld_accountant.PLD_MEMORY_BUDGET` it answers
   with its fallback's (``rdp``) bound instead, and says so (:class:`EpsilonResult`.computed_by and ``note``;
   :func:`compute_epsilon` additionally warns with :class:`PLDFallbackWarning`). The RDP bound
   is an upper bound too, only looser, so a fallback never understates ε.
@@ -79,10 +81,28 @@ from dp_accounting import dp_event as dpe
 
 from dpaudit import _validate as v
 from dpaudit.privacy.accountant_names import ACCOUNTANTS, MAX_NUM_STEPS, AccountantSpec
-from dpaudit.privacy.events import DP_ACCOUNTING_RELATIONS, NOISE_MULTIPLIER_MIN, check_counts, clamp_sigma, contains_non_private, drop_empty, smallest_active_sigma
+from dpaudit.privacy.events import (
+    DP_ACCOUNTING_RELATIONS,
+    NOISE_MULTIPLIER_MIN,
+    check_counts,
+    clamp_sigma,
+    contains_non_private,
+    drop_empty,
+    smallest_active_sigma,
+)
 from dpaudit.privacy.pld_accountant import PLD_MEMORY_BUDGET
 
-__all__ = ["ACCOUNTANTS", "MAX_NUM_STEPS", "AccountantDeclined", "AccountantSpec", "EpsilonResult", "PLDFallbackWarning", "compute_delta", "compute_epsilon", "compute_epsilon_detailed"]
+__all__ = [
+    "ACCOUNTANTS",
+    "MAX_NUM_STEPS",
+    "AccountantDeclined",
+    "AccountantSpec",
+    "EpsilonResult",
+    "PLDFallbackWarning",
+    "compute_delta",
+    "compute_epsilon",
+    "compute_epsilon_detailed",
+]
 
 
 class PLDFallbackWarning(RuntimeWarning):
@@ -166,8 +186,15 @@ def compute_epsilon_detailed(
     if need is not None and need > memory_budget:
         if fallback is None or not fallback.supports(event, neighbouring):
             after = f", and {fallback.name!r} cannot analyse it under {neighbouring}" if fallback is not None else ""
-            raise v.invalid("accountant", f"accountant {spec.name!r} would need {_fmt_bytes(need)} for this event (budget {memory_budget / 1e9:.3g} GB){after}")
-        note = f"{spec.name} would need {_fmt_bytes(need)} (budget {memory_budget / 1e9:.3g} GB); using {fallback.name} instead"
+            raise v.invalid(
+                "accountant",
+                f"accountant {spec.name!r} would need {_fmt_bytes(need)} for this event "
+                f"(budget {memory_budget / 1e9:.3g} GB){after}",
+            )
+        note = (
+            f"{spec.name} would need {_fmt_bytes(need)} (budget "
+            f"{memory_budget / 1e9:.3g} GB); using {fallback.name} instead"
+        )
         return EpsilonResult(fallback.epsilon(event, delta, neighbouring), spec.name, fallback.name, note)
     eps = spec.epsilon(event, delta, neighbouring)
     if math.isinf(eps) and spec.unresolved and fallback is not None and fallback.supports(event, neighbouring):
@@ -186,7 +213,9 @@ def _spec(accountant: object) -> AccountantSpec:
     return ACCOUNTANTS[name]
 
 
-def _prepare(event: object, spec: AccountantSpec, neighbouring: str, memory_budget: float) -> tuple[dpe.DpEvent, EpsilonResult | None]:
+def _prepare(
+    event: object, spec: AccountantSpec, neighbouring: str, memory_budget: float
+) -> tuple[dpe.DpEvent, EpsilonResult | None]:
     """What every accountant shares before its own analysis: validation, then the answers that
     need none (non-private → ∞, a declined event, σ below the floor → ∞); else the normalised event."""
     v.choice("neighbouring", neighbouring, tuple(DP_ACCOUNTING_RELATIONS))
@@ -202,12 +231,17 @@ def _prepare(event: object, spec: AccountantSpec, neighbouring: str, memory_budg
         return event, EpsilonResult(math.inf, spec.name, spec.name, reason, declined=True)
     smallest = smallest_active_sigma(event)
     if smallest < NOISE_MULTIPLIER_MIN:
-        note = f"noise multiplier {smallest:g} < {NOISE_MULTIPLIER_MIN:g}: epsilon exceeds the floating-point range, reported as inf"
+        note = (
+            f"noise multiplier {smallest:g} < {NOISE_MULTIPLIER_MIN:g}: epsilon "
+            "exceeds the floating-point range, reported as inf"
+        )
         return event, EpsilonResult(math.inf, spec.name, spec.name, note)
     return clamp_sigma(event), None
 
 
-def compute_epsilon(event: dpe.DpEvent, *, delta: float, accountant: str = "pld", neighbouring: str = "add_or_remove_one") -> float:
+def compute_epsilon(
+    event: dpe.DpEvent, *, delta: float, accountant: str = "pld", neighbouring: str = "add_or_remove_one"
+) -> float:
     """ε at ``delta`` of the mechanism described by ``event`` under the named accountant.
 
     ``pld`` falls back to ``rdp`` (a looser upper bound) when its grid would exceed
@@ -237,7 +271,14 @@ def compute_epsilon(event: dpe.DpEvent, *, delta: float, accountant: str = "pld"
     return result.epsilon
 
 
-def compute_delta(event: dpe.DpEvent, *, epsilon: float, accountant: str = "pld", neighbouring: str = "add_or_remove_one", memory_budget: float = PLD_MEMORY_BUDGET) -> float:
+def compute_delta(
+    event: dpe.DpEvent,
+    *,
+    epsilon: float,
+    accountant: str = "pld",
+    neighbouring: str = "add_or_remove_one",
+    memory_budget: float = PLD_MEMORY_BUDGET,
+) -> float:
     """δ at ``epsilon`` of the mechanism described by ``event``, for accountants that give one.
 
     The counterpart of :func:`compute_epsilon`: an upper bound on the δ(ε) of the mechanism
@@ -261,7 +302,11 @@ def compute_delta(event: dpe.DpEvent, *, epsilon: float, accountant: str = "pld"
     spec = _spec(accountant)
     if spec.delta is None:
         with_delta = ", ".join(name for name in ACCOUNTANTS.names() if ACCOUNTANTS[name].delta is not None)
-        raise v.invalid("accountant", f"accountant {spec.name!r} gives no delta for a given epsilon (those that do: {with_delta}); got accountant={accountant!r}")
+        raise v.invalid(
+            "accountant",
+            f"accountant {spec.name!r} gives no delta for a given epsilon (those "
+            f"that do: {with_delta}); got accountant={accountant!r}",
+        )
     event, early = _prepare(event, spec, neighbouring, memory_budget)
     if early is not None:
         if early.declined:
@@ -271,7 +316,16 @@ def compute_delta(event: dpe.DpEvent, *, epsilon: float, accountant: str = "pld"
     if need is not None and need > memory_budget:
         fallback = ACCOUNTANTS[spec.fallback] if spec.fallback is not None else None
         if fallback is None or fallback.delta is None or not fallback.supports(event, neighbouring):
-            raise v.invalid("accountant", f"accountant {spec.name!r} would need {_fmt_bytes(need)} for this event (budget {memory_budget / 1e9:.3g} GB), and no fallback gives its delta")
-        warnings.warn(f"{spec.name} would need {_fmt_bytes(need)} (budget {memory_budget / 1e9:.3g} GB); using {fallback.name} instead", PLDFallbackWarning, stacklevel=2)
+            raise v.invalid(
+                "accountant",
+                f"accountant {spec.name!r} would need {_fmt_bytes(need)} for this event "
+                f"(budget {memory_budget / 1e9:.3g} GB), and no fallback gives its delta",
+            )
+        warnings.warn(
+            f"{spec.name} would need {_fmt_bytes(need)} (budget "
+            f"{memory_budget / 1e9:.3g} GB); using {fallback.name} instead",
+            PLDFallbackWarning,
+            stacklevel=2,
+        )
         return fallback.delta(event, epsilon, neighbouring)
     return spec.delta(event, epsilon, neighbouring)

@@ -21,20 +21,32 @@ from dpaudit import _validate as v
 from dpaudit.privacy.claims import DPClaim, PrivacyClaim
 from dpaudit.privacy.gaussian import gdp_epsilon
 
-__all__ = ["ONE_RUN_BOUND_CHOICES", "SCORE_BOUND_CHOICES", "not_gaussian_error", "resolve_bound", "gaussian_step_claim", "composed_gdp_epsilon"]
+__all__ = [
+    "ONE_RUN_BOUND_CHOICES",
+    "SCORE_BOUND_CHOICES",
+    "not_gaussian_error",
+    "resolve_bound",
+    "gaussian_step_claim",
+    "composed_gdp_epsilon",
+]
 
 #: ``audit_from_one_run(bound=…)``: Steinke et al. (2023) or the f-DP bound of Mahloujifar et al. (2025).
 ONE_RUN_BOUND_CHOICES = ("steinke", "fdp")
 
-#: ``audit_from_scores(bound=…)``: ``auto`` is GDP for claims whose trade-off curve is Gaussian-family, else Clopper–Pearson.
+#: ``audit_from_scores(bound=…)``: ``auto`` is GDP for claims whose trade-off curve is Gaussian-family, else
+#: Clopper–Pearson.
 SCORE_BOUND_CHOICES = ("auto", "gdp", "clopper-pearson")
 
 
 def not_gaussian_error(bound: str, claim: PrivacyClaim) -> ValueError:
     """The refusal of a Gaussian-curve bound for a claim outside the Gaussian family."""
     return ValueError(
-        f"bound={bound!r} assumes a Gaussian trade-off curve, and the claim of kind {claim.kind!r} ({claim.statement() or 'no description'}) is not Gaussian-family "
-        "(its trade_off_family is None): a Gaussian curve fitted to its scores can exceed its true epsilon (a pure epsilon = 1 Laplace mechanism reads 4.4). "
+        f"bound={bound!r} assumes a Gaussian trade-off curve, and the claim of "
+        f"kind {claim.kind!r} ({claim.statement() or 'no description'}) is not "
+        "Gaussian-family "
+        "(its trade_off_family is None): a Gaussian curve fitted to its scores "
+        "can exceed its true epsilon (a pure epsilon = 1 Laplace mechanism "
+        "reads 4.4). "
         f"Use {'auto or clopper-pearson' if bound == 'gdp' else 'steinke'}"
     )
 

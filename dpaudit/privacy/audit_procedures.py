@@ -154,25 +154,90 @@ def audit_ceiling(
                 raise v.invalid("guess_counts", f"guess_counts entries must be <= m/2 = {m // 2}, got {c}")
             correct = min(c, n_in) + min(c, n_out)
             if bound == "one-run-fdp":
-                eps = fdp_one_run_epsilon_lb(num_canaries=m, num_guesses=2 * c, num_correct=correct, delta=delta, confidence=confidence, num_tests=tests, curve=curve, sampling_rate=sampling_rate)
+                eps = fdp_one_run_epsilon_lb(
+                    num_canaries=m,
+                    num_guesses=2 * c,
+                    num_correct=correct,
+                    delta=delta,
+                    confidence=confidence,
+                    num_tests=tests,
+                    curve=curve,
+                    sampling_rate=sampling_rate,
+                )
             else:
-                eps = one_run_epsilon_lb(num_canaries=m, num_guesses=2 * c, num_correct=correct, delta=delta, confidence=confidence, num_tests=tests)
+                eps = one_run_epsilon_lb(
+                    num_canaries=m,
+                    num_guesses=2 * c,
+                    num_correct=correct,
+                    delta=delta,
+                    confidence=confidence,
+                    num_tests=tests,
+                )
             best = max(best, eps)
         return best / k
     if n_in == 0 or n_out == 0:
         return 0.0  # one side unobserved: no test can tell IN from OUT
     # A perfect attack: every IN observation guessed IN, no OUT observation guessed IN.
     if bound == "clopper-pearson":
-        return epsilon_lb_from_counts(true_positives=n_in, num_in=n_in, false_positives=0, num_out=n_out, delta=delta, confidence=confidence, group_size=k, num_tests=tests)
-    return gdp_epsilon_lb_from_counts(true_positives=n_in, num_in=n_in, false_positives=0, num_out=n_out, delta=delta, confidence=confidence, num_tests=tests) / k
+        return epsilon_lb_from_counts(
+            true_positives=n_in,
+            num_in=n_in,
+            false_positives=0,
+            num_out=n_out,
+            delta=delta,
+            confidence=confidence,
+            group_size=k,
+            num_tests=tests,
+        )
+    return (
+        gdp_epsilon_lb_from_counts(
+            true_positives=n_in,
+            num_in=n_in,
+            false_positives=0,
+            num_out=n_out,
+            delta=delta,
+            confidence=confidence,
+            num_tests=tests,
+        )
+        / k
+    )
 
 
 def _scores_bound(
-    s_in: np.ndarray, s_out: np.ndarray, *, delta: float, confidence: float, bound: str, strategy: str, num_thresholds: int, group_size: int, seed: int, threshold: float | None = None
+    s_in: np.ndarray,
+    s_out: np.ndarray,
+    *,
+    delta: float,
+    confidence: float,
+    bound: str,
+    strategy: str,
+    num_thresholds: int,
+    group_size: int,
+    seed: int,
+    threshold: float | None = None,
 ) -> tuple[ThresholdBound, float]:
     """(the threshold bound, its ceiling): the one computation behind ε_LB of IN/OUT observations."""
-    tb = bound_from_scores(s_in, s_out, delta=delta, confidence=confidence, method=bound, strategy=strategy, num_thresholds=num_thresholds, group_size=group_size, seed=seed, threshold=threshold)
-    ceiling = audit_ceiling(bound=bound, delta=delta, confidence=confidence, num_in=tb.num_in, num_out=tb.num_out, num_tests=tb.num_tests, group_size=group_size)
+    tb = bound_from_scores(
+        s_in,
+        s_out,
+        delta=delta,
+        confidence=confidence,
+        method=bound,
+        strategy=strategy,
+        num_thresholds=num_thresholds,
+        group_size=group_size,
+        seed=seed,
+        threshold=threshold,
+    )
+    ceiling = audit_ceiling(
+        bound=bound,
+        delta=delta,
+        confidence=confidence,
+        num_in=tb.num_in,
+        num_out=tb.num_out,
+        num_tests=tb.num_tests,
+        group_size=group_size,
+    )
     return tb, ceiling
 
 
@@ -211,7 +276,8 @@ def audit_from_scores(
         group_size: canary multiplicity k.
         threat_model: ``black-box`` or ``white-box``.
         seed: seed of the random halves for ``split``.
-        details: the caller's context to keep with the result (the ``context`` of its :class:`~dpaudit.results.audit_details.ScoresDetails`).
+        details: the caller's context to keep with the result (the ``context`` of its
+            :class:`~dpaudit.results.audit_details.ScoresDetails`).
         threshold: ``strategy="fixed"``: the threshold, chosen before the scores were seen
             (kept as ``details.threshold``, so the prefix curve reuses it).
 
@@ -224,11 +290,24 @@ def audit_from_scores(
     bound = resolve_bound(bound, claim=claim)
     delta = v.open_unit("delta", delta)
     s_in, s_out = np.asarray(in_scores, dtype=float).reshape(-1), np.asarray(out_scores, dtype=float).reshape(-1)
-    tb, ceiling = _scores_bound(s_in, s_out, delta=delta, confidence=confidence, bound=bound, strategy=strategy, num_thresholds=num_thresholds, group_size=group_size, seed=seed, threshold=threshold)
+    tb, ceiling = _scores_bound(
+        s_in,
+        s_out,
+        delta=delta,
+        confidence=confidence,
+        bound=bound,
+        strategy=strategy,
+        num_thresholds=num_thresholds,
+        group_size=group_size,
+        seed=seed,
+        threshold=threshold,
+    )
     acc, ub, by = _upper(claim, delta)
     estimate, kind = _scores_estimate(s_in, s_out, bound=bound, delta=delta, num_thresholds=num_thresholds)
     estimate /= group_size
-    interval = estimate_interval(s_in, s_out, bound=bound, delta=delta, confidence=confidence, num_thresholds=num_thresholds)
+    interval = estimate_interval(
+        s_in, s_out, bound=bound, delta=delta, confidence=confidence, num_thresholds=num_thresholds
+    )
     low, high = _interval(interval, group_size)
     info = (WhiteBoxDetails if method == "white-box" else ScoresDetails)(
         threshold=tb.threshold,
@@ -267,10 +346,14 @@ def audit_from_scores(
     )
 
 
-def _scores_estimate(s_in: np.ndarray, s_out: np.ndarray, *, bound: str, delta: float, num_thresholds: int) -> tuple[float, str]:
+def _scores_estimate(
+    s_in: np.ndarray, s_out: np.ndarray, *, bound: str, delta: float, num_thresholds: int
+) -> tuple[float, str]:
     """(ε estimate, what it is) of IN/OUT observations: never a bound, reported beside ε_LB."""
     if bound == "gdp":
-        return _gdp_point_estimate(s_in, s_out, delta=delta, num_thresholds=num_thresholds), "GDP fit of the raw rates at the best candidate threshold (an estimate, not a bound)"
+        return _gdp_point_estimate(
+            s_in, s_out, delta=delta, num_thresholds=num_thresholds
+        ), "GDP fit of the raw rates at the best candidate threshold (an estimate, not a bound)"
     return point_estimate(s_in, s_out, delta=delta), "uncorrected best-threshold ratio (an estimate, not a bound)"
 
 
@@ -321,26 +404,57 @@ def one_run_curve(
     out = []
     for k, correct in zip(ks, one_run_correct_guesses(scores, included, ks, seed=seed)):
         if bound == "fdp":
-            eps = fdp_one_run_epsilon_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, delta=delta, confidence=confidence, curve=curve, sampling_rate=sampling_rate)
+            eps = fdp_one_run_epsilon_lb(
+                num_canaries=m,
+                num_guesses=2 * k,
+                num_correct=correct,
+                delta=delta,
+                confidence=confidence,
+                curve=curve,
+                sampling_rate=sampling_rate,
+            )
         else:
-            eps = one_run_epsilon_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, delta=delta, confidence=confidence)
+            eps = one_run_epsilon_lb(
+                num_canaries=m, num_guesses=2 * k, num_correct=correct, delta=delta, confidence=confidence
+            )
         out.append((2 * k, correct, eps))
     return out
 
 
 def _one_run_bound(
-    s: np.ndarray, inc: np.ndarray, *, delta: float, confidence: float, counts: Sequence[int], bound: str, curve: str, sampling_rate: float, seed: int
+    s: np.ndarray,
+    inc: np.ndarray,
+    *,
+    delta: float,
+    confidence: float,
+    counts: Sequence[int],
+    bound: str,
+    curve: str,
+    sampling_rate: float,
+    seed: int,
 ) -> tuple[float, int, int, float | None, float]:
-    """(ε_LB, guesses r, correct v, the f-DP bound's rejected μ (``None`` for Steinke et al.), ceiling) of the one-run game.
+    """(ε_LB, guesses r, correct v, the f-DP bound's rejected μ (``None`` for Steinke et al.), ceiling) of the one-run
+    game.
 
     Both bounds count the guesses the same way (:func:`one_run_correct_guesses`: ties never
     decide a guess) and pay the same Bonferroni factor over ``counts``.
     """
     mu: float | None = None
     if bound == "fdp":
-        eps, mu, r, correct = fdp_one_run_bound_from_scores(s, inc, delta=delta, confidence=confidence, guess_counts=counts, curve=curve, sampling_rate=sampling_rate, seed=seed)
+        eps, mu, r, correct = fdp_one_run_bound_from_scores(
+            s,
+            inc,
+            delta=delta,
+            confidence=confidence,
+            guess_counts=counts,
+            curve=curve,
+            sampling_rate=sampling_rate,
+            seed=seed,
+        )
     else:
-        eps, r, correct = one_run_bound_from_scores(s, inc, delta=delta, confidence=confidence, guess_counts=counts, seed=seed)
+        eps, r, correct = one_run_bound_from_scores(
+            s, inc, delta=delta, confidence=confidence, guess_counts=counts, seed=seed
+        )
     ceiling = audit_ceiling(
         bound=_ONE_RUN_RESULT_BOUND[bound],
         delta=delta,
@@ -355,14 +469,20 @@ def _one_run_bound(
     return eps, r, correct, mu, ceiling
 
 
-def _one_run_choices(bound: str, curve: str, sampling_rate: float, seed: int, claim: PrivacyClaim) -> tuple[str, str, float, int]:
+def _one_run_choices(
+    bound: str, curve: str, sampling_rate: float, seed: int, claim: PrivacyClaim
+) -> tuple[str, str, float, int]:
     """(bound, curve, q, seed) of a one-run audit, checked against each other and against the claim."""
     bound = v.choice("bound", bound, ONE_RUN_BOUND_CHOICES)
     curve = v.choice("curve", curve, TRADEOFF_CURVES)
     sampling_rate = v.half_open_unit("sampling_rate", sampling_rate)
     seed = v.integer("seed", seed, minimum=0)
     if bound == "steinke" and (curve != "gaussian" or sampling_rate != 1.0):
-        raise v.invalid("curve", f"curve and sampling_rate apply to bound='fdp'; got bound='steinke', curve={curve!r}, sampling_rate={sampling_rate!r}")
+        raise v.invalid(
+            "curve",
+            "curve and sampling_rate apply to bound='fdp'; got bound='steinke', "
+            f"curve={curve!r}, sampling_rate={sampling_rate!r}",
+        )
     if not isinstance(claim, PrivacyClaim):
         raise v.invalid_type("claim", f"claim must be a PrivacyClaim, got {type(claim).__name__}")
     if bound == "fdp" and claim.trade_off_family != "gaussian":
@@ -372,7 +492,10 @@ def _one_run_choices(bound: str, curve: str, sampling_rate: float, seed: int, cl
 
 
 #: What the f-DP one-run bound's result says it assumes (the family is named beside it).
-_FDP_ASSUMPTION = "epsilon_lb is the epsilon at delta of the rejected trade-off curve: a lower bound for mechanisms whose curve is in this family"
+_FDP_ASSUMPTION = (
+    "epsilon_lb is the epsilon at delta of the rejected trade-off curve: a "
+    "lower bound for mechanisms whose curve is in this family"
+)
 
 
 def audit_from_one_run(
@@ -409,7 +532,8 @@ def audit_from_one_run(
         guess_counts: the k values (top-k guessed IN, bottom-k OUT) tried, Bonferroni over them
             (default: the same grid for both bounds, fractions 2 %–50 % of m).
         threat_model: ``black-box`` or ``white-box``.
-        details: the caller's context to keep (the ``context`` of its :class:`~dpaudit.results.audit_details.OneRunDetails`).
+        details: the caller's context to keep (the ``context`` of its
+            :class:`~dpaudit.results.audit_details.OneRunDetails`).
         bound: ``steinke`` or ``fdp`` (refused unless ``claim`` is Gaussian-family,
             :attr:`PrivacyClaim.trade_off_family`: both of its curves are Gaussian-shaped).
         curve: ``fdp`` only: ``gaussian`` or ``subsampled-gaussian``.
@@ -426,10 +550,32 @@ def audit_from_one_run(
     m = s.size
     # The same default grid for both bounds, so switching the bound changes nothing else.
     counts = list(guess_counts) if guess_counts is not None else default_guess_counts(m)
-    eps, r, correct, mu, ceiling = _one_run_bound(s, inc, delta=delta, confidence=confidence, counts=counts, bound=bound, curve=curve, sampling_rate=sampling_rate, seed=seed)
+    eps, r, correct, mu, ceiling = _one_run_bound(
+        s,
+        inc,
+        delta=delta,
+        confidence=confidence,
+        counts=counts,
+        bound=bound,
+        curve=curve,
+        sampling_rate=sampling_rate,
+        seed=seed,
+    )
     acc, ub, by = _upper(claim, delta)
-    ks = sorted({k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if 2 * k <= m} | ({r // 2} if r else set()))
-    points = one_run_curve(s, inc, delta=delta, confidence=confidence, guess_counts=ks, bound=bound, curve=curve, sampling_rate=sampling_rate, seed=seed)
+    ks = sorted(
+        {k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if 2 * k <= m} | ({r // 2} if r else set())
+    )
+    points = one_run_curve(
+        s,
+        inc,
+        delta=delta,
+        confidence=confidence,
+        guess_counts=ks,
+        bound=bound,
+        curve=curve,
+        sampling_rate=sampling_rate,
+        seed=seed,
+    )
     estimate = point_estimate(s[inc], s[~inc], delta=delta) if inc.any() and (~inc).any() else None
     fdp = bound == "fdp"
     info = OneRunDetails(
@@ -444,7 +590,11 @@ def audit_from_one_run(
         tradeoff_curve=curve if fdp else None,
         sampling_rate=sampling_rate if fdp else None,
         bound_assumption=_FDP_ASSUMPTION if fdp else None,
-        estimate_interval=None if estimate is None else _interval(estimate_interval(s[inc], s[~inc], bound="clopper-pearson", delta=delta, confidence=confidence), 1),
+        estimate_interval=None
+        if estimate is None
+        else _interval(
+            estimate_interval(s[inc], s[~inc], bound="clopper-pearson", delta=delta, confidence=confidence), 1
+        ),
         estimate_interval_confidence=None if estimate is None else confidence,
         context=details or {},
     )

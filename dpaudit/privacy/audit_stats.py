@@ -100,7 +100,17 @@ def _upper_rates(tp: int, num_in: int, fp: int, num_out: int, miss: float) -> tu
     return fpr_hi, fnr_hi
 
 
-def epsilon_lb_from_counts(*, true_positives: int, num_in: int, false_positives: int, num_out: int, delta: float, confidence: float = 0.95, group_size: int = 1, num_tests: int = 1) -> float:
+def epsilon_lb_from_counts(
+    *,
+    true_positives: int,
+    num_in: int,
+    false_positives: int,
+    num_out: int,
+    delta: float,
+    confidence: float = 0.95,
+    group_size: int = 1,
+    num_tests: int = 1,
+) -> float:
     """Clopper–Pearson ε_LB from the counts of one threshold test (docs/audits/statistics.md §1).
 
     Args:
@@ -125,7 +135,15 @@ def epsilon_lb_from_counts(*, true_positives: int, num_in: int, false_positives:
     return epsilon_from_rates(tpr=1.0 - fnr_hi, fpr=fpr_hi, delta=delta) / k
 
 
-def gdp_mu_lb_from_counts(*, true_positives: int, num_in: int, false_positives: int, num_out: int, confidence: float = 0.95, num_tests: int = 1) -> float:
+def gdp_mu_lb_from_counts(
+    *,
+    true_positives: int,
+    num_in: int,
+    false_positives: int,
+    num_out: int,
+    confidence: float = 0.95,
+    num_tests: int = 1,
+) -> float:
     """μ_LB = Φ⁻¹(1 − FPR_hi) − Φ⁻¹(FNR_hi), clipped at 0 (Nasr et al. 2023, §4)."""
     _check_counts(true_positives, num_in, false_positives, num_out)
     confidence = v.open_unit("confidence", confidence)
@@ -135,13 +153,29 @@ def gdp_mu_lb_from_counts(*, true_positives: int, num_in: int, false_positives: 
     return max(mu, 0.0) if math.isfinite(mu) else 0.0
 
 
-def gdp_epsilon_lb_from_counts(*, true_positives: int, num_in: int, false_positives: int, num_out: int, delta: float, confidence: float = 0.95, num_tests: int = 1) -> float:
+def gdp_epsilon_lb_from_counts(
+    *,
+    true_positives: int,
+    num_in: int,
+    false_positives: int,
+    num_out: int,
+    delta: float,
+    confidence: float = 0.95,
+    num_tests: int = 1,
+) -> float:
     """ε at δ of the μ_LB-GDP curve: a lower bound for mechanisms whose curve is Gaussian.
 
     Sound only under the assumption that the audited mechanism's trade-off curve is a GDP
     curve (true of the Gaussian mechanism, asymptotically of DP-SGD); report it as such.
     """
-    mu = gdp_mu_lb_from_counts(true_positives=true_positives, num_in=num_in, false_positives=false_positives, num_out=num_out, confidence=confidence, num_tests=num_tests)
+    mu = gdp_mu_lb_from_counts(
+        true_positives=true_positives,
+        num_in=num_in,
+        false_positives=false_positives,
+        num_out=num_out,
+        confidence=confidence,
+        num_tests=num_tests,
+    )
     delta = v.open_unit("delta", delta)
     return 0.0 if mu <= 0 else gdp_epsilon(mu=mu, delta=delta)
 
@@ -172,7 +206,9 @@ def one_run_p_value(*, epsilon: float, delta: float, num_canaries: int, num_gues
     return min(1.0, beta + 2.0 * m * delta * slack)
 
 
-def one_run_epsilon_lb(*, num_canaries: int, num_guesses: int, num_correct: int, delta: float, confidence: float = 0.95, num_tests: int = 1) -> float:
+def one_run_epsilon_lb(
+    *, num_canaries: int, num_guesses: int, num_correct: int, delta: float, confidence: float = 0.95, num_tests: int = 1
+) -> float:
     """Largest ε whose p-value is below 1 − confidence (Steinke, Nasr & Jagielski 2023).
 
     ``num_tests`` is the Bonferroni factor when (k₊, k₋) were chosen among that many.
@@ -183,7 +219,9 @@ def one_run_epsilon_lb(*, num_canaries: int, num_guesses: int, num_correct: int,
     level = (1.0 - confidence) / tests
 
     def p(eps: float) -> float:
-        return one_run_p_value(epsilon=eps, delta=delta, num_canaries=num_canaries, num_guesses=num_guesses, num_correct=num_correct)
+        return one_run_p_value(
+            epsilon=eps, delta=delta, num_canaries=num_canaries, num_guesses=num_guesses, num_correct=num_correct
+        )
 
     if p(0.0) >= level:
         return 0.0
@@ -244,7 +282,9 @@ def _counts(in_scores: np.ndarray, out_scores: np.ndarray, thresholds: np.ndarra
     return tp, fp
 
 
-def _upper_rate_arrays(tp: np.ndarray, num_in: int, fp: np.ndarray, num_out: int, miss: float) -> tuple[np.ndarray, np.ndarray]:
+def _upper_rate_arrays(
+    tp: np.ndarray, num_in: int, fp: np.ndarray, num_out: int, miss: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Vectorised :func:`_upper_rates` (Clopper–Pearson, 1 at the k = n edge)."""
     fn = num_in - tp
     with np.errstate(invalid="ignore"):
@@ -253,14 +293,26 @@ def _upper_rate_arrays(tp: np.ndarray, num_in: int, fp: np.ndarray, num_out: int
     return fpr_hi, fnr_hi
 
 
-def _best(in_scores: np.ndarray, out_scores: np.ndarray, thresholds: np.ndarray, *, method: str, delta: float, confidence: float, num_tests: int, group_size: int) -> ThresholdBound:
+def _best(
+    in_scores: np.ndarray,
+    out_scores: np.ndarray,
+    thresholds: np.ndarray,
+    *,
+    method: str,
+    delta: float,
+    confidence: float,
+    num_tests: int,
+    group_size: int,
+) -> ThresholdBound:
     tp, fp = _counts(in_scores, out_scores, thresholds)
     fpr_hi, fnr_hi = _upper_rate_arrays(tp, in_scores.size, fp, out_scores.size, (1 - confidence) / num_tests)
     if method == "clopper-pearson":
         tpr_lo = 1.0 - fnr_hi
         with np.errstate(divide="ignore", invalid="ignore"):
             a = np.where((tpr_lo - delta > 0) & (fpr_hi > 0), np.log(np.maximum(tpr_lo - delta, 1e-300) / fpr_hi), 0.0)
-            b = np.where((1 - delta - fpr_hi > 0) & (fnr_hi > 0), np.log(np.maximum(1 - delta - fpr_hi, 1e-300) / fnr_hi), 0.0)
+            b = np.where(
+                (1 - delta - fpr_hi > 0) & (fnr_hi > 0), np.log(np.maximum(1 - delta - fpr_hi, 1e-300) / fnr_hi), 0.0
+            )
         values = np.maximum(np.maximum(a, b), 0.0)
         i = int(np.argmax(values))
         eps = float(values[i])
@@ -280,7 +332,13 @@ def _best(in_scores: np.ndarray, out_scores: np.ndarray, thresholds: np.ndarray,
     )
 
 
-def uncorrected_gdp_estimate(in_scores: Sequence[float] | np.ndarray, out_scores: Sequence[float] | np.ndarray, *, delta: float, confidence: float = 0.95) -> float:
+def uncorrected_gdp_estimate(
+    in_scores: Sequence[float] | np.ndarray,
+    out_scores: Sequence[float] | np.ndarray,
+    *,
+    delta: float,
+    confidence: float = 0.95,
+) -> float:
     """The GDP figure of Annamalai & De Cristofaro's published protocol: an estimate, not a bound.
 
     Their black-box audits (NeurIPS 2024, §3; their ``compute_eps_lower_gdp``) try every score
@@ -305,7 +363,16 @@ def uncorrected_gdp_estimate(in_scores: Sequence[float] | np.ndarray, out_scores
     confidence = v.open_unit("confidence", confidence)
     thresholds = np.unique(np.concatenate([s_in, s_out]))
     # _best spends (1 - confidence) / 2 on each rate; each rate here gets 1 - confidence.
-    return _best(s_in, s_out, thresholds, method="gdp", delta=delta, confidence=max(0.0, 1.0 - 2.0 * (1.0 - confidence)) or 1e-12, num_tests=1, group_size=1).epsilon_lb
+    return _best(
+        s_in,
+        s_out,
+        thresholds,
+        method="gdp",
+        delta=delta,
+        confidence=max(0.0, 1.0 - 2.0 * (1.0 - confidence)) or 1e-12,
+        num_tests=1,
+        group_size=1,
+    ).epsilon_lb
 
 
 def bound_from_scores(
@@ -346,20 +413,52 @@ def bound_from_scores(
     num = v.integer("num_thresholds", num_thresholds, minimum=1)
     k = v.integer("group_size", group_size, minimum=1)
     if (threshold is not None) != (strategy == "fixed"):
-        raise v.invalid("threshold", f"threshold is given exactly when strategy='fixed'; got strategy={strategy!r}, threshold={threshold!r}")
+        raise v.invalid(
+            "threshold",
+            f"threshold is given exactly when strategy='fixed'; got strategy={strategy!r}, threshold={threshold!r}",
+        )
     if strategy == "fixed":
-        return _best(s_in, s_out, np.array([v.real("threshold", threshold)]), method=method, delta=delta, confidence=confidence, num_tests=1, group_size=k)
+        return _best(
+            s_in,
+            s_out,
+            np.array([v.real("threshold", threshold)]),
+            method=method,
+            delta=delta,
+            confidence=confidence,
+            num_tests=1,
+            group_size=k,
+        )
     if strategy == "bonferroni":
         thresholds = _candidate_thresholds(s_in, s_out, num)
-        return _best(s_in, s_out, thresholds, method=method, delta=delta, confidence=confidence, num_tests=len(thresholds), group_size=k)
+        return _best(
+            s_in,
+            s_out,
+            thresholds,
+            method=method,
+            delta=delta,
+            confidence=confidence,
+            num_tests=len(thresholds),
+            group_size=k,
+        )
     if s_in.size < 2 or s_out.size < 2:
-        raise v.invalid("strategy", f"strategy='split' needs at least 2 IN and 2 OUT scores, got {s_in.size} and {s_out.size}")
+        raise v.invalid(
+            "strategy", f"strategy='split' needs at least 2 IN and 2 OUT scores, got {s_in.size} and {s_out.size}"
+        )
     rng = np.random.default_rng(seed)
     pin, pout = rng.permutation(s_in.size), rng.permutation(s_out.size)
     sel_in, bnd_in = s_in[pin[: s_in.size // 2]], s_in[pin[s_in.size // 2 :]]
     sel_out, bnd_out = s_out[pout[: s_out.size // 2]], s_out[pout[s_out.size // 2 :]]
     # Choose by the bound the selection half itself would give; nothing about the other half leaks.
-    chosen = _best(sel_in, sel_out, _candidate_thresholds(sel_in, sel_out, num), method=method, delta=delta, confidence=confidence, num_tests=1, group_size=k)
+    chosen = _best(
+        sel_in,
+        sel_out,
+        _candidate_thresholds(sel_in, sel_out, num),
+        method=method,
+        delta=delta,
+        confidence=confidence,
+        num_tests=1,
+        group_size=k,
+    )
     # The candidate is a selection score; any threshold down to the next lower selection score is
     # the same test on the selection half. Take the middle of that gap, so bounding scores that
     # fall inside it are not decided by which half drew the extreme score (with separable scores
@@ -367,10 +466,21 @@ def bound_from_scores(
     pooled = np.concatenate([sel_in, sel_out])
     below = pooled[pooled < chosen.threshold]
     threshold = 0.5 * (chosen.threshold + float(below.max())) if below.size else chosen.threshold
-    return _best(bnd_in, bnd_out, np.array([threshold]), method=method, delta=delta, confidence=confidence, num_tests=1, group_size=k)
+    return _best(
+        bnd_in,
+        bnd_out,
+        np.array([threshold]),
+        method=method,
+        delta=delta,
+        confidence=confidence,
+        num_tests=1,
+        group_size=k,
+    )
 
 
-def gdp_observations_needed(*, mu: float, delta: float, confidence: float = 0.95, ratio: float = 0.9, most: int = 10**6) -> int:
+def gdp_observations_needed(
+    *, mu: float, delta: float, confidence: float = 0.95, ratio: float = 0.9, most: int = 10**6
+) -> int:
     """Observations a Gaussian game needs for its expected GDP ε_LB to reach ``ratio`` · ε(μ).
 
     The design rule behind the white-box audit's default length: IN and OUT scores are
@@ -400,7 +510,14 @@ def gdp_observations_needed(*, mu: float, delta: float, confidence: float = 0.95
     def expected_epsilon(n: int) -> float:
         half = n // 2
         wrong = int(round(half * rate))
-        return gdp_epsilon_lb_from_counts(true_positives=half - wrong, num_in=half, false_positives=wrong, num_out=half, delta=delta, confidence=confidence)
+        return gdp_epsilon_lb_from_counts(
+            true_positives=half - wrong,
+            num_in=half,
+            false_positives=wrong,
+            num_out=half,
+            delta=delta,
+            confidence=confidence,
+        )
 
     n = 100
     while n < most and expected_epsilon(n) < target:
@@ -408,7 +525,9 @@ def gdp_observations_needed(*, mu: float, delta: float, confidence: float = 0.95
     return n + (n % 2) if n < most else most
 
 
-def point_estimate(in_scores: Sequence[float] | np.ndarray, out_scores: Sequence[float] | np.ndarray, *, delta: float) -> float:
+def point_estimate(
+    in_scores: Sequence[float] | np.ndarray, out_scores: Sequence[float] | np.ndarray, *, delta: float
+) -> float:
     """Uncorrected best-threshold ε from raw rates: an *estimate*, never a bound.
 
     Rates of 0 are replaced by 0.5/n (a continuity correction) so the estimate stays finite.
@@ -422,7 +541,13 @@ def point_estimate(in_scores: Sequence[float] | np.ndarray, out_scores: Sequence
     return max(epsilon_from_rates(tpr=a, fpr=b, delta=delta) for a, b in zip(tpr, fpr))
 
 
-def one_run_correct_guesses(scores: Sequence[float] | np.ndarray, included: Sequence[bool] | np.ndarray, guess_counts: Sequence[int], *, seed: int = 0) -> list[int]:
+def one_run_correct_guesses(
+    scores: Sequence[float] | np.ndarray,
+    included: Sequence[bool] | np.ndarray,
+    guess_counts: Sequence[int],
+    *,
+    seed: int = 0,
+) -> list[int]:
     """Correct guesses of the top-k / bottom-k auditor (Steinke, Nasr & Jagielski 2023, §5) for each k.
 
     The k highest scores are guessed IN and the k lowest OUT. Ties decide nothing by themselves:
@@ -493,7 +618,14 @@ def one_run_bound_from_scores(
     counts = list(guess_counts) if guess_counts is not None else default_guess_counts(m)
     best = (0.0, 0, 0)
     for k, correct in zip(counts, one_run_correct_guesses(s, included, counts, seed=seed)):
-        eps = one_run_epsilon_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, delta=delta, confidence=confidence, num_tests=len(counts))
+        eps = one_run_epsilon_lb(
+            num_canaries=m,
+            num_guesses=2 * k,
+            num_correct=correct,
+            delta=delta,
+            confidence=confidence,
+            num_tests=len(counts),
+        )
         if eps > best[0] or best[1] == 0:
             best = (eps, 2 * k, correct)
     return best

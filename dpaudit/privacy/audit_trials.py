@@ -35,7 +35,9 @@ def _prefix_sizes(total: int, smallest: int, num_points: int) -> list[int]:
     return sorted({int(round(x)) for x in np.geomspace(smallest, total, num_points)} | {total})
 
 
-def epsilon_lb_by_trials(result: AuditResult, scores: Mapping[str, np.ndarray], *, num_points: int = 10) -> EpsilonByTrials | None:
+def epsilon_lb_by_trials(
+    result: AuditResult, scores: Mapping[str, np.ndarray], *, num_points: int = 10
+) -> EpsilonByTrials | None:
     """ε_LB and its ceiling recomputed on growing prefixes of an audit's stored scores.
 
     Each prefix is audited as the full audit was (same bound, threshold strategy and candidate
@@ -78,7 +80,17 @@ def epsilon_lb_by_trials(result: AuditResult, scores: Mapping[str, np.ndarray], 
         for n in _prefix_sizes(m, min(10, m), points):
             counts = sorted({min(n // 2, max(1, round(k * n / m))) for k in stored})
             s, inc = s_all[:n], inc_all[:n]
-            eps, _, _, _, ceiling = _one_run_bound(s, inc, delta=result.delta, confidence=result.confidence, counts=counts, bound=bound, curve=curve, sampling_rate=q, seed=seed)
+            eps, _, _, _, ceiling = _one_run_bound(
+                s,
+                inc,
+                delta=result.delta,
+                confidence=result.confidence,
+                counts=counts,
+                bound=bound,
+                curve=curve,
+                sampling_rate=q,
+                seed=seed,
+            )
             rows.append((n, int(inc.sum()), int((~inc).sum()), eps, ceiling))
         unit = "canaries"
     else:

@@ -16,7 +16,13 @@ from dpaudit.privacy.accountant_names import ACCOUNTANTS, MAX_NUM_STEPS
 from dpaudit.privacy.accountants import AccountantDeclined, EpsilonResult, compute_epsilon_detailed
 from dpaudit.privacy.events import sampled_gaussian_event
 
-__all__ = ["PLD_SOLVER_MEMORY_BUDGET", "calibrate_noise_multiplier", "calibrate_num_steps", "smallest_noise_multiplier", "largest_num_steps"]
+__all__ = [
+    "PLD_SOLVER_MEMORY_BUDGET",
+    "calibrate_noise_multiplier",
+    "calibrate_num_steps",
+    "smallest_noise_multiplier",
+    "largest_num_steps",
+]
 
 #: The budget of each evaluation inside :func:`calibrate_noise_multiplier` and
 #: :func:`calibrate_num_steps` (256 MiB): they evaluate ε 15-40 times, and a PLD evaluation
@@ -69,7 +75,9 @@ def calibrate_noise_multiplier(
 
     sigma = smallest_noise_multiplier(eps, target=target, tolerance=tolerance)
     if math.isinf(sigma):
-        raise v.invalid("target_epsilon", f"target_epsilon={target!r} is unreachable at delta={delta!r} with any noise multiplier")
+        raise v.invalid(
+            "target_epsilon", f"target_epsilon={target!r} is unreachable at delta={delta!r} with any noise multiplier"
+        )
     return sigma
 
 
@@ -108,11 +116,17 @@ def calibrate_num_steps(
 
     steps = largest_num_steps(eps, target=target, max_steps=max_steps)
     if steps == 0:
-        raise v.invalid("target_epsilon", f"target_epsilon={target!r} is exceeded by a single step at noise_multiplier={noise_multiplier!r}, sampling_rate={sampling_rate!r}")
+        raise v.invalid(
+            "target_epsilon",
+            f"target_epsilon={target!r} is exceeded by a single step at "
+            f"noise_multiplier={noise_multiplier!r}, sampling_rate={sampling_rate!r}",
+        )
     return steps
 
 
-def smallest_noise_multiplier(epsilon_of: Callable[[float], float], *, target: float, tolerance: float = 1e-3, max_sigma: float = 1e6) -> float:
+def smallest_noise_multiplier(
+    epsilon_of: Callable[[float], float], *, target: float, tolerance: float = 1e-3, max_sigma: float = 1e6
+) -> float:
     """Smallest σ (to ``tolerance`` relative) with ``epsilon_of(σ)`` ≤ ``target``, for any
     mechanism whose ε decreases in σ; ``math.inf`` when even ``max_sigma`` overshoots.
 

@@ -72,7 +72,9 @@ def event_to_dict(event: dpe.DpEvent) -> dict[str, Any]:
     """JSON-able form of a ``dp_accounting`` event: ``{"type": ClassName, field: value, …}``."""
     name = type(event).__name__
     if name not in _EVENT_TYPES:
-        raise v.invalid_type("event", f"event of type {name!r} cannot be stored in a claim; supported: {', '.join(_EVENT_TYPES)}")
+        raise v.invalid_type(
+            "event", f"event of type {name!r} cannot be stored in a claim; supported: {', '.join(_EVENT_TYPES)}"
+        )
     out: dict[str, Any] = {"type": name}
     for f in attr.fields(type(event)):
         value = getattr(event, f.name)
@@ -140,7 +142,10 @@ def check_event(event: dpe.DpEvent, *, path: str = "event") -> None:
         size = v.integer(f"{path}.source_dataset_size", event.source_dataset_size, minimum=1)
         sample = v.integer(f"{path}.sample_size", event.sample_size, minimum=1)
         if isinstance(event, dpe.SampledWithoutReplacementDpEvent) and sample > size:
-            raise v.invalid("claim", f"{path}.sample_size must be <= source_dataset_size ({size}) without replacement, got {sample!r}")
+            raise v.invalid(
+                "claim",
+                f"{path}.sample_size must be <= source_dataset_size ({size}) without replacement, got {sample!r}",
+            )
         check_event(event.event, path=f"{path}.event")
     elif isinstance(event, dpe.ComposedDpEvent):
         if not isinstance(event.events, (list, tuple)):
@@ -263,10 +268,15 @@ class PrivacyClaim(PlainSpec):
         return False
 
     def statement(self) -> str:
-        """The description as reports and terminals print it: says when ε is data-dependent and whether it was sanitised."""
+        """The description as reports and terminals print it: says when ε is data-dependent and whether it was
+        sanitised."""
         if not self.data_dependent:
             return self.description
-        how = "released with smooth sensitivity as a noisy estimate (not a bound)" if self.sanitised else "not sanitised, so it is itself private information"
+        how = (
+            "released with smooth sensitivity as a noisy estimate (not a bound)"
+            if self.sanitised
+            else "not sanitised, so it is itself private information"
+        )
         return f"{self.description} — ε is data-dependent (computed from the private data), {how}"
 
     def epsilon(self, *, delta: float, accountant: str = "pld") -> float:
@@ -300,7 +310,10 @@ class PrivacyClaim(PlainSpec):
                 except ValueError:
                     continue
             if self.accountants and not values:
-                raise v.invalid("claim", f"no accountant among {', '.join(self.accountants)} can evaluate the claim {self.description!r}")
+                raise v.invalid(
+                    "claim",
+                    f"no accountant among {', '.join(self.accountants)} can evaluate the claim {self.description!r}",
+                )
             if len(_EPSILONS) >= 256:
                 _EPSILONS.clear()
             _EPSILONS[key] = values
@@ -325,7 +338,9 @@ class DPClaim(PrivacyClaim):
     kind: ClassVar[str] = "dp"
     # A stored claim without its event reads as None, which the constructor refuses: a missing
     # event must never be accounted as the no-op event (ε = 0).
-    event: dpe.DpEvent = spec_field(default_factory=dpe.NoOpDpEvent, absent=None, encode=event_to_dict, decode=event_from_dict)
+    event: dpe.DpEvent = spec_field(
+        default_factory=dpe.NoOpDpEvent, absent=None, encode=event_to_dict, decode=event_from_dict
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -358,9 +373,18 @@ class DPClaim(PrivacyClaim):
         if not isinstance(other, DPClaim):
             raise v.invalid_type("other", f"other must be a DPClaim, got {other!r}")
         if other.neighbouring != self.neighbouring:
-            raise ValueError(f"cannot compose claims under different neighbouring relations: {self.neighbouring!r} and {other.neighbouring!r}")
-        desc = description if description is not None else " + ".join(d for d in (self.description, other.description) if d)
-        return DPClaim(event=dpe.ComposedDpEvent([self.event, other.event]), neighbouring=self.neighbouring, description=desc)
+            raise ValueError(
+                "cannot compose claims under different neighbouring relations: "
+                f"{self.neighbouring!r} and {other.neighbouring!r}"
+            )
+        desc = (
+            description
+            if description is not None
+            else " + ".join(d for d in (self.description, other.description) if d)
+        )
+        return DPClaim(
+            event=dpe.ComposedDpEvent([self.event, other.event]), neighbouring=self.neighbouring, description=desc
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -381,7 +405,9 @@ class NonPrivateClaim(PrivacyClaim):
         return math.inf
 
 
-def dpsgd_claim(*, sampling_rate: float, noise_multiplier: float, num_steps: int, description: str | None = None) -> DPClaim:
+def dpsgd_claim(
+    *, sampling_rate: float, noise_multiplier: float, num_steps: int, description: str | None = None
+) -> DPClaim:
     """Claim of DP-SGD with Poisson sampling (Abadi et al. 2016, Algorithm 1)."""
     event = sampled_gaussian_event(sampling_rate=sampling_rate, noise_multiplier=noise_multiplier, num_steps=num_steps)
     if description is None:
@@ -393,7 +419,9 @@ def dpsgd_claim(*, sampling_rate: float, noise_multiplier: float, num_steps: int
 #: is defined (``@CLAIM_KINDS.register``); the first lookup imports every module of
 #: :mod:`dpaudit.privacy`, so a record of any kind loads in a process that never imported its
 #: defense, and this module imports none of them.
-CLAIM_KINDS: Registry[type[PrivacyClaim]] = Registry("claim kind", argument="claim", key=lambda cls: cls.kind, discover=("dpaudit.privacy",))
+CLAIM_KINDS: Registry[type[PrivacyClaim]] = Registry(
+    "claim kind", argument="claim", key=lambda cls: cls.kind, discover=("dpaudit.privacy",)
+)
 CLAIM_KINDS.register(DPClaim)
 CLAIM_KINDS.register(NonPrivateClaim)
 
@@ -436,7 +464,9 @@ def check_claim_size(data: Any, *, argument: str = "claim", i_know: bool = False
     if composed > limit.maximum and not i_know:
         raise v.invalid(
             argument,
-            f"{argument} composes {composed:,} events, above the limit {describe_number(limit.maximum)} ({limit.why}); pass --i-know (i_know=True) to run it anyway",
+            f"{argument} composes {composed:,} events, above the limit "
+            f"{describe_number(limit.maximum)} ({limit.why}); pass --i-know "
+            "(i_know=True) to run it anyway",
         )
     return composed
 

@@ -25,7 +25,16 @@ from dpaudit.privacy.claims import CLAIM_KINDS, PrivacyClaim
 from dpaudit.privacy.dssgd_budget import fraction_count, plan_budget
 from dpaudit.privacy.record_claims import RebuiltClaim, agree, format_number, register_claim_rebuilder, required
 
-__all__ = ["SPLITS", "SELECTION_SHARE", "NoiseScales", "noise_scales", "upload_costs", "round_epsilon", "DSSGDClaim", "dssgd_svt_claim"]
+__all__ = [
+    "SPLITS",
+    "SELECTION_SHARE",
+    "NoiseScales",
+    "noise_scales",
+    "upload_costs",
+    "round_epsilon",
+    "DSSGDClaim",
+    "dssgd_svt_claim",
+]
 
 #: ``"sum"``: selection 8/9, release 1/9 of ε (shares sum to ε); ``"seed"``: the seed's printed 8/9 and 2/9.
 SPLITS = ("sum", "seed")
@@ -99,10 +108,20 @@ def noise_scales(*, epsilon: float, bound: float, split: str = "sum") -> NoiseSc
     sens = 2.0 * gamma
     eps1 = SELECTION_SHARE * eps
     release = sens / (eps / 9.0) if split == "sum" else 2.0 * sens / (2.0 * eps / 9.0)
-    return NoiseScales(epsilon_per_parameter=eps, bound=gamma, sensitivity=sens, split=split, threshold=2.0 * sens / eps1, query=4.0 * sens / eps1, release=release)
+    return NoiseScales(
+        epsilon_per_parameter=eps,
+        bound=gamma,
+        sensitivity=sens,
+        split=split,
+        threshold=2.0 * sens / eps1,
+        query=4.0 * sens / eps1,
+        release=release,
+    )
 
 
-def upload_costs(*, sensitivity: float, threshold_scale: float, query_scale: float, release_scale: float) -> tuple[float, float]:
+def upload_costs(
+    *, sensitivity: float, threshold_scale: float, query_scale: float, release_scale: float
+) -> tuple[float, float]:
     """(selection segment ε, release ε) of one upload, from the noise scales.
 
     A segment of AboveThreshold with threshold noise Lap(b_t) and query noise Lap(b_q) on
@@ -188,10 +207,20 @@ class DSSGDClaim(PrivacyClaim):
         object.__setattr__(self, "epsilon_per_parameter", scales.epsilon_per_parameter)
         object.__setattr__(self, "bound", scales.bound)
         object.__setattr__(self, "threshold", threshold)
-        for name, want in (("sensitivity", scales.sensitivity), ("threshold_scale", scales.threshold), ("query_scale", scales.query), ("release_scale", scales.release)):
+        for name, want in (
+            ("sensitivity", scales.sensitivity),
+            ("threshold_scale", scales.threshold),
+            ("query_scale", scales.query),
+            ("release_scale", scales.release),
+        ):
             got = v.positive(name, getattr(self, name))
             if not math.isclose(got, want, rel_tol=1e-9):
-                raise v.invalid(name, f"{name} must be {want!r} for epsilon_per_parameter={scales.epsilon_per_parameter!r}, bound={scales.bound!r}, split={self.split!r}; got {got!r}")
+                raise v.invalid(
+                    name,
+                    f"{name} must be {want!r} for "
+                    f"epsilon_per_parameter={scales.epsilon_per_parameter!r}, "
+                    f"bound={scales.bound!r}, split={self.split!r}; got {got!r}",
+                )
             object.__setattr__(self, name, got)
         n = v.integer("num_parameters", self.num_parameters, minimum=1)
         c = v.integer("uploads_per_round", self.uploads_per_round, minimum=1)
@@ -202,7 +231,17 @@ class DSSGDClaim(PrivacyClaim):
             object.__setattr__(self, "description", self._describe())
 
     @classmethod
-    def build(cls, *, epsilon_per_parameter: float, bound: float, threshold: float, uploads_per_round: int, num_rounds: int, num_parameters: int, split: str = "sum") -> DSSGDClaim:
+    def build(
+        cls,
+        *,
+        epsilon_per_parameter: float,
+        bound: float,
+        threshold: float,
+        uploads_per_round: int,
+        num_rounds: int,
+        num_parameters: int,
+        split: str = "sum",
+    ) -> DSSGDClaim:
         """The claim with the scales :func:`noise_scales` gives (what the defense records)."""
         s = noise_scales(epsilon=epsilon_per_parameter, bound=bound, split=split)
         return cls(
@@ -220,7 +259,12 @@ class DSSGDClaim(PrivacyClaim):
         )
 
     def _costs(self) -> tuple[float, float]:
-        return upload_costs(sensitivity=self.sensitivity, threshold_scale=self.threshold_scale, query_scale=self.query_scale, release_scale=self.release_scale)
+        return upload_costs(
+            sensitivity=self.sensitivity,
+            threshold_scale=self.threshold_scale,
+            query_scale=self.query_scale,
+            release_scale=self.release_scale,
+        )
 
     @property
     def epsilon_per_round(self) -> float:
@@ -237,7 +281,9 @@ class DSSGDClaim(PrivacyClaim):
     def _describe(self) -> str:
         total = self.num_rounds * self.epsilon_per_round
         return (
-            f"DSSGD DP upload ({self.split} split): ε = {self.epsilon_per_parameter:g} per parameter per round (paper's figure); "
+            f"DSSGD DP upload ({self.split} split): ε = "
+            f"{self.epsilon_per_parameter:g} per parameter per round (paper's "
+            "figure); "
             f"composed over c = {self.uploads_per_round} uploads × {self.num_rounds} rounds: ε = {total:g} (pure)"
         )
 
@@ -253,7 +299,16 @@ class DSSGDClaim(PrivacyClaim):
         return rho + 2.0 * math.sqrt(rho * math.log(1.0 / d))
 
 
-def dssgd_svt_claim(*, epsilon_per_parameter: float, bound: float, threshold: float, uploads_per_round: int, num_rounds: int, num_parameters: int, split: str = "sum") -> DSSGDClaim:
+def dssgd_svt_claim(
+    *,
+    epsilon_per_parameter: float,
+    bound: float,
+    threshold: float,
+    uploads_per_round: int,
+    num_rounds: int,
+    num_parameters: int,
+    split: str = "sum",
+) -> DSSGDClaim:
     """The claim of one participant of DP-DSSGD (:meth:`DSSGDClaim.build`; the name the defense imports)."""
     return DSSGDClaim.build(
         epsilon_per_parameter=epsilon_per_parameter,
@@ -267,7 +322,9 @@ def dssgd_svt_claim(*, epsilon_per_parameter: float, bound: float, threshold: fl
 
 
 @register_claim_rebuilder("dssgd-svt")
-def _dssgd(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int) -> RebuiltClaim:
+def _dssgd(
+    stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int
+) -> RebuiltClaim:
     """DSSGD's DP upload: the sparse-vector parameters from the config, c and |Δw| from the run.
 
     With ``target_epsilon`` the config keeps ε per parameter or R unset: both are planned again
@@ -283,15 +340,30 @@ def _dssgd(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str
     rounds = config.get("rounds")
     sources = {"epsilon_per_parameter": "config dp_epsilon", "num_rounds": "config rounds"}
     if target is not None:
-        agree("metrics uploads_per_turn", c, "config upload_fraction x metrics num_parameters", fraction_count("upload_fraction", required("config", config, "upload_fraction"), num_parameters))
+        agree(
+            "metrics uploads_per_turn",
+            c,
+            "config upload_fraction x metrics num_parameters",
+            fraction_count("upload_fraction", required("config", config, "upload_fraction"), num_parameters),
+        )
         plan = plan_budget(target_epsilon=target, dp_epsilon=eps, rounds=rounds, uploads_per_turn=c)
         if eps is None:
             eps = plan.dp_epsilon
-            agree("metrics run_dp_epsilon", required("metrics", metrics, "run_dp_epsilon"), f"the dp_epsilon config target_epsilon={format_number(target)} allows", eps)
+            agree(
+                "metrics run_dp_epsilon",
+                required("metrics", metrics, "run_dp_epsilon"),
+                f"the dp_epsilon config target_epsilon={format_number(target)} allows",
+                eps,
+            )
             sources["epsilon_per_parameter"] = "config target_epsilon / (metrics uploads_per_turn x config rounds)"
         if rounds is None:
             rounds = plan.rounds
-            agree("metrics run_rounds", required("metrics", metrics, "run_rounds"), f"the rounds config target_epsilon={format_number(target)} allows", rounds)
+            agree(
+                "metrics run_rounds",
+                required("metrics", metrics, "run_rounds"),
+                f"the rounds config target_epsilon={format_number(target)} allows",
+                rounds,
+            )
             sources["num_rounds"] = "the rounds config target_epsilon allows at config dp_epsilon"
     claim = dssgd_svt_claim(
         epsilon_per_parameter=eps,

@@ -54,7 +54,9 @@ class BudgetPlan:
     note: str | None
 
 
-def plan_budget(*, target_epsilon: float | None, dp_epsilon: float | None, rounds: int | None, uploads_per_turn: int) -> BudgetPlan:
+def plan_budget(
+    *, target_epsilon: float | None, dp_epsilon: float | None, rounds: int | None, uploads_per_turn: int
+) -> BudgetPlan:
     """Resolves ε per parameter and R from the budget.
 
     - ``target_epsilon`` without ``dp_epsilon``: ε = target / (c·R), so R rounds spend exactly
@@ -80,7 +82,10 @@ def plan_budget(*, target_epsilon: float | None, dp_epsilon: float | None, round
     if rounds is not None:
         v.integer("rounds", rounds, minimum=1)
     elif target_epsilon is None or dp_epsilon is None:
-        raise v.invalid("rounds", "rounds may be left unset only with both target_epsilon and dp_epsilon (the most rounds the budget allows)")
+        raise v.invalid(
+            "rounds",
+            "rounds may be left unset only with both target_epsilon and dp_epsilon (the most rounds the budget allows)",
+        )
     if dp_epsilon is not None:
         v.positive("dp_epsilon", dp_epsilon)
     if target_epsilon is None:
@@ -94,7 +99,11 @@ def plan_budget(*, target_epsilon: float | None, dp_epsilon: float | None, round
         assert rounds is not None  # refused above
         r = rounds
         eps = target / (c * r)
-        note = f"dp_epsilon = {eps:.4g} calibrated so that {per_turn} x {r} rounds spend epsilon = {target:g} (pure composition, what the record claims); --rounds sets the length"
+        note = (
+            f"dp_epsilon = {eps:.4g} calibrated so that {per_turn} x {r} rounds "
+            f"spend epsilon = {target:g} (pure composition, what the record claims); "
+            "--rounds sets the length"
+        )
     else:
         eps = dp_epsilon
         allowed = math.floor(target / (c * eps) * (1 + _SLACK))
@@ -102,23 +111,34 @@ def plan_budget(*, target_epsilon: float | None, dp_epsilon: float | None, round
             largest = target / (c * (1 if rounds is None else rounds))
             raise v.invalid(
                 "dp_epsilon",
-                f"dp_epsilon={eps!r} exceeds target_epsilon={target:g} in a single round ({per_turn} spend {c * eps:.4g}); "
-                f"lower dp_epsilon to at most {largest:.4g}{'' if rounds is None else f' for {rounds} rounds'}, or leave it unset to calibrate it",
+                f"dp_epsilon={eps!r} exceeds target_epsilon={target:g} in a single round "
+                f"({per_turn} spend {c * eps:.4g}); "
+                "lower dp_epsilon to at most "
+                f"{largest:.4g}{'' if rounds is None else f' for {rounds} rounds'}, or "
+                "leave it unset to calibrate it",
             )
         if rounds is None:
             r = min(allowed, MAX_ROUNDS)
             cap = f" (the budget allows {allowed:,}, capped at {MAX_ROUNDS:,})" if allowed > MAX_ROUNDS else ""
-            note = f"dp_epsilon {eps:g} reaches epsilon {target:g} after {r} rounds{cap} ({per_turn}, pure composition); leave --dp-epsilon unset and pass --rounds to calibrate dp_epsilon instead"
+            note = (
+                f"dp_epsilon {eps:g} reaches epsilon {target:g} after {r} rounds{cap} "
+                f"({per_turn}, pure composition); leave --dp-epsilon unset and pass "
+                "--rounds to calibrate dp_epsilon instead"
+            )
         elif rounds > allowed:
             # Stopping early would silently train a different run than the one asked for.
             raise v.invalid(
                 "rounds",
-                f"rounds={rounds} at dp_epsilon={eps:g} spend epsilon {c * rounds * eps:.4g} ({per_turn}), above target_epsilon={target:g}; "
+                f"rounds={rounds} at dp_epsilon={eps:g} spend epsilon "
+                f"{c * rounds * eps:.4g} ({per_turn}), above target_epsilon={target:g}; "
                 f"lower rounds to at most {allowed}, lower dp_epsilon, or leave dp_epsilon unset to calibrate it",
             )
         else:
             r = rounds
-            note = f"dp_epsilon {eps:g} and {r} rounds ({per_turn}) spend epsilon {c * r * eps:.4g} of target_epsilon {target:g} (pure composition)"
+            note = (
+                f"dp_epsilon {eps:g} and {r} rounds ({per_turn}) spend epsilon "
+                f"{c * r * eps:.4g} of target_epsilon {target:g} (pure composition)"
+            )
     total = c * r * eps
     if total > target * (1 + _SLACK):
         raise RuntimeError(f"internal error: the DSSGD plan spends epsilon={total!r} > target_epsilon={target!r}")

@@ -38,7 +38,15 @@ def _best_counts(s_in: np.ndarray, s_out: np.ndarray, thresholds: np.ndarray, sc
     return int((s_in >= t).sum()), int((s_out >= t).sum())
 
 
-def estimate_interval(in_scores: np.ndarray, out_scores: np.ndarray, *, bound: str, delta: float, confidence: float = 0.95, num_thresholds: int = 20) -> tuple[float, float]:
+def estimate_interval(
+    in_scores: np.ndarray,
+    out_scores: np.ndarray,
+    *,
+    bound: str,
+    delta: float,
+    confidence: float = 0.95,
+    num_thresholds: int = 20,
+) -> tuple[float, float]:
     """(low, high) of a two-sided ``confidence`` interval around the audit's ε estimate.
 
     Args:
@@ -68,7 +76,9 @@ def estimate_interval(in_scores: np.ndarray, out_scores: np.ndarray, *, bound: s
         lo_in, lo_out = 0.5 / n_in, 0.5 / n_out
         mu = stats.norm.isf(np.clip(fpr, lo_out, 1 - lo_out)) - stats.norm.ppf(np.clip(1 - tpr, lo_in, 1 - lo_in))
         tp, fp = _best_counts(s_in, s_out, qs, mu)
-        low = gdp_epsilon_lb_from_counts(true_positives=tp, num_in=n_in, false_positives=fp, num_out=n_out, delta=delta, confidence=1.0 - miss)
+        low = gdp_epsilon_lb_from_counts(
+            true_positives=tp, num_in=n_in, false_positives=fp, num_out=n_out, delta=delta, confidence=1.0 - miss
+        )
         mu_hi = float(stats.norm.isf(_lower(fp, n_out, miss / 2)) - stats.norm.ppf(_lower(n_in - tp, n_in, miss / 2)))
         high = math.inf if not math.isfinite(mu_hi) else (0.0 if mu_hi <= 0 else gdp_epsilon(mu=mu_hi, delta=delta))
         return low, max(high, low)
@@ -79,6 +89,8 @@ def estimate_interval(in_scores: np.ndarray, out_scores: np.ndarray, *, bound: s
     fpr = np.clip(fp_all / n_out, 0.5 / n_out, 1 - 0.5 / n_out)
     eps = np.array([epsilon_from_rates(tpr=a, fpr=b, delta=delta) for a, b in zip(tpr, fpr)])
     tp, fp = _best_counts(s_in, s_out, thresholds, eps)
-    low = epsilon_lb_from_counts(true_positives=tp, num_in=n_in, false_positives=fp, num_out=n_out, delta=delta, confidence=1.0 - miss)
+    low = epsilon_lb_from_counts(
+        true_positives=tp, num_in=n_in, false_positives=fp, num_out=n_out, delta=delta, confidence=1.0 - miss
+    )
     high = epsilon_from_rates(tpr=1.0 - _lower(n_in - tp, n_in, miss / 2), fpr=_lower(fp, n_out, miss / 2), delta=delta)
     return low, max(high, low)

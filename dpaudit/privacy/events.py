@@ -78,7 +78,11 @@ def drop_empty(event: dpe.DpEvent) -> dpe.DpEvent:
 def check_counts(event: dpe.DpEvent) -> None:
     """Refuses self-composition counts above :data:`MAX_NUM_STEPS` (float conversions overflow)."""
     if isinstance(event, dpe.SelfComposedDpEvent):
-        if isinstance(event.count, numbers.Integral) and not isinstance(event.count, bool) and int(event.count) > MAX_NUM_STEPS:
+        if (
+            isinstance(event.count, numbers.Integral)
+            and not isinstance(event.count, bool)
+            and int(event.count) > MAX_NUM_STEPS
+        ):
             raise v.invalid("event", f"event count (num_steps) must be <= 10**18, got {event.count!r}")
         check_counts(event.event)
     elif isinstance(event, dpe.PoissonSampledDpEvent):

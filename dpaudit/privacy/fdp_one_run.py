@@ -195,7 +195,10 @@ def _check_curve(curve: str, sampling_rate: float) -> tuple[str, float]:
     curve = v.choice("curve", curve, TRADEOFF_CURVES)
     q = v.half_open_unit("sampling_rate", sampling_rate)
     if curve == "gaussian" and q != 1.0:
-        raise v.invalid("sampling_rate", f"sampling_rate applies to curve='subsampled-gaussian'; curve='gaussian' needs 1, got {sampling_rate!r}")
+        raise v.invalid(
+            "sampling_rate",
+            f"sampling_rate applies to curve='subsampled-gaussian'; curve='gaussian' needs 1, got {sampling_rate!r}",
+        )
     return curve, q
 
 
@@ -313,7 +316,15 @@ def fdp_one_run_epsilon_lb(
     Sound as an (ε, δ) lower bound for mechanisms whose trade-off curve is in the family.
     """
     delta = v.open_unit("delta", delta)
-    mu = fdp_one_run_mu_lb(num_canaries=num_canaries, num_guesses=num_guesses, num_correct=num_correct, confidence=confidence, num_tests=num_tests, curve=curve, sampling_rate=sampling_rate)
+    mu = fdp_one_run_mu_lb(
+        num_canaries=num_canaries,
+        num_guesses=num_guesses,
+        num_correct=num_correct,
+        confidence=confidence,
+        num_tests=num_tests,
+        curve=curve,
+        sampling_rate=sampling_rate,
+    )
     return curve_epsilon(mu=mu, delta=delta, curve=curve, sampling_rate=sampling_rate)
 
 
@@ -361,7 +372,11 @@ def fdp_one_run_bound_from_scores(
     delta = v.open_unit("delta", delta)
     confidence = v.open_unit("confidence", confidence)
     m = s.size
-    counts = [v.integer("guess_counts[i]", k, minimum=1) for k in guess_counts] if guess_counts is not None else default_guess_counts(m)
+    counts = (
+        [v.integer("guess_counts[i]", k, minimum=1) for k in guess_counts]
+        if guess_counts is not None
+        else default_guess_counts(m)
+    )
     if not counts:
         raise v.invalid("guess_counts", "guess_counts must hold at least one k, got none")
     for k in counts:
@@ -369,7 +384,15 @@ def fdp_one_run_bound_from_scores(
             raise v.invalid("guess_counts", f"guess_counts entries must be <= m/2 = {m // 2}, got {k}")
     best = (0.0, 0.0, 2 * counts[0], 0)
     for k, correct in zip(counts, one_run_correct_guesses(s, inc, counts, seed=seed), strict=True):
-        mu = fdp_one_run_mu_lb(num_canaries=m, num_guesses=2 * k, num_correct=correct, confidence=confidence, num_tests=len(counts), curve=curve, sampling_rate=sampling_rate)
+        mu = fdp_one_run_mu_lb(
+            num_canaries=m,
+            num_guesses=2 * k,
+            num_correct=correct,
+            confidence=confidence,
+            num_tests=len(counts),
+            curve=curve,
+            sampling_rate=sampling_rate,
+        )
         if mu > best[1] or best[3] == 0:
             best = (curve_epsilon(mu=mu, delta=delta, curve=curve, sampling_rate=sampling_rate), mu, 2 * k, correct)
     return best

@@ -119,7 +119,9 @@ def _epsilon_for(mu: float, delta: float) -> float:
     try:
         eps = optimize.brentq(lambda e: _delta_for(mu, e) - delta, 0.0, hi, xtol=1e-13, rtol=1e-14)
     except (ValueError, RuntimeError) as exc:  # not expected: the bracket is checked above
-        raise v.invalid("delta", f"could not solve for epsilon at delta={delta!r}, sensitivity/sigma={mu!r}: {exc}") from None
+        raise v.invalid(
+            "delta", f"could not solve for epsilon at delta={delta!r}, sensitivity/sigma={mu!r}: {exc}"
+        ) from None
     # Never report an ε whose δ exceeds the target: step up past the root if needed. The step
     # doubles, so this ends in at most ~1100 evaluations even where δ(ε) is flat at the
     # rounding level (target δ within a few ulps of δ(0), root ε ~ 1e-16); a fixed relative
@@ -158,8 +160,14 @@ def classical_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0) -
     delta = v.open_unit("delta", delta)
     sensitivity = v.positive("sensitivity", sensitivity)
     if epsilon > 1.0:
-        raise v.invalid("epsilon", f"epsilon must be <= 1 for the classical Gaussian calibration, got {epsilon!r}; use the 'analytic' or 'extended' calibration")
-    return _finite_sigma(sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon, "classical", epsilon, delta, sensitivity)
+        raise v.invalid(
+            "epsilon",
+            "epsilon must be <= 1 for the classical Gaussian calibration, got "
+            f"{epsilon!r}; use the 'analytic' or 'extended' calibration",
+        )
+    return _finite_sigma(
+        sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon, "classical", epsilon, delta, sensitivity
+    )
 
 
 def analytic_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
@@ -185,7 +193,10 @@ def analytic_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0) ->
     try:
         log_sigma = optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=1e-15)
     except (ValueError, RuntimeError) as exc:
-        raise v.invalid("epsilon", f"could not solve the analytic Gaussian calibration for epsilon={epsilon!r}, delta={delta!r}: {exc}") from None
+        raise v.invalid(
+            "epsilon",
+            f"could not solve the analytic Gaussian calibration for epsilon={epsilon!r}, delta={delta!r}: {exc}",
+        ) from None
     # Check the guarantee on the scaled σ, exactly as gaussian_delta evaluates it: checking at
     # Δ = 1 and then scaling lets rounding of Δ/(Δσ) ≠ 1/σ overshoot δ by an ulp.
     sigma = _finite_sigma(sensitivity * math.exp(log_sigma), "analytic", epsilon, delta, sensitivity)
@@ -198,7 +209,10 @@ def _finite_sigma(sigma: float, method: str, epsilon: float, delta: float, sensi
     """``sigma`` if it is a positive finite double; else a one-line error naming the inputs."""
     if not (0.0 < sigma < math.inf):
         raise v.invalid(
-            "epsilon", f"the {method} Gaussian sigma for epsilon={epsilon!r}, delta={delta!r}, sensitivity={sensitivity!r} is {sigma!r}, outside the floating-point range; rescale the sensitivity"
+            "epsilon",
+            f"the {method} Gaussian sigma for epsilon={epsilon!r}, delta={delta!r}, "
+            f"sensitivity={sensitivity!r} is {sigma!r}, outside the floating-point "
+            "range; rescale the sensitivity",
         )
     return sigma
 
@@ -213,9 +227,17 @@ def extended_sigma(*, epsilon: float, delta: float, sensitivity: float = 1.0) ->
     delta = v.open_unit("delta", delta)
     sensitivity = v.positive("sensitivity", sensitivity)
     if delta > _EGM_MAX_DELTA:
-        raise v.invalid("delta", f"delta must be <= {_EGM_MAX_DELTA} for the extended Gaussian mechanism, got {delta!r}")
+        raise v.invalid(
+            "delta", f"delta must be <= {_EGM_MAX_DELTA} for the extended Gaussian mechanism, got {delta!r}"
+        )
     s = math.log(math.sqrt(2.0 / math.pi) / delta)
-    return _finite_sigma(sensitivity * (math.sqrt(s) + math.sqrt(s + epsilon)) / (math.sqrt(2.0) * epsilon), "extended", epsilon, delta, sensitivity)
+    return _finite_sigma(
+        sensitivity * (math.sqrt(s) + math.sqrt(s + epsilon)) / (math.sqrt(2.0) * epsilon),
+        "extended",
+        epsilon,
+        delta,
+        sensitivity,
+    )
 
 
 def calibrate_gaussian(*, epsilon: float, delta: float, sensitivity: float = 1.0, method: str = "analytic") -> float:

@@ -63,7 +63,9 @@ def _checked(sampling_rate: float, noise_multiplier: float, num_steps: int) -> t
     sigma = v.positive("noise_multiplier", noise_multiplier)
     steps = v.integer("num_steps", num_steps, minimum=0)
     if steps > MAX_LAST_ITERATE_STEPS:
-        raise v.invalid("num_steps", f"num_steps must be <= {MAX_LAST_ITERATE_STEPS:,} for the last-iterate epsilon, got {steps!r}")
+        raise v.invalid(
+            "num_steps", f"num_steps must be <= {MAX_LAST_ITERATE_STEPS:,} for the last-iterate epsilon, got {steps!r}"
+        )
     return q, sigma, steps
 
 
@@ -174,7 +176,8 @@ def last_iterate_delta(*, sampling_rate: float, noise_multiplier: float, num_ste
 
 
 def last_iterate_epsilon(*, sampling_rate: float, noise_multiplier: float, num_steps: int, delta: float) -> float:
-    """ε(δ) of the last iterate of DP-SGD: exact for linear losses, a heuristic for others (the inverse of :func:`last_iterate_delta`).
+    """ε(δ) of the last iterate of DP-SGD: exact for linear losses, a heuristic for others (the inverse of
+    :func:`last_iterate_delta`).
 
     Steinke et al. (2024), "The Last Iterate Advantage", Theorem 1 / Heuristic 1: the tight ε of
     the pair P = Binomial(T, q) + N(0, Tσ²), Q = N(0, Tσ²) in both directions. At q = 1 it is the
@@ -234,7 +237,8 @@ def dpsgd_parameters(event: dpe.DpEvent) -> tuple[float, float, int] | None:
 
 
 def claim_last_iterate_epsilon(claim: object, *, delta: float) -> float | None:
-    """The last-iterate ε (:func:`last_iterate_epsilon`; exact for linear losses, a heuristic for others) of a DP-SGD-family claim at ``delta``, else ``None``.
+    """The last-iterate ε (:func:`last_iterate_epsilon`; exact for linear losses, a heuristic for others) of a
+    DP-SGD-family claim at ``delta``, else ``None``.
 
     DP-SGD family: a :class:`~dpaudit.privacy.claims.DPClaim` whose event is (q, σ, T) of DP-SGD
     (:func:`dpsgd_parameters`) under add-or-remove-one neighbours (the relation the heuristic is

@@ -59,7 +59,9 @@ def _release_fft_plans() -> None:
 
 
 def pld_epsilon(event: dpe.DpEvent, delta: float, neighbouring: str) -> float:
-    acc = pld_privacy_accountant.PLDAccountant(neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring], value_discretization_interval=PLD_DISCRETIZATION)
+    acc = pld_privacy_accountant.PLDAccountant(
+        neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring], value_discretization_interval=PLD_DISCRETIZATION
+    )
     if not acc.supports(event):
         raise v.invalid("accountant", f"accountant 'pld' does not support the event {event!r}")
     try:
@@ -72,7 +74,9 @@ def pld_epsilon(event: dpe.DpEvent, delta: float, neighbouring: str) -> float:
 
 def pld_delta(event: dpe.DpEvent, epsilon: float, neighbouring: str) -> float:
     """δ at ``epsilon`` of the pessimistic PLD (an upper bound on the true δ(ε))."""
-    acc = pld_privacy_accountant.PLDAccountant(neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring], value_discretization_interval=PLD_DISCRETIZATION)
+    acc = pld_privacy_accountant.PLDAccountant(
+        neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring], value_discretization_interval=PLD_DISCRETIZATION
+    )
     if not acc.supports(event):
         raise v.invalid("accountant", f"accountant 'pld' does not support the event {event!r}")
     try:
@@ -85,7 +89,9 @@ def pld_delta(event: dpe.DpEvent, epsilon: float, neighbouring: str) -> float:
 
 def pld_supports(event: dpe.DpEvent, neighbouring: str) -> bool:
     """Whether ``dp_accounting``'s PLD accountant can analyse ``event`` under ``neighbouring``."""
-    return bool(pld_privacy_accountant.PLDAccountant(neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring]).supports(event))
+    return bool(
+        pld_privacy_accountant.PLDAccountant(neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring]).supports(event)
+    )
 
 
 def _pld_gaussian_parts(event: dpe.DpEvent, count: int = 1) -> list[tuple[int, float, float, bool]] | None:
@@ -149,7 +155,9 @@ def _pld_part_bytes(count: int, q: float, sigma: float, sampled: bool, interval:
     # the step, so they are computed on a coarse grid of ~_PLD_PROBE_POINTS points and rescaled.
     coarse = max(interval, max(spans) / _PLD_PROBE_POINTS)
     with np.errstate(all="ignore"):
-        pld = pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=coarse, sampling_prob=q, neighboring_relation=relation)
+        pld = pld_lib.from_gaussian_mechanism(
+            sigma, value_discretization_interval=coarse, sampling_prob=q, neighboring_relation=relation
+        )
     pmfs = [pld._pmf_remove] + ([pld._pmf_add] if len(adjacencies) == 2 else [])  # no public accessor
     for pmf, points in zip(pmfs, step_points):
         probs = _dense_probs(pmf)
@@ -162,7 +170,9 @@ def _pld_part_bytes(count: int, q: float, sigma: float, sampled: bool, interval:
     return total
 
 
-def pld_memory_estimate(event: dpe.DpEvent, *, neighbouring: str = "add_or_remove_one", interval: float = PLD_DISCRETIZATION) -> float | None:
+def pld_memory_estimate(
+    event: dpe.DpEvent, *, neighbouring: str = "add_or_remove_one", interval: float = PLD_DISCRETIZATION
+) -> float | None:
     """Estimated peak memory (bytes) of ``dp_accounting``'s PLD accountant on ``event``.
 
     ``dp_accounting`` (0.6.0) builds each step's privacy-loss PMF on a grid of step ``interval``

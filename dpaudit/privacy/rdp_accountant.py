@@ -23,13 +23,23 @@ from scipy import special
 from dpaudit import _validate as v
 from dpaudit.privacy.events import DP_ACCOUNTING_RELATIONS
 
-__all__ = ["MOMENTS_ORDERS", "RDP_ORDERS", "moments_delta", "moments_epsilon", "rdp_delta", "rdp_epsilon", "rdp_supports"]
+__all__ = [
+    "MOMENTS_ORDERS",
+    "RDP_ORDERS",
+    "moments_delta",
+    "moments_epsilon",
+    "rdp_delta",
+    "rdp_epsilon",
+    "rdp_supports",
+]
 
 # Abadi et al. track moments for λ ≤ 32, i.e. RDP orders 2..33.
 MOMENTS_ORDERS = tuple(range(2, 34))
 # The customary grid (Opacus, TF Privacy) extended upward so that small-T / large-σ settings
 # find their optimum inside the grid rather than at its end.
-RDP_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) + [80, 96, 128, 192, 256, 384, 512, 1024])
+RDP_ORDERS = tuple(
+    [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) + [80, 96, 128, 192, 256, 384, 512, 1024]
+)
 
 
 # Fractional-order RDP of the Poisson-sampled Gaussian.
@@ -78,7 +88,12 @@ def _log_a_frac(q: float, sigma: float, alpha: float) -> float | None:
         start += _FRAC_CHUNK
         # A_α ≥ 1 (a Rényi divergence is ≥ 0), so terms below e^-TAIL are below e^-TAIL · A_α;
         # once they are also decreasing, the alternating tail is bounded by the first of them.
-        tail_done = start > alpha + 2 and max(s0[-1], s1[-1]) < -_FRAC_TAIL and bool(np.all(np.diff(s0[-half:]) <= 0)) and bool(np.all(np.diff(s1[-half:]) <= 0))
+        tail_done = (
+            start > alpha + 2
+            and max(s0[-1], s1[-1]) < -_FRAC_TAIL
+            and bool(np.all(np.diff(s0[-half:]) <= 0))
+            and bool(np.all(np.diff(s1[-half:]) <= 0))
+        )
         if tail_done:
             all_logs = np.concatenate(logs)
             top = float(np.max(all_logs))
@@ -102,7 +117,9 @@ def _sampled_gaussian_rdp(q: float, sigma: float, orders: tuple[float, ...]) -> 
                     out[k] = log_a / (alpha - 1.0)
     rest = [k for k in range(len(orders)) if np.isnan(out[k])]
     if rest:  # integer orders (exact, all terms positive), edge cases and refused orders
-        acc = rdp_privacy_accountant.RdpAccountant(orders=[orders[k] for k in rest], neighboring_relation=DP_ACCOUNTING_RELATIONS["add_or_remove_one"])
+        acc = rdp_privacy_accountant.RdpAccountant(
+            orders=[orders[k] for k in rest], neighboring_relation=DP_ACCOUNTING_RELATIONS["add_or_remove_one"]
+        )
         acc.compose(dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma)))
         out[rest] = acc.rdp
     out.setflags(write=False)
@@ -111,7 +128,9 @@ def _sampled_gaussian_rdp(q: float, sigma: float, orders: tuple[float, ...]) -> 
 
 def _add_remove_rdp(event: dpe.DpEvent, orders: tuple[float, ...]) -> np.ndarray:
     if isinstance(event, dpe.PoissonSampledDpEvent) and isinstance(event.event, dpe.GaussianDpEvent):
-        return _sampled_gaussian_rdp(float(event.sampling_probability), float(event.event.noise_multiplier), tuple(orders))
+        return _sampled_gaussian_rdp(
+            float(event.sampling_probability), float(event.event.noise_multiplier), tuple(orders)
+        )
     if isinstance(event, dpe.SelfComposedDpEvent):
         if event.count == 0:
             return np.zeros(len(orders))
@@ -121,13 +140,17 @@ def _add_remove_rdp(event: dpe.DpEvent, orders: tuple[float, ...]) -> np.ndarray
         for e in event.events:
             total = total + _add_remove_rdp(e, orders)
         return total
-    acc = rdp_privacy_accountant.RdpAccountant(orders=list(orders), neighboring_relation=DP_ACCOUNTING_RELATIONS["add_or_remove_one"])
+    acc = rdp_privacy_accountant.RdpAccountant(
+        orders=list(orders), neighboring_relation=DP_ACCOUNTING_RELATIONS["add_or_remove_one"]
+    )
     acc.compose(event)
     return np.asarray(acc.rdp, dtype=float)
 
 
 def _rdp_curve(event: dpe.DpEvent, orders: tuple[float, ...], neighbouring: str) -> np.ndarray:
-    acc = rdp_privacy_accountant.RdpAccountant(orders=list(orders), neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring])
+    acc = rdp_privacy_accountant.RdpAccountant(
+        orders=list(orders), neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring]
+    )
     if not acc.supports(event):
         raise v.invalid("accountant", f"accountant 'rdp'/'moments' does not support the event {event!r}")
     if neighbouring == "add_or_remove_one":
@@ -139,7 +162,8 @@ def _rdp_curve(event: dpe.DpEvent, orders: tuple[float, ...], neighbouring: str)
 def _warn_if_edge(orders: tuple[float, ...], best: int, name: str) -> None:
     if best in (0, len(orders) - 1) and len(orders) > 1:
         warnings.warn(
-            f"{name}: the optimal RDP order {orders[best]} lies at the end of the order grid; the bound is valid but may be loose",
+            f"{name}: the optimal RDP order {orders[best]} lies at the end of the "
+            "order grid; the bound is valid but may be loose",
             RuntimeWarning,
             stacklevel=4,  # the caller of compute_epsilon_detailed, past the registered entry
         )
@@ -183,4 +207,6 @@ def rdp_delta(event: dpe.DpEvent, epsilon: float, neighbouring: str) -> float:
 
 
 def rdp_supports(event: dpe.DpEvent, neighbouring: str) -> bool:
-    return bool(rdp_privacy_accountant.RdpAccountant(neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring]).supports(event))
+    return bool(
+        rdp_privacy_accountant.RdpAccountant(neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring]).supports(event)
+    )

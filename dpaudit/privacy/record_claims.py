@@ -102,7 +102,9 @@ class ClaimConfig(Protocol):
 #: (:func:`register_claim_config`); the first lookup imports every module of
 #: :mod:`dpaudit.privacy` and the torch-free configuration modules named here, by name, so
 #: this module imports none of the kinds.
-CLAIM_REBUILDERS: Registry[ClaimRebuilderSpec] = Registry("claim rebuilder", argument="claim", discover=("dpaudit.privacy", "defenses.dpsgd.config"))
+CLAIM_REBUILDERS: Registry[ClaimRebuilderSpec] = Registry(
+    "claim rebuilder", argument="claim", discover=("dpaudit.privacy", "defenses.dpsgd.config")
+)
 
 
 def register_claim_rebuilder(kind: str) -> Callable[[ClaimRebuilder], ClaimRebuilder]:
@@ -124,7 +126,9 @@ def register_claim_config(kind: str, load: Callable[[Mapping[str, object]], Clai
             configuration value; ``ValueError`` naming the field it cannot read.
     """
 
-    def rebuild(stored: PrivacyClaim, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int) -> RebuiltClaim:
+    def rebuild(
+        stored: PrivacyClaim, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int
+    ) -> RebuiltClaim:
         return load(config).rebuild_claim(stored, metrics=metrics, num_members=num_members)
 
     CLAIM_REBUILDERS.register(ClaimRebuilderSpec(kind, rebuild))
@@ -156,7 +160,9 @@ def agree(what: str, value: Any, against: str, expected: Any) -> None:
         raise ValueError(f"{what}={format_number(value)} does not match {against}={format_number(expected)}")
 
 
-def rebuild_claim(stored: PrivacyClaim, *, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int) -> RebuiltClaim:
+def rebuild_claim(
+    stored: PrivacyClaim, *, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int
+) -> RebuiltClaim:
     """The claim of kind ``stored.kind`` that ``config`` and ``metrics`` imply.
 
     Raises:
@@ -164,8 +170,14 @@ def rebuild_claim(stored: PrivacyClaim, *, config: Mapping[str, object], metrics
             configuration and the metrics disagree (named, with both values).
     """
     if stored.kind not in CLAIM_REBUILDERS:
-        raise ValueError(f"claim kind {stored.kind!r} has no registered rebuilder, so the claim cannot be checked against the config; known: {', '.join(CLAIM_REBUILDERS)}")
-    return CLAIM_REBUILDERS[stored.kind].rebuild(stored, thaw(config), thaw(metrics), v.integer("num_members", num_members, minimum=0))
+        raise ValueError(
+            f"claim kind {stored.kind!r} has no registered rebuilder, so the claim "
+            "cannot be checked against the config; known: "
+            f"{', '.join(CLAIM_REBUILDERS)}"
+        )
+    return CLAIM_REBUILDERS[stored.kind].rebuild(
+        stored, thaw(config), thaw(metrics), v.integer("num_members", num_members, minimum=0)
+    )
 
 
 def _first_difference(stored: Any, rebuilt: Any, path: str) -> tuple[str, Any, Any] | None:
@@ -190,7 +202,9 @@ def _first_difference(stored: Any, rebuilt: Any, path: str) -> tuple[str, Any, A
     return None if _same(stored, rebuilt) else (path.lstrip("."), stored, rebuilt)
 
 
-def check_record_claim(stored: PrivacyClaim, *, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int) -> None:
+def check_record_claim(
+    stored: PrivacyClaim, *, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int
+) -> None:
     """Refuses a stored claim that differs from the one its record's config and metrics imply.
 
     Every field that ε_UB depends on is compared (numbers to a relative 1e-9); the description
@@ -205,12 +219,18 @@ def check_record_claim(stored: PrivacyClaim, *, config: Mapping[str, object], me
         return
     where, got, want = found
     leaf = where.rsplit(".", 1)[-1].split("[")[0]
-    source = rebuilt.sources.get(where) or rebuilt.sources.get(leaf) or f"the value rebuilt from its config and metrics, {leaf}"
+    source = (
+        rebuilt.sources.get(where)
+        or rebuilt.sources.get(leaf)
+        or f"the value rebuilt from its config and metrics, {leaf}"
+    )
     raise ValueError(f"claim {where}={format_number(got)} does not match {source}={format_number(want)}")
 
 
 @register_claim_rebuilder("nonprivate")
-def _nonprivate(stored: PrivacyClaim, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int) -> RebuiltClaim:
+def _nonprivate(
+    stored: PrivacyClaim, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int
+) -> RebuiltClaim:
     # ε = ∞ under every accountant: nothing in the config can make it smaller. Which defenses
     # may carry it is the defense registry's business (DefenseSpec.claim_kind_for).
     return RebuiltClaim(claim=NonPrivateClaim(neighbouring=stored.neighbouring, description=stored.description))

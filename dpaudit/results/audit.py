@@ -156,11 +156,17 @@ class AuditResult:
         if self.ceiling is not None:
             object.__setattr__(self, "ceiling", v.non_negative("ceiling", self.ceiling))
             if self.epsilon_lb > self.ceiling + _CEILING_TOLERANCE:
-                raise v.invalid("ceiling", f"ceiling must be >= epsilon_lb={self.epsilon_lb!r} (a perfect attack bounds every attack), got {self.ceiling!r}")
+                raise v.invalid(
+                    "ceiling",
+                    f"ceiling must be >= epsilon_lb={self.epsilon_lb!r} (a perfect attack "
+                    f"bounds every attack), got {self.ceiling!r}",
+                )
         if self.epsilon_last_iterate is not None:
             li = v.real("epsilon_last_iterate", self.epsilon_last_iterate)
             if li < 0:
-                raise v.invalid("epsilon_last_iterate", f"epsilon_last_iterate must be >= 0, got {self.epsilon_last_iterate!r}")
+                raise v.invalid(
+                    "epsilon_last_iterate", f"epsilon_last_iterate must be >= 0, got {self.epsilon_last_iterate!r}"
+                )
             object.__setattr__(self, "epsilon_last_iterate", li)
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         v.choice("method", self.method, AUDIT_METHODS)
@@ -176,7 +182,10 @@ class AuditResult:
         if not isinstance(self.accountant, str) or not self.accountant:
             raise v.invalid_type("accountant", f"accountant must be a non-empty string, got {self.accountant!r}")
         if not isinstance(self.epsilon_ub_by_accountant, Mapping):
-            raise v.invalid_type("epsilon_ub_by_accountant", f"epsilon_ub_by_accountant must be a mapping, got {type(self.epsilon_ub_by_accountant).__name__}")
+            raise v.invalid_type(
+                "epsilon_ub_by_accountant",
+                f"epsilon_ub_by_accountant must be a mapping, got {type(self.epsilon_ub_by_accountant).__name__}",
+            )
         by = {str(k): v.real(f"epsilon_ub_by_accountant[{k!r}]", x) for k, x in self.epsilon_ub_by_accountant.items()}
         object.__setattr__(self, "epsilon_ub_by_accountant", MappingProxyType(by))
         if self.epsilon_estimate is not None:
@@ -184,11 +193,15 @@ class AuditResult:
         object.__setattr__(self, "group_size", v.integer("group_size", self.group_size, minimum=1))
         v.choice("threat_model", self.threat_model, THREAT_MODELS)
         if not isinstance(self.claim_description, str):
-            raise v.invalid_type("claim_description", f"claim_description must be a string, got {self.claim_description!r}")
+            raise v.invalid_type(
+                "claim_description", f"claim_description must be a string, got {self.claim_description!r}"
+            )
         if isinstance(self.details, Mapping):
             object.__setattr__(self, "details", details_from_dict(self.details, method=self.method))
         elif not isinstance(self.details, AuditDetails):
-            raise v.invalid_type("details", f"details must be AuditDetails or a mapping, got {type(self.details).__name__}")
+            raise v.invalid_type(
+                "details", f"details must be AuditDetails or a mapping, got {type(self.details).__name__}"
+            )
         if self.method == "one-run" and self.bound not in ONE_RUN_BOUNDS:
             raise v.invalid("method", f"method 'one-run' needs a bound in {ONE_RUN_BOUNDS}, got bound={self.bound!r}")
         if not isinstance(self.assumption, str):
@@ -218,7 +231,8 @@ class AuditResult:
 
     @property
     def gap(self) -> dict[str, float | None]:
-        """ε_UB − ε_LB split into what the design allows and what the attack leaves, with the last-iterate heuristic's reading beside it.
+        """ε_UB − ε_LB split into what the design allows and what the attack leaves, with the last-iterate heuristic's
+        reading beside it.
 
         With c = ``ceiling`` (ε_UB when unknown): ``design`` = max(0, ε_UB − c) (what no attack
         could show with the audit's counts) and ``attack`` = min(ε_UB, c) − ε_LB (what this attack
@@ -289,11 +303,32 @@ class AuditResult:
         version = data.get("schema_version", SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
             raise v.invalid(None, f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
-        required = ("epsilon_lb", "confidence", "method", "bound", "delta", "threshold_strategy", "num_in", "num_out", "epsilon_ub", "accountant")
+        required = (
+            "epsilon_lb",
+            "confidence",
+            "method",
+            "bound",
+            "delta",
+            "threshold_strategy",
+            "num_in",
+            "num_out",
+            "epsilon_ub",
+            "accountant",
+        )
         missing = [k for k in required if k not in data]
         if missing:
             raise v.invalid(None, f"audit result is missing keys {missing}")
-        optional = ("epsilon_ub_by_accountant", "epsilon_estimate", "group_size", "threat_model", "claim_description", "details", "ceiling", "assumption", "epsilon_last_iterate")
+        optional = (
+            "epsilon_ub_by_accountant",
+            "epsilon_estimate",
+            "group_size",
+            "threat_model",
+            "claim_description",
+            "details",
+            "ceiling",
+            "assumption",
+            "epsilon_last_iterate",
+        )
         return cls(**{k: data[k] for k in required}, **{k: data[k] for k in optional if k in data})
 
     def summary(self) -> str:
@@ -305,8 +340,11 @@ class AuditResult:
         flag = "VIOLATION" if self.violation else "ok"
         ceiling = "" if self.ceiling is None else f" [ceiling {fmt_lower_bound(self.ceiling, 4)}]"
         return (
-            f"epsilon_lb {fmt_lower_bound(self.epsilon_lb, 4)}{ceiling} ({self.method}, {self.bound}, assumes {self.assumption}, {self.confidence:.0%} confidence, "
-            f"{self.num_in} in / {self.num_out} out) vs epsilon_ub {ub} ({self.accountant}) at delta={self.delta:g}: {flag}"
+            f"epsilon_lb {fmt_lower_bound(self.epsilon_lb, 4)}{ceiling} "
+            f"({self.method}, {self.bound}, assumes {self.assumption}, "
+            f"{self.confidence:.0%} confidence, "
+            f"{self.num_in} in / {self.num_out} out) vs epsilon_ub {ub} "
+            f"({self.accountant}) at delta={self.delta:g}: {flag}"
         )
 
 
@@ -347,7 +385,12 @@ class EpsilonByTrials:
             raise v.invalid("num_observations", f"num_observations must increase, got {list(self.num_observations)}")
         bad = [i for i, (lb, c) in enumerate(zip(self.epsilon_lb, self.ceiling)) if lb > c + _CEILING_TOLERANCE]
         if bad:
-            raise v.invalid("ceiling", f"ceiling must be >= epsilon_lb at every prefix, got epsilon_lb {self.epsilon_lb[bad[0]]!r} > ceiling {self.ceiling[bad[0]]!r} at prefix {bad[0]}")
+            raise v.invalid(
+                "ceiling",
+                "ceiling must be >= epsilon_lb at every prefix, got epsilon_lb "
+                f"{self.epsilon_lb[bad[0]]!r} > ceiling {self.ceiling[bad[0]]!r} at "
+                f"prefix {bad[0]}",
+            )
 
 
 def save_audit_result(result: AuditResult, directory: str | os.PathLike[str]) -> Path:

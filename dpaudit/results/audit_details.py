@@ -80,7 +80,10 @@ class FullRunClaim:
         d = _pick(cls, data, "full_run_claim")
         by = d["epsilon_ub_by_accountant"]
         if not isinstance(by, Mapping):
-            raise v.invalid_type("full_run_claim", f"details['full_run_claim']['epsilon_ub_by_accountant'] must be a mapping, got {type(by).__name__}")
+            raise v.invalid_type(
+                "full_run_claim",
+                f"details['full_run_claim']['epsilon_ub_by_accountant'] must be a mapping, got {type(by).__name__}",
+            )
         return cls(
             description=str(d["description"]),
             accountant=str(d["accountant"]),
@@ -100,12 +103,22 @@ class ComposedEstimate:
     kind: str
 
     def to_dict(self) -> dict[str, object]:
-        return {"epsilon": self.epsilon, "sampling_rate": self.sampling_rate, "num_steps": self.num_steps, "kind": self.kind}
+        return {
+            "epsilon": self.epsilon,
+            "sampling_rate": self.sampling_rate,
+            "num_steps": self.num_steps,
+            "kind": self.kind,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> ComposedEstimate:
         d = _pick(cls, data, "composed_estimate")
-        return cls(epsilon=cast(float, d["epsilon"]), sampling_rate=cast(float, d["sampling_rate"]), num_steps=cast(int, d["num_steps"]), kind=str(d["kind"]))
+        return cls(
+            epsilon=cast(float, d["epsilon"]),
+            sampling_rate=cast(float, d["sampling_rate"]),
+            num_steps=cast(int, d["num_steps"]),
+            kind=str(d["kind"]),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,7 +136,11 @@ class GuessPoint:
     def from_dict(cls, data: Mapping[str, object]) -> GuessPoint:
         d = _pick(cls, data, "guess_curve")
         # Stored numbers are kept as they are (no float()/int()): the file's bytes must round-trip.
-        return cls(num_guesses=cast(int, d["num_guesses"]), num_correct=cast(int, d["num_correct"]), epsilon_lb=cast(float, d["epsilon_lb"]))
+        return cls(
+            num_guesses=cast(int, d["num_guesses"]),
+            num_correct=cast(int, d["num_correct"]),
+            epsilon_lb=cast(float, d["epsilon_lb"]),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,7 +280,12 @@ class AuditDetails:
         c = self.context.get("canary")
         if not isinstance(c, Mapping) or not all(k in c for k in ("parameter", "index", "magnitude", "reason")):
             return None
-        return CanaryCoordinate(parameter=str(c["parameter"]), index=int(c["index"]), magnitude=float(c["magnitude"]), reason=str(c["reason"]))
+        return CanaryCoordinate(
+            parameter=str(c["parameter"]),
+            index=int(c["index"]),
+            magnitude=float(c["magnitude"]),
+            reason=str(c["reason"]),
+        )
 
     @property
     def fingerprints(self) -> dict[str, str]:
@@ -271,11 +293,16 @@ class AuditDetails:
         return {k.removesuffix("_sha256"): str(x) for k, x in self.context.items() if k.endswith("_sha256")}
 
     def covered_modules(self, function: str) -> tuple[dict[str, tuple[str, str]], tuple[str, ...]]:
-        """The local modules ``function`` (``train_fn`` or ``model_fn``) imports: {name: (file, sha256)}, and the unresolved names."""
+        """The local modules ``function`` (``train_fn`` or ``model_fn``) imports: {name: (file, sha256)}, and the
+        unresolved names."""
         modules = self.context.get(f"{function}_modules")
         found: dict[str, tuple[str, str]] = {}
         if isinstance(modules, Mapping):
-            found = {str(n): (str(m.get("file", n)), str(m.get("sha256", ""))) for n, m in modules.items() if isinstance(m, Mapping)}
+            found = {
+                str(n): (str(m.get("file", n)), str(m.get("sha256", "")))
+                for n, m in modules.items()
+                if isinstance(m, Mapping)
+            }
         unresolved = self.context.get(f"{function}_unresolved")
         return found, tuple(map(str, unresolved)) if isinstance(unresolved, (list, tuple)) else ()
 
@@ -391,7 +418,17 @@ class OneRunDetails(AuditDetails):
     TAIL: ClassVar[tuple[str, ...]] = ("estimate_interval", "estimate_interval_confidence")
     # The k grid, the tie-break seed and the bound's name were recorded from 2026-11-24 on.
     OPTIONAL: ClassVar[frozenset[str]] = frozenset(
-        {"guess_counts", "tie_break_seed", "one_run_bound", "mu_lb", "tradeoff_curve", "sampling_rate", "bound_assumption", "estimate_interval", "estimate_interval_confidence"}
+        {
+            "guess_counts",
+            "tie_break_seed",
+            "one_run_bound",
+            "mu_lb",
+            "tradeoff_curve",
+            "sampling_rate",
+            "bound_assumption",
+            "estimate_interval",
+            "estimate_interval_confidence",
+        }
     )
 
     num_guesses: int

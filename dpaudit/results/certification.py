@@ -25,7 +25,12 @@ from dpaudit.store import freeze as _freeze
 from dpaudit.store import load_result_files, safe_stem, save_result_files
 from dpaudit.store import thaw as _thaw
 
-__all__ = ["CERTIFICATION_SCHEMA_VERSION", "CertificationResult", "load_certification_result", "save_certification_result"]
+__all__ = [
+    "CERTIFICATION_SCHEMA_VERSION",
+    "CertificationResult",
+    "load_certification_result",
+    "save_certification_result",
+]
 
 CERTIFICATION_SCHEMA_VERSION = 1
 _ARRAYS = ("labels", "predictions", "radii")
@@ -98,7 +103,9 @@ class CertificationResult:
             raise v.invalid_type("method", f"method must be a non-empty string, got {self.method!r}")
         v.choice("norm", self.norm, CERTIFICATION_NORMS)
         if self.schema_version != CERTIFICATION_SCHEMA_VERSION:
-            raise v.invalid("schema_version", f"schema_version must be {CERTIFICATION_SCHEMA_VERSION}, got {self.schema_version!r}")
+            raise v.invalid(
+                "schema_version", f"schema_version must be {CERTIFICATION_SCHEMA_VERSION}, got {self.schema_version!r}"
+            )
         object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=1))
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         labels = _int_array("labels", self.labels, ndim=1)
@@ -108,9 +115,15 @@ class CertificationResult:
             raise v.invalid("labels", f"labels must be >= 0, got e.g. {labels[labels < 0][:3].tolist()}")
         predictions = _int_array("predictions", self.predictions, ndim=1)
         if predictions.shape != labels.shape:
-            raise v.invalid("predictions", f"predictions must have shape {labels.shape} (like labels), got {predictions.shape}")
+            raise v.invalid(
+                "predictions", f"predictions must have shape {labels.shape} (like labels), got {predictions.shape}"
+            )
         if np.any(predictions < -1):
-            raise v.invalid("predictions", f"predictions must be class indices or -1 (abstain), got e.g. {predictions[predictions < -1][:3].tolist()}")
+            raise v.invalid(
+                "predictions",
+                "predictions must be class indices or -1 (abstain), got e.g. "
+                f"{predictions[predictions < -1][:3].tolist()}",
+            )
         radii = _real_array("radii", self.radii)
         if radii.shape != labels.shape:
             raise v.invalid("radii", f"radii must have shape {labels.shape} (like labels), got {radii.shape}")
@@ -236,7 +249,9 @@ def save_certification_result(result: CertificationResult, directory: str | os.P
     if not isinstance(result, CertificationResult):
         raise v.invalid_type("result", f"result must be a CertificationResult, got {type(result).__name__}")
     meta = {k: val for k, val in result.to_dict().items() if k not in _ARRAYS}
-    return save_result_files(directory, _file_stem(result.method), arrays={a: getattr(result, a) for a in _ARRAYS}, meta=meta)
+    return save_result_files(
+        directory, _file_stem(result.method), arrays={a: getattr(result, a) for a in _ARRAYS}, meta=meta
+    )
 
 
 def load_certification_result(path: str | os.PathLike[str]) -> CertificationResult:

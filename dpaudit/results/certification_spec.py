@@ -1,4 +1,5 @@
-"""How a record is certified: a noise layer's :class:`CertificationSpec` or a :class:`SmoothingCertificationSpec` (torch-free).
+"""How a record is certified: a noise layer's :class:`CertificationSpec` or a :class:`SmoothingCertificationSpec`
+(torch-free).
 
 A record states how it is certified in ``config["certification"]``: a noise layer's
 :class:`CertificationSpec` (PixelDP, Lecuyer et al. 2019; HGM, Phan et al. 2019), or a
@@ -16,7 +17,13 @@ from typing import Any, ClassVar
 from dpaudit import _validate as v
 from dpaudit.specs import PlainSpec, spec_from_dict
 
-__all__ = ["CERTIFICATION_NORMS", "CERTIFICATION_KINDS", "CertificationSpec", "SmoothingCertificationSpec", "certification_spec_from_dict"]
+__all__ = [
+    "CERTIFICATION_NORMS",
+    "CERTIFICATION_KINDS",
+    "CertificationSpec",
+    "SmoothingCertificationSpec",
+    "certification_spec_from_dict",
+]
 
 
 #: Norms a certificate can be stated in.
@@ -78,7 +85,11 @@ class CertificationSpec(PlainSpec):
         v.positive("robustness_epsilon", self.robustness_epsilon)
         if self.max_epsilon is not None and self.robustness_epsilon > self.max_epsilon:
             # PixelDP's Gaussian bound holds only for ε ≤ 1 (Lecuyer et al. 2019, Eq. 3).
-            raise v.invalid("robustness_epsilon", f"robustness_epsilon must be <= max_epsilon {self.max_epsilon!r} for mechanism {self.mechanism!r}, got {self.robustness_epsilon!r}")
+            raise v.invalid(
+                "robustness_epsilon",
+                f"robustness_epsilon must be <= max_epsilon {self.max_epsilon!r} for "
+                f"mechanism {self.mechanism!r}, got {self.robustness_epsilon!r}",
+            )
         v.open_unit("robustness_delta", self.robustness_delta)
         v.positive("attack_norm_bound", self.attack_norm_bound)
         v.positive("noise_per_sensitivity", self.noise_per_sensitivity)
@@ -86,7 +97,11 @@ class CertificationSpec(PlainSpec):
     def describe(self) -> str:
         """One line naming the robustness parameters (what ``train`` prints)."""
         noise = "heterogeneous" if self.redistribute else "isotropic"
-        return f"{noise} Gaussian noise layer ({self.mechanism}): eps_r={self.robustness_epsilon:g}, delta_r={self.robustness_delta:g}, L={self.attack_norm_bound:g} ({self.attack_norm})"
+        return (
+            f"{noise} Gaussian noise layer ({self.mechanism}): "
+            f"eps_r={self.robustness_epsilon:g}, delta_r={self.robustness_delta:g}, "
+            f"L={self.attack_norm_bound:g} ({self.attack_norm})"
+        )
 
     # Wider than PlainSpec's: a record's certification may be of either kind, read by its "kind".
     @classmethod
@@ -136,7 +151,9 @@ class SmoothingCertificationSpec(PlainSpec):
     def __post_init__(self) -> None:
         object.__setattr__(self, "sigma", v.positive("sigma", self.sigma))
         v.choice("attack_norm", self.attack_norm, self.norms)
-        object.__setattr__(self, "num_selection_draws", v.integer("num_selection_draws", self.num_selection_draws, minimum=1))
+        object.__setattr__(
+            self, "num_selection_draws", v.integer("num_selection_draws", self.num_selection_draws, minimum=1)
+        )
         object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=2))
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
 

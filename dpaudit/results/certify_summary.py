@@ -59,7 +59,8 @@ def own_prediction_rule(bound: str, num_draws: int) -> str:
 
 
 def smoothing_prediction_rule(num_selection_draws: int) -> str:
-    """The classifier CERTIFY covers (Cohen et al. 2019): its guess c_A, abstaining where p_A ≤ ½ (abstentions count as wrong)."""
+    """The classifier CERTIFY covers (Cohen et al. 2019): its guess c_A, abstaining where p_A ≤ ½ (abstentions count as
+    wrong)."""
     return f"CERTIFY: vote-count argmax over {num_selection_draws} selection draws, abstaining where p_A <= 1/2"
 
 
@@ -83,10 +84,14 @@ def _accuracy_map(name: str, value: Any) -> Mapping[str, float]:
 
 
 def _within_conventional(certified: Mapping[str, float], conventional: float, *, name: str) -> None:
-    """Certified accuracy counts correct predictions of the same classifier, so it never exceeds that classifier's accuracy."""
+    """Certified accuracy counts correct predictions of the same classifier, so it never exceeds that classifier's
+    accuracy."""
     over = {r: a for r, a in certified.items() if a > conventional + 1e-12}
     if over:
-        raise v.invalid(name, f"{name} must not exceed the conventional accuracy {conventional!r} of the same classifier, got {over}")
+        raise v.invalid(
+            name,
+            f"{name} must not exceed the conventional accuracy {conventional!r} of the same classifier, got {over}",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,12 +123,22 @@ class SoundnessViolation:
         object.__setattr__(self, "robust_accuracy", _accuracy("robust_accuracy", self.robust_accuracy))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"certificate": self.certificate, "radius": self.radius, "certified_accuracy": self.certified_accuracy, "robust_accuracy": self.robust_accuracy}
+        return {
+            "certificate": self.certificate,
+            "radius": self.radius,
+            "certified_accuracy": self.certified_accuracy,
+            "robust_accuracy": self.robust_accuracy,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SoundnessViolation:
         v.mapping_with("data", data, ("certificate", "radius", "certified_accuracy", "robust_accuracy"))
-        return cls(certificate=data["certificate"], radius=data["radius"], certified_accuracy=data["certified_accuracy"], robust_accuracy=data["robust_accuracy"])
+        return cls(
+            certificate=data["certificate"],
+            radius=data["radius"],
+            certified_accuracy=data["certified_accuracy"],
+            robust_accuracy=data["robust_accuracy"],
+        )
 
 
 def stored_soundness_violations(items: Any) -> tuple[SoundnessViolation, ...]:
@@ -146,9 +161,17 @@ def stored_soundness_violations(items: Any) -> tuple[SoundnessViolation, ...]:
             out.append(SoundnessViolation.from_dict(item))
         elif isinstance(item, (list, tuple)) and len(item) == 4:
             certificate, radius, certified, robust = item
-            out.append(SoundnessViolation(certificate=certificate, radius=radius, certified_accuracy=certified, robust_accuracy=robust))
+            out.append(
+                SoundnessViolation(
+                    certificate=certificate, radius=radius, certified_accuracy=certified, robust_accuracy=robust
+                )
+            )
         else:
-            raise v.invalid_type(f"soundness_violations[{i}]", f"soundness_violations[{i}] must be a mapping or a [certificate, radius, certified, robust] list, got {v.short(item)}")
+            raise v.invalid_type(
+                f"soundness_violations[{i}]",
+                f"soundness_violations[{i}] must be a mapping or a [certificate, radius, "
+                f"certified, robust] list, got {v.short(item)}",
+            )
     return tuple(out)
 
 
@@ -173,10 +196,14 @@ class SmoothingSummary:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prediction_rule", _rule("prediction_rule", self.prediction_rule))
-        object.__setattr__(self, "conventional_accuracy", _accuracy("conventional_accuracy", self.conventional_accuracy))
+        object.__setattr__(
+            self, "conventional_accuracy", _accuracy("conventional_accuracy", self.conventional_accuracy)
+        )
         object.__setattr__(self, "certified_accuracy", _accuracy_map("certified_accuracy", self.certified_accuracy))
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
-        object.__setattr__(self, "num_selection_draws", v.integer("num_selection_draws", self.num_selection_draws, minimum=1))
+        object.__setattr__(
+            self, "num_selection_draws", v.integer("num_selection_draws", self.num_selection_draws, minimum=1)
+        )
         _within_conventional(self.certified_accuracy, self.conventional_accuracy, name="certified_accuracy")
 
     def to_dict(self) -> dict[str, Any]:
@@ -190,10 +217,14 @@ class SmoothingSummary:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SmoothingSummary:
-        v.mapping_with("data", data, ("conventional_accuracy", "certified_accuracy", "confidence", "num_selection_draws"))
+        v.mapping_with(
+            "data", data, ("conventional_accuracy", "certified_accuracy", "confidence", "num_selection_draws")
+        )
         # Summaries stored before the rule was named read as UNNAMED_PREDICTION_RULE.
         return cls(
-            **{k: data[k] for k in ("conventional_accuracy", "certified_accuracy", "confidence", "num_selection_draws")},
+            **{
+                k: data[k] for k in ("conventional_accuracy", "certified_accuracy", "confidence", "num_selection_draws")
+            },
             prediction_rule=data.get("prediction_rule", UNNAMED_PREDICTION_RULE),
         )
 
@@ -309,7 +340,10 @@ class CertifySummary:
                 raise TypeError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
         v.choice("norm", self.norm, CERTIFICATION_NORMS)
         if self.schema_version != CERTIFY_SUMMARY_SCHEMA_VERSION:
-            raise v.invalid("schema_version", f"schema_version must be {CERTIFY_SUMMARY_SCHEMA_VERSION}, got {self.schema_version!r}")
+            raise v.invalid(
+                "schema_version",
+                f"schema_version must be {CERTIFY_SUMMARY_SCHEMA_VERSION}, got {self.schema_version!r}",
+            )
         radii = tuple(v.non_negative("radii", r) for r in self.radii)
         if not radii or list(radii) != sorted(set(radii)):
             raise v.invalid("radii", f"radii must be non-empty, sorted and distinct, got {list(self.radii)!r}")
@@ -318,7 +352,11 @@ class CertifySummary:
         object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=1))
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         # The store writes an infinite ε as the string "inf" (strict JSON has no infinity).
-        epsilon = float(self.epsilon) if isinstance(self.epsilon, str) and self.epsilon in ("inf", "Infinity") else self.epsilon
+        epsilon = (
+            float(self.epsilon)
+            if isinstance(self.epsilon, str) and self.epsilon in ("inf", "Infinity")
+            else self.epsilon
+        )
         object.__setattr__(self, "epsilon", v.positive("epsilon", epsilon, allow_inf=True) if epsilon != 0 else 0.0)
         if self.delta is not None:
             object.__setattr__(self, "delta", v.non_negative("delta", self.delta))
@@ -330,17 +368,33 @@ class CertifySummary:
                 object.__setattr__(self, name, v.positive(name, getattr(self, name)))
         if self.robustness_delta is not None:
             object.__setattr__(self, "robustness_delta", v.open_unit("robustness_delta", self.robustness_delta))
-        object.__setattr__(self, "conventional_accuracy", _accuracy("conventional_accuracy", self.conventional_accuracy))
+        object.__setattr__(
+            self, "conventional_accuracy", _accuracy("conventional_accuracy", self.conventional_accuracy)
+        )
         object.__setattr__(self, "certified_accuracy", _accuracy_map("certified_accuracy", self.certified_accuracy))
         _within_conventional(self.certified_accuracy, self.conventional_accuracy, name="certified_accuracy")
         if not isinstance(self.robust_accuracy, Mapping):
-            raise v.invalid_type("robust_accuracy", f"robust_accuracy must be a mapping attack -> radius -> accuracy, got {type(self.robust_accuracy).__name__}")
-        object.__setattr__(self, "robust_accuracy", _freeze({str(a): dict(_accuracy_map(f"robust_accuracy[{a!r}]", m)) for a, m in self.robust_accuracy.items()}))
+            raise v.invalid_type(
+                "robust_accuracy",
+                "robust_accuracy must be a mapping attack -> radius -> accuracy, got "
+                f"{type(self.robust_accuracy).__name__}",
+            )
+        object.__setattr__(
+            self,
+            "robust_accuracy",
+            _freeze(
+                {str(a): dict(_accuracy_map(f"robust_accuracy[{a!r}]", m)) for a, m in self.robust_accuracy.items()}
+            ),
+        )
         if self.smoothing is not None and not isinstance(self.smoothing, SmoothingSummary):
-            raise v.invalid_type("smoothing", f"smoothing must be a SmoothingSummary or None, got {type(self.smoothing).__name__}")
+            raise v.invalid_type(
+                "smoothing", f"smoothing must be a SmoothingSummary or None, got {type(self.smoothing).__name__}"
+            )
         bad = [x for x in self.soundness_violations if not isinstance(x, SoundnessViolation)]
         if bad:
-            raise v.invalid_type("soundness_violations", f"soundness_violations must hold SoundnessViolation values, got {bad[0]!r}")
+            raise v.invalid_type(
+                "soundness_violations", f"soundness_violations must hold SoundnessViolation values, got {bad[0]!r}"
+            )
         object.__setattr__(self, "soundness_violations", tuple(self.soundness_violations))
 
     @property
@@ -379,7 +433,8 @@ class CertifySummary:
 
 
 def _stored(name: str, data: Mapping[str, object], kinds: tuple[type, ...]) -> Any:
-    """``data[name]`` when the file has it and it is of one of ``kinds`` (a bool is no number), else ``None`` when absent or null."""
+    """``data[name]`` when the file has it and it is of one of ``kinds`` (a bool is no number), else ``None`` when
+    absent or null."""
     value = data.get(name)
     if value is None:
         return None
@@ -390,7 +445,8 @@ def _stored(name: str, data: Mapping[str, object], kinds: tuple[type, ...]) -> A
 
 @dataclass(frozen=True, kw_only=True)
 class StoredCertifySummary:
-    """A stored ``summary.json`` as reports read it: the fields of :class:`CertifySummary`, ``None`` where the file has none.
+    """A stored ``summary.json`` as reports read it: the fields of :class:`CertifySummary`, ``None`` where the file has
+    none.
 
     ``certify`` writes every field (:func:`save_certify_summary`); summaries stored by older
     versions, and the small ones test fixtures write, lack some, and their pages show those
@@ -432,7 +488,8 @@ def read_stored_summary(data: object) -> StoredCertifySummary:
     """A stored summary (``summary.json``'s content, any version) as :class:`StoredCertifySummary`.
 
     Raises:
-        ValueError: the summary is not a mapping, lacks ``model_id`` or ``defense``, or a field has the wrong type (named).
+        ValueError: the summary is not a mapping, lacks ``model_id`` or ``defense``, or a field has the wrong type
+            (named).
     """
     if not isinstance(data, Mapping):
         raise v.invalid_type("summary", f"summary must be a mapping, got {v.short(data)}")
@@ -446,7 +503,11 @@ def read_stored_summary(data: object) -> StoredCertifySummary:
         raise v.invalid_type("radii", f"radii must be a list of numbers, got {v.short(radii)}")
     # The store writes an infinite ε as the string "inf" (strict JSON has no infinity).
     epsilon = data.get("epsilon")
-    epsilon = float(epsilon) if isinstance(epsilon, str) and epsilon in ("inf", "Infinity") else _stored("epsilon", data, number)
+    epsilon = (
+        float(epsilon)
+        if isinstance(epsilon, str) and epsilon in ("inf", "Infinity")
+        else _stored("epsilon", data, number)
+    )
     used = data.get("robust_accuracy")
     smoothing = data.get("smoothing")
     smoothing_rule = _stored("prediction_rule", smoothing, (str,)) if isinstance(smoothing, Mapping) else None

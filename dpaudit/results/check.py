@@ -169,7 +169,11 @@ class CheckOutcome:
         object.__setattr__(self, "epsilon_ub", _epsilon_ub(self.epsilon_ub))
         object.__setattr__(self, "ceiling", v.non_negative("ceiling", self.ceiling))
         if self.epsilon_lb > self.ceiling + _CEILING_TOLERANCE:
-            raise v.invalid("ceiling", f"ceiling must be >= epsilon_lb={self.epsilon_lb!r} (a perfect attack bounds every attack), got {self.ceiling!r}")
+            raise v.invalid(
+                "ceiling",
+                f"ceiling must be >= epsilon_lb={self.epsilon_lb!r} (a perfect attack "
+                f"bounds every attack), got {self.ceiling!r}",
+            )
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         object.__setattr__(self, "num_trials", v.integer("num_trials", self.num_trials, minimum=0))
         object.__setattr__(self, "seconds", v.non_negative("seconds", self.seconds))
@@ -179,12 +183,16 @@ class CheckOutcome:
         if self.status != expected:
             raise v.invalid(
                 "status",
-                f"status must be {expected!r} for epsilon_lb={self.epsilon_lb!r}, epsilon_ub={self.epsilon_ub!r}, ceiling={self.ceiling!r}, got {self.status!r}",
+                f"status must be {expected!r} for epsilon_lb={self.epsilon_lb!r}, "
+                f"epsilon_ub={self.epsilon_ub!r}, ceiling={self.ceiling!r}, got "
+                f"{self.status!r}",
             )
         if isinstance(self.details, Mapping):
             object.__setattr__(self, "details", CheckDetails.from_dict(self.details))
         elif not isinstance(self.details, CheckDetails):
-            raise v.invalid_type("details", f"details must be CheckDetails or a mapping, got {type(self.details).__name__}")
+            raise v.invalid_type(
+                "details", f"details must be CheckDetails or a mapping, got {type(self.details).__name__}"
+            )
 
     @property
     def violated(self) -> bool:
@@ -217,7 +225,19 @@ class CheckOutcome:
         """
         if not isinstance(data, Mapping):
             raise v.invalid_type("data", f"data must be a mapping, got {type(data).__name__}")
-        required = ("name", "status", "finding", "epsilon_lb", "epsilon_ub", "ceiling", "confidence", "num_trials", "seconds", "detects", "misses")
+        required = (
+            "name",
+            "status",
+            "finding",
+            "epsilon_lb",
+            "epsilon_ub",
+            "ceiling",
+            "confidence",
+            "num_trials",
+            "seconds",
+            "detects",
+            "misses",
+        )
         missing = [k for k in required if k not in data]
         if missing:
             raise v.invalid(None, f"check outcome is missing keys {missing}")
@@ -230,7 +250,10 @@ class CheckOutcome:
         # Bounds rounded their safe way: ε_UB up; ε_LB and the ceiling (itself an ε_LB) down.
         ub = "inf" if math.isinf(self.epsilon_ub) else fmt_upper_bound(self.epsilon_ub, 4)
         lb, ceiling = fmt_lower_bound(self.epsilon_lb, 4), fmt_lower_bound(self.ceiling, 4)
-        return f"{self.name}: {self.status} (eps_LB {lb}, eps_UB {ub}, ceiling {ceiling}, {self.num_trials} trainings, {self.seconds:.1f} s)"
+        return (
+            f"{self.name}: {self.status} (eps_LB {lb}, eps_UB {ub}, ceiling "
+            f"{ceiling}, {self.num_trials} trainings, {self.seconds:.1f} s)"
+        )
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -267,7 +290,9 @@ class CheckReport:
         object.__setattr__(self, "budget_minutes", v.positive("budget_minutes", self.budget_minutes))
         object.__setattr__(self, "seconds", v.non_negative("seconds", self.seconds))
         if isinstance(self.outcomes, (str, bytes, Mapping)):
-            raise v.invalid_type("outcomes", f"outcomes must be a sequence of CheckOutcome, got {type(self.outcomes).__name__}")
+            raise v.invalid_type(
+                "outcomes", f"outcomes must be a sequence of CheckOutcome, got {type(self.outcomes).__name__}"
+            )
         outcomes = tuple(self.outcomes)
         for i, outcome in enumerate(outcomes):
             if not isinstance(outcome, CheckOutcome):
@@ -337,7 +362,16 @@ class CheckReport:
         version = data.get("schema_version", SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
             raise v.invalid(None, f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
-        required = ("train_fn", "model_fn", "claim_description", "delta", "confidence", "budget_minutes", "outcomes", "seconds")
+        required = (
+            "train_fn",
+            "model_fn",
+            "claim_description",
+            "delta",
+            "confidence",
+            "budget_minutes",
+            "outcomes",
+            "seconds",
+        )
         missing = [k for k in required if k not in data]
         if missing:
             raise v.invalid(None, f"check report is missing keys {missing}")

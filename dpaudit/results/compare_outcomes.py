@@ -115,7 +115,9 @@ class MembershipOutcome(PlainSpec):
     """
 
     membership: Mapping[str, MembershipMeasures | None] = spec_field(encode=_stored_measures, decode=_read_measures)
-    vulnerable: Mapping[str, MembershipMeasures] = spec_field(default_factory=dict, encode=_stored_measures, decode=_read_vulnerable)
+    vulnerable: Mapping[str, MembershipMeasures] = spec_field(
+        default_factory=dict, encode=_stored_measures, decode=_read_vulnerable
+    )
     result_dir: str = ""
 
 
@@ -264,7 +266,10 @@ def _gather_audit(audit: AuditOutcome, *, delta: float, ev: _RowEvidence) -> Non
     if (audit.delta if audit.delta is not None else delta) >= delta:
         ev.candidates.append((audit.epsilon_lb, audit.method))
     if audit.epsilon_lb > audit.epsilon_ub:
-        ev.findings.append(f"{audit.method}: ε_LB {fmt_lower_bound(audit.epsilon_lb)} > its claim's ε_UB {fmt_upper_bound(audit.epsilon_ub)}")
+        ev.findings.append(
+            f"{audit.method}: ε_LB {fmt_lower_bound(audit.epsilon_lb)} > its claim's "
+            f"ε_UB {fmt_upper_bound(audit.epsilon_ub)}"
+        )
 
 
 def _gather_evaluations(s: SettingOutcomes, ev: _RowEvidence) -> None:
@@ -302,7 +307,9 @@ def _certified_classifier(ev: _RowEvidence) -> tuple[float | None, str | None]:
     return accuracy, rule
 
 
-def _row(s: SettingOutcomes, *, baseline_accuracy: float, delta: float, membership_attacks: Sequence[str] | None) -> ComparisonRow:
+def _row(
+    s: SettingOutcomes, *, baseline_accuracy: float, delta: float, membership_attacks: Sequence[str] | None
+) -> ComparisonRow:
     trained = [r.trained for r in s.repeats]
     acc, acc_std = mean_std([t.test_accuracy for t in trained])
     eps_ub = {k: float(e) for k, e in trained[0].epsilon_ub.items() if k != "none"}
@@ -319,7 +326,9 @@ def _row(s: SettingOutcomes, *, baseline_accuracy: float, delta: float, membersh
     certified_conventional, certified_rule = _certified_classifier(ev)
     violated = private and best_lb > min(eps_ub.values())
     if violated:
-        ev.findings.insert(0, f"ε_LB {fmt_lower_bound(best_lb)} ({best_attack}) > ε_UB {fmt_upper_bound(min(eps_ub.values()))}")
+        ev.findings.insert(
+            0, f"ε_LB {fmt_lower_bound(best_lb)} ({best_attack}) > ε_UB {fmt_upper_bound(min(eps_ub.values()))}"
+        )
     verdict = "no violation"
     if violated or (s.audit and s.audit.epsilon_lb > s.audit.epsilon_ub):
         verdict = "violation"
@@ -383,7 +392,9 @@ def condense(
     """
     base = next(s for s in settings if s.label == baseline)
     base_acc, _ = mean_std([r.trained.test_accuracy for r in base.repeats])
-    rows = tuple(_row(s, baseline_accuracy=base_acc, delta=delta, membership_attacks=membership_attacks) for s in settings)
+    rows = tuple(
+        _row(s, baseline_accuracy=base_acc, delta=delta, membership_attacks=membership_attacks) for s in settings
+    )
     return ComparisonResult(
         name=name,
         dataset=dataset,

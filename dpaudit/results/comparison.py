@@ -143,20 +143,41 @@ class ComparisonRow(PlainSpec):
         object.__setattr__(self, "accuracy_loss", v.real("accuracy_loss", self.accuracy_loss))
         object.__setattr__(self, "epsilon_lb", v.non_negative("epsilon_lb", self.epsilon_lb))
         if not isinstance(self.epsilon_ub_data_dependent, bool):
-            raise v.invalid_type("epsilon_ub_data_dependent", f"epsilon_ub_data_dependent must be a bool, got {self.epsilon_ub_data_dependent!r}")
+            raise v.invalid_type(
+                "epsilon_ub_data_dependent",
+                f"epsilon_ub_data_dependent must be a bool, got {self.epsilon_ub_data_dependent!r}",
+            )
         v.choice("verdict", self.verdict, VERDICTS)
         if self.inversion_top1 is not None:
             object.__setattr__(self, "inversion_top1", v.real("inversion_top1", self.inversion_top1))
         if self.certified_conventional_accuracy is not None:
             accuracy = v.real("certified_conventional_accuracy", self.certified_conventional_accuracy)
             if not 0.0 <= accuracy <= 1.0:
-                raise v.invalid("certified_conventional_accuracy", f"certified_conventional_accuracy must lie in [0, 1], got {accuracy!r}")
+                raise v.invalid(
+                    "certified_conventional_accuracy",
+                    f"certified_conventional_accuracy must lie in [0, 1], got {accuracy!r}",
+                )
             object.__setattr__(self, "certified_conventional_accuracy", accuracy)
-        if self.certified_prediction_rule is not None and (not isinstance(self.certified_prediction_rule, str) or not self.certified_prediction_rule):
-            raise v.invalid_type("certified_prediction_rule", f"certified_prediction_rule must be a non-empty string, got {self.certified_prediction_rule!r}")
+        if self.certified_prediction_rule is not None and (
+            not isinstance(self.certified_prediction_rule, str) or not self.certified_prediction_rule
+        ):
+            raise v.invalid_type(
+                "certified_prediction_rule",
+                f"certified_prediction_rule must be a non-empty string, got {self.certified_prediction_rule!r}",
+            )
         if self.epsilon_last_iterate is not None:
-            object.__setattr__(self, "epsilon_last_iterate", v.non_negative("epsilon_last_iterate", self.epsilon_last_iterate))
-        for name in ("parameters", "epsilon_ub", "membership", "vulnerable", "robust_accuracy", "certified_accuracy", "links"):
+            object.__setattr__(
+                self, "epsilon_last_iterate", v.non_negative("epsilon_last_iterate", self.epsilon_last_iterate)
+            )
+        for name in (
+            "parameters",
+            "epsilon_ub",
+            "membership",
+            "vulnerable",
+            "robust_accuracy",
+            "certified_accuracy",
+            "links",
+        ):
             object.__setattr__(self, name, _mapping(name, getattr(self, name)))
         object.__setattr__(self, "findings", tuple(str(f) for f in self.findings))
 
@@ -186,7 +207,22 @@ class ComparisonResult(PlainSpec):
         jobs_run: jobs computed in this run; jobs_reused: jobs found in the run store.
     """
 
-    __spec_keys__ = ("schema_version", "name", "dataset", "baseline", "delta", "confidence", "fprs", "radii", "vulnerable_top_k", "grid", "seconds", "jobs_run", "jobs_reused", "rows")
+    __spec_keys__ = (
+        "schema_version",
+        "name",
+        "dataset",
+        "baseline",
+        "delta",
+        "confidence",
+        "fprs",
+        "radii",
+        "vulnerable_top_k",
+        "grid",
+        "seconds",
+        "jobs_run",
+        "jobs_reused",
+        "rows",
+    )
 
     name: str
     dataset: str
@@ -205,7 +241,9 @@ class ComparisonResult(PlainSpec):
 
     def __post_init__(self) -> None:
         if self.schema_version != COMPARISON_SCHEMA_VERSION:
-            raise v.invalid("schema_version", f"schema_version must be {COMPARISON_SCHEMA_VERSION}, got {self.schema_version!r}")
+            raise v.invalid(
+                "schema_version", f"schema_version must be {COMPARISON_SCHEMA_VERSION}, got {self.schema_version!r}"
+            )
         rows = tuple(self.rows)
         if not rows or not all(isinstance(r, ComparisonRow) for r in rows):
             raise v.invalid_type("rows", "rows must be a non-empty sequence of ComparisonRow")
@@ -251,8 +289,13 @@ class ComparisonResult(PlainSpec):
                 "epsilon_last_iterate": r.epsilon_last_iterate,
                 "epsilon_lb": r.epsilon_lb,
                 "best_attack": r.best_attack,
-                "membership": {a: {"auc": m["auc"], "advantage": m["advantage"], "tpr_at_fpr": dict(m["tpr_at_fpr"])} for a, m in thaw(r.membership).items()},
-                "vulnerable": {a: {"auc": m["auc"], "tpr_at_fpr": dict(m["tpr_at_fpr"])} for a, m in thaw(r.vulnerable).items()},
+                "membership": {
+                    a: {"auc": m["auc"], "advantage": m["advantage"], "tpr_at_fpr": dict(m["tpr_at_fpr"])}
+                    for a, m in thaw(r.membership).items()
+                },
+                "vulnerable": {
+                    a: {"auc": m["auc"], "tpr_at_fpr": dict(m["tpr_at_fpr"])} for a, m in thaw(r.vulnerable).items()
+                },
                 "inversion_top1": r.inversion_top1,
                 "robust_accuracy": thaw(r.robust_accuracy),
                 "certified_accuracy": thaw(r.certified_accuracy),
@@ -261,7 +304,13 @@ class ComparisonResult(PlainSpec):
             for name in ("certified_conventional_accuracy", "certified_prediction_rule"):
                 if getattr(r, name) is not None:
                     out[r.label][name] = getattr(r, name)
-        return {"name": self.name, "dataset": self.dataset, "delta": self.delta, "confidence": self.confidence, "defenses": out}
+        return {
+            "name": self.name,
+            "dataset": self.dataset,
+            "delta": self.delta,
+            "confidence": self.confidence,
+            "defenses": out,
+        }
 
 
 def save_comparison(result: ComparisonResult, directory: str | os.PathLike[str]) -> Path:

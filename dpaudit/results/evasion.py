@@ -79,7 +79,9 @@ class EvasionResult(PlainSpec):
             raise v.invalid_type("attack", f"attack must be a non-empty string, got {self.attack!r}")
         v.choice("norm", self.norm, EVASION_NORMS)
         if self.schema_version != RESULT_SCHEMA_VERSION:
-            raise v.invalid("schema_version", f"schema_version must be {RESULT_SCHEMA_VERSION}, got {self.schema_version!r}")
+            raise v.invalid(
+                "schema_version", f"schema_version must be {RESULT_SCHEMA_VERSION}, got {self.schema_version!r}"
+            )
         radii = _real_array("radii", self.radii)
         if radii.ndim != 1 or radii.size == 0:
             raise v.invalid("radii", f"radii must be a non-empty 1-D array, got shape {radii.shape}")
@@ -96,21 +98,37 @@ class EvasionResult(PlainSpec):
         if success.dtype != bool:
             raise v.invalid_type("success", f"success must be a bool array, got dtype {success.dtype}")
         if success.shape != (radii.size, clean.size):
-            raise v.invalid("success", f"success must have shape {(radii.size, clean.size)} (radii × examples), got {success.shape}")
+            raise v.invalid(
+                "success", f"success must have shape {(radii.size, clean.size)} (radii × examples), got {success.shape}"
+            )
         if np.any(success[:-1] & ~success[1:]):
             k = int(np.argmax(np.any(success[:-1] & ~success[1:], axis=1)))
-            raise v.invalid("success", f"success must be monotone in the radius (fooled within {radii[k]:g} implies fooled within {radii[k + 1]:g}), violated between rows {k} and {k + 1}")
+            raise v.invalid(
+                "success",
+                f"success must be monotone in the radius (fooled within {radii[k]:g} "
+                f"implies fooled within {radii[k + 1]:g}), violated between rows {k} and "
+                f"{k + 1}",
+            )
         if np.any(~clean & ~success[0]):
-            raise v.invalid("success", "success must be True for every example with clean_correct False (the clean input lies in every ball)")
+            raise v.invalid(
+                "success",
+                "success must be True for every example with clean_correct False (the clean input lies in every ball)",
+            )
         max_pert = _real_array("max_perturbation", self.max_perturbation)
         if max_pert.shape != radii.shape:
-            raise v.invalid("max_perturbation", f"max_perturbation must have shape {radii.shape} (one per radius), got {max_pert.shape}")
+            raise v.invalid(
+                "max_perturbation",
+                f"max_perturbation must have shape {radii.shape} (one per radius), got {max_pert.shape}",
+            )
         if not np.all(np.isfinite(max_pert)) or np.any(max_pert < 0):
             raise v.invalid("max_perturbation", f"max_perturbation must be finite and >= 0, got {_preview(max_pert)}")
         over = max_pert > radii * (1 + _PERTURBATION_RTOL) + _PERTURBATION_ATOL
         if np.any(over):
             k = int(np.argmax(over))
-            raise v.invalid("max_perturbation", f"max_perturbation must not exceed its radius, got {max_pert[k]!r} at radius {radii[k]!r}")
+            raise v.invalid(
+                "max_perturbation",
+                f"max_perturbation must not exceed its radius, got {max_pert[k]!r} at radius {radii[k]!r}",
+            )
         object.__setattr__(self, "radii", _readonly(radii))
         object.__setattr__(self, "success", _readonly(success))
         object.__setattr__(self, "clean_correct", _readonly(clean))
@@ -168,7 +186,11 @@ class EvasionResult(PlainSpec):
         return (
             self.attack == other.attack
             and self.norm == other.norm
-            and all(getattr(self, a).shape == getattr(other, a).shape and np.array_equal(getattr(self, a), getattr(other, a)) for a in _EVASION_ARRAYS)
+            and all(
+                getattr(self, a).shape == getattr(other, a).shape
+                and np.array_equal(getattr(self, a), getattr(other, a))
+                for a in _EVASION_ARRAYS
+            )
             and _thaw(self.config) == _thaw(other.config)
         )
 

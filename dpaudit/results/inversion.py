@@ -31,14 +31,29 @@ from typing import Any
 import numpy as np
 
 from dpaudit import _validate as v
-from dpaudit.results.membership import DEFAULT_FPRS, RESULT_SCHEMA_VERSION, MembershipResult, _file_stem, _readonly, check_header, freeze_mappings
+from dpaudit.results.membership import (
+    DEFAULT_FPRS,
+    RESULT_SCHEMA_VERSION,
+    MembershipResult,
+    _file_stem,
+    _readonly,
+    check_header,
+    freeze_mappings,
+)
 from dpaudit.store import load_result_files, save_result_files
 from dpaudit.store import thaw as _thaw
 
 __all__ = ["InversionResult", "inversion_stem", "load_inversion_result", "save_inversion_result"]
 
 _IMAGES = ("reconstructions", "class_means", "nearest_members", "nearest_non_members")
-_PER_CLASS = ("target_confidence", "knn_distance", "psnr", "distance_to_mean", "distance_to_member", "distance_to_non_member")
+_PER_CLASS = (
+    "target_confidence",
+    "knn_distance",
+    "psnr",
+    "distance_to_mean",
+    "distance_to_member",
+    "distance_to_non_member",
+)
 _IDS = ("target_classes", "knn_ids", "nearest_member_ids", "nearest_non_member_ids")
 _MEMBERSHIP_ARRAYS = ("sample_ids", "scores", "is_member")
 _ARRAYS = (*_IMAGES, *_PER_CLASS, *_IDS, "evaluator_top5", *(f"membership_{a}" for a in _MEMBERSHIP_ARRAYS))
@@ -102,9 +117,13 @@ class InversionResult:
         check_header(self)
         classes = _ints("target_classes", self.target_classes)
         if classes.ndim != 1 or classes.size == 0:
-            raise v.invalid("target_classes", f"target_classes must be a non-empty 1-d array, got shape {classes.shape}")
+            raise v.invalid(
+                "target_classes", f"target_classes must be a non-empty 1-d array, got shape {classes.shape}"
+            )
         if np.unique(classes).size != classes.size or classes.min() < 0:
-            raise v.invalid("target_classes", f"target_classes must be distinct non-negative labels, got {classes.tolist()}")
+            raise v.invalid(
+                "target_classes", f"target_classes must be distinct non-negative labels, got {classes.tolist()}"
+            )
         k = classes.size
         object.__setattr__(self, "target_classes", _readonly(classes))
         shape: tuple[int, ...] | None = None
@@ -144,7 +163,9 @@ class InversionResult:
             raise v.invalid("evaluator_top5", f"evaluator_top5 must have shape (K={k}, 1..5), got {top.shape}")
         object.__setattr__(self, "evaluator_top5", _readonly(top))
         if not isinstance(self.membership, MembershipResult):
-            raise v.invalid_type("membership", f"membership must be a MembershipResult, got {type(self.membership).__name__}")
+            raise v.invalid_type(
+                "membership", f"membership must be a MembershipResult, got {type(self.membership).__name__}"
+            )
         freeze_mappings(self)
 
     # ------------------------------------------------------------------ derived metrics
@@ -197,7 +218,10 @@ class InversionResult:
         elif auc >= 0.6 and self.membership.epsilon_bound(delta=delta, confidence=confidence).epsilon_lb > 0:
             verdict = "leaks membership: reconstructions sit nearer members than held-out images of their class"
         elif auc >= 0.6:
-            verdict = f"points towards members, but too few candidates for evidence (membership ε_LB = 0 at {confidence:.0%} confidence)"
+            verdict = (
+                "points towards members, but too few candidates for evidence "
+                f"(membership ε_LB = 0 at {confidence:.0%} confidence)"
+            )
         else:
             verdict = "neither clearly a class average nor a member"
         return (
@@ -205,7 +229,9 @@ class InversionResult:
             f"nearer the nearest member than the nearest non-member for {near_member}/{k}, membership AUC {auc:.3f}"
         )
 
-    def summary(self, *, fprs: tuple[float, ...] = DEFAULT_FPRS, delta: float = 1e-5, confidence: float = 0.95) -> dict[str, Any]:
+    def summary(
+        self, *, fprs: tuple[float, ...] = DEFAULT_FPRS, delta: float = 1e-5, confidence: float = 0.95
+    ) -> dict[str, Any]:
         """The metrics of the CLI's ``--json`` output.
 
         Returns:
@@ -244,7 +270,11 @@ class InversionResult:
             "schema_version": self.schema_version,
             "attack": self.attack,
             "model_id": self.model_id,
-            "membership": {"attack": self.membership.attack, "config": _thaw(self.membership.config), "metadata": _thaw(self.membership.metadata)},
+            "membership": {
+                "attack": self.membership.attack,
+                "config": _thaw(self.membership.config),
+                "metadata": _thaw(self.membership.metadata),
+            },
             "config": _thaw(self.config),
             "metadata": _thaw(self.metadata),
         }

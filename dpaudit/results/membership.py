@@ -180,7 +180,10 @@ class MembershipResult(PlainSpec):
             raise v.invalid("is_member", f"is_member must have shape {ids.shape}, got {member.shape}")
         num_in = int(member.sum())
         if num_in == 0 or num_in == member.size:
-            raise v.invalid("is_member", f"is_member must contain both members and non-members, got {num_in} of {member.size} members")
+            raise v.invalid(
+                "is_member",
+                f"is_member must contain both members and non-members, got {num_in} of {member.size} members",
+            )
         object.__setattr__(self, "sample_ids", _readonly(ids))
         object.__setattr__(self, "scores", _readonly(scores))
         object.__setattr__(self, "is_member", _readonly(member))
@@ -232,7 +235,9 @@ class MembershipResult(PlainSpec):
         ok = curve.fpr <= fpr
         return float(curve.tpr[ok].max()) if ok.any() else 0.0
 
-    def epsilon_bound(self, *, delta: float = 1e-5, confidence: float = 0.95, num_thresholds: int = 20) -> ThresholdBound:
+    def epsilon_bound(
+        self, *, delta: float = 1e-5, confidence: float = 0.95, num_thresholds: int = 20
+    ) -> ThresholdBound:
         """ε_LB from these scores with an honest (Bonferroni) threshold choice.
 
         Members are the IN observations and non-members the OUT ones
@@ -246,9 +251,17 @@ class MembershipResult(PlainSpec):
         Returns:
             The bound with the chosen threshold and the counts behind it.
         """
-        return bound_from_scores(self.scores[self.is_member], self.scores[~self.is_member], delta=delta, confidence=confidence, num_thresholds=num_thresholds)
+        return bound_from_scores(
+            self.scores[self.is_member],
+            self.scores[~self.is_member],
+            delta=delta,
+            confidence=confidence,
+            num_thresholds=num_thresholds,
+        )
 
-    def summary(self, *, fprs: tuple[float, ...] = DEFAULT_FPRS, delta: float = 1e-5, confidence: float = 0.95) -> dict[str, Any]:
+    def summary(
+        self, *, fprs: tuple[float, ...] = DEFAULT_FPRS, delta: float = 1e-5, confidence: float = 0.95
+    ) -> dict[str, Any]:
         """The metrics of the CLI's ``--json`` output, derived from the scores.
 
         Returns:
@@ -303,7 +316,9 @@ def save_membership_result(result: MembershipResult, directory: str | os.PathLik
     if not isinstance(result, MembershipResult):
         raise v.invalid_type("result", f"result must be a MembershipResult, got {type(result).__name__}")
     meta = {k: val for k, val in result.to_dict().items() if k not in _ARRAYS}
-    return save_result_files(directory, _file_stem(result.attack), arrays={a: getattr(result, a) for a in _ARRAYS}, meta=meta)
+    return save_result_files(
+        directory, _file_stem(result.attack), arrays={a: getattr(result, a) for a in _ARRAYS}, meta=meta
+    )
 
 
 def load_membership_result(path: str | os.PathLike[str]) -> MembershipResult:

@@ -63,7 +63,8 @@ _EXACT = decimal.Context(prec=1100, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN
 
 
 def _significant(x: float | decimal.Decimal, digits: int, rounding: str = _NEAREST) -> str:
-    """``x`` to ``digits`` significant digits, rounded by ``rounding``; no exponent between 10⁻⁴ and 10⁶ (outside, as ``%g`` writes it: 1e-05).
+    """``x`` to ``digits`` significant digits, rounded by ``rounding``; no exponent between 10⁻⁴ and 10⁶ (outside, as
+    ``%g`` writes it: 1e-05).
 
     The rounding is of the float's exact value (``Decimal(x)`` holds it to the last bit), so
     ``_UP`` never prints below ``x`` and ``_DOWN`` never above it, at any magnitude, read back
@@ -81,7 +82,9 @@ def _significant(x: float | decimal.Decimal, digits: int, rounding: str = _NEARE
             exact, rounding = short, _NEAREST
     # Quantizing to the last kept digit's place: the result has at most ``digits`` digits, or one
     # more digit when rounding carries (9.996 up → 10.0), which the rendering below re-reads.
-    shown = exact.quantize(decimal.Decimal(1).scaleb(exact.adjusted() - digits + 1, context=_EXACT), rounding=rounding, context=_EXACT)
+    shown = exact.quantize(
+        decimal.Decimal(1).scaleb(exact.adjusted() - digits + 1, context=_EXACT), rounding=rounding, context=_EXACT
+    )
     magnitude = shown.adjusted()
     if magnitude >= 6 or magnitude < -4:
         mantissa = shown.scaleb(-magnitude, context=_EXACT).normalize(context=_EXACT)
@@ -117,8 +120,10 @@ def fmt_upper_bound(x: float | None, digits: int = 3) -> str:
     Printed below its value an upper bound would be wrong, so the last digit is rounded up and
     tiny values keep their digits instead of reading 0.
 
-    >>> fmt_upper_bound(3.18174), fmt_upper_bound(2.694392033855676e-05), fmt_upper_bound(2.0), fmt_upper_bound(float("inf"))
-    ('3.19', '2.7e-05', '2', '∞')
+    >>> fmt_upper_bound(3.18174), fmt_upper_bound(2.694392033855676e-05)
+    ('3.19', '2.7e-05')
+    >>> fmt_upper_bound(2.0), fmt_upper_bound(float("inf"))
+    ('2', '∞')
     """
     if x is None:
         return MISSING
@@ -176,7 +181,8 @@ def fmt_percent_lower_bound(x: float | None) -> str:
 
 
 def fmt_percent_upper_bound(x: float | None) -> str:
-    """A share that is an upper bound (a robust accuracy left by attacks) as a percentage, rounded *up*: 0.8191 → 82.0%."""
+    """A share that is an upper bound (a robust accuracy left by attacks) as a percentage, rounded *up*: 0.8191 →
+    82.0%."""
     if x is None:
         return MISSING
     x = float(x)
@@ -192,12 +198,14 @@ def fmt_rate(count: int, total: int) -> str:
 
 
 def fmt_rate_lower_bound(count: int, total: int) -> str:
-    """A rate that is a lower bound (a certified accuracy) beside its counts, the percentage rounded down: 2 of 3 → "66.6% (2/3)"."""
+    """A rate that is a lower bound (a certified accuracy) beside its counts, the percentage rounded down: 2 of 3 →
+    "66.6% (2/3)"."""
     return _rate(count, total, _DOWN)
 
 
 def fmt_rate_upper_bound(count: int, total: int) -> str:
-    """A rate that is an upper bound (the robust accuracy attacks left) beside its counts, the percentage rounded up: 1 of 3 → "33.4% (1/3)"."""
+    """A rate that is an upper bound (the robust accuracy attacks left) beside its counts, the percentage rounded up: 1
+    of 3 → "33.4% (1/3)"."""
     return _rate(count, total, _UP)
 
 
@@ -206,7 +214,11 @@ def _rate(count: int, total: int, rounding: str) -> str:
     if total <= 0:
         return f"{MISSING} (0 draws)"
     # The share as an exact fraction's decimal (count / total in floating point could round across the bound).
-    share = decimal.Decimal(count).scaleb(0, context=_EXACT) / decimal.Decimal(total) if rounding != _NEAREST else count / total
+    share = (
+        decimal.Decimal(count).scaleb(0, context=_EXACT) / decimal.Decimal(total)
+        if rounding != _NEAREST
+        else count / total
+    )
     return f"{_pct(share, rounding)} ({count}/{total})"
 
 

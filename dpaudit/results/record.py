@@ -26,7 +26,16 @@ from dpaudit.store import SCHEMA_VERSION, read_json
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import thaw as _thaw
 
-__all__ = ["Membership", "TrainedModel", "RECORD_FILE", "WEIGHTS_FILE", "load_record", "resolve_record_dir", "make_model_id", "weights_digest"]
+__all__ = [
+    "Membership",
+    "TrainedModel",
+    "RECORD_FILE",
+    "WEIGHTS_FILE",
+    "load_record",
+    "resolve_record_dir",
+    "make_model_id",
+    "weights_digest",
+]
 
 RECORD_FILE = "record.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -63,8 +72,18 @@ class Membership(PlainSpec):
                     raise v.invalid("record", f"{name} and {other} share sample ids, e.g. {int(overlap[0])}")
             seen[name] = getattr(self, name)
         owners = np.asarray(self.owners)
-        if owners.size and (owners.ndim != 1 or owners.shape[0] != self.members.shape[0] or not np.issubdtype(owners.dtype, np.integer) or int(owners.min()) < 0):
-            raise v.invalid("owners", f"owners must hold one non-negative integer per member ({self.members.shape[0]}), got {owners.shape[0] if owners.ndim == 1 else owners.shape} values")
+        if owners.size and (
+            owners.ndim != 1
+            or owners.shape[0] != self.members.shape[0]
+            or not np.issubdtype(owners.dtype, np.integer)
+            or int(owners.min()) < 0
+        ):
+            raise v.invalid(
+                "owners",
+                "owners must hold one non-negative integer per member "
+                f"({self.members.shape[0]}), got "
+                f"{owners.shape[0] if owners.ndim == 1 else owners.shape} values",
+            )
         owners = owners.astype(np.int64) if owners.size else np.zeros(0, dtype=np.int64)
         owners.setflags(write=False)
         object.__setattr__(self, "owners", owners)
@@ -74,7 +93,11 @@ class Membership(PlainSpec):
         """The membership of a model trained by several parties: ``partitions[i]`` holds owner i's ids."""
         ids = [np.asarray(p, dtype=np.int64) for p in partitions]
         members = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
-        owner = np.concatenate([np.full(len(p), i, dtype=np.int64) for i, p in enumerate(ids)]) if ids else np.zeros(0, dtype=np.int64)
+        owner = (
+            np.concatenate([np.full(len(p), i, dtype=np.int64) for i, p in enumerate(ids)])
+            if ids
+            else np.zeros(0, dtype=np.int64)
+        )
         order = np.argsort(members, kind="stable")
         return cls(members=members[order], owners=owner[order], **kwargs)
 
@@ -157,7 +180,12 @@ class TrainedModel(PlainSpec):
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        if not isinstance(self.model_id, str) or not self.model_id or "/" in self.model_id or self.model_id.startswith("."):
+        if (
+            not isinstance(self.model_id, str)
+            or not self.model_id
+            or "/" in self.model_id
+            or self.model_id.startswith(".")
+        ):
             raise v.invalid("model_id", f"model_id must be a non-empty name without '/', got {v.short(self.model_id)}")
         for name in ("defense", "model_name", "dataset"):
             value = getattr(self, name)
@@ -169,15 +197,24 @@ class TrainedModel(PlainSpec):
             raise v.invalid_type("membership", f"membership must be a Membership, got {v.short(self.membership)}")
         v.integer("seed", self.seed, minimum=0)
         v.integer("num_classes", self.num_classes, minimum=2)
-        if isinstance(self.input_shape, (str, bytes)) or not isinstance(self.input_shape, (list, tuple)) or not self.input_shape:
-            raise v.invalid_type("input_shape", f"input_shape must be a non-empty list of positive integers, got {v.short(self.input_shape)}")
+        if (
+            isinstance(self.input_shape, (str, bytes))
+            or not isinstance(self.input_shape, (list, tuple))
+            or not self.input_shape
+        ):
+            raise v.invalid_type(
+                "input_shape",
+                f"input_shape must be a non-empty list of positive integers, got {v.short(self.input_shape)}",
+            )
         object.__setattr__(self, "input_shape", tuple(v.integer("input_shape", x, minimum=1) for x in self.input_shape))
         for name in ("model_options", "config", "metrics", "provenance"):
             if not isinstance(getattr(self, name), Mapping):
                 raise TypeError(f"{name} must be a mapping, got {v.short(getattr(self, name))}")
             object.__setattr__(self, name, _freeze(getattr(self, name)))
         if self.weights_sha256 is not None and not _is_sha256(self.weights_sha256):
-            raise v.invalid("weights_sha256", f"weights_sha256 must be 64 lowercase hex digits, got {v.short(self.weights_sha256)}")
+            raise v.invalid(
+                "weights_sha256", f"weights_sha256 must be 64 lowercase hex digits, got {v.short(self.weights_sha256)}"
+            )
         self._check_privacy_parameters()
 
     def _check_privacy_parameters(self) -> None:
@@ -219,7 +256,21 @@ class TrainedModel(PlainSpec):
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise v.invalid("record", f"record schema_version must be {SCHEMA_VERSION}, got {v.short(version)}")
-        missing = [k for k in ("model_id", "defense", "model_name", "dataset", "input_shape", "num_classes", "claim", "membership", "seed") if k not in data]
+        missing = [
+            k
+            for k in (
+                "model_id",
+                "defense",
+                "model_name",
+                "dataset",
+                "input_shape",
+                "num_classes",
+                "claim",
+                "membership",
+                "seed",
+            )
+            if k not in data
+        ]
         if missing:
             raise v.invalid("record", f"record is missing the field {missing[0]!r}")
         return spec_from_dict(cls, data)
@@ -263,9 +314,15 @@ def resolve_record_dir(path: str | os.PathLike[str]) -> Path:
     if len(records) == 1:
         return records[0]
     if not records:
-        raise v.invalid("target", f"target must be a record directory, record.json or run directory with one record; found none at {str(p)!r}")
+        raise v.invalid(
+            "target",
+            "target must be a record directory, record.json or run directory with "
+            f"one record; found none at {str(p)!r}",
+        )
     names = ", ".join(r.name for r in records)
-    raise v.invalid("target", f"target {str(p)!r} holds {len(records)} records ({names}); name one: {str(p)}/records/NAME")
+    raise v.invalid(
+        "target", f"target {str(p)!r} holds {len(records)} records ({names}); name one: {str(p)}/records/NAME"
+    )
 
 
 def load_record(path: str | os.PathLike[str]) -> TrainedModel:

@@ -39,7 +39,14 @@ from dpaudit.results.check import CheckReport
 from dpaudit.results.comparison import ComparisonResult
 from dpaudit.results.inversion import InversionResult
 from dpaudit.results.membership import MembershipResult, tpr_unresolved
-from dpaudit.results.numbers import fmt_lower_bound, fmt_percent, fmt_percent_lower_bound, fmt_percent_upper_bound, fmt_rate, fmt_upper_bound
+from dpaudit.results.numbers import (
+    fmt_lower_bound,
+    fmt_percent,
+    fmt_percent_lower_bound,
+    fmt_percent_upper_bound,
+    fmt_rate,
+    fmt_upper_bound,
+)
 from dpaudit.results.record import TrainedModel
 
 __all__ = [
@@ -101,7 +108,11 @@ def claim_text(epsilons: Mapping[str, float], delta: float) -> str:
     if not epsilons:
         return f"no accountant bounds its claim (ε = ∞ at δ = {delta:g})"
     best = min(epsilons, key=epsilons.__getitem__)
-    return f"ε_UB = {fmt_upper_bound(epsilons[best])} at δ = {delta:g} ({best}, the tightest of {len(epsilons)} accountant{'s' if len(epsilons) > 1 else ''})"
+    return (
+        f"ε_UB = {fmt_upper_bound(epsilons[best])} at δ = {delta:g} ({best}, the "
+        f"tightest of {len(epsilons)} "
+        f"accountant{'s' if len(epsilons) > 1 else ''})"
+    )
 
 
 #: Tones from the most to the least severe: a page of several verdicts leads with the first.
@@ -120,7 +131,9 @@ def most_severe(verdicts: Sequence[tuple[str, Verdict]]) -> Verdict:
         return verdicts[0][1]
     subject, lead = min(verdicts, key=lambda sv: _SEVERITY.index(sv[1].tone))
     others = tuple(f"{name}: {x.headline}" for name, x in verdicts if name != subject)
-    return Verdict(status=lead.status, headline=f"{subject}: {lead.headline}", lines=(*lead.lines, *others), tone=lead.tone)
+    return Verdict(
+        status=lead.status, headline=f"{subject}: {lead.headline}", lines=(*lead.lines, *others), tone=lead.tone
+    )
 
 
 # ---------------------------------------------------------------------------------------- audit
@@ -128,7 +141,10 @@ def audit_verdict(result: AuditResult) -> Verdict:
     """Violation, no violation, or inconclusive (the design's ceiling ≤ ε_UB: no attack could show a violation)."""
     lb, ub = fmt_lower_bound(result.epsilon_lb), fmt_upper_bound(result.epsilon_ub)
     at = f"at {result.confidence:.0%} confidence, δ = {result.delta:g}"
-    lines = [f"{result.method} audit, {result.threat_model}, {result.bound} bound: {result.num_in} IN / {result.num_out} OUT observations."]
+    lines = [
+        f"{result.method} audit, {result.threat_model}, {result.bound} bound: "
+        f"{result.num_in} IN / {result.num_out} OUT observations."
+    ]
     if result.ceiling is not None:
         lines.append(f"Ceiling (ε_LB of a perfect attack on the same counts): {fmt_lower_bound(result.ceiling)}.")
     else:
@@ -138,14 +154,16 @@ def audit_verdict(result: AuditResult) -> Verdict:
     if result.violation:
         return Verdict(
             status="violation",
-            headline=f"Violation: ε_LB = {lb} > ε_UB = {ub} ({result.accountant}) {at}. The implementation does not meet its claim.",
+            headline=f"Violation: ε_LB = {lb} > ε_UB = {ub} ({result.accountant}) {at}. The "
+            "implementation does not meet its claim.",
             lines=tuple(lines),
             tone="alert",
         )
     if not math.isfinite(result.epsilon_ub):
         return Verdict(
             status="no claim",
-            headline=f"Nothing to violate: the claim states no privacy (ε_UB = ∞); ε_LB = {lb} {at} measures the leakage.",
+            headline="Nothing to violate: the claim states no privacy (ε_UB = ∞); ε_LB = "
+            f"{lb} {at} measures the leakage.",
             lines=tuple(lines),
             tone="info",
         )
@@ -153,13 +171,20 @@ def audit_verdict(result: AuditResult) -> Verdict:
         return Verdict(
             status="inconclusive",
             headline=(
-                f"Inconclusive: ε_LB = {lb} ≤ ε_UB = {ub} ({result.accountant}), but even a perfect attack on this design reaches only "
-                f"ε_LB = {fmt_lower_bound(result.ceiling)} ≤ ε_UB: it could not have shown a violation. More trials raise the ceiling."
+                f"Inconclusive: ε_LB = {lb} ≤ ε_UB = {ub} ({result.accountant}), but "
+                "even a perfect attack on this design reaches only "
+                f"ε_LB = {fmt_lower_bound(result.ceiling)} ≤ ε_UB: it could not have "
+                "shown a violation. More trials raise the ceiling."
             ),
             lines=tuple(lines),
             tone="warn",
         )
-    return Verdict(status="no violation", headline=f"No violation: ε_LB = {lb} ≤ ε_UB = {ub} ({result.accountant}) {at}.", lines=tuple(lines), tone="ok")
+    return Verdict(
+        status="no violation",
+        headline=f"No violation: ε_LB = {lb} ≤ ε_UB = {ub} ({result.accountant}) {at}.",
+        lines=tuple(lines),
+        tone="ok",
+    )
 
 
 # ----------------------------------------------------------------------------------- membership
@@ -195,7 +220,9 @@ class AttackStrength:
         return f"TPR {fmt_rate(round(self.tpr * n), n)} at {self.fpr:.1%} FPR".replace(".0% FPR", "% FPR")
 
 
-def rank_attacks(results: Sequence[MembershipResult], *, delta: float = 1e-5, confidence: float = 0.95) -> list[AttackStrength]:
+def rank_attacks(
+    results: Sequence[MembershipResult], *, delta: float = 1e-5, confidence: float = 0.95
+) -> list[AttackStrength]:
     """The attacks, strongest first: by ε_LB, then TPR at the lowest resolvable FPR, then AUC, then name."""
     ranked = []
     for r in results:
@@ -210,7 +237,10 @@ def rank_attacks(results: Sequence[MembershipResult], *, delta: float = 1e-5, co
             )
         )
     # Attacks read at different FPRs compare the lower FPR's TPR first (the harder regime).
-    return sorted(ranked, key=lambda a: (-a.epsilon_lb, a.fpr if a.fpr is not None else 2.0, -(a.tpr or 0.0), -a.auc, a.result.attack))
+    return sorted(
+        ranked,
+        key=lambda a: (-a.epsilon_lb, a.fpr if a.fpr is not None else 2.0, -(a.tpr or 0.0), -a.auc, a.result.attack),
+    )
 
 
 def membership_verdict(
@@ -235,19 +265,38 @@ def membership_verdict(
     best = rank_attacks(results, delta=delta, confidence=confidence)[0]
     r = best.result
     acc = f"; the target's test accuracy is {fmt_percent(target_accuracy)}" if target_accuracy is not None else ""
-    claim = "an unknown claim (no record in this run)" if epsilon_ub is None else f"the claimed ε_UB = {fmt_upper_bound(epsilon_ub)}"
+    claim = (
+        "an unknown claim (no record in this run)"
+        if epsilon_ub is None
+        else f"the claimed ε_UB = {fmt_upper_bound(epsilon_ub)}"
+    )
     lines = (
-        f"{r.attack}: {best.tpr_text()}, AUC {best.auc:.3f}, on {r.num_members} members / {r.num_non_members} non-members.",
-        f"ε_LB: Clopper–Pearson at {confidence:.0%} confidence with a Bonferroni-corrected threshold, δ = {delta:g}; attacks ranked by ε_LB, then TPR at the lowest FPR resolved.",
+        f"{r.attack}: {best.tpr_text()}, AUC {best.auc:.3f}, on {r.num_members} "
+        f"members / {r.num_non_members} non-members.",
+        f"ε_LB: Clopper–Pearson at {confidence:.0%} confidence with a "
+        f"Bonferroni-corrected threshold, δ = {delta:g}; attacks ranked by ε_LB, "
+        "then TPR at the lowest FPR resolved.",
     )
     lb = fmt_lower_bound(best.epsilon_lb)
     if epsilon_ub is not None and best.epsilon_lb > epsilon_ub:
-        return Verdict(status="violation", headline=f"Violation: the strongest attack, {r.attack}, shows ε_LB = {lb} > {claim}{acc}.", lines=lines, tone="alert")
+        return Verdict(
+            status="violation",
+            headline=f"Violation: the strongest attack, {r.attack}, shows ε_LB = {lb} > {claim}{acc}.",
+            lines=lines,
+            tone="alert",
+        )
     if best.epsilon_lb > 0:
-        return Verdict(status="leaks membership", headline=f"Membership leaks: the strongest attack, {r.attack}, shows ε_LB = {lb} (≤ {claim}){acc}.", lines=lines, tone="warn")
+        return Verdict(
+            status="leaks membership",
+            headline=f"Membership leaks: the strongest attack, {r.attack}, shows ε_LB = {lb} (≤ {claim}){acc}.",
+            lines=lines,
+            tone="warn",
+        )
     return Verdict(
         status="no evidence",
-        headline=f"No evidence of membership leakage: no attack shows ε_LB > 0 at {confidence:.0%} confidence; the strongest, {r.attack}, has AUC {best.auc:.3f} (against {claim}){acc}.",
+        headline="No evidence of membership leakage: no attack shows ε_LB > 0 at "
+        f"{confidence:.0%} confidence; the strongest, {r.attack}, has AUC "
+        f"{best.auc:.3f} (against {claim}){acc}.",
         lines=lines,
         tone="ok",
     )
@@ -266,21 +315,31 @@ def certified_verdict(models: Sequence[tuple[str, Sequence[Mapping[str, Any]], b
     checked = [m for m, _, ok in models if ok]
     if bad:
         lines = tuple(
-            f"{m}: {x.get('certificate')} at radius {fmt_lower_bound(float(x.get('radius', math.nan)), 4)} certifies {fmt_percent_lower_bound(float(x['certified_accuracy']))} "
+            f"{m}: {x.get('certificate')} at radius "
+            f"{fmt_lower_bound(float(x.get('radius', math.nan)), 4)} certifies "
+            f"{fmt_percent_lower_bound(float(x['certified_accuracy']))} "
             f"> {fmt_percent_upper_bound(float(x['robust_accuracy']))} the attacks left."
             for m, x in bad
         )
         return Verdict(
             status="unsound",
-            headline=f"Unsound: {len(bad)} certificate(s) claim more accuracy at a radius than an attack left there — a bug in the certificate or its noise.",
+            headline=f"Unsound: {len(bad)} certificate(s) claim more accuracy at a radius "
+            "than an attack left there — a bug in the certificate or its noise.",
             lines=lines,
             tone="alert",
         )
     if not checked:
-        return Verdict(status="not checked", headline="Not checked: no model has both certificates and attack results stored, so soundness cannot be judged.", tone="info")
+        return Verdict(
+            status="not checked",
+            headline="Not checked: no model has both certificates and attack results stored, "
+            "so soundness cannot be judged.",
+            tone="info",
+        )
     return Verdict(
         status="sound",
-        headline=f"Sound: at every radius, certified accuracy ≤ the robust accuracy the strongest attack left ({len(checked)} model{'s' if len(checked) > 1 else ''} checked).",
+        headline="Sound: at every radius, certified accuracy ≤ the robust accuracy the "
+        f"strongest attack left ({len(checked)} "
+        f"model{'s' if len(checked) > 1 else ''} checked).",
         lines=(f"Models checked: {', '.join(checked)}.",),
         tone="ok",
     )
@@ -313,29 +372,47 @@ def inversion_verdict(
     top = max(results, key=lambda x: x.attack_accuracy_top1)
     k = top.num_classes
     lines = [
-        f"{top.attack}: the evaluator recognises {fmt_rate(round(top.attack_accuracy_top1 * k), k)} of the reconstructions' classes (top-1; chance {fmt_percent(chance)}).",
-        f"{r.attack}: membership score of the reconstructions ε_LB = {fmt_lower_bound(lb)} at {confidence:.0%} confidence (δ = {delta:g}), AUC {r.membership.auc():.3f}"
+        f"{top.attack}: the evaluator recognises "
+        f"{fmt_rate(round(top.attack_accuracy_top1 * k), k)} of the "
+        f"reconstructions' classes (top-1; chance {fmt_percent(chance)}).",
+        f"{r.attack}: membership score of the reconstructions ε_LB = "
+        f"{fmt_lower_bound(lb)} at {confidence:.0%} confidence (δ = {delta:g}), "
+        f"AUC {r.membership.auc():.3f}"
         f" on {r.membership.num_members} members / {r.membership.num_non_members} non-members"
-        # An AUC well above ½ with ε_LB = 0 is a sample too small to tell, not evidence: say so beside the finding sentences.
+        # An AUC well above ½ with ε_LB = 0 is a sample too small to tell, not evidence: say so beside the finding
+        # sentences.
         + (" — too few for the AUC to be evidence of membership." if lb == 0 and r.membership.auc() >= 0.6 else "."),
     ]
     if epsilon_ub is not None:
-        lines.append(f"The target claims ε_UB = {fmt_upper_bound(epsilon_ub)}" + (" — below this ε_LB: a violation of the claim." if lb > epsilon_ub else "."))
+        lines.append(
+            f"The target claims ε_UB = {fmt_upper_bound(epsilon_ub)}"
+            + (" — below this ε_LB: a violation of the claim." if lb > epsilon_ub else ".")
+        )
     if lb > 0:
         return Verdict(
             status="identifies members",
-            headline=f"Identifies members: {r.attack}'s reconstructions sit nearer training members than held-out images of their class (ε_LB = {fmt_lower_bound(lb)}).",
+            headline=f"Identifies members: {r.attack}'s reconstructions sit nearer training "
+            "members than held-out images of their class (ε_LB = "
+            f"{fmt_lower_bound(lb)}).",
             lines=tuple(lines),
             tone="alert" if epsilon_ub is not None and lb > epsilon_ub else "warn",
         )
     if top.attack_accuracy_top1 > chance:
         return Verdict(
             status="class only",
-            headline=f"Class only: {top.attack} recovers what a class looks like (top-1 {fmt_percent(top.attack_accuracy_top1)} against chance {fmt_percent(chance)}), not which images were members.",
+            headline=f"Class only: {top.attack} recovers what a class looks like (top-1 "
+            f"{fmt_percent(top.attack_accuracy_top1)} against chance "
+            f"{fmt_percent(chance)}), not which images were members.",
             lines=tuple(lines),
             tone="info",
         )
-    return Verdict(status="nothing", headline="Nothing recovered: the evaluator recognises no class above chance and no reconstruction points to members.", lines=tuple(lines), tone="ok")
+    return Verdict(
+        status="nothing",
+        headline="Nothing recovered: the evaluator recognises no class above chance and "
+        "no reconstruction points to members.",
+        lines=tuple(lines),
+        tone="ok",
+    )
 
 
 # -------------------------------------------------------------------------------------- checks
@@ -346,20 +423,46 @@ def check_verdict(report: CheckReport) -> Verdict:
     ub_text = "—" if ub is None else fmt_upper_bound(ub)
     passed = [o for o in report.outcomes if o.status == "passed"]
     unsure = [o for o in report.outcomes if o.status == "inconclusive"]
-    lines = [f"passed: {o.name}: its design could reach ε_LB {fmt_lower_bound(o.ceiling)} > ε_UB and found {fmt_lower_bound(o.epsilon_lb)}" for o in passed]
+    lines = [
+        f"passed: {o.name}: its design could reach ε_LB "
+        f"{fmt_lower_bound(o.ceiling)} > ε_UB and found "
+        f"{fmt_lower_bound(o.epsilon_lb)}"
+        for o in passed
+    ]
     # A ceiling of 0 is a check that could not run at all; its finding says why.
-    lines += [f"inconclusive: {o.name}: ceiling {fmt_lower_bound(o.ceiling)} ≤ ε_UB {ub_text}, more budget raises it" if o.ceiling > 0 else f"inconclusive: {o.finding}" for o in unsure]
+    lines += [
+        f"inconclusive: {o.name}: ceiling {fmt_lower_bound(o.ceiling)} ≤ ε_UB {ub_text}, more budget raises it"
+        if o.ceiling > 0
+        else f"inconclusive: {o.finding}"
+        for o in unsure
+    ]
     if report.violations:
-        names = "; ".join(f"{o.name} (ε_LB {fmt_lower_bound(o.epsilon_lb)} > ε_UB {fmt_upper_bound(o.epsilon_ub)})" for o in report.violations)
+        names = "; ".join(
+            f"{o.name} (ε_LB {fmt_lower_bound(o.epsilon_lb)} > ε_UB {fmt_upper_bound(o.epsilon_ub)})"
+            for o in report.violations
+        )
         n = len(report.violations)
-        return Verdict(status="violation", headline=f"{n} check{'s show' if n > 1 else ' shows'} the training function leaks more than its claim: {names}.", lines=tuple(lines), tone="alert")
+        return Verdict(
+            status="violation",
+            headline=f"{n} check{'s show' if n > 1 else ' shows'} the training function leaks "
+            f"more than its claim: {names}.",
+            lines=tuple(lines),
+            tone="alert",
+        )
     if not report.outcomes:
         return Verdict(status="inconclusive", headline="The battery ran no check.", tone="warn")
     if not passed:
-        return Verdict(status="inconclusive", headline=f"Inconclusive: no check's design could reach ε_UB = {ub_text} at the size it ran.", lines=tuple(lines), tone="warn")
+        return Verdict(
+            status="inconclusive",
+            headline=f"Inconclusive: no check's design could reach ε_UB = {ub_text} at the size it ran.",
+            lines=tuple(lines),
+            tone="warn",
+        )
     return Verdict(
         status="no violation",
-        headline=f"No violation: no check found ε_LB above ε_UB = {ub_text} at {report.confidence:.0%} family-wise confidence ({len(passed)} of {len(report.outcomes)} checks could have).",
+        headline=f"No violation: no check found ε_LB above ε_UB = {ub_text} at "
+        f"{report.confidence:.0%} family-wise confidence ({len(passed)} of "
+        f"{len(report.outcomes)} checks could have).",
         lines=tuple(lines),
         tone="ok",
     )
@@ -370,20 +473,33 @@ def _compare_row(r: Any) -> str:
     acc = f", accuracy {fmt_percent(r.test_accuracy)}" if not math.isnan(r.test_accuracy) else ""
     if not r.epsilon_ub or not math.isfinite(r.epsilon_ub_best):
         return "no DP claim on the training data" + acc
-    shown = f"ε_LB {fmt_lower_bound(r.epsilon_lb)} by {r.best_attack}" if r.best_attack else "no attack showed leakage: ε_LB 0"
+    shown = (
+        f"ε_LB {fmt_lower_bound(r.epsilon_lb)} by {r.best_attack}"
+        if r.best_attack
+        else "no attack showed leakage: ε_LB 0"
+    )
     return f"{shown} vs ε_UB {fmt_upper_bound(r.epsilon_ub_best)}{acc}"
 
 
 def compare_verdict(result: ComparisonResult) -> Verdict:
     """The comparison's stored row verdicts, as one verdict."""
     bad = result.violations
-    lines = tuple(f"{r.label}: {r.verdict} ({_compare_row(r)})" + (f" — {'; '.join(r.findings)}" if r.findings else "") + "." for r in result.rows)
+    lines = tuple(
+        f"{r.label}: {r.verdict} ({_compare_row(r)})" + (f" — {'; '.join(r.findings)}" if r.findings else "") + "."
+        for r in result.rows
+    )
     if bad:
         names = ", ".join(f"{r.label} ({r.verdict})" for r in bad)
-        return Verdict(status="violation", headline=f"{len(bad)} of {len(result.rows)} settings contradict their claim: {names}.", lines=lines, tone="alert")
+        return Verdict(
+            status="violation",
+            headline=f"{len(bad)} of {len(result.rows)} settings contradict their claim: {names}.",
+            lines=lines,
+            tone="alert",
+        )
     return Verdict(
         status="no violation",
-        headline=f"No violation: in all {len(result.rows)} settings ε_LB ≤ ε_UB, and no certificate claims more than an attack leaves.",
+        headline=f"No violation: in all {len(result.rows)} settings ε_LB ≤ ε_UB, and no "
+        "certificate claims more than an attack leaves.",
         lines=lines,
         tone="ok",
     )

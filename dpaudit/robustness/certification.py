@@ -25,7 +25,8 @@ results. Everything is vectorised over test points.
   the explicit, off-by-default ``authors_mixed_delta`` option of :func:`certified_radius`
   (:class:`AuthorsMixedDelta`), only to reproduce their numbers; its radii are not certificates.
 
-Formulas and test vectors: ``docs/defenses/noise-layer.md`` and ``docs/defenses/smoothing.md``. A certificate is a *lower* bound on
+Formulas and test vectors: ``docs/defenses/noise-layer.md`` and ``docs/defenses/smoothing.md``. A certificate is a
+*lower* bound on
 robust accuracy; :func:`soundness_violations` flags sizes where it exceeds the accuracy an
 actual attack left, which means a bug (or a failure of the 1 − η event).
 """
@@ -44,7 +45,15 @@ from dpaudit.results.certify_summary import SoundnessViolation
 from dpaudit.robustness.multipliers import CERTIFICATION_MECHANISMS, EGM_MAX_DELTA, _multipliers, noise_multiplier
 from dpaudit.robustness.score_bounds import _probabilities
 
-__all__ = ["AUTHORS_REFERENCE_DELTA", "DEFAULT_DELTA_GRID", "RADIUS_SEARCHES", "AuthorsMixedDelta", "certified_radius", "robust", "soundness_violations"]
+__all__ = [
+    "AUTHORS_REFERENCE_DELTA",
+    "DEFAULT_DELTA_GRID",
+    "RADIUS_SEARCHES",
+    "AuthorsMixedDelta",
+    "certified_radius",
+    "robust",
+    "soundness_violations",
+]
 
 #: How :func:`certified_radius` finds the largest ε' for each δ'.
 RADIUS_SEARCHES = ("exact", "pixeldp")
@@ -103,12 +112,16 @@ class AuthorsMixedDelta:
             reference = noise_multiplier(mechanism, epsilon=self.robustness_epsilon, delta=self.reference_delta)
             calibrated = noise_multiplier(mechanism, epsilon=self.robustness_epsilon, delta=self.robustness_delta)
         except ValueError as exc:
-            raise v.invalid("authors_mixed_delta", f"authors_mixed_delta={self!r} is invalid for the {mechanism} calibration: {exc}") from None
+            raise v.invalid(
+                "authors_mixed_delta", f"authors_mixed_delta={self!r} is invalid for the {mechanism} calibration: {exc}"
+            ) from None
         return reference / calibrated
 
 
 # The robustness condition and the certified size
-def robust(p_lower: np.ndarray, p_upper: np.ndarray, *, epsilon: float | np.ndarray, delta: float | np.ndarray) -> np.ndarray:
+def robust(
+    p_lower: np.ndarray, p_upper: np.ndarray, *, epsilon: float | np.ndarray, delta: float | np.ndarray
+) -> np.ndarray:
     """PixelDP robustness condition p_lb > e^{2ε} p_ub + (1 + e^ε) δ (Lecuyer et al. 2019, Prop. 1).
 
     Args:
@@ -134,7 +147,11 @@ def robust(p_lower: np.ndarray, p_upper: np.ndarray, *, epsilon: float | np.ndar
     try:
         np.broadcast_shapes(p_lower.shape, p_upper.shape, eps.shape, dlt.shape)
     except ValueError:
-        raise v.invalid("p_lower", f"p_lower, p_upper, epsilon and delta must broadcast together, got shapes {p_lower.shape}, {p_upper.shape}, {eps.shape}, {dlt.shape}") from None
+        raise v.invalid(
+            "p_lower",
+            "p_lower, p_upper, epsilon and delta must broadcast together, got "
+            f"shapes {p_lower.shape}, {p_upper.shape}, {eps.shape}, {dlt.shape}",
+        ) from None
     return _robust(p_lower, p_upper, eps, dlt)
 
 
@@ -222,9 +239,13 @@ def certified_radius(
     mechanism = v.choice("mechanism", mechanism, CERTIFICATION_MECHANISMS)
     search = v.choice("search", search, RADIUS_SEARCHES)
     if not isinstance(allow_classical_above_one, bool):
-        raise v.invalid_type("allow_classical_above_one", f"allow_classical_above_one must be a bool, got {allow_classical_above_one!r}")
+        raise v.invalid_type(
+            "allow_classical_above_one", f"allow_classical_above_one must be a bool, got {allow_classical_above_one!r}"
+        )
     scale = _authors_scale(scale, authors_mixed_delta, mechanism)
-    max_eps = _max_epsilon(max_epsilon, mechanism=mechanism, search=search, allow_classical_above_one=allow_classical_above_one)
+    max_eps = _max_epsilon(
+        max_epsilon, mechanism=mechanism, search=search, allow_classical_above_one=allow_classical_above_one
+    )
     tol = _DEFAULT_TOLERANCE[search] if tolerance is None else v.positive("tolerance", tolerance)
     grid = _delta_grid(delta_grid, mechanism)
     shape = p_lower.shape
@@ -251,11 +272,15 @@ def _bound_pair(p_lower: np.ndarray, p_upper: np.ndarray) -> tuple[np.ndarray, n
 
 
 def _authors_scale(scale: float, authors_mixed_delta: AuthorsMixedDelta | None, mechanism: str) -> float:
-    """σ/Δ, or σ/Δ as Phan et al.'s code takes it, L·c(ε_r, δ_ref) instead of L·c(ε_r, δ_r), with the authors' mixed δ."""
+    """σ/Δ, or σ/Δ as Phan et al.'s code takes it, L·c(ε_r, δ_ref) instead of L·c(ε_r, δ_r), with the authors' mixed
+    δ."""
     if authors_mixed_delta is None:
         return scale
     if not isinstance(authors_mixed_delta, AuthorsMixedDelta):
-        raise v.invalid_type("authors_mixed_delta", f"authors_mixed_delta must be an AuthorsMixedDelta or None, got {authors_mixed_delta!r}")
+        raise v.invalid_type(
+            "authors_mixed_delta",
+            f"authors_mixed_delta must be an AuthorsMixedDelta or None, got {authors_mixed_delta!r}",
+        )
     return scale * authors_mixed_delta.factor(mechanism)
 
 
@@ -268,10 +293,16 @@ def _max_epsilon(max_epsilon: float | None, *, mechanism: str, search: str, allo
     if mechanism == "classical" and max_eps > 1.0 and not allow_classical_above_one:
         raise v.invalid(
             "max_epsilon",
-            f"max_epsilon must be <= 1 for the classical multiplier (it is not DP above epsilon = 1), got {max_epsilon!r}; pass allow_classical_above_one=True only to reproduce published numbers",
+            "max_epsilon must be <= 1 for the classical multiplier (it is not DP "
+            f"above epsilon = 1), got {max_epsilon!r}; pass "
+            "allow_classical_above_one=True only to reproduce published numbers",
         )
     if search == "pixeldp" and math.isinf(max_eps):
-        raise v.invalid("max_epsilon", f"max_epsilon must be finite for search='pixeldp' (its bisection brackets [0, max_epsilon]), got {max_epsilon!r}")
+        raise v.invalid(
+            "max_epsilon",
+            "max_epsilon must be finite for search='pixeldp' (its bisection "
+            f"brackets [0, max_epsilon]), got {max_epsilon!r}",
+        )
     return max_eps
 
 
@@ -281,13 +312,21 @@ def _delta_grid(delta_grid: np.ndarray | None, mechanism: str) -> np.ndarray:
     if grid.ndim != 1 or grid.size == 0:
         raise v.invalid("delta_grid", f"delta_grid must be a non-empty 1-D array, got shape {grid.shape}")
     if np.any((grid <= 0) | (grid >= 1)):
-        raise v.invalid("delta_grid", f"delta_grid must lie in (0, 1), got e.g. {grid[(grid <= 0) | (grid >= 1)][:3].tolist()}")
+        raise v.invalid(
+            "delta_grid", f"delta_grid must lie in (0, 1), got e.g. {grid[(grid <= 0) | (grid >= 1)][:3].tolist()}"
+        )
     if mechanism == "extended" and np.any(grid > EGM_MAX_DELTA):
-        raise v.invalid("delta_grid", f"delta_grid must be <= {EGM_MAX_DELTA} for the extended mechanism, got e.g. {grid[grid > EGM_MAX_DELTA][:3].tolist()}")
+        raise v.invalid(
+            "delta_grid",
+            f"delta_grid must be <= {EGM_MAX_DELTA} for the extended mechanism, got "
+            f"e.g. {grid[grid > EGM_MAX_DELTA][:3].tolist()}",
+        )
     return grid
 
 
-def _search_epsilons(pl: np.ndarray, pu: np.ndarray, d: np.ndarray, *, search: str, max_eps: float, tol: float) -> np.ndarray:
+def _search_epsilons(
+    pl: np.ndarray, pu: np.ndarray, d: np.ndarray, *, search: str, max_eps: float, tol: float
+) -> np.ndarray:
     """The ε' each (bound pair, δ') certifies, by one of the two searches of :func:`certified_radius`.
 
     * ``"exact"``: the condition is a quadratic in e^{ε'}, so its supremum has a closed form
@@ -354,7 +393,9 @@ def soundness_violations(
             raise ValueError(f"{name} must have shape {t.shape} (one per radius), got {arr.shape}")
     tolerance = v.non_negative("tolerance", tolerance)
     return [
-        SoundnessViolation(certificate=certificate, radius=float(r), certified_accuracy=float(c), robust_accuracy=float(e))
+        SoundnessViolation(
+            certificate=certificate, radius=float(r), certified_accuracy=float(c), robust_accuracy=float(e)
+        )
         for r, c, e in zip(t.tolist(), cert.tolist(), emp.tolist())
         if c > e + tolerance
     ]

@@ -95,7 +95,10 @@ def sample_scores(
     per_input = max(1, batch_size // draws)  # inputs per batch when all their draws fit
     draws_per_batch = min(draws, batch_size)
     try:
-        with seeded_noise(model, seed, stream, device=device), Progress(n, f"monte carlo ({draws} draws)", enabled=progress) as bar:
+        with (
+            seeded_noise(model, seed, stream, device=device),
+            Progress(n, f"monte carlo ({draws} draws)", enabled=progress) as bar,
+        ):
             for start in range(0, n, per_input):
                 x = features[start : start + per_input].to(device)
                 b = x.shape[0]
@@ -126,7 +129,13 @@ def sample_scores(
     assert counts is not None and sums is not None and sq is not None
     mean = sums / draws
     var = (sq - draws * mean**2) / max(draws - 1, 1)
-    return MonteCarloScores(counts=counts.numpy(), mean=mean.numpy(), variance=var.clamp_min(0).numpy(), num_draws=draws, seconds=time.monotonic() - started)
+    return MonteCarloScores(
+        counts=counts.numpy(),
+        mean=mean.numpy(),
+        variance=var.clamp_min(0).numpy(),
+        num_draws=draws,
+        seconds=time.monotonic() - started,
+    )
 
 
 def expected_score_accuracy(
@@ -157,5 +166,13 @@ def expected_score_accuracy(
         progress: show progress on stderr (a CNN's 10,000 test images × 16 draws take minutes on a CPU).
     """
     draws = v.integer("num_draws", num_draws, minimum=1)
-    scores = sample_scores(model, features, num_draws=draws if is_randomized(model) else 1, seed=seed, stream=stream, device=device, progress=progress)
+    scores = sample_scores(
+        model,
+        features,
+        num_draws=draws if is_randomized(model) else 1,
+        seed=seed,
+        stream=stream,
+        device=device,
+        progress=progress,
+    )
     return float(np.mean(scores.mean.argmax(axis=1) == np.asarray(labels)))

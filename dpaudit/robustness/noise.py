@@ -111,7 +111,9 @@ class NoiseLayer(nn.Module):
     def output_shape(self) -> tuple[int, ...]:
         return tuple(self.redistribution.shape)
 
-    def set_noise(self, noise_std: float, redistribution: torch.Tensor | None = None, *, total: float | None = None) -> None:
+    def set_noise(
+        self, noise_std: float, redistribution: torch.Tensor | None = None, *, total: float | None = None
+    ) -> None:
         """Installs σ and (optionally) r, validating r > 0 and Σ r = ``total``.
 
         Args:
@@ -126,7 +128,9 @@ class NoiseLayer(nn.Module):
         if redistribution is not None:
             r = torch.as_tensor(redistribution, dtype=self.redistribution.dtype)
             if tuple(r.shape) != self.output_shape:
-                raise v.invalid("redistribution", f"redistribution must have shape {self.output_shape}, got {tuple(r.shape)}")
+                raise v.invalid(
+                    "redistribution", f"redistribution must have shape {self.output_shape}, got {tuple(r.shape)}"
+                )
             if not bool(torch.isfinite(r).all()) or bool((r <= 0).any()):
                 raise v.invalid("redistribution", "redistribution must be finite and > 0 everywhere")
             k = r.numel()
@@ -262,7 +266,9 @@ def add_input_noise(model: nn.Module, *, input_shape: tuple[int, ...], noise_std
     """
     sigma = v.positive("noise_std", noise_std)
     if find_noise_layer(model) is not None:
-        raise v.invalid("model", "add_input_noise needs a base model without a noise layer; the model already holds one")
+        raise v.invalid(
+            "model", "add_input_noise needs a base model without a noise layer; the model already holds one"
+        )
     noise = NoiseLayer(nn.Identity(), tuple(int(d) for d in input_shape))
     noise.set_noise(sigma)
     param = next(iter(model.parameters()), None)
@@ -283,7 +289,9 @@ def _linear_part(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return block(x) - block(torch.zeros_like(x[:1]))
 
 
-def _basis_chunks(input_shape: tuple[int, ...], *, device: torch.device, dtype: torch.dtype, chunk: int) -> Iterator[torch.Tensor]:
+def _basis_chunks(
+    input_shape: tuple[int, ...], *, device: torch.device, dtype: torch.dtype, chunk: int
+) -> Iterator[torch.Tensor]:
     """The standard basis of the input space, ``chunk`` vectors at a time, each of ``input_shape``."""
     d = int(math.prod(input_shape))
     for start in range(0, d, chunk):
@@ -293,7 +301,9 @@ def _basis_chunks(input_shape: tuple[int, ...], *, device: torch.device, dtype: 
         yield basis.reshape(n, *input_shape)
 
 
-def _gram(noise: NoiseLayer, input_shape: tuple[int, ...], *, redistribution: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+def _gram(
+    noise: NoiseLayer, input_shape: tuple[int, ...], *, redistribution: torch.Tensor, chunk: int = 256
+) -> torch.Tensor:
     """Mᵀ diag(r)^{-1} M (d × d, float64), column by column through the block and its adjoint.
 
     M is the block's whole linear part (a Projection in front included), so the Gram matrix is
@@ -378,7 +388,9 @@ def _weights_of(noise: NoiseLayer, redistribution: torch.Tensor | None) -> torch
 _MAX_EXPLICIT_ENTRIES = 2**25
 
 
-def layer_sensitivity(noise: NoiseLayer, *, input_shape: tuple[int, ...], norm: str = "l2", redistribution: torch.Tensor | None = None) -> float:
+def layer_sensitivity(
+    noise: NoiseLayer, *, input_shape: tuple[int, ...], norm: str = "l2", redistribution: torch.Tensor | None = None
+) -> float:
     """Δ_r of the noise layer's block for input changes of unit ``norm`` (see module docstring).
 
     Exact for ``l2`` (spectral norm) and ``l1`` (largest column norm); for ``linf`` the upper
@@ -411,7 +423,9 @@ def layer_sensitivity(noise: NoiseLayer, *, input_shape: tuple[int, ...], norm: 
     return float(torch.linalg.eigvalsh(gram)[-1].clamp_min(0).sqrt())
 
 
-def _scaled_matrix(noise: NoiseLayer, input_shape: tuple[int, ...], *, redistribution: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+def _scaled_matrix(
+    noise: NoiseLayer, input_shape: tuple[int, ...], *, redistribution: torch.Tensor, chunk: int = 256
+) -> torch.Tensor:
     """(diag(r)^{-1/2} M)ᵀ (d × K, float64): the block's linear part, one forward pass per ``chunk`` columns."""
     block = noise.layer
     p = next(block.parameters(), noise.redistribution)
@@ -523,13 +537,19 @@ class SensitivityProjector:
         self.redistribution = None if redistribution is None else _weights_of(noise, redistribution)
         p = next(noise.layer.parameters())
         gen = torch.Generator(device="cpu").manual_seed(0)  # the start vector only affects convergence speed
-        self._u = F.normalize(torch.randn(1, *self.input_shape, generator=gen).reshape(1, -1), dim=1).reshape(1, *self.input_shape).to(p.device, p.dtype)
+        self._u = (
+            F.normalize(torch.randn(1, *self.input_shape, generator=gen).reshape(1, -1), dim=1)
+            .reshape(1, *self.input_shape)
+            .to(p.device, p.dtype)
+        )
 
     def estimate(self) -> float:
         if self.heuristic:
             return authors_heuristic_sensitivity(self.noise, redistribution=self.redistribution)
         if self.norm != "l2":
-            return layer_sensitivity(self.noise, input_shape=self.input_shape, norm=self.norm, redistribution=self.redistribution)
+            return layer_sensitivity(
+                self.noise, input_shape=self.input_shape, norm=self.norm, redistribution=self.redistribution
+            )
         block = self.noise.layer
         inv_r = 1.0 / (self.noise.redistribution if self.redistribution is None else self.redistribution)
         u = self._u
@@ -553,7 +573,9 @@ class SensitivityProjector:
         return est
 
 
-def redistribution_from_gradients(gradients: torch.Tensor, *, inflation: float = 0.0, exponent: float = 1.0, total: float | None = None) -> torch.Tensor:
+def redistribution_from_gradients(
+    gradients: torch.Tensor, *, inflation: float = 0.0, exponent: float = 1.0, total: float | None = None
+) -> torch.Tensor:
     """HGM's noise redistribution vector r from forward derivatives (Phan et al. 2019, Eq. 7).
 
     Components whose loss gradient is consistently signed are the ones an attacker can push

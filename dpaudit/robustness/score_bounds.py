@@ -51,7 +51,10 @@ def _count_matrix(name: str, value: Any) -> np.ndarray:
         raise v.invalid(name, f"{name} must be non-negative counts, got e.g. {counts[counts < 0][:3].tolist()}")
     empty = counts.sum(axis=1) == 0
     if np.any(empty):
-        raise v.invalid(name, f"{name} must count at least one draw per test point; rows {np.flatnonzero(empty)[:5].tolist()} are empty")
+        raise v.invalid(
+            name,
+            f"{name} must count at least one draw per test point; rows {np.flatnonzero(empty)[:5].tolist()} are empty",
+        )
     return counts
 
 
@@ -69,9 +72,15 @@ def _selected(selected: Any, num_points: int, num_classes: int) -> np.ndarray:
     """The classes chosen beforehand, checked: one class index per test point."""
     arr = _int_array("selected", selected, ndim=1)
     if arr.shape != (num_points,):
-        raise v.invalid("selected", f"selected must hold one class per test point, shape ({num_points},), got {arr.shape}")
+        raise v.invalid(
+            "selected", f"selected must hold one class per test point, shape ({num_points},), got {arr.shape}"
+        )
     if np.any((arr < 0) | (arr >= num_classes)):
-        raise v.invalid("selected", f"selected must hold class indices in [0, {num_classes}), got e.g. {arr[(arr < 0) | (arr >= num_classes)][:3].tolist()}")
+        raise v.invalid(
+            "selected",
+            f"selected must hold class indices in [0, {num_classes}), got e.g. "
+            f"{arr[(arr < 0) | (arr >= num_classes)][:3].tolist()}",
+        )
     return arr
 
 
@@ -178,7 +187,10 @@ def count_bounds(counts: np.ndarray, *, confidence: float = 0.95, selected: np.n
     confidence = v.open_unit("confidence", confidence)
     totals = counts.sum(axis=1)
     if np.any(totals != totals[0]):
-        raise v.invalid("counts", f"counts must sum to the same number of draws in every row, got totals {np.unique(totals)[:5].tolist()}")
+        raise v.invalid(
+            "counts",
+            f"counts must sum to the same number of draws in every row, got totals {np.unique(totals)[:5].tolist()}",
+        )
     n = int(totals[0])
     rows = np.arange(counts.shape[0])
     selection = "same-draws" if selected is None else "separate-draws"
@@ -192,7 +204,15 @@ def count_bounds(counts: np.ndarray, *, confidence: float = 0.95, selected: np.n
     # never sees a zero shape parameter.
     lower = np.where(top_count > 0, stats.beta.ppf(level, np.maximum(top_count, 1), n - top_count + 1), 0.0)
     upper = np.where(second < n, stats.beta.ppf(1.0 - level, second + 1, np.maximum(n - second, 1)), 1.0)
-    return ScoreBounds(top=top, lower=lower, upper=upper, method="clopper-pearson", confidence=confidence, num_draws=n, selection=selection)
+    return ScoreBounds(
+        top=top,
+        lower=lower,
+        upper=upper,
+        method="clopper-pearson",
+        confidence=confidence,
+        num_draws=n,
+        selection=selection,
+    )
 
 
 def mean_bounds(
@@ -261,4 +281,12 @@ def mean_bounds(
     others = means + width
     others[rows, top] = -np.inf
     upper = others.max(axis=1)
-    return ScoreBounds(top=top, lower=np.clip(lower, 0.0, 1.0), upper=np.clip(upper, 0.0, 1.0), method=method, confidence=confidence, num_draws=num_draws, selection=selection)
+    return ScoreBounds(
+        top=top,
+        lower=np.clip(lower, 0.0, 1.0),
+        upper=np.clip(upper, 0.0, 1.0),
+        method=method,
+        confidence=confidence,
+        num_draws=num_draws,
+        selection=selection,
+    )

@@ -40,12 +40,16 @@ def smoothing_lower_bound(n_a: int | np.ndarray, n: int | np.ndarray, *, confide
     if np.any(n_arr < 1):
         raise v.invalid("n", f"n must be >= 1, got e.g. {n_arr[n_arr < 1][:3].tolist()}")
     if np.any((n_a_arr < 0) | (n_a_arr > n_arr)):
-        raise v.invalid("n_a", f"n_a must lie in [0, n], got e.g. {n_a_arr[(n_a_arr < 0) | (n_a_arr > n_arr)][:3].tolist()}")
+        raise v.invalid(
+            "n_a", f"n_a must lie in [0, n], got e.g. {n_a_arr[(n_a_arr < 0) | (n_a_arr > n_arr)][:3].tolist()}"
+        )
     bound = stats.beta.ppf(1.0 - confidence, np.maximum(n_a_arr, 1), n_arr - n_a_arr + 1)
     return np.asarray(np.where(n_a_arr > 0, bound, 0.0), dtype=np.float64)
 
 
-def smoothing_certify(selection_counts: np.ndarray, estimation_counts: np.ndarray, *, sigma: float, confidence: float = 0.999) -> tuple[np.ndarray, np.ndarray]:
+def smoothing_certify(
+    selection_counts: np.ndarray, estimation_counts: np.ndarray, *, sigma: float, confidence: float = 0.999
+) -> tuple[np.ndarray, np.ndarray]:
     """CERTIFY of randomized smoothing (Cohen, Rosenfeld & Kolter 2019, Theorem 1, §3.2).
 
     Guesses c_A = argmax of the selection counts (n0 draws), bounds P(f(x + e) = c_A) from
@@ -72,7 +76,10 @@ def smoothing_certify(selection_counts: np.ndarray, estimation_counts: np.ndarra
     selection = _count_matrix("selection_counts", selection_counts)
     estimation = _count_matrix("estimation_counts", estimation_counts)
     if estimation.shape != selection.shape:
-        raise v.invalid("estimation_counts", f"estimation_counts must have the shape of selection_counts {selection.shape}, got {estimation.shape}")
+        raise v.invalid(
+            "estimation_counts",
+            f"estimation_counts must have the shape of selection_counts {selection.shape}, got {estimation.shape}",
+        )
     sigma = v.positive("sigma", sigma)
     guess = np.argmax(selection, axis=1)
     n_a = estimation[np.arange(selection.shape[0]), guess]

@@ -30,7 +30,21 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-__all__ = ["CLAIM", "CLIP_NORM", "DPSGD", "Dataset", "Grads", "State", "EXPECTED_LOT_SIZE", "NOISE_MULTIPLIER", "SAMPLING_RATE", "STEPS", "mlp", "model", "noise_seed"]
+__all__ = [
+    "CLAIM",
+    "CLIP_NORM",
+    "DPSGD",
+    "Dataset",
+    "Grads",
+    "State",
+    "EXPECTED_LOT_SIZE",
+    "NOISE_MULTIPLIER",
+    "SAMPLING_RATE",
+    "STEPS",
+    "mlp",
+    "model",
+    "noise_seed",
+]
 
 SAMPLING_RATE = 0.1
 NOISE_MULTIPLIER = 3.0
@@ -103,7 +117,9 @@ class DPSGD:
         buffers = dict(net.named_buffers())
 
         def loss_one(prm: Grads, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
-            return nn.functional.cross_entropy(functional_call(net, (prm, buffers), (xi.unsqueeze(0),)), yi.unsqueeze(0))
+            return nn.functional.cross_entropy(
+                functional_call(net, (prm, buffers), (xi.unsqueeze(0),)), yi.unsqueeze(0)
+            )
 
         out: Grads = vmap(grad(loss_one), in_dims=(None, 0, 0))(params, x, y)
         return out
@@ -138,7 +154,9 @@ class DPSGD:
         norm = self.normaliser(len(x))
         self.apply(net, {k: (summed[k] + noise[k]) / norm for k in summed}, x, y)
 
-    def train(self, dataset: torch.utils.data.Dataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+    def train(
+        self, dataset: torch.utils.data.Dataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None
+    ) -> nn.Module:
         """Trains :meth:`build`'s model on ``dataset`` (an ``ArrayDataset``); returns it in eval mode."""
         with torch.random.fork_rng():  # the initial weights from ``seed``, the global stream left as it was
             torch.manual_seed(seed)

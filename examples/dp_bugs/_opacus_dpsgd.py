@@ -20,7 +20,16 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 
 import torch
-from _dpsgd import CLIP_NORM, EXPECTED_LOT_SIZE, LEARNING_RATE, NOISE_MULTIPLIER, SAMPLING_RATE, STEPS, model, noise_seed
+from _dpsgd import (
+    CLIP_NORM,
+    EXPECTED_LOT_SIZE,
+    LEARNING_RATE,
+    NOISE_MULTIPLIER,
+    SAMPLING_RATE,
+    STEPS,
+    model,
+    noise_seed,
+)
 from torch import nn
 
 __all__ = ["OpacusDPSGD"]
@@ -54,7 +63,9 @@ class OpacusDPSGD:
 
         return DPDataLoader(dataset, sample_rate=self.sampling_rate, generator=torch.Generator().manual_seed(seed))
 
-    def make_private(self, net: nn.Module, optimizer: torch.optim.Optimizer, loader: torch.utils.data.DataLoader, seed: int) -> tuple[nn.Module, torch.optim.Optimizer, torch.utils.data.DataLoader]:
+    def make_private(
+        self, net: nn.Module, optimizer: torch.optim.Optimizer, loader: torch.utils.data.DataLoader, seed: int
+    ) -> tuple[nn.Module, torch.optim.Optimizer, torch.utils.data.DataLoader]:
         """Opacus's engine on the model, the optimizer and the (already Poisson) loader."""
         from opacus import PrivacyEngine
 
@@ -70,7 +81,9 @@ class OpacusDPSGD:
         optimizer.expected_batch_size = self.lot_size  # public constant, not int(len(dataset) · q)
         return net, optimizer, loader
 
-    def batches(self, loader: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+    def batches(
+        self, loader: Iterable[tuple[torch.Tensor, torch.Tensor]]
+    ) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
         """Exactly ``steps`` lots, however many epochs that takes."""
         return itertools.islice(itertools.chain.from_iterable(itertools.repeat(loader)), self.steps)
 
@@ -78,7 +91,9 @@ class OpacusDPSGD:
         """Whether the lot ``x`` gets a step: always (an empty lot's step adds the noise alone)."""
         return True
 
-    def train(self, dataset: torch.utils.data.Dataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+    def train(
+        self, dataset: torch.utils.data.Dataset, *, seed: int, initial_state: Mapping[str, torch.Tensor] | None = None
+    ) -> nn.Module:
         """Trains :func:`_dpsgd.model` with Opacus on ``dataset``; returns the plain module in eval mode."""
         with torch.random.fork_rng():  # the initial weights from ``seed``, the global stream left as it was
             torch.manual_seed(seed)

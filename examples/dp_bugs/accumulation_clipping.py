@@ -26,7 +26,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-if (_here := str(Path(__file__).resolve().parent)) not in sys.path:  # the path form loads this file alone; its helpers live beside it
+if (
+    _here := str(Path(__file__).resolve().parent)
+) not in sys.path:  # the path form loads this file alone; its helpers live beside it
     sys.path.insert(0, _here)
 
 from _dpsgd import CLAIM, DPSGD, Dataset, Grads, State, model
@@ -34,7 +36,11 @@ from _dpsgd import CLAIM, DPSGD, Dataset, Grads, State, model
 __all__ = ["BUG", "CLAIM", "REPORTED", "model", "train"]
 
 BUG = "accumulation clips the accumulated sum"
-REPORTED = "Tramèr et al. 2022, Debugging Differential Privacy: A Case Study for Privacy Auditing, §3 (the clip of a sum); Opacus BatchMemoryManager (the correct accumulation)"
+REPORTED = (
+    "Tramèr et al. 2022, Debugging Differential Privacy: A Case Study for "
+    "Privacy Auditing, §3 (the clip of a sum); Opacus BatchMemoryManager "
+    "(the correct accumulation)"
+)
 
 MICRO_BATCH = 16
 ACCUMULATION_STEPS = 9  # 144 / 16: the lot the author means, in micro-batches

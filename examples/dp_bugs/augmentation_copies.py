@@ -22,7 +22,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-if (_here := str(Path(__file__).resolve().parent)) not in sys.path:  # the path form loads this file alone; its helpers live beside it
+if (
+    _here := str(Path(__file__).resolve().parent)
+) not in sys.path:  # the path form loads this file alone; its helpers live beside it
     sys.path.insert(0, _here)
 
 from _dpsgd import CLAIM, DPSGD, Dataset, State, model
@@ -30,7 +32,11 @@ from _dpsgd import CLAIM, DPSGD, Dataset, State, model
 __all__ = ["BUG", "CLAIM", "REPORTED", "model", "train"]
 
 BUG = "augmentation copies clipped separately"
-REPORTED = "De et al. 2022, Unlocking High-Accuracy Differentially Private Image Classification through Scale (augmentation multiplicity: average the copies, then clip)"
+REPORTED = (
+    "De et al. 2022, Unlocking High-Accuracy Differentially Private Image "
+    "Classification through Scale (augmentation multiplicity: average the "
+    "copies, then clip)"
+)
 
 COPIES = 8
 

@@ -27,7 +27,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-if (_here := str(Path(__file__).resolve().parent)) not in sys.path:  # the path form loads this file alone; its helpers live beside it
+if (
+    _here := str(Path(__file__).resolve().parent)
+) not in sys.path:  # the path form loads this file alone; its helpers live beside it
     sys.path.insert(0, _here)
 
 from _dpsgd import CLAIM, DPSGD, FEATURES, HIDDEN, Dataset, Grads, State
@@ -35,13 +37,23 @@ from _dpsgd import CLAIM, DPSGD, FEATURES, HIDDEN, Dataset, Grads, State
 __all__ = ["BUG", "CLAIM", "REPORTED", "model", "train"]
 
 BUG = "BatchNorm in train mode"
-REPORTED = "Opacus ModuleValidator (Yousefpour et al. 2021), which rejects BatchNorm; Ponomareva et al. 2023, How to DP-fy ML"
+REPORTED = (
+    "Opacus ModuleValidator (Yousefpour et al. 2021), which rejects BatchNorm; Ponomareva et al. 2023, How to DP-fy ML"
+)
 
 
 def model() -> nn.Module:
     """The digits MLP with a BatchNorm over the 8 image rows (8 channels of 8 pixels)."""
     # BUG: BatchNorm: statistics over the lot in training, running statistics kept without noise
-    return nn.Sequential(nn.Flatten(), nn.Unflatten(1, (8, 8)), nn.BatchNorm1d(8), nn.Flatten(), nn.Linear(FEATURES, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10))
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Unflatten(1, (8, 8)),
+        nn.BatchNorm1d(8),
+        nn.Flatten(),
+        nn.Linear(FEATURES, HIDDEN),
+        nn.ReLU(),
+        nn.Linear(HIDDEN, 10),
+    )
 
 
 class BatchNormDPSGD(DPSGD):

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from torch import nn
 
-if (_here := str(Path(__file__).resolve().parent)) not in sys.path:  # the path form loads this file alone; its helper lives beside it
+if (
+    _here := str(Path(__file__).resolve().parent)
+) not in sys.path:  # the path form loads this file alone; its helper lives beside it
     sys.path.insert(0, _here)
 
 from _dpsgd import CLAIM, Dataset, State, model

@@ -28,7 +28,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-if (_here := str(Path(__file__).resolve().parent)) not in sys.path:  # the path form loads this file alone; its helpers live beside it
+if (
+    _here := str(Path(__file__).resolve().parent)
+) not in sys.path:  # the path form loads this file alone; its helpers live beside it
     sys.path.insert(0, _here)
 
 from _dpsgd import CLAIM, EXPECTED_LOT_SIZE, Dataset, State, model, noise_seed
@@ -44,9 +46,13 @@ EPOCHS = 5  # 10 batches of 144 per epoch on the author's 1437 digits: the claim
 
 class DatasetSizeNormaliser(OpacusDPSGD):
     def loader(self, dataset: torch.utils.data.Dataset, seed: int) -> torch.utils.data.DataLoader:
-        return torch.utils.data.DataLoader(dataset, batch_size=EXPECTED_LOT_SIZE, generator=torch.Generator().manual_seed(seed))
+        return torch.utils.data.DataLoader(
+            dataset, batch_size=EXPECTED_LOT_SIZE, generator=torch.Generator().manual_seed(seed)
+        )
 
-    def make_private(self, net: nn.Module, optimizer: torch.optim.Optimizer, loader: torch.utils.data.DataLoader, seed: int) -> tuple[nn.Module, torch.optim.Optimizer, torch.utils.data.DataLoader]:
+    def make_private(
+        self, net: nn.Module, optimizer: torch.optim.Optimizer, loader: torch.utils.data.DataLoader, seed: int
+    ) -> tuple[nn.Module, torch.optim.Optimizer, torch.utils.data.DataLoader]:
         from opacus import PrivacyEngine
 
         # BUG: Opacus's defaults: sample_rate = 1/len(loader), expected_batch_size = int(len(dataset) · sample_rate)
@@ -60,8 +66,12 @@ class DatasetSizeNormaliser(OpacusDPSGD):
             noise_generator=torch.Generator().manual_seed(noise_seed(seed)),
         )
 
-    def batches(self, loader: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-        return itertools.chain.from_iterable(itertools.repeat(loader, EPOCHS))  # BUG: T = EPOCHS · len(loader) depends on the data
+    def batches(
+        self, loader: Iterable[tuple[torch.Tensor, torch.Tensor]]
+    ) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+        return itertools.chain.from_iterable(
+            itertools.repeat(loader, EPOCHS)
+        )  # BUG: T = EPOCHS · len(loader) depends on the data
 
 
 def train(dataset: Dataset, *, seed: int, initial_state: State | None = None) -> nn.Module:

@@ -25,7 +25,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-if (_here := str(Path(__file__).resolve().parent)) not in sys.path:  # the path form loads this file alone; its helpers live beside it
+if (
+    _here := str(Path(__file__).resolve().parent)
+) not in sys.path:  # the path form loads this file alone; its helpers live beside it
     sys.path.insert(0, _here)
 
 from _dpsgd import CLAIM, DPSGD, Dataset, Grads, State, model
@@ -33,7 +35,11 @@ from _dpsgd import CLAIM, DPSGD, Dataset, Grads, State, model
 __all__ = ["BUG", "CLAIM", "REPORTED", "model", "train"]
 
 BUG = "head trained outside the private optimizer"
-REPORTED = "LoRA/PEFT set-ups with a head outside the DP optimizer; the correct recipe: Yu et al. 2022, Differentially Private Fine-tuning of Language Models"
+REPORTED = (
+    "LoRA/PEFT set-ups with a head outside the DP optimizer; the correct "
+    "recipe: Yu et al. 2022, Differentially Private Fine-tuning of Language "
+    "Models"
+)
 
 HEAD = "3."  # the last Linear of the MLP: unfrozen after the private optimizer was built
 
@@ -43,7 +49,9 @@ class FrozenLayers(DPSGD):
         head = {k: p for k, p in net.named_parameters() if k.startswith(HEAD)}
         release = dict(release)
         if len(x):  # BUG: the head's update is the lot's plain mean gradient: no clipping, no noise
-            release.update(zip(head, torch.autograd.grad(nn.functional.cross_entropy(net(x), y), list(head.values())), strict=True))
+            release.update(
+                zip(head, torch.autograd.grad(nn.functional.cross_entropy(net(x), y), list(head.values())), strict=True)
+            )
         else:
             release.update({k: torch.zeros_like(p) for k, p in head.items()})
         super().apply(net, release, x, y)

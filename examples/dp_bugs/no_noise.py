@@ -6,7 +6,8 @@ author never overrode (``noise_multiplier=cfg.get("sigma", 0.0)``), while the re
 but the claim a reader sees is computed from the plan. Training still works, better than with
 noise, so nothing looks wrong. Opacus 1.6 accepts ``noise_multiplier=0`` without an error
 (Yousefpour et al. 2021, "Opacus: User-Friendly Differential Privacy Library in PyTorch"; its own
-tests use it to compare with non-private training), and the loop hides Opacus's warnings. It is the suite's first planted Opacus bug
+tests use it to compare with non-private training), and the loop hides Opacus's warnings. It is the suite's first
+planted Opacus bug
 (``train_no_noise`` of the Opacus example under scripts/).
 
 Leak: no noise, so the last iterate (Steinke, Jagielski, Nasr & Zhang 2024, "The Last Iterate
@@ -21,7 +22,9 @@ from pathlib import Path
 
 from torch import nn
 
-if (_here := str(Path(__file__).resolve().parent)) not in sys.path:  # the path form loads this file alone; its helpers live beside it
+if (
+    _here := str(Path(__file__).resolve().parent)
+) not in sys.path:  # the path form loads this file alone; its helpers live beside it
     sys.path.insert(0, _here)
 
 from _dpsgd import CLAIM, Dataset, State, model
@@ -30,7 +33,10 @@ from _opacus_dpsgd import OpacusDPSGD
 __all__ = ["BUG", "CLAIM", "REPORTED", "model", "train"]
 
 BUG = "noise multiplier silently 0"
-REPORTED = "Opacus accepts noise_multiplier=0 without an error (Yousefpour et al. 2021); planted in the suite's Opacus example (train_no_noise)"
+REPORTED = (
+    "Opacus accepts noise_multiplier=0 without an error (Yousefpour et al. "
+    "2021); planted in the suite's Opacus example (train_no_noise)"
+)
 
 CONFIG: dict[str, float] = {"max_grad_norm": 1.0}  # the author's run configuration: "sigma" never set
 

@@ -21,7 +21,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-if (_here := str(Path(__file__).resolve().parent)) not in sys.path:  # the path form loads this file alone; its helpers live beside it
+if (
+    _here := str(Path(__file__).resolve().parent)
+) not in sys.path:  # the path form loads this file alone; its helpers live beside it
     sys.path.insert(0, _here)
 
 from _dpsgd import CLAIM, DPSGD, Dataset, Grads, State, model
@@ -29,7 +31,9 @@ from _dpsgd import CLAIM, DPSGD, Dataset, Grads, State, model
 __all__ = ["BUG", "CLAIM", "REPORTED", "model", "train"]
 
 BUG = "noise not scaled by C"
-REPORTED = "planted in the suite's own DP-SGD (noise-without-clip-norm); the noise is σC in Abadi et al. 2016, Algorithm 1"
+REPORTED = (
+    "planted in the suite's own DP-SGD (noise-without-clip-norm); the noise is σC in Abadi et al. 2016, Algorithm 1"
+)
 
 
 class NoiseNotScaled(DPSGD):

@@ -25,7 +25,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-if (_here := str(Path(__file__).resolve().parent)) not in sys.path:  # the path form loads this file alone; its helpers live beside it
+if (
+    _here := str(Path(__file__).resolve().parent)
+) not in sys.path:  # the path form loads this file alone; its helpers live beside it
     sys.path.insert(0, _here)
 
 from _dpsgd import CLAIM, DPSGD, Dataset, State, model
@@ -33,7 +35,11 @@ from _dpsgd import CLAIM, DPSGD, Dataset, State, model
 __all__ = ["BUG", "CLAIM", "REPORTED", "model", "train"]
 
 BUG = "non-private fine-tuning after DP-SGD"
-REPORTED = "planted in the suite's Opacus example (train_extra_nonprivate_epochs); post-processing is free only without the data: Dwork and Roth 2014, Proposition 2.1"
+REPORTED = (
+    "planted in the suite's Opacus example (train_extra_nonprivate_epochs); "
+    "post-processing is free only without the data: Dwork and Roth 2014, "
+    "Proposition 2.1"
+)
 
 FINETUNE_BATCH = 32
 
@@ -43,7 +49,9 @@ class NonPrivateFinetune(DPSGD):
         net = super().train(dataset, seed=seed, initial_state=initial_state).train()
         order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))
         for batch in order.split(FINETUNE_BATCH):  # BUG: one plain epoch on the private data: no clipping, no noise
-            grads = torch.autograd.grad(nn.functional.cross_entropy(net(dataset.features[batch]), dataset.labels[batch]), list(net.parameters()))
+            grads = torch.autograd.grad(
+                nn.functional.cross_entropy(net(dataset.features[batch]), dataset.labels[batch]), list(net.parameters())
+            )
             with torch.no_grad():
                 for p, g in zip(net.parameters(), grads, strict=True):
                     p -= 0.1 * g

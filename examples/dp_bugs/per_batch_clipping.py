@@ -24,7 +24,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-if (_here := str(Path(__file__).resolve().parent)) not in sys.path:  # the path form loads this file alone; its helpers live beside it
+if (
+    _here := str(Path(__file__).resolve().parent)
+) not in sys.path:  # the path form loads this file alone; its helpers live beside it
     sys.path.insert(0, _here)
 
 from _dpsgd import CLAIM, DPSGD, Dataset, Grads, State, model
@@ -32,7 +34,10 @@ from _dpsgd import CLAIM, DPSGD, Dataset, Grads, State, model
 __all__ = ["BUG", "CLAIM", "REPORTED", "model", "train"]
 
 BUG = "per-batch clipping"
-REPORTED = "Tramèr, Terzis, Steinke, Song, Jagielski, Carlini 2022, Debugging Differential Privacy: A Case Study for Privacy Auditing, §3"
+REPORTED = (
+    "Tramèr, Terzis, Steinke, Song, Jagielski, Carlini 2022, Debugging "
+    "Differential Privacy: A Case Study for Privacy Auditing, §3"
+)
 
 
 class PerBatchClipping(DPSGD):

@@ -23,7 +23,9 @@ from pathlib import Path
 
 from torch import nn
 
-if (_here := str(Path(__file__).resolve().parent)) not in sys.path:  # the path form loads this file alone; its helpers live beside it
+if (
+    _here := str(Path(__file__).resolve().parent)
+) not in sys.path:  # the path form loads this file alone; its helpers live beside it
     sys.path.insert(0, _here)
 
 from _dpsgd import DPSGD, Dataset, State, model
@@ -31,14 +33,22 @@ from _dpsgd import DPSGD, Dataset, State, model
 __all__ = ["BUG", "CLAIM", "REPORTED", "model", "train"]
 
 BUG = "steps and epochs confused in the accountant"
-REPORTED = "hand-rolled accounting; Opacus counts optimizer steps and make_private_with_epsilon converts epochs itself (Yousefpour et al. 2021)"
+REPORTED = (
+    "hand-rolled accounting; Opacus counts optimizer steps and "
+    "make_private_with_epsilon converts epochs itself (Yousefpour et al. "
+    "2021)"
+)
 
 SAMPLING_RATE = 0.05
 NOISE_MULTIPLIER = 1.0
 EPOCHS = 10
 STEPS = EPOCHS * round(1 / SAMPLING_RATE)  # 200 steps actually run
 
-CLAIM = {"noise_multiplier": NOISE_MULTIPLIER, "sampling_rate": SAMPLING_RATE, "num_steps": EPOCHS}  # BUG: epochs passed as steps
+CLAIM = {
+    "noise_multiplier": NOISE_MULTIPLIER,
+    "sampling_rate": SAMPLING_RATE,
+    "num_steps": EPOCHS,
+}  # BUG: epochs passed as steps
 
 
 class StepsEpochs(DPSGD):

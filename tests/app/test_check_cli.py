@@ -25,7 +25,11 @@ CLAIM = ["--claim-noise-multiplier", "3", "--claim-sampling-rate", "0.1", "--cla
 @pytest.fixture
 def train_fn(tmp_path: Path) -> str:
     path = tmp_path / "mytrain.py"
-    path.write_text("import torch.nn as nn\n\n\ndef model():\n    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))\n\n\ndef train(dataset, *, seed, initial_state=None):\n    return model()\n")
+    path.write_text(
+        "import torch.nn as nn\n\n\ndef model():\n    return "
+        "nn.Sequential(nn.Flatten(), nn.Linear(64, 10))\n\n\ndef train(dataset, "
+        "*, seed, initial_state=None):\n    return model()\n"
+    )
     return f"{path}:train"
 
 
@@ -86,12 +90,32 @@ def test_no_violation_exits_0(cli, battery, train_fn, tmp_path):
 
 def test_the_spec_carries_every_flag(cli, battery, train_fn, tmp_path):
     argv = _argv(
-        train_fn, tmp_path / "run", "--no-report", "--delta", "1e-6", "--confidence", "0.9", "--budget-minutes", "2.5", "--checks", "reused-noise,worst-case", "--seed", "7", "--num-workers", "2"
+        train_fn,
+        tmp_path / "run",
+        "--no-report",
+        "--delta",
+        "1e-6",
+        "--confidence",
+        "0.9",
+        "--budget-minutes",
+        "2.5",
+        "--checks",
+        "reused-noise,worst-case",
+        "--seed",
+        "7",
+        "--num-workers",
+        "2",
     )
     assert cli.run(*argv)[0] == 3
     ((spec, run, progress),) = battery.current.calls
     assert isinstance(spec, check_run.BatterySpec)
-    assert (spec.train_fn, spec.model_fn, spec.delta, spec.confidence, spec.budget_minutes) == (train_fn, None, 1e-6, 0.9, 2.5)
+    assert (spec.train_fn, spec.model_fn, spec.delta, spec.confidence, spec.budget_minutes) == (
+        train_fn,
+        None,
+        1e-6,
+        0.9,
+        2.5,
+    )
     assert (spec.checks, spec.dataset, spec.seed, spec.num_workers) == (("reused-noise", "worst-case"), "digits", 7, 2)
     assert spec.claim.epsilon(delta=1e-5) == pytest.approx(0.97, abs=0.02)  # q=0.1, σ=3, T=50
     assert Path(run.path) == tmp_path / "run" and progress is False
@@ -153,7 +177,16 @@ def test_an_internal_failure_of_the_battery_exits_1(cli, battery, train_fn, tmp_
 )
 def test_bad_flags_exit_2_with_one_line_before_any_training(cli, battery, train_fn, tmp_path, args, flag, says):
     claim = [] if args and args[0].startswith("--claim") or not args else CLAIM
-    argv = ["check", "--train-fn", train_fn, *claim, *[a.format(tmp=tmp_path) for a in args], "--out", str(tmp_path / "run"), "--json"]
+    argv = [
+        "check",
+        "--train-fn",
+        train_fn,
+        *claim,
+        *[a.format(tmp=tmp_path) for a in args],
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+    ]
     code, out, err = cli.run(*argv)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, err
@@ -177,7 +210,9 @@ def test_train_fn_is_required(cli, battery, tmp_path):
 def test_the_claim_file_and_the_claim_flags_exclude_each_other(cli, battery, train_fn, tmp_path):
     claim = tmp_path / "claim.json"
     claim.write_text("{}")
-    code, _, err = cli.run("check", "--train-fn", train_fn, "--claim", str(claim), *CLAIM, "--out", str(tmp_path / "run"))
+    code, _, err = cli.run(
+        "check", "--train-fn", train_fn, "--claim", str(claim), *CLAIM, "--out", str(tmp_path / "run")
+    )
     assert code == 2 and "conflicts" in err and "--claim" in err
 
 
@@ -220,11 +255,23 @@ def test_the_documentation_lists_every_registered_check():
 
 @pytest.mark.slow
 def test_end_to_end_a_training_without_noise_exits_3_and_its_junit_validates(cli, tmp_path):
-    """The real battery (one check, ~30 s on 2 cores) on the catalogue's no-noise bug: exit 3, its line, a valid JUnit file, the report page."""
+    """The real battery (one check, ~30 s on 2 cores) on the catalogue's no-noise bug: exit 3, its line, a valid JUnit
+    file, the report page."""
     xmlschema = pytest.importorskip("xmlschema")
     fn = ROOT / "examples" / "dp_bugs" / "no_noise.py"
     junit = tmp_path / "results.xml"
-    argv = ["check", "--train-fn", f"{fn}:train", "--model-fn", f"{fn}:model", *CLAIM, "--checks", "worst-case", "--budget-minutes", "1"]
+    argv = [
+        "check",
+        "--train-fn",
+        f"{fn}:train",
+        "--model-fn",
+        f"{fn}:model",
+        *CLAIM,
+        "--checks",
+        "worst-case",
+        "--budget-minutes",
+        "1",
+    ]
     code, out, err = cli.run(*argv, "--junit", str(junit), "--out", str(tmp_path / "run"), "--quiet")
     assert code == 3, err
     (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("VIOLATED")]

@@ -111,7 +111,10 @@ def test_a_check_whose_training_failed_is_an_error_not_skipped(schema):
     failed = dataclasses.replace(
         outcome("lot-size", "inconclusive", epsilon_lb=0.0, ceiling=0.0, num_trials=0),
         finding="lot-size: the training failed: the training function t.py:train raised SystemExit: 0 in trial 0",
-        details={"reason": "the training function t.py:train raised SystemExit: 0 in trial 0", "error": "training failed"},
+        details={
+            "reason": "the training function t.py:train raised SystemExit: 0 in trial 0",
+            "error": "training failed",
+        },
     )
     base = sample_report(violated=False)
     report = CheckReport(**{**_report_fields(), "outcomes": (base.outcomes[0], failed, base.outcomes[2])})
@@ -122,7 +125,11 @@ def test_a_check_whose_training_failed_is_an_error_not_skipped(schema):
     error = case.find("error")
     assert error is not None and error.get("type") == "TrainingFailed" and "SystemExit: 0" in error.get("message", "")
     assert case.find("skipped") is None
-    assert (root.get("errors"), root.get("skipped"), root.get("failures")) == ("1", "1", "0")  # reused-noise is still skipped
+    assert (root.get("errors"), root.get("skipped"), root.get("failures")) == (
+        "1",
+        "1",
+        "0",
+    )  # reused-noise is still skipped
 
 
 def _report_fields() -> dict:
@@ -157,8 +164,13 @@ def _broken(break_it) -> str:
         pytest.param(lambda r: r.find("testsuite").attrib.pop("name"), id="suite-without-name"),
         pytest.param(lambda r: r.find("testsuite").set("failures", "one"), id="count-not-a-number"),
         pytest.param(lambda r: r.find(".//property").attrib.pop("value"), id="property-without-value"),
-        pytest.param(lambda r: r.find(".//testcase").insert(0, ET.Element("failure", {"message": "m", "type": "t"})), id="two-outcomes-in-one-case"),
-        pytest.param(lambda r: r.find("testsuite").append(ET.Element("testcase_", {"name": "x"})), id="unknown-element"),
+        pytest.param(
+            lambda r: r.find(".//testcase").insert(0, ET.Element("failure", {"message": "m", "type": "t"})),
+            id="two-outcomes-in-one-case",
+        ),
+        pytest.param(
+            lambda r: r.find("testsuite").append(ET.Element("testcase_", {"name": "x"})), id="unknown-element"
+        ),
     ],
 )
 def test_the_schema_refuses_a_broken_file(schema, break_it):

@@ -31,7 +31,9 @@ def train(dataset, *, seed, initial_state=None):
     return helper.finish(net)
 """
 HELPER = "def finish(net):\n    return net{extra}\n"
-MODEL = "import torch.nn as nn\n\n\ndef model():\n    return nn.Sequential(nn.Flatten(), nn.Linear({inputs}, 10)){extra}\n"
+MODEL = (
+    "import torch.nn as nn\n\n\ndef model():\n    return nn.Sequential(nn.Flatten(), nn.Linear({inputs}, 10)){extra}\n"
+)
 
 
 def _code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, inputs: int = 64) -> Path:
@@ -51,7 +53,13 @@ def _forget(*names: str) -> None:
 
 
 def _run(code: Path, out: Path, capsys: pytest.CaptureFixture[str], **over: object) -> str:
-    base: dict[str, object] = dict(train_fn=f"{code}/train.py:train", model_fn=f"{code}/model.py:model", claim=CLAIM, checks=("worst-case",), trials=4)
+    base: dict[str, object] = dict(
+        train_fn=f"{code}/train.py:train",
+        model_fn=f"{code}/model.py:model",
+        claim=CLAIM,
+        checks=("worst-case",),
+        trials=4,
+    )
     base.update(over)
     capsys.readouterr()
     report = run_check(BatterySpec(**base), RunDir(out), progress=True)
@@ -71,7 +79,10 @@ def test_a_model_file_a_helper_or_the_seed_changed_recomputes_and_says_why(tmp_p
     err = _run(code, out, capsys)
     assert "reusing" not in err, err
     # train.py imports model.py, and model.py is --model-fn's own source: both keys name it.
-    assert "recomputing: model.py changed; model.py (or the version of a package it imports) changed since the stored trials in " in err, err
+    assert (
+        "recomputing: model.py changed; model.py (or the version of a package "
+        "it imports) changed since the stored trials in " in err
+    ), err
     assert err.count("recomputing:") == 1
 
     (code / "helper.py").write_text(HELPER.format(extra="  # edited"))
@@ -99,4 +110,7 @@ def test_new_dataset_files_recompute_and_say_which(tmp_path, monkeypatch, capsys
     clear_cache()  # each command is a new process
     err = _run(code, out, capsys, dataset="mnist", data_root=str(root))
     assert "reusing" not in err, err
-    assert "recomputing: dataset mnist's files changed (mnist/train-labels-idx1-ubyte.gz) since the stored trials in " in err, err
+    assert (
+        "recomputing: dataset mnist's files changed (mnist/train-labels-idx1-ubyte.gz) since the stored trials in "
+        in err
+    ), err

@@ -36,7 +36,9 @@ def battery(monkeypatch: pytest.MonkeyPatch) -> FakeBattery:
 @pytest.fixture
 def train_fn(tmp_path: Path) -> str:
     path = tmp_path / "mytrain.py"
-    path.write_text("import torch.nn as nn\n\n\ndef train(dataset, *, seed, initial_state=None):\n    return nn.Linear(64, 10)\n")
+    path.write_text(
+        "import torch.nn as nn\n\n\ndef train(dataset, *, seed, initial_state=None):\n    return nn.Linear(64, 10)\n"
+    )
     return f"{path}:train"
 
 
@@ -73,21 +75,34 @@ def _fifo(tmp_path: Path) -> str:
         (lambda tmp: str(tmp / "missing" / "results.xml"), "does not exist"),
     ],
 )
-def test_junit_that_is_not_a_writable_regular_file_is_refused_before_any_work(cli, battery, train_fn, tmp_path, where, says):
+def test_junit_that_is_not_a_writable_regular_file_is_refused_before_any_work(
+    cli, battery, train_fn, tmp_path, where, says
+):
     target = where(tmp_path)
     if target.startswith("/proc") and not Path("/proc/version").exists():
         pytest.skip("no /proc here")
     before = os.stat(target).st_mode if os.path.exists(target) else None
-    code, out, err = cli.run("check", "--train-fn", train_fn, *CLAIM, "--out", str(tmp_path / "run"), "--junit", target, "--json")
+    code, out, err = cli.run(
+        "check", "--train-fn", train_fn, *CLAIM, "--out", str(tmp_path / "run"), "--junit", target, "--json"
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1, (code, err)
     payload = json.loads(out)
-    assert payload["argument"] == "--junit" and says in payload["error"] and target in payload["error"], payload["error"]
+    assert payload["argument"] == "--junit" and says in payload["error"] and target in payload["error"], payload[
+        "error"
+    ]
     assert battery.calls == []  # refused before the battery ran
     if before is not None:
         assert stat.S_IFMT(os.stat(target).st_mode) == stat.S_IFMT(before)  # still a device, a FIFO, a directory
 
 
-@pytest.mark.parametrize(("where", "says"), [(_device("null", 3), "not a directory"), (_fifo, "not a directory"), (lambda tmp: "/proc/dpaudit-run", "refuses new files")])
+@pytest.mark.parametrize(
+    ("where", "says"),
+    [
+        (_device("null", 3), "not a directory"),
+        (_fifo, "not a directory"),
+        (lambda tmp: "/proc/dpaudit-run", "refuses new files"),
+    ],
+)
 def test_out_that_is_a_special_file_or_in_a_read_only_place_is_refused(cli, battery, train_fn, tmp_path, where, says):
     target = where(tmp_path)
     if target.startswith("/proc") and not Path("/proc/version").exists():
@@ -102,7 +117,9 @@ def test_out_that_is_a_special_file_or_in_a_read_only_place_is_refused(cli, batt
 def test_other_verbs_share_the_out_check(cli, tmp_path):
     """One helper in the CLI: ``dpaudit train --out FIFO`` is refused the same way, before any training."""
     fifo = _fifo(tmp_path)
-    code, out, err = cli.run("train", "--defense", "nonprivate", "--model", "digits-mlp", "--dataset", "digits", "--out", fifo, "--json")
+    code, out, err = cli.run(
+        "train", "--defense", "nonprivate", "--model", "digits-mlp", "--dataset", "digits", "--out", fifo, "--json"
+    )
     assert code == 2 and json.loads(out)["argument"] == "--out" and stat.S_ISFIFO(os.stat(fifo).st_mode), err
 
 
@@ -110,7 +127,18 @@ def test_a_regular_junit_file_is_replaced_and_a_new_one_made(cli, battery, train
     existing = tmp_path / "old.xml"
     existing.write_text("old")
     for target in (existing, tmp_path / "new.xml"):
-        code, _, err = cli.run("check", "--train-fn", train_fn, *CLAIM, "--out", str(tmp_path / "run"), "--no-report", "--junit", str(target), "--quiet")
+        code, _, err = cli.run(
+            "check",
+            "--train-fn",
+            train_fn,
+            *CLAIM,
+            "--out",
+            str(tmp_path / "run"),
+            "--no-report",
+            "--junit",
+            str(target),
+            "--quiet",
+        )
         assert code == 0, err
         assert target.read_bytes().startswith(b"<?xml")
 
@@ -127,7 +155,17 @@ def test_a_model_above_the_parameter_limit_is_refused_before_any_training(cli, t
         f"def model():\n    return nn.Linear({side}, {side})\n\n\n"
         "def train(dataset, *, seed, initial_state=None):\n    raise AssertionError('trained despite the limit')\n"
     )
-    code, out, err = cli.run("check", "--train-fn", f"{path}:train", "--model-fn", f"{path}:model", *CLAIM, "--out", str(tmp_path / "run"), "--json")
+    code, out, err = cli.run(
+        "check",
+        "--train-fn",
+        f"{path}:train",
+        "--model-fn",
+        f"{path}:model",
+        *CLAIM,
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1, (code, err)
     payload = json.loads(out)
     assert payload["argument"] == "--model-fn" and f"{side * side + side:,} parameters" in payload["error"], payload
@@ -155,7 +193,13 @@ def test_the_parameter_limit_counts_the_model_and_never_fails_for_a_broken_build
 def test_a_battery_that_could_run_no_check_is_not_a_pass(cli, train_fn, tmp_path):
     """Without ``--model-fn`` no check can craft its start, so nothing trains: once exit 0 ("no
     violation"), which a CI gate read as a pass; now exit 2 naming what to add."""
-    code, out, err = cli.run("check", "--train-fn", train_fn, *CLAIM, "--out", str(tmp_path / "run"), "--json", "--no-report")
+    code, out, err = cli.run(
+        "check", "--train-fn", train_fn, *CLAIM, "--out", str(tmp_path / "run"), "--json", "--no-report"
+    )
     assert code == 2, (code, err)
     payload = json.loads(out)
-    assert payload["argument"] == "--train-fn" and "no check could run" in payload["error"] and "--model-fn" in payload["error"], payload
+    assert (
+        payload["argument"] == "--train-fn"
+        and "no check could run" in payload["error"]
+        and "--model-fn" in payload["error"]
+    ), payload

@@ -19,7 +19,9 @@ def test_epsilon_json_reproduces_reference_vectors(cli):
     assert set(ACCOUNTANTS.names()) <= set(data)
     # which accountant produced each value: here each one itself (no fallback)
     assert data["computed_by"] == {n: n for n in ACCOUNTANTS.names()} and data["notes"] == {}
-    assert data["moments"] == pytest.approx(moments_epsilon(0.01, 4.0, 10_000, 1e-5), rel=1e-9)  # 1.2586, by its closed form
+    assert data["moments"] == pytest.approx(
+        moments_epsilon(0.01, 4.0, 10_000, 1e-5), rel=1e-9
+    )  # 1.2586, by its closed form
     assert data["rdp"] == pytest.approx(1.0355, abs=5e-5)
     assert data["pld"] == pytest.approx(0.947, rel=0.01)
     # 9.35 before issue 29 (first-order amplification of the classical ε0, not a valid bound)
@@ -32,7 +34,20 @@ def test_epsilon_text_output(cli):
 
 
 def test_epsilon_solves_sigma_without_overshooting(cli):
-    code, out, _ = cli.run("epsilon", "--sampling-rate", "0.01", "--num-steps", "1000", "--delta", "1e-5", "--target-epsilon", "2", "--accountant", "rdp", "--json")
+    code, out, _ = cli.run(
+        "epsilon",
+        "--sampling-rate",
+        "0.01",
+        "--num-steps",
+        "1000",
+        "--delta",
+        "1e-5",
+        "--target-epsilon",
+        "2",
+        "--accountant",
+        "rdp",
+        "--json",
+    )
     assert code == 0
     data = json.loads(out)
     assert data["solve"] == "noise_multiplier" and data["num_steps"] == 1000
@@ -42,7 +57,20 @@ def test_epsilon_solves_sigma_without_overshooting(cli):
 
 def test_epsilon_solves_steps(cli):
     code, out, _ = cli.run(
-        "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--delta", "1e-5", "--target-epsilon", "1.2586", "--solve", "num-steps", "--accountant", "moments", "--json"
+        "epsilon",
+        "--sampling-rate",
+        "0.01",
+        "--noise-multiplier",
+        "4",
+        "--delta",
+        "1e-5",
+        "--target-epsilon",
+        "1.2586",
+        "--solve",
+        "num-steps",
+        "--accountant",
+        "moments",
+        "--json",
     )
     assert code == 0
     data = json.loads(out)
@@ -82,9 +110,44 @@ def test_epsilon_bad_input_exits_2_with_one_line(cli, argv, needle):
     "argv, needle",
     [
         (("epsilon", "--sampling-rate", "0.1", "--delta", "1e-5"), "--noise-multiplier"),
-        (("epsilon", "--sampling-rate", "0.1", "--delta", "1e-5", "--noise-multiplier", "1", "--num-steps", "10", "--target-epsilon", "1"), "conflicts"),
-        (("epsilon", "--sampling-rate", "0.1", "--delta", "1e-5", "--target-epsilon", "1", "--solve", "num-steps"), "--noise-multiplier"),
-        (("epsilon", "--sampling-rate", "1", "--delta", "1e-5", "--noise-multiplier", "0.1", "--target-epsilon", "0.01", "--solve", "num-steps", "--accountant", "rdp"), "single step"),
+        (
+            (
+                "epsilon",
+                "--sampling-rate",
+                "0.1",
+                "--delta",
+                "1e-5",
+                "--noise-multiplier",
+                "1",
+                "--num-steps",
+                "10",
+                "--target-epsilon",
+                "1",
+            ),
+            "conflicts",
+        ),
+        (
+            ("epsilon", "--sampling-rate", "0.1", "--delta", "1e-5", "--target-epsilon", "1", "--solve", "num-steps"),
+            "--noise-multiplier",
+        ),
+        (
+            (
+                "epsilon",
+                "--sampling-rate",
+                "1",
+                "--delta",
+                "1e-5",
+                "--noise-multiplier",
+                "0.1",
+                "--target-epsilon",
+                "0.01",
+                "--solve",
+                "num-steps",
+                "--accountant",
+                "rdp",
+            ),
+            "single step",
+        ),
     ],
 )
 def test_epsilon_inconsistent_arguments_exit_2(cli, argv, needle):
@@ -110,21 +173,36 @@ EGM = [((1, 1e-5), 4.854241), ((4, 1e-5), 1.285080), ((1, 0.05), 2.549790), ((4,
 @pytest.mark.parametrize("target, sigma", AGM)
 def test_epsilon_gaussian_analytic_vectors(cli, target, sigma):
     eps, delta = target
-    code, out, _ = cli.run("epsilon", "--mechanism", "gaussian", "--target-epsilon", str(eps), "--delta", str(delta), "--calibration", "analytic", "--json")
+    code, out, _ = cli.run(
+        "epsilon",
+        "--mechanism",
+        "gaussian",
+        "--target-epsilon",
+        str(eps),
+        "--delta",
+        str(delta),
+        "--calibration",
+        "analytic",
+        "--json",
+    )
     assert code == 0 and round(json.loads(out)["sigma"]["analytic"], 6) == sigma
 
 
 @pytest.mark.parametrize("target, sigma", EGM)
 def test_epsilon_gaussian_extended_vectors(cli, target, sigma):
     eps, delta = target
-    code, out, _ = cli.run("epsilon", "--mechanism", "gaussian", "--target-epsilon", str(eps), "--delta", str(delta), "--json")
+    code, out, _ = cli.run(
+        "epsilon", "--mechanism", "gaussian", "--target-epsilon", str(eps), "--delta", str(delta), "--json"
+    )
     data = json.loads(out)["sigma"]
     assert code == 0 and round(data["extended"], 6) == sigma
     assert (data["classical"] is None) == (eps > 1)
 
 
 def test_epsilon_gaussian_exact_epsilon_inverts_calibration(cli):
-    code, out, _ = cli.run("epsilon", "--mechanism", "gaussian", "--noise-multiplier", "3.730632", "--delta", "1e-5", "--json")
+    code, out, _ = cli.run(
+        "epsilon", "--mechanism", "gaussian", "--noise-multiplier", "3.730632", "--delta", "1e-5", "--json"
+    )
     assert code == 0 and json.loads(out)["epsilon"] == pytest.approx(1.0, abs=1e-5)
 
 
@@ -144,7 +222,9 @@ def test_epsilon_gaussian_bad_input(cli, argv, needle):
 
 
 def test_epsilon_gaussian_bad_sensitivity(cli):
-    code, _, err = cli.run_exit("epsilon", "--mechanism", "gaussian", "--noise-multiplier", "1", "--delta", "1e-5", "--sensitivity", "0")
+    code, _, err = cli.run_exit(
+        "epsilon", "--mechanism", "gaussian", "--noise-multiplier", "1", "--delta", "1e-5", "--sensitivity", "0"
+    )
     assert code == 2 and "--sensitivity" in err
 
 
@@ -159,7 +239,17 @@ def test_epsilon_dpsgd_needs_sampling_rate(cli):
 
 # T = 10^12 asked dp_accounting for a 4 TiB array (an immediate MemoryError, exit 1). The cases
 # that grew past 18 GB before failing run in a memory-capped child: tests/hostile/test_epsilon_bounds.py.
-HUGE_T = ("epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--num-steps", str(10**12), "--delta", "1e-5")
+HUGE_T = (
+    "epsilon",
+    "--sampling-rate",
+    "0.01",
+    "--noise-multiplier",
+    "4",
+    "--num-steps",
+    str(10**12),
+    "--delta",
+    "1e-5",
+)
 
 
 def test_pld_beyond_its_memory_budget_falls_back_to_rdp_and_says_so(cli):
@@ -167,9 +257,18 @@ def test_pld_beyond_its_memory_budget_falls_back_to_rdp_and_says_so(cli):
     assert code == 0, err
     data = json.loads(out)
     assert data["computed_by"]["pld"] == "rdp" and data["pld"] == data["rdp"]
-    assert {n: by for n, by in data["computed_by"].items() if n != "pld"} == {"moments": "moments", "rdp": "rdp", "strong": "strong", "naive": "naive"}
+    assert {n: by for n, by in data["computed_by"].items() if n != "pld"} == {
+        "moments": "moments",
+        "rdp": "rdp",
+        "strong": "strong",
+        "naive": "naive",
+    }
     (line,) = [ln for ln in err.splitlines() if "using rdp instead" in ln]
-    assert line.startswith("dpaudit epsilon: pld: pld would need ~") and "GB" in line and "q=0.01, sigma=4, T=1000000000000" in line
+    assert (
+        line.startswith("dpaudit epsilon: pld: pld would need ~")
+        and "GB" in line
+        and "q=0.01, sigma=4, T=1000000000000" in line
+    )
 
 
 def test_pld_fallback_is_marked_in_the_text_output(cli):
@@ -179,7 +278,21 @@ def test_pld_fallback_is_marked_in_the_text_output(cli):
 
 def test_solve_num_steps_reports_reaching_the_cap(cli):
     # Was: "at most T = 10000000 steps" for a target of 10^6 that T = 10^7 is far from.
-    argv = ("epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--delta", "1e-5", "--target-epsilon", "1e6", "--solve", "num-steps", "--accountant", "rdp")
+    argv = (
+        "epsilon",
+        "--sampling-rate",
+        "0.01",
+        "--noise-multiplier",
+        "4",
+        "--delta",
+        "1e-5",
+        "--target-epsilon",
+        "1e6",
+        "--solve",
+        "num-steps",
+        "--accountant",
+        "rdp",
+    )
     code, out, err = cli.run(*argv, "--max-num-steps", "1000", "--json")
     assert code == 0
     data = json.loads(out)
@@ -192,7 +305,20 @@ def test_solve_num_steps_reports_reaching_the_cap(cli):
 
 def test_solve_num_steps_below_the_cap_is_not_marked(cli):
     code, out, _ = cli.run(
-        "epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--delta", "1e-5", "--target-epsilon", "1.2586", "--solve", "num-steps", "--accountant", "moments", "--json"
+        "epsilon",
+        "--sampling-rate",
+        "0.01",
+        "--noise-multiplier",
+        "4",
+        "--delta",
+        "1e-5",
+        "--target-epsilon",
+        "1.2586",
+        "--solve",
+        "num-steps",
+        "--accountant",
+        "moments",
+        "--json",
     )
     data = json.loads(out)
     assert code == 0 and data["capped"] is False and data["max_num_steps"] == 10**7 and data["solver_notes"] == []
@@ -205,7 +331,21 @@ def test_max_num_steps_default_is_documented(cli):
 
 @pytest.mark.parametrize("value", ["0", "-3", "2.5", str(10**19)])
 def test_max_num_steps_bad_values_exit_2(cli, value):
-    code, _, err = cli.run_exit("epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--delta", "1e-5", "--target-epsilon", "1", "--solve", "num-steps", "--max-num-steps", value)
+    code, _, err = cli.run_exit(
+        "epsilon",
+        "--sampling-rate",
+        "0.01",
+        "--noise-multiplier",
+        "4",
+        "--delta",
+        "1e-5",
+        "--target-epsilon",
+        "1",
+        "--solve",
+        "num-steps",
+        "--max-num-steps",
+        value,
+    )
     assert code == 2 and "--max-num-steps" in err and len(err.strip().splitlines()) == 1
     assert "unrecognized" not in err  # the flag exists, and the error is about its value
 
@@ -213,7 +353,18 @@ def test_max_num_steps_bad_values_exit_2(cli, value):
 @pytest.mark.parametrize("sigma", ["1e-300", "1e300"])
 def test_extreme_noise_multiplier_exits_0(cli, sigma):
     # Was: exit 1 (ZeroDivisionError / OverflowError).
-    code, out, err = cli.run("epsilon", "--sampling-rate", "0.01", "--noise-multiplier", sigma, "--num-steps", "10", "--delta", "1e-5", "--json")
+    code, out, err = cli.run(
+        "epsilon",
+        "--sampling-rate",
+        "0.01",
+        "--noise-multiplier",
+        sigma,
+        "--num-steps",
+        "10",
+        "--delta",
+        "1e-5",
+        "--json",
+    )
     assert code == 0, err
     data = json.loads(out)
     if sigma == "1e-300":
@@ -224,7 +375,20 @@ def test_extreme_noise_multiplier_exits_0(cli, sigma):
 
 
 def test_solve_sigma_for_a_huge_target_says_where_the_search_stops(cli):
-    code, out, err = cli.run("epsilon", "--sampling-rate", "0.01", "--num-steps", "100", "--delta", "1e-5", "--target-epsilon", "1e300", "--accountant", "rdp", "--json")
+    code, out, err = cli.run(
+        "epsilon",
+        "--sampling-rate",
+        "0.01",
+        "--num-steps",
+        "100",
+        "--delta",
+        "1e-5",
+        "--target-epsilon",
+        "1e300",
+        "--accountant",
+        "rdp",
+        "--json",
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["noise_multiplier"] < 0.002 and any("smaller noise multipliers" in n for n in data["solver_notes"])
@@ -233,7 +397,17 @@ def test_solve_sigma_for_a_huge_target_says_where_the_search_stops(cli):
 def test_gaussian_output_is_readable_for_extreme_values(cli):
     code, out, _ = cli.run("epsilon", "--mechanism", "gaussian", "--noise-multiplier", "1e-100", "--delta", "1e-5")
     assert code == 0 and len(out) < 200  # was ε printed with 200 digits of %f
-    code, out, _ = cli.run("epsilon", "--mechanism", "gaussian", "--target-epsilon", "1e300", "--delta", "1e-5", "--calibration", "analytic")
+    code, out, _ = cli.run(
+        "epsilon",
+        "--mechanism",
+        "gaussian",
+        "--target-epsilon",
+        "1e300",
+        "--delta",
+        "1e-5",
+        "--calibration",
+        "analytic",
+    )
     assert code == 0 and "0.000000" not in out and "e-151" in out  # was "0.000000"
 
 
@@ -243,7 +417,9 @@ def test_epsilon_verb_prints_a_declined_accountant(cli, monkeypatch):
 
     def declining(event, *, delta, accountant, **kw):
         if accountant == "strong":
-            return accountants.EpsilonResult(math.inf, "strong", "strong", "it composes Gaussian steps only", declined=True)
+            return accountants.EpsilonResult(
+                math.inf, "strong", "strong", "it composes Gaussian steps only", declined=True
+            )
         return real(event, delta=delta, accountant=accountant, **kw)
 
     monkeypatch.setattr(accountants, "compute_epsilon_detailed", declining)

@@ -1,4 +1,5 @@
-"""``dpaudit attack inversion`` end to end on a tiny digits target: JSON contract, stored results, cache reuse, report."""
+"""``dpaudit attack inversion`` end to end on a tiny digits target: JSON contract, stored results, cache reuse,
+report."""
 
 from __future__ import annotations
 
@@ -17,7 +18,17 @@ def digits_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     from dpaudit.store import RunDir
 
     run = RunDir(tmp_path_factory.mktemp("inversion") / "run")
-    done = train_or_load(TrainSpec(defense="nonprivate", model="digits-mlp", dataset="digits", config=default_config("nonprivate", epochs=20), seed=0, progress=False), run)
+    done = train_or_load(
+        TrainSpec(
+            defense="nonprivate",
+            model="digits-mlp",
+            dataset="digits",
+            config=default_config("nonprivate", epochs=20),
+            seed=0,
+            progress=False,
+        ),
+        run,
+    )
     return run.path, run.record_dir(done.record.model_id)
 
 
@@ -26,7 +37,20 @@ FAST = ["--max-iterations", "60", "--evaluator-epochs", "3", "--quiet"]
 
 def test_mi_face_json_contract_files_and_report(cli, digits_run: tuple[Path, Path]) -> None:
     run, record = digits_run
-    code, out, err = cli.run("attack", "inversion", "--target", str(record), "--attack", "mi-face", "--classes", "0-4", *FAST, "--out", str(run), "--json")
+    code, out, err = cli.run(
+        "attack",
+        "inversion",
+        "--target",
+        str(record),
+        "--attack",
+        "mi-face",
+        "--classes",
+        "0-4",
+        *FAST,
+        "--out",
+        str(run),
+        "--json",
+    )
     assert code == 0, err
     payload = json.loads(out)
     s = payload["attacks"]["mi-face"]
@@ -47,7 +71,20 @@ def test_mi_face_json_contract_files_and_report(cli, digits_run: tuple[Path, Pat
 
 def test_rerun_reuses_the_cached_evaluator(cli, digits_run: tuple[Path, Path]) -> None:
     run, record = digits_run
-    args = ("attack", "inversion", "--target", str(record), "--attack", "mi-face", "--classes", "0,1", *FAST, "--out", str(run), "--json")
+    args = (
+        "attack",
+        "inversion",
+        "--target",
+        str(record),
+        "--attack",
+        "mi-face",
+        "--classes",
+        "0,1",
+        *FAST,
+        "--out",
+        str(run),
+        "--json",
+    )
     cli.run(*args)
     code, out, err = cli.run(*args)
     assert code == 0, err
@@ -69,14 +106,20 @@ def test_rerun_reuses_the_cached_evaluator(cli, digits_run: tuple[Path, Path]) -
         (["--process", "blur"], "--process"),
     ],
 )
-def test_bad_input_exits_2_naming_the_flag(cli, digits_run: tuple[Path, Path], tmp_path: Path, extra: list[str], named: str) -> None:
+def test_bad_input_exits_2_naming_the_flag(
+    cli, digits_run: tuple[Path, Path], tmp_path: Path, extra: list[str], named: str
+) -> None:
     _, record = digits_run
-    code, _, err = cli.run("attack", "inversion", "--target", str(record), "--attack", "mi-face", *extra, "--out", str(tmp_path / "out"))
+    code, _, err = cli.run(
+        "attack", "inversion", "--target", str(record), "--attack", "mi-face", *extra, "--out", str(tmp_path / "out")
+    )
     assert code == 2
     assert named in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize(("text", "classes"), [("mnist:5-9", (5, 6, 7, 8, 9)), ("faces:20-22,30", (20, 21, 22, 30)), ("digits", ())])
+@pytest.mark.parametrize(
+    ("text", "classes"), [("mnist:5-9", (5, 6, 7, 8, 9)), ("faces:20-22,30", (20, 21, 22, 30)), ("digits", ())]
+)
 def test_public_data_parses_and_prints_back(text: str, classes: tuple[int, ...]) -> None:
     from dpaudit.app.runs.inversion import parse_public_data
 
@@ -112,8 +155,33 @@ def test_a_noise_layer_target_is_attacked_reproducibly(cli, tmp_path: Path) -> N
     recons = []
     for name in ("a", "b"):
         run = RunDir(tmp_path / name)
-        done = train_or_load(TrainSpec(defense="pixeldp", model="digits-mlp", dataset="digits", config=default_config("pixeldp", epochs=2), seed=0, progress=False), run)
-        code, out, err = cli.run("attack", "inversion", "--target", str(run.record_dir(done.record.model_id)), "--attack", "mi-face", "--classes", "0-2", *FAST, "--out", str(run.path), "--json")
+        done = train_or_load(
+            TrainSpec(
+                defense="pixeldp",
+                model="digits-mlp",
+                dataset="digits",
+                config=default_config("pixeldp", epochs=2),
+                seed=0,
+                progress=False,
+            ),
+            run,
+        )
+        code, out, err = cli.run(
+            "attack",
+            "inversion",
+            "--target",
+            str(run.record_dir(done.record.model_id)),
+            "--attack",
+            "mi-face",
+            "--classes",
+            "0-2",
+            *FAST,
+            "--out",
+            str(run.path),
+            "--json",
+        )
         assert code == 0, err
-        recons.append(load_inversion_result(Path(json.loads(out)["result_dir"]) / "inversion-mi-face.json").reconstructions)
+        recons.append(
+            load_inversion_result(Path(json.loads(out)["result_dir"]) / "inversion-mi-face.json").reconstructions
+        )
     np.testing.assert_array_equal(recons[0], recons[1])

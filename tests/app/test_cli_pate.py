@@ -23,12 +23,18 @@ ROW = [200, 30, 10, 10, 0, 0, 0, 0, 0, 0]
 
 def test_lnmax_reproduces_the_2017_vector(cli, tmp_path: Path) -> None:
     """docs/defenses/pate.md §2: 100 queries of [200, 30, 10, 10, 0, …] at γ = 0.05, δ = 1e-5 → ε = 1.48508."""
-    code, out, err = cli.run("pate", "analyze", "--votes", _votes(tmp_path, [ROW], 100), "--laplace-scale", "20", "--delta", "1e-5", "--json")
+    code, out, err = cli.run(
+        "pate", "analyze", "--votes", _votes(tmp_path, [ROW], 100), "--laplace-scale", "20", "--delta", "1e-5", "--json"
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["aggregator"] == "lnmax" and data["num_teachers"] == 250
     assert data["epsilon_data_dependent_realised"] == pytest.approx(1.48508, rel=1e-5)
-    assert data["epsilon_data_independent"] > data["epsilon_data_dependent_realised"] and data["sanitised"] is False and data["publishable"] is False
+    assert (
+        data["epsilon_data_independent"] > data["epsilon_data_dependent_realised"]
+        and data["sanitised"] is False
+        and data["publishable"] is False
+    )
 
 
 def test_gnmax_and_confident_gnmax_match_the_library(cli, tmp_path: Path) -> None:
@@ -37,9 +43,18 @@ def test_gnmax_and_confident_gnmax_match_the_library(cli, tmp_path: Path) -> Non
     assert code == 0, err
     want = analysis.analyze_gnmax(np.load(votes), sigma=40, delta=1e-5)
     data = json.loads(out)
-    assert data["epsilon_data_dependent_realised"] == pytest.approx(want.data_dependent.epsilon) and data["order"] == want.data_dependent.order
-    assert data["epsilon_data_dependent_realised_improved"] <= data["epsilon_data_dependent_realised"] < data["epsilon_data_independent"]
-    code, out, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "40", "--threshold", "200", "--threshold-sigma", "150", "--json")
+    assert (
+        data["epsilon_data_dependent_realised"] == pytest.approx(want.data_dependent.epsilon)
+        and data["order"] == want.data_dependent.order
+    )
+    assert (
+        data["epsilon_data_dependent_realised_improved"]
+        <= data["epsilon_data_dependent_realised"]
+        < data["epsilon_data_independent"]
+    )
+    code, out, err = cli.run(
+        "pate", "analyze", "--votes", votes, "--sigma", "40", "--threshold", "200", "--threshold-sigma", "150", "--json"
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["aggregator"] == "confident-gnmax"
@@ -49,11 +64,28 @@ def test_gnmax_and_confident_gnmax_match_the_library(cli, tmp_path: Path) -> Non
 
 def test_smooth_sensitivity_release_is_marked_and_seeded(cli, tmp_path: Path) -> None:
     votes = _votes(tmp_path, [ROW], 640)
-    argv = ["pate", "analyze", "--votes", votes, "--sigma", "40", "--smooth-sensitivity-beta", "0.0329", "--smooth-sensitivity-sigma", "15", "--json"]
+    argv = [
+        "pate",
+        "analyze",
+        "--votes",
+        votes,
+        "--sigma",
+        "40",
+        "--smooth-sensitivity-beta",
+        "0.0329",
+        "--smooth-sensitivity-sigma",
+        "15",
+        "--json",
+    ]
     code, out, err = cli.run(*argv, "--seed", "0")
     assert code == 0, err
     release = json.loads(out)["release"]
-    assert release["epsilon_noisy_estimate"] > 0 and release["beta"] == 0.0329 and release["seed"] == 0 and release["order_rule"] == "public"
+    assert (
+        release["epsilon_noisy_estimate"] > 0
+        and release["beta"] == 0.0329
+        and release["seed"] == 0
+        and release["order_rule"] == "public"
+    )
     code, out, _ = cli.run(*argv[:-1])
     assert "epsilon, released (noisy estimate, smooth sensitivity)" in out and "may be published" in out
 
@@ -91,9 +123,15 @@ def test_a_pickled_votes_file_is_refused_without_loading_it(cli, tmp_path: Path)
         ([], "needs --sigma"),
         (["--laplace-scale", "20", "--sigma", "40"], "--sigma=40.0 does not apply to --aggregator lnmax"),
         (["--sigma", "40", "--threshold", "200"], "needs --threshold T and --threshold-sigma"),
-        (["--aggregator", "gnmax", "--sigma", "40", "--threshold", "200", "--threshold-sigma", "150"], "apply to --aggregator confident-gnmax"),
+        (
+            ["--aggregator", "gnmax", "--sigma", "40", "--threshold", "200", "--threshold-sigma", "150"],
+            "apply to --aggregator confident-gnmax",
+        ),
         (["--sigma", "40", "--smooth-sensitivity-beta", "0.03"], "go together"),
-        (["--laplace-scale", "20", "--smooth-sensitivity-beta", "0.03", "--smooth-sensitivity-sigma", "15"], "not --aggregator lnmax"),
+        (
+            ["--laplace-scale", "20", "--smooth-sensitivity-beta", "0.03", "--smooth-sensitivity-sigma", "15"],
+            "not --aggregator lnmax",
+        ),
     ],
 )
 def test_inconsistent_flags_exit_2(cli, tmp_path: Path, extra: list[str], needle: str) -> None:
@@ -126,7 +164,17 @@ def test_audit_passes_the_real_aggregator_and_flags_the_noise_bug_with_exit_3(cl
 
 
 def test_audit_flags_a_threshold_without_noise_and_says_so(cli) -> None:
-    argv = [*AUDIT, "--threshold", "200", "--threshold-sigma", "150", "--sigma", "40", "--planted-bug", "threshold-without-noise"]
+    argv = [
+        *AUDIT,
+        "--threshold",
+        "200",
+        "--threshold-sigma",
+        "150",
+        "--sigma",
+        "40",
+        "--planted-bug",
+        "threshold-without-noise",
+    ]
     code, out, _ = cli.run(*argv)
     assert code == 3 and "VIOLATION" in out and "not answered" in out
     code, out, _ = cli.run(*argv[:-2])
@@ -176,8 +224,18 @@ def test_audit_help_does_not_import_torch() -> None:
     import subprocess
     import sys
 
-    code = "import sys\nfrom dpaudit.app.cli import build_parser\nbuild_parser(['pate', 'audit', '--help'])\nprint('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+    code = (
+        "import sys\nfrom dpaudit.app.cli import "
+        "build_parser\nbuild_parser(['pate', 'audit', '--help'])\nprint('torch' "
+        "in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -185,7 +243,9 @@ def test_audit_help_does_not_import_torch() -> None:
 def _header_only(path: Path, shape: tuple[int, int]) -> str:
     """A .npy that declares ``shape`` but holds no data: the limit must be read from the header."""
     with open(path, "wb") as f:
-        np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype("<i8")), "fortran_order": False, "shape": shape})
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": np.lib.format.dtype_to_descr(np.dtype("<i8")), "fortran_order": False, "shape": shape}
+        )
     return str(path)
 
 
@@ -193,8 +253,17 @@ def _header_only(path: Path, shape: tuple[int, int]) -> str:
     ("shape", "extra", "needle"),
     [
         ((1_000_000, 10), [], "holds 1,000,000 queries, above the limit 100,000"),
-        ((10_000, 10_000), [], "holds 10,000 x 10,000 = 100,000,000 counts, above the limit 10,000,000 (the analysis holds about 24 bytes per count: 2.4 GB)"),
-        ((20_000, 10), ["--smooth-sensitivity-beta", "0.03", "--smooth-sensitivity-sigma", "15"], "holds 20,000 queries, above the limit 10,000 of the smooth-sensitivity release"),
+        (
+            (10_000, 10_000),
+            [],
+            "holds 10,000 x 10,000 = 100,000,000 counts, above the limit 10,000,000 "
+            "(the analysis holds about 24 bytes per count: 2.4 GB)",
+        ),
+        (
+            (20_000, 10),
+            ["--smooth-sensitivity-beta", "0.03", "--smooth-sensitivity-sigma", "15"],
+            "holds 20,000 queries, above the limit 10,000 of the smooth-sensitivity release",
+        ),
     ],
     ids=["queries", "memory", "release"],
 )
@@ -209,7 +278,9 @@ def test_analyze_limit_needs_i_know(cli, tmp_path: Path, shape: tuple[int, int],
     assert code == 2 and "could only read 0 elements" in err
 
 
-def test_analyze_limit_with_i_know_runs_and_shows_progress(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_analyze_limit_with_i_know_runs_and_shows_progress(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Beyond a (here lowered) limit --i-know runs it; a long analysis shows its progress on stderr."""
     from dpaudit.privacy.pate import votes as pate_votes
 
@@ -236,4 +307,10 @@ def test_analyze_progress_counts_every_query() -> None:
 def test_analyze_help_documents_the_limits(cli) -> None:
     code, out, _ = cli.run_exit("pate", "analyze", "--help")
     text = " ".join(out.split())
-    assert code == 0 and "--i-know" in text and "100,000 queries" in text and "10,000,000 counts" in text and "10,000 queries" in text
+    assert (
+        code == 0
+        and "--i-know" in text
+        and "100,000 queries" in text
+        and "10,000,000 counts" in text
+        and "10,000 queries" in text
+    )

@@ -42,7 +42,10 @@ def test_the_student_record_carries_the_pate_claim_and_the_private_set(pate_run)
     meta = read_json(rdir / "private" / "pate.json")
     public = read_json(rdir / "pate.json")
     assert "partitions" not in public["teachers"] and public["teachers"]["num_teachers"] == 8
-    assert record.metrics["aggregator_noise"] == "operating-system entropy (private)" and "seed" not in public["aggregation"]
+    assert (
+        record.metrics["aggregator_noise"] == "operating-system entropy (private)"
+        and "seed" not in public["aggregation"]
+    )
     partitions = [np.asarray(p) for p in meta["teachers"]["partitions"].values()]
     assert len(partitions) == 8
     # the student's members are exactly the union of the teachers' disjoint partitions
@@ -64,7 +67,9 @@ def test_the_saved_votes_reproduce_the_claim_through_pate_analyze(pate_run, cli,
     votes = np.load(rdir / "private" / "votes.npy", allow_pickle=False)
     arrays, secret = load_npz(rdir / "pate.npz"), load_npz(rdir / "private" / "pate.npz")
     assert votes.shape == (120, 10) and np.all(votes.sum(axis=1) == 8)
-    assert not (rdir / "votes.npy").exists() and "votes" not in arrays and "noise" not in arrays  # the published side holds no votes nor noise
+    assert (
+        not (rdir / "votes.npy").exists() and "votes" not in arrays and "noise" not in arrays
+    )  # the published side holds no votes nor noise
     assert np.array_equal(secret["votes"], votes)
     assert arrays["epsilon_curve"].shape == (120,) and np.all(np.diff(arrays["epsilon_curve"]) >= -1e-12)
     assert arrays["epsilon_curve"][-1] == pytest.approx(payload["epsilon_ub"], rel=1e-9)
@@ -75,7 +80,19 @@ def test_the_saved_votes_reproduce_the_claim_through_pate_analyze(pate_run, cli,
     assert np.array_equal(labels[answered], np.argmax(votes + secret["noise"], axis=1)[answered])
     np.save(tmp_path / "answered.npy", answered)
     code, out, err = cli.run(
-        "pate", "analyze", "--votes", str(rdir / "private" / "votes.npy"), "--sigma", "1", "--threshold", "6", "--threshold-sigma", "2", "--answered", str(tmp_path / "answered.npy"), "--json"
+        "pate",
+        "analyze",
+        "--votes",
+        str(rdir / "private" / "votes.npy"),
+        "--sigma",
+        "1",
+        "--threshold",
+        "6",
+        "--threshold-sigma",
+        "2",
+        "--answered",
+        str(tmp_path / "answered.npy"),
+        "--json",
     )
     assert code == 0, err
     assert json.loads(out)["epsilon_data_dependent_realised"] == pytest.approx(payload["epsilon_ub"], rel=1e-9)
@@ -97,7 +114,9 @@ def test_the_student_and_a_single_teacher_are_attacked_like_any_record(pate_run,
     out, payload = pate_run
     teacher = read_json(Path(payload["record_path"]) / "private" / "pate.json")["teachers"]["teacher_ids"][0]
     for target in (payload["record_path"], str(out / "records" / "pate-teachers" / teacher)):
-        code, stdout, err = cli.run("attack", "membership", "--target", target, "--attack", "loss", "--out", str(out), "--quiet", "--json")
+        code, stdout, err = cli.run(
+            "attack", "membership", "--target", target, "--attack", "loss", "--out", str(out), "--quiet", "--json"
+        )
         assert code == 0, err
         result = json.loads(stdout)
         assert 0 <= result["attacks"]["loss"]["auc"] <= 1 and result["attacks"]["loss"]["epsilon_lb"] >= 0
@@ -122,7 +141,9 @@ def test_bad_pate_settings_exit_2_naming_them(cli, tmp_path, extra, needle) -> N
 
 def test_the_aggregator_is_attacked_from_the_cli_and_joins_the_student_report(pate_run, cli) -> None:
     out, payload = pate_run
-    code, stdout, err = cli.run("pate", "attack", "--target", payload["record_path"], "--out", str(out), "--quiet", "--json")
+    code, stdout, err = cli.run(
+        "pate", "attack", "--target", payload["record_path"], "--out", str(out), "--quiet", "--json"
+    )
     assert code == 0, err
     result = json.loads(stdout)
     assert result["attack"] == "pate-aggregator" and result["covered_by_claim"] is True
@@ -137,5 +158,7 @@ def test_the_aggregator_is_attacked_from_the_cli_and_joins_the_student_report(pa
 def test_the_aggregator_attack_refuses_a_record_that_is_not_a_pate_student(pate_run, cli) -> None:
     out, payload = pate_run
     teacher = read_json(Path(payload["record_path"]) / "private" / "pate.json")["teachers"]["teacher_ids"][0]
-    code, _, err = cli.run("pate", "attack", "--target", str(out / "records" / "pate-teachers" / teacher), "--out", str(out))
+    code, _, err = cli.run(
+        "pate", "attack", "--target", str(out / "records" / "pate-teachers" / teacher), "--out", str(out)
+    )
     assert code == 2 and "--target" in err and len(err.strip().splitlines()) == 1

@@ -8,7 +8,18 @@ import torch
 from dpaudit.results.record import load_record
 from dpaudit.weights import load_model
 
-TRAIN = ("train", "--defense", "nonprivate", "--dataset", "digits", "--model", "digits-mlp", "--epochs", "20", "--quiet")
+TRAIN = (
+    "train",
+    "--defense",
+    "nonprivate",
+    "--dataset",
+    "digits",
+    "--model",
+    "digits-mlp",
+    "--epochs",
+    "20",
+    "--quiet",
+)
 
 
 def test_train_digits_writes_a_record_that_round_trips(cli, tmp_path):
@@ -66,9 +77,33 @@ def test_train_bad_input_exits_2(cli, tmp_path, argv, needle):
 
 
 def test_train_runtime_errors_exit_2_with_one_line(cli, tmp_path):
-    code, out, err = cli.run("train", "--defense", "nonprivate", "--dataset", "mnist", "--model", "digits-mlp", "--data-root", str(tmp_path), "--out", str(tmp_path / "r"))
+    code, out, err = cli.run(
+        "train",
+        "--defense",
+        "nonprivate",
+        "--dataset",
+        "mnist",
+        "--model",
+        "digits-mlp",
+        "--data-root",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "r"),
+    )
     assert code == 2 and str(tmp_path) in err and len(err.strip().splitlines()) == 1
-    code, out, err = cli.run("train", "--defense", "nonprivate", "--dataset", "digits", "--model", "hgm-cnn", "--out", str(tmp_path / "r"), "--device", "tpu")
+    code, out, err = cli.run(
+        "train",
+        "--defense",
+        "nonprivate",
+        "--dataset",
+        "digits",
+        "--model",
+        "hgm-cnn",
+        "--out",
+        str(tmp_path / "r"),
+        "--device",
+        "tpu",
+    )
     assert code == 2 and "tpu" in err
     (tmp_path / "afile").write_text("")
     code, out, err = cli.run(*TRAIN, "--out", str(tmp_path / "afile"))
@@ -78,17 +113,57 @@ def test_train_runtime_errors_exit_2_with_one_line(cli, tmp_path):
 @pytest.mark.slow  # a reproduction (5 epochs of full MNIST, ~1 min on 2 cores): opt in with -m slow
 def test_baseline_mnist_reaches_97_percent(cli, tmp_path, shared_data):
     code, out, err = cli.run(
-        "train", "--defense", "nonprivate", "--dataset", "mnist", "--model", "abadi-mnist", "--epochs", "5", "--data-root", str(shared_data), "--out", str(tmp_path), "--quiet", "--json"
+        "train",
+        "--defense",
+        "nonprivate",
+        "--dataset",
+        "mnist",
+        "--model",
+        "abadi-mnist",
+        "--epochs",
+        "5",
+        "--data-root",
+        str(shared_data),
+        "--out",
+        str(tmp_path),
+        "--quiet",
+        "--json",
     )
     assert code == 0, err
     assert json.loads(out)["metrics"]["test_accuracy"] >= 0.97
 
 
-DPSGD = ("train", "--defense", "dpsgd", "--dataset", "digits", "--model", "digits-mlp", "--clip-norm", "1", "--lot-size", "64", "--learning-rate", "0.5", "--quiet")
+DPSGD = (
+    "train",
+    "--defense",
+    "dpsgd",
+    "--dataset",
+    "digits",
+    "--model",
+    "digits-mlp",
+    "--clip-norm",
+    "1",
+    "--lot-size",
+    "64",
+    "--learning-rate",
+    "0.5",
+    "--quiet",
+)
 
 
 def test_train_dpsgd_budget_mode_from_the_cli(cli, tmp_path):
-    code, out, err = cli.run(*DPSGD, "--noise-multiplier", "2", "--target-epsilon", "1", "--accountant", "rdp", "--out", str(tmp_path), "--json")
+    code, out, err = cli.run(
+        *DPSGD,
+        "--noise-multiplier",
+        "2",
+        "--target-epsilon",
+        "1",
+        "--accountant",
+        "rdp",
+        "--out",
+        str(tmp_path),
+        "--json",
+    )
     assert code == 0, err
     data = json.loads(out)
     record = load_record(data["record_path"])
@@ -127,8 +202,29 @@ def test_train_dpsgd_inconsistent_pca_is_a_usage_error(cli, tmp_path):
 
 
 # ----------------------------------------------------------------------------- budget mode (issue 30, item 1)
-BUDGET = ("train", "--defense", "dpsgd", "--dataset", "digits", "--model", "digits-mlp", "--clip-norm", "1", "--lot-size", "64", "--learning-rate", "0.5", "--target-epsilon", "2", "--delta", "1e-5")
-RDP = ("--accountant", "rdp")  # fast to calibrate (under PLD, the issue's run: sigma = 1.1 reaches epsilon = 2 after 8 steps)
+BUDGET = (
+    "train",
+    "--defense",
+    "dpsgd",
+    "--dataset",
+    "digits",
+    "--model",
+    "digits-mlp",
+    "--clip-norm",
+    "1",
+    "--lot-size",
+    "64",
+    "--learning-rate",
+    "0.5",
+    "--target-epsilon",
+    "2",
+    "--delta",
+    "1e-5",
+)
+RDP = (
+    "--accountant",
+    "rdp",
+)  # fast to calibrate (under PLD, the issue's run: sigma = 1.1 reaches epsilon = 2 after 8 steps)
 
 
 def test_target_epsilon_with_epochs_calibrates_sigma_for_exactly_those_epochs(cli, tmp_path):
@@ -153,9 +249,14 @@ def test_target_epsilon_sigma_and_epochs_beyond_the_budget_are_refused(cli, tmp_
     assert code == 2 and out == "" and not (tmp_path / "records").exists()  # refused before anything is written
     assert len(err.strip().splitlines()) == 1 and "epochs=30 needs 330 steps" in err and "after 2 steps" in err
     # within the budget, the epochs are trained exactly
-    code, out, err = cli.run(*BUDGET, *RDP, "--noise-multiplier", "4", "--epochs", "1", "--out", str(tmp_path), "--json")
+    code, out, err = cli.run(
+        *BUDGET, *RDP, "--noise-multiplier", "4", "--epochs", "1", "--out", str(tmp_path), "--json"
+    )
     assert code == 0, err
-    assert json.loads(out)["metrics"]["num_steps"] == 11 and "sigma = 4 and 1 epochs (11 steps) stay within epsilon = 2" in err
+    assert (
+        json.loads(out)["metrics"]["num_steps"] == 11
+        and "sigma = 4 and 1 epochs (11 steps) stay within epsilon = 2" in err
+    )
 
 
 @pytest.mark.parametrize(
@@ -182,6 +283,8 @@ def test_grid_and_cli_plan_the_same_run_for_the_same_keys(keys):
     for k, val in {**common, **keys}.items():
         argv += ["--" + k.replace("_", "-"), str(val)]
     args = build_parser().parse_args(argv)
-    cli_config = DEFENSES["dpsgd"].config_type(**options_from_args(args, DEFENSES["dpsgd"].config_type, args.defense_flags, owner="dpsgd"))
+    cli_config = DEFENSES["dpsgd"].config_type(
+        **options_from_args(args, DEFENSES["dpsgd"].config_type, args.defense_flags, owner="dpsgd")
+    )
     assert cli_config == grid_config
     assert plan_dpsgd(cli_config, num_members=718) == plan_dpsgd(grid_config, num_members=718)

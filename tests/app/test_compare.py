@@ -65,7 +65,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ComparisonResu
     tmp = tmp_path_factory.mktemp("compare")
     grid = _grid(tmp)
     run = tmp / "run"
-    result = run_compare(CompareSpec(grid=load_grid(grid), executor="local", num_workers=2, progress=False), RunDir(run))
+    result = run_compare(
+        CompareSpec(grid=load_grid(grid), executor="local", num_workers=2, progress=False), RunDir(run)
+    )
     return grid, result, run
 
 
@@ -74,11 +76,19 @@ def test_grid_expands_lists_and_adds_nothing_when_the_baseline_is_listed(tmp_pat
     assert [s.label for s in grid.settings] == ["nonprivate", "dpsgd-target_epsilon=1", "dpsgd-target_epsilon=8"]
     assert grid.baseline == "nonprivate"
     # ε swept at fixed epochs: σ is calibrated to each target.
-    assert grid.settings[1].parameters["noise_multiplier"] is None and grid.settings[1].parameters["target_epsilon"] == 1.0
+    assert (
+        grid.settings[1].parameters["noise_multiplier"] is None and grid.settings[1].parameters["target_epsilon"] == 1.0
+    )
     assert grid.num_bounds() == 2  # two attacks × one seed, no audit
     assert grid.bound_confidence() == pytest.approx(0.975)
     # An audit's ε_LB competes for the row's best too: it is one more bound to pay for.
-    audited = parse_grid({"defenses": [{"defense": "dpsgd", "target_epsilon": 2.0, "epochs": 2}], "attacks": {"membership": {"attacks": ["loss", "lira"]}, "audit": {}}, "seeds": [0, 1]})
+    audited = parse_grid(
+        {
+            "defenses": [{"defense": "dpsgd", "target_epsilon": 2.0, "epochs": 2}],
+            "attacks": {"membership": {"attacks": ["loss", "lira"]}, "audit": {}},
+            "seeds": [0, 1],
+        }
+    )
     assert audited.num_bounds() == 5 and audited.bound_confidence() == pytest.approx(0.99)
 
 
@@ -91,17 +101,26 @@ def test_baseline_is_always_part_of_the_grid() -> None:
     ("data", "key"),
     [
         ({"defenses": [{"defense": "dpsdg"}]}, "defenses[0].defense: unknown defense 'dpsdg'"),
-        ({"defenses": [{"defense": "dpsgd", "noise_multiplyer": 1.0}]}, "defenses[0].noise_multiplyer: the dpsgd defense has no parameter"),
+        (
+            {"defenses": [{"defense": "dpsgd", "noise_multiplyer": 1.0}]},
+            "defenses[0].noise_multiplyer: the dpsgd defense has no parameter",
+        ),
         ({"defenses": [{"defense": "dpsgd", "target_epsilon": []}]}, "defenses[0].target_epsilon: an empty list"),
         ({"defenses": [{"defense": "dpsgd", "clip_norm": -1.0}]}, "defenses[0].clip_norm must be"),
-        ({"attacks": {"membership": {"attacks": ["lira", "lria"]}}}, "attacks.membership.attacks: unknown membership attack 'lria'"),
+        (
+            {"attacks": {"membership": {"attacks": ["lira", "lria"]}}},
+            "attacks.membership.attacks: unknown membership attack 'lria'",
+        ),
         ({"attacks": {"membership": {"attacks": []}}}, "attacks.membership.attacks: an empty list"),
         ({"attacks": {"evasion": {"attacks": ["pgd"], "radii": []}}}, "attacks.evasion.radii: an empty list"),
         ({"attacks": {"evasion": {"attacks": ["cw"]}}}, "attacks.evasion.attacks: unknown evasion attack 'cw'"),
         ({"attacks": {"evasoin": {}}}, "attacks.evasoin: unknown key"),
         ({"dataset": "imagenet"}, "dataset: unknown dataset 'imagenet'"),
         ({"seeds": []}, "seeds: an empty list"),
-        ({"defenses": [{"defense": "dpsgd", "epochs": 1}, {"defense": "dpsgd", "epochs": 1}]}, "two settings share the label 'dpsgd'"),
+        (
+            {"defenses": [{"defense": "dpsgd", "epochs": 1}, {"defense": "dpsgd", "epochs": 1}]},
+            "two settings share the label 'dpsgd'",
+        ),
     ],
 )
 def test_bad_grids_name_the_key(data: dict, key: str) -> None:
@@ -127,7 +146,9 @@ def test_matrix(tiny: tuple[Path, ComparisonResult, Path]) -> None:
     base, eps1, eps8 = result.rows
     assert base.label == result.baseline == "nonprivate"
     assert base.epsilon_ub == {} and base.accuracy_loss == 0.0
-    assert eps1.epsilon_ub["pld"] == pytest.approx(1.0, abs=0.01) and eps8.epsilon_ub["pld"] == pytest.approx(8.0, abs=0.05)
+    assert eps1.epsilon_ub["pld"] == pytest.approx(1.0, abs=0.01) and eps8.epsilon_ub["pld"] == pytest.approx(
+        8.0, abs=0.05
+    )
     # The four analyses of the same noise: the PLD and RDP bounds are tighter than strong composition.
     assert eps1.epsilon_ub["pld"] <= eps1.epsilon_ub["rdp"] <= eps1.epsilon_ub["strong"]
     for r in result.rows:
@@ -150,7 +171,9 @@ def test_matrix(tiny: tuple[Path, ComparisonResult, Path]) -> None:
 
 
 @pytest.mark.cluster  # the tiny grid trains and attacks on a 2-worker pool (~20 s): the cluster tier (.ci/run)
-def test_interrupted_grid_resumes_with_only_the_missing_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny) -> None:
+def test_interrupted_grid_resumes_with_only_the_missing_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny
+) -> None:
     grid_path, done, finished_run = tiny
     grid = load_grid(grid_path)
     # A copy of the finished grid with its evaluation wave forgotten: trainings and shadows stay
@@ -193,12 +216,29 @@ def test_cli_json_and_report(cli, tiny) -> None:
     data = json.loads(out)
     assert data["jobs_run"] == 0 and data["jobs_reused"] == 9
     row = data["defenses"]["dpsgd-target_epsilon=1"]
-    assert set(row) >= {"test_accuracy", "epsilon_ub", "epsilon_lb", "best_attack", "membership", "inversion_top1", "robust_accuracy", "certified_accuracy", "verdict"}
+    assert set(row) >= {
+        "test_accuracy",
+        "epsilon_ub",
+        "epsilon_lb",
+        "best_attack",
+        "membership",
+        "inversion_top1",
+        "robust_accuracy",
+        "certified_accuracy",
+        "verdict",
+    }
     assert set(row["membership"]["lira"]["tpr_at_fpr"]) == {"0.001", "0.01"}
     assert data["defenses"]["nonprivate"]["epsilon_ub"] == {}
     report = Path(data["report"])
     assert report.name == "compare-tiny.html" and report.is_file()
-    for name in ("compare-tiny-matrix.csv", "compare-tiny.json", "compare-tiny.md", "compare-tiny-privacy-utility.png", "compare-tiny-vulnerable.png", "compare-tiny-robustness.png"):
+    for name in (
+        "compare-tiny-matrix.csv",
+        "compare-tiny.json",
+        "compare-tiny.md",
+        "compare-tiny-privacy-utility.png",
+        "compare-tiny-vulnerable.png",
+        "compare-tiny-robustness.png",
+    ):
         assert (report.parent / name).is_file(), name
     html = report.read_text()
     assert ">nan<" not in html and ">None<" not in html
@@ -250,8 +290,12 @@ def test_ray_gives_the_same_matrix_as_local(tmp_path: Path) -> None:
     # (a local Ray instance here; a cluster is the same executor with an address).
     pytest.importorskip("ray")
     grid = load_grid(_grid(tmp_path, RAY_GRID))
-    local = run_compare(CompareSpec(grid=grid, executor="local", num_workers=2, progress=False), RunDir(tmp_path / "local"))
-    on_ray = run_compare(CompareSpec(grid=grid, executor="ray", num_workers=2, progress=False), RunDir(tmp_path / "ray"))
+    local = run_compare(
+        CompareSpec(grid=grid, executor="local", num_workers=2, progress=False), RunDir(tmp_path / "local")
+    )
+    on_ray = run_compare(
+        CompareSpec(grid=grid, executor="ray", num_workers=2, progress=False), RunDir(tmp_path / "ray")
+    )
     assert local.jobs_run == on_ray.jobs_run == 4
     assert _matrix(on_ray) == _matrix(local)
 
@@ -290,7 +334,10 @@ def test_audit_section_audits_each_dp_setting(tmp_path: Path) -> None:
     # calibration, C, q and epochs); its ε_LB competes for the row's best and its own claim is
     # checked against it. The non-private baseline has no algorithm to audit.
     text = (
-        '[[defenses]]\ndefense = "nonprivate"\nepochs = 1\n[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 4.0\nepochs = 1\nlot_size = 64\n[attacks.audit]\nmethod = "one-run"\nnum_canaries = 50\n'
+        '[[defenses]]\ndefense = "nonprivate"\nepochs = '
+        '1\n[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 4.0\nepochs = '
+        '1\nlot_size = 64\n[attacks.audit]\nmethod = "one-run"\nnum_canaries = '
+        "50\n"
     )
     grid = load_grid(_grid(tmp_path, text))
     assert grid.num_bounds() == 1
@@ -315,13 +362,29 @@ _DP = {"defense": "dpsgd", "target_epsilon": 2.0, "epochs": 2}
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"defenses": [{"defense": "dpsgd", "target_epsilon": 1.0, "epochs": 100_000_000}]}, "defenses[0].epochs=100,000,000 is above the limit 10,000"),
-        ({"defenses": [_DP], "attacks": {"membership": {"num_shadows": 100_000}}}, "attacks.membership.num_shadows=100,000 is above the limit 1,024"),
         (
-            {"defenses": [{"defense": "nonprivate", "learning_rate": [0.001 * (i + 1) for i in range(2000)]}], "attacks": {"membership": {}, "evasion": {}, "inversion": {}}},
+            {"defenses": [{"defense": "dpsgd", "target_epsilon": 1.0, "epochs": 100_000_000}]},
+            "defenses[0].epochs=100,000,000 is above the limit 10,000",
+        ),
+        (
+            {"defenses": [_DP], "attacks": {"membership": {"num_shadows": 100_000}}},
+            "attacks.membership.num_shadows=100,000 is above the limit 1,024",
+        ),
+        (
+            {
+                "defenses": [{"defense": "nonprivate", "learning_rate": [0.001 * (i + 1) for i in range(2000)]}],
+                "attacks": {"membership": {}, "evasion": {}, "inversion": {}},
+            },
             "the grid makes 8,000 jobs",
         ),
-        ({"seeds": list(range(500)), "defenses": [_DP, {"defense": "pate"}, {"defense": "smoothing"}], "attacks": {"membership": {}, "evasion": {}, "inversion": {}}}, "the grid makes 8,000 jobs"),
+        (
+            {
+                "seeds": list(range(500)),
+                "defenses": [_DP, {"defense": "pate"}, {"defense": "smoothing"}],
+                "attacks": {"membership": {}, "evasion": {}, "inversion": {}},
+            },
+            "the grid makes 8,000 jobs",
+        ),
     ],
     ids=["epochs-1e8", "shadows-1e5", "sweep-2000", "seeds-500"],
 )
@@ -360,8 +423,20 @@ def test_grid_limit_estimate_counts_the_trainings() -> None:
     """The estimate grows with what the grid trains (epochs x settings x seeds, shadows)."""
     from dpaudit.app.runs.compare.limits import estimate_seconds
 
-    small = estimate_seconds(parse_grid({"defenses": [{"defense": "nonprivate", "epochs": 2}]}), data_root=None, workers=1)
-    big = estimate_seconds(parse_grid({"seeds": [0, 1], "defenses": [{"defense": "nonprivate", "epochs": 20}], "attacks": {"membership": {"num_shadows": 4}}}), data_root=None, workers=1)
+    small = estimate_seconds(
+        parse_grid({"defenses": [{"defense": "nonprivate", "epochs": 2}]}), data_root=None, workers=1
+    )
+    big = estimate_seconds(
+        parse_grid(
+            {
+                "seeds": [0, 1],
+                "defenses": [{"defense": "nonprivate", "epochs": 20}],
+                "attacks": {"membership": {"num_shadows": 4}},
+            }
+        ),
+        data_root=None,
+        workers=1,
+    )
     assert 0 < small and big > 10 * small
 
 
@@ -420,7 +495,9 @@ def test_grid_limit_cli_refuses_before_any_job(cli, tmp_path: Path, monkeypatch:
     path = _grid(tmp_path, '[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 1.0\nepochs = 100000000\n')
     code, out, err = cli.run("compare", "--config", str(path), "--out", str(tmp_path / "run"))
     assert code == 2 and out == "" and err.count("\n") == 1
-    assert f"--config {path}: defenses[0].epochs=100,000,000 is above the limit 10,000" in err and "pass --i-know" in err
+    assert (
+        f"--config {path}: defenses[0].epochs=100,000,000 is above the limit 10,000" in err and "pass --i-know" in err
+    )
     path = _grid(tmp_path, '[[defenses]]\ndefense = "nonprivate"\nepochs = 1\n[attacks.inversion]\nclasses = [0, 11]\n')
     code, _, err = cli.run("compare", "--config", str(path), "--out", str(tmp_path / "run"))
     assert code == 2 and "attacks.inversion.classes" in err and "--classes" not in err

@@ -32,8 +32,23 @@ ONE_RUN = {"audit": {"method": "one-run", "num_canaries": 20}}
 # Two settings the old audit re-calibrated: σ calibrated by RDP at the setting's own δ, and budget
 # mode (σ fixed, train until ε is spent: no epoch count, where the old audit fell back to 10).
 EXACT = [
-    {**DPSGD, "label": "own", "target_epsilon": 2.0, "accountant": "rdp", "delta": 1e-6, "momentum": 0.5, "model_options": {"hidden": 32}},
-    {"defense": "dpsgd", "label": "budget", "noise_multiplier": 1.0, "target_epsilon": 2.0, "accountant": "rdp", "sampling_rate": 0.05},
+    {
+        **DPSGD,
+        "label": "own",
+        "target_epsilon": 2.0,
+        "accountant": "rdp",
+        "delta": 1e-6,
+        "momentum": 0.5,
+        "model_options": {"hidden": 32},
+    },
+    {
+        "defense": "dpsgd",
+        "label": "budget",
+        "noise_multiplier": 1.0,
+        "target_epsilon": 2.0,
+        "accountant": "rdp",
+        "sampling_rate": 0.05,
+    },
 ]
 
 
@@ -49,7 +64,9 @@ def exact(run_dir: Path) -> tuple[Any, list[dict[str, Any]]]:
         return _compare(run_dir, "exact", EXACT, monkeypatch)
 
 
-def _compare(run_dir: Path, name: str, settings: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[dict[str, Any]]]:
+def _compare(
+    run_dir: Path, name: str, settings: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, list[dict[str, Any]]]:
     """Runs a grid with the audit replaced by the stand-in; returns the result and what each audit trained."""
     seen: list[dict[str, Any]] = []
 
@@ -58,14 +75,34 @@ def _compare(run_dir: Path, name: str, settings: list[dict[str, Any]], monkeypat
         trainer, sigma = audit_run.runner._audit_trainer(spec, num_members=members, num_steps=spec.resolved_num_steps)
         claim = trainer.claim(members)
         plan = claim.event  # SelfComposed(PoissonSampled(q, Gaussian(σ)), T)
-        seen.append({"name": spec.name, "delta": spec.delta, "sigma": sigma, "q": plan.event.sampling_probability, "steps": plan.count, "claim": claim, "trainer": trainer})
+        seen.append(
+            {
+                "name": spec.name,
+                "delta": spec.delta,
+                "sigma": sigma,
+                "q": plan.event.sampling_probability,
+                "steps": plan.count,
+                "claim": claim,
+                "trainer": trainer,
+            }
+        )
         # The claim's ε as an audit reports it, but for PLD (seconds per claim; no setting here uses it).
         by = {k: claim.epsilon(delta=spec.delta, accountant=k) for k in claim.accountants if k != "pld"}
         best = min(by, key=by.__getitem__)
         return AuditResult(
-            epsilon_lb=0.5, confidence=spec.confidence, method="multi-run", bound="gdp", delta=spec.delta, threshold_strategy="bonferroni",
-            num_in=8, num_out=8, epsilon_ub=by[best], accountant=best, epsilon_ub_by_accountant=by, claim_description=claim.description,
-        )  # fmt: skip
+            epsilon_lb=0.5,
+            confidence=spec.confidence,
+            method="multi-run",
+            bound="gdp",
+            delta=spec.delta,
+            threshold_strategy="bonferroni",
+            num_in=8,
+            num_out=8,
+            epsilon_ub=by[best],
+            accountant=best,
+            epsilon_ub_by_accountant=by,
+            claim_description=claim.description,
+        )
 
     monkeypatch.setattr(audit_run, "run_audit", stand_in)
     grid = parse_grid({**BASE, "name": name, "defenses": [*BASE["defenses"], *settings], "attacks": ONE_RUN})
@@ -119,8 +156,12 @@ def test_audit_runs_the_trained_rate_and_steps_without_fall_backs(run_dir: Path,
 
 
 @pytest.mark.filterwarnings("ignore:moments:RuntimeWarning")  # σ = 4 strains its order grid; the bound stays valid
-def test_grid_sweeping_the_accountant_audits_each_settings_own_sigma(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    result, seen = _compare(run_dir, "sweep", [{**DPSGD, "target_epsilon": 2.0, "accountant": ["rdp", "strong"]}], monkeypatch)
+def test_grid_sweeping_the_accountant_audits_each_settings_own_sigma(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result, seen = _compare(
+        run_dir, "sweep", [{**DPSGD, "target_epsilon": 2.0, "accountant": ["rdp", "strong"]}], monkeypatch
+    )
     labels = ["dpsgd-accountant=rdp", "dpsgd-accountant=strong"]
     records = [_record(run_dir, result, label) for label in labels]
     assert records[0].metrics["noise_multiplier"] < records[1].metrics["noise_multiplier"]  # two different algorithms
@@ -176,11 +217,27 @@ def test_audit_lower_bound_joins_the_row_only_at_a_delta_it_bounds() -> None:
 
     grid = parse_grid({**BASE, "defenses": [{**DPSGD, "target_epsilon": 2.0}], "attacks": ONE_RUN})
     trained = {
-        "train-nonprivate-seed0": {"model_id": "a", "test_accuracy": 0.9, "epsilon_ub": {"none": math.inf}, "data_dependent": False},
-        "train-dpsgd-seed0": {"model_id": "b", "test_accuracy": 0.8, "epsilon_ub": {"rdp": 2.0, "pld": 1.5}, "data_dependent": False},
+        "train-nonprivate-seed0": {
+            "model_id": "a",
+            "test_accuracy": 0.9,
+            "epsilon_ub": {"none": math.inf},
+            "data_dependent": False,
+        },
+        "train-dpsgd-seed0": {
+            "model_id": "b",
+            "test_accuracy": 0.8,
+            "epsilon_ub": {"rdp": 2.0, "pld": 1.5},
+            "data_dependent": False,
+        },
     }
     for delta, best in ((1e-6, 0.0), (1e-5, 1.7), (1e-4, 1.7)):
-        audit = {"epsilon_lb": 1.7, "epsilon_ub": 2.5, "delta": delta, "method": "audit (one-run, black-box)", "accountant": "rdp"}
+        audit = {
+            "epsilon_lb": 1.7,
+            "epsilon_ub": 2.5,
+            "delta": delta,
+            "method": "audit (one-run, black-box)",
+            "accountant": "rdp",
+        }
         row = condense(grid, trained, {"audit-dpsgd": audit}).row("dpsgd")
         assert row.epsilon_lb == best
         assert row.verdict == ("violation" if best else "no violation")

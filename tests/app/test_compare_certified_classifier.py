@@ -29,23 +29,50 @@ SMOOTHING_REPEAT = (0.70, {"0.1": 0.66, "0.3": 0.52})
 
 
 def _setting(label: str, defense: str, *repeats: tuple[float, EvasionOutcome]) -> SettingOutcomes:
-    seeds = tuple(SeedOutcomes(seed=i, trained=TrainedOutcome(model_id=f"{label}-{i}", test_accuracy=acc, epsilon_ub={"none": math.inf}), evasion=evasion) for i, (acc, evasion) in enumerate(repeats))
+    seeds = tuple(
+        SeedOutcomes(
+            seed=i,
+            trained=TrainedOutcome(model_id=f"{label}-{i}", test_accuracy=acc, epsilon_ub={"none": math.inf}),
+            evasion=evasion,
+        )
+        for i, (acc, evasion) in enumerate(repeats)
+    )
     return SettingOutcomes(label=label, defense=defense, family=defense, parameters={}, repeats=seeds)
 
 
 def _certified(conventional: float | None, certified: dict[str, float], rule: str | None) -> EvasionOutcome:
     robust = {r: min(1.0, a + 0.05) for r, a in certified.items()}
-    return EvasionOutcome(robust_accuracy=robust, certified_accuracy=certified, conventional_accuracy=conventional, prediction_rule=rule, certified=True)
+    return EvasionOutcome(
+        robust_accuracy=robust,
+        certified_accuracy=certified,
+        conventional_accuracy=conventional,
+        prediction_rule=rule,
+        certified=True,
+    )
 
 
 def _result() -> ComparisonResult:
     settings = [
         _setting("nonprivate", "nonprivate", (0.97, EvasionOutcome(robust_accuracy={"0.1": 0.9, "0.3": 0.5}))),
-        # The record's own accuracy (0.95, 0.96) is well above the certified classifier's: the matrix must not pair them.
-        _setting("pixeldp", "pixeldp", *((0.95 + 0.01 * i, _certified(conv, cert, PIXELDP_RULE)) for i, (conv, cert) in enumerate(PIXELDP_REPEATS))),
-        _setting("smoothing", "smoothing", (0.93, _certified(SMOOTHING_REPEAT[0], SMOOTHING_REPEAT[1], smoothing_prediction_rule(100)))),
+        # The record's own accuracy (0.95, 0.96) is well above the certified classifier's: the matrix must not pair
+        # them.
+        _setting(
+            "pixeldp",
+            "pixeldp",
+            *(
+                (0.95 + 0.01 * i, _certified(conv, cert, PIXELDP_RULE))
+                for i, (conv, cert) in enumerate(PIXELDP_REPEATS)
+            ),
+        ),
+        _setting(
+            "smoothing",
+            "smoothing",
+            (0.93, _certified(SMOOTHING_REPEAT[0], SMOOTHING_REPEAT[1], smoothing_prediction_rule(100))),
+        ),
     ]
-    return condense(settings, name="g", dataset="digits", baseline="nonprivate", delta=1e-5, confidence=0.95, radii=RADII)
+    return condense(
+        settings, name="g", dataset="digits", baseline="nonprivate", delta=1e-5, confidence=0.95, radii=RADII
+    )
 
 
 def test_the_row_carries_the_certified_classifiers_accuracy_as_the_mean_over_repeats() -> None:
@@ -58,12 +85,21 @@ def test_the_row_carries_the_certified_classifiers_accuracy_as_the_mean_over_rep
     base = result.row("nonprivate")
     assert base.certified_conventional_accuracy is None and base.certified_prediction_rule is None
     summary = result.summary()["defenses"]
-    assert summary["pixeldp"]["certified_conventional_accuracy"] == pytest.approx(0.87) and "certified_conventional_accuracy" not in summary["nonprivate"]
+    assert (
+        summary["pixeldp"]["certified_conventional_accuracy"] == pytest.approx(0.87)
+        and "certified_conventional_accuracy" not in summary["nonprivate"]
+    )
     assert ComparisonResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
 
 
 def test_the_matrix_gives_the_certified_classifiers_accuracy_right_before_its_certified_columns() -> None:
-    from reports.compare_matrix import CERTIFIED_ACCURACY_COLUMN, CERTIFIED_RULE_COLUMN, _csv, _matrix_tables, matrix_rows
+    from reports.compare_matrix import (
+        CERTIFIED_ACCURACY_COLUMN,
+        CERTIFIED_RULE_COLUMN,
+        _csv,
+        _matrix_tables,
+        matrix_rows,
+    )
 
     columns, rows = matrix_rows(_result())
     first = columns.index("certified @ 0.1")
@@ -73,13 +109,19 @@ def test_the_matrix_gives_the_certified_classifiers_accuracy_right_before_its_ce
         row = by_label[label]
         own = row[first - 1]
         assert float(own) == pytest.approx(sum(accuracies) / len(accuracies)) and str(own).endswith("%")
-        # At the smallest radius, certified accuracy is that of the same classifier on the same inputs, so at most its accuracy.
+        # At the smallest radius, certified accuracy is that of the same classifier on the same inputs, so at most its
+        # accuracy.
         assert float(row[first]) <= float(own)
-        assert float(row[columns.index("test acc.")]) > float(row[first])  # what the matrix printed beside it before: another classifier
+        assert float(row[columns.index("test acc.")]) > float(
+            row[first]
+        )  # what the matrix printed beside it before: another classifier
     assert by_label["pixeldp"][first - 2] == PIXELDP_RULE
     assert by_label["nonprivate"][first - 2 : first + len(RADII)] == ["does not certify"] * (2 + len(RADII))
     parsed = list(csv.reader(io.StringIO(_csv(columns, rows))))
-    assert parsed[0][first - 1] == CERTIFIED_ACCURACY_COLUMN and next(r for r in parsed if r[0] == "pixeldp")[first - 1] == "87.0%"
+    assert (
+        parsed[0][first - 1] == CERTIFIED_ACCURACY_COLUMN
+        and next(r for r in parsed if r[0] == "pixeldp")[first - 1] == "87.0%"
+    )
     # The captions say which classifier each accuracy is.
     privacy, attacks = _matrix_tables(_result())[:2]
     assert "own prediction rule" in privacy.caption and "certified classifier" in attacks.caption
@@ -103,23 +145,47 @@ def test_a_comparison_stored_before_it_was_recorded_loads_and_saves_the_same_byt
     columns, rows = matrix_rows(loaded)
     assert {r[0]: r for r in rows}["pixeldp"][columns.index(CERTIFIED_ACCURACY_COLUMN)] == NOT_RECORDED
     # A grid where nothing certifies keeps its matrix as it was.
-    plain = ComparisonResult(name="p", dataset="digits", rows=(loaded.row("nonprivate"),), baseline="nonprivate", delta=1e-5, confidence=0.95, fprs=(0.01,), radii=RADII)
+    plain = ComparisonResult(
+        name="p",
+        dataset="digits",
+        rows=(loaded.row("nonprivate"),),
+        baseline="nonprivate",
+        delta=1e-5,
+        confidence=0.95,
+        fprs=(0.01,),
+        radii=RADII,
+    )
     assert CERTIFIED_ACCURACY_COLUMN not in matrix_rows(plain)[0]
 
 
 def test_evasion_outcomes_stored_without_a_rule_keep_their_shape() -> None:
-    old = {"robust_accuracy": {"0.5": 0.4}, "certified_accuracy": {"0.5": 0.3}, "conventional_accuracy": 0.9, "unsound": [], "certified": True}
+    old = {
+        "robust_accuracy": {"0.5": 0.4},
+        "certified_accuracy": {"0.5": 0.3},
+        "conventional_accuracy": 0.9,
+        "unsound": [],
+        "certified": True,
+    }
     back = EvasionOutcome.from_dict(old)
     assert back.prediction_rule is None and back.to_dict() == old
     named = EvasionOutcome.from_dict({**old, "prediction_rule": PIXELDP_RULE})
     assert EvasionOutcome.from_dict(named.to_dict()) == named and named.prediction_rule == PIXELDP_RULE
     # A repeat without the accuracy leaves the row's unknown rather than a mean over some repeats.
-    mixed = _setting("pixeldp", "pixeldp", (0.9, _certified(0.8, {"0.1": 0.7}, PIXELDP_RULE)), (0.9, _certified(None, {"0.1": 0.7}, None)))
-    row = condense([mixed], name="g", dataset="digits", baseline="pixeldp", delta=1e-5, confidence=0.95, radii=(0.1,)).row("pixeldp")
+    mixed = _setting(
+        "pixeldp",
+        "pixeldp",
+        (0.9, _certified(0.8, {"0.1": 0.7}, PIXELDP_RULE)),
+        (0.9, _certified(None, {"0.1": 0.7}, None)),
+    )
+    row = condense(
+        [mixed], name="g", dataset="digits", baseline="pixeldp", delta=1e-5, confidence=0.95, radii=(0.1,)
+    ).row("pixeldp")
     assert row.certified_conventional_accuracy is None and row.certified_prediction_rule is None
 
 
 @pytest.mark.parametrize("value", [1.5, -0.1, math.nan])
 def test_a_certified_accuracy_outside_the_unit_interval_is_refused_by_name(value: float) -> None:
     with pytest.raises(ValueError, match="certified_conventional_accuracy"):
-        ComparisonRow(label="x", defense="pixeldp", family="certified", test_accuracy=0.5, certified_conventional_accuracy=value)
+        ComparisonRow(
+            label="x", defense="pixeldp", family="certified", test_accuracy=0.5, certified_conventional_accuracy=value
+        )

@@ -10,7 +10,14 @@ from dpaudit.store import RunDir
 
 
 def _train(tmp_path, **flags):
-    spec = TrainSpec(defense="dpsgd", model="digits-mlp", dataset="digits", config=default_config("dpsgd", **flags), device="cpu", progress=True)
+    spec = TrainSpec(
+        defense="dpsgd",
+        model="digits-mlp",
+        dataset="digits",
+        config=default_config("dpsgd", **flags),
+        device="cpu",
+        progress=True,
+    )
     return train_or_load(spec, RunDir(tmp_path / "run")).record
 
 
@@ -26,8 +33,16 @@ def test_default_flags_reach_85_percent_and_say_what_they_derived(tmp_path, caps
     # dpaudit train --defense dpsgd --dataset digits --model digits-mlp --target-epsilon 2
     record = _train(tmp_path, target_epsilon=2.0)
     err = capsys.readouterr().err
-    assert "dpsgd defaults: lot size 128 (q=0.1783), lr 0.5, epochs 40, clip 1 — derived from N=718, epsilon=2, delta=1e-05" in err
-    assert (record.config["lot_size"], record.config["learning_rate"], record.config["clip_norm"], record.config["epochs"]) == (128, 0.5, 1.0, 40.0)
+    assert (
+        "dpsgd defaults: lot size 128 (q=0.1783), lr 0.5, epochs 40, clip 1 — "
+        "derived from N=718, epsilon=2, delta=1e-05" in err
+    )
+    assert (
+        record.config["lot_size"],
+        record.config["learning_rate"],
+        record.config["clip_norm"],
+        record.config["epochs"],
+    ) == (128, 0.5, 1.0, 40.0)
     assert record.metrics["test_accuracy"] >= 0.85
 
 
@@ -38,8 +53,18 @@ def test_a_record_of_an_earlier_architecture_is_retrained_not_a_crash(tmp_path, 
 
     from dpaudit import models
 
-    spec = TrainSpec(defense="nonprivate", model="digits-mlp", dataset="digits", config=default_config("nonprivate", epochs=1), device="cpu", progress=False)
-    old = dataclasses.replace(models.MODELS["digits-mlp"], builder=lambda shape, classes: models._mlp(shape, classes, hidden=128, activation="relu"))
+    spec = TrainSpec(
+        defense="nonprivate",
+        model="digits-mlp",
+        dataset="digits",
+        config=default_config("nonprivate", epochs=1),
+        device="cpu",
+        progress=False,
+    )
+    old = dataclasses.replace(
+        models.MODELS["digits-mlp"],
+        builder=lambda shape, classes: models._mlp(shape, classes, hidden=128, activation="relu"),
+    )
     monkeypatch.setitem(models.MODELS, "digits-mlp", old)
     first = train_or_load(spec, RunDir(tmp_path / "run"))
     monkeypatch.undo()

@@ -37,7 +37,9 @@ def _plan(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
     return out
 
 
-def test_compare_dry_run_counts_the_grid_jobs_and_trains_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_compare_dry_run_counts_the_grid_jobs_and_trains_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     grid = tmp_path / "grid.toml"
     grid.write_text(GRID)
     out = _plan(capsys, ["compare", "--config", str(grid), "--out", str(tmp_path / "run")])
@@ -47,11 +49,32 @@ def test_compare_dry_run_counts_the_grid_jobs_and_trains_nothing(tmp_path: Path,
     # For people: the plan in a few lines.
     assert main(["compare", "--config", str(grid), "--out", str(tmp_path / "run"), "--dry-run"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("plan: 8 job(s): grid 'plan'") and "CPU-hours" in text and "on 64 workers" in text and "MB per job" in text
+    assert (
+        text.startswith("plan: 8 job(s): grid 'plan'")
+        and "CPU-hours" in text
+        and "on 64 workers" in text
+        and "MB per job" in text
+    )
 
 
 def test_audit_dry_run_counts_the_trainings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["audit", "--threat", "black-box", "--dataset", "digits", "--model", "digits-mlp", "--noise-multiplier", "1", "--num-steps", "50", "--num-trials", "6", "--out", str(tmp_path / "run")]
+    argv = [
+        "audit",
+        "--threat",
+        "black-box",
+        "--dataset",
+        "digits",
+        "--model",
+        "digits-mlp",
+        "--noise-multiplier",
+        "1",
+        "--num-steps",
+        "50",
+        "--num-trials",
+        "6",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     out = _plan(capsys, argv)
     assert out["num_jobs"] == 12  # multi-run: a training with and one without the canaries per trial
     assert not (tmp_path / "run").exists()
@@ -59,9 +82,41 @@ def test_audit_dry_run_counts_the_trainings(tmp_path: Path, capsys: pytest.Captu
 
 def test_attack_membership_dry_run_counts_the_shadow_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "target"
-    assert main(["train", "--defense", "nonprivate", "--dataset", "digits", "--model", "digits-mlp", "--epochs", "1", "--out", str(target), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--defense",
+                "nonprivate",
+                "--dataset",
+                "digits",
+                "--model",
+                "digits-mlp",
+                "--epochs",
+                "1",
+                "--out",
+                str(target),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
-    out = _plan(capsys, ["attack", "membership", "--target", str(target), "--attack", "lira", "--num-shadows", "16", "--out", str(tmp_path / "attack")])
+    out = _plan(
+        capsys,
+        [
+            "attack",
+            "membership",
+            "--target",
+            str(target),
+            "--attack",
+            "lira",
+            "--num-shadows",
+            "16",
+            "--out",
+            str(tmp_path / "attack"),
+        ],
+    )
     assert out["num_jobs"] == 16
     assert not (tmp_path / "attack").exists()
 
@@ -74,13 +129,21 @@ def test_the_wall_time_spreads_whole_jobs_over_the_workers() -> None:
     assert plan.wall_seconds(64) == pytest.approx(60 + 10 / 64 * 0.05)  # one job's time is the floor
 
 
-def test_a_long_run_note_gives_the_cpu_hours_and_the_wall_time_on_more_workers(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_long_run_note_gives_the_cpu_hours_and_the_wall_time_on_more_workers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from dpaudit.app.cost import announce_if_long
 
-    assert announce_if_long(1024 * 60.0 / 2, "training 1024 shadow models", hint="--num-shadows changes it", jobs=1024, job_seconds=60.0)
+    assert announce_if_long(
+        1024 * 60.0 / 2, "training 1024 shadow models", hint="--num-shadows changes it", jobs=1024, job_seconds=60.0
+    )
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
-    assert "training 1024 shadow models is estimated to take about 9 h on this machine (1,024 jobs, about 17 CPU-hours; about 2 h on 8 workers, under 1 h on 64 workers)" in err
+    assert (
+        "training 1024 shadow models is estimated to take about 9 h on this "
+        "machine (1,024 jobs, about 17 CPU-hours; about 2 h on 8 workers, under "
+        "1 h on 64 workers)" in err
+    )
 
 
 def test_ship_code_needs_the_ray_executor(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

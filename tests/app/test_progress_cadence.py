@@ -82,10 +82,27 @@ def test_train_reports_every_step(cli, clock, tmp_path):
 
 @pytest.mark.slow
 def test_attack_inversion_reports_every_step(cli, clock, tmp_path):
-    code, out, err = cli.run(*TRAIN, "--defense", "nonprivate", "--epochs", "1", "--quiet", "--out", str(tmp_path), "--json")
+    code, out, err = cli.run(
+        *TRAIN, "--defense", "nonprivate", "--epochs", "1", "--quiet", "--out", str(tmp_path), "--json"
+    )
     assert code == 0, err
     target = json.loads(out)["record_path"]
-    base = ("attack", "inversion", "--target", target, "--attack", "mi-face", "--classes", "0-1", "--evaluator-epochs", "1", "--patience", "1000", "--cost-threshold", "0")
+    base = (
+        "attack",
+        "inversion",
+        "--target",
+        target,
+        "--attack",
+        "mi-face",
+        "--classes",
+        "0-1",
+        "--evaluator-epochs",
+        "1",
+        "--patience",
+        "1000",
+        "--cost-threshold",
+        "0",
+    )
     small = _silence(cli, clock, (*base, "--out", str(tmp_path / "a"), "--max-iterations", "100"))
     big = _silence(cli, clock, (*base, "--out", str(tmp_path / "b"), "--max-iterations", "400"))
     assert not _grows(small, big), (small, big)
@@ -108,7 +125,21 @@ def test_attack_membership_reports_every_shadow(cli, clock, tmp_path):
 
 @pytest.mark.slow
 def test_audit_reports_every_trial(cli, clock, tmp_path):
-    base = ("audit", "--threat", "white-box", "--target-epsilon", "2", "--sampling-rate", "0.1", "--num-steps", "20", "--num-members", "50", "--num-workers", "1")
+    base = (
+        "audit",
+        "--threat",
+        "white-box",
+        "--target-epsilon",
+        "2",
+        "--sampling-rate",
+        "0.1",
+        "--num-steps",
+        "20",
+        "--num-members",
+        "50",
+        "--num-workers",
+        "1",
+    )
     small = _silence(cli, clock, (*base, "--out", str(tmp_path / "a"), "--num-trials", "1"))
     big = _silence(cli, clock, (*base, "--out", str(tmp_path / "b"), "--num-trials", "4"))
     assert not _grows(small, big), (small, big)
@@ -137,7 +168,18 @@ def test_pate_analyze_reports_every_query_of_a_smooth_sensitivity_release(cli, c
     votes = np.random.default_rng(0).multinomial(250, [0.6] + [0.4 / 9] * 9, size=40)
     np.save(tmp_path / "votes.npy", votes)
     code, _, err = cli.run(
-        "pate", "analyze", "--votes", str(tmp_path / "votes.npy"), "--aggregator", "gnmax", "--sigma", "40", "--smooth-sensitivity-beta", "0.0329", "--smooth-sensitivity-sigma", "15"
+        "pate",
+        "analyze",
+        "--votes",
+        str(tmp_path / "votes.npy"),
+        "--aggregator",
+        "gnmax",
+        "--sigma",
+        "40",
+        "--smooth-sensitivity-beta",
+        "0.0329",
+        "--smooth-sensitivity-sigma",
+        "15",
     )
     assert code == 0, err
     assert len(clock.ticks) >= 40 and "pate analyze: queries" in err
@@ -160,7 +202,10 @@ def test_compare_says_it_is_still_working_while_jobs_run_elsewhere(cli, tmp_path
 
     monkeypatch.setattr(jobs, "train_job", slow_train_job)
     grid = tmp_path / "grid.toml"
-    grid.write_text('name = "cadence"\ndataset = "digits"\nmodel = "digits-mlp"\nseeds = [0]\n[[defenses]]\ndefense = "nonprivate"\nepochs = 3\n')
+    grid.write_text(
+        'name = "cadence"\ndataset = "digits"\nmodel = "digits-mlp"\nseeds = '
+        '[0]\n[[defenses]]\ndefense = "nonprivate"\nepochs = 3\n'
+    )
     code, _, err = cli.run("compare", "--config", str(grid), "--out", str(tmp_path / "run"), "--executor", "serial")
     assert code == 0, err
     assert "compare cadence: still working: 1 job running or queued (train-nonprivate" in err, err
@@ -188,7 +233,17 @@ def test_heartbeat_speaks_only_while_the_bar_is_idle():
 
 @pytest.mark.slow
 def test_attack_uploads_reports_every_turn(cli, clock, tmp_path):
-    flags = ("--defense", "dssgd", "--participants", "3", "--upload-fraction", "0.1", "--observe-participant", "0", "--no-baselines")
+    flags = (
+        "--defense",
+        "dssgd",
+        "--participants",
+        "3",
+        "--upload-fraction",
+        "0.1",
+        "--observe-participant",
+        "0",
+        "--no-baselines",
+    )
     small_target = _target(cli, tmp_path / "s", *flags, "--rounds", "2")
     big_target = _target(cli, tmp_path / "b", *flags, "--rounds", "8")
     small = _silence(cli, clock, ("attack", "uploads", "--target", small_target, "--out", str(tmp_path / "s")))

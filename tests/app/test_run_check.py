@@ -13,7 +13,14 @@ CLAIM = dpsgd_claim(sampling_rate=0.1, noise_multiplier=3.0, num_steps=50)
 
 
 def spec(fn: str = "train", **over) -> BatterySpec:
-    base = dict(train_fn=f"{DOUBLES}:{fn}", model_fn=f"{DOUBLES}:model", claim=CLAIM, checks=("worst-case",), trials=8, budget_minutes=5)
+    base = dict(
+        train_fn=f"{DOUBLES}:{fn}",
+        model_fn=f"{DOUBLES}:model",
+        claim=CLAIM,
+        checks=("worst-case",),
+        trials=8,
+        budget_minutes=5,
+    )
     base.update(over)
     return BatterySpec(**base)
 
@@ -35,7 +42,13 @@ def test_a_run_writes_check_json_and_a_rerun_reuses_its_trials(tmp_path, capsys)
 
 def test_confidence_is_split_over_the_checks_run(tmp_path):
     report = run_check(spec(fn="train_no_initial_state", checks=()), RunDir(tmp_path), progress=False)
-    assert [o.name for o in report.outcomes] == ["worst-case", "lot-size", "sampling-rate", "reused-noise", "state-leakage"]
+    assert [o.name for o in report.outcomes] == [
+        "worst-case",
+        "lot-size",
+        "sampling-rate",
+        "reused-noise",
+        "state-leakage",
+    ]
     assert all(o.confidence == pytest.approx(1 - 0.05 / 5) for o in report.outcomes)
 
 
@@ -58,7 +71,11 @@ def test_missing_noise_exits_3_with_a_finding_naming_the_check(tmp_path):
     assert o.finding.startswith("worst-case: eps_LB ") and " (95% family-wise)" in o.finding
     # Both bounds printed their safe way: ε_UB (0.97066…) rounded up, ε_LB rounded down.
     lb_text, ub_text = o.finding.removeprefix("worst-case: eps_LB ").split(" (")[0].split(" > eps_UB ")
-    assert float(ub_text) >= o.epsilon_ub and float(ub_text) == pytest.approx(0.971, abs=1e-3) and float(lb_text) <= o.epsilon_lb
+    assert (
+        float(ub_text) >= o.epsilon_ub
+        and float(ub_text) == pytest.approx(0.971, abs=1e-3)
+        and float(lb_text) <= o.epsilon_lb
+    )
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,9 @@ def test_the_pages_read_are_the_front_page_and_the_docs(howtos) -> None:
 def test_marked_blocks_are_the_timed_commands(howtos) -> None:
     in_pages = [c for commands in _marked(howtos).values() for c in commands]
     listed = [howtos.normalize(h.command) for h in howtos.HOWTOS]
-    assert [c for c in in_pages if c not in listed] == [], "how-to commands of the docs that scripts/time_howtos.py does not time"
+    assert [c for c in in_pages if c not in listed] == [], (
+        "how-to commands of the docs that scripts/time_howtos.py does not time"
+    )
     assert [c for c in listed if c not in in_pages] == [], "timed commands missing from every page's how-to blocks"
 
 
@@ -66,7 +68,10 @@ def test_marked_blocks_are_parsed_as_a_reader_copies_them(howtos) -> None:
             "```",
         ]
     )
-    assert howtos.howto_commands(page, MARKER) == ["dpaudit epsilon --delta 1e-5", "dpaudit train --defense nonprivate --epochs 5 --out runs/x"]
+    assert howtos.howto_commands(page, MARKER) == [
+        "dpaudit epsilon --delta 1e-5",
+        "dpaudit train --defense nonprivate --epochs 5 --out runs/x",
+    ]
     with pytest.raises(ValueError, match="must be followed by a ```bash block"):
         howtos.howto_commands(MARKER + "\ntext\n", MARKER)
 
@@ -78,7 +83,9 @@ def test_names_are_unique_and_needs_come_first(howtos) -> None:
         assert all(n in names[:i] for n in h.needs), h.name
 
 
-def test_results_are_written_and_a_rerun_skips_finished_commands(howtos, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_results_are_written_and_a_rerun_skips_finished_commands(
+    howtos, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake = (
         howtos.HowTo("first", "prints a finding", "echo 'eps_LB 0.94 (rmia)' && touch made", r"eps_LB", creates="made"),
         howtos.HowTo("second", "fails", "echo nothing; exit 3", r"eps_LB", needs=("first",)),
@@ -104,7 +111,9 @@ def test_page_times_are_the_scripts_measurements(howtos) -> None:
     results = json.loads(RESULTS.read_text())["howtos"]
     for page in howtos.howto_pages(ROOT):
         text = page.read_text()
-        assert howtos.with_times(text, results) == text, f"{page.relative_to(ROOT)}: rerun python scripts/time_howtos.py --update-docs"
+        assert howtos.with_times(text, results) == text, (
+            f"{page.relative_to(ROOT)}: rerun python scripts/time_howtos.py --update-docs"
+        )
     commands = {c for cs in _marked(howtos).values() for c in cs}
     assert len(commands) == len(results) and all(r["exit_status"] == 0 and not r["over_limit"] for r in results)
 

@@ -75,7 +75,16 @@ def delta(event, epsilon, neighbouring):
     return 1.0 if epsilon <= rho else math.exp(-((epsilon - rho) ** 2) / (4.0 * rho))
 
 
-TOY = ACCOUNTANTS.register(AccountantSpec(name="toy", display="zCDP (toy)", summary="zCDP of un-sampled Gaussian steps (Bun & Steinke 2016)", decline=decline, epsilon=epsilon, delta=delta))
+TOY = ACCOUNTANTS.register(
+    AccountantSpec(
+        name="toy",
+        display="zCDP (toy)",
+        summary="zCDP of un-sampled Gaussian steps (Bun & Steinke 2016)",
+        decline=decline,
+        epsilon=epsilon,
+        delta=delta,
+    )
+)
 '''
 
 
@@ -121,7 +130,9 @@ def test_toy_accountant_in_the_api(toy: AccountantSpec) -> None:
 
     assert "toy" in api.ACCOUNTANTS
     plain = sampled_gaussian_event(sampling_rate=1.0, noise_multiplier=2.0, num_steps=10)
-    assert toy.supports(plain) and compute_epsilon(plain, delta=1e-5, accountant="toy") == pytest.approx(_zcdp_epsilon(2.0, 10, 1e-5), rel=1e-12)
+    assert toy.supports(plain) and compute_epsilon(plain, delta=1e-5, accountant="toy") == pytest.approx(
+        _zcdp_epsilon(2.0, 10, 1e-5), rel=1e-12
+    )
     assert compute_delta(plain, epsilon=_zcdp_epsilon(2.0, 10, 1e-5), accountant="toy") == pytest.approx(1e-5, rel=1e-9)
     sampled = sampled_gaussian_event(sampling_rate=0.01, noise_multiplier=2.0, num_steps=10)
     assert not toy.supports(sampled)
@@ -129,8 +140,13 @@ def test_toy_accountant_in_the_api(toy: AccountantSpec) -> None:
         compute_epsilon(sampled, delta=1e-5, accountant="toy")
     # A claim's bounds take every registered accountant that supports its event (σ = 5 keeps PLD's grid small).
     bound = dpsgd_claim(sampling_rate=1.0, noise_multiplier=5.0, num_steps=2).upper_bound(delta=1e-5)
-    assert list(bound.by_accountant)[-1] == "toy" and bound.by_accountant["toy"] == pytest.approx(_zcdp_epsilon(5.0, 2, 1e-5), rel=1e-12)
-    assert "toy" not in dpsgd_claim(sampling_rate=0.5, noise_multiplier=5.0, num_steps=1).upper_bound(delta=1e-5).by_accountant
+    assert list(bound.by_accountant)[-1] == "toy" and bound.by_accountant["toy"] == pytest.approx(
+        _zcdp_epsilon(5.0, 2, 1e-5), rel=1e-12
+    )
+    assert (
+        "toy"
+        not in dpsgd_claim(sampling_rate=0.5, noise_multiplier=5.0, num_steps=1).upper_bound(delta=1e-5).by_accountant
+    )
 
 
 def test_toy_accountant_on_the_command_line(toy: AccountantSpec, capsys: pytest.CaptureFixture[str]) -> None:
@@ -145,8 +161,12 @@ def test_toy_accountant_on_the_command_line(toy: AccountantSpec, capsys: pytest.
     assert "toy" not in data and data["notes"]["toy"].startswith("declined: ") and "moments" in data
 
 
-def test_toy_accountant_is_in_the_soundness_suite_and_passes_it(toy: AccountantSpec, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "soundness"))  # importlib mode keeps tests/ off sys.path
+def test_toy_accountant_is_in_the_soundness_suite_and_passes_it(
+    toy: AccountantSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(
+        str(Path(__file__).parents[1] / "soundness")
+    )  # importlib mode keeps tests/ off sys.path
     from test_accountants import check_accountant, registered_accountants
 
     assert "toy" in registered_accountants()  # what the suite's parametrisation reads at collection
@@ -159,4 +179,6 @@ def test_unknown_accountant_names_the_registered_ones(toy: AccountantSpec) -> No
     from dpaudit.privacy.events import sampled_gaussian_event
 
     with pytest.raises(ValueError, match="accountant must be one of moments, rdp, pld, strong, naive, toy; got 'toyy'"):
-        compute_epsilon(sampled_gaussian_event(sampling_rate=1.0, noise_multiplier=2.0, num_steps=1), delta=1e-5, accountant="toyy")
+        compute_epsilon(
+            sampled_gaussian_event(sampling_rate=1.0, noise_multiplier=2.0, num_steps=1), delta=1e-5, accountant="toyy"
+        )

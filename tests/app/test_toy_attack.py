@@ -54,7 +54,11 @@ def run(context: MembershipContext, config: ToyConfig) -> MembershipResult:
     return context.result("toy", scores, {"temperature": config.temperature})
 
 
-TOY = MEMBERSHIP_ATTACKS.register(MembershipAttackSpec(name="toy", summary="tempered negative loss (after Yeom et al. 2018)", config_type=ToyConfig, run=run))
+TOY = MEMBERSHIP_ATTACKS.register(
+    MembershipAttackSpec(
+        name="toy", summary="tempered negative loss (after Yeom et al. 2018)", config_type=ToyConfig, run=run
+    )
+)
 '''
 
 
@@ -92,7 +96,16 @@ def target_run(toy: MembershipAttackSpec, tmp_path_factory: pytest.TempPathFacto
     tmp = tmp_path_factory.mktemp("toy-run")
     bundle = load_dataset("digits")
     splits = make_splits(bundle, seed=0, num_members=60, num_non_members=60)
-    record, model = train_nonprivate(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=60), seed=0, progress=False))
+    record, model = train_nonprivate(
+        TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name="digits-mlp",
+            config=NonPrivateConfig(epochs=60),
+            seed=0,
+            progress=False,
+        )
+    )
     save_record(record, model, RunDir(tmp).record_dir(record.model_id))
     return tmp, record.model_id
 
@@ -111,11 +124,28 @@ def test_toy_attack_in_help(toy: MembershipAttackSpec, capsys: pytest.CaptureFix
 
 
 @pytest.mark.e2e
-def test_toy_attack_end_to_end_and_in_the_report(target_run: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_toy_attack_end_to_end_and_in_the_report(
+    target_run: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
     from dpaudit.store import RunDir
 
     run_dir, model_id = target_run
-    code = main(["attack", "membership", "--target", str(run_dir), "--attack", "toy", "--toy-temperature", "2", "--out", str(run_dir), "--json", "--quiet"])
+    code = main(
+        [
+            "attack",
+            "membership",
+            "--target",
+            str(run_dir),
+            "--attack",
+            "toy",
+            "--toy-temperature",
+            "2",
+            "--out",
+            str(run_dir),
+            "--json",
+            "--quiet",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     data = json.loads(out)
@@ -164,15 +194,34 @@ def test_toy_attack_in_a_compare_grid(toy: MembershipAttackSpec, tmp_path: Path)
     result = run_compare(CompareSpec(grid=grid, executor="serial", progress=False), RunDir(tmp_path / "run"))
     (row,) = result.rows
     scored = row.to_dict()["membership"]
-    assert set(scored) == {"loss", "toy"} and scored["toy"]["auc"] == pytest.approx(scored["loss"]["auc"])  # temperature 1 is the loss attack
+    assert set(scored) == {"loss", "toy"} and scored["toy"]["auc"] == pytest.approx(
+        scored["loss"]["auc"]
+    )  # temperature 1 is the loss attack
 
 
-def test_toy_attack_bad_option_is_exit_2(toy: MembershipAttackSpec, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code = main(["attack", "membership", "--target", str(tmp_path), "--attack", "toy", "--toy-temperature", "0", "--out", str(tmp_path)])
+def test_toy_attack_bad_option_is_exit_2(
+    toy: MembershipAttackSpec, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = main(
+        [
+            "attack",
+            "membership",
+            "--target",
+            str(tmp_path),
+            "--attack",
+            "toy",
+            "--toy-temperature",
+            "0",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 2 and "--toy-temperature" in capsys.readouterr().err
 
 
-def test_toy_attack_is_in_the_contract_suite_and_passes_it(toy: MembershipAttackSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_toy_attack_is_in_the_contract_suite_and_passes_it(
+    toy: MembershipAttackSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "attacks"))  # importlib mode keeps tests/ off sys.path
     from test_membership_contract import check_attack_contract, registered_attacks
 

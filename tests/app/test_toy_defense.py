@@ -48,7 +48,9 @@ from dpaudit.train_request import TrainRequest
 
 @dataclass(frozen=True, kw_only=True)
 class ToyConfig:
-    num_toy_steps: int = option(20, flag="--toy-steps", help="toy: full-batch gradient steps", metavar="N", check=v.positive)
+    num_toy_steps: int = option(
+        20, flag="--toy-steps", help="toy: full-batch gradient steps", metavar="N", check=v.positive
+    )
     toy_learning_rate: float = option(0.5, help="toy: step size", metavar="LR", check=v.positive)
 
     def __post_init__(self) -> None:
@@ -61,7 +63,9 @@ def train_toy(request: TrainRequest[ToyConfig], /):
     started = time.monotonic()
     bundle, config = request.bundle, request.config
     torch.manual_seed(derive_seed(request.seed, "toy-init"))
-    model = build_model(request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **request.model_options)
+    model = build_model(
+        request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **request.model_options
+    )
     members = bundle.all().subset(request.splits.members)
     opt = torch.optim.SGD(model.parameters(), lr=config.toy_learning_rate)
     for _ in range(config.num_toy_steps):
@@ -72,7 +76,15 @@ def train_toy(request: TrainRequest[ToyConfig], /):
     return build_record(request, defense="toy", model=model, claim=NonPrivateClaim(), started=started), model
 
 
-DEFENSES.register(DefenseSpec(name="toy", summary="full-batch gradient descent (a test's own defense)", config_type=ToyConfig, train=train_toy, claim_kind="nonprivate"))
+DEFENSES.register(
+    DefenseSpec(
+        name="toy",
+        summary="full-batch gradient descent (a test's own defense)",
+        config_type=ToyConfig,
+        train=train_toy,
+        claim_kind="nonprivate",
+    )
+)
 '''
 
 GRID = """
@@ -124,14 +136,29 @@ def test_toy_is_gone_after_teardown() -> None:
 
 @pytest.mark.e2e
 def test_toy_defense_trains_end_to_end(toy_module, capsys, tmp_path: Path) -> None:
-    argv = ["train", "--defense", "toy", "--model", "digits-mlp", "--toy-steps", "30", "--out", str(tmp_path / "run"), "--json", "--quiet"]
+    argv = [
+        "train",
+        "--defense",
+        "toy",
+        "--model",
+        "digits-mlp",
+        "--toy-steps",
+        "30",
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+        "--quiet",
+    ]
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["defense"] == "toy" and data["metrics"]["train_accuracy"] > 0.5
     assert (Path(data["record_path"]) / "record.json").is_file()
     assert json.loads((Path(data["record_path"]) / "record.json").read_text())["config"]["num_toy_steps"] == 30
     # a flag of another defense is refused for this one, naming both
-    assert main(["train", "--defense", "toy", "--model", "digits-mlp", "--clip-norm", "1", "--out", str(tmp_path / "run")]) == 2
+    assert (
+        main(["train", "--defense", "toy", "--model", "digits-mlp", "--clip-norm", "1", "--out", str(tmp_path / "run")])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "--clip-norm" in err and "toy" in err
 
@@ -161,7 +188,9 @@ def test_toy_defense_in_a_compare_grid_and_its_report(toy_module, capsys, tmp_pa
 
 def _fresh_contract_suite():
     """tests/defenses/test_defense_contract.py, imported now (as a collection would, with the registry as it is)."""
-    spec = importlib.util.spec_from_file_location("contract_suite_of_the_toy", ROOT / "tests" / "defenses" / "test_defense_contract.py")
+    spec = importlib.util.spec_from_file_location(
+        "contract_suite_of_the_toy", ROOT / "tests" / "defenses" / "test_defense_contract.py"
+    )
     assert spec is not None and spec.loader is not None
     suite = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(suite)
@@ -180,9 +209,28 @@ def test_contract_suite_parametrises_over_the_toy_and_it_passes(toy_module, tmp_
 def test_contract_suite_collects_and_passes_the_toy(toy_module) -> None:
     # A fresh pytest imports the toy's module as a plugin, before collection: the suite's
     # parametrisation over the registry then holds the toy, and its checks run on it.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(toy_module.parent), str(ROOT), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", MODULE, "-p", "no:cacheprovider", "tests/defenses/test_defense_contract.py", "-k", "toy", "-rA"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(toy_module.parent), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        MODULE,
+        "-p",
+        "no:cacheprovider",
+        "tests/defenses/test_defense_contract.py",
+        "-k",
+        "toy",
+        "-rA",
+    ]
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "PASSED tests/defenses/test_defense_contract.py::test_registered_defense_meets_the_contract[toy]" in done.stdout, done.stdout[-3000:]
+    assert (
+        "PASSED tests/defenses/test_defense_contract.py::test_registered_defense_meets_the_contract[toy]" in done.stdout
+    ), done.stdout[-3000:]
     assert "1 passed" in done.stdout

@@ -1,4 +1,5 @@
-"""A defense that keeps a file of its own beside its weights declares it in its one module, and the reports follow the declaration.
+"""A defense that keeps a file of its own beside its weights declares it in its one module, and the reports follow the
+declaration.
 
 The toy module below registers a defense whose records hold ``trace.json`` (its loss per step)
 and, in a second variant, names a report kind of its own — as PATE declares ``pate.npz`` and its
@@ -96,7 +97,11 @@ def test_the_toy_declares_its_file_and_the_core_reads_it_by_name(tmp_path):
         assert artefact.name == "trace.json" and artefact.required
         # Its plot style is its spec's, in every figure.
         assert part_style("traced") == PlotStyle(colour="#117733", marker="p", dash="--")
-        assert colour("Traced") == "#117733" and style("traced") == {"color": "#117733", "marker": "p", "linestyle": "--"}
+        assert colour("Traced") == "#117733" and style("traced") == {
+            "color": "#117733",
+            "marker": "p",
+            "linestyle": "--",
+        }
     assert defense_parts("traced") is None and part_style("traced") is None
 
 
@@ -136,7 +141,10 @@ def test_the_built_in_defenses_declare_their_files_and_pages():
     assert [a.name for a in DEFENSES["pate"].artefacts if a.required] == ["pate.npz"]
     assert [a.name for a in DEFENSES["dssgd"].artefacts] == ["uploads.npz"]
     assert (DEFENSES["pate"].report_kind, DEFENSES["dssgd"].report_kind) == ("pate", "dssgd")
-    assert (DEFENSES["pate"].run_module, DEFENSES["dssgd"].run_module) == ("dpaudit.app.runs.pate", "dpaudit.app.runs.dssgd")
+    assert (DEFENSES["pate"].run_module, DEFENSES["dssgd"].run_module) == (
+        "dpaudit.app.runs.pate",
+        "dpaudit.app.runs.dssgd",
+    )
 
 
 @pytest.mark.parametrize(
@@ -151,7 +159,13 @@ def test_the_built_in_defenses_declare_their_files_and_pages():
     ],
 )
 def test_a_malformed_declaration_is_refused(field, value, match):
-    fields = {"name": "bad", "summary": "s", "config_type": object, "train": lambda **kw: None, "claim_kind": "nonprivate"}
+    fields = {
+        "name": "bad",
+        "summary": "s",
+        "config_type": object,
+        "train": lambda **kw: None,
+        "claim_kind": "nonprivate",
+    }
     with pytest.raises((ValueError, TypeError), match=match):
         DefenseSpec(**{**fields, field: value})
 
@@ -171,7 +185,12 @@ def test_a_malformed_artefact_is_refused(kwargs, match):
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "match"), [({"colour": "red", "marker": "o"}, "colour"), ({"colour": "#000000", "marker": ""}, "marker"), ({"colour": "#000000", "marker": "o", "dash": "~"}, "dash")]
+    ("kwargs", "match"),
+    [
+        ({"colour": "red", "marker": "o"}, "colour"),
+        ({"colour": "#000000", "marker": ""}, "marker"),
+        ({"colour": "#000000", "marker": "o", "dash": "~"}, "dash"),
+    ],
 )
 def test_a_malformed_plot_style_is_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -23,8 +23,26 @@ def model() -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(64, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10))
 
 
-def _dpsgd(dataset, *, seed, initial_state=None, noise=1.0, normaliser="expected", noise_seed="seed", noise_on_bias=True, clip=True, rate=None, bn=False):
-    net = model() if not bn else nn.Sequential(nn.Flatten(), nn.Linear(64, HIDDEN), nn.BatchNorm1d(HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10))
+def _dpsgd(
+    dataset,
+    *,
+    seed,
+    initial_state=None,
+    noise=1.0,
+    normaliser="expected",
+    noise_seed="seed",
+    noise_on_bias=True,
+    clip=True,
+    rate=None,
+    bn=False,
+):
+    net = (
+        model()
+        if not bn
+        else nn.Sequential(
+            nn.Flatten(), nn.Linear(64, HIDDEN), nn.BatchNorm1d(HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10)
+        )
+    )
     if initial_state is not None:
         net.load_state_dict(initial_state, strict=not bn)
     q = CLAIM["sampling_rate"] if rate is None else rate  # a number, or one rate per record

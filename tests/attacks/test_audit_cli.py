@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "dpaudit.app.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "dpaudit.app.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
 
 
 def _main(capsys, *args):
@@ -30,14 +32,44 @@ def _main(capsys, *args):
 @pytest.mark.e2e
 def test_cli_white_box_audit_json_and_report(tmp_path, capsys):
     out = tmp_path / "run"
-    code, p = _main(capsys, "audit", "--threat", "white-box", "--target-epsilon", "2", "--sampling-rate", "0.05", "--num-steps", "400", "--num-members", "200", "--out", str(out), "--json", "--quiet")
+    code, p = _main(
+        capsys,
+        "audit",
+        "--threat",
+        "white-box",
+        "--target-epsilon",
+        "2",
+        "--sampling-rate",
+        "0.05",
+        "--num-steps",
+        "400",
+        "--num-members",
+        "200",
+        "--out",
+        str(out),
+        "--json",
+        "--quiet",
+    )
     assert code == 0, p.err
     d = json.loads(p.out)
-    for key in ("epsilon_lb", "epsilon_ub", "accountant", "confidence", "delta", "method", "violation", "tightness", "epsilon_last_iterate", "gap"):
+    for key in (
+        "epsilon_lb",
+        "epsilon_ub",
+        "accountant",
+        "confidence",
+        "delta",
+        "method",
+        "violation",
+        "tightness",
+        "epsilon_last_iterate",
+        "gap",
+    ):
         assert key in d
     assert d["method"] == "white-box" and d["epsilon_ub"] == pytest.approx(2.0, rel=1e-6) and not d["violation"]
     # One un-sampled step is compared: its last iterate is itself, so nothing is out of its view.
-    assert d["epsilon_last_iterate"] == pytest.approx(d["epsilon_ub"], rel=1e-6) and d["gap"]["last_iterate_heuristic"] == pytest.approx(0.0, abs=1e-5)
+    assert d["epsilon_last_iterate"] == pytest.approx(d["epsilon_ub"], rel=1e-6) and d["gap"][
+        "last_iterate_heuristic"
+    ] == pytest.approx(0.0, abs=1e-5)
     html = Path(d["report"])
     assert html.is_file() and html.with_suffix(".md").is_file()
     assert "ε_LB" in html.read_text() and list(html.parent.glob("*.png"))
@@ -48,7 +80,19 @@ def test_cli_usage_errors_exit_2(tmp_path):
     assert p.returncode == 2 and "exactly one" in p.stderr
     p = _cli("audit", "--out", str(tmp_path), "--train-fn", "scripts/opacus_train_fn.py:train")
     assert p.returncode == 2 and "claim" in p.stderr
-    p = _cli("audit", "--out", str(tmp_path), "--train-fn", "nosuchmodule_xyz:train", "--claim-noise-multiplier", "1", "--claim-sampling-rate", "0.1", "--claim-num-steps", "10")
+    p = _cli(
+        "audit",
+        "--out",
+        str(tmp_path),
+        "--train-fn",
+        "nosuchmodule_xyz:train",
+        "--claim-noise-multiplier",
+        "1",
+        "--claim-sampling-rate",
+        "0.1",
+        "--claim-num-steps",
+        "10",
+    )
     assert p.returncode == 2 and "nosuchmodule_xyz" in p.stderr
     assert p.stderr.count("\n") == 1
 
@@ -57,12 +101,30 @@ def _one_run_argv(tmp_path, train_fn):
     """A one-run black-box audit of ``train_fn`` against a DP-SGD claim of ε_UB ≈ 0.03."""
     claim = tmp_path / "claim.json"
     claim.write_text(json.dumps(dpsgd_claim(sampling_rate=0.1, noise_multiplier=5.0, num_steps=10).to_dict()))
-    return ["audit", "--train-fn", train_fn, "--claim", str(claim), "--method", "one-run", "--num-canaries", "200", "--num-members", "100", "--out", str(tmp_path / "run"), "--json", "--no-report"]
+    return [
+        "audit",
+        "--train-fn",
+        train_fn,
+        "--claim",
+        str(claim),
+        "--method",
+        "one-run",
+        "--num-canaries",
+        "200",
+        "--num-members",
+        "100",
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+        "--no-report",
+    ]
 
 
 @pytest.mark.e2e
 def test_cli_flags_a_broken_training_function_with_exit_3(tmp_path, capsys):
-    code, p = _main(capsys, *_one_run_argv(tmp_path, f"{ROOT}/tests/attacks/test_audit_procedures.py:_memoriser"), "--quiet")
+    code, p = _main(
+        capsys, *_one_run_argv(tmp_path, f"{ROOT}/tests/attacks/test_audit_procedures.py:_memoriser"), "--quiet"
+    )
     assert code == 3, p.err
     assert json.loads(p.out)["violation"] is True
 
@@ -91,7 +153,15 @@ def test_opacus_train_fn_audit(tmp_path, capsys):
     ]
     found = {}
     for fn in ("train", "train_no_noise", "train_extra_nonprivate_epochs"):
-        code, p = _main(capsys, "audit", "--train-fn", str(ROOT / f"scripts/opacus_train_fn.py:{fn}"), "--out", str(tmp_path / fn), *args)
+        code, p = _main(
+            capsys,
+            "audit",
+            "--train-fn",
+            str(ROOT / f"scripts/opacus_train_fn.py:{fn}"),
+            "--out",
+            str(tmp_path / fn),
+            *args,
+        )
         assert code in (0, 3), p.err
         found[fn] = json.loads(p.out)
     assert not found["train"]["violation"]
@@ -103,7 +173,17 @@ def test_cli_audit_defines_both_numbers_and_shows_every_accountant(tmp_path, cap
 
     claim = tmp_path / "claim.json"
     claim.write_text(json.dumps(dpsgd_claim(sampling_rate=0.1, noise_multiplier=5.0, num_steps=10).to_dict()))
-    args = ["audit", "--train-fn", f"{ROOT}/tests/attacks/test_audit_procedures.py:_memoriser", "--claim", str(claim), "--method", "one-run", "--num-canaries", "40"]
+    args = [
+        "audit",
+        "--train-fn",
+        f"{ROOT}/tests/attacks/test_audit_procedures.py:_memoriser",
+        "--claim",
+        str(claim),
+        "--method",
+        "one-run",
+        "--num-canaries",
+        "40",
+    ]
     code, p = _main(capsys, *args, "--num-members", "60", "--out", str(tmp_path / "run"), "--quiet", "--no-report")
     assert code == 3, p.err
     assert EPSILON_DEFINITION.format(confidence=0.95) in p.out
@@ -134,8 +214,20 @@ from torch import nn
 def train(dataset, *, seed):
     {body}
 """
-_BENIGN = "torch.manual_seed(seed)\n    return nn.Sequential(nn.Flatten(), nn.Linear(int(dataset.features[0].numel()), int(dataset.num_classes)))"
-_LEAKING = "return _memo(dataset)\n\n\ndef _memo(dataset):\n    class Lookup(nn.Module):\n        def forward(self, x):\n            d = torch.cdist(x.reshape(len(x), -1), dataset.features.reshape(len(dataset), -1))\n            hit = d.min(1).values < 1e-6\n            out = torch.zeros(len(x), int(dataset.num_classes))\n            out[hit, dataset.labels[d.argmin(1)][hit]] = 20.0\n            return out\n\n    return Lookup()"
+_BENIGN = (
+    "torch.manual_seed(seed)\n    return nn.Sequential(nn.Flatten(), "
+    "nn.Linear(int(dataset.features[0].numel()), int(dataset.num_classes)))"
+)
+_LEAKING = (
+    "return _memo(dataset)\n\n\ndef _memo(dataset):\n    class "
+    "Lookup(nn.Module):\n        def forward(self, x):\n            d = "
+    "torch.cdist(x.reshape(len(x), -1), "
+    "dataset.features.reshape(len(dataset), -1))\n            hit = "
+    "d.min(1).values < 1e-6\n            out = torch.zeros(len(x), "
+    "int(dataset.num_classes))\n            out[hit, "
+    "dataset.labels[d.argmin(1)][hit]] = 20.0\n            return out\n\n   "
+    " return Lookup()"
+)
 
 
 @pytest.mark.e2e
@@ -151,7 +243,10 @@ def test_editing_the_training_function_never_reuses_its_old_verdict(tmp_path, ca
     code, p = _main(capsys, *argv)  # same --out, same flags, new code
     assert code == 3, p.err
     assert "reusing" not in p.err and json.loads(p.out)["audit_dir"] != first["audit_dir"]
-    assert f"recomputing: fnmod.py (or the version of a package it imports) changed since the stored trials in {first['audit_dir']}; starting afresh in" in p.err
+    assert (
+        "recomputing: fnmod.py (or the version of a package it imports) changed "
+        f"since the stored trials in {first['audit_dir']}; starting afresh in" in p.err
+    )
     # with a fixed --name the stored trials of the old code are refused, naming what differs
     code, p = _main(capsys, *argv, "--name", "fixed")
     fnmod.write_text(_FNMOD.format(body=_BENIGN))
@@ -195,7 +290,9 @@ def test_editing_a_module_the_training_function_imports_never_reuses_its_old_ver
     code, p = _main(capsys, *argv)  # same --out, same flags, same fns.py
     assert code == 3, p.err
     assert "reusing" not in p.err and json.loads(p.out)["audit_dir"] != first["audit_dir"]
-    assert f"recomputing: helper.py changed since the stored trials in {first['audit_dir']}; starting afresh in" in p.err
+    assert (
+        f"recomputing: helper.py changed since the stored trials in {first['audit_dir']}; starting afresh in" in p.err
+    )
 
 
 # ----------------------------------------------------------------------------- issue 15, items 4 and 5
@@ -243,7 +340,20 @@ def _multi_run_argv(tmp_path, fn, *extra):
     fns = tmp_path / "fns.py"
     fns.write_text(_THIRD_PARTY)
     claim = ["--claim-noise-multiplier", "5", "--claim-sampling-rate", "0.1", "--claim-num-steps", "10"]
-    return ["audit", "--train-fn", f"{fns}:{fn}", *claim, "--num-trials", "2", "--num-members", "60", "--out", str(tmp_path / "run"), "--no-report", *extra]
+    return [
+        "audit",
+        "--train-fn",
+        f"{fns}:{fn}",
+        *claim,
+        "--num-trials",
+        "2",
+        "--num-members",
+        "60",
+        "--out",
+        str(tmp_path / "run"),
+        "--no-report",
+        *extra,
+    ]
 
 
 def _one_line_error(p):
@@ -260,7 +370,9 @@ def test_a_model_that_rejects_the_input_shape_is_named_in_one_line(tmp_path, cap
     assert code == 2
     line = _one_line_error(p)
     assert line.startswith("dpaudit audit: error: --train-fn ") and "wrong_shape" in line
-    assert "cannot score inputs of shape (1, 1, 8, 8)" in line and "examples of shape (1, 8, 8)" not in line  # one canary: singular
+    assert (
+        "cannot score inputs of shape (1, 1, 8, 8)" in line and "examples of shape (1, 8, 8)" not in line
+    )  # one canary: singular
     assert f"trial 0 (seed {derive_seed(0, 'audit-trial', 0)})" in line and "mat1 and mat2" in line
 
 
@@ -281,7 +393,9 @@ def test_a_function_that_exits_is_its_failure_not_the_exit_status(tmp_path, caps
     assert code == 2
     assert "Traceback" not in p.err and "internal error" not in p.err
     errors = [ln for ln in p.err.splitlines() if "error:" in ln]
-    assert len(errors) == 1 and "fns.py:exits raised SystemExit" in errors[0] and "in trial 0 (seed " in errors[0], p.err
+    assert len(errors) == 1 and "fns.py:exits raised SystemExit" in errors[0] and "in trial 0 (seed " in errors[0], (
+        p.err
+    )
     assert "user output" in p.err and "user output" not in p.out  # the function's prints go to stderr
     if json_flag:
         err = json.loads(p.out)
@@ -312,14 +426,28 @@ def test_a_function_that_raises_keeps_the_finished_trials_and_a_rerun_resumes(tm
 def test_audit_reports_its_ceiling_in_text_and_json(tmp_path, capsys):
     claim = tmp_path / "claim.json"
     claim.write_text(json.dumps(dpsgd_claim(sampling_rate=0.1, noise_multiplier=5.0, num_steps=10).to_dict()))
-    args = ["audit", "--train-fn", f"{ROOT}/tests/attacks/test_audit_procedures.py:_memoriser", "--claim", str(claim), "--method", "one-run", "--num-canaries", "40", "--num-members", "60"]
+    args = [
+        "audit",
+        "--train-fn",
+        f"{ROOT}/tests/attacks/test_audit_procedures.py:_memoriser",
+        "--claim",
+        str(claim),
+        "--method",
+        "one-run",
+        "--num-canaries",
+        "40",
+        "--num-members",
+        "60",
+    ]
     code, p = _main(capsys, *args, "--out", str(tmp_path / "run"), "--quiet", "--no-report")
     assert code == 3, p.err
     line = next(ln for ln in p.out.splitlines() if ln.strip().startswith("ceiling"))
     assert "the largest epsilon_lb this design can show" in line and "40 canaries" in line
     code, p = _main(capsys, *args, "--out", str(tmp_path / "run"), "--quiet", "--no-report", "--json")
     d = json.loads(p.out)
-    assert d["ceiling"] >= d["epsilon_lb"] > 0 and d["ceiling_fraction"] == pytest.approx(d["epsilon_lb"] / d["ceiling"])
+    assert d["ceiling"] >= d["epsilon_lb"] > 0 and d["ceiling_fraction"] == pytest.approx(
+        d["epsilon_lb"] / d["ceiling"]
+    )
 
 
 def test_trial_failures_cross_process_boundaries_intact():
@@ -329,7 +457,11 @@ def test_trial_failures_cross_process_boundaries_intact():
     from attacks.audit.trials import TrialFailed
 
     back = pickle.loads(pickle.dumps(TrialFailed("the training function raised X in trial 3 (seed 7)", 3, 7)))
-    assert isinstance(back, TrialFailed) and str(back) == "the training function raised X in trial 3 (seed 7)" and (back.index, back.seed) == (3, 7)
+    assert (
+        isinstance(back, TrialFailed)
+        and str(back) == "the training function raised X in trial 3 (seed 7)"
+        and (back.index, back.seed) == (3, 7)
+    )
 
 
 def test_white_box_defaults_follow_the_target_epsilon():
@@ -348,7 +480,9 @@ def test_white_box_defaults_follow_the_target_epsilon():
     budget = AuditSpec(threat="white-box", target_epsilon=1, budget_seconds=30)
     assert budget.resolved_num_steps == WHITE_BOX_CHUNK_STEPS and budget.resolved_num_trials == 10_000
     assert AuditSpec(threat="white-box", target_epsilon=1, score="norm").strategy == "bonferroni"
-    assert AuditSpec(target_epsilon=1).strategy == "bonferroni" and AuditSpec(target_epsilon=1).resolved_num_steps == 1000
+    assert (
+        AuditSpec(target_epsilon=1).strategy == "bonferroni" and AuditSpec(target_epsilon=1).resolved_num_steps == 1000
+    )
     with pytest.raises(ValueError, match="budget_seconds applies to threat='white-box'"):
         AuditSpec(target_epsilon=1, budget_seconds=10)
     with pytest.raises(ValueError, match="strategy='fixed'"):
@@ -358,17 +492,45 @@ def test_white_box_defaults_follow_the_target_epsilon():
 @pytest.mark.slow  # 10 s; the flag-generated hostile suite and test_cli_usage_errors_exit_2 keep audit's usage errors
 def test_cli_budget_and_fixed_strategy_usage_errors(tmp_path):
     p = _cli("audit", "--out", str(tmp_path), "--target-epsilon", "1", "--budget-seconds", "10")
-    assert p.returncode == 2 and "--budget-seconds applies to --threat white-box" in p.stderr and p.stderr.count("\n") == 1
-    p = _cli("audit", "--out", str(tmp_path), "--target-epsilon", "1", "--threat", "white-box", "--budget-seconds", "-3")
+    assert (
+        p.returncode == 2 and "--budget-seconds applies to --threat white-box" in p.stderr and p.stderr.count("\n") == 1
+    )
+    p = _cli(
+        "audit", "--out", str(tmp_path), "--target-epsilon", "1", "--threat", "white-box", "--budget-seconds", "-3"
+    )
     assert p.returncode == 2 and "--budget-seconds" in p.stderr and "-3" in p.stderr
-    p = _cli("audit", "--out", str(tmp_path), "--target-epsilon", "1", "--threat", "white-box", "--score", "norm", "--strategy", "fixed")
+    p = _cli(
+        "audit",
+        "--out",
+        str(tmp_path),
+        "--target-epsilon",
+        "1",
+        "--threat",
+        "white-box",
+        "--score",
+        "norm",
+        "--strategy",
+        "fixed",
+    )
     assert p.returncode == 2 and "--strategy fixed" in p.stderr and p.stderr.count("\n") == 1
 
 
 @pytest.mark.e2e
 def test_white_box_defaults_are_tight_at_epsilon_4(tmp_path, capsys):
     # The defaults alone (no --num-steps): the expected ratio is 0.9 by design; 0.8 is the promise.
-    code, p = _main(capsys, "audit", "--threat", "white-box", "--target-epsilon", "4", "--out", str(tmp_path), "--json", "--no-report", "--quiet")
+    code, p = _main(
+        capsys,
+        "audit",
+        "--threat",
+        "white-box",
+        "--target-epsilon",
+        "4",
+        "--out",
+        str(tmp_path),
+        "--json",
+        "--no-report",
+        "--quiet",
+    )
     assert code == 0, p.err
     d = json.loads(p.out)
     assert d["threshold_strategy"] == "fixed" and d["num_in"] + d["num_out"] > 5000

@@ -95,19 +95,37 @@ def test_white_box_per_step_coverage_on_gaussian_release(tmp_path, bound, strate
 def test_white_box_identical_distributions_give_about_zero(tmp_path):
     from attacks.audit.procedures import white_box_audit
 
-    r = white_box_audit(trainer=GaussianRelease(1.0, 4000, shift=0.0), dataset=_tiny(), noise_multiplier=1.0, clip_norm=1.0, directory=tmp_path, delta=DELTA, progress=False)
+    r = white_box_audit(
+        trainer=GaussianRelease(1.0, 4000, shift=0.0),
+        dataset=_tiny(),
+        noise_multiplier=1.0,
+        clip_norm=1.0,
+        directory=tmp_path,
+        delta=DELTA,
+        progress=False,
+    )
     assert r.epsilon_lb < 0.15
 
 
 def test_white_box_resumes_finished_trials(tmp_path):
     from attacks.audit.procedures import white_box_audit
 
-    kw = dict(dataset=_tiny(), noise_multiplier=1.0, clip_norm=1.0, directory=tmp_path, delta=DELTA, num_trials=2, progress=False)
+    kw = dict(
+        dataset=_tiny(),
+        noise_multiplier=1.0,
+        clip_norm=1.0,
+        directory=tmp_path,
+        delta=DELTA,
+        num_trials=2,
+        progress=False,
+    )
     first = white_box_audit(trainer=GaussianRelease(1.0, 100), **kw)
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "trials").iterdir()}
     (tmp_path / "trials" / "trial-00001.npz").unlink()
     second = white_box_audit(trainer=GaussianRelease(1.0, 100), **kw)
-    assert (tmp_path / "trials" / "trial-00000.npz").stat().st_mtime_ns == stamps[tmp_path / "trials" / "trial-00000.npz"]
+    assert (tmp_path / "trials" / "trial-00000.npz").stat().st_mtime_ns == stamps[
+        tmp_path / "trials" / "trial-00000.npz"
+    ]
     assert second.epsilon_lb == pytest.approx(first.epsilon_lb)
     with pytest.raises(ValueError, match="different audit \\(differs in noise_multiplier\\)"):
         white_box_audit(trainer=GaussianRelease(1.0, 100), **{**kw, "noise_multiplier": 2.0})
@@ -131,7 +149,15 @@ def test_white_box_says_how_many_stored_trials_it_reuses(tmp_path, capsys):
 def test_white_box_default_strategy_is_the_claims_midpoint(tmp_path):
     from attacks.audit.procedures import white_box_audit, white_box_strategy
 
-    r = white_box_audit(trainer=GaussianRelease(1.0, 400), dataset=_tiny(), noise_multiplier=1.0, clip_norm=2.0, directory=tmp_path, delta=DELTA, progress=False)
+    r = white_box_audit(
+        trainer=GaussianRelease(1.0, 400),
+        dataset=_tiny(),
+        noise_multiplier=1.0,
+        clip_norm=2.0,
+        directory=tmp_path,
+        delta=DELTA,
+        progress=False,
+    )
     assert r.threshold_strategy == "fixed" and r.details.threshold == 1.0 and r.details.num_tests == 1  # C/2
     assert white_box_strategy("norm", None) == "bonferroni"
     with pytest.raises(ValueError, match="score='norm'"):
@@ -146,7 +172,9 @@ def test_white_box_budget_runs_waves_until_the_time_is_spent_and_a_rerun_adds_mo
     first = white_box_audit(trainer=GaussianRelease(1.0, 200), budget_seconds=1e-6, progress=True, **kw)
     err = capsys.readouterr().err
     assert "1 new trial in" in err and "one wave is longer than the budget" in err
-    assert first.num_in + first.num_out == 200 and sorted(p.name for p in (tmp_path / "trials").iterdir()) == ["trial-00000.npz"]
+    assert first.num_in + first.num_out == 200 and sorted(p.name for p in (tmp_path / "trials").iterdir()) == [
+        "trial-00000.npz"
+    ]
     # A rerun reuses the stored trial without spending its budget, and adds trials while time is left.
     second = white_box_audit(trainer=GaussianRelease(1.0, 200), budget_seconds=0.5, progress=True, **kw)
     err = capsys.readouterr().err
@@ -154,10 +182,17 @@ def test_white_box_budget_runs_waves_until_the_time_is_spent_and_a_rerun_adds_mo
     added = len(list((tmp_path / "trials").iterdir())) - 1
     assert 1 <= added <= 49 and second.num_in + second.num_out == 200 * (1 + added)
     # num_trials caps a generous budget
-    third = white_box_audit(trainer=GaussianRelease(1.0, 200), budget_seconds=3600, progress=False, **{**kw, "directory": tmp_path / "capped", "num_trials": 3})
+    third = white_box_audit(
+        trainer=GaussianRelease(1.0, 200),
+        budget_seconds=3600,
+        progress=False,
+        **{**kw, "directory": tmp_path / "capped", "num_trials": 3},
+    )
     assert third.num_in + third.num_out == 600
     with pytest.raises(ValueError, match="budget_seconds"):
-        white_box_audit(trainer=GaussianRelease(1.0, 200), budget_seconds=0, progress=False, **{**kw, "directory": tmp_path / "bad"})
+        white_box_audit(
+            trainer=GaussianRelease(1.0, 200), budget_seconds=0, progress=False, **{**kw, "directory": tmp_path / "bad"}
+        )
 
 
 # ----------------------------------------------------------------------------- black-box games
@@ -185,11 +220,34 @@ def test_multi_run_and_one_run_flag_a_memoriser(tmp_path):
     from attacks.audit.procedures import multi_run_audit, one_run_audit
 
     data = _tiny()
-    pool = ArrayDataset(name="pool", features=torch.rand(300, 3), labels=torch.randint(0, 2, (300,)), ids=np.arange(100, 400), num_classes=2)
+    pool = ArrayDataset(
+        name="pool",
+        features=torch.rand(300, 3),
+        labels=torch.randint(0, 2, (300,)),
+        ids=np.arange(100, 400),
+        num_classes=2,
+    )
     claim = dpsgd_claim(sampling_rate=0.1, noise_multiplier=5.0, num_steps=10)
     one = mislabelled_canaries(pool, num_canaries=1, seed=0, id_offset=1000)
-    r = multi_run_audit(train_fn=_memoriser, dataset=data, canaries=one, claim=claim, num_trials=30, directory=tmp_path / "m", delta=DELTA, progress=False)
+    r = multi_run_audit(
+        train_fn=_memoriser,
+        dataset=data,
+        canaries=one,
+        claim=claim,
+        num_trials=30,
+        directory=tmp_path / "m",
+        delta=DELTA,
+        progress=False,
+    )
     assert r.violation and r.num_in == r.num_out == 30
     cans = mislabelled_canaries(pool, num_canaries=200, seed=0, id_offset=1000)
-    r1 = one_run_audit(train_fn=_memoriser, dataset=data, canaries=cans, claim=claim, directory=tmp_path / "o", delta=DELTA, progress=False)
+    r1 = one_run_audit(
+        train_fn=_memoriser,
+        dataset=data,
+        canaries=cans,
+        claim=claim,
+        directory=tmp_path / "o",
+        delta=DELTA,
+        progress=False,
+    )
     assert r1.violation and r1.method == "one-run"

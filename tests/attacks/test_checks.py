@@ -71,7 +71,11 @@ def test_the_worst_case_start_saturates_class_zero():
 
 def test_a_model_without_a_class_layer_cannot_start():
     with pytest.raises(CheckCannotRun, match="no nn.Linear with 10 outputs"):
-        worst_case_start(lambda: torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 3)), load_dataset("digits").train, seed=0)
+        worst_case_start(
+            lambda: torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 3)),
+            load_dataset("digits").train,
+            seed=0,
+        )
 
 
 def test_worst_case_flags_missing_noise(tmp_path):
@@ -111,7 +115,9 @@ def test_lot_size_flags_realised_lot_normalisation(tmp_path):
 
 @pytest.mark.slow
 def test_sampling_rate_flags_a_class_balanced_sampler(tmp_path):
-    ev = CHECKS["sampling-rate"].run(context(tmp_path, "train_class_balanced", "sampling-rate", trials=None, confidence=0.99))
+    ev = CHECKS["sampling-rate"].run(
+        context(tmp_path, "train_class_balanced", "sampling-rate", trials=None, confidence=0.99)
+    )
     assert ev.epsilon_lb > EPSILON_UB
 
 

@@ -27,9 +27,18 @@ def setup():
     x, y = data.features[:50], data.labels[:50]
     torch.manual_seed(0)
     # The 128-unit ReLU digits-mlp these measurements were made on (9,610 parameters: 10 uploads at 0.1 %).
-    model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes, hidden=128, activation="relu")
+    model = build_model(
+        "digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes, hidden=128, activation="relu"
+    )
     canary = pixel_canary(x, y, num_classes=bundle.num_classes)
-    return {"x": x, "y": y, "model": model, "initial": flatten_parameters(model), "canary": canary, "coords": canary_coordinates(model, canary)}
+    return {
+        "x": x,
+        "y": y,
+        "model": model,
+        "initial": flatten_parameters(model),
+        "canary": canary,
+        "coords": canary_coordinates(model, canary),
+    }
 
 
 def make_turn(setup, rule: UploadRule, *, leak: bool = False):
@@ -49,7 +58,10 @@ def make_turn(setup, rule: UploadRule, *, leak: bool = False):
             # The planted bug: the canary coordinates' true Δw go out without noise or selection.
             keep = ~np.isin(idx.numpy(), coords)
             c = torch.from_numpy(coords)
-            idx, values = torch.cat([idx[torch.from_numpy(keep)], c]), torch.cat([values[torch.from_numpy(keep)], delta[c]])
+            idx, values = (
+                torch.cat([idx[torch.from_numpy(keep)], c]),
+                torch.cat([values[torch.from_numpy(keep)], delta[c]]),
+            )
         return idx, values
 
     return turn
@@ -58,7 +70,14 @@ def make_turn(setup, rule: UploadRule, *, leak: bool = False):
 def dp_setup(setup, epsilon: float = 0.1):
     rule = UploadRule(upload_fraction=0.001, dp_epsilon=epsilon, bound=0.01, dp_threshold=0.001)
     c = rule.count(setup["initial"].numel())
-    claim = dssgd_svt_claim(epsilon_per_parameter=epsilon, bound=0.01, threshold=0.001, uploads_per_round=c, num_rounds=1, num_parameters=setup["initial"].numel())
+    claim = dssgd_svt_claim(
+        epsilon_per_parameter=epsilon,
+        bound=0.01,
+        threshold=0.001,
+        uploads_per_round=c,
+        num_rounds=1,
+        num_parameters=setup["initial"].numel(),
+    )
     return rule, claim
 
 
@@ -97,7 +116,9 @@ def test_canary_coordinates_are_the_first_layer_columns_and_move_only_with_the_c
 
 def test_non_private_dssgd_uploads_the_canary_coordinates_only_with_the_canary(setup):
     turn = make_turn(setup, UploadRule(upload_fraction=0.1))
-    result = dssgd_upload_audit(turn_fn=turn, coordinates=setup["coords"], trials=500, claim=NonPrivateClaim(), delta=DELTA, seed=0)
+    result = dssgd_upload_audit(
+        turn_fn=turn, coordinates=setup["coords"], trials=500, claim=NonPrivateClaim(), delta=DELTA, seed=0
+    )
     assert result.details.in_rate_any_canary_coordinate > 0.95
     assert result.details.out_rate_any_canary_coordinate == 0.0
     assert result.epsilon_lb > 3.0  # measured 3.7 (seed 0); perfect separation on 250 + 250 turns
@@ -108,7 +129,9 @@ def test_non_private_dssgd_uploads_the_canary_coordinates_only_with_the_canary(s
 
 def test_dp_variant_stays_below_its_per_turn_claim(setup):
     rule, claim = dp_setup(setup, epsilon=0.1)
-    result = dssgd_upload_audit(turn_fn=make_turn(setup, rule), coordinates=setup["coords"], trials=1000, claim=claim, delta=DELTA, seed=0)
+    result = dssgd_upload_audit(
+        turn_fn=make_turn(setup, rule), coordinates=setup["coords"], trials=1000, claim=claim, delta=DELTA, seed=0
+    )
     c = claim.uploads_per_round
     assert c == 10
     assert result.epsilon_ub == pytest.approx(c * 0.1)  # the composed figure of one turn
@@ -130,12 +153,20 @@ def test_claim_of_more_than_one_turn_is_refused(setup):
     rule, claim = dp_setup(setup)
     many = dataclasses.replace(claim, num_rounds=5, description="")
     with pytest.raises(ValueError, match="num_rounds"):
-        dssgd_upload_audit(turn_fn=make_turn(setup, rule), coordinates=setup["coords"], trials=4, claim=many, delta=DELTA)
+        dssgd_upload_audit(
+            turn_fn=make_turn(setup, rule), coordinates=setup["coords"], trials=4, claim=many, delta=DELTA
+        )
 
 
 @pytest.mark.parametrize(
     ("kwargs", "name"),
-    [({"trials": 1}, "trials"), ({"coordinates": np.array([], dtype=np.int64)}, "coordinates"), ({"confidence": 1.0}, "confidence"), ({"confidence": 0.0}, "confidence"), ({"delta": 0.0}, "delta")],
+    [
+        ({"trials": 1}, "trials"),
+        ({"coordinates": np.array([], dtype=np.int64)}, "coordinates"),
+        ({"confidence": 1.0}, "confidence"),
+        ({"confidence": 0.0}, "confidence"),
+        ({"delta": 0.0}, "delta"),
+    ],
 )
 def test_bad_arguments_name_the_argument(setup, kwargs, name):
     calls = []
@@ -144,7 +175,14 @@ def test_bad_arguments_name_the_argument(setup, kwargs, name):
         calls.append(seed)
         return np.array([0]), np.array([0.0])
 
-    args = {"turn_fn": turn, "coordinates": setup["coords"], "trials": 10, "claim": NonPrivateClaim(), "delta": DELTA, **kwargs}
+    args = {
+        "turn_fn": turn,
+        "coordinates": setup["coords"],
+        "trials": 10,
+        "claim": NonPrivateClaim(),
+        "delta": DELTA,
+        **kwargs,
+    }
     with pytest.raises(ValueError, match=name):
         dssgd_upload_audit(**args)
     assert not calls  # refused before any turn ran

@@ -137,7 +137,9 @@ def test_examples_always_inside_ball_and_range(attack, norm, radius, bounds, see
     x[:4] = lo
     x[4:8] = hi
     y = torch.randint(0, 5, (16,), generator=gen)
-    x_adv = adversarial_examples(net, x, y, attack=attack, radius=radius, norm=norm, clip_min=lo, clip_max=hi, generator=gen)
+    x_adv = adversarial_examples(
+        net, x, y, attack=attack, radius=radius, norm=norm, clip_min=lo, clip_max=hi, generator=gen
+    )
     assert float(_measured(x_adv, x, norm).max()) <= radius + TOL
     assert float(x_adv.min()) >= lo and float(x_adv.max()) <= hi
 
@@ -146,7 +148,9 @@ def test_examples_always_inside_ball_and_range(attack, norm, radius, bounds, see
 def test_model_state_untouched(model, digits, norm):
     model.train()
     try:
-        run_evasion(model, digits.test.features[:20], digits.test.labels[:20], attack="pgd", radii=RADII[norm], norm=norm)
+        run_evasion(
+            model, digits.test.features[:20], digits.test.labels[:20], attack="pgd", radii=RADII[norm], norm=norm
+        )
         assert model.training
     finally:
         model.eval()
@@ -190,7 +194,9 @@ def test_iterative_attacks_at_least_as_strong_as_fgsm(model, digits, norm):
 def test_pgd_restarts_keep_the_worst_case(model, digits):
     x, y = digits.test.features, digits.test.labels
     one = run_evasion(model, x, y, attack="pgd", radii=[0.05, 0.1], seed=5, batch_size=1000)
-    many = run_evasion(model, x, y, attack=evasion_config("pgd", num_restarts=4), radii=[0.05, 0.1], seed=5, batch_size=1000)
+    many = run_evasion(
+        model, x, y, attack=evasion_config("pgd", num_restarts=4), radii=[0.05, 0.1], seed=5, batch_size=1000
+    )
     # The first restart draws the same start as the single run; later ones can only add.
     assert np.all(many.success >= one.success)
 
@@ -232,7 +238,9 @@ def test_randomized_model_with_its_own_generator(noisy_model, digits):
     for _ in range(2):
         layer.generator = torch.Generator().manual_seed(7)
         try:
-            runs.append(run_evasion(noisy_model, x, y, attack="mim", radii=[0.1], norm="linf", eot_samples=2, eval_samples=4))
+            runs.append(
+                run_evasion(noisy_model, x, y, attack="mim", radii=[0.1], norm="linf", eot_samples=2, eval_samples=4)
+            )
         finally:
             layer.generator = None
     assert runs[0].config["eot_samples"] == 2 and runs[0].config["eval_samples"] == 4
@@ -240,7 +248,9 @@ def test_randomized_model_with_its_own_generator(noisy_model, digits):
 
 
 def test_eot_draws_ignored_for_deterministic_models(model, digits):
-    result = run_evasion(model, digits.test.features[:20], digits.test.labels[:20], attack="fgsm", radii=[0.1], eot_samples=8)
+    result = run_evasion(
+        model, digits.test.features[:20], digits.test.labels[:20], attack="fgsm", radii=[0.1], eot_samples=8
+    )
     assert result.config["eot_samples"] == 1 and result.config["randomized"] is False
 
 
@@ -308,8 +318,12 @@ def test_registry_defaults():
     assert EVASION_ATTACKS.names() == ("fgsm", "ifgsm", "pgd", "mim")
     assert EVASION_ATTACKS["fgsm"].config.num_steps == 1 and EVASION_ATTACKS["fgsm"].config.step_ratio == 1.0
     for name in ("ifgsm", "mim"):  # Phan et al.'s evaluation: 10 steps of radius/10
-        assert EVASION_ATTACKS[name].config.num_steps == 10 and EVASION_ATTACKS[name].config.step_ratio == pytest.approx(0.1)
-    assert EVASION_ATTACKS["pgd"].config.num_steps == 10 and EVASION_ATTACKS["pgd"].config.step_ratio == pytest.approx(0.25)  # Madry et al.'s 2.5 r / t
+        assert EVASION_ATTACKS[name].config.num_steps == 10 and EVASION_ATTACKS[
+            name
+        ].config.step_ratio == pytest.approx(0.1)
+    assert EVASION_ATTACKS["pgd"].config.num_steps == 10 and EVASION_ATTACKS["pgd"].config.step_ratio == pytest.approx(
+        0.25
+    )  # Madry et al.'s 2.5 r / t
     assert EVASION_ATTACKS["pgd"].config.random_start and not EVASION_ATTACKS["ifgsm"].config.random_start
     assert EVASION_ATTACKS["mim"].config.momentum == 1.0
     assert evasion_config("pgd", num_restarts=3) == dataclasses.replace(EVASION_ATTACKS["pgd"].config, num_restarts=3)
@@ -358,7 +372,11 @@ def test_result_metrics_and_round_trip(tmp_path):
         ({"radii": np.array([-0.1, 0.1, 0.3])}, ValueError, "radii"),
         ({"radii": np.array([0.0, 0.1])}, ValueError, "success"),
         ({"success": np.zeros((3, 4), dtype=int)}, TypeError, "success"),
-        ({"success": np.array([[True, True, False, False], [False, True, False, False], [True, True, True, False]])}, ValueError, "monotone"),
+        (
+            {"success": np.array([[True, True, False, False], [False, True, False, False], [True, True, True, False]])},
+            ValueError,
+            "monotone",
+        ),
         ({"success": np.zeros((3, 4), dtype=bool)}, ValueError, "clean_correct"),
         ({"clean_correct": np.array([1, 0, 1, 1])}, TypeError, "clean_correct"),
         ({"max_perturbation": np.array([0.0, 0.2, 0.3])}, ValueError, "max_perturbation"),
@@ -400,7 +418,10 @@ def test_pgd_not_weaker_than_foolbox(model, digits):
     theirs_mean, ours_mean = np.mean(theirs, axis=0), np.mean(ours, axis=0)
     assert np.all(ours_mean <= theirs_mean + 0.01), (ours_mean, theirs_mean)
     # The deterministic attacks are the same computation: identical robust accuracy.
-    for ours_name, theirs_attack in (("fgsm", fb.attacks.FGSM()), ("ifgsm", fb.attacks.LinfBasicIterativeAttack(steps=10, rel_stepsize=0.1))):
+    for ours_name, theirs_attack in (
+        ("fgsm", fb.attacks.FGSM()),
+        ("ifgsm", fb.attacks.LinfBasicIterativeAttack(steps=10, rel_stepsize=0.1)),
+    ):
         _, _, success = theirs_attack(fmodel, x, y, epsilons=radii)
         mine = run_evasion(model, x, y, attack=ours_name, radii=radii).robust_accuracy
         assert np.all(mine <= 1.0 - success.float().mean(1).numpy() + 1e-3), ours_name

@@ -36,11 +36,16 @@ def _seeded(model: nn.Module, seed: int = 0) -> nn.Module:
 
 
 def _target(num_classes: int = 4, shape: tuple[int, int, int] = (1, 8, 8), seed: int = 0) -> nn.Module:
-    return _seeded(nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(shape)), 16), nn.Dropout(0.1), nn.Linear(16, num_classes)), seed)
+    return _seeded(
+        nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(shape)), 16), nn.Dropout(0.1), nn.Linear(16, num_classes)),
+        seed,
+    )
 
 
 def _snapshot(*modules: nn.Module) -> list[tuple[dict[str, torch.Tensor], list[bool]]]:
-    return [({k: t.detach().clone() for k, t in m.state_dict().items()}, [s.training for s in m.modules()]) for m in modules]
+    return [
+        ({k: t.detach().clone() for k, t in m.state_dict().items()}, [s.training for s in m.modules()]) for m in modules
+    ]
 
 
 def _same(before: list[tuple[dict[str, torch.Tensor], list[bool]]], *modules: nn.Module) -> None:
@@ -135,7 +140,14 @@ class _Counting(nn.Module):
 def test_gmi_batches_every_class_and_restart_and_keeps_the_restart_the_target_scores_highest() -> None:
     target = _Counting(_target(num_classes=5))
     generator, critic = _gan()
-    out = gmi(target, generator, critic, classes=[0, 1, 2, 3, 4], config=GMIConfig(gmi_iterations=3, restarts=4, identity_weight=0.0), seed=1)
+    out = gmi(
+        target,
+        generator,
+        critic,
+        classes=[0, 1, 2, 3, 4],
+        config=GMIConfig(gmi_iterations=3, restarts=4, identity_weight=0.0),
+        seed=1,
+    )
     # One batch of K·R = 20 latents per iteration (3 steps, the final pass, the confidence pass).
     assert set(target.batch_sizes) == {20} and len(target.batch_sizes) == 5
     conf = np.asarray(out.details["restart_confidence"])
@@ -192,7 +204,12 @@ def test_gmi_raises_the_targets_confidence_far_above_chance() -> None:
 )
 def test_gmi_rejects_bad_arguments_naming_them(kwargs: dict[str, object], name: str) -> None:
     generator, critic = _gan()
-    args: dict[str, object] = {"classes": [0, 1], "config": GMIConfig(gmi_iterations=1, restarts=1), "seed": 0, **kwargs}
+    args: dict[str, object] = {
+        "classes": [0, 1],
+        "config": GMIConfig(gmi_iterations=1, restarts=1),
+        "seed": 0,
+        **kwargs,
+    }
     with pytest.raises(ValueError, match=name):
         gmi(_target(), generator, critic, **args)  # type: ignore[arg-type]
 
@@ -215,8 +232,22 @@ def test_run_gmi_needs_a_prior_of_the_right_shape() -> None:
     with pytest.raises(ValueError, match="prior"):
         run_gmi(_target(), classes=[0], input_shape=(1, 8, 8), config=config, seed=0, prior=None)
     with pytest.raises(ValueError, match="input_shape"):
-        run_gmi(_target(shape=(1, 28, 28)), classes=[0], input_shape=(1, 28, 28), config=config, seed=0, prior={"generator": generator, "critic": critic})
-    out = run_gmi(_target(), classes=[0], input_shape=(1, 8, 8), config=config, seed=0, prior={"generator": generator, "critic": critic})
+        run_gmi(
+            _target(shape=(1, 28, 28)),
+            classes=[0],
+            input_shape=(1, 28, 28),
+            config=config,
+            seed=0,
+            prior={"generator": generator, "critic": critic},
+        )
+    out = run_gmi(
+        _target(),
+        classes=[0],
+        input_shape=(1, 8, 8),
+        config=config,
+        seed=0,
+        prior={"generator": generator, "critic": critic},
+    )
     assert out.reconstructions.shape == (1, 1, 8, 8)
 
 
@@ -228,13 +259,28 @@ def test_flags_are_prefixed_and_do_not_leak_into_mi_face_or_from_it() -> None:
 
     parser = argparse.ArgumentParser()
     flags = add_option_flags(parser, {"mi-face": MIFaceConfig, "gmi": GMIConfig, "prior:gan": GANConfig})
-    expected = {"--latent-dim", "--gan-epochs", "--gan-batch-size", "--gan-learning-rate", "--critic-steps", "--gradient-penalty"}
+    expected = {
+        "--latent-dim",
+        "--gan-epochs",
+        "--gan-batch-size",
+        "--gan-learning-rate",
+        "--critic-steps",
+        "--gradient-penalty",
+    }
     assert {s.flag for s in option_specs(GANConfig)} == expected
-    assert {s.flag for s in option_specs(GMIConfig)} == {"--identity-weight", "--gmi-iterations", "--gmi-step-size", "--gmi-momentum", "--restarts"}
+    assert {s.flag for s in option_specs(GMIConfig)} == {
+        "--identity-weight",
+        "--gmi-iterations",
+        "--gmi-step-size",
+        "--gmi-momentum",
+        "--restarts",
+    }
 
     def parsed(config_type: type, argv: list[str]) -> dict[str, object]:
         mine = {s.flag for s in option_specs(config_type)}
-        return options_from_args(parser.parse_args(argv), config_type, {f: s for f, s in flags.items() if f in mine}, owner="test")
+        return options_from_args(
+            parser.parse_args(argv), config_type, {f: s for f, s in flags.items() if f in mine}, owner="test"
+        )
 
     # MI-Face's --step-size is not GMI's step, and GMI's is not MI-Face's; --restarts is shared.
     assert parsed(GMIConfig, ["--step-size", "0.3", "--restarts", "2"]) == {"restarts": 2}

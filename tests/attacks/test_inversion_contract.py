@@ -63,7 +63,9 @@ def priors() -> dict[str, dict[str, nn.Module]]:
         if spec.prior is not None and spec.prior.name not in out:
             public, _ = _images(64, seed=9)
             config = spec.prior.config_type(**FAST_PRIOR.get(spec.prior.name, {}))
-            out[spec.prior.name] = dict(spec.prior.train(public, input_shape=SHAPE, config=config, seed=0, device="cpu"))
+            out[spec.prior.name] = dict(
+                spec.prior.train(public, input_shape=SHAPE, config=config, seed=0, device="cpu")
+            )
     return out
 
 
@@ -88,7 +90,9 @@ def test_shape_range_and_confidence(name: str, priors) -> None:
     assert out.target_confidence.shape == (CLASSES,)
     # The kept reconstruction's confidence is the target's own verdict on it.
     with torch.no_grad():
-        p = torch.softmax(_target()(torch.from_numpy(np.array(out.reconstructions))).double(), 1)[torch.arange(CLASSES), torch.arange(CLASSES)]
+        p = torch.softmax(_target()(torch.from_numpy(np.array(out.reconstructions))).double(), 1)[
+            torch.arange(CLASSES), torch.arange(CLASSES)
+        ]
     np.testing.assert_allclose(out.target_confidence, p.numpy(), rtol=1e-4, atol=1e-6)
 
 
@@ -124,7 +128,9 @@ def judged() -> dict[str, object]:
     xn, yn = _images(40, seed=2)
     members = LabelledImages(features=xm, labels=ym, ids=np.arange(80))
     non = LabelledImages(features=xn, labels=yn, ids=np.arange(80, 120))
-    evaluator = train_evaluator(members, num_classes=CLASSES, config=EvaluatorConfig(evaluator_epochs=5, evaluator_width=8), seed=0)
+    evaluator = train_evaluator(
+        members, num_classes=CLASSES, config=EvaluatorConfig(evaluator_epochs=5, evaluator_width=8), seed=0
+    )
     return {"members": members, "non": non, "evaluator": evaluator}
 
 

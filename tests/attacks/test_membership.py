@@ -69,7 +69,16 @@ def target(tmp_path_factory):
     """A deliberately overfit digits-mlp: 100 members, 150 epochs (train acc 1.0, held-out ~0.8)."""
     bundle = load_dataset("digits")
     splits = make_splits(bundle, seed=0, num_members=100, num_non_members=100)
-    record, model = train_nonprivate(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=150), seed=0, progress=False))
+    record, model = train_nonprivate(
+        TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name="digits-mlp",
+            config=NonPrivateConfig(epochs=150),
+            seed=0,
+            progress=False,
+        )
+    )
     run = tmp_path_factory.mktemp("mia-run")
     save_record(record, model, run / "records" / record.model_id)
     return {"bundle": bundle, "record": record, "model": model, "run": run}
@@ -113,13 +122,22 @@ def test_every_attack_deterministic_under_a_seed(results, target):
         shadow_directory=shadow_dir(target["run"]),
         progress=False,
     )
-    assert again["lira"].metadata["shadows_reused"] == 2 * NUM_SHADOWS and again["lira"].metadata["shadows_trained"] == 0
+    assert (
+        again["lira"].metadata["shadows_reused"] == 2 * NUM_SHADOWS and again["lira"].metadata["shadows_trained"] == 0
+    )
     for name in ATTACKS:
         np.testing.assert_array_equal(again[name].scores, results[name].scores, err_msg=name)
 
 
 def test_shadow_training_is_deterministic(target):
-    spec = plan_shadows(template=target["record"], pool_ids=np.arange(400), num_shadows=1, seed=3, kind="offline", training=ShadowTraining(epochs=3))[0]
+    spec = plan_shadows(
+        template=target["record"],
+        pool_ids=np.arange(400),
+        num_shadows=1,
+        seed=3,
+        kind="offline",
+        training=ShadowTraining(epochs=3),
+    )[0]
     (_, a), (_, b) = train_shadow(spec, bundle=target["bundle"]), train_shadow(spec, bundle=target["bundle"])
     for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(x, y), k
@@ -190,7 +208,9 @@ def test_offline_attack_without_population_is_a_clear_error(target):
     m = target["record"].membership
     bare = dataclasses.replace(target["record"], membership=Membership(members=m.members, non_members=m.non_members))
     with pytest.raises(ValueError, match="'lira-offline' needs population data"):
-        membership_attack("lira-offline", record=bare, model=target["model"], bundle=target["bundle"], num_shadows=2, progress=False)
+        membership_attack(
+            "lira-offline", record=bare, model=target["model"], bundle=target["bundle"], num_shadows=2, progress=False
+        )
 
 
 # ----------------------------------------------------------------------------- interrupted runs
@@ -199,7 +219,16 @@ class _Stop(Exception):
 
 
 def test_interrupted_run_keeps_finished_shadows_and_resumes(target, tmp_path):
-    kw = dict(record=target["record"], model=target["model"], bundle=target["bundle"], num_shadows=6, seed=11, progress=False, shadow_directory=tmp_path, training=ShadowTraining(epochs=3))
+    kw = dict(
+        record=target["record"],
+        model=target["model"],
+        bundle=target["bundle"],
+        num_shadows=6,
+        seed=11,
+        progress=False,
+        shadow_directory=tmp_path,
+        training=ShadowTraining(epochs=3),
+    )
     done = []
 
     def stop_after_three(spec, record):
@@ -228,7 +257,13 @@ def test_shadow_plan_is_balanced_and_prefix_consistent(target):
     assert [s.shadow_id for s in small] == [s.shadow_id for s in large[:4]]
     keep = np.stack([np.isin(pool, s.train_ids) for s in large])
     assert np.all(keep.sum(axis=0) == 4)  # every id IN for exactly half
-    offline = plan_shadows(template=target["record"], pool_ids=target["record"].membership.population, num_shadows=2, seed=5, kind="offline")
+    offline = plan_shadows(
+        template=target["record"],
+        pool_ids=target["record"].membership.population,
+        num_shadows=2,
+        seed=5,
+        kind="offline",
+    )
     queried, _ = query_ids(target["record"])
     assert not any(np.isin(queried, s.train_ids).any() for s in offline)
 
@@ -256,7 +291,9 @@ def test_threshold_scores_match_reference_formulas():
     np.testing.assert_allclose(threshold_scores(logits, y, kind="loss"), np.log(py))
     np.testing.assert_allclose(threshold_scores(logits, y, kind="confidence"), np.log(p.max(1)))
     np.testing.assert_allclose(threshold_scores(logits, y, kind="entropy"), np.sum(p * np.log(p), 1))
-    mentr = -(1 - py) * np.log(py) - np.array([sum(p[i, j] * np.log(1 - p[i, j]) for j in range(5) if j != y[i]) for i in range(40)])
+    mentr = -(1 - py) * np.log(py) - np.array(
+        [sum(p[i, j] * np.log(1 - p[i, j]) for j in range(5) if j != y[i]) for i in range(40)]
+    )
     np.testing.assert_allclose(threshold_scores(logits, y, kind="modified-entropy"), -mentr, rtol=1e-9)
     # a confidently wrong prediction must stay finite (log(1 − p) with p rounding to 1)
     assert np.all(np.isfinite(threshold_scores(np.array([[0.0, 80.0]]), np.array([0]), kind="modified-entropy")))
@@ -284,16 +321,39 @@ def test_rmia_matches_brute_force():
     lr_z = np.exp(tz) / pz
     for gamma in (1.0, 2.0):
         online = np.array([np.mean(np.exp(tx[i]) / half(px, keep_x, i) / lr_z > gamma) for i in range(n)])
-        got = rmia_scores(target_logp_x=tx, ref_logp_x=rx, target_logp_z=tz, ref_logp_z=rz, keep_x=keep_x, keep_z=keep_z, gamma=gamma, tie_break=False)
+        got = rmia_scores(
+            target_logp_x=tx,
+            ref_logp_x=rx,
+            target_logp_z=tz,
+            ref_logp_z=rz,
+            keep_x=keep_x,
+            keep_z=keep_z,
+            gamma=gamma,
+            tie_break=False,
+        )
         np.testing.assert_allclose(got, online)
-        broken = rmia_scores(target_logp_x=tx, ref_logp_x=rx, target_logp_z=tz, ref_logp_z=rz, keep_x=keep_x, keep_z=keep_z, gamma=gamma)
+        broken = rmia_scores(
+            target_logp_x=tx, ref_logp_x=rx, target_logp_z=tz, ref_logp_z=rz, keep_x=keep_x, keep_z=keep_z, gamma=gamma
+        )
         np.testing.assert_allclose(np.floor(broken * m + 1e-9) / m, online)  # the tie-break stays below 1/m
         lr_x = np.exp(tx) / np.array([half(px, keep_x, i) for i in range(n)])
         assert np.all(np.diff(broken[np.argsort(lr_x)]) >= 0)  # and orders by LR(x)
         a = 0.3
         pxo = 0.5 * ((1 + a) * px.mean(0) + (1 - a))
         offline = np.array([np.mean(np.exp(tx[i]) / pxo[i] / lr_z > gamma) for i in range(n)])
-        np.testing.assert_allclose(rmia_scores(target_logp_x=tx, ref_logp_x=rx, target_logp_z=tz, ref_logp_z=rz, keep_z=keep_z, offline_a=a, gamma=gamma, tie_break=False), offline)
+        np.testing.assert_allclose(
+            rmia_scores(
+                target_logp_x=tx,
+                ref_logp_x=rx,
+                target_logp_z=tz,
+                ref_logp_z=rz,
+                keep_z=keep_z,
+                offline_a=a,
+                gamma=gamma,
+                tie_break=False,
+            ),
+            offline,
+        )
     with pytest.raises(ValueError, match="offline_a is required"):
         rmia_scores(target_logp_x=tx, ref_logp_x=rx, target_logp_z=tz, ref_logp_z=rz)
 
@@ -312,7 +372,11 @@ def test_lira_separates_gaussian_in_out_and_uses_global_variance_below_64():
     online = lira_online_scores(target, shadow, keep)
     offline = lira_offline_scores(target, rng.normal(size=(k, n)))
     per_example = lira_online_scores(target, shadow, keep, global_variance=False)
-    assert roc_auc_score(member, online) > 0.8 and roc_auc_score(member, offline) > 0.8 and roc_auc_score(member, per_example) > 0.75
+    assert (
+        roc_auc_score(member, online) > 0.8
+        and roc_auc_score(member, offline) > 0.8
+        and roc_auc_score(member, per_example) > 0.75
+    )
 
     # By hand: per-example medians, one pooled residual σ per side (k = 16 < 64 → global).
     def fit(mask):
@@ -326,13 +390,21 @@ def test_lira_separates_gaussian_in_out_and_uses_global_variance_below_64():
 def test_augmentations_only_where_meaningful():
     assert augmentations_for("digits", (1, 8, 8)) == ("identity",)
     assert augmentations_for("adult", (104,)) == ("identity",)
-    assert "flip" not in augmentations_for("mnist", (1, 28, 28)) and "shift:1:0" in augmentations_for("mnist", (1, 28, 28))
+    assert "flip" not in augmentations_for("mnist", (1, 28, 28)) and "shift:1:0" in augmentations_for(
+        "mnist", (1, 28, 28)
+    )
     assert augmentations_for("cifar10", (3, 32, 32))[:2] == ("identity", "flip")
 
 
 # ----------------------------------------------------------------------------- result values
 def _result(**kw):
-    base = dict(attack="loss", model_id="m", sample_ids=np.arange(4), scores=np.array([0.1, 0.9, 0.4, 0.8]), is_member=np.array([False, True, False, True]))
+    base = dict(
+        attack="loss",
+        model_id="m",
+        sample_ids=np.arange(4),
+        scores=np.array([0.1, 0.9, 0.4, 0.8]),
+        is_member=np.array([False, True, False, True]),
+    )
     base.update(kw)
     return MembershipResult(**base)
 
@@ -345,7 +417,10 @@ def test_result_metrics_from_scores():
     rng = np.random.default_rng(0)
     scores, member = rng.normal(size=400) + 1.5 * (np.arange(400) % 2), np.arange(400) % 2 == 1
     big = _result(sample_ids=np.arange(400), scores=scores, is_member=member)
-    assert big.epsilon_bound(delta=1e-5).epsilon_lb == bound_from_scores(scores[member], scores[~member], delta=1e-5).epsilon_lb
+    assert (
+        big.epsilon_bound(delta=1e-5).epsilon_lb
+        == bound_from_scores(scores[member], scores[~member], delta=1e-5).epsilon_lb
+    )
     s = big.summary()
     assert set(s["tpr_at_fpr"]) == {"0.001", "0.01"} and 0.5 < s["auc"] < 1.0
 
@@ -416,12 +491,17 @@ def test_cli_json_for_a_record(target, capsys, tmp_path):
     assert set(data) >= {"attacks", "target", "result_dir"} and data["target"] == target["record"].model_id
     assert set(data["attacks"]) == {"loss", "rmia"}
     for s in data["attacks"].values():
-        assert {"auc", "balanced_accuracy", "tpr_at_fpr", "epsilon_lb"} <= set(s) and set(s["tpr_at_fpr"]) == {"0.001", "0.01"}
+        assert {"auc", "balanced_accuracy", "tpr_at_fpr", "epsilon_lb"} <= set(s) and set(s["tpr_at_fpr"]) == {
+            "0.001",
+            "0.01",
+        }
     assert (Path(data["result_dir"]) / "rmia.npz").is_file()
     report = Path(data["report"])
     assert report.is_file() and report.with_name(report.stem + "-roc.png").is_file() and Path(data["index"]).is_file()
     assert len(list(RunDir(tmp_path).shadow_dir().glob("*/record.json"))) == 2
-    assert data["shadows"] == [{"pool": "online", "num_models": 2, "attacks": ["rmia"], "num_trained": 2, "num_reused": 0}]
+    assert data["shadows"] == [
+        {"pool": "online", "num_models": 2, "attacks": ["rmia"], "num_trained": 2, "num_reused": 0}
+    ]
     assert data["shadow_defense"] == target["record"].defense  # shadows trained as the target was
 
 
@@ -468,15 +548,36 @@ def test_external_targets_are_keyed_by_members_and_code_and_accept_a_file(target
     from safetensors.torch import save_file
 
     builder = tmp_path / "builder.py"
-    builder.write_text("from dpaudit.models import build_model\n\n\ndef build():\n    return build_model('digits-mlp', input_shape=(1, 8, 8), num_classes=10)\n")
+    builder.write_text(
+        "from dpaudit.models import build_model\n\n\ndef build():\n    return "
+        "build_model('digits-mlp', input_shape=(1, 8, 8), num_classes=10)\n"
+    )
     weights = tmp_path / "w.safetensors"
     save_file({k: t.contiguous() for k, t in target["model"].state_dict().items()}, str(weights))
     members = target["record"].membership.members.tolist()
     ids = []
     for name, chosen in (("all.json", members), ("half.json", members[: len(members) // 2])):
         (tmp_path / name).write_text(json.dumps(chosen))
-        argv = ["attack", "membership", "--model-fn", f"{builder}:build", "--weights", str(weights), "--dataset", "digits"]
-        argv += ["--member-ids", str(tmp_path / name), "--attack", "loss", "--out", str(tmp_path / "run"), "--json", "--quiet"]
+        argv = [
+            "attack",
+            "membership",
+            "--model-fn",
+            f"{builder}:build",
+            "--weights",
+            str(weights),
+            "--dataset",
+            "digits",
+        ]
+        argv += [
+            "--member-ids",
+            str(tmp_path / name),
+            "--attack",
+            "loss",
+            "--out",
+            str(tmp_path / "run"),
+            "--json",
+            "--quiet",
+        ]
         code = main(argv)
         out, err = capsys.readouterr()
         assert code == 0, err
@@ -496,13 +597,34 @@ def test_an_external_target_is_keyed_by_the_modules_its_builder_imports(target, 
 
     monkeypatch.syspath_prepend(str(tmp_path))  # arch.py is importable, as with PYTHONPATH=.
     arch = tmp_path / "arch.py"
-    arch.write_text("from dpaudit.models import build_model\n\n\ndef net():\n    return build_model('digits-mlp', input_shape=(1, 8, 8), num_classes=10)\n")
+    arch.write_text(
+        "from dpaudit.models import build_model\n\n\ndef net():\n    return "
+        "build_model('digits-mlp', input_shape=(1, 8, 8), num_classes=10)\n"
+    )
     (tmp_path / "builder.py").write_text("import arch\n\n\ndef build():\n    return arch.net()\n")
     weights = tmp_path / "w.safetensors"
     save_file({k: t.contiguous() for k, t in target["model"].state_dict().items()}, str(weights))
     (tmp_path / "members.json").write_text(json.dumps(target["record"].membership.members.tolist()))
-    argv = ["attack", "membership", "--model-fn", f"{tmp_path / 'builder.py'}:build", "--weights", str(weights), "--dataset", "digits"]
-    argv += ["--member-ids", str(tmp_path / "members.json"), "--attack", "loss", "--out", str(tmp_path / "run"), "--json", "--quiet"]
+    argv = [
+        "attack",
+        "membership",
+        "--model-fn",
+        f"{tmp_path / 'builder.py'}:build",
+        "--weights",
+        str(weights),
+        "--dataset",
+        "digits",
+    ]
+    argv += [
+        "--member-ids",
+        str(tmp_path / "members.json"),
+        "--attack",
+        "loss",
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+        "--quiet",
+    ]
     ids = []
     for _ in range(2):
         code = main(argv)
@@ -528,7 +650,22 @@ def test_an_external_target_is_keyed_by_the_modules_its_builder_imports(target, 
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2(target, capsys, tmp_path, extra, needle):
-    argv = ["attack", "membership", "--target", str(target["run"]), "--attack", "lira", "--num-shadows", "2", "--executor", "serial", "--out", str(tmp_path), "--quiet", *extra]
+    argv = [
+        "attack",
+        "membership",
+        "--target",
+        str(target["run"]),
+        "--attack",
+        "lira",
+        "--num-shadows",
+        "2",
+        "--executor",
+        "serial",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+        *extra,
+    ]
     code = main(argv)
     _, err = capsys.readouterr()
     assert code == 2
@@ -536,7 +673,12 @@ def test_cli_bad_input_is_one_line_exit_2(target, capsys, tmp_path, extra, needl
 
 
 def test_cli_target_errors(capsys, tmp_path):
-    assert main(["attack", "membership", "--target", str(tmp_path / "nothing"), "--attack", "loss", "--out", str(tmp_path)]) == 2
+    assert (
+        main(
+            ["attack", "membership", "--target", str(tmp_path / "nothing"), "--attack", "loss", "--out", str(tmp_path)]
+        )
+        == 2
+    )
     assert "--target" in capsys.readouterr().err
     assert main(["attack", "membership", "--model-fn", "x:y", "--attack", "loss", "--out", str(tmp_path)]) == 2
     assert "needs --weights" in capsys.readouterr().err
@@ -544,7 +686,8 @@ def test_cli_target_errors(capsys, tmp_path):
 
 # ----------------------------------------------------------------------------- the app run
 def test_run_membership_says_how_many_shadows_and_trains_them_as_the_target(target, tmp_path):
-    """--num-shadows N counts the models one attack uses; online and offline pools are apart (issue: "--shadows 8 silently trains 16")."""
+    """--num-shadows N counts the models one attack uses; online and offline pools are apart (issue: "--shadows 8
+    silently trains 16")."""
     from dpaudit.app.runs.membership import MembershipSpec, run_membership
     from dpaudit.results.record import load_record
 
@@ -556,12 +699,25 @@ def test_run_membership_says_how_many_shadows_and_trains_them_as_the_target(targ
     spec = MembershipSpec(attacks=attacks, target=target["run"], executor="serial", progress=False, num_samples=40)
     lines: list[str] = []
     done = run_membership(spec, RunDir(tmp_path), on_plan=lines.append)
-    assert lines == ["4 shadow model(s): 2 online (each queried example IN for about half: lira) + 2 offline (population only, no queried example: lira-offline); shadows trained with 'nonprivate'"]
-    assert [(p.kind, p.num_models, p.num_trained, p.attacks) for p in done.pools] == [("online", 2, 2, ("lira",)), ("offline", 2, 2, ("lira-offline",))]
+    assert lines == [
+        "4 shadow model(s): 2 online (each queried example IN for about half: "
+        "lira) + 2 offline (population only, no queried example: lira-offline); "
+        "shadows trained with 'nonprivate'"
+    ]
+    assert [(p.kind, p.num_models, p.num_trained, p.attacks) for p in done.pools] == [
+        ("online", 2, 2, ("lira",)),
+        ("offline", 2, 2, ("lira-offline",)),
+    ]
     records = [load_record(p.parent) for p in RunDir(tmp_path).shadow_dir().glob("*/record.json")]
-    assert len(records) == 4 and {r.defense for r in records} == {"nonprivate"}  # the target's own defense, through the registry
+    assert len(records) == 4 and {r.defense for r in records} == {
+        "nonprivate"
+    }  # the target's own defense, through the registry
     assert {r.config["epochs"] for r in records} == {target["record"].config["epochs"]}
-    assert sorted(p.stem for p in RunDir(tmp_path).membership_dir(done.model_id).glob("*.json")) == ["lira", "lira-offline", "loss"]
+    assert sorted(p.stem for p in RunDir(tmp_path).membership_dir(done.model_id).glob("*.json")) == [
+        "lira",
+        "lira-offline",
+        "loss",
+    ]
     again = run_membership(spec, RunDir(tmp_path))
     assert again.num_shadows_trained == 0 and again.num_shadows_reused == 4
     for name in attacks:
@@ -579,7 +735,15 @@ def test_membership_spec_rejects_a_config_of_the_wrong_type(target):
 
 def test_an_attack_result_does_not_depend_on_the_other_attacks_of_the_call(target, tmp_path):
     """Issue 11, finding 3: LiRA's AUC changed when RMIA ran beside it (a different shadow pool)."""
-    kw = dict(record=target["record"], model=target["model"], bundle=target["bundle"], num_shadows=NUM_SHADOWS, seed=0, shadow_directory=tmp_path / "shadows", progress=False)
+    kw = dict(
+        record=target["record"],
+        model=target["model"],
+        bundle=target["bundle"],
+        num_shadows=NUM_SHADOWS,
+        seed=0,
+        shadow_directory=tmp_path / "shadows",
+        progress=False,
+    )
     alone = run_membership_attacks(["lira"], **kw)
     together = run_membership_attacks(["lira", "rmia"], **kw)
     np.testing.assert_array_equal(alone["lira"].scores, together["lira"].scores)
@@ -596,7 +760,9 @@ def test_sample_vulnerability_is_judged_from_the_shadows_alone() -> None:
     a = np.array([[4.0, 1.0, 2.0], [4.1, 1.0, 2.0], [0.0, 1.0, 2.0], [0.1, 1.0, 2.0]])  # (shadow, sample)
     logits = np.stack([np.zeros_like(a), a], axis=-1)[:, :, None, :]  # (k, U, q = 1, C = 2)
     train_ids = (np.array([10, 12]), np.array([10, 11, 12]), np.array([11, 12]), np.array([12]))
-    pool = ShadowOutputs(kind="online", pool_ids=ids, population_ids=np.array([], dtype=np.int64), train_ids=train_ids, logits=logits)
+    pool = ShadowOutputs(
+        kind="online", pool_ids=ids, population_ids=np.array([], dtype=np.int64), train_ids=train_ids, logits=logits
+    )
     context = MembershipContext(
         model_id="t",
         sample_ids=ids,

@@ -2,7 +2,8 @@
 
 :func:`check_attack_contract` takes a :class:`attacks.membership.MembershipAttackSpec`, and the
 parametrisation reads :data:`attacks.membership.MEMBERSHIP_ATTACKS` at collection, so an attack
-registered from any module (see ``tests/app/test_toy_attack.py``) runs through the same checks: it runs on a tiny overfit digits target, returns a :class:`MembershipResult` for the
+registered from any module (see ``tests/app/test_toy_attack.py``) runs through the same checks: it runs on a tiny
+overfit digits target, returns a :class:`MembershipResult` for the
 queried ids whose scores are finite with "higher = member" (AUC above chance), is deterministic
 under a seed, and its config rejects a bad value with a ValueError naming the field.
 """
@@ -18,7 +19,16 @@ import numpy as np
 import pytest
 import torch
 
-from attacks.membership import MEMBERSHIP_ATTACKS, MembershipAttackSpec, MembershipContext, build_context, choose_augmentations, plan_pools, query_ids, train_pools
+from attacks.membership import (
+    MEMBERSHIP_ATTACKS,
+    MembershipAttackSpec,
+    MembershipContext,
+    build_context,
+    choose_augmentations,
+    plan_pools,
+    query_ids,
+    train_pools,
+)
 from attacks.membership.shadows import ShadowTraining
 from dpaudit.options import add_option_flags, option_specs
 from dpaudit.results import MembershipResult
@@ -36,15 +46,42 @@ def tiny_context(seed: int = 0) -> MembershipContext:
     torch.set_num_threads(1)  # tiny models on a shared 2-core machine
     bundle = load_dataset("digits")
     splits = make_splits(bundle, seed=0, num_members=60, num_non_members=60)
-    record, model = train_nonprivate(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=NonPrivateConfig(epochs=80), seed=0, progress=False))
+    record, model = train_nonprivate(
+        TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name="digits-mlp",
+            config=NonPrivateConfig(epochs=80),
+            seed=0,
+            progress=False,
+        )
+    )
     ids, member = query_ids(record)
     # Every pool, so that any attack (whichever pool it names) finds its models.
     everyone = {n: (s, s.config_type(**_count_kwargs(s))) for n, s in MEMBERSHIP_ATTACKS.items() if s.shadow_pool}
     pools = plan_pools(everyone, record=record, sample_ids=ids, seed=seed, num_population=200, train_size=60)
     # Shadows overfit like the target (its own epochs), or LiRA is miscalibrated.
-    models, _, _ = train_pools(pools, record=record, seed=seed, train_size=60, training=ShadowTraining.from_config(record.config), directory=None, progress=False)
+    models, _, _ = train_pools(
+        pools,
+        record=record,
+        seed=seed,
+        train_size=60,
+        training=ShadowTraining.from_config(record.config),
+        directory=None,
+        progress=False,
+    )
     augs = choose_augmentations(bundle, None)
-    return build_context(record=record, model=model, bundle=bundle, sample_ids=ids, is_member=member, seed=seed, augmentations=augs, pools=pools, shadow_models=models)
+    return build_context(
+        record=record,
+        model=model,
+        bundle=bundle,
+        sample_ids=ids,
+        is_member=member,
+        seed=seed,
+        augmentations=augs,
+        pools=pools,
+        shadow_models=models,
+    )
 
 
 def _count_kwargs(spec: MembershipAttackSpec) -> dict[str, int]:
@@ -54,10 +91,16 @@ def _count_kwargs(spec: MembershipAttackSpec) -> dict[str, int]:
 def check_attack_contract(spec: MembershipAttackSpec) -> MembershipResult:
     """Asserts the membership-attack contract for ``spec``; returns its result on the tiny target."""
     assert isinstance(spec, MembershipAttackSpec)
-    assert spec.name and spec.summary and re.search(r"\d{4}", spec.summary), f"{spec.name}: the summary should cite its paper (author year)"
-    assert dataclasses.is_dataclass(spec.config_type) and spec.config_type.__dataclass_params__.frozen, f"{spec.name}: config_type must be a frozen dataclass"
+    assert spec.name and spec.summary and re.search(r"\d{4}", spec.summary), (
+        f"{spec.name}: the summary should cite its paper (author year)"
+    )
+    assert dataclasses.is_dataclass(spec.config_type) and spec.config_type.__dataclass_params__.frozen, (
+        f"{spec.name}: config_type must be a frozen dataclass"
+    )
     fields = {f.name for f in dataclasses.fields(spec.config_type)}
-    assert {o.field for o in option_specs(spec.config_type)} == fields, f"{spec.name}: every config field must be declared with dpaudit.options.option"
+    assert {o.field for o in option_specs(spec.config_type)} == fields, (
+        f"{spec.name}: every config field must be declared with dpaudit.options.option"
+    )
     add_option_flags(argparse.ArgumentParser(), {spec.name: spec.config_type})  # the CLI can be generated
 
     # Bad values are rejected at construction, naming the field.
@@ -76,7 +119,9 @@ def check_attack_contract(spec: MembershipAttackSpec) -> MembershipResult:
     np.testing.assert_array_equal(result.is_member, context.is_member)
     assert result.scores.shape == context.sample_ids.shape and result.scores.dtype == np.float64
     assert np.all(np.isfinite(result.scores))
-    assert result.auc() > 0.5, f"{spec.name}: AUC {result.auc():.3f} on an overfit target; scores must be higher for members"
+    assert result.auc() > 0.5, (
+        f"{spec.name}: AUC {result.auc():.3f} on an overfit target; scores must be higher for members"
+    )
     again = spec.run(context, config)
     np.testing.assert_array_equal(again.scores, result.scores, err_msg=f"{spec.name}: not deterministic under a seed")
     return result

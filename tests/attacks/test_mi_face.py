@@ -262,7 +262,8 @@ def test_config_rejects_unknown_descent() -> None:
         MIFaceConfig(descend_on="newton")
 
 
-# ----------------------------------------------------------------------------- time budget and progress (issue 30, item 5)
+# ----------------------------------------------------------------------------- time budget and progress (issue 30, item
+# 5)
 def test_default_iterations_are_capped_to_the_time_budget() -> None:
     from attacks.inversion.mi_face import DEFAULT_ITERATIONS, SECONDS_PER_CLASS, plan_iterations
 
@@ -271,7 +272,11 @@ def test_default_iterations_are_capped_to_the_time_budget() -> None:
     assert steps == DEFAULT_ITERATIONS and note is None  # 5 s: short, nothing to say
     steps, note = plan_iterations(MIFaceConfig(), seconds_per_step=0.5, num_classes=2)
     assert steps == int(2 * SECONDS_PER_CLASS / 0.5) == 480
-    assert note == "mi-face: one step over 2 classes takes 500 ms here, so the default 10,000 steps are capped at 480 (at most 4.0 min, 2 min per class); pass --max-iterations to choose"
+    assert (
+        note == "mi-face: one step over 2 classes takes 500 ms here, so the default "
+        "10,000 steps are capped at 480 (at most 4.0 min, 2 min per class); "
+        "pass --max-iterations to choose"
+    )
     steps, _ = plan_iterations(MIFaceConfig(restarts=4), seconds_per_step=0.5, num_classes=2)
     assert steps == 120  # restarts share the budget
     steps, note = plan_iterations(MIFaceConfig(max_iterations=10_000), seconds_per_step=0.5, num_classes=2)
@@ -284,7 +289,9 @@ def test_run_reports_progress_and_stores_the_cap(monkeypatch, capsys) -> None:
     monkeypatch.setattr(mod, "_seconds_per_step", lambda *a, **k: 20.0)  # a slow model: 12 steps fit 2 classes x 2 min
     seen: list[tuple[int, int]] = []
     cfg = MIFaceConfig(step_size=0.5, patience=1000, cost_threshold=0.0, restarts=2)
-    out = mod.run_mi_face(_Flat(), classes=[0, 1], input_shape=(1, 4, 4), config=cfg, seed=0, progress=lambda d, t: seen.append((d, t)))
+    out = mod.run_mi_face(
+        _Flat(), classes=[0, 1], input_shape=(1, 4, 4), config=cfg, seed=0, progress=lambda d, t: seen.append((d, t))
+    )
     assert out.details["max_iterations"] == 6 and max(max(i) for i in out.details["iterations"]) == 6
     assert seen[-1] == (12, 12) and all(t == 12 for _, t in seen) and [d for d, _ in seen] == sorted(d for d, _ in seen)
     assert "capped at 6" in capsys.readouterr().err

@@ -13,7 +13,12 @@ import pytest
 
 from attacks.audit.pate import answer_counts, neighbouring_votes, pate_audit, per_query_upper_bound
 from defenses.pate.aggregators import ConfidentGNMaxConfig, GNMaxConfig, LNMaxConfig, aggregate
-from defenses.pate.planted import PLANTED_PATE_BUGS, aggregate_noise_scale_too_small, aggregate_threshold_without_noise, planted_aggregator
+from defenses.pate.planted import (
+    PLANTED_PATE_BUGS,
+    aggregate_noise_scale_too_small,
+    aggregate_threshold_without_noise,
+    planted_aggregator,
+)
 from dpaudit.privacy.pate import analysis
 from dpaudit.privacy.pate import votes as pate_votes
 
@@ -58,14 +63,21 @@ def test_the_result_records_the_game_and_is_reproducible() -> None:
     a, b = pate_audit(aggregate, cfg, trials=20_000, seed=3), pate_audit(aggregate, cfg, trials=20_000, seed=3)
     assert a.to_dict() == b.to_dict()
     assert pate_audit(aggregate, cfg, trials=20_000, seed=4).details.counts != a.details.counts
-    assert (a.method, a.bound, a.threshold_strategy, a.num_in, a.num_out) == ("multi-run", "clopper-pearson", "bonferroni", 20_000, 20_000)
+    assert (a.method, a.bound, a.threshold_strategy, a.num_in, a.num_out) == (
+        "multi-run",
+        "clopper-pearson",
+        "bonferroni",
+        20_000,
+        20_000,
+    )
     assert a.details.num_tests == 2 * 10  # every label, both directions
     assert sum(a.details.counts) == sum(a.details.neighbour_counts) == 20_000
     assert "data-independent" in a.claim_description
 
 
 def test_upper_bounds_are_the_claims_per_query_bounds() -> None:
-    """LNMax: pure 2/b (not 1/b, docs/defenses/pate.md §6); GNMax and Confident-GNMax: one query's data-independent RDP, converted."""
+    """LNMax: pure 2/b (not 1/b, docs/defenses/pate.md §6); GNMax and Confident-GNMax: one query's data-independent RDP,
+    converted."""
     row = np.array([126, 124] + [0] * 8)
     lnmax = per_query_upper_bound(LNMaxConfig(laplace_scale=20.0), delta=1e-5, votes=row)
     assert lnmax.accountant == "pure" and lnmax.epsilon == pytest.approx(0.1)
@@ -159,7 +171,13 @@ def test_planted_aggregators_claim_the_documented_noise() -> None:
 def test_a_million_trials_take_seconds() -> None:
     """The noise is drawn as arrays: 10^6 answers on each side of the game in a few seconds."""
     start = time.perf_counter()
-    counts = answer_counts(aggregate, CONFIGS["confident-gnmax"], neighbouring_votes("confident-gnmax", num_teachers=250, num_classes=10, threshold=100).votes, trials=1_000_000, seed=0)
+    counts = answer_counts(
+        aggregate,
+        CONFIGS["confident-gnmax"],
+        neighbouring_votes("confident-gnmax", num_teachers=250, num_classes=10, threshold=100).votes,
+        trials=1_000_000,
+        seed=0,
+    )
     assert counts.sum() == 1_000_000 and 0.45 < counts[-1] / 1e6 < 0.55  # P(not answered) = ½ at T
     assert time.perf_counter() - start < 10.0
 
@@ -172,7 +190,14 @@ def test_the_result_carries_its_ceiling_and_the_cli_prints_it(capsys) -> None:
     bugged = planted_aggregator("noise-scale-too-small", aggregator="gnmax")
     for fn in (aggregate, bugged):
         r = pate_audit(fn, CONFIGS["gnmax"], trials=20_000, seed=0)
-        expected = audit_ceiling(bound="clopper-pearson", delta=r.delta, confidence=r.confidence, num_in=20_000, num_out=20_000, num_tests=r.details.num_tests)
+        expected = audit_ceiling(
+            bound="clopper-pearson",
+            delta=r.delta,
+            confidence=r.confidence,
+            num_in=20_000,
+            num_out=20_000,
+            num_tests=r.details.num_tests,
+        )
         assert r.ceiling == pytest.approx(expected) and r.epsilon_lb <= r.ceiling
     capsys.readouterr()
     assert main(["pate", "audit", "--sigma", "40", "--trials", "20000"]) == 0

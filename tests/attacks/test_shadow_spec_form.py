@@ -29,14 +29,21 @@ def _specs():
             training=ShadowTraining(epochs=7, batch_size=16, learning_rate=0.1, momentum=0.5, weight_decay=1e-4),
             train_ids=np.array([9, 3, 41, 7], dtype=np.int32),
             seed=12345,
-            recipe={"defense": "dpsgd", "config": MappingProxyType({"noise_multiplier": 1.1, "clip_norm": 1.0, "radii": (0.5, 1.0), "nested": {"a": [1, 2]}})},
+            recipe={
+                "defense": "dpsgd",
+                "config": MappingProxyType(
+                    {"noise_multiplier": 1.1, "clip_norm": 1.0, "radii": (0.5, 1.0), "nested": {"a": [1, 2]}}
+                ),
+            },
         ),
         "plain": ShadowSpec(
             dataset="adult",
             model_name="tabular-mlp",
             input_shape=[108],
             num_classes=2,
-            training=ShadowTraining.from_config({"epochs": 3, "batch_size": 128, "learning_rate": 0.02, "noise_multiplier": 2.0}),
+            training=ShadowTraining.from_config(
+                {"epochs": 3, "batch_size": 128, "learning_rate": 0.02, "noise_multiplier": 2.0}
+            ),
             train_ids=np.arange(5, 20, 3, dtype=np.int64),
             seed=0,
         ),
@@ -54,13 +61,44 @@ def _specs():
     }
 
 
-# fmt: off
 FORMS = {
-    "full": {"dataset": "digits", "model_name": "dssgd-mlp", "model_options": {"hidden": (128, 64), "input_standardization": (0.5, 0.25)}, "input_shape": [64], "num_classes": 10, "training": {"epochs": 7, "batch_size": 16, "learning_rate": 0.1, "momentum": 0.5, "weight_decay": 0.0001}, "train_ids": [3, 7, 9, 41], "seed": 12345, "recipe": {"defense": "dpsgd", "config": {"noise_multiplier": 1.1, "clip_norm": 1.0, "radii": [0.5, 1.0], "nested": {"a": [1, 2]}}}},
-    "plain": {"dataset": "adult", "model_name": "tabular-mlp", "model_options": {}, "input_shape": [108], "num_classes": 2, "training": {"epochs": 3, "batch_size": 128, "learning_rate": 0.02, "momentum": 0.9, "weight_decay": 0.0}, "train_ids": [5, 8, 11, 14, 17], "seed": 0, "recipe": {}},
-    "external": {"dataset": "mnist", "model_name": "external:mymod:build", "model_options": {"width": 32}, "input_shape": [1, 28, 28], "num_classes": 10, "training": {"epochs": 30, "batch_size": 64, "learning_rate": 0.05, "momentum": 0.9, "weight_decay": 0.0}, "train_ids": [2, 55, 100], "seed": 7, "recipe": {"defense": "pate", "config": {"num_teachers": 50, "aggregator": "gnmax"}}},
+    "full": {
+        "dataset": "digits",
+        "model_name": "dssgd-mlp",
+        "model_options": {"hidden": (128, 64), "input_standardization": (0.5, 0.25)},
+        "input_shape": [64],
+        "num_classes": 10,
+        "training": {"epochs": 7, "batch_size": 16, "learning_rate": 0.1, "momentum": 0.5, "weight_decay": 0.0001},
+        "train_ids": [3, 7, 9, 41],
+        "seed": 12345,
+        "recipe": {
+            "defense": "dpsgd",
+            "config": {"noise_multiplier": 1.1, "clip_norm": 1.0, "radii": [0.5, 1.0], "nested": {"a": [1, 2]}},
+        },
+    },
+    "plain": {
+        "dataset": "adult",
+        "model_name": "tabular-mlp",
+        "model_options": {},
+        "input_shape": [108],
+        "num_classes": 2,
+        "training": {"epochs": 3, "batch_size": 128, "learning_rate": 0.02, "momentum": 0.9, "weight_decay": 0.0},
+        "train_ids": [5, 8, 11, 14, 17],
+        "seed": 0,
+        "recipe": {},
+    },
+    "external": {
+        "dataset": "mnist",
+        "model_name": "external:mymod:build",
+        "model_options": {"width": 32},
+        "input_shape": [1, 28, 28],
+        "num_classes": 10,
+        "training": {"epochs": 30, "batch_size": 64, "learning_rate": 0.05, "momentum": 0.9, "weight_decay": 0.0},
+        "train_ids": [2, 55, 100],
+        "seed": 7,
+        "recipe": {"defense": "pate", "config": {"num_teachers": 50, "aggregator": "gnmax"}},
+    },
 }
-# fmt: on
 IDS = {
     "full": "shadow-digits-dssgd-mlp-seed12345-ad2906e0",
     "plain": "shadow-adult-tabular-mlp-seed0-e309e2fc",

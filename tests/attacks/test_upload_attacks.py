@@ -10,7 +10,12 @@ import torch
 import torch.nn.functional as F
 
 from attacks.federated.similarity import RECOGNISABLE_SSIM, match_reconstructions, ssim
-from attacks.federated.uploads import first_layer_update, reconstruct_inputs, upload_membership_scores, upload_reconstruction_attack
+from attacks.federated.uploads import (
+    first_layer_update,
+    reconstruct_inputs,
+    upload_membership_scores,
+    upload_reconstruction_attack,
+)
 from dpaudit.models import build_model
 
 SHAPE = (1, 28, 28)
@@ -44,7 +49,9 @@ def _largest(dw: torch.Tensor, fraction: float) -> tuple[torch.Tensor, torch.Ten
 
 
 def _random(dw: torch.Tensor, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    idx = torch.randperm(dw.numel(), generator=torch.Generator().manual_seed(seed))[: max(1, int(fraction * dw.numel()))]
+    idx = torch.randperm(dw.numel(), generator=torch.Generator().manual_seed(seed))[
+        : max(1, int(fraction * dw.numel()))
+    ]
     return idx, dw[idx]
 
 
@@ -96,7 +103,9 @@ def test_without_the_bias_rows_are_rescaled_and_deduplicated(digits):
     x = images[7:8]
     dw = _turn(model, x, labels[7:8])
     weight_only = torch.arange(128 * 784)  # the first layer's weight, no bias: each row is c·x, c unknown
-    recons = reconstruct_inputs(first_layer_update(model, weight_only, dw[weight_only]), input_shape=SHAPE, max_images=16)
+    recons = reconstruct_inputs(
+        first_layer_update(model, weight_only, dw[weight_only]), input_shape=SHAPE, max_images=16
+    )
     assert recons.shape[0] == 1  # all active rows are one image up to scale: de-duplicated
     best, _ = match_reconstructions(recons, x)
     assert best[0] > 0.99  # sign fixed by the row's sum, scale by its brightest pixel (this digit's is 1)
@@ -116,11 +125,17 @@ def test_a_standardising_model_is_read_back_to_raw_inputs(digits):
     assert (update.input_mean, update.input_std) == (mean, std)
     assert _best(model, torch.arange(dw.numel()), dw, x).max() > 0.99
     weight_only = torch.arange(128 * 784)
-    recons = reconstruct_inputs(first_layer_update(model, weight_only, dw[weight_only]), input_shape=SHAPE, max_images=16)
+    recons = reconstruct_inputs(
+        first_layer_update(model, weight_only, dw[weight_only]), input_shape=SHAPE, max_images=16
+    )
     best, _ = match_reconstructions(recons, x)
     assert best[0] > 0.99
-    plain = build_model("dssgd-mlp", input_shape=SHAPE, num_classes=10)  # same layout, no standardisation: the attacker's mistake
-    wrong = reconstruct_inputs(first_layer_update(plain, torch.arange(dw.numel()), dw), input_shape=SHAPE, max_images=16)
+    plain = build_model(
+        "dssgd-mlp", input_shape=SHAPE, num_classes=10
+    )  # same layout, no standardisation: the attacker's mistake
+    wrong = reconstruct_inputs(
+        first_layer_update(plain, torch.arange(dw.numel()), dw), input_shape=SHAPE, max_images=16
+    )
     assert match_reconstructions(wrong, x)[0].max() < 0.9
 
 
@@ -131,7 +146,9 @@ def test_batch_of_eight_leaks_several_distinct_examples(digits):
     pick = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))[:8]
     x, y = images[pick], labels[pick]
     dw = _turn(model, x, y)
-    recons = reconstruct_inputs(first_layer_update(model, torch.arange(dw.numel()), dw), input_shape=SHAPE, max_images=16)
+    recons = reconstruct_inputs(
+        first_layer_update(model, torch.arange(dw.numel()), dw), input_shape=SHAPE, max_images=16
+    )
     best, where = match_reconstructions(recons, x)
     # ReLU units active for one example only carry an exact copy of it; measured: 7 of 8 at seed 0.
     assert len(set(where[best > 0.8].tolist())) >= 3
@@ -142,7 +159,15 @@ def test_attack_result_is_numpy_and_json_ready(digits):
     torch.manual_seed(0)
     model = build_model("dssgd-mlp", input_shape=SHAPE, num_classes=10)
     dw = _turn(model, images[:1], labels[:1])
-    result = upload_reconstruction_attack(model, torch.arange(dw.numel()), dw, input_shape=SHAPE, private_images=images[:20], private_ids=np.arange(100, 120), max_images=4)
+    result = upload_reconstruction_attack(
+        model,
+        torch.arange(dw.numel()),
+        dw,
+        input_shape=SHAPE,
+        private_images=images[:20],
+        private_ids=np.arange(100, 120),
+        max_images=4,
+    )
     assert all(isinstance(a, np.ndarray) for a in result.arrays().values())
     summary = json.loads(json.dumps(result.summary()))
     assert summary["distinct_recognised"] == 1 and summary["fraction_recognisable"] == 1.0
@@ -153,7 +178,9 @@ def test_attack_result_is_numpy_and_json_ready(digits):
 def test_first_layer_update_places_entries_and_masks():
     model = build_model("digits-mlp", input_shape=(1, 8, 8), num_classes=10, hidden=128)
     n_weight = 128 * 64
-    up = first_layer_update(model, torch.tensor([5, 64 + 2, n_weight + 3, n_weight + 128 + 7]), torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    up = first_layer_update(
+        model, torch.tensor([5, 64 + 2, n_weight + 3, n_weight + 128 + 7]), torch.tensor([1.0, 2.0, 3.0, 4.0])
+    )
     assert up.weight_delta.shape == (128, 64) and up.bias_delta is not None and up.bias_mask is not None
     assert up.weight_delta[0, 5] == 1.0 and up.weight_delta[1, 2] == 2.0 and up.bias_delta[3] == 3.0
     assert int(up.weight_mask.sum()) == 2 and int(up.bias_mask.sum()) == 1  # index n_weight+128+7 is the second layer's
@@ -183,7 +210,9 @@ def test_ssim_identity_symmetry_noise_and_a_known_value():
     assert float(ssim(x[0, 0], torch.rand(28, 28, generator=g))) < 0.1  # independent noise: about 0
     # Constant images: no structure, so SSIM is the luminance term (2μaμb + C1) / (μa² + μb² + C1).
     expected = (2 * 0.2 * 0.6 + 1e-4) / (0.2**2 + 0.6**2 + 1e-4)
-    assert float(ssim(torch.full((8, 8), 0.2, dtype=torch.float64), torch.full((8, 8), 0.6, dtype=torch.float64))) == pytest.approx(expected, rel=1e-9)
+    assert float(
+        ssim(torch.full((8, 8), 0.2, dtype=torch.float64), torch.full((8, 8), 0.6, dtype=torch.float64))
+    ) == pytest.approx(expected, rel=1e-9)
     # Tiny (8×8, window shrunk to 7) and multi-channel images work, batched or not.
     assert float(ssim(torch.rand(3, 8, 8, generator=g).clamp(0, 1), torch.zeros(3, 8, 8))) < 0.5
     assert ssim(torch.rand(2, 3, 8, 8, generator=g), torch.rand(2, 3, 8, 8, generator=g)).shape == (2,)
@@ -211,12 +240,16 @@ def test_upload_membership_members_outscore_fresh_inputs(digits):
     order = torch.randperm(len(images), generator=torch.Generator().manual_seed(1))
     members, others = order[:4], order[4:104]
     dw = _turn(model, images[members], labels[members])
-    scores = upload_membership_scores(first_layer_update(model, torch.arange(dw.numel()), dw), images[torch.cat([members, others])])
+    scores = upload_membership_scores(
+        first_layer_update(model, torch.arange(dw.numel()), dw), images[torch.cat([members, others])]
+    )
     assert scores.shape == (104,) and ((scores >= 0) & (scores <= 1)).all()
     assert _auc(scores[:4], scores[4:]) > 0.9
     # Under heavy Laplace noise the upload says nothing: the members' edge disappears.
     noisy = dw + torch.distributions.Laplace(0.0, 1.0).sample(dw.shape)
-    noise_scores = upload_membership_scores(first_layer_update(model, torch.arange(dw.numel()), noisy), images[torch.cat([members, others])])
+    noise_scores = upload_membership_scores(
+        first_layer_update(model, torch.arange(dw.numel()), noisy), images[torch.cat([members, others])]
+    )
     assert _auc(noise_scores[:4], noise_scores[4:]) < 0.9
     with pytest.raises(ValueError, match="candidates"):
         upload_membership_scores(first_layer_update(model, torch.arange(dw.numel()), dw), torch.zeros(3, 10))

@@ -40,7 +40,12 @@ def digits():
 
 
 def _planted(bug: str) -> PlantedDPSGD:
-    return PlantedDPSGD(bug=bug, config=PlantedConfig(noise_multiplier=SIGMA, clip_norm=2.0, sampling_rate=1.0, num_steps=NUM_STEPS, learning_rate=0.01))
+    return PlantedDPSGD(
+        bug=bug,
+        config=PlantedConfig(
+            noise_multiplier=SIGMA, clip_norm=2.0, sampling_rate=1.0, num_steps=NUM_STEPS, learning_rate=0.01
+        ),
+    )
 
 
 def _worst_case_audit(trainer, digits, tmp_path, *, seed: int):
@@ -88,7 +93,9 @@ def test_a_train_fn_given_as_a_file_is_judged_by_its_own_signature(tmp_path):
     from dpaudit.callables import resolve_callable
 
     fns = tmp_path / "fns.py"
-    fns.write_text("def plain(dataset, *, seed):\n    pass\n\n\ndef able(dataset, *, seed, initial_state=None):\n    pass\n")
+    fns.write_text(
+        "def plain(dataset, *, seed):\n    pass\n\n\ndef able(dataset, *, seed, initial_state=None):\n    pass\n"
+    )
     # the file wrapper takes (*args, **kwargs); the check must see the function behind it
     assert not accepts_initial_state(resolve_callable(f"{fns}:plain", argument="--train-fn"))
     assert accepts_initial_state(resolve_callable(f"{fns}:able", argument="--train-fn"))
@@ -215,7 +222,8 @@ def test_uncorrected_estimate_is_the_published_protocol_and_exceeds_the_bound(se
         uncorrected_gdp_estimate(s_in, s_out, delta=DELTA, confidence=1.5)
 
 
-# ----------------------------------------------------------------------------- planted bugs (docs/audits/statistics.md §6)
+# ----------------------------------------------------------------------------- planted bugs (docs/audits/statistics.md
+# §6)
 @pytest.mark.slow  # 8 s each; test_planted_bugs flags both bugs by default
 @pytest.mark.parametrize("bug", ["noise-without-clip-norm", "noise-halved"])
 def test_worst_case_audit_flags_the_bugs_that_change_the_noise(bug, digits, tmp_path):
@@ -225,7 +233,14 @@ def test_worst_case_audit_flags_the_bugs_that_change_the_noise(bug, digits, tmp_
 
 
 @pytest.mark.parametrize(
-    "seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)]
+    "seed",
+    [
+        0,
+        pytest.param(1, marks=pytest.mark.slow),
+        pytest.param(2, marks=pytest.mark.slow),
+        pytest.param(3, marks=pytest.mark.slow),
+        pytest.param(4, marks=pytest.mark.slow),
+    ],
 )
 def test_worst_case_audit_never_flags_correct_dpsgd(seed, digits, tmp_path):
     r = _worst_case_audit(_planted("none"), digits, tmp_path, seed=seed)
@@ -242,18 +257,51 @@ def _main(capsys, *args):
     return code, capsys.readouterr()
 
 
-_CHEAP = ["--dataset", "digits", "--model", "digits-mlp", "--num-members", "100", "--sampling-rate", "1", "--num-steps", "5", "--target-epsilon", "4", "--num-trials", "2"]
+_CHEAP = [
+    "--dataset",
+    "digits",
+    "--model",
+    "digits-mlp",
+    "--num-members",
+    "100",
+    "--sampling-rate",
+    "1",
+    "--num-steps",
+    "5",
+    "--target-epsilon",
+    "4",
+    "--num-trials",
+    "2",
+]
 
 
 @pytest.mark.cluster  # a CLI audit on a worker pool, run twice (~12 s): the cluster tier (.ci/run) runs it
 def test_cli_worst_case_audit_end_to_end_and_a_rerun_reuses_the_start(tmp_path, capsys):
     import json
 
-    argv = ["audit", "--threat", "black-box", "--method", "multi-run", *_CHEAP, "--init", "worst-case", "--canary", "blank", "--out", str(tmp_path / "run"), "--json"]
+    argv = [
+        "audit",
+        "--threat",
+        "black-box",
+        "--method",
+        "multi-run",
+        *_CHEAP,
+        "--init",
+        "worst-case",
+        "--canary",
+        "blank",
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+    ]
     code, p = _main(capsys, *argv)
     assert code == 0, p.err
     out = json.loads(p.out)
-    assert out["method"] == "multi-run" and out["ceiling"] is not None and out["epsilon_ub"] == pytest.approx(4.0, rel=1e-3)
+    assert (
+        out["method"] == "multi-run"
+        and out["ceiling"] is not None
+        and out["epsilon_ub"] == pytest.approx(4.0, rel=1e-3)
+    )
     assert "crafting the worst-case start" in p.err
     states = list((tmp_path / "run" / "initial-states").glob("*/initial_state.safetensors"))
     assert len(states) == 1
@@ -271,8 +319,14 @@ def test_cli_worst_case_audit_end_to_end_and_a_rerun_reuses_the_start(tmp_path, 
 @pytest.mark.parametrize(
     "extra, needle",
     [
-        (["--threat", "white-box", "--init", "worst-case"], "--init worst-case applies to --threat black-box --method multi-run"),
-        (["--threat", "black-box", "--method", "one-run", "--init", "worst-case"], "--init worst-case applies to --threat black-box --method multi-run"),
+        (
+            ["--threat", "white-box", "--init", "worst-case"],
+            "--init worst-case applies to --threat black-box --method multi-run",
+        ),
+        (
+            ["--threat", "black-box", "--method", "one-run", "--init", "worst-case"],
+            "--init worst-case applies to --threat black-box --method multi-run",
+        ),
         (["--threat", "black-box", "--init", "best-case"], "--init"),
     ],
 )
@@ -285,7 +339,10 @@ def test_cli_init_usage_errors_exit_2_in_one_line(extra, needle, tmp_path, capsy
 
 def test_cli_worst_case_refuses_a_train_fn_without_initial_state(tmp_path, capsys):
     fns = tmp_path / "fns.py"
-    fns.write_text("from torch import nn\n\n\ndef train(dataset, *, seed):\n    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))\n")
+    fns.write_text(
+        "from torch import nn\n\n\ndef train(dataset, *, seed):\n    return "
+        "nn.Sequential(nn.Flatten(), nn.Linear(64, 10))\n"
+    )
     claim = ["--claim-noise-multiplier", "5", "--claim-sampling-rate", "1", "--claim-num-steps", "10"]
     argv = [
         "audit",
@@ -308,7 +365,9 @@ def test_cli_worst_case_refuses_a_train_fn_without_initial_state(tmp_path, capsy
     code, p = _main(capsys, *argv)
     assert code == 2, p.err
     lines = p.err.strip().splitlines()
-    assert len(lines) == 1 and "initial_state" in lines[0] and "--train-fn" in lines[0] and "Traceback" not in p.err, p.err
+    assert len(lines) == 1 and "initial_state" in lines[0] and "--train-fn" in lines[0] and "Traceback" not in p.err, (
+        p.err
+    )
 
 
 # Opt-in: ~13 s of Ray start-up on 2 cores; tests/core/test_executors.py keeps the Ray executor in
@@ -319,7 +378,21 @@ def test_worst_case_trials_on_ray_match_the_local_ones(tmp_path, capsys):
     import json
 
     pytest.importorskip("ray")
-    base = ["audit", "--threat", "black-box", "--method", "multi-run", *_CHEAP, "--init", "worst-case", "--canary", "blank", "--json", "--quiet", "--no-report"]
+    base = [
+        "audit",
+        "--threat",
+        "black-box",
+        "--method",
+        "multi-run",
+        *_CHEAP,
+        "--init",
+        "worst-case",
+        "--canary",
+        "blank",
+        "--json",
+        "--quiet",
+        "--no-report",
+    ]
     results = {}
     for kind in ("serial", "ray"):
         code, p = _main(capsys, *base, "--executor", kind, "--num-workers", "1", "--out", str(tmp_path / kind))
@@ -337,11 +410,27 @@ def test_cli_address_needs_ray(tmp_path, capsys):
 
 
 def test_more_trials_on_a_rerun_reuse_the_stored_ones(tmp_path, capsys):
-    """Trial i depends on i alone, so raising --num-trials trains only the new models (and lowering it uses a prefix)."""
+    """Trial i depends on i alone, so raising --num-trials trains only the new models (and lowering it uses a
+    prefix)."""
     import json
 
-    cheap = [a for a in _CHEAP if a not in ("--num-trials", "2", "--target-epsilon", "4")]  # sigma given: no calibration to pay for
-    base = ["audit", "--threat", "black-box", "--method", "multi-run", *cheap, "--noise-multiplier", "3", "--json", "--no-report", "--out", str(tmp_path / "run")]
+    cheap = [
+        a for a in _CHEAP if a not in ("--num-trials", "2", "--target-epsilon", "4")
+    ]  # sigma given: no calibration to pay for
+    base = [
+        "audit",
+        "--threat",
+        "black-box",
+        "--method",
+        "multi-run",
+        *cheap,
+        "--noise-multiplier",
+        "3",
+        "--json",
+        "--no-report",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     code, p = _main(capsys, *base, "--num-trials", "2")
     assert code == 0, p.err
     first = json.loads(p.out)
@@ -350,8 +439,12 @@ def test_more_trials_on_a_rerun_reuse_the_stored_ones(tmp_path, capsys):
     code, p = _main(capsys, *base, "--num-trials", "3")
     assert code == 0 and "reusing 4 stored trials" in p.err, p.err
     grown = json.loads(p.out)
-    assert (grown["num_in"], grown["num_out"]) == (3, 3) and grown["details"]["audit_name"] == first["details"]["audit_name"]
-    assert all(trials.joinpath(n).stat().st_mtime_ns == t for n, t in stamps.items())  # the first four were not retrained
+    assert (grown["num_in"], grown["num_out"]) == (3, 3) and grown["details"]["audit_name"] == first["details"][
+        "audit_name"
+    ]
+    assert all(
+        trials.joinpath(n).stat().st_mtime_ns == t for n, t in stamps.items()
+    )  # the first four were not retrained
     code, p = _main(capsys, *base, "--num-trials", "2")
     assert code == 0 and "reusing 4 stored trials" in p.err
     again = json.loads(p.out)
@@ -360,7 +453,11 @@ def test_more_trials_on_a_rerun_reuse_the_stored_ones(tmp_path, capsys):
     from attacks.audit.trials import TrialStore
 
     with pytest.raises(ValueError, match="differs in seed"):
-        TrialStore(trials.parent, {**json.loads((trials.parent / "config.json").read_text()), "seed": 99}, resizable=("num_trials",))
+        TrialStore(
+            trials.parent,
+            {**json.loads((trials.parent / "config.json").read_text()), "seed": 99},
+            resizable=("num_trials",),
+        )
 
 
 _OWN_ARCHITECTURE = """
@@ -386,11 +483,26 @@ def train(dataset, *, seed, initial_state=None):
 
 
 def test_worst_case_start_on_the_users_own_architecture(tmp_path, capsys):
-    """--model-fn builds the architecture a --train-fn trains; without it a zoo start does not fit and says so in one line."""
+    """--model-fn builds the architecture a --train-fn trains; without it a zoo start does not fit and says so in one
+    line."""
     fns = tmp_path / "fns.py"
     fns.write_text(_OWN_ARCHITECTURE)
     claim = ["--claim-noise-multiplier", "5", "--claim-sampling-rate", "1", "--claim-num-steps", "3"]
-    base = ["audit", "--train-fn", f"{fns}:train", *claim, "--dataset", "digits", "--num-members", "60", "--num-trials", "2", "--init", "worst-case", "--no-report"]
+    base = [
+        "audit",
+        "--train-fn",
+        f"{fns}:train",
+        *claim,
+        "--dataset",
+        "digits",
+        "--num-members",
+        "60",
+        "--num-trials",
+        "2",
+        "--init",
+        "worst-case",
+        "--no-report",
+    ]
     code, p = _main(capsys, *base, "--model-fn", f"{fns}:model", "--out", str(tmp_path / "own"))
     assert code == 0, p.err
     assert "crafting the worst-case start" in p.err

@@ -28,13 +28,27 @@ import pytest
 
 pytest.importorskip("ray")
 
-pytestmark = [pytest.mark.cluster, pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds processes through Linux's /proc")]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds processes through Linux's /proc"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
 PACKAGES = ("dpaudit", "attacks", "defenses", "reports")
 #: The offline data root every node uses (the olivetti test needs it; the rest run on digits).
-SHARED_DATA = next((p for p in (Path(os.environ.get("DPAUDIT_DATA_ROOT", "/nonexistent")), ROOT.parent / "shared" / "data", ROOT.parents[1] / "shared" / "data") if (p / "olivetti").is_dir()), None)
+SHARED_DATA = next(
+    (
+        p
+        for p in (
+            Path(os.environ.get("DPAUDIT_DATA_ROOT", "/nonexistent")),
+            ROOT.parent / "shared" / "data",
+            ROOT.parents[1] / "shared" / "data",
+        )
+        if (p / "olivetti").is_dir()
+    ),
+    None,
+)
 #: Start-up and runs on a loaded 2-core machine (seconds).
 TIMEOUT_S = 400.0
 
@@ -82,11 +96,30 @@ class Node:
             "--runtime-env-agent-port": _free_port(),
         }
         low = _free_port()
-        cmd = [RAY, "start", "--block", "--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp_dir), "--disable-usage-stats"]
-        cmd += [str(x) for kv in ports.items() for x in kv] + ["--min-worker-port", str(low), "--max-worker-port", str(low + 40), *args]
+        cmd = [
+            RAY,
+            "start",
+            "--block",
+            "--num-cpus",
+            "1",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--temp-dir",
+            str(temp_dir),
+            "--disable-usage-stats",
+        ]
+        cmd += [str(x) for kv in ports.items() for x in kv] + [
+            "--min-worker-port",
+            str(low),
+            "--max-worker-port",
+            str(low + 40),
+            *args,
+        ]
         self.port = ports["--node-manager-port"]  # how the cluster's node table names this node
         self.log = temp_dir.with_suffix(".log")
-        self.proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            cmd, env=env, start_new_session=True, stdout=self.log.open("wb"), stderr=subprocess.STDOUT
+        )
 
     def processes(self) -> list[int]:
         return _in_session(self.proc.pid) + ([self.proc.pid] if _session_of(self.proc.pid) is not None else [])
@@ -117,12 +150,30 @@ class Cluster:
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.nodes: list[Node] = []
-        self.head = self._start("head", ["--head", "--port", str(self.port), "--include-dashboard=false", "--ray-client-server-port", str(_free_port())], {})
+        self.head = self._start(
+            "head",
+            [
+                "--head",
+                "--port",
+                str(self.port),
+                "--include-dashboard=false",
+                "--ray-client-server-port",
+                str(_free_port()),
+            ],
+            {},
+        )
         self._wait_for(self.head)
 
     def env(self, extra: dict[str, str]) -> dict[str, str]:
         data = {"DPAUDIT_DATA_ROOT": str(SHARED_DATA)} if SHARED_DATA is not None else {}
-        return {**os.environ, **data, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0", **extra}
+        return {
+            **os.environ,
+            **data,
+            "PYTHONPATH": str(ROOT),
+            "OMP_NUM_THREADS": "1",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            **extra,
+        }
 
     def _start(self, name: str, args: list[str], extra: dict[str, str]) -> Node:
         node = Node(name, args, self.env(extra), self.base / f"{name}{len(self.nodes)}")
@@ -137,9 +188,19 @@ class Cluster:
     def alive_ports(self) -> set[int]:
         """Node-manager ports of the nodes the cluster counts as alive (a killed node stays
         "alive" until its health checks fail, about 15 s)."""
-        code = f"import ray; ray.init(address={self.address!r}, log_to_driver=False, logging_level='ERROR'); print([n['NodeManagerPort'] for n in ray.nodes() if n['Alive']])"
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=self.env({}), cwd="/")
-        return set(json.loads(out.stdout.strip().splitlines()[-1])) if out.returncode == 0 and out.stdout.strip() else set()
+        code = (
+            f"import ray; ray.init(address={self.address!r}, log_to_driver=False, "
+            "logging_level='ERROR'); print([n['NodeManagerPort'] for n in "
+            "ray.nodes() if n['Alive']])"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=self.env({}), cwd="/"
+        )
+        return (
+            set(json.loads(out.stdout.strip().splitlines()[-1]))
+            if out.returncode == 0 and out.stdout.strip()
+            else set()
+        )
 
     def _wait_for(self, node: Node) -> None:
         deadline = time.monotonic() + TIMEOUT_S
@@ -172,14 +233,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 # ----------------------------------------------------------------------------- helpers
-def _dpaudit(argv: list[str], env: dict[str, str], *, wait: bool = True) -> subprocess.Popen[bytes] | subprocess.CompletedProcess[str]:
+def _dpaudit(
+    argv: list[str], env: dict[str, str], *, wait: bool = True
+) -> subprocess.Popen[bytes] | subprocess.CompletedProcess[str]:
     # Not from the checkout: Ray puts the driver's working directory first on every worker's
     # sys.path, which on one machine would hide each node's own copy of the code.
     cmd = [sys.executable, "-m", "dpaudit.app.cli", *argv]
     cwd = "/"
     if wait:
         return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=cwd)
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, cwd=cwd)
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, cwd=cwd
+    )
 
 
 def _wait_until(predicate, proc: subprocess.Popen[bytes], what: str) -> None:
@@ -188,7 +253,9 @@ def _wait_until(predicate, proc: subprocess.Popen[bytes], what: str) -> None:
         if predicate():
             return
         if proc.poll() is not None:
-            raise AssertionError(f"the run ended before {what}: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+            raise AssertionError(
+                f"the run ended before {what}: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}"
+            )
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -244,9 +311,36 @@ def _matrix(run: Path) -> list[dict]:
 def test_a_shadow_pool_survives_losing_a_worker_node(cluster: Cluster, tmp_path: Path) -> None:
     env = cluster.env({})
     target = tmp_path / "target"
-    done = _dpaudit(["train", "--defense", "nonprivate", "--dataset", "digits", "--model", "digits-mlp", "--epochs", "40", "--out", str(target), "--quiet"], env)
+    done = _dpaudit(
+        [
+            "train",
+            "--defense",
+            "nonprivate",
+            "--dataset",
+            "digits",
+            "--model",
+            "digits-mlp",
+            "--epochs",
+            "40",
+            "--out",
+            str(target),
+            "--quiet",
+        ],
+        env,
+    )
     assert done.returncode == 0, done.stderr
-    attack = ["attack", "membership", "--target", str(target), "--attack", "lira", "--num-shadows", "6", "--json", "--quiet"]
+    attack = [
+        "attack",
+        "membership",
+        "--target",
+        str(target),
+        "--attack",
+        "lira",
+        "--num-shadows",
+        "6",
+        "--json",
+        "--quiet",
+    ]
     local = _dpaudit([*attack, "--executor", "serial", "--out", str(tmp_path / "local")], env)
     assert local.returncode == 0, local.stderr
 
@@ -272,7 +366,20 @@ def test_a_grid_survives_losing_a_node_and_resumes_after_its_driver_is_killed(cl
     env = cluster.env({})
     grid = tmp_path / "grid.toml"
     grid.write_text(GRID)
-    local = _dpaudit(["compare", "--config", str(grid), "--executor", "serial", "--out", str(tmp_path / "local"), "--json", "--quiet"], env)
+    local = _dpaudit(
+        [
+            "compare",
+            "--config",
+            str(grid),
+            "--executor",
+            "serial",
+            "--out",
+            str(tmp_path / "local"),
+            "--json",
+            "--quiet",
+        ],
+        env,
+    )
     assert local.returncode == 0, local.stderr
     expected = _matrix(tmp_path / "local")
     jobs = json.loads(local.stdout)["jobs_run"]
@@ -333,10 +440,29 @@ def test_a_node_with_other_code_is_refused_before_any_job(cluster: Cluster, tmp_
         grid = tmp_path / "grid.toml"
         grid.write_text(GRID)
         out = tmp_path / "run"
-        done = _dpaudit(["compare", "--config", str(grid), "--executor", "ray", "--address", cluster.address, "--out", str(out), "--quiet"], cluster.env({}))
+        done = _dpaudit(
+            [
+                "compare",
+                "--config",
+                str(grid),
+                "--executor",
+                "ray",
+                "--address",
+                cluster.address,
+                "--out",
+                str(out),
+                "--quiet",
+            ],
+            cluster.env({}),
+        )
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2, done.stderr
-        assert len(lines) == 1 and "worker node" in lines[0] and "code fingerprint" in lines[0] and "dpaudit/models.py" in lines[0], lines
+        assert (
+            len(lines) == 1
+            and "worker node" in lines[0]
+            and "code fingerprint" in lines[0]
+            and "dpaudit/models.py" in lines[0]
+        ), lines
         assert not list(out.glob("compare/*/jobs/*.json")), "a job ran on a refused cluster"
     finally:
         node.kill()
@@ -348,15 +474,36 @@ def test_shipped_code_runs_on_a_node_with_another_checkout(cluster: Cluster, tmp
     node = _worker_with_edited_code(cluster, tmp_path)
     try:
         grid = tmp_path / "grid.toml"
-        grid.write_text('name = "shipped"\ndataset = "digits"\nmodel = "digits-mlp"\nseeds = [0, 1]\n[[defenses]]\ndefense = "nonprivate"\nepochs = 2\n')
-        done = _dpaudit(["compare", "--config", str(grid), "--executor", "ray", "--address", cluster.address, "--ship-code", "--out", str(tmp_path / "run"), "--json", "--quiet"], cluster.env({}))
+        grid.write_text(
+            'name = "shipped"\ndataset = "digits"\nmodel = "digits-mlp"\nseeds = '
+            '[0, 1]\n[[defenses]]\ndefense = "nonprivate"\nepochs = 2\n'
+        )
+        done = _dpaudit(
+            [
+                "compare",
+                "--config",
+                str(grid),
+                "--executor",
+                "ray",
+                "--address",
+                cluster.address,
+                "--ship-code",
+                "--out",
+                str(tmp_path / "run"),
+                "--json",
+                "--quiet",
+            ],
+            cluster.env({}),
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["jobs_run"] == 2
     finally:
         node.kill()
 
 
-def test_a_node_with_other_data_is_refused_before_any_job(cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_node_with_other_data_is_refused_before_any_job(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import hashlib
 
     import ray
@@ -379,14 +526,23 @@ def test_a_node_with_other_data_is_refused_before_any_job(cluster: Cluster, tmp_
     sums = other / "orl_faces" / "MD5SUMS"
     sums.chmod(0o644)
     digest = hashlib.md5(bytes(data)).hexdigest()
-    sums.write_text("".join(f"{digest}  ./s1/1.pgm\n" if line.endswith(" ./s1/1.pgm") else line + "\n" for line in sums.read_text().splitlines()))
+    sums.write_text(
+        "".join(
+            f"{digest}  ./s1/1.pgm\n" if line.endswith(" ./s1/1.pgm") else line + "\n"
+            for line in sums.read_text().splitlines()
+        )
+    )
     node = cluster.add_worker({"DPAUDIT_DATA_ROOT": str(other)})
     monkeypatch.setenv("DPAUDIT_DATA_ROOT", str(SHARED_DATA))
     monkeypatch.chdir("/")  # see _dpaudit: this process is the driver here
     ran = tmp_path / "ran"
     try:
         with RayExecutor(address=cluster.address, datasets=("faces",)) as ex:
-            with pytest.raises(ClusterMismatch, match=r"dataset 'faces' differs from the driver's \(orl_faces/s1/1.pgm: MD5 [0-9a-f]{12} there, 28ca1775a8af here\)"):
+            with pytest.raises(
+                ClusterMismatch,
+                match=r"dataset 'faces' differs from the driver's \(orl_faces/s1/1.pgm: MD5 "
+                r"[0-9a-f]{12} there, 28ca1775a8af here\)",
+            ):
                 list(ex.run([Job(key="touch", fn=Path.touch, kwargs={"self": ran})]))
         assert not ran.exists()
     finally:

@@ -17,14 +17,23 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _driver() -> NodeReport:
-    return NodeReport(node="driver", manifest={"dpaudit/a.py": "1" * 64, "dpaudit/b.py": "2" * 64, "dist:torch": "2.4.0"}, data={"mnist": {"mnist/train.idx": "a" * 32}})
+    return NodeReport(
+        node="driver",
+        manifest={"dpaudit/a.py": "1" * 64, "dpaudit/b.py": "2" * 64, "dist:torch": "2.4.0"},
+        data={"mnist": {"mnist/train.idx": "a" * 32}},
+    )
 
 
 def test_the_manifest_covers_every_file_of_the_packages_as_imported_here() -> None:
     manifest = code_manifest()
     ours = ROOT / "dpaudit" / "cluster.py"
     assert manifest["dpaudit/cluster.py"] == hashlib.sha256(ours.read_bytes()).hexdigest()
-    assert {k.split("/")[0] for k in manifest if not k.startswith("dist:")} == {"dpaudit", "attacks", "defenses", "reports"}
+    assert {k.split("/")[0] for k in manifest if not k.startswith("dist:")} == {
+        "dpaudit",
+        "attacks",
+        "defenses",
+        "reports",
+    }
     assert "dist:torch" in manifest and not any("__pycache__" in k for k in manifest)
 
 
@@ -46,7 +55,11 @@ def test_other_code_is_one_line_naming_the_node_the_fingerprints_and_the_file(ch
     worker = NodeReport(node="10.0.0.2 (node ab12cd34)", manifest={**driver.manifest, **change}, data=dict(driver.data))
     line = mismatch(driver, worker)
     assert line is not None and "\n" not in line
-    assert line.startswith(f"worker node 10.0.0.2 (node ab12cd34): code fingerprint {worker.fingerprint[:12]}… differs from the driver's {driver.fingerprint[:12]}…")
+    assert line.startswith(
+        "worker node 10.0.0.2 (node ab12cd34): code fingerprint "
+        f"{worker.fingerprint[:12]}… differs from the driver's "
+        f"{driver.fingerprint[:12]}…"
+    )
     assert needle in line
 
 
@@ -54,10 +67,16 @@ def test_other_or_missing_data_is_one_line_naming_the_file() -> None:
     driver = _driver()
     other = NodeReport(node="n2", manifest=dict(driver.manifest), data={"mnist": {"mnist/train.idx": "b" * 32}})
     assert mismatch(driver, other, data_root="/data") == (
-        f"worker node n2: dataset 'mnist' differs from the driver's (mnist/train.idx: MD5 {'b' * 12} there, {'a' * 12} here); every node's data root '/data' must hold the same files"
+        "worker node n2: dataset 'mnist' differs from the driver's "
+        f"(mnist/train.idx: MD5 {'b' * 12} there, {'a' * 12} here); every node's "
+        "data root '/data' must hold the same files"
     )
-    missing = NodeReport(node="n2", manifest=dict(driver.manifest), data_errors={"mnist": "dataset 'mnist' not found under /data"})
-    assert "dataset 'mnist' cannot be read there (dataset 'mnist' not found under /data)" in (mismatch(driver, missing) or "")
+    missing = NodeReport(
+        node="n2", manifest=dict(driver.manifest), data_errors={"mnist": "dataset 'mnist' not found under /data"}
+    )
+    assert "dataset 'mnist' cannot be read there (dataset 'mnist' not found under /data)" in (
+        mismatch(driver, missing) or ""
+    )
 
 
 def test_a_job_on_a_node_with_other_code_refuses_to_run() -> None:
@@ -69,7 +88,9 @@ def test_a_job_on_a_node_with_other_code_refuses_to_run() -> None:
     assert info.value.argument == "address"  # the CLI names --address, exit 2
 
 
-def test_ray_notices_on_the_driver_go_to_stderr_so_json_stdout_stays_one_object(capsys: pytest.CaptureFixture[str]) -> None:
+def test_ray_notices_on_the_driver_go_to_stderr_so_json_stdout_stays_one_object(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     # Seen on a real cluster: after a lost node, Ray printed "(raylet) Task _ray_call failed.
     # There are 3 retries remaining" on the driver's stdout, before --json's object.
     pytest.importorskip("ray")
@@ -79,6 +100,9 @@ def test_ray_notices_on_the_driver_go_to_stderr_so_json_stdout_stays_one_object(
 
     ray_notices_to_stderr()
     ray_notices_to_stderr()  # idempotent: one wrapper
-    ray_worker.print_to_stdstream({"lines": ["Task _ray_call failed. There are 3 retries remaining"], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    ray_worker.print_to_stdstream(
+        {"lines": ["Task _ray_call failed. There are 3 retries remaining"], "pid": "raylet", "is_err": False},
+        ignore_prefix=False,
+    )
     out, err = capsys.readouterr()
     assert out == "" and "3 retries remaining" in err

@@ -42,7 +42,14 @@ def specs():
         membership=Membership(members=splits.members, non_members=splits.non_members, population=splits.population),
         seed=0,
     )
-    return plan_shadows(template=template, pool_ids=splits.population, num_shadows=2, seed=7, kind="offline", training=ShadowTraining(epochs=4))
+    return plan_shadows(
+        template=template,
+        pool_ids=splits.population,
+        num_shadows=2,
+        seed=7,
+        kind="offline",
+        training=ShadowTraining(epochs=4),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +152,8 @@ if __name__ == "__main__":
     pool = LocalExecutor(workers=2, start_method=sys.argv[2] if len(sys.argv) > 2 else "spawn")
     if mode == "orphans":  # workers busy for a minute; the test SIGKILLs this process
         pool._pdeathsig = sys.argv[3] == "pdeathsig"
-        for _ in pool.run([Job(key=f"j{i}", fn=nap, kwargs={"seconds": 60, "marker_dir": sys.argv[4]}) for i in range(4)]):
+        jobs = [Job(key=f"j{i}", fn=nap, kwargs={"seconds": 60, "marker_dir": sys.argv[4]}) for i in range(4)]
+        for _ in pool.run(jobs):
             pass
     else:  # stop early while workers are sending results of tens of MB
         it = pool.run([Job(key=f"j{i}", fn=np.zeros, kwargs={"shape": 4_000_000}) for i in range(200)])
@@ -196,15 +204,24 @@ def test_workers_and_resource_tracker_die_when_the_parent_is_killed(tmp_path, st
     script.write_text(_PARENT)
     markers = tmp_path / "in-job"
     markers.mkdir()
-    proc = subprocess.Popen([sys.executable, str(script), "orphans", start_method, guard, str(markers)], cwd=ROOT, stderr=subprocess.DEVNULL, env=_env())
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "orphans", start_method, guard, str(markers)],
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+        env=_env(),
+    )
     procs: set[int] = set()
     try:
         deadline = time.monotonic() + 120
         while len(list(markers.iterdir())) < 2:  # both workers are in a job
-            assert time.monotonic() < deadline and proc.poll() is None, "the pool's workers did not start their jobs within 120 s"
+            assert time.monotonic() < deadline and proc.poll() is None, (
+                "the pool's workers did not start their jobs within 120 s"
+            )
             time.sleep(0.1)
         procs = _descendants(proc.pid)
-        assert len(procs) >= 3 and any("resource_tracker" in _cmdline(p) for p in procs), {p: _cmdline(p) for p in procs}
+        assert len(procs) >= 3 and any("resource_tracker" in _cmdline(p) for p in procs), {
+            p: _cmdline(p) for p in procs
+        }
         proc.kill()
         proc.wait()
         deadline = time.monotonic() + 10
@@ -226,7 +243,14 @@ def test_stopping_a_run_while_workers_send_large_results_does_not_hang(tmp_path)
     script = tmp_path / "parent.py"
     script.write_text(_PARENT)
     try:
-        done = subprocess.run([sys.executable, str(script), "early-stop"], cwd=ROOT, capture_output=True, text=True, timeout=90, env=_env())
+        done = subprocess.run(
+            [sys.executable, str(script), "early-stop"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env=_env(),
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("stopping the run early hung")
     assert done.returncode == 0 and "closed" in done.stdout, done.stderr

@@ -165,8 +165,17 @@ def test_results_import_privacy_and_never_the_reverse() -> None:
     # build the audit's result value from them: they may read that value's own modules, and
     # results/ never imports them back (results/ keeps values only).
     graph = import_graph(project_modules(ROOT, PACKAGES))
-    builders, values = {"dpaudit.privacy.audit_procedures", "dpaudit.privacy.audit_trials"}, {"dpaudit.results.audit", "dpaudit.results.audit_details"}
-    upward = sorted(f"{m} -> {t}" for m, targets in graph.items() if m.startswith("dpaudit.privacy") for t in targets if t.startswith("dpaudit.results") and not (m in builders and t in values))
+    builders, values = (
+        {"dpaudit.privacy.audit_procedures", "dpaudit.privacy.audit_trials"},
+        {"dpaudit.results.audit", "dpaudit.results.audit_details"},
+    )
+    upward = sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if m.startswith("dpaudit.privacy")
+        for t in targets
+        if t.startswith("dpaudit.results") and not (m in builders and t in values)
+    )
     assert not upward, "privacy imports results:\n" + "\n".join(upward)
     back = sorted(m for m, targets in graph.items() if m.startswith("dpaudit.results") and builders & set(targets))
     assert not back, f"results/ imports the audit procedures (it holds values only): {back}"

@@ -30,7 +30,9 @@ def test_relative_imports_packages_lazy_imports_and_cycles(tmp_path):
     _write(
         tmp_path,
         {
-            "fns.py": "import helper\nfrom . import sibling\nfrom pkg import thing\n\ndef train(dataset, *, seed):\n    import lazy  # imported only when called\n    return helper.f()\n",
+            "fns.py": "import helper\nfrom . import sibling\nfrom pkg import thing\n\ndef "
+            "train(dataset, *, seed):\n    import lazy  # imported only when called\n "
+            "   return helper.f()\n",
             "helper.py": "import fns  # a cycle back to the start\nfrom helper2 import g\n\ndef f():\n    return g()\n",
             "helper2.py": "import helper  # and one between two helpers\n\ndef g():\n    return 1\n",
             "sibling.py": "x = 1\n",
@@ -59,7 +61,9 @@ def test_stdlib_and_installed_imports_are_not_hashed_and_the_missing_are_listed(
     _write(
         tmp_path,
         {
-            "fns.py": "import os, json\nfrom collections import abc\nimport numpy\nimport torch.nn\ntry:\n    import no_such_module_xyz\nexcept ImportError:\n    pass\nfrom . import no_such_sibling_xyz\n"
+            "fns.py": "import os, json\nfrom collections import abc\nimport numpy\nimport "
+            "torch.nn\ntry:\n    import no_such_module_xyz\nexcept ImportError:\n   "
+            " pass\nfrom . import no_such_sibling_xyz\n"
         },
     )
     walk = walk_imports(tmp_path / "fns.py")
@@ -69,7 +73,14 @@ def test_stdlib_and_installed_imports_are_not_hashed_and_the_missing_are_listed(
 
 
 def test_a_module_spec_walks_its_own_package(tmp_path, monkeypatch):
-    _write(tmp_path, {"proj/__init__.py": "", "proj/fns.py": "from .util import f\n\ndef train(d, *, seed):\n    return f()\n", "proj/util.py": "def f():\n    return 1\n"})
+    _write(
+        tmp_path,
+        {
+            "proj/__init__.py": "",
+            "proj/fns.py": "from .util import f\n\ndef train(d, *, seed):\n    return f()\n",
+            "proj/util.py": "def f():\n    return 1\n",
+        },
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     code = code_fingerprint("proj.fns:train")
     assert [m.name for m in code.modules] == ["proj", "proj.util"]
@@ -115,7 +126,11 @@ def test_the_audit_report_lists_what_the_fingerprints_cover():
     from reports.audit import _covered_lines
 
     details = AuditDetails(
-        context={"train_fn_modules": {"helper": {"file": "helper.py", "sha256": "ab" * 32}}, "train_fn_unresolved": ["ujson"], "dataset_files": {"mnist/t10k-labels-idx1-ubyte.gz": "cd" * 16}}
+        context={
+            "train_fn_modules": {"helper": {"file": "helper.py", "sha256": "ab" * 32}},
+            "train_fn_unresolved": ["ujson"],
+            "dataset_files": {"mnist/t10k-labels-idx1-ubyte.gz": "cd" * 16},
+        }
     )
     assert _covered_lines(details) == [
         f"--train-fn imports, covered by its fingerprint: helper.py {'ab' * 8}",

@@ -33,7 +33,13 @@ def _result(**over: object) -> InversionResult:
         class_means=img,
         nearest_members=img,
         nearest_non_members=img,
-        membership=MembershipResult(attack="inversion-mi-face", model_id="m", sample_ids=np.arange(6), scores=np.array([3.0, 2, 1, 0, -1, -2]), is_member=member),
+        membership=MembershipResult(
+            attack="inversion-mi-face",
+            model_id="m",
+            sample_ids=np.arange(6),
+            scores=np.array([3.0, 2, 1, 0, -1, -2]),
+            is_member=member,
+        ),
     )
     fields.update(over)
     return InversionResult(**fields)  # type: ignore[arg-type]
@@ -53,9 +59,19 @@ def test_summary_keys_psnr_mean_over_finite_and_finding() -> None:
     assert s["membership"]["auc"] == pytest.approx(1.0)
     assert s["closer_to_member"] == pytest.approx(2 / 3) and s["closer_to_mean"] == pytest.approx(2 / 3)
     # AUC 1 on 3 members and 3 non-members bounds nothing (ε_LB = 0): it points towards members, no more.
-    assert "membership AUC 1.000" in s["finding"] and "leaks membership" not in s["finding"] and "too few candidates" in s["finding"]
+    assert (
+        "membership AUC 1.000" in s["finding"]
+        and "leaks membership" not in s["finding"]
+        and "too few candidates" in s["finding"]
+    )
     n = 200  # the same perfect separation on 200 + 200 candidates is evidence (ε_LB > 0)
-    many = MembershipResult(attack="inversion-mi-face", model_id="m", sample_ids=np.arange(2 * n), scores=np.r_[np.arange(n) + n, np.arange(n)].astype(float), is_member=np.arange(2 * n) < n)
+    many = MembershipResult(
+        attack="inversion-mi-face",
+        model_id="m",
+        sample_ids=np.arange(2 * n),
+        scores=np.r_[np.arange(n) + n, np.arange(n)].astype(float),
+        is_member=np.arange(2 * n) < n,
+    )
     assert "leaks membership" in _result(membership=many).finding()
 
 

@@ -59,7 +59,11 @@ def test_trains_persists_and_returns_in_job_order(tmp_path):
     assert out.keys == ("toy3", "toy1", "toy2") and out.trained == ("toy3", "toy1", "toy2") and out.reused == ()
     assert [r.model_id for r in out.records] == list(out.keys)
     for key, record, model in zip(out.keys, out.records, out.models, strict=True):
-        assert (tmp_path / key / RECORD_FILE).is_file() and (tmp_path / key / WEIGHTS_FILE).is_file() and is_cached(tmp_path, key)
+        assert (
+            (tmp_path / key / RECORD_FILE).is_file()
+            and (tmp_path / key / WEIGHTS_FILE).is_file()
+            and is_cached(tmp_path, key)
+        )
         assert record.weights_sha256 is not None  # the record as stored
         assert not model.training
     assert np.array_equal(out.records[1].membership.members, [1, 101])
@@ -87,7 +91,9 @@ def test_interrupted_run_keeps_every_finished_model(tmp_path):
             raise KeyboardInterrupt  # like Ctrl-C while the third job runs
 
     with pytest.raises(KeyboardInterrupt):
-        ensure_models(_jobs(range(5)), directory=tmp_path, executor=SerialExecutor(), progress=False, on_trained=stop_after_two)
+        ensure_models(
+            _jobs(range(5)), directory=tmp_path, executor=SerialExecutor(), progress=False, on_trained=stop_after_two
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["toy0", "toy1"]
     CALLS.clear()
     out = ensure_models(_jobs(range(5)), directory=tmp_path, progress=False)

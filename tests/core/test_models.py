@@ -21,7 +21,12 @@ SHAPES = {
 
 @pytest.mark.parametrize(
     ("name", "shape", "count"),
-    [("dssgd-cnn", (1, 28, 28), 105_506), ("dssgd-mlp", (1, 32, 32), 140_106), ("dssgd-mlp", (3, 32, 32), 402_250), ("dssgd-mlp", (1, 28, 28), 109_386)],
+    [
+        ("dssgd-cnn", (1, 28, 28), 105_506),
+        ("dssgd-mlp", (1, 32, 32), 140_106),
+        ("dssgd-mlp", (3, 32, 32), 402_250),
+        ("dssgd-mlp", (1, 28, 28), 109_386),
+    ],
 )
 def test_dssgd_models_have_the_papers_parameter_counts(name, shape, count):
     # Shokri & Shmatikov (2015, §6.1): CNN 105,506 on MNIST; MLP 140,106 on MNIST (their 32×32
@@ -39,8 +44,15 @@ def test_input_standardization_is_a_first_layer_without_parameters():
             a.copy_(b)
     x = torch.rand(4, 1, 28, 28)
     assert torch.allclose(std(x), plain((x - 0.13) / 0.31), atol=1e-6)
-    assert count_parameters("dssgd-mlp", input_shape=(1, 28, 28), num_classes=10, input_standardization=(0.0, 2.0)) == 109_386
-    for bad, match in (([0.1, 0.0], "std must be finite and > 0, got 0"), ([float("inf"), 1.0], "mean must be finite"), ([0.1], r"must be \[mean, std\]")):
+    assert (
+        count_parameters("dssgd-mlp", input_shape=(1, 28, 28), num_classes=10, input_standardization=(0.0, 2.0))
+        == 109_386
+    )
+    for bad, match in (
+        ([0.1, 0.0], "std must be finite and > 0, got 0"),
+        ([float("inf"), 1.0], "mean must be finite"),
+        ([0.1], r"must be \[mean, std\]"),
+    ):
         with pytest.raises(ValueError, match=match):
             build_model("dssgd-mlp", input_shape=(1, 28, 28), num_classes=10, input_standardization=bad)
 
@@ -114,7 +126,11 @@ def test_parameter_count_is_exact_and_made_without_allocating(name):
     "name, options, match",
     [
         # Issue 11, finding 6: a record's model_options asking for terabytes were allocated.
-        ("digits-mlp", {"hidden": 10**10}, r"'hidden': 10000000000.*7\.5e\+11 parameters \(3 TB as float32\).*MAX_MODEL_PARAMETERS"),
+        (
+            "digits-mlp",
+            {"hidden": 10**10},
+            r"'hidden': 10000000000.*7\.5e\+11 parameters \(3 TB as float32\).*MAX_MODEL_PARAMETERS",
+        ),
         ("digits-mlp", {"hidden": 10**30}, r"option hidden=10{30} gives at least 1e\+30 parameters"),
         ("cifar10-cnn", {"width": 10**9}, r"64-bit count.*MAX_MODEL_PARAMETERS"),
         ("abadi-mnist", {"hidden": 2**22}, r"3\.3\de\+09 parameters"),

@@ -18,13 +18,17 @@ OWN = {"pate": "defenses/pate/", "dssgd": "defenses/dssgd/"}
 
 
 def _is_defense_field(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr == "defense") or (isinstance(node, ast.Name) and node.id == "defense")
+    return (isinstance(node, ast.Attribute) and node.attr == "defense") or (
+        isinstance(node, ast.Name) and node.id == "defense"
+    )
 
 
 def _name_tests(source: str) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.Compare) or not all(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
+        if not isinstance(node, ast.Compare) or not all(
+            isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops
+        ):
             continue
         sides = [node.left, *node.comparators]
         names = [s.value for s in sides if isinstance(s, ast.Constant) and isinstance(s.value, str)]

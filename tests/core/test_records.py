@@ -207,8 +207,26 @@ def test_weights_of_another_model_are_refused(tmp_path):
     from dpaudit.store import RunDir
 
     run = RunDir(tmp_path / "run")
-    a = train_or_load(TrainSpec(defense="nonprivate", model="digits-mlp", config=default_config("nonprivate", epochs=1), seed=0, progress=False), run)
-    b = train_or_load(TrainSpec(defense="nonprivate", model="digits-mlp", config=default_config("nonprivate", epochs=1), seed=1, progress=False), run)
+    a = train_or_load(
+        TrainSpec(
+            defense="nonprivate",
+            model="digits-mlp",
+            config=default_config("nonprivate", epochs=1),
+            seed=0,
+            progress=False,
+        ),
+        run,
+    )
+    b = train_or_load(
+        TrainSpec(
+            defense="nonprivate",
+            model="digits-mlp",
+            config=default_config("nonprivate", epochs=1),
+            seed=1,
+            progress=False,
+        ),
+        run,
+    )
     shutil.copy(a.record_dir / "model.safetensors", b.record_dir / "model.safetensors")
     with pytest.raises(ValueError, match=f"belongs to model '{a.record.model_id}'"):
         load_model(b.record_dir)
@@ -219,7 +237,9 @@ def test_a_record_without_weights_is_trained_again_not_reused(tmp_path, capsys):
     from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
     from dpaudit.store import RunDir
 
-    spec = TrainSpec(defense="nonprivate", model="digits-mlp", config=default_config("nonprivate", epochs=1), progress=False)
+    spec = TrainSpec(
+        defense="nonprivate", model="digits-mlp", config=default_config("nonprivate", epochs=1), progress=False
+    )
     first = train_or_load(spec, RunDir(tmp_path))
     (first.record_dir / "model.safetensors").unlink()
     again = train_or_load(spec, RunDir(tmp_path))
@@ -249,7 +269,10 @@ def _saved(tmp_path, claim=None):
         (lambda d: {**d, "num_classes": "10"}, "num_classes"),
         (lambda d: {**d, "metrics": [0.9]}, "metrics must be a mapping"),
         (lambda d: {**d, "dataset": None}, "dataset must be a non-empty string"),
-        (lambda d: {**d, "claim": {"kind": "dp", "event": {"type": "GaussianDpEvent", "noise_multiplier": -1.1}}}, "claim: event.noise_multiplier must be finite and > 0, got -1.1"),
+        (
+            lambda d: {**d, "claim": {"kind": "dp", "event": {"type": "GaussianDpEvent", "noise_multiplier": -1.1}}},
+            "claim: event.noise_multiplier must be finite and > 0, got -1.1",
+        ),
         (lambda d: {**d, "config": {"delta": 1.5}}, "config.delta must lie in (0, 1), got 1.5"),
         (lambda d: {**d, "weights_sha256": "ABC"}, "weights_sha256"),
     ],
@@ -275,7 +298,10 @@ def test_weights_that_differ_from_the_record_s_digest_are_refused(tmp_path):
     state = load_file(str(weights))
     state["1.bias"] = state["1.bias"] + 1
     save_file(state, str(weights), metadata={"model_id": "m1"})  # the right model id, other values
-    with pytest.raises(ValueError, match=r"does not match its record \(sha256 [0-9a-f]{64} != " + recorded + r"\); retrain or restore it") as exc:
+    with pytest.raises(
+        ValueError,
+        match=r"does not match its record \(sha256 [0-9a-f]{64} != " + recorded + r"\); retrain or restore it",
+    ) as exc:
         load_model(rdir)
     assert str(weights) in str(exc.value)
 

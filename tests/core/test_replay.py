@@ -14,10 +14,14 @@ import pytest
 from dpaudit.replay import MechanismInput, ReplayTrace, compare_traces, neighbours
 
 
-def _trace(inputs: list[tuple[str, list[float], float, str]] | None = None, released: dict | None = None, defense: str = "toy") -> ReplayTrace:
+def _trace(
+    inputs: list[tuple[str, list[float], float, str]] | None = None, released: dict | None = None, defense: str = "toy"
+) -> ReplayTrace:
     return ReplayTrace(
         defense=defense,
-        mechanism_inputs=tuple(MechanismInput(name=n, value=np.array(x), sensitivity=s, norm=norm) for n, x, s, norm in inputs or []),
+        mechanism_inputs=tuple(
+            MechanismInput(name=n, value=np.array(x), sensitivity=s, norm=norm) for n, x, s, norm in inputs or []
+        ),
         released=released or {},
     )
 
@@ -42,7 +46,9 @@ def test_sensitivity_is_measured_in_the_stated_norm(norm: str, size: float) -> N
     assert verdict.holds
     assert verdict.max_ratio == pytest.approx(size / 100.0, rel=1e-12)
     # Just below the measured change, the same move is a finding that reports both numbers.
-    tight = compare_traces(_trace([("q", [0.0, 0.0, 0.0], size * 0.99, norm)]), _trace([("q", [3.0, -4.0, 12.0], size * 0.99, norm)]))
+    tight = compare_traces(
+        _trace([("q", [0.0, 0.0, 0.0], size * 0.99, norm)]), _trace([("q", [3.0, -4.0, 12.0], size * 0.99, norm)])
+    )
     assert not tight.holds
     (finding,) = tight.findings
     assert finding.kind == "sensitivity" and finding.name == "q"

@@ -60,7 +60,9 @@ def test_fields_convert_by_their_hints_in_field_order():
     assert d["ids"] == [4, 2, 9] and all(type(i) is int for i in d["ids"])
     assert d["inner"] == {"epochs": 7, "rate": 0.5}
     assert type(d["options"]) is dict and d["options"]["hidden"] == (8, 4)  # as given: the tuple stays
-    assert d["recipe"] == {"config": {"radii": [0.5, 1.0]}} and type(d["recipe"]["config"]) is dict  # thawed all the way down
+    assert (
+        d["recipe"] == {"config": {"radii": [0.5, 1.0]}} and type(d["recipe"]["config"]) is dict
+    )  # thawed all the way down
     assert json.loads(json.dumps(d)) == {**d, "options": {"hidden": [8, 4]}}
 
 
@@ -132,7 +134,20 @@ class Point(PlainSpec):
 class Stored(PlainSpec):
     """A stored value whose dict order is not its field order, with computed and optional keys."""
 
-    __spec_keys__ = ("version", "name", "flagged", "tpr", "points", "scores", "mask", "colour", "note", "owners", "renamed", "kept")
+    __spec_keys__ = (
+        "version",
+        "name",
+        "flagged",
+        "tpr",
+        "points",
+        "scores",
+        "mask",
+        "colour",
+        "note",
+        "owners",
+        "renamed",
+        "kept",
+    )
     version: ClassVar[int] = 3
 
     name: str
@@ -145,7 +160,9 @@ class Stored(PlainSpec):
     owners: np.ndarray = spec_field(default_factory=lambda: np.zeros(0, dtype=np.int64), omit="empty")
     renamed: int = spec_field(default=0, key="new_name", legacy=("old_name",))
     kept: Mapping[str, Point | None] = spec_field(
-        default_factory=dict, encode=lambda m: {k: (p.to_dict() if p else {}) for k, p in m.items()}, decode=lambda d: {k: (Point.from_dict(p) if p else None) for k, p in d.items()}
+        default_factory=dict,
+        encode=lambda m: {k: (p.to_dict() if p else {}) for k, p in m.items()},
+        decode=lambda d: {k: (Point.from_dict(p) if p else None) for k, p in d.items()},
     )
     cache: str = spec_field(default="", stored=False)
 
@@ -183,7 +200,18 @@ def test_stored_values_keep_their_declared_key_order_and_computed_keys():
         "new_name": 7,
         "kept": {"a": {"x": 3.0, "y": 0.0}, "b": {}},
     }
-    assert list(d) == ["version", "name", "flagged", "tpr", "points", "scores", "mask", "colour", "new_name", "kept"]  # note, owners: omitted
+    assert list(d) == [
+        "version",
+        "name",
+        "flagged",
+        "tpr",
+        "points",
+        "scores",
+        "mask",
+        "colour",
+        "new_name",
+        "kept",
+    ]  # note, owners: omitted
     with_both = Stored(name="t", note="n", owners=np.array([0, 1])).to_dict()
     assert with_both["note"] == "n" and with_both["owners"] == [0, 1] and with_both["flagged"] is True
     assert list(with_both).index("note") < list(with_both).index("owners") < list(with_both).index("new_name")
@@ -192,7 +220,9 @@ def test_stored_values_keep_their_declared_key_order_and_computed_keys():
 def test_stored_values_round_trip_through_json_with_their_types():
     text = json.dumps(to_jsonable(_stored().to_dict()))
     back = Stored.from_dict(from_jsonable(json.loads(text)))
-    assert back.tpr == {0.001: None, 0.01: 0.25} and all(type(k) is float for k in back.tpr)  # keys were strings in JSON
+    assert back.tpr == {0.001: None, 0.01: 0.25} and all(
+        type(k) is float for k in back.tpr
+    )  # keys were strings in JSON
     assert back.points == (Point(x=1.0), Point(x=2.0, y=-1.5))
     assert back.scores.dtype == np.float64 and back.scores[1] == math.inf
     assert back.mask.dtype == np.bool_ and back.mask.tolist() == [True, False]
@@ -203,9 +233,13 @@ def test_stored_values_round_trip_through_json_with_their_types():
 
 def test_legacy_keys_numbers_and_computed_constants():
     back = Stored.from_dict({"name": "s", "old_name": 4, "points": [{"x": 1}], "tpr": {"0.5": 1}, "scores": [1, 2]})
-    assert back.renamed == 4 and back.tpr == {0.5: 1} and type(back.tpr[0.5]) is int  # an int stays one: re-saved, "1" stays "1"
+    assert (
+        back.renamed == 4 and back.tpr == {0.5: 1} and type(back.tpr[0.5]) is int
+    )  # an int stays one: re-saved, "1" stays "1"
     assert type(back.points[0].x) is int and back.to_dict()["new_name"] == 4 and "old_name" not in back.to_dict()
-    assert back.scores.tolist() == [1.0, 2.0] and back.scores.dtype == np.float64  # ints into a float array: within the kind
+    assert (
+        back.scores.tolist() == [1.0, 2.0] and back.scores.dtype == np.float64
+    )  # ints into a float array: within the kind
     with pytest.raises(v.InvalidArgumentType, match=r"owners must hold int64 values, got float64"):
         Stored.from_dict({"name": "s", "owners": [1.5]})  # an id of 1.5 is refused, never truncated to 1
     assert Stored.from_dict({"name": "s", "flagged": True}).note is None  # a computed property is not read back
@@ -238,7 +272,9 @@ def test_fields_a_key_order_does_not_name_follow_it_and_bad_names_are_refused():
         name: ClassVar[str] = "renamed"
         a: int = 0
 
-    assert Renamed(a=2).to_dict() == {"type": "renamed", "a": 2} and Renamed.from_dict({"type": "renamed", "a": 2}) == Renamed(a=2)
+    assert Renamed(a=2).to_dict() == {"type": "renamed", "a": 2} and Renamed.from_dict(
+        {"type": "renamed", "a": 2}
+    ) == Renamed(a=2)
     with pytest.raises(v.InvalidArgument, match=r"Renamed type must be 'renamed', got 'other'"):
         Renamed.from_dict({"type": "other"})
 

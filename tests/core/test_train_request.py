@@ -34,7 +34,14 @@ def digits():
 
 def _request(digits, **changes) -> TrainRequest[NonPrivateConfig]:
     bundle, splits = digits
-    fields = {"bundle": bundle, "splits": splits, "model_name": "digits-mlp", "config": NonPrivateConfig(epochs=1), "progress": False, **changes}
+    fields = {
+        "bundle": bundle,
+        "splits": splits,
+        "model_name": "digits-mlp",
+        "config": NonPrivateConfig(epochs=1),
+        "progress": False,
+        **changes,
+    }
     return TrainRequest(**fields)
 
 
@@ -78,11 +85,17 @@ def test_every_train_and_replay_takes_one_request_and_restates_none_of_its_field
         if fn is None:
             continue
         params = list(inspect.signature(fn).parameters.values())
-        assert params and params[0].kind is inspect.Parameter.POSITIONAL_ONLY, f"{name}.{role} must take the request as its first, positional-only parameter"
+        assert params and params[0].kind is inspect.Parameter.POSITIONAL_ONLY, (
+            f"{name}.{role} must take the request as its first, positional-only parameter"
+        )
         # Everything else is the defense's own (hooks, a workspace), keyword-only with a default.
         rest = params[1:]
-        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is not inspect.Parameter.empty for p in rest), f"{name}.{role}: {rest}"
-        assert not RESTATED & {p.name for p in rest}, f"{name}.{role} restates {sorted(RESTATED & {p.name for p in rest})}"
+        assert all(
+            p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is not inspect.Parameter.empty for p in rest
+        ), f"{name}.{role}: {rest}"
+        assert not RESTATED & {p.name for p in rest}, (
+            f"{name}.{role} restates {sorted(RESTATED & {p.name for p in rest})}"
+        )
 
 
 def test_the_id_a_request_resumes_by_is_the_one_its_record_states(digits) -> None:
@@ -93,14 +106,25 @@ def test_the_id_a_request_resumes_by_is_the_one_its_record_states(digits) -> Non
     record, _ = train_nonprivate(request)
     assert record.model_id == model_id_for(request, defense="nonprivate") == expected_model_id(record)
     assert record.seed == 4 and record.config["epochs"] == 1 and record.config["split_seed"] == request.splits.seed
-    others = {model_id_for(dataclasses.replace(request, **change), defense="nonprivate") for change in ({"seed": 5}, {"model_options": {"hidden": 8}}, {"config": NonPrivateConfig(epochs=2)})}
+    others = {
+        model_id_for(dataclasses.replace(request, **change), defense="nonprivate")
+        for change in ({"seed": 5}, {"model_options": {"hidden": 8}}, {"config": NonPrivateConfig(epochs=2)})
+    }
     assert len(others) == 3 and record.model_id not in others
     # Where it trains and whether it reports progress is no part of what was trained.
-    assert model_id_for(dataclasses.replace(request, device="cpu", progress=True), defense="nonprivate") == record.model_id
+    assert (
+        model_id_for(dataclasses.replace(request, device="cpu", progress=True), defense="nonprivate") == record.model_id
+    )
 
 
 def test_the_request_module_is_torch_free() -> None:
     # The value sits in the core beside the registry: naming it must not load the training stack.
     code = "import sys, dpaudit.train_request; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.stdout.strip() == "False"

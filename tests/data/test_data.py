@@ -447,7 +447,12 @@ def _write_fake_cifar(folder: Path, *, per_batch: int, protocol: int) -> dict[st
     for name in (*cifar10._CIFAR_TRAIN, *cifar10._CIFAR_TEST):
         arr = rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8)
         labels = rng.integers(0, 10, size=per_batch).tolist()
-        batch = {b"batch_label": name.encode(), b"data": arr, b"labels": labels, b"filenames": [f"img{i}.png".encode() for i in range(per_batch)]}
+        batch = {
+            b"batch_label": name.encode(),
+            b"data": arr,
+            b"labels": labels,
+            b"filenames": [f"img{i}.png".encode() for i in range(per_batch)],
+        }
         (folder / name).write_bytes(pickle.dumps(batch, protocol=protocol))
         written[name] = (arr, labels)
     meta = {b"num_cases_per_batch": per_batch, b"label_names": [b"airplane"] * 10, b"num_vis": 3072}
@@ -455,7 +460,9 @@ def _write_fake_cifar(folder: Path, *, per_batch: int, protocol: int) -> dict[st
     return written
 
 
-@pytest.mark.parametrize("protocol, layout", [(2, "cifar-10-batches-py"), (4, "cifar10/cifar-10-batches-py"), (5, "cifar-10-batches-py")])
+@pytest.mark.parametrize(
+    "protocol, layout", [(2, "cifar-10-batches-py"), (4, "cifar10/cifar-10-batches-py"), (5, "cifar-10-batches-py")]
+)
 def test_cifar10_fake_batches(tmp_path, protocol, layout):
     written = _write_fake_cifar(tmp_path / layout, per_batch=4, protocol=protocol)
     b = load_dataset("cifar10", data_root=tmp_path)

@@ -72,19 +72,47 @@ def test_small_valid_idx_set_loads_and_is_listed_with_what_was_checked(tmp_path)
     b = load_dataset("mnist", data_root=tmp_path)
     assert (len(b.train), len(b.test)) == (12, 6)
     info = info_of(tmp_path, "mnist")
-    assert info.available and (info.num_train, info.num_test) == (12, 6) and "IDX headers and lengths of 4 files" in info.checked
+    assert (
+        info.available
+        and (info.num_train, info.num_test) == (12, 6)
+        and "IDX headers and lengths of 4 files" in info.checked
+    )
 
 
 @pytest.mark.parametrize(
     ("file", "content", "reason"),
     [
-        ("train-images-idx3-ubyte.gz", gzip.compress(b"\x00\x00\x0d\x03" + b"\x00" * 20), "not an IDX file of unsigned bytes: it starts with 0x00000d03"),
-        ("train-images-idx3-ubyte.gz", gzip.compress(idx_bytes(np.zeros((12, 32, 32)))), "not a file of 28x28 images: its IDX header declares 32x32"),
-        ("train-labels-idx1-ubyte.gz", gzip.compress(idx_bytes(np.zeros((12, 2)))), "not an IDX labels file: 2 dimensions, expected 1"),
-        ("t10k-images-idx3-ubyte.gz", gzip.compress(idx_bytes(np.zeros((6, 28, 28))) + b"extra"), "not a valid IDX file: its header implies 4720 bytes after decompression, it holds 4725"),
-        ("t10k-images-idx3-ubyte.gz", gzip.compress(idx_bytes(np.random.default_rng(0).integers(0, 256, (6, 28, 28))))[:-300], "truncated: expected 4720 bytes after decompression, got "),
+        (
+            "train-images-idx3-ubyte.gz",
+            gzip.compress(b"\x00\x00\x0d\x03" + b"\x00" * 20),
+            "not an IDX file of unsigned bytes: it starts with 0x00000d03",
+        ),
+        (
+            "train-images-idx3-ubyte.gz",
+            gzip.compress(idx_bytes(np.zeros((12, 32, 32)))),
+            "not a file of 28x28 images: its IDX header declares 32x32",
+        ),
+        (
+            "train-labels-idx1-ubyte.gz",
+            gzip.compress(idx_bytes(np.zeros((12, 2)))),
+            "not an IDX labels file: 2 dimensions, expected 1",
+        ),
+        (
+            "t10k-images-idx3-ubyte.gz",
+            gzip.compress(idx_bytes(np.zeros((6, 28, 28))) + b"extra"),
+            "not a valid IDX file: its header implies 4720 bytes after decompression, it holds 4725",
+        ),
+        (
+            "t10k-images-idx3-ubyte.gz",
+            gzip.compress(idx_bytes(np.random.default_rng(0).integers(0, 256, (6, 28, 28))))[:-300],
+            "truncated: expected 4720 bytes after decompression, got ",
+        ),
         ("t10k-images-idx3-ubyte.gz", b"\x1f\x8b", "truncated"),
-        ("train-labels-idx1-ubyte.gz", gzip.compress(idx_bytes(np.zeros(0))), "empty: its IDX header declares 0 labels"),
+        (
+            "train-labels-idx1-ubyte.gz",
+            gzip.compress(idx_bytes(np.zeros(0))),
+            "empty: its IDX header declares 0 labels",
+        ),
     ],
 )
 def test_malformed_idx_files_are_refused_naming_the_file(tmp_path, file, content, reason):
@@ -109,7 +137,9 @@ def test_md5sums_listing_formats_and_refusal(tmp_path):
     names = sorted(p.name for p in folder.iterdir())
     digests = {n: hashlib.md5((folder / n).read_bytes()).hexdigest() for n in names}
     # md5sum's text and binary markers, a "./" prefix, a comment and a blank line.
-    (folder / "MD5SUMS").write_text(f"# made by md5sum\n\n{digests[names[0]]}  ./{names[0]}\n{digests[names[1]].upper()} *{names[1]}\n")
+    (folder / "MD5SUMS").write_text(
+        f"# made by md5sum\n\n{digests[names[0]]}  ./{names[0]}\n{digests[names[1]].upper()} *{names[1]}\n"
+    )
     assert md5_listing(folder) == {names[0]: digests[names[0]], names[1]: digests[names[1]]}
     assert verify_checksum(folder / names[0], folder) and verify_checksum(folder / names[1], folder)
     assert not verify_checksum(folder / names[2], folder)  # not listed: checked by format only
@@ -151,7 +181,9 @@ def _proto2(*ops: bytes) -> bytes:
 # Hand-written pickles that use only the allowed globals, but not the way numpy's pickles do.
 _DIRECT_NDARRAY = _proto2(b"cnumpy\nndarray\n", b"J\x40\x42\x0f\x00\x85", b"R")  # numpy.ndarray((1000000,))
 _OBJECT_DTYPE = _proto2(b"cnumpy\ndtype\n", b"X\x02\x00\x00\x00O8\x89\x88\x87", b"R")  # numpy.dtype("O8", False, True)
-_OTHER_CODEC = _proto2(b"c_codecs\nencode\n", b"X\x03\x00\x00\x00abcX\x04\x00\x00\x00zlib\x86", b"R")  # _codecs.encode("abc", "zlib")
+_OTHER_CODEC = _proto2(
+    b"c_codecs\nencode\n", b"X\x03\x00\x00\x00abcX\x04\x00\x00\x00zlib\x86", b"R"
+)  # _codecs.encode("abc", "zlib")
 
 
 @pytest.mark.parametrize(
@@ -160,7 +192,10 @@ _OTHER_CODEC = _proto2(b"c_codecs\nencode\n", b"X\x03\x00\x00\x00abcX\x04\x00\x0
         (_DIRECT_NDARRAY, "it calls numpy.ndarray directly"),
         (_OBJECT_DTYPE, "it asks for a numpy dtype of kind 'O'"),
         (_OTHER_CODEC, "it calls _codecs.encode other than for latin-1 text"),
-        (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 1]}, protocol=2)[:-40], "the pickle ends early"),
+        (
+            pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 1]}, protocol=2)[:-40],
+            "the pickle ends early",
+        ),
         (b"not a pickle at all", "malformed pickle"),
         (pickle.dumps([1, 2, 3]), "expected a dict, got list"),
     ],
@@ -186,13 +221,17 @@ def test_cifar_batch_far_larger_than_any_batch_is_refused_unread(tmp_path):
     folder = _cifar_folder(tmp_path)
     with open(folder / "test_batch", "wb") as fh:
         fh.truncate(cifar_mod._MAX_BATCH_BYTES + 1)  # sparse: nothing is written
-    expect_refused(tmp_path, "cifar10", folder / "test_batch", f"not a CIFAR-10 batch: {cifar_mod._MAX_BATCH_BYTES + 1} bytes")
+    expect_refused(
+        tmp_path, "cifar10", folder / "test_batch", f"not a CIFAR-10 batch: {cifar_mod._MAX_BATCH_BYTES + 1} bytes"
+    )
 
 
 def test_cifar_genuine_layouts_still_load_and_are_counted(tmp_path):
     folder = _cifar_folder(tmp_path, per_batch=3)
     # protocol 5 (out-of-band capable, _frombuffer) for one batch
-    (folder / "data_batch_5").write_bytes(pickle.dumps({"data": np.full((3, 3072), 7, np.uint8), "labels": np.array([0, 1, 2])}, protocol=5))
+    (folder / "data_batch_5").write_bytes(
+        pickle.dumps({"data": np.full((3, 3072), 7, np.uint8), "labels": np.array([0, 1, 2])}, protocol=5)
+    )
     b = load_dataset("cifar10", data_root=tmp_path)
     assert (len(b.train), len(b.test)) == (15, 3)
     info = info_of(tmp_path, "cifar10")
@@ -243,7 +282,9 @@ def test_checked_data_root(monkeypatch, tmp_path):
     with pytest.raises(DataRootError, match="is not a directory"):
         checked_data_root(tmp_path / "f" / "sub")
     monkeypatch.setenv(DATA_ROOT_ENV, str(tmp_path / "env-nope"))
-    with pytest.raises(DataRootError, match=re.escape(f"{DATA_ROOT_ENV}={str(tmp_path / 'env-nope')!r} does not exist")):
+    with pytest.raises(
+        DataRootError, match=re.escape(f"{DATA_ROOT_ENV}={str(tmp_path / 'env-nope')!r} does not exist")
+    ):
         checked_data_root()
     # The default root may be absent on a fresh install: it reads as empty.
     monkeypatch.delenv(DATA_ROOT_ENV)

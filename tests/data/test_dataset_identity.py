@@ -43,7 +43,23 @@ def test_train_recomputes_after_a_dataset_file_changed_and_says_why(capsys, tmp_
     root, out = tmp_path / "root", tmp_path / "run"
     folder = write_mnist(root)
     write_md5sums(folder)
-    argv = ["train", "--defense", "nonprivate", "--model", "abadi-mnist", "--dataset", "mnist", "--epochs", "1", "--data-root", str(root), "--out", str(out), "--json", "--quiet"]
+    argv = [
+        "train",
+        "--defense",
+        "nonprivate",
+        "--model",
+        "abadi-mnist",
+        "--dataset",
+        "mnist",
+        "--epochs",
+        "1",
+        "--data-root",
+        str(root),
+        "--out",
+        str(out),
+        "--json",
+        "--quiet",
+    ]
     code, stdout, err = _run(capsys, *argv)
     assert code == 0, err
     first = json.loads(stdout)
@@ -60,7 +76,10 @@ def test_train_recomputes_after_a_dataset_file_changed_and_says_why(capsys, tmp_
     again = json.loads(stdout)
     assert again["reused"] is False and again["model_id"] == first["model_id"]
     assert again["dataset_files"] != first["dataset_files"] and again["metrics"] != first["metrics"]
-    assert f"recomputing: dataset mnist's files changed since the stored record {first['model_id']} (mnist/t10k-images-idx3-ubyte.gz, " in err
+    assert (
+        "recomputing: dataset mnist's files changed since the stored record "
+        f"{first['model_id']} (mnist/t10k-images-idx3-ubyte.gz, " in err
+    )
 
 
 @pytest.mark.slow  # 30 s: four DP-SGD trainings
@@ -69,9 +88,26 @@ def test_an_audit_on_changed_data_starts_afresh_and_says_why(capsys, tmp_path):
     root, out = tmp_path / "root", tmp_path / "run"
     folder = write_mnist(root)
     argv = [
-        "audit", "--defense", "dpsgd", "--dataset", "mnist", "--model", "abadi-mnist", "--num-trials", "2", "--noise-multiplier", "1",
-        "--epochs", "1", "--data-root", str(root), "--out", str(out), "--json", "--no-report",
-    ]  # fmt: skip
+        "audit",
+        "--defense",
+        "dpsgd",
+        "--dataset",
+        "mnist",
+        "--model",
+        "abadi-mnist",
+        "--num-trials",
+        "2",
+        "--noise-multiplier",
+        "1",
+        "--epochs",
+        "1",
+        "--data-root",
+        str(root),
+        "--out",
+        str(out),
+        "--json",
+        "--no-report",
+    ]
     code, stdout, err = _run(capsys, *argv)
     assert code in (0, 3), err
     first = json.loads(stdout)
@@ -81,7 +117,11 @@ def test_an_audit_on_changed_data_starts_afresh_and_says_why(capsys, tmp_path):
     code, stdout, err = _run(capsys, *argv)
     assert code in (0, 3), err
     assert "reusing" not in err and json.loads(stdout)["audit_dir"] != first["audit_dir"]
-    assert f"recomputing: dataset mnist's files changed (mnist/train-labels-idx1-ubyte.gz) since the stored trials in {first['audit_dir']}" in err
+    assert (
+        "recomputing: dataset mnist's files changed "
+        "(mnist/train-labels-idx1-ubyte.gz) since the stored trials in "
+        f"{first['audit_dir']}" in err
+    )
 
 
 @pytest.mark.slow  # 10 s: two PATE trainings
@@ -89,7 +129,21 @@ def test_an_audit_on_changed_data_starts_afresh_and_says_why(capsys, tmp_path):
 def test_pate_teachers_of_the_old_data_are_moved_aside_not_reused(capsys, tmp_path):
     root, out = tmp_path / "root", tmp_path / "run"
     write_mnist(root)
-    argv = ["train", "--defense", "pate", "--model", "abadi-mnist", "--dataset", "mnist", "--teachers", "2", "--queries", "8", "--epochs", "1"]
+    argv = [
+        "train",
+        "--defense",
+        "pate",
+        "--model",
+        "abadi-mnist",
+        "--dataset",
+        "mnist",
+        "--teachers",
+        "2",
+        "--queries",
+        "8",
+        "--epochs",
+        "1",
+    ]
     argv += ["--data-root", str(root), "--out", str(out), "--quiet", "--executor", "serial", "--json"]
     code, _, err = _run(capsys, *argv)
     assert code == 0, err
@@ -98,7 +152,10 @@ def test_pate_teachers_of_the_old_data_are_moved_aside_not_reused(capsys, tmp_pa
     code, stdout, err = _run(capsys, *argv)
     assert code == 0, err
     assert json.loads(stdout)["reused"] is False
-    assert f"recomputing: dataset mnist's files changed since the pate-teachers cached in {out / 'records' / 'pate-teachers'} (" in err
+    assert (
+        "recomputing: dataset mnist's files changed since the pate-teachers "
+        f"cached in {out / 'records' / 'pate-teachers'} (" in err
+    )
     assert "; 2 moved to " in err and len(list((out / "records" / "pate-teachers-stale").iterdir())) == 2
 
 
@@ -114,10 +171,41 @@ def test_a_certificate_on_replaced_test_images_is_recomputed(capsys, tmp_path):
 
     root, out = tmp_path / "root", tmp_path / "run"
     folder = write_mnist(root)
-    code, _, err = _run(capsys, "train", "--defense", "pixeldp", "--model", "abadi-mnist", "--dataset", "mnist", "--epochs", "1", "--data-root", str(root), "--out", str(out), "--quiet")
+    code, _, err = _run(
+        capsys,
+        "train",
+        "--defense",
+        "pixeldp",
+        "--model",
+        "abadi-mnist",
+        "--dataset",
+        "mnist",
+        "--epochs",
+        "1",
+        "--data-root",
+        str(root),
+        "--out",
+        str(out),
+        "--quiet",
+    )
     assert code == 0, err
     (record,) = (out / "records").iterdir()
-    argv = ["certify", "--target", str(record), "--num-draws", "20", "--num-examples", "5", "--no-attacks", "--no-smoothing", "--data-root", str(root), "--out", str(out), "--json"]
+    argv = [
+        "certify",
+        "--target",
+        str(record),
+        "--num-draws",
+        "20",
+        "--num-examples",
+        "5",
+        "--no-attacks",
+        "--no-smoothing",
+        "--data-root",
+        str(root),
+        "--out",
+        str(out),
+        "--json",
+    ]
     assert _run(capsys, *argv)[0] == 0
     clear_cache()
     code, _, err = _run(capsys, *argv)
@@ -127,4 +215,7 @@ def test_a_certificate_on_replaced_test_images_is_recomputed(capsys, tmp_path):
     clear_cache()
     code, _, err = _run(capsys, *argv)
     assert code == 0, err
-    assert "recomputing certify-pixeldp.json: the dataset's files changed since the stored certificate (mnist/t10k-images-idx3-ubyte.gz)" in err
+    assert (
+        "recomputing certify-pixeldp.json: the dataset's files changed since "
+        "the stored certificate (mnist/t10k-images-idx3-ubyte.gz)" in err
+    )

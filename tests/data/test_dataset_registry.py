@@ -60,15 +60,34 @@ def _toy_bundle(root: Path):
     rng = np.random.default_rng(0)
     x = torch.from_numpy(rng.random((30, 4), dtype=np.float32))
     y = torch.from_numpy(rng.integers(0, 3, size=30))
-    return make_bundle("toy-table", x_train=x[:20], y_train=y[:20], x_test=x[20:], y_test=y[20:], num_classes=3, description="a toy table defined in a test")
+    return make_bundle(
+        "toy-table",
+        x_train=x[:20],
+        y_train=y[:20],
+        x_test=x[20:],
+        y_test=y[20:],
+        num_classes=3,
+        description="a toy table defined in a test",
+    )
 
 
 def _toy_info(root: Path) -> DatasetInfo:
-    return DatasetInfo(name="toy-table", available=True, num_train=20, num_test=10, input_shape=(4,), num_classes=3, detail="in-test")
+    return DatasetInfo(
+        name="toy-table", available=True, num_train=20, num_test=10, input_shape=(4,), num_classes=3, detail="in-test"
+    )
 
 
 def test_a_source_registered_in_a_test_is_loadable_listed_and_a_cli_choice(monkeypatch, capsys):
-    toy = DatasetSource(name="toy-table", description="toy", input_shape=(4,), num_classes=3, files=(), load=_toy_bundle, info=_toy_info, needs_root=False)
+    toy = DatasetSource(
+        name="toy-table",
+        description="toy",
+        input_shape=(4,),
+        num_classes=3,
+        files=(),
+        load=_toy_bundle,
+        info=_toy_info,
+        needs_root=False,
+    )
     monkeypatch.setitem(DATASETS, "toy-table", toy)
     clear_cache()
     try:
@@ -91,10 +110,23 @@ def test_register_refuses_duplicates_and_non_sources():
 
 @pytest.mark.parametrize(
     ("changes", "exc", "arg"),
-    [({"name": ""}, TypeError, "name"), ({"name": "Toy_Table"}, ValueError, "name"), ({"num_classes": 0}, ValueError, "num_classes"), ({"load": None}, TypeError, "load")],
+    [
+        ({"name": ""}, TypeError, "name"),
+        ({"name": "Toy_Table"}, ValueError, "name"),
+        ({"num_classes": 0}, ValueError, "num_classes"),
+        ({"load": None}, TypeError, "load"),
+    ],
 )
 def test_source_validates_its_fields(changes, exc, arg):
-    fields = {"name": "toy", "description": "toy", "input_shape": (4,), "num_classes": 3, "files": (), "load": _toy_bundle, "info": _toy_info}
+    fields = {
+        "name": "toy",
+        "description": "toy",
+        "input_shape": (4,),
+        "num_classes": 3,
+        "files": (),
+        "load": _toy_bundle,
+        "info": _toy_info,
+    }
     with pytest.raises(exc, match=arg):
         DatasetSource(**{**fields, **changes})
 
@@ -105,6 +137,8 @@ def test_the_listing_order_does_not_depend_on_which_dataset_module_a_process_imp
     import subprocess
     import sys
 
-    code = "import dpaudit.data.adult, dpaudit.data.cifar10\nfrom dpaudit.data import DATASETS\nprint(' '.join(DATASETS))"
+    code = (
+        "import dpaudit.data.adult, dpaudit.data.cifar10\nfrom dpaudit.data import DATASETS\nprint(' '.join(DATASETS))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[:8] == ["digits", "mnist", "fashion-mnist", "cifar10", "faces", "adult", "mnist-0-4", "faces-1-20"]

@@ -11,7 +11,9 @@ from dpaudit.data import DatasetBundle
 from dpaudit.models import build_model
 
 
-def digits_federation(bundle: DatasetBundle, members, *, participants: int, rule: UploadRule, batch_size: int = 16, seed: int = 0) -> FederationSetup:
+def digits_federation(
+    bundle: DatasetBundle, members, *, participants: int, rule: UploadRule, batch_size: int = 16, seed: int = 0
+) -> FederationSetup:
     """``participants`` digits-mlp participants over ``members``, one local epoch at lr 0.1, initialised at ``seed``."""
     torch.manual_seed(seed)
     model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes)

@@ -40,15 +40,33 @@ def digits():
         ("pixeldp", PixelDPConfig(epochs=2), 0.1 * classical_sigma(epsilon=1.0, delta=0.05)),
         ("agm", AGMConfig(epochs=2), 0.1 * analytic_sigma(epsilon=1.0, delta=0.05)),
         ("hgm", HGMConfig(epochs=2), 0.2 * extended_sigma(epsilon=4.0, delta=0.05)),
-        ("secure-sgd", SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64), SECURE_L_DIGITS * extended_sigma(epsilon=4.0, delta=0.05)),
-        ("secure-sgd", SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64, sensitivity_control="normalize"), SECURE_L_DIGITS * extended_sigma(epsilon=4.0, delta=0.05)),
+        (
+            "secure-sgd",
+            SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64),
+            SECURE_L_DIGITS * extended_sigma(epsilon=4.0, delta=0.05),
+        ),
+        (
+            "secure-sgd",
+            SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64, sensitivity_control="normalize"),
+            SECURE_L_DIGITS * extended_sigma(epsilon=4.0, delta=0.05),
+        ),
         ("hgm", HGMConfig(epochs=2, sensitivity_control="normalize"), 0.2 * extended_sigma(epsilon=4.0, delta=0.05)),
-        ("secure-sgd", SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64, sensitivity_control="orthogonal", redistribute=False), SECURE_L_DIGITS * extended_sigma(epsilon=4.0, delta=0.05)),
+        (
+            "secure-sgd",
+            SecureSGDConfig(
+                epochs=1, noise_multiplier=1.0, lot_size=64, sensitivity_control="orthogonal", redistribute=False
+            ),
+            SECURE_L_DIGITS * extended_sigma(epsilon=4.0, delta=0.05),
+        ),
     ],
 )
-def test_defense_calibrates_noise_and_keeps_sensitivity_at_most_one(digits, tmp_path: Path, defense: str, config, sigma: float) -> None:
+def test_defense_calibrates_noise_and_keeps_sensitivity_at_most_one(
+    digits, tmp_path: Path, defense: str, config, sigma: float
+) -> None:
     bundle, splits = digits
-    record, model = DEFENSES[defense].train(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, progress=False))
+    record, model = DEFENSES[defense].train(
+        TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, progress=False)
+    )
     noise = find_noise_layer(model)
     assert noise is not None
     delta = layer_sensitivity(noise, input_shape=bundle.input_shape)
@@ -76,7 +94,9 @@ def test_defense_calibrates_noise_and_keeps_sensitivity_at_most_one(digits, tmp_
     # The noise layer's σ and r travel with the weights.
     save_record(record, model, tmp_path / "rec")
     again = find_noise_layer(load_model(tmp_path / "rec"))
-    assert float(again.noise_std) == pytest.approx(float(noise.noise_std)) and np.allclose(again.redistribution.numpy(), r.numpy())
+    assert float(again.noise_std) == pytest.approx(float(noise.noise_std)) and np.allclose(
+        again.redistribution.numpy(), r.numpy()
+    )
     assert load_record(tmp_path / "rec").model_id == record.model_id
 
 
@@ -88,7 +108,9 @@ def test_normalize_trains_on_the_scaled_layer_and_releases_the_same_function(dig
 
     bundle, splits = digits
     config = HGMConfig(epochs=1, sensitivity_control="normalize", redistribute=False)
-    schedule = NoiseSchedule(sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5)
+    schedule = NoiseSchedule(
+        sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5
+    )
     from dpaudit.models import build_model
 
     torch.manual_seed(0)
@@ -112,11 +134,15 @@ def test_normalize_trains_on_the_scaled_layer_and_releases_the_same_function(dig
         during = model(x)
         schedule.finish()
         after = model(x)
-    assert torch.allclose(start, during, rtol=0.05, atol=5e-3)  # weight growth changed nothing downstream (up to the warm estimate of Δ_r)
+    assert torch.allclose(
+        start, during, rtol=0.05, atol=5e-3
+    )  # weight growth changed nothing downstream (up to the warm estimate of Δ_r)
     released = layer_sensitivity(noise, input_shape=bundle.input_shape)
     assert noise.output_scale == 1.0 and released == pytest.approx(schedule.gain, rel=1e-3)
     assert float(noise.noise_std) == pytest.approx(0.3 * released, rel=1e-6)
-    assert torch.allclose(during, after, rtol=0.05, atol=5e-3)  # the warm estimate during training vs the exact Δ_r at release
+    assert torch.allclose(
+        during, after, rtol=0.05, atol=5e-3
+    )  # the warm estimate during training vs the exact Δ_r at release
 
 
 def test_orthogonal_keeps_the_kernel_spectrum_flat_through_training(digits) -> None:
@@ -129,7 +155,9 @@ def test_orthogonal_keeps_the_kernel_spectrum_flat_through_training(digits) -> N
 
     bundle, _ = digits
     config = HGMConfig(epochs=1, sensitivity_control="orthogonal", redistribute=False, noise_ramp_fraction=0.0)
-    schedule = NoiseSchedule(sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5)
+    schedule = NoiseSchedule(
+        sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5
+    )
     torch.manual_seed(0)
     model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=10, noise_layer=True)
     schedule.prepare(model)
@@ -177,7 +205,15 @@ def test_secure_sgd_computes_r_from_data_outside_the_members(digits, monkeypatch
         return real(request, **kw)
 
     monkeypatch.setattr(noise_layer_training, "compute_redistribution", spy)
-    DEFENSES["secure-sgd"].train(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64), progress=False))
+    DEFENSES["secure-sgd"].train(
+        TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name="digits-mlp",
+            config=SecureSGDConfig(epochs=1, noise_multiplier=1.0, lot_size=64),
+            progress=False,
+        )
+    )
     assert len(seen["ids"]) > 0
     assert not set(seen["ids"].tolist()) & set(splits.members.tolist())
 
@@ -191,13 +227,50 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict
 @pytest.mark.e2e
 def test_train_certify_report_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
-    code, trained = _run(["train", "--defense", "pixeldp", "--dataset", "digits", "--model", "digits-mlp", "--epochs", "8", "--learning-rate", "0.1", "--out", str(run), "--quiet"], capsys)
+    code, trained = _run(
+        [
+            "train",
+            "--defense",
+            "pixeldp",
+            "--dataset",
+            "digits",
+            "--model",
+            "digits-mlp",
+            "--epochs",
+            "8",
+            "--learning-rate",
+            "0.1",
+            "--out",
+            str(run),
+            "--quiet",
+        ],
+        capsys,
+    )
     assert code == 0
     target = trained["record_path"]
-    argv = ["certify", "--target", target, "--num-draws", "200", "--num-examples", "60", "--radii", "0.05,0.1,0.2,0.4", "--out", str(run), "--quiet"]
+    argv = [
+        "certify",
+        "--target",
+        target,
+        "--num-draws",
+        "200",
+        "--num-examples",
+        "60",
+        "--radii",
+        "0.05,0.1,0.2,0.4",
+        "--out",
+        str(run),
+        "--quiet",
+    ]
     code, first = _run(argv, capsys)
     assert code == 0, first
-    assert set(first) >= {"conventional_accuracy", "certified_accuracy", "robust_accuracy", "smoothing", "soundness_violations"}
+    assert set(first) >= {
+        "conventional_accuracy",
+        "certified_accuracy",
+        "robust_accuracy",
+        "smoothing",
+        "soundness_violations",
+    }
     assert list(first["robust_accuracy"]) == ["fgsm", "ifgsm", "pgd", "mim"]
     cert = list(first["certified_accuracy"].values())
     assert all(a >= b for a, b in zip(cert, cert[1:]))  # non-increasing in the size
@@ -224,7 +297,11 @@ def test_train_certify_report_end_to_end(tmp_path: Path, capsys: pytest.CaptureF
     inflated = dataclasses.replace(own, predictions=np.asarray(own.labels), radii=np.full(len(own.labels), 10.0))
     save_certification_result(inflated, result_dir)
     code, third = _run(argv, capsys)
-    assert code == 3 and third["soundness_violations"] and {v["certificate"] for v in third["soundness_violations"]} == {"pixeldp"}
+    assert (
+        code == 3
+        and third["soundness_violations"]
+        and {v["certificate"] for v in third["soundness_violations"]} == {"pixeldp"}
+    )
     code, rep = _run(["report", str(run)], capsys)
     assert code == 3
 
@@ -242,7 +319,16 @@ def test_training_noise_is_seeded_so_runs_repeat(digits) -> None:
     bundle, splits = digits
     states = []
     for _ in range(2):
-        _, model = DEFENSES["pixeldp"].train(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=PixelDPConfig(epochs=1), seed=3, progress=False))
+        _, model = DEFENSES["pixeldp"].train(
+            TrainRequest(
+                bundle=bundle,
+                splits=splits,
+                model_name="digits-mlp",
+                config=PixelDPConfig(epochs=1),
+                seed=3,
+                progress=False,
+            )
+        )
         states.append(model.state_dict())
         assert find_noise_layer(model).generator is None  # released models draw fresh noise
     assert all(np.array_equal(states[0][k].numpy(), states[1][k].numpy()) for k in states[0])
@@ -259,10 +345,16 @@ def test_linf_noise_behind_a_pca_projection_follows_the_bound_of_w_times_p(digit
     from dpaudit.models import build_model
 
     bundle, _ = digits
-    config = HGMConfig(epochs=1, attack_norm="linf", sensitivity_control=control, redistribute=False, noise_ramp_fraction=0.0)
-    schedule = NoiseSchedule(sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5)
+    config = HGMConfig(
+        epochs=1, attack_norm="linf", sensitivity_control=control, redistribute=False, noise_ramp_fraction=0.0
+    )
+    schedule = NoiseSchedule(
+        sigma=0.3, redistribution=None, config=config, input_shape=bundle.input_shape, total_steps=5
+    )
     torch.manual_seed(0)
-    model = build_model("abadi-mnist", input_shape=bundle.input_shape, num_classes=10, noise_layer=True, pca_components=10, hidden=32)
+    model = build_model(
+        "abadi-mnist", input_shape=bundle.input_shape, num_classes=10, noise_layer=True, pca_components=10, hidden=32
+    )
     proj = next(m for m in model.modules() if isinstance(m, Projection))
     q, _ = torch.linalg.qr(torch.randn(64, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
     proj.set(q.T.float())

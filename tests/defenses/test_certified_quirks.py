@@ -44,7 +44,13 @@ from dpaudit.weights import save_record
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_hgm.py"
 HGM_TINY = dict(epochs=1, batch_size=32, redistribution_pretrain_epochs=1, redistribution_examples=64)
 SECURE_TINY = dict(epochs=1, sampling_rate=0.1, redistribution_pretrain_epochs=1, redistribution_examples=64)
-NOISE_LAYER_OPTIONS = ("authors_noise_scale_r", "authors_heuristic_sensitivity", "authors_fixed_training_noise", "authors_redistribution_total", "authors_mixed_delta")
+NOISE_LAYER_OPTIONS = (
+    "authors_noise_scale_r",
+    "authors_heuristic_sensitivity",
+    "authors_fixed_training_noise",
+    "authors_redistribution_total",
+    "authors_mixed_delta",
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -71,7 +77,9 @@ def _train(digits, defense: str, model_name: str = "digits-mlp", **overrides):
         bundle, splits = digits
         base = HGM_TINY if defense == "hgm" else SECURE_TINY
         config = DEFENSES[defense].config_type(**{**base, **overrides})
-        _TRAINED[key] = DEFENSES[defense].train(TrainRequest(bundle=bundle, splits=splits, model_name=model_name, config=config, seed=0, progress=False))
+        _TRAINED[key] = DEFENSES[defense].train(
+            TrainRequest(bundle=bundle, splits=splits, model_name=model_name, config=config, seed=0, progress=False)
+        )
     return _TRAINED[key]
 
 
@@ -83,8 +91,13 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 # --------------------------------------------------------------------------------------------
 # Defaults: unchanged, and every option explicitly off is the same run
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("defense", "options"), [("hgm", NOISE_LAYER_OPTIONS), ("secure-sgd", (*NOISE_LAYER_OPTIONS, "authors_batch_clipping"))])
-def test_defaults_are_bit_identical_to_every_option_explicitly_off(digits, defense: str, options: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("defense", "options"),
+    [("hgm", NOISE_LAYER_OPTIONS), ("secure-sgd", (*NOISE_LAYER_OPTIONS, "authors_batch_clipping"))],
+)
+def test_defaults_are_bit_identical_to_every_option_explicitly_off(
+    digits, defense: str, options: tuple[str, ...]
+) -> None:
     record, model = _train(digits, defense)
     off_record, off_model = _train(digits, defense, **dict.fromkeys(options, False))
     assert _same_weights(model, off_model)
@@ -123,8 +136,12 @@ def test_noise_scale_r_gives_std_ratio_r_not_sqrt_r(digits) -> None:
     stds = draws.std(0).double()
     assert float(stds[i] / stds[j]) == pytest.approx(float(r[i] / r[j]), rel=0.1)
     # The calibration still assumes σ √r_k: its Δ_r is weighted by r, not by the r² installed.
-    assert record_q.metrics["first_layer_sensitivity"] == pytest.approx(layer_sensitivity(quirk, input_shape=(1, 8, 8), redistribution=r.float()), rel=1e-5)
-    assert record_q.metrics["first_layer_sensitivity_released"] == pytest.approx(layer_sensitivity(quirk, input_shape=(1, 8, 8)), rel=1e-6)
+    assert record_q.metrics["first_layer_sensitivity"] == pytest.approx(
+        layer_sensitivity(quirk, input_shape=(1, 8, 8), redistribution=r.float()), rel=1e-5
+    )
+    assert record_q.metrics["first_layer_sensitivity_released"] == pytest.approx(
+        layer_sensitivity(quirk, input_shape=(1, 8, 8)), rel=1e-6
+    )
     assert record_q.config["authors_quirks"] == ("noise-scale-r",)
     assert "noise-scale-r" in record_q.claim.description and "does not meet" in record_q.claim.description
 
@@ -133,12 +150,21 @@ def test_noise_scale_r_gives_std_ratio_r_not_sqrt_r(digits) -> None:
 # (b) the heuristic Δ_r
 # --------------------------------------------------------------------------------------------
 def test_heuristic_sensitivity_is_kernel_over_root_r_and_below_the_bound(digits) -> None:
-    record, model = _train(digits, "hgm", "hgm-cnn", authors_heuristic_sensitivity=True, attack_norm="linf", sensitivity_control="scale-noise")
+    record, model = _train(
+        digits,
+        "hgm",
+        "hgm-cnn",
+        authors_heuristic_sensitivity=True,
+        attack_norm="linf",
+        sensitivity_control="scale-noise",
+    )
     noise = find_noise_layer(model)
     weight = noise.layer.weight.detach().double().numpy()  # (32, 1, 5, 5)
     r = noise.redistribution.double().numpy()  # (32, 8, 8)
     assert r.sum() == pytest.approx(r.size, rel=1e-4)  # without (e), Σ r = K
-    by_hand = np.linalg.svd(weight.reshape(32, -1), compute_uv=False)[0] / math.sqrt(np.linalg.svd(r.reshape(32, -1), compute_uv=False)[0])
+    by_hand = np.linalg.svd(weight.reshape(32, -1), compute_uv=False)[0] / math.sqrt(
+        np.linalg.svd(r.reshape(32, -1), compute_uv=False)[0]
+    )
     assert authors_heuristic_sensitivity(noise) == pytest.approx(by_hand, rel=1e-9)
     # Training used the heuristic for the released noise: σ = c·L·Δ_heuristic ...
     assert record.metrics["first_layer_sensitivity"] == pytest.approx(by_hand, rel=1e-6)
@@ -148,7 +174,9 @@ def test_heuristic_sensitivity_is_kernel_over_root_r_and_below_the_bound(digits)
     rows_l1 = np.abs(weight).reshape(32, -1).sum(1)[:, None, None] * np.ones((1, 8, 8))
     bound = math.sqrt(float((rows_l1**2 / r).sum()))  # padding makes border rows smaller; the interior dominates
     exact_bound = layer_sensitivity(noise, input_shape=(1, 8, 8), norm="linf")
-    assert exact_bound <= bound + 1e-9 and record.metrics["first_layer_sensitivity_released"] == pytest.approx(exact_bound, rel=1e-6)
+    assert exact_bound <= bound + 1e-9 and record.metrics["first_layer_sensitivity_released"] == pytest.approx(
+        exact_bound, rel=1e-6
+    )
     assert by_hand < exact_bound
     assert "heuristic-sensitivity" in record.claim.description
 
@@ -156,7 +184,9 @@ def test_heuristic_sensitivity_is_kernel_over_root_r_and_below_the_bound(digits)
 # --------------------------------------------------------------------------------------------
 # (c) one training noise draw reused at every step
 # --------------------------------------------------------------------------------------------
-def _training_noise(digits, monkeypatch: pytest.MonkeyPatch, **overrides) -> tuple[list[torch.Tensor], list, torch.nn.Module]:
+def _training_noise(
+    digits, monkeypatch: pytest.MonkeyPatch, **overrides
+) -> tuple[list[torch.Tensor], list, torch.nn.Module]:
     seen: list[torch.Tensor] = []
     fixed: list = []
     real = NoiseLayer.add_noise
@@ -171,12 +201,16 @@ def _training_noise(digits, monkeypatch: pytest.MonkeyPatch, **overrides) -> tup
     monkeypatch.setattr(NoiseLayer, "add_noise", spy)
     bundle, splits = digits
     config = HGMConfig(**{**HGM_TINY, "noise_ramp_fraction": 0.0, **overrides})  # constant σ: step noises comparable
-    _, model = DEFENSES["hgm"].train(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=0, progress=False))
+    _, model = DEFENSES["hgm"].train(
+        TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=0, progress=False)
+    )
     monkeypatch.setattr(NoiseLayer, "add_noise", real)
     return seen, fixed, model
 
 
-def test_fixed_training_noise_reuses_one_draw_and_the_released_model_draws_fresh(digits, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fixed_training_noise_reuses_one_draw_and_the_released_model_draws_fresh(
+    digits, monkeypatch: pytest.MonkeyPatch
+) -> None:
     seen, fixed, model = _training_noise(digits, monkeypatch, authors_fixed_training_noise=True)
     assert len(seen) >= 3  # a few SGD steps
     assert all(f is not None and torch.equal(f, fixed[0]) for f in fixed)  # the very same tensor every step
@@ -204,15 +238,22 @@ def test_batch_clipping_clips_the_mean_not_each_example(digits) -> None:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         # ReLU: a tanh layer saturates, and the huge example's gradient would stay small.
-        model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes, hidden=128, activation="relu")
+        model = build_model(
+            "digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes, hidden=128, activation="relu"
+        )
     params = dict(model.named_parameters())
     clip = 1.0
     got, _ = authors_batch_mean_gradient(model, params, x, y, clip_norm=clip, physical_batch_size=3)
-    per_example = [torch.autograd.grad(torch.nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1]), list(params.values())) for i in range(8)]
+    per_example = [
+        torch.autograd.grad(torch.nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1]), list(params.values()))
+        for i in range(8)
+    ]
     assert math.sqrt(sum(float(g.norm()) ** 2 for g in per_example[0])) > 100 * clip  # never clipped on its own
     for k, (name, p) in enumerate(params.items()):
         mean = sum(g[k] for g in per_example) / 8
-        want = mean * min(1.0, clip / float(mean.norm())) if p.ndim >= 2 else mean  # weights clipped as a whole, biases not
+        want = (
+            mean * min(1.0, clip / float(mean.norm())) if p.ndim >= 2 else mean
+        )  # weights clipped as a whole, biases not
         assert torch.allclose(got[name], want, rtol=1e-5, atol=1e-7), name
     # One example moves the pre-noise update far more than per-example clipping allows (C / L).
     without, _ = authors_batch_mean_gradient(model, params, x[1:], y[1:], clip_norm=clip, physical_batch_size=3)
@@ -259,7 +300,9 @@ def test_mixed_delta_scales_every_radius_by_the_multiplier_ratio() -> None:
     assert mix.reference_delta == 1e-5
     factor = extended_sigma(epsilon=4.0, delta=1e-5) / extended_sigma(epsilon=4.0, delta=0.05)
     assert mix.factor("extended") == pytest.approx(factor, rel=1e-12) and factor > 1.5
-    mixed = certified_radius(lower, upper, noise_per_sensitivity=per_unit, mechanism="extended", authors_mixed_delta=mix)
+    mixed = certified_radius(
+        lower, upper, noise_per_sensitivity=per_unit, mechanism="extended", authors_mixed_delta=mix
+    )
     assert honest[:4].min() > 0 and honest[4] == 0.0
     assert np.allclose(mixed, honest * factor, rtol=1e-12, atol=0)
 
@@ -275,7 +318,15 @@ def test_mixed_delta_record_and_the_scripts_row(digits, tmp_path: Path) -> None:
     assert thaw(again.config)["certification"]["authors_reference_delta"] == 1e-5
     # The script reports the code's sizes from the stored (honest) certificate.
     radii = np.array([0.0, 0.05, 0.1, 0.2, 0.3])
-    stored = CertificationResult(method="hgm", norm="l2", labels=np.zeros(5, dtype=np.int64), predictions=np.zeros(5, dtype=np.int64), radii=radii, num_draws=10, confidence=0.95)
+    stored = CertificationResult(
+        method="hgm",
+        norm="l2",
+        labels=np.zeros(5, dtype=np.int64),
+        predictions=np.zeros(5, dtype=np.int64),
+        radii=radii,
+        num_draws=10,
+        confidence=0.95,
+    )
     cdir = run.certify_dir(record.model_id)
     cdir.mkdir(parents=True, exist_ok=True)
     save_certification_result(stored, cdir)
@@ -314,11 +365,19 @@ def test_options_are_flags_saying_what_the_maths_does_instead() -> None:
         assert opt.kind is bool and opt.default is False
         assert "AUTHORS' CODE" in opt.help and ("maths" in opt.help or "Theorem" in opt.help)
     args = parser.parse_args(["--authors-noise-scale-r", "--authors-batch-clipping"])
-    assert options_from_args(args, SecureSGDConfig, flags, owner="--defense secure-sgd") == {"authors_noise_scale_r": True, "authors_batch_clipping": True}
+    assert options_from_args(args, SecureSGDConfig, flags, owner="--defense secure-sgd") == {
+        "authors_noise_scale_r": True,
+        "authors_batch_clipping": True,
+    }
     with pytest.raises(ValueError, match="--authors-batch-clipping"):  # not an HGM option
         options_from_args(args, HGMConfig, flags, owner="--defense hgm")
     with pytest.raises(ValueError, match="--authors-noise-scale-r"):  # not a PixelDP option
-        options_from_args(parser.parse_args(["--authors-noise-scale-r"]), DEFENSES["pixeldp"].config_type, flags, owner="--defense pixeldp")
+        options_from_args(
+            parser.parse_args(["--authors-noise-scale-r"]),
+            DEFENSES["pixeldp"].config_type,
+            flags,
+            owner="--defense pixeldp",
+        )
 
 
 @pytest.mark.parametrize("name", list(AUTHORS_QUIRKS))
@@ -343,7 +402,9 @@ def test_inconsistent_or_out_of_range_values_are_refused_naming_them() -> None:
     with pytest.raises(ValueError, match="authors_mixed_delta=.*extended"):  # δ_r = 0.6 > 0.484: no extended multiplier
         AuthorsMixedDelta(robustness_epsilon=4.0, robustness_delta=0.6).factor("extended")
     with pytest.raises(TypeError, match="authors_mixed_delta must be an AuthorsMixedDelta or None, got 0.5"):
-        certified_radius(np.array([0.9]), np.array([0.05]), noise_per_sensitivity=1.0, mechanism="extended", authors_mixed_delta=0.5)  # type: ignore[arg-type]
+        certified_radius(
+            np.array([0.9]), np.array([0.05]), noise_per_sensitivity=1.0, mechanism="extended", authors_mixed_delta=0.5
+        )  # type: ignore[arg-type]
     layer = NoiseLayer(torch.nn.Linear(4, 3), (3,))
     with pytest.raises(ValueError, match="total=5.0"):
         layer.set_noise(0.1, torch.ones(3), total=5.0)

@@ -63,7 +63,18 @@ def tiny_config(spec: DefenseSpec, *, private_mode: bool = True):
 def _train(spec: DefenseSpec, config, *, seed: int):
     bundle = load_dataset("digits")
     splits = make_splits(bundle, seed=0, num_members=120, num_non_members=60)
-    return spec.train(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", model_options={}, config=config, seed=seed, device="cpu", progress=False))
+    return spec.train(
+        TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name="digits-mlp",
+            model_options={},
+            config=config,
+            seed=seed,
+            device="cpu",
+            progress=False,
+        )
+    )
 
 
 def _numeric_options(spec: DefenseSpec):

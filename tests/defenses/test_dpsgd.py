@@ -79,7 +79,9 @@ def _model(kind: str) -> tuple[nn.Module, tuple[int, ...]]:
     if kind == "linear":
         return nn.Sequential(nn.Flatten(), nn.Linear(24, 7), nn.ReLU(), nn.Linear(7, 3)), (24,)
     if kind == "conv":
-        return nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 3, 3, stride=2), nn.Flatten(), nn.Linear(27, 3)), (2, 7, 7)
+        return nn.Sequential(
+            nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 3, 3, stride=2), nn.Flatten(), nn.Linear(27, 3)
+        ), (2, 7, 7)
     if kind == "groupnorm":
         return (
             nn.Sequential(
@@ -219,13 +221,18 @@ def test_claim_counts_the_steps_taken_and_lots_are_poisson(digits) -> None:
     bundle, splits = digits
     seen: list[tuple[int, int]] = []
     cfg = _small(momentum=0.5)
-    record, model = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=3, progress=False), on_step=lambda i, update, lot: seen.append((i, lot)))
+    record, model = train_dpsgd(
+        TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=3, progress=False),
+        on_step=lambda i, update, lot: seen.append((i, lot)),
+    )
     n = len(splits.members)
     steps = [i for i, _ in seen]
     assert steps == list(range(len(steps)))
     assert record.metrics["num_steps"] == len(steps) == plan_dpsgd(cfg, num_members=n).num_steps
     assert isinstance(record.claim, DPClaim)
-    assert record.claim.event == sampled_gaussian_event(sampling_rate=60 / n, noise_multiplier=1.0, num_steps=len(steps))
+    assert record.claim.event == sampled_gaussian_event(
+        sampling_rate=60 / n, noise_multiplier=1.0, num_steps=len(steps)
+    )
     assert record.claim.epsilon(delta=1e-5, accountant="rdp") == pytest.approx(record.metrics["epsilon"])
     sizes = np.array([lot for _, lot in seen])
     assert len(set(sizes.tolist())) > 1  # variable lot size
@@ -255,7 +262,10 @@ def test_noise_has_std_sigma_c_per_coordinate(digits) -> None:
             updates.append(torch.cat([t.reshape(-1) for t in update.values()]))
             lots.append(lot)
 
-        train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=5, progress=False), on_step=keep)
+        train_dpsgd(
+            TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=5, progress=False),
+            on_step=keep,
+        )
     assert len(updates) == 8 and set(lots) == {0}
     noise = torch.cat(updates).double()
     expected = 2.5 * 0.8
@@ -284,7 +294,9 @@ def test_gradient_canary_is_clipped_and_added_before_noise(digits) -> None:
     runs: list[list[dict[str, torch.Tensor]]] = [[], []]
     for k, canary in enumerate((None, lambda step: None if step == 1 else torch.ones(4810) * 3.0)):
         record, model = train_dpsgd(
-            TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=0, progress=False), on_step=lambda i, u, lot, k=k: runs[k].append(u), canary_gradient=canary
+            TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=0, progress=False),
+            on_step=lambda i, u, lot, k=k: runs[k].append(u),
+            canary_gradient=canary,
         )
     names = parameter_names(model)
     assert sum(p.numel() for p in model.parameters()) == 4810  # digits-mlp: 64 → 64 tanh → 10
@@ -298,11 +310,15 @@ def test_budget_mode_stops_at_target_without_overshooting(digits) -> None:
     bundle, splits = digits
     n = len(splits.members)
     cfg = _small(noise_multiplier=1.2, target_epsilon=1.5, epochs=None, delta=1e-5)
-    record, _ = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=1, progress=False))
+    record, _ = train_dpsgd(
+        TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=1, progress=False)
+    )
     steps = record.metrics["num_steps"]
     q = 60 / n
     eps = record.claim.epsilon(delta=1e-5, accountant="rdp")
-    one_more = dpsgd_claim(sampling_rate=q, noise_multiplier=1.2, num_steps=steps + 1).epsilon(delta=1e-5, accountant="rdp")
+    one_more = dpsgd_claim(sampling_rate=q, noise_multiplier=1.2, num_steps=steps + 1).epsilon(
+        delta=1e-5, accountant="rdp"
+    )
     assert eps <= 1.5 < one_more
     assert record.metrics["epsilon"] == pytest.approx(eps)
 
@@ -313,7 +329,9 @@ def test_budget_mode_with_pca_counts_pca_and_stops_in_time() -> None:
     from defenses.dpsgd.plan import run_claim
 
     def eps(t: int) -> float:
-        return run_claim(cfg, sampling_rate=plan.sampling_rate, noise_multiplier=1.2, num_steps=t).epsilon(delta=1e-5, accountant="rdp")
+        return run_claim(cfg, sampling_rate=plan.sampling_rate, noise_multiplier=1.2, num_steps=t).epsilon(
+            delta=1e-5, accountant="rdp"
+        )
 
     assert eps(plan.num_steps) <= 2.0 < eps(plan.num_steps + 1)
     without = plan_dpsgd(_small(noise_multiplier=1.2, target_epsilon=2.0, epochs=None), num_members=898)
@@ -323,18 +341,32 @@ def test_budget_mode_with_pca_counts_pca_and_stops_in_time() -> None:
 def test_calibrated_sigma_meets_target(digits) -> None:
     cfg = _small(noise_multiplier=None, target_epsilon=3.0, epochs=3)
     plan = plan_dpsgd(cfg, num_members=898)
-    eps = dpsgd_claim(sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=plan.num_steps).epsilon(delta=1e-5, accountant="rdp")
+    eps = dpsgd_claim(
+        sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=plan.num_steps
+    ).epsilon(delta=1e-5, accountant="rdp")
     assert 2.9 < eps <= 3.0
 
 
 def test_dp_pca_cost_appears_in_claim(digits) -> None:
     bundle, splits = digits
     cfg = _small(pca_components=16, pca_noise=6.0, epochs=1)
-    record, model = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="abadi-mnist", model_options={"hidden": 32}, config=cfg, seed=2, progress=False))
+    record, model = train_dpsgd(
+        TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name="abadi-mnist",
+            model_options={"hidden": 32},
+            config=cfg,
+            seed=2,
+            progress=False,
+        )
+    )
     steps = record.metrics["num_steps"]
     plain = dpsgd_claim(sampling_rate=cfg.rate(len(splits.members)), noise_multiplier=1.0, num_steps=steps)
     for accountant in ("rdp", "pld"):
-        assert record.claim.epsilon(delta=1e-5, accountant=accountant) > plain.epsilon(delta=1e-5, accountant=accountant)
+        assert record.claim.epsilon(delta=1e-5, accountant=accountant) > plain.epsilon(
+            delta=1e-5, accountant=accountant
+        )
     assert "DP-PCA" in record.claim.description
     assert record.model_options["pca_components"] == 16
     proj = next(m for m in model.modules() if isinstance(m, Projection))
@@ -355,14 +387,25 @@ def test_dp_pca_recovers_principal_subspace_at_low_noise() -> None:
 def test_pca_needs_a_projection_layer(digits) -> None:
     bundle, splits = digits
     with pytest.raises(ValueError, match="pca_components"):
-        train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=_small(pca_components=8, pca_noise=4.0), progress=False))
+        train_dpsgd(
+            TrainRequest(
+                bundle=bundle,
+                splits=splits,
+                model_name="digits-mlp",
+                config=_small(pca_components=8, pca_noise=4.0),
+                progress=False,
+            )
+        )
 
 
 def test_shuffle_mode_is_labelled_non_private_accounting(digits) -> None:
     bundle, splits = digits
     lots: list[int] = []
     cfg = _small(sampling="shuffle-non-private-accounting", epochs=1)
-    record, _ = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=0, progress=False), on_step=lambda i, u, lot: lots.append(lot))
+    record, _ = train_dpsgd(
+        TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=0, progress=False),
+        on_step=lambda i, u, lot: lots.append(lot),
+    )
     assert set(lots) == {60}
     assert "non-private-accounting" in record.claim.description
     assert record.config["sampling"] == "shuffle-non-private-accounting"
@@ -371,9 +414,15 @@ def test_shuffle_mode_is_labelled_non_private_accounting(digits) -> None:
 def test_training_is_deterministic_under_a_seed(digits) -> None:
     bundle, splits = digits
     cfg = _small(epochs=1, per_layer=True)
-    _, a = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=7, progress=False))
-    _, b = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=7, progress=False))
-    _, c = train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=8, progress=False))
+    _, a = train_dpsgd(
+        TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=7, progress=False)
+    )
+    _, b = train_dpsgd(
+        TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=7, progress=False)
+    )
+    _, c = train_dpsgd(
+        TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=cfg, seed=8, progress=False)
+    )
     for (n, pa), pb, _pc in zip(a.state_dict().items(), b.state_dict().values(), c.state_dict().values()):
         assert torch.equal(pa, pb), n
     assert any(not torch.equal(pa, pc) for pa, pc in zip(a.state_dict().values(), c.state_dict().values()))
@@ -453,7 +502,9 @@ def test_epochs_default_only_uncapped_in_budget_mode() -> None:
     assert _small(epochs=None).epochs == DEFAULT_EPOCHS
     # With a target and no σ the length is derived from ε when the config is resolved.
     assert _small(epochs=None, noise_multiplier=None, target_epsilon=2.0).epochs is None
-    assert resolve_config(_small(epochs=None, noise_multiplier=None, target_epsilon=2.0), num_members=898)[0].epochs == derived_epochs(target_epsilon=2.0, delta=1e-5, num_members=898, lot_size=60)
+    assert resolve_config(_small(epochs=None, noise_multiplier=None, target_epsilon=2.0), num_members=898)[
+        0
+    ].epochs == derived_epochs(target_epsilon=2.0, delta=1e-5, num_members=898, lot_size=60)
     assert _small(epochs=None, target_epsilon=2.0).epochs is None
     assert resolve_config(_small(epochs=None, target_epsilon=2.0), num_members=898)[0].epochs is None
 
@@ -470,9 +521,23 @@ def test_dpsgd_stops_at_a_non_finite_loss_naming_the_step(digits) -> None:
 
     bundle, splits = digits
     seen: list[int] = []
-    with pytest.raises(TrainingDiverged, match=r"training diverged: loss became (nan|inf) at step \d+ \(epoch \d+\); lower --learning-rate \(now 1e\+30\)") as exc:
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"training diverged: loss became (nan|inf) at step \d+ \(epoch \d+\); "
+        r"lower --learning-rate \(now 1e\+30\)",
+    ) as exc:
         # ReLU: digits-mlp's tanh saturates, so its loss grows without overflowing for many steps.
-        train_dpsgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", model_options=RELU, config=_small(learning_rate=1e30), progress=False), on_step=lambda i, u, n: seen.append(i))
+        train_dpsgd(
+            TrainRequest(
+                bundle=bundle,
+                splits=splits,
+                model_name="digits-mlp",
+                model_options=RELU,
+                config=_small(learning_rate=1e30),
+                progress=False,
+            ),
+            on_step=lambda i, u, n: seen.append(i),
+        )
     # it stops at once: the step named is the first whose loss is not finite, and no later step runs
     step = int(str(exc.value).split("at step ")[1].split()[0])
     assert seen == list(range(step)) and step < 5
@@ -487,7 +552,14 @@ def test_nonprivate_training_stops_at_a_non_finite_loss(digits) -> None:
     steps: list[int] = []
     with pytest.raises(TrainingDiverged, match=r"at step \d+ \(epoch 0\); lower --learning-rate \(now 1e\+10\)"):
         train_nonprivate(
-            TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", model_options=RELU, config=NonPrivateConfig(epochs=3, learning_rate=1e10), progress=False),
+            TrainRequest(
+                bundle=bundle,
+                splits=splits,
+                model_name="digits-mlp",
+                model_options=RELU,
+                config=NonPrivateConfig(epochs=3, learning_rate=1e10),
+                progress=False,
+            ),
             after_step=lambda i, m: steps.append(i),
         )
     assert len(steps) < 5
@@ -505,8 +577,17 @@ def test_a_model_with_non_finite_parameters_never_becomes_a_record(digits) -> No
     model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes)
     with torch.no_grad():
         model[1].weight[0, 0] = float("nan")
-    with pytest.raises(TrainingDiverged, match=r"1\.weight holds NaN or infinite values.*lower --learning-rate \(now 0\.05\)"):
-        request = TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=SGDConfig(), seed=0, device=torch.device("cpu"))
+    with pytest.raises(
+        TrainingDiverged, match=r"1\.weight holds NaN or infinite values.*lower --learning-rate \(now 0\.05\)"
+    ):
+        request = TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name="digits-mlp",
+            config=SGDConfig(),
+            seed=0,
+            device=torch.device("cpu"),
+        )
         build_record(request, defense="nonprivate", model=model, claim=NonPrivateClaim(), started=time.monotonic())
 
 
@@ -517,7 +598,9 @@ def test_target_epsilon_without_sigma_calibrates_sigma_for_the_epochs() -> None:
     assert cfg.noise_multiplier is None
     plan = plan_dpsgd(cfg, num_members=718)
     assert plan.num_steps == 3 * plan.steps_per_epoch
-    eps = dpsgd_claim(sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=plan.num_steps).epsilon(delta=1e-5, accountant="rdp")
+    eps = dpsgd_claim(
+        sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=plan.num_steps
+    ).epsilon(delta=1e-5, accountant="rdp")
     assert 1.95 < eps <= 2.0
     assert plan.note is not None and "calibrated so that 3 epochs (33 steps)" in plan.note
     # target alone: calibrated for the epochs derived from ε, and the plan says so
@@ -525,7 +608,11 @@ def test_target_epsilon_without_sigma_calibrates_sigma_for_the_epochs() -> None:
 
     alone = plan_dpsgd(DPSGDConfig(clip_norm=1.0, lot_size=64, target_epsilon=2.0, accountant="rdp"), num_members=718)
     epochs = derived_epochs(target_epsilon=2.0, delta=1e-5, num_members=718, lot_size=64)
-    assert alone.num_steps == epochs * alone.steps_per_epoch and f"{epochs:g} epochs" in (alone.note or "") and f"epochs {epochs:g}" in (alone.defaults or "")
+    assert (
+        alone.num_steps == epochs * alone.steps_per_epoch
+        and f"{epochs:g} epochs" in (alone.note or "")
+        and f"epochs {epochs:g}" in (alone.defaults or "")
+    )
 
 
 def test_sigma_default_is_resolved_before_the_config_is_digested() -> None:
@@ -537,25 +624,38 @@ def test_sigma_default_is_resolved_before_the_config_is_digested() -> None:
     assert cfg == DPSGDConfig(clip_norm=1.0, lot_size=64, noise_multiplier=1.1)
     assert plan_dpsgd(cfg, num_members=718).note is None  # no target: nothing to say
     ids = {
-        make_model_id(defense="dpsgd", dataset="digits", model_name="digits-mlp", seed=0, config=dataclasses.asdict(c)) for c in (cfg, DPSGDConfig(clip_norm=1.0, lot_size=64, noise_multiplier=1.1))
+        make_model_id(defense="dpsgd", dataset="digits", model_name="digits-mlp", seed=0, config=dataclasses.asdict(c))
+        for c in (cfg, DPSGDConfig(clip_norm=1.0, lot_size=64, noise_multiplier=1.1))
     }
     assert len(ids) == 1
 
 
 def test_explicit_sigma_and_epochs_beyond_the_budget_are_refused_not_cut_short() -> None:
     cfg = DPSGDConfig(clip_norm=1.0, lot_size=64, target_epsilon=2.0, noise_multiplier=1.1, epochs=30, accountant="rdp")
-    with pytest.raises(ValueError, match=r"epochs=30 needs 330 steps, but noise_multiplier=1.1 reaches target_epsilon=2 .* after 2 steps"):
+    with pytest.raises(
+        ValueError,
+        match=r"epochs=30 needs 330 steps, but noise_multiplier=1.1 reaches target_epsilon=2 .* after 2 steps",
+    ):
         plan_dpsgd(cfg, num_members=718)
-    fits = plan_dpsgd(DPSGDConfig(clip_norm=1.0, lot_size=64, target_epsilon=2.0, noise_multiplier=4.0, epochs=1, accountant="rdp"), num_members=718)
+    fits = plan_dpsgd(
+        DPSGDConfig(clip_norm=1.0, lot_size=64, target_epsilon=2.0, noise_multiplier=4.0, epochs=1, accountant="rdp"),
+        num_members=718,
+    )
     assert fits.num_steps == fits.steps_per_epoch and fits.noise_multiplier == 4.0
 
 
 def test_explicit_sigma_without_epochs_says_how_far_the_budget_goes(capsys) -> None:
     from defenses.dpsgd.plan import announce_plan
 
-    plan = plan_dpsgd(DPSGDConfig(clip_norm=1.0, lot_size=64, learning_rate=0.1, target_epsilon=2.0, noise_multiplier=1.1, accountant="rdp"), num_members=718)
+    plan = plan_dpsgd(
+        DPSGDConfig(
+            clip_norm=1.0, lot_size=64, learning_rate=0.1, target_epsilon=2.0, noise_multiplier=1.1, accountant="rdp"
+        ),
+        num_members=718,
+    )
     announce_plan(plan)
     assert (
-        capsys.readouterr().err
-        == "dpsgd budget: sigma = 1.1 reaches epsilon = 2 after 2 steps (0.178 epochs); training stops there (leave --noise-multiplier unset and pass --epochs to calibrate sigma instead)\n"
+        capsys.readouterr().err == "dpsgd budget: sigma = 1.1 reaches epsilon = 2 after 2 steps (0.178 "
+        "epochs); training stops there (leave --noise-multiplier unset and pass "
+        "--epochs to calibrate sigma instead)\n"
     )

@@ -114,11 +114,24 @@ class LocalFederation:
 
     def _start(self, name: str, args: list[str]) -> None:
         with (self.root / f"{name}.log").open("wb") as log:
-            self.procs[name] = subprocess.Popen(args, env=self._env(name), stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True)
+            self.procs[name] = subprocess.Popen(
+                args, env=self._env(name), stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True
+            )
 
     def start(self) -> None:
         port = self.address.rsplit(":", 1)[1]
-        self._start("superlink", [str(BIN / "flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", port, "--disable-runtime-dependency-installation"])
+        self._start(
+            "superlink",
+            [
+                str(BIN / "flower-superlink"),
+                "--insecure",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                port,
+                "--disable-runtime-dependency-installation",
+            ],
+        )
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -131,16 +144,35 @@ class LocalFederation:
         for i, node_port in enumerate(self.node_ports):
             self._start(
                 f"supernode-{i}",
-                [str(BIN / "flower-supernode"), "--insecure", "--superlink", self.address, "--port", str(node_port), "--node-config", f"partition-id={i} num-partitions={self.n}"],
+                [
+                    str(BIN / "flower-supernode"),
+                    "--insecure",
+                    "--superlink",
+                    self.address,
+                    "--port",
+                    str(node_port),
+                    "--node-config",
+                    f"partition-id={i} num-partitions={self.n}",
+                ],
             )
 
     def run(self, run_config: dict[str, object]) -> None:
         """``flwr run`` of the DSSGD app against this federation (returns once the run is submitted)."""
         home = self.root / "cli"
         home.mkdir(exist_ok=True)
-        (home / "config.toml").write_text(f'[superlink]\ndefault = "local-dssgd"\n\n[superlink.local-dssgd]\naddress = "{self.address}"\ninsecure = true\n')
+        (home / "config.toml").write_text(
+            "[superlink]\ndefault = "
+            '"local-dssgd"\n\n[superlink.local-dssgd]\naddress = '
+            f'"{self.address}"\ninsecure = true\n'
+        )
         overrides = " ".join(f"{k}={_toml(v)}" for k, v in run_config.items())
-        done = subprocess.run([str(BIN / "flwr"), "run", str(APP), "local-dssgd", "--run-config", overrides], env=self._env("cli"), capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [str(BIN / "flwr"), "run", str(APP), "local-dssgd", "--run-config", overrides],
+            env=self._env("cli"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
 
     def wait(self, result_dir: Path, timeout: float) -> float:
@@ -174,7 +206,9 @@ class LocalFederation:
                 except ProcessLookupError:
                     pass
             deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in pids):
+            while time.monotonic() < deadline and any(
+                Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in pids
+            ):
                 time.sleep(0.1)
         for proc in self.procs.values():
             proc.wait(timeout=10)
@@ -198,7 +232,9 @@ def federation(tmp_path):
         yield fed
     finally:
         fed.close()
-    leftover = [pid for proc in fed.procs.values() for pid in [proc.pid] if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"]
+    leftover = [
+        pid for proc in fed.procs.values() for pid in [proc.pid] if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"
+    ]
     assert not leftover, f"processes left running: {leftover}"
 
 
@@ -213,7 +249,9 @@ def test_a_real_federation_ends_bitwise_where_the_simulation_ends(federation, tm
     got = read_outcome(result_dir, 3)
 
     setup = setup_from_run_config({**SETTINGS, "rounds": rounds})
-    want = run_flower(setup, rounds=rounds, download_fraction=SETTINGS["download-fraction"], schedule="round-robin", num_workers=2)
+    want = run_flower(
+        setup, rounds=rounds, download_fraction=SETTINGS["download-fraction"], schedule="round-robin", num_workers=2
+    )
     assert got.missed_turns == ()
     assert got.uploads_applied == want.uploads_applied == 3 * rounds
     assert torch.equal(got.parameters, want.parameters)
@@ -222,7 +260,11 @@ def test_a_real_federation_ends_bitwise_where_the_simulation_ends(federation, tm
         assert g is not None and torch.equal(g, w)
     # The participants really trained and the server really applied their uploads.
     assert not torch.equal(got.parameters, setup.initial)
-    assert [json.loads(line)["participant"] for line in (result_dir / "progress.jsonl").read_text().splitlines()] == [0, 1, 2] * rounds
+    assert [json.loads(line)["participant"] for line in (result_dir / "progress.jsonl").read_text().splitlines()] == [
+        0,
+        1,
+        2,
+    ] * rounds
     # The in-process engine (this process's threads) agrees to float tolerance.
     local = run_local(setup, rounds=rounds, download_fraction=SETTINGS["download-fraction"], schedule="round-robin")
     assert torch.allclose(got.parameters, local.parameters, atol=1e-5)

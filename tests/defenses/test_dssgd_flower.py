@@ -22,12 +22,18 @@ from tests.defenses.dssgd_setups import digits_federation
 def setup():
     bundle = load_dataset("digits")
     splits = make_splits(bundle, seed=0, num_members=300, num_non_members=60)
-    return bundle, splits, digits_federation(bundle, splits.members, participants=3, rule=UploadRule(upload_fraction=0.1))
+    return (
+        bundle,
+        splits,
+        digits_federation(bundle, splits.members, participants=3, rule=UploadRule(upload_fraction=0.1)),
+    )
 
 
 # A Flower federation costs ~10 s of Ray start-up on 2 cores: round-robin runs in the cluster tier
 # (.ci/run's second command); the random order differs only in the server's permutation: opt-in.
-@pytest.mark.parametrize("schedule", [pytest.param("round-robin", marks=pytest.mark.cluster), pytest.param("random", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "schedule", [pytest.param("round-robin", marks=pytest.mark.cluster), pytest.param("random", marks=pytest.mark.slow)]
+)
 def test_sequential_schedules_on_flower_equal_the_local_engine(setup, schedule):
     _, _, fed = setup
     local_uploads = []
@@ -52,7 +58,9 @@ def test_async_on_flower_gives_every_participant_exactly_rounds_turns(setup):
     bundle, splits, fed = setup
     rounds = 3
     uploads = []
-    got = run_flower(fed, rounds=rounds, download_fraction=1.0, schedule="async", num_workers=2, on_upload=uploads.append)
+    got = run_flower(
+        fed, rounds=rounds, download_fraction=1.0, schedule="async", num_workers=2, on_upload=uploads.append
+    )
     assert got.uploads_applied == 3 * rounds
     assert sorted(u.participant for u in uploads) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     for i in range(3):

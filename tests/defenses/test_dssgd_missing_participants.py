@@ -29,11 +29,18 @@ class ToyGrid:
     """Delivers every message to an in-process ClientApp at once; ``answers[i]`` caps how many
     messages participant i's node answers before it goes silent (a SuperNode killed)."""
 
-    def __init__(self, setup: FederationSetup, answers: dict[int, int] | None = None, present: int | None = None) -> None:
+    def __init__(
+        self, setup: FederationSetup, answers: dict[int, int] | None = None, present: int | None = None
+    ) -> None:
         self.client = client_app(setup)
         n = setup.num_participants if present is None else present
         # Node ids deliberately not in participant order, as on a SuperLink.
-        self.contexts = {1000 - 7 * i: Context(run_id=1, node_id=1000 - 7 * i, node_config={"partition-id": i}, state=RecordDict(), run_config={}) for i in range(n)}
+        self.contexts = {
+            1000 - 7 * i: Context(
+                run_id=1, node_id=1000 - 7 * i, node_config={"partition-id": i}, state=RecordDict(), run_config={}
+            )
+            for i in range(n)
+        }
         self.answers = dict(answers or {})
         self.replies: dict[str, object] = {}
 
@@ -60,7 +67,9 @@ class ToyGrid:
 def setup():
     bundle = load_dataset("digits")
     splits = make_splits(bundle, seed=0, num_members=300, num_non_members=60)
-    return digits_federation(bundle, splits.members, participants=3, rule=UploadRule(upload_fraction=0.1), batch_size=32)
+    return digits_federation(
+        bundle, splits.members, participants=3, rule=UploadRule(upload_fraction=0.1), batch_size=32
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +80,15 @@ def task_identity(monkeypatch):
 
 
 def _serve(setup, grid, tmp_path, **config):
-    cfg = {"rounds": 2, "download-fraction": 1.0, "schedule": "round-robin", "result-dir": str(tmp_path), "turn-timeout": 0.3, "node-timeout": 0.3, **config}
+    cfg = {
+        "rounds": 2,
+        "download-fraction": 1.0,
+        "schedule": "round-robin",
+        "result-dir": str(tmp_path),
+        "turn-timeout": 0.3,
+        "node-timeout": 0.3,
+        **config,
+    }
     server_app(setup, config=cfg)(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
     return read_outcome(tmp_path, setup.num_participants)
 
@@ -92,9 +109,15 @@ def test_a_participant_gone_mid_run_is_skipped_dropped_and_recorded(setup, tmp_p
     assert time.monotonic() - start < 10  # one 0.3 s timeout, not a hang
     assert got.missed_turns == ((1, 1),)
     assert got.uploads_applied == 5
-    assert got.local_parameters[1] is None and got.local_parameters[0] is not None and got.local_parameters[2] is not None
-    assert json.loads((tmp_path / "outcome.json").read_text())["dropped"] == {"1": "no reply within 0.3 s (turn-timeout)"}
-    assert sorted((e["round"], e["participant"]) for e in map(json.loads, (tmp_path / "progress.jsonl").read_text().splitlines())) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 2)]
+    assert (
+        got.local_parameters[1] is None and got.local_parameters[0] is not None and got.local_parameters[2] is not None
+    )
+    assert json.loads((tmp_path / "outcome.json").read_text())["dropped"] == {
+        "1": "no reply within 0.3 s (turn-timeout)"
+    }
+    assert sorted(
+        (e["round"], e["participant"]) for e in map(json.loads, (tmp_path / "progress.jsonl").read_text().splitlines())
+    ) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 2)]
 
 
 def test_a_participant_silent_from_its_first_turn_misses_every_turn(setup, tmp_path):
@@ -104,10 +127,15 @@ def test_a_participant_silent_from_its_first_turn_misses_every_turn(setup, tmp_p
 
 
 def test_a_federation_missing_a_supernode_stops_with_one_line(setup, tmp_path):
-    with pytest.raises(RuntimeError, match=r"^the DSSGD federation stopped: only 2 of 3 SuperNodes connected within 0.3 s \(node-timeout\)$"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^the DSSGD federation stopped: only 2 of 3 SuperNodes connected within 0.3 s \(node-timeout\)$",
+    ):
         _serve(setup, ToyGrid(setup, present=2), tmp_path)
 
 
 def test_a_supernode_silent_from_the_start_stops_the_run_with_one_line(setup, tmp_path):
-    with pytest.raises(RuntimeError, match=r"did not say which participant it is within 0.3 s \(node-timeout\): no reply$"):
+    with pytest.raises(
+        RuntimeError, match=r"did not say which participant it is within 0.3 s \(node-timeout\): no reply$"
+    ):
         _serve(setup, ToyGrid(setup, answers={0: 0}), tmp_path)

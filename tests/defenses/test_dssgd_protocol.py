@@ -10,7 +10,15 @@ import torch
 from defenses.dssgd.config import DSSGDConfig
 from defenses.dssgd.defense import train_dssgd
 from defenses.dssgd.participants import participant_record_dir
-from defenses.dssgd.protocol import ParameterServer, assign_parameters, build_participant, flatten_parameters, fraction_count, local_sgd, run_local
+from defenses.dssgd.protocol import (
+    ParameterServer,
+    assign_parameters,
+    build_participant,
+    flatten_parameters,
+    fraction_count,
+    local_sgd,
+    run_local,
+)
 from defenses.dssgd.uploads import Upload, UploadRule, select_largest, select_random_threshold
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.models import build_model
@@ -71,7 +79,14 @@ def test_one_participant_uploading_everything_is_centralised_sgd(digits):
     model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes)
     assign_parameters(model, setup.initial)
     data = bundle.all().subset(setup.partitions[0])
-    local_sgd(model, data.features, data.labels, training=setup.training, generator=torch_generator(0, "dssgd", "batches", 0), epochs=rounds)
+    local_sgd(
+        model,
+        data.features,
+        data.labels,
+        training=setup.training,
+        generator=torch_generator(0, "dssgd", "batches", 0),
+        epochs=rounds,
+    )
     assert torch.allclose(outcome.parameters, flatten_parameters(model), atol=1e-6)
     assert torch.equal(outcome.stat, torch.full_like(outcome.stat, rounds))
 
@@ -96,7 +111,8 @@ def test_async_turns_start_from_the_same_snapshot(digits):
     bundle, splits = digits
     setup = digits_federation(bundle, splits.members, participants=3, rule=UploadRule(upload_fraction=1.0))
     outcome = run_local(setup, rounds=1, download_fraction=1.0, schedule="async", bundle=bundle)
-    # every participant trained from the initial parameters: the global result is the initial plus the sum of the three changes
+    # every participant trained from the initial parameters: the global result is the initial plus the sum of the three
+    # changes
     total = setup.initial.clone()
     for i in range(3):
         p = build_participant(setup, i, bundle=bundle)
@@ -107,7 +123,9 @@ def test_async_turns_start_from_the_same_snapshot(digits):
 
 def test_participant_state_round_trips(digits):
     bundle, splits = digits
-    setup = digits_federation(bundle, splits.members, participants=2, rule=UploadRule(upload_fraction=0.1, selection="random-threshold"))
+    setup = digits_federation(
+        bundle, splits.members, participants=2, rule=UploadRule(upload_fraction=0.1, selection="random-threshold")
+    )
     a = build_participant(setup, 1, bundle=bundle)
     all_idx = torch.arange(setup.initial.numel())
     a.run_turn(0, all_idx, setup.initial)
@@ -121,11 +139,19 @@ def test_training_leaves_owners_local_records_and_observed_uploads(digits, tmp_p
     bundle, splits = digits
     config = DSSGDConfig(participants=3, rounds=2, upload_fraction=0.1, observe_participant=1, baselines=True)
     ws = TrainWorkspace(record_dir=tmp_path / "rec", cache_dir=tmp_path / "cache")
-    record, _ = train_dssgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1, progress=False), workspace=ws)
+    record, _ = train_dssgd(
+        TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1, progress=False),
+        workspace=ws,
+    )
     owners = record.membership.owners
     assert owners.shape == record.membership.members.shape and set(owners.tolist()) == {0, 1, 2}
     assert record.claim.kind == "nonprivate" and not record.claim.is_private
-    for key in ("centralised_test_accuracy", "standalone_test_accuracy", "local_test_accuracy_mean", "seconds_per_round"):
+    for key in (
+        "centralised_test_accuracy",
+        "standalone_test_accuracy",
+        "local_test_accuracy_mean",
+        "seconds_per_round",
+    ):
         assert 0 <= record.metrics[key] <= (1 if "accuracy" in key else 1e3)
     from dpaudit.results.record import load_record
 
@@ -147,16 +173,29 @@ def test_standardised_inputs_live_in_the_record_and_its_id_stays_the_requested_o
     bundle, splits = digits
     config = DSSGDConfig(participants=2, rounds=1, baselines=False)
     assert config.standardize
-    record, model = train_dssgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1, progress=False))
+    record, model = train_dssgd(
+        TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1, progress=False)
+    )
     mean, std = record.model_options["input_standardization"]
     x = bundle.train.features.double()
     assert mean == pytest.approx(float(x.mean()), rel=1e-5) and std == pytest.approx(float(x.std()), rel=1e-5)
-    assert record.model_id == model_id_for(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1), defense="dssgd")
+    assert record.model_id == model_id_for(
+        TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1), defense="dssgd"
+    )
     save_record(record, model, tmp_path / "rec")
     again = load_model(tmp_path / "rec")
     xs = bundle.test.features[:16]
     assert torch.allclose(again(xs), model(xs))
-    raw, _ = train_dssgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=DSSGDConfig(participants=2, rounds=1, baselines=False, standardize=False), seed=1, progress=False))
+    raw, _ = train_dssgd(
+        TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name="digits-mlp",
+            config=DSSGDConfig(participants=2, rounds=1, baselines=False, standardize=False),
+            seed=1,
+            progress=False,
+        )
+    )
     assert "input_standardization" not in raw.model_options and raw.model_id != record.model_id
 
 

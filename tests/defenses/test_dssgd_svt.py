@@ -180,7 +180,15 @@ def test_ten_thousand_uploads_from_100k_entries_are_all_distinct():
     ],
 )
 def test_bad_arguments_are_refused_by_name(kwargs, name):
-    args = dict(delta=torch.ones(5), count=2, epsilon=1.0, bound=1.0, threshold=0.0, split="sum", generator=torch.Generator().manual_seed(0))
+    args = dict(
+        delta=torch.ones(5),
+        count=2,
+        epsilon=1.0,
+        bound=1.0,
+        threshold=0.0,
+        split="sum",
+        generator=torch.Generator().manual_seed(0),
+    )
     args.update(kwargs)
     delta = args.pop("delta")
     with pytest.raises((ValueError, TypeError), match=name):

@@ -113,7 +113,9 @@ def digits() -> tuple[Any, Splits, dict[str, Splits]]:
     pairs = {
         f"D minus member {removed}": dataclasses.replace(splits, members=np.setdiff1d(splits.members, [removed])),
         # The added record leaves the non-members; the population (public data) is unchanged.
-        f"D plus held-out record {added}": dataclasses.replace(splits, members=np.union1d(splits.members, [added]), non_members=np.setdiff1d(splits.non_members, [added])),
+        f"D plus held-out record {added}": dataclasses.replace(
+            splits, members=np.union1d(splits.members, [added]), non_members=np.setdiff1d(splits.non_members, [added])
+        ),
     }
     return bundle, splits, pairs
 
@@ -123,14 +125,20 @@ def check_contract(name: str, options: dict[str, Any], digits: tuple[Any, Splits
     spec = DEFENSES[name]
     kind = spec.claim_kind_for(spec.config_type(**options))
     assert spec.replay is not None, (
-        f"{name} makes a {kind!r} claim but registers no replay (DefenseSpec.replay): every defense with a privacy claim must replay its own pipeline"
+        f"{name} makes a {kind!r} claim but registers no replay "
+        "(DefenseSpec.replay): every defense with a privacy claim must replay "
+        "its own pipeline"
         " on D and D ± one record (docs/audits/replay.md, 'Adding a replay')"
     )
     bundle, splits, pairs = digits
     config = small_config(spec, options, num_members=len(splits.members))
-    request = TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=SEED, device="cpu")
+    request = TrainRequest(
+        bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=SEED, device="cpu"
+    )
     run = spec.replay(request)
-    assert isinstance(run, ReplayTrace) and run.defense == name, f"{name}: replay returned {type(run).__name__} for defense {getattr(run, 'defense', None)!r}"
+    assert isinstance(run, ReplayTrace) and run.defense == name, (
+        f"{name}: replay returned {type(run).__name__} for defense {getattr(run, 'defense', None)!r}"
+    )
     summaries = []
     for label, neighbour in pairs.items():
         verdict = compare_traces(run, spec.replay(dataclasses.replace(request, splits=neighbour)))
@@ -140,7 +148,11 @@ def check_contract(name: str, options: dict[str, Any], digits: tuple[Any, Splits
     return summaries
 
 
-@pytest.mark.parametrize(("name", "options"), dp_cases(), ids=lambda x: x if isinstance(x, str) else ",".join(f"{k}={v}" for k, v in x.items()) or "default")
+@pytest.mark.parametrize(
+    ("name", "options"),
+    dp_cases(),
+    ids=lambda x: x if isinstance(x, str) else ",".join(f"{k}={v}" for k, v in x.items()) or "default",
+)
 def test_neighbouring_replay_holds(name: str, options: dict[str, Any], digits) -> None:
     started = time.monotonic()
     for line in check_contract(name, options, digits):
@@ -181,11 +193,23 @@ def _toy_replay(request: TrainRequest[ToyConfig], /) -> ReplayTrace:
     released: dict[str, Any] = {"clip norm": config.clip}
     if config.leak_mean:  # the bug of a statistic released outside the mechanism
         released["feature mean"] = x.mean(axis=0)
-    return ReplayTrace(defense=TOY, mechanism_inputs=(MechanismInput(name="sum", value=total, sensitivity=config.clip, norm="l2"),), released=released)
+    return ReplayTrace(
+        defense=TOY,
+        mechanism_inputs=(MechanismInput(name="sum", value=total, sensitivity=config.clip, norm="l2"),),
+        released=released,
+    )
 
 
 def _toy(replay: Any) -> DefenseSpec:
-    return DefenseSpec(name=TOY, summary="a toy DP defense of a test", config_type=ToyConfig, train=_toy_train, claim_kind="dp", replay=replay, order=999)
+    return DefenseSpec(
+        name=TOY,
+        summary="a toy DP defense of a test",
+        config_type=ToyConfig,
+        train=_toy_train,
+        claim_kind="dp",
+        replay=replay,
+        order=999,
+    )
 
 
 def test_a_dp_defense_without_replay_fails_the_contract(digits) -> None:
@@ -220,7 +244,9 @@ def test_keyed_poisson_lots_of_neighbours_differ_only_in_the_changed_record() ->
     for step in range(200):
         a = ids[poisson_lot(ids, 0.05, generator=torch.Generator().manual_seed(step)).numpy()]
         b = without[poisson_lot(without, 0.05, generator=torch.Generator().manual_seed(step)).numpy()]
-        assert set(a) - set(b) <= {ids[200]} and set(b) <= set(a), f"step {step}: the lots differ beyond the removed record"
+        assert set(a) - set(b) <= {ids[200]} and set(b) <= set(a), (
+            f"step {step}: the lots differ beyond the removed record"
+        )
         lots_d.append(a)
         lots_minus.append(b)
         sizes.append(len(a))
@@ -237,12 +263,24 @@ def test_keyed_poisson_lots_of_neighbours_differ_only_in_the_changed_record() ->
 def _dpsgd_replays(digits, **options: Any) -> list[Any]:
     bundle, splits, pairs = digits
     spec = DEFENSES["dpsgd"]
-    config = spec.config_type(epochs=1, sampling_rate=0.1, expected_lot_size=0.1 * len(splits.members), accountant="rdp", **options)
+    config = spec.config_type(
+        epochs=1, sampling_rate=0.1, expected_lot_size=0.1 * len(splits.members), accountant="rdp", **options
+    )
     model_options = {"hidden": 32} if "pca_components" in options else None
     model = "abadi-mnist" if "pca_components" in options else "digits-mlp"
-    request = TrainRequest(bundle=bundle, splits=splits, model_name=model, model_options=model_options, config=config, seed=SEED, device="cpu")
+    request = TrainRequest(
+        bundle=bundle,
+        splits=splits,
+        model_name=model,
+        model_options=model_options,
+        config=config,
+        seed=SEED,
+        device="cpu",
+    )
     run = spec.replay(request)
-    return [compare_traces(run, spec.replay(dataclasses.replace(request, splits=neighbour))) for neighbour in pairs.values()]
+    return [
+        compare_traces(run, spec.replay(dataclasses.replace(request, splits=neighbour))) for neighbour in pairs.values()
+    ]
 
 
 def test_dp_pca_input_is_replayed_within_its_sensitivity(digits) -> None:
@@ -267,8 +305,12 @@ def test_a_sampling_rate_derived_from_the_number_of_members_is_reported(digits) 
     bundle, splits, pairs = digits
     spec = DEFENSES["dpsgd"]
     config = spec.config_type(epochs=1, lot_size=12, accountant="rdp")
-    request = TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=SEED, device="cpu")
-    verdict = compare_traces(spec.replay(request), spec.replay(dataclasses.replace(request, splits=next(iter(pairs.values())))))
+    request = TrainRequest(
+        bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=SEED, device="cpu"
+    )
+    verdict = compare_traces(
+        spec.replay(request), spec.replay(dataclasses.replace(request, splits=next(iter(pairs.values()))))
+    )
     assert not verdict.holds
     assert "sampling rate" in {f.name for f in verdict.findings if f.kind == "released"}
 
@@ -287,7 +329,9 @@ def test_an_observer_that_returns_none_changes_nothing(digits) -> None:
         assert set(lot_ids) <= set(splits.members.tolist())
         seen.append((step, len(lot_ids), float(sum(t.double().norm() ** 2 for t in clipped_sum.values()) ** 0.5)))
 
-    request = TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=SEED, progress=False)
+    request = TrainRequest(
+        bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=SEED, progress=False
+    )
     _, plain = train_dpsgd(request)
     record, observed = train_dpsgd(request, observer=observer)
     for (name, a), b in zip(plain.state_dict().items(), observed.state_dict().values()):

@@ -152,7 +152,11 @@ def test_config_must_be_an_aggregator_config_and_is_frozen():
 
 
 def test_config_round_trips_through_json():
-    for cfg in (LNMaxConfig(), GNMaxConfig(sigma=30), ConfidentGNMaxConfig(threshold=300, threshold_sigma=200, sigma=40)):
+    for cfg in (
+        LNMaxConfig(),
+        GNMaxConfig(sigma=30),
+        ConfidentGNMaxConfig(threshold=300, threshold_sigma=200, sigma=40),
+    ):
         d = json.loads(json.dumps(cfg.to_dict()))
         assert aggregator_config(d["aggregator"], **d) == cfg
         assert AGGREGATORS[d["aggregator"]] is type(cfg)
@@ -282,7 +286,9 @@ def _p_plurality_laplace(votes, b):
     v = np.sort(np.asarray(votes, dtype=float))[::-1]
     gaps = v[0] - v[1:]
     lap = stats.laplace(scale=b)
-    return integrate.quad(lambda x: lap.pdf(x) * np.prod(lap.cdf(x + gaps)), -40 * b, 40 * b, points=[0.0, *(-gaps)], limit=400)[0]
+    return integrate.quad(
+        lambda x: lap.pdf(x) * np.prod(lap.cdf(x + gaps)), -40 * b, 40 * b, points=[0.0, *(-gaps)], limit=400
+    )[0]
 
 
 def test_noise_scales_match_the_exact_plurality_probability():
@@ -334,7 +340,11 @@ def test_partitions_are_disjoint_covering_sorted_and_deterministic():
     assert len(parts) == 50
     sizes = np.array([p.size for p in parts])
     # Keyed-hash assignment: sizes vary as a multinomial's (sd ≈ 6.3), never empty here.
-    assert sizes.sum() == ids.size and sizes.min() >= 1 and np.all(np.abs(sizes - ids.size / 50) < 5 * np.sqrt(ids.size / 50))
+    assert (
+        sizes.sum() == ids.size
+        and sizes.min() >= 1
+        and np.all(np.abs(sizes - ids.size / 50) < 5 * np.sqrt(ids.size / 50))
+    )
     joined = np.concatenate(parts)
     assert np.unique(joined).size == joined.size
     np.testing.assert_array_equal(np.sort(joined), ids)

@@ -46,7 +46,11 @@ def test_removing_one_id_changes_exactly_one_teacher(removed: int) -> None:
     changed = _changed(base, after)
     assert len(changed) == 1, f"removing id {removed} changed teachers {changed}"
     (t,) = changed
-    assert removed in base[t] and np.array_equal(np.setdiff1d(base[t], after[t]), [removed]) and after[t].size == base[t].size - 1
+    assert (
+        removed in base[t]
+        and np.array_equal(np.setdiff1d(base[t], after[t]), [removed])
+        and after[t].size == base[t].size - 1
+    )
 
 
 @pytest.mark.parametrize("added", [1000, 5000, 123_456_789])
@@ -110,7 +114,16 @@ def _sequential_partition(ids, *, num_teachers: int, seed: int):
 
 
 #: Small enough for the default tier (six teachers of ~20 digits, two epochs, 24 queries).
-SMALL = PATEConfig(teachers=6, queries=24, epochs=2, aggregator="gnmax", sigma=6.0, analysis="data-independent", teacher_eval_examples=10, student_epochs=1)
+SMALL = PATEConfig(
+    teachers=6,
+    queries=24,
+    epochs=2,
+    aggregator="gnmax",
+    sigma=6.0,
+    analysis="data-independent",
+    teacher_eval_examples=10,
+    student_epochs=1,
+)
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +134,14 @@ def digits():
 
 
 def _replay(bundle, splits, members, config=SMALL):
-    d = dataclasses.replace(splits, members=np.asarray(members, dtype=np.int64), non_members=np.setdiff1d(splits.non_members, members))
-    return replay_pate(TrainRequest(bundle=bundle, splits=d, model_name="digits-mlp", model_options={}, config=config, seed=0, device="cpu"))
+    d = dataclasses.replace(
+        splits, members=np.asarray(members, dtype=np.int64), non_members=np.setdiff1d(splits.non_members, members)
+    )
+    return replay_pate(
+        TrainRequest(
+            bundle=bundle, splits=d, model_name="digits-mlp", model_options={}, config=config, seed=0, device="cpu"
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +221,9 @@ def _votes(trace) -> np.ndarray:
 def test_the_exact_epsilon_of_a_neighbouring_pair_is_within_the_claim_small(traces) -> None:
     delta = 1e-5
     votes = _votes(traces["D"])
-    claimed = pate_analysis.analyze_gnmax(votes.astype(np.int64), sigma=SMALL.sigma, delta=delta).data_independent.epsilon
+    claimed = pate_analysis.analyze_gnmax(
+        votes.astype(np.int64), sigma=SMALL.sigma, delta=delta
+    ).data_independent.epsilon
     for side in ("removed", "added"):
         mu, exact = _exact_epsilon(votes, _votes(traces[side]), sigma=SMALL.sigma, delta=delta)
         # One teacher moved: each query's histogram by at most √2, so μ ≤ √(2·queries)/σ.
@@ -212,7 +233,8 @@ def test_the_exact_epsilon_of_a_neighbouring_pair_is_within_the_claim_small(trac
 
 @pytest.mark.slow  # trains the CLI's digits default (35 teachers, 200 epochs each) twice: ~3 min on one core
 def test_the_exact_epsilon_of_the_digits_default_run_is_within_its_claim() -> None:
-    """`dpaudit train --defense pate --dataset digits --model digits-mlp --target-epsilon 2 --delta 1e-5` and D minus one member.
+    """`dpaudit train --defense pate --dataset digits --model digits-mlp --target-epsilon 2 --delta 1e-5` and D minus
+    one member.
 
     With the previous sequential partitioning all 20 histograms moved, by up to 6.78 in L2, and
     the noisy histograms' exact ε was 5.47 (μ = 1.21) against the claimed 1.9993.
@@ -224,12 +246,20 @@ def test_the_exact_epsilon_of_the_digits_default_run_is_within_its_claim() -> No
     resolved = plan_for(config, bundle=bundle, splits=splits).config
     assert resolved.teachers == 35 and resolved.queries == 20 and resolved.aggregator == "gnmax"
     members = splits.members
-    run = replay_pate(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", model_options={}, config=config, seed=0))
-    fewer = dataclasses.replace(splits, members=np.asarray(neighbours(members, removed=int(members[len(members) // 2])), dtype=np.int64))
-    other = replay_pate(TrainRequest(bundle=bundle, splits=fewer, model_name="digits-mlp", model_options={}, config=config, seed=0))
+    run = replay_pate(
+        TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", model_options={}, config=config, seed=0)
+    )
+    fewer = dataclasses.replace(
+        splits, members=np.asarray(neighbours(members, removed=int(members[len(members) // 2])), dtype=np.int64)
+    )
+    other = replay_pate(
+        TrainRequest(bundle=bundle, splits=fewer, model_name="digits-mlp", model_options={}, config=config, seed=0)
+    )
     assert compare_traces(run, other).holds
     votes = _votes(run)
-    claimed = pate_analysis.analyze_gnmax(votes.astype(np.int64), sigma=resolved.sigma, delta=delta).data_independent.epsilon
+    claimed = pate_analysis.analyze_gnmax(
+        votes.astype(np.int64), sigma=resolved.sigma, delta=delta
+    ).data_independent.epsilon
     assert claimed <= 2.0 + 1e-9
     mu, exact = _exact_epsilon(votes, _votes(other), sigma=resolved.sigma, delta=delta)
     assert exact <= claimed, (mu, exact, claimed)
@@ -252,18 +282,34 @@ def _statements(record, tmp_path) -> str:
     from reports.render import Text
 
     n = record.metrics["num_queries"]
-    sections = pate_sections([PateRun(record=record, answered=np.ones(n, dtype=bool), epsilon_curve=np.zeros(n), record_dir=tmp_path)])
+    sections = pate_sections(
+        [PateRun(record=record, answered=np.ones(n, dtype=bool), epsilon_curve=np.zeros(n), record_dir=tmp_path)]
+    )
     return " ".join(b.text for sec in sections for b in sec.blocks if isinstance(b, Text))
 
 
 def test_a_trained_student_records_where_its_noise_came_from(digits, tmp_path) -> None:
-    # The unseeded path ("operating-system entropy (private)") is checked on a CLI run in tests/app/test_cli_pate_train.py.
+    # The unseeded path ("operating-system entropy (private)") is checked on a CLI run in
+    # tests/app/test_cli_pate_train.py.
     bundle, splits = digits
     small = dataclasses.replace(splits, members=splits.members[:60])
-    seeded, _ = train_pate(TrainRequest(bundle=bundle, splits=small, model_name="digits-mlp", config=dataclasses.replace(SMALL, queries=4, aggregator_seed=5), seed=0, progress=False))
+    seeded, _ = train_pate(
+        TrainRequest(
+            bundle=bundle,
+            splits=small,
+            model_name="digits-mlp",
+            config=dataclasses.replace(SMALL, queries=4, aggregator_seed=5),
+            seed=0,
+            progress=False,
+        )
+    )
     assert seeded.metrics["aggregator_noise"] == "seed 5: reproducible, not private"
     # The data-independent claim keeps the un-sanitised data-dependent ε and the teachers' accuracy out of the record.
-    assert "epsilon_data_dependent_realised" not in seeded.metrics and "teacher_test_accuracy_mean" not in seeded.metrics
+    assert (
+        "epsilon_data_dependent_realised" not in seeded.metrics and "teacher_test_accuracy_mean" not in seeded.metrics
+    )
     # The PATE report says so beside the claim, and only for the seeded run.
-    unseeded = dataclasses.replace(seeded, metrics={**seeded.metrics, "aggregator_noise": "operating-system entropy (private)"})
+    unseeded = dataclasses.replace(
+        seeded, metrics={**seeded.metrics, "aggregator_noise": "operating-system entropy (private)"}
+    )
     assert "NOT PRIVATE" in _statements(seeded, tmp_path) and "NOT PRIVATE" not in _statements(unseeded, tmp_path)

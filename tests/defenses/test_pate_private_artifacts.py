@@ -25,7 +25,9 @@ def test_the_teachers_are_found_under_private_and_in_older_records(tmp_path: Pat
     (new / "private").mkdir(parents=True)
     # The published pate.json holds no teacher ids; the cache path is relative to private/.
     (new / "pate.json").write_text(json.dumps({"teachers": {"num_teachers": 2, "private": "private/pate.json"}}))
-    (new / "private" / "pate.json").write_text(json.dumps({"teachers": {"cache": "../../pate-teachers", "teacher_ids": ids}}))
+    (new / "private" / "pate.json").write_text(
+        json.dumps({"teachers": {"cache": "../../pate-teachers", "teacher_ids": ids}})
+    )
     assert load_teacher_dirs(new) == [(cache / t).resolve() for t in ids]
     old = tmp_path / "records" / "student-old"
     old.mkdir(parents=True)

@@ -41,10 +41,14 @@ def _accuracy(model: nn.Module, digits) -> float:
     return evaluate(model, digits.test.features, digits.test.labels)["accuracy"]
 
 
-def _train(digits, count: int, config: StudentConfig, *, seed: int = 0, model_seed: int = 0) -> tuple[nn.Module, dict[str, float]]:
+def _train(
+    digits, count: int, config: StudentConfig, *, seed: int = 0, model_seed: int = 0
+) -> tuple[nn.Module, dict[str, float]]:
     x, y, u = _labelled(digits, count)
     model = _model(model_seed)
-    metrics = train_student(model, labeled_features=x, labels=y, unlabeled_features=u, config=config, seed=seed, progress=False)
+    metrics = train_student(
+        model, labeled_features=x, labels=y, unlabeled_features=u, config=config, seed=seed, progress=False
+    )
     return model, metrics
 
 
@@ -84,7 +88,15 @@ def test_global_rng_untouched_even_with_dropout(digits):
     x, y, u = _labelled(digits, 60)
     model = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 10))
     before = torch.get_rng_state()
-    train_student(model, labeled_features=x, labels=y, unlabeled_features=u, config=dataclasses.replace(FAST, epochs=2, semi_supervised=True, confidence=0.2), seed=0, progress=False)
+    train_student(
+        model,
+        labeled_features=x,
+        labels=y,
+        unlabeled_features=u,
+        config=dataclasses.replace(FAST, epochs=2, semi_supervised=True, confidence=0.2),
+        seed=0,
+        progress=False,
+    )
     assert torch.equal(torch.get_rng_state(), before)
 
 
@@ -105,7 +117,15 @@ def test_tabular_rows_train_in_both_modes():
     for semi in (False, True):
         model = build_model("tabular-mlp", input_shape=(12,), num_classes=3)
         config = dataclasses.replace(FAST, epochs=30, semi_supervised=semi)
-        metrics = train_student(model, labeled_features=rows[:30], labels=labels[:30], unlabeled_features=rows[30:], config=config, seed=0, progress=False)
+        metrics = train_student(
+            model,
+            labeled_features=rows[:30],
+            labels=labels[:30],
+            unlabeled_features=rows[30:],
+            config=config,
+            seed=0,
+            progress=False,
+        )
         assert evaluate(model, rows[30:], labels[30:])["accuracy"] > 0.9
         assert (metrics["pseudo_labels"] > 0) == semi
 
@@ -135,14 +155,23 @@ def test_nan_loss_stops_training(digits):
 @pytest.mark.parametrize(
     ("change", "name"),
     [
-        ({"labels": torch.zeros(0, dtype=torch.int64), "labeled_features": torch.zeros(0, 1, 8, 8)}, "labeled_features"),
+        (
+            {"labels": torch.zeros(0, dtype=torch.int64), "labeled_features": torch.zeros(0, 1, 8, 8)},
+            "labeled_features",
+        ),
         ({"labels": torch.zeros(0, dtype=torch.int64)}, "labels"),
         ({"labels": torch.zeros(59, dtype=torch.int64)}, "labels"),
         ({"labels": torch.full((60,), 10)}, "labels"),
         ({"labels": torch.full((60,), -1)}, "labels"),
         ({"unlabeled_features": None, "config": dataclasses.replace(FAST, semi_supervised=True)}, "unlabeled_features"),
-        ({"unlabeled_features": torch.zeros(5, 64), "config": dataclasses.replace(FAST, semi_supervised=True)}, "unlabeled_features"),
-        ({"unlabeled_features": torch.zeros(0, 1, 8, 8), "config": dataclasses.replace(FAST, semi_supervised=True)}, "unlabeled_features"),
+        (
+            {"unlabeled_features": torch.zeros(5, 64), "config": dataclasses.replace(FAST, semi_supervised=True)},
+            "unlabeled_features",
+        ),
+        (
+            {"unlabeled_features": torch.zeros(0, 1, 8, 8), "config": dataclasses.replace(FAST, semi_supervised=True)},
+            "unlabeled_features",
+        ),
         ({"labeled_features": torch.full((60, 1, 8, 8), float("nan"))}, "labeled_features"),
         ({"seed": -1}, "seed"),
     ],
@@ -158,9 +187,13 @@ def test_bad_input_is_a_value_error_naming_the_argument(digits, change, name):
 def test_wrong_types_are_type_errors(digits):
     x, y, u = _labelled(digits, 60)
     with pytest.raises(TypeError, match="labels"):
-        train_student(_model(), labeled_features=x, labels=y.float(), unlabeled_features=u, config=FAST, seed=0, progress=False)
+        train_student(
+            _model(), labeled_features=x, labels=y.float(), unlabeled_features=u, config=FAST, seed=0, progress=False
+        )
     with pytest.raises(TypeError, match="config"):
-        train_student(_model(), labeled_features=x, labels=y, unlabeled_features=u, config={"epochs": 1}, seed=0, progress=False)  # type: ignore[arg-type]
+        train_student(
+            _model(), labeled_features=x, labels=y, unlabeled_features=u, config={"epochs": 1}, seed=0, progress=False
+        )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

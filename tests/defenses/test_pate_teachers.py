@@ -30,7 +30,14 @@ def splits(bundle):
 
 
 def _specs(bundle, splits, *, n=NUM_TEACHERS, seed=1, epochs=3):
-    return plan_teachers(bundle=bundle, splits=splits, num_teachers=n, model_name="digits-mlp", config=NonPrivateConfig(epochs=epochs, batch_size=32), seed=seed)
+    return plan_teachers(
+        bundle=bundle,
+        splits=splits,
+        num_teachers=n,
+        model_name="digits-mlp",
+        config=NonPrivateConfig(epochs=epochs, batch_size=32),
+        seed=seed,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +63,15 @@ def test_one_teacher_per_disjoint_partition_with_membership_stored(ensemble, spl
         stored = load_record(ensemble.directory / spec.teacher_id)  # the ground truth as attacks read it
         assert np.array_equal(stored.membership.members, spec.train_ids)
         assert np.array_equal(stored.membership.non_members, splits.non_members)
-        assert stored.config["pate_teacher"]["index"] == t and stored.config["pate_teacher"]["num_teachers"] == NUM_TEACHERS
+        assert (
+            stored.config["pate_teacher"]["index"] == t
+            and stored.config["pate_teacher"]["num_teachers"] == NUM_TEACHERS
+        )
         assert stored.defense == "nonprivate" and stored.model_id == spec.teacher_id == record.model_id
     assert ensemble.membership() == {str(t): p.tolist() for t, p in enumerate(parts)}
-    assert sorted(p.name for p in ensemble.directory.iterdir()) == list(ensemble.teacher_ids)  # ids sort in teacher order
+    assert sorted(p.name for p in ensemble.directory.iterdir()) == list(
+        ensemble.teacher_ids
+    )  # ids sort in teacher order
 
 
 def test_interrupted_run_resumes_with_every_finished_teacher_kept(bundle, splits, tmp_path, capsys):
@@ -77,7 +89,9 @@ def test_interrupted_run_resumes_with_every_finished_teacher_kept(bundle, splits
     assert kept == sorted(s.teacher_id for s in specs[:2])
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
     retrained = []
-    ensemble = train_teachers(specs, directory=tmp_path, progress=True, on_trained=lambda spec, record: retrained.append(spec.index))
+    ensemble = train_teachers(
+        specs, directory=tmp_path, progress=True, on_trained=lambda spec, record: retrained.append(spec.index)
+    )
     assert retrained == [2, 3, 4]  # the two finished teachers were not trained again
     assert ensemble.reused == tuple(s.teacher_id for s in specs[:2]) and len(ensemble.trained) == 3
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
@@ -120,13 +134,31 @@ def test_reloaded_teacher_is_the_trained_one(ensemble):
 
 
 def test_evaluation_cap_changes_metrics_only(bundle, splits):
-    capped = plan_teachers(bundle=bundle, splits=splits, num_teachers=2, model_name="digits-mlp", config=NonPrivateConfig(epochs=1), seed=3, num_eval_examples=50)
-    full = plan_teachers(bundle=bundle, splits=splits, num_teachers=2, model_name="digits-mlp", config=NonPrivateConfig(epochs=1), seed=3, num_eval_examples=None)
+    capped = plan_teachers(
+        bundle=bundle,
+        splits=splits,
+        num_teachers=2,
+        model_name="digits-mlp",
+        config=NonPrivateConfig(epochs=1),
+        seed=3,
+        num_eval_examples=50,
+    )
+    full = plan_teachers(
+        bundle=bundle,
+        splits=splits,
+        num_teachers=2,
+        model_name="digits-mlp",
+        config=NonPrivateConfig(epochs=1),
+        seed=3,
+        num_eval_examples=None,
+    )
     assert [s.teacher_id for s in capped] == [s.teacher_id for s in full]
     a = train_teachers(capped, directory=None, progress=False)
     b = train_teachers(full, directory=None, progress=False)
     assert all(_same_weights(x, y) for x, y in zip(a.models, b.models, strict=True))
-    assert a.records[0].metrics["num_test_examples"] == 50 and b.records[0].metrics["num_test_examples"] == len(bundle.test)
+    assert a.records[0].metrics["num_test_examples"] == 50 and b.records[0].metrics["num_test_examples"] == len(
+        bundle.test
+    )
     assert 0 <= a.records[0].metrics["test_accuracy"] <= 1 and "non_member_accuracy" not in a.records[0].metrics
 
 

@@ -78,8 +78,25 @@ def test_suite_dpsgd_never_flagged(seed, score, q, n, digits, tmp_path):
     from defenses.dpsgd.training import DPSGDTrainer
 
     data = digits.subset(digits.ids[:n].numpy())
-    config = DPSGDConfig(noise_multiplier=4.0, clip_norm=5.0, sampling_rate=q, expected_lot_size=q * n, epochs=300 * q if q < 1 else 300, learning_rate=0.1)
+    config = DPSGDConfig(
+        noise_multiplier=4.0,
+        clip_norm=5.0,
+        sampling_rate=q,
+        expected_lot_size=q * n,
+        epochs=300 * q if q < 1 else 300,
+        learning_rate=0.1,
+    )
     trainer = DPSGDTrainer(config=config)
-    r = white_box_audit(trainer=trainer, dataset=data, noise_multiplier=4.0, clip_norm=5.0, directory=tmp_path, delta=DELTA, score=score, seed=seed, progress=False)
+    r = white_box_audit(
+        trainer=trainer,
+        dataset=data,
+        noise_multiplier=4.0,
+        clip_norm=5.0,
+        directory=tmp_path,
+        delta=DELTA,
+        score=score,
+        seed=seed,
+        progress=False,
+    )
     assert r.num_in + r.num_out == 300
     assert not r.violation

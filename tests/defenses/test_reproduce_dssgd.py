@@ -27,11 +27,15 @@ def test_reproduce_dssgd_quick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     assert all(0.0 <= r["accuracy"] <= 1.0 for r in rows.values())
     (dp,) = measured["dp"]
     # the composed guarantee is c uploads x rounds of the per-parameter figure (pure composition)
-    assert dp["epsilon_pure"] == pytest.approx(dp["epsilon_per_parameter"] * dp["uploads_per_turn"] * dp["rounds"], rel=1e-9)
+    assert dp["epsilon_pure"] == pytest.approx(
+        dp["epsilon_per_parameter"] * dp["uploads_per_turn"] * dp["rounds"], rel=1e-9
+    )
     assert dp["epsilon_zcdp"] <= dp["epsilon_pure"]
     leak = {(r["examples_per_turn"], r["setting"]): r for r in measured["attacks"]["turn_leakage"]}
     assert leak[(1, "theta_u=1")]["best_ssim"] > 0.99 and leak[(1, "theta_u=1")]["recognised_share"] == 1.0
     assert leak[(1, "dp eps=1 (theta_u=0.1)")]["best_ssim"] < leak[(1, "theta_u=0.1")]["best_ssim"]
     assert {r["model"] for r in measured["attacks"]["membership"]} == {"global", "participant 0 (local)"}
-    assert all(a["epsilon_lb"] <= float(a["epsilon_ub_turn"]) for a in measured["attacks"]["audit"])  # JSON writes inf as "inf"
+    assert all(
+        a["epsilon_lb"] <= float(a["epsilon_ub_turn"]) for a in measured["attacks"]["audit"]
+    )  # JSON writes inf as "inf"
     assert [t["workers"] for t in measured["timing"]] == [1, 2] and measured["timing"][1]["speedup_per_round"] > 0

@@ -19,8 +19,32 @@ def test_reproduce_pate_quick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setitem(sys.modules, "reproduce_pate", mod)  # dataclasses look their module up there
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     out = tmp_path / "pate.json"
-    argv = ["--quick", "--out", str(tmp_path / "run"), "--json", str(out), "--only", "digits-confident-gnmax-semi,digits-gnmax-semi"]
-    assert mod.main([*argv, "--attack-samples", "150", "--shadows", "2", "--audit-seeds", "2", "--audit-trials", "50000", "--quiet"]) == 0
+    argv = [
+        "--quick",
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+        str(out),
+        "--only",
+        "digits-confident-gnmax-semi,digits-gnmax-semi",
+    ]
+    assert (
+        mod.main(
+            [
+                *argv,
+                "--attack-samples",
+                "150",
+                "--shadows",
+                "2",
+                "--audit-seeds",
+                "2",
+                "--audit-trials",
+                "50000",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     measured = json.loads(out.read_text())
     rows = measured["rows"]
     assert set(rows) == {"digits-confident-gnmax-semi", "digits-gnmax-semi"}

@@ -27,13 +27,20 @@ from dpaudit.train_request import TrainRequest
     [
         ("digits-mlp", (1, 8, 8), "auto", "normalize"),  # Linear first layer: the projection forgets DP-SGD's signal
         ("abadi-mnist", (1, 28, 28), "auto", "normalize"),
-        ("hgm-cnn", (1, 28, 28), "auto", "orthogonal"),  # convolution: orthogonal measured best (docs/results/certified.md)
+        (
+            "hgm-cnn",
+            (1, 28, 28),
+            "auto",
+            "orthogonal",
+        ),  # convolution: orthogonal measured best (docs/results/certified.md)
         ("audit-cnn", (1, 28, 28), "auto", "orthogonal"),
         ("digits-mlp", (1, 8, 8), "orthogonal", "orthogonal"),  # an explicit choice is kept
         ("hgm-cnn", (1, 28, 28), "scale-noise", "scale-noise"),
     ],
 )
-def test_auto_sensitivity_control_follows_the_first_layer(model: str, input_shape: tuple[int, ...], control: str, want: str) -> None:
+def test_auto_sensitivity_control_follows_the_first_layer(
+    model: str, input_shape: tuple[int, ...], control: str, want: str
+) -> None:
     noise = find_noise_layer(build_model(model, input_shape=input_shape, num_classes=10, noise_layer=True))
     assert noise is not None
     assert resolve_sensitivity_control(control, noise) == want
@@ -46,7 +53,15 @@ def test_unknown_sensitivity_control_names_the_argument() -> None:
         resolve_sensitivity_control("spectral", noise)
 
 
-@pytest.mark.parametrize(("input_shape", "want"), [((1, 8, 8), 0.2 * math.sqrt(64 / 784)), ((1, 28, 28), 0.2), ((3, 32, 32), 0.2), ((14,), 0.2 * math.sqrt(14 / 784))])
+@pytest.mark.parametrize(
+    ("input_shape", "want"),
+    [
+        ((1, 8, 8), 0.2 * math.sqrt(64 / 784)),
+        ((1, 28, 28), 0.2),
+        ((3, 32, 32), 0.2),
+        ((14,), 0.2 * math.sqrt(14 / 784)),
+    ],
+)
 def test_derived_attack_norm_bound_keeps_the_papers_per_pixel_size(input_shape: tuple[int, ...], want: float) -> None:
     config = SecureSGDConfig()
     assert config.attack_norm_bound is None
@@ -71,7 +86,9 @@ def test_secure_sgd_default_flags_train_well_above_chance_on_an_mlp(digits) -> N
     # test keeps checking the noise layer's defaults whatever DP-SGD's derived defaults become.
     bundle, splits = digits
     config = SecureSGDConfig(noise_multiplier=0.775, epochs=2, sampling_rate=0.01, clip_norm=4.0, learning_rate=0.1)
-    record, model = train_secure_sgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, progress=False))
+    record, model = train_secure_sgd(
+        TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, progress=False)
+    )
     assert record.metrics["epsilon"] == pytest.approx(2.0, abs=0.01)
     assert record.metrics["sensitivity_control"] == "normalize"
     assert record.config["certification"]["attack_norm_bound"] == pytest.approx(0.2 * math.sqrt(64 / 784))
@@ -80,19 +97,37 @@ def test_secure_sgd_default_flags_train_well_above_chance_on_an_mlp(digits) -> N
     # the one-draw accuracy is kept beside it, and the same draws give the same number again.
     assert record.metrics["test_accuracy_draws"] == PREDICTION_DRAWS
     assert 0.0 < record.metrics["test_accuracy_single_draw"] < 1.0
-    again = expected_score_accuracy(model, bundle.test.features, bundle.test.labels, num_draws=PREDICTION_DRAWS, seed=0, stream="record-test-accuracy")
+    again = expected_score_accuracy(
+        model,
+        bundle.test.features,
+        bundle.test.labels,
+        num_draws=PREDICTION_DRAWS,
+        seed=0,
+        stream="record-test-accuracy",
+    )
     assert record.metrics["test_accuracy"] == again
 
 
 @pytest.mark.slow
 def test_secure_sgd_all_default_flags_train_well_above_chance_on_an_mlp(digits) -> None:
     bundle, splits = digits
-    record, _ = train_secure_sgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=SecureSGDConfig(target_epsilon=2.0), progress=False))
+    record, _ = train_secure_sgd(
+        TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name="digits-mlp",
+            config=SecureSGDConfig(target_epsilon=2.0),
+            progress=False,
+        )
+    )
     assert record.metrics["test_accuracy"] > 0.45  # measured 0.58 (old code: 0.117)
 
 
 def test_chance_check_takes_the_larger_of_uniform_and_majority() -> None:
-    assert chance_check(0.11, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], num_classes=10) == {"chance_accuracy": 0.1, "near_chance": True}
+    assert chance_check(0.11, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], num_classes=10) == {
+        "chance_accuracy": 0.1,
+        "near_chance": True,
+    }
     assert chance_check(0.1 + CHANCE_MARGIN + 0.01, list(range(10)), num_classes=10)["near_chance"] is False
     skewed = chance_check(0.76, [0] * 3 + [1] * 1, num_classes=2)  # always predicting class 0 scores 0.75
     assert skewed == {"chance_accuracy": 0.75, "near_chance": True}
@@ -101,13 +136,24 @@ def test_chance_check_takes_the_larger_of_uniform_and_majority() -> None:
 def test_a_record_trained_to_chance_is_flagged_on_stderr_and_in_its_metrics(tmp_path: Path, capsys) -> None:
     # A learning rate that cannot move the weights leaves the model at chance: never silently released.
     # (softmax regression at seed 1 starts at 0.10 test accuracy, well under chance + 2 points = 0.15)
-    dead = TrainSpec(defense="nonprivate", model="softmax-regression", seed=1, config=NonPrivateConfig(epochs=1, learning_rate=1e-9), progress=False)
+    dead = TrainSpec(
+        defense="nonprivate",
+        model="softmax-regression",
+        seed=1,
+        config=NonPrivateConfig(epochs=1, learning_rate=1e-9),
+        progress=False,
+    )
     outcome = train_or_load(dead, RunDir(tmp_path / "run"))
     err = capsys.readouterr().err
     assert outcome.record.metrics["near_chance"] is True
-    assert outcome.record.metrics["chance_accuracy"] == pytest.approx(max(0.1, outcome.record.metrics["chance_accuracy"]))
+    assert outcome.record.metrics["chance_accuracy"] == pytest.approx(
+        max(0.1, outcome.record.metrics["chance_accuracy"])
+    )
     assert "WARNING" in err and "trained to chance" in err and "--learning-rate" in err
     again = train_or_load(dead, RunDir(tmp_path / "run"))  # said again when the record is reused
     assert again.reused and "trained to chance" in capsys.readouterr().err
-    good = train_or_load(TrainSpec(defense="nonprivate", model="digits-mlp", config=NonPrivateConfig(epochs=3), progress=False), RunDir(tmp_path / "run"))
+    good = train_or_load(
+        TrainSpec(defense="nonprivate", model="digits-mlp", config=NonPrivateConfig(epochs=3), progress=False),
+        RunDir(tmp_path / "run"),
+    )
     assert good.record.metrics["near_chance"] is False and "trained to chance" not in capsys.readouterr().err

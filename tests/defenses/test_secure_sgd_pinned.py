@@ -18,17 +18,31 @@ from dpaudit.data import load_dataset, make_splits
 from dpaudit.train_request import TrainRequest
 
 _BATCH_NOTE = (
-    " [authors' code, not the paper's mathematics: batch-clipping: (d) each weight's batch-mean gradient is clipped to C (biases not at all) instead of each example's gradient,"
-    " so one example can move the noisy sum by up to 2*L*C on the weights and without bound on the biases, where the accounting assumes C: this epsilon is NOT a valid guarantee for the run]"
+    " [authors' code, not the paper's mathematics: batch-clipping: (d) each "
+    "weight's batch-mean gradient is clipped to C (biases not at all) "
+    "instead of each example's gradient,"
+    " so one example can move the noisy sum by up to 2*L*C on the weights "
+    "and without bound on the biases, where the accounting assumes C: this "
+    "epsilon is NOT a valid guarantee for the run]"
 )
-_SHUFFLE_NOTE = " [non-private-accounting: lots drawn by fixed-size shuffling, but the accounting assumes Poisson sampling; this epsilon is NOT a valid guarantee for the run]"
+_SHUFFLE_NOTE = (
+    " [non-private-accounting: lots drawn by fixed-size shuffling, but the "
+    "accounting assumes Poisson sampling; this epsilon is NOT a valid "
+    "guarantee for the run]"
+)
 
 # (options, Σ of every weight and buffer, test accuracy, train_loss_mean, the claim's description)
 PINNED = {
     # Re-pinned when Poisson lots became keyed by sample id (defenses/dpsgd/sampling.py): the same
     # law, other draws. The shuffled run below draws no Poisson lot and kept its numbers.
     "paper": ({}, 57.36311256465706, 0.18888888888888888, 2.287313323090042, "DP-SGD q=0.1 sigma=1.1 T=10 C=1"),
-    "authors-batch-clipping": ({"authors_batch_clipping": True}, 58.57762512385489, 0.19722222222222222, 2.2013848207998965, "DP-SGD q=0.1 sigma=1.1 T=10 C=1" + _BATCH_NOTE),
+    "authors-batch-clipping": (
+        {"authors_batch_clipping": True},
+        58.57762512385489,
+        0.19722222222222222,
+        2.2013848207998965,
+        "DP-SGD q=0.1 sigma=1.1 T=10 C=1" + _BATCH_NOTE,
+    ),
     "authors-batch-clipping-shuffled": (
         {"authors_batch_clipping": True, "sampling": "shuffle-non-private-accounting", "momentum": 0.5},
         53.21095057262437,
@@ -58,11 +72,24 @@ def digits():
 def test_short_secure_sgd_run_is_pinned(digits, name: str) -> None:
     options, weight_sum, accuracy, loss_mean, description = PINNED[name]
     bundle, splits = digits
-    config = SecureSGDConfig(epochs=1, sampling_rate=0.1, redistribution_pretrain_epochs=1, redistribution_examples=64, **options)
+    config = SecureSGDConfig(
+        epochs=1, sampling_rate=0.1, redistribution_pretrain_epochs=1, redistribution_examples=64, **options
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        record, model = train_secure_sgd(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", model_options={}, config=config, seed=5, device="cpu", progress=False))
+        record, model = train_secure_sgd(
+            TrainRequest(
+                bundle=bundle,
+                splits=splits,
+                model_name="digits-mlp",
+                model_options={},
+                config=config,
+                seed=5,
+                device="cpu",
+                progress=False,
+            )
+        )
     finally:
         torch.set_num_threads(threads)
     total = sum(float(t.double().sum()) for t in model.state_dict().values())

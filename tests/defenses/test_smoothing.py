@@ -63,12 +63,19 @@ def test_registered_with_a_nonprivate_claim_and_its_spec(digits):
     assert spec.claim_kind == "nonprivate" and spec.config_type is SmoothingConfig and spec.certification is not None
     bundle, splits = digits
     config = SmoothingConfig(smoothing_sigma=0.5, epochs=10, batch_size=32)
-    record, model = train_smoothing(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1, progress=False))
+    record, model = train_smoothing(
+        TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=config, seed=1, progress=False)
+    )
     assert record.defense == "smoothing" and record.claim.kind == "nonprivate" and not record.claim.is_private
     assert math.isinf(record.claim.upper_bound(delta=1e-5).epsilon)  # robustness, not privacy
     stored = CertificationSpec.from_dict(thaw(record.config)["certification"])
     assert stored == SmoothingCertificationSpec(sigma=0.5) == spec.certification(config)
-    assert (stored.num_selection_draws, stored.num_draws, stored.confidence, stored.attack_norm) == (100, 10_000, 0.999, "l2")
+    assert (stored.num_selection_draws, stored.num_draws, stored.confidence, stored.attack_norm) == (
+        100,
+        10_000,
+        0.999,
+        "l2",
+    )
     assert record.metrics["test_accuracy"] > 0.3 and not is_randomized(model)  # the released model is the base f
 
 
@@ -92,7 +99,16 @@ def test_augmentation_noises_the_training_inputs_at_sigma(digits, monkeypatch):
     monkeypatch.setattr(nonprivate, "shuffled_batches", spy_batches)
     monkeypatch.setattr(nonprivate, "build_model", spy_build)
     sigma = 0.5
-    train_smoothing(TrainRequest(bundle=bundle, splits=splits, model_name="digits-mlp", config=SmoothingConfig(smoothing_sigma=sigma, epochs=2, batch_size=32), seed=0, progress=False))
+    train_smoothing(
+        TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name="digits-mlp",
+            config=SmoothingConfig(smoothing_sigma=sigma, epochs=2, batch_size=32),
+            seed=0,
+            progress=False,
+        )
+    )
     assert len(seen) == len(batches) > 0
     residual = torch.cat([x - clean[idx] for x, idx in zip(seen, batches)]).flatten()
     assert residual.numel() == 2 * len(clean) * clean[0].numel()
@@ -150,7 +166,22 @@ def test_bad_sigma_names_the_argument_and_value(sigma):
 
 @pytest.mark.parametrize("value", ["0", "nan", "-1", "1e300"])
 def test_bad_sigma_on_the_cli_exits_2_naming_the_flag(value, tmp_path, capsys):
-    code = main(["train", "--defense", "smoothing", "--smoothing-sigma", value, "--dataset", "digits", "--model", "digits-mlp", "--quiet", "--out", str(tmp_path)])
+    code = main(
+        [
+            "train",
+            "--defense",
+            "smoothing",
+            "--smoothing-sigma",
+            value,
+            "--dataset",
+            "digits",
+            "--model",
+            "digits-mlp",
+            "--quiet",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "--smoothing-sigma" in err and repr(float(value)) in err.lower() and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
@@ -158,14 +189,57 @@ def test_bad_sigma_on_the_cli_exits_2_naming_the_flag(value, tmp_path, capsys):
 
 def test_train_and_certify_round_trip_through_the_cli(tmp_path, capsys):
     out = str(tmp_path / "run")
-    code = main(["train", "--defense", "smoothing", "--smoothing-sigma", "0.5", "--dataset", "digits", "--model", "digits-mlp", "--epochs", "5", "--quiet", "--out", out, "--json"])
+    code = main(
+        [
+            "train",
+            "--defense",
+            "smoothing",
+            "--smoothing-sigma",
+            "0.5",
+            "--dataset",
+            "digits",
+            "--model",
+            "digits-mlp",
+            "--epochs",
+            "5",
+            "--quiet",
+            "--out",
+            out,
+            "--json",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     trained = json.loads(captured.out)
-    assert trained["defense"] == "smoothing" and trained["robustness"]["kind"] == "smoothing" and trained["robustness"]["sigma"] == 0.5
+    assert (
+        trained["defense"] == "smoothing"
+        and trained["robustness"]["kind"] == "smoothing"
+        and trained["robustness"]["sigma"] == 0.5
+    )
 
-    argv = ["certify", "--target", trained["record_path"], "--radii", "0.25,0.5", "--num-draws", str(N), "--num-selection-draws", str(N0)]
-    argv += ["--num-examples", "30", "--attack", "pgd,fgsm", "--num-eot-samples", "2", "--quiet", "--out", out, "--json"]
+    argv = [
+        "certify",
+        "--target",
+        trained["record_path"],
+        "--radii",
+        "0.25,0.5",
+        "--num-draws",
+        str(N),
+        "--num-selection-draws",
+        str(N0),
+    ]
+    argv += [
+        "--num-examples",
+        "30",
+        "--attack",
+        "pgd,fgsm",
+        "--num-eot-samples",
+        "2",
+        "--quiet",
+        "--out",
+        out,
+        "--json",
+    ]
     code = main(argv)
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -173,7 +247,10 @@ def test_train_and_certify_round_trip_through_the_cli(tmp_path, capsys):
     assert s["defense"] == "smoothing" and s["mechanism"] == "smoothing" and s["norm"] == "l2"
     assert s["noise_std"] == 0.5 and s["sensitivity"] == 1.0 and s["robustness_epsilon"] is None and s["num_draws"] == N
     assert s["smoothing"]["num_selection_draws"] == N0 and s["smoothing"]["confidence"] == CONFIDENCE
-    assert s["certified_accuracy"] == s["smoothing"]["certified_accuracy"] and set(s["certified_accuracy"]) == {"0.25", "0.5"}
+    assert s["certified_accuracy"] == s["smoothing"]["certified_accuracy"] and set(s["certified_accuracy"]) == {
+        "0.25",
+        "0.5",
+    }
     assert 0 < s["certified_accuracy"]["0.25"] <= s["conventional_accuracy"]
     # Soundness: certified accuracy never exceeds what the strongest attack on the smoothed model left.
     assert s["soundness_violations"] == []
@@ -189,6 +266,20 @@ def test_train_and_certify_round_trip_through_the_cli(tmp_path, capsys):
     assert "smoothing σ=0.5" in report and "certified smoothing" in report
 
     # L2 is the only norm Theorem 1 certifies.
-    code = main(["certify", "--target", trained["record_path"], "--norm", "linf", "--no-attacks", "--num-draws", "20", "--quiet", "--out", out])
+    code = main(
+        [
+            "certify",
+            "--target",
+            trained["record_path"],
+            "--norm",
+            "linf",
+            "--no-attacks",
+            "--num-draws",
+            "20",
+            "--quiet",
+            "--out",
+            out,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "linf" in err

@@ -57,7 +57,10 @@ def digits(n: int | None = None) -> ArrayDataset:
 def crafted_state(net: nn.Module, seed: int = 7) -> dict[str, torch.Tensor]:
     """``net``'s state dict with every float tensor perturbed: an auditor's start, not the builder's."""
     g = torch.Generator().manual_seed(seed)
-    return {k: v + 0.1 * torch.randn(v.shape, generator=g) if v.is_floating_point() else v.clone() for k, v in net.state_dict().items()}
+    return {
+        k: v + 0.1 * torch.randn(v.shape, generator=g) if v.is_floating_point() else v.clone()
+        for k, v in net.state_dict().items()
+    }
 
 
 def same(a: nn.Module, b: nn.Module) -> bool:
@@ -112,7 +115,9 @@ def test_trains_on_twenty_records_and_a_different_seed_gives_a_different_model(n
     check_trains(mod, (20,))
     state = crafted_state(mod.model())
     for n in (1, 3, 20):
-        assert not same(mod.train(digits(n), seed=0, initial_state=state), mod.train(digits(n), seed=1, initial_state=state)), n
+        assert not same(
+            mod.train(digits(n), seed=0, initial_state=state), mod.train(digits(n), seed=1, initial_state=state)
+        ), n
 
 
 def test_without_an_initial_state_the_start_comes_from_the_seed() -> None:
@@ -121,7 +126,9 @@ def test_without_an_initial_state_the_start_comes_from_the_seed() -> None:
     assert not same(mod.train(digits(3), seed=5), mod.train(digits(3), seed=6))
 
 
-def test_the_path_form_travels_by_pickle_and_finds_its_helpers_in_a_fresh_import(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_path_form_travels_by_pickle_and_finds_its_helpers_in_a_fresh_import(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """What a worker does: unpickle the spec and import the file with neither its folder on
     ``sys.path`` nor its helper modules loaded."""
     fc = resolve_callable(f"{BUGS / 'per_batch_clipping'}.py:train", argument="--train-fn")
@@ -192,7 +199,11 @@ def test_the_samplers_put_a_lone_canary_in_every_lot() -> None:
     labels = torch.tensor([3] * 199 + [7])  # the canary alone in its class
     weighted = list(module("weighted_sampler").WeightedSampler().lots(labels, torch.Generator().manual_seed(0)))
     assert sum(int((lot == 199).sum()) for lot in weighted) > 50 * 40  # ≈ 72 copies per lot, not ≈ 0.1
-    shuffled = list(module("shuffled_batches").ShuffledBatches().lots(torch.zeros(20, dtype=torch.long), torch.Generator().manual_seed(0)))
+    shuffled = list(
+        module("shuffled_batches")
+        .ShuffledBatches()
+        .lots(torch.zeros(20, dtype=torch.long), torch.Generator().manual_seed(0))
+    )
     assert len(shuffled) == 50 and all(len(lot) == 20 for lot in shuffled)
 
 
@@ -207,7 +218,11 @@ def test_a_lone_record_never_sampled_leaves_the_unprotected_state_untouched() ->
     for name, key in (("frozen_layers", "3.weight"), ("batchnorm", "2.running_mean")):
         mod = module(name)
         state = crafted_state(mod.model())
-        seeds = [s for s in range(3000) if not any(len(lot) for lot in mod.DPSGD().lots(one.labels, torch.Generator().manual_seed(s)))]
+        seeds = [
+            s
+            for s in range(3000)
+            if not any(len(lot) for lot in mod.DPSGD().lots(one.labels, torch.Generator().manual_seed(s)))
+        ]
         assert seeds, "some seed never samples the record (0.9^50 ≈ 0.5%)"
         assert torch.equal(mod.train(one, seed=seeds[0], initial_state=state).state_dict()[key], state[key]), name
 

@@ -46,7 +46,17 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from dpaudit.store import RunDir
 
     run = RunDir(tmp_path_factory.mktemp("hostile-trained") / "run")
-    train_or_load(TrainSpec(defense="nonprivate", model="digits-mlp", dataset="digits", config=default_config("nonprivate", epochs=1), seed=0, progress=False), run)
+    train_or_load(
+        TrainSpec(
+            defense="nonprivate",
+            model="digits-mlp",
+            dataset="digits",
+            config=default_config("nonprivate", epochs=1),
+            seed=0,
+            progress=False,
+        ),
+        run,
+    )
     return run.path
 
 

@@ -45,24 +45,48 @@ def model():
 
 def _write(tmp_path: Path, body: str, *, top: str = "") -> str:
     path = tmp_path / "mytrain.py"
-    path.write_text(HEADER + top + "\n\ndef train(dataset, *, seed, initial_state=None):\n" + "".join(f"    {line}\n" for line in body.splitlines()))
+    path.write_text(
+        HEADER
+        + top
+        + "\n\ndef train(dataset, *, seed, initial_state=None):\n"
+        + "".join(f"    {line}\n" for line in body.splitlines())
+    )
     return str(path)
 
 
 def _argv(path: str, tmp_path: Path, *extra: str) -> list[str]:
-    return ["check", "--train-fn", f"{path}:train", "--model-fn", f"{path}:model", *CLAIM, "--checks", "worst-case", "--out", str(tmp_path / "run"), "--no-report", *extra]
+    return [
+        "check",
+        "--train-fn",
+        f"{path}:train",
+        "--model-fn",
+        f"{path}:model",
+        *CLAIM,
+        "--checks",
+        "worst-case",
+        "--out",
+        str(tmp_path / "run"),
+        "--no-report",
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize(
     ("body", "says"),
     [
         ("sys.exit(0)", "mytrain.py:train raised SystemExit: 0"),
-        pytest.param("sys.exit(3)", "mytrain.py:train raised SystemExit: 3", marks=pytest.mark.slow),  # as exit(0); the default tier keeps its cost down
+        pytest.param(
+            "sys.exit(3)", "mytrain.py:train raised SystemExit: 3", marks=pytest.mark.slow
+        ),  # as exit(0); the default tier keeps its cost down
         ("raise Boom('out')", "mytrain.py:train raised Boom: out"),
         pytest.param("raise Unprintable()", "mytrain.py:train raised Unprintable in trial 0", marks=pytest.mark.slow),
         ("raise ValueError('every training fails')", "mytrain.py:train raised ValueError: every training fails"),
         ("sys.stdout.close()\nreturn model()", "mytrain.py:train closed sys.stdout"),
-        pytest.param("sys.stderr = open(os.devnull, 'w')\nreturn model()", "mytrain.py:train replaced sys.stderr", marks=pytest.mark.slow),
+        pytest.param(
+            "sys.stderr = open(os.devnull, 'w')\nreturn model()",
+            "mytrain.py:train replaced sys.stderr",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_a_training_that_exits_raises_or_takes_the_streams_fails_the_battery_with_exit_2(cli, tmp_path, body, says):
@@ -103,7 +127,9 @@ def test_a_hanging_training_is_stopped_at_the_budget_and_counted_failed(cli, tmp
 
     junit = tmp_path / "results.xml"
     started = time.monotonic()
-    code, out, err = cli.run(*_argv(_write(tmp_path, "time.sleep(10**6)"), tmp_path, "--budget-minutes", "0.01", "--junit", str(junit)))
+    code, out, err = cli.run(
+        *_argv(_write(tmp_path, "time.sleep(10**6)"), tmp_path, "--budget-minutes", "0.01", "--junit", str(junit))
+    )
     seconds = time.monotonic() - started
     assert code == 2, (code, out, err)
     assert "was stopped" in err and "ran past the battery's time budget" in err
@@ -113,14 +139,23 @@ def test_a_hanging_training_is_stopped_at_the_budget_and_counted_failed(cli, tmp
 
 @pytest.mark.slow  # spawns two workers (~10 s of start-up)
 def test_in_workers_prints_go_to_stderr_and_exits_are_failures(cli, tmp_path):
-    ok = _write(tmp_path, "print('WORKER-NOISE')\nos.write(1, b'FD-NOISE\\n')\nnet = model()\nnet.load_state_dict(initial_state)\nreturn net")
+    ok = _write(
+        tmp_path,
+        "print('WORKER-NOISE')\nos.write(1, b'FD-NOISE\\n')\nnet = "
+        "model()\nnet.load_state_dict(initial_state)\nreturn net",
+    )
     code, out, err = cli.run(*_argv(ok, tmp_path, "--json", "--budget-minutes", "0.05", "--num-workers", "2"))
     assert code == 0, (code, out, err)
     json.loads(out)
     assert "WORKER-NOISE" not in out
     (tmp_path / "run2").mkdir()
     bad = _write(tmp_path, "sys.exit(0)")
-    code, out, err = cli.run(*[a if a != str(tmp_path / "run") else str(tmp_path / "run2") for a in _argv(bad, tmp_path, "--json", "--num-workers", "2")])
+    code, out, err = cli.run(
+        *[
+            a if a != str(tmp_path / "run") else str(tmp_path / "run2")
+            for a in _argv(bad, tmp_path, "--json", "--num-workers", "2")
+        ]
+    )
     assert code == 2 and "mytrain.py:train raised SystemExit: 0" in json.loads(out)["error"], (code, out, err)
     hang = _write(tmp_path, "time.sleep(10**6)")
     started = time.monotonic()

@@ -14,7 +14,21 @@ import pytest
 
 from dpaudit.locks import RunInUse, unit_lock
 
-AUDIT = ["audit", "--noise-multiplier", "2", "--num-trials", "2", "--num-steps", "20", "--num-members", "100", "--name", "same", "--no-report", "--quiet"]
+AUDIT = [
+    "audit",
+    "--noise-multiplier",
+    "2",
+    "--num-trials",
+    "2",
+    "--num-steps",
+    "20",
+    "--num-members",
+    "100",
+    "--name",
+    "same",
+    "--no-report",
+    "--quiet",
+]
 
 
 def test_a_held_lock_refuses_a_second_holder_and_is_released(tmp_path: Path) -> None:
@@ -45,7 +59,14 @@ def test_a_second_audit_into_the_same_directory_is_refused_then_resumes(cli, tmp
 def test_the_lock_dies_with_a_killed_holder(tmp_path: Path) -> None:
     """A SIGKILLed writer leaves no stale lock: the kernel drops flock locks with the process."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from dpaudit.locks import unit_lock\nwith unit_lock(sys.argv[1], 'audit-z'):\n    print('held', flush=True); time.sleep(60)", str(tmp_path)],
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from dpaudit.locks import unit_lock\nwith "
+            "unit_lock(sys.argv[1], 'audit-z'):\n    print('held', flush=True); "
+            "time.sleep(60)",
+            str(tmp_path),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -67,7 +88,9 @@ def test_the_lock_dies_with_a_killed_holder(tmp_path: Path) -> None:
             time.sleep(0.1)
 
 
-def test_an_identical_second_run_is_refused_before_any_work(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_identical_second_run_is_refused_before_any_work(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two identical runs into one --out: the second is refused at once, not after its start-up (issue 31).
 
     The first run (a thread of this process, its work blocked) holds the run; the second would
@@ -127,11 +150,21 @@ def test_an_identical_second_process_is_refused_before_its_start_up(tmp_path: Pa
     argv = [*AUDIT, "--out", str(tmp_path / "run")]
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER, *argv], stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "working", "the first run did not start"
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "working", (
+            "the first run did not start"
+        )
         started = time.monotonic()
-        second = subprocess.run([sys.executable, "-m", "dpaudit.app.cli", *argv, "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        second = subprocess.run(
+            [sys.executable, "-m", "dpaudit.app.cli", *argv, "--json"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=300,
+        )
         elapsed = time.monotonic() - started
-        assert second.returncode == 2 and "in use" in second.stderr and f"pid {holder.pid}" in second.stderr, second.stderr
+        assert second.returncode == 2 and "in use" in second.stderr and f"pid {holder.pid}" in second.stderr, (
+            second.stderr
+        )
         assert json.loads(second.stdout)["argument"] == "--out"
         assert elapsed < 3.0, f"refused only after {elapsed:.1f} s"
     finally:

@@ -71,13 +71,17 @@ def write_mnist(root: Path, folder: str = "mnist", *, n_train: int = 48, n_test:
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     for split, n in (("train", n_train), ("t10k", n_test)):
-        (out / f"{split}-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx_bytes(rng.integers(0, 256, (n, 28, 28))), mtime=0))
+        (out / f"{split}-images-idx3-ubyte.gz").write_bytes(
+            gzip.compress(idx_bytes(rng.integers(0, 256, (n, 28, 28))), mtime=0)
+        )
         (out / f"{split}-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx_bytes(rng.integers(0, 10, n)), mtime=0))
     return out
 
 
 def write_md5sums(folder: Path) -> None:
-    lines = [f"{hashlib.md5(p.read_bytes()).hexdigest()}  {p.name}" for p in sorted(folder.iterdir()) if p.name != "MD5SUMS"]
+    lines = [
+        f"{hashlib.md5(p.read_bytes()).hexdigest()}  {p.name}" for p in sorted(folder.iterdir()) if p.name != "MD5SUMS"
+    ]
     (folder / "MD5SUMS").write_text("\n".join(lines) + "\n")
 
 
@@ -131,7 +135,9 @@ def test_datasets_lists_a_truncated_mnist_file_as_unavailable_with_the_reason(ca
     mnist = data["mnist"]
     assert not mnist["available"] and mnist["num_train"] is None
     assert mnist["problem_file"] == str(bad)
-    assert mnist["detail"].startswith(f"unavailable: {bad}: truncated: expected {16 + 48 * 784} bytes after decompression, got ")
+    assert mnist["detail"].startswith(
+        f"unavailable: {bad}: truncated: expected {16 + 48 * 784} bytes after decompression, got "
+    )
     code, out, _ = run(capsys, "datasets", "--data-root", str(tmp_path))
     (line,) = [line for line in out.splitlines() if line.startswith("mnist ")]
     assert code == 0 and f"unavailable: {bad}: truncated" in line and " yes " not in line
@@ -175,8 +181,23 @@ def test_datasets_checks_a_damaged_copy_of_the_real_mnist(capsys, tmp_path):
     truncate(bad, 1000)
     mnist = datasets_json(capsys, tmp_path)["mnist"]
     assert not mnist["available"]
-    assert mnist["detail"].startswith(f"unavailable: {bad}: truncated: expected 47040016 bytes after decompression, got ")
-    code, _, err = run(capsys, "train", "--defense", "nonprivate", "--model", "abadi-mnist", "--dataset", "mnist", "--data-root", str(tmp_path), "--out", str(tmp_path / "run"))
+    assert mnist["detail"].startswith(
+        f"unavailable: {bad}: truncated: expected 47040016 bytes after decompression, got "
+    )
+    code, _, err = run(
+        capsys,
+        "train",
+        "--defense",
+        "nonprivate",
+        "--model",
+        "abadi-mnist",
+        "--dataset",
+        "mnist",
+        "--data-root",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert_one_line_error(code, err, f"{bad} is truncated: expected 47040016 bytes after decompression, got ")
 
 
@@ -184,14 +205,46 @@ def test_datasets_checks_a_damaged_copy_of_the_real_mnist(capsys, tmp_path):
 
 
 def _train(root: Path, out: Path, dataset: str = "mnist", model: str = "abadi-mnist") -> list[str]:
-    return ["train", "--defense", "nonprivate", "--model", model, "--dataset", dataset, "--epochs", "1", "--data-root", str(root), "--out", str(out), "--quiet"]
+    return [
+        "train",
+        "--defense",
+        "nonprivate",
+        "--model",
+        model,
+        "--dataset",
+        dataset,
+        "--epochs",
+        "1",
+        "--data-root",
+        str(root),
+        "--out",
+        str(out),
+        "--quiet",
+    ]
 
 
 def _audit(root: Path, out: Path) -> list[str]:
     return [
-        "audit", "--defense", "dpsgd", "--dataset", "mnist", "--model", "abadi-mnist", "--num-trials", "2", "--noise-multiplier", "1",
-        "--epochs", "1", "--data-root", str(root), "--out", str(out), "--quiet", "--no-report",
-    ]  # fmt: skip
+        "audit",
+        "--defense",
+        "dpsgd",
+        "--dataset",
+        "mnist",
+        "--model",
+        "abadi-mnist",
+        "--num-trials",
+        "2",
+        "--noise-multiplier",
+        "1",
+        "--epochs",
+        "1",
+        "--data-root",
+        str(root),
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+    ]
 
 
 @pytest.mark.parametrize("verb", ["train", "audit", "attack"])
@@ -209,7 +262,19 @@ def test_using_a_truncated_mnist_file_exits_2_naming_it(capsys, tmp_path, verb):
         code, out, err = run(capsys, *_train(tmp_path / "good", tmp_path / "run"), "--json")
         assert code == 0, err
         record = json.loads(out)["record_path"]
-        argv = ["attack", "membership", "--target", str(record), "--attack", "loss", "--data-root", str(bad_root), "--out", str(tmp_path / "run"), "--quiet"]
+        argv = [
+            "attack",
+            "membership",
+            "--target",
+            str(record),
+            "--attack",
+            "loss",
+            "--data-root",
+            str(bad_root),
+            "--out",
+            str(tmp_path / "run"),
+            "--quiet",
+        ]
     code, _, err = run(capsys, *argv)
     assert_one_line_error(code, err, f"{bad} is truncated: expected {16 + 48 * 784} bytes after decompression, got ")
 
@@ -257,7 +322,9 @@ def test_using_a_cifar_batch_carrying_a_pickle_exits_2_and_runs_nothing(capsys, 
     sentinel = tmp_path / "sentinel"
     folder = write_cifar(tmp_path / "root", poisoned="data_batch_1", sentinel=sentinel)
     code, _, err = run(capsys, *_train(tmp_path / "root", tmp_path / "run", dataset="cifar10", model="cifar10-cnn"))
-    assert_one_line_error(code, err, f"{folder / 'data_batch_1'} is not a CIFAR-10 batch: ", "open, which a batch never holds")
+    assert_one_line_error(
+        code, err, f"{folder / 'data_batch_1'} is not a CIFAR-10 batch: ", "open, which a batch never holds"
+    )
     assert not sentinel.exists()
 
 
@@ -294,7 +361,20 @@ def test_a_bad_data_root_option_exits_2_naming_it(capsys, tmp_path, kind, proble
 def test_a_bad_data_root_variable_exits_2_naming_it(capsys, monkeypatch, tmp_path, kind, problem):
     root = _bad_root(tmp_path, kind)
     monkeypatch.setenv(DATA_ROOT_ENV, str(root))
-    for argv in (["datasets"], ["train", "--defense", "nonprivate", "--model", "abadi-mnist", "--dataset", "mnist", "--out", str(tmp_path / "run")]):
+    for argv in (
+        ["datasets"],
+        [
+            "train",
+            "--defense",
+            "nonprivate",
+            "--model",
+            "abadi-mnist",
+            "--dataset",
+            "mnist",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+    ):
         code, _, err = run(capsys, *argv)
         assert_one_line_error(code, err, f"{DATA_ROOT_ENV}={str(root)!r} {problem}")
 

@@ -40,10 +40,32 @@ def _run_capped(*argv: str) -> tuple[int, str, str]:
 WORST = {
     # issue 11 finding 4, verbatim (with this verb's flag name --num-steps)
     "sigma-0.05": ("--sampling-rate", "0.01", "--noise-multiplier", "0.05", "--num-steps", "10000", "--delta", "1e-5"),
-    "sigma-0.2-pld": ("--sampling-rate", "0.01", "--noise-multiplier", "0.2", "--num-steps", "10000", "--delta", "1e-5", "--accountant", "pld"),
+    "sigma-0.2-pld": (
+        "--sampling-rate",
+        "0.01",
+        "--noise-multiplier",
+        "0.2",
+        "--num-steps",
+        "10000",
+        "--delta",
+        "1e-5",
+        "--accountant",
+        "pld",
+    ),
     "steps-1e12": ("--sampling-rate", "0.01", "--noise-multiplier", "4", "--num-steps", str(10**12), "--delta", "1e-5"),
     # unsampled (q = 1): dp_accounting folds T into σ/√T, whose grid is as hopeless
-    "q-1-steps-1e12": ("--sampling-rate", "1", "--noise-multiplier", "1", "--num-steps", str(10**12), "--delta", "1e-5", "--accountant", "pld"),
+    "q-1-steps-1e12": (
+        "--sampling-rate",
+        "1",
+        "--noise-multiplier",
+        "1",
+        "--num-steps",
+        str(10**12),
+        "--delta",
+        "1e-5",
+        "--accountant",
+        "pld",
+    ),
 }
 
 
@@ -66,7 +88,21 @@ def test_worst_cases_fall_back_to_rdp_under_a_2gib_cap(name):
 def test_solving_with_pld_stays_under_a_2gib_cap():
     # A num-steps search at small σ composes PLDs of millions of points at many T; SciPy's FFT
     # plan cache used to keep ~190 MB per evaluation, and the largest T asked for 10+ GB.
-    code, out, err = _run_capped("--sampling-rate", "0.01", "--noise-multiplier", "0.3", "--delta", "1e-5", "--target-epsilon", "300", "--solve", "num-steps", "--accountant", "pld", "--json")
+    code, out, err = _run_capped(
+        "--sampling-rate",
+        "0.01",
+        "--noise-multiplier",
+        "0.3",
+        "--delta",
+        "1e-5",
+        "--target-epsilon",
+        "300",
+        "--solve",
+        "num-steps",
+        "--accountant",
+        "pld",
+        "--json",
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["epsilon"]["pld"] <= 300
@@ -74,9 +110,33 @@ def test_solving_with_pld_stays_under_a_2gib_cap():
 
 # In-process: every extreme value exits 0 (a correct answer, possibly inf or ~0) or 2 (one line
 # naming the flag) -- never 1 ("internal error"), never a traceback.
-DPSGD = ["epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--num-steps", "100", "--delta", "1e-5", "--accountant", "rdp"]
+DPSGD = [
+    "epsilon",
+    "--sampling-rate",
+    "0.01",
+    "--noise-multiplier",
+    "1",
+    "--num-steps",
+    "100",
+    "--delta",
+    "1e-5",
+    "--accountant",
+    "rdp",
+]
 SOLVE_SIGMA = ["epsilon", "--sampling-rate", "0.01", "--num-steps", "100", "--delta", "1e-5", "--accountant", "rdp"]
-SOLVE_STEPS = ["epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--delta", "1e-5", "--accountant", "rdp", "--solve", "num-steps"]
+SOLVE_STEPS = [
+    "epsilon",
+    "--sampling-rate",
+    "0.01",
+    "--noise-multiplier",
+    "1",
+    "--delta",
+    "1e-5",
+    "--accountant",
+    "rdp",
+    "--solve",
+    "num-steps",
+]
 GAUSS = ["epsilon", "--mechanism", "gaussian", "--delta", "1e-5"]
 
 

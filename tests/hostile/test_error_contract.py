@@ -50,12 +50,29 @@ INJECTED = [
 ]
 
 
-@pytest.mark.parametrize("exc", [ValueError("boom"), TypeError("boom"), KeyError("boom")], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "exc", [ValueError("boom"), TypeError("boom"), KeyError("boom")], ids=lambda e: type(e).__name__
+)
 @pytest.mark.parametrize(("module", "name", "argv"), INJECTED, ids=[argv[0] for _, _, argv in INJECTED])
-def test_a_bug_inside_the_library_is_an_internal_error(module, name: str, argv: list[str], exc: BaseException, cli, votes: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bug_inside_the_library_is_an_internal_error(
+    module,
+    name: str,
+    argv: list[str],
+    exc: BaseException,
+    cli,
+    votes: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A plain ValueError/TypeError from inside is a bug: exit 1, "internal error", never "bad usage" (exit 2)."""
     monkeypatch.setattr(module, name, _boom(exc))
-    full = [*argv, "--votes", votes] if argv[0] == "pate" else [*argv, "--out", str(tmp_path / "out")] if argv[0] != "epsilon" else argv
+    full = (
+        [*argv, "--votes", votes]
+        if argv[0] == "pate"
+        else [*argv, "--out", str(tmp_path / "out")]
+        if argv[0] != "epsilon"
+        else argv
+    )
     code, out, err = cli.run(*full, "--json")
     assert code == 1, err
     assert "internal error" in err and "boom" in err and "please report" in err and "--debug" in err, err
@@ -66,18 +83,34 @@ def test_a_bug_inside_the_library_is_an_internal_error(module, name: str, argv: 
 
 
 def test_the_same_check_raised_as_invalid_input_is_a_usage_error(cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What makes exit 2 is the exception's type (raised by a check), and --json names the verb's flag for the parameter."""
-    monkeypatch.setattr(accountants, "compute_epsilon_detailed", _boom(v.invalid("noise_multiplier", "noise_multiplier is refused here")))
+    """What makes exit 2 is the exception's type (raised by a check), and --json names the verb's flag for the
+    parameter."""
+    monkeypatch.setattr(
+        accountants,
+        "compute_epsilon_detailed",
+        _boom(v.invalid("noise_multiplier", "noise_multiplier is refused here")),
+    )
     code, out, err = cli.run(*EPSILON, "--json")
     assert code == 2 and json.loads(out)["argument"] == "--noise-multiplier", err
-    monkeypatch.setattr(accountants, "compute_epsilon_detailed", _boom(v.invalid("lot_size", "lot_size must be <= the number of members")))
+    monkeypatch.setattr(
+        accountants,
+        "compute_epsilon_detailed",
+        _boom(v.invalid("lot_size", "lot_size must be <= the number of members")),
+    )
     code, out, err = cli.run(*EPSILON, "--json")
     assert code == 2 and json.loads(out)["argument"] is None, err  # no such flag on `epsilon`: none, not "--lot-size"
 
 
 @pytest.mark.parametrize(
     "message",
-    ["the training set is empty", "job train-x: boom", "o2 must be finite", "run directory is corrupt", "record file is invalid", "weights do not fit"],
+    [
+        "the training set is empty",
+        "job train-x: boom",
+        "o2 must be finite",
+        "run directory is corrupt",
+        "record file is invalid",
+        "weights do not fit",
+    ],
 )
 def test_the_argument_is_never_guessed_from_the_message(message: str, cli, monkeypatch: pytest.MonkeyPatch) -> None:
     """The old CLI made "--the", "--job", "--o2", "--run", "--record", "--weights" out of a message's first word."""
@@ -120,19 +153,36 @@ def test_invalid_argument_is_a_value_error_that_survives_pickling() -> None:
 
 
 def test_a_sigma_below_the_float_range_gives_infinity_both_ways_without_a_warning(cli, votes: str) -> None:
-    """--sigma 1e-300: λ/σ² overflows; both ε are inf (no RuntimeWarning, no finite data-dependent ε beside an infinite one)."""
+    """--sigma 1e-300: λ/σ² overflows; both ε are inf (no RuntimeWarning, no finite data-dependent ε beside an infinite
+    one)."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         code, out, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "1e-300", "--json")
         assert code == 0, err
         payload = json.loads(out)
-        assert payload["epsilon_data_independent"] == "inf" and payload["epsilon_data_dependent_realised"] == "inf", payload
+        assert payload["epsilon_data_independent"] == "inf" and payload["epsilon_data_dependent_realised"] == "inf", (
+            payload
+        )
         for analysis in (
             pate_analysis.analyze_gnmax(np.load(votes), sigma=1e-300, delta=1e-5),
             pate_analysis.analyze_gnmax(np.load(votes), sigma=1e-160, delta=1e-5),
-            pate_analysis.analyze_confident_gnmax(np.load(votes), threshold=200, threshold_sigma=1e-300, sigma=40, delta=1e-5),
+            pate_analysis.analyze_confident_gnmax(
+                np.load(votes), threshold=200, threshold_sigma=1e-300, sigma=40, delta=1e-5
+            ),
         ):
             assert math.isinf(analysis.data_independent.epsilon) and math.isinf(analysis.data_dependent.epsilon)
-        code, out, err = cli.run("pate", "analyze", "--votes", votes, "--sigma", "1e-300", "--smooth-sensitivity-beta", "0.03", "--smooth-sensitivity-sigma", "15", "--json")
+        code, out, err = cli.run(
+            "pate",
+            "analyze",
+            "--votes",
+            votes,
+            "--sigma",
+            "1e-300",
+            "--smooth-sensitivity-beta",
+            "0.03",
+            "--smooth-sensitivity-sigma",
+            "15",
+            "--json",
+        )
         assert code == 2 and "--sigma" in err and len(err.strip().splitlines()) == 1, err
         assert json.loads(out)["argument"] == "--sigma"

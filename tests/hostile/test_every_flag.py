@@ -100,7 +100,11 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("audit", "--noise-multiplier", "1e300"): "a claim of ε ≈ 0: valid, useless",
     ("audit", "--claim-noise-multiplier", "1e300"): "a third party may claim ε ≈ 0; the audit then tests it",
     ("check", "--claim-noise-multiplier", "1e300"): "a third party may claim ε ≈ 0; the battery then tests it",
-    ("train", "--weight-decay", "1e300"): "diverges at the first step: training stops with exit 2 and no record (test_records)",
+    (
+        "train",
+        "--weight-decay",
+        "1e300",
+    ): "diverges at the first step: training stops with exit 2 and no record (test_records)",
     ("train", "--final-learning-rate", "1e300"): "diverges: training stops with exit 2 and no record",
     ("train", "--expected-lot-size", "1e300"): "a divisor that makes every update vanish: valid, useless",
     ("train", "--lr-decay-epochs", "1e300"): "a decay that never happens",
@@ -109,13 +113,29 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("train", "--threshold", "1e300"): "a threshold never met: training stops with one line (no query answered)",
     ("train", "--threshold-sigma", "1e300"): "a threshold check that reveals nothing",
     ("train", "--laplace-scale", "1e300"): "LNMax drowned in noise: ε ≈ 0, a valid request",
-    ("train", "--student-learning-rate", "1e300"): "the student diverges at the first step: its NaN check stops training (exit 2)",
+    (
+        "train",
+        "--student-learning-rate",
+        "1e300",
+    ): "the student diverges at the first step: its NaN check stops training (exit 2)",
     ("train", "--unlabeled-weight", "0"): "no weight on the unlabelled loss: the supervised student",
     ("train", "--unlabeled-weight", "1e300"): "diverges: the student's NaN check stops training (exit 2)",
     ("train", "--selection-threshold", "0"): "every changed parameter is eligible for a random-threshold upload",
-    ("train", "--selection-threshold", "1e300"): "no change is eligible: nothing is uploaded, a valid (useless) federation",
-    ("train", "--dp-epsilon", "1e300"): "a per-parameter epsilon so large the DP upload adds no noise: the record claims it",
-    ("train", "--bound", "1e300"): "bound unused without --dp-epsilon; with it, noise of scale ~gamma/epsilon (finite scales are checked)",
+    (
+        "train",
+        "--selection-threshold",
+        "1e300",
+    ): "no change is eligible: nothing is uploaded, a valid (useless) federation",
+    (
+        "train",
+        "--dp-epsilon",
+        "1e300",
+    ): "a per-parameter epsilon so large the DP upload adds no noise: the record claims it",
+    (
+        "train",
+        "--bound",
+        "1e300",
+    ): "bound unused without --dp-epsilon; with it, noise of scale ~gamma/epsilon (finite scales are checked)",
     ("train", "--observe-participant", "0"): "participant 0 is a participant",
 }
 
@@ -185,14 +205,33 @@ def _is_path(action: argparse.Action) -> bool:
     return getattr(action.type, "__qualname__", "").startswith("path_type.")
 
 
-PATH_CASES = sorted({(verb.strip(), action.option_strings[-1]) for verb, action in _flags() if action.option_strings and _is_path(action)})
+PATH_CASES = sorted(
+    {
+        (verb.strip(), action.option_strings[-1])
+        for verb, action in _flags()
+        if action.option_strings and _is_path(action)
+    }
+)
 
 
 def test_every_flag_is_covered() -> None:
     """A new flag whose value this table cannot classify must be classified here, not forgotten."""
     assert not UNCLASSIFIED, f"add these flags to FILE_FLAGS, DIR_FLAGS or TEXT_FLAGS: {UNCLASSIFIED}"
     verbs = {c.verb for c in CASES}
-    assert {"epsilon", "datasets", "train", "audit", "attack membership", "attack inversion", "attack uploads", "certify", "report", "pate analyze", "pate audit", "pate attack"} <= verbs
+    assert {
+        "epsilon",
+        "datasets",
+        "train",
+        "audit",
+        "attack membership",
+        "attack inversion",
+        "attack uploads",
+        "certify",
+        "report",
+        "pate analyze",
+        "pate audit",
+        "pate attack",
+    } <= verbs
 
 
 # ----------------------------------------------------------------------------- running one case
@@ -250,7 +289,11 @@ def _owner_of(verb: str, flag: str) -> list[str]:
         for name, spec in INVERSION_ATTACKS.items():
             types = [spec.config_type] + ([spec.prior.config_type] if spec.prior is not None else [])
             if flag in {s.flag for t in types for s in option_specs(t)} and flag != "--restarts":
-                return ["--attack", name, "--classes", "0-4", "--public-data", "digits:5-9"] if spec.prior is not None else ["--attack", name]
+                return (
+                    ["--attack", name, "--classes", "0-4", "--public-data", "digits:5-9"]
+                    if spec.prior is not None
+                    else ["--attack", name]
+                )
         if flag == "--public-data":
             return ["--attack", "gmi", "--classes", "0-4"]
         return [] if flag == "--attack" else ["--attack", "mi-face"]
@@ -270,18 +313,47 @@ def _base(verb: str, flag: str, work: Path, record_dir: Path, external: dict[str
     if verb == "datasets":
         return ["datasets"]
     if verb == "train":
-        model = ["--model", "hgm-cnn"] if "hgm" in _owner_of(verb, flag) or "secure-sgd" in _owner_of(verb, flag) else ["--model", "digits-mlp"]
+        model = (
+            ["--model", "hgm-cnn"]
+            if "hgm" in _owner_of(verb, flag) or "secure-sgd" in _owner_of(verb, flag)
+            else ["--model", "digits-mlp"]
+        )
         return ["train", *_owner_of(verb, flag), *model, "--out", out]
     if verb == "audit":
         if flag.startswith("--claim") or flag in ("--train-fn", "--model-fn"):
             # --model-fn only means something for a --train-fn audited from a worst-case start
             start = ["--init", "worst-case"] if flag == "--model-fn" else []
-            return ["audit", "--train-fn", external["train_fn"], *start, "--claim-noise-multiplier", "1", "--claim-sampling-rate", "0.01", "--claim-num-steps", "10", "--out", out]
+            return [
+                "audit",
+                "--train-fn",
+                external["train_fn"],
+                *start,
+                "--claim-noise-multiplier",
+                "1",
+                "--claim-sampling-rate",
+                "0.01",
+                "--claim-num-steps",
+                "10",
+                "--out",
+                out,
+            ]
         if flag in ("--noise-multiplier",):
             return ["audit", "--out", out]
         return ["audit", "--target-epsilon", "2", "--out", out]
     if verb == "check":
-        return ["check", "--train-fn", external["train_fn"], "--claim-noise-multiplier", "1", "--claim-sampling-rate", "0.01", "--claim-num-steps", "10", "--out", out]
+        return [
+            "check",
+            "--train-fn",
+            external["train_fn"],
+            "--claim-noise-multiplier",
+            "1",
+            "--claim-sampling-rate",
+            "0.01",
+            "--claim-num-steps",
+            "10",
+            "--out",
+            out,
+        ]
     if verb == "attack membership":
         if flag in ("--model-fn", "--weights", "--dataset", "--member-ids", "--non-member-ids"):
             return [
@@ -317,7 +389,17 @@ def _base(verb: str, flag: str, work: Path, record_dir: Path, external: dict[str
         if flag == "--laplace-scale":
             return [*votes, "--laplace-scale", "20"]
         if flag in ("--threshold", "--threshold-sigma", "--answered"):
-            return [*votes, "--sigma", "40", "--threshold", "200", "--threshold-sigma", "150", "--answered", external["answered"]]
+            return [
+                *votes,
+                "--sigma",
+                "40",
+                "--threshold",
+                "200",
+                "--threshold-sigma",
+                "150",
+                "--answered",
+                external["answered"],
+            ]
         if flag.startswith("--smooth-sensitivity") or flag == "--seed":  # --seed seeds the release only
             return [*votes, "--sigma", "40", "--smooth-sensitivity-beta", "0.03", "--smooth-sensitivity-sigma", "15"]
         return [*votes, "--sigma", "40"]
@@ -377,7 +459,11 @@ def external(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     from safetensors.torch import save_file
 
     d = tmp_path_factory.mktemp("external")
-    (d / "extmodel.py").write_text("import torch.nn as nn\n\n\ndef build():\n    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))\n\n\ndef train(dataset, *, seed):\n    return build()\n")
+    (d / "extmodel.py").write_text(
+        "import torch.nn as nn\n\n\ndef build():\n    return "
+        "nn.Sequential(nn.Flatten(), nn.Linear(64, 10))\n\n\ndef train(dataset, "
+        "*, seed):\n    return build()\n"
+    )
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
     save_file({k: t.contiguous() for k, t in model.state_dict().items()}, str(d / "w.safetensors"))
     (d / "ids.json").write_text(json.dumps(list(range(0, 200))))
@@ -398,7 +484,15 @@ def external(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("case", VALUE_CASES, ids=lambda c: f"{c.verb or 'top'}:{c.flag}")
-def test_hostile_values_exit_2_with_one_line(case: Case, cli, no_work, trained_run: Path, external: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hostile_values_exit_2_with_one_line(
+    case: Case,
+    cli,
+    no_work,
+    trained_run: Path,
+    external: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     work = tmp_path / "work"
     work.mkdir()
     (work / "empty").mkdir()
@@ -432,23 +526,53 @@ def test_hostile_values_exit_2_with_one_line(case: Case, cli, no_work, trained_r
         elif "Traceback" in err or len(lines) != 1:
             failures.append(f"{value!r}: {len(lines)} lines on stderr, expected one: {err.strip()[-300:]}")
         else:
-            named = case.flag in lines[0] or case.flag.lstrip("-").replace("-", "_") in lines[0] or (case.kind == "positional")
+            named = (
+                case.flag in lines[0]
+                or case.flag.lstrip("-").replace("-", "_") in lines[0]
+                or (case.kind == "positional")
+            )
             if not named:
                 failures.append(f"{value!r}: the error does not name {case.flag}: {lines[0]}")
             argument = json.loads(out)["argument"]
             # --json's argument is a flag of this verb (found, never guessed from the message), or null
-            if argument is not None and argument not in ARGUMENTS[case.verb] and not (case.verb == "compare" and not argument.startswith("-")):
-                failures.append(f"{value!r}: --json names argument {argument!r}, which is no flag of `dpaudit {case.verb}`: {lines[0]}")
+            if (
+                argument is not None
+                and argument not in ARGUMENTS[case.verb]
+                and not (case.verb == "compare" and not argument.startswith("-"))
+            ):
+                failures.append(
+                    f"{value!r}: --json names argument {argument!r}, which is no flag of "
+                    f"`dpaudit {case.verb}`: {lines[0]}"
+                )
     assert not failures, f"dpaudit {case.verb} {case.flag}:\n  " + "\n  ".join(failures)
 
 
 @pytest.mark.parametrize(("verb", "flag"), PATH_CASES, ids=lambda x: x)
-def test_paths_the_file_system_refuses_exit_2_naming_the_flag(verb: str, flag: str, cli, no_work, trained_run: Path, external: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_paths_the_file_system_refuses_exit_2_naming_the_flag(
+    verb: str,
+    flag: str,
+    cli,
+    no_work,
+    trained_run: Path,
+    external: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A name over NAME_MAX or a symbolic link loop is bad input naming the flag, never an OSError traceback (issue 31).
 
     The cases come from the parser (every flag of the shared path type), so a new path flag is covered.
     """
-    assert {f for _, f in PATH_CASES} >= {"--out", "--votes", "--answered", "--config", "--target", "--data-root", "--claim", "--weights", "--member-ids"}
+    assert {f for _, f in PATH_CASES} >= {
+        "--out",
+        "--votes",
+        "--answered",
+        "--config",
+        "--target",
+        "--data-root",
+        "--claim",
+        "--weights",
+        "--member-ids",
+    }
     work = tmp_path / "work"
     work.mkdir()
     (work / "loop").symlink_to("loop")
@@ -480,8 +604,17 @@ def test_paths_the_file_system_refuses_exit_2_naming_the_flag(verb: str, flag: s
     assert not failures, f"dpaudit {verb} {flag}:\n  " + "\n  ".join(failures)
 
 
-@pytest.mark.parametrize("argv", [["epsilon", "--noise-multiplier", "nan"], ["attack", "membership", "--attack", ""], ["audit", "--num-trials", "100000", "--out", "o"]])
-def test_json_errors_are_one_object_on_stdout(argv: list[str], cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["epsilon", "--noise-multiplier", "nan"],
+        ["attack", "membership", "--attack", ""],
+        ["audit", "--num-trials", "100000", "--out", "o"],
+    ],
+)
+def test_json_errors_are_one_object_on_stdout(
+    argv: list[str], cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With --json an error still leaves one JSON object on stdout, naming the argument."""
     monkeypatch.chdir(tmp_path)
     code, out, err = cli.run(*argv, "--json")
@@ -497,7 +630,18 @@ def test_size_limits_need_i_know(cli, no_work, trained_run: Path, tmp_path: Path
     shutil.copytree(trained_run, record_dir)
     out = str(tmp_path / "out")
     cases = [
-        ["attack", "membership", "--target", str(record_dir), "--attack", "lira", "--num-shadows", "100000", "--out", out],
+        [
+            "attack",
+            "membership",
+            "--target",
+            str(record_dir),
+            "--attack",
+            "lira",
+            "--num-shadows",
+            "100000",
+            "--out",
+            out,
+        ],
         ["train", "--defense", "nonprivate", "--model", "digits-mlp", "--epochs", "100000000", "--out", out],
         ["certify", "--target", str(record_dir), "--num-draws", str(10**12), "--out", out],
         ["audit", "--target-epsilon", "1", "--num-steps", str(10**12), "--out", out],

@@ -27,7 +27,9 @@ BASE = '[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = 1\n'
 #: Section keys that are not one flag's value: checked by compare's parser itself.
 SPECIAL_SECTION_KEYS = {"attacks", "shadows", "radii", "norm", "certify", "classes", "method"}
 #: Limited keys whose config refuses them beyond the limit even with --i-know (as `train` does).
-HARD_CAPPED = {("pate", "student_epochs"): "the PATE student's config caps its epochs at the limit (defenses/pate/student.py)"}
+HARD_CAPPED = {
+    ("pate", "student_epochs"): "the PATE student's config caps its epochs at the limit (defenses/pate/student.py)"
+}
 
 
 class Reached(BaseException):
@@ -66,8 +68,23 @@ def _setting_keys() -> Iterator[Key]:
 
     for defense, spec in DEFENSES.items():
         for o in option_specs(spec.config_type):
-            kind = "bool" if o.kind is bool else "choice" if o.choices else "number" if o.kind in (int, float) else "string"
-            yield Key(f"defenses[0].{o.field}", defense, f'[[defenses]]\ndefense = "{defense}"\n', o.field, kind, None if o.limit is None else o.limit.maximum)
+            kind = (
+                "bool"
+                if o.kind is bool
+                else "choice"
+                if o.choices
+                else "number"
+                if o.kind in (int, float)
+                else "string"
+            )
+            yield Key(
+                f"defenses[0].{o.field}",
+                defense,
+                f'[[defenses]]\ndefense = "{defense}"\n',
+                o.field,
+                kind,
+                None if o.limit is None else o.limit.maximum,
+            )
 
 
 def _section_keys() -> Iterator[Key]:
@@ -78,7 +95,14 @@ def _section_keys() -> Iterator[Key]:
         for name, (verb, flag) in keys.items():
             action = verb_flag(verb, flag)
             limit = getattr(action, LIMIT_ATTR, None)
-            yield Key(f"attacks.{section}.{name}", section, f"{BASE}[attacks.{section}]\n", name, "choice" if action.choices else "number", None if limit is None else limit.maximum)
+            yield Key(
+                f"attacks.{section}.{name}",
+                section,
+                f"{BASE}[attacks.{section}]\n",
+                name,
+                "choice" if action.choices else "number",
+                None if limit is None else limit.maximum,
+            )
 
 
 SETTING_KEYS = list(_setting_keys())
@@ -119,12 +143,16 @@ def test_every_section_key_is_classified() -> None:
 
     for section, keys in _SECTION_KEYS.items():
         unclassified = set(keys) - set(SECTION_FLAGS.get(section, {})) - SPECIAL_SECTION_KEYS
-        assert not unclassified, f"[attacks.{section}] keys {sorted(unclassified)}: map them to their flag in grid_checks.SECTION_FLAGS"
+        assert not unclassified, (
+            f"[attacks.{section}] keys {sorted(unclassified)}: map them to their flag in grid_checks.SECTION_FLAGS"
+        )
     assert LIMITED and len(SETTING_KEYS) > 50  # the schema was read
 
 
 @pytest.mark.parametrize("key", LIMITED, ids=lambda k: f"{k.owner}-{k.name}")
-def test_grid_key_above_its_limit_needs_i_know(key: Key, cli, no_jobs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_grid_key_above_its_limit_needs_i_know(
+    key: Key, cli, no_jobs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 31 item 4: a size above its flag's or field's limit is refused before any job, naming the key."""
     assert key.maximum is not None
     problem = _refused(cli, tmp_path, key, int(key.maximum) + 1, limit=(key.owner, key.name) not in HARD_CAPPED)
@@ -147,6 +175,13 @@ def test_every_section_key_refuses_hostile_values(cli, no_jobs, tmp_path: Path) 
 
 @pytest.mark.parametrize("defense", sorted({k.owner for k in SETTING_KEYS}))
 def test_every_setting_key_refuses_hostile_values(defense: str, cli, no_jobs, tmp_path: Path) -> None:
-    """Every config option of every registered defense, as a grid key: a wrong type or a negative value is refused, named."""
-    failures = [p for k in SETTING_KEYS if k.owner == defense for value in _hostile(k) if (p := _refused(cli, tmp_path, k, value))]
+    """Every config option of every registered defense, as a grid key: a wrong type or a negative value is refused,
+    named."""
+    failures = [
+        p
+        for k in SETTING_KEYS
+        if k.owner == defense
+        for value in _hostile(k)
+        if (p := _refused(cli, tmp_path, k, value))
+    ]
     assert not failures, "\n".join(failures)

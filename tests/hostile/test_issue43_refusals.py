@@ -73,12 +73,19 @@ def _compare(tmp_path: Path, grid: str, *extra: str) -> list[str]:
 
 @pytest.mark.parametrize("text", ["inf", "nan", "-inf"])
 @pytest.mark.parametrize("key", ["label", "family"])
-def test_grid_texts_that_json_reads_back_as_numbers_are_refused(text: str, key: str, cli, no_work, tmp_path: Path) -> None:
+def test_grid_texts_that_json_reads_back_as_numbers_are_refused(
+    text: str, key: str, cli, no_work, tmp_path: Path
+) -> None:
     """A label "inf" trained, then broke the run: its JSON round trip made it a float."""
     from dpaudit.store import from_jsonable
 
     assert isinstance(from_jsonable(text), float)  # the results' JSON reads these back as numbers
-    grid = _grid(tmp_path, GRID.format(extra=f'[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = 1\n{key} = {json.dumps(text)}\n'))
+    grid = _grid(
+        tmp_path,
+        GRID.format(
+            extra=f'[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = 1\n{key} = {json.dumps(text)}\n'
+        ),
+    )
     _refused(cli, _compare(tmp_path, grid, "--dry-run"), naming=f"defenses[1].{key}")
 
 
@@ -92,8 +99,12 @@ def test_grid_texts_that_json_reads_back_as_numbers_are_refused(text: str, key: 
         ('model = "no-such-model"', "defenses[1].model"),
     ],
 )
-def test_setting_values_of_the_wrong_type_or_unknown_exit_2_on_a_dry_run(line: str, key: str, cli, no_work, tmp_path: Path) -> None:
-    grid = _grid(tmp_path, GRID.format(extra=f'[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = 1\n{line}\n'))
+def test_setting_values_of_the_wrong_type_or_unknown_exit_2_on_a_dry_run(
+    line: str, key: str, cli, no_work, tmp_path: Path
+) -> None:
+    grid = _grid(
+        tmp_path, GRID.format(extra=f'[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = 1\n{line}\n')
+    )
     _refused(cli, _compare(tmp_path, grid, "--dry-run"), naming=key)
     _refused(cli, _compare(tmp_path, grid), naming=key)
 
@@ -111,7 +122,9 @@ def test_setting_values_of_the_wrong_type_or_unknown_exit_2_on_a_dry_run(line: s
         (f'name = "{"n" * 250}"', "name"),
     ],
 )
-def test_top_level_values_that_fail_after_training_are_refused_on_a_dry_run(top: str, key: str, cli, no_work, tmp_path: Path) -> None:
+def test_top_level_values_that_fail_after_training_are_refused_on_a_dry_run(
+    top: str, key: str, cli, no_work, tmp_path: Path
+) -> None:
     """A grid name with ε named the report's files, which allow ASCII only: it failed after every job."""
     text = GRID.format(extra="").replace('name = "g"\n', "")
     grid = _grid(tmp_path, f"{top}\n{text}")
@@ -119,7 +132,12 @@ def test_top_level_values_that_fail_after_training_are_refused_on_a_dry_run(top:
 
 
 def test_a_long_label_is_refused_before_the_work_naming_the_label(cli, no_work, tmp_path: Path) -> None:
-    grid = _grid(tmp_path, GRID.format(extra=f'[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = 1\nlabel = "{"l" * 250}"\n'))
+    grid = _grid(
+        tmp_path,
+        GRID.format(
+            extra=f'[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = 1\nlabel = "{"l" * 250}"\n'
+        ),
+    )
     _refused(cli, _compare(tmp_path, grid, "--dry-run"), naming="defenses[1].label")
 
 
@@ -134,7 +152,9 @@ def test_radii_above_their_count_limit_are_refused_at_once(count: int, cli, no_w
 def test_a_million_epochs_are_refused_by_a_dry_run_in_seconds(cli, no_work, tmp_path: Path) -> None:
     """A 10⁶-long epochs list hung a dry run (which implied --i-know) where the real run refused in 6 s."""
     epochs = ", ".join(str(1 + i % 50) for i in range(10**6))
-    grid = _grid(tmp_path, GRID.format(extra=f'[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = [{epochs}]\n'))
+    grid = _grid(
+        tmp_path, GRID.format(extra=f'[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = [{epochs}]\n')
+    )
     message = _refused(cli, _compare(tmp_path, grid, "--dry-run"), naming="--i-know")
     assert "jobs" in message
 
@@ -144,7 +164,10 @@ def test_dry_run_applies_the_limits_of_the_real_run(cli, no_work, tmp_path: Path
     seeds = ", ".join(str(i) for i in range(300))  # 2 settings x 300 seeds x (training + membership) = 1,200 jobs
     many = _grid(
         tmp_path,
-        GRID.format(extra='[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = 1\n[attacks.membership]\nattacks = ["loss"]\n').replace('name = "g"', f'name = "g"\nseeds = [{seeds}]'),
+        GRID.format(
+            extra='[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = '
+            '1\n[attacks.membership]\nattacks = ["loss"]\n'
+        ).replace('name = "g"', f'name = "g"\nseeds = [{seeds}]'),
     )
     _refused(cli, _compare(tmp_path, many), naming="--i-know")
     _refused(cli, _compare(tmp_path, many, "--dry-run"), naming="--i-know")
@@ -152,7 +175,12 @@ def test_dry_run_applies_the_limits_of_the_real_run(cli, no_work, tmp_path: Path
 
 @pytest.mark.parametrize("depth", [2000, 10000])
 def test_arrays_nested_thousands_deep_in_a_grid_exit_2(depth: int, cli, no_work, tmp_path: Path) -> None:
-    grid = _grid(tmp_path, GRID.format(extra=f'[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = {"[" * depth}1{"]" * depth}\n'))
+    grid = _grid(
+        tmp_path,
+        GRID.format(
+            extra=f'[[defenses]]\ndefense = "dpsgd"\ntarget_epsilon = 2.0\nepochs = {"[" * depth}1{"]" * depth}\n'
+        ),
+    )
     _refused(cli, _compare(tmp_path, grid, "--dry-run"), naming="--config")
 
 
@@ -201,7 +229,9 @@ def test_pate_laplace_scale_below_what_floats_hold_exits_2(cli, tmp_path: Path) 
     _refused(cli, ["pate", "analyze", "--votes", str(votes), "--laplace-scale", "1e-300"], naming="--laplace-scale")
     # The refusal sits where the analysis stops being computable: 4/b = ln(largest float).
     edge = 4.0 / math.log(sys.float_info.max)
-    _refused(cli, ["pate", "analyze", "--votes", str(votes), "--laplace-scale", repr(edge * 0.99)], naming="--laplace-scale")
+    _refused(
+        cli, ["pate", "analyze", "--votes", str(votes), "--laplace-scale", repr(edge * 0.99)], naming="--laplace-scale"
+    )
     code, _, err = cli.run("pate", "analyze", "--votes", str(votes), "--laplace-scale", repr(edge * 1.01))
     assert code == 0, err
 
@@ -211,25 +241,53 @@ def test_pate_laplace_scale_below_what_floats_hold_exits_2(cli, tmp_path: Path) 
 
 @pytest.mark.parametrize("device", ["mps", "meta", "xpu", "cuda:99"])
 def test_devices_this_suite_cannot_run_on_exit_2(device: str, cli, no_work, tmp_path: Path) -> None:
-    argv = ["train", "--defense", "nonprivate", "--model", "digits-mlp", "--epochs", "1", "--device", device, "--out", str(tmp_path / "run")]
+    argv = [
+        "train",
+        "--defense",
+        "nonprivate",
+        "--model",
+        "digits-mlp",
+        "--epochs",
+        "1",
+        "--device",
+        device,
+        "--out",
+        str(tmp_path / "run"),
+    ]
     _refused(cli, argv, naming="--device")
 
 
 @pytest.mark.parametrize("verb", ["compare", "train"])
-def test_executor_ray_without_ray_exits_2(verb: str, cli, no_work, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_executor_ray_without_ray_exits_2(
+    verb: str, cli, no_work, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, **k: None if name == "ray" else real(name, *a, **k))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a, **k: None if name == "ray" else real(name, *a, **k)
+    )
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails, as without Ray
     if verb == "compare":
         argv = _compare(tmp_path, _grid(tmp_path, GRID.format(extra="")), "--executor", "ray")
     else:
-        argv = ["train", "--defense", "pate", "--model", "digits-mlp", "--executor", "ray", "--out", str(tmp_path / "run")]
+        argv = [
+            "train",
+            "--defense",
+            "pate",
+            "--model",
+            "digits-mlp",
+            "--executor",
+            "ray",
+            "--out",
+            str(tmp_path / "run"),
+        ]
     _refused(cli, argv, naming="--executor")
 
 
-def test_ctrl_c_while_starting_is_one_line_and_130(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_while_starting_is_one_line_and_130(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import dpaudit.app.cli as cli_module
 
     def interrupted(*args: object, **kwargs: object) -> None:
@@ -254,13 +312,26 @@ def test_the_entry_point_loads_no_heavy_module_before_main() -> None:
 
 
 def test_python_api_specs_refuse_the_sizes_the_flags_refuse() -> None:
-    """AuditSpec(num_trials=10**8), TrainSpec(epochs=10**8), BatterySpec(budget_minutes=1e9), CertifySpec(num_draws=10**12) all started."""
+    """AuditSpec(num_trials=10**8), TrainSpec(epochs=10**8), BatterySpec(budget_minutes=1e9),
+    CertifySpec(num_draws=10**12) all started."""
     from dpaudit.api import AuditSpec, BatterySpec, CertifySpec, TrainSpec, default_config, dpsgd_claim
 
     cases = [
         (lambda: AuditSpec(target_epsilon=1.0, num_trials=10**8), "num_trials"),
-        (lambda: TrainSpec(defense="nonprivate", model="digits-mlp", config=default_config("nonprivate", epochs=10**8)), "epochs"),
-        (lambda: BatterySpec(train_fn="m:f", claim=dpsgd_claim(noise_multiplier=1.0, sampling_rate=0.01, num_steps=10), budget_minutes=1e9), "budget_minutes"),
+        (
+            lambda: TrainSpec(
+                defense="nonprivate", model="digits-mlp", config=default_config("nonprivate", epochs=10**8)
+            ),
+            "epochs",
+        ),
+        (
+            lambda: BatterySpec(
+                train_fn="m:f",
+                claim=dpsgd_claim(noise_multiplier=1.0, sampling_rate=0.01, num_steps=10),
+                budget_minutes=1e9,
+            ),
+            "budget_minutes",
+        ),
         (lambda: CertifySpec(target="rec", num_draws=10**12), "num_draws"),
         (lambda: CertifySpec(target="rec", radii=tuple(float(i + 1) for i in range(10**6))), "radii"),
     ]
@@ -272,8 +343,21 @@ def test_python_api_specs_refuse_the_sizes_the_flags_refuse() -> None:
 
 @pytest.mark.parametrize("name", ["a" * 250, "ε-audit"])
 def test_audit_names_no_report_file_can_carry_exit_2_before_the_work(name: str, cli, no_work, tmp_path: Path) -> None:
-    """A 250-character --name failed after the audit, blaming --out; one with ε failed at its report (ASCII file stems)."""
-    argv = ["audit", "--target-epsilon", "1", "--num-steps", "10", "--num-trials", "2", "--name", name, "--out", str(tmp_path / "run")]
+    """A 250-character --name failed after the audit, blaming --out; one with ε failed at its report (ASCII file
+    stems)."""
+    argv = [
+        "audit",
+        "--target-epsilon",
+        "1",
+        "--num-steps",
+        "10",
+        "--num-trials",
+        "2",
+        "--name",
+        name,
+        "--out",
+        str(tmp_path / "run"),
+    ]
     _refused(cli, argv, naming="--name")
 
 
@@ -289,10 +373,16 @@ def test_a_claim_file_of_many_composed_events_is_refused_at_once(count: int, tmp
     from dpaudit.app.common import UsageError
     from dpaudit.app.train_fn_flags import claim_from_args
 
-    event = {"type": "PoissonSampledDpEvent", "sampling_probability": 0.01, "event": {"type": "GaussianDpEvent", "noise_multiplier": 1.0}}
+    event = {
+        "type": "PoissonSampledDpEvent",
+        "sampling_probability": 0.01,
+        "event": {"type": "GaussianDpEvent", "noise_multiplier": 1.0},
+    }
     path = tmp_path / "claim.json"
     path.write_text(json.dumps({"kind": "dp", "event": {"type": "ComposedDpEvent", "events": [event] * count}}))
-    args = argparse.Namespace(claim=str(path), claim_noise_multiplier=None, claim_sampling_rate=None, claim_num_steps=None, i_know=False)
+    args = argparse.Namespace(
+        claim=str(path), claim_noise_multiplier=None, claim_sampling_rate=None, claim_num_steps=None, i_know=False
+    )
     started = time.monotonic()
     with pytest.raises(UsageError, match="--claim"):
         claim_from_args(args)
@@ -307,16 +397,24 @@ def test_a_claim_file_nested_deep_is_refused(depth: int, tmp_path: Path) -> None
     from dpaudit.app.train_fn_flags import claim_from_args
 
     # Written as text: json.dumps itself recurses once per level.
-    event = '{"type": "SelfComposedDpEvent", "count": 1, "event": ' * depth + '{"type": "GaussianDpEvent", "noise_multiplier": 1.0}' + "}" * depth
+    event = (
+        '{"type": "SelfComposedDpEvent", "count": 1, "event": ' * depth
+        + '{"type": "GaussianDpEvent", "noise_multiplier": 1.0}'
+        + "}" * depth
+    )
     path = tmp_path / "claim.json"
     path.write_text('{"kind": "dp", "event": ' + event + "}")
-    args = argparse.Namespace(claim=str(path), claim_noise_multiplier=None, claim_sampling_rate=None, claim_num_steps=None, i_know=False)
+    args = argparse.Namespace(
+        claim=str(path), claim_noise_multiplier=None, claim_sampling_rate=None, claim_num_steps=None, i_know=False
+    )
     with pytest.raises(UsageError, match="--claim"):
         claim_from_args(args)
 
 
 @pytest.mark.parametrize("shape", [(40,), (4, 5, 2)])
-def test_npy_of_the_wrong_dimension_is_refused_from_its_header(shape: tuple[int, ...], cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_npy_of_the_wrong_dimension_is_refused_from_its_header(
+    shape: tuple[int, ...], cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     votes = tmp_path / "votes.npy"
     np.save(votes, np.ones(shape, dtype=np.int64))
 

@@ -37,7 +37,9 @@ def _train(*, i_know: bool = False, **kw: Any) -> Any:
     from dpaudit.api import TrainSpec, default_config
 
     workers = {"num_workers": kw.pop("num_workers")} if "num_workers" in kw else {}
-    return TrainSpec(defense="nonprivate", model="digits-mlp", config=default_config("nonprivate", **kw), i_know=i_know, **workers)
+    return TrainSpec(
+        defense="nonprivate", model="digits-mlp", config=default_config("nonprivate", **kw), i_know=i_know, **workers
+    )
 
 
 def _battery(**kw: Any) -> Any:
@@ -61,7 +63,9 @@ def _membership(*, i_know: bool = False, **kw: Any) -> Any:
     attack = {}
     if "num_shadows" in kw:
         attack["num_shadows"] = kw.pop("num_shadows")
-    return MembershipSpec(attacks={"lira": MEMBERSHIP_ATTACKS["lira"].config_type(**attack)}, target="record", i_know=i_know, **kw)
+    return MembershipSpec(
+        attacks={"lira": MEMBERSHIP_ATTACKS["lira"].config_type(**attack)}, target="record", i_know=i_know, **kw
+    )
 
 
 def _inversion(*, i_know: bool = False, **kw: Any) -> Any:
@@ -108,7 +112,8 @@ SPEC_CASES = [
 
 #: Entries checked by a case other than a spec field: a count, a file, a name.
 OTHER_CASES = {
-    "jobs": "test_issue43_refusals.py::test_dry_run_applies_the_limits_of_the_real_run, and test_compare's job-limit tests",
+    "jobs": "test_issue43_refusals.py::test_dry_run_applies_the_limits_of_the_real_run, "
+    "and test_compare's job-limit tests",
     "radii": "test_radii_count_is_limited (here) and test_issue43_refusals.py (grid radii)",
     "composed_events": "test_issue43_refusals.py::test_a_claim_file_of_many_composed_events_is_refused_at_once",
     "nesting_depth": "test_hard_limits_hold_even_with_i_know (here)",
@@ -119,7 +124,9 @@ OTHER_CASES = {
 
 
 def test_every_entry_of_the_table_is_exercised() -> None:
-    by_flag = {name for name, entry in LIMITS.items() if any(limit is entry for *_, limit in _limited_flags())}  # test_every_limited_flag_...
+    by_flag = {
+        name for name, entry in LIMITS.items() if any(limit is entry for *_, limit in _limited_flags())
+    }  # test_every_limited_flag_...
     covered = {c.limit for c in SPEC_CASES} | set(OTHER_CASES) | by_flag
     assert covered == set(LIMITS), f"untested: {sorted(set(LIMITS) - covered)}; stale: {sorted(covered - set(LIMITS))}"
     for name, limit in LIMITS.items():
@@ -188,7 +195,12 @@ def test_parameter_count_limit_counts_every_parameter() -> None:
 
 
 #: Limits a verb documents for itself (not sizes shared with any other entry point).
-VERB_OWN = {("dpaudit pate analyze", "--num-classes"), ("dpaudit pate analyze", "--trials"), ("dpaudit pate audit", "--trials"), ("dpaudit pate attack", "--num-samples")}
+VERB_OWN = {
+    ("dpaudit pate analyze", "--num-classes"),
+    ("dpaudit pate analyze", "--trials"),
+    ("dpaudit pate audit", "--trials"),
+    ("dpaudit pate attack", "--num-samples"),
+}
 
 
 def _limited_flags() -> list[tuple[str, str, str, SizeLimit]]:
@@ -214,7 +226,11 @@ def test_every_limited_flag_documents_and_enforces_its_limit() -> None:
     for prog, flag, dest, limit in flags:
         assert limit.maximum > 0 and limit.why, (prog, flag)
         # Sizes shared with the grid or the Python API come from the table (by identity, not a copy).
-        assert any(limit is entry for entry in table) or (prog, flag) in VERB_OWN or not _shared(prog, flag), (prog, flag, limit)
+        assert any(limit is entry for entry in table) or (prog, flag) in VERB_OWN or not _shared(prog, flag), (
+            prog,
+            flag,
+            limit,
+        )
         triple = ((dest, flag, limit),)
         top = int(limit.maximum)
         check_size_limits(argparse.Namespace(**{dest: top, "_size_limits": triple}))
@@ -227,8 +243,21 @@ def _shared(prog: str, flag: str) -> bool:
     """Whether the size a flag sets is also set from a grid or a spec (then its limit must be the table's)."""
     from dpaudit.app.runs.grid_checks import SECTION_FLAGS
 
-    in_grid = any(f"dpaudit {verb}" == prog and f == flag for keys in SECTION_FLAGS.values() for verb, f in keys.values())
-    in_specs = flag in {"--num-trials", "--num-steps", "--num-members", "--num-canaries", "--group-size", "--num-workers", "--budget-minutes", "--num-draws", "--num-examples", "--num-eot-samples"}
+    in_grid = any(
+        f"dpaudit {verb}" == prog and f == flag for keys in SECTION_FLAGS.values() for verb, f in keys.values()
+    )
+    in_specs = flag in {
+        "--num-trials",
+        "--num-steps",
+        "--num-members",
+        "--num-canaries",
+        "--group-size",
+        "--num-workers",
+        "--budget-minutes",
+        "--num-draws",
+        "--num-examples",
+        "--num-eot-samples",
+    }
     return in_grid or in_specs
 
 
@@ -236,4 +265,6 @@ def test_docs_list_exactly_the_table() -> None:
     page = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
     start = page.index("<!-- limits-table")
     body = page[page.index("\n", start) + 1 : page.index("<!-- /limits-table -->")]
-    assert body == limits_markdown(), "docs/cli.md's limit table differs from dpaudit.limits.LIMITS: paste limits_markdown()'s output"
+    assert body == limits_markdown(), (
+        "docs/cli.md's limit table differs from dpaudit.limits.LIMITS: paste limits_markdown()'s output"
+    )

@@ -19,8 +19,28 @@ import pytest
 
 from tests.hostile.test_records import one_line_error
 
-DPSGD = {"epochs": 1.0, "sampling_rate": 0.05, "noise_multiplier": 1.0}  # as the CLI parses --epochs 1 (the id hashes 1.0, not 1)
-TRAIN_ARGS = ("--defense", "dpsgd", "--model", "digits-mlp", "--dataset", "digits", "--epochs", "1", "--sampling-rate", "0.05", "--noise-multiplier", "1", "--seed", "0", "--quiet")
+DPSGD = {
+    "epochs": 1.0,
+    "sampling_rate": 0.05,
+    "noise_multiplier": 1.0,
+}  # as the CLI parses --epochs 1 (the id hashes 1.0, not 1)
+TRAIN_ARGS = (
+    "--defense",
+    "dpsgd",
+    "--model",
+    "digits-mlp",
+    "--dataset",
+    "digits",
+    "--epochs",
+    "1",
+    "--sampling-rate",
+    "0.05",
+    "--noise-multiplier",
+    "1",
+    "--seed",
+    "0",
+    "--quiet",
+)
 
 
 @pytest.fixture(scope="session")
@@ -33,10 +53,27 @@ def dpsgd_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from dpaudit.store import RunDir
 
     run = RunDir(tmp_path_factory.mktemp("consistency") / "run")
-    done = train_or_load(TrainSpec(defense="dpsgd", model="digits-mlp", dataset="digits", config=default_config("dpsgd", **DPSGD), seed=0, progress=False), run)
-    # What `report` renders with the record's ε_UB beside it (scores made up: the record is refused before they are read).
+    done = train_or_load(
+        TrainSpec(
+            defense="dpsgd",
+            model="digits-mlp",
+            dataset="digits",
+            config=default_config("dpsgd", **DPSGD),
+            seed=0,
+            progress=False,
+        ),
+        run,
+    )
+    # What `report` renders with the record's ε_UB beside it (scores made up: the record is refused before they are
+    # read).
     member = np.arange(40) < 20
-    result = MembershipResult(attack="loss", model_id=done.record.model_id, sample_ids=np.arange(40), scores=member + np.linspace(0, 1, 40), is_member=member)
+    result = MembershipResult(
+        attack="loss",
+        model_id=done.record.model_id,
+        sample_ids=np.arange(40),
+        scores=member + np.linspace(0, 1, 40),
+        is_member=member,
+    )
     save_membership_result(result, run.membership_dir(done.record.model_id))
     return run.path
 
@@ -65,7 +102,9 @@ def _python_refuses(run: Path, tmp_path: Path, *needles: str) -> None:
     from dpaudit.app.runs.membership import MembershipSpec, run_membership
     from dpaudit.store import RunDir
 
-    spec = MembershipSpec(attacks={"loss": MEMBERSHIP_ATTACKS["loss"].config_type()}, target=run, executor="serial", progress=False)
+    spec = MembershipSpec(
+        attacks={"loss": MEMBERSHIP_ATTACKS["loss"].config_type()}, target=run, executor="serial", progress=False
+    )
     with pytest.raises(ValueError) as exc:
         run_membership(spec, RunDir(tmp_path / "out"))
     for needle in needles:
@@ -73,7 +112,9 @@ def _python_refuses(run: Path, tmp_path: Path, *needles: str) -> None:
 
 
 def _attack(cli, run: Path) -> tuple[int, str, str]:
-    return cli.run("attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run / "again"), "--quiet")
+    return cli.run(
+        "attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run / "again"), "--quiet"
+    )
 
 
 def _sigma(data: dict) -> None:
@@ -110,7 +151,9 @@ def test_a_config_edit_the_claim_does_not_see_is_refused_by_the_model_id(cli, ru
     # The learning rate is no part of the claim, but the model id hashes it (0.25: not the derived default 0.5).
     path = _edit(run, lambda d: d["config"].update(learning_rate=0.25))
     code, _, err = _attack(cli, run)
-    line = one_line_error(code, err, str(path), f"model_id='{_record_dir(run).name}' does not match 'dpsgd-digits-digits-mlp-seed0-")
+    line = one_line_error(
+        code, err, str(path), f"model_id='{_record_dir(run).name}' does not match 'dpsgd-digits-digits-mlp-seed0-"
+    )
     assert "the id of its config" in line
     _python_refuses(run, tmp_path, "model_id=")
 
@@ -119,14 +162,28 @@ def test_a_renamed_record_directory_is_refused(cli, run, tmp_path):
     old = _record_dir(run)
     new = old.rename(old.parent / "renamed")
     code, _, err = _attack(cli, new)
-    one_line_error(code, err, str(new / "record.json"), f"directory name 'renamed' does not match model_id='{old.name}'")
+    one_line_error(
+        code, err, str(new / "record.json"), f"directory name 'renamed' does not match model_id='{old.name}'"
+    )
     _python_refuses(new, tmp_path, "directory name 'renamed'")
 
 
 def test_a_dataset_relabelled_with_the_wrong_input_shape_is_refused_before_inversion(cli, run, tmp_path):
     path = _edit(run, lambda d: d.update(dataset="mnist"))
     needle = "input_shape=1x8x8 does not match dataset 'mnist' input shape 1x28x28"
-    code, _, err = cli.run("attack", "inversion", "--target", str(run), "--attack", "mi-face", "--classes", "0", "--out", str(run / "again"), "--quiet")
+    code, _, err = cli.run(
+        "attack",
+        "inversion",
+        "--target",
+        str(run),
+        "--attack",
+        "mi-face",
+        "--classes",
+        "0",
+        "--out",
+        str(run / "again"),
+        "--quiet",
+    )
     one_line_error(code, err, str(path), needle)
     assert not (run / "again").exists()
     _python_refuses(run, tmp_path, needle)

@@ -18,7 +18,19 @@ import pytest
 from dpaudit.privacy.claims import dpsgd_claim
 
 #: ``dpaudit train`` arguments that find the ``trained_run`` fixture's record again (see conftest.py).
-TRAIN_ARGS = ("--defense", "nonprivate", "--model", "digits-mlp", "--dataset", "digits", "--epochs", "1", "--seed", "0", "--quiet")
+TRAIN_ARGS = (
+    "--defense",
+    "nonprivate",
+    "--model",
+    "digits-mlp",
+    "--dataset",
+    "digits",
+    "--epochs",
+    "1",
+    "--seed",
+    "0",
+    "--quiet",
+)
 
 
 def one_line_error(code: int, err: str, *needles: str) -> str:
@@ -83,7 +95,9 @@ TAMPERED_CLAIMS = [
 @pytest.mark.parametrize("field, value, shown", TAMPERED_CLAIMS)
 def test_attack_on_a_record_with_a_tampered_claim_exits_2_naming_file_and_field(cli, run, field, value, shown):
     path = edit_record(run, lambda d: {**d, "claim": _set(dpsgd_claim_dict(), field, value)})
-    code, _, err = cli.run("attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet")
+    code, _, err = cli.run(
+        "attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet"
+    )
     one_line_error(code, err, str(path), field.rsplit(".", 1)[1], shown)
     assert not (run / "attacks" / "membership" / record_dir(run).name).exists()
 
@@ -91,11 +105,16 @@ def test_attack_on_a_record_with_a_tampered_claim_exits_2_naming_file_and_field(
 @pytest.mark.parametrize("field, value", [("config.delta", 2), ("metrics.delta", 0), ("config.delta", "nan")])
 def test_a_record_stating_an_invalid_delta_is_refused(cli, run, field, value):
     path = edit_record(run, lambda d: {**_set(d, field, value), "claim": dpsgd_claim_dict()})
-    code, _, err = cli.run("attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet")
+    code, _, err = cli.run(
+        "attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet"
+    )
     one_line_error(code, err, str(path), field)
 
 
-@pytest.mark.parametrize("field, value", [("robustness_delta", 2), ("robustness_epsilon", -1), ("attack_norm_bound", "nan"), ("noise_per_sensitivity", 0)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("robustness_delta", 2), ("robustness_epsilon", -1), ("attack_norm_bound", "nan"), ("noise_per_sensitivity", 0)],
+)
 def test_certify_on_tampered_certification_parameters_exits_2_naming_them(cli, run, tmp_path, field, value):
     spec = {
         "mechanism": "extended",
@@ -113,7 +132,9 @@ def test_certify_on_tampered_certification_parameters_exits_2_naming_them(cli, r
 
 
 def test_report_on_a_run_whose_record_claim_was_tampered_exits_2(cli, reported):
-    path = edit_record(reported, lambda d: {**d, "claim": _set(dpsgd_claim_dict(), "event.event.event.noise_multiplier", -1.1)})
+    path = edit_record(
+        reported, lambda d: {**d, "claim": _set(dpsgd_claim_dict(), "event.event.event.noise_multiplier", -1.1)}
+    )
     code, _, err = cli.run("report", str(reported))
     one_line_error(code, err, str(path), "noise_multiplier", "-1.1")
 
@@ -128,7 +149,9 @@ def test_an_untampered_run_still_works(cli, run):
     # The same record, loaded through the same checks, trains nothing and attacks fine.
     code, out, err = cli.run("train", *TRAIN_ARGS, "--out", str(run))
     assert code == 0, err
-    code, out, err = cli.run("attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet")
+    code, out, err = cli.run(
+        "attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet"
+    )
     assert code == 0, err
 
 
@@ -158,7 +181,9 @@ def test_record_stores_the_digest_of_its_weights(run):
 def test_weights_that_differ_from_the_record_are_refused(cli, run, verb):
     weights = _replace_weights_keeping_the_model_id(run)
     if verb == "attack":
-        code, _, err = cli.run("attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet")
+        code, _, err = cli.run(
+            "attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet"
+        )
     else:
         code, _, err = cli.run("train", *TRAIN_ARGS, "--out", str(run))
     line = one_line_error(code, err, str(weights), "does not match its record", "sha256")
@@ -167,7 +192,9 @@ def test_weights_that_differ_from_the_record_are_refused(cli, run, verb):
 
 def test_a_tampered_digest_field_is_refused(cli, run):
     path = edit_record(run, lambda d: {**d, "weights_sha256": "not-a-digest"})
-    code, _, err = cli.run("attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet")
+    code, _, err = cli.run(
+        "attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet"
+    )
     one_line_error(code, err, str(path), "weights_sha256", "not-a-digest")
 
 
@@ -185,7 +212,9 @@ def test_weights_file_replaced_by_a_directory_is_named(cli, run):
     weights = record_dir(run) / "model.safetensors"
     weights.unlink()
     weights.mkdir()
-    code, _, err = cli.run("attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet")
+    code, _, err = cli.run(
+        "attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet"
+    )
     one_line_error(code, err, str(weights))
 
 
@@ -210,7 +239,9 @@ MALFORMED = {
 @pytest.mark.parametrize("damage", sorted(MALFORMED))
 def test_a_malformed_record_json_exits_2_naming_the_file(cli, run, damage):
     path = edit_record(run, MALFORMED[damage])
-    code, _, err = cli.run("attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet")
+    code, _, err = cli.run(
+        "attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet"
+    )
     one_line_error(code, err, str(path))
 
 
@@ -223,7 +254,9 @@ def test_report_on_a_record_json_that_is_a_list_exits_2(cli, reported):
 def test_a_truncated_record_json_exits_2_naming_it(cli, run):
     path = record_dir(run) / "record.json"
     path.write_bytes(path.read_bytes()[:100])
-    code, _, err = cli.run("attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet")
+    code, _, err = cli.run(
+        "attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet"
+    )
     one_line_error(code, err, str(path))
 
 
@@ -236,7 +269,9 @@ def _model_options_refused(cli, run: Path, path: Path, *needles: str) -> None:
     refuses them by their size before allocating."""
     from dpaudit.weights import load_model
 
-    code, _, err = cli.run("attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet")
+    code, _, err = cli.run(
+        "attack", "membership", "--target", str(run), "--attack", "loss", "--out", str(run), "--quiet"
+    )
     one_line_error(code, err, str(path), "model_id=")
     with pytest.raises(ValueError) as exc:
         load_model(record_dir(run))
@@ -247,7 +282,9 @@ def _model_options_refused(cli, run: Path, path: Path, *needles: str) -> None:
 def test_model_options_asking_for_terabytes_are_refused_before_allocating(cli, run):
     # hidden = 10**10 on 8×8 digits: 7.5e11 parameters, 3 TB of float32 (the issue saw 2.5 TB asked for).
     path = edit_record(run, lambda d: {**d, "model_options": {"hidden": 10**10}})
-    _model_options_refused(cli, run, path, "'hidden': 10000000000", "7.5e+11 parameters", "3 TB", "MAX_MODEL_PARAMETERS")
+    _model_options_refused(
+        cli, run, path, "'hidden': 10000000000", "7.5e+11 parameters", "3 TB", "MAX_MODEL_PARAMETERS"
+    )
 
 
 def test_model_options_beyond_a_64_bit_count_are_refused(cli, run):
@@ -297,7 +334,20 @@ def test_report_with_a_truncated_result_json_exits_2_naming_it(cli, reported):
 def test_training_that_diverges_exits_2_and_writes_no_record(cli, tmp_path, defense, lr):
     out = tmp_path / "out"
     # A ReLU net: digits-mlp's tanh units saturate, so its loss stays finite for many steps.
-    code, _, err = cli.run("train", "--defense", defense, "--model", "tabular-mlp", "--epochs", "1", "--learning-rate", lr, "--out", str(out), "--quiet")
+    code, _, err = cli.run(
+        "train",
+        "--defense",
+        defense,
+        "--model",
+        "tabular-mlp",
+        "--epochs",
+        "1",
+        "--learning-rate",
+        lr,
+        "--out",
+        str(out),
+        "--quiet",
+    )
     line = one_line_error(code, err, "training diverged", "at step", "--learning-rate")
     assert ("nan" in line) or ("inf" in line)
     assert not list(out.glob("records/*/record.json")) and not list(out.glob("records/*/model.safetensors"))

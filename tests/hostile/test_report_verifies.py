@@ -63,13 +63,23 @@ def _hide_violation(data: dict) -> None:
 def test_a_comparison_row_with_eps_lb_above_eps_ub_under_no_violation_is_refused(cli, compared):
     path = _edit_json(_comparison(compared), _hide_violation)
     code, _, err = _report(cli, compared)
-    one_line_error(code, err, str(path), "rows[1] ('dpsgd-target_epsilon=1')", "verdict='no violation'", "epsilon_lb=999 > its tightest epsilon_ub=3.19")
+    one_line_error(
+        code,
+        err,
+        str(path),
+        "rows[1] ('dpsgd-target_epsilon=1')",
+        "verdict='no violation'",
+        "epsilon_lb=999 > its tightest epsilon_ub=3.19",
+    )
     assert not _pages(compared)
 
 
 def test_a_comparison_row_below_its_own_attacks_eps_lb_is_refused(cli, compared):
-    # The row's ε_LB is the maximum over its attacks: lowering it alone hides the violation the attack table still shows.
-    path = _edit_json(_comparison(compared), lambda d: d["rows"][1].update(epsilon_lb=0.1, verdict="no violation", findings=[]))
+    # The row's ε_LB is the maximum over its attacks: lowering it alone hides the violation the attack table still
+    # shows.
+    path = _edit_json(
+        _comparison(compared), lambda d: d["rows"][1].update(epsilon_lb=0.1, verdict="no violation", findings=[])
+    )
     code, _, err = _report(cli, compared)
     one_line_error(code, err, str(path), "epsilon_lb=0.1 below its attack 'loss''s epsilon_lb=1.5")
     assert not _pages(compared)
@@ -82,7 +92,9 @@ def audited(tmp_path: Path) -> Path:
 
 
 def test_an_audit_storing_no_violation_beside_eps_lb_above_eps_ub_is_refused(cli, audited):
-    path = _edit_json(audited / "audits" / "multi" / "result.json", lambda d: d.update(epsilon_lb=999.0, violation=False))
+    path = _edit_json(
+        audited / "audits" / "multi" / "result.json", lambda d: d.update(epsilon_lb=999.0, violation=False)
+    )
     code, _, err = _report(cli, audited)
     one_line_error(code, err, str(path), "violation=false", "epsilon_lb=999 >")
     assert not _pages(audited)
@@ -116,7 +128,17 @@ def test_report_refuses_a_record_attack_refuses(cli, reported, field, value, sho
 
     path = edit_record(reported, change)
     # What attack says of the record, report says too.
-    code, _, err = cli.run("attack", "membership", "--target", str(reported), "--attack", "loss", "--out", str(reported / "again"), "--quiet")
+    code, _, err = cli.run(
+        "attack",
+        "membership",
+        "--target",
+        str(reported),
+        "--attack",
+        "loss",
+        "--out",
+        str(reported / "again"),
+        "--quiet",
+    )
     one_line_error(code, err, str(path), shown)
     code, _, err = _report(cli, reported)
     one_line_error(code, err, str(path), shown)
@@ -142,12 +164,16 @@ def test_a_membership_result_naming_a_model_outside_the_run_is_refused(cli, repo
     target = {"absolute": str(elsewhere), "dotdot": os.path.relpath(elsewhere, reported / "records"), "glob": "*"}[how]
     path = _edit_json(_membership_result(reported), lambda d: d.update(model_id=target))
     code, _, err = _report(cli, reported)
-    one_line_error(code, err, str(path), f"model_id={target!r} is not a plain model id", "only inside the run directory")
+    one_line_error(
+        code, err, str(path), f"model_id={target!r} is not a plain model id", "only inside the run directory"
+    )
     assert not _pages(reported)
 
 
 def test_a_membership_result_naming_another_target_than_its_directory_is_refused(cli, reported):
-    path = _edit_json(_membership_result(reported), lambda d: d.update(model_id="dpsgd-digits-digits-mlp-seed0-00000000"))
+    path = _edit_json(
+        _membership_result(reported), lambda d: d.update(model_id="dpsgd-digits-digits-mlp-seed0-00000000")
+    )
     code, _, err = _report(cli, reported)
     one_line_error(code, err, str(path), "does not match its directory")
 
@@ -162,11 +188,16 @@ def test_a_record_linked_in_from_outside_the_run_is_refused(cli, reported, elsew
 
 
 # ----------------------------------------------------------------------- links and text on the pages
-@pytest.mark.parametrize("href", ["javascript:alert(1)", "../../../../etc/passwd", "/etc/passwd", "https://example.org/x.html", "a/../../b.html"])
+@pytest.mark.parametrize(
+    "href",
+    ["javascript:alert(1)", "../../../../etc/passwd", "/etc/passwd", "https://example.org/x.html", "a/../../b.html"],
+)
 def test_a_tampered_link_is_refused(cli, compared, href):
     path = _edit_json(_comparison(compared), lambda d: d["rows"][1].update(links={"membership": href}))
     code, _, err = _report(cli, compared)
-    one_line_error(code, err, str(path), "rows[1].links.membership=", "is not a relative path inside the run's reports folder")
+    one_line_error(
+        code, err, str(path), "rows[1].links.membership=", "is not a relative path inside the run's reports folder"
+    )
     assert not _pages(compared)
 
 
@@ -202,8 +233,26 @@ def test_a_certify_summary_hiding_a_soundness_violation_is_refused(cli, tmp_path
     labels = np.arange(30) % 10
     for p in d.glob("certify-*"):
         p.unlink()
-    save_certification_result(CertificationResult(method="hgm", norm="l2", labels=labels, predictions=labels.copy(), radii=np.full(30, 0.35), num_draws=100, confidence=0.95, config={}), d)
+    save_certification_result(
+        CertificationResult(
+            method="hgm",
+            norm="l2",
+            labels=labels,
+            predictions=labels.copy(),
+            radii=np.full(30, 0.35),
+            num_draws=100,
+            confidence=0.95,
+            config={},
+        ),
+        d,
+    )
     code, _, err = _report(cli, run)
     # Every example certified at 0.35, yet the attacks broke 10 of 30 at 0.3: certified 100% > robust 66.7%.
-    one_line_error(code, err, str(d / "summary.json"), "stores soundness_violations=[]", "'hgm' certifies 1.000 at radius 0.3 > 0.667")
+    one_line_error(
+        code,
+        err,
+        str(d / "summary.json"),
+        "stores soundness_violations=[]",
+        "'hgm' certifies 1.000 at radius 0.3 > 0.667",
+    )
     assert not _pages(run)

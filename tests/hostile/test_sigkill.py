@@ -125,7 +125,22 @@ def targets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     runs = {}
     for defense, epochs in (("nonprivate", "5"), ("pixeldp", "1")):
         run = tmp_path_factory.mktemp(f"target-{defense}")
-        code = main(["train", "--defense", defense, "--dataset", "digits", "--model", "digits-mlp", "--epochs", epochs, "--out", str(run), "--quiet"])
+        code = main(
+            [
+                "train",
+                "--defense",
+                defense,
+                "--dataset",
+                "digits",
+                "--model",
+                "digits-mlp",
+                "--epochs",
+                epochs,
+                "--out",
+                str(run),
+                "--quiet",
+            ]
+        )
         assert code == 0, f"training the {defense} target failed"
         runs[defense] = run
     return runs
@@ -165,7 +180,11 @@ def _pate_argv(out: Path, targets: dict[str, Path]) -> list[str]:
 def _compare_argv(out: Path, targets: dict[str, Path]) -> list[str]:
     """A grid of two long trainings, one per pool worker, still training when killed."""
     grid = out.parent / "grid.toml"
-    grid.write_text('[[defenses]]\ndefense = "nonprivate"\nepochs = 1000\n[[defenses]]\ndefense = "nonprivate"\nlabel = "again"\nepochs = 999\n')
+    grid.write_text(
+        '[[defenses]]\ndefense = "nonprivate"\nepochs = '
+        '1000\n[[defenses]]\ndefense = "nonprivate"\nlabel = "again"\nepochs = '
+        "999\n"
+    )
     return ["compare", "--config", str(grid), "--num-workers", "2", "--out", str(out)]
 
 
@@ -173,29 +192,100 @@ def _check_argv(out: Path, targets: dict[str, Path]) -> list[str]:
     """A training function that computes for two minutes, so both of the battery's workers are busy when killed."""
     fn = out.parent / "slow_train.py"
     fn.write_text(
-        "import time\nimport torch.nn as nn\n\n\ndef model():\n    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))\n\n\n"
-        "def train(dataset, *, seed, initial_state=None):\n    end = time.monotonic() + 120\n    while time.monotonic() < end:\n        pass\n    return model()\n"
+        "import time\nimport torch.nn as nn\n\n\ndef model():\n    return "
+        "nn.Sequential(nn.Flatten(), nn.Linear(64, 10))\n\n\n"
+        "def train(dataset, *, seed, initial_state=None):\n    end = "
+        "time.monotonic() + 120\n    while time.monotonic() < end:\n        "
+        "pass\n    return model()\n"
     )
     claim = ["--claim-noise-multiplier", "3", "--claim-sampling-rate", "0.1", "--claim-num-steps", "50"]
-    return ["check", "--train-fn", f"{fn}:train", "--model-fn", f"{fn}:model", *claim, "--num-workers", "2", "--no-report", "--out", str(out)]
+    return [
+        "check",
+        "--train-fn",
+        f"{fn}:train",
+        "--model-fn",
+        f"{fn}:model",
+        *claim,
+        "--num-workers",
+        "2",
+        "--no-report",
+        "--out",
+        str(out),
+    ]
 
 
 # Long enough that each is still running when killed.
 SCENARIOS: dict[str, Scenario] = {
-    "epsilon": Scenario(lambda out, t: ["epsilon", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--num-steps", "100000", "--delta", "1e-5"]),
+    "epsilon": Scenario(
+        lambda out, t: [
+            "epsilon",
+            "--sampling-rate",
+            "0.01",
+            "--noise-multiplier",
+            "1",
+            "--num-steps",
+            "100000",
+            "--delta",
+            "1e-5",
+        ]
+    ),
     "datasets": Scenario(lambda out, t: ["datasets"]),
-    "train": Scenario(lambda out, t: ["train", "--defense", "nonprivate", "--dataset", "digits", "--model", "digits-mlp", "--epochs", "1000", "--out", str(out)]),
+    "train": Scenario(
+        lambda out, t: [
+            "train",
+            "--defense",
+            "nonprivate",
+            "--dataset",
+            "digits",
+            "--model",
+            "digits-mlp",
+            "--epochs",
+            "1000",
+            "--out",
+            str(out),
+        ]
+    ),
     # An audit ships tensors to its workers (torch shares them through a socket of the parent), so
     # a worker whose parent died fails on its *next* job; trials of 20000 steps keep it in this one.
     "audit": Scenario(
-        lambda out, t: ["audit", "--noise-multiplier", "1", "--num-steps", "20000", "--num-trials", "4", "--num-members", "100", "--num-workers", "2", "--no-report", "--out", str(out)],
+        lambda out, t: [
+            "audit",
+            "--noise-multiplier",
+            "1",
+            "--num-steps",
+            "20000",
+            "--num-trials",
+            "4",
+            "--num-members",
+            "100",
+            "--num-workers",
+            "2",
+            "--no-report",
+            "--out",
+            str(out),
+        ],
         ready=_workers_busy(4.0),
     ),
     "attack": Scenario(
-        lambda out, t: ["attack", "membership", "--target", str(t["nonprivate"]), "--attack", "lira", "--num-shadows", "64", "--num-workers", "2", "--out", str(out)],
+        lambda out, t: [
+            "attack",
+            "membership",
+            "--target",
+            str(t["nonprivate"]),
+            "--attack",
+            "lira",
+            "--num-shadows",
+            "64",
+            "--num-workers",
+            "2",
+            "--out",
+            str(out),
+        ],
         ready=_first("attacks/shadows/*/record.json"),
     ),
-    "certify": Scenario(lambda out, t: ["certify", "--target", str(t["pixeldp"]), "--num-draws", "100000", "--out", str(out)]),
+    "certify": Scenario(
+        lambda out, t: ["certify", "--target", str(t["pixeldp"]), "--num-draws", "100000", "--out", str(out)]
+    ),
     "check": Scenario(_check_argv, ready=_workers_busy(4.0)),
     "report": Scenario(lambda out, t: ["report", str(t["nonprivate"])]),
     "pate": Scenario(_pate_argv),
@@ -243,7 +333,10 @@ def _wait_until_busy(proc: subprocess.Popen[bytes], scenario: Scenario, out: Pat
             return procs
         time.sleep(0.1)
     if scenario.ready is not None:  # a run that finished (or never got going) proves nothing about its pool
-        pytest.fail(f"the run was not at work within {START_TIMEOUT_S:.0f} s (exit status {proc.poll()}): {_stderr(out.parent)[-2000:]}")
+        pytest.fail(
+            f"the run was not at work within {START_TIMEOUT_S:.0f} s (exit status "
+            f"{proc.poll()}): {_stderr(out.parent)[-2000:]}"
+        )
     return _started_by(proc.pid)
 
 
@@ -254,7 +347,15 @@ def test_every_verb_has_a_scenario():
 # Each verb killed mid-run starts and reaps real processes (2-10 s each on 2 cores): the cluster tier
 # (.ci/run's second command, with the other real-process tests); compare, attack and check, the
 # longest, are opt-in (-m slow).
-@pytest.mark.parametrize("verb", [pytest.param(v, marks=pytest.mark.slow) if v in ("compare", "attack", "check") else pytest.param(v, marks=pytest.mark.cluster) for v in VERBS])
+@pytest.mark.parametrize(
+    "verb",
+    [
+        pytest.param(v, marks=pytest.mark.slow)
+        if v in ("compare", "attack", "check")
+        else pytest.param(v, marks=pytest.mark.cluster)
+        for v in VERBS
+    ],
+)
 def test_sigkill_leaves_no_process_behind(verb, targets, tmp_path):
     scenario = SCENARIOS.get(verb)
     assert scenario is not None, f"no SIGKILL scenario for verb {verb!r}: add one to SCENARIOS"
@@ -274,7 +375,9 @@ def test_sigkill_leaves_no_process_behind(verb, targets, tmp_path):
         proc.wait(timeout=GRACE_S)
         procs.update(_started_by(proc.pid))  # the session also holds whatever started after the snapshot
         left = _survivors(procs, killed_at + GRACE_S)
-        assert not left, f"{len(left)} process(es) started by `dpaudit {verb}` still alive {GRACE_S:.0f} s after SIGKILL: {left}"
+        assert not left, (
+            f"{len(left)} process(es) started by `dpaudit {verb}` still alive {GRACE_S:.0f} s after SIGKILL: {left}"
+        )
         # multiprocessing's resource tracker unlinks the pool's named semaphores itself; its
         # "leaked semaphore objects" warning is noise the user can do nothing about (issue 31)
         assert "leaked semaphore" not in _stderr(tmp_path), _stderr(tmp_path)[-1000:]
@@ -289,7 +392,18 @@ def test_sigkill_leaves_no_process_behind(verb, targets, tmp_path):
 def test_ctrl_c_stops_the_pool_and_a_rerun_resumes(targets, tmp_path, capsys):
     out = tmp_path / "run"
     shadows = 12
-    argv = ["attack", "membership", "--target", str(targets["nonprivate"]), "--attack", "lira", "--num-shadows", str(shadows), "--out", str(out)]
+    argv = [
+        "attack",
+        "membership",
+        "--target",
+        str(targets["nonprivate"]),
+        "--attack",
+        "lira",
+        "--num-shadows",
+        str(shadows),
+        "--out",
+        str(out),
+    ]
     scenario = Scenario(lambda o, t: argv, ready=_first("attacks/shadows/*/record.json"))
     proc = _start([*argv, "--num-workers", "2"], tmp_path)
     procs: dict[int, int] = {}

@@ -24,13 +24,19 @@ def one_step_epsilon(q: float, sigma: float, delta: float) -> float:
     def delta_of(eps: float) -> float:
         # P against Q: the loss ln((1 − q) + q e^{(2x − 1)/(2σ²)}) exceeds ε above one cut point.
         x = sigma**2 * math.log((math.exp(eps) - (1 - q)) / q) + 0.5
-        add = (1 - q) * stats.norm.sf(x / sigma) + q * stats.norm.sf((x - 1) / sigma) - math.exp(eps) * stats.norm.sf(x / sigma)
+        add = (
+            (1 - q) * stats.norm.sf(x / sigma)
+            + q * stats.norm.sf((x - 1) / sigma)
+            - math.exp(eps) * stats.norm.sf(x / sigma)
+        )
         # Q against P: the loss exceeds ε below a cut point, which exists only when e^{−ε} > 1 − q.
         ratio = (math.exp(-eps) - (1 - q)) / q
         remove = 0.0
         if ratio > 0:
             x2 = sigma**2 * math.log(ratio) + 0.5
-            remove = stats.norm.cdf(x2 / sigma) - math.exp(eps) * ((1 - q) * stats.norm.cdf(x2 / sigma) + q * stats.norm.cdf((x2 - 1) / sigma))
+            remove = stats.norm.cdf(x2 / sigma) - math.exp(eps) * (
+                (1 - q) * stats.norm.cdf(x2 / sigma) + q * stats.norm.cdf((x2 - 1) / sigma)
+            )
         return max(add, remove)
 
     return float(optimize.brentq(lambda e: delta_of(e) - delta, 1e-9, 100.0, xtol=1e-13))
@@ -57,6 +63,9 @@ def analytic_sigma(epsilon: float, delta: float) -> float:
 
     def excess(log_sigma: float) -> float:
         s = math.exp(log_sigma)
-        return float(stats.norm.cdf(0.5 / s - epsilon * s) - math.exp(epsilon) * stats.norm.cdf(-0.5 / s - epsilon * s)) - delta
+        return (
+            float(stats.norm.cdf(0.5 / s - epsilon * s) - math.exp(epsilon) * stats.norm.cdf(-0.5 / s - epsilon * s))
+            - delta
+        )
 
     return math.exp(optimize.brentq(excess, math.log(1e-3), math.log(1e4), xtol=1e-14))

@@ -144,7 +144,9 @@ def _opacus_rdp_module():
 @functools.cache
 def _opacus_rdp(q: float, sigma: float, steps: int) -> np.ndarray:
     module = _opacus_rdp_module()
-    return np.asarray(module.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=list(rdp_accountant.RDP_ORDERS)))
+    return np.asarray(
+        module.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=list(rdp_accountant.RDP_ORDERS))
+    )
 
 
 def test_opacus_conversion_is_the_improved_bound():
@@ -163,7 +165,9 @@ def test_opacus_conversion_is_the_improved_bound():
 @pytest.mark.parametrize(("q", "sigma", "steps"), GRID)
 def test_rdp_matches_opacus(q, sigma, steps, delta):
     module = _opacus_rdp_module()
-    eps_opacus, _ = module.get_privacy_spent(orders=list(rdp_accountant.RDP_ORDERS), rdp=_opacus_rdp(q, sigma, steps), delta=delta)
+    eps_opacus, _ = module.get_privacy_spent(
+        orders=list(rdp_accountant.RDP_ORDERS), rdp=_opacus_rdp(q, sigma, steps), delta=delta
+    )
     # dp_accounting's conversion (used by dpaudit) clips at 0; Opacus's does not.
     assert _eps(q, sigma, steps, delta, "rdp") == pytest.approx(max(float(eps_opacus), 0.0), rel=1e-6)
 
@@ -172,7 +176,15 @@ def _ref_log_a_int(q: float, sigma: float, alpha: int) -> float:
     """ln A_α, docs/privacy/accounting.md §1, integer α: log-space sum with exact fsum."""
     if q == 1.0:
         return alpha * (alpha - 1) / (2 * sigma**2)
-    logs = [math.lgamma(alpha + 1) - math.lgamma(k + 1) - math.lgamma(alpha - k + 1) + (alpha - k) * math.log1p(-q) + k * math.log(q) + (k * k - k) / (2 * sigma**2) for k in range(alpha + 1)]
+    logs = [
+        math.lgamma(alpha + 1)
+        - math.lgamma(k + 1)
+        - math.lgamma(alpha - k + 1)
+        + (alpha - k) * math.log1p(-q)
+        + k * math.log(q)
+        + (k * k - k) / (2 * sigma**2)
+        for k in range(alpha + 1)
+    ]
     top = max(logs)
     return top + math.log(math.fsum(math.exp(x - top) for x in logs))
 
@@ -185,7 +197,9 @@ def _ref_moments_epsilon(q: float, sigma: float, steps: int, delta: float) -> fl
 @pytest.mark.parametrize("delta", DELTAS)
 @pytest.mark.parametrize(("q", "sigma", "steps"), GRID)
 def test_moments_matches_reference_implementation(q, sigma, steps, delta):
-    assert _eps(q, sigma, steps, delta, "moments") == pytest.approx(_ref_moments_epsilon(q, sigma, steps, delta), rel=1e-9)
+    assert _eps(q, sigma, steps, delta, "moments") == pytest.approx(
+        _ref_moments_epsilon(q, sigma, steps, delta), rel=1e-9
+    )
 
 
 def test_moments_orders_are_abadis():
@@ -252,7 +266,9 @@ PLD_DIRECT = [(q, 4.0, t, d) for q in QS for t in STEPS for d in DELTAS] + [
 
 @pytest.mark.parametrize(("q", "sigma", "steps", "delta"), PLD_DIRECT)
 def test_pld_matches_dp_accounting(q, sigma, steps, delta):
-    assert _eps(q, sigma, steps, delta, "pld") == pytest.approx(_direct_pld(q, sigma, steps).get_epsilon(delta), rel=1e-9)
+    assert _eps(q, sigma, steps, delta, "pld") == pytest.approx(
+        _direct_pld(q, sigma, steps).get_epsilon(delta), rel=1e-9
+    )
 
 
 @pytest.mark.parametrize(("q", "sigma", "steps"), GRID)
@@ -293,7 +309,9 @@ deltas = st.sampled_from([1e-4, 1e-5, 1e-6, 1e-8])
     tolerance=st.sampled_from([1e-3, 1e-2]),
 )
 def test_calibrate_noise_multiplier_moments(q, steps, target, delta, tolerance):
-    sigma = calibration.calibrate_noise_multiplier(target_epsilon=target, delta=delta, sampling_rate=q, num_steps=steps, accountant="moments", tolerance=tolerance)
+    sigma = calibration.calibrate_noise_multiplier(
+        target_epsilon=target, delta=delta, sampling_rate=q, num_steps=steps, accountant="moments", tolerance=tolerance
+    )
     event = _event(q, sigma, steps)
     assert accountants.compute_epsilon(event, delta=delta, accountant="moments") <= target
     smaller = _event(q, sigma * (1 - 2 * tolerance), steps)
@@ -310,7 +328,9 @@ def test_calibrate_noise_multiplier_moments(q, steps, target, delta, tolerance):
     ],
 )
 def test_calibrate_noise_multiplier_rdp_pld(q, steps, target, accountant, tolerance):
-    sigma = calibration.calibrate_noise_multiplier(target_epsilon=target, delta=1e-5, sampling_rate=q, num_steps=steps, accountant=accountant, tolerance=tolerance)
+    sigma = calibration.calibrate_noise_multiplier(
+        target_epsilon=target, delta=1e-5, sampling_rate=q, num_steps=steps, accountant=accountant, tolerance=tolerance
+    )
     assert accountants.compute_epsilon(_event(q, sigma, steps), delta=1e-5, accountant=accountant) <= target
     smaller = _event(q, sigma * (1 - 2 * tolerance), steps)
     assert accountants.compute_epsilon(smaller, delta=1e-5, accountant=accountant) > target
@@ -319,7 +339,9 @@ def test_calibrate_noise_multiplier_rdp_pld(q, steps, target, accountant, tolera
 def test_calibrate_noise_multiplier_unreachable_target():
     # Orders stop at 33, so moments can never go below ln(1/δ)/32.
     with pytest.raises(ValueError, match="unreachable"):
-        calibration.calibrate_noise_multiplier(target_epsilon=0.1, delta=1e-5, sampling_rate=0.01, num_steps=10, accountant="moments")
+        calibration.calibrate_noise_multiplier(
+            target_epsilon=0.1, delta=1e-5, sampling_rate=0.01, num_steps=10, accountant="moments"
+        )
 
 
 @FAST
@@ -336,7 +358,9 @@ def test_calibrate_num_steps(q, sigma, target, delta, accountant):
 
     max_steps = 10**7
     try:
-        steps = calibration.calibrate_num_steps(target_epsilon=target, delta=delta, sampling_rate=q, noise_multiplier=sigma, accountant=accountant)
+        steps = calibration.calibrate_num_steps(
+            target_epsilon=target, delta=delta, sampling_rate=q, noise_multiplier=sigma, accountant=accountant
+        )
     except ValueError as err:
         assert "target_epsilon" in str(err)
         assert eps(1) > target
@@ -348,11 +372,18 @@ def test_calibrate_num_steps(q, sigma, target, delta, accountant):
 
 
 def test_calibrate_num_steps_respects_max_steps():
-    assert calibration.calibrate_num_steps(target_epsilon=5.0, delta=1e-5, sampling_rate=0.001, noise_multiplier=4.0, accountant="rdp", max_steps=1000) == 1000
+    assert (
+        calibration.calibrate_num_steps(
+            target_epsilon=5.0, delta=1e-5, sampling_rate=0.001, noise_multiplier=4.0, accountant="rdp", max_steps=1000
+        )
+        == 1000
+    )
 
 
 def test_calibrate_num_steps_pld():
-    steps = calibration.calibrate_num_steps(target_epsilon=0.5, delta=1e-5, sampling_rate=0.01, noise_multiplier=4.0, accountant="pld")
+    steps = calibration.calibrate_num_steps(
+        target_epsilon=0.5, delta=1e-5, sampling_rate=0.01, noise_multiplier=4.0, accountant="pld"
+    )
     assert _eps(0.01, 4.0, steps, 1e-5, "pld") <= 0.5 < _eps(0.01, 4.0, steps + 1, 1e-5, "pld")
 
 
@@ -424,10 +455,14 @@ def test_heterogeneous_composition_adds_rdp():
     b = dpe.PoissonSampledDpEvent(0.1, dpe.GaussianDpEvent(3.0))
     both = dpe.ComposedDpEvent([dpe.SelfComposedDpEvent(a, 100), dpe.SelfComposedDpEvent(b, 7)])
     curve = rdp_accountant._rdp_curve(both, rdp_accountant.RDP_ORDERS, "add_or_remove_one")
-    expected = 100 * rdp_accountant._rdp_curve(a, rdp_accountant.RDP_ORDERS, "add_or_remove_one") + 7 * rdp_accountant._rdp_curve(b, rdp_accountant.RDP_ORDERS, "add_or_remove_one")
+    expected = 100 * rdp_accountant._rdp_curve(
+        a, rdp_accountant.RDP_ORDERS, "add_or_remove_one"
+    ) + 7 * rdp_accountant._rdp_curve(b, rdp_accountant.RDP_ORDERS, "add_or_remove_one")
     np.testing.assert_allclose(curve, expected, rtol=1e-12)
     for name in accountant_names.ACCOUNTANTS.names():
-        assert accountants.compute_epsilon(both, delta=1e-5, accountant=name) > accountants.compute_epsilon(dpe.SelfComposedDpEvent(a, 100), delta=1e-5, accountant=name)
+        assert accountants.compute_epsilon(both, delta=1e-5, accountant=name) > accountants.compute_epsilon(
+            dpe.SelfComposedDpEvent(a, 100), delta=1e-5, accountant=name
+        )
 
 
 @pytest.mark.parametrize("accountant", accountant_names.ACCOUNTANTS)
@@ -442,8 +477,12 @@ def test_sampled_gaussian_event_structure():
 
 
 def test_numpy_scalars_are_accepted():
-    event = events.sampled_gaussian_event(sampling_rate=np.float64(0.01), noise_multiplier=np.float32(4.0), num_steps=np.int64(100))
-    assert accountants.compute_epsilon(event, delta=np.float64(1e-5), accountant="moments") == pytest.approx(_eps(0.01, 4.0, 100, 1e-5, "moments"), rel=1e-9)
+    event = events.sampled_gaussian_event(
+        sampling_rate=np.float64(0.01), noise_multiplier=np.float32(4.0), num_steps=np.int64(100)
+    )
+    assert accountants.compute_epsilon(event, delta=np.float64(1e-5), accountant="moments") == pytest.approx(
+        _eps(0.01, 4.0, 100, 1e-5, "moments"), rel=1e-9
+    )
 
 
 def test_edge_of_grid_warns():
@@ -461,7 +500,14 @@ OPEN_UNIT = [(0.0, ValueError), (1.0, ValueError), (-0.1, ValueError), (1.5, Val
              (INF, ValueError), (True, TypeError), ("0.1", TypeError), (None, TypeError)]  # fmt: skip
 POSITIVE = [(0.0, ValueError), (-1.0, ValueError), (-INF, ValueError), (NAN, ValueError), (INF, ValueError),
             (True, TypeError), ("1.0", TypeError), (None, TypeError)]  # fmt: skip
-NON_NEGATIVE = [(-1.0, ValueError), (NAN, ValueError), (INF, ValueError), (True, TypeError), ("1.0", TypeError), (None, TypeError)]
+NON_NEGATIVE = [
+    (-1.0, ValueError),
+    (NAN, ValueError),
+    (INF, ValueError),
+    (True, TypeError),
+    ("1.0", TypeError),
+    (None, TypeError),
+]
 HALF_OPEN = [(0.0, ValueError), (-0.1, ValueError), (1.0001, ValueError), (NAN, ValueError), (INF, ValueError),
              (False, TypeError), ("0.1", TypeError)]  # fmt: skip
 INTEGER0 = [(-1, ValueError), (2.5, TypeError), (100.0, TypeError), (True, TypeError), ("3", TypeError),
@@ -490,16 +536,49 @@ PUBLIC = {
     ),
     "calibrate_noise_multiplier": (
         calibration.calibrate_noise_multiplier,
-        {"target_epsilon": 2.0, "delta": 1e-5, "sampling_rate": 0.01, "num_steps": 100, "accountant": "moments", "tolerance": 1e-3},  # fmt: skip
-        {"target_epsilon": POSITIVE, "delta": OPEN_UNIT, "sampling_rate": HALF_OPEN, "num_steps": INTEGER1, "accountant": ACCOUNTANT, "tolerance": POSITIVE},  # fmt: skip
+        {
+            "target_epsilon": 2.0,
+            "delta": 1e-5,
+            "sampling_rate": 0.01,
+            "num_steps": 100,
+            "accountant": "moments",
+            "tolerance": 1e-3,
+        },  # fmt: skip
+        {
+            "target_epsilon": POSITIVE,
+            "delta": OPEN_UNIT,
+            "sampling_rate": HALF_OPEN,
+            "num_steps": INTEGER1,
+            "accountant": ACCOUNTANT,
+            "tolerance": POSITIVE,
+        },  # fmt: skip
     ),
     "calibrate_num_steps": (
         calibration.calibrate_num_steps,
-        {"target_epsilon": 2.0, "delta": 1e-5, "sampling_rate": 0.01, "noise_multiplier": 1.0, "accountant": "moments", "max_steps": 1000},  # fmt: skip
-        {"target_epsilon": POSITIVE, "delta": OPEN_UNIT, "sampling_rate": HALF_OPEN, "noise_multiplier": POSITIVE, "accountant": ACCOUNTANT, "max_steps": INTEGER1 + HUGE_STEPS},  # fmt: skip
+        {
+            "target_epsilon": 2.0,
+            "delta": 1e-5,
+            "sampling_rate": 0.01,
+            "noise_multiplier": 1.0,
+            "accountant": "moments",
+            "max_steps": 1000,
+        },  # fmt: skip
+        {
+            "target_epsilon": POSITIVE,
+            "delta": OPEN_UNIT,
+            "sampling_rate": HALF_OPEN,
+            "noise_multiplier": POSITIVE,
+            "accountant": ACCOUNTANT,
+            "max_steps": INTEGER1 + HUGE_STEPS,
+        },  # fmt: skip
     ),
 }
-BAD_CASES = [pytest.param(fname, arg, bad, exc, id=f"{fname}-{arg}-{bad!r}") for fname, (_, _, table) in PUBLIC.items() for arg, bads in table.items() for bad, exc in bads]
+BAD_CASES = [
+    pytest.param(fname, arg, bad, exc, id=f"{fname}-{arg}-{bad!r}")
+    for fname, (_, _, table) in PUBLIC.items()
+    for arg, bads in table.items()
+    for bad, exc in bads
+]
 
 
 @pytest.mark.parametrize(("fname", "arg", "bad", "exc"), BAD_CASES)
@@ -576,7 +655,10 @@ def test_unsupported_event_is_a_clear_error(accountant):
     assert res.declined and res.epsilon == math.inf and res.note
 
 
-@pytest.mark.parametrize("accountant", [name for name, spec in accountant_names.ACCOUNTANTS.items() if spec.supports(dpe.LaplaceDpEvent(1.0))])
+@pytest.mark.parametrize(
+    "accountant",
+    [name for name, spec in accountant_names.ACCOUNTANTS.items() if spec.supports(dpe.LaplaceDpEvent(1.0))],
+)
 def test_laplace_is_supported_by_dp_accounting_backed_accountants(accountant):
     # Pure ε-DP Laplace (scale b = 1/ε0 at sensitivity 1): every accountant must stay ≥ 0 and
     # PLD (tight) must not exceed ε0 = 1 by more than discretisation.
@@ -592,17 +674,26 @@ def test_supports_follows_dp_accounting_and_the_composition_theorems():
     from dp_accounting.pld import pld_privacy_accountant
     from dp_accounting.rdp import rdp_privacy_accountant
 
-    cases = [_GOOD_EVENT, dpe.LaplaceDpEvent(1.0), dpe.PoissonSampledDpEvent(0.1, dpe.LaplaceDpEvent(1.0)), dpe.SampledWithoutReplacementDpEvent(1000, 10, dpe.GaussianDpEvent(1.0))]
+    cases = [
+        _GOOD_EVENT,
+        dpe.LaplaceDpEvent(1.0),
+        dpe.PoissonSampledDpEvent(0.1, dpe.LaplaceDpEvent(1.0)),
+        dpe.SampledWithoutReplacementDpEvent(1000, 10, dpe.GaussianDpEvent(1.0)),
+    ]
     for event in cases:
         for relation, dp_relation in events.DP_ACCOUNTING_RELATIONS.items():
             rdp = rdp_privacy_accountant.RdpAccountant(neighboring_relation=dp_relation).supports(event)
             pld = pld_privacy_accountant.PLDAccountant(neighboring_relation=dp_relation).supports(event)
             gaussian_steps = event is _GOOD_EVENT and relation == "add_or_remove_one"
             expected = {"moments": rdp, "rdp": rdp, "pld": pld, "strong": gaussian_steps, "naive": gaussian_steps}
-            assert {name: accountant_names.ACCOUNTANTS[name].supports(event, relation) for name in expected} == expected, (event, relation)
+            assert {
+                name: accountant_names.ACCOUNTANTS[name].supports(event, relation) for name in expected
+            } == expected, (event, relation)
 
 
-@pytest.mark.parametrize("accountant", [name for name, spec in accountant_names.ACCOUNTANTS.items() if spec.delta is not None])
+@pytest.mark.parametrize(
+    "accountant", [name for name, spec in accountant_names.ACCOUNTANTS.items() if spec.delta is not None]
+)
 def test_delta_at_the_accountants_epsilon_is_the_target_delta(accountant):
     # δ(ε) inverts ε(δ): at the ε an accountant prints for δ = 1e-5 its δ is at most 1e-5 (and
     # not far below, or the two conversions would disagree), and δ falls as ε grows.
@@ -614,7 +705,9 @@ def test_delta_at_the_accountants_epsilon_is_the_target_delta(accountant):
     assert accountants.compute_delta(dpe.NonPrivateDpEvent(), epsilon=eps, accountant=accountant) == 1.0
 
 
-@pytest.mark.parametrize("accountant", [name for name, spec in accountant_names.ACCOUNTANTS.items() if spec.delta is None])
+@pytest.mark.parametrize(
+    "accountant", [name for name, spec in accountant_names.ACCOUNTANTS.items() if spec.delta is None]
+)
 def test_delta_from_an_accountant_without_one_is_refused(accountant):
     with pytest.raises(ValueError, match=f"accountant '{accountant}' gives no delta"):
         accountants.compute_delta(_GOOD_EVENT, epsilon=1.0, accountant=accountant)
@@ -671,7 +764,8 @@ def test_memory_budget_is_honoured():
 _PEAK_SCRIPT = """
 import resource, sys
 from dpaudit.privacy import accountants as acc, events, pld_accountant
-event = events.sampled_gaussian_event(sampling_rate=float(sys.argv[1]), noise_multiplier=float(sys.argv[2]), num_steps=int(sys.argv[3]))
+q, sigma, steps = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+event = events.sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 res = acc.compute_epsilon_detailed(event, delta=1e-5, accountant="pld", memory_budget=float("inf"))
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -684,7 +778,13 @@ def test_pld_memory_estimate_bounds_the_measured_peak(q, sigma, steps):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(q), str(sigma), str(steps)], capture_output=True, text=True, check=True, timeout=120).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK_SCRIPT, str(q), str(sigma), str(steps)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     grown, estimate = (float(x) for x in out.split())
     assert grown <= estimate
 
@@ -714,7 +814,13 @@ def test_strong_composition_beyond_the_float_range_is_inf():
     # just above the floor, the RDP-based bounds stay huge but finite (the floor is not too high)
     for name in ("moments", "rdp"):
         assert 1e15 < accountants.compute_epsilon(_event(0.01, 1e-8, 10), delta=1e-5, accountant=name) < math.inf
-        assert 1e299 < accountants.compute_epsilon(_event(0.01, 2 * events.NOISE_MULTIPLIER_MIN, 10), delta=1e-5, accountant=name) < math.inf
+        assert (
+            1e299
+            < accountants.compute_epsilon(
+                _event(0.01, 2 * events.NOISE_MULTIPLIER_MIN, 10), delta=1e-5, accountant=name
+            )
+            < math.inf
+        )
 
 
 @pytest.mark.parametrize("delta", [5e-324, 1e-300, 1 - 1e-16])
@@ -735,7 +841,13 @@ def test_event_counts_beyond_the_limit_are_refused_and_up_to_it_are_cheap():
     with pytest.raises(ValueError, match="10\\*\\*18"):  # was OverflowError: int too large to convert to float
         accountants.compute_epsilon(event, delta=1e-5, accountant="rdp")
     for name in accountant_names.ACCOUNTANTS:  # RDP composition is a multiplication; pld falls back
-        assert 0.0 < accountants.compute_epsilon_detailed(_event(0.01, 4.0, accountant_names.MAX_NUM_STEPS), delta=1e-5, accountant=name).epsilon < math.inf
+        assert (
+            0.0
+            < accountants.compute_epsilon_detailed(
+                _event(0.01, 4.0, accountant_names.MAX_NUM_STEPS), delta=1e-5, accountant=name
+            ).epsilon
+            < math.inf
+        )
 
 
 @pytest.mark.slow  # 6 s; the memory-estimate tests keep the PLD budget in the default suite
@@ -743,13 +855,22 @@ def test_calibrate_num_steps_under_pld_is_bounded_at_small_sigma():
     # every evaluation stays within PLD_SOLVER_MEMORY_BUDGET (larger ones use rdp), and the
     # answer still never overshoots under the full-budget pld bound
     budget = calibration.PLD_SOLVER_MEMORY_BUDGET  # (the default; named so that old code fails fast here)
-    steps = calibration.calibrate_num_steps(target_epsilon=300.0, delta=1e-5, sampling_rate=0.01, noise_multiplier=0.3, accountant="pld", memory_budget=budget)
+    steps = calibration.calibrate_num_steps(
+        target_epsilon=300.0,
+        delta=1e-5,
+        sampling_rate=0.01,
+        noise_multiplier=0.3,
+        accountant="pld",
+        memory_budget=budget,
+    )
     assert accountants.compute_epsilon(_event(0.01, 0.3, steps), delta=1e-5, accountant="pld") <= 300.0
 
 
 def test_calibrate_noise_multiplier_under_pld_for_a_huge_target():
     budget = calibration.PLD_SOLVER_MEMORY_BUDGET
-    sigma = calibration.calibrate_noise_multiplier(target_epsilon=1e300, delta=1e-5, sampling_rate=0.01, num_steps=1000, accountant="pld", memory_budget=budget)
+    sigma = calibration.calibrate_noise_multiplier(
+        target_epsilon=1e300, delta=1e-5, sampling_rate=0.01, num_steps=1000, accountant="pld", memory_budget=budget
+    )
     assert 0 < sigma < 2e-3
 
 

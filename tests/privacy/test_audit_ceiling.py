@@ -30,17 +30,24 @@ ONE_RUN_BOUNDS = ("steinke", "fdp")
 @pytest.mark.parametrize("n, expected", [(100, 3.28), (500, 4.91), (1000, 5.60), (5000, 7.21)])
 def test_clopper_pearson_ceiling_matches_the_reference(n, expected):
     # docs/audits/statistics.md §1: zero errors, n observations per side, 95 %.
-    assert round(audit_ceiling(bound="clopper-pearson", delta=DELTA, confidence=0.95, num_in=n, num_out=n), 2) == expected
+    assert (
+        round(audit_ceiling(bound="clopper-pearson", delta=DELTA, confidence=0.95, num_in=n, num_out=n), 2) == expected
+    )
 
 
 def test_one_run_ceiling_matches_the_reference():
     # docs/audits/statistics.md §4: 100 guesses, all correct, 95 %, δ = 1e-5 → 3.49.
-    assert round(audit_ceiling(bound="one-run", delta=DELTA, confidence=0.95, num_in=50, num_out=50, guess_counts=[50]), 2) == 3.49
+    assert (
+        round(audit_ceiling(bound="one-run", delta=DELTA, confidence=0.95, num_in=50, num_out=50, guess_counts=[50]), 2)
+        == 3.49
+    )
 
 
 def test_ceiling_divides_by_group_size_and_pays_the_bonferroni_factor():
     one = audit_ceiling(bound="gdp", delta=DELTA, confidence=0.95, num_in=200, num_out=200)
-    assert audit_ceiling(bound="gdp", delta=DELTA, confidence=0.95, num_in=200, num_out=200, group_size=4) == pytest.approx(one / 4)
+    assert audit_ceiling(
+        bound="gdp", delta=DELTA, confidence=0.95, num_in=200, num_out=200, group_size=4
+    ) == pytest.approx(one / 4)
     assert audit_ceiling(bound="gdp", delta=DELTA, confidence=0.95, num_in=200, num_out=200, num_tests=20) < one
 
 
@@ -59,11 +66,21 @@ def test_ceiling_grows_with_the_number_of_trials(bound):
     if bound.startswith("one-run"):
         # m canaries, half IN, the default guess grid (2–50 % of m) scaled with m.
         values = [
-            audit_ceiling(bound=bound, delta=DELTA, confidence=0.95, num_in=m // 2, num_out=m // 2, num_tests=5, guess_counts=sorted({max(1, int(m * f)) for f in (0.02, 0.05, 0.1, 0.2, 0.5)}))
+            audit_ceiling(
+                bound=bound,
+                delta=DELTA,
+                confidence=0.95,
+                num_in=m // 2,
+                num_out=m // 2,
+                num_tests=5,
+                guess_counts=sorted({max(1, int(m * f)) for f in (0.02, 0.05, 0.1, 0.2, 0.5)}),
+            )
             for m in sizes
         ]
     else:
-        values = [audit_ceiling(bound=bound, delta=DELTA, confidence=0.95, num_in=n, num_out=n, num_tests=20) for n in sizes]
+        values = [
+            audit_ceiling(bound=bound, delta=DELTA, confidence=0.95, num_in=n, num_out=n, num_tests=20) for n in sizes
+        ]
     assert all(b > a for a, b in zip(values, values[1:])), values
 
 
@@ -107,12 +124,16 @@ def test_the_ceiling_bounds_every_attack(seed, n_in, n_out, shift, design, ties)
     if ties:  # coarse scores: many ties, few distinct thresholds
         s_in, s_out = np.round(s_in), np.round(s_out)
     bound, strategy = design
-    r = audit_from_scores(s_in, s_out, claim=CLAIM, delta=DELTA, bound=bound, strategy=strategy, num_thresholds=int(rng.integers(1, 40)))
+    r = audit_from_scores(
+        s_in, s_out, claim=CLAIM, delta=DELTA, bound=bound, strategy=strategy, num_thresholds=int(rng.integers(1, 40))
+    )
     assert r.ceiling is not None and r.epsilon_lb <= r.ceiling + 1e-9
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**31), m=st.integers(4, 300), shift=st.floats(0.0, 8.0), bound=st.sampled_from(ONE_RUN_BOUNDS))
+@given(
+    seed=st.integers(0, 2**31), m=st.integers(4, 300), shift=st.floats(0.0, 8.0), bound=st.sampled_from(ONE_RUN_BOUNDS)
+)
 def test_the_one_run_ceiling_bounds_every_attack(seed, m, shift, bound):
     rng = np.random.default_rng(seed)
     inc = rng.random(m) < rng.uniform(0.1, 0.9)  # also unbalanced IN/OUT counts
@@ -125,7 +146,9 @@ def test_the_one_run_ceiling_bounds_every_attack(seed, m, shift, bound):
 def test_identical_scores_give_zero_for_every_bound_and_strategy(bound, strategy):
     for n in (2, 10, 200):
         for value in (0.0, -3.5):
-            r = audit_from_scores(np.full(n, value), np.full(n, value), claim=CLAIM, delta=DELTA, bound=bound, strategy=strategy)
+            r = audit_from_scores(
+                np.full(n, value), np.full(n, value), claim=CLAIM, delta=DELTA, bound=bound, strategy=strategy
+            )
             assert r.epsilon_lb == 0.0, (n, value, r.summary())
 
 
@@ -142,7 +165,9 @@ def test_identical_one_run_scores_give_zero_whatever_order_the_canaries_are_list
 @pytest.mark.parametrize("bound, strategy", SCORE_DESIGNS)
 def test_same_distribution_scores_stay_near_zero(bound, strategy):
     rng = np.random.default_rng(7)
-    r = audit_from_scores(rng.normal(size=500), rng.normal(size=500), claim=CLAIM, delta=DELTA, bound=bound, strategy=strategy)
+    r = audit_from_scores(
+        rng.normal(size=500), rng.normal(size=500), claim=CLAIM, delta=DELTA, bound=bound, strategy=strategy
+    )
     assert r.epsilon_lb <= 0.1, r.summary()
 
 
@@ -172,7 +197,18 @@ def test_results_carry_the_ceiling_and_older_files_without_it_still_load(tmp_pat
 
 
 def test_a_ceiling_below_epsilon_lb_is_refused():
-    base = dict(epsilon_lb=1.0, confidence=0.95, method="multi-run", bound="gdp", delta=DELTA, threshold_strategy="bonferroni", num_in=10, num_out=10, epsilon_ub=2.0, accountant="pld")
+    base = dict(
+        epsilon_lb=1.0,
+        confidence=0.95,
+        method="multi-run",
+        bound="gdp",
+        delta=DELTA,
+        threshold_strategy="bonferroni",
+        num_in=10,
+        num_out=10,
+        epsilon_ub=2.0,
+        accountant="pld",
+    )
     with pytest.raises(ValueError, match="ceiling must be >= epsilon_lb"):
         AuditResult(**base, ceiling=0.5)
     with pytest.raises(ValueError, match="ceiling"):

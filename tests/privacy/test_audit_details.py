@@ -1,4 +1,5 @@
-"""Typed audit and check details: the stored JSON object is the one written before the types existed, and no module reads them by key."""
+"""Typed audit and check details: the stored JSON object is the one written before the types existed, and no module
+reads them by key."""
 
 from __future__ import annotations
 
@@ -13,12 +14,25 @@ from dpaudit.privacy.audit_bounds import gaussian_step_claim
 from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores
 from dpaudit.results import audit_details
 from dpaudit.results.audit import AuditResult
-from dpaudit.results.audit_details import AuditDetails, OneRunDetails, PateAuditDetails, ScoresDetails, UploadAuditDetails, WhiteBoxDetails, details_from_dict
+from dpaudit.results.audit_details import (
+    AuditDetails,
+    OneRunDetails,
+    PateAuditDetails,
+    ScoresDetails,
+    UploadAuditDetails,
+    WhiteBoxDetails,
+    details_from_dict,
+)
 from dpaudit.results.check import CheckDetails, CheckOutcome
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAIM = gaussian_step_claim(noise_multiplier=1.0)
-CONTEXT = {"score": "negative canary loss", "audit_name": "multi-run-x", "init": "worst-case", "member_ids_sha256": "ab" * 8}
+CONTEXT = {
+    "score": "negative canary loss",
+    "audit_name": "multi-run-x",
+    "init": "worst-case",
+    "member_ids_sha256": "ab" * 8,
+}
 
 
 def _scores() -> tuple[np.ndarray, np.ndarray]:
@@ -33,14 +47,31 @@ def _strict(value: object) -> str:
 def test_scores_details_are_written_in_the_order_the_procedure_always_wrote_them() -> None:
     # The key order stored result.json files hold: computed facts, the interval, then the caller's context.
     s_in, s_out = _scores()
-    r = audit_from_scores(s_in, s_out, claim=CLAIM, delta=1e-5, strategy="split", bound="clopper-pearson", seed=3, details=CONTEXT)
+    r = audit_from_scores(
+        s_in, s_out, claim=CLAIM, delta=1e-5, strategy="split", bound="clopper-pearson", seed=3, details=CONTEXT
+    )
     assert isinstance(r.details, ScoresDetails)
     stored = r.to_dict()["details"]
-    head = ["threshold", "true_positives", "false_positives", "bounding_num_in", "bounding_num_out", "num_tests", "num_thresholds", "split_seed", "estimate_kind"]
+    head = [
+        "threshold",
+        "true_positives",
+        "false_positives",
+        "bounding_num_in",
+        "bounding_num_out",
+        "num_tests",
+        "num_thresholds",
+        "split_seed",
+        "estimate_kind",
+    ]
     assert list(stored) == [*head, "estimate_interval", "estimate_interval_confidence", *CONTEXT]
     # Independent of the type: the counts in the details are the ones of the bounding half.
     assert stored["bounding_num_in"] + stored["bounding_num_out"] <= 80 and r.details.split_seed == 3
-    assert (r.details.score, r.details.audit_name, r.details.init, r.details.fingerprints) == ("negative canary loss", "multi-run-x", "worst-case", {"member_ids": "ab" * 8})
+    assert (r.details.score, r.details.audit_name, r.details.init, r.details.fingerprints) == (
+        "negative canary loss",
+        "multi-run-x",
+        "worst-case",
+        {"member_ids": "ab" * 8},
+    )
 
 
 @pytest.mark.parametrize("bound", ["steinke", "fdp"])
@@ -51,7 +82,15 @@ def test_every_details_type_round_trips_through_its_stored_json_byte_for_byte(bo
     results = [
         audit_from_one_run(scores, included, claim=CLAIM, delta=1e-5, details=CONTEXT, bound=bound),
         audit_from_scores(*_scores(), claim=CLAIM, delta=1e-5, details=CONTEXT),
-        audit_from_scores(*_scores(), claim=CLAIM, delta=1e-5, method="white-box", threat_model="white-box", strategy="fixed", threshold=0.5),
+        audit_from_scores(
+            *_scores(),
+            claim=CLAIM,
+            delta=1e-5,
+            method="white-box",
+            threat_model="white-box",
+            strategy="fixed",
+            threshold=0.5,
+        ),
     ]
     for r in results:
         text = _strict(r.to_dict())
@@ -60,12 +99,18 @@ def test_every_details_type_round_trips_through_its_stored_json_byte_for_byte(bo
         assert _strict(again.to_dict()) == text
     assert [type(r.details) for r in results] == [OneRunDetails, ScoresDetails, WhiteBoxDetails]
     one = results[0].details
-    assert isinstance(one, OneRunDetails) and one.one_run_bound == bound and (one.tradeoff_curve is None) == (bound == "steinke")
+    assert (
+        isinstance(one, OneRunDetails)
+        and one.one_run_bound == bound
+        and (one.tradeoff_curve is None) == (bound == "steinke")
+    )
 
 
 def test_a_mapping_with_a_known_shape_loads_as_its_type_and_a_hand_made_one_as_context() -> None:
     pate = {k: 0 for k in PateAuditDetails.HEAD} | {"planted_bug": "none"}
-    assert type(details_from_dict(pate)) is PateAuditDetails and details_from_dict(pate).context == {"planted_bug": "none"}
+    assert type(details_from_dict(pate)) is PateAuditDetails and details_from_dict(pate).context == {
+        "planted_bug": "none"
+    }
     upload = dict.fromkeys(UploadAuditDetails.HEAD, 0) | {"game": audit_details.UPLOAD_GAME, "split_seed": None}
     del upload["split_seed"]
     assert type(details_from_dict(upload)) is UploadAuditDetails
@@ -81,7 +126,9 @@ def test_a_caller_key_that_names_a_computed_fact_overrides_it_in_place_as_before
     r = audit_from_scores(s_in, s_out, claim=CLAIM, delta=1e-5, details={"threshold": 0.001, "dataset": "digits"})
     stored = r.to_dict()["details"]
     assert list(stored)[0] == "threshold" and stored["threshold"] == 0.001 and list(stored)[-1] == "dataset"
-    assert isinstance(r.details, ScoresDetails) and r.details.threshold == 0.001 and "threshold" not in r.details.context
+    assert (
+        isinstance(r.details, ScoresDetails) and r.details.threshold == 0.001 and "threshold" not in r.details.context
+    )
 
 
 def test_check_details_keep_reason_and_error_first_and_the_evidence_after() -> None:
@@ -118,11 +165,18 @@ def _key_reads(tree: ast.AST) -> list[tuple[int, str]]:
         target, key = None, None
         if isinstance(node, ast.Subscript):
             target, key = node.value, node.slice
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args:
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+        ):
             target, key = node.func.value, node.args[0]
         if target is None or not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
             continue
-        named = (isinstance(target, ast.Attribute) and target.attr == "details") or (isinstance(target, ast.Name) and target.id == "details")
+        named = (isinstance(target, ast.Attribute) and target.attr == "details") or (
+            isinstance(target, ast.Name) and target.id == "details"
+        )
         if named:
             found.append((node.lineno, key.value))
     return found
@@ -143,18 +197,31 @@ def test_no_module_reads_audit_or_check_details_by_key_outside_the_types_own_mod
 
 def test_the_key_scan_sees_both_forms_of_read() -> None:
     # The scan itself, on code that reads by key (as compare/jobs.py and reports/audit.py did).
-    code = 'a = result.details["full_run_claim"]\nb = o.details.get("error")\nc = details["threshold"]\nd = result.details.full_run_claim\ne = x["details"]\n'
+    code = (
+        'a = result.details["full_run_claim"]\nb = o.details.get("error")\nc = '
+        'details["threshold"]\nd = result.details.full_run_claim\ne = '
+        'x["details"]\n'
+    )
     assert _key_reads(ast.parse(code)) == [(1, "full_run_claim"), (2, "error"), (3, "threshold")]
 
 
 # Files written by the code before the details were typed (commit b294724, every producer; the
 # DSSGD one with its clock stubbed): the typed values must load them and write the same bytes.
 STORED = Path(__file__).resolve().parent / "stored_details"
-_KIND = {"dssgd": UploadAuditDetails, "onerun_fdp": OneRunDetails, "pate_conf": PateAuditDetails, "scores_bonf": ScoresDetails, "scores_split": ScoresDetails, "wb_ctx": WhiteBoxDetails}
+_KIND = {
+    "dssgd": UploadAuditDetails,
+    "onerun_fdp": OneRunDetails,
+    "pate_conf": PateAuditDetails,
+    "scores_bonf": ScoresDetails,
+    "scores_split": ScoresDetails,
+    "wb_ctx": WhiteBoxDetails,
+}
 
 
 @pytest.mark.parametrize("name", sorted(_KIND))
-def test_a_result_stored_before_the_types_loads_typed_and_is_written_back_byte_for_byte(name: str, tmp_path: Path) -> None:
+def test_a_result_stored_before_the_types_loads_typed_and_is_written_back_byte_for_byte(
+    name: str, tmp_path: Path
+) -> None:
     from dpaudit.results.audit import load_audit_result, save_audit_result
 
     old = STORED / f"{name}.json"
@@ -182,7 +249,17 @@ def test_the_procedures_write_the_bytes_the_old_code_wrote(tmp_path: Path) -> No
     }
     made = {
         "scores_bonf": audit_from_scores(s_in, s_out, claim=CLAIM, delta=1e-5, details=ctx),
-        "scores_split": audit_from_scores(s_in, s_out, claim=CLAIM, delta=1e-5, strategy="split", bound="clopper-pearson", seed=3, details=ctx, group_size=2),
+        "scores_split": audit_from_scores(
+            s_in,
+            s_out,
+            claim=CLAIM,
+            delta=1e-5,
+            strategy="split",
+            bound="clopper-pearson",
+            seed=3,
+            details=ctx,
+            group_size=2,
+        ),
         "onerun_fdp": audit_from_one_run(scores, included, claim=CLAIM, delta=1e-5, details=ctx, bound="fdp"),
     }
     for name, result in made.items():

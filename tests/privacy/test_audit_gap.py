@@ -59,7 +59,14 @@ def test_claims_outside_the_family_have_none():
     assert r.epsilon_last_iterate is None
     assert r.gap["last_iterate_heuristic"] is None
     # The white-box game compares one un-sampled step: nothing is hidden from it.
-    w = audit_from_scores(s_in, s_out, claim=gaussian_step_claim(noise_multiplier=1.0), delta=DELTA, method="white-box", threat_model="white-box")
+    w = audit_from_scores(
+        s_in,
+        s_out,
+        claim=gaussian_step_claim(noise_multiplier=1.0),
+        delta=DELTA,
+        method="white-box",
+        threat_model="white-box",
+    )
     assert w.epsilon_last_iterate == pytest.approx(w.epsilon_ub, rel=1e-6)
     assert w.gap["last_iterate_heuristic"] == pytest.approx(0.0, abs=1e-5)
 
@@ -94,10 +101,28 @@ def _result(ub, li, ceiling, lb):
 @pytest.mark.parametrize(
     ("ub", "li", "ceiling", "lb", "expected"),
     [
-        (2.0, 1.5, 1.0, 0.4, {"last_iterate_heuristic": 0.5, "design": 1.0, "attack": 0.6}),  # ceiling below the heuristic
-        (2.0, 1.5, 3.0, 0.4, {"last_iterate_heuristic": 0.5, "design": 0.0, "attack": 1.6}),  # the design could show it all
+        (
+            2.0,
+            1.5,
+            1.0,
+            0.4,
+            {"last_iterate_heuristic": 0.5, "design": 1.0, "attack": 0.6},
+        ),  # ceiling below the heuristic
+        (
+            2.0,
+            1.5,
+            3.0,
+            0.4,
+            {"last_iterate_heuristic": 0.5, "design": 0.0, "attack": 1.6},
+        ),  # the design could show it all
         (2.0, None, 1.0, 0.4, {"last_iterate_heuristic": None, "design": 1.0, "attack": 0.6}),  # no heuristic
-        (2.0, 1.0, 3.0, 1.2, {"last_iterate_heuristic": 1.0, "design": 0.0, "attack": 0.8}),  # ε_LB above the heuristic: no negative share
+        (
+            2.0,
+            1.0,
+            3.0,
+            1.2,
+            {"last_iterate_heuristic": 1.0, "design": 0.0, "attack": 0.8},
+        ),  # ε_LB above the heuristic: no negative share
         (2.0, 1.5, None, 0.4, {"last_iterate_heuristic": 0.5, "design": 0.0, "attack": 1.6}),  # no ceiling recorded
     ],
 )

@@ -1,4 +1,5 @@
-"""Audit results and the torch-free audit helpers of :mod:`dpaudit.privacy.audit_procedures` and :mod:`dpaudit.privacy.audit_bounds` (docs/audits/statistics.md §1–5)."""
+"""Audit results and the torch-free audit helpers of :mod:`dpaudit.privacy.audit_procedures` and
+:mod:`dpaudit.privacy.audit_bounds` (docs/audits/statistics.md §1–5)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,18 @@ DELTA = 1e-5
 
 
 def _result(**kw):
-    base = dict(epsilon_lb=1.0, confidence=0.95, method="multi-run", bound="gdp", delta=DELTA, threshold_strategy="bonferroni", num_in=10, num_out=10, epsilon_ub=2.0, accountant="pld")
+    base = dict(
+        epsilon_lb=1.0,
+        confidence=0.95,
+        method="multi-run",
+        bound="gdp",
+        delta=DELTA,
+        threshold_strategy="bonferroni",
+        num_in=10,
+        num_out=10,
+        epsilon_ub=2.0,
+        accountant="pld",
+    )
     return AuditResult(**{**base, **kw})
 
 
@@ -58,12 +70,26 @@ def test_audit_result_validation(kw):
 def test_audit_from_scores_and_one_run_keep_estimates_apart():
     rng = np.random.default_rng(0)
     claim = gaussian_step_claim(noise_multiplier=1.0)
-    r = audit_from_scores(rng.normal(1, 1, 3000), rng.normal(0, 1, 3000), claim=claim, delta=DELTA, method="white-box", threat_model="white-box")
+    r = audit_from_scores(
+        rng.normal(1, 1, 3000),
+        rng.normal(0, 1, 3000),
+        claim=claim,
+        delta=DELTA,
+        method="white-box",
+        threat_model="white-box",
+    )
     # one un-sampled step: naive (basic composition of one exact Gaussian ε) ties with PLD
-    assert r.accountant in ("naive", "pld") and r.epsilon_ub == pytest.approx(gaussian_epsilon(delta=DELTA, sigma=1.0), rel=1e-3)
+    assert r.accountant in ("naive", "pld") and r.epsilon_ub == pytest.approx(
+        gaussian_epsilon(delta=DELTA, sigma=1.0), rel=1e-3
+    )
     assert 0 < r.epsilon_lb < r.epsilon_ub and r.epsilon_estimate is not None
     inc = rng.random(400) < 0.5
-    one = audit_from_one_run(rng.normal(size=400) + 5 * inc, inc, claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.0, num_steps=100), delta=DELTA)
+    one = audit_from_one_run(
+        rng.normal(size=400) + 5 * inc,
+        inc,
+        claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.0, num_steps=100),
+        delta=DELTA,
+    )
     assert one.method == "one-run" and one.violation and one.details.guess_curve
 
 
@@ -71,5 +97,7 @@ def test_composed_estimate_matches_clt_formula():
     from dpaudit.privacy.gaussian import gdp_epsilon
 
     mu = 0.01 * math.sqrt(1000 * math.expm1(1.0))
-    assert composed_gdp_epsilon(mu_step=1.0, sampling_rate=0.01, num_steps=1000, delta=DELTA) == pytest.approx(gdp_epsilon(mu=mu, delta=DELTA))
+    assert composed_gdp_epsilon(mu_step=1.0, sampling_rate=0.01, num_steps=1000, delta=DELTA) == pytest.approx(
+        gdp_epsilon(mu=mu, delta=DELTA)
+    )
     assert composed_gdp_epsilon(mu_step=0.0, sampling_rate=0.01, num_steps=10, delta=DELTA) == 0.0

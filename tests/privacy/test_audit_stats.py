@@ -19,7 +19,9 @@ from dpaudit.privacy.audit_stats import (
 from dpaudit.privacy.gaussian import gdp_epsilon
 
 
-@pytest.mark.parametrize("n, ceiling", [(100, 3.28), (500, 4.91), (1000, 5.60), (5000, 7.21), (10_000, 7.90), (100_000, 10.21)])
+@pytest.mark.parametrize(
+    "n, ceiling", [(100, 3.28), (500, 4.91), (1000, 5.60), (5000, 7.21), (10_000, 7.90), (100_000, 10.21)]
+)
 def test_clopper_pearson_ceilings(n, ceiling):
     eps = epsilon_lb_from_counts(true_positives=n, num_in=n, false_positives=0, num_out=n, delta=1e-5, confidence=0.95)
     assert round(eps, 2) == ceiling
@@ -35,13 +37,22 @@ def test_clopper_pearson_edges_defined():
     assert clopper_pearson_upper(5, 5, confidence=0.95) == 1.0
     assert 0 < clopper_pearson_upper(0, 5, confidence=0.95) < 1
     assert epsilon_lb_from_counts(true_positives=0, num_in=10, false_positives=10, num_out=10, delta=1e-5) == 0.0
-    assert epsilon_lb_from_counts(true_positives=10, num_in=10, false_positives=0, num_out=10, delta=1e-5, group_size=2) == pytest.approx(
+    assert epsilon_lb_from_counts(
+        true_positives=10, num_in=10, false_positives=0, num_out=10, delta=1e-5, group_size=2
+    ) == pytest.approx(
         epsilon_lb_from_counts(true_positives=10, num_in=10, false_positives=0, num_out=10, delta=1e-5) / 2
     )
 
 
 @pytest.mark.parametrize(
-    "r, correct, m, delta, expected", [(100, 100, 100, 1e-5, 3.49), (1000, 1000, 1000, 1e-12, 5.81), (5000, 5000, 5000, 1e-5, 7.28), (1000, 800, 5000, 1e-5, 1.25), (1000, 900, 5000, 1e-5, 2.02)]
+    "r, correct, m, delta, expected",
+    [
+        (100, 100, 100, 1e-5, 3.49),
+        (1000, 1000, 1000, 1e-12, 5.81),
+        (5000, 5000, 5000, 1e-5, 7.28),
+        (1000, 800, 5000, 1e-5, 1.25),
+        (1000, 900, 5000, 1e-5, 2.02),
+    ],
 )
 def test_one_run_reference_numbers(r, correct, m, delta, expected):
     assert round(one_run_epsilon_lb(num_canaries=m, num_guesses=r, num_correct=correct, delta=delta), 2) == expected
@@ -53,7 +64,10 @@ def test_identical_distributions_give_about_zero():
     for method in ("clopper-pearson", "gdp"):
         for strategy in ("bonferroni", "split", "fixed"):
             threshold = 0.5 if strategy == "fixed" else None
-            assert bound_from_scores(a, b, delta=1e-5, method=method, strategy=strategy, threshold=threshold).epsilon_lb < 0.15
+            assert (
+                bound_from_scores(a, b, delta=1e-5, method=method, strategy=strategy, threshold=threshold).epsilon_lb
+                < 0.15
+            )
     inc = rng.random(2000) < 0.5
     assert one_run_bound_from_scores(rng.normal(size=2000), inc, delta=1e-5)[0] < 0.15
 
@@ -73,7 +87,11 @@ def test_lower_bound_never_exceeds_true_epsilon(method, strategy):
     threshold = None if strategy != "fixed" else MU / 2 if method == "gdp" else 2.5 * MU
     for rep in range(reps):
         ins, outs = rng.normal(MU, 1.0, n), rng.normal(0.0, 1.0, n)
-        bounds.append(bound_from_scores(ins, outs, delta=1e-5, method=method, strategy=strategy, seed=rep, threshold=threshold).epsilon_lb)
+        bounds.append(
+            bound_from_scores(
+                ins, outs, delta=1e-5, method=method, strategy=strategy, seed=rep, threshold=threshold
+            ).epsilon_lb
+        )
     bounds = np.array(bounds)
     assert np.mean(bounds <= TRUE_EPS) >= 0.95
     assert np.median(bounds) > 0.2 * TRUE_EPS  # the test has power: bounds are not trivially 0
@@ -86,7 +104,9 @@ def test_gdp_bound_is_tight_with_a_perfect_threshold():
     n = 10**6
     t = MU / 2
     fpr, fnr = stats.norm.sf(t), stats.norm.cdf(t - MU)
-    eps = gdp_epsilon_lb_from_counts(true_positives=int(n * (1 - fnr)), num_in=n, false_positives=int(n * fpr), num_out=n, delta=1e-5)
+    eps = gdp_epsilon_lb_from_counts(
+        true_positives=int(n * (1 - fnr)), num_in=n, false_positives=int(n * fpr), num_out=n, delta=1e-5
+    )
     assert 0.9 * TRUE_EPS < eps <= TRUE_EPS
 
 
@@ -156,13 +176,19 @@ def test_gdp_observations_needed_reaches_the_ratio_in_simulation(mu):
     delta, ratio = 1e-5, 0.9
     n = gdp_observations_needed(mu=mu, delta=delta, ratio=ratio)
     # fewer observations are needed for a larger mu, more for a higher ratio
-    assert gdp_observations_needed(mu=2 * mu, delta=delta, ratio=ratio) < n < gdp_observations_needed(mu=mu, delta=delta, ratio=0.95)
+    assert (
+        gdp_observations_needed(mu=2 * mu, delta=delta, ratio=ratio)
+        < n
+        < gdp_observations_needed(mu=mu, delta=delta, ratio=0.95)
+    )
     eps = gdp_epsilon(mu=mu, delta=delta)
     rng = np.random.default_rng(11)
     ratios = []
     for _ in range(20):
         ins, outs = rng.normal(mu, 1.0, n // 2), rng.normal(0.0, 1.0, n // 2)
-        ratios.append(bound_from_scores(ins, outs, delta=delta, method="gdp", strategy="fixed", threshold=mu / 2).epsilon_lb / eps)
+        ratios.append(
+            bound_from_scores(ins, outs, delta=delta, method="gdp", strategy="fixed", threshold=mu / 2).epsilon_lb / eps
+        )
     # the rule targets the expected ratio: the simulated median sits near it, and every draw above 0.8
     assert abs(np.median(ratios) - ratio) < 0.03 and min(ratios) > 0.8 and max(ratios) < 1.0
 

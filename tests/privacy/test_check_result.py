@@ -7,7 +7,14 @@ import math
 
 import pytest
 
-from dpaudit.results.check import CHECK_FILE, CheckOutcome, CheckReport, check_status, load_check_report, save_check_report
+from dpaudit.results.check import (
+    CHECK_FILE,
+    CheckOutcome,
+    CheckReport,
+    check_status,
+    load_check_report,
+    save_check_report,
+)
 
 
 def outcome(**over):
@@ -44,7 +51,14 @@ def report(*outcomes):
 
 @pytest.mark.parametrize(
     ("lb", "ub", "ceiling", "status"),
-    [(4.1, 0.97, 6.0, "violated"), (0.5, 0.97, 6.0, "passed"), (0.5, 0.97, 0.9, "inconclusive"), (0.0, 0.97, 0.0, "inconclusive"), (0.97, 0.97, 2.0, "passed"), (1.0, math.inf, 3.0, "inconclusive")],
+    [
+        (4.1, 0.97, 6.0, "violated"),
+        (0.5, 0.97, 6.0, "passed"),
+        (0.5, 0.97, 0.9, "inconclusive"),
+        (0.0, 0.97, 0.0, "inconclusive"),
+        (0.97, 0.97, 2.0, "passed"),
+        (1.0, math.inf, 3.0, "inconclusive"),
+    ],
 )
 def test_status_rule(lb, ub, ceiling, status):
     assert check_status(epsilon_lb=lb, epsilon_ub=ub, ceiling=ceiling) == status
@@ -102,13 +116,38 @@ def test_report_rejects_duplicate_checks_and_bad_values():
     with pytest.raises(ValueError, match="duplicates"):
         report(outcome(), outcome())
     with pytest.raises(ValueError, match="budget_minutes"):
-        CheckReport(train_fn="a:b", model_fn=None, claim_description="", delta=1e-5, confidence=0.95, budget_minutes=0, outcomes=(), seconds=0)
+        CheckReport(
+            train_fn="a:b",
+            model_fn=None,
+            claim_description="",
+            delta=1e-5,
+            confidence=0.95,
+            budget_minutes=0,
+            outcomes=(),
+            seconds=0,
+        )
     with pytest.raises(TypeError, match="CheckOutcome"):
-        CheckReport(train_fn="a:b", model_fn=None, claim_description="", delta=1e-5, confidence=0.95, budget_minutes=1, outcomes=({"name": "x"},), seconds=0)
+        CheckReport(
+            train_fn="a:b",
+            model_fn=None,
+            claim_description="",
+            delta=1e-5,
+            confidence=0.95,
+            budget_minutes=1,
+            outcomes=({"name": "x"},),
+            seconds=0,
+        )
 
 
 def test_round_trip_through_check_json(tmp_path):
-    inconclusive = outcome(name="state-leakage", finding="state-leakage: could not run: no --model-fn", epsilon_lb=0.0, ceiling=0.0, status="inconclusive", epsilon_ub=math.inf)
+    inconclusive = outcome(
+        name="state-leakage",
+        finding="state-leakage: could not run: no --model-fn",
+        epsilon_lb=0.0,
+        ceiling=0.0,
+        status="inconclusive",
+        epsilon_ub=math.inf,
+    )
     r = report(outcome(), inconclusive)
     path = save_check_report(r, tmp_path)
     assert path == tmp_path / CHECK_FILE

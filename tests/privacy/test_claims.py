@@ -6,7 +6,14 @@ from dp_accounting import dp_event as dpe
 
 from dpaudit.privacy.accountant_names import ACCOUNTANTS
 from dpaudit.privacy.accountants import compute_epsilon
-from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, claim_from_dict, dpsgd_claim, event_from_dict, event_to_dict
+from dpaudit.privacy.claims import (
+    DPClaim,
+    NonPrivateClaim,
+    claim_from_dict,
+    dpsgd_claim,
+    event_from_dict,
+    event_to_dict,
+)
 from dpaudit.privacy.events import sampled_gaussian_event
 from tests.privacy.accounting_reference import moments_epsilon
 
@@ -14,7 +21,9 @@ from tests.privacy.accounting_reference import moments_epsilon
 def test_dpsgd_claim_matches_event_and_reference_vector():
     claim = dpsgd_claim(sampling_rate=0.01, noise_multiplier=4, num_steps=10_000)
     # Abadi et al.'s setting (their ε ≈ 1.26; 1.2586 here), against the moments accountant's closed form.
-    assert claim.epsilon(delta=1e-5, accountant="moments") == pytest.approx(moments_epsilon(0.01, 4.0, 10_000, 1e-5), rel=1e-9)
+    assert claim.epsilon(delta=1e-5, accountant="moments") == pytest.approx(
+        moments_epsilon(0.01, 4.0, 10_000, 1e-5), rel=1e-9
+    )
     event = sampled_gaussian_event(sampling_rate=0.01, noise_multiplier=4, num_steps=10_000)
     assert claim.epsilon(delta=1e-5, accountant="rdp") == compute_epsilon(event, delta=1e-5, accountant="rdp")
     bound = claim.upper_bound(delta=1e-5)
@@ -30,7 +39,9 @@ def test_nonprivate_claim_has_no_accountant_and_infinite_bound():
 
 
 def test_claim_round_trips_through_json():
-    claim = dpsgd_claim(sampling_rate=0.02, noise_multiplier=1.1, num_steps=500).compose(DPClaim(event=dpe.GaussianDpEvent(7.0), description="DP-PCA"))
+    claim = dpsgd_claim(sampling_rate=0.02, noise_multiplier=1.1, num_steps=500).compose(
+        DPClaim(event=dpe.GaussianDpEvent(7.0), description="DP-PCA")
+    )
     again = claim_from_dict(json.loads(json.dumps(claim.to_dict())))
     assert again.event == claim.event
     assert again.description == claim.description
@@ -93,11 +104,19 @@ def test_claims_say_which_accountants_apply_and_evaluate_under_each():
 @pytest.mark.parametrize(
     "field, value, match",
     [
-        (("event", "event", "event", "noise_multiplier"), -1.1, r"event\.event\.event\.noise_multiplier must be finite and > 0, got -1\.1"),
+        (
+            ("event", "event", "event", "noise_multiplier"),
+            -1.1,
+            r"event\.event\.event\.noise_multiplier must be finite and > 0, got -1\.1",
+        ),
         (("event", "event", "event", "noise_multiplier"), 0, r"noise_multiplier must be finite and > 0, got 0"),
         (("event", "event", "event", "noise_multiplier"), math.nan, r"noise_multiplier must not be NaN"),
         (("event", "event", "event", "noise_multiplier"), "1.1", r"noise_multiplier must be a real number, got '1.1'"),
-        (("event", "event", "sampling_probability"), 2, r"event\.event\.sampling_probability must lie in \(0, 1\], got 2"),
+        (
+            ("event", "event", "sampling_probability"),
+            2,
+            r"event\.event\.sampling_probability must lie in \(0, 1\], got 2",
+        ),
         (("event", "event", "sampling_probability"), 0.0, r"sampling_probability must lie in \(0, 1\], got 0.0"),
         (("event", "count"), -5, r"event\.count must be an integer >= 0, got -5"),
         (("event", "count"), 2.5, r"event\.count must be an integer, got 2\.5"),
@@ -119,7 +138,10 @@ def test_tampered_dp_claims_are_refused_naming_the_field_and_value(field, value,
     [
         (dpe.GaussianDpEvent(-1.0), "noise_multiplier"),
         (dpe.LaplaceDpEvent(0.0), "noise_multiplier"),
-        (dpe.ComposedDpEvent([dpe.GaussianDpEvent(1.0), dpe.PoissonSampledDpEvent(1.5, dpe.GaussianDpEvent(1.0))]), r"event\.events\[1\]\.sampling_probability"),
+        (
+            dpe.ComposedDpEvent([dpe.GaussianDpEvent(1.0), dpe.PoissonSampledDpEvent(1.5, dpe.GaussianDpEvent(1.0))]),
+            r"event\.events\[1\]\.sampling_probability",
+        ),
         (dpe.SampledWithoutReplacementDpEvent(10, 20, dpe.GaussianDpEvent(1.0)), "sample_size"),
         (dpe.SampledWithReplacementDpEvent(0, 1, dpe.GaussianDpEvent(1.0)), "source_dataset_size"),
     ],

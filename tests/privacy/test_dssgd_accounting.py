@@ -12,7 +12,16 @@ from dpaudit.privacy.dssgd import DSSGDClaim, noise_scales, round_epsilon, uploa
 
 
 def _claim(split="sum", eps=0.5, c=1000, rounds=50, n=105_506, **kw):
-    return DSSGDClaim.build(epsilon_per_parameter=eps, bound=0.01, threshold=0.001, uploads_per_round=c, num_rounds=rounds, num_parameters=n, split=split, **kw)
+    return DSSGDClaim.build(
+        epsilon_per_parameter=eps,
+        bound=0.01,
+        threshold=0.001,
+        uploads_per_round=c,
+        num_rounds=rounds,
+        num_parameters=n,
+        split=split,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("split", ["sum", "seed"])
@@ -27,11 +36,15 @@ def test_pure_epsilon_is_rounds_times_uploads_times_epsilon(split):
 
 def test_costs_follow_from_the_scales():
     s = noise_scales(epsilon=1.0, bound=0.5, split="sum")
-    sel, rel = upload_costs(sensitivity=s.sensitivity, threshold_scale=s.threshold, query_scale=s.query, release_scale=s.release)
+    sel, rel = upload_costs(
+        sensitivity=s.sensitivity, threshold_scale=s.threshold, query_scale=s.query, release_scale=s.release
+    )
     assert sel == pytest.approx(8 / 9) and rel == pytest.approx(1 / 9)
     assert s.sensitivity == 1.0
     # doubling every scale halves the cost
-    sel2, rel2 = upload_costs(sensitivity=1.0, threshold_scale=2 * s.threshold, query_scale=2 * s.query, release_scale=2 * s.release)
+    sel2, rel2 = upload_costs(
+        sensitivity=1.0, threshold_scale=2 * s.threshold, query_scale=2 * s.query, release_scale=2 * s.release
+    )
     assert (sel2, rel2) == pytest.approx((sel / 2, rel / 2))
     assert round_epsilon(s, uploads=10) == pytest.approx(10.0)
     # an exhausted sweep pays its open segment's threshold shift, still below c·ε for uploads < c
@@ -106,5 +119,12 @@ def test_missing_field_and_bad_accountant_are_refused():
 def test_dssgd_svt_claim_builds_the_same_claim():
     from dpaudit.privacy.dssgd import dssgd_svt_claim
 
-    kw = dict(epsilon_per_parameter=0.5, bound=0.01, threshold=0.001, uploads_per_round=1000, num_rounds=50, num_parameters=105_506)
+    kw = dict(
+        epsilon_per_parameter=0.5,
+        bound=0.01,
+        threshold=0.001,
+        uploads_per_round=1000,
+        num_rounds=50,
+        num_parameters=105_506,
+    )
     assert dssgd_svt_claim(**kw) == DSSGDClaim.build(**kw)

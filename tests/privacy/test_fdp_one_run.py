@@ -63,7 +63,9 @@ def test_idealised_table(mu, m, ks, pub_fdp, pub_steinke, ours_fdp, ours_steinke
 
 
 def test_perfect_guesses_give_a_finite_ceiling_that_grows_with_r():
-    ceilings = [fdp_one_run_epsilon_lb(num_canaries=10**5, num_guesses=r, num_correct=r, delta=DELTA) for r in (100, 1000, 5000)]
+    ceilings = [
+        fdp_one_run_epsilon_lb(num_canaries=10**5, num_guesses=r, num_correct=r, delta=DELTA) for r in (100, 1000, 5000)
+    ]
     assert all(math.isfinite(c) for c in ceilings)
     assert ceilings[0] < ceilings[1] < ceilings[2]
     # …and beats Steinke's ceiling at the same counts (docs/audits/statistics.md §4: r = 1000 → 5.81 at m = r = 5000).
@@ -195,7 +197,10 @@ def test_subsampled_curve_is_a_symmetric_tradeoff_and_q1_is_gaussian():
         # symmetric: f(f(x)) = x
         back = np.array([subsampled_gaussian_tradeoff(y, mu=1.5, sampling_rate=q) for y in f])
         np.testing.assert_allclose(back, xs, atol=1e-7)
-    np.testing.assert_allclose([subsampled_gaussian_tradeoff(x, mu=1.0, sampling_rate=1.0) for x in xs], [gaussian_tradeoff(x, mu=1.0) for x in xs])
+    np.testing.assert_allclose(
+        [subsampled_gaussian_tradeoff(x, mu=1.0, sampling_rate=1.0) for x in xs],
+        [gaussian_tradeoff(x, mu=1.0) for x in xs],
+    )
 
 
 @pytest.mark.parametrize("curve,q", [("gaussian", 1.0), ("subsampled-gaussian", 0.2)])
@@ -251,7 +256,10 @@ def test_audit_from_one_run_default_unchanged_and_fdp_labelled():
         (dict(num_canaries=100, num_guesses=10, num_correct=5, num_tests=0), "num_tests"),
         (dict(num_canaries=100, num_guesses=10, num_correct=5, curve="laplace"), "curve"),
         (dict(num_canaries=100, num_guesses=10, num_correct=5, sampling_rate=0.5), "sampling_rate"),
-        (dict(num_canaries=100, num_guesses=10, num_correct=5, curve="subsampled-gaussian", sampling_rate=0.0), "sampling_rate"),
+        (
+            dict(num_canaries=100, num_guesses=10, num_correct=5, curve="subsampled-gaussian", sampling_rate=0.0),
+            "sampling_rate",
+        ),
         (dict(num_canaries=100, num_guesses=10.5, num_correct=5), "num_guesses"),
     ],
 )
@@ -286,7 +294,9 @@ def test_bad_arguments_named_elsewhere():
 def test_cli_refuses_one_run_bound_without_one_run(tmp_path, capsys):
     from dpaudit.app.cli import main
 
-    rc = main(["audit", "--target-epsilon", "2", "--one-run-bound", "fdp", "--out", str(tmp_path / "run"), "--no-report"])
+    rc = main(
+        ["audit", "--target-epsilon", "2", "--one-run-bound", "fdp", "--out", str(tmp_path / "run"), "--no-report"]
+    )
     assert rc == 2
     err = capsys.readouterr().err
     assert "--one-run-bound" in err and len(err.strip().splitlines()) == 1

@@ -160,9 +160,13 @@ def test_gaussian_epsilon_is_zero_when_already_zero_dp():
 @PROPS
 @given(epsilon=st.floats(0.0, 20.0), mu=st.floats(0.02, 20.0))
 def test_gdp_delta_is_gaussian_delta_with_sigma_one_over_mu(epsilon, mu):
-    assert g.gdp_delta(epsilon=epsilon, mu=mu) == pytest.approx(g.gaussian_delta(epsilon=epsilon, sigma=1.0 / mu), rel=1e-9, abs=1e-300)
+    assert g.gdp_delta(epsilon=epsilon, mu=mu) == pytest.approx(
+        g.gaussian_delta(epsilon=epsilon, sigma=1.0 / mu), rel=1e-9, abs=1e-300
+    )
     # Only the ratio Δ/σ matters.
-    assert g.gdp_delta(epsilon=epsilon, mu=mu) == pytest.approx(g.gaussian_delta(epsilon=epsilon, sigma=3.0, sensitivity=3.0 * mu), rel=1e-9, abs=1e-300)
+    assert g.gdp_delta(epsilon=epsilon, mu=mu) == pytest.approx(
+        g.gaussian_delta(epsilon=epsilon, sigma=3.0, sensitivity=3.0 * mu), rel=1e-9, abs=1e-300
+    )
 
 
 @PROPS
@@ -238,7 +242,9 @@ def test_extended_refuses_large_delta(delta):
 )
 @pytest.mark.parametrize(("epsilon", "delta", "sensitivity"), [(0.5, 1e-5, 1.0), (1.0, 0.01, 2.5)])
 def test_calibrate_gaussian_dispatch(method, fn, epsilon, delta, sensitivity):
-    assert g.calibrate_gaussian(epsilon=epsilon, delta=delta, sensitivity=sensitivity, method=method) == fn(epsilon=epsilon, delta=delta, sensitivity=sensitivity)
+    assert g.calibrate_gaussian(epsilon=epsilon, delta=delta, sensitivity=sensitivity, method=method) == fn(
+        epsilon=epsilon, delta=delta, sensitivity=sensitivity
+    )
 
 
 def test_calibrate_gaussian_default_is_analytic():
@@ -273,7 +279,12 @@ PUBLIC = {
     "calibrate_gaussian": (g.calibrate_gaussian, {"epsilon": 0.5, "delta": 1e-5, "sensitivity": 1.0,
                                                   "method": "analytic"}, {**_CALIB, "method": METHOD}),
 }  # fmt: skip
-BAD_CASES = [pytest.param(fname, arg, bad, exc, id=f"{fname}-{arg}-{bad!r}") for fname, (_, _, table) in PUBLIC.items() for arg, bads in table.items() for bad, exc in bads]
+BAD_CASES = [
+    pytest.param(fname, arg, bad, exc, id=f"{fname}-{arg}-{bad!r}")
+    for fname, (_, _, table) in PUBLIC.items()
+    for arg, bads in table.items()
+    for bad, exc in bads
+]
 
 
 @pytest.mark.parametrize(("fname", "arg", "bad", "exc"), BAD_CASES)

@@ -21,7 +21,12 @@ from scipy import integrate, stats
 from dpaudit.privacy.audit_bounds import gaussian_step_claim
 from dpaudit.privacy.claims import DPClaim, NonPrivateClaim, dpsgd_claim
 from dpaudit.privacy.gaussian import gaussian_epsilon
-from dpaudit.privacy.last_iterate import claim_last_iterate_epsilon, dpsgd_parameters, last_iterate_delta, last_iterate_epsilon
+from dpaudit.privacy.last_iterate import (
+    claim_last_iterate_epsilon,
+    dpsgd_parameters,
+    last_iterate_delta,
+    last_iterate_epsilon,
+)
 
 # (q, σ, T) → {ε: δ(ε) by quadrature}, and ε at δ = 1e-5 by quadrature.
 QUADRATURE_DELTAS = {
@@ -47,21 +52,29 @@ def _quadrature_delta(q: float, sigma: float, steps: int, eps: float, n: int = 1
 def _pld_epsilon(q: float, sigma: float, steps: int, delta: float, interval: float = 1e-4) -> float:
     """ε of the full transcript (every iterate released): dp_accounting's PLD, pessimistic."""
     acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=interval)
-    inner: dpe.DpEvent = dpe.GaussianDpEvent(sigma) if q == 1 else dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma))
+    inner: dpe.DpEvent = (
+        dpe.GaussianDpEvent(sigma) if q == 1 else dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma))
+    )
     acc.compose(inner, steps)
     return float(acc.get_epsilon(delta))
 
 
-@pytest.mark.parametrize(("params", "eps", "expected"), [(p, e, d) for p, row in QUADRATURE_DELTAS.items() for e, d in row.items()])
+@pytest.mark.parametrize(
+    ("params", "eps", "expected"), [(p, e, d) for p, row in QUADRATURE_DELTAS.items() for e, d in row.items()]
+)
 def test_delta_matches_quadrature_vectors(params, eps, expected):
     q, sigma, steps = params
-    assert last_iterate_delta(sampling_rate=q, noise_multiplier=sigma, num_steps=steps, epsilon=eps) == pytest.approx(expected, rel=1e-7)
+    assert last_iterate_delta(sampling_rate=q, noise_multiplier=sigma, num_steps=steps, epsilon=eps) == pytest.approx(
+        expected, rel=1e-7
+    )
 
 
 @pytest.mark.parametrize(("params", "expected"), list(QUADRATURE_EPSILONS.items()))
 def test_epsilon_matches_quadrature_vectors(params, expected):
     q, sigma, steps = params
-    assert last_iterate_epsilon(sampling_rate=q, noise_multiplier=sigma, num_steps=steps, delta=1e-5) == pytest.approx(expected, abs=1e-8)
+    assert last_iterate_epsilon(sampling_rate=q, noise_multiplier=sigma, num_steps=steps, delta=1e-5) == pytest.approx(
+        expected, abs=1e-8
+    )
 
 
 @pytest.mark.parametrize(("q", "sigma", "steps"), [(0.2, 1.5, 8), (0.7, 2.0, 3)])
@@ -72,14 +85,20 @@ def test_delta_matches_live_quadrature(q, sigma, steps):
         assert got == pytest.approx(_quadrature_delta(q, sigma, steps, eps), rel=1e-6)
 
 
-@pytest.mark.parametrize(("sigma", "steps", "delta"), [(1.0, 1, 1e-5), (2.0, 9, 1e-5), (4.0, 10_000, 1e-5), (0.7, 30, 1e-3)])
+@pytest.mark.parametrize(
+    ("sigma", "steps", "delta"), [(1.0, 1, 1e-5), (2.0, 9, 1e-5), (4.0, 10_000, 1e-5), (0.7, 30, 1e-3)]
+)
 def test_full_batches_are_the_gaussian_mechanism(sigma, steps, delta):
     # q = 1: S = T + N(0, Tσ²), the Gaussian mechanism with μ = √T/σ (Balle & Wang 2018, Thm 8).
     expected = gaussian_epsilon(delta=delta, sigma=sigma / math.sqrt(steps))
-    assert last_iterate_epsilon(sampling_rate=1.0, noise_multiplier=sigma, num_steps=steps, delta=delta) == pytest.approx(expected, rel=1e-9)
+    assert last_iterate_epsilon(
+        sampling_rate=1.0, noise_multiplier=sigma, num_steps=steps, delta=delta
+    ) == pytest.approx(expected, rel=1e-9)
 
 
-@pytest.mark.parametrize(("q", "sigma", "delta"), [(0.01, 1.0, 1e-5), (0.1, 0.8, 1e-5), (0.5, 2.0, 1e-6), (0.3, 0.5, 1e-3)])
+@pytest.mark.parametrize(
+    ("q", "sigma", "delta"), [(0.01, 1.0, 1e-5), (0.1, 0.8, 1e-5), (0.5, 2.0, 1e-6), (0.3, 0.5, 1e-3)]
+)
 def test_one_step_is_the_subsampled_gaussian(q, sigma, delta):
     # T = 1: nothing is hidden; the last iterate is the one release, whose tight ε dp_accounting's PLD gives.
     got = last_iterate_epsilon(sampling_rate=q, noise_multiplier=sigma, num_steps=1, delta=delta)
@@ -105,12 +124,16 @@ def test_not_monotone_in_the_first_steps():
     one = last_iterate_delta(sampling_rate=0.05, noise_multiplier=1.0, num_steps=1, epsilon=0.95)
     three = last_iterate_delta(sampling_rate=0.05, noise_multiplier=1.0, num_steps=3, epsilon=0.95)
     assert one == pytest.approx(1.5706546862e-05, rel=1e-7) and three == pytest.approx(5.9331560615e-06, rel=1e-7)
-    assert last_iterate_epsilon(sampling_rate=0.05, noise_multiplier=1.0, num_steps=3, delta=1e-5) < last_iterate_epsilon(sampling_rate=0.05, noise_multiplier=1.0, num_steps=1, delta=1e-5)
+    assert last_iterate_epsilon(
+        sampling_rate=0.05, noise_multiplier=1.0, num_steps=3, delta=1e-5
+    ) < last_iterate_epsilon(sampling_rate=0.05, noise_multiplier=1.0, num_steps=1, delta=1e-5)
 
 
 @pytest.mark.parametrize(("q", "sigma", "steps"), [(0.01, 4.0, 10_000), (0.1, 3.0, 50), (0.01, 1.0, 1000)])
 def test_below_the_full_transcript(q, sigma, steps):
-    assert last_iterate_epsilon(sampling_rate=q, noise_multiplier=sigma, num_steps=steps, delta=1e-5) <= _pld_epsilon(q, sigma, steps, 1e-5)
+    assert last_iterate_epsilon(sampling_rate=q, noise_multiplier=sigma, num_steps=steps, delta=1e-5) <= _pld_epsilon(
+        q, sigma, steps, 1e-5
+    )
 
 
 def test_far_below_the_full_transcript_when_steps_hide_a_weak_signal():
@@ -148,7 +171,9 @@ def test_never_above_the_full_transcript_many(q, sigma, steps, delta):
 
 def test_inverse_of_delta():
     eps = last_iterate_epsilon(sampling_rate=0.02, noise_multiplier=1.2, num_steps=500, delta=1e-6)
-    assert last_iterate_delta(sampling_rate=0.02, noise_multiplier=1.2, num_steps=500, epsilon=eps) == pytest.approx(1e-6, rel=1e-6)
+    assert last_iterate_delta(sampling_rate=0.02, noise_multiplier=1.2, num_steps=500, epsilon=eps) == pytest.approx(
+        1e-6, rel=1e-6
+    )
 
 
 def test_edges():
@@ -156,7 +181,9 @@ def test_edges():
     assert last_iterate_epsilon(sampling_rate=0.5, noise_multiplier=1e300, num_steps=10, delta=1e-5) == 0.0
     assert last_iterate_epsilon(sampling_rate=0.5, noise_multiplier=1e-200, num_steps=10, delta=1e-5) == math.inf
     # Disjoint components: δ is the chance the example was ever sampled.
-    assert last_iterate_delta(sampling_rate=0.5, noise_multiplier=1e-200, num_steps=10, epsilon=3.0) == pytest.approx(1 - 0.5**10)
+    assert last_iterate_delta(sampling_rate=0.5, noise_multiplier=1e-200, num_steps=10, epsilon=3.0) == pytest.approx(
+        1 - 0.5**10
+    )
 
 
 @pytest.mark.parametrize(

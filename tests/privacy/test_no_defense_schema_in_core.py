@@ -24,14 +24,23 @@ def _dpsgd_only_fields() -> set[str]:
     # Names another defense's schema shares (PATE's delta, DSSGD's target_epsilon, ...) are that
     # defense's keys too; the DP-SGD schema's own names are the rest.
     own = {f.name for f in dataclasses.fields(DPSGDConfig)}
-    others = {f.name for spec in DEFENSES.values() if not issubclass(spec.config_type, DPSGDConfig) for f in dataclasses.fields(spec.config_type)}
+    others = {
+        f.name
+        for spec in DEFENSES.values()
+        if not issubclass(spec.config_type, DPSGDConfig)
+        for f in dataclasses.fields(spec.config_type)
+    }
     return own - others
 
 
 def _key_reads(tree: ast.AST) -> Iterator[tuple[int, str]]:
     """String constants used as a mapping key: ``m["k"]``, ``m.get("k")``, ``required(where, m, "k")``, ``"k" in m``."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+        ):
             yield node.lineno, node.slice.value
         elif isinstance(node, ast.Call):
             func = node.func
@@ -42,7 +51,12 @@ def _key_reads(tree: ast.AST) -> Iterator[tuple[int, str]]:
             else:
                 continue
             yield from ((k.lineno, k.value) for k in keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
-        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+        elif (
+            isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Constant)
+            and isinstance(node.left.value, str)
+            and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
+        ):
             yield node.lineno, node.left.value
 
 
@@ -66,15 +80,26 @@ def test_no_key_of_the_dpsgd_schema_is_read_in_dpaudit_privacy():
         where = path.relative_to(PRIVACY.parents[1])
         found += [f"{where}:{line} reads config key {key!r}" for line, key in _key_reads(tree) if key in schema]
         # A schema name that is no parameter of the core has no business in it at all.
-        found += [f"{where}:{n.lineno} names {n.value!r}" for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in schema - vocabulary]
-    assert not found, "DP-SGD's schema belongs to defenses/dpsgd/config.py (DPSGDConfig.rebuild_claim):\n" + "\n".join(found)
+        found += [
+            f"{where}:{n.lineno} names {n.value!r}"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in schema - vocabulary
+        ]
+    assert not found, "DP-SGD's schema belongs to defenses/dpsgd/config.py (DPSGDConfig.rebuild_claim):\n" + "\n".join(
+        found
+    )
 
 
 def test_the_dp_claim_is_rebuilt_by_the_config_type_through_the_registry(monkeypatch):
     # The registry's "dp" entry is the config's own rebuild: a config type answering otherwise changes the check.
     assert isinstance(DPSGDConfig(), ClaimConfig)
     claim = dpsgd_claim(sampling_rate=0.05, noise_multiplier=1.0, num_steps=20)
-    config = {"noise_multiplier": 1.0, "sampling_rate": 0.05, "epochs": 1, "robustness_epsilon": 4.0}  # a Secure-SGD record's extra field is not DP-SGD's
+    config = {
+        "noise_multiplier": 1.0,
+        "sampling_rate": 0.05,
+        "epochs": 1,
+        "robustness_epsilon": 4.0,
+    }  # a Secure-SGD record's extra field is not DP-SGD's
     metrics = {"sampling_rate": 0.05, "noise_multiplier": 1.0, "num_steps": 20}
     check_record_claim(claim, config=config, metrics=metrics, num_members=120)
     calls = []

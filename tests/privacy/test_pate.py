@@ -71,7 +71,10 @@ def test_lnmax_moment_orders_parameter():
 def test_lnmax_data_dependent_needs_small_q():
     # A near-tie: q is large, the data-dependent bound does not apply, the data-independent one is used.
     votes = [100, 99, 51]
-    np.testing.assert_allclose(mechanisms.lnmax_log_moments(votes, laplace_scale=20), mechanisms.lnmax_log_moments(votes, laplace_scale=20, data_dependent=False))
+    np.testing.assert_allclose(
+        mechanisms.lnmax_log_moments(votes, laplace_scale=20),
+        mechanisms.lnmax_log_moments(votes, laplace_scale=20, data_dependent=False),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -93,10 +96,17 @@ def test_gnmax_log_q_vectors(votes, logq):
 
 
 def test_gnmax_rdp_table():
-    np.testing.assert_allclose(mechanisms.gnmax_rdp(TEN, sigma=40, orders=[10, 20, 50]), [0.001135, 0.001926, 0.016202], atol=6e-7)
-    np.testing.assert_allclose(mechanisms.gnmax_rdp(TEN, sigma=40, orders=[10, 20, 50], data_dependent=False), [0.00625, 0.0125, 0.03125])
+    np.testing.assert_allclose(
+        mechanisms.gnmax_rdp(TEN, sigma=40, orders=[10, 20, 50]), [0.001135, 0.001926, 0.016202], atol=6e-7
+    )
+    np.testing.assert_allclose(
+        mechanisms.gnmax_rdp(TEN, sigma=40, orders=[10, 20, 50], data_dependent=False), [0.00625, 0.0125, 0.03125]
+    )
     spread = [150, 50, 20, 10, 10, 5, 5, 0, 0, 0]
-    np.testing.assert_array_equal(mechanisms.gnmax_rdp(spread, sigma=40, orders=[10, 20, 50]), mechanisms.gnmax_rdp_data_independent(sigma=40, orders=[10, 20, 50]))
+    np.testing.assert_array_equal(
+        mechanisms.gnmax_rdp(spread, sigma=40, orders=[10, 20, 50]),
+        mechanisms.gnmax_rdp_data_independent(sigma=40, orders=[10, 20, 50]),
+    )
     unanimous = mechanisms.gnmax_rdp([250] + [0] * 9, sigma=40, orders=[10, 20, 50])
     np.testing.assert_allclose(unanimous[:2], [2.3e-5, 5.3e-5], atol=6e-7)
     assert unanimous[2] == pytest.approx(0.002083, abs=6e-7)
@@ -124,9 +134,13 @@ def test_confident_gnmax_vector():
     assert rdp1 == pytest.approx(4.4444e-4, abs=1e-8)
     assert rdp1 == pytest.approx(20 / (2 * 150**2))  # the data-independent λ/(2σ1²)
     assert rdp2 == pytest.approx(0.0019263, abs=1e-7)
-    expected = mechanisms.confident_gnmax_expected_rdp(TEN, threshold=200, threshold_sigma=150, sigma=40, orders=[20])[0]
+    expected = mechanisms.confident_gnmax_expected_rdp(TEN, threshold=200, threshold_sigma=150, sigma=40, orders=[20])[
+        0
+    ]
     assert expected == pytest.approx(0.0014076, abs=1e-7)
-    res = pate_analysis.analyze_confident_gnmax(np.tile(TEN, (4, 1)), threshold=200, threshold_sigma=150, sigma=40, delta=1e-5, orders=[20])
+    res = pate_analysis.analyze_confident_gnmax(
+        np.tile(TEN, (4, 1)), threshold=200, threshold_sigma=150, sigma=40, delta=1e-5, orders=[20]
+    )
     assert res.rdp_data_dependent[0] == pytest.approx(4 * expected, rel=1e-12)
     assert res.data_dependent.cost == "expected" and res.data_independent.cost == "realised"
     assert res.data_dependent.expected_answered == pytest.approx(2.0)
@@ -136,7 +150,9 @@ def test_confident_gnmax_vector():
 def test_confident_gnmax_answered_mask():
     votes = np.tile(TEN, (4, 1))
     answered = np.array([True, False, False, True])
-    res = pate_analysis.analyze_confident_gnmax(votes, threshold=200, threshold_sigma=150, sigma=40, delta=1e-5, orders=[20], answered=answered)
+    res = pate_analysis.analyze_confident_gnmax(
+        votes, threshold=200, threshold_sigma=150, sigma=40, delta=1e-5, orders=[20], answered=answered
+    )
     rdp1 = mechanisms.threshold_rdp(TEN, threshold=200, threshold_sigma=150, orders=[20])[0]
     rdp2 = mechanisms.gnmax_rdp(TEN, sigma=40, orders=[20])[0]
     assert res.rdp_data_dependent[0] == pytest.approx(4 * rdp1 + 2 * rdp2)
@@ -221,10 +237,14 @@ def test_release_is_seeded_and_consistent():
     assert a == b and a.epsilon_noisy_estimate != c.epsilon_noisy_estimate
     assert a.reproducible and not a.private and a.seed == 3
     lam = a.order
-    assert a.order_rule == "public" and lam == smooth_sensitivity.release_order(sigma=40.0, num_answered=20, delta=1e-5, beta=0.01, sigma_ss=5.0)
+    assert a.order_rule == "public" and lam == smooth_sensitivity.release_order(
+        sigma=40.0, num_answered=20, delta=1e-5, beta=0.01, sigma_ss=5.0
+    )
     # The private inputs, recomputed from the public building blocks: the noisy RDP is their sum.
     rdp = float(np.sum([mechanisms.gnmax_rdp(r, sigma=40.0, orders=[lam])[0] for r in votes]))
-    ss = smooth_sensitivity.smooth_sensitivity(sum(smooth_sensitivity.gnmax_local_sensitivities(row, sigma=40.0, order=lam) for row in votes), beta=0.01)
+    ss = smooth_sensitivity.smooth_sensitivity(
+        sum(smooth_sensitivity.gnmax_local_sensitivities(row, sigma=40.0, order=lam) for row in votes), beta=0.01
+    )
     assert ss > 0
     assert a.rdp_noisy_estimate == pytest.approx(max(0.0, rdp + ss * float(np.random.default_rng(3).normal(0.0, 5.0))))
     assert a.rdp_release == pytest.approx(smooth_sensitivity.gnss_rdp(beta=0.01, sigma_ss=5.0, order=lam))
@@ -239,8 +259,12 @@ def test_release_is_seeded_and_consistent():
 def test_a_negative_noisy_rdp_is_clipped_at_zero():
     # A seed whose draw is negative; with σ_ss huge it swamps the RDP, and RDP is never negative.
     seed = next(s for s in range(100) if np.random.default_rng(s).normal() < 0)
-    r = smooth_sensitivity.release_gnmax_epsilon(np.tile(TEN, (5, 1)), sigma=40.0, delta=1e-5, beta=0.01, sigma_ss=1e6, seed=seed)
-    assert r.rdp_noisy_estimate == 0.0 and r.epsilon_noisy_estimate == pytest.approx(r.rdp_release + math.log(1e5) / (r.order - 1))
+    r = smooth_sensitivity.release_gnmax_epsilon(
+        np.tile(TEN, (5, 1)), sigma=40.0, delta=1e-5, beta=0.01, sigma_ss=1e6, seed=seed
+    )
+    assert r.rdp_noisy_estimate == 0.0 and r.epsilon_noisy_estimate == pytest.approx(
+        r.rdp_release + math.log(1e5) / (r.order - 1)
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,8 +334,12 @@ def test_rdp_additive_over_queries():
         np.testing.assert_allclose(res.rdp_data_dependent, k * mechanisms.gnmax_rdp(rows[0], sigma=40), rtol=1e-12)
         np.testing.assert_allclose(res.rdp_data_independent, k * np.array(pate_votes.GNMAX_ORDERS) / 1600, rtol=1e-12)
     mixed = pate_analysis.analyze_gnmax(np.array(rows), sigma=40, delta=1e-5)
-    np.testing.assert_allclose(mixed.rdp_data_dependent, sum(mechanisms.gnmax_rdp(r, sigma=40) for r in rows), rtol=1e-12)
-    conf = pate_analysis.analyze_confident_gnmax(np.array(rows), threshold=150, threshold_sigma=100, sigma=40, delta=1e-5)
+    np.testing.assert_allclose(
+        mixed.rdp_data_dependent, sum(mechanisms.gnmax_rdp(r, sigma=40) for r in rows), rtol=1e-12
+    )
+    conf = pate_analysis.analyze_confident_gnmax(
+        np.array(rows), threshold=150, threshold_sigma=100, sigma=40, delta=1e-5
+    )
     total = sum(mechanisms.confident_gnmax_expected_rdp(r, threshold=150, threshold_sigma=100, sigma=40) for r in rows)
     np.testing.assert_allclose(conf.rdp_data_dependent, total, rtol=1e-12)
 
@@ -372,7 +400,12 @@ def _ref_epsilon(rdp: np.ndarray, delta: float) -> float:
 def test_agrees_with_independent_implementation(sigma, classes, queries, teachers, threshold, sigma1, seed):
     rng = np.random.default_rng(seed)
     # Mostly confident teachers (as on MNIST), so that the data-dependent bound matters.
-    votes = np.array([rng.multinomial(teachers, rng.dirichlet(np.full(classes, rng.choice([0.01, 0.05, 0.5])))) for _ in range(queries)])
+    votes = np.array(
+        [
+            rng.multinomial(teachers, rng.dirichlet(np.full(classes, rng.choice([0.01, 0.05, 0.5]))))
+            for _ in range(queries)
+        ]
+    )
     total = np.zeros_like(REF_ORDERS)
     expected_answered = 0.0
     for row in votes:
@@ -385,7 +418,9 @@ def test_agrees_with_independent_implementation(sigma, classes, queries, teacher
     if threshold is None:
         res = pate_analysis.analyze_gnmax(votes, sigma=sigma, delta=1e-5)
     else:
-        res = pate_analysis.analyze_confident_gnmax(votes, threshold=threshold, threshold_sigma=sigma1, sigma=sigma, delta=1e-5)
+        res = pate_analysis.analyze_confident_gnmax(
+            votes, threshold=threshold, threshold_sigma=sigma1, sigma=sigma, delta=1e-5
+        )
         assert res.data_dependent.expected_answered == pytest.approx(expected_answered, rel=1e-9)
     assert res.data_dependent.epsilon == pytest.approx(_ref_epsilon(total, 1e-5), rel=1e-3)
     np.testing.assert_allclose(res.rdp_data_dependent, total, rtol=1e-3, atol=1e-12)
@@ -433,12 +468,28 @@ def test_check_votes_accepts_integral_floats_read_only():
         (lambda: pate_analysis.analyze_gnmax([TEN], sigma=40, delta=1e-5, orders=[1.0, 2.0]), "orders"),
         (lambda: pate_analysis.analyze_lnmax([TEN], laplace_scale=-1, delta=1e-5), "laplace_scale"),
         (lambda: pate_analysis.analyze_lnmax([TEN], laplace_scale=20, delta=1e-5, moment_orders=[0]), "moment_orders"),
-        (lambda: pate_analysis.analyze_confident_gnmax([TEN], threshold=math.inf, threshold_sigma=1, sigma=1, delta=1e-5), "threshold"),
-        (lambda: pate_analysis.analyze_confident_gnmax([TEN], threshold=1, threshold_sigma=0, sigma=1, delta=1e-5), "threshold_sigma"),
-        (lambda: pate_analysis.analyze_confident_gnmax([TEN], threshold=1, threshold_sigma=1, sigma=1, delta=1e-5, answered=[1]), "answered"),
+        (
+            lambda: pate_analysis.analyze_confident_gnmax(
+                [TEN], threshold=math.inf, threshold_sigma=1, sigma=1, delta=1e-5
+            ),
+            "threshold",
+        ),
+        (
+            lambda: pate_analysis.analyze_confident_gnmax([TEN], threshold=1, threshold_sigma=0, sigma=1, delta=1e-5),
+            "threshold_sigma",
+        ),
+        (
+            lambda: pate_analysis.analyze_confident_gnmax(
+                [TEN], threshold=1, threshold_sigma=1, sigma=1, delta=1e-5, answered=[1]
+            ),
+            "answered",
+        ),
         (lambda: mechanisms.gnmax_rdp_from_log_q(0.5, sigma=1), "log_q"),
         (lambda: smooth_sensitivity.gnmax_local_sensitivities([10, 0, 0], sigma=0.5, order=1.0), "order"),
-        (lambda: smooth_sensitivity.gnmax_local_sensitivities([10, 0, 0], sigma=0.5, order=1.5, num_teachers=5), "num_teachers"),
+        (
+            lambda: smooth_sensitivity.gnmax_local_sensitivities([10, 0, 0], sigma=0.5, order=1.5, num_teachers=5),
+            "num_teachers",
+        ),
         (lambda: smooth_sensitivity.smooth_sensitivity([1.0, -1.0], beta=0.1), "local_sensitivities"),
         (lambda: smooth_sensitivity.smooth_sensitivity([1.0], beta=0), "beta"),
         (lambda: pate_analysis.rdp_to_epsilon([2.0], [0.1], delta=1e-5, conversion="pld"), "conversion"),
@@ -473,8 +524,14 @@ def test_threshold_smooth_sensitivity_brute_force(top, beta):
     # by at most one: SS_β = max over m' of e^{−β|m' − m|} · max(|r(m'±1) − r(m')|).
     teachers, t, s1, lam = 24, 15.0, 3.0, 5.0
     # r(m): P_ans depends on m − T only, so evaluate a one-vote histogram at threshold T + 1 − m.
-    r = [mechanisms.threshold_rdp([1, 0], threshold=t + 1 - m, threshold_sigma=s1, orders=[lam])[0] for m in range(teachers + 1)]
-    local = [max(abs(r[m] - r[m - 1]) if m > 0 else 0.0, abs(r[m + 1] - r[m]) if m < teachers else 0.0) for m in range(teachers + 1)]
+    r = [
+        mechanisms.threshold_rdp([1, 0], threshold=t + 1 - m, threshold_sigma=s1, orders=[lam])[0]
+        for m in range(teachers + 1)
+    ]
+    local = [
+        max(abs(r[m] - r[m - 1]) if m > 0 else 0.0, abs(r[m + 1] - r[m]) if m < teachers else 0.0)
+        for m in range(teachers + 1)
+    ]
     brute = max(math.exp(-beta * abs(m - top)) * local[m] for m in range(teachers + 1))
     counts = [top] + [1] * (teachers - top) + [0] * top  # max count = top
     ls = smooth_sensitivity.threshold_local_sensitivities(counts, threshold=t, threshold_sigma=s1, order=lam)
@@ -487,19 +544,39 @@ def test_confident_release():
     rng = np.random.default_rng(7)
     votes = np.array([rng.multinomial(250, rng.dirichlet(np.full(10, 0.05))) for _ in range(30)])
     answered = rng.random(30) < 0.5
-    kw = dict(threshold=200.0, threshold_sigma=150.0, sigma=40.0, answered=answered, delta=1e-5, beta=0.0329, sigma_ss=6.23)
+    kw = dict(
+        threshold=200.0, threshold_sigma=150.0, sigma=40.0, answered=answered, delta=1e-5, beta=0.0329, sigma_ss=6.23
+    )
     a = smooth_sensitivity.release_confident_gnmax_epsilon(votes, seed=1, **kw)
     assert a == smooth_sensitivity.release_confident_gnmax_epsilon(votes, seed=1, **kw)
     assert a.aggregator == "confident-gnmax" and a.order < 1 / (2 * 0.0329)
-    public = smooth_sensitivity.release_order(sigma=40.0, num_answered=int(answered.sum()), num_queries=30, threshold_sigma=150.0, delta=1e-5, beta=0.0329, sigma_ss=6.23)
+    public = smooth_sensitivity.release_order(
+        sigma=40.0,
+        num_answered=int(answered.sum()),
+        num_queries=30,
+        threshold_sigma=150.0,
+        delta=1e-5,
+        beta=0.0329,
+        sigma_ss=6.23,
+    )
     assert a.order == public and a.order_rule == "public"
     expected = sum(mechanisms.threshold_rdp(r, threshold=200, threshold_sigma=150, orders=[a.order])[0] for r in votes)
     expected += sum(mechanisms.gnmax_rdp(r, sigma=40, orders=[a.order])[0] for r in votes[answered])
-    ls = sum(smooth_sensitivity.threshold_local_sensitivities(r, threshold=200, threshold_sigma=150, order=a.order) for r in votes)
-    ls = ls + sum(smooth_sensitivity.gnmax_local_sensitivities(r, sigma=40, order=a.order, num_teachers=250) for r in votes[answered])
+    ls = sum(
+        smooth_sensitivity.threshold_local_sensitivities(r, threshold=200, threshold_sigma=150, order=a.order)
+        for r in votes
+    )
+    ls = ls + sum(
+        smooth_sensitivity.gnmax_local_sensitivities(r, sigma=40, order=a.order, num_teachers=250)
+        for r in votes[answered]
+    )
     noise = float(np.random.default_rng(1).normal(0.0, 6.23))
-    assert a.rdp_noisy_estimate == pytest.approx(max(0.0, expected + smooth_sensitivity.smooth_sensitivity(ls, beta=0.0329) * noise), rel=1e-9)
-    assert a.epsilon_noisy_estimate == pytest.approx(a.rdp_noisy_estimate + a.rdp_release + math.log(1e5) / (a.order - 1))
+    assert a.rdp_noisy_estimate == pytest.approx(
+        max(0.0, expected + smooth_sensitivity.smooth_sensitivity(ls, beta=0.0329) * noise), rel=1e-9
+    )
+    assert a.epsilon_noisy_estimate == pytest.approx(
+        a.rdp_noisy_estimate + a.rdp_release + math.log(1e5) / (a.order - 1)
+    )
     with pytest.raises(ValueError, match="answered"):
         smooth_sensitivity.release_confident_gnmax_epsilon(votes, seed=1, **{**kw, "answered": answered[:3]})
 
@@ -524,7 +601,9 @@ def test_pate_claim_states_the_analysis_and_round_trips() -> None:
     assert data["kind"] == "pate" and data["data_dependent"] is True and data["sanitised"] is False
     assert claim_from_dict(json.loads(json.dumps(data))) == claim
     independent = pate_claim.pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=100, data_dependent=False)
-    assert not independent.data_dependent and independent.epsilon(delta=1e-5) == pytest.approx(analysis.data_independent.epsilon)
+    assert not independent.data_dependent and independent.epsilon(delta=1e-5) == pytest.approx(
+        analysis.data_independent.epsilon
+    )
 
 
 def test_pate_claim_of_a_smooth_sensitivity_release_is_marked_sanitised() -> None:
@@ -532,7 +611,9 @@ def test_pate_claim_of_a_smooth_sensitivity_release_is_marked_sanitised() -> Non
 
     votes = _mnist_like_votes(640)
     analysis = pate_analysis.analyze_gnmax(votes, sigma=40.0, delta=1e-5)
-    release = smooth_sensitivity.release_gnmax_epsilon(votes, sigma=40.0, delta=1e-5, beta=0.0329, sigma_ss=15.0, seed=0)
+    release = smooth_sensitivity.release_gnmax_epsilon(
+        votes, sigma=40.0, delta=1e-5, beta=0.0329, sigma_ss=15.0, seed=0
+    )
     claim = pate_claim.pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=640, release=release)
     assert claim.data_dependent and claim.sanitised and claim.orders == (release.order,)
     assert claim.epsilon(delta=1e-5) == pytest.approx(release.epsilon_noisy_estimate)
@@ -548,7 +629,10 @@ def test_pate_claim_of_a_smooth_sensitivity_release_is_marked_sanitised() -> Non
         ({"num_answered": 101}, "num_answered"),
         ({"rdp": [float("nan")] * 3}, "rdp[0]"),
         ({"orders": [1.0, 2.0, 3.0]}, "every order > 1"),
-        ({"analysis": "data-independent", "smooth_sensitivity": {"beta": 0.1, "sigma_ss": 1.0}}, "data-dependent analysis only"),
+        (
+            {"analysis": "data-independent", "smooth_sensitivity": {"beta": 0.1, "sigma_ss": 1.0}},
+            "data-dependent analysis only",
+        ),
     ],
 )
 def test_a_tampered_pate_claim_is_refused(change: dict, needle: str) -> None:
@@ -573,7 +657,12 @@ def test_a_pate_claim_says_in_words_when_its_epsilon_is_data_dependent() -> None
     analysis = pate_analysis.analyze_gnmax(votes, sigma=40.0, delta=1e-5)
     dependent = pate_claim.pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=100)
     assert "data-dependent" in dependent.statement() and "not sanitised" in dependent.statement()
-    release = smooth_sensitivity.release_gnmax_epsilon(votes, sigma=40.0, delta=1e-5, beta=0.0329, sigma_ss=15.0, seed=0)
-    assert "released with smooth sensitivity" in pate_claim.pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=100, release=release).statement()
+    release = smooth_sensitivity.release_gnmax_epsilon(
+        votes, sigma=40.0, delta=1e-5, beta=0.0329, sigma_ss=15.0, seed=0
+    )
+    assert (
+        "released with smooth sensitivity"
+        in pate_claim.pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=100, release=release).statement()
+    )
     independent = pate_claim.pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=100, data_dependent=False)
     assert independent.statement() == independent.description and "data-dependent" not in independent.statement()

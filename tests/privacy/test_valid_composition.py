@@ -24,7 +24,10 @@ from dpaudit.privacy.audit_bounds import gaussian_step_claim
 from dpaudit.privacy.claims import DPClaim, dpsgd_claim
 from tests.privacy.accounting_reference import one_step_epsilon
 
-pytestmark = [pytest.mark.filterwarnings("ignore:.*optimal RDP order.*:RuntimeWarning"), pytest.mark.filterwarnings("ignore:Optimal order is the.*:UserWarning")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*optimal RDP order.*:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore:Optimal order is the.*:UserWarning"),
+]
 logging.getLogger("absl").setLevel(logging.ERROR)
 
 DELTA = 1e-5
@@ -47,7 +50,9 @@ def reference_lower(q: float, sigma: float, steps: int, delta: float) -> float:
     """A lower bound on the true ε: exact GDP (q = 1) or dp_accounting's optimistic PLD."""
     if q == 1.0:
         return _gdp_epsilon(math.sqrt(steps) / sigma, delta)
-    pld = pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=1e-3, sampling_prob=q, pessimistic_estimate=False, use_connect_dots=False)
+    pld = pld_lib.from_gaussian_mechanism(
+        sigma, value_discretization_interval=1e-3, sampling_prob=q, pessimistic_estimate=False, use_connect_dots=False
+    )
     if steps > 1:
         pld = pld.self_compose(steps)
     return float(pld.get_epsilon_for_delta(delta))
@@ -58,7 +63,11 @@ def reference_lower(q: float, sigma: float, steps: int, delta: float) -> float:
 def test_no_accountant_is_below_the_true_epsilon(accountant, q, sigma, steps):
     # was naive 0.418 / 4.06 / 8.07 / 9.69 / 16.15 against 5.52 / 6.28 / 8.34 / 9.997 / 19.13
     # and strong 2.38 at q = 0.05, σ = 0.5, T = 1
-    got = accountants.compute_epsilon(events.sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps), delta=DELTA, accountant=accountant)
+    got = accountants.compute_epsilon(
+        events.sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps),
+        delta=DELTA,
+        accountant=accountant,
+    )
     assert got >= reference_lower(q, sigma, steps, DELTA) - 1e-9
 
 
@@ -75,7 +84,11 @@ def test_no_accountant_is_below_the_true_epsilon(accountant, q, sigma, steps):
 def test_headline_upper_bound_is_not_below_the_true_epsilon(claim_args):
     q, sigma, steps = claim_args
     # the white-box per-step claim is built by gaussian_step_claim (an un-sampled GaussianDpEvent)
-    claim = gaussian_step_claim(noise_multiplier=sigma) if q == 1.0 else dpsgd_claim(sampling_rate=q, noise_multiplier=sigma, num_steps=steps)
+    claim = (
+        gaussian_step_claim(noise_multiplier=sigma)
+        if q == 1.0
+        else dpsgd_claim(sampling_rate=q, noise_multiplier=sigma, num_steps=steps)
+    )
     bound = claim.upper_bound(delta=DELTA)
     truth = reference_lower(q, sigma, steps, DELTA)
     assert bound.epsilon >= truth - 1e-9  # was naive's 0.418 (truth 5.52) and 9.69 (truth 9.997)
@@ -87,16 +100,24 @@ def test_headline_upper_bound_is_not_below_the_true_epsilon(claim_args):
 def test_naive_and_strong_numbers_of_issue_29():
     # One step: basic composition is the exact amplified Gaussian (5.5169), against its closed form.
     event = events.sampled_gaussian_event(sampling_rate=0.05, noise_multiplier=0.5, num_steps=1)
-    assert accountants.compute_epsilon(event, delta=DELTA, accountant="naive") == pytest.approx(one_step_epsilon(0.05, 0.5, DELTA), rel=1e-9)
-    assert accountants.compute_epsilon(dpe.GaussianDpEvent(0.5), delta=DELTA, accountant="naive") == pytest.approx(_gdp_epsilon(2.0, DELTA), rel=1e-9)
-    assert accountants.compute_epsilon(dpe.GaussianDpEvent(0.3), delta=DELTA, accountant="naive") == pytest.approx(_gdp_epsilon(1 / 0.3, DELTA), rel=1e-9)
+    assert accountants.compute_epsilon(event, delta=DELTA, accountant="naive") == pytest.approx(
+        one_step_epsilon(0.05, 0.5, DELTA), rel=1e-9
+    )
+    assert accountants.compute_epsilon(dpe.GaussianDpEvent(0.5), delta=DELTA, accountant="naive") == pytest.approx(
+        _gdp_epsilon(2.0, DELTA), rel=1e-9
+    )
+    assert accountants.compute_epsilon(dpe.GaussianDpEvent(0.3), delta=DELTA, accountant="naive") == pytest.approx(
+        _gdp_epsilon(1 / 0.3, DELTA), rel=1e-9
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Declining: no number where the formula does not apply
 # --------------------------------------------------------------------------------------------
 
-_LAPLACE = dpe.ComposedDpEvent([events.sampled_gaussian_event(sampling_rate=0.01, noise_multiplier=2.0, num_steps=10), dpe.LaplaceDpEvent(1.0)])
+_LAPLACE = dpe.ComposedDpEvent(
+    [events.sampled_gaussian_event(sampling_rate=0.01, noise_multiplier=2.0, num_steps=10), dpe.LaplaceDpEvent(1.0)]
+)
 
 
 @pytest.mark.parametrize("accountant", ["naive", "strong"])
@@ -105,7 +126,12 @@ def test_composition_declines_a_non_gaussian_event(accountant):
     assert res.declined and res.epsilon == math.inf and "Gaussian" in res.note
     with pytest.raises(accountants.AccountantDeclined, match=f"{accountant}.*declines.*Gaussian"):
         accountants.compute_epsilon(_LAPLACE, delta=DELTA, accountant=accountant)
-    res = accountants.compute_epsilon_detailed(events.sampled_gaussian_event(sampling_rate=0.01, noise_multiplier=2.0, num_steps=10), delta=DELTA, accountant=accountant, neighbouring="replace_one")
+    res = accountants.compute_epsilon_detailed(
+        events.sampled_gaussian_event(sampling_rate=0.01, noise_multiplier=2.0, num_steps=10),
+        delta=DELTA,
+        accountant=accountant,
+        neighbouring="replace_one",
+    )
     assert res.declined and "replace_one" in res.note
 
 
@@ -123,7 +149,9 @@ def test_headline_picks_among_accountants_that_did_not_decline():
 @pytest.mark.parametrize("accountant", ["naive", "strong"])
 def test_calibration_under_composition_is_valid_and_never_overshoots(accountant):
     q, steps, target = 0.05, 20, 10.0
-    sigma = calibration.calibrate_noise_multiplier(target_epsilon=target, delta=DELTA, sampling_rate=q, num_steps=steps, accountant=accountant)
+    sigma = calibration.calibrate_noise_multiplier(
+        target_epsilon=target, delta=DELTA, sampling_rate=q, num_steps=steps, accountant=accountant
+    )
     event = events.sampled_gaussian_event(sampling_rate=q, noise_multiplier=sigma, num_steps=steps)
     assert target * 0.99 < accountants.compute_epsilon(event, delta=DELTA, accountant=accountant) <= target
     assert reference_lower(q, sigma, steps, DELTA) <= target  # the σ found really gives ε ≤ target

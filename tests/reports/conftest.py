@@ -32,13 +32,22 @@ from tests.check_samples import build_check_run
 
 
 def _dpsgd_fields(claim) -> tuple[dict, dict]:
-    """The config and metrics a DP-SGD run with ``claim``'s q, σ and T records (reports verify the claim against them)."""
+    """The config and metrics a DP-SGD run with ``claim``'s q, σ and T records (reports verify the claim against
+    them)."""
     event = getattr(claim, "event", None)
     if event is None or not hasattr(event, "count"):
         return {}, {}
     sampled = event.event
     q, sigma, steps = sampled.sampling_probability, sampled.event.noise_multiplier, event.count
-    config = {"noise_multiplier": sigma, "sampling_rate": q, "lot_size": None, "target_epsilon": None, "epochs": steps / max(1, round(1 / q)), "delta": 1e-5, "accountant": "pld"}
+    config = {
+        "noise_multiplier": sigma,
+        "sampling_rate": q,
+        "lot_size": None,
+        "target_epsilon": None,
+        "epochs": steps / max(1, round(1 / q)),
+        "delta": 1e-5,
+        "accountant": "pld",
+    }
     return config, {"sampling_rate": q, "noise_multiplier": sigma, "num_steps": steps}
 
 
@@ -48,7 +57,9 @@ def with_true_id(rec: TrainedModel) -> TrainedModel:
     from defenses import DEFENSES
     from defenses._common import expected_model_id
 
-    return dataclasses.replace(rec, model_id=expected_model_id(rec, derived_options=DEFENSES[rec.defense].derived_options))
+    return dataclasses.replace(
+        rec, model_id=expected_model_id(rec, derived_options=DEFENSES[rec.defense].derived_options)
+    )
 
 
 def trained(defense: str, claim=None, metrics=None) -> TrainedModel:
@@ -123,7 +134,12 @@ def build_run(path, *, audits=True, membership=True, certify=True) -> RunDir:
         member = np.arange(n) < n // 2
         for attack, shift in (("loss", 0.5), ("lira", 1.0), ("rmia", 1.0)):
             scores = rng.normal(0, 1, n) + shift * member
-            save_membership_result(MembershipResult(attack=attack, model_id=DP_MODEL, sample_ids=np.arange(n), scores=scores, is_member=member), run.membership_dir(DP_MODEL))
+            save_membership_result(
+                MembershipResult(
+                    attack=attack, model_id=DP_MODEL, sample_ids=np.arange(n), scores=scores, is_member=member
+                ),
+                run.membership_dir(DP_MODEL),
+            )
     if certify:
         _record(run, "hgm")
         n, radii = 30, [0.1, 0.3]
@@ -131,13 +147,43 @@ def build_run(path, *, audits=True, membership=True, certify=True) -> RunDir:
         d = run.certify_dir(HGM_MODEL)
         for method in ("hgm", "smoothing"):
             save_certification_result(
-                CertificationResult(method=method, norm="l2", labels=labels, predictions=labels.copy(), radii=rng.uniform(0, 0.4, n), num_draws=100, confidence=0.95, config={}), d
+                CertificationResult(
+                    method=method,
+                    norm="l2",
+                    labels=labels,
+                    predictions=labels.copy(),
+                    radii=rng.uniform(0, 0.4, n),
+                    num_draws=100,
+                    confidence=0.95,
+                    config={},
+                ),
+                d,
             )
         for attack in ("fgsm", "pgd"):
             success = np.zeros((2, n), dtype=bool)
             success[1, :10] = True
-            save_evasion_result(EvasionResult(attack=attack, norm="l2", radii=np.asarray(radii), success=success, clean_correct=np.ones(n, dtype=bool), max_perturbation=np.asarray(radii)), d)
-        atomic_write_json(d / "summary.json", {"model_id": HGM_MODEL, "defense": "hgm", "norm": "l2", "radii": radii, "conventional_accuracy": 1.0, "soundness_violations": []})
+            save_evasion_result(
+                EvasionResult(
+                    attack=attack,
+                    norm="l2",
+                    radii=np.asarray(radii),
+                    success=success,
+                    clean_correct=np.ones(n, dtype=bool),
+                    max_perturbation=np.asarray(radii),
+                ),
+                d,
+            )
+        atomic_write_json(
+            d / "summary.json",
+            {
+                "model_id": HGM_MODEL,
+                "defense": "hgm",
+                "norm": "l2",
+                "radii": radii,
+                "conventional_accuracy": 1.0,
+                "soundness_violations": [],
+            },
+        )
     return run
 
 
@@ -152,7 +198,9 @@ def make_run():
     return build_run
 
 
-def inversion_result(model_id: str, attack: str, *, k: int = 4, shape=(1, 8, 8), top1: float = 1.0, seed: int = 0) -> InversionResult:
+def inversion_result(
+    model_id: str, attack: str, *, k: int = 4, shape=(1, 8, 8), top1: float = 1.0, seed: int = 0
+) -> InversionResult:
     """An inversion of ``k`` classes of which a share ``top1`` the evaluator labels correctly."""
     rng = np.random.default_rng(seed)
     classes = np.arange(k, dtype=np.int64)
@@ -162,7 +210,13 @@ def inversion_result(model_id: str, attack: str, *, k: int = 4, shape=(1, 8, 8),
     top5 = np.stack([first, *[(first + j) % k for j in range(1, min(5, k))]], axis=1)
     n = 40
     member = np.arange(n) < n // 2
-    membership = MembershipResult(attack=f"inversion-{attack}", model_id=model_id, sample_ids=np.arange(n), scores=rng.normal(0, 1, n) + member, is_member=member)
+    membership = MembershipResult(
+        attack=f"inversion-{attack}",
+        model_id=model_id,
+        sample_ids=np.arange(n),
+        scores=rng.normal(0, 1, n) + member,
+        is_member=member,
+    )
     return InversionResult(
         attack=attack,
         model_id=model_id,
@@ -196,7 +250,12 @@ def make_inversion_result():
 def build_inversion_run(path) -> RunDir:
     """One target with its record, inverted by one attack."""
     run = RunDir(path).create(command="test")
-    _record(run, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics={"test_accuracy": 0.9, "delta": 1e-5})
+    _record(
+        run,
+        "dpsgd",
+        claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100),
+        metrics={"test_accuracy": 0.9, "delta": 1e-5},
+    )
     save_inversion_result(inversion_result(DP_MODEL, "mi-face", top1=0.5), run.inversion_dir(DP_MODEL))
     return run
 
@@ -207,7 +266,9 @@ def build_pate_run(path) -> RunDir:
     queries, sigma, delta = 20, 40.0, 1e-5
     votes = np.zeros((queries, 10), dtype=np.int64)
     votes[:, 0], votes[:, 1] = 230, 20  # 250 teachers, a clear plurality on every query
-    claim = pate_claim(analyze_gnmax(votes, sigma=sigma, delta=delta), parameters={"sigma": sigma}, num_answered=queries)
+    claim = pate_claim(
+        analyze_gnmax(votes, sigma=sigma, delta=delta), parameters={"sigma": sigma}, num_answered=queries
+    )
     rec = TrainedModel(
         model_id="unnamed",
         defense="pate",
@@ -217,20 +278,51 @@ def build_pate_run(path) -> RunDir:
         num_classes=10,
         membership=Membership(members=np.arange(0, 20), non_members=np.arange(20, 40)),
         seed=0,
-        config={"aggregator": "gnmax", "teachers": 250, "sigma": sigma, "queries": queries, "delta": delta, "analysis": "data-dependent", "epochs": 1, "semi_supervised": False},
-        metrics={"num_teachers": 250, "num_queries": queries, "num_answered": queries, "answer_accuracy": 1.0, "epsilon_data_dependent_realised": claim.epsilon(delta=delta), "test_accuracy": 0.8},
+        config={
+            "aggregator": "gnmax",
+            "teachers": 250,
+            "sigma": sigma,
+            "queries": queries,
+            "delta": delta,
+            "analysis": "data-dependent",
+            "epochs": 1,
+            "semi_supervised": False,
+        },
+        metrics={
+            "num_teachers": 250,
+            "num_queries": queries,
+            "num_answered": queries,
+            "answer_accuracy": 1.0,
+            "epsilon_data_dependent_realised": claim.epsilon(delta=delta),
+            "test_accuracy": 0.8,
+        },
         claim=claim,
     )
     rec = with_true_id(rec)
     model_id = rec.model_id
     atomic_write_json(run.record_dir(model_id) / "record.json", rec.to_dict())
-    curve = np.array([pate_claim(analyze_gnmax(votes[: i + 1], sigma=sigma, delta=delta), parameters={"sigma": sigma}, num_answered=i + 1).epsilon(delta=delta) for i in range(queries)])
+    curve = np.array(
+        [
+            pate_claim(
+                analyze_gnmax(votes[: i + 1], sigma=sigma, delta=delta), parameters={"sigma": sigma}, num_answered=i + 1
+            ).epsilon(delta=delta)
+            for i in range(queries)
+        ]
+    )
     atomic_save_npz(run.record_dir(model_id) / "pate.npz", answered=np.ones(queries, dtype=bool), epsilon_curve=curve)
     return run
 
 
-def _comparison_row(label: str, defense: str, *, epsilon_ub: dict, epsilon_lb: float, accuracy: float, **fields) -> ComparisonRow:
-    loss = {"auc": 0.5 + epsilon_lb / 10, "auc_std": 0.0, "advantage": epsilon_lb / 10, "tpr_at_fpr": {"0.01": 0.02}, "epsilon_lb": epsilon_lb}
+def _comparison_row(
+    label: str, defense: str, *, epsilon_ub: dict, epsilon_lb: float, accuracy: float, **fields
+) -> ComparisonRow:
+    loss = {
+        "auc": 0.5 + epsilon_lb / 10,
+        "auc_std": 0.0,
+        "advantage": epsilon_lb / 10,
+        "tpr_at_fpr": {"0.01": 0.02},
+        "epsilon_lb": epsilon_lb,
+    }
     return ComparisonRow(
         label=label,
         defense=defense,
@@ -262,29 +354,70 @@ def build_compare_run(path) -> RunDir:
             findings=("epsilon_lb 1.5 > epsilon_ub 1 (pld)",),
         ),
     )
-    result = ComparisonResult(name="grid", dataset="digits", rows=rows, baseline="nonprivate", delta=1e-5, confidence=0.95, fprs=(0.01,))
+    result = ComparisonResult(
+        name="grid", dataset="digits", rows=rows, baseline="nonprivate", delta=1e-5, confidence=0.95, fprs=(0.01,)
+    )
     save_comparison(result, run.compare_dir(result.name))
     return run
 
 
 def build_dssgd_run(path) -> RunDir:
-    """A DSSGD federation with the DP upload, its record built as ``train --defense dssgd`` writes it (baselines included)."""
+    """A DSSGD federation with the DP upload, its record built as ``train --defense dssgd`` writes it (baselines
+    included)."""
     from dpaudit.privacy.dssgd import dssgd_svt_claim
 
     run = RunDir(path).create(command="test")
     eps, params, c, rounds = 0.002, 4810, 481, 2
     config = {
-        "participants": 3, "rounds": rounds, "upload_fraction": 0.1, "download_fraction": 1.0, "selection": "largest", "selection_threshold": 0.0,
-        "schedule": "round-robin", "local_epochs": 1, "batch_size": 32, "learning_rate": 0.05, "standardize": True, "dp_epsilon": eps, "bound": 0.001,
-        "threshold": 0.0001, "budget_split": "sum", "observe_participant": 0, "baselines": True, "split_seed": 0,
-    }  # fmt: skip
+        "participants": 3,
+        "rounds": rounds,
+        "upload_fraction": 0.1,
+        "download_fraction": 1.0,
+        "selection": "largest",
+        "selection_threshold": 0.0,
+        "schedule": "round-robin",
+        "local_epochs": 1,
+        "batch_size": 32,
+        "learning_rate": 0.05,
+        "standardize": True,
+        "dp_epsilon": eps,
+        "bound": 0.001,
+        "threshold": 0.0001,
+        "budget_split": "sum",
+        "observe_participant": 0,
+        "baselines": True,
+        "split_seed": 0,
+    }
     metrics = {
-        "train_accuracy": 0.56, "test_accuracy": 0.55, "engine": "local", "num_parameters": params, "uploads_per_turn": c, "run_rounds": rounds,
-        "run_dp_epsilon": eps, "download_count": params, "uploads_applied": 6, "parameters_updated": 966, "seconds_per_round": 0.01,
-        "partition_sizes": [10, 10, 10], "standalone_test_accuracy": 0.58, "standalone_test_accuracy_min": 0.53, "standalone_test_accuracy_max": 0.61,
-        "centralised_test_accuracy": 0.84, "local_test_accuracy_mean": 0.5, "chance_accuracy": 0.13, "near_chance": False,
-    }  # fmt: skip
-    claim = dssgd_svt_claim(epsilon_per_parameter=eps, bound=0.001, threshold=0.0001, uploads_per_round=c, num_rounds=rounds, num_parameters=params, split="sum")
+        "train_accuracy": 0.56,
+        "test_accuracy": 0.55,
+        "engine": "local",
+        "num_parameters": params,
+        "uploads_per_turn": c,
+        "run_rounds": rounds,
+        "run_dp_epsilon": eps,
+        "download_count": params,
+        "uploads_applied": 6,
+        "parameters_updated": 966,
+        "seconds_per_round": 0.01,
+        "partition_sizes": [10, 10, 10],
+        "standalone_test_accuracy": 0.58,
+        "standalone_test_accuracy_min": 0.53,
+        "standalone_test_accuracy_max": 0.61,
+        "centralised_test_accuracy": 0.84,
+        "local_test_accuracy_mean": 0.5,
+        "chance_accuracy": 0.13,
+        "near_chance": False,
+    }
+    claim = dssgd_svt_claim(
+        epsilon_per_parameter=eps,
+        bound=0.001,
+        threshold=0.0001,
+        uploads_per_round=c,
+        num_rounds=rounds,
+        num_parameters=params,
+        split="sum",
+    )
     rec = TrainedModel(
         model_id="unnamed",
         defense="dssgd",
@@ -306,7 +439,12 @@ def build_dssgd_run(path) -> RunDir:
 def build_train_run(path) -> RunDir:
     """What ``dpaudit train`` alone leaves: a DP-SGD record and a non-private one, nothing attacked."""
     run = RunDir(path).create(command="test")
-    _record(run, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics={"test_accuracy": 0.9, "train_accuracy": 0.92, "delta": 1e-5})
+    _record(
+        run,
+        "dpsgd",
+        claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100),
+        metrics={"test_accuracy": 0.9, "train_accuracy": 0.92, "delta": 1e-5},
+    )
     _record(run, "nonprivate", metrics={"test_accuracy": 0.95})
     return run
 

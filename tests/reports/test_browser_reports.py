@@ -49,12 +49,48 @@ def test_the_checker_catches_a_broken_image_a_missing_value_and_script_errors(ch
 
 
 @pytest.mark.parametrize(
-    "text", ["NaN", "nan", "NAN", "-nan", "None", "null", "undefined", "0.3 ± nan", "(None)", "ε = NaN", "inf", "-inf", "+Inf", "INF", "Infinity", "-infinity", "ε_UB = inf", "[0.1, inf)"]
+    "text",
+    [
+        "NaN",
+        "nan",
+        "NAN",
+        "-nan",
+        "None",
+        "null",
+        "undefined",
+        "0.3 ± nan",
+        "(None)",
+        "ε = NaN",
+        "inf",
+        "-inf",
+        "+Inf",
+        "INF",
+        "Infinity",
+        "-infinity",
+        "ε_UB = inf",
+        "[0.1, inf)",
+    ],
 )
 def test_missing_values_are_whole_words(text):
     assert MISSING_VALUE.search(text)
 
 
-@pytest.mark.parametrize("text", ["nonprivate", "Nonetheless", "annotation", "nullable", "Finance", "0.5", "", "∞", "information", "inference", "infeasible", "nanoseconds"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "nonprivate",
+        "Nonetheless",
+        "annotation",
+        "nullable",
+        "Finance",
+        "0.5",
+        "",
+        "∞",
+        "information",
+        "inference",
+        "infeasible",
+        "nanoseconds",
+    ],
+)
 def test_words_that_merely_contain_them_are_not_missing_values(text):
     assert not MISSING_VALUE.search(text)

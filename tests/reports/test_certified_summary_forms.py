@@ -1,4 +1,5 @@
-"""Soundness violations in both forms ``certify`` has stored them are read typed by the summary's loader, not by the report.
+"""Soundness violations in both forms ``certify`` has stored them are read typed by the summary's loader, not by the
+report.
 
 Older summaries hold ``[certificate, radius, certified, robust]`` lists; current ones hold mappings.
 The report's verdict must read the same from either, and the typed loader must accept both.
@@ -12,7 +13,10 @@ from dpaudit.results.certify_summary import CertifySummary, SoundnessViolation, 
 from dpaudit.store import atomic_write_json
 from reports.certified import CertifiedRun, certified_sections, load_certified_runs
 
-NEW = [{"certificate": "hgm", "radius": 0.3, "certified_accuracy": 0.9, "robust_accuracy": 0.5}, {"certificate": "smoothing", "radius": 0.1, "certified_accuracy": 0.75, "robust_accuracy": 0.625}]
+NEW = [
+    {"certificate": "hgm", "radius": 0.3, "certified_accuracy": 0.9, "robust_accuracy": 0.5},
+    {"certificate": "smoothing", "radius": 0.1, "certified_accuracy": 0.75, "robust_accuracy": 0.625},
+]
 OLD = [[x["certificate"], x["radius"], x["certified_accuracy"], x["robust_accuracy"]] for x in NEW]
 
 
@@ -58,7 +62,15 @@ def test_both_stored_forms_load_as_the_same_typed_violations():
     assert CertifySummary.from_dict(_summary(OLD)).to_dict()["soundness_violations"] == NEW
 
 
-@pytest.mark.parametrize("bad", [[["hgm", 0.3, 0.9]], ["hgm"], {"certificate": "hgm"}, [{"certificate": "hgm", "radius": 0.3, "certified_accuracy": 1.5, "robust_accuracy": 0.5}]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [["hgm", 0.3, 0.9]],
+        ["hgm"],
+        {"certificate": "hgm"},
+        [{"certificate": "hgm", "radius": 0.3, "certified_accuracy": 1.5, "robust_accuracy": 0.5}],
+    ],
+)
 def test_a_malformed_entry_is_named(bad):
     with pytest.raises(ValueError, match="soundness_violations|certified_accuracy"):
         stored_soundness_violations(bad)
@@ -73,7 +85,10 @@ def test_the_report_verdict_reads_the_same_from_either_form(tmp_path):
     assert old == new
     text = repr(new)
     # The lines state each violation as stored: radius rounded down, certified accuracy down, robust up.
-    assert "hgm at radius 0.3 certifies 90.0% > 50.0% the attacks left" in text and "smoothing at radius 0.1 certifies 75.0% > 62.5%" in text
+    assert (
+        "hgm at radius 0.3 certifies 90.0% > 50.0% the attacks left" in text
+        and "smoothing at radius 0.1 certifies 75.0% > 62.5%" in text
+    )
 
 
 def test_a_report_names_the_summary_file_with_a_malformed_violation(tmp_path):
@@ -93,14 +108,31 @@ def test_the_stored_summary_reads_what_certify_wrote_and_what_older_files_lack()
     typed = CertifySummary.from_dict(full)
     stored = read_stored_summary(full)
     # Every field both types carry agrees with the strict loader's reading (ε "inf" included).
-    for name in ("model_id", "defense", "radii", "norm", "epsilon", "delta", "mechanism", "sensitivity", "noise_std", "robustness_epsilon", "attack_norm_bound", "redistribute"):
+    for name in (
+        "model_id",
+        "defense",
+        "radii",
+        "norm",
+        "epsilon",
+        "delta",
+        "mechanism",
+        "sensitivity",
+        "noise_std",
+        "robustness_epsilon",
+        "attack_norm_bound",
+        "redistribute",
+    ):
         assert getattr(stored, name) == getattr(typed, name), name
     for name in ("num_examples", "num_draws", "draws_per_second", "conventional_accuracy", "soundness_violations"):
         assert getattr(stored, name) == getattr(typed, name), name
-    assert stored.prediction_rule is None and typed.prediction_rule != stored.prediction_rule  # not in this file: the strict type says so in words
+    assert (
+        stored.prediction_rule is None and typed.prediction_rule != stored.prediction_rule
+    )  # not in this file: the strict type says so in words
     assert stored.attacks_run == ("pgd",) and stored.epsilon == float("inf")
     # A summary without the run's details (an older or a fixture's) reads them as None.
-    small = read_stored_summary({"model_id": "m", "defense": "hgm", "norm": "l2", "radii": [0.1], "soundness_violations": []})
+    small = read_stored_summary(
+        {"model_id": "m", "defense": "hgm", "norm": "l2", "radii": [0.1], "soundness_violations": []}
+    )
     assert (small.epsilon, small.num_draws, small.attacks_run, small.soundness_violations) == (None, None, None, ())
     with pytest.raises(ValueError, match="num_draws must be int, got '100'"):
         read_stored_summary({**full, "num_draws": "100"})

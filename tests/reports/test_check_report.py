@@ -1,4 +1,5 @@
-"""The ``checks`` report kind: the battery's verdict box, one row per check, the ε figure, and ``dpaudit report`` on a check run."""
+"""The ``checks`` report kind: the battery's verdict box, one row per check, the ε figure, and ``dpaudit report`` on a
+check run."""
 
 from __future__ import annotations
 
@@ -107,7 +108,11 @@ def test_a_check_that_could_not_run_says_why_not_what_size_it_needed(tmp_path):
 
     base = outcome("worst-case", "inconclusive", epsilon_lb=0.0, ceiling=0.0, num_trials=0)
     cannot = type(base)(**{**base.to_dict(), "finding": "worst-case: could not run: no --model-fn"})
-    fields = {k: v for k, v in sample_report().to_dict().items() if k in ("train_fn", "model_fn", "claim_description", "delta", "confidence", "budget_minutes", "seconds")}
+    fields = {
+        k: v
+        for k, v in sample_report().to_dict().items()
+        if k in ("train_fn", "model_fn", "claim_description", "delta", "confidence", "budget_minutes", "seconds")
+    }
     run = RunDir(tmp_path / "run").create(command="test")
     save_check_report(CheckReport(**fields, outcomes=(cannot,)), run.path / "checks")
     html = _page(run)

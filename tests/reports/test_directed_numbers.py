@@ -42,12 +42,19 @@ def _unit(x: float, digits: int) -> Decimal:
 
 def _ties(draw_digits: int) -> st.SearchStrategy[float]:
     """Floats written as a decimal tie at the last printed digit (1.235e-7 at three digits), over the magnitudes."""
-    return st.builds(lambda k, e: float(f"{k}5e{e}"), st.integers(10 ** (draw_digits - 1), 10**draw_digits - 1), st.integers(-14, 4))
+    return st.builds(
+        lambda k, e: float(f"{k}5e{e}"), st.integers(10 ** (draw_digits - 1), 10**draw_digits - 1), st.integers(-14, 4)
+    )
 
 
 magnitudes = st.floats(min_value=1e-12, max_value=1e6, allow_nan=False, allow_infinity=False)
 binary_halves = st.builds(lambda k, j: (2 * k + 1) / 2**j, st.integers(0, 10**6), st.integers(1, 40))
-beside_round = st.builds(lambda m, e, up: math.nextafter(m * 10.0**e, math.inf if up else -math.inf), st.integers(1, 999), st.integers(-12, 5), st.booleans())
+beside_round = st.builds(
+    lambda m, e, up: math.nextafter(m * 10.0**e, math.inf if up else -math.inf),
+    st.integers(1, 999),
+    st.integers(-12, 5),
+    st.booleans(),
+)
 values = st.one_of(magnitudes, binary_halves, _ties(3), beside_round).filter(lambda x: 0 < x <= 1e7)
 
 
@@ -76,7 +83,12 @@ def test_a_lower_bound_is_never_printed_above_its_value(x, digits):
     assert abs(Decimal(x) - shown) <= _unit(x, digits)
 
 
-shares = st.one_of(st.floats(0.0, 1.0), st.floats(1e-12, 1e-3), binary_halves.map(lambda h: h / (1 + h)), st.builds(lambda k: k / 2000, st.integers(0, 2000)))
+shares = st.one_of(
+    st.floats(0.0, 1.0),
+    st.floats(1e-12, 1e-3),
+    binary_halves.map(lambda h: h / (1 + h)),
+    st.builds(lambda k: k / 2000, st.integers(0, 2000)),
+)
 
 
 @settings(max_examples=150, deadline=None)

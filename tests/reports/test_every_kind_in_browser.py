@@ -26,7 +26,9 @@ _VERDICT = re.compile(r'<[^>]+class="[^"]*\b' + VERDICT_CLASS + r'\b[^"]*"')
 @pytest.mark.parametrize("name", KINDS)
 def test_every_page_of_every_kind_is_clean_in_chromium(name, rendered_samples, check_page):
     if rendered_samples[name] is None:
-        pytest.fail(f"report kind {name!r} has no sample run: add a builder to REPORT_SAMPLES in tests/reports/conftest.py")
+        pytest.fail(
+            f"report kind {name!r} has no sample run: add a builder to REPORT_SAMPLES in tests/reports/conftest.py"
+        )
     _, index = rendered_samples[name]
     pages = index.pages_of(name)
     assert pages, f"the sample run of {name!r} rendered no page"
@@ -40,5 +42,7 @@ def test_every_page_of_every_kind_is_clean_in_chromium(name, rendered_samples, c
             stem = src.removesuffix(".png")
             for link in (f"{stem}.svg", f"{stem}.pdf"):
                 assert f'href="{link}"' in html and (page.parent / link).is_file(), f"{page.name}: {src} without {link}"
-        assert html.count("<table>") == html.count(">LaTeX</a>"), f"{page.name}: a table without its CSV and LaTeX links"
+        assert html.count("<table>") == html.count(">LaTeX</a>"), (
+            f"{page.name}: a table without its CSV and LaTeX links"
+        )
         assert _VERDICT.search(html), f'{page.name} has no verdict box (class="{VERDICT_CLASS}")'

@@ -56,13 +56,19 @@ def test_figure_data_reads_lines_bars_scatter_errorbars_areas_and_histograms():
     rows = [dict(zip(DATA_COLUMNS, r, strict=True)) for r in figure_data(_every_artist())]
     by = lambda series, kind: [r for r in rows if r["series"] == series and r["type"] == kind]
     assert [(r["x"], r["y"]) for r in by("rmia", "line")] == [("1", "0.5"), ("2", "0.25"), ("3", "0.125")]
-    assert {r["panel"] for r in by("rmia", "line")} == {"1"} and by("rmia", "line")[0]["panel_title"] == "left" and by("rmia", "line")[0]["x_label"] == "ε"
+    assert (
+        {r["panel"] for r in by("rmia", "line")} == {"1"}
+        and by("rmia", "line")[0]["panel_title"] == "left"
+        and by("rmia", "line")[0]["x_label"] == "ε"
+    )
     # axhline spans the axes: its x is a fraction of the axes, so it is left out, its y kept.
     assert [(r["x"], r["y"]) for r in by("chance", "line")] == [("", "0.75"), ("", "0.75")]
     assert [(r["x"], r["y"]) for r in by("published", "scatter")] == [("4.0", "0.5")]
     assert [(r["x"], r["y"]) for r in by("dpsgd", "line")] == [("1.0", "0.3"), ("2.0", "0.4")]
     bars = by("dpsgd", "errorbar")
-    assert [float(v) for r in bars for v in (r["x"], r["y"], r["x_end"], r["y_end"])] == pytest.approx([1.0, 0.2, 1.0, 0.4, 2.0, 0.2, 2.0, 0.6])
+    assert [float(v) for r in bars for v in (r["x"], r["y"], r["x_end"], r["y_end"])] == pytest.approx(
+        [1.0, 0.2, 1.0, 0.4, 2.0, 0.2, 2.0, 0.6]
+    )
     assert not [r for r in rows if r["series"].startswith("line ")], "cap markers are not series"
     assert len(by("band", "area")) >= 4
     assert [(r["category"], r["y"]) for r in by("accuracy", "bar")] == [("nonprivate", "0.9"), ("dpsgd", "0.6")]
@@ -83,7 +89,9 @@ def test_a_figure_is_written_as_png_svg_pdf_and_csv_byte_identical_twice(tmp_pat
     assert b"<svg" in first["svg"].read_bytes() and b"<dc:date>" not in first["svg"].read_bytes()
     assert list(_rows(first["csv"])[0]) == list(DATA_COLUMNS)
     truetype = save_figure(fig, tmp_path / "a", "t", truetype=True)["pdf"].read_bytes()
-    assert b"/FontFile2" in truetype and b"/FontFile2" not in first["pdf"].read_bytes()  # Type 42 embeds the TrueType font
+    assert (
+        b"/FontFile2" in truetype and b"/FontFile2" not in first["pdf"].read_bytes()
+    )  # Type 42 embeds the TrueType font
 
 
 def test_an_image_only_figure_has_no_data_csv(tmp_path):
@@ -97,20 +105,42 @@ def test_an_image_only_figure_has_no_data_csv(tmp_path):
 
 def test_latex_text_escapes_specials_and_writes_symbols_as_math():
     assert latex_text("ε_LB ≥ 50% & δ=1e-05 #1 {x} ~ ^ \\ ∞ — ü 中 ε model_id") == (
-        r"$\varepsilon_{\mathrm{LB}}$ $\geq$ 50\% \& $\delta$=1e-05 \#1 \{x\} \textasciitilde{} \textasciicircum{} \textbackslash{} $\infty$ --- u ? $\varepsilon$ model\_id"
+        r"$\varepsilon_{\mathrm{LB}}$ $\geq$ 50\% \& $\delta$=1e-05 \#1 \{x\} "
+        r"\textasciitilde{} \textasciicircum{} \textbackslash{} $\infty$ --- u ? "
+        r"$\varepsilon$ model\_id"
     )
 
 
 def test_a_table_is_written_as_csv_at_full_precision_and_latex_as_the_page_prints_it(tmp_path):
-    table = Table(columns=["setting", "ε_UB", "AUC"], rows=[[Link(text="dpsgd", href="x.html"), float("inf"), 0.51234567], ["nonprivate", None, True]], caption="c")
-    written = write_report_files(tmp_path, [Section(title="s", blocks=[table, Table(columns=["a"], rows=[[1]], name="second")])], title="t", stem="p")
+    table = Table(
+        columns=["setting", "ε_UB", "AUC"],
+        rows=[[Link(text="dpsgd", href="x.html"), float("inf"), 0.51234567], ["nonprivate", None, True]],
+        caption="c",
+    )
+    written = write_report_files(
+        tmp_path,
+        [Section(title="s", blocks=[table, Table(columns=["a"], rows=[[1]], name="second")])],
+        title="t",
+        stem="p",
+    )
     html = written.html.read_text()
     assert 'href="p-table-1.csv">CSV</a> · <a href="p-table-1.tex">LaTeX</a>' in html and 'href="p-second.tex"' in html
     assert "[CSV](p-table-1.csv) · [LaTeX](p-table-1.tex)" in written.markdown.read_text()
-    assert _rows(tmp_path / "p-table-1.csv") == [{"setting": "dpsgd", "ε_UB": "inf", "AUC": "0.51234567"}, {"setting": "nonprivate", "ε_UB": "", "AUC": "yes"}]
+    assert _rows(tmp_path / "p-table-1.csv") == [
+        {"setting": "dpsgd", "ε_UB": "inf", "AUC": "0.51234567"},
+        {"setting": "nonprivate", "ε_UB": "", "AUC": "yes"},
+    ]
     tex = (tmp_path / "p-table-1.tex").read_text()
-    assert tex.startswith(r"\begin{tabular}{lrr}") and r"\toprule" in tex and r"setting & $\varepsilon_{\mathrm{UB}}$ & AUC \\" in tex
-    assert r"dpsgd & $\infty$ & 0.512 \\" in tex and ">∞</td>" in html and r"nonprivate & — & yes \\".replace("—", "---") in tex
+    assert (
+        tex.startswith(r"\begin{tabular}{lrr}")
+        and r"\toprule" in tex
+        and r"setting & $\varepsilon_{\mathrm{UB}}$ & AUC \\" in tex
+    )
+    assert (
+        r"dpsgd & $\infty$ & 0.512 \\" in tex
+        and ">∞</td>" in html
+        and r"nonprivate & — & yes \\".replace("—", "---") in tex
+    )
     assert {p.name for p in written.exports} == {"p-table-1.csv", "p-table-1.tex", "p-second.csv", "p-second.tex"}
     with pytest.raises(ValueError, match="name"):
         Table(columns=["a"], rows=[], name="a b")
@@ -128,7 +158,9 @@ def test_a_column_of_words_has_a_flush_left_heading(tmp_path):
 @pytest.mark.parametrize("name", KINDS)
 def test_every_figure_and_table_of_every_kind_has_its_exports(name, rendered_samples):
     if rendered_samples[name] is None:
-        pytest.fail(f"report kind {name!r} has no sample run: add a builder to REPORT_SAMPLES in tests/reports/conftest.py")
+        pytest.fail(
+            f"report kind {name!r} has no sample run: add a builder to REPORT_SAMPLES in tests/reports/conftest.py"
+        )
     _, index = rendered_samples[name]
     for page in index.pages_of(name):
         html = page.read_text(encoding="utf-8")
@@ -139,12 +171,21 @@ def test_every_figure_and_table_of_every_kind_has_its_exports(name, rendered_sam
         for data in re.findall(r'<a href="([^"]+)">data \(CSV\)</a>', html):
             rows = _rows(page.parent / data)
             assert rows and list(rows[0]) == list(DATA_COLUMNS), data
-        tables = re.findall(r"<table>.*?<thead><tr>(.*?)</tr></thead>.*?</table>\s*<p class=\"downloads\"[^>]*><a href=\"([^\"]+)\">CSV</a> · <a href=\"([^\"]+)\">LaTeX</a>", html, re.S)
+        tables = re.findall(
+            r"<table>.*?<thead><tr>(.*?)</tr></thead>.*?</table>\s*<p "
+            r"class=\"downloads\"[^>]*><a href=\"([^\"]+)\">CSV</a> · <a "
+            r"href=\"([^\"]+)\">LaTeX</a>",
+            html,
+            re.S,
+        )
         assert len(tables) == html.count("<table>"), f"{page.name}: a table without its CSV and LaTeX links"
         for head, csv_name, tex_name in tables:
             columns = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<th[^>]*>(.*?)</th>", head)]
             with (page.parent / csv_name).open(encoding="utf-8") as f:
-                assert next(csv.reader(f)) == [c.replace("&#39;", "'").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">") for c in columns]
+                assert next(csv.reader(f)) == [
+                    c.replace("&#39;", "'").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
+                    for c in columns
+                ]
             assert_well_formed_latex(page.parent / tex_name)
 
 
@@ -158,7 +199,9 @@ _TARGET = re.compile(r"\\(input|includegraphics)(?:\[[^\]]*\])?\{(\{[^}]*\}[^}]*
 def assert_well_formed_latex(path: Path) -> None:
     """What pdflatex needs of a file we write, short of running it; recurses into every ``\\input``."""
     text = path.read_text(encoding="utf-8")
-    assert text.isascii(), f"{path.name}: non-ASCII {sorted({c for c in text if not c.isascii()})} (pdflatex without inputenc set-up)"
+    assert text.isascii(), (
+        f"{path.name}: non-ASCII {sorted({c for c in text if not c.isascii()})} (pdflatex without inputenc set-up)"
+    )
     body = re.sub(r"\\[\\{}&%$#_]", "", text)  # escaped specials are plain characters
     depth = 0
     for ch in body:
@@ -200,7 +243,9 @@ def test_format_latex_writes_a_standalone_tex_per_page_and_an_index_inputting_th
         assert text.startswith("\\documentclass") and "\\input{audit-multi-body}" in text
         assert_well_formed_latex(page)
     body = (out / "audit-multi-body.tex").read_text()
-    assert "\\includegraphics" in body and "{{audit-multi-roc}.pdf}" in body and "\\input{audit-multi-table-1.tex}" in body
+    assert (
+        "\\includegraphics" in body and "{{audit-multi-roc}.pdf}" in body and "\\input{audit-multi-table-1.tex}" in body
+    )
     assert "No violation" in body  # the verdict's words are on the LaTeX page too
     assert b"/FontFile2" in (out / "audit-multi-roc.pdf").read_bytes()  # paper PDFs embed TrueType
 
@@ -212,9 +257,16 @@ def test_format_md_writes_only_markdown_and_html_stays_the_default(report_sample
     out = run.reports_dir()
     page = out / "pate.html"  # the page's identity; under --format md only its Markdown twin is written
     assert code == 0 and payload["pate"] == [str(page.with_suffix(".md"))] and payload["index"] == str(out / "index.md")
-    assert not list(out.glob("*.html")) and {p.name for p in out.glob("*.tex")} == {"pate-table-1.tex"}  # a table's LaTeX, no page
-    assert "[SVG](pate-pate-epsilon-answered.svg) · [PDF](pate-pate-epsilon-answered.pdf) · [data (CSV)](pate-pate-epsilon-answered.csv)" in page.with_suffix(".md").read_text()
-    # The default stays what it was before --format existed: HTML with its Markdown twin (the contract suite renders it).
+    assert not list(out.glob("*.html")) and {p.name for p in out.glob("*.tex")} == {
+        "pate-table-1.tex"
+    }  # a table's LaTeX, no page
+    assert (
+        "[SVG](pate-pate-epsilon-answered.svg) · "
+        "[PDF](pate-pate-epsilon-answered.pdf) · [data "
+        "(CSV)](pate-pate-epsilon-answered.csv)" in page.with_suffix(".md").read_text()
+    )
+    # The default stays what it was before --format existed: HTML with its Markdown twin (the contract suite renders
+    # it).
     assert build_parser(["report"]).parse_args(["report", str(run.path)]).format == "html"
 
 
@@ -246,5 +298,11 @@ def test_every_kind_compiles_or_is_well_formed_latex(name, report_samples, tmp_p
         assert page is not None
         assert_well_formed_latex(page)
         if shutil.which("pdflatex"):
-            done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", page.name], cwd=page.parent, capture_output=True, text=True, timeout=120)
+            done = subprocess.run(
+                ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", page.name],
+                cwd=page.parent,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert done.returncode == 0, done.stdout[-3000:]

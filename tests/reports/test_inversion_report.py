@@ -22,10 +22,14 @@ def inversion_run(tmp_path, write_record, make_inversion_result) -> RunDir:
     run = RunDir(tmp_path / "run").create(command="test")
     metrics = {"test_accuracy": 0.9, "delta": 1e-5}
     write_record(run, "nonprivate", metrics=metrics)
-    write_record(run, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics=metrics)
+    write_record(
+        run, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics=metrics
+    )
     for model_id, top1 in ((NONPRIVATE, 0.75), (DP, 0.25)):
         for i, attack in enumerate(("mi-face", "gmi")):
-            save_inversion_result(make_inversion_result(model_id, attack, top1=top1, seed=i), run.inversion_dir(model_id))
+            save_inversion_result(
+                make_inversion_result(model_id, attack, top1=top1, seed=i), run.inversion_dir(model_id)
+            )
     return run
 
 
@@ -43,7 +47,8 @@ def test_the_page_shows_the_metrics_of_every_target_and_attack(inversion_run):
     page = render_reports(inversion_run).inversion[0]
     html, md = page.read_text(), page.with_suffix(".md").read_text()
     for text in (html, md):
-        # Attack accuracies 3/4 and 1/4 of the classes as rates with their counts, the KNN distance (1.2345) and PSNR (17.25)
+        # Attack accuracies 3/4 and 1/4 of the classes as rates with their counts, the KNN distance (1.2345) and PSNR
+        # (17.25)
         # to three significant digits, chance 1/10 as a percentage (issue 34).
         for number in ("75.0% (3/4)", "25.0% (1/4)", "1.23", "17.2", "10.0%"):
             assert number in text, number
@@ -70,7 +75,9 @@ def test_image_grids_and_the_comparison_figure_are_written_and_shown(inversion_r
 
 def test_one_target_has_no_comparison(tmp_path, make_inversion_result):
     run = RunDir(tmp_path / "run").create(command="test")
-    save_inversion_result(make_inversion_result("lonely", "mi-face"), run.inversion_dir("lonely"))  # no record in the run
+    save_inversion_result(
+        make_inversion_result("lonely", "mi-face"), run.inversion_dir("lonely")
+    )  # no record in the run
     page = render_reports(run).inversion[0]
     html = page.read_text()
     assert "Targets compared" not in html and "compare.png" not in html

@@ -54,7 +54,9 @@ def test_the_checker_catches_the_old_sentences():
     assert misreadings("ε_UB − ε last iterate = 0.5: what the threat model hides.")
     assert misreadings("what the attack leaves, capped at the last-iterate ε.")
     assert misreadings("The last-iterate ε is an upper bound on what the final model reveals.")
-    assert not misreadings("The last-iterate ε is exact for linear losses; a heuristic, not an upper bound, for others.")
+    assert not misreadings(
+        "The last-iterate ε is exact for linear losses; a heuristic, not an upper bound, for others."
+    )
     assert not misreadings("For linear losses the last-iterate ε is a lower bound on the worst case; it caps nothing.")
 
 
@@ -82,7 +84,9 @@ def test_no_rendered_audit_report_calls_it_a_cap(tmp_path):
     rng = np.random.default_rng(0)
     s_in, s_out = rng.normal(1.0, 1, 100), rng.normal(0, 1, 100)
     result = audit_from_scores(s_in, s_out, claim=claim, delta=1e-5)
-    assert result.epsilon_last_iterate is not None and result.epsilon_last_iterate < result.epsilon_ub  # a black-box audit: the heuristic is worded
+    assert (
+        result.epsilon_last_iterate is not None and result.epsilon_last_iterate < result.epsilon_ub
+    )  # a black-box audit: the heuristic is worded
     d = run.audit_dir("black")
     save_audit_result(result, d)
     atomic_save_npz(d / "scores.npz", in_scores=s_in, out_scores=s_out)

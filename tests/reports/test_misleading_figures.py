@@ -37,7 +37,14 @@ def white_box():
     """A white-box GDP audit of 400 steps: its ceiling (≈ 27) is six times ε_UB (≈ 4.4)."""
     rng = np.random.default_rng(3)
     s_in, s_out = rng.normal(1.0, 1.0, 400), rng.normal(0.0, 1.0, 400)
-    result = audit_from_scores(s_in, s_out, claim=gaussian_step_claim(noise_multiplier=1.0), delta=1e-5, method="white-box", threat_model="white-box")
+    result = audit_from_scores(
+        s_in,
+        s_out,
+        claim=gaussian_step_claim(noise_multiplier=1.0),
+        delta=1e-5,
+        method="white-box",
+        threat_model="white-box",
+    )
     return result, epsilon_lb_by_trials(result, {"in_scores": s_in, "out_scores": s_out})
 
 
@@ -66,15 +73,25 @@ def test_the_one_run_ceiling_caption_says_why_it_can_fall():
 
     result = audit_from_scores(np.ones(20), np.zeros(20), claim=gaussian_step_claim(noise_multiplier=1.0), delta=1e-5)
     one_run = replace(result, method="one-run", bound="one-run", threshold_strategy="top-bottom")
-    assert "need not rise" in _ceiling_caption(one_run, "canaries") and "Bonferroni" in _ceiling_caption(one_run, "canaries")
+    assert "need not rise" in _ceiling_caption(one_run, "canaries") and "Bonferroni" in _ceiling_caption(
+        one_run, "canaries"
+    )
     assert "need not rise" not in _ceiling_caption(result, "trials")
 
 
 def test_bounds_line_shows_every_epsilon_and_no_evidence_at_zero(white_box):
     result, _ = white_box
     fig = bounds_figure(result)
-    xs = {label.split(" ")[0] + (" last" if "last" in label else ""): line.get_xdata()[0] for label, line in _lines(fig.axes[-1]).items() if len(line.get_xdata())}
-    assert xs["ε_UB"] == pytest.approx(result.epsilon_ub) and xs["ceiling"] == pytest.approx(result.ceiling) and xs["ε_LB"] == pytest.approx(result.epsilon_lb)
+    xs = {
+        label.split(" ")[0] + (" last" if "last" in label else ""): line.get_xdata()[0]
+        for label, line in _lines(fig.axes[-1]).items()
+        if len(line.get_xdata())
+    }
+    assert (
+        xs["ε_UB"] == pytest.approx(result.epsilon_ub)
+        and xs["ceiling"] == pytest.approx(result.ceiling)
+        and xs["ε_LB"] == pytest.approx(result.epsilon_lb)
+    )
     assert fig.axes[-1].get_xscale() == "log"  # 2.6 to 27: a decade
     assert "equals ε_UB" in bounds_caption(result)  # white-box: the last iterate of one step is ε_UB
     assert "No last-iterate ε" in bounds_caption(dataclasses.replace(result, epsilon_last_iterate=None))
@@ -89,9 +106,17 @@ def test_bounds_line_shows_every_epsilon_and_no_evidence_at_zero(white_box):
     # the gap split rests on the bounds: the heuristic's reading rides beside it, capping nothing.
     stored = dataclasses.replace(result, epsilon_last_iterate=2.0)
     labels = _lines(bounds_figure(stored).axes[-1])
-    assert any("last-iterate ε" in label and "exact for linear losses" in label and line.get_xdata()[0] == 2.0 for label, line in labels.items())
+    assert any(
+        "last-iterate ε" in label and "exact for linear losses" in label and line.get_xdata()[0] == 2.0
+        for label, line in labels.items()
+    )
     caption = bounds_caption(stored)
-    assert "heuristic suggests" in caption and "does not cap" in caption and "what the attack leaves" in caption and "threat model hides" not in caption
+    assert (
+        "heuristic suggests" in caption
+        and "does not cap" in caption
+        and "what the attack leaves" in caption
+        and "threat model hides" not in caption
+    )
 
 
 def test_privacy_utility_draws_no_evidence_at_zero_never_at_a_log_edge(tmp_path):
@@ -101,14 +126,27 @@ def test_privacy_utility_draws_no_evidence_at_zero_never_at_a_log_edge(tmp_path)
     zero_rows = {r.test_accuracy for r in result.rows if r.epsilon_ub and r.epsilon_lb == 0}
     assert zero_rows
     zero, main = privacy_utility_figure(result).axes
-    at_zero = {round(float(line.get_ydata()[0]), 6) for line in zero.get_lines() if line.get_marker() not in ("None", "") and len(line.get_xdata())}
+    at_zero = {
+        round(float(line.get_ydata()[0]), 6)
+        for line in zero.get_lines()
+        if line.get_marker() not in ("None", "") and len(line.get_xdata())
+    }
     assert at_zero == {round(a, 6) for a in zero_rows}
-    assert all(float(line.get_xdata()[0]) == 0.0 for line in zero.get_lines() if line.get_marker() not in ("None", "") and len(line.get_xdata()))
-    smallest = min(min(r.epsilon_ub_best for r in result.rows if r.epsilon_ub), min(r.epsilon_lb for r in result.rows if r.epsilon_lb > 0))
+    assert all(
+        float(line.get_xdata()[0]) == 0.0
+        for line in zero.get_lines()
+        if line.get_marker() not in ("None", "") and len(line.get_xdata())
+    )
+    smallest = min(
+        min(r.epsilon_ub_best for r in result.rows if r.epsilon_ub),
+        min(r.epsilon_lb for r in result.rows if r.epsilon_lb > 0),
+    )
     for line in main.get_lines():
         if line.get_transform() != main.transData:
             continue  # the baseline: a horizontal line across the axes
-        assert all(x >= smallest - 1e-12 for x in line.get_xdata()), f"{line.get_label()} has a point left of every ε: an arbitrary edge"
+        assert all(x >= smallest - 1e-12 for x in line.get_xdata()), (
+            f"{line.get_label()} has a point left of every ε: an arbitrary edge"
+        )
     # No line joins an ε_LB at the edge to its ε_UB: every drawn line has one x per point.
     assert main.get_xscale() == "log" and zero.get_xscale() == "linear"
 
@@ -117,10 +155,17 @@ def test_a_single_pate_student_is_a_sentence_and_published_is_named_only_when_dr
     runs = load_pate_runs(build_pate_run(tmp_path / "run"))
     rows = pate_rows(runs)
     assert len(rows) == 1 and accuracy_epsilon_figure(rows) is None
-    fig_block = [b for s in pate_sections(runs) for b in s.blocks if isinstance(b, Figure) and b.name == "pate-accuracy-epsilon"][0]
+    fig_block = [
+        b for s in pate_sections(runs) for b in s.blocks if isinstance(b, Figure) and b.name == "pate-accuracy-epsilon"
+    ][0]
     assert fig_block.figure is None and "one student only" in fig_block.empty and "published" not in fig_block.caption
     published = [{"label": "Papernot et al. 2018, MNIST", "epsilon": 1.97, "accuracy": 0.985}]
-    with_pub = [b for s in pate_sections(runs, published=published) for b in s.blocks if isinstance(b, Figure) and b.name == "pate-accuracy-epsilon"][0]
+    with_pub = [
+        b
+        for s in pate_sections(runs, published=published)
+        for b in s.blocks
+        if isinstance(b, Figure) and b.name == "pate-accuracy-epsilon"
+    ][0]
     assert with_pub.figure is not None and "hollow: published" in with_pub.caption
     hollow = [line for line in with_pub.figure.axes[0].get_lines() if line.get_markerfacecolor() == "none"]
     assert [line.get_label() for line in hollow] == ["published: Papernot et al. 2018, MNIST"]
@@ -132,7 +177,10 @@ def test_certified_comparison_tells_pixeldp_smoothing_from_the_smoothing_model(t
     pixeldp_smooth = next(v for k, v in lines.items() if k.startswith("pixeldp") and k.endswith(": smoothing"))
     pixeldp_own = next(v for k, v in lines.items() if k.startswith("pixeldp") and k.endswith(": pixeldp"))
     model_smooth = next(v for k, v in lines.items() if k.startswith("smoothing") and k.endswith(": smoothing"))
-    assert to_hex(pixeldp_smooth.get_color()) != to_hex(model_smooth.get_color()) and pixeldp_smooth.get_marker() != model_smooth.get_marker()
+    assert (
+        to_hex(pixeldp_smooth.get_color()) != to_hex(model_smooth.get_color())
+        and pixeldp_smooth.get_marker() != model_smooth.get_marker()
+    )
     assert to_hex(pixeldp_smooth.get_color()) == to_hex(pixeldp_own.get_color())  # one model, one colour
     assert pixeldp_smooth.get_linestyle() != pixeldp_own.get_linestyle()
 
@@ -140,13 +188,17 @@ def test_certified_comparison_tells_pixeldp_smoothing_from_the_smoothing_model(t
 def test_estimate_shown_only_with_an_interval_that_excludes_zero():
     rng = np.random.default_rng(0)
     claim = gaussian_step_claim(noise_multiplier=1.0)
-    chance = audit_from_scores(rng.normal(0, 1, 200), rng.normal(0, 1, 200), claim=claim, delta=1e-5, bound="clopper-pearson")
+    chance = audit_from_scores(
+        rng.normal(0, 1, 200), rng.normal(0, 1, 200), claim=claim, delta=1e-5, bound="clopper-pearson"
+    )
     assert chance.epsilon_estimate > 0.3  # the best of many thresholds reads as leakage at chance
     low, high = chance.details.estimate_interval
     assert low == 0.0 and (high is None or high > chance.epsilon_estimate)
     [row] = _estimate_rows(chance)
     assert row[1] == "not shown" and "includes 0" in row[2]
-    strong = audit_from_scores(rng.normal(3, 1, 200), rng.normal(0, 1, 200), claim=claim, delta=1e-5, bound="clopper-pearson")
+    strong = audit_from_scores(
+        rng.normal(3, 1, 200), rng.normal(0, 1, 200), claim=claim, delta=1e-5, bound="clopper-pearson"
+    )
     low, high = strong.details.estimate_interval
     assert 0 < low <= strong.epsilon_estimate <= (math.inf if high is None else high)
     [row] = _estimate_rows(strong)

@@ -1,4 +1,5 @@
-"""Numbers by quantity in every table and sentence (issue 34, item 1): ε to 3 significant digits, rates with their counts, one ∞."""
+"""Numbers by quantity in every table and sentence (issue 34, item 1): ε to 3 significant digits, rates with their
+counts, one ∞."""
 
 from __future__ import annotations
 
@@ -12,14 +13,29 @@ from reports.render import Table, format_number
 
 @pytest.mark.parametrize(
     ("x", "text"),
-    [(3.18674, "3.19"), (155.3732, "155"), (1.5, "1.5"), (0.0, "0"), (0.001393, "0.00139"), (4810.0, "4,810"), (1e-5, "1e-05"), (math.inf, "∞"), (None, "—"), (math.nan, "—")],
+    [
+        (3.18674, "3.19"),
+        (155.3732, "155"),
+        (1.5, "1.5"),
+        (0.0, "0"),
+        (0.001393, "0.00139"),
+        (4810.0, "4,810"),
+        (1e-5, "1e-05"),
+        (math.inf, "∞"),
+        (None, "—"),
+        (math.nan, "—"),
+    ],
 )
 def test_epsilon_to_three_significant_digits(x, text):
     assert fmt_epsilon(x) == text
 
 
 def test_rates_are_percentages_beside_their_counts():
-    assert fmt_rate(25, 200) == "12.5% (25/200)" and fmt_rate(1, 2000) == "0.05% (1/2000)" and fmt_rate(0, 0) == "— (0 draws)"
+    assert (
+        fmt_rate(25, 200) == "12.5% (25/200)"
+        and fmt_rate(1, 2000) == "0.05% (1/2000)"
+        and fmt_rate(0, 0) == "— (0 draws)"
+    )
     assert fmt_percent(0.8194444) == "81.9%"
     cell = rate_cell(25, 200)
     assert isinstance(cell, float) and float(cell) == 0.125 and format_cell(cell) == "12.5% (25/200)"

@@ -6,7 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from reports.render import Link, Section, Table, Text, md_inline, md_text, safe_href, write_index_files, write_report_files
+from reports.render import (
+    Link,
+    Section,
+    Table,
+    Text,
+    md_inline,
+    md_text,
+    safe_href,
+    write_index_files,
+    write_report_files,
+)
 
 HOSTILE = [
     "javascript:alert(1)",
@@ -30,7 +40,16 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize("href", ["membership-dpsgd-digits-digits-mlp-seed0-0a1b2c3d.html", "certified.html", "compare-grid-matrix.csv", "figures/x.png", "a_b-c.d.svg"])
+@pytest.mark.parametrize(
+    "href",
+    [
+        "membership-dpsgd-digits-digits-mlp-seed0-0a1b2c3d.html",
+        "certified.html",
+        "compare-grid-matrix.csv",
+        "figures/x.png",
+        "a_b-c.d.svg",
+    ],
+)
 def test_the_names_the_writer_links_pass(href):
     assert safe_href(href)
 
@@ -66,7 +85,14 @@ def test_a_table_cell_and_a_heading_keep_the_markdown_table_whole(tmp_path):
         tmp_path,
         [
             Section(
-                title="<h1>x</h1>", blocks=[Table(columns=["setting | x", "value"], rows=[["a | b\n# c", 1.0], [Link(text="[x](javascript:y)", href="b.html"), 2.0]]), Text(text="<script>x</script>")]
+                title="<h1>x</h1>",
+                blocks=[
+                    Table(
+                        columns=["setting | x", "value"],
+                        rows=[["a | b\n# c", 1.0], [Link(text="[x](javascript:y)", href="b.html"), 2.0]],
+                    ),
+                    Text(text="<script>x</script>"),
+                ],
             )
         ],
         title="T <script>",

@@ -72,20 +72,29 @@ def check_report_kind(kind: ReportKind, run: RunDir, tmp_path: Path, capsys: pyt
 
 
 def check_verdict_boxes(pages: list[Path], index_html: Path) -> None:
-    """Issue 34: every page opens with exactly one verdict box (HTML and Markdown), and the index names its status beside the link."""
+    """Issue 34: every page opens with exactly one verdict box (HTML and Markdown), and the index names its status
+    beside the link."""
     index = index_html.read_text(encoding="utf-8")
     for page in pages:
         html, md = page.read_text(encoding="utf-8"), page.with_suffix(".md").read_text(encoding="utf-8")
-        assert html.count('class="verdict verdict-') == 1 and html.index('class="verdict verdict-') < html.index("<h2>"), page
+        assert html.count('class="verdict verdict-') == 1 and html.index('class="verdict verdict-') < html.index(
+            "<h2>"
+        ), page
         status = html.split('<p class="verdict-status">', 1)[1].split("</p>", 1)[0]
-        assert md.count("> **Verdict — ") == 1 and f"> **Verdict — {status}.**" in md and md.index("> **Verdict") < md.index("\n## "), page
+        assert (
+            md.count("> **Verdict — ") == 1
+            and f"> **Verdict — {status}.**" in md
+            and md.index("> **Verdict") < md.index("\n## ")
+        ), page
         assert f"— {status}</a>" in index, page
 
 
 @pytest.mark.parametrize("name", KINDS)
 def test_report_kind_contract(name, report_samples, tmp_path, capsys):
     if name not in report_samples:
-        pytest.fail(f"report kind {name!r} has no sample run: add a builder to REPORT_SAMPLES in tests/reports/conftest.py")
+        pytest.fail(
+            f"report kind {name!r} has no sample run: add a builder to REPORT_SAMPLES in tests/reports/conftest.py"
+        )
     run = report_samples[name](tmp_path / "run")
     check_report_kind(REPORT_KINDS[name], run, tmp_path, capsys)
 
@@ -102,7 +111,9 @@ def test_a_compare_violation_is_reported_and_exits_3(report_samples, tmp_path, c
     run = report_samples["compare"](tmp_path / "run")
     code, payload = _report_json(run, capsys)
     assert code == 3
-    assert payload["violations"] == ["compare grid / dpsgd-target_epsilon=1: violation: epsilon_lb 1.5 > epsilon_ub 1 (pld)"]
+    assert payload["violations"] == [
+        "compare grid / dpsgd-target_epsilon=1: violation: epsilon_lb 1.5 > epsilon_ub 1 (pld)"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -117,6 +128,13 @@ def test_a_compare_violation_is_reported_and_exits_3(report_samples, tmp_path, c
     ],
 )
 def test_a_malformed_kind_is_refused(field, value, match):
-    fields = {"name": "toy", "group": "Toy", "order": 1, "load": lambda run: [], "verdict": lambda item: None, "render": lambda item, out: None}
+    fields = {
+        "name": "toy",
+        "group": "Toy",
+        "order": 1,
+        "load": lambda run: [],
+        "verdict": lambda item: None,
+        "render": lambda item, out: None,
+    }
     with pytest.raises((ValueError, TypeError), match=match):
         ReportKind(**{**fields, field: value})

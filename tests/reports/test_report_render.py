@@ -57,7 +57,10 @@ def test_membership_report_has_auc_and_tpr_at_fpr(full_run):
 def test_nothing_to_render_is_a_clear_error(tmp_path):
     # A run with a record renders since issue 34 (the trained-model page); one with nothing at all does not.
     run = RunDir(tmp_path / "run").create(command="test")
-    with pytest.raises(NothingToRender, match="holds no trained model and no audit, membership-attack, certify, PATE, DSSGD or model-inversion results"):
+    with pytest.raises(
+        NothingToRender,
+        match="holds no trained model and no audit, membership-attack, certify, PATE, DSSGD or model-inversion results",
+    ):
         render_reports(run)
 
 
@@ -95,7 +98,9 @@ def test_rendering_imports_no_torch(make_run, tmp_path):
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'attacks', 'defenses'))\n"
         "assert not bad, bad[:5]\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "MPLBACKEND": "Agg"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "MPLBACKEND": "Agg"}
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -108,7 +113,10 @@ def test_reports_package_imports_only_result_types():
 
 def test_files_are_0644_under_umask_022(make_run, tmp_path):
     make_run(tmp_path / "run")
-    code = f"import os\nos.umask(0o022)\nfrom dpaudit.app.runs.report import render_reports\nrender_reports({str(tmp_path / 'run')!r})\n"
+    code = (
+        "import os\nos.umask(0o022)\nfrom dpaudit.app.runs.report import "
+        f"render_reports\nrender_reports({str(tmp_path / 'run')!r})\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "MPLBACKEND": "Agg"})
     files = list((tmp_path / "run" / "reports").iterdir())
     assert files
@@ -153,8 +161,17 @@ def test_empty_figure_is_written_as_words(tmp_path):
 
     fig = Figure()
     fig.add_subplot(1, 1, 1)  # axes with nothing drawn
-    written = write_report_files(tmp_path, [Section(title="s", blocks=[Block(figure=fig, name="x", caption="A plot", empty="nothing here")])], title="t", stem="r")
-    assert written.figures == () and "A plot: nothing here." in written.html.read_text() and "<img" not in written.html.read_text()
+    written = write_report_files(
+        tmp_path,
+        [Section(title="s", blocks=[Block(figure=fig, name="x", caption="A plot", empty="nothing here")])],
+        title="t",
+        stem="r",
+    )
+    assert (
+        written.figures == ()
+        and "A plot: nothing here." in written.html.read_text()
+        and "<img" not in written.html.read_text()
+    )
 
 
 def test_membership_roc_legend_outside_and_fixed_colours():
@@ -163,7 +180,12 @@ def test_membership_roc_legend_outside_and_fixed_colours():
 
     n = 100
     member = np.arange(n) < 50
-    rs = [MembershipResult(attack=a, model_id="m", sample_ids=np.arange(n), scores=np.linspace(0, 1, n) + member, is_member=member) for a in ("loss", "lira")]
+    rs = [
+        MembershipResult(
+            attack=a, model_id="m", sample_ids=np.arange(n), scores=np.linspace(0, 1, n) + member, is_member=member
+        )
+        for a in ("loss", "lira")
+    ]
     for order in (rs, rs[::-1]):
         fig = plot_roc(order)
         ax = fig.axes[0]
@@ -178,7 +200,21 @@ def test_membership_roc_legend_outside_and_fixed_colours():
 def test_palette_is_fixed_and_distinct():
     from reports.figures import colour, style
 
-    methods = ["pixeldp", "agm", "hgm", "secure-sgd", "smoothing", "fgsm", "ifgsm", "pgd", "mim", "loss", "lira", "rmia", "shadow"]
+    methods = [
+        "pixeldp",
+        "agm",
+        "hgm",
+        "secure-sgd",
+        "smoothing",
+        "fgsm",
+        "ifgsm",
+        "pgd",
+        "mim",
+        "loss",
+        "lira",
+        "rmia",
+        "shadow",
+    ]
     assert len({colour(m) for m in methods}) == len(methods)
     assert colour("PGD") == colour("pgd") and colour("unknown-method") == colour("unknown-method")
     evasion = [style(m) for m in ("fgsm", "ifgsm", "pgd", "mim")]
@@ -192,12 +228,18 @@ def test_stored_soundness_violation_is_shown_and_exits_3(make_run, tmp_path, cap
     run = make_run(tmp_path / "run", audits=False, membership=False)
     path = run.certify_dir(HGM_MODEL) / "summary.json"
     summary = read_json(path)
-    summary["soundness_violations"] = [{"certificate": "hgm", "radius": 0.3, "certified_accuracy": 0.9, "robust_accuracy": 0.5}]
+    summary["soundness_violations"] = [
+        {"certificate": "hgm", "radius": 0.3, "certified_accuracy": 0.9, "robust_accuracy": 0.5}
+    ]
     atomic_write_json(path, summary)
     assert main(["report", str(run.path)]) == 3
     page = (run.reports_dir() / "certified.html").read_text()
     # Issue 34: the verdict is the page's box (alert tone, status "unsound"), accuracies as percentages.
-    assert 'class="verdict verdict-alert"' in page and ">unsound<" in page and "hgm at radius 0.3 certifies 90.0% &gt; 50.0% the attacks left" in page
+    assert (
+        'class="verdict verdict-alert"' in page
+        and ">unsound<" in page
+        and "hgm at radius 0.3 certifies 90.0% &gt; 50.0% the attacks left" in page
+    )
     assert "soundness violation" in capsys.readouterr().out
 
 
@@ -222,7 +264,10 @@ def test_audit_report_plots_epsilon_lb_and_its_ceiling_against_the_trials(make_r
     atomic_save_npz(d / "scores.npz", scores=scores, included=inc)
     pages = {p.stem: p.read_text() for p in render_reports(run).audits}
     for stem in ("audit-multi", "audit-fresh", "audit-one"):
-        assert f'<img src="{stem}-ceiling.png"' in pages[stem] and (run.reports_dir() / f"{stem}-ceiling.png").stat().st_size > 1000
+        assert (
+            f'<img src="{stem}-ceiling.png"' in pages[stem]
+            and (run.reports_dir() / f"{stem}-ceiling.png").stat().st_size > 1000
+        )
         assert "ceiling (largest ε_LB this design can show)" in pages[stem]
     assert "not recorded: this result was stored before ceilings were reported" in pages["audit-multi"]
     assert "not recorded" not in pages["audit-fresh"]
@@ -237,9 +282,26 @@ def test_ceiling_figure_lines_are_told_apart_and_the_legend_is_outside():
     from reports.audit import ceiling_figure
 
     result = AuditResult(
-        epsilon_lb=0.5, ceiling=3.0, confidence=0.95, method="multi-run", bound="gdp", delta=1e-5, threshold_strategy="bonferroni", num_in=100, num_out=100, epsilon_ub=1.0, accountant="pld"
+        epsilon_lb=0.5,
+        ceiling=3.0,
+        confidence=0.95,
+        method="multi-run",
+        bound="gdp",
+        delta=1e-5,
+        threshold_strategy="bonferroni",
+        num_in=100,
+        num_out=100,
+        epsilon_ub=1.0,
+        accountant="pld",
     )
-    curve = EpsilonByTrials(unit="trials", num_observations=(10, 50, 200), num_in=(5, 25, 100), num_out=(5, 25, 100), epsilon_lb=(0.0, 0.2, 0.5), ceiling=(0.5, 2.0, 3.0))
+    curve = EpsilonByTrials(
+        unit="trials",
+        num_observations=(10, 50, 200),
+        num_in=(5, 25, 100),
+        num_out=(5, 25, 100),
+        epsilon_lb=(0.0, 0.2, 0.5),
+        ceiling=(0.5, 2.0, 3.0),
+    )
     # Issue 34: the ceiling has a panel of its own (below), so it never squashes ε_LB against ε_UB.
     ax, below = ceiling_figure(curve, result).axes
     lines = {line.get_label().split(" ")[0]: line for a in (ax, below) for line in a.get_lines()}
@@ -250,7 +312,9 @@ def test_ceiling_figure_lines_are_told_apart_and_the_legend_is_outside():
     legend = ax.get_legend()
     assert legend is not None and legend.get_bbox_to_anchor().x0 >= ax.get_window_extent().x1 - 1e-6
     with pytest.raises(ValueError, match="ceiling must be >= epsilon_lb"):
-        EpsilonByTrials(unit="trials", num_observations=(10,), num_in=(5,), num_out=(5,), epsilon_lb=(1.0,), ceiling=(0.5,))
+        EpsilonByTrials(
+            unit="trials", num_observations=(10,), num_in=(5,), num_out=(5,), epsilon_lb=(1.0,), ceiling=(0.5,)
+        )
 
 
 def test_certified_comparison_keeps_models_of_one_method_distinguishable() -> None:
@@ -265,9 +329,21 @@ def test_certified_comparison_keeps_models_of_one_method_distinguishable() -> No
     runs = []
     for i, sigma in enumerate((0.25, 0.5, 1.0)):
         cert = CertificationResult(
-            method="smoothing", norm="l2", labels=np.zeros(4, dtype=np.int64), predictions=np.zeros(4, dtype=np.int64), radii=np.array([0.0, 0.2, 0.6, 1.0]) * (i + 1), num_draws=10, confidence=0.999
+            method="smoothing",
+            norm="l2",
+            labels=np.zeros(4, dtype=np.int64),
+            predictions=np.zeros(4, dtype=np.int64),
+            radii=np.array([0.0, 0.2, 0.6, 1.0]) * (i + 1),
+            num_draws=10,
+            confidence=0.999,
         )
-        summary = {"defense": "smoothing", "mechanism": "smoothing", "noise_std": sigma, "model_id": f"smoothing-{i}", "radii": radii.tolist()}
+        summary = {
+            "defense": "smoothing",
+            "mechanism": "smoothing",
+            "noise_std": sigma,
+            "model_id": f"smoothing-{i}",
+            "radii": radii.tolist(),
+        }
         runs.append(CertifiedRun(summary=summary, certificates={"smoothing": cert}, attacks={}))
     fig = comparison_figure(runs)
     lines = fig.axes[0].get_lines()

@@ -18,7 +18,8 @@ from tests.reports.conftest import REPORT_SAMPLES
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_reports.py"
 
 
-@pytest.mark.slow  # a browser of its own and a rendering: a few seconds the default suite spends on the pages themselves
+# A browser of its own and a rendering: a few seconds the default suite spends on the pages themselves.
+@pytest.mark.slow
 def test_the_screenshot_script_shoots_every_page_at_1280_px(tmp_path, capsys):
     if importlib.util.find_spec("playwright") is None or find_chromium() is None:
         _unavailable("Playwright or Chromium is missing")  # skips, or fails under CI as every browser test does

@@ -87,7 +87,9 @@ def test_every_stored_sample_result_saves_back_to_the_same_bytes(name, rendered_
         assert written.read_bytes() == path.read_bytes(), f"{path.relative_to(run)} changed when loaded and saved again"
         npz = path.with_suffix(".npz")
         if npz.is_file():  # the arrays beside it, stored the same way
-            assert written.with_suffix(".npz").read_bytes() == npz.read_bytes(), f"{npz.relative_to(run)} changed when loaded and saved again"
+            assert written.with_suffix(".npz").read_bytes() == npz.read_bytes(), (
+                f"{npz.relative_to(run)} changed when loaded and saved again"
+            )
         checked += 1
     assert checked, f"the sample run of {name!r} holds no stored result"
 
@@ -98,7 +100,9 @@ STORED_FILES = sorted(str(p.relative_to(STORED)) for p in STORED.rglob("*.json")
 
 def test_the_files_written_before_cover_every_stored_kind():
     kinds = {_kind(STORED / f, STORED) for f in STORED_FILES}
-    assert len(STORED_FILES) == 15 and None not in kinds and len(kinds) == 8  # every kind but the certify summary (see _kind)
+    assert (
+        len(STORED_FILES) == 15 and None not in kinds and len(kinds) == 8
+    )  # every kind but the certify summary (see _kind)
 
 
 @pytest.mark.parametrize("name", STORED_FILES)
@@ -112,4 +116,6 @@ def test_a_file_written_before_loads_and_saves_back_to_its_bytes(name, tmp_path)
     npz = path.with_suffix(".npz")
     if npz.is_file():
         before, after = load_npz(npz), load_npz(written.with_suffix(".npz"))
-        assert sorted(before) == sorted(after) and all(before[k].dtype == after[k].dtype and np.array_equal(before[k], after[k]) for k in before)
+        assert sorted(before) == sorted(after) and all(
+            before[k].dtype == after[k].dtype and np.array_equal(before[k], after[k]) for k in before
+        )

@@ -138,7 +138,11 @@ def _texts(fig: MplFigure) -> Iterator[tuple[str, Any]]:
 def small_fonts(fig: MplFigure) -> list[str]:
     """Legend entries, tick and axis labels under 9 pt as the page shows them."""
     scale = shown_scale(fig)
-    return [f"{where}: {t.get_fontsize() * scale:.1f} pt shown ({t.get_fontsize():g} pt × {scale:.2f})" for where, t in _texts(fig) if t.get_fontsize() * scale < MIN_PT - 1e-6]
+    return [
+        f"{where}: {t.get_fontsize() * scale:.1f} pt shown ({t.get_fontsize():g} pt × {scale:.2f})"
+        for where, t in _texts(fig)
+        if t.get_fontsize() * scale < MIN_PT - 1e-6
+    ]
 
 
 #: Kinds whose page is tables and text by design (a trained model's record, claim and metrics).
@@ -211,7 +215,9 @@ def test_series_looks_are_unique_and_settings_are_coloured_per_setting():
     looks = Looks()
     taken = [looks.method("dpsgd") for _ in range(40)]
     assert len({(s["color"].lower(), str(s["linestyle"]), s["marker"]) for s in taken}) == 40
-    grid = setting_looks([("dpsgd ε=1", "dpsgd"), ("dpsgd ε=8", "dpsgd"), ("pixeldp", "certified"), ("pate", "pate"), ("dssgd", "dssgd")])
+    grid = setting_looks(
+        [("dpsgd ε=1", "dpsgd"), ("dpsgd ε=8", "dpsgd"), ("pixeldp", "certified"), ("pate", "pate"), ("dssgd", "dssgd")]
+    )
     assert len({g["color"] for g in grid.values()}) == 5 and len({g["marker"] for g in grid.values()}) >= 4
     assert grid["dpsgd ε=1"]["marker"] != grid["dpsgd ε=8"]["marker"]
     # Two families whose fixed colours coincide still get two hues.
@@ -224,7 +230,15 @@ def test_figure_numbers():
     from reports.figures import eps_text, rate_text
 
     # Figures write ε as the tables do: one format on the page.
-    assert [eps_text(x) for x in (0.0, 0.97123, 1.3149, 52.4, float("inf"), None, float("nan"))] == ["0", "0.971", "1.31", "52.4", "∞", "—", "—"]
+    assert [eps_text(x) for x in (0.0, 0.97123, 1.3149, 52.4, float("inf"), None, float("nan"))] == [
+        "0",
+        "0.971",
+        "1.31",
+        "52.4",
+        "∞",
+        "—",
+        "—",
+    ]
     assert rate_text(0.0123, 400) == "1.23% (n = 400)" and rate_text(0.0004) == "0.04%"
 
 
@@ -232,7 +246,11 @@ def _lab(hex_colour: str) -> np.ndarray:
     """CIE L*a*b* (D65) of an sRGB colour."""
     rgb = np.array(to_rgb(hex_colour))
     lin = np.where(rgb > 0.04045, ((rgb + 0.055) / 1.055) ** 2.4, rgb / 12.92)
-    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ lin / np.array([0.95047, 1.0, 1.08883])
+    xyz = (
+        np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]])
+        @ lin
+        / np.array([0.95047, 1.0, 1.08883])
+    )
     f = np.where(xyz > 0.008856, np.cbrt(xyz), 7.787 * xyz + 16 / 116)
     return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
 

@@ -1,4 +1,5 @@
-"""A report kind defined in a module of its own, with its verdict, appears in ``dpaudit report`` and passes the contract suite.
+"""A report kind defined in a module of its own, with its verdict, appears in ``dpaudit report`` and passes the contract
+suite.
 
 The module is written into the test's temporary directory, imported, and registers itself the
 way every kind in ``reports/`` does; nothing else changes to add it — its verdict lives beside it,
@@ -43,19 +44,24 @@ def load(run):
 def verdict(records):
     unclaimed = [r.model_id for r in records if not r.claim.epsilons(delta=1e-5)]
     if unclaimed:
-        return Verdict(status="unclaimed records", headline=f"{len(unclaimed)} of {len(records)} record(s) claim no privacy: {', '.join(unclaimed)}.", tone="warn")
+        names = ", ".join(unclaimed)
+        headline = f"{len(unclaimed)} of {len(records)} record(s) claim no privacy: {names}."
+        return Verdict(status="unclaimed records", headline=headline, tone="warn")
     return Verdict(status="all claimed", headline=f"All {len(records)} record(s) claim a privacy bound.", tone="ok")
 
 
 def render(records, out):
-    table = Table(columns=["model", "defense", "claim"], rows=[[r.model_id, r.defense, r.claim.statement()] for r in records])
+    rows = [[r.model_id, r.defense, r.claim.statement()] for r in records]
+    table = Table(columns=["model", "defense", "claim"], rows=rows)
     sections = [BOX(verdict(records)), Section(title="Records", blocks=[table])]
     page = write_report_files(out, sections, title="The run's records", stem="toy-records").html
     return Page(html=page, link=with_status(f"toy: {len(records)} record(s)", sections))
 
 
 BOX = verdict_section
-KIND = REPORT_KINDS.register(ReportKind(name="toy_records", group="Toy: records", order=99, load=load, verdict=verdict, render=render))
+KIND = REPORT_KINDS.register(
+    ReportKind(name="toy_records", group="Toy: records", order=99, load=load, verdict=verdict, render=render)
+)
 '''
 
 
@@ -107,9 +113,13 @@ def test_the_toy_kind_is_in_dpaudit_reports_output(toy, records_only, capsys):
     assert payload["toy_records"] == [str(page)]
     assert NONPRIVATE_MODEL in page.read_text(encoding="utf-8")
     index = Path(payload["index"])
-    assert 'href="toy-records.html"' in index.read_text(encoding="utf-8") and "Toy: records" in index.read_text(encoding="utf-8")
+    assert 'href="toy-records.html"' in index.read_text(encoding="utf-8") and "Toy: records" in index.read_text(
+        encoding="utf-8"
+    )
     # The nonprivate record claims no privacy: the toy's verdict says so, and the index names it beside the link.
-    assert "[toy: 1 record(s) — unclaimed records](toy-records.md)" in index.with_suffix(".md").read_text(encoding="utf-8")
+    assert "[toy: 1 record(s) — unclaimed records](toy-records.md)" in index.with_suffix(".md").read_text(
+        encoding="utf-8"
+    )
     assert f"1 of 1 record(s) claim no privacy: {NONPRIVATE_MODEL}." in page.read_text(encoding="utf-8")
     # The plain listing names the page too, and the Python API has it under the kind's name.
     assert main(["report", str(records_only.path)]) == 0
@@ -137,7 +147,9 @@ def test_a_toy_kind_whose_page_omits_its_verdict_box_fails_the_contract(records_
 
 def test_a_kind_without_a_verdict_is_refused():
     with pytest.raises(TypeError, match="verdict"):
-        ReportKind(name="toy_records", group="Toy: records", order=99, load=lambda run: [], render=lambda item, out: None)  # type: ignore[call-arg]
+        ReportKind(
+            name="toy_records", group="Toy: records", order=99, load=lambda run: [], render=lambda item, out: None
+        )  # type: ignore[call-arg]
 
 
 def test_the_toy_kind_is_gone_once_unregistered(records_only, tmp_path, capsys):

@@ -12,7 +12,9 @@ def _result(num_members: int = 359, num_non_members: int = 359) -> MembershipRes
     rng = np.random.default_rng(0)
     scores = np.concatenate([rng.normal(1.0, 1.0, num_members), rng.normal(0.0, 1.0, num_non_members)])
     is_member = np.arange(num_members + num_non_members) < num_members
-    return MembershipResult(attack="loss", model_id="m", sample_ids=np.arange(len(scores)), scores=scores, is_member=is_member)
+    return MembershipResult(
+        attack="loss", model_id="m", sample_ids=np.arange(len(scores)), scores=scores, is_member=is_member
+    )
 
 
 def test_min_non_members_is_one_over_the_fpr():
@@ -26,7 +28,9 @@ def test_min_non_members_is_one_over_the_fpr():
 
 def test_359_non_members_resolve_1_percent_but_not_a_tenth_of_a_percent():
     s = _result().summary()
-    assert s["tpr_at_fpr"]["0.001"] is None and s["tpr_at_fpr_notes"] == {"0.001": "n/a: needs ≥ 1000 non-members (has 359)"}
+    assert s["tpr_at_fpr"]["0.001"] is None and s["tpr_at_fpr_notes"] == {
+        "0.001": "n/a: needs ≥ 1000 non-members (has 359)"
+    }
     assert isinstance(s["tpr_at_fpr"]["0.01"], float)
     json.dumps(s, allow_nan=False)  # strict JSON: null, not NaN
     assert _result(num_non_members=1000).summary()["tpr_at_fpr_notes"] == {}

@@ -70,7 +70,13 @@ def test_audit_verdict(lb, ub, ceiling, status, tone):
 def _membership(attack: str, *, shift: float, n: int = 200, seed: int = 0) -> MembershipResult:
     rng = np.random.default_rng(seed)
     member = np.arange(n) < n // 2
-    return MembershipResult(attack=attack, model_id="m", sample_ids=np.arange(n), scores=rng.normal(0, 1, n) + shift * member, is_member=member)
+    return MembershipResult(
+        attack=attack,
+        model_id="m",
+        sample_ids=np.arange(n),
+        scores=rng.normal(0, 1, n) + shift * member,
+        is_member=member,
+    )
 
 
 def test_attacks_rank_by_strength_not_by_name():
@@ -79,7 +85,12 @@ def test_attacks_rank_by_strength_not_by_name():
 
 
 def test_lowest_resolvable_fpr_follows_the_number_of_non_members():
-    assert lowest_resolvable_fpr(200) == 0.01 and lowest_resolvable_fpr(1000) == 0.001 and lowest_resolvable_fpr(50) == 0.1 and lowest_resolvable_fpr(9) is None
+    assert (
+        lowest_resolvable_fpr(200) == 0.01
+        and lowest_resolvable_fpr(1000) == 0.001
+        and lowest_resolvable_fpr(50) == 0.1
+        and lowest_resolvable_fpr(9) is None
+    )
 
 
 def test_membership_verdict_names_the_strongest_attack_its_tpr_with_counts_and_the_targets_accuracy():
@@ -87,7 +98,9 @@ def test_membership_verdict_names_the_strongest_attack_its_tpr_with_counts_and_t
     leaks = membership_verdict(results, epsilon_ub=math.inf, target_accuracy=0.9)
     assert leaks.status == "leaks membership" and leaks.tone == "warn"
     assert "lira" in leaks.headline and "90.0%" in leaks.headline and "ε_UB = ∞" in leaks.headline
-    assert any("TPR" in line and "/100)" in line and "1% FPR" in line for line in leaks.lines)  # 100 members, 100 non-members
+    assert any(
+        "TPR" in line and "/100)" in line and "1% FPR" in line for line in leaks.lines
+    )  # 100 members, 100 non-members
     violation = membership_verdict(results, epsilon_ub=0.1)
     assert violation.status == "violation" and violation.tone == "alert"
     quiet = membership_verdict([_membership("loss", shift=0.0, seed=3)], epsilon_ub=1.0)
@@ -108,7 +121,9 @@ def test_inversion_verdict(make_inversion_result):
     chance_scores = _membership("inversion-mi-face", shift=0.0, n=40, seed=5)
     identifies = dataclasses.replace(make_inversion_result("m", "mi-face", top1=0.5), membership=members)
     assert inversion_verdict([identifies], num_dataset_classes=10).status == "identifies members"
-    assert inversion_verdict([identifies], num_dataset_classes=10, epsilon_ub=0.01).tone == "alert"  # ε_LB above the claim
+    assert (
+        inversion_verdict([identifies], num_dataset_classes=10, epsilon_ub=0.01).tone == "alert"
+    )  # ε_LB above the claim
     class_only = dataclasses.replace(make_inversion_result("m", "mi-face", top1=1.0), membership=chance_scores)
     assert inversion_verdict([class_only], num_dataset_classes=10).status == "class only"
     nothing = dataclasses.replace(make_inversion_result("m", "mi-face", top1=0.0), membership=chance_scores)
@@ -122,9 +137,19 @@ def test_pate_verdict_reports_the_analysis(tmp_path, report_samples):
     record = load_record(report_samples["pate"](tmp_path / "run").record_dirs()[0])
     dependent = pate_verdict([record])
     assert dependent.status == "data-dependent ε" and dependent.tone == "warn" and "80.0%" in dependent.headline
-    independent = dataclasses.replace(record, claim=pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=20, data_dependent=False))
+    independent = dataclasses.replace(
+        record, claim=pate_claim(analysis, parameters={"sigma": 40.0}, num_answered=20, data_dependent=False)
+    )
     assert pate_verdict([independent]).status == "data-independent ε"
-    sanitised = dataclasses.replace(record, claim=dataclasses.replace(record.claim, orders=(record.claim.orders[0],), rdp=(record.claim.rdp[0],), smooth_sensitivity={"beta": 0.1, "sigma_ss": 1.0}))
+    sanitised = dataclasses.replace(
+        record,
+        claim=dataclasses.replace(
+            record.claim,
+            orders=(record.claim.orders[0],),
+            rdp=(record.claim.rdp[0],),
+            smooth_sensitivity={"beta": 0.1, "sigma_ss": 1.0},
+        ),
+    )
     assert pate_verdict([sanitised]).status == "data-dependent ε, sanitised"
     assert pate_verdict([]).status == "no students"
 
@@ -132,11 +157,19 @@ def test_pate_verdict_reports_the_analysis(tmp_path, report_samples):
 def test_dssgd_verdict(tmp_path, report_samples):
     record = load_record(report_samples["dssgd"](tmp_path / "run").record_dirs()[0])
     worse = dssgd_verdict(record)  # 55% federated against 58% alone
-    assert worse.status == "no gain" and "55.0%" in worse.headline and "58.0% standalone" in worse.headline and "84.0% centralised" in worse.headline
+    assert (
+        worse.status == "no gain"
+        and "55.0%" in worse.headline
+        and "58.0% standalone" in worse.headline
+        and "84.0% centralised" in worse.headline
+    )
     assert any("481 of 4,810" in line for line in worse.lines) and "ε_UB" in worse.headline
     better = dataclasses.replace(record, metrics={**record.metrics, "test_accuracy": 0.8})
     assert dssgd_verdict(better).status == "federation helps"
-    assert dssgd_verdict(dataclasses.replace(record, metrics={**record.metrics, "near_chance": True})).status == "near chance"
+    assert (
+        dssgd_verdict(dataclasses.replace(record, metrics={**record.metrics, "near_chance": True})).status
+        == "near chance"
+    )
     alone = {k: x for k, x in record.metrics.items() if not k.startswith("standalone")}
     assert dssgd_verdict(dataclasses.replace(record, metrics=alone)).status == "trained"
 
@@ -145,9 +178,18 @@ def test_train_verdict(tmp_path, write_record):
     from dpaudit.store import RunDir
 
     run = RunDir(tmp_path / "run").create(command="test")
-    dp = write_record(run, "dpsgd", claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100), metrics={"test_accuracy": 0.9})
+    dp = write_record(
+        run,
+        "dpsgd",
+        claim=dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100),
+        metrics={"test_accuracy": 0.9},
+    )
     verdict = train_verdict(dp)
-    assert verdict.status == "private" and "90.0% test accuracy" in verdict.headline and "the tightest of" in verdict.headline
+    assert (
+        verdict.status == "private"
+        and "90.0% test accuracy" in verdict.headline
+        and "the tightest of" in verdict.headline
+    )
     assert train_verdict(write_record(run, "nonprivate")).status == "no privacy claim"
 
 
@@ -156,12 +198,17 @@ def test_compare_verdict(tmp_path, report_samples):
     result = load_comparison(run.compare_dirs()[0])
     bad = compare_verdict(result)
     assert bad.status == "violation" and "dpsgd-target_epsilon=1 (violation)" in bad.headline and len(bad.lines) == 2
-    fine = dataclasses.replace(result, rows=tuple(dataclasses.replace(r, verdict="no violation", findings=()) for r in result.rows))
+    fine = dataclasses.replace(
+        result, rows=tuple(dataclasses.replace(r, verdict="no violation", findings=()) for r in result.rows)
+    )
     assert compare_verdict(fine).status == "no violation"
 
 
 def test_a_page_of_several_subjects_leads_with_the_most_severe():
-    ok, alert = Verdict(status="nothing", headline="Fine.", tone="ok"), Verdict(status="identifies members", headline="Leaks.", tone="alert")
+    ok, alert = (
+        Verdict(status="nothing", headline="Fine.", tone="ok"),
+        Verdict(status="identifies members", headline="Leaks.", tone="alert"),
+    )
     lead = most_severe([("a", ok), ("b", alert)])
     assert lead.status == "identifies members" and lead.headline == "b: Leaks." and "a: Fine." in lead.lines
     with pytest.raises(ValueError, match="tone"):

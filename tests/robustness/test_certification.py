@@ -1,4 +1,5 @@
-"""Tests for dpaudit.robustness.certification: golden numbers (docs/defenses/noise-layer.md §1, docs/defenses/smoothing.md §3; docs/privacy/accounting.md §5),
+"""Tests for dpaudit.robustness.certification: golden numbers (docs/defenses/noise-layer.md §1,
+docs/defenses/smoothing.md §3; docs/privacy/accounting.md §5),
 a scalar reference for the vectorised certified-size search, monotonicity and coverage
 properties, the result value's contract and bad-input errors."""
 
@@ -59,7 +60,12 @@ def test_count_bounds_vectors(pixeldp_bounds):
     assert np.round(b.lower, 5).tolist() == [row[1] for row in PIXELDP_ROWS]
     assert np.round(b.upper, 5).tolist() == [row[2] for row in PIXELDP_ROWS]
     assert b.top.tolist() == [0, 0, 0, 0]
-    assert b.num_draws == 2000 and b.method == "clopper-pearson" and b.confidence == 0.95 and b.selection == "separate-draws"
+    assert (
+        b.num_draws == 2000
+        and b.method == "clopper-pearson"
+        and b.confidence == 0.95
+        and b.selection == "separate-draws"
+    )
 
 
 @pytest.mark.parametrize(("selected", "level"), [(np.zeros(1, dtype=np.int64), 0.05 / 10), (None, 0.05 / 20)])
@@ -80,29 +86,48 @@ def test_count_bounds_are_one_sided_at_eta_over_k(selected, level):
 
 def test_pixeldp_search_reproduces_classical_columns(pixeldp_bounds):
     b = pixeldp_bounds
-    unit = certification.certified_radius(b.lower, b.upper, noise_per_sensitivity=_classical_scale(), mechanism="classical", search="pixeldp")
-    four = certification.certified_radius(b.lower, b.upper, noise_per_sensitivity=_classical_scale(), mechanism="classical", search="pixeldp", max_epsilon=4.0, allow_classical_above_one=True)
+    unit = certification.certified_radius(
+        b.lower, b.upper, noise_per_sensitivity=_classical_scale(), mechanism="classical", search="pixeldp"
+    )
+    four = certification.certified_radius(
+        b.lower,
+        b.upper,
+        noise_per_sensitivity=_classical_scale(),
+        mechanism="classical",
+        search="pixeldp",
+        max_epsilon=4.0,
+        allow_classical_above_one=True,
+    )
     assert np.round(unit, 5).tolist() == [row[3] for row in PIXELDP_ROWS]
     assert np.round(four, 5).tolist() == [row[4] for row in PIXELDP_ROWS]
 
 
 def test_exact_search_reproduces_extended_column(pixeldp_bounds):
     b = pixeldp_bounds
-    sizes = certification.certified_radius(b.lower, b.upper, noise_per_sensitivity=_extended_scale(), mechanism="extended")
+    sizes = certification.certified_radius(
+        b.lower, b.upper, noise_per_sensitivity=_extended_scale(), mechanism="extended"
+    )
     assert np.round(sizes, 5).tolist() == [row[5] for row in PIXELDP_ROWS]
 
 
 def test_extended_column_needs_egm_calibrated_noise(pixeldp_bounds):
     # The EGM column is not the classical noise read through the EGM multiplier.
     b = pixeldp_bounds
-    sizes = certification.certified_radius(b.lower, b.upper, noise_per_sensitivity=_classical_scale(), mechanism="extended")
+    sizes = certification.certified_radius(
+        b.lower, b.upper, noise_per_sensitivity=_classical_scale(), mechanism="extended"
+    )
     assert round(float(sizes[0]), 5) != PIXELDP_ROWS[0][5]
 
 
 def test_exact_search_is_at_least_pixeldp_and_close(pixeldp_bounds):
     b = pixeldp_bounds
     for max_eps in (1.0, 4.0):
-        kw = dict(noise_per_sensitivity=_classical_scale(), mechanism="classical", max_epsilon=max_eps, allow_classical_above_one=True)
+        kw = dict(
+            noise_per_sensitivity=_classical_scale(),
+            mechanism="classical",
+            max_epsilon=max_eps,
+            allow_classical_above_one=True,
+        )
         exact = certification.certified_radius(b.lower, b.upper, **kw)
         coarse = certification.certified_radius(b.lower, b.upper, search="pixeldp", **kw)
         assert np.all(exact >= coarse)
@@ -137,7 +162,9 @@ def test_exact_search_matches_scalar_reference(mechanism):
     scale = 0.3
     got = certification.certified_radius(p_lower, p_upper, noise_per_sensitivity=scale, mechanism=mechanism)
     max_eps = 1.0 if mechanism == "classical" else math.inf
-    want = [_reference_radius(a, b, scale=scale, mechanism=mechanism, max_epsilon=max_eps) for a, b in zip(p_lower, p_upper)]
+    want = [
+        _reference_radius(a, b, scale=scale, mechanism=mechanism, max_epsilon=max_eps) for a, b in zip(p_lower, p_upper)
+    ]
     np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-12)
     assert got[-1] == 0.0  # p_lb barely above p_ub: nothing certifies
 
@@ -148,7 +175,9 @@ def test_certified_radius_keeps_shape_and_handles_duplicates():
     out = certification.certified_radius(p_lower, p_upper, noise_per_sensitivity=1.0, mechanism="extended")
     assert out.shape == (2, 2) and out.dtype == np.float64
     assert out[0, 0] == out[0, 1] == out[1, 1] > 0 and out[1, 0] == 0.0
-    assert certification.certified_radius(np.array([]), np.array([]), noise_per_sensitivity=1.0, mechanism="extended").shape == (0,)
+    assert certification.certified_radius(
+        np.array([]), np.array([]), noise_per_sensitivity=1.0, mechanism="extended"
+    ).shape == (0,)
 
 
 def test_certified_radius_scales_linearly_with_noise():
@@ -161,10 +190,16 @@ def test_certified_radius_scales_linearly_with_noise():
 def test_certified_radius_respects_max_epsilon_for_unbounded_mechanisms():
     p_lower, p_upper = np.array([0.999]), np.array([0.0005])
     free = certification.certified_radius(p_lower, p_upper, noise_per_sensitivity=1.0, mechanism="extended")
-    capped = certification.certified_radius(p_lower, p_upper, noise_per_sensitivity=1.0, mechanism="extended", max_epsilon=1.0)
+    capped = certification.certified_radius(
+        p_lower, p_upper, noise_per_sensitivity=1.0, mechanism="extended", max_epsilon=1.0
+    )
     assert capped[0] < free[0]
     # With ε' capped at 1, the largest size is reached at the largest δ' that still certifies.
-    want = max(1.0 / extended_sigma(epsilon=1.0, delta=float(d)) for d in certification.DEFAULT_DELTA_GRID if certification.robust(p_lower, p_upper, epsilon=1.0, delta=d)[0])
+    want = max(
+        1.0 / extended_sigma(epsilon=1.0, delta=float(d))
+        for d in certification.DEFAULT_DELTA_GRID
+        if certification.robust(p_lower, p_upper, epsilon=1.0, delta=d)[0]
+    )
     assert capped[0] == pytest.approx(want, rel=1e-12)
 
 
@@ -191,7 +226,9 @@ def test_moving_draws_to_the_top_class_never_shrinks_the_radius(top, moved):
     moved = min(moved, second)
     counts = np.array([[top, second] + [0] * 8, [top + moved, second - moved] + [0] * 8])
     b = score_bounds.count_bounds(counts)
-    sizes = certification.certified_radius(b.lower, b.upper, noise_per_sensitivity=_extended_scale(), mechanism="extended")
+    sizes = certification.certified_radius(
+        b.lower, b.upper, noise_per_sensitivity=_extended_scale(), mechanism="extended"
+    )
     assert sizes[1] >= sizes[0]
 
 
@@ -216,7 +253,10 @@ def test_robust_vectorised_matches_scalar_and_broadcasts():
 def test_robust_edge_cases():
     assert certification.robust(np.array([0.5]), np.array([0.0]), epsilon=800.0, delta=0.0).tolist() == [True]
     assert certification.robust(np.array([0.5]), np.array([0.5]), epsilon=0.0, delta=0.0).tolist() == [False]
-    assert certification.robust(0.9, 0.05, epsilon=np.array([0.1, 2.0]), delta=np.array([0.01, 0.01])).tolist() == [True, False]
+    assert certification.robust(0.9, 0.05, epsilon=np.array([0.1, 2.0]), delta=np.array([0.01, 0.01])).tolist() == [
+        True,
+        False,
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -226,7 +266,9 @@ def test_count_bounds_edges_and_ties():
     b = score_bounds.count_bounds(np.array([[0, 5, 5], [10, 0, 0], [3, 3, 4]]))
     assert b.top.tolist() == [1, 0, 2] and b.selection == "same-draws"
     # All draws on one class: closed forms a^(1/n) and 1 − a^(1/n), a = η/(2k) (top read from these draws).
-    assert b.lower[1] == pytest.approx((0.05 / 6) ** (1 / 10)) and b.upper[1] == pytest.approx(1 - (0.05 / 6) ** (1 / 10))
+    assert b.lower[1] == pytest.approx((0.05 / 6) ** (1 / 10)) and b.upper[1] == pytest.approx(
+        1 - (0.05 / 6) ** (1 / 10)
+    )
     assert b.lower[0] < b.upper[0] and b.lower[2] < b.upper[2]  # too few draws to separate
     assert not b.top.flags.writeable and not b.lower.flags.writeable
 
@@ -353,7 +395,9 @@ def test_smoothing_lower_bound_is_vectorised():
 # --------------------------------------------------------------------------------------------
 def test_classical_refuses_max_epsilon_above_one_without_the_flag():
     with pytest.raises(ValueError, match=r"max_epsilon.*4\.0"):
-        certification.certified_radius(np.array([0.9]), np.array([0.05]), noise_per_sensitivity=1.0, mechanism="classical", max_epsilon=4.0)
+        certification.certified_radius(
+            np.array([0.9]), np.array([0.05]), noise_per_sensitivity=1.0, mechanism="classical", max_epsilon=4.0
+        )
 
 
 @pytest.mark.parametrize(
@@ -454,7 +498,10 @@ def test_certified_accuracy_semantics():
 
 
 @PROPS
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-1, 3), st.floats(0.0, 2.0)), min_size=1, max_size=30), st.lists(st.floats(0.0, 3.0), min_size=1))
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(-1, 3), st.floats(0.0, 2.0)), min_size=1, max_size=30),
+    st.lists(st.floats(0.0, 3.0), min_size=1),
+)
 def test_certified_accuracy_non_increasing(points, sizes):
     labels = np.array([p[0] for p in points])
     predictions = np.array([p[1] for p in points])
@@ -512,9 +559,22 @@ def test_soundness_violations_flags_a_planted_violation():
         certify_summary.SoundnessViolation(certificate="hgm", radius=0.2, certified_accuracy=0.5, robust_accuracy=0.45),
         certify_summary.SoundnessViolation(certificate="hgm", radius=0.3, certified_accuracy=0.2, robust_accuracy=0.19),
     ]
-    assert [x.radius for x in certification.soundness_violations(certified, empirical, radii=radii, certificate="hgm", tolerance=0.02)] == [0.2]
-    assert certification.soundness_violations(certified, np.minimum(empirical + 0.1, 1.0), radii=radii, certificate="hgm") == []
-    assert found[0].to_dict() == {"certificate": "hgm", "radius": 0.2, "certified_accuracy": 0.5, "robust_accuracy": 0.45}
+    assert [
+        x.radius
+        for x in certification.soundness_violations(
+            certified, empirical, radii=radii, certificate="hgm", tolerance=0.02
+        )
+    ] == [0.2]
+    assert (
+        certification.soundness_violations(certified, np.minimum(empirical + 0.1, 1.0), radii=radii, certificate="hgm")
+        == []
+    )
+    assert found[0].to_dict() == {
+        "certificate": "hgm",
+        "radius": 0.2,
+        "certified_accuracy": 0.5,
+        "robust_accuracy": 0.45,
+    }
     assert certify_summary.SoundnessViolation.from_dict(found[0].to_dict()) == found[0]
     with pytest.raises(ValueError, match="robust_accuracy.*shape"):
         certification.soundness_violations(certified, empirical[:2], radii=radii, certificate="hgm")
@@ -525,5 +585,9 @@ def test_soundness_violations_flags_a_planted_violation():
 
 
 def test_module_does_not_import_torch():
-    code = "import sys, dpaudit.robustness.certification, dpaudit.robustness.multipliers, dpaudit.robustness.score_bounds, dpaudit.robustness.smoothing; sys.exit('torch' in sys.modules)"
+    code = (
+        "import sys, dpaudit.robustness.certification, "
+        "dpaudit.robustness.multipliers, dpaudit.robustness.score_bounds, "
+        "dpaudit.robustness.smoothing; sys.exit('torch' in sys.modules)"
+    )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

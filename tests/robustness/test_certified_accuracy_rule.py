@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from dpaudit.results.certification import CertificationResult
-from dpaudit.results.certify_summary import UNNAMED_PREDICTION_RULE, CertifySummary, SmoothingSummary, own_prediction_rule, smoothing_prediction_rule
+from dpaudit.results.certify_summary import (
+    UNNAMED_PREDICTION_RULE,
+    CertifySummary,
+    SmoothingSummary,
+    own_prediction_rule,
+    smoothing_prediction_rule,
+)
 
 
 def _summary(**overrides) -> CertifySummary:
@@ -46,7 +52,11 @@ def _summary(**overrides) -> CertifySummary:
 
 def test_rules_name_the_classifier_each_bound_covers() -> None:
     assert own_prediction_rule("clopper-pearson", 2000) == "vote-count argmax over the 2000 certification draws"
-    assert own_prediction_rule("hoeffding", 500) == own_prediction_rule("bernstein", 500) == "expected-softmax argmax over the 500 certification draws"
+    assert (
+        own_prediction_rule("hoeffding", 500)
+        == own_prediction_rule("bernstein", 500)
+        == "expected-softmax argmax over the 500 certification draws"
+    )
     assert "100 selection draws" in smoothing_prediction_rule(100) and "abstaining" in smoothing_prediction_rule(100)
 
 
@@ -55,14 +65,26 @@ def test_a_certified_accuracy_above_its_classifiers_accuracy_is_refused() -> Non
     with pytest.raises(ValueError, match="certified_accuracy must not exceed the conventional accuracy 0.75"):
         _summary(certified_accuracy={"0": 0.8, "0.1": 0.5})
     with pytest.raises(ValueError, match="certified_accuracy"):
-        SmoothingSummary(conventional_accuracy=0.5, certified_accuracy={"0.25": 0.6}, confidence=0.999, num_selection_draws=100, prediction_rule=smoothing_prediction_rule(100))
+        SmoothingSummary(
+            conventional_accuracy=0.5,
+            certified_accuracy={"0.25": 0.6},
+            confidence=0.999,
+            num_selection_draws=100,
+            prediction_rule=smoothing_prediction_rule(100),
+        )
     with pytest.raises(TypeError, match="prediction_rule"):
         _summary(prediction_rule="")
 
 
 def test_summaries_round_trip_their_rule_and_older_ones_read_as_unnamed() -> None:
     s = _summary(
-        smoothing=SmoothingSummary(conventional_accuracy=0.5, certified_accuracy={"0": 0.5, "0.1": 0.25}, confidence=0.999, num_selection_draws=100, prediction_rule=smoothing_prediction_rule(100))
+        smoothing=SmoothingSummary(
+            conventional_accuracy=0.5,
+            certified_accuracy={"0": 0.5, "0.1": 0.25},
+            confidence=0.999,
+            num_selection_draws=100,
+            prediction_rule=smoothing_prediction_rule(100),
+        )
     )
     data = s.to_dict()
     assert data["prediction_rule"] == "vote-count argmax over the 100 certification draws"
@@ -70,7 +92,11 @@ def test_summaries_round_trip_their_rule_and_older_ones_read_as_unnamed() -> Non
     assert CertifySummary.from_dict(data) == s
     del data["prediction_rule"], data["smoothing"]["prediction_rule"]
     old = CertifySummary.from_dict(data)
-    assert old.prediction_rule == UNNAMED_PREDICTION_RULE and old.smoothing is not None and old.smoothing.prediction_rule == UNNAMED_PREDICTION_RULE
+    assert (
+        old.prediction_rule == UNNAMED_PREDICTION_RULE
+        and old.smoothing is not None
+        and old.smoothing.prediction_rule == UNNAMED_PREDICTION_RULE
+    )
 
 
 def test_the_certified_report_tables_carry_each_certificates_rule() -> None:
@@ -87,9 +113,23 @@ def test_the_certified_report_tables_carry_each_certificates_rule() -> None:
         confidence=0.95,
         config={"prediction_rule": own_prediction_rule("clopper-pearson", 100)},
     )
-    smooth = CertificationResult(method="smoothing", norm="l2", labels=labels, predictions=np.array([0, -1, 2, 3]), radii=np.array([0.1, 0.0, 0.3, 0.2]), num_draws=100, confidence=0.999)
+    smooth = CertificationResult(
+        method="smoothing",
+        norm="l2",
+        labels=labels,
+        predictions=np.array([0, -1, 2, 3]),
+        radii=np.array([0.1, 0.0, 0.3, 0.2]),
+        num_draws=100,
+        confidence=0.999,
+    )
     summary = _summary(
-        smoothing=SmoothingSummary(conventional_accuracy=0.75, certified_accuracy={"0": 0.75, "0.1": 0.75}, confidence=0.999, num_selection_draws=20, prediction_rule=smoothing_prediction_rule(20))
+        smoothing=SmoothingSummary(
+            conventional_accuracy=0.75,
+            certified_accuracy={"0": 0.75, "0.1": 0.75},
+            confidence=0.999,
+            num_selection_draws=20,
+            prediction_rule=smoothing_prediction_rule(20),
+        )
     ).to_dict()
     run = CertifiedRun(summary=summary, certificates={"pixeldp": own, "smoothing": smooth}, attacks={})
     rows = certified_rows([run])
@@ -105,5 +145,11 @@ def test_the_certified_report_tables_carry_each_certificates_rule() -> None:
 
     from reports.certified import _record_rule
 
-    assert _record_rule(SimpleNamespace(metrics={"test_accuracy": 0.9, "test_accuracy_draws": 16})) == "record test accuracy: expected-softmax argmax over 16 noise draws"
-    assert _record_rule(SimpleNamespace(metrics={"test_accuracy": 0.9})) == "record test accuracy: the trained model on clean inputs"
+    assert (
+        _record_rule(SimpleNamespace(metrics={"test_accuracy": 0.9, "test_accuracy_draws": 16}))
+        == "record test accuracy: expected-softmax argmax over 16 noise draws"
+    )
+    assert (
+        _record_rule(SimpleNamespace(metrics={"test_accuracy": 0.9}))
+        == "record test accuracy: the trained model on clean inputs"
+    )

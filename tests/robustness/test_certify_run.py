@@ -16,12 +16,31 @@ from dpaudit.results.certification import load_certification_result, save_certif
 from dpaudit.results.certify_summary import CertifySummary, SoundnessViolation, load_certify_summary
 from dpaudit.store import RunDir
 
-TINY = dict(num_draws=50, num_examples=20, radii=(0.05, 0.2), attacks=("fgsm", "pgd"), num_selection_draws=20, num_eot_samples=1, progress=True)
+TINY = dict(
+    num_draws=50,
+    num_examples=20,
+    radii=(0.05, 0.2),
+    attacks=("fgsm", "pgd"),
+    num_selection_draws=20,
+    num_eot_samples=1,
+    progress=True,
+)
 
 
 def _train(tmp_path: Path, defense: str, **overrides) -> tuple[RunDir, Path, str]:
     run = RunDir(tmp_path / "run").create(command="test")
-    outcome = train_or_load(TrainSpec(defense=defense, config=default_config(defense, **overrides), model="hgm-cnn", dataset="digits", seed=0, device="cpu", progress=False), run)
+    outcome = train_or_load(
+        TrainSpec(
+            defense=defense,
+            config=default_config(defense, **overrides),
+            model="hgm-cnn",
+            dataset="digits",
+            seed=0,
+            device="cpu",
+            progress=False,
+        ),
+        run,
+    )
     return run, outcome.record_dir, outcome.record.model_id
 
 
@@ -46,7 +65,10 @@ def test_certify_tiny_hgm_end_to_end_and_reuse(hgm_record, capsys: pytest.Captur
 
     again = run_certify(CertifySpec(target=rdir, **TINY), run)
     err = capsys.readouterr().err
-    assert "reusing stored certificate certify-hgm.json" in err and "reusing stored certificate certify-smoothing.json" in err
+    assert (
+        "reusing stored certificate certify-hgm.json" in err
+        and "reusing stored certificate certify-smoothing.json" in err
+    )
     assert again.certified_accuracy == summary.certified_accuracy
 
     changed = run_certify(CertifySpec(target=rdir, **{**TINY, "num_draws": 60, "smoothing_confidence": 0.99}), run)
@@ -56,7 +78,9 @@ def test_certify_tiny_hgm_end_to_end_and_reuse(hgm_record, capsys: pytest.Captur
     assert changed.num_draws == 60 and changed.smoothing is not None and changed.smoothing.confidence == 0.99
 
 
-def test_certify_recomputes_certificates_stored_under_another_sensitivity(hgm_record, capsys: pytest.CaptureFixture[str]) -> None:
+def test_certify_recomputes_certificates_stored_under_another_sensitivity(
+    hgm_record, capsys: pytest.CaptureFixture[str]
+) -> None:
     # A certificate computed under an older, smaller Δ (the L∞ bound behind a PCA projection of
     # issue 29) has radii too large by the same factor: reusing it would reprint them.
     run, rdir, model_id = hgm_record
@@ -65,16 +89,24 @@ def test_certify_recomputes_certificates_stored_under_another_sensitivity(hgm_re
     cdir = run.certify_dir(model_id)
     for name, key, factor in (("hgm", "sensitivity", 0.5), ("smoothing", "sigma_per_sensitivity", 2.0)):
         stored = load_certification_result(cdir / f"certify-{name}.json")
-        save_certification_result(dataclasses.replace(stored, config={**stored.config, key: stored.config[key] * factor}), cdir)
+        save_certification_result(
+            dataclasses.replace(stored, config={**stored.config, key: stored.config[key] * factor}), cdir
+        )
     capsys.readouterr()
     again = run_certify(spec, run)
     err = capsys.readouterr().err
     assert f"recomputing certify-hgm.json: stored with {{'sensitivity': {first.sensitivity * 0.5!r}}}" in err
     assert "recomputing certify-smoothing.json: stored with {'sigma_per_sensitivity'" in err
-    assert load_certification_result(cdir / "certify-hgm.json").config["sensitivity"] == again.sensitivity == first.sensitivity
+    assert (
+        load_certification_result(cdir / "certify-hgm.json").config["sensitivity"]
+        == again.sensitivity
+        == first.sensitivity
+    )
 
 
-def test_certify_cli_exits_3_on_a_planted_soundness_violation(hgm_record, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_certify_cli_exits_3_on_a_planted_soundness_violation(
+    hgm_record, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import dpaudit.app.runs.certify as runs_certify
 
     run, rdir, model_id = hgm_record
@@ -110,22 +142,44 @@ def test_certify_cli_exits_3_on_a_planted_soundness_violation(hgm_record, monkey
     ]
     assert main(argv) == 3
     out = json.loads(capsys.readouterr().out)
-    assert out["soundness_violations"] == [{"certificate": "hgm", "radius": 0.2, "certified_accuracy": 0.9, "robust_accuracy": 0.1}]
+    assert out["soundness_violations"] == [
+        {"certificate": "hgm", "radius": 0.2, "certified_accuracy": 0.9, "robust_accuracy": 0.1}
+    ]
     assert out["radii"] == [0.05, 0.2]
     # The JSON names the classifier whose conventional and certified accuracy it reports.
     assert out["prediction_rule"] == "vote-count argmax over the 50 certification draws"
-    assert out["smoothing"]["prediction_rule"] == "CERTIFY: vote-count argmax over 20 selection draws, abstaining where p_A <= 1/2"
+    assert (
+        out["smoothing"]["prediction_rule"]
+        == "CERTIFY: vote-count argmax over 20 selection draws, abstaining where p_A <= 1/2"
+    )
 
 
 def test_certify_refuses_a_model_without_noise_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run, rdir, model_id = _train(tmp_path, "nonprivate", epochs=1)
     with pytest.raises(NotCertifiable, match=f"model {model_id} \\(defense nonprivate\\) has no noise layer"):
         run_certify(CertifySpec(target=rdir, **TINY), run)
-    code = main(["certify", "--target", str(rdir), "--out", str(run.path), "--num-draws", "50", "--num-examples", "20", "--quiet"])
+    code = main(
+        [
+            "certify",
+            "--target",
+            str(rdir),
+            "--out",
+            str(run.path),
+            "--num-draws",
+            "50",
+            "--num-examples",
+            "20",
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1
-    assert f"model {model_id} (defense nonprivate) has no noise layer; certify needs" in err and "hgm" in err and "run_evasion" in err
+    assert (
+        f"model {model_id} (defense nonprivate) has no noise layer; certify needs" in err
+        and "hgm" in err
+        and "run_evasion" in err
+    )
     assert not (run.certify_dir(model_id) / "summary.json").exists()
     fresh = tmp_path / "fresh-run"
     assert main(["certify", "--target", str(rdir), "--out", str(fresh), "--quiet"]) == 2
@@ -145,7 +199,9 @@ def test_certify_spec_validates_its_arguments(tmp_path: Path) -> None:
 
 
 def test_certify_bad_radii_is_one_line_naming_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["certify", "--target", str(tmp_path), "--out", str(tmp_path), "--radii", "0.1,-2"]) == 2  # argparse errors: one line, exit 2
+    assert (
+        main(["certify", "--target", str(tmp_path), "--out", str(tmp_path), "--radii", "0.1,-2"]) == 2
+    )  # argparse errors: one line, exit 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--radii" in err
 
@@ -190,7 +246,9 @@ def test_conventional_accuracy_is_the_certified_classifiers_own(hgm_record, caps
     assert s.conventional_accuracy == pytest.approx(np.mean(votes.argmax(axis=1) == y))
     assert s.prediction_rule == "vote-count argmax over the 50 certification draws"
     assert s.certified_accuracy["0"] <= s.conventional_accuracy
-    assert s.smoothing is not None and s.smoothing.prediction_rule.startswith("CERTIFY: vote-count argmax over 20 selection draws")
+    assert s.smoothing is not None and s.smoothing.prediction_rule.startswith(
+        "CERTIFY: vote-count argmax over 20 selection draws"
+    )
     assert s.smoothing.certified_accuracy["0"] <= s.smoothing.conventional_accuracy
     # The rule travels with the numbers: JSON, text and the certificate's own config.
     cdir = run.certify_dir(model_id)
@@ -198,22 +256,50 @@ def test_conventional_accuracy_is_the_certified_classifiers_own(hgm_record, caps
     assert load_certification_result(cdir / "certify-hgm.json").config["prediction_rule"] == s.prediction_rule
     # A certificate stored before the bounds took both sides of every class is recomputed.
     stored = load_certification_result(cdir / "certify-hgm.json")
-    save_certification_result(dataclasses.replace(stored, config={k: val for k, val in stored.config.items() if k != "bound_selection"}), cdir)
+    save_certification_result(
+        dataclasses.replace(stored, config={k: val for k, val in stored.config.items() if k != "bound_selection"}), cdir
+    )
     capsys.readouterr()
     run_certify(spec, run)
-    assert "recomputing certify-hgm.json: stored with {'bound_selection': None}, asked for {'bound_selection': 'same-draws'}" in capsys.readouterr().err
+    assert (
+        "recomputing certify-hgm.json: stored with {'bound_selection': None}, "
+        "asked for {'bound_selection': 'same-draws'}" in capsys.readouterr().err
+    )
 
 
 @pytest.mark.slow
 def test_certify_text_names_the_classifier_of_both_accuracies(hgm_record, capsys: pytest.CaptureFixture[str]) -> None:
     run, rdir, model_id = hgm_record
-    argv = ["certify", "--target", str(rdir), "--out", str(run.path), "--num-draws", "50", "--num-examples", "20", "--radii", "0,0.05,0.2", "--no-attacks", "--num-selection-draws", "20", "--quiet"]
+    argv = [
+        "certify",
+        "--target",
+        str(rdir),
+        "--out",
+        str(run.path),
+        "--num-draws",
+        "50",
+        "--num-examples",
+        "20",
+        "--radii",
+        "0,0.05,0.2",
+        "--no-attacks",
+        "--num-selection-draws",
+        "20",
+        "--quiet",
+    ]
     assert main(argv) == 0
     text = capsys.readouterr().out
     s = load_certify_summary(run.certify_dir(model_id))
-    assert f"conventional accuracy {s.conventional_accuracy:.4f} of the classifier certified as hgm: vote-count argmax over the 50 certification draws" in text
+    assert (
+        f"conventional accuracy {s.conventional_accuracy:.4f} of the classifier "
+        "certified as hgm: vote-count argmax over the 50 certification draws" in text
+    )
     assert s.smoothing is not None
-    assert f"conventional accuracy {s.smoothing.conventional_accuracy:.4f} of the classifier certified as smoothing: CERTIFY: vote-count argmax over 20 selection draws" in text
+    assert (
+        f"conventional accuracy {s.smoothing.conventional_accuracy:.4f} of the "
+        "classifier certified as smoothing: CERTIFY: vote-count argmax over 20 "
+        "selection draws" in text
+    )
 
 
 def test_a_smoothing_models_certified_accuracy_at_radius_0_stays_within_its_classifiers(tmp_path: Path) -> None:
@@ -225,9 +311,22 @@ def test_a_smoothing_models_certified_accuracy_at_radius_0_stays_within_its_clas
 
     run = RunDir(tmp_path / "run").create(command="test")
     config = default_config("smoothing", epochs=2, smoothing_sigma=0.5)
-    outcome = train_or_load(TrainSpec(defense="smoothing", config=config, model="digits-mlp", dataset="digits", seed=0, device="cpu", progress=False), run)
+    outcome = train_or_load(
+        TrainSpec(
+            defense="smoothing",
+            config=config,
+            model="digits-mlp",
+            dataset="digits",
+            seed=0,
+            device="cpu",
+            progress=False,
+        ),
+        run,
+    )
     s = run_certify(CertifySpec(target=outcome.record_dir, **{**TINY, "attacks": (), "radii": (0.0, 0.25)}), run)
-    assert s.prediction_rule.startswith("CERTIFY: vote-count argmax over 20 selection draws") and s.smoothing is not None
+    assert (
+        s.prediction_rule.startswith("CERTIFY: vote-count argmax over 20 selection draws") and s.smoothing is not None
+    )
     assert s.certified_accuracy["0"] <= s.conventional_accuracy
     # CERTIFY recomputed from fresh calls on the same streams: its predictions' accuracy is the conventional one.
     model, x, y = _certified_inputs(outcome.record_dir, TINY["num_examples"], seed=0)

@@ -35,7 +35,9 @@ def _model(name: str, *, seed: int = 0, redistribute: bool = True) -> tuple[torc
     assert nl is not None
     if redistribute:
         g = torch.Generator().manual_seed(seed)
-        nl.set_noise(0.3, redistribution_from_gradients(torch.randn(40, *nl.output_shape, generator=g) + 0.2, inflation=0.3))
+        nl.set_noise(
+            0.3, redistribution_from_gradients(torch.randn(40, *nl.output_shape, generator=g) + 0.2, inflation=0.3)
+        )
     return m, nl
 
 
@@ -106,7 +108,11 @@ def test_orthogonalize_makes_a_stride_one_convolution_an_isometry_away_from_the_
     # A wide layer (out < fan-in): the rows become orthogonal instead, Δ = scale.
     _, wide = _model("digits-mlp", redistribute=False)
     assert orthogonalize(wide, scale=0.7) == 0.7
-    w = wide.layer[-1].weight.detach().double() if isinstance(wide.layer, torch.nn.Sequential) else wide.layer.weight.detach().double()
+    w = (
+        wide.layer[-1].weight.detach().double()
+        if isinstance(wide.layer, torch.nn.Sequential)
+        else wide.layer.weight.detach().double()
+    )
     small = min(w.shape)
     gram = w @ w.T if w.shape[0] == small else w.T @ w
     assert torch.allclose(gram, 0.49 * torch.eye(small, dtype=torch.float64), atol=1e-5)
@@ -209,7 +215,9 @@ def test_expected_score_accuracy_reports_progress_when_asked(capsys) -> None:
     m, _ = _model("digits-mlp")
     x = torch.rand(40, 1, 8, 8)
     y = torch.zeros(40, dtype=torch.long)
-    assert expected_score_accuracy(m, x, y, num_draws=8, progress=False) == expected_score_accuracy(m, x, y, num_draws=8, progress=True)
+    assert expected_score_accuracy(m, x, y, num_draws=8, progress=False) == expected_score_accuracy(
+        m, x, y, num_draws=8, progress=True
+    )
     assert "monte carlo (8 draws)" in capsys.readouterr().err
 
 

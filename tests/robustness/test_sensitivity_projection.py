@@ -18,13 +18,22 @@ from dpaudit.models import build_model
 from dpaudit.robustness.noise import NoiseLayer, find_noise_layer, layer_sensitivity
 
 
-def _pca_model(input_shape: tuple[int, ...], *, components: int, hidden: int, seed: int) -> tuple[NoiseLayer, torch.Tensor, torch.Tensor]:
+def _pca_model(
+    input_shape: tuple[int, ...], *, components: int, hidden: int, seed: int
+) -> tuple[NoiseLayer, torch.Tensor, torch.Tensor]:
     """An abadi-mnist noise layer with a random orthonormal projection and a random r.
 
     Returns the layer, M = W P (float64, from the weights) and r.
     """
     torch.manual_seed(seed)
-    model = build_model("abadi-mnist", input_shape=input_shape, num_classes=10, noise_layer=True, pca_components=components, hidden=hidden)
+    model = build_model(
+        "abadi-mnist",
+        input_shape=input_shape,
+        num_classes=10,
+        noise_layer=True,
+        pca_components=components,
+        hidden=hidden,
+    )
     noise = find_noise_layer(model)
     assert noise is not None
     proj = next(m for m in model.modules() if isinstance(m, Projection))
@@ -86,7 +95,9 @@ def test_identity_block_of_input_noise_has_the_identitys_sensitivities() -> None
     # Randomized smoothing's noise layer wraps nn.Identity: no weight layer, so the general path.
     from dpaudit.robustness.noise import add_input_noise
 
-    model = add_input_noise(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 2)), input_shape=(1, 3, 4), noise_std=0.5)
+    model = add_input_noise(
+        torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 2)), input_shape=(1, 3, 4), noise_std=0.5
+    )
     noise = find_noise_layer(model)
     assert noise is not None
     assert layer_sensitivity(noise, input_shape=(1, 3, 4), norm="l2") == pytest.approx(1.0)

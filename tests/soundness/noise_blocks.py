@@ -76,7 +76,9 @@ def block_specs(draw: st.DrawFn) -> BlockSpec:
         kernel, stride, padding, dilation = tuple(kernel_l), tuple(stride_l), tuple(pad_l), tuple(dil_l)
         mode = draw(st.sampled_from(["zeros", "zeros", "circular", "reflect"]))
         # Torch's limits: reflection needs padding < size, circular padding <= size.
-        if (mode == "reflect" and any(p >= s for p, s in zip(padding, sizes))) or (mode == "circular" and any(p > s for p, s in zip(padding, sizes))):
+        if (mode == "reflect" and any(p >= s for p, s in zip(padding, sizes))) or (
+            mode == "circular" and any(p > s for p, s in zip(padding, sizes))
+        ):
             mode = "zeros"
     projection_input = None
     if draw(st.booleans()):
@@ -162,7 +164,9 @@ def build(spec: BlockSpec, *, noise_std: float = 1.0) -> Built:
     return Built(noise=noise, input_shape=shape, matrix=matrix, redistribution=noise.redistribution.reshape(-1).clone())
 
 
-def sign_vectors(matrix: torch.Tensor, *, exhaustive_up_to: int = 12, num_random: int = 256, ascent_steps: int = 10, seed: int = 0) -> torch.Tensor:
+def sign_vectors(
+    matrix: torch.Tensor, *, exhaustive_up_to: int = 12, num_random: int = 256, ascent_steps: int = 10, seed: int = 0
+) -> torch.Tensor:
     """Corners of the unit L∞ ball worth trying on the weighted matrix A (rows are vectors).
 
     All 2^d corners when d ≤ ``exhaustive_up_to`` (then the best of them *is* the exact
@@ -175,7 +179,12 @@ def sign_vectors(matrix: torch.Tensor, *, exhaustive_up_to: int = 12, num_random
         bits = (idx[:, None] >> torch.arange(d)[None, :]) & 1
         return bits.to(torch.float64) * 2 - 1
     g = torch.Generator().manual_seed(seed)
-    signs = torch.cat([torch.where(matrix >= 0, 1.0, -1.0).to(torch.float64), torch.randint(0, 2, (num_random, d), generator=g).to(torch.float64) * 2 - 1])
+    signs = torch.cat(
+        [
+            torch.where(matrix >= 0, 1.0, -1.0).to(torch.float64),
+            torch.randint(0, 2, (num_random, d), generator=g).to(torch.float64) * 2 - 1,
+        ]
+    )
     for _ in range(ascent_steps):
         step = (signs @ matrix.T) @ matrix
         signs = torch.where(step >= 0, 1.0, -1.0).to(torch.float64)

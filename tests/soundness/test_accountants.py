@@ -64,7 +64,13 @@ def reference_lower(q: float, sigma: float, steps: int, delta: float, interval: 
     """A lower bound on the true ε of T Poisson-sampled Gaussian steps at δ."""
     if q == 1.0:
         return _gdp_epsilon(math.sqrt(steps) / sigma, delta)
-    pld = pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=interval, sampling_prob=q, pessimistic_estimate=False, use_connect_dots=False)
+    pld = pld_lib.from_gaussian_mechanism(
+        sigma,
+        value_discretization_interval=interval,
+        sampling_prob=q,
+        pessimistic_estimate=False,
+        use_connect_dots=False,
+    )
     if steps > 1:
         pld = pld.self_compose(steps)
     return float(pld.get_epsilon_for_delta(delta))
@@ -74,8 +80,16 @@ def reference_delta_lower(q: float, sigma: float, steps: int, epsilon: float, in
     """A lower bound on the true δ(ε) of T Poisson-sampled Gaussian steps."""
     if q == 1.0:
         mu = math.sqrt(steps) / sigma  # exact G_μ curve (Dong, Roth & Su 2019, Cor. 2.13)
-        return float(stats.norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * stats.norm.cdf(-epsilon / mu - mu / 2))
-    pld = pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=interval, sampling_prob=q, pessimistic_estimate=False, use_connect_dots=False)
+        return float(
+            stats.norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * stats.norm.cdf(-epsilon / mu - mu / 2)
+        )
+    pld = pld_lib.from_gaussian_mechanism(
+        sigma,
+        value_discretization_interval=interval,
+        sampling_prob=q,
+        pessimistic_estimate=False,
+        use_connect_dots=False,
+    )
     if steps > 1:
         pld = pld.self_compose(steps)
     return float(pld.get_delta_for_epsilon(epsilon))
@@ -86,8 +100,19 @@ def registered_accountants() -> list[str]:
     return list(ACCOUNTANTS.names())
 
 
-def check_accountant(name: str, q: float, sigma: float, steps: int, delta: float, *, interval: float, memory_budget: float, sampled_delta: bool = True) -> None:
-    """The registered accountant ``name`` is sound on T Poisson-sampled Gaussian steps (or declines where it says it cannot).
+def check_accountant(
+    name: str,
+    q: float,
+    sigma: float,
+    steps: int,
+    delta: float,
+    *,
+    interval: float,
+    memory_budget: float,
+    sampled_delta: bool = True,
+) -> None:
+    """The registered accountant ``name`` is sound on T Poisson-sampled Gaussian steps (or declines where it says it
+    cannot).
 
     ``sampled_delta=False`` checks δ(ε) only at q = 1, where the reference is a closed form (the
     PLD reference for q < 1 costs as much again).
@@ -97,7 +122,10 @@ def check_accountant(name: str, q: float, sigma: float, steps: int, delta: float
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # edge-of-grid notes, PLD fallbacks: still bounds
         res = accountants.compute_epsilon_detailed(event, delta=delta, accountant=name, memory_budget=memory_budget)
-        assert res.declined == (not spec.supports(event)), (name, res.note)  # declines only what it says it cannot bound
+        assert res.declined == (not spec.supports(event)), (
+            name,
+            res.note,
+        )  # declines only what it says it cannot bound
         if res.declined:
             return
         truth = reference_lower(q, sigma, steps, delta, interval)
@@ -139,12 +167,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @given(q=sampling_rates, sigma=st.floats(0.3, 5.0), steps=st.integers(1, 12), delta=deltas)
 @example(q=1.0, sigma=2.0, steps=3, delta=1e-5)  # the exact reference, within every built-in budget
 def test_accountants_are_never_below_the_true_epsilon(accountant, q, sigma, steps, delta):
-    check_accountant(accountant, q, sigma, steps, delta, interval=1e-2, memory_budget=_DEFAULT_TIER_BYTES, sampled_delta=False)
+    check_accountant(
+        accountant, q, sigma, steps, delta, interval=1e-2, memory_budget=_DEFAULT_TIER_BYTES, sampled_delta=False
+    )
 
 
 @pytest.mark.slow
 @settings(max_examples=400, deadline=None, derandomize=True)
-@given(q=sampling_rates, sigma=st.floats(0.3, 8.0), steps=st.one_of(st.integers(1, 20), st.integers(1, 200)), delta=deltas)
+@given(
+    q=sampling_rates, sigma=st.floats(0.3, 8.0), steps=st.one_of(st.integers(1, 20), st.integers(1, 200)), delta=deltas
+)
 def test_accountants_are_never_below_the_true_epsilon_many(accountant, q, sigma, steps, delta):
     check_accountant(accountant, q, sigma, steps, delta, interval=1e-3, memory_budget=_SLOW_TIER_BYTES)
 

@@ -94,7 +94,9 @@ class Case:
         self.x = torch.randn(NUM_POINTS, *built.input_shape, generator=g, dtype=torch.float64)
         g0 = self.margin()
         with torch.no_grad():
-            head.bias[1] = -float(g0.quantile(0.5))  # half the points on each side (the interpolated median: none at g = 0)
+            head.bias[1] = -float(
+                g0.quantile(0.5)
+            )  # half the points on each side (the interpolated median: none at g = 0)
         self.g = self.margin()
         # σ puts the largest |g| at about 3/spread noise standard deviations: p from ½ to Φ(3/spread).
         sigma = max(float(self.g.abs().max()), 1e-12) * spread / (3.0 * float(v.norm()))
@@ -144,13 +146,23 @@ class Case:
         argmax = stats.norm.cdf(a / self.scale)
         softmax = np.empty_like(a)
         for i, ai in enumerate(a):
-            value, err = integrate.quad(_sigmoid_times_density, -40, 40, args=(float(ai), self.scale), points=[-ai / self.scale], limit=200, epsabs=1e-13)
+            value, err = integrate.quad(
+                _sigmoid_times_density,
+                -40,
+                40,
+                args=(float(ai), self.scale),
+                points=[-ai / self.scale],
+                limit=200,
+                epsabs=1e-13,
+            )
             softmax[i] = min(value - err, 1.0)
         return argmax, softmax
 
 
 def _cases() -> st.SearchStrategy[tuple[BlockSpec, str, bool, float, int]]:
-    return st.tuples(block_specs(), st.sampled_from(NORMS), st.booleans(), st.floats(0.2, 3.0), st.integers(0, 2**31 - 1))
+    return st.tuples(
+        block_specs(), st.sampled_from(NORMS), st.booleans(), st.floats(0.2, 3.0), st.integers(0, 2**31 - 1)
+    )
 
 
 def _make(params: tuple[BlockSpec, str, bool, float, int]) -> Case:
@@ -184,7 +196,9 @@ def _check_exact_norm(params: tuple[BlockSpec, str, bool, float, int]) -> None:
         np.testing.assert_allclose(cohen, exact, rtol=1e-6, err_msg=str(params))
     for p_top in case.exact_scores():
         for mechanism, max_epsilon in MECHANISMS:
-            cert = certified_radius(p_top, 1.0 - p_top, noise_per_sensitivity=per_unit, mechanism=mechanism, max_epsilon=max_epsilon)
+            cert = certified_radius(
+                p_top, 1.0 - p_top, noise_per_sensitivity=per_unit, mechanism=mechanism, max_epsilon=max_epsilon
+            )
             assert np.all(cert <= exact * (1 + _REL) + 1e-12), (params, mechanism, cert, exact)
 
 
@@ -207,9 +221,14 @@ def _check_monte_carlo(params: tuple[BlockSpec, str, bool, float, int], num_draw
     mc = sample_scores(case.model, case.x, num_draws=num_draws, seed=seed, stream="certify-estimate")
     sel = sample_scores(case.model, case.x, num_draws=100, seed=seed, stream="certify-select")
     checks = []
-    for bounds in (count_bounds(mc.counts, confidence=0.95), mean_bounds(mc.mean, num_draws=num_draws, method="hoeffding", confidence=0.95)):
+    for bounds in (
+        count_bounds(mc.counts, confidence=0.95),
+        mean_bounds(mc.mean, num_draws=num_draws, method="hoeffding", confidence=0.95),
+    ):
         for mechanism, max_epsilon in MECHANISMS:
-            cert = certified_radius(bounds.lower, bounds.upper, noise_per_sensitivity=per_unit, mechanism=mechanism, max_epsilon=max_epsilon)
+            cert = certified_radius(
+                bounds.lower, bounds.upper, noise_per_sensitivity=per_unit, mechanism=mechanism, max_epsilon=max_epsilon
+            )
             checks.append((f"{bounds.method}/{mechanism}", bounds.top, cert, 0.05))
     preds, radii = smoothing_certify(sel.counts, mc.counts, sigma=per_unit, confidence=0.999)
     checks.append(("smoothing", preds, radii, 0.001))
@@ -227,7 +246,9 @@ def test_certificates_never_exceed_the_exact_radius(params: tuple[BlockSpec, str
 
 @settings(max_examples=8, deadline=None, derandomize=True)
 @given(_cases())
-def test_monte_carlo_certificates_fail_no_more_often_than_their_confidence(params: tuple[BlockSpec, str, bool, float, int]) -> None:
+def test_monte_carlo_certificates_fail_no_more_often_than_their_confidence(
+    params: tuple[BlockSpec, str, bool, float, int],
+) -> None:
     _check_monte_carlo(params, num_draws=500)
 
 
@@ -241,5 +262,7 @@ def test_certificates_never_exceed_the_exact_radius_many(params: tuple[BlockSpec
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(_cases())
-def test_monte_carlo_certificates_fail_no_more_often_than_their_confidence_many(params: tuple[BlockSpec, str, bool, float, int]) -> None:
+def test_monte_carlo_certificates_fail_no_more_often_than_their_confidence_many(
+    params: tuple[BlockSpec, str, bool, float, int],
+) -> None:
     _check_monte_carlo(params, num_draws=2000)

@@ -48,9 +48,21 @@ def _most_violations(simulations: int) -> int:
 
 
 def _non_gaussian_claims():
-    pate = PATEClaim(aggregator="gnmax", parameters={"sigma": 40.0}, num_queries=100, num_answered=100, orders=(2.0, 8.0, 32.0), rdp=(0.1, 0.4, 1.6))
-    dssgd = dssgd_svt_claim(epsilon_per_parameter=1.0, bound=0.001, threshold=0.0001, uploads_per_round=10, num_rounds=5, num_parameters=100)
-    mixed = DPClaim(event=dpe.ComposedDpEvent([dpe.GaussianDpEvent(2.0), dpe.LaplaceDpEvent(3.0)]), description="Gaussian then Laplace")
+    pate = PATEClaim(
+        aggregator="gnmax",
+        parameters={"sigma": 40.0},
+        num_queries=100,
+        num_answered=100,
+        orders=(2.0, 8.0, 32.0),
+        rdp=(0.1, 0.4, 1.6),
+    )
+    dssgd = dssgd_svt_claim(
+        epsilon_per_parameter=1.0, bound=0.001, threshold=0.0001, uploads_per_round=10, num_rounds=5, num_parameters=100
+    )
+    mixed = DPClaim(
+        event=dpe.ComposedDpEvent([dpe.GaussianDpEvent(2.0), dpe.LaplaceDpEvent(3.0)]),
+        description="Gaussian then Laplace",
+    )
     return [LAPLACE, mixed, NonPrivateClaim(), pate, dssgd]
 
 
@@ -83,7 +95,9 @@ def test_gaussian_shaped_bounds_are_refused_for_other_claims(claim):
 def test_gaussian_claims_keep_gdp_and_name_the_approximation():
     step = gaussian_step_claim(noise_multiplier=1.0)
     dpsgd = dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.0, num_steps=100)
-    composed = DPClaim(event=dpe.ComposedDpEvent([dpe.GaussianDpEvent(1.0), dpe.SelfComposedDpEvent(dpe.GaussianDpEvent(2.0), 3)]))
+    composed = DPClaim(
+        event=dpe.ComposedDpEvent([dpe.GaussianDpEvent(1.0), dpe.SelfComposedDpEvent(dpe.GaussianDpEvent(2.0), 3)])
+    )
     assert (step.trade_off_family, step.trade_off_exact) == ("gaussian", True)
     assert (composed.trade_off_family, composed.trade_off_exact) == ("gaussian", True)
     assert (dpsgd.trade_off_family, dpsgd.trade_off_exact) == ("gaussian", False)
@@ -103,7 +117,16 @@ def test_cli_refuses_gdp_for_a_non_gaussian_claim_with_exit_2(tmp_path, capsys):
 
     claim = tmp_path / "claim.json"
     claim.write_text(json.dumps(LAPLACE.to_dict()))
-    base = ["audit", "--train-fn", "scripts/opacus_train_fn.py:train", "--claim", str(claim), "--out", str(tmp_path / "run"), "--json"]
+    base = [
+        "audit",
+        "--train-fn",
+        "scripts/opacus_train_fn.py:train",
+        "--claim",
+        str(claim),
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+    ]
     capsys.readouterr()
     assert main([*base, "--bound", "gdp"]) == 2
     out = capsys.readouterr()
@@ -130,7 +153,9 @@ QUICK_CELLS = [
 
 def _check(cell) -> None:
     assert cell.applicable
-    assert cell.violations <= _most_violations(cell.simulations), f"{cell.procedure} x {cell.mechanism}: {cell.violations}/{cell.simulations} false violations"
+    assert cell.violations <= _most_violations(cell.simulations), (
+        f"{cell.procedure} x {cell.mechanism}: {cell.violations}/{cell.simulations} false violations"
+    )
     assert 0.0 <= cell.mean_ratio <= 1.5 and math.isfinite(cell.mean_ratio)
 
 

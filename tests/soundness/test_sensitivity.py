@@ -31,7 +31,9 @@ def _check(spec: BlockSpec) -> None:
     built = build(spec)
     a = built.weighted
     k, d = a.shape
-    code = {norm: layer_sensitivity(built.noise, input_shape=built.input_shape, norm=norm) for norm in ("l2", "l1", "linf")}
+    code = {
+        norm: layer_sensitivity(built.noise, input_shape=built.input_shape, norm=norm) for norm in ("l2", "l1", "linf")
+    }
 
     l2 = float(torch.linalg.svdvals(a)[0])
     assert code["l2"] == pytest.approx(l2, rel=_REL, abs=1e-12), spec

@@ -92,11 +92,19 @@ def relabelled(pool: ArrayDataset, ids: Sequence[int], label: int | None) -> Arr
     labels = pool.labels.index_select(0, idx)
     if label is not None:
         labels = torch.full_like(labels, label)
-    return ArrayDataset(name=pool.name, features=pool.features.index_select(0, idx), labels=labels, ids=pool.ids.index_select(0, idx), num_classes=pool.num_classes)
+    return ArrayDataset(
+        name=pool.name,
+        features=pool.features.index_select(0, idx),
+        labels=labels,
+        ids=pool.ids.index_select(0, idx),
+        num_classes=pool.num_classes,
+    )
 
 
 def _last_class_layer(net: nn.Module, num_classes: int) -> nn.Linear:
-    layers = [m for m in net.modules() if isinstance(m, nn.Linear) and m.out_features == num_classes and m.bias is not None]
+    layers = [
+        m for m in net.modules() if isinstance(m, nn.Linear) and m.out_features == num_classes and m.bias is not None
+    ]
     if not layers:
         raise CheckCannotRun(f"the model has no nn.Linear with {num_classes} outputs and a bias to saturate")
     return layers[-1]
@@ -132,7 +140,13 @@ def worst_case_start(model_fn: Callable[[], Any], pool: ArrayDataset, *, seed: i
     bias0 = float(layer.bias[0].detach())
     _saturate(net, layer, inputs, bias0)
     others = [int(i) for i in order if int(pool.labels[int(i)]) != 0][:6]
-    blank = ArrayDataset(name=pool.name, features=torch.ones_like(pool.features[:1]), labels=torch.ones(1, dtype=torch.long), ids=torch.tensor([int(pool.ids.max()) + 1]), num_classes=k)
+    blank = ArrayDataset(
+        name=pool.name,
+        features=torch.ones_like(pool.features[:1]),
+        labels=torch.ones(1, dtype=torch.long),
+        ids=torch.tensor([int(pool.ids.max()) + 1]),
+        num_classes=k,
+    )
     candidates = [blank] + [relabelled(pool, [i], None) for i in others]
     norms = [_gradient_norm(net, c) for c in candidates]
     canary = candidates[int(np.argmax(norms))]
@@ -204,7 +218,11 @@ def _time_limit(deadline: float | None) -> Iterator[None]:
     passes ``deadline`` (SIGALRM; in the main thread only, where Python delivers signals)."""
     from dpaudit.callables import OutOfTime
 
-    if deadline is None or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+    if (
+        deadline is None
+        or threading.current_thread() is not threading.main_thread()
+        or not hasattr(signal, "setitimer")
+    ):
         yield
         return
 
@@ -224,7 +242,15 @@ def _time_limit(deadline: float | None) -> Iterator[None]:
 
 
 def check_trial(
-    *, train_fn: Any, dataset: ArrayDataset, seed: int, index: int, initial_state: bytes, probe: ArrayDataset | None, keep_state: bool, deadline: float | None = None
+    *,
+    train_fn: Any,
+    dataset: ArrayDataset,
+    seed: int,
+    index: int,
+    initial_state: bytes,
+    probe: ArrayDataset | None,
+    keep_state: bool,
+    deadline: float | None = None,
 ) -> dict[str, np.ndarray]:
     """One training from the crafted start; the final model's statistics.
 
@@ -245,7 +271,16 @@ def check_trial(
     _worker_stdout_to_stderr()
     backstop = _kill_worker_after(deadline)
     try:
-        return _check_trial(train_fn=train_fn, dataset=dataset, seed=seed, index=index, initial_state=initial_state, probe=probe, keep_state=keep_state, deadline=deadline)
+        return _check_trial(
+            train_fn=train_fn,
+            dataset=dataset,
+            seed=seed,
+            index=index,
+            initial_state=initial_state,
+            probe=probe,
+            keep_state=keep_state,
+            deadline=deadline,
+        )
     finally:
         if backstop is not None:
             backstop.cancel()
@@ -276,7 +311,17 @@ def _kill_worker_after(deadline: float | None) -> threading.Timer | None:
     return timer
 
 
-def _check_trial(*, train_fn: Any, dataset: ArrayDataset, seed: int, index: int, initial_state: bytes, probe: ArrayDataset | None, keep_state: bool, deadline: float | None) -> dict[str, np.ndarray]:
+def _check_trial(
+    *,
+    train_fn: Any,
+    dataset: ArrayDataset,
+    seed: int,
+    index: int,
+    initial_state: bytes,
+    probe: ArrayDataset | None,
+    keep_state: bool,
+    deadline: float | None,
+) -> dict[str, np.ndarray]:
     from dpaudit.callables import OutOfTime, UserCodeFailed, call_user, callable_label, describe_exception
     from dpaudit.weights import weights_from_bytes
 
@@ -285,22 +330,59 @@ def _check_trial(*, train_fn: Any, dataset: ArrayDataset, seed: int, index: int,
     label = callable_label(train_fn)
     try:
         with _time_limit(deadline):
-            model = call_user(train_fn, dataset, seed=seed, initial_state={k: t.clone() for k, t in start.items()}, label=f"the training function {label}")
+            model = call_user(
+                train_fn,
+                dataset,
+                seed=seed,
+                initial_state={k: t.clone() for k, t in start.items()},
+                label=f"the training function {label}",
+            )
             if not isinstance(model, nn.Module):
-                raise TrialFailed(f"the training function {label} returned a {type(model).__name__}, not a torch.nn.Module, in {where}", index, seed)
+                raise TrialFailed(
+                    f"the training function {label} returned a {type(model).__name__}, not a "
+                    f"torch.nn.Module, in {where}",
+                    index,
+                    seed,
+                )
             # The returned model is user code too (its forward, its state_dict).
-            return call_user(_statistics, model, start=start, probe=probe, keep_state=keep_state, where=where, index=index, seed=seed, label=f"the model {label} returned")
+            return call_user(
+                _statistics,
+                model,
+                start=start,
+                probe=probe,
+                keep_state=keep_state,
+                where=where,
+                index=index,
+                seed=seed,
+                label=f"the model {label} returned",
+            )
     except TrialFailed:
         raise
     except OutOfTime:
-        raise TrialFailed(f"the training function {label} was stopped in {where}: it ran past the battery's time budget (+{GRACE_SECONDS:g} s grace)", index, seed) from None
+        raise TrialFailed(
+            f"the training function {label} was stopped in {where}: it ran past the "
+            f"battery's time budget (+{GRACE_SECONDS:g} s grace)",
+            index,
+            seed,
+        ) from None
     except UserCodeFailed as exc:
         raise TrialFailed(f"{exc} in {where}", index, seed) from None
     except Exception as exc:  # third-party code
-        raise TrialFailed(f"the training function {label} raised {describe_exception(exc)} in {where}", index, seed) from None
+        raise TrialFailed(
+            f"the training function {label} raised {describe_exception(exc)} in {where}", index, seed
+        ) from None
 
 
-def _statistics(model: nn.Module, *, start: dict[str, torch.Tensor], probe: ArrayDataset | None, keep_state: bool, where: str, index: int, seed: int) -> dict[str, np.ndarray]:
+def _statistics(
+    model: nn.Module,
+    *,
+    start: dict[str, torch.Tensor],
+    probe: ArrayDataset | None,
+    keep_state: bool,
+    where: str,
+    index: int,
+    seed: int,
+) -> dict[str, np.ndarray]:
     from dpaudit.callables import describe_exception
 
     out: dict[str, np.ndarray] = {"seed": np.array(seed)}
@@ -317,7 +399,12 @@ def _statistics(model: nn.Module, *, start: dict[str, torch.Tensor], probe: Arra
         try:
             out["margin"] = np.array(_margin(model, probe.features, int(probe.labels[0])))
         except Exception as exc:
-            raise TrialFailed(f"the returned model cannot score an input of shape {tuple(probe.features.shape)} in {where}: {describe_exception(exc)}", index, seed) from exc
+            raise TrialFailed(
+                "the returned model cannot score an input of shape "
+                f"{tuple(probe.features.shape)} in {where}: {describe_exception(exc)}",
+                index,
+                seed,
+            ) from exc
     return out
 
 
@@ -346,21 +433,43 @@ def play(ctx: CheckContext, game: Game, *, trials: int, budget_seconds: float) -
     of the same game (a rerun) are reused without spending the budget. Every training gets
     ``ctx.deadline``: one still running then is stopped and the check fails (:class:`TrialFailed`).
     """
-    config = {"check": ctx.directory.name, "game": game.name, "train_fn": ctx.train_spec, "seed": ctx.seed, "records": len(game.out_data), "trials": trials}
+    config = {
+        "check": ctx.directory.name,
+        "game": game.name,
+        "train_fn": ctx.train_spec,
+        "seed": ctx.seed,
+        "records": len(game.out_data),
+        "trials": trials,
+    }
     store = TrialStore(ctx.directory / game.name, config, resizable=("trials",))
     canary = game.canary
 
     def job(i: int) -> tuple[int, Job]:
         data = with_canaries(game.out_data, canary) if i % 2 == 1 else game.out_data
         seed = derive_seed(ctx.seed, "check", ctx.directory.name, game.name, i)
-        kwargs = {"train_fn": ctx.train_fn, "dataset": data, "seed": seed, "index": i, "initial_state": game.start, "probe": game.probe, "keep_state": game.keep_state, "deadline": ctx.deadline}
+        kwargs = {
+            "train_fn": ctx.train_fn,
+            "dataset": data,
+            "seed": seed,
+            "index": i,
+            "initial_state": game.start,
+            "probe": game.probe,
+            "keep_state": game.keep_state,
+            "deadline": ctx.deadline,
+        }
         return i, Job(key=f"{ctx.directory.name}/{game.name}/{i}", fn=check_trial, kwargs=kwargs)
 
     done = 0
     while done < trials and store.done(done):
         done += 1
     if done and ctx.progress:
-        print(f"{ctx.directory.name}: reusing {done} stored trial{'s' if done != 1 else ''} of game {game.name!r} from {store.path}", file=sys.stderr, flush=True)
+        print(
+            f"{ctx.directory.name}: reusing {done} stored "
+            f"trial{'s' if done != 1 else ''} of game {game.name!r} from "
+            f"{store.path}",
+            file=sys.stderr,
+            flush=True,
+        )
     width = 4 * max(1, getattr(ctx.executor, "workers", None) or 1)
     started, last_wave, fresh = time.monotonic(), 0.0, done
     while done < trials:
@@ -371,14 +480,24 @@ def play(ctx: CheckContext, game: Game, *, trials: int, budget_seconds: float) -
         wave = list(range(done, min(trials, done + width)))
         t0 = time.monotonic()
         try:
-            run_trials(store, [job(i) for i in wave], ctx.executor, f"{ctx.directory.name} ({game.name}: trials {wave[0] + 1}-{wave[-1] + 1} of {trials})", ctx.progress)
+            run_trials(
+                store,
+                [job(i) for i in wave],
+                ctx.executor,
+                f"{ctx.directory.name} ({game.name}: trials {wave[0] + 1}-{wave[-1] + 1} of {trials})",
+                ctx.progress,
+            )
         except RuntimeError as exc:
             if ctx.deadline is None or time.time() < ctx.deadline:
                 raise
             # A worker ended by its backstop (_kill_worker_after): a training stuck past the budget.
             first = wave[0]
             seed = derive_seed(ctx.seed, "check", ctx.directory.name, game.name, first)
-            message = f"a training of trials {first}-{wave[-1]} was stopped with its worker: it ran past the battery's time budget (+{GRACE_SECONDS:g} s grace) in native code"
+            message = (
+                f"a training of trials {first}-{wave[-1]} was stopped with its worker: "
+                f"it ran past the battery's time budget (+{GRACE_SECONDS:g} s grace) in "
+                "native code"
+            )
             raise TrialFailed(message, first, seed) from exc
         last_wave, done = time.monotonic() - t0, wave[-1] + 1
     return [store.load(i) for i in range(done)]
@@ -390,18 +509,41 @@ def finite(scores: np.ndarray) -> np.ndarray:
     return np.nan_to_num(s, nan=-1e300, posinf=1e300, neginf=-1e300)
 
 
-def bound_scores(ctx: CheckContext, scores: np.ndarray, is_in: np.ndarray, *, num_tests: int = 1, details: dict[str, Any] | None = None) -> AuditResult:
+def bound_scores(
+    ctx: CheckContext,
+    scores: np.ndarray,
+    is_in: np.ndarray,
+    *,
+    num_tests: int = 1,
+    details: dict[str, Any] | None = None,
+) -> AuditResult:
     """ε_LB of IN/OUT scores at the check's confidence, paying ``num_tests`` (sub-games, tensors) by Bonferroni."""
     s = finite(scores)
     confidence = 1.0 - (1.0 - ctx.confidence) / num_tests
-    return audit_from_scores(s[is_in], s[~is_in], claim=ctx.claim, delta=ctx.delta, confidence=confidence, bound="auto", strategy="bonferroni", num_thresholds=NUM_THRESHOLDS, details=details)
+    return audit_from_scores(
+        s[is_in],
+        s[~is_in],
+        claim=ctx.claim,
+        delta=ctx.delta,
+        confidence=confidence,
+        bound="auto",
+        strategy="bonferroni",
+        num_thresholds=NUM_THRESHOLDS,
+        details=details,
+    )
 
 
 def copies(data: ArrayDataset, n: int) -> ArrayDataset:
     """``n`` copies of the first record of ``data`` (fresh ids): every lot of them has the same statistics."""
     idx = torch.zeros(n, dtype=torch.long)
     ids = torch.arange(n, dtype=torch.long) + int(data.ids.max()) + 1_000_000
-    return ArrayDataset(name=data.name, features=data.features.index_select(0, idx), labels=data.labels.index_select(0, idx), ids=ids, num_classes=data.num_classes)
+    return ArrayDataset(
+        name=data.name,
+        features=data.features.index_select(0, idx),
+        labels=data.labels.index_select(0, idx),
+        ids=ids,
+        num_classes=data.num_classes,
+    )
 
 
 def first(data: ArrayDataset, n: int) -> ArrayDataset:
@@ -412,20 +554,34 @@ def first(data: ArrayDataset, n: int) -> ArrayDataset:
 def margin_game(ctx: CheckContext, *, records: int, default_trials: int) -> CheckEvidence:
     """The worst-case game on ``records`` zero-gradient records: the canary's logit margin scores each trial."""
     start = start_for(ctx)
-    game = Game(name=f"records-{records}", out_data=first(start.zero_gradient, records), canary=start.canary, start=start.state, probe=start.canary)
+    game = Game(
+        name=f"records-{records}",
+        out_data=first(start.zero_gradient, records),
+        canary=start.canary,
+        start=start.state,
+        probe=start.canary,
+    )
     trials = play(ctx, game, trials=ctx.trials or default_trials, budget_seconds=ctx.budget_seconds)
     scores, is_in = np.array([float(t["margin"]) for t in trials]), sides(len(trials))
-    details = {"records": records, "canary_label": int(start.canary.labels[0]), "statistic": "the canary's logit margin over class 0"}
+    details = {
+        "records": records,
+        "canary_label": int(start.canary.labels[0]),
+        "statistic": "the canary's logit margin over class 0",
+    }
     return evidence(ctx, scores, is_in, details=details)
 
 
-def evidence(ctx: CheckContext, scores: np.ndarray, is_in: np.ndarray, *, num_tests: int = 1, details: dict[str, Any]) -> CheckEvidence:
+def evidence(
+    ctx: CheckContext, scores: np.ndarray, is_in: np.ndarray, *, num_tests: int = 1, details: dict[str, Any]
+) -> CheckEvidence:
     """ε_LB and the ceiling of one scored game (0 and 0 when a side has no trial)."""
     if is_in.sum() == 0 or (~is_in).sum() == 0:
         return CheckEvidence(epsilon_lb=0.0, ceiling=0.0, num_trials=int(is_in.size), details=details)
     r = bound_scores(ctx, scores, is_in, num_tests=num_tests)
     info = {**details, "bound": r.bound, "num_in": r.num_in, "num_out": r.num_out, "assumption": r.assumption}
-    return CheckEvidence(epsilon_lb=r.epsilon_lb, ceiling=float(r.ceiling or 0.0), num_trials=int(is_in.size), details=info)
+    return CheckEvidence(
+        epsilon_lb=r.epsilon_lb, ceiling=float(r.ceiling or 0.0), num_trials=int(is_in.size), details=info
+    )
 
 
 def claimed_sampling_rate(ctx: CheckContext, default: float = 0.1) -> float:
@@ -458,6 +614,12 @@ def start_for(ctx: CheckContext) -> Start:
         raise CheckCannotRun("no --model-fn: the worst-case start is crafted on the model's architecture")
     try:
         # The model's own forward runs here too (saturating it, measuring gradients): user code.
-        return call_user(worst_case_start, ctx.model_fn, ctx.pool, seed=ctx.seed, label=f"the model of {callable_label(ctx.model_fn)}")
+        return call_user(
+            worst_case_start,
+            ctx.model_fn,
+            ctx.pool,
+            seed=ctx.seed,
+            label=f"the model of {callable_label(ctx.model_fn)}",
+        )
     except UserCodeFailed as exc:
         raise CheckCannotRun(str(exc)) from None

@@ -44,7 +44,12 @@ def run(ctx: CheckContext) -> CheckEvidence:
     total = 0
     planned = {kind: ctx.trials or TRIALS[kind] for kind in chosen}
     for kind, n in chosen.items():
-        game = Game(name=f"records-{n}", out_data=first(start.zero_gradient, n), canary=relabelled(start.zero_gradient, [n], None), start=start.state)
+        game = Game(
+            name=f"records-{n}",
+            out_data=first(start.zero_gradient, n),
+            canary=relabelled(start.zero_gradient, [n], None),
+            start=start.state,
+        )
         share = ctx.budget_seconds * planned[kind] / sum(planned.values())
         trials = play(ctx, game, trials=planned[kind], budget_seconds=share)
         scores = np.array([displacement_score(t) for t in trials])
@@ -52,21 +57,44 @@ def run(ctx: CheckContext) -> CheckEvidence:
         # Both directions, paid for: a normaliser that grows with the data shrinks the noise (IN
         # scores higher), one that skips empty lots adds noise steps with the canary (IN lower).
         for sign, direction in ((1.0, "smaller"), (-1.0, "larger")):
-            ev = evidence(ctx, sign * scores, sides(len(trials)), num_tests=2 * len(chosen), details={"records": n, "in_displacement": direction})
-            per_size[f"{kind}/{direction}"] = {"records": n, "epsilon_lb": ev.epsilon_lb, "ceiling": ev.ceiling, "trials": ev.num_trials}
+            ev = evidence(
+                ctx,
+                sign * scores,
+                sides(len(trials)),
+                num_tests=2 * len(chosen),
+                details={"records": n, "in_displacement": direction},
+            )
+            per_size[f"{kind}/{direction}"] = {
+                "records": n,
+                "epsilon_lb": ev.epsilon_lb,
+                "ceiling": ev.ceiling,
+                "trials": ev.num_trials,
+            }
             if best is None or (ev.epsilon_lb, ev.ceiling) > (best.epsilon_lb, best.ceiling):
                 best = ev
     assert best is not None
-    details = {"sizes": dict(chosen), "by_size": per_size, "statistic": "-log of the parameters' displacement norm", **{k: x for k, x in best.details.items() if k != "records"}}
-    return CheckEvidence(epsilon_lb=best.epsilon_lb, ceiling=max(s["ceiling"] for s in per_size.values()), num_trials=total, details=details)
+    details = {
+        "sizes": dict(chosen),
+        "by_size": per_size,
+        "statistic": "-log of the parameters' displacement norm",
+        **{k: x for k, x in best.details.items() if k != "records"},
+    }
+    return CheckEvidence(
+        epsilon_lb=best.epsilon_lb,
+        ceiling=max(s["ceiling"] for s in per_size.values()),
+        num_trials=total,
+        details=details,
+    )
 
 
 CHECKS.register(
     CheckSpec(
         name="lot-size",
         order=20,
-        detects="normalisers of the noisy sum that depend on the data: the realised lot size, q·|D| or its floor, fixed-size batches larger than the dataset",
-        misses="normaliser bugs on datasets larger than a few lots when the lot size barely varies, and bugs that need a record with a gradient",
+        detects="normalisers of the noisy sum that depend on the data: the realised lot "
+        "size, q·|D| or its floor, fixed-size batches larger than the dataset",
+        misses="normaliser bugs on datasets larger than a few lots when the lot size "
+        "barely varies, and bugs that need a record with a gradient",
         violation="the output depends on a record with zero gradient — the noisy sum's normaliser depends on the data",
         needs_initial_state=True,
         run=run,

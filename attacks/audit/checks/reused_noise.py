@@ -24,24 +24,40 @@ REFERENCES = 0.4
 
 def flat(trial: dict[str, np.ndarray]) -> np.ndarray:
     """Every floating tensor of the final state, in key order, as one vector."""
-    return np.concatenate([np.asarray(trial[k], dtype=float).reshape(-1) for k in sorted(trial) if k.startswith("state:")])
+    return np.concatenate(
+        [np.asarray(trial[k], dtype=float).reshape(-1) for k in sorted(trial) if k.startswith("state:")]
+    )
 
 
 def run(ctx: CheckContext) -> CheckEvidence:
     start = start_for(ctx)
-    game = Game(name=f"records-{RECORDS}", out_data=first(start.zero_gradient, RECORDS), canary=start.canary, start=start.state, keep_state=True)
+    game = Game(
+        name=f"records-{RECORDS}",
+        out_data=first(start.zero_gradient, RECORDS),
+        canary=start.canary,
+        start=start.state,
+        keep_state=True,
+    )
     total = ctx.trials or TRIALS
     trials = play(ctx, game, trials=total, budget_seconds=ctx.budget_seconds)
     # References: a prefix fixed by the planned size, so the split never depends on outcomes.
     num_ref = min(len(trials) // 2, max(2, int(REFERENCES * total)))
     num_ref -= num_ref % 2
     is_in = sides(len(trials))
-    out_refs = np.stack([flat(t) for t, side in zip(trials[:num_ref], is_in[:num_ref]) if not side]) if num_ref else np.zeros((0, 1))
+    out_refs = (
+        np.stack([flat(t) for t, side in zip(trials[:num_ref], is_in[:num_ref]) if not side])
+        if num_ref
+        else np.zeros((0, 1))
+    )
     evaluated = trials[num_ref:]
     if not len(out_refs) or not evaluated:
         return evidence(ctx, np.zeros(0), np.zeros(0, dtype=bool), details={"references": num_ref})
     scores = np.array([np.min(np.linalg.norm(out_refs - flat(t), axis=1)) for t in evaluated])
-    details = {"records": RECORDS, "references": num_ref, "statistic": "distance of the final state to the nearest OUT reference training"}
+    details = {
+        "records": RECORDS,
+        "references": num_ref,
+        "statistic": "distance of the final state to the nearest OUT reference training",
+    }
     ev = evidence(ctx, scores, is_in[num_ref:], details=details)
     return CheckEvidence(epsilon_lb=ev.epsilon_lb, ceiling=ev.ceiling, num_trials=len(trials), details=ev.details)
 
@@ -50,9 +66,13 @@ CHECKS.register(
     CheckSpec(
         name="reused-noise",
         order=40,
-        detects="noise drawn from a constant seed or a generator that ignores the training's seed (the same noise in every training)",
-        misses="the same noise reused across the steps of one training but fresh per training (the final model's noise is then larger, not smaller), which only intermediate updates show",
-        violation="trainings without the canary land on the same model whatever the seed — the noise does not come from the training's seed",
+        detects="noise drawn from a constant seed or a generator that ignores the "
+        "training's seed (the same noise in every training)",
+        misses="the same noise reused across the steps of one training but fresh per "
+        "training (the final model's noise is then larger, not smaller), which "
+        "only intermediate updates show",
+        violation="trainings without the canary land on the same model whatever the seed "
+        "— the noise does not come from the training's seed",
         needs_initial_state=True,
         run=run,
     )

@@ -25,9 +25,14 @@ CHECKS.register(
     CheckSpec(
         name="sampling-rate",
         order=30,
-        detects="samplers that draw a rare-class or high-loss record more often than the claimed rate (weighted or class-balanced sampling, rates computed from the number of batches)",
-        misses="sampling bugs that leave a rare record's rate unchanged (e.g. shuffling instead of Poisson sampling at the same rate), which the last iterate barely shows",
-        violation="the lone rare-class canary moves the final model more than rate q allows — the sampler draws it more often than claimed",
+        detects="samplers that draw a rare-class or high-loss record more often than "
+        "the claimed rate (weighted or class-balanced sampling, rates computed "
+        "from the number of batches)",
+        misses="sampling bugs that leave a rare record's rate unchanged (e.g. "
+        "shuffling instead of Poisson sampling at the same rate), which the "
+        "last iterate barely shows",
+        violation="the lone rare-class canary moves the final model more than rate q "
+        "allows — the sampler draws it more often than claimed",
         needs_initial_state=True,
         run=run,
     )

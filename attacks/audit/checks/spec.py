@@ -103,4 +103,6 @@ class CheckSpec:
 
 
 #: The registered checks, in run order; modules under ``attacks.audit.checks`` register themselves.
-CHECKS: Registry[CheckSpec] = Registry("check", argument="--checks", discover=("attacks.audit.checks",), order=lambda spec: spec.order)
+CHECKS: Registry[CheckSpec] = Registry(
+    "check", argument="--checks", discover=("attacks.audit.checks",), order=lambda spec: spec.order
+)

@@ -1,7 +1,8 @@
 """``state-leakage``: per-tensor statistics of the returned state, against un-noised tensors.
 
 The worst-case game (:mod:`attacks.audit.checks.game`) on copies of one zero-gradient record,
-keeping every floating tensor of the returned state dict — parameters and buffers. On the first half of the trials each tensor gets a
+keeping every floating tensor of the returned state dict — parameters and buffers. On the first half of the trials each
+tensor gets a
 direction, (mean_IN − mean_OUT) over the pooled variance elementwise (with a floor); on the
 second half each trial is scored by its projection on that direction, per tensor, and ε_LB is the
 best tensor's, Bonferroni-paid over the tensors. A tensor that moves with the data without noise
@@ -38,7 +39,13 @@ def directions(fit: list[dict[str, np.ndarray]], is_in: np.ndarray) -> dict[str,
 
 def run(ctx: CheckContext) -> CheckEvidence:
     start = start_for(ctx)
-    game = Game(name=f"records-{RECORDS}", out_data=copies(start.zero_gradient, RECORDS), canary=start.canary, start=start.state, keep_state=True)
+    game = Game(
+        name=f"records-{RECORDS}",
+        out_data=copies(start.zero_gradient, RECORDS),
+        canary=start.canary,
+        start=start.state,
+        keep_state=True,
+    )
     total = ctx.trials or TRIALS
     return evaluate(ctx, play(ctx, game, trials=total, budget_seconds=ctx.budget_seconds), planned=total)
 
@@ -60,7 +67,12 @@ def evaluate(ctx: CheckContext, trials: list[dict[str, np.ndarray]], *, planned:
         if best is None or (ev.epsilon_lb, ev.ceiling) > (best.epsilon_lb, best.ceiling):
             best = ev
     assert best is not None
-    details = {**best.details, "fitting_trials": num_fit, "epsilon_lb_by_tensor": by_tensor, "statistic": "projection of each tensor on its fitted IN-OUT direction"}
+    details = {
+        **best.details,
+        "fitting_trials": num_fit,
+        "epsilon_lb_by_tensor": by_tensor,
+        "statistic": "projection of each tensor on its fitted IN-OUT direction",
+    }
     return CheckEvidence(epsilon_lb=best.epsilon_lb, ceiling=best.ceiling, num_trials=len(trials), details=details)
 
 
@@ -68,9 +80,14 @@ CHECKS.register(
     CheckSpec(
         name="state-leakage",
         order=50,
-        detects="tensors of the returned state that follow the data without noise: parameters left out of the noise (biases, adapters, layers thought frozen) and BatchNorm running statistics",
-        misses="un-noised tensors that a single large-gradient canary does not move, and leaks spread thinly over many tensors",
-        violation="a tensor of the returned state follows the canary without noise — noise is missing on part of the model or a buffer (BatchNorm) mixes examples",
+        detects="tensors of the returned state that follow the data without noise: "
+        "parameters left out of the noise (biases, adapters, layers thought "
+        "frozen) and BatchNorm running statistics",
+        misses="un-noised tensors that a single large-gradient canary does not move, "
+        "and leaks spread thinly over many tensors",
+        violation="a tensor of the returned state follows the canary without noise — "
+        "noise is missing on part of the model or a buffer (BatchNorm) mixes "
+        "examples",
         needs_initial_state=True,
         run=run,
     )

@@ -27,9 +27,14 @@ CHECKS.register(
     CheckSpec(
         name="worst-case",
         order=10,
-        detects="noise missing, too small or not multiplied by the clipping norm; clipping missing, per batch, per augmented copy or after accumulation; more steps or a higher sampling rate than claimed",
-        misses="leaks that need data other than one large-gradient canary among zero-gradient records (normalisers, class-dependent samplers) and leaks hidden from the final model",
-        violation="the canary moves the final model more than the claimed noise allows — noise or clipping is weaker than claimed",
+        detects="noise missing, too small or not multiplied by the clipping norm; "
+        "clipping missing, per batch, per augmented copy or after accumulation; "
+        "more steps or a higher sampling rate than claimed",
+        misses="leaks that need data other than one large-gradient canary among "
+        "zero-gradient records (normalisers, class-dependent samplers) and "
+        "leaks hidden from the final model",
+        violation="the canary moves the final model more than the claimed noise allows — "
+        "noise or clipping is weaker than claimed",
         needs_initial_state=True,
         run=run,
     )

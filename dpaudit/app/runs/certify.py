@@ -47,7 +47,13 @@ from attacks.evasion import EVASION_ATTACKS
 from dpaudit import _validate as v
 from dpaudit.app.runs.certify_attacks import _by_radius, _reusable, _violations, certify_subset, robust_accuracies
 from dpaudit.locks import unit_lock
-from dpaudit.results.certify_summary import CertifySummary, SmoothingSummary, SoundnessViolation, own_prediction_rule, smoothing_prediction_rule
+from dpaudit.results.certify_summary import (
+    CertifySummary,
+    SmoothingSummary,
+    SoundnessViolation,
+    own_prediction_rule,
+    smoothing_prediction_rule,
+)
 from dpaudit.store import RunDir
 
 if TYPE_CHECKING:
@@ -136,7 +142,15 @@ class CertifySpec:
 
         if not isinstance(self.target, (str, Path)) or not str(self.target):
             raise v.invalid_type("target", f"target must be a path, got {self.target!r}")
-        check_sizes(self, {"num_draws": "draws", "num_selection_draws": "draws", "num_examples": "examples", "num_eot_samples": "eot_samples"})
+        check_sizes(
+            self,
+            {
+                "num_draws": "draws",
+                "num_selection_draws": "draws",
+                "num_examples": "examples",
+                "num_eot_samples": "eot_samples",
+            },
+        )
         check_count("radii", self.radii, "radii", i_know=self.i_know)
         radii = sorted({v.non_negative("radii", r) for r in self.radii})
         if not radii:
@@ -152,9 +166,13 @@ class CertifySpec:
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         v.choice("bound", self.bound, _BOUNDS)
         if self.num_selection_draws is not None:
-            object.__setattr__(self, "num_selection_draws", v.integer("num_selection_draws", self.num_selection_draws, minimum=1))
+            object.__setattr__(
+                self, "num_selection_draws", v.integer("num_selection_draws", self.num_selection_draws, minimum=1)
+            )
         if self.smoothing_confidence is not None:
-            object.__setattr__(self, "smoothing_confidence", v.open_unit("smoothing_confidence", self.smoothing_confidence))
+            object.__setattr__(
+                self, "smoothing_confidence", v.open_unit("smoothing_confidence", self.smoothing_confidence)
+            )
         if self.num_eot_samples is not None:
             object.__setattr__(self, "num_eot_samples", v.integer("num_eot_samples", self.num_eot_samples, minimum=1))
         object.__setattr__(self, "batch_size", v.integer("batch_size", self.batch_size, minimum=1))
@@ -221,7 +239,12 @@ def _resolve(spec: CertifySpec, run: RunDir) -> _Resolved:
     rdir = resolve_record_dir(spec.target)
     record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     stored_spec = thaw(record.config).get("certification")
-    refusal = f"model {record.model_id} (defense {record.defense}) has no noise layer; certify needs {_listing(certifiable_defenses())}; its robust accuracy under attack comes from attacks.evasion.run_evasion (scripts/bench_evasion.py)"
+    refusal = (
+        f"model {record.model_id} (defense {record.defense}) has no noise layer; "
+        f"certify needs {_listing(certifiable_defenses())}; its robust accuracy "
+        "under attack comes from attacks.evasion.run_evasion "
+        "(scripts/bench_evasion.py)"
+    )
     if stored_spec is None:
         raise NotCertifiable(refusal)
     cspec = CertificationSpec.from_dict(stored_spec)
@@ -230,15 +253,26 @@ def _resolve(spec: CertifySpec, run: RunDir) -> _Resolved:
     if expected is not None and stated != expected:
         # A record edited to another mechanism (or PixelDP without its ε ≤ 1 cap) would certify unsoundly.
         raise v.invalid(
-            "target", f"record file {str(rdir / 'record.json')!r}: config.certification mechanism={stated[0]!r}, max_epsilon={stated[1]!r} do not match defense {record.defense!r} {expected!r}"
+            "target",
+            f"record file {str(rdir / 'record.json')!r}: config.certification "
+            f"mechanism={stated[0]!r}, max_epsilon={stated[1]!r} do not match "
+            f"defense {record.defense!r} {expected!r}",
         )
     # Smoothing's spec is about noise on the input: the noise-layer certificate does not apply to it.
     noise_layer_spec = cspec if isinstance(cspec, CertificationSpec) else None
     norm = spec.norm if spec.norm is not None else cspec.attack_norm
     if norm not in cspec.norms:
-        raise v.invalid("norm", f"norm must be one of {', '.join(cspec.norms)} for a {cspec.kind} certificate (defense {record.defense}), got {norm!r}")
+        raise v.invalid(
+            "norm",
+            f"norm must be one of {', '.join(cspec.norms)} for a {cspec.kind} "
+            f"certificate (defense {record.defense}), got {norm!r}",
+        )
     if spec.attacks and norm not in EVASION_NORMS:
-        raise v.invalid("norm", f"norm must be one of {', '.join(EVASION_NORMS)} when attacks run, got {norm!r} (pass attacks=() to certify only)")
+        raise v.invalid(
+            "norm",
+            f"norm must be one of {', '.join(EVASION_NORMS)} when attacks run, got "
+            f"{norm!r} (pass attacks=() to certify only)",
+        )
     # Unset counts come from the record's spec (CERTIFY's n = 10,000 for a smoothing model).
     return _Resolved(
         rdir=rdir,
@@ -247,8 +281,12 @@ def _resolve(spec: CertifySpec, run: RunDir) -> _Resolved:
         noise_layer_spec=noise_layer_spec,
         norm=norm,
         num_draws=spec.num_draws if spec.num_draws is not None else cspec.default_num_draws,
-        num_selection_draws=spec.num_selection_draws if spec.num_selection_draws is not None else cspec.default_num_selection_draws,
-        smoothing_confidence=spec.smoothing_confidence if spec.smoothing_confidence is not None else cspec.default_smoothing_confidence,
+        num_selection_draws=spec.num_selection_draws
+        if spec.num_selection_draws is not None
+        else cspec.default_num_selection_draws,
+        smoothing_confidence=spec.smoothing_confidence
+        if spec.smoothing_confidence is not None
+        else cspec.default_smoothing_confidence,
         with_smoothing=spec.smoothing or noise_layer_spec is None,
         refusal=refusal,
     )
@@ -273,7 +311,14 @@ def _load_certified_model(spec: CertifySpec, target: _Resolved) -> tuple[Any, An
     if noise is None:
         raise NotCertifiable(target.refusal)
     if spec.progress:
-        forward = seconds_per_example(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, device=str(dev), model_options=record.model_options, backward=False)
+        forward = seconds_per_example(
+            record.model_name,
+            input_shape=record.input_shape,
+            num_classes=record.num_classes,
+            device=str(dev),
+            model_options=record.model_options,
+            backward=False,
+        )
         announce_if_long(
             spec.num_examples * (target.num_draws + target.num_selection_draws) * forward,
             f"certifying {spec.num_examples} examples with {target.num_draws} noise draws each",
@@ -323,12 +368,18 @@ def _inputs(spec: CertifySpec, target: _Resolved, noise: Any, run: RunDir) -> _I
         sigma=sigma,
         per_unit=sigma / sensitivity,
         wanted=wanted,
-        wanted_smooth={**wanted, "smoothing_confidence": target.smoothing_confidence, "num_selection_draws": target.num_selection_draws},
+        wanted_smooth={
+            **wanted,
+            "smoothing_confidence": target.smoothing_confidence,
+            "num_selection_draws": target.num_selection_draws,
+        },
         directory=cdir,
     )
 
 
-def _stored_certificates(spec: CertifySpec, target: _Resolved, inputs: _Inputs) -> tuple[CertificationResult | None, CertificationResult | None]:
+def _stored_certificates(
+    spec: CertifySpec, target: _Resolved, inputs: _Inputs
+) -> tuple[CertificationResult | None, CertificationResult | None]:
     """The stored own and smoothing certificates that answer the same question (``None``: recompute)."""
     from dpaudit.results.certification import load_certification_result
 
@@ -339,18 +390,31 @@ def _stored_certificates(spec: CertifySpec, target: _Resolved, inputs: _Inputs) 
     # unsound L∞ bound behind a PCA projection, issue 29) is recomputed, never reprinted.
     # So is the bounds' selection: a certificate from before the bounds took both sides of every
     # class (its confidence was only 1 − 2η) is recomputed too.
-    if own is not None and not _reusable(spec.progress, own_path, own.config, {**inputs.wanted, "sensitivity": inputs.sensitivity, "bound_selection": OWN_BOUND_SELECTION}):
+    if own is not None and not _reusable(
+        spec.progress,
+        own_path,
+        own.config,
+        {**inputs.wanted, "sensitivity": inputs.sensitivity, "bound_selection": OWN_BOUND_SELECTION},
+    ):
         own = None
     smooth = None
     if target.with_smoothing:
         smooth = load_certification_result(smooth_path) if smooth_path.is_file() else None
-        if smooth is not None and not _reusable(spec.progress, smooth_path, smooth.config, {**inputs.wanted_smooth, "sigma_per_sensitivity": inputs.per_unit}):
+        if smooth is not None and not _reusable(
+            spec.progress,
+            smooth_path,
+            smooth.config,
+            {**inputs.wanted_smooth, "sigma_per_sensitivity": inputs.per_unit},
+        ):
             smooth = None
     return own, smooth
 
 
-def _own_certificate(spec: CertifySpec, target: _Resolved, inputs: _Inputs, mc: Any, noise_layer_spec: CertificationSpec) -> CertificationResult:
-    """The defense's own certificate from the estimation draws (Lecuyer et al. 2019, Prop. 1; Phan et al. 2019, Eq. 10)."""
+def _own_certificate(
+    spec: CertifySpec, target: _Resolved, inputs: _Inputs, mc: Any, noise_layer_spec: CertificationSpec
+) -> CertificationResult:
+    """The defense's own certificate from the estimation draws (Lecuyer et al. 2019, Prop. 1; Phan et al. 2019, Eq.
+    10)."""
     from dpaudit.results.certification import CertificationResult
     from dpaudit.robustness.certification import certified_radius
     from dpaudit.robustness.score_bounds import count_bounds, mean_bounds
@@ -360,9 +424,17 @@ def _own_certificate(spec: CertifySpec, target: _Resolved, inputs: _Inputs, mc: 
     if spec.bound == "clopper-pearson":
         b = count_bounds(mc.counts, confidence=spec.confidence)
     else:
-        b = mean_bounds(mc.mean, num_draws=target.num_draws, variances=mc.variance, method=spec.bound, confidence=spec.confidence)
+        b = mean_bounds(
+            mc.mean, num_draws=target.num_draws, variances=mc.variance, method=spec.bound, confidence=spec.confidence
+        )
     assert b.selection == OWN_BOUND_SELECTION
-    own_radii = certified_radius(b.lower, b.upper, noise_per_sensitivity=inputs.per_unit, mechanism=noise_layer_spec.mechanism, max_epsilon=noise_layer_spec.max_epsilon)
+    own_radii = certified_radius(
+        b.lower,
+        b.upper,
+        noise_per_sensitivity=inputs.per_unit,
+        mechanism=noise_layer_spec.mechanism,
+        max_epsilon=noise_layer_spec.max_epsilon,
+    )
     return CertificationResult(
         method=target.record.defense,
         norm=target.norm,
@@ -385,7 +457,9 @@ def _own_certificate(spec: CertifySpec, target: _Resolved, inputs: _Inputs, mc: 
     )
 
 
-def _certificates(spec: CertifySpec, target: _Resolved, inputs: _Inputs, model: Any, dev: Any) -> tuple[CertificationResult | None, CertificationResult | None, float | None]:
+def _certificates(
+    spec: CertifySpec, target: _Resolved, inputs: _Inputs, model: Any, dev: Any
+) -> tuple[CertificationResult | None, CertificationResult | None, float | None]:
     """``(own, smoothing, draws per second)``: reused where stored, else computed and stored
     (``own`` is ``None`` for a smoothing record, ``smoothing`` when it was not asked for)."""
     from dpaudit.results.certification import CertificationResult, save_certification_result
@@ -396,15 +470,34 @@ def _certificates(spec: CertifySpec, target: _Resolved, inputs: _Inputs, model: 
     draws_per_second: float | None = own.config.get("draws_per_second") if own is not None else None
     if (target.noise_layer_spec is not None and own is None) or (target.with_smoothing and smooth is None):
         # The estimation draws are shared: the own certificate and CERTIFY's estimation step use them.
-        mc = sample_scores(model, inputs.x, num_draws=target.num_draws, seed=spec.seed, stream="certify-estimate", device=dev, batch_size=spec.batch_size, progress=spec.progress)
+        mc = sample_scores(
+            model,
+            inputs.x,
+            num_draws=target.num_draws,
+            seed=spec.seed,
+            stream="certify-estimate",
+            device=dev,
+            batch_size=spec.batch_size,
+            progress=spec.progress,
+        )
         draws_per_second = mc.draws_per_second
         if target.noise_layer_spec is not None and own is None:
             own = _own_certificate(spec, target, inputs, mc, target.noise_layer_spec)
             save_certification_result(own, inputs.directory)
         if target.with_smoothing and smooth is None:
-            sel = sample_scores(model, inputs.x, num_draws=target.num_selection_draws, seed=spec.seed, stream="certify-select", device=dev, batch_size=spec.batch_size)
+            sel = sample_scores(
+                model,
+                inputs.x,
+                num_draws=target.num_selection_draws,
+                seed=spec.seed,
+                stream="certify-select",
+                device=dev,
+                batch_size=spec.batch_size,
+            )
             # σ per unit of sensitivity: the layer's σ/Δ, or the input noise's σ (Δ = 1 in L2).
-            preds, rad = smoothing_certify(sel.counts, mc.counts, sigma=inputs.per_unit, confidence=target.smoothing_confidence)
+            preds, rad = smoothing_certify(
+                sel.counts, mc.counts, sigma=inputs.per_unit, confidence=target.smoothing_confidence
+            )
             smooth = CertificationResult(
                 method="smoothing",
                 norm=target.norm,
@@ -413,7 +506,11 @@ def _certificates(spec: CertifySpec, target: _Resolved, inputs: _Inputs, model: 
                 radii=np.asarray(rad, dtype=float),
                 num_draws=target.num_draws,
                 confidence=target.smoothing_confidence,
-                config={**inputs.wanted_smooth, "sigma_per_sensitivity": inputs.per_unit, "prediction_rule": smoothing_prediction_rule(target.num_selection_draws)},
+                config={
+                    **inputs.wanted_smooth,
+                    "sigma_per_sensitivity": inputs.per_unit,
+                    "prediction_rule": smoothing_prediction_rule(target.num_selection_draws),
+                },
             )
             save_certification_result(smooth, inputs.directory)
     return own, smooth, draws_per_second
@@ -461,7 +558,9 @@ def _summary(spec: CertifySpec, target: _Resolved, inputs: _Inputs, outcome: _Ou
         redistribute=nls.redistribute if nls is not None else False,
         draws_per_second=outcome.draws_per_second,
         conventional_accuracy=float(primary.conventional_accuracy),
-        prediction_rule=own_prediction_rule(spec.bound, target.num_draws) if own is not None else smoothing_prediction_rule(target.num_selection_draws),
+        prediction_rule=own_prediction_rule(spec.bound, target.num_draws)
+        if own is not None
+        else smoothing_prediction_rule(target.num_selection_draws),
         certified_accuracy=_by_radius(radii, primary.certified_accuracy(radii)),
         robust_accuracy=outcome.robust,
         smoothing=(
@@ -512,7 +611,14 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
             progress=spec.progress,
         )
         violations = _violations(robust, (own, smooth), radii=spec.radii, norm=target.norm)
-        outcome = _Outcome(own=own, smooth=smooth, draws_per_second=draws_per_second, robust=robust, violations=tuple(violations), seconds=time.monotonic() - started)
+        outcome = _Outcome(
+            own=own,
+            smooth=smooth,
+            draws_per_second=draws_per_second,
+            robust=robust,
+            violations=tuple(violations),
+            seconds=time.monotonic() - started,
+        )
         summary = _summary(spec, target, inputs, outcome)
         save_certify_summary(summary, inputs.directory)
         return summary

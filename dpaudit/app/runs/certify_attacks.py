@@ -36,7 +36,14 @@ def _mismatch(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> tuple[dic
     return {k: stored.get(k) for k in keys}, {k: wanted[k] for k in keys}
 
 
-def _reusable(progress: bool, path: Path, stored: Mapping[str, Any] | None, wanted: Mapping[str, Any], *, what: str = "certificate") -> bool:
+def _reusable(
+    progress: bool,
+    path: Path,
+    stored: Mapping[str, Any] | None,
+    wanted: Mapping[str, Any],
+    *,
+    what: str = "certificate",
+) -> bool:
     if stored is None:
         return False
     was, asked = _mismatch(stored, wanted)
@@ -44,7 +51,11 @@ def _reusable(progress: bool, path: Path, stored: Mapping[str, Any] | None, want
         from dpaudit.data.registry import changed_files
 
         files = changed_files(was.pop("dataset_files"), asked.pop("dataset_files"))
-        _note(progress, f"recomputing {path.name}: the dataset's files changed since the stored {what} ({files})" + (f"; stored with {was}, asked for {asked}" if asked else ""))
+        _note(
+            progress,
+            f"recomputing {path.name}: the dataset's files changed since the stored {what} ({files})"
+            + (f"; stored with {was}, asked for {asked}" if asked else ""),
+        )
         return False
     if was or asked:
         _note(progress, f"recomputing {path.name}: stored with {was}, asked for {asked}")
@@ -61,7 +72,9 @@ def certify_subset(num_test: int, *, num_examples: int, seed: int) -> np.ndarray
     """The sorted test positions a seed attacks and certifies (``certify`` and ``compare`` agree on them)."""
     from dpaudit.seeding import numpy_rng
 
-    return np.sort(numpy_rng(seed, "certify-examples").choice(num_test, size=min(num_examples, num_test), replace=False))
+    return np.sort(
+        numpy_rng(seed, "certify-examples").choice(num_test, size=min(num_examples, num_test), replace=False)
+    )
 
 
 def robust_accuracies(
@@ -91,7 +104,11 @@ def robust_accuracies(
         path = directory / f"evasion-{name}-{norm}.json"
         res = load_evasion_result(path) if path.is_file() else None
         if res is not None:
-            stored = {"radii": [float(r) for r in res.radii], "seed": res.config.get("seed"), "num_examples": res.num_examples}
+            stored = {
+                "radii": [float(r) for r in res.radii],
+                "seed": res.config.get("seed"),
+                "num_examples": res.num_examples,
+            }
             asked: dict[str, Any] = {"radii": list(radii), "seed": seed, "num_examples": int(len(y))}
             if randomized:
                 if num_eot_samples is not None:
@@ -102,13 +119,30 @@ def robust_accuracies(
             if not _reusable(progress, path, stored, asked, what="attack result"):
                 res = None
         if res is None:
-            res = run_evasion(model, x, y, attack=name, radii=list(radii), norm=norm, eot_samples=num_eot_samples, seed=seed, device=device, progress=progress)
+            res = run_evasion(
+                model,
+                x,
+                y,
+                attack=name,
+                radii=list(radii),
+                norm=norm,
+                eot_samples=num_eot_samples,
+                seed=seed,
+                device=device,
+                progress=progress,
+            )
             save_evasion_result(res, directory)
         robust[name] = _by_radius(radii, res.robust_accuracy)
     return robust
 
 
-def _violations(robust: Mapping[str, Mapping[str, float]], certificates: Sequence[CertificationResult | None], *, radii: tuple[float, ...], norm: str) -> list[SoundnessViolation]:
+def _violations(
+    robust: Mapping[str, Mapping[str, float]],
+    certificates: Sequence[CertificationResult | None],
+    *,
+    radii: tuple[float, ...],
+    norm: str,
+) -> list[SoundnessViolation]:
     """Radii where a certificate claims more than the strongest attack leaves."""
     from dpaudit.robustness.certification import soundness_violations
 
@@ -118,5 +152,7 @@ def _violations(robust: Mapping[str, Mapping[str, float]], certificates: Sequenc
         strongest = np.min(np.array([[accs[f"{r:g}"] for r in radii] for accs in robust.values()]), axis=0)
         for cert in certificates:
             if cert is not None and cert.norm == norm:
-                violations += soundness_violations(cert.certified_accuracy(radii), strongest, radii=radii, certificate=cert.method, tolerance=1e-9)
+                violations += soundness_violations(
+                    cert.certified_accuracy(radii), strongest, radii=radii, certificate=cert.method, tolerance=1e-9
+                )
     return violations

@@ -114,7 +114,16 @@ def _say(progress: bool, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
-def _cannot(spec: Any, *, reason: str, epsilon_ub: float, confidence: float, seconds: float = 0.0, trials: int = 0, error: bool = False) -> CheckOutcome:
+def _cannot(
+    spec: Any,
+    *,
+    reason: str,
+    epsilon_ub: float,
+    confidence: float,
+    seconds: float = 0.0,
+    trials: int = 0,
+    error: bool = False,
+) -> CheckOutcome:
     """A check without evidence: inconclusive at ceiling 0; ``error`` when the training function failed
     (``details.error``: the JUnit file reports it as an error, and a battery of them exits 2)."""
     return CheckOutcome(
@@ -151,8 +160,14 @@ def _finding(spec: Any, status: str, *, lb: float, ub: float, ceiling: float, fa
     if status == "violated":
         return f"{spec.name}: eps_LB {lb_text} > eps_UB {ub_text} ({family:.0%} family-wise): {spec.violation}"
     if status == "passed":
-        return f"{spec.name}: eps_LB {lb_text} <= eps_UB {ub_text}; the design could have shown up to {ceiling_text} ({family:.0%} family-wise)"
-    return f"{spec.name}: eps_LB {lb_text} <= eps_UB {ub_text}, but the trials run allow at most {ceiling_text}: give a larger --budget-minutes"
+        return (
+            f"{spec.name}: eps_LB {lb_text} <= eps_UB {ub_text}; the design could "
+            f"have shown up to {ceiling_text} ({family:.0%} family-wise)"
+        )
+    return (
+        f"{spec.name}: eps_LB {lb_text} <= eps_UB {ub_text}, but the trials run "
+        f"allow at most {ceiling_text}: give a larger --budget-minutes"
+    )
 
 
 def _one(spec: Any, ctx: Any, *, can_start: str | None) -> CheckOutcome:
@@ -165,16 +180,31 @@ def _one(spec: Any, ctx: Any, *, can_start: str | None) -> CheckOutcome:
     try:
         ev = spec.run(ctx)
     except CheckCannotRun as exc:
-        return _cannot(spec, reason=str(exc), epsilon_ub=ctx.epsilon_ub, confidence=ctx.confidence, seconds=time.monotonic() - started)
+        return _cannot(
+            spec,
+            reason=str(exc),
+            epsilon_ub=ctx.epsilon_ub,
+            confidence=ctx.confidence,
+            seconds=time.monotonic() - started,
+        )
     except TrialFailed as exc:
-        return _cannot(spec, reason=str(exc), epsilon_ub=ctx.epsilon_ub, confidence=ctx.confidence, seconds=time.monotonic() - started, error=True)
+        return _cannot(
+            spec,
+            reason=str(exc),
+            epsilon_ub=ctx.epsilon_ub,
+            confidence=ctx.confidence,
+            seconds=time.monotonic() - started,
+            error=True,
+        )
     seconds = time.monotonic() - started
     ceiling = max(ev.ceiling, ev.epsilon_lb)
     status = check_status(epsilon_lb=ev.epsilon_lb, epsilon_ub=ctx.epsilon_ub, ceiling=ceiling)
     return CheckOutcome(
         name=spec.name,
         status=status,
-        finding=_finding(spec, status, lb=ev.epsilon_lb, ub=ctx.epsilon_ub, ceiling=ceiling, family=ctx.family_confidence),
+        finding=_finding(
+            spec, status, lb=ev.epsilon_lb, ub=ctx.epsilon_ub, ceiling=ceiling, family=ctx.family_confidence
+        ),
         epsilon_lb=ev.epsilon_lb,
         epsilon_ub=ctx.epsilon_ub,
         ceiling=ceiling,
@@ -193,7 +223,9 @@ def _start_problem(train_fn: Any, model_fn: Any) -> str | None:
     if model_fn is None:
         return "no --model-fn: its worst-case start is crafted on the model's architecture"
     if not accepts_initial_state(train_fn):
-        return "the training function takes no initial_state keyword, so it cannot start from the crafted worst-case state"
+        return (
+            "the training function takes no initial_state keyword, so it cannot start from the crafted worst-case state"
+        )
     return None
 
 
@@ -227,9 +259,17 @@ def battery_key(spec: BatterySpec, *, progress: bool = False) -> dict[str, objec
     from dpaudit.app.runs.audit.provenance import code_keys
     from dpaudit.data import dataset_files
 
-    key: dict[str, object] = {"train_fn": spec.train_fn, **code_keys("train_fn", spec.train_fn, argument="--train-fn", progress=progress)}
+    key: dict[str, object] = {
+        "train_fn": spec.train_fn,
+        **code_keys("train_fn", spec.train_fn, argument="--train-fn", progress=progress),
+    }
     if spec.model_fn is not None:
-        key.update({"model_fn": spec.model_fn, **code_keys("model_fn", spec.model_fn, argument="--model-fn", progress=progress)})
+        key.update(
+            {
+                "model_fn": spec.model_fn,
+                **code_keys("model_fn", spec.model_fn, argument="--model-fn", progress=progress),
+            }
+        )
     key.update({"claim": spec.claim.to_dict(), "dataset": spec.dataset, "seed": spec.seed})
     files = dataset_files(spec.dataset, data_root=spec.data_root)
     if files:  # bundled data (digits) has none
@@ -250,7 +290,10 @@ def _keyed_directory(root: Path, key: dict[str, object], *, progress: bool) -> P
                 why = "; ".join(superseded_reasons(key, read_json(stored[-1])))
             except ValueError:
                 why = "their key cannot be read"
-            _say(True, f"recomputing: {why} since the stored trials in {stored[-1].parent}; starting afresh in {directory}")
+            _say(
+                True,
+                f"recomputing: {why} since the stored trials in {stored[-1].parent}; starting afresh in {directory}",
+            )
         directory.mkdir(parents=True, exist_ok=True)
         atomic_write_json(directory / "key.json", to_jsonable(key))
     else:
@@ -305,7 +348,10 @@ def run_check(spec: BatterySpec, run: RunDir, *, progress: bool = True) -> Check
     problem = _start_problem(train_fn, model_fn)
     _say(
         progress,
-        f"check: {len(names)} checks ({', '.join(names)}) against {spec.claim.statement()}: eps_UB {fmt_eps_ub(bound.epsilon)} at delta={spec.delta:g}; {per_check:.4%} confidence each, {budget:.0f} s each",
+        f"check: {len(names)} checks ({', '.join(names)}) against "
+        f"{spec.claim.statement()}: eps_UB {fmt_eps_ub(bound.epsilon)} at "
+        f"delta={spec.delta:g}; {per_check:.4%} confidence each, {budget:.0f} s "
+        "each",
     )
     outcomes = []
     with make_audit_executor(spec.num_workers) as executor:
@@ -315,7 +361,12 @@ def run_check(spec: BatterySpec, run: RunDir, *, progress: bool = True) -> Check
         for name in names:
             check = CHECKS[name]
             if time.time() >= ends and not (check.needs_initial_state and problem is not None):
-                outcome = _cannot(check, reason="the battery's --budget-minutes was spent before it started", epsilon_ub=bound.epsilon, confidence=per_check)
+                outcome = _cannot(
+                    check,
+                    reason="the battery's --budget-minutes was spent before it started",
+                    epsilon_ub=bound.epsilon,
+                    confidence=per_check,
+                )
             else:
                 ctx = CheckContext(
                     train_fn=train_fn,

@@ -70,7 +70,9 @@ class UploadAttackSummary:
             "distinct_recognised_total": int(sum(self.distinct_recognised)),
             "membership_auc": self.membership.auc(),
             # null where the non-members cannot resolve 1 % FPR; the note says how many it needs.
-            "membership_tpr_at_1pct_fpr": None if tpr_unresolved(0.01, self.membership.num_non_members) else self.membership.tpr_at_fpr(0.01),
+            "membership_tpr_at_1pct_fpr": None
+            if tpr_unresolved(0.01, self.membership.num_non_members)
+            else self.membership.tpr_at_fpr(0.01),
             "membership_tpr_at_1pct_fpr_note": tpr_unresolved(0.01, self.membership.num_non_members),
         }
 
@@ -111,13 +113,26 @@ def _load_uploads(target: str | os.PathLike[str], max_turns: int | None) -> _Upl
     defense = DEFENSES.get(record.defense)
     # The uploads are an artefact of the defenses whose records this run works on (DSSGD's), nothing else's.
     if defense is None or defense.run_module != __name__ or not path.is_file():
-        raise v.invalid("target", f"target: {str(rdir)!r} is a {record.defense!r} record without {UPLOADS_FILE}; the upload attacks need a DSSGD record (dpaudit train --defense dssgd)")
+        raise v.invalid(
+            "target",
+            f"target: {str(rdir)!r} is a {record.defense!r} record without "
+            f"{UPLOADS_FILE}; the upload attacks need a DSSGD record (dpaudit train "
+            "--defense dssgd)",
+        )
     with np.load(path, allow_pickle=False) as z:
         sizes, indices, values = z["sizes"], z["indices"], z["values"]
         member_ids, participant = z["member_ids"].astype(np.int64), int(z["participant"])
     if max_turns is not None:
         sizes = sizes[: v.integer("max_turns", max_turns, minimum=1)]
-    return _Uploads(rdir=rdir, record=record, sizes=sizes, indices=indices, values=values, member_ids=member_ids, participant=participant)
+    return _Uploads(
+        rdir=rdir,
+        record=record,
+        sizes=sizes,
+        indices=indices,
+        values=values,
+        member_ids=member_ids,
+        participant=participant,
+    )
 
 
 @dataclass(frozen=True)
@@ -130,7 +145,9 @@ class _ServerView:
     scores: np.ndarray
 
 
-def _reconstruct_turns(model: Any, uploads: _Uploads, private: Any, candidates: Any, *, max_images: int, progress: bool) -> _ServerView:
+def _reconstruct_turns(
+    model: Any, uploads: _Uploads, private: Any, candidates: Any, *, max_images: int, progress: bool
+) -> _ServerView:
     """Reconstructs inputs from each turn's first-layer update and scores each candidate by its strongest turn."""
     from attacks.federated.uploads import first_layer_update, upload_membership_scores, upload_reconstruction_attack
     from dpaudit.progress import Progress
@@ -142,7 +159,15 @@ def _reconstruct_turns(model: Any, uploads: _Uploads, private: Any, candidates: 
     with Progress(len(sizes), "server reconstructs from uploads", enabled=progress) as bar:
         for t in range(len(sizes)):
             idx, val = uploads.indices[offsets[t] : offsets[t + 1]], uploads.values[offsets[t] : offsets[t + 1]]
-            rec = upload_reconstruction_attack(model, idx, val, input_shape=record.input_shape, private_images=private, private_ids=uploads.member_ids, max_images=max_images)
+            rec = upload_reconstruction_attack(
+                model,
+                idx,
+                val,
+                input_shape=record.input_shape,
+                private_images=private,
+                private_ids=uploads.member_ids,
+                max_images=max_images,
+            )
             best.append(float(rec.best_ssim.max()) if rec.best_ssim.size else 0.0)
             distinct.append(rec.distinct_recognised)
             if t == 0:
@@ -150,7 +175,9 @@ def _reconstruct_turns(model: Any, uploads: _Uploads, private: Any, candidates: 
             # A member may show in any turn: the server keeps the strongest evidence.
             scores = np.maximum(scores, upload_membership_scores(first_layer_update(model, idx, val), candidates))
             bar.update(1)
-    return _ServerView(best_ssim_max=tuple(best), distinct_recognised=tuple(distinct), reconstructions=first, scores=scores)
+    return _ServerView(
+        best_ssim_max=tuple(best), distinct_recognised=tuple(distinct), reconstructions=first, scores=scores
+    )
 
 
 def attack_uploads(
@@ -209,7 +236,12 @@ def attack_uploads(
         scores=view.scores[order],
         is_member=np.concatenate([np.ones(member_ids.size, bool), np.zeros(non_ids.size, bool)])[order],
         config={"participant": participant, "turns": len(sizes), "seed": seed},
-        metadata={"dataset": record.dataset, "defense": "dssgd", "seat": "server", "members": f"participant {participant}'s partition"},
+        metadata={
+            "dataset": record.dataset,
+            "defense": "dssgd",
+            "seat": "server",
+            "members": f"participant {participant}'s partition",
+        },
     )
     if run is not None:
         run.create(command="dpaudit dssgd uploads")
@@ -254,10 +286,33 @@ class LeakageRow:
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready scalars."""
-        return {k: getattr(self, k) for k in ("setting", "upload_fraction", "dp_epsilon", "examples_per_turn", "turns", "best_ssim", "recognised_share", "membership_auc")}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "setting",
+                "upload_fraction",
+                "dp_epsilon",
+                "examples_per_turn",
+                "turns",
+                "best_ssim",
+                "recognised_share",
+                "membership_auc",
+            )
+        }
 
 
-def _leakage_row(label: str, rule: Any, *, net: Any, data: Any, input_shape: tuple[int, ...], picks: Sequence[np.ndarray], deltas: Sequence[Any], examples_per_turn: int, seed: int) -> LeakageRow:
+def _leakage_row(
+    label: str,
+    rule: Any,
+    *,
+    net: Any,
+    data: Any,
+    input_shape: tuple[int, ...],
+    picks: Sequence[np.ndarray],
+    deltas: Sequence[Any],
+    examples_per_turn: int,
+    seed: int,
+) -> LeakageRow:
     """One upload setting of :func:`turn_leakage`: every turn's Δw uploaded by ``rule`` and attacked."""
     from sklearn.metrics import roc_auc_score
 
@@ -269,7 +324,9 @@ def _leakage_row(label: str, rule: Any, *, net: Any, data: Any, input_shape: tup
     for t, (pick, delta) in enumerate(zip(picks, deltas, strict=True)):
         idx, val = rule.choose(delta, generator=torch_generator(seed, "upload", label, t))
         private = data.features[pick[:k]]
-        rec = upload_reconstruction_attack(net, idx, val, input_shape=input_shape, private_images=private, max_images=max(16, 2 * k))
+        rec = upload_reconstruction_attack(
+            net, idx, val, input_shape=input_shape, private_images=private, max_images=max(16, 2 * k)
+        )
         best.append(float(rec.best_ssim.max()) if rec.best_ssim.size else 0.0)
         share.append(rec.distinct_recognised / k)
         s = upload_membership_scores(first_layer_update(net, idx, val), data.features[pick])
@@ -331,12 +388,25 @@ def turn_leakage(
     k = v.integer("examples_per_turn", examples_per_turn, minimum=1)
     turns = v.integer("turns", turns, minimum=1)
     seed = v.integer("seed", seed, minimum=0)
-    settings: list[tuple[str, UploadRule]] = [(f"theta_u={f:g}", UploadRule(upload_fraction=f)) for f in upload_fractions]
-    settings += [(f"dp eps={e:g} (theta_u={dp_upload_fraction:g})", UploadRule(upload_fraction=dp_upload_fraction, dp_epsilon=e, bound=bound, dp_threshold=threshold)) for e in dp_epsilons]
+    settings: list[tuple[str, UploadRule]] = [
+        (f"theta_u={f:g}", UploadRule(upload_fraction=f)) for f in upload_fractions
+    ]
+    settings += [
+        (
+            f"dp eps={e:g} (theta_u={dp_upload_fraction:g})",
+            UploadRule(upload_fraction=dp_upload_fraction, dp_epsilon=e, bound=bound, dp_threshold=threshold),
+        )
+        for e in dp_epsilons
+    ]
     bundle = load_dataset(dataset, data_root=data_root)
     data = bundle.all()
     torch.manual_seed(seed)
-    net = build_model(model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, input_standardization=input_statistics(bundle.train.features) if standardize else None)
+    net = build_model(
+        model,
+        input_shape=bundle.input_shape,
+        num_classes=bundle.num_classes,
+        input_standardization=input_statistics(bundle.train.features) if standardize else None,
+    )
     initial = flatten_parameters(net)
     training = LocalTraining(epochs=1, batch_size=k, learning_rate=learning_rate)
     rng = numpy_rng(seed, "dssgd-turn-leakage")
@@ -344,9 +414,28 @@ def turn_leakage(
     deltas = []
     for t, pick in enumerate(picks):
         assign_parameters(net, initial)
-        local_sgd(net, data.features[pick[:k]], data.labels[pick[:k]], training=training, generator=torch_generator(seed, "turn", t))
+        local_sgd(
+            net,
+            data.features[pick[:k]],
+            data.labels[pick[:k]],
+            training=training,
+            generator=torch_generator(seed, "turn", t),
+        )
         deltas.append(flatten_parameters(net) - initial)
-    return [_leakage_row(label, rule, net=net, data=data, input_shape=bundle.input_shape, picks=picks, deltas=deltas, examples_per_turn=k, seed=seed) for label, rule in settings]
+    return [
+        _leakage_row(
+            label,
+            rule,
+            net=net,
+            data=data,
+            input_shape=bundle.input_shape,
+            picks=picks,
+            deltas=deltas,
+            examples_per_turn=k,
+            seed=seed,
+        )
+        for label, rule in settings
+    ]
 
 
 def _turn_claim(rule: Any, *, num_parameters: int) -> Any:
@@ -414,19 +503,31 @@ def audit_upload(
     n = v.integer("partition_size", partition_size, minimum=1)
     bundle = load_dataset(dataset, data_root=data_root)
     data = bundle.all()
-    pick = numpy_rng(v.integer("seed", seed, minimum=0), "dssgd-audit-partition").choice(len(data.labels), size=n, replace=False)
+    pick = numpy_rng(v.integer("seed", seed, minimum=0), "dssgd-audit-partition").choice(
+        len(data.labels), size=n, replace=False
+    )
     x, y = data.features[pick], data.labels[pick]
     torch.manual_seed(seed)
     net = build_model(model, input_shape=bundle.input_shape, num_classes=bundle.num_classes)
     initial = flatten_parameters(net)
     canary = pixel_canary(x, y, num_classes=bundle.num_classes)
     coords = canary_coordinates(net, canary)
-    rule = UploadRule(upload_fraction=upload_fraction, dp_epsilon=dp_epsilon, bound=bound, dp_threshold=threshold, budget_split=budget_split)
+    rule = UploadRule(
+        upload_fraction=upload_fraction,
+        dp_epsilon=dp_epsilon,
+        bound=bound,
+        dp_threshold=threshold,
+        budget_split=budget_split,
+    )
     training = LocalTraining(epochs=1, batch_size=batch_size, learning_rate=learning_rate)
     claim = _turn_claim(rule, num_parameters=initial.numel())
 
     def turn(*, include_canary: bool, seed: int) -> tuple[Any, Any]:
-        xs, ys = (torch.cat([x, canary.features[None]]), torch.cat([y, torch.tensor([canary.label])])) if include_canary else (x, y)
+        xs, ys = (
+            (torch.cat([x, canary.features[None]]), torch.cat([y, torch.tensor([canary.label])]))
+            if include_canary
+            else (x, y)
+        )
         assign_parameters(net, initial)
         local_sgd(net, xs, ys, training=training, generator=torch_generator(seed, "batches"))
         return rule.choose(flatten_parameters(net) - initial, generator=torch_generator(seed, "upload"))
@@ -440,5 +541,13 @@ def audit_upload(
         confidence=confidence,
         seed=seed,
         progress=progress,
-        details={"dataset": dataset, "model": model, "partition_size": n, "upload_fraction": upload_fraction, "dp_epsilon": dp_epsilon, "bound": bound, "threshold": threshold},
+        details={
+            "dataset": dataset,
+            "model": model,
+            "partition_size": n,
+            "upload_fraction": upload_fraction,
+            "dp_epsilon": dp_epsilon,
+            "bound": bound,
+            "threshold": threshold,
+        },
     )

@@ -92,7 +92,11 @@ def above_limit(key: str, value: Any, limit: SizeLimit | None) -> str | None:
     """The message refusing ``key=value`` above ``limit`` (without ``--i-know``), or ``None``."""
     if limit is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not value > limit.maximum:
         return None
-    return f"{key}={describe_number(value)} is above the limit {describe_number(limit.maximum)} ({limit.why}); pass --i-know to run it anyway"
+    return (
+        f"{key}={describe_number(value)} is above the limit "
+        f"{describe_number(limit.maximum)} ({limit.why}); pass --i-know to run "
+        "it anyway"
+    )
 
 
 def section_value(key: str, value: Any, verb: str, flag: str) -> Any:
@@ -162,7 +166,11 @@ def inversion_classes(key: str, value: Any, *, dataset: str) -> list[int] | None
         raise ValueError(f'{key}: must be labels (integers) or ranges such as "0-4", got {value!r}')
     num_classes = DATASETS[dataset].num_classes
     try:
-        return list(parse_classes(",".join(str(x) for x in items), argument=key, num_classes=num_classes, example='[0, 3, 7] or "0-4"'))
+        return list(
+            parse_classes(
+                ",".join(str(x) for x in items), argument=key, num_classes=num_classes, example='[0, 3, 7] or "0-4"'
+            )
+        )
     except ValueError as exc:
         raise ValueError(f"{exc} (the {dataset} dataset has {num_classes} classes)") from None
 

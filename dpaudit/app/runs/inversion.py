@@ -73,13 +73,18 @@ def parse_public_data(text: str) -> PublicData:
     name, _, spec = str(text).partition(":")
     name = name.strip().lower()
     if name not in DATASETS:
-        raise v.invalid("--public-data", f"--public-data must be DATASET[:CLASSES] with DATASET one of {', '.join(DATASETS)}; got {text!r}")
+        raise v.invalid(
+            "--public-data",
+            f"--public-data must be DATASET[:CLASSES] with DATASET one of {', '.join(DATASETS)}; got {text!r}",
+        )
     if not spec.strip():
         return PublicData(dataset=name, classes=())
     from dpaudit.data.subsets import parse_classes
 
     n = DATASETS[name].num_classes
-    classes = parse_classes(spec, argument=f"--public-data classes (of {name!r}, {text!r})", num_classes=n, example="5-9 or 0,2,4")
+    classes = parse_classes(
+        spec, argument=f"--public-data classes (of {name!r}, {text!r})", num_classes=n, example="5-9 or 0,2,4"
+    )
     return PublicData(dataset=name, classes=tuple(classes))
 
 
@@ -95,12 +100,19 @@ def check_public_data(public: PublicData, *, dataset: str, classes: tuple[int, .
     if public.dataset == dataset and (not public.classes or set(public.classes) & set(classes)):
         raise v.invalid(
             "--public-data",
-            f"--public-data={public.text()!r} overlaps the target's own classes of {dataset!r}: public data must be images the target never saw "
+            f"--public-data={public.text()!r} overlaps the target's own classes of "
+            f"{dataset!r}: public data must be images the target never saw "
             "(other classes, or a disjoint dataset such as mnist:5-9 for mnist-0-4)",
         )
-    pshape, tshape = DATASETS[public.dataset].input_shape, DATASETS[dataset].input_shape if dataset in DATASETS else None
+    pshape, tshape = (
+        DATASETS[public.dataset].input_shape,
+        DATASETS[dataset].input_shape if dataset in DATASETS else None,
+    )
     if pshape is not None and tshape is not None and tuple(pshape) != tuple(tshape):
-        raise v.invalid("--public-data", f"--public-data={public.text()!r} has images of shape {tuple(pshape)}, the target takes {tuple(tshape)}")
+        raise v.invalid(
+            "--public-data",
+            f"--public-data={public.text()!r} has images of shape {tuple(pshape)}, the target takes {tuple(tshape)}",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,7 +154,11 @@ class InversionSpec:
         from dpaudit.options import check_config_sizes
 
         check_sizes(self, {})
-        for config in [*dict(self.attacks).values(), *dict(self.priors).values(), self.evaluator]:  # each declares its limits (the flags')
+        for config in [
+            *dict(self.attacks).values(),
+            *dict(self.priors).values(),
+            self.evaluator,
+        ]:  # each declares its limits (the flags')
             check_config_sizes(config, i_know=self.i_know)
 
 
@@ -181,7 +197,11 @@ def _cached_modules(
     from dpaudit.weights import load_modules, save_modules
 
     meta_file, weights = directory / "meta.json", directory / "weights.safetensors"
-    if meta_file.is_file() and weights.is_file() and read_json(meta_file).get("describe") == json.loads(json.dumps(describe, default=str)):
+    if (
+        meta_file.is_file()
+        and weights.is_file()
+        and read_json(meta_file).get("describe") == json.loads(json.dumps(describe, default=str))
+    ):
         modules = build()
         load_modules(weights, modules)
         for m in modules.values():
@@ -191,7 +211,13 @@ def _cached_modules(
     modules = train()
     directory.mkdir(parents=True, exist_ok=True)
     save_modules(weights, modules)
-    atomic_write_json(meta_file, {"describe": json.loads(json.dumps(describe, default=str)), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    atomic_write_json(
+        meta_file,
+        {
+            "describe": json.loads(json.dumps(describe, default=str)),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    )
     trained.append(directory.name)
     return modules
 
@@ -274,24 +300,49 @@ def _resolve_target(spec: InversionSpec) -> _Target:
     bundle = load_dataset(record.dataset, data_root=spec.data_root)
     shape = tuple(bundle.input_shape)
     if len(shape) != 3:
-        raise v.invalid("target", f"target: model inversion reconstructs images, but {record.model_id!r} was trained on {record.dataset!r} with inputs of shape {shape}")
+        raise v.invalid(
+            "target",
+            f"target: model inversion reconstructs images, but {record.model_id!r} "
+            f"was trained on {record.dataset!r} with inputs of shape {shape}",
+        )
     classes = tuple(range(bundle.num_classes)) if spec.classes is None else tuple(spec.classes)
     bad = [c for c in classes if not 0 <= c < bundle.num_classes]
     if bad or not classes or len(set(classes)) != len(classes):
-        raise v.invalid("--classes", f"--classes must be distinct labels 0..{bundle.num_classes - 1} of {record.dataset!r}, got {list(classes)}")
+        raise v.invalid(
+            "--classes",
+            f"--classes must be distinct labels 0..{bundle.num_classes - 1} of {record.dataset!r}, got {list(classes)}",
+        )
     evaluator_config = spec.evaluator if spec.evaluator is not None else EvaluatorConfig()
     needs_prior = {n: prior for n in spec.attacks if (prior := INVERSION_ATTACKS[n].prior) is not None}
     public = spec.public_data
     if needs_prior and public is None:
-        raise v.invalid("--attack", f"--attack {', '.join(needs_prior)} needs --public-data DATASET[:CLASSES]: images of the same domain the target never saw (e.g. mnist:5-9 for a mnist-0-4 target)")
+        raise v.invalid(
+            "--attack",
+            f"--attack {', '.join(needs_prior)} needs --public-data "
+            "DATASET[:CLASSES]: images of the same domain the target never saw "
+            "(e.g. mnist:5-9 for a mnist-0-4 target)",
+        )
     if public is not None:
         if not needs_prior:
             raise v.invalid(
-                "--public-data", f"--public-data={public.text()!r} applies only to attacks with a prior ({', '.join(n for n, s in INVERSION_ATTACKS.items() if s.prior) or 'none registered'})"
+                "--public-data",
+                f"--public-data={public.text()!r} applies only to attacks with a prior "
+                f"({', '.join(n for n, s in INVERSION_ATTACKS.items() if s.prior) or 'none registered'})",
             )
         check_public_data(public, dataset=record.dataset, classes=classes)
     members, held = _member_images(record, bundle)
-    return _Target(rdir=rdir, record=record, bundle=bundle, shape=shape, classes=classes, evaluator_config=evaluator_config, needs_prior=needs_prior, public=public, members=members, held=held)
+    return _Target(
+        rdir=rdir,
+        record=record,
+        bundle=bundle,
+        shape=shape,
+        classes=classes,
+        evaluator_config=evaluator_config,
+        needs_prior=needs_prior,
+        public=public,
+        members=members,
+        held=held,
+    )
 
 
 def _member_images(record: Any, bundle: Any) -> tuple[Any, Any]:
@@ -303,10 +354,14 @@ def _member_images(record: Any, bundle: Any) -> tuple[Any, Any]:
     # Held out = never trained on: the record's non-members, its shadow population, and the
     # test split (less anything the record trained on), so every class has images to compare.
     used = np.concatenate([record.membership.members, record.membership.canaries])
-    held_ids = np.union1d(np.union1d(record.membership.non_members, record.membership.population), bundle.test.ids.numpy())
+    held_ids = np.union1d(
+        np.union1d(record.membership.non_members, record.membership.population), bundle.test.ids.numpy()
+    )
     non_members = everything.subset(np.setdiff1d(held_ids, used))
     if len(non_members) == 0:
-        raise v.invalid("target", f"target {record.model_id!r} has no held-out non-members to compare reconstructions with")
+        raise v.invalid(
+            "target", f"target {record.model_id!r} has no held-out non-members to compare reconstructions with"
+        )
     priv = LabelledImages(features=members.features, labels=members.labels, ids=members.ids.numpy())
     held = LabelledImages(features=non_members.features, labels=non_members.labels, ids=non_members.ids.numpy())
     return priv, held
@@ -330,22 +385,40 @@ class _Context:
 
 
 def _evaluator(ctx: _Context) -> tuple[Any, Path]:
-    """The evaluation classifier trained on the private images (cached by what it was trained on) and its cache entry."""
+    """The evaluation classifier trained on the private images (cached by what it was trained on) and its cache
+    entry."""
     from attacks.inversion.evaluate import build_evaluator, train_evaluator
     from dpaudit.seeding import derive_seed
 
     spec, t = ctx.spec, ctx.target
     ids_digest = hashlib.sha256(np.ascontiguousarray(t.record.membership.members).tobytes()).hexdigest()[:16]
-    ev_describe = {"dataset": t.record.dataset, "members": ids_digest, "seed": spec.seed, "config": dataclasses.asdict(t.evaluator_config), "num_classes": t.bundle.num_classes}
+    ev_describe = {
+        "dataset": t.record.dataset,
+        "members": ids_digest,
+        "seed": spec.seed,
+        "config": dataclasses.asdict(t.evaluator_config),
+        "num_classes": t.bundle.num_classes,
+    }
     ev_dir = ctx.run.inversion_model_dir(_key("evaluator", ev_describe))
 
     def train_ev() -> Modules:
-        with _EpochBar(spec.progress, f"evaluation classifier on {len(t.members.ids)} private images (epochs)") as update:
-            model = train_evaluator(t.members, num_classes=t.bundle.num_classes, config=t.evaluator_config, seed=derive_seed(spec.seed, "evaluator"), device=ctx.device, progress=update)
+        with _EpochBar(
+            spec.progress, f"evaluation classifier on {len(t.members.ids)} private images (epochs)"
+        ) as update:
+            model = train_evaluator(
+                t.members,
+                num_classes=t.bundle.num_classes,
+                config=t.evaluator_config,
+                seed=derive_seed(spec.seed, "evaluator"),
+                device=ctx.device,
+                progress=update,
+            )
         return {"evaluator": model}
 
     if ctx.on_plan is not None:
-        ctx.on_plan(f"evaluation classifier {ev_dir.name} ({'reused' if (ev_dir / 'meta.json').is_file() else 'trained now'})")
+        ctx.on_plan(
+            f"evaluation classifier {ev_dir.name} ({'reused' if (ev_dir / 'meta.json').is_file() else 'trained now'})"
+        )
     evaluator = _cached_modules(
         ev_dir,
         describe=ev_describe,
@@ -372,17 +445,39 @@ def _priors(ctx: _Context) -> dict[str, Modules]:
         if prior.name in priors:
             continue
         pconfig = spec.priors.get(prior.name) or prior.config_type()
-        describe = {"dataset": public.dataset, "classes": list(public.classes), "seed": spec.seed, "config": dataclasses.asdict(pconfig), "shape": list(t.shape)}
+        describe = {
+            "dataset": public.dataset,
+            "classes": list(public.classes),
+            "seed": spec.seed,
+            "config": dataclasses.asdict(pconfig),
+            "shape": list(t.shape),
+        }
         pdir = ctx.run.inversion_model_dir(_key(prior.name, describe))
         if ctx.on_plan is not None:
-            ctx.on_plan(f"{prior.name} prior on {public.text()} for {name}: {pdir.name} ({'reused' if (pdir / 'meta.json').is_file() else 'trained now'})")
+            ctx.on_plan(
+                f"{prior.name} prior on {public.text()} for {name}: {pdir.name} "
+                f"({'reused' if (pdir / 'meta.json').is_file() else 'trained now'})"
+            )
 
         def train_prior(prior: PriorSpec = prior, pconfig: Any = pconfig, public: PublicData = public) -> Modules:
             pbundle = load_dataset(public.dataset, data_root=spec.data_root)
             pall = pbundle.all()
-            keep = torch.isin(pall.labels, torch.tensor(public.classes)) if public.classes else torch.ones(len(pall), dtype=torch.bool)
-            with _EpochBar(spec.progress, f"{prior.name} prior on {int(keep.sum())} public images ({public.text()}, epochs)") as update:
-                return prior.train(pall.features[keep], input_shape=t.shape, config=pconfig, seed=derive_seed(spec.seed, prior.name), device=ctx.device, progress=update)
+            keep = (
+                torch.isin(pall.labels, torch.tensor(public.classes))
+                if public.classes
+                else torch.ones(len(pall), dtype=torch.bool)
+            )
+            with _EpochBar(
+                spec.progress, f"{prior.name} prior on {int(keep.sum())} public images ({public.text()}, epochs)"
+            ) as update:
+                return prior.train(
+                    pall.features[keep],
+                    input_shape=t.shape,
+                    config=pconfig,
+                    seed=derive_seed(spec.seed, prior.name),
+                    device=ctx.device,
+                    progress=update,
+                )
 
         priors[prior.name] = _cached_modules(
             pdir,
@@ -409,7 +504,11 @@ def _stored_config(ctx: _Context, name: str, config: Any, ev_dir: Path) -> dict[
     }
     if attack.prior is not None and public is not None:
         prior_config = spec.priors.get(attack.prior.name) or attack.prior.config_type()
-        stored_config["prior"] = {"name": attack.prior.name, "public_data": public.text(), **dataclasses.asdict(prior_config)}
+        stored_config["prior"] = {
+            "name": attack.prior.name,
+            "public_data": public.text(),
+            **dataclasses.asdict(prior_config),
+        }
     return stored_config
 
 
@@ -511,4 +610,11 @@ def run_inversion(spec: InversionSpec, run: RunDir, *, on_plan: Callable[[str], 
             result = _attack(ctx, judge, name, config, stored_config)
             save_inversion_result(result, out_dir)
             results[name] = result
-    return InversionRun(model_id=target.record.model_id, results=results, result_dir=out_dir, evaluator_accuracy=ev_acc, reused=tuple(ctx.reused), trained=tuple(ctx.trained))
+    return InversionRun(
+        model_id=target.record.model_id,
+        results=results,
+        result_dir=out_dir,
+        evaluator_accuracy=ev_acc,
+        reused=tuple(ctx.reused),
+        trained=tuple(ctx.trained),
+    )

@@ -42,7 +42,16 @@ if TYPE_CHECKING:
 #: Per queried sample, its vulnerability judged from the shadows (see attacks.membership.sample_vulnerability).
 VULNERABILITY_FILE = "vulnerability.npz"
 
-__all__ = ["VULNERABILITY_FILE", "ExternalTarget", "MembershipSpec", "MembershipRun", "PoolSummary", "run_membership", "read_ids", "train_shadow_with_defense"]
+__all__ = [
+    "VULNERABILITY_FILE",
+    "ExternalTarget",
+    "MembershipSpec",
+    "MembershipRun",
+    "PoolSummary",
+    "run_membership",
+    "read_ids",
+    "train_shadow_with_defense",
+]
 
 
 def read_ids(name: str, path: str | Path) -> np.ndarray:
@@ -59,13 +68,23 @@ def read_ids(name: str, path: str | Path) -> np.ndarray:
             from dpaudit.limits import check_npy
 
             check_npy(name, p, ndim=1)  # from the header: a 2-D or 3-D array is refused before it is loaded
-        arr = np.load(p, allow_pickle=False) if p.suffix == ".npy" else np.asarray(json.loads(p.read_text(encoding="utf-8")))
+        arr = (
+            np.load(p, allow_pickle=False)
+            if p.suffix == ".npy"
+            else np.asarray(json.loads(p.read_text(encoding="utf-8")))
+        )
     except v.InvalidArgument:
         raise
     except (ValueError, OSError) as exc:
-        raise v.invalid(name, f"{name}: {str(path)!r} must be a JSON list or .npy array of integer sample ids ({exc})") from None
+        raise v.invalid(
+            name, f"{name}: {str(path)!r} must be a JSON list or .npy array of integer sample ids ({exc})"
+        ) from None
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise v.invalid(name, f"{name}: {str(path)!r} must hold a 1-D list of integer sample ids, got dtype {arr.dtype} shape {arr.shape}")
+        raise v.invalid(
+            name,
+            f"{name}: {str(path)!r} must hold a 1-D list of integer sample ids, got "
+            f"dtype {arr.dtype} shape {arr.shape}",
+        )
     return arr.astype(np.int64)
 
 
@@ -153,14 +172,27 @@ class MembershipSpec:
         for name, config in self.attacks.items():
             v.choice("attacks", name, MEMBERSHIP_ATTACKS)
             if not isinstance(config, MEMBERSHIP_ATTACKS[name].config_type):
-                raise v.invalid_type("attacks", f"attacks[{name!r}] must be a {MEMBERSHIP_ATTACKS[name].config_type.__name__}, got {type(config).__name__}")
+                raise v.invalid_type(
+                    "attacks",
+                    f"attacks[{name!r}] must be a "
+                    f"{MEMBERSHIP_ATTACKS[name].config_type.__name__}, got "
+                    f"{type(config).__name__}",
+                )
         object.__setattr__(self, "attacks", dict(self.attacks))
         object.__setattr__(self, "seed", v.integer("seed", self.seed, minimum=0))
         for name in ("num_samples", "num_queries", "num_workers"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, v.integer(name, getattr(self, name), minimum=1))
         object.__setattr__(self, "num_population", v.integer("num_population", self.num_population, minimum=1))
-        check_sizes(self, {"num_samples": "samples", "num_queries": "queries", "num_population": "population", "num_workers": "workers"})
+        check_sizes(
+            self,
+            {
+                "num_samples": "samples",
+                "num_queries": "queries",
+                "num_population": "population",
+                "num_workers": "workers",
+            },
+        )
         for config in self.attacks.values():  # each attack's sizes (its shadows) declare their limits
             check_config_sizes(config, i_know=self.i_know)
         if self.address is not None and self.executor != "ray":
@@ -170,7 +202,10 @@ class MembershipSpec:
 
             spec = DEFENSES.get(self.shadow_defense)
             if spec is None:
-                raise v.invalid("shadow_defense", f"shadow_defense must be one of {', '.join(DEFENSES)}, got {self.shadow_defense!r}")
+                raise v.invalid(
+                    "shadow_defense",
+                    f"shadow_defense must be one of {', '.join(DEFENSES)}, got {self.shadow_defense!r}",
+                )
             _defense_config(spec.config_type, self.shadow_config)  # names a bad field now, not in a worker
         object.__setattr__(self, "shadow_config", dict(self.shadow_config))
 
@@ -238,9 +273,25 @@ def train_shadow_with_defense(spec: Any, *, bundle: Any, device: str) -> tuple[A
     defense = DEFENSES[spec.recipe["defense"]]
     config = _defense_config(defense.config_type, spec.recipe["config"])
     none = np.zeros(0, dtype=np.int64)
-    splits = Splits(dataset=bundle.name, seed=spec.seed, members=spec.train_ids, non_members=none, population=none, test=bundle.test.ids.numpy())
+    splits = Splits(
+        dataset=bundle.name,
+        seed=spec.seed,
+        members=spec.train_ids,
+        non_members=none,
+        population=none,
+        test=bundle.test.ids.numpy(),
+    )
     with torch.random.fork_rng(devices=[]):  # library code never moves the global RNG
-        request = TrainRequest(bundle=bundle, splits=splits, model_name=spec.model_name, model_options=spec.model_options, config=config, seed=spec.seed, device=device, progress=False)
+        request = TrainRequest(
+            bundle=bundle,
+            splits=splits,
+            model_name=spec.model_name,
+            model_options=spec.model_options,
+            config=config,
+            seed=spec.seed,
+            device=device,
+            progress=False,
+        )
         record, model = defense.train(request)
     # The cache is keyed by the shadow's id, so the record carries it rather than the defense's own.
     return dataclasses.replace(record, model_id=spec.shadow_id), model.eval()
@@ -285,7 +336,11 @@ def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None
         raise v.invalid("member_ids", f"member_ids: sample id {int(unknown[0])} is not in dataset {target.dataset!r}")
     rest = np.setdiff1d(bundle.train.ids.numpy(), members)
     # Without stated non-members the attacker holds out as many unused training ids, so both sides are equally large.
-    non = target.non_member_ids if target.non_member_ids is not None else np.sort(numpy_rng(seed, "external-non-members").permutation(rest)[: members.size])
+    non = (
+        target.non_member_ids
+        if target.non_member_ids is not None
+        else np.sort(numpy_rng(seed, "external-non-members").permutation(rest)[: members.size])
+    )
     # The id is a fingerprint of everything that determines the attack's outcome: the weights,
     # the code that builds the model, and who is a member and who is not. Two targets that
     # differ in any of them never share a result directory or a shadow cache entry.
@@ -293,7 +348,11 @@ def _external_target(target: ExternalTarget, *, seed: int, data_root: str | None
     code = covered.sha256
     weights_sha256 = weights_digest(target.weights)
     identity = hashlib.sha256(weights_sha256.encode())
-    for part in (code.encode(), np.asarray(members, dtype=np.int64).tobytes(), np.asarray(non, dtype=np.int64).tobytes()):
+    for part in (
+        code.encode(),
+        np.asarray(members, dtype=np.int64).tobytes(),
+        np.asarray(non, dtype=np.int64).tobytes(),
+    ):
         identity.update(hashlib.sha256(part).digest())
     digest = identity.hexdigest()[:12]
     record = TrainedModel(
@@ -356,21 +415,34 @@ def _shadow_recipe(spec: MembershipSpec, record: Any) -> _Recipe:
     # old data (bundled data such as digits has a fixed identity and keeps its shadow ids).
     data = dataset_files(record.dataset, data_root=spec.data_root)
     if data:
-        recipe = {**recipe, "dataset_files_sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()}
+        recipe = {
+            **recipe,
+            "dataset_files_sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest(),
+        }
     shadow_defense = (spec.shadow_defense or record.defense) if trainer is not None else "sgd"
     return _Recipe(trainer=trainer, recipe=recipe, shadow_defense=shadow_defense)
 
 
 def _result_metadata(record: Any, bundle: Any, recipe: _Recipe) -> dict[str, Any]:
     """What every result carries about its target, fingerprints (by content) included."""
-    meta: dict[str, Any] = {"target_metrics": {k: val for k, val in record.metrics.items() if isinstance(val, (int, float))}, "dataset": bundle.name, "defense": record.defense}
+    meta: dict[str, Any] = {
+        "target_metrics": {k: val for k, val in record.metrics.items() if isinstance(val, (int, float))},
+        "dataset": bundle.name,
+        "defense": record.defense,
+    }
     # What the results are about, by content: the report lists these beside the results.
-    fingerprints = {"weights_sha256": record.weights_sha256, "model_fn_sha256": record.config.get("model_fn_sha256"), "dataset_files_sha256": recipe.recipe.get("dataset_files_sha256")}
+    fingerprints = {
+        "weights_sha256": record.weights_sha256,
+        "model_fn_sha256": record.config.get("model_fn_sha256"),
+        "dataset_files_sha256": recipe.recipe.get("dataset_files_sha256"),
+    }
     meta["fingerprints"] = {k: val for k, val in fingerprints.items() if val}
     return meta
 
 
-def _announce_shadow_cost(spec: MembershipSpec, record: Any, pools: Mapping[str, PoolPlan], *, train_size: int, device: str) -> None:
+def _announce_shadow_cost(
+    spec: MembershipSpec, record: Any, pools: Mapping[str, PoolPlan], *, train_size: int, device: str
+) -> None:
     """Says on stderr how long the shadows will take when that is long (before any is trained)."""
     from defenses import DEFENSES
     from dpaudit.app.cost import announce_if_long
@@ -378,8 +450,18 @@ def _announce_shadow_cost(spec: MembershipSpec, record: Any, pools: Mapping[str,
 
     num_models = sum(p.num_models for p in pools.values())
     epochs = float(record.config.get("epochs") or 10)
-    per_example = seconds_per_example(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, device=device, model_options=record.model_options)
-    factor = PER_EXAMPLE_GRADIENT_FACTOR if record.defense in DEFENSES and DEFENSES[record.defense].per_example_gradients else 1.0  # PATE trains its teachers plainly
+    per_example = seconds_per_example(
+        record.model_name,
+        input_shape=record.input_shape,
+        num_classes=record.num_classes,
+        device=device,
+        model_options=record.model_options,
+    )
+    factor = (
+        PER_EXAMPLE_GRADIENT_FACTOR
+        if record.defense in DEFENSES and DEFENSES[record.defense].per_example_gradients
+        else 1.0
+    )  # PATE trains its teachers plainly
     workers = spec.num_workers or os.cpu_count() or 1
     announce_if_long(
         num_models * epochs * train_size * per_example * factor / workers,
@@ -403,7 +485,15 @@ def _shadow_executor(spec: MembershipSpec, record: Any, device: str) -> Any:
             ship_code=spec.ship_code,
             datasets=(record.dataset,),
             data_root=spec.data_root,
-            num_gpus=ray_gpus(device, count_parameters(record.model_name, input_shape=record.input_shape, num_classes=record.num_classes, model_options=record.model_options)),
+            num_gpus=ray_gpus(
+                device,
+                count_parameters(
+                    record.model_name,
+                    input_shape=record.input_shape,
+                    num_classes=record.num_classes,
+                    model_options=record.model_options,
+                ),
+            ),
         )
     except ImportError as exc:
         raise v.invalid("executor", f"executor {spec.executor!r}: {exc}") from None
@@ -419,7 +509,16 @@ class _Shadows:
     num_reused: int
 
 
-def _train_shadows(spec: MembershipSpec, run: RunDir, record: Any, pools: Mapping[str, PoolPlan], recipe: _Recipe, *, train_size: int, device: str) -> _Shadows:
+def _train_shadows(
+    spec: MembershipSpec,
+    run: RunDir,
+    record: Any,
+    pools: Mapping[str, PoolPlan],
+    recipe: _Recipe,
+    *,
+    train_size: int,
+    device: str,
+) -> _Shadows:
     """Trains the missing shadows of ``pools`` (cached in ``run.shadow_dir()``) and loads the rest."""
     from attacks import membership as mia
 
@@ -444,8 +543,21 @@ def _train_shadows(spec: MembershipSpec, run: RunDir, record: Any, pools: Mappin
     summaries: list[PoolSummary] = []
     for kind, plan in pools.items():
         n_new = sum(s.shadow_id in trained for s in plans[kind])
-        summaries.append(PoolSummary(kind=kind, num_models=len(plans[kind]), attacks=plan.users, num_trained=n_new, num_reused=len(plans[kind]) - n_new))
-    return _Shadows(models=models, summaries=tuple(summaries), num_trained=len(shadow_run.trained), num_reused=len(shadow_run.reused))
+        summaries.append(
+            PoolSummary(
+                kind=kind,
+                num_models=len(plans[kind]),
+                attacks=plan.users,
+                num_trained=n_new,
+                num_reused=len(plans[kind]) - n_new,
+            )
+        )
+    return _Shadows(
+        models=models,
+        summaries=tuple(summaries),
+        num_trained=len(shadow_run.trained),
+        num_reused=len(shadow_run.reused),
+    )
 
 
 def _store(context: Any, results: Mapping[str, MembershipResult], out: Path) -> None:
@@ -484,11 +596,17 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
     record, model, bundle = _load_target(spec, device)
     ids, member = mia.query_ids(record, max_per_side=spec.num_samples, seed=spec.seed)
     if not member.any() or member.all():
-        raise v.invalid("target", f"target {record.model_id!r} has {int(member.sum())} members and {int((~member).sum())} non-members; both are needed")
+        raise v.invalid(
+            "target",
+            f"target {record.model_id!r} has {int(member.sum())} members and "
+            f"{int((~member).sum())} non-members; both are needed",
+        )
     augs = mia.choose_augmentations(bundle, spec.num_queries)
     train_size = max(len(record.membership.members), 1)
     chosen = {n: (mia.MEMBERSHIP_ATTACKS[n], c) for n, c in spec.attacks.items()}
-    pools = mia.plan_pools(chosen, record=record, sample_ids=ids, seed=spec.seed, num_population=spec.num_population, train_size=train_size)
+    pools = mia.plan_pools(
+        chosen, record=record, sample_ids=ids, seed=spec.seed, num_population=spec.num_population, train_size=train_size
+    )
     run.create(command=spec.command)
     with unit_lock(run.path, f"membership-{record.model_id}"):  # one writer per target's results
         recipe = _shadow_recipe(spec, record)
@@ -498,7 +616,11 @@ def run_membership(spec: MembershipSpec, run: RunDir, *, on_plan: Callable[[str]
             if on_plan is not None:
                 on_plan(f"{describe_pools(pools)}; shadows trained with {recipe.shadow_defense!r}")
             shadows = _train_shadows(spec, run, record, pools, recipe, train_size=train_size, device=device)
-            meta.update(shadows_trained=shadows.num_trained, shadows_reused=shadows.num_reused, shadow_defense=recipe.shadow_defense)
+            meta.update(
+                shadows_trained=shadows.num_trained,
+                shadows_reused=shadows.num_reused,
+                shadow_defense=recipe.shadow_defense,
+            )
         context = mia.build_context(
             record=record,
             model=model,

@@ -1,4 +1,5 @@
-"""PATE runs: the analysis of a vote matrix, the audit game of an aggregator, the membership attack on a student's aggregator.
+"""PATE runs: the analysis of a vote matrix, the audit game of an aggregator, the membership attack on a student's
+aggregator.
 
 ``dpaudit pate analyze`` (:func:`analyze_vote_file`) reads a vote matrix from any implementation
 (refused from its ``.npy`` header above the documented limits of
@@ -153,7 +154,13 @@ class VoteAnalysis:
             out["num_answered"] = self.num_answered
         if self.release is not None:
             release = {f.name: getattr(self.release, f.name) for f in dataclasses.fields(self.release)}
-            return {**out, "data_dependent": True, "sanitised": True, "publishable": not self.release.reproducible, "release": release}
+            return {
+                **out,
+                "data_dependent": True,
+                "sanitised": True,
+                "publishable": not self.release.reproducible,
+                "release": release,
+            }
         dep = self.data_dependent
         assert dep is not None  # an analysis without a release keeps its data-dependent bound
         key = f"epsilon_data_dependent_{dep.cost}"
@@ -169,7 +176,8 @@ def _gb(num_bytes: float) -> str:
 
 
 def check_votes_size(path: str, *, release: bool) -> None:
-    """Refuses a vote matrix above the documented limits of :mod:`dpaudit.privacy.pate.votes`, from its header, before loading it."""
+    """Refuses a vote matrix above the documented limits of :mod:`dpaudit.privacy.pate.votes`, from its header, before
+    loading it."""
     try:
         shape, _ = npy_header("--votes", path)
     except (OSError, ValueError):
@@ -180,20 +188,27 @@ def check_votes_size(path: str, *, release: bool) -> None:
     if release and queries > pate_votes.MAX_RELEASE_QUERIES:
         raise v.invalid(
             "--votes",
-            f"--votes={path!r} holds {queries:,} queries, above the limit {pate_votes.MAX_RELEASE_QUERIES:,} of the smooth-sensitivity release "
-            "(each query's local sensitivity is walked over the teachers, 10-20 ms each); pass --i-know to run it anyway",
+            f"--votes={path!r} holds {queries:,} queries, above the limit "
+            f"{pate_votes.MAX_RELEASE_QUERIES:,} of the smooth-sensitivity release "
+            "(each query's local sensitivity is walked over the teachers, 10-20 ms "
+            "each); pass --i-know to run it anyway",
         )
     if queries > pate_votes.MAX_QUERIES:
         raise v.invalid(
             "--votes",
-            f"--votes={path!r} holds {queries:,} queries, above the limit {pate_votes.MAX_QUERIES:,} (each query's data-dependent RDP is evaluated in turn, about 1 ms each); pass --i-know to run it anyway",
+            f"--votes={path!r} holds {queries:,} queries, above the limit "
+            f"{pate_votes.MAX_QUERIES:,} (each query's data-dependent RDP is "
+            "evaluated in turn, about 1 ms each); pass --i-know to run it anyway",
         )
     if queries * classes > pate_votes.MAX_VOTE_CELLS:
         cells = queries * classes
         raise v.invalid(
             "--votes",
-            f"--votes={path!r} holds {queries:,} x {classes:,} = {cells:,} counts, above the limit {pate_votes.MAX_VOTE_CELLS:,} "
-            f"(the analysis holds about {pate_votes.BYTES_PER_CELL} bytes per count: {_gb(cells * pate_votes.BYTES_PER_CELL)}); pass --i-know to run it anyway",
+            f"--votes={path!r} holds {queries:,} x {classes:,} = {cells:,} counts, "
+            f"above the limit {pate_votes.MAX_VOTE_CELLS:,} "
+            f"(the analysis holds about {pate_votes.BYTES_PER_CELL} bytes per count: "
+            f"{_gb(cells * pate_votes.BYTES_PER_CELL)}); pass --i-know to run it "
+            "anyway",
         )
 
 
@@ -250,7 +265,11 @@ def analyze_vote_file(spec: AnalyzeSpec) -> VoteAnalysis:
     if spec.answered is not None:
         answered = load_array("--answered", spec.answered, ndim=1)
         if answered.dtype != bool or answered.shape != (votes.shape[0],):
-            raise v.invalid("--answered", f"--answered must be a boolean .npy of shape ({votes.shape[0]},) (one entry per query), got {answered.dtype} {answered.shape}")
+            raise v.invalid(
+                "--answered",
+                f"--answered must be a boolean .npy of shape ({votes.shape[0]},) (one "
+                f"entry per query), got {answered.dtype} {answered.shape}",
+            )
     bar = _LazyProgress(int(votes.shape[0]), release=spec.release is not None)
     try:
         # A release shows the progress of its own (longer) walk over the queries, not the analysis's.
@@ -281,7 +300,9 @@ def analyze_vote_file(spec: AnalyzeSpec) -> VoteAnalysis:
     )
 
 
-def _release(spec: AnalyzeSpec, votes: np.ndarray, answered: np.ndarray | None, bar: _LazyProgress) -> SmoothSensitivityRelease:
+def _release(
+    spec: AnalyzeSpec, votes: np.ndarray, answered: np.ndarray | None, bar: _LazyProgress
+) -> SmoothSensitivityRelease:
     """The smooth-sensitivity release of ``spec``'s data-dependent ε (GNMax or Confident-GNMax)."""
     smooth = spec.release
     assert smooth is not None and spec.sigma is not None  # the caller releases only when asked; both aggregators have σ
@@ -303,7 +324,10 @@ def _release(spec: AnalyzeSpec, votes: np.ndarray, answered: np.ndarray | None, 
     except ValueError as exc:  # the library names beta / sigma_ss / order; the user typed these flags
         if isinstance(exc, v.InvalidArgument) and exc.argument in ("sigma", "threshold_sigma"):
             raise  # about --sigma / --threshold-sigma themselves (too small for a release): the CLI names them
-        raise v.invalid("--smooth-sensitivity-beta", f"--smooth-sensitivity-beta={smooth.beta:g} --smooth-sensitivity-sigma={smooth.sigma_ss:g}: {exc}") from None
+        raise v.invalid(
+            "--smooth-sensitivity-beta",
+            f"--smooth-sensitivity-beta={smooth.beta:g} --smooth-sensitivity-sigma={smooth.sigma_ss:g}: {exc}",
+        ) from None
 
 
 # ----------------------------------------------------------------------------- pate audit
@@ -349,11 +373,18 @@ class AggregatorAudit:
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` object: the aggregator, its parameters, the bug, the trials, then the result."""
         spec = self.spec
-        return {"aggregator": spec.aggregator, "parameters": dict(spec.parameters), "planted_bug": spec.planted_bug, "trials": spec.trials, **self.result.to_dict()}
+        return {
+            "aggregator": spec.aggregator,
+            "parameters": dict(spec.parameters),
+            "planted_bug": spec.planted_bug,
+            "trials": spec.trials,
+            **self.result.to_dict(),
+        }
 
 
 def audit_aggregator(spec: AggregatorAuditSpec) -> AggregatorAudit:
-    """Plays the neighbouring-votes game of :func:`attacks.audit.pate.pate_audit` against the real or planted aggregator."""
+    """Plays the neighbouring-votes game of :func:`attacks.audit.pate.pate_audit` against the real or planted
+    aggregator."""
     config = aggregator_config(spec.aggregator, **dict(spec.parameters))
     result = pate_audit(
         planted_aggregator(spec.planted_bug, aggregator=spec.aggregator),
@@ -383,7 +414,11 @@ def load_teacher_dirs(record_dir: Path) -> list[Path]:
     if not meta_path.is_file():
         meta_path = record_dir / "pate.json"
     if not meta_path.is_file():
-        raise v.invalid("target", f"target: {str(record_dir)!r} has no pate.json (train it with `dpaudit train --defense pate --out RUN_DIR`)")
+        raise v.invalid(
+            "target",
+            f"target: {str(record_dir)!r} has no pate.json (train it with `dpaudit "
+            "train --defense pate --out RUN_DIR`)",
+        )
     meta = read_json(meta_path)
     try:
         cache = (meta_path.parent / meta["teachers"]["cache"]).resolve()
@@ -393,7 +428,11 @@ def load_teacher_dirs(record_dir: Path) -> list[Path]:
     dirs = [cache / t for t in ids]
     missing = [str(d) for d in dirs if not (d / "record.json").is_file()]
     if missing:
-        raise v.invalid("target", f"target: {len(missing)} of the {len(ids)} teachers are missing from {str(cache)!r} (first: {missing[0]!r}); retrain with the same --out")
+        raise v.invalid(
+            "target",
+            f"target: {len(missing)} of the {len(ids)} teachers are missing from "
+            f"{str(cache)!r} (first: {missing[0]!r}); retrain with the same --out",
+        )
     return dirs
 
 
@@ -442,7 +481,11 @@ def attack_aggregator(
         raise v.invalid("target", f"target: {exc}") from None
     record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     if not handles_record(record):
-        raise v.invalid("target", f"target: {str(rdir)!r} is a {record.defense!r} record; the aggregator attack needs a PATE student (--defense pate)")
+        raise v.invalid(
+            "target",
+            f"target: {str(rdir)!r} is a {record.defense!r} record; the aggregator "
+            "attack needs a PATE student (--defense pate)",
+        )
     teacher_dirs = load_teacher_dirs(rdir)
     config = _defense_config(DEFENSES[record.defense].config_type, thaw(record.config))
     seed = v.integer("seed", seed, minimum=0)
@@ -454,7 +497,9 @@ def attack_aggregator(
         from defenses.pate.plan import plan_pate
 
         num_public = len(public_split(bundle, config.public_fraction)[0])
-        config = plan_pate(config, num_members=len(record.membership.members), num_public=num_public, num_classes=bundle.num_classes).config
+        config = plan_pate(
+            config, num_members=len(record.membership.members), num_public=num_public, num_classes=bundle.num_classes
+        ).config
     aggregator = config.aggregator_config()
     data = bundle.all().subset(ids)
     dev = resolve_device(device)
@@ -464,7 +509,11 @@ def attack_aggregator(
             model = load_model(tdir, device=dev)
             preds[t] = predict_logits(model, data.features, device=dev).argmax(1).numpy()
             bar.update(1)
-    meta: dict[str, Any] = {"dataset": record.dataset, "defense": "pate", "fingerprints": {"weights_sha256": record.weights_sha256}}
+    meta: dict[str, Any] = {
+        "dataset": record.dataset,
+        "defense": "pate",
+        "fingerprints": {"weights_sha256": record.weights_sha256},
+    }
     result = aggregator_membership(
         teacher_labels=preds,
         true_labels=data.labels.numpy().astype(np.int64),

@@ -72,7 +72,8 @@ class ReportIndex:
     #: (kind name, its HTML pages) per registered report kind, in index order.
     kinds: tuple[tuple[str, tuple[Path, ...]], ...] = ()
     tables: tuple[Path, ...] = ()
-    #: Stored verdicts the reports show as violations (audits with ε_LB > ε_UB, unsound certificates), read, never recomputed.
+    #: Stored verdicts the reports show as violations (audits with ε_LB > ε_UB, unsound certificates), read, never
+    #: recomputed.
     violations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -81,7 +82,9 @@ class ReportIndex:
         if not isinstance(self.tables, tuple) or not all(isinstance(p, Path) for p in self.tables):
             raise v.invalid_type("tables", f"tables must be a tuple of Paths, got {self.tables!r}")
         if not isinstance(self.kinds, tuple) or not all(_is_kind_pages(entry) for entry in self.kinds):
-            raise v.invalid_type("kinds", f"kinds must be a tuple of (kind name, tuple of Paths) pairs, got {self.kinds!r}")
+            raise v.invalid_type(
+                "kinds", f"kinds must be a tuple of (kind name, tuple of Paths) pairs, got {self.kinds!r}"
+            )
 
     @property
     def pages(self) -> tuple[Path, ...]:
@@ -97,18 +100,30 @@ class ReportIndex:
         for name, pages in self.kinds:
             if name == kind:
                 return pages
-        raise v.invalid("kind", f"kind must name a report kind of this index ({', '.join(n for n, _ in self.kinds) or 'none'}), got {kind!r}")
+        raise v.invalid(
+            "kind",
+            "kind must name a report kind of this index "
+            f"({', '.join(n for n, _ in self.kinds) or 'none'}), got {kind!r}",
+        )
 
     def __getattr__(self, name: str) -> tuple[Path, ...]:
         # Only reached for names that are not fields: ``index.audits`` is pages_of("audits").
         for kind, pages in self.__dict__.get("kinds", ()):
             if kind == name:
                 return pages
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r} (nor a report kind of that name)")
+        raise AttributeError(
+            f"{type(self).__name__!r} object has no attribute {name!r} (nor a report kind of that name)"
+        )
 
 
 def _is_kind_pages(entry: Any) -> bool:
-    return isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], tuple) and all(isinstance(p, Path) for p in entry[1])
+    return (
+        isinstance(entry, tuple)
+        and len(entry) == 2
+        and isinstance(entry[0], str)
+        and isinstance(entry[1], tuple)
+        and all(isinstance(p, Path) for p in entry[1])
+    )
 
 
 def _verify(run: RunDir) -> None:
@@ -168,7 +183,9 @@ def _render(run: RunDir, *, format: str) -> ReportIndex:
     found = [(kind, list(kind.load(run))) for kind in ordered_kinds()]
     if not any(items for _, items in found):
         raise NothingToRender(
-            f"run_dir {str(run.path)!r} holds no trained model and no audit, membership-attack, certify, PATE, DSSGD or model-inversion results to render "
+            f"run_dir {str(run.path)!r} holds no trained model and no audit, "
+            "membership-attack, certify, PATE, DSSGD or model-inversion results to "
+            "render "
             "(run dpaudit train, audit, attack membership, attack inversion or certify into it first)"
         )
     out = run.reports_dir()
@@ -177,7 +194,9 @@ def _render(run: RunDir, *, format: str) -> ReportIndex:
         written = [(kind, [kind.render(item, out) for item in items]) for kind, items in found]
         groups = [(kind.group, [(page.link, page.html.name) for page in pages]) for kind, pages in written if pages]
         tables = tuple(table for _, pages in written for page in pages for table in page.tables)
-        indexes = write_index_files(out, title=f"Reports of {run.path.name}", groups=groups, files=[p.name for p in tables])
+        indexes = write_index_files(
+            out, title=f"Reports of {run.path.name}", groups=groups, files=[p.name for p in tables]
+        )
     by_suffix = {p.suffix: p for p in indexes}
     return ReportIndex(
         index_html=by_suffix.get(".html"),
@@ -185,7 +204,9 @@ def _render(run: RunDir, *, format: str) -> ReportIndex:
         format=format,
         index=indexes[0],
         # A kind names its page by the HTML path; the page written is that stem in the format chosen.
-        kinds=tuple((kind.name, tuple(page.html.with_suffix(PAGE_SUFFIX[format]) for page in pages)) for kind, pages in written),
+        kinds=tuple(
+            (kind.name, tuple(page.html.with_suffix(PAGE_SUFFIX[format]) for page in pages)) for kind, pages in written
+        ),
         tables=tables,
         violations=tuple(line for _, pages in written for page in pages for line in page.violations),
     )

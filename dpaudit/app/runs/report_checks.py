@@ -44,7 +44,8 @@ from dpaudit.store import RunDir, read_json, safe_stem
 
 __all__ = ["plain_model_id", "verify_references", "verify_results", "verify_run", "verify_symlinks"]
 
-# Relative slack when comparing two stored copies of one float (JSON round trips are exact; this only absorbs formatting).
+# Relative slack when comparing two stored copies of one float (JSON round trips are exact; this only absorbs
+# formatting).
 _REL = 1e-9
 _GLOB = frozenset("*?[]")
 
@@ -82,7 +83,11 @@ def verify_symlinks(run: RunDir) -> None:
         for name in (*dirs, *files):
             p = Path(top) / name
             if p.is_symlink() and not _inside(p.resolve(), root):
-                raise _refuse(p, f"is a symbolic link to {str(p.resolve())!r}, outside the run directory {str(root)!r}; report reads only files inside the run")
+                raise _refuse(
+                    p,
+                    f"is a symbolic link to {str(p.resolve())!r}, outside the run directory "
+                    f"{str(root)!r}; report reads only files inside the run",
+                )
 
 
 def _check_target(run: RunDir, directory: Path, files: list[Path]) -> str | None:
@@ -94,11 +99,22 @@ def _check_target(run: RunDir, directory: Path, files: list[Path]) -> str | None
         if model_id is None:
             continue  # the result's own loader names a missing field
         if not plain_model_id(model_id):
-            raise _refuse(f, f"model_id={v.short(model_id, 300)} is not a plain model id (a path, '..', a separator or a glob pattern): report resolves references only inside the run directory")
+            raise _refuse(
+                f,
+                f"model_id={v.short(model_id, 300)} is not a plain model id (a path, "
+                "'..', a separator or a glob pattern): report resolves references only "
+                "inside the run directory",
+            )
         if safe_stem(model_id, default="target") != directory.name:
-            raise _refuse(f, f"model_id={model_id!r} does not match its directory {directory.name!r}: the result was stored for another target")
+            raise _refuse(
+                f,
+                f"model_id={model_id!r} does not match its directory {directory.name!r}: "
+                "the result was stored for another target",
+            )
         if named is not None and model_id != named:
-            raise _refuse(f, f"model_id={model_id!r} differs from {named!r}, named by the other results of {str(directory)!r}")
+            raise _refuse(
+                f, f"model_id={model_id!r} differs from {named!r}, named by the other results of {str(directory)!r}"
+            )
         named = model_id
     return named
 
@@ -112,7 +128,10 @@ def _check_record_of(run: RunDir, model_id: str, referrer: Path) -> Path | None:
         raise _refuse(referrer, f"model_id={model_id!r} resolves to {str(found)!r}, outside the run's records")
     stated = load_record(found).model_id  # the record's own loader names a malformed file
     if stated != model_id:
-        raise _refuse(found / RECORD_FILE, f"model_id={v.short(stated)} is not {model_id!r}, the id {str(referrer)!r} found this record under")
+        raise _refuse(
+            found / RECORD_FILE,
+            f"model_id={v.short(stated)} is not {model_id!r}, the id {str(referrer)!r} found this record under",
+        )
     return found
 
 
@@ -139,7 +158,12 @@ def verify_references(run: RunDir) -> list[Path]:
         data = read_json(path)
         model_id = data.get("model_id", d.name) if isinstance(data, dict) else d.name
         if not plain_model_id(model_id):
-            raise _refuse(path, f"model_id={v.short(model_id, 300)} is not a plain model id (a path, '..', a separator or a glob pattern): report resolves references only inside the run directory")
+            raise _refuse(
+                path,
+                f"model_id={v.short(model_id, 300)} is not a plain model id (a path, "
+                "'..', a separator or a glob pattern): report resolves references only "
+                "inside the run directory",
+            )
         if (found := _check_record_of(run, model_id, path)) is not None:
             referenced.append(found)
     for d in run.compare_dirs():
@@ -150,12 +174,19 @@ def verify_references(run: RunDir) -> list[Path]:
                 continue  # the comparison's loader names it
             for j, model_id in enumerate(row.get("model_ids", ()) or ()):
                 if not plain_model_id(model_id):
-                    raise _refuse(path, f"rows[{i}].model_ids[{j}]={v.short(model_id, 300)} is not a plain model id: report resolves references only inside the run directory")
+                    raise _refuse(
+                        path,
+                        f"rows[{i}].model_ids[{j}]={v.short(model_id, 300)} is not a plain model "
+                        "id: report resolves references only inside the run directory",
+                    )
             links = row.get("links", {})
             for name, href in links.items() if isinstance(links, dict) else ():
                 if not safe_href(href):
                     raise _refuse(
-                        path, f"rows[{i}].links.{name}={v.short(href, 300)} is not a relative path inside the run's reports folder (no scheme, no '..', no absolute path): report links nothing else"
+                        path,
+                        f"rows[{i}].links.{name}={v.short(href, 300)} is not a relative path "
+                        "inside the run's reports folder (no scheme, no '..', no absolute "
+                        "path): report links nothing else",
                     )
     return referenced
 
@@ -171,13 +202,29 @@ def _verify_comparison(path: Path) -> None:
     for i, row in enumerate(result.rows):
         ub = row.epsilon_ub_best
         at = f"rows[{i}] ({row.label!r})"
-        # compare's own rule (dpaudit.results.compare_outcomes): a DP row whose best ε_LB exceeds its tightest ε_UB is a violation.
+        # compare's own rule (dpaudit.results.compare_outcomes): a DP row whose best ε_LB exceeds its tightest ε_UB is a
+        # violation.
         if row.epsilon_ub and row.epsilon_lb > ub and row.verdict != "violation":
-            raise _refuse(path, f"{at} stores verdict={row.verdict!r} but its epsilon_lb={row.epsilon_lb:g} > its tightest epsilon_ub={ub:g}: the row contradicts itself")
+            raise _refuse(
+                path,
+                f"{at} stores verdict={row.verdict!r} but its "
+                f"epsilon_lb={row.epsilon_lb:g} > its tightest epsilon_ub={ub:g}: the "
+                "row contradicts itself",
+            )
         for attack, m in row.membership.items():
             lb = m.get("epsilon_lb") if hasattr(m, "get") else None
-            if isinstance(lb, (int, float)) and not isinstance(lb, bool) and lb > row.epsilon_lb and not _close(float(lb), row.epsilon_lb):
-                raise _refuse(path, f"{at} stores epsilon_lb={row.epsilon_lb:g} below its attack {attack!r}'s epsilon_lb={float(lb):g}, of which it is the maximum: the row contradicts itself")
+            if (
+                isinstance(lb, (int, float))
+                and not isinstance(lb, bool)
+                and lb > row.epsilon_lb
+                and not _close(float(lb), row.epsilon_lb)
+            ):
+                raise _refuse(
+                    path,
+                    f"{at} stores epsilon_lb={row.epsilon_lb:g} below its attack "
+                    f"{attack!r}'s epsilon_lb={float(lb):g}, of which it is the maximum: the "
+                    "row contradicts itself",
+                )
 
 
 def _verify_audit(path: Path) -> None:
@@ -188,10 +235,20 @@ def _verify_audit(path: Path) -> None:
     stored = data.get("violation") if isinstance(data, dict) else None
     if isinstance(stored, bool) and stored != result.violation:
         sign = ">" if result.violation else "<="
-        raise _refuse(path, f"stores violation={str(stored).lower()} but epsilon_lb={result.epsilon_lb:g} {sign} epsilon_ub={result.epsilon_ub:g}: the result contradicts itself")
+        raise _refuse(
+            path,
+            f"stores violation={str(stored).lower()} but "
+            f"epsilon_lb={result.epsilon_lb:g} {sign} "
+            f"epsilon_ub={result.epsilon_ub:g}: the result contradicts itself",
+        )
     listed = result.epsilon_ub_by_accountant.get(result.accountant)
     if listed is not None and not _close(float(listed), result.epsilon_ub):
-        raise _refuse(path, f"epsilon_ub={result.epsilon_ub:g} differs from epsilon_ub_by_accountant.{result.accountant}={float(listed):g}, the same accountant's ε_UB: the result contradicts itself")
+        raise _refuse(
+            path,
+            f"epsilon_ub={result.epsilon_ub:g} differs from "
+            f"epsilon_ub_by_accountant.{result.accountant}={float(listed):g}, the "
+            "same accountant's ε_UB: the result contradicts itself",
+        )
 
 
 def _verify_certified(run: RunDir) -> None:
@@ -213,18 +270,24 @@ def _verify_certified(run: RunDir) -> None:
         path = run.certify_dir(str(cr.summary.model_id)) / SUMMARY_FILE
         radii = [float(r) for r in cr.radii]
         try:
-            strongest = np.min(np.array([[res.robust_accuracy_at(r) for r in radii] for res in cr.attacks.values()]), axis=0)
+            strongest = np.min(
+                np.array([[res.robust_accuracy_at(r) for r in radii] for res in cr.attacks.values()]), axis=0
+            )
         except ValueError as exc:
             raise _refuse(path, f"radii={radii} are not the radii its stored attacks ran at ({exc})") from None
         for cert in cr.certificates.values():
             if cert.norm != (cr.summary.norm or cert.norm):
                 continue
-            found = soundness_violations(cert.certified_accuracy(radii), strongest, radii=radii, certificate=cert.method, tolerance=1e-9)
+            found = soundness_violations(
+                cert.certified_accuracy(radii), strongest, radii=radii, certificate=cert.method, tolerance=1e-9
+            )
             if found:
                 x = found[0]
                 raise _refuse(
                     path,
-                    f"stores soundness_violations=[] but its certificate {cert.method!r} certifies {x.certified_accuracy:.3f} at radius {x.radius:g} > {x.robust_accuracy:.3f}, "
+                    f"stores soundness_violations=[] but its certificate {cert.method!r} "
+                    f"certifies {x.certified_accuracy:.3f} at radius {x.radius:g} > "
+                    f"{x.robust_accuracy:.3f}, "
                     "the accuracy its stored attacks left: the summary contradicts its own results",
                 )
 

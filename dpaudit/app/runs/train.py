@@ -19,7 +19,17 @@ from dpaudit.results.record import TrainedModel
 from dpaudit.store import RunDir
 from dpaudit.train_request import TrainRequest
 
-__all__ = ["TrainSpec", "TrainOutcome", "train_or_load", "default_config", "resolve_defaults", "DATA_FILES_KEY", "CHANCE_MARGIN", "chance_check", "warn_if_near_chance"]
+__all__ = [
+    "TrainSpec",
+    "TrainOutcome",
+    "train_or_load",
+    "default_config",
+    "resolve_defaults",
+    "DATA_FILES_KEY",
+    "CHANCE_MARGIN",
+    "chance_check",
+    "warn_if_near_chance",
+]
 
 #: Test accuracy at most this far above chance counts as "trained to chance" (2 points).
 CHANCE_MARGIN = 0.02
@@ -35,7 +45,11 @@ def default_config(defense: str, **overrides: Any) -> Any:
     names = {f.name for f in dataclasses.fields(spec.config_type)}
     unknown = sorted(set(overrides) - names)
     if unknown:
-        raise v.invalid(unknown[0], f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a field of the {defense} config (fields: {', '.join(sorted(names))})")
+        raise v.invalid(
+            unknown[0],
+            f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a "
+            f"field of the {defense} config (fields: {', '.join(sorted(names))})",
+        )
     return spec.config_type(**overrides)
 
 
@@ -96,7 +110,11 @@ class TrainSpec:
         if self.config is None:
             object.__setattr__(self, "config", config_type())
         elif not isinstance(self.config, config_type):
-            raise v.invalid_type("config", f"config must be a {config_type.__name__} for defense {self.defense!r}, got {type(self.config).__name__}")
+            raise v.invalid_type(
+                "config",
+                f"config must be a {config_type.__name__} for defense {self.defense!r}, "
+                f"got {type(self.config).__name__}",
+            )
         if self.model not in MODELS:
             raise v.invalid("model", f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
         v.integer("seed", self.seed, minimum=0)
@@ -151,12 +169,21 @@ def _stale_data(record: TrainedModel, dataset: str, data: Mapping[str, str], rdi
     stored = record.provenance.get(DATA_FILES_KEY)
     if stored is None:
         if data:
-            print(f"record {record.model_id} in {rdir} predates dataset checksums: its files of dataset {dataset} cannot be checked (pass --force to retrain)", file=sys.stderr)
+            print(
+                f"record {record.model_id} in {rdir} predates dataset checksums: its "
+                f"files of dataset {dataset} cannot be checked (pass --force to retrain)",
+                file=sys.stderr,
+            )
         return False
     stored = thaw(stored)
     if stored == dict(data):
         return False
-    print(f"recomputing: dataset {dataset}'s files changed since the stored record {record.model_id} ({changed_files(stored, dict(data))}); training it again", file=sys.stderr)
+    print(
+        f"recomputing: dataset {dataset}'s files changed since the stored record "
+        f"{record.model_id} ({changed_files(stored, dict(data))}); training it "
+        "again",
+        file=sys.stderr,
+    )
     return True
 
 
@@ -202,7 +229,12 @@ def _submodel_cache(cache: Path, *, dataset: str, data: Mapping[str, str], label
                     shutil.rmtree(target)
                 entry.rename(target)
                 moved += 1
-        print(f"recomputing: dataset {dataset}'s files changed since the {label} cached in {cache} ({changed_files(old, dict(data))}); {moved} moved to {aside}", file=sys.stderr)
+        print(
+            f"recomputing: dataset {dataset}'s files changed since the {label} "
+            f"cached in {cache} ({changed_files(old, dict(data))}); {moved} moved to "
+            f"{aside}",
+            file=sys.stderr,
+        )
     if old != dict(data):
         cache.mkdir(parents=True, exist_ok=True)
         atomic_write_json(marker, {**known, dataset: dict(data)})
@@ -217,7 +249,9 @@ def _spec_of(config: Any) -> Any:
     return next((by_type[cls] for cls in type(config).__mro__ if cls in by_type), None)
 
 
-def _refuse_unmeetable_budget(config: Any, *, bundle: Any, splits: Any, model_name: str, model_options: dict[str, Any]) -> None:
+def _refuse_unmeetable_budget(
+    config: Any, *, bundle: Any, splits: Any, model_name: str, model_options: dict[str, Any]
+) -> None:
     """A run whose privacy budget cannot be met (DP-SGD's, PATE's, DSSGD's) is refused before anything is written.
 
     The defense's ``check_budget`` raises ValueError naming what the budget allows.
@@ -261,15 +295,24 @@ def warn_if_near_chance(record: TrainedModel) -> str | None:
     spec = DEFENSES.get(record.defense)
     hint = (spec.chance_hint if spec is not None else None) or "the training flags (--epochs, --learning-rate)"
     msg = (
-        f"WARNING: model {record.model_id} ({record.defense}, {record.model_name} on {record.dataset}) trained to chance: "
-        f"test accuracy {float(m['test_accuracy']):.4f} is within {CHANCE_MARGIN:g} of chance {float(m['chance_accuracy']):.4f}. "
+        f"WARNING: model {record.model_id} ({record.defense}, "
+        f"{record.model_name} on {record.dataset}) trained to chance: "
+        f"test accuracy {float(m['test_accuracy']):.4f} is within "
+        f"{CHANCE_MARGIN:g} of chance {float(m['chance_accuracy']):.4f}. "
         f"Its attacks and audits say nothing about a useful model; change {hint} and retrain with --force"
     )
     print(msg, file=sys.stderr)
     return msg
 
 
-def resolve_defaults(config: Any, *, num_members: int, model_name: str | None = None, model_options: dict[str, Any] | None = None, bundle: Any = None) -> tuple[Any, str | None]:
+def resolve_defaults(
+    config: Any,
+    *,
+    num_members: int,
+    model_name: str | None = None,
+    model_options: dict[str, Any] | None = None,
+    bundle: Any = None,
+) -> tuple[Any, str | None]:
     """A DP-SGD-style config (DP-SGD's, Secure-SGD's) with its unset training defaults derived.
 
     The values come from public facts only (N, ε, δ, and for Secure-SGD the model's first
@@ -289,7 +332,9 @@ def resolve_defaults(config: Any, *, num_members: int, model_name: str | None = 
     spec = _spec_of(config)
     if spec is None or spec.resolve_defaults is None:
         return config, None
-    return spec.resolve_defaults(config, num_members=num_members, model_name=model_name, model_options=model_options, bundle=bundle)
+    return spec.resolve_defaults(
+        config, num_members=num_members, model_name=model_name, model_options=model_options, bundle=bundle
+    )
 
 
 def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: Any = None) -> TrainOutcome:
@@ -323,15 +368,38 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     if bundle is None:
         bundle = load_dataset(spec.dataset, data_root=spec.data_root)
     if splits is None:
-        splits = make_splits(bundle, seed=spec.split_seed if spec.split_seed is not None else spec.seed, member_fraction=spec.member_fraction)
+        splits = make_splits(
+            bundle,
+            seed=spec.split_seed if spec.split_seed is not None else spec.seed,
+            member_fraction=spec.member_fraction,
+        )
     data = dataset_files(spec.dataset, data_root=spec.data_root)
-    config, defaults = resolve_defaults(spec.config, num_members=len(splits.members), model_name=spec.model, model_options=dict(spec.model_options), bundle=bundle)
-    _refuse_unmeetable_budget(config, bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options))
-    request = TrainRequest(bundle=bundle, splits=splits, model_name=spec.model, model_options=spec.model_options, config=config, seed=spec.seed, device=device, progress=bool(spec.progress))
+    config, defaults = resolve_defaults(
+        spec.config,
+        num_members=len(splits.members),
+        model_name=spec.model,
+        model_options=dict(spec.model_options),
+        bundle=bundle,
+    )
+    _refuse_unmeetable_budget(
+        config, bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options)
+    )
+    request = TrainRequest(
+        bundle=bundle,
+        splits=splits,
+        model_name=spec.model,
+        model_options=spec.model_options,
+        config=config,
+        seed=spec.seed,
+        device=device,
+        progress=bool(spec.progress),
+    )
     model_id = model_id_for(request, defense=spec.defense)
     run = run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
     rdir = run.record_dir(model_id)
-    with unit_lock(run.path, f"record-{model_id}"):  # one writer per record: a second `train` is refused, not duplicated
+    with unit_lock(
+        run.path, f"record-{model_id}"
+    ):  # one writer per record: a second `train` is refused, not duplicated
         if (rdir / RECORD_FILE).is_file() and not spec.force:
             if not (rdir / WEIGHTS_FILE).is_file():
                 # A record without its weights is incomplete (an interrupted copy, a deleted file): never "reuse" it.
@@ -345,29 +413,51 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                     warn_if_near_chance(stored)  # said again on every reuse: it is still no useful model
                     checked = data if DATA_FILES_KEY in stored.provenance else {}
                     try:
-                        return TrainOutcome(record=stored, model=load_model(rdir, device=device), record_dir=rdir, reused=True, data_files=checked)
+                        return TrainOutcome(
+                            record=stored,
+                            model=load_model(rdir, device=device),
+                            record_dir=rdir,
+                            reused=True,
+                            data_files=checked,
+                        )
                     except v.InvalidArgument as exc:
                         # The id hashes the model's name and options, not its layers: a record made
                         # before an architecture changed (digits-mlp became 64 tanh units) is retrained.
                         if exc.argument != "weights":
                             raise
-                        print(f"record {model_id} in {rdir} was trained with an earlier {spec.model} architecture ({str(exc)[:160]}); training it again", file=sys.stderr)
+                        print(
+                            f"record {model_id} in {rdir} was trained with an earlier {spec.model} "
+                            f"architecture ({str(exc)[:160]}); training it again",
+                            file=sys.stderr,
+                        )
         entry = DEFENSES[spec.defense]
         if spec.progress and defaults is not None:
             print(f"{spec.defense} {defaults}", file=sys.stderr, flush=True)
         if spec.progress:
             epochs = float(getattr(config, "epochs", None) or 10)
-            per_example = seconds_per_example(spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, device=str(device), model_options=dict(spec.model_options))
+            per_example = seconds_per_example(
+                spec.model,
+                input_shape=bundle.input_shape,
+                num_classes=bundle.num_classes,
+                device=str(device),
+                model_options=dict(spec.model_options),
+            )
             # Only training with per-example clipping pays for per-example gradients (PATE's teachers train plainly).
             factor = PER_EXAMPLE_GRADIENT_FACTOR if entry.per_example_gradients else 1.0
-            announce_if_long(epochs * len(splits.members) * per_example * factor, f"training {spec.defense} for {epochs:g} epochs", hint="--epochs changes it")
+            announce_if_long(
+                epochs * len(splits.members) * per_example * factor,
+                f"training {spec.defense} for {epochs:g} epochs",
+                hint="--epochs changes it",
+            )
         extra: dict[str, Any] = {}
         if entry.submodels is not None:
             from dpaudit.training import TrainWorkspace
 
             extra["workspace"] = TrainWorkspace(
                 record_dir=rdir,
-                cache_dir=_submodel_cache(run.submodel_dir(entry.submodels), dataset=spec.dataset, data=data, label=entry.submodels),
+                cache_dir=_submodel_cache(
+                    run.submodel_dir(entry.submodels), dataset=spec.dataset, data=data, label=entry.submodels
+                ),
                 executor=spec.executor,
                 num_workers=spec.num_workers,
                 address=spec.address,
@@ -381,7 +471,13 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
             # Never released silently: a model no better than guessing is flagged in its record
             # (attacks and reports read the metrics) and on stderr, not refused, so its run's
             # cost is kept and the numbers that show why stay inspectable.
-            record = dataclasses.replace(record, metrics={**record.metrics, **chance_check(record.metrics["test_accuracy"], bundle.test.labels, num_classes=bundle.num_classes)})
+            record = dataclasses.replace(
+                record,
+                metrics={
+                    **record.metrics,
+                    **chance_check(record.metrics["test_accuracy"], bundle.test.labels, num_classes=bundle.num_classes),
+                },
+            )
             warn_if_near_chance(record)
         save_record(record, model, rdir)
         model.eval()

@@ -28,7 +28,14 @@ from dpaudit.app.common import (
     fmt_eps_lb,
     fmt_eps_ub,
 )
-from dpaudit.app.train_fn_flags import TRAIN_FN_HELP, add_claim_flags, add_model_fn_flag, add_train_fn_flag, claim_from_args, pos_int
+from dpaudit.app.train_fn_flags import (
+    TRAIN_FN_HELP,
+    add_claim_flags,
+    add_model_fn_flag,
+    add_train_fn_flag,
+    claim_from_args,
+    pos_int,
+)
 from dpaudit.limits import LIMITS
 from dpaudit.options import limit_action
 from dpaudit.results.audit import AuditResult
@@ -42,7 +49,9 @@ MAX_STEPS = int(LIMITS["steps"].maximum)
 
 #: One line defining the two numbers an audit prints (issue 10: the terminal output defines them).
 EPSILON_DEFINITION = (
-    "epsilon_lb = empirical lower bound at {confidence:.0%} confidence from the attack; epsilon_ub = the claim's accountant upper bound; a DP implementation is caught when epsilon_lb > epsilon_ub"
+    "epsilon_lb = empirical lower bound at {confidence:.0%} confidence from "
+    "the attack; epsilon_ub = the claim's accountant upper bound; a DP "
+    "implementation is caught when epsilon_lb > epsilon_ub"
 )
 
 
@@ -53,11 +62,17 @@ def ceiling_line(result: AuditResult) -> str:
     d = result.details
     if result.method == "one-run":
         tried = len(d.guess_counts or ()) if isinstance(d, OneRunDetails) else 0
-        design = f"every guess right among {result.num_in + result.num_out} canaries, {tried or 'the'} guess counts tried"
+        design = (
+            f"every guess right among {result.num_in + result.num_out} canaries, {tried or 'the'} guess counts tried"
+        )
     else:
-        n_in, n_out = (d.bounding_num_in, d.bounding_num_out) if isinstance(d, ScoresDetails) else (result.num_in, result.num_out)
+        n_in, n_out = (
+            (d.bounding_num_in, d.bounding_num_out) if isinstance(d, ScoresDetails) else (result.num_in, result.num_out)
+        )
         design = f"every IN scored above every OUT on the same {n_in} IN / {n_out} OUT"
-    return f"{fmt_eps_lb(result.ceiling)}  (the largest epsilon_lb this design can show: {design}; more trials raise it)"
+    return (
+        f"{fmt_eps_lb(result.ceiling)}  (the largest epsilon_lb this design can show: {design}; more trials raise it)"
+    )
 
 
 def _check_bounds_fit(args: argparse.Namespace, claim: Any) -> None:
@@ -71,58 +86,102 @@ def _check_bounds_fit(args: argparse.Namespace, claim: Any) -> None:
             raise UsageError(f"--bound {args.bound}: {exc}", argument="--bound") from None
     if args.method == "one-run" and args.one_run_bound == "fdp" and claim.trade_off_family != "gaussian":
         raise UsageError(
-            f"--one-run-bound fdp rejects a Gaussian trade-off curve, and the claim of kind {claim.kind!r} is not Gaussian-family; use --one-run-bound steinke", argument="--one-run-bound"
+            "--one-run-bound fdp rejects a Gaussian trade-off curve, and the claim "
+            f"of kind {claim.kind!r} is not Gaussian-family; use --one-run-bound "
+            "steinke",
+            argument="--one-run-bound",
         )
 
 
 def _check_target(args: argparse.Namespace, claim: Any) -> None:
-    """What is audited: a third-party ``--train-fn`` against its claim, or a ``--defense`` with its own (exit 2 on a mismatch)."""
+    """What is audited: a third-party ``--train-fn`` against its claim, or a ``--defense`` with its own (exit 2 on a
+    mismatch)."""
     if args.train_fn is not None:
         from dpaudit.callables import resolve_callable
 
-        resolve_callable(args.train_fn, argument="--train-fn")  # a bad spec fails here, in one line, before any data loads
+        resolve_callable(
+            args.train_fn, argument="--train-fn"
+        )  # a bad spec fails here, in one line, before any data loads
     if args.model_fn is not None:
         if args.train_fn is None or (args.init == "random" and args.canary != "blank"):
-            raise UsageError("--model-fn builds the starting architecture of a --train-fn audited with --init worst-case or --canary blank", argument="--model-fn")
+            raise UsageError(
+                "--model-fn builds the starting architecture of a --train-fn audited "
+                "with --init worst-case or --canary blank",
+                argument="--model-fn",
+            )
         from dpaudit.callables import resolve_callable
 
         resolve_callable(args.model_fn, argument="--model-fn")
     if args.train_fn is None:
         if claim is not None:
-            raise UsageError(f"--claim/--claim-* apply to --train-fn; --defense {args.defense} builds its own claim", argument="--claim")
+            raise UsageError(
+                f"--claim/--claim-* apply to --train-fn; --defense {args.defense} builds its own claim",
+                argument="--claim",
+            )
         if (args.target_epsilon is None) == (args.noise_multiplier is None):
-            raise UsageError(f"give exactly one of --target-epsilon and --noise-multiplier (got {args.target_epsilon!r} and {args.noise_multiplier!r})", argument="--target-epsilon")
+            raise UsageError(
+                "give exactly one of --target-epsilon and --noise-multiplier (got "
+                f"{args.target_epsilon!r} and {args.noise_multiplier!r})",
+                argument="--target-epsilon",
+            )
     else:
         if claim is None:
-            raise UsageError("--train-fn needs the claim it is audited against: --claim FILE or --claim-noise-multiplier/--claim-sampling-rate/--claim-num-steps", argument="--train-fn")
+            raise UsageError(
+                "--train-fn needs the claim it is audited against: --claim FILE or "
+                "--claim-noise-multiplier/--claim-sampling-rate/--claim-num-steps",
+                argument="--train-fn",
+            )
         if args.threat == "white-box":
-            raise UsageError("--threat white-box needs a defense's white-box trainer hooks; audit --train-fn with --threat black-box", argument="--threat")
+            raise UsageError(
+                "--threat white-box needs a defense's white-box trainer hooks; audit "
+                "--train-fn with --threat black-box",
+                argument="--threat",
+            )
         if args.target_epsilon is not None or args.noise_multiplier is not None:
-            raise UsageError("--target-epsilon/--noise-multiplier configure --defense; with --train-fn the claim comes from --claim/--claim-*", argument="--target-epsilon")
+            raise UsageError(
+                "--target-epsilon/--noise-multiplier configure --defense; with "
+                "--train-fn the claim comes from --claim/--claim-*",
+                argument="--target-epsilon",
+            )
 
 
 def _check_game(args: argparse.Namespace) -> None:
     """The flags that apply to one game or one executor only, refused elsewhere (exit 2)."""
     if args.init != "random" and (args.threat != "black-box" or args.method != "multi-run"):
-        raise UsageError(f"--init {args.init} applies to --threat black-box --method multi-run, got --threat {args.threat} --method {args.method}", argument="--init")
+        raise UsageError(
+            f"--init {args.init} applies to --threat black-box --method multi-run, "
+            f"got --threat {args.threat} --method {args.method}",
+            argument="--init",
+        )
     if args.address is not None and args.executor != "ray":
-        raise UsageError(f"--address={args.address!r} needs --executor ray, got --executor {args.executor}", argument="--address")
+        raise UsageError(
+            f"--address={args.address!r} needs --executor ray, got --executor {args.executor}", argument="--address"
+        )
     if args.ship_code and args.executor != "ray":
         raise UsageError(f"--ship-code needs --executor ray, got --executor {args.executor}", argument="--ship-code")
     if args.budget_seconds is not None and args.threat != "white-box":
-        raise UsageError(f"--budget-seconds applies to --threat white-box (trainings pooled until the time is spent), got --threat {args.threat}", argument="--budget-seconds")
+        raise UsageError(
+            "--budget-seconds applies to --threat white-box (trainings pooled until "
+            f"the time is spent), got --threat {args.threat}",
+            argument="--budget-seconds",
+        )
     if args.strategy == "fixed" and (args.threat != "white-box" or args.score != "dirac"):
         raise UsageError(
-            f"--strategy fixed takes its threshold from the white-box Dirac claim (C/2); got --threat {args.threat} --score {args.score}: use bonferroni or split",
+            "--strategy fixed takes its threshold from the white-box Dirac claim "
+            f"(C/2); got --threat {args.threat} --score {args.score}: use bonferroni "
+            "or split",
             argument="--strategy",
         )
 
 
 def _checked_claim(args: argparse.Namespace) -> Any:
-    """The claim of a ``--train-fn`` (``None`` for a defense), after every check of the flags that needs no data (exit 2)."""
+    """The claim of a ``--train-fn`` (``None`` for a defense), after every check of the flags that needs no data (exit
+    2)."""
     claim = claim_from_args(args)
     if args.one_run_bound is not None and args.method != "one-run":
-        raise UsageError(f"--one-run-bound applies to --method one-run, got --method {args.method}", argument="--one-run-bound")
+        raise UsageError(
+            f"--one-run-bound applies to --method one-run, got --method {args.method}", argument="--one-run-bound"
+        )
     if claim is not None:
         _check_bounds_fit(args, claim)
     _check_target(args, claim)
@@ -131,7 +190,8 @@ def _checked_claim(args: argparse.Namespace) -> Any:
 
 
 def _spec_from_args(args: argparse.Namespace, claim: Any) -> Any:
-    """The :class:`~dpaudit.app.runs.audit.AuditSpec` the flags describe, refused above :data:`MAX_STEPS` steps without ``--i-know``."""
+    """The :class:`~dpaudit.app.runs.audit.AuditSpec` the flags describe, refused above :data:`MAX_STEPS` steps without
+    ``--i-know``."""
     from dpaudit.app.runs.audit import AuditSpec
 
     spec = AuditSpec(
@@ -177,7 +237,9 @@ def _spec_from_args(args: argparse.Namespace, claim: Any) -> Any:
     if spec.resolved_num_steps > MAX_STEPS and not args.i_know:
         # A tiny --sampling-rate makes 1/q steps per epoch: refuse before minutes of silence.
         raise UsageError(
-            f"--sampling-rate={spec.sampling_rate:g} with {spec.epochs or 10:g} epochs is {spec.resolved_num_steps:.3g} steps per training, above the limit {MAX_STEPS:,}; "
+            f"--sampling-rate={spec.sampling_rate:g} with {spec.epochs or 10:g} "
+            f"epochs is {spec.resolved_num_steps:.3g} steps per training, above the "
+            f"limit {MAX_STEPS:,}; "
             "raise --sampling-rate, give --num-steps, or pass --i-know",
             argument="--sampling-rate",
         )
@@ -201,22 +263,37 @@ def _result_lines(result: Any, directory: Path) -> list[str]:
     """The terminal summary of an audit result: both bounds, what they assume, the ceiling and the verdict."""
     fmt = fmt_eps_ub
     return [
-        f"audit {directory.name}: {result.threat_model} {'per-step Dirac game' if result.method == 'white-box' else result.method}, {result.num_in} IN / {result.num_out} OUT observations",
+        f"audit {directory.name}: {result.threat_model} "
+        f"{'per-step Dirac game' if result.method == 'white-box' else result.method}, "
+        f"{result.num_in} IN / {result.num_out} OUT observations",
         "  " + EPSILON_DEFINITION.format(confidence=result.confidence),
-        f"  epsilon_lb  {fmt_eps_lb(result.epsilon_lb)}  ({result.bound}, {result.confidence:.0%} confidence, delta={result.delta:g})",
+        f"  epsilon_lb  {fmt_eps_lb(result.epsilon_lb)}  ({result.bound}, "
+        f"{result.confidence:.0%} confidence, delta={result.delta:g})",
         f"  assumption  {result.assumption}",
         f"  ceiling     {ceiling_line(result)}",
         f"  epsilon_ub  {fmt(result.epsilon_ub)}  (tightest: {result.accountant}; {result.claim_description})",
-        "  epsilon_ub by accountant: " + (", ".join(f"{k} {fmt(x)}" for k, x in result.epsilon_ub_by_accountant.items()) or "none (no privacy mechanism)"),
+        "  epsilon_ub by accountant: "
+        + (
+            ", ".join(f"{k} {fmt(x)}" for k, x in result.epsilon_ub_by_accountant.items())
+            or "none (no privacy mechanism)"
+        ),
         f"  last-iterate {last_iterate_line(result)}",
-        f"  tightness   {result.tightness:.3f}" + ("" if result.epsilon_estimate is None else f"   (point estimate, not a bound: {fmt_eps(result.epsilon_estimate)})"),
-        "  VIOLATION: epsilon_lb > epsilon_ub — the implementation does not meet its claim" if result.violation else "  no violation",
+        f"  tightness   {result.tightness:.3f}"
+        + (
+            ""
+            if result.epsilon_estimate is None
+            else f"   (point estimate, not a bound: {fmt_eps(result.epsilon_estimate)})"
+        ),
+        "  VIOLATION: epsilon_lb > epsilon_ub — the implementation does not meet its claim"
+        if result.violation
+        else "  no violation",
         f"  results: {directory}",
     ]
 
 
 def _run_and_print(args: argparse.Namespace, spec: Any) -> int:
-    """Runs the audit, renders its report (unless ``--no-report``) and prints the result; exit status 3 on a violation."""
+    """Runs the audit, renders its report (unless ``--no-report``) and prints the result; exit status 3 on a
+    violation."""
     from dpaudit.app.runs.audit import run_audit
     from dpaudit.store import RunDir
 
@@ -256,36 +333,92 @@ def _add_target_flags(p: argparse.ArgumentParser) -> None:
 
     who = p.add_mutually_exclusive_group()
     defenses = audit_defenses()
-    who.add_argument("--defense", choices=defenses, default=defenses[0] if defenses else None, help="a registered defense with a white-box trainer to audit (default %(default)s)")
+    who.add_argument(
+        "--defense",
+        choices=defenses,
+        default=defenses[0] if defenses else None,
+        help="a registered defense with a white-box trainer to audit (default %(default)s)",
+    )
     add_train_fn_flag(who, help=f"{TRAIN_FN_HELP} (black-box only)")
     add_model_fn_flag(
         p,
-        help="with --train-fn and --init worst-case (or --canary blank): a zero-argument function building the architecture your function trains, "
+        help="with --train-fn and --init worst-case (or --canary blank): a "
+        "zero-argument function building the architecture your function trains, "
         "on which the start is crafted (default: --model from the zoo)",
     )
     p.add_argument("--dataset", choices=DATASETS, default="digits")
-    p.add_argument("--model", choices=tuple(MODELS), default="digits-mlp", help="zoo model for --defense (default digits-mlp)")
-    # The games are read from the audit-procedure registry when the parser is built, so a game registered since import is offered too.
-    p.add_argument("--threat", choices=audit_threats(), default="black-box", help="black-box: final model only; white-box: every released update (default black-box)")
-    p.add_argument("--method", choices=black_box_games(), default="multi-run", help="black-box game (default multi-run)")
+    p.add_argument(
+        "--model", choices=tuple(MODELS), default="digits-mlp", help="zoo model for --defense (default digits-mlp)"
+    )
+    # The games are read from the audit-procedure registry when the parser is built, so a game registered since import
+    # is offered too.
+    p.add_argument(
+        "--threat",
+        choices=audit_threats(),
+        default="black-box",
+        help="black-box: final model only; white-box: every released update (default black-box)",
+    )
+    p.add_argument(
+        "--method", choices=black_box_games(), default="multi-run", help="black-box game (default multi-run)"
+    )
 
 
 def _add_training_flags(p: argparse.ArgumentParser) -> None:
     """The DP-SGD setting each trial trains (its noise, clipping, sampling, length) and how many trials."""
     p.add_argument(
-        "--target-epsilon", type=arg("--target-epsilon", v.positive), metavar="E", help="calibrate sigma so the audited claim has epsilon_ub = E (black-box: the whole training; white-box: one step)"
+        "--target-epsilon",
+        type=arg("--target-epsilon", v.positive),
+        metavar="E",
+        help="calibrate sigma so the audited claim has epsilon_ub = E (black-box: "
+        "the whole training; white-box: one step)",
     )
-    p.add_argument("--noise-multiplier", type=arg("--noise-multiplier", v.positive), metavar="SIGMA", help="noise multiplier (instead of --target-epsilon)")
+    p.add_argument(
+        "--noise-multiplier",
+        type=arg("--noise-multiplier", v.positive),
+        metavar="SIGMA",
+        help="noise multiplier (instead of --target-epsilon)",
+    )
     p.add_argument("--delta", type=delta_type, default=1e-5, help="delta of both bounds (default 1e-5)")
-    p.add_argument("--clip-norm", type=arg("--clip-norm", v.positive), default=1.0, help="DP-SGD clipping norm C (default 1)")
-    p.add_argument("--sampling-rate", type=arg("--sampling-rate", v.half_open_unit), default=0.01, help="DP-SGD Poisson sampling rate q (default 0.01)")
+    p.add_argument(
+        "--clip-norm", type=arg("--clip-norm", v.positive), default=1.0, help="DP-SGD clipping norm C (default 1)"
+    )
+    p.add_argument(
+        "--sampling-rate",
+        type=arg("--sampling-rate", v.half_open_unit),
+        default=0.01,
+        help="DP-SGD Poisson sampling rate q (default 0.01)",
+    )
     steps = p.add_mutually_exclusive_group()
-    limit_action(steps.add_argument("--epochs", type=arg("--epochs", v.positive), help="DP-SGD epochs (1/q steps each; default 10)"), LIMITS["epochs"])
-    limit_action(steps.add_argument("--num-steps", type=pos_int("--num-steps"), help="DP-SGD steps T (instead of --epochs)"), LIMITS["steps"])
-    p.add_argument("--learning-rate", type=arg("--learning-rate", v.positive), default=0.1, help="DP-SGD learning rate (default 0.1)")
-    limit_action(p.add_argument("--num-members", type=pos_int("--num-members"), help="training set size drawn from the dataset (default: half its training split)"), LIMITS["members"])
     limit_action(
-        p.add_argument("--num-trials", type=pos_int("--num-trials"), help="multi-run: trainings per side (default 50); white-box: independent runs pooled (default 1)"),
+        steps.add_argument(
+            "--epochs", type=arg("--epochs", v.positive), help="DP-SGD epochs (1/q steps each; default 10)"
+        ),
+        LIMITS["epochs"],
+    )
+    limit_action(
+        steps.add_argument("--num-steps", type=pos_int("--num-steps"), help="DP-SGD steps T (instead of --epochs)"),
+        LIMITS["steps"],
+    )
+    p.add_argument(
+        "--learning-rate",
+        type=arg("--learning-rate", v.positive),
+        default=0.1,
+        help="DP-SGD learning rate (default 0.1)",
+    )
+    limit_action(
+        p.add_argument(
+            "--num-members",
+            type=pos_int("--num-members"),
+            help="training set size drawn from the dataset (default: half its training split)",
+        ),
+        LIMITS["members"],
+    )
+    limit_action(
+        p.add_argument(
+            "--num-trials",
+            type=pos_int("--num-trials"),
+            help="multi-run: trainings per side (default 50); white-box: independent runs pooled (default 1)",
+        ),
         LIMITS["trials"],
     )
 
@@ -295,75 +428,124 @@ def _add_canary_flags(p: argparse.ArgumentParser) -> None:
     from dpaudit.app.runs.audit import CANARY_KINDS, INIT_KINDS
 
     limit_action(
-        p.add_argument("--num-canaries", type=arg("--num-canaries", lambda n, x: v.integer(n, x, minimum=2), int), default=100, help="one-run: number of canaries m (default 100)"),
+        p.add_argument(
+            "--num-canaries",
+            type=arg("--num-canaries", lambda n, x: v.integer(n, x, minimum=2), int),
+            default=100,
+            help="one-run: number of canaries m (default 100)",
+        ),
         LIMITS["canaries"],
     )
     p.add_argument(
         "--one-run-bound",
         choices=("steinke", "fdp"),
         default=None,
-        help="one-run: steinke (Steinke et al. 2023, valid for any mechanism; the default) or fdp (Mahloujifar et al. 2025: "
-        "rejects a Gaussian trade-off curve; much tighter, a lower bound only for mechanisms with a Gaussian-shaped curve)",
+        help="one-run: steinke (Steinke et al. 2023, valid for any mechanism; the "
+        "default) or fdp (Mahloujifar et al. 2025: "
+        "rejects a Gaussian trade-off curve; much tighter, a lower bound only "
+        "for mechanisms with a Gaussian-shaped curve)",
     )
     p.add_argument(
         "--canary",
         choices=CANARY_KINDS,
         default="clipbkd",
-        help="multi-run input canary: clipbkd (Jagielski et al. 2020; the default), mislabelled, or blank (one all-zero input, labelled with the class the starting model finds least likely)",
+        help="multi-run input canary: clipbkd (Jagielski et al. 2020; the default), "
+        "mislabelled, or blank (one all-zero input, labelled with the class the "
+        "starting model finds least likely)",
     )
     p.add_argument(
         "--init",
         choices=INIT_KINDS,
         default="random",
-        help="multi-run: where every training starts: random (the trainer's own initialisation; the default) or worst-case "
-        "(Annamalai & De Cristofaro 2024: --model pre-trained non-privately on non-member records, passed as initial_state=; "
+        help="multi-run: where every training starts: random (the trainer's own "
+        "initialisation; the default) or worst-case "
+        "(Annamalai & De Cristofaro 2024: --model pre-trained non-privately on "
+        "non-member records, passed as initial_state=; "
         "use with --sampling-rate 1 and --canary blank for their full-batch DP-GD audit)",
     )
-    limit_action(p.add_argument("--group-size", type=pos_int("--group-size"), default=1, help="multi-run: canary copies k (epsilon_lb is divided by k)"), LIMITS["group_size"])
+    limit_action(
+        p.add_argument(
+            "--group-size",
+            type=pos_int("--group-size"),
+            default=1,
+            help="multi-run: canary copies k (epsilon_lb is divided by k)",
+        ),
+        LIMITS["group_size"],
+    )
 
 
 def _add_bound_flags(p: argparse.ArgumentParser) -> None:
     """How ε_LB is bounded: confidence, the bound, the honest threshold choice and the white-box score and budget."""
-    p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="confidence of epsilon_lb (default 0.95)")
+    p.add_argument(
+        "--confidence",
+        type=arg("--confidence", v.open_unit),
+        default=0.95,
+        help="confidence of epsilon_lb (default 0.95)",
+    )
     p.add_argument(
         "--bound",
         choices=("auto", "gdp", "clopper-pearson"),
         default="auto",
-        help="multi-run/white-box bound: auto (the default) is gdp (Nasr et al. 2023, assumes a Gaussian trade-off curve) when the claim is "
-        "Gaussian-family (DP-SGD, Gaussian steps), else clopper-pearson (no assumption); gdp on any other claim is refused",
+        help="multi-run/white-box bound: auto (the default) is gdp (Nasr et al. "
+        "2023, assumes a Gaussian trade-off curve) when the claim is "
+        "Gaussian-family (DP-SGD, Gaussian steps), else clopper-pearson (no "
+        "assumption); gdp on any other claim is refused",
     )
     p.add_argument(
         "--strategy",
         choices=("bonferroni", "split", "fixed"),
         default=None,
-        help="honest threshold choice: bonferroni (pay for every candidate threshold; the black-box default), split (choose on one half, "
-        "bound on the other) or fixed (white-box Dirac game: one threshold at C/2, halfway between the claimed OUT and IN means; its default)",
+        help="honest threshold choice: bonferroni (pay for every candidate "
+        "threshold; the black-box default), split (choose on one half, "
+        "bound on the other) or fixed (white-box Dirac game: one threshold at "
+        "C/2, halfway between the claimed OUT and IN means; its default)",
     )
     p.add_argument(
         "--budget-seconds",
         type=arg("--budget-seconds", v.positive),
         metavar="S",
-        help="white-box: pool trainings of --num-steps (default 2,000) steps until S seconds are spent, instead of a fixed length; a rerun reuses the stored ones and adds more",
+        help="white-box: pool trainings of --num-steps (default 2,000) steps until S "
+        "seconds are spent, instead of a fixed length; a rerun reuses the "
+        "stored ones and adds more",
     )
-    p.add_argument("--score", choices=("dirac", "norm"), default="dirac", help="white-box score: the canary coordinate, or minus the update's norm (default dirac)")
+    p.add_argument(
+        "--score",
+        choices=("dirac", "norm"),
+        default="dirac",
+        help="white-box score: the canary coordinate, or minus the update's norm (default dirac)",
+    )
 
 
 def _add_executor_flags(p: argparse.ArgumentParser) -> None:
     """Where the trials run: workers, the executor and a Ray cluster."""
     from dpaudit.executors import EXECUTORS
 
-    limit_action(p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for trials (default 1: in this process)"), LIMITS["workers"])
+    limit_action(
+        p.add_argument(
+            "--num-workers",
+            type=pos_int("--num-workers"),
+            default=1,
+            help="parallel worker processes for trials (default 1: in this process)",
+        ),
+        LIMITS["workers"],
+    )
     p.add_argument(
         "--executor",
         choices=EXECUTORS,
         default="local",
-        help="where trials run: local (a process pool of --num-workers; the default), serial (in this process) or ray (a local Ray of --num-workers CPUs, or the cluster at --address)",
+        help="where trials run: local (a process pool of --num-workers; the "
+        "default), serial (in this process) or ray (a local Ray of "
+        "--num-workers CPUs, or the cluster at --address)",
     )
-    p.add_argument("--address", metavar="ADDR", help="Ray cluster address (with --executor ray; default: start a local Ray)")
+    p.add_argument(
+        "--address", metavar="ADDR", help="Ray cluster address (with --executor ray; default: start a local Ray)"
+    )
     p.add_argument(
         "--ship-code",
         action="store_true",
-        help="with --executor ray: send this checkout's packages to every node (Ray runtime_env py_modules) instead of using the dpaudit installed there; torch and the other dependencies must still be installed on each node",
+        help="with --executor ray: send this checkout's packages to every node (Ray "
+        "runtime_env py_modules) instead of using the dpaudit installed there; "
+        "torch and the other dependencies must still be installed on each node",
     )
 
 
@@ -375,9 +557,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Audit a DP training procedure: play a distinguishing game with canaries and bound epsilon from below "
             "(epsilon_lb, at --confidence, with an honest threshold choice), then set it against the claim's upper "
-            "bound (epsilon_ub) under every applicable accountant, comparing with the tightest. Exit status 3 when epsilon_lb > epsilon_ub. Games: black-box multi-run "
-            "(--num-trials trainings with and without one canary), black-box one-run (--num-canaries m canaries in one training, "
-            "Steinke et al. 2023), and white-box (Dirac gradient canary inserted at random steps of DP-SGD; the compared "
+            "bound (epsilon_ub) under every applicable accountant, comparing with "
+            "the tightest. Exit status 3 when epsilon_lb > epsilon_ub. Games: "
+            "black-box multi-run "
+            "(--num-trials trainings with and without one canary), black-box "
+            "one-run (--num-canaries m canaries in one training, "
+            "Steinke et al. 2023), and white-box (Dirac gradient canary inserted at "
+            "random steps of DP-SGD; the compared "
             "claim is ONE un-sampled Gaussian step, the mechanism each step's release is about the canary)."
         ),
     )
@@ -388,7 +574,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_claim_flags(p)
     _add_executor_flags(p)
     add_common(p, out=True, seed=True, data_root=True, device="cpu", quiet=True)
-    p.add_argument("--name", metavar="NAME", help="audit name under RUN_DIR/audits/ (default: derived from the configuration; reruns resume)")
+    p.add_argument(
+        "--name",
+        metavar="NAME",
+        help="audit name under RUN_DIR/audits/ (default: derived from the configuration; reruns resume)",
+    )
     p.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report")
-    p.add_argument("--dry-run", action="store_true", help="print the plan (jobs, estimated CPU-hours, wall time here and on 8 and 64 workers, memory per job) and exit without training")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (jobs, estimated CPU-hours, wall time here and on 8 and "
+        "64 workers, memory per job) and exit without training",
+    )
     p.set_defaults(func=lambda a: _cmd_audit(a))

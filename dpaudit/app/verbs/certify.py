@@ -54,7 +54,9 @@ def _radii() -> Any:
     def parse(text: str) -> list[float]:
         items = [t.strip() for t in text.split(",")]
         if any(not t for t in items):  # "0.1,,0.2" is a typo, not two radii
-            raise argparse.ArgumentTypeError(f"--radii must be numbers separated by commas, with no empty item, got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"--radii must be numbers separated by commas, with no empty item, got {text!r}"
+            )
         try:
             values = [float(t) for t in items]
         except ValueError:
@@ -75,7 +77,8 @@ def _down(share: float) -> str:
 
 
 def _up(share: float) -> str:
-    """A robust accuracy left by attacks (the true one is at most that) for the terminal table: three significant digits rounded up."""
+    """A robust accuracy left by attacks (the true one is at most that) for the terminal table: three significant digits
+    rounded up."""
     from dpaudit.results.numbers import fmt_upper_bound
 
     return fmt_upper_bound(float(share), 3)
@@ -91,7 +94,11 @@ def _cmd_certify(args: argparse.Namespace) -> int:
     registered = EVASION_ATTACKS.names()  # the default: every registered evasion attack
     for group in args.attack or ():
         if not all(name.strip() for name in group.split(",")):  # "" or "pgd,,mim" is a typo, not "no attack"
-            raise UsageError(f"--attack must name attacks separated by commas ({', '.join(registered)}), got {group!r}; use --no-attacks for none", argument="--attack")
+            raise UsageError(
+                "--attack must name attacks separated by commas "
+                f"({', '.join(registered)}), got {group!r}; use --no-attacks for none",
+                argument="--attack",
+            )
     attacks = [a.strip() for group in (args.attack or [",".join(registered)]) for a in group.split(",")]
     if args.no_attacks:
         attacks = []
@@ -125,27 +132,45 @@ def _cmd_certify(args: argparse.Namespace) -> int:
     s = summary
     lines = [
         f"certified {s.model_id} ({s.defense}) on {s.num_examples} test examples ({s.norm} radii)",
-        f"  noise std {s.noise_std:.4g}, sensitivity {s.sensitivity:.4g}, {s.num_draws} draws" + (f" ({s.draws_per_second:.0f} draws/s)" if s.draws_per_second else ""),
+        f"  noise std {s.noise_std:.4g}, sensitivity {s.sensitivity:.4g}, {s.num_draws} draws"
+        + (f" ({s.draws_per_second:.0f} draws/s)" if s.draws_per_second else ""),
         # The conventional accuracy is the certified classifier's own, named, so the two rows
         # below it are read as one classifier with and without a certificate.
-        f"  conventional accuracy {s.conventional_accuracy:.4f} of the classifier certified as {s.defense}: {s.prediction_rule}",
+        f"  conventional accuracy {s.conventional_accuracy:.4f} of the "
+        f"classifier certified as {s.defense}: {s.prediction_rule}",
     ]
     if s.smoothing is not None and s.mechanism != "smoothing":  # else it is the line above
-        lines.append(f"  conventional accuracy {s.smoothing.conventional_accuracy:.4f} of the classifier certified as smoothing: {s.smoothing.prediction_rule}")
+        lines.append(
+            f"  conventional accuracy {s.smoothing.conventional_accuracy:.4f} of the "
+            f"classifier certified as smoothing: {s.smoothing.prediction_rule}"
+        )
     lines += [
         "  " + f"{'radius':<22}" + "".join(f"{r:>7g}" for r in s.radii),
         # Certified accuracies are lower bounds (rounded down), attacks' robust accuracies upper bounds (rounded up).
         "  " + f"{'certified ' + s.defense:<22}" + "".join(f"{_down(a):>7}" for a in s.certified_accuracy.values()),
     ]
     if s.smoothing is not None and s.mechanism != "smoothing":  # else it is the line above
-        lines.append("  " + f"{'certified smoothing':<22}" + "".join(f"{_down(a):>7}" for a in s.smoothing.certified_accuracy.values()))
+        lines.append(
+            "  "
+            + f"{'certified smoothing':<22}"
+            + "".join(f"{_down(a):>7}" for a in s.smoothing.certified_accuracy.values())
+        )
     for name, accs in s.robust_accuracy.items():
         lines.append("  " + f"{'robust ' + name:<22}" + "".join(f"{_up(a):>7}" for a in accs.values()))
     if s.soundness_violations:
-        where = ", ".join(f"{x.certificate} at radius {x.radius:g} ({_down(x.certified_accuracy)} > {_up(x.robust_accuracy)})" for x in s.soundness_violations)
-        lines.append(f"  SOUNDNESS VIOLATION: certified accuracy exceeds the strongest attack's robust accuracy: {where}")
+        where = ", ".join(
+            f"{x.certificate} at radius {x.radius:g} ({_down(x.certified_accuracy)} > {_up(x.robust_accuracy)})"
+            for x in s.soundness_violations
+        )
+        lines.append(
+            f"  SOUNDNESS VIOLATION: certified accuracy exceeds the strongest attack's robust accuracy: {where}"
+        )
     else:
-        lines.append("  sound: no certificate exceeds the robust accuracy an attack left" if s.robust_accuracy else "  soundness not checked: no attacks ran")
+        lines.append(
+            "  sound: no certificate exceeds the robust accuracy an attack left"
+            if s.robust_accuracy
+            else "  soundness not checked: no attacks ran"
+        )
     lines.append(f"  results: {Path(run.certify_dir(s.model_id))}")
     from dpaudit.app.runs.report import render_reports
 
@@ -160,39 +185,95 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``certify`` to the ``dpaudit`` parser."""
     p = sub.add_parser(
         "certify",
-        help="certified vs conventional accuracy (PixelDP/AGM/HGM/Secure-SGD, randomized smoothing) and evasion attacks",
+        help="certified vs conventional accuracy (PixelDP/AGM/HGM/Secure-SGD, "
+        "randomized smoothing) and evasion attacks",
         description=(
-            "Monte Carlo certification of a noise-layer model (Lecuyer et al. 2019; Phan et al. 2019) and randomized smoothing of "
-            "the same noise or of a smoothing model's input (Cohen et al. 2019), beside FGSM / I-FGSM / PGD / MIM robust accuracy at the same radii. "
-            "Exit status 3 if a certificate exceeds what an attack left (a soundness bug); 2 for a model with neither a noise layer nor a smoothing spec."
+            "Monte Carlo certification of a noise-layer model (Lecuyer et al. 2019; "
+            "Phan et al. 2019) and randomized smoothing of "
+            "the same noise or of a smoothing model's input (Cohen et al. 2019), "
+            "beside FGSM / I-FGSM / PGD / MIM robust accuracy at the same radii. "
+            "Exit status 3 if a certificate exceeds what an attack left (a "
+            "soundness bug); 2 for a model with neither a noise layer nor a "
+            "smoothing spec."
         ),
     )
-    p.add_argument("--target", required=True, type=path_type("--target", must_exist="any"), metavar="PATH", help="record directory (RUN_DIR/records/NAME) or a run directory with one record")
+    p.add_argument(
+        "--target",
+        required=True,
+        type=path_type("--target", must_exist="any"),
+        metavar="PATH",
+        help="record directory (RUN_DIR/records/NAME) or a run directory with one record",
+    )
     add_common(p, out=True, seed=True, data_root=True, device="auto", quiet=True)
     limit_action(
-        p.add_argument("--num-draws", type=_count("--num-draws", 2), metavar="N", help="noise draws per test example (default: the record's spec, 2000 for a noise layer, 10000 for smoothing)"),
-        LIMITS["draws"],
-    )
-    p.add_argument("--radii", type=_radii(), metavar="R1,R2,...", help=f"perturbation radii (default {','.join(map(str, DEFAULT_RADII))})")
-    p.add_argument("--attack", action="append", metavar="NAMES", help=f"attacks, comma separated (default {','.join(EVASION_ATTACKS.names())})")
-    p.add_argument("--no-attacks", action="store_true", help="certify only")
-    p.add_argument("--norm", choices=("l2", "linf"), help="attack norm (default: the one the model was calibrated for)")
-    limit_action(
-        p.add_argument("--num-examples", type=_count("--num-examples", 1), default=500, metavar="N", help="test examples (seeded subset; default 500)"),
-        LIMITS["examples"],
-    )
-    p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="joint confidence 1 - eta of all score bounds of one test example (default 0.95)")
-    p.add_argument("--bound", choices=("clopper-pearson", "hoeffding", "bernstein"), default="clopper-pearson", help="expected-score bound (default clopper-pearson on argmax counts)")
-    p.add_argument("--no-smoothing", action="store_true", help="skip the randomized-smoothing certificate")
-    limit_action(
-        p.add_argument("--num-selection-draws", type=_count("--num-selection-draws", 1), metavar="N0", help="CERTIFY n0 (default: the record's spec, 100)"),
+        p.add_argument(
+            "--num-draws",
+            type=_count("--num-draws", 2),
+            metavar="N",
+            help="noise draws per test example (default: the record's spec, 2000 for a "
+            "noise layer, 10000 for smoothing)",
+        ),
         LIMITS["draws"],
     )
     p.add_argument(
-        "--smoothing-confidence", type=arg("--smoothing-confidence", v.open_unit), metavar="C", help="confidence of each smoothing certificate, 1 - CERTIFY's alpha (default: the record's spec, 0.999)"
+        "--radii",
+        type=_radii(),
+        metavar="R1,R2,...",
+        help=f"perturbation radii (default {','.join(map(str, DEFAULT_RADII))})",
+    )
+    p.add_argument(
+        "--attack",
+        action="append",
+        metavar="NAMES",
+        help=f"attacks, comma separated (default {','.join(EVASION_ATTACKS.names())})",
+    )
+    p.add_argument("--no-attacks", action="store_true", help="certify only")
+    p.add_argument("--norm", choices=("l2", "linf"), help="attack norm (default: the one the model was calibrated for)")
+    limit_action(
+        p.add_argument(
+            "--num-examples",
+            type=_count("--num-examples", 1),
+            default=500,
+            metavar="N",
+            help="test examples (seeded subset; default 500)",
+        ),
+        LIMITS["examples"],
+    )
+    p.add_argument(
+        "--confidence",
+        type=arg("--confidence", v.open_unit),
+        default=0.95,
+        help="joint confidence 1 - eta of all score bounds of one test example (default 0.95)",
+    )
+    p.add_argument(
+        "--bound",
+        choices=("clopper-pearson", "hoeffding", "bernstein"),
+        default="clopper-pearson",
+        help="expected-score bound (default clopper-pearson on argmax counts)",
+    )
+    p.add_argument("--no-smoothing", action="store_true", help="skip the randomized-smoothing certificate")
+    limit_action(
+        p.add_argument(
+            "--num-selection-draws",
+            type=_count("--num-selection-draws", 1),
+            metavar="N0",
+            help="CERTIFY n0 (default: the record's spec, 100)",
+        ),
+        LIMITS["draws"],
+    )
+    p.add_argument(
+        "--smoothing-confidence",
+        type=arg("--smoothing-confidence", v.open_unit),
+        metavar="C",
+        help="confidence of each smoothing certificate, 1 - CERTIFY's alpha (default: the record's spec, 0.999)",
     )
     limit_action(
-        p.add_argument("--num-eot-samples", type=_count("--num-eot-samples", 1), metavar="K", help="noise draws averaged per attack gradient (default 8 for noisy models)"),
+        p.add_argument(
+            "--num-eot-samples",
+            type=_count("--num-eot-samples", 1),
+            metavar="K",
+            help="noise draws averaged per attack gradient (default 8 for noisy models)",
+        ),
         LIMITS["eot_samples"],
     )
     p.set_defaults(func=lambda a: _cmd_certify(a))

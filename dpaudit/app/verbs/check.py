@@ -13,7 +13,8 @@ Exit status 3 when a check is violated, with one line per violated check (its fi
 stdout, so a repository can gate merges on ``dpaudit check``; exit status 2 when no check got a
 training through (every training the battery asked for failed: nothing was checked), naming the
 first failure. The training function is third-party code: whatever it prints goes to stderr,
-and its ``sys.exit`` is its failure, never the command's exit status (:func:`dpaudit.callables.call_user`). ``--junit FILE`` writes one JUnit
+and its ``sys.exit`` is its failure, never the command's exit status (:func:`dpaudit.callables.call_user`). ``--junit
+FILE`` writes one JUnit
 test case per check for CI services to display (:mod:`reports.junit`).
 """
 
@@ -26,7 +27,14 @@ from typing import Any
 
 from dpaudit import _validate as v
 from dpaudit.app.common import EXIT_OK, EXIT_VIOLATION, UsageError, add_common, arg, delta_type, emit, path_problem
-from dpaudit.app.train_fn_flags import add_claim_flags, add_model_fn_flag, add_train_fn_flag, claim_from_args, pos_int, resolve_callables
+from dpaudit.app.train_fn_flags import (
+    add_claim_flags,
+    add_model_fn_flag,
+    add_train_fn_flag,
+    claim_from_args,
+    pos_int,
+    resolve_callables,
+)
 from dpaudit.limits import LIMITS
 from dpaudit.options import limit_action
 
@@ -38,7 +46,8 @@ _SHOWN = {"violated": "VIOLATED", "passed": "passed", "inconclusive": "inconclus
 
 
 def _check_list(text: str) -> tuple[str, ...]:
-    """``--checks a,b``: names separated by commas, none empty, none twice (membership is checked against the registry later)."""
+    """``--checks a,b``: names separated by commas, none empty, none twice (membership is checked against the registry
+    later)."""
     names = tuple(part.strip() for part in text.split(","))
     if not text.strip() or any(not n for n in names):
         raise argparse.ArgumentTypeError(f"--checks must be check names separated by commas, got {text!r}")
@@ -80,15 +89,23 @@ def _chosen_checks(args: argparse.Namespace) -> tuple[str, ...]:
         return known
     unknown = [n for n in args.checks if n not in known]
     if unknown:
-        raise UsageError(f"--checks: no check called {', '.join(map(repr, unknown))}; the registered checks are {', '.join(known)}", argument="--checks")
+        raise UsageError(
+            f"--checks: no check called {', '.join(map(repr, unknown))}; the registered checks are {', '.join(known)}",
+            argument="--checks",
+        )
     return tuple(args.checks)
 
 
 def _spec_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`~dpaudit.app.runs.check.BatterySpec` the flags describe, after every check that needs no training (exit 2)."""
+    """The :class:`~dpaudit.app.runs.check.BatterySpec` the flags describe, after every check that needs no training
+    (exit 2)."""
     claim = claim_from_args(args)
     if claim is None:
-        raise UsageError("--train-fn needs the claim it is checked against: --claim FILE or --claim-noise-multiplier/--claim-sampling-rate/--claim-num-steps", argument="--claim")
+        raise UsageError(
+            "--train-fn needs the claim it is checked against: --claim FILE or "
+            "--claim-noise-multiplier/--claim-sampling-rate/--claim-num-steps",
+            argument="--claim",
+        )
     resolve_callables(args)
     checks = _chosen_checks(args)
     from dpaudit.app.runs import check as check_run
@@ -130,20 +147,34 @@ def result_lines(report: Any, *, check_dir: Path) -> list[str]:
     """
     ub = report.epsilon_ub
     lines = [
-        f"check {report.train_fn}: {len(report.outcomes)} check(s) in {report.seconds:.1f} s (budget {report.budget_minutes:g} min), "
+        f"check {report.train_fn}: {len(report.outcomes)} check(s) in "
+        f"{report.seconds:.1f} s (budget {report.budget_minutes:g} min), "
         f"{report.confidence:.0%} family-wise confidence, delta={report.delta:g}",
         f"  claim       {report.claim_description}" + ("" if ub is None else f" (eps_UB {_eps(ub)})"),
     ]
     width = max(len(s) for s in _SHOWN.values())
     for o in report.outcomes:
         # A ceiling of 0 is a check that could not run; its finding says why.
-        extra = f" [ceiling {_ceiling(o.ceiling)} <= eps_UB: this check could not have shown a violation at this size]" if o.status == "inconclusive" and o.ceiling > 0 else ""
+        extra = (
+            f" [ceiling {_ceiling(o.ceiling)} <= eps_UB: this check could not have shown a violation at this size]"
+            if o.status == "inconclusive" and o.ceiling > 0
+            else ""
+        )
         lines.append(f"  {_SHOWN['error' if o.details.failed else o.status]:<{width}}  {o.finding}{extra}")
     violated = report.violations
     if violated:
-        lines.append(f"  VIOLATION: {len(violated)} check(s) found eps_LB > eps_UB — the implementation does not meet its claim")
+        lines.append(
+            f"  VIOLATION: {len(violated)} check(s) found eps_LB > eps_UB — the implementation does not meet its claim"
+        )
     else:
-        lines.append("  no violation" + (" (some checks inconclusive: raise --budget-minutes to let them reach eps_UB)" if any(o.status == "inconclusive" for o in report.outcomes) else ""))
+        lines.append(
+            "  no violation"
+            + (
+                " (some checks inconclusive: raise --budget-minutes to let them reach eps_UB)"
+                if any(o.status == "inconclusive" for o in report.outcomes)
+                else ""
+            )
+        )
     lines.append(f"  results: {check_dir}")
     return lines
 
@@ -176,14 +207,19 @@ def _cmd_check(args: argparse.Namespace) -> int:
         # Nothing was checked: a CI gate must not read this as "no violation" (check.json and the
         # JUnit file, written above, mark the checks as errors).
         raise UsageError(
-            f"--train-fn {spec.train_fn}: no check got a training through ({len(failed)} of {len(report.outcomes)} failed; results in {check_dir}): {failed[0].details.reason}",
+            f"--train-fn {spec.train_fn}: no check got a training through "
+            f"({len(failed)} of {len(report.outcomes)} failed; results in "
+            f"{check_dir}): {failed[0].details.reason}",
             argument="--train-fn",
         )
     if report.outcomes and not report.violated and all(o.num_trials == 0 for o in report.outcomes):
         # No check ran a single training (no --model-fn, no initial_state keyword): nothing was
         # checked, so a CI gate must not read it as a pass either.
         raise UsageError(
-            f"--train-fn {spec.train_fn}: no check could run ({len(report.outcomes)} of {len(report.outcomes)} could not; results in {check_dir}): {report.outcomes[0].finding}", argument="--train-fn"
+            f"--train-fn {spec.train_fn}: no check could run ({len(report.outcomes)} "
+            f"of {len(report.outcomes)} could not; results in {check_dir}): "
+            f"{report.outcomes[0].finding}",
+            argument="--train-fn",
         )
     emit(args, payload, "\n".join(lines))
     return EXIT_VIOLATION if report.violated else EXIT_OK
@@ -197,31 +233,76 @@ def register(sub: argparse._SubParsersAction) -> None:
         "check",
         help="conformance battery: targeted audits that expose DP-training bugs, one verdict per check",
         description=(
-            "Check a DP training function against its claim with a battery of targeted audits, each designed to expose one class of "
-            "implementation bug cheaply (a saturated worst-case start for missing noise or clipping, a zero-gradient canary for normalisers "
-            "that depend on the lot, a lone rare-class canary for samplers off their rate, reference trainings for reused noise seeds, "
+            "Check a DP training function against its claim with a battery of "
+            "targeted audits, each designed to expose one class of "
+            "implementation bug cheaply (a saturated worst-case start for missing "
+            "noise or clipping, a zero-gradient canary for normalisers "
+            "that depend on the lot, a lone rare-class canary for samplers off "
+            "their rate, reference trainings for reused noise seeds, "
             "per-tensor statistics for un-noised parameters and buffers; docs/audits/check.md). Each check reports "
-            "passed, violated (epsilon_lb > epsilon_ub at its share of --confidence) or inconclusive (the largest epsilon_lb its design "
-            "could reach, its ceiling, stays at or below epsilon_ub). Exit status 3 when a check is violated, one line per violated check on stdout."
+            "passed, violated (epsilon_lb > epsilon_ub at its share of "
+            "--confidence) or inconclusive (the largest epsilon_lb its design "
+            "could reach, its ceiling, stays at or below epsilon_ub). Exit status 3 "
+            "when a check is violated, one line per violated check on stdout."
         ),
     )
-    add_train_fn_flag(p, required=True, help="third-party train(dataset, *, seed, initial_state=None) -> nn.Module, as module:function or path/to/file.py:function (required)")
+    add_train_fn_flag(
+        p,
+        required=True,
+        help="third-party train(dataset, *, seed, initial_state=None) -> nn.Module, "
+        "as module:function or path/to/file.py:function (required)",
+    )
     add_model_fn_flag(
         p,
-        help="a zero-argument function building the architecture --train-fn trains, on which the checks craft their worst-case start "
+        help="a zero-argument function building the architecture --train-fn trains, "
+        "on which the checks craft their worst-case start "
         "(without it, the checks that need that start are inconclusive and say so)",
     )
     add_claim_flags(p)
     p.add_argument("--delta", type=delta_type, default=1e-5, help="delta of every epsilon (default 1e-5)")
-    p.add_argument("--confidence", type=arg("--confidence", v.open_unit), default=0.95, help="family-wise confidence of the battery, split over the checks by Bonferroni (default 0.95)")
+    p.add_argument(
+        "--confidence",
+        type=arg("--confidence", v.open_unit),
+        default=0.95,
+        help="family-wise confidence of the battery, split over the checks by Bonferroni (default 0.95)",
+    )
     limit_action(
-        p.add_argument("--budget-minutes", type=arg("--budget-minutes", v.positive), default=5.0, metavar="M", help="wall-clock budget shared by the checks (default 5)"),
+        p.add_argument(
+            "--budget-minutes",
+            type=arg("--budget-minutes", v.positive),
+            default=5.0,
+            metavar="M",
+            help="wall-clock budget shared by the checks (default 5)",
+        ),
         LIMITS["budget_minutes"],
     )
-    p.add_argument("--checks", type=_check_list, metavar="NAME[,NAME...]", help="run only these checks (default: every registered check, in run order; docs/audits/check.md lists them)")
-    p.add_argument("--dataset", choices=DATASETS, default="digits", help="the dataset the checks draw records from (default digits)")
-    limit_action(p.add_argument("--num-workers", type=pos_int("--num-workers"), default=1, help="parallel worker processes for the trainings (default 1: in this process)"), LIMITS["workers"])
-    junit = p.add_argument("--junit", type=_junit_path, metavar="FILE", help="also write the verdicts as JUnit XML, one test case per check (GitHub, GitLab and Jenkins display it)")
+    p.add_argument(
+        "--checks",
+        type=_check_list,
+        metavar="NAME[,NAME...]",
+        help="run only these checks (default: every registered check, in run order; docs/audits/check.md lists them)",
+    )
+    p.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default="digits",
+        help="the dataset the checks draw records from (default digits)",
+    )
+    limit_action(
+        p.add_argument(
+            "--num-workers",
+            type=pos_int("--num-workers"),
+            default=1,
+            help="parallel worker processes for the trainings (default 1: in this process)",
+        ),
+        LIMITS["workers"],
+    )
+    junit = p.add_argument(
+        "--junit",
+        type=_junit_path,
+        metavar="FILE",
+        help="also write the verdicts as JUnit XML, one test case per check (GitHub, GitLab and Jenkins display it)",
+    )
     from dpaudit.app.cli import OUTPUT_FILE
 
     setattr(junit, OUTPUT_FILE, True)  # checked again just before the work, beside --out

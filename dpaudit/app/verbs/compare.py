@@ -29,7 +29,8 @@ __all__ = ["register"]
 
 
 def _num(x: Any, digits: int = 3, rounding: str = "nearest") -> str:
-    """A cell of the terminal table: ``digits`` decimals to nearest, or an ε bound at ``digits`` + 1 significant digits rounded its safe way.
+    """A cell of the terminal table: ``digits`` decimals to nearest, or an ε bound at ``digits`` + 1 significant digits
+    rounded its safe way.
 
     ``rounding`` is "up" for an upper bound (ε_UB), "down" for a lower one (ε_LB), "nearest" for
     a measurement or an estimate.
@@ -87,21 +88,35 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     index = render_reports(run)
     report = index.compare[0] if getattr(index, "compare", None) else index.index_html
     lines = [
-        f"compared {len(result.rows)} defense settings on {result.dataset} ({len(grid.seeds)} repeat(s)); jobs: {result.jobs_run} run, {result.jobs_reused} reused from {run.path}",
+        f"compared {len(result.rows)} defense settings on {result.dataset} "
+        f"({len(grid.seeds)} repeat(s)); jobs: {result.jobs_run} run, "
+        f"{result.jobs_reused} reused from {run.path}",
         f"  {'setting':<28}{'test acc':>9}{'acc loss':>9}{'eps_UB':>9}{'eps_LI':>8}{'eps_LB':>8}  best attack",
     ]
     for r in result.rows:
         ub = _num(r.epsilon_ub_best, 2, "up") + ("*" if r.epsilon_ub_data_dependent else "")
         lines.append(
-            f"  {r.label:<28}{_num(r.test_accuracy):>9}{_num(r.accuracy_loss):>9}{ub:>9}{_num(r.epsilon_last_iterate, 2):>8}{_num(r.epsilon_lb, 2, 'down'):>8}  {r.best_attack or '—'}  [{r.verdict}]"
+            "  "
+            f"{r.label:<28}{_num(r.test_accuracy):>9}{_num(r.accuracy_loss):>9}"
+            f"{ub:>9}{_num(r.epsilon_last_iterate, 2):>8}"
+            f"{_num(r.epsilon_lb, 2, 'down'):>8} "
+            f" {r.best_attack or '—'}  [{r.verdict}]"
         )
-    lines.append("  eps_LI: the final model's last-iterate ε (Steinke et al. 2024; DP-SGD rows): exact for linear losses, a heuristic, not an upper bound, for others")
+    lines.append(
+        "  eps_LI: the final model's last-iterate ε (Steinke et al. 2024; "
+        "DP-SGD rows): exact for linear losses, a heuristic, not an upper "
+        "bound, for others"
+    )
     if any(r.epsilon_ub_data_dependent for r in result.rows):
         lines.append("  * data-dependent ε: computed from the private data")
     for r in result.violations:
         lines.append(f"  FINDING {r.label}: " + "; ".join(r.findings))
     lines.append(f"  report: {report}")
-    emit(args, {**result.summary(), "jobs_run": result.jobs_run, "jobs_reused": result.jobs_reused, "report": str(report)}, "\n".join(lines))
+    emit(
+        args,
+        {**result.summary(), "jobs_run": result.jobs_run, "jobs_reused": result.jobs_reused, "report": str(report)},
+        "\n".join(lines),
+    )
     return EXIT_VIOLATION if result.exit_status else EXIT_OK
 
 
@@ -111,16 +126,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         "compare",
         help="every defense of a grid under the same attacks: privacy evidence, guarantees and utility side by side",
         description=(
-            "Trains every defense setting of a TOML grid, attacks each trained model with the same membership, evasion and inversion attacks "
-            "(certifying where a defense certifies; canary audits for DP settings), and reports the defense x measure matrix with privacy-utility "
-            "curves (Jayaraman & Evans 2019; Aerni et al. 2024). Every grid value is checked before any job starts, by the same validator and documented "
-            "limit as the flag it stands for (e.g. a setting's epochs as train --epochs, attacks.membership.num_shadows as attack membership --num-shadows); "
+            "Trains every defense setting of a TOML grid, attacks each trained "
+            "model with the same membership, evasion and inversion attacks "
+            "(certifying where a defense certifies; canary audits for DP settings), "
+            "and reports the defense x measure matrix with privacy-utility "
+            "curves (Jayaraman & Evans 2019; Aerni et al. 2024). Every grid value "
+            "is checked before any job starts, by the same validator and documented "
+            "limit as the flag it stands for (e.g. a setting's epochs as train "
+            "--epochs, attacks.membership.num_shadows as attack membership "
+            "--num-shadows); "
             "a grid of more than 1,000 jobs, or one estimated to take more than an hour, needs --i-know. "
             "Exit status 3 if a row's eps_LB exceeds its eps_UB or a certificate is unsound."
         ),
     )
-    p.add_argument("--config", required=True, type=path_type("--config", must_exist="file"), metavar="GRID.toml", help="the grid (see examples/compare-digits.toml)")
+    p.add_argument(
+        "--config",
+        required=True,
+        type=path_type("--config", must_exist="file"),
+        metavar="GRID.toml",
+        help="the grid (see examples/compare-digits.toml)",
+    )
     add_common(p, out=True, data_root=True, quiet=True, executor="jobs")
     p.add_argument("--device", help="override the grid's device (cpu, cuda[:N])")
-    p.add_argument("--dry-run", action="store_true", help="print the plan (jobs, estimated CPU-hours, wall time here and on 8 and 64 workers, memory per job) and exit without training")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (jobs, estimated CPU-hours, wall time here and on 8 and "
+        "64 workers, memory per job) and exit without training",
+    )
     p.set_defaults(func=lambda a: _cmd_compare(a))

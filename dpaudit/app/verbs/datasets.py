@@ -43,12 +43,17 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
             for i in infos
         },
     }
-    lines = [f"data root: {root}", f"{'dataset':<14} {'available':<9} {'train':>7} {'test':>7}  {'shape':<12} classes  detail"]
+    lines = [
+        f"data root: {root}",
+        f"{'dataset':<14} {'available':<9} {'train':>7} {'test':>7}  {'shape':<12} classes  detail",
+    ]
     for i in infos:
         shape = "x".join(map(str, i.input_shape)) if i.input_shape else "-"
         lines.append(
             f"{i.name:<14} {'yes' if i.available else 'no':<9} {i.num_train if i.num_train is not None else '-':>7} "
-            f"{i.num_test if i.num_test is not None else '-':>7}  {shape:<12} {i.num_classes if i.num_classes else '-':>7}  {i.detail}" + (f" (checked: {i.checked})" if i.checked else "")
+            f"{i.num_test if i.num_test is not None else '-':>7}  {shape:<12} "
+            f"{i.num_classes if i.num_classes else '-':>7}  {i.detail}"
+            + (f" (checked: {i.checked})" if i.checked else "")
         )
     emit(args, payload, "\n".join(lines))
     return EXIT_OK
@@ -56,6 +61,10 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``datasets`` to the ``dpaudit`` parser."""
-    p = sub.add_parser("datasets", help="list datasets available under the data root", description="Which datasets are available under the data root, with their sizes.")
+    p = sub.add_parser(
+        "datasets",
+        help="list datasets available under the data root",
+        description="Which datasets are available under the data root, with their sizes.",
+    )
     add_common(p, data_root=True)
     p.set_defaults(func=_cmd_datasets)

@@ -61,14 +61,24 @@ def _kinds_epilog() -> str:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds ``report`` to the ``dpaudit`` parser."""
-    p = sub.add_parser("report", help="render a run directory's reports from stored results", description=__doc__.splitlines()[0], epilog=_kinds_epilog())
-    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory written by audit / attack membership|inversion / certify / train")
+    p = sub.add_parser(
+        "report",
+        help="render a run directory's reports from stored results",
+        description=__doc__.splitlines()[0],
+        epilog=_kinds_epilog(),
+    )
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        help="run directory written by audit / attack membership|inversion / certify / train",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument(
         "--format",
         choices=REPORT_FORMATS,
         default="html",
-        help="page format: html (with its Markdown twin; default), md (Markdown only) or latex (a standalone .tex per page and index.tex); "
+        help="page format: html (with its Markdown twin; default), md (Markdown "
+        "only) or latex (a standalone .tex per page and index.tex); "
         "every format writes figures as PNG, SVG, PDF and data CSV, tables as CSV and LaTeX",
     )
     p.set_defaults(func=lambda a: _cmd_report(a))

@@ -56,8 +56,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     record, rdir = outcome.record, outcome.record_dir
     if outcome.reused:
         n = len(outcome.data_files)
-        same = f", trained on the same {n} file{'s' if n != 1 else ''} of dataset {args.dataset} (MD5 match)" if n else ""
-        print(f"record {record.model_id} already stored in {rdir}; reusing it{same} (pass --force to retrain)", file=sys.stderr)
+        same = (
+            f", trained on the same {n} file{'s' if n != 1 else ''} of dataset {args.dataset} (MD5 match)" if n else ""
+        )
+        print(
+            f"record {record.model_id} already stored in {rdir}; reusing it{same} (pass --force to retrain)",
+            file=sys.stderr,
+        )
     delta = float(getattr(config, "delta", _REPORT_DELTA))
     bound = record.claim.upper_bound(delta=delta)
     epsilons = dict(bound.by_accountant)
@@ -86,12 +91,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
         f"{'reused' if outcome.reused else 'trained'} {record.model_id}",
         f"  defense {record.defense}: {spec.summary}",
         f"  train accuracy {m['train_accuracy']:.4f}  test accuracy {m['test_accuracy']:.4f}"
-        + (f" (expected scores over {m['test_accuracy_draws']} noise draws; one draw {m['test_accuracy_single_draw']:.4f})" if "test_accuracy_draws" in m else "")
+        + (
+            f" (expected scores over {m['test_accuracy_draws']} noise draws; one "
+            f"draw {m['test_accuracy_single_draw']:.4f})"
+            if "test_accuracy_draws" in m
+            else ""
+        )
         + f"  ({len(record.membership.members)} members, {m['train_seconds']:.1f}s)",
         f"  privacy claim: {record.claim.statement()}; epsilon at delta={delta:g}: {eps}",
     ]
     if m.get("near_chance"):
-        lines.append(f"  WARNING: trained to chance (test accuracy {m['test_accuracy']:.4f}, chance {m['chance_accuracy']:.4f}); see stderr for the flags to change")
+        lines.append(
+            f"  WARNING: trained to chance (test accuracy {m['test_accuracy']:.4f}, "
+            f"chance {m['chance_accuracy']:.4f}); see stderr for the flags to change"
+        )
     if robustness is not None:
         lines.append(f"  robustness: {robustness}")
     if spec.report_lines is not None:
@@ -112,15 +125,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
         help="train a defense and write its record",
-        description="Train a model under a defense on a dataset split and write the record (claim, membership ids, metrics, weights) under RUN_DIR/records/.\n\ndefenses:\n" + defenses,
+        description="Train a model under a defense on a dataset split and write the record "
+        "(claim, membership ids, metrics, weights) under "
+        "RUN_DIR/records/.\n\ndefenses:\n" + defenses,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--defense", choices=tuple(DEFENSES), required=True)
     p.add_argument("--dataset", choices=DATASETS, default="digits")
     p.add_argument("--model", choices=tuple(MODELS), required=True)
-    add_common(p, out=True, seed=True, data_root=True, device="auto", quiet=True, executor="sub-models (PATE teachers) and federated participants (DSSGD: ray runs them as Flower clients on Ray)")
-    p.add_argument("--split-seed", type=arg("--split-seed", lambda n, x: v.integer(n, x, minimum=0), int), help="seed of the member/non-member split (default: --seed)")
-    p.add_argument("--member-fraction", type=arg("--member-fraction", v.open_unit), default=0.5, help="fraction of the training pool used as members (default 0.5)")
+    add_common(
+        p,
+        out=True,
+        seed=True,
+        data_root=True,
+        device="auto",
+        quiet=True,
+        executor="sub-models (PATE teachers) and federated participants (DSSGD: ray runs "
+        "them as Flower clients on Ray)",
+    )
+    p.add_argument(
+        "--split-seed",
+        type=arg("--split-seed", lambda n, x: v.integer(n, x, minimum=0), int),
+        help="seed of the member/non-member split (default: --seed)",
+    )
+    p.add_argument(
+        "--member-fraction",
+        type=arg("--member-fraction", v.open_unit),
+        default=0.5,
+        help="fraction of the training pool used as members (default 0.5)",
+    )
     p.add_argument("--force", action="store_true", help="retrain even if the record exists")
     flags = add_option_flags(p, {name: spec.config_type for name, spec in DEFENSES.items()})
     p.set_defaults(func=_cmd_train, defense_flags=flags)

@@ -18,7 +18,11 @@ if TYPE_CHECKING:
 def decline(event: DpEvent, neighbouring: str) -> str:
     from dpaudit.privacy.pld_accountant import pld_supports
 
-    return "" if pld_supports(event, neighbouring) else f"dp_accounting's PLD analysis does not support the event {event!r} under {neighbouring}"
+    return (
+        ""
+        if pld_supports(event, neighbouring)
+        else f"dp_accounting's PLD analysis does not support the event {event!r} under {neighbouring}"
+    )
 
 
 def epsilon(event: DpEvent, delta: float, neighbouring: str) -> float:

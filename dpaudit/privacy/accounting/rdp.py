@@ -17,7 +17,11 @@ if TYPE_CHECKING:
 def decline(event: DpEvent, neighbouring: str) -> str:
     from dpaudit.privacy.rdp_accountant import rdp_supports
 
-    return "" if rdp_supports(event, neighbouring) else f"dp_accounting's RDP analysis does not support the event {event!r} under {neighbouring}"
+    return (
+        ""
+        if rdp_supports(event, neighbouring)
+        else f"dp_accounting's RDP analysis does not support the event {event!r} under {neighbouring}"
+    )
 
 
 def epsilon(event: DpEvent, delta: float, neighbouring: str) -> float:

@@ -20,10 +20,33 @@ from numpy.typing import ArrayLike
 from scipy import special
 
 from dpaudit import _validate as v
-from dpaudit.privacy.pate.mechanisms import _log_q_gaussian, _per_variance, _rdp_from_log_q, _threshold_rdp_from_log_p, lnmax_log_moments
-from dpaudit.privacy.pate.votes import AGGREGATOR_NAMES, GNMAX_ORDERS, LNMAX_MOMENT_ORDERS, PATE_COSTS, _orders, _rows, _threshold_step, check_votes
+from dpaudit.privacy.pate.mechanisms import (
+    _log_q_gaussian,
+    _per_variance,
+    _rdp_from_log_q,
+    _threshold_rdp_from_log_p,
+    lnmax_log_moments,
+)
+from dpaudit.privacy.pate.votes import (
+    AGGREGATOR_NAMES,
+    GNMAX_ORDERS,
+    LNMAX_MOMENT_ORDERS,
+    PATE_COSTS,
+    _orders,
+    _rows,
+    _threshold_step,
+    check_votes,
+)
 
-__all__ = ["PateEpsilon", "PateAnalysis", "rdp_to_epsilon", "analyze_lnmax", "analyze_gnmax", "analyze_confident_gnmax", "analyze_votes"]
+__all__ = [
+    "PateEpsilon",
+    "PateAnalysis",
+    "rdp_to_epsilon",
+    "analyze_lnmax",
+    "analyze_gnmax",
+    "analyze_confident_gnmax",
+    "analyze_votes",
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -91,7 +114,9 @@ class PateAnalysis:
     rdp_data_dependent: tuple[float, ...]
 
 
-def rdp_to_epsilon(orders: ArrayLike, rdp: ArrayLike, *, delta: float, conversion: str = "standard") -> tuple[float, float]:
+def rdp_to_epsilon(
+    orders: ArrayLike, rdp: ArrayLike, *, delta: float, conversion: str = "standard"
+) -> tuple[float, float]:
     """(ε, best order) from an RDP curve (``conversion``: ``"standard"`` or ``"improved"``).
 
     Standard: ε = min_λ RDP(λ) + ln(1/δ)/(λ − 1) (Mironov 2017, Proposition 3). Improved:
@@ -115,24 +140,42 @@ def rdp_to_epsilon(orders: ArrayLike, rdp: ArrayLike, *, delta: float, conversio
 def _pate_epsilon(orders: np.ndarray, rdp: np.ndarray, delta: float, **fields: Any) -> PateEpsilon:
     eps, order = rdp_to_epsilon(orders, rdp, delta=delta)
     eps_i, order_i = rdp_to_epsilon(orders, rdp, delta=delta, conversion="improved")
-    return PateEpsilon(epsilon=eps, order=order, epsilon_improved=min(eps_i, eps), order_improved=order_i if eps_i <= eps else order, delta=delta, **fields)
+    return PateEpsilon(
+        epsilon=eps,
+        order=order,
+        epsilon_improved=min(eps_i, eps),
+        order_improved=order_i if eps_i <= eps else order,
+        delta=delta,
+        **fields,
+    )
 
 
-def _analysis(orders: np.ndarray, ind: np.ndarray, dep: np.ndarray, delta: float, *, cost: str = "realised", **fields: Any) -> PateAnalysis:
+def _analysis(
+    orders: np.ndarray, ind: np.ndarray, dep: np.ndarray, delta: float, *, cost: str = "realised", **fields: Any
+) -> PateAnalysis:
     dep = np.minimum(dep, ind)
     extra = dict(fields)
     expected = extra.pop("expected_answered", None)
     return PateAnalysis(
         # The data-independent bound charges every query that may have been answered: a bound for any run.
         data_independent=_pate_epsilon(orders, ind, delta, data_dependent=False, expected_answered=None, **extra),
-        data_dependent=_pate_epsilon(orders, dep, delta, data_dependent=True, expected_answered=expected, cost=cost, **extra),
+        data_dependent=_pate_epsilon(
+            orders, dep, delta, data_dependent=True, expected_answered=expected, cost=cost, **extra
+        ),
         orders=tuple(float(x) for x in orders),
         rdp_data_independent=tuple(float(x) for x in ind),
         rdp_data_dependent=tuple(float(x) for x in dep),
     )
 
 
-def analyze_lnmax(votes: Any, *, laplace_scale: float, delta: float, moment_orders: ArrayLike = LNMAX_MOMENT_ORDERS, progress: Callable[[int], None] | None = None) -> PateAnalysis:
+def analyze_lnmax(
+    votes: Any,
+    *,
+    laplace_scale: float,
+    delta: float,
+    moment_orders: ArrayLike = LNMAX_MOMENT_ORDERS,
+    progress: Callable[[int], None] | None = None,
+) -> PateAnalysis:
     """The 2017 moments analysis of LNMax over a vote matrix (Papernot et al. 2017, Theorems 2-3).
 
     α's add over queries; ε = min_l (α(l) + ln(1/δ))/l, i.e. the standard conversion at RDP
@@ -156,7 +199,14 @@ def analyze_lnmax(votes: Any, *, laplace_scale: float, delta: float, moment_orde
     return _analysis(ls + 1.0, ind / ls, dep / ls, d, aggregator="lnmax", num_queries=int(arr.shape[0]))
 
 
-def analyze_gnmax(votes: Any, *, sigma: float, delta: float, orders: ArrayLike = GNMAX_ORDERS, progress: Callable[[int], None] | None = None) -> PateAnalysis:
+def analyze_gnmax(
+    votes: Any,
+    *,
+    sigma: float,
+    delta: float,
+    orders: ArrayLike = GNMAX_ORDERS,
+    progress: Callable[[int], None] | None = None,
+) -> PateAnalysis:
     """RDP analysis of GNMax over a vote matrix (2018, Theorem 6 / Proposition 8); RDP adds over queries.
 
     ``progress`` is called with the number of queries analysed since its last call.
@@ -212,7 +262,11 @@ def analyze_confident_gnmax(
     if answered is not None:
         mask = np.asarray(answered)
         if mask.dtype != bool or mask.shape != (k,):
-            raise v.invalid("answered", f"answered must be a boolean array of one entry per query ({k}), got dtype {mask.dtype} shape {mask.shape}")
+            raise v.invalid(
+                "answered",
+                f"answered must be a boolean array of one entry per query ({k}), got "
+                f"dtype {mask.dtype} shape {mask.shape}",
+            )
     charged = k if mask is None else int(mask.sum())
     ind = _per_variance(k * lam / 2.0, s1) + _per_variance(charged * lam, s2)
     dep = np.zeros_like(lam)
@@ -226,7 +280,16 @@ def analyze_confident_gnmax(
         dep += _threshold_rdp_from_log_p(logp, s1, lam)
         if weight > 0:
             dep += weight * _rdp_from_log_q(_log_q_gaussian(row, s2), s2, lam)
-    return _analysis(lam, ind, dep, d, aggregator="confident-gnmax", num_queries=int(k), expected_answered=expected, cost="expected" if mask is None else "realised")
+    return _analysis(
+        lam,
+        ind,
+        dep,
+        d,
+        aggregator="confident-gnmax",
+        num_queries=int(k),
+        expected_answered=expected,
+        cost="expected" if mask is None else "realised",
+    )
 
 
 def analyze_votes(
@@ -241,7 +304,8 @@ def analyze_votes(
     answered: Any = None,
     progress: Callable[[int], None] | None = None,
 ) -> PateAnalysis:
-    """The analysis of ``aggregator`` over a vote matrix: :func:`analyze_lnmax`, :func:`analyze_gnmax` or :func:`analyze_confident_gnmax`.
+    """The analysis of ``aggregator`` over a vote matrix: :func:`analyze_lnmax`, :func:`analyze_gnmax` or
+    :func:`analyze_confident_gnmax`.
 
     Args:
         votes: queries × classes vote counts.
@@ -259,10 +323,16 @@ def analyze_votes(
     """
     name = v.choice("aggregator", aggregator, AGGREGATOR_NAMES)
     given = {"sigma": sigma, "threshold": threshold, "threshold_sigma": threshold_sigma, "laplace_scale": laplace_scale}
-    needed = {"lnmax": ("laplace_scale",), "gnmax": ("sigma",), "confident-gnmax": ("threshold", "threshold_sigma", "sigma")}[name]
+    needed = {
+        "lnmax": ("laplace_scale",),
+        "gnmax": ("sigma",),
+        "confident-gnmax": ("threshold", "threshold_sigma", "sigma"),
+    }[name]
     for key, value in given.items():
         if (value is None) == (key in needed):
-            raise v.invalid(key, f"{key} {'is needed by' if value is None else 'does not apply to'} aggregator {name!r}")
+            raise v.invalid(
+                key, f"{key} {'is needed by' if value is None else 'does not apply to'} aggregator {name!r}"
+            )
     if answered is not None and name != "confident-gnmax":
         raise v.invalid("answered", f"answered applies to aggregator 'confident-gnmax', not {name!r}")
     if laplace_scale is not None:
@@ -270,4 +340,12 @@ def analyze_votes(
     assert sigma is not None  # every other aggregator needs it (checked above)
     if threshold is None or threshold_sigma is None:
         return analyze_gnmax(votes, sigma=sigma, delta=delta, progress=progress)
-    return analyze_confident_gnmax(votes, threshold=threshold, threshold_sigma=threshold_sigma, sigma=sigma, delta=delta, answered=answered, progress=progress)
+    return analyze_confident_gnmax(
+        votes,
+        threshold=threshold,
+        threshold_sigma=threshold_sigma,
+        sigma=sigma,
+        delta=delta,
+        answered=answered,
+        progress=progress,
+    )

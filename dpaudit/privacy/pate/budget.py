@@ -36,8 +36,11 @@ def _threshold_sigma(sigma: float, threshold_ratio: float | None, fixed: float |
     return None if threshold_ratio is None else sigma * threshold_ratio
 
 
-def worst_case_epsilon(*, num_queries: int, sigma: float, threshold_sigma: float | None, delta: float, orders: ArrayLike = GNMAX_ORDERS) -> float:
-    """Data-independent ε of ``num_queries`` queries, every one answered (GNMax; with ``threshold_sigma``, Confident-GNMax).
+def worst_case_epsilon(
+    *, num_queries: int, sigma: float, threshold_sigma: float | None, delta: float, orders: ArrayLike = GNMAX_ORDERS
+) -> float:
+    """Data-independent ε of ``num_queries`` queries, every one answered (GNMax; with ``threshold_sigma``,
+    Confident-GNMax).
 
     Args:
         num_queries: queries asked (each may be answered).
@@ -62,8 +65,16 @@ def worst_case_epsilon(*, num_queries: int, sigma: float, threshold_sigma: float
     return rdp_to_epsilon(lam, q * per_query * lam, delta=d)[0]
 
 
-def calibrate_sigma(*, target_epsilon: float, delta: float, num_queries: int, threshold_ratio: float | None = None, threshold_sigma: float | None = None) -> float:
-    """Smallest σ (to 0.1 %, never overshooting) whose worst case over ``num_queries`` queries stays ≤ ``target_epsilon``.
+def calibrate_sigma(
+    *,
+    target_epsilon: float,
+    delta: float,
+    num_queries: int,
+    threshold_ratio: float | None = None,
+    threshold_sigma: float | None = None,
+) -> float:
+    """Smallest σ (to 0.1 %, never overshooting) whose worst case over ``num_queries`` queries stays ≤
+    ``target_epsilon``.
 
     Args:
         target_epsilon: the budget ε.
@@ -78,18 +89,29 @@ def calibrate_sigma(*, target_epsilon: float, delta: float, num_queries: int, th
     target = v.positive("target_epsilon", target_epsilon)
     q = v.integer("num_queries", num_queries, minimum=1)
     sigma = smallest_noise_multiplier(
-        lambda s: worst_case_epsilon(num_queries=q, sigma=s, threshold_sigma=_threshold_sigma(s, threshold_ratio, threshold_sigma), delta=delta), target=target, tolerance=1e-3, max_sigma=1e7
+        lambda s: worst_case_epsilon(
+            num_queries=q, sigma=s, threshold_sigma=_threshold_sigma(s, threshold_ratio, threshold_sigma), delta=delta
+        ),
+        target=target,
+        tolerance=1e-3,
+        max_sigma=1e7,
     )
     if math.isinf(sigma):
         raise v.invalid(
             "target_epsilon",
-            f"target_epsilon={target!r} is unreachable at delta={delta!r} with any sigma for {q} queries" + ("" if threshold_sigma is None else f" at threshold_sigma={threshold_sigma!r}"),
+            f"target_epsilon={target!r} is unreachable at delta={delta!r} with any sigma for {q} queries"
+            + ("" if threshold_sigma is None else f" at threshold_sigma={threshold_sigma!r}"),
         )
     return float(sigma)
 
 
 def max_queries(*, target_epsilon: float, delta: float, sigma: float, threshold_sigma: float | None, limit: int) -> int:
-    """Largest number of queries (≤ ``limit``) whose worst case at ``sigma`` stays ≤ ``target_epsilon``; 0 if one query overshoots."""
+    """Largest number of queries (≤ ``limit``) whose worst case at ``sigma`` stays ≤ ``target_epsilon``; 0 if one query
+    overshoots."""
     target = v.positive("target_epsilon", target_epsilon)
     cap = v.integer("limit", limit, minimum=1)
-    return largest_num_steps(lambda q: worst_case_epsilon(num_queries=q, sigma=sigma, threshold_sigma=threshold_sigma, delta=delta), target=target, max_steps=cap)
+    return largest_num_steps(
+        lambda q: worst_case_epsilon(num_queries=q, sigma=sigma, threshold_sigma=threshold_sigma, delta=delta),
+        target=target,
+        max_steps=cap,
+    )

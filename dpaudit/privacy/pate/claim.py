@@ -16,14 +16,25 @@ from dpaudit.privacy.claims import CLAIM_KINDS, PrivacyClaim
 from dpaudit.privacy.pate.analysis import PateAnalysis, rdp_to_epsilon
 from dpaudit.privacy.pate.budget import worst_case_epsilon
 from dpaudit.privacy.pate.smooth_sensitivity import SmoothSensitivityRelease
-from dpaudit.privacy.record_claims import RELATIVE_TOLERANCE, RebuiltClaim, agree, format_number, register_claim_rebuilder, required
+from dpaudit.privacy.record_claims import (
+    RELATIVE_TOLERANCE,
+    RebuiltClaim,
+    agree,
+    format_number,
+    register_claim_rebuilder,
+    required,
+)
 
 __all__ = ["PATE_ANALYSES", "PATEClaim", "pate_claim", "settings_used"]
 
 
 #: How a PATE claim's RDP curve was obtained.
 PATE_ANALYSES = ("data-independent", "data-dependent")
-_PATE_PARAMETERS = {"lnmax": ("laplace_scale",), "gnmax": ("sigma",), "confident-gnmax": ("threshold", "threshold_sigma", "sigma")}
+_PATE_PARAMETERS = {
+    "lnmax": ("laplace_scale",),
+    "gnmax": ("sigma",),
+    "confident-gnmax": ("threshold", "threshold_sigma", "sigma"),
+}
 
 
 @CLAIM_KINDS.register
@@ -54,7 +65,14 @@ class PATEClaim(PrivacyClaim):
     """
 
     # Stored with the analysis before the curve, as PATE claims always were.
-    __spec_keys__: ClassVar[tuple[str, ...]] = (*PrivacyClaim.__spec_keys__, "aggregator", "parameters", "num_queries", "num_answered", "analysis")
+    __spec_keys__: ClassVar[tuple[str, ...]] = (
+        *PrivacyClaim.__spec_keys__,
+        "aggregator",
+        "parameters",
+        "num_queries",
+        "num_answered",
+        "analysis",
+    )
     kind: ClassVar[str] = "pate"
     accountants: ClassVar[tuple[str, ...]] = ("rdp",)
 
@@ -75,7 +93,11 @@ class PATEClaim(PrivacyClaim):
             raise v.invalid_type("parameters", f"parameters must be a mapping, got {v.short(self.parameters)}")
         wanted = _PATE_PARAMETERS[self.aggregator]
         if set(self.parameters) != set(wanted):
-            raise v.invalid("parameters", f"parameters of {self.aggregator} must be exactly {', '.join(wanted)}; got {', '.join(sorted(self.parameters)) or 'none'}")
+            raise v.invalid(
+                "parameters",
+                f"parameters of {self.aggregator} must be exactly {', '.join(wanted)}; "
+                f"got {', '.join(sorted(self.parameters)) or 'none'}",
+            )
         params = {k: v.positive(f"parameters.{k}", self.parameters[k]) for k in wanted}
         object.__setattr__(self, "parameters", params)
         queries = v.integer("num_queries", self.num_queries, minimum=0)
@@ -85,14 +107,21 @@ class PATEClaim(PrivacyClaim):
         orders = tuple(v.positive(f"orders[{i}]", x) for i, x in enumerate(self.orders))
         rdp = tuple(v.non_negative(f"rdp[{i}]", x) for i, x in enumerate(self.rdp))
         if not orders or len(orders) != len(rdp) or any(o <= 1 for o in orders):
-            raise v.invalid("orders", f"orders and rdp must be equally long and non-empty, with every order > 1; got {len(orders)} orders, {len(rdp)} values")
+            raise v.invalid(
+                "orders",
+                "orders and rdp must be equally long and non-empty, with every order > "
+                f"1; got {len(orders)} orders, {len(rdp)} values",
+            )
         object.__setattr__(self, "orders", orders)
         object.__setattr__(self, "rdp", rdp)
         if self.smooth_sensitivity is not None:
             if self.analysis != "data-dependent":
                 raise v.invalid("smooth_sensitivity", "smooth_sensitivity applies to a data-dependent analysis only")
             if not isinstance(self.smooth_sensitivity, Mapping) or set(self.smooth_sensitivity) != {"beta", "sigma_ss"}:
-                raise v.invalid("smooth_sensitivity", f"smooth_sensitivity must hold exactly beta and sigma_ss, got {v.short(self.smooth_sensitivity)}")
+                raise v.invalid(
+                    "smooth_sensitivity",
+                    f"smooth_sensitivity must hold exactly beta and sigma_ss, got {v.short(self.smooth_sensitivity)}",
+                )
             ss = {k: v.positive(f"smooth_sensitivity.{k}", self.smooth_sensitivity[k]) for k in ("beta", "sigma_ss")}
             if len(orders) != 1:
                 raise v.invalid("orders", f"a smooth-sensitivity release is stated at one order, got {len(orders)}")
@@ -113,7 +142,9 @@ class PATEClaim(PrivacyClaim):
 
     def epsilon_improved(self, *, delta: float) -> float:
         """ε at ``delta`` by the improved conversion (Balle et al. 2020), reported beside :meth:`epsilon`."""
-        return min(rdp_to_epsilon(self.orders, self.rdp, delta=delta, conversion="improved")[0], self.epsilon(delta=delta))
+        return min(
+            rdp_to_epsilon(self.orders, self.rdp, delta=delta, conversion="improved")[0], self.epsilon(delta=delta)
+        )
 
 
 def pate_claim(
@@ -150,7 +181,9 @@ def pate_claim(
         smooth = None
     kind = "data-dependent" if data_dependent else "data-independent"
     text = description or (
-        f"PATE {bound.aggregator} {', '.join(f'{k}={x:g}' for k, x in parameters.items())}: {num_answered} of {bound.num_queries} queries answered, {kind}"
+        f"PATE {bound.aggregator} "
+        f"{', '.join(f'{k}={x:g}' for k, x in parameters.items())}: "
+        f"{num_answered} of {bound.num_queries} queries answered, {kind}"
         + (" (smooth-sensitivity release)" if release is not None else "")
     )
     return PATEClaim(
@@ -181,7 +214,9 @@ def settings_used(config: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict
 
 
 @register_claim_rebuilder("pate")
-def _pate(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int) -> RebuiltClaim:
+def _pate(
+    stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int
+) -> RebuiltClaim:
     """PATE: everything but the data-dependent curve from the config; the curve's ε against the run's."""
     assert isinstance(stored, PATEClaim)
     sources: dict[str, str] = {}
@@ -190,10 +225,15 @@ def _pate(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str,
     def used(key: str) -> Any:
         # A value left unset was derived from public sizes; the run stores what it used as run_<key>.
         given = config.get(key) is not None
-        sources[key] = f"config {key}" if given else f"metrics run_{key} (config {key} unset: derived from public sizes)"
+        sources[key] = (
+            f"config {key}" if given else f"metrics run_{key} (config {key} unset: derived from public sizes)"
+        )
         value = settings.get(key)
         if value is None:
-            raise ValueError(f"{'config' if given else 'metrics'} is missing {key if given else 'run_' + key!r}, which the claim is rebuilt from")
+            raise ValueError(
+                f"{'config' if given else 'metrics'} is missing "
+                f"{key if given else 'run_' + key!r}, which the claim is rebuilt from"
+            )
         return value
 
     aggregator = used("aggregator")
@@ -227,15 +267,33 @@ def _pate(stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str,
         names = ("epsilon_data_independent",)
     measured = next((n for n in names if n in metrics), names[0])
     delta = float(required("config", config, "delta"))
-    agree(f"claim epsilon at config delta={delta:g}", stored.epsilon(delta=delta), f"metrics {measured}", required("metrics", metrics, measured))
+    agree(
+        f"claim epsilon at config delta={delta:g}",
+        stored.epsilon(delta=delta),
+        f"metrics {measured}",
+        required("metrics", metrics, measured),
+    )
     target = config.get("target_epsilon")
     if target is not None:
         # A budget run is planned by the data-independent bound with every query charged: the
         # parameters it used must meet the target whatever the votes were.
         if aggregator == "lnmax":
             raise ValueError("config target_epsilon is set but config aggregator='lnmax' has no budget plan")
-        worst = worst_case_epsilon(num_queries=int(queries), sigma=parameters["sigma"], threshold_sigma=parameters.get("threshold_sigma"), delta=delta)
+        worst = worst_case_epsilon(
+            num_queries=int(queries),
+            sigma=parameters["sigma"],
+            threshold_sigma=parameters.get("threshold_sigma"),
+            delta=delta,
+        )
         if worst > float(target) * (1 + RELATIVE_TOLERANCE):
-            raise ValueError(f"metrics parameters spend epsilon={format_number(worst)} over {queries} queries, above config target_epsilon={format_number(float(target))}")
-    sources.update(num_queries=sources.pop("queries"), num_answered="metrics num_answered", beta="config smooth_sensitivity_beta", sigma_ss="config smooth_sensitivity_sigma")
+            raise ValueError(
+                f"metrics parameters spend epsilon={format_number(worst)} over {queries} "
+                f"queries, above config target_epsilon={format_number(float(target))}"
+            )
+    sources.update(
+        num_queries=sources.pop("queries"),
+        num_answered="metrics num_answered",
+        beta="config smooth_sensitivity_beta",
+        sigma_ss="config smooth_sensitivity_sigma",
+    )
     return RebuiltClaim(claim=claim, sources=sources)

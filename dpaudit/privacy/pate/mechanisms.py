@@ -61,7 +61,9 @@ def lnmax_q_bound(counts: Any, *, laplace_scale: float) -> float:
     return min(q, 1.0 - 1.0 / n.size)
 
 
-def lnmax_log_moments(counts: Any, *, laplace_scale: float, moment_orders: ArrayLike = LNMAX_MOMENT_ORDERS, data_dependent: bool = True) -> np.ndarray:
+def lnmax_log_moments(
+    counts: Any, *, laplace_scale: float, moment_orders: ArrayLike = LNMAX_MOMENT_ORDERS, data_dependent: bool = True
+) -> np.ndarray:
     """Log moments α(l) of one LNMax query (Papernot et al. 2017, Theorem 2 and 3; Abadi et al. 2016).
 
     Data-independent: α(l) ≤ min(2γ² l(l + 1), 2γ l) (the (2γ, 0)-DP bound). Data-dependent
@@ -80,7 +82,9 @@ def lnmax_log_moments(counts: Any, *, laplace_scale: float, moment_orders: Array
     b = v.positive("laplace_scale", laplace_scale)
     ls = np.atleast_1d(np.asarray(moment_orders, dtype=float))
     if ls.ndim != 1 or ls.size == 0 or not np.all(np.isfinite(ls)) or np.any(ls <= 0):
-        raise v.invalid("moment_orders", f"moment_orders must be a non-empty sequence of positive numbers, got {moment_orders!r}")
+        raise v.invalid(
+            "moment_orders", f"moment_orders must be a non-empty sequence of positive numbers, got {moment_orders!r}"
+        )
     eps = 2.0 / b
     bound = np.minimum(0.5 * eps * eps * ls * (ls + 1.0), eps * ls)
     q = lnmax_q_bound(counts, laplace_scale=b)  # validates counts
@@ -209,7 +213,9 @@ def _rdp_from_log_q(logq: float, sigma: float, lam: np.ndarray) -> np.ndarray:
     return out
 
 
-def gnmax_rdp(counts: Any, *, sigma: float, orders: ArrayLike = GNMAX_ORDERS, data_dependent: bool = True) -> np.ndarray:
+def gnmax_rdp(
+    counts: Any, *, sigma: float, orders: ArrayLike = GNMAX_ORDERS, data_dependent: bool = True
+) -> np.ndarray:
     """RDP of one GNMax answer on ``counts`` (2018, Theorem 6 / Proposition 8); see :func:`gnmax_rdp_from_log_q`."""
     n = _counts(counts).astype(float)
     s = v.positive("sigma", sigma)
@@ -241,7 +247,14 @@ def _threshold_rdp_from_log_p(logp: float, sigma1: float, lam: np.ndarray) -> np
     return _rdp_from_log_q(logq, math.sqrt(2.0) * sigma1, lam)
 
 
-def threshold_rdp(counts: Any, *, threshold: float, threshold_sigma: float, orders: ArrayLike = GNMAX_ORDERS, data_dependent: bool = True) -> np.ndarray:
+def threshold_rdp(
+    counts: Any,
+    *,
+    threshold: float,
+    threshold_sigma: float,
+    orders: ArrayLike = GNMAX_ORDERS,
+    data_dependent: bool = True,
+) -> np.ndarray:
     """RDP of Confident-GNMax's noisy threshold check on one query (2018, §4.1 and Theorem 6).
 
     The check has sensitivity 1, so its data-independent RDP is λ/(2σ1²) and its data-dependent
@@ -255,7 +268,9 @@ def threshold_rdp(counts: Any, *, threshold: float, threshold_sigma: float, orde
     return _threshold_rdp_from_log_p(logp, s1, lam)
 
 
-def confident_gnmax_expected_rdp(counts: Any, *, threshold: float, threshold_sigma: float, sigma: float, orders: ArrayLike = GNMAX_ORDERS) -> np.ndarray:
+def confident_gnmax_expected_rdp(
+    counts: Any, *, threshold: float, threshold_sigma: float, sigma: float, orders: ArrayLike = GNMAX_ORDERS
+) -> np.ndarray:
     """Expected data-dependent RDP of one Confident-GNMax query: RDP1 + P_ans · RDP2 (2018 analysis scripts)."""
     rdp1 = threshold_rdp(counts, threshold=threshold, threshold_sigma=threshold_sigma, orders=orders)
     p = math.exp(threshold_log_answer_probability(counts, threshold=threshold, threshold_sigma=threshold_sigma))

@@ -27,8 +27,23 @@ from numpy.typing import ArrayLike
 from scipy import optimize, special
 
 from dpaudit import _validate as v
-from dpaudit.privacy.pate.mechanisms import _log_q_gaussian, _per_variance, _theorem6, _theorem6_valid, _threshold_rdp_from_log_p
-from dpaudit.privacy.pate.votes import GNMAX_ORDERS, _counts, _num_teachers, _order, _release_orders, _rows, _threshold_step, check_votes
+from dpaudit.privacy.pate.mechanisms import (
+    _log_q_gaussian,
+    _per_variance,
+    _theorem6,
+    _theorem6_valid,
+    _threshold_rdp_from_log_p,
+)
+from dpaudit.privacy.pate.votes import (
+    GNMAX_ORDERS,
+    _counts,
+    _num_teachers,
+    _order,
+    _release_orders,
+    _rows,
+    _threshold_step,
+    check_votes,
+)
 
 __all__ = [
     "gnmax_local_sensitivities",
@@ -122,7 +137,9 @@ def _local_sens(logq: float, sigma: float, m: int, order: float) -> float:
     return max(up - base, base - down)
 
 
-def gnmax_local_sensitivities(counts: Any, *, sigma: float, order: float, num_teachers: int | None = None) -> np.ndarray:
+def gnmax_local_sensitivities(
+    counts: Any, *, sigma: float, order: float, num_teachers: int | None = None
+) -> np.ndarray:
     """Local sensitivity at distance d of GNMax's data-dependent RDP, d = 0 … num_teachers − 1 (2018, Algorithms 3-5).
 
     LS_d bounds how much the RDP at ``order`` changes when one more teacher's vote changes,
@@ -179,7 +196,10 @@ def smooth_sensitivity(local_sensitivities: Any, *, beta: float) -> float:
     b = v.positive("beta", beta)
     ls = np.asarray(local_sensitivities, dtype=float)
     if ls.ndim != 1 or ls.size == 0 or np.any(~np.isfinite(ls)) or np.any(ls < 0):
-        raise v.invalid("local_sensitivities", f"local_sensitivities must be a non-empty 1-D array of finite values >= 0, got shape {ls.shape}")
+        raise v.invalid(
+            "local_sensitivities",
+            f"local_sensitivities must be a non-empty 1-D array of finite values >= 0, got shape {ls.shape}",
+        )
     return float(np.max(ls * np.exp(-b * np.arange(ls.size))))
 
 
@@ -253,7 +273,15 @@ class SmoothSensitivityRelease:
 
 
 def release_order(
-    *, sigma: float, num_answered: int, delta: float, beta: float, sigma_ss: float, num_queries: int = 0, threshold_sigma: float | None = None, orders: ArrayLike = GNMAX_ORDERS
+    *,
+    sigma: float,
+    num_answered: int,
+    delta: float,
+    beta: float,
+    sigma_ss: float,
+    num_queries: int = 0,
+    threshold_sigma: float | None = None,
+    orders: ArrayLike = GNMAX_ORDERS,
 ) -> float:
     """The RDP order of a smooth-sensitivity release, from public parameters only.
 
@@ -351,7 +379,11 @@ def release_gnmax_epsilon(
     ss_sigma = v.positive("sigma_ss", sigma_ss)
     sd = None if seed is None else v.integer("seed", seed, minimum=0)
     _check_release_sigma("sigma", s, 1.0)  # before the public order, which divides by σ² too
-    public = release_order(sigma=s, num_answered=int(arr.shape[0]), delta=d, beta=b, sigma_ss=ss_sigma, orders=orders) if order is None else 0.0
+    public = (
+        release_order(sigma=s, num_answered=int(arr.shape[0]), delta=d, beta=b, sigma_ss=ss_sigma, orders=orders)
+        if order is None
+        else 0.0
+    )
     lam, rule = _release_order_arg(order, public)
     gnss_rdp(beta=b, sigma_ss=ss_sigma, order=lam)  # refuses λ outside (1, 1/(2β)) before the work
     _check_release_sigma("sigma", s, lam)
@@ -359,7 +391,9 @@ def release_gnmax_epsilon(
     return _release(total_rdp, total_ls, lam, rule, d, b, ss_sigma, sd, aggregator="gnmax")
 
 
-def _gnmax_release_inputs(arr: np.ndarray, sigma: float, lam: float, progress: Callable[[int], None] | None = None) -> tuple[float, np.ndarray]:
+def _gnmax_release_inputs(
+    arr: np.ndarray, sigma: float, lam: float, progress: Callable[[int], None] | None = None
+) -> tuple[float, np.ndarray]:
     """(the data-dependent total RDP at λ, its local sensitivity at each distance): private values."""
     teachers = int(arr[0].sum())
     total_rdp = 0.0
@@ -375,10 +409,26 @@ def _gnmax_release_inputs(arr: np.ndarray, sigma: float, lam: float, progress: C
 def _check_release_sigma(name: str, sigma: float, lam: float) -> None:
     """A smooth-sensitivity release needs λ/σ² finite: its local sensitivities are built from it."""
     if not np.isfinite(_per_variance(lam, sigma)):
-        raise v.invalid(name, f"{name}={sigma!r} is too small for a smooth-sensitivity release: λ/σ² at order {lam:g} is not a finite number, so neither ε is (the analysis reports ε = inf)")
+        raise v.invalid(
+            name,
+            f"{name}={sigma!r} is too small for a smooth-sensitivity release: λ/σ² "
+            f"at order {lam:g} is not a finite number, so neither ε is (the analysis "
+            "reports ε = inf)",
+        )
 
 
-def _release(total_rdp: float, total_ls: np.ndarray, lam: float, rule: str, d: float, b: float, ss_sigma: float, sd: int | None, *, aggregator: str) -> SmoothSensitivityRelease:
+def _release(
+    total_rdp: float,
+    total_ls: np.ndarray,
+    lam: float,
+    rule: str,
+    d: float,
+    b: float,
+    ss_sigma: float,
+    sd: int | None,
+    *,
+    aggregator: str,
+) -> SmoothSensitivityRelease:
     release_cost = gnss_rdp(beta=b, sigma_ss=ss_sigma, order=lam)
     # total_rdp, the smooth sensitivity and the noise stay in this frame: only their noisy sum
     # leaves, clipped at 0 (RDP is never negative; clipping is post-processing of the release).
@@ -397,8 +447,11 @@ def _release(total_rdp: float, total_ls: np.ndarray, lam: float, rule: str, d: f
     )
 
 
-def threshold_local_sensitivities(counts: Any, *, threshold: float, threshold_sigma: float, order: float, num_teachers: int | None = None) -> np.ndarray:
-    """Local sensitivity at distance d of the threshold step's data-dependent RDP, d = 0 … num_teachers − 1 (2018, Appendix C).
+def threshold_local_sensitivities(
+    counts: Any, *, threshold: float, threshold_sigma: float, order: float, num_teachers: int | None = None
+) -> np.ndarray:
+    """Local sensitivity at distance d of the threshold step's data-dependent RDP, d = 0 … num_teachers − 1 (2018,
+    Appendix C).
 
     The threshold RDP depends on the votes only through v = max_j n_j, and one teacher moves v
     by at most one; so LS at v is the larger change to v ± 1, and LS_d is the larger of the LS
@@ -425,7 +478,12 @@ def threshold_local_sensitivities(counts: Any, *, threshold: float, threshold_si
 @functools.lru_cache(maxsize=64)
 def _threshold_rdp_by_max(teachers: int, threshold: float, sigma1: float, order: float) -> np.ndarray:
     lam = np.array([order])
-    return np.array([_threshold_rdp_from_log_p(float(special.log_ndtr((m - threshold) / sigma1)), sigma1, lam)[0] for m in range(teachers + 1)])
+    return np.array(
+        [
+            _threshold_rdp_from_log_p(float(special.log_ndtr((m - threshold) / sigma1)), sigma1, lam)[0]
+            for m in range(teachers + 1)
+        ]
+    )
 
 
 def _threshold_ls(top: int, teachers: int, threshold: float, sigma1: float, order: float) -> np.ndarray:
@@ -491,12 +549,25 @@ def release_confident_gnmax_epsilon(
     sd = None if seed is None else v.integer("seed", seed, minimum=0)
     mask = np.asarray(answered)
     if mask.dtype != bool or mask.shape != (arr.shape[0],):
-        raise v.invalid("answered", f"answered must be a boolean array of one entry per query ({arr.shape[0]}), got dtype {mask.dtype} shape {mask.shape}")
+        raise v.invalid(
+            "answered",
+            "answered must be a boolean array of one entry per query "
+            f"({arr.shape[0]}), got dtype {mask.dtype} shape {mask.shape}",
+        )
     _check_release_sigma("threshold_sigma", s1, 1.0)  # before the public order, which divides by σ² too
     _check_release_sigma("sigma", s2, 1.0)
     public = 0.0
     if order is None:
-        public = release_order(sigma=s2, num_answered=int(mask.sum()), num_queries=int(arr.shape[0]), threshold_sigma=s1, delta=d, beta=b, sigma_ss=ss_sigma, orders=orders)
+        public = release_order(
+            sigma=s2,
+            num_answered=int(mask.sum()),
+            num_queries=int(arr.shape[0]),
+            threshold_sigma=s1,
+            delta=d,
+            beta=b,
+            sigma_ss=ss_sigma,
+            orders=orders,
+        )
     lam, rule = _release_order_arg(order, public)
     gnss_rdp(beta=b, sigma_ss=ss_sigma, order=lam)  # refuses λ outside (1, 1/(2β)) before the work
     _check_release_sigma("threshold_sigma", s1, lam)
@@ -529,7 +600,8 @@ def release_epsilon(
     order: float | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> SmoothSensitivityRelease:
-    """The GNSS release of ``aggregator``'s data-dependent ε: :func:`release_gnmax_epsilon` or :func:`release_confident_gnmax_epsilon`.
+    """The GNSS release of ``aggregator``'s data-dependent ε: :func:`release_gnmax_epsilon` or
+    :func:`release_confident_gnmax_epsilon`.
 
     Args:
         votes: queries × classes vote counts.
@@ -552,10 +624,26 @@ def release_epsilon(
         for key, value in (("threshold", threshold), ("threshold_sigma", threshold_sigma), ("answered", answered)):
             if value is not None:
                 raise v.invalid(key, f"{key} does not apply to aggregator 'gnmax'")
-        return release_gnmax_epsilon(votes, sigma=sigma, delta=delta, beta=beta, sigma_ss=sigma_ss, seed=seed, order=order, progress=progress)
+        return release_gnmax_epsilon(
+            votes, sigma=sigma, delta=delta, beta=beta, sigma_ss=sigma_ss, seed=seed, order=order, progress=progress
+        )
     if threshold is None or threshold_sigma is None or answered is None:
-        missing = next(k for k, x in (("threshold", threshold), ("threshold_sigma", threshold_sigma), ("answered", answered)) if x is None)
+        missing = next(
+            k
+            for k, x in (("threshold", threshold), ("threshold_sigma", threshold_sigma), ("answered", answered))
+            if x is None
+        )
         raise v.invalid(missing, f"{missing} is needed by the release of aggregator 'confident-gnmax'")
     return release_confident_gnmax_epsilon(
-        votes, threshold=threshold, threshold_sigma=threshold_sigma, sigma=sigma, answered=answered, delta=delta, beta=beta, sigma_ss=sigma_ss, seed=seed, order=order, progress=progress
+        votes,
+        threshold=threshold,
+        threshold_sigma=threshold_sigma,
+        sigma=sigma,
+        answered=answered,
+        delta=delta,
+        beta=beta,
+        sigma_ss=sigma_ss,
+        seed=seed,
+        order=order,
+        progress=progress,
     )

@@ -34,7 +34,10 @@ __all__ = [
 
 
 #: RDP orders of the 2018 analysis: 2, 2.5, …, 100, then 99 log-spaced values up to 500.
-GNMAX_ORDERS: tuple[float, ...] = tuple([float(x) for x in np.arange(2.0, 100.25, 0.5)] + [float(x) for x in np.logspace(np.log10(100.0), np.log10(500.0), 100)[1:]])
+GNMAX_ORDERS: tuple[float, ...] = tuple(
+    [float(x) for x in np.arange(2.0, 100.25, 0.5)]
+    + [float(x) for x in np.logspace(np.log10(100.0), np.log10(500.0), 100)[1:]]
+)
 #: Moment orders l of the 2017 moments accountant (its code uses l = 1..8).
 LNMAX_MOMENT_ORDERS: tuple[int, ...] = tuple(range(1, 9))
 #: What a :class:`PateEpsilon` charges: the answers given, or Confident-GNMax's expectation.
@@ -99,7 +102,11 @@ def check_votes(votes: Any, *, name: str = "votes", equal_totals: bool = True, a
         frac = arr != np.round(arr)
         if frac.any():
             i, j = np.argwhere(frac)[0]
-            raise v.invalid(name, f"{name} must be integer counts (weighted votes are not supported), got {name}[{i}, {j}] = {arr[i, j]!r}")
+            raise v.invalid(
+                name,
+                f"{name} must be integer counts (weighted votes are not supported), got "
+                f"{name}[{i}, {j}] = {arr[i, j]!r}",
+            )
         if np.abs(arr).max() > 2.0**53:
             raise v.invalid(name, f"{name} must be counts below 2**53, got max {np.abs(arr).max()!r}")
     neg = arr < 0
@@ -113,7 +120,10 @@ def check_votes(votes: Any, *, name: str = "votes", equal_totals: bool = True, a
         return out
     if np.any(totals != totals[0]):
         i = int(np.argmax(totals != totals[0]))
-        raise v.invalid(name, f"{name} rows must all sum to the number of teachers; row 0 sums to {totals[0]}, row {i} to {totals[i]}")
+        raise v.invalid(
+            name,
+            f"{name} rows must all sum to the number of teachers; row 0 sums to {totals[0]}, row {i} to {totals[i]}",
+        )
     if totals[0] == 0:
         raise v.invalid(name, f"{name} must count at least one teacher, got rows summing to 0")
     out.setflags(write=False)

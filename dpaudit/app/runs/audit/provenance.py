@@ -16,7 +16,14 @@ from typing import Any
 from dpaudit.callables import callable_fingerprint, code_fingerprint, resolve_callable
 from dpaudit.store import RunDir, to_jsonable
 
-__all__ = ["audit_hash", "code_keys", "resolve_train_fn", "say_if_superseded", "superseded_reasons", "train_fn_fingerprint"]
+__all__ = [
+    "audit_hash",
+    "code_keys",
+    "resolve_train_fn",
+    "say_if_superseded",
+    "superseded_reasons",
+    "train_fn_fingerprint",
+]
 
 
 def audit_hash(config: Mapping[str, Any]) -> str:
@@ -43,7 +50,12 @@ def code_keys(prefix: str, spec: str, *, argument: str, progress: bool) -> dict[
         if code.unresolved:
             keys[f"{prefix}_unresolved"] = list(code.unresolved)
     if code.unresolved and progress:
-        print(f"{argument} {spec}: import{'s' if len(code.unresolved) != 1 else ''} {', '.join(code.unresolved)} not found; not part of the code's fingerprint", file=sys.stderr)
+        print(
+            f"{argument} {spec}: import{'s' if len(code.unresolved) != 1 else ''} "
+            f"{', '.join(code.unresolved)} not found; not part of the code's "
+            "fingerprint",
+            file=sys.stderr,
+        )
     return keys
 
 
@@ -72,7 +84,10 @@ def _what_changed(ours: Mapping[str, Any], stored: Mapping[str, Any], differ: li
         if stored.get("dataset_files") is None:
             reasons.append(f"the stored trials do not name the files of dataset {ours.get('dataset')}")
         else:
-            reasons.append(f"dataset {ours.get('dataset')}'s files changed ({changed_files(stored.get('dataset_files'), dict(ours.get('dataset_files') or {}))})")
+            reasons.append(
+                f"dataset {ours.get('dataset')}'s files changed "
+                f"({changed_files(stored.get('dataset_files'), dict(ours.get('dataset_files') or {}))})"
+            )
     if "member_ids_sha256" in differ:
         reasons.append("the member ids differ (another data root?)")
     return reasons
@@ -87,7 +102,9 @@ def superseded_reasons(ours: Mapping[str, Any], stored: Mapping[str, Any]) -> li
     ours = json.loads(json.dumps(to_jsonable(dict(ours))))
     differ = sorted(k for k in set(ours) | set(stored) if stored.get(k) != ours.get(k))
     reasons = _what_changed(ours, stored, differ)
-    worded = {"member_ids_sha256", "dataset_files"} | {k for k in differ if k.endswith("_sha256") or k.endswith("_modules") or k.endswith("_unresolved")}
+    worded = {"member_ids_sha256", "dataset_files"} | {
+        k for k in differ if k.endswith("_sha256") or k.endswith("_modules") or k.endswith("_unresolved")
+    }
     for k in differ:
         if k in worded:
             continue
@@ -119,7 +136,11 @@ def say_if_superseded(run: RunDir, name: str, cfg: Mapping[str, Any]) -> None:
         differ = sorted(k for k in set(ours) | (set(stored) & set(_IDENTITY_KEYS)) if stored.get(k) != ours.get(k))
         if differ and all(k.endswith("_sha256") or k in _IDENTITY_KEYS for k in differ):
             why = "; ".join(_what_changed(ours, stored, differ)) or f"{', '.join(differ)} differ"
-            print(f"recomputing: {why} since the stored trials in {config_file.parent}; starting afresh in {run.audit_dir(name)}", file=sys.stderr)
+            print(
+                f"recomputing: {why} since the stored trials in {config_file.parent}; "
+                f"starting afresh in {run.audit_dir(name)}",
+                file=sys.stderr,
+            )
 
 
 def resolve_train_fn(spec: str) -> Callable[..., Any]:

@@ -5,7 +5,8 @@ import ``defenses``, ``attacks`` and ``reports``; the rest of the core may not. 
 :class:`AuditSpec` (built by ``dpaudit audit`` or ``scripts/reproduce_audit.py``) into
 
 * a training function — the white-box trainer adapter of a registered defense
-  (``defenses.DEFENSES[name].audit_trainer``, with the per-step hooks) or any third-party ``train(dataset, *, seed) -> nn.Module`` given as ``module:function``
+  (``defenses.DEFENSES[name].audit_trainer``, with the per-step hooks) or any third-party ``train(dataset, *, seed) ->
+  nn.Module`` given as ``module:function``
   or ``path/to/file.py:function`` (:func:`resolve_train_fn`);
 * the claim it is audited against — the defense's own claim, or one given on the command line or
   as a claim JSON (:func:`dpaudit.privacy.claims.claim_from_dict`);
@@ -70,7 +71,14 @@ class DatasetRef:
 
 
 def make_audit_executor(
-    workers: int | None, kind: str = "local", address: str | None = None, *, dataset: str | None = None, data_root: str | None = None, ship_code: bool = False, num_gpus: float = 0.0
+    workers: int | None,
+    kind: str = "local",
+    address: str | None = None,
+    *,
+    dataset: str | None = None,
+    data_root: str | None = None,
+    ship_code: bool = False,
+    num_gpus: float = 0.0,
 ) -> Any:
     """Where trials run: ``local`` is in-process for one worker (no start-up cost), else a spawned
     process pool; ``serial`` always in-process; ``ray`` a local Ray with ``workers`` CPUs or the
@@ -80,7 +88,15 @@ def make_audit_executor(
     from dpaudit.executors.local import LocalExecutor
 
     if kind == "ray":
-        return make_executor("ray", workers=workers, address=address, datasets=() if dataset is None else (dataset,), data_root=data_root, ship_code=ship_code, num_gpus=num_gpus)
+        return make_executor(
+            "ray",
+            workers=workers,
+            address=address,
+            datasets=() if dataset is None else (dataset,),
+            data_root=data_root,
+            ship_code=ship_code,
+            num_gpus=num_gpus,
+        )
     if address is not None:
         raise v.invalid("address", f"address={address!r} applies to executor 'ray' only, got executor={kind!r}")
     if kind == "serial" or workers is None or workers <= 1:
@@ -93,7 +109,9 @@ def _ray_gpus(spec: AuditSpec, bundle: Any) -> float:
         return 0.0
     from dpaudit.app.cost import count_parameters, ray_gpus
 
-    return ray_gpus(spec.device, count_parameters(spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes))
+    return ray_gpus(
+        spec.device, count_parameters(spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes)
+    )
 
 
 def _audit_trainer(spec: AuditSpec, *, num_members: int, num_steps: int) -> tuple[Any, float]:
@@ -104,7 +122,11 @@ def _audit_trainer(spec: AuditSpec, *, num_members: int, num_steps: int) -> tupl
 
     entry = DEFENSES.get(spec.defense)
     if entry is None or entry.audit_trainer is None:
-        raise v.invalid("defense", f"defense {spec.defense!r} has no white-box trainer for audits; defenses that do: {', '.join(audit_defenses()) or 'none'}")
+        raise v.invalid(
+            "defense",
+            f"defense {spec.defense!r} has no white-box trainer for audits; defenses "
+            f"that do: {', '.join(audit_defenses()) or 'none'}",
+        )
     sigma = spec.noise_multiplier
     if sigma is None:
         eps = float(spec.target_epsilon)  # type: ignore[arg-type]  # __post_init__ guarantees one of the two
@@ -112,7 +134,9 @@ def _audit_trainer(spec: AuditSpec, *, num_members: int, num_steps: int) -> tupl
         if spec.threat == "white-box":
             sigma = analytic_sigma(epsilon=eps, delta=spec.delta)
         else:
-            sigma = calibrate_noise_multiplier(target_epsilon=eps, delta=spec.delta, sampling_rate=spec.sampling_rate, num_steps=num_steps)
+            sigma = calibrate_noise_multiplier(
+                target_epsilon=eps, delta=spec.delta, sampling_rate=spec.sampling_rate, num_steps=num_steps
+            )
     per_epoch = max(1, round(1.0 / spec.sampling_rate))
     # The audit's training knobs, passed to the defense's config by field name: a defense whose
     # config lacks one of them cannot be audited with these options (said, not silently dropped).
@@ -128,7 +152,11 @@ def _audit_trainer(spec: AuditSpec, *, num_members: int, num_steps: int) -> tupl
     known = {f.name for f in dataclasses.fields(entry.config_type)}
     missing = sorted(set(wanted) - known) or sorted(set(spec.defense_config or {}) - known)
     if missing:
-        raise v.invalid("defense", f"defense {spec.defense!r}: its config {entry.config_type.__name__} has no field(s) {', '.join(missing)} that the audit sets")
+        raise v.invalid(
+            "defense",
+            f"defense {spec.defense!r}: its config {entry.config_type.__name__} has "
+            f"no field(s) {', '.join(missing)} that the audit sets",
+        )
     config = entry.config_type(**{**dict(spec.defense_config or {}), **wanted})
     options = {"model_options": dict(spec.model_options)} if spec.model_options else {}
     return entry.audit_trainer(config=config, model_name=spec.model, device=spec.device, **options), float(sigma)
@@ -151,14 +179,23 @@ def _starting_model(spec: AuditSpec, members: ArrayDataset, trainer: Any | None)
             try:
                 built = builder()
             except Exception as exc:  # third-party code: said in one line, like a failing --train-fn
-                raise v.invalid("--model-fn", f"--model-fn {spec.model_fn}: raised {type(exc).__name__}: {' '.join(str(exc).split()) or '(no message)'}") from exc
+                raise v.invalid(
+                    "--model-fn",
+                    f"--model-fn {spec.model_fn}: raised {type(exc).__name__}: "
+                    f"{' '.join(str(exc).split()) or '(no message)'}",
+                ) from exc
             if not isinstance(built, nn.Module):
-                raise v.invalid("--model-fn", f"--model-fn {spec.model_fn}: returned a {type(built).__name__}, not a torch.nn.Module")
+                raise v.invalid(
+                    "--model-fn",
+                    f"--model-fn {spec.model_fn}: returned a {type(built).__name__}, not a torch.nn.Module",
+                )
             return built
         return build_model(spec.model, input_shape=members.input_shape, num_classes=members.num_classes)
 
 
-def _worst_case_start(spec: AuditSpec, run: RunDir, bundle: Any, splits: Any, model: nn.Module, *, cfg_key: Mapping[str, object]) -> Path:
+def _worst_case_start(
+    spec: AuditSpec, run: RunDir, bundle: Any, splits: Any, model: nn.Module, *, cfg_key: Mapping[str, object]
+) -> Path:
     """Pre-trains ``model`` on non-member records (the auditor's own) once; returns the safetensors file.
 
     The file sits in its own directory keyed by the audit's configuration, so a rerun reuses
@@ -173,11 +210,22 @@ def _worst_case_start(spec: AuditSpec, run: RunDir, bundle: Any, splits: Any, mo
         if spec.progress:
             print(f"reusing the worst-case start {path}", file=sys.stderr, flush=True)
     else:
-        pool = np.asarray(splits.population if len(splits.population) else splits.non_members)[:WORST_CASE_AUDITOR_RECORDS]
+        pool = np.asarray(splits.population if len(splits.population) else splits.non_members)[
+            :WORST_CASE_AUDITOR_RECORDS
+        ]
         if pool.size == 0:
-            raise v.invalid("num_members", f"init='worst-case' pre-trains on records that are not members; dataset {spec.dataset!r} has none left with num_members={spec.num_members!r}")
+            raise v.invalid(
+                "num_members",
+                "init='worst-case' pre-trains on records that are not members; dataset "
+                f"{spec.dataset!r} has none left with num_members={spec.num_members!r}",
+            )
         if spec.progress:
-            print(f"crafting the worst-case start: {spec.model} pre-trained non-privately on {pool.size:,} non-member records (5 epochs)", file=sys.stderr, flush=True)
+            print(
+                f"crafting the worst-case start: {spec.model} pre-trained non-privately "
+                f"on {pool.size:,} non-member records (5 epochs)",
+                file=sys.stderr,
+                flush=True,
+            )
         state = worst_case_initial_state(model, bundle.all().subset(pool), seed=spec.seed)
         directory.mkdir(parents=True, exist_ok=True)
         save_weights(path, state)
@@ -206,8 +254,17 @@ class _Game:
 
 def _announce(spec: AuditSpec, bundle: Any, members: ArrayDataset, num_steps: int) -> None:
     """Says so before the trials start when the audit will take long (the suite's own trainer only)."""
-    trainings = 2 * spec.resolved_num_trials if spec.threat == "black-box" and spec.method == "multi-run" else spec.resolved_num_trials
-    per_example = seconds_per_example(spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, device=spec.device) * PER_EXAMPLE_GRADIENT_FACTOR
+    trainings = (
+        2 * spec.resolved_num_trials
+        if spec.threat == "black-box" and spec.method == "multi-run"
+        else spec.resolved_num_trials
+    )
+    per_example = (
+        seconds_per_example(
+            spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, device=spec.device
+        )
+        * PER_EXAMPLE_GRADIENT_FACTOR
+    )
     q = spec.sampling_rate
     announce_if_long(
         trainings * num_steps * q * len(members) * per_example / spec.workers,
@@ -222,7 +279,11 @@ def _prepare(spec: AuditSpec, third_party: Callable[..., nn.Module] | None) -> _
     """The data, the training function, its claim and the bound; what the trials are about."""
     bundle = load_dataset(spec.dataset, data_root=spec.data_root)
     # make_splits' own default member count applies unless the spec names one.
-    splits = make_splits(bundle, seed=spec.seed) if spec.num_members is None else make_splits(bundle, seed=spec.seed, num_members=spec.num_members)
+    splits = (
+        make_splits(bundle, seed=spec.seed)
+        if spec.num_members is None
+        else make_splits(bundle, seed=spec.seed, num_members=spec.num_members)
+    )
     members_ref = DatasetRef(name=spec.dataset, ids=tuple(int(i) for i in splits.members), data_root=spec.data_root)
     members = members_ref()
     num_steps = spec.resolved_num_steps
@@ -243,23 +304,48 @@ def _prepare(spec: AuditSpec, third_party: Callable[..., nn.Module] | None) -> _
             "num_steps": num_steps,
             "learning_rate": spec.learning_rate,
             # Only when given, so the names of audits without them stay as they were.
-            **{k: dict(x) for k, x in (("model_options", spec.model_options), ("defense_config", spec.defense_config)) if x},
+            **{
+                k: dict(x)
+                for k, x in (("model_options", spec.model_options), ("defense_config", spec.defense_config))
+                if x
+            },
         }
     else:
         assert spec.claim is not None and spec.train_fn is not None  # checked in AuditSpec.__post_init__
         claim, fn = spec.claim, third_party
-        described = {"train_fn": spec.train_fn, **code_keys("train_fn", spec.train_fn, argument="--train-fn", progress=spec.progress), "claim": claim.to_dict()}
+        described = {
+            "train_fn": spec.train_fn,
+            **code_keys("train_fn", spec.train_fn, argument="--train-fn", progress=spec.progress),
+            "claim": claim.to_dict(),
+        }
     # The bound follows the compared claim (white-box: one un-sampled Gaussian step), decided
     # before any training so that a GDP bound on a non-Gaussian claim is refused up front.
     bound = resolve_bound(spec.bound, claim=claim if spec.threat == "black-box" else _white_box_claim())
-    if spec.method == "one-run" and spec.threat == "black-box" and spec.one_run_bound == "fdp" and claim.trade_off_family != "gaussian":
+    if (
+        spec.method == "one-run"
+        and spec.threat == "black-box"
+        and spec.one_run_bound == "fdp"
+        and claim.trade_off_family != "gaussian"
+    ):
         raise v.invalid(
-            "one_run_bound", f"one_run_bound='fdp' assumes a Gaussian trade-off curve, and the claim of kind {claim.kind!r} ({claim.statement()}) is not Gaussian-family; use one_run_bound='steinke'"
+            "one_run_bound",
+            "one_run_bound='fdp' assumes a Gaussian trade-off curve, and the claim "
+            f"of kind {claim.kind!r} ({claim.statement()}) is not Gaussian-family; "
+            "use one_run_bound='steinke'",
         )
     # The member ids are part of what the trials are about: a data root holding other data gives
     # other members, and their trials must not be mixed with these.
     members_sha256 = hashlib.sha256(np.asarray(members_ref.ids, dtype=np.int64).tobytes()).hexdigest()[:16]
-    described.update({"dataset": spec.dataset, "num_members": len(members), "member_ids_sha256": members_sha256, "threat": spec.threat, "delta": spec.delta, "confidence": spec.confidence})
+    described.update(
+        {
+            "dataset": spec.dataset,
+            "num_members": len(members),
+            "member_ids_sha256": members_sha256,
+            "threat": spec.threat,
+            "delta": spec.delta,
+            "confidence": spec.confidence,
+        }
+    )
     # The files the data came from: a dataset file replaced under the data root (its MD5SUMS
     # updated) gives other trials. Bundled data (digits) has none, so its audits keep their names.
     data = dataset_files(spec.dataset, data_root=spec.data_root)
@@ -283,7 +369,9 @@ def _prepare(spec: AuditSpec, third_party: Callable[..., nn.Module] | None) -> _
     )
 
 
-def _white_box(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, strategy: str) -> tuple[str, dict[str, object], Callable[[], AuditResult]]:
+def _white_box(
+    spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, strategy: str
+) -> tuple[str, dict[str, object], Callable[[], AuditResult]]:
     from attacks.audit.procedures import AUDIT_PROCEDURES
 
     assert game.trainer is not None and game.sigma is not None  # white-box audits the suite's own trainer
@@ -320,14 +408,18 @@ def _multi_run_canaries(spec: AuditSpec, game: _Game, start: nn.Module | None) -
     bundle = game.bundle
     if spec.canary == "blank":
         assert start is not None
-        cans = blank_canary(start, input_shape=bundle.input_shape, num_classes=bundle.num_classes, id_offset=game.id_offset)
+        cans = blank_canary(
+            start, input_shape=bundle.input_shape, num_classes=bundle.num_classes, id_offset=game.id_offset
+        )
         if spec.group_size > 1:
             raise v.invalid("group_size", f"canary='blank' is one record; group_size must be 1, got {spec.group_size}")
         return cans
     if spec.canary == "clipbkd":
         return clipbkd_canaries(game.members, group_size=spec.group_size, id_offset=game.id_offset)
     # one held-out example with a wrong label, repeated group_size times
-    one = mislabelled_canaries(bundle.all().subset(game.splits.non_members), num_canaries=1, seed=spec.seed, id_offset=game.id_offset)
+    one = mislabelled_canaries(
+        bundle.all().subset(game.splits.non_members), num_canaries=1, seed=spec.seed, id_offset=game.id_offset
+    )
     k = spec.group_size
     return ArrayDataset(
         name=one.name,
@@ -338,13 +430,22 @@ def _multi_run_canaries(spec: AuditSpec, game: _Game, start: nn.Module | None) -
     )
 
 
-def _multi_run(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, strategy: str) -> tuple[str, dict[str, object], Callable[[], AuditResult]]:
+def _multi_run(
+    spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, strategy: str
+) -> tuple[str, dict[str, object], Callable[[], AuditResult]]:
     from attacks.audit.procedures import AUDIT_PROCEDURES
     from attacks.audit.trials import accepts_initial_state
 
-    cfg_init: dict[str, object] = {"init": spec.init} if spec.init != "random" else {}  # random-start audits keep their names
+    cfg_init: dict[str, object] = (
+        {"init": spec.init} if spec.init != "random" else {}
+    )  # random-start audits keep their names
     if spec.model_fn is not None:  # the start's architecture: its code is part of what the trials are about
-        cfg_init.update({"model_fn": spec.model_fn, **code_keys("model_fn", spec.model_fn, argument="--model-fn", progress=spec.progress)})
+        cfg_init.update(
+            {
+                "model_fn": spec.model_fn,
+                **code_keys("model_fn", spec.model_fn, argument="--model-fn", progress=spec.progress),
+            }
+        )
     start: nn.Module | None = None
     state_file: Path | None = None
     if spec.init == "worst-case" or spec.canary == "blank":
@@ -352,10 +453,23 @@ def _multi_run(spec: AuditSpec, run: RunDir, game: _Game, *, executor: Any, stra
     if spec.init == "worst-case":
         assert start is not None
         if game.third_party and not accepts_initial_state(game.fn):
-            raise v.invalid("--train-fn", f"--train-fn {spec.train_fn}: init='worst-case' passes initial_state=... to the training function, and it takes no such argument")
-        state_file = _worst_case_start(spec, run, game.bundle, game.splits, start, cfg_key={**game.described, **cfg_init, "canary": spec.canary})
+            raise v.invalid(
+                "--train-fn",
+                f"--train-fn {spec.train_fn}: init='worst-case' passes initial_state=... "
+                "to the training function, and it takes no such argument",
+            )
+        state_file = _worst_case_start(
+            spec, run, game.bundle, game.splits, start, cfg_key={**game.described, **cfg_init, "canary": spec.canary}
+        )
     cans = _multi_run_canaries(spec, game, start)
-    cfg = {**game.described, **cfg_init, "canary": spec.canary, "group_size": spec.group_size, "bound": game.bound, "strategy": strategy}
+    cfg = {
+        **game.described,
+        **cfg_init,
+        "canary": spec.canary,
+        "group_size": spec.group_size,
+        "bound": game.bound,
+        "strategy": strategy,
+    }
     name = spec.name or f"multi-run-{audit_hash(cfg)}"
     call = functools.partial(
         AUDIT_PROCEDURES["multi-run"].run,
@@ -384,7 +498,9 @@ def _one_run(spec: AuditSpec, run: RunDir, game: _Game) -> tuple[str, dict[str, 
 
     m = spec.num_canaries
     splits = game.splits
-    pool = game.bundle.all().subset(splits.non_members if len(splits.non_members) >= m else np.concatenate([splits.non_members, splits.population]))
+    pool = game.bundle.all().subset(
+        splits.non_members if len(splits.non_members) >= m else np.concatenate([splits.non_members, splits.population])
+    )
     cans = mislabelled_canaries(pool, num_canaries=m, seed=spec.seed, id_offset=game.id_offset)
     cfg = {**game.described, "canary": "mislabelled", "num_canaries": m}
     if spec.one_run_bound != "steinke":  # Steinke audits keep the names they always had
@@ -406,7 +522,9 @@ def _one_run(spec: AuditSpec, run: RunDir, game: _Game) -> tuple[str, dict[str, 
     return name, cfg, call
 
 
-def _play(spec: AuditSpec, run: RunDir, game: _Game, *, name: str, cfg: Mapping[str, object], call: Callable[[], AuditResult]) -> AuditResult:
+def _play(
+    spec: AuditSpec, run: RunDir, game: _Game, *, name: str, cfg: Mapping[str, object], call: Callable[[], AuditResult]
+) -> AuditResult:
     """Runs the game under the audit's lock; a third-party function's failure is bad input."""
     from attacks.audit.trials import TrialFailed
 
@@ -443,7 +561,11 @@ def run_audit(spec: AuditSpec, run: RunDir) -> AuditResult:
     if not isinstance(run, RunDir):
         raise v.invalid_type("run", f"run must be a RunDir, got {type(run).__name__}")
     if spec.train_fn is None and spec.defense not in audit_defenses():
-        raise v.invalid("defense", f"defense {spec.defense!r} has no white-box trainer for audits; defenses that do: {', '.join(audit_defenses()) or 'none'}")
+        raise v.invalid(
+            "defense",
+            f"defense {spec.defense!r} has no white-box trainer for audits; defenses "
+            f"that do: {', '.join(audit_defenses()) or 'none'}",
+        )
     third_party = resolve_train_fn(spec.train_fn) if spec.train_fn is not None else None  # fail before loading data
     game = _prepare(spec, third_party)
     run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))
@@ -488,6 +610,15 @@ def _rebound_one_run(result: AuditResult, directory: Path, *, claim: PrivacyClai
     with np.load(directory / "scores.npz", allow_pickle=False) as stored:
         scores, included = stored["scores"], stored["included"].astype(bool)
     # The procedure computes its own details again; only the caller's context is carried over.
-    fdp = audit_from_one_run(scores, included, claim=claim, delta=spec.delta, confidence=spec.confidence, threat_model=result.threat_model, details=result.details.context, bound=spec.one_run_bound)
+    fdp = audit_from_one_run(
+        scores,
+        included,
+        claim=claim,
+        delta=spec.delta,
+        confidence=spec.confidence,
+        threat_model=result.threat_model,
+        details=result.details.context,
+        bound=spec.one_run_bound,
+    )
     save_audit_result(fdp, directory)
     return fdp

@@ -40,7 +40,8 @@ def audit_threats() -> tuple[str, ...]:
 
 
 def black_box_games() -> tuple[str, ...]:
-    """The black-box audit games registered now, in registration order (``--method``; the white-box threat has one game, chosen by ``--threat`` alone)."""
+    """The black-box audit games registered now, in registration order (``--method``; the white-box threat has one game,
+    chosen by ``--threat`` alone)."""
     return tuple(name for name, game in AUDIT_PROCEDURES.items() if game.threat == "black-box")
 
 
@@ -180,7 +181,11 @@ class AuditSpec:
         v.choice("canary", self.canary, CANARY_KINDS)
         v.choice("init", self.init, INIT_KINDS)
         if self.init != "random" and (self.threat, self.method) != ("black-box", "multi-run"):
-            raise v.invalid("init", f"init={self.init!r} applies to the black-box multi-run game, got threat={self.threat!r}, method={self.method!r}")
+            raise v.invalid(
+                "init",
+                f"init={self.init!r} applies to the black-box multi-run game, got "
+                f"threat={self.threat!r}, method={self.method!r}",
+            )
         v.choice("one_run_bound", self.one_run_bound, ONE_RUN_BOUND_CHOICES)
         v.choice("bound", self.bound, SCORE_BOUND_CHOICES)
         if self.threat == "white-box":
@@ -192,13 +197,25 @@ class AuditSpec:
         else:
             v.choice("strategy", self.strategy, THRESHOLD_STRATEGIES)
             if self.strategy == "fixed":
-                raise v.invalid("strategy", f"strategy='fixed' takes its threshold from the white-box Dirac claim; with threat={self.threat!r} use bonferroni or split")
+                raise v.invalid(
+                    "strategy",
+                    "strategy='fixed' takes its threshold from the white-box Dirac claim; "
+                    f"with threat={self.threat!r} use bonferroni or split",
+                )
         if self.budget_seconds is not None:
             object.__setattr__(self, "budget_seconds", v.positive("budget_seconds", self.budget_seconds))
             if self.threat != "white-box":
-                raise v.invalid("budget_seconds", f"budget_seconds applies to threat='white-box' (trials of a fixed length pooled until the time is spent), got threat={self.threat!r}")
+                raise v.invalid(
+                    "budget_seconds",
+                    "budget_seconds applies to threat='white-box' (trials of a fixed length "
+                    f"pooled until the time is spent), got threat={self.threat!r}",
+                )
         if self.one_run_bound != "steinke" and self.method != "one-run":
-            raise v.invalid("one_run_bound", f"one_run_bound applies to method='one-run', got method={self.method!r}, one_run_bound={self.one_run_bound!r}")
+            raise v.invalid(
+                "one_run_bound",
+                f"one_run_bound applies to method='one-run', got method={self.method!r}, "
+                f"one_run_bound={self.one_run_bound!r}",
+            )
         object.__setattr__(self, "delta", v.open_unit("delta", self.delta))
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         object.__setattr__(self, "sampling_rate", v.half_open_unit("sampling_rate", self.sampling_rate))
@@ -211,7 +228,9 @@ class AuditSpec:
 
         v.choice("executor", self.executor, EXECUTORS)
         if self.address is not None and self.executor != "ray":
-            raise v.invalid("address", f"address={self.address!r} applies to executor='ray' only, got executor={self.executor!r}")
+            raise v.invalid(
+                "address", f"address={self.address!r} applies to executor='ray' only, got executor={self.executor!r}"
+            )
         for name in ("num_trials", "num_steps", "num_members"):
             value = getattr(self, name)
             if value is not None:
@@ -223,45 +242,83 @@ class AuditSpec:
         if self.epochs is not None:
             object.__setattr__(self, "epochs", v.positive("epochs", self.epochs))
         if self.num_steps is not None and self.epochs is not None:
-            raise v.invalid("epochs", f"give epochs or num_steps, not both; got epochs={self.epochs!r}, num_steps={self.num_steps!r}")
+            raise v.invalid(
+                "epochs",
+                f"give epochs or num_steps, not both; got epochs={self.epochs!r}, num_steps={self.num_steps!r}",
+            )
         self._check_limits()
         if self.name is not None:
             check_name("name", self.name)
         # ASCII only: the audit's report files are named after it (reports/render.py's plain stems).
-        if self.name is not None and not (self.name.isascii() and self.name.replace("-", "").replace("_", "").replace(".", "").isalnum() and not self.name.startswith(".")):
+        if self.name is not None and not (
+            self.name.isascii()
+            and self.name.replace("-", "").replace("_", "").replace(".", "").isalnum()
+            and not self.name.startswith(".")
+        ):
             raise v.invalid("name", f"name must be a plain name (ASCII letters, digits, - _ .), got {self.name!r}")
         if self.model_fn is not None and (self.train_fn is None or (self.init == "random" and self.canary != "blank")):
             raise v.invalid(
                 "model_fn",
-                f"model_fn builds the starting architecture of a train_fn audited with init='worst-case' or canary='blank'; "
-                f"got model_fn={self.model_fn!r} with train_fn={self.train_fn!r}, init={self.init!r}, canary={self.canary!r}",
+                "model_fn builds the starting architecture of a train_fn audited with "
+                "init='worst-case' or canary='blank'; "
+                f"got model_fn={self.model_fn!r} with train_fn={self.train_fn!r}, "
+                f"init={self.init!r}, canary={self.canary!r}",
             )
         if self.train_fn is not None and (self.model_options or self.defense_config):
-            raise v.invalid("model_options", "model_options and defense_config configure the suite's defense; a train_fn builds its own model")
+            raise v.invalid(
+                "model_options",
+                "model_options and defense_config configure the suite's defense; a train_fn builds its own model",
+            )
         if self.train_fn is None:
             if self.claim is not None:
                 raise v.invalid("claim", f"claim applies to train_fn; defense {self.defense!r} builds its own claim")
             if (self.target_epsilon is None) == (self.noise_multiplier is None):
-                raise v.invalid("target_epsilon", f"give exactly one of target_epsilon and noise_multiplier, got target_epsilon={self.target_epsilon!r}, noise_multiplier={self.noise_multiplier!r}")
+                raise v.invalid(
+                    "target_epsilon",
+                    "give exactly one of target_epsilon and noise_multiplier, got "
+                    f"target_epsilon={self.target_epsilon!r}, "
+                    f"noise_multiplier={self.noise_multiplier!r}",
+                )
         else:
             if not isinstance(self.claim, PrivacyClaim):
                 raise v.invalid("train_fn", f"train_fn needs the claim it is audited against, got claim={self.claim!r}")
             if self.threat == "white-box":
-                raise v.invalid("threat", "threat='white-box' needs a defense's white-box trainer hooks; a third-party train_fn is audited black-box")
+                raise v.invalid(
+                    "threat",
+                    "threat='white-box' needs a defense's white-box trainer hooks; a "
+                    "third-party train_fn is audited black-box",
+                )
             if self.target_epsilon is not None or self.noise_multiplier is not None:
-                raise v.invalid("target_epsilon", "target_epsilon/noise_multiplier configure the suite's defense; with train_fn the claim comes from claim")
+                raise v.invalid(
+                    "target_epsilon",
+                    "target_epsilon/noise_multiplier configure the suite's defense; with "
+                    "train_fn the claim comes from claim",
+                )
 
     def _check_limits(self) -> None:
         """Every size against :data:`dpaudit.limits.LIMITS` (the limits the flags of ``dpaudit audit`` have)."""
-        check_sizes(self, {"num_trials": "trials", "epochs": "epochs", "num_steps": "steps", "num_members": "members", "num_canaries": "canaries", "group_size": "group_size", "workers": "workers"})
+        check_sizes(
+            self,
+            {
+                "num_trials": "trials",
+                "epochs": "epochs",
+                "num_steps": "steps",
+                "num_members": "members",
+                "num_canaries": "canaries",
+                "group_size": "group_size",
+                "workers": "workers",
+            },
+        )
         if self.num_steps is None and self.epochs is not None:
             # A tiny sampling rate makes 1/q steps per epoch: the steps are what the time follows.
             steps = self.epochs * max(1, round(1.0 / self.sampling_rate))
             if above_limit("steps", steps, LIMITS["steps"], i_know=self.i_know):
                 raise v.invalid(
                     "sampling_rate",
-                    f"sampling_rate={self.sampling_rate:g} with epochs={self.epochs:g} is {steps:.3g} steps per training, above the limit "
-                    f"{describe_number(LIMITS['steps'].maximum)} ({LIMITS['steps'].why}); pass --i-know (i_know=True) to run it anyway",
+                    f"sampling_rate={self.sampling_rate:g} with epochs={self.epochs:g} is "
+                    f"{steps:.3g} steps per training, above the limit "
+                    f"{describe_number(LIMITS['steps'].maximum)} ({LIMITS['steps'].why}); "
+                    "pass --i-know (i_know=True) to run it anyway",
                 )
 
     @property
@@ -279,8 +336,14 @@ class AuditSpec:
         from dpaudit.privacy.audit_stats import gdp_observations_needed
         from dpaudit.privacy.gaussian import analytic_sigma
 
-        sigma = self.noise_multiplier if self.noise_multiplier is not None else analytic_sigma(epsilon=float(self.target_epsilon), delta=self.delta)  # type: ignore[arg-type]
-        return gdp_observations_needed(mu=1.0 / sigma, delta=self.delta, confidence=self.confidence, ratio=0.9, most=WHITE_BOX_MOST_STEPS)
+        sigma = (
+            self.noise_multiplier
+            if self.noise_multiplier is not None
+            else analytic_sigma(epsilon=float(self.target_epsilon), delta=self.delta)  # type: ignore[arg-type]
+        )
+        return gdp_observations_needed(
+            mu=1.0 / sigma, delta=self.delta, confidence=self.confidence, ratio=0.9, most=WHITE_BOX_MOST_STEPS
+        )
 
     @property
     def resolved_num_trials(self) -> int:

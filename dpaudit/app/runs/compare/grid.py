@@ -35,7 +35,20 @@ __all__ = [
 ]
 
 #: Top-level keys of a grid, and the attack sections.
-_TOP_KEYS = ("name", "dataset", "model", "model_options", "seeds", "member_fraction", "delta", "confidence", "device", "vulnerable_top_k", "defenses", "attacks")
+_TOP_KEYS = (
+    "name",
+    "dataset",
+    "model",
+    "model_options",
+    "seeds",
+    "member_fraction",
+    "delta",
+    "confidence",
+    "device",
+    "vulnerable_top_k",
+    "defenses",
+    "attacks",
+)
 #: The sections whose attacks every trained record faces, each named from its registry
 #: (:func:`_attack_registries`), then the canary audit of the training algorithm.
 EVALUATED_SECTIONS = ("membership", "evasion", "inversion")
@@ -94,7 +107,12 @@ class Setting:
     origin: str = ""
 
     def key(self) -> dict[str, Any]:
-        return {"defense": self.defense, "parameters": dict(self.parameters), "model": self.model, "model_options": dict(self.model_options)}
+        return {
+            "defense": self.defense,
+            "parameters": dict(self.parameters),
+            "model": self.model,
+            "model_options": dict(self.model_options),
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,7 +190,11 @@ def _text(key: str, value: Any) -> str:
 
 def _table(key: str, value: Any) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise _fail(key, f"must be a table of the model's options (e.g. {{ hidden = 64 }}), got {v.short(value)} ({type(value).__name__})")
+        raise _fail(
+            key,
+            "must be a table of the model's options (e.g. { hidden = 64 }), got "
+            f"{v.short(value)} ({type(value).__name__})",
+        )
     return value
 
 
@@ -184,7 +206,9 @@ def _model(key: str, value: Any) -> str:
     return value
 
 
-def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_options: Mapping[str, Any]) -> list[Setting]:
+def _expand_setting(
+    index: int, table: Mapping[str, Any], *, model: str, model_options: Mapping[str, Any]
+) -> list[Setting]:
     from defenses import DEFENSES
     from dpaudit.app.runs.grid_checks import fails_alone, wrong_kind
     from dpaudit.options import option_specs
@@ -196,7 +220,10 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
     if name is None:
         raise _fail(f"{where}.defense", "missing (one of " + ", ".join(DEFENSES) + ")")
     if not isinstance(name, str):  # a list would be unhashable below: one defense per table
-        raise _fail(f"{where}.defense", f"must name one defense (a string), got {v.short(name)}; sweep defenses with one [[defenses]] table each")
+        raise _fail(
+            f"{where}.defense",
+            f"must name one defense (a string), got {v.short(name)}; sweep defenses with one [[defenses]] table each",
+        )
     spec = DEFENSES.get(name)
     if spec is None:
         raise _fail(f"{where}.defense", f"unknown defense {name!r} (known: {', '.join(DEFENSES)})")
@@ -204,8 +231,16 @@ def _expand_setting(index: int, table: Mapping[str, Any], *, model: str, model_o
     params = {k: val for k, val in table.items() if k not in _SETTING_KEYS}
     for key in params:
         if key not in fields:
-            raise _fail(f"{where}.{key}", f"the {name} defense has no parameter {key!r} (its parameters: {', '.join(sorted(fields))})")
-    if "target_epsilon" in params and "noise_multiplier" in fields and "noise_multiplier" not in params and "epochs" in params:
+            raise _fail(
+                f"{where}.{key}",
+                f"the {name} defense has no parameter {key!r} (its parameters: {', '.join(sorted(fields))})",
+            )
+    if (
+        "target_epsilon" in params
+        and "noise_multiplier" in fields
+        and "noise_multiplier" not in params
+        and "epochs" in params
+    ):
         # A grid sweeps ε at a fixed training length (Jayaraman & Evans): σ is calibrated to each
         # target. DPSGDConfig now leaves σ unset by default and calibrates it the same way; the
         # explicit None stays because it is part of every such setting's job key, so removing it
@@ -354,8 +389,9 @@ def _top_level(data: Mapping[str, Any], *, source: str) -> dict[str, Any]:
         # The report's files are named after it, in letters, digits and - _ . only.
         raise _fail(
             "name",
-            f"{v.short(name, 40)} must be written in ASCII letters, digits and - _ . (at most {describe_number(LIMITS['label_length'].maximum)}) to name the report's files"
-            + ("" if "name" in data else "; give the grid a `name`"),
+            f"{v.short(name, 40)} must be written in ASCII letters, digits and - _ . "
+            f"(at most {describe_number(LIMITS['label_length'].maximum)}) to name "
+            "the report's files" + ("" if "name" in data else "; give the grid a `name`"),
         )
     return {"name": stem, "dataset": dataset, "model": model, "seeds": seeds, "device": device, **values}
 
@@ -370,18 +406,30 @@ def _settings(data: Mapping[str, Any], *, model: str, num_seeds: int, i_know: bo
         raise _fail("defenses", "must be an array of tables ([[defenses]])")
     if not tables:
         # An empty file would otherwise train the baseline alone: almost surely the wrong file.
-        raise _fail("defenses", "the grid has no [[defenses]] table; a grid compares at least one defense with the non-private baseline (see examples/compare-digits.toml)")
+        raise _fail(
+            "defenses",
+            "the grid has no [[defenses]] table; a grid compares at least one "
+            "defense with the non-private baseline (see "
+            "examples/compare-digits.toml)",
+        )
     planned = sum(_sweep_size(t) for t in tables) * num_seeds
-    if planned > 100 * JOB_LIMIT.maximum and not i_know:  # counted before expanding, so that a sweep of millions does not hang here
+    if (
+        planned > 100 * JOB_LIMIT.maximum and not i_know
+    ):  # counted before expanding, so that a sweep of millions does not hang here
         raise GridError(
-            f"the grid makes at least {planned:,} jobs ({planned // num_seeds:,} settings x {num_seeds:,} seed(s)), above the limit {JOB_LIMIT.maximum:,.0f} ({JOB_LIMIT.why}); pass --i-know to run it anyway"
+            f"the grid makes at least {planned:,} jobs ({planned // num_seeds:,} "
+            f"settings x {num_seeds:,} seed(s)), above the limit "
+            f"{JOB_LIMIT.maximum:,.0f} ({JOB_LIMIT.why}); pass --i-know to run it "
+            "anyway"
         )
     settings: list[Setting] = []
     for i, table in enumerate(tables):
         settings.extend(_expand_setting(i, table, model=model, model_options=model_options))
     if not any(s.defense == BASELINE_DEFENSE for s in settings):
         # The baseline every accuracy loss is measured against is always part of the grid.
-        settings.insert(0, _expand_setting(len(tables), {"defense": BASELINE_DEFENSE}, model=model, model_options=model_options)[0])
+        settings.insert(
+            0, _expand_setting(len(tables), {"defense": BASELINE_DEFENSE}, model=model, model_options=model_options)[0]
+        )
     labels = [s.label for s in settings]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
@@ -396,7 +444,11 @@ def _membership_section(table: Mapping[str, Any], registry: Mapping[str, Any], *
     names = _attack_names("membership", table.get("attacks", ["loss"]), registry)
     shadows = table.get("shadows", "shared")
     if shadows not in ("shared", "target"):
-        raise _fail("attacks.membership.shadows", f"must be 'shared' (one non-private pool for every target) or 'target' (each target's own recipe), got {shadows!r}")
+        raise _fail(
+            "attacks.membership.shadows",
+            "must be 'shared' (one non-private pool for every target) or 'target' "
+            f"(each target's own recipe), got {shadows!r}",
+        )
     mem = {
         "attacks": names,
         "num_samples": _section("membership", table, "num_samples"),
@@ -406,15 +458,23 @@ def _membership_section(table: Mapping[str, Any], registry: Mapping[str, Any], *
         "num_population": _section("membership", table, "num_population", 1000),
     }
     if mem["num_shadows"] < 2:
-        raise _fail("attacks.membership.num_shadows", f"must be at least 2 (shadow models in and out of each sample), got {mem['num_shadows']!r}")
+        raise _fail(
+            "attacks.membership.num_shadows",
+            f"must be at least 2 (shadow models in and out of each sample), got {mem['num_shadows']!r}",
+        )
     if mem["shadow_epochs"] is not None and not float(mem["shadow_epochs"]).is_integer():
-        raise _fail("attacks.membership.shadow_epochs", f"must be a whole number (the shadows train non-privately), got {mem['shadow_epochs']!r}")
+        raise _fail(
+            "attacks.membership.shadow_epochs",
+            f"must be a whole number (the shadows train non-privately), got {mem['shadow_epochs']!r}",
+        )
     if mem["shadow_epochs"] is not None:
         mem["shadow_epochs"] = int(mem["shadow_epochs"])
     return mem
 
 
-def _evasion_section(table: Mapping[str, Any], registry: Mapping[str, Any], *, dataset: str, i_know: bool = False) -> dict[str, Any]:
+def _evasion_section(
+    table: Mapping[str, Any], registry: Mapping[str, Any], *, dataset: str, i_know: bool = False
+) -> dict[str, Any]:
     from dpaudit.results import EVASION_NORMS
 
     names = _attack_names("evasion", table.get("attacks", ["fgsm", "pgd"]), registry)
@@ -426,7 +486,9 @@ def _evasion_section(table: Mapping[str, Any], registry: Mapping[str, Any], *, d
     radii = sorted(set(_number_list("attacks.evasion.radii", table.get("radii", [0.1, 0.3]), check=v.positive)))
     norm = table.get("norm", "l2")
     if norm not in EVASION_NORMS:
-        raise _fail("attacks.evasion.norm", f"must be {' or '.join(repr(n) for n in sorted(EVASION_NORMS))}, got {norm!r}")
+        raise _fail(
+            "attacks.evasion.norm", f"must be {' or '.join(repr(n) for n in sorted(EVASION_NORMS))}, got {norm!r}"
+        )
     certify = table.get("certify", True)
     if not isinstance(certify, bool):
         raise _fail("attacks.evasion.certify", f"must be true or false, got {certify!r}")
@@ -445,7 +507,11 @@ def _inversion_section(table: Mapping[str, Any], registry: Mapping[str, Any], *,
     names = _attack_names("inversion", table.get("attacks", ["mi-face"]), registry)
     for a in names:
         if registry[a].prior is not None:
-            raise _fail("attacks.inversion.attacks", f"{a!r} needs a prior trained on public data, which a grid does not configure yet; use an attack without one (e.g. mi-face)")
+            raise _fail(
+                "attacks.inversion.attacks",
+                f"{a!r} needs a prior trained on public data, which a grid does not "
+                "configure yet; use an attack without one (e.g. mi-face)",
+            )
     return {
         "attacks": names,
         "classes": _classes(table.get("classes"), dataset=dataset),
@@ -459,15 +525,27 @@ def _audit_section(table: Mapping[str, Any]) -> dict[str, Any]:
 
     method = table.get("method", "one-run")
     if method not in METHODS:
-        raise _fail("attacks.audit.method", f"must be {' or '.join(repr(m) for m in sorted(METHODS, reverse=True))}, got {method!r}")
-    return {"method": method, **{k: _section("audit", table, k) for k in ("threat", "num_canaries", "num_trials", "canary") if k in table}}
+        raise _fail(
+            "attacks.audit.method",
+            f"must be {' or '.join(repr(m) for m in sorted(METHODS, reverse=True))}, got {method!r}",
+        )
+    return {
+        "method": method,
+        **{k: _section("audit", table, k) for k in ("threat", "num_canaries", "num_trials", "canary") if k in table},
+    }
 
 
 #: How each attack section is read (``audit`` names no attacks of a registry: it has a parser of its own).
-_SECTION_PARSERS: dict[str, Callable[..., dict[str, Any]]] = {"membership": _membership_section, "evasion": _evasion_section, "inversion": _inversion_section}
+_SECTION_PARSERS: dict[str, Callable[..., dict[str, Any]]] = {
+    "membership": _membership_section,
+    "evasion": _evasion_section,
+    "inversion": _inversion_section,
+}
 
 
-def _attack_sections(data: Mapping[str, Any], *, dataset: str, i_know: bool = False) -> dict[str, dict[str, Any] | None]:
+def _attack_sections(
+    data: Mapping[str, Any], *, dataset: str, i_know: bool = False
+) -> dict[str, dict[str, Any] | None]:
     """Each attack section as the jobs read it (``None``: absent), every value checked."""
     attacks = data.get("attacks", {})
     if not isinstance(attacks, Mapping):
@@ -480,14 +558,20 @@ def _attack_sections(data: Mapping[str, Any], *, dataset: str, i_know: bool = Fa
         if not isinstance(table, Mapping):
             raise _fail(where, "must be a table")
         if section == "audit" and "epochs" in table:
-            raise _fail(f"{where}.epochs", "an audit trains exactly the algorithm each setting trained, its steps included; change the setting's epochs instead")
+            raise _fail(
+                f"{where}.epochs",
+                "an audit trains exactly the algorithm each setting trained, its steps "
+                "included; change the setting's epochs instead",
+            )
         _check_keys(where, table, _SECTION_KEYS[section])
         sections[section] = dict(table)
     # In the order the sections always were checked, whatever the order of the TOML.
     for section, parse in _SECTION_PARSERS.items():
         table = sections[section]
         if table is not None:
-            sections[section] = parse(table, registries[section], dataset=dataset, **({"i_know": i_know} if section == "evasion" else {}))
+            sections[section] = parse(
+                table, registries[section], dataset=dataset, **({"i_know": i_know} if section == "evasion" else {})
+            )
     if sections["audit"] is not None:
         sections["audit"] = _audit_section(sections["audit"])
     return sections
@@ -505,7 +589,14 @@ def count_jobs(grid: CompareGrid) -> int:
 
 def plan_problems(grid: CompareGrid) -> list[str]:
     """Every size of a parsed grid above its limit: setting values, section values, total jobs."""
-    from dpaudit.app.runs.grid_checks import JOB_LIMIT, SECTION_FLAGS, above_limit, describe_number, setting_limits, verb_flag
+    from dpaudit.app.runs.grid_checks import (
+        JOB_LIMIT,
+        SECTION_FLAGS,
+        above_limit,
+        describe_number,
+        setting_limits,
+        verb_flag,
+    )
     from dpaudit.options import LIMIT_ATTR
 
     problems = []
@@ -517,14 +608,18 @@ def plan_problems(grid: CompareGrid) -> list[str]:
     for section, keys in SECTION_FLAGS.items():
         table = getattr(grid, section)
         for key, (verb, flag) in keys.items() if table else ():
-            message = above_limit(f"attacks.{section}.{key}", table.get(key), getattr(verb_flag(verb, flag), LIMIT_ATTR, None))
+            message = above_limit(
+                f"attacks.{section}.{key}", table.get(key), getattr(verb_flag(verb, flag), LIMIT_ATTR, None)
+            )
             if message:
                 problems.append(message)
     jobs = count_jobs(grid)
     if jobs > JOB_LIMIT.maximum:
         sections = [k for k in EVALUATED_SECTIONS if getattr(grid, k) is not None]
         problems.append(
-            f"the grid makes {jobs:,} jobs ({len(grid.settings):,} settings x {len(grid.seeds):,} seed(s) x (training{''.join(' + ' + k for k in sections)}){' + audits' if grid.audit else ''}), "
+            f"the grid makes {jobs:,} jobs ({len(grid.settings):,} settings x "
+            f"{len(grid.seeds):,} seed(s) x "
+            f"(training{''.join(' + ' + k for k in sections)}){' + audits' if grid.audit else ''}), "
             f"above the limit {describe_number(JOB_LIMIT.maximum)} ({JOB_LIMIT.why}); pass --i-know to run it anyway"
         )
     return problems
@@ -578,7 +673,8 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid", i_know: bool = 
 
 
 def load_grid(path: str | Path, *, i_know: bool = False) -> CompareGrid:
-    """Reads a TOML grid (standard library ``tomllib``; ``tomli`` on Python 3.10); ``i_know`` as for :func:`parse_grid`."""
+    """Reads a TOML grid (standard library ``tomllib``; ``tomli`` on Python 3.10); ``i_know`` as for
+    :func:`parse_grid`."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
@@ -591,5 +687,7 @@ def load_grid(path: str | Path, *, i_know: bool = False) -> CompareGrid:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise GridError(f"--config: {p} is not valid TOML: {exc}", argument="--config") from None
     except RecursionError:  # the parser recurses once per nesting level of an array or table
-        raise GridError(f"--config: {p} nests its values deeper than a grid can (arrays within arrays)", argument="--config") from None
+        raise GridError(
+            f"--config: {p} nests its values deeper than a grid can (arrays within arrays)", argument="--config"
+        ) from None
     return parse_grid(data, source=str(p), i_know=i_know)

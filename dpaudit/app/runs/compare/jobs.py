@@ -89,7 +89,9 @@ def train_job(*, grid: CompareGrid, setting: Setting, seed: int, run_dir: str, d
 
     spec = TrainSpec(
         defense=setting.defense,
-        config=default_config(setting.defense, **{k: (tuple(x) if isinstance(x, list) else x) for k, x in setting.parameters.items()}),
+        config=default_config(
+            setting.defense, **{k: (tuple(x) if isinstance(x, list) else x) for k, x in setting.parameters.items()}
+        ),
         model=setting.model,
         dataset=grid.dataset,
         model_options=dict(setting.model_options),
@@ -144,11 +146,19 @@ def _attack_configs(registry: Mapping[str, Any], names: Sequence[str], **shared:
     return configs
 
 
-def _membership_measures(result: Any, *, delta: float, confidence: float, where: np.ndarray | None = None) -> MembershipMeasures | None:
+def _membership_measures(
+    result: Any, *, delta: float, confidence: float, where: np.ndarray | None = None
+) -> MembershipMeasures | None:
     from dpaudit.results import MembershipResult
 
     if where is not None:
-        result = MembershipResult(attack=result.attack, model_id=result.model_id, sample_ids=result.sample_ids[where], scores=result.scores[where], is_member=result.is_member[where])
+        result = MembershipResult(
+            attack=result.attack,
+            model_id=result.model_id,
+            sample_ids=result.sample_ids[where],
+            scores=result.scores[where],
+            is_member=result.is_member[where],
+        )
     if result.is_member.all() or not result.is_member.any():
         return None
     s = result.summary(fprs=COMPARE_FPRS, delta=delta, confidence=confidence)
@@ -164,7 +174,9 @@ def _membership_measures(result: Any, *, delta: float, confidence: float, where:
     )
 
 
-def membership_job(*, grid: CompareGrid, trained: TrainedOutcome, seed: int, run_dir: str, data_root: str | None) -> MembershipOutcome:
+def membership_job(
+    *, grid: CompareGrid, trained: TrainedOutcome, seed: int, run_dir: str, data_root: str | None
+) -> MembershipOutcome:
     """Every membership attack of the grid against one record, with the vulnerable-sample measures."""
     from attacks.membership import MEMBERSHIP_ATTACKS
     from dpaudit.app.runs.membership import VULNERABILITY_FILE, MembershipSpec, run_membership
@@ -175,7 +187,10 @@ def membership_job(*, grid: CompareGrid, trained: TrainedOutcome, seed: int, run
     configs = _attack_configs(MEMBERSHIP_ATTACKS, mem["attacks"], num_shadows=mem["num_shadows"])
     shadow: dict[str, Any] = {}
     if mem["shadows"] == "shared":
-        shadow = {"shadow_defense": BASELINE_DEFENSE, "shadow_config": {"epochs": mem["shadow_epochs"]} if mem["shadow_epochs"] else {}}
+        shadow = {
+            "shadow_defense": BASELINE_DEFENSE,
+            "shadow_config": {"epochs": mem["shadow_epochs"]} if mem["shadow_epochs"] else {},
+        }
     spec = MembershipSpec(
         attacks=configs,
         target=trained.record_dir,
@@ -215,7 +230,9 @@ def _strongest_by_radius(robust: Mapping[str, Mapping[str, float]], radii: Seque
     return {f"{r:g}": float(min(accs[f"{r:g}"] for accs in robust.values())) for r in radii} if robust else {}
 
 
-def _certified_evasion(eva: Mapping[str, Any], *, trained: TrainedOutcome, grid: CompareGrid, seed: int, run: RunDir, data_root: str | None) -> EvasionOutcome:
+def _certified_evasion(
+    eva: Mapping[str, Any], *, trained: TrainedOutcome, grid: CompareGrid, seed: int, run: RunDir, data_root: str | None
+) -> EvasionOutcome:
     from dpaudit.app.runs.certify import CertifySpec, run_certify
 
     radii = tuple(eva["radii"])
@@ -241,13 +258,21 @@ def _certified_evasion(eva: Mapping[str, Any], *, trained: TrainedOutcome, grid:
         certified_accuracy=dict(summary.certified_accuracy),
         conventional_accuracy=float(summary.conventional_accuracy),
         prediction_rule=summary.prediction_rule,
-        # Certified accuracy is a lower bound (rounded down), the robust accuracy attacks left an upper one (rounded up).
-        unsound=tuple(f"{x.certificate} at radius {x.radius:g}: certified {fmt_lower_bound(x.certified_accuracy)} > robust {fmt_upper_bound(x.robust_accuracy)}" for x in summary.soundness_violations),
+        # Certified accuracy is a lower bound (rounded down), the robust accuracy attacks left an upper one (rounded
+        # up).
+        unsound=tuple(
+            f"{x.certificate} at radius {x.radius:g}: certified "
+            f"{fmt_lower_bound(x.certified_accuracy)} > robust "
+            f"{fmt_upper_bound(x.robust_accuracy)}"
+            for x in summary.soundness_violations
+        ),
         certified=True,
     )
 
 
-def evasion_job(*, grid: CompareGrid, trained: TrainedOutcome, seed: int, run_dir: str, data_root: str | None) -> EvasionOutcome:
+def evasion_job(
+    *, grid: CompareGrid, trained: TrainedOutcome, seed: int, run_dir: str, data_root: str | None
+) -> EvasionOutcome:
     """Robust accuracy under the grid's evasion attacks; certified accuracy where the defense certifies."""
     from dpaudit.app.records import load_verified_record
     from dpaudit.app.runs.certify import certifiable_defenses
@@ -296,17 +321,26 @@ def inversion_configs(inv: Mapping[str, Any]) -> dict[str, Any]:
     configs = _attack_configs(INVERSION_ATTACKS, inv["attacks"])
     if inv.get("iterations") is None:
         return configs
-    return {name: dataclasses.replace(c, **{field: int(inv["iterations"])}) if (field := INVERSION_ATTACKS[name].iterations_field) else c for name, c in configs.items()}
+    return {
+        name: dataclasses.replace(c, **{field: int(inv["iterations"])})
+        if (field := INVERSION_ATTACKS[name].iterations_field)
+        else c
+        for name, c in configs.items()
+    }
 
 
-def inversion_job(*, grid: CompareGrid, trained: TrainedOutcome, seed: int, run_dir: str, data_root: str | None) -> InversionOutcome:
+def inversion_job(
+    *, grid: CompareGrid, trained: TrainedOutcome, seed: int, run_dir: str, data_root: str | None
+) -> InversionOutcome:
     """Model inversion against one record: the best top-1 accuracy of the evaluation classifier."""
     from attacks.inversion.evaluate import EvaluatorConfig
     from dpaudit.app.runs.inversion import InversionSpec, run_inversion
 
     inv = grid.inversion
     assert inv is not None
-    evaluator = EvaluatorConfig(evaluator_epochs=inv["evaluator_epochs"]) if inv.get("evaluator_epochs") else EvaluatorConfig()
+    evaluator = (
+        EvaluatorConfig(evaluator_epochs=inv["evaluator_epochs"]) if inv.get("evaluator_epochs") else EvaluatorConfig()
+    )
     out = run_inversion(
         InversionSpec(
             target=Path(trained.record_dir),
@@ -329,7 +363,18 @@ def inversion_job(*, grid: CompareGrid, trained: TrainedOutcome, seed: int, run_
 
 #: Config fields an audit sets from the trained record itself (σ, C, q, the steps, the learning rate,
 #: δ), or that would make its trainer derive them again (a lot size, a budget, its accountant).
-_AUDIT_SETS = ("noise_multiplier", "clip_norm", "sampling_rate", "lot_size", "expected_lot_size", "target_epsilon", "accountant", "epochs", "learning_rate", "delta")
+_AUDIT_SETS = (
+    "noise_multiplier",
+    "clip_norm",
+    "sampling_rate",
+    "lot_size",
+    "expected_lot_size",
+    "target_epsilon",
+    "accountant",
+    "epochs",
+    "learning_rate",
+    "delta",
+)
 
 
 class TrainedAlgorithm(TypedDict):
@@ -362,10 +407,22 @@ def trained_algorithm(record: Any, *, label: str) -> TrainedAlgorithm:
     algo.update({k: config.get(k) for k in ("clip_norm", "learning_rate", "accountant", "delta")})
     missing = [k for k, x in algo.items() if x is None]
     if missing:
-        raise v.invalid("attacks.audit", f"setting {label!r}: its trained record {record.model_id} has no {', '.join(missing)}; the audit runs the trained algorithm and guesses none of it")
-    ours = dpsgd_claim(sampling_rate=algo["sampling_rate"], noise_multiplier=algo["noise_multiplier"], num_steps=algo["num_steps"])
+        raise v.invalid(
+            "attacks.audit",
+            f"setting {label!r}: its trained record {record.model_id} has no "
+            f"{', '.join(missing)}; the audit runs the trained algorithm and guesses "
+            "none of it",
+        )
+    ours = dpsgd_claim(
+        sampling_rate=algo["sampling_rate"], noise_multiplier=algo["noise_multiplier"], num_steps=algo["num_steps"]
+    )
     if not isinstance(record.claim, DPClaim) or event_to_dict(record.claim.event) != event_to_dict(ours.event):
-        raise v.invalid("attacks.audit", f"setting {label!r}: its claim ({record.claim.description}) is not {ours.description} alone, the algorithm an audit trains; it cannot be audited")
+        raise v.invalid(
+            "attacks.audit",
+            f"setting {label!r}: its claim ({record.claim.description}) is not "
+            f"{ours.description} alone, the algorithm an audit trains; it cannot be "
+            "audited",
+        )
     return TrainedAlgorithm(
         noise_multiplier=algo["noise_multiplier"],
         sampling_rate=algo["sampling_rate"],
@@ -378,7 +435,9 @@ def trained_algorithm(record: Any, *, label: str) -> TrainedAlgorithm:
     )
 
 
-def audit_job(*, grid: CompareGrid, setting: Setting, trained: TrainedOutcome, name: str, run_dir: str, data_root: str | None) -> AuditOutcome:
+def audit_job(
+    *, grid: CompareGrid, setting: Setting, trained: TrainedOutcome, name: str, run_dir: str, data_root: str | None
+) -> AuditOutcome:
     """A canary audit of exactly the algorithm that trained the setting's (first seed's) record.
 
     σ, q, the steps, C, the learning rate, the members' count, the architecture and the rest of
@@ -429,7 +488,11 @@ def audit_job(*, grid: CompareGrid, setting: Setting, trained: TrainedOutcome, n
     claimed = float(record.claim.epsilon(delta=algo["delta"], accountant=accountant))
     audited = _audited_by_accountant(result).get(accountant)
     if audited is None or not math.isclose(audited, claimed, rel_tol=1e-9):
-        raise RuntimeError(f"internal error: setting {setting.label!r} trained a claim of ε={claimed!r} ({accountant}, δ={algo['delta']:g}), its audit one of ε={audited!r}")
+        raise RuntimeError(
+            f"internal error: setting {setting.label!r} trained a claim of "
+            f"ε={claimed!r} ({accountant}, δ={algo['delta']:g}), its audit one of "
+            f"ε={audited!r}"
+        )
     return AuditOutcome(
         epsilon_lb=float(result.epsilon_lb),
         epsilon_ub=float(result.epsilon_ub) if result.threat_model == "white-box" else claimed,
@@ -450,7 +513,8 @@ def audit_job(*, grid: CompareGrid, setting: Setting, trained: TrainedOutcome, n
 
 
 def _audited_by_accountant(result: AuditResult) -> Mapping[str, float]:
-    """ε_UB by accountant of the claim the audit trained: a white-box audit's run-level claim (its own ε_UB is one step's)."""
+    """ε_UB by accountant of the claim the audit trained: a white-box audit's run-level claim (its own ε_UB is one
+    step's)."""
     if result.threat_model != "white-box":
         return result.epsilon_ub_by_accountant
     full = result.details.full_run_claim if isinstance(result.details, WhiteBoxDetails) else None

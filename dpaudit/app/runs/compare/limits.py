@@ -34,7 +34,9 @@ def estimate_seconds(grid: CompareGrid, *, data_root: str | None, workers: int |
 
     source = DATASETS[grid.dataset]
     try:
-        info = source.info(checked_data_root(data_root) if source.needs_root else checked_data_root(None, allow_missing=True))
+        info = source.info(
+            checked_data_root(data_root) if source.needs_root else checked_data_root(None, allow_missing=True)
+        )
     except (OSError, ValueError):
         return 0.0
     if not info.num_train or not info.input_shape:
@@ -42,7 +44,13 @@ def estimate_seconds(grid: CompareGrid, *, data_root: str | None, workers: int |
     members = info.num_train * grid.member_fraction
     total = 0.0
     for s in grid.settings:
-        per = seconds_per_example(s.model, input_shape=info.input_shape, num_classes=source.num_classes, device=grid.device, model_options=dict(s.model_options))
+        per = seconds_per_example(
+            s.model,
+            input_shape=info.input_shape,
+            num_classes=source.num_classes,
+            device=grid.device,
+            model_options=dict(s.model_options),
+        )
         factor = PER_EXAMPLE_GRADIENT_FACTOR if DEFENSES[s.defense].per_example_gradients else 1.0
         one = _passes(s.parameters) * members * per * factor
         total += len(grid.seeds) * one
@@ -53,8 +61,20 @@ def estimate_seconds(grid: CompareGrid, *, data_root: str | None, workers: int |
             total += trials * float(s.parameters.get("epochs") or 10) * members * per * PER_EXAMPLE_GRADIENT_FACTOR
     if grid.membership is not None and grid.membership["shadows"] == "shared":
         base = grid.settings[0]
-        per = seconds_per_example(base.model, input_shape=info.input_shape, num_classes=source.num_classes, device=grid.device, model_options=dict(base.model_options))
-        total += len(grid.seeds) * grid.membership["num_shadows"] * float(grid.membership["shadow_epochs"] or 10) * members * per
+        per = seconds_per_example(
+            base.model,
+            input_shape=info.input_shape,
+            num_classes=source.num_classes,
+            device=grid.device,
+            model_options=dict(base.model_options),
+        )
+        total += (
+            len(grid.seeds)
+            * grid.membership["num_shadows"]
+            * float(grid.membership["shadow_epochs"] or 10)
+            * members
+            * per
+        )
     return total / max(1, workers or os.cpu_count() or 1)
 
 
@@ -74,10 +94,14 @@ def check_plan(grid: CompareGrid, *, i_know: bool, data_root: str | None, worker
     seconds = estimate_seconds(grid, data_root=data_root, workers=workers)
     if seconds > LONG_RUN_SECONDS and not i_know:
         raise GridError(
-            f"the grid ({count_jobs(grid):,} jobs) is estimated to take {describe_duration(seconds)} on this machine, above {LONG_RUN_SECONDS / 3600:g} h; "
+            f"the grid ({count_jobs(grid):,} jobs) is estimated to take "
+            f"{describe_duration(seconds)} on this machine, above "
+            f"{LONG_RUN_SECONDS / 3600:g} h; "
             "fewer settings, seeds, epochs or shadows shorten it; pass --i-know to run it anyway"
         )
     if progress:
         jobs = count_jobs(grid)
         one = estimate_seconds(grid, data_root=data_root, workers=1) / max(jobs, 1)
-        announce_if_long(seconds, f"the grid ({jobs:,} jobs)", hint="--num-workers changes it", jobs=jobs, job_seconds=one)
+        announce_if_long(
+            seconds, f"the grid ({jobs:,} jobs)", hint="--num-workers changes it", jobs=jobs, job_seconds=one
+        )

@@ -47,7 +47,11 @@ _OUTCOME_TYPES: dict[str, type[Any]] = {
     "inversion": InversionOutcome,
     "audit": AuditOutcome,
 }
-_EVALUATIONS: dict[str, Callable[..., Any]] = {"membership": jobs.membership_job, "evasion": jobs.evasion_job, "inversion": jobs.inversion_job}
+_EVALUATIONS: dict[str, Callable[..., Any]] = {
+    "membership": jobs.membership_job,
+    "evasion": jobs.evasion_job,
+    "inversion": jobs.inversion_job,
+}
 #: Raised when what a section measures changes, so stored outcomes of the old measurement are redone
 #: (evasion 2: models that do not certify are attacked on certify's test subset).
 _SECTION_VERSIONS = {"membership": 1, "evasion": 2, "inversion": 1}
@@ -96,7 +100,13 @@ class CompareSpec:
             raise v.invalid("address", f"address={self.address!r} needs executor 'ray', got {self.executor!r}")
         if not isinstance(self.i_know, bool):
             raise v.invalid_type("i_know", f"i_know must be a bool, got {self.i_know!r}")
-        check_plan(self.grid, i_know=self.i_know, data_root=self.data_root, workers=1 if self.executor == "serial" else self.num_workers, progress=self.progress)
+        check_plan(
+            self.grid,
+            i_know=self.i_know,
+            data_root=self.data_root,
+            workers=1 if self.executor == "serial" else self.num_workers,
+            progress=self.progress,
+        )
 
 
 # ----------------------------------------------------------------------------- the job store
@@ -192,7 +202,15 @@ class _LazyExecutor:
         from dpaudit.data import load_dataset
 
         bundle = load_dataset(grid.dataset, data_root=self.spec.data_root)  # cached: the run has loaded it
-        largest = max(count_parameters(s.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, model_options=dict(s.model_options)) for s in grid.settings)
+        largest = max(
+            count_parameters(
+                s.model,
+                input_shape=bundle.input_shape,
+                num_classes=bundle.num_classes,
+                model_options=dict(s.model_options),
+            )
+            for s in grid.settings
+        )
         return ray_gpus(grid.device, largest)
 
     def __enter__(self) -> _LazyExecutor:
@@ -203,7 +221,9 @@ class _LazyExecutor:
             self.executor.__exit__(*exc)
 
 
-def _run_wave(planned: Sequence[_PlannedJob], *, executor: _LazyExecutor, bar: Any, counts: dict[str, int]) -> dict[JobKey, Outcome]:
+def _run_wave(
+    planned: Sequence[_PlannedJob], *, executor: _LazyExecutor, bar: Any, counts: dict[str, int]
+) -> dict[JobKey, Outcome]:
     """Runs the jobs whose outcome is not stored yet; returns key → typed outcome for all of them."""
     from dpaudit.executors.jobs import Job
 
@@ -227,9 +247,16 @@ def _run_wave(planned: Sequence[_PlannedJob], *, executor: _LazyExecutor, bar: A
 
     # Jobs train in worker processes whose progress cannot reach this bar: say what is pending.
     with bar.heartbeat(waiting):
-        for ran, outcome in executor.get().run([Job(key=name, fn=_named_job, kwargs={"fn": j.fn, "key": name, "kwargs": j.kwargs}) for name, j in todo.items()]):
+        for ran, outcome in executor.get().run(
+            [
+                Job(key=name, fn=_named_job, kwargs={"fn": j.fn, "key": name, "kwargs": j.kwargs})
+                for name, j in todo.items()
+            ]
+        ):
             job = todo[ran.key]
-            atomic_write_json(job.path, {**outcome.to_dict(), "job_hash": job.wanted, "job": ran.key})  # at once: an interrupted grid keeps every finished job
+            atomic_write_json(
+                job.path, {**outcome.to_dict(), "job_hash": job.wanted, "job": ran.key}
+            )  # at once: an interrupted grid keeps every finished job
             done[job.key] = outcome
             pending.remove(ran.key)
             counts["run"] += 1
@@ -277,34 +304,82 @@ def _audited(grid: CompareGrid) -> list[Any]:
     return [s for s in grid.settings if grid.audit is not None and DEFENSES[s.defense].audit_trainer is not None]
 
 
-def _train_wave(grid: CompareGrid, *, jobs_dir: Path, gkey: Mapping[str, Any], common: Mapping[str, Any]) -> list[_PlannedJob]:
+def _train_wave(
+    grid: CompareGrid, *, jobs_dir: Path, gkey: Mapping[str, Any], common: Mapping[str, Any]
+) -> list[_PlannedJob]:
     planned = []
     for s in grid.settings:
         for seed in grid.seeds:
             key = JobKey.train(s.label, seed)
             wanted = _hash({"grid": gkey, "setting": s.key(), "seed": seed})
             # Looked up here, at run time, so that a patched job (tests) is the one that runs.
-            planned.append(_PlannedJob(key, _job_file(jobs_dir, key), wanted, jobs.train_job, {"grid": grid, "setting": s, "seed": seed, **common}))
+            planned.append(
+                _PlannedJob(
+                    key,
+                    _job_file(jobs_dir, key),
+                    wanted,
+                    jobs.train_job,
+                    {"grid": grid, "setting": s, "seed": seed, **common},
+                )
+            )
     return planned
 
 
-def _evaluation_wave(grid: CompareGrid, trained: Mapping[JobKey, Outcome], *, jobs_dir: Path, gkey: Mapping[str, Any], common: Mapping[str, Any]) -> list[_PlannedJob]:
+def _evaluation_wave(
+    grid: CompareGrid,
+    trained: Mapping[JobKey, Outcome],
+    *,
+    jobs_dir: Path,
+    gkey: Mapping[str, Any],
+    common: Mapping[str, Any],
+) -> list[_PlannedJob]:
     planned = []
     for s in grid.settings:
         for seed in grid.seeds:
             t = _trained(trained, s.label, seed)
             for section in _sections(grid):
                 key = JobKey(section, s.label, seed)
-                payload = {"grid": gkey, "model_id": t.model_id, section: getattr(grid, section), "top_k": grid.vulnerable_top_k, "bounds": grid.num_bounds(), "seed": seed}
+                payload = {
+                    "grid": gkey,
+                    "model_id": t.model_id,
+                    section: getattr(grid, section),
+                    "top_k": grid.vulnerable_top_k,
+                    "bounds": grid.num_bounds(),
+                    "seed": seed,
+                }
                 wanted = _hash({**payload, "version": _SECTION_VERSIONS[section]})
-                planned.append(_PlannedJob(key, _job_file(jobs_dir, key), wanted, _EVALUATIONS[section], {"grid": grid, "trained": t, "seed": seed, **common}))
+                planned.append(
+                    _PlannedJob(
+                        key,
+                        _job_file(jobs_dir, key),
+                        wanted,
+                        _EVALUATIONS[section],
+                        {"grid": grid, "trained": t, "seed": seed, **common},
+                    )
+                )
     for s in _audited(grid):
         # The audit runs after (and on) the trained record: a changed training is another audit.
         key = JobKey.audit(s.label)
         t = _trained(trained, s.label, grid.seeds[0])
-        wanted = _hash({"grid": gkey, "setting": s.key(), "audit": grid.audit, "bounds": grid.num_bounds(), "trained": jobs.record_digest(t)})
+        wanted = _hash(
+            {
+                "grid": gkey,
+                "setting": s.key(),
+                "audit": grid.audit,
+                "bounds": grid.num_bounds(),
+                "trained": jobs.record_digest(t),
+            }
+        )
         name = f"compare-{grid.name}-{safe_stem(s.label, default='setting')}-{wanted[:8]}"
-        planned.append(_PlannedJob(key, _job_file(jobs_dir, key), wanted, jobs.audit_job, {"grid": grid, "setting": s, "trained": t, "name": name, **common}))
+        planned.append(
+            _PlannedJob(
+                key,
+                _job_file(jobs_dir, key),
+                wanted,
+                jobs.audit_job,
+                {"grid": grid, "setting": s, "trained": t, "name": name, **common},
+            )
+        )
     return planned
 
 
@@ -329,8 +404,19 @@ def run_compare(spec: CompareSpec, run: RunDir) -> ComparisonResult:
     counts = {"run": 0, "reused": 0}
     with Progress(total, f"compare {grid.name}", enabled=spec.progress) as bar, _LazyExecutor(spec) as executor:
         trained = _run_wave(train_jobs, executor=executor, bar=bar, counts=counts)
-        evaluated = _run_wave(_evaluation_wave(grid, trained, jobs_dir=jobs_dir, gkey=gkey, common=common), executor=executor, bar=bar, counts=counts)
-    result = _condense(grid, {**trained, **evaluated}, seconds=time.monotonic() - started, jobs_run=counts["run"], jobs_reused=counts["reused"])
+        evaluated = _run_wave(
+            _evaluation_wave(grid, trained, jobs_dir=jobs_dir, gkey=gkey, common=common),
+            executor=executor,
+            bar=bar,
+            counts=counts,
+        )
+    result = _condense(
+        grid,
+        {**trained, **evaluated},
+        seconds=time.monotonic() - started,
+        jobs_run=counts["run"],
+        jobs_reused=counts["reused"],
+    )
     save_comparison(result, base)
     return result
 
@@ -377,11 +463,28 @@ def _setting_outcomes(grid: CompareGrid, outcomes: Mapping[JobKey, Outcome]) -> 
         certifies = DEFENSES[s.defense].certification is not None and bool(grid.evasion and grid.evasion["certify"])
         links = _links(tuple(r.trained.model_id for r in repeats), sections, certifies=certifies)
         audit = _typed(outcomes, JobKey.audit(s.label), AuditOutcome)
-        settings.append(SettingOutcomes(label=s.label, defense=s.defense, family=s.family, parameters=dict(s.parameters), repeats=tuple(repeats), audit=audit, links=links))
+        settings.append(
+            SettingOutcomes(
+                label=s.label,
+                defense=s.defense,
+                family=s.family,
+                parameters=dict(s.parameters),
+                repeats=tuple(repeats),
+                audit=audit,
+                links=links,
+            )
+        )
     return settings
 
 
-def _condense(grid: CompareGrid, outcomes: Mapping[JobKey, Outcome], *, seconds: float = 0.0, jobs_run: int = 0, jobs_reused: int = 0) -> ComparisonResult:
+def _condense(
+    grid: CompareGrid,
+    outcomes: Mapping[JobKey, Outcome],
+    *,
+    seconds: float = 0.0,
+    jobs_run: int = 0,
+    jobs_reused: int = 0,
+) -> ComparisonResult:
     return condense_outcomes(
         _setting_outcomes(grid, outcomes),
         name=grid.name,
@@ -402,14 +505,24 @@ def _condense(grid: CompareGrid, outcomes: Mapping[JobKey, Outcome], *, seconds:
 def _job_key(name: str, grid: CompareGrid) -> JobKey:
     """The :class:`JobKey` a stored outcome's ``job`` string names (one of the grid's jobs)."""
     for s in grid.settings:
-        keys = [JobKey.audit(s.label)] + [JobKey(kind, s.label, seed) for kind in ("train", *EVALUATION_KINDS) for seed in grid.seeds]
+        keys = [JobKey.audit(s.label)] + [
+            JobKey(kind, s.label, seed) for kind in ("train", *EVALUATION_KINDS) for seed in grid.seeds
+        ]
         for key in keys:
             if str(key) == name:
                 return key
     raise KeyError(f"no job {name!r} in grid {grid.name!r}")
 
 
-def condense(grid: CompareGrid, trained: Mapping[str, Any], evaluated: Mapping[str, Any], *, seconds: float = 0.0, jobs_run: int = 0, jobs_reused: int = 0) -> ComparisonResult:
+def condense(
+    grid: CompareGrid,
+    trained: Mapping[str, Any],
+    evaluated: Mapping[str, Any],
+    *,
+    seconds: float = 0.0,
+    jobs_run: int = 0,
+    jobs_reused: int = 0,
+) -> ComparisonResult:
     """The defense × measure matrix of a grid from its jobs' outcomes as stored (no training, no I/O).
 
     Args:
