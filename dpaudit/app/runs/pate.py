@@ -47,6 +47,7 @@ from dpaudit.privacy.pate.smooth_sensitivity import SmoothSensitivityRelease, re
 from dpaudit.progress import Progress
 from dpaudit.results import MembershipResult, save_membership_result
 from dpaudit.results.audit import AuditResult
+from dpaudit.results.audit_details import PateAuditDetails
 from dpaudit.results.record import TrainedModel, load_record, resolve_record_dir
 from dpaudit.store import RunDir, read_json, thaw
 
@@ -369,6 +370,14 @@ class AggregatorAudit:
 
     spec: AggregatorAuditSpec
     result: AuditResult
+
+    @property
+    def details(self) -> PateAuditDetails:
+        """The game's facts (the two vote histograms, the event, the tests tried), typed."""
+        details = self.result.details
+        if not isinstance(details, PateAuditDetails):
+            raise TypeError(f"the aggregator audit must return PateAuditDetails, got {type(details).__name__}")
+        return details
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` object: the aggregator, its parameters, the bug, the trials, then the result."""

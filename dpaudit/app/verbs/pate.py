@@ -48,7 +48,6 @@ from dpaudit.privacy.pate.votes import (
     MIN_LAPLACE_SCALE,
     PROGRESS_QUERIES,
 )
-from dpaudit.results.audit_details import PateAuditDetails
 
 if TYPE_CHECKING:
     from dpaudit.app.runs.pate import VoteAnalysis
@@ -283,9 +282,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     audit = audit_aggregator(spec)
-    result, info = audit.result, audit.result.details
-    if not isinstance(info, PateAuditDetails):
-        raise TypeError(f"the aggregator audit must return PateAuditDetails, got {type(info).__name__}")
+    result, info = audit.result, audit.details
     lines = [
         f"PATE audit of {name} ({', '.join(f'{k}={x:g}' for k, x in params.items())}), planted bug: {bug}",
         f"  game: {args.trials:,} answers on each of D = {info.votes} and D' = "
