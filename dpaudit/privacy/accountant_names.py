@@ -18,9 +18,10 @@ parser, and each entry imports its mathematics only when it is asked for a numbe
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dpaudit import _validate as v
 from dpaudit.registry import Registry
@@ -28,7 +29,7 @@ from dpaudit.registry import Registry
 if TYPE_CHECKING:
     from dp_accounting.dp_event import DpEvent
 
-__all__ = ["ACCOUNTANTS", "MAX_NUM_STEPS", "AccountantSpec"]
+__all__ = ["ACCOUNTANTS", "MAX_NUM_STEPS", "AccountantSpec", "lazy"]
 
 #: Largest step count (self-composition count) accepted; 10^18 keeps T exact in an int64.
 MAX_NUM_STEPS = 10**18
@@ -93,3 +94,13 @@ class AccountantSpec:
 ACCOUNTANTS: Registry[AccountantSpec] = Registry(
     "accountant", argument="accountant", discover=("dpaudit.privacy.accounting",), order=lambda spec: spec.rank
 )
+
+
+def lazy(module: str, name: str) -> Callable[..., Any]:
+    """``module.name``, imported on its first call: listing the accountants loads none of their mathematics."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call

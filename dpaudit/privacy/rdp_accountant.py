@@ -210,3 +210,10 @@ def rdp_supports(event: dpe.DpEvent, neighbouring: str) -> bool:
     return bool(
         rdp_privacy_accountant.RdpAccountant(neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring]).supports(event)
     )
+
+
+def rdp_decline(event: dpe.DpEvent, neighbouring: str) -> str:
+    """Why the RDP analyses (``moments`` and ``rdp``) cannot evaluate ``event``; empty when they can."""
+    if rdp_supports(event, neighbouring):
+        return ""
+    return f"dp_accounting's RDP analysis does not support the event {event!r} under {neighbouring}"
