@@ -203,7 +203,7 @@ def audit_ceiling(
     )
 
 
-def _scores_bound(
+def scores_bound(
     s_in: np.ndarray,
     s_out: np.ndarray,
     *,
@@ -290,7 +290,7 @@ def audit_from_scores(
     bound = resolve_bound(bound, claim=claim)
     delta = v.open_unit("delta", delta)
     s_in, s_out = np.asarray(in_scores, dtype=float).reshape(-1), np.asarray(out_scores, dtype=float).reshape(-1)
-    tb, ceiling = _scores_bound(
+    tb, ceiling = scores_bound(
         s_in,
         s_out,
         delta=delta,
@@ -421,7 +421,7 @@ def one_run_curve(
     return out
 
 
-def _one_run_bound(
+def one_run_bound(
     s: np.ndarray,
     inc: np.ndarray,
     *,
@@ -550,7 +550,7 @@ def audit_from_one_run(
     m = s.size
     # The same default grid for both bounds, so switching the bound changes nothing else.
     counts = list(guess_counts) if guess_counts is not None else default_guess_counts(m)
-    eps, r, correct, mu, ceiling = _one_run_bound(
+    eps, r, correct, mu, ceiling = one_run_bound(
         s,
         inc,
         delta=delta,

@@ -15,7 +15,7 @@ import numpy as np
 from dpaudit import _validate as v
 
 # The bound computations the full audit ran, so that the last prefix reproduces its result.
-from dpaudit.privacy.audit_procedures import _one_run_bound, _scores_bound
+from dpaudit.privacy.audit_procedures import one_run_bound, scores_bound
 from dpaudit.privacy.audit_stats import (
     default_guess_counts,
 )
@@ -80,7 +80,7 @@ def epsilon_lb_by_trials(
         for n in _prefix_sizes(m, min(10, m), points):
             counts = sorted({min(n // 2, max(1, round(k * n / m))) for k in stored})
             s, inc = s_all[:n], inc_all[:n]
-            eps, _, _, _, ceiling = _one_run_bound(
+            eps, _, _, _, ceiling = one_run_bound(
                 s,
                 inc,
                 delta=result.delta,
@@ -114,7 +114,7 @@ def epsilon_lb_by_trials(
         for n in _prefix_sizes(total, min(total, max(2 * least, 10)), points):
             frac = n / total
             n_in, n_out = max(least, round(frac * s_in.size)), max(least, round(frac * s_out.size))
-            tb, ceiling = _scores_bound(
+            tb, ceiling = scores_bound(
                 s_in[:n_in],
                 s_out[:n_out],
                 delta=result.delta,
