@@ -13,8 +13,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("dpaudit", "attacks", "defenses", "reports")
-# Defenses with their own modules: their names may be compared inside those modules only.
-OWN = {"pate": "defenses/pate/", "dssgd": "defenses/dssgd/"}
+# Defenses with a package of their own (defenses/<name>/): their names may be compared inside it only.
+OWN = {
+    d.name: f"defenses/{d.name}/" for d in (ROOT / "defenses").iterdir() if d.is_dir() and (d / "__init__.py").is_file()
+}
 
 
 def _is_defense_field(node: ast.AST) -> bool:
@@ -43,7 +45,8 @@ def _name_tests(source: str) -> list[tuple[int, str]]:
 def test_the_scan_sees_the_pattern_it_forbids():
     assert _name_tests('if record.defense != "pate":\n    pass\n') == [(1, "pate")]
     assert _name_tests('ok = defense in ("dssgd", "x")\n') == [(1, "dssgd")]
-    assert _name_tests('if record.defense == "dpsgd":\n    pass\n') == []  # a defense without modules of its own
+    assert {"pate", "dssgd", "dpsgd"} <= set(OWN)
+    assert _name_tests('if record.defense == "nonprivate":\n    pass\n') == []  # a defense without a package of its own
     assert _name_tests("if spec.run_module == __name__:\n    pass\n") == []
 
 
