@@ -47,7 +47,16 @@ __all__ = [
     "from_jsonable",
     "freeze",
     "thaw",
+    "JsonValue",
+    "JsonObject",
 ]
+
+# What a stored JSON document holds, as a type: mypy then makes a reader narrow what it takes out of
+# a document (``isinstance``) instead of trusting ``Any``. Values that have a fixed shape are frozen
+# dataclasses serialised by the type-derived codec (dpaudit.specs); these two name the rest: the
+# codec's own input and output, and free-form maps such as a spec's user-given options.
+JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
+JsonObject = dict[str, JsonValue]
 
 SCHEMA_VERSION = 1
 _SUBDIRS = ("records", "attacks", "audits", "certify", "compare", "reports")
