@@ -13,7 +13,7 @@ export DPAUDIT_DATA_ROOT ?= $(SHARED_DATA)
 endif
 RUN_DIR ?= runs/demo
 
-.PHONY: demo test test-slow install install-test clean
+.PHONY: demo test test-extended test-slow install install-test clean
 
 # The main job installs what it runs and nothing else; the test-only peers (Ray, Flower,
 # Playwright, Opacus, Foolbox, ART, the linters) come with the test extra, for `make test` only.
@@ -48,6 +48,11 @@ test: install-test
 	$(BIN)/mypy
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d $(DOCS_SITE)
 	$(BIN)/python -m pytest -q
+
+# The extended tier: tests of seconds each (real trainings, runs end to end through the command line).
+# Together they take longer than the default suite's budget, so they are opt-in here; .ci/run runs them.
+test-extended: install-test
+	$(BIN)/python -m pytest -q -m 'extended and not slow and not cluster'
 
 test-slow: install-test
 	$(BIN)/python -m pytest -q -m slow
