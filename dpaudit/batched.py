@@ -67,6 +67,11 @@ __all__ = [
 #: a small CI machine's memory, and far below a GPU's.
 DEFAULT_MEMORY_BUDGET = 2**30
 
+# The most work memory one pass takes even under a larger budget: passes beyond a few tens of MiB
+# stream through memory instead of cache (audit-cnn on 2 cores: 470 µs an example with 256
+# examples a pass, 760 µs with 1,000).
+_PASS_BYTES = 32 * 2**20
+
 # Per-example gradients are held with their clipped copy and the activations of the backward
 # pass; measured on digits-mlp and audit-cnn, the peak is about three times the gradients alone.
 _WORK_FACTOR = 3
@@ -220,10 +225,12 @@ def plan_batches(
 
     The per-example work of one model is estimated as its trainable parameters (its
     per-example gradient) plus the numbers its modules output for one example, times a
-    measured factor for the copies a backward pass keeps, in 4-byte floats. Models come first
-    (batching them is the point): a pass holds b = min(``max_examples``,
-    ``physical_batch_size``) examples, and as many models as fit with b; if not even one does, b
-    shrinks instead.
+    measured factor for the copies a backward pass keeps, in 4-byte floats. One pass may take
+    min(``memory_budget``, 32 MiB) — larger passes are slower on a CPU, not faster. Models come
+    first (batching them is the point): a chunk holds as many models as fit with one example
+    each, and a pass as many examples of each (at most ``max_examples`` and
+    ``physical_batch_size``) as then fit. The models' parameters, gradients and momentum
+    (a few copies of k·P numbers) are not counted: they are small beside the per-example work.
 
     Args:
         model: one model of the architecture.
@@ -242,10 +249,10 @@ def plan_batches(
     v.integer("physical_batch_size", physical_batch_size, minimum=1)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     per_example = 4 * _WORK_FACTOR * (params + _activation_numel(model, example))
-    b = min(m, physical_batch_size)
-    chunk = min(k, max(1, budget // (per_example * b)))
-    if chunk == 1 and per_example * b > budget:
-        b = max(1, budget // per_example)
+    # One pass holds at most min(budget, _PASS_BYTES): models first, then examples per model.
+    per_pass = min(budget, _PASS_BYTES)
+    chunk = min(k, max(1, per_pass // per_example))
+    b = min(m, physical_batch_size, max(1, per_pass // (per_example * chunk)))
     note = (
         f"batched: {k} model{'s' if k != 1 else ''} in chunks of {chunk}, {b} example{'s' if b != 1 else ''} "
         f"per pass ({params:,} parameters, ~{per_example * b * chunk / 2**20:.0f} MiB of "
@@ -600,20 +607,19 @@ def _train_chunk_dpsgd(
         return loss, loss
 
     per_example = vmap(vmap(grad(example_loss, has_aux=True), in_dims=(None, None, 0, 0)), in_dims=(0, 0, 0, 0))
-    full_rows = [torch.from_numpy(p) for p in positions]
-    member_ids = [ids[p] for p in positions]
-    taken, sizes, loss_total = [0] * k, [0] * k, [0.0] * k
+    members = np.zeros((k, len(ids)), dtype=bool)
+    for j, pos in enumerate(positions):
+        members[j, pos] = True
+    sizes, loss_total = np.zeros(k, dtype=np.int64), np.zeros(k)
+    fixed_lot = _lot_index(members, device) if full else None
     for t in range(config.num_steps):
-        if full:
-            rows = full_rows
+        if fixed_lot is not None:
+            index, valid, counts = fixed_lot
         else:
-            # The lot of the separate run: one key per step from the model's "lots" stream, a
-            # member in when the keyed hash of its sample id falls below q.
-            rows = [
-                torch.from_numpy(pos[keyed_uniforms(step_key(gen), mid) < config.sampling_rate])
-                for pos, mid, gen in zip(positions, member_ids, lot_gens)
-            ]
-        index, valid = _padded(rows, device)
+            # The lot of each separate run: one key per step from the model's "lots" stream, a
+            # member in when the keyed hash of its sample id falls below q (all k models at once).
+            keys = np.array([step_key(gen) for gen in lot_gens], dtype=np.uint64)[:, None]
+            index, valid, counts = _lot_index(members & (keyed_uniforms(keys, ids) < config.sampling_rate), device)
         total = {n: torch.zeros_like(p) for n, p in stack.params.items()}
         loss_sums = torch.zeros(k, device=device)
         params = {n: p.detach() for n, p in stack.params.items()}
@@ -643,18 +649,33 @@ def _train_chunk_dpsgd(
             )
             acc.add_(noise * _expand(scales, noise) * noise_std)
         lr = schedule(t) if schedule is not None else config.learning_rate
-        values = loss_sums.cpu().tolist()
-        for j in range(k):
+        values = loss_sums.cpu().numpy()
+        if not np.isfinite(values).all():
+            j = int(np.flatnonzero(~np.isfinite(values))[0])
             check_loss(
-                values[j], step=t, epoch=0, learning_rate=lr, hint=f"or --clip-norm (model {j}, seed {seeds[j]})"
+                float(values[j]), step=t, epoch=0, learning_rate=lr, hint=f"or --clip-norm (model {j}, seed {seeds[j]})"
             )
-            taken[j] += 1
-            sizes[j] += int(rows[j].numel())
-            loss_total[j] += values[j]
+        sizes += counts
+        loss_total += values
         opt.step(total, lr=lr, active=None)
         bar.update(1)
     stack.params = opt.params
-    return taken, [s / max(n, 1) for s, n in zip(sizes, taken)], [lt / max(s, 1) for lt, s in zip(loss_total, sizes)]
+    steps = config.num_steps
+    return [steps] * k, (sizes / steps).tolist(), (loss_total / np.maximum(sizes, 1)).tolist()
+
+
+def _lot_index(lots: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """A (k, N) lot mask as (k, m) ascending positions, their (k, m) 0/1 validity, and the (k,) lot sizes."""
+    counts = lots.sum(1)
+    m = max(1, int(counts.max()))
+    order = np.argsort(~lots, axis=1, kind="stable")[:, :m]  # members of the lot first, in pool order
+    valid = np.arange(m)[None, :] < counts[:, None]
+    index = np.where(valid, order, 0)
+    return (
+        torch.from_numpy(index).to(device),
+        torch.from_numpy(valid.astype(np.float32)).to(device),
+        counts,
+    )
 
 
 def train_batched(

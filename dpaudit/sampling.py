@@ -33,11 +33,13 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
-def keyed_uniforms(key: int, ids: np.ndarray) -> np.ndarray:
+def keyed_uniforms(key: int | np.ndarray, ids: np.ndarray) -> np.ndarray:
     """One uniform in [0, 1) per id, a function of (``key``, id) alone: SplitMix64's output function.
 
     Each id's value ignores every other id, so adding or removing a record leaves the others'
     values unchanged; distinct ids give independent-looking uniforms (SplitMix64 passes BigCrush).
+    ``key`` may be a uint64 array that broadcasts against ``ids`` (k keys of shape (k, 1) give a
+    (k, N) array: the batched trainer's k models' coins in one call, each row what its own key gives).
     """
     with np.errstate(over="ignore"):  # uint64 arithmetic wraps modulo 2**64 by design
         z = np.uint64(key) + (np.asarray(ids, dtype=np.int64).astype(np.uint64) + np.uint64(1)) * _GOLDEN

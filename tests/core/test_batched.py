@@ -121,17 +121,12 @@ def test_chunking_by_the_memory_budget_changes_nothing(pool):
     whole = train_batched(_mlp(pool), pool.features, pool.labels, seeds=[1, 2, 3], config=config)
     model = _mlp(pool)()
     per_example = plan_batches(model, pool.features[0], num_models=3, max_examples=10).bytes_per_example
-    # A budget for two models of 10 examples each: chunks of two, then one.
+    # A budget for two models of one example each: chunks of two, then one, one example a pass.
     tight = train_batched(
-        _mlp(pool),
-        pool.features,
-        pool.labels,
-        seeds=[1, 2, 3],
-        config=config,
-        memory_budget=per_example * 20,
-        physical_batch_size=10,
+        _mlp(pool), pool.features, pool.labels, seeds=[1, 2, 3], config=config, memory_budget=per_example * 2
     )
-    assert tight.plan.models_per_chunk == 2 and whole.plan.models_per_chunk == 3
+    assert (tight.plan.models_per_chunk, tight.plan.examples_per_pass) == (2, 1)
+    assert whole.plan.models_per_chunk == 3
     assert "chunks of 2" in tight.plan.note
     for a, b in zip(whole.models, tight.models):
         assert _gap(a, b) < TOL
@@ -143,11 +138,15 @@ def test_plan_follows_the_budget_in_closed_form(pool):
     # digits-mlp: 64 → 64 → 10; its leaf modules output 64 + 64 + 64 + 10 numbers per example
     # (Flatten, Linear, Tanh, Linear); the per-example work is 4 bytes × 3 copies of those and P.
     per_example = 4 * 3 * (params + 64 + 64 + 64 + 10)
-    plan = plan_batches(model, pool.features[0], num_models=100, max_examples=50, memory_budget=per_example * 50 * 7)
+    plan = plan_batches(model, pool.features[0], num_models=100, max_examples=50, memory_budget=per_example * 350)
     assert plan.bytes_per_example == per_example
-    assert (plan.models_per_chunk, plan.examples_per_pass) == (7, 50)
-    small = plan_batches(model, pool.features[0], num_models=4, max_examples=50, memory_budget=per_example * 20)
-    assert (small.models_per_chunk, small.examples_per_pass) == (1, 20)
+    # 350 example-models a pass: all 100 models, 3 examples each.
+    assert (plan.models_per_chunk, plan.examples_per_pass) == (100, 3)
+    few = plan_batches(model, pool.features[0], num_models=4, max_examples=50, memory_budget=per_example * 100)
+    assert (few.models_per_chunk, few.examples_per_pass) == (4, 25)
+    # A large budget still passes at most 32 MiB at once.
+    big = plan_batches(model, pool.features[0], num_models=4, max_examples=10**4, memory_budget=2**40)
+    assert big.examples_per_pass == (32 * 2**20 // per_example) // 4
 
 
 def _reference_clipped_sum(model: nn.Module, x, y, weights, clip_norm):
