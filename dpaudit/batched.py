@@ -376,7 +376,8 @@ class _Layered:
         Args:
             params: stacked parameters (k, ...).
             x: (k, b, ...) inputs; y: (k, b) labels; weights: (k, b) (0 for padding).
-            clip_norm: C, or ``None`` for plain weighted sums (non-private).
+            clip_norm: C, or ``None`` for plain weighted sums (no clipping; non-private training
+                takes the vmap path instead, which is faster without per-example norms).
 
         Returns:
             ({parameter name: (k, ...) sum}, (k,) Σ weights>0 · loss per model).
@@ -543,17 +544,15 @@ def _train_chunk_nonprivate(
         rows = [s[t] if t < len(s) else torch.zeros(0, dtype=torch.int64) for s in schedule]
         index, valid = _padded(rows, device)
         counts = valid.sum(1)
-        if stack.layered is not None:
-            weights = valid / counts.clamp_min(1)[:, None]
-            grad_map, loss_sums = stack.layered.sums(stack.params, x[index], y[index], weights, clip_norm=None)
-            values = (loss_sums / counts.clamp_min(1)).cpu().tolist()
-        else:
-            params = {n: p.detach().requires_grad_(True) for n, p in stack.params.items()}
-            logits = forward(params, stack.fixed, x[index])
-            losses = F.cross_entropy(logits.flatten(0, 1), y[index].flatten(), reduction="none").view(index.shape)
-            per_model = (losses * valid).sum(1) / counts.clamp_min(1)
-            grad_map = dict(zip(params, torch.autograd.grad(per_model.sum(), list(params.values()))))
-            values = per_model.detach().cpu().tolist()
+        # No per-example gradients here: one vmapped forward (a convolution becomes a grouped one)
+        # and autograd's backward of the models' summed mean losses, each model's own gradient.
+        # Measured on audit-cnn (16 models, batches of 32): 0.33 CPU-s a model, the layered path 0.57-0.81.
+        params = {n: p.detach().requires_grad_(True) for n, p in stack.params.items()}
+        logits = forward(params, stack.fixed, x[index])
+        losses = F.cross_entropy(logits.flatten(0, 1), y[index].flatten(), reduction="none").view(index.shape)
+        per_model = (losses * valid).sum(1) / counts.clamp_min(1)
+        grad_map = dict(zip(params, torch.autograd.grad(per_model.sum(), list(params.values()))))
+        values = per_model.detach().cpu().tolist()
         for j in range(k):
             if rows[j].numel():
                 check_loss(
