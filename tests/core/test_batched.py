@@ -259,3 +259,9 @@ def test_bad_dp_settings_are_named(kwargs, argument):
     base = {"noise_multiplier": 1.0, "clip_norm": 1.0, "sampling_rate": 0.1, "num_steps": 2, "learning_rate": 0.1}
     with pytest.raises(ValueError, match=argument):
         BatchedDPSGD(**{**base, **kwargs})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_cuda_without_a_gpu_is_refused_by_name(pool):
+    with pytest.raises(ValueError, match="device='cuda'.*not available"):
+        train_batched(_mlp(pool), pool.features, pool.labels, seeds=[0], config=BatchedSGD(epochs=1), device="cuda")
