@@ -10,8 +10,8 @@ Three workloads, each the training an audit repeats hundreds of times:
   momentum 0: the worst-case start's pre-training recipe, as a shadow model would train);
 * ``worst-case`` — the MNIST worst-case audit's model: full-batch DP-GD of ``audit-cnn`` on 1,000
   MNIST records from one shared start (C = 1, learning rate 0.133, σ = 1), ``--worst-case-steps``
-  steps of the audit's 100 (each step costs the same, so models per CPU-second scale by 100/T
-  on both sides alike).
+  steps of the audit's 100 (each step costs the same on either side; the one-model side also
+  pays a fixed cost per model — its record — so a short run slightly favours batching).
 
 One at a time is what an audit worker runs for each model: ``DPSGDTrainer`` (the audit's
 training function) and ``train_nonprivate``, each with its record's bookkeeping. The DP-SGD
