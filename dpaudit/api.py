@@ -104,10 +104,11 @@ if TYPE_CHECKING:
     from attacks.membership import MEMBERSHIP_ATTACKS, RMIAConfig, RMIAOfflineConfig, run_membership_attacks
     from attacks.membership.shadows import ShadowTraining, ensure_shadows, plan_shadows
     from defenses import DEFENSES
+    from defenses._common import bundle_for_members
     from defenses.clipping import GradientClipper
     from defenses.dp_defaults import derive_dp_training, derived_learning_rate
     from defenses.dpsgd.config import DPSGDConfig
-    from defenses.dpsgd.training import noisy_clipped_sum, train_dpsgd
+    from defenses.dpsgd.training import DPSGDTrainer, noisy_clipped_sum, train_dpsgd
     from defenses.dssgd.flower import run_flower
     from defenses.dssgd.participants import participant_record_dir
     from defenses.dssgd.protocol import SCHEDULES, FederationSetup, LocalTraining, flatten_parameters
@@ -134,6 +135,7 @@ if TYPE_CHECKING:
     from dpaudit.app.runs.pate import attack_aggregator
     from dpaudit.app.runs.report import render_reports
     from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
+    from dpaudit.batched import BatchedDPSGD, BatchedSGD, plan_batches, train_batched
     from dpaudit.data import DatasetNotFoundError, load_dataset, make_splits
     from dpaudit.executors import make_executor
     from dpaudit.executors.jobs import Job
@@ -298,9 +300,16 @@ __all__ = [
     "MEMBERSHIP_ATTACKS",
     "INVERSION_ATTACKS",
     "CHECKS",
+    # Lower-level pieces: many models at once
+    "BatchedSGD",
+    "BatchedDPSGD",
+    "plan_batches",
+    "train_batched",
     # Lower-level pieces: defenses
     "DPSGDConfig",
     "train_dpsgd",
+    "DPSGDTrainer",
+    "bundle_for_members",
     "NonPrivateConfig",
     "train_nonprivate",
     "SecureSGDConfig",
