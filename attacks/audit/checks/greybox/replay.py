@@ -139,6 +139,7 @@ class Trace:
     external: int = 0  # float arrays brought into torch from outside during the run
     lots_seen: bool = False
     divergence: str | None = None  # first point where the D′ run left the D run's path
+    divergence_step: int | None = None  # steps completed before it
     params_after: list[list[torch.Tensor]] = field(default_factory=list)  # D: after each optimizer step
     manual_updates: list[torch.Tensor] = field(default_factory=list)  # D: every hand update, in order
     state: dict[str, np.ndarray] = field(default_factory=dict)  # the returned model's floating tensors
@@ -346,16 +347,16 @@ class Recorder(TorchFunctionMode):
                 added = int(shape[0] - 1)
                 where = int(torch.nonzero(out == added).flatten()[0])
                 out.copy_(torch.cat([rv[:where], rv.new_tensor([added]), rv[where:]]))
-            elif len(shape) == rv.dim() and sum(a - b for a, b in zip(shape, rv.shape)) == 1 and all(
-                a >= b for a, b in zip(shape, rv.shape)
-            ):
-                out[tuple(slice(0, s) for s in rv.shape)].copy_(rv)  # the added record's value stays fresh
+            elif len(shape) == rv.dim() and all(a >= b for a, b in zip(shape, rv.shape)):
+                # More rows (the added record, or its copies): the recorded prefix, the rest fresh.
+                out[tuple(slice(0, s) for s in rv.shape)].copy_(rv)
             else:
                 self._diverge(f"random draw #{i + 1} ({name}) has shape {list(shape)} where the run on D's had {list(rv.shape)}")
 
     def _diverge(self, what: str) -> None:
         if self.trace.divergence is None:
             self.trace.divergence = f"{what} (at step {len(self.trace.steps) + 1})"
+            self.trace.divergence_step = len(self.trace.steps)
         self._replaying = False
 
     @staticmethod
