@@ -432,7 +432,7 @@ def control_flow(pair: PairTrace, claim: ClaimedMechanism, confidence: float) ->
 
 def state(pair: PairTrace, claim: ClaimedMechanism, confidence: float) -> Verdict:
     """A second training on D, after the one on D′, returns the first one's model."""
-    early = _failed(pair)
+    early = _failed(pair) or _no_steps(pair.d)
     if early:
         return early
     if pair.d_again.error:

@@ -98,6 +98,20 @@ _KEEP = frozenset(
         "neg",
     }
 )
+#: torch.nn.init's random initialisers (each fills its first argument in place).
+_INIT = frozenset(
+    {
+        "uniform_",
+        "normal_",
+        "trunc_normal_",
+        "kaiming_uniform_",
+        "kaiming_normal_",
+        "xavier_uniform_",
+        "xavier_normal_",
+        "orthogonal_",
+        "sparse_",
+    }
+)
 #: NumPy (or Python) data entering torch: arithmetic the hooks cannot follow.
 _EXTERNAL = frozenset({"from_numpy", "as_tensor", "tensor", "asarray"})
 #: Largest draw kept for replay (elements): bigger ones are drawn afresh and named as not replayed.
@@ -254,7 +268,8 @@ class Recorder(TorchFunctionMode):
         if self._internal:
             return func(*args, **kwargs)
         name = getattr(func, "__name__", "")
-        if name in RANDOM:
+        if name in RANDOM or (getattr(func, "__module__", "") == "torch.nn.init" and name in _INIT):
+            # torch.nn.init's initialisers draw inside Python, where this mode no longer sees them: one draw each.
             return self._draw(func, name, args, kwargs)
         if name == "__getitem__" and args and self._is_features(args[0]):
             self._lot(args[1] if len(args) > 1 else None)
