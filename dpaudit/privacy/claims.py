@@ -232,7 +232,8 @@ class PrivacyClaim(PlainSpec):
         v.choice("neighbouring", self.neighbouring, NEIGHBOURING_RELATIONS)
         if self.dataset_size_public is not None and not isinstance(self.dataset_size_public, bool):
             raise v.invalid_type(
-                "dataset_size_public", f"dataset_size_public must be true, false or absent, got {self.dataset_size_public!r}"
+                "dataset_size_public",
+                f"dataset_size_public must be true, false or absent, got {self.dataset_size_public!r}",
             )
         if not isinstance(self.description, str):
             raise v.invalid_type("description", f"description must be a string, got {self.description!r}")

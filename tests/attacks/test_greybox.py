@@ -22,7 +22,7 @@ from attacks.audit.checks.greybox.replay import Recorder, instrumented, run_pair
 from dpaudit.data import ArrayDataset, load_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "dp_bugs"))
-from _dpsgd import DPSGD  # noqa: E402
+from _dpsgd import DPSGD
 
 STEPS = 12
 Q = 0.25
@@ -215,7 +215,13 @@ def numpy_train(dataset, *, seed):  # type: ignore[no-untyped-def]
 def test_an_uninstrumentable_training_is_inconclusive_not_observable():
     base, added = _data()
     pair = run_pair(numpy_train, base, added, seed=0, label="numpy")
-    for name in ("greybox-steps", "greybox-noise", "greybox-sensitivity", "greybox-normaliser", "greybox-sampling-rate"):
+    for name in (
+        "greybox-steps",
+        "greybox-noise",
+        "greybox-sensitivity",
+        "greybox-normaliser",
+        "greybox-sampling-rate",
+    ):
         verdict = gb.DECISIONS[name][1](pair, CLAIM, 0.99)
         assert verdict.status == "inconclusive", (name, verdict)
         assert "inconclusive: not observable" in verdict.cause, (name, verdict)

@@ -140,7 +140,9 @@ def sampling_rate(pair: PairTrace, claim: ClaimedMechanism, confidence: float) -
     if early:
         return early
     if not (pair.d.lots_seen and pair.d_added.lots_seen):
-        return _inconclusive("the training never read rows of the dataset's feature tensor (a copy taken outside torch)")
+        return _inconclusive(
+            "the training never read rows of the dataset's feature tensor (a copy taken outside torch)"
+        )
     q = claim.sampling_rate
     if q is None:
         return Verdict(status="inconclusive", cause="inconclusive: the claim states no sampling rate q")
@@ -359,6 +361,7 @@ def normaliser(pair: PairTrace, claim: ClaimedMechanism, confidence: float) -> V
         )
     seen_d = {x for x in on_d if x is None or not math.isnan(x)}
     if len(seen_d) > 1 or any(x is not None and math.isnan(x) for x in on_d):
+
         def shown(x: float | None) -> str:
             return "none" if x is None else f"{x:g}"
 

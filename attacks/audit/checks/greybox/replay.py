@@ -349,8 +349,10 @@ class Recorder(TorchFunctionMode):
         assert self.reference is not None
         ref = self.reference.draws[i] if i < len(self.reference.draws) else None
         if ref is None or ref.name != name:
-            self._diverge(f"random draw #{i + 1} is {name}{list(shape)} where the run on D drew "
-                          + ("nothing more" if ref is None else f"{ref.name}{list(ref.shape)}"))
+            self._diverge(
+                f"random draw #{i + 1} is {name}{list(shape)} where the run on D drew "
+                + ("nothing more" if ref is None else f"{ref.name}{list(ref.shape)}")
+            )
             return
         if ref.value is None or not keep:
             return  # drawn from the data (multinomial on weights, …): nothing to replay
@@ -366,7 +368,9 @@ class Recorder(TorchFunctionMode):
                 # More rows (the added record, or its copies): the recorded prefix, the rest fresh.
                 out[tuple(slice(0, s) for s in rv.shape)].copy_(rv)
             else:
-                self._diverge(f"random draw #{i + 1} ({name}) has shape {list(shape)} where the run on D's had {list(rv.shape)}")
+                self._diverge(
+                    f"random draw #{i + 1} ({name}) has shape {list(shape)} where the run on D's had {list(rv.shape)}"
+                )
 
     def _diverge(self, what: str) -> None:
         if self.trace.divergence is None:
