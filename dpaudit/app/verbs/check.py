@@ -234,7 +234,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--train-fn {spec.train_fn}: no check could run ({len(report.outcomes)} "
             f"of {len(report.outcomes)} could not; results in {check_dir}): "
-            f"{report.outcomes[0].finding}",
+            # The first game's reason (no --model-fn, no initial_state) says what to add.
+            f"{next((o.finding for o in report.outcomes if o.kind == 'statistical'), report.outcomes[0].finding)}",
             argument="--train-fn",
         )
     emit(args, payload, "\n".join(lines))
