@@ -405,8 +405,8 @@ class Recorder(TorchFunctionMode):
             return out
         out = func(*args, **kwargs)
         if len(gauss) == 2:
-            stds = [m[1] for m in gauss]
-            _set(out, ("gauss", None if None in stds else math.sqrt(sum(s * s for s in stds))))  # type: ignore[misc]
+            stds = [m[1] for m in gauss if m[1] is not None]
+            _set(out, ("gauss", math.sqrt(sum(s * s for s in stds)) if len(stds) == 2 else None))
         elif any(m is not None and m[0] == "noisy" for m in (ma, mb)):
             _set(out, ("noisy", 0.0))
         return out
