@@ -35,6 +35,7 @@ KIND = "grey-box"
 #: Largest D (records): the replay's cost grows with the lots, ≈ q·|D| records each.
 MAX_RECORDS = 256
 _PAIRS: dict[tuple[str, str, int, int], tuple[PairTrace, ClaimedMechanism]] = {}
+_FAILED: dict[tuple[str, str, int, int], Exception] = {}
 
 
 def _with_start(train_fn: Callable[..., Any], state: Mapping[str, torch.Tensor]) -> Callable[..., Any]:
@@ -88,6 +89,8 @@ def pair_for(ctx: CheckContext) -> tuple[PairTrace, ClaimedMechanism]:
     key = (str(ctx.directory.parent), ctx.train_spec, ctx.seed, id(ctx.train_fn))
     if key in _PAIRS:
         return _PAIRS[key]
+    if key in _FAILED:  # one failed replay fails every grey-box check, without training again
+        raise _FAILED[key]
     claim = claimed_mechanism(
         ctx.claim.to_dict(), dataset_size_public=bool(getattr(ctx.claim, "dataset_size_public", False))
     )
@@ -97,14 +100,17 @@ def pair_for(ctx: CheckContext) -> tuple[PairTrace, ClaimedMechanism]:
     label = f"the training function {callable_label(ctx.train_fn)}"
     from dpaudit.callables import OutOfTime
 
+    _FAILED.clear()
     try:
         with _time_limit(ctx.deadline):
             pair = run_pair(train, base, added, seed=ctx.seed, label=label)
     except OutOfTime:
-        raise TrialFailed(f"{label} ran past the battery's time budget in the grey-box replay", 0, ctx.seed) from None
+        _FAILED[key] = TrialFailed(f"{label} ran past the battery's time budget in the grey-box replay", 0, ctx.seed)
+        raise _FAILED[key] from None
     for trace in (pair.d, pair.d_added):
         if trace.error:
-            raise TrialFailed(f"{trace.error} (grey-box replay)", 0, ctx.seed)
+            _FAILED[key] = TrialFailed(f"{trace.error} (grey-box replay)", 0, ctx.seed)
+            raise _FAILED[key]
     _PAIRS.clear()  # one battery at a time: the traces hold every step's sums
     _PAIRS[key] = (pair, claim)
     return pair, claim
