@@ -87,7 +87,7 @@ def _battery(path: Path, claim: dict[str, Any], *, seed: int, args: argparse.Nam
 
 def _greybox_names() -> tuple[str, ...]:
     """The registered grey-box checks (the battery runs them first)."""
-    from attacks.audit.checks import CHECKS
+    from dpaudit.api import CHECKS
 
     return tuple(n for n in CHECKS.names() if CHECKS[n].kind == "grey-box")
 
