@@ -216,6 +216,9 @@ class PrivacyClaim(PlainSpec):
     Attributes:
         neighbouring: the neighbouring relation the guarantee is stated for.
         description: a human-readable account of the mechanism ("DP-SGD q=0.01 σ=4 T=10000").
+        dataset_size_public: ``True`` when the guarantee treats |D| as public (as the DP-SGD
+            literature and Opacus do: q is derived from it), so a normaliser that depends on the
+            dataset size alone is no leak; ``None`` (not stored): not declared, |D| is private.
     """
 
     __spec_keys__: ClassVar[tuple[str, ...]] = ("kind", "neighbouring", "data_dependent", "sanitised", "description")
@@ -223,9 +226,15 @@ class PrivacyClaim(PlainSpec):
 
     neighbouring: str = "add_or_remove_one"
     description: str = ""
+    dataset_size_public: bool | None = spec_field(default=None, omit="none")
 
     def __post_init__(self) -> None:
         v.choice("neighbouring", self.neighbouring, NEIGHBOURING_RELATIONS)
+        if self.dataset_size_public is not None and not isinstance(self.dataset_size_public, bool):
+            raise v.invalid_type(
+                "dataset_size_public",
+                f"dataset_size_public must be true, false or absent, got {self.dataset_size_public!r}",
+            )
         if not isinstance(self.description, str):
             raise v.invalid_type("description", f"description must be a string, got {self.description!r}")
 

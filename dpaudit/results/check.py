@@ -36,11 +36,16 @@ __all__ = [
     "CheckOutcome",
     "CheckReport",
     "check_status",
+    "CHECK_KINDS",
+    "diagnosis",
     "save_check_report",
     "load_check_report",
 ]
 
 CHECK_STATUSES = ("passed", "violated", "inconclusive")
+#: ``statistical``: a distinguishing game, its status by :func:`check_status`; ``grey-box``: a
+#: verdict read off instrumented trainings (ε_LB and the ceiling 0, the status its own).
+CHECK_KINDS = ("statistical", "grey-box")
 CHECK_FILE = "check.json"
 #: The exit status of ``dpaudit check`` when a check is violated (0 otherwise).
 EXIT_VIOLATED = 3
@@ -142,6 +147,9 @@ class CheckOutcome:
         misses: what it cannot detect (one sentence).
         details: why it could not run or that the training failed, and the game's evidence
             (:class:`CheckDetails`; a mapping given here is read into one).
+        kind: ``statistical`` or ``grey-box`` (:data:`CHECK_KINDS`); only a statistical
+            outcome's status follows :func:`check_status`.
+        cause: a grey-box check's cause in one sentence (``None`` for a statistical check).
     """
 
     name: str
@@ -156,10 +164,15 @@ class CheckOutcome:
     detects: str
     misses: str
     details: CheckDetails = field(default_factory=CheckDetails)
+    kind: str = "statistical"
+    cause: str | None = None
 
     def __post_init__(self) -> None:
         _string("name", self.name)
         v.choice("status", self.status, CHECK_STATUSES)
+        v.choice("kind", self.kind, CHECK_KINDS)
+        if self.cause is not None:
+            _string("cause", self.cause)
         _string("finding", self.finding)
         if "\n" in self.finding or "\r" in self.finding:
             raise v.invalid("finding", f"finding must be one line, got {v.short(self.finding)}")
@@ -180,7 +193,7 @@ class CheckOutcome:
         _string("detects", self.detects)
         _string("misses", self.misses)
         expected = check_status(epsilon_lb=self.epsilon_lb, epsilon_ub=self.epsilon_ub, ceiling=self.ceiling)
-        if self.status != expected:
+        if self.kind == "statistical" and self.status != expected:
             raise v.invalid(
                 "status",
                 f"status must be {expected!r} for epsilon_lb={self.epsilon_lb!r}, "
@@ -196,8 +209,17 @@ class CheckOutcome:
 
     @property
     def violated(self) -> bool:
-        """ε_LB > ε_UB at the check's confidence."""
+        """ε_LB > ε_UB at the check's confidence (a grey-box check: its verdict)."""
         return self.status == "violated"
+
+    @property
+    def saturated(self) -> bool:
+        """A statistical violation whose ε_LB is its design's ceiling: the leak is at least this much."""
+        return (
+            self.kind == "statistical"
+            and self.violated
+            and self.epsilon_lb >= self.ceiling * (1 - _CEILING_TOLERANCE) - _CEILING_TOLERANCE
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict (non-finite floats are handled by :mod:`dpaudit.store`)."""
@@ -214,6 +236,8 @@ class CheckOutcome:
             "detects": self.detects,
             "misses": self.misses,
             "details": self.details.to_dict(),
+            "kind": self.kind,
+            "cause": self.cause,
         }
 
     @classmethod
@@ -241,11 +265,19 @@ class CheckOutcome:
         missing = [k for k in required if k not in data]
         if missing:
             raise v.invalid(None, f"check outcome is missing keys {missing}")
-        return cls(**{k: data[k] for k in required}, details=data.get("details", {}))
+        return cls(
+            **{k: data[k] for k in required},
+            details=data.get("details", {}),
+            kind=data.get("kind", "statistical"),
+            cause=data.get("cause"),
+        )
 
     def summary(self) -> str:
-        """One line for terminals: status, ε_LB, ε_UB and ceiling."""
+        """One line for terminals: status, ε_LB, ε_UB and ceiling (a grey-box check: status and cause)."""
         from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
+
+        if self.kind == "grey-box":
+            return f"{self.name}: {self.status} ({self.cause or self.finding}; {self.seconds:.1f} s)"
 
         # Bounds rounded their safe way: ε_UB up; ε_LB and the ceiling (itself an ε_LB) down.
         ub = "inf" if math.isinf(self.epsilon_ub) else fmt_upper_bound(self.epsilon_ub, 4)
@@ -347,6 +379,7 @@ class CheckReport:
             "seconds": self.seconds,
             "violated": self.violated,
             "exit_status": self.exit_status,
+            "diagnosis": [o.name for o in diagnosis(self)],
             "outcomes": [o.to_dict() for o in self.outcomes],
         }
 
@@ -380,6 +413,19 @@ class CheckReport:
             raise v.invalid_type("outcomes", f"outcomes must be a list, got {type(raw).__name__}")
         outcomes = tuple(CheckOutcome.from_dict(o) for o in raw)
         return cls(**{k: data[k] for k in required if k != "outcomes"}, outcomes=outcomes)
+
+
+def diagnosis(report: CheckReport) -> tuple[CheckOutcome, ...]:
+    """The violated checks, root cause first: grey-box verdicts, then statistical ones.
+
+    A grey-box violation is read off the mechanism itself and names the faulty step, so it
+    outranks a statistical ε_LB that follows from it; among the grey-box checks their run order
+    (the registry's, most specific cause first) decides, among the statistical ones a violation
+    below its ceiling outranks a saturated one.
+    """
+    violated = [o for o in report.outcomes if o.violated]
+    order = {o.name: i for i, o in enumerate(report.outcomes)}
+    return tuple(sorted(violated, key=lambda o: (o.kind != "grey-box", o.saturated, order[o.name])))
 
 
 def save_check_report(report: CheckReport, directory: str | os.PathLike[str]) -> Path:

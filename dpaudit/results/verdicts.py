@@ -424,7 +424,9 @@ def check_verdict(report: CheckReport) -> Verdict:
     passed = [o for o in report.outcomes if o.status == "passed"]
     unsure = [o for o in report.outcomes if o.status == "inconclusive"]
     lines = [
-        f"passed: {o.name}: its design could reach ε_LB "
+        f"passed: {o.name}: {o.cause}"  # a grey-box check: read off the replay, no ε_LB
+        if o.kind == "grey-box"
+        else f"passed: {o.name}: its design could reach ε_LB "
         f"{fmt_lower_bound(o.ceiling)} > ε_UB and found "
         f"{fmt_lower_bound(o.epsilon_lb)}"
         for o in passed
@@ -437,9 +439,15 @@ def check_verdict(report: CheckReport) -> Verdict:
         for o in unsure
     ]
     if report.violations:
+        from dpaudit.results.check import diagnosis
+
+        # Root cause first (a grey-box cause before the statistical evidence that follows from it).
         names = "; ".join(
-            f"{o.name} (ε_LB {fmt_lower_bound(o.epsilon_lb)} > ε_UB {fmt_upper_bound(o.epsilon_ub)})"
-            for o in report.violations
+            f"{o.name} ({o.cause})"
+            if o.kind == "grey-box"
+            else f"{o.name} (ε_LB {fmt_lower_bound(o.epsilon_lb)} > ε_UB {fmt_upper_bound(o.epsilon_ub)}"
+            + (", saturated: at least this much)" if o.saturated else ")")
+            for o in diagnosis(report)
         )
         n = len(report.violations)
         return Verdict(

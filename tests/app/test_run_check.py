@@ -42,14 +42,10 @@ def test_a_run_writes_check_json_and_a_rerun_reuses_its_trials(tmp_path, capsys)
 
 def test_confidence_is_split_over_the_checks_run(tmp_path):
     report = run_check(spec(fn="train_no_initial_state", checks=()), RunDir(tmp_path), progress=False)
-    assert [o.name for o in report.outcomes] == [
-        "worst-case",
-        "lot-size",
-        "sampling-rate",
-        "reused-noise",
-        "state-leakage",
-    ]
-    assert all(o.confidence == pytest.approx(1 - 0.05 / 5) for o in report.outcomes)
+    names = [o.name for o in report.outcomes]
+    assert names[-5:] == ["worst-case", "lot-size", "sampling-rate", "reused-noise", "state-leakage"]
+    assert len(names) == 12 and all(n.startswith("greybox-") for n in names[:7])  # the grey-box checks run first
+    assert all(o.confidence == pytest.approx(1 - 0.05 / 12) for o in report.outcomes)
 
 
 def test_a_function_without_initial_state_is_inconclusive_with_ceiling_zero(tmp_path):
@@ -68,7 +64,9 @@ def test_missing_noise_exits_3_with_a_finding_naming_the_check(tmp_path):
     report = run_check(spec(fn="train_no_noise", trials=32), RunDir(tmp_path), progress=False)
     assert report.exit_status == 3
     (o,) = report.violations
-    assert o.finding.startswith("worst-case: eps_LB ") and " (95% family-wise)" in o.finding
+    assert o.finding.startswith("worst-case: eps_LB ") and "95% family-wise)" in o.finding
+    # An ε_LB at the design's ceiling says the leak is at least this much, and only then.
+    assert o.saturated == ("(saturated: at least this much; " in o.finding)
     # Both bounds printed their safe way: ε_UB (0.97066…) rounded up, ε_LB rounded down.
     lb_text, ub_text = o.finding.removeprefix("worst-case: eps_LB ").split(" (")[0].split(" > eps_UB ")
     assert (

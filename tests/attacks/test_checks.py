@@ -48,11 +48,16 @@ def play(tmp_path, fn, check, trials):
     return ev
 
 
-def test_the_registry_lists_the_five_checks_in_order():
-    assert CHECKS.names() == ("worst-case", "lot-size", "sampling-rate", "reused-noise", "state-leakage")
+def test_the_registry_lists_the_grey_box_checks_first_then_the_five_games_in_order():
+    names = CHECKS.names()
+    statistical = tuple(n for n in names if CHECKS[n].kind == "statistical")
+    assert statistical == ("worst-case", "lot-size", "sampling-rate", "reused-noise", "state-leakage")
+    grey = tuple(n for n in names if CHECKS[n].kind == "grey-box")
+    assert names == grey + statistical and len(grey) == 7
     for name in CHECKS:
         spec = CHECKS[name]
-        assert spec.detects and spec.misses and spec.violation and spec.needs_initial_state
+        assert spec.detects and spec.misses and spec.violation
+        assert spec.needs_initial_state == (spec.kind == "statistical")
 
 
 def test_the_worst_case_start_saturates_class_zero():

@@ -33,8 +33,8 @@ from dpaudit.data import ArrayDataset, load_dataset
 ROOT = Path(__file__).resolve().parents[2]
 BUGS = ROOT / "examples" / "dp_bugs"
 NAMES = sorted(p.stem for p in BUGS.glob("*.py") if not p.name.startswith("_"))
-CORRECT = ("correct_opacus", "correct_plain")
-OPACUS = ("correct_opacus", "dataset_size_normaliser", "no_noise", "realised_lot_size")
+CORRECT = ("correct_opacus", "correct_opacus_ghost", "correct_plain")
+OPACUS = ("correct_opacus", "correct_opacus_ghost", "dataset_size_normaliser", "no_noise", "realised_lot_size")
 
 
 def module(name: str) -> ModuleType:

@@ -70,12 +70,19 @@ class CheckContext:
 
 @dataclass(frozen=True, kw_only=True)
 class CheckEvidence:
-    """What a check's game showed: ε_LB and its ceiling at the check's confidence."""
+    """What a check's game showed: ε_LB and its ceiling at the check's confidence.
+
+    A grey-box check (``CheckSpec.kind == "grey-box"``) decides without a game: it sets
+    ``verdict`` (``violated``, ``passed`` or ``inconclusive``) and ``cause`` (one sentence), with
+    ε_LB and the ceiling 0.
+    """
 
     epsilon_lb: float
     ceiling: float
     num_trials: int
     details: Mapping[str, Any] = field(default_factory=dict)
+    verdict: str | None = None
+    cause: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +98,8 @@ class CheckSpec:
         needs_initial_state: the game needs ``--model-fn`` and a ``train_fn`` accepting
             ``initial_state`` (else the check is inconclusive, ceiling 0, saying why).
         run: plays the game: ``run(context) -> CheckEvidence``; raises :class:`CheckCannotRun`.
+        kind: ``statistical`` (a distinguishing game: ε_LB against ε_UB) or ``grey-box`` (a
+            verdict read off instrumented trainings, :mod:`attacks.audit.checks.greybox`).
     """
 
     name: str
@@ -100,6 +109,7 @@ class CheckSpec:
     violation: str
     needs_initial_state: bool
     run: Callable[[CheckContext], CheckEvidence]
+    kind: str = "statistical"
 
 
 #: The registered checks, in run order; modules under ``attacks.audit.checks`` register themselves.

@@ -107,6 +107,10 @@ def _spec_from_args(args: argparse.Namespace) -> Any:
             argument="--claim",
         )
     resolve_callables(args)
+    if getattr(args, "dataset_size_public", False):
+        import dataclasses
+
+        claim = dataclasses.replace(claim, dataset_size_public=True)
     checks = _chosen_checks(args)
     from dpaudit.app.runs import check as check_run
 
@@ -162,10 +166,21 @@ def result_lines(report: Any, *, check_dir: Path) -> list[str]:
         )
         lines.append(f"  {_SHOWN['error' if o.details.failed else o.status]:<{width}}  {o.finding}{extra}")
     violated = report.violations
+    from dpaudit.results.check import diagnosis
+
+    ranked = diagnosis(report)
+    if ranked:
+        # One diagnosis: the root cause first (a grey-box finding outranks the statistical ones that follow from it).
+        lines.append(f"  DIAGNOSIS: {ranked[0].cause or ranked[0].finding}")
+        if len(ranked) > 1:
+            lines.append(f"  also fired (ranked): {', '.join(o.name for o in ranked[1:])}")
     if violated:
-        lines.append(
-            f"  VIOLATION: {len(violated)} check(s) found eps_LB > eps_UB — the implementation does not meet its claim"
+        found = (
+            "found eps_LB > eps_UB"
+            if all(o.kind == "statistical" for o in violated)
+            else "found the mechanism differs from its claim"
         )
+        lines.append(f"  VIOLATION: {len(violated)} check(s) {found} — the implementation does not meet its claim")
     else:
         lines.append(
             "  no violation"
@@ -212,13 +227,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
             f"{check_dir}): {failed[0].details.reason}",
             argument="--train-fn",
         )
-    if report.outcomes and not report.violated and all(o.num_trials == 0 for o in report.outcomes):
+    if (
+        report.outcomes
+        and not report.violated
+        and all(o.num_trials == 0 or (o.kind == "grey-box" and o.status == "inconclusive") for o in report.outcomes)
+    ):
         # No check ran a single training (no --model-fn, no initial_state keyword): nothing was
         # checked, so a CI gate must not read it as a pass either.
         raise UsageError(
             f"--train-fn {spec.train_fn}: no check could run ({len(report.outcomes)} "
             f"of {len(report.outcomes)} could not; results in {check_dir}): "
-            f"{report.outcomes[0].finding}",
+            # The first game's reason (no --model-fn, no initial_state) says what to add.
+            f"{next((o.finding for o in report.outcomes if o.kind == 'statistical'), report.outcomes[0].finding)}",
             argument="--train-fn",
         )
     emit(args, payload, "\n".join(lines))
@@ -259,6 +279,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(without it, the checks that need that start are inconclusive and say so)",
     )
     add_claim_flags(p)
+    p.add_argument(
+        "--dataset-size-public",
+        action="store_true",
+        help="the claim treats the dataset size as public (as Opacus does): a normaliser that depends on "
+        "len(dataset) alone, such as int(len(dataset) * q), is then not a finding",
+    )
     p.add_argument("--delta", type=delta_type, default=1e-5, help="delta of every epsilon (default 1e-5)")
     p.add_argument(
         "--confidence",
