@@ -197,8 +197,8 @@ def test_the_grid_schema_is_read_from_the_registries(monkeypatch: pytest.MonkeyP
             "attacks": {"membership": {"attacks": ["toy"]}, "evasion": {"attacks": ["toy-evasion"]}},
         }
     )
-    assert grid.membership is not None and grid.membership["attacks"] == ["toy"]
-    assert grid.evasion is not None and grid.evasion["attacks"] == ["toy-evasion"]
+    assert grid.membership is not None and grid.membership.attacks == ("toy",)
+    assert grid.evasion is not None and grid.evasion.attacks == ("toy-evasion",)
     assert [(s.defense, s.family) for s in grid.settings if s.defense == "toy-defense"] == [("toy-defense", "toys")]
     with pytest.raises(GridError, match=r"unknown defense 'nope' \(known: .*toy-defense"):
         parse_grid({**BASE, "defenses": [{"defense": "nope"}]})
