@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -402,7 +402,8 @@ _AUDIT_SETS = (
 )
 
 
-class TrainedAlgorithm(TypedDict):
+@dataclass(frozen=True, kw_only=True)
+class TrainedAlgorithm:
     """The DP-SGD algorithm a record was trained with, as its record states it."""
 
     noise_multiplier: float
@@ -490,13 +491,13 @@ def audit_job(
         defense_config={k: x for k, x in thaw(record.config).items() if k in fields and k not in _AUDIT_SETS},
         method=aud.method,
         confidence=grid.bound_confidence(),  # it competes with the membership bounds for the row's best
-        delta=algo["delta"],
-        noise_multiplier=algo["noise_multiplier"],
-        clip_norm=algo["clip_norm"],
-        sampling_rate=algo["sampling_rate"],
-        num_steps=algo["num_steps"],
-        learning_rate=algo["learning_rate"],
-        num_members=algo["num_members"],
+        delta=algo.delta,
+        noise_multiplier=algo.noise_multiplier,
+        clip_norm=algo.clip_norm,
+        sampling_rate=algo.sampling_rate,
+        num_steps=algo.num_steps,
+        learning_rate=algo.learning_rate,
+        num_members=algo.num_members,
         seed=0,
         workers=1,
         executor="serial",
@@ -514,30 +515,30 @@ def audit_job(
     )
     result = run_audit(spec, RunDir(run_dir))
     # The audit's own claim must be the trained one: else it trained another algorithm.
-    accountant = algo["accountant"]
-    claimed = float(record.claim.epsilon(delta=algo["delta"], accountant=accountant))
+    accountant = algo.accountant
+    claimed = float(record.claim.epsilon(delta=algo.delta, accountant=accountant))
     audited = _audited_by_accountant(result).get(accountant)
     if audited is None or not math.isclose(audited, claimed, rel_tol=1e-9):
         raise RuntimeError(
             f"internal error: setting {setting.label!r} trained a claim of "
-            f"ε={claimed!r} ({accountant}, δ={algo['delta']:g}), its audit one of "
+            f"ε={claimed!r} ({accountant}, δ={algo.delta:g}), its audit one of "
             f"ε={audited!r}"
         )
     return AuditOutcome(
         epsilon_lb=float(result.epsilon_lb),
         epsilon_ub=float(result.epsilon_ub) if result.threat_model == "white-box" else claimed,
         accountant=accountant,
-        delta=float(algo["delta"]),
+        delta=float(algo.delta),
         # The bound's assumption travels with it into the matrix (GDP only for Gaussian-family claims).
         method=f"audit ({result.method}, {result.threat_model}; assumption: {result.assumption})",
         confidence=float(result.confidence),
         trained={
-            "noise_multiplier": algo["noise_multiplier"],
-            "sampling_rate": algo["sampling_rate"],
-            "num_steps": algo["num_steps"],
-            "clip_norm": algo["clip_norm"],
-            "learning_rate": algo["learning_rate"],
-            "num_members": algo["num_members"],
+            "noise_multiplier": algo.noise_multiplier,
+            "sampling_rate": algo.sampling_rate,
+            "num_steps": algo.num_steps,
+            "clip_norm": algo.clip_norm,
+            "learning_rate": algo.learning_rate,
+            "num_members": algo.num_members,
         },
     )
 
