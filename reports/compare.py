@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -96,9 +96,28 @@ def _family_curves(result: ComparisonResult, keep: Sequence[ComparisonRow]) -> l
     return out
 
 
-def _looks(rows: Sequence[ComparisonRow]) -> dict[str, dict[str, Any]]:
+class _Look(NamedTuple):
+    """A setting's colour, marker and line style in every figure of the report."""
+
+    color: str
+    marker: str
+    linestyle: str
+
+
+def _looks(rows: Sequence[ComparisonRow]) -> dict[str, _Look]:
     """Each setting's colour and marker: per setting, its family's hue ramp (reports.figures.setting_looks)."""
-    return setting_looks([(r.label, r.family) for r in rows])
+    return {
+        label: _Look(color=str(look["color"]), marker=str(look["marker"]), linestyle=str(look["linestyle"]))
+        for label, look in setting_looks([(r.label, r.family) for r in rows]).items()
+    }
+
+
+def _advantage(row: ComparisonRow) -> float:
+    """The advantage of the row's strongest membership attack (the row must have one)."""
+    _, m = _strongest(row)
+    if m is None:
+        raise ValueError(f"row {row.label!r} has no membership attack")
+    return m.advantage
 
 
 def _finish(ax: Axes, *, xlabel: str, ylabel: str, title: str) -> None:
@@ -138,7 +157,7 @@ def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) 
     fig, zero, ax = _utility_axes(ax)
     looks = _looks(private)
     for _family, rows in _family_curves(result, private):
-        line = looks[rows[0].label]["color"]  # the family's darkest shade
+        line = looks[rows[0].label].color  # the family's darkest shade
         ax.plot(
             [r.epsilon_ub_best for r in rows],
             [r.test_accuracy for r in rows],
@@ -164,8 +183,8 @@ def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) 
             [r.epsilon_ub_best],
             [r.test_accuracy],
             yerr=[r.test_accuracy_std],
-            color=lk["color"],
-            marker=lk["marker"],
+            color=lk.color,
+            marker=lk.marker,
             markersize=7,
             linestyle="none",
             capsize=3,
@@ -179,8 +198,8 @@ def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) 
         where.plot(
             [r.epsilon_lb if r.epsilon_lb > 0 else 0.0],
             [r.test_accuracy],
-            color=lk["color"],
-            marker=lk["marker"],
+            color=lk.color,
+            marker=lk.marker,
             markersize=7,
             markerfacecolor="white",
             linestyle="none",
@@ -253,8 +272,8 @@ def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mpl
     for _family, members in _family_curves(result, rows):
         ax.plot(
             [r.epsilon_ub_best for r in members],
-            [_strongest(r)[1]["advantage"] for r in members],
-            color=looks[members[0].label]["color"],
+            [_advantage(r) for r in members],
+            color=looks[members[0].label].color,
             linewidth=1.0,
             alpha=0.7,
             zorder=1,
@@ -262,9 +281,9 @@ def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mpl
         for r in members:
             ax.plot(
                 [r.epsilon_ub_best],
-                [_strongest(r)[1]["advantage"]],
-                color=looks[r.label]["color"],
-                marker=looks[r.label]["marker"],
+                [_advantage(r)],
+                color=looks[r.label].color,
+                marker=looks[r.label].marker,
                 markersize=7,
                 linestyle="none",
                 label=r.label,
@@ -272,9 +291,7 @@ def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mpl
             )
     base = result.row(result.baseline)
     if base.membership:
-        ax.axhline(
-            _strongest(base)[1]["advantage"], color=colour("nonprivate"), linestyle=":", label="non-private baseline"
-        )
+        ax.axhline(_advantage(base), color=colour("nonprivate"), linestyle=":", label="non-private baseline")
     ax.set_ylim(0, 1.05)
     _finish(
         ax,
@@ -297,12 +314,11 @@ def vulnerable_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mp
     for r in rows:
         attack, m = _strongest(r)
         # An unresolved rate (None) draws no bar rather than a made-up one.
-        pop.append(m["tpr_at_fpr"][fpr] if m and m["tpr_at_fpr"][fpr] is not None else np.nan)
-        vul.append(
-            r.vulnerable[attack]["tpr_at_fpr"][fpr]
-            if attack is not None and attack in r.vulnerable and r.vulnerable[attack]["tpr_at_fpr"][fpr] is not None
-            else np.nan
-        )
+        population = None if m is None else m.tpr_at_fpr[fpr]
+        pop.append(np.nan if population is None else population)
+        vulnerable = r.vulnerable.get(attack) if attack is not None else None
+        rate = None if vulnerable is None else vulnerable.tpr_at_fpr[fpr]
+        vul.append(np.nan if rate is None else rate)
     ax.barh(y - 0.2, pop, height=0.38, color=colour("out"), label="all queried samples")
     ax.barh(y + 0.2, vul, height=0.38, color=colour("in"), label=f"top {result.vulnerable_top_k} most vulnerable")
     ax.axvline(float(fpr), color=colour("chance"), linestyle=":", label=f"chance (TPR = FPR = {rate_text(float(fpr))})")
@@ -329,14 +345,14 @@ def robustness_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mp
         ax.plot(
             radii,
             [r.robust_accuracy.get(f"{x:g}", math.nan) for x in radii],
-            **looks.take(**st),
+            **looks.take(color=st.color, marker=st.marker, linestyle=st.linestyle),
             label=f"{r.label}: robust",
         )
         if r.certified_accuracy:
             ax.plot(
                 radii,
                 [r.certified_accuracy.get(f"{x:g}", math.nan) for x in radii],
-                **looks.take(**{**st, "linestyle": ":"}),
+                **looks.take(color=st.color, marker=st.marker, linestyle=":"),
                 markerfacecolor="white",
                 label=f"{r.label}: certified",
             )

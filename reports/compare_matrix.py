@@ -13,10 +13,10 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from dpaudit.results.comparison import ComparisonResult, ComparisonRow
+from dpaudit.results.comparison import ComparisonResult, ComparisonRow, PooledMeasures
 from dpaudit.results.membership import min_non_members
 from reports.numbers import (
     Shown,
@@ -50,13 +50,13 @@ __all__ = [
 _DASH = "—"
 
 
-def _tpr(m: Mapping[str, Any] | None, fpr: str) -> Any:
+def _tpr(m: PooledMeasures | None, fpr: str) -> Any:
     """A TPR cell: the rate, or why the non-members cannot resolve it (never a bare dash)."""
-    if not m:
+    if m is None:
         return _DASH
-    if fpr in m["tpr_at_fpr"] and m["tpr_at_fpr"][fpr] is None:
+    if fpr in m.tpr_at_fpr and m.tpr_at_fpr[fpr] is None:
         return f"n/a: needs ≥ {min_non_members(float(fpr))} non-members"
-    tpr, members = m["tpr_at_fpr"].get(fpr), m.get("num_members")
+    tpr, members = m.tpr_at_fpr.get(fpr), m.num_members
     if isinstance(tpr, (int, float)) and isinstance(members, int) and members > 0:
         # A share of the members, with its counts; the stored rate stays the cell's value (the CSV).
         return Shown(float(tpr), fmt_rate(round(float(tpr) * members), members))
@@ -83,11 +83,11 @@ def _num(x: Any, digits: int = 3) -> Any:
     return x
 
 
-def _strongest(row: ComparisonRow) -> tuple[str | None, Mapping[str, Any]]:
+def _strongest(row: ComparisonRow) -> tuple[str | None, PooledMeasures | None]:
     """The membership attack with the largest AUC (the row's strongest), and its measures."""
     if not row.membership:
-        return None, {}
-    name = max(row.membership, key=lambda a: row.membership[a]["auc"])
+        return None, None
+    name = max(row.membership, key=lambda a: row.membership[a].auc)
     return name, row.membership[name]
 
 
@@ -160,10 +160,10 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
             epsilon_lb_cell(r.epsilon_lb),
             r.best_attack or _DASH,
         ]
-        cells += [attack or _DASH, _num(m.get("auc"))]
+        cells += [attack or _DASH, _num(None if m is None else m.auc)]
         cells += [_tpr(m, f) for f in fprs]
         cells += [
-            _num(m.get("advantage")),
+            _num(None if m is None else m.advantage),
             Shown(_ceiling(ub), fmt_upper_bound(_ceiling(ub))) if r.epsilon_ub else 1.0,
             _num(r.inversion_top1),
         ]
@@ -210,11 +210,11 @@ def _accountant_table(result: ComparisonResult) -> Table | None:
     )
 
 
-def _counts(m: Mapping[str, Any] | None) -> str:
+def _counts(m: PooledMeasures | None) -> str:
     """The members / non-members a row's rates rest on (a dash for results stored before they were kept)."""
-    if not m or "num_non_members" not in m:
+    if m is None or m.num_non_members is None:
         return _DASH
-    return f"{m['num_members']} / {m['num_non_members']}"
+    return f"{m.num_members} / {m.num_non_members}"
 
 
 def _membership_table(result: ComparisonResult) -> Table | None:
@@ -222,16 +222,16 @@ def _membership_table(result: ComparisonResult) -> Table | None:
     rows = []
     for r in result.rows:
         for attack, m in r.membership.items():
-            v = r.vulnerable.get(attack, {})
+            v = r.vulnerable.get(attack)
             rows.append(
                 [
                     r.label,
                     attack,
-                    _num(m["auc"]),
-                    _num(m["advantage"]),
+                    _num(m.auc),
+                    _num(m.advantage),
                     *(_tpr(m, f) for f in fprs),
-                    _DASH if m.get("epsilon_lb") is None else epsilon_lb_cell(m["epsilon_lb"]),
-                    _num(v.get("auc")),
+                    epsilon_lb_cell(m.epsilon_lb),
+                    _num(None if v is None else v.auc),
                     *(_tpr(v, f) for f in fprs),
                     _counts(m),
                     _counts(v),

@@ -190,10 +190,10 @@ def _je_table(result: ComparisonResult) -> list[dict[str, Any]]:
         eps_target = r.parameters.get("target_epsilon")
         own = r.parameters.get("accountant")
         m = r.membership
-        je = max((m[a]["advantage"] for a in ("loss", "shadow") if a in m), default=0.0)
-        strong = max((m[a]["advantage"] for a in ("lira", "rmia") if a in m), default=0.0)
+        je = max((m[a].advantage for a in ("loss", "shadow") if a in m), default=0.0)
+        strong = max((m[a].advantage for a in ("lira", "rmia") if a in m), default=0.0)
         ceiling = min(1.0, math.expm1(eps_target)) if eps_target is not None and eps_target < 700 else 1.0
-        n_members = m["loss"]["num_samples"] / 2 if "loss" in m else 0
+        n_members = m["loss"].num_samples / 2 if "loss" in m else 0
         rows.append(
             {
                 "label": r.label,
@@ -207,8 +207,8 @@ def _je_table(result: ComparisonResult) -> list[dict[str, Any]]:
                 "advantage_lira_rmia": strong,
                 "ceiling": ceiling,
                 "gap_closed": (strong - je) / (ceiling - je) if ceiling > je else 0.0,
-                "members_revealed_at_1pct": {a: round(m[a]["tpr_at_fpr"]["0.01"] * n_members) for a in m},
-                "vulnerable_tpr_at_1pct": {a: r.vulnerable[a]["tpr_at_fpr"]["0.01"] for a in r.vulnerable},
+                "members_revealed_at_1pct": {a: round(m[a].tpr_at_fpr["0.01"] * n_members) for a in m},
+                "vulnerable_tpr_at_1pct": {a: r.vulnerable[a].tpr_at_fpr["0.01"] for a in r.vulnerable},
                 "epsilon_lb": r.epsilon_lb,
                 "best_attack": r.best_attack,
                 "verdict": r.verdict,
@@ -233,6 +233,10 @@ def _print_je(name: str, rows: list[dict[str, Any]]) -> None:
         )
 
 
+def _rate(x: float | None) -> float:
+    return math.nan if x is None else x
+
+
 def _print_all(result: ComparisonResult) -> None:
     print(f"\n== {result.name}: every defense under the same attacks ==")
     radii = [f"{x:g}" for x in result.radii]
@@ -241,16 +245,17 @@ def _print_all(result: ComparisonResult) -> None:
         f" robust/certified @ {','.join(radii)}"
     )
     for r in result.rows:
-        m = max(r.membership.values(), key=lambda x: x["auc"]) if r.membership else {}
-        attack = max(r.membership, key=lambda a: r.membership[a]["auc"]) if r.membership else None
-        vul = r.vulnerable.get(attack, {}).get("tpr_at_fpr", {}).get("0.01", math.nan) if attack else math.nan
+        m = max(r.membership.values(), key=lambda x: x.auc) if r.membership else None
+        attack = max(r.membership, key=lambda a: r.membership[a].auc) if r.membership else None
+        vm = r.vulnerable.get(attack) if attack else None
+        vul = _rate(vm.tpr_at_fpr.get("0.01") if vm else None)
         rob = "/".join(f"{r.robust_accuracy.get(x, math.nan):.2f}" for x in radii)
         cert = "/".join(f"{r.certified_accuracy[x]:.2f}" for x in radii) if r.certified_accuracy else "-"
         inv = f"{r.inversion_top1:.2f}" if r.inversion_top1 is not None else "-"
         print(
             f"{r.label:<26}{r.test_accuracy:7.3f}{r.epsilon_ub_best:9.3g}"
-            f"{r.epsilon_lb:8.3f}{m.get('auc', math.nan):7.3f}"
-            f"{m.get('tpr_at_fpr', {}).get('0.01', math.nan):8.3f}"
+            f"{r.epsilon_lb:8.3f}{m.auc if m else math.nan:7.3f}"
+            f"{_rate(m.tpr_at_fpr.get('0.01') if m else None):8.3f}"
             f"{vul:12.3f}{inv:>9}  {rob} | {cert}  [{r.verdict}]"
         )
 
@@ -301,9 +306,9 @@ def main(argv: list[str] | None = None) -> int:
             _print_je(data["name"], rows)
             dp = [r for r in result.rows if r.epsilon_ub]
             base = result.row(result.baseline)
-            strongest = max((m["advantage"] for m in base.membership.values()), default=0.0)
+            strongest = max((m.advantage for m in base.membership.values()), default=0.0)
             leaks_more = all(
-                strongest >= max((m["advantage"] for m in r.membership.values()), default=0.0)
+                strongest >= max((m.advantage for m in r.membership.values()), default=0.0)
                 for r in dp
                 if r.epsilon_ub_best <= 8
             )

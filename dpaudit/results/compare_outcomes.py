@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from dpaudit.results.comparison import ComparisonResult, ComparisonRow, mean_std
+from dpaudit.results.comparison import ComparisonResult, ComparisonRow, PooledMeasures, mean_std
 from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
 from dpaudit.specs import PlainSpec, spec_field
 
@@ -201,7 +200,7 @@ class SettingOutcomes:
     label: str
     defense: str
     family: str
-    parameters: Mapping[str, Any]
+    parameters: Mapping[str, object]
     repeats: tuple[SeedOutcomes, ...]
     audit: AuditOutcome | None = None
     links: Mapping[str, str] = field(default_factory=dict)
@@ -213,30 +212,33 @@ def _mean_rate(rates: Sequence[float | None]) -> float | None:
     return None if len(known) != len(rates) else mean_std(known)[0]
 
 
-def _pooled(runs: Sequence[MembershipMeasures]) -> dict[str, Any]:
+def _fewest(counts: Sequence[int | None]) -> int | None:
+    """The smallest count over the repeats; None unless every repeat recorded it."""
+    known = [c for c in counts if c is not None]
+    return min(known) if known and len(known) == len(counts) else None
+
+
+def _pooled(runs: Sequence[MembershipMeasures]) -> PooledMeasures:
     """One attack's measures over the repeats: means, the largest ε_LB, the smallest counts."""
     auc, auc_std = mean_std([r.auc for r in runs])
-    pooled: dict[str, Any] = {
-        "auc": auc,
-        "auc_std": auc_std,
-        "advantage": mean_std([r.advantage for r in runs])[0],
-        "tpr_at_fpr": {f: _mean_rate([r.tpr_at_fpr[f] for r in runs]) for f in runs[0].tpr_at_fpr},
-        "epsilon_lb": max(r.epsilon_lb for r in runs),
-        "num_samples": runs[0].num_samples,
-    }
-    for k in ("num_members", "num_non_members"):
-        counts = [getattr(r, k) for r in runs]
-        if all(c is not None for c in counts):
-            pooled[k] = min(counts)
-    return pooled
+    return PooledMeasures(
+        auc=auc,
+        auc_std=auc_std,
+        advantage=mean_std([r.advantage for r in runs])[0],
+        tpr_at_fpr={str(f): _mean_rate([r.tpr_at_fpr[f] for r in runs]) for f in runs[0].tpr_at_fpr},
+        epsilon_lb=max(r.epsilon_lb for r in runs),
+        num_samples=runs[0].num_samples,
+        num_members=_fewest([r.num_members for r in runs]),
+        num_non_members=_fewest([r.num_non_members for r in runs]),
+    )
 
 
 @dataclass
 class _RowEvidence:
     """What a row's evaluations found, gathered before its verdict."""
 
-    membership: dict[str, Any] = field(default_factory=dict)
-    vulnerable: dict[str, Any] = field(default_factory=dict)
+    membership: dict[str, PooledMeasures] = field(default_factory=dict)
+    vulnerable: dict[str, PooledMeasures] = field(default_factory=dict)
     candidates: list[tuple[float, str]] = field(default_factory=list)
     robust: dict[str, list[float]] = field(default_factory=dict)
     certified: dict[str, list[float]] = field(default_factory=dict)
@@ -372,7 +374,7 @@ def condense(
     membership_attacks: Sequence[str] | None = None,
     radii: Sequence[float] = (),
     vulnerable_top_k: int = 0,
-    grid: Mapping[str, Any] | None = None,
+    grid: Mapping[str, object] | None = None,
     seconds: float = 0.0,
     jobs_run: int = 0,
     jobs_reused: int = 0,

@@ -26,11 +26,11 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
 
 from dpaudit import _validate as v
 from dpaudit.specs import PlainSpec, spec_field
-from dpaudit.store import freeze, load_value, save_value, thaw
+from dpaudit.store import JsonObject, JsonValue, freeze, load_value, save_value, thaw
 
 __all__ = [
     "COMPARISON_FILE",
@@ -38,6 +38,7 @@ __all__ = [
     "VERDICTS",
     "ComparisonResult",
     "ComparisonRow",
+    "PooledMeasures",
     "load_comparison",
     "mean_std",
     "save_comparison",
@@ -49,16 +50,59 @@ COMPARISON_FILE = "comparison.json"
 VERDICTS = ("no violation", "violation", "certificate unsound")
 
 
-def _mapping(name: str, value: Any) -> Mapping[str, Any]:
+def _mapping(name: str, value: object) -> Mapping[str, object]:
     if not isinstance(value, Mapping):
         raise v.invalid_type(name, f"{name} must be a mapping, got {type(value).__name__}")
-    return freeze(dict(value))
+    frozen: Mapping[str, object] = freeze(dict(value))
+    return frozen
 
 
-def _real_or_nan(name: str, value: Any) -> float:
+def _real_or_nan(name: str, value: object) -> float:
     if value is None:
         return math.nan
     return v.real(name, value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PooledMeasures(PlainSpec):
+    """One membership attack's measures on one row, pooled over the row's repeats.
+
+    Stored as the JSON object a row's ``membership`` / ``vulnerable`` entry has always held,
+    key order included; the counts are absent from comparisons stored before they were kept.
+
+    Attributes:
+        auc: mean area under the ROC curve; auc_std: its spread over the repeats.
+        advantage: mean TPR − FPR at the best balanced threshold.
+        tpr_at_fpr: FPR (as written, ``"0.01"``) → mean TPR there (``None`` where some repeat's
+            non-members could not resolve that FPR).
+        epsilon_lb: the largest ε lower bound over the repeats.
+        num_samples: scored samples; num_members, num_non_members: the smallest counts over the
+            repeats (each ``None`` when not recorded).
+    """
+
+    auc: float
+    auc_std: float
+    advantage: float
+    tpr_at_fpr: Mapping[str, float | None]
+    epsilon_lb: float
+    num_samples: int | None = spec_field(default=None, omit="none")
+    num_members: int | None = spec_field(default=None, omit="none")
+    num_non_members: int | None = spec_field(default=None, omit="none")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tpr_at_fpr, Mapping):
+            raise v.invalid_type("tpr_at_fpr", f"tpr_at_fpr must be a mapping, got {type(self.tpr_at_fpr).__name__}")
+        # JSON keys are strings: an FPR given as a float is kept as the key it is stored under.
+        object.__setattr__(self, "tpr_at_fpr", MappingProxyType({str(k): t for k, t in self.tpr_at_fpr.items()}))
+
+
+def _measures(name: str, value: object) -> Mapping[str, PooledMeasures]:
+    if not isinstance(value, Mapping):
+        raise v.invalid_type(name, f"{name} must be a mapping, got {type(value).__name__}")
+    for attack, m in value.items():
+        if not isinstance(m, PooledMeasures):
+            raise v.invalid_type(name, f"{name}[{attack!r}] must be a PooledMeasures, got {type(m).__name__}")
+    return MappingProxyType({str(a): m for a, m in value.items()})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +113,7 @@ class ComparisonRow(PlainSpec):
         label: the setting's unique name in the grid (e.g. ``dpsgd-target_epsilon=1``).
         defense: the registry key (:data:`defenses.DEFENSES`).
         family: the curve it belongs to (``dpsgd``, ``pate``, ``certified``, ``dssgd``, …).
-        parameters: the grid values of this setting (JSON-like).
+        parameters: the grid values of this setting (free-form JSON, frozen: lists as tuples).
         model_ids: one trained record per repeat.
         test_accuracy: mean test accuracy over the repeats.
         test_accuracy_std: its standard deviation over the repeats (0 for one repeat).
@@ -87,8 +131,7 @@ class ComparisonRow(PlainSpec):
         epsilon_lb: the best empirical lower bound over every attack and repeat, valid jointly
             at ``confidence`` (Bonferroni over the bounds it is the maximum of); 0 when none.
         best_attack: the attack that achieved ``epsilon_lb`` (``None`` when no attack ran).
-        membership: attack → {``auc``, ``auc_std``, ``advantage``, ``tpr_at_fpr`` {FPR: TPR},
-            ``epsilon_lb``}: population measures, mean over repeats.
+        membership: attack → its population measures over the repeats (:class:`PooledMeasures`).
         vulnerable: attack → the same measures on the most vulnerable samples (empty when the
             grid has no shadow-based attack to rank them).
         inversion_top1: top-1 accuracy of an evaluation classifier on the inversions (``None``
@@ -111,7 +154,7 @@ class ComparisonRow(PlainSpec):
     label: str
     defense: str
     family: str
-    parameters: Mapping[str, Any] = field(default_factory=dict)
+    parameters: Mapping[str, object] = spec_field(default_factory=dict, encode=thaw)
     model_ids: tuple[str, ...] = ()
     test_accuracy: float = math.nan
     test_accuracy_std: float = 0.0
@@ -121,8 +164,8 @@ class ComparisonRow(PlainSpec):
     epsilon_last_iterate: float | None = None
     epsilon_lb: float = 0.0
     best_attack: str | None = None
-    membership: Mapping[str, Any] = field(default_factory=dict)
-    vulnerable: Mapping[str, Any] = field(default_factory=dict)
+    membership: Mapping[str, PooledMeasures] = field(default_factory=dict)
+    vulnerable: Mapping[str, PooledMeasures] = field(default_factory=dict)
     inversion_top1: float | None = None
     robust_accuracy: Mapping[str, float] = field(default_factory=dict)
     certified_accuracy: Mapping[str, float] = field(default_factory=dict)
@@ -169,11 +212,11 @@ class ComparisonRow(PlainSpec):
             object.__setattr__(
                 self, "epsilon_last_iterate", v.non_negative("epsilon_last_iterate", self.epsilon_last_iterate)
             )
+        for name in ("membership", "vulnerable"):
+            object.__setattr__(self, name, _measures(name, getattr(self, name)))
         for name in (
             "parameters",
             "epsilon_ub",
-            "membership",
-            "vulnerable",
             "robust_accuracy",
             "certified_accuracy",
             "links",
@@ -202,7 +245,7 @@ class ComparisonResult(PlainSpec):
         fprs: the FPRs the TPRs are read at.
         radii: the evasion / certification radii.
         vulnerable_top_k: how many samples the vulnerable-sample measures use.
-        grid: the grid as read (JSON-like), for provenance.
+        grid: the grid as read (free-form JSON, frozen), for provenance.
         seconds: wall time of the whole comparison (this run: reused jobs cost nothing).
         jobs_run: jobs computed in this run; jobs_reused: jobs found in the run store.
     """
@@ -233,7 +276,7 @@ class ComparisonResult(PlainSpec):
     fprs: tuple[float, ...]
     radii: tuple[float, ...] = ()
     vulnerable_top_k: int = 0
-    grid: Mapping[str, Any] = field(default_factory=dict)
+    grid: Mapping[str, object] = spec_field(default_factory=dict, encode=thaw)
     seconds: float = 0.0
     jobs_run: int = 0
     jobs_reused: int = 0
@@ -276,11 +319,11 @@ class ComparisonResult(PlainSpec):
         """3 when any row is a finding (as ``dpaudit audit``), else 0."""
         return 3 if self.violations else 0
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         """The CLI's ``--json`` shape: ``{"defenses": {label: {...}}}``."""
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for r in self.rows:
-            out[r.label] = {
+            row: JsonObject = {
                 "defense": r.defense,
                 "test_accuracy": r.test_accuracy,
                 "accuracy_loss": r.accuracy_loss,
@@ -290,20 +333,20 @@ class ComparisonResult(PlainSpec):
                 "epsilon_lb": r.epsilon_lb,
                 "best_attack": r.best_attack,
                 "membership": {
-                    a: {"auc": m["auc"], "advantage": m["advantage"], "tpr_at_fpr": dict(m["tpr_at_fpr"])}
-                    for a, m in thaw(r.membership).items()
+                    a: {"auc": m.auc, "advantage": m.advantage, "tpr_at_fpr": _rates(m)}
+                    for a, m in r.membership.items()
                 },
-                "vulnerable": {
-                    a: {"auc": m["auc"], "tpr_at_fpr": dict(m["tpr_at_fpr"])} for a, m in thaw(r.vulnerable).items()
-                },
+                "vulnerable": {a: {"auc": m.auc, "tpr_at_fpr": _rates(m)} for a, m in r.vulnerable.items()},
                 "inversion_top1": r.inversion_top1,
                 "robust_accuracy": thaw(r.robust_accuracy),
                 "certified_accuracy": thaw(r.certified_accuracy),
                 "verdict": r.verdict,
             }
-            for name in ("certified_conventional_accuracy", "certified_prediction_rule"):
-                if getattr(r, name) is not None:
-                    out[r.label][name] = getattr(r, name)
+            if r.certified_conventional_accuracy is not None:
+                row["certified_conventional_accuracy"] = r.certified_conventional_accuracy
+            if r.certified_prediction_rule is not None:
+                row["certified_prediction_rule"] = r.certified_prediction_rule
+            out[r.label] = row
         return {
             "name": self.name,
             "dataset": self.dataset,
@@ -311,6 +354,10 @@ class ComparisonResult(PlainSpec):
             "confidence": self.confidence,
             "defenses": out,
         }
+
+
+def _rates(m: PooledMeasures) -> JsonValue:
+    return {f: t for f, t in m.tpr_at_fpr.items()}
 
 
 def save_comparison(result: ComparisonResult, directory: str | os.PathLike[str]) -> Path:

@@ -157,7 +157,7 @@ def test_matrix(tiny: tuple[Path, ComparisonResult, Path]) -> None:
         assert set(r.membership) == {"loss", "lira"} and set(r.vulnerable) == {"loss", "lira"}
         for m in (*r.membership.values(), *r.vulnerable.values()):
             assert 0.0 <= m["auc"] <= 1.0 and set(m["tpr_at_fpr"]) == {"0.001", "0.01"}
-        assert r.vulnerable["lira"]["num_samples"] == 100 and r.membership["lira"]["num_samples"] == 600
+        assert r.vulnerable["lira"].num_samples == 100 and r.membership["lira"].num_samples == 600
         assert set(r.robust_accuracy) == {"0.5", "1"} and r.certified_accuracy == {}
         assert r.robust_accuracy["1"] <= r.robust_accuracy["0.5"] <= r.test_accuracy + 0.2
         # ε_LB ≤ ε_UB on every DP row (a violation would be a finding and exit 3).
@@ -459,7 +459,7 @@ def test_grid_values_checked_at_parse_time(section: dict, message: str | None) -
     """Issue 31 item 6: every section value is checked when the grid is read, naming the TOML key."""
     data = {"defenses": [_DP], "attacks": section}
     if message is None:
-        assert parse_grid(data).inversion["classes"] == [0, 1, 2, 3, 4]
+        assert parse_grid(data).inversion.classes == (0, 1, 2, 3, 4)
         return
     with pytest.raises(GridError) as info:
         parse_grid(data)
@@ -512,8 +512,10 @@ def test_grid_limit_cli_refuses_before_any_job(cli, tmp_path: Path, monkeypatch:
 def test_a_grids_inversion_iterations_reach_every_attacks_own_step_bound():
     # It was validated and then dropped: no attack config has a field called "iterations".
     from dpaudit.app.runs.compare import inversion_configs
+    from dpaudit.app.runs.compare.sections import InversionSection
 
-    configs = inversion_configs({"attacks": ["mi-face", "gmi"], "iterations": 7})
+    section = InversionSection(attacks=("mi-face", "gmi"), classes=None, evaluator_epochs=None, iterations=7)
+    configs = inversion_configs(section)
     assert configs["mi-face"].max_iterations == 7 and configs["gmi"].gmi_iterations == 7
-    defaults = inversion_configs({"attacks": ["mi-face", "gmi"]})
+    defaults = inversion_configs(dataclasses.replace(section, iterations=None))
     assert defaults["mi-face"].max_iterations is None and defaults["gmi"].gmi_iterations != 7

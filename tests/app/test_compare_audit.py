@@ -195,7 +195,7 @@ def test_record_without_a_value_or_with_another_claim_fails_naming_the_setting(r
     from dpaudit.privacy.claims import DPClaim
 
     record = _record(run_dir, exact[0], "own")
-    assert trained_algorithm(record, label="own")["noise_multiplier"] == record.metrics["noise_multiplier"]
+    assert trained_algorithm(record, label="own").noise_multiplier == record.metrics["noise_multiplier"]
     lacking = dataclasses.replace(record, metrics={k: x for k, x in record.metrics.items() if k != "num_steps"})
     with pytest.raises(ValueError, match=r"setting 'own': .* has no num_steps"):
         trained_algorithm(lacking, label="own")

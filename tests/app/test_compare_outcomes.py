@@ -154,7 +154,7 @@ def test_the_matrix_is_condensed_from_typed_outcomes_in_the_torch_free_core() ->
     assert (
         row.verdict == "violation" and row.findings[0] == "ε_LB 0.4 (loss) > ε_UB 0.3"
     )  # each bound its safe way: short floats read as themselves
-    assert set(row.membership) == {"loss"} and row.vulnerable["loss"]["num_samples"] == 20
+    assert set(row.membership) == {"loss"} and row.vulnerable["loss"].num_samples == 20
     assert dict(row.certified_accuracy) == {"0.5": 0.3} and result.row("nonprivate").epsilon_ub == {}
     code = "import sys, dpaudit.results.compare_outcomes; print('torch' in sys.modules)"
     loaded = subprocess.run(
@@ -197,8 +197,8 @@ def test_the_grid_schema_is_read_from_the_registries(monkeypatch: pytest.MonkeyP
             "attacks": {"membership": {"attacks": ["toy"]}, "evasion": {"attacks": ["toy-evasion"]}},
         }
     )
-    assert grid.membership is not None and grid.membership["attacks"] == ["toy"]
-    assert grid.evasion is not None and grid.evasion["attacks"] == ["toy-evasion"]
+    assert grid.membership is not None and grid.membership.attacks == ("toy",)
+    assert grid.evasion is not None and grid.evasion.attacks == ("toy-evasion",)
     assert [(s.defense, s.family) for s in grid.settings if s.defense == "toy-defense"] == [("toy-defense", "toys")]
     with pytest.raises(GridError, match=r"unknown defense 'nope' \(known: .*toy-defense"):
         parse_grid({**BASE, "defenses": [{"defense": "nope"}]})

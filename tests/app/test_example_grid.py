@@ -24,13 +24,13 @@ def test_the_shared_shadows_train_as_the_non_private_target_does() -> None:
     assert grid.membership is not None
     # LiRA and RMIA model a member's score by shadows of the target's recipe; shadows of another
     # length made LiRA's AUC fall below 0.5 in this grid (0.41–0.43 with 10-epoch shadows).
-    assert grid.membership["shadow_epochs"] == baseline.parameters["epochs"]
+    assert grid.membership.shadow_epochs == baseline.parameters["epochs"]
 
 
 def test_inversion_asks_for_every_class_so_top1_has_a_chance_level() -> None:
     grid = load_grid(GRID)
     assert grid.inversion is not None
-    assert grid.inversion["classes"] in (None, list(range(10)))
+    assert grid.inversion.classes in (None, tuple(range(10)))
 
 
 @pytest.mark.slow  # the whole example grid: 28 jobs, about 2-4 min on 2 shared cores

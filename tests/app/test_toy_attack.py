@@ -187,7 +187,7 @@ def test_toy_attack_in_a_compare_grid(toy: MembershipAttackSpec, tmp_path: Path)
         "attacks": {"membership": {"attacks": ["loss", "toy"], "num_samples": 100}},
     }
     grid = parse_grid(data, source="toy.toml")
-    assert grid.membership is not None and grid.membership["attacks"] == ["loss", "toy"]
+    assert grid.membership is not None and grid.membership.attacks == ("loss", "toy")
     with pytest.raises(GridError, match="unknown membership attack 'toyy'"):
         parse_grid({**data, "attacks": {"membership": {"attacks": ["toyy"]}}}, source="toy.toml")
     # In-process: the toy's module is registered in this process only.

@@ -26,7 +26,7 @@ from dpaudit.results import (
     save_inversion_result,
     save_membership_result,
 )
-from dpaudit.results.comparison import ComparisonResult, ComparisonRow, save_comparison
+from dpaudit.results.comparison import ComparisonResult, ComparisonRow, PooledMeasures, save_comparison
 from dpaudit.store import RunDir, atomic_save_npz, atomic_write_json
 from tests.check_samples import build_check_run
 
@@ -316,13 +316,13 @@ def build_pate_run(path) -> RunDir:
 def _comparison_row(
     label: str, defense: str, *, epsilon_ub: dict, epsilon_lb: float, accuracy: float, **fields
 ) -> ComparisonRow:
-    loss = {
-        "auc": 0.5 + epsilon_lb / 10,
-        "auc_std": 0.0,
-        "advantage": epsilon_lb / 10,
-        "tpr_at_fpr": {"0.01": 0.02},
-        "epsilon_lb": epsilon_lb,
-    }
+    loss = PooledMeasures(
+        auc=0.5 + epsilon_lb / 10,
+        auc_std=0.0,
+        advantage=epsilon_lb / 10,
+        tpr_at_fpr={"0.01": 0.02},
+        epsilon_lb=epsilon_lb,
+    )
     return ComparisonRow(
         label=label,
         defense=defense,

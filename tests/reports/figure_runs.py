@@ -27,7 +27,7 @@ from dpaudit.results import (
     save_membership_result,
 )
 from dpaudit.results.certify_summary import own_prediction_rule, smoothing_prediction_rule
-from dpaudit.results.comparison import ComparisonResult, ComparisonRow, save_comparison
+from dpaudit.results.comparison import ComparisonResult, ComparisonRow, PooledMeasures, save_comparison
 from dpaudit.store import RunDir, atomic_save_npz, atomic_write_json
 from tests.reports.conftest import DP_MODEL, _record
 
@@ -56,13 +56,13 @@ def _row(
     radii=(0.1, 0.3),
     certifies: bool = False,
 ) -> ComparisonRow:
-    m = {
-        "auc": 0.5 + eps_lb / 10,
-        "auc_std": 0.0,
-        "advantage": min(1.0, eps_lb / 10),
-        "tpr_at_fpr": {"0.01": 0.02},
-        "epsilon_lb": eps_lb,
-    }
+    m = PooledMeasures(
+        auc=0.5 + eps_lb / 10,
+        auc_std=0.0,
+        advantage=min(1.0, eps_lb / 10),
+        tpr_at_fpr={"0.01": 0.02},
+        epsilon_lb=eps_lb,
+    )
     return ComparisonRow(
         label=label,
         defense=defense,

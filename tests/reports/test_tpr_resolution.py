@@ -46,9 +46,18 @@ def test_membership_report_shows_n_a_and_the_counts_beside_the_rates():
 
 
 def test_compare_cells_say_n_a_for_an_unresolved_rate():
+    from dpaudit.results.comparison import PooledMeasures
     from reports.compare_matrix import _counts, _tpr
 
-    m = {"tpr_at_fpr": {"0.001": None, "0.01": 0.05}, "num_members": 359, "num_non_members": 359}
+    m = PooledMeasures(
+        auc=0.6,
+        auc_std=0.0,
+        advantage=0.1,
+        tpr_at_fpr={"0.001": None, "0.01": 0.05},
+        epsilon_lb=0.0,
+        num_members=359,
+        num_non_members=359,
+    )
     assert _tpr(m, "0.001") == "n/a: needs ≥ 1000 non-members" and _tpr(m, "0.01") == pytest.approx(0.05)
     assert _counts(m) == "359 / 359"
 

@@ -212,7 +212,7 @@ def _verify_comparison(path: Path) -> None:
                 "row contradicts itself",
             )
         for attack, m in row.membership.items():
-            lb = m.get("epsilon_lb") if hasattr(m, "get") else None
+            lb = m.epsilon_lb
             if (
                 isinstance(lb, (int, float))
                 and not isinstance(lb, bool)

@@ -23,6 +23,7 @@ baseline, ε_UB under each accountant, attack advantage against e^ε − 1 — a
 target) beside the average.
 
 The package's rooms: :mod:`~dpaudit.app.runs.compare.grid` (parsing and validating a grid),
+:mod:`~dpaudit.app.runs.compare.sections` (the typed values a grid's tables are read into),
 :mod:`~dpaudit.app.runs.compare.jobs` (the five job kinds and their :class:`JobKey`),
 :mod:`~dpaudit.app.runs.compare.orchestration` (the waves, the job store, the matrix).
 """

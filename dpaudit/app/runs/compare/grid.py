@@ -21,8 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit import _validate as v
+from dpaudit.app.runs.compare.sections import (
+    AttackSections,
+    AuditSection,
+    EvasionSection,
+    InversionSection,
+    MembershipSection,
+    TopLevel,
+)
 from dpaudit.limits import LIMITS, check_count, check_depth, check_name, describe_number
-from dpaudit.store import from_jsonable, safe_stem, to_jsonable
+from dpaudit.store import JsonObject, from_jsonable, safe_stem, to_jsonable
 
 __all__ = [
     "COMPARE_SECTIONS",
@@ -53,11 +61,15 @@ _TOP_KEYS = (
 #: (:func:`_attack_registries`), then the canary audit of the training algorithm.
 EVALUATED_SECTIONS = ("membership", "evasion", "inversion")
 COMPARE_SECTIONS = (*EVALUATED_SECTIONS, "audit")
+#: Each section's keys: the fields of the value it is read into, in their order.
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {
-    "membership": ("attacks", "num_samples", "num_shadows", "shadows", "shadow_epochs", "num_population"),
-    "evasion": ("attacks", "radii", "norm", "num_examples", "eot_samples", "num_draws", "certify"),
-    "inversion": ("attacks", "classes", "evaluator_epochs", "iterations"),
-    "audit": ("method", "threat", "num_canaries", "num_trials", "canary"),
+    section: tuple(f.name for f in dataclasses.fields(cls))
+    for section, cls in (
+        ("membership", MembershipSection),
+        ("evasion", EvasionSection),
+        ("inversion", InversionSection),
+        ("audit", AuditSection),
+    )
 }
 _SETTING_KEYS = ("defense", "label", "family", "model", "model_options")
 #: The registered defense every grid's accuracy loss is measured against (added when absent).
@@ -101,12 +113,13 @@ class Setting:
     label: str
     defense: str
     family: str
-    parameters: Mapping[str, Any]
+    parameters: Mapping[str, object]
     model: str
-    model_options: Mapping[str, Any] = field(default_factory=dict)
+    model_options: Mapping[str, object] = field(default_factory=dict)
     origin: str = ""
 
-    def key(self) -> dict[str, Any]:
+    def key(self) -> dict[str, object]:
+        """What identifies the setting's trainings in their jobs' keys (the label and origin do not)."""
         return {
             "defense": self.defense,
             "parameters": dict(self.parameters),
@@ -129,19 +142,19 @@ class CompareGrid:
     confidence: float = 0.95
     device: str = "cpu"
     vulnerable_top_k: int = 50
-    membership: Mapping[str, Any] | None = None
-    evasion: Mapping[str, Any] | None = None
-    inversion: Mapping[str, Any] | None = None
-    audit: Mapping[str, Any] | None = None
-    source: Mapping[str, Any] = field(default_factory=dict)
+    membership: MembershipSection | None = None
+    evasion: EvasionSection | None = None
+    inversion: InversionSection | None = None
+    audit: AuditSection | None = None
+    source: JsonObject = field(default_factory=dict)
 
     @property
     def radii(self) -> tuple[float, ...]:
-        return tuple(self.evasion["radii"]) if self.evasion else ()
+        return self.evasion.radii if self.evasion else ()
 
     def num_bounds(self) -> int:
         """How many ε_LB a row's best is the maximum of (for its Bonferroni correction)."""
-        per_seed = len(self.membership["attacks"]) if self.membership else 0
+        per_seed = len(self.membership.attacks) if self.membership else 0
         return max(1, per_seed * len(self.seeds) + (1 if self.audit else 0))
 
     def bound_confidence(self) -> float:
@@ -165,7 +178,7 @@ def _number_list(key: str, value: Any, *, check: Callable[[str, Any], Any]) -> t
         raise _fail(key, str(exc)) from None
 
 
-def _check_keys(where: str, table: Mapping[str, Any], allowed: Sequence[str]) -> None:
+def _check_keys(where: str, table: Mapping[str, object], allowed: Sequence[str]) -> None:
     unknown = sorted(set(table) - set(allowed))
     if unknown:
         raise _fail(f"{where}.{unknown[0]}" if where else unknown[0], f"unknown key (allowed: {', '.join(allowed)})")
@@ -188,7 +201,7 @@ def _text(key: str, value: Any) -> str:
     return value
 
 
-def _table(key: str, value: Any) -> Mapping[str, Any]:
+def _table(key: str, value: object) -> Mapping[str, object]:
     if not isinstance(value, Mapping):
         raise _fail(
             key,
@@ -206,9 +219,7 @@ def _model(key: str, value: Any) -> str:
     return value
 
 
-def _expand_setting(
-    index: int, table: Mapping[str, Any], *, model: str, model_options: Mapping[str, Any]
-) -> list[Setting]:
+def _expand_setting(index: int, table: object, *, model: str, model_options: Mapping[str, object]) -> list[Setting]:
     from defenses import DEFENSES
     from dpaudit.app.runs.grid_checks import fails_alone, wrong_kind
     from dpaudit.options import option_specs
@@ -276,7 +287,8 @@ def _expand_setting(
                 raise _fail(f"{where}.{alone}", f"{chosen[alone]!r} refused by the {name} defense: {exc}") from None
             raise _fail(where, f"{name}: {exc}") from None
         multi = [k for k in names if len(swept[k]) > 1]
-        base = table.get("label") or name
+        given = table.get("label")
+        base = given if isinstance(given, str) and given else name
         label = _text(f"{where}.label", base + "".join(f"-{k}={_label_value(chosen[k])}" for k in multi))
         settings.append(
             Setting(
@@ -299,7 +311,7 @@ def _sweep_size(table: Any) -> int:
     return math.prod(len(x) if isinstance(x, list) else 1 for k, x in table.items() if k not in _SETTING_KEYS)
 
 
-def _section(section: str, table: Mapping[str, Any], key: str, default: Any = None) -> Any:
+def _section(section: str, table: Mapping[str, object], key: str, default: Any = None) -> Any:
     """A section's numeric or choice value, checked by the validator of the flag it stands for."""
     from dpaudit.app.runs.grid_checks import SECTION_FLAGS, section_value
 
@@ -322,30 +334,21 @@ def _classes(value: Any, *, dataset: str) -> list[int] | None:
         raise GridError(str(exc)) from None
 
 
-def _attack_names(section: str, value: Any, registry: Mapping[str, Any]) -> list[str]:
-    """The attacks a section names, each checked against its registry (the error names the key)."""
+def _attack_names(section: str, value: object, registry: Mapping[str, object]) -> tuple[str, ...]:
+    """The attacks a section names, each checked against its registry (the error names the key).
+
+    Read only through mapping operations, so a part that registers itself is part of the grid's
+    schema with no edit here.
+    """
     key = f"attacks.{section}.attacks"
-    names = [str(a) for a in _as_list(key, value)]
+    names = tuple(str(a) for a in _as_list(key, value))
     for a in names:
         if a not in registry:
             raise _fail(key, f"unknown {section} attack {a!r} (known: {', '.join(registry)})")
     return names
 
 
-def _attack_registries() -> dict[str, Mapping[str, Any]]:
-    """Each attack section of the grid → the registry its ``attacks`` are names of.
-
-    Read only through mapping operations and spec fields, so a part that registers itself is
-    part of the grid's schema with no edit here.
-    """
-    from attacks.evasion import EVASION_ATTACKS
-    from attacks.inversion import INVERSION_ATTACKS
-    from attacks.membership import MEMBERSHIP_ATTACKS
-
-    return {"membership": MEMBERSHIP_ATTACKS, "evasion": EVASION_ATTACKS, "inversion": INVERSION_ATTACKS}
-
-
-def _top_level(data: Mapping[str, Any], *, source: str) -> dict[str, Any]:
+def _top_level(data: object, *, source: str) -> TopLevel:
     """The grid's own keys: dataset, model, name, seeds, δ, confidence and the rest."""
     from dpaudit.data import DATASETS
     from dpaudit.models import MODELS
@@ -373,12 +376,10 @@ def _top_level(data: Mapping[str, Any], *, source: str) -> dict[str, Any]:
         seeds = tuple(v.integer("seeds", s, minimum=0) for s in _as_list("seeds", data.get("seeds", [0])))
         if len(set(seeds)) != len(seeds):
             raise _fail("seeds", f"repeats must be distinct seeds, got {list(seeds)}")
-        values = {
-            "member_fraction": v.open_unit("member_fraction", data.get("member_fraction", 0.5)),
-            "delta": v.open_unit("delta", data.get("delta", 1e-5)),
-            "confidence": v.open_unit("confidence", data.get("confidence", 0.95)),
-            "vulnerable_top_k": v.integer("vulnerable_top_k", data.get("vulnerable_top_k", 50), minimum=1),
-        }
+        member_fraction = v.open_unit("member_fraction", data.get("member_fraction", 0.5))
+        delta = v.open_unit("delta", data.get("delta", 1e-5))
+        confidence = v.open_unit("confidence", data.get("confidence", 0.95))
+        vulnerable_top_k = v.integer("vulnerable_top_k", data.get("vulnerable_top_k", 50), minimum=1)
     except (TypeError, ValueError) as exc:
         if isinstance(exc, GridError):
             raise
@@ -393,14 +394,24 @@ def _top_level(data: Mapping[str, Any], *, source: str) -> dict[str, Any]:
             f"(at most {describe_number(LIMITS['label_length'].maximum)}) to name "
             "the report's files" + ("" if "name" in data else "; give the grid a `name`"),
         )
-    return {"name": stem, "dataset": dataset, "model": model, "seeds": seeds, "device": device, **values}
+    return TopLevel(
+        name=stem,
+        dataset=dataset,
+        model=model,
+        seeds=seeds,
+        device=device,
+        member_fraction=member_fraction,
+        delta=delta,
+        confidence=confidence,
+        vulnerable_top_k=vulnerable_top_k,
+    )
 
 
-def _settings(data: Mapping[str, Any], *, model: str, num_seeds: int, i_know: bool) -> tuple[list[Setting], str]:
+def _settings(data: Mapping[str, object], *, model: str, num_seeds: int, i_know: bool) -> tuple[list[Setting], str]:
     """Every setting of the ``[[defenses]]`` tables, the baseline first; and the baseline's label."""
     from dpaudit.app.runs.grid_checks import JOB_LIMIT
 
-    model_options = data.get("model_options", {})
+    model_options = _table("model_options", data.get("model_options", {}))
     tables = data.get("defenses", [])
     if not isinstance(tables, list):
         raise _fail("defenses", "must be an array of tables ([[defenses]])")
@@ -440,8 +451,10 @@ def _settings(data: Mapping[str, Any], *, model: str, num_seeds: int, i_know: bo
     return settings, baseline
 
 
-def _membership_section(table: Mapping[str, Any], registry: Mapping[str, Any], *, dataset: str) -> dict[str, Any]:
-    names = _attack_names("membership", table.get("attacks", ["loss"]), registry)
+def _membership_section(table: Mapping[str, object]) -> MembershipSection:
+    from attacks.membership import MEMBERSHIP_ATTACKS
+
+    names = _attack_names("membership", table.get("attacks", ["loss"]), MEMBERSHIP_ATTACKS)
     shadows = table.get("shadows", "shared")
     if shadows not in ("shared", "target"):
         raise _fail(
@@ -449,38 +462,39 @@ def _membership_section(table: Mapping[str, Any], registry: Mapping[str, Any], *
             "must be 'shared' (one non-private pool for every target) or 'target' "
             f"(each target's own recipe), got {shadows!r}",
         )
-    mem = {
-        "attacks": names,
-        "num_samples": _section("membership", table, "num_samples"),
-        "num_shadows": _section("membership", table, "num_shadows", 16),
-        "shadows": shadows,
-        "shadow_epochs": _section("membership", table, "shadow_epochs"),
-        "num_population": _section("membership", table, "num_population", 1000),
-    }
-    if mem["num_shadows"] < 2:
+    num_samples = _section("membership", table, "num_samples")
+    num_shadows = _section("membership", table, "num_shadows", 16)
+    shadow_epochs = _section("membership", table, "shadow_epochs")
+    num_population = _section("membership", table, "num_population", 1000)
+    if num_shadows < 2:
         raise _fail(
             "attacks.membership.num_shadows",
-            f"must be at least 2 (shadow models in and out of each sample), got {mem['num_shadows']!r}",
+            f"must be at least 2 (shadow models in and out of each sample), got {num_shadows!r}",
         )
-    if mem["shadow_epochs"] is not None and not float(mem["shadow_epochs"]).is_integer():
+    if shadow_epochs is not None and not float(shadow_epochs).is_integer():
         raise _fail(
             "attacks.membership.shadow_epochs",
-            f"must be a whole number (the shadows train non-privately), got {mem['shadow_epochs']!r}",
+            f"must be a whole number (the shadows train non-privately), got {shadow_epochs!r}",
         )
-    if mem["shadow_epochs"] is not None:
-        mem["shadow_epochs"] = int(mem["shadow_epochs"])
-    return mem
+    return MembershipSection(
+        attacks=names,
+        num_samples=num_samples,
+        num_shadows=num_shadows,
+        shadows=str(shadows),
+        shadow_epochs=None if shadow_epochs is None else int(shadow_epochs),
+        num_population=num_population,
+    )
 
 
-def _evasion_section(
-    table: Mapping[str, Any], registry: Mapping[str, Any], *, dataset: str, i_know: bool = False
-) -> dict[str, Any]:
+def _evasion_section(table: Mapping[str, object], *, i_know: bool = False) -> EvasionSection:
+    from attacks.evasion import EVASION_ATTACKS
     from dpaudit.results import EVASION_NORMS
 
-    names = _attack_names("evasion", table.get("attacks", ["fgsm", "pgd"]), registry)
-    if isinstance(table.get("radii"), list):  # counted before each is checked: a million radii would take that long
+    names = _attack_names("evasion", table.get("attacks", ["fgsm", "pgd"]), EVASION_ATTACKS)
+    given = table.get("radii")
+    if isinstance(given, list):  # counted before each is checked: a million radii would take that long
         try:
-            check_count("attacks.evasion.radii", table["radii"], "radii", i_know=i_know)
+            check_count("attacks.evasion.radii", given, "radii", i_know=i_know)
         except ValueError as exc:
             raise GridError(str(exc), argument="attacks.evasion.radii") from None
     radii = sorted(set(_number_list("attacks.evasion.radii", table.get("radii", [0.1, 0.3]), check=v.positive)))
@@ -492,35 +506,38 @@ def _evasion_section(
     certify = table.get("certify", True)
     if not isinstance(certify, bool):
         raise _fail("attacks.evasion.certify", f"must be true or false, got {certify!r}")
-    return {
-        "attacks": names,
-        "radii": [float(r) for r in radii],
-        "norm": norm,
-        "num_examples": _section("evasion", table, "num_examples", 200),
-        "eot_samples": _section("evasion", table, "eot_samples"),
-        "num_draws": _section("evasion", table, "num_draws"),
-        "certify": certify,
-    }
+    return EvasionSection(
+        attacks=names,
+        radii=tuple(float(r) for r in radii),
+        norm=str(norm),
+        num_examples=_section("evasion", table, "num_examples", 200),
+        eot_samples=_section("evasion", table, "eot_samples"),
+        num_draws=_section("evasion", table, "num_draws"),
+        certify=certify,
+    )
 
 
-def _inversion_section(table: Mapping[str, Any], registry: Mapping[str, Any], *, dataset: str) -> dict[str, Any]:
-    names = _attack_names("inversion", table.get("attacks", ["mi-face"]), registry)
+def _inversion_section(table: Mapping[str, object], *, dataset: str) -> InversionSection:
+    from attacks.inversion import INVERSION_ATTACKS
+
+    names = _attack_names("inversion", table.get("attacks", ["mi-face"]), INVERSION_ATTACKS)
     for a in names:
-        if registry[a].prior is not None:
+        if INVERSION_ATTACKS[a].prior is not None:
             raise _fail(
                 "attacks.inversion.attacks",
                 f"{a!r} needs a prior trained on public data, which a grid does not "
                 "configure yet; use an attack without one (e.g. mi-face)",
             )
-    return {
-        "attacks": names,
-        "classes": _classes(table.get("classes"), dataset=dataset),
-        "evaluator_epochs": _section("inversion", table, "evaluator_epochs"),
-        "iterations": _section("inversion", table, "iterations"),
-    }
+    classes = _classes(table.get("classes"), dataset=dataset)
+    return InversionSection(
+        attacks=names,
+        classes=None if classes is None else tuple(classes),
+        evaluator_epochs=_section("inversion", table, "evaluator_epochs"),
+        iterations=_section("inversion", table, "iterations"),
+    )
 
 
-def _audit_section(table: Mapping[str, Any]) -> dict[str, Any]:
+def _audit_section(table: Mapping[str, object]) -> AuditSection:
     from dpaudit.app.runs.audit import METHODS
 
     method = table.get("method", "one-run")
@@ -529,30 +546,18 @@ def _audit_section(table: Mapping[str, Any]) -> dict[str, Any]:
             "attacks.audit.method",
             f"must be {' or '.join(repr(m) for m in sorted(METHODS, reverse=True))}, got {method!r}",
         )
-    return {
-        "method": method,
-        **{k: _section("audit", table, k) for k in ("threat", "num_canaries", "num_trials", "canary") if k in table},
-    }
+    # A choice the grid leaves out is the audit's default, and absent from the job's key.
+    given = {k: _section("audit", table, k) for k in ("threat", "num_canaries", "num_trials", "canary") if k in table}
+    return AuditSection(method=str(method), **given)
 
 
-#: How each attack section is read (``audit`` names no attacks of a registry: it has a parser of its own).
-_SECTION_PARSERS: dict[str, Callable[..., dict[str, Any]]] = {
-    "membership": _membership_section,
-    "evasion": _evasion_section,
-    "inversion": _inversion_section,
-}
-
-
-def _attack_sections(
-    data: Mapping[str, Any], *, dataset: str, i_know: bool = False
-) -> dict[str, dict[str, Any] | None]:
+def _attack_sections(data: Mapping[str, object], *, dataset: str, i_know: bool = False) -> AttackSections:
     """Each attack section as the jobs read it (``None``: absent), every value checked."""
     attacks = data.get("attacks", {})
     if not isinstance(attacks, Mapping):
         raise _fail("attacks", "must be a table")
     _check_keys("attacks", attacks, COMPARE_SECTIONS)
-    sections: dict[str, dict[str, Any] | None] = {s: None for s in COMPARE_SECTIONS}
-    registries = _attack_registries()
+    tables: dict[str, Mapping[str, object]] = {}
     for section, table in attacks.items():
         where = f"attacks.{section}"
         if not isinstance(table, Mapping):
@@ -564,17 +569,13 @@ def _attack_sections(
                 "included; change the setting's epochs instead",
             )
         _check_keys(where, table, _SECTION_KEYS[section])
-        sections[section] = dict(table)
+        tables[section] = dict(table)
     # In the order the sections always were checked, whatever the order of the TOML.
-    for section, parse in _SECTION_PARSERS.items():
-        table = sections[section]
-        if table is not None:
-            sections[section] = parse(
-                table, registries[section], dataset=dataset, **({"i_know": i_know} if section == "evasion" else {})
-            )
-    if sections["audit"] is not None:
-        sections["audit"] = _audit_section(sections["audit"])
-    return sections
+    membership = _membership_section(tables["membership"]) if "membership" in tables else None
+    evasion = _evasion_section(tables["evasion"], i_know=i_know) if "evasion" in tables else None
+    inversion = _inversion_section(tables["inversion"], dataset=dataset) if "inversion" in tables else None
+    audit = _audit_section(tables["audit"]) if "audit" in tables else None
+    return AttackSections(membership=membership, evasion=evasion, inversion=inversion, audit=audit)
 
 
 def count_jobs(grid: CompareGrid) -> int:
@@ -609,7 +610,7 @@ def plan_problems(grid: CompareGrid) -> list[str]:
         table = getattr(grid, section)
         for key, (verb, flag) in keys.items() if table else ():
             message = above_limit(
-                f"attacks.{section}.{key}", table.get(key), getattr(verb_flag(verb, flag), LIMIT_ATTR, None)
+                f"attacks.{section}.{key}", getattr(table, key), getattr(verb_flag(verb, flag), LIMIT_ATTR, None)
             )
             if message:
                 problems.append(message)
@@ -625,7 +626,7 @@ def plan_problems(grid: CompareGrid) -> list[str]:
     return problems
 
 
-def parse_grid(data: Mapping[str, Any], *, source: str = "grid", i_know: bool = False) -> CompareGrid:
+def parse_grid(data: Mapping[str, object], *, source: str = "grid", i_know: bool = False) -> CompareGrid:
     """Validates a grid (the TOML's tables) into a :class:`CompareGrid`.
 
     Every value is checked here, before any job starts, by the validator of the flag it stands
@@ -647,23 +648,23 @@ def parse_grid(data: Mapping[str, Any], *, source: str = "grid", i_know: bool = 
     except ValueError as exc:
         raise GridError(f"{source}: {exc}", argument="--config") from None
     top = _top_level(data, source=source)
-    settings, baseline = _settings(data, model=top.pop("model"), num_seeds=len(top["seeds"]), i_know=i_know)
-    sections = _attack_sections(data, dataset=top["dataset"], i_know=i_know)
+    settings, baseline = _settings(data, model=top.model, num_seeds=len(top.seeds), i_know=i_know)
+    sections = _attack_sections(data, dataset=top.dataset, i_know=i_know)
     grid = CompareGrid(
-        name=top["name"],
-        dataset=top["dataset"],
+        name=top.name,
+        dataset=top.dataset,
         settings=tuple(settings),
         baseline=baseline,
-        seeds=top["seeds"],
-        member_fraction=top["member_fraction"],
-        delta=top["delta"],
-        confidence=top["confidence"],
-        device=top["device"],
-        vulnerable_top_k=top["vulnerable_top_k"],
-        membership=sections["membership"],
-        evasion=sections["evasion"],
-        inversion=sections["inversion"],
-        audit=sections["audit"],
+        seeds=top.seeds,
+        member_fraction=top.member_fraction,
+        delta=top.delta,
+        confidence=top.confidence,
+        device=top.device,
+        vulnerable_top_k=top.vulnerable_top_k,
+        membership=sections.membership,
+        evasion=sections.evasion,
+        inversion=sections.inversion,
+        audit=sections.audit,
         source=json.loads(json.dumps(to_jsonable(dict(data)))),
     )
     problems = plan_problems(grid)

@@ -14,12 +14,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from dpaudit import _validate as v
 from dpaudit.app.runs.compare.grid import BASELINE_DEFENSE, EVALUATED_SECTIONS, CompareGrid, Setting
+from dpaudit.app.runs.compare.sections import EvasionSection, InversionSection
 from dpaudit.results.audit import AuditResult
 from dpaudit.results.audit_details import WhiteBoxDetails
 from dpaudit.results.compare_outcomes import (
@@ -32,11 +33,16 @@ from dpaudit.results.compare_outcomes import (
     TrainedOutcome,
 )
 from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
-from dpaudit.store import RunDir, safe_stem
+from dpaudit.specs import PlainSpec, spec_field
+from dpaudit.store import RunDir, safe_stem, thaw
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "EVALUATION_KINDS",
     "JobKey",
+    "RecordDigest",
     "TrainedAlgorithm",
     "audit_job",
     "evasion_job",
@@ -124,21 +130,45 @@ def train_job(*, grid: CompareGrid, setting: Setting, seed: int, run_dir: str, d
     )
 
 
-def record_digest(trained: TrainedOutcome) -> dict[str, Any]:
-    """What identifies a trained record for the jobs keyed on it: its id, its weights' digest, its claim."""
+@dataclass(frozen=True, kw_only=True)
+class RecordDigest(PlainSpec):
+    """What identifies a trained record for the jobs keyed on it (its ``to_dict`` enters their hash).
+
+    Attributes:
+        model_id: the record's id.
+        weights_sha256: its weights' digest (``None`` for a record saved without one).
+        claim: its privacy claim in the claim's own stored form.
+    """
+
+    model_id: str
+    weights_sha256: str | None
+    claim: Mapping[str, object] = spec_field(encode=thaw)
+
+
+def record_digest(trained: TrainedOutcome) -> RecordDigest:
+    """The :class:`RecordDigest` of a trained (setting, seed)'s record, read from the run."""
     from dpaudit.results.record import load_record
 
     record = load_record(trained.record_dir)
-    return {"model_id": record.model_id, "weights_sha256": record.weights_sha256, "claim": record.claim.to_dict()}
+    return RecordDigest(model_id=record.model_id, weights_sha256=record.weights_sha256, claim=record.claim.to_dict())
 
 
 # ----------------------------------------------------------------------------- membership
 
 
-def _attack_configs(registry: Mapping[str, Any], names: Sequence[str], **shared: Any) -> dict[str, Any]:
+class _AttackSpec(Protocol):
+    """What the jobs read of a registered attack: the type of its config."""
+
+    @property
+    def config_type(self) -> type[DataclassInstance]: ...
+
+
+def _attack_configs(
+    registry: Mapping[str, _AttackSpec], names: Sequence[str], **shared: int | None
+) -> dict[str, DataclassInstance]:
     """Each named attack's config, with the grid's ``shared`` settings where the config has the field
     (``None`` leaves the attack's default)."""
-    configs = {}
+    configs: dict[str, DataclassInstance] = {}
     for name in names:
         ctype = registry[name].config_type
         fields = {f.name for f in dataclasses.fields(ctype)}
@@ -184,25 +214,22 @@ def membership_job(
 
     mem = grid.membership
     assert mem is not None
-    configs = _attack_configs(MEMBERSHIP_ATTACKS, mem["attacks"], num_shadows=mem["num_shadows"])
-    shadow: dict[str, Any] = {}
-    if mem["shadows"] == "shared":
-        shadow = {
-            "shadow_defense": BASELINE_DEFENSE,
-            "shadow_config": {"epochs": mem["shadow_epochs"]} if mem["shadow_epochs"] else {},
-        }
+    configs = _attack_configs(MEMBERSHIP_ATTACKS, mem.attacks, num_shadows=mem.num_shadows)
+    # Shared shadows: one non-private pool for every target (else each target's own recipe).
+    shared = mem.shadows == "shared"
     spec = MembershipSpec(
         attacks=configs,
         target=trained.record_dir,
         seed=seed,
-        num_samples=mem["num_samples"],
-        num_population=mem["num_population"],
+        num_samples=mem.num_samples,
+        num_population=mem.num_population,
         executor="serial",
         data_root=data_root,
         device=grid.device,
         progress=False,
         i_know=True,  # the grid's sizes were held against the same limits when it was planned (check_plan)
-        **shadow,
+        shadow_defense=BASELINE_DEFENSE if shared else None,
+        shadow_config={"epochs": mem.shadow_epochs} if shared and mem.shadow_epochs else {},
     )
     out = run_membership(spec, RunDir(run_dir))
     # Each ε_LB is taken at the Bonferroni level of the row's best-of-all maximum.
@@ -231,20 +258,20 @@ def _strongest_by_radius(robust: Mapping[str, Mapping[str, float]], radii: Seque
 
 
 def _certified_evasion(
-    eva: Mapping[str, Any], *, trained: TrainedOutcome, grid: CompareGrid, seed: int, run: RunDir, data_root: str | None
+    eva: EvasionSection, *, trained: TrainedOutcome, grid: CompareGrid, seed: int, run: RunDir, data_root: str | None
 ) -> EvasionOutcome:
     from dpaudit.app.runs.certify import CertifySpec, run_certify
 
-    radii = tuple(eva["radii"])
+    radii = eva.radii
     summary = run_certify(
         CertifySpec(
             target=trained.record_dir,
             radii=radii,
-            attacks=tuple(eva["attacks"]),
-            norm=eva["norm"],
-            num_draws=eva["num_draws"],
-            num_examples=eva["num_examples"],
-            num_eot_samples=eva["eot_samples"],
+            attacks=eva.attacks,
+            norm=eva.norm,
+            num_draws=eva.num_draws,
+            num_examples=eva.num_examples,
+            num_eot_samples=eva.eot_samples,
             seed=seed,
             device=grid.device,
             data_root=data_root,
@@ -284,21 +311,21 @@ def evasion_job(
     assert eva is not None
     run = RunDir(run_dir)
     record = load_verified_record(trained.record_dir)
-    if eva["certify"] and record.defense in certifiable_defenses():
+    if eva.certify and record.defense in certifiable_defenses():
         return _certified_evasion(eva, trained=trained, grid=grid, seed=seed, run=run, data_root=data_root)
     # A model that does not certify is attacked on the test examples certify would take for the
     # seed, with certify's stored-result reuse, so every row of the matrix faces the same inputs.
-    radii = tuple(eva["radii"])
+    radii = eva.radii
     test = load_dataset(record.dataset, data_root=data_root).test
-    pick = certify_subset(len(test), num_examples=eva["num_examples"], seed=seed)
+    pick = certify_subset(len(test), num_examples=eva.num_examples, seed=seed)
     robust = robust_accuracies(
         load_model(trained.record_dir, device=grid.device),
         test.features[pick],
         test.labels[pick],
-        attacks=eva["attacks"],
+        attacks=eva.attacks,
         radii=radii,
-        norm=eva["norm"],
-        num_eot_samples=eva["eot_samples"],
+        norm=eva.norm,
+        num_eot_samples=eva.eot_samples,
         seed=seed,
         device=grid.device,
         directory=run.subdir("attacks") / "evasion" / safe_stem(record.model_id, default="target"),
@@ -310,7 +337,7 @@ def evasion_job(
 # ----------------------------------------------------------------------------- inversion
 
 
-def inversion_configs(inv: Mapping[str, Any]) -> dict[str, Any]:
+def inversion_configs(inv: InversionSection) -> dict[str, DataclassInstance]:
     """Each attack's config of a grid's ``[attacks.inversion]`` section.
 
     ``iterations`` bounds each attack's search through the field the attack names for it
@@ -318,11 +345,11 @@ def inversion_configs(inv: Mapping[str, Any]) -> dict[str, Any]:
     """
     from attacks.inversion import INVERSION_ATTACKS
 
-    configs = _attack_configs(INVERSION_ATTACKS, inv["attacks"])
-    if inv.get("iterations") is None:
+    configs = _attack_configs(INVERSION_ATTACKS, inv.attacks)
+    if inv.iterations is None:
         return configs
     return {
-        name: dataclasses.replace(c, **{field: int(inv["iterations"])})
+        name: dataclasses.replace(c, **{field: int(inv.iterations)})
         if (field := INVERSION_ATTACKS[name].iterations_field)
         else c
         for name, c in configs.items()
@@ -338,14 +365,12 @@ def inversion_job(
 
     inv = grid.inversion
     assert inv is not None
-    evaluator = (
-        EvaluatorConfig(evaluator_epochs=inv["evaluator_epochs"]) if inv.get("evaluator_epochs") else EvaluatorConfig()
-    )
+    evaluator = EvaluatorConfig(evaluator_epochs=inv.evaluator_epochs) if inv.evaluator_epochs else EvaluatorConfig()
     out = run_inversion(
         InversionSpec(
             target=Path(trained.record_dir),
             attacks=inversion_configs(inv),
-            classes=tuple(inv["classes"]) if inv.get("classes") else None,
+            classes=inv.classes or None,
             evaluator=evaluator,
             seed=seed,
             data_root=data_root,
@@ -377,7 +402,8 @@ _AUDIT_SETS = (
 )
 
 
-class TrainedAlgorithm(TypedDict):
+@dataclass(frozen=True, kw_only=True)
+class TrainedAlgorithm:
     """The DP-SGD algorithm a record was trained with, as its record states it."""
 
     noise_multiplier: float
@@ -463,15 +489,15 @@ def audit_job(
         model_options=dict(record.model_options) or None,
         # The rest of the trained config travels as it is; what the algorithm above fixes is set once.
         defense_config={k: x for k, x in thaw(record.config).items() if k in fields and k not in _AUDIT_SETS},
-        method=aud["method"],
+        method=aud.method,
         confidence=grid.bound_confidence(),  # it competes with the membership bounds for the row's best
-        delta=algo["delta"],
-        noise_multiplier=algo["noise_multiplier"],
-        clip_norm=algo["clip_norm"],
-        sampling_rate=algo["sampling_rate"],
-        num_steps=algo["num_steps"],
-        learning_rate=algo["learning_rate"],
-        num_members=algo["num_members"],
+        delta=algo.delta,
+        noise_multiplier=algo.noise_multiplier,
+        clip_norm=algo.clip_norm,
+        sampling_rate=algo.sampling_rate,
+        num_steps=algo.num_steps,
+        learning_rate=algo.learning_rate,
+        num_members=algo.num_members,
         seed=0,
         workers=1,
         executor="serial",
@@ -480,34 +506,39 @@ def audit_job(
         i_know=True,  # the grid's sizes were held against the same limits when it was planned (check_plan)
         progress=False,
         name=name,
-        **{k: aud[k] for k in ("threat", "num_canaries", "num_trials", "canary") if k in aud},
+        # The audit's own default for a choice the grid leaves out.
+        **{
+            k: getattr(aud, k)
+            for k in ("threat", "num_canaries", "num_trials", "canary")
+            if getattr(aud, k) is not None
+        },
     )
     result = run_audit(spec, RunDir(run_dir))
     # The audit's own claim must be the trained one: else it trained another algorithm.
-    accountant = algo["accountant"]
-    claimed = float(record.claim.epsilon(delta=algo["delta"], accountant=accountant))
+    accountant = algo.accountant
+    claimed = float(record.claim.epsilon(delta=algo.delta, accountant=accountant))
     audited = _audited_by_accountant(result).get(accountant)
     if audited is None or not math.isclose(audited, claimed, rel_tol=1e-9):
         raise RuntimeError(
             f"internal error: setting {setting.label!r} trained a claim of "
-            f"ε={claimed!r} ({accountant}, δ={algo['delta']:g}), its audit one of "
+            f"ε={claimed!r} ({accountant}, δ={algo.delta:g}), its audit one of "
             f"ε={audited!r}"
         )
     return AuditOutcome(
         epsilon_lb=float(result.epsilon_lb),
         epsilon_ub=float(result.epsilon_ub) if result.threat_model == "white-box" else claimed,
         accountant=accountant,
-        delta=float(algo["delta"]),
+        delta=float(algo.delta),
         # The bound's assumption travels with it into the matrix (GDP only for Gaussian-family claims).
         method=f"audit ({result.method}, {result.threat_model}; assumption: {result.assumption})",
         confidence=float(result.confidence),
         trained={
-            "noise_multiplier": algo["noise_multiplier"],
-            "sampling_rate": algo["sampling_rate"],
-            "num_steps": algo["num_steps"],
-            "clip_norm": algo["clip_norm"],
-            "learning_rate": algo["learning_rate"],
-            "num_members": algo["num_members"],
+            "noise_multiplier": algo.noise_multiplier,
+            "sampling_rate": algo.sampling_rate,
+            "num_steps": algo.num_steps,
+            "clip_norm": algo.clip_norm,
+            "learning_rate": algo.learning_rate,
+            "num_members": algo.num_members,
         },
     )
 

@@ -7,18 +7,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from dpaudit.app.runs.compare.grid import CompareGrid, GridError, count_jobs, plan_problems
 
 __all__ = ["estimate_seconds", "check_plan"]
 
 
-def _passes(parameters: Mapping[str, Any]) -> float:
+def _count(parameters: Mapping[str, object], name: str, default: float) -> float:
+    """A count among a setting's parameters (its default when absent, ``None`` or 0)."""
+    value = parameters.get(name)
+    # The grid checked the value against its defense's config: a count is a number here.
+    return float(value) if isinstance(value, (int, float)) and value else default
+
+
+def _passes(parameters: Mapping[str, object]) -> float:
     """Passes over the members a setting's training makes (DSSGD: rounds x local epochs)."""
     if parameters.get("rounds") is not None:
-        return float(parameters["rounds"]) * float(parameters.get("local_epochs") or 1)
-    return float(parameters.get("epochs") or 10) + float(parameters.get("student_epochs") or 0)
+        return _count(parameters, "rounds", 0.0) * _count(parameters, "local_epochs", 1.0)
+    return _count(parameters, "epochs", 10.0) + _count(parameters, "student_epochs", 0.0)
 
 
 def estimate_seconds(grid: CompareGrid, *, data_root: str | None, workers: int | None) -> float:
@@ -54,12 +60,13 @@ def estimate_seconds(grid: CompareGrid, *, data_root: str | None, workers: int |
         factor = PER_EXAMPLE_GRADIENT_FACTOR if DEFENSES[s.defense].per_example_gradients else 1.0
         one = _passes(s.parameters) * members * per * factor
         total += len(grid.seeds) * one
-        if grid.membership is not None and grid.membership["shadows"] == "target":
-            total += len(grid.seeds) * grid.membership["num_shadows"] * one
+        if grid.membership is not None and grid.membership.shadows == "target":
+            total += len(grid.seeds) * grid.membership.num_shadows * one
         if grid.audit is not None and DEFENSES[s.defense].audit_trainer is not None:
-            trials = 1 if grid.audit["method"] == "one-run" else 2 * grid.audit.get("num_trials", 50)
-            total += trials * float(s.parameters.get("epochs") or 10) * members * per * PER_EXAMPLE_GRADIENT_FACTOR
-    if grid.membership is not None and grid.membership["shadows"] == "shared":
+            num_trials = grid.audit.num_trials if grid.audit.num_trials is not None else 50
+            trials = 1 if grid.audit.method == "one-run" else 2 * num_trials
+            total += trials * _count(s.parameters, "epochs", 10.0) * members * per * PER_EXAMPLE_GRADIENT_FACTOR
+    if grid.membership is not None and grid.membership.shadows == "shared":
         base = grid.settings[0]
         per = seconds_per_example(
             base.model,
@@ -69,11 +76,7 @@ def estimate_seconds(grid: CompareGrid, *, data_root: str | None, workers: int |
             model_options=dict(base.model_options),
         )
         total += (
-            len(grid.seeds)
-            * grid.membership["num_shadows"]
-            * float(grid.membership["shadow_epochs"] or 10)
-            * members
-            * per
+            len(grid.seeds) * grid.membership.num_shadows * float(grid.membership.shadow_epochs or 10) * members * per
         )
     return total / max(1, workers or os.cpu_count() or 1)
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from dpaudit import _validate as v
 from dpaudit.app.runs.compare import jobs
-from dpaudit.app.runs.compare.grid import CompareGrid
+from dpaudit.app.runs.compare.grid import CompareGrid, Setting
 from dpaudit.app.runs.compare.jobs import EVALUATION_KINDS, JobKey
 from dpaudit.results.compare_outcomes import (
     AuditOutcome,
@@ -32,6 +32,7 @@ from dpaudit.results.compare_outcomes import (
 )
 from dpaudit.results.compare_outcomes import condense as condense_outcomes
 from dpaudit.results.comparison import ComparisonResult, save_comparison
+from dpaudit.specs import PlainSpec, spec_field
 from dpaudit.store import RunDir, atomic_write_json, read_json, safe_stem, to_jsonable
 
 __all__ = ["CompareSpec", "condense", "run_compare"]
@@ -126,7 +127,7 @@ def _job_file(jobs_dir: Path, key: JobKey) -> Path:
 _JOB_STORE_KEYS = ("job_hash", "job")
 
 
-def _parse(key: JobKey, data: Mapping[str, Any]) -> Outcome:
+def _parse(key: JobKey, data: Mapping[str, object]) -> Outcome:
     """A stored (or hand-made) outcome of job ``key`` as its typed value."""
     outcome: Outcome = _OUTCOME_TYPES[key.kind].from_dict({k: x for k, x in data.items() if k not in _JOB_STORE_KEYS})
     return outcome
@@ -155,11 +156,11 @@ class _PlannedJob:
     key: JobKey
     path: Path
     wanted: str
-    fn: Callable[..., Any]
-    kwargs: Mapping[str, Any]
+    fn: Callable[..., Outcome]
+    kwargs: Mapping[str, object]  # the job function's keyword arguments
 
 
-def _named_job(*, fn: Callable[..., Any], key: str, kwargs: Mapping[str, Any]) -> Any:
+def _named_job(*, fn: Callable[..., Outcome], key: str, kwargs: Mapping[str, object]) -> Outcome:
     """Runs one job; a ValueError / TypeError (a bad parameter of the grid) names the job."""
     try:
         return fn(**kwargs)
@@ -281,37 +282,51 @@ def _trained(outcomes: Mapping[JobKey, Outcome], label: str, seed: int) -> Train
 # ----------------------------------------------------------------------------- the run
 
 
-def _grid_key(grid: CompareGrid, data_root: str | None) -> dict[str, Any]:
-    """What every job's hash includes of the grid itself."""
-    from dpaudit.data import dataset_files
+@dataclass(frozen=True, kw_only=True)
+class _GridKey(PlainSpec):
+    """What every job's hash includes of the grid itself (its ``to_dict``)."""
 
-    gkey = {k: to_jsonable(getattr(grid, k)) for k in ("dataset", "member_fraction", "delta", "confidence", "device")}
+    dataset: str
+    member_fraction: float
+    delta: float
+    confidence: float
+    device: str
     # Every job reads the dataset: a file replaced under the data root redoes them all (bundled
     # data such as digits has a fixed identity and no entry, so its stored jobs keep their keys).
-    data = dataset_files(grid.dataset, data_root=data_root)
-    if data:
-        gkey["dataset_files"] = data
-    return gkey
+    dataset_files: Mapping[str, str] = spec_field(default_factory=dict, omit="empty")
+
+
+def _grid_key(grid: CompareGrid, data_root: str | None) -> _GridKey:
+    from dpaudit.data import dataset_files
+
+    return _GridKey(
+        dataset=grid.dataset,
+        member_fraction=grid.member_fraction,
+        delta=grid.delta,
+        confidence=grid.confidence,
+        device=grid.device,
+        dataset_files=dataset_files(grid.dataset, data_root=data_root) or {},
+    )
 
 
 def _sections(grid: CompareGrid) -> list[str]:
     return [k for k in EVALUATION_KINDS if getattr(grid, k) is not None]
 
 
-def _audited(grid: CompareGrid) -> list[Any]:
+def _audited(grid: CompareGrid) -> list[Setting]:
     from defenses import DEFENSES
 
     return [s for s in grid.settings if grid.audit is not None and DEFENSES[s.defense].audit_trainer is not None]
 
 
 def _train_wave(
-    grid: CompareGrid, *, jobs_dir: Path, gkey: Mapping[str, Any], common: Mapping[str, Any]
+    grid: CompareGrid, *, jobs_dir: Path, gkey: _GridKey, common: Mapping[str, object]
 ) -> list[_PlannedJob]:
     planned = []
     for s in grid.settings:
         for seed in grid.seeds:
             key = JobKey.train(s.label, seed)
-            wanted = _hash({"grid": gkey, "setting": s.key(), "seed": seed})
+            wanted = _hash({"grid": gkey.to_dict(), "setting": s.key(), "seed": seed})
             # Looked up here, at run time, so that a patched job (tests) is the one that runs.
             planned.append(
                 _PlannedJob(
@@ -330,8 +345,8 @@ def _evaluation_wave(
     trained: Mapping[JobKey, Outcome],
     *,
     jobs_dir: Path,
-    gkey: Mapping[str, Any],
-    common: Mapping[str, Any],
+    gkey: _GridKey,
+    common: Mapping[str, object],
 ) -> list[_PlannedJob]:
     planned = []
     for s in grid.settings:
@@ -340,9 +355,9 @@ def _evaluation_wave(
             for section in _sections(grid):
                 key = JobKey(section, s.label, seed)
                 payload = {
-                    "grid": gkey,
+                    "grid": gkey.to_dict(),
                     "model_id": t.model_id,
-                    section: getattr(grid, section),
+                    section: getattr(grid, section).to_dict(),
                     "top_k": grid.vulnerable_top_k,
                     "bounds": grid.num_bounds(),
                     "seed": seed,
@@ -361,13 +376,14 @@ def _evaluation_wave(
         # The audit runs after (and on) the trained record: a changed training is another audit.
         key = JobKey.audit(s.label)
         t = _trained(trained, s.label, grid.seeds[0])
+        assert grid.audit is not None  # _audited is empty without an audit section
         wanted = _hash(
             {
-                "grid": gkey,
+                "grid": gkey.to_dict(),
                 "setting": s.key(),
-                "audit": grid.audit,
+                "audit": grid.audit.to_dict(),
                 "bounds": grid.num_bounds(),
-                "trained": jobs.record_digest(t),
+                "trained": jobs.record_digest(t).to_dict(),
             }
         )
         name = f"compare-{grid.name}-{safe_stem(s.label, default='setting')}-{wanted[:8]}"
@@ -460,7 +476,7 @@ def _setting_outcomes(grid: CompareGrid, outcomes: Mapping[JobKey, Outcome]) -> 
                     inversion=_typed(outcomes, JobKey("inversion", s.label, seed), InversionOutcome),
                 )
             )
-        certifies = DEFENSES[s.defense].certification is not None and bool(grid.evasion and grid.evasion["certify"])
+        certifies = DEFENSES[s.defense].certification is not None and bool(grid.evasion and grid.evasion.certify)
         links = _links(tuple(r.trained.model_id for r in repeats), sections, certifies=certifies)
         audit = _typed(outcomes, JobKey.audit(s.label), AuditOutcome)
         settings.append(
@@ -492,7 +508,7 @@ def _condense(
         baseline=grid.baseline,
         delta=grid.delta,
         confidence=grid.confidence,
-        membership_attacks=None if grid.membership is None else tuple(grid.membership["attacks"]),
+        membership_attacks=None if grid.membership is None else grid.membership.attacks,
         radii=grid.radii,
         vulnerable_top_k=grid.vulnerable_top_k,
         grid=grid.source,
@@ -516,8 +532,8 @@ def _job_key(name: str, grid: CompareGrid) -> JobKey:
 
 def condense(
     grid: CompareGrid,
-    trained: Mapping[str, Any],
-    evaluated: Mapping[str, Any],
+    trained: Mapping[str, Outcome | Mapping[str, object]],
+    evaluated: Mapping[str, Outcome | Mapping[str, object]],
     *,
     seconds: float = 0.0,
     jobs_run: int = 0,
