@@ -33,9 +33,7 @@ REPORTED = "the reference: Opacus 1.6 fast gradient clipping (grad_sample_mode='
 
 
 class OpacusGhost(OpacusDPSGD):
-    def train(
-        self, dataset: torch.utils.data.Dataset, *, seed: int, initial_state: State | None = None
-    ) -> nn.Module:
+    def train(self, dataset: torch.utils.data.Dataset, *, seed: int, initial_state: State | None = None) -> nn.Module:
         from opacus import PrivacyEngine
 
         with torch.random.fork_rng():
