@@ -75,7 +75,7 @@ class CheckEvidence:
     epsilon_lb: float
     ceiling: float
     num_trials: int
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
