@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit import _validate as v
+from dpaudit.specs import spec_from_dict
 from dpaudit.store import SCHEMA_VERSION, load_value, save_value
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import thaw as _thaw
@@ -199,7 +200,7 @@ class CheckOutcome:
         """ε_LB > ε_UB at the check's confidence."""
         return self.status == "violated"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-able dict (non-finite floats are handled by :mod:`dpaudit.store`)."""
         return {
             "name": self.name,
@@ -217,7 +218,7 @@ class CheckOutcome:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CheckOutcome:
+    def from_dict(cls, data: Mapping[str, object]) -> CheckOutcome:
         """Rebuilds an outcome from :meth:`to_dict` output.
 
         Raises:
@@ -241,7 +242,7 @@ class CheckOutcome:
         missing = [k for k in required if k not in data]
         if missing:
             raise v.invalid(None, f"check outcome is missing keys {missing}")
-        return cls(**{k: data[k] for k in required}, details=data.get("details", {}))
+        return spec_from_dict(cls, {**{k: data[k] for k in required}, "details": data.get("details", {})})
 
     def summary(self) -> str:
         """One line for terminals: status, ε_LB, ε_UB and ceiling."""
@@ -334,7 +335,7 @@ class CheckReport:
                 return o
         raise v.invalid("name", f"name must be one of the checks run {[o.name for o in self.outcomes]}, got {name!r}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-able dict with a schema version (derived keys are written for readers, ignored on load)."""
         return {
             "schema_version": SCHEMA_VERSION,
@@ -351,7 +352,7 @@ class CheckReport:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CheckReport:
+    def from_dict(cls, data: Mapping[str, object]) -> CheckReport:
         """Rebuilds a report from :meth:`to_dict` output; derived keys are ignored.
 
         Raises:
@@ -379,7 +380,7 @@ class CheckReport:
         if isinstance(raw, (str, bytes, Mapping)) or not hasattr(raw, "__iter__"):
             raise v.invalid_type("outcomes", f"outcomes must be a list, got {type(raw).__name__}")
         outcomes = tuple(CheckOutcome.from_dict(o) for o in raw)
-        return cls(**{k: data[k] for k in required if k != "outcomes"}, outcomes=outcomes)
+        return spec_from_dict(cls, {**{k: data[k] for k in required if k != "outcomes"}, "outcomes": outcomes})
 
 
 def save_check_report(report: CheckReport, directory: str | os.PathLike[str]) -> Path:
