@@ -88,6 +88,20 @@ class OptionSpec:
         return (self.field, self.choices) == (other.field, other.choices) and kinds_agree
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Declared:
+    """What :func:`option` stores in a field's metadata: the flag as declared (its default
+    flag and the field's default are filled in by :func:`option_specs`)."""
+
+    help: str
+    flag: str | None
+    kind: type
+    metavar: str | None
+    choices: tuple[Any, ...] | None
+    check: Callable[[str, Any], Any] | None
+    limit: SizeLimit | None
+
+
 def option(
     default: Any = dataclasses.MISSING,
     *,
@@ -121,15 +135,15 @@ def option(
         if choices and default in (None, dataclasses.MISSING):
             kind = type(next(iter(choices)))
     meta = {
-        _KEY: {
-            "help": help,
-            "flag": flag,
-            "kind": kind,
-            "metavar": metavar,
-            "choices": tuple(choices) if choices is not None else None,
-            "check": check,
-            "limit": limit,
-        }
+        _KEY: _Declared(
+            help=help,
+            flag=flag,
+            kind=kind,
+            metavar=metavar,
+            choices=tuple(choices) if choices is not None else None,
+            check=check,
+            limit=limit,
+        )
     }
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
@@ -152,27 +166,27 @@ def option_specs(config_type: type) -> tuple[OptionSpec, ...]:
         out.append(
             OptionSpec(
                 field=f.name,
-                flag=meta["flag"] or "--" + f.name.replace("_", "-"),
-                help=meta["help"],
-                kind=meta["kind"],
-                metavar=meta["metavar"],
-                choices=meta["choices"],
-                check=meta["check"],
+                flag=meta.flag or "--" + f.name.replace("_", "-"),
+                help=meta.help,
+                kind=meta.kind,
+                metavar=meta.metavar,
+                choices=meta.choices,
+                check=meta.check,
                 default=f.default,
-                limit=meta.get("limit"),
+                limit=meta.limit,
             )
         )
     return tuple(out)
 
 
-def _metadata(config_type: type, name: str) -> dict[str, Any] | None:
+def _metadata(config_type: type, name: str) -> _Declared | None:
     # A subclass that only changes a default (``robustness_epsilon: float = 4.0``) redeclares
     # the field without metadata; the flag, help and checks are inherited from the base.
     for klass in config_type.__mro__:
         if dataclasses.is_dataclass(klass):
             for f in dataclasses.fields(klass):
-                if f.name == name and _KEY in f.metadata:
-                    meta: dict[str, Any] = f.metadata[_KEY]
+                meta = f.metadata.get(_KEY)
+                if f.name == name and isinstance(meta, _Declared):
                     return meta
     return None
 
@@ -292,7 +306,7 @@ def add_option_flags(parser: argparse.ArgumentParser, groups: Mapping[str, type]
 
 def options_from_args(
     args: argparse.Namespace, config_type: type, flags: Mapping[str, OptionSpec], *, owner: str
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The keyword arguments of ``config_type`` given on the command line.
 
     Raises:
@@ -300,7 +314,7 @@ def options_from_args(
             ``owner``, e.g. the defense).
     """
     mine = {s.field: s for s in option_specs(config_type)}
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for flag, spec in flags.items():
         value = getattr(args, spec.field, None)
         if value is None:

@@ -24,8 +24,9 @@ a dataclass                   its own ``to_dict`` when it has one,   its own ``f
 ``Mapping[K, V]``             a dict, values by V's rule             a dict, keys by K's rule
                                                                      (``"0.01"`` → 0.01 for
                                                                      float keys), values by V's
-``Mapping[str, Any]``         plain dicts and lists all the way      as stored (the value freezes
-                              down (:func:`dpaudit.store.thaw`);     it)
+free-form values (a          plain dicts and lists all the way      as stored (the value freezes
+``Mapping[str, JsonValue]``;  down (:func:`dpaudit.store.thaw`);     it)
+``object`` or ``Any`` values)
                               a shallow ``dict`` for a field marked
                               :func:`spec_field` ``(as_given=True)``
 ``X | None``                  ``None``, or by X's rule               likewise
@@ -66,7 +67,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from dpaudit import _validate as v
-from dpaudit.store import thaw
+from dpaudit.store import JsonObject, thaw
 
 __all__ = ["PlainSpec", "spec_field", "spec_from_dict", "spec_to_dict"]
 
@@ -147,7 +148,7 @@ def spec_field(
 class _Layout(typing.NamedTuple):
     """A class's stored shape, read once: its hints, its stored fields and its key order."""
 
-    hints: dict[str, Any]
+    hints: dict[str, object]  # field name → its resolved type hint
     fields: dict[str, dataclasses.Field[Any]]  # stored init fields, by name
     order: tuple[str, ...]  # field names and computed keys, in the dict's order
     computed: dict[str, str]  # computed key → the attribute it is read from
@@ -218,6 +219,20 @@ def _mapping_args(hint: Any) -> tuple[Any, Any]:
     return (args[0], args[1]) if len(args) == 2 else (Any, Any)
 
 
+#: The classes :data:`dpaudit.store.JsonValue`'s arms check against. Its hint is compared by them,
+#: not by identity: resolving a recursive alias in a field's hint expands it one level.
+_JSON_ARMS = frozenset({str, int, float, bool, type(None), list, dict})
+
+
+def _free_form(hint: Any) -> bool:
+    """Whether a mapping's value hint says nothing the codec could convert by (JSON as it is)."""
+    if hint is Any or hint is object:
+        return True
+    if typing.get_origin(hint) not in (typing.Union, types.UnionType):
+        return False
+    return {_origin(arm) for arm in typing.get_args(hint)} == _JSON_ARMS
+
+
 def _encode(value: Any, hint: Any, as_given: bool = False) -> Any:
     if value is None:
         return None
@@ -243,7 +258,7 @@ def _encode(value: Any, hint: Any, as_given: bool = False) -> Any:
         if as_given:
             return dict(value)
         _, value_hint = _mapping_args(hint)
-        if value_hint is Any:
+        if _free_form(value_hint):
             return thaw(value)
         return {k: _encode(x, value_hint) for k, x in value.items()}
     return value
@@ -291,7 +306,7 @@ def _decode(name: str, value: Any, hint: Any, dtype: Any = None) -> Any:
         if not isinstance(value, Mapping):
             raise v.invalid_type(name, f"{name} must be a mapping, got {type(value).__name__}")
         key_hint, value_hint = _mapping_args(hint)
-        if key_hint is Any and value_hint is Any:
+        if key_hint is Any and _free_form(value_hint):
             return value
         return {_decode_key(name, k, key_hint): _decode(f"{name}[{k!r}]", x, value_hint) for k, x in value.items()}
     return value
@@ -333,14 +348,14 @@ def _omitted(value: Any, how: str | None) -> bool:
     return False
 
 
-def spec_to_dict(spec: Any) -> dict[str, Any]:
+def spec_to_dict(spec: object) -> JsonObject:
     """The plain-data form of a dataclass (see the module docstring for the rules).
 
     Raises:
         TypeError: ``spec`` is not a dataclass instance.
     """
     layout = _layout(type(spec))  # refuses a non-dataclass before its hints are read
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for name in layout.order:
         f = layout.fields.get(name)
         if f is None:  # a computed key
@@ -372,7 +387,7 @@ def _class_attribute(cls: type, name: str) -> Any:
     return None
 
 
-def spec_from_dict(cls: type[S], data: Mapping[str, Any]) -> S:
+def spec_from_dict(cls: type[S], data: Mapping[str, object]) -> S:
     """Inverse of :func:`spec_to_dict`: ``cls`` rebuilt (and validated by it) from ``data``.
 
     Raises:
@@ -392,7 +407,7 @@ def spec_from_dict(cls: type[S], data: Mapping[str, Any]) -> S:
     for key, attribute in computed.items():
         if key in data:
             _computed_check(cls, key, attribute, data[key])
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for name, f in layout.fields.items():
         found = next((k for k in (_key(f), *f.metadata.get(_LEGACY, ())) if k in data), None)
         if found is not None:
@@ -424,11 +439,11 @@ class PlainSpec:
 
     __slots__ = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Plain data (:func:`spec_to_dict`): picklable, JSON-able, rebuilt by :meth:`from_dict`."""
         return spec_to_dict(self)
 
     @classmethod
-    def from_dict(cls: type[S], data: Mapping[str, Any]) -> S:
+    def from_dict(cls: type[S], data: Mapping[str, object]) -> S:
         """The value rebuilt from :meth:`to_dict`'s output (:func:`spec_from_dict`)."""
         return spec_from_dict(cls, data)

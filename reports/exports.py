@@ -17,6 +17,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +40,22 @@ FIGURE_FORMATS = ("png", "svg", "pdf")
 #: Columns of a figure's data CSV: one row per point (or segment, bar, area vertex) of one series.
 DATA_COLUMNS = ("panel", "panel_title", "x_label", "y_label", "series", "type", "category", "x", "y", "x_end", "y_end")
 
+
+@dataclass(frozen=True, kw_only=True)
+class _Save:
+    """How one figure format is saved: the metadata its backend would fill with a date or a version, left empty."""
+
+    unset: tuple[str, ...]  # metadata keys given as None, so the backend writes none
+    dpi: int | None = None  # None: the figure's own
+
+
 # Dates and random ids are what make two renderings of the same figure differ.
-_SAVE: dict[str, dict[str, Any]] = {
-    "png": {"dpi": 110, "metadata": {"Software": None}},
-    "svg": {"metadata": {"Date": None, "Creator": None}},
-    "pdf": {"metadata": {"CreationDate": None, "ModDate": None, "Creator": None, "Producer": None}},
+_SAVE: dict[str, _Save] = {
+    "png": _Save(dpi=110, unset=("Software",)),
+    "svg": _Save(unset=("Date", "Creator")),
+    "pdf": _Save(unset=("CreationDate", "ModDate", "Creator", "Producer")),
 }
-_RC: dict[str, Any] = {"svg.hashsalt": "dpaudit-report", "svg.fonttype": "path"}
+_RC: dict[str, str] = {"svg.hashsalt": "dpaudit-report", "svg.fonttype": "path"}
 
 
 def _num(x: Any) -> str:
@@ -180,7 +190,8 @@ def save_figure(fig: Figure, out: Path, base: str, *, truetype: bool = False) ->
         bbox: Any = "tight"  # keeps the legend placed outside the axes inside the image
         for fmt in FIGURE_FORMATS:
             buf = io.BytesIO()
-            fig.savefig(buf, format=fmt, bbox_inches=bbox, **_SAVE[fmt])
+            save = _SAVE[fmt]
+            fig.savefig(buf, format=fmt, bbox_inches=bbox, dpi=save.dpi, metadata=dict.fromkeys(save.unset))
             written[fmt] = atomic_write_bytes(out / f"{base}.{fmt}", buf.getvalue())
             if fmt == "png":
                 # The same tight box for the vector files, measured once: "tight" would lay the figure

@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypedDict
 
 import jinja2
 import markupsafe
@@ -298,8 +298,19 @@ def accountant_table(
     )
 
 
+class _Delimiters(TypedDict, total=False):
+    """Jinja's delimiter options (its own defaults where not given)."""
+
+    block_start_string: str
+    block_end_string: str
+    variable_start_string: str
+    variable_end_string: str
+    comment_start_string: str
+    comment_end_string: str
+
+
 def _environment(latex: bool = False) -> jinja2.Environment:
-    options: dict[str, Any] = {}
+    options: _Delimiters = {}
     if latex:
         # LaTeX is made of braces: Jinja's delimiters become ((* *)), ((( ))) and ((= =)) there.
         options = {
@@ -341,16 +352,70 @@ def _table_cell(x: Any) -> str:
     return x.text if isinstance(x, Link) else format_number(x)
 
 
-def _block(block: Any, out: Path, stem: str, tables: list[int], exports: list[Path]) -> dict[str, Any]:
-    """One block as a plain dict for the templates; a figure's or table's files written beside the page."""
+# What the templates are given: each block as its kind's fields (``b.kind`` picks the branch), its
+# files already written beside the page and named by file name.
+
+
+@dataclass(frozen=True, kw_only=True)
+class _TextOut:
+    kind: str  # "text", or "empty": a figure with nothing to plot, in its words
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class _ItemsOut:
+    kind: ClassVar[str] = "items"
+    entries: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _BannerOut:
+    kind: ClassVar[str] = "banner"
+    text: str
+    level: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class _TableOut:
+    kind: ClassVar[str] = "table"
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]  # cells as the table holds them (numbers, words, links, None)
+    caption: str
+    text_columns: tuple[bool, ...]  # a column of words is set flush left
+    csv: str
+    tex: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class _FigureOut:
+    kind: ClassVar[str] = "figure"
+    src: str  # the PNG the page shows
+    svg: str
+    pdf: str
+    csv: str  # "" for a figure that draws only images
+    caption: str
+    alt: str
+
+
+_BlockOut = _TextOut | _ItemsOut | _BannerOut | _TableOut | _FigureOut
+
+
+@dataclass(frozen=True, kw_only=True)
+class _SectionOut:
+    title: str
+    blocks: tuple[_BlockOut, ...]
+
+
+def _block(block: Any, out: Path, stem: str, tables: list[int], exports: list[Path]) -> _BlockOut:
+    """One block as the templates read it; a figure's or table's files written beside the page."""
     if isinstance(block, str):
-        return {"kind": "text", "text": block.strip()}
+        return _TextOut(kind="text", text=block.strip())
     if isinstance(block, Text):
-        return {"kind": "text", "text": block.text}
+        return _TextOut(kind="text", text=block.text)
     if isinstance(block, Items):
-        return {"kind": "items", "entries": list(block.items)}
+        return _ItemsOut(entries=tuple(block.items))
     if isinstance(block, Banner):
-        return {"kind": "banner", "text": block.text, "level": block.level}
+        return _BannerOut(text=block.text, level=block.level)
     if isinstance(block, Table):
         tables.append(1)
         files = save_table(
@@ -362,51 +427,48 @@ def _block(block: Any, out: Path, stem: str, tables: list[int], exports: list[Pa
             bool(block.rows) and all(isinstance(r[j], (str, Link)) or r[j] is None for r in block.rows)
             for j in range(len(block.columns))
         ]
-        return {
-            "kind": "table",
-            "columns": list(block.columns),
-            "rows": [list(r) for r in block.rows],
-            "caption": block.caption,
-            "text_columns": text,
-            **{k: p.name for k, p in files.items()},
-        }
+        return _TableOut(
+            columns=tuple(block.columns),
+            rows=tuple(tuple(r) for r in block.rows),
+            caption=block.caption,
+            text_columns=tuple(text),
+            csv=files["csv"].name,
+            tex=files["tex"].name,
+        )
     if isinstance(block, Figure):
         if block.figure is None or not has_data(block.figure):
-            return {
-                "kind": "empty",
-                "text": f"{block.caption.rstrip('.')}: {block.empty}." if block.caption else f"{block.empty}.",
-            }
+            return _TextOut(
+                kind="empty",
+                text=f"{block.caption.rstrip('.')}: {block.empty}." if block.caption else f"{block.empty}.",
+            )
         files = save_figure(block.figure, out, f"{stem}-{block.name}", truetype=current_format() == "latex")
         exports.extend(files.values())
         links = {k: p.name for k, p in files.items()}
-        # "src" is the PNG the page shows; a figure that draws only images has no data CSV ("csv": "").
-        return {
-            "kind": "figure",
-            "src": links["png"],
-            "svg": links["svg"],
-            "pdf": links["pdf"],
-            "csv": links.get("csv", ""),
-            "caption": block.caption,
-            "alt": block.caption or block.name,
-        }
+        return _FigureOut(
+            src=links["png"],
+            svg=links["svg"],
+            pdf=links["pdf"],
+            csv=links.get("csv", ""),
+            caption=block.caption,
+            alt=block.caption or block.name,
+        )
     raise TypeError(f"report blocks must be str, Text, Items, Table, Figure or Banner, got {type(block).__name__}")
 
 
-def _prepare(out: Path, stem: str, sections: Sequence[Section]) -> tuple[list[dict[str, Any]], list[Path], list[Path]]:
-    """Sections as plain dicts for the templates; figures and tables written beside the report.
+def _prepare(out: Path, stem: str, sections: Sequence[Section]) -> tuple[list[_SectionOut], list[Path], list[Path]]:
+    """Sections as the templates read them; figures and tables written beside the report.
 
     Returns:
         (the sections, the PNGs shown, every export file written).
     """
-    prepared: list[dict[str, Any]] = []
+    prepared: list[_SectionOut] = []
     tables: list[int] = []
     exports: list[Path] = []
     for section in sections:
         if not isinstance(section, Section):
             raise v.invalid_type("sections", f"sections must hold Section values, got {type(section).__name__}")
-        prepared.append(
-            {"title": section.title, "blocks": [_block(block, out, stem, tables, exports) for block in section.blocks]}
-        )
+        blocks = tuple(_block(block, out, stem, tables, exports) for block in section.blocks)
+        prepared.append(_SectionOut(title=section.title, blocks=blocks))
     figures = [p for p in exports if p.suffix == ".png"]
     return prepared, figures, [p for p in exports if p.suffix != ".png"]
 

@@ -384,7 +384,7 @@ def _with_run_context(
 
 def _run_white_box_trials(
     store: TrialStore,
-    trial: Mapping[str, Any],
+    trial: Mapping[str, object],
     *,
     seed: int,
     num_trials: int,

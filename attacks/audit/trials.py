@@ -33,7 +33,7 @@ from dpaudit.data import ArrayDataset
 from dpaudit.executors.jobs import Executor, Job, SerialExecutor
 from dpaudit.progress import Progress
 from dpaudit.seeding import numpy_rng
-from dpaudit.store import atomic_save_npz, atomic_write_json, load_npz, read_json, to_jsonable
+from dpaudit.store import JsonObject, atomic_save_npz, atomic_write_json, load_npz, read_json, to_jsonable
 
 __all__ = [
     "DatasetLike",
@@ -112,10 +112,10 @@ class TrialStore:
     """
 
     def __init__(
-        self, directory: str | os.PathLike[str], config: Mapping[str, Any], *, resizable: Sequence[str] = ()
+        self, directory: str | os.PathLike[str], config: Mapping[str, object], *, resizable: Sequence[str] = ()
     ) -> None:
         self.path = Path(directory)
-        self.config = json.loads(json.dumps(to_jsonable(dict(config))))
+        self.config: JsonObject = json.loads(json.dumps(to_jsonable(dict(config))))
         cfg = self.path / "config.json"
         if cfg.is_file():
             old = read_json(cfg)
@@ -284,7 +284,7 @@ def black_box_trial(
     data = load_dataset_like(dataset)
     mask = np.asarray(include, dtype=bool).reshape(-1)
     where = f"trial {index} (seed {seed})"
-    extra: dict[str, Any] = {}
+    extra: dict[str, dict[str, torch.Tensor]] = {}  # initial_state=, only to a start that was given
     if initial_state is not None:
         from dpaudit.weights import weights_from_bytes
 

@@ -14,7 +14,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -276,7 +276,7 @@ def check_record(flag: str, path: str) -> Any:
         raise UsageError(f"{flag}: {exc}", argument=flag) from None
 
 
-def emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:
+def emit(args: argparse.Namespace, payload: Mapping[str, object], text: str) -> None:
     """Prints the result: ``text`` for people, or ``payload`` as one JSON object with ``--json``."""
     from dpaudit.store import to_jsonable
 

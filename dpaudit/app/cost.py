@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpaudit.app.estimate import LONG_RUN_SECONDS, describe_duration
+from dpaudit.store import JsonObject
 
 __all__ = [
     "RunPlan",
@@ -100,7 +101,8 @@ class RunPlan:
         out.append(f"  memory: about {describe_size(self.job_memory_bytes)} per job (each worker needs that much)")
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
+        """The plan as ``--json`` prints it (seconds of wall time keyed by worker count)."""
         return {
             "what": self.what,
             "num_jobs": self.num_jobs,

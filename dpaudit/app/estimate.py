@@ -67,7 +67,7 @@ def seconds_per_example(
     input_shape: tuple[int, ...],
     num_classes: int,
     device: str = "cpu",
-    model_options: Mapping[str, Any] | None = None,
+    model_options: Mapping[str, object] | None = None,
     backward: bool = True,
 ) -> float:
     """Measured seconds one example costs in a forward (and backward) pass of a zoo model.

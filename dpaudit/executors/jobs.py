@@ -33,7 +33,7 @@ class Job:
 
     key: str
     fn: Callable[..., Any]
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    kwargs: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
@@ -59,7 +59,7 @@ def _limit_threads(num_threads: int) -> None:
         pass
 
 
-def _call(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+def _call(fn: Callable[..., Any], kwargs: Mapping[str, object]) -> Any:
     return fn(**kwargs)
 
 

@@ -28,7 +28,7 @@ __all__ = ["RayExecutor"]
 
 def _ray_call(
     fn: Callable[..., Any],
-    kwargs: Mapping[str, Any],
+    kwargs: Mapping[str, object],
     num_threads: int,
     driver: Any = None,
     datasets: Sequence[str] = (),
@@ -84,7 +84,7 @@ class RayExecutor(Executor):
         data_root: str | None = None,
         ship_code: bool = False,
         max_retries: int = 3,
-        init_kwargs: Mapping[str, Any] | None = None,
+        init_kwargs: Mapping[str, object] | None = None,
     ) -> None:
         try:
             import ray  # noqa: F401  (imported lazily: Ray is an optional extra)
@@ -116,7 +116,7 @@ class RayExecutor(Executor):
 
             ray_notices_to_stderr()
             # Ray's connection notes (INFO) would break the one-line errors and quiet runs.
-            kwargs: dict[str, Any] = {
+            kwargs: dict[str, object] = {
                 "include_dashboard": False,
                 "log_to_driver": False,
                 "logging_level": "WARNING",
@@ -127,11 +127,14 @@ class RayExecutor(Executor):
             if self.ship_code:
                 from dpaudit.cluster import ship_env
 
-                kwargs["runtime_env"] = {**ship_env(), **dict(kwargs.get("runtime_env") or {})}
+                given = kwargs.get("runtime_env")  # the caller's own runtime_env (init_kwargs) joins ours
+                kwargs["runtime_env"] = {**ship_env(), **(dict(given) if isinstance(given, Mapping) else {})}
             with warnings.catch_warnings():
                 # A notice about a future default for GPU-less tasks, not about this run.
                 warnings.filterwarnings("ignore", category=FutureWarning, module=r"ray\.")
-                ray.init(address=self.address, **kwargs)
+                # The caller's init_kwargs are Ray's own options, checked by Ray: passed through as given.
+                init: Callable[..., object] = ray.init
+                init(address=self.address, **kwargs)
             self._started = True
         if self._remote is None:
             self._remote = ray.remote(

@@ -32,6 +32,7 @@ from dpaudit.privacy.accountants import compute_epsilon
 from dpaudit.privacy.events import sampled_gaussian_event
 from dpaudit.registry import Registry
 from dpaudit.specs import PlainSpec, spec_field
+from dpaudit.store import JsonObject, JsonValue
 
 __all__ = [
     "EpsilonUpperBound",
@@ -68,14 +69,14 @@ _EVENT_TYPES: dict[str, type[dpe.DpEvent]] = {
 }
 
 
-def event_to_dict(event: dpe.DpEvent) -> dict[str, Any]:
+def event_to_dict(event: dpe.DpEvent) -> JsonObject:
     """JSON-able form of a ``dp_accounting`` event: ``{"type": ClassName, field: value, …}``."""
     name = type(event).__name__
     if name not in _EVENT_TYPES:
         raise v.invalid_type(
             "event", f"event of type {name!r} cannot be stored in a claim; supported: {', '.join(_EVENT_TYPES)}"
         )
-    out: dict[str, Any] = {"type": name}
+    out: JsonObject = {"type": name}
     for f in attr.fields(type(event)):
         value = getattr(event, f.name)
         if isinstance(value, dpe.DpEvent):
@@ -86,7 +87,7 @@ def event_to_dict(event: dpe.DpEvent) -> dict[str, Any]:
     return out
 
 
-def event_from_dict(data: dict[str, Any], *, path: str = "event") -> dpe.DpEvent:
+def event_from_dict(data: JsonValue, *, path: str = "event") -> dpe.DpEvent:
     """Inverse of :func:`event_to_dict`; only whitelisted event types are built.
 
     Only the structure is checked here (types, fields, nesting); whether the parameters
@@ -103,16 +104,17 @@ def event_from_dict(data: dict[str, Any], *, path: str = "event") -> dpe.DpEvent
     if not isinstance(name, str) or name not in _EVENT_TYPES:
         raise v.invalid("claim", f"unknown event type {v.short(name)} at {path}; supported: {', '.join(_EVENT_TYPES)}")
     cls = _EVENT_TYPES[name]
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for f in attr.fields(cls):
         if f.name not in data:
             raise v.invalid("claim", f"event {name!r} at {path} is missing field {f.name!r}")
         value = data[f.name]
         if isinstance(value, dict):
-            value = event_from_dict(value, path=f"{path}.{f.name}")
+            kwargs[f.name] = event_from_dict(value, path=f"{path}.{f.name}")
         elif isinstance(value, list):
-            value = [event_from_dict(x, path=f"{path}.{f.name}[{i}]") for i, x in enumerate(value)]
-        kwargs[f.name] = value
+            kwargs[f.name] = [event_from_dict(x, path=f"{path}.{f.name}[{i}]") for i, x in enumerate(value)]
+        else:  # a parameter: check_event judges it once the event is built
+            kwargs[f.name] = value
     return cls(**kwargs)
 
 
@@ -480,7 +482,7 @@ def check_claim_size(data: Any, *, argument: str = "claim", i_know: bool = False
     return composed
 
 
-def claim_from_dict(data: dict[str, Any]) -> PrivacyClaim:
+def claim_from_dict(data: JsonValue) -> PrivacyClaim:
     """Rebuilds a claim from :meth:`PrivacyClaim.to_dict` output (e.g. a claim JSON file).
 
     Dispatches on ``kind`` to that kind's :meth:`PrivacyClaim.from_dict`, which validates

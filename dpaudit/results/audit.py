@@ -30,10 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 from dpaudit import _validate as v
 from dpaudit.results.audit_details import AuditDetails, details_from_dict
+from dpaudit.specs import spec_from_dict
 from dpaudit.store import SCHEMA_VERSION, load_value, save_value
 
 __all__ = [
@@ -258,7 +258,7 @@ class AuditResult:
             "last_iterate_heuristic": None if li is None else (0.0 if ub == li else ub - li),
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-able dict (non-finite floats are handled by :mod:`dpaudit.store`)."""
         return {
             "schema_version": SCHEMA_VERSION,
@@ -288,7 +288,7 @@ class AuditResult:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AuditResult:
+    def from_dict(cls, data: Mapping[str, object]) -> AuditResult:
         """Rebuilds a result from :meth:`to_dict` output; derived keys are ignored.
 
         ``ceiling`` and ``epsilon_last_iterate`` are optional: results written before they were
@@ -329,7 +329,11 @@ class AuditResult:
             "assumption",
             "epsilon_last_iterate",
         )
-        return cls(**{k: data[k] for k in required}, **{k: data[k] for k in optional if k in data})
+        stored = {k: data[k] for k in (*required, *optional) if k in data}
+        details, method = stored.get("details"), stored["method"]
+        if isinstance(details, Mapping) and isinstance(method, str):  # typed by the procedure that wrote it
+            stored["details"] = details_from_dict(details, method=method)
+        return spec_from_dict(cls, stored)
 
     def summary(self) -> str:
         """One line for terminals and logs."""

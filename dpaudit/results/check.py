@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit import _validate as v
+from dpaudit.specs import spec_from_dict
 from dpaudit.store import SCHEMA_VERSION, load_value, save_value
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import thaw as _thaw
@@ -221,7 +222,7 @@ class CheckOutcome:
             and self.epsilon_lb >= self.ceiling * (1 - _CEILING_TOLERANCE) - _CEILING_TOLERANCE
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-able dict (non-finite floats are handled by :mod:`dpaudit.store`)."""
         return {
             "name": self.name,
@@ -241,7 +242,7 @@ class CheckOutcome:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CheckOutcome:
+    def from_dict(cls, data: Mapping[str, object]) -> CheckOutcome:
         """Rebuilds an outcome from :meth:`to_dict` output.
 
         Raises:
@@ -265,12 +266,8 @@ class CheckOutcome:
         missing = [k for k in required if k not in data]
         if missing:
             raise v.invalid(None, f"check outcome is missing keys {missing}")
-        return cls(
-            **{k: data[k] for k in required},
-            details=data.get("details", {}),
-            kind=data.get("kind", "statistical"),
-            cause=data.get("cause"),
-        )
+        optional = {k: data[k] for k in ("kind", "cause") if k in data}
+        return spec_from_dict(cls, {**{k: data[k] for k in required}, "details": data.get("details", {}), **optional})
 
     def summary(self) -> str:
         """One line for terminals: status, ε_LB, ε_UB and ceiling (a grey-box check: status and cause)."""
@@ -366,7 +363,7 @@ class CheckReport:
                 return o
         raise v.invalid("name", f"name must be one of the checks run {[o.name for o in self.outcomes]}, got {name!r}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-able dict with a schema version (derived keys are written for readers, ignored on load)."""
         return {
             "schema_version": SCHEMA_VERSION,
@@ -384,7 +381,7 @@ class CheckReport:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CheckReport:
+    def from_dict(cls, data: Mapping[str, object]) -> CheckReport:
         """Rebuilds a report from :meth:`to_dict` output; derived keys are ignored.
 
         Raises:
@@ -412,7 +409,7 @@ class CheckReport:
         if isinstance(raw, (str, bytes, Mapping)) or not hasattr(raw, "__iter__"):
             raise v.invalid_type("outcomes", f"outcomes must be a list, got {type(raw).__name__}")
         outcomes = tuple(CheckOutcome.from_dict(o) for o in raw)
-        return cls(**{k: data[k] for k in required if k != "outcomes"}, outcomes=outcomes)
+        return spec_from_dict(cls, {**{k: data[k] for k in required if k != "outcomes"}, "outcomes": outcomes})
 
 
 def diagnosis(report: CheckReport) -> tuple[CheckOutcome, ...]:

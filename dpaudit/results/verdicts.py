@@ -35,6 +35,7 @@ from typing import Any
 
 from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult
+from dpaudit.results.certify_summary import SoundnessViolation
 from dpaudit.results.check import CheckReport
 from dpaudit.results.comparison import ComparisonResult
 from dpaudit.results.inversion import InversionResult
@@ -48,6 +49,7 @@ from dpaudit.results.numbers import (
     fmt_upper_bound,
 )
 from dpaudit.results.record import TrainedModel
+from dpaudit.specs import spec_from_dict
 
 __all__ = [
     "TONES",
@@ -303,22 +305,32 @@ def membership_verdict(
 
 
 # ------------------------------------------------------------------------------------ certified
-def certified_verdict(models: Sequence[tuple[str, Sequence[Mapping[str, Any]], bool]]) -> Verdict:
+def _violation(x: SoundnessViolation | Mapping[str, object]) -> SoundnessViolation:
+    # A mapping is read (and validated) as the value certify stored it from.
+    return x if isinstance(x, SoundnessViolation) else spec_from_dict(SoundnessViolation, x)
+
+
+def certified_verdict(
+    models: Sequence[tuple[str, Sequence[SoundnessViolation | Mapping[str, object]], bool]],
+) -> Verdict:
     """Sound or unsound, from certify's stored soundness violations.
 
     Args:
-        models: per certified model, (model id, its stored soundness violations — each with
-            ``certificate``, ``radius``, ``certified_accuracy``, ``robust_accuracy`` — and whether
-            it was checked at all: certificates and attacks both stored).
+        models: per certified model, (model id, its stored soundness violations — each a
+            :class:`~dpaudit.results.certify_summary.SoundnessViolation` or its stored mapping —
+            and whether it was checked at all: certificates and attacks both stored).
+
+    Raises:
+        ValueError: a stored violation lacks a field or holds an invalid value (named).
     """
-    bad = [(m, dict(x)) for m, violations, _ in models for x in violations]
+    bad = [(m, _violation(x)) for m, violations, _ in models for x in violations]
     checked = [m for m, _, ok in models if ok]
     if bad:
         lines = tuple(
-            f"{m}: {x.get('certificate')} at radius "
-            f"{fmt_lower_bound(float(x.get('radius', math.nan)), 4)} certifies "
-            f"{fmt_percent_lower_bound(float(x['certified_accuracy']))} "
-            f"> {fmt_percent_upper_bound(float(x['robust_accuracy']))} the attacks left."
+            f"{m}: {x.certificate} at radius "
+            f"{fmt_lower_bound(x.radius, 4)} certifies "
+            f"{fmt_percent_lower_bound(x.certified_accuracy)} "
+            f"> {fmt_percent_upper_bound(x.robust_accuracy)} the attacks left."
             for m, x in bad
         )
         return Verdict(

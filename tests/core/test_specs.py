@@ -19,7 +19,7 @@ import pytest
 
 from dpaudit import _validate as v
 from dpaudit.specs import PlainSpec, spec_field, spec_from_dict, spec_to_dict
-from dpaudit.store import from_jsonable, to_jsonable
+from dpaudit.store import JsonValue, from_jsonable, to_jsonable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,6 +99,27 @@ def test_values_of_the_wrong_shape_are_refused(key, value):
     with pytest.raises(v.InvalidArgumentType, match=key) as err:
         Outer.from_dict({**_outer().to_dict(), key: value})
     assert err.value.argument == key
+
+
+@dataclass(frozen=True, kw_only=True)
+class FreeForm(PlainSpec):
+    json: Mapping[str, JsonValue] = field(default_factory=dict)
+    loose: Mapping[str, object] = field(default_factory=dict)
+    typed: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+def test_free_form_mappings_are_json_all_the_way_down_whichever_way_they_are_spelled():
+    # JsonValue's hint reaches the codec expanded one level (a recursive alias), yet it is as
+    # free-form as Any: frozen values thaw to the lists json.loads gives back.
+    frozen = MappingProxyType({"radii": (0.5, 1.0), "nested": MappingProxyType({"k": (1,)})})
+    spec = FreeForm(json=frozen, loose=frozen, typed={"ids": (3, 4)})
+    d = spec.to_dict()
+    plain = {"radii": [0.5, 1.0], "nested": {"k": [1]}}
+    assert d == {"json": plain, "loose": plain, "typed": {"ids": [3, 4]}}
+    assert type(d["json"]) is dict and type(d["loose"]) is dict
+    assert json.loads(json.dumps(d)) == d
+    back = FreeForm.from_dict(json.loads(json.dumps(d)))
+    assert back.json == plain and back.loose == plain and back.typed == {"ids": (3, 4)}
 
 
 def test_only_dataclasses_and_mappings():

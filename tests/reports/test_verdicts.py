@@ -116,6 +116,20 @@ def test_certified_verdict():
     assert certified_verdict([("m", [], False)]).status == "not checked"
 
 
+def test_certified_verdict_reads_typed_violations_and_refuses_a_damaged_one_by_name():
+    from dpaudit import _validate as v
+    from dpaudit.results.certify_summary import SoundnessViolation
+
+    typed = SoundnessViolation(certificate="hgm", radius=0.3, certified_accuracy=0.9, robust_accuracy=0.5)
+    stored = {"certificate": "hgm", "radius": 0.3, "certified_accuracy": 0.9, "robust_accuracy": 0.5}
+    # The typed value and its stored mapping say the same, word for word.
+    assert certified_verdict([("m", [typed], True)]) == certified_verdict([("m", [stored], True)])
+    assert "hgm at radius 0.3" in certified_verdict([("m", [typed], True)]).lines[0]
+    with pytest.raises(v.InvalidArgument) as err:
+        certified_verdict([("m", [{k: x for k, x in stored.items() if k != "robust_accuracy"}], True)])
+    assert err.value.argument == "robust_accuracy"
+
+
 def test_inversion_verdict(make_inversion_result):
     members = _membership("inversion-mi-face", shift=4.0, n=40)
     chance_scores = _membership("inversion-mi-face", shift=0.0, n=40, seed=5)

@@ -27,7 +27,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -515,7 +515,7 @@ def bound_scores(
     is_in: np.ndarray,
     *,
     num_tests: int = 1,
-    details: dict[str, Any] | None = None,
+    details: Mapping[str, object] | None = None,
 ) -> AuditResult:
     """ε_LB of IN/OUT scores at the check's confidence, paying ``num_tests`` (sub-games, tensors) by Bonferroni."""
     s = finite(scores)
@@ -572,7 +572,7 @@ def margin_game(ctx: CheckContext, *, records: int, default_trials: int) -> Chec
 
 
 def evidence(
-    ctx: CheckContext, scores: np.ndarray, is_in: np.ndarray, *, num_tests: int = 1, details: dict[str, Any]
+    ctx: CheckContext, scores: np.ndarray, is_in: np.ndarray, *, num_tests: int = 1, details: Mapping[str, object]
 ) -> CheckEvidence:
     """ε_LB and the ceiling of one scored game (0 and 0 when a side has no trial)."""
     if is_in.sum() == 0 or (~is_in).sum() == 0:

@@ -80,7 +80,7 @@ class CheckEvidence:
     epsilon_lb: float
     ceiling: float
     num_trials: int
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, object] = field(default_factory=dict)
     verdict: str | None = None
     cause: str | None = None
 

@@ -204,7 +204,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     report = check_run.run_check(spec, run, progress=not args.quiet)
     check_dir = run.path / "checks"
     lines = result_lines(report, check_dir=check_dir)
-    payload: dict[str, Any] = {**report.to_dict(), "check_dir": str(check_dir), "report": None, "junit": None}
+    payload: dict[str, object] = {**report.to_dict(), "check_dir": str(check_dir), "report": None, "junit": None}
     if args.junit is not None:
         from reports.junit import write_junit
 

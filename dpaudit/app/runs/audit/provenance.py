@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-def audit_hash(config: Mapping[str, Any]) -> str:
+def audit_hash(config: Mapping[str, object]) -> str:
     """The short hash an audit's default name ends in."""
     return hashlib.sha256(json.dumps(to_jsonable(dict(config)), sort_keys=True).encode()).hexdigest()[:8]
 
@@ -36,7 +36,7 @@ def audit_hash(config: Mapping[str, Any]) -> str:
 _IDENTITY_KEYS = ("train_fn_modules", "train_fn_unresolved", "model_fn_modules", "model_fn_unresolved", "dataset_files")
 
 
-def code_keys(prefix: str, spec: str, *, argument: str, progress: bool) -> dict[str, Any]:
+def code_keys(prefix: str, spec: str, *, argument: str, progress: bool) -> dict[str, object]:
     """``<prefix>_sha256`` of the code behind ``spec``, with the local modules it covers.
 
     The modules (name → file and SHA-256) are listed only when the code imports any, so audits
@@ -44,7 +44,7 @@ def code_keys(prefix: str, spec: str, *, argument: str, progress: bool) -> dict[
     stderr (and listed beside the modules).
     """
     code = code_fingerprint(spec, argument=argument)
-    keys: dict[str, Any] = {f"{prefix}_sha256": code.sha256}
+    keys: dict[str, object] = {f"{prefix}_sha256": code.sha256}
     if code.modules:
         keys[f"{prefix}_modules"] = code.covered()
         if code.unresolved:
@@ -59,7 +59,18 @@ def code_keys(prefix: str, spec: str, *, argument: str, progress: bool) -> dict[
     return keys
 
 
-def _what_changed(ours: Mapping[str, Any], stored: Mapping[str, Any], differ: list[str]) -> list[str]:
+def _mapping(config: Mapping[str, object], key: str) -> Mapping[str, object]:
+    """``config[key]`` when it is a mapping (absent, ``null`` or damaged: empty)."""
+    found = config.get(key)
+    return found if isinstance(found, Mapping) else {}
+
+
+def _file(module: object) -> str:
+    """The file a :meth:`~dpaudit.callables.CodeFingerprint.covered` entry names."""
+    return str(module.get("file")) if isinstance(module, Mapping) else str(module)
+
+
+def _what_changed(ours: Mapping[str, object], stored: Mapping[str, object], differ: list[str]) -> list[str]:
     """Why the stored trials are not these, in words: the files that changed."""
     from dpaudit.data.registry import changed_files
 
@@ -67,10 +78,10 @@ def _what_changed(ours: Mapping[str, Any], stored: Mapping[str, Any], differ: li
     for prefix in ("train_fn", "model_fn"):
         if f"{prefix}_sha256" not in differ:
             continue
-        new, old = ours.get(f"{prefix}_modules") or {}, stored.get(f"{prefix}_modules") or {}
-        files = [new[n]["file"] for n in sorted(new) if n in old and old[n] != new[n]]
-        added = [new[n]["file"] for n in sorted(new) if n not in old]
-        removed = [old[n]["file"] for n in sorted(old) if n not in new]
+        new, old = _mapping(ours, f"{prefix}_modules"), _mapping(stored, f"{prefix}_modules")
+        files = [_file(new[n]) for n in sorted(new) if n in old and old[n] != new[n]]
+        added = [_file(new[n]) for n in sorted(new) if n not in old]
+        removed = [_file(old[n]) for n in sorted(old) if n not in new]
         source = Path(str(ours.get(prefix, "")).rpartition(":")[0]).name or prefix
         if files:
             reasons.append(f"{', '.join(files)} changed")
@@ -84,16 +95,16 @@ def _what_changed(ours: Mapping[str, Any], stored: Mapping[str, Any], differ: li
         if stored.get("dataset_files") is None:
             reasons.append(f"the stored trials do not name the files of dataset {ours.get('dataset')}")
         else:
+            current = {str(k): str(x) for k, x in _mapping(ours, "dataset_files").items()}  # file → SHA-256
             reasons.append(
-                f"dataset {ours.get('dataset')}'s files changed "
-                f"({changed_files(stored.get('dataset_files'), dict(ours.get('dataset_files') or {}))})"
+                f"dataset {ours.get('dataset')}'s files changed ({changed_files(stored.get('dataset_files'), current)})"
             )
     if "member_ids_sha256" in differ:
         reasons.append("the member ids differ (another data root?)")
     return reasons
 
 
-def superseded_reasons(ours: Mapping[str, Any], stored: Mapping[str, Any]) -> list[str]:
+def superseded_reasons(ours: Mapping[str, object], stored: Mapping[str, object]) -> list[str]:
     """Every way the stored key ``stored`` differs from ``ours``, in words (files, then other settings).
 
     The code and data differences are worded as :func:`say_if_superseded` words them; any other
@@ -115,7 +126,7 @@ def superseded_reasons(ours: Mapping[str, Any], stored: Mapping[str, Any]) -> li
     return unique or [f"{', '.join(differ)} differ"]
 
 
-def say_if_superseded(run: RunDir, name: str, cfg: Mapping[str, Any]) -> None:
+def say_if_superseded(run: RunDir, name: str, cfg: Mapping[str, object]) -> None:
     """Says so when the run holds trials of this very audit made by other code or other data.
 
     Those trials are never reused (the fingerprints are part of the audit's name); the line tells

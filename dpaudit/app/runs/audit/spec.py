@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from attacks.audit.procedures import AUDIT_PROCEDURES
 from dpaudit import _validate as v
@@ -140,8 +139,8 @@ class AuditSpec:
     model_fn: str | None = None
     dataset: str = "digits"
     model: str = "digits-mlp"
-    model_options: Mapping[str, Any] | None = None
-    defense_config: Mapping[str, Any] | None = None
+    model_options: Mapping[str, object] | None = None
+    defense_config: Mapping[str, object] | None = None
     threat: str = "black-box"
     method: str = "multi-run"
     target_epsilon: float | None = None
