@@ -23,6 +23,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
+from dpaudit import _validate as v
 from dpaudit.parts import record_report_kind
 from dpaudit.privacy.pate.claim import settings_used
 from dpaudit.results.record import TrainedModel, load_record
@@ -41,6 +42,8 @@ __all__ = [
     "pate_verdict",
     "students_verdict",
     "PateRun",
+    "PateRow",
+    "PublishedRow",
     "load_pate_runs",
     "pate_label",
     "pate_rows",
@@ -103,7 +106,7 @@ def _answers_label(record: TrainedModel) -> str:
         "lnmax": lambda: f"b={c['laplace_scale']:.4g}",
         "gnmax": lambda: f"σ={c['sigma']:.4g}",
         "confident-gnmax": lambda: f"T={c['threshold']:.4g} σ1={c['threshold_sigma']:.4g} σ2={c['sigma']:.4g}",
-    }[c["aggregator"]]()
+    }[str(c["aggregator"])]()
     return f"{record.dataset} {c['aggregator']} {noise}, teachers {c['epochs']:g} ep."
 
 
@@ -116,37 +119,132 @@ def pate_label(record: TrainedModel) -> str:
     )
 
 
-def pate_rows(runs: Sequence[PateRun]) -> list[dict[str, Any]]:
+@dataclass(frozen=True, kw_only=True)
+class PateRow:
+    """One student of the PATE table: its answers, their ε and the student's accuracy.
+
+    Counts and accuracies are the record's metrics as stored (``None`` where a record lacks one).
+
+    Attributes:
+        label: :func:`pate_label` of the record.
+        model_id: the student's record.
+        teachers: the teachers that voted.
+        queries: queries the student asked.
+        answered: queries answered.
+        answer_accuracy: share of the answered labels that are correct.
+        epsilon: the claim's ε at ``delta`` (RDP accountant).
+        epsilon_data_dependent_realised: the data-dependent ε of the answered queries (private;
+            ``None`` when the record keeps it only under ``private/``).
+        epsilon_data_dependent_realised_improved: the same by the improved conversion.
+        epsilon_data_independent: the data-independent ε of the same answers.
+        epsilon_noisy_estimate: the smooth-sensitivity release of the data-dependent ε.
+        data_dependent: whether the claim is data-dependent.
+        sanitised: whether it was released with smooth sensitivity.
+        delta: the record's δ.
+        student_accuracy: the student's test accuracy.
+        teacher_accuracy_mean: the teachers' mean test accuracy (records that keep it public).
+    """
+
+    label: str
+    model_id: str
+    teachers: int | None
+    queries: int | None
+    answered: int | None
+    answer_accuracy: float | None
+    epsilon: float
+    epsilon_data_dependent_realised: float | None
+    epsilon_data_dependent_realised_improved: float | None
+    epsilon_data_independent: float | None
+    epsilon_noisy_estimate: float | None
+    data_dependent: bool
+    sanitised: bool
+    delta: float
+    student_accuracy: float | None
+    teacher_accuracy_mean: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishedRow:
+    """A number a paper reports, drawn beside the measured students (hollow) and listed in its own table.
+
+    Attributes:
+        label: what the row is (e.g. the paper and dataset).
+        epsilon: the ε the paper reports.
+        accuracy: the student accuracy it reports.
+        answered: the queries it answered (``None``: not reported).
+        source: where the number comes from.
+    """
+
+    label: str
+    epsilon: float
+    accuracy: float
+    answered: int | None = None
+    source: str = ""
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[str, object]) -> PublishedRow:
+        """A row given as a mapping (a script's table): ``label``, ``epsilon``, ``accuracy``, optional ``answered``
+        and ``source``.
+
+        Raises:
+            ValueError: a key it does not know, or one it needs is missing.
+            TypeError: a value of the wrong type (each named).
+        """
+        known = ("label", "epsilon", "accuracy", "answered", "source")
+        unknown = sorted(str(k) for k in row if k not in known)
+        if unknown:
+            raise v.invalid("published", f"published rows take {', '.join(known)}, got unknown {unknown}")
+        missing = [k for k in known[:3] if k not in row]
+        if missing:
+            raise v.invalid("published", f"published row {v.short(dict(row))} is missing {missing[0]!r}")
+        label, epsilon, accuracy = row["label"], row["epsilon"], row["accuracy"]
+        answered, source = row.get("answered"), row.get("source", "")
+        if not isinstance(label, str) or not isinstance(source, str):
+            raise v.invalid_type("published", f"published label and source must be text, got {v.short(dict(row))}")
+        if not isinstance(epsilon, (int, float)) or not isinstance(accuracy, (int, float)):
+            raise v.invalid_type(
+                "published", f"published epsilon and accuracy must be numbers, got {v.short(dict(row))}"
+            )
+        if answered is not None and not isinstance(answered, int):
+            raise v.invalid_type("published", f"published answered must be an integer, got {v.short(answered)}")
+        return cls(label=label, epsilon=epsilon, accuracy=accuracy, answered=answered, source=source)
+
+
+def _published_rows(published: Sequence[PublishedRow | Mapping[str, object]]) -> list[PublishedRow]:
+    return [p if isinstance(p, PublishedRow) else PublishedRow.from_mapping(p) for p in published]
+
+
+def pate_rows(runs: Sequence[PateRun]) -> list[PateRow]:
     """One row per student: the aggregator, answers, its ε (claimed, realised data-dependent, released,
     data-independent) and the student's accuracy."""
     rows = []
     for r in runs:
         m, claim = r.record.metrics, r.record.claim
         rows.append(
-            {
-                "label": pate_label(r.record),
-                "model_id": r.record.model_id,
-                "teachers": m.get("num_teachers"),
-                "queries": m.get("num_queries"),
-                "answered": m.get("num_answered"),
-                "answer_accuracy": m.get("answer_accuracy"),
-                "epsilon": claim.epsilon(delta=r.delta, accountant="rdp"),
+            PateRow(
+                label=pate_label(r.record),
+                model_id=r.record.model_id,
+                teachers=m.get("num_teachers"),
+                queries=m.get("num_queries"),
+                answered=m.get("num_answered"),
+                answer_accuracy=m.get("answer_accuracy"),
+                epsilon=claim.epsilon(delta=r.delta, accountant="rdp"),
                 # Records stored before the realised cost was named so hold the same value under
                 # the old key (training always charged the answered queries).
-                "epsilon_data_dependent_realised": m.get(
+                epsilon_data_dependent_realised=m.get(
                     "epsilon_data_dependent_realised", m.get("epsilon_data_dependent")
                 ),
-                "epsilon_data_dependent_realised_improved": m.get(
+                epsilon_data_dependent_realised_improved=m.get(
                     "epsilon_data_dependent_realised_improved", m.get("epsilon_data_dependent_improved")
                 ),
-                "epsilon_data_independent": m.get("epsilon_data_independent"),
-                "epsilon_noisy_estimate": m.get("epsilon_noisy_estimate", m.get("epsilon_smooth_sensitivity")),
-                "data_dependent": claim.data_dependent,
-                "sanitised": claim.sanitised,
-                "delta": r.delta,
-                "student_accuracy": m.get("test_accuracy"),
-                "teacher_accuracy_mean": m.get("teacher_test_accuracy_mean"),
-            }
+                epsilon_data_independent=m.get("epsilon_data_independent"),
+                epsilon_noisy_estimate=m.get("epsilon_noisy_estimate", m.get("epsilon_smooth_sensitivity")),
+                data_dependent=claim.data_dependent,
+                sanitised=claim.sanitised,
+                delta=r.delta,
+                student_accuracy=m.get("test_accuracy"),
+                teacher_accuracy_mean=m.get("teacher_test_accuracy_mean"),
+            )
         )
     return rows
 
@@ -195,7 +293,7 @@ def epsilon_answers_figure(runs: Sequence[PateRun], *, ax: Axes | None = None) -
 
 
 def accuracy_epsilon_figure(
-    rows: Sequence[Mapping[str, Any]], *, published: Sequence[Mapping[str, Any]] = (), ax: Axes | None = None
+    rows: Sequence[PateRow], *, published: Sequence[PublishedRow] = (), ax: Axes | None = None
 ) -> MplFigure | None:
     """Student accuracy against ε: measured students (filled) and published rows (hollow, only where given).
 
@@ -203,19 +301,23 @@ def accuracy_epsilon_figure(
         The figure, or ``None`` when there are fewer than two points: one point on axes zoomed
         around it says nothing a sentence would not (:func:`accuracy_epsilon_sentence`).
     """
-    if len(rows) + len(published) < 2:
+    # A student without a measured accuracy has no point here (the table says "—").
+    points = [
+        (row.epsilon, row.student_accuracy, f"measured: {row.label}", "full")
+        for row in rows
+        if row.student_accuracy is not None
+    ]
+    points += [(pub.epsilon, pub.accuracy, f"published: {pub.label}", "none") for pub in published]
+    if len(points) < 2:
         return None
     fig, ax = new_axes(ax, size=(7.5, 4.0))
     # Points that coincide are drawn largest first, so each stays visible around the next.
     seen: dict[tuple[float, float], int] = {}
-    points = [(row["epsilon"], row["student_accuracy"], f"measured: {row['label']}", "full") for row in rows]
-    points += [(pub["epsilon"], pub["accuracy"], f"published: {pub['label']}", "none") for pub in published]
     for i, (x, y, label, fill) in enumerate(points):
         key = (round(float(x), 6), round(float(y), 6))
         dup = seen.get(key, 0)
         seen[key] = dup + 1
         colour, mark, _ = _look(i)
-        kw: dict[str, Any] = {"markerfacecolor": "none"} if fill == "none" else {}
         ax.plot(
             [x],
             [y],
@@ -225,7 +327,8 @@ def accuracy_epsilon_figure(
             markersize=max(12 - 4 * dup, 4),
             zorder=2 + dup,
             label=label,
-            **kw,
+            # Hollow for a published row; None is matplotlib's own default (filled in the line's colour).
+            markerfacecolor="none" if fill == "none" else None,
         )
     ax.margins(0.12)  # no marker cut by the frame
     ax.set_xlabel("ε of the student's labels")
@@ -235,15 +338,13 @@ def accuracy_epsilon_figure(
     return fig
 
 
-def accuracy_epsilon_sentence(rows: Sequence[Mapping[str, Any]], published: Sequence[Mapping[str, Any]] = ()) -> str:
+def accuracy_epsilon_sentence(rows: Sequence[PateRow], published: Sequence[PublishedRow] = ()) -> str:
     """What the accuracy-against-ε plot would show, in words, when it has fewer than two points."""
     points = [
-        f"{r['label']}: ε = {eps_ub_text(r['epsilon'])}, test accuracy {_num(r['student_accuracy'])} (measured here)"
+        f"{r.label}: ε = {eps_ub_text(r.epsilon)}, test accuracy {_num(r.student_accuracy)} (measured here)"
         for r in rows
     ]
-    points += [
-        f"{p['label']}: ε = {eps_ub_text(p['epsilon'])}, accuracy {_num(p['accuracy'])} (published)" for p in published
-    ]
+    points += [f"{p.label}: ε = {eps_ub_text(p.epsilon)}, accuracy {_num(p.accuracy)} (published)" for p in published]
     return ("one student only — " + points[0] + "; a single point is not plotted") if points else "no student to plot"
 
 
@@ -282,9 +383,20 @@ def _noise_note(record: TrainedModel) -> str:
     return ""
 
 
-def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, Any]] = ()) -> list[Section]:
-    """The PATE page: a table of students, ε against answers, accuracy against ε, and what ε means."""
+def pate_sections(
+    runs: Sequence[PateRun], *, published: Sequence[PublishedRow | Mapping[str, object]] = ()
+) -> list[Section]:
+    """The PATE page: a table of students, ε against answers, accuracy against ε, and what ε means.
+
+    Args:
+        runs: the students.
+        published: numbers the papers report, as :class:`PublishedRow` values or mappings of its fields.
+
+    Raises:
+        ValueError, TypeError: a published row :meth:`PublishedRow.from_mapping` refuses.
+    """
     rows = pate_rows(runs)
+    papers = _published_rows(published)
     table = Table(
         columns=[
             "student",
@@ -298,27 +410,25 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
         ],
         rows=[
             [
-                r["label"],
+                r.label,
                 # Teachers' accuracy is private since records keep it under private/ (older ones show it).
-                f"{r['teachers']}"
-                + ("" if r["teacher_accuracy_mean"] is None else f" ({_pct(r['teacher_accuracy_mean'])})"),
-                f"{r['answered']} / {r['queries']}",
-                _pct(r["answer_accuracy"]),
+                f"{r.teachers}" + ("" if r.teacher_accuracy_mean is None else f" ({_pct(r.teacher_accuracy_mean)})"),
+                f"{r.answered} / {r.queries}",
+                _pct(r.answer_accuracy),
                 (
-                    f"{_eps(r['epsilon_data_dependent_realised'])} "
-                    f"({_eps(r['epsilon_data_dependent_realised_improved'])})"
-                    if r["epsilon_data_dependent_realised"] is not None
+                    f"{_eps(r.epsilon_data_dependent_realised)} ({_eps(r.epsilon_data_dependent_realised_improved)})"
+                    if r.epsilon_data_dependent_realised is not None
                     else "kept private"
                 ),
-                _eps(r["epsilon_noisy_estimate"]) if r["sanitised"] else "not released",
-                _eps(r["epsilon_data_independent"]),
-                _pct(r["student_accuracy"]),
+                _eps(r.epsilon_noisy_estimate) if r.sanitised else "not released",
+                _eps(r.epsilon_data_independent),
+                _pct(r.student_accuracy),
             ]
             for r in rows
         ],
         caption=(
             "ε at δ = "
-            + ", ".join(sorted({f"{r['delta']:g}" for r in rows}))
+            + ", ".join(sorted({f"{r.delta:g}" for r in rows}))
             + " by the standard RDP conversion (the improved conversion in brackets). 'Realised': "
             "Confident-GNMax's GNMax step is charged to the queries it answered "
             "(not the expectation over the threshold step of the 2018 scripts). A "
@@ -335,16 +445,13 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
     statements = [
         Text(text=f"{pate_label(r.record)}: {r.record.claim.statement()}{_noise_note(r.record)}") for r in runs
     ]
-    accuracy = accuracy_epsilon_figure(rows, published=published)
+    accuracy = accuracy_epsilon_figure(rows, published=papers)
     blocks: list[Any] = [table, *statements]
-    if published:
+    if papers:
         blocks.append(
             Table(
                 columns=["published row", "answered", "ε", "accuracy", "source"],
-                rows=[
-                    [p["label"], _fmt(p.get("answered")), p["epsilon"], p["accuracy"], p.get("source", "")]
-                    for p in published
-                ],
+                rows=[[p.label, _fmt(p.answered), p.epsilon, p.accuracy, p.source] for p in papers],
                 caption="Numbers reported by the papers (recalled in docs/defenses/pate.md §2–§3).",
             )
         )
@@ -371,14 +478,11 @@ def pate_sections(runs: Sequence[PateRun], *, published: Sequence[Mapping[str, A
                     # The caption names only what is drawn: hollow markers only where published numbers were given.
                     caption="Student test accuracy against ε"
                     + (
-                        (
-                            "; filled: measured here"
-                            + ("; hollow: published (docs/defenses/pate.md)" if published else "")
-                        )
+                        ("; filled: measured here" + ("; hollow: published (docs/defenses/pate.md)" if papers else ""))
                         if accuracy
                         else ""
                     ),
-                    empty=accuracy_epsilon_sentence(rows, published),
+                    empty=accuracy_epsilon_sentence(rows, papers),
                 )
             ],
         ),

@@ -79,7 +79,7 @@ class _Answers(Protocol):
 
 
 class _Config(Protocol):
-    def to_dict(self) -> dict[str, Any]: ...
+    def to_dict(self) -> Mapping[str, object]: ...
 
 
 class AggregateFn(Protocol):
@@ -99,7 +99,7 @@ def _parameters(config: _Config) -> tuple[str, dict[str, float]]:
         )
     data = dict(to_dict())
     name = v.choice("aggregator", data.get("aggregator"), AGGREGATOR_NAMES)
-    params = {k: float(data[k]) for k in _PARAMETERS[name]}
+    params = {k: v.real(k, data.get(k)) for k in _PARAMETERS[name]}
     return name, params
 
 

@@ -38,6 +38,7 @@ from torch import nn
 
 from attacks.federated.similarity import RECOGNISABLE_SSIM, match_reconstructions
 from dpaudit import _validate as v
+from dpaudit.store import JsonObject
 
 __all__ = [
     "FirstLayerUpdate",
@@ -513,7 +514,7 @@ class UploadReconstruction:
         """How many different private inputs some recognisable reconstruction matches: the leak."""
         return int(np.unique(self.matched_ids[self.recognisable]).size)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         """JSON-ready scalars."""
         return {
             "reconstructions": int(self.best_ssim.size),

@@ -58,11 +58,12 @@ from defenses.dssgd.protocol import (
     run_local,
 )
 from defenses.dssgd.uploads import Upload
+from defenses.networks import build_network
 from defenses.pate.partition import partition_ids, teacher_of
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits
-from dpaudit.models import build_model, input_statistics
+from dpaudit.models import input_statistics
 from dpaudit.parts import Artefact, PlotStyle
 from dpaudit.privacy.claims import NonPrivateClaim, PrivacyClaim
 from dpaudit.progress import Progress
@@ -162,12 +163,12 @@ def dssgd_claim(config: DSSGDConfig, *, num_parameters: int) -> PrivacyClaim:
     )
 
 
-def num_parameters(model_name: str, *, bundle: DatasetBundle, model_options: Mapping[str, Any]) -> int:
+def num_parameters(model_name: str, *, bundle: DatasetBundle, model_options: Mapping[str, object]) -> int:
     """|w|, the parameters every network of the federation has (public: the architecture's), without the data's
     statistics."""
     with torch.random.fork_rng(devices=[]):  # the global RNG stays untouched
-        model = build_model(
-            model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **dict(model_options)
+        model = build_network(
+            model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, options=model_options
         )
     return int(flatten_parameters(model).numel())
 
@@ -232,8 +233,11 @@ def _baselines(
     epochs = config.rounds * config.local_epochs
 
     def fresh() -> nn.Module:
-        model = build_model(
-            setup.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **setup.model_options
+        model = build_network(
+            setup.model_name,
+            input_shape=bundle.input_shape,
+            num_classes=bundle.num_classes,
+            options=setup.model_options,
         ).to(device)
         assign_parameters(model, setup.initial)
         return model
@@ -309,8 +313,8 @@ def federation_setup(request: TrainRequest[DSSGDConfig], /, *, data_root: str | 
     partitions = partition_ids(members, num_teachers=config.participants, seed=derive_seed(seed, "dssgd", "partition"))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "init"))  # inside fork_rng: global state restored after
-        model = build_model(
-            request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options
+        model = build_network(
+            request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, options=model_options
         )
     initial = flatten_parameters(model)
     config = plan_dssgd(
@@ -408,8 +412,8 @@ def train_dssgd(
     if progress:
         _announce_budget(plan, num_parameters=int(initial.numel()))
     with torch.random.fork_rng(devices=[]):  # the global RNG stays untouched, as before the split
-        model = build_model(
-            request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **model_options
+        model = build_network(
+            request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, options=model_options
         )
     observed: list[Upload] = []
     outcome = _run(setup, config, bundle=bundle, workspace=workspace, progress=progress, observed=observed)
@@ -493,8 +497,8 @@ def standardization_source(config: DSSGDConfig, *, bundle: DatasetBundle, splits
 
 
 def _network_options(
-    requested: Mapping[str, Any], config: DSSGDConfig, *, bundle: DatasetBundle, splits: Splits
-) -> dict[str, Any]:
+    requested: Mapping[str, object], config: DSSGDConfig, *, bundle: DatasetBundle, splits: Splits
+) -> dict[str, object]:
     """The options every network of the federation is built with: the requested ones, plus the
     input standardisation when ``config.standardize`` asks for it and the caller gave none.
 
@@ -513,7 +517,7 @@ def _check_budget(
     bundle: DatasetBundle,
     splits: Splits,
     model_name: str,
-    model_options: dict[str, Any],
+    model_options: Mapping[str, object],
     **_: Any,
 ) -> None:
     """Refuses, before anything is written, a DP run that ``--standardize`` would standardise by

@@ -75,6 +75,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from dpaudit.specs import spec_from_dict
 from dpaudit.train_request import TrainRequest
 
 from .config import DSSGDConfig
@@ -106,14 +107,15 @@ def dssgd_config(run_config: RunConfig) -> DSSGDConfig:
     Raises:
         ValueError: a value out of range (named as the option).
     """
-    kwargs: dict[str, Any] = {}
+    given: dict[str, object] = {}
     for field in dataclasses.fields(DSSGDConfig):
         key = field.name.replace("_", "-")
         if key in run_config:
-            kwargs[field.name] = run_config[key]
-    if not kwargs.get("dp_epsilon"):
-        kwargs["dp_epsilon"] = None  # TOML has no null: 0 stands for "not private"
-    return DSSGDConfig(**kwargs)
+            given[field.name] = run_config[key]
+    if not given.get("dp_epsilon"):
+        given["dp_epsilon"] = None  # TOML has no null: 0 stands for "not private"
+    # Read by the fields' types (the codec of every stored value), then checked by the config itself.
+    return spec_from_dict(DSSGDConfig, given)
 
 
 def setup_from_run_config(run_config: RunConfig) -> FederationSetup:

@@ -52,7 +52,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -66,12 +66,16 @@ from .protocol import (
     FederationSetup,
     ParameterServer,
     Participant,
+    ReplyValue,
     build_participant,
     query_reply,
     schedule_order,
     turn_reply,
 )
 from .uploads import Upload
+
+if TYPE_CHECKING:  # Flower is an optional dependency, imported where a federation runs
+    from flwr.app import ConfigRecordValues
 
 __all__ = ["run_flower", "client_app", "server_app", "read_outcome", "DEFAULT_TURN_TIMEOUT", "DEFAULT_NODE_TIMEOUT"]
 
@@ -123,7 +127,7 @@ def _bundle(setup: FederationSetup) -> Any:
     return load_bundle(setup.dataset, setup.data_root)
 
 
-def _arrays(**tensors: torch.Tensor | np.ndarray) -> Any:
+def _arrays(**tensors: ReplyValue | np.ndarray) -> Any:
     from flwr.app import Array, ArrayRecord
 
     out = {}
@@ -133,16 +137,25 @@ def _arrays(**tensors: torch.Tensor | np.ndarray) -> Any:
     return ArrayRecord(array_dict=out)
 
 
-def _record_dict(content: Mapping[str, Mapping[str, Any]]) -> Any:
+def _config_record(fields: Mapping[str, ReplyValue]) -> Any:
+    """A ConfigRecord of a reply's ``config`` record: who sent it, the round, counts, a loss, a message."""
+    from flwr.app import ConfigRecord
+
+    scalars: dict[str, ConfigRecordValues] = {}
+    for name, value in fields.items():
+        if isinstance(value, torch.Tensor):  # a tensor travels in an ArrayRecord: a bug of the reply's builder
+            raise TypeError(f"a reply's config record holds scalars, got a tensor for {name!r}")
+        scalars[name] = value
+    return ConfigRecord(scalars)
+
+
+def _record_dict(content: Mapping[str, Mapping[str, ReplyValue]]) -> Any:
     """A Flower RecordDict of a reply built by :func:`turn_reply` / :func:`query_reply`:
     ``config`` as a ConfigRecord, every other record as an ArrayRecord of its tensors."""
-    from flwr.app import ConfigRecord, RecordDict
+    from flwr.app import RecordDict
 
     return RecordDict(
-        {
-            name: ConfigRecord(dict(fields)) if name == "config" else _arrays(**fields)
-            for name, fields in content.items()
-        }
+        {name: _config_record(fields) if name == "config" else _arrays(**fields) for name, fields in content.items()}
     )
 
 
@@ -280,10 +293,14 @@ class _ServerRun:
         self.started = time.monotonic()
         with (result_dir / "progress.jsonl").open("a") as self.progress:
             times = self._federate_async() if self.schedule == "async" else self._federate_in_turns()
-        arrays: dict[str, Any] = {"parameters": self.server.parameters.numpy(), "stat": self.server.stat.numpy()}
+        arrays: dict[str, np.ndarray] = {
+            "parameters": self.server.parameters.numpy(),
+            "stat": self.server.stat.numpy(),
+        }
         for i, local in sorted(self.finals.items()):
             arrays[f"local_{i}"] = local.numpy()
-        np.savez(result_dir / "outcome.npz", **arrays)
+        # numpy's stub lets a ** mapping bind its allow_pickle: bool (a 2.x parameter); every value here is an array.
+        np.savez(result_dir / "outcome.npz", **arrays)  # type: ignore[arg-type]
         meta = {
             "uploads_applied": self.server.uploads_applied,
             "seconds_per_round": times,
@@ -575,16 +592,6 @@ def run_flower(
     # core instead made 1 worker up to 45x slower per round on 2 busy cores (OpenMP threads
     # waiting on a core another process holds), which measured the threads, not the workers.
     cpus_per_client = 1
-    backend_config: dict[str, Any] = {
-        "client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
-        "init_args": {
-            "num_cpus": cpus_per_client * workers,
-            "include_dashboard": False,
-            "logging_level": logging.ERROR,
-            "log_to_driver": progress,
-            "configure_logging": True,
-        },
-    }
     with tempfile.TemporaryDirectory(prefix="dssgd-flower-") as tmp:
         run_config: RunConfig = {
             "rounds": rounds,
@@ -604,7 +611,16 @@ def run_flower(
                 client_app=client_app(setup),
                 num_supernodes=setup.num_participants,
                 backend_name="ray",
-                backend_config=backend_config,
+                backend_config={
+                    "client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
+                    "init_args": {
+                        "num_cpus": cpus_per_client * workers,
+                        "include_dashboard": False,
+                        "logging_level": logging.ERROR,
+                        "log_to_driver": progress,
+                        "configure_logging": True,
+                    },
+                },
             )
         finally:
             flwr_logger.setLevel(level)

@@ -23,8 +23,8 @@ from torch import nn
 from defenses._common import build_record, config_dict, evaluation_bundle, model_id_for
 from defenses.dssgd.config import DSSGDConfig
 from defenses.dssgd.protocol import FederationOutcome, FederationSetup, assign_parameters
+from defenses.networks import build_network
 from dpaudit.data import Splits
-from dpaudit.models import build_model
 from dpaudit.privacy.claims import NonPrivateClaim
 from dpaudit.seeding import derive_seed
 from dpaudit.train_request import TrainRequest
@@ -63,8 +63,11 @@ def local_models(
     for i, flat in enumerate(outcome.local_parameters):
         if flat is None:  # kept by the participant (DP upload) or gone (a real federation)
             continue
-        local = build_model(
-            request.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **setup.model_options
+        local = build_network(
+            request.model_name,
+            input_shape=bundle.input_shape,
+            num_classes=bundle.num_classes,
+            options=setup.model_options,
         ).to(device)
         assign_parameters(local, flat)
         local.eval()

@@ -25,7 +25,7 @@ same arithmetic and differ only in who calls whom. Parameters travel as one flat
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -418,7 +418,7 @@ class FederationSetup:
     data_root: str | None
     partitions: tuple[np.ndarray, ...]
     model_name: str
-    model_options: dict[str, Any]
+    model_options: Mapping[str, object]
     rule: UploadRule
     training: LocalTraining
     seed: int
@@ -438,14 +438,14 @@ def build_participant(setup: FederationSetup, index: int, *, bundle: Any = None)
         index: which participant.
         bundle: the loaded dataset when the caller has it (else loaded by name).
     """
+    from defenses.networks import build_network
     from dpaudit.data import load_dataset
-    from dpaudit.models import build_model
 
     if bundle is None:
         bundle = load_dataset(setup.dataset, data_root=setup.data_root)
     part = bundle.all().subset(setup.partitions[index])
-    model = build_model(
-        setup.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, **setup.model_options
+    model = build_network(
+        setup.model_name, input_shape=bundle.input_shape, num_classes=bundle.num_classes, options=setup.model_options
     )
     model.to(setup.device)
     assign_parameters(model, setup.initial)

@@ -43,6 +43,7 @@ from dpaudit import _validate as v
 from dpaudit.privacy.pate.votes import check_votes
 from dpaudit.seeding import numpy_rng
 from dpaudit.specs import PlainSpec
+from dpaudit.store import JsonObject
 
 __all__ = [
     "AGGREGATORS",
@@ -262,7 +263,7 @@ class Aggregation:
 
     Attributes:
         aggregator: the aggregator's name (a key of :data:`AGGREGATORS`).
-        config: the aggregator's parameters (``config.to_dict()``), JSON-able.
+        config: the aggregator's configuration (its parameters; ``to_dict`` writes ``config.to_dict()``).
         seed: the root seed the noise streams were derived from; ``None`` when the noise came
             from the operating system's entropy (the only private case).
         votes: int64 ``(queries, classes)``, the vote matrix aggregated.
@@ -275,7 +276,7 @@ class Aggregation:
     """
 
     aggregator: str
-    config: dict[str, Any]
+    config: AggregatorConfig
     seed: int | None
     votes: np.ndarray
     labels: np.ndarray
@@ -312,7 +313,7 @@ class Aggregation:
         """Queries answered (not ⊥)."""
         return int(np.count_nonzero(self.answered))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """JSON-able summary: aggregator, parameters, seed (``None``: entropy), noise source, counts and the released
         labels.
 
@@ -320,7 +321,7 @@ class Aggregation:
         """
         return {
             "aggregator": self.aggregator,
-            "config": dict(self.config),
+            "config": self.config.to_dict(),
             "seed": self.seed,
             "noise_source": self.noise_source,
             "num_queries": self.num_queries,
@@ -436,7 +437,7 @@ def aggregate(votes: Any, config: AggregatorConfig, *, seed: int | None) -> Aggr
     labels = np.where(answered, _noisy_argmax(arr, noise), NOT_ANSWERED).astype(np.int64)
     return Aggregation(
         aggregator=config.name,
-        config=config.to_dict(),
+        config=config,
         seed=seed,
         votes=arr,
         labels=_readonly(labels),

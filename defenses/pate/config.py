@@ -270,8 +270,8 @@ class PATEConfig:
             )
         if self.resolved():
             self.aggregator_config()  # refuses a bad sigma / threshold / scale now, naming it
-        NonPrivateConfig(**{**self._teacher_fields(), "epochs": self.epochs or DEFAULT_TEACHER_EPOCHS})
-        student = StudentConfig(**self._student_fields())
+        self._teacher_sgd(self.epochs or DEFAULT_TEACHER_EPOCHS)  # refuses a bad batch size, rate, … now, naming it
+        student = self.student_config()
         # A default is stored as the value it stands for, so the record (and its id) says how the
         # student was trained even if the trainer's defaults change later.
         for name, source in self._STUDENT_FIELDS.items():
@@ -330,18 +330,27 @@ class PATEConfig:
             )
         return aggregator_config(self.aggregator, **{f: getattr(self, f) for f in _AGGREGATOR_FIELDS[self.aggregator]})
 
-    def _teacher_fields(self) -> dict[str, Any]:
-        return {
-            "epochs": self.epochs,
-            "batch_size": self.batch_size,
-            "learning_rate": self.learning_rate,
-            "momentum": self.momentum,
-            "weight_decay": self.weight_decay,
-        }
+    def _teacher_sgd(self, epochs: int) -> NonPrivateConfig:
+        return NonPrivateConfig(
+            epochs=epochs,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            momentum=self.momentum,
+            weight_decay=self.weight_decay,
+        )
 
     def teacher_config(self) -> NonPrivateConfig:
-        """Every teacher's SGD (the non-private baseline's loop)."""
-        return NonPrivateConfig(**self._teacher_fields())
+        """Every teacher's SGD (the non-private baseline's loop).
+
+        Raises:
+            ValueError: ``epochs`` is unset (derived from the partition size: resolve the config with
+                :func:`~defenses.pate.plan.plan_pate` first).
+        """
+        if self.epochs is None:
+            raise v.invalid(
+                "epochs", "epochs is derived from the partition size: resolve the config with plan_pate first"
+            )
+        return self._teacher_sgd(self.epochs)
 
     #: PATEConfig field → :class:`StudentConfig` field.
     _STUDENT_FIELDS: ClassVar[dict[str, str]] = {
@@ -353,10 +362,15 @@ class PATEConfig:
         "pseudo_label_confidence": "confidence",
     }
 
-    def _student_fields(self) -> dict[str, Any]:
-        given = {source: getattr(self, name) for name, source in self._STUDENT_FIELDS.items()}
-        return {"semi_supervised": self.semi_supervised, **{k: x for k, x in given.items() if x is not None}}
-
     def student_config(self) -> StudentConfig:
-        """The student's training."""
-        return StudentConfig(**self._student_fields())
+        """The student's training (a field left ``None`` takes :class:`StudentConfig`'s default)."""
+        default = StudentConfig(semi_supervised=self.semi_supervised)
+        return StudentConfig(
+            semi_supervised=self.semi_supervised,
+            epochs=default.epochs if self.student_epochs is None else self.student_epochs,
+            batch_size=default.batch_size if self.student_batch_size is None else self.student_batch_size,
+            learning_rate=default.learning_rate if self.student_learning_rate is None else self.student_learning_rate,
+            unlabeled_weight=default.unlabeled_weight if self.unlabeled_weight is None else self.unlabeled_weight,
+            unlabeled_ratio=default.unlabeled_ratio if self.unlabeled_ratio is None else self.unlabeled_ratio,
+            confidence=default.confidence if self.pseudo_label_confidence is None else self.pseudo_label_confidence,
+        )

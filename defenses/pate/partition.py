@@ -161,7 +161,7 @@ def teacher_membership(partitions: Sequence[Any]) -> dict[str, list[int]]:
     return {str(t): p.tolist() for t, p in enumerate(parts)}
 
 
-def partitions_from_membership(membership: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
+def partitions_from_membership(membership: Mapping[str, object]) -> tuple[np.ndarray, ...]:
     """The inverse of :func:`teacher_membership` (e.g. after reading it back from JSON).
 
     Args:

@@ -116,16 +116,17 @@ def _teachers_and_epochs(config: Any, *, members: int, notes: list[str]) -> tupl
 
 
 def _resolved_values(
-    config: Any, *, teachers: int, epochs: int, queries: Any, sigma: Any, notes: list[str]
-) -> dict[str, Any]:
-    """The config's fields as the run uses them; Confident-GNMax's threshold and its σ derived when unset (said in
-    ``notes``)."""
+    config: Any, *, teachers: int, epochs: int, queries: int, sigma: float | None, notes: list[str]
+) -> dict[str, float]:
+    """The numeric config fields the run sets, by name (for ``dataclasses.replace``); Confident-GNMax's threshold and
+    its σ derived when unset (said in ``notes``)."""
     n = teachers
-    values: dict[str, Any] = {"teachers": n, "epochs": epochs, "queries": queries}
+    values: dict[str, float] = {"teachers": n, "epochs": epochs, "queries": queries}
     if config.aggregator != "lnmax":
+        assert sigma is not None  # set or derived above for every aggregator with a GNMax step
         values["sigma"] = float(sigma)
     if config.aggregator == "confident-gnmax":
-        s1 = config.threshold_sigma if config.threshold_sigma is not None else THRESHOLD_SIGMA_RATIO * float(sigma)
+        s1 = config.threshold_sigma if config.threshold_sigma is not None else THRESHOLD_SIGMA_RATIO * values["sigma"]
         t = config.threshold if config.threshold is not None else THRESHOLD_FRACTION * n
         if config.threshold_sigma is None or config.threshold is None:
             notes.append(

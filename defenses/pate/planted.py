@@ -79,7 +79,7 @@ def aggregate_noise_scale_too_small(
     else:
         raise v.invalid_type("config", f"config must be an aggregator config, got {type(config).__name__}")
     # The bug: the output says it used the documented scale.
-    return dataclasses.replace(aggregate(votes, scaled, seed=seed), config=config.to_dict())
+    return dataclasses.replace(aggregate(votes, scaled, seed=seed), config=config)
 
 
 def aggregate_threshold_without_noise(votes: Any, config: AggregatorConfig, *, seed: int) -> Aggregation:

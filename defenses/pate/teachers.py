@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from defenses._common import evaluation_bundle
+from defenses.networks import build_network
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from defenses.pate.aggregators import vote_histogram
 from defenses.pate.partition import partition_ids, teacher_membership
@@ -48,7 +49,6 @@ from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle, Splits, load_dataset, sorted_id_set
 from dpaudit.executors.jobs import Executor
 from dpaudit.model_cache import ModelJob, ensure_models, pack_model
-from dpaudit.models import build_model
 from dpaudit.progress import Progress
 from dpaudit.results.record import Membership, TrainedModel, make_model_id
 from dpaudit.seeding import derive_seed
@@ -112,7 +112,7 @@ class TeacherSpec(PlainSpec):
 
     dataset: str
     model_name: str
-    model_options: Mapping[str, Any] = spec_field(default_factory=dict, as_given=True)
+    model_options: Mapping[str, object] = spec_field(default_factory=dict, as_given=True)
     input_shape: tuple[int, ...]
     num_classes: int
     training: NonPrivateConfig
@@ -176,8 +176,8 @@ class TeacherSpec(PlainSpec):
 
     def build(self) -> nn.Module:
         """A freshly initialised module of the teacher's architecture."""
-        return build_model(
-            self.model_name, input_shape=self.input_shape, num_classes=self.num_classes, **dict(self.model_options)
+        return build_network(
+            self.model_name, input_shape=self.input_shape, num_classes=self.num_classes, options=self.model_options
         )
 
 
@@ -322,7 +322,9 @@ def teacher_identity(record: TrainedModel) -> tuple[str, str] | None:
     return spec.teacher_id, spec.teacher_id
 
 
-def train_teacher_job(*, spec: Mapping[str, Any], data_root: str | None = None, device: str = "cpu") -> dict[str, Any]:
+def train_teacher_job(
+    *, spec: Mapping[str, object], data_root: str | None = None, device: str = "cpu"
+) -> Mapping[str, object]:
     """Executor job: trains the teacher described by ``spec`` (a :meth:`TeacherSpec.to_dict`).
 
     Returns plain data (:func:`dpaudit.model_cache.pack_model`), so the job also runs on Ray

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from dpaudit import _validate as v
 from dpaudit.privacy.claims import CLAIM_KINDS, PrivacyClaim
@@ -321,9 +321,25 @@ def dssgd_svt_claim(
     )
 
 
+def _number(config: Mapping[str, object], key: str) -> float | None:
+    """``config[key]`` as stored (an int stays an int), ``None`` when unset; a ValueError naming it if not a number."""
+    value = config.get(key)
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    raise ValueError(f"config {key}={format_number(value)} is not a number")
+
+
+def _count(config: Mapping[str, object], key: str) -> int | None:
+    """``config[key]``, ``None`` when unset; a ValueError naming it when it is not an integer."""
+    value = config.get(key)
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise ValueError(f"config {key}={format_number(value)} is not an integer")
+
+
 @register_claim_rebuilder("dssgd-svt")
 def _dssgd(
-    stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int
+    stored: PrivacyClaim, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int
 ) -> RebuiltClaim:
     """DSSGD's DP upload: the sparse-vector parameters from the config, c and |Δw| from the run.
 
@@ -332,12 +348,12 @@ def _dssgd(
     used, so the claim can never spend more than the budget.
     """
     eps = required("config", config, "dp_epsilon")
-    target = config.get("target_epsilon")
+    target = _number(config, "target_epsilon")
     if eps is None and target is None:
         raise ValueError("config dp_epsilon=None states no DP upload, but the claim is of kind 'dssgd-svt'")
     num_parameters = required("metrics", metrics, "num_parameters")
     c = required("metrics", metrics, "uploads_per_turn")
-    rounds = config.get("rounds")
+    rounds = _count(config, "rounds")
     sources = {"epsilon_per_parameter": "config dp_epsilon", "num_rounds": "config rounds"}
     if target is not None:
         agree(

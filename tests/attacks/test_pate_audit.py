@@ -154,7 +154,7 @@ def test_bad_arguments_are_refused() -> None:
 def test_planted_aggregators_claim_the_documented_noise() -> None:
     votes = np.tile([126, 124] + [0] * 8, (20_000, 1))
     small = aggregate_noise_scale_too_small(votes, GNMaxConfig(sigma=40.0), seed=0)
-    assert small.config == {"aggregator": "gnmax", "sigma": 40.0}  # what it says
+    assert small.config == GNMaxConfig(sigma=40.0)  # what it says
     assert float(np.std(small.noise)) == pytest.approx(4.0, rel=0.02)  # what it does
     cg = aggregate_threshold_without_noise(votes, CONFIGS["confident-gnmax-T200"], seed=0)
     assert cg.threshold_noise is not None and not cg.threshold_noise.any()

@@ -177,7 +177,7 @@ def test_aggregation_is_recheckable_from_its_draws():
     rng = np.random.default_rng(1)
     votes = vote_histogram(rng.integers(0, 10, size=(250, 300)) * (rng.random((250, 300)) < 0.5), num_classes=10)
     for name, agg in _all(votes, seed=3).items():
-        assert agg.aggregator == name and agg.config["aggregator"] == name
+        assert agg.aggregator == name and agg.config.name == name
         assert agg.labels.dtype == np.int64 and agg.labels.shape == (300,)
         assert agg.noise.shape == votes.shape
         np.testing.assert_array_equal(agg.votes, votes)

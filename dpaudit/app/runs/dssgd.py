@@ -28,7 +28,7 @@ import numpy as np
 from dpaudit import _validate as v
 from dpaudit.results import MembershipResult
 from dpaudit.results.membership import tpr_unresolved
-from dpaudit.store import RunDir
+from dpaudit.store import JsonObject, RunDir
 
 __all__ = ["UPLOAD_ATTACK", "UploadAttackSummary", "LeakageRow", "attack_uploads", "turn_leakage", "audit_upload"]
 
@@ -59,7 +59,7 @@ class UploadAttackSummary:
     membership: MembershipResult
     reconstructions: np.ndarray
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         """JSON-ready scalars."""
         return {
             "model_id": self.model_id,
@@ -284,7 +284,7 @@ class LeakageRow:
     membership_auc: float
     example_reconstruction: np.ndarray
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         """JSON-ready scalars."""
         return {
             k: getattr(self, k)

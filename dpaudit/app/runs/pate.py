@@ -28,7 +28,6 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -49,7 +48,7 @@ from dpaudit.results import MembershipResult, save_membership_result
 from dpaudit.results.audit import AuditResult
 from dpaudit.results.audit_details import PateAuditDetails
 from dpaudit.results.record import TrainedModel, load_record, resolve_record_dir
-from dpaudit.store import RunDir, read_json, thaw
+from dpaudit.store import JsonObject, RunDir, read_json, thaw
 
 __all__ = [
     "handles_record",
@@ -139,10 +138,10 @@ class VoteAnalysis:
     data_dependent: PateEpsilon | None
     release: SmoothSensitivityRelease | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The ``--json`` object: public values first, then the private analysis or the release."""
         ind = self.data_independent
-        out: dict[str, Any] = {
+        out: JsonObject = {
             "aggregator": self.aggregator,
             "num_queries": self.num_queries,
             "num_teachers": self.num_teachers,
@@ -154,7 +153,7 @@ class VoteAnalysis:
         if self.num_answered is not None:
             out["num_answered"] = self.num_answered
         if self.release is not None:
-            release = {f.name: getattr(self.release, f.name) for f in dataclasses.fields(self.release)}
+            release: JsonObject = {f.name: getattr(self.release, f.name) for f in dataclasses.fields(self.release)}
             return {
                 **out,
                 "data_dependent": True,
@@ -379,7 +378,7 @@ class AggregatorAudit:
             raise TypeError(f"the aggregator audit must return PateAuditDetails, got {type(details).__name__}")
         return details
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The ``--json`` object: the aggregator, its parameters, the bug, the trials, then the result."""
         spec = self.spec
         return {
@@ -518,7 +517,7 @@ def attack_aggregator(
             model = load_model(tdir, device=dev)
             preds[t] = predict_logits(model, data.features, device=dev).argmax(1).numpy()
             bar.update(1)
-    meta: dict[str, Any] = {
+    meta: JsonObject = {
         "dataset": record.dataset,
         "defense": "pate",
         "fingerprints": {"weights_sha256": record.weights_sha256},

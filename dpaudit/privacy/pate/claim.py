@@ -199,7 +199,7 @@ def pate_claim(
     )
 
 
-def settings_used(config: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, Any]:
+def settings_used(config: Mapping[str, object], metrics: Mapping[str, object]) -> dict[str, object]:
     """The PATE settings a run used: its config, completed where a value was left unset.
 
     A PATE run derives what the user left unset (teachers, noise, threshold, queries, the
@@ -213,9 +213,19 @@ def settings_used(config: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict
     return used
 
 
+def _optional_number(config: Mapping[str, object], key: str) -> float | None:
+    """``config[key]`` as a float, ``None`` when unset; a ValueError naming the key when it is not a number."""
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"config {key}={format_number(value)} is not a number")
+    return float(value)
+
+
 @register_claim_rebuilder("pate")
 def _pate(
-    stored: PrivacyClaim, config: Mapping[str, Any], metrics: Mapping[str, Any], num_members: int
+    stored: PrivacyClaim, config: Mapping[str, object], metrics: Mapping[str, object], num_members: int
 ) -> RebuiltClaim:
     """PATE: everything but the data-dependent curve from the config; the curve's ε against the run's."""
     assert isinstance(stored, PATEClaim)
@@ -242,8 +252,11 @@ def _pate(
     parameters = {k: float(used(k)) for k in _PATE_PARAMETERS[aggregator]}
     queries = used("queries")
     agree("metrics num_queries", required("metrics", metrics, "num_queries"), "config queries", queries)
-    beta, sigma_ss = config.get("smooth_sensitivity_beta"), config.get("smooth_sensitivity_sigma")
-    smooth = None if beta is None or sigma_ss is None else {"beta": float(beta), "sigma_ss": float(sigma_ss)}
+    beta, sigma_ss = (
+        _optional_number(config, "smooth_sensitivity_beta"),
+        _optional_number(config, "smooth_sensitivity_sigma"),
+    )
+    smooth = None if beta is None or sigma_ss is None else {"beta": beta, "sigma_ss": sigma_ss}
     analysis = used("analysis")
     claim = PATEClaim(
         aggregator=aggregator,
@@ -273,7 +286,7 @@ def _pate(
         f"metrics {measured}",
         required("metrics", metrics, measured),
     )
-    target = config.get("target_epsilon")
+    target = _optional_number(config, "target_epsilon")
     if target is not None:
         # A budget run is planned by the data-independent bound with every query charged: the
         # parameters it used must meet the target whatever the votes were.
@@ -285,10 +298,10 @@ def _pate(
             threshold_sigma=parameters.get("threshold_sigma"),
             delta=delta,
         )
-        if worst > float(target) * (1 + RELATIVE_TOLERANCE):
+        if worst > target * (1 + RELATIVE_TOLERANCE):
             raise ValueError(
                 f"metrics parameters spend epsilon={format_number(worst)} over {queries} "
-                f"queries, above config target_epsilon={format_number(float(target))}"
+                f"queries, above config target_epsilon={format_number(target)}"
             )
     sources.update(
         num_queries=sources.pop("queries"),
