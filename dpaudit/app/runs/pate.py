@@ -378,7 +378,7 @@ class AggregatorAudit:
             raise TypeError(f"the aggregator audit must return PateAuditDetails, got {type(details).__name__}")
         return details
 
-    def to_dict(self) -> JsonObject:
+    def to_dict(self) -> dict[str, object]:
         """The ``--json`` object: the aggregator, its parameters, the bug, the trials, then the result."""
         spec = self.spec
         return {
