@@ -89,7 +89,7 @@ class TrainSpec:
     model: str
     config: Any = None
     dataset: str = "digits"
-    model_options: Mapping[str, Any] = field(default_factory=dict)
+    model_options: Mapping[str, object] = field(default_factory=dict)
     seed: int = 0
     split_seed: int | None = None
     member_fraction: float = 0.5
@@ -255,7 +255,7 @@ def _spec_of(config: Any) -> Any:
 
 
 def _refuse_unmeetable_budget(
-    config: Any, *, bundle: Any, splits: Any, model_name: str, model_options: dict[str, Any]
+    config: Any, *, bundle: Any, splits: Any, model_name: str, model_options: Mapping[str, object]
 ) -> None:
     """A run whose privacy budget cannot be met (DP-SGD's, PATE's, DSSGD's) is refused before anything is written.
 
@@ -328,7 +328,7 @@ def resolve_defaults(
     *,
     num_members: int,
     model_name: str | None = None,
-    model_options: dict[str, Any] | None = None,
+    model_options: Mapping[str, object] | None = None,
     bundle: Any = None,
 ) -> tuple[Any, str | None]:
     """A DP-SGD-style config (DP-SGD's, Secure-SGD's) with its unset training defaults derived.
