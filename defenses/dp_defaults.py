@@ -257,7 +257,7 @@ def resolve_dp_config(
     n = v.integer("num_members", num_members, minimum=1)
     target: float | None = getattr(config, "target_epsilon", None)
     defaults = derive_dp_training(num_members=n, target_epsilon=target, delta=float(getattr(config, "delta", 1e-5)))
-    fills: dict[str, Any] = {}
+    fills: dict[str, int | float] = {}
     if getattr(config, "lot_size", None) is None and getattr(config, "sampling_rate", None) is None:
         fills["lot_size"] = defaults.lot_size
     if getattr(config, "clip_norm", None) is None:

@@ -74,8 +74,8 @@ class ModelJob:
     """
 
     key: str
-    fn: Callable[..., Mapping[str, Any]]
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    fn: Callable[..., Mapping[str, object]]
+    kwargs: Mapping[str, object] = field(default_factory=dict)
     build: Callable[[], nn.Module]
     external_builder: str | None = None
 

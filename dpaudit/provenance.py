@@ -12,7 +12,6 @@ import platform
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 __all__ = ["provenance", "package_versions", "git_revision"]
 
@@ -50,7 +49,7 @@ def git_revision() -> str:
         return "unknown"
 
 
-def provenance(**extra: Any) -> dict[str, Any]:
+def provenance(**extra: object) -> dict[str, object]:
     """A provenance block: versions, git revision, UTC time, Python and platform, plus ``extra``."""
     return {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

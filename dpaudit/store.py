@@ -49,6 +49,7 @@ __all__ = [
     "thaw",
     "JsonValue",
     "JsonObject",
+    "FrozenJson",
 ]
 
 # What a stored JSON document holds, as a type: mypy then makes a reader narrow what it takes out of
@@ -57,6 +58,9 @@ __all__ = [
 # codec's own input and output, and free-form maps such as a spec's user-given options.
 JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
 JsonObject = dict[str, JsonValue]
+# The same data after :func:`freeze`, as immutable values hold it (a parameter map kept by a result):
+# objects read-only mappings, arrays tuples.
+FrozenJson = str | int | float | bool | None | tuple["FrozenJson", ...] | Mapping[str, "FrozenJson"]
 
 SCHEMA_VERSION = 1
 _SUBDIRS = ("records", "attacks", "audits", "certify", "compare", "reports")
@@ -413,7 +417,7 @@ class RunDir:
 
 
 def save_result_files(
-    directory: str | os.PathLike[str], stem: str, *, arrays: dict[str, np.ndarray], meta: dict[str, Any]
+    directory: str | os.PathLike[str], stem: str, *, arrays: dict[str, np.ndarray], meta: Mapping[str, object]
 ) -> Path:
     """Writes ``STEM.npz`` (the arrays) then ``STEM.json`` (the rest), both atomically.
 
@@ -428,7 +432,7 @@ def save_result_files(
     return atomic_write_json(directory / f"{stem}.json", {**meta, "arrays": f"{stem}.npz"})
 
 
-def load_result_files(path: str | os.PathLike[str], array_names: tuple[str, ...]) -> dict[str, Any]:
+def load_result_files(path: str | os.PathLike[str], array_names: tuple[str, ...]) -> dict[str, object]:
     """Reads what :func:`save_result_files` wrote: the JSON fields merged with the named arrays.
 
     Raises:

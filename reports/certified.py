@@ -42,6 +42,7 @@ from dpaudit.results.certify_summary import (
 )
 from dpaudit.results.verdicts import Verdict, certified_verdict
 from dpaudit.store import RunDir, atomic_write_text, read_json
+from reports.certified_rows import CertifiedRow, RobustRow
 from reports.figures import Looks, colour, legend_outside, new_axes, setting_looks
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import Shown, fmt_percent, fmt_upper_bound, rate_cell, rate_lb_cell, rate_ub_cell
@@ -51,6 +52,8 @@ from reports.verdict_box import verdict_section, with_status
 __all__ = [
     "CertifiedRun",
     "AccuracyEpsilonRow",
+    "CertifiedRow",
+    "RobustRow",
     "load_certified_runs",
     "certified_figure",
     "comparison_figure",
@@ -348,49 +351,50 @@ def accuracy_epsilon_figure(rows: Sequence[AccuracyEpsilonRow], *, ax: Axes | No
     return fig
 
 
-def certified_rows(runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
+def certified_rows(runs: Sequence[CertifiedRun]) -> list[CertifiedRow]:
     """Long table: defense, model, certificate, radius, certified accuracy, conventional accuracy of the same
     classifier, its prediction rule."""
     return [
-        {
-            "defense": run.summary.defense,
-            "model_id": run.summary.model_id,
-            "certificate": name,
-            "norm": cert.norm,
-            "radius": float(radius),
-            "certified_accuracy": float(acc),
-            "conventional_accuracy": float(cert.conventional_accuracy),
-            "prediction_rule": run.prediction_rule(name),
-        }
+        CertifiedRow(
+            defense=run.summary.defense,
+            model_id=run.summary.model_id,
+            certificate=name,
+            norm=cert.norm,
+            radius=float(radius),
+            certified_accuracy=float(acc),
+            conventional_accuracy=float(cert.conventional_accuracy),
+            prediction_rule=run.prediction_rule(name),
+        )
         for run in runs
         for name, cert in run.certificates.items()
         for radius, acc in zip(run.radii, cert.certified_accuracy(run.radii))
     ]
 
 
-def robust_rows(runs: Sequence[CertifiedRun]) -> list[dict[str, Any]]:
+def robust_rows(runs: Sequence[CertifiedRun]) -> list[RobustRow]:
     """Long table: defense, model, attack, radius, robust accuracy, clean accuracy."""
     return [
-        {
-            "defense": run.summary.defense,
-            "model_id": run.summary.model_id,
-            "attack": name,
-            "norm": res.norm,
-            "radius": float(radius),
-            "robust_accuracy": float(acc),
-            "clean_accuracy": float(res.clean_accuracy),
-        }
+        RobustRow(
+            defense=run.summary.defense,
+            model_id=run.summary.model_id,
+            attack=name,
+            norm=res.norm,
+            radius=float(radius),
+            robust_accuracy=float(acc),
+            clean_accuracy=float(res.clean_accuracy),
+        )
         for run in runs
         for name, res in run.attacks.items()
         for radius, acc in zip(res.radii, res.robust_accuracy)
     ]
 
 
-def _csv(rows: Sequence[Mapping[str, Any]]) -> str:
+def _csv(rows: Sequence[CertifiedRow | RobustRow | AccuracyEpsilonRow]) -> str:
+    """The rows as CSV, one column per field of their type (in field order)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer = csv.DictWriter(buf, fieldnames=[f.name for f in dataclasses.fields(rows[0])])
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(dataclasses.asdict(r) for r in rows)
     return buf.getvalue()
 
 
@@ -400,10 +404,10 @@ def write_certified_tables(
     """Writes the CSV tables that have rows (a table without rows is neither written nor listed); removes stale empty
     ones."""
     written = []
-    tables = (
+    tables: tuple[tuple[str, Sequence[CertifiedRow | RobustRow | AccuracyEpsilonRow]], ...] = (
         ("certified_accuracy.csv", certified_rows(runs)),
         ("robust_accuracy.csv", robust_rows(runs)),
-        ("accuracy_vs_epsilon.csv", [dataclasses.asdict(r) for r in eps_rows]),
+        ("accuracy_vs_epsilon.csv", eps_rows),
     )
     for name, rows in tables:
         path = directory / name

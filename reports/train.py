@@ -72,7 +72,7 @@ def _metric_cell(key: str, value: Any) -> Any:
     return Shown(float(value), fmt_number(float(value)))
 
 
-def metrics_table(metrics: Mapping[str, Any], *, skip: tuple[str, ...] = ()) -> Table:
+def metrics_table(metrics: Mapping[str, object], *, skip: tuple[str, ...] = ()) -> Table:
     """Every scalar metric the training stored (accuracies as percentages)."""
     rows = []
     for key, value in sorted(metrics.items()):
@@ -82,7 +82,7 @@ def metrics_table(metrics: Mapping[str, Any], *, skip: tuple[str, ...] = ()) -> 
     return Table(columns=["metric", "value"], rows=rows, caption="As stored by dpaudit train in the record's metrics.")
 
 
-def config_items(config: Mapping[str, Any]) -> Items:
+def config_items(config: Mapping[str, object]) -> Items:
     """The configuration as asked, one key per line (unset keys left out)."""
     items = [
         f"{k} = {fmt_number(v) if isinstance(v, float) else v}"

@@ -13,21 +13,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from dpaudit import _validate as v
 from dpaudit.results.certification_spec import CERTIFICATION_NORMS
+from dpaudit.specs import PlainSpec, spec_field, spec_from_dict
+from dpaudit.store import FrozenJson, load_result_files, safe_stem, save_result_files
 from dpaudit.store import freeze as _freeze
-from dpaudit.store import load_result_files, safe_stem, save_result_files
 from dpaudit.store import thaw as _thaw
 
 __all__ = [
     "CERTIFICATION_SCHEMA_VERSION",
     "CertificationResult",
+    "CertifiedFigures",
     "load_certification_result",
     "save_certification_result",
 ]
@@ -62,8 +64,30 @@ def _int_array(name: str, value: Any, *, ndim: int) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+@dataclass(frozen=True, kw_only=True)
+class CertifiedFigures(PlainSpec):
+    """What a certificate measured at the sizes asked (:meth:`CertificationResult.summary`).
+
+    Attributes:
+        method, norm: the certificate and the norm of its radii.
+        conventional_accuracy: accuracy of the certified classifier (abstentions are wrong).
+        certified_accuracy: size (formatted ``f"{s:g}"``) -> certified accuracy at that size.
+        num_points: test points certified; ``num_abstained`` of them abstained.
+        num_draws, confidence: the Monte Carlo draws and the confidence behind the certificates.
+    """
+
+    method: str
+    norm: str
+    conventional_accuracy: float
+    certified_accuracy: Mapping[str, float]
+    num_points: int
+    num_abstained: int
+    num_draws: int
+    confidence: float
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
-class CertificationResult:
+class CertificationResult(PlainSpec):
     """Certified radii of one certification method on one test set.
 
     Certified accuracy at size T is the fraction of test points predicted correctly *and*
@@ -80,7 +104,9 @@ class CertificationResult:
             must have 0).
         num_draws: Monte Carlo draws per test point behind the certificates.
         confidence: confidence of each certificate.
-        config: parameters (mechanism, σ, sensitivity, …), JSON-like.
+        config: parameters (mechanism, σ, sensitivity, …), JSON data kept read-only: which keys it
+            holds depends on the certificate and on the version that stored it, and a stored one
+            is reused only when every key a run asks for matches.
         schema_version: version of the stored format.
 
     Raises:
@@ -88,14 +114,26 @@ class CertificationResult:
         ValueError: shapes disagree or values are out of range.
     """
 
+    # certify-METHOD.json's key order (the arrays go to the NPZ beside it).
+    __spec_keys__: ClassVar[tuple[str, ...]] = (
+        "schema_version",
+        "method",
+        "norm",
+        *_ARRAYS,
+        "num_draws",
+        "confidence",
+        "config",
+    )
+
     method: str
     norm: str
     labels: np.ndarray
     predictions: np.ndarray
-    radii: np.ndarray
+    radii: np.ndarray = spec_field(dtype=np.float64)
     num_draws: int
     confidence: float
-    config: Mapping[str, Any] = field(default_factory=dict)
+    # Stored thawed (plain dicts and lists), as the frozen copy cannot be written as JSON.
+    config: Mapping[str, FrozenJson] = spec_field(default_factory=dict, encode=_thaw)
     schema_version: int = CERTIFICATION_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -169,37 +207,23 @@ class CertificationResult:
         correct = self.predictions == self.labels
         return np.mean(correct[None, :] & (self.radii[None, :] >= t[:, None]), axis=1)
 
-    def summary(self, sizes: Sequence[float] | np.ndarray) -> dict[str, Any]:
-        """The CLI's ``certify`` figures: ``{"conventional_accuracy", "certified_accuracy": {size: …}, …}``."""
+    def summary(self, sizes: Sequence[float] | np.ndarray) -> CertifiedFigures:
+        """The CLI's ``certify`` figures: conventional accuracy and certified accuracy at each of ``sizes``."""
         t = np.atleast_1d(_real_array("sizes", sizes))
         acc = self.certified_accuracy(t)
-        return {
-            "method": self.method,
-            "norm": self.norm,
-            "conventional_accuracy": self.conventional_accuracy,
-            "certified_accuracy": {f"{s:g}": float(a) for s, a in zip(t.tolist(), acc.tolist())},
-            "num_points": self.num_points,
-            "num_abstained": int(np.sum(self.predictions == -1)),
-            "num_draws": self.num_draws,
-            "confidence": self.confidence,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict (arrays as lists), readable by :meth:`from_dict`."""
-        return {
-            "schema_version": self.schema_version,
-            "method": self.method,
-            "norm": self.norm,
-            "labels": self.labels.tolist(),
-            "predictions": self.predictions.tolist(),
-            "radii": self.radii.tolist(),
-            "num_draws": self.num_draws,
-            "confidence": self.confidence,
-            "config": _thaw(self.config),
-        }
+        return CertifiedFigures(
+            method=self.method,
+            norm=self.norm,
+            conventional_accuracy=self.conventional_accuracy,
+            certified_accuracy={f"{s:g}": float(a) for s, a in zip(t.tolist(), acc.tolist())},
+            num_points=self.num_points,
+            num_abstained=int(np.sum(self.predictions == -1)),
+            num_draws=self.num_draws,
+            confidence=self.confidence,
+        )
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CertificationResult:
+    def from_dict(cls, data: Mapping[str, object]) -> CertificationResult:
         """Rebuilds a result written by :meth:`to_dict` (validated).
 
         Raises:
@@ -207,17 +231,8 @@ class CertificationResult:
             ValueError: a field is missing or the schema version is unknown.
         """
         v.mapping_with("data", data, ("method", "norm", *_ARRAYS, "num_draws", "confidence"))
-        return cls(
-            method=data["method"],
-            norm=data["norm"],
-            labels=np.asarray(data["labels"], dtype=np.int64),
-            predictions=np.asarray(data["predictions"], dtype=np.int64),
-            radii=np.asarray(data["radii"], dtype=np.float64),
-            num_draws=data["num_draws"],
-            confidence=data["confidence"],
-            config=data.get("config", {}),
-            schema_version=data.get("schema_version", CERTIFICATION_SCHEMA_VERSION),
-        )
+        # The JSON names its NPZ beside it; that is the file's business, not the value's.
+        return spec_from_dict(cls, {k: x for k, x in data.items() if k != "arrays"})
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CertificationResult):

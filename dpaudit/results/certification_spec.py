@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from dpaudit import _validate as v
 from dpaudit.specs import PlainSpec, spec_from_dict
@@ -105,7 +105,7 @@ class CertificationSpec(PlainSpec):
 
     # Wider than PlainSpec's: a record's certification may be of either kind, read by its "kind".
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CertificationSpec | SmoothingCertificationSpec:  # type: ignore[override]
+    def from_dict(cls, data: Mapping[str, object]) -> CertificationSpec | SmoothingCertificationSpec:  # type: ignore[override]
         """Inverse of :meth:`to_dict` for every kind of certification spec a record may store.
 
         Every reader of ``config["certification"]`` (record validation, ``train``, ``certify``)
@@ -178,7 +178,7 @@ class SmoothingCertificationSpec(PlainSpec):
         )
 
 
-def certification_spec_from_dict(data: Mapping[str, Any]) -> CertificationSpec | SmoothingCertificationSpec:
+def certification_spec_from_dict(data: object) -> CertificationSpec | SmoothingCertificationSpec:
     """Reads a stored certification spec by its ``kind`` (none: a noise layer's, as older records store it).
 
     Raises:

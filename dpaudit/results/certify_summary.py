@@ -12,13 +12,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from dpaudit import _validate as v
 from dpaudit.results.certification_spec import CERTIFICATION_NORMS
+from dpaudit.specs import PlainSpec, spec_field, spec_from_dict
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import read_json
-from dpaudit.store import thaw as _thaw
 
 __all__ = [
     "CERTIFY_SUMMARY_SCHEMA_VERSION",
@@ -95,7 +95,7 @@ def _within_conventional(certified: Mapping[str, float], conventional: float, *,
 
 
 @dataclass(frozen=True, kw_only=True)
-class SoundnessViolation:
+class SoundnessViolation(PlainSpec):
     """One radius at which a certificate claims more than an attack left (a soundness bug).
 
     Certified accuracy is a lower bound on robust accuracy and the strongest attack's robust
@@ -122,26 +122,8 @@ class SoundnessViolation:
         object.__setattr__(self, "certified_accuracy", _accuracy("certified_accuracy", self.certified_accuracy))
         object.__setattr__(self, "robust_accuracy", _accuracy("robust_accuracy", self.robust_accuracy))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "certificate": self.certificate,
-            "radius": self.radius,
-            "certified_accuracy": self.certified_accuracy,
-            "robust_accuracy": self.robust_accuracy,
-        }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SoundnessViolation:
-        v.mapping_with("data", data, ("certificate", "radius", "certified_accuracy", "robust_accuracy"))
-        return cls(
-            certificate=data["certificate"],
-            radius=data["radius"],
-            certified_accuracy=data["certified_accuracy"],
-            robust_accuracy=data["robust_accuracy"],
-        )
-
-
-def stored_soundness_violations(items: Any) -> tuple[SoundnessViolation, ...]:
+def stored_soundness_violations(items: object) -> tuple[SoundnessViolation, ...]:
     """The ``soundness_violations`` a stored summary holds, typed, in every form ``certify`` has written.
 
     Summaries of the current form hold one mapping per violation (:meth:`SoundnessViolation.to_dict`);
@@ -176,7 +158,7 @@ def stored_soundness_violations(items: Any) -> tuple[SoundnessViolation, ...]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SmoothingSummary:
+class SmoothingSummary(PlainSpec):
     """Randomized smoothing of the same noise (Cohen, Rosenfeld & Kolter 2019, CERTIFY).
 
     Attributes:
@@ -206,27 +188,18 @@ class SmoothingSummary:
         )
         _within_conventional(self.certified_accuracy, self.conventional_accuracy, name="certified_accuracy")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "conventional_accuracy": self.conventional_accuracy,
-            "certified_accuracy": dict(self.certified_accuracy),
-            "confidence": self.confidence,
-            "num_selection_draws": self.num_selection_draws,
-            "prediction_rule": self.prediction_rule,
-        }
-
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SmoothingSummary:
+    def from_dict(cls, data: Mapping[str, object]) -> SmoothingSummary:
+        """The stored smoothing block, read by its fields' types (a summary stored before the rule was named reads
+        :data:`UNNAMED_PREDICTION_RULE`).
+
+        Raises:
+            ValueError: a field is missing (every field but the rule is required) or invalid.
+        """
         v.mapping_with(
             "data", data, ("conventional_accuracy", "certified_accuracy", "confidence", "num_selection_draws")
         )
-        # Summaries stored before the rule was named read as UNNAMED_PREDICTION_RULE.
-        return cls(
-            **{
-                k: data[k] for k in ("conventional_accuracy", "certified_accuracy", "confidence", "num_selection_draws")
-            },
-            prediction_rule=data.get("prediction_rule", UNNAMED_PREDICTION_RULE),
-        )
+        return spec_from_dict(cls, data)
 
 
 _SUMMARY_FIELDS = (
@@ -259,7 +232,7 @@ _SUMMARY_FIELDS = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class CertifySummary:
+class CertifySummary(PlainSpec):
     """What one ``certify`` run measured for one noise-layer model (stored as ``summary.json``).
 
     Certified accuracy of the defense's own certificate (Lecuyer et al. 2019, Prop. 1; Phan et
@@ -303,6 +276,16 @@ class CertifySummary:
         schema_version: version of the stored format.
     """
 
+    # summary.json's key order since it was first written: the version, the measured fields,
+    # then what later versions added.
+    __spec_keys__: ClassVar[tuple[str, ...]] = (
+        "schema_version",
+        *_SUMMARY_FIELDS,
+        "prediction_rule",
+        "smoothing",
+        "soundness_violations",
+    )
+
     model_id: str
     defense: str
     dataset: str
@@ -328,7 +311,8 @@ class CertifySummary:
     certified_accuracy: Mapping[str, float]
     robust_accuracy: Mapping[str, Mapping[str, float]]
     smoothing: SmoothingSummary | None = None
-    soundness_violations: tuple[SoundnessViolation, ...] = ()
+    # Older summaries hold each violation as a list: the stored forms are read in one place.
+    soundness_violations: tuple[SoundnessViolation, ...] = spec_field(default=(), decode=stored_soundness_violations)
     seconds: float = 0.0
     prediction_rule: str = UNNAMED_PREDICTION_RULE
     schema_version: int = CERTIFY_SUMMARY_SCHEMA_VERSION
@@ -402,34 +386,15 @@ class CertifySummary:
         """No certificate exceeded what an attack left."""
         return not self.soundness_violations
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict (the ``--json`` payload and ``summary.json``)."""
-        out: dict[str, Any] = {"schema_version": self.schema_version}
-        for name in _SUMMARY_FIELDS:
-            out[name] = _thaw(getattr(self, name))
-        out["radii"] = list(self.radii)
-        out["prediction_rule"] = self.prediction_rule
-        out["smoothing"] = self.smoothing.to_dict() if self.smoothing is not None else None
-        out["soundness_violations"] = [x.to_dict() for x in self.soundness_violations]
-        return out
-
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CertifySummary:
-        """Inverse of :meth:`to_dict` (validated).
+    def from_dict(cls, data: Mapping[str, object]) -> CertifySummary:
+        """Inverse of :meth:`to_dict` (the ``--json`` payload and ``summary.json``), validated.
 
         Raises:
-            ValueError: a field is missing or invalid.
+            ValueError: a field is missing (every measured field is required) or invalid.
         """
         v.mapping_with("data", data, _SUMMARY_FIELDS)
-        smoothing = data.get("smoothing")
-        return cls(
-            **{name: data[name] for name in _SUMMARY_FIELDS if name != "radii"},
-            radii=tuple(data["radii"]),
-            smoothing=SmoothingSummary.from_dict(smoothing) if smoothing is not None else None,
-            soundness_violations=stored_soundness_violations(data.get("soundness_violations")),
-            prediction_rule=data.get("prediction_rule", UNNAMED_PREDICTION_RULE),
-            schema_version=data.get("schema_version", CERTIFY_SUMMARY_SCHEMA_VERSION),
-        )
+        return spec_from_dict(cls, data)
 
 
 def _stored(name: str, data: Mapping[str, object], kinds: tuple[type, ...]) -> Any:

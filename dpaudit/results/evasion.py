@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,11 +19,11 @@ import numpy as np
 from dpaudit import _validate as v
 from dpaudit.results.membership import RESULT_SCHEMA_VERSION, _file_stem, _readonly
 from dpaudit.specs import PlainSpec, spec_field
+from dpaudit.store import FrozenJson, load_result_files, save_result_files
 from dpaudit.store import freeze as _freeze
-from dpaudit.store import load_result_files, save_result_files
 from dpaudit.store import thaw as _thaw
 
-__all__ = ["EVASION_NORMS", "EvasionResult", "load_evasion_result", "save_evasion_result"]
+__all__ = ["EVASION_NORMS", "EvasionFigures", "EvasionResult", "load_evasion_result", "save_evasion_result"]
 
 # ============================================================================= evasion
 
@@ -71,7 +71,8 @@ class EvasionResult(PlainSpec):
     success: np.ndarray = spec_field(dtype=bool)
     clean_correct: np.ndarray = spec_field(dtype=bool)
     max_perturbation: np.ndarray = spec_field(dtype=np.float64)
-    config: Mapping[str, Any] = field(default_factory=dict)
+    # Stored thawed (plain dicts and lists), as the frozen copy cannot be written as JSON.
+    config: Mapping[str, FrozenJson] = spec_field(default_factory=dict, encode=_thaw)
     schema_version: int = RESULT_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -168,16 +169,15 @@ class EvasionResult(PlainSpec):
             raise v.invalid("radius", f"radius must be one of the result's radii {self.radii.tolist()}, got {radius!r}")
         return float(1.0 - self.success[hit[0]].mean())
 
-    def summary(self) -> dict[str, Any]:
-        """The metrics of the CLI's ``--json`` output: ``{"attack", "norm", "num_examples",
-        "clean_accuracy", "robust_accuracy": {"RADIUS": …}}`` (radii formatted with ``%g``)."""
-        return {
-            "attack": self.attack,
-            "norm": self.norm,
-            "num_examples": self.num_examples,
-            "clean_accuracy": self.clean_accuracy,
-            "robust_accuracy": {f"{r:g}": float(a) for r, a in zip(self.radii, self.robust_accuracy)},
-        }
+    def summary(self) -> EvasionFigures:
+        """The headline metrics (their ``to_dict`` is the CLI's ``--json`` form)."""
+        return EvasionFigures(
+            attack=self.attack,
+            norm=self.norm,
+            num_examples=self.num_examples,
+            clean_accuracy=self.clean_accuracy,
+            robust_accuracy={f"{r:g}": float(a) for r, a in zip(self.radii, self.robust_accuracy)},
+        )
 
     # ------------------------------------------------------------------ (de)serialisation
     def __eq__(self, other: object) -> bool:
@@ -195,6 +195,24 @@ class EvasionResult(PlainSpec):
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvasionFigures(PlainSpec):
+    """An evasion result's headline metrics (:meth:`EvasionResult.summary`).
+
+    Attributes:
+        attack, norm: the attack and the norm of its radii.
+        num_examples: examples attacked.
+        clean_accuracy: accuracy on the unperturbed examples.
+        robust_accuracy: radius (formatted with ``%g``) -> accuracy under the attack.
+    """
+
+    attack: str
+    norm: str
+    num_examples: int
+    clean_accuracy: float
+    robust_accuracy: Mapping[str, float]
 
 
 def _real_array(name: str, values: Any) -> np.ndarray:

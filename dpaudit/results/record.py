@@ -241,7 +241,7 @@ class TrainedModel(PlainSpec):
                 raise v.invalid("config", f"config.certification: {exc}") from None
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrainedModel:
+    def from_dict(cls, data: Mapping[str, object]) -> TrainedModel:
         """The record rebuilt from ``record.json``'s form, validating everything (the file may have been edited).
 
         The fields are read by their types (:class:`~dpaudit.specs.PlainSpec`); the claim is
@@ -289,7 +289,7 @@ def weights_digest(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def make_model_id(*, defense: str, dataset: str, model_name: str, seed: int, config: Mapping[str, Any]) -> str:
+def make_model_id(*, defense: str, dataset: str, model_name: str, seed: int, config: Mapping[str, object]) -> str:
     """Stable id: readable prefix plus a hash of the configuration, so reruns find their record."""
     digest = hashlib.sha256(json.dumps(_thaw(_freeze(config)), sort_keys=True, default=str).encode()).hexdigest()[:8]
     safe_model = model_name.replace(":", "_").replace("/", "_")

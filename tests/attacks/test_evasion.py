@@ -353,7 +353,7 @@ def test_result_metrics_and_round_trip(tmp_path):
     assert result.robust_accuracy_at(0.1) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="radius"):
         result.robust_accuracy_at(0.2)
-    assert result.summary()["robust_accuracy"] == {"0": 0.75, "0.1": 0.5, "0.3": 0.25}
+    assert result.summary().robust_accuracy == {"0": 0.75, "0.1": 0.5, "0.3": 0.25}
     with pytest.raises(ValueError):
         result.success[0, 0] = True
     assert EvasionResult.from_dict(result.to_dict()) == result

@@ -494,7 +494,8 @@ def test_certified_accuracy_semantics():
     one = r.certified_accuracy(0.1)
     assert isinstance(one, np.ndarray) and one.shape == (1,)
     summary = r.summary([0.1, 0.2])
-    assert summary["certified_accuracy"] == {"0.1": 0.5, "0.2": pytest.approx(1 / 3)} and summary["num_abstained"] == 1
+    assert summary.certified_accuracy == {"0.1": 0.5, "0.2": pytest.approx(1 / 3)} and summary.num_abstained == 1
+    assert summary.conventional_accuracy == r.conventional_accuracy and summary.num_points == 6
 
 
 @PROPS

@@ -133,13 +133,13 @@ def test_the_certified_report_tables_carry_each_certificates_rule() -> None:
     ).to_dict()
     run = CertifiedRun(summary=summary, certificates={"pixeldp": own, "smoothing": smooth}, attacks={})
     rows = certified_rows([run])
-    by = {(r["certificate"], r["radius"]): r for r in rows}
+    by = {(r.certificate, r.radius): r for r in rows}
     # The stored certificate's own rule, else the summary's (the smoothing certificate here has none in its config).
-    assert by[("pixeldp", 0.0)]["prediction_rule"] == "vote-count argmax over the 100 certification draws"
-    assert by[("smoothing", 0.0)]["prediction_rule"] == smoothing_prediction_rule(20)
+    assert by[("pixeldp", 0.0)].prediction_rule == "vote-count argmax over the 100 certification draws"
+    assert by[("smoothing", 0.0)].prediction_rule == smoothing_prediction_rule(20)
     # Same classifier: at radius 0 the certified accuracy is the conventional one (3 of 4 correct predictions).
-    assert by[("pixeldp", 0.0)]["certified_accuracy"] == by[("pixeldp", 0.0)]["conventional_accuracy"] == 0.75
-    assert by[("smoothing", 0.0)]["certified_accuracy"] <= by[("smoothing", 0.0)]["conventional_accuracy"]
+    assert by[("pixeldp", 0.0)].certified_accuracy == by[("pixeldp", 0.0)].conventional_accuracy == 0.75
+    assert by[("smoothing", 0.0)].certified_accuracy <= by[("smoothing", 0.0)].conventional_accuracy
     # Where the accuracy-against-ε table falls back on a record's test accuracy, it names that rule too.
     from types import SimpleNamespace
 

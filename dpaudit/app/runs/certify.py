@@ -35,8 +35,10 @@ with :class:`NotCertifiable`: such a model has no certificate to compute.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +56,7 @@ from dpaudit.results.certify_summary import (
     own_prediction_rule,
     smoothing_prediction_rule,
 )
+from dpaudit.specs import PlainSpec, spec_field
 from dpaudit.store import RunDir
 
 if TYPE_CHECKING:
@@ -200,6 +203,32 @@ class _Resolved:
 
 
 @dataclass(frozen=True, kw_only=True)
+class _CertificateKey(PlainSpec):
+    """What a stored certificate must have been computed with to be reused (the start of its ``config``).
+
+    Its ``to_dict`` is the stored key, in the order certificates have always stored it: the
+    keys a smoothing certificate adds, and the dataset's file digests, are left out when unset.
+
+    Attributes:
+        num_draws, confidence, num_examples, seed, bound, norm: the run's certification parameters.
+        weights_sha256: the certified weights.
+        dataset_files: the test images' file digests (``None`` for bundled data, whose identity is fixed).
+        smoothing_confidence, num_selection_draws: CERTIFY's α and n0 (``None`` in the own certificate's key).
+    """
+
+    num_draws: int
+    confidence: float
+    num_examples: int
+    seed: int
+    bound: str
+    norm: str
+    weights_sha256: str
+    dataset_files: Mapping[str, str] | None = spec_field(default=None, omit="none")
+    smoothing_confidence: float | None = spec_field(default=None, omit="none")
+    num_selection_draws: int | None = spec_field(default=None, omit="none")
+
+
+@dataclass(frozen=True, kw_only=True)
 class _Inputs:
     """The certified test inputs and the noise they are certified under (what every certificate shares).
 
@@ -218,8 +247,8 @@ class _Inputs:
     sensitivity: float
     sigma: float
     per_unit: float
-    wanted: dict[str, Any]
-    wanted_smooth: dict[str, Any]
+    wanted: _CertificateKey
+    wanted_smooth: _CertificateKey
     directory: Path
 
 
@@ -346,19 +375,19 @@ def _inputs(spec: CertifySpec, target: _Resolved, noise: Any, run: RunDir) -> _I
     # model, and its certificates are not the old ones. load_model has checked the file against
     # the record's digest; only a record older than digests needs the file hashed here.
     weights_sha256 = record.weights_sha256 or weights_digest(target.rdir / WEIGHTS_FILE)
-    wanted = {
-        "num_draws": target.num_draws,
-        "confidence": spec.confidence,
-        "num_examples": int(len(pick)),
-        "seed": spec.seed,
-        "bound": spec.bound,
-        "norm": target.norm,
-        "weights_sha256": weights_sha256,
-    }
     # ... and on the test images' files: a replaced file gives other examples to certify.
     data = dataset_files(record.dataset, data_root=spec.data_root)
-    if data:  # bundled data (digits) has a fixed identity: its certificates keep their keys
-        wanted["dataset_files"] = data
+    wanted = _CertificateKey(
+        num_draws=target.num_draws,
+        confidence=spec.confidence,
+        num_examples=int(len(pick)),
+        seed=spec.seed,
+        bound=spec.bound,
+        norm=target.norm,
+        weights_sha256=weights_sha256,
+        # Bundled data (digits) has a fixed identity: its certificates keep their keys.
+        dataset_files=data or None,
+    )
     return _Inputs(
         x=x,
         y=y,
@@ -368,11 +397,11 @@ def _inputs(spec: CertifySpec, target: _Resolved, noise: Any, run: RunDir) -> _I
         sigma=sigma,
         per_unit=sigma / sensitivity,
         wanted=wanted,
-        wanted_smooth={
-            **wanted,
-            "smoothing_confidence": target.smoothing_confidence,
-            "num_selection_draws": target.num_selection_draws,
-        },
+        wanted_smooth=dataclasses.replace(
+            wanted,
+            smoothing_confidence=target.smoothing_confidence,
+            num_selection_draws=target.num_selection_draws,
+        ),
         directory=cdir,
     )
 
@@ -394,7 +423,7 @@ def _stored_certificates(
         spec.progress,
         own_path,
         own.config,
-        {**inputs.wanted, "sensitivity": inputs.sensitivity, "bound_selection": OWN_BOUND_SELECTION},
+        {**inputs.wanted.to_dict(), "sensitivity": inputs.sensitivity, "bound_selection": OWN_BOUND_SELECTION},
     ):
         own = None
     smooth = None
@@ -404,7 +433,7 @@ def _stored_certificates(
             spec.progress,
             smooth_path,
             smooth.config,
-            {**inputs.wanted_smooth, "sigma_per_sensitivity": inputs.per_unit},
+            {**inputs.wanted_smooth.to_dict(), "sigma_per_sensitivity": inputs.per_unit},
         ):
             smooth = None
     return own, smooth
@@ -444,7 +473,7 @@ def _own_certificate(
         num_draws=target.num_draws,
         confidence=spec.confidence,
         config={
-            **inputs.wanted,
+            **inputs.wanted.to_dict(),
             "bound_selection": b.selection,
             "prediction_rule": own_prediction_rule(spec.bound, target.num_draws),
             "mechanism": noise_layer_spec.mechanism,
@@ -467,7 +496,11 @@ def _certificates(
     from dpaudit.robustness.smoothing import smoothing_certify
 
     own, smooth = _stored_certificates(spec, target, inputs)
-    draws_per_second: float | None = own.config.get("draws_per_second") if own is not None else None
+    stored_rate = own.config.get("draws_per_second") if own is not None else None
+    # A stored number; anything else (absent, or an edited file) reads as unmeasured.
+    draws_per_second = (
+        float(stored_rate) if isinstance(stored_rate, (int, float)) and not isinstance(stored_rate, bool) else None
+    )
     if (target.noise_layer_spec is not None and own is None) or (target.with_smoothing and smooth is None):
         # The estimation draws are shared: the own certificate and CERTIFY's estimation step use them.
         mc = sample_scores(
@@ -507,7 +540,7 @@ def _certificates(
                 num_draws=target.num_draws,
                 confidence=target.smoothing_confidence,
                 config={
-                    **inputs.wanted_smooth,
+                    **inputs.wanted_smooth.to_dict(),
                     "sigma_per_sensitivity": inputs.per_unit,
                     "prediction_rule": smoothing_prediction_rule(target.num_selection_draws),
                 },

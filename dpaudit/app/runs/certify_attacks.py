@@ -30,8 +30,14 @@ def _note(progress: bool, text: str) -> None:
         print(text, file=sys.stderr)
 
 
-def _mismatch(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The parameters on which a stored result differs from what is asked (empty: reusable)."""
+def _mismatch(
+    stored: Mapping[str, object], wanted: Mapping[str, object]
+) -> tuple[dict[str, object], dict[str, object]]:
+    """The parameters on which a stored result differs from what is asked (empty: reusable).
+
+    Both are parameter maps compared key by key: the stored one is whatever the result's JSON
+    holds (its keys differ between versions), so values are only compared, never used.
+    """
     keys = [k for k in wanted if stored.get(k) != wanted[k]]
     return {k: stored.get(k) for k in keys}, {k: wanted[k] for k in keys}
 
@@ -39,8 +45,8 @@ def _mismatch(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> tuple[dic
 def _reusable(
     progress: bool,
     path: Path,
-    stored: Mapping[str, Any] | None,
-    wanted: Mapping[str, Any],
+    stored: Mapping[str, object] | None,
+    wanted: Mapping[str, object],
     *,
     what: str = "certificate",
 ) -> bool:
@@ -50,7 +56,8 @@ def _reusable(
     if "dataset_files" in asked:  # digests say nothing to a reader: name the files instead
         from dpaudit.data.registry import changed_files
 
-        files = changed_files(was.pop("dataset_files"), asked.pop("dataset_files"))
+        current = asked.pop("dataset_files")  # file name -> digest (the run's own key)
+        files = changed_files(was.pop("dataset_files"), dict(current) if isinstance(current, Mapping) else {})
         _note(
             progress,
             f"recomputing {path.name}: the dataset's files changed since the stored {what} ({files})"
@@ -104,12 +111,12 @@ def robust_accuracies(
         path = directory / f"evasion-{name}-{norm}.json"
         res = load_evasion_result(path) if path.is_file() else None
         if res is not None:
-            stored = {
+            stored: dict[str, object] = {
                 "radii": [float(r) for r in res.radii],
                 "seed": res.config.get("seed"),
                 "num_examples": res.num_examples,
             }
-            asked: dict[str, Any] = {"radii": list(radii), "seed": seed, "num_examples": int(len(y))}
+            asked: dict[str, object] = {"radii": list(radii), "seed": seed, "num_examples": int(len(y))}
             if randomized:
                 if num_eot_samples is not None:
                     stored["num_eot_samples"], asked["num_eot_samples"] = res.config.get("eot_samples"), num_eot_samples

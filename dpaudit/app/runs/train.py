@@ -12,12 +12,16 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpaudit import _validate as v
 from dpaudit.results.record import TrainedModel
+from dpaudit.specs import PlainSpec
 from dpaudit.store import RunDir
 from dpaudit.train_request import TrainRequest
+
+if TYPE_CHECKING:
+    from dpaudit.training import TrainWorkspace
 
 __all__ = [
     "TrainSpec",
@@ -27,6 +31,7 @@ __all__ = [
     "resolve_defaults",
     "DATA_FILES_KEY",
     "CHANCE_MARGIN",
+    "ChanceCheck",
     "chance_check",
     "warn_if_near_chance",
 ]
@@ -84,7 +89,7 @@ class TrainSpec:
     model: str
     config: Any = None
     dataset: str = "digits"
-    model_options: Mapping[str, Any] = field(default_factory=dict)
+    model_options: Mapping[str, object] = field(default_factory=dict)
     seed: int = 0
     split_seed: int | None = None
     member_fraction: float = 0.5
@@ -250,7 +255,7 @@ def _spec_of(config: Any) -> Any:
 
 
 def _refuse_unmeetable_budget(
-    config: Any, *, bundle: Any, splits: Any, model_name: str, model_options: dict[str, Any]
+    config: Any, *, bundle: Any, splits: Any, model_name: str, model_options: Mapping[str, object]
 ) -> None:
     """A run whose privacy budget cannot be met (DP-SGD's, PATE's, DSSGD's) is refused before anything is written.
 
@@ -261,7 +266,20 @@ def _refuse_unmeetable_budget(
         spec.check_budget(config, bundle=bundle, splits=splits, model_name=model_name, model_options=model_options)
 
 
-def chance_check(test_accuracy: float, test_labels: Any, *, num_classes: int) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class ChanceCheck(PlainSpec):
+    """What a record's metrics say about a model no better than guessing (merged into its metrics, in this order).
+
+    Attributes:
+        chance_accuracy: the larger of 1/num_classes and the test set's majority-class rate.
+        near_chance: the test accuracy is within :data:`CHANCE_MARGIN` of it.
+    """
+
+    chance_accuracy: float
+    near_chance: bool
+
+
+def chance_check(test_accuracy: float, test_labels: Any, *, num_classes: int) -> ChanceCheck:
     """What a record's metrics say about a model no better than guessing.
 
     Chance is the larger of 1/num_classes and the test set's majority-class rate (what always
@@ -275,14 +293,14 @@ def chance_check(test_accuracy: float, test_labels: Any, *, num_classes: int) ->
         num_classes: number of classes.
 
     Returns:
-        ``{"chance_accuracy": float, "near_chance": bool}``.
+        The chance accuracy and whether the test accuracy is near it.
     """
     import numpy as np
 
     labels = np.asarray(test_labels).reshape(-1).astype(np.int64)
     majority = float(np.bincount(labels, minlength=num_classes).max() / len(labels)) if len(labels) else 0.0
     chance = max(1.0 / max(int(num_classes), 1), majority)
-    return {"chance_accuracy": chance, "near_chance": bool(float(test_accuracy) <= chance + CHANCE_MARGIN)}
+    return ChanceCheck(chance_accuracy=chance, near_chance=bool(float(test_accuracy) <= chance + CHANCE_MARGIN))
 
 
 def warn_if_near_chance(record: TrainedModel) -> str | None:
@@ -310,7 +328,7 @@ def resolve_defaults(
     *,
     num_members: int,
     model_name: str | None = None,
-    model_options: dict[str, Any] | None = None,
+    model_options: Mapping[str, object] | None = None,
     bundle: Any = None,
 ) -> tuple[Any, str | None]:
     """A DP-SGD-style config (DP-SGD's, Secure-SGD's) with its unset training defaults derived.
@@ -449,7 +467,7 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                 f"training {spec.defense} for {epochs:g} epochs",
                 hint="--epochs changes it",
             )
-        extra: dict[str, Any] = {}
+        extra: dict[str, TrainWorkspace] = {}
         if entry.submodels is not None:
             from dpaudit.training import TrainWorkspace
 
@@ -475,7 +493,9 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                 record,
                 metrics={
                     **record.metrics,
-                    **chance_check(record.metrics["test_accuracy"], bundle.test.labels, num_classes=bundle.num_classes),
+                    **chance_check(
+                        record.metrics["test_accuracy"], bundle.test.labels, num_classes=bundle.num_classes
+                    ).to_dict(),
                 },
             )
             warn_if_near_chance(record)

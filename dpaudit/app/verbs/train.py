@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from dpaudit import _validate as v
 from dpaudit.app.common import EXIT_OK, UsageError, add_common, arg, emit, fmt_eps_ub
@@ -69,7 +68,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     stored = thaw(record.config).get("certification")
     robustness = CertificationSpec.from_dict(stored).describe() if stored is not None else None
     m = record.metrics
-    payload: dict[str, Any] = {
+    payload: dict[str, object] = {
         "model_id": record.model_id,
         "defense": record.defense,
         "dataset": record.dataset,
