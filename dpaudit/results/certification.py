@@ -22,8 +22,8 @@ import numpy as np
 from dpaudit import _validate as v
 from dpaudit.results.certification_spec import CERTIFICATION_NORMS
 from dpaudit.specs import PlainSpec, spec_field, spec_from_dict
-from dpaudit.store import FrozenJson, load_result_files, safe_stem, save_result_files
 from dpaudit.store import freeze as _freeze
+from dpaudit.store import load_result_files, safe_stem, save_result_files
 from dpaudit.store import thaw as _thaw
 
 __all__ = [
@@ -133,7 +133,7 @@ class CertificationResult(PlainSpec):
     num_draws: int
     confidence: float
     # Stored thawed (plain dicts and lists), as the frozen copy cannot be written as JSON.
-    config: Mapping[str, FrozenJson] = spec_field(default_factory=dict, encode=_thaw)
+    config: Mapping[str, object] = spec_field(default_factory=dict, encode=_thaw)
     schema_version: int = CERTIFICATION_SCHEMA_VERSION
 
     def __post_init__(self) -> None:

@@ -19,8 +19,8 @@ import numpy as np
 from dpaudit import _validate as v
 from dpaudit.results.membership import RESULT_SCHEMA_VERSION, _file_stem, _readonly
 from dpaudit.specs import PlainSpec, spec_field
-from dpaudit.store import FrozenJson, load_result_files, save_result_files
 from dpaudit.store import freeze as _freeze
+from dpaudit.store import load_result_files, save_result_files
 from dpaudit.store import thaw as _thaw
 
 __all__ = ["EVASION_NORMS", "EvasionFigures", "EvasionResult", "load_evasion_result", "save_evasion_result"]
@@ -72,7 +72,7 @@ class EvasionResult(PlainSpec):
     clean_correct: np.ndarray = spec_field(dtype=bool)
     max_perturbation: np.ndarray = spec_field(dtype=np.float64)
     # Stored thawed (plain dicts and lists), as the frozen copy cannot be written as JSON.
-    config: Mapping[str, FrozenJson] = spec_field(default_factory=dict, encode=_thaw)
+    config: Mapping[str, object] = spec_field(default_factory=dict, encode=_thaw)
     schema_version: int = RESULT_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
