@@ -13,7 +13,7 @@ from types import MappingProxyType
 import numpy as np
 import pytest
 
-from attacks.membership.shadows import ShadowSpec, ShadowTraining
+from attacks.membership.shadows import ShadowRecipe, ShadowSpec, ShadowTraining
 from dpaudit import _validate as v
 from tests.plain_forms import typed
 
@@ -29,12 +29,12 @@ def _specs():
             training=ShadowTraining(epochs=7, batch_size=16, learning_rate=0.1, momentum=0.5, weight_decay=1e-4),
             train_ids=np.array([9, 3, 41, 7], dtype=np.int32),
             seed=12345,
-            recipe={
-                "defense": "dpsgd",
-                "config": MappingProxyType(
+            recipe=ShadowRecipe(
+                defense="dpsgd",
+                config=MappingProxyType(
                     {"noise_multiplier": 1.1, "clip_norm": 1.0, "radii": (0.5, 1.0), "nested": {"a": [1, 2]}}
                 ),
-            },
+            ),
         ),
         "plain": ShadowSpec(
             dataset="adult",
@@ -56,7 +56,7 @@ def _specs():
             training=ShadowTraining(),
             train_ids=[100, 2, 55],
             seed=7,
-            recipe={"defense": "pate", "config": {"num_teachers": 50, "aggregator": "gnmax"}},
+            recipe=ShadowRecipe(defense="pate", config={"num_teachers": 50, "aggregator": "gnmax"}),
         ),
     }
 
@@ -127,7 +127,7 @@ def test_round_trip_keeps_the_form_and_the_id(name):
 def test_a_dict_without_the_optional_keys_still_loads():
     old = {k: x for k, x in FORMS["plain"].items() if k not in ("model_options", "recipe")}
     spec = ShadowSpec.from_dict(old)
-    assert spec.model_options == {} and spec.recipe == {} and spec.shadow_id == IDS["plain"]
+    assert spec.model_options == {} and spec.recipe == ShadowRecipe() and spec.shadow_id == IDS["plain"]
 
 
 def test_unknown_keys_are_refused_naming_them():
