@@ -44,6 +44,7 @@ from reports.render import Figure, Items, Section, Table, Text, accountant_table
 from reports.verdict_box import verdict_section, with_status
 
 __all__ = [
+    "InversionCounts",
     "InversionTarget",
     "load_inversion_targets",
     "image_grid",
@@ -489,8 +490,10 @@ def comparison_figure(targets: Sequence[InversionTarget], *, axes: Sequence[Axes
 
 # ---------------------------------------------------------------------------- page
 def _config_line(result: InversionResult) -> str:
-    cfg = dict(result.config)
-    attack = dict(cfg.get("attack") or {})
+    # The stored config is free-form JSON: its "attack" part is read only when it is an object.
+    attack = result.config.get("attack")
+    if not isinstance(attack, Mapping):
+        attack = {}
     parts = [f"{k}={format_number(v) if isinstance(v, float) else v}" for k, v in attack.items()]
     seconds = result.metadata.get("seconds")
     tail = f"; {float(seconds):.3g} s" if isinstance(seconds, (int, float)) else ""
@@ -586,9 +589,17 @@ def inversion_sections(targets: Sequence[InversionTarget], *, confidence: float 
     return sections
 
 
-def inversion_summary(targets: Sequence[InversionTarget]) -> Mapping[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class InversionCounts:
+    """What the index link of the inversion page says: how many targets, which attacks (sorted)."""
+
+    targets: int
+    attacks: tuple[str, ...]
+
+
+def inversion_summary(targets: Sequence[InversionTarget]) -> InversionCounts:
     """Counts for the index link text."""
-    return {"targets": len(targets), "attacks": sorted({r.attack for t in targets for r in t.results})}
+    return InversionCounts(targets=len(targets), attacks=tuple(sorted({r.attack for t in targets for r in t.results})))
 
 
 def load_inverted_targets(run: RunDir) -> list[tuple[InversionTarget, ...]]:
@@ -604,9 +615,7 @@ def inversion_page(targets: tuple[InversionTarget, ...], out: Path) -> Page:
     counts = inversion_summary(targets)
     return Page(
         html=page,
-        link=with_status(
-            f"model inversion ({', '.join(counts['attacks'])}) against {counts['targets']} target(s)", sections
-        ),
+        link=with_status(f"model inversion ({', '.join(counts.attacks)}) against {counts.targets} target(s)", sections),
     )
 
 

@@ -40,6 +40,7 @@ from dpaudit.results.membership import (
     check_header,
     freeze_mappings,
 )
+from dpaudit.specs import PlainSpec, spec_field
 from dpaudit.store import load_result_files, save_result_files
 from dpaudit.store import thaw as _thaw
 
@@ -109,8 +110,8 @@ class InversionResult:
     nearest_members: np.ndarray
     nearest_non_members: np.ndarray
     membership: MembershipResult
-    config: Mapping[str, Any] = field(default_factory=dict)
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, object] = field(default_factory=dict)
+    metadata: Mapping[str, object] = field(default_factory=dict)
     schema_version: int = RESULT_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -264,52 +265,65 @@ class InversionResult:
         out.update({f"membership_{a}": getattr(self.membership, a) for a in _MEMBERSHIP_ARRAYS})
         return out
 
-    def meta(self) -> dict[str, Any]:
-        """The JSON part (everything but the arrays)."""
-        return {
-            "schema_version": self.schema_version,
-            "attack": self.attack,
-            "model_id": self.model_id,
-            "membership": {
-                "attack": self.membership.attack,
-                "config": _thaw(self.membership.config),
-                "metadata": _thaw(self.membership.metadata),
-            },
-            "config": _thaw(self.config),
-            "metadata": _thaw(self.metadata),
-        }
+    def meta(self) -> dict[str, object]:
+        """The JSON part (everything but the arrays): :class:`_StoredMeta`'s plain form."""
+        return _StoredMeta(
+            schema_version=self.schema_version,
+            attack=self.attack,
+            model_id=self.model_id,
+            membership=_StoredMembership(
+                attack=self.membership.attack, config=self.membership.config, metadata=self.membership.metadata
+            ),
+            config=self.config,
+            metadata=self.metadata,
+        ).to_dict()
 
     @classmethod
-    def from_parts(cls, meta: Mapping[str, Any], arrays: Mapping[str, Any]) -> InversionResult:
+    def from_parts(cls, meta: Mapping[str, object], arrays: Mapping[str, np.ndarray]) -> InversionResult:
         """Rebuilds a result from :meth:`meta` and :meth:`arrays` (validated).
 
+        ``meta`` may also hold the arrays and the name of their NPZ file (what
+        :func:`dpaudit.store.load_result_files` returns); those keys are read past.
+
         Raises:
-            ValueError: a field or an array is missing, or the schema version is unknown.
+            ValueError: a field or an array is missing, a key names no field, or the schema
+                version is unknown.
         """
         missing = [a for a in _ARRAYS if a not in arrays]
         if missing:
             raise v.invalid("arrays", f"arrays must include {', '.join(missing)}")
-        for key in ("attack", "model_id", "membership"):
-            if key not in meta:
-                raise v.invalid(None, f"the result must have a {key!r} field")
-        mem = meta["membership"]
+        stored = _StoredMeta.from_dict({k: x for k, x in meta.items() if k != "arrays" and k not in _ARRAYS})
         membership = MembershipResult(
-            attack=mem["attack"],
-            model_id=meta["model_id"],
+            attack=stored.membership.attack,
+            model_id=stored.model_id,
             sample_ids=np.asarray(arrays["membership_sample_ids"], dtype=np.int64),
             scores=np.asarray(arrays["membership_scores"], dtype=np.float64),
             is_member=np.asarray(arrays["membership_is_member"], dtype=bool),
-            config=mem.get("config", {}),
-            metadata=mem.get("metadata", {}),
+            config=stored.membership.config,
+            metadata=stored.membership.metadata,
         )
         return cls(
-            attack=meta["attack"],
-            model_id=meta["model_id"],
-            **{name: np.asarray(arrays[name]) for name in (*_IMAGES, *_PER_CLASS, *_IDS, "evaluator_top5")},
+            attack=stored.attack,
+            model_id=stored.model_id,
+            target_classes=np.asarray(arrays["target_classes"]),
+            reconstructions=np.asarray(arrays["reconstructions"]),
+            target_confidence=np.asarray(arrays["target_confidence"]),
+            evaluator_top5=np.asarray(arrays["evaluator_top5"]),
+            knn_distance=np.asarray(arrays["knn_distance"]),
+            knn_ids=np.asarray(arrays["knn_ids"]),
+            psnr=np.asarray(arrays["psnr"]),
+            distance_to_mean=np.asarray(arrays["distance_to_mean"]),
+            distance_to_member=np.asarray(arrays["distance_to_member"]),
+            distance_to_non_member=np.asarray(arrays["distance_to_non_member"]),
+            nearest_member_ids=np.asarray(arrays["nearest_member_ids"]),
+            nearest_non_member_ids=np.asarray(arrays["nearest_non_member_ids"]),
+            class_means=np.asarray(arrays["class_means"]),
+            nearest_members=np.asarray(arrays["nearest_members"]),
+            nearest_non_members=np.asarray(arrays["nearest_non_members"]),
             membership=membership,
-            config=meta.get("config", {}),
-            metadata=meta.get("metadata", {}),
-            schema_version=meta.get("schema_version", RESULT_SCHEMA_VERSION),
+            config=stored.config,
+            metadata=stored.metadata,
+            schema_version=stored.schema_version,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -319,6 +333,28 @@ class InversionResult:
         return self.meta() == other.meta() and all(np.array_equal(mine[a], theirs[a]) for a in _ARRAYS)
 
     __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _StoredMembership(PlainSpec):
+    """The JSON part of an inversion's membership score (its arrays are in the NPZ, its target is the result's)."""
+
+    attack: str
+    # Free-form JSON, written plain (thawed) and read back as stored.
+    config: Mapping[str, object] = spec_field(default_factory=dict, encode=_thaw)
+    metadata: Mapping[str, object] = spec_field(default_factory=dict, encode=_thaw)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _StoredMeta(PlainSpec):
+    """The JSON file of an :class:`InversionResult`: everything but its arrays, in the stored key order."""
+
+    schema_version: int = RESULT_SCHEMA_VERSION
+    attack: str
+    model_id: str
+    membership: _StoredMembership
+    config: Mapping[str, object] = spec_field(default_factory=dict, encode=_thaw)
+    metadata: Mapping[str, object] = spec_field(default_factory=dict, encode=_thaw)
 
 
 def _ints(name: str, values: Any) -> np.ndarray:

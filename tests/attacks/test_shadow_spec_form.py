@@ -136,3 +136,46 @@ def test_unknown_keys_are_refused_naming_them():
     assert err.value.argument == "train_id"
     with pytest.raises(v.InvalidArgument, match="ShadowTraining has no field 'lr'"):
         ShadowSpec.from_dict({**FORMS["plain"], "training": {"lr": 0.1}})
+
+
+# Recipes with fingerprints, as the membership run builds them; forms and ids printed by the
+# dict-based recipe this type replaced (issue 44), so shadows cached under them stay found.
+_BASE = {
+    "dataset": "digits",
+    "model_name": "digits-mlp",
+    "input_shape": (64,),
+    "num_classes": 10,
+    "training": ShadowTraining(epochs=2),
+    "train_ids": np.arange(0, 40, 2),
+    "seed": 3,
+}
+RECIPES = {
+    "external": (
+        ShadowRecipe(model_fn_sha256="0f" * 32, dataset_files_sha256="ab" * 32),
+        {"model_fn_sha256": "0f" * 32, "dataset_files_sha256": "ab" * 32},
+        "shadow-digits-digits-mlp-seed3-917da1f1",
+    ),
+    "files": (
+        ShadowRecipe(defense="dpsgd", config={"noise_multiplier": 1.0, "radii": [0.5]}, dataset_files_sha256="cd" * 32),
+        {"defense": "dpsgd", "config": {"noise_multiplier": 1.0, "radii": [0.5]}, "dataset_files_sha256": "cd" * 32},
+        "shadow-digits-digits-mlp-seed3-e9561594",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_recipe_with_fingerprints_keeps_its_form_and_id(name):
+    recipe, form, shadow_id = RECIPES[name]
+    spec = ShadowSpec(**_BASE, recipe=recipe)
+    assert json.dumps(spec.to_dict()["recipe"]) == json.dumps(form)  # same keys, same order
+    assert spec.shadow_id == shadow_id
+    back = ShadowSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert back.recipe == recipe and back.shadow_id == shadow_id
+
+
+def test_recipe_names_a_defense_and_its_config_together():
+    with pytest.raises(v.InvalidArgument, match="defense and its config together") as err:
+        ShadowRecipe(defense="dpsgd")
+    assert err.value.argument == "recipe"
+    with pytest.raises(v.InvalidArgument, match="ShadowRecipe has no field 'trainer'"):
+        ShadowSpec.from_dict({**FORMS["plain"], "recipe": {"trainer": "x"}})

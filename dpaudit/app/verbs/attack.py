@@ -295,10 +295,11 @@ def _cmd_membership(args: argparse.Namespace, flags: Any) -> int:
     return EXIT_OK
 
 
-def _rate(summary: Mapping[str, Any], fpr: str) -> str:
+def _rate(summary: Mapping[str, object], fpr: str) -> str:
     """A TPR cell of the text table: the rate, or ``n/a`` where the sample cannot resolve it."""
-    value = summary["tpr_at_fpr"][fpr]
-    return "n/a" if value is None else f"{value:.4f}"
+    rates = summary["tpr_at_fpr"]
+    value = rates[fpr] if isinstance(rates, Mapping) else None
+    return f"{value:.4f}" if isinstance(value, (int, float)) else "n/a"
 
 
 def _inversion_configs() -> dict[str, type]:
@@ -498,7 +499,9 @@ def _cmd_inversion(args: argparse.Namespace, flags: Any) -> int:
         "index": str(index.index_html),
     }
     any_result = next(iter(done.results.values()))
-    chance = 1.0 / int(any_result.metadata.get("num_dataset_classes", any_result.num_classes))
+    # The result's metadata is free-form JSON: a stored class count is used only when it is a number.
+    stored_n = any_result.metadata.get("num_dataset_classes")
+    chance = 1.0 / (int(stored_n) if isinstance(stored_n, (int, float)) else any_result.num_classes)
     lines = [
         f"model inversion against {done.model_id} ({any_result.num_classes} "
         "classes; evaluator accuracy on held-out images "
@@ -510,7 +513,8 @@ def _cmd_inversion(args: argparse.Namespace, flags: Any) -> int:
         f"  {'attack':<8} {'top-1':>6} {'top-5':>6} {'KNN':>7} {'PSNR':>6} {'AUC':>6} {'eps_lb':>7} {'seconds':>8}"
     )
     for name, s in summaries.items():
-        secs = float(done.results[name].metadata.get("seconds", float("nan")))
+        seconds = done.results[name].metadata.get("seconds")
+        secs = float(seconds) if isinstance(seconds, (int, float)) else float("nan")
         lines.append(
             f"  {name:<8} {s['attack_accuracy_top1']:6.3f} "
             f"{s['attack_accuracy_top5']:6.3f} {s['knn_distance']:7.3f} "
