@@ -282,15 +282,15 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
     n = target.num_dataset_classes()
     verdict_rows, member_rows = [], []
     for r in target.results:
-        s = r.summary(fprs=(_FPR,), delta=delta, confidence=confidence)
+        s = r.metrics(fprs=(_FPR,), delta=delta, confidence=confidence)
         verdict_rows.append(
             [
                 r.attack,
-                _rate(s["attack_accuracy_top1"], r.num_classes),
-                _rate(s["attack_accuracy_top5"], r.num_classes),
+                _rate(s.attack_accuracy_top1, r.num_classes),
+                _rate(s.attack_accuracy_top5, r.num_classes),
                 _chance(target),
-                s["knn_distance"],
-                s["psnr"],
+                s.knn_distance,
+                s.psnr,
                 float(r.target_confidence.mean()),
                 f"{r.num_classes}",
             ]
@@ -299,15 +299,15 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
         member_rows.append(
             [
                 r.attack,
-                s["distance_to_mean"],
-                s["distance_to_member"],
-                s["distance_to_non_member"],
+                s.distance_to_mean,
+                s.distance_to_member,
+                s.distance_to_non_member,
                 f"{int(r.closer_to_member().sum())}/{k}",
                 f"{int(r.closer_to_mean().sum())}/{k}",
-                s["membership"]["auc"],
+                s.membership.auc,
                 _tpr(r),
                 f"{r.membership.num_members} / {r.membership.num_non_members}",
-                epsilon_lb_cell(s["membership"]["epsilon_lb"]),  # bounds their safe way: ε_LB down, ε_UB up
+                epsilon_lb_cell(s.membership.epsilon_lb),  # bounds their safe way: ε_LB down, ε_UB up
                 "—" if eps_ub is None else epsilon_ub_cell(eps_ub),
             ]
         )
@@ -387,19 +387,19 @@ def comparison_table(targets: Sequence[InversionTarget], *, confidence: float = 
         eps = t.epsilon_ub()
         acc = t.record.metrics.get("test_accuracy") if t.record is not None else None
         for r in t.results:
-            s = r.summary(fprs=(_FPR,), delta=t.delta, confidence=confidence)
+            s = r.metrics(fprs=(_FPR,), delta=t.delta, confidence=confidence)
             rows.append(
                 [
                     t.model_id,
                     "—" if eps is None else eps,
                     "—" if acc is None else percent_cell(float(acc)),
                     r.attack,
-                    _rate(s["attack_accuracy_top1"], r.num_classes),
-                    _rate(s["attack_accuracy_top5"], r.num_classes),
-                    s["knn_distance"],
-                    s["psnr"],
-                    s["membership"]["auc"],
-                    epsilon_lb_cell(s["membership"]["epsilon_lb"]),
+                    _rate(s.attack_accuracy_top1, r.num_classes),
+                    _rate(s.attack_accuracy_top5, r.num_classes),
+                    s.knn_distance,
+                    s.psnr,
+                    s.membership.auc,
+                    epsilon_lb_cell(s.membership.epsilon_lb),
                 ]
             )
     return Table(

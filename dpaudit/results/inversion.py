@@ -35,6 +35,7 @@ from dpaudit.results.membership import (
     DEFAULT_FPRS,
     RESULT_SCHEMA_VERSION,
     MembershipResult,
+    MembershipSummary,
     _file_stem,
     _readonly,
     check_header,
@@ -44,7 +45,7 @@ from dpaudit.specs import PlainSpec, spec_field
 from dpaudit.store import load_result_files, save_result_files
 from dpaudit.store import thaw as _thaw
 
-__all__ = ["InversionResult", "inversion_stem", "load_inversion_result", "save_inversion_result"]
+__all__ = ["InversionResult", "InversionSummary", "inversion_stem", "load_inversion_result", "save_inversion_result"]
 
 _IMAGES = ("reconstructions", "class_means", "nearest_members", "nearest_non_members")
 _PER_CLASS = (
@@ -58,6 +59,39 @@ _PER_CLASS = (
 _IDS = ("target_classes", "knn_ids", "nearest_member_ids", "nearest_non_member_ids")
 _MEMBERSHIP_ARRAYS = ("sample_ids", "scores", "is_member")
 _ARRAYS = (*_IMAGES, *_PER_CLASS, *_IDS, "evaluator_top5", *(f"membership_{a}" for a in _MEMBERSHIP_ARRAYS))
+
+
+@dataclass(frozen=True, kw_only=True)
+class InversionSummary(PlainSpec):
+    """The metrics of one inversion result (:meth:`InversionResult.metrics`).
+
+    Its plain form (``to_dict``, keys in field order) is the CLI's ``--json`` output of an attack.
+    Distances and PSNR are means over the classes (PSNR over its finite values; ∞ when none is).
+
+    Attributes:
+        attack_accuracy_top1, attack_accuracy_top5: shares of classes the evaluator labels right.
+        knn_distance: mean feature-space distance to the nearest member of the class.
+        psnr: mean PSNR (dB) against that member.
+        membership: the inversion-based membership score's metrics.
+        distance_to_mean, distance_to_member, distance_to_non_member: mean pixel RMS distances.
+        closer_to_member: share of classes nearer the nearest member than the nearest non-member.
+        closer_to_mean: share of classes nearer the class mean than any member.
+        num_classes: classes inverted.
+        finding: the one-sentence reading (:meth:`InversionResult.finding`).
+    """
+
+    attack_accuracy_top1: float
+    attack_accuracy_top5: float
+    knn_distance: float
+    psnr: float
+    membership: MembershipSummary
+    distance_to_mean: float
+    distance_to_member: float
+    distance_to_non_member: float
+    closer_to_member: float
+    closer_to_mean: float
+    num_classes: int
+    finding: str
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -232,31 +266,29 @@ class InversionResult:
 
     def summary(
         self, *, fprs: tuple[float, ...] = DEFAULT_FPRS, delta: float = 1e-5, confidence: float = 0.95
-    ) -> dict[str, Any]:
-        """The metrics of the CLI's ``--json`` output.
+    ) -> dict[str, object]:
+        """The CLI's ``--json`` output: :meth:`metrics` as a plain JSON object (keys in field order)."""
+        return self.metrics(fprs=fprs, delta=delta, confidence=confidence).to_dict()
 
-        Returns:
-            ``{"attack_accuracy_top1", "attack_accuracy_top5", "knn_distance", "psnr",
-            "membership": {"auc", "tpr_at_fpr", "epsilon_lb", …}, "distance_to_mean",
-            "distance_to_member", "distance_to_non_member", "closer_to_member",
-            "closer_to_mean", "num_classes", "finding"}``; distances and PSNR are means over
-            the classes (PSNR over finite values).
-        """
+    def metrics(
+        self, *, fprs: tuple[float, ...] = DEFAULT_FPRS, delta: float = 1e-5, confidence: float = 0.95
+    ) -> InversionSummary:
+        """The metrics of the result, typed; :meth:`summary` is their plain form."""
         psnr = self.psnr[np.isfinite(self.psnr)]
-        return {
-            "attack_accuracy_top1": self.attack_accuracy_top1,
-            "attack_accuracy_top5": self.attack_accuracy_top5,
-            "knn_distance": float(self.knn_distance.mean()),
-            "psnr": float(psnr.mean()) if psnr.size else float("inf"),
-            "membership": self.membership.summary(fprs=fprs, delta=delta, confidence=confidence),
-            "distance_to_mean": float(self.distance_to_mean.mean()),
-            "distance_to_member": float(self.distance_to_member.mean()),
-            "distance_to_non_member": float(self.distance_to_non_member.mean()),
-            "closer_to_member": float(self.closer_to_member().mean()),
-            "closer_to_mean": float(self.closer_to_mean().mean()),
-            "num_classes": self.num_classes,
-            "finding": self.finding(),
-        }
+        return InversionSummary(
+            attack_accuracy_top1=self.attack_accuracy_top1,
+            attack_accuracy_top5=self.attack_accuracy_top5,
+            knn_distance=float(self.knn_distance.mean()),
+            psnr=float(psnr.mean()) if psnr.size else float("inf"),
+            membership=self.membership.metrics(fprs=fprs, delta=delta, confidence=confidence),
+            distance_to_mean=float(self.distance_to_mean.mean()),
+            distance_to_member=float(self.distance_to_member.mean()),
+            distance_to_non_member=float(self.distance_to_non_member.mean()),
+            closer_to_member=float(self.closer_to_member().mean()),
+            closer_to_mean=float(self.closer_to_mean().mean()),
+            num_classes=self.num_classes,
+            finding=self.finding(),
+        )
 
     # ------------------------------------------------------------------ (de)serialisation
     def arrays(self) -> dict[str, np.ndarray]:
