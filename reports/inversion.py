@@ -44,6 +44,7 @@ from reports.render import Figure, Items, Section, Table, Text, accountant_table
 from reports.verdict_box import verdict_section, with_status
 
 __all__ = [
+    "InversionCounts",
     "InversionTarget",
     "load_inversion_targets",
     "image_grid",
@@ -281,15 +282,15 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
     n = target.num_dataset_classes()
     verdict_rows, member_rows = [], []
     for r in target.results:
-        s = r.summary(fprs=(_FPR,), delta=delta, confidence=confidence)
+        s = r.metrics(fprs=(_FPR,), delta=delta, confidence=confidence)
         verdict_rows.append(
             [
                 r.attack,
-                _rate(s["attack_accuracy_top1"], r.num_classes),
-                _rate(s["attack_accuracy_top5"], r.num_classes),
+                _rate(s.attack_accuracy_top1, r.num_classes),
+                _rate(s.attack_accuracy_top5, r.num_classes),
                 _chance(target),
-                s["knn_distance"],
-                s["psnr"],
+                s.knn_distance,
+                s.psnr,
                 float(r.target_confidence.mean()),
                 f"{r.num_classes}",
             ]
@@ -298,15 +299,15 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
         member_rows.append(
             [
                 r.attack,
-                s["distance_to_mean"],
-                s["distance_to_member"],
-                s["distance_to_non_member"],
+                s.distance_to_mean,
+                s.distance_to_member,
+                s.distance_to_non_member,
                 f"{int(r.closer_to_member().sum())}/{k}",
                 f"{int(r.closer_to_mean().sum())}/{k}",
-                s["membership"]["auc"],
+                s.membership.auc,
                 _tpr(r),
                 f"{r.membership.num_members} / {r.membership.num_non_members}",
-                epsilon_lb_cell(s["membership"]["epsilon_lb"]),  # bounds their safe way: ε_LB down, ε_UB up
+                epsilon_lb_cell(s.membership.epsilon_lb),  # bounds their safe way: ε_LB down, ε_UB up
                 "—" if eps_ub is None else epsilon_ub_cell(eps_ub),
             ]
         )
@@ -386,19 +387,19 @@ def comparison_table(targets: Sequence[InversionTarget], *, confidence: float = 
         eps = t.epsilon_ub()
         acc = t.record.metrics.get("test_accuracy") if t.record is not None else None
         for r in t.results:
-            s = r.summary(fprs=(_FPR,), delta=t.delta, confidence=confidence)
+            s = r.metrics(fprs=(_FPR,), delta=t.delta, confidence=confidence)
             rows.append(
                 [
                     t.model_id,
                     "—" if eps is None else eps,
                     "—" if acc is None else percent_cell(float(acc)),
                     r.attack,
-                    _rate(s["attack_accuracy_top1"], r.num_classes),
-                    _rate(s["attack_accuracy_top5"], r.num_classes),
-                    s["knn_distance"],
-                    s["psnr"],
-                    s["membership"]["auc"],
-                    epsilon_lb_cell(s["membership"]["epsilon_lb"]),
+                    _rate(s.attack_accuracy_top1, r.num_classes),
+                    _rate(s.attack_accuracy_top5, r.num_classes),
+                    s.knn_distance,
+                    s.psnr,
+                    s.membership.auc,
+                    epsilon_lb_cell(s.membership.epsilon_lb),
                 ]
             )
     return Table(
@@ -489,8 +490,10 @@ def comparison_figure(targets: Sequence[InversionTarget], *, axes: Sequence[Axes
 
 # ---------------------------------------------------------------------------- page
 def _config_line(result: InversionResult) -> str:
-    cfg = dict(result.config)
-    attack = dict(cfg.get("attack") or {})
+    # The stored config is free-form JSON: its "attack" part is read only when it is an object.
+    attack = result.config.get("attack")
+    if not isinstance(attack, Mapping):
+        attack = {}
     parts = [f"{k}={format_number(v) if isinstance(v, float) else v}" for k, v in attack.items()]
     seconds = result.metadata.get("seconds")
     tail = f"; {float(seconds):.3g} s" if isinstance(seconds, (int, float)) else ""
@@ -586,9 +589,17 @@ def inversion_sections(targets: Sequence[InversionTarget], *, confidence: float 
     return sections
 
 
-def inversion_summary(targets: Sequence[InversionTarget]) -> Mapping[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class InversionCounts:
+    """What the index link of the inversion page says: how many targets, which attacks (sorted)."""
+
+    targets: int
+    attacks: tuple[str, ...]
+
+
+def inversion_summary(targets: Sequence[InversionTarget]) -> InversionCounts:
     """Counts for the index link text."""
-    return {"targets": len(targets), "attacks": sorted({r.attack for t in targets for r in t.results})}
+    return InversionCounts(targets=len(targets), attacks=tuple(sorted({r.attack for t in targets for r in t.results})))
 
 
 def load_inverted_targets(run: RunDir) -> list[tuple[InversionTarget, ...]]:
@@ -604,9 +615,7 @@ def inversion_page(targets: tuple[InversionTarget, ...], out: Path) -> Page:
     counts = inversion_summary(targets)
     return Page(
         html=page,
-        link=with_status(
-            f"model inversion ({', '.join(counts['attacks'])}) against {counts['targets']} target(s)", sections
-        ),
+        link=with_status(f"model inversion ({', '.join(counts.attacks)}) against {counts.targets} target(s)", sections),
     )
 
 

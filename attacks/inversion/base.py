@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -49,7 +48,7 @@ class InversionOutput:
     classes: np.ndarray
     reconstructions: np.ndarray
     target_confidence: np.ndarray
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         classes = np.asarray(self.classes)

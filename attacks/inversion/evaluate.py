@@ -263,8 +263,8 @@ def evaluate_reconstructions(
     evaluator: nn.Module,
     members: LabelledImages,
     non_members: LabelledImages,
-    config: Mapping[str, Any],
-    metadata: Mapping[str, Any],
+    config: Mapping[str, object],
+    metadata: Mapping[str, object],
     device: str | torch.device = "cpu",
 ) -> InversionResult:
     """Judges an attack's reconstructions and asks whether they reveal members.

@@ -68,6 +68,7 @@ from attacks.membership.scores import (
     threshold_scores,
     tune_rmia_offline_a,
 )
+from attacks.membership.shadows import ShadowRecipe
 from attacks.membership.spec import (
     MEMBERSHIP_ATTACKS,
     MembershipAttackSpec,
@@ -93,6 +94,7 @@ __all__ = [
     "MembershipContext",
     "MembershipRun",
     "ShadowOutputs",
+    "ShadowRecipe",
     "PoolPlan",
     "ThresholdConfig",
     "ShokriConfig",

@@ -46,11 +46,11 @@ def aggregator_membership(
     is_member: Any,
     num_classes: int,
     answer: Callable[[np.ndarray, int], np.ndarray],
-    config: Mapping[str, Any],
+    config: Mapping[str, object],
     model_id: str,
     repeats: int = 1,
     seed: int = 0,
-    metadata: dict[str, Any] | None = None,
+    metadata: Mapping[str, object] | None = None,
 ) -> MembershipResult:
     """Scores each candidate by the share of the aggregator's answers that equal its true label.
 

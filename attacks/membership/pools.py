@@ -17,7 +17,15 @@ import torch
 from torch import nn
 
 from attacks.membership.queries import predict_queries
-from attacks.membership.shadows import POOL_KINDS, ShadowRun, ShadowSpec, ShadowTraining, ensure_shadows, plan_shadows
+from attacks.membership.shadows import (
+    POOL_KINDS,
+    ShadowRecipe,
+    ShadowRun,
+    ShadowSpec,
+    ShadowTraining,
+    ensure_shadows,
+    plan_shadows,
+)
 from attacks.membership.spec import DEFAULT_NUM_SHADOWS, MembershipAttackSpec, MembershipContext, ShadowOutputs
 from dpaudit import _validate as v
 from dpaudit.data import DatasetBundle
@@ -109,7 +117,7 @@ def train_pools(
     seed: int,
     train_size: int,
     training: ShadowTraining | None = None,
-    recipe: Mapping[str, Any] | None = None,
+    recipe: ShadowRecipe | None = None,
     **ensure: Any,
 ) -> tuple[dict[str, list[tuple[np.ndarray, nn.Module]]], dict[str, tuple[ShadowSpec, ...]], ShadowRun]:
     """Plans every pool's shadows and loads or trains them in one batch
@@ -165,7 +173,7 @@ def build_context(
     pools: Mapping[str, PoolPlan],
     shadow_models: Mapping[str, Sequence[tuple[np.ndarray, nn.Module]]],
     device: str = "cpu",
-    metadata: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, object] | None = None,
     progress: bool = False,
 ) -> MembershipContext:
     """Evaluates the target and every shadow model once on every id any attack needs.

@@ -124,7 +124,7 @@ def _rmia(online: bool) -> Callable[[MembershipContext, Any], MembershipResult]:
             offline_a=a_used,
             gamma=config.gamma,
         )
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "num_queries": len(context.augmentations),
             "augmentations": list(context.augmentations),
             "num_references": k,

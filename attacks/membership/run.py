@@ -28,8 +28,14 @@ from dpaudit.results.record import TrainedModel
 __all__ = ["run_attacks", "run_membership_attacks", "membership_attack"]
 
 
-def run_attacks(context: MembershipContext, configs: Mapping[str, Any]) -> dict[str, MembershipResult]:
-    """Runs each named attack's registered ``run`` on ``context``, timing each."""
+def run_attacks(context: MembershipContext, configs: Mapping[str, object]) -> dict[str, MembershipResult]:
+    """Runs each named attack's registered ``run`` on ``context``, timing each.
+
+    Args:
+        context: what the attacks read.
+        configs: attack name → its config, an instance of the attack's registered ``config_type``
+            (checked here, so one registry's config types need no common base).
+    """
     out: dict[str, MembershipResult] = {}
     for name, config in configs.items():
         spec = MEMBERSHIP_ATTACKS[name]
@@ -52,7 +58,7 @@ def run_membership_attacks(
     record: TrainedModel,
     model: nn.Module,
     bundle: DatasetBundle,
-    configs: Mapping[str, Any] | None = None,
+    configs: Mapping[str, object] | None = None,
     sample_ids: np.ndarray | Sequence[int] | None = None,
     is_member: np.ndarray | Sequence[bool] | None = None,
     seed: int = 0,
@@ -116,7 +122,7 @@ def run_membership_attacks(
         num_population=num_population,
         train_size=m,
     )
-    shadow_meta: dict[str, Any] = {}
+    shadow_meta: dict[str, int] = {}
     models: dict[str, list[tuple[np.ndarray, nn.Module]]] = {}
     if pools:
         models, _, run = train_pools(

@@ -39,7 +39,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any
 
 import numpy as np
 import torch
@@ -61,6 +60,7 @@ from dpaudit.training import SGDConfig, evaluate, shuffled_batches
 
 __all__ = [
     "ShadowTraining",
+    "ShadowRecipe",
     "ShadowSpec",
     "ShadowRun",
     "plan_shadows",
@@ -85,7 +85,7 @@ class ShadowTraining(SGDConfig, PlainSpec):
     epochs: int = 30
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], **overrides: Any) -> ShadowTraining:
+    def from_config(cls, config: Mapping[str, object], **overrides: float | None) -> ShadowTraining:
         """The hyperparameters a target's record states, defaults for the rest.
 
         Only keys that name a field of this class, with usable values, are taken; a defense
@@ -96,18 +96,56 @@ class ShadowTraining(SGDConfig, PlainSpec):
             config: a record's ``config``.
             **overrides: values that win over ``config`` (``None`` values are ignored).
         """
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, int | float] = {}
         for f in fields(cls):
             for source in (overrides, config):
                 value = source.get(f.name)
-                if value is not None and not isinstance(value, bool):
+                # A record's config is free-form JSON: only numbers can set a hyperparameter.
+                if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
                     kwargs[f.name] = int(value) if f.type in ("int", int) else float(value)
                     break
-        return cls(**kwargs)
+        return cls.from_dict(kwargs)  # validated as any stored ShadowTraining is
 
 
-def _freeze(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+def _freeze(obj: Mapping[str, object]) -> Mapping[str, object]:
     return MappingProxyType(dict(obj))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShadowRecipe(PlainSpec):
+    """How a custom trainer trains a shadow, and the fingerprints its id hashes.
+
+    Stored (and hashed into :attr:`ShadowSpec.shadow_id`) as a JSON object holding only the
+    fields that are set, in field order: the empty recipe is ``{}`` (plain SGD, no
+    fingerprint), so the ids of shadows planned before this type existed are unchanged.
+
+    Attributes:
+        defense: the defense the trainer trains with (a :data:`defenses.DEFENSES` name), or
+            ``None`` for plain SGD with :class:`ShadowTraining`.
+        config: that defense's config fields, as plain JSON (a record's ``config``); kept as
+            given (lists stay lists) because the trainer rebuilds the config type from it.
+        model_fn_sha256: the fingerprint of an external model's builder code: shadows built
+            by edited code never share a cache entry with those built by the old code.
+        dataset_files_sha256: the fingerprint of the dataset's files (``None`` for bundled data).
+    """
+
+    defense: str | None = spec_field(default=None, omit="none")
+    config: Mapping[str, object] | None = spec_field(default=None, omit="none", encode=thaw)
+    model_fn_sha256: str | None = spec_field(default=None, omit="none")
+    dataset_files_sha256: str | None = spec_field(default=None, omit="none")
+
+    def __post_init__(self) -> None:
+        if (self.defense is None) != (self.config is None):
+            raise v.invalid("recipe", "a shadow recipe names a defense and its config together, or neither")
+        if self.config is not None:
+            if not isinstance(self.config, Mapping):
+                raise v.invalid_type("config", f"config must be a mapping, got {type(self.config).__name__}")
+            object.__setattr__(self, "config", MappingProxyType(thaw(self.config)))
+
+    @property
+    def empty(self) -> bool:
+        """Plain SGD and no fingerprint: nothing for the shadow's id to hash."""
+        return not self.to_dict()
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -134,13 +172,13 @@ class ShadowSpec(PlainSpec):
 
     dataset: str
     model_name: str
-    model_options: Mapping[str, Any] = spec_field(default_factory=dict, as_given=True)
+    model_options: Mapping[str, object] = spec_field(default_factory=dict, as_given=True)
     input_shape: tuple[int, ...]
     num_classes: int
     training: ShadowTraining
     train_ids: np.ndarray
     seed: int
-    recipe: Mapping[str, Any] = field(default_factory=dict)
+    recipe: ShadowRecipe = field(default_factory=ShadowRecipe)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "train_ids", sorted_id_set("train_ids", self.train_ids))
@@ -149,7 +187,8 @@ class ShadowSpec(PlainSpec):
         object.__setattr__(self, "seed", v.integer("seed", self.seed, minimum=0))
         object.__setattr__(self, "input_shape", tuple(int(s) for s in self.input_shape))
         object.__setattr__(self, "model_options", _freeze(self.model_options))
-        object.__setattr__(self, "recipe", _freeze(self.recipe))
+        if not isinstance(self.recipe, ShadowRecipe):
+            raise v.invalid_type("recipe", f"recipe must be a ShadowRecipe, got {type(self.recipe).__name__}")
         if not isinstance(self.training, ShadowTraining):
             raise v.invalid_type("training", f"training must be a ShadowTraining, got {type(self.training).__name__}")
 
@@ -160,7 +199,7 @@ class ShadowSpec(PlainSpec):
     @property
     def shadow_id(self) -> str:
         """Stable id: the same spec always maps to the same cache directory."""
-        config = {
+        config: dict[str, object] = {
             "training": self.training.to_dict(),
             "model_options": dict(self.model_options),
             "input_shape": list(self.input_shape),
@@ -168,8 +207,8 @@ class ShadowSpec(PlainSpec):
             "num_train": int(self.train_ids.size),
             "train_ids_sha256": self.ids_digest,
         }
-        if self.recipe:  # kept out of the hash when empty, so plain-SGD shadow ids stay as they were
-            config["recipe"] = thaw(self.recipe)
+        if not self.recipe.empty:  # kept out of the hash when empty, so plain-SGD shadow ids stay as they were
+            config["recipe"] = self.recipe.to_dict()
         return make_model_id(
             defense="shadow", dataset=self.dataset, model_name=self.model_name, seed=self.seed, config=config
         )
@@ -184,7 +223,7 @@ def plan_shadows(
     kind: str,
     train_size: int | None = None,
     training: ShadowTraining | None = None,
-    recipe: Mapping[str, Any] | None = None,
+    recipe: ShadowRecipe | None = None,
 ) -> list[ShadowSpec]:
     """Shadow specs in complementary pairs over ``pool_ids`` (see the module docstring).
 
@@ -232,7 +271,7 @@ def plan_shadows(
                 training=training,
                 train_ids=ids,
                 seed=derive_seed(seed, "shadow-training", kind, i),
-                recipe=dict(recipe or {}),
+                recipe=recipe or ShadowRecipe(),
             )
         )
     return specs
@@ -248,8 +287,17 @@ def _build(spec: ShadowSpec) -> nn.Module:
                 f"model builder {spec.model_name!r} must return a torch.nn.Module, got {type(model).__name__}",
             )
         return model
+    options = dict(spec.model_options)
+    # The options are free-form JSON; the one the builder types itself is narrowed here.
+    noise_layer = options.pop("noise_layer", False)
+    if not isinstance(noise_layer, bool):
+        raise v.invalid_type("model_options", f"model_options noise_layer must be true or false, got {noise_layer!r}")
     return build_model(
-        spec.model_name, input_shape=spec.input_shape, num_classes=spec.num_classes, **dict(spec.model_options)
+        spec.model_name,
+        input_shape=spec.input_shape,
+        num_classes=spec.num_classes,
+        noise_layer=noise_layer,
+        **options,
     )
 
 
@@ -315,13 +363,17 @@ ShadowTrainer = Callable[..., tuple[TrainedModel, nn.Module]]
 
 
 def train_shadow_job(
-    *, spec: Mapping[str, Any], data_root: str | None = None, device: str = "cpu", trainer: ShadowTrainer | None = None
-) -> dict[str, Any]:
+    *,
+    spec: Mapping[str, object],
+    data_root: str | None = None,
+    device: str = "cpu",
+    trainer: ShadowTrainer | None = None,
+) -> dict[str, object]:
     """Executor job: trains the shadow described by ``spec`` (a :meth:`ShadowSpec.to_dict`).
 
-    Returns plain data (the record as a dict and the weights as NumPy arrays) rather than
-    writing files, so the job also works on Ray nodes that do not share the run directory;
-    the caller persists it.
+    Returns plain data (:func:`dpaudit.model_cache.pack_model`: the record as a dict and the
+    weights as NumPy arrays) rather than writing files, so the job also works on Ray nodes
+    that do not share the run directory; the caller persists it.
 
     Args:
         spec: the shadow, as plain data.

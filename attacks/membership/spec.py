@@ -110,7 +110,7 @@ class MembershipContext:
     augmentations: tuple[str, ...]
     shadows: Mapping[str, ShadowOutputs] = field(default_factory=dict)
     seed: int = 0
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, object] = field(default_factory=dict)
 
     def positions(self, ids: np.ndarray) -> np.ndarray:
         """Positions of ``ids`` in :attr:`universe_ids`."""
@@ -135,7 +135,9 @@ class MembershipContext:
             raise v.invalid("attack", f"attack {attack!r} needs the {kind} shadow pool, which this context lacks")
         return self.shadows[kind]
 
-    def result(self, attack: str, scores: np.ndarray, config: Mapping[str, Any], **metadata: Any) -> MembershipResult:
+    def result(
+        self, attack: str, scores: np.ndarray, config: Mapping[str, object], **metadata: object
+    ) -> MembershipResult:
         """A :class:`MembershipResult` for this context's queried ids."""
         return MembershipResult(
             attack=attack,
@@ -228,8 +230,8 @@ def expand_attacks(attacks: str | Sequence[str]) -> list[str]:
 
 
 def default_configs(
-    names: Sequence[str], *, configs: Mapping[str, Any] | None = None, num_shadows: int | None = None
-) -> dict[str, Any]:
+    names: Sequence[str], *, configs: Mapping[str, object] | None = None, num_shadows: int | None = None
+) -> dict[str, object]:
     """Config per attack: given ones as they are, the rest from their type's defaults.
 
     ``num_shadows`` (if given) sets the shadow-count field of every defaulted config.
@@ -238,7 +240,7 @@ def default_configs(
     unknown = set(configs) - set(names)
     if unknown:
         raise v.invalid("configs", f"configs names attack(s) not run: {sorted(unknown)}")
-    out = {}
+    out: dict[str, object] = {}
     for name in names:
         spec = MEMBERSHIP_ATTACKS[name]
         if name in configs:

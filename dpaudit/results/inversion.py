@@ -35,15 +35,17 @@ from dpaudit.results.membership import (
     DEFAULT_FPRS,
     RESULT_SCHEMA_VERSION,
     MembershipResult,
+    MembershipSummary,
     _file_stem,
     _readonly,
     check_header,
     freeze_mappings,
 )
+from dpaudit.specs import PlainSpec, spec_field
 from dpaudit.store import load_result_files, save_result_files
 from dpaudit.store import thaw as _thaw
 
-__all__ = ["InversionResult", "inversion_stem", "load_inversion_result", "save_inversion_result"]
+__all__ = ["InversionResult", "InversionSummary", "inversion_stem", "load_inversion_result", "save_inversion_result"]
 
 _IMAGES = ("reconstructions", "class_means", "nearest_members", "nearest_non_members")
 _PER_CLASS = (
@@ -57,6 +59,39 @@ _PER_CLASS = (
 _IDS = ("target_classes", "knn_ids", "nearest_member_ids", "nearest_non_member_ids")
 _MEMBERSHIP_ARRAYS = ("sample_ids", "scores", "is_member")
 _ARRAYS = (*_IMAGES, *_PER_CLASS, *_IDS, "evaluator_top5", *(f"membership_{a}" for a in _MEMBERSHIP_ARRAYS))
+
+
+@dataclass(frozen=True, kw_only=True)
+class InversionSummary(PlainSpec):
+    """The metrics of one inversion result (:meth:`InversionResult.metrics`).
+
+    Its plain form (``to_dict``, keys in field order) is the CLI's ``--json`` output of an attack.
+    Distances and PSNR are means over the classes (PSNR over its finite values; ∞ when none is).
+
+    Attributes:
+        attack_accuracy_top1, attack_accuracy_top5: shares of classes the evaluator labels right.
+        knn_distance: mean feature-space distance to the nearest member of the class.
+        psnr: mean PSNR (dB) against that member.
+        membership: the inversion-based membership score's metrics.
+        distance_to_mean, distance_to_member, distance_to_non_member: mean pixel RMS distances.
+        closer_to_member: share of classes nearer the nearest member than the nearest non-member.
+        closer_to_mean: share of classes nearer the class mean than any member.
+        num_classes: classes inverted.
+        finding: the one-sentence reading (:meth:`InversionResult.finding`).
+    """
+
+    attack_accuracy_top1: float
+    attack_accuracy_top5: float
+    knn_distance: float
+    psnr: float
+    membership: MembershipSummary
+    distance_to_mean: float
+    distance_to_member: float
+    distance_to_non_member: float
+    closer_to_member: float
+    closer_to_mean: float
+    num_classes: int
+    finding: str
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -109,8 +144,8 @@ class InversionResult:
     nearest_members: np.ndarray
     nearest_non_members: np.ndarray
     membership: MembershipResult
-    config: Mapping[str, Any] = field(default_factory=dict)
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, object] = field(default_factory=dict)
+    metadata: Mapping[str, object] = field(default_factory=dict)
     schema_version: int = RESULT_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -231,31 +266,29 @@ class InversionResult:
 
     def summary(
         self, *, fprs: tuple[float, ...] = DEFAULT_FPRS, delta: float = 1e-5, confidence: float = 0.95
-    ) -> dict[str, Any]:
-        """The metrics of the CLI's ``--json`` output.
+    ) -> dict[str, object]:
+        """The CLI's ``--json`` output: :meth:`metrics` as a plain JSON object (keys in field order)."""
+        return self.metrics(fprs=fprs, delta=delta, confidence=confidence).to_dict()
 
-        Returns:
-            ``{"attack_accuracy_top1", "attack_accuracy_top5", "knn_distance", "psnr",
-            "membership": {"auc", "tpr_at_fpr", "epsilon_lb", …}, "distance_to_mean",
-            "distance_to_member", "distance_to_non_member", "closer_to_member",
-            "closer_to_mean", "num_classes", "finding"}``; distances and PSNR are means over
-            the classes (PSNR over finite values).
-        """
+    def metrics(
+        self, *, fprs: tuple[float, ...] = DEFAULT_FPRS, delta: float = 1e-5, confidence: float = 0.95
+    ) -> InversionSummary:
+        """The metrics of the result, typed; :meth:`summary` is their plain form."""
         psnr = self.psnr[np.isfinite(self.psnr)]
-        return {
-            "attack_accuracy_top1": self.attack_accuracy_top1,
-            "attack_accuracy_top5": self.attack_accuracy_top5,
-            "knn_distance": float(self.knn_distance.mean()),
-            "psnr": float(psnr.mean()) if psnr.size else float("inf"),
-            "membership": self.membership.summary(fprs=fprs, delta=delta, confidence=confidence),
-            "distance_to_mean": float(self.distance_to_mean.mean()),
-            "distance_to_member": float(self.distance_to_member.mean()),
-            "distance_to_non_member": float(self.distance_to_non_member.mean()),
-            "closer_to_member": float(self.closer_to_member().mean()),
-            "closer_to_mean": float(self.closer_to_mean().mean()),
-            "num_classes": self.num_classes,
-            "finding": self.finding(),
-        }
+        return InversionSummary(
+            attack_accuracy_top1=self.attack_accuracy_top1,
+            attack_accuracy_top5=self.attack_accuracy_top5,
+            knn_distance=float(self.knn_distance.mean()),
+            psnr=float(psnr.mean()) if psnr.size else float("inf"),
+            membership=self.membership.metrics(fprs=fprs, delta=delta, confidence=confidence),
+            distance_to_mean=float(self.distance_to_mean.mean()),
+            distance_to_member=float(self.distance_to_member.mean()),
+            distance_to_non_member=float(self.distance_to_non_member.mean()),
+            closer_to_member=float(self.closer_to_member().mean()),
+            closer_to_mean=float(self.closer_to_mean().mean()),
+            num_classes=self.num_classes,
+            finding=self.finding(),
+        )
 
     # ------------------------------------------------------------------ (de)serialisation
     def arrays(self) -> dict[str, np.ndarray]:
@@ -264,52 +297,65 @@ class InversionResult:
         out.update({f"membership_{a}": getattr(self.membership, a) for a in _MEMBERSHIP_ARRAYS})
         return out
 
-    def meta(self) -> dict[str, Any]:
-        """The JSON part (everything but the arrays)."""
-        return {
-            "schema_version": self.schema_version,
-            "attack": self.attack,
-            "model_id": self.model_id,
-            "membership": {
-                "attack": self.membership.attack,
-                "config": _thaw(self.membership.config),
-                "metadata": _thaw(self.membership.metadata),
-            },
-            "config": _thaw(self.config),
-            "metadata": _thaw(self.metadata),
-        }
+    def meta(self) -> dict[str, object]:
+        """The JSON part (everything but the arrays): :class:`_StoredMeta`'s plain form."""
+        return _StoredMeta(
+            schema_version=self.schema_version,
+            attack=self.attack,
+            model_id=self.model_id,
+            membership=_StoredMembership(
+                attack=self.membership.attack, config=self.membership.config, metadata=self.membership.metadata
+            ),
+            config=self.config,
+            metadata=self.metadata,
+        ).to_dict()
 
     @classmethod
-    def from_parts(cls, meta: Mapping[str, Any], arrays: Mapping[str, Any]) -> InversionResult:
+    def from_parts(cls, meta: Mapping[str, object], arrays: Mapping[str, np.ndarray]) -> InversionResult:
         """Rebuilds a result from :meth:`meta` and :meth:`arrays` (validated).
 
+        ``meta`` may also hold the arrays and the name of their NPZ file (what
+        :func:`dpaudit.store.load_result_files` returns); those keys are read past.
+
         Raises:
-            ValueError: a field or an array is missing, or the schema version is unknown.
+            ValueError: a field or an array is missing, a key names no field, or the schema
+                version is unknown.
         """
         missing = [a for a in _ARRAYS if a not in arrays]
         if missing:
             raise v.invalid("arrays", f"arrays must include {', '.join(missing)}")
-        for key in ("attack", "model_id", "membership"):
-            if key not in meta:
-                raise v.invalid(None, f"the result must have a {key!r} field")
-        mem = meta["membership"]
+        stored = _StoredMeta.from_dict({k: x for k, x in meta.items() if k != "arrays" and k not in _ARRAYS})
         membership = MembershipResult(
-            attack=mem["attack"],
-            model_id=meta["model_id"],
+            attack=stored.membership.attack,
+            model_id=stored.model_id,
             sample_ids=np.asarray(arrays["membership_sample_ids"], dtype=np.int64),
             scores=np.asarray(arrays["membership_scores"], dtype=np.float64),
             is_member=np.asarray(arrays["membership_is_member"], dtype=bool),
-            config=mem.get("config", {}),
-            metadata=mem.get("metadata", {}),
+            config=stored.membership.config,
+            metadata=stored.membership.metadata,
         )
         return cls(
-            attack=meta["attack"],
-            model_id=meta["model_id"],
-            **{name: np.asarray(arrays[name]) for name in (*_IMAGES, *_PER_CLASS, *_IDS, "evaluator_top5")},
+            attack=stored.attack,
+            model_id=stored.model_id,
+            target_classes=np.asarray(arrays["target_classes"]),
+            reconstructions=np.asarray(arrays["reconstructions"]),
+            target_confidence=np.asarray(arrays["target_confidence"]),
+            evaluator_top5=np.asarray(arrays["evaluator_top5"]),
+            knn_distance=np.asarray(arrays["knn_distance"]),
+            knn_ids=np.asarray(arrays["knn_ids"]),
+            psnr=np.asarray(arrays["psnr"]),
+            distance_to_mean=np.asarray(arrays["distance_to_mean"]),
+            distance_to_member=np.asarray(arrays["distance_to_member"]),
+            distance_to_non_member=np.asarray(arrays["distance_to_non_member"]),
+            nearest_member_ids=np.asarray(arrays["nearest_member_ids"]),
+            nearest_non_member_ids=np.asarray(arrays["nearest_non_member_ids"]),
+            class_means=np.asarray(arrays["class_means"]),
+            nearest_members=np.asarray(arrays["nearest_members"]),
+            nearest_non_members=np.asarray(arrays["nearest_non_members"]),
             membership=membership,
-            config=meta.get("config", {}),
-            metadata=meta.get("metadata", {}),
-            schema_version=meta.get("schema_version", RESULT_SCHEMA_VERSION),
+            config=stored.config,
+            metadata=stored.metadata,
+            schema_version=stored.schema_version,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -319,6 +365,28 @@ class InversionResult:
         return self.meta() == other.meta() and all(np.array_equal(mine[a], theirs[a]) for a in _ARRAYS)
 
     __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _StoredMembership(PlainSpec):
+    """The JSON part of an inversion's membership score (its arrays are in the NPZ, its target is the result's)."""
+
+    attack: str
+    # Free-form JSON, written plain (thawed) and read back as stored.
+    config: Mapping[str, object] = spec_field(default_factory=dict, encode=_thaw)
+    metadata: Mapping[str, object] = spec_field(default_factory=dict, encode=_thaw)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _StoredMeta(PlainSpec):
+    """The JSON file of an :class:`InversionResult`: everything but its arrays, in the stored key order."""
+
+    schema_version: int = RESULT_SCHEMA_VERSION
+    attack: str
+    model_id: str
+    membership: _StoredMembership
+    config: Mapping[str, object] = spec_field(default_factory=dict, encode=_thaw)
+    metadata: Mapping[str, object] = spec_field(default_factory=dict, encode=_thaw)
 
 
 def _ints(name: str, values: Any) -> np.ndarray:

@@ -33,6 +33,7 @@ __all__ = [
     "RESULT_SCHEMA_VERSION",
     "DEFAULT_FPRS",
     "MembershipResult",
+    "MembershipSummary",
     "RocCurve",
     "load_membership_result",
     "save_membership_result",
@@ -121,6 +122,35 @@ class RocCurve:
     fpr: np.ndarray
     tpr: np.ndarray
     thresholds: np.ndarray
+
+
+@dataclass(frozen=True, kw_only=True)
+class MembershipSummary(PlainSpec):
+    """The metrics of one membership result (:meth:`MembershipResult.metrics`), derived from its scores.
+
+    Its plain form (``to_dict``, keys in field order) is the CLI's ``--json`` output of an attack.
+
+    Attributes:
+        auc: area under the ROC curve.
+        balanced_accuracy: the best balanced accuracy over thresholds.
+        tpr_at_fpr: ``"0.001"`` → TPR at that FPR; ``None`` where the non-members cannot resolve it.
+        tpr_at_fpr_notes: the keys of ``tpr_at_fpr`` that are ``None`` → why (``"n/a: needs ≥ …"``).
+        epsilon_lb: ε_LB at ``delta`` and ``confidence``.
+        delta: δ of the bound.
+        confidence: confidence of the bound.
+        num_members: members scored.
+        num_non_members: non-members scored.
+    """
+
+    auc: float
+    balanced_accuracy: float
+    tpr_at_fpr: Mapping[str, float | None]
+    tpr_at_fpr_notes: Mapping[str, str]
+    epsilon_lb: float
+    delta: float
+    confidence: float
+    num_members: int
+    num_non_members: int
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -259,10 +289,32 @@ class MembershipResult(PlainSpec):
             num_thresholds=num_thresholds,
         )
 
+    def metrics(
+        self, *, fprs: tuple[float, ...] = DEFAULT_FPRS, delta: float = 1e-5, confidence: float = 0.95
+    ) -> MembershipSummary:
+        """The metrics derived from the scores, typed; :meth:`summary` is their plain form.
+
+        A TPR at an FPR f that fewer than ⌈1/f⌉ non-members cannot resolve
+        (:func:`min_non_members`) is ``None``, and ``tpr_at_fpr_notes`` says why.
+        """
+        notes = {f"{f:g}": note for f in fprs if (note := tpr_unresolved(f, self.num_non_members)) is not None}
+        return MembershipSummary(
+            auc=self.auc(),
+            balanced_accuracy=self.balanced_accuracy(),
+            # A rate the sample cannot resolve is null, and ``tpr_at_fpr_notes`` says why.
+            tpr_at_fpr={f"{f:g}": (None if f"{f:g}" in notes else self.tpr_at_fpr(f)) for f in fprs},
+            tpr_at_fpr_notes=notes,
+            epsilon_lb=self.epsilon_bound(delta=delta, confidence=confidence).epsilon_lb,
+            delta=delta,
+            confidence=confidence,
+            num_members=self.num_members,
+            num_non_members=self.num_non_members,
+        )
+
     def summary(
         self, *, fprs: tuple[float, ...] = DEFAULT_FPRS, delta: float = 1e-5, confidence: float = 0.95
     ) -> dict[str, Any]:
-        """The metrics of the CLI's ``--json`` output, derived from the scores.
+        """The metrics of the CLI's ``--json`` output, derived from the scores (:meth:`metrics`' plain form).
 
         Returns:
             ``{"auc", "balanced_accuracy", "tpr_at_fpr": {"0.001": …, "0.01": …},
@@ -272,19 +324,7 @@ class MembershipResult(PlainSpec):
             key to the reason (``"n/a: needs ≥ 1000 non-members (has 359)"``); the key is
             always present, so a reader never mistakes a missing rate for an unasked one.
         """
-        notes = {f"{f:g}": note for f in fprs if (note := tpr_unresolved(f, self.num_non_members)) is not None}
-        return {
-            "auc": self.auc(),
-            "balanced_accuracy": self.balanced_accuracy(),
-            # A rate the sample cannot resolve is null, and ``tpr_at_fpr_notes`` says why.
-            "tpr_at_fpr": {f"{f:g}": (None if f"{f:g}" in notes else self.tpr_at_fpr(f)) for f in fprs},
-            "tpr_at_fpr_notes": notes,
-            "epsilon_lb": self.epsilon_bound(delta=delta, confidence=confidence).epsilon_lb,
-            "delta": delta,
-            "confidence": confidence,
-            "num_members": self.num_members,
-            "num_non_members": self.num_non_members,
-        }
+        return self.metrics(fprs=fprs, delta=delta, confidence=confidence).to_dict()
 
     # ------------------------------------------------------------------ (de)serialisation
     def __eq__(self, other: object) -> bool:

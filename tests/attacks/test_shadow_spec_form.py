@@ -13,7 +13,7 @@ from types import MappingProxyType
 import numpy as np
 import pytest
 
-from attacks.membership.shadows import ShadowSpec, ShadowTraining
+from attacks.membership.shadows import ShadowRecipe, ShadowSpec, ShadowTraining
 from dpaudit import _validate as v
 from tests.plain_forms import typed
 
@@ -29,12 +29,12 @@ def _specs():
             training=ShadowTraining(epochs=7, batch_size=16, learning_rate=0.1, momentum=0.5, weight_decay=1e-4),
             train_ids=np.array([9, 3, 41, 7], dtype=np.int32),
             seed=12345,
-            recipe={
-                "defense": "dpsgd",
-                "config": MappingProxyType(
+            recipe=ShadowRecipe(
+                defense="dpsgd",
+                config=MappingProxyType(
                     {"noise_multiplier": 1.1, "clip_norm": 1.0, "radii": (0.5, 1.0), "nested": {"a": [1, 2]}}
                 ),
-            },
+            ),
         ),
         "plain": ShadowSpec(
             dataset="adult",
@@ -56,7 +56,7 @@ def _specs():
             training=ShadowTraining(),
             train_ids=[100, 2, 55],
             seed=7,
-            recipe={"defense": "pate", "config": {"num_teachers": 50, "aggregator": "gnmax"}},
+            recipe=ShadowRecipe(defense="pate", config={"num_teachers": 50, "aggregator": "gnmax"}),
         ),
     }
 
@@ -127,7 +127,7 @@ def test_round_trip_keeps_the_form_and_the_id(name):
 def test_a_dict_without_the_optional_keys_still_loads():
     old = {k: x for k, x in FORMS["plain"].items() if k not in ("model_options", "recipe")}
     spec = ShadowSpec.from_dict(old)
-    assert spec.model_options == {} and spec.recipe == {} and spec.shadow_id == IDS["plain"]
+    assert spec.model_options == {} and spec.recipe == ShadowRecipe() and spec.shadow_id == IDS["plain"]
 
 
 def test_unknown_keys_are_refused_naming_them():
@@ -136,3 +136,46 @@ def test_unknown_keys_are_refused_naming_them():
     assert err.value.argument == "train_id"
     with pytest.raises(v.InvalidArgument, match="ShadowTraining has no field 'lr'"):
         ShadowSpec.from_dict({**FORMS["plain"], "training": {"lr": 0.1}})
+
+
+# Recipes with fingerprints, as the membership run builds them; forms and ids printed by the
+# dict-based recipe this type replaced (issue 44), so shadows cached under them stay found.
+_BASE = {
+    "dataset": "digits",
+    "model_name": "digits-mlp",
+    "input_shape": (64,),
+    "num_classes": 10,
+    "training": ShadowTraining(epochs=2),
+    "train_ids": np.arange(0, 40, 2),
+    "seed": 3,
+}
+RECIPES = {
+    "external": (
+        ShadowRecipe(model_fn_sha256="0f" * 32, dataset_files_sha256="ab" * 32),
+        {"model_fn_sha256": "0f" * 32, "dataset_files_sha256": "ab" * 32},
+        "shadow-digits-digits-mlp-seed3-917da1f1",
+    ),
+    "files": (
+        ShadowRecipe(defense="dpsgd", config={"noise_multiplier": 1.0, "radii": [0.5]}, dataset_files_sha256="cd" * 32),
+        {"defense": "dpsgd", "config": {"noise_multiplier": 1.0, "radii": [0.5]}, "dataset_files_sha256": "cd" * 32},
+        "shadow-digits-digits-mlp-seed3-e9561594",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_recipe_with_fingerprints_keeps_its_form_and_id(name):
+    recipe, form, shadow_id = RECIPES[name]
+    spec = ShadowSpec(**_BASE, recipe=recipe)
+    assert json.dumps(spec.to_dict()["recipe"]) == json.dumps(form)  # same keys, same order
+    assert spec.shadow_id == shadow_id
+    back = ShadowSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert back.recipe == recipe and back.shadow_id == shadow_id
+
+
+def test_recipe_names_a_defense_and_its_config_together():
+    with pytest.raises(v.InvalidArgument, match="defense and its config together") as err:
+        ShadowRecipe(defense="dpsgd")
+    assert err.value.argument == "recipe"
+    with pytest.raises(v.InvalidArgument, match="ShadowRecipe has no field 'trainer'"):
+        ShadowSpec.from_dict({**FORMS["plain"], "recipe": {"trainer": "x"}})

@@ -54,15 +54,45 @@ def test_top1_and_top5_follow_their_definitions() -> None:
 
 
 def test_summary_keys_psnr_mean_over_finite_and_finding() -> None:
-    s = _result().summary()
-    assert s["psnr"] == pytest.approx(15.0)
-    assert s["membership"]["auc"] == pytest.approx(1.0)
-    assert s["closer_to_member"] == pytest.approx(2 / 3) and s["closer_to_mean"] == pytest.approx(2 / 3)
+    s = _result().metrics()
+    assert s.psnr == pytest.approx(15.0)
+    assert s.membership.auc == pytest.approx(1.0)
+    assert s.closer_to_member == pytest.approx(2 / 3) and s.closer_to_mean == pytest.approx(2 / 3)
+    # The --json form: the keys (and their order) the CLI printed before the summary was typed.
+    plain = _result().summary()
+    assert plain == s.to_dict()
+    assert list(plain) == [
+        "attack_accuracy_top1",
+        "attack_accuracy_top5",
+        "knn_distance",
+        "psnr",
+        "membership",
+        "distance_to_mean",
+        "distance_to_member",
+        "distance_to_non_member",
+        "closer_to_member",
+        "closer_to_mean",
+        "num_classes",
+        "finding",
+    ]
+    assert list(plain["membership"]) == [
+        "auc",
+        "balanced_accuracy",
+        "tpr_at_fpr",
+        "tpr_at_fpr_notes",
+        "epsilon_lb",
+        "delta",
+        "confidence",
+        "num_members",
+        "num_non_members",
+    ]
+    assert plain["membership"]["tpr_at_fpr"] == {"0.001": None, "0.01": None}  # 3 non-members resolve neither
+    assert plain["membership"]["num_members"] == 3 and plain["num_classes"] == 3
     # AUC 1 on 3 members and 3 non-members bounds nothing (ε_LB = 0): it points towards members, no more.
     assert (
-        "membership AUC 1.000" in s["finding"]
-        and "leaks membership" not in s["finding"]
-        and "too few candidates" in s["finding"]
+        "membership AUC 1.000" in s.finding
+        and "leaks membership" not in s.finding
+        and "too few candidates" in s.finding
     )
     n = 200  # the same perfect separation on 200 + 200 candidates is evidence (ε_LB > 0)
     many = MembershipResult(

@@ -65,5 +65,5 @@ def test_compare_cells_say_n_a_for_an_unresolved_rate():
 def test_membership_cli_table_prints_n_a_with_the_reason():
     from dpaudit.app.verbs.attack import _rate
 
-    s = _result().summary()
-    assert _rate(s, "0.001") == "n/a" and _rate(s, "0.01") == f"{s['tpr_at_fpr']['0.01']:.4f}"
+    s = _result().metrics()
+    assert _rate(s, "0.001") == "n/a" and _rate(s, "0.01") == f"{s.tpr_at_fpr['0.01']:.4f}"

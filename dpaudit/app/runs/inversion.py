@@ -30,6 +30,7 @@ import numpy as np
 from dpaudit import _validate as v
 from dpaudit.locks import unit_lock
 from dpaudit.results.inversion import InversionResult
+from dpaudit.specs import PlainSpec, spec_field
 from dpaudit.store import RunDir, atomic_write_json, read_json
 
 if TYPE_CHECKING:
@@ -137,8 +138,8 @@ class InversionSpec:
     """
 
     target: Path
-    attacks: Mapping[str, Any]
-    priors: Mapping[str, Any] = field(default_factory=dict)
+    attacks: Mapping[str, object]
+    priors: Mapping[str, object] = field(default_factory=dict)
     public_data: PublicData | None = None
     classes: tuple[int, ...] | None = None
     evaluator: Any = None
@@ -174,9 +175,68 @@ class InversionRun:
     trained: tuple[str, ...] = ()
 
 
-def _key(kind: str, payload: Mapping[str, Any]) -> str:
-    digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return f"{kind}-{payload.get('dataset', 'data')}-{digest}"
+@dataclass(frozen=True, kw_only=True)
+class _EvaluatorKey(PlainSpec):
+    """What an evaluation classifier is trained from: its cache entry is named by a hash of this.
+
+    Attributes:
+        dataset: the target's dataset.
+        members: SHA-256 (16 hex digits) of the private (member) ids it trains on.
+        seed: the run's root seed.
+        config: the evaluator's options (an ``EvaluatorConfig``'s fields).
+        num_classes: the dataset's classes.
+    """
+
+    dataset: str
+    members: str
+    seed: int
+    config: Mapping[str, object]
+    num_classes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class _PriorKey(PlainSpec):
+    """What a prior is trained from: its cache entry is named by a hash of this.
+
+    Attributes:
+        dataset: the public data's dataset.
+        classes: the public classes it trains on (empty: all).
+        seed: the run's root seed.
+        config: the prior's training options (its config type's fields).
+        shape: the shape of one image.
+    """
+
+    dataset: str
+    classes: tuple[int, ...]
+    seed: int
+    config: Mapping[str, object]
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _ResultKey(PlainSpec):
+    """What one attack's result is computed with, stored as the result's ``config``: a stored
+    result is reused only when it matches.
+
+    Attributes:
+        attack: the attack's config fields.
+        evaluator: the evaluator's cache entry (``cache``) and its options.
+        seed: the run's root seed.
+        classes: the inverted classes.
+        prior: for an attack with a prior, its name, the public data and its config fields.
+    """
+
+    attack: Mapping[str, object]
+    evaluator: Mapping[str, object]
+    seed: int
+    classes: tuple[int, ...]
+    prior: Mapping[str, object] | None = spec_field(default=None, omit="none")
+
+
+def _key(kind: str, describe: _EvaluatorKey | _PriorKey) -> str:
+    """The cache entry's name: the kind, the dataset and a hash of the key's plain form (sorted keys)."""
+    digest = hashlib.sha256(json.dumps(describe.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"{kind}-{describe.dataset}-{digest}"
 
 
 def _build_prior(prior: PriorSpec, shape: tuple[int, ...], config: Any, device: str) -> dict[str, nn.Module]:
@@ -187,7 +247,7 @@ def _build_prior(prior: PriorSpec, shape: tuple[int, ...], config: Any, device: 
 def _cached_modules(
     directory: Path,
     *,
-    describe: Mapping[str, Any],
+    describe: _EvaluatorKey | _PriorKey,
     build: Callable[[], Modules],
     train: Callable[[], Modules],
     trained: list[str],
@@ -197,11 +257,8 @@ def _cached_modules(
     from dpaudit.weights import load_modules, save_modules
 
     meta_file, weights = directory / "meta.json", directory / "weights.safetensors"
-    if (
-        meta_file.is_file()
-        and weights.is_file()
-        and read_json(meta_file).get("describe") == json.loads(json.dumps(describe, default=str))
-    ):
+    plain = json.loads(json.dumps(describe.to_dict(), default=str))
+    if meta_file.is_file() and weights.is_file() and read_json(meta_file).get("describe") == plain:
         modules = build()
         load_modules(weights, modules)
         for m in modules.values():
@@ -214,7 +271,7 @@ def _cached_modules(
     atomic_write_json(
         meta_file,
         {
-            "describe": json.loads(json.dumps(describe, default=str)),
+            "describe": plain,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
     )
@@ -222,7 +279,7 @@ def _cached_modules(
     return modules
 
 
-def _stored(path: Path, config: Mapping[str, Any]) -> InversionResult | None:
+def _stored(path: Path, config: _ResultKey) -> InversionResult | None:
     """The result at ``path`` if it was computed with exactly ``config`` (else ``None``: recompute)."""
     from dpaudit.results import load_inversion_result
     from dpaudit.store import thaw
@@ -233,7 +290,7 @@ def _stored(path: Path, config: Mapping[str, Any]) -> InversionResult | None:
         result = load_inversion_result(path)
     except (OSError, ValueError):
         return None  # damaged: recomputed and overwritten atomically
-    return result if thaw(result.config) == json.loads(json.dumps(config, default=str)) else None
+    return result if thaw(result.config) == json.loads(json.dumps(config.to_dict(), default=str)) else None
 
 
 class _EpochBar:
@@ -392,13 +449,13 @@ def _evaluator(ctx: _Context) -> tuple[Any, Path]:
 
     spec, t = ctx.spec, ctx.target
     ids_digest = hashlib.sha256(np.ascontiguousarray(t.record.membership.members).tobytes()).hexdigest()[:16]
-    ev_describe = {
-        "dataset": t.record.dataset,
-        "members": ids_digest,
-        "seed": spec.seed,
-        "config": dataclasses.asdict(t.evaluator_config),
-        "num_classes": t.bundle.num_classes,
-    }
+    ev_describe = _EvaluatorKey(
+        dataset=t.record.dataset,
+        members=ids_digest,
+        seed=spec.seed,
+        config=dataclasses.asdict(t.evaluator_config),
+        num_classes=t.bundle.num_classes,
+    )
     ev_dir = ctx.run.inversion_model_dir(_key("evaluator", ev_describe))
 
     def train_ev() -> Modules:
@@ -444,14 +501,14 @@ def _priors(ctx: _Context) -> dict[str, Modules]:
             continue
         if prior.name in priors:
             continue
-        pconfig = spec.priors.get(prior.name) or prior.config_type()
-        describe = {
-            "dataset": public.dataset,
-            "classes": list(public.classes),
-            "seed": spec.seed,
-            "config": dataclasses.asdict(pconfig),
-            "shape": list(t.shape),
-        }
+        pconfig = _prior_config(spec, prior)
+        describe = _PriorKey(
+            dataset=public.dataset,
+            classes=tuple(public.classes),
+            seed=spec.seed,
+            config=dataclasses.asdict(pconfig),
+            shape=tuple(t.shape),
+        )
         pdir = ctx.run.inversion_model_dir(_key(prior.name, describe))
         if ctx.on_plan is not None:
             ctx.on_plan(
@@ -490,26 +547,42 @@ def _priors(ctx: _Context) -> dict[str, Modules]:
     return priors
 
 
-def _stored_config(ctx: _Context, name: str, config: Any, ev_dir: Path) -> dict[str, Any]:
+def _prior_config(spec: InversionSpec, prior: PriorSpec) -> Any:
+    """The config ``prior`` trains with: the spec's, else its type's defaults.
+
+    Raises:
+        TypeError: the spec's config is not an instance of the prior's ``config_type`` (named).
+    """
+    config = spec.priors.get(prior.name)
+    if config is None:
+        return prior.config_type()
+    if not isinstance(config, prior.config_type):
+        raise v.invalid_type(
+            "priors", f"priors[{prior.name!r}] must be a {prior.config_type.__name__}, got {type(config).__name__}"
+        )
+    return config
+
+
+def _stored_config(ctx: _Context, name: str, config: Any, ev_dir: Path) -> _ResultKey:
     """What one attack's result is computed with (a stored result is reused only when it matches)."""
     from attacks.inversion import INVERSION_ATTACKS
 
     spec, public = ctx.spec, ctx.target.public
     attack = INVERSION_ATTACKS[name]
-    stored_config: dict[str, Any] = {
-        "attack": dataclasses.asdict(config),
-        "evaluator": {"cache": ev_dir.name, **dataclasses.asdict(ctx.target.evaluator_config)},
-        "seed": spec.seed,
-        "classes": list(ctx.target.classes),
-    }
+    prior: dict[str, object] | None = None
     if attack.prior is not None and public is not None:
-        prior_config = spec.priors.get(attack.prior.name) or attack.prior.config_type()
-        stored_config["prior"] = {
+        prior = {
             "name": attack.prior.name,
             "public_data": public.text(),
-            **dataclasses.asdict(prior_config),
+            **dataclasses.asdict(_prior_config(spec, attack.prior)),
         }
-    return stored_config
+    return _ResultKey(
+        attack=dataclasses.asdict(config),
+        evaluator={"cache": ev_dir.name, **dataclasses.asdict(ctx.target.evaluator_config)},
+        seed=spec.seed,
+        classes=tuple(ctx.target.classes),
+        prior=prior,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -522,7 +595,7 @@ class _Judge:
     priors: Mapping[str, Modules]
 
 
-def _attack(ctx: _Context, judge: _Judge, name: str, config: Any, stored_config: Mapping[str, Any]) -> InversionResult:
+def _attack(ctx: _Context, judge: _Judge, name: str, config: Any, stored_config: _ResultKey) -> InversionResult:
     """Runs one attack on the target and judges its reconstructions (Fredrikson et al. 2015; Zhang et al. 2020)."""
     import torch
 
@@ -557,7 +630,7 @@ def _attack(ctx: _Context, judge: _Judge, name: str, config: Any, stored_config:
         evaluator=judge.evaluator,
         members=t.members,
         non_members=t.held,
-        config=stored_config,
+        config=stored_config.to_dict(),
         metadata={
             "seconds": seconds,
             "evaluator_accuracy": judge.evaluator_accuracy,

@@ -38,6 +38,7 @@ from dpaudit.train_request import TrainRequest
 
 if TYPE_CHECKING:
     from attacks.membership.pools import PoolPlan
+    from attacks.membership.shadows import ShadowRecipe
 
 #: Per queried sample, its vulnerability judged from the shadows (see attacks.membership.sample_vulnerability).
 VULNERABILITY_FILE = "vulnerability.npz"
@@ -144,7 +145,7 @@ class MembershipSpec:
             does on the command line.
     """
 
-    attacks: Mapping[str, Any]
+    attacks: Mapping[str, object]
     target: str | Path | ExternalTarget
     seed: int = 0
     num_samples: int | None = None
@@ -159,7 +160,7 @@ class MembershipSpec:
     progress: bool = True
     command: str = ""
     shadow_defense: str | None = None
-    shadow_config: Mapping[str, Any] = field(default_factory=dict)
+    shadow_config: Mapping[str, object] = field(default_factory=dict)
     i_know: bool = False
 
     def __post_init__(self) -> None:
@@ -270,8 +271,11 @@ def train_shadow_with_defense(spec: Any, *, bundle: Any, device: str) -> tuple[A
     from defenses import DEFENSES
     from dpaudit.data import Splits
 
-    defense = DEFENSES[spec.recipe["defense"]]
-    config = _defense_config(defense.config_type, spec.recipe["config"])
+    recipe = spec.recipe
+    if recipe.defense is None or recipe.config is None:
+        raise v.invalid("recipe", f"shadow {spec.shadow_id!r} has no defense to train with (plain SGD trains it)")
+    defense = DEFENSES[recipe.defense]
+    config = _defense_config(defense.config_type, recipe.config)
     none = np.zeros(0, dtype=np.int64)
     splits = Splits(
         dataset=bundle.name,
@@ -297,7 +301,7 @@ def train_shadow_with_defense(spec: Any, *, bundle: Any, device: str) -> tuple[A
     return dataclasses.replace(record, model_id=spec.shadow_id), model.eval()
 
 
-def _defense_config(config_type: type, stored: Mapping[str, Any]) -> Any:
+def _defense_config(config_type: type, stored: Mapping[str, object]) -> Any:
     """The defense config a record states (keys that are not fields, e.g. ``split_seed``, are dropped)."""
     names = {f.name for f in dataclasses.fields(config_type) if f.init}
     return config_type(**{k: (tuple(val) if isinstance(val, list) else val) for k, val in stored.items() if k in names})
@@ -384,48 +388,49 @@ class _Recipe:
     """
 
     trainer: Callable[..., Any] | None
-    recipe: dict[str, Any]
+    recipe: ShadowRecipe
     shadow_defense: str
 
 
 def _shadow_recipe(spec: MembershipSpec, record: Any) -> _Recipe:
     """Shadows train as the target did: its defense and config through the registry (or the spec's shared recipe)."""
+    from attacks.membership import ShadowRecipe
     from defenses import DEFENSES
     from dpaudit.data import dataset_files
+    from dpaudit.store import thaw
 
     # An external model has no stated recipe, so its shadows get plain SGD.
     trainer = None
-    recipe: dict[str, Any] = {}
+    defense: str | None = None
+    config: Mapping[str, object] | None = None
+    model_fn_sha256: str | None = None
     if record.defense in DEFENSES:
         trainer = train_shadow_with_defense
-        from dpaudit.store import thaw
-
-        recipe = {"defense": record.defense, "config": thaw(record.config)}
+        defense, config = record.defense, thaw(record.config)
     if spec.shadow_defense is not None:
         # One recipe for every target (``compare``'s shared shadows): targets on the same
         # data share one pool instead of each training its own.
         trainer = train_shadow_with_defense
-        recipe = {"defense": spec.shadow_defense, "config": dict(spec.shadow_config)}
+        defense, config = spec.shadow_defense, dict(spec.shadow_config)
     elif "model_fn_sha256" in record.config:
         # The shadows of an external model are built by its code: a cached shadow built by
         # other code (an edited file) must not be reused, so the code's fingerprint is hashed
         # into the shadow ids.
-        recipe = {"model_fn_sha256": record.config["model_fn_sha256"]}
+        defense, config, model_fn_sha256 = None, None, str(record.config["model_fn_sha256"])
     # Shadows train on the dataset's files: a replaced file must not hand back shadows of the
     # old data (bundled data such as digits has a fixed identity and keeps its shadow ids).
     data = dataset_files(record.dataset, data_root=spec.data_root)
-    if data:
-        recipe = {
-            **recipe,
-            "dataset_files_sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest(),
-        }
+    files_sha256 = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest() if data else None
+    recipe = ShadowRecipe(
+        defense=defense, config=config, model_fn_sha256=model_fn_sha256, dataset_files_sha256=files_sha256
+    )
     shadow_defense = (spec.shadow_defense or record.defense) if trainer is not None else "sgd"
     return _Recipe(trainer=trainer, recipe=recipe, shadow_defense=shadow_defense)
 
 
-def _result_metadata(record: Any, bundle: Any, recipe: _Recipe) -> dict[str, Any]:
+def _result_metadata(record: Any, bundle: Any, recipe: _Recipe) -> dict[str, object]:
     """What every result carries about its target, fingerprints (by content) included."""
-    meta: dict[str, Any] = {
+    meta: dict[str, object] = {
         "target_metrics": {k: val for k, val in record.metrics.items() if isinstance(val, (int, float))},
         "dataset": bundle.name,
         "defense": record.defense,
@@ -434,7 +439,7 @@ def _result_metadata(record: Any, bundle: Any, recipe: _Recipe) -> dict[str, Any
     fingerprints = {
         "weights_sha256": record.weights_sha256,
         "model_fn_sha256": record.config.get("model_fn_sha256"),
-        "dataset_files_sha256": recipe.recipe.get("dataset_files_sha256"),
+        "dataset_files_sha256": recipe.recipe.dataset_files_sha256,
     }
     meta["fingerprints"] = {k: val for k, val in fingerprints.items() if val}
     return meta

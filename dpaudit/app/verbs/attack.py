@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpaudit.app.common import (
     EXIT_OK,
@@ -34,6 +33,9 @@ from dpaudit.app.common import (
 )
 from dpaudit.limits import LIMITS
 from dpaudit.options import limit_action
+
+if TYPE_CHECKING:
+    from dpaudit.results.membership import MembershipSummary
 
 __all__ = ["register"]
 
@@ -251,7 +253,7 @@ def _cmd_membership(args: argparse.Namespace, flags: Any) -> int:
 
     index = render_reports(run)
     report = next((p for p in index.membership if done.model_id in p.name), index.index_html)
-    summaries = {name: r.summary(delta=args.delta) for name, r in done.results.items()}
+    summaries = {name: r.metrics(delta=args.delta) for name, r in done.results.items()}
     shadows = [
         {
             "pool": p.kind,
@@ -263,7 +265,7 @@ def _cmd_membership(args: argparse.Namespace, flags: Any) -> int:
         for p in done.pools
     ]
     payload = {
-        "attacks": summaries,
+        "attacks": {name: s.to_dict() for name, s in summaries.items()},
         "target": done.model_id,
         "shadows": shadows,
         "shadow_defense": done.shadow_defense,
@@ -283,21 +285,21 @@ def _cmd_membership(args: argparse.Namespace, flags: Any) -> int:
     lines.append(f"  {'attack':<17} {'AUC':>6} {'bal.acc':>7} {'TPR@0.1%':>9} {'TPR@1%':>7} {'eps_lb':>7}")
     for name, s in summaries.items():
         lines.append(
-            f"  {name:<17} {s['auc']:6.4f} {s['balanced_accuracy']:7.4f} "
+            f"  {name:<17} {s.auc:6.4f} {s.balanced_accuracy:7.4f} "
             f"{_rate(s, '0.001'):>9} {_rate(s, '0.01'):>7} "
-            f"{fmt_eps_lb(s['epsilon_lb']):>7}"
+            f"{fmt_eps_lb(s.epsilon_lb):>7}"
         )
     # A rate the non-members cannot resolve is shown as n/a, with the reason once below the table.
-    notes = {f: n for s in summaries.values() for f, n in s["tpr_at_fpr_notes"].items()}
+    notes = {f: n for s in summaries.values() for f, n in s.tpr_at_fpr_notes.items()}
     lines += [f"  TPR@{float(f):.1%}: {note}" for f, note in sorted(notes.items())]
     lines.append(f"  results: {done.result_dir}\n  report: {report}")
     emit(args, payload, "\n".join(lines))
     return EXIT_OK
 
 
-def _rate(summary: Mapping[str, Any], fpr: str) -> str:
+def _rate(summary: MembershipSummary, fpr: str) -> str:
     """A TPR cell of the text table: the rate, or ``n/a`` where the sample cannot resolve it."""
-    value = summary["tpr_at_fpr"][fpr]
+    value = summary.tpr_at_fpr[fpr]
     return "n/a" if value is None else f"{value:.4f}"
 
 
@@ -486,9 +488,9 @@ def _cmd_inversion(args: argparse.Namespace, flags: Any) -> int:
         getattr(index, "inversion", ())
     )
     report = pages[0] if pages else index.index_html
-    summaries = {name: r.summary(delta=args.delta) for name, r in done.results.items()}
+    summaries = {name: r.metrics(delta=args.delta) for name, r in done.results.items()}
     payload = {
-        "attacks": summaries,
+        "attacks": {name: s.to_dict() for name, s in summaries.items()},
         "target": done.model_id,
         "evaluator_accuracy": done.evaluator_accuracy,
         "trained": list(done.trained),
@@ -498,7 +500,9 @@ def _cmd_inversion(args: argparse.Namespace, flags: Any) -> int:
         "index": str(index.index_html),
     }
     any_result = next(iter(done.results.values()))
-    chance = 1.0 / int(any_result.metadata.get("num_dataset_classes", any_result.num_classes))
+    # The result's metadata is free-form JSON: a stored class count is used only when it is a number.
+    stored_n = any_result.metadata.get("num_dataset_classes")
+    chance = 1.0 / (int(stored_n) if isinstance(stored_n, (int, float)) else any_result.num_classes)
     lines = [
         f"model inversion against {done.model_id} ({any_result.num_classes} "
         "classes; evaluator accuracy on held-out images "
@@ -510,12 +514,13 @@ def _cmd_inversion(args: argparse.Namespace, flags: Any) -> int:
         f"  {'attack':<8} {'top-1':>6} {'top-5':>6} {'KNN':>7} {'PSNR':>6} {'AUC':>6} {'eps_lb':>7} {'seconds':>8}"
     )
     for name, s in summaries.items():
-        secs = float(done.results[name].metadata.get("seconds", float("nan")))
+        seconds = done.results[name].metadata.get("seconds")
+        secs = float(seconds) if isinstance(seconds, (int, float)) else float("nan")
         lines.append(
-            f"  {name:<8} {s['attack_accuracy_top1']:6.3f} "
-            f"{s['attack_accuracy_top5']:6.3f} {s['knn_distance']:7.3f} "
-            f"{s['psnr']:6.2f} {s['membership']['auc']:6.3f} "
-            f"{fmt_eps_lb(s['membership']['epsilon_lb']):>7} {secs:8.1f}"
+            f"  {name:<8} {s.attack_accuracy_top1:6.3f} "
+            f"{s.attack_accuracy_top5:6.3f} {s.knn_distance:7.3f} "
+            f"{s.psnr:6.2f} {s.membership.auc:6.3f} "
+            f"{fmt_eps_lb(s.membership.epsilon_lb):>7} {secs:8.1f}"
         )
     for name in summaries:
         lines.append(f"  {done.results[name].finding()}")
