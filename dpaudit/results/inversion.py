@@ -42,7 +42,7 @@ from dpaudit.results.membership import (
     freeze_mappings,
 )
 from dpaudit.specs import PlainSpec, spec_field
-from dpaudit.store import load_result_files, save_result_files
+from dpaudit.store import JsonObject, load_result_files, save_result_files
 from dpaudit.store import thaw as _thaw
 
 __all__ = ["InversionResult", "InversionSummary", "inversion_stem", "load_inversion_result", "save_inversion_result"]
@@ -266,7 +266,7 @@ class InversionResult:
 
     def summary(
         self, *, fprs: tuple[float, ...] = DEFAULT_FPRS, delta: float = 1e-5, confidence: float = 0.95
-    ) -> dict[str, object]:
+    ) -> JsonObject:
         """The CLI's ``--json`` output: :meth:`metrics` as a plain JSON object (keys in field order)."""
         return self.metrics(fprs=fprs, delta=delta, confidence=confidence).to_dict()
 
@@ -297,7 +297,7 @@ class InversionResult:
         out.update({f"membership_{a}": getattr(self.membership, a) for a in _MEMBERSHIP_ARRAYS})
         return out
 
-    def meta(self) -> dict[str, object]:
+    def meta(self) -> JsonObject:
         """The JSON part (everything but the arrays): :class:`_StoredMeta`'s plain form."""
         return _StoredMeta(
             schema_version=self.schema_version,
@@ -420,4 +420,5 @@ def load_inversion_result(path: str | os.PathLike[str]) -> InversionResult:
         ValueError: the files are malformed.
     """
     data = load_result_files(path, _ARRAYS)
-    return InversionResult.from_parts(data, data)
+    arrays = {name: value for name, value in data.items() if isinstance(value, np.ndarray)}
+    return InversionResult.from_parts(data, arrays)
