@@ -19,7 +19,8 @@ from defenses._common import bundle_for_members
 from defenses.dpsgd.config import DPSGDConfig
 from defenses.dpsgd.training import DPSGDTrainer
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
-from dpaudit.batched import BatchedDPSGD, BatchedSGD, _Layered, plan_batches, train_batched
+from dpaudit.batched import BatchedDPSGD, BatchedSGD, plan_batches, train_batched
+from dpaudit.batched_compute import LayeredModels
 from dpaudit.data import load_dataset
 from dpaudit.models import build_model
 from dpaudit.seeding import derive_seed, torch_generator
@@ -163,9 +164,9 @@ def _reference_clipped_sum(model: nn.Module, x, y, weights, clip_norm):
 def test_layered_path_computes_each_examples_clipped_gradient_for_a_cnn():
     torch.manual_seed(0)
     models = [build_model("audit-cnn", input_shape=(1, 14, 14), num_classes=4) for _ in range(2)]
-    from dpaudit.batched import _Stacked
+    from dpaudit.batched import StackedModels
 
-    stack = _Stacked(models, torch.device("cpu"))
+    stack = StackedModels(models, torch.device("cpu"))
     assert stack.layered is not None
     x = torch.randn(2, 5, 1, 14, 14)
     y = torch.randint(0, 4, (2, 5))
@@ -193,7 +194,7 @@ def test_generic_path_for_a_model_the_fast_path_does_not_take(pool):
     def build():
         return nn.Sequential(nn.Flatten(), nn.Linear(64, 8), nn.LayerNorm(8), nn.Tanh(), nn.Linear(8, 10))
 
-    assert _Layered.build(build()) is None
+    assert LayeredModels.build(build()) is None
     x, y = pool.features[:30], pool.labels[:30]
     config = BatchedDPSGD(noise_multiplier=0.5, clip_norm=0.3, sampling_rate=1.0, num_steps=2, learning_rate=0.5)
     run = train_batched(build, x, y, seeds=[4, 9], config=config)

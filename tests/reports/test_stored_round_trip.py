@@ -15,6 +15,7 @@ and save back to its exact bytes, its arrays unchanged.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -112,7 +113,14 @@ def test_a_file_written_before_loads_and_saves_back_to_its_bytes(name, tmp_path)
     assert kind is not None
     load, save = kind
     written = Path(save(load(path), tmp_path))
-    assert written.read_text(encoding="utf-8") == path.read_text(encoding="utf-8")
+    text = written.read_text(encoding="utf-8")
+    if written.name == "check.json":
+        # The one key added since: the battery's diagnosis (derived from the outcomes, ignored on
+        # load). Without it the file is the one written before, byte for byte.
+        data = json.loads(text)
+        assert sorted(data.pop("diagnosis")) == sorted(o["name"] for o in data["outcomes"] if o["status"] == "violated")
+        text = json.dumps(data, indent=2) + "\n"
+    assert text == path.read_text(encoding="utf-8")
     npz = path.with_suffix(".npz")
     if npz.is_file():
         before, after = load_npz(npz), load_npz(written.with_suffix(".npz"))
