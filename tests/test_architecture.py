@@ -34,6 +34,7 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_import_rule(package):
     for path in sorted((ROOT / package).rglob("*.py")):
@@ -44,6 +45,7 @@ def test_import_rule(package):
         assert not bad, f"{rel} imports {sorted(bad)}"
 
 
+@pytest.mark.extended
 def test_application_layer_is_a_package_of_its_own():
     # Nothing outside the application layer imports dpaudit.app (tests may; scripts go through dpaudit.api).
     for package in ("dpaudit", "attacks", "defenses", "reports"):
@@ -107,6 +109,7 @@ def _modules_after_import(statement: str) -> set[str]:
     return set(out.stdout.split())
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     "statement",
     [

@@ -13,6 +13,8 @@ import functools
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "architecture.md"
 PACKAGES = ("dpaudit", "attacks", "defenses", "reports")
@@ -71,6 +73,7 @@ def runs_in_code() -> set[str]:
     return modules | packages
 
 
+@pytest.mark.extended
 def test_the_discovery_finds_the_registries_it_must():
     # A guard on the scan itself: an empty or partial find would let the page drift unseen.
     found = dict(registries_in_code())

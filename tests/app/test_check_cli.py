@@ -126,6 +126,7 @@ def test_every_registered_check_runs_when_none_is_named(cli, battery, train_fn, 
     assert battery.current.calls[0][0].checks == check_verb.registered_checks()
 
 
+@pytest.mark.extended
 def test_json_is_one_object_of_snake_case_fields(cli, battery, train_fn, tmp_path):
     code, out, _ = cli.run(*_argv(train_fn, tmp_path / "run", "--json"))
     assert code == 3, _

@@ -32,6 +32,7 @@ def _suite(root: ET.Element) -> ET.Element:
     return suite
 
 
+@pytest.mark.extended
 def test_the_written_file_validates_and_has_one_testcase_per_check(schema, tmp_path):
     report = sample_report()
     path = write_junit(report, tmp_path / "results.xml", timestamp=datetime.datetime(2026, 1, 31, 12, 0, 5, 123))

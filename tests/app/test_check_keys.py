@@ -67,6 +67,7 @@ def _run(code: Path, out: Path, capsys: pytest.CaptureFixture[str], **over: obje
     return capsys.readouterr().err
 
 
+@pytest.mark.extended
 def test_a_model_file_a_helper_or_the_seed_changed_recomputes_and_says_why(tmp_path, monkeypatch, capsys):
     code, out = _code(tmp_path, monkeypatch), tmp_path / "run"
     first = _run(code, out, capsys)

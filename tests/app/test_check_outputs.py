@@ -190,6 +190,7 @@ def test_the_parameter_limit_counts_the_model_and_never_fails_for_a_broken_build
     check_run._check_model_size(broken, i_know=False)  # the battery reports the failure where it calls it
 
 
+@pytest.mark.extended
 def test_a_battery_that_could_run_no_check_is_not_a_pass(cli, train_fn, tmp_path):
     """Without ``--model-fn`` no check can craft its start, so nothing trains: once exit 0 ("no
     violation"), which a CI gate read as a pass; now exit 2 naming what to add."""

@@ -41,6 +41,7 @@ def test_global_record_names_each_members_owner_and_keeps_the_observed_uploads(d
         assert z["sizes"].max() <= round(0.1 * int(z["num_parameters"]))
 
 
+@pytest.mark.extended
 def test_attack_uploads_stores_a_membership_result_and_reports_it(dssgd_run, cli) -> None:
     out, payload = dssgd_run
     code, stdout, err = cli.run(
@@ -53,6 +54,7 @@ def test_attack_uploads_stores_a_membership_result_and_reports_it(dssgd_run, cli
     assert Path(s["report"]).is_file() and "dssgd-uploads" in Path(s["report"]).read_text()
 
 
+@pytest.mark.extended
 def test_attack_uploads_refuses_a_record_of_another_defense(cli, tmp_path) -> None:
     code, _, err = cli.run(
         "train",
@@ -73,6 +75,7 @@ def test_attack_uploads_refuses_a_record_of_another_defense(cli, tmp_path) -> No
     assert code == 2 and "nonprivate" in err and "dssgd" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.extended
 def test_a_participants_local_record_is_attacked_like_any_record(dssgd_run, cli) -> None:
     out, payload = dssgd_run
     local = sorted((out / "records" / "dssgd-participants").glob("*/participant-001"))
@@ -107,6 +110,7 @@ def test_one_example_turn_is_reconstructed_unless_the_dp_upload_hides_it() -> No
     assert full.example_reconstruction.shape == (2, 1, 8, 8)
 
 
+@pytest.mark.extended
 def test_upload_audit_finds_the_canary_without_dp_and_stays_below_the_turns_claim_with_it() -> None:
     from dpaudit.app.runs.dssgd import audit_upload
 
@@ -133,6 +137,7 @@ def test_upload_audit_finds_the_canary_without_dp_and_stays_below_the_turns_clai
     assert private.epsilon_lb <= private.epsilon_ub and private.details.epsilon_per_parameter == 1.0
 
 
+@pytest.mark.extended
 def test_reports_find_a_participants_record_for_its_claim(dssgd_run, cli) -> None:
     from dpaudit.store import RunDir
 

@@ -6,6 +6,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from dpaudit.app.records import load_verified_record
 
 _TRAIN = [
@@ -91,6 +93,7 @@ def test_a_tampered_run_dp_epsilon_is_refused(cli, tmp_path: Path) -> None:
     assert code != 0 and "run_dp_epsilon" in err
 
 
+@pytest.mark.extended
 def test_a_compare_grid_plans_a_dssgd_budget(tmp_path: Path) -> None:
     from dpaudit.app.runs.compare import CompareSpec, load_grid, run_compare
     from dpaudit.store import RunDir

@@ -33,6 +33,7 @@ def test_epsilon_text_output(cli):
     assert code == 0 and "1.2586" in out and "pld" not in out
 
 
+@pytest.mark.extended
 def test_epsilon_solves_sigma_without_overshooting(cli):
     code, out, _ = cli.run(
         "epsilon",
@@ -374,6 +375,7 @@ def test_extreme_noise_multiplier_exits_0(cli, sigma):
         assert all(0.0 <= data[n] < 0.5 for n in ACCOUNTANTS.names())
 
 
+@pytest.mark.extended
 def test_solve_sigma_for_a_huge_target_says_where_the_search_stops(cli):
     code, out, err = cli.run(
         "epsilon",

@@ -35,6 +35,7 @@ def digits_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 FAST = ["--max-iterations", "60", "--evaluator-epochs", "3", "--quiet"]
 
 
+@pytest.mark.extended
 def test_mi_face_json_contract_files_and_report(cli, digits_run: tuple[Path, Path]) -> None:
     run, record = digits_run
     code, out, err = cli.run(
@@ -69,6 +70,7 @@ def test_mi_face_json_contract_files_and_report(cli, digits_run: tuple[Path, Pat
     assert payload["trained"] and not payload["reused"]
 
 
+@pytest.mark.extended
 def test_rerun_reuses_the_cached_evaluator(cli, digits_run: tuple[Path, Path]) -> None:
     run, record = digits_run
     args = (
@@ -146,6 +148,7 @@ def test_public_data_the_target_saw_is_refused() -> None:
     check_public_data(parse_public_data("mnist:5-9"), dataset="mnist-0-4", classes=(0, 1, 2, 3, 4))
 
 
+@pytest.mark.extended
 def test_a_noise_layer_target_is_attacked_reproducibly(cli, tmp_path: Path) -> None:
     # PixelDP draws fresh noise on every forward pass from torch's global stream; the run seeds a
     # forked copy of it for the attack, so two runs agree.

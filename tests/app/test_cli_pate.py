@@ -62,6 +62,7 @@ def test_gnmax_and_confident_gnmax_match_the_library(cli, tmp_path: Path) -> Non
     assert 50 * 0.5 < data["expected_answered"] < 50 * 0.5 + 50 * 0.5
 
 
+@pytest.mark.extended
 def test_smooth_sensitivity_release_is_marked_and_seeded(cli, tmp_path: Path) -> None:
     votes = _votes(tmp_path, [ROW], 640)
     argv = [
@@ -296,6 +297,7 @@ def test_analyze_limit_with_i_know_runs_and_shows_progress(
     assert "pate analyze: queries" in err and "300/300" in err
 
 
+@pytest.mark.extended
 def test_analyze_progress_counts_every_query() -> None:
     seen: list[int] = []
     votes = np.array([ROW] * 2_345)

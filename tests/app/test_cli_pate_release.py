@@ -63,6 +63,7 @@ def _nodes(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
             yield from _nodes(x, f"{path}.{k}")
 
 
+@pytest.mark.extended
 def test_release_noise_is_fresh_without_a_seed_and_a_seed_says_not_private(cli, tmp_path: Path) -> None:
     # 200 queries and sigma_ss = 2 keep the noisy RDP clear of its clip at 0 (measured: no clip in
     # 100 draws), so two fresh draws differ; with 20 queries at sigma_ss = 15 both often clip to 0.
@@ -98,6 +99,7 @@ def test_release_noise_is_fresh_without_a_seed_and_a_seed_says_not_private(cli, 
     assert code == 0 and "REPRODUCIBLE, NOT PRIVATE" in text and "Do not publish" in text
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("aggregator", ["gnmax", "confident-gnmax"])
 def test_release_json_holds_no_private_quantity(cli, tmp_path: Path, aggregator: str) -> None:
     votes = _split_votes(60, seed=1)
@@ -194,6 +196,7 @@ def test_release_json_holds_no_private_quantity(cli, tmp_path: Path, aggregator:
             assert not hits, f"{where} = {value!r} is the private {hits}"
 
 
+@pytest.mark.extended
 def test_release_order_does_not_depend_on_the_votes(cli, tmp_path: Path) -> None:
     near_unanimous = np.array([[250, 0, 0, 0, 0, 0, 0, 0, 0, 0]] * 60, dtype=np.int64)
     split = _split_votes(60, seed=5)

@@ -33,6 +33,7 @@ def pate_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return out, json.loads(buf.getvalue())
 
 
+@pytest.mark.extended
 def test_the_student_record_carries_the_pate_claim_and_the_private_set(pate_run) -> None:
     out, payload = pate_run
     assert payload["claim"]["kind"] == "pate" and payload["data_dependent"] is True and payload["sanitised"] is False
@@ -61,6 +62,7 @@ def test_the_student_record_carries_the_pate_claim_and_the_private_set(pate_run)
     assert np.array_equal(first.membership.members, np.sort(partitions[0]))
 
 
+@pytest.mark.extended
 def test_the_saved_votes_reproduce_the_claim_through_pate_analyze(pate_run, cli, tmp_path) -> None:
     _, payload = pate_run
     rdir = Path(payload["record_path"])
@@ -98,6 +100,7 @@ def test_the_saved_votes_reproduce_the_claim_through_pate_analyze(pate_run, cli,
     assert json.loads(out)["epsilon_data_dependent_realised"] == pytest.approx(payload["epsilon_ub"], rel=1e-9)
 
 
+@pytest.mark.extended
 def test_a_rerun_reuses_the_student_and_another_aggregator_reuses_the_teachers(pate_run, cli) -> None:
     out, payload = pate_run
     code, stdout, _ = cli.run(*_TRAIN, "--out", str(out))
@@ -110,6 +113,7 @@ def test_a_rerun_reuses_the_student_and_another_aggregator_reuses_the_teachers(p
     assert other["claim"]["aggregator"] == "gnmax" and other["metrics"]["num_answered"] == 120
 
 
+@pytest.mark.extended
 def test_the_student_and_a_single_teacher_are_attacked_like_any_record(pate_run, cli) -> None:
     out, payload = pate_run
     teacher = read_json(Path(payload["record_path"]) / "private" / "pate.json")["teachers"]["teacher_ids"][0]
@@ -122,6 +126,7 @@ def test_the_student_and_a_single_teacher_are_attacked_like_any_record(pate_run,
         assert 0 <= result["attacks"]["loss"]["auc"] <= 1 and result["attacks"]["loss"]["epsilon_lb"] >= 0
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
@@ -139,6 +144,7 @@ def test_bad_pate_settings_exit_2_naming_them(cli, tmp_path, extra, needle) -> N
     assert len(lines) == 1 and needle in lines[0], err
 
 
+@pytest.mark.extended
 def test_the_aggregator_is_attacked_from_the_cli_and_joins_the_student_report(pate_run, cli) -> None:
     out, payload = pate_run
     code, stdout, err = cli.run(

@@ -227,6 +227,7 @@ RDP = (
 )  # fast to calibrate (under PLD, the run: sigma = 1.1 reaches epsilon = 2 after 8 steps)
 
 
+@pytest.mark.extended
 def test_target_epsilon_with_epochs_calibrates_sigma_for_exactly_those_epochs(cli, tmp_path):
     # Once σ defaulted to 1.1, so the target became a step budget: 8 steps, --epochs ignored.
     code, out, err = cli.run(*BUDGET, *RDP, "--epochs", "2", "--out", str(tmp_path), "--json")
@@ -237,6 +238,7 @@ def test_target_epsilon_with_epochs_calibrates_sigma_for_exactly_those_epochs(cl
     assert f"sigma = {m['noise_multiplier']:.4g} calibrated so that 2 epochs (22 steps) spend epsilon = 2" in err
 
 
+@pytest.mark.extended
 def test_target_epsilon_with_an_explicit_sigma_says_how_many_steps_it_allows(cli, tmp_path):
     code, out, err = cli.run(*BUDGET, *RDP, "--noise-multiplier", "1.1", "--out", str(tmp_path), "--json")
     assert code == 0, err
@@ -259,6 +261,7 @@ def test_target_epsilon_sigma_and_epochs_beyond_the_budget_are_refused(cli, tmp_
     )
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     "keys",
     [

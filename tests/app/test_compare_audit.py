@@ -130,6 +130,7 @@ def _seen(seen: list[dict[str, Any]], label: str) -> dict[str, Any]:
     return mine
 
 
+@pytest.mark.extended
 def test_audit_runs_the_trained_sigma_under_the_settings_accountant_and_delta(run_dir: Path, exact) -> None:
     # Issue 29, defect 6: σ was re-calibrated under the default accountant (PLD) at the grid's δ,
     # so a setting calibrated by RDP at its own δ was audited as another, less noisy algorithm.
@@ -146,6 +147,7 @@ def test_audit_runs_the_trained_sigma_under_the_settings_accountant_and_delta(ru
     assert out["epsilon_ub"] <= 2.0 and out["trained"]["noise_multiplier"] == record.metrics["noise_multiplier"]
 
 
+@pytest.mark.extended
 def test_audit_runs_the_trained_rate_and_steps_without_fall_backs(run_dir: Path, exact) -> None:
     # Budget mode: q = 0.05 and the steps the budget allowed, not 10 epochs and a σ calibrated for them.
     result, seen = exact
@@ -155,6 +157,7 @@ def test_audit_runs_the_trained_rate_and_steps_without_fall_backs(run_dir: Path,
     assert _seen(seen, "budget")["sigma"] == 1.0 and _seen(seen, "budget")["q"] == 0.05
 
 
+@pytest.mark.extended
 @pytest.mark.filterwarnings("ignore:moments:RuntimeWarning")  # σ = 4 strains its order grid; the bound stays valid
 def test_grid_sweeping_the_accountant_audits_each_settings_own_sigma(
     run_dir: Path, monkeypatch: pytest.MonkeyPatch

@@ -125,6 +125,7 @@ def _setting(label: str, defense: str, accuracy: float, epsilon: dict[str, float
     )  # type: ignore[arg-type]
 
 
+@pytest.mark.extended
 def test_the_matrix_is_condensed_from_typed_outcomes_in_the_torch_free_core() -> None:
     membership = MembershipOutcome.from_dict(STORED["membership"])
     rows = [

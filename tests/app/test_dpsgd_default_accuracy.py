@@ -5,6 +5,8 @@ Each test takes 0.1-4 s on an idle 2-core machine (several times that when it is
 
 from __future__ import annotations
 
+import pytest
+
 from dpaudit.app.runs.train import TrainSpec, default_config, train_or_load
 from dpaudit.store import RunDir
 
@@ -21,6 +23,7 @@ def _train(tmp_path, **flags):
     return train_or_load(spec, RunDir(tmp_path / "run")).record
 
 
+@pytest.mark.extended
 def test_the_readme_command_reaches_85_percent(tmp_path) -> None:
     # dpaudit train --defense dpsgd --dataset digits --model digits-mlp --clip-norm 1 --lot-size 64
     #   --learning-rate 0.5 --target-epsilon 2 --delta 1e-5 --epochs 30  (was 0.8194 with 128 ReLU units)
@@ -29,6 +32,7 @@ def test_the_readme_command_reaches_85_percent(tmp_path) -> None:
     assert record.metrics["test_accuracy"] >= 0.85
 
 
+@pytest.mark.extended
 def test_default_flags_reach_85_percent_and_say_what_they_derived(tmp_path, capsys) -> None:
     # dpaudit train --defense dpsgd --dataset digits --model digits-mlp --target-epsilon 2
     record = _train(tmp_path, target_epsilon=2.0)

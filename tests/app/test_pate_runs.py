@@ -194,6 +194,7 @@ def test_the_pate_verb_imports_no_mathematics_attack_or_defense() -> None:
     assert not extra, f"dpaudit/app/verbs/pate.py imports {sorted(extra)}: put the work in dpaudit/app/runs/pate.py"
 
 
+@pytest.mark.extended
 def test_pate_analyze_runs_without_torch(vote_file: str) -> None:
     code = (
         "import sys\nfrom dpaudit.app.cli import main\nassert main(['pate', "

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 _TINY = ("--dataset", "digits", "--model", "digits-mlp", "--quiet")
 
 
@@ -48,6 +50,7 @@ def test_a_training_and_a_federation_render_with_a_verdict_on_every_page(cli, tm
     )
 
 
+@pytest.mark.extended
 def test_a_dpsgd_training_renders_its_claim(cli, tmp_path: Path) -> None:
     payload = _train_and_report(
         cli, str(tmp_path / "run"), ("--defense", "dpsgd", "--epochs", "1", "--noise-multiplier", "1.1")

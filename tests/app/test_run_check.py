@@ -60,6 +60,7 @@ def test_no_model_fn_is_inconclusive(tmp_path):
     assert o.status == "inconclusive" and "--model-fn" in o.finding
 
 
+@pytest.mark.extended
 def test_missing_noise_exits_3_with_a_finding_naming_the_check(tmp_path):
     report = run_check(spec(fn="train_no_noise", trials=32), RunDir(tmp_path), progress=False)
     assert report.exit_status == 3

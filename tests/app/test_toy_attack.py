@@ -123,6 +123,7 @@ def test_toy_attack_in_help(toy: MembershipAttackSpec, capsys: pytest.CaptureFix
     assert "toy" in out and "--toy-temperature" in out and "tempered negative loss" in out
 
 
+@pytest.mark.extended
 @pytest.mark.e2e
 def test_toy_attack_end_to_end_and_in_the_report(
     target_run: tuple[Path, str], capsys: pytest.CaptureFixture[str]

@@ -29,6 +29,7 @@ def _main(capsys, *args):
     return code, capsys.readouterr()
 
 
+@pytest.mark.extended
 @pytest.mark.e2e
 def test_cli_white_box_audit_json_and_report(tmp_path, capsys):
     out = tmp_path / "run"
@@ -75,6 +76,7 @@ def test_cli_white_box_audit_json_and_report(tmp_path, capsys):
     assert "ε_LB" in html.read_text() and list(html.parent.glob("*.png"))
 
 
+@pytest.mark.extended
 def test_cli_usage_errors_exit_2(tmp_path):
     p = _cli("audit", "--out", str(tmp_path), "--target-epsilon", "1", "--noise-multiplier", "2")
     assert p.returncode == 2 and "exactly one" in p.stderr
@@ -129,6 +131,7 @@ def test_cli_flags_a_broken_training_function_with_exit_3(tmp_path, capsys):
     assert json.loads(p.out)["violation"] is True
 
 
+@pytest.mark.extended
 def test_opacus_train_fn_audit(tmp_path, capsys):
     """An Opacus DP-SGD through --train-fn is not flagged; silently broken variants are."""
     pytest.importorskip("opacus")
@@ -464,6 +467,7 @@ def test_trial_failures_cross_process_boundaries_intact():
     )
 
 
+@pytest.mark.extended
 def test_white_box_defaults_follow_the_target_epsilon():
     from dpaudit.app.runs.audit import WHITE_BOX_CHUNK_STEPS, AuditSpec
 
@@ -515,6 +519,7 @@ def test_cli_budget_and_fixed_strategy_usage_errors(tmp_path):
     assert p.returncode == 2 and "--strategy fixed" in p.stderr and p.stderr.count("\n") == 1
 
 
+@pytest.mark.extended
 @pytest.mark.e2e
 def test_white_box_defaults_are_tight_at_epsilon_4(tmp_path, capsys):
     # The defaults alone (no --num-steps): the expected ratio is 0.9 by design; 0.8 is the promise.

@@ -51,6 +51,7 @@ def _tiny():
     return ArrayDataset(name="tiny", features=x, labels=torch.randint(0, 2, (20,)), ids=np.arange(20), num_classes=2)
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     "bound, strategy",
     [

@@ -83,22 +83,26 @@ def test_a_model_without_a_class_layer_cannot_start():
         )
 
 
+@pytest.mark.extended
 def test_worst_case_flags_missing_noise(tmp_path):
     broken = play(tmp_path, "train_no_noise", "worst-case", 28)
     assert broken.epsilon_lb > EPSILON_UB
 
 
+@pytest.mark.extended
 def test_lot_size_flags_a_dataset_size_normaliser(tmp_path):
     ev = play(tmp_path, "train_dataset_size", "lot-size", 32)
     assert ev.epsilon_lb > EPSILON_UB
     assert ev.details["sizes"] == {"shared-lot": 1, "integer-crossing": 19}
 
 
+@pytest.mark.extended
 def test_reused_noise_flags_a_constant_noise_seed(tmp_path):
     ev = play(tmp_path, "train_constant_noise_seed", "reused-noise", 48)
     assert ev.epsilon_lb > EPSILON_UB
 
 
+@pytest.mark.extended
 def test_state_leakage_flags_an_unnoised_bias(tmp_path):
     ev = play(tmp_path, "train_unnoised_bias", "state-leakage", 72)
     assert ev.epsilon_lb > EPSILON_UB

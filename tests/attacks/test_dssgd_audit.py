@@ -114,6 +114,7 @@ def test_canary_coordinates_are_the_first_layer_columns_and_move_only_with_the_c
         assert (moved > 0) == flag
 
 
+@pytest.mark.extended
 def test_non_private_dssgd_uploads_the_canary_coordinates_only_with_the_canary(setup):
     turn = make_turn(setup, UploadRule(upload_fraction=0.1))
     result = dssgd_upload_audit(
@@ -127,6 +128,7 @@ def test_non_private_dssgd_uploads_the_canary_coordinates_only_with_the_canary(s
     assert result.epsilon_ub == float("inf") and not result.violation
 
 
+@pytest.mark.extended
 def test_dp_variant_stays_below_its_per_turn_claim(setup):
     rule, claim = dp_setup(setup, epsilon=0.1)
     result = dssgd_upload_audit(
@@ -141,6 +143,7 @@ def test_dp_variant_stays_below_its_per_turn_claim(setup):
     assert result.details.exceeds_per_parameter == (result.epsilon_lb > 0.1)
 
 
+@pytest.mark.extended
 def test_planted_leak_of_true_canary_values_is_flagged(setup):
     rule, claim = dp_setup(setup, epsilon=0.1)
     turn = make_turn(setup, rule, leak=True)

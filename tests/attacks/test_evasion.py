@@ -84,6 +84,7 @@ def _measured(x_adv: torch.Tensor, x: torch.Tensor, norm: str) -> torch.Tensor:
 # ----------------------------------------------------------------------------- contract table
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("norm", NORMS)
 @pytest.mark.parametrize("attack", EVASION_ATTACKS.names())
 def test_contract(model, digits, attack, norm):
@@ -211,6 +212,7 @@ def test_batch_size_changes_nothing_for_deterministic_attacks(model, digits):
 # ----------------------------------------------------------------------------- randomized models
 
 
+@pytest.mark.extended
 def test_randomized_model_uses_eot_and_is_seeded(noisy_model, digits):
     x, y = digits.test.features[:120], digits.test.labels[:120]
     rng_before = torch.get_rng_state()
@@ -398,6 +400,7 @@ def test_save_refuses_other_types(tmp_path):
 # ----------------------------------------------------------------------------- Foolbox cross-check
 
 
+@pytest.mark.extended
 def test_pgd_not_weaker_than_foolbox(model, digits):
     fb = pytest.importorskip("foolbox")
     # All 1,797 digits and three seeds each: random starts make single runs differ by about a

@@ -168,6 +168,7 @@ def _digits() -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.tensor(bunch.target, dtype=torch.long)
 
 
+@pytest.mark.extended
 def test_gmi_raises_the_targets_confidence_far_above_chance() -> None:
     # Private digits 0-4 train a linear target; the GAN sees only digits 5-9 (GMI's MNIST split).
     x, y = _digits()

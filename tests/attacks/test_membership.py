@@ -99,6 +99,7 @@ def results(target):
 
 
 # ----------------------------------------------------------------------------- contract
+@pytest.mark.extended
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_scores_shaped_and_oriented(attack, results, target):
     r = results[attack]
@@ -111,6 +112,7 @@ def test_scores_shaped_and_oriented(attack, results, target):
     assert not r.scores.flags.writeable and not r.sample_ids.flags.writeable
 
 
+@pytest.mark.extended
 def test_every_attack_deterministic_under_a_seed(results, target):
     again = run_membership_attacks(
         "all",
@@ -168,6 +170,7 @@ def test_inputs_not_mutated(target):
     assert not target["model"].training  # evaluated in inference mode, left there
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_results_round_trip(attack, results, tmp_path):
     r = results[attack]
@@ -463,6 +466,7 @@ def build_digits_mlp():
     return build_model("digits-mlp", input_shape=(1, 8, 8), num_classes=10)
 
 
+@pytest.mark.extended
 @pytest.mark.e2e
 def test_cli_json_for_a_record(target, capsys, tmp_path):
     code = main(
@@ -505,6 +509,7 @@ def test_cli_json_for_a_record(target, capsys, tmp_path):
     assert data["shadow_defense"] == target["record"].defense  # shadows trained as the target was
 
 
+@pytest.mark.extended
 @pytest.mark.e2e
 def test_cli_external_model(target, capsys, tmp_path, monkeypatch):
     # --import-mode=importlib keeps tests/ off sys.path; the CLI imports the builder by module name.
@@ -541,6 +546,7 @@ def test_cli_external_model(target, capsys, tmp_path, monkeypatch):
     assert data["target"].startswith("external-digits-") and data["attacks"]["loss"]["auc"] > 0.55
 
 
+@pytest.mark.extended
 @pytest.mark.e2e
 def test_external_targets_are_keyed_by_members_and_code_and_accept_a_file(target, capsys, tmp_path):
     """Issue 11, finding 3: two --member-ids lists shared one target id and overwrote each other;
@@ -590,6 +596,7 @@ def test_external_targets_are_keyed_by_members_and_code_and_accept_a_file(target
     assert json.loads(out)["target"] not in ids
 
 
+@pytest.mark.extended
 @pytest.mark.e2e
 def test_an_external_target_is_keyed_by_the_modules_its_builder_imports(target, capsys, tmp_path, monkeypatch):
     """Issue 31, item 1: --model-fn builder.py imports arch.py; an edited arch.py shared the old target id."""
@@ -685,6 +692,7 @@ def test_cli_target_errors(capsys, tmp_path):
 
 
 # ----------------------------------------------------------------------------- the app run
+@pytest.mark.extended
 def test_run_membership_says_how_many_shadows_and_trains_them_as_the_target(target, tmp_path):
     """--num-shadows N counts the models one attack uses; online and offline pools are apart (issue: "--shadows 8
     silently trains 16")."""
@@ -733,6 +741,7 @@ def test_membership_spec_rejects_a_config_of_the_wrong_type(target):
         MembershipSpec(attacks={"nope": RMIAConfig()}, target=target["run"])
 
 
+@pytest.mark.extended
 def test_an_attack_result_does_not_depend_on_the_other_attacks_of_the_call(target, tmp_path):
     """Issue 11, finding 3: LiRA's AUC changed when RMIA ran beside it (a different shadow pool)."""
     kw = dict(

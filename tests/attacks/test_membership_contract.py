@@ -139,6 +139,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("name", registered_attacks())
 
 
+@pytest.mark.extended
 def test_registered_attack_meets_the_contract(name):
     spec = MEMBERSHIP_ATTACKS[name]
     assert spec.name == name

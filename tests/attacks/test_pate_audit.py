@@ -34,6 +34,7 @@ CONFIGS: dict[str, LNMaxConfig | GNMaxConfig | ConfidentGNMaxConfig] = {
 }
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_the_real_aggregator_is_never_flagged(name: str) -> None:
     for seed in SEEDS:
@@ -41,6 +42,7 @@ def test_the_real_aggregator_is_never_flagged(name: str) -> None:
         assert not result.violation and result.epsilon_lb <= result.epsilon_ub, (name, seed, result.summary())
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("name", ["lnmax", "gnmax", "confident-gnmax"])
 def test_noise_scale_too_small_is_flagged_for_every_seed(name: str) -> None:
     bugged = planted_aggregator("noise-scale-too-small", aggregator=CONFIGS[name].name)
@@ -49,6 +51,7 @@ def test_noise_scale_too_small_is_flagged_for_every_seed(name: str) -> None:
         assert result.violation and result.epsilon_lb > result.epsilon_ub, (name, seed, result.summary())
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("name", ["confident-gnmax", "confident-gnmax-T200"])
 def test_threshold_without_noise_is_flagged_for_every_seed(name: str) -> None:
     bugged = planted_aggregator("threshold-without-noise", aggregator="confident-gnmax")

@@ -132,6 +132,7 @@ def test_a_state_that_does_not_fit_names_what_differs():
         load_initial_state(model, [torch.zeros(2, 3)])  # type: ignore[arg-type]
 
 
+@pytest.mark.extended
 def test_every_training_starts_from_the_saved_state(digits, tmp_path):
     trainer = _planted("none")
     members = digits.subset(digits.ids[:NUM_MEMBERS].numpy())
@@ -210,6 +211,7 @@ def _their_figure(s_in: np.ndarray, s_out: np.ndarray, delta: float) -> float:
     return best
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("seed", range(3))
 def test_uncorrected_estimate_is_the_published_protocol_and_exceeds_the_bound(seed):
     rng = np.random.default_rng(seed)
@@ -232,6 +234,7 @@ def test_worst_case_audit_flags_the_bugs_that_change_the_noise(bug, digits, tmp_
     assert r.violation, f"{bug}: epsilon_lb {r.epsilon_lb:.3f} <= epsilon_ub {r.epsilon_ub:.3f}"
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     "seed",
     [
@@ -409,6 +412,7 @@ def test_cli_address_needs_ray(tmp_path, capsys):
     assert code == 2 and "--address='auto' needs --executor ray" in p.err, p.err
 
 
+@pytest.mark.extended
 def test_more_trials_on_a_rerun_reuse_the_stored_ones(tmp_path, capsys):
     """Trial i depends on i alone, so raising --num-trials trains only the new models (and lowering it uses a
     prefix)."""

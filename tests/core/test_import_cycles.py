@@ -17,6 +17,8 @@ import ast
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("dpaudit", "attacks", "defenses", "reports")
 
@@ -153,11 +155,13 @@ def _describe(cycles: list[list[str]]) -> str:
     return "\n".join(" -> ".join(cycle) for cycle in cycles)
 
 
+@pytest.mark.extended
 def test_the_project_has_no_import_cycle() -> None:
     cycles = find_cycles(import_graph(project_modules(ROOT, PACKAGES)))
     assert not cycles, f"{len(cycles)} import cycle(s):\n{_describe(cycles)}"
 
 
+@pytest.mark.extended
 def test_results_import_privacy_and_never_the_reverse() -> None:
     # A record holds its claim and a membership result its bound, so results/ reads privacy/;
     # privacy/ stays the mathematics that results are made from. The one exception is the audit

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("dpaudit", "attacks", "defenses", "reports")
 # Defenses with a package of their own (defenses/<name>/): their names may be compared inside it only.
@@ -50,6 +52,7 @@ def test_the_scan_sees_the_pattern_it_forbids():
     assert _name_tests("if spec.run_module == __name__:\n    pass\n") == []
 
 
+@pytest.mark.extended
 def test_no_defense_is_recognised_by_name_outside_its_modules():
     offenders = []
     for package in PACKAGES:

@@ -77,6 +77,7 @@ def _toy_info(root: Path) -> DatasetInfo:
     )
 
 
+@pytest.mark.extended
 def test_a_source_registered_in_a_test_is_loadable_listed_and_a_cli_choice(monkeypatch, capsys):
     toy = DatasetSource(
         name="toy-table",
@@ -131,6 +132,7 @@ def test_source_validates_its_fields(changes, exc, arg):
         DatasetSource(**{**fields, **changes})
 
 
+@pytest.mark.extended
 def test_the_listing_order_does_not_depend_on_which_dataset_module_a_process_imports_first():
     # Sources register themselves where they are defined; the built-in ones are registered in
     # one fixed order however the process reaches them (the CLI lists them in that order).

@@ -195,6 +195,7 @@ def test_pixeldp_refuses_epsilon_above_one_and_bad_parameters() -> None:
     AGMConfig(robustness_epsilon=4.0)  # the analytic calibration is valid for any ε
 
 
+@pytest.mark.extended
 def test_secure_sgd_computes_r_from_data_outside_the_members(digits, monkeypatch: pytest.MonkeyPatch) -> None:
     bundle, splits = digits
     seen = {}
@@ -224,6 +225,7 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict
     return code, json.loads(out) if out.strip() else {}
 
 
+@pytest.mark.extended
 @pytest.mark.e2e
 def test_train_certify_report_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"

@@ -91,6 +91,7 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 # --------------------------------------------------------------------------------------------
 # Defaults: unchanged, and every option explicitly off is the same run
 # --------------------------------------------------------------------------------------------
+@pytest.mark.extended
 @pytest.mark.parametrize(
     ("defense", "options"),
     [("hgm", NOISE_LAYER_OPTIONS), ("secure-sgd", (*NOISE_LAYER_OPTIONS, "authors_batch_clipping"))],
@@ -149,6 +150,7 @@ def test_noise_scale_r_gives_std_ratio_r_not_sqrt_r(digits) -> None:
 # --------------------------------------------------------------------------------------------
 # (b) the heuristic Δ_r
 # --------------------------------------------------------------------------------------------
+@pytest.mark.extended
 def test_heuristic_sensitivity_is_kernel_over_root_r_and_below_the_bound(digits) -> None:
     record, model = _train(
         digits,
@@ -261,6 +263,7 @@ def test_batch_clipping_clips_the_mean_not_each_example(digits) -> None:
     assert shift > 4 * clip / 8
 
 
+@pytest.mark.extended
 def test_batch_clipping_run_says_its_epsilon_is_not_a_guarantee(digits) -> None:
     record, model = _train(digits, "secure-sgd")
     quirk, quirk_model = _train(digits, "secure-sgd", authors_batch_clipping=True)
@@ -275,6 +278,7 @@ def test_batch_clipping_run_says_its_epsilon_is_not_a_guarantee(digits) -> None:
 # --------------------------------------------------------------------------------------------
 # (e) Σ r = 16·16·C instead of K
 # --------------------------------------------------------------------------------------------
+@pytest.mark.extended
 def test_redistribution_total_is_the_codes_total_not_k(digits) -> None:
     record, model = _train(digits, "hgm", "hgm-cnn", authors_redistribution_total=True)
     r = find_noise_layer(model).redistribution

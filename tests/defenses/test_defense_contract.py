@@ -144,6 +144,7 @@ def check_defense_contract(spec: DefenseSpec, tmp_path) -> None:
 _SLOW = {"secure-sgd"}
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW else n for n in DEFENSES])
 def test_registered_defense_meets_the_contract(name, tmp_path):
     check_defense_contract(DEFENSES[name], tmp_path)

@@ -89,6 +89,7 @@ def test_epochs_grow_with_epsilon_within_the_bounds_and_the_step_budget() -> Non
             assert e >= min(MIN_EPOCHS, MAX_STEPS * lot / n) - 1
 
 
+@pytest.mark.extended
 def test_gdp_mu_matches_the_gaussian_mechanism_under_dp_accounting() -> None:
     # μ-GDP is exactly the Gaussian mechanism with σ = 1/μ at sensitivity 1 (Dong et al. 2022, Thm. 2.7).
     for eps, delta in ((0.5, 1e-5), (1.0, 1e-5), (2.0, 1e-6), (8.0, 1e-5)):
@@ -121,6 +122,7 @@ def test_secure_sgd_config_resolves_the_same_way_and_keeps_its_type() -> None:
     assert all(getattr(resolved, k) == getattr(plain, k) for k in ("lot_size", "learning_rate", "clip_norm", "epochs"))
 
 
+@pytest.mark.extended
 def test_the_derivation_never_reads_data(monkeypatch) -> None:
     import dpaudit.data
 
@@ -132,6 +134,7 @@ def test_the_derivation_never_reads_data(monkeypatch) -> None:
     assert plan.sampling_rate == pytest.approx(128 / 718)
 
 
+@pytest.mark.extended
 def test_the_plan_announces_the_derived_defaults(capsys) -> None:
     plan = plan_dpsgd(DPSGDConfig(target_epsilon=2.0, accountant="rdp"), num_members=718)
     announce_plan(plan)

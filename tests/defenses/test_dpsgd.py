@@ -338,6 +338,7 @@ def test_budget_mode_with_pca_counts_pca_and_stops_in_time() -> None:
     assert plan.num_steps < without.num_steps  # PCA spends part of the budget
 
 
+@pytest.mark.extended
 def test_calibrated_sigma_meets_target(digits) -> None:
     cfg = _small(noise_multiplier=None, target_epsilon=3.0, epochs=3)
     plan = plan_dpsgd(cfg, num_members=898)
@@ -347,6 +348,7 @@ def test_calibrated_sigma_meets_target(digits) -> None:
     assert 2.9 < eps <= 3.0
 
 
+@pytest.mark.extended
 def test_dp_pca_cost_appears_in_claim(digits) -> None:
     bundle, splits = digits
     cfg = _small(pca_components=16, pca_noise=6.0, epochs=1)
@@ -592,6 +594,7 @@ def test_a_model_with_non_finite_parameters_never_becomes_a_record(digits) -> No
 
 
 # ----------------------------------------------------------------------------- budget plan (issue 30, item 1)
+@pytest.mark.extended
 def test_target_epsilon_without_sigma_calibrates_sigma_for_the_epochs() -> None:
     # σ once defaulted to 1.1, so a target ε with --epochs was silently a step budget (8 steps).
     cfg = DPSGDConfig(clip_norm=1.0, lot_size=64, target_epsilon=2.0, epochs=3, accountant="rdp")

@@ -84,6 +84,7 @@ def _check_against_exact(exact, counts, draws=DRAWS):
         assert abs(got - p) <= 5 * se + 1e-6, f"outcome {key}: empirical {got:.4f}, exact {p:.4f} (5σ = {5 * se:.4f})"
 
 
+@pytest.mark.extended
 def test_selection_probabilities_one_upload_match_the_definition():
     x = [1.0, 0.0, -0.6]
     exact = _exact(x, 1)
@@ -99,6 +100,7 @@ def test_selection_probabilities_two_uploads_match_redrawn_thresholds():
     _check_against_exact(_exact(x, 2), _empirical(x, 2, seed=1))
 
 
+@pytest.mark.extended
 def test_likelihood_ratio_on_neighbouring_inputs_within_the_selection_cost():
     s = noise_scales(epsilon=EPS, bound=GAMMA, split="sum")
     x, y = [1.0, 0.0, -0.6], [1.0, 1.0, -0.6]  # one entry moved (|x| changes by γ; Δf = 2γ covers it)

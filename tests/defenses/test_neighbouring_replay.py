@@ -148,6 +148,7 @@ def check_contract(name: str, options: dict[str, Any], digits: tuple[Any, Splits
     return summaries
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     ("name", "options"),
     dp_cases(),

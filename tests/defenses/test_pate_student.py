@@ -59,6 +59,7 @@ def test_supervised_student_learns_from_200_labels(digits):
     assert metrics["mask_rate"] == 0.0 and metrics["unlabeled_passes"] == 0.0
 
 
+@pytest.mark.extended
 def test_semi_supervised_beats_supervised_with_the_same_60_labels(digits):
     # 600 steps; a lower threshold than MNIST's so the small MLP's pseudo-labels start flowing early.
     base = StudentConfig(epochs=300, batch_size=32, learning_rate=0.1, confidence=0.7, unlabeled_ratio=7)

@@ -48,6 +48,7 @@ CATCH = {
 }
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("bug", sorted(CATCH))
 def test_every_planted_bug_is_flagged(bug, digits, tmp_path):
     score, extra = CATCH[bug]
@@ -62,6 +63,7 @@ def test_bug_list_is_covered():
     assert set(CATCH) == set(PLANTED_BUGS) - {"none"}
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("score, extra, n", [("dirac", {}, 200), ("norm", {"sampling_rate": 1.0}, 8)])
 def test_correct_loop_never_flagged(seed, score, extra, n, digits, tmp_path):
@@ -70,6 +72,7 @@ def test_correct_loop_never_flagged(seed, score, extra, n, digits, tmp_path):
     assert not r.violation
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("score, q, n", [("dirac", 0.05, 200), ("norm", 1.0, 8)])
 def test_suite_dpsgd_never_flagged(seed, score, q, n, digits, tmp_path):

@@ -78,6 +78,7 @@ def digits():
     return bundle, make_splits(bundle, seed=0, member_fraction=0.5)
 
 
+@pytest.mark.extended
 def test_secure_sgd_default_flags_train_well_above_chance_on_an_mlp(digits) -> None:
     # Regression: the old default (orthogonal first layer, L = 0.2) trained digits-mlp to chance
     # at ε = 2 (test accuracy 0.117 after these 2 epochs, 0.117 after the default 10). σ = 0.775 is

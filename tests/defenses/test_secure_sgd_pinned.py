@@ -68,6 +68,7 @@ def digits():
     return bundle, make_splits(bundle, seed=0, num_members=120, num_non_members=60)
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("name", list(PINNED))
 def test_short_secure_sgd_run_is_pinned(digits, name: str) -> None:
     options, weight_sum, accuracy, loss_mean, description = PINNED[name]

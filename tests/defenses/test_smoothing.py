@@ -187,6 +187,7 @@ def test_bad_sigma_on_the_cli_exits_2_naming_the_flag(value, tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.extended
 def test_train_and_certify_round_trip_through_the_cli(tmp_path, capsys):
     out = str(tmp_path / "run")
     code = main(

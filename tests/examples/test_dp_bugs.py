@@ -101,6 +101,7 @@ def check_trains(mod: ModuleType, sizes: tuple[int, ...]) -> None:
         assert same(net, mod.train(digits(n), seed=0, initial_state=state)), f"same seed, same model ({n} records)"
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("name", NAMES)
 def test_trains_on_tiny_crafted_datasets_and_is_a_function_of_its_seed(name: str) -> None:
     needs(name)
@@ -212,6 +213,7 @@ def test_steps_epochs_claims_the_epochs_and_runs_the_steps() -> None:
     assert mod.CLAIM["num_steps"] == mod.EPOCHS < mod.StepsEpochs.steps == 200
 
 
+@pytest.mark.extended
 def test_a_lone_record_never_sampled_leaves_the_unprotected_state_untouched() -> None:
     """Frozen head, BatchNorm statistics and realised-lot skipping: no noise reaches what they release."""
     one = digits(1)

@@ -71,6 +71,7 @@ def _argv(path: str, tmp_path: Path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     ("body", "says"),
     [
@@ -121,6 +122,7 @@ def test_what_the_code_prints_goes_to_stderr_and_json_stays_one_object(cli, tmp_
     assert "TRAIN-NOISE" in err and "IMPORT-NOISE" in err
 
 
+@pytest.mark.extended
 def test_a_hanging_training_is_stopped_at_the_budget_and_counted_failed(cli, tmp_path):
     """--budget-minutes 0.01 (0.6 s) plus the documented 2 s grace: the battery ends, not the test's patience."""
     from attacks.audit.checks.game import GRACE_SECONDS

@@ -42,6 +42,7 @@ def test_a_held_lock_refuses_a_second_holder_and_is_released(tmp_path: Path) -> 
         pass
 
 
+@pytest.mark.extended
 def test_a_second_audit_into_the_same_directory_is_refused_then_resumes(cli, tmp_path: Path) -> None:
     out = tmp_path / "run"
     with unit_lock(out, "audit-same"):

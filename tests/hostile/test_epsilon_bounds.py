@@ -69,6 +69,7 @@ WORST = {
 }
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("name", list(WORST))
 def test_worst_cases_fall_back_to_rdp_under_a_2gib_cap(name):
     code, out, err = _run_capped(*WORST[name], "--json")
@@ -184,6 +185,7 @@ EXTREMES = [
 ]
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("argv", EXTREMES, ids=[" ".join(a[1:]) for a in EXTREMES])
 def test_extreme_values_exit_0_or_2_never_1(cli, argv):
     code, out, err = cli.run(*argv)

@@ -483,6 +483,7 @@ def external(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("case", VALUE_CASES, ids=lambda c: f"{c.verb or 'top'}:{c.flag}")
 def test_hostile_values_exit_2_with_one_line(
     case: Case,
@@ -547,6 +548,7 @@ def test_hostile_values_exit_2_with_one_line(
     assert not failures, f"dpaudit {case.verb} {case.flag}:\n  " + "\n  ".join(failures)
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(("verb", "flag"), PATH_CASES, ids=lambda x: x)
 def test_paths_the_file_system_refuses_exit_2_naming_the_flag(
     verb: str,

@@ -173,6 +173,7 @@ def test_every_section_key_refuses_hostile_values(cli, no_jobs, tmp_path: Path) 
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("defense", sorted({k.owner for k in SETTING_KEYS}))
 def test_every_setting_key_refuses_hostile_values(defense: str, cli, no_jobs, tmp_path: Path) -> None:
     """Every config option of every registered defense, as a grid key: a wrong type or a negative value is refused,

@@ -121,6 +121,7 @@ def _sigma(data: dict) -> None:
     data["claim"]["event"]["event"]["event"]["noise_multiplier"] = 10.0
 
 
+@pytest.mark.extended
 def test_a_claim_edited_against_its_config_is_refused(cli, run, tmp_path):
     path = _edit(run, _sigma)
     needle = "claim event.event.event.noise_multiplier=10 does not match config noise_multiplier=1"
@@ -130,6 +131,7 @@ def test_a_claim_edited_against_its_config_is_refused(cli, run, tmp_path):
     _python_refuses(run, tmp_path, str(path), needle)
 
 
+@pytest.mark.extended
 def test_report_and_reuse_read_the_same_verified_record(cli, run):
     # The stored attack was made with σ = 1; a re-render with σ = 10 would show a second ε_UB.
     path = _edit(run, _sigma)

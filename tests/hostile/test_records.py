@@ -131,6 +131,7 @@ def test_certify_on_tampered_certification_parameters_exits_2_naming_them(cli, r
     one_line_error(code, err, str(path), f"config.certification: {field}")
 
 
+@pytest.mark.extended
 def test_report_on_a_run_whose_record_claim_was_tampered_exits_2(cli, reported):
     path = edit_record(
         reported, lambda d: {**d, "claim": _set(dpsgd_claim_dict(), "event.event.event.noise_multiplier", -1.1)}

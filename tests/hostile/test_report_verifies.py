@@ -91,6 +91,7 @@ def audited(tmp_path: Path) -> Path:
     return build_run(tmp_path / "run", membership=False, certify=False).path
 
 
+@pytest.mark.extended
 def test_an_audit_storing_no_violation_beside_eps_lb_above_eps_ub_is_refused(cli, audited):
     path = _edit_json(
         audited / "audits" / "multi" / "result.json", lambda d: d.update(epsilon_lb=999.0, violation=False)
@@ -204,6 +205,7 @@ def test_a_tampered_link_is_refused(cli, compared, href):
 LABEL = "<script>alert(1)</script> | `code` [x](javascript:y) & co"
 
 
+@pytest.mark.extended
 def test_grid_labels_are_escaped_in_the_markdown_twin_as_in_the_html(cli, compared):
     path = _edit_json(_comparison(compared), lambda d: d["rows"][1].update(label=LABEL))
     code, _, err = _report(cli, compared)

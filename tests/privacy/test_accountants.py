@@ -95,6 +95,7 @@ def test_strong_is_much_looser_than_moments_fig2():
         assert _eps(0.01, 4.0, steps, 1e-5, "strong") > 3 * _eps(0.01, 4.0, steps, 1e-5, "moments")
 
 
+@pytest.mark.extended
 def test_strong_matches_formula_with_closed_form_split():
     # Independent evaluation of the DRV bound on the per-step (ln(1 + q(e^ε0 − 1)), q·δ_g),
     # ε0 exact, optimising the δ split on a grid.
@@ -161,6 +162,7 @@ def test_opacus_conversion_is_the_improved_bound():
     assert order == orders[np.argmin(by_hand)]
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("delta", DELTAS)
 @pytest.mark.parametrize(("q", "sigma", "steps"), GRID)
 def test_rdp_matches_opacus(q, sigma, steps, delta):
@@ -206,6 +208,7 @@ def test_moments_orders_are_abadis():
     assert rdp_accountant.MOMENTS_ORDERS == tuple(range(2, 34))
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     ("q", "sigma", "alpha"),
     [(0.1, 0.8, 1.3), (0.1, 0.8, 2.4), (0.1, 1.5, 1.8), (0.04, 1.5, 3.9), (0.01, 0.8, 3.6), (0.5, 0.5, 1.5)],
@@ -225,6 +228,7 @@ def test_fractional_rdp_matches_numerical_integration(q, sigma, alpha):
     assert got == pytest.approx(exact, rel=1e-9)
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(("q", "sigma"), [(0.001, 0.8), (0.01, 1.5), (0.1, 0.8), (0.1, 4.0), (0.3, 1.0)])
 def test_rdp_curve_never_looser_than_dp_accounting(q, sigma):
     """Exact at integer orders; at fractional orders ≤ dp_accounting's |C(α,i)| upper bound."""
@@ -264,6 +268,7 @@ PLD_DIRECT = [(q, 4.0, t, d) for q in QS for t in STEPS for d in DELTAS] + [
 ]
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(("q", "sigma", "steps", "delta"), PLD_DIRECT)
 def test_pld_matches_dp_accounting(q, sigma, steps, delta):
     assert _eps(q, sigma, steps, delta, "pld") == pytest.approx(
@@ -271,12 +276,14 @@ def test_pld_matches_dp_accounting(q, sigma, steps, delta):
     )
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(("q", "sigma", "steps"), GRID)
 def test_pld_le_rdp(q, sigma, steps):
     pld = _eps(q, sigma, steps, 1e-5, "pld")
     assert 0 <= pld <= _eps(q, sigma, steps, 1e-5, "rdp") * 1.0001
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(("sigma", "steps"), [(1.0, 1), (2.0, 10), (0.7, 4)])
 def test_unsampled_gaussian_against_exact_curve(sigma, steps):
     """q = 1: T Gaussian steps = one Gaussian with σ/√T; its exact ε is known (Balle-Wang)."""
@@ -300,6 +307,7 @@ sampling_rates = st.floats(1e-3, 1.0)
 deltas = st.sampled_from([1e-4, 1e-5, 1e-6, 1e-8])
 
 
+@pytest.mark.extended
 @FAST
 @given(
     q=sampling_rates,
@@ -318,6 +326,7 @@ def test_calibrate_noise_multiplier_moments(q, steps, target, delta, tolerance):
     assert accountants.compute_epsilon(smaller, delta=delta, accountant="moments") > target
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     ("q", "steps", "target", "accountant", "tolerance"),
     [
@@ -344,6 +353,7 @@ def test_calibrate_noise_multiplier_unreachable_target():
         )
 
 
+@pytest.mark.extended
 @FAST
 @given(
     q=st.floats(1e-3, 0.5),
@@ -380,6 +390,7 @@ def test_calibrate_num_steps_respects_max_steps():
     )
 
 
+@pytest.mark.extended
 def test_calibrate_num_steps_pld():
     steps = calibration.calibrate_num_steps(
         target_epsilon=0.5, delta=1e-5, sampling_rate=0.01, noise_multiplier=4.0, accountant="pld"
@@ -387,6 +398,7 @@ def test_calibrate_num_steps_pld():
     assert _eps(0.01, 4.0, steps, 1e-5, "pld") <= 0.5 < _eps(0.01, 4.0, steps + 1, 1e-5, "pld")
 
 
+@pytest.mark.extended
 @FAST
 @given(
     q=sampling_rates,
@@ -421,6 +433,7 @@ def test_self_composition_equals_explicit_composition(q, sigma, n, delta, accoun
     assert a == pytest.approx(b, rel=1e-9, abs=1e-12)
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(("q", "sigma", "n"), [(0.01, 4.0, 3), (0.05, 2.0, 2)])
 def test_self_composition_equals_explicit_composition_pld(q, sigma, n):
     step = dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(sigma))
@@ -429,6 +442,7 @@ def test_self_composition_equals_explicit_composition_pld(q, sigma, n):
     assert a == pytest.approx(b, rel=1e-3)
 
 
+@pytest.mark.extended
 @FEW
 @given(q=st.floats(1e-3, 0.999), sigma=st.floats(0.5, 10.0), n=st.one_of(st.integers(1, 20), st.integers(1, 10_000)))
 def test_rdp_curve_of_n_steps_is_n_times_one_step(q, sigma, n):
@@ -450,6 +464,7 @@ def test_rdp_curve_of_n_steps_is_n_times_one_step(q, sigma, n):
             np.testing.assert_allclose(explicit, n * single, rtol=1e-12)
 
 
+@pytest.mark.extended
 def test_heterogeneous_composition_adds_rdp():
     a = dpe.PoissonSampledDpEvent(0.01, dpe.GaussianDpEvent(1.0))
     b = dpe.PoissonSampledDpEvent(0.1, dpe.GaussianDpEvent(3.0))
@@ -773,6 +788,7 @@ print(after - before, pld_accountant.pld_memory_estimate(event))
 """
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(("q", "sigma", "steps"), [(0.01, 1.0, 10_000), (1.0, 1.0, 1)])
 def test_pld_memory_estimate_bounds_the_measured_peak(q, sigma, steps):
     import subprocess
@@ -804,6 +820,7 @@ def test_huge_noise_is_bounded_by_the_bound_at_less_noise(accountant):
     assert 0.0 <= big <= accountants.compute_epsilon(_event(0.01, 100.0, 10), delta=1e-5, accountant=accountant) + 1e-12
 
 
+@pytest.mark.extended
 def test_strong_composition_beyond_the_float_range_is_inf():
     # was OverflowError (math range error): ε0 ≈ 5e6 per step, and the bound holds T·ε0·(e^ε0 − 1)
     assert accountants.compute_epsilon(_event(0.01, 1e-8, 10), delta=1e-5, accountant="strong") == math.inf
@@ -866,6 +883,7 @@ def test_calibrate_num_steps_under_pld_is_bounded_at_small_sigma():
     assert accountants.compute_epsilon(_event(0.01, 0.3, steps), delta=1e-5, accountant="pld") <= 300.0
 
 
+@pytest.mark.extended
 def test_calibrate_noise_multiplier_under_pld_for_a_huge_target():
     budget = calibration.PLD_SOLVER_MEMORY_BUDGET
     sigma = calibration.calibrate_noise_multiplier(

@@ -67,6 +67,7 @@ def test_audit_result_validation(kw):
         _result(**kw)
 
 
+@pytest.mark.extended
 def test_audit_from_scores_and_one_run_keep_estimates_apart():
     rng = np.random.default_rng(0)
     claim = gaussian_step_claim(noise_multiplier=1.0)

@@ -76,6 +76,7 @@ MU = 1.0  # Gaussian mechanism with Δ/σ = 1: ε(δ = 1e-5) = 4.38 exactly
 TRUE_EPS = gdp_epsilon(mu=MU, delta=1e-5)
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("method", ["clopper-pearson", "gdp"])
 @pytest.mark.parametrize("strategy", ["bonferroni", "split", "fixed"])
 def test_lower_bound_never_exceeds_true_epsilon(method, strategy):
@@ -110,6 +111,7 @@ def test_gdp_bound_is_tight_with_a_perfect_threshold():
     assert 0.9 * TRUE_EPS < eps <= TRUE_EPS
 
 
+@pytest.mark.extended
 def test_one_run_never_exceeds_true_epsilon():
     reps, m = 200, 1000
     rng = np.random.default_rng(99)
@@ -171,6 +173,7 @@ def test_fixed_threshold_pays_nothing_and_beats_bonferroni_on_a_gaussian_game():
     assert fixed.epsilon_lb > bonf.epsilon_lb
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("mu", [0.27, 0.5, 0.93])
 def test_gdp_observations_needed_reaches_the_ratio_in_simulation(mu):
     delta, ratio = 1e-5, 0.9

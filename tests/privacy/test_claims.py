@@ -189,6 +189,7 @@ def test_loading_goes_through_the_kind_s_own_validator():
     assert "toy-test-kind" not in claims_module.CLAIM_KINDS
 
 
+@pytest.mark.extended
 def test_every_claim_kind_and_rebuilder_is_found_without_importing_its_module():
     # Kinds register beside their mathematics (PATE's in privacy/pate/claim.py, DSSGD's in
     # privacy/dssgd.py) and claims.py imports neither: a fresh process that loads a record

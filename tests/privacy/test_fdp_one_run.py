@@ -78,6 +78,7 @@ def _gaussian_run(rng: np.random.Generator, mu: float, m: int) -> tuple[np.ndarr
     return mu * included + rng.standard_normal(m), included
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("mu", [1.0, 3.0])
 def test_sound_over_repetitions(mu):
     """ε_LB ≤ true ε in ≥ 95 % of 200 seeded runs of a Gaussian mechanism of known μ."""
@@ -230,6 +231,7 @@ def test_mu_lb_monotone_in_correct_guesses_and_confidence():
 
 
 # ------------------------------------------------------------------ wiring
+@pytest.mark.extended
 def test_audit_from_one_run_default_unchanged_and_fdp_labelled():
     rng = np.random.default_rng(0)
     scores, included = _gaussian_run(rng, 3.0, 1000)

@@ -96,6 +96,7 @@ def test_full_batches_are_the_gaussian_mechanism(sigma, steps, delta):
     ) == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     ("q", "sigma", "delta"), [(0.01, 1.0, 1e-5), (0.1, 0.8, 1e-5), (0.5, 2.0, 1e-6), (0.3, 0.5, 1e-3)]
 )
@@ -129,6 +130,7 @@ def test_not_monotone_in_the_first_steps():
     ) < last_iterate_epsilon(sampling_rate=0.05, noise_multiplier=1.0, num_steps=1, delta=1e-5)
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(("q", "sigma", "steps"), [(0.01, 4.0, 10_000), (0.1, 3.0, 50), (0.01, 1.0, 1000)])
 def test_below_the_full_transcript(q, sigma, steps):
     assert last_iterate_epsilon(sampling_rate=q, noise_multiplier=sigma, num_steps=steps, delta=1e-5) <= _pld_epsilon(
@@ -136,6 +138,7 @@ def test_below_the_full_transcript(q, sigma, steps):
     )
 
 
+@pytest.mark.extended
 def test_far_below_the_full_transcript_when_steps_hide_a_weak_signal():
     # Small σ and many steps: each step alone leaks a lot, the final sum little (the paper's Fig. 1 regime).
     li = last_iterate_epsilon(sampling_rate=0.01, noise_multiplier=0.6, num_steps=1000, delta=1e-5)

@@ -385,6 +385,7 @@ def _ref_epsilon(rdp: np.ndarray, delta: float) -> float:
     return float(np.min(rdp + math.log(1 / delta) / (REF_ORDERS - 1)))
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     ("sigma", "classes", "queries", "teachers", "threshold", "sigma1", "seed"),
     [
@@ -606,6 +607,7 @@ def test_pate_claim_states_the_analysis_and_round_trips() -> None:
     )
 
 
+@pytest.mark.extended
 def test_pate_claim_of_a_smooth_sensitivity_release_is_marked_sanitised() -> None:
     from dpaudit.privacy.claims import claim_from_dict
 

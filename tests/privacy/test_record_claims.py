@@ -74,6 +74,7 @@ def test_lot_size_sets_the_rate_from_the_number_of_members():
         check_record_claim(claim, config=config, metrics=_metrics(0.05, 1.0, 20), num_members=2 * N)
 
 
+@pytest.mark.extended
 def test_a_calibrated_sigma_must_be_the_calibration_s_answer():
     config = {
         **BASE,

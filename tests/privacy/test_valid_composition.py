@@ -58,6 +58,7 @@ def reference_lower(q: float, sigma: float, steps: int, delta: float) -> float:
     return float(pld.get_epsilon_for_delta(delta))
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(("q", "sigma", "steps"), SAMPLED + [(1.0, s, 1) for s in UNSAMPLED])
 @pytest.mark.parametrize("accountant", ["naive", "strong", "moments", "rdp"])
 def test_no_accountant_is_below_the_true_epsilon(accountant, q, sigma, steps):
@@ -71,6 +72,7 @@ def test_no_accountant_is_below_the_true_epsilon(accountant, q, sigma, steps):
     assert got >= reference_lower(q, sigma, steps, DELTA) - 1e-9
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     "claim_args",
     [

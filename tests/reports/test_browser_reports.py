@@ -9,6 +9,7 @@ from dpaudit.app.runs.report import render_reports
 from tests.browser import MISSING_VALUE, assert_clean
 
 
+@pytest.mark.extended
 def test_every_report_page_renders_cleanly_in_chromium(full_run, check_page):
     index = render_reports(full_run)
     assert len(index.pages) == 3  # the audit, the membership attacks and the certified page
@@ -23,6 +24,7 @@ def test_every_report_page_renders_cleanly_in_chromium(full_run, check_page):
         assert hi - lo > 100, f"{report.screenshot} is blank"
 
 
+@pytest.mark.extended
 def test_the_checker_catches_a_broken_image_a_missing_value_and_script_errors(check_page, tmp_path):
     # Without this, a checker that never looked at the page would pass every report above.
     page = tmp_path / "broken.html"

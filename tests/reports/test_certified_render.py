@@ -6,9 +6,12 @@ It returned ``_write``'s 3-tuple (with the index link) under a 2-tuple annotatio
 
 from __future__ import annotations
 
+import pytest
+
 from reports.certified import render_certified
 
 
+@pytest.mark.extended
 def test_render_certified_returns_the_report_and_its_csv_files(full_run):
     result = render_certified(full_run)
     assert len(result) == 2

@@ -93,6 +93,7 @@ def test_a_corrupt_check_json_is_one_line_naming_the_file(tmp_path, capsys):
         load_checks(run)
 
 
+@pytest.mark.extended
 def test_the_page_renders_cleanly_in_chromium(tmp_path, check_page):
     run = build_check_run(tmp_path / "run")
     (page,) = render_reports(run).pages_of("checks")

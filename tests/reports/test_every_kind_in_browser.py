@@ -23,6 +23,7 @@ VERDICT_CLASS = "verdict"
 _VERDICT = re.compile(r'<[^>]+class="[^"]*\b' + VERDICT_CLASS + r'\b[^"]*"')
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("name", KINDS)
 def test_every_page_of_every_kind_is_clean_in_chromium(name, rendered_samples, check_page):
     if rendered_samples[name] is None:

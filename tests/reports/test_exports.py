@@ -77,6 +77,7 @@ def test_figure_data_reads_lines_bars_scatter_errorbars_areas_and_histograms():
     assert {r["panel"] for r in by("accuracy", "bar")} == {"2"}
 
 
+@pytest.mark.extended
 def test_a_figure_is_written_as_png_svg_pdf_and_csv_byte_identical_twice(tmp_path):
     fig = _every_artist()
     (tmp_path / "a").mkdir()
@@ -155,6 +156,7 @@ def test_a_column_of_words_has_a_flush_left_heading(tmp_path):
 # -- every kind's pages link every export ----------------------------------------------------------
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("name", KINDS)
 def test_every_figure_and_table_of_every_kind_has_its_exports(name, rendered_samples):
     if rendered_samples[name] is None:
@@ -229,6 +231,7 @@ def assert_well_formed_latex(path: Path) -> None:
             assert_well_formed_latex(file)
 
 
+@pytest.mark.extended
 def test_format_latex_writes_a_standalone_tex_per_page_and_an_index_inputting_them(report_samples, tmp_path, capsys):
     run = report_samples["audits"](tmp_path / "run")
     code = main(["report", str(run.path), "--format", "latex", "--json"])

@@ -33,6 +33,7 @@ def inversion_run(tmp_path, write_record, make_inversion_result) -> RunDir:
     return run
 
 
+@pytest.mark.extended
 def test_a_run_with_only_inversion_results_renders_and_the_index_links_it(inversion_run):
     index = render_reports(inversion_run)
     assert [p.name for p in index.inversion] == ["inversion.html"]
@@ -43,6 +44,7 @@ def test_a_run_with_only_inversion_results_renders_and_the_index_links_it(invers
     assert "Model inversion" in index.index_html.read_text()
 
 
+@pytest.mark.extended
 def test_the_page_shows_the_metrics_of_every_target_and_attack(inversion_run):
     page = render_reports(inversion_run).inversion[0]
     html, md = page.read_text(), page.with_suffix(".md").read_text()
@@ -61,6 +63,7 @@ def test_the_page_shows_the_metrics_of_every_target_and_attack(inversion_run):
     assert "∞" in html and ">inf<" not in html and "inf" not in md.replace("inference", "").replace("inform", "")
 
 
+@pytest.mark.extended
 def test_image_grids_and_the_comparison_figure_are_written_and_shown(inversion_run):
     page = render_reports(inversion_run).inversion[0]
     html = page.read_text()
@@ -73,6 +76,7 @@ def test_image_grids_and_the_comparison_figure_are_written_and_shown(inversion_r
         assert f"]({src})" in page.with_suffix(".md").read_text()
 
 
+@pytest.mark.extended
 def test_one_target_has_no_comparison(tmp_path, make_inversion_result):
     run = RunDir(tmp_path / "run").create(command="test")
     save_inversion_result(
@@ -85,6 +89,7 @@ def test_one_target_has_no_comparison(tmp_path, make_inversion_result):
     assert "10.0%" in html  # chance from the stored dataset class count
 
 
+@pytest.mark.extended
 def test_image_grid_layout_many_classes_and_rgb(make_inversion_result):
     from reports.inversion import image_grid
 

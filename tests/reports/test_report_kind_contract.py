@@ -89,6 +89,7 @@ def check_verdict_boxes(pages: list[Path], index_html: Path) -> None:
         assert f"— {status}</a>" in index, page
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("name", KINDS)
 def test_report_kind_contract(name, report_samples, tmp_path, capsys):
     if name not in report_samples:
@@ -107,6 +108,7 @@ def test_the_index_keeps_its_order_and_every_kind_its_own_heading():
     assert len({k.group for k in ordered_kinds()}) == len(kinds)
 
 
+@pytest.mark.extended
 def test_a_compare_violation_is_reported_and_exits_3(report_samples, tmp_path, capsys):
     run = report_samples["compare"](tmp_path / "run")
     code, payload = _report_json(run, capsys)

@@ -18,6 +18,7 @@ from dpaudit.store import RunDir
 from tests.reports.conftest import DP_MODEL, HGM_MODEL
 
 
+@pytest.mark.extended
 def test_renders_every_kind_and_the_index_links_every_page(full_run):
     index = render_reports(full_run)
     assert isinstance(index, ReportIndex)
@@ -38,6 +39,7 @@ def test_renders_every_kind_and_the_index_links_every_page(full_run):
             assert (page.parent / src).stat().st_size > 1000
 
 
+@pytest.mark.extended
 def test_every_report_shows_epsilon_under_every_accountant(full_run):
     index = render_reports(full_run)
     audit = index.audits[0].read_text()
@@ -49,6 +51,7 @@ def test_every_report_shows_epsilon_under_every_accountant(full_run):
     assert "No accountant applies to this claim" in certified  # the HGM record claims no DP mechanism
 
 
+@pytest.mark.extended
 def test_membership_report_has_auc_and_tpr_at_fpr(full_run):
     page = render_reports(full_run).membership[0].read_text()
     assert "AUC" in page and "TPR @ 0.1% FPR" in page and "TPR @ 1.0% FPR" in page and "<img" in page
@@ -64,6 +67,7 @@ def test_nothing_to_render_is_a_clear_error(tmp_path):
         render_reports(run)
 
 
+@pytest.mark.extended
 def test_report_verb_exit_codes(make_run, full_run, tmp_path, capsys):
     from dpaudit.app.cli import main
 
@@ -74,6 +78,7 @@ def test_report_verb_exit_codes(make_run, full_run, tmp_path, capsys):
     assert "holds no trained model" in capsys.readouterr().err
 
 
+@pytest.mark.extended
 def test_rendering_imports_no_torch(make_run, tmp_path):
     # The pages are rendered by reports/ alone, from stored results: every kind's load and render
     # import no torch. (dpaudit report itself loads the defense registry first, to verify each
@@ -111,6 +116,7 @@ def test_reports_package_imports_only_result_types():
         assert not re.search(r"^\s*(from|import) (torch|attacks|defenses)\b", text, re.M), path.name
 
 
+@pytest.mark.extended
 def test_files_are_0644_under_umask_022(make_run, tmp_path):
     make_run(tmp_path / "run")
     code = (
@@ -124,6 +130,7 @@ def test_files_are_0644_under_umask_022(make_run, tmp_path):
         assert f.stat().st_mode & 0o777 == 0o644, f.name
 
 
+@pytest.mark.extended
 def test_csv_has_content_or_is_absent(make_run, tmp_path):
     # The DP record has an ε: accuracy_vs_epsilon.csv is written with rows.
     with_eps = render_reports(make_run(tmp_path / "a"))
@@ -221,6 +228,7 @@ def test_palette_is_fixed_and_distinct():
     assert len({str(s["linestyle"]) for s in evasion}) == 4 and len({s["marker"] for s in evasion}) == 4
 
 
+@pytest.mark.extended
 def test_stored_soundness_violation_is_shown_and_exits_3(make_run, tmp_path, capsys):
     from dpaudit.app.cli import main
     from dpaudit.store import atomic_write_json, read_json
@@ -243,6 +251,7 @@ def test_stored_soundness_violation_is_shown_and_exits_3(make_run, tmp_path, cap
     assert "soundness violation" in capsys.readouterr().out
 
 
+@pytest.mark.extended
 def test_audit_report_plots_epsilon_lb_and_its_ceiling_against_the_trials(make_run, tmp_path):
     """Issue 15, item 4: the ceiling beside ε_LB, in the table and against the number of trials."""
     from dpaudit.privacy.audit_procedures import audit_from_one_run, audit_from_scores

@@ -169,6 +169,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str
     mp.undo()
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("run", PARAMS)
 def test_no_two_series_of_one_axes_look_alike(rendered, run):
     figs = rendered(run)
@@ -180,6 +181,7 @@ def test_no_two_series_of_one_axes_look_alike(rendered, run):
     assert not bad, f"{run}: series that cannot be told apart: {bad}"
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("run", PARAMS)
 def test_legends_ticks_and_labels_read_at_9pt(rendered, run):
     bad = {name_of(f): s for f in rendered(run) if (s := small_fonts(f))}

@@ -585,6 +585,7 @@ def test_soundness_violations_flags_a_planted_violation():
         certify_summary.SoundnessViolation(certificate="hgm", radius=0.1, certified_accuracy=1.5, robust_accuracy=0.1)
 
 
+@pytest.mark.extended
 def test_module_does_not_import_torch():
     code = (
         "import sys, dpaudit.robustness.certification, "

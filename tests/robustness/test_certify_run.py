@@ -49,6 +49,7 @@ def hgm_record(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunDir, Path, 
     return _train(tmp_path_factory.mktemp("hgm"), "hgm", epochs=2, redistribution_pretrain_epochs=1)
 
 
+@pytest.mark.extended
 @pytest.mark.e2e
 def test_certify_tiny_hgm_end_to_end_and_reuse(hgm_record, capsys: pytest.CaptureFixture[str]) -> None:
     run, rdir, model_id = hgm_record
@@ -78,6 +79,7 @@ def test_certify_tiny_hgm_end_to_end_and_reuse(hgm_record, capsys: pytest.Captur
     assert changed.num_draws == 60 and changed.smoothing is not None and changed.smoothing.confidence == 0.99
 
 
+@pytest.mark.extended
 def test_certify_recomputes_certificates_stored_under_another_sensitivity(
     hgm_record, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -104,6 +106,7 @@ def test_certify_recomputes_certificates_stored_under_another_sensitivity(
     )
 
 
+@pytest.mark.extended
 def test_certify_cli_exits_3_on_a_planted_soundness_violation(
     hgm_record, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -163,6 +163,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("accountant", registered_accountants())
 
 
+@pytest.mark.extended
 @settings(max_examples=20, deadline=None, derandomize=True)
 @given(q=sampling_rates, sigma=st.floats(0.3, 5.0), steps=st.integers(1, 12), delta=deltas)
 @example(q=1.0, sigma=2.0, steps=3, delta=1e-5)  # the exact reference, within every built-in budget
@@ -182,6 +183,7 @@ def test_accountants_are_never_below_the_true_epsilon_many(accountant, q, sigma,
 
 
 # The headline runs every accountant, PLD included (~1 s at σ = 1, several at σ = 0.3).
+@pytest.mark.extended
 @settings(max_examples=3, deadline=None, derandomize=True)
 @given(q=sampling_rates, sigma=st.floats(1.0, 5.0), steps=st.integers(1, 5), delta=deltas)
 def test_headline_upper_bound_is_never_below_the_true_epsilon(q, sigma, steps, delta):

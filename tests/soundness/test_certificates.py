@@ -238,6 +238,7 @@ def _check_monte_carlo(params: tuple[BlockSpec, str, bool, float, int], num_draw
         assert violations <= _allowed(NUM_POINTS, failure), (params, name, cert, reference)
 
 
+@pytest.mark.extended
 @settings(max_examples=20, deadline=None, derandomize=True)
 @given(_cases())
 def test_certificates_never_exceed_the_exact_radius(params: tuple[BlockSpec, str, bool, float, int]) -> None:

@@ -92,6 +92,7 @@ def test_gaussian_shaped_bounds_are_refused_for_other_claims(claim):
         audit_from_one_run(scores, np.arange(20) % 2 == 0, claim=claim, delta=1e-5, bound="fdp")
 
 
+@pytest.mark.extended
 def test_gaussian_claims_keep_gdp_and_name_the_approximation():
     step = gaussian_step_claim(noise_multiplier=1.0)
     dpsgd = dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.0, num_steps=100)
@@ -159,6 +160,7 @@ def _check(cell) -> None:
     assert 0.0 <= cell.mean_ratio <= 1.5 and math.isfinite(cell.mean_ratio)
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("procedure, mechanism, simulations", QUICK_CELLS)
 def test_false_violation_rate_at_most_one_minus_confidence(procedure, mechanism, simulations):
     nc = _script()
