@@ -51,7 +51,7 @@ from dpaudit.batched_compute import StackedModels
 from dpaudit.progress import Progress
 from dpaudit.sampling import keyed_uniforms, step_key
 from dpaudit.seeding import derive_seed, torch_generator
-from dpaudit.training import check_loss, resolve_device
+from dpaudit.training import SGDConfig, check_loss, resolve_device
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",
@@ -77,31 +77,9 @@ _PASS_BYTES = 32 * 2**20
 _WORK_FACTOR = 3
 
 
-@dataclass(frozen=True, kw_only=True)
-class BatchedSGD:
-    """Non-private mini-batch SGD with momentum (the non-private baseline's loop), for every model.
-
-    Attributes:
-        epochs: passes over each model's members.
-        batch_size: examples per step (the last batch of an epoch may be smaller).
-        learning_rate: step size.
-        momentum: heavy-ball momentum in [0, 1).
-        weight_decay: L2 penalty.
-    """
-
-    epochs: int = 10
-    batch_size: int = 64
-    learning_rate: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-
-    def __post_init__(self) -> None:
-        v.integer("epochs", self.epochs, minimum=1)
-        v.integer("batch_size", self.batch_size, minimum=1)
-        v.positive("learning_rate", self.learning_rate)
-        if not 0 <= v.real("momentum", self.momentum) < 1:
-            raise v.invalid("momentum", f"momentum must lie in [0, 1), got {self.momentum!r}")
-        v.non_negative("weight_decay", self.weight_decay)
+#: Non-private mini-batch SGD with momentum for every model: the non-private loop's own settings
+#: (:class:`dpaudit.training.SGDConfig`), one type, so a shadow's or baseline's settings pass unchanged.
+BatchedSGD = SGDConfig
 
 
 @dataclass(frozen=True, kw_only=True)
