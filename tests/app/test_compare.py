@@ -156,7 +156,7 @@ def test_matrix(tiny: tuple[Path, ComparisonResult, Path]) -> None:
         assert r.accuracy_loss == pytest.approx(base.test_accuracy - r.test_accuracy)
         assert set(r.membership) == {"loss", "lira"} and set(r.vulnerable) == {"loss", "lira"}
         for m in (*r.membership.values(), *r.vulnerable.values()):
-            assert 0.0 <= m["auc"] <= 1.0 and set(m["tpr_at_fpr"]) == {"0.001", "0.01"}
+            assert 0.0 <= m.auc <= 1.0 and set(m.tpr_at_fpr) == {"0.001", "0.01"}
         assert r.vulnerable["lira"].num_samples == 100 and r.membership["lira"].num_samples == 600
         assert set(r.robust_accuracy) == {"0.5", "1"} and r.certified_accuracy == {}
         assert r.robust_accuracy["1"] <= r.robust_accuracy["0.5"] <= r.test_accuracy + 0.2
