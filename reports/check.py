@@ -142,9 +142,10 @@ def _outcome_table(report: CheckReport) -> Table:
         [
             o.name,
             o.status.upper() if o.violated else o.status,
-            epsilon_lb_cell(o.epsilon_lb),
+            # A grey-box check has no ε_LB or ceiling: its verdict is read off the replayed trainings.
+            "—" if o.kind == "grey-box" else epsilon_lb_cell(o.epsilon_lb),
             epsilon_ub_cell(o.epsilon_ub),
-            epsilon_lb_cell(o.ceiling),
+            "—" if o.kind == "grey-box" else epsilon_lb_cell(o.ceiling),
             o.num_trials,
             o.seconds,
             o.detects,
@@ -161,6 +162,12 @@ def _outcome_table(report: CheckReport) -> Table:
             "at the size it ran "
             "(a perfect attack on the same counts). Violated iff ε_LB > ε_UB; "
             "passed iff not violated and ceiling > ε_UB; otherwise inconclusive."
+            + (
+                " A grey-box check (—) has no ε_LB: it compares the trainings on D and on D plus one record,"
+                " replayed with the same randomness, with the claim, and is violated when they differ from it."
+                if any(o.kind == "grey-box" for o in report.outcomes)
+                else ""
+            )
         ),
     )
 
@@ -184,12 +191,12 @@ def check_sections(report: CheckReport) -> list[Section]:
     checks: list[Any] = [
         _outcome_table(report),
         Figure(
-            figure=check_figure(report.outcomes),
+            figure=check_figure([o for o in report.outcomes if o.kind != "grey-box"]),
             name="epsilon",
             caption="ε_LB per check (bars, coloured by status as the legend says) against "
             "the claim's ε_UB (dashed line) and each check's ceiling (open "
             "triangles)",
-            empty="the battery ran no check",
+            empty="the battery ran no statistical check (grey-box checks have no ε_LB to draw)",
         ),
     ]
     if report.outcomes:
