@@ -205,16 +205,22 @@ def _one(spec: Any, ctx: Any, *, can_start: str | None) -> CheckOutcome:
         )
     seconds = time.monotonic() - started
     if getattr(spec, "kind", "statistical") == "grey-box":
-        return _greybox(spec, ctx, ev, seconds)
-    ceiling = max(ev.ceiling, ev.epsilon_lb)
-    status = check_status(epsilon_lb=ev.epsilon_lb, epsilon_ub=ctx.epsilon_ub, ceiling=ceiling)
+        # Read off the replayed trainings: its own status and cause, no ε_LB (0) and no ceiling (0).
+        status = ev.verdict if ev.verdict in ("violated", "passed", "inconclusive") else "inconclusive"
+        cause: str | None = ev.cause or "no cause given"
+        kind, lb, ceiling, finding = "grey-box", 0.0, 0.0, f"{spec.name}: {cause}"
+    else:
+        ceiling = max(ev.ceiling, ev.epsilon_lb)
+        status = check_status(epsilon_lb=ev.epsilon_lb, epsilon_ub=ctx.epsilon_ub, ceiling=ceiling)
+        kind, lb, cause = "statistical", ev.epsilon_lb, None
+        finding = _finding(
+            spec, status, lb=ev.epsilon_lb, ub=ctx.epsilon_ub, ceiling=ceiling, family=ctx.family_confidence
+        )
     return CheckOutcome(
         name=spec.name,
         status=status,
-        finding=_finding(
-            spec, status, lb=ev.epsilon_lb, ub=ctx.epsilon_ub, ceiling=ceiling, family=ctx.family_confidence
-        ),
-        epsilon_lb=ev.epsilon_lb,
+        finding=finding,
+        epsilon_lb=lb,
         epsilon_ub=ctx.epsilon_ub,
         ceiling=ceiling,
         confidence=ctx.confidence,
@@ -223,27 +229,7 @@ def _one(spec: Any, ctx: Any, *, can_start: str | None) -> CheckOutcome:
         detects=spec.detects,
         misses=spec.misses,
         details=CheckDetails(evidence=ev.details),
-    )
-
-
-def _greybox(spec: Any, ctx: Any, ev: Any, seconds: float) -> CheckOutcome:
-    """A grey-box check's verdict: its own status and cause, ε_LB and the ceiling 0."""
-    status = ev.verdict if ev.verdict in ("violated", "passed", "inconclusive") else "inconclusive"
-    cause = ev.cause or "no cause given"
-    return CheckOutcome(
-        name=spec.name,
-        status=status,
-        finding=f"{spec.name}: {cause}",
-        epsilon_lb=0.0,
-        epsilon_ub=ctx.epsilon_ub,
-        ceiling=0.0,
-        confidence=ctx.confidence,
-        num_trials=ev.num_trials,
-        seconds=seconds,
-        detects=spec.detects,
-        misses=spec.misses,
-        details=CheckDetails(evidence=ev.details),
-        kind="grey-box",
+        kind=kind,
         cause=cause,
     )
 
