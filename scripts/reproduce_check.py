@@ -15,12 +15,19 @@ its runs. ::
 Goal (issue 33): every bug flagged by at least one check within 5 CPU-minutes, and no false
 alarm in the correct implementations' runs. Each run's directory is removed once its
 ``check.json`` is read (the trials of 100 runs would fill a disk); ``--keep`` keeps them.
+
+Each battery's row is kept under ``OUT/batteries/`` as soon as it ends, keyed by the example's
+source (and its helpers'), its claim and the options that change a verdict: a rerun, or a run
+with another ``--only``, reuses every row already measured and says how many it reused, so the
+full table can be built piece by piece and an interrupted run loses at most one battery.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
+import json
 import resource
 import shutil
 import sys
@@ -62,7 +69,36 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _row_key(path: Path, claim: dict[str, Any], *, seed: int, args: argparse.Namespace) -> str:
+    """What a battery's row depends on: the example's code (its helpers too), claim, seed and options."""
+    digest = hashlib.sha256()
+    for source in [path, *sorted(path.parent.glob("_*.py"))]:
+        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    options = {
+        "claim": claim,
+        "seed": seed,
+        "delta": args.delta,
+        "budget_minutes": args.budget_minutes,
+        "workers": args.workers,
+        "greybox_only": args.greybox_only,
+    }
+    digest.update(json.dumps(options, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
+
+
 def _battery(path: Path, claim: dict[str, Any], *, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One battery's row, measured now or reused from ``OUT/batteries/`` (``row['reused']`` says which)."""
+    stored = args.out / "batteries" / f"{path.stem}-{seed}-{_row_key(path, claim, seed=seed, args=args)}.json"
+    if stored.is_file():
+        row = dict(read_json(stored))
+        row["reused"] = True
+        return row
+    row = _measure(path, claim, seed=seed, args=args)
+    atomic_write_json(stored, row)
+    return row
+
+
+def _measure(path: Path, claim: dict[str, Any], *, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     spec = BatterySpec(
         train_fn=f"{path}:train",
         model_fn=f"{path}:model",
@@ -227,30 +263,36 @@ def main(argv: list[str] | None = None) -> int:
         "checks": [],
     }
     started = time.monotonic()
+    (args.out / "batteries").mkdir(parents=True, exist_ok=True)
+    reused_count = 0
     for path in paths:
         module = _module(path)
         bug = getattr(module, "BUG", "")
         if bug:
             row = _battery(path, module.CLAIM, seed=0, args=args)
             row.update(module=path.stem, bug=bug, reported=getattr(module, "REPORTED", ""))
+            reused = " (reused from an earlier run)" if row.pop("reused", False) else ""
+            reused_count += bool(reused)
             table["bugs"].append(row)
             flagged = row.get("diagnosis") or []
             said = (
                 f"exit 3, first cause {_first_cause(row)}; fired: {', '.join(flagged)}" if flagged else "NOT detected"
             )
             print(
-                f"[{time.monotonic() - started:5.0f} s] {path.stem}: {said} ({row['cpu_seconds']:.0f} CPU-s)",
+                f"[{time.monotonic() - started:5.0f} s] {path.stem}: {said} ({row['cpu_seconds']:.0f} CPU-s){reused}",
                 flush=True,
             )
             continue
         rows = []
         for seed in range(runs):
             rows.append(_battery(path, module.CLAIM, seed=seed, args=args))
+            reused = " (reused from an earlier run)" if rows[-1].pop("reused", False) else ""
+            reused_count += bool(reused)
             alarms = sum(r["exit_status"] == 3 for r in rows)
             print(
                 f"[{time.monotonic() - started:5.0f} s] {path.stem} run "
                 f"{seed + 1}/{runs}: exit {rows[-1]['exit_status']} ({alarms} false "
-                f"alarm{'s' if alarms != 1 else ''} so far)",
+                f"alarm{'s' if alarms != 1 else ''} so far){reused}",
                 flush=True,
             )
         by_check: dict[str, int] = {}
@@ -282,7 +324,11 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_json(args.out / "detection.json", table)
     atomic_write_text(args.out / "detection.md", _markdown(table))
     print(_markdown(table))
-    print(f"wrote {args.out / 'detection.json'} and detection.md in {time.monotonic() - started:.0f} s", flush=True)
+    print(
+        f"wrote {args.out / 'detection.json'} and detection.md in {time.monotonic() - started:.0f} s "
+        f"({reused_count} batter{'y' if reused_count == 1 else 'ies'} reused from earlier runs)",
+        flush=True,
+    )
     return 0
 
 
