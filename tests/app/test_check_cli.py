@@ -164,7 +164,7 @@ def test_an_internal_failure_of_the_battery_exits_1(cli, battery, train_fn, tmp_
         (["--budget-minutes", "nan"], "--budget-minutes", "nan"),
         (["--budget-minutes", "abc"], "--budget-minutes", "abc"),
         (["--budget-minutes", "100000"], "--budget-minutes", "--i-know"),
-        (["--checks", "bogus"], "--checks", "the registered checks are greybox-noise, greybox-sampling-rate"),
+        (["--checks", "bogus"], "--checks", "the registered checks are greybox-noise, greybox-normaliser"),
         (["--checks", "reused-noise,,worst-case"], "--checks", "commas"),
         (["--checks", "worst-case,worst-case"], "--checks", "more than once"),
         (["--junit", "{tmp}/missing/results.xml"], "--junit", "does not exist"),

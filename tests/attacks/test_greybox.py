@@ -8,6 +8,7 @@ the checks' own output; the instrumentation's scoping is checked against torch's
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -159,6 +160,30 @@ def test_a_dataset_size_normaliser_is_flagged_unless_the_dataset_size_is_public(
     assert "--dataset-size-public" in private.cause
     public = gb.ClaimedMechanism(sampling_rate=Q, noise_multiplier=SIGMA, steps=STEPS, dataset_size_public=True)
     assert gb.normaliser(pair, public, 0.99).status == "passed"
+
+
+def test_a_dataset_size_normaliser_says_what_leaks_at_the_users_dataset_size():
+    # int(q·|D|) at q = 0.25: 2 on 10 and on 11 records (nothing leaks for that pair); 2 on 11, 3 on 12.
+    pair = _pair(DatasetSized)
+    dims = 64 * 8 + 8 + 8 * 10 + 10  # the noised coordinates of Short's network
+
+    def claim(n: int) -> gb.ClaimedMechanism:
+        def replay(k: int):  # type: ignore[no-untyped-def]
+            return _pair(DatasetSized, k)
+
+        return gb.ClaimedMechanism(sampling_rate=Q, noise_multiplier=SIGMA, steps=STEPS, dataset_size=n, replay=replay)
+
+    # Scale test on d·T coordinates: μ = √(2dT)·ln(m′/m), independently of the check's code.
+    mu = math.sqrt(2 * dims * STEPS) * math.log(3 / 2)
+    same = gb.normaliser(pair, claim(10), 0.99).cause
+    assert "at your |D| = 10 it is 2 on |D| and on |D| + 1, so nothing leaks" in same
+    assert f"μ ≈ {mu:.3g}-GDP" in same and f"{dims} noised coordinates and {STEPS} steps" in same
+    steps_up = gb.normaliser(pair, claim(11), 0.99).cause
+    assert "at your |D| = 11 it is 2 on |D| and 3 on |D| + 1" in steps_up and f"μ ≈ {mu:.3g}-GDP" in steps_up
+    too_large = gb.ClaimedMechanism(
+        sampling_rate=Q, noise_multiplier=SIGMA, steps=STEPS, dataset_size=10**6, replay=lambda k: None
+    )
+    assert "not replayed at your |D| = 1000000" in gb.normaliser(pair, too_large, 0.99).cause
 
 
 def test_missing_clipping_shows_as_a_sensitivity_above_c():

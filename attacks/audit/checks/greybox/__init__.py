@@ -8,11 +8,13 @@ pair is computed once per battery run and shared by the checks; its CPU time is 
 first check that needs it.
 
 D is ⌈2/q⌉ − 1 records (q·|D| crosses an integer when the record joins, so a normaliser
-``int(q·|D|)`` shows); with ``--model-fn`` they are zero-gradient records from the crafted
-worst-case start (:mod:`attacks.audit.checks.game`) and the added record is its canary, whose
-gradient is far above any clipping norm, so a correct implementation's measured sensitivity is
-exactly C; without it, digits records and an all-ones record of another class from the
-function's own initialisation.
+``int(q·|D|)`` shows), or the user's |D| (``--dataset``'s training split) when the claim declares
+the dataset size public, since q, T and the normaliser are then claimed for that size. With
+``--model-fn`` they are zero-gradient records from the crafted worst-case start
+(:mod:`attacks.audit.checks.game`) and the added record is its canary, whose gradient is far
+above any clipping norm, so a correct implementation's measured sensitivity is exactly C;
+without it, digits records and an all-ones record of another class from the function's own
+initialisation.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from attacks.audit.checks.greybox.checks import DECISIONS, ClaimedMechanism, Ver
 from attacks.audit.checks.greybox.replay import PairTrace, run_pair
 from attacks.audit.checks.spec import CHECKS, CheckCannotRun, CheckContext, CheckEvidence, CheckSpec
 
-__all__ = ["pair_for", "MAX_RECORDS", "KIND"]
+__all__ = ["pair_for", "MAX_RECORDS", "MAX_USER_RECORDS", "KIND"]
 
 KIND = "grey-box"
 #: Largest D (records): the replay's cost grows with the lots, ≈ q·|D| records each.
@@ -92,10 +94,18 @@ def pair_for(ctx: CheckContext) -> tuple[PairTrace, ClaimedMechanism]:
     if key in _FAILED:  # one failed replay fails every grey-box check, without training again
         raise _FAILED[key]
     claim = claimed_mechanism(
-        ctx.claim.to_dict(), dataset_size_public=bool(getattr(ctx.claim, "dataset_size_public", False))
+        ctx.claim.to_dict(),
+        dataset_size_public=bool(getattr(ctx.claim, "dataset_size_public", False)),
+        dataset_size=len(ctx.pool),  # the user's training data: --dataset's training split
+        delta=ctx.delta,
+        replay=functools.partial(_replay_at, ctx),
     )
     q = claim.sampling_rate if claim.sampling_rate and 0 < claim.sampling_rate <= 1 else 0.1
     records = min(MAX_RECORDS, max(2, math.ceil(2.0 / q) - 1))
+    if claim.dataset_size_public and len(ctx.pool) <= MAX_USER_RECORDS:
+        # The claim's q, T and normaliser are those of the user's |D| (public): replay at that size,
+        # where a rate or step count derived from len(dataset) is the claimed one.
+        records = len(ctx.pool)
     base, added, train = _datasets(ctx, records)
     label = f"the training function {callable_label(ctx.train_fn)}"
     from dpaudit.callables import OutOfTime
@@ -114,6 +124,33 @@ def pair_for(ctx: CheckContext) -> tuple[PairTrace, ClaimedMechanism]:
     _PAIRS.clear()  # one battery at a time: the traces hold every step's sums
     _PAIRS[key] = (pair, claim)
     return pair, claim
+
+
+#: Largest |D| the normaliser check replays at to say what leaks at the user's dataset size.
+MAX_USER_RECORDS = 4096
+
+
+def _replay_at(ctx: CheckContext, records: int) -> PairTrace | None:
+    """D and D + 1 record at ``records`` records (no second run on D), ``None`` when too large or failed."""
+    from attacks.audit.checks.game import _time_limit
+    from dpaudit.callables import OutOfTime, callable_label
+
+    if records > MAX_USER_RECORDS:
+        return None
+    base, added, train = _datasets(ctx, records)
+    try:
+        with _time_limit(ctx.deadline):
+            pair = run_pair(
+                train,
+                base,
+                added,
+                seed=ctx.seed,
+                label=f"the training function {callable_label(ctx.train_fn)}",
+                again=False,
+            )
+    except OutOfTime:
+        return None
+    return None if pair.d.error or pair.d_added.error else pair
 
 
 def _run(decide: Callable[[PairTrace, ClaimedMechanism, float], Verdict], ctx: CheckContext) -> CheckEvidence:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from attacks.audit.checks.greybox.replay import GAUSSIAN, PairTrace, StepRecord, Trace
 
@@ -49,12 +49,21 @@ class ClaimedMechanism:
         noise_multiplier: σ.
         steps: T, the number of compositions.
         dataset_size_public: the claim treats |D| as public (a normaliser may depend on it).
+        dataset_size: |D| of the user's training data (the ``--dataset`` training split), at
+            which a finding says how much leaks; ``None``: unknown.
+        delta: δ at which a leak is stated as ε.
+        replay: the replay of D and D + 1 at another |D| (see the field's comment).
     """
 
     sampling_rate: float | None
     noise_multiplier: float | None
     steps: int | None
     dataset_size_public: bool = False
+    dataset_size: int | None = None
+    delta: float = 1e-5
+    #: Replays D and D + 1 record at a given |D| (``None``: too large or failed); the normaliser
+    #: check calls it to say what leaks at the user's own dataset size.
+    replay: Callable[[int], PairTrace | None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -383,13 +392,57 @@ def normaliser(pair: PairTrace, claim: ClaimedMechanism, confidence: float) -> V
                 cause=f"the normaliser is {c:g} on {n} records and {c_added} on {n + 1}: a function of the dataset "
                 "size, which the claim declares public",
             )
+        leak = _size_leak(claim)
         return Verdict(
             status="violated",
             cause=f"the normaliser is {c:g} on {n} records and {c_added} on {n + 1}: it depends on the data, and "
-            "the dataset size leaks through it; fix: divide by a constant (e.g. the expected lot size), or declare "
-            "the dataset size public (--dataset-size-public) if it is",
+            f"the dataset size leaks through it{leak}; fix: divide by a constant (e.g. the expected lot size), or "
+            "declare the dataset size public (--dataset-size-public) if it is",
         )
     return Verdict(status="passed", cause=f"the noisy sum is divided by the constant {c:g} on both datasets")
+
+
+def _size_leak(claim: ClaimedMechanism) -> str:
+    """What the dataset size leaks through the normaliser at the user's |D| (a parenthesised clause, or "").
+
+    The training is replayed on |D| and |D| + 1 records. The released update is
+    (sum + N(0, σ²C²))/m over d noised coordinates for T steps; with normalisers m and m′ the
+    noise's scale differs by the factor m′/m, which a test on the update's squared norm (d·T
+    coordinates, log-variance estimated to ±√(2/(d·T))) separates at
+    μ ≈ |2 ln(m′/m)| / √(2/(d·T)) = √(2dT)·|ln(m′/m)| — a Gaussian-DP approximation of what the
+    scale alone reveals, the sum's own difference aside.
+    """
+    n = claim.dataset_size
+    if n is None or claim.replay is None:
+        return ""
+    at = claim.replay(n)
+    if at is None:
+        return f" (not replayed at your |D| = {n}: too large for the replay)"
+    on_d, on_added = _per_step(at.d), _per_step(at.d_added)
+    values = {x for x in on_d + on_added if x is not None and not math.isnan(x)}
+    if not values or len(set(on_d)) != 1 or len(set(on_added)) != 1:
+        return f" (at your |D| = {n} the normaliser follows the lot, as above)"
+    m, m_added = on_d[0], on_added[0]
+    dims = sum(int(x.numel()) for x in at.d.steps[0].sums) if at.d.steps else 0
+    steps = len(at.d.steps)
+    from dpaudit.privacy.gaussian import gdp_epsilon
+
+    def leak(a: float, b: float) -> str:
+        mu = math.sqrt(2.0 * dims * steps) * abs(math.log(b / a))
+        return f"μ ≈ {mu:.3g}-GDP, ε ≈ {gdp_epsilon(mu=mu, delta=claim.delta):.3g} at δ = {claim.delta:g}"
+
+    if m is None or m_added is None or not dims:
+        return ""
+    if m == m_added:
+        return (
+            f" (at your |D| = {n} it is {m:g} on |D| and on |D| + 1, so nothing leaks through it for this pair; where "
+            f"it steps from {m:g} to {m + 1:g}, the noise's scale changes by 1/{m:g}: {leak(m, m + 1)} over "
+            f"{dims} noised coordinates and {steps} steps)"
+        )
+    return (
+        f" (at your |D| = {n} it is {m:g} on |D| and {m_added:g} on |D| + 1, so the noise's scale changes: "
+        f"{leak(m, m_added)} over {dims} noised coordinates and {steps} steps)"
+    )
 
 
 def control_flow(pair: PairTrace, claim: ClaimedMechanism, confidence: float) -> Verdict:
@@ -474,19 +527,21 @@ DECISIONS: dict[str, tuple[int, Callable[[PairTrace, ClaimedMechanism, float], V
         "noise drawn outside torch (NumPy, extensions): inconclusive, not observable",
     ),
     "greybox-sensitivity": (
-        3,
+        4,
         sensitivity,
         "a per-step sensitivity above the C the noise is calibrated for: clipping missing, too loose, per batch",
         "clipping bugs that one large-gradient record does not show",
     ),
+    # Before the sampling rate: a sampler whose rate follows len(dataset) (Opacus's default) is
+    # usually the same root as a normaliser that does, and the normaliser names it.
     "greybox-normaliser": (
-        4,
+        2,
         normaliser,
         "normalisers of the noisy sum that follow the lot or the dataset size",
         "normalisers folded into the learning rate (not a division the hooks see)",
     ),
     "greybox-sampling-rate": (
-        2,
+        3,
         sampling_rate,
         "lots not drawn by Poisson sampling at q: other rates, weighted or fixed-size lots",
         "lots read from a copy of the dataset taken outside torch",
@@ -512,7 +567,14 @@ DECISIONS: dict[str, tuple[int, Callable[[PairTrace, ClaimedMechanism, float], V
 }
 
 
-def claimed_mechanism(claim_dict: object, *, dataset_size_public: bool = False) -> ClaimedMechanism:
+def claimed_mechanism(
+    claim_dict: object,
+    *,
+    dataset_size_public: bool = False,
+    dataset_size: int | None = None,
+    delta: float = 1e-5,
+    replay: Callable[[int], PairTrace | None] | None = None,
+) -> ClaimedMechanism:
     """q, σ and T of a claim's stored event (the first of each found), ``None`` where it states none."""
     found: dict[str, float] = {}
 
@@ -535,4 +597,7 @@ def claimed_mechanism(claim_dict: object, *, dataset_size_public: bool = False) 
         noise_multiplier=found.get("noise_multiplier"),
         steps=int(count) if count is not None else None,
         dataset_size_public=dataset_size_public,
+        dataset_size=dataset_size,
+        delta=delta,
+        replay=replay,
     )

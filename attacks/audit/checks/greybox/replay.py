@@ -517,7 +517,9 @@ def _one(
     return recorder.trace
 
 
-def run_pair(train_fn: Callable[..., Any], base: Any, added: Any, *, seed: int, label: str) -> PairTrace:
+def run_pair(
+    train_fn: Callable[..., Any], base: Any, added: Any, *, seed: int, label: str, again: bool = True
+) -> PairTrace:
     """Trains on ``base`` (D), on ``added`` (D′, one more record, last), and on D again, all with the same seed.
 
     Args:
@@ -527,11 +529,12 @@ def run_pair(train_fn: Callable[..., Any], base: Any, added: Any, *, seed: int, 
         added: D′: D's rows, then one more.
         seed: the one seed of the three runs.
         label: how messages name the training function.
+        again: also train on D a second time (the state check's run); ``False``: ``d_again`` is ``d``.
     """
     import time
 
     started = time.process_time()
     d = _one(train_fn, base, seed=seed, reference=None, follow=False, label=label)
     d_added = _one(train_fn, added, seed=seed, reference=d, follow=True, label=label)
-    d_again = _one(train_fn, base, seed=seed, reference=d, follow=False, label=label)
+    d_again = _one(train_fn, base, seed=seed, reference=d, follow=False, label=label) if again else d
     return PairTrace(d=d, d_added=d_added, d_again=d_again, records=len(base), seconds=time.process_time() - started)
