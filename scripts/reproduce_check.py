@@ -17,7 +17,7 @@ alarm in the correct implementations' runs. Each run's directory is removed once
 ``check.json`` is read (the trials of 100 runs would fill a disk); ``--keep`` keeps them.
 
 Each battery's row is kept under ``OUT/batteries/`` as soon as it ends, keyed by the example's
-source (and its helpers'), its claim and the options that change a verdict: a rerun, or a run
+source (and its helpers'), the battery's own code, its claim and the options that change a verdict: a rerun, or a run
 with another ``--only``, reuses every row already measured and says how many it reused, so the
 full table can be built piece by piece and an interrupted run loses at most one battery.
 """
@@ -69,9 +69,23 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _row_key(path: Path, claim: dict[str, Any], *, seed: int, args: argparse.Namespace) -> str:
-    """What a battery's row depends on: the example's code (its helpers too), claim, seed and options."""
+#: The code a verdict depends on besides the example's: the checks, the trials and games, the bounds.
+CHECK_CODE = ("attacks/audit", "dpaudit/privacy", "dpaudit/app/runs/check.py")
+
+
+def _code_digest() -> bytes:
+    """A digest of the battery's own code (:data:`CHECK_CODE`), so a row measured by other code is not reused."""
     digest = hashlib.sha256()
+    for entry in CHECK_CODE:
+        root = ROOT / entry
+        for source in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            digest.update(str(source.relative_to(ROOT)).encode() + b"\0" + source.read_bytes() + b"\0")
+    return digest.digest()
+
+
+def _row_key(path: Path, claim: dict[str, Any], *, seed: int, args: argparse.Namespace) -> str:
+    """What a battery's row depends on: the example's code and helpers, the battery's code, claim, seed, options."""
+    digest = hashlib.sha256(_code_digest())
     for source in [path, *sorted(path.parent.glob("_*.py"))]:
         digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
     options = {
