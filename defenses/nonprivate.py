@@ -226,6 +226,8 @@ def train_nonprivate(
             bar=bar,
             resume=resume,
         )
+    if ckpt is not None:
+        ckpt.finish()
     model.eval()
     record = build_record(
         request,

@@ -131,7 +131,7 @@ def fingerprint(*parts: object) -> str:
         if isinstance(part, torch.Tensor):
             t = part.detach().cpu().contiguous()
             digest.update(f"tensor{tuple(t.shape)}{t.dtype}".encode())
-            digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
         elif isinstance(part, np.ndarray):
             digest.update(f"array{part.shape}{part.dtype}".encode())
             digest.update(np.ascontiguousarray(part).tobytes())
@@ -307,6 +307,10 @@ class Checkpointer:
         atomic_write_bytes(self.path, buffer.getvalue())
         self._last = self._clock()
 
+    def finish(self) -> None:
+        """Deletes the checkpoint: the phase ended (what it made is kept by its caller from here on)."""
+        self.path.unlink(missing_ok=True)
+
     def maybe_save(self, step: int, build: Callable[[], Mapping[str, Any]]) -> bool:
         """Saves ``build()`` after ``step`` steps when :meth:`due` and steps remain; returns whether it did.
 
@@ -330,8 +334,10 @@ def checkpointer(phase: str, *, what: str, total: int, fingerprint: str) -> Chec
     scope = _SCOPE.get()
     if scope is None:
         return None
+    # The fingerprint in the name: phases of one name within a training (PATE's teachers, when
+    # they train in this process) never overwrite each other's checkpoints.
     return Checkpointer(
-        scope / f"{safe_stem(phase, default='training')}{_SUFFIX}",
+        scope / f"{safe_stem(phase, default='training')}-{fingerprint[:16]}{_SUFFIX}",
         what=what,
         total=total,
         fingerprint=fingerprint,
@@ -339,8 +345,11 @@ def checkpointer(phase: str, *, what: str, total: int, fingerprint: str) -> Chec
     )
 
 
-def stage_result(name: str, *, what: str, fingerprint: str, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """A finished stage's tensor (Secure-SGD's redistribution vector), kept until the training's record is written.
+def stage_result(name: str, *, what: str, fingerprint: str, compute: Callable[[], Any]) -> Any:
+    """A finished stage's result, kept until the training's record is written.
+
+    The result is a tensor or a container of tensors, numbers and strings (Secure-SGD's
+    redistribution vector, PATE's noisy answers).
 
     Under :func:`checkpoints_in`, a rerun reads the tensor back (saying so) instead of computing
     it again; outside one it is computed.
@@ -370,6 +379,6 @@ def stage_result(name: str, *, what: str, fingerprint: str, compute: Callable[[]
     value = compute()
     buffer = io.BytesIO()
     meta = {"format": _FORMAT, "fingerprint": fingerprint, "what": what, "saved_at": time.time()}
-    torch.save({"meta": meta, "value": value.detach().cpu()}, buffer)
+    torch.save({"meta": meta, "value": value.detach().cpu() if isinstance(value, torch.Tensor) else value}, buffer)
     atomic_write_bytes(path, buffer.getvalue())
     return value

@@ -483,6 +483,8 @@ def train_dpsgd(
                 device=device,
                 resume=resume,
             )
+        if resume is not None:
+            resume.checkpoint.finish()
     finally:
         mechanism.close()
     model.eval()

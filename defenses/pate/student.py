@@ -472,6 +472,8 @@ def _train(
             if semi:
                 info["mask"] = used / max(drawn, 1)
             bar.update(1, **info)
+    if ckpt is not None:
+        ckpt.finish()
     model.eval()
     return {
         "supervised_loss": sup_total / max(sup_count, 1),
