@@ -52,7 +52,8 @@ import torch
 from torch import nn
 
 from defenses._common import build_record
-from defenses.pate.aggregators import AGGREGATORS, Aggregation, aggregate
+from defenses.pate.aggregators import AGGREGATORS, Aggregation
+from defenses.pate.answers import aggregate_once
 from defenses.pate.config import PATEConfig
 from defenses.pate.plan import PATEPlan, plan_pate
 from defenses.pate.student import train_student
@@ -67,7 +68,6 @@ from defenses.pate.teachers import (
 )
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
-from dpaudit.checkpoint import fingerprint, stage_result
 from dpaudit.data import DatasetBundle, Splits
 from dpaudit.models import build_model
 from dpaudit.parts import Artefact, PlotStyle
@@ -458,49 +458,6 @@ def _noise_seed(config: PATEConfig) -> int | None:
     return config.aggregator_seed  # the aggregators draw each step's stream from it by name
 
 
-def _aggregate_once(votes: np.ndarray, config: PATEConfig) -> Aggregation:
-    """The aggregator's answers to ``votes``: drawn once per training, however often it is resumed.
-
-    Under :func:`dpaudit.checkpoint.checkpoints_in` the answers (and their noise) are kept until
-    the record is written, and a rerun of an interrupted training reuses them. Aggregating again
-    would draw fresh noise (the operating system's, by default) on the same votes and hand the
-    student other labels than those its checkpoint was trained on, so it could not resume.
-    """
-    agg_config = config.aggregator_config()
-    seed = _noise_seed(config)
-    drawn: list[Aggregation] = []
-
-    def compute() -> dict[str, Any]:
-        agg = aggregate(votes, agg_config, seed=seed)
-        drawn.append(agg)
-        return {
-            "aggregator": agg.aggregator,
-            "labels": torch.from_numpy(np.array(agg.labels)),
-            "answered": torch.from_numpy(np.array(agg.answered)),
-            "noise": torch.from_numpy(np.array(agg.noise)),
-            "threshold_noise": [] if agg.threshold_noise is None else [torch.from_numpy(np.array(agg.threshold_noise))],
-        }
-
-    stored = stage_result(
-        "pate aggregation",
-        what="the aggregator's noisy answers",
-        fingerprint=fingerprint("pate aggregation", repr(agg_config), seed, votes),
-        compute=compute,
-    )
-    if drawn:
-        return drawn[0]
-    return Aggregation(
-        aggregator=stored["aggregator"],
-        config=agg_config,
-        seed=seed,
-        votes=votes,
-        labels=stored["labels"].numpy(),
-        answered=stored["answered"].numpy(),
-        noise=stored["noise"].numpy(),
-        threshold_noise=stored["threshold_noise"][0].numpy() if stored["threshold_noise"] else None,
-    )
-
-
 def _teach(
     request: TrainRequest[PATEConfig], /, *, workspace: TrainWorkspace | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, TeacherEnsemble, np.ndarray]:
@@ -613,7 +570,7 @@ def train_pate(
     resolved = dataclasses.replace(request, config=config)
     public_ids, eval_ids, query_ids, other_ids, ensemble, votes = _teach(resolved, workspace=workspace)
     queries = bundle.test.subset(query_ids)
-    agg = _aggregate_once(votes, config)
+    agg = aggregate_once(votes, config.aggregator_config(), seed=_noise_seed(config))
     if agg.num_answered == 0:
         raise v.invalid(
             "threshold",
