@@ -16,7 +16,7 @@ from torch import nn
 
 from defenses._common import build_record
 from defenses.registry import DEFENSES, DefenseSpec
-from dpaudit.checkpoint import Checkpointer, checkpointer, fingerprint, global_rng_state, restore_global_rng
+from dpaudit.checkpoint import Checkpointer, checkpointer, global_rng_state, restore_global_rng
 from dpaudit.models import build_model
 from dpaudit.parts import PlotStyle
 from dpaudit.privacy.claims import NonPrivateClaim
@@ -208,7 +208,7 @@ def train_nonprivate(
         progress_label,
         what=what,
         total=steps,
-        fingerprint=fingerprint(what, repr(config), seed, model.state_dict(), request.splits.members),
+        identity=(what, repr(config), seed, model.state_dict(), request.splits.members),
     )
     resume = _Resume(ckpt, stateful=stateful) if ckpt is not None else None
     with Progress(

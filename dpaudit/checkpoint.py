@@ -32,7 +32,7 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -154,7 +154,7 @@ def fingerprint(*parts: object) -> str:
 
 def global_rng_state() -> dict[str, Any]:
     """The global generators a training may draw from: torch's (CPU, CUDA when in use), NumPy's, Python's."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
+    name, keys, pos, has_gauss, cached = np.random.get_state()
     return {
         "torch": torch.get_rng_state(),
         "cuda": list(torch.cuda.get_rng_state_all()) if torch.cuda.is_initialized() else [],
@@ -322,30 +322,32 @@ class Checkpointer:
         return True
 
 
-def checkpointer(phase: str, *, what: str, total: int, fingerprint: str) -> Checkpointer | None:
+def checkpointer(phase: str, *, what: str, total: int, identity: Sequence[object]) -> Checkpointer | None:
     """The checkpointer of one training phase under the current :func:`checkpoints_in`, or ``None`` outside one.
 
     Args:
         phase: the phase's name, unique within the training (``dpsgd``, ``redistribution pretrain``).
         what: the training in words, for the resume line.
         total: the phase's steps in all.
-        fingerprint: :func:`fingerprint` of what identifies it.
+        identity: what identifies the training (its settings, seed, initial model, data), digested
+            by :func:`fingerprint` only under a scope: outside one a training pays nothing.
     """
     scope = _SCOPE.get()
     if scope is None:
         return None
+    digest = fingerprint(*identity)
     # The fingerprint in the name: phases of one name within a training (PATE's teachers, when
     # they train in this process) never overwrite each other's checkpoints.
     return Checkpointer(
-        scope / f"{safe_stem(phase, default='training')}-{fingerprint[:16]}{_SUFFIX}",
+        scope / f"{safe_stem(phase, default='training')}-{digest[:16]}{_SUFFIX}",
         what=what,
         total=total,
-        fingerprint=fingerprint,
+        fingerprint=digest,
         interval_s=interval_seconds(),
     )
 
 
-def stage_result(name: str, *, what: str, fingerprint: str, compute: Callable[[], Any]) -> Any:
+def stage_result(name: str, *, what: str, identity: Sequence[object], compute: Callable[[], Any]) -> Any:
     """A finished stage's result, kept until the training's record is written.
 
     The result is a tensor or a container of tensors, numbers and strings (Secure-SGD's
@@ -357,17 +359,18 @@ def stage_result(name: str, *, what: str, fingerprint: str, compute: Callable[[]
     Args:
         name: the stage, unique within the training.
         what: the stage in words, for the line said on reuse.
-        fingerprint: :func:`fingerprint` of what determines the result.
+        identity: what determines the result (digested by :func:`fingerprint` under a scope only).
         compute: computes it.
     """
     scope = _SCOPE.get()
     if scope is None:
         return compute()
+    digest = fingerprint(*identity)
     path = scope / f"{safe_stem(name, default='stage')}.result.pt"
     if path.is_file():
         try:
             blob = torch.load(io.BytesIO(path.read_bytes()), map_location="cpu", weights_only=True)
-            if blob["meta"]["fingerprint"] == fingerprint and blob["meta"]["format"] == _FORMAT:
+            if blob["meta"]["fingerprint"] == digest and blob["meta"]["format"] == _FORMAT:
                 print(
                     f"resumed {what}: reused from the checkpoint of {_when(float(blob['meta']['saved_at']))}",
                     file=sys.stderr,
@@ -378,7 +381,7 @@ def stage_result(name: str, *, what: str, fingerprint: str, compute: Callable[[]
             pass
     value = compute()
     buffer = io.BytesIO()
-    meta = {"format": _FORMAT, "fingerprint": fingerprint, "what": what, "saved_at": time.time()}
+    meta = {"format": _FORMAT, "fingerprint": digest, "what": what, "saved_at": time.time()}
     torch.save({"meta": meta, "value": value.detach().cpu() if isinstance(value, torch.Tensor) else value}, buffer)
     atomic_write_bytes(path, buffer.getvalue())
     return value

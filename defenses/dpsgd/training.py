@@ -81,7 +81,7 @@ from defenses.dpsgd.release import (
 )
 from defenses.dpsgd.sampling import keyed_uniforms, poisson_lot
 from dpaudit import _validate as v
-from dpaudit.checkpoint import Checkpointer, checkpointer, fingerprint, global_rng_state, restore_global_rng
+from dpaudit.checkpoint import Checkpointer, checkpointer, global_rng_state, restore_global_rng
 from dpaudit.data import ArrayDataset
 from dpaudit.models import build_model
 from dpaudit.privacy.claims import PrivacyClaim, dpsgd_claim
@@ -458,7 +458,7 @@ def train_dpsgd(
             progress_label,
             what=what,
             total=plan.num_steps,
-            fingerprint=fingerprint(what, repr(config), request.seed, model.state_dict(), members.ids),
+            identity=(what, repr(config), request.seed, model.state_dict(), members.ids),
         )
     )
     if ckpt is not None:

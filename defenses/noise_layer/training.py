@@ -24,7 +24,7 @@ from defenses.noise_layer.configs import CERTIFIED_MECHANISMS, RobustnessConfig,
 from defenses.noise_layer.schedule import NoiseSchedule
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from dpaudit import _validate as v
-from dpaudit.checkpoint import fingerprint, stage_result
+from dpaudit.checkpoint import stage_result
 from dpaudit.data import Splits
 from dpaudit.results.record import TrainedModel
 from dpaudit.robustness.certification import AUTHORS_REFERENCE_DELTA
@@ -58,7 +58,7 @@ def compute_redistribution(
         reuses it instead of pre-training again (and a pre-training interrupted itself resumes).
     """
     ids = np.asarray(ids, dtype=np.int64)
-    key = fingerprint(
+    identity = (
         "redistribution",
         repr(request.config),
         request.model_name,
@@ -72,7 +72,7 @@ def compute_redistribution(
     r = stage_result(
         "redistribution",
         what="the redistribution vector (noise-free pre-training)",
-        fingerprint=key,
+        identity=identity,
         compute=lambda: _compute_redistribution(request, ids=ids, batch_size=batch_size, learning_rate=learning_rate),
     )
     return r.to(torch.device(request.device))

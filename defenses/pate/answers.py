@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from defenses.pate.aggregators import Aggregation, AggregatorConfig, aggregate
-from dpaudit.checkpoint import fingerprint, stage_result
+from dpaudit.checkpoint import stage_result
 
 __all__ = ["aggregate_once"]
 
@@ -47,7 +47,7 @@ def aggregate_once(votes: np.ndarray, config: AggregatorConfig, *, seed: int | N
     stored = stage_result(
         "pate aggregation",
         what="the aggregator's noisy answers",
-        fingerprint=fingerprint("pate aggregation", repr(config), seed, votes),
+        identity=("pate aggregation", repr(config), seed, votes),
         compute=compute,
     )
     if drawn:

@@ -49,7 +49,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from dpaudit import _validate as v
-from dpaudit.checkpoint import Checkpointer, checkpointer, fingerprint, global_rng_state, restore_global_rng
+from dpaudit.checkpoint import Checkpointer, checkpointer, global_rng_state, restore_global_rng
 from dpaudit.progress import Progress
 from dpaudit.seeding import derive_seed, torch_generator
 from dpaudit.training import EPOCH_LIMIT, check_loss, shuffled_batches
@@ -357,7 +357,7 @@ def _student_checkpoint(
         "pate student",
         what=what,
         total=total,
-        fingerprint=fingerprint(what, repr(config), seed, model.state_dict(), x_lab, y_lab),
+        identity=(what, repr(config), seed, model.state_dict(), x_lab, y_lab),
     )
 
 

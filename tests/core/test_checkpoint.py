@@ -103,11 +103,12 @@ def test_global_generators_continue_as_they_would_have(tmp_path):
 
 
 def test_outside_a_scope_nothing_is_checkpointed(tmp_path):
-    assert ck.checkpointer("p", what="x", total=3, fingerprint="f") is None
+    assert ck.checkpointer("p", what="x", total=3, identity=("f",)) is None
     with ck.checkpoints_in(tmp_path / "k") as where:
-        c = ck.checkpointer("p", what="x", total=3, fingerprint="f" * 20)
-        assert c is not None and c.path.parent == where
-    assert ck.checkpointer("p", what="x", total=3, fingerprint="f") is None
+        c = ck.checkpointer("p", what="x", total=3, identity=("f",))
+        other = ck.checkpointer("p", what="x", total=3, identity=("g",))
+        assert c is not None and other is not None and c.path.parent == where and c.path != other.path
+    assert ck.checkpointer("p", what="x", total=3, identity=("f",)) is None
 
 
 def test_a_stage_result_is_computed_once_per_scope(tmp_path, capsys):
@@ -118,9 +119,9 @@ def test_a_stage_result_is_computed_once_per_scope(tmp_path, capsys):
         return {"r": torch.tensor([1.0, 2.0])}
 
     with ck.checkpoints_in(tmp_path):
-        first = ck.stage_result("r", what="the vector", fingerprint="a", compute=compute)
-        second = ck.stage_result("r", what="the vector", fingerprint="a", compute=compute)
-        other = ck.stage_result("r", what="the vector", fingerprint="b", compute=compute)
+        first = ck.stage_result("r", what="the vector", identity=("a",), compute=compute)
+        second = ck.stage_result("r", what="the vector", identity=("a",), compute=compute)
+        other = ck.stage_result("r", what="the vector", identity=("b",), compute=compute)
     assert len(calls) == 2 and torch.equal(first["r"], second["r"]) and torch.equal(other["r"], first["r"])
     assert "resumed the vector: reused from the checkpoint of" in capsys.readouterr().err
 
