@@ -176,3 +176,10 @@ def test_sigterm_ends_a_training_like_ctrl_c_and_the_rerun_resumes_it(cli, tmp_p
     code, _, err = cli.run(*_argv(flags, tmp_path / "whole"))
     assert code == 0, err
     assert _weights(out) == _weights(tmp_path / "whole")
+
+
+def test_a_bad_checkpoint_interval_is_bad_input_naming_the_variable(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv(ck.INTERVAL_ENV, "soon")
+    code, _, err = cli.run(*_argv(("--defense", "nonprivate", "--epochs", "1"), tmp_path))
+    assert code == 2 and f"{ck.INTERVAL_ENV} must be a number of seconds >= 0, got 'soon'" in err
+    assert err.count("\n") == 1 and not list((tmp_path / "records").glob("*/record.json"))
