@@ -389,7 +389,9 @@ def train_dpsgd(
             DP-PCA, lots and noise use independent streams of its seed.
         on_step: white-box hook ``(step_index, noisy_update, lot_size)`` (module docstring).
         canary_gradient: per-step gradient canary ``step_index -> dict | flat tensor | None``.
-        on_epoch: ``(epoch_index, model)`` after every ``steps_per_epoch`` steps (evaluation).
+        on_epoch: ``(epoch_index, model)`` after every ``steps_per_epoch`` steps (evaluation);
+            a resumed run calls it for the epochs after its checkpoint only, so what must
+            survive a resume is kept in the loop's tally, which the checkpoints hold.
         prepare_model: called once with the built model (on ``device``, after DP-PCA) before
             training, e.g. to install a noise layer (Secure-SGD).
         after_step: ``(step_index, model)`` after every optimiser step; it may only
