@@ -9,7 +9,7 @@ generator it draws from (its own seeded ones and torch's, NumPy's and Python's g
 step counters and what it has counted so far (DP-SGD's steps, from which the accountant composes
 its claim). A rerun finds the checkpoint by the same key, restores it, says one line
 (``resumed … from step k of T (checkpoint of …)``), and ends at the model an uninterrupted run
-with the same seed ends at: on a CPU, bit for bit (docs/architecture.md, "Run directories").
+with the same seed ends at: on a CPU, bit for bit (docs/architecture.md, "Trainings resume").
 
 Files are written with :func:`dpaudit.store.atomic_write_bytes` (a crash leaves the previous
 checkpoint or none) by ``torch.save`` of tensors, numbers, strings and containers only, and read
@@ -326,7 +326,8 @@ def checkpointer(phase: str, *, what: str, total: int, identity: Sequence[object
     """The checkpointer of one training phase under the current :func:`checkpoints_in`, or ``None`` outside one.
 
     Args:
-        phase: the phase's name, unique within the training (``dpsgd``, ``redistribution pretrain``).
+        phase: the phase's name (``dpsgd``, ``redistribution pretrain``); with the identity's
+            digest it names the file, so phases of one name never share one.
         what: the training in words, for the resume line.
         total: the phase's steps in all.
         identity: what identifies the training (its settings, seed, initial model, data), digested
