@@ -6,14 +6,17 @@ accuracy is what the private defenses give up utility against.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 from defenses._common import build_record
 from defenses.registry import DEFENSES, DefenseSpec
+from dpaudit.checkpoint import Checkpointer, checkpointer, global_rng_state, restore_global_rng
 from dpaudit.models import build_model
 from dpaudit.parts import PlotStyle
 from dpaudit.privacy.claims import NonPrivateClaim
@@ -30,6 +33,64 @@ class NonPrivateConfig(SGDConfig):
     """Hyperparameters of the non-private baseline (see :class:`dpaudit.training.SGDConfig`)."""
 
 
+class _Resume:
+    """A checkpoint of the loop (:mod:`dpaudit.checkpoint`): model, optimiser, batch order, hooks' state.
+
+    Saved mid-epoch too: it keeps the batch generator's state at the epoch's start (the rerun
+    draws the same shuffle again and skips the batches done) and the epoch's running loss.
+    """
+
+    def __init__(self, checkpoint: Checkpointer, *, stateful: Any = None) -> None:
+        self.checkpoint = checkpoint
+        self.stateful = stateful
+
+    def state(
+        self,
+        model: nn.Module,
+        opt: torch.optim.Optimizer,
+        *,
+        epoch_generator: torch.Tensor,
+        step: int,
+        epoch: int,
+        position: int,
+        total: float,
+        count: int,
+    ) -> dict[str, Any]:
+        return {
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "epoch_generator": epoch_generator,
+            "global_rng": global_rng_state(),
+            "epoch_loss": [float(total), int(count)],
+            "hooks": self.stateful.state_dict() if self.stateful is not None else {},
+            "step": int(step),
+            "epoch": int(epoch),
+            "position": int(position),
+        }
+
+    def restore(self, model: nn.Module, opt: torch.optim.Optimizer, generator: torch.Generator) -> dict[str, Any]:
+        """Loads the last checkpoint, if any; returns the loop's counters (all 0 without one)."""
+        resumed = self.checkpoint.resume()
+        if resumed is None:
+            return _FRESH
+        state = resumed.state
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        generator.set_state(state["epoch_generator"])
+        restore_global_rng(state["global_rng"])
+        if self.stateful is not None:
+            self.stateful.load_state_dict(state["hooks"])
+        return {
+            "step": int(state["step"]),
+            "epoch": int(state["epoch"]),
+            "position": int(state["position"]),
+            "epoch_loss": list(state["epoch_loss"]),
+        }
+
+
+_FRESH: dict[str, Any] = {"step": 0, "epoch": 0, "position": 0, "epoch_loss": [0.0, 0]}
+
+
 def _train_epochs(
     model: nn.Module,
     opt: torch.optim.Optimizer,
@@ -41,13 +102,23 @@ def _train_epochs(
     augment: Callable[[torch.Tensor], torch.Tensor] | None,
     after_step: Callable[[int, nn.Module], None] | None,
     bar: Progress,
+    resume: _Resume | None = None,
 ) -> None:
-    """``config.epochs`` passes of minibatch SGD over (x, y) in seeded shuffled order."""
+    """``config.epochs`` passes of minibatch SGD over (x, y) in seeded shuffled order (resumed from a checkpoint)."""
     loss_fn = nn.CrossEntropyLoss()
-    step = 0
-    for epoch in range(config.epochs):
-        total, count = 0.0, 0
-        for idx in shuffled_batches(len(x), config.batch_size, generator=generator):
+    counters = resume.restore(model, opt, generator) if resume is not None else _FRESH
+    step = counters["step"]
+    # The checkpoint's epoch (its shuffle drawn again from the generator state at its start) and the
+    # batches of it already done; an epoch finished at the checkpoint is walked through and skipped.
+    first_epoch, skip = counters["epoch"], counters["position"]
+    if first_epoch:
+        bar.update(first_epoch)
+    for epoch in range(first_epoch, config.epochs):
+        epoch_generator = generator.get_state()  # the shuffle below is drawn again on a resumed rerun
+        total, count = counters["epoch_loss"] if epoch == first_epoch and skip else (0.0, 0)
+        for position, idx in enumerate(shuffled_batches(len(x), config.batch_size, generator=generator)):
+            if epoch == first_epoch and position < skip:
+                continue  # done before the checkpoint
             idx = idx.to(x.device)
             opt.zero_grad(set_to_none=True)
             inputs = x[idx] if augment is None else augment(x[idx])
@@ -62,6 +133,21 @@ def _train_epochs(
             step += 1
             total += value * len(idx)
             count += len(idx)
+            if resume is not None:
+                resume.checkpoint.maybe_save(
+                    step,
+                    functools.partial(
+                        resume.state,
+                        model,
+                        opt,
+                        epoch_generator=epoch_generator,
+                        step=step,
+                        epoch=epoch,
+                        position=position + 1,
+                        total=total,
+                        count=count,
+                    ),
+                )
         bar.update(1, loss=total / max(count, 1))
 
 
@@ -73,6 +159,7 @@ def train_nonprivate(
     after_step: Callable[[int, nn.Module], None] | None = None,
     progress_label: str = "nonprivate",
     augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    stateful: Any = None,
 ) -> tuple[TrainedModel, nn.Module]:
     """Trains a zoo model on the request's members with non-private SGD.
 
@@ -87,6 +174,13 @@ def train_nonprivate(
         augment: maps each batch's inputs to what the model is trained on (labels unchanged),
             e.g. Gaussian data augmentation for randomized smoothing (Cohen et al. 2019);
             ``None`` trains on the inputs as they are. Evaluation never sees it.
+        stateful: state the hooks or ``augment`` keep across steps (an object with
+            ``state_dict()`` and ``load_state_dict()``: a noise schedule, the augmentation's
+            generator), saved in the checkpoints.
+
+    Under :func:`dpaudit.checkpoint.checkpoints_in` (every ``train_or_load``), the loop saves
+    its state at most every checkpoint interval, and a rerun resumes from it to the same model
+    (bit-identical on a CPU).
 
     Returns:
         The record and the trained module (in eval mode).
@@ -108,12 +202,33 @@ def train_nonprivate(
     members = bundle.all().subset(request.splits.members)
     x, y = members.features.to(device), members.labels.to(device)
     gen = torch_generator(seed, "batches")
+    steps = config.epochs * -(-len(x) // config.batch_size)
+    what = f"{progress_label} training of {request.model_name} on {bundle.name}"
+    ckpt = checkpointer(
+        progress_label,
+        what=what,
+        total=steps,
+        identity=(what, repr(config), seed, model.state_dict(), request.splits.members),
+    )
+    resume = _Resume(ckpt, stateful=stateful) if ckpt is not None else None
     with Progress(
         config.epochs, f"train {progress_label} {request.model_name} on {bundle.name}", enabled=request.progress
     ) as bar:
-        _train_epochs(model, opt, x, y, config=config, generator=gen, augment=augment, after_step=after_step, bar=bar)
+        _train_epochs(
+            model,
+            opt,
+            x,
+            y,
+            config=config,
+            generator=gen,
+            augment=augment,
+            after_step=after_step,
+            bar=bar,
+            resume=resume,
+        )
+    if ckpt is not None:
+        ckpt.finish()
     model.eval()
-    steps = config.epochs * -(-len(x) // config.batch_size)
     record = build_record(
         request,
         defense="nonprivate",

@@ -29,6 +29,7 @@ from defenses._common import config_dict, model_id_for
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
+from dpaudit.checkpoint import GeneratorState
 from dpaudit.options import option
 from dpaudit.parts import PlotStyle
 from dpaudit.results.certification_spec import SmoothingCertificationSpec
@@ -141,7 +142,10 @@ def train_smoothing(request: TrainRequest[SmoothingConfig], /) -> tuple[TrainedM
     # Its own seed stream: the augmentation noise neither shifts the batch order nor the init.
     generator = torch_generator(request.seed, "smoothing-augmentation", device=torch.device(request.device))
     record, model = train_nonprivate(
-        request, progress_label="smoothing", augment=gaussian_augmentation(config.smoothing_sigma, generator=generator)
+        request,
+        progress_label="smoothing",
+        augment=gaussian_augmentation(config.smoothing_sigma, generator=generator),
+        stateful=GeneratorState(generator),  # a resumed training continues the same noise stream
     )
     spec = certification_spec(config)
     stored = {**config_dict(config), "split_seed": request.splits.seed, "certification": spec.to_dict()}

@@ -57,6 +57,7 @@ and ``pca_observer=`` DP-PCA's covariance; without them the loop pays one ``None
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ from defenses.dpsgd.release import (
 )
 from defenses.dpsgd.sampling import keyed_uniforms, poisson_lot
 from dpaudit import _validate as v
+from dpaudit.checkpoint import Checkpointer, checkpointer, global_rng_state, restore_global_rng
 from dpaudit.data import ArrayDataset
 from dpaudit.models import build_model
 from dpaudit.privacy.claims import PrivacyClaim, dpsgd_claim
@@ -190,6 +192,52 @@ class _Tally:
         return self.loss_total / max(self.loss_count, 1)
 
 
+@dataclass
+class _Resume:
+    """What a checkpoint of the loop holds besides the model and optimiser (:mod:`dpaudit.checkpoint`).
+
+    Attributes:
+        checkpoint: where and how often the loop's state is saved.
+        generators: the seeded streams the loop draws from (lots, noise), by name.
+        stateful: the caller's hooks' own state across steps (``state_dict``/``load_state_dict``;
+            Secure-SGD's noise schedule), or ``None``.
+    """
+
+    checkpoint: Checkpointer
+    generators: dict[str, torch.Generator]
+    stateful: Any = None
+
+    def state(self, model: nn.Module, opt: torch.optim.Optimizer, lots: _Lots, tally: _Tally) -> dict[str, Any]:
+        return {
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "generators": {name: g.get_state() for name, g in self.generators.items()},
+            "global_rng": global_rng_state(),
+            # The steps composed so far are the accountant's state: the claim is built from them.
+            "tally": dataclasses.asdict(tally),
+            "lots_order": list(lots.order),
+            "hooks": self.stateful.state_dict() if self.stateful is not None else {},
+        }
+
+    def restore(self, model: nn.Module, opt: torch.optim.Optimizer, lots: _Lots, tally: _Tally) -> int:
+        """Loads the last checkpoint, if any, into the loop's objects; returns the steps it had finished."""
+        resumed = self.checkpoint.resume()
+        if resumed is None:
+            return 0
+        state = resumed.state
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        for name, g in self.generators.items():
+            g.set_state(state["generators"][name])
+        restore_global_rng(state["global_rng"])
+        for name, value in state["tally"].items():
+            setattr(tally, name, value)
+        lots.order = list(state["lots_order"])
+        if self.stateful is not None:
+            self.stateful.load_state_dict(state["hooks"])
+        return resumed.step
+
+
 def _initial_model(
     request: TrainRequest[DPSGDConfig],
     members: ArrayDataset,
@@ -231,8 +279,13 @@ def _run_steps(
     hooks: _Hooks,
     bar: Progress,
     device: torch.device,
+    resume: _Resume | None = None,
 ) -> _Tally:
-    """Algorithm 1's loop: per step a lot, its release, the schedule's learning rate, one optimiser step."""
+    """Algorithm 1's loop: per step a lot, its release, the schedule's learning rate, one optimiser step.
+
+    With ``resume``, it starts from the last checkpoint (when one exists) and saves one at most
+    every checkpoint interval.
+    """
     params = mechanism.parameters()
     assert config.learning_rate is not None  # resolve_config derives it before any run
     opt = torch.optim.SGD(
@@ -240,7 +293,10 @@ def _run_steps(
     )
     x, y = members.features.to(device), members.labels.to(device)
     tally = _Tally()
-    for step in range(plan.num_steps):
+    start = resume.restore(model, opt, lots, tally) if resume is not None else 0
+    if start:
+        bar.update(start, loss=tally.loss_mean)
+    for step in range(start, plan.num_steps):
         lot = lots.draw().to(device)
         canary = hooks.canary_gradient(step) if hooks.canary_gradient is not None else None
         tally.canary_steps += canary is not None
@@ -270,6 +326,8 @@ def _run_steps(
         if hooks.on_epoch is not None and tally.steps_taken % plan.steps_per_epoch == 0:
             hooks.on_epoch(tally.steps_taken // plan.steps_per_epoch - 1, model)
             model.train()
+        if resume is not None:
+            resume.checkpoint.maybe_save(step + 1, functools.partial(resume.state, model, opt, lots, tally))
     for p in params.values():
         p.grad = None
     return tally
@@ -320,6 +378,7 @@ def train_dpsgd(
     release: ReleaseFactory = ClippedRelease,
     observer: StepObserver | None = None,
     pca_observer: PCAObserver | None = None,
+    stateful: Any = None,
 ) -> tuple[TrainedModel, nn.Module]:
     """Trains a zoo model on the split's members with DP-SGD (+ DP-PCA).
 
@@ -330,7 +389,9 @@ def train_dpsgd(
             DP-PCA, lots and noise use independent streams of its seed.
         on_step: white-box hook ``(step_index, noisy_update, lot_size)`` (module docstring).
         canary_gradient: per-step gradient canary ``step_index -> dict | flat tensor | None``.
-        on_epoch: ``(epoch_index, model)`` after every ``steps_per_epoch`` steps (evaluation).
+        on_epoch: ``(epoch_index, model)`` after every ``steps_per_epoch`` steps (evaluation);
+            a resumed run calls it for the epochs after its checkpoint only, so what must
+            survive a resume is kept in the loop's tally, which the checkpoints hold.
         prepare_model: called once with the built model (on ``device``, after DP-PCA) before
             training, e.g. to install a noise layer (Secure-SGD).
         after_step: ``(step_index, model)`` after every optimiser step; it may only
@@ -346,6 +407,13 @@ def train_dpsgd(
             sample ids (:class:`StepObserver`; the neighbouring replay). The release must
             expose ``pre_noise`` (:class:`ClippedRelease` does).
         pca_observer: the same for DP-PCA's pre-noise covariance (:data:`defenses.dpsgd.pca.PCAObserver`).
+        stateful: state the caller's hooks keep across steps (an object with ``state_dict()`` and
+            ``load_state_dict()``: Secure-SGD's noise schedule), saved in the checkpoints.
+
+    Under :func:`dpaudit.checkpoint.checkpoints_in` (every ``train_or_load``), the loop saves
+    its state at most every checkpoint interval and a rerun resumes from it, ending at the same
+    model (bit-identical on a CPU). A run with white-box hooks or observers (audits, the
+    neighbouring replay) sees every step itself and is never resumed.
 
     Returns:
         The record (claim from the steps actually taken) and the trained module (eval mode).
@@ -370,9 +438,8 @@ def train_dpsgd(
     model.to(device).train()
     if prepare_model is not None:
         prepare_model(model)
-    mechanism = release(
-        model, config=config, plan=plan, generator=torch_generator(request.seed, "noise", device=device)
-    )
+    noise_generator = torch_generator(request.seed, "noise", device=device)
+    mechanism = release(model, config=config, plan=plan, generator=noise_generator)
     lots = _Lots(
         members.ids.numpy(),
         sampling_rate=plan.sampling_rate,
@@ -382,6 +449,24 @@ def train_dpsgd(
     hooks = _Hooks(
         on_step=on_step, canary_gradient=canary_gradient, on_epoch=on_epoch, after_step=after_step, observer=observer
     )
+    resume = None
+    # A run whose hooks watch every step (white-box audits, the replay) must see all of them.
+    watched = any(h is not None for h in (on_step, canary_gradient, observer, pca_observer))
+    what = f"{progress_label} training of {request.model_name} on {request.bundle.name}"
+    ckpt = (
+        None
+        if watched
+        else checkpointer(
+            progress_label,
+            what=what,
+            total=plan.num_steps,
+            identity=(what, repr(config), request.seed, model.state_dict(), members.ids),
+        )
+    )
+    if ckpt is not None:
+        resume = _Resume(
+            checkpoint=ckpt, generators={"lots": lots.generator, "noise": noise_generator}, stateful=stateful
+        )
     try:
         with Progress(
             plan.num_steps,
@@ -389,8 +474,19 @@ def train_dpsgd(
             enabled=request.progress,
         ) as bar:
             tally = _run_steps(
-                model, mechanism, members, config=config, plan=plan, lots=lots, hooks=hooks, bar=bar, device=device
+                model,
+                mechanism,
+                members,
+                config=config,
+                plan=plan,
+                lots=lots,
+                hooks=hooks,
+                bar=bar,
+                device=device,
+                resume=resume,
             )
+        if resume is not None:
+            resume.checkpoint.finish()
     finally:
         mechanism.close()
     model.eval()

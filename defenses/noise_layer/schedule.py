@@ -271,6 +271,36 @@ class NoiseSchedule:
         assert self.noise is not None
         return next(m for m in self.noise.layer.modules() if isinstance(getattr(m, "weight", None), nn.Parameter))
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the schedule and its layer carry from one step to the next, besides the model's tensors.
+
+        The power iteration's warm start, the layer's training-time scale, its noise generator and
+        the authors' fixed noise draw: a training resumed from a checkpoint
+        (:mod:`dpaudit.checkpoint`) continues with exactly these. What :meth:`prepare` derives from
+        the initial model (the control, the gain) is derived again on the rerun.
+        """
+        assert self.noise is not None and self.projector is not None
+        generator = self.noise.generator
+        return {
+            "warm_start": self.projector._u.detach().cpu(),
+            "output_scale": float(self.noise.output_scale),
+            "fixed_noise": [] if self.noise.fixed_noise is None else [self.noise.fixed_noise.detach().cpu()],
+            "generator": [] if generator is None else [generator.get_state()],
+            "final_sensitivity": float(self.final_sensitivity),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Puts back what :meth:`state_dict` saved (after :meth:`prepare` on the rerun's model)."""
+        assert self.noise is not None and self.projector is not None
+        u = self.projector._u
+        self.projector._u = state["warm_start"].to(u.device, u.dtype)
+        self.noise.output_scale = float(state["output_scale"])
+        fixed = state["fixed_noise"]
+        self.noise.fixed_noise = fixed[0].to(self.noise.redistribution.device) if fixed else None
+        if state["generator"] and self.noise.generator is not None:
+            self.noise.generator.set_state(state["generator"][0])
+        self.final_sensitivity = float(state["final_sensitivity"])
+
     def start_fixed_noise(self) -> None:
         """(c): draw the one training noise tensor now (from the layer's generator) and reuse it."""
         assert self.noise is not None

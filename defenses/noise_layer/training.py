@@ -24,6 +24,7 @@ from defenses.noise_layer.configs import CERTIFIED_MECHANISMS, RobustnessConfig,
 from defenses.noise_layer.schedule import NoiseSchedule
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from dpaudit import _validate as v
+from dpaudit.checkpoint import stage_result
 from dpaudit.data import Splits
 from dpaudit.results.record import TrainedModel
 from dpaudit.robustness.certification import AUTHORS_REFERENCE_DELTA
@@ -52,11 +53,36 @@ def compute_redistribution(
 
     Returns:
         r with the noise layer's output shape (r > 0, Σ r = K; Σ r = 16·16·C with the
-        authors' ``authors_redistribution_total``).
+        authors' ``authors_redistribution_total``). Under :func:`dpaudit.checkpoint.checkpoints_in`
+        it is kept until the training's record is written, so a rerun of an interrupted training
+        reuses it instead of pre-training again (and a pre-training interrupted itself resumes).
     """
+    ids = np.asarray(ids, dtype=np.int64)
+    identity = (
+        "redistribution",
+        repr(request.config),
+        request.model_name,
+        dict(request.model_options),
+        request.bundle.name,
+        request.seed,
+        ids,
+        batch_size,
+        learning_rate,
+    )
+    r = stage_result(
+        "redistribution",
+        what="the redistribution vector (noise-free pre-training)",
+        identity=identity,
+        compute=lambda: _compute_redistribution(request, ids=ids, batch_size=batch_size, learning_rate=learning_rate),
+    )
+    return r.to(torch.device(request.device))
+
+
+def _compute_redistribution(
+    request: TrainRequest[RobustnessConfig], *, ids: np.ndarray, batch_size: int, learning_rate: float
+) -> torch.Tensor:
     bundle, config, seed = request.bundle, request.config, request.seed
     device = torch.device(request.device)
-    ids = np.asarray(ids, dtype=np.int64)
     if len(ids) == 0:
         raise v.invalid(
             "member_fraction",
@@ -148,7 +174,8 @@ def train_certified(
         request: the training asked for; its config is the defense's (a
             :class:`~defenses.noise_layer.configs.RobustnessConfig`).
         base_train: the training the layer is installed in; it takes the request and
-            ``prepare_model``, ``after_step`` and ``progress_label``.
+            ``prepare_model``, ``after_step``, ``progress_label`` and ``stateful`` (the schedule,
+            whose state its checkpoints keep: :mod:`dpaudit.checkpoint`).
         total_steps: the steps ``base_train`` will take (the noise ramp and the last projection).
         redistribution_ids: the ids HGM's r is computed from (never the members under DP).
         batch_size, learning_rate: of the noise-free pre-training behind r.
@@ -181,7 +208,9 @@ def train_certified(
     )
     prepare, after_step = _hooks(schedule, total_steps=total_steps, seed=request.seed, device=device)
     layered = dataclasses.replace(asked, model_options={**model_options, "noise_layer": True}, config=config)
-    record, model = base_train(layered, progress_label=defense, prepare_model=prepare, after_step=after_step)
+    record, model = base_train(
+        layered, progress_label=defense, prepare_model=prepare, after_step=after_step, stateful=schedule
+    )
     noise = find_noise_layer(model)
     assert noise is not None
     noise.generator = None  # a released model draws fresh noise; certification seeds its own stream

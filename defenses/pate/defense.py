@@ -52,7 +52,8 @@ import torch
 from torch import nn
 
 from defenses._common import build_record
-from defenses.pate.aggregators import AGGREGATORS, Aggregation, aggregate
+from defenses.pate.aggregators import AGGREGATORS, Aggregation
+from defenses.pate.answers import aggregate_once
 from defenses.pate.config import PATEConfig
 from defenses.pate.plan import PATEPlan, plan_pate
 from defenses.pate.student import train_student
@@ -569,7 +570,7 @@ def train_pate(
     resolved = dataclasses.replace(request, config=config)
     public_ids, eval_ids, query_ids, other_ids, ensemble, votes = _teach(resolved, workspace=workspace)
     queries = bundle.test.subset(query_ids)
-    agg = aggregate(votes, config.aggregator_config(), seed=_noise_seed(config))
+    agg = aggregate_once(votes, config.aggregator_config(), seed=_noise_seed(config))
     if agg.num_answered == 0:
         raise v.invalid(
             "threshold",

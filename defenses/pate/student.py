@@ -41,14 +41,15 @@ is forked around training, so calling this function never moves it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from dpaudit import _validate as v
+from dpaudit.checkpoint import Checkpointer, checkpointer, global_rng_state, restore_global_rng
 from dpaudit.progress import Progress
 from dpaudit.seeding import derive_seed, torch_generator
 from dpaudit.training import EPOCH_LIMIT, check_loss, shuffled_batches
@@ -238,14 +239,21 @@ def _check_labels(labels: object, n: int) -> torch.Tensor:
     return labels.to(torch.int64)
 
 
-def _unlabeled_stream(n: int, size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
-    """Index chunks of ``size``, walking through reshuffled passes of ``range(n)`` without end."""
-    pending = torch.zeros(0, dtype=torch.int64)
-    while True:
-        while len(pending) < size:
-            pending = torch.cat([pending, torch.randperm(n, generator=generator)])
-        chunk, pending = pending[:size], pending[size:]
-        yield chunk
+class _UnlabeledStream:
+    """Index chunks of ``size``, walking through reshuffled passes of ``range(n)`` without end.
+
+    A class rather than a generator function so that a checkpoint can keep what is pending.
+    """
+
+    def __init__(self, n: int, size: int, generator: torch.Generator) -> None:
+        self.n, self.size, self.generator = n, size, generator
+        self.pending = torch.zeros(0, dtype=torch.int64)
+
+    def __next__(self) -> torch.Tensor:
+        while len(self.pending) < self.size:
+            self.pending = torch.cat([self.pending, torch.randperm(self.n, generator=self.generator)])
+        chunk, self.pending = self.pending[: self.size], self.pending[self.size :]
+        return chunk
 
 
 # -- training -----------------------------------------------------------------------------------
@@ -340,6 +348,19 @@ def train_student(
         )
 
 
+def _student_checkpoint(
+    model: nn.Module, x_lab: torch.Tensor, y_lab: torch.Tensor, *, config: StudentConfig, seed: int, total: int
+) -> Checkpointer | None:
+    """The student's checkpointer under :func:`dpaudit.checkpoint.checkpoints_in` (``None`` outside one)."""
+    what = f"the PATE student's training ({len(x_lab)} labels)"
+    return checkpointer(
+        "pate student",
+        what=what,
+        total=total,
+        identity=(what, repr(config), seed, model.state_dict(), x_lab, y_lab),
+    )
+
+
 def _train(
     model: nn.Module,
     x_lab: torch.Tensor,
@@ -357,7 +378,7 @@ def _train(
     steps_per_epoch = -(-len(x_lab) // config.batch_size)
     total_steps = config.epochs * steps_per_epoch
     unl_size = config.unlabeled_ratio * config.batch_size
-    stream = _unlabeled_stream(len(x_unl), unl_size, unl_gen) if x_unl is not None else None
+    stream = _UnlabeledStream(len(x_unl), unl_size, unl_gen) if x_unl is not None else None
     opt = torch.optim.SGD(
         model.parameters(),
         lr=config.learning_rate,
@@ -366,15 +387,38 @@ def _train(
         nesterov=config.momentum > 0,
     )
     model.train()
-    step = 0
+    ckpt = _student_checkpoint(model, x_lab, y_lab, config=config, seed=seed, total=total_steps)
+    # The loop's counters: steps, the checkpoint's epoch and batches done in it, the epoch's sums.
+    c: dict[str, Any] = {"step": 0, "epoch": 0, "position": 0, "sums": [0.0, 0.0, 0, 0, 0]}
+    resumed = ckpt.resume() if ckpt is not None else None
+    if resumed is not None:
+        state = resumed.state
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        batch_gen.set_state(state["epoch_generator"])  # the epoch's shuffle is drawn again below
+        unl_gen.set_state(state["unlabeled_generator"])
+        aug_gen.set_state(state["augment_generator"])
+        if stream is not None:
+            stream.pending = state["pending"]
+        restore_global_rng(state["global_rng"])
+        c = {k: state[k] for k in ("step", "epoch", "position", "sums")}
+    step = int(c["step"])
+    first_epoch, skip = int(c["epoch"]), int(c["position"])
     sup_total = unl_total = 0.0
     sup_count = drawn = used = 0
     mode = "semi-supervised" if semi else "supervised"
     with Progress(config.epochs, f"train PATE student ({mode}, {len(x_lab)} labels)", enabled=progress) as bar:
-        for epoch in range(config.epochs):
+        if first_epoch:
+            bar.update(first_epoch)
+        for epoch in range(first_epoch, config.epochs):
+            epoch_generator = batch_gen.get_state()
             sup_total = unl_total = 0.0
             sup_count = drawn = used = 0
-            for idx in shuffled_batches(len(x_lab), config.batch_size, generator=batch_gen):
+            if epoch == first_epoch and skip:
+                sup_total, unl_total, sup_count, drawn, used = c["sums"]
+            for position, idx in enumerate(shuffled_batches(len(x_lab), config.batch_size, generator=batch_gen)):
+                if epoch == first_epoch and position < skip:
+                    continue  # done before the checkpoint
                 # FixMatch's schedule: decays to cos(7π/16) ≈ 0.2 of the initial rate, never to 0.
                 for group in opt.param_groups:
                     group["lr"] = config.learning_rate * math.cos(7 * math.pi * step / (16 * total_steps))
@@ -407,10 +451,29 @@ def _train(
                 sup_total += sup_loss.item() * len(idx)
                 sup_count += len(idx)
                 unl_total += unl_value
+                if ckpt is not None and ckpt.due() and step < total_steps:
+                    ckpt.save(
+                        step,
+                        {
+                            "model": model.state_dict(),
+                            "optimizer": opt.state_dict(),
+                            "epoch_generator": epoch_generator,
+                            "unlabeled_generator": unl_gen.get_state(),
+                            "augment_generator": aug_gen.get_state(),
+                            "pending": stream.pending if stream is not None else torch.zeros(0, dtype=torch.int64),
+                            "global_rng": global_rng_state(),
+                            "step": step,
+                            "epoch": epoch,
+                            "position": position + 1,
+                            "sums": [sup_total, unl_total, sup_count, drawn, used],
+                        },
+                    )
             info: dict[str, object] = {"loss": sup_total / max(sup_count, 1)}
             if semi:
                 info["mask"] = used / max(drawn, 1)
             bar.update(1, **info)
+    if ckpt is not None:
+        ckpt.finish()
     model.eval()
     return {
         "supervised_loss": sup_total / max(sup_count, 1),

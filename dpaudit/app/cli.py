@@ -28,6 +28,7 @@ import hashlib
 import importlib
 import json
 import os
+import signal
 import stat
 import sys
 import tempfile
@@ -43,6 +44,35 @@ __all__ = ["main", "build_parser", "UsageError", "VERBS", "OUTPUT_FILE", "output
 
 #: The exit status of an interrupted command (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is (:func:`_on_sigterm`), so it ends as a Ctrl-C does.
+
+    A ``KeyboardInterrupt``: every ``finally`` and lock release runs, the work finished so far (a
+    record, a trial, a training's last checkpoint) is kept, and :func:`main` says one line and
+    returns :data:`EXIT_INTERRUPTED`.
+    """
+
+
+def _on_sigterm(main_pid: int) -> Any:
+    def handler(signum: int, frame: Any) -> None:
+        if os.getpid() != main_pid:
+            # A forked worker inherited the handler: it ends as SIGTERM ends any process, and its
+            # parent (which is told by its own signal, or by the executor) reports the interruption.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        # A second SIGTERM during the clean-up would interrupt it with a traceback: the first one is enough.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    return handler
+
+
+def _interrupted_message(exc: KeyboardInterrupt) -> str:
+    cause = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+    return f"{cause}; finished results are kept, rerun to resume"
 
 
 def __getattr__(name: str) -> Any:
@@ -381,18 +411,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     (exit 1, "internal error", a traceback with ``--debug``).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    previous = None
     try:
+        with contextlib.suppress(ValueError):  # ValueError: not the main thread (a test calling main)
+            previous = signal.signal(signal.SIGTERM, _on_sigterm(os.getpid()))
         return _locked_main(argv)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # Caught here, above every import of the suite (this module loads only the standard
-        # library), so that even a Ctrl-C during start-up ends in one line and 130.
+        # library), so that even a Ctrl-C (or SIGTERM) during start-up ends in one line and 130.
         return _report_error(
             argv,
             _prog_of(argv),
-            "interrupted; finished results are kept, rerun to resume",
+            _interrupted_message(exc),
             argument=None,
             status=EXIT_INTERRUPTED,
         )
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _locked_main(argv: list[str]) -> int:
@@ -476,11 +512,11 @@ def _main(argv: list[str]) -> int:
         return _report_error(
             argv, prog, _one_line(f"{flag}: {message}" if flag else message), argument=flag, status=EXIT_USAGE
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         return _report_error(
             argv,
             prog,
-            "interrupted; finished results are kept, rerun to resume",
+            _interrupted_message(exc),
             argument=None,
             status=EXIT_INTERRUPTED,
         )

@@ -246,6 +246,33 @@ def _submodel_cache(cache: Path, *, dataset: str, data: Mapping[str, str], label
     return cache
 
 
+def _checkpoint_dir(run: RunDir, model_id: str, *, data: Mapping[str, str], fresh: bool) -> Path:
+    """``RUN_DIR/checkpoints/<model_id>/``: where the training of ``model_id`` keeps its checkpoints.
+
+    Checkpoints made from other files of the dataset (a file replaced under the data root), and
+    with ``fresh`` (``--force``: train anew) any checkpoint, are deleted first, saying so.
+    """
+    from dpaudit.checkpoint import CHECKPOINTS_DIR, remove_checkpoints
+    from dpaudit.store import atomic_write_json, read_json
+
+    path = run.path / CHECKPOINTS_DIR / model_id
+    marker = path / SUBMODEL_DATA_FILE
+    if path.is_dir():
+        try:
+            made_of = read_json(marker) if marker.is_file() else {}
+        except ValueError:
+            made_of = None
+        why = "--force" if fresh else None if made_of == dict(data) else "the dataset's files changed"
+        if why is not None:
+            print(
+                f"discarding the checkpoints of {model_id} in {path} ({why}); training from the start", file=sys.stderr
+            )
+            remove_checkpoints(path)
+    if data and not marker.is_file():
+        atomic_write_json(marker, dict(data))
+    return path
+
+
 def _spec_of(config: Any) -> Any:
     """The registered defense of ``config``: the one whose config type is its class or nearest base (``None``: none)."""
     from defenses import DEFENSES
@@ -376,6 +403,7 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     from defenses._common import model_id_for
     from dpaudit.app.cost import announce_if_long
     from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
+    from dpaudit.checkpoint import checkpoints_in, remove_checkpoints
     from dpaudit.data import dataset_files, load_dataset, make_splits
     from dpaudit.locks import unit_lock
     from dpaudit.results.record import RECORD_FILE, WEIGHTS_FILE, load_record
@@ -482,7 +510,11 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                 ship_code=spec.ship_code,
                 data_root=spec.data_root,
             )
-        record, model = entry.train(request, **extra)
+        # A training in progress keeps checkpoints under the record's id, so a rerun of the same
+        # command continues it (dpaudit.checkpoint); they go once the record is written.
+        checkpoints = _checkpoint_dir(run, model_id, data=data, fresh=spec.force)
+        with checkpoints_in(checkpoints):
+            record, model = entry.train(request, **extra)
         if data:  # bundled data (digits) has a fixed identity: its records keep their exact bytes
             record = dataclasses.replace(record, provenance={**record.provenance, DATA_FILES_KEY: dict(data)})
         if "test_accuracy" in record.metrics:
@@ -500,6 +532,7 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
             )
             warn_if_near_chance(record)
         save_record(record, model, rdir)
+        remove_checkpoints(checkpoints)
         model.eval()
         # As stored (with its weights' digest), so a fresh and a reused outcome carry the same record.
         return TrainOutcome(record=load_record(rdir), model=model, record_dir=rdir, reused=False, data_files=data)
