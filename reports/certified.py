@@ -5,14 +5,20 @@ What a reader of Phan et al. (2019, Figs. 2–5) or Lecuyer et al. (2019, Fig. 3
 1. **certified accuracy against the perturbation radius** for every certified model (its own
    PixelDP-style certificate and the randomized-smoothing certificate of the same noise, Cohen
    et al. 2019; a ``smoothing`` model, trained with Gaussian input noise, has CERTIFY's
-   certificate only), beside the conventional accuracy of the classifier each certificate covers
-   (its prediction rule named, so the two read as one classifier) and the **empirical robust
-   accuracy** under FGSM / I-FGSM / PGD / MIM on the same axes;
-2. **conventional accuracy against the DP ε** of the training data, where records carry one;
-3. the tables behind both, as CSV (a CSV with no rows is not written).
+   certificate only) and the **empirical robust accuracy** under FGSM / I-FGSM / PGD / MIM on
+   the same axes. Every curve is one classifier's and starts at radius 0 at that classifier's
+   accuracy (a certificate's conventional accuracy, an attack's clean accuracy); a table names
+   each curve's prediction rule, since a certificate's rule (e.g. CERTIFY, which abstains) and
+   the rule an attack ran against (a vote that never abstains) differ;
+2. every accuracy beside its count and 95 % Clopper–Pearson interval, on the page, in the CSV
+   and in the LaTeX tables; captions read from the artists drawn;
+3. **conventional accuracy against the DP ε** of the training data, where records carry one;
+4. the tables behind them, as CSV (a CSV with no rows is not written).
 
-Soundness verdicts are read from what ``dpaudit certify`` stored (``soundness_violations`` in
-its summary); this module only renders them. Torch-free: everything renders from stored JSON + NPZ.
+The verdict (:func:`~dpaudit.results.verdicts.certified_verdict`) reads what ``dpaudit certify``
+stored (``soundness_violations`` in its summary) and each certificate's reach at the radii asked
+("vacuous at these radii" when it certifies nothing there); this module only renders it.
+Torch-free: everything renders from stored JSON + NPZ.
 """
 
 from __future__ import annotations
@@ -429,7 +435,7 @@ def comparison_figure(
             cert.certified_accuracy(run.curve_radii),
             **st,
             label=f"{run.label} [{run.summary.model_id}]: {name}",
-            gid=f"certified:{'own' if own else 'smoothing of a noise layer'}",
+            gid=f"certified:{'own certificate' if own else 'randomized smoothing of a noise layer'}",
         )
     ax.set_xlabel("perturbation radius")
     ax.set_ylabel("certified accuracy")
@@ -448,7 +454,7 @@ def comparison_caption(fig: MplFigure | None) -> str:
         words = line_style_words(_data_line(line))
         if words not in looks.setdefault(kind, []):
             looks[kind].append(words)
-    said = "; ".join(f"{kind} certificate: {' or '.join(w)}" for kind, w in looks.items())
+    said = "; ".join(f"{kind}: {' or '.join(w)}" for kind, w in looks.items())
     return (
         "Certified accuracy against radius, from radius 0 (the conventional accuracy of the certified "
         f"classifier): colour and marker name the model ({said}). A smoothing model's CERTIFY is its own "
