@@ -58,7 +58,7 @@ from dpaudit.store import RunDir, atomic_write_text, read_json
 from reports.certified_rows import CertifiedRow, RobustRow
 from reports.figures import Looks, legend_outside, new_axes, setting_looks
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import Shown, fmt_percent, fmt_upper_bound
+from reports.numbers import Shown, epsilon_lb_cell, fmt_percent, fmt_upper_bound
 from reports.render import Figure, Section, Table, Text, WrittenReport, accountant_table, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -728,7 +728,7 @@ def classifier_table(run: CertifiedRun) -> Table:
                 run.prediction_rule(name),
                 _cell(c),
                 _ci_cell(c),
-                Shown(cert.largest_certified_radius, f"{cert.largest_certified_radius:.3g}"),
+                epsilon_lb_cell(cert.largest_certified_radius),  # a radius certified: rounded down
             ]
         )
     for name, res in run.attacks.items():

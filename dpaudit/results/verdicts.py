@@ -329,9 +329,9 @@ def certified_verdict(
             :class:`~dpaudit.results.certify_summary.SoundnessViolation` or its stored mapping —
             and whether it was checked at all: certificates and attacks both stored).
         reach: every certificate's certified accuracy at the radii asked and the largest radius it
-            certifies; a model whose certificates all certify 0 % at every non-zero radius asked
-            is "vacuous at these radii" (amber): "certified ≤ robust" holds there for any
-            certificate, sound or not.
+            certifies; a certificate that certifies 0 % at every non-zero radius asked makes the
+            verdict "vacuous at these radii" (amber): "certified ≤ robust" holds there for any
+            certificate, sound or not, and the verdict names the radius it does reach.
         attacked: the classifier each attack ran against, with its clean accuracy.
 
     Raises:
@@ -357,26 +357,29 @@ def certified_verdict(
     by_model: dict[str, list[CertificateReach]] = {}
     for r in reach:
         by_model.setdefault(r.model_id, []).append(r)
-    vacuous = [m for m, rs in by_model.items() if all(r.vacuous for r in rs)]
+    # Per certificate: a model whose own certificate certifies nothing is not vouched for by the
+    # smoothing certificate of its noise beside it (another classifier's guarantee).
+    vacuous = [r for r in reach if r.vacuous]
     if vacuous:
-        said: list[str] = []
-        for m in vacuous:
-            rs = by_model[m]
-            asked = sorted({x for r in rs for x in r.radii if x > 0})
-            largest = max(r.largest_radius for r in rs)
-            said.append(
-                f"{m}: {', '.join(r.certificate for r in rs)} certif{'ies' if len(rs) == 1 else 'y'} 0% at every "
-                f"radius asked ({', '.join(f'{x:g}' for x in asked)}); the largest radius it certifies on any "
-                f"correctly predicted test point is {fmt_lower_bound(largest, 3)}"
-                + (" (it certifies none)." if largest == 0 else ": ask for radii at or below it.")
-            )
-        said += [_classifier_line(m, by_model.get(m, ()), attacked) for m in checked if m not in vacuous]
-        names = ", ".join(vacuous)
-        largest_all = max(r.largest_radius for m in vacuous for r in by_model[m])
+        said = [
+            f"{r.model_id}: its {r.certificate} certificate certifies 0% at every radius asked "
+            f"({', '.join(f'{x:g}' for x in r.radii if x > 0)}); the largest radius it certifies on a correctly "
+            f"predicted test point is {fmt_lower_bound(r.largest_radius, 3)}"
+            + (" (it certifies none)." if r.largest_radius == 0 else ": ask for radii at or below it.")
+            for r in vacuous
+        ]
+        empty = {(r.model_id, r.certificate) for r in vacuous}
+        said += [
+            _classifier_line(m, [r for r in by_model.get(m, ()) if (m, r.certificate) not in empty], attacked)
+            for m in checked
+            if any((m, r.certificate) not in empty for r in by_model.get(m, ()))
+        ]
+        names = ", ".join(f"{r.model_id}'s {r.certificate}" for r in vacuous)
+        largest = max(r.largest_radius for r in vacuous)
         return Verdict(
             status="vacuous at these radii",
             headline=f"Vacuous at these radii: {names} certif{'ies' if len(vacuous) == 1 else 'y'} nothing at any "
-            f"non-zero radius asked (largest certified radius {fmt_lower_bound(largest_all, 3)}), so "
+            f"non-zero radius asked (largest certified radius {fmt_lower_bound(largest, 3)}), so "
             '"certified ≤ robust" is no evidence of soundness there.',
             lines=tuple(said),
             tone="warn",

@@ -30,7 +30,8 @@ from dpaudit.results import (
     save_evasion_result,
 )
 from dpaudit.results.certification import round_down
-from dpaudit.results.certify_summary import smoothing_prediction_rule
+from dpaudit.results.certify_summary import CertificateReach, smoothing_prediction_rule
+from dpaudit.results.verdicts import certified_verdict
 from dpaudit.store import RunDir, atomic_write_json
 from reports.certified import (
     certified_caption,
@@ -262,6 +263,24 @@ def test_a_certificate_certifying_nothing_at_the_radii_asked_is_vacuous_not_soun
     assert verdict.status == "vacuous at these radii"
     assert verdict.tone == "warn"
     assert "0.038" in verdict.headline and "0.038" in " ".join(verdict.lines)
+
+
+def test_a_vacuous_own_certificate_is_not_vouched_for_by_the_smoothing_beside_it():
+    # The real Secure-SGD digits model at the old fixed radii: its own certificate 0 % everywhere
+    # (largest radius 0.0344), smoothing of its noise 66 % / 41 % at 0.05 / 0.1.
+    radii = (0.05, 0.1, 0.15)
+    reach = [
+        CertificateReach(
+            model_id="m", certificate="secure-sgd", radii=radii, certified_accuracy=(0, 0, 0), largest_radius=0.0344
+        ),
+        CertificateReach(
+            model_id="m", certificate="smoothing", radii=radii, certified_accuracy=(0.66, 0.41, 0), largest_radius=0.12
+        ),
+    ]
+    verdict = certified_verdict([("m", [], True)], reach=reach)
+    assert verdict.status == "vacuous at these radii" and verdict.tone == "warn"
+    assert "secure-sgd" in verdict.headline and "0.0344" in verdict.headline and "smoothing" not in verdict.headline
+    assert certified_verdict([("m", [], True)], reach=reach[1:]).status == "sound"
 
 
 def test_a_certificate_certifying_something_is_sound(tmp_path):
