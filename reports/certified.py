@@ -58,7 +58,7 @@ from dpaudit.store import RunDir, atomic_write_text, read_json
 from reports.certified_rows import CertifiedRow, RobustRow
 from reports.figures import Looks, legend_outside, new_axes, setting_looks
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import Shown, epsilon_lb_cell, fmt_percent, fmt_upper_bound
+from reports.numbers import Shown, epsilon_lb_cell, epsilon_ub_cell, fmt_percent, fmt_upper_bound
 from reports.render import Figure, Section, Table, Text, WrittenReport, accountant_table, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -133,7 +133,7 @@ class CertifiedRun:
             parts.append("r=1")
         eps = s.epsilon
         if eps is not None and math.isfinite(eps):
-            parts.append(f"DP ε={fmt_upper_bound(eps, 2)}")
+            parts.append(f"DP ε={fmt_upper_bound(eps)}")
         return " ".join(parts)
 
     @property
@@ -663,7 +663,7 @@ def _run_table(runs: Sequence[CertifiedRun]) -> Table:
             [
                 s.defense,
                 s.model_id,
-                s.epsilon,
+                epsilon_ub_cell(s.epsilon),  # an upper bound: rounded up, as in the section titles
                 s.robustness_epsilon,
                 s.attack_norm_bound,
                 s.noise_std,
