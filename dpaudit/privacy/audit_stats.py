@@ -35,6 +35,7 @@ from dpaudit.privacy.gaussian import gdp_epsilon
 __all__ = [
     "THRESHOLD_STRATEGIES",
     "clopper_pearson_upper",
+    "clopper_pearson_interval",
     "epsilon_from_rates",
     "epsilon_lb_from_counts",
     "gdp_mu_lb_from_counts",
@@ -68,6 +69,29 @@ def clopper_pearson_upper(successes: int, trials: int, *, confidence: float) -> 
     if k == n:
         return 1.0
     return float(stats.beta.ppf(confidence, k + 1, n - k))
+
+
+def clopper_pearson_interval(successes: int, trials: int, *, confidence: float = 0.95) -> tuple[float, float]:
+    """Two-sided Clopper–Pearson interval (Clopper & Pearson 1934) on a binomial rate, e.g. an accuracy.
+
+    Each end misses with probability (1 − ``confidence``)/2; the interval is exact (never shorter
+    than the binomial allows), so "33 of 40" reads as a range, not as 82.5 % flat.
+
+    Returns:
+        ``(low, high)`` in [0, 1]: low is 0 at no successes, high is 1 at all successes.
+
+    Raises:
+        ValueError: counts out of range or ``confidence`` outside (0, 1) (named).
+    """
+    k = v.integer("successes", successes, minimum=0)
+    n = v.integer("trials", trials, minimum=1)
+    confidence = v.open_unit("confidence", confidence)
+    if k > n:
+        raise v.invalid("successes", f"successes must be <= trials={n}, got {k}")
+    miss = (1.0 - confidence) / 2
+    low = 0.0 if k == 0 else float(stats.beta.ppf(miss, k, n - k + 1))
+    high = 1.0 if k == n else float(stats.beta.isf(miss, k + 1, n - k))
+    return low, high
 
 
 def epsilon_from_rates(*, tpr: float, fpr: float, delta: float) -> float:

@@ -11,6 +11,7 @@ verdicts and summary are :mod:`dpaudit.results.certify_summary`.
 
 from __future__ import annotations
 
+import decimal
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import numpy as np
 
 from dpaudit import _validate as v
 from dpaudit.results.certification_spec import CERTIFICATION_NORMS
+from dpaudit.results.certify_summary import UNNAMED_PREDICTION_RULE, CertificateReach
 from dpaudit.specs import PlainSpec, spec_field, spec_from_dict
 from dpaudit.store import freeze as _freeze
 from dpaudit.store import load_result_files, safe_stem, save_result_files
@@ -28,6 +30,8 @@ from dpaudit.store import thaw as _thaw
 
 __all__ = [
     "CERTIFICATION_SCHEMA_VERSION",
+    "RADIUS_QUANTILES",
+    "round_down",
     "CertificationResult",
     "CertifiedFigures",
     "load_certification_result",
@@ -35,7 +39,21 @@ __all__ = [
 ]
 
 CERTIFICATION_SCHEMA_VERSION = 1
+#: The quantiles of a certificate's certified radii (over its correct, certified test points) that
+#: ``certify`` reports at when no radii are given (:meth:`CertificationResult.suggested_radii`).
+RADIUS_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 _ARRAYS = ("labels", "predictions", "radii")
+
+
+def round_down(x: float, digits: int = 2) -> float:
+    """``x`` ≥ 0 rounded *down* to ``digits`` significant digits (0.03849 → 0.038): a radius read at or below a
+    certified radius keeps that point certified."""
+    if x <= 0:
+        return 0.0
+    # On the shortest decimal that reads back as x (x / step in binary floating point would turn
+    # 0.29 into 28.999… hundredths); converting back to float is monotone, so the result stays ≤ x.
+    d = decimal.Decimal(repr(float(x)))
+    return float(d.quantize(decimal.Decimal(1).scaleb(d.adjusted() - digits + 1), rounding=decimal.ROUND_DOWN))
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:
@@ -204,8 +222,64 @@ class CertificationResult(PlainSpec):
             raise v.invalid("sizes", f"sizes must be a scalar or 1-D, got shape {t.shape}")
         if np.any(t < 0):
             raise v.invalid("sizes", f"sizes must be >= 0, got e.g. {t[t < 0][:3].tolist()}")
+        return self.num_certified(t) / self.num_points
+
+    @property
+    def num_correct(self) -> int:
+        """Test points predicted correctly (the numerator of :attr:`conventional_accuracy`)."""
+        return int(np.sum(self.predictions == self.labels))
+
+    def num_certified(self, sizes: float | Sequence[float] | np.ndarray) -> np.ndarray:
+        """For each T in ``sizes``, how many test points are correct and certified at a size ≥ T (the counts behind
+        :meth:`certified_accuracy`, for its confidence interval)."""
+        t = np.atleast_1d(_real_array("sizes", sizes))
+        if t.ndim != 1:
+            raise v.invalid("sizes", f"sizes must be a scalar or 1-D, got shape {t.shape}")
+        if np.any(t < 0):
+            raise v.invalid("sizes", f"sizes must be >= 0, got e.g. {t[t < 0][:3].tolist()}")
         correct = self.predictions == self.labels
-        return np.mean(correct[None, :] & (self.radii[None, :] >= t[:, None]), axis=1)
+        return np.sum(correct[None, :] & (self.radii[None, :] >= t[:, None]), axis=1).astype(np.int64)
+
+    @property
+    def largest_certified_radius(self) -> float:
+        """The largest size certified on a correctly predicted test point (0 when none is certified)."""
+        correct = self.predictions == self.labels
+        return float(self.radii[correct].max()) if np.any(correct) else 0.0
+
+    def suggested_radii(self, quantiles: Sequence[float] = RADIUS_QUANTILES) -> tuple[float, ...]:
+        """Radii this certificate has something to say at: 0, then the ``quantiles`` of the radii it certified on
+        correctly predicted test points, each rounded down to two significant digits.
+
+        Rounded down, the q-quantile keeps at least (1 − q) of those points certified, so the
+        certified accuracy at the smallest non-zero radius is never 0 when any point is certified.
+        With fewer than three distinct quantiles (e.g. one radius on every point, as a noise layer
+        whose votes are unanimous gives), a quarter and a half of the largest are added.
+
+        Returns:
+            ``(0.0,)`` alone when no correctly predicted point is certified.
+        """
+        correct = (self.predictions == self.labels) & (self.radii > 0)
+        if not np.any(correct):
+            return (0.0,)
+        certified = self.radii[correct]
+        picked = {round_down(float(r)) for r in np.quantile(certified, list(quantiles), method="lower")}
+        if len(picked) < 3:
+            top = float(certified.max())
+            picked |= {round_down(top / 4), round_down(top / 2)}
+        return (0.0, *sorted(r for r in picked if r > 0))
+
+    def reach(self, model_id: str, sizes: Sequence[float] | np.ndarray) -> CertificateReach:
+        """What the certified verdict reads of this certificate at the sizes a run asked about."""
+        t = np.atleast_1d(_real_array("sizes", sizes))
+        rule = self.config.get("prediction_rule")
+        return CertificateReach(
+            model_id=model_id,
+            certificate=self.method,
+            radii=tuple(t.tolist()),
+            certified_accuracy=tuple(self.certified_accuracy(t).tolist()),
+            largest_radius=self.largest_certified_radius,
+            prediction_rule=str(rule) if isinstance(rule, str) and rule else UNNAMED_PREDICTION_RULE,
+        )
 
     def summary(self, sizes: Sequence[float] | np.ndarray) -> CertifiedFigures:
         """The CLI's ``certify`` figures: conventional accuracy and certified accuracy at each of ``sizes``."""

@@ -25,6 +25,9 @@ __all__ = [
     "SUMMARY_FILE",
     "UNNAMED_PREDICTION_RULE",
     "SoundnessViolation",
+    "CertificateReach",
+    "AttackedClassifier",
+    "attacked_prediction_rule",
     "SmoothingSummary",
     "CertifySummary",
     "load_certify_summary",
@@ -121,6 +124,106 @@ class SoundnessViolation(PlainSpec):
         object.__setattr__(self, "radius", v.non_negative("radius", self.radius))
         object.__setattr__(self, "certified_accuracy", _accuracy("certified_accuracy", self.certified_accuracy))
         object.__setattr__(self, "robust_accuracy", _accuracy("robust_accuracy", self.robust_accuracy))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CertificateReach:
+    """How far one certificate of one model reaches at the radii a run asked about (what the verdict reads).
+
+    A certificate that certifies no test point at any non-zero radius asked is *vacuous at these
+    radii*: "certified ≤ robust" then holds trivially, so it is no evidence of soundness, and the
+    reader needs the radius the model does certify instead (``largest_radius``).
+
+    Attributes:
+        model_id, certificate: which model and which certificate (e.g. ``"secure-sgd"``, ``"smoothing"``).
+        radii: the radii asked, ascending.
+        certified_accuracy: at each of ``radii``.
+        largest_radius: the largest radius certified on a correctly predicted test point (0: none).
+        prediction_rule: the classifier the certificate covers, in words.
+    """
+
+    model_id: str
+    certificate: str
+    radii: tuple[float, ...]
+    certified_accuracy: tuple[float, ...]
+    largest_radius: float
+    prediction_rule: str = UNNAMED_PREDICTION_RULE
+
+    def __post_init__(self) -> None:
+        for name in ("model_id", "certificate"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise v.invalid_type(name, f"{name} must be a non-empty string, got {getattr(self, name)!r}")
+        radii = tuple(v.non_negative("radii", r) for r in self.radii)
+        accs = tuple(_accuracy("certified_accuracy", a) for a in self.certified_accuracy)
+        if len(accs) != len(radii):
+            raise v.invalid(
+                "certified_accuracy",
+                f"certified_accuracy must hold one value per radius ({len(radii)}), got {len(accs)}",
+            )
+        object.__setattr__(self, "radii", radii)
+        object.__setattr__(self, "certified_accuracy", accs)
+        object.__setattr__(self, "largest_radius", v.non_negative("largest_radius", self.largest_radius))
+        object.__setattr__(self, "prediction_rule", _rule("prediction_rule", self.prediction_rule))
+
+    @property
+    def vacuous(self) -> bool:
+        """True when some non-zero radius was asked and the certificate certifies 0 % at every one of them."""
+        positive = [a for r, a in zip(self.radii, self.certified_accuracy) if r > 0]
+        return bool(positive) and max(positive) == 0.0
+
+
+def attacked_prediction_rule(config: Mapping[str, object]) -> str:
+    """The classifier an evasion attack ran against, in words, from the attack's stored ``config``.
+
+    Against a randomized model (a noise layer, or smoothing's input noise) the attack judges the
+    vote of ``eval_samples`` noise draws and counts a break only when ``confirm_samples`` fresh
+    draws confirm it (:mod:`attacks.evasion`): that is the smoothed classifier g, the argmax of the
+    expected votes, which the certificates also cover, but estimated without abstaining, so its
+    clean accuracy can exceed the conventional accuracy of a certificate's rule that abstains.
+    """
+    randomized = config.get("randomized")
+    if randomized is False:
+        return "the model's deterministic argmax (no noise drawn)"
+    votes, confirm = config.get("eval_samples"), config.get("confirm_samples")
+    if not isinstance(votes, int) or isinstance(votes, bool):
+        return "not recorded (the attack result stores no draw counts)"
+    rule = f"g by majority vote of {votes} noise draws, never abstaining"
+    if isinstance(confirm, int) and not isinstance(confirm, bool) and confirm > 0:
+        level = config.get("confirm_confidence")
+        at = f" at {float(level):.0%}" if isinstance(level, (int, float)) and not isinstance(level, bool) else ""
+        rule += f"; an error counts only when {confirm} fresh draws confirm it{at}"
+    return rule
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttackedClassifier:
+    """The classifier one evasion attack ran against and its clean accuracy (what the verdict sets beside a
+    certificate).
+
+    Attributes:
+        model_id, attack: which model and which attack.
+        prediction_rule: the attacked classifier, in words (:func:`attacked_prediction_rule`).
+        clean_correct, num_examples: its correct clean predictions out of the examples attacked.
+    """
+
+    model_id: str
+    attack: str
+    prediction_rule: str
+    clean_correct: int
+    num_examples: int
+
+    def __post_init__(self) -> None:
+        for name in ("model_id", "attack"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise v.invalid_type(name, f"{name} must be a non-empty string, got {getattr(self, name)!r}")
+        object.__setattr__(self, "prediction_rule", _rule("prediction_rule", self.prediction_rule))
+        object.__setattr__(self, "num_examples", v.integer("num_examples", self.num_examples, minimum=1))
+        correct = v.integer("clean_correct", self.clean_correct, minimum=0)
+        if correct > self.num_examples:
+            raise v.invalid(
+                "clean_correct", f"clean_correct must be <= num_examples={self.num_examples}, got {correct}"
+            )
+        object.__setattr__(self, "clean_correct", correct)
 
 
 def stored_soundness_violations(items: object) -> tuple[SoundnessViolation, ...]:
@@ -273,6 +376,7 @@ class CertifySummary(PlainSpec):
         smoothing: the randomized-smoothing certificate, or ``None`` when skipped.
         soundness_violations: every (certificate, radius) where certified > robust accuracy.
         seconds: wall time of the run.
+        radii_source: how ``radii`` were chosen when none were asked for (``None``: asked for).
         schema_version: version of the stored format.
     """
 
@@ -284,6 +388,7 @@ class CertifySummary(PlainSpec):
         "prediction_rule",
         "smoothing",
         "soundness_violations",
+        "radii_source",
     )
 
     model_id: str
@@ -315,10 +420,14 @@ class CertifySummary(PlainSpec):
     soundness_violations: tuple[SoundnessViolation, ...] = spec_field(default=(), decode=stored_soundness_violations)
     seconds: float = 0.0
     prediction_rule: str = UNNAMED_PREDICTION_RULE
+    # Absent (None) when the radii were asked for; summaries stored before radii were chosen have none.
+    radii_source: str | None = spec_field(default=None, omit="none")
     schema_version: int = CERTIFY_SUMMARY_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prediction_rule", _rule("prediction_rule", self.prediction_rule))
+        if self.radii_source is not None:
+            object.__setattr__(self, "radii_source", _rule("radii_source", self.radii_source))
         for name in ("model_id", "defense", "dataset", "bound", "mechanism"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise TypeError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
@@ -447,6 +556,7 @@ class StoredCertifySummary:
     smoothing_prediction_rule: str | None = None
     attacks_run: tuple[str, ...] | None = None
     soundness_violations: tuple[SoundnessViolation, ...] = ()
+    radii_source: str | None = None
 
 
 def read_stored_summary(data: object) -> StoredCertifySummary:
@@ -497,6 +607,7 @@ def read_stored_summary(data: object) -> StoredCertifySummary:
         smoothing_prediction_rule=smoothing_rule,
         attacks_run=tuple(str(a) for a in used) if isinstance(used, Mapping) else None,
         soundness_violations=stored_soundness_violations(data.get("soundness_violations")),
+        radii_source=_stored("radii_source", data, (str,)),
     )
 
 

@@ -35,7 +35,8 @@ from typing import Any
 
 from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult
-from dpaudit.results.certify_summary import SoundnessViolation
+from dpaudit.results.certified_numbers import counted_accuracy
+from dpaudit.results.certify_summary import AttackedClassifier, CertificateReach, SoundnessViolation
 from dpaudit.results.check import CheckReport
 from dpaudit.results.comparison import ComparisonResult
 from dpaudit.results.inversion import InversionResult
@@ -312,13 +313,26 @@ def _violation(x: SoundnessViolation | Mapping[str, object]) -> SoundnessViolati
 
 def certified_verdict(
     models: Sequence[tuple[str, Sequence[SoundnessViolation | Mapping[str, object]], bool]],
+    *,
+    reach: Sequence[CertificateReach] = (),
+    attacked: Sequence[AttackedClassifier] = (),
 ) -> Verdict:
-    """Sound or unsound, from certify's stored soundness violations.
+    """Unsound, vacuous at these radii, not checked or sound, from what certify stored.
+
+    Certified accuracy bounds the robust accuracy of the classifier a certificate covers from
+    below, and an attack's robust accuracy bounds it from above, so the check compares like with
+    like only when both sides name their classifier: the lines name the certificate's prediction
+    rule and the attacked one, with the attacked classifier's clean accuracy.
 
     Args:
         models: per certified model, (model id, its stored soundness violations — each a
             :class:`~dpaudit.results.certify_summary.SoundnessViolation` or its stored mapping —
             and whether it was checked at all: certificates and attacks both stored).
+        reach: every certificate's certified accuracy at the radii asked and the largest radius it
+            certifies; a certificate that certifies 0 % at every non-zero radius asked makes the
+            verdict "vacuous at these radii" (amber): "certified ≤ robust" holds there for any
+            certificate, sound or not, and the verdict names the radius it does reach.
+        attacked: the classifier each attack ran against, with its clean accuracy.
 
     Raises:
         ValueError: a stored violation lacks a field or holds an invalid value (named).
@@ -340,6 +354,36 @@ def certified_verdict(
             lines=lines,
             tone="alert",
         )
+    by_model: dict[str, list[CertificateReach]] = {}
+    for r in reach:
+        by_model.setdefault(r.model_id, []).append(r)
+    # Per certificate: a model whose own certificate certifies nothing is not vouched for by the
+    # smoothing certificate of its noise beside it (another classifier's guarantee).
+    vacuous = [r for r in reach if r.vacuous]
+    if vacuous:
+        said = [
+            f"{r.model_id}: its {r.certificate} certificate certifies 0% at every radius asked "
+            f"({', '.join(f'{x:g}' for x in r.radii if x > 0)}); the largest radius it certifies on a correctly "
+            f"predicted test point is {fmt_lower_bound(r.largest_radius, 3)}"
+            + (" (it certifies none)." if r.largest_radius == 0 else ": ask for radii at or below it.")
+            for r in vacuous
+        ]
+        empty = {(r.model_id, r.certificate) for r in vacuous}
+        said += [
+            _classifier_line(m, [r for r in by_model.get(m, ()) if (m, r.certificate) not in empty], attacked)
+            for m in checked
+            if any((m, r.certificate) not in empty for r in by_model.get(m, ()))
+        ]
+        names = ", ".join(f"{r.model_id}'s {r.certificate}" for r in vacuous)
+        largest = max(r.largest_radius for r in vacuous)
+        return Verdict(
+            status="vacuous at these radii",
+            headline=f"Vacuous at these radii: {names} certif{'ies' if len(vacuous) == 1 else 'y'} nothing at any "
+            f"non-zero radius asked (largest certified radius {fmt_lower_bound(largest, 3)}), so "
+            '"certified ≤ robust" is no evidence of soundness there.',
+            lines=tuple(said),
+            tone="warn",
+        )
     if not checked:
         return Verdict(
             status="not checked",
@@ -351,10 +395,29 @@ def certified_verdict(
         status="sound",
         headline="Sound: at every radius, certified accuracy ≤ the robust accuracy the "
         f"strongest attack left ({len(checked)} "
-        f"model{'s' if len(checked) > 1 else ''} checked).",
-        lines=(f"Models checked: {', '.join(checked)}.",),
+        f"model{'s' if len(checked) > 1 else ''} checked; each line names the classifier on either side).",
+        lines=(
+            f"Models checked: {', '.join(checked)}.",
+            *(_classifier_line(m, by_model.get(m, ()), attacked) for m in checked),
+        ),
         tone="ok",
     )
+
+
+def _classifier_line(model_id: str, reach: Sequence[CertificateReach], attacked: Sequence[AttackedClassifier]) -> str:
+    """One model's two sides of the soundness check, each classifier named, the attacked one with its clean
+    accuracy."""
+    certs = "; ".join(f"{r.certificate} certifies {r.prediction_rule}" for r in reach) or "no certificate read"
+    rules: dict[str, list[AttackedClassifier]] = {}
+    for a in attacked:
+        if a.model_id == model_id:
+            rules.setdefault(a.prediction_rule, []).append(a)
+    hits = "; ".join(
+        f"{', '.join(a.attack for a in group)} attacked {rule}, clean accuracy "
+        + " / ".join(dict.fromkeys(counted_accuracy(a.clean_correct, a.num_examples).text for a in group))
+        for rule, group in rules.items()
+    )
+    return f"{model_id}: {certs}" + (f"; {hits}." if hits else ".")
 
 
 # ------------------------------------------------------------------------------------ inversion

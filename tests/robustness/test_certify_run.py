@@ -338,3 +338,26 @@ def test_a_smoothing_models_certified_accuracy_at_radius_0_stays_within_its_clas
     est = sample_scores(noisy, x, num_draws=50, seed=0, stream="certify-estimate").counts
     preds, _ = smoothing_certify(sel, est, sigma=0.5, confidence=0.999)
     assert s.conventional_accuracy == pytest.approx(np.mean(preds == y))
+
+
+@pytest.mark.extended
+def test_certify_without_radii_reports_where_the_model_certifies(hgm_record) -> None:
+    # Issue 46: fixed default radii beyond what a model certifies read as 0 % everywhere (and a
+    # green "sound"); without radii, certify picks them from its own certificate's radii.
+    from dpaudit.app.runs.certify import DEFAULT_RADII
+
+    run, rdir, model_id = hgm_record
+    summary = run_certify(CertifySpec(target=rdir, **{**TINY, "radii": None, "attacks": ("fgsm",)}), run)
+    own = load_certification_result(run.certify_dir(model_id) / "certify-hgm.json")
+    assert summary.radii[0] == 0.0 and summary.radii_source and "chosen by certify" in summary.radii_source
+    correct = own.predictions == own.labels
+    if (own.radii[correct] > 0).any():
+        smallest = summary.radii[1]
+        # Brute force over the stored per-point radii: something is certified at the smallest radius.
+        assert int(((own.radii >= smallest) & correct).sum()) > 0
+        assert summary.certified_accuracy[f"{smallest:g}"] > 0
+        assert max(summary.radii) <= own.radii[correct].max()
+    else:
+        assert summary.radii == (0.0, *DEFAULT_RADII)
+    assert set(summary.robust_accuracy["fgsm"]) == {f"{r:g}" for r in summary.radii}
+    assert load_certify_summary(run.certify_dir(model_id)).radii_source == summary.radii_source

@@ -63,7 +63,15 @@ if TYPE_CHECKING:
     from dpaudit.results.certification import CertificationResult
     from dpaudit.results.certification_spec import CertificationSpec, SmoothingCertificationSpec
 
-__all__ = ["DEFAULT_ATTACKS", "DEFAULT_RADII", "CertifySpec", "NotCertifiable", "certifiable_defenses", "run_certify"]
+__all__ = [
+    "DEFAULT_ATTACKS",
+    "DEFAULT_RADII",
+    "CertifySpec",
+    "NotCertifiable",
+    "certifiable_defenses",
+    "chosen_radii",
+    "run_certify",
+]
 
 DEFAULT_RADII = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
 #: Every registered evasion attack, in registration order (FGSM, I-FGSM, PGD, MIM built in).
@@ -97,7 +105,9 @@ class CertifySpec:
 
     Attributes:
         target: record directory (or a run directory holding exactly one record).
-        radii: perturbation radii (in ``norm``) at which certified and robust accuracy are reported.
+        radii: perturbation radii (in ``norm``) at which certified and robust accuracy are reported;
+            ``None``: chosen from what the model certifies (:func:`chosen_radii`), so the smallest
+            non-zero one has a non-zero certified accuracy whenever any test point is certified.
         attacks: evasion attacks to run (subset of fgsm, ifgsm, pgd, mim; empty: certify only).
         norm: attack norm; ``None`` = the norm the model was calibrated for.
         num_draws: n, noise draws per test input for the certificate (``None``: the record's
@@ -121,7 +131,7 @@ class CertifySpec:
     """
 
     target: str | Path
-    radii: tuple[float, ...] = DEFAULT_RADII
+    radii: tuple[float, ...] | None = None
     attacks: tuple[str, ...] = DEFAULT_ATTACKS
     norm: str | None = None
     num_draws: int | None = None
@@ -154,11 +164,12 @@ class CertifySpec:
                 "num_eot_samples": "eot_samples",
             },
         )
-        check_count("radii", self.radii, "radii", i_know=self.i_know)
-        radii = sorted({v.non_negative("radii", r) for r in self.radii})
-        if not radii:
-            raise v.invalid("radii", "radii must name at least one radius, got []")
-        object.__setattr__(self, "radii", tuple(radii))
+        if self.radii is not None:
+            check_count("radii", self.radii, "radii", i_know=self.i_know)
+            radii = sorted({v.non_negative("radii", r) for r in self.radii})
+            if not radii:
+                raise v.invalid("radii", "radii must name at least one radius, got [] (None: chosen from the model)")
+            object.__setattr__(self, "radii", tuple(radii))
         attacks = tuple(dict.fromkeys(self.attacks))
         for a in attacks:
             v.choice("attacks", a, tuple(EVASION_ATTACKS))
@@ -549,6 +560,32 @@ def _certificates(
     return own, smooth, draws_per_second
 
 
+def chosen_radii(own: CertificationResult | None, smooth: CertificationResult | None) -> tuple[tuple[float, ...], str]:
+    """The radii a run without ``radii`` reports at, and how they were chosen (stored as ``radii_source``).
+
+    From the model's own certificate (CERTIFY for a smoothing model):
+    :meth:`~dpaudit.results.certification.CertificationResult.suggested_radii`, i.e. 0 and the
+    10/25/50/75/90 % quantiles of its certified radii rounded down, so the certified accuracy at
+    the smallest non-zero radius is not 0. A model that certifies no test point gets 0 and
+    :data:`DEFAULT_RADII` (its certificate is then vacuous at every radius, and the attacks still
+    measure something).
+    """
+    from dpaudit.results.certification import RADIUS_QUANTILES
+
+    primary = own if own is not None else smooth
+    assert primary is not None
+    radii = primary.suggested_radii()
+    quantiles = "/".join(f"{q:.0%}".rstrip("%") for q in RADIUS_QUANTILES)
+    if len(radii) > 1:
+        return radii, (
+            f"chosen by certify (no radii given): 0 and the {quantiles} % quantiles of the radii "
+            f"{primary.method} certified on correctly predicted test points, rounded down to two digits"
+        )
+    return (0.0, *DEFAULT_RADII), (
+        f"chosen by certify (no radii given): {primary.method} certified no test point, so 0 and the fixed defaults"
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Outcome:
     """What the certify run measured, for :func:`_summary`."""
@@ -559,11 +596,13 @@ class _Outcome:
     robust: dict[str, dict[str, float]]
     violations: tuple[SoundnessViolation, ...]
     seconds: float
+    radii: tuple[float, ...]
+    radii_source: str | None = None
 
 
 def _summary(spec: CertifySpec, target: _Resolved, inputs: _Inputs, outcome: _Outcome) -> CertifySummary:
     """The typed summary (``summary.json``) of one certify run."""
-    record, radii, nls = target.record, spec.radii, target.noise_layer_spec
+    record, radii, nls = target.record, outcome.radii, target.noise_layer_spec
     own, smooth = outcome.own, outcome.smooth
     # A smoothing model's own (and only) certificate is CERTIFY's.
     primary = own if own is not None else smooth
@@ -609,6 +648,7 @@ def _summary(spec: CertifySpec, target: _Resolved, inputs: _Inputs, outcome: _Ou
         ),
         soundness_violations=outcome.violations,
         seconds=outcome.seconds,
+        radii_source=outcome.radii_source,
     )
 
 
@@ -630,12 +670,15 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
         inputs = _inputs(spec, target, noise, run)
         started = time.monotonic()
         own, smooth, draws_per_second = _certificates(spec, target, inputs, model, dev)
+        # Without radii asked, the radii come from what the certificate certifies (never a fixed
+        # list a model may certify nothing at: that reads as a vacuous 0 % everywhere).
+        radii, radii_source = (spec.radii, None) if spec.radii is not None else chosen_radii(own, smooth)
         robust = robust_accuracies(
             model,
             inputs.x,
             inputs.y,
             attacks=spec.attacks,
-            radii=spec.radii,
+            radii=radii,
             norm=target.norm,
             num_eot_samples=spec.num_eot_samples,
             seed=spec.seed,
@@ -643,7 +686,7 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
             directory=inputs.directory,
             progress=spec.progress,
         )
-        violations = _violations(robust, (own, smooth), radii=spec.radii, norm=target.norm)
+        violations = _violations(robust, (own, smooth), radii=radii, norm=target.norm)
         outcome = _Outcome(
             own=own,
             smooth=smooth,
@@ -651,6 +694,8 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
             robust=robust,
             violations=tuple(violations),
             seconds=time.monotonic() - started,
+            radii=radii,
+            radii_source=radii_source,
         )
         summary = _summary(spec, target, inputs, outcome)
         save_certify_summary(summary, inputs.directory)

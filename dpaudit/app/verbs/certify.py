@@ -105,7 +105,7 @@ def _cmd_certify(args: argparse.Namespace) -> int:
     check_record("--target", args.target)
     spec = CertifySpec(
         target=args.target,
-        radii=tuple(args.radii or DEFAULT_RADII),
+        radii=tuple(args.radii) if args.radii else None,
         attacks=tuple(attacks),
         norm=args.norm,
         num_draws=args.num_draws,
@@ -144,6 +144,8 @@ def _cmd_certify(args: argparse.Namespace) -> int:
             f"  conventional accuracy {s.smoothing.conventional_accuracy:.4f} of the "
             f"classifier certified as smoothing: {s.smoothing.prediction_rule}"
         )
+    if s.radii_source:
+        lines.append(f"  radii {s.radii_source}")
     lines += [
         "  " + f"{'radius':<22}" + "".join(f"{r:>7g}" for r in s.radii),
         # Certified accuracies are lower bounds (rounded down), attacks' robust accuracies upper bounds (rounded up).
@@ -166,6 +168,14 @@ def _cmd_certify(args: argparse.Namespace) -> int:
             f"  SOUNDNESS VIOLATION: certified accuracy exceeds the strongest attack's robust accuracy: {where}"
         )
     else:
+        positive = [r for r in s.radii if r > 0]
+        certified = [s.certified_accuracy, *([s.smoothing.certified_accuracy] if s.smoothing is not None else [])]
+        if positive and all(acc.get(f"{r:g}", 0.0) == 0.0 for acc in certified for r in positive):
+            # "certified <= robust" holds trivially for a certificate that certifies nothing.
+            lines.append(
+                "  vacuous at these radii: no certificate certifies any test point at a non-zero radius asked; "
+                "see the report for the largest radius the model certifies"
+            )
         lines.append(
             "  sound: no certificate exceeds the robust accuracy an attack left"
             if s.robust_accuracy
@@ -219,7 +229,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--radii",
         type=_radii(),
         metavar="R1,R2,...",
-        help=f"perturbation radii (default {','.join(map(str, DEFAULT_RADII))})",
+        help="perturbation radii (default: 0 and the 10/25/50/75/90%% quantiles of the radii the model's own "
+        "certificate certifies, rounded down; 0,"
+        f"{','.join(map(str, DEFAULT_RADII))} when it certifies none)",
     )
     p.add_argument(
         "--attack",
