@@ -34,6 +34,8 @@ from dpaudit.privacy.gaussian import gdp_epsilon
 
 __all__ = [
     "THRESHOLD_STRATEGIES",
+    "advantage_ceiling",
+    "clopper_pearson_interval",
     "clopper_pearson_upper",
     "epsilon_from_rates",
     "epsilon_lb_from_counts",
@@ -68,6 +70,39 @@ def clopper_pearson_upper(successes: int, trials: int, *, confidence: float) -> 
     if k == n:
         return 1.0
     return float(stats.beta.ppf(confidence, k + 1, n - k))
+
+
+def clopper_pearson_interval(successes: int, trials: int, *, confidence: float = 0.95) -> tuple[float, float]:
+    """Two-sided Clopper–Pearson interval (low, high) on a binomial rate, covering it with probability ``confidence``.
+
+    Each end misses with probability (1 − ``confidence``)/2; the ends are 0 at no successes and 1 at
+    all successes (Clopper & Pearson 1934), so an accuracy of 100 of 100 still has a lower end below 1.
+    """
+    k = v.integer("successes", successes, minimum=0)
+    n = v.integer("trials", trials, minimum=1)
+    confidence = v.open_unit("confidence", confidence)
+    if k > n:
+        raise v.invalid("successes", f"successes must be <= trials={n}, got {k}")
+    miss = (1.0 - confidence) / 2
+    low = 0.0 if k == 0 else float(stats.beta.ppf(miss, k, n - k + 1))
+    high = 1.0 if k == n else float(stats.beta.ppf(1.0 - miss, k + 1, n - k))
+    return low, high
+
+
+def advantage_ceiling(epsilon: float, *, delta: float) -> float:
+    """The largest membership advantage TPR − FPR an (ε, δ)-DP mechanism allows: (e^ε − 1 + 2δ)/(e^ε + 1).
+
+    The tight bound of the hypothesis-testing view of DP (Kairouz, Oh & Viswanath 2015, Thm 2.1: the
+    two rate constraints meet at FPR = FNR = (1 − δ)/(e^ε + 1)); unlike Yeom et al.'s e^ε − 1 it stays
+    below 1 at every finite ε, so it separates ε = 1 from ε = 8. ``epsilon = ∞`` gives 1.
+    """
+    eps = v.real("epsilon", epsilon)
+    if eps < 0:
+        raise v.invalid("epsilon", f"epsilon must be >= 0, got {epsilon!r}")
+    delta = v.open_unit("delta", delta)
+    if eps > 700:  # e^ε overflows; the bound is 1 to machine precision long before
+        return 1.0
+    return min(1.0, (math.expm1(eps) + 2.0 * delta) / (math.exp(eps) + 1.0))
 
 
 def epsilon_from_rates(*, tpr: float, fpr: float, delta: float) -> float:

@@ -16,7 +16,8 @@ consumer) states the same judgement and a report only draws it:
   positive ε_LB), recover only the class (the evaluator's top-1 above chance) or nothing
   (Zhang et al. 2020, §4.1);
 * a conformance battery: a check's ε_LB above ε_UB, or no check that could have shown one;
-* a comparison: the rows' stored verdicts.
+* a comparison: every row whose evidence is a finding — its stored verdict (ε_LB > ε_UB, an
+  unsound certificate) or leakage at all (ε_LB > 0) — the most severe first.
 
 A report kind (:class:`reports.kinds.ReportKind`) carries its own verdict function: a kind whose
 judgement only its page states keeps it beside itself (the PATE students, the DSSGD federation and
@@ -501,24 +502,66 @@ def _compare_row(r: Any) -> str:
     return f"{shown} vs ε_UB {fmt_upper_bound(r.epsilon_ub_best)}{acc}"
 
 
+def _compare_finding(r: Any) -> tuple[str, str] | None:
+    """A row's finding as (tone, sentence), or ``None`` when its evidence shows nothing.
+
+    A stored violation (ε_LB > ε_UB, an unsound certificate) is an alert; a positive ε_LB within the
+    claim, or against no claim at all (the non-private baseline), is membership leakage, a caution:
+    the membership page of the same row calls it "leaks membership".
+    """
+    if r.verdict != "no violation":
+        why = f" — {'; '.join(r.findings)}" if r.findings else ""
+        return "alert", f"{r.label}: {r.verdict} ({_compare_row(r)}){why}."
+    if r.epsilon_lb > 0:
+        by = f" by {r.best_attack}" if r.best_attack else ""
+        if not r.epsilon_ub or not math.isfinite(r.epsilon_ub_best):
+            return (
+                "warn",
+                f"{r.label}: leaks membership, ε_LB {fmt_lower_bound(r.epsilon_lb)}{by} (no DP claim bounds it).",
+            )
+        return "warn", (
+            f"{r.label}: leaks membership, ε_LB {fmt_lower_bound(r.epsilon_lb)}{by}, within its claim "
+            f"ε_UB {fmt_upper_bound(r.epsilon_ub_best)}."
+        )
+    return None
+
+
 def compare_verdict(result: ComparisonResult) -> Verdict:
-    """The comparison's stored row verdicts, as one verdict."""
-    bad = result.violations
-    lines = tuple(
-        f"{r.label}: {r.verdict} ({_compare_row(r)})" + (f" — {'; '.join(r.findings)}" if r.findings else "") + "."
-        for r in result.rows
+    """Every finding of the grid, the most severe first; the box takes the most severe one's colour.
+
+    A row's evidence is a finding when its stored verdict is one (a violation, an unsound
+    certificate: alert) or when its attacks show leakage at all (ε_LB > 0, within its claim or
+    against none: "leaks membership", a caution). Rows without a finding follow, one line each.
+    """
+    found = [(r, f) for r in result.rows if (f := _compare_finding(r)) is not None]
+    alerts = [r for r, (tone, _) in found if tone == "alert"]
+    leaks = [r for r, (tone, _) in found if tone == "warn"]
+    lines = (
+        *(f"{text}" for _, (tone, text) in found if tone == "alert"),
+        *(f"{text}" for _, (tone, text) in found if tone == "warn"),
+        *(f"{r.label}: no finding ({_compare_row(r)})." for r in result.rows if all(r is not x for x, _ in found)),
     )
-    if bad:
-        names = ", ".join(f"{r.label} ({r.verdict})" for r in bad)
+    leak_names = ", ".join(f"{r.label} (ε_LB {fmt_lower_bound(r.epsilon_lb)})" for r in leaks)
+    if alerts:
+        names = ", ".join(f"{r.label} ({r.verdict})" for r in alerts)
+        also = f" Membership also leaks in {leak_names}." if leaks else ""
         return Verdict(
             status="violation",
-            headline=f"{len(bad)} of {len(result.rows)} settings contradict their claim: {names}.",
+            headline=f"{len(alerts)} of {len(result.rows)} settings contradict their claim: {names}.{also}",
             lines=lines,
             tone="alert",
         )
+    if leaks:
+        return Verdict(
+            status="leaks membership",
+            headline=f"No violation, but membership leaks in {len(leaks)} of {len(result.rows)} settings: "
+            f"{leak_names} — within its claim or against no claim.",
+            lines=lines,
+            tone="warn",
+        )
     return Verdict(
         status="no violation",
-        headline=f"No violation: in all {len(result.rows)} settings ε_LB ≤ ε_UB, and no "
+        headline=f"No violation: in all {len(result.rows)} settings no attack showed leakage (ε_LB = 0), and no "
         "certificate claims more than an attack leaves.",
         lines=lines,
         tone="ok",
