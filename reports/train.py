@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure as MplFigure
+from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from dpaudit.parts import defense_parts, record_report_kind
 from dpaudit.privacy.audit_stats import clopper_pearson_interval
@@ -189,6 +190,7 @@ def history_figure(record: TrainedModel, history: TrainingHistory) -> MplFigure:
         acc_ax.errorbar(epochs, acc, yerr=[acc - low, high - acc], marker="o", capsize=3, color=colour("in"))
         acc_ax.set_ylabel("test accuracy")
         acc_ax.set_ylim(0, 1.05)
+        acc_ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))  # the page's accuracies are percentages
     eps_ax = rest.pop(0)
     delta = record_delta(record)
     curve = epsilon_by_epoch(record, history, delta=delta, accountant=CURVE_ACCOUNTANT)
@@ -199,8 +201,10 @@ def history_figure(record: TrainedModel, history: TrainingHistory) -> MplFigure:
     if isinstance(final, (int, float)) and accountant and accountant != CURVE_ACCOUNTANT:
         eps_ax.plot([epochs[-1]], [final], marker="D", linestyle="none", color=colour("epsilon_lb"), markersize=7)
     eps_ax.set_ylabel(f"ε at δ = {delta:g}")
-    eps_ax.set_ylim(bottom=0)
+    shown = [x for x in (*(curve or ()), final if isinstance(final, (int, float)) else 0.0) if np.isfinite(x)]
+    eps_ax.set_ylim(0, 1.12 * max([*shown, 1e-3]))  # room above the last point: never on the frame
     eps_ax.set_xlabel("epoch")
+    eps_ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # only completed epochs are recorded
     for ax in axes:
         ax.grid(True, alpha=0.3)
     return fit_page(fig)
