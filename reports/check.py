@@ -29,7 +29,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
 from dpaudit.results.check import CHECK_FILE, CheckOutcome, CheckReport, diagnosis, load_check_report
-from dpaudit.results.verdicts import check_lb_text, check_verdict
+from dpaudit.results.verdicts import check_verdict
 from dpaudit.store import RunDir
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
@@ -88,14 +88,15 @@ def check_figure(outcomes: Sequence[CheckOutcome], *, ax: Axes | None = None) ->
     ys = list(range(len(outcomes)))[::-1]  # the first check on top, as in the table
     labels = {"violated": "ε_LB, violated (> ε_UB)", "passed": "ε_LB, passed", "inconclusive": "ε_LB, inconclusive"}
     for y, o in zip(ys, outcomes):
-        # The first bar of each status carries the legend entry.
+        # The first bar of each status that is drawn (ε_LB > 0) carries the legend entry: a bar of width 0 draws
+        # nothing, so it keys nothing.
         ax.barh(
             y,
             min(o.epsilon_lb, right),
             height=0.55,
             color=_STATUS_COLOUR[o.status],
             alpha=0.9,
-            label=labels.pop(o.status, None),
+            label=labels.pop(o.status, None) if o.epsilon_lb > 0 else None,
         )
         # A saturated ε_LB is its design's ceiling: the leak is at least this much, never "this much".
         ax.annotate(
@@ -153,7 +154,12 @@ def _outcome_table(report: CheckReport) -> Table:
             # A grey-box check has no ε_LB or ceiling: its verdict is read off the replayed trainings.
             "—"
             if o.kind == "grey-box"
-            else (Shown(o.epsilon_lb, check_lb_text(o)) if o.saturated else epsilon_lb_cell(o.epsilon_lb)),
+            # Saturated: the caption says what it means; the cell stays short.
+            else (
+                Shown(o.epsilon_lb, f"≥ {_eps_lb(o.epsilon_lb)} (saturated)")
+                if o.saturated
+                else epsilon_lb_cell(o.epsilon_lb)
+            ),
             epsilon_ub_cell(o.epsilon_ub),
             "—" if o.kind == "grey-box" else epsilon_lb_cell(o.ceiling),
             o.num_trials,

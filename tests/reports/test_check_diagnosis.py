@@ -47,7 +47,7 @@ def test_the_table_marks_the_diagnosis_and_every_saturated_lower_bound():
     lb = {r[0]: str(getattr(r[2], "text", r[2])) for r in table.rows}
     assert status["greybox-noise"] == "VIOLATED (diagnosis)" and status["worst-case"] == "VIOLATED"
     assert {n for n, text in lb.items() if "saturated" in text} == {o.name for o in report.outcomes if o.saturated}
-    assert lb["worst-case"].startswith("≥ 10.3") and lb["lot-size"] == "0"
+    assert lb["worst-case"] == "≥ 10.3 (saturated)" and lb["lot-size"] == "0"
 
 
 @pytest.mark.extended  # renders the page with its figure (about 2 s idle)
@@ -61,15 +61,18 @@ def test_the_page_says_how_a_grey_box_check_is_violated_and_labels_saturated_val
     body = table[table.index("<tbody") :]
     assert "VIOLATED (diagnosis)" in body and body.count("saturated") == 3
     md = (run.reports_dir() / "check.md").read_text(encoding="utf-8")
-    assert "deterministic finding" in md and "| worst-case | VIOLATED | ≥ 10.3, saturated" in md
+    assert "deterministic finding" in md and "| worst-case | VIOLATED | ≥ 10.3 (saturated) |" in md
 
 
-def test_the_figure_labels_a_saturated_bar():
+def test_the_figure_labels_a_saturated_bar_and_keys_only_bars_it_draws():
     outcomes = [o for o in buggy_report().outcomes if o.kind == "statistical"]
     fig = check_figure(outcomes)
     try:
         texts = [t.get_text() for t in fig.axes[0].texts]
         assert [("saturated" in t) for t in texts] == [o.saturated for o in outcomes]
         assert texts[0].startswith("≥ 10.3")
+        # lot-size passed with ε_LB 0: its bar has no width, so "ε_LB, passed" is not in the legend.
+        legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        assert not any("passed" in t for t in legend) and any("violated" in t for t in legend)
     finally:
         plt.close(fig)
