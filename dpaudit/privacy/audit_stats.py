@@ -122,9 +122,7 @@ def auc_interval(
         return (ranks[..., :n_a].sum(axis=-1) - n_a * (n_a + 1) / 2) / (n_a * n_o)
 
     point = float(_auc(s_in, s_out))
-    boot = _auc(
-        s_in[rng.integers(0, s_in.size, (b, s_in.size))], s_out[rng.integers(0, s_out.size, (b, s_out.size))]
-    )
+    boot = _auc(s_in[rng.integers(0, s_in.size, (b, s_in.size))], s_out[rng.integers(0, s_out.size, (b, s_out.size))])
     miss = (1.0 - confidence) / 2
     low, high = np.quantile(boot, [miss, 1.0 - miss])
     return point, float(low), float(high)
