@@ -202,8 +202,10 @@ class _Tally:
             "loss_total": self.loss_total - before_total,
             "loss_count": float(self.loss_count - before_count),
         }
-        # A randomized model (a noise layer) would draw its noise for the evaluation: left out.
-        if test is not None and len(test) > 0 and not is_randomized(model):
+        # A randomized model (a noise layer) would draw its noise for the evaluation: left out. So is the one-example
+        # placeholder test split of the audit trainers (bundle_for_members): nothing to learn from it, and the
+        # grey-box replay that watches those trainings should see the training alone.
+        if test is not None and len(test) > 1 and not is_randomized(model):
             with torch.random.fork_rng(devices=[]):
                 entry["test_accuracy"] = evaluate(model, test.features, test.labels, device=device)["accuracy"]
             model.train()
