@@ -304,7 +304,7 @@ def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mpl
     base = result.row(result.baseline)
     if base.membership:
         ax.axhline(_advantage(base), color=colour("nonprivate"), linestyle=":", label="non-private baseline")
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(-0.03, 1.05)  # an advantage of 0 is drawn whole, not on the frame
     _finish(
         ax,
         xlabel=f"ε_UB (δ = {result.delta:g})",
