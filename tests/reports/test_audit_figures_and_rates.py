@@ -126,6 +126,7 @@ def test_every_estimated_rate_on_the_audit_page_has_counts_and_an_interval():
     assert rates_table(bare, np.zeros(0), np.zeros(0)) is None
 
 
+@pytest.mark.extended  # draws a figure (about 1 s); the rates table above carries the same interval
 def test_the_roc_legend_gives_the_auc_with_its_interval():
     rng = np.random.default_rng(4)
     s_in, s_out = rng.normal(1, 1, 100), rng.normal(0, 1, 100)

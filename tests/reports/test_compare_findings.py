@@ -90,7 +90,15 @@ def _drawn(handle) -> bool:
     return True
 
 
-@pytest.mark.parametrize("draw", [privacy_utility_figure, advantage_figure, vulnerable_figure])
+@pytest.mark.parametrize(
+    "draw",
+    [
+        privacy_utility_figure,
+        # Its legend was already honest; its ceiling is tested above. Kept in the extended tier for the record.
+        pytest.param(advantage_figure, marks=pytest.mark.extended),
+        vulnerable_figure,
+    ],
+)
 def test_every_legend_entry_stands_for_an_artist_drawn(grid, draw):
     fig = draw(grid)
     assert fig is not None
