@@ -39,9 +39,22 @@ matplotlib.use("Agg")
 
 import numpy as np
 
+from dpaudit.privacy.audit_stats import auc_interval, clopper_pearson_interval
 from dpaudit.results.audit import AuditResult, EpsilonByTrials, load_audit_result
-from dpaudit.results.audit_details import AuditDetails, OneRunDetails, WhiteBoxDetails, estimate_facts
-from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
+from dpaudit.results.audit_details import (
+    AuditDetails,
+    OneRunDetails,
+    ScoresDetails,
+    WhiteBoxDetails,
+    estimate_facts,
+)
+from dpaudit.results.numbers import (
+    fmt_lower_bound,
+    fmt_percent_lower_bound,
+    fmt_percent_upper_bound,
+    fmt_rate,
+    fmt_upper_bound,
+)
 from dpaudit.results.verdicts import Verdict, audit_verdict
 from dpaudit.store import RunDir, load_npz
 from reports.audit_figures import (
@@ -68,6 +81,7 @@ __all__ = [
     "bounds_figure",
     "bounds_caption",
     "bounds_table",
+    "rates_table",
     "gap_sentence",
     "audit_section",
     "split_scores",
@@ -318,6 +332,66 @@ def _evidence_lines(result: AuditResult) -> list[str]:
     return lines
 
 
+#: Confidence of the intervals on the page's estimated rates (two-sided; the ε_LB keeps its own).
+RATE_CONFIDENCE = 0.95
+
+
+def _rate_row(what: str, successes: int, trials: int, how: str) -> list[str]:
+    """A rate with its counts and two-sided Clopper–Pearson interval (ends rounded outwards)."""
+    low, high = clopper_pearson_interval(successes, trials, confidence=RATE_CONFIDENCE)
+    return [
+        what,
+        fmt_rate(successes, trials),
+        f"[{fmt_percent_lower_bound(low)}, {fmt_percent_upper_bound(high)}]",
+        how,
+    ]
+
+
+def rates_table(result: AuditResult, in_scores: np.ndarray, out_scores: np.ndarray) -> Table | None:
+    """Every rate the audit estimated, each with its counts and a 95 % interval (``None`` when it stored none).
+
+    TPR and FPR at the threshold the bound used (Clopper–Pearson on the bounding counts), a one-run
+    audit's share of correct guesses (Clopper–Pearson), and the AUC of the stored scores (a
+    stratified bootstrap: an AUC has no exact interval).
+    """
+    rows: list[list[str]] = []
+    d = result.details
+    if isinstance(d, ScoresDetails) and d.bounding_num_in > 0 and d.bounding_num_out > 0:
+        at = "at the bound's threshold" + (f" {format_number(d.threshold)}" if d.threshold is not None else "")
+        rows.append(_rate_row("TPR (IN guessed IN)", d.true_positives, d.bounding_num_in, f"{at}; Clopper–Pearson"))
+        rows.append(_rate_row("FPR (OUT guessed IN)", d.false_positives, d.bounding_num_out, f"{at}; Clopper–Pearson"))
+    if isinstance(d, OneRunDetails) and d.num_guesses > 0:
+        rows.append(
+            _rate_row(
+                "correct guesses",
+                d.num_correct,
+                d.num_guesses,
+                f"of the {d.num_guesses} canaries guessed; Clopper–Pearson",
+            )
+        )
+    if in_scores.size and out_scores.size:
+        auc, low, high = auc_interval(in_scores, out_scores, confidence=RATE_CONFIDENCE)
+        rows.append(
+            [
+                "AUC",
+                f"{auc:.3f} ({in_scores.size} IN / {out_scores.size} OUT)",
+                f"[{low:.3f}, {high:.3f}]",
+                "area under the ROC of the stored scores; stratified bootstrap, 1,000 resamples",
+            ]
+        )
+    if not rows:
+        return None
+    return Table(
+        columns=["rate", "estimate (counts)", f"{RATE_CONFIDENCE:.0%} interval", "how"],
+        rows=rows,
+        caption=(
+            f"Estimated rates with two-sided {RATE_CONFIDENCE:.0%} intervals: a rate on a few hundred "
+            "observations moves by several points. They describe the attack; the bound (ε_LB) pays for "
+            "its own uncertainty separately."
+        ),
+    )
+
+
 def _ceiling_caption(result: AuditResult, unit: str) -> str:
     """The ceiling plot's caption; for one-run audits, why the ceiling can fall as canaries are added."""
     text = (
@@ -371,6 +445,8 @@ def audit_section(
     blocks.append(Items(items=_evidence_lines(result)))
     s_in, s_out = split_scores(scores) if scores else (np.zeros(0), np.zeros(0))
     drawable = bool(s_in.size and s_out.size)
+    if (rates := rates_table(result, s_in, s_out)) is not None:
+        blocks.append(rates)
     why = "no IN/OUT scores were stored for this audit" if not scores else "one of the IN/OUT score sets is empty"
     blocks.append(
         Figure(
@@ -384,7 +460,8 @@ def audit_section(
         Figure(
             figure=roc_figure(s_in, s_out) if drawable else None,
             name="roc",
-            caption="ROC of the threshold test, log–log axes",
+            caption="ROC of the threshold test, log–log axes; the AUC in the legend with its 95% bootstrap "
+            "interval (the rates table gives the counts)",
             empty=why,
         )
     )

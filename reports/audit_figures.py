@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import matplotlib
 
@@ -17,9 +18,10 @@ matplotlib.use("Agg")
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
-from scipy.integrate import trapezoid
+from matplotlib.ticker import LogLocator
 
 from dpaudit import _validate as v
+from dpaudit.privacy.audit_stats import auc_interval
 from dpaudit.results.audit import AuditResult, EpsilonByTrials
 from dpaudit.results.audit_details import OneRunDetails
 from reports.figures import (
@@ -109,12 +111,13 @@ def roc_figure(in_scores: np.ndarray, out_scores: np.ndarray, *, ax: Axes | None
     fig, ax = _axes(ax)
     fpr, tpr = _roc(np.asarray(in_scores, float), np.asarray(out_scores, float))
     floor = 0.5 / max(min(in_scores.size, out_scores.size), 1)
-    auc = float(trapezoid(tpr, fpr))
+    # The AUC is an estimate: shown with its 95 % bootstrap interval, the same one as the page's rates table.
+    auc, low, high = auc_interval(in_scores, out_scores, confidence=0.95)
     ax.plot(
         np.maximum(fpr, floor),
         np.maximum(tpr, floor),
         color=colour("epsilon_lb"),
-        label=f"threshold test (AUC {auc:.3f})",
+        label=f"threshold test (AUC {auc:.3f}, 95% CI [{low:.3f}, {high:.3f}])",
     )
     grid = np.logspace(math.log10(floor), 0, 50)
     ax.plot(grid, grid, ls="--", color=colour("chance"), label="chance")
@@ -174,8 +177,13 @@ def ceiling_figure(curve: EpsilonByTrials, result: AuditResult, *, ax: Axes | No
     if len(n) > 1 and n[-1] / max(n[0], 1) >= 10:
         top.set_xscale("log")
         plain_log_ticks(bottom.xaxis, count=True)
-    # ε ≥ 0; a little room below 0 so markers at ε_LB = 0 are drawn whole, not cut by the axis.
-    top.set_ylim(bottom=-0.03 * max(top.get_ylim()[1], 1e-3))
+    # ε ≥ 0; a little room below 0 so markers at ε_LB = 0 are drawn whole, and room above the highest of the
+    # curve and ε_UB, so the ε_UB line is never drawn on the frame's edge.
+    for panel, ys in ((top, curve.epsilon_lb), (bottom, curve.ceiling)):
+        high = max([*(y for y in ys if math.isfinite(y)), *([ub] if ub is not None else []), 1e-3])
+        if panel is bottom and bottom is top:
+            high = max(high, *(y for y in curve.epsilon_lb if math.isfinite(y)))
+        panel.set_ylim(-0.04 * high, 1.12 * high)
     top.set_ylabel("ε_LB and ε_UB")
     if bottom is not top:
         bottom.set_ylabel("ceiling")
@@ -193,7 +201,29 @@ def ceiling_figure(curve: EpsilonByTrials, result: AuditResult, *, ax: Axes | No
         fontsize=FONT_PT,
         frameon=False,
     )
-    return fit_page(fig)
+    fig = fit_page(fig)
+    if bottom.get_xscale() == "log":
+        _thin_log_ticks(bottom.xaxis)
+    return fig
+
+
+def _labels_overlap(axis: Any) -> bool:
+    """Whether two of the axis's visible major tick labels overlap, as drawn."""
+    renderer = axis.axes.figure.canvas.get_renderer()
+    # Lays out the ticks in view (positions and texts) as a draw would, without drawing the figure.
+    ticks = axis._update_ticks()
+    boxes = [t.label1.get_window_extent(renderer) for t in ticks if t.label1.get_visible() and t.label1.get_text()]
+    boxes.sort(key=lambda b: b.x0)
+    return any(a.x1 + 2 > b.x0 for a, b in zip(boxes, boxes[1:]))
+
+
+def _thin_log_ticks(axis: Any) -> None:
+    """Drop the 2s, then the 5s, of a log axis's 1-2-5 ticks while two labels overlap ("1,0002,000" reads as
+    one number): the labels stay plain numbers, fewer of them."""
+    for subs in ((1.0, 2.0, 5.0), (1.0, 5.0), (1.0,)):
+        axis.set_major_locator(LogLocator(base=10, subs=subs))
+        if not _labels_overlap(axis):
+            return
 
 
 def _last_iterate(result: AuditResult) -> float | None:

@@ -2,8 +2,10 @@
 
 What a reader deciding whether a DP training function meets its claim looks for:
 
-1. **the verdict** first — which checks were violated (ε_LB > ε_UB: the code leaks more than it
-   claims), which passed (their design could have shown a violation and did not), and which were
+1. **the verdict** first — one diagnosis when checks were violated (the violated check ranked
+   first by :func:`~dpaudit.results.check.diagnosis`, a grey-box cause before the statistical
+   evidence that follows from it, a saturated ε_LB labelled "at least this much"), which passed
+   (their design could have shown a violation and did not), and which were
    inconclusive, with the ceiling each could reach (the largest ε_LB its design allows at the size
    it ran, at or below ε_UB: it could not have shown a violation);
 2. **one row per check**: status, ε_LB, ε_UB, ceiling, trainings, seconds, and what the check is
@@ -26,12 +28,12 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
-from dpaudit.results.check import CHECK_FILE, CheckOutcome, CheckReport, load_check_report
+from dpaudit.results.check import CHECK_FILE, CheckOutcome, CheckReport, diagnosis, load_check_report
 from dpaudit.results.verdicts import check_verdict
 from dpaudit.store import RunDir
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import epsilon_lb_cell, epsilon_ub_cell, fmt_lower_bound, fmt_upper_bound
+from reports.numbers import Shown, epsilon_lb_cell, epsilon_ub_cell, fmt_lower_bound, fmt_upper_bound
 from reports.render import Figure, Items, Section, Table, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -86,17 +88,21 @@ def check_figure(outcomes: Sequence[CheckOutcome], *, ax: Axes | None = None) ->
     ys = list(range(len(outcomes)))[::-1]  # the first check on top, as in the table
     labels = {"violated": "ε_LB, violated (> ε_UB)", "passed": "ε_LB, passed", "inconclusive": "ε_LB, inconclusive"}
     for y, o in zip(ys, outcomes):
-        # The first bar of each status carries the legend entry.
+        # The first bar of each status that is drawn (ε_LB > 0) carries the legend entry: a bar of width 0 draws
+        # nothing, so it keys nothing.
         ax.barh(
             y,
             min(o.epsilon_lb, right),
             height=0.55,
             color=_STATUS_COLOUR[o.status],
             alpha=0.9,
-            label=labels.pop(o.status, None),
+            label=labels.pop(o.status, None) if o.epsilon_lb > 0 else None,
         )
+        # A saturated ε_LB is its design's ceiling: the leak is at least this much, never "this much".
         ax.annotate(
-            f"{_eps_lb(o.epsilon_lb)} ({o.status})",
+            f"≥ {_eps_lb(o.epsilon_lb)} ({o.status}, saturated)"
+            if o.saturated
+            else f"{_eps_lb(o.epsilon_lb)} ({o.status})",
             (min(o.epsilon_lb, right), y),
             xytext=(4, 7),
             textcoords="offset points",
@@ -137,13 +143,23 @@ def check_figure(outcomes: Sequence[CheckOutcome], *, ax: Axes | None = None) ->
 
 def _outcome_table(report: CheckReport) -> Table:
     # Bounds print their safe way, as in the verdict box above the table: ε_LB and the ceiling (the
-    # ε_LB of a perfect attack) rounded down, ε_UB up.
+    # ε_LB of a perfect attack) rounded down, ε_UB up; a saturated ε_LB says it is a floor.
+    # The diagnosis is marked where it has to be told apart from other violated checks.
+    ranked = diagnosis(report)
+    lead = ranked[0] if len(ranked) > 1 else None
     rows = [
         [
             o.name,
-            o.status.upper() if o.violated else o.status,
+            ("VIOLATED (diagnosis)" if o is lead else "VIOLATED") if o.violated else o.status,
             # A grey-box check has no ε_LB or ceiling: its verdict is read off the replayed trainings.
-            "—" if o.kind == "grey-box" else epsilon_lb_cell(o.epsilon_lb),
+            "—"
+            if o.kind == "grey-box"
+            # Saturated: the caption says what it means; the cell stays short.
+            else (
+                Shown(o.epsilon_lb, f"≥ {_eps_lb(o.epsilon_lb)} (saturated)")
+                if o.saturated
+                else epsilon_lb_cell(o.epsilon_lb)
+            ),
             epsilon_ub_cell(o.epsilon_ub),
             "—" if o.kind == "grey-box" else epsilon_lb_cell(o.ceiling),
             o.num_trials,
@@ -160,8 +176,11 @@ def _outcome_table(report: CheckReport) -> Table:
             "ε_LB holds at each check's confidence (the battery's, split by "
             "Bonferroni); ceiling: the largest ε_LB the check's design could show "
             "at the size it ran "
-            "(a perfect attack on the same counts). Violated iff ε_LB > ε_UB; "
-            "passed iff not violated and ceiling > ε_UB; otherwise inconclusive."
+            "(a perfect attack on the same counts) — a best case, not the check's chance of flagging a given bug. "
+            "A statistical check is violated iff ε_LB > ε_UB, "
+            "passed iff not violated and ceiling > ε_UB, otherwise inconclusive; an ε_LB marked saturated "
+            "equals its ceiling, so the leak is at least that much. The diagnosis is the violated check "
+            "ranked first (a grey-box cause before statistical evidence); the others most likely show the same bug."
             + (
                 " A grey-box check (—) has no ε_LB: it compares the trainings on D and on D plus one record,"
                 " replayed with the same randomness, with the claim, and is violated when they differ from it."
@@ -193,9 +212,10 @@ def check_sections(report: CheckReport) -> list[Section]:
         Figure(
             figure=check_figure([o for o in report.outcomes if o.kind != "grey-box"]),
             name="epsilon",
-            caption="ε_LB per check (bars, coloured by status as the legend says) against "
+            caption="ε_LB per statistical check (bars, coloured by status as the legend says) against "
             "the claim's ε_UB (dashed line) and each check's ceiling (open "
-            "triangles)",
+            "triangles), the most its design could show at the size it ran; a bar that reaches its "
+            "triangle is saturated (at least this much)",
             empty="the battery ran no statistical check (grey-box checks have no ε_LB to draw)",
         ),
     ]

@@ -6,8 +6,9 @@ membership, certified and inversion reports, ε_UB under every accountant, the m
 measures on the most vulnerable samples beside the population averages (Aerni et al. 2024),
 and the figures a reader would rather look at than read — privacy–utility curves (accuracy
 against ε_UB and ε_LB on one axis, one colour and marker per setting, the Pareto front marked),
-attack advantage against the DP ceiling e^ε − 1 (Yeom et al. 2018, Theorem 1; Jayaraman & Evans
-2019, Figure 1), and robust/certified accuracy against the radius. Tables also go to CSV and
+attack advantage against the (ε, δ)-DP ceiling (e^ε − 1 + 2δ)/(e^ε + 1) (Kairouz, Oh & Viswanath
+2015, Thm 2.1; the form of Jayaraman & Evans 2019, Figure 1, whose e^ε − 1 is 1 above ε = ln 2),
+and robust/certified accuracy against the radius. Tables also go to CSV and
 the summary to JSON.
 
 The matrix's cells, tables and CSV are built in :mod:`reports.compare_matrix`; this module adds the
@@ -25,6 +26,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
+from dpaudit.privacy.audit_stats import advantage_ceiling
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, load_comparison
 from dpaudit.results.verdicts import compare_verdict
 from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
@@ -179,18 +181,28 @@ def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) 
     nothing = []
     for r in private:
         lk = looks[r.label]
-        ax.errorbar(
+        # The legend entry is the marker alone; a bar is drawn (unlabelled) only where the repeats spread, so the
+        # legend never shows an error-bar symbol the figure does not draw.
+        ax.plot(
             [r.epsilon_ub_best],
             [r.test_accuracy],
-            yerr=[r.test_accuracy_std],
             color=lk.color,
             marker=lk.marker,
             markersize=7,
             linestyle="none",
-            capsize=3,
             label=r.label,
             zorder=3,
         )
+        if r.test_accuracy_std > 0:
+            ax.errorbar(
+                [r.epsilon_ub_best],
+                [r.test_accuracy],
+                yerr=[r.test_accuracy_std],
+                color=lk.color,
+                linestyle="none",
+                capsize=3,
+                zorder=3,
+            )
         where = ax if r.epsilon_lb > 0 else zero
         if where is None:
             nothing.append(r.label)
@@ -205,13 +217,9 @@ def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) 
             linestyle="none",
             zorder=3,
         )
-    # What filled and hollow mean, once for every setting.
-    ax.plot([], [], color="#000000", marker="o", linestyle="-", label="filled: ε_UB (guarantee)")
-    ax.plot(
-        [], [], color="#000000", marker="o", markerfacecolor="white", linestyle="--", label="hollow: ε_LB (evidence)"
-    )
+    # Filled and hollow are said in the caption: a legend entry stands only for an artist drawn.
     front = _pareto([(r.epsilon_ub_best, r.test_accuracy) for r in private])
-    if front:
+    if len(front) > 1:  # one point is no band: a line of one point draws nothing
         ax.plot(
             [p[0] for p in front],
             [p[1] for p in front],
@@ -253,8 +261,12 @@ def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) 
 
 
 def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
-    """Membership advantage (TPR − FPR, strongest attack) against ε_UB, under the ceiling e^ε − 1; colour and marker per
-    setting."""
+    """Membership advantage (TPR − FPR, strongest attack) against ε_UB, under the (ε, δ)-DP ceiling; colour and marker
+    per setting.
+
+    The ceiling is the tight bound (e^ε − 1 + 2δ)/(e^ε + 1) (:func:`~dpaudit.privacy.audit_stats.advantage_ceiling`):
+    Yeom et al.'s min(e^ε − 1, 1) is flat at 1 from ε = ln 2 on and would tell the settings of a grid apart nowhere.
+    """
     rows = [r for r in result.rows if r.epsilon_ub and math.isfinite(r.epsilon_ub_best) and r.membership]
     if not rows:
         return None
@@ -263,10 +275,10 @@ def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mpl
     grid = np.geomspace(eps.min() / 2, eps.max() * 2, 200)
     ax.plot(
         grid,
-        np.minimum(np.expm1(np.minimum(grid, 50.0)), 1.0),
+        [advantage_ceiling(float(e), delta=result.delta) for e in grid],
         color=colour("ceiling"),
         linestyle="--",
-        label="ceiling min(e^ε − 1, 1)",
+        label="ceiling (e^ε − 1 + 2δ)/(e^ε + 1)",
     )
     looks = _looks(rows)
     for _family, members in _family_curves(result, rows):
@@ -292,7 +304,7 @@ def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mpl
     base = result.row(result.baseline)
     if base.membership:
         ax.axhline(_advantage(base), color=colour("nonprivate"), linestyle=":", label="non-private baseline")
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(-0.03, 1.05)  # an advantage of 0 is drawn whole, not on the frame
     _finish(
         ax,
         xlabel=f"ε_UB (δ = {result.delta:g})",
@@ -302,32 +314,59 @@ def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mpl
     return fig
 
 
-def vulnerable_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
-    """TPR at the largest FPR of the grid, population vs most vulnerable samples, per setting."""
+def _vulnerable_rates(result: ComparisonResult) -> tuple[list[ComparisonRow], list[float], list[float]]:
+    """(rows, population TPRs, most-vulnerable TPRs) at the grid's largest FPR; NaN where a rate is unresolved."""
     rows = [r for r in result.rows if r.vulnerable]
-    if not rows:
-        return None
-    fpr = f"{max(result.fprs):g}"
-    fig, ax = new_axes(ax, size=(7.5, 0.5 + 0.45 * len(rows)))
-    y = np.arange(len(rows))
+    fpr = f"{max(result.fprs):g}" if result.fprs else ""
     pop, vul = [], []
     for r in rows:
         attack, m = _strongest(r)
         # An unresolved rate (None) draws no bar rather than a made-up one.
-        population = None if m is None else m.tpr_at_fpr[fpr]
-        pop.append(np.nan if population is None else population)
+        population = None if m is None else m.tpr_at_fpr.get(fpr)
+        pop.append(math.nan if population is None else float(population))
         vulnerable = r.vulnerable.get(attack) if attack is not None else None
-        rate = None if vulnerable is None else vulnerable.tpr_at_fpr[fpr]
-        vul.append(np.nan if rate is None else rate)
-    ax.barh(y - 0.2, pop, height=0.38, color=colour("out"), label="all queried samples")
-    ax.barh(y + 0.2, vul, height=0.38, color=colour("in"), label=f"top {result.vulnerable_top_k} most vulnerable")
-    ax.axvline(float(fpr), color=colour("chance"), linestyle=":", label=f"chance (TPR = FPR = {rate_text(float(fpr))})")
+        rate = None if vulnerable is None else vulnerable.tpr_at_fpr.get(fpr)
+        vul.append(math.nan if rate is None else float(rate))
+    return rows, pop, vul
+
+
+def vulnerable_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
+    """TPR at the largest FPR of the grid, population vs most vulnerable samples, per setting.
+
+    A series whose every rate is unresolved (n/a in the table) draws no bar and has no legend entry;
+    with no resolved rate at all there is no figure.
+    """
+    rows, pop, vul = _vulnerable_rates(result)
+    drawn_pop, drawn_vul = bool(np.isfinite(pop).any()), bool(np.isfinite(vul).any())
+    if not rows or not (drawn_pop or drawn_vul):
+        return None
+    fpr = max(result.fprs)
+    fig, ax = new_axes(ax, size=(7.5, 0.5 + 0.45 * len(rows)))
+    y = np.arange(len(rows))
+    if drawn_pop:
+        ax.barh(y - 0.2, pop, height=0.38, color=colour("out"), label="all queried samples")
+    if drawn_vul:
+        ax.barh(y + 0.2, vul, height=0.38, color=colour("in"), label=f"top {result.vulnerable_top_k} most vulnerable")
+    ax.axvline(fpr, color=colour("chance"), linestyle=":", label=f"chance (TPR = FPR = {rate_text(fpr)})")
     ax.set_yticks(y, [r.label for r in rows])
     ax.invert_yaxis()
-    ax.set_xlabel(f"TPR at {float(fpr):.0%} FPR (strongest attack of each row)")
+    ax.set_xlabel(f"TPR at {fpr:.0%} FPR (strongest attack of each row)")
     ax.set_title("Average vs most vulnerable samples")
     legend_outside(ax)
     return fig
+
+
+def _vulnerable_caption(result: ComparisonResult) -> str:
+    """What the bars are, and which series is missing because its rates are unresolved."""
+    _, pop, vul = _vulnerable_rates(result)
+    fpr = max(result.fprs) if result.fprs else math.nan
+    text = f"TPR at the grid's largest FPR ({fpr:.0%}) of each row's strongest attack."
+    if np.isfinite(pop).any() and not np.isfinite(vul).any():
+        text += (
+            f" The {result.vulnerable_top_k} most vulnerable samples hold too few non-members to resolve this "
+            "FPR (n/a in the table below), so only the population's bars are drawn."
+        )
+    return text
 
 
 def robustness_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
@@ -368,7 +407,7 @@ def robustness_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mp
 def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> list[Section]:
     """The report's sections (the index links it; ``files`` are the CSV/JSON written beside it)."""
     sections = [
-        # The rows' stored verdicts, as the one box every page opens with (compare_verdict only words them).
+        # Every finding of the grid, as the one box every page opens with (compare_verdict reads the stored rows).
         verdict_section(compare_verdict(result)),
         Section(title="Defense × measure", blocks=_matrix_tables(result)),
         Section(
@@ -382,22 +421,29 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
                         "settings share a hue, dark to light): filled markers at ε_UB, hollow "
                         "at ε_LB; "
                         "a setting whose attacks showed nothing (ε_LB = 0) is drawn at 0 in the "
-                        "narrow 'no evidence' panel, not on the log axis. The grey band is the "
-                        "Pareto front over ε_UB."
+                        "narrow 'no evidence' panel, not on the log axis; the family's line is solid "
+                        "through its ε_UB points and dashed through its ε_LB points. The grey band, where "
+                        "two or more settings make one, is the Pareto front over ε_UB. Error bars, where "
+                        "drawn, are the accuracy's spread over the repeats."
                     ),
                     empty="no row has a finite ε_UB",
                 ),
                 Figure(
                     figure=advantage_figure(result),
                     name="advantage",
-                    caption="Membership advantage of the strongest attack against the DP ceiling.",
+                    caption=(
+                        "Membership advantage (TPR − FPR) of each setting's strongest attack against its ε_UB. "
+                        "The dashed ceiling is the most any (ε, δ)-DP model allows, (e^ε − 1 + 2δ)/(e^ε + 1) "
+                        f"at δ = {result.delta:g} (the tight bound of the hypothesis-testing view of DP; "
+                        "Yeom et al.'s e^ε − 1 reaches 1 at ε = ln 2 and would be flat above it)."
+                    ),
                     empty="no DP row was attacked",
                 ),
             ],
         ),
     ]
     mem = _membership_table(result)
-    if mem is not None:
+    if mem:
         sections.append(
             Section(
                 title="Membership: average vs most vulnerable samples",
@@ -405,10 +451,10 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
                     Figure(
                         figure=vulnerable_figure(result),
                         name="vulnerable",
-                        caption="TPR at the grid's largest FPR.",
-                        empty="no shadow-based attack ranked the samples",
+                        caption=_vulnerable_caption(result),
+                        empty="no shadow-based attack ranked the samples, or no rate of it is resolved",
                     ),
-                    mem,
+                    *mem,
                 ],
             )
         )
@@ -463,7 +509,7 @@ def compare_page(result: ComparisonResult, out: Path) -> Page:
     violations = tuple(
         f"compare {result.name} / {r.label}: {r.verdict}: {'; '.join(r.findings)}" for r in result.violations
     )
-    # The index names the verdict beside the link (compare_verdict only words the rows' stored verdicts).
+    # The index names the verdict beside the link: the same status the page's box leads with.
     link = f"{result.name}: {len(result.rows)} defense settings on {result.dataset} — {compare_verdict(result).status}"
     return Page(html=written.html, link=link, tables=tuple(tables), violations=violations)
 

@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from dpaudit.privacy.audit_stats import advantage_ceiling
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, PooledMeasures
 from dpaudit.results.membership import min_non_members
 from reports.numbers import (
@@ -43,6 +44,7 @@ NOT_RECORDED = "not recorded (compared before it was stored)"
 __all__ = [
     "CERTIFIED_ACCURACY_COLUMN",
     "CERTIFIED_RULE_COLUMN",
+    "CEILING_COLUMN",
     "LAST_ITERATE_COLUMN",
     "matrix_rows",
 ]
@@ -91,10 +93,15 @@ def _strongest(row: ComparisonRow) -> tuple[str | None, PooledMeasures | None]:
     return name, row.membership[name]
 
 
-def _ceiling(eps: float) -> float:
-    """Yeom et al. (2018), Theorem 1: an ε-DP model's membership advantage is at most e^ε − 1
-    (and any advantage is at most 1)."""
-    return 1.0 if eps > 1 else min(1.0, math.expm1(eps))
+#: The advantage ceiling's column: the tight (ε, δ) bound, not Yeom et al.'s min(e^ε − 1, 1), which is 1 for
+#: every ε ≥ ln 2 and so separates no setting of a grid.
+CEILING_COLUMN = "advantage ceiling (e^ε−1+2δ)/(e^ε+1)"
+
+
+def _ceiling(eps: float, delta: float) -> float:
+    """The largest membership advantage an (ε, δ)-DP model allows (see
+    :func:`~dpaudit.privacy.audit_stats.advantage_ceiling`)."""
+    return advantage_ceiling(eps, delta=delta)
 
 
 def _certifies(result: ComparisonResult) -> bool:
@@ -136,7 +143,7 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
         "AUC",
     ]
     columns += [f"TPR @ {float(f):.1%} FPR" for f in fprs]
-    columns += ["advantage", "ceiling min(e^ε−1, 1)", "inversion top-1"]
+    columns += ["advantage", CEILING_COLUMN, "inversion top-1"]
     columns += [f"robust @ {r:g}" for r in result.radii]
     # Only a grid with a certifying row has the two columns: one without keeps its matrix as it was.
     columns += [CERTIFIED_RULE_COLUMN, CERTIFIED_ACCURACY_COLUMN] if certifies else []
@@ -164,7 +171,7 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
         cells += [_tpr(m, f) for f in fprs]
         cells += [
             _num(None if m is None else m.advantage),
-            Shown(_ceiling(ub), fmt_upper_bound(_ceiling(ub))) if r.epsilon_ub else 1.0,
+            Shown(_ceiling(ub, result.delta), fmt_upper_bound(_ceiling(ub, result.delta))) if r.epsilon_ub else 1.0,
             _num(r.inversion_top1),
         ]
         cells += [_pct(r.robust_accuracy.get(f"{x:g}"), percent_ub_cell) for x in result.radii]
@@ -217,13 +224,46 @@ def _counts(m: PooledMeasures | None) -> str:
     return f"{m.num_members} / {m.num_non_members}"
 
 
-def _membership_table(result: ComparisonResult) -> Table | None:
+#: A TPR cell the non-members cannot resolve, as the HTML tables show it (the CSV keeps the long form).
+_NA = "n/a"
+#: What a short "n/a" cell means, said once per table.
+_NA_NOTE = "n/a: too few non-members to resolve that FPR (TPR at FPR f needs at least 1/f of them)."
+
+
+def _unresolved(cell: Any) -> bool:
+    """A cell with no value: missing, a dash, or an FPR the non-members cannot resolve."""
+    return cell is None or cell == _DASH or (isinstance(cell, str) and cell.startswith("n/a"))
+
+
+def _compact(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], droppable: Sequence[str]
+) -> tuple[list[str], list[list[Any]], list[str]]:
+    """The table as a page shows it: a ``droppable`` column no row has a value in is left out (its name
+    returned, for the caption), and an unresolved TPR cell shrinks to "n/a" so that a row stays one line."""
+    keep = [i for i, c in enumerate(columns) if c not in droppable or not all(_unresolved(r[i]) for r in rows)]
+    dropped = [c for i, c in enumerate(columns) if i not in keep]
+    cells = [[_NA if isinstance(r[i], str) and r[i].startswith("n/a") else r[i] for i in keep] for r in rows]
+    return [columns[i] for i in keep], cells, dropped
+
+
+def _dropped_note(dropped: Sequence[str]) -> str:
+    if not dropped:
+        return ""
+    return f" Left out, as no row has a value there (the CSV keeps them): {', '.join(dropped)}."
+
+
+def _membership_table(result: ComparisonResult) -> list[Table]:
+    """The membership measures, population and most vulnerable samples in two tables that fit the page.
+
+    Columns no row resolves (TPR at an FPR below what the non-members can resolve) are left out and
+    named in the caption; an unresolved cell reads "n/a" (its reason, once, in the caption).
+    """
     fprs = [f"{f:g}" for f in result.fprs]
-    rows = []
+    tpr_cols = [f"TPR @ {float(f):.1%}" for f in fprs]
+    population, vulnerable = [], []
     for r in result.rows:
         for attack, m in r.membership.items():
-            v = r.vulnerable.get(attack)
-            rows.append(
+            population.append(
                 [
                     r.label,
                     attack,
@@ -231,38 +271,43 @@ def _membership_table(result: ComparisonResult) -> Table | None:
                     _num(m.advantage),
                     *(_tpr(m, f) for f in fprs),
                     epsilon_lb_cell(m.epsilon_lb),
-                    _num(None if v is None else v.auc),
-                    *(_tpr(v, f) for f in fprs),
                     _counts(m),
-                    _counts(v),
                 ]
             )
-    if not rows:
-        return None
-    cols = [
-        "setting",
-        "attack",
-        "AUC",
-        "advantage",
-        *(f"TPR @ {float(f):.1%}" for f in fprs),
-        "ε_LB",
-        "AUC (vulnerable)",
-        *(f"TPR @ {float(f):.1%} (vulnerable)" for f in fprs),
-        "members / non-members",
-        "(vulnerable)",
-    ]
-    return Table(
-        columns=cols,
-        rows=rows,
-        caption=(
-            "Population measures (every queried sample, mean over repeats; ε_LB is "
-            "the largest over repeats) beside the same measures on the "
-            f"{result.vulnerable_top_k} most vulnerable "
-            "samples, ranked by how far their IN and OUT shadow statistics lie "
-            "apart — the shadows alone decide, never the target, so the subset's "
-            "rates are honest."
-        ),
+            v = r.vulnerable.get(attack)
+            if v is not None:
+                vulnerable.append([r.label, attack, _num(v.auc), *(_tpr(v, f) for f in fprs), _counts(v)])
+    if not population:
+        return []
+    cols, rows, dropped = _compact(
+        ["setting", "attack", "AUC", "advantage", *tpr_cols, "ε_LB", "members / non-members"], population, tpr_cols
     )
+    tables = [
+        Table(
+            columns=cols,
+            rows=rows,
+            caption=(
+                "Every queried sample: mean over repeats; ε_LB is the largest over repeats. TPR as a share of the "
+                f"members, with counts. {_NA_NOTE}{_dropped_note(dropped)}"
+            ),
+        )
+    ]
+    if vulnerable:
+        cols, rows, dropped = _compact(
+            ["setting", "attack", "AUC", *tpr_cols, "members / non-members"], vulnerable, tpr_cols
+        )
+        tables.append(
+            Table(
+                columns=cols,
+                rows=rows,
+                caption=(
+                    f"The same measures on the {result.vulnerable_top_k} most vulnerable samples, ranked by how far "
+                    "their IN and OUT shadow statistics lie apart — the shadows alone decide, never the target, so "
+                    f"the subset's rates are honest. {_NA_NOTE}{_dropped_note(dropped)}"
+                ),
+            )
+        )
+    return tables
 
 
 def _links_table(result: ComparisonResult) -> Table | None:
@@ -323,11 +368,12 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
                     )
                 ),
                 *r[col["AUC"] + 1 : col["advantage"]],
-                f"{r[col['advantage']]} (≤ {r[col['ceiling min(e^ε−1, 1)']]})"
-                if r[col["advantage"]] != _DASH
-                else _DASH,
+                f"{r[col['advantage']]} (≤ {r[col[CEILING_COLUMN]]})" if r[col["advantage"]] != _DASH else _DASH,
             ]
         )
+    tpr_cols = list(columns[col["AUC"] + 1 : col["advantage"]])
+    privacy_cols, privacy_rows, dropped = _compact(privacy_cols, privacy_rows, [*tpr_cols, LAST_ITERATE_COLUMN])
+    na_note = f" {_NA_NOTE}" if any(c == _NA for r in privacy_rows for c in r) else ""
     attack_cols = ["setting", *columns[split:-1]]
     attack_rows = [[r[0], *r[split:-1]] for r in rows]
     attack_caption = (
@@ -373,14 +419,16 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
                 "trade-off curve, and an audit's names its own assumption; the "
                 "strongest MIA is the one with the largest AUC. Advantage = max over "
                 "thresholds of TPR − FPR; "
-                "an ε-DP model's is at most e^ε − 1 (Yeom et al. 2018). The "
+                "an (ε, δ)-DP model's is at most (e^ε − 1 + 2δ)/(e^ε + 1), the tight bound of the "
+                "hypothesis-testing view of DP (Kairouz et al. 2015), given in brackets; Yeom et al.'s "
+                "e^ε − 1 reaches 1 at ε = ln 2 and would say nothing above it. The "
                 "last-iterate ε (Steinke et al. 2024; DP-SGD claims, — for other "
                 "defenses) is the final model's exact ε "
                 "if the losses were linear, and a heuristic, not an upper bound, for "
                 "other losses: ε_UB minus it is what that heuristic suggests releasing "
                 "only the final "
                 "model hides, not an established share. ε_UB and the advantage ceiling are rounded up, ε_LB down."
-                f"{accuracy_note}"
+                f"{accuracy_note}{na_note}{_dropped_note(dropped)}"
             ),
         ),
         *(

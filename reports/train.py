@@ -17,13 +17,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from matplotlib.figure import Figure as MplFigure
+from matplotlib.ticker import MaxNLocator, PercentFormatter
+
 from dpaudit.parts import defense_parts, record_report_kind
+from dpaudit.privacy.audit_stats import clopper_pearson_interval
 from dpaudit.results import TrainedModel, load_record
+from dpaudit.results.history import HISTORY_KEY, TrainingHistory, epsilon_by_epoch, training_history
 from dpaudit.results.verdicts import Verdict, claim_text, record_delta
 from dpaudit.store import RunDir, safe_stem, thaw
+from reports.figures import colour, fit_page, new_figure, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent, fmt_upper_bound
-from reports.render import Items, Section, Table, accountant_table, write_report_files
+from reports.render import Figure, Items, Section, Table, accountant_table, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
 #: This kind's name: the page of every record no other kind shows.
@@ -39,6 +46,7 @@ __all__ = [
     "train_page",
     "train_verdict",
     "artefacts_table",
+    "history_figure",
 ]
 
 
@@ -155,6 +163,95 @@ def artefacts_table(record: TrainedModel, record_dir: Path) -> Table | None:
     )
 
 
+#: The accountant of the per-epoch ε curve: RDP, cheap at every epoch; the run's own accountant gives the last point.
+CURVE_ACCOUNTANT = "rdp"
+
+
+def _accuracy_interval(history: TrainingHistory) -> tuple[np.ndarray, np.ndarray]:
+    """Clopper–Pearson 95 % intervals of each epoch's test accuracy, from its correct count."""
+    n = history.test_examples
+    ends = [clopper_pearson_interval(round(a * n), n, confidence=0.95) for a in history.test_accuracy]
+    return np.array([e[0] for e in ends]), np.array([e[1] for e in ends])
+
+
+def history_figure(record: TrainedModel, history: TrainingHistory) -> MplFigure:
+    """Loss, test accuracy (with 95 % intervals) and ε against the epoch, one panel each, sharing the epoch axis."""
+    panels = 2 + bool(history.test_accuracy)
+    fig = new_figure((7.0, 1.9 * panels + 0.6))
+    axes = fig.subplots(panels, 1, sharex=True)
+    epochs = np.asarray(history.epoch)
+    loss_ax, *rest = axes
+    loss_ax.plot(epochs, history.train_loss, marker="o", color=colour("out"))
+    loss_ax.set_ylabel("training loss")
+    if history.test_accuracy:
+        acc_ax = rest.pop(0)
+        acc = np.asarray(history.test_accuracy)
+        low, high = _accuracy_interval(history)
+        acc_ax.errorbar(epochs, acc, yerr=[acc - low, high - acc], marker="o", capsize=3, color=colour("in"))
+        acc_ax.set_ylabel("test accuracy")
+        acc_ax.set_ylim(0, 1.05)
+        acc_ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))  # the page's accuracies are percentages
+    eps_ax = rest.pop(0)
+    delta = record_delta(record)
+    curve = epsilon_by_epoch(record, history, delta=delta, accountant=CURVE_ACCOUNTANT)
+    if curve is not None:
+        eps_ax.plot(epochs, curve, **{**style("epsilon_ub"), "marker": "o"})
+    final = record.metrics.get("epsilon")
+    accountant = str(record.metrics.get("epsilon_accountant", "") or "")
+    if isinstance(final, (int, float)) and accountant and accountant != CURVE_ACCOUNTANT:
+        eps_ax.plot([epochs[-1]], [final], marker="D", linestyle="none", color=colour("epsilon_lb"), markersize=7)
+    eps_ax.set_ylabel(f"ε at δ = {delta:g}")
+    shown = [x for x in (*(curve or ()), final if isinstance(final, (int, float)) else 0.0) if np.isfinite(x)]
+    eps_ax.set_ylim(0, 1.12 * max([*shown, 1e-3]))  # room above the last point: never on the frame
+    eps_ax.set_xlabel("epoch")
+    eps_ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # only completed epochs are recorded
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+    return fit_page(fig)
+
+
+def _history_caption(record: TrainedModel, history: TrainingHistory) -> str:
+    accountant = str(record.metrics.get("epsilon_accountant", "") or "")
+    parts = [
+        "Per completed epoch: the epoch's mean training loss (on the parameters before each step)",
+    ]
+    if history.test_accuracy:
+        parts.append(
+            f"the test accuracy at its end on {fmt_count(history.test_examples)} test examples, with 95% "
+            "Clopper–Pearson intervals"
+        )
+    parts.append(
+        f"and the claim's ε for the steps taken so far under the {CURVE_ACCOUNTANT.upper()} accountant (line)"
+        + (
+            f"; the diamond is the final ε under the run's own accountant ({accountant}), the one the record claims"
+            if accountant and accountant != CURVE_ACCOUNTANT
+            else ""
+        )
+    )
+    text = ", ".join(parts) + "."
+    if record.config.get("pca_components") is not None:
+        text += " No ε curve: the claim composes DP-PCA with the steps, which a per-epoch DP-SGD claim leaves out."
+    return text
+
+
+def _history_section(record: TrainedModel) -> Section | None:
+    """Loss, accuracy and ε over training, when the record stores a history (DP-SGD records trained since it is
+    kept)."""
+    history = training_history(record)
+    if history is None:
+        return None
+    return Section(
+        title="Training history",
+        blocks=[
+            Figure(
+                figure=history_figure(record, history),
+                name="history",
+                caption=_history_caption(record, history),
+            )
+        ],
+    )
+
+
 def train_sections(record: TrainedModel, record_dir: Path | None = None) -> list[Section]:
     """The page: the verdict, what was trained, the claim, the metrics, the configuration, and the defense's own files
     beside the weights (when ``record_dir`` is given and it declares any)."""
@@ -162,7 +259,8 @@ def train_sections(record: TrainedModel, record_dir: Path | None = None) -> list
         verdict_section(train_verdict(record)),
         Section(title="Record", blocks=[record_table(record)]),
         Section(title="Privacy claim", blocks=[_claim_block(record)]),
-        Section(title="Metrics", blocks=[metrics_table(record.metrics)]),
+        *([h] if (h := _history_section(record)) is not None else []),
+        Section(title="Metrics", blocks=[metrics_table(record.metrics, skip=(HISTORY_KEY,))]),
         Section(title="Configuration", blocks=[config_items(record.config)]),
     ]
     files = None if record_dir is None else artefacts_table(record, record_dir)

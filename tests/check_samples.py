@@ -61,3 +61,47 @@ def build_check_run(path: str | Path, *, violated: bool = True) -> RunDir:
     run = RunDir(path).create(command="test")
     save_check_report(sample_report(violated=violated), run.path / "checks")
     return run
+
+
+def buggy_report() -> CheckReport:
+    """The reviewer's case: one bug (the same noise seed on every step) that four checks flag — the grey-box noise
+    check names the cause, three statistical checks are violated at their design's ceiling (saturated) — beside
+    one check that passed."""
+    grey = CheckOutcome(
+        name="greybox-noise",
+        status="violated",
+        finding="greybox-noise: the Gaussian draw #2 repeats draw #1 value for value",
+        epsilon_lb=0.0,
+        epsilon_ub=EPSILON_UB,
+        ceiling=0.0,
+        confidence=0.983,
+        num_trials=3,
+        seconds=2.0,
+        detects="noise that is not drawn, not added or reused",
+        misses="noise of the wrong scale drawn afresh",
+        kind="grey-box",
+        cause="the Gaussian draw #2 repeats draw #1 value for value: the noise comes from a constant seed",
+    )
+    return CheckReport(
+        train_fn="examples/dp_bugs/same_noise_seed.py:train",
+        model_fn=None,
+        claim_description=CLAIM,
+        delta=1e-5,
+        confidence=0.95,
+        budget_minutes=5.0,
+        outcomes=(
+            grey,
+            outcome("worst-case", "violated", epsilon_lb=10.3, ceiling=10.3, num_trials=400),
+            outcome("lot-size", "passed", epsilon_lb=0.0, ceiling=2.4),
+            outcome("sampling-rate", "violated", epsilon_lb=4.07, ceiling=4.07),
+            outcome("state-leakage", "violated", epsilon_lb=4.02, ceiling=4.02),
+        ),
+        seconds=30.0,
+    )
+
+
+def build_buggy_check_run(path: str | Path) -> RunDir:
+    """A run directory holding :func:`buggy_report` as ``dpaudit check`` leaves it."""
+    run = RunDir(path).create(command="test")
+    save_check_report(buggy_report(), run.path / "checks")
+    return run

@@ -87,9 +87,10 @@ from dpaudit.models import build_model
 from dpaudit.privacy.claims import PrivacyClaim, dpsgd_claim
 from dpaudit.progress import Progress
 from dpaudit.results.record import TrainedModel
+from dpaudit.robustness.noise import is_randomized
 from dpaudit.seeding import derive_seed, torch_generator
 from dpaudit.train_request import TrainRequest
-from dpaudit.training import check_loss
+from dpaudit.training import check_loss, evaluate
 
 __all__ = [
     "DPSGDTrainer",
@@ -186,10 +187,45 @@ class _Tally:
     canary_steps: int = 0
     loss_total: float = 0.0
     loss_count: int = 0
+    # Per completed epoch (the record's "history"): steps so far, the epoch's mean training loss, test accuracy.
+    history: list[dict[str, float]] = field(default_factory=list)
 
     @property
     def loss_mean(self) -> float:
         return self.loss_total / max(self.loss_count, 1)
+
+    def close_epoch(self, model: nn.Module, *, test: ArrayDataset | None, device: torch.device) -> None:
+        """Epoch-end bookkeeping: the epoch's mean loss (on the parameters before each of its steps) and, when a
+        test split is given, the model's test accuracy now — under a forked RNG, so the run's draws are unchanged."""
+        before_total = sum(h["loss_total"] for h in self.history)
+        before_count = sum(h["loss_count"] for h in self.history)
+        entry = {
+            "steps": float(self.steps_taken),
+            "loss_total": self.loss_total - before_total,
+            "loss_count": float(self.loss_count - before_count),
+        }
+        # A randomized model (a noise layer) would draw its noise for the evaluation: left out. So is the one-example
+        # placeholder test split of the audit trainers (bundle_for_members): nothing to learn from it, and the
+        # grey-box replay that watches those trainings should see the training alone.
+        if test is not None and len(test) > 1 and not is_randomized(model):
+            with torch.random.fork_rng(devices=[]):
+                entry["test_accuracy"] = evaluate(model, test.features, test.labels, device=device)["accuracy"]
+            model.train()
+        self.history.append(entry)
+
+    def history_metrics(self, num_test: int) -> dict[str, list[float] | int]:
+        """The history as the record stores it (empty for a run shorter than an epoch)."""
+        if not self.history:
+            return {}
+        out: dict[str, list[float] | int] = {
+            "epoch": [float(i + 1) for i in range(len(self.history))],
+            "steps": [float(h["steps"]) for h in self.history],
+            "train_loss": [h["loss_total"] / max(h["loss_count"], 1.0) for h in self.history],
+        }
+        if all("test_accuracy" in h for h in self.history):
+            out["test_accuracy"] = [h["test_accuracy"] for h in self.history]
+            out["test_examples"] = num_test
+        return out
 
 
 @dataclass
@@ -280,6 +316,7 @@ def _run_steps(
     bar: Progress,
     device: torch.device,
     resume: _Resume | None = None,
+    test: ArrayDataset | None = None,
 ) -> _Tally:
     """Algorithm 1's loop: per step a lot, its release, the schedule's learning rate, one optimiser step.
 
@@ -323,6 +360,8 @@ def _run_steps(
         tally.steps_taken += 1
         tally.lot_sizes.append(int(lot.numel()))
         bar.update(1, loss=tally.loss_mean)
+        if tally.steps_taken % plan.steps_per_epoch == 0:
+            tally.close_epoch(model, test=test, device=device)
         if hooks.on_epoch is not None and tally.steps_taken % plan.steps_per_epoch == 0:
             hooks.on_epoch(tally.steps_taken // plan.steps_per_epoch - 1, model)
             model.train()
@@ -484,6 +523,7 @@ def train_dpsgd(
                 bar=bar,
                 device=device,
                 resume=resume,
+                test=request.bundle.test,
             )
         if resume is not None:
             resume.checkpoint.finish()
@@ -531,6 +571,8 @@ def _dpsgd_record(
             "delta": config.delta,
             "gradient_canary_steps": tally.canary_steps,
             "train_loss_mean": tally.loss_mean,
+            # Per epoch: loss and test accuracy over training; ε per epoch is the claim's at "steps" (the report).
+            **({"history": h} if (h := tally.history_metrics(len(request.bundle.test))) else {}),
         },
     )
 

@@ -34,8 +34,10 @@ from dpaudit.privacy.gaussian import gdp_epsilon
 
 __all__ = [
     "THRESHOLD_STRATEGIES",
-    "clopper_pearson_upper",
+    "advantage_ceiling",
+    "auc_interval",
     "clopper_pearson_interval",
+    "clopper_pearson_upper",
     "epsilon_from_rates",
     "epsilon_lb_from_counts",
     "gdp_mu_lb_from_counts",
@@ -90,8 +92,62 @@ def clopper_pearson_interval(successes: int, trials: int, *, confidence: float =
         raise v.invalid("successes", f"successes must be <= trials={n}, got {k}")
     miss = (1.0 - confidence) / 2
     low = 0.0 if k == 0 else float(stats.beta.ppf(miss, k, n - k + 1))
-    high = 1.0 if k == n else float(stats.beta.isf(miss, k + 1, n - k))
+    high = 1.0 if k == n else float(stats.beta.ppf(1.0 - miss, k + 1, n - k))
     return low, high
+
+
+def auc_interval(
+    in_scores: Sequence[float] | np.ndarray,
+    out_scores: Sequence[float] | np.ndarray,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """(AUC, low, high): the area under the ROC curve with a percentile bootstrap interval.
+
+    The AUC has no exact interval, so IN and OUT scores are resampled separately (a stratified
+    bootstrap: the group sizes stay those of the audit; Efron & Tibshirani 1993, §13) ``resamples``
+    times with a fixed ``seed``, and each resample's AUC is the Mann–Whitney statistic from the
+    ranks (ties count ½).
+
+    Raises:
+        ValueError: an empty score set, or an invalid confidence or resample count.
+    """
+    s_in = np.asarray(in_scores, dtype=float).reshape(-1)
+    s_out = np.asarray(out_scores, dtype=float).reshape(-1)
+    if s_in.size == 0 or s_out.size == 0:
+        raise v.invalid("in_scores", f"both score sets must be non-empty, got {s_in.size} IN and {s_out.size} OUT")
+    confidence = v.open_unit("confidence", confidence)
+    b = v.integer("resamples", resamples, minimum=1)
+    rng = np.random.default_rng(v.integer("seed", seed, minimum=0))
+
+    def _auc(a: np.ndarray, o: np.ndarray) -> np.ndarray:
+        ranks = stats.rankdata(np.concatenate([a, o], axis=-1), axis=-1)
+        n_a, n_o = a.shape[-1], o.shape[-1]
+        return (ranks[..., :n_a].sum(axis=-1) - n_a * (n_a + 1) / 2) / (n_a * n_o)
+
+    point = float(_auc(s_in, s_out))
+    boot = _auc(s_in[rng.integers(0, s_in.size, (b, s_in.size))], s_out[rng.integers(0, s_out.size, (b, s_out.size))])
+    miss = (1.0 - confidence) / 2
+    low, high = np.quantile(boot, [miss, 1.0 - miss])
+    return point, float(low), float(high)
+
+
+def advantage_ceiling(epsilon: float, *, delta: float) -> float:
+    """The largest membership advantage TPR − FPR an (ε, δ)-DP mechanism allows: (e^ε − 1 + 2δ)/(e^ε + 1).
+
+    The tight bound of the hypothesis-testing view of DP (Kairouz, Oh & Viswanath 2015, Thm 2.1: the
+    two rate constraints meet at FPR = FNR = (1 − δ)/(e^ε + 1)); unlike Yeom et al.'s e^ε − 1 it stays
+    below 1 at every finite ε, so it separates ε = 1 from ε = 8. ``epsilon = ∞`` gives 1.
+    """
+    eps = v.real("epsilon", epsilon)
+    if eps < 0:
+        raise v.invalid("epsilon", f"epsilon must be >= 0, got {epsilon!r}")
+    delta = v.open_unit("delta", delta)
+    if eps > 700:  # e^ε overflows; the bound is 1 to machine precision long before
+        return 1.0
+    return min(1.0, (math.expm1(eps) + 2.0 * delta) / (math.exp(eps) + 1.0))
 
 
 def epsilon_from_rates(*, tpr: float, fpr: float, delta: float) -> float:
