@@ -416,7 +416,10 @@ def test_every_kind_compiles_with_pdflatex_and_no_table_is_shrunk(name, report_s
             for table in re.findall(r"\\input\{([^}]+\.tex)\}", text):
                 assert r"\label{tab:" in (page.parent / table).read_text(encoding="utf-8"), table
     if shutil.which("pdflatex") is None:
-        pytest.skip("pdflatex is not installed (Debian: apt-get install texlive-latex-base texlive-latex-recommended)")
+        pytest.skip(
+            "pdflatex is not installed (Debian: apt-get install texlive-latex-base texlive-latex-recommended; "
+            ".ci/run installs it where apt-get can)"
+        )
     for page in pages:
         assert page is not None
         _pdflatex(page)  # longtable settles its column widths on the second pass, as the labels do
