@@ -2,7 +2,7 @@
 
 Every check reads the objects a report is made of — the matplotlib figure as drawn, its caption,
 the HTML page — never a picture of them, and returns one sentence per problem (an empty list
-is a clean figure or page). docs/reports.md ("The linter") lists what it checks and why.
+is a clean figure or page). docs/report-checks.md ("The linter") lists what it checks and why.
 
 Figures (:func:`lint_figure`, on the figure as :mod:`reports.render` is about to save it):
 
