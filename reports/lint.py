@@ -454,7 +454,9 @@ def lint_figure(fig: Figure, caption: str = "") -> list[str]:
 # -- pages ------------------------------------------------------------------------------------------------------------
 
 #: Words that make a number a rate (a share of examples), in a table heading or just before the number.
-_RATE_WORDS = r"accuracy|accuracies|tpr|fpr|true[- ]positive rate|false[- ]positive rate|advantage|success rate|top-1"
+_RATE_WORDS = (
+    r"accuracy|accuracies|acc|tpr|fpr|true[- ]positive rate|false[- ]positive rate|advantage|success rate|top-1"
+)
 _RATE_HEAD = re.compile(rf"\b(?:{_RATE_WORDS})\b", re.IGNORECASE)
 _PERCENT_HEAD = re.compile(r"\(\s*%\s*\)|\bin %|\bpercent\b", re.IGNORECASE)  # "accuracy (%)": the unit
 _PERCENT = re.compile(r"^\s*[<>≤≥~≈]?\s*\d+(?:\.\d+)?\s*%")
