@@ -15,6 +15,7 @@ import csv
 import io
 import math
 import re
+import textwrap
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,6 @@ from typing import Any
 
 import matplotlib
 import numpy as np
-import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection, PathCollection, PolyCollection
@@ -170,22 +170,22 @@ def _csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return buf.getvalue()
 
 
-def save_figure(fig: Figure, out: Path, base: str, *, truetype: bool = False) -> dict[str, Path]:
+def save_figure(fig: Figure, out: Path, base: str) -> dict[str, Path]:
     """Writes ``<base>.png``, ``.svg``, ``.pdf`` and, where it drew any series, ``<base>.csv``.
+
+    The PDF embeds its fonts as TrueType (Type 42), as publishers' PDF checks ask, whatever the
+    page format: Type 3 fonts are bitmaps to some viewers and rejected by some submission systems.
 
     Args:
         fig: the figure.
         out: the folder.
         base: the files' stem.
-        truetype: embed the PDF's fonts as TrueType (Type 42), which publishers' PDF checks
-            accept, rather than matplotlib's default Type 3; it triples the PDF's cost (font
-            subsetting, about 0.8 s a figure), so only the LaTeX pages ask for it.
 
     Returns:
         Format (``png``, ``svg``, ``pdf``, ``csv``) → path written.
     """
     written: dict[str, Path] = {}
-    rc: Any = {**_RC, "pdf.fonttype": 42 if truetype else 3}  # (matplotlib types rc keys as literals)
+    rc: Any = {**_RC, "pdf.fonttype": 42, "ps.fonttype": 42}  # (matplotlib types rc keys as literals)
     with matplotlib.rc_context(rc):
         bbox: Any = "tight"  # keeps the legend placed outside the axes inside the image
         for fmt in FIGURE_FORMATS:
@@ -261,25 +261,48 @@ _LATEX_CHARS = {
 }
 
 
-# A Greek letter with a subscript (ε_LB, Δ_r) is one symbol in a paper: $\varepsilon_{\mathrm{LB}}$.
-_SUBSCRIPTED = re.compile(r"([εδσαμτλΔ])_([A-Za-z0-9]+)")
+# A Greek letter with a subscript is one symbol in a paper: ε_LB → $\varepsilon_{\mathrm{LB}}$ (a word
+# subscript upright), σ₁ → $\sigma_{1}$; a superscript is raised: 10⁻⁵ → 10$^{-5}$.
+_GREEK = "εδσαβγλμτΔ"
+_SUBSCRIPTS = "₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎ₐₑₒₓₕₖₗₘₙₚₛₜᵢⱼᵣᵤᵥ"
+_SUPERSCRIPTS = "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁱⁿ"
+_SCRIPTED = re.compile(
+    rf"(?P<g1>[{_GREEK}])_(?P<word>[A-Za-z0-9]+)"
+    rf"|(?P<g2>[{_GREEK}])?(?P<sub>[{_SUBSCRIPTS}]+)"
+    rf"|(?P<sup>[{_SUPERSCRIPTS}]+)"
+)
+
+
+def _script_text(chars: str) -> str:
+    """Unicode sub- or superscript characters as the ASCII they stand for (₁ → 1, ⁻ → -)."""
+    plain = unicodedata.normalize("NFKD", chars).replace("\u2212", "-")
+    return _latex_chars(plain).replace("$", "")
+
+
+def _scripted(m: re.Match[str]) -> str:
+    if m["word"] is not None:
+        return "$" + _LATEX_CHARS[m["g1"]].strip("$") + r"_{\mathrm{" + m["word"] + "}}$"
+    if m["sub"] is not None:
+        base = _LATEX_CHARS[m["g2"]].strip("$") if m["g2"] else ""
+        return "$" + base + "_{" + _script_text(m["sub"]) + "}$"
+    return "$^{" + _script_text(m["sup"]) + "}$"
 
 
 def latex_text(text: Any) -> str:
     """``text`` as LaTeX source for pdflatex: specials escaped, Greek and symbols as math, plain ASCII out.
 
-    A character with no mapping is written as its ASCII decomposition (é → e) or, failing
-    that, ``?`` — so the page always compiles, whatever a label holds.
+    Sub- and superscripts are typeset as such (ε_LB, σ₁, 10⁻⁵), and symbols side by side are one
+    formula (never ``$$``, which would open display math). A character with no mapping is
+    written as its ASCII decomposition (é → e) or, failing that, ``?`` — so the page always
+    compiles, whatever a label holds.
     """
     text = str(text)
     parts, last = [], 0
-    for m in _SUBSCRIPTED.finditer(text):
-        parts += [
-            _latex_chars(text[last : m.start()]),
-            "$" + _LATEX_CHARS[m[1]].strip("$") + r"_{\mathrm{" + m[2] + "}}$",
-        ]
+    for m in _SCRIPTED.finditer(text):
+        parts += [_latex_chars(text[last : m.start()]), _scripted(m)]
         last = m.end()
-    return "".join(parts) + _latex_chars(text[last:])
+    out = "".join(parts) + _latex_chars(text[last:])
+    return re.sub(r"(?<!\\)\$\$", "", out)  # "$\sigma$$_{1}$" is one formula, "$\sigma_{1}$"
 
 
 def _latex_chars(text: str) -> str:
@@ -306,23 +329,118 @@ def _csv_cell(x: Any) -> str:
     return _num(x)
 
 
-def latex_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], cell: Callable[[Any], str]) -> str:
-    """A booktabs ``tabular`` of the table through :meth:`pandas.DataFrame.to_latex`, cells as ``cell`` writes them."""
-    frame = pd.DataFrame(
-        [[latex_text(cell(x)) for x in row] for row in rows], columns=pd.Index([latex_text(c) for c in columns])
-    )
-    # Text columns left, the rest right-aligned, as the HTML page sets them.
-    align = "".join("l" if j == 0 or any(isinstance(r[j], str) for r in rows) else "r" for j in range(len(columns)))
-    return frame.to_latex(index=False, escape=False, column_format=align or "l")
+#: What the LaTeX pages give a table: the text width of a 10 pt article with 2 cm margins on US
+#: letter, in points, and the table font, ``\small`` (9 pt), whose characters the splitter counts
+#: at :data:`CHAR_PT` each (generously: digits are 4.6 pt) with :data:`COLSEP_PT` between columns.
+TEXT_WIDTH_PT = 500.0
+CHAR_PT = 5.0
+COLSEP_PT = 12.0
+#: A column of words wider than this (points) wraps in a paragraph column rather than widen the table.
+WRAP_PT = 200.0
+
+
+def _shown_len(tex: str) -> int:
+    """About how many characters wide ``tex`` is set: a command counts as one glyph, braces and math signs none."""
+    return len(re.sub(r"[{}$^_]", "", re.sub(r"\\[A-Za-z]+", "x", tex)))
+
+
+def _label(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9:.-]", "-", text)
+
+
+def _header(text: str, width: int, align: str) -> str:
+    """A heading, wrapped to ``width`` characters in a nested tabular when longer (never wider than its column)."""
+    lines = textwrap.wrap(text, max(width, 1), break_long_words=False) or [""]
+    if len(lines) == 1:
+        return latex_text(text)
+    inner = r" \\ ".join(latex_text(line) for line in lines)
+    return rf"\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}{inner}\end{{tabular}}"
+
+
+def latex_table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    cell: Callable[[Any], str],
+    *,
+    caption: str = "",
+    label: str = "",
+) -> str:
+    r"""The table as LaTeX a page or a paper inputs: booktabs ``longtable`` s set in ``\small`` (9 pt), never shrunk.
+
+    A table wider than the text is split by columns into several tables, each repeating the
+    first (key) column; a long one breaks across pages with its heading repeated. Long
+    headings wrap; a column of long words becomes a paragraph column. Each part carries a
+    ``\caption`` and a ``\label`` (``label``, then ``label-2``, … for the parts after the
+    first). Needs the ``booktabs``, ``longtable`` and ``array`` packages.
+    """
+    texts = [[latex_text(cell(x)) for x in row] for row in rows]
+    n = len(columns)
+    words = [j == 0 or any(isinstance(r[j], str) for r in rows) for j in range(n)]
+    align = ["l" if w else "r" for w in words]
+    cells_len = [max([_shown_len(r[j]) for r in texts] or [0]) for j in range(n)]
+    # A heading wraps at its longest word, but not below 10 characters a line (or its whole length, when shorter).
+    head_len = [max([len(w) for w in str(c).split()] + [min(len(str(c)), 10)]) for c in columns]
+    chars = [max(cells_len[j], head_len[j], 1) for j in range(n)]
+    spec = []
+    for j in range(n):
+        if words[j] and chars[j] * CHAR_PT > WRAP_PT:
+            spec.append(rf">{{\raggedright\arraybackslash}}p{{{WRAP_PT:g}pt}}")
+            chars[j] = int(WRAP_PT // CHAR_PT)
+        else:
+            spec.append(align[j])
+    width = [chars[j] * CHAR_PT + COLSEP_PT for j in range(n)]
+    # Columns in parts that fit the text width, each part led by the key column.
+    parts: list[list[int]] = []
+    for j in range(1, n):
+        if parts and sum(width[k] for k in parts[-1]) + width[j] <= TEXT_WIDTH_PT:
+            parts[-1].append(j)
+        else:
+            parts.append([0, j])
+    parts = parts or [[0]]
+    caption = caption.strip() or "Columns: " + ", ".join(str(c) for c in columns) + "."
+    out = []
+    for p, part in enumerate(parts):
+        head = " & ".join(_header(str(columns[j]), chars[j], align[j]) for j in part) + r" \\"
+        tag = _label(label) + (f"-{p + 1}" if p else "")
+        more = f" (part {p + 1} of {len(parts)}: columns {', '.join(str(columns[j]) for j in part[1:])})"
+        title = latex_text(caption + (more if len(parts) > 1 else ""))
+        out += [
+            r"\begingroup\small",
+            rf"\begin{{longtable}}{{{''.join(spec[j] for j in part)}}}",
+            rf"\caption{{{title}}}" + (rf"\label{{{tag}}}" if label else "") + r" \\",
+            r"\toprule",
+            head,
+            r"\midrule",
+            r"\endfirsthead",
+            r"\toprule",
+            head,
+            r"\midrule",
+            r"\endhead",
+            r"\bottomrule",
+            r"\endlastfoot",
+            *(" & ".join(r[j] for j in part) + r" \\" for r in texts),
+            r"\end{longtable}",
+            r"\endgroup",
+        ]
+    return "\n".join(out) + "\n"
 
 
 def save_table(
-    columns: Sequence[str], rows: Sequence[Sequence[Any]], out: Path, base: str, cell: Callable[[Any], str]
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    out: Path,
+    base: str,
+    cell: Callable[[Any], str],
+    *,
+    caption: str = "",
 ) -> dict[str, Path]:
-    """Writes ``<base>.csv`` (values at full precision) and ``<base>.tex`` (the page's formatting, a ``tabular``)."""
+    """Writes ``<base>.csv`` (values at full precision) and ``<base>.tex`` (the page's formatting, as
+    :func:`latex_table` sets it, labelled ``tab:<base>``)."""
     return {
         "csv": atomic_write_text(
             out / f"{base}.csv", _csv(list(columns), [[_csv_cell(x) for x in row] for row in rows])
         ),
-        "tex": atomic_write_text(out / f"{base}.tex", latex_table(columns, rows, cell)),
+        "tex": atomic_write_text(
+            out / f"{base}.tex", latex_table(columns, rows, cell, caption=caption, label=f"tab:{base}")
+        ),
     }

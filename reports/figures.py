@@ -19,6 +19,8 @@ Plotting functions take results and an optional axes and return a figure; only
   them: the writer saves at :data:`SAVE_DPI` and a page is :data:`PAGE_WIDTH_IN` wide, so
   :func:`legend_outside` moves a legend under the axes when beside them it would widen the
   image past the page and shrink every font with it);
+* **fonts in vector files**: TrueType (Type 42) in every PDF and PostScript file, set in
+  matplotlib's ``rcParams`` when this module is imported;
 * **numbers** on figures: :func:`eps_text` (ε to 2–3 significant digits, ∞ as "∞"),
   :func:`rate_text` (a rate as a percentage with the count it rests on).
 
@@ -49,6 +51,11 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from dpaudit import _validate as v
 from dpaudit.parts import PlotStyle, part_style
 from dpaudit.results.numbers import fmt_epsilon, fmt_lower_bound, fmt_upper_bound
+
+# Fonts embedded as TrueType (Type 42) in every PDF and PostScript file a figure is saved to, not
+# matplotlib's default Type 3 (bitmaps to some viewers, refused by some submission systems).
+matplotlib.rcParams["pdf.fonttype"] = 42
+matplotlib.rcParams["ps.fonttype"] = 42
 
 __all__ = [
     "PALETTE",

@@ -15,8 +15,8 @@ Beside every page (:mod:`reports.exports`): each figure as ``<stem>-<name>.png``
 ``<stem>-<name>.csv`` and a LaTeX ``tabular`` ``.tex``; the page links them. The page format
 is chosen with :func:`report_format` (``html``: HTML with its Markdown twin, the default;
 ``md``: Markdown only; ``latex``: ``<stem>.tex``, a standalone document that compiles with
-pdflatex, whose body ``<stem>-body.tex`` the LaTeX index inputs; its PDFs embed TrueType
-fonts, as publishers ask). Rendering twice writes the same bytes.
+pdflatex, whose body ``<stem>-body.tex`` the LaTeX index inputs). Every PDF embeds TrueType
+fonts, as publishers ask. Rendering twice writes the same bytes.
 
 No torch here: reports render from stored results alone.
 """
@@ -335,6 +335,7 @@ def _environment(latex: bool = False) -> jinja2.Environment:
     env.filters["md"] = md_text
     env.filters["mdline"] = md_inline
     env.filters["tex"] = latex_text
+    env.filters["texlabel"] = lambda x: re.sub(r"[^A-Za-z0-9:.-]", "-", str(x))
     return env
 
 
@@ -419,7 +420,12 @@ def _block(block: Any, out: Path, stem: str, tables: list[int], exports: list[Pa
     if isinstance(block, Table):
         tables.append(1)
         files = save_table(
-            block.columns, block.rows, out, f"{stem}-{block.name or f'table-{len(tables)}'}", _table_cell
+            block.columns,
+            block.rows,
+            out,
+            f"{stem}-{block.name or f'table-{len(tables)}'}",
+            _table_cell,
+            caption=block.caption,
         )
         exports.extend(files.values())
         # A column of words is set flush left under a flush-left heading (numbers stay right-aligned).
@@ -441,7 +447,7 @@ def _block(block: Any, out: Path, stem: str, tables: list[int], exports: list[Pa
                 kind="empty",
                 text=f"{block.caption.rstrip('.')}: {block.empty}." if block.caption else f"{block.empty}.",
             )
-        files = save_figure(block.figure, out, f"{stem}-{block.name}", truetype=current_format() == "latex")
+        files = save_figure(block.figure, out, f"{stem}-{block.name}")
         exports.extend(files.values())
         links = {k: p.name for k, p in files.items()}
         return _FigureOut(
@@ -597,6 +603,8 @@ def write_index_files(
             for g, links in groups
         ],
         "files": list(files),
+        # The HTML pages are linked only where they are written (--format md writes none).
+        "html": fmt == "html",
     }
     md = atomic_write_text(out / "index.md", _env().get_template("index.md.j2").render(**context))
     if fmt == "md":

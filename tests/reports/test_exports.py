@@ -3,7 +3,9 @@ CSV, every table as CSV and LaTeX, linked from the page; ``dpaudit report --form
 
 pdflatex is not assumed: a LaTeX page is checked to be well-formed (ASCII only, balanced braces and
 environments, no stray special character, every ``\\input`` and ``\\includegraphics`` target
-beside it); where pdflatex is installed, a slow test also compiles it.
+beside it); where pdflatex is installed, an extended test also compiles every kind's pages
+(twice, as longtable and labels need) and fails on a table wider than the text. Issue 46: PDFs
+embed TrueType fonts, ``--format md`` links no page it did not write, tables are never shrunk.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from matplotlib.figure import Figure
 
 from dpaudit.app.cli import build_parser, main
 from dpaudit.app.runs.report import render_reports
-from reports.exports import DATA_COLUMNS, figure_data, latex_text, save_figure
+from reports.exports import DATA_COLUMNS, figure_data, latex_table, latex_text, save_figure
 from reports.kinds import REPORT_KINDS
 from reports.render import REPORT_FORMATS, Link, Section, Table, report_format, write_report_files
 
@@ -89,10 +91,7 @@ def test_a_figure_is_written_as_png_svg_pdf_and_csv_byte_identical_twice(tmp_pat
     assert first["pdf"].read_bytes().startswith(b"%PDF") and b"CreationDate" not in first["pdf"].read_bytes()
     assert b"<svg" in first["svg"].read_bytes() and b"<dc:date>" not in first["svg"].read_bytes()
     assert list(_rows(first["csv"])[0]) == list(DATA_COLUMNS)
-    truetype = save_figure(fig, tmp_path / "a", "t", truetype=True)["pdf"].read_bytes()
-    assert (
-        b"/FontFile2" in truetype and b"/FontFile2" not in first["pdf"].read_bytes()
-    )  # Type 42 embeds the TrueType font
+    assert b"/FontFile2" in first["pdf"].read_bytes()  # Type 42 embeds the TrueType font
 
 
 def test_an_image_only_figure_has_no_data_csv(tmp_path):
@@ -110,6 +109,41 @@ def test_latex_text_escapes_specials_and_writes_symbols_as_math():
         r"\textasciitilde{} \textasciicircum{} \textbackslash{} $\infty$ --- u ? "
         r"$\varepsilon$ model\_id"
     )
+
+
+def test_subscripts_and_superscripts_are_typeset_as_such_and_symbols_never_open_display_math():
+    # σ₁ was "$\sigma$1": a σ followed by a one, not σ with subscript 1.
+    assert latex_text("σ₁ = 0.5, σ₁₂") == r"$\sigma_{1}$ = 0.5, $\sigma_{12}$"
+    assert latex_text("ε_LB and ε_UB") == r"$\varepsilon_{\mathrm{LB}}$ and $\varepsilon_{\mathrm{UB}}$"
+    assert latex_text("δ = 10⁻⁵, x₀, n²") == r"$\delta$ = 10$^{-5}$, x$_{0}$, n$^{2}$"
+    # Two symbols side by side are one formula: "$$" would open display math.
+    assert latex_text("ε≤∞") == r"$\varepsilon\leq\infty$" and "$$" not in latex_text("σ₁≥ε_LB")
+    assert latex_text(r"\$σ") == r"\textbackslash{}\$$\sigma$"  # an escaped dollar is text, not math
+
+
+def _tex_table(columns, rows, **kw) -> str:
+    return latex_table(columns, rows, lambda x: "—" if x is None else str(x), **kw)
+
+
+def test_a_latex_table_is_never_shrunk_and_a_wide_one_is_split_by_columns_each_part_labelled():
+    from reports.exports import CHAR_PT, COLSEP_PT, TEXT_WIDTH_PT
+
+    narrow = _tex_table(["setting", "ε_UB"], [["dpsgd", 1.0]], caption="A table.", label="tab:p-t")
+    assert narrow.count(r"\begin{longtable}") == 1 and r"\small" in narrow and r"\label{tab:p-t}" in narrow
+    assert r"\caption{A table.}" in narrow and r"\resizebox" not in narrow and r"\scalebox" not in narrow
+    # Twelve columns of 12-character numbers: about 12 × (12 × 5 + 12) = 864 pt against 500 pt of text.
+    columns = ["setting", *(f"measure {i}" for i in range(11))]
+    values = [f"{i}.{i:09d}" for i in range(11)]  # 11 or 12 characters, none inside another
+    wide = _tex_table(columns, [["dpsgd", *values]], label="tab:p-w")
+    parts = re.findall(r"\\begin\{longtable\}\{([^}]*)\}(.*?)\\end\{longtable\}", wide, re.S)
+    assert len(parts) >= 2 and r"\resizebox" not in wide
+    for p, (spec, body) in enumerate(parts, start=1):
+        assert body.count("dpsgd") == 1  # every part repeats the key column
+        assert (r"\label{tab:p-w}" if p == 1 else rf"\label{{tab:p-w-{p}}}") in body
+        assert len(spec) * (12 * CHAR_PT + COLSEP_PT) <= TEXT_WIDTH_PT + 12 * CHAR_PT + COLSEP_PT
+    # Every measure is in exactly one part.
+    assert sorted(c for c in columns[1:] if wide.count(c) >= 1) == sorted(columns[1:])
+    assert all(sum(body.count(v) for _, body in parts) == 1 for v in values)
 
 
 def test_a_table_is_written_as_csv_at_full_precision_and_latex_as_the_page_prints_it(tmp_path):
@@ -133,9 +167,10 @@ def test_a_table_is_written_as_csv_at_full_precision_and_latex_as_the_page_print
     ]
     tex = (tmp_path / "p-table-1.tex").read_text()
     assert (
-        tex.startswith(r"\begin{tabular}{lrr}")
+        r"\begin{longtable}{lrr}" in tex
         and r"\toprule" in tex
         and r"setting & $\varepsilon_{\mathrm{UB}}$ & AUC \\" in tex
+        and r"\caption{c}\label{tab:p-table-1}" in tex
     )
     assert (
         r"dpsgd & $\infty$ & 0.512 \\" in tex
@@ -290,22 +325,107 @@ def test_the_cli_offers_the_writers_formats():
     assert report.REPORT_FORMATS == REPORT_FORMATS
 
 
-@pytest.mark.slow
+# -- PDFs, Markdown links, LaTeX that compiles -------------------------------------------------------------------
+
+
+def test_every_pdf_embeds_truetype_fonts_never_type3(tmp_path):
+    # The figure style itself (rcParams set by reports.figures), not only the report writer's save: a figure
+    # saved by hand from a plotting function is TrueType too.
+    import reports.figures  # noqa: F401  (sets the style)
+
+    fig = Figure(figsize=(3, 2))
+    ax = fig.add_subplot()
+    ax.plot([0, 1], [0, 1], label="ε_LB")
+    ax.set_xlabel("radius")
+    ax.legend()
+    fig.savefig(tmp_path / "by-hand.pdf")
+    written = save_figure(fig, tmp_path, "written")["pdf"]
+    for pdf in (tmp_path / "by-hand.pdf", written):
+        data = pdf.read_bytes()
+        assert b"/Type3" not in data, f"{pdf.name} embeds a Type 3 font"
+        assert b"/FontFile2" in data, f"{pdf.name} embeds no TrueType font"
+
+
+_MD_LINK = re.compile(r"(?<!\\)\]\(([^)\s]+)\)")
+
+
+def _dead_md_links(reports_dir: Path) -> list[str]:
+    pages = sorted(reports_dir.glob("*.md"))
+    assert pages, f"no Markdown page in {reports_dir}"
+    return [
+        f"{page.name} links {target}, which was not written"
+        for page in pages
+        for target in _MD_LINK.findall(page.read_text(encoding="utf-8"))
+        if not (page.parent / target).is_file()
+    ]
+
+
+def test_format_md_links_only_files_it_wrote(report_samples, tmp_path):
+    run = report_samples["pate"](tmp_path / "run")
+    render_reports(run, format="md")
+    out = run.reports_dir()
+    index = (out / "index.md").read_text(encoding="utf-8")
+    assert "(pate.md)" in index and ".html" not in index
+    assert not _dead_md_links(out)
+    # Under the default format both are written, and the index links both.
+    render_reports(run)
+    assert "(pate.html)" in (out / "index.md").read_text(encoding="utf-8") and not _dead_md_links(out)
+
+
+@pytest.mark.extended
 @pytest.mark.parametrize("name", KINDS)
-def test_every_kind_compiles_or_is_well_formed_latex(name, report_samples, tmp_path):
+def test_format_md_has_no_dead_link_in_any_kind(name, report_samples, tmp_path):
+    run = report_samples[name](tmp_path / "run")
+    render_reports(run, format="md")
+    assert not list(run.reports_dir().glob("*.html"))
+    assert not _dead_md_links(run.reports_dir())
+
+
+# Commands that would set a table below 9 pt (the pages set tables in \small, 9 pt of a 10 pt document).
+_SHRINKING = re.compile(r"\\(resizebox|scalebox|tiny|scriptsize|footnotesize)\b")
+
+
+def _pdflatex(page: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", page.name],
+        cwd=page.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("name", KINDS)
+def test_every_kind_compiles_with_pdflatex_and_no_table_is_shrunk(name, report_samples, tmp_path):
     if name not in report_samples:
         pytest.fail(f"report kind {name!r} has no sample run")
     run = report_samples[name](tmp_path / "run")
     index = render_reports(run, format="latex")
-    for page in (*index.pages_of(name), index.index):
+    for tex in run.reports_dir().glob("*.tex"):
+        text = tex.read_text(encoding="utf-8")
+        assert not _SHRINKING.search(text), f"{tex.name} shrinks a table or its font: {_SHRINKING.search(text)[0]}"
+    pages = [*index.pages_of(name), index.index]
+    for page in pages:
         assert page is not None
         assert_well_formed_latex(page)
-        if shutil.which("pdflatex"):
-            done = subprocess.run(
-                ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", page.name],
-                cwd=page.parent,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert done.returncode == 0, done.stdout[-3000:]
+        body = page.with_name(page.stem + "-body.tex")
+        if body.is_file():  # every figure and table of the page is labelled
+            text = body.read_text(encoding="utf-8")
+            assert text.count(r"\begin{figure}") == text.count(r"\label{fig:")
+            for table in re.findall(r"\\input\{([^}]+\.tex)\}", text):
+                assert r"\label{tab:" in (page.parent / table).read_text(encoding="utf-8"), table
+    if shutil.which("pdflatex") is None:
+        pytest.skip(
+            "pdflatex is not installed (Debian: apt-get install texlive-latex-base texlive-latex-recommended; "
+            ".ci/run installs it where apt-get can)"
+        )
+    for page in pages:
+        assert page is not None
+        _pdflatex(page)  # longtable settles its column widths on the second pass, as the labels do
+        done = _pdflatex(page)
+        assert done.returncode == 0, done.stdout[-3000:]
+        log = page.with_suffix(".log").read_text(encoding="utf-8", errors="replace")
+        # A table wider than the text would be an overfull alignment: the split must have prevented it.
+        wide = re.findall(r"Overfull \\hbox \(([\d.]+)pt too wide\) in alignment", log)
+        assert not [w for w in wide if float(w) > 1.0], f"{page.name}: tables wider than the text by {wide} pt"
