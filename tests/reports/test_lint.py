@@ -327,7 +327,6 @@ FIGURE_XFAILS = {
     ),
     "sample-audits": _xfail("audit bounds figure: ε_UB and ε_LB drawn as one point each (a single-point axes)"),
     "sample-certified": _xfail("certified accuracy-vs-ε figure: one model, one point (a single-point axes)"),
-    "sample-checks": _xfail("check ε figure: legend entry 'ε_LB, inconclusive' whose bar has no length"),
     "compare-grid": _xfail(
         "compare privacy-utility figure: error-bar legend symbols for settings with no error bar; "
         "the accuracy panel's series are one point each"
@@ -339,10 +338,6 @@ PAGE_XFAILS = {
         "compare page: acc. loss, TPR and advantage as fractions beside test acc. as percentages (95.0%)"
     ),
     "compare-grid": _xfail("compare page: acc. loss, TPR and advantage as fractions beside test acc. as percentages"),
-    "sample-certified": _xfail("certified page: 'conv. acc' as fractions (0.9) beside 'conventional accuracy 100.0%'"),
-    "certified-pixeldp-smoothing": _xfail(
-        "certified page: 'conv. acc' as fractions (0.9) beside 'conventional accuracy 100.0%'"
-    ),
     "sample-pate": _xfail("PATE page: 'test accuracy 0.8' in its text beside 'label acc.' 100.0% in its table"),
 }
 #: As in test_style.py: crowded runs whose rendering takes tens of seconds.
@@ -439,10 +434,7 @@ def test_a_table_wider_than_the_page_is_measured_as_such(browser, tmp_path):
     assert len(found) == 1 and found[0].startswith("table 2 "), found
 
 
-TABLE_XFAILS = {
-    "sample-compare": _xfail("compare page: the membership table runs past the text column at 1,280 px"),
-    "compare-grid": _xfail("compare page: the membership table runs past the text column at 1,280 px"),
-}
+TABLE_XFAILS: dict[str, pytest.MarkDecorator] = {}
 
 
 @pytest.mark.extended
