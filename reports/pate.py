@@ -31,7 +31,7 @@ from dpaudit.results.verdicts import Verdict, record_delta
 from dpaudit.store import RunDir, load_npz, thaw
 from reports.figures import DASH_CYCLE, MARKER_CYCLE, SERIES_COLOURS, eps_ub_text, legend_outside, new_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import fmt_number, fmt_percent, fmt_upper_bound
+from reports.numbers import fmt_percent, fmt_upper_bound
 from reports.render import Figure, Section, Table, Text, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -341,10 +341,10 @@ def accuracy_epsilon_figure(
 def accuracy_epsilon_sentence(rows: Sequence[PateRow], published: Sequence[PublishedRow] = ()) -> str:
     """What the accuracy-against-ε plot would show, in words, when it has fewer than two points."""
     points = [
-        f"{r.label}: ε = {eps_ub_text(r.epsilon)}, test accuracy {_num(r.student_accuracy)} (measured here)"
+        f"{r.label}: ε = {eps_ub_text(r.epsilon)}, test accuracy {_pct(r.student_accuracy)} (measured here)"
         for r in rows
     ]
-    points += [f"{p.label}: ε = {eps_ub_text(p.epsilon)}, accuracy {_num(p.accuracy)} (published)" for p in published]
+    points += [f"{p.label}: ε = {eps_ub_text(p.epsilon)}, accuracy {_pct(p.accuracy)} (published)" for p in published]
     return ("one student only — " + points[0] + "; a single point is not plotted") if points else "no student to plot"
 
 
@@ -352,10 +352,6 @@ def _look(i: int) -> tuple[str, str, str]:
     """(colour, marker, dash) of the i-th series from the style module's cycles: no two of the first 48 alike."""
     n = len(SERIES_COLOURS)
     return SERIES_COLOURS[i % n], MARKER_CYCLE[i % len(MARKER_CYCLE)], DASH_CYCLE[(i // n) % len(DASH_CYCLE)]
-
-
-def _num(x: Any) -> str:
-    return fmt_number(None if x is None else float(x))
 
 
 def _eps(x: Any) -> str:

@@ -338,7 +338,6 @@ PAGE_XFAILS = {
         "compare page: acc. loss, TPR and advantage as fractions beside test acc. as percentages (95.0%)"
     ),
     "compare-grid": _xfail("compare page: acc. loss, TPR and advantage as fractions beside test acc. as percentages"),
-    "sample-pate": _xfail("PATE page: 'test accuracy 0.8' in its text beside 'label acc.' 100.0% in its table"),
 }
 #: As in test_style.py: crowded runs whose rendering takes tens of seconds.
 SLOW_RUNS = frozenset({"audits-white-box-one-run", "certified-pixeldp-smoothing"})
