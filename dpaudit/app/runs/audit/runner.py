@@ -101,7 +101,7 @@ def make_audit_executor(
         raise v.invalid("address", f"address={address!r} applies to executor 'ray' only, got executor={kind!r}")
     if kind == "serial" or workers is None or workers <= 1:
         return SerialExecutor()
-    return LocalExecutor(workers=workers, threads_per_worker=1)
+    return LocalExecutor(workers=workers)
 
 
 def _ray_gpus(spec: AuditSpec, bundle: Any) -> float:
