@@ -122,7 +122,8 @@ def plan_command_threads(args: argparse.Namespace) -> Any:
         return None
     workers = getattr(args, "num_workers", None)
     executor = getattr(args, "executor", None)
-    if executor == "serial" or executor is None and workers is None:
+    uses_pool = getattr(args, "uses_pool", None)
+    if executor == "serial" or executor is None and workers is None or uses_pool is not None and not uses_pool(args):
         workers = 1
     elif workers is None:
         workers = threads.available_cores()
@@ -425,8 +426,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     input (exit 2, one line, the flag it is about); any other exception is a bug of dpaudit
     (exit 1, "internal error", a traceback with ``--debug``).
     """
+    whole_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        from dpaudit.app import estimate
+
+        # Plans count the command's own start-up in their wall time (dpaudit.app.estimate).
+        estimate.start_command(whole_process=whole_process)
         return _locked_main(argv)
     except KeyboardInterrupt:
         # Caught here, above every import of the suite (this module loads only the standard

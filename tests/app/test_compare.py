@@ -437,7 +437,8 @@ def test_grid_limit_estimate_counts_the_trainings() -> None:
         data_root=None,
         workers=1,
     )
-    assert 0 < small and big > 10 * small
+    assert small is not None and big is not None
+    assert 0 < small.low <= small.high and big.low > 10 * small.low and big.high > 10 * small.high
 
 
 @pytest.mark.parametrize(
