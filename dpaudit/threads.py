@@ -20,8 +20,9 @@ are ``cores // workers``, at least 1, unless one is given; what is given wins in
 
 A given N is the intra-op threads of each process, as ``OMP_NUM_THREADS`` means it. torch's
 inter-op pool runs only ``torch.jit.fork`` tasks, which dpaudit does not use: one thread, so the
-pool adds no idle threads. The plan is said once on stderr (``threads: 1 intra-op × 2 workers on
-2 cores (from the cores available)``); ``--quiet`` silences it. The thread count can change the
+pool adds no idle threads. The plan is said once on stderr, as the command's first progress
+starts (``threads: 1 intra-op × 2 workers on 2 cores (from the cores available)``); ``--quiet``
+silences it, and a command refused before any work keeps its one-line error. The thread count can change the
 last bits of floating-point sums, so two runs that must agree bit for bit on different machines
 should give the same ``--threads``. The docs page is ``docs/performance.md``.
 """
@@ -33,6 +34,7 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TextIO
 
 from dpaudit import _validate as v
 
@@ -47,6 +49,7 @@ __all__ = [
     "worker_threads",
     "announce",
     "start_command",
+    "say_pending",
 ]
 
 #: The environment variables a plan reads, strongest first.
@@ -63,6 +66,8 @@ _USER_ENV: dict[str, str] = {name: os.environ[name] for name in ENV_VARIABLES if
 _FLAG: int | None = None
 #: Whether the plan was already said on stderr (it is said once per command).
 _ANNOUNCED = False
+#: The plan to say when the command's first work starts (None: nothing to say).
+_PENDING: ThreadPlan | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,17 +225,29 @@ def worker_threads(workers: int) -> int:
 
 
 def start_command(threads: int | None) -> None:
-    """Starts a command's plan afresh: its ``--threads`` (None: not given), and not yet said."""
-    global _ANNOUNCED
+    """Starts a command's plan afresh: its ``--threads`` (None: not given), and nothing to say yet."""
+    global _ANNOUNCED, _PENDING
     set_thread_flag(threads)
     _ANNOUNCED = False
+    _PENDING = None
 
 
 def announce(plan: ThreadPlan, *, quiet: bool = False) -> bool:
-    """Says the plan on stderr, once per command (later calls say nothing); returns whether it did."""
-    global _ANNOUNCED
+    """Says the plan once per command, when its first work starts (:func:`say_pending`, called by
+    :class:`dpaudit.progress.Progress`): a command refused before any work keeps its one-line
+    error, and a dry run that trains nothing says nothing. Returns whether it will be said."""
+    global _PENDING
     if quiet or _ANNOUNCED:
         return False
-    _ANNOUNCED = True
-    print(plan.line(), file=sys.stderr, flush=True)
+    _PENDING = plan
+    return True
+
+
+def say_pending(stream: TextIO | None = None) -> bool:
+    """Says the plan :func:`announce` left, on ``stream`` (stderr); returns whether it did."""
+    global _ANNOUNCED, _PENDING
+    if _PENDING is None or _ANNOUNCED:
+        return False
+    plan, _PENDING, _ANNOUNCED = _PENDING, None, True
+    print(plan.line(), file=stream if stream is not None else sys.stderr, flush=True)
     return True

@@ -399,7 +399,9 @@ def describe_range(low: float, high: float) -> str:
 def describe_duration(seconds: float | Estimate) -> str:
     """``about 3 h`` / ``about 2 days`` (a range, ``about 2–3 h``, for an :class:`Estimate`) for an announcement."""
     if isinstance(seconds, Estimate):
-        return seconds.describe()
+        if seconds.low < seconds.high:
+            return seconds.describe()
+        seconds = seconds.high
     hours = seconds / 3600.0
     if hours < 48:
         return f"about {hours:.0f} h" if hours >= 1.5 else "about 1 h"

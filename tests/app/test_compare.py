@@ -438,7 +438,8 @@ def test_grid_limit_estimate_counts_the_trainings() -> None:
         workers=1,
     )
     assert small is not None and big is not None
-    assert 0 < small.low <= small.high and big.low > 10 * small.low and big.high > 10 * small.high
+    # 2 seeds x 10x the epochs x (target + 4 shadows): far more than 5x, whatever the timed steps' spread.
+    assert 0 < small.low <= small.high and big.middle > 5 * small.middle
 
 
 @pytest.mark.parametrize(

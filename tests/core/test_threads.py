@@ -80,12 +80,25 @@ def test_cores_are_the_affinity_capped_by_a_cgroup_quota(tmp_path: Path, monkeyp
     assert threads.available_cores() == 4
 
 
-def test_the_plan_is_said_once_per_command_and_not_when_quiet(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_plan_is_said_once_per_command_as_work_starts_and_not_when_quiet(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from dpaudit.progress import Progress
+
     plan = threads.plan_threads(workers=1, cores=2, env={})
     threads.start_command(None)
     assert threads.announce(plan, quiet=True) is False
-    assert threads.announce(plan) is True and threads.announce(plan) is False
-    assert capsys.readouterr().err.splitlines() == [plan.line()]
+    with Progress(1, "work"):
+        pass
+    assert "threads:" not in capsys.readouterr().err
+    threads.start_command(None)
+    assert threads.announce(plan) is True
+    assert capsys.readouterr().err == ""  # nothing yet: a refusal before any work stays one line
+    for _ in range(2):
+        with Progress(1, "work"):
+            pass
+    err = capsys.readouterr().err
+    assert err.count("threads:") == 1 and err.startswith(plan.line() + "\n")
     threads.start_command(None)
 
 
@@ -140,6 +153,7 @@ def test_the_cli_applies_the_flag_and_says_it_once(tmp_path: Path, capsys: pytes
         ]
         assert main(["--threads", "3", *argv]) == 0
         assert torch.get_num_threads() == 3
+        assert threads.say_pending()  # what the first progress bar would say
         err = capsys.readouterr().err
         assert err.count("threads: 3 intra-op × 1 worker on") == 1 and "(from --threads)" in err
         assert main(["--threads", "0", *argv]) == 2
