@@ -25,7 +25,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dpaudit.app.estimate import LONG_RUN_SECONDS, Estimate, describe_duration
+from dpaudit.app.estimate import (
+    COMMAND_FINISH_FACTOR,
+    LONG_RUN_SECONDS,
+    POOL_START_FACTOR,
+    Estimate,
+    describe_duration,
+)
 from dpaudit.store import JsonObject
 
 __all__ = [
@@ -66,7 +72,10 @@ class RunPlan:
             calibration's spread (:class:`~dpaudit.app.estimate.Estimate`).
         timed: what the calibration timed, in words (empty: nothing).
         start_up: seconds the command spends before its jobs (imports, loading the data), as
-            measured by the command that made the plan; part of the wall time here only.
+            measured by the command that made the plan; with its work after the jobs and a
+            pool's start (:data:`~dpaudit.app.estimate.COMMAND_FINISH_FACTOR`,
+            :data:`~dpaudit.app.estimate.POOL_START_FACTOR`), part of the wall time here only.
+        starts_pool: the run starts a local pool of worker processes here.
     """
 
     what: str
@@ -79,6 +88,7 @@ class RunPlan:
     job_high: float = 0.0
     timed: str = ""
     start_up: float = 0.0
+    starts_pool: bool = False
 
     @classmethod
     def measured(cls, estimate: Estimate | None, **fields: Any) -> RunPlan:
@@ -97,16 +107,23 @@ class RunPlan:
         return self.num_jobs * self.job_seconds / 3600.0
 
     def wall_seconds(self, workers: int) -> float:
-        """Estimated wall time on ``workers`` workers (whole jobs per worker, plus overhead)."""
-        return self._wall(self.job_seconds, workers)
+        """Estimated wall time on ``workers`` workers (whole jobs per worker, plus overhead): the
+        middle of :meth:`wall_range`."""
+        wall = self.wall_range(workers)
+        return wall.middle if wall.low > 0 else wall.high
 
     def wall_range(self, workers: int) -> Estimate:
-        """:meth:`wall_seconds` as a range."""
+        """The wall time on ``workers`` workers as a range; here (``workers`` = :attr:`workers`)
+        with the command's own start-up, finish and pool start."""
         job = self.job_range
-        return Estimate(low=self._wall(job.low, workers), high=self._wall(job.high, workers))
+        return Estimate(low=self._wall(job.low, workers, 0), high=self._wall(job.high, workers, 1))
 
-    def _wall(self, job_seconds: float, workers: int) -> float:
-        here = self.start_up if workers == self.workers else 0.0
+    def _wall(self, job_seconds: float, workers: int, end: int) -> float:
+        here = 0.0
+        if workers == self.workers and self.start_up > 0:
+            here = self.start_up * (1.0 + COMMAND_FINISH_FACTOR[end])
+            if self.starts_pool:
+                here += self.start_up * POOL_START_FACTOR[end]
         workers = max(1, int(workers))
         return here + math.ceil(self.num_jobs / workers) * job_seconds + self.num_jobs / workers * JOB_OVERHEAD_S
 
@@ -152,6 +169,7 @@ class RunPlan:
             "job_memory_bytes": self.job_memory_bytes,
             "workers": self.workers,
             "start_up_seconds": self.start_up,
+            "starts_pool": self.starts_pool,
             "timed": self.timed,
         }
 

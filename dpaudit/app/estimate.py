@@ -11,9 +11,12 @@ time per example is multiplied by the examples the job pushes through the model.
 The result is a range, :class:`Estimate`: its low end is the median timed step, its high end
 the slowest quarter of the timed steps (their spread on this machine, which grows with other
 work on it), each times a stated factor for what the calibration does not time
-(:data:`UNTIMED_FACTOR`: data loading, evaluation, the accountant) plus a job's start-up
-(:data:`JOB_START_SECONDS`). The factors were set from the runs of
-``scripts/check_estimates.py``; the docs page ``docs/performance.md`` shows its table.
+(:data:`UNTIMED_FACTOR`: data loading, evaluation, the accountant) plus a job's own work outside
+its steps (:func:`job_start`). A command's work outside its jobs — its start-up before the first
+calibration, measured (:func:`command_start_up`), its finish and a pool's start, stated as
+shares of it — is added by the plan (:class:`dpaudit.app.cost.RunPlan`). The factors were set
+from the runs of ``scripts/check_estimates.py`` on a loaded 2-core machine; the docs page
+``docs/performance.md`` shows its table.
 """
 
 from __future__ import annotations
@@ -29,7 +32,11 @@ __all__ = [
     "LONG_RUN_SECONDS",
     "PER_EXAMPLE_GRADIENT_FACTOR",
     "UNTIMED_FACTOR",
+    "COMMAND_FINISH_FACTOR",
+    "POOL_START_FACTOR",
     "JOB_START_SECONDS",
+    "JOB_START_SHARE",
+    "job_start",
     "MODES",
     "Estimate",
     "StepTimes",
@@ -52,8 +59,18 @@ PER_EXAMPLE_GRADIENT_FACTOR = 3.0
 #: What the calibration leaves out (data loading, evaluation, the accountant, progress), as a
 #: factor on the timed steps: (low end, high end).
 UNTIMED_FACTOR = (1.1, 1.6)
-#: A job's start-up outside its steps (building the model and the data, seconds): (low, high).
-JOB_START_SECONDS = (0.5, 3.0)
+#: A job's own work outside its steps (building the model, the data and the canaries, evaluating
+#: it, storing it), as a share of the command's measured start-up (which grows with the
+#: machine's load as that work does), and at least the seconds below: (low, high).
+JOB_START_SHARE = (0.03, 0.1)
+JOB_START_SECONDS = (0.2, 1.0)
+#: The command's own work after its jobs (attacks on the stored models, evaluation, reports), as
+#: a share of its measured start-up (:func:`command_start_up`, which grows with the machine's
+#: load as that work does): (low, high).
+COMMAND_FINISH_FACTOR = (0.3, 1.0)
+#: A local pool's workers start (a fresh interpreter, torch and dpaudit imported, in parallel) in
+#: this many of the command's start-ups: (low, high).
+POOL_START_FACTOR = (1.0, 2.0)
 #: The steps a calibration can time.
 MODES = ("forward", "backward", "per-example")
 #: The timing of one calibration: at least this many steps, and at least this long (seconds).
@@ -304,6 +321,14 @@ def time_steps(
         torch.set_num_threads(before)
 
 
+def job_start() -> Estimate:
+    """A job's own work outside its steps (:data:`JOB_START_SHARE` of the command's start-up)."""
+    up = command_start_up()
+    return Estimate(
+        low=max(JOB_START_SECONDS[0], JOB_START_SHARE[0] * up), high=max(JOB_START_SECONDS[1], JOB_START_SHARE[1] * up)
+    )
+
+
 def estimate_job(
     model_name: str,
     *,
@@ -321,10 +346,10 @@ def estimate_job(
     """The time of one job: ``passes`` maps each step mode to the examples the job pushes through it.
 
     E.g. a Secure-SGD training of 400 members for 8 epochs after 2 noise-free epochs is
-    ``{"backward": 800, "per-example": 3200}``. ``start`` adds a job's start-up
-    (:data:`JOB_START_SECONDS`). None where the model cannot be timed here.
+    ``{"backward": 800, "per-example": 3200}``. ``start`` adds a job's own work outside its steps
+    (:func:`job_start`). None where the model cannot be timed here.
     """
-    total = Estimate(low=JOB_START_SECONDS[0], high=JOB_START_SECONDS[1]) if start else Estimate(low=0.0, high=0.0)
+    total = job_start() if start else Estimate(low=0.0, high=0.0)
     for mode, examples in passes.items():
         if examples <= 0:
             continue

@@ -257,7 +257,7 @@ def certify_spec_plan(spec: Any, run: Any) -> RunPlan:
     )
 
 
-def grid_plan(grid: Any, *, data_root: str | None, workers: int | None) -> RunPlan:
+def grid_plan(grid: Any, *, data_root: str | None, workers: int | None, executor: str = "local") -> RunPlan:
     """The plan of a ``compare`` grid: its jobs (:func:`~dpaudit.app.runs.compare.grid.count_jobs`),
     the grid's estimated time on one worker shared over them, the largest job's memory."""
     from defenses import DEFENSES
@@ -302,6 +302,7 @@ def grid_plan(grid: Any, *, data_root: str | None, workers: int | None) -> RunPl
         job_memory_bytes=memory,
         workers=workers,
         timed="" if total is None else total.basis,
+        starts_pool=executor == "local" and workers > 1,
     )
 
 
@@ -371,6 +372,7 @@ def membership_plan(spec: Any, *, record: Any = None, pools: Mapping[str, Any] |
         job_memory_bytes=memory,
         workers=workers,
         timed="" if estimate is None else estimate.basis,
+        starts_pool=spec.executor == "local" and num_models > 0,
     )
 
 
@@ -410,8 +412,6 @@ def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num
             device=spec.device,
             features=bundle.train.features[:lot],
             labels=bundle.train.labels[:lot],
-            # Trials run in this process or in a pool's workers started once: no start-up per training.
-            start=False,
         )
     )
     memory = job_memory_bytes(
@@ -433,6 +433,7 @@ def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num
         job_memory_bytes=memory,
         workers=workers,
         timed="" if estimate is None else estimate.basis,
+        starts_pool=spec.executor == "local" and workers > 1,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -140,13 +141,17 @@ def test_a_calibration_runs_at_the_jobs_threads_and_restores_the_callers() -> No
     assert estimate.time_steps("no-such-model", input_shape=(1, 8, 8), num_classes=10) is None
 
 
-def test_a_plans_wall_time_counts_whole_jobs_and_the_start_up_here_only() -> None:
+def test_a_plans_wall_time_counts_whole_jobs_and_the_command_around_them_here_only() -> None:
     one = estimate.Estimate(low=10.0, high=20.0)
     plan = cost.RunPlan.measured(one, what="jobs", num_jobs=5, job_memory_bytes=1, workers=2, start_up=7.0)
+    finish, pool = estimate.COMMAND_FINISH_FACTOR, estimate.POOL_START_FACTOR
     here = plan.wall_range(2)
-    assert here.low == pytest.approx(7 + 3 * 10 + 5 / 2 * cost.JOB_OVERHEAD_S)
-    assert here.high == pytest.approx(7 + 3 * 20 + 5 / 2 * cost.JOB_OVERHEAD_S)
-    assert plan.wall_range(8).low == pytest.approx(10 + 5 / 8 * cost.JOB_OVERHEAD_S)
+    # Three rounds of whole jobs on 2 workers, the command's start-up and finish around them.
+    assert here.low == pytest.approx(7 * (1 + finish[0]) + 3 * 10 + 5 / 2 * cost.JOB_OVERHEAD_S)
+    assert here.high == pytest.approx(7 * (1 + finish[1]) + 3 * 20 + 5 / 2 * cost.JOB_OVERHEAD_S)
+    pooled = dataclasses.replace(plan, starts_pool=True).wall_range(2)
+    assert pooled.low - here.low == pytest.approx(7 * pool[0]) and pooled.high - here.high == pytest.approx(7 * pool[1])
+    assert plan.wall_range(8).low == pytest.approx(10 + 5 / 8 * cost.JOB_OVERHEAD_S)  # elsewhere: the jobs only
     out = plan.to_dict()
     assert out["job_seconds_range"] == [10.0, 20.0] and out["workers"] == 2
     assert out["wall_seconds_range"]["2"] == [here.low, here.high]
