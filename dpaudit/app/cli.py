@@ -79,23 +79,15 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             registered (the others appear by name and help), which keeps start-up light;
             ``None`` registers every verb fully (for tests that enumerate every flag).
     """
-    from dpaudit.app.common import Parser, positive_int
+    from dpaudit.app.common import Parser
 
     parser = Parser(
         prog="dpaudit", description="Attack-and-audit evaluation suite for privacy-preserving deep learning."
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on internal errors")
-    # Its own dest: a sub-parser's default (None) would overwrite a value parsed before the verb.
-    parser.add_argument(
-        "--threads",
-        dest="global_threads",
-        type=positive_int("--threads"),
-        metavar="N",
-        help="torch intra-op threads of each process, for any verb (as the verbs' own --threads)",
-    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    chosen = None if argv is None else _verb_of(argv)
+    chosen = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
     for name, summary in VERBS.items():
         if chosen is None or name == chosen:
             importlib.import_module(f"dpaudit.app.verbs.{name}").register(sub)
@@ -110,15 +102,15 @@ def plan_command_threads(args: argparse.Namespace) -> Any:
     """Decides the command's thread plan (:mod:`dpaudit.threads`), applies it here and says it once.
 
     The workers are those the verb runs at once: its ``--num-workers`` (the cores available when
-    a local pool's is not given), 1 for a serial executor or a verb without workers. Verbs
-    without ``--threads`` and ``--quiet`` (``epsilon``, ``datasets``, ``report``) compute too
-    little to say anything, and keep torch's own setting unless ``--threads`` is given.
+    a local pool's is not given), 1 for a serial executor, a verb without workers or a verb
+    that says it starts no pool (``uses_pool``). Verbs without ``--threads`` (``epsilon``,
+    ``datasets``, ``report``: they compute too little) keep torch's own setting.
     """
     from dpaudit import threads
 
-    flag = getattr(args, "threads", None) or getattr(args, "global_threads", None)
+    flag = getattr(args, "threads", None)
     threads.start_command(flag)
-    if not hasattr(args, "threads") and flag is None:
+    if not hasattr(args, "threads"):
         return None
     workers = getattr(args, "num_workers", None)
     executor = getattr(args, "executor", None)
@@ -131,17 +123,6 @@ def plan_command_threads(args: argparse.Namespace) -> Any:
     threads.apply_threads(plan)
     threads.announce(plan, quiet=bool(getattr(args, "quiet", False)))
     return plan
-
-
-def _verb_of(argv: Sequence[str]) -> str:
-    """The verb of the raw arguments: the first word that is neither a flag nor a global flag's value."""
-    words = iter(argv)
-    for a in words:
-        if a == "--threads":
-            next(words, None)
-        elif not a.startswith("-"):
-            return a
-    return ""
 
 
 def _leaf_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:

@@ -130,34 +130,25 @@ def test_a_pool_worker_runs_with_the_planned_threads(monkeypatch: pytest.MonkeyP
     assert seen == (2, 1, "2")
 
 
-@pytest.mark.extended  # a whole command (the accountants' imports): seconds
-def test_the_cli_applies_the_flag_and_says_it_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.extended  # the train verb's parser imports every defense: seconds
+def test_the_cli_applies_the_flag_and_refuses_a_bad_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import torch
 
-    from dpaudit.app.cli import main
+    from dpaudit.app.cli import build_parser, main, plan_command_threads
 
+    argv = ["train", "--defense", "nonprivate", "--model", "digits-mlp", "--out", str(tmp_path / "run")]
     before = torch.get_num_threads()
     try:
-        argv = [
-            "epsilon",
-            "--noise-multiplier",
-            "1",
-            "--sampling-rate",
-            "0.01",
-            "--num-steps",
-            "10",
-            "--delta",
-            "1e-5",
-            "--accountant",
-            "rdp",
-        ]
-        assert main(["--threads", "3", *argv]) == 0
+        plan = plan_command_threads(build_parser(argv).parse_args([*argv, "--threads", "3"]))
+        # A training without sub-models computes alone: one worker, whatever --num-workers' default.
+        assert (plan.intra_op, plan.workers, plan.source) == (3, 1, "--threads")
         assert torch.get_num_threads() == 3
         assert threads.say_pending()  # what the first progress bar would say
-        err = capsys.readouterr().err
-        assert err.count("threads: 3 intra-op × 1 worker on") == 1 and "(from --threads)" in err
-        assert main(["--threads", "0", *argv]) == 2
-        assert "--threads" in capsys.readouterr().err
+        assert capsys.readouterr().err.count("threads: 3 intra-op × 1 worker on") == 1
+        assert main([*argv, "--threads", "0"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--threads" in err[0]
+        assert not (tmp_path / "run").exists()
     finally:
         torch.set_num_threads(before)
         threads.start_command(None)
