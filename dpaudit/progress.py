@@ -46,6 +46,9 @@ class Progress:
         tty = bool(getattr(out, "isatty", lambda: False)())
         self._bar: Any = None
         if enabled:
+            from dpaudit.threads import say_pending
+
+            say_pending(out)  # the command's thread plan, once, as its first work starts
             self._bar = tqdm(
                 total=self.total,
                 desc=description,

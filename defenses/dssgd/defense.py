@@ -30,7 +30,6 @@ checks both on neighbouring data sets.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -71,6 +70,7 @@ from dpaudit.replay import ReplayTrace
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, torch_generator
 from dpaudit.store import atomic_save_npz
+from dpaudit.threads import available_cores
 from dpaudit.train_request import TrainRequest
 from dpaudit.training import TrainWorkspace, evaluate
 
@@ -196,7 +196,7 @@ def _run(
         if workspace is not None and workspace.executor == "ray":
             from defenses.dssgd.flower import run_flower
 
-            workers = workspace.num_workers or max(1, min(config.participants, os.cpu_count() or 1))
+            workers = workspace.num_workers or max(1, min(config.participants, available_cores()))
             return run_flower(
                 setup,
                 rounds=config.rounds,

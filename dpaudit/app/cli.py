@@ -128,6 +128,33 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def plan_command_threads(args: argparse.Namespace) -> Any:
+    """Decides the command's thread plan (:mod:`dpaudit.threads`), applies it here and says it once.
+
+    The workers are those the verb runs at once: its ``--num-workers`` (the cores available when
+    a local pool's is not given), 1 for a serial executor, a verb without workers or a verb
+    that says it starts no pool (``uses_pool``). Verbs without ``--threads`` (``epsilon``,
+    ``datasets``, ``report``: they compute too little) keep torch's own setting.
+    """
+    from dpaudit import threads
+
+    flag = getattr(args, "threads", None)
+    threads.start_command(flag)
+    if not hasattr(args, "threads"):
+        return None
+    workers = getattr(args, "num_workers", None)
+    executor = getattr(args, "executor", None)
+    uses_pool = getattr(args, "uses_pool", None)
+    if executor == "serial" or executor is None and workers is None or uses_pool is not None and not uses_pool(args):
+        workers = 1
+    elif workers is None:
+        workers = threads.available_cores()
+    plan = threads.plan_threads(workers=int(workers))
+    threads.apply_threads(plan)
+    threads.announce(plan, quiet=bool(getattr(args, "quiet", False)))
+    return plan
+
+
 def _leaf_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
     """Every parser of the tree that runs something (``dpaudit attack membership``, not ``attack``)."""
     subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -410,11 +437,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     input (exit 2, one line, the flag it is about); any other exception is a bug of dpaudit
     (exit 1, "internal error", a traceback with ``--debug``).
     """
+    whole_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     previous = None
     try:
         with contextlib.suppress(ValueError):  # ValueError: not the main thread (a test calling main)
             previous = signal.signal(signal.SIGTERM, _on_sigterm(os.getpid()))
+        from dpaudit.app import estimate
+
+        # Plans count the command's own start-up in their wall time (dpaudit.app.estimate).
+        estimate.start_command(whole_process=whole_process)
         return _locked_main(argv)
     except KeyboardInterrupt as exc:
         # Caught here, above every import of the suite (this module loads only the standard
@@ -477,6 +509,7 @@ def _main(argv: list[str]) -> int:
         check_device(args)
         check_output_paths(leaf, args)
         check_executor(args)
+        plan_command_threads(args)
         return int(args.func(args))
     except UsageError as exc:
         return _report_error(
@@ -556,6 +589,7 @@ _PRESENTATION = {
     "--address": True,
     "--ship-code": False,
     "--device": True,
+    "--threads": True,
 }
 
 

@@ -215,6 +215,14 @@ def add_common(
         parser.add_argument("--device", default=device, help=f"auto, cpu or cuda[:N] (default {device})")
     if quiet:
         parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+        # The verbs that compute (they are the ones with progress) take the thread plan's flag.
+        parser.add_argument(
+            "--threads",
+            type=positive_int("--threads"),
+            metavar="N",
+            help="torch intra-op threads of each process (default: the cores available / the "
+            "parallel workers, or $DPAUDIT_THREADS / $OMP_NUM_THREADS; see docs/performance.md)",
+        )
     if executor is not None:
         from dpaudit.executors import EXECUTORS
         from dpaudit.limits import LIMITS

@@ -25,7 +25,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dpaudit.app.estimate import LONG_RUN_SECONDS, describe_duration
+from dpaudit.app.estimate import (
+    COMMAND_FINISH_FACTOR,
+    LONG_RUN_SECONDS,
+    POOL_START_FACTOR,
+    Estimate,
+    describe_duration,
+)
 from dpaudit.store import JsonObject
 
 __all__ = [
@@ -57,10 +63,19 @@ class RunPlan:
     Attributes:
         what: the jobs, in words (``12 shadow models (lira, 8 epochs each)``).
         num_jobs: jobs that will run (stored ones already excluded where known).
-        job_seconds: estimated seconds of one job on one worker of this machine (0: unknown).
+        job_seconds: estimated seconds of one job on one worker of this machine (0: unknown); the
+            middle of ``job_low``–``job_high`` when those are given.
         job_memory_bytes: estimated memory of one job.
         workers: workers on this machine (``--num-workers``).
         reused: jobs whose stored results will be reused.
+        job_low, job_high: the range of one job's time (0: ``job_seconds`` itself), from the
+            calibration's spread (:class:`~dpaudit.app.estimate.Estimate`).
+        timed: what the calibration timed, in words (empty: nothing).
+        start_up: seconds the command spends before its jobs (imports, loading the data), as
+            measured by the command that made the plan; with its work after the jobs and a
+            pool's start (:data:`~dpaudit.app.estimate.COMMAND_FINISH_FACTOR`,
+            :data:`~dpaudit.app.estimate.POOL_START_FACTOR`), part of the wall time here only.
+        starts_pool: the run starts a local pool of worker processes here.
     """
 
     what: str
@@ -69,48 +84,93 @@ class RunPlan:
     job_memory_bytes: int
     workers: int
     reused: int = 0
+    job_low: float = 0.0
+    job_high: float = 0.0
+    timed: str = ""
+    start_up: float = 0.0
+    starts_pool: bool = False
+
+    @classmethod
+    def measured(cls, estimate: Estimate | None, **fields: Any) -> RunPlan:
+        """A plan whose one job takes ``estimate`` (None: unknown)."""
+        if estimate is None:
+            return cls(job_seconds=0.0, **fields)
+        return cls(job_seconds=estimate.middle, job_low=estimate.low, job_high=estimate.high, **fields)
+
+    @property
+    def job_range(self) -> Estimate:
+        """One job's time as a range."""
+        return Estimate(low=self.job_low or self.job_seconds, high=self.job_high or self.job_seconds)
 
     @property
     def cpu_hours(self) -> float:
         return self.num_jobs * self.job_seconds / 3600.0
 
     def wall_seconds(self, workers: int) -> float:
-        """Estimated wall time on ``workers`` workers (whole jobs per worker, plus overhead)."""
+        """Estimated wall time on ``workers`` workers (whole jobs per worker, plus overhead): the
+        middle of :meth:`wall_range`."""
+        wall = self.wall_range(workers)
+        return wall.middle if wall.low > 0 else wall.high
+
+    def wall_range(self, workers: int) -> Estimate:
+        """The wall time on ``workers`` workers as a range; here (``workers`` = :attr:`workers`)
+        with the command's own start-up, finish and pool start."""
+        job = self.job_range
+        return Estimate(low=self._wall(job.low, workers, 0), high=self._wall(job.high, workers, 1))
+
+    def _wall(self, job_seconds: float, workers: int, end: int) -> float:
+        here = 0.0
+        if workers == self.workers and self.start_up > 0:
+            here = self.start_up * (1.0 + COMMAND_FINISH_FACTOR[end])
+            if self.starts_pool:
+                here += self.start_up * POOL_START_FACTOR[end]
         workers = max(1, int(workers))
-        return math.ceil(self.num_jobs / workers) * self.job_seconds + self.num_jobs / workers * JOB_OVERHEAD_S
+        return here + math.ceil(self.num_jobs / workers) * job_seconds + self.num_jobs / workers * JOB_OVERHEAD_S
 
     def lines(self) -> list[str]:
         """The plan as printed by ``--dry-run``."""
         reused = f"; {self.reused} stored job(s) reused" if self.reused else ""
         out = [f"plan: {self.num_jobs} job(s): {self.what}{reused}"]
         if self.job_seconds > 0:
+            job = self.job_range
             out.append(
-                f"  one job: about {short_duration(self.job_seconds)} on this machine; "
-                f"in all about {self.cpu_hours:.2g} CPU-hours"
+                f"  one job: {job.describe()} on this machine; "
+                f"in all about {self.num_jobs * job.low / 3600:.2g}–{self.num_jobs * job.high / 3600:.2g} CPU-hours"
             )
             walls = [
-                f"{short_duration(self.wall_seconds(self.workers))} here ({self.workers} "
+                f"{self.wall_range(self.workers).describe().removeprefix('about ')} here ({self.workers} "
                 f"worker{'s' if self.workers != 1 else ''})"
             ]
             walls += [
-                f"{short_duration(self.wall_seconds(n))} on {n} workers" for n in WORKER_COUNTS if n > self.workers
+                f"{self.wall_range(n).describe().removeprefix('about ')} on {n} workers"
+                for n in WORKER_COUNTS
+                if n > self.workers
             ]
             out.append(f"  wall time: about {', '.join(walls)}")
+            if self.timed:
+                out.append(f"  (measured: {self.timed})")
         else:
             out.append("  time: unknown (the model's speed cannot be measured here)")
         out.append(f"  memory: about {describe_size(self.job_memory_bytes)} per job (each worker needs that much)")
         return out
 
     def to_dict(self) -> JsonObject:
-        """The plan as ``--json`` prints it (seconds of wall time keyed by worker count)."""
+        """The plan as ``--json`` prints it (seconds of wall time keyed by worker count, with their ranges)."""
+        counts = sorted({self.workers, *WORKER_COUNTS})
         return {
             "what": self.what,
             "num_jobs": self.num_jobs,
             "num_reused": self.reused,
             "job_seconds": self.job_seconds,
+            "job_seconds_range": [self.job_range.low, self.job_range.high],
             "cpu_hours": self.cpu_hours,
-            "wall_seconds": {str(n): self.wall_seconds(n) for n in sorted({self.workers, *WORKER_COUNTS})},
+            "wall_seconds": {str(n): self.wall_seconds(n) for n in counts},
+            "wall_seconds_range": {str(n): [self.wall_range(n).low, self.wall_range(n).high] for n in counts},
             "job_memory_bytes": self.job_memory_bytes,
+            "workers": self.workers,
+            "start_up_seconds": self.start_up,
+            "starts_pool": self.starts_pool,
+            "timed": self.timed,
         }
 
 
@@ -130,22 +190,30 @@ def describe_size(num_bytes: float) -> str:
     return f"{num_bytes / 2**30:.1f} GB" if num_bytes >= 2**30 else f"{num_bytes / 2**20:.0f} MB"
 
 
-def announce_if_long(seconds: float, what: str, *, hint: str = "", jobs: int = 0, job_seconds: float = 0.0) -> bool:
+def announce_if_long(
+    seconds: float | Estimate, what: str, *, hint: str = "", jobs: int = 0, job_seconds: float | Estimate = 0.0
+) -> bool:
     """Says on stderr that ``what`` will take ``seconds`` when that is over an hour; returns whether it did.
 
-    Given its ``jobs`` and the estimated ``job_seconds`` of one, the line also gives the CPU-hours
-    and the wall time on 8 and 64 workers (:class:`RunPlan`'s cost model).
+    ``seconds`` is a figure or a measured range (:class:`~dpaudit.app.estimate.Estimate`, said as
+    one: ``about 2–3 h``; announced when its middle is over the hour). Given its ``jobs`` and the
+    estimated ``job_seconds`` of one, the line also gives the CPU-hours and the wall time on 8 and
+    64 workers (:class:`RunPlan`'s cost model).
     """
-    if not seconds > LONG_RUN_SECONDS:
+    middle = seconds.middle if isinstance(seconds, Estimate) else seconds
+    if not middle > LONG_RUN_SECONDS:
         return False
     extra = f"; {hint}" if hint else ""
-    if jobs > 0 and job_seconds > 0:
-        plan = RunPlan(what=what, num_jobs=jobs, job_seconds=job_seconds, job_memory_bytes=0, workers=1)
-        walls = ", ".join(
-            f"{describe_duration(plan.wall_seconds(n)) if plan.wall_seconds(n) > LONG_RUN_SECONDS else 'under 1 h'} "
-            f"on {n} workers"
-            for n in WORKER_COUNTS
-        )
+    one = job_seconds if isinstance(job_seconds, Estimate) else Estimate(low=job_seconds, high=job_seconds)
+    if jobs > 0 and one.high > 0:
+        plan = RunPlan.measured(one, what=what, num_jobs=jobs, job_memory_bytes=0, workers=1)
+
+        def wall(n: int) -> str:
+            if not plan.wall_seconds(n) > LONG_RUN_SECONDS:
+                return "under 1 h"
+            return describe_duration(plan.wall_range(n) if one.low < one.high else plan.wall_seconds(n))
+
+        walls = ", ".join(f"{wall(n)} on {n} workers" for n in WORKER_COUNTS)
         extra = f" ({jobs:,} jobs, about {plan.cpu_hours:.2g} CPU-hours; {walls}){extra}"
     print(
         f"note: {what} is estimated to take {describe_duration(seconds)} on this "

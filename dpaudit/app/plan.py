@@ -1,55 +1,275 @@
-"""What a run will do and cost, before it runs: the plans ``--dry-run`` prints for ``compare``,
-``audit`` and ``attack membership``, and the notice of a plan whose wall time here is over an hour.
+"""What a run will do and cost, before it runs: the plans ``--dry-run`` prints for ``train``,
+``certify``, ``compare``, ``audit`` and ``attack membership``, and the notice of a plan whose wall
+time here is over an hour — one code path for both.
 
-Each plan counts the run's independent jobs (grid cells, audit trials, shadow models), measures
-one job on this machine and hands both to the cost model of :mod:`dpaudit.app.cost`.
+Each plan counts the run's independent jobs (grid cells, audit trials, shadow models), times a
+short calibration of one job's own steps on this machine, with the threads its workers will run
+(:mod:`dpaudit.app.estimate`, :mod:`dpaudit.threads`), and hands both to the cost model of
+:mod:`dpaudit.app.cost`. Times are ranges (:class:`~dpaudit.app.estimate.Estimate`).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
-from dpaudit.app.cost import WORKER_COUNTS, RunPlan, job_memory_bytes, short_duration
+from dpaudit.app.cost import WORKER_COUNTS, RunPlan, job_memory_bytes
+from dpaudit.app.estimate import Estimate, estimate_job
 
-__all__ = ["announce_plan", "grid_plan", "membership_plan", "audit_plan", "print_plan"]
+__all__ = [
+    "announce_plan",
+    "passes_of",
+    "training_batch",
+    "training_job",
+    "train_plan",
+    "certify_plan",
+    "certify_spec_plan",
+    "grid_plan",
+    "membership_plan",
+    "audit_plan",
+    "print_plan",
+]
 
 
 def announce_plan(plan: RunPlan, *, hint: str = "") -> bool:
     """Says on stderr what ``plan`` costs when its wall time here is over an hour (the threshold of
-    :func:`announce_if_long`); returns whether it did."""
+    :func:`~dpaudit.app.cost.announce_if_long`); returns whether it did."""
     from dpaudit.app.estimate import LONG_RUN_SECONDS
 
     if not plan.wall_seconds(plan.workers) > LONG_RUN_SECONDS:
         return False
     extra = f"; {hint}" if hint else ""
-    walls = ", ".join(
-        f"{short_duration(plan.wall_seconds(n))} on {n} workers" for n in WORKER_COUNTS if n > plan.workers
+    walls = "".join(
+        f", {plan.wall_range(n).describe().removeprefix('about ')} on {n} workers"
+        for n in WORKER_COUNTS
+        if n > plan.workers
     )
+    job = plan.job_range
     print(
-        f"note: {plan.num_jobs} {plan.what} are estimated at about {plan.cpu_hours:.2g} CPU-hours: "
-        f"{short_duration(plan.wall_seconds(plan.workers))} on this machine "
-        f"({plan.workers} worker(s)), {walls}{extra}; progress is shown, and an "
+        f"note: {plan.what} ({plan.num_jobs} job(s)) is estimated at about "
+        f"{plan.num_jobs * job.low / 3600:.2g}–{plan.num_jobs * job.high / 3600:.2g} CPU-hours: "
+        f"{plan.wall_range(plan.workers).describe()} on this machine "
+        f"({plan.workers} worker(s)){walls}{extra}; progress is shown, and an "
         "interrupted run resumes",
         file=sys.stderr,
     )
     return True
 
 
+# ----------------------------------------------------------------------------- one training job
+def _count(parameters: Mapping[str, object], name: str, default: float) -> float:
+    """A count among a training's parameters (its default when absent, ``None`` or 0)."""
+    value = parameters.get(name)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value else default
+
+
+def passes_of(parameters: Mapping[str, object]) -> float:
+    """Passes over the members a training makes (DSSGD: rounds × local epochs; PATE: teachers' and student's epochs)."""
+    if parameters.get("rounds") is not None:
+        return _count(parameters, "rounds", 0.0) * _count(parameters, "local_epochs", 1.0)
+    return _count(parameters, "epochs", 10.0) + _count(parameters, "student_epochs", 0.0)
+
+
+def training_batch(parameters: Mapping[str, object], members: int) -> int:
+    """The examples of one step of a training: its lot (DP-SGD, at most the physical batch) or batch."""
+    lot = _count(parameters, "lot_size", 0.0) or _count(parameters, "expected_lot_size", 0.0)
+    if not lot and _count(parameters, "sampling_rate", 0.0):
+        lot = _count(parameters, "sampling_rate", 0.0) * members
+    batch = lot or _count(parameters, "batch_size", 64.0)
+    physical = _count(parameters, "physical_batch_size", 0.0)
+    return max(1, int(round(min(batch, physical) if physical else batch)))
+
+
+def training_job(
+    model_name: str,
+    *,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    parameters: Mapping[str, object],
+    members: float,
+    per_example: bool,
+    threads: int | None = None,
+    device: str = "cpu",
+    model_options: Mapping[str, object] | None = None,
+    features: Any = None,
+    labels: Any = None,
+    start: bool = True,
+) -> Estimate | None:
+    """One training's time: its passes over ``members`` (:func:`passes_of`) through its step
+    (per-example clipping where the defense clips), plus a noise-free pre-training where it has
+    one (Secure-SGD's redistribution), each timed at the training's batch."""
+    passes = {("per-example" if per_example else "backward"): passes_of(parameters) * members}
+    if parameters.get("redistribute") and parameters.get("redistribution_pretrain_epochs"):
+        pre = _count(parameters, "redistribution_pretrain_epochs", 0.0) * members
+        passes["backward"] = passes.get("backward", 0.0) + pre
+    return estimate_job(
+        model_name,
+        input_shape=tuple(input_shape),
+        num_classes=num_classes,
+        passes=passes,
+        batch=training_batch(parameters, int(members)),
+        threads=threads,
+        device=device,
+        model_options=model_options,
+        features=features,
+        labels=labels,
+        start=start,
+    )
+
+
+def _fields(config: Any) -> dict[str, object]:
+    """A config's fields by name (a dataclass, or a record's stored mapping)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    return dict(config or {})
+
+
+def _workers_threads(workers: int) -> int:
+    from dpaudit.threads import plan_threads
+
+    return plan_threads(workers=max(1, workers)).intra_op
+
+
 # ----------------------------------------------------------------------------- the verbs' plans
-def grid_plan(grid: Any, *, data_root: str | None, workers: int | None) -> RunPlan:
+def train_plan(spec: Any, *, bundle: Any = None, splits: Any = None, config: Any = None) -> RunPlan:
+    """The plan of ``train``: one training in this process (a defense's sub-models count in it).
+
+    ``bundle``, ``splits`` and the resolved ``config`` are those of the run when it has them
+    already (the announcement before training); default: made from ``spec`` as the run makes them.
+    """
+    from defenses import DEFENSES
+    from dpaudit.app.runs.train import resolve_defaults
+    from dpaudit.data import load_dataset, make_splits
+
+    if bundle is None:
+        bundle = load_dataset(spec.dataset, data_root=spec.data_root)
+    if splits is None:
+        splits = make_splits(
+            bundle,
+            seed=spec.split_seed if spec.split_seed is not None else spec.seed,
+            member_fraction=spec.member_fraction,
+        )
+    if config is None:
+        config, _ = resolve_defaults(
+            spec.config,
+            num_members=len(splits.members),
+            model_name=spec.model,
+            model_options=dict(spec.model_options),
+            bundle=bundle,
+        )
+    entry = DEFENSES[spec.defense]
+    members = len(splits.members)
+    fields = _fields(config)
+    device = "cpu" if spec.device == "auto" else str(spec.device)
+    try:
+        from dpaudit.training import resolve_device
+
+        device = str(resolve_device(spec.device))
+    except (ValueError, RuntimeError):
+        pass
+    batch = training_batch(fields, members)
+    estimate = training_job(
+        spec.model,
+        input_shape=tuple(bundle.input_shape),
+        num_classes=bundle.num_classes,
+        parameters=fields,
+        members=members,
+        per_example=entry.per_example_gradients,
+        threads=_workers_threads(1),
+        device=device,
+        model_options=dict(spec.model_options),
+        features=bundle.train.features[:batch],
+        labels=bundle.train.labels[:batch],
+    )
+    memory = job_memory_bytes(
+        spec.model,
+        input_shape=bundle.input_shape,
+        num_classes=bundle.num_classes,
+        num_examples=members,
+        batch_size=batch,
+        per_example=entry.per_example_gradients,
+        model_options=dict(spec.model_options),
+    )
+    what = f"training {spec.defense} on {spec.dataset} ({passes_of(fields):g} epochs of {members} members)"
+    return RunPlan.measured(
+        estimate,
+        what=what,
+        num_jobs=1,
+        job_memory_bytes=memory,
+        workers=1,
+        timed="" if estimate is None else estimate.basis,
+    )
+
+
+def certify_plan(
+    *, record: Any, num_examples: int, num_draws: int, device: str = "cpu", features: Any = None, labels: Any = None
+) -> RunPlan:
+    """The plan of ``certify``: ``num_examples`` test inputs, each through ``num_draws`` noisy forward passes."""
+    passes = {"forward": float(num_examples * num_draws)}
+    estimate = estimate_job(
+        record.model_name,
+        input_shape=tuple(record.input_shape),
+        num_classes=record.num_classes,
+        passes=passes,
+        batch=512,
+        threads=_workers_threads(1),
+        device=device,
+        model_options=record.model_options,
+        features=features,
+        labels=labels,
+    )
+    return RunPlan.measured(
+        estimate,
+        what=f"certifying {num_examples} examples with {num_draws} noise draws each",
+        num_jobs=1,
+        job_memory_bytes=job_memory_bytes(
+            record.model_name,
+            input_shape=record.input_shape,
+            num_classes=record.num_classes,
+            num_examples=num_examples,
+            model_options=record.model_options,
+        ),
+        workers=1,
+        timed="" if estimate is None else estimate.basis,
+    )
+
+
+def certify_spec_plan(spec: Any, run: Any) -> RunPlan:
+    """``certify --dry-run``: the certificates of ``spec`` (its evasion attacks are not counted)."""
+    from dpaudit.app.runs.certify import _resolve
+
+    target = _resolve(spec, run)
+    device = "cpu" if spec.device == "auto" else str(spec.device)
+    try:
+        from dpaudit.training import resolve_device
+
+        device = str(resolve_device(spec.device))
+    except (ValueError, RuntimeError):
+        pass
+    return certify_plan(
+        record=target.record,
+        num_examples=spec.num_examples,
+        num_draws=target.num_draws + target.num_selection_draws,
+        device=device,
+    )
+
+
+def grid_plan(grid: Any, *, data_root: str | None, workers: int | None, executor: str = "local") -> RunPlan:
     """The plan of a ``compare`` grid: its jobs (:func:`~dpaudit.app.runs.compare.grid.count_jobs`),
     the grid's estimated time on one worker shared over them, the largest job's memory."""
-    import os
-
     from defenses import DEFENSES
     from dpaudit.app.runs.compare.grid import count_jobs
     from dpaudit.app.runs.compare.limits import estimate_seconds
     from dpaudit.data import DATASETS
     from dpaudit.data.source import checked_data_root
+    from dpaudit.threads import available_cores
 
+    workers = workers or available_cores()
     jobs = count_jobs(grid)
-    seconds = estimate_seconds(grid, data_root=data_root, workers=1)
+    total = estimate_seconds(grid, data_root=data_root, workers=workers)
     source = DATASETS[grid.dataset]
     try:
         info = source.info(
@@ -75,45 +295,61 @@ def grid_plan(grid: Any, *, data_root: str | None, workers: int | None) -> RunPl
         f"{len(grid.seeds)} seed(s) x "
         f"(training{''.join(' + ' + k for k in sections)}){' + audits' if grid.audit else ''}"
     )
-    return RunPlan(
+    return RunPlan.measured(
+        None if total is None else total.times(1.0 / max(jobs, 1)),
         what=what,
         num_jobs=jobs,
-        job_seconds=seconds / max(jobs, 1),
         job_memory_bytes=memory,
-        workers=workers or os.cpu_count() or 1,
+        workers=workers,
+        timed="" if total is None else total.basis,
+        starts_pool=executor == "local" and workers > 1,
     )
 
 
-def membership_plan(spec: Any) -> RunPlan:
+def membership_plan(spec: Any, *, record: Any = None, pools: Mapping[str, Any] | None = None) -> RunPlan:
     """The plan of ``attack membership``: one job per shadow model its attacks need (cached shadows
-    are reused at run time), each a training like the target's."""
-    import os
+    are reused at run time), each a training like the target's, timed at its workers' threads.
 
+    ``record`` and ``pools`` are the run's when it has them (the announcement); default: made from ``spec``.
+    """
     from attacks import membership as mia
-    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
-    from dpaudit.app.runs.membership import _load_target
-
-    record, _, _ = _load_target(spec, "cpu")
-    ids, _ = mia.query_ids(record, max_per_side=spec.num_samples, seed=spec.seed)
-    train_size = max(len(record.membership.members), 1)
-    chosen = {n: (mia.MEMBERSHIP_ATTACKS[n], c) for n, c in spec.attacks.items()}
-    pools = mia.plan_pools(
-        chosen, record=record, sample_ids=ids, seed=spec.seed, num_population=spec.num_population, train_size=train_size
-    )
-    num_models = sum(p.num_models for p in pools.values())
-    epochs = float(record.config.get("epochs") or 10)
     from defenses import DEFENSES
+    from dpaudit.app.runs.membership import _load_target
+    from dpaudit.threads import available_cores
 
+    if record is None:
+        record, _, _ = _load_target(spec, "cpu")
+    train_size = max(len(record.membership.members), 1)
+    if pools is None:
+        ids, _ = mia.query_ids(record, max_per_side=spec.num_samples, seed=spec.seed)
+        chosen = {n: (mia.MEMBERSHIP_ATTACKS[n], c) for n, c in spec.attacks.items()}
+        pools = mia.plan_pools(
+            chosen,
+            record=record,
+            sample_ids=ids,
+            seed=spec.seed,
+            num_population=spec.num_population,
+            train_size=train_size,
+        )
+    num_models = sum(p.num_models for p in pools.values())
+    workers = 1 if spec.executor == "serial" else (spec.num_workers or available_cores())
+    fields = _fields(record.config)
     # Shadows train as the target did: per-example clipping costs what its defense says.
     dp = record.defense in DEFENSES and DEFENSES[record.defense].per_example_gradients
-    per = seconds_per_example(
-        record.model_name,
-        input_shape=record.input_shape,
-        num_classes=record.num_classes,
-        device="cpu",
-        model_options=record.model_options,
+    estimate = (
+        training_job(
+            record.model_name,
+            input_shape=tuple(record.input_shape),
+            num_classes=record.num_classes,
+            parameters=fields,
+            members=train_size,
+            per_example=dp,
+            threads=_workers_threads(min(workers, max(num_models, 1))),
+            model_options=record.model_options,
+        )
+        if num_models
+        else None
     )
-    seconds = epochs * train_size * per * (PER_EXAMPLE_GRADIENT_FACTOR if dp else 1.0)
     memory = job_memory_bytes(
         record.model_name,
         input_shape=record.input_shape,
@@ -124,63 +360,92 @@ def membership_plan(spec: Any) -> RunPlan:
     )
     what = (
         f"shadow models of {record.model_name} for {', '.join(spec.attacks)} "
-        f"({epochs:g} epochs on {train_size} examples each; cached ones are "
+        f"({passes_of(fields):g} epochs on {train_size} examples each; cached ones are "
         "reused)"
         if pools
         else "no shadow models (the attacks need none)"
     )
-    return RunPlan(
+    return RunPlan.measured(
+        estimate,
         what=what,
         num_jobs=num_models,
-        job_seconds=seconds,
         job_memory_bytes=memory,
-        workers=spec.num_workers or os.cpu_count() or 1,
+        workers=workers,
+        timed="" if estimate is None else estimate.basis,
+        starts_pool=spec.executor == "local" and num_models > 0,
     )
 
 
-def audit_plan(spec: Any) -> RunPlan:
+def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num_steps: int | None = None) -> RunPlan:
     """The plan of ``audit``: one job per training (black-box multi-run trains two per trial:
-    with and without the canaries), each ``num_steps`` DP-SGD steps of expected size q·n."""
-    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
+    with and without the canaries), each ``num_steps`` DP-SGD steps of expected size q·n.
+
+    ``bundle``, ``members`` and ``num_steps`` are the run's when it has them; default: from ``spec``.
+    """
     from dpaudit.data import load_dataset, make_splits
 
-    bundle = load_dataset(spec.dataset, data_root=spec.data_root)
-    splits = make_splits(
-        bundle, seed=spec.seed, **({"num_members": spec.num_members} if spec.num_members is not None else {})
-    )
-    members = len(splits.members)
+    if bundle is None:
+        bundle = load_dataset(spec.dataset, data_root=spec.data_root)
+    if members is None:
+        splits = make_splits(
+            bundle, seed=spec.seed, **({"num_members": spec.num_members} if spec.num_members is not None else {})
+        )
+        members = len(splits.members)
     trainings = (
         2 * spec.resolved_num_trials
         if spec.threat == "black-box" and spec.method == "multi-run"
         else spec.resolved_num_trials
     )
-    steps = spec.resolved_num_steps
-    per = (
-        0.0
+    steps = spec.resolved_num_steps if num_steps is None else num_steps
+    workers = 1 if spec.executor == "serial" else max(1, spec.workers)
+    lot = max(1, round(spec.sampling_rate * members))
+    estimate = (
+        None
         if spec.train_fn is not None
-        else seconds_per_example(
-            spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, device=spec.device
+        else estimate_job(
+            spec.model,
+            input_shape=tuple(bundle.input_shape),
+            num_classes=bundle.num_classes,
+            passes={"per-example": steps * spec.sampling_rate * members},
+            batch=lot,
+            threads=_workers_threads(min(workers, trainings)),
+            device=spec.device,
+            features=bundle.train.features[:lot],
+            labels=bundle.train.labels[:lot],
         )
     )
-    seconds = steps * spec.sampling_rate * members * per * PER_EXAMPLE_GRADIENT_FACTOR
     memory = job_memory_bytes(
         spec.model,
         input_shape=bundle.input_shape,
         num_classes=bundle.num_classes,
         num_examples=members,
-        batch_size=max(1, round(spec.sampling_rate * members)),
+        batch_size=lot,
         per_example=True,
     )
     what = (
         f"{spec.threat} {spec.method if spec.threat == 'black-box' else ''} "
         f"audit trainings of {steps} DP-SGD steps on {members} members"
     ).replace("  ", " ")
-    return RunPlan(what=what, num_jobs=trainings, job_seconds=seconds, job_memory_bytes=memory, workers=spec.workers)
+    return RunPlan.measured(
+        estimate,
+        what=what,
+        num_jobs=trainings,
+        job_memory_bytes=memory,
+        workers=workers,
+        timed="" if estimate is None else estimate.basis,
+        starts_pool=spec.executor == "local" and workers > 1,
+    )
 
 
 def print_plan(args: Any, plan: RunPlan) -> int:
-    """``--dry-run``: the plan on stdout (``--json``: as one object), exit 0."""
-    from dpaudit.app.common import EXIT_OK, emit
+    """``--dry-run``: the plan on stdout (``--json``: as one object), exit 0. Its wall time here
+    counts this command's own start-up (:func:`~dpaudit.app.estimate.command_start_up`), which
+    the run pays as well."""
+    import dataclasses
 
+    from dpaudit.app.common import EXIT_OK, emit
+    from dpaudit.app.estimate import command_start_up
+
+    plan = dataclasses.replace(plan, start_up=command_start_up())
     emit(args, {"dry_run": True, **plan.to_dict()}, "\n".join(plan.lines()))
     return EXIT_OK

@@ -10,9 +10,9 @@ interface (:class:`~dpaudit.executors.jobs.Executor`), and :func:`make_executor`
   without the cost of starting a worker).
 * :class:`~dpaudit.executors.local.LocalExecutor` — ``concurrent.futures.ProcessPoolExecutor`` with a ``spawn`` (or
   ``forkserver``) context: forking a process that already runs torch's thread pools can
-  deadlock, so workers start fresh. Each worker pins torch to one intra-op thread, because W
-  workers × all-cores threads oversubscribe the CPU and are slower than W single-threaded
-  jobs.
+  deadlock, so workers start fresh. Each worker runs the thread plan's intra-op threads
+  (:mod:`dpaudit.threads`: cores // workers by default), because W workers × all-cores
+  threads oversubscribe the CPU and are slower than W jobs that share the cores.
 * :class:`~dpaudit.executors.ray_tasks.RayExecutor` — Ray tasks (``ray.init(address=...)``; a local Ray when no address
   is given). Ray is imported only when this executor is used, so it stays an optional extra.
   Before the first job every node's code and data are compared with this process's

@@ -45,18 +45,10 @@ class Job:
 
 
 def _limit_threads(num_threads: int) -> None:
-    """Pins BLAS/OpenMP and torch to ``num_threads`` in a worker process."""
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = str(num_threads)
-    try:
-        import torch
-    except ImportError:  # a job that does not need torch
-        return
-    torch.set_num_threads(num_threads)
-    try:
-        torch.set_num_interop_threads(num_threads)
-    except RuntimeError:  # only settable before the first parallel work; harmless if too late
-        pass
+    """Runs this worker process with ``num_threads`` intra-op threads (:func:`dpaudit.threads.apply_threads`)."""
+    from dpaudit.threads import ThreadPlan, apply_threads
+
+    apply_threads(ThreadPlan(cores=num_threads, workers=1, intra_op=num_threads, inter_op=1, source="the executor"))
 
 
 def _call(fn: Callable[..., Any], kwargs: Mapping[str, object]) -> Any:
@@ -126,17 +118,22 @@ class SerialExecutor(Executor):
     """Runs jobs one after another in this process (no start-up cost, no parallelism).
 
     Args:
-        threads_per_worker: torch intra-op threads while a job runs (default 1, like the
-            pool's workers, so that results and speed match theirs); the previous setting is
-            restored after each job. ``None`` leaves torch's setting alone.
+        threads_per_worker: torch intra-op threads while a job runs; default: the thread plan of
+            a process that computes alone (:func:`dpaudit.threads.plan_threads`, ``workers=1``:
+            every core, unless ``--threads`` or the environment says otherwise). The previous
+            setting is restored after each job.
     """
 
     name = "serial"
 
-    def __init__(self, *, threads_per_worker: int | None = 1) -> None:
+    def __init__(self, *, threads_per_worker: int | None = None) -> None:
+        from dpaudit.threads import worker_threads
+
         self.workers = 1
         self.threads_per_worker = (
-            None if threads_per_worker is None else v.integer("threads_per_worker", threads_per_worker, minimum=1)
+            worker_threads(1)
+            if threads_per_worker is None
+            else v.integer("threads_per_worker", threads_per_worker, minimum=1)
         )
 
     def run(self, jobs: Sequence[Job]) -> Iterator[tuple[Job, Any]]:
@@ -148,12 +145,9 @@ class SerialExecutor(Executor):
             yield job, result
 
     def _call(self, job: Job) -> Any:
-        if self.threads_per_worker is None:
-            return _call(job.fn, job.kwargs)
         import torch
 
-        # Small models on a busy machine run many times slower with several threads that
-        # contend for cores; pin for the job only, so the caller's setting survives.
+        # Pinned for the job only, so the caller's own setting survives.
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads_per_worker)
         try:

@@ -2,8 +2,9 @@
 
 ``concurrent.futures.ProcessPoolExecutor`` with a ``spawn`` (or ``forkserver``) context: forking
 a process that already runs torch's thread pools can deadlock, so workers start fresh. Each
-worker pins torch to one intra-op thread, because W workers × all-cores threads oversubscribe
-the CPU and are slower than W single-threaded jobs.
+worker runs the thread plan's intra-op threads (:mod:`dpaudit.threads`: cores // workers unless
+``--threads`` or the environment says otherwise), set by the pool's initializer, because W
+workers × all-cores threads oversubscribe the CPU and are slower than W jobs that share it.
 
 Local workers die with the process that started them, however it ends (issue "Results that
 cannot lie", finding 5: a SIGKILLed ``dpaudit`` used to leave its workers and multiprocessing's
@@ -138,10 +139,12 @@ class LocalExecutor(Executor):
     """A pool of ``workers`` fresh processes on this machine.
 
     Args:
-        workers: number of worker processes (default: ``os.cpu_count()``).
+        workers: number of worker processes (default: the cores available,
+            :func:`dpaudit.threads.available_cores`).
         start_method: ``spawn`` (default) or ``forkserver``; ``fork`` is refused because
             forking a process that has started torch's thread pools can deadlock.
-        threads_per_worker: torch / BLAS threads in each worker (default 1).
+        threads_per_worker: torch / BLAS threads in each worker (default: the thread plan's,
+            :func:`dpaudit.threads.worker_threads`).
 
     Workers exit when this process dies, even by SIGKILL, and ignore SIGINT (this process stops
     them when it is interrupted); see the module docstring. A pool belongs to the thread that
@@ -155,10 +158,18 @@ class LocalExecutor(Executor):
     #: Workers also set Linux's parent-death signal (tests turn it off to exercise the watchdog alone).
     _pdeathsig: bool = True
 
-    def __init__(self, *, workers: int | None = None, start_method: str = "spawn", threads_per_worker: int = 1) -> None:
-        self.workers = v.integer("workers", workers if workers is not None else (os.cpu_count() or 1), minimum=1)
+    def __init__(
+        self, *, workers: int | None = None, start_method: str = "spawn", threads_per_worker: int | None = None
+    ) -> None:
+        from dpaudit.threads import available_cores, worker_threads
+
+        self.workers = v.integer("workers", workers if workers is not None else available_cores(), minimum=1)
         self.start_method = v.choice("start_method", start_method, ("spawn", "forkserver"))
-        self.threads_per_worker = v.integer("threads_per_worker", threads_per_worker, minimum=1)
+        self.threads_per_worker = (
+            worker_threads(self.workers)
+            if threads_per_worker is None
+            else v.integer("threads_per_worker", threads_per_worker, minimum=1)
+        )
         self._pool: cf.ProcessPoolExecutor | None = None
         self._pool_thread: threading.Thread | None = None
         self._open_runs = 0  # run() generators started and not yet finished or closed

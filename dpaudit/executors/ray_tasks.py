@@ -56,8 +56,11 @@ class RayExecutor(Executor):
         address: a Ray cluster address (``auto``, ``ray://host:10001``, ``host:6379``); ``None``
             starts a local Ray with ``workers`` CPUs (or joins the one this process already
             initialised).
-        workers: CPUs of the local Ray (ignored with ``address``).
-        threads_per_worker: torch threads per task, and the CPUs each task reserves.
+        workers: tasks the local Ray runs at once (ignored with ``address``).
+        threads_per_worker: torch threads per task, and the CPUs each task reserves; default:
+            the thread plan's for ``workers`` on this machine (:func:`dpaudit.threads.worker_threads`),
+            or with ``address`` the ``--threads`` / environment's count, else 1 (a cluster's
+            nodes are not this machine).
         num_gpus: GPUs each task reserves (fractional to share one GPU, see
             :func:`dpaudit.cluster.gpu_share`); 0 for CPU jobs.
         datasets: the datasets the jobs read (their files are compared on every node).
@@ -78,7 +81,7 @@ class RayExecutor(Executor):
         *,
         address: str | None = None,
         workers: int | None = None,
-        threads_per_worker: int = 1,
+        threads_per_worker: int | None = None,
         num_gpus: float = 0.0,
         datasets: Sequence[str] = (),
         data_root: str | None = None,
@@ -95,8 +98,16 @@ class RayExecutor(Executor):
         if address is not None and (not isinstance(address, str) or not address.strip()):
             raise v.invalid("address", f"address must be a non-empty string, got {address!r}")
         self.address = address
-        self.workers = v.integer("workers", workers if workers is not None else (os.cpu_count() or 1), minimum=1)
-        self.threads_per_worker = v.integer("threads_per_worker", threads_per_worker, minimum=1)
+        from dpaudit.threads import available_cores, plan_threads, worker_threads
+
+        self.workers = v.integer("workers", workers if workers is not None else available_cores(), minimum=1)
+        if threads_per_worker is not None:
+            self.threads_per_worker = v.integer("threads_per_worker", threads_per_worker, minimum=1)
+        elif address is None:
+            self.threads_per_worker = worker_threads(self.workers)
+        else:
+            given = plan_threads(workers=1, cores=1)  # what the flag or the environment says, else 1
+            self.threads_per_worker = given.intra_op
         self.num_gpus = v.non_negative("num_gpus", num_gpus)
         self.datasets = tuple(datasets)
         self.data_root = None if data_root is None else os.fspath(data_root)
@@ -123,7 +134,8 @@ class RayExecutor(Executor):
                 **self.init_kwargs,
             }
             if self.address is None:
-                kwargs.setdefault("num_cpus", self.workers)
+                # Each task reserves its threads' CPUs: room for ``workers`` tasks at once.
+                kwargs.setdefault("num_cpus", self.workers * self.threads_per_worker)
             if self.ship_code:
                 from dpaudit.cluster import ship_env
 

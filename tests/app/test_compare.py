@@ -437,7 +437,9 @@ def test_grid_limit_estimate_counts_the_trainings() -> None:
         data_root=None,
         workers=1,
     )
-    assert 0 < small and big > 10 * small
+    assert small is not None and big is not None
+    # 2 seeds x 10x the epochs x (target + 4 shadows): far more than 5x, whatever the timed steps' spread.
+    assert 0 < small.low <= small.high and big.middle > 5 * small.middle
 
 
 @pytest.mark.parametrize(

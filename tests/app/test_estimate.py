@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -44,15 +45,21 @@ def test_a_long_audit_says_so_before_its_trials_start(
 ) -> None:
     import dataclasses
 
-    import dpaudit.app.runs.audit.runner as audit_run
     from attacks.audit.procedures import AUDIT_PROCEDURES
 
     def start(*args: object, **kwargs: object) -> None:
         raise Started
 
-    # As if one example took 10 ms: 2 x 500 trainings x 1000 steps x (0.01 x 100 members) x 3 (per-example gradients) =
-    # 8.3 h.
-    monkeypatch.setattr(audit_run, "seconds_per_example", lambda *a, **k: 0.01)
+    # As if one example of a DP-SGD step took 10 ms: 2 x 500 trainings x 1000 steps x (0.01 x 100
+    # members) x 10 ms = 10^4 s of trainings, give or take the calibration's spread.
+    from dpaudit.app import plan as plans
+    from dpaudit.app.estimate import Estimate
+
+    def timed(*args: object, passes: dict[str, float], **kwargs: object) -> Estimate:
+        seconds = sum(passes.values()) * 0.01
+        return Estimate(low=seconds, high=1.5 * seconds)
+
+    monkeypatch.setattr(plans, "estimate_job", timed)
     monkeypatch.setitem(AUDIT_PROCEDURES, "multi-run", dataclasses.replace(AUDIT_PROCEDURES["multi-run"], run=start))
     with pytest.raises(Started):
         main(
@@ -71,7 +78,10 @@ def test_a_long_audit_says_so_before_its_trials_start(
             ]
         )
     err = capsys.readouterr().err
-    assert "this audit (1000 trainings of 1000 DP-SGD steps, 1 worker(s)) is estimated to take about 8 h" in err
+    assert (
+        "black-box multi-run audit trainings of 1000 DP-SGD steps on 100 members (1000 job(s)) is estimated at "
+        "about 2.8–4.2 CPU-hours: about 2.8–4.2 h on this machine (1 worker(s))" in err
+    )
     with pytest.raises(Started):
         main(
             [
@@ -88,4 +98,102 @@ def test_a_long_audit_says_so_before_its_trials_start(
                 str(tmp_path / "run2"),
             ]
         )
-    assert "estimated to take" not in capsys.readouterr().err
+    assert "estimated" not in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- measured ranges (issue 48)
+@pytest.mark.parametrize(
+    "low, high, said",
+    [
+        (240.0, 360.0, "about 4–6 min"),
+        (3000.0, 3010.0, "about 50 min"),
+        (20.0, 45.0, "about 20–45 s"),
+        (2 * 3600.0, 3 * 3600.0, "about 2.0–3.0 h"),
+        (0.2, 0.3, "under 1 s"),
+        (3 * 86400.0, 4 * 86400.0, "about 3–4 days"),
+    ],
+)
+def test_a_range_reads_in_the_unit_of_its_high_end(low: float, high: float, said: str) -> None:
+    assert estimate.Estimate(low=low, high=high).describe() == said
+
+
+def test_the_range_is_the_median_and_upper_quartile_step_times_the_stated_factors() -> None:
+    steps = estimate.StepTimes(per_example=(1.0, 2.0, 3.0, 4.0, 5.0), batch=8, threads=1, mode="backward")
+    # Closed forms: median 3, upper quartile (inclusive method) 4.
+    assert steps.median == 3.0 and steps.slow == 4.0
+    got = steps.seconds(10.0)
+    assert got.low == pytest.approx(10 * 3.0 * estimate.UNTIMED_FACTOR[0])
+    assert got.high == pytest.approx(10 * 4.0 * estimate.UNTIMED_FACTOR[1])
+    assert got.middle == pytest.approx((got.low * got.high) ** 0.5)
+    assert "5 backward steps of 8 examples with 1 thread" in got.basis
+
+
+def test_a_calibration_runs_at_the_jobs_threads_and_restores_the_callers() -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    steps = estimate.time_steps(
+        "digits-mlp", input_shape=(1, 8, 8), num_classes=10, mode="per-example", batch=32, threads=2
+    )
+    assert steps is not None and steps.threads == 2 and steps.batch == 32
+    assert len(steps.per_example) >= 5 and all(t > 0 for t in steps.per_example)
+    assert torch.get_num_threads() == before
+    assert estimate.time_steps("no-such-model", input_shape=(1, 8, 8), num_classes=10) is None
+
+
+def test_a_plans_wall_time_counts_whole_jobs_and_the_command_around_them_here_only() -> None:
+    one = estimate.Estimate(low=10.0, high=20.0)
+    plan = cost.RunPlan.measured(one, what="jobs", num_jobs=5, job_memory_bytes=1, workers=2, start_up=7.0)
+    finish, pool = estimate.COMMAND_FINISH_FACTOR, estimate.POOL_START_FACTOR
+    here = plan.wall_range(2)
+    # Three rounds of whole jobs on 2 workers, the command's start-up and finish around them.
+    assert here.low == pytest.approx(7 * (1 + finish[0]) + 3 * 10 + 5 / 2 * cost.JOB_OVERHEAD_S)
+    assert here.high == pytest.approx(7 * (1 + finish[1]) + 3 * 20 + 5 / 2 * cost.JOB_OVERHEAD_S)
+    pooled = dataclasses.replace(plan, starts_pool=True).wall_range(2)
+    assert pooled.low - here.low == pytest.approx(7 * pool[0]) and pooled.high - here.high == pytest.approx(7 * pool[1])
+    assert plan.wall_range(8).low == pytest.approx(10 + 5 / 8 * cost.JOB_OVERHEAD_S)  # elsewhere: the jobs only
+    out = plan.to_dict()
+    assert out["job_seconds_range"] == [10.0, 20.0] and out["workers"] == 2
+    assert out["wall_seconds_range"]["2"] == [here.low, here.high]
+
+
+@pytest.mark.extended  # a training and three calibrations: seconds
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 48 item 2 not met yet: the claim's epsilon under the PLD accountant (about 11 s a "
+    "computation here, done twice per train) is not counted; digits, 6 epochs: about 1 s estimated, 12.6 s run",
+)
+def test_a_small_trainings_estimate_holds_against_its_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Within 2x of the real run, and two identical calls within 25 % (issue 48's done-when, on a small job)."""
+    import json
+    import time
+
+    argv = [
+        "train",
+        "--defense",
+        "dpsgd",
+        "--dataset",
+        "digits",
+        "--model",
+        "digits-mlp",
+        "--epochs",
+        "6",
+        "--quiet",
+        "--out",
+        str(tmp_path / "run"),
+    ]
+    # In-process, the first command imports torch and the suite, which the calibration counts as
+    # its start-up and a later command does not pay: one call first, as each `dpaudit` process is cold.
+    assert main([*argv, "--dry-run", "--json"]) == 0
+    capsys.readouterr()
+    middles = []
+    for _ in range(2):
+        assert main([*argv, "--dry-run", "--json"]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        low, high = plan["wall_seconds_range"][str(plan["workers"])]
+        middles.append((low * high) ** 0.5)
+    start = time.perf_counter()
+    assert main(argv) == 0
+    took = time.perf_counter() - start
+    assert abs(middles[0] - middles[1]) <= 0.25 * max(middles), middles
+    assert 0.5 <= middles[0] / took <= 2.0, (middles, took)

@@ -334,8 +334,6 @@ def _resolve(spec: CertifySpec, run: RunDir) -> _Resolved:
 
 def _load_certified_model(spec: CertifySpec, target: _Resolved) -> tuple[Any, Any, Any]:
     """``(model, noise layer, device)``: the certified classifier (refused without a noise layer)."""
-    from dpaudit.app.cost import announce_if_long
-    from dpaudit.app.estimate import seconds_per_example
     from dpaudit.results.certification_spec import SmoothingCertificationSpec
     from dpaudit.robustness.noise import add_input_noise, find_noise_layer
     from dpaudit.training import resolve_device
@@ -351,17 +349,15 @@ def _load_certified_model(spec: CertifySpec, target: _Resolved) -> tuple[Any, An
     if noise is None:
         raise NotCertifiable(target.refusal)
     if spec.progress:
-        forward = seconds_per_example(
-            record.model_name,
-            input_shape=record.input_shape,
-            num_classes=record.num_classes,
-            device=str(dev),
-            model_options=record.model_options,
-            backward=False,
-        )
-        announce_if_long(
-            spec.num_examples * (target.num_draws + target.num_selection_draws) * forward,
-            f"certifying {spec.num_examples} examples with {target.num_draws} noise draws each",
+        from dpaudit.app.plan import announce_plan, certify_plan
+
+        announce_plan(
+            certify_plan(
+                record=record,
+                num_examples=spec.num_examples,
+                num_draws=target.num_draws + target.num_selection_draws,
+                device=str(dev),
+            ),
             hint="--num-examples and --num-draws change it",
         )
     return model, noise, dev

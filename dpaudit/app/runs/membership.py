@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -448,32 +447,13 @@ def _result_metadata(record: Any, bundle: Any, recipe: _Recipe) -> dict[str, obj
 def _announce_shadow_cost(
     spec: MembershipSpec, record: Any, pools: Mapping[str, PoolPlan], *, train_size: int, device: str
 ) -> None:
-    """Says on stderr how long the shadows will take when that is long (before any is trained)."""
-    from defenses import DEFENSES
-    from dpaudit.app.cost import announce_if_long
-    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
+    """Says on stderr how long the shadows will take when that is long (before any is trained):
+    the plan ``--dry-run`` prints (:func:`dpaudit.app.plan.membership_plan`)."""
+    from dpaudit.app.plan import announce_plan, membership_plan
 
-    num_models = sum(p.num_models for p in pools.values())
-    epochs = float(record.config.get("epochs") or 10)
-    per_example = seconds_per_example(
-        record.model_name,
-        input_shape=record.input_shape,
-        num_classes=record.num_classes,
-        device=device,
-        model_options=record.model_options,
-    )
-    factor = (
-        PER_EXAMPLE_GRADIENT_FACTOR
-        if record.defense in DEFENSES and DEFENSES[record.defense].per_example_gradients
-        else 1.0
-    )  # PATE trains its teachers plainly
-    workers = spec.num_workers or os.cpu_count() or 1
-    announce_if_long(
-        num_models * epochs * train_size * per_example * factor / workers,
-        f"training {num_models} shadow models (cached ones are reused)",
+    announce_plan(
+        membership_plan(spec, record=record, pools=pools),
         hint="--num-shadows, --num-references and --num-workers change it",
-        jobs=num_models,
-        job_seconds=epochs * train_size * per_example * factor,
     )
 
 

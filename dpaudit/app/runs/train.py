@@ -401,8 +401,6 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     """
     from defenses import DEFENSES
     from defenses._common import model_id_for
-    from dpaudit.app.cost import announce_if_long
-    from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
     from dpaudit.checkpoint import checkpoints_in, remove_checkpoints
     from dpaudit.data import dataset_files, load_dataset, make_splits
     from dpaudit.locks import unit_lock
@@ -480,21 +478,10 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
         if spec.progress and defaults is not None:
             print(f"{spec.defense} {defaults}", file=sys.stderr, flush=True)
         if spec.progress:
-            epochs = float(getattr(config, "epochs", None) or 10)
-            per_example = seconds_per_example(
-                spec.model,
-                input_shape=bundle.input_shape,
-                num_classes=bundle.num_classes,
-                device=str(device),
-                model_options=dict(spec.model_options),
-            )
-            # Only training with per-example clipping pays for per-example gradients (PATE's teachers train plainly).
-            factor = PER_EXAMPLE_GRADIENT_FACTOR if entry.per_example_gradients else 1.0
-            announce_if_long(
-                epochs * len(splits.members) * per_example * factor,
-                f"training {spec.defense} for {epochs:g} epochs",
-                hint="--epochs changes it",
-            )
+            from dpaudit.app.plan import announce_plan, train_plan
+
+            # The same measured plan as `train --dry-run` prints (dpaudit.app.plan).
+            announce_plan(train_plan(spec, bundle=bundle, splits=splits, config=config), hint="--epochs changes it")
         extra: dict[str, TrainWorkspace] = {}
         if entry.submodels is not None:
             from dpaudit.training import TrainWorkspace

@@ -123,6 +123,13 @@ def _cmd_certify(args: argparse.Namespace) -> int:
         i_know=getattr(args, "i_know", False),
     )
     run = RunDir(args.out)
+    if args.dry_run:
+        from dpaudit.app.plan import certify_spec_plan, print_plan
+
+        try:
+            return print_plan(args, certify_spec_plan(spec, run))
+        except NotCertifiable as exc:
+            raise UsageError(str(exc), argument="--target") from None
     try:
         summary = run_certify(spec, run)
     except NotCertifiable as exc:
@@ -287,5 +294,11 @@ def register(sub: argparse._SubParsersAction) -> None:
             help="noise draws averaged per attack gradient (default 8 for noisy models)",
         ),
         LIMITS["eot_samples"],
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (the certificates' measured time and memory; the evasion attacks are not "
+        "counted) and exit without certifying",
     )
     p.set_defaults(func=lambda a: _cmd_certify(a))

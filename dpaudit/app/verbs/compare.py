@@ -68,7 +68,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             from dpaudit.app.runs.compare.limits import check_plan
 
             check_plan(grid, i_know=args.i_know, data_root=args.data_root, workers=workers, progress=False)
-            return print_plan(args, grid_plan(grid, data_root=args.data_root, workers=workers))
+            return print_plan(args, grid_plan(grid, data_root=args.data_root, workers=workers, executor=args.executor))
         spec = CompareSpec(
             grid=grid,
             executor=args.executor,

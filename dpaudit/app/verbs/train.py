@@ -31,27 +31,29 @@ def _cmd_train(args: argparse.Namespace) -> int:
         config = spec.config_type(**kwargs)
     except (TypeError, ValueError) as exc:  # the flags the user gave built this config
         raise UsageError(str(exc), argument=getattr(exc, "argument", None)) from None
-    outcome = train_or_load(
-        TrainSpec(
-            defense=args.defense,
-            config=config,
-            model=args.model,
-            dataset=args.dataset,
-            seed=args.seed,
-            split_seed=args.split_seed,
-            member_fraction=args.member_fraction,
-            data_root=args.data_root,
-            device=args.device,
-            force=args.force,
-            progress=not args.quiet,
-            executor=args.executor,
-            num_workers=args.num_workers,
-            address=args.address,
-            ship_code=args.ship_code,
-            i_know=getattr(args, "i_know", False),
-        ),
-        RunDir(args.out),
+    train_spec = TrainSpec(
+        defense=args.defense,
+        config=config,
+        model=args.model,
+        dataset=args.dataset,
+        seed=args.seed,
+        split_seed=args.split_seed,
+        member_fraction=args.member_fraction,
+        data_root=args.data_root,
+        device=args.device,
+        force=args.force,
+        progress=not args.quiet,
+        executor=args.executor,
+        num_workers=args.num_workers,
+        address=args.address,
+        ship_code=args.ship_code,
+        i_know=getattr(args, "i_know", False),
     )
+    if args.dry_run:
+        from dpaudit.app.plan import print_plan, train_plan
+
+        return print_plan(args, train_plan(train_spec))
+    outcome = train_or_load(train_spec, RunDir(args.out))
     record, rdir = outcome.record, outcome.record_dir
     if outcome.reused:
         n = len(outcome.data_files)
@@ -154,5 +156,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="fraction of the training pool used as members (default 0.5)",
     )
     p.add_argument("--force", action="store_true", help="retrain even if the record exists")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (the training's time measured on this machine, its memory) and exit without training",
+    )
     flags = add_option_flags(p, {name: spec.config_type for name, spec in DEFENSES.items()})
-    p.set_defaults(func=_cmd_train, defense_flags=flags)
+    # Only a defense with sub-models (PATE's teachers, DSSGD's participants) runs a pool of workers.
+    p.set_defaults(func=_cmd_train, defense_flags=flags, uses_pool=lambda a: DEFENSES[a.defense].submodels is not None)

@@ -31,8 +31,6 @@ import numpy as np
 from torch import nn
 
 from dpaudit import _validate as v
-from dpaudit.app.cost import announce_if_long
-from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
 from dpaudit.app.runs.audit.provenance import audit_hash, code_keys, resolve_train_fn, say_if_superseded
 from dpaudit.app.runs.audit.spec import WORST_CASE_AUDITOR_RECORDS, AuditSpec, audit_defenses
 from dpaudit.callables import resolve_callable
@@ -101,7 +99,7 @@ def make_audit_executor(
         raise v.invalid("address", f"address={address!r} applies to executor 'ray' only, got executor={kind!r}")
     if kind == "serial" or workers is None or workers <= 1:
         return SerialExecutor()
-    return LocalExecutor(workers=workers, threads_per_worker=1)
+    return LocalExecutor(workers=workers)
 
 
 def _ray_gpus(spec: AuditSpec, bundle: Any) -> float:
@@ -253,25 +251,13 @@ class _Game:
 
 
 def _announce(spec: AuditSpec, bundle: Any, members: ArrayDataset, num_steps: int) -> None:
-    """Says so before the trials start when the audit will take long (the suite's own trainer only)."""
-    trainings = (
-        2 * spec.resolved_num_trials
-        if spec.threat == "black-box" and spec.method == "multi-run"
-        else spec.resolved_num_trials
-    )
-    per_example = (
-        seconds_per_example(
-            spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes, device=spec.device
-        )
-        * PER_EXAMPLE_GRADIENT_FACTOR
-    )
-    q = spec.sampling_rate
-    announce_if_long(
-        trainings * num_steps * q * len(members) * per_example / spec.workers,
-        f"this audit ({trainings} trainings of {num_steps} DP-SGD steps, {spec.workers} worker(s))",
+    """Says so before the trials start when the audit will take long (the suite's own trainer only):
+    the plan ``--dry-run`` prints (:func:`dpaudit.app.plan.audit_plan`)."""
+    from dpaudit.app.plan import announce_plan, audit_plan
+
+    announce_plan(
+        audit_plan(spec, bundle=bundle, members=len(members), num_steps=num_steps),
         hint="--num-trials, --num-steps and --num-workers change it",
-        jobs=trainings,
-        job_seconds=num_steps * q * len(members) * per_example,
     )
 
 
