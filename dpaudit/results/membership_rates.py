@@ -35,6 +35,7 @@ import numpy as np
 from dpaudit import _validate as v
 from dpaudit.privacy.audit_stats import auc_interval, clopper_pearson_interval, epsilon_lb_from_counts
 from dpaudit.results.membership import MembershipResult, tpr_unresolved
+from dpaudit.results.numbers import fmt_percent, fmt_rate
 from dpaudit.specs import PlainSpec
 
 __all__ = [
@@ -78,6 +79,22 @@ class Estimate(PlainSpec):
     method: str
     count: int | None = None
     total: int | None = None
+
+    def interval_text(self, *, percent: bool = True) -> str:
+        """The interval as every page and verdict writes it: "[16.9%, 34.4%]", or "[0.702, 0.835]" for a number."""
+        if percent:
+            return f"[{fmt_percent(self.low)}, {fmt_percent(self.high)}]".replace("-", "−")
+        return f"[{self.low:.3f}, {self.high:.3f}]".replace("-", "−")
+
+    def text(self, *, percent: bool = True) -> str:
+        """The estimate, its counts (a proportion) and its interval: "25.0% (25/100) [16.9%, 34.4%]"."""
+        if not percent:
+            head = f"{self.value:.3f}"
+        elif self.count is not None and self.total:
+            head = fmt_rate(self.count, self.total)
+        else:
+            head = fmt_percent(self.value)
+        return f"{head} {self.interval_text(percent=percent)}".replace("-", "−")
 
 
 def proportion(count: int, total: int, *, confidence: float = 0.95) -> Estimate:

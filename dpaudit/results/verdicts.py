@@ -253,8 +253,8 @@ def rank_attacks(
 
 
 def _interval(e: Estimate) -> str:
-    """A rate's interval as the pages print it: "[17.1–34.4%]"."""
-    return f"[{fmt_percent(e.low).rstrip('%')}–{fmt_percent(e.high)}]"
+    """A rate's interval as the pages print it: "[17.1%, 34.4%]"."""
+    return e.interval_text()
 
 
 def membership_verdict(
@@ -305,7 +305,7 @@ def membership_verdict(
         else f"the claimed ε_UB = {fmt_upper_bound(epsilon_ub)}"
     )
     tpr = rates.tpr_at_fpr.get(f"{best.fpr:g}") if best.fpr is not None else None
-    auc = f"AUC {best.auc:.3f} [{rates.auc.low:.3f}–{rates.auc.high:.3f}]"
+    auc = f"AUC {rates.auc.text(percent=False)}"
     lines = [
         f"{r.attack}: {best.tpr_text()}" + (f" {_interval(tpr)}" if tpr is not None else "") + f", {auc}, "
         f"on {r.num_members} members / {r.num_non_members} non-members ({confidence:.0%} intervals).",
@@ -315,9 +315,8 @@ def membership_verdict(
     ]
     if gap is not None:
         lines.append(
-            f"Generalisation gap: train {fmt_rate(gap.train.count or 0, gap.train.total or 1)} vs non-member "
-            f"{fmt_rate(gap.held_out.count or 0, gap.held_out.total or 1)} accuracy, gap "
-            f"{gap.gap.value * 100:+.1f} points [{gap.gap.low * 100:+.1f}, {gap.gap.high * 100:+.1f}]."
+            f"Generalisation gap: accuracy {gap.train.text()} on members vs {gap.held_out.text()} on "
+            f"non-members, gap {gap.gap.text()}."
         )
     lines.append(
         f"ε_LB: Clopper–Pearson at {confidence:.0%} confidence with a Bonferroni-corrected threshold, "
@@ -467,7 +466,7 @@ def inversion_verdict(
     near_mean = int(r.closer_to_mean().sum())
     lines = [
         f"{top.attack}: the evaluator recognises "
-        f"{fmt_rate(top1.count or 0, k)} {_interval(top1)} of the "
+        f"{top1.text()} of the "
         f"reconstructions' classes (top-1; chance {fmt_percent(chance)}).",
         f"{r.attack}: nearer the class mean than any member in {near_mean}/{r.num_classes} classes; "
         "membership score of the reconstructions ε_LB = "
@@ -481,11 +480,16 @@ def inversion_verdict(
     checks = [(x, c) for x in results if (c := evaluator_check(x, chance=chance, confidence=confidence)) is not None]
     for x, c in checks:
         interval = (
-            f" [{fmt_percent(c.low).rstrip('%')}–{fmt_percent(c.high)}] on {c.num_tested} held-out images"
+            f" [{fmt_percent(c.low)}, {fmt_percent(c.high)}] on {c.num_tested} held-out images"
             if c.low is not None and c.high is not None
             else " (the number of images it was tested on is not stored)"
         )
-        lines.append(f"{x.attack}'s evaluator: accuracy {fmt_percent(c.accuracy)}{interval}; {c.rule()}.")
+        lines.append(
+            f"{x.attack}'s evaluator: accuracy {fmt_percent(c.accuracy)}{interval}: "
+            + ("too weak." if c.too_weak else "trusted.")
+        )
+    if checks:
+        lines.append(f"Evaluator rule: {checks[0][1].rule()}.")
     if epsilon_ub is not None:
         lines.append(
             f"The target claims ε_UB = {fmt_upper_bound(epsilon_ub)}"
