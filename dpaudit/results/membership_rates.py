@@ -3,7 +3,7 @@
 A membership report shows rates estimated from finitely many members and non-members: TPR at a
 fixed FPR, the balanced accuracy and advantage of the best threshold, the AUC, the target's
 train and held-out accuracy. On 100 examples each such rate moves by ±10 points between samples,
-so none is shown bare (docs/reports.md, "Membership"):
+so none is shown bare (docs/attacks/membership.md, §1.5):
 
 * a proportion (an accuracy, a TPR, an FPR) gets its two-sided Clopper–Pearson interval from its
   counts (:func:`dpaudit.privacy.audit_stats.clopper_pearson_interval`);
