@@ -511,10 +511,9 @@ def write_membership_report(
         raise v.invalid("results", f"results must be against exactly one target, got {targets}")
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     record_dir = run.find_record_dir(targets[0])  # also a sub-model's (a PATE teacher, a DSSGD participant)
-    if epsilons is None and record_dir is not None:
-        record = load_record(record_dir)
-        epsilons, claim_description = record.claim.epsilons(delta=delta), record.claim.statement()
     record = load_record(record_dir) if record_dir is not None else None
+    if epsilons is None and record is not None:
+        epsilons, claim_description = record.claim.epsilons(delta=delta), record.claim.statement()
     sections = membership_sections(
         items,
         epsilons=epsilons,

@@ -347,8 +347,11 @@ class MembershipResult(PlainSpec):
             self.attack == other.attack
             and self.model_id == other.model_id
             and all(np.array_equal(getattr(self, a), getattr(other, a)) for a in _ARRAYS)
-            and (self.labels is None) == (other.labels is None)
-            and (self.labels is None or np.array_equal(self.labels, other.labels))
+            and (
+                np.array_equal(self.labels, other.labels)
+                if self.labels is not None and other.labels is not None
+                else self.labels is None and other.labels is None
+            )
             and _thaw(self.config) == _thaw(other.config)
             and _thaw(self.metadata) == _thaw(other.metadata)
         )
