@@ -499,13 +499,16 @@ def inversion_verdict(
     if weak:
         x, c = weak[0]
         shown = fmt_percent(c.accuracy) + (
-            f" (95% interval from {fmt_percent(c.low)})" if c.low is not None and confidence == 0.95 else ""
+            f" [{fmt_percent(c.low)}, {fmt_percent(c.high)}] on {c.num_tested} held-out images"
+            if c.low is not None and c.high is not None
+            else ""
         )
         return Verdict(
             status="withheld",
-            headline=f"Verdict withheld: evaluator too weak: accuracy {shown}, chance {fmt_percent(chance)}; "
-            f"the top-1 of {', '.join(sorted({w.attack for w, _ in weak}))} cannot tell a failed reconstruction "
-            f"from a failed judge ({c.rule()}).",
+            headline=f"Verdict withheld: evaluator too weak: accuracy {shown}, chance {fmt_percent(chance)}, "
+            f"not above the {fmt_percent(c.needed)} it needs; the top-1 of "
+            f"{', '.join(sorted({w.attack for w, _ in weak}))} cannot tell a failed reconstruction "
+            "from a failed judge.",
             lines=tuple(lines),
             tone="warn",
         )
