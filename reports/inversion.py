@@ -496,6 +496,11 @@ def comparison_figure(targets: Sequence[InversionTarget], *, axes: Sequence[Axes
         kw = {**style(attack), "markersize": 7, "linestyle": "none"}
         left.plot([r.attack_accuracy_top1 for _, r in pts], ys, label=attack, **kw)
         right.plot([r.membership.auc() for _, r in pts], ys, label=attack, **kw)
+        # Each point's 95% interval as a bar through it (Clopper–Pearson over the classes; bootstrap for the AUC).
+        top1 = [proportion(int(r.top1_correct().sum()), r.num_classes) for _, r in pts]
+        aucs = [membership_rates(r.membership, fprs=()).auc for _, r in pts]
+        for ax, est in ((left, top1), (right, aucs)):
+            ax.hlines(ys, [e.low for e in est], [e.high for e in est], color=kw["color"], linewidth=1.2, zorder=1)
     for j, t in enumerate(targets):
         classes = t.num_dataset_classes()
         if classes:
@@ -617,8 +622,9 @@ def inversion_sections(targets: Sequence[InversionTarget], *, confidence: float 
                         figure=comparison_figure(targets),
                         name="compare",
                         caption="Left: share of classes whose reconstruction the evaluator labels "
-                        "correctly; right: AUC of the inversion-based membership score. Dashed: "
-                        "chance.",
+                        "correctly; right: AUC of the inversion-based membership score; the bar through "
+                        "each point is its 95% interval (Clopper–Pearson over the classes; bootstrap for "
+                        "the AUC). Grey bar and dashed line: chance.",
                         empty="no target has inversion results",
                     ),
                 ],

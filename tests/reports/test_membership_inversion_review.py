@@ -245,3 +245,16 @@ def test_inversion_tables_give_top1_with_its_exact_interval(make_inversion_resul
     top1 = metrics_tables(target)[0].rows[0][1]
     assert (top1.count, top1.total) == (7, 10)
     assert (top1.low, top1.high) == pytest.approx(_exact(7, 10), abs=1e-9)
+
+
+def test_the_targets_compared_figure_draws_each_top1_with_its_exact_interval(make_inversion_result, tmp_path):
+    from matplotlib.collections import LineCollection
+
+    from reports.inversion import InversionTarget, comparison_figure
+
+    r = make_inversion_result("m", "gmi", k=10, top1=0.7)
+    target = InversionTarget(model_id="m", results=(r,), record=None, result_dir=tmp_path)
+    left = comparison_figure([target]).axes[0]
+    bars = [c for c in left.collections if isinstance(c, LineCollection)]
+    (segment,) = bars[0].get_segments()
+    assert (segment[0][0], segment[1][0]) == pytest.approx(_exact(7, 10), abs=1e-9)
