@@ -144,6 +144,8 @@ def plot_roc(
 
 #: Panels per row of the score histograms.
 _HIST_COLUMNS = 3
+#: Members are hatched as well as filled: a grey-scale print tells them from the dashed non-member outline.
+_HATCH = "///"
 
 
 def plot_score_histograms(
@@ -177,7 +179,7 @@ def plot_score_histograms(
             histtype="stepfilled",
             facecolor=colour(r.attack),
             alpha=0.45,
-            hatch="///",
+            hatch=_HATCH,
             edgecolor="black",
             linewidth=0.6,
             label="members (filled, hatched)",
