@@ -101,8 +101,9 @@ def plot_roc(
     for i, r in enumerate(items):
         curve = r.roc()
         start = 1.0 / r.num_non_members
-        # The TPR at FPR exactly 1/m (the best threshold with at most one false positive) opens the curve.
-        keep = curve.fpr >= start
+        # The TPR at FPR exactly 1/m (the best threshold with at most one false positive) opens the curve;
+        # the ROC's lower points at that same FPR would only draw a spike down to the floor.
+        keep = curve.fpr > start
         fpr = np.concatenate([[start], curve.fpr[keep]])
         tpr = np.maximum(np.concatenate([[r.tpr_at_fpr(start)], curve.tpr[keep]]), y_floor)
         # Curves of attacks that rank alike lie on each other: earlier ones are drawn wider and
