@@ -39,7 +39,7 @@ matplotlib.use("Agg")
 
 import numpy as np
 
-from dpaudit.privacy.audit_stats import auc_interval, clopper_pearson_interval
+from dpaudit.privacy.audit_stats import auc_interval, auc_score, clopper_pearson_interval
 from dpaudit.results.audit import AuditResult, EpsilonByTrials, load_audit_result
 from dpaudit.results.audit_details import (
     AuditDetails,
@@ -370,7 +370,8 @@ def rates_table(result: AuditResult, in_scores: np.ndarray, out_scores: np.ndarr
             )
         )
     if in_scores.size and out_scores.size:
-        auc, low, high = auc_interval(in_scores, out_scores, confidence=RATE_CONFIDENCE)
+        auc = auc_score(in_scores, out_scores)
+        low, high = auc_interval(in_scores, out_scores, confidence=RATE_CONFIDENCE)
         rows.append(
             [
                 "AUC",

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure as MplFigure
 from matplotlib.ticker import LogLocator
 
 from dpaudit import _validate as v
-from dpaudit.privacy.audit_stats import auc_interval
+from dpaudit.privacy.audit_stats import auc_interval, auc_score
 from dpaudit.results.audit import AuditResult, EpsilonByTrials
 from dpaudit.results.audit_details import OneRunDetails
 from reports.figures import (
@@ -112,7 +112,8 @@ def roc_figure(in_scores: np.ndarray, out_scores: np.ndarray, *, ax: Axes | None
     fpr, tpr = _roc(np.asarray(in_scores, float), np.asarray(out_scores, float))
     floor = 0.5 / max(min(in_scores.size, out_scores.size), 1)
     # The AUC is an estimate: shown with its 95 % bootstrap interval, the same one as the page's rates table.
-    auc, low, high = auc_interval(in_scores, out_scores, confidence=0.95)
+    auc = auc_score(in_scores, out_scores)
+    low, high = auc_interval(in_scores, out_scores, confidence=0.95)
     ax.plot(
         np.maximum(fpr, floor),
         np.maximum(tpr, floor),

@@ -34,12 +34,21 @@ from matplotlib.patches import Rectangle
 
 from dpaudit import _validate as v
 from dpaudit.results import InversionResult, TrainedModel, load_inversion_result, load_record
+from dpaudit.results.inversion import evaluator_check
 from dpaudit.results.membership import tpr_unresolved
+from dpaudit.results.membership_rates import MembershipRates, membership_rates, proportion
 from dpaudit.results.verdicts import Verdict, inversion_verdict, most_severe
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import FONT_PT, PAGE_WIDTH_IN, colour, fit_page, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import epsilon_lb_cell, epsilon_ub_cell, fmt_upper_bound, percent_cell, rate_cell
+from reports.numbers import (
+    epsilon_lb_cell,
+    epsilon_ub_cell,
+    fmt_percent,
+    fmt_upper_bound,
+    interval_cell,
+    percent_cell,
+)
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, format_number, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -54,6 +63,7 @@ __all__ = [
     "inversion_sections",
     "target_sections",
     "inversion_summary",
+    "evaluator_text",
     "INVERSION_REPORT_STEM",
     "CLASSES_PER_BLOCK",
     "load_inverted_targets",
@@ -255,12 +265,10 @@ def image_grid(
 
 
 # ---------------------------------------------------------------------------- tables
-def _tpr(result: InversionResult) -> float | str:
-    """TPR at 1 % FPR, or why the candidates' non-members cannot resolve it."""
-    m = result.membership
-    return tpr_unresolved(_FPR, m.num_non_members) or rate_cell(
-        round(m.tpr_at_fpr(_FPR) * m.num_members), m.num_members
-    )
+def _tpr(rates: MembershipRates, result: InversionResult) -> Any:
+    """TPR at 1 % FPR with its interval, or why the candidates' non-members cannot resolve it."""
+    est = rates.tpr_at_fpr.get(f"{_FPR:g}")
+    return tpr_unresolved(_FPR, result.membership.num_non_members) or (interval_cell(est) if est is not None else "—")
 
 
 def _chance(target: InversionTarget) -> Any:
@@ -270,9 +278,42 @@ def _chance(target: InversionTarget) -> Any:
     return percent_cell(1.0 / n)
 
 
-def _rate(share: float, k: int) -> Any:
-    """A share of the k classes inverted, as a percentage beside its count."""
-    return rate_cell(round(share * k), k)
+def _rate(correct: np.ndarray, confidence: float = 0.95) -> Any:
+    """The share of the classes inverted that the evaluator labels right, with its count and Clopper–Pearson
+    interval."""
+    return interval_cell(proportion(int(correct.sum()), int(correct.size), confidence=confidence))
+
+
+def _chance_share(target: InversionTarget) -> float:
+    return 1.0 / (target.num_dataset_classes() or target.results[0].num_classes)
+
+
+def evaluator_text(target: InversionTarget, *, confidence: float = 0.95) -> Text:
+    """The evaluators' accuracy with its interval, and whether the rule trusts them
+    (:func:`~dpaudit.results.inversion.evaluator_check`)."""
+    parts = []
+    for r in target.results:
+        c = evaluator_check(r, chance=_chance_share(target), confidence=confidence)
+        if c is None:
+            parts.append(f"{r.attack}: the evaluator's accuracy is not stored.")
+            continue
+        shown = (
+            interval_cell(proportion(round(c.accuracy * c.num_tested), c.num_tested, confidence=confidence)).text
+            + " of held-out images"
+            if c.num_tested is not None
+            else f"{fmt_percent(c.accuracy)} (the number of held-out images it was tested on is not stored)"
+        )
+        judged = (
+            "too weak: its top-1 cannot judge the reconstructions, and the verdict is withheld"
+            if c.too_weak
+            else "trusted"
+        )
+        parts.append(f"{r.attack}: evaluator accuracy {shown}; chance {fmt_percent(c.chance)}; {judged}.")
+    return Text(
+        text="Evaluation classifier: "
+        + " ".join(parts)
+        + f" Rule: {confidence:.0%} Clopper–Pearson lower end above (1 + chance)/2, halfway from chance to perfect."
+    )
 
 
 def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list[Table]:
@@ -283,11 +324,12 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
     verdict_rows, member_rows = [], []
     for r in target.results:
         s = r.metrics(fprs=(_FPR,), delta=delta, confidence=confidence)
+        rates = membership_rates(r.membership, fprs=(_FPR,), confidence=confidence)
         verdict_rows.append(
             [
                 r.attack,
-                _rate(s.attack_accuracy_top1, r.num_classes),
-                _rate(s.attack_accuracy_top5, r.num_classes),
+                _rate(r.top1_correct(), confidence),
+                _rate(r.top5_correct(), confidence),
                 _chance(target),
                 s.knn_distance,
                 s.psnr,
@@ -304,20 +346,13 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
                 s.distance_to_non_member,
                 f"{int(r.closer_to_member().sum())}/{k}",
                 f"{int(r.closer_to_mean().sum())}/{k}",
-                s.membership.auc,
-                _tpr(r),
+                interval_cell(rates.auc, percent=False),
+                _tpr(rates, r),
                 f"{r.membership.num_members} / {r.membership.num_non_members}",
                 epsilon_lb_cell(s.membership.epsilon_lb),  # bounds their safe way: ε_LB down, ε_UB up
                 "—" if eps_ub is None else epsilon_ub_cell(eps_ub),
             ]
         )
-    evaluator = sorted(
-        {
-            format_number(r.metadata.get("evaluator_accuracy"))
-            for r in target.results
-            if r.metadata.get("evaluator_accuracy") is not None
-        }
-    )
     chance_note = (
         f"chance = 1/N over the dataset's N = {n} classes (top-5 chance {min(5, n) / n:.3g})"
         if n is not None
@@ -337,9 +372,9 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
         rows=verdict_rows,
         caption=(
             "Judged by an independent evaluation classifier (another architecture, "
-            "trained on the private data, never the target"
-            + (f"; its test accuracy {', '.join(evaluator)}" if evaluator else "")
-            + "). Top-5: the true class among the evaluator's five most likely labels for the kept restart. "
+            "trained on the private data, never the target; its own accuracy is stated above). "
+            "Top-1 / top-5 as shares of the classes inverted, with 95% Clopper–Pearson intervals. "
+            "Top-5: the true class among the evaluator's five most likely labels for the kept restart. "
             + chance_note
             + ". KNN distance: in the evaluator's feature space, to the nearest "
             "member of the class; PSNR against that member; "
@@ -368,7 +403,8 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
             "Nearer member: classes whose reconstruction is nearer its nearest "
             "member than its nearest non-member; nearer mean: nearer the class mean "
             "than any member. "
-            "Membership score of a candidate: −distance to its class's reconstruction; "
+            "Membership score of a candidate: −distance to its class's reconstruction; its AUC with a "
+            f"{confidence:.0%} bootstrap interval, TPR with its Clopper–Pearson interval; "
             f"ε_LB at δ={delta:g}, {confidence:.0%} confidence: Clopper–Pearson "
             "bound with a Bonferroni-corrected threshold choice, set against the "
             "claimed ε_UB (tightest accountant)."
@@ -388,17 +424,18 @@ def comparison_table(targets: Sequence[InversionTarget], *, confidence: float = 
         acc = t.record.metrics.get("test_accuracy") if t.record is not None else None
         for r in t.results:
             s = r.metrics(fprs=(_FPR,), delta=t.delta, confidence=confidence)
+            rates = membership_rates(r.membership, fprs=(_FPR,), confidence=confidence)
             rows.append(
                 [
                     t.model_id,
                     "—" if eps is None else eps,
                     "—" if acc is None else percent_cell(float(acc)),
                     r.attack,
-                    _rate(s.attack_accuracy_top1, r.num_classes),
-                    _rate(s.attack_accuracy_top5, r.num_classes),
+                    _rate(r.top1_correct(), confidence),
+                    _rate(r.top5_correct(), confidence),
                     s.knn_distance,
                     s.psnr,
-                    s.membership.auc,
+                    interval_cell(rates.auc, percent=False),
                     epsilon_lb_cell(s.membership.epsilon_lb),
                 ]
             )
@@ -418,8 +455,10 @@ def comparison_table(targets: Sequence[InversionTarget], *, confidence: float = 
         rows=rows,
         caption=(
             "Targets in order of claimed ε_UB (tightest accountant; non-private "
-            "last), with their test accuracy. Top-1 / top-5: attack accuracy by the "
-            f"independent evaluator (chance: {chance}). Memb. AUC / ε_LB: the "
+            "last), with their test accuracy (as the record states it; no test-set size is recorded, so no "
+            "interval). Top-1 / top-5: attack accuracy by the "
+            f"independent evaluator (chance: {chance}), with 95% Clopper–Pearson intervals over the classes. "
+            "Memb. AUC (95% bootstrap interval) / ε_LB: the "
             f"inversion-based membership score at δ of each target, {confidence:.0%} "
             "confidence."
         ),
@@ -457,6 +496,11 @@ def comparison_figure(targets: Sequence[InversionTarget], *, axes: Sequence[Axes
         kw = {**style(attack), "markersize": 7, "linestyle": "none"}
         left.plot([r.attack_accuracy_top1 for _, r in pts], ys, label=attack, **kw)
         right.plot([r.membership.auc() for _, r in pts], ys, label=attack, **kw)
+        # Each point's 95% interval as a bar through it (Clopper–Pearson over the classes; bootstrap for the AUC).
+        top1 = [proportion(int(r.top1_correct().sum()), r.num_classes) for _, r in pts]
+        aucs = [membership_rates(r.membership, fprs=()).auc for _, r in pts]
+        for ax, est in ((left, top1), (right, aucs)):
+            ax.hlines(ys, [e.low for e in est], [e.high for e in est], color=kw["color"], linewidth=1.2, zorder=1)
     for j, t in enumerate(targets):
         classes = t.num_dataset_classes()
         if classes:
@@ -512,6 +556,7 @@ def target_sections(target: InversionTarget, *, confidence: float = 0.95, prefix
         else Text(text="The target's record is not in this run directory, so its claim cannot be shown.")
     )
     metrics: list[Any] = [
+        evaluator_text(target, confidence=confidence),
         *metrics_tables(target, confidence=confidence),
         Items(items=[r.finding() for r in target.results]),
     ]
@@ -577,8 +622,9 @@ def inversion_sections(targets: Sequence[InversionTarget], *, confidence: float 
                         figure=comparison_figure(targets),
                         name="compare",
                         caption="Left: share of classes whose reconstruction the evaluator labels "
-                        "correctly; right: AUC of the inversion-based membership score. Dashed: "
-                        "chance.",
+                        "correctly; right: AUC of the inversion-based membership score; the bar through "
+                        "each point is its 95% interval (Clopper–Pearson over the classes; bootstrap for "
+                        "the AUC). Grey bar and dashed line: chance.",
                         empty="no target has inversion results",
                     ),
                 ],

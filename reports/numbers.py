@@ -48,6 +48,8 @@ __all__ = [
     "rate_ub_cell",
     "percent_cell",
     "rate_cell",
+    "IntervalCell",
+    "interval_cell",
 ]
 
 
@@ -123,3 +125,30 @@ def format_cell(x: Any) -> str:
     if isinstance(x, Shown):
         return x.text
     return fmt_value(x)
+
+
+class IntervalCell(Shown):
+    """An estimated rate as a cell: its value (CSV, sorting), its text with the interval, and the interval itself.
+
+    ``low``, ``high`` and ``confidence`` travel with the cell, so an export (the LaTeX blocks)
+    can set the interval its own way; ``count`` / ``total`` are the counts of a proportion.
+    """
+
+    low: float
+    high: float
+    confidence: float
+    count: int | None
+    total: int | None
+
+
+def interval_cell(estimate: Any, *, percent: bool = True) -> IntervalCell:
+    """A :class:`dpaudit.results.membership_rates.Estimate` as a cell: "25.0% (25/100) [16.9%, 34.4%]".
+
+    ``percent=False`` writes a number that is not a share (an AUC) to three decimals: "0.772 [0.705, 0.838]".
+    """
+    e = estimate
+    text = e.text(percent=percent)
+    cell = IntervalCell(float(e.value), text)
+    cell.low, cell.high, cell.confidence = float(e.low), float(e.high), float(e.confidence)
+    cell.count, cell.total = e.count, e.total
+    return cell

@@ -145,6 +145,8 @@ class MembershipContext:
             sample_ids=self.sample_ids,
             scores=np.asarray(scores, dtype=np.float64),
             is_member=self.is_member,
+            # Kept so a report can break the attack down by class (TF Privacy's per-class slices).
+            labels=np.asarray(self.labels, dtype=np.int64),
             config={"seed": self.seed, **config},
             metadata={**self.metadata, **metadata},
         )

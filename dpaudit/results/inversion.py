@@ -45,7 +45,15 @@ from dpaudit.specs import PlainSpec, spec_field
 from dpaudit.store import JsonObject, load_result_files, save_result_files
 from dpaudit.store import thaw as _thaw
 
-__all__ = ["InversionResult", "InversionSummary", "inversion_stem", "load_inversion_result", "save_inversion_result"]
+__all__ = [
+    "EvaluatorCheck",
+    "InversionResult",
+    "InversionSummary",
+    "evaluator_check",
+    "inversion_stem",
+    "load_inversion_result",
+    "save_inversion_result",
+]
 
 _IMAGES = ("reconstructions", "class_means", "nearest_members", "nearest_non_members")
 _PER_CLASS = (
@@ -240,15 +248,19 @@ class InversionResult:
     def finding(self, *, delta: float = 1e-5, confidence: float = 0.95) -> str:
         """One sentence: does the inversion reveal members, or only the class average?
 
-        "Leaks membership" needs evidence: the membership score's ε_LB > 0 at ``confidence``
-        (Clopper–Pearson). An AUC of 0.6 or more on too few candidates to bound anything is said
-        to point towards members, never to leak them, so the sentence agrees with the page's verdict.
+        A reconstruction nearer the class mean than any member in most classes recovers the class
+        average, whatever its membership score. Otherwise "leaks membership" needs evidence: the
+        membership score's ε_LB > 0 at ``confidence`` (Clopper–Pearson). An AUC of 0.6 or more on
+        too few candidates to bound anything is said to point towards members, never to leak them,
+        so the sentence agrees with the page's verdict.
         """
         k = self.num_classes
         near_member = int(self.closer_to_member().sum())
         near_mean = int(self.closer_to_mean().sum())
         auc = self.membership.auc()
-        if near_mean >= k / 2 and near_member <= 0.6 * k and auc < 0.6:
+        if near_mean > k / 2:
+            # Most reconstructions are nearer the class average than any member: whatever the
+            # membership score says, they show the class (the page's verdict reads the same).
             verdict = "recovers a class average, not members"
         elif auc >= 0.6 and self.membership.epsilon_bound(delta=delta, confidence=confidence).epsilon_lb > 0:
             verdict = "leaks membership: reconstructions sit nearer members than held-out images of their class"
@@ -422,3 +434,74 @@ def load_inversion_result(path: str | os.PathLike[str]) -> InversionResult:
     data = load_result_files(path, _ARRAYS)
     arrays = {name: value for name, value in data.items() if isinstance(value, np.ndarray)}
     return InversionResult.from_parts(data, arrays)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluatorCheck:
+    """Whether the evaluation classifier is good enough for its top-1 to judge an inversion.
+
+    Attributes:
+        accuracy: its accuracy on held-out images (as the attack stored it).
+        num_tested: the held-out images it was measured on (``None``: not stored, results from
+            before the count was kept; the rule then reads the accuracy itself).
+        low, high: the accuracy's two-sided Clopper–Pearson interval (``None`` without the count).
+        chance: 1/N over the dataset's N classes.
+        needed: the accuracy the rule asks for: (1 + chance)/2, halfway from chance to perfect.
+        too_weak: the lower end (else the accuracy) is not above ``needed``.
+    """
+
+    accuracy: float
+    num_tested: int | None
+    low: float | None
+    high: float | None
+    chance: float
+    needed: float
+    too_weak: bool
+
+    def rule(self) -> str:
+        """The rule in words, for a verdict or a caption."""
+        return (
+            "an evaluator is trusted when the lower end of its 95% Clopper–Pearson interval is above "
+            f"{self.needed:.1%}, halfway from chance to perfect"
+        )
+
+
+def evaluator_check(result: InversionResult, *, chance: float, confidence: float = 0.95) -> EvaluatorCheck | None:
+    """Is the evaluator that judged ``result`` good enough? ``None`` when its accuracy was not stored.
+
+    Top-1 attack accuracy is the evaluator's label agreeing with the inverted class (Zhang et al.
+    2020, §4.1). An evaluator of accuracy a labels even a perfect reconstruction — a real image of
+    the class — right only about a of the time, so top-1 measures the attack and the evaluator
+    together. Below (1 + chance)/2, halfway from guessing to perfect, the evaluator errs on real
+    images at least half as often as a guesser: a miss is as likely the evaluator's as the
+    attack's, and top-1 can say neither "the class was recovered" nor "nothing was". The rule
+    reads the lower end of the accuracy's Clopper–Pearson interval, so an evaluator tested on a
+    few images does not pass by luck; the threshold is (1 + chance)/2 rather than a multiple of
+    chance so that it stays below 1 for two classes (2 × ½ would ask for a perfect evaluator).
+
+    Args:
+        result: an inversion result whose metadata holds ``evaluator_accuracy`` and, when
+            stored, ``evaluator_num_tested``.
+        chance: 1/N over the dataset's N classes.
+        confidence: the interval's coverage.
+    """
+    from dpaudit.privacy.audit_stats import clopper_pearson_interval
+
+    acc = result.metadata.get("evaluator_accuracy")
+    if isinstance(acc, bool) or not isinstance(acc, (int, float)) or not 0.0 <= float(acc) <= 1.0:
+        return None
+    n = result.metadata.get("evaluator_num_tested")
+    num = int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+    low = high = None
+    if num is not None:
+        low, high = clopper_pearson_interval(int(round(float(acc) * num)), num, confidence=confidence)
+    needed = (1.0 + chance) / 2
+    return EvaluatorCheck(
+        accuracy=float(acc),
+        num_tested=num,
+        low=low,
+        high=high,
+        chance=chance,
+        needed=needed,
+        too_weak=(low if low is not None else float(acc)) <= needed,
+    )

@@ -9,7 +9,8 @@ stored apart (DESIGN.md, "Values and procedures"). Metrics follow Carlini et al.
 (Clopper–Pearson with a Bonferroni-corrected threshold choice; ``reference/audit.md`` §1–2).
 
 On disk a result is ``NAME.json`` (schema-versioned) beside ``NAME.npz`` (``sample_ids``,
-``scores``, ``is_member``); nothing is pickled, and nothing here imports torch.
+``scores``, ``is_member`` and, when the attack recorded them, ``labels``); nothing is pickled, and
+nothing here imports torch. A result stored before labels were kept loads with ``labels=None``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ RESULT_SCHEMA_VERSION = 1
 #: The false-positive rates at which TPR is reported (Carlini et al. 2022, §IV).
 DEFAULT_FPRS: tuple[float, ...] = (0.001, 0.01)
 _ARRAYS = ("sample_ids", "scores", "is_member")
+#: Arrays a result holds only when the attack recorded them (a stored result may lack them).
+_OPTIONAL_ARRAYS = ("labels",)
 
 
 def min_non_members(fpr: float) -> int:
@@ -163,6 +166,8 @@ class MembershipResult(PlainSpec):
         sample_ids: int64 ids of the queried samples, unique.
         scores: float64 membership scores, finite; higher = more likely a member.
         is_member: bool ground truth (True = the target trained on the sample).
+        labels: int64 class of each queried sample, or ``None`` (results stored before attacks
+            recorded labels); it gives the per-class breakdown of a report.
         config: the attack's parameters as run (JSON-like).
         metadata: anything else worth keeping (timings, shadow ids, target metrics).
         schema_version: version of the stored format.
@@ -180,6 +185,7 @@ class MembershipResult(PlainSpec):
     sample_ids: np.ndarray = spec_field(dtype=np.int64)
     scores: np.ndarray = spec_field(dtype=np.float64)
     is_member: np.ndarray = spec_field(dtype=bool)
+    labels: np.ndarray | None = spec_field(default=None, omit="none", dtype=np.int64)
     config: Mapping[str, Any] = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
     schema_version: int = RESULT_SCHEMA_VERSION
@@ -214,6 +220,13 @@ class MembershipResult(PlainSpec):
                 "is_member",
                 f"is_member must contain both members and non-members, got {num_in} of {member.size} members",
             )
+        if self.labels is not None:
+            labels = np.asarray(self.labels)
+            if labels.shape != ids.shape or (labels.size and labels.dtype.kind not in "iu"):
+                raise v.invalid(
+                    "labels", f"labels must be integers of shape {ids.shape}, got {labels.dtype} {labels.shape}"
+                )
+            object.__setattr__(self, "labels", _readonly(labels.astype(np.int64)))
         object.__setattr__(self, "sample_ids", _readonly(ids))
         object.__setattr__(self, "scores", _readonly(scores))
         object.__setattr__(self, "is_member", _readonly(member))
@@ -334,6 +347,11 @@ class MembershipResult(PlainSpec):
             self.attack == other.attack
             and self.model_id == other.model_id
             and all(np.array_equal(getattr(self, a), getattr(other, a)) for a in _ARRAYS)
+            and (
+                np.array_equal(self.labels, other.labels)
+                if self.labels is not None and other.labels is not None
+                else self.labels is None and other.labels is None
+            )
             and _thaw(self.config) == _thaw(other.config)
             and _thaw(self.metadata) == _thaw(other.metadata)
         )
@@ -355,10 +373,9 @@ def save_membership_result(result: MembershipResult, directory: str | os.PathLik
     """
     if not isinstance(result, MembershipResult):
         raise v.invalid_type("result", f"result must be a MembershipResult, got {type(result).__name__}")
-    meta = {k: val for k, val in result.to_dict().items() if k not in _ARRAYS}
-    return save_result_files(
-        directory, _file_stem(result.attack), arrays={a: getattr(result, a) for a in _ARRAYS}, meta=meta
-    )
+    meta = {k: val for k, val in result.to_dict().items() if k not in (*_ARRAYS, *_OPTIONAL_ARRAYS)}
+    arrays = {a: getattr(result, a) for a in (*_ARRAYS, *_OPTIONAL_ARRAYS) if getattr(result, a) is not None}
+    return save_result_files(directory, _file_stem(result.attack), arrays=arrays, meta=meta)
 
 
 def load_membership_result(path: str | os.PathLike[str]) -> MembershipResult:
@@ -371,5 +388,5 @@ def load_membership_result(path: str | os.PathLike[str]) -> MembershipResult:
         FileNotFoundError: the JSON or its NPZ is missing.
         ValueError: the files are malformed.
     """
-    stored = load_result_files(path, _ARRAYS)
+    stored = load_result_files(path, (*_ARRAYS, *_OPTIONAL_ARRAYS))
     return MembershipResult.from_dict({k: x for k, x in stored.items() if k != "arrays"})  # "arrays" names the NPZ file

@@ -40,8 +40,15 @@ from dpaudit.results.certified_numbers import counted_accuracy
 from dpaudit.results.certify_summary import AttackedClassifier, CertificateReach, SoundnessViolation
 from dpaudit.results.check import CheckReport
 from dpaudit.results.comparison import ComparisonResult
-from dpaudit.results.inversion import InversionResult
+from dpaudit.results.inversion import InversionResult, evaluator_check
 from dpaudit.results.membership import MembershipResult, tpr_unresolved
+from dpaudit.results.membership_rates import (
+    Estimate,
+    GeneralisationGap,
+    membership_power,
+    membership_rates,
+    proportion,
+)
 from dpaudit.results.numbers import (
     fmt_lower_bound,
     fmt_percent,
@@ -248,6 +255,11 @@ def rank_attacks(
     )
 
 
+def _interval(e: Estimate) -> str:
+    """A rate's interval as the pages print it: "[17.1%, 34.4%]"."""
+    return e.interval_text()
+
+
 def membership_verdict(
     results: Sequence[MembershipResult],
     *,
@@ -255,55 +267,106 @@ def membership_verdict(
     confidence: float = 0.95,
     epsilon_ub: float | None = None,
     target_accuracy: float | None = None,
+    gap: GeneralisationGap | None = None,
 ) -> Verdict:
-    """The strongest attack's ε_LB (and TPR at the lowest resolvable FPR) against the target's ε_UB.
+    """The strongest attack's ε_LB (and TPR at the lowest resolvable FPR) against the target's ε_UB, with the power.
+
+    "No evidence" (no attack shows ε_LB > 0) always states what the audit could have shown: the
+    ε_LB a perfect attack reaches on the same counts (:func:`~dpaudit.results.membership_rates.membership_power`).
+    It is green only when that ceiling is above the claim's ε_UB (the audit could have shown a
+    violation and did not); amber when it is not (no attack on this many members / non-members
+    could have), and plain when the claim is unknown.
 
     Args:
         results: the attacks against one target.
         delta: δ of ε_LB and ε_UB.
-        confidence: confidence of ε_LB.
+        confidence: confidence of ε_LB and of every interval.
         epsilon_ub: the target's tightest claimed ε (∞ without a mechanism); ``None``: unknown.
         target_accuracy: the target's test accuracy, when its record is in the run.
+        gap: the target's train vs held-out accuracy, when its record holds them.
     """
     if not results:
         return Verdict(status="no attacks", headline="No membership attack against this target is stored.", tone="info")
     best = rank_attacks(results, delta=delta, confidence=confidence)[0]
     r = best.result
-    acc = f"; the target's test accuracy is {fmt_percent(target_accuracy)}" if target_accuracy is not None else ""
+    rates = membership_rates(r, fprs=() if best.fpr is None else (best.fpr,), confidence=confidence)
+    # The audit's power is its best design: the attack with the most members / non-members.
+    power = max(
+        (membership_power(x.num_members, x.num_non_members, delta=delta, confidence=confidence) for x in results),
+        key=lambda p: p.ceiling,
+    )
+    if gap is not None:
+        acc = (
+            f"; the target's accuracy is {fmt_percent(gap.train.value)} on its members and "
+            f"{fmt_percent(gap.held_out.value)} on non-members"
+        )
+    else:
+        acc = f"; the target's test accuracy is {fmt_percent(target_accuracy)}" if target_accuracy is not None else ""
     claim = (
         "an unknown claim (no record in this run)"
         if epsilon_ub is None
         else f"the claimed ε_UB = {fmt_upper_bound(epsilon_ub)}"
     )
-    lines = (
-        f"{r.attack}: {best.tpr_text()}, AUC {best.auc:.3f}, on {r.num_members} "
-        f"members / {r.num_non_members} non-members.",
-        f"ε_LB: Clopper–Pearson at {confidence:.0%} confidence with a "
-        f"Bonferroni-corrected threshold, δ = {delta:g}; attacks ranked by ε_LB, "
-        "then TPR at the lowest FPR resolved.",
+    tpr = rates.tpr_at_fpr.get(f"{best.fpr:g}") if best.fpr is not None else None
+    auc = f"AUC {rates.auc.text(percent=False)}"
+    lines = [
+        f"{r.attack}: {best.tpr_text()}" + (f" {_interval(tpr)}" if tpr is not None else "") + f", {auc}, "
+        f"on {r.num_members} members / {r.num_non_members} non-members ({confidence:.0%} intervals).",
+        f"Power: on {power.num_members} members / {power.num_non_members} non-members a perfect attack reaches "
+        f"ε_LB = {fmt_lower_bound(power.ceiling)} at most, and the lowest FPR resolved is "
+        f"1/{power.num_non_members} = {fmt_percent(power.lowest_fpr)}.",
+    ]
+    if gap is not None:
+        lines.append(
+            f"Generalisation gap: accuracy {gap.train.text()} on members vs {gap.held_out.text()} on "
+            f"non-members, gap {gap.gap.text()}."
+        )
+    lines.append(
+        f"ε_LB: Clopper–Pearson at {confidence:.0%} confidence with a Bonferroni-corrected threshold, "
+        f"δ = {delta:g}; attacks ranked by ε_LB, then TPR at the lowest FPR resolved."
     )
     lb = fmt_lower_bound(best.epsilon_lb)
     if epsilon_ub is not None and best.epsilon_lb > epsilon_ub:
         return Verdict(
             status="violation",
             headline=f"Violation: the strongest attack, {r.attack}, shows ε_LB = {lb} > {claim}{acc}.",
-            lines=lines,
+            lines=tuple(lines),
             tone="alert",
         )
     if best.epsilon_lb > 0:
         return Verdict(
             status="leaks membership",
             headline=f"Membership leaks: the strongest attack, {r.attack}, shows ε_LB = {lb} (≤ {claim}){acc}.",
-            lines=lines,
+            lines=tuple(lines),
+            tone="warn",
+        )
+    ceiling = fmt_lower_bound(power.ceiling)
+    if epsilon_ub is not None and math.isinf(epsilon_ub):
+        return Verdict(
+            status="no evidence",
+            headline=f"No evidence of membership leakage from a model that claims no privacy (ε_UB = ∞): no attack "
+            f"shows ε_LB > 0 at {confidence:.0%} confidence, where a perfect attack on these counts would show "
+            f"ε_LB = {ceiling}; the strongest, {r.attack}, has {auc}{acc}.",
+            lines=tuple(lines),
+            tone="info",
+        )
+    if epsilon_ub is not None and power.ceiling <= epsilon_ub:
+        return Verdict(
+            status="no evidence",
+            headline=f"No evidence, but too small to show a violation: no attack shows ε_LB > 0 at {confidence:.0%} "
+            f"confidence, and on {power.num_members} members / {power.num_non_members} non-members even a perfect "
+            f"attack reaches only ε_LB = {ceiling} ≤ {claim}; the strongest, {r.attack}, has {auc}{acc}. "
+            "More members and non-members raise the ceiling.",
+            lines=tuple(lines),
             tone="warn",
         )
     return Verdict(
         status="no evidence",
         headline="No evidence of membership leakage: no attack shows ε_LB > 0 at "
-        f"{confidence:.0%} confidence; the strongest, {r.attack}, has AUC "
-        f"{best.auc:.3f} (against {claim}){acc}.",
-        lines=lines,
-        tone="ok",
+        f"{confidence:.0%} confidence, where a perfect attack on these counts would show ε_LB = {ceiling} "
+        f"(against {claim}); the strongest, {r.attack}, has {auc}{acc}.",
+        lines=tuple(lines),
+        tone="ok" if epsilon_ub is not None else "info",
     )
 
 
@@ -431,12 +494,28 @@ def inversion_verdict(
     epsilon_ub: float | None = None,
     num_dataset_classes: int | None = None,
 ) -> Verdict:
-    """Identifies members (membership score ε_LB > 0), class only (top-1 above chance) or nothing.
+    """Identifies members, class only, nothing — or withheld when the evaluator is too weak to judge.
+
+    In order:
+
+    1. withheld ("evaluator too weak") when the evaluator that judged an attack fails
+       :func:`~dpaudit.results.inversion.evaluator_check` (the lower end of its accuracy's
+       Clopper–Pearson interval not above (1 + chance)/2): its top-1 cannot tell a failed
+       reconstruction from a failed judge;
+    2. a violation when the reconstructions' membership score shows ε_LB > ε_UB (a valid bound
+       on the claim, whatever the images look like);
+    3. "class only" when most classes' reconstructions are nearer the class mean than any member
+       (the page's member-vs-class-average table): they show the class, not the members, and a
+       small positive membership ε_LB does not overrule that;
+    4. "identifies members" when the membership score's ε_LB > 0;
+    5. "class only" when the evaluator's top-1 is above chance (the lower end of its
+       Clopper–Pearson interval over the classes inverted above 1/N);
+    6. nothing recovered.
 
     Args:
         results: the inversions of one target.
         delta: δ of the membership score's ε_LB.
-        confidence: confidence of that ε_LB.
+        confidence: confidence of that ε_LB and of every interval.
         epsilon_ub: the target's tightest claimed ε, when its record is in the run.
         num_dataset_classes: N of chance 1/N (else the classes inverted).
     """
@@ -448,11 +527,14 @@ def inversion_verdict(
     chance = 1.0 / n
     top = max(results, key=lambda x: x.attack_accuracy_top1)
     k = top.num_classes
+    top1 = proportion(int(top.top1_correct().sum()), k, confidence=confidence)
+    near_mean = int(r.closer_to_mean().sum())
     lines = [
         f"{top.attack}: the evaluator recognises "
-        f"{fmt_rate(round(top.attack_accuracy_top1 * k), k)} of the "
+        f"{top1.text()} of the "
         f"reconstructions' classes (top-1; chance {fmt_percent(chance)}).",
-        f"{r.attack}: membership score of the reconstructions ε_LB = "
+        f"{r.attack}: nearer the class mean than any member in {near_mean}/{r.num_classes} classes; "
+        "membership score of the reconstructions ε_LB = "
         f"{fmt_lower_bound(lb)} at {confidence:.0%} confidence (δ = {delta:g}), "
         f"AUC {r.membership.auc():.3f}"
         f" on {r.membership.num_members} members / {r.membership.num_non_members} non-members"
@@ -460,33 +542,90 @@ def inversion_verdict(
         # sentences.
         + (" — too few for the AUC to be evidence of membership." if lb == 0 and r.membership.auc() >= 0.6 else "."),
     ]
+    checks = [(x, c) for x in results if (c := evaluator_check(x, chance=chance, confidence=confidence)) is not None]
+    for x, c in checks:
+        interval = (
+            f" [{fmt_percent(c.low)}, {fmt_percent(c.high)}] on {c.num_tested} held-out images"
+            if c.low is not None and c.high is not None
+            else " (the number of images it was tested on is not stored)"
+        )
+        lines.append(
+            f"{x.attack}'s evaluator: accuracy {fmt_percent(c.accuracy)}{interval}: "
+            + ("too weak." if c.too_weak else "trusted.")
+        )
+    if checks:
+        lines.append(f"Evaluator rule: {checks[0][1].rule()}.")
     if epsilon_ub is not None:
         lines.append(
             f"The target claims ε_UB = {fmt_upper_bound(epsilon_ub)}"
             + (" — below this ε_LB: a violation of the claim." if lb > epsilon_ub else ".")
+        )
+    weak = [(x, c) for x, c in checks if c.too_weak]
+    if weak:
+        x, c = weak[0]
+        shown = fmt_percent(c.accuracy) + (
+            f" [{fmt_percent(c.low)}, {fmt_percent(c.high)}] on {c.num_tested} held-out images"
+            if c.low is not None and c.high is not None
+            else ""
+        )
+        return Verdict(
+            status="withheld",
+            headline=f"Verdict withheld: evaluator too weak: accuracy {shown}, chance {fmt_percent(chance)}, "
+            f"not above the {fmt_percent(c.needed)} it needs; the top-1 of "
+            f"{', '.join(sorted({w.attack for w, _ in weak}))} cannot tell a failed reconstruction "
+            "from a failed judge.",
+            lines=tuple(lines),
+            tone="warn",
+        )
+    if epsilon_ub is not None and lb > epsilon_ub:
+        return Verdict(
+            status="violation",
+            headline=f"Violation: {r.attack}'s reconstructions score members above held-out images of their class "
+            f"with ε_LB = {fmt_lower_bound(lb)} > ε_UB = {fmt_upper_bound(epsilon_ub)}"
+            + (
+                f", although {near_mean} of {r.num_classes} look nearer the class mean than any member."
+                if near_mean > r.num_classes / 2
+                else "."
+            ),
+            lines=tuple(lines),
+            tone="alert",
+        )
+    if near_mean > r.num_classes / 2:
+        return Verdict(
+            status="class only",
+            headline=f"Class only: {r.attack}'s reconstructions show the class, not the members: "
+            f"{near_mean} of {r.num_classes} are nearer the class mean than any member"
+            + (
+                f" (the membership score's ε_LB = {fmt_lower_bound(lb)} does not single out members)."
+                if lb > 0
+                else "."
+            ),
+            lines=tuple(lines),
+            tone="info",
         )
     if lb > 0:
         return Verdict(
             status="identifies members",
             headline=f"Identifies members: {r.attack}'s reconstructions sit nearer training "
             "members than held-out images of their class (ε_LB = "
-            f"{fmt_lower_bound(lb)}).",
+            f"{fmt_lower_bound(lb)}; nearer the class mean in only {near_mean} of {r.num_classes} classes).",
             lines=tuple(lines),
-            tone="alert" if epsilon_ub is not None and lb > epsilon_ub else "warn",
+            tone="warn",
         )
-    if top.attack_accuracy_top1 > chance:
+    if top1.low > chance:
         return Verdict(
             status="class only",
             headline=f"Class only: {top.attack} recovers what a class looks like (top-1 "
-            f"{fmt_percent(top.attack_accuracy_top1)} against chance "
+            f"{fmt_percent(top1.value)} {_interval(top1)} against chance "
             f"{fmt_percent(chance)}), not which images were members.",
             lines=tuple(lines),
             tone="info",
         )
     return Verdict(
         status="nothing",
-        headline="Nothing recovered: the evaluator recognises no class above chance and "
-        "no reconstruction points to members.",
+        headline="Nothing recovered: the evaluator recognises no class above chance at "
+        f"{confidence:.0%} confidence (top-1 {fmt_percent(top1.value)} {_interval(top1)}, chance "
+        f"{fmt_percent(chance)}) and no reconstruction points to members.",
         lines=tuple(lines),
         tone="ok",
     )

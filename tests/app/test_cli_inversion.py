@@ -66,6 +66,10 @@ def test_mi_face_json_contract_files_and_report(cli, digits_run: tuple[Path, Pat
     assert stored.reconstructions.shape == (5, 1, 8, 8) and stored.reconstructions.dtype == np.float32
     assert 0.0 <= stored.reconstructions.min() and stored.reconstructions.max() <= 1.0
     assert stored.summary()["attack_accuracy_top1"] == s["attack_accuracy_top1"]
+    # The count behind the evaluator's accuracy is stored, so a report can bound it (issue 46).
+    tested = stored.metadata["evaluator_num_tested"]
+    assert isinstance(tested, int) and tested > 0
+    assert round(payload["evaluator_accuracy"] * tested) == pytest.approx(payload["evaluator_accuracy"] * tested)
     assert Path(payload["report"]).is_file() and "inversion" in Path(payload["report"]).name
     assert payload["trained"] and not payload["reused"]
 

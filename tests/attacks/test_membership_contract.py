@@ -117,6 +117,9 @@ def check_attack_contract(spec: MembershipAttackSpec) -> MembershipResult:
     assert result.attack == spec.name and result.model_id == context.model_id
     np.testing.assert_array_equal(result.sample_ids, context.sample_ids)
     np.testing.assert_array_equal(result.is_member, context.is_member)
+    # Each queried example's class is kept, for the report's per-class breakdown.
+    assert result.labels is not None, f"{spec.name}: the result must keep the examples' labels"
+    np.testing.assert_array_equal(result.labels, context.universe_labels[context.query_positions])
     assert result.scores.shape == context.sample_ids.shape and result.scores.dtype == np.float64
     assert np.all(np.isfinite(result.scores))
     assert result.auc() > 0.5, (

@@ -25,7 +25,8 @@ def _result(**over: object) -> InversionResult:
         knn_distance=np.array([1.0, 2.0, 3.0]),
         knn_ids=np.array([0, 1, 2]),
         psnr=np.array([10.0, np.inf, 20.0]),
-        distance_to_mean=np.array([0.1, 0.1, 0.5]),
+        # Only class 2 is nearer its class mean than any member: most classes are on the members' side.
+        distance_to_mean=np.array([0.25, 0.1, 0.5]),
         distance_to_member=np.array([0.2, 0.05, 0.6]),
         distance_to_non_member=np.array([0.3, 0.3, 0.4]),
         nearest_member_ids=np.array([0, 1, 2]),
@@ -57,7 +58,7 @@ def test_summary_keys_psnr_mean_over_finite_and_finding() -> None:
     s = _result().metrics()
     assert s.psnr == pytest.approx(15.0)
     assert s.membership.auc == pytest.approx(1.0)
-    assert s.closer_to_member == pytest.approx(2 / 3) and s.closer_to_mean == pytest.approx(2 / 3)
+    assert s.closer_to_member == pytest.approx(2 / 3) and s.closer_to_mean == pytest.approx(1 / 3)
     # The --json form: the keys (and their order) the CLI printed before the summary was typed.
     plain = _result().summary()
     assert plain == s.to_dict()
@@ -103,6 +104,8 @@ def test_summary_keys_psnr_mean_over_finite_and_finding() -> None:
         is_member=np.arange(2 * n) < n,
     )
     assert "leaks membership" in _result(membership=many).finding()
+    # Most reconstructions nearer the class mean than any member: a class average, whatever the score says.
+    assert "recovers a class average" in _result(membership=many, distance_to_mean=np.array([0.1, 0.01, 0.5])).finding()
 
 
 def test_round_trip_and_read_only(tmp_path) -> None:

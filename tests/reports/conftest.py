@@ -109,7 +109,18 @@ def build_run(path, *, audits=True, membership=True, certify=True) -> RunDir:
     run = RunDir(path).create(command="test")
     rng = np.random.default_rng(0)
     claim = dpsgd_claim(sampling_rate=0.01, noise_multiplier=1.1, num_steps=100)
-    _record(run, "dpsgd", claim=claim, metrics={"epsilon": 1.5, "delta": 1e-5, "test_accuracy": 0.9})
+    _record(
+        run,
+        "dpsgd",
+        claim=claim,
+        metrics={
+            "epsilon": 1.5,
+            "delta": 1e-5,
+            "test_accuracy": 0.9,
+            "train_accuracy": 0.95,  # on the record's 20 members
+            "non_member_accuracy": 0.85,  # on its 20 non-members
+        },
+    )
     if audits:
         eps = claim.epsilons(delta=1e-5)
         result = AuditResult(
@@ -136,7 +147,12 @@ def build_run(path, *, audits=True, membership=True, certify=True) -> RunDir:
             scores = rng.normal(0, 1, n) + shift * member
             save_membership_result(
                 MembershipResult(
-                    attack=attack, model_id=DP_MODEL, sample_ids=np.arange(n), scores=scores, is_member=member
+                    attack=attack,
+                    model_id=DP_MODEL,
+                    sample_ids=np.arange(n),
+                    scores=scores,
+                    is_member=member,
+                    labels=np.arange(n) % 10,
                 ),
                 run.membership_dir(DP_MODEL),
             )

@@ -133,14 +133,19 @@ def test_certified_verdict_reads_typed_violations_and_refuses_a_damaged_one_by_n
 def test_inversion_verdict(make_inversion_result):
     members = _membership("inversion-mi-face", shift=4.0, n=40)
     chance_scores = _membership("inversion-mi-face", shift=0.0, n=40, seed=5)
-    identifies = dataclasses.replace(make_inversion_result("m", "mi-face", top1=0.5), membership=members)
+    # Nearer a member (0.2) than the class mean (0.3) in every class: the table agrees with the score.
+    identifies = dataclasses.replace(
+        make_inversion_result("m", "mi-face", top1=0.5), membership=members, distance_to_mean=np.full(4, 0.3)
+    )
     assert inversion_verdict([identifies], num_dataset_classes=10).status == "identifies members"
     assert (
         inversion_verdict([identifies], num_dataset_classes=10, epsilon_ub=0.01).tone == "alert"
     )  # ε_LB above the claim
     class_only = dataclasses.replace(make_inversion_result("m", "mi-face", top1=1.0), membership=chance_scores)
     assert inversion_verdict([class_only], num_dataset_classes=10).status == "class only"
-    nothing = dataclasses.replace(make_inversion_result("m", "mi-face", top1=0.0), membership=chance_scores)
+    nothing = dataclasses.replace(
+        make_inversion_result("m", "mi-face", top1=0.0), membership=chance_scores, distance_to_mean=np.full(4, 0.3)
+    )
     assert inversion_verdict([nothing], num_dataset_classes=10).status == "nothing"
 
 

@@ -634,6 +634,8 @@ def _attack(ctx: _Context, judge: _Judge, name: str, config: Any, stored_config:
         metadata={
             "seconds": seconds,
             "evaluator_accuracy": judge.evaluator_accuracy,
+            # The count behind the accuracy: a report bounds it (Clopper–Pearson) before trusting the evaluator.
+            "evaluator_num_tested": int(t.held.labels.shape[0]),
             "dataset": t.record.dataset,
             "num_dataset_classes": t.bundle.num_classes,
             "defense": t.record.defense,
