@@ -420,6 +420,12 @@ def _styles_drawn(fig: Figure) -> set[str]:
         for line in ax.get_lines():
             if line.get_visible() and _line_points(line) and (line.get_linewidth() or 0) > 0:
                 styles.add(line_style_of(line))
+        for patch in ax.patches:  # outlines: a step histogram's edge, a bar's border
+            if patch.get_visible() and (patch.get_linewidth() or 0) > 0 and patch.get_edgecolor()[3] > 0:
+                if patch.get_linestyle() in ("None", "none", " ", ""):
+                    continue
+                _, seq = getattr(patch, "_unscaled_dash_pattern", (0, None))
+                styles.add(line_style_of(dashes=seq or ()))
         for coll in ax.collections:
             if isinstance(coll, LineCollection) and coll.get_visible() and _segments_with_length(coll):
                 patterns: Any = coll.get_linestyle()  # (offset, on-off sequence or None) per segment
