@@ -29,7 +29,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 
 from dpaudit.results.check import CHECK_FILE, CheckOutcome, CheckReport, diagnosis, load_check_report
-from dpaudit.results.verdicts import check_verdict
+from dpaudit.results.grid_verdicts import check_verdict
 from dpaudit.store import RunDir
 from reports.figures import colour, legend_outside, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind

@@ -28,7 +28,7 @@ from matplotlib.figure import Figure as MplFigure
 
 from dpaudit.privacy.audit_stats import advantage_ceiling
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, load_comparison
-from dpaudit.results.verdicts import compare_verdict
+from dpaudit.results.grid_verdicts import compare_verdict
 from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
 from reports.compare_matrix import _csv, _matrix_tables, _membership_table, _strongest, matrix_rows
 from reports.figures import (

@@ -15,9 +15,7 @@ consumer) states the same judgement and a report only draws it:
 * model inversion: whether the reconstructions identify members (their membership score has a
   positive ε_LB), recover only the class (the evaluator's top-1 above chance) or nothing
   (Zhang et al. 2020, §4.1);
-* a conformance battery: a check's ε_LB above ε_UB, or no check that could have shown one;
-* a comparison: every row whose evidence is a finding — its stored verdict (ε_LB > ε_UB, an
-  unsound certificate) or leakage at all (ε_LB > 0) — the most severe first.
+* a conformance battery and a comparison: in :mod:`dpaudit.results.grid_verdicts`.
 
 A report kind (:class:`reports.kinds.ReportKind`) carries its own verdict function: a kind whose
 judgement only its page states keeps it beside itself (the PATE students, the DSSGD federation and
@@ -32,14 +30,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult
 from dpaudit.results.certified_numbers import counted_accuracy
 from dpaudit.results.certify_summary import AttackedClassifier, CertificateReach, SoundnessViolation
-from dpaudit.results.check import CheckReport
-from dpaudit.results.comparison import ComparisonResult
 from dpaudit.results.inversion import InversionResult, evaluator_check
 from dpaudit.results.membership import MembershipResult, tpr_unresolved
 from dpaudit.results.membership_rates import (
@@ -70,10 +65,7 @@ __all__ = [
     "lowest_resolvable_fpr",
     "certified_verdict",
     "inversion_verdict",
-    "check_verdict",
-    "check_lb_text",
     "claim_text",
-    "compare_verdict",
     "record_delta",
     "most_severe",
 ]
@@ -627,163 +619,5 @@ def inversion_verdict(
         f"{confidence:.0%} confidence (top-1 {fmt_percent(top1.value)} {_interval(top1)}, chance "
         f"{fmt_percent(chance)}) and no reconstruction points to members.",
         lines=tuple(lines),
-        tone="ok",
-    )
-
-
-# -------------------------------------------------------------------------------------- checks
-def check_lb_text(outcome: Any) -> str:
-    """A statistical check's ε_LB as a page shows it: rounded down, and labelled when it is saturated.
-
-    A saturated ε_LB equals its design's ceiling: the check could show no more, so the leak is at
-    least this much and may be far larger ("≥ 10.3, saturated: at its design's ceiling").
-    """
-    lb = fmt_lower_bound(outcome.epsilon_lb)
-    return f"≥ {lb}, saturated: at its design's ceiling" if outcome.saturated else lb
-
-
-def _check_violation(o: Any) -> str:
-    """One violated check in words: a grey-box check's cause, a statistical check's ε_LB against ε_UB."""
-    if o.kind == "grey-box":
-        return f"{o.name}: {o.cause or o.finding}"
-    return f"{o.name}: ε_LB {check_lb_text(o)} > ε_UB {fmt_upper_bound(o.epsilon_ub)}"
-
-
-def check_verdict(report: CheckReport) -> Verdict:
-    """The conformance battery: one diagnosis when any check is violated, else no violation or inconclusive.
-
-    Violated checks are ranked by :func:`~dpaudit.results.check.diagnosis` (a grey-box cause first, then
-    statistical checks below their ceiling, then saturated ones); the headline names the first as the
-    diagnosis and the others as what it most likely also explains, so one bug is not reported as four.
-    A passed check's ceiling is said for what it is — the largest ε_LB its design could show at the
-    size it ran, a best case — never as its power to detect a given bug.
-    """
-    ub = report.epsilon_ub
-    ub_text = "—" if ub is None else fmt_upper_bound(ub)
-    passed = [o for o in report.outcomes if o.status == "passed"]
-    unsure = [o for o in report.outcomes if o.status == "inconclusive"]
-    lines = [
-        f"passed: {o.name}: {o.cause}"  # a grey-box check: read off the replay, no ε_LB
-        if o.kind == "grey-box"
-        else f"passed: {o.name}: found ε_LB {fmt_lower_bound(o.epsilon_lb)} ≤ ε_UB {ub_text}; its design's ceiling "
-        f"(the ε_LB a perfect attack on its {o.num_trials} trainings would reach) is "
-        f"{fmt_lower_bound(o.ceiling)} > ε_UB, a best case, not its chance of flagging a given bug"
-        for o in passed
-    ]
-    # A ceiling of 0 is a check that could not run at all; its finding says why.
-    lines += [
-        f"inconclusive: {o.name}: its design's ceiling {fmt_lower_bound(o.ceiling)} ≤ ε_UB {ub_text}: it could not "
-        "have shown a violation at this size; more budget raises the ceiling"
-        if o.ceiling > 0
-        else f"inconclusive: {o.finding}"
-        for o in unsure
-    ]
-    if report.violations:
-        from dpaudit.results.check import diagnosis
-
-        lead, *also = diagnosis(report)
-        headline = f"Diagnosis: {_check_violation(lead)}."
-        if also:
-            headline += (
-                f" {len(also)} other check{'s' if len(also) > 1 else ''} also fired, most likely on the same bug "
-                f"(rerun after fixing it): {', '.join(o.name for o in also)}."
-            )
-        violated = [f"violated{' (diagnosis)' if o is lead else ''}: {_check_violation(o)}" for o in (lead, *also)]
-        return Verdict(status="violation", headline=headline, lines=(*violated, *lines), tone="alert")
-    if not report.outcomes:
-        return Verdict(status="inconclusive", headline="The battery ran no check.", tone="warn")
-    if not passed:
-        return Verdict(
-            status="inconclusive",
-            headline=f"Inconclusive: no check's design could reach ε_UB = {ub_text} at the size it ran.",
-            lines=tuple(lines),
-            tone="warn",
-        )
-    return Verdict(
-        status="no violation",
-        headline=f"No violation: no check found ε_LB above ε_UB = {ub_text} at "
-        f"{report.confidence:.0%} family-wise confidence ({len(passed)} of "
-        f"{len(report.outcomes)} checks could have shown one at their design's ceiling; how often each flags "
-        "a given bug is measured in docs/audits/check.md).",
-        lines=tuple(lines),
-        tone="ok",
-    )
-
-
-# -------------------------------------------------------------------------------------- compare
-def _compare_row(r: Any) -> str:
-    acc = f", accuracy {fmt_percent(r.test_accuracy)}" if not math.isnan(r.test_accuracy) else ""
-    if not r.epsilon_ub or not math.isfinite(r.epsilon_ub_best):
-        return "no DP claim on the training data" + acc
-    shown = (
-        f"ε_LB {fmt_lower_bound(r.epsilon_lb)} by {r.best_attack}"
-        if r.best_attack
-        else "no attack showed leakage: ε_LB 0"
-    )
-    return f"{shown} vs ε_UB {fmt_upper_bound(r.epsilon_ub_best)}{acc}"
-
-
-def _compare_finding(r: Any) -> tuple[str, str] | None:
-    """A row's finding as (tone, sentence), or ``None`` when its evidence shows nothing.
-
-    A stored violation (ε_LB > ε_UB, an unsound certificate) is an alert; a positive ε_LB within the
-    claim, or against no claim at all (the non-private baseline), is membership leakage, a caution:
-    the membership page of the same row calls it "leaks membership".
-    """
-    if r.verdict != "no violation":
-        why = f" — {'; '.join(r.findings)}" if r.findings else ""
-        return "alert", f"{r.label}: {r.verdict} ({_compare_row(r)}){why}."
-    if r.epsilon_lb > 0:
-        by = f" by {r.best_attack}" if r.best_attack else ""
-        if not r.epsilon_ub or not math.isfinite(r.epsilon_ub_best):
-            return (
-                "warn",
-                f"{r.label}: leaks membership, ε_LB {fmt_lower_bound(r.epsilon_lb)}{by} (no DP claim bounds it).",
-            )
-        return "warn", (
-            f"{r.label}: leaks membership, ε_LB {fmt_lower_bound(r.epsilon_lb)}{by}, within its claim "
-            f"ε_UB {fmt_upper_bound(r.epsilon_ub_best)}."
-        )
-    return None
-
-
-def compare_verdict(result: ComparisonResult) -> Verdict:
-    """Every finding of the grid, the most severe first; the box takes the most severe one's colour.
-
-    A row's evidence is a finding when its stored verdict is one (a violation, an unsound
-    certificate: alert) or when its attacks show leakage at all (ε_LB > 0, within its claim or
-    against none: "leaks membership", a caution). Rows without a finding follow, one line each.
-    """
-    found = [(r, f) for r in result.rows if (f := _compare_finding(r)) is not None]
-    alerts = [r for r, (tone, _) in found if tone == "alert"]
-    leaks = [r for r, (tone, _) in found if tone == "warn"]
-    lines = (
-        *(f"{text}" for _, (tone, text) in found if tone == "alert"),
-        *(f"{text}" for _, (tone, text) in found if tone == "warn"),
-        *(f"{r.label}: no finding ({_compare_row(r)})." for r in result.rows if all(r is not x for x, _ in found)),
-    )
-    leak_names = ", ".join(f"{r.label} (ε_LB {fmt_lower_bound(r.epsilon_lb)})" for r in leaks)
-    if alerts:
-        names = ", ".join(f"{r.label} ({r.verdict})" for r in alerts)
-        also = f" Membership also leaks in {leak_names}." if leaks else ""
-        return Verdict(
-            status="violation",
-            headline=f"{len(alerts)} of {len(result.rows)} settings contradict their claim: {names}.{also}",
-            lines=lines,
-            tone="alert",
-        )
-    if leaks:
-        return Verdict(
-            status="leaks membership",
-            headline=f"No violation, but membership leaks in {len(leaks)} of {len(result.rows)} settings: "
-            f"{leak_names} — within its claim or against no claim.",
-            lines=lines,
-            tone="warn",
-        )
-    return Verdict(
-        status="no violation",
-        headline=f"No violation: in all {len(result.rows)} settings no attack showed leakage (ε_LB = 0), and no "
-        "certificate claims more than an attack leaves.",
-        lines=lines,
         tone="ok",
     )

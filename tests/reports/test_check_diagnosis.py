@@ -10,7 +10,7 @@ import pytest
 
 from dpaudit.app.runs.report import render_reports
 from dpaudit.results.check import diagnosis
-from dpaudit.results.verdicts import check_verdict
+from dpaudit.results.grid_verdicts import check_verdict
 from reports.check import _outcome_table, check_figure
 from tests.check_samples import buggy_report, build_buggy_check_run
 

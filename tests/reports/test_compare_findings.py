@@ -18,7 +18,7 @@ from matplotlib.lines import Line2D
 
 from dpaudit.privacy.audit_stats import advantage_ceiling
 from dpaudit.results.comparison import load_comparison
-from dpaudit.results.verdicts import compare_verdict
+from dpaudit.results.grid_verdicts import compare_verdict
 from reports.compare import advantage_figure, privacy_utility_figure, vulnerable_figure
 from reports.compare_matrix import _matrix_tables, _membership_table
 

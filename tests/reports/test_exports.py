@@ -365,7 +365,8 @@ def test_format_md_links_only_files_it_wrote(report_samples, tmp_path):
     render_reports(run, format="md")
     out = run.reports_dir()
     index = (out / "index.md").read_text(encoding="utf-8")
-    assert "(pate.md)" in index and ".html" not in index
+    page = "pate"  # the report kind's page, linked by its Markdown file
+    assert f"({page}.md)" in index and ".html" not in index
     assert not _dead_md_links(out)
     # Under the default format both are written, and the index links both.
     render_reports(run)

@@ -16,11 +16,11 @@ from dpaudit.privacy.pate.analysis import analyze_gnmax
 from dpaudit.privacy.pate.claim import pate_claim
 from dpaudit.results import AuditResult, MembershipResult, load_record
 from dpaudit.results.comparison import load_comparison
+from dpaudit.results.grid_verdicts import compare_verdict
 from dpaudit.results.verdicts import (
     Verdict,
     audit_verdict,
     certified_verdict,
-    compare_verdict,
     inversion_verdict,
     lowest_resolvable_fpr,
     membership_verdict,

@@ -143,7 +143,7 @@ def test_the_certified_report_tables_carry_each_certificates_rule() -> None:
     # Where the accuracy-against-ε table falls back on a record's test accuracy, it names that rule too.
     from types import SimpleNamespace
 
-    from reports.certified import _record_rule
+    from reports.certified_figures import _record_rule
 
     assert (
         _record_rule(SimpleNamespace(metrics={"test_accuracy": 0.9, "test_accuracy_draws": 16}))

@@ -262,7 +262,7 @@ def _verify_certified(run: RunDir) -> None:
     import numpy as np
 
     from dpaudit.robustness.certification import soundness_violations
-    from reports.certified import SUMMARY_FILE, load_certified_runs
+    from reports.certified_runs import SUMMARY_FILE, load_certified_runs
 
     for cr in load_certified_runs(run):
         if cr.soundness_violations or not cr.attacks or not cr.certificates:
