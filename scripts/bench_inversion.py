@@ -44,9 +44,10 @@ import argparse
 import dataclasses
 import json
 import os
-import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -122,41 +123,79 @@ CONVERGENCE_ROWS = (
 
 def _cli(*args: str) -> tuple[str, float, float]:
     """Runs the checkout's command line in a child process: stdout, wall seconds, CPU seconds."""
+    return _cli_many([args])[0]
+
+
+def _cli_many(argvs: list[tuple[str, ...]]) -> list[tuple[str, float, float]]:
+    """Runs several command lines at once, each in its own process: stdout, wall and CPU seconds of each."""
     code = "import sys; from dpaudit.app.cli import main; sys.argv[0] = 'dpaudit'; sys.exit(main())"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=ROOT, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"dpaudit {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return done.stdout, wall, cpu
+    running: dict[int, tuple[int, subprocess.Popen[str], Any, Any, float]] = {}
+    for i, args in enumerate(argvs):
+        out, err = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, *args], env=env, cwd=ROOT, stdout=out, stderr=err, text=True
+        )
+        running[proc.pid] = (i, proc, out, err, time.perf_counter())
+    results: list[tuple[str, float, float]] = [("", 0.0, 0.0)] * len(argvs)
+    while running:
+        # wait4 gives each child's own CPU time, however many run at once.
+        pid, status, usage = os.wait4(-1, 0)
+        if pid not in running:
+            continue
+        i, proc, out, err, started = running.pop(pid)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            raise SystemExit(f"dpaudit {' '.join(argvs[i])} failed ({proc.returncode}):\n{err.read()[-3000:]}")
+        results[i] = (out.read(), wall, usage.ru_utime + usage.ru_stime)
+    return results
 
 
 def convergence(args: argparse.Namespace) -> int:
     """MI-Face's default stopping rule against fixed 1,000 iterations on faces-mlp, through the CLI."""
     run = Path(args.run_dir) / "convergence"
     data = ["--data-root", args.data_root] if args.data_root else []
-    out, _, _ = _cli(
-        "train", "--defense", "nonprivate", "--dataset", "faces", "--model", "faces-mlp",
-        "--learning-rate", str(args.target_learning_rate), "--epochs", "100", "--batch-size", "32",
-        "--out", str(run / "target"), "--quiet", "--json", *data,
-    )  # fmt: skip
-    target = json.loads(out)
+    if args.target:
+        from dpaudit.results.record import load_record, resolve_record_dir
+
+        rdir = resolve_record_dir(args.target)
+        record = load_record(rdir)
+        target = {"model_id": record.model_id, "record_path": str(rdir), "metrics": dict(record.metrics)}
+    else:
+        out, _, _ = _cli(
+            "train", "--defense", "nonprivate", "--dataset", "faces", "--model", "faces-mlp",
+            "--learning-rate", str(args.target_learning_rate), "--epochs", "100", "--batch-size", "32",
+            "--out", str(run / "target"), "--quiet", "--json", *data,
+        )  # fmt: skip
+        target = json.loads(out)
     print(f"target {target['model_id']}: test accuracy {target['metrics']['test_accuracy']:.3f}", flush=True)
     base = ("attack", "inversion", "--target", target["record_path"], "--attack", "mi-face", "--quiet", "--json", *data)
-    # The evaluator is trained once and cached in the run: an untimed one-step run trains it, and
-    # every row reuses it (each row's configuration differs, so no row reuses another's result).
-    _cli(*base, "--out", str(run / "attacks"), "--max-iterations", "1")
+    # The evaluator is trained once and cached in the run (an untimed one-step run trains it);
+    # every row runs in its own copy of that run, so rows reuse the evaluator and nothing else.
+    warm = run / "warm-up"
+    if not list(warm.rglob("inversion-mi-face.json")):
+        _cli(*base, "--out", str(warm), "--max-iterations", "1")
+    dirs = []
+    for i, _ in enumerate(CONVERGENCE_ROWS):
+        row_dir = run / f"row{i}"
+        shutil.rmtree(row_dir, ignore_errors=True)
+        shutil.copytree(warm, row_dir)
+        for stale in row_dir.rglob("inversion-mi-face.*"):
+            stale.unlink()
+        dirs.append(row_dir)
+    argvs = [(*base, "--out", str(d), *flags) for d, (_, flags) in zip(dirs, CONVERGENCE_ROWS)]
+    if args.parallel:
+        outputs = _cli_many(argvs)
+    else:
+        outputs = [_cli(*a) for a in argvs]
     rows: list[dict[str, Any]] = []
-    for name, flags in CONVERGENCE_ROWS:
-        out, wall, cpu = _cli(*base, "--out", str(run / "attacks"), *flags)
-        out_dir = run / "attacks"
+    for (name, _), row_dir, (out, wall, cpu) in zip(CONVERGENCE_ROWS, dirs, outputs):
         summary = json.loads(out)
-        result = summary["results"][0] if "results" in summary else summary
-        stored = _stored_details(out_dir)
+        result = summary["attacks"]["mi-face"]
+        stored = _stored_details(row_dir)
         steps = np.asarray(stored["iterations"]).max(axis=1)
         reasons = [r for per_class in stored["stop_reasons"] for r in per_class]
         row = {
@@ -227,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         "--convergence", action="store_true", help="the default stopping rule against 1,000 fixed steps on faces-mlp"
     )
     p.add_argument("--target-learning-rate", type=float, default=0.1, help="--convergence: the target's learning rate")
+    p.add_argument("--target", help="--convergence: an already trained faces-mlp record instead of training one")
+    p.add_argument(
+        "--parallel", action="store_true", help="--convergence: run the rows at once (CPU seconds stay each row's own)"
+    )
     p.add_argument(
         "--note", default="", help="--convergence: a sentence for the table's caption (the machine, its load)"
     )
