@@ -19,7 +19,7 @@ from defenses._common import bundle_for_members
 from defenses.dpsgd.config import DPSGDConfig
 from defenses.dpsgd.training import DPSGDTrainer
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
-from dpaudit.batched import BatchedDPSGD, BatchedSGD, plan_batches, train_batched
+from dpaudit.batched import BatchedDPSGD, BatchedSGD, _layered_gradient_numel, plan_batches, train_batched
 from dpaudit.batched_compute import LayeredModels
 from dpaudit.data import load_dataset
 from dpaudit.models import build_model
@@ -121,7 +121,12 @@ def test_chunking_by_the_memory_budget_changes_nothing(pool):
     config = BatchedDPSGD(noise_multiplier=1.0, clip_norm=0.5, sampling_rate=0.2, num_steps=3, learning_rate=0.2)
     whole = train_batched(_mlp(pool), pool.features, pool.labels, seeds=[1, 2, 3], config=config)
     model = _mlp(pool)()
-    per_example = plan_batches(model, pool.features[0], num_models=3, max_examples=10).bytes_per_example
+    # digits-mlp takes the layered path, which forms no Linear layer's per-example gradient.
+    held = _layered_gradient_numel(model, pool.features[0])
+    assert held < sum(p.numel() for p in model.parameters())
+    per_example = plan_batches(
+        model, pool.features[0], num_models=3, max_examples=10, gradient_numel=held
+    ).bytes_per_example
     # A budget for two models of one example each: chunks of two, then one, one example a pass.
     tight = train_batched(
         _mlp(pool), pool.features, pool.labels, seeds=[1, 2, 3], config=config, memory_budget=per_example * 2
