@@ -271,3 +271,23 @@ def test_bad_dp_settings_are_named(kwargs, argument):
 def test_cuda_without_a_gpu_is_refused_by_name(pool):
     with pytest.raises(ValueError, match="device='cuda'.*not available"):
         train_batched(_mlp(pool), pool.features, pool.labels, seeds=[0], config=BatchedSGD(epochs=1), device="cuda")
+
+
+def test_layered_plan_counts_what_an_example_holds_in_closed_form():
+    # Linear layers: each example holds its input and output gradient (784 + 1000, 1000 + 10),
+    # never its 795,010-number gradient; a convolution holds its whole gradient (4·1·3·3 = 36)
+    # and its unfolded input (1·3·3 numbers at each of 8·8 positions).
+    mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 1000), nn.ReLU(), nn.Linear(1000, 10))
+    assert _layered_gradient_numel(mlp, torch.zeros(1, 28, 28)) == (784 + 1000) + (1000 + 10)
+    conv = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.Flatten(), nn.Linear(256, 2))
+    assert _layered_gradient_numel(conv, torch.zeros(1, 8, 8)) == 36 + 9 * 64 + (256 + 2)
+    x = torch.zeros(1, 28, 28)
+    generic = plan_batches(mlp, x, num_models=16, max_examples=512)
+    layered = plan_batches(mlp, x, num_models=16, max_examples=512, gradient_numel=2794)
+    activations = 784 + 1000 + 1000 + 10  # Flatten, Linear, ReLU, Linear outputs
+    assert generic.bytes_per_example == 4 * 3 * (795_010 + activations)
+    assert layered.bytes_per_example == 4 * 3 * (2794 + activations)
+    assert (layered.models_per_chunk, layered.examples_per_pass) == (
+        16,
+        (32 * 2**20) // (layered.bytes_per_example * 16),
+    )
