@@ -544,11 +544,13 @@ def _train_batched_groups(
     for s in specs:
         groups.setdefault(_group_key(s), []).append(s)
     jobs: list[Job] = []
+    by_job: dict[str, list[ShadowSpec]] = {}
     for key, members in groups.items():
         # Groups of a fixed size, whatever the executor: the same run trains bit-identical
         # shadows in one process or on many workers.
         for i in range(0, len(members), MODELS_PER_BATCH):
             part = members[i : i + MODELS_PER_BATCH]
+            by_job[f"batch-{key}-{i}"] = part
             jobs.append(
                 Job(
                     key=f"batch-{key}-{i}",
@@ -561,7 +563,6 @@ def _train_batched_groups(
                     },
                 )
             )
-    by_job = {j.key: [ShadowSpec.from_dict(d) for d in j.kwargs["specs"]] for j in jobs}  # type: ignore[union-attr]
     root = os.fspath(directory) if directory is not None else None
     models: dict[str, nn.Module] = {}
     label = f"shadow models (batched, {executor.name}, {executor.workers} workers)"
@@ -570,9 +571,9 @@ def _train_batched_groups(
         with bar.heartbeat():
             for job, outs in executor.run(jobs):
                 for spec, out in zip(by_job[job.key], outs, strict=True):
-                    record = TrainedModel.from_dict(out["record"])  # type: ignore[arg-type]
+                    record = TrainedModel.from_dict(out["record"])
                     with torch.random.fork_rng(devices=[]):
-                        model = unpack_state(_build(spec), out["state"])  # type: ignore[arg-type]
+                        model = unpack_state(_build(spec), out["state"])
                     if root is not None:
                         save_record(record, model, os.path.join(root, spec.shadow_id))
                         record = load_record(os.path.join(root, spec.shadow_id))  # as stored: with its digest

@@ -9,6 +9,8 @@ keep their ids and cache entries, and a resumed run must train only the missing 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -129,6 +131,13 @@ def test_modes_the_batched_trainer_lacks_train_one_at_a_time(template):
         assert batch_shadow_with_defense(spec, bundle=bundle) is None
     spec = _specs(template, recipe=ShadowRecipe(defense="pixeldp", config={"epochs": 1}), n=1)[0]
     assert batch_shadow_with_defense(spec, bundle=bundle) is None
+    # A DP-SGD shadow of a model batching makes slower (a convolution) trains alone; non-private batches.
+    cnn = dataclasses.replace(
+        spec, model_name="audit-cnn", input_shape=(1, 28, 28), recipe=ShadowRecipe(defense="dpsgd", config=DP_CONFIG)
+    )
+    assert batch_shadow_with_defense(cnn, bundle=bundle) is None
+    cnn = dataclasses.replace(cnn, recipe=ShadowRecipe(defense="nonprivate", config={"epochs": 1}))
+    assert batch_shadow_with_defense(cnn, bundle=bundle) is not None
     # A custom trainer is never replaced by plain SGD.
     seen = []
 

@@ -301,13 +301,35 @@ def train_shadow_with_defense(spec: Any, *, bundle: Any, device: str) -> tuple[A
     return dataclasses.replace(record, model_id=spec.shadow_id), model.eval()
 
 
+#: DP-SGD shadows train batched only up to this many parameters, and without convolutions: batching
+#: shares per-step overhead, which dominates small models (digits-mlp, 25,386 parameters: 6.4x
+#: more models per CPU-second, docs/batched.md), while a larger model's step is arithmetic that
+#: batching does not remove (abadi-mnist, 795,010 parameters, lots of 512: 0.187 CPU-s per
+#: shadow-step batched against about 0.07 one at a time, scripts/bench_lira_shadows.py), and the
+#: convolutions' per-example gradients are slower batched (audit-cnn's DP-GD: 0.5x).
+BATCHED_DP_MAX_PARAMETERS = 100_000
+
+
+def _dp_batching_pays(spec: Any) -> bool:
+    """Whether a DP-SGD shadow of ``spec``'s architecture trains faster batched (see BATCHED_DP_MAX_PARAMETERS)."""
+    import torch
+
+    from attacks.membership.shadows import _build
+
+    with torch.random.fork_rng(devices=[]):
+        model = _build(spec)
+    size = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return size <= BATCHED_DP_MAX_PARAMETERS and not any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+
+
 def batch_shadow_with_defense(spec: Any, *, bundle: Any) -> Any:
     """How a shadow of a defense's recipe trains batched (:data:`attacks.membership.ShadowBatcher`), or ``None``.
 
     The batched trainer (:mod:`dpaudit.batched`) has the non-private baseline's loop and
     DP-SGD's with Poisson lots (full-batch DP-GD at q = 1), each model from its own seed's
     streams; a recipe that needs anything else — another defense, DP-PCA, per-layer clipping,
-    shuffled lots, a noise layer — trains one at a time (:func:`train_shadow_with_defense`).
+    shuffled lots, a noise layer — trains one at a time (:func:`train_shadow_with_defense`), and
+    so does a DP-SGD shadow of a model that batching makes slower (``BATCHED_DP_MAX_PARAMETERS``).
     The plan (σ calibrated to a budget, q, steps, the learning-rate schedule) and the record
     are the one-at-a-time run's.
     """
@@ -330,6 +352,8 @@ def batch_shadow_with_defense(spec: Any, *, bundle: Any) -> Any:
     config = _defense_config(DPSGDConfig, recipe.config)
     if config.pca_components is not None or config.per_layer or config.sampling != "poisson":
         return None
+    if not _dp_batching_pays(spec):
+        return None
     m = int(spec.train_ids.size)
     plan = plan_dpsgd(config, num_members=m)
     resolved, _ = resolve_config(config, num_members=m)
@@ -337,12 +361,14 @@ def batch_shadow_with_defense(spec: Any, *, bundle: Any) -> Any:
     def schedule(step: int, resolved: Any = resolved, per_epoch: int = plan.steps_per_epoch) -> float:
         return learning_rate_at(resolved, step / per_epoch)
 
+    # resolve_config derives C and the learning rate where the recipe left them unset.
+    assert resolved.clip_norm is not None and resolved.learning_rate is not None
     batched = BatchedDPSGD(
         noise_multiplier=plan.noise_multiplier,
-        clip_norm=float(resolved.clip_norm),
+        clip_norm=resolved.clip_norm,
         sampling_rate=plan.sampling_rate,
         num_steps=plan.num_steps,
-        learning_rate=float(resolved.learning_rate),
+        learning_rate=resolved.learning_rate,
         momentum=resolved.momentum,
         weight_decay=resolved.weight_decay,
         expected_lot_size=plan.expected_lot_size,
