@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -306,17 +307,18 @@ def test_run_reports_progress_and_stores_the_cap(monkeypatch, capsys) -> None:
 
 
 def _reference_stop(model: nn.Module, label: int, *, cfg: MIFaceConfig, dim: int) -> tuple[int, str]:
-    """The convergence rule written out plainly: descend −log p, track the best cost, compare β steps back."""
+    """The convergence rule written out plainly: descend −log p, track the best −log p, compare β steps back."""
     x = torch.full((1, dim), float(cfg.start_value))
     with torch.no_grad():
-        best = [1.0 - float(torch.softmax(model(x).double(), 1)[0, label])]
+        best = [-math.log(float(torch.softmax(model(x).double(), 1)[0, label]))]
     for i in range(1, cfg.max_iterations + 1):
         xs = x.detach().requires_grad_(True)
         (g,) = torch.autograd.grad(-torch.log_softmax(model(xs).double(), 1)[0, label], xs)
         x = (x - cfg.step_size * g.float()).clamp(0.0, 1.0)
         with torch.no_grad():
-            cost = 1.0 - float(torch.softmax(model(x).double(), 1)[0, label])
-        best.append(min(best[-1], cost))
+            p = float(torch.softmax(model(x).double(), 1)[0, label])
+        cost = 1.0 - p
+        best.append(min(best[-1], -math.log(p)))
         if cost <= cfg.cost_threshold:
             return i, "threshold"
         if i >= cfg.patience and best[i - cfg.patience] - best[i] <= cfg.tolerance * best[i - cfg.patience]:
