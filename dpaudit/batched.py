@@ -29,7 +29,8 @@ same seeds give the same models as k separate runs up to floating-point reorderi
 on the generic path; the layered path forms only its convolutions' (a Linear layer's norm needs
 its input and output gradient alone), and non-private training none. :func:`plan_batches`
 picks how many models train together (``models_per_chunk``) and how many examples each pass
-holds from ``memory_budget`` bytes and what one example holds, and its ``note`` says so. Chunks of models train one after another; the result does not depend on the chunking.
+holds from ``memory_budget`` bytes and what one example holds, and its ``note`` says so.
+Chunks of models train one after another; the result does not depend on the chunking.
 
 The page ``docs/batched.md`` shows the benchmark (``scripts/bench_batched.py``).
 """
