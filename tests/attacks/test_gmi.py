@@ -275,6 +275,8 @@ def test_flags_are_prefixed_and_do_not_leak_into_mi_face_or_from_it() -> None:
         "--gmi-step-size",
         "--gmi-momentum",
         "--restarts",
+        "--gmi-patience",
+        "--gmi-tolerance",
     }
 
     def parsed(config_type: type, argv: list[str]) -> dict[str, object]:
