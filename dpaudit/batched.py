@@ -25,10 +25,12 @@ Each model's randomness comes from the streams its separate run uses (:mod:`dpau
 same seeds give the same models as k separate runs up to floating-point reordering
 (``tests/core/test_batched.py`` checks it against the project's trainers).
 
-**Memory.** Per-example gradients of k models take k · b · P numbers for b examples per pass;
-:func:`plan_batches` picks how many models train together (``models_per_chunk``) and how many
-examples each pass holds from ``memory_budget`` bytes and the model's size, and its ``note``
-says so. Chunks of models train one after another; the result does not depend on the chunking.
+**Memory.** Per-example gradients of k models take k · b · P numbers for b examples per pass
+on the generic path; the layered path forms only its convolutions' (a Linear layer's norm needs
+its input and output gradient alone), and non-private training none. :func:`plan_batches`
+picks how many models train together (``models_per_chunk``) and how many examples each pass
+holds from ``memory_budget`` bytes and what one example holds, and its ``note`` says so.
+Chunks of models train one after another; the result does not depend on the chunking.
 
 The page ``docs/batched.md`` shows the benchmark (``scripts/bench_batched.py``).
 """
@@ -47,7 +49,7 @@ from torch.func import grad, vmap
 from torch.nn import functional as F
 
 from dpaudit import _validate as v
-from dpaudit.batched_compute import StackedModels
+from dpaudit.batched_compute import LayeredModels, StackedModels
 from dpaudit.progress import Progress
 from dpaudit.sampling import keyed_uniforms, step_key
 from dpaudit.seeding import derive_seed, torch_generator
@@ -190,6 +192,29 @@ def _activation_numel(model: nn.Module, example: torch.Tensor) -> int:
     return total
 
 
+def _layered_gradient_numel(model: nn.Module, example: torch.Tensor) -> int:
+    """Numbers the layered path holds per example beyond the activations: each convolution's whole
+    per-example gradient and its unfolded input (a Linear layer's gradient is never formed)."""
+    total = 0
+
+    def hook(module: nn.Module, _i: object, out: object) -> None:
+        nonlocal total
+        if isinstance(module, nn.Conv2d) and isinstance(out, torch.Tensor):
+            spatial = out.shape[-2] * out.shape[-1]
+            total += module.weight.numel() + module.weight[0].numel() * spatial
+        elif isinstance(module, nn.Linear):
+            total += module.in_features + module.out_features  # a and g of the example
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    try:
+        with torch.no_grad():
+            model(example.unsqueeze(0))
+    finally:
+        for h in handles:
+            h.remove()
+    return total
+
+
 def plan_batches(
     model: nn.Module,
     example: torch.Tensor,
@@ -198,6 +223,7 @@ def plan_batches(
     max_examples: int,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     physical_batch_size: int = 1024,
+    gradient_numel: int | None = None,
 ) -> BatchPlan:
     """How many models train together, and how many examples each pass holds, within ``memory_budget``.
 
@@ -217,6 +243,10 @@ def plan_batches(
         max_examples: the most examples a model uses in one step (its largest lot or batch).
         memory_budget: bytes.
         physical_batch_size: most examples per pass even when memory allows more.
+        gradient_numel: the per-example gradient numbers one example holds; ``None``: all
+            trainable parameters (the generic path, which forms every example's gradient). The
+            layered path forms only its convolutions' (:func:`train_batched` says which), and
+            non-private training none.
 
     Raises:
         ValueError: a non-positive count or budget.
@@ -226,7 +256,8 @@ def plan_batches(
     budget = v.integer("memory_budget", memory_budget, minimum=1)
     v.integer("physical_batch_size", physical_batch_size, minimum=1)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    per_example = 4 * _WORK_FACTOR * (params + _activation_numel(model, example))
+    held = params if gradient_numel is None else v.integer("gradient_numel", gradient_numel, minimum=0)
+    per_example = 4 * _WORK_FACTOR * (held + _activation_numel(model, example))
     # One pass holds at most min(budget, _PASS_BYTES): models first, then examples per model.
     per_pass = min(budget, _PASS_BYTES)
     chunk = min(k, max(1, per_pass // per_example))
@@ -547,8 +578,11 @@ def train_batched(
         most = max(len(p) for p in positions)
         if config.sampling_rate < 1:  # a Poisson lot rarely exceeds its mean by 6 standard deviations
             most = min(most, math.ceil(config.sampling_rate * most + 6 * math.sqrt(most) + 1))
+        # What each example holds: the layered path forms only its convolutions' gradients.
+        held = _layered_gradient_numel(template, features[0]) if LayeredModels.build(template) is not None else None
     else:
         most = config.batch_size
+        held = 0  # one backward pass of the summed losses: no per-example gradient
     plan = plan_batches(
         template,
         features[0],
@@ -556,6 +590,7 @@ def train_batched(
         max_examples=most,
         memory_budget=memory_budget,
         physical_batch_size=physical_batch_size,
+        gradient_numel=held,
     )
     if progress:
         print(plan.note, file=sys.stderr, flush=True)

@@ -20,18 +20,34 @@ paper's steps on 1 − p, ART at batch size 1 and at 40. Times are end to end (o
 default top-1 ≥ ART's at both batch sizes, and ours ≥ 5× faster than ART at its default batch
 size.
 
+``--convergence`` measures instead what the command line does by default: ``dpaudit attack
+inversion --attack mi-face`` against a non-private ``faces-mlp`` (Fredrikson et al.'s MLP, 40
+identities), run as a user runs it (one process each), with the default convergence rule
+(``MIFaceConfig.tolerance``) beside ``--max-iterations 1000`` with and without it
+(``--tolerance 0`` is the rule before it had a tolerance). Each row: the attack's own seconds,
+the process's wall and CPU seconds, the evaluator's top-1 / top-5, and the steps the classes
+took. The target trains with ``--target-learning-rate`` (0.1: at the default learning rate the
+MLP learns nothing on 280 faces). The table goes to ``scripts/results/inversion/`` and into
+``docs/attacks/inversion.md`` between its ``<!-- bench_inversion_convergence -->`` markers.
+
 Usage::
 
     DPAUDIT_DATA_ROOT=../shared/data .venv/bin/python scripts/bench_inversion.py \\
         --json scripts/results/inversion/bench_inversion.json
     .venv/bin/python scripts/bench_inversion.py --quick     # 200 iterations, a few minutes
+    DPAUDIT_DATA_ROOT=../shared/data OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_inversion.py --convergence
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -92,9 +108,171 @@ def _art_mi_face(
     return np.asarray(attack.infer(start, np.asarray(classes)), dtype=np.float32).clip(0.0, 1.0)
 
 
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "scripts" / "results" / "inversion"
+DOC = ROOT / "docs" / "attacks" / "inversion.md"
+BEGIN, END = "<!-- bench_inversion_convergence -->", "<!-- /bench_inversion_convergence -->"
+
+#: The rows of ``--convergence``: a name and the flags it adds to ``dpaudit attack inversion``.
+CONVERGENCE_ROWS = (
+    ("default (convergence rule)", ()),
+    ("--max-iterations 1000", ("--max-iterations", "1000")),
+    ("--max-iterations 1000 --tolerance 0 (before)", ("--max-iterations", "1000", "--tolerance", "0")),
+)
+
+
+def _cli(*args: str) -> tuple[str, float, float]:
+    """Runs the checkout's command line in a child process: stdout, wall seconds, CPU seconds."""
+    return _cli_many([args])[0]
+
+
+def _cli_many(argvs: list[tuple[str, ...]]) -> list[tuple[str, float, float]]:
+    """Runs several command lines at once, each in its own process: stdout, wall and CPU seconds of each."""
+    code = "import sys; from dpaudit.app.cli import main; sys.argv[0] = 'dpaudit'; sys.exit(main())"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    running: dict[int, tuple[int, subprocess.Popen[str], Any, Any, float]] = {}
+    for i, args in enumerate(argvs):
+        out, err = tempfile.TemporaryFile(mode="w+"), tempfile.TemporaryFile(mode="w+")
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, *args], env=env, cwd=ROOT, stdout=out, stderr=err, text=True
+        )
+        running[proc.pid] = (i, proc, out, err, time.perf_counter())
+    results: list[tuple[str, float, float]] = [("", 0.0, 0.0)] * len(argvs)
+    while running:
+        # wait4 gives each child's own CPU time, however many run at once.
+        pid, status, usage = os.wait4(-1, 0)
+        if pid not in running:
+            continue
+        i, proc, out, err, started = running.pop(pid)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            raise SystemExit(f"dpaudit {' '.join(argvs[i])} failed ({proc.returncode}):\n{err.read()[-3000:]}")
+        results[i] = (out.read(), wall, usage.ru_utime + usage.ru_stime)
+    return results
+
+
+def convergence(args: argparse.Namespace) -> int:
+    """MI-Face's default stopping rule against fixed 1,000 iterations on faces-mlp, through the CLI."""
+    run = Path(args.run_dir) / "convergence"
+    data = ["--data-root", args.data_root] if args.data_root else []
+    if args.target:
+        from dpaudit.results.record import load_record, resolve_record_dir
+
+        rdir = resolve_record_dir(args.target)
+        record = load_record(rdir)
+        target = {"model_id": record.model_id, "record_path": str(rdir), "metrics": dict(record.metrics)}
+    else:
+        out, _, _ = _cli(
+            "train", "--defense", "nonprivate", "--dataset", "faces", "--model", "faces-mlp",
+            "--learning-rate", str(args.target_learning_rate), "--epochs", "100", "--batch-size", "32",
+            "--out", str(run / "target"), "--quiet", "--json", *data,
+        )  # fmt: skip
+        target = json.loads(out)
+    print(f"target {target['model_id']}: test accuracy {target['metrics']['test_accuracy']:.3f}", flush=True)
+    base = ("attack", "inversion", "--target", target["record_path"], "--attack", "mi-face", "--quiet", "--json", *data)
+    # The evaluator is trained once and cached in the run (an untimed one-step run trains it);
+    # every row runs in its own copy of that run, so rows reuse the evaluator and nothing else.
+    warm = run / "warm-up"
+    if not list(warm.rglob("inversion-mi-face.json")):
+        _cli(*base, "--out", str(warm), "--max-iterations", "1")
+    dirs = []
+    for i, _ in enumerate(CONVERGENCE_ROWS):
+        row_dir = run / f"row{i}"
+        shutil.rmtree(row_dir, ignore_errors=True)
+        shutil.copytree(warm, row_dir)
+        for stale in row_dir.rglob("inversion-mi-face.*"):
+            stale.unlink()
+        dirs.append(row_dir)
+    argvs = [(*base, "--out", str(d), *flags) for d, (_, flags) in zip(dirs, CONVERGENCE_ROWS)]
+    if args.parallel:
+        outputs = _cli_many(argvs)
+    else:
+        outputs = [_cli(*a) for a in argvs]
+    rows: list[dict[str, Any]] = []
+    for (name, _), row_dir, (out, wall, cpu) in zip(CONVERGENCE_ROWS, dirs, outputs):
+        summary = json.loads(out)
+        result = summary["attacks"]["mi-face"]
+        stored = _stored_details(row_dir)
+        steps = np.asarray(stored["iterations"]).max(axis=1)
+        reasons = [r for per_class in stored["stop_reasons"] for r in per_class]
+        row = {
+            "method": name,
+            "attack_seconds": float(stored["seconds"]),
+            "wall_seconds": wall,
+            "cpu_seconds": cpu,
+            "top1": float(result["attack_accuracy_top1"]),
+            "top5": float(result["attack_accuracy_top5"]),
+            "steps_median": float(np.median(steps)),
+            "steps_max": int(steps.max()),
+            "stops": {r: reasons.count(r) for r in sorted(set(reasons))},
+        }
+        rows.append(row)
+        print(
+            f"  {name:<46} attack {row['attack_seconds']:7.1f} s  wall {wall:7.1f} s  CPU {cpu:7.1f} s  "
+            f"top-1 {row['top1']:.3f}  steps median {row['steps_median']:.0f} max {row['steps_max']}  {row['stops']}",
+            flush=True,
+        )
+    table = _convergence_table(rows, target=target, note=args.note)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "bench_convergence.md").write_text(table)
+    atomic_write_json(RESULTS / "bench_convergence.json", to_jsonable({"target": target["model_id"], "rows": rows}))
+    page = DOC.read_text()
+    if BEGIN in page and END in page:
+        head, rest = page.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        DOC.write_text(f"{head}{BEGIN}\n{table}{END}{tail}")
+    else:
+        print(f"{DOC} has no {BEGIN} … {END} markers: the table is only in {RESULTS}", file=sys.stderr)
+    print(table)
+    default, fixed = rows[0], rows[2]
+    ok = default["top1"] >= fixed["top1"]
+    print(f"pass: default top-1 {default['top1']:.3f} >= fixed-1,000 top-1 {fixed['top1']:.3f}: {ok}")
+    return 0 if ok else 1
+
+
+def _stored_details(run: Path) -> dict[str, Any]:
+    """The stored details and seconds of the MI-Face result under ``run`` (the last one written)."""
+    found = sorted(run.rglob("inversion-mi-face.json"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise SystemExit(f"no MI-Face result under {run}")
+    meta = json.loads(found[-1].read_text())["metadata"]
+    return {**meta["details"], "seconds": meta["seconds"]}
+
+
+def _convergence_table(rows: list[dict[str, Any]], *, target: dict[str, Any], note: str) -> str:
+    lines = [
+        f"MI-Face on a non-private `faces-mlp` (40 classes, test accuracy "
+        f"{target['metrics']['test_accuracy']:.3f}), `scripts/bench_inversion.py --convergence`. {note}",
+        "",
+        "| run | attack s | process wall s | process CPU s | top-1 | top-5 | steps (median / max) | stops |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for r in rows:
+        stops = ", ".join(f"{k} {n}" for k, n in r["stops"].items())
+        lines.append(
+            f"| {r['method']} | {r['attack_seconds']:.0f} | {r['wall_seconds']:.0f} | {r['cpu_seconds']:.0f} | "
+            f"{r['top1']:.3f} | {r['top5']:.3f} | {r['steps_median']:.0f} / {r['steps_max']} | {stops} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="200 iterations instead of --iterations")
+    p.add_argument(
+        "--convergence", action="store_true", help="the default stopping rule against 1,000 fixed steps on faces-mlp"
+    )
+    p.add_argument("--target-learning-rate", type=float, default=0.1, help="--convergence: the target's learning rate")
+    p.add_argument("--target", help="--convergence: an already trained faces-mlp record instead of training one")
+    p.add_argument(
+        "--parallel", action="store_true", help="--convergence: run the rows at once (CPU seconds stay each row's own)"
+    )
+    p.add_argument(
+        "--note", default="", help="--convergence: a sentence for the table's caption (the machine, its load)"
+    )
     p.add_argument("--iterations", type=int, default=1000, help="iteration cap of both sides (default 1000)")
     p.add_argument(
         "--run-dir", default="/tmp/dpaudit-bench-inversion", help="where the target is trained once and reused"
@@ -102,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-root", help="data root (default $DPAUDIT_DATA_ROOT)")
     p.add_argument("--json", help="write the measured figures here")
     args = p.parse_args(argv)
+    if args.convergence:
+        return convergence(args)
     iterations = 200 if args.quick else args.iterations
 
     run = RunDir(args.run_dir)

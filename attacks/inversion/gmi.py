@@ -20,6 +20,14 @@ which candidate belongs to the class. It has two stages:
   by momentum SGD on z, clamping z to [−1, 1] after every step, from several random starts;
   the start whose image the target scores highest is kept (:func:`gmi`). λ = 100 in the paper.
 
+The paper runs a fixed number of steps (``gmi_iterations``, 1,500); here that is a cap, and
+each latent also stops by MI-Face's convergence rule (:mod:`attacks.inversion.mi_face`): once
+its last β steps (``gmi_patience``) lowered the best objective it has reached by at most a
+fraction τ (``gmi_tolerance``) of that objective's size β steps earlier. The objective is
+signed (−D(G(z)) may be negative), hence the size. τ defaults to 0 — stop a latent only when
+its best objective has not moved at all for β steps — because no measurement yet shows which
+τ keeps GMI's reconstructions as recognisable as the full 1,500 steps (for MI-Face one does).
+
 Every class and every restart is one row of a single batch of K·R latents: one iteration is
 one forward and backward pass through G, D and the target, whatever K and R are. G and D are
 in eval mode during the search (BatchNorm uses its running statistics), so rows do not interact
@@ -147,6 +155,10 @@ class GMIConfig:
         gmi_step_size: the SGD learning rate on z.
         gmi_momentum: the SGD momentum on z, in [0, 1).
         restarts: random starting latents per class; the one the target scores highest is kept.
+        gmi_patience: β, the window of the convergence rule, in steps (module docstring).
+        gmi_tolerance: τ in [0, 1): stop a latent once its best objective improved by at most
+            this fraction of its size over the last β steps; 0 stops only a latent that has not
+            improved at all.
 
     Field names are the flags' names (``--gmi-step-size`` → ``gmi_step_size``): the command line
     stores each flag under its field name, and MI-Face, which shares the ``attack inversion``
@@ -171,9 +183,26 @@ class GMIConfig:
         0.9, help="GMI: SGD momentum on the latent z, in [0, 1)", metavar="MU", check=v.unit_interval_open_right
     )
     restarts: int = option(5, help=RESTARTS_HELP, metavar="R", check=_count, limit=LIMITS["restarts"])
+    gmi_patience: int = option(
+        100, help="GMI: window of the convergence rule in steps (see --gmi-tolerance)", metavar="BETA", check=_count
+    )
+    gmi_tolerance: float = option(
+        0.0,
+        help="GMI: stop a latent once its best objective improved by at most this fraction of its size "
+        "over the last --gmi-patience steps, in [0, 1) (0: only when it has not improved at all)",
+        metavar="TAU",
+        check=lambda n, x: _fraction(n, x),
+    )
 
     def __post_init__(self) -> None:
         _check_fields(self)
+
+
+def _fraction(name: str, value: Any) -> float:
+    x = v.non_negative(name, value)
+    if x >= 1.0:
+        raise v.invalid(name, f"{name} must be in [0, 1), got {value!r}")
+    return x
 
 
 def _shape(input_shape: object) -> tuple[int, int, int]:
@@ -396,17 +425,34 @@ def gmi(
             raise v.invalid("classes", f"classes must be < the target's {logits.shape[1]} outputs, got {max(labels)}")
         return images, -score.reshape(-1), F.cross_entropy(logits, y, reduction="none")
 
+    n = k * r
+    beta, window = config.gmi_patience, config.gmi_patience + 1
     with eval_mode(target), eval_mode(generator), eval_mode(critic), torch.enable_grad():
         velocity = torch.zeros_like(z)
+        active = torch.ones(n, dtype=torch.bool, device=dev)
+        steps = torch.zeros(n, dtype=torch.long, device=dev)
+        best = torch.full((n,), math.inf, dtype=torch.float64, device=dev)
+        history = torch.empty((window, n), dtype=torch.float64, device=dev)  # best objective, last β + 1 steps
         for it in range(config.gmi_iterations):
             if progress is not None and it:
                 progress(it, config.gmi_iterations)
             z = z.detach().requires_grad_(True)
             _, prior, identity = losses(z)
+            objective = prior + config.identity_weight * identity
             # Summing the per-latent losses keeps each latent's gradient its own loss's gradient.
-            (grad,) = torch.autograd.grad((prior + config.identity_weight * identity).sum(), z)
-            velocity = config.gmi_momentum * velocity + grad
-            z = (z.detach() - config.gmi_step_size * velocity).clamp(-1.0, 1.0)
+            (grad,) = torch.autograd.grad(objective.sum(), z)
+            best = torch.where(active, torch.minimum(best, objective.detach().double()), best)
+            history[it % window] = best
+            if it >= beta:
+                before = history[(it - beta) % window]
+                # A stopped latent keeps the z it stopped at (GMI returns the last iterate).
+                active &= ~(before - best <= config.gmi_tolerance * before.abs())
+                if not bool(active.any()):
+                    break
+            mask = active[:, None]
+            velocity = torch.where(mask, config.gmi_momentum * velocity + grad, velocity)
+            z = torch.where(mask, (z.detach() - config.gmi_step_size * velocity).clamp(-1.0, 1.0), z.detach())
+            steps += active.long()
         if progress is not None:
             progress(config.gmi_iterations, config.gmi_iterations)
         with torch.no_grad():
@@ -419,18 +465,19 @@ def gmi(
             )
         images = images.detach().clamp(0.0, 1.0)
         conf = target_confidence(target, images, y).reshape(k, r)
-    best = conf.argmax(axis=1)
-    rows = np.arange(k) * r + best
+    best_r = conf.argmax(axis=1)
+    rows = np.arange(k) * r + best_r
     recon = images.cpu().numpy().astype(np.float32)[rows]
     prior_np, identity_np = prior.cpu().numpy().astype(np.float64), identity.cpu().numpy().astype(np.float64)
     return InversionOutput(
         classes=np.asarray(labels, dtype=np.int64),
         reconstructions=recon,
-        target_confidence=conf[np.arange(k), best],
+        target_confidence=conf[np.arange(k), best_r],
         details={
             "restart_confidence": conf.tolist(),
-            "best_restart": best.tolist(),
+            "best_restart": best_r.tolist(),
             "iterations": int(config.gmi_iterations),
+            "steps": steps.cpu().numpy().reshape(k, r)[np.arange(k), best_r].tolist(),
             "prior_loss": [float(x) if math.isfinite(x) else None for x in prior_np[rows]],
             "identity_loss": [float(x) if math.isfinite(x) else None for x in identity_np[rows]],
         },

@@ -79,6 +79,8 @@ class InversionAttackSpec:
             ``compare`` grid's ``iterations`` sets), or ``None`` if it has none.
         style: its colour, marker and dash in every figure (:class:`dpaudit.parts.PlotStyle`);
             ``None``: chosen by a stable hash of its name.
+        progress_unit: what the ``done`` and ``total`` of its ``progress(done, total)`` count
+            (``"steps"``, or ``"classes"`` for an attack that stops each class on its own).
     """
 
     name: str
@@ -88,6 +90,7 @@ class InversionAttackSpec:
     prior: PriorSpec | None = None
     iterations_field: str | None = None
     style: PlotStyle | None = None
+    progress_unit: str = "steps"
 
     @property
     def needs_prior(self) -> bool:

@@ -68,7 +68,7 @@ from attacks.membership.scores import (
     threshold_scores,
     tune_rmia_offline_a,
 )
-from attacks.membership.shadows import ShadowRecipe
+from attacks.membership.shadows import ShadowBatch, ShadowRecipe, sgd_batch
 from attacks.membership.spec import (
     MEMBERSHIP_ATTACKS,
     MembershipAttackSpec,
@@ -95,6 +95,8 @@ __all__ = [
     "MembershipRun",
     "ShadowOutputs",
     "ShadowRecipe",
+    "ShadowBatch",
+    "sgd_batch",
     "PoolPlan",
     "ThresholdConfig",
     "ShokriConfig",

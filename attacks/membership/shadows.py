@@ -28,6 +28,16 @@ application layer instead passes a *trainer* — a callable that trains with the
 defense and config through the defense registry — and a *recipe* (the defense's name and
 config) that becomes part of each shadow's id; this module never imports ``defenses``, so the
 mapping from a defense's config to a training loop lives with the defense.
+
+**Many shadows as one computation.** Shadows of one pool share their architecture and recipe
+and differ only in their members and seed, so where their training mode allows it (plain or
+non-private SGD, DP-SGD with Poisson lots, full-batch DP-GD) :func:`ensure_shadows` trains the
+missing ones in groups through :func:`dpaudit.batched.train_batched`: each model draws the
+seeded streams its own run draws, so it equals the one-at-a-time shadow up to floating-point
+reordering (``tests/attacks/test_batched_shadows.py``). A *batcher* (:data:`ShadowBatcher`)
+says whether and how a shadow trains batched: :func:`sgd_batch` for plain SGD here, the
+application's for a defense's recipe. Every model keeps its id and cache entry, is saved as its
+group returns, and a resumed run trains only the missing ones.
 """
 
 from __future__ import annotations
@@ -45,18 +55,21 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
+from dpaudit.batched import BatchedDPSGD, BatchedSGD, train_batched
 from dpaudit.callables import resolve_callable
 from dpaudit.data import DatasetBundle, load_dataset, sorted_id_set
-from dpaudit.executors.jobs import Executor
-from dpaudit.model_cache import ModelJob, ensure_models, pack_model
+from dpaudit.executors.jobs import Executor, Job, SerialExecutor
+from dpaudit.model_cache import ModelJob, ensure_models, is_cached, pack_model, unpack_state
 from dpaudit.models import build_model
 from dpaudit.privacy.claims import NonPrivateClaim
+from dpaudit.progress import Progress
 from dpaudit.provenance import provenance
-from dpaudit.results.record import Membership, TrainedModel, make_model_id
+from dpaudit.results.record import Membership, TrainedModel, load_record, make_model_id
 from dpaudit.seeding import derive_seed, numpy_rng, torch_generator
 from dpaudit.specs import PlainSpec, spec_field
 from dpaudit.store import thaw
 from dpaudit.training import SGDConfig, evaluate, shuffled_batches
+from dpaudit.weights import save_record
 
 __all__ = [
     "ShadowTraining",
@@ -68,7 +81,16 @@ __all__ = [
     "train_shadow_job",
     "ensure_shadows",
     "ShadowTrainer",
+    "ShadowBatch",
+    "ShadowBatcher",
+    "sgd_batch",
+    "train_shadow_batch_job",
+    "MODELS_PER_BATCH",
 ]
+
+#: Most shadows one batched job trains: an interrupted run loses at most this many per worker,
+#: and the progress bar moves at least this often.
+MODELS_PER_BATCH = 16
 
 POOL_KINDS = ("online", "offline")
 
@@ -335,8 +357,23 @@ def train_shadow(
             loss_fn(model(x[idx]), y[idx]).backward()
             opt.step()
     model.eval()
-    fit = evaluate(model, x, y, device=device)
-    record = TrainedModel(
+    return _sgd_record(spec, model, bundle=bundle, device=device, seconds=time.monotonic() - started), model
+
+
+def _sgd_record(
+    spec: ShadowSpec,
+    model: nn.Module,
+    *,
+    bundle: DatasetBundle,
+    device: torch.device | str,
+    seconds: float,
+    stats: Mapping[str, float] | None = None,
+) -> TrainedModel:
+    """The record of a plain-SGD shadow: its members, its fit on them and its training time."""
+    cfg = spec.training
+    data = bundle.all().subset(spec.train_ids)
+    fit = evaluate(model, data.features.to(device), data.labels.to(device), device=device)
+    return TrainedModel(
         model_id=spec.shadow_id,
         defense="shadow",
         model_name=spec.model_name,
@@ -351,11 +388,10 @@ def train_shadow(
         metrics={
             "train_accuracy": fit["accuracy"],
             "train_loss": fit["loss"],
-            "train_seconds": time.monotonic() - started,
+            "train_seconds": seconds,
         },
         provenance=provenance(device=str(device)),
     )
-    return record, model
 
 
 #: ``trainer(spec, *, bundle, device) -> (record, module)``: a custom way to train one shadow.
@@ -387,6 +423,167 @@ def train_shadow_job(
     return pack_model(record, model)
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ShadowBatch:
+    """How one shadow trains as part of a batched group (:func:`dpaudit.batched.train_batched`).
+
+    Attributes:
+        config: the batched trainer's mode and hyperparameters (shared by the group).
+        schedule: the learning rate of each step (DP-SGD's decay), or ``None``.
+        record: ``record(spec, model, bundle=…, device=…, seconds=…, stats=…)``: the shadow's
+            record, as its one-at-a-time trainer writes it (``seconds``: its share of the
+            group's time; ``stats``: its ``num_steps``, ``mean_lot_size`` and
+            ``train_loss_mean`` from the batched run).
+    """
+
+    config: BatchedSGD | BatchedDPSGD
+    schedule: Callable[[int], float] | None = None
+    record: Callable[..., TrainedModel]
+
+
+#: ``batcher(spec, *, bundle) -> ShadowBatch | None``: how ``spec`` trains batched, or ``None``
+#: when its training mode is one the batched trainer does not have (it then trains alone).
+#: Module-level (picklable): batched jobs run in worker processes.
+ShadowBatcher = Callable[..., "ShadowBatch | None"]
+
+
+def sgd_batch(spec: ShadowSpec, *, bundle: DatasetBundle) -> ShadowBatch | None:
+    """Plain-SGD shadows (an empty recipe, :func:`train_shadow`): the batched trainer's non-private mode.
+
+    :func:`train_shadow` and the batched non-private mode run the same loop: momentum SGD on
+    the mean cross-entropy of seeded shuffled batches, initialised from the ``init`` stream.
+    """
+    if not spec.recipe.empty and spec.recipe.defense is not None:
+        return None
+    return ShadowBatch(config=spec.training, record=_sgd_record)
+
+
+def _group_key(spec: ShadowSpec) -> str:
+    """Shadows train in one batched group when everything but their members and seed agrees."""
+    digest = hashlib.sha256()
+    for part in (
+        spec.dataset,
+        spec.model_name,
+        repr(sorted(spec.model_options.items())),
+        repr(spec.input_shape),
+        str(spec.num_classes),
+        repr(spec.training.to_dict()),
+        repr(spec.recipe.to_dict()),
+        str(spec.train_ids.size),  # DP-SGD's plan (q, σ, steps) depends on the number of members
+    ):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def train_shadow_batch_job(
+    *,
+    specs: Sequence[Mapping[str, object]],
+    data_root: str | None = None,
+    device: str = "cpu",
+    batcher: ShadowBatcher,
+) -> list[dict[str, object]]:
+    """Executor job: trains the shadows ``specs`` (one group, as plain data) as one batched computation.
+
+    The pool is the union of their training ids in id order, so each model's members come in
+    the order its own run sees them; every model is initialised, shuffled, sampled and noised
+    from its own seed's streams (:mod:`dpaudit.batched`).
+
+    Returns:
+        :func:`dpaudit.model_cache.pack_model` of each shadow, in the order of ``specs``.
+    """
+    shadows = [ShadowSpec.from_dict(s) for s in specs]
+    bundle = load_dataset(shadows[0].dataset, data_root=data_root)
+    batch = batcher(shadows[0], bundle=bundle)
+    if batch is None:
+        raise v.invalid("batcher", f"batcher has no batched mode for shadow {shadows[0].shadow_id!r}")
+    started = time.monotonic()
+    pool_ids = np.unique(np.concatenate([s.train_ids for s in shadows]))
+    pool = bundle.all().subset(pool_ids)
+    members = np.stack([np.isin(pool_ids, s.train_ids) for s in shadows])
+    run = train_batched(
+        functools.partial(_build, shadows[0]),
+        pool.features,
+        pool.labels,
+        seeds=[s.seed for s in shadows],
+        config=batch.config,
+        members=members,
+        sample_ids=pool.ids,
+        schedule=batch.schedule,
+        device=device,
+        label="shadow models",
+    )
+    seconds = (time.monotonic() - started) / len(shadows)
+    out = []
+    for j, (spec, model) in enumerate(zip(shadows, run.models, strict=True)):
+        stats = {
+            "num_steps": run.num_steps[j],
+            "mean_lot_size": run.mean_lot_sizes[j],
+            "train_loss_mean": run.train_loss_means[j],
+        }
+        record = batch.record(spec, model.eval(), bundle=bundle, device=device, seconds=seconds, stats=stats)
+        out.append(pack_model(record, model))
+    return out
+
+
+def _train_batched_groups(
+    specs: Sequence[ShadowSpec],
+    *,
+    batcher: ShadowBatcher,
+    directory: str | os.PathLike[str] | None,
+    executor: Executor,
+    data_root: str | None,
+    device: str,
+    progress: bool,
+    on_trained: Callable[[ShadowSpec, TrainedModel], None] | None,
+    total: int,
+    done: int,
+) -> dict[str, nn.Module]:
+    """Trains ``specs`` (missing, batchable) in groups of at most ``MODELS_PER_BATCH``, saving each as it returns."""
+    groups: dict[str, list[ShadowSpec]] = {}
+    for s in specs:
+        groups.setdefault(_group_key(s), []).append(s)
+    jobs: list[Job] = []
+    by_job: dict[str, list[ShadowSpec]] = {}
+    for key, members in groups.items():
+        # Groups of a fixed size, whatever the executor: the same run trains bit-identical
+        # shadows in one process or on many workers.
+        for i in range(0, len(members), MODELS_PER_BATCH):
+            part = members[i : i + MODELS_PER_BATCH]
+            by_job[f"batch-{key}-{i}"] = part
+            jobs.append(
+                Job(
+                    key=f"batch-{key}-{i}",
+                    fn=train_shadow_batch_job,
+                    kwargs={
+                        "specs": [p.to_dict() for p in part],
+                        "data_root": data_root,
+                        "device": device,
+                        "batcher": batcher,
+                    },
+                )
+            )
+    root = os.fspath(directory) if directory is not None else None
+    models: dict[str, nn.Module] = {}
+    label = f"shadow models (batched, {executor.name}, {executor.workers} workers)"
+    with Progress(total, label, enabled=progress) as bar:
+        bar.count = done
+        with bar.heartbeat():
+            for job, outs in executor.run(jobs):
+                for spec, out in zip(by_job[job.key], outs, strict=True):
+                    record = TrainedModel.from_dict(out["record"])
+                    with torch.random.fork_rng(devices=[]):
+                        model = unpack_state(_build(spec), out["state"])
+                    if root is not None:
+                        save_record(record, model, os.path.join(root, spec.shadow_id))
+                        record = load_record(os.path.join(root, spec.shadow_id))  # as stored: with its digest
+                    models[spec.shadow_id] = model
+                    bar.update(1)
+                    if on_trained is not None:
+                        on_trained(spec, record)
+    return models
+
+
 @dataclass(frozen=True, kw_only=True)
 class ShadowRun:
     """Shadow models ready for an attack.
@@ -414,6 +611,7 @@ def ensure_shadows(
     progress: bool = True,
     on_trained: Callable[[ShadowSpec, TrainedModel], None] | None = None,
     trainer: ShadowTrainer | None = None,
+    batcher: ShadowBatcher | None = sgd_batch,
 ) -> ShadowRun:
     """Loads the cached shadows among ``specs`` and trains the rest through ``executor``.
 
@@ -431,6 +629,10 @@ def ensure_shadows(
         on_trained: called in this process after each newly trained shadow was saved.
         trainer: trains one shadow instead of :func:`train_shadow` (module-level, so that
             process pools can send it); the specs' ``recipe`` should say what it does.
+        batcher: says how a missing shadow trains batched with others like it (module
+            docstring); shadows it declines, and every shadow when ``batcher`` is ``None``,
+            train one at a time through ``trainer``. The default, :func:`sgd_batch`, batches
+            plain-SGD shadows, and only when no ``trainer`` is given.
 
     Returns:
         The models, aligned with ``specs``.
@@ -442,6 +644,33 @@ def ensure_shadows(
             raise v.invalid_type("specs", f"specs must hold ShadowSpec values, got {type(s).__name__}")
         by_id[s.shadow_id] = s
     root_text = os.fspath(data_root) if data_root is not None else None
+    batched: dict[str, nn.Module] = {}
+    if trainer is not None and batcher is sgd_batch:
+        batcher = None  # a custom trainer decides how its shadows train: plain SGD must not stand in for it
+    if batcher is not None:
+        missing = [s for sid, s in by_id.items() if directory is None or not is_cached(directory, sid)]
+        if missing:
+            bundle = load_dataset(missing[0].dataset, data_root=root_text)
+            # Asked once per group: a DP-SGD plan (σ calibrated to a budget) is costly to make.
+            verdicts: dict[str, bool] = {}
+            for s in missing:
+                key = _group_key(s)
+                if key not in verdicts:
+                    verdicts[key] = batcher(s, bundle=bundle) is not None
+            todo = [s for s in missing if verdicts[_group_key(s)]]
+            if todo:
+                batched = _train_batched_groups(
+                    todo,
+                    batcher=batcher,
+                    directory=directory,
+                    executor=executor or SerialExecutor(),
+                    data_root=root_text,
+                    device=device,
+                    progress=progress,
+                    on_trained=on_trained,
+                    total=len(by_id),
+                    done=len(by_id) - len(missing),
+                )
     jobs = [
         ModelJob(
             key=sid,
@@ -455,15 +684,16 @@ def ensure_shadows(
             else None,
         )
         for sid, spec in by_id.items()
+        if sid not in batched
     ]
     notify = None if on_trained is None else (lambda key, record, _model: on_trained(by_id[key], record))
     cached = ensure_models(
         jobs, directory=directory, executor=executor, label="shadow models", progress=progress, on_trained=notify
     )
-    models = dict(zip(cached.keys, cached.models, strict=True))
+    models = {**batched, **dict(zip(cached.keys, cached.models, strict=True))}
     return ShadowRun(
         specs=tuple(specs),
         models=tuple(models[s.shadow_id] for s in specs),
-        trained=cached.trained,
+        trained=(*batched, *cached.trained),
         reused=cached.reused,
     )

@@ -275,6 +275,8 @@ def test_flags_are_prefixed_and_do_not_leak_into_mi_face_or_from_it() -> None:
         "--gmi-step-size",
         "--gmi-momentum",
         "--restarts",
+        "--gmi-patience",
+        "--gmi-tolerance",
     }
 
     def parsed(config_type: type, argv: list[str]) -> dict[str, object]:
@@ -308,3 +310,62 @@ def test_gmi_config_refuses_an_identity_weight_that_overflows() -> None:
     with pytest.raises(ValueError, match="identity_weight"):
         GMIConfig(identity_weight=1e300)
     assert GMIConfig(identity_weight=0.0).identity_weight == 0.0  # the prior alone: valid
+
+
+def _reference_steps(target, generator, critic, *, labels, config, seed) -> list[int]:
+    """GMI's latent search with the convergence rule written out plainly, one latent per list entry."""
+    from torch.nn import functional as F
+
+    from dpaudit.seeding import torch_generator
+
+    n = len(labels)
+    z = torch.randn(n, generator.latent_dim, generator=torch_generator(seed, "gmi", "latents")).clamp(-1.0, 1.0)
+    y = torch.tensor(labels)
+    velocity = torch.zeros_like(z)
+    best, history, stopped = [float("inf")] * n, [], [None] * n
+    beta, tol = config.gmi_patience, config.gmi_tolerance
+    for it in range(config.gmi_iterations):
+        zz = z.detach().requires_grad_(True)
+        images = generator(zz)
+        objective = -critic(images).reshape(-1) + config.identity_weight * F.cross_entropy(
+            target(images), y, reduction="none"
+        )
+        (grad,) = torch.autograd.grad(objective.sum(), zz)
+        for j in range(n):
+            if stopped[j] is None:
+                best[j] = min(best[j], float(objective[j].detach()))
+        history.append(list(best))
+        for j in range(n):
+            if (
+                stopped[j] is None
+                and it >= beta
+                and history[it - beta][j] - best[j] <= tol * abs(history[it - beta][j])
+            ):
+                stopped[j] = it
+        z = z.detach().clone()
+        for j in range(n):
+            if stopped[j] is None:
+                velocity[j] = config.gmi_momentum * velocity[j] + grad[j]
+                z[j] = (z[j] - config.gmi_step_size * velocity[j]).clamp(-1.0, 1.0)
+    return [config.gmi_iterations if s is None else s for s in stopped]
+
+
+def test_gmi_latents_stop_by_the_convergence_rule_where_a_plain_loop_says() -> None:
+    generator, critic = _gan()
+    _seeded(generator, 1), _seeded(critic, 2)
+    target = _target()
+    labels = [0, 1, 3]
+    for m in (target, generator, critic):
+        m.eval()  # as gmi runs them (BatchNorm on running statistics, no dropout)
+    caps = []
+    for tolerance in (0.0, 0.01, 0.2):
+        config = GMIConfig(gmi_iterations=60, restarts=1, gmi_patience=5, gmi_tolerance=tolerance)
+        out = gmi(target, generator, critic, classes=labels, config=config, seed=4)
+        expected = _reference_steps(target, generator, critic, labels=labels, config=config, seed=4)
+        assert out.details["steps"] == expected, tolerance
+        caps.append(max(expected))
+    assert min(caps) < 60  # a loose tolerance stops latents before the cap
+    with pytest.raises(ValueError, match="gmi_tolerance"):
+        GMIConfig(gmi_tolerance=1.0)
+    with pytest.raises(ValueError, match="gmi_patience"):
+        GMIConfig(gmi_patience=0)

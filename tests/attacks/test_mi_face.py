@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -13,8 +14,8 @@ from attacks.inversion.mi_face import MIFaceConfig, MIFaceOutput, mi_face
 
 
 def _cfg(**kw: object) -> MIFaceConfig:
-    """Algorithm 1 to the letter (black start, steps on 1 − p) unless a test says otherwise."""
-    return MIFaceConfig(**{"start_value": 0.0, "descend_on": "cost", **kw})  # type: ignore[arg-type]
+    """Algorithm 1 to the letter (black start, steps on 1 − p, stop once not improved at all) unless told otherwise."""
+    return MIFaceConfig(**{"start_value": 0.0, "descend_on": "cost", "tolerance": 0.0, **kw})  # type: ignore[arg-type]
 
 
 def _linear(weight: list[list[float]]) -> nn.Module:
@@ -190,6 +191,11 @@ def test_one_batched_forward_per_iteration() -> None:
         ({"cost_threshold": -0.1}, "cost_threshold"),
         ({"process": "blur"}, "process"),
         ({"start_value": 2.0}, "start_value"),
+        ({"tolerance": -0.01}, "tolerance"),
+        ({"tolerance": 1.0}, "tolerance"),
+        ({"tolerance": float("nan")}, "tolerance"),
+        ({"tolerance": True}, "tolerance"),
+        ({"tolerance": "0.1"}, "tolerance"),
     ],
 )
 def test_bad_config_raises_naming_the_field(kwargs: dict[str, object], name: str) -> None:
@@ -293,5 +299,49 @@ def test_run_reports_progress_and_stores_the_cap(monkeypatch, capsys) -> None:
         _Flat(), classes=[0, 1], input_shape=(1, 4, 4), config=cfg, seed=0, progress=lambda d, t: seen.append((d, t))
     )
     assert out.details["max_iterations"] == 6 and max(max(i) for i in out.details["iterations"]) == 6
-    assert seen[-1] == (12, 12) and all(t == 12 for _, t in seen) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    # Progress counts classes stopped out of 2 classes x 2 restarts, reported at every step
+    # (6 a restart) and once as each restart ends.
+    assert len(seen) == 2 * (6 + 1) and all(t == 4 for _, t in seen)
+    assert [d for d, _ in seen] == [0] * 5 + [2, 2] + [2] * 5 + [4, 4]
     assert "capped at 6" in capsys.readouterr().err
+
+
+def _reference_stop(model: nn.Module, label: int, *, cfg: MIFaceConfig, dim: int) -> tuple[int, str]:
+    """The convergence rule written out plainly: descend −log p, track the best −log p, compare β steps back."""
+    x = torch.full((1, dim), float(cfg.start_value))
+    with torch.no_grad():
+        best = [-math.log(float(torch.softmax(model(x).double(), 1)[0, label]))]
+    for i in range(1, cfg.max_iterations + 1):
+        xs = x.detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(-torch.log_softmax(model(xs).double(), 1)[0, label], xs)
+        x = (x - cfg.step_size * g.float()).clamp(0.0, 1.0)
+        with torch.no_grad():
+            p = float(torch.softmax(model(x).double(), 1)[0, label])
+        cost = 1.0 - p
+        best.append(min(best[-1], -math.log(p)))
+        if cost <= cfg.cost_threshold:
+            return i, "threshold"
+        if i >= cfg.patience and best[i - cfg.patience] - best[i] <= cfg.tolerance * best[i - cfg.patience]:
+            return i, "patience"
+    return cfg.max_iterations, "max_iterations"
+
+
+def test_convergence_rule_stops_a_creeping_class_where_a_plain_loop_says() -> None:
+    # A softmax whose best input is a corner far from the grey start: −log p descent keeps
+    # improving the cost a little at every step, so τ = 0 never stops it, and τ > 0 stops it
+    # at the first step whose last β steps gained at most τ of the best cost β steps back.
+    torch.manual_seed(3)
+    model = nn.Linear(6, 3)
+    with torch.no_grad():
+        model.weight.mul_(0.5)
+    base = {"max_iterations": 600, "step_size": 0.02, "patience": 20, "cost_threshold": 0.0, "start_value": 0.5}
+    for tolerance in (0.0, 0.001, 0.01, 0.05):
+        cfg = MIFaceConfig(**base, tolerance=tolerance)  # type: ignore[arg-type]
+        out = mi_face(model, classes=[0, 1, 2], input_shape=(6,), config=cfg, seed=0)
+        expected = [_reference_stop(model, c, cfg=cfg, dim=6) for c in (0, 1, 2)]
+        assert out.iterations.tolist() == [e[0] for e in expected], tolerance
+        assert list(out.stop_reasons) == [e[1] for e in expected], tolerance
+    plain = mi_face(model, classes=[0, 1, 2], input_shape=(6,), config=MIFaceConfig(**base, tolerance=0.0), seed=0)  # type: ignore[arg-type]
+    assert plain.stop_reasons == ("max_iterations",) * 3  # still improving: the paper's rule never stops it
+    loose = mi_face(model, classes=[0, 1, 2], input_shape=(6,), config=MIFaceConfig(**base, tolerance=0.05), seed=0)  # type: ignore[arg-type]
+    assert set(loose.stop_reasons) == {"patience"} and loose.iterations.max() < 600

@@ -19,7 +19,7 @@ from defenses._common import bundle_for_members
 from defenses.dpsgd.config import DPSGDConfig
 from defenses.dpsgd.training import DPSGDTrainer
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
-from dpaudit.batched import BatchedDPSGD, BatchedSGD, plan_batches, train_batched
+from dpaudit.batched import BatchedDPSGD, BatchedSGD, _layered_gradient_numel, plan_batches, train_batched
 from dpaudit.batched_compute import LayeredModels
 from dpaudit.data import load_dataset
 from dpaudit.models import build_model
@@ -121,7 +121,12 @@ def test_chunking_by_the_memory_budget_changes_nothing(pool):
     config = BatchedDPSGD(noise_multiplier=1.0, clip_norm=0.5, sampling_rate=0.2, num_steps=3, learning_rate=0.2)
     whole = train_batched(_mlp(pool), pool.features, pool.labels, seeds=[1, 2, 3], config=config)
     model = _mlp(pool)()
-    per_example = plan_batches(model, pool.features[0], num_models=3, max_examples=10).bytes_per_example
+    # digits-mlp takes the layered path, which forms no Linear layer's per-example gradient.
+    held = _layered_gradient_numel(model, pool.features[0])
+    assert held < sum(p.numel() for p in model.parameters())
+    per_example = plan_batches(
+        model, pool.features[0], num_models=3, max_examples=10, gradient_numel=held
+    ).bytes_per_example
     # A budget for two models of one example each: chunks of two, then one, one example a pass.
     tight = train_batched(
         _mlp(pool), pool.features, pool.labels, seeds=[1, 2, 3], config=config, memory_budget=per_example * 2
@@ -266,3 +271,23 @@ def test_bad_dp_settings_are_named(kwargs, argument):
 def test_cuda_without_a_gpu_is_refused_by_name(pool):
     with pytest.raises(ValueError, match="device='cuda'.*not available"):
         train_batched(_mlp(pool), pool.features, pool.labels, seeds=[0], config=BatchedSGD(epochs=1), device="cuda")
+
+
+def test_layered_plan_counts_what_an_example_holds_in_closed_form():
+    # Linear layers: each example holds its input and output gradient (784 + 1000, 1000 + 10),
+    # never its 795,010-number gradient; a convolution holds its whole gradient (4·1·3·3 = 36)
+    # and its unfolded input (1·3·3 numbers at each of 8·8 positions).
+    mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 1000), nn.ReLU(), nn.Linear(1000, 10))
+    assert _layered_gradient_numel(mlp, torch.zeros(1, 28, 28)) == (784 + 1000) + (1000 + 10)
+    conv = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.Flatten(), nn.Linear(256, 2))
+    assert _layered_gradient_numel(conv, torch.zeros(1, 8, 8)) == 36 + 9 * 64 + (256 + 2)
+    x = torch.zeros(1, 28, 28)
+    generic = plan_batches(mlp, x, num_models=16, max_examples=512)
+    layered = plan_batches(mlp, x, num_models=16, max_examples=512, gradient_numel=2794)
+    activations = 784 + 1000 + 1000 + 10  # Flatten, Linear, ReLU, Linear outputs
+    assert generic.bytes_per_example == 4 * 3 * (795_010 + activations)
+    assert layered.bytes_per_example == 4 * 3 * (2794 + activations)
+    assert (layered.models_per_chunk, layered.examples_per_pass) == (
+        16,
+        (32 * 2**20) // (layered.bytes_per_example * 16),
+    )

@@ -61,6 +61,8 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("attack inversion", "--gmi-step-size", "1e300"): "z is clamped to [-1, 1] after every step: valid, crude",
     ("attack inversion", "--gmi-momentum", "0"): "plain SGD on z",
     ("attack inversion", "--cost-threshold", "0"): "never stop on confidence: run to patience or the cap",
+    ("attack inversion", "--tolerance", "0"): "the paper's rule: stop a class once its cost stops improving",
+    ("attack inversion", "--gmi-tolerance", "0"): "stop a latent only once its objective stops improving at all",
     ("train", "--momentum", "0"): "no momentum",
     ("train", "--weight-decay", "0"): "no weight decay",
     ("train", "--noise-ramp-fraction", "0"): "noise at full size from the start",

@@ -611,7 +611,7 @@ def _attack(ctx: _Context, judge: _Judge, name: str, config: Any, stored_config:
     # seed a forked copy so the attack is reproducible and the caller's stream untouched.
     with torch.random.fork_rng(devices=[torch.cuda.current_device()] if device.startswith("cuda") else []):
         torch.manual_seed(derive_seed(spec.seed, "target-noise", name))
-        with _EpochBar(spec.progress, f"{name} on {len(t.classes)} classes (steps)") as update:
+        with _EpochBar(spec.progress, f"{name} on {len(t.classes)} classes ({attack.progress_unit})") as update:
             output = attack.run(
                 judge.model,
                 classes=t.classes,
