@@ -2,7 +2,7 @@
 
 Each mode the pools use — plain SGD (:func:`attacks.membership.shadows.train_shadow`), the
 non-private defense and DP-SGD through the registry
-(:func:`dpaudit.app.runs.membership.train_shadow_with_defense`) — is trained both ways from the
+(:func:`dpaudit.app.runs.membership_shadows.train_shadow_with_defense`) — is trained both ways from the
 same specs (same seeds, same members); the models must agree up to floating-point reordering,
 keep their ids and cache entries, and a resumed run must train only the missing ones.
 """
@@ -24,7 +24,7 @@ from attacks.membership.shadows import (
     sgd_batch,
 )
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
-from dpaudit.app.runs.membership import batch_shadow_with_defense, train_shadow_with_defense
+from dpaudit.app.runs.membership_shadows import batch_shadow_with_defense, train_shadow_with_defense
 from dpaudit.data import load_dataset, make_splits
 from dpaudit.results.record import load_record
 from dpaudit.train_request import TrainRequest

@@ -19,7 +19,6 @@ before training starts.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -33,13 +32,18 @@ from dpaudit import _validate as v
 from dpaudit.locks import unit_lock
 from dpaudit.results import MembershipResult
 from dpaudit.store import RunDir, atomic_save_npz
-from dpaudit.train_request import TrainRequest
 
 if TYPE_CHECKING:
     from attacks.membership.pools import PoolPlan
     from attacks.membership.shadows import ShadowRecipe
 
 #: Per queried sample, its vulnerability judged from the shadows (see attacks.membership.sample_vulnerability).
+from dpaudit.app.runs.membership_shadows import (
+    batch_shadow_with_defense,
+    defense_config,
+    train_shadow_with_defense,
+)
+
 VULNERABILITY_FILE = "vulnerability.npz"
 
 __all__ = [
@@ -206,7 +210,7 @@ class MembershipSpec:
                     "shadow_defense",
                     f"shadow_defense must be one of {', '.join(DEFENSES)}, got {self.shadow_defense!r}",
                 )
-            _defense_config(spec.config_type, self.shadow_config)  # names a bad field now, not in a worker
+            defense_config(spec.config_type, self.shadow_config)  # names a bad field now, not in a worker
         object.__setattr__(self, "shadow_config", dict(self.shadow_config))
 
 
@@ -257,215 +261,6 @@ def describe_pools(pools: Mapping[str, PoolPlan]) -> str:
     why = {"online": "each queried example IN for about half", "offline": "population only, no queried example"}
     parts = [f"{p.num_models} {kind} ({why[kind]}: {', '.join(p.users)})" for kind, p in pools.items()]
     return f"{total} shadow model(s): " + " + ".join(parts)
-
-
-def train_shadow_with_defense(spec: Any, *, bundle: Any, device: str) -> tuple[Any, Any]:
-    """Trains one shadow with the defense and config its ``recipe`` names (a picklable executor trainer).
-
-    The shadow sees exactly ``spec.train_ids`` as members; the defense's own training loop,
-    privacy mechanism and hyper-parameters apply, as they did to the target.
-    """
-    import torch
-
-    from defenses import DEFENSES
-    from dpaudit.data import Splits
-
-    recipe = spec.recipe
-    if recipe.defense is None or recipe.config is None:
-        raise v.invalid("recipe", f"shadow {spec.shadow_id!r} has no defense to train with (plain SGD trains it)")
-    defense = DEFENSES[recipe.defense]
-    config = _defense_config(defense.config_type, recipe.config)
-    none = np.zeros(0, dtype=np.int64)
-    splits = Splits(
-        dataset=bundle.name,
-        seed=spec.seed,
-        members=spec.train_ids,
-        non_members=none,
-        population=none,
-        test=bundle.test.ids.numpy(),
-    )
-    with torch.random.fork_rng(devices=[]):  # library code never moves the global RNG
-        request = TrainRequest(
-            bundle=bundle,
-            splits=splits,
-            model_name=spec.model_name,
-            model_options=spec.model_options,
-            config=config,
-            seed=spec.seed,
-            device=device,
-            progress=False,
-        )
-        record, model = defense.train(request)
-    # The cache is keyed by the shadow's id, so the record carries it rather than the defense's own.
-    return dataclasses.replace(record, model_id=spec.shadow_id), model.eval()
-
-
-#: DP-SGD shadows train batched only up to this many parameters, and without convolutions: batching
-#: shares per-step overhead, which dominates small models (digits-mlp, 25,386 parameters: 6.4x
-#: more models per CPU-second, docs/batched.md), while a larger model's step is arithmetic that
-#: batching does not remove (abadi-mnist, 795,010 parameters, lots of 512: 0.187 CPU-s per
-#: shadow-step batched against about 0.07 one at a time, scripts/bench_lira_shadows.py), and the
-#: convolutions' per-example gradients are slower batched (audit-cnn's DP-GD: 0.5x).
-BATCHED_DP_MAX_PARAMETERS = 100_000
-
-
-def _dp_batching_pays(spec: Any) -> bool:
-    """Whether a DP-SGD shadow of ``spec``'s architecture trains faster batched (see BATCHED_DP_MAX_PARAMETERS)."""
-    import torch
-
-    from attacks.membership.shadows import _build
-
-    with torch.random.fork_rng(devices=[]):
-        model = _build(spec)
-    size = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return size <= BATCHED_DP_MAX_PARAMETERS and not any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
-
-
-def batch_shadow_with_defense(spec: Any, *, bundle: Any) -> Any:
-    """How a shadow of a defense's recipe trains batched (:data:`attacks.membership.ShadowBatcher`), or ``None``.
-
-    The batched trainer (:mod:`dpaudit.batched`) has the non-private baseline's loop and
-    DP-SGD's with Poisson lots (full-batch DP-GD at q = 1), each model from its own seed's
-    streams; a recipe that needs anything else — another defense, DP-PCA, per-layer clipping,
-    shuffled lots, a noise layer — trains one at a time (:func:`train_shadow_with_defense`), and
-    so does a DP-SGD shadow of a model that batching makes slower (``BATCHED_DP_MAX_PARAMETERS``).
-    The plan (σ calibrated to a budget, q, steps, the learning-rate schedule) and the record
-    are the one-at-a-time run's.
-    """
-    from attacks.membership import ShadowBatch
-    from dpaudit.batched import BatchedDPSGD
-
-    recipe = spec.recipe
-    if recipe.defense not in ("nonprivate", "dpsgd") or recipe.config is None:
-        return None
-    if dict(spec.model_options).get("noise_layer") or spec.model_name.startswith("external:"):
-        return None
-    if recipe.defense == "nonprivate":
-        from defenses.nonprivate import NonPrivateConfig
-
-        config = _defense_config(NonPrivateConfig, recipe.config)
-        return ShadowBatch(config=config, record=_batched_nonprivate_record)
-    from defenses.dpsgd.config import DPSGDConfig
-    from defenses.dpsgd.plan import learning_rate_at, plan_dpsgd, resolve_config
-
-    config = _defense_config(DPSGDConfig, recipe.config)
-    if config.pca_components is not None or config.per_layer or config.sampling != "poisson":
-        return None
-    if not _dp_batching_pays(spec):
-        return None
-    m = int(spec.train_ids.size)
-    plan = plan_dpsgd(config, num_members=m)
-    resolved, _ = resolve_config(config, num_members=m)
-
-    def schedule(step: int, resolved: Any = resolved, per_epoch: int = plan.steps_per_epoch) -> float:
-        return learning_rate_at(resolved, step / per_epoch)
-
-    # resolve_config derives C and the learning rate where the recipe left them unset.
-    assert resolved.clip_norm is not None and resolved.learning_rate is not None
-    batched = BatchedDPSGD(
-        noise_multiplier=plan.noise_multiplier,
-        clip_norm=resolved.clip_norm,
-        sampling_rate=plan.sampling_rate,
-        num_steps=plan.num_steps,
-        learning_rate=resolved.learning_rate,
-        momentum=resolved.momentum,
-        weight_decay=resolved.weight_decay,
-        expected_lot_size=plan.expected_lot_size,
-    )
-    return ShadowBatch(config=batched, schedule=schedule, record=_batched_dpsgd_record)
-
-
-def _shadow_request(spec: Any, bundle: Any, config: Any, device: str) -> Any:
-    """The request :func:`train_shadow_with_defense` trains ``spec`` with."""
-    from dpaudit.data import Splits
-
-    none = np.zeros(0, dtype=np.int64)
-    splits = Splits(
-        dataset=bundle.name,
-        seed=spec.seed,
-        members=spec.train_ids,
-        non_members=none,
-        population=none,
-        test=bundle.test.ids.numpy(),
-    )
-    return TrainRequest(
-        bundle=bundle,
-        splits=splits,
-        model_name=spec.model_name,
-        model_options=spec.model_options,
-        config=config,
-        seed=spec.seed,
-        device=device,
-        progress=False,
-    )
-
-
-def _batched_nonprivate_record(
-    spec: Any, model: Any, *, bundle: Any, device: str, seconds: float, stats: Mapping[str, float]
-) -> Any:
-    """The record :func:`defenses.nonprivate.train_nonprivate` writes, for a batched shadow."""
-    import time
-
-    from defenses._common import build_record
-    from defenses.nonprivate import NonPrivateConfig
-    from dpaudit.privacy.claims import NonPrivateClaim
-
-    config = _defense_config(NonPrivateConfig, spec.recipe.config)
-    record = build_record(
-        _shadow_request(spec, bundle, config, device),
-        defense="nonprivate",
-        model=model,
-        claim=NonPrivateClaim(),
-        started=time.monotonic() - seconds,
-        extra_metrics={"num_steps": int(stats["num_steps"])},
-    )
-    return dataclasses.replace(record, model_id=spec.shadow_id)
-
-
-def _batched_dpsgd_record(
-    spec: Any, model: Any, *, bundle: Any, device: str, seconds: float, stats: Mapping[str, float]
-) -> Any:
-    """The record :func:`defenses.dpsgd.training.train_dpsgd` writes, for a batched shadow (claim from its steps)."""
-    import time
-
-    from defenses._common import build_record
-    from defenses.dpsgd.config import DPSGDConfig
-    from defenses.dpsgd.plan import plan_dpsgd, resolve_config, run_claim
-
-    config = _defense_config(DPSGDConfig, spec.recipe.config)
-    m = int(spec.train_ids.size)
-    plan = plan_dpsgd(config, num_members=m)
-    config, _ = resolve_config(config, num_members=m)
-    steps = int(stats["num_steps"])
-    claim = run_claim(config, sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=steps)
-    record = build_record(
-        _shadow_request(spec, bundle, config, device),
-        defense="dpsgd",
-        model=model,
-        claim=claim,
-        started=time.monotonic() - seconds,
-        extra_metrics={
-            "num_steps": steps,
-            "epochs_completed": steps * plan.sampling_rate,
-            "sampling_rate": plan.sampling_rate,
-            "noise_multiplier": plan.noise_multiplier,
-            "noise_std": plan.noise_std,
-            "expected_lot_size": plan.expected_lot_size,
-            "mean_lot_size": float(stats["mean_lot_size"]),
-            "epsilon": claim.epsilon(delta=config.delta, accountant=config.accountant),
-            "epsilon_accountant": config.accountant,
-            "delta": config.delta,
-            "gradient_canary_steps": 0,
-            "train_loss_mean": float(stats["train_loss_mean"]),
-        },
-    )
-    return dataclasses.replace(record, model_id=spec.shadow_id)
-
-
-def _defense_config(config_type: type, stored: Mapping[str, object]) -> Any:
-    """The defense config a record states (keys that are not fields, e.g. ``split_seed``, are dropped)."""
-    names = {f.name for f in dataclasses.fields(config_type) if f.init}
-    return config_type(**{k: (tuple(val) if isinstance(val, list) else val) for k, val in stored.items() if k in names})
 
 
 def _load_target(spec: MembershipSpec, device: str) -> tuple[Any, Any, Any]:

@@ -37,7 +37,7 @@ from defenses.pate.aggregators import aggregate, aggregator_config
 from defenses.pate.planted import planted_aggregator
 from dpaudit import _validate as v
 from dpaudit.app.records import verify_record
-from dpaudit.app.runs.membership import _defense_config
+from dpaudit.app.runs.membership_shadows import defense_config
 from dpaudit.limits import check_npy, npy_header
 from dpaudit.locks import unit_lock
 from dpaudit.privacy.pate import votes as pate_votes
@@ -495,7 +495,7 @@ def attack_aggregator(
             "attack needs a PATE student (--defense pate)",
         )
     teacher_dirs = load_teacher_dirs(rdir)
-    config = _defense_config(DEFENSES[record.defense].config_type, thaw(record.config))
+    config = defense_config(DEFENSES[record.defense].config_type, thaw(record.config))
     seed = v.integer("seed", seed, minimum=0)
     ids, member = query_ids(record, max_per_side=num_samples, seed=seed)
     bundle = load_dataset(record.dataset, data_root=data_root)
