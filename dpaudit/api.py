@@ -108,6 +108,7 @@ if TYPE_CHECKING:
     from defenses.clipping import GradientClipper
     from defenses.dp_defaults import derive_dp_training, derived_learning_rate
     from defenses.dpsgd.config import DPSGDConfig
+    from defenses.dpsgd.plan import plan_dpsgd, resolve_config
     from defenses.dpsgd.training import DPSGDTrainer, noisy_clipped_sum, train_dpsgd
     from defenses.dssgd.flower import run_flower
     from defenses.dssgd.participants import participant_record_dir
@@ -181,6 +182,7 @@ if TYPE_CHECKING:
     from dpaudit.results.check import CheckDetails, CheckOutcome, CheckReport, load_check_report
     from dpaudit.results.comparison import ComparisonResult
     from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
+    from dpaudit.results.record import resolve_record_dir
     from dpaudit.robustness.certification import AuthorsMixedDelta, certified_radius
     from dpaudit.robustness.montecarlo import expected_score_accuracy, sample_scores
     from dpaudit.robustness.multipliers import noise_multiplier
@@ -233,6 +235,7 @@ __all__ = [
     "to_jsonable",
     "TrainedModel",
     "load_record",
+    "resolve_record_dir",
     "MembershipResult",
     "save_membership_result",
     "AuditResult",
@@ -307,6 +310,8 @@ __all__ = [
     "train_batched",
     # Lower-level pieces: defenses
     "DPSGDConfig",
+    "plan_dpsgd",
+    "resolve_config",
     "train_dpsgd",
     "DPSGDTrainer",
     "bundle_for_members",

@@ -159,7 +159,7 @@ def convergence(args: argparse.Namespace) -> int:
     run = Path(args.run_dir) / "convergence"
     data = ["--data-root", args.data_root] if args.data_root else []
     if args.target:
-        from dpaudit.results.record import load_record, resolve_record_dir
+        from dpaudit.api import load_record, resolve_record_dir
 
         rdir = resolve_record_dir(args.target)
         record = load_record(rdir)

@@ -30,13 +30,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from defenses.dpsgd.config import DPSGDConfig
-from defenses.dpsgd.plan import plan_dpsgd, resolve_config
-from defenses.dpsgd.training import DPSGDTrainer
-from dpaudit.batched import BatchedDPSGD, train_batched
-from dpaudit.data import load_dataset
-from dpaudit.models import build_model
-from dpaudit.seeding import numpy_rng
+from dpaudit.api import (
+    BatchedDPSGD,
+    DPSGDConfig,
+    DPSGDTrainer,
+    build_model,
+    load_dataset,
+    numpy_rng,
+    plan_dpsgd,
+    resolve_config,
+    train_batched,
+)
 
 RESULTS = Path(__file__).resolve().parents[1] / "scripts" / "results" / "membership"
 

@@ -86,7 +86,7 @@ def _dp_batching_pays(spec: Any) -> bool:
 
 
 def batch_shadow_with_defense(spec: Any, *, bundle: Any) -> Any:
-    """How a shadow of a defense's recipe trains batched (:data:`attacks.membership.ShadowBatcher`), or ``None``.
+    """How a shadow of a defense's recipe trains batched (:data:`attacks.membership.shadows.ShadowBatcher`), or None.
 
     The batched trainer (:mod:`dpaudit.batched`) has the non-private baseline's loop and
     DP-SGD's with Poisson lots (full-batch DP-GD at q = 1), each model from its own seed's
