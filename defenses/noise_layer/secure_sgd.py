@@ -32,6 +32,7 @@ from defenses.noise_layer.configs import CERTIFIED_MECHANISMS, SecureSGDConfig, 
 from defenses.noise_layer.schedule import scale_invariant_first_layer
 from defenses.noise_layer.training import train_certified
 from defenses.registry import DEFENSES, DefenseSpec
+from defenses.sgd_defaults import derived_batch_size, derived_learning_rate, first_layer_fan_in
 from dpaudit import _validate as v
 from dpaudit.data import Splits
 from dpaudit.parts import PlotStyle
@@ -130,8 +131,19 @@ def train_secure_sgd(
         ),
         total_steps=plan.num_steps,
         redistribution_ids=public,
-        batch_size=max(1, round(plan.expected_lot_size)),
-        learning_rate=config.learning_rate,
+        # The noise-free pre-training behind r is plain SGD on public ids: it takes the non-private
+        # defaults' rules (defenses.sgd_defaults), not DP-SGD's lot and rate. DP-SGD's rate is
+        # sized for a clipped, noised mean gradient of norm <= C; on the raw gradient of a
+        # 512-example lot with momentum it left MNIST's pre-training at loss 2.347 > ln 10.
+        batch_size=derived_batch_size(len(public)),
+        learning_rate=derived_learning_rate(
+            first_layer_fan_in(
+                request.model_name,
+                input_shape=request.bundle.input_shape,
+                num_classes=request.bundle.num_classes,
+                model_options=request.model_options,
+            )
+        ),
     )
 
 

@@ -380,9 +380,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     input (exit 2, one line, the flag it is about); any other exception is a bug of dpaudit
     (exit 1, "internal error", a traceback with ``--debug``).
     """
+    from dpaudit.app.library_warnings import library_warnings_to_log
+
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _locked_main(argv)
+        # Library warnings (matplotlib's in compare, …) go to a log shown with --debug, never the output.
+        with library_warnings_to_log(show="--debug" in argv or bool(os.environ.get("DPAUDIT_DEBUG"))):
+            return _locked_main(argv)
     except KeyboardInterrupt:
         # Caught here, above every import of the suite (this module loads only the standard
         # library), so that even a Ctrl-C during start-up ends in one line and 130.
