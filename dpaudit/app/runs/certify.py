@@ -63,7 +63,15 @@ if TYPE_CHECKING:
     from dpaudit.results.certification import CertificationResult
     from dpaudit.results.certification_spec import CertificationSpec, SmoothingCertificationSpec
 
-__all__ = ["DEFAULT_ATTACKS", "DEFAULT_RADII", "CertifySpec", "NotCertifiable", "certifiable_defenses", "run_certify"]
+__all__ = [
+    "DEFAULT_ATTACKS",
+    "DEFAULT_RADII",
+    "CertifySpec",
+    "NotCertifiable",
+    "certifiable_defenses",
+    "no_noise_layer_message",
+    "run_certify",
+]
 
 DEFAULT_RADII = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
 #: Every registered evasion attack, in registration order (FGSM, I-FGSM, PGD, MIM built in).
@@ -89,6 +97,16 @@ def certifiable_defenses() -> tuple[str, ...]:
     from defenses import DEFENSES
 
     return tuple(name for name, d in DEFENSES.items() if d.certification is not None)
+
+
+def no_noise_layer_message(model_id: str, defense: str) -> str:
+    """The one wording for a model ``certify`` cannot certify: it names the commands to use instead."""
+    return (
+        f"model {model_id} (defense {defense}) has no noise layer; certify needs a model trained with "
+        f"{_listing(certifiable_defenses())}: train one with 'dpaudit train --defense NAME' and certify that "
+        "record; for this model's robust accuracy under attack, run 'dpaudit compare' with an "
+        "[attacks.evasion] table"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,12 +286,7 @@ def _resolve(spec: CertifySpec, run: RunDir) -> _Resolved:
     rdir = resolve_record_dir(spec.target)
     record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     stored_spec = thaw(record.config).get("certification")
-    refusal = (
-        f"model {record.model_id} (defense {record.defense}) has no noise layer; "
-        f"certify needs {_listing(certifiable_defenses())}; its robust accuracy "
-        "under attack comes from attacks.evasion.run_evasion "
-        "(scripts/bench_evasion.py)"
-    )
+    refusal = no_noise_layer_message(record.model_id, record.defense)
     if stored_spec is None:
         raise NotCertifiable(refusal)
     cspec = CertificationSpec.from_dict(stored_spec)
