@@ -55,7 +55,7 @@ class NonPrivateConfig(SGDConfig):
     epochs: int = option(  # type: ignore[assignment]
         None,
         kind=int,
-        help="passes over the training set (default: 10, more on a small training set: at least 100 steps)",
+        help="passes over the training set (default: 10, more on a small training set: at least 5 steps per class)",
         metavar="N",
         check=v.positive,
         limit=EPOCH_LIMIT,

@@ -46,9 +46,10 @@ def test_the_rules_by_hand() -> None:
     assert derived_learning_rate(64) == 0.05 and derived_learning_rate(784) == 0.05
     assert derived_learning_rate(10_304) == pytest.approx(0.05 * math.sqrt(784 / 10_304))
     assert derived_learning_rate(None) == 0.05
-    # Rule 3: 10 epochs, or the fewest with 100 steps: 140 members in batches of 32 make 5 steps an epoch.
-    assert derived_epochs(num_members=140, batch_size=32) == 20
-    assert derived_epochs(num_members=718, batch_size=64) == 10  # 12 steps an epoch: 120 >= 100
+    # Rule 3: 10 epochs, or the fewest with 5 steps per class: 140 members in batches of 32 make 5 steps
+    # an epoch, and 40 classes want 200 steps.
+    assert derived_epochs(num_members=140, batch_size=32, num_classes=40) == 40
+    assert derived_epochs(num_members=718, batch_size=64, num_classes=10) == 10  # 12 steps an epoch: 120 >= 50
 
 
 def test_runs_the_fixed_values_suited_keep_them_and_explicit_flags_win() -> None:
@@ -61,7 +62,7 @@ def test_runs_the_fixed_values_suited_keep_them_and_explicit_flags_win() -> None
     faces, note = resolve_nonprivate_config(
         NonPrivateConfig(), num_members=140, model_name="faces-mlp", bundle=_Faces()
     )
-    assert (faces.epochs, faces.batch_size) == (20, 32)
+    assert (faces.epochs, faces.batch_size) == (40, 32)
     assert faces.learning_rate == pytest.approx(0.05 * math.sqrt(784 / 10_304))
     assert "--learning-rate" in note and "--batch-size" in note and "--epochs" in note
     mine, note = resolve_nonprivate_config(
