@@ -54,7 +54,7 @@ def forward_flops(
 
     options = {k: val for k, val in (model_options or {}).items() if k != "noise_layer"}
     with torch.device("meta"):
-        model = build_model(model_name, input_shape=tuple(input_shape), num_classes=num_classes, **options)
+        model = build_model(model_name, input_shape=tuple(input_shape), num_classes=num_classes, **options)  # type: ignore[arg-type]
         x = torch.zeros((1, *input_shape))
     with FlopCounterMode(display=False) as counter:
         model(x)

@@ -363,6 +363,7 @@ def _load_certified_model(spec: CertifySpec, target: _Resolved) -> tuple[Any, An
             model_options=record.model_options,
             backward=False,
         )
+        assert spec.num_examples is not None  # set by _with_default_examples
         announce_if_long(
             spec.num_examples * (target.num_draws + target.num_selection_draws) * forward,
             f"certifying {spec.num_examples} examples with {target.num_draws} noise draws each",
@@ -380,6 +381,7 @@ def _inputs(spec: CertifySpec, target: _Resolved, noise: Any, run: RunDir) -> _I
     record = target.record
     bundle = load_dataset(record.dataset, data_root=spec.data_root)
     test = bundle.test
+    assert spec.num_examples is not None  # set by _with_default_examples
     pick = certify_subset(len(test), num_examples=spec.num_examples, seed=spec.seed)
     x, y = test.features[pick], test.labels[pick]
     cdir = run.certify_dir(record.model_id)

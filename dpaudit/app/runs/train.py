@@ -583,7 +583,7 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                         # A randomized model's loss is one noise draw's, not its released prediction's.
                         train_loss=None
                         if "test_accuracy_draws" in record.metrics
-                        else record.metrics.get("train_loss"),  # type: ignore[arg-type]
+                        else record.metrics.get("train_loss"),
                         train_labels=bundle.all().subset(splits.members).labels,
                     ).to_dict(),
                 },

@@ -292,6 +292,7 @@ def _estimate_text(result: Any) -> str:
 
     shown = shown_estimate(result)
     if shown.value is not None:
+        assert shown.low is not None and shown.high is not None and shown.level is not None  # shown with its interval
         return (
             f"   (point estimate, not a bound: {fmt_eps(shown.value)}; {shown.level:.0%} interval "
             f"[{fmt_eps(shown.low)}, {fmt_eps(shown.high)}])"
