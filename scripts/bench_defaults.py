@@ -338,8 +338,8 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = [
         "| defense | dataset | model | ε | default acc | default setting | best "
         "sweep acc | best setting | gap | sweep cost | training s (default / "
-        "all) | row wall s | why not within 3 points |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "all) | row wall s | why not within 3 points | target |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     order = {name: i for i, name in enumerate(MODELS)}
     for r in sorted(
