@@ -23,6 +23,11 @@ Usage::
         [--epsilons 1 2 8] [--data-root DIR] [--max-sweep K] [--out DIR] [--run-dir DIR] [--json FILE]
 
 Writes ``OUT/bench_defaults.json`` (atomically, after each row) and ``OUT/bench_defaults.md``.
+
+Rows with a target (:data:`TARGETS`, issue 48) say whether the default met it: the non-private faces
+row (``--defenses nonprivate --datasets faces``, on ``faces-mlp``) and the MNIST Secure-SGD row
+(``--defenses secure-sgd --datasets mnist --epsilons 2``, on ``hgm-cnn``); ``--max-sweep 0`` runs the
+default command alone.
 """
 
 from __future__ import annotations
