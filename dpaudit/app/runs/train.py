@@ -283,8 +283,9 @@ class ChanceCheck(PlainSpec):
         near_chance: the model learned (almost) nothing: its test accuracy is within
             :data:`CHANCE_MARGIN` of ``chance_accuracy``, or its training loss is within
             :data:`LOSS_MARGIN` of ``guess_loss`` or above it.
-        guess_loss: the cross-entropy of guessing the members' class frequencies — their
-            entropy, ln K for K balanced classes (``None``: no training loss was judged).
+        guess_loss: the cross-entropy of guessing the test set's class frequencies — their
+            entropy, ln K for K balanced classes (``None``: no training loss was judged). The test
+            set's, as for ``chance_accuracy``: nothing about the members is stored beside a claim.
         near_chance_by: what flagged it: ``"accuracy"``, ``"loss"``, ``"accuracy and loss"``
             (``None`` when not near chance).
     """
@@ -318,7 +319,6 @@ def chance_check(
     *,
     num_classes: int,
     train_loss: float | None = None,
-    train_labels: Any = None,
 ) -> ChanceCheck:
     """What a record's metrics say about a model no better than guessing.
 
@@ -337,8 +337,6 @@ def chance_check(
         train_loss: the model's mean cross-entropy on its members after training (``None``:
             judged by accuracy alone, e.g. for a randomized model, whose loss is a single
             noise draw's and not that of the prediction it releases).
-        train_labels: the members' labels, whose entropy the loss is set against (``None``:
-            ln K).
 
     Returns:
         The chance accuracy, the guessing loss and whether the model is near either.
@@ -352,11 +350,7 @@ def chance_check(
     guess = None
     by_loss = False
     if train_loss is not None:
-        guess = (
-            math.log(max(int(num_classes), 1))
-            if train_labels is None
-            else guess_loss(train_labels, num_classes=num_classes)
-        )
+        guess = guess_loss(labels, num_classes=num_classes)
         # A NaN loss never reaches here (the trainers stop on it); an infinite one is no learning.
         by_loss = bool(float(train_loss) >= guess - LOSS_MARGIN)
     reasons = [name for name, flagged in (("accuracy", by_accuracy), ("loss", by_loss)) if flagged]
@@ -584,7 +578,6 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                         train_loss=None
                         if "test_accuracy_draws" in record.metrics
                         else record.metrics.get("train_loss"),
-                        train_labels=bundle.all().subset(splits.members).labels,
                     ).to_dict(),
                 },
             )
