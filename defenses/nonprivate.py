@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,21 +17,96 @@ from torch import nn
 
 from defenses._common import build_record
 from defenses.registry import DEFENSES, DefenseSpec
+from defenses.sgd_defaults import (
+    BATCH_SIZE,
+    DERIVED_AT_INIT,
+    EPOCHS,
+    LEARNING_RATE,
+    resolve_sgd_config,
+    sgd_defaults_note,
+)
+from dpaudit import _validate as v
 from dpaudit.checkpoint import Checkpointer, checkpointer, global_rng_state, restore_global_rng
 from dpaudit.models import build_model
+from dpaudit.options import option
 from dpaudit.parts import PlotStyle
 from dpaudit.privacy.claims import NonPrivateClaim
 from dpaudit.progress import Progress
 from dpaudit.results.record import TrainedModel
 from dpaudit.seeding import derive_seed, torch_generator
 from dpaudit.train_request import TrainRequest
-from dpaudit.training import SGDConfig, check_loss, shuffled_batches
+from dpaudit.training import BATCH_LIMIT, EPOCH_LIMIT, SGDConfig, check_loss, shuffled_batches
 
-__all__ = ["NonPrivateConfig", "train_nonprivate"]
+__all__ = ["NonPrivateConfig", "resolve_nonprivate_config", "train_nonprivate"]
 
 
+@dataclass(frozen=True, kw_only=True)
 class NonPrivateConfig(SGDConfig):
-    """Hyperparameters of the non-private baseline (see :class:`dpaudit.training.SGDConfig`)."""
+    """Hyperparameters of the non-private baseline (see :class:`dpaudit.training.SGDConfig`).
+
+    ``epochs``, ``batch_size`` and ``learning_rate`` left unset (``None``) are derived for each
+    run from public facts — N, the input and the model's first layer
+    (:func:`defenses.sgd_defaults.resolve_sgd_config`). Until then they read as the fixed values
+    (10, 64, 0.05), so a config is never half-built; the values derived for a run are resolved
+    where ``dpaudit train`` resolves every defense's defaults (the defense's ``resolve_defaults``),
+    before the model id is digested, so the record carries what ran. A direct call of
+    :func:`train_nonprivate` (a shadow model, a noise-layer defense's base training) trains the
+    config as given.
+    """
+
+    epochs: int = option(
+        None,
+        kind=int,
+        help="passes over the training set (default: 10, more on a small training set: at least 5 steps per class)",
+        metavar="N",
+        check=v.positive,
+        limit=EPOCH_LIMIT,
+    )
+    batch_size: int = option(
+        None,
+        kind=int,
+        help="examples per SGD step (default: 64, halved until at most N/4)",
+        metavar="B",
+        check=v.positive,
+        limit=BATCH_LIMIT,
+    )
+    learning_rate: float = option(
+        None,
+        help="SGD step size (default: 0.05, times sqrt(784 / the first layer's fan-in) when that is below 1)",
+        metavar="LR",
+        check=v.positive,
+    )
+
+    def __post_init__(self) -> None:
+        # Filled with the fixed values now (every reader sees a number) and remembered, outside the
+        # fields, as derivable: resolution replaces them with the public-facts values.
+        unset = []
+        for name, value in (("epochs", EPOCHS), ("batch_size", BATCH_SIZE), ("learning_rate", LEARNING_RATE)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+                unset.append(name)
+        object.__setattr__(self, DERIVED_AT_INIT, tuple(unset))
+        super().__post_init__()
+
+
+def resolve_nonprivate_config(
+    config: NonPrivateConfig,
+    *,
+    num_members: int,
+    model_name: str | None = None,
+    model_options: Mapping[str, object] | None = None,
+    bundle: Any = None,
+) -> tuple[NonPrivateConfig, str | None]:
+    """The config with its unset SGD defaults derived (:mod:`defenses.sgd_defaults`) and the line saying so."""
+    resolved, derived = resolve_sgd_config(
+        config,
+        num_members=num_members,
+        model_name=model_name,
+        input_shape=None if bundle is None else tuple(bundle.input_shape),
+        num_classes=None if bundle is None else int(bundle.num_classes),
+        model_options=model_options,
+    )
+    return resolved, sgd_defaults_note(resolved, derived, num_members=num_members)
 
 
 class _Resume:
@@ -111,8 +187,8 @@ def _train_epochs(
     # The checkpoint's epoch (its shuffle drawn again from the generator state at its start) and the
     # batches of it already done; an epoch finished at the checkpoint is walked through and skipped.
     first_epoch, skip = counters["epoch"], counters["position"]
-    if first_epoch:
-        bar.update(first_epoch)
+    if step:
+        bar.update(step)  # the steps done before the checkpoint
     for epoch in range(first_epoch, config.epochs):
         epoch_generator = generator.get_state()  # the shuffle below is drawn again on a resumed rerun
         total, count = counters["epoch_loss"] if epoch == first_epoch and skip else (0.0, 0)
@@ -148,7 +224,8 @@ def _train_epochs(
                         count=count,
                     ),
                 )
-        bar.update(1, loss=total / max(count, 1))
+            # Per step, not per epoch: one epoch of a CNN on MNIST is minutes on a CPU.
+            bar.update(1, loss=total / max(count, 1))
 
 
 def train_nonprivate(
@@ -212,7 +289,9 @@ def train_nonprivate(
     )
     resume = _Resume(ckpt, stateful=stateful) if ckpt is not None else None
     with Progress(
-        config.epochs, f"train {progress_label} {request.model_name} on {bundle.name}", enabled=request.progress
+        config.epochs * -(-len(x) // config.batch_size),
+        f"train {progress_label} {request.model_name} on {bundle.name}",
+        enabled=request.progress,
     ) as bar:
         _train_epochs(
             model,
@@ -246,6 +325,8 @@ DEFENSES.register(
         config_type=NonPrivateConfig,
         train=train_nonprivate,
         claim_kind="nonprivate",
+        resolve_defaults=resolve_nonprivate_config,
+        chance_hint="--learning-rate, --epochs or --batch-size",
         summary="non-private SGD baseline (ε = ∞)",
         order=0,
         style=PlotStyle(colour="#6B6B6B", marker="X"),

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from defenses._common import config_dict, model_id_for
-from defenses.nonprivate import NonPrivateConfig, train_nonprivate
+from defenses.nonprivate import NonPrivateConfig, resolve_nonprivate_config, train_nonprivate
 from defenses.registry import DEFENSES, DefenseSpec
 from dpaudit import _validate as v
 from dpaudit.checkpoint import GeneratorState
@@ -163,6 +163,7 @@ DEFENSES.register(
         train=train_smoothing,
         claim_kind="nonprivate",
         certification=certification_spec,
+        resolve_defaults=resolve_nonprivate_config,
         summary="randomized smoothing: base model trained with Gaussian input noise, "
         "certified in L2 by CERTIFY (Cohen et al. 2019)",
         order=30,

@@ -46,8 +46,8 @@ from dpaudit.results.audit_details import (
     OneRunDetails,
     ScoresDetails,
     WhiteBoxDetails,
-    estimate_facts,
 )
+from dpaudit.results.estimate_shown import shown_estimate
 from dpaudit.results.numbers import (
     fmt_lower_bound,
     fmt_percent_lower_bound,
@@ -94,36 +94,29 @@ __all__ = [
 def _estimate_rows(result: AuditResult) -> list[list[Any]]:
     """The ε point estimate, only with its confidence interval and only when that interval excludes 0.
 
-    An estimate at chance (AUC 0.49) can still read ε ≈ 1 (the best of many thresholds); shown
-    bare it reads as leakage. Results stored without an interval show no estimate.
+    The rule is :func:`dpaudit.results.estimate_shown.shown_estimate`, which ``dpaudit audit``'s
+    terminal reads too.
     """
-    if result.epsilon_estimate is None:
+    shown = shown_estimate(result)
+    if not shown.exists:
         return []
-    interval, stored_level, stored_kind = estimate_facts(result.details)
-    if interval is None or len(interval) != 2:
+    if shown.value is None:
+        if shown.low is None:
+            return [["ε estimate (not a bound)", "not shown", shown.reason]]
         return [
             [
                 "ε estimate (not a bound)",
                 "not shown",
-                "stored without a confidence interval; a point estimate is shown only with one",
+                f"its {shown.level:.0%} interval [0, {eps_text(shown.high)}] includes 0: "
+                "no evidence of leakage beyond chance",
             ]
         ]
-    low, high = float(interval[0]), math.inf if interval[1] is None else float(interval[1])
-    level = float(result.confidence if stored_level is None else stored_level)
-    if low <= 0:
-        return [
-            [
-                "ε estimate (not a bound)",
-                "not shown",
-                f"its {level:.0%} interval [0, {eps_text(high)}] includes 0: no evidence of leakage beyond chance",
-            ]
-        ]
-    kind = stored_kind or "point estimate"
     return [
         [
             "ε estimate (not a bound)",
-            result.epsilon_estimate,
-            f"{level:.0%} interval [{eps_text(low)}, {eps_text(high)}] at the estimate's own threshold; {kind}",
+            shown.value,
+            f"{shown.level:.0%} interval [{eps_text(shown.low)}, {eps_text(shown.high)}] at the estimate's own "
+            f"threshold; {shown.kind}",
         ]
     ]
 

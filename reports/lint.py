@@ -51,7 +51,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import Collection, LineCollection, PathCollection
-from matplotlib.colors import to_hex
+from matplotlib.colors import to_hex, to_rgba
 from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.figure import Figure
 from matplotlib.legend import Legend
@@ -421,7 +421,7 @@ def _styles_drawn(fig: Figure) -> set[str]:
             if line.get_visible() and _line_points(line) and (line.get_linewidth() or 0) > 0:
                 styles.add(line_style_of(line))
         for patch in ax.patches:  # outlines: a step histogram's edge, a bar's border
-            if patch.get_visible() and (patch.get_linewidth() or 0) > 0 and patch.get_edgecolor()[3] > 0:
+            if patch.get_visible() and (patch.get_linewidth() or 0) > 0 and to_rgba(patch.get_edgecolor())[3] > 0:
                 if patch.get_linestyle() in ("None", "none", " ", ""):
                     continue
                 _, seq = getattr(patch, "_unscaled_dash_pattern", (0, None))

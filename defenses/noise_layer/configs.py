@@ -21,7 +21,7 @@ from dpaudit.options import option
 from dpaudit.privacy.gaussian import calibrate_gaussian
 from dpaudit.results.certification_spec import CertificationSpec
 from dpaudit.robustness.noise import ATTACK_NORMS
-from dpaudit.training import EPOCH_LIMIT, SGDConfig
+from dpaudit.training import EPOCH_LIMIT
 
 __all__ = [
     "SENSITIVITY_CONTROLS",
@@ -223,7 +223,7 @@ class _CertifiedSGDConfig(NonPrivateConfig, RobustnessConfig):
     _defense: ClassVar[str]
 
     def __post_init__(self) -> None:
-        SGDConfig.__post_init__(self)
+        NonPrivateConfig.__post_init__(self)  # fills the unset SGD fields, then checks them
         self._check_robustness(*CERTIFIED_MECHANISMS[self._defense])
 
 

@@ -14,7 +14,7 @@ from torch import nn
 
 from defenses.noise_layer.configs import CERTIFIED_MECHANISMS, AGMConfig, HGMConfig, PixelDPConfig, certification_spec
 from defenses.noise_layer.training import train_certified
-from defenses.nonprivate import NonPrivateConfig, train_nonprivate
+from defenses.nonprivate import NonPrivateConfig, resolve_nonprivate_config, train_nonprivate
 from defenses.registry import DEFENSES, DefenseSpec, TrainFn
 from dpaudit import _validate as v
 from dpaudit.parts import PlotStyle
@@ -74,6 +74,7 @@ def _register(name: str, config_type: type, train: TrainFn, summary: str, order:
             certified_mechanism=CERTIFIED_MECHANISMS[name],
             derived_options=("noise_layer",),
             family="noise-layer",
+            resolve_defaults=resolve_nonprivate_config,  # the baseline's SGD defaults (defenses.sgd_defaults)
             chance_hint=CHANCE_HINT,
             summary=summary,
             order=order,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from defenses.dp_defaults import defaults_note, resolve_dp_config
+from defenses.dp_defaults import derived_learning_rate as derived_learning_rate_dp
 from defenses.dpsgd.pca import PCAObserver
 from defenses.dpsgd.plan import plan_dpsgd
 from defenses.dpsgd.release import ClippedRelease, StepObserver
@@ -32,7 +34,14 @@ from defenses.noise_layer.configs import CERTIFIED_MECHANISMS, SecureSGDConfig, 
 from defenses.noise_layer.schedule import scale_invariant_first_layer
 from defenses.noise_layer.training import train_certified
 from defenses.registry import DEFENSES, DefenseSpec
+from defenses.sgd_defaults import derived_batch_size, derived_learning_rate, first_layer_fan_in
 from dpaudit import _validate as v
+from dpaudit.compute_budget import (
+    PER_EXAMPLE_GRADIENT_FACTOR,
+    TRAINING_STEP_FACTOR,
+    examples_within,
+    forward_flops,
+)
 from dpaudit.data import Splits
 from dpaudit.parts import PlotStyle
 from dpaudit.replay import ReplayTrace
@@ -66,10 +75,77 @@ def resolve_secure_sgd_config(
         config, model_name=model_name, model_options=model_options, input_shape=input_shape, num_classes=num_classes
     )
     resolved, derived = resolve_dp_config(config, num_members=n, scale_invariant_first_layer=scale_invariant)
+    resolved, capped = _within_time_budget(
+        resolved,
+        derived,
+        num_members=n,
+        model_name=model_name,
+        model_options=model_options,
+        input_shape=input_shape,
+        num_classes=num_classes,
+        scale_invariant=scale_invariant,
+    )
     note = defaults_note(resolved, derived, num_members=n)
+    if note is not None and capped:
+        note += (
+            f" (epochs capped at {resolved.epochs:g} so that the DP-SGD loop fits {TRAINING_BUDGET_SECONDS / 60:g} "
+            "minutes on 2 CPU cores: dpaudit.compute_budget)"
+        )
     if note is not None and scale_invariant and "learning_rate" in derived:
         note += " (the lr is raised for the normalised first layer: rule 5 of defenses.dp_defaults)"
     return resolved, note
+
+
+#: The derived length's budget for the DP-SGD loop on 2 CPU cores (:mod:`dpaudit.compute_budget`). With
+#: the noise-free pre-training and the record's evaluation (expected scores over 16 draws) a default
+#: Secure-SGD run on MNIST then stays within 10 minutes.
+TRAINING_BUDGET_SECONDS = 300.0
+
+
+def _within_time_budget(
+    config: SecureSGDConfig,
+    derived: tuple[str, ...],
+    *,
+    num_members: int,
+    model_name: str,
+    model_options: Mapping[str, object] | None,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    scale_invariant: bool,
+) -> tuple[SecureSGDConfig, bool]:
+    """A derived length capped (whole epochs, at least 1) so the loop fits ``TRAINING_BUDGET_SECONDS``; an explicit
+    one is kept.
+
+    Per example a step costs the forward pass × :data:`~dpaudit.compute_budget.TRAINING_STEP_FACTOR` ×
+    :data:`~dpaudit.compute_budget.PER_EXAMPLE_GRADIENT_FACTOR`, counted from the architecture (public). A
+    derived learning rate is derived again for the shorter run (rule 2 of :mod:`defenses.dp_defaults`
+    depends on the length).
+    """
+    if "epochs" not in derived or config.epochs is None:
+        return config, False
+    per_example = (
+        forward_flops(model_name, input_shape=input_shape, num_classes=num_classes, model_options=model_options)
+        * TRAINING_STEP_FACTOR
+        * PER_EXAMPLE_GRADIENT_FACTOR
+    )
+    budget = examples_within(TRAINING_BUDGET_SECONDS, flops_per_example=per_example)
+    epochs = float(max(1, math.floor(budget / num_members)))
+    if epochs >= float(config.epochs):
+        return config, False
+    fills: dict[str, Any] = {"epochs": epochs}
+    if "learning_rate" in derived:
+        lot = (
+            config.lot_size if config.lot_size is not None else max(1, round((config.sampling_rate or 0) * num_members))
+        )
+        fills["learning_rate"] = derived_learning_rate_dp(
+            target_epsilon=config.target_epsilon,
+            delta=config.delta,
+            num_members=num_members,
+            lot_size=min(int(lot), num_members),
+            epochs=epochs,
+            scale_invariant_first_layer=scale_invariant,
+        )
+    return dataclasses.replace(config, **fills), True
 
 
 def _resolved(request: TrainRequest[SecureSGDConfig]) -> SecureSGDConfig:
@@ -130,8 +206,19 @@ def train_secure_sgd(
         ),
         total_steps=plan.num_steps,
         redistribution_ids=public,
-        batch_size=max(1, round(plan.expected_lot_size)),
-        learning_rate=config.learning_rate,
+        # The noise-free pre-training behind r is plain SGD on public ids: it takes the non-private
+        # defaults' rules (defenses.sgd_defaults), not DP-SGD's lot and rate. DP-SGD's rate is
+        # sized for a clipped, noised mean gradient of norm <= C; on the raw gradient of a
+        # 512-example lot with momentum it left MNIST's pre-training at loss 2.347 > ln 10.
+        batch_size=derived_batch_size(len(public)),
+        learning_rate=derived_learning_rate(
+            first_layer_fan_in(
+                request.model_name,
+                input_shape=request.bundle.input_shape,
+                num_classes=request.bundle.num_classes,
+                model_options=request.model_options,
+            )
+        ),
     )
 
 

@@ -438,6 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     (exit 1, "internal error", a traceback with ``--debug``).
     """
     whole_process = argv is None
+    from dpaudit.app.library_warnings import library_warnings_to_log
+
     argv = list(sys.argv[1:] if argv is None else argv)
     previous = None
     try:
@@ -447,7 +449,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # Plans count the command's own start-up in their wall time (dpaudit.app.estimate).
         estimate.start_command(whole_process=whole_process)
-        return _locked_main(argv)
+        # Library warnings (matplotlib's in compare, …) go to a log shown with --debug, never the output.
+        with library_warnings_to_log(show="--debug" in argv or bool(os.environ.get("DPAUDIT_DEBUG"))):
+            return _locked_main(argv)
     except KeyboardInterrupt as exc:
         # Caught here, above every import of the suite (this module loads only the standard
         # library), so that even a Ctrl-C (or SIGTERM) during start-up ends in one line and 130.

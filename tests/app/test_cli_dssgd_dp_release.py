@@ -41,6 +41,8 @@ _EVALUATION = {
     "test_loss",
     "chance_accuracy",
     "near_chance",
+    "guess_loss",  # the test set's label entropy (as chance_accuracy reads the test set)
+    "near_chance_by",
 }
 _PUBLIC = {
     "engine",

@@ -127,8 +127,13 @@ def test_secure_sgd_all_default_flags_train_well_above_chance_on_an_mlp(digits) 
 def test_chance_check_takes_the_larger_of_uniform_and_majority() -> None:
     uniform = chance_check(0.11, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], num_classes=10)
     assert uniform.chance_accuracy == 0.1 and uniform.near_chance is True
-    # The record's metrics gain exactly these two keys, in this order.
-    assert list(uniform.to_dict().items()) == [("chance_accuracy", 0.1), ("near_chance", True)]
+    # The record's metrics gain exactly these keys, in this order (no loss given: judged by accuracy).
+    assert list(uniform.to_dict().items()) == [
+        ("chance_accuracy", 0.1),
+        ("near_chance", True),
+        ("guess_loss", None),
+        ("near_chance_by", "accuracy"),
+    ]
     assert chance_check(0.1 + CHANCE_MARGIN + 0.01, list(range(10)), num_classes=10).near_chance is False
     skewed = chance_check(0.76, [0] * 3 + [1] * 1, num_classes=2)  # always predicting class 0 scores 0.75
     assert skewed.chance_accuracy == 0.75 and skewed.near_chance is True

@@ -70,6 +70,7 @@ __all__ = [
     "NotCertifiable",
     "certifiable_defenses",
     "chosen_radii",
+    "no_noise_layer_message",
     "run_certify",
 ]
 
@@ -99,6 +100,16 @@ def certifiable_defenses() -> tuple[str, ...]:
     return tuple(name for name, d in DEFENSES.items() if d.certification is not None)
 
 
+def no_noise_layer_message(model_id: str, defense: str) -> str:
+    """The one wording for a model ``certify`` cannot certify: it names the commands to use instead."""
+    return (
+        f"model {model_id} (defense {defense}) has no noise layer; certify needs a model trained with "
+        f"{_listing(certifiable_defenses())}: train one with 'dpaudit train --defense NAME' and certify that "
+        "record; for this model's robust accuracy under attack, run 'dpaudit compare' with an "
+        "[attacks.evasion] table"
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class CertifySpec:
     """Everything one certify run needs, validated once (``dpaudit certify`` builds it from its flags).
@@ -112,7 +123,8 @@ class CertifySpec:
         norm: attack norm; ``None`` = the norm the model was calibrated for.
         num_draws: n, noise draws per test input for the certificate (``None``: the record's
             spec's default, 2,000 for a noise layer and 10,000 for smoothing).
-        num_examples: test inputs (a seeded subset of the test split).
+        num_examples: test inputs (a seeded subset of the test split); ``None``: as many as fit a
+            stated time budget (:func:`default_num_examples`).
         confidence: 1 − η, the joint confidence of all expected-score bounds of one input.
         bound: ``clopper-pearson`` (argmax counts), ``hoeffding`` or ``bernstein`` (softmax).
         smoothing: also certify with randomized smoothing of the same noise.
@@ -135,7 +147,7 @@ class CertifySpec:
     attacks: tuple[str, ...] = DEFAULT_ATTACKS
     norm: str | None = None
     num_draws: int | None = None
-    num_examples: int = 500
+    num_examples: int | None = None
     confidence: float = 0.95
     bound: str = "clopper-pearson"
     smoothing: bool = True
@@ -176,7 +188,8 @@ class CertifySpec:
         object.__setattr__(self, "attacks", attacks)
         if self.num_draws is not None:
             object.__setattr__(self, "num_draws", v.integer("num_draws", self.num_draws, minimum=2))
-        object.__setattr__(self, "num_examples", v.integer("num_examples", self.num_examples, minimum=1))
+        if self.num_examples is not None:
+            object.__setattr__(self, "num_examples", v.integer("num_examples", self.num_examples, minimum=1))
         object.__setattr__(self, "confidence", v.open_unit("confidence", self.confidence))
         v.choice("bound", self.bound, _BOUNDS)
         if self.num_selection_draws is not None:
@@ -279,12 +292,7 @@ def _resolve(spec: CertifySpec, run: RunDir) -> _Resolved:
     rdir = resolve_record_dir(spec.target)
     record = verify_record(load_record(rdir), rdir)  # a record contradicting itself: one line, before any work
     stored_spec = thaw(record.config).get("certification")
-    refusal = (
-        f"model {record.model_id} (defense {record.defense}) has no noise layer; "
-        f"certify needs {_listing(certifiable_defenses())}; its robust accuracy "
-        "under attack comes from attacks.evasion.run_evasion "
-        "(scripts/bench_evasion.py)"
-    )
+    refusal = no_noise_layer_message(record.model_id, record.defense)
     if stored_spec is None:
         raise NotCertifiable(refusal)
     cspec = CertificationSpec.from_dict(stored_spec)
@@ -351,6 +359,7 @@ def _load_certified_model(spec: CertifySpec, target: _Resolved) -> tuple[Any, An
     if spec.progress:
         from dpaudit.app.plan import announce_plan, certify_plan
 
+        assert spec.num_examples is not None  # set by _with_default_examples
         announce_plan(
             certify_plan(
                 record=record,
@@ -372,6 +381,7 @@ def _inputs(spec: CertifySpec, target: _Resolved, noise: Any, run: RunDir) -> _I
     record = target.record
     bundle = load_dataset(record.dataset, data_root=spec.data_root)
     test = bundle.test
+    assert spec.num_examples is not None  # set by _with_default_examples
     pick = certify_subset(len(test), num_examples=spec.num_examples, seed=spec.seed)
     x, y = test.features[pick], test.labels[pick]
     cdir = run.certify_dir(record.model_id)
@@ -648,6 +658,52 @@ def _summary(spec: CertifySpec, target: _Resolved, inputs: _Inputs, outcome: _Ou
     )
 
 
+#: The default example count's budget for the certification draws on 2 CPU cores
+#: (:mod:`dpaudit.compute_budget`); the evasion attacks on the same examples come on top.
+CERTIFY_BUDGET_SECONDS = 180.0
+#: The default example count's range: at least this many (a certified accuracy's resolution)...
+MIN_DEFAULT_EXAMPLES = 100
+#: ... and at most this many (all that a small model needs).
+MAX_DEFAULT_EXAMPLES = 500
+
+
+def default_num_examples(*, model_name: str, input_shape: Any, num_classes: int, model_options: Any, draws: int) -> int:
+    """``certify``'s default example count: as many as fit ``CERTIFY_BUDGET_SECONDS`` of draws, within [100, 500].
+
+    Each example costs ``draws`` forward passes (estimation and selection), counted from the
+    architecture (:func:`dpaudit.compute_budget.forward_flops`), so the count is the same on every
+    machine: 500 for the digits MLP, 112 for hgm-cnn on MNIST at 2,000 + 100 draws.
+    """
+    from dpaudit.compute_budget import examples_within, forward_flops
+
+    flops = forward_flops(model_name, input_shape=input_shape, num_classes=num_classes, model_options=model_options)
+    fit = examples_within(CERTIFY_BUDGET_SECONDS, flops_per_example=flops * max(1, int(draws)))
+    return int(min(MAX_DEFAULT_EXAMPLES, max(MIN_DEFAULT_EXAMPLES, fit)))
+
+
+def _with_default_examples(spec: CertifySpec, target: _Resolved) -> CertifySpec:
+    """``spec`` with its example count set: the given one, or :func:`default_num_examples` (said on stderr)."""
+    if spec.num_examples is not None:
+        return spec
+    record = target.record
+    n = default_num_examples(
+        model_name=record.model_name,
+        input_shape=tuple(record.input_shape),
+        num_classes=int(record.num_classes),
+        model_options=dict(record.model_options),
+        draws=target.num_draws + target.num_selection_draws,
+    )
+    if spec.progress:
+        print(
+            f"certify: {n} test examples (default: as many as fit {CERTIFY_BUDGET_SECONDS / 60:g} minutes of "
+            f"{target.num_draws + target.num_selection_draws} draws each on 2 CPU cores, within "
+            f"[{MIN_DEFAULT_EXAMPLES}, {MAX_DEFAULT_EXAMPLES}]); --num-examples changes it",
+            file=sys.stderr,
+            flush=True,
+        )
+    return dataclasses.replace(spec, num_examples=n)
+
+
 def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     """Certifies and attacks one record under ``run``; returns the summary (also ``summary.json``).
 
@@ -659,6 +715,7 @@ def run_certify(spec: CertifySpec, run: RunDir) -> CertifySummary:
     from dpaudit.results.certify_summary import save_certify_summary
 
     target = _resolve(spec, run)
+    spec = _with_default_examples(spec, target)
     model, noise, dev = _load_certified_model(spec, target)
     # Created only now, so a refused model leaves no empty run directory behind.
     run = run.create(command=" ".join(["dpaudit", *sys.argv[1:]]))

@@ -8,6 +8,7 @@ again by the same id whoever asks for it (docs/architecture.md, "The runs API").
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,13 +32,20 @@ __all__ = [
     "resolve_defaults",
     "DATA_FILES_KEY",
     "CHANCE_MARGIN",
+    "LOSS_MARGIN",
     "ChanceCheck",
     "chance_check",
+    "chance_evidence",
+    "guess_loss",
     "warn_if_near_chance",
 ]
 
 #: Test accuracy at most this far above chance counts as "trained to chance" (2 points).
 CHANCE_MARGIN = 0.02
+#: A training loss less than this far below the loss of guessing (nats) counts as "trained to
+#: chance" too: the members' true class gets on average at most e^0.05 ≈ 1.05 times the
+#: probability a constant guess gives it.
+LOSS_MARGIN = 0.05
 
 
 def default_config(defense: str, **overrides: Any) -> Any:
@@ -299,35 +307,86 @@ class ChanceCheck(PlainSpec):
 
     Attributes:
         chance_accuracy: the larger of 1/num_classes and the test set's majority-class rate.
-        near_chance: the test accuracy is within :data:`CHANCE_MARGIN` of it.
+        near_chance: the model learned (almost) nothing: its test accuracy is within
+            :data:`CHANCE_MARGIN` of ``chance_accuracy``, or its training loss is within
+            :data:`LOSS_MARGIN` of ``guess_loss`` or above it.
+        guess_loss: the cross-entropy of guessing the test set's class frequencies — their
+            entropy, ln K for K balanced classes (``None``: no training loss was judged). The test
+            set's, as for ``chance_accuracy``: nothing about the members is stored beside a claim.
+        near_chance_by: what flagged it: ``"accuracy"``, ``"loss"``, ``"accuracy and loss"``
+            (``None`` when not near chance).
     """
 
     chance_accuracy: float
     near_chance: bool
+    guess_loss: float | None = None
+    near_chance_by: str | None = None
 
 
-def chance_check(test_accuracy: float, test_labels: Any, *, num_classes: int) -> ChanceCheck:
+def guess_loss(labels: Any, *, num_classes: int) -> float:
+    """The cross-entropy of predicting ``labels``' class frequencies for every example: their entropy (nats).
+
+    It is at most ln K, reached for K balanced classes: a model whose loss is no lower has learned
+    nothing a constant guess does not know.
+    """
+    import numpy as np
+
+    k = v.integer("num_classes", num_classes, minimum=1)
+    y = np.asarray(labels).reshape(-1).astype(np.int64)
+    if not len(y):
+        return math.log(k)
+    p = np.bincount(y, minlength=k) / len(y)
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum())
+
+
+def chance_check(
+    test_accuracy: float,
+    test_labels: Any,
+    *,
+    num_classes: int,
+    train_loss: float | None = None,
+) -> ChanceCheck:
     """What a record's metrics say about a model no better than guessing.
 
     Chance is the larger of 1/num_classes and the test set's majority-class rate (what always
     predicting the commonest class scores); a test accuracy within :data:`CHANCE_MARGIN` of it
-    is "near chance": the configuration did not train, and its record must not look like a
+    is "near chance". Accuracy alone misses a model that barely moved on many classes (faces:
+    test accuracy 0.05 against chance 0.025, training loss 3.685 against ln 40 = 3.689), so the
+    final training loss is judged too: within :data:`LOSS_MARGIN` of :func:`guess_loss`, or
+    above it, the configuration did not train either. Such a record must not look like a
     model worth attacking or releasing.
 
     Args:
         test_accuracy: the record's test accuracy.
         test_labels: the test set's labels (any array-like of class indices).
         num_classes: number of classes.
+        train_loss: the model's mean cross-entropy on its members after training (``None``:
+            judged by accuracy alone, e.g. for a randomized model, whose loss is a single
+            noise draw's and not that of the prediction it releases).
 
     Returns:
-        The chance accuracy and whether the test accuracy is near it.
+        The chance accuracy, the guessing loss and whether the model is near either.
     """
     import numpy as np
 
     labels = np.asarray(test_labels).reshape(-1).astype(np.int64)
     majority = float(np.bincount(labels, minlength=num_classes).max() / len(labels)) if len(labels) else 0.0
     chance = max(1.0 / max(int(num_classes), 1), majority)
-    return ChanceCheck(chance_accuracy=chance, near_chance=bool(float(test_accuracy) <= chance + CHANCE_MARGIN))
+    by_accuracy = bool(float(test_accuracy) <= chance + CHANCE_MARGIN)
+    guess = None
+    by_loss = False
+    if train_loss is not None:
+        guess = guess_loss(labels, num_classes=num_classes)
+        # A NaN loss never reaches here (the trainers stop on it); an infinite one is no learning.
+        by_loss = bool(float(train_loss) >= guess - LOSS_MARGIN)
+    reasons = [name for name, flagged in (("accuracy", by_accuracy), ("loss", by_loss)) if flagged]
+    return ChanceCheck(
+        chance_accuracy=chance,
+        near_chance=bool(reasons),
+        guess_loss=guess,
+        near_chance_by=" and ".join(reasons) or None,
+    )
 
 
 def warn_if_near_chance(record: TrainedModel) -> str | None:
@@ -341,13 +400,31 @@ def warn_if_near_chance(record: TrainedModel) -> str | None:
     hint = (spec.chance_hint if spec is not None else None) or "the training flags (--epochs, --learning-rate)"
     msg = (
         f"WARNING: model {record.model_id} ({record.defense}, "
-        f"{record.model_name} on {record.dataset}) trained to chance: "
-        f"test accuracy {float(m['test_accuracy']):.4f} is within "
-        f"{CHANCE_MARGIN:g} of chance {float(m['chance_accuracy']):.4f}. "
+        f"{record.model_name} on {record.dataset}) trained to chance: {chance_evidence(m)}. "
         f"Its attacks and audits say nothing about a useful model; change {hint} and retrain with --force"
     )
     print(msg, file=sys.stderr)
     return msg
+
+
+def chance_evidence(metrics: Mapping[str, Any]) -> str:
+    """The numbers that flagged a record as near chance (its metrics as :func:`chance_check` left them).
+
+    A record stored before the loss was judged has no ``near_chance_by``: its flag came from accuracy.
+    """
+    by = str(metrics.get("near_chance_by") or "accuracy")
+    parts = []
+    if "accuracy" in by:
+        parts.append(
+            f"test accuracy {float(metrics['test_accuracy']):.4f} is within "
+            f"{CHANCE_MARGIN:g} of chance {float(metrics['chance_accuracy']):.4f}"
+        )
+    if "loss" in by:
+        parts.append(
+            f"training loss {float(metrics['train_loss']):.4f} is not {LOSS_MARGIN:g} below "
+            f"{float(metrics['guess_loss']):.4f}, the loss of guessing the class frequencies"
+        )
+    return "; ".join(parts)
 
 
 def resolve_defaults(
@@ -513,7 +590,13 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
                 metrics={
                     **record.metrics,
                     **chance_check(
-                        record.metrics["test_accuracy"], bundle.test.labels, num_classes=bundle.num_classes
+                        record.metrics["test_accuracy"],
+                        bundle.test.labels,
+                        num_classes=bundle.num_classes,
+                        # A randomized model's loss is one noise draw's, not its released prediction's.
+                        train_loss=None
+                        if "test_accuracy_draws" in record.metrics
+                        else record.metrics.get("train_loss"),
                     ).to_dict(),
                 },
             )

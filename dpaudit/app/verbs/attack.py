@@ -40,6 +40,20 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 
+def default_membership_attacks() -> list[str]:
+    """``attack membership``'s attacks without ``--attack``: every registered one that trains no shadow model.
+
+    Read from the registry's capability (:attr:`MembershipAttackSpec.needs_shadows`), so a new
+    shadow-free attack joins the default by registering itself. Without shadow models the run
+    costs one pass of the target over its members and non-members, whatever the dataset; the
+    shadow-model attacks cost one training of the target's defense per shadow, which a user
+    asks for by name (or ``all``).
+    """
+    from attacks.membership import MEMBERSHIP_ATTACKS
+
+    return [name for name, spec in MEMBERSHIP_ATTACKS.items() if not spec.needs_shadows]
+
+
 _SHADOW_HELP = (
     "Shadow models: --num-shadows N (shadow, lira, lira-offline) and --num-references R (rmia, rmia-offline) count "
     "the models one attack uses from its pool. Online attacks (lira, rmia) share one pool, in which each queried "
@@ -106,8 +120,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--attack",
         action="append",
         choices=(*MEMBERSHIP_ATTACKS, "all"),
-        required=True,
-        help="attack to run (repeatable; 'all' for every registered attack)",
+        help="attack to run (repeatable; 'all' for every registered attack). Default: the attacks that train no "
+        f"shadow model ({', '.join(default_membership_attacks())}), which score the target alone in seconds; the "
+        "stronger ones (lira, rmia, shadow and their offline forms) each train a pool of shadow models first",
     )
     limit_action(
         m.add_argument(
@@ -162,7 +177,7 @@ def _spec(args: argparse.Namespace, flags: Any) -> Any:
             argument="--target",
         )
     check_executor_flags(args)
-    names = expand_attacks(args.attack)
+    names = expand_attacks(args.attack if args.attack else default_membership_attacks())
     configs = {}
     for name in names:
         spec = MEMBERSHIP_ATTACKS[name]

@@ -278,17 +278,28 @@ def _result_lines(result: Any, directory: Path) -> list[str]:
             or "none (no privacy mechanism)"
         ),
         f"  last-iterate {last_iterate_line(result)}",
-        f"  tightness   {result.tightness:.3f}"
-        + (
-            ""
-            if result.epsilon_estimate is None
-            else f"   (point estimate, not a bound: {fmt_eps(result.epsilon_estimate)})"
-        ),
+        f"  tightness   {result.tightness:.3f}" + _estimate_text(result),
         "  VIOLATION: epsilon_lb > epsilon_ub — the implementation does not meet its claim"
         if result.violation
         else "  no violation",
         f"  results: {directory}",
     ]
+
+
+def _estimate_text(result: Any) -> str:
+    """The point estimate beside the tightness, by the report's rule (shown only when its interval excludes 0)."""
+    from dpaudit.results.estimate_shown import shown_estimate
+
+    shown = shown_estimate(result)
+    if shown.value is not None:
+        assert shown.low is not None and shown.high is not None and shown.level is not None  # shown with its interval
+        return (
+            f"   (point estimate, not a bound: {fmt_eps(shown.value)}; {shown.level:.0%} interval "
+            f"[{fmt_eps(shown.low)}, {fmt_eps(shown.high)}])"
+        )
+    if shown.exists:
+        return f"   (point estimate not shown: {shown.reason})"
+    return ""
 
 
 def _run_and_print(args: argparse.Namespace, spec: Any) -> int:

@@ -20,7 +20,7 @@ _REPORT_DELTA = 1e-5  # δ at which ε is printed for configs that have no δ of
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from defenses import DEFENSES
-    from dpaudit.app.runs.train import TrainSpec, train_or_load
+    from dpaudit.app.runs.train import TrainSpec, chance_evidence, train_or_load
     from dpaudit.options import options_from_args
     from dpaudit.results.certification_spec import CertificationSpec
     from dpaudit.store import RunDir, thaw
@@ -102,10 +102,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         f"  privacy claim: {record.claim.statement()}; epsilon at delta={delta:g}: {eps}",
     ]
     if m.get("near_chance"):
-        lines.append(
-            f"  WARNING: trained to chance (test accuracy {m['test_accuracy']:.4f}, "
-            f"chance {m['chance_accuracy']:.4f}); see stderr for the flags to change"
-        )
+        lines.append(f"  WARNING: trained to chance ({chance_evidence(m)}); see stderr for the flags to change")
     if robustness is not None:
         lines.append(f"  robustness: {robustness}")
     if spec.report_lines is not None:
