@@ -6,8 +6,6 @@ training's checkpoints (:mod:`dpaudit.checkpoint`, tensors).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
@@ -33,7 +31,7 @@ def aggregate_once(votes: np.ndarray, config: AggregatorConfig, *, seed: int | N
     """
     drawn: list[Aggregation] = []
 
-    def compute() -> dict[str, Any]:
+    def compute() -> dict[str, object]:  # tensors, lists of tensors and a name: what the stage stores
         agg = aggregate(votes, config, seed=seed)
         drawn.append(agg)
         return {

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
@@ -389,7 +388,8 @@ def _train(
     model.train()
     ckpt = _student_checkpoint(model, x_lab, y_lab, config=config, seed=seed, total=total_steps)
     # The loop's counters: steps, the checkpoint's epoch and batches done in it, the epoch's sums.
-    c: dict[str, Any] = {"step": 0, "epoch": 0, "position": 0, "sums": [0.0, 0.0, 0, 0, 0]}
+    step, first_epoch, skip = 0, 0, 0
+    sums: list[float] = [0.0, 0.0, 0, 0, 0]
     resumed = ckpt.resume() if ckpt is not None else None
     if resumed is not None:
         state = resumed.state
@@ -401,9 +401,8 @@ def _train(
         if stream is not None:
             stream.pending = state["pending"]
         restore_global_rng(state["global_rng"])
-        c = {k: state[k] for k in ("step", "epoch", "position", "sums")}
-    step = int(c["step"])
-    first_epoch, skip = int(c["epoch"]), int(c["position"])
+        step, first_epoch, skip = int(state["step"]), int(state["epoch"]), int(state["position"])
+        sums = list(state["sums"])
     sup_total = unl_total = 0.0
     sup_count = drawn = used = 0
     mode = "semi-supervised" if semi else "supervised"
@@ -415,7 +414,8 @@ def _train(
             sup_total = unl_total = 0.0
             sup_count = drawn = used = 0
             if epoch == first_epoch and skip:
-                sup_total, unl_total, sup_count, drawn, used = c["sums"]
+                sup_total, unl_total = float(sums[0]), float(sums[1])
+                sup_count, drawn, used = int(sums[2]), int(sums[3]), int(sums[4])
             for position, idx in enumerate(shuffled_batches(len(x_lab), config.batch_size, generator=batch_gen)):
                 if epoch == first_epoch and position < skip:
                     continue  # done before the checkpoint

@@ -10,7 +10,7 @@ import math
 
 from defenses.noise_layer.configs import SecureSGDConfig
 from defenses.noise_layer.secure_sgd import TRAINING_BUDGET_SECONDS, resolve_secure_sgd_config
-from dpaudit.app.runs.certify import CERTIFY_BUDGET_SECONDS, default_num_examples
+from dpaudit.app.runs.certify_defaults import CERTIFY_BUDGET_SECONDS, default_num_examples
 from dpaudit.compute_budget import (
     PER_EXAMPLE_GRADIENT_FACTOR,
     REFERENCE_FLOPS_PER_SECOND,
