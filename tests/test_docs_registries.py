@@ -83,6 +83,7 @@ def test_the_discovery_finds_the_registries_it_must():
     assert found["CHECKS"] == "attacks/audit/checks/spec.py"
 
 
+@pytest.mark.extended
 def test_the_registry_table_names_every_registry_where_it_is():
     code, page = registries_in_code(), registries_on_page()
     missing = {name: where for name, where in code.items() if name not in page}

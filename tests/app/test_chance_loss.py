@@ -41,6 +41,7 @@ def test_a_model_at_the_uniform_guess_loss_is_near_chance_whatever_its_accuracy(
     assert chance_check(0.05, labels, num_classes=40).near_chance is False
 
 
+@pytest.mark.extended
 def test_a_record_whose_loss_did_not_move_is_flagged_and_says_why(tmp_path: Path, capsys) -> None:
     # A learning rate that cannot move the weights: softmax regression on digits keeps its initial
     # loss, within a few hundredths of ln 10 (its test accuracy is whatever the initialisation gives).

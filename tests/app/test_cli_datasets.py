@@ -2,7 +2,10 @@
 
 import json
 
+import pytest
 
+
+@pytest.mark.extended
 def test_datasets_lists_the_shared_root(cli, shared_data):
     code, out, _ = cli.run("datasets", "--data-root", str(shared_data), "--json")
     assert code == 0

@@ -22,6 +22,7 @@ def test_a_budget_the_given_sigma_and_queries_exceed_is_refused_naming_the_queri
     assert not out.exists()  # refused before anything is written
 
 
+@pytest.mark.extended
 def test_a_budget_run_says_what_it_derived_before_training_and_claims_a_publishable_epsilon(
     cli, tmp_path: Path
 ) -> None:

@@ -161,6 +161,7 @@ def test_the_aggregator_is_attacked_from_the_cli_and_joins_the_student_report(pa
     assert "data-dependent" in page and "not sanitised" in page
 
 
+@pytest.mark.extended
 def test_the_aggregator_attack_refuses_a_record_that_is_not_a_pate_student(pate_run, cli) -> None:
     out, payload = pate_run
     teacher = read_json(Path(payload["record_path"]) / "private" / "pate.json")["teachers"]["teacher_ids"][0]

@@ -176,6 +176,7 @@ def test_grid_sweeping_the_accountant_audits_each_settings_own_sigma(
         assert out["epsilon_ub"] == result.row(label).epsilon_ub[record.config["accountant"]]
 
 
+@pytest.mark.extended
 def test_changed_training_is_another_audit(run_dir: Path, exact, monkeypatch: pytest.MonkeyPatch) -> None:
     # The audit's key holds the trained record's digest and claim: a record trained again
     # differently (here: other weights) is audited again, with the setting unchanged.

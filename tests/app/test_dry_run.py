@@ -37,6 +37,7 @@ def _plan(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
     return out
 
 
+@pytest.mark.extended
 def test_compare_dry_run_counts_the_grid_jobs_and_trains_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -25,6 +25,7 @@ def spec(fn: str = "train", **over) -> BatterySpec:
     return BatterySpec(**base)
 
 
+@pytest.mark.extended
 def test_a_run_writes_check_json_and_a_rerun_reuses_its_trials(tmp_path, capsys):
     report = run_check(spec(), RunDir(tmp_path), progress=True)
     assert isinstance(report, CheckReport)

@@ -104,6 +104,7 @@ DP_CONFIG = {
 }
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     ("defense", "config"),
     [

@@ -181,6 +181,7 @@ def test_results_round_trip(attack, results, tmp_path):
     assert MembershipResult.from_dict(json.loads(json.dumps(r.to_dict(), allow_nan=False))) == r
 
 
+@pytest.mark.extended
 def test_save_results_layout(results, tmp_path):
     out = save_membership_results(results, tmp_path)
     assert out == tmp_path / "attacks" / "membership" / results["loss"].model_id

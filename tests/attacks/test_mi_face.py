@@ -326,6 +326,7 @@ def _reference_stop(model: nn.Module, label: int, *, cfg: MIFaceConfig, dim: int
     return cfg.max_iterations, "max_iterations"
 
 
+@pytest.mark.extended
 def test_convergence_rule_stops_a_creeping_class_where_a_plain_loop_says() -> None:
     # A softmax whose best input is a corner far from the grey start: −log p descent keeps
     # improving the cost a little at every step, so τ = 0 never stops it, and τ > 0 stops it

@@ -142,6 +142,7 @@ def test_report_and_reuse_read_the_same_verified_record(cli, run):
     one_line_error(code, err, str(path), "noise_multiplier=10")
 
 
+@pytest.mark.extended
 def test_config_epochs_edited_is_refused(cli, run, tmp_path):
     path = _edit(run, lambda d: d["config"].update(epochs=2))
     code, _, err = _attack(cli, run)

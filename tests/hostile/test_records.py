@@ -146,6 +146,7 @@ def test_train_refuses_to_reuse_a_record_with_a_tampered_claim(cli, run):
     one_line_error(code, err, str(path), "sampling_probability", "2")
 
 
+@pytest.mark.extended
 def test_an_untampered_run_still_works(cli, run):
     # The same record, loaded through the same checks, trains nothing and attacks fine.
     code, out, err = cli.run("train", *TRAIN_ARGS, "--out", str(run))
@@ -246,6 +247,7 @@ def test_a_malformed_record_json_exits_2_naming_the_file(cli, run, damage):
     one_line_error(code, err, str(path))
 
 
+@pytest.mark.extended
 def test_report_on_a_record_json_that_is_a_list_exits_2(cli, reported):
     path = edit_record(reported, lambda d: [d])
     code, _, err = cli.run("report", str(reported))

@@ -418,6 +418,7 @@ def test_epsilon_monotone_in_steps_and_sigma(q, sigma, steps, extra, factor, del
     assert eps(sigma * factor, steps) <= base * (1 + 1e-12)
 
 
+@pytest.mark.extended
 @FAST
 @given(
     q=sampling_rates,
@@ -848,6 +849,7 @@ def test_strong_survives_extreme_delta_and_sampling_rate(delta, q):
     assert 0.0 <= eps < math.inf
 
 
+@pytest.mark.extended
 def test_pld_below_its_resolution_answers_with_rdp():
     res = accountants.compute_epsilon_detailed(_event(0.01, 1.0, 100), delta=1e-300, accountant="pld")
     assert res.computed_by == "rdp" and math.isfinite(res.epsilon) and "cannot resolve" in res.note

@@ -360,6 +360,7 @@ def _dead_md_links(reports_dir: Path) -> list[str]:
     ]
 
 
+@pytest.mark.extended
 def test_format_md_links_only_files_it_wrote(report_samples, tmp_path):
     run = report_samples["pate"](tmp_path / "run")
     render_reports(run, format="md")

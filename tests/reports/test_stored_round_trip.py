@@ -70,6 +70,7 @@ def _kind(path: Path, run: Path) -> tuple[Callable[[Path], object], Callable[[ob
     pytest.fail(f"stored file {path.relative_to(run)} has no loader in this test: add its kind to _kind")
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("name", sorted(REPORT_KINDS))
 def test_every_stored_sample_result_saves_back_to_the_same_bytes(name, rendered_samples, tmp_path):
     sample = rendered_samples.get(name)

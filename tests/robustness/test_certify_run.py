@@ -236,6 +236,7 @@ def _certified_inputs(rdir: Path, num_examples: int, seed: int):
     return load_model(rdir), test.features[pick], test.labels[pick].numpy()
 
 
+@pytest.mark.extended
 def test_conventional_accuracy_is_the_certified_classifiers_own(hgm_record, capsys: pytest.CaptureFixture[str]) -> None:
     # Issue 42, part 5: the accuracy printed beside the certified accuracy must be that of the
     # classifier the certificate covers: for Clopper–Pearson, the vote-count argmax of the
