@@ -32,33 +32,14 @@ def train_shadow_with_defense(spec: Any, *, bundle: Any, device: str) -> tuple[A
     import torch
 
     from defenses import DEFENSES
-    from dpaudit.data import Splits
 
     recipe = spec.recipe
     if recipe.defense is None or recipe.config is None:
         raise v.invalid("recipe", f"shadow {spec.shadow_id!r} has no defense to train with (plain SGD trains it)")
     defense = DEFENSES[recipe.defense]
     config = defense_config(defense.config_type, recipe.config)
-    none = np.zeros(0, dtype=np.int64)
-    splits = Splits(
-        dataset=bundle.name,
-        seed=spec.seed,
-        members=spec.train_ids,
-        non_members=none,
-        population=none,
-        test=bundle.test.ids.numpy(),
-    )
     with torch.random.fork_rng(devices=[]):  # library code never moves the global RNG
-        request = TrainRequest(
-            bundle=bundle,
-            splits=splits,
-            model_name=spec.model_name,
-            model_options=spec.model_options,
-            config=config,
-            seed=spec.seed,
-            device=device,
-            progress=False,
-        )
+        request = _shadow_request(spec, bundle, config, device)
         record, model = defense.train(request)
     # The cache is keyed by the shadow's id, so the record carries it rather than the defense's own.
     return dataclasses.replace(record, model_id=spec.shadow_id), model.eval()
