@@ -24,7 +24,6 @@ __all__ = [
     "training_job",
     "train_plan",
     "certify_plan",
-    "certify_spec_plan",
     "grid_plan",
     "membership_plan",
     "audit_plan",
@@ -234,26 +233,6 @@ def certify_plan(
         ),
         workers=1,
         timed="" if estimate is None else estimate.basis,
-    )
-
-
-def certify_spec_plan(spec: Any, run: Any) -> RunPlan:
-    """``certify --dry-run``: the certificates of ``spec`` (its evasion attacks are not counted)."""
-    from dpaudit.app.runs.certify import _resolve
-
-    target = _resolve(spec, run)
-    device = "cpu" if spec.device == "auto" else str(spec.device)
-    try:
-        from dpaudit.training import resolve_device
-
-        device = str(resolve_device(spec.device))
-    except (ValueError, RuntimeError):
-        pass
-    return certify_plan(
-        record=target.record,
-        num_examples=spec.num_examples,
-        num_draws=target.num_draws + target.num_selection_draws,
-        device=device,
     )
 
 

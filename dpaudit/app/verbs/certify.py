@@ -124,10 +124,10 @@ def _cmd_certify(args: argparse.Namespace) -> int:
     )
     run = RunDir(args.out)
     if args.dry_run:
-        from dpaudit.app.plan import certify_spec_plan, print_plan
+        from dpaudit.app.plan import print_plan
 
         try:
-            return print_plan(args, certify_spec_plan(spec, run))
+            return print_plan(args, _dry_run_plan(spec, run))
         except NotCertifiable as exc:
             raise UsageError(str(exc), argument="--target") from None
     try:
@@ -303,3 +303,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         "counted) and exit without certifying",
     )
     p.set_defaults(func=lambda a: _cmd_certify(a))
+
+
+def _dry_run_plan(spec: CertifySpec, run: Any) -> Any:
+    """``certify --dry-run``: the certificates of ``spec`` at its example count (its evasion attacks are not counted).
+
+    Here rather than in :mod:`dpaudit.app.plan`, which the certify run itself reads: the plan
+    needs the run's resolution of the target, and the two would import each other.
+    """
+    from dpaudit.app.plan import certify_plan
+    from dpaudit.app.runs.certify import _resolve, _with_default_examples
+    from dpaudit.training import resolve_device
+
+    target = _resolve(spec, run)
+    spec = _with_default_examples(spec, target)
+    try:
+        device = str(resolve_device(spec.device))
+    except (ValueError, RuntimeError):
+        device = "cpu" if spec.device == "auto" else str(spec.device)
+    assert spec.num_examples is not None  # set by _with_default_examples
+    return certify_plan(
+        record=target.record,
+        num_examples=spec.num_examples,
+        num_draws=target.num_draws + target.num_selection_draws,
+        device=device,
+    )
