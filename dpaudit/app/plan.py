@@ -24,7 +24,6 @@ __all__ = [
     "training_job",
     "train_plan",
     "certify_plan",
-    "grid_plan",
     "membership_plan",
     "audit_plan",
     "print_plan",
@@ -140,7 +139,6 @@ def train_plan(spec: Any, *, bundle: Any = None, splits: Any = None, config: Any
     already (the announcement before training); default: made from ``spec`` as the run makes them.
     """
     from defenses import DEFENSES
-    from dpaudit.app.runs.train import resolve_defaults
     from dpaudit.data import load_dataset, make_splits
 
     if bundle is None:
@@ -151,14 +149,8 @@ def train_plan(spec: Any, *, bundle: Any = None, splits: Any = None, config: Any
             seed=spec.split_seed if spec.split_seed is not None else spec.seed,
             member_fraction=spec.member_fraction,
         )
-    if config is None:
-        config, _ = resolve_defaults(
-            spec.config,
-            num_members=len(splits.members),
-            model_name=spec.model,
-            model_options=dict(spec.model_options),
-            bundle=bundle,
-        )
+    if config is None:  # the resolved config comes from the caller: the train run imports this module
+        raise ValueError("train_plan needs the run's resolved config (dpaudit.app.runs.train.resolve_defaults)")
     entry = DEFENSES[spec.defense]
     members = len(splits.members)
     fields = _fields(config)
@@ -236,68 +228,17 @@ def certify_plan(
     )
 
 
-def grid_plan(grid: Any, *, data_root: str | None, workers: int | None, executor: str = "local") -> RunPlan:
-    """The plan of a ``compare`` grid: its jobs (:func:`~dpaudit.app.runs.compare.grid.count_jobs`),
-    the grid's estimated time on one worker shared over them, the largest job's memory."""
-    from defenses import DEFENSES
-    from dpaudit.app.runs.compare.grid import count_jobs
-    from dpaudit.app.runs.compare.limits import estimate_seconds
-    from dpaudit.data import DATASETS
-    from dpaudit.data.source import checked_data_root
-    from dpaudit.threads import available_cores
-
-    workers = workers or available_cores()
-    jobs = count_jobs(grid)
-    total = estimate_seconds(grid, data_root=data_root, workers=workers)
-    source = DATASETS[grid.dataset]
-    try:
-        info = source.info(
-            checked_data_root(data_root) if source.needs_root else checked_data_root(None, allow_missing=True)
-        )
-        shape, num_train = tuple(info.input_shape or ()), int(info.num_train or 0)
-    except (OSError, ValueError):
-        shape, num_train = (), 0
-    memory = max(
-        job_memory_bytes(
-            s.model,
-            input_shape=shape,
-            num_classes=source.num_classes,
-            num_examples=num_train,
-            per_example=DEFENSES[s.defense].per_example_gradients,
-            model_options=dict(s.model_options),
-        )
-        for s in grid.settings
-    )
-    sections = [k for k in ("membership", "evasion", "inversion") if getattr(grid, k) is not None]
-    what = (
-        f"grid {grid.name!r}: {len(grid.settings)} setting(s) x "
-        f"{len(grid.seeds)} seed(s) x "
-        f"(training{''.join(' + ' + k for k in sections)}){' + audits' if grid.audit else ''}"
-    )
-    return RunPlan.measured(
-        None if total is None else total.times(1.0 / max(jobs, 1)),
-        what=what,
-        num_jobs=jobs,
-        job_memory_bytes=memory,
-        workers=workers,
-        timed="" if total is None else total.basis,
-        starts_pool=executor == "local" and workers > 1,
-    )
-
-
-def membership_plan(spec: Any, *, record: Any = None, pools: Mapping[str, Any] | None = None) -> RunPlan:
+def membership_plan(spec: Any, *, record: Any, pools: Mapping[str, Any] | None = None) -> RunPlan:
     """The plan of ``attack membership``: one job per shadow model its attacks need (cached shadows
     are reused at run time), each a training like the target's, timed at its workers' threads.
 
-    ``record`` and ``pools`` are the run's when it has them (the announcement); default: made from ``spec``.
+    ``record`` is the target's (the caller loads it: the membership run imports this module);
+    ``pools`` the run's when it has them (the announcement), else made from ``spec``.
     """
     from attacks import membership as mia
     from defenses import DEFENSES
-    from dpaudit.app.runs.membership import _load_target
     from dpaudit.threads import available_cores
 
-    if record is None:
-        record, _, _ = _load_target(spec, "cpu")
     train_size = max(len(record.membership.members), 1)
     if pools is None:
         ids, _ = mia.query_ids(record, max_per_side=spec.num_samples, seed=spec.seed)

@@ -259,8 +259,9 @@ def _cmd_membership(args: argparse.Namespace, flags: Any) -> int:
     spec = _spec(args, flags)
     if args.dry_run:
         from dpaudit.app.plan import membership_plan, print_plan
+        from dpaudit.app.runs.membership import _load_target
 
-        return print_plan(args, membership_plan(spec))
+        return print_plan(args, membership_plan(spec, record=_load_target(spec, "cpu")[0]))
     run = RunDir(args.out)
     say = (lambda line: print(f"training or reusing {line}", file=sys.stderr)) if not args.quiet else None
     done = run_membership(spec, run, on_plan=say)

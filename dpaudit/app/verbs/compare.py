@@ -64,8 +64,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             grid = dataclasses.replace(grid, device=args.device)
         workers = 1 if args.executor == "serial" else args.num_workers
         if args.dry_run:
-            from dpaudit.app.plan import grid_plan, print_plan
-            from dpaudit.app.runs.compare.limits import check_plan
+            from dpaudit.app.plan import print_plan
+            from dpaudit.app.runs.compare.limits import check_plan, grid_plan
 
             check_plan(grid, i_know=args.i_know, data_root=args.data_root, workers=workers, progress=False)
             return print_plan(args, grid_plan(grid, data_root=args.data_root, workers=workers, executor=args.executor))

@@ -5,14 +5,14 @@ above an hour or a documented size.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dpaudit.app.runs.compare.grid import CompareGrid, GridError, count_jobs, plan_problems
 
 if TYPE_CHECKING:
     from dpaudit.app.estimate import Estimate
 
-__all__ = ["estimate_seconds", "check_plan"]
+__all__ = ["estimate_seconds", "check_plan", "grid_plan"]
 
 
 def estimate_seconds(grid: CompareGrid, *, data_root: str | None, workers: int | None) -> Estimate | None:
@@ -117,3 +117,52 @@ def check_plan(grid: CompareGrid, *, i_know: bool, data_root: str | None, worker
         announce_if_long(
             seconds, f"the grid ({jobs:,} jobs)", hint="--num-workers changes it", jobs=jobs, job_seconds=one
         )
+
+
+def grid_plan(grid: Any, *, data_root: str | None, workers: int | None, executor: str = "local") -> Any:
+    """The plan of a ``compare`` grid: its jobs (:func:`~dpaudit.app.runs.compare.grid.count_jobs`),
+    the grid's estimated time on one worker shared over them, the largest job's memory."""
+    from defenses import DEFENSES
+    from dpaudit.app.plan import RunPlan, job_memory_bytes
+    from dpaudit.app.runs.compare.grid import count_jobs
+    from dpaudit.data import DATASETS
+    from dpaudit.data.source import checked_data_root
+    from dpaudit.threads import available_cores
+
+    workers = workers or available_cores()
+    jobs = count_jobs(grid)
+    total = estimate_seconds(grid, data_root=data_root, workers=workers)
+    source = DATASETS[grid.dataset]
+    try:
+        info = source.info(
+            checked_data_root(data_root) if source.needs_root else checked_data_root(None, allow_missing=True)
+        )
+        shape, num_train = tuple(info.input_shape or ()), int(info.num_train or 0)
+    except (OSError, ValueError):
+        shape, num_train = (), 0
+    memory = max(
+        job_memory_bytes(
+            s.model,
+            input_shape=shape,
+            num_classes=source.num_classes,
+            num_examples=num_train,
+            per_example=DEFENSES[s.defense].per_example_gradients,
+            model_options=dict(s.model_options),
+        )
+        for s in grid.settings
+    )
+    sections = [k for k in ("membership", "evasion", "inversion") if getattr(grid, k) is not None]
+    what = (
+        f"grid {grid.name!r}: {len(grid.settings)} setting(s) x "
+        f"{len(grid.seeds)} seed(s) x "
+        f"(training{''.join(' + ' + k for k in sections)}){' + audits' if grid.audit else ''}"
+    )
+    return RunPlan.measured(
+        None if total is None else total.times(1.0 / max(jobs, 1)),
+        what=what,
+        num_jobs=jobs,
+        job_memory_bytes=memory,
+        workers=workers,
+        timed="" if total is None else total.basis,
+        starts_pool=executor == "local" and workers > 1,
+    )
