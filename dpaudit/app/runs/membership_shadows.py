@@ -78,21 +78,25 @@ def batch_shadow_with_defense(spec: Any, *, bundle: Any) -> Any:
     are the one-at-a-time run's.
     """
     from attacks.membership import ShadowBatch
+    from defenses import DEFENSES
+    from defenses.dpsgd.config import DPSGDConfig
+    from defenses.dpsgd.plan import learning_rate_at, plan_dpsgd, resolve_config
+    from defenses.nonprivate import NonPrivateConfig
     from dpaudit.batched import BatchedDPSGD
 
     recipe = spec.recipe
-    if recipe.defense not in ("nonprivate", "dpsgd") or recipe.config is None:
+    if recipe.defense is None or recipe.config is None or recipe.defense not in DEFENSES:
+        return None
+    # The registered spec's config type says which loop the defense trains with: exactly the
+    # baseline's or DP-SGD's (a defense that extends DP-SGD's config adds a mechanism of its own).
+    config_type = DEFENSES[recipe.defense].config_type
+    if config_type not in (NonPrivateConfig, DPSGDConfig):
         return None
     if dict(spec.model_options).get("noise_layer") or spec.model_name.startswith("external:"):
         return None
-    if recipe.defense == "nonprivate":
-        from defenses.nonprivate import NonPrivateConfig
-
+    if config_type is NonPrivateConfig:
         config = defense_config(NonPrivateConfig, recipe.config)
         return ShadowBatch(config=config, record=_batched_nonprivate_record)
-    from defenses.dpsgd.config import DPSGDConfig
-    from defenses.dpsgd.plan import learning_rate_at, plan_dpsgd, resolve_config
-
     config = defense_config(DPSGDConfig, recipe.config)
     if config.pca_components is not None or config.per_layer or config.sampling != "poisson":
         return None
