@@ -211,8 +211,11 @@ class DPSGDConfig:
             # Resolved before the config is digested: a run that never named σ keeps its model id.
             object.__setattr__(self, "noise_multiplier", DEFAULT_NOISE_MULTIPLIER)
         if self.epochs is None and self.target_epsilon is None:
-            # With a target, None means derived from ε (no σ) or budget mode (σ given).
+            # With a target, None means derived from ε (no σ) or budget mode (σ given). The
+            # default is remembered as derived: a defense that caps a derived length to its time
+            # budget (Secure-SGD) caps this one too, and never one the user named.
             object.__setattr__(self, "epochs", DEFAULT_EPOCHS)
+            object.__setattr__(self, DERIVED_AT_INIT, (*derived, "epochs"))
         _optional("final_learning_rate", self.final_learning_rate, v.positive)
         v.positive("lr_decay_epochs", self.lr_decay_epochs)
         if not 0 <= v.real("momentum", self.momentum) < 1:

@@ -50,6 +50,16 @@ def test_secure_sgd_default_epochs_fit_the_budget_and_explicit_epochs_are_kept()
     assert small.epochs == 40 and "capped" not in note  # a small model is not touched
 
 
+def test_secure_sgd_with_no_flags_at_all_is_capped_too() -> None:
+    # Without a target the length is the config's default of 10 epochs, not one the user named: the
+    # budget caps it (MNIST's hgm-cnn: 10 epochs projected about 25 minutes of DP-SGD on 2 cores).
+    facts = {"model_name": "hgm-cnn", "model_options": {}, "input_shape": (1, 28, 28), "num_classes": 10}
+    config, note = resolve_secure_sgd_config(SecureSGDConfig(), num_members=30_000, **facts)
+    assert SecureSGDConfig().epochs == 10 and config.epochs == 2 and "epochs capped at 2" in note
+    named, note = resolve_secure_sgd_config(SecureSGDConfig(epochs=10), num_members=30_000, **facts)
+    assert named.epochs == 10 and "capped" not in (note or "")
+
+
 def test_certify_default_examples_fit_the_budget() -> None:
     n = default_num_examples(
         model_name="hgm-cnn", input_shape=(1, 28, 28), num_classes=10, model_options={}, draws=2_100
