@@ -132,25 +132,15 @@ def _workers_threads(workers: int) -> int:
 
 
 # ----------------------------------------------------------------------------- the verbs' plans
-def train_plan(spec: Any, *, bundle: Any = None, splits: Any = None, config: Any = None) -> RunPlan:
+def train_plan(spec: Any, *, bundle: Any, splits: Any, config: Any) -> RunPlan:
     """The plan of ``train``: one training in this process (a defense's sub-models count in it).
 
-    ``bundle``, ``splits`` and the resolved ``config`` are those of the run when it has them
-    already (the announcement before training); default: made from ``spec`` as the run makes them.
+    ``bundle``, ``splits`` and the resolved ``config`` are the run's, from
+    :func:`dpaudit.app.runs.train.resolve_inputs` (the train run imports this module, so the
+    plan takes them rather than resolving them a second way).
     """
     from defenses import DEFENSES
-    from dpaudit.data import load_dataset, make_splits
 
-    if bundle is None:
-        bundle = load_dataset(spec.dataset, data_root=spec.data_root)
-    if splits is None:
-        splits = make_splits(
-            bundle,
-            seed=spec.split_seed if spec.split_seed is not None else spec.seed,
-            member_fraction=spec.member_fraction,
-        )
-    if config is None:  # the resolved config comes from the caller: the train run imports this module
-        raise ValueError("train_plan needs the run's resolved config (dpaudit.app.runs.train.resolve_defaults)")
     entry = DEFENSES[spec.defense]
     members = len(splits.members)
     fields = _fields(config)

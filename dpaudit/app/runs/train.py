@@ -28,6 +28,7 @@ __all__ = [
     "TrainSpec",
     "TrainOutcome",
     "train_or_load",
+    "resolve_inputs",
     "default_config",
     "resolve_defaults",
     "DATA_FILES_KEY",
@@ -459,6 +460,40 @@ def resolve_defaults(
     )
 
 
+def resolve_inputs(spec: TrainSpec, *, bundle: Any = None, splits: Any = None) -> tuple[Any, Any, Any, str | None]:
+    """What a training of ``spec`` runs on: its dataset, its splits and its config with the defaults derived.
+
+    :func:`train_or_load` and ``train --dry-run`` both resolve through it, so the plan a dry run
+    prints is the plan of the run it stands for.
+
+    Args:
+        spec: what to train.
+        bundle: the loaded dataset, when the caller has it (else loaded from ``spec``).
+        splits: explicit membership splits (shadow models); default drawn from ``spec``.
+
+    Returns:
+        (bundle, splits, resolved config, the line saying which defaults were derived, or ``None``).
+    """
+    from dpaudit.data import load_dataset, make_splits
+
+    if bundle is None:
+        bundle = load_dataset(spec.dataset, data_root=spec.data_root)
+    if splits is None:
+        splits = make_splits(
+            bundle,
+            seed=spec.split_seed if spec.split_seed is not None else spec.seed,
+            member_fraction=spec.member_fraction,
+        )
+    config, defaults = resolve_defaults(
+        spec.config,
+        num_members=len(splits.members),
+        model_name=spec.model,
+        model_options=dict(spec.model_options),
+        bundle=bundle,
+    )
+    return bundle, splits, config, defaults
+
+
 def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: Any = None) -> TrainOutcome:
     """Trains ``spec`` into ``run`` unless a record with the same id, made from the same data, is stored there.
 
@@ -479,29 +514,15 @@ def train_or_load(spec: TrainSpec, run: RunDir, *, bundle: Any = None, splits: A
     from defenses import DEFENSES
     from defenses._common import model_id_for
     from dpaudit.checkpoint import checkpoints_in, remove_checkpoints
-    from dpaudit.data import dataset_files, load_dataset, make_splits
+    from dpaudit.data import dataset_files
     from dpaudit.locks import unit_lock
     from dpaudit.results.record import RECORD_FILE, WEIGHTS_FILE, load_record
     from dpaudit.training import resolve_device
     from dpaudit.weights import load_model, save_record
 
     device = resolve_device(spec.device)
-    if bundle is None:
-        bundle = load_dataset(spec.dataset, data_root=spec.data_root)
-    if splits is None:
-        splits = make_splits(
-            bundle,
-            seed=spec.split_seed if spec.split_seed is not None else spec.seed,
-            member_fraction=spec.member_fraction,
-        )
+    bundle, splits, config, defaults = resolve_inputs(spec, bundle=bundle, splits=splits)
     data = dataset_files(spec.dataset, data_root=spec.data_root)
-    config, defaults = resolve_defaults(
-        spec.config,
-        num_members=len(splits.members),
-        model_name=spec.model,
-        model_options=dict(spec.model_options),
-        bundle=bundle,
-    )
     _refuse_unmeetable_budget(
         config, bundle=bundle, splits=splits, model_name=spec.model, model_options=dict(spec.model_options)
     )

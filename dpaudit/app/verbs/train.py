@@ -51,19 +51,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         from dpaudit.app.plan import print_plan, train_plan
-        from dpaudit.app.runs.train import resolve_defaults
-        from dpaudit.data import load_dataset, make_splits
+        from dpaudit.app.runs.train import resolve_inputs
 
-        bundle = load_dataset(train_spec.dataset, data_root=train_spec.data_root)
-        seed = train_spec.split_seed if train_spec.split_seed is not None else train_spec.seed
-        splits = make_splits(bundle, seed=seed, member_fraction=train_spec.member_fraction)
-        config, _ = resolve_defaults(
-            train_spec.config,
-            num_members=len(splits.members),
-            model_name=train_spec.model,
-            model_options=dict(train_spec.model_options),
-            bundle=bundle,
-        )
+        bundle, splits, config, _ = resolve_inputs(train_spec)
         return print_plan(args, train_plan(train_spec, bundle=bundle, splits=splits, config=config))
     outcome = train_or_load(train_spec, RunDir(args.out))
     record, rdir = outcome.record, outcome.record_dir
