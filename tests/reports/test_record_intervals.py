@@ -1,0 +1,178 @@
+"""Intervals on a record's accuracies, and the power of compare's "no violation" (issue 46).
+
+A record now keeps the counts behind its test accuracy (``build_record``); every page that shows
+the accuracy shows its Clopper–Pearson interval, and a record stored before the counts were kept
+shows the accuracy alone and says why. Means over several models (PATE's teachers, DSSGD's
+stand-alone participants) get Hoeffding's interval. Compare's "no violation" states what its
+attacks could have shown and is not green when they could not have shown a violation.
+
+The intervals are checked against scipy's beta quantiles and Hoeffding's closed form, written
+out here, not against the module's own helpers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import pytest
+import torch
+from scipy import stats
+
+from dpaudit.results.comparison import load_comparison
+from dpaudit.results.grid_verdicts import compare_verdict
+from dpaudit.results.record_accuracy import (
+    NO_COUNT_REASON,
+    mean_accuracy_estimate,
+    test_accuracy_estimate,
+)
+from tests.reports.conftest import build_dssgd_run, build_pate_run, build_train_run, trained
+
+
+def _cp(k: int, n: int, c: float = 0.95) -> tuple[float, float]:
+    a = (1 - c) / 2
+    low = 0.0 if k == 0 else stats.beta.ppf(a, k, n - k + 1)
+    high = 1.0 if k == n else stats.beta.ppf(1 - a, k + 1, n - k)
+    return float(low), float(high)
+
+
+def test_a_record_test_accuracy_is_its_count_with_the_clopper_pearson_interval():
+    est = test_accuracy_estimate({"test_accuracy": 0.9, "test_examples": 360, "test_correct": 324})
+    assert est is not None and (est.count, est.total) == (324, 360)
+    assert (est.low, est.high) == pytest.approx(_cp(324, 360), abs=1e-12)
+    # Another accuracy on the same test set (DSSGD's centralised baseline): its share times the size.
+    central = test_accuracy_estimate(
+        {"centralised_test_accuracy": 0.8, "test_examples": 360}, "centralised_test_accuracy"
+    )
+    assert central is not None and (central.count, central.total) == (288, 360)
+    # A record stored before the counts were kept has none, and no size is guessed.
+    assert test_accuracy_estimate({"test_accuracy": 0.9}) is None
+    assert test_accuracy_estimate({"test_accuracy": 0.9, "test_examples": True}) is None
+
+
+def test_a_mean_over_models_gets_hoeffdings_interval():
+    est = mean_accuracy_estimate(0.6, 360)
+    half = math.sqrt(math.log(2 / 0.05) / (2 * 360))
+    assert (est.low, est.high) == pytest.approx((0.6 - half, 0.6 + half))
+    assert est.method == "hoeffding" and est.count is None
+    # Wider than one model's exact interval on as many examples: the models' errors are not independent.
+    lo, hi = _cp(216, 360)
+    assert est.high - est.low > hi - lo
+    with pytest.raises(ValueError, match="mean"):
+        mean_accuracy_estimate(1.5, 10)
+    with pytest.raises(ValueError, match="examples"):
+        mean_accuracy_estimate(0.5, 0)
+
+
+def test_build_record_keeps_the_test_count_it_measured():
+    from defenses._common import build_record
+    from dpaudit.data import load_dataset, make_splits
+    from dpaudit.models import build_model
+    from dpaudit.privacy.claims import NonPrivateClaim
+    from dpaudit.train_request import TrainRequest
+    from dpaudit.training import SGDConfig
+
+    bundle = load_dataset("digits")
+    splits = make_splits(bundle, seed=0, num_members=40, num_non_members=20)
+    torch.manual_seed(0)
+    model = build_model("digits-mlp", input_shape=bundle.input_shape, num_classes=bundle.num_classes).eval()
+    request = TrainRequest(
+        bundle=bundle, splits=splits, model_name="digits-mlp", config=SGDConfig(), seed=0, device=torch.device("cpu")
+    )
+    rec = build_record(request, defense="nonprivate", model=model, claim=NonPrivateClaim(), started=time.monotonic())
+    with torch.no_grad():
+        correct = int((model(bundle.test.features).argmax(1) == bundle.test.labels).sum())  # counted here, directly
+    assert rec.metrics["test_examples"] == len(bundle.test.labels)
+    assert rec.metrics["test_correct"] == correct
+    assert rec.metrics["test_accuracy"] == pytest.approx(correct / len(bundle.test.labels))
+
+
+def _page(run, stem_glob: str) -> str:
+    from dpaudit.app.runs.report import render_reports
+
+    render_reports(run)
+    (page,) = run.reports_dir().glob(stem_glob)
+    return page.read_text(encoding="utf-8")
+
+
+def test_pages_show_the_interval_where_the_record_has_the_count_and_say_why_not_where_it_has_none(tmp_path):
+    # The DP-SGD record of the train-only sample holds no count (an old record); give one a count.
+    run = build_train_run(tmp_path / "run")
+    html = _page(run, "model-nonprivate-*.html")
+    assert "95.0%" in html and NO_COUNT_REASON in html  # the old record: the number, and why no interval
+    lo, hi = _cp(324, 360)
+    counted = trained("nonprivate", metrics={"test_accuracy": 0.9, "test_examples": 360, "test_correct": 324})
+    from reports.train import train_verdict
+
+    head = train_verdict(counted).headline
+    assert f"90.0% (324/360) [{100 * lo:.1f}%, {100 * hi:.1f}%]" in head and NO_COUNT_REASON not in head
+
+
+def test_dssgd_and_pate_pages_show_their_accuracies_with_intervals(tmp_path):
+    html = _page(build_dssgd_run(tmp_path / "d"), "dssgd-*.html")
+    lo, hi = _cp(198, 360)
+    assert f"55.0% (198/360) [{100 * lo:.1f}%, {100 * hi:.1f}%]" in html
+    # The stand-alone mean over participants: Hoeffding's half-width on the same 360 test examples.
+    half = math.sqrt(math.log(2 / 0.05) / (2 * 360))
+    assert f"{100 * (0.58 - half):.1f}%" in html
+    assert "not stored" in html  # the local models' mean: no size, said so
+    html = _page(build_pate_run(tmp_path / "p"), "pate*.html")
+    lo, hi = _cp(288, 360)
+    assert f"80.0% (288/360) [{100 * lo:.1f}%, {100 * hi:.1f}%]" in html
+    assert "100.0% (20/20)" in html  # the answered labels: a count of the answers
+
+
+def test_compare_no_violation_states_its_power_and_is_amber_when_the_audit_could_not_show_one(tmp_path):
+    from tests.reports.conftest import build_compare_run
+
+    grid = load_comparison(build_compare_run(tmp_path / "run").compare_dirs()[0])
+    quiet = dataclasses.replace(
+        grid,
+        rows=tuple(
+            dataclasses.replace(r, verdict="no violation", findings=(), epsilon_lb=0.0, best_attack=None)
+            for r in grid.rows
+        ),
+    )
+    verdict = compare_verdict(quiet)
+    # A perfect attack on 100 members / 100 non-members: TPR ≥ the CP bound of 100/100 and FPR ≤ that of 0/100, each
+    # at (1 − 0.95) / 20 thresholds (one-sided, the two rates' misses summed), ε = ln((TPR − δ)/FPR).
+    a = 0.05 / 20 / 2
+    tpr_lo, fpr_hi = a ** (1 / 100), 1 - a ** (1 / 100)
+    ceiling = math.log((tpr_lo - 1e-5) / fpr_hi)
+    assert 1.0 < ceiling < 8.0
+    assert verdict.status == "no violation" and verdict.tone == "warn"
+    assert "dpsgd-target_epsilon=8" in verdict.headline and "could not have shown a violation" in verdict.headline
+    digits = 2 - math.floor(math.log10(ceiling))  # three significant digits, rounded down as a lower bound is
+    assert f"at most ε_LB {math.floor(ceiling * 10**digits) / 10**digits:g}" in verdict.headline
+    assert any(line.startswith("Power: dpsgd-target_epsilon=1: could have shown") for line in verdict.lines)
+    # Claims the attacks could have broken: green, and the power is still said.
+    strong = dataclasses.replace(
+        quiet,
+        rows=tuple(dataclasses.replace(r, epsilon_ub={k: e / 10 for k, e in r.epsilon_ub.items()}) for r in quiet.rows),
+    )
+    verdict = compare_verdict(strong)
+    assert verdict.tone == "ok" and "could have shown a violation" in verdict.headline
+    # A comparison stored without the counts cannot state its power: not green.
+    old = dataclasses.replace(
+        quiet,
+        rows=tuple(
+            dataclasses.replace(
+                r,
+                membership={
+                    k: dataclasses.replace(m, num_members=None, num_non_members=None) for k, m in r.membership.items()
+                },
+            )
+            for r in quiet.rows
+        ),
+    )
+    assert compare_verdict(old).tone == "info" and "not recorded" in compare_verdict(old).headline
+
+
+def test_no_rate_on_the_compare_page_is_a_fraction(tmp_path):
+    from reports.lint import mixed_rate_forms
+    from tests.reports.conftest import build_compare_run
+
+    html = _page(build_compare_run(tmp_path / "run"), "compare-*.html")
+    assert mixed_rate_forms(html) == []
+    assert "5.0 pp" in html  # the accuracy loss, in percentage points
