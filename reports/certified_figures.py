@@ -25,7 +25,7 @@ from dpaudit.results.certified_numbers import ACCURACY_CONFIDENCE, counted_accur
 from dpaudit.results.certify_summary import (
     UNNAMED_PREDICTION_RULE,
 )
-from dpaudit.results.record_accuracy import test_accuracy_estimate
+from dpaudit.results.record_accuracy import counted_test_accuracy
 from reports.certified_runs import CertifiedRun
 from reports.figures import Looks, legend_outside, new_axes, setting_looks
 
@@ -261,6 +261,11 @@ def comparison_figure(
             gid=f"certified:{'own certificate' if own else 'randomized smoothing of a noise layer'}",
             **extra,
         )
+    # An offset curve does not widen the data limits (its transform is not the data's): the radii set them.
+    radii = np.concatenate([np.asarray(run.curve_radii, dtype=float) for run, _, _ in curves])
+    lo, hi = float(radii.min()), float(radii.max())
+    pad = 0.05 * (hi - lo) if hi > lo else 0.05
+    ax.set_xlim(lo - pad, hi + pad)
     ax.set_xlabel("perturbation radius")
     ax.set_ylabel("certified accuracy")
     ax.set_ylim(-0.02, 1.02)
@@ -342,7 +347,7 @@ def accuracy_epsilon_rows(records: Sequence[TrainedModel], runs: Sequence[Certif
         primary = run.primary_certificate() if run is not None else None
         if primary is not None:
             ci = counted_accuracy(primary.num_correct, primary.num_points)
-        elif run is None and (est := test_accuracy_estimate(rec.metrics)) is not None and est.count is not None:
+        elif run is None and (est := counted_test_accuracy(rec.metrics)) is not None and est.count is not None:
             # The record's own test accuracy, over the test-set size build_record stores beside it.
             ci = counted_accuracy(est.count, int(est.total or 0))
         else:

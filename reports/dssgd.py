@@ -17,16 +17,18 @@ import math
 from pathlib import Path
 from typing import Any
 
+from matplotlib import patheffects
 from matplotlib.figure import Figure as MplFigure
+from matplotlib.ticker import PercentFormatter
 
 from dpaudit.parts import record_report_kind
 from dpaudit.results import TrainedModel, load_record
 from dpaudit.results.membership_rates import Estimate
 from dpaudit.results.record_accuracy import (
     NO_COUNT_REASON,
+    counted_test_accuracy,
     mean_accuracy_estimate,
-    test_accuracy_estimate,
-    test_examples,
+    stored_test_examples,
 )
 from dpaudit.results.verdicts import Verdict, claim_text, record_delta
 from dpaudit.store import RunDir, safe_stem
@@ -80,11 +82,11 @@ def _estimates(record: TrainedModel) -> dict[str, Estimate | None]:
     whose size the record does not hold.
     """
     m = record.metrics
-    n = test_examples(m)
+    n = stored_test_examples(m)
     alone = m.get("standalone_test_accuracy")
     return {
-        "test_accuracy": test_accuracy_estimate(m),
-        "centralised_test_accuracy": test_accuracy_estimate(m, "centralised_test_accuracy"),
+        "test_accuracy": counted_test_accuracy(m),
+        "centralised_test_accuracy": counted_test_accuracy(m, "centralised_test_accuracy"),
         "standalone_test_accuracy": mean_accuracy_estimate(float(alone), n)  # type: ignore[arg-type]
         if n is not None and isinstance(alone, (int, float))
         else None,
@@ -193,7 +195,11 @@ def accuracy_figure(record: TrainedModel) -> MplFigure | None:
         e = est.get(keys.get(label, ""))
         if e is not None:
             # A count of the test set: its 95% Clopper–Pearson interval as a bar across the end.
-            ax.errorbar([x], [i], xerr=[[x - e.low], [e.high - x]], color="#222222", capsize=3, linewidth=1.2)
+            # A white halo keeps the bar visible over a dark bar (the centralised one is black).
+            halo = [patheffects.withStroke(linewidth=3.2, foreground="white")]
+            bar = ax.errorbar([x], [i], xerr=[[x - e.low], [e.high - x]], color="#222222", capsize=3, linewidth=1.2)
+            for part in (*bar.lines[1], *bar.lines[2]):
+                part.set_path_effects(halo)
         ax.text(max(x, e.high if e is not None else x), i, f" {fmt_percent(x)}", va="center", fontsize=9.5)
     lo, hi = m.get("standalone_test_accuracy_min"), m.get("standalone_test_accuracy_max")
     if lo is not None and hi is not None and m.get("standalone_test_accuracy") is not None:
@@ -206,6 +212,7 @@ def accuracy_figure(record: TrainedModel) -> MplFigure | None:
     ax.invert_yaxis()
     ax.set_xlim(0, 1.12)
     ax.set_xlabel("test accuracy")
+    ax.xaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))  # as the labels and the table write it
     finish_axes(ax)
     fig.tight_layout()
     return fig
@@ -304,7 +311,7 @@ def dssgd_verdict(record: TrainedModel) -> Verdict:
             "Standalone participants range "
             f"{fmt_percent(m['standalone_test_accuracy_min'])}–{fmt_percent(m['standalone_test_accuracy_max'])}."
         )
-    fed = test_accuracy_estimate(m)
+    fed = counted_test_accuracy(m)
     shown_acc = fed.text() if fed is not None else fmt_percent(acc)
     head = f"{participants} participants, {rounds} rounds: the federation reaches {shown_acc} test accuracy" + (
         f" vs {' and '.join(versus)}" if versus else ""

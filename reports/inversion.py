@@ -37,7 +37,7 @@ from dpaudit.results import InversionResult, TrainedModel, load_inversion_result
 from dpaudit.results.inversion import evaluator_check
 from dpaudit.results.membership import tpr_unresolved
 from dpaudit.results.membership_rates import MembershipRates, membership_rates, proportion
-from dpaudit.results.record_accuracy import NO_COUNT_REASON, test_accuracy_estimate
+from dpaudit.results.record_accuracy import NO_COUNT_REASON, counted_test_accuracy
 from dpaudit.results.verdicts import Verdict, inversion_verdict, most_severe
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import FONT_PT, PAGE_WIDTH_IN, colour, fit_page, new_axes, style
@@ -417,7 +417,7 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
 
 def _record_accuracy_cell(metrics: Mapping[str, object]) -> Any:
     """The target's test accuracy with its count and Clopper–Pearson interval, or bare and saying why not."""
-    est = test_accuracy_estimate(metrics)
+    est = counted_test_accuracy(metrics)
     if est is not None:
         return interval_cell(est)
     acc = float(metrics["test_accuracy"])  # type: ignore[arg-type]

@@ -41,7 +41,7 @@ from dpaudit.results.membership_rates import (
     generalisation_gap,
     membership_rates,
 )
-from dpaudit.results.record_accuracy import NO_COUNT_REASON, test_accuracy_estimate
+from dpaudit.results.record_accuracy import NO_COUNT_REASON, counted_test_accuracy
 from dpaudit.results.verdicts import Verdict, lowest_resolvable_fpr, membership_verdict, rank_attacks
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import FONT_PT, PAGE_WIDTH_IN, Looks, colour, fit_page, legend_outside, new_axes
@@ -580,7 +580,7 @@ def _gap(record: TrainedModel) -> GeneralisationGap | None:
 
 def _accuracy(record: TrainedModel) -> float | Estimate | None:
     """The record's test accuracy: with its interval where the record holds its count, else the bare share."""
-    est = test_accuracy_estimate(record.metrics)
+    est = counted_test_accuracy(record.metrics)
     if est is not None:
         return est
     acc = record.metrics.get("test_accuracy")

@@ -28,7 +28,7 @@ from dpaudit.parts import record_report_kind
 from dpaudit.privacy.pate.claim import settings_used
 from dpaudit.results.membership_rates import Estimate, proportion
 from dpaudit.results.record import TrainedModel, load_record
-from dpaudit.results.record_accuracy import mean_accuracy_estimate, test_accuracy_estimate, test_examples
+from dpaudit.results.record_accuracy import counted_test_accuracy, mean_accuracy_estimate, stored_test_examples
 from dpaudit.results.verdicts import Verdict, record_delta
 from dpaudit.store import RunDir, load_npz, thaw
 from reports.figures import DASH_CYCLE, MARKER_CYCLE, SERIES_COLOURS, eps_ub_text, legend_outside, new_axes
@@ -171,7 +171,7 @@ class PateRow:
         """The student's test accuracy with its 95% Clopper–Pearson interval (``None`` without the count)."""
         if self.student_accuracy is None or self.test_examples is None:
             return None
-        return test_accuracy_estimate({"test_accuracy": self.student_accuracy, "test_examples": self.test_examples})
+        return counted_test_accuracy({"test_accuracy": self.student_accuracy, "test_examples": self.test_examples})
 
     def teacher_estimate(self) -> Estimate | None:
         """The teachers' mean accuracy on the same test set with Hoeffding's 95% interval (their errors are not
@@ -269,7 +269,7 @@ def pate_rows(runs: Sequence[PateRun]) -> list[PateRow]:
                 delta=r.delta,
                 student_accuracy=m.get("test_accuracy"),
                 teacher_accuracy_mean=m.get("teacher_test_accuracy_mean"),
-                test_examples=test_examples(m),
+                test_examples=stored_test_examples(m),
             )
         )
     return rows
@@ -531,6 +531,15 @@ def pate_sections(
 
 
 # ------------------------------------------------------------------------------------- verdict
+def _answers_text(m: Mapping[str, Any]) -> str:
+    """The share of correct answers with its count and interval where the number answered is stored."""
+    n = m.get("num_answered")
+    share = float(m["answer_accuracy"])
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0 and 0.0 <= share <= 1.0:
+        return proportion(round(share * n), n).text()
+    return fmt_percent(share)
+
+
 def pate_verdict(students: Sequence[TrainedModel]) -> Verdict:
     """The most accurate student: its accuracy and ε, data-dependent beside data-independent."""
     if not students:
@@ -547,11 +556,7 @@ def pate_verdict(students: Sequence[TrainedModel]) -> Verdict:
         f"{best.model_id}: {m.get('num_answered', '?')} of "
         f"{m.get('num_queries', '?')} queries answered by "
         f"{m.get('num_teachers', '?')} teachers"
-        + (
-            f", {fmt_percent(float(m['answer_accuracy']))} of the answers correct."
-            if m.get("answer_accuracy") is not None
-            else "."
-        ),
+        + (f", {_answers_text(m)} of the answers correct." if m.get("answer_accuracy") is not None else "."),
     ]
     if indep is not None:
         lines.append(
@@ -559,7 +564,8 @@ def pate_verdict(students: Sequence[TrainedModel]) -> Verdict:
         )
     if len(students) > 1:
         lines.append(f"{len(students)} students in this run; the table below lists each.")
-    acc = fmt_percent(m.get("test_accuracy"))
+    counted = counted_test_accuracy(m)
+    acc = counted.text() if counted is not None else fmt_percent(m.get("test_accuracy"))
     headline = (
         f"The most accurate student reaches {acc} test accuracy at ε = "
         f"{fmt_upper_bound(eps)} (δ = {delta:g}, {analysis}"

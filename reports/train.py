@@ -26,7 +26,7 @@ from dpaudit.privacy.audit_stats import clopper_pearson_interval
 from dpaudit.results import TrainedModel, load_record
 from dpaudit.results.history import HISTORY_KEY, TrainingHistory, epsilon_by_epoch, training_history
 from dpaudit.results.membership_rates import proportion
-from dpaudit.results.record_accuracy import NO_COUNT_REASON, test_accuracy_estimate
+from dpaudit.results.record_accuracy import NO_COUNT_REASON, counted_test_accuracy
 from dpaudit.results.verdicts import Verdict, claim_text, record_delta
 from dpaudit.store import RunDir, safe_stem, thaw
 from reports.figures import colour, fit_page, new_figure, style
@@ -77,7 +77,7 @@ def _metric_cell(key: str, value: Any, metrics: Mapping[str, object] | None = No
     # Accuracies read as percentages; a claim's ε (an upper bound) rounded up; every other metric to one precision.
     if key == "test_accuracy" and metrics is not None:
         # With its counts and 95% Clopper–Pearson interval where the record holds them (stored by build_record).
-        est = test_accuracy_estimate(metrics)
+        est = counted_test_accuracy(metrics)
         if est is not None:
             return interval_cell(est)
         return Shown(float(value), f"{fmt_percent(float(value))} ({NO_COUNT_REASON})")
@@ -132,7 +132,7 @@ def _accuracy_text(record: TrainedModel, key: str) -> str:
     the members, the non-member accuracy over the non-members, the test accuracy over the stored test-set size."""
     m = record.metrics
     if key == "test_accuracy":
-        est = test_accuracy_estimate(m)
+        est = counted_test_accuracy(m)
         return est.text() if est is not None else f"{fmt_percent(float(m[key]))} ({NO_COUNT_REASON})"  # type: ignore[arg-type]
     n = len(record.membership.members if key == "train_accuracy" else record.membership.non_members)
     share = float(m[key])  # type: ignore[arg-type]
@@ -159,7 +159,7 @@ def train_verdict(record: TrainedModel) -> Verdict:
     if accs:
         lines.append(", ".join(accs).capitalize() + ".")
     lines.append(f"Record {record.model_id} (seed {record.seed}).")
-    est = test_accuracy_estimate(m)
+    est = counted_test_accuracy(m)
     test = (
         f": {est.text()} test accuracy"
         if est is not None

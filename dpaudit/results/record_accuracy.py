@@ -2,7 +2,7 @@
 
 A record's test accuracy is a share of the test set: on digits' 360 test examples it moves by
 about ±3 points between test sets, so no page shows it bare (issue 46). ``build_record`` keeps
-the counts it rests on (``test_correct`` of ``test_examples``), and :func:`test_accuracy_estimate`
+the counts it rests on (``test_correct`` of ``test_examples``), and :func:`counted_test_accuracy`
 turns them into a Clopper–Pearson interval. A record stored before the counts were kept has no
 interval: the pages show its accuracy alone and say why (:data:`NO_COUNT_REASON`), never guess
 the size.
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dpaudit import _validate as v
 from dpaudit.results.membership_rates import Estimate, proportion
 
-__all__ = ["NO_COUNT_REASON", "mean_accuracy_estimate", "test_accuracy_estimate", "test_examples"]
+__all__ = ["NO_COUNT_REASON", "counted_test_accuracy", "mean_accuracy_estimate", "stored_test_examples"]
 
 #: What a page says in place of the interval of an accuracy whose count the record does not hold.
 NO_COUNT_REASON = "no interval: the record was stored before its test-set size was kept"
@@ -40,13 +40,13 @@ def _share(x: object) -> float | None:
     return None
 
 
-def test_examples(metrics: Mapping[str, object]) -> int | None:
+def stored_test_examples(metrics: Mapping[str, object]) -> int | None:
     """The test-set size a record's metrics hold (``None`` for a record stored before it was kept)."""
     n = _count(metrics.get("test_examples"))
     return n if n else None
 
 
-def test_accuracy_estimate(
+def counted_test_accuracy(
     metrics: Mapping[str, object], key: str = "test_accuracy", *, confidence: float = 0.95
 ) -> Estimate | None:
     """The accuracy ``metrics[key]``, measured on the whole test set, with its Clopper–Pearson interval.
@@ -56,15 +56,17 @@ def test_accuracy_estimate(
     zeros and ones is a multiple of 1/n.
 
     Returns:
-        The estimate, or ``None`` when the record holds no test-set size (stored before it was kept)
-        or no such accuracy.
+        The estimate, or ``None`` when the record holds no test-set size (stored before it was kept),
+        no such accuracy, or an accuracy that is no multiple of 1/n (not measured on that test set).
     """
-    n, acc = test_examples(metrics), _share(metrics.get(key))
+    n, acc = stored_test_examples(metrics), _share(metrics.get(key))
     if n is None or acc is None:
         return None
     correct = _count(metrics.get("test_correct")) if key == "test_accuracy" else None
     if correct is None or correct > n or abs(correct / n - acc) > 0.5 / n:
         correct = round(acc * n)
+        if abs(acc * n - correct) > 0.01:
+            return None  # not a share of these n examples (float32 rounding stays far below 0.01 of a count)
     return proportion(correct, n, confidence=confidence)
 
 

@@ -275,7 +275,7 @@ def membership_verdict(
         confidence: confidence of ε_LB and of every interval.
         epsilon_ub: the target's tightest claimed ε (∞ without a mechanism); ``None``: unknown.
         target_accuracy: the target's test accuracy, when its record is in the run: with its interval
-            where the record holds its count (:func:`~dpaudit.results.record_accuracy.test_accuracy_estimate`).
+            where the record holds its count (:func:`~dpaudit.results.record_accuracy.counted_test_accuracy`).
         gap: the target's train vs held-out accuracy, when its record holds them.
     """
     if not results:

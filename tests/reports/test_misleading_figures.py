@@ -25,7 +25,7 @@ from dpaudit.privacy.audit_trials import epsilon_lb_by_trials
 from dpaudit.privacy.estimate_interval import estimate_interval
 from reports.audit import _estimate_rows, bounds_caption, bounds_figure, ceiling_figure
 from reports.certified import comparison_figure, load_certified_runs
-from reports.compare import compare_sections, privacy_utility_figure
+from reports.compare import _no_evidence_note, privacy_utility_figure
 from reports.pate import accuracy_epsilon_figure, load_pate_runs, pate_rows, pate_sections
 from reports.render import Figure
 from tests.reports.conftest import build_pate_run
@@ -135,10 +135,8 @@ def test_privacy_utility_draws_no_evidence_at_zero_never_at_a_log_edge(tmp_path)
     assert zero_rows
     # No panel at ε = 0 (its markers were an axes of single points): the caption names the settings without evidence.
     (main,) = privacy_utility_figure(result).axes
-    caption = next(
-        b.caption for s in compare_sections(result) for b in s.blocks if getattr(b, "name", "") == "privacy-utility"
-    )
-    assert all(r.label in caption.split("No evidence (ε_LB = 0)")[1] for r in zero_rows)
+    note = _no_evidence_note(result)  # the sentence the figure's caption ends with
+    assert all(r.label in note.split("No evidence (ε_LB = 0)")[1] for r in zero_rows)
     smallest = min(
         min(r.epsilon_ub_best for r in result.rows if r.epsilon_ub),
         min(r.epsilon_lb for r in result.rows if r.epsilon_lb > 0),
@@ -174,7 +172,8 @@ def test_a_single_pate_student_is_a_sentence_and_published_is_named_only_when_dr
 
 def test_certified_comparison_tells_pixeldp_smoothing_from_the_smoothing_model(tmp_path):
     fig = comparison_figure(load_certified_runs(build_certified_run(tmp_path / "run")))
-    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    # Each curve is an error-bar series (its certified count's interval): the label is the container's.
+    lines = {c.get_label(): c.lines[0] for c in fig.axes[0].containers}
     pixeldp_smooth = next(v for k, v in lines.items() if k.startswith("pixeldp") and k.endswith(": smoothing"))
     pixeldp_own = next(v for k, v in lines.items() if k.startswith("pixeldp") and k.endswith(": pixeldp"))
     model_smooth = next(v for k, v in lines.items() if k.startswith("smoothing") and k.endswith(": smoothing"))

@@ -24,10 +24,10 @@ from dpaudit.results.comparison import load_comparison
 from dpaudit.results.grid_verdicts import compare_verdict
 from dpaudit.results.record_accuracy import (
     NO_COUNT_REASON,
+    counted_test_accuracy,
     mean_accuracy_estimate,
-    test_accuracy_estimate,
 )
-from tests.reports.conftest import build_dssgd_run, build_pate_run, build_train_run, trained
+from tests.reports.conftest import build_dssgd_run, build_pate_run, trained
 
 
 def _cp(k: int, n: int, c: float = 0.95) -> tuple[float, float]:
@@ -38,17 +38,17 @@ def _cp(k: int, n: int, c: float = 0.95) -> tuple[float, float]:
 
 
 def test_a_record_test_accuracy_is_its_count_with_the_clopper_pearson_interval():
-    est = test_accuracy_estimate({"test_accuracy": 0.9, "test_examples": 360, "test_correct": 324})
+    est = counted_test_accuracy({"test_accuracy": 0.9, "test_examples": 360, "test_correct": 324})
     assert est is not None and (est.count, est.total) == (324, 360)
     assert (est.low, est.high) == pytest.approx(_cp(324, 360), abs=1e-12)
     # Another accuracy on the same test set (DSSGD's centralised baseline): its share times the size.
-    central = test_accuracy_estimate(
+    central = counted_test_accuracy(
         {"centralised_test_accuracy": 0.8, "test_examples": 360}, "centralised_test_accuracy"
     )
     assert central is not None and (central.count, central.total) == (288, 360)
     # A record stored before the counts were kept has none, and no size is guessed.
-    assert test_accuracy_estimate({"test_accuracy": 0.9}) is None
-    assert test_accuracy_estimate({"test_accuracy": 0.9, "test_examples": True}) is None
+    assert counted_test_accuracy({"test_accuracy": 0.9}) is None
+    assert counted_test_accuracy({"test_accuracy": 0.9, "test_examples": True}) is None
 
 
 def test_a_mean_over_models_gets_hoeffdings_interval():
@@ -65,6 +65,7 @@ def test_a_mean_over_models_gets_hoeffdings_interval():
         mean_accuracy_estimate(0.5, 0)
 
 
+@pytest.mark.extended  # imports torch, loads digits and evaluates a network: seconds
 def test_build_record_keeps_the_test_count_it_measured():
     from defenses._common import build_record
     from dpaudit.data import load_dataset, make_splits
@@ -88,39 +89,48 @@ def test_build_record_keeps_the_test_count_it_measured():
     assert rec.metrics["test_accuracy"] == pytest.approx(correct / len(bundle.test.labels))
 
 
-def _page(run, stem_glob: str) -> str:
-    from dpaudit.app.runs.report import render_reports
+def test_the_model_page_shows_the_interval_where_the_record_has_the_count_and_says_why_not_where_it_has_none():
+    from reports.train import metrics_table, train_verdict
 
-    render_reports(run)
-    (page,) = run.reports_dir().glob(stem_glob)
-    return page.read_text(encoding="utf-8")
-
-
-def test_pages_show_the_interval_where_the_record_has_the_count_and_say_why_not_where_it_has_none(tmp_path):
-    # The DP-SGD record of the train-only sample holds no count (an old record); give one a count.
-    run = build_train_run(tmp_path / "run")
-    html = _page(run, "model-nonprivate-*.html")
-    assert "95.0%" in html and NO_COUNT_REASON in html  # the old record: the number, and why no interval
-    lo, hi = _cp(324, 360)
+    old = trained("nonprivate", metrics={"test_accuracy": 0.95})
+    assert NO_COUNT_REASON in train_verdict(old).headline and "95.0%" in train_verdict(old).headline
     counted = trained("nonprivate", metrics={"test_accuracy": 0.9, "test_examples": 360, "test_correct": 324})
-    from reports.train import train_verdict
-
+    lo, hi = _cp(324, 360)
+    shown = f"90.0% (324/360) [{100 * lo:.1f}%, {100 * hi:.1f}%]"
     head = train_verdict(counted).headline
-    assert f"90.0% (324/360) [{100 * lo:.1f}%, {100 * hi:.1f}%]" in head and NO_COUNT_REASON not in head
+    assert shown in head and NO_COUNT_REASON not in head
+    cells = {str(r[0]): str(r[1]) for r in metrics_table(counted.metrics).rows}
+    assert cells["test accuracy"] == shown and cells["test examples"] == "360"
+    assert NO_COUNT_REASON in {str(r[0]): str(r[1]) for r in metrics_table(old.metrics).rows}["test accuracy"]
 
 
 def test_dssgd_and_pate_pages_show_their_accuracies_with_intervals(tmp_path):
-    html = _page(build_dssgd_run(tmp_path / "d"), "dssgd-*.html")
+    from dpaudit.results import load_record
+    from reports.dssgd import accuracy_table, dssgd_verdict
+    from reports.pate import load_pate_runs, pate_rows
+
+    record = load_record(build_dssgd_run(tmp_path / "d").record_dirs()[0])
+    cells = {str(r[0]): str(r[1]) for r in accuracy_table(record).rows}
     lo, hi = _cp(198, 360)
-    assert f"55.0% (198/360) [{100 * lo:.1f}%, {100 * hi:.1f}%]" in html
+    assert cells["federation (global model)"] == f"55.0% (198/360) [{100 * lo:.1f}%, {100 * hi:.1f}%]"
+    assert cells["federation (global model)"] in dssgd_verdict(record).headline
+    lo, hi = _cp(302, 360)
+    assert cells["centralised (all data pooled)"] == f"83.9% (302/360) [{100 * lo:.1f}%, {100 * hi:.1f}%]"
     # The stand-alone mean over participants: Hoeffding's half-width on the same 360 test examples.
     half = math.sqrt(math.log(2 / 0.05) / (2 * 360))
-    assert f"{100 * (0.58 - half):.1f}%" in html
-    assert "not stored" in html  # the local models' mean: no size, said so
-    html = _page(build_pate_run(tmp_path / "p"), "pate*.html")
+    assert (
+        cells["standalone (each participant alone)"]
+        == f"58.0% [{100 * (0.58 - half):.1f}%, {100 * (0.58 + half):.1f}%]"
+    )
+    assert "not stored" in cells["participants' final local models"]  # no size for the local models' mean: said so
+    # An accuracy that is no count of the stored test set gets no interval rather than a made-up one.
+    odd = dataclasses.replace(record, metrics={**record.metrics, "centralised_test_accuracy": 0.84})
+    assert NO_COUNT_REASON in {str(r[0]): str(r[1]) for r in accuracy_table(odd).rows}["centralised (all data pooled)"]
+    (row,) = pate_rows(load_pate_runs(build_pate_run(tmp_path / "p")))
     lo, hi = _cp(288, 360)
-    assert f"80.0% (288/360) [{100 * lo:.1f}%, {100 * hi:.1f}%]" in html
-    assert "100.0% (20/20)" in html  # the answered labels: a count of the answers
+    assert row.student_estimate().text() == f"80.0% (288/360) [{100 * lo:.1f}%, {100 * hi:.1f}%]"
+    lo, hi = _cp(20, 20)
+    assert row.answer_estimate().text() == f"100.0% (20/20) [{100 * lo:.1f}%, {100 * hi:.1f}%]"
 
 
 def test_compare_no_violation_states_its_power_and_is_amber_when_the_audit_could_not_show_one(tmp_path):
@@ -169,10 +179,13 @@ def test_compare_no_violation_states_its_power_and_is_amber_when_the_audit_could
     assert compare_verdict(old).tone == "info" and "not recorded" in compare_verdict(old).headline
 
 
-def test_no_rate_on_the_compare_page_is_a_fraction(tmp_path):
-    from reports.lint import mixed_rate_forms
+def test_the_compare_matrix_writes_the_accuracy_loss_in_percentage_points(tmp_path):
+    from reports.compare_matrix import matrix_rows
     from tests.reports.conftest import build_compare_run
 
-    html = _page(build_compare_run(tmp_path / "run"), "compare-*.html")
-    assert mixed_rate_forms(html) == []
-    assert "5.0 pp" in html  # the accuracy loss, in percentage points
+    grid = load_comparison(build_compare_run(tmp_path / "run").compare_dirs()[0])
+    columns, rows = matrix_rows(grid)
+    loss = {r[0]: r[columns.index("acc. loss")] for r in rows}
+    assert str(loss["dpsgd-target_epsilon=1"]) == "5.0\u00a0pp" and float(loss["dpsgd-target_epsilon=1"]) == 0.05
+    advantage = {r[0]: r[columns.index("advantage")] for r in rows}
+    assert str(advantage["dpsgd-target_epsilon=1"]) == "15.0%"  # a share, like every rate of the page
