@@ -400,10 +400,10 @@ def accuracy_epsilon_figure(rows: Sequence[AccuracyEpsilonRow], *, ax: Axes | No
         pts = by_defense[defense]
         xs, ys = [r.epsilon for r in pts], [r.conventional_accuracy for r in pts]
         st = looks.method(defense)
-        bars = [(r.ci_low, r.ci_high) for r in pts]
-        if all(lo is not None and hi is not None for lo, hi in bars):
-            yerr = np.array([[max(0.0, y - float(lo)) for y, (lo, _) in zip(ys, bars, strict=True)],
-                             [max(0.0, float(hi) - y) for y, (_, hi) in zip(ys, bars, strict=True)]])  # fmt: skip
+        bars = [(r.ci_low, r.ci_high) for r in pts if r.ci_low is not None and r.ci_high is not None]
+        if len(bars) == len(pts):
+            yerr = np.array([[max(0.0, y - lo) for y, (lo, _) in zip(ys, bars, strict=True)],
+                             [max(0.0, hi - y) for y, (_, hi) in zip(ys, bars, strict=True)]])  # fmt: skip
             ax.errorbar(xs, ys, yerr=yerr, **st, elinewidth=0.8, capsize=0, label=defense)
         else:
             # No count for some accuracy (a record stored before counts were kept): no bar pretends to one.

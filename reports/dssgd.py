@@ -87,7 +87,7 @@ def _estimates(record: TrainedModel) -> dict[str, Estimate | None]:
     return {
         "test_accuracy": counted_test_accuracy(m),
         "centralised_test_accuracy": counted_test_accuracy(m, "centralised_test_accuracy"),
-        "standalone_test_accuracy": mean_accuracy_estimate(float(alone), n)  # type: ignore[arg-type]
+        "standalone_test_accuracy": mean_accuracy_estimate(float(alone), n)
         if n is not None and isinstance(alone, (int, float))
         else None,
         "local_test_accuracy_mean": None,
@@ -99,7 +99,7 @@ def _accuracy_cell(record: TrainedModel, key: str, estimates: dict[str, Estimate
     est = estimates.get(key)
     if est is not None:
         return interval_cell(est)
-    x = float(record.metrics[key])  # type: ignore[arg-type]
+    x = float(record.metrics[key])
     why = (
         "no interval: the number of test examples the local models were scored on is not stored"
         if key == "local_test_accuracy_mean"
@@ -196,7 +196,7 @@ def accuracy_figure(record: TrainedModel) -> MplFigure | None:
         if e is not None:
             # A count of the test set: its 95% Clopper–Pearson interval as a bar across the end.
             # A white halo keeps the bar visible over a dark bar (the centralised one is black).
-            halo = [patheffects.withStroke(linewidth=3.2, foreground="white")]
+            halo: list[patheffects.AbstractPathEffect] = [patheffects.withStroke(linewidth=3.2, foreground="white")]
             bar = ax.errorbar([x], [i], xerr=[[x - e.low], [e.high - x]], color="#222222", capsize=3, linewidth=1.2)
             for part in (*bar.lines[1], *bar.lines[2]):
                 part.set_path_effects(halo)

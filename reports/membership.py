@@ -557,7 +557,8 @@ class AttackedTarget:
             directory does not hold the target's record.
         claim_description: the claim's statement.
         delta: the δ of those ε (the record's, else 1e-5).
-        target_accuracy: the target's test accuracy, from its record.
+        target_accuracy: the target's test accuracy, from its record (with its interval where the
+            record holds its count).
         gap: the target's train vs non-member accuracy, from its record (``None`` when it holds neither).
     """
 
@@ -566,7 +567,7 @@ class AttackedTarget:
     epsilons: Mapping[str, float] | None = None
     claim_description: str = ""
     delta: float = 1e-5
-    target_accuracy: float | None = None
+    target_accuracy: float | Estimate | None = None
     gap: GeneralisationGap | None = None
 
 

@@ -133,9 +133,9 @@ def _accuracy_text(record: TrainedModel, key: str) -> str:
     m = record.metrics
     if key == "test_accuracy":
         est = counted_test_accuracy(m)
-        return est.text() if est is not None else f"{fmt_percent(float(m[key]))} ({NO_COUNT_REASON})"  # type: ignore[arg-type]
+        return est.text() if est is not None else f"{fmt_percent(float(m[key]))} ({NO_COUNT_REASON})"
     n = len(record.membership.members if key == "train_accuracy" else record.membership.non_members)
-    share = float(m[key])  # type: ignore[arg-type]
+    share = float(m[key])
     return proportion(round(share * n), n).text() if n and 0.0 <= share <= 1.0 else fmt_percent(share)
 
 
