@@ -184,8 +184,10 @@ class PateRow:
         """The share of answered labels that are correct, with its Clopper–Pearson interval over the answers."""
         if self.answer_accuracy is None or not self.answered:
             return None
-        n = int(self.answered)
-        return proportion(round(float(self.answer_accuracy) * n), n)
+        n, share = int(self.answered), float(self.answer_accuracy)
+        if abs(share * n - round(share * n)) > 0.01:
+            return None  # no share of the answers: no interval made up
+        return proportion(round(share * n), n)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -536,7 +538,8 @@ def _answers_text(m: Mapping[str, Any]) -> str:
     n = m.get("num_answered")
     share = float(m["answer_accuracy"])
     if isinstance(n, int) and not isinstance(n, bool) and n > 0 and 0.0 <= share <= 1.0:
-        return proportion(round(share * n), n).text()
+        if abs(share * n - round(share * n)) <= 0.01:  # a share of the answers, as training stores it
+            return proportion(round(share * n), n).text()
     return fmt_percent(share)
 
 

@@ -136,7 +136,9 @@ def _accuracy_text(record: TrainedModel, key: str) -> str:
         return est.text() if est is not None else f"{fmt_percent(float(m[key]))} ({NO_COUNT_REASON})"
     n = len(record.membership.members if key == "train_accuracy" else record.membership.non_members)
     share = float(m[key])
-    return proportion(round(share * n), n).text() if n and 0.0 <= share <= 1.0 else fmt_percent(share)
+    if n and 0.0 <= share <= 1.0 and abs(share * n - round(share * n)) <= 0.01:
+        return proportion(round(share * n), n).text()
+    return fmt_percent(share)  # no count of these examples (a record of another evaluation): no interval made up
 
 
 def train_verdict(record: TrainedModel) -> Verdict:
