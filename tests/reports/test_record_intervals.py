@@ -16,10 +16,11 @@ import dataclasses
 import math
 import time
 
+import numpy as np
 import pytest
-import torch
 from scipy import stats
 
+from dpaudit.results import Membership, TrainedModel
 from dpaudit.results.comparison import load_comparison
 from dpaudit.results.grid_verdicts import compare_verdict
 from dpaudit.results.record_accuracy import (
@@ -27,7 +28,23 @@ from dpaudit.results.record_accuracy import (
     counted_test_accuracy,
     mean_accuracy_estimate,
 )
-from tests.reports.conftest import build_dssgd_run, build_pate_run, trained
+from tests.reports.conftest import build_dssgd_run, build_pate_run
+
+
+def trained(defense: str, *, metrics: dict) -> TrainedModel:
+    """A digits-mlp record of ``defense`` holding ``metrics`` (no id check: the pages read its fields only)."""
+    return TrainedModel(
+        model_id=f"{defense}-test",
+        defense=defense,
+        model_name="digits-mlp",
+        dataset="digits",
+        input_shape=(1, 8, 8),
+        num_classes=10,
+        membership=Membership(members=np.arange(0, 20), non_members=np.arange(20, 40)),
+        seed=0,
+        config={},
+        metrics=metrics,
+    )
 
 
 def _cp(k: int, n: int, c: float = 0.95) -> tuple[float, float]:
@@ -67,6 +84,8 @@ def test_a_mean_over_models_gets_hoeffdings_interval():
 
 @pytest.mark.extended  # imports torch, loads digits and evaluates a network: seconds
 def test_build_record_keeps_the_test_count_it_measured():
+    import torch
+
     from defenses._common import build_record
     from dpaudit.data import load_dataset, make_splits
     from dpaudit.models import build_model
@@ -189,3 +208,49 @@ def test_the_compare_matrix_writes_the_accuracy_loss_in_percentage_points(tmp_pa
     assert str(loss["dpsgd-target_epsilon=1"]) == "5.0\u00a0pp" and float(loss["dpsgd-target_epsilon=1"]) == 0.05
     advantage = {r[0]: r[columns.index("advantage")] for r in rows}
     assert str(advantage["dpsgd-target_epsilon=1"]) == "15.0%"  # a share, like every rate of the page
+
+
+def test_the_certified_comparison_draws_each_certified_accuracy_with_its_clopper_pearson_bar(tmp_path):
+    from reports.certified import comparison_figure, load_certified_runs
+    from tests.reports.figure_runs import build_certified_run
+
+    runs = load_certified_runs(build_certified_run(tmp_path / "run"))
+    fig = comparison_figure(runs)
+    containers = fig.axes[0].containers
+    assert len(containers) == sum(len(r.certificates) for r in runs)
+    for run in runs:
+        for name, cert in run.certificates.items():
+            (bars,) = [
+                c for c in containers if run.summary.model_id in c.get_label() and c.get_label().endswith(f": {name}")
+            ]
+            counts = cert.num_certified(run.curve_radii)
+            for seg, k in zip(bars.lines[2][0].get_segments(), counts, strict=True):
+                lo, hi = _cp(int(k), cert.num_points)
+                assert (seg[0][1], seg[1][1]) == pytest.approx((lo, hi), abs=1e-9)
+    # Offset curves do not shrink the axes to the one radius near 0 (their transform is not the data's).
+    assert fig.axes[0].get_xlim()[1] >= max(max(r.curve_radii) for r in runs)
+
+
+def test_accuracy_against_epsilon_is_a_figure_only_with_a_curve_and_draws_its_intervals():
+    from reports.certified_figures import AccuracyEpsilonRow, accuracy_epsilon_figure
+
+    def row(eps: float, correct: int) -> AccuracyEpsilonRow:
+        lo, hi = _cp(correct, 360)
+        return AccuracyEpsilonRow(
+            defense="dpsgd",
+            model_id=f"m{eps:g}",
+            epsilon=eps,
+            delta=1e-5,
+            conventional_accuracy=correct / 360,
+            source="record test accuracy",
+            num_points=360,
+            correct=correct,
+            ci_low=lo,
+            ci_high=hi,
+        )
+
+    assert accuracy_epsilon_figure([row(1.0, 300)]) is None  # one model: one point, the table's
+    fig = accuracy_epsilon_figure([row(1.0, 300), row(4.0, 330)])
+    (bars,) = fig.axes[0].containers
+    ends = [e for s in bars.lines[2][0].get_segments() for e in (s[0][1], s[1][1])]
+    assert ends == pytest.approx([*_cp(300, 360), *_cp(330, 360)])
