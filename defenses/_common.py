@@ -150,6 +150,12 @@ def build_record(
         )
         metrics["test_accuracy_draws"] = PREDICTION_DRAWS
     metrics["train_seconds"] = time.monotonic() - started
+    if len(bundle.test) and "test_accuracy" not in (extra_metrics or {}):
+        # The counts behind the test accuracy, for its Clopper–Pearson interval on the pages: a share of
+        # float32 means over n 0/1 outcomes rounds back to its count exactly.
+        n = len(bundle.test.labels)
+        metrics["test_examples"] = n
+        metrics["test_correct"] = round(float(metrics["test_accuracy"]) * n)  # type: ignore[arg-type]
     metrics.update(extra_metrics or {})
     return TrainedModel(
         model_id=model_id_for(request, defense=defense),

@@ -428,7 +428,12 @@ def audit_section(
     blocks.append(Text(text=gap_sentence(result)))
     blocks.append(bounds_table(result))
     blocks.append(
-        Figure(figure=bounds_figure(result), name="bounds", caption="The audit on one line. " + bounds_caption(result))
+        Figure(
+            figure=bounds_figure(result),
+            name="bounds",
+            caption="The audit on one line; the bars are the gap between ε_LB and ε_UB. " + bounds_caption(result),
+            empty="no finite ε_UB and no ceiling to set ε_LB against (the table above gives it)",
+        )
     )
     epsilons = dict(result.epsilon_ub_by_accountant) or (
         {result.accountant: result.epsilon_ub} if math.isfinite(result.epsilon_ub) else {}

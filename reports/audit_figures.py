@@ -38,7 +38,6 @@ from reports.figures import (
     new_figure,
     plain_log_ticks,
     style,
-    zero_and_log_axes,
 )
 
 __all__ = [
@@ -50,6 +49,7 @@ __all__ = [
     "LAST_ITERATE_MEANING",
     "bounds_figure",
     "bounds_caption",
+    "gap_segments",
 ]
 
 
@@ -238,17 +238,57 @@ def _last_iterate(result: AuditResult) -> float | None:
 LAST_ITERATE_MEANING = "exact for linear losses; a heuristic, not an upper bound, for others"
 
 
-def bounds_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFigure:
-    """The audit's ε on one number line: ε_LB, the ceiling, the last-iterate ε and ε_UB.
+#: The colours of the audit gap's pieces on the bounds figure (Okabe–Ito, apart from the markers' own).
+_GAP_COLOURS = {"attack": "#56B4E9", "size": "#BBBBBB", "violation": "#D55E00"}
+
+
+def gap_segments(result: AuditResult) -> list[tuple[str, float, float, str]]:
+    """The pieces of the audit's ε axis the bounds figure draws as bars: (key, from, to, legend label).
+
+    * "violation": ε_LB above a finite ε_UB — the stretch by which the evidence breaks the claim;
+    * "attack": from ε_LB up to the nearer of ε_UB and the ceiling — what the attack leaves;
+    * "size": from the ceiling up to ε_UB, when the ceiling is below it — what no attack of this
+      audit's size could show.
+
+    Pieces of no length are left out; an audit with none (no finite ε_UB and no ceiling) has only
+    ε_LB to show, a number the table gives.
+    """
+    ub, lb, ceiling = result.epsilon_ub, result.epsilon_lb, result.ceiling
+    finite_ub = math.isfinite(ub)
+    out: list[tuple[str, float, float, str]] = []
+    if finite_ub and lb > ub:
+        out.append(("violation", ub, lb, "ε_LB above ε_UB: the claim is broken"))
+        return out
+    tops = [(x, name) for x, name in ((ub if finite_ub else None, "ε_UB"), (ceiling, "ceiling")) if x is not None]
+    tops = [(x, name) for x, name in tops if math.isfinite(x)]
+    if tops and min(tops)[0] > lb:
+        top, name = min(tops)
+        out.append(("attack", lb, top, f"left by the attack (ε_LB to {name})"))
+    if ceiling is not None and finite_ub and max(ceiling, lb) < ub:
+        out.append(("size", max(ceiling, lb), ub, "beyond this audit's size (ceiling to ε_UB)"))
+    return out
+
+
+def bounds_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFigure | None:
+    """The audit's ε on one number line: ε_LB, the ceiling, the last-iterate ε and ε_UB, and the gap between them.
 
     ε_UB is the accountant's bound on every model the training released; the last-iterate ε
     (Steinke et al. 2024, "The Last Iterate Advantage") is the final model's exact ε if the
     losses were linear, and only a heuristic for other losses, drawn where the result holds it;
-    the ceiling is the largest ε_LB the audit's size allows; ε_LB is the evidence. The line is
-    log-scaled when the positive values span a decade or more; ε_LB = 0 is a marker at 0 in a
-    narrow panel of its own ("no evidence"), never at an arbitrary left edge of a log axis.
-    Bounds are labelled their safe way: ε_UB rounded up, ε_LB and the ceiling down.
+    the ceiling is the largest ε_LB the audit's size allows; ε_LB is the evidence. The gap is
+    drawn as bars of real extent (:func:`gap_segments`): what the attack leaves, what the audit's
+    size hides, or by how much the evidence breaks the claim. The line is log-scaled when ε_LB > 0
+    and the values span a decade or more; ε_LB = 0 keeps it linear, so that 0 is on it, marked
+    "no evidence" — never an arbitrary left edge of a log axis. Bounds are labelled their safe way:
+    ε_UB rounded up, ε_LB and the ceiling down.
+
+    Returns:
+        The figure, or ``None`` when the audit has nothing but ε_LB to place (no finite ε_UB, no
+        ceiling): one number is the table's, not an axes'.
     """
+    segments = gap_segments(result)
+    if not segments:
+        return None
     values: list[tuple[str, float, str]] = []
     if math.isfinite(result.epsilon_ub):
         values.append(("epsilon_ub", result.epsilon_ub, f"ε_UB {eps_ub_text(result.epsilon_ub)} ({result.accountant})"))
@@ -257,49 +297,37 @@ def bounds_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFigure:
         values.append(("epsilon_last_iterate", last, f"last-iterate ε {eps_text(last)}\n({LAST_ITERATE_MEANING})"))
     if result.ceiling is not None:
         values.append(("ceiling", result.ceiling, f"ceiling {eps_lb_text(result.ceiling)}"))
-    lb_label = f"ε_LB {eps_lb_text(result.epsilon_lb)} ({result.confidence:.0%})"
-    positive = [x for _, x, _ in values if x > 0] + ([result.epsilon_lb] if result.epsilon_lb > 0 else [])
-    log = bool(positive) and max(positive) / min(positive) >= 10
-    zero = None
-    if ax is None and result.epsilon_lb <= 0 and positive:
-        fig = new_figure((7.4, 2.3))
-        zero, ax = zero_and_log_axes(fig, zero_label="0\nno evidence")
-        if not log:
-            ax.set_xscale("linear")
-    else:
-        fig, ax = new_axes(ax, size=(7.4, 2.3))
-        if log:
-            ax.set_xscale("log")
-            plain_log_ticks(ax.xaxis)
+    lb = result.epsilon_lb
+    lb_label = f"ε_LB {eps_lb_text(lb)} ({result.confidence:.0%})" + (": no evidence" if lb <= 0 else "")
+    positive = [x for _, x, _ in values if x > 0] + ([lb] if lb > 0 else [])
+    log = lb > 0 and max(positive) / min(positive) >= 10
+    fig, ax = new_axes(ax, size=(7.4, 2.3))
+    if log:
+        ax.set_xscale("log")
+        plain_log_ticks(ax.xaxis)
+    for key, lo, hi, label in segments:
+        ax.plot(
+            [lo, hi],
+            [0.0, 0.0],
+            color=_GAP_COLOURS[key],
+            linewidth=9,
+            solid_capstyle="butt",
+            alpha=0.8,
+            label=label,
+            zorder=2,
+        )
     looks = Looks()
     for key, x, label in values:
         ax.plot([x], [0.0], **looks.method(key, linestyle="none"), markersize=10, label=label, zorder=3)
-    lb_panel = ax if result.epsilon_lb > 0 or zero is None else zero
-    lb_panel.plot(
-        [result.epsilon_lb],
-        [0.0],
-        **looks.method("epsilon_lb", linestyle="none"),
-        markersize=10,
-        label=lb_label if lb_panel is ax else None,
-        zorder=4,
-    )
-    if lb_panel is not ax:
-        ax.plot(
-            [],
-            [],
-            **{**style("epsilon_lb"), "linestyle": "none"},
-            markersize=10,
-            label=f"{lb_label}: no evidence, drawn at 0",
-        )
-    if positive:
-        lo, hi = min(positive), max(positive)
-        ax.set_xlim(lo / 2, hi * 2) if log else ax.set_xlim(
-            0 if zero is None else lo - 0.1 * (hi - lo + 1), hi * 1.1 + 0.05
-        )
-    for panel in (ax, zero) if zero is not None else (ax,):
-        panel.set_ylim(-1, 1)
-        panel.set_yticks([])
-        panel.axhline(0.0, color="#999999", linewidth=0.8, zorder=1)
+    ax.plot([lb], [0.0], **looks.method("epsilon_lb", linestyle="none"), markersize=10, label=lb_label, zorder=4)
+    lo, hi = min(positive + [lb]), max(positive + [lb])
+    if log:
+        ax.set_xlim(lo / 2, hi * 2)
+    else:
+        pad = 0.08 * (hi - min(lo, 0.0)) + 0.02
+        ax.set_xlim(min(lo, 0.0) - pad, hi + pad)
+    ax.set_ylim(-1, 1)
+    ax.set_yticks([])
     ax.set_xlabel(f"ε at δ = {result.delta:g}" + (" (log scale)" if log else ""))
     legend_outside(ax)
     return fig

@@ -375,8 +375,9 @@ def certified_sections(
         ],
         caption=(
             "A certified model's accuracy is its own certificate's classifier's, with its count and "
-            f"{ACCURACY_CONFIDENCE:.0%} Clopper–Pearson interval; a record stores its test accuracy "
-            "without the test-set size, so an uncertified record's accuracy has no interval (—)."
+            f"{ACCURACY_CONFIDENCE:.0%} Clopper–Pearson interval; an uncertified record's is its test accuracy, "
+            "over the test-set size the record keeps beside it — a record stored before that size was kept "
+            "has no interval (—)."
         ),
     )
     sections.append(

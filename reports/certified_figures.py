@@ -25,6 +25,7 @@ from dpaudit.results.certified_numbers import ACCURACY_CONFIDENCE, counted_accur
 from dpaudit.results.certify_summary import (
     UNNAMED_PREDICTION_RULE,
 )
+from dpaudit.results.record_accuracy import counted_test_accuracy
 from reports.certified_runs import CertifiedRun
 from reports.figures import Looks, legend_outside, new_axes, setting_looks
 
@@ -235,18 +236,36 @@ def comparison_figure(
     fig, ax = new_axes(ax, size=(8.0, 4.2))
     models = setting_looks([(run.summary.model_id, run.summary.defense) for run in runs if run.certificates])
     looks = Looks()
-    for run, name, cert in curves:
+    n = len(curves)
+    for i, (run, name, cert) in enumerate(curves):
         own = name != "smoothing" or run.summary.mechanism == "smoothing"
         st = looks.take(**{**models[run.summary.model_id], "linestyle": "-" if own else ":"})
         if not own:
             st["markerfacecolor"] = "white"
-        ax.plot(
+        acc = cert.certified_accuracy(run.curve_radii)
+        extra: dict[str, Any] = {}
+        if n > 1:
+            # Curves often certify alike: each is offset a few points sideways (display space, the data stay
+            # exact) so that its interval bars stay apart from the others'; the caption says so.
+            dodge = ScaledTranslation((i - (n - 1) / 2) * DODGE_POINTS / 72, 0, fig.dpi_scale_trans)
+            extra["transform"] = ax.transData + dodge
+        ax.errorbar(
             run.curve_radii,
-            cert.certified_accuracy(run.curve_radii),
+            acc,
+            # Each certified accuracy is a count of the certified test points: its Clopper–Pearson interval.
+            yerr=_interval_bars(cert.num_certified(run.curve_radii), cert.num_points, acc),
             **st,
+            elinewidth=0.8,
+            capsize=0,
             label=f"{run.label} [{run.summary.model_id}]: {name}",
             gid=f"certified:{'own certificate' if own else 'randomized smoothing of a noise layer'}",
+            **extra,
         )
+    # An offset curve does not widen the data limits (its transform is not the data's): the radii set them.
+    radii = np.concatenate([np.asarray(run.curve_radii, dtype=float) for run, _, _ in curves])
+    lo, hi = float(radii.min()), float(radii.max())
+    pad = 0.05 * (hi - lo) if hi > lo else 0.05
+    ax.set_xlim(lo - pad, hi + pad)
     ax.set_xlabel("perturbation radius")
     ax.set_ylabel("certified accuracy")
     ax.set_ylim(-0.02, 1.02)
@@ -265,11 +284,20 @@ def comparison_caption(fig: MplFigure | None) -> str:
         if words not in looks.setdefault(kind, []):
             looks[kind].append(words)
     said = "; ".join(f"{kind}: {' or '.join(w)}" for kind, w in looks.items())
-    return (
+    curves = _curves(fig.axes[0], "certified")
+    text = (
         "Certified accuracy against radius, from radius 0 (the conventional accuracy of the certified "
         f"classifier): colour and marker name the model ({said}). A smoothing model's CERTIFY is its own "
         "certificate."
     )
+    if any(isinstance(a, ErrorbarContainer) for _, a in curves):
+        text += f" Vertical bars: {ACCURACY_CONFIDENCE:.0%} Clopper–Pearson intervals of each certified count."
+    if _offset(fig.axes[0], curves):
+        text += (
+            f" Curves are offset sideways by {DODGE_POINTS:g} pt from one another so that their bars stay apart; "
+            "each point belongs at the radius below it."
+        )
+    return text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -282,7 +310,7 @@ class AccuracyEpsilonRow:
         conventional_accuracy: of the classifier ``source`` names.
         source: where the accuracy comes from, with its prediction rule in words.
         num_points, correct: the count behind the accuracy, where it is known (a certified model's:
-            its certificate's test points; a record stores no test-set size).
+            its certificate's test points; a record's: its test set, where the record holds its size).
         ci_low, ci_high: its 95 % Clopper–Pearson interval, where the count is known.
     """
 
@@ -317,7 +345,13 @@ def accuracy_epsilon_rows(records: Sequence[TrainedModel], runs: Sequence[Certif
         if not isinstance(acc, (int, float)):
             continue
         primary = run.primary_certificate() if run is not None else None
-        ci = counted_accuracy(primary.num_correct, primary.num_points) if primary is not None else None
+        if primary is not None:
+            ci = counted_accuracy(primary.num_correct, primary.num_points)
+        elif run is None and (est := counted_test_accuracy(rec.metrics)) is not None and est.count is not None:
+            # The record's own test accuracy, over the test-set size build_record stores beside it.
+            ci = counted_accuracy(est.count, int(est.total or 0))
+        else:
+            ci = None
         rows.append(
             AccuracyEpsilonRow(
                 defense=rec.defense,
@@ -348,14 +382,32 @@ def _record_rule(rec: TrainedModel) -> str:
 
 
 def accuracy_epsilon_figure(rows: Sequence[AccuracyEpsilonRow], *, ax: Axes | None = None) -> MplFigure | None:
-    """Conventional accuracy against the training data's DP ε, one line per defense (``None`` without rows)."""
-    if not rows:
+    """Conventional accuracy against the training data's DP ε, one line per defense, with each accuracy's 95 %
+    Clopper–Pearson interval as a vertical bar where its count is known.
+
+    Returns:
+        The figure, or ``None`` without rows or when no defense has two models (every series would
+        be one point: the table beside it reads better than an axes of single markers).
+    """
+    by_defense = {
+        d: sorted((r for r in rows if r.defense == d), key=lambda r: r.epsilon) for d in {r.defense for r in rows}
+    }
+    if not any(len({r.epsilon for r in pts}) > 1 for pts in by_defense.values()):
         return None
     fig, ax = new_axes(ax, size=(7.0, 4.0))
     looks = Looks()
-    for defense in sorted({r.defense for r in rows}):
-        pts = sorted((r.epsilon, r.conventional_accuracy) for r in rows if r.defense == defense)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], **looks.method(defense), label=defense)
+    for defense in sorted(by_defense):
+        pts = by_defense[defense]
+        xs, ys = [r.epsilon for r in pts], [r.conventional_accuracy for r in pts]
+        st = looks.method(defense)
+        bars = [(r.ci_low, r.ci_high) for r in pts if r.ci_low is not None and r.ci_high is not None]
+        if len(bars) == len(pts):
+            yerr = np.array([[max(0.0, y - lo) for y, (lo, _) in zip(ys, bars, strict=True)],
+                             [max(0.0, hi - y) for y, (_, hi) in zip(ys, bars, strict=True)]])  # fmt: skip
+            ax.errorbar(xs, ys, yerr=yerr, **st, elinewidth=0.8, capsize=0, label=defense)
+        else:
+            # No count for some accuracy (a record stored before counts were kept): no bar pretends to one.
+            ax.plot(xs, ys, **st, label=defense)
     ax.set_xscale("log")
     ax.set_xlabel("DP ε of the training data")
     ax.set_ylabel("conventional accuracy")

@@ -20,11 +20,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
+from matplotlib.ticker import PercentFormatter
 
 from dpaudit.privacy.audit_stats import advantage_ceiling
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, load_comparison
@@ -32,18 +33,16 @@ from dpaudit.results.grid_verdicts import compare_verdict
 from dpaudit.store import RunDir, atomic_write_json, atomic_write_text
 from reports.compare_matrix import _csv, _matrix_tables, _membership_table, _strongest, matrix_rows
 from reports.figures import (
-    FONT_PT,
     Looks,
     colour,
     legend_outside,
     new_axes,
-    new_figure,
     plain_log_ticks,
     rate_text,
     setting_looks,
-    zero_and_log_axes,
 )
 from reports.kinds import REPORT_KINDS, Page, ReportKind
+from reports.numbers import fmt_percent
 from reports.render import Figure, Items, Section, WrittenReport, write_report_files
 from reports.verdict_box import verdict_section
 
@@ -133,14 +132,18 @@ def _finish(ax: Axes, *, xlabel: str, ylabel: str, title: str) -> None:
     legend_outside(ax)
 
 
-def _utility_axes(ax: Axes | None) -> tuple[MplFigure, Axes | None, Axes]:
-    """(figure, zero panel or None, log panel): a panel at ε = 0 when the figure is ours to lay out."""
-    if ax is not None:
-        fig, main = new_axes(ax)
-        return fig, None, main
-    fig = new_figure((8.0, 4.4))
-    zero, main = zero_and_log_axes(fig, zero_label="ε_LB = 0\nno evidence")
-    return fig, zero, main
+def _drawn_as_curve(result: ComparisonResult, private: Sequence[ComparisonRow]) -> bool:
+    """Whether the privacy-utility figure has a curve to draw: a family of two settings or more (its line through
+    their ε_UB), or a Pareto front of two points. Otherwise every series would be one point, which a table reads
+    better than an axes."""
+    if any(len(rows) > 1 for _, rows in _family_curves(result, private)):
+        return True
+    return len(_pareto([(r.epsilon_ub_best, r.test_accuracy) for r in private])) > 1
+
+
+def _percent_axis(axis: Any) -> None:
+    """Accuracies on the axis as percentages, as every rate of the page is written."""
+    axis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=None))
 
 
 def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
@@ -149,14 +152,15 @@ def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) 
     Each family's settings are joined (solid through ε_UB, dashed through the positive ε_LB);
     the non-private baseline (ε = ∞) is a horizontal line; the Pareto front over the ε_UB points
     is drawn thick and grey behind them; error bars are the accuracy's spread over the repeats.
-    ε_LB = 0 (no attack showed anything) has no place on a log axis: it is drawn at 0 in a
-    narrow panel of its own, "no evidence" — never at an arbitrary left edge, never joined to
-    the log axis (with an ``ax`` given, it is said in a note on the axes instead).
+    ε_LB = 0 (no attack showed anything) has no place on a log axis: the settings it holds for are
+    named in the caption (their accuracy is at their filled ε_UB marker), never drawn at an
+    arbitrary left edge. With no curve to draw (every family one setting, no Pareto front of two
+    points) there is no figure: the matrix above holds each setting's accuracy and ε.
     """
     private = [r for r in result.rows if r.epsilon_ub and math.isfinite(r.epsilon_ub_best)]
-    if not private:
+    if not private or not _drawn_as_curve(result, private):
         return None
-    fig, zero, ax = _utility_axes(ax)
+    fig, ax = new_axes(ax, size=(8.0, 4.4))
     looks = _looks(private)
     for _family, rows in _family_curves(result, private):
         line = looks[rows[0].label].color  # the family's darkest shade
@@ -178,7 +182,6 @@ def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) 
             alpha=0.7,
             zorder=1,
         )
-    nothing = []
     for r in private:
         lk = looks[r.label]
         # The legend entry is the marker alone; a bar is drawn (unlabelled) only where the repeats spread, so the
@@ -203,12 +206,10 @@ def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) 
                 capsize=3,
                 zorder=3,
             )
-        where = ax if r.epsilon_lb > 0 else zero
-        if where is None:
-            nothing.append(r.label)
+        if r.epsilon_lb <= 0:
             continue
-        where.plot(
-            [r.epsilon_lb if r.epsilon_lb > 0 else 0.0],
+        ax.plot(
+            [r.epsilon_lb],
             [r.test_accuracy],
             color=lk.color,
             marker=lk.marker,
@@ -231,33 +232,32 @@ def privacy_utility_figure(result: ComparisonResult, *, ax: Axes | None = None) 
             label="Pareto front (ε_UB)",
         )
     base = result.row(result.baseline)
-    for a in (ax, zero) if zero is not None else (ax,):
-        a.axhline(
-            base.test_accuracy,
-            color=colour("nonprivate"),
-            linestyle=":",
-            linewidth=1.5,
-            label=f"non-private baseline ({base.test_accuracy:.3f})" if a is ax else None,
-        )
-    if nothing:
-        ax.text(
-            0.01,
-            0.02,
-            "ε_LB = 0 (no evidence): " + ", ".join(nothing),
-            transform=ax.transAxes,
-            fontsize=FONT_PT,
-            va="bottom",
-        )
-    if zero is not None:
-        zero.set_ylabel("test accuracy")
-        zero.grid(True, axis="y", alpha=0.3)
+    ax.axhline(
+        base.test_accuracy,
+        color=colour("nonprivate"),
+        linestyle=":",
+        linewidth=1.5,
+        label=f"non-private baseline ({fmt_percent(base.test_accuracy)})",
+    )
+    # The settings without evidence (ε_LB = 0) are named in the caption (:func:`_no_evidence_note`): a note on the
+    # axes would sit on the markers.
+    ax.margins(y=0.12)  # no marker on the frame
+    _percent_axis(ax.yaxis)
     _finish(
         ax,
         xlabel=f"ε > 0 (δ = {result.delta:g}, log scale); ε_LB at {result.confidence:.0%} confidence",
-        ylabel="" if zero is not None else "test accuracy",
+        ylabel="test accuracy",
         title="Privacy–utility: accuracy against the guarantee (ε_UB) and the evidence (ε_LB)",
     )
     return fig
+
+
+def _no_evidence_note(result: ComparisonResult) -> str:
+    """The privacy-utility caption's sentence naming the settings whose attacks showed nothing (no hollow marker)."""
+    nothing = [r.label for r in result.rows if r.epsilon_ub and math.isfinite(r.epsilon_ub_best) and r.epsilon_lb <= 0]
+    if not nothing:
+        return ""
+    return f" No evidence (ε_LB = 0), so no hollow marker: {', '.join(nothing)}."
 
 
 def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
@@ -305,6 +305,7 @@ def advantage_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mpl
     if base.membership:
         ax.axhline(_advantage(base), color=colour("nonprivate"), linestyle=":", label="non-private baseline")
     ax.set_ylim(-0.03, 1.05)  # an advantage of 0 is drawn whole, not on the frame
+    _percent_axis(ax.yaxis)
     _finish(
         ax,
         xlabel=f"ε_UB (δ = {result.delta:g})",
@@ -350,6 +351,7 @@ def vulnerable_figure(result: ComparisonResult, *, ax: Axes | None = None) -> Mp
     ax.axvline(fpr, color=colour("chance"), linestyle=":", label=f"chance (TPR = FPR = {rate_text(fpr)})")
     ax.set_yticks(y, [r.label for r in rows])
     ax.invert_yaxis()
+    _percent_axis(ax.xaxis)
     ax.set_xlabel(f"TPR at {fpr:.0%} FPR (strongest attack of each row)")
     ax.set_title("Average vs most vulnerable samples")
     legend_outside(ax)
@@ -420,13 +422,19 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
                         "Accuracy against ε, one colour and marker per setting (a family's "
                         "settings share a hue, dark to light): filled markers at ε_UB, hollow "
                         "at ε_LB; "
-                        "a setting whose attacks showed nothing (ε_LB = 0) is drawn at 0 in the "
-                        "narrow 'no evidence' panel, not on the log axis; the family's line is solid "
+                        "a setting whose attacks showed nothing (ε_LB = 0) has no hollow marker (0 is not on "
+                        "the log axis); the family's line is solid "
                         "through its ε_UB points and dashed through its ε_LB points. The grey band, where "
                         "two or more settings make one, is the Pareto front over ε_UB. Error bars, where "
-                        "drawn, are the accuracy's spread over the repeats."
+                        "drawn, are the accuracy's spread over the repeats." + _no_evidence_note(result)
                     ),
-                    empty="no row has a finite ε_UB",
+                    empty=(
+                        "no row has a finite ε_UB"
+                        if not any(r.epsilon_ub and math.isfinite(r.epsilon_ub_best) for r in result.rows)
+                        else "no curve to draw: no family has two settings with a finite ε_UB and no setting "
+                        "trades accuracy for ε against another, so each would be one point; the matrix above "
+                        "gives every setting's accuracy, ε_UB and ε_LB"
+                    ),
                 ),
                 Figure(
                     figure=advantage_figure(result),

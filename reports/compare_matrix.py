@@ -24,6 +24,8 @@ from reports.numbers import (
     epsilon_cell,
     epsilon_lb_cell,
     epsilon_ub_cell,
+    fmt_percent,
+    fmt_percent_upper_bound,
     fmt_rate,
     fmt_upper_bound,
     percent_cell,
@@ -62,13 +64,29 @@ def _tpr(m: PooledMeasures | None, fpr: str) -> Any:
     if isinstance(tpr, (int, float)) and isinstance(members, int) and members > 0:
         # A share of the members, with its counts; the stored rate stays the cell's value (the CSV).
         return Shown(float(tpr), fmt_rate(round(float(tpr) * members), members))
-    return _num(tpr)
+    # A result stored without its member count: the rate alone, still a percentage like every rate of the page.
+    return _pct(tpr)
 
 
 def _pct(x: Any, cell: Any = percent_cell) -> Any:
     """An accuracy as a percentage (its value kept for the CSV), missing as an em dash; ``cell`` rounds a bound its safe
     way."""
     return cell(float(x)) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else _num(x)
+
+
+def _points(x: Any) -> Any:
+    """A difference of accuracies (the accuracy loss) in percentage points: 0.05 → "5.0 pp" (value kept for the CSV).
+
+    The page writes every rate as a percentage; a loss written 0.05 beside an accuracy of 95.0% mixes the two.
+    """
+    if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x):
+        return _num(x)
+    return Shown(float(x), f"{fmt_percent(float(x)).rstrip('%')}\u00a0pp")  # no break between number and unit
+
+
+def _share(x: Any) -> Any:
+    """A rate that is no accuracy (an advantage TPR − FPR) as a percentage, like every rate of the page."""
+    return _pct(x) if x is not None else _DASH
 
 
 def _num(x: Any, digits: int = 3) -> Any:
@@ -160,8 +178,8 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
             r.label,
             r.defense,
             _pct(r.test_accuracy),
-            _num(r.test_accuracy_std),
-            _num(r.accuracy_loss),
+            _points(r.test_accuracy_std),
+            _points(r.accuracy_loss),
             ub_cell,
             epsilon_cell(r.epsilon_last_iterate),
             epsilon_lb_cell(r.epsilon_lb),
@@ -170,8 +188,11 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
         cells += [attack or _DASH, _num(None if m is None else m.auc)]
         cells += [_tpr(m, f) for f in fprs]
         cells += [
-            _num(None if m is None else m.advantage),
-            Shown(_ceiling(ub, result.delta), fmt_upper_bound(_ceiling(ub, result.delta))) if r.epsilon_ub else 1.0,
+            _share(None if m is None else m.advantage),
+            # The ceiling is an upper bound on a share: a percentage rounded up, like the advantage beside it.
+            Shown(_ceiling(ub, result.delta), fmt_percent_upper_bound(_ceiling(ub, result.delta)))
+            if r.epsilon_ub
+            else Shown(1.0, fmt_percent(1.0)),
             _num(r.inversion_top1),
         ]
         cells += [_pct(r.robust_accuracy.get(f"{x:g}"), percent_ub_cell) for x in result.radii]
@@ -268,7 +289,7 @@ def _membership_table(result: ComparisonResult) -> list[Table]:
                     r.label,
                     attack,
                     _num(m.auc),
-                    _num(m.advantage),
+                    _share(m.advantage),
                     *(_tpr(m, f) for f in fprs),
                     epsilon_lb_cell(m.epsilon_lb),
                     _counts(m),
@@ -414,6 +435,7 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
                 f"against the non-private baseline ({result.baseline}). ε_LB is the best "
                 "over every attack "
                 f"and repeat, valid jointly at {result.confidence:.0%} (Bonferroni); "
+                "Rates are percentages and the accuracy loss and spread percentage points (pp); "
                 "membership attacks' ε_LB are Clopper–Pearson bounds, which assume "
                 "nothing of the "
                 "trade-off curve, and an audit's names its own assumption; the "

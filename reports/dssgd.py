@@ -17,15 +17,24 @@ import math
 from pathlib import Path
 from typing import Any
 
+from matplotlib import patheffects
 from matplotlib.figure import Figure as MplFigure
+from matplotlib.ticker import PercentFormatter
 
 from dpaudit.parts import record_report_kind
 from dpaudit.results import TrainedModel, load_record
+from dpaudit.results.membership_rates import Estimate
+from dpaudit.results.record_accuracy import (
+    NO_COUNT_REASON,
+    counted_test_accuracy,
+    mean_accuracy_estimate,
+    stored_test_examples,
+)
 from dpaudit.results.verdicts import Verdict, claim_text, record_delta
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import Looks, finish_axes, new_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent, percent_cell
+from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent, interval_cell, percent_cell
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, write_report_files
 from reports.train import config_items, metrics_table, record_table
 from reports.verdict_box import verdict_section, with_status
@@ -64,14 +73,51 @@ _SHOWN = (
 )
 
 
+def _estimates(record: TrainedModel) -> dict[str, Estimate | None]:
+    """Each accuracy of the table with its 95% interval, ``None`` where the record holds no count for it.
+
+    The federation's and the centralised model's accuracies are counts of the whole test set
+    (Clopper–Pearson); the standalone one is a mean over participants scored on that same test
+    set (Hoeffding, valid whatever their errors share); the local models' mean is over a subset
+    whose size the record does not hold.
+    """
+    m = record.metrics
+    n = stored_test_examples(m)
+    alone = m.get("standalone_test_accuracy")
+    return {
+        "test_accuracy": counted_test_accuracy(m),
+        "centralised_test_accuracy": counted_test_accuracy(m, "centralised_test_accuracy"),
+        "standalone_test_accuracy": mean_accuracy_estimate(float(alone), n)
+        if n is not None and isinstance(alone, (int, float))
+        else None,
+        "local_test_accuracy_mean": None,
+    }
+
+
+def _accuracy_cell(record: TrainedModel, key: str, estimates: dict[str, Estimate | None]) -> Any:
+    """The accuracy with its interval, or the bare share and why it has none."""
+    est = estimates.get(key)
+    if est is not None:
+        return interval_cell(est)
+    x = float(record.metrics[key])
+    why = (
+        "no interval: the number of test examples the local models were scored on is not stored"
+        if key == "local_test_accuracy_mean"
+        else NO_COUNT_REASON
+    )
+    return Shown(x, f"{fmt_percent(x)} ({why})")
+
+
 def accuracy_table(record: TrainedModel) -> Table:
-    """The federation's test accuracy beside standalone, centralised, the participants' local models and chance."""
+    """The federation's test accuracy beside standalone, centralised, the participants' local models and chance, each
+    estimated accuracy with its 95% interval."""
     m = record.metrics
     n = record.config.get("participants")
+    est = _estimates(record)
     rows: list[list[Any]] = [
         [
             "federation (global model)",
-            percent_cell(m.get("test_accuracy")),
+            _accuracy_cell(record, "test_accuracy", est) if m.get("test_accuracy") is not None else "—",
             "the server's parameters after the last round",
         ]
     ]
@@ -84,7 +130,7 @@ def accuracy_table(record: TrainedModel) -> Table:
         rows.append(
             [
                 "standalone (each participant alone)",
-                percent_cell(m["standalone_test_accuracy"]),
+                _accuracy_cell(record, "standalone_test_accuracy", est),
                 f"mean over {n} participants{spread}",
             ]
         )
@@ -92,7 +138,7 @@ def accuracy_table(record: TrainedModel) -> Table:
         rows.append(
             [
                 "centralised (all data pooled)",
-                percent_cell(m["centralised_test_accuracy"]),
+                _accuracy_cell(record, "centralised_test_accuracy", est),
                 "the same model trained on the union of the partitions",
             ]
         )
@@ -100,7 +146,7 @@ def accuracy_table(record: TrainedModel) -> Table:
         rows.append(
             [
                 "participants' final local models",
-                percent_cell(m["local_test_accuracy_mean"]),
+                _accuracy_cell(record, "local_test_accuracy_mean", est),
                 "mean; each downloaded the global parameters",
             ]
         )
@@ -112,10 +158,14 @@ def accuracy_table(record: TrainedModel) -> Table:
                 "as the run stored it (near_chance flags a federation that did not learn)",
             ]
         )
-    caption = "Test accuracy after the last round" + (
-        "; the baselines were not trained (--no-baselines)." if m.get("standalone_test_accuracy") is None else "."
+    caption = (
+        "Test accuracy after the last round"
+        + ("; the baselines were not trained (--no-baselines). " if m.get("standalone_test_accuracy") is None else ". ")
+        + "In brackets the 95% interval: Clopper–Pearson for one model's count of the test set, Hoeffding's for "
+        "the standalone mean over participants scored on the same test examples (their errors are not "
+        "independent, so no binomial interval holds for it)."
     )
-    return Table(columns=["model", "test accuracy", "what"], rows=rows, caption=caption)
+    return Table(columns=["model", "test accuracy [95% interval]", "what"], rows=rows, caption=caption)
 
 
 def accuracy_figure(record: TrainedModel) -> MplFigure | None:
@@ -137,10 +187,20 @@ def accuracy_figure(record: TrainedModel) -> MplFigure | None:
         return None
     fig, ax = new_axes(size=(7.0, 0.5 + 0.45 * len(shown)))
     looks = Looks()
+    est = _estimates(record)
+    keys = {"federation": "test_accuracy", "centralised": "centralised_test_accuracy"}
     for i, (label, x) in enumerate(shown):
         look = looks.method("dssgd" if i == 0 else label)
         ax.barh(i, x, color=look["color"], height=0.6)
-        ax.text(x, i, f" {fmt_percent(x)}", va="center", fontsize=9.5)
+        e = est.get(keys.get(label, ""))
+        if e is not None:
+            # A count of the test set: its 95% Clopper–Pearson interval as a bar across the end.
+            # A white halo keeps the bar visible over a dark bar (the centralised one is black).
+            halo: list[patheffects.AbstractPathEffect] = [patheffects.withStroke(linewidth=3.2, foreground="white")]
+            bar = ax.errorbar([x], [i], xerr=[[x - e.low], [e.high - x]], color="#222222", capsize=3, linewidth=1.2)
+            for part in (*bar.lines[1], *bar.lines[2]):
+                part.set_path_effects(halo)
+        ax.text(max(x, e.high if e is not None else x), i, f" {fmt_percent(x)}", va="center", fontsize=9.5)
     lo, hi = m.get("standalone_test_accuracy_min"), m.get("standalone_test_accuracy_max")
     if lo is not None and hi is not None and m.get("standalone_test_accuracy") is not None:
         y = [label for label, _ in bars].index("standalone (mean)")
@@ -152,6 +212,7 @@ def accuracy_figure(record: TrainedModel) -> MplFigure | None:
     ax.invert_yaxis()
     ax.set_xlim(0, 1.12)
     ax.set_xlabel("test accuracy")
+    ax.xaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))  # as the labels and the table write it
     finish_axes(ax)
     fig.tight_layout()
     return fig
@@ -227,8 +288,16 @@ def dssgd_verdict(record: TrainedModel) -> Verdict:
     rounds = m.get("run_rounds", c.get("rounds"))
     participants = c.get("participants")
     eps = record.claim.epsilons(delta=delta)
-    versus = [f"{fmt_percent(float(alone))} standalone (mean over participants)"] if alone is not None else []
-    versus += [f"{fmt_percent(float(central))} centralised"] if central is not None else []
+    est = _estimates(record)
+
+    def shown(key: str, x: object) -> str:
+        e = est.get(key)
+        return e.text() if e is not None else fmt_percent(float(x))  # type: ignore[arg-type]
+
+    versus = (
+        [f"{shown('standalone_test_accuracy', alone)} standalone (mean over participants)"] if alone is not None else []
+    )
+    versus += [f"{shown('centralised_test_accuracy', central)} centralised"] if central is not None else []
     lines = []
     if m.get("uploads_per_turn") is not None and m.get("num_parameters"):
         lines.append(
@@ -242,7 +311,9 @@ def dssgd_verdict(record: TrainedModel) -> Verdict:
             "Standalone participants range "
             f"{fmt_percent(m['standalone_test_accuracy_min'])}–{fmt_percent(m['standalone_test_accuracy_max'])}."
         )
-    head = f"{participants} participants, {rounds} rounds: the federation reaches {fmt_percent(acc)} test accuracy" + (
+    fed = counted_test_accuracy(m)
+    shown_acc = fed.text() if fed is not None else fmt_percent(acc)
+    head = f"{participants} participants, {rounds} rounds: the federation reaches {shown_acc} test accuracy" + (
         f" vs {' and '.join(versus)}" if versus else ""
     )
     privacy = f"; {claim_text(eps, delta)}" if eps else "; no DP guarantee (the uploads carry exact parameter changes)"
@@ -291,7 +362,8 @@ def _figure(record: TrainedModel) -> list[Figure]:
         "Test accuracy after the last round: the federation against each "
         "participant alone (bar: mean; black line: lowest to highest "
         "participant), centralised training on the pooled data and the "
-        "participants' final local models; dotted: chance."
+        "participants' final local models; dotted: chance. Capped bars on the federation and centralised "
+        "bars: 95% Clopper–Pearson intervals of their test-set counts (where the record holds the count)."
     )
     return [] if fig is None else [Figure(figure=fig, name="accuracy", caption=caption)]
 

@@ -37,11 +37,13 @@ from dpaudit.results import InversionResult, TrainedModel, load_inversion_result
 from dpaudit.results.inversion import evaluator_check
 from dpaudit.results.membership import tpr_unresolved
 from dpaudit.results.membership_rates import MembershipRates, membership_rates, proportion
+from dpaudit.results.record_accuracy import NO_COUNT_REASON, counted_test_accuracy
 from dpaudit.results.verdicts import Verdict, inversion_verdict, most_severe
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import FONT_PT, PAGE_WIDTH_IN, colour, fit_page, new_axes, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import (
+    Shown,
     epsilon_lb_cell,
     epsilon_ub_cell,
     fmt_percent,
@@ -413,6 +415,15 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
     return [verdict, members]
 
 
+def _record_accuracy_cell(metrics: Mapping[str, object]) -> Any:
+    """The target's test accuracy with its count and Clopper–Pearson interval, or bare and saying why not."""
+    est = counted_test_accuracy(metrics)
+    if est is not None:
+        return interval_cell(est)
+    acc = float(metrics["test_accuracy"])  # type: ignore[arg-type]
+    return Shown(acc, f"{fmt_percent(acc)} ({NO_COUNT_REASON})")
+
+
 def comparison_table(targets: Sequence[InversionTarget], *, confidence: float = 0.95) -> Table:
     """One row per target × attack: claim, the target's accuracy, the evaluator's verdict, membership."""
     rows = []
@@ -429,7 +440,7 @@ def comparison_table(targets: Sequence[InversionTarget], *, confidence: float = 
                 [
                     t.model_id,
                     "—" if eps is None else eps,
-                    "—" if acc is None else percent_cell(float(acc)),
+                    _record_accuracy_cell(t.record.metrics) if t.record is not None and acc is not None else "—",
                     r.attack,
                     _rate(r.top1_correct(), confidence),
                     _rate(r.top5_correct(), confidence),

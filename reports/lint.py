@@ -465,7 +465,8 @@ _RATE_WORDS = (
 )
 _RATE_HEAD = re.compile(rf"\b(?:{_RATE_WORDS})\b", re.IGNORECASE)
 _PERCENT_HEAD = re.compile(r"\(\s*%\s*\)|\bin %|\bpercent\b", re.IGNORECASE)  # "accuracy (%)": the unit
-_PERCENT = re.compile(r"^\s*[<>≤≥~≈]?\s*\d+(?:\.\d+)?\s*%")
+# A percentage, or a difference of percentages in percentage points ("5.0 pp"): the same form.
+_PERCENT = re.compile(r"^\s*[<>≤≥~≈]?\s*[−-]?\d+(?:\.\d+)?\s*(?:%|pp\b)")
 _FRACTION = re.compile(r"^\s*[<>≤≥~≈]?\s*(?:0?\.\d+|1\.0+|0|1)(?![\d.%])")
 # In running text: a rate word, then up to a few words (not another number), then the number.
 _RATE_IN_TEXT = re.compile(

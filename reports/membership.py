@@ -34,12 +34,14 @@ from dpaudit import _validate as v
 from dpaudit.results import DEFAULT_FPRS, MembershipResult, TrainedModel, load_membership_result, load_record
 from dpaudit.results.membership import tpr_unresolved
 from dpaudit.results.membership_rates import (
+    Estimate,
     GeneralisationGap,
     MembershipRates,
     class_breakdown,
     generalisation_gap,
     membership_rates,
 )
+from dpaudit.results.record_accuracy import NO_COUNT_REASON, counted_test_accuracy
 from dpaudit.results.verdicts import Verdict, lowest_resolvable_fpr, membership_verdict, rank_attacks
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import FONT_PT, PAGE_WIDTH_IN, Looks, colour, fit_page, legend_outside, new_axes
@@ -390,7 +392,7 @@ def membership_sections(
     claim_description: str = "",
     delta: float = 1e-5,
     confidence: float = 0.95,
-    target_accuracy: float | None = None,
+    target_accuracy: float | Estimate | None = None,
     gap: GeneralisationGap | None = None,
 ) -> list[Section]:
     """The report's sections: the verdict, the target (generalisation gap, claim ε per accountant), the attacks
@@ -407,12 +409,21 @@ def membership_sections(
     )
     if gap is not None:
         claim.insert(0, gap_table(gap))
+    elif isinstance(target_accuracy, Estimate):
+        claim.insert(
+            0,
+            Text(
+                text=f"Test accuracy of the target: {target_accuracy.text()} ({target_accuracy.confidence:.0%} "
+                "Clopper–Pearson interval; its record holds no train and non-member accuracies, so no "
+                "generalisation gap)."
+            ),
+        )
     elif target_accuracy is not None:
         claim.insert(
             0,
             Text(
                 text=f"Test accuracy of the target: {fmt_percent(target_accuracy)} (its record holds no train and "
-                "non-member accuracies, so no generalisation gap, and no test-set size, so no interval)."
+                f"non-member accuracies, so no generalisation gap; {NO_COUNT_REASON})."
             ),
         )
     sections = [verdict_section(verdict), Section(title="Target: accuracy and privacy claim", blocks=claim)]
@@ -546,7 +557,8 @@ class AttackedTarget:
             directory does not hold the target's record.
         claim_description: the claim's statement.
         delta: the δ of those ε (the record's, else 1e-5).
-        target_accuracy: the target's test accuracy, from its record.
+        target_accuracy: the target's test accuracy, from its record (with its interval where the
+            record holds its count).
         gap: the target's train vs non-member accuracy, from its record (``None`` when it holds neither).
     """
 
@@ -555,7 +567,7 @@ class AttackedTarget:
     epsilons: Mapping[str, float] | None = None
     claim_description: str = ""
     delta: float = 1e-5
-    target_accuracy: float | None = None
+    target_accuracy: float | Estimate | None = None
     gap: GeneralisationGap | None = None
 
 
@@ -567,7 +579,11 @@ def _gap(record: TrainedModel) -> GeneralisationGap | None:
     )
 
 
-def _accuracy(record: TrainedModel) -> float | None:
+def _accuracy(record: TrainedModel) -> float | Estimate | None:
+    """The record's test accuracy: with its interval where the record holds its count, else the bare share."""
+    est = counted_test_accuracy(record.metrics)
+    if est is not None:
+        return est
     acc = record.metrics.get("test_accuracy")
     return float(acc) if isinstance(acc, (int, float)) and not isinstance(acc, bool) else None
 
@@ -607,7 +623,7 @@ def _verdict(
     epsilons: Mapping[str, float] | None,
     delta: float,
     confidence: float,
-    target_accuracy: float | None,
+    target_accuracy: float | Estimate | None,
     gap: GeneralisationGap | None = None,
 ) -> Verdict:
     # The tightest claimed ε is ε_UB; no accountant bounding the claim is ∞, no record in the run unknown.

@@ -26,7 +26,9 @@ from matplotlib.figure import Figure as MplFigure
 from dpaudit import _validate as v
 from dpaudit.parts import record_report_kind
 from dpaudit.privacy.pate.claim import settings_used
+from dpaudit.results.membership_rates import Estimate, proportion
 from dpaudit.results.record import TrainedModel, load_record
+from dpaudit.results.record_accuracy import counted_test_accuracy, mean_accuracy_estimate, stored_test_examples
 from dpaudit.results.verdicts import Verdict, record_delta
 from dpaudit.store import RunDir, load_npz, thaw
 from reports.figures import DASH_CYCLE, MARKER_CYCLE, SERIES_COLOURS, eps_ub_text, legend_outside, new_axes
@@ -143,6 +145,8 @@ class PateRow:
         delta: the record's δ.
         student_accuracy: the student's test accuracy.
         teacher_accuracy_mean: the teachers' mean test accuracy (records that keep it public).
+        test_examples: the test-set size the student's record holds (``None`` for a record stored
+            before it was kept): the count behind the accuracies' intervals.
     """
 
     label: str
@@ -161,6 +165,29 @@ class PateRow:
     delta: float
     student_accuracy: float | None
     teacher_accuracy_mean: float | None
+    test_examples: int | None = None
+
+    def student_estimate(self) -> Estimate | None:
+        """The student's test accuracy with its 95% Clopper–Pearson interval (``None`` without the count)."""
+        if self.student_accuracy is None or self.test_examples is None:
+            return None
+        return counted_test_accuracy({"test_accuracy": self.student_accuracy, "test_examples": self.test_examples})
+
+    def teacher_estimate(self) -> Estimate | None:
+        """The teachers' mean accuracy on the same test set with Hoeffding's 95% interval (their errors are not
+        independent: :func:`~dpaudit.results.record_accuracy.mean_accuracy_estimate`)."""
+        if self.teacher_accuracy_mean is None or self.test_examples is None:
+            return None
+        return mean_accuracy_estimate(float(self.teacher_accuracy_mean), self.test_examples)
+
+    def answer_estimate(self) -> Estimate | None:
+        """The share of answered labels that are correct, with its Clopper–Pearson interval over the answers."""
+        if self.answer_accuracy is None or not self.answered:
+            return None
+        n, share = int(self.answered), float(self.answer_accuracy)
+        if abs(share * n - round(share * n)) > 0.01:
+            return None  # no share of the answers: no interval made up
+        return proportion(round(share * n), n)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,6 +271,7 @@ def pate_rows(runs: Sequence[PateRun]) -> list[PateRow]:
                 delta=r.delta,
                 student_accuracy=m.get("test_accuracy"),
                 teacher_accuracy_mean=m.get("teacher_test_accuracy_mean"),
+                test_examples=stored_test_examples(m),
             )
         )
     return rows
@@ -303,21 +331,26 @@ def accuracy_epsilon_figure(
     """
     # A student without a measured accuracy has no point here (the table says "—").
     points = [
-        (row.epsilon, row.student_accuracy, f"measured: {row.label}", "full")
+        (row.epsilon, row.student_accuracy, f"measured: {row.label}", "full", row.student_estimate())
         for row in rows
         if row.student_accuracy is not None
     ]
-    points += [(pub.epsilon, pub.accuracy, f"published: {pub.label}", "none") for pub in published]
+    points += [(pub.epsilon, pub.accuracy, f"published: {pub.label}", "none", None) for pub in published]
     if len(points) < 2:
         return None
     fig, ax = new_axes(ax, size=(7.5, 4.0))
     # Points that coincide are drawn largest first, so each stays visible around the next.
     seen: dict[tuple[float, float], int] = {}
-    for i, (x, y, label, fill) in enumerate(points):
+    for i, (x, y, label, fill, est) in enumerate(points):
         key = (round(float(x), 6), round(float(y), 6))
         dup = seen.get(key, 0)
         seen[key] = dup + 1
         colour, mark, _ = _look(i)
+        if est is not None:
+            # A measured student's 95% Clopper–Pearson interval (a published row has none to draw).
+            ax.errorbar(
+                [x], [y], yerr=[[y - est.low], [est.high - y]], color=colour, linestyle="none", elinewidth=0.8, zorder=1
+            )
         ax.plot(
             [x],
             [y],
@@ -341,7 +374,8 @@ def accuracy_epsilon_figure(
 def accuracy_epsilon_sentence(rows: Sequence[PateRow], published: Sequence[PublishedRow] = ()) -> str:
     """What the accuracy-against-ε plot would show, in words, when it has fewer than two points."""
     points = [
-        f"{r.label}: ε = {eps_ub_text(r.epsilon)}, test accuracy {_pct(r.student_accuracy)} (measured here)"
+        f"{r.label}: ε = {eps_ub_text(r.epsilon)}, test accuracy "
+        f"{_shown(r.student_estimate(), r.student_accuracy)} (measured here)"
         for r in rows
     ]
     points += [f"{p.label}: ε = {eps_ub_text(p.epsilon)}, accuracy {_pct(p.accuracy)} (published)" for p in published]
@@ -361,6 +395,11 @@ def _eps(x: Any) -> str:
 
 def _pct(x: Any) -> str:
     return fmt_percent(None if x is None else float(x))
+
+
+def _shown(est: Estimate | None, x: Any) -> str:
+    """An accuracy with its count and interval where known, else as a bare percentage."""
+    return est.text() if est is not None else _pct(x)
 
 
 def _fmt(x: Any) -> Any:
@@ -408,9 +447,14 @@ def pate_sections(
             [
                 r.label,
                 # Teachers' accuracy is private since records keep it under private/ (older ones show it).
-                f"{r.teachers}" + ("" if r.teacher_accuracy_mean is None else f" ({_pct(r.teacher_accuracy_mean)})"),
+                f"{r.teachers}"
+                + (
+                    ""
+                    if r.teacher_accuracy_mean is None
+                    else f" ({_shown(r.teacher_estimate(), r.teacher_accuracy_mean)})"
+                ),
                 f"{r.answered} / {r.queries}",
-                _pct(r.answer_accuracy),
+                _shown(r.answer_estimate(), r.answer_accuracy),
                 (
                     f"{_eps(r.epsilon_data_dependent_realised)} ({_eps(r.epsilon_data_dependent_realised_improved)})"
                     if r.epsilon_data_dependent_realised is not None
@@ -418,7 +462,7 @@ def pate_sections(
                 ),
                 _eps(r.epsilon_noisy_estimate) if r.sanitised else "not released",
                 _eps(r.epsilon_data_independent),
-                _pct(r.student_accuracy),
+                _shown(r.student_estimate(), r.student_accuracy),
             ]
             for r in rows
         ],
@@ -435,7 +479,10 @@ def pate_sections(
             "the released ε is its smooth-sensitivity release, a noisy estimate (not a bound). "
             "Each record claims the data-dependent ε unless its statement below "
             "says otherwise. 'label acc.': share of the answered labels that are "
-            "correct."
+            "correct. Accuracies with their 95% interval in brackets: Clopper–Pearson for the student's "
+            "count of the test set and the answered labels, Hoeffding's for the teachers' mean (scored on "
+            "the same test examples, their errors are not independent); none where the record was stored "
+            "before it kept its test-set size."
         ),
     )
     statements = [
@@ -486,6 +533,16 @@ def pate_sections(
 
 
 # ------------------------------------------------------------------------------------- verdict
+def _answers_text(m: Mapping[str, Any]) -> str:
+    """The share of correct answers with its count and interval where the number answered is stored."""
+    n = m.get("num_answered")
+    share = float(m["answer_accuracy"])
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0 and 0.0 <= share <= 1.0:
+        if abs(share * n - round(share * n)) <= 0.01:  # a share of the answers, as training stores it
+            return proportion(round(share * n), n).text()
+    return fmt_percent(share)
+
+
 def pate_verdict(students: Sequence[TrainedModel]) -> Verdict:
     """The most accurate student: its accuracy and ε, data-dependent beside data-independent."""
     if not students:
@@ -502,11 +559,7 @@ def pate_verdict(students: Sequence[TrainedModel]) -> Verdict:
         f"{best.model_id}: {m.get('num_answered', '?')} of "
         f"{m.get('num_queries', '?')} queries answered by "
         f"{m.get('num_teachers', '?')} teachers"
-        + (
-            f", {fmt_percent(float(m['answer_accuracy']))} of the answers correct."
-            if m.get("answer_accuracy") is not None
-            else "."
-        ),
+        + (f", {_answers_text(m)} of the answers correct." if m.get("answer_accuracy") is not None else "."),
     ]
     if indep is not None:
         lines.append(
@@ -514,7 +567,8 @@ def pate_verdict(students: Sequence[TrainedModel]) -> Verdict:
         )
     if len(students) > 1:
         lines.append(f"{len(students)} students in this run; the table below lists each.")
-    acc = fmt_percent(m.get("test_accuracy"))
+    counted = counted_test_accuracy(m)
+    acc = counted.text() if counted is not None else fmt_percent(m.get("test_accuracy"))
     headline = (
         f"The most accurate student reaches {acc} test accuracy at ε = "
         f"{fmt_upper_bound(eps)} (δ = {delta:g}, {analysis}"

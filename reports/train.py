@@ -25,11 +25,13 @@ from dpaudit.parts import defense_parts, record_report_kind
 from dpaudit.privacy.audit_stats import clopper_pearson_interval
 from dpaudit.results import TrainedModel, load_record
 from dpaudit.results.history import HISTORY_KEY, TrainingHistory, epsilon_by_epoch, training_history
+from dpaudit.results.membership_rates import proportion
+from dpaudit.results.record_accuracy import NO_COUNT_REASON, counted_test_accuracy
 from dpaudit.results.verdicts import Verdict, claim_text, record_delta
 from dpaudit.store import RunDir, safe_stem, thaw
 from reports.figures import colour, fit_page, new_figure, style
 from reports.kinds import REPORT_KINDS, Page, ReportKind
-from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent, fmt_upper_bound
+from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent, fmt_upper_bound, interval_cell
 from reports.render import Figure, Items, Section, Table, accountant_table, write_report_files
 from reports.verdict_box import verdict_section, with_status
 
@@ -71,8 +73,16 @@ def record_table(record: TrainedModel) -> Table:
     return Table(columns=["", "value"], rows=rows)
 
 
-def _metric_cell(key: str, value: Any) -> Any:
+def _metric_cell(key: str, value: Any, metrics: Mapping[str, object] | None = None) -> Any:
     # Accuracies read as percentages; a claim's ε (an upper bound) rounded up; every other metric to one precision.
+    if key == "test_accuracy" and metrics is not None:
+        # With its counts and 95% Clopper–Pearson interval where the record holds them (stored by build_record).
+        est = counted_test_accuracy(metrics)
+        if est is not None:
+            return interval_cell(est)
+        return Shown(float(value), f"{fmt_percent(float(value))} ({NO_COUNT_REASON})")
+    if key in ("test_examples", "test_correct"):
+        return Shown(float(value), fmt_count(int(value)))
     if key.endswith("accuracy") or "accuracy_" in key:
         return Shown(float(value), fmt_percent(float(value)))
     if key == "epsilon" or key.startswith("epsilon_"):
@@ -86,8 +96,13 @@ def metrics_table(metrics: Mapping[str, object], *, skip: tuple[str, ...] = ()) 
     for key, value in sorted(metrics.items()):
         if key in skip or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        rows.append([key.replace("_", " "), _metric_cell(key, value)])
-    return Table(columns=["metric", "value"], rows=rows, caption="As stored by dpaudit train in the record's metrics.")
+        rows.append([key.replace("_", " "), _metric_cell(key, value, metrics)])
+    return Table(
+        columns=["metric", "value"],
+        rows=rows,
+        caption="As stored by dpaudit train in the record's metrics; the test accuracy with its count and 95% "
+        "Clopper–Pearson interval [low, high] where the record holds the test-set size.",
+    )
 
 
 def config_items(config: Mapping[str, object]) -> Items:
@@ -112,12 +127,26 @@ _METRICS = (
 )
 
 
+def _accuracy_text(record: TrainedModel, key: str) -> str:
+    """One of the record's accuracies with its count and 95% Clopper–Pearson interval: the train accuracy is over
+    the members, the non-member accuracy over the non-members, the test accuracy over the stored test-set size."""
+    m = record.metrics
+    if key == "test_accuracy":
+        est = counted_test_accuracy(m)
+        return est.text() if est is not None else f"{fmt_percent(float(m[key]))} ({NO_COUNT_REASON})"
+    n = len(record.membership.members if key == "train_accuracy" else record.membership.non_members)
+    share = float(m[key])
+    if n and 0.0 <= share <= 1.0 and abs(share * n - round(share * n)) <= 0.01:
+        return proportion(round(share * n), n).text()
+    return fmt_percent(share)  # no count of these examples (a record of another evaluation): no interval made up
+
+
 def train_verdict(record: TrainedModel) -> Verdict:
     """The record, its claim (ε_UB under every accountant at its δ) and its metrics."""
     delta = record_delta(record)
     eps = record.claim.epsilons(delta=delta)
     m = record.metrics
-    accs = [f"{name} {fmt_percent(float(m[key]))}" for key, name in _METRICS if isinstance(m.get(key), (int, float))]
+    accs = [f"{name} {_accuracy_text(record, key)}" for key, name in _METRICS if isinstance(m.get(key), (int, float))]
     what = (
         f"{record.defense} {record.model_name} on {record.dataset}, {fmt_count(len(record.membership.members))} members"
     )
@@ -132,8 +161,11 @@ def train_verdict(record: TrainedModel) -> Verdict:
     if accs:
         lines.append(", ".join(accs).capitalize() + ".")
     lines.append(f"Record {record.model_id} (seed {record.seed}).")
+    est = counted_test_accuracy(m)
     test = (
-        f": {fmt_percent(float(m['test_accuracy']))} test accuracy"
+        f": {est.text()} test accuracy"
+        if est is not None
+        else f": {fmt_percent(float(m['test_accuracy']))} test accuracy ({NO_COUNT_REASON})"
         if isinstance(m.get("test_accuracy"), (int, float))
         else ""
     )

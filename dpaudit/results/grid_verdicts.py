@@ -16,7 +16,8 @@ import math
 from typing import Any
 
 from dpaudit.results.check import CheckReport
-from dpaudit.results.comparison import ComparisonResult
+from dpaudit.results.comparison import ComparisonResult, ComparisonRow
+from dpaudit.results.membership_rates import MembershipPower, membership_power
 from dpaudit.results.numbers import (
     fmt_lower_bound,
     fmt_percent,
@@ -24,7 +25,7 @@ from dpaudit.results.numbers import (
 )
 from dpaudit.results.verdicts import Verdict
 
-__all__ = ["check_lb_text", "check_verdict", "compare_verdict"]
+__all__ = ["check_lb_text", "check_verdict", "compare_verdict", "row_power"]
 
 
 # -------------------------------------------------------------------------------------- checks
@@ -143,6 +144,38 @@ def _compare_finding(r: Any) -> tuple[str, str] | None:
     return None
 
 
+def row_power(row: ComparisonRow, *, delta: float, confidence: float) -> MembershipPower | None:
+    """What the row's membership attacks could have shown: a perfect attack's ε_LB on the largest member /
+    non-member counts any of its attacks scored (:func:`~dpaudit.results.membership_rates.membership_power`).
+
+    It is a best case: the grid's ε_LB is also split over attacks and repeats (Bonferroni), which
+    only lowers it, so a row whose power is already at or below its ε_UB could not have shown a
+    violation. ``None`` for a row attacked by no membership attack, or stored before the counts were kept.
+    """
+    counts = {(m.num_members, m.num_non_members) for m in row.membership.values()}
+    known = [(a, b) for a, b in counts if isinstance(a, int) and isinstance(b, int) and a > 0 and b > 0]
+    if not known:
+        return None
+    return max((membership_power(a, b, delta=delta, confidence=confidence) for a, b in known), key=lambda p: p.ceiling)
+
+
+def _power_line(row: ComparisonRow, power: MembershipPower | None) -> str:
+    """One DP row's power in words, against its ε_UB."""
+    if power is None:
+        return f"{row.label}: power not recorded (no membership counts stored with this comparison)."
+    size = f"a perfect attack on {power.num_members} members / {power.num_non_members} non-members"
+    ub = row.epsilon_ub_best
+    if power.ceiling > ub:
+        return (
+            f"{row.label}: could have shown ε_LB up to {fmt_lower_bound(power.ceiling)} ({size}), above its "
+            f"ε_UB {fmt_upper_bound(ub)}: a violation was within reach."
+        )
+    return (
+        f"{row.label}: could have shown ε_LB at most {fmt_lower_bound(power.ceiling)} ({size}), not above its "
+        f"ε_UB {fmt_upper_bound(ub)}: no attack of this size could have shown a violation."
+    )
+
+
 def compare_verdict(result: ComparisonResult) -> Verdict:
     """Every finding of the grid, the most severe first; the box takes the most severe one's colour.
 
@@ -176,10 +209,39 @@ def compare_verdict(result: ComparisonResult) -> Verdict:
             lines=lines,
             tone="warn",
         )
-    return Verdict(
-        status="no violation",
-        headline=f"No violation: in all {len(result.rows)} settings no attack showed leakage (ε_LB = 0), and no "
-        "certificate claims more than an attack leaves.",
-        lines=lines,
-        tone="ok",
+    # "No violation" states its power: per DP row, the ε_LB its attacks could have shown at their size. Green only
+    # when every DP row could have shown a violation (its power above its ε_UB) and did not.
+    private = [r for r in result.rows if r.epsilon_ub and math.isfinite(r.epsilon_ub_best)]
+    powers = {r.label: row_power(r, delta=result.delta, confidence=result.confidence) for r in private}
+    weak = [r for r in private if (p := powers[r.label]) is not None and p.ceiling <= r.epsilon_ub_best]
+    unknown = [r for r in private if powers[r.label] is None]
+    power_lines = tuple(f"Power: {_power_line(r, powers[r.label])}" for r in private)
+    headline = (
+        f"No violation: in all {len(result.rows)} settings no attack showed leakage (ε_LB = 0), and no "
+        "certificate claims more than an attack leaves."
     )
+    if weak:
+        names = ", ".join(
+            f"{r.label} (at most ε_LB {fmt_lower_bound(powers[r.label].ceiling)} vs ε_UB "  # type: ignore[union-attr]
+            f"{fmt_upper_bound(r.epsilon_ub_best)})"
+            for r in weak
+        )
+        headline += (
+            f" Not reassuring for {len(weak)} of {len(private)} DP settings: at this size their attacks could not "
+            f"have shown a violation — {names}."
+        )
+        tone = "warn"
+    elif unknown:
+        headline += " The power of " + ", ".join(r.label for r in unknown) + " was not recorded."
+        tone = "info"
+    elif private:
+        least = min(private, key=lambda r: powers[r.label].ceiling - r.epsilon_ub_best)  # type: ignore[union-attr]
+        headline += (
+            f" Every DP setting's attacks could have shown a violation at this size (the closest: {least.label}, "
+            f"up to ε_LB {fmt_lower_bound(powers[least.label].ceiling)} vs ε_UB "  # type: ignore[union-attr]
+            f"{fmt_upper_bound(least.epsilon_ub_best)})."
+        )
+        tone = "ok"
+    else:
+        tone = "info"
+    return Verdict(status="no violation", headline=headline, lines=(*lines, *power_lines), tone=tone)

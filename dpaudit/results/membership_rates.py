@@ -67,7 +67,8 @@ class Estimate(PlainSpec):
         low, high: the interval's ends.
         confidence: the interval's coverage.
         method: ``clopper-pearson`` (a proportion), ``clopper-pearson-combined`` (two
-            proportions combined, see the module docstring) or ``bootstrap``.
+            proportions combined, see the module docstring), ``bootstrap`` or ``hoeffding`` (a mean of
+            several models' accuracies, :mod:`dpaudit.results.record_accuracy`).
         count: successes of a proportion (``None`` for a combined rate or an AUC).
         total: trials of a proportion (``None`` likewise).
     """

@@ -258,7 +258,7 @@ def membership_verdict(
     delta: float = 1e-5,
     confidence: float = 0.95,
     epsilon_ub: float | None = None,
-    target_accuracy: float | None = None,
+    target_accuracy: float | Estimate | None = None,
     gap: GeneralisationGap | None = None,
 ) -> Verdict:
     """The strongest attack's ε_LB (and TPR at the lowest resolvable FPR) against the target's ε_UB, with the power.
@@ -274,7 +274,8 @@ def membership_verdict(
         delta: δ of ε_LB and ε_UB.
         confidence: confidence of ε_LB and of every interval.
         epsilon_ub: the target's tightest claimed ε (∞ without a mechanism); ``None``: unknown.
-        target_accuracy: the target's test accuracy, when its record is in the run.
+        target_accuracy: the target's test accuracy, when its record is in the run: with its interval
+            where the record holds its count (:func:`~dpaudit.results.record_accuracy.counted_test_accuracy`).
         gap: the target's train vs held-out accuracy, when its record holds them.
     """
     if not results:
@@ -293,7 +294,14 @@ def membership_verdict(
             f"{fmt_percent(gap.held_out.value)} on non-members"
         )
     else:
-        acc = f"; the target's test accuracy is {fmt_percent(target_accuracy)}" if target_accuracy is not None else ""
+        shown = (
+            None
+            if target_accuracy is None
+            else target_accuracy.text()
+            if isinstance(target_accuracy, Estimate)
+            else fmt_percent(target_accuracy)
+        )
+        acc = f"; the target's test accuracy is {shown}" if shown is not None else ""
     claim = (
         "an unknown claim (no record in this run)"
         if epsilon_ub is None

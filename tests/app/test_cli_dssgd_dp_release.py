@@ -39,6 +39,8 @@ _EVALUATION = {
     "non_member_loss",
     "test_accuracy",
     "test_loss",
+    "test_examples",  # the test set's size and the correct count behind test_accuracy (its interval)
+    "test_correct",
     "chance_accuracy",
     "near_chance",
     "guess_loss",  # the test set's label entropy (as chance_accuracy reads the test set)

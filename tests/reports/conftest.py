@@ -117,6 +117,8 @@ def build_run(path, *, audits=True, membership=True, certify=True) -> RunDir:
             "epsilon": 1.5,
             "delta": 1e-5,
             "test_accuracy": 0.9,
+            "test_examples": 360,  # digits' test split: the count behind the accuracy's interval
+            "test_correct": 324,
             "train_accuracy": 0.95,  # on the record's 20 members
             "non_member_accuracy": 0.85,  # on its 20 non-members
         },
@@ -311,6 +313,8 @@ def build_pate_run(path) -> RunDir:
             "answer_accuracy": 1.0,
             "epsilon_data_dependent_realised": claim.epsilon(delta=delta),
             "test_accuracy": 0.8,
+            "test_examples": 360,
+            "test_correct": 288,
         },
         claim=claim,
     )
@@ -440,6 +444,8 @@ def build_dssgd_run(path) -> RunDir:
     metrics = {
         "train_accuracy": 0.56,
         "test_accuracy": 0.55,
+        "test_examples": 360,
+        "test_correct": 198,
         "engine": "local",
         "num_parameters": params,
         "uploads_per_turn": c,
@@ -453,7 +459,7 @@ def build_dssgd_run(path) -> RunDir:
         "standalone_test_accuracy": 0.58,
         "standalone_test_accuracy_min": 0.53,
         "standalone_test_accuracy_max": 0.61,
-        "centralised_test_accuracy": 0.84,
+        "centralised_test_accuracy": 302 / 360,  # a count of the 360 test examples, as a run stores it
         "local_test_accuracy_mean": 0.5,
         "chance_accuracy": 0.13,
         "near_chance": False,

@@ -51,7 +51,9 @@ def test_leakage_without_a_violation_is_a_caution_not_a_green_no_violation(grid)
     quiet = dataclasses.replace(
         fine, rows=tuple(dataclasses.replace(r, epsilon_lb=0.0, best_attack=None) for r in fine.rows)
     )
-    assert (compare_verdict(quiet).status, compare_verdict(quiet).tone) == ("no violation", "ok")
+    # No finding at all: "no violation", amber here, as the ε_UB = 8 row's attacks on 100 / 100 could not have shown
+    # a violation (test_record_intervals.py checks that power statement).
+    assert (compare_verdict(quiet).status, compare_verdict(quiet).tone) == ("no violation", "warn")
 
 
 def _brute_force_ceiling(eps: float, delta: float) -> float:

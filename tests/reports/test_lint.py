@@ -6,8 +6,8 @@ so that these tests keep failing a linter that stops seeing them whatever the re
 the white-box audit's ceiling panel whose count ticks collide ("5001,0002,000") and the
 smoothing certificate drawn dotted under a caption that calls it solid.
 
-Where the linter flags a sample page that another part of issue 46 is fixing, the case is marked
-``xfail(strict=True)`` naming the defect: the mark comes off with the fix.
+Where the linter flags a sample page whose fix is still under way, the case is marked
+``xfail(strict=True)`` naming the defect (none is, today): the mark comes off with the fix.
 """
 
 from __future__ import annotations
@@ -218,6 +218,8 @@ def test_rates_as_fractions_beside_percentages_are_flagged():
     # Abbreviated headings are rates too: an accuracy loss of 0.05 beside a test accuracy of 95.0%.
     abbreviated = "<table><tr><th>test acc.</th><th>acc. loss</th></tr><tr><td>95.0%</td><td>0.05</td></tr></table>"
     assert mixed_rate_forms(_page(abbreviated))
+    # A loss in percentage points is the percent form; the same loss as 0.05 is not.
+    assert mixed_rate_forms(_page(abbreviated.replace("<td>0.05</td>", "<td>5.0 pp</td>"))) == []
     # "TPR @ 1.0% FPR" names a rate at a rate: its cells are what they print.
     tpr = "<table><tr><th>TPR @ 1.0% FPR</th></tr><tr><td>0.02</td></tr></table>"
     assert mixed_rate_forms(_page(tpr)) == [] and mixed_rate_forms(_page("<p>accuracy 95.0%</p>" + tpr))
@@ -319,26 +321,9 @@ def _xfail(reason: str) -> pytest.MarkDecorator:
     return pytest.mark.xfail(strict=True, reason=reason)
 
 
-# Defects the linter finds on sample pages that other parts of issue 46 are fixing; each mark comes off with its fix.
-FIGURE_XFAILS = {
-    "sample-compare": _xfail(
-        "compare privacy-utility figure: error-bar legend symbols of a setting with no error bar, "
-        "and an axes whose every series is one point"
-    ),
-    "sample-audits": _xfail("audit bounds figure: ε_UB and ε_LB drawn as one point each (a single-point axes)"),
-    "sample-certified": _xfail("certified accuracy-vs-ε figure: one model, one point (a single-point axes)"),
-    "compare-grid": _xfail(
-        "compare privacy-utility figure: error-bar legend symbols for settings with no error bar; "
-        "the accuracy panel's series are one point each"
-    ),
-    "audits-white-box-one-run": _xfail("audit bounds figures: ε_UB and ε_LB drawn as one point each"),
-}
-PAGE_XFAILS = {
-    "sample-compare": _xfail(
-        "compare page: acc. loss, TPR and advantage as fractions beside test acc. as percentages (95.0%)"
-    ),
-    "compare-grid": _xfail("compare page: acc. loss, TPR and advantage as fractions beside test acc. as percentages"),
-}
+# Defects the linter finds on sample pages that are still being fixed; each mark comes off with its fix.
+FIGURE_XFAILS: dict[str, pytest.MarkDecorator] = {}
+PAGE_XFAILS: dict[str, pytest.MarkDecorator] = {}
 #: As in test_style.py: crowded runs whose rendering takes tens of seconds.
 SLOW_RUNS = frozenset({"audits-white-box-one-run", "certified-pixeldp-smoothing"})
 

@@ -25,7 +25,7 @@ from dpaudit.privacy.audit_trials import epsilon_lb_by_trials
 from dpaudit.privacy.estimate_interval import estimate_interval
 from reports.audit import _estimate_rows, bounds_caption, bounds_figure, ceiling_figure
 from reports.certified import comparison_figure, load_certified_runs
-from reports.compare import privacy_utility_figure
+from reports.compare import _no_evidence_note, privacy_utility_figure
 from reports.pate import accuracy_epsilon_figure, load_pate_runs, pate_rows, pate_sections
 from reports.render import Figure
 from tests.reports.conftest import build_pate_run
@@ -95,13 +95,21 @@ def test_bounds_line_shows_every_epsilon_and_no_evidence_at_zero(white_box):
     assert fig.axes[-1].get_xscale() == "log"  # 2.6 to 27: a decade
     assert "equals ε_UB" in bounds_caption(result)  # white-box: the last iterate of one step is ε_UB
     assert "No last-iterate ε" in bounds_caption(dataclasses.replace(result, epsilon_last_iterate=None))
-    # ε_LB = 0: a marker at 0 in the "no evidence" panel, nothing at the log axis' edge.
+    # The gap is drawn with a real extent: from ε_LB up to the ceiling or ε_UB, whichever is nearer (issue 46's linter:
+    # no axes of single points).
+    (gap,) = [line for label, line in _lines(fig.axes[-1]).items() if label.startswith("left by the attack")]
+    assert list(gap.get_xdata()) == pytest.approx([result.epsilon_lb, min(result.ceiling, result.epsilon_ub)])
+    # ε_LB = 0: a marker at 0 on a linear line (0 is on it), nothing at a log axis' edge.
     nothing = audit_from_scores(np.zeros(50), np.zeros(50), claim=gaussian_step_claim(noise_multiplier=1.0), delta=1e-5)
     assert nothing.epsilon_lb == 0
-    zero, main = bounds_figure(nothing).axes
-    assert [line.get_xdata()[0] for line in zero.get_lines() if line.get_marker() not in ("None", "")] == [0.0]
-    assert all(x > 0 for line in main.get_lines() for x in line.get_xdata() if line.get_marker() not in ("None", ""))
+    (main,) = bounds_figure(nothing).axes
+    assert main.get_xscale() == "linear" and main.get_xlim()[0] < 0.0
+    lb = next(line for label, line in _lines(main).items() if label.startswith("ε_LB"))
+    assert list(lb.get_xdata()) == [0.0] and "no evidence" in lb.get_label()
     assert "no evidence" in bounds_caption(nothing)
+    # Nothing but ε_LB to place (no finite ε_UB, no ceiling): one number is the table's, no figure.
+    alone = dataclasses.replace(result, epsilon_ub=math.inf, ceiling=None)
+    assert bounds_figure(alone) is None
     # With the last iterate stored (issue 33), it is drawn, labelled for what it is (issue 42), and
     # the gap split rests on the bounds: the heuristic's reading rides beside it, capping nothing.
     stored = dataclasses.replace(result, epsilon_last_iterate=2.0)
@@ -123,20 +131,12 @@ def test_privacy_utility_draws_no_evidence_at_zero_never_at_a_log_edge(tmp_path)
     from dpaudit.results.comparison import load_comparison
 
     result = load_comparison(build_big_compare_run(tmp_path / "run").compare_dir("big"))
-    zero_rows = {r.test_accuracy for r in result.rows if r.epsilon_ub and r.epsilon_lb == 0}
+    zero_rows = [r for r in result.rows if r.epsilon_ub and r.epsilon_lb == 0]
     assert zero_rows
-    zero, main = privacy_utility_figure(result).axes
-    at_zero = {
-        round(float(line.get_ydata()[0]), 6)
-        for line in zero.get_lines()
-        if line.get_marker() not in ("None", "") and len(line.get_xdata())
-    }
-    assert at_zero == {round(a, 6) for a in zero_rows}
-    assert all(
-        float(line.get_xdata()[0]) == 0.0
-        for line in zero.get_lines()
-        if line.get_marker() not in ("None", "") and len(line.get_xdata())
-    )
+    # No panel at ε = 0 (its markers were an axes of single points): the caption names the settings without evidence.
+    (main,) = privacy_utility_figure(result).axes
+    note = _no_evidence_note(result)  # the sentence the figure's caption ends with
+    assert all(r.label in note.split("No evidence (ε_LB = 0)")[1] for r in zero_rows)
     smallest = min(
         min(r.epsilon_ub_best for r in result.rows if r.epsilon_ub),
         min(r.epsilon_lb for r in result.rows if r.epsilon_lb > 0),
@@ -147,8 +147,7 @@ def test_privacy_utility_draws_no_evidence_at_zero_never_at_a_log_edge(tmp_path)
         assert all(x >= smallest - 1e-12 for x in line.get_xdata()), (
             f"{line.get_label()} has a point left of every ε: an arbitrary edge"
         )
-    # No line joins an ε_LB at the edge to its ε_UB: every drawn line has one x per point.
-    assert main.get_xscale() == "log" and zero.get_xscale() == "linear"
+    assert main.get_xscale() == "log"
 
 
 def test_a_single_pate_student_is_a_sentence_and_published_is_named_only_when_drawn(tmp_path):
@@ -173,7 +172,8 @@ def test_a_single_pate_student_is_a_sentence_and_published_is_named_only_when_dr
 
 def test_certified_comparison_tells_pixeldp_smoothing_from_the_smoothing_model(tmp_path):
     fig = comparison_figure(load_certified_runs(build_certified_run(tmp_path / "run")))
-    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    # Each curve is an error-bar series (its certified count's interval): the label is the container's.
+    lines = {c.get_label(): c.lines[0] for c in fig.axes[0].containers}
     pixeldp_smooth = next(v for k, v in lines.items() if k.startswith("pixeldp") and k.endswith(": smoothing"))
     pixeldp_own = next(v for k, v in lines.items() if k.startswith("pixeldp") and k.endswith(": pixeldp"))
     model_smooth = next(v for k, v in lines.items() if k.startswith("smoothing") and k.endswith(": smoothing"))
