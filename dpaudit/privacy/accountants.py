@@ -69,6 +69,12 @@ Bounded resources and extreme inputs (issue 11):
   arithmetic breaks down (NaN, or 0 from underflow), so ε_UB = ∞ is returned: a valid, if
   trivial, upper bound.
 * Step counts above :data:`MAX_NUM_STEPS` are refused.
+
+One evaluation per question: :func:`compute_epsilon_detailed` remembers its answers for the
+process (keyed by the event's parameters, δ, the accountant's functions, the relation and the
+memory budget), so a run that asks the same ε twice — ``train`` stores the claim's ε in the
+record and then prints every accountant's bound; a σ calibration ends on the σ the claim then
+states — pays for the PLD grid once (seconds per evaluation on a small DP-SGD training).
 """
 
 from __future__ import annotations
@@ -99,6 +105,7 @@ __all__ = [
     "AccountantSpec",
     "EpsilonResult",
     "PLDFallbackWarning",
+    "clear_epsilon_cache",
     "compute_delta",
     "compute_epsilon",
     "compute_epsilon_detailed",
@@ -141,6 +148,42 @@ class EpsilonResult:
         return self.computed_by != self.accountant
 
 
+#: Answers of :func:`compute_epsilon_detailed` in this process (see the module docstring).
+_EPSILON_CACHE: dict[tuple[object, ...], EpsilonResult] = {}
+#: Entries kept before the oldest go (a calibration makes a few dozen; each entry is small).
+_EPSILON_CACHE_SIZE = 1024
+
+
+def clear_epsilon_cache() -> None:
+    """Forgets every remembered ε (tests that time or count the accountants' work call it)."""
+    _EPSILON_CACHE.clear()
+
+
+def _cache_key(
+    event: dpe.DpEvent, delta: float, spec: AccountantSpec, neighbouring: str, memory_budget: float
+) -> tuple[object, ...] | None:
+    """What an answer depends on: the event's parameters (its ``repr``: class names and exact
+    field values), δ, the accountant's and its fallback's functions (a re-registered or patched
+    accountant is asked afresh), the relation and the budget; ``None`` when it cannot be keyed."""
+    fallback = ACCOUNTANTS[spec.fallback] if spec.fallback is not None else None
+    try:
+        key = (
+            repr(event),
+            float(delta),
+            spec.name,
+            spec.epsilon,
+            spec.decline,
+            spec.memory_estimate,
+            None if fallback is None else (fallback.epsilon, fallback.decline),
+            neighbouring,
+            float(memory_budget),
+        )
+        hash(key)
+    except (TypeError, ValueError):
+        return None
+    return key
+
+
 def _fmt_bytes(n: float) -> str:
     return "an unbounded amount of memory" if not math.isfinite(n) else f"~{n / 1e9:.3g} GB"
 
@@ -181,6 +224,21 @@ def compute_epsilon_detailed(
     event, early = _prepare(event, spec, neighbouring, memory_budget)
     if early is not None:
         return early
+    key = _cache_key(event, delta, spec, neighbouring, memory_budget)
+    if key is not None and key in _EPSILON_CACHE:
+        return _EPSILON_CACHE[key]
+    result = _evaluate(event, delta, spec, neighbouring, memory_budget)
+    if key is not None:
+        if len(_EPSILON_CACHE) >= _EPSILON_CACHE_SIZE:
+            del _EPSILON_CACHE[next(iter(_EPSILON_CACHE))]  # the oldest (dicts keep insertion order)
+        _EPSILON_CACHE[key] = result
+    return result
+
+
+def _evaluate(
+    event: dpe.DpEvent, delta: float, spec: AccountantSpec, neighbouring: str, memory_budget: float
+) -> EpsilonResult:
+    """The accountant's answer for a prepared event (:func:`compute_epsilon_detailed`'s work)."""
     fallback = ACCOUNTANTS[spec.fallback] if spec.fallback is not None else None
     need = spec.memory_estimate(event, neighbouring) if spec.memory_estimate is not None else None
     if need is not None and need > memory_budget:
