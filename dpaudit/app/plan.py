@@ -22,6 +22,7 @@ __all__ = [
     "passes_of",
     "training_batch",
     "training_job",
+    "accounting_of",
     "train_plan",
     "certify_plan",
     "membership_plan",
@@ -93,15 +94,17 @@ def training_job(
     features: Any = None,
     labels: Any = None,
     start: bool = True,
+    accounting: Estimate | None = None,
 ) -> Estimate | None:
     """One training's time: its passes over ``members`` (:func:`passes_of`) through its step
     (per-example clipping where the defense clips), plus a noise-free pre-training where it has
-    one (Secure-SGD's redistribution), each timed at the training's batch."""
+    one (Secure-SGD's redistribution), each timed at the training's batch, plus its privacy
+    accounting when given (:func:`accounting_of`)."""
     passes = {("per-example" if per_example else "backward"): passes_of(parameters) * members}
     if parameters.get("redistribute") and parameters.get("redistribution_pretrain_epochs"):
         pre = _count(parameters, "redistribution_pretrain_epochs", 0.0) * members
         passes["backward"] = passes.get("backward", 0.0) + pre
-    return estimate_job(
+    steps = estimate_job(
         model_name,
         input_shape=tuple(input_shape),
         num_classes=num_classes,
@@ -114,6 +117,23 @@ def training_job(
         labels=labels,
         start=start,
     )
+    if steps is None or accounting is None or accounting.high <= 0:
+        return steps
+    return steps.plus(accounting)
+
+
+def accounting_of(config: Any, *, members: int) -> Estimate | None:
+    """The time a training's privacy accounting takes (a DP-SGD-family config: its σ or step
+    calibration, the record's ε, the printed PLD bound — :func:`defenses.dpsgd.plan.accounting_questions`),
+    priced by :func:`~dpaudit.app.estimate.accounting_seconds`; None for other configs (their
+    accounting is not timed: PATE's and DSSGD's answer in milliseconds)."""
+    from defenses.dpsgd.config import DPSGDConfig
+    from defenses.dpsgd.plan import accounting_questions
+    from dpaudit.app.estimate import accounting_seconds
+
+    if not isinstance(config, DPSGDConfig):
+        return None
+    return accounting_seconds(accounting_questions(config, num_members=max(1, int(members))))
 
 
 def _fields(config: Any) -> dict[str, object]:
@@ -174,6 +194,7 @@ def train_plan(spec: Any, *, bundle: Any = None, splits: Any = None, config: Any
         model_options=dict(spec.model_options),
         features=bundle.train.features[:batch],
         labels=bundle.train.labels[:batch],
+        accounting=accounting_of(config, members=members),
     )
     memory = job_memory_bytes(
         spec.model,

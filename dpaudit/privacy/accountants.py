@@ -81,6 +81,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from dp_accounting import dp_event as dpe
@@ -105,10 +107,13 @@ __all__ = [
     "AccountantSpec",
     "EpsilonResult",
     "PLDFallbackWarning",
+    "Question",
     "clear_epsilon_cache",
     "compute_delta",
     "compute_epsilon",
     "compute_epsilon_detailed",
+    "rehearsal",
+    "rehearsing",
 ]
 
 
@@ -152,6 +157,53 @@ class EpsilonResult:
 _EPSILON_CACHE: dict[tuple[object, ...], EpsilonResult] = {}
 #: Entries kept before the oldest go (a calibration makes a few dozen; each entry is small).
 _EPSILON_CACHE_SIZE = 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class Question:
+    """An ε a run would ask of an accountant whose cost grows with a grid (:func:`rehearsal`).
+
+    Attributes:
+        event: the prepared event; delta: δ; accountant: the accountant's name;
+        neighbouring: the relation.
+    """
+
+    event: dpe.DpEvent
+    delta: float
+    accountant: str
+    neighbouring: str
+
+
+#: The questions of the rehearsal in progress (None: none is).
+_REHEARSAL: dict[tuple[object, ...], Question] | None = None
+
+
+@contextmanager
+def rehearsal() -> Iterator[list[Question]]:
+    """Runs a caller's planning without paying for its costly ε evaluations, to learn which it asks.
+
+    Inside the block, a question to an accountant whose cost grows with a grid (one with a
+    ``memory_estimate``: ``pld``) that this process has not answered yet is recorded, once per
+    distinct question, and answered by the accountant's fallback (``rdp``: milliseconds) — so a
+    σ calibration walks about the evaluations the run will make. Those stand-in answers are
+    remembered nowhere. The yielded list holds the questions once the block ends (what
+    :mod:`dpaudit.app.estimate` prices). Not re-entrant.
+    """
+    global _REHEARSAL
+    if _REHEARSAL is not None:
+        raise RuntimeError("rehearsals do not nest")
+    asked: list[Question] = []
+    _REHEARSAL = {}
+    try:
+        yield asked
+    finally:
+        asked.extend(_REHEARSAL.values())
+        _REHEARSAL = None
+
+
+def rehearsing() -> bool:
+    """Whether a :func:`rehearsal` is in progress (its stand-in answers must not be remembered)."""
+    return _REHEARSAL is not None
 
 
 def clear_epsilon_cache() -> None:
@@ -227,6 +279,15 @@ def compute_epsilon_detailed(
     key = _cache_key(event, delta, spec, neighbouring, memory_budget)
     if key is not None and key in _EPSILON_CACHE:
         return _EPSILON_CACHE[key]
+    if _REHEARSAL is not None and spec.memory_estimate is not None and spec.fallback is not None:
+        fallback = ACCOUNTANTS[spec.fallback]
+        if fallback.supports(event, neighbouring):
+            if key is not None:
+                _REHEARSAL.setdefault(
+                    key, Question(event=event, delta=delta, accountant=spec.name, neighbouring=neighbouring)
+                )
+            # Named as the accountant's own answer: a stand-in is no fallback to warn about.
+            return EpsilonResult(fallback.epsilon(event, delta, neighbouring), spec.name, spec.name)
     result = _evaluate(event, delta, spec, neighbouring, memory_budget)
     if key is not None:
         if len(_EPSILON_CACHE) >= _EPSILON_CACHE_SIZE:

@@ -158,11 +158,6 @@ def test_a_plans_wall_time_counts_whole_jobs_and_the_command_around_them_here_on
 
 
 @pytest.mark.extended  # a training and three calibrations: seconds
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 48 item 2 not met yet: the claim's epsilon under the PLD accountant (about 11 s a "
-    "computation here, done twice per train) is not counted; digits, 6 epochs: about 1 s estimated, 12.6 s run",
-)
 def test_a_small_trainings_estimate_holds_against_its_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Within 2x of the real run, and two identical calls within 25 % (issue 48's done-when, on a small job)."""
     import json
