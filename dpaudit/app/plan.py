@@ -23,6 +23,7 @@ __all__ = [
     "training_batch",
     "training_job",
     "accounting_of",
+    "claim_accounting",
     "train_plan",
     "certify_plan",
     "membership_plan",
@@ -120,6 +121,21 @@ def training_job(
     if steps is None or accounting is None or accounting.high <= 0:
         return steps
     return steps.plus(accounting)
+
+
+def claim_accounting(claim: Any, *, delta: float) -> Estimate:
+    """The time of evaluating ``claim``'s bounds at ``delta`` under every accountant (what an
+    audit's result states), rehearsed (:func:`dpaudit.privacy.accountants.rehearsal`) and priced
+    by :func:`~dpaudit.app.estimate.accounting_seconds`."""
+    from dpaudit.app.estimate import accounting_seconds
+    from dpaudit.privacy.accountants import rehearsal
+
+    with rehearsal() as asked:
+        try:
+            claim.epsilons(delta=delta)
+        except ValueError:  # no accountant can: the run says so, at no cost
+            pass
+    return accounting_seconds(asked)
 
 
 def accounting_of(config: Any, *, members: int) -> Estimate | None:
@@ -367,6 +383,15 @@ def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num
         f"{spec.threat} {spec.method if spec.threat == 'black-box' else ''} "
         f"audit trainings of {steps} DP-SGD steps on {members} members"
     ).replace("  ", " ")
+    # The suite's DP-SGD run at a given sigma: its claim's bounds are evaluated once, in the command.
+    accounting = Estimate(low=0.0, high=0.0)
+    if spec.train_fn is None and spec.noise_multiplier is not None and estimate is not None:
+        from dpaudit.privacy.claims import dpsgd_claim
+
+        claim = dpsgd_claim(sampling_rate=spec.sampling_rate, noise_multiplier=spec.noise_multiplier, num_steps=steps)
+        accounting = claim_accounting(claim, delta=spec.delta)
+        timed = "; ".join(b for b in (estimate.basis, accounting.basis) if b)
+        estimate = Estimate(low=estimate.low, high=estimate.high, basis=timed)
     return RunPlan.measured(
         estimate,
         what=what,
@@ -375,6 +400,8 @@ def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num
         workers=workers,
         timed="" if estimate is None else estimate.basis,
         starts_pool=spec.executor == "local" and workers > 1,
+        command_low=accounting.low,
+        command_high=accounting.high,
     )
 
 

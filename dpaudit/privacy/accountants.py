@@ -71,10 +71,11 @@ Bounded resources and extreme inputs (issue 11):
 * Step counts above :data:`MAX_NUM_STEPS` are refused.
 
 One evaluation per question: :func:`compute_epsilon_detailed` remembers its answers for the
-process (keyed by the event's parameters, δ, the accountant's functions, the relation and the
-memory budget), so a run that asks the same ε twice — ``train`` stores the claim's ε in the
-record and then prints every accountant's bound; a σ calibration ends on the σ the claim then
-states — pays for the PLD grid once (seconds per evaluation on a small DP-SGD training).
+process (keyed by the event's parameters, δ, the accountant's functions, the relation and
+whether the evaluation fits the memory budget), so a run that asks the same ε twice —
+``train`` stores the claim's ε in the record and then prints every accountant's bound; a σ
+calibration ends on the σ the claim then states — pays for the PLD grid once (seconds per
+evaluation on a small DP-SGD training).
 """
 
 from __future__ import annotations
@@ -212,11 +213,13 @@ def clear_epsilon_cache() -> None:
 
 
 def _cache_key(
-    event: dpe.DpEvent, delta: float, spec: AccountantSpec, neighbouring: str, memory_budget: float
+    event: dpe.DpEvent, delta: float, spec: AccountantSpec, neighbouring: str, over_budget: bool
 ) -> tuple[object, ...] | None:
     """What an answer depends on: the event's parameters (its ``repr``: class names and exact
     field values), δ, the accountant's and its fallback's functions (a re-registered or patched
-    accountant is asked afresh), the relation and the budget; ``None`` when it cannot be keyed."""
+    accountant is asked afresh), the relation and whether the evaluation exceeds the memory
+    budget (which accountant answers: two budgets both above the need share one answer, as a σ
+    calibration's solver budget and the record's default do); ``None`` when it cannot be keyed."""
     fallback = ACCOUNTANTS[spec.fallback] if spec.fallback is not None else None
     try:
         key = (
@@ -228,7 +231,7 @@ def _cache_key(
             spec.memory_estimate,
             None if fallback is None else (fallback.epsilon, fallback.decline),
             neighbouring,
-            float(memory_budget),
+            bool(over_budget),
         )
         hash(key)
     except (TypeError, ValueError):
@@ -276,10 +279,12 @@ def compute_epsilon_detailed(
     event, early = _prepare(event, spec, neighbouring, memory_budget)
     if early is not None:
         return early
-    key = _cache_key(event, delta, spec, neighbouring, memory_budget)
+    need = spec.memory_estimate(event, neighbouring) if spec.memory_estimate is not None else None
+    over_budget = need is not None and need > memory_budget
+    key = _cache_key(event, delta, spec, neighbouring, over_budget)
     if key is not None and key in _EPSILON_CACHE:
         return _EPSILON_CACHE[key]
-    if _REHEARSAL is not None and spec.memory_estimate is not None and spec.fallback is not None:
+    if _REHEARSAL is not None and spec.memory_estimate is not None and spec.fallback is not None and not over_budget:
         fallback = ACCOUNTANTS[spec.fallback]
         if fallback.supports(event, neighbouring):
             if key is not None:
@@ -288,7 +293,7 @@ def compute_epsilon_detailed(
                 )
             # Named as the accountant's own answer: a stand-in is no fallback to warn about.
             return EpsilonResult(fallback.epsilon(event, delta, neighbouring), spec.name, spec.name)
-    result = _evaluate(event, delta, spec, neighbouring, memory_budget)
+    result = _evaluate(event, delta, spec, neighbouring, memory_budget, need)
     if key is not None:
         if len(_EPSILON_CACHE) >= _EPSILON_CACHE_SIZE:
             del _EPSILON_CACHE[next(iter(_EPSILON_CACHE))]  # the oldest (dicts keep insertion order)
@@ -297,11 +302,11 @@ def compute_epsilon_detailed(
 
 
 def _evaluate(
-    event: dpe.DpEvent, delta: float, spec: AccountantSpec, neighbouring: str, memory_budget: float
+    event: dpe.DpEvent, delta: float, spec: AccountantSpec, neighbouring: str, memory_budget: float, need: float | None
 ) -> EpsilonResult:
-    """The accountant's answer for a prepared event (:func:`compute_epsilon_detailed`'s work)."""
+    """The accountant's answer for a prepared event whose evaluation would need ``need`` bytes
+    (:func:`compute_epsilon_detailed`'s work)."""
     fallback = ACCOUNTANTS[spec.fallback] if spec.fallback is not None else None
-    need = spec.memory_estimate(event, neighbouring) if spec.memory_estimate is not None else None
     if need is not None and need > memory_budget:
         if fallback is None or not fallback.supports(event, neighbouring):
             after = f", and {fallback.name!r} cannot analyse it under {neighbouring}" if fallback is not None else ""

@@ -100,3 +100,32 @@ def test_a_dpsgd_training_asks_the_pld_accountant_once(
     claim = claims.claim_from_dict(out["claim"])
     assert calls == [(repr(claim.event), out["delta"])]
     assert out["epsilon"]["pld"] == rdp_epsilon(claim.event, out["delta"], "add_or_remove_one")
+
+
+@pytest.mark.extended  # a dozen PLD size probes of a calibration: seconds
+def test_a_rehearsal_finds_a_calibrations_questions_and_remembers_no_stand_in(fresh: None) -> None:
+    """A σ calibrated to a target asks PLD about a dozen σ's; rehearsed, none reaches the accountant
+    (RDP answers), each distinct question is listed once, and none of the stand-in answers is
+    what a later real question gets."""
+    from defenses.dpsgd.config import DPSGDConfig
+    from defenses.dpsgd.plan import accounting_questions, plan_dpsgd, run_claim
+
+    calls: list[tuple[str, float]] = []
+    with ACCOUNTANTS.temporarily(_counting("pld", calls)):
+        config = DPSGDConfig(target_epsilon=4.0, epochs=2, lot_size=50, delta=1e-5)
+        asked = accounting_questions(config, num_members=500)
+        assert calls == []
+        assert len(asked) >= 5 and {q.accountant for q in asked} == {"pld"}
+        assert len({(repr(q.event), q.delta) for q in asked}) == len(asked)
+        # The record's claim is among them: the σ the (RDP-answered) calibration ended on.
+        with accountants.rehearsal():
+            plan = plan_dpsgd(config, num_members=500)
+        claim = run_claim(
+            config, sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier, num_steps=plan.num_steps
+        )
+        assert repr(claim.event) in {repr(q.event) for q in asked}
+    # Nothing the rehearsal said was kept: the same question, asked for real, reaches the accountant.
+    real: list[tuple[str, float]] = []
+    with ACCOUNTANTS.temporarily(_counting("pld", real, answer=rdp_epsilon)):
+        claim.epsilon(delta=1e-5, accountant="pld")
+        assert len(real) == 1
