@@ -11,8 +11,10 @@ time per example is multiplied by the examples the job pushes through the model.
 The result is a range, :class:`Estimate`: its low end is the median timed step, its high end
 the slowest quarter of the timed steps (their spread on this machine, which grows with other
 work on it), each times a stated factor for what the calibration does not time
-(:data:`UNTIMED_FACTOR`: data loading, evaluation, the accountant) plus a job's own work outside
-its steps (:func:`job_start`). A command's work outside its jobs — its start-up before the first
+(:data:`UNTIMED_FACTOR`: data loading, evaluation) plus a job's own work outside its steps
+(:func:`job_start`). The privacy accounting a run does (PLD evaluations: seconds each on a
+small DP-SGD training) is priced apart, by its grids' sizes at a rate timed here
+(:func:`accounting_seconds`). A command's work outside its jobs — its start-up before the first
 calibration, measured (:func:`command_start_up`), its finish and a pool's start, stated as
 shares of it — is added by the plan (:class:`dpaudit.app.cost.RunPlan`). The factors were set
 from the runs of ``scripts/check_estimates.py`` on a loaded 2-core machine; the docs page
@@ -58,7 +60,7 @@ LONG_RUN_SECONDS = 3600.0
 #: timed on the model (one :mod:`defenses.clipping` cannot follow): measured at 1.3–3× for the zoo
 #: models (scripts/bench_dpsgd.py), so 3 is the cautious side.
 PER_EXAMPLE_GRADIENT_FACTOR = 3.0
-#: What the calibration leaves out (data loading, evaluation, the accountant, progress), as a
+#: What the calibration leaves out (data loading, evaluation, progress), as a
 #: factor on the timed steps: (low end, high end).
 UNTIMED_FACTOR = (1.1, 1.6)
 #: A job's own work outside its steps (building the model, the data and the canaries, evaluating
