@@ -154,8 +154,13 @@ class EpsilonResult:
         return self.computed_by != self.accountant
 
 
-#: Answers of :func:`compute_epsilon_detailed` in this process (see the module docstring).
-_EPSILON_CACHE: dict[tuple[object, ...], EpsilonResult] = {}
+#: A warning an evaluation raised: message, category, file, line (replayed with its answer).
+_Warned = tuple[Warning | str, type[Warning], str, int]
+#: Answers of :func:`compute_epsilon_detailed` in this process (see the module docstring), with
+#: the warnings their evaluation raised.
+_EPSILON_CACHE: dict[tuple[object, ...], tuple[EpsilonResult, tuple[_Warned, ...]]] = {}
+#: The once-per-location registry of replayed warnings (as a module's own registry would be).
+_REPLAYED: dict[object, object] = {}
 #: Entries kept before the oldest go (a calibration makes a few dozen; each entry is small).
 _EPSILON_CACHE_SIZE = 1024
 
@@ -283,7 +288,9 @@ def compute_epsilon_detailed(
     over_budget = need is not None and need > memory_budget
     key = _cache_key(event, delta, spec, neighbouring, over_budget)
     if key is not None and key in _EPSILON_CACHE:
-        return _EPSILON_CACHE[key]
+        result, warned = _EPSILON_CACHE[key]
+        _replay(warned)
+        return result
     if _REHEARSAL is not None and spec.memory_estimate is not None and spec.fallback is not None and not over_budget:
         fallback = ACCOUNTANTS[spec.fallback]
         if fallback.supports(event, neighbouring):
@@ -293,12 +300,24 @@ def compute_epsilon_detailed(
                 )
             # Named as the accountant's own answer: a stand-in is no fallback to warn about.
             return EpsilonResult(fallback.epsilon(event, delta, neighbouring), spec.name, spec.name)
-    result = _evaluate(event, delta, spec, neighbouring, memory_budget, need)
+    # Every warning is recorded and then shown through the caller's filters, now and on each
+    # later answer of the same question (an edge-of-grid warning is the answer's, not the work's).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = _evaluate(event, delta, spec, neighbouring, memory_budget, need)
+    warned = tuple((w.message, w.category, w.filename, w.lineno) for w in caught)
     if key is not None:
         if len(_EPSILON_CACHE) >= _EPSILON_CACHE_SIZE:
             del _EPSILON_CACHE[next(iter(_EPSILON_CACHE))]  # the oldest (dicts keep insertion order)
-        _EPSILON_CACHE[key] = result
+        _EPSILON_CACHE[key] = (result, warned)
+    _replay(warned)
     return result
+
+
+def _replay(warned: tuple[_Warned, ...]) -> None:
+    """Shows an evaluation's warnings as if raised again where they were (the caller's filters apply)."""
+    for message, category, filename, lineno in warned:
+        warnings.warn_explicit(message, category, filename, lineno, registry=_REPLAYED)
 
 
 def _evaluate(
