@@ -160,7 +160,7 @@ _Warned = tuple[Warning | str, type[Warning], str, int]
 #: the warnings their evaluation raised.
 _EPSILON_CACHE: dict[tuple[object, ...], tuple[EpsilonResult, tuple[_Warned, ...]]] = {}
 #: The once-per-location registry of replayed warnings (as a module's own registry would be).
-_REPLAYED: dict[object, object] = {}
+_REPLAYED: dict[str | tuple[str, type[Warning], int], int] = {}
 #: Entries kept before the oldest go (a calibration makes a few dozen; each entry is small).
 _EPSILON_CACHE_SIZE = 1024
 
