@@ -28,6 +28,7 @@ from dp_accounting import dp_event as dpe
 from defenses.dp_defaults import defaults_note, resolve_dp_config
 from defenses.dpsgd.config import DPSGDConfig
 from dpaudit import _validate as v
+from dpaudit.privacy.accountants import Question, rehearsal
 from dpaudit.privacy.calibration import (
     calibrate_noise_multiplier,
     calibrate_num_steps,
@@ -36,7 +37,16 @@ from dpaudit.privacy.calibration import (
 )
 from dpaudit.privacy.claims import DPClaim, dpsgd_claim
 
-__all__ = ["DPSGDPlan", "plan_dpsgd", "announce_plan", "resolve_config", "pca_claim", "run_claim", "learning_rate_at"]
+__all__ = [
+    "DPSGDPlan",
+    "accounting_questions",
+    "plan_dpsgd",
+    "announce_plan",
+    "resolve_config",
+    "pca_claim",
+    "run_claim",
+    "learning_rate_at",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,3 +286,28 @@ def learning_rate_at(config: DPSGDConfig, epoch: float) -> float:
         return config.learning_rate
     frac = min(1.0, max(0.0, epoch) / config.lr_decay_epochs)
     return config.learning_rate + (config.final_learning_rate - config.learning_rate) * frac
+
+
+def accounting_questions(config: DPSGDConfig, *, num_members: int) -> list[Question]:
+    """The costly ε evaluations a training with ``config`` on ``num_members`` members makes, found
+    by rehearsing them (:func:`dpaudit.privacy.accountants.rehearsal`) for the run's estimate:
+    the calibration of σ or of the steps under a target (:func:`plan_dpsgd`), the record's ε
+    under ``config.accountant`` and the PLD bound ``train`` prints. Empty when the plan fails
+    (the run stops there too)."""
+    try:
+        with rehearsal() as asked:
+            plan = plan_dpsgd(config, num_members=num_members)
+            claim = run_claim(
+                config,
+                sampling_rate=plan.sampling_rate,
+                noise_multiplier=plan.noise_multiplier,
+                num_steps=plan.num_steps,
+            )
+            for accountant in dict.fromkeys((config.accountant, "pld")):
+                try:
+                    claim.epsilon(delta=config.delta, accountant=accountant)
+                except ValueError:  # declined: the run prints no number for it either
+                    continue
+    except ValueError:
+        return []
+    return asked

@@ -76,6 +76,9 @@ class RunPlan:
             pool's start (:data:`~dpaudit.app.estimate.COMMAND_FINISH_FACTOR`,
             :data:`~dpaudit.app.estimate.POOL_START_FACTOR`), part of the wall time here only.
         starts_pool: the run starts a local pool of worker processes here.
+        command_low, command_high: the range of the command's own timed work outside its jobs
+            (the privacy accounting of the claim it audits: :func:`dpaudit.app.plan.claim_accounting`),
+            paid once whatever the workers.
     """
 
     what: str
@@ -89,6 +92,8 @@ class RunPlan:
     timed: str = ""
     start_up: float = 0.0
     starts_pool: bool = False
+    command_low: float = 0.0
+    command_high: float = 0.0
 
     @classmethod
     def measured(cls, estimate: Estimate | None, **fields: Any) -> RunPlan:
@@ -124,6 +129,7 @@ class RunPlan:
             here = self.start_up * (1.0 + COMMAND_FINISH_FACTOR[end])
             if self.starts_pool:
                 here += self.start_up * POOL_START_FACTOR[end]
+        here += (self.command_low, self.command_high)[end]
         workers = max(1, int(workers))
         return here + math.ceil(self.num_jobs / workers) * job_seconds + self.num_jobs / workers * JOB_OVERHEAD_S
 
@@ -170,6 +176,7 @@ class RunPlan:
             "workers": self.workers,
             "start_up_seconds": self.start_up,
             "starts_pool": self.starts_pool,
+            "command_seconds_range": [self.command_low, self.command_high],
             "timed": self.timed,
         }
 

@@ -11,8 +11,10 @@ time per example is multiplied by the examples the job pushes through the model.
 The result is a range, :class:`Estimate`: its low end is the median timed step, its high end
 the slowest quarter of the timed steps (their spread on this machine, which grows with other
 work on it), each times a stated factor for what the calibration does not time
-(:data:`UNTIMED_FACTOR`: data loading, evaluation, the accountant) plus a job's own work outside
-its steps (:func:`job_start`). A command's work outside its jobs — its start-up before the first
+(:data:`UNTIMED_FACTOR`: data loading, evaluation) plus a job's own work outside its steps
+(:func:`job_start`). The privacy accounting a run does (PLD evaluations: seconds each on a
+small DP-SGD training) is priced apart, by its grids' sizes at a rate timed here
+(:func:`accounting_seconds`). A command's work outside its jobs — its start-up before the first
 calibration, measured (:func:`command_start_up`), its finish and a pool's start, stated as
 shares of it — is added by the plan (:class:`dpaudit.app.cost.RunPlan`). The factors were set
 from the runs of ``scripts/check_estimates.py`` on a loaded 2-core machine; the docs page
@@ -37,6 +39,8 @@ __all__ = [
     "JOB_START_SECONDS",
     "JOB_START_SHARE",
     "job_start",
+    "ACCOUNTANT_FACTOR",
+    "accounting_seconds",
     "MODES",
     "Estimate",
     "StepTimes",
@@ -56,7 +60,7 @@ LONG_RUN_SECONDS = 3600.0
 #: timed on the model (one :mod:`defenses.clipping` cannot follow): measured at 1.3–3× for the zoo
 #: models (scripts/bench_dpsgd.py), so 3 is the cautious side.
 PER_EXAMPLE_GRADIENT_FACTOR = 3.0
-#: What the calibration leaves out (data loading, evaluation, the accountant, progress), as a
+#: What the calibration leaves out (data loading, evaluation, progress), as a
 #: factor on the timed steps: (low end, high end).
 UNTIMED_FACTOR = (1.1, 1.6)
 #: A job's own work outside its steps (building the model, the data and the canaries, evaluating
@@ -71,6 +75,15 @@ COMMAND_FINISH_FACTOR = (0.3, 1.0)
 #: A local pool's workers start (a fresh interpreter, torch and dpaudit imported, in parallel) in
 #: this many of the command's start-ups: (low, high).
 POOL_START_FACTOR = (1.0, 2.0)
+#: The PLD accountant's cost, timed on a coarser grid and scaled to the run's grid by their
+#: lengths (:func:`accounting_seconds`), times this: (low, high). The coarse timing carries the
+#: evaluation's fixed part too, so scaling it up errs high; the low end allows for that.
+ACCOUNTANT_FACTOR = (0.6, 1.2)
+#: The grid timed for that (bytes, :func:`~dpaudit.privacy.pld_accountant.pld_memory_estimate`):
+#: about a tenth of a small DP-SGD training's, a fraction of a second here.
+_ACCOUNTANT_TIMED_BYTES = 6e6
+#: Seconds per byte of grid, measured once per process (None: not yet).
+_SECONDS_PER_GRID_BYTE: float | None = None
 #: The steps a calibration can time.
 MODES = ("forward", "backward", "per-example")
 #: The timing of one calibration: at least this many steps, and at least this long (seconds).
@@ -326,6 +339,53 @@ def job_start() -> Estimate:
     up = command_start_up()
     return Estimate(
         low=max(JOB_START_SECONDS[0], JOB_START_SHARE[0] * up), high=max(JOB_START_SECONDS[1], JOB_START_SHARE[1] * up)
+    )
+
+
+def _seconds_per_grid_byte(question: Any, size: float) -> float:
+    """Times the PLD accountant on ``question``'s own event, on a grid coarser by the factor that
+    brings it to about :data:`_ACCOUNTANT_TIMED_BYTES` (the whole grid when it is smaller), after
+    a warm-up on a grid ten times coarser still (the first evaluation's imports are no part of
+    the rate); seconds per byte of the timed grid's predicted size."""
+    from dpaudit.privacy.pld_accountant import PLD_DISCRETIZATION, pld_epsilon, pld_memory_estimate
+
+    global _SECONDS_PER_GRID_BYTE
+    if _SECONDS_PER_GRID_BYTE is None:
+        interval = PLD_DISCRETIZATION * max(1.0, size / _ACCOUNTANT_TIMED_BYTES)
+        pld_epsilon(question.event, question.delta, question.neighbouring, interval=10 * interval)
+        timed = pld_memory_estimate(question.event, neighbouring=question.neighbouring, interval=interval) or size
+        start = time.perf_counter()
+        pld_epsilon(question.event, question.delta, question.neighbouring, interval=interval)
+        _SECONDS_PER_GRID_BYTE = (time.perf_counter() - start) / max(timed, 1.0)
+    return _SECONDS_PER_GRID_BYTE
+
+
+def accounting_seconds(questions: Any) -> Estimate:
+    """The time of a run's costly ε evaluations (the questions of
+    :func:`dpaudit.privacy.accountants.rehearsal`): each PLD evaluation costs in proportion to
+    its grid's length (its predicted size, :func:`~dpaudit.privacy.pld_accountant.pld_memory_estimate`;
+    about 100 MB and seconds for a small DP-SGD training), at a rate timed here on the largest
+    question's own event over a coarser grid (:data:`ACCOUNTANT_FACTOR`). A question above the
+    accountant's memory budget is answered by its fallback (milliseconds) and costs nothing here."""
+    from dpaudit.privacy.pld_accountant import PLD_MEMORY_BUDGET, pld_memory_estimate
+
+    sized = []
+    for q in questions:
+        if q.accountant != "pld":  # the only accountant whose cost grows with a grid
+            continue
+        size = pld_memory_estimate(q.event, neighbouring=q.neighbouring)
+        if size is not None and math.isfinite(size) and 0 < size <= PLD_MEMORY_BUDGET:
+            sized.append((size, q))
+    if not sized:
+        return Estimate(low=0.0, high=0.0)
+    total = sum(size for size, _ in sized)
+    size, largest = max(sized, key=lambda pair: pair[0])
+    seconds = total * _seconds_per_grid_byte(largest, size)
+    n = len(sized)
+    return Estimate(
+        low=seconds * ACCOUNTANT_FACTOR[0],
+        high=seconds * ACCOUNTANT_FACTOR[1],
+        basis=f"{n} PLD evaluation{'s' if n != 1 else ''} of {total / 1e6:.0f} MB of grid, timed on a coarser one",
     )
 
 

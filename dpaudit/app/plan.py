@@ -22,6 +22,8 @@ __all__ = [
     "passes_of",
     "training_batch",
     "training_job",
+    "accounting_of",
+    "claim_accounting",
     "train_plan",
     "certify_plan",
     "membership_plan",
@@ -93,15 +95,17 @@ def training_job(
     features: Any = None,
     labels: Any = None,
     start: bool = True,
+    accounting: Estimate | None = None,
 ) -> Estimate | None:
     """One training's time: its passes over ``members`` (:func:`passes_of`) through its step
     (per-example clipping where the defense clips), plus a noise-free pre-training where it has
-    one (Secure-SGD's redistribution), each timed at the training's batch."""
+    one (Secure-SGD's redistribution), each timed at the training's batch, plus its privacy
+    accounting when given (:func:`accounting_of`)."""
     passes = {("per-example" if per_example else "backward"): passes_of(parameters) * members}
     if parameters.get("redistribute") and parameters.get("redistribution_pretrain_epochs"):
         pre = _count(parameters, "redistribution_pretrain_epochs", 0.0) * members
         passes["backward"] = passes.get("backward", 0.0) + pre
-    return estimate_job(
+    steps = estimate_job(
         model_name,
         input_shape=tuple(input_shape),
         num_classes=num_classes,
@@ -114,6 +118,38 @@ def training_job(
         labels=labels,
         start=start,
     )
+    if steps is None or accounting is None or accounting.high <= 0:
+        return steps
+    return steps.plus(accounting)
+
+
+def claim_accounting(claim: Any, *, delta: float) -> Estimate:
+    """The time of evaluating ``claim``'s bounds at ``delta`` under every accountant (what an
+    audit's result states), rehearsed (:func:`dpaudit.privacy.accountants.rehearsal`) and priced
+    by :func:`~dpaudit.app.estimate.accounting_seconds`."""
+    from dpaudit.app.estimate import accounting_seconds
+    from dpaudit.privacy.accountants import rehearsal
+
+    with rehearsal() as asked:
+        try:
+            claim.epsilons(delta=delta)
+        except ValueError:  # no accountant can: the run says so, at no cost
+            pass
+    return accounting_seconds(asked)
+
+
+def accounting_of(config: Any, *, members: int) -> Estimate | None:
+    """The time a training's privacy accounting takes (a DP-SGD-family config: its σ or step
+    calibration, the record's ε, the printed PLD bound — :func:`defenses.dpsgd.plan.accounting_questions`),
+    priced by :func:`~dpaudit.app.estimate.accounting_seconds`; None for other configs (their
+    accounting is not timed: PATE's and DSSGD's answer in milliseconds)."""
+    from defenses.dpsgd.config import DPSGDConfig
+    from defenses.dpsgd.plan import accounting_questions
+    from dpaudit.app.estimate import accounting_seconds
+
+    if not isinstance(config, DPSGDConfig):
+        return None
+    return accounting_seconds(accounting_questions(config, num_members=max(1, int(members))))
 
 
 def _fields(config: Any) -> dict[str, object]:
@@ -164,6 +200,7 @@ def train_plan(spec: Any, *, bundle: Any, splits: Any, config: Any) -> RunPlan:
         model_options=dict(spec.model_options),
         features=bundle.train.features[:batch],
         labels=bundle.train.labels[:batch],
+        accounting=accounting_of(config, members=members),
     )
     memory = job_memory_bytes(
         spec.model,
@@ -336,6 +373,15 @@ def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num
         f"{spec.threat} {spec.method if spec.threat == 'black-box' else ''} "
         f"audit trainings of {steps} DP-SGD steps on {members} members"
     ).replace("  ", " ")
+    # The suite's DP-SGD run at a given sigma: its claim's bounds are evaluated once, in the command.
+    accounting = Estimate(low=0.0, high=0.0)
+    if spec.train_fn is None and spec.noise_multiplier is not None and estimate is not None:
+        from dpaudit.privacy.claims import dpsgd_claim
+
+        claim = dpsgd_claim(sampling_rate=spec.sampling_rate, noise_multiplier=spec.noise_multiplier, num_steps=steps)
+        accounting = claim_accounting(claim, delta=spec.delta)
+        timed = "; ".join(b for b in (estimate.basis, accounting.basis) if b)
+        estimate = Estimate(low=estimate.low, high=estimate.high, basis=timed)
     return RunPlan.measured(
         estimate,
         what=what,
@@ -344,6 +390,8 @@ def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num
         workers=workers,
         timed="" if estimate is None else estimate.basis,
         starts_pool=spec.executor == "local" and workers > 1,
+        command_low=accounting.low,
+        command_high=accounting.high,
     )
 
 

@@ -101,8 +101,15 @@ def _die_with_parent(parent_pid: int | None, pdeathsig: bool) -> None:
     ).start()
 
 
-def _worker_init(num_threads: int, parent_pid: int | None = None, pdeathsig: bool = True) -> None:
-    """Initializer of a :class:`LocalExecutor` worker: die with the parent, ignore Ctrl-C, pin threads."""
+def _worker_init(
+    num_threads: int, parent_pid: int | None = None, pdeathsig: bool = True, library_warnings: bool | None = None
+) -> None:
+    """Initializer of a :class:`LocalExecutor` worker: die with the parent, ignore Ctrl-C, pin
+    threads, and send library warnings where the command sends its own (a log, not the
+    terminal: :func:`dpaudit.library_warnings.route_in_worker`)."""
+    from dpaudit.library_warnings import route_in_worker
+
+    route_in_worker(library_warnings)
     _die_with_parent(parent_pid, pdeathsig)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _limit_threads(num_threads)
@@ -181,6 +188,8 @@ class LocalExecutor(Executor):
         if self._pool is not None and self._pool_thread is not threading.current_thread():
             self.close()
         if self._pool is None:
+            from dpaudit.library_warnings import worker_setting
+
             _quiet_resource_tracker()
             self._pool = cf.ProcessPoolExecutor(
                 max_workers=self.workers,
@@ -190,6 +199,7 @@ class LocalExecutor(Executor):
                     self.threads_per_worker,
                     os.getpid() if self.start_method == "spawn" else None,
                     self._pdeathsig,
+                    worker_setting(),
                 ),
             )
             self._pool_thread = threading.current_thread()

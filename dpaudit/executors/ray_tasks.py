@@ -33,9 +33,14 @@ def _ray_call(
     driver: Any = None,
     datasets: Sequence[str] = (),
     data_root: str | None = None,
+    library_warnings: bool | None = None,
 ) -> Any:
-    # Ray reuses worker processes across tasks, so pin threads on every call (cheap).
+    from dpaudit.library_warnings import route_in_worker
+
+    # Ray reuses worker processes across tasks, so pin threads on every call (cheap); library
+    # warnings go where the command sends its own (once per worker process).
     _limit_threads(num_threads)
+    route_in_worker(library_warnings)
     if driver is not None:  # the driver's NodeReport (a top-level reference, resolved by Ray)
         from dpaudit.cluster import check_here
 
@@ -180,11 +185,19 @@ class RayExecutor(Executor):
         jobs = _check_jobs(jobs)
         if not jobs:
             return
+        from dpaudit.library_warnings import worker_setting
+
         ray = self._ensure()
         driver = self._driver[1]
         pending = {
             self._remote.remote(
-                job.fn, dict(job.kwargs), self.threads_per_worker, driver, self.datasets, self.data_root
+                job.fn,
+                dict(job.kwargs),
+                self.threads_per_worker,
+                driver,
+                self.datasets,
+                self.data_root,
+                worker_setting(),
             ): job
             for job in jobs
         }

@@ -69,12 +69,21 @@ Bounded resources and extreme inputs (issue 11):
   arithmetic breaks down (NaN, or 0 from underflow), so ε_UB = ∞ is returned: a valid, if
   trivial, upper bound.
 * Step counts above :data:`MAX_NUM_STEPS` are refused.
+
+One evaluation per question: :func:`compute_epsilon_detailed` remembers its answers for the
+process (keyed by the event's parameters, δ, the accountant's functions, the relation and
+whether the evaluation fits the memory budget), so a run that asks the same ε twice —
+``train`` stores the claim's ε in the record and then prints every accountant's bound; a σ
+calibration ends on the σ the claim then states — pays for the PLD grid once (seconds per
+evaluation on a small DP-SGD training).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from dp_accounting import dp_event as dpe
@@ -99,9 +108,13 @@ __all__ = [
     "AccountantSpec",
     "EpsilonResult",
     "PLDFallbackWarning",
+    "Question",
+    "clear_epsilon_cache",
     "compute_delta",
     "compute_epsilon",
     "compute_epsilon_detailed",
+    "rehearsal",
+    "rehearsing",
 ]
 
 
@@ -139,6 +152,96 @@ class EpsilonResult:
     def fell_back(self) -> bool:
         """Whether another accountant than the one asked for produced ``epsilon``."""
         return self.computed_by != self.accountant
+
+
+#: A warning an evaluation raised: message, category, file, line (replayed with its answer).
+_Warned = tuple[Warning | str, type[Warning], str, int]
+#: Answers of :func:`compute_epsilon_detailed` in this process (see the module docstring), with
+#: the warnings their evaluation raised.
+_EPSILON_CACHE: dict[tuple[object, ...], tuple[EpsilonResult, tuple[_Warned, ...]]] = {}
+#: The once-per-location registry of replayed warnings (as a module's own registry would be).
+_REPLAYED: dict[str | tuple[str, type[Warning], int], int] = {}
+#: Entries kept before the oldest go (a calibration makes a few dozen; each entry is small).
+_EPSILON_CACHE_SIZE = 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class Question:
+    """An ε a run would ask of an accountant whose cost grows with a grid (:func:`rehearsal`).
+
+    Attributes:
+        event: the prepared event; delta: δ; accountant: the accountant's name;
+        neighbouring: the relation.
+    """
+
+    event: dpe.DpEvent
+    delta: float
+    accountant: str
+    neighbouring: str
+
+
+#: The questions of the rehearsal in progress (None: none is).
+_REHEARSAL: dict[tuple[object, ...], Question] | None = None
+
+
+@contextmanager
+def rehearsal() -> Iterator[list[Question]]:
+    """Runs a caller's planning without paying for its costly ε evaluations, to learn which it asks.
+
+    Inside the block, a question to an accountant whose cost grows with a grid (one with a
+    ``memory_estimate``: ``pld``) that this process has not answered yet is recorded, once per
+    distinct question, and answered by the accountant's fallback (``rdp``: milliseconds) — so a
+    σ calibration walks about the evaluations the run will make. Those stand-in answers are
+    remembered nowhere. The yielded list holds the questions once the block ends (what
+    :mod:`dpaudit.app.estimate` prices). Not re-entrant.
+    """
+    global _REHEARSAL
+    if _REHEARSAL is not None:
+        raise RuntimeError("rehearsals do not nest")
+    asked: list[Question] = []
+    _REHEARSAL = {}
+    try:
+        yield asked
+    finally:
+        asked.extend(_REHEARSAL.values())
+        _REHEARSAL = None
+
+
+def rehearsing() -> bool:
+    """Whether a :func:`rehearsal` is in progress (its stand-in answers must not be remembered)."""
+    return _REHEARSAL is not None
+
+
+def clear_epsilon_cache() -> None:
+    """Forgets every remembered ε (tests that time or count the accountants' work call it)."""
+    _EPSILON_CACHE.clear()
+
+
+def _cache_key(
+    event: dpe.DpEvent, delta: float, spec: AccountantSpec, neighbouring: str, over_budget: bool
+) -> tuple[object, ...] | None:
+    """What an answer depends on: the event's parameters (its ``repr``: class names and exact
+    field values), δ, the accountant's and its fallback's functions (a re-registered or patched
+    accountant is asked afresh), the relation and whether the evaluation exceeds the memory
+    budget (which accountant answers: two budgets both above the need share one answer, as a σ
+    calibration's solver budget and the record's default do); ``None`` when it cannot be keyed."""
+    fallback = ACCOUNTANTS[spec.fallback] if spec.fallback is not None else None
+    try:
+        key = (
+            repr(event),
+            float(delta),
+            spec.name,
+            spec.epsilon,
+            spec.decline,
+            spec.memory_estimate,
+            None if fallback is None else (fallback.epsilon, fallback.decline),
+            neighbouring,
+            bool(over_budget),
+        )
+        hash(key)
+    except (TypeError, ValueError):
+        return None
+    return key
 
 
 def _fmt_bytes(n: float) -> str:
@@ -181,8 +284,48 @@ def compute_epsilon_detailed(
     event, early = _prepare(event, spec, neighbouring, memory_budget)
     if early is not None:
         return early
-    fallback = ACCOUNTANTS[spec.fallback] if spec.fallback is not None else None
     need = spec.memory_estimate(event, neighbouring) if spec.memory_estimate is not None else None
+    over_budget = need is not None and need > memory_budget
+    key = _cache_key(event, delta, spec, neighbouring, over_budget)
+    if key is not None and key in _EPSILON_CACHE:
+        result, warned = _EPSILON_CACHE[key]
+        _replay(warned)
+        return result
+    if _REHEARSAL is not None and spec.memory_estimate is not None and spec.fallback is not None and not over_budget:
+        fallback = ACCOUNTANTS[spec.fallback]
+        if fallback.supports(event, neighbouring):
+            if key is not None:
+                _REHEARSAL.setdefault(
+                    key, Question(event=event, delta=delta, accountant=spec.name, neighbouring=neighbouring)
+                )
+            # Named as the accountant's own answer: a stand-in is no fallback to warn about.
+            return EpsilonResult(fallback.epsilon(event, delta, neighbouring), spec.name, spec.name)
+    # Every warning is recorded and then shown through the caller's filters, now and on each
+    # later answer of the same question (an edge-of-grid warning is the answer's, not the work's).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = _evaluate(event, delta, spec, neighbouring, memory_budget, need)
+    warned = tuple((w.message, w.category, w.filename, w.lineno) for w in caught)
+    if key is not None:
+        if len(_EPSILON_CACHE) >= _EPSILON_CACHE_SIZE:
+            del _EPSILON_CACHE[next(iter(_EPSILON_CACHE))]  # the oldest (dicts keep insertion order)
+        _EPSILON_CACHE[key] = (result, warned)
+    _replay(warned)
+    return result
+
+
+def _replay(warned: tuple[_Warned, ...]) -> None:
+    """Shows an evaluation's warnings as if raised again where they were (the caller's filters apply)."""
+    for message, category, filename, lineno in warned:
+        warnings.warn_explicit(message, category, filename, lineno, registry=_REPLAYED)
+
+
+def _evaluate(
+    event: dpe.DpEvent, delta: float, spec: AccountantSpec, neighbouring: str, memory_budget: float, need: float | None
+) -> EpsilonResult:
+    """The accountant's answer for a prepared event whose evaluation would need ``need`` bytes
+    (:func:`compute_epsilon_detailed`'s work)."""
+    fallback = ACCOUNTANTS[spec.fallback] if spec.fallback is not None else None
     if need is not None and need > memory_budget:
         if fallback is None or not fallback.supports(event, neighbouring):
             after = f", and {fallback.name!r} cannot analyse it under {neighbouring}" if fallback is not None else ""

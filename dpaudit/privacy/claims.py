@@ -28,7 +28,7 @@ from dp_accounting import dp_event as dpe
 
 from dpaudit import _validate as v
 from dpaudit.privacy.accountant_names import ACCOUNTANTS
-from dpaudit.privacy.accountants import compute_epsilon
+from dpaudit.privacy.accountants import compute_epsilon, rehearsing
 from dpaudit.privacy.events import sampled_gaussian_event
 from dpaudit.registry import Registry
 from dpaudit.specs import PlainSpec, spec_field
@@ -325,6 +325,8 @@ class PrivacyClaim(PlainSpec):
                     "claim",
                     f"no accountant among {', '.join(self.accountants)} can evaluate the claim {self.description!r}",
                 )
+            if rehearsing():  # stand-in answers (accountants.rehearsal) are remembered nowhere
+                return values
             if len(_EPSILONS) >= 256:
                 _EPSILONS.clear()
             _EPSILONS[key] = values

@@ -58,9 +58,11 @@ def _release_fft_plans() -> None:
         fft.irfft(fft.rfft(x), n)
 
 
-def pld_epsilon(event: dpe.DpEvent, delta: float, neighbouring: str) -> float:
+def pld_epsilon(event: dpe.DpEvent, delta: float, neighbouring: str, *, interval: float = PLD_DISCRETIZATION) -> float:
+    """ε at ``delta`` of the pessimistic PLD on a grid of step ``interval`` (a coarser grid is only
+    used to time the accountant: its cost grows with the grid's length, :func:`pld_memory_estimate`)."""
     acc = pld_privacy_accountant.PLDAccountant(
-        neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring], value_discretization_interval=PLD_DISCRETIZATION
+        neighboring_relation=DP_ACCOUNTING_RELATIONS[neighbouring], value_discretization_interval=interval
     )
     if not acc.supports(event):
         raise v.invalid("accountant", f"accountant 'pld' does not support the event {event!r}")

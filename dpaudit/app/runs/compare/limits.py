@@ -45,7 +45,25 @@ def estimate_seconds(grid: CompareGrid, *, data_root: str | None, workers: int |
     shape = tuple(info.input_shape)
     total = Estimate(low=0.0, high=0.0)
 
-    def training(model: str, parameters: dict[str, object], options: dict[str, object], dp: bool) -> Estimate | None:
+    def accounting(defense: str, parameters: dict[str, object]) -> Estimate | None:
+        """The cell's privacy accounting (a DP-SGD-family config: its calibration and claim), or None."""
+        from dpaudit.app.plan import accounting_of
+
+        try:
+            config = DEFENSES[defense].config_type(
+                **{k: (tuple(x) if isinstance(x, list) else x) for k, x in parameters.items()}
+            )
+        except (TypeError, ValueError):  # the run itself reports it
+            return None
+        return accounting_of(config, members=int(members))
+
+    def training(
+        model: str,
+        parameters: dict[str, object],
+        options: dict[str, object],
+        dp: bool,
+        accounted: Estimate | None = None,
+    ) -> Estimate | None:
         return training_job(
             model,
             input_shape=shape,
@@ -56,11 +74,18 @@ def estimate_seconds(grid: CompareGrid, *, data_root: str | None, workers: int |
             threads=threads,
             device=grid.device,
             model_options=options,
+            accounting=accounted,
         )
 
     for s in grid.settings:
         params = dict(s.parameters)
-        one = training(s.model, params, dict(s.model_options), DEFENSES[s.defense].per_example_gradients)
+        one = training(
+            s.model,
+            params,
+            dict(s.model_options),
+            DEFENSES[s.defense].per_example_gradients,
+            accounting(s.defense, params),
+        )
         if one is None:
             return None
         total = total.plus(one.times(len(grid.seeds)))
