@@ -533,10 +533,11 @@ def pate_sections(
 
 
 # ------------------------------------------------------------------------------------- verdict
-def _answers_text(m: Mapping[str, Any]) -> str:
+def _answers_text(m: Mapping[str, object]) -> str:
     """The share of correct answers with its count and interval where the number answered is stored."""
     n = m.get("num_answered")
-    share = float(m["answer_accuracy"])
+    value = m["answer_accuracy"]
+    share = float(value) if isinstance(value, (int, float)) else float("nan")
     if isinstance(n, int) and not isinstance(n, bool) and n > 0 and 0.0 <= share <= 1.0:
         if abs(share * n - round(share * n)) <= 0.01:  # a share of the answers, as training stores it
             return proportion(round(share * n), n).text()
