@@ -96,15 +96,27 @@ def check_verdict(report: CheckReport) -> Verdict:
             lines=tuple(lines),
             tone="warn",
         )
-    return Verdict(
-        status="no violation",
-        headline=f"No violation: no check found ε_LB above ε_UB = {ub_text} at "
-        f"{report.confidence:.0%} family-wise confidence ({len(passed)} of "
-        f"{len(report.outcomes)} checks could have shown one at their design's ceiling; how often each flags "
-        "a given bug is measured in docs/audits/check.md).",
-        lines=tuple(lines),
-        tone="ok",
-    )
+    replays = sum(o.kind == "grey-box" for o in passed)
+    games = len(passed) - replays
+    parts = []
+    if replays:
+        plural = replays != 1
+        whose = "their" if plural else "its"
+        parts.append(f"{replays} grey-box replay{'s' if plural else ''} found none of {whose} bug classes")
+    if games:
+        plural = games != 1
+        parts.append(f"{games} statistical check{'s' if plural else ''} with a ceiling above ε_UB found ε_LB ≤ ε_UB")
+    ran = ", ".join(parts)
+    headline = f"No violation at {report.confidence:.0%} family-wise confidence against ε_UB = {ub_text}: {ran}"
+    if unsure:
+        # What did not run is not evidence of absence: the box is amber, and says how much of the battery it rests on.
+        headline += (
+            f"; {len(unsure)} of {len(report.outcomes)} checks could not show a violation at the size they ran "
+            "(inconclusive, below), so this rests on the others only."
+        )
+    else:
+        headline += " (how often each check flags a given bug is measured in docs/audits/check.md)."
+    return Verdict(status="no violation", headline=headline, lines=tuple(lines), tone="warn" if unsure else "ok")
 
 
 # -------------------------------------------------------------------------------------- compare

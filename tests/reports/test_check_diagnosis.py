@@ -76,3 +76,32 @@ def test_the_figure_labels_a_saturated_bar_and_keys_only_bars_it_draws():
         assert not any("passed" in t for t in legend) and any("violated" in t for t in legend)
     finally:
         plt.close(fig)
+
+
+def test_a_clean_battery_whose_statistical_checks_could_not_run_is_amber_and_says_so():
+    # The reviewer's correct function: every grey-box replay passed, every statistical check ran no
+    # training (ceiling 0). Green "no violation, 7 of 12 could have shown one" overstated the evidence.
+    import dataclasses
+
+    report = buggy_report()
+    outcomes = tuple(
+        dataclasses.replace(o, status="passed", epsilon_lb=0.0)
+        if o.kind == "grey-box"
+        else dataclasses.replace(o, status="inconclusive", epsilon_lb=0.0, ceiling=0.0, num_trials=0)
+        for o in report.outcomes
+    )
+    quiet = dataclasses.replace(report, outcomes=outcomes)
+    assert not quiet.violations
+    grey = sum(o.kind == "grey-box" for o in outcomes)
+    verdict = check_verdict(quiet)
+    assert (verdict.status, verdict.tone) == ("no violation", "warn")
+    assert f"{grey} grey-box replay" in verdict.headline and "statistical check" not in verdict.headline.split(";")[0]
+    assert f"{len(outcomes) - grey} of {len(outcomes)} checks could not show a violation" in verdict.headline
+    ran = dataclasses.replace(
+        quiet,
+        outcomes=tuple(
+            o if o.kind == "grey-box" else dataclasses.replace(o, status="passed", ceiling=2.4, num_trials=100)
+            for o in outcomes
+        ),
+    )
+    assert check_verdict(ran).tone == "ok"
