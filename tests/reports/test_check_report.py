@@ -33,10 +33,12 @@ def test_the_verdict_box_names_the_violated_check_in_red_before_the_table(tmp_pa
     assert "inconclusive: reused-noise" in html and "ceiling 0.6" in html
 
 
-def test_a_run_without_violation_shows_the_all_clear_and_no_red_box(tmp_path):
+def test_a_run_without_violation_has_no_red_box_and_is_amber_while_a_check_is_inconclusive(tmp_path):
+    # The sample's reused-noise check is inconclusive: the all-clear rests on the other checks only, so it
+    # is amber and says so (a green box is for a battery every check of which could have shown a violation).
     html = _page(build_check_run(tmp_path / "run", violated=False))
-    assert 'class="verdict verdict-ok"' in html and 'class="verdict verdict-alert"' not in html
-    assert "No violation" in html
+    assert 'class="verdict verdict-warn"' in html and 'class="verdict verdict-alert"' not in html
+    assert "No violation" in html and "1 of 3 checks could not show a violation" in html
 
 
 def test_one_row_per_check_with_every_column(tmp_path):
