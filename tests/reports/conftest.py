@@ -62,11 +62,10 @@ def with_true_id(rec: TrainedModel) -> TrainedModel:
     )
 
 
-def trained(defense: str, claim=None, metrics=None) -> TrainedModel:
-    """A digits-mlp record of ``defense`` (its DP-SGD config and metrics read from ``claim``), under its true id."""
-    config, measured = _dpsgd_fields(claim)
-    rec = TrainedModel(
-        model_id="unnamed",
+def bare_record(defense: str, *, config: dict, metrics: dict, claim=None, model_id: str = "unnamed") -> TrainedModel:
+    """A digits-mlp record of ``defense`` on 20 members and 20 non-members, under ``model_id`` (no id check)."""
+    return TrainedModel(
+        model_id=model_id,
         defense=defense,
         model_name="digits-mlp",
         dataset="digits",
@@ -75,10 +74,15 @@ def trained(defense: str, claim=None, metrics=None) -> TrainedModel:
         membership=Membership(members=np.arange(0, 20), non_members=np.arange(20, 40)),
         seed=0,
         config=config,
-        metrics={**measured, **(metrics or {})},
+        metrics=metrics,
         **({"claim": claim} if claim is not None else {}),
     )
-    return with_true_id(rec)
+
+
+def trained(defense: str, claim=None, metrics=None) -> TrainedModel:
+    """A digits-mlp record of ``defense`` (its DP-SGD config and metrics read from ``claim``), under its true id."""
+    config, measured = _dpsgd_fields(claim)
+    return with_true_id(bare_record(defense, config=config, metrics={**measured, **(metrics or {})}, claim=claim))
 
 
 def _record(run: RunDir, defense: str, claim=None, metrics=None) -> TrainedModel:

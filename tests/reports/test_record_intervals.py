@@ -16,11 +16,10 @@ import dataclasses
 import math
 import time
 
-import numpy as np
 import pytest
 from scipy import stats
 
-from dpaudit.results import Membership, TrainedModel
+from dpaudit.results import TrainedModel
 from dpaudit.results.comparison import load_comparison
 from dpaudit.results.grid_verdicts import compare_verdict
 from dpaudit.results.record_accuracy import (
@@ -28,23 +27,12 @@ from dpaudit.results.record_accuracy import (
     counted_test_accuracy,
     mean_accuracy_estimate,
 )
-from tests.reports.conftest import build_dssgd_run, build_pate_run
+from tests.reports.conftest import bare_record, build_dssgd_run, build_pate_run
 
 
 def trained(defense: str, *, metrics: dict) -> TrainedModel:
     """A digits-mlp record of ``defense`` holding ``metrics`` (no id check: the pages read its fields only)."""
-    return TrainedModel(
-        model_id=f"{defense}-test",
-        defense=defense,
-        model_name="digits-mlp",
-        dataset="digits",
-        input_shape=(1, 8, 8),
-        num_classes=10,
-        membership=Membership(members=np.arange(0, 20), non_members=np.arange(20, 40)),
-        seed=0,
-        config={},
-        metrics=metrics,
-    )
+    return bare_record(defense, config={}, metrics=metrics, model_id=f"{defense}-test")
 
 
 def _cp(k: int, n: int, c: float = 0.95) -> tuple[float, float]:
