@@ -383,8 +383,11 @@ def latex_table(
     chars = [max(cells_len[j], head_len[j], 1) for j in range(n)]
     spec = []
     for j in range(n):
-        if words[j] and chars[j] * CHAR_PT > WRAP_PT:
-            spec.append(rf">{{\raggedright\arraybackslash}}p{{{WRAP_PT:g}pt}}")
+        if chars[j] * CHAR_PT > WRAP_PT:
+            # A long cell wraps in a paragraph column, a number's column too (a rate with a sentence
+            # saying why it has no interval), set flush right as its other cells are.
+            flush = r"\raggedright" if words[j] else r"\raggedleft"
+            spec.append(rf">{{{flush}\arraybackslash}}p{{{WRAP_PT:g}pt}}")
             chars[j] = int(WRAP_PT // CHAR_PT)
         else:
             spec.append(align[j])
