@@ -189,10 +189,13 @@ def accuracy_figure(record: TrainedModel) -> MplFigure | None:
     looks = Looks()
     est = _estimates(record)
     keys = {"federation": "test_accuracy", "centralised": "centralised_test_accuracy"}
+    lo, hi = m.get("standalone_test_accuracy_min"), m.get("standalone_test_accuracy_max")
+    spread = (float(lo), float(hi)) if lo is not None and hi is not None else None
     for i, (label, x) in enumerate(shown):
         look = looks.method("dssgd" if i == 0 else label)
         ax.barh(i, x, color=look["color"], height=0.6)
         e = est.get(keys.get(label, ""))
+        end = x
         if e is not None:
             # A count of the test set: its 95% Clopper–Pearson interval as a bar across the end.
             # A white halo keeps the bar visible over a dark bar (the centralised one is black).
@@ -200,18 +203,22 @@ def accuracy_figure(record: TrainedModel) -> MplFigure | None:
             bar = ax.errorbar([x], [i], xerr=[[x - e.low], [e.high - x]], color="#222222", capsize=3, linewidth=1.2)
             for part in (*bar.lines[1], *bar.lines[2]):
                 part.set_path_effects(halo)
-        ax.text(max(x, e.high if e is not None else x), i, f" {fmt_percent(x)}", va="center", fontsize=9.5)
-    lo, hi = m.get("standalone_test_accuracy_min"), m.get("standalone_test_accuracy_max")
-    if lo is not None and hi is not None and m.get("standalone_test_accuracy") is not None:
-        y = [label for label, _ in bars].index("standalone (mean)")
-        ax.plot([float(lo), float(hi)], [y, y], color="#222222", linewidth=1.5)  # the participants' spread
+            end = max(end, e.high)
+        if label == "standalone (mean)" and spread is not None:
+            ax.plot(list(spread), [i, i], color="#222222", linewidth=1.5)  # the participants' spread
+            end = max(end, spread[1])
+        # The value sits past whatever is drawn on its row, so no line runs through it.
+        ax.text(end, i, f" {fmt_percent(x)}", va="center", fontsize=9.5)
+    xlabel = "test accuracy"
     if m.get("chance_accuracy") is not None:
-        ax.axvline(float(m["chance_accuracy"]), color="#777777", linestyle=":", linewidth=1.2)
-        ax.text(float(m["chance_accuracy"]), len(bars) - 0.45, " chance", fontsize=9.5, color="#555555", va="bottom")
-    ax.set_yticks(range(len(bars)), [label for label, _ in bars])
+        chance = float(m["chance_accuracy"])
+        ax.axvline(chance, color="#777777", linestyle=":", linewidth=1.2)
+        # Named in the axis label: a text beside the line sat on the frame or on a tick label.
+        xlabel += f" (dotted: chance, {fmt_percent(chance)})"
+    ax.set_yticks(range(len(shown)), [label for label, _ in shown])
     ax.invert_yaxis()
     ax.set_xlim(0, 1.12)
-    ax.set_xlabel("test accuracy")
+    ax.set_xlabel(xlabel)
     ax.xaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))  # as the labels and the table write it
     finish_axes(ax)
     fig.tight_layout()
