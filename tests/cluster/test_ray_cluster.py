@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from attacks.membership.shadows import MODELS_PER_BATCH
+
 pytest.importorskip("ray")
 
 pytestmark = [
@@ -308,6 +310,11 @@ def _matrix(run: Path) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- the tests
+#: Shadows train in batched jobs of MODELS_PER_BATCH: three jobs, so that with one CPU on the
+#: head node one of them runs on the worker node the test kills.
+SHADOWS = 3 * MODELS_PER_BATCH
+
+
 def test_a_shadow_pool_survives_losing_a_worker_node(cluster: Cluster, tmp_path: Path) -> None:
     env = cluster.env({})
     target = tmp_path / "target"
@@ -337,7 +344,7 @@ def test_a_shadow_pool_survives_losing_a_worker_node(cluster: Cluster, tmp_path:
         "--attack",
         "lira",
         "--num-shadows",
-        "6",
+        str(SHADOWS),
         "--json",
         "--quiet",
     ]
@@ -357,8 +364,8 @@ def test_a_shadow_pool_survives_losing_a_worker_node(cluster: Cluster, tmp_path:
     on_ray = json.loads(stdout)
     assert _attacks(on_ray) == _attacks(json.loads(local.stdout))
     # Each shadow trained and stored once: a retried job reaches the driver once.
-    assert [(p["num_models"], p["num_trained"], p["num_reused"]) for p in on_ray["shadows"]] == [(6, 6, 0)]
-    assert len(shadows()) == 6
+    assert [(p["num_models"], p["num_trained"], p["num_reused"]) for p in on_ray["shadows"]] == [(SHADOWS, SHADOWS, 0)]
+    assert len(shadows()) == SHADOWS
     _no_partial_files(out)
 
 

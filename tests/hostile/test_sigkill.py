@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from attacks.membership.shadows import MODELS_PER_BATCH
 from dpaudit.app.cli import VERBS, main
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds processes through Linux's /proc")
@@ -388,10 +389,12 @@ def test_sigkill_leaves_no_process_behind(verb, targets, tmp_path):
         _reap({**procs, **_started_by(proc.pid)})
 
 
-@pytest.mark.cluster  # a 12-shadow LiRA pool interrupted and resumed: ~15 s, so in the cluster tier CI runs
+@pytest.mark.cluster  # a 48-shadow LiRA pool interrupted and resumed: ~40 s, so in the cluster tier CI runs
 def test_ctrl_c_stops_the_pool_and_a_rerun_resumes(targets, tmp_path, capsys):
     out = tmp_path / "run"
-    shadows = 12
+    # Three batched jobs of MODELS_PER_BATCH on two workers: the third is still training when the
+    # first job's shadows are stored (a pool of one job would store everything at once).
+    shadows = 3 * MODELS_PER_BATCH
     argv = [
         "attack",
         "membership",
