@@ -317,9 +317,12 @@ def bounds_figure(result: AuditResult, *, ax: Axes | None = None) -> MplFigure |
             zorder=2,
         )
     looks = Looks()
+    # Each marker in its own lane above or below the gap bar, at its own x: equal values (ε_LB 1.88, ε_UB 2 and
+    # the last-iterate ε 2 of a tight audit) would otherwise hide one another, ε_UB first (review, issue 46).
+    lanes = dict(zip(("epsilon_ub", "epsilon_last_iterate", "ceiling"), (0.6, 0.3, -0.3), strict=True))
     for key, x, label in values:
-        ax.plot([x], [0.0], **looks.method(key, linestyle="none"), markersize=10, label=label, zorder=3)
-    ax.plot([lb], [0.0], **looks.method("epsilon_lb", linestyle="none"), markersize=10, label=lb_label, zorder=4)
+        ax.plot([x], [lanes[key]], **looks.method(key, linestyle="none"), markersize=10, label=label, zorder=3)
+    ax.plot([lb], [-0.6], **looks.method("epsilon_lb", linestyle="none"), markersize=10, label=lb_label, zorder=4)
     lo, hi = min(positive + [lb]), max(positive + [lb])
     if log:
         ax.set_xlim(lo / 2, hi * 2)

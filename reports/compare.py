@@ -35,8 +35,10 @@ from reports.compare_matrix import _csv, _matrix_tables, _membership_table, _str
 from reports.figures import (
     Looks,
     colour,
+    finish_axes,
     legend_outside,
     new_axes,
+    new_figure,
     plain_log_ticks,
     rate_text,
     setting_looks,
@@ -371,39 +373,90 @@ def _vulnerable_caption(result: ComparisonResult) -> str:
     return text
 
 
-def robustness_figure(result: ComparisonResult, *, ax: Axes | None = None) -> MplFigure | None:
-    """Robust accuracy (solid) and certified accuracy (dotted) against the radius, per setting."""
+def _accuracy_curve(
+    row: ComparisonRow, clean: float | None, by_radius: dict[str, float], radii: Sequence[float]
+) -> tuple[list[float], list[float], list[float], list[float]]:
+    """One classifier's accuracy against the radius, from its clean accuracy at 0 where recorded, with each point's
+    interval (nan where the row stored no count)."""
+    xs = ([0.0] if clean is not None else []) + [float(x) for x in radii]
+    ys = ([clean] if clean is not None else []) + [by_radius.get(f"{x:g}", math.nan) for x in radii]
+    lows, highs = [], []
+    for y in ys:
+        e = row.accuracy_estimate(y, evaluated=True) if y is not None and math.isfinite(y) else None
+        lows.append(e.low if e is not None else math.nan)
+        highs.append(e.high if e is not None else math.nan)
+    return xs, [math.nan if y is None else float(y) for y in ys], lows, highs
+
+
+#: Most curves a panel shades the intervals of: past it the bands cover each other (the tables keep every interval).
+SHADED_CURVES = 4
+
+
+def robustness_figure(result: ComparisonResult) -> MplFigure | None:
+    """Robust accuracy of the attacked classifier and, where a row certifies, certified accuracy of the certified
+    classifier, in two panels one above the other: each curve is one prediction rule, from its clean accuracy at
+    radius 0, with its intervals shaded when the panel is not crowded; a setting has one look in both panels, and the
+    legend beside the upper panel names every setting."""
     rows = [r for r in result.rows if r.robust_accuracy]
     if not rows or not result.radii:
         return None
-    fig, ax = new_axes(ax, size=(7.5, 4.0))
-    radii = list(result.radii)
+    certifying = [r for r in rows if r.certified_accuracy]
+    fig = new_figure((7.5, 7.5 if certifying else 4.0))
+    panels = [("Robust accuracy of the attacked classifier (strongest attack)", rows, "robust")]
+    if certifying:
+        panels.append(("Certified accuracy of the certified classifier", certifying, "certified"))
     settings = _looks(rows)
-    looks = Looks()
-    for r in rows:
-        # Colour and marker per setting (its family's hue ramp); robust solid, certified dotted and hollow.
-        st = settings[r.label]
-        ax.plot(
-            radii,
-            [r.robust_accuracy.get(f"{x:g}", math.nan) for x in radii],
-            **looks.take(color=st.color, marker=st.marker, linestyle=st.linestyle),
-            label=f"{r.label}: robust",
+    pool = Looks()  # one look per setting, taken once, so a setting looks the same in both panels
+    look = {
+        r.label: pool.take(
+            color=settings[r.label].color, marker=settings[r.label].marker, linestyle=settings[r.label].linestyle
         )
-        if r.certified_accuracy:
-            ax.plot(
-                radii,
-                [r.certified_accuracy.get(f"{x:g}", math.nan) for x in radii],
-                **looks.take(color=st.color, marker=st.marker, linestyle=":"),
-                markerfacecolor="white",
-                label=f"{r.label}: certified",
-            )
-    ax.set_xlabel("attack radius")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title("Robust accuracy (strongest attack) and certified accuracy")
-    ax.grid(True, alpha=0.3)
-    legend_outside(ax)
+        for r in rows
+    }
+    axes = [fig.add_subplot(len(panels), 1, i + 1) for i in range(len(panels))]
+    for ax, (title, members, which) in zip(axes, panels, strict=True):
+        for r in members:
+            if which == "robust":
+                curve = _accuracy_curve(r, r.attacked_clean_accuracy, dict(r.robust_accuracy), result.radii)
+            else:
+                curve = _accuracy_curve(r, r.certified_conventional_accuracy, dict(r.certified_accuracy), result.radii)
+            xs, ys, lows, highs = curve
+            ax.plot(xs, ys, **look[r.label], label=r.label)
+            if len(members) <= SHADED_CURVES and np.isfinite(lows).any():
+                ax.fill_between(xs, lows, highs, color=look[r.label]["color"], alpha=0.12, linewidth=0)
+        ax.set_xlabel("attack radius (0: unattacked)")
+        ax.set_ylabel("accuracy")
+        ax.set_ylim(-0.02, 1.02)
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        finish_axes(ax)
+    fig.subplots_adjust(hspace=0.45)  # the upper panel's axis label clear of the lower panel's title
+    legend_outside(axes[0])
     return fig
+
+
+def _robustness_caption(result: ComparisonResult) -> str:
+    """Which classifier each panel's curves are, and what the shading is."""
+    text = (
+        "Upper panel: the accuracy the strongest evasion attack leaves at each radius, of the classifier the attacks "
+        "ran against (named in the table above), starting at its accuracy unattacked (radius 0)."
+    )
+    if any(r.certified_accuracy for r in result.rows):
+        text += (
+            " Lower panel: certified accuracy, of the classifier the certificate covers, starting at that classifier's "
+            "accuracy unattacked; for a noise layer or smoothing it is another rule than the attacked one, so the "
+            "two panels are not read against each other point by point."
+        )
+    crowded = len([r for r in result.rows if r.robust_accuracy]) > SHADED_CURVES
+    return text + (
+        " Shading: 95% intervals where the counts were stored"
+        + (
+            f", in a panel of at most {SHADED_CURVES} curves (the tables above give every interval)."
+            if crowded
+            else "."
+        )
+    )
 
 
 def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> list[Section]:
@@ -474,7 +527,7 @@ def compare_sections(result: ComparisonResult, *, files: Sequence[str] = ()) -> 
                     Figure(
                         figure=robustness_figure(result),
                         name="robustness",
-                        caption="Evasion and certification at the grid's radii.",
+                        caption=_robustness_caption(result),
                     )
                 ],
             )

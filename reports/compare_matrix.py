@@ -19,6 +19,7 @@ from typing import Any
 from dpaudit.privacy.audit_stats import advantage_ceiling
 from dpaudit.results.comparison import ComparisonResult, ComparisonRow, PooledMeasures
 from dpaudit.results.membership import min_non_members
+from dpaudit.results.record_accuracy import repeats_accuracy_estimate
 from reports.numbers import (
     Shown,
     epsilon_cell,
@@ -28,6 +29,7 @@ from reports.numbers import (
     fmt_percent_upper_bound,
     fmt_rate,
     fmt_upper_bound,
+    interval_cell,
     percent_cell,
     percent_lb_cell,
     percent_ub_cell,
@@ -40,10 +42,16 @@ LAST_ITERATE_COLUMN = "last-iterate ε (heuristic)"
 #: accuracy is read against this, never against "test acc." (the record's own prediction rule).
 CERTIFIED_RULE_COLUMN = "certified classifier"
 CERTIFIED_ACCURACY_COLUMN = "certified classifier: accuracy"
+#: The classifier the robust columns are about (the one the evasion attacks ran against) and its accuracy on the
+#: unperturbed examples: robust accuracy is read against this, never against another rule's accuracy.
+ATTACKED_RULE_COLUMN = "attacked classifier"
+ATTACKED_ACCURACY_COLUMN = "attacked classifier: clean accuracy"
 #: What a comparison stored before the certified classifier was recorded says about it.
 NOT_RECORDED = "not recorded (compared before it was stored)"
 
 __all__ = [
+    "ATTACKED_ACCURACY_COLUMN",
+    "ATTACKED_RULE_COLUMN",
     "CERTIFIED_ACCURACY_COLUMN",
     "CERTIFIED_RULE_COLUMN",
     "CEILING_COLUMN",
@@ -54,15 +62,19 @@ __all__ = [
 _DASH = "—"
 
 
-def _tpr(m: PooledMeasures | None, fpr: str) -> Any:
-    """A TPR cell: the rate, or why the non-members cannot resolve it (never a bare dash)."""
+def _tpr(m: PooledMeasures | None, fpr: str, *, repeats: int = 1) -> Any:
+    """A TPR cell: the rate with its interval (its counts for one repeat), or why the non-members cannot resolve it
+    (never a bare dash)."""
     if m is None:
         return _DASH
     if fpr in m.tpr_at_fpr and m.tpr_at_fpr[fpr] is None:
         return f"n/a: needs ≥ {min_non_members(float(fpr))} non-members"
     tpr, members = m.tpr_at_fpr.get(fpr), m.num_members
     if isinstance(tpr, (int, float)) and isinstance(members, int) and members > 0:
-        # A share of the members, with its counts; the stored rate stays the cell's value (the CSV).
+        # A share of the members, with its interval; the stored rate stays the cell's value (the CSV).
+        estimate = repeats_accuracy_estimate(float(tpr), members, repeats=repeats)
+        if estimate is not None:
+            return interval_cell(estimate)
         return Shown(float(tpr), fmt_rate(round(float(tpr) * members), members))
     # A result stored without its member count: the rate alone, still a percentage like every rate of the page.
     return _pct(tpr)
@@ -82,6 +94,22 @@ def _points(x: Any) -> Any:
     if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x):
         return _num(x)
     return Shown(float(x), f"{fmt_percent(float(x)).rstrip('%')}\u00a0pp")  # no break between number and unit
+
+
+def _auc(m: PooledMeasures | None) -> Any:
+    """An AUC cell with its bootstrap interval where the comparison stored one."""
+    if m is None:
+        return _DASH
+    e = m.auc_estimate()
+    return interval_cell(e, percent=False) if e is not None else _num(m.auc)
+
+
+def _advantage(m: PooledMeasures | None) -> Any:
+    """An advantage cell (a percentage) with its interval where the comparison stored one."""
+    if m is None:
+        return _DASH
+    e = m.advantage_estimate()
+    return interval_cell(e) if e is not None else _share(m.advantage)
 
 
 def _share(x: Any) -> Any:
@@ -127,13 +155,46 @@ def _certifies(result: ComparisonResult) -> bool:
     return any(r.certified_accuracy for r in result.rows)
 
 
+def _accuracy(row: ComparisonRow, x: float | None, *, evaluated: bool, bound: Any = percent_cell) -> Any:
+    """One of the row's accuracies with its interval and, for one repeat, its count; ``bound`` rounds it its safe way
+    where the row stored no count to give an interval on (a comparison stored before they were kept)."""
+    estimate = row.accuracy_estimate(x, evaluated=evaluated) if x is not None and math.isfinite(x) else None
+    return interval_cell(estimate) if estimate is not None else _pct(x, bound)
+
+
 def _certified_classifier(row: ComparisonRow) -> list[Any]:
     """The certified classifier's name and accuracy without attack, the cells before "certified @ r"."""
     if not row.certified_accuracy:
         return ["does not certify", "does not certify"]
     rule = row.certified_prediction_rule or NOT_RECORDED
     accuracy = (
-        NOT_RECORDED if row.certified_conventional_accuracy is None else _pct(row.certified_conventional_accuracy)
+        NOT_RECORDED
+        if row.certified_conventional_accuracy is None
+        else _accuracy(row, row.certified_conventional_accuracy, evaluated=True)
+    )
+    return [rule, accuracy]
+
+
+def _inversion(row: ComparisonRow) -> Any:
+    """The best inversion top-1 accuracy with its count and interval where the row recorded the classes inverted."""
+    e = row.inversion_estimate()
+    return interval_cell(e) if e is not None else _pct(row.inversion_top1)
+
+
+def _attacked(result: ComparisonResult) -> bool:
+    """Some row was attacked by evasion: the matrix then names the attacked classifier and gives its clean accuracy."""
+    return any(r.robust_accuracy for r in result.rows)
+
+
+def _attacked_classifier(row: ComparisonRow) -> list[Any]:
+    """The attacked classifier's name and clean accuracy, the cells before "robust @ r"."""
+    if not row.robust_accuracy:
+        return [_DASH, _DASH]
+    rule = row.attacked_prediction_rule or NOT_RECORDED
+    accuracy = (
+        NOT_RECORDED
+        if row.attacked_clean_accuracy is None
+        else _accuracy(row, row.attacked_clean_accuracy, evaluated=True)
     )
     return [rule, accuracy]
 
@@ -147,6 +208,7 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
     """
     fprs = [f"{f:g}" for f in result.fprs]
     certifies = _certifies(result)
+    attacked = _attacked(result)
     columns = [
         "setting",
         "defense",
@@ -162,6 +224,7 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
     ]
     columns += [f"TPR @ {float(f):.1%} FPR" for f in fprs]
     columns += ["advantage", CEILING_COLUMN, "inversion top-1"]
+    columns += [ATTACKED_RULE_COLUMN, ATTACKED_ACCURACY_COLUMN] if attacked else []
     columns += [f"robust @ {r:g}" for r in result.radii]
     # Only a grid with a certifying row has the two columns: one without keeps its matrix as it was.
     columns += [CERTIFIED_RULE_COLUMN, CERTIFIED_ACCURACY_COLUMN] if certifies else []
@@ -177,7 +240,7 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
         cells: list[Any] = [
             r.label,
             r.defense,
-            _pct(r.test_accuracy),
+            _accuracy(r, r.test_accuracy, evaluated=False),
             _points(r.test_accuracy_std),
             _points(r.accuracy_loss),
             ub_cell,
@@ -185,20 +248,26 @@ def matrix_rows(result: ComparisonResult) -> tuple[list[str], list[list[Any]]]:
             epsilon_lb_cell(r.epsilon_lb),
             r.best_attack or _DASH,
         ]
-        cells += [attack or _DASH, _num(None if m is None else m.auc)]
-        cells += [_tpr(m, f) for f in fprs]
+        repeats = max(1, len(r.model_ids))
+        cells += [attack or _DASH, _auc(m)]
+        cells += [_tpr(m, f, repeats=repeats) for f in fprs]
         cells += [
-            _share(None if m is None else m.advantage),
+            _advantage(m),
             # The ceiling is an upper bound on a share: a percentage rounded up, like the advantage beside it.
             Shown(_ceiling(ub, result.delta), fmt_percent_upper_bound(_ceiling(ub, result.delta)))
             if r.epsilon_ub
             else Shown(1.0, fmt_percent(1.0)),
-            _num(r.inversion_top1),
+            _inversion(r),
         ]
-        cells += [_pct(r.robust_accuracy.get(f"{x:g}"), percent_ub_cell) for x in result.radii]
+        cells += _attacked_classifier(r) if attacked else []
+        cells += [
+            _accuracy(r, r.robust_accuracy.get(f"{x:g}"), evaluated=True, bound=percent_ub_cell) for x in result.radii
+        ]
         cells += _certified_classifier(r) if certifies else []
         cells += [
-            _pct(r.certified_accuracy.get(f"{x:g}"), percent_lb_cell) if r.certified_accuracy else "does not certify"
+            _accuracy(r, r.certified_accuracy.get(f"{x:g}"), evaluated=True, bound=percent_lb_cell)
+            if r.certified_accuracy
+            else "does not certify"
             for x in result.radii
         ]
         cells.append(r.verdict)
@@ -288,16 +357,24 @@ def _membership_table(result: ComparisonResult) -> list[Table]:
                 [
                     r.label,
                     attack,
-                    _num(m.auc),
-                    _share(m.advantage),
-                    *(_tpr(m, f) for f in fprs),
+                    _auc(m),
+                    _advantage(m),
+                    *(_tpr(m, f, repeats=max(1, len(r.model_ids))) for f in fprs),
                     epsilon_lb_cell(m.epsilon_lb),
                     _counts(m),
                 ]
             )
             v = r.vulnerable.get(attack)
             if v is not None:
-                vulnerable.append([r.label, attack, _num(v.auc), *(_tpr(v, f) for f in fprs), _counts(v)])
+                vulnerable.append(
+                    [
+                        r.label,
+                        attack,
+                        _auc(v),
+                        *(_tpr(v, f, repeats=max(1, len(r.model_ids))) for f in fprs),
+                        _counts(v),
+                    ]
+                )
     if not population:
         return []
     cols, rows, dropped = _compact(
@@ -309,7 +386,7 @@ def _membership_table(result: ComparisonResult) -> list[Table]:
             rows=rows,
             caption=(
                 "Every queried sample: mean over repeats; ε_LB is the largest over repeats. TPR as a share of the "
-                f"members, with counts. {_NA_NOTE}{_dropped_note(dropped)}"
+                f"members, with counts.{_rates_note(result)} {_NA_NOTE}{_dropped_note(dropped)}"
             ),
         )
     ]
@@ -347,13 +424,87 @@ def _links_table(result: ComparisonResult) -> Table | None:
     )
 
 
+def _interval_note(result: ComparisonResult) -> str:
+    repeats = len(result.rows[0].model_ids) if result.rows else 1
+    how = (
+        "Clopper–Pearson on the count"
+        if repeats == 1
+        else f"Hoeffding's, for a mean of {repeats} models on the same number of examples"
+    )
+    return f" Brackets: 95% intervals ({how})."
+
+
+def _rates_note(result: ComparisonResult) -> str:
+    """How the membership table's intervals were made."""
+    return (
+        _interval_note(result)
+        + " The AUC's is a bootstrap interval and the advantage's combines Clopper–Pearson intervals on its TPR and "
+        "FPR counts; over several repeats each repeat's is at its Bonferroni share of 95% and the ends are averaged."
+    )
+
+
+def _evaluation_tables(result: ComparisonResult, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Table]:
+    """Evasion, certification and inversion, one table each, so that every accuracy in a table is about the one
+    classifier that table names beside it (never a robust accuracy beside another rule's clean accuracy)."""
+    col = {c: i for i, c in enumerate(columns)}
+    robust = [c for c in columns if c.startswith("robust @ ")]
+    certified = [c for c in columns if c.startswith("certified @ ")]
+    tables = []
+    if _attacked(result):
+        picked = [ATTACKED_RULE_COLUMN, ATTACKED_ACCURACY_COLUMN, *robust]
+        tables.append(
+            Table(
+                columns=["setting", *picked],
+                rows=[[r[0], *(r[col[c]] for c in picked)] for x, r in zip(result.rows, rows) if x.robust_accuracy],
+                caption=(
+                    "Robust accuracy: the accuracy the strongest evasion attack leaves at each radius "
+                    f"({', '.join(f'{x:g}' for x in result.radii)}), of the classifier the attacks "
+                    "ran against, named in its column; its accuracy on the same examples unattacked (the fewest any "
+                    "attack found, for a randomized model) is beside it, and robust accuracy is at most it. An attack "
+                    "gives an upper bound on robustness: rounded up where no interval is given."
+                    + _interval_note(result)
+                ),
+            )
+        )
+    if _certifies(result):
+        picked = [CERTIFIED_RULE_COLUMN, CERTIFIED_ACCURACY_COLUMN, *certified]
+        tables.append(
+            Table(
+                columns=["setting", *picked],
+                rows=[[r[0], *(r[col[c]] for c in picked)] for x, r in zip(result.rows, rows) if x.certified_accuracy],
+                caption=(
+                    "Certified accuracy at each radius, of the classifier the certificate covers, named in its column "
+                    "(for a noise layer the vote-count or expected-softmax argmax over the certification draws, for "
+                    "smoothing Cohen et al.'s CERTIFY with abstentions counted wrong); its accuracy without attack on "
+                    "the same examples is beside it, and certified accuracy at any radius is at most it. A certificate "
+                    "of 0% at every radius is vacuous there (the verdict lists it)." + _interval_note(result)
+                ),
+            )
+        )
+    if any(x.inversion_top1 is not None for x in result.rows):
+        tables.append(
+            Table(
+                columns=["setting", "inversion top-1"],
+                rows=[
+                    [r[0], r[col["inversion top-1"]]] for x, r in zip(result.rows, rows) if x.inversion_top1 is not None
+                ],
+                caption=(
+                    "Inversion: top-1 accuracy of an evaluation classifier on the reconstructions (one per class), "
+                    "the best attack's, highest over repeats, with its count; its 95% Clopper–Pearson interval is "
+                    "split over the attacks and repeats it is the highest of, as the largest of several estimates is "
+                    "selected. The evaluation classifier's own accuracy is on each row's inversion page."
+                ),
+            )
+        )
+    return tables
+
+
 def _matrix_tables(result: ComparisonResult) -> list[Any]:
     """The defense × measure matrix as tables: privacy, then evasion and inversion, the drill-down links, ε_UB per
     accountant."""
     columns, rows = matrix_rows(result)
     # The matrix is wide: privacy columns in one table, evasion and inversion in a second (the
     # CSV has every column). Spread over repeats and the ceiling ride in the cells beside them.
-    split = columns.index("inversion top-1")
     col = {c: i for i, c in enumerate(columns)}
     privacy_cols = [
         "setting",
@@ -395,36 +546,14 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
     tpr_cols = list(columns[col["AUC"] + 1 : col["advantage"]])
     privacy_cols, privacy_rows, dropped = _compact(privacy_cols, privacy_rows, [*tpr_cols, LAST_ITERATE_COLUMN])
     na_note = f" {_NA_NOTE}" if any(c == _NA for r in privacy_rows for c in r) else ""
-    attack_cols = ["setting", *columns[split:-1]]
-    attack_rows = [[r[0], *r[split:-1]] for r in rows]
-    attack_caption = (
-        "Inversion: top-1 accuracy of an evaluation classifier on the "
-        "reconstructions. Robust accuracy: the strongest evasion attack at each "
-        "radius; certified where the defense certifies."
-    )
+    evaluation = _evaluation_tables(result, columns, rows)
     accuracy_note = ""
-    if _certifies(result):
-        # Certified accuracy is only read against the accuracy of the classifier it certifies.
-        which = (
-            " The certified columns are about the certified classifier, named in "
-            "its column (for a noise layer the vote-count or expected-softmax "
-            "argmax "
-            "over the certification draws, for smoothing Cohen et al.'s CERTIFY "
-            "with abstentions counted wrong); its accuracy without attack, on the "
-            "same "
-            "test subset, is given beside them, and certified accuracy at any "
-            "radius is at most it. Test accuracy in the first table is the record's "
-            "own "
-            "prediction rule, a different classifier for the noise-layer defenses and smoothing."
-        )
-        attack_caption += which
+    if _certifies(result) or _attacked(result):
         accuracy_note = (
-            " Test acc. is the accuracy of each record's own prediction rule on the "
-            "whole test set (for a noise-layer defense the argmax of the expected "
-            "scores over "
-            "its noise draws, for smoothing the base model on clean inputs), not of "
-            "the classifier the certified columns describe: that one's accuracy is "
-            "beside them."
+            " Test acc. is the accuracy of each record's own prediction rule on the whole test set (for a noise-layer "
+            "defense the argmax of the expected scores over its noise draws, for smoothing the base model on clean "
+            "inputs); robust and certified accuracies are about the classifiers their own tables name, each beside "
+            "that classifier's accuracy without attack."
         )
     return [
         Table(
@@ -450,20 +579,10 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
                 "other losses: ε_UB minus it is what that heuristic suggests releasing "
                 "only the final "
                 "model hides, not an established share. ε_UB and the advantage ceiling are rounded up, ε_LB down."
-                f"{accuracy_note}{na_note}{_dropped_note(dropped)}"
+                f"{accuracy_note}{_rates_note(result)}{na_note}{_dropped_note(dropped)}"
             ),
         ),
-        *(
-            [
-                Table(
-                    columns=attack_cols,
-                    rows=attack_rows,
-                    caption=attack_caption,
-                )
-            ]
-            if any(r.inversion_top1 is not None or r.robust_accuracy for r in result.rows)
-            else []
-        ),
+        *evaluation,
         *([t] if (t := _links_table(result)) else []),
         *([t] if (t := _accountant_table(result)) else []),
     ]

@@ -547,13 +547,25 @@ _STATUS_COLOURS: tuple[tuple[re.Pattern[str], frozenset[str], str], ...] = (
 )  # fmt: skip
 
 
+#: A green "no violation" / "no evidence" must say what the evidence could have shown (issue 46): one of these.
+_POWER_WORDS = re.compile(
+    r"could (?:have|not have) shown|could have detected|ceiling|perfect attack|power|smallest .* (?:resolve|detect)",
+    re.IGNORECASE,
+)
+_ABSENCE = re.compile(r"\bno (violation|evidence|leak)")
+
+
 def verdict_colour_problems(page: str) -> list[str]:
-    """The page's verdict boxes whose colour disagrees with the status they print."""
+    """The page's verdict boxes whose colour disagrees with the status they print, or with the power behind it: a
+    green "no violation" or "no evidence" that does not say what its evidence could have shown is a status word's
+    colour, not the audit's."""
     out = []
     for m in re.finditer(
-        r'<section class="verdict verdict-(\w+)"[^>]*>\s*<p class="verdict-status">(.*?)</p>', page, re.S
+        r'<section class="verdict verdict-(\w+)"[^>]*>\s*<p class="verdict-status">(.*?)</p>(.*?)</section>', page, re.S
     ):
         tone, status = m.group(1), _text_of(m.group(2)).strip()
+        if tone == "ok" and _ABSENCE.search(status.lower()) and not _POWER_WORDS.search(_text_of(m.group(3))):
+            out.append(f"verdict {status!r} is green but does not state its power (what the audit could have shown)")
         if tone not in VERDICT_CLASSES:
             out.append(f"verdict {status!r} in an unknown colour class {tone!r}")
             continue

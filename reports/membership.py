@@ -42,7 +42,13 @@ from dpaudit.results.membership_rates import (
     membership_rates,
 )
 from dpaudit.results.record_accuracy import NO_COUNT_REASON, counted_test_accuracy
-from dpaudit.results.verdicts import Verdict, lowest_resolvable_fpr, membership_verdict, rank_attacks
+from dpaudit.results.verdicts import (
+    VERDICT_FPRS,
+    Verdict,
+    lowest_resolvable_fpr,
+    membership_verdict,
+    rank_attacks,
+)
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import FONT_PT, PAGE_WIDTH_IN, Looks, colour, fit_page, legend_outside, new_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
@@ -157,7 +163,8 @@ def plot_score_histograms(
     """Member vs non-member score histograms, one panel per attack (ML Privacy Meter's view of an attack).
 
     Each side is normalised to its own count (a bar is the share of members, or of non-members,
-    in the bin), so unequal numbers of members and non-members do not tilt the picture. Members
+    in the bin), so unequal numbers of members and non-members do not tilt the picture. The bins
+    span the scores' 1st to 99th percentiles; scores beyond them count in the end bins. Members
     are a filled, hatched histogram and non-members a dashed outline: the two read apart in
     grey-scale as well as in colour.
 
@@ -173,8 +180,14 @@ def plot_score_histograms(
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
     handles: list[Any] = []
     for ax, r in zip(axes, items, strict=False):
-        members, non_members = r.scores[r.is_member], r.scores[~r.is_member]
-        edges = np.histogram_bin_edges(r.scores, bins=bins)
+        # Bins over the scores' 1st–99th percentiles, the rest counted in the end bins: a loss score's few extreme
+        # values otherwise stretch the range until every other score falls in one bin next to 0 (review, issue 46).
+        lo, hi = (float(q) for q in np.quantile(r.scores, [0.01, 0.99]))
+        if not hi > lo:
+            lo, hi = float(r.scores.min()), float(r.scores.max())
+        scores = np.clip(r.scores, lo, hi) if hi > lo else r.scores
+        members, non_members = scores[r.is_member], scores[~r.is_member]
+        edges = np.histogram_bin_edges(scores, bins=bins)
         _, _, filled = ax.hist(
             members,
             bins=edges,
@@ -199,7 +212,7 @@ def plot_score_histograms(
         )
         handles = handles or [filled[0], outline[0]]
         ax.set_title(f"{r.attack}: {r.num_members} / {r.num_non_members}", fontsize=FONT_PT)
-        ax.set_xlabel("score (higher = member)", fontsize=FONT_PT)
+        ax.set_xlabel("score (higher = member; 1st–99th pct.)", fontsize=FONT_PT)
         ax.tick_params(labelsize=FONT_PT)
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     for ax in axes[len(items) :]:
@@ -257,15 +270,16 @@ def membership_table(
         columns=[
             "attack",
             f"ε_LB (δ={delta:g}, {confidence:.0%})",
-            "TPR at the lowest FPR resolved",
+            "TPR at the lowest standard FPR resolved",
             "at FPR",
             "AUC",
             "members / non-members",
         ],
         rows=rows,
         caption=(
-            "Strongest attack first: by ε_LB, then TPR at the lowest FPR the "
-            "non-members resolve (at least 1/FPR of them). "
+            "Strongest attack first: by ε_LB, then TPR at the lowest of the standard FPRs "
+            f"({', '.join(f'{f:.1%}'.replace('.0%', '%') for f in VERDICT_FPRS)}) the "
+            'non-members resolve (at least 1/FPR of them), named in "at FPR". '
             "ε_LB: Clopper–Pearson bound with a Bonferroni-corrected threshold "
             "choice, valid at the stated confidence. TPR as a share of the members with its "
             f"{confidence:.0%} Clopper–Pearson interval in brackets; AUC with its {confidence:.0%} "

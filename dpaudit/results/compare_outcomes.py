@@ -52,6 +52,8 @@ class TrainedOutcome(PlainSpec):
         record_dir: where the record is stored (read by the evaluation jobs).
         num_members: the record's training-set size.
         reused: the record was found in the run rather than trained by this job.
+        test_examples: the size of the test set ``test_accuracy`` was measured on (``None`` for a
+            record stored before it was kept, and in outcomes stored before it was recorded).
     """
 
     # Stored in this order; the optional keys are absent when None, so stored outcomes keep their shape.
@@ -63,6 +65,7 @@ class TrainedOutcome(PlainSpec):
     num_members: int | None = spec_field(default=None, omit="none")
     epsilon_last_iterate: float | None = spec_field(default=None, omit="none")
     reused: bool = False
+    test_examples: int | None = spec_field(default=None, omit="none")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +80,11 @@ class MembershipMeasures(PlainSpec):
         num_samples: scored samples.
         num_members, num_non_members: the members and non-members among them (``None`` in
             outcomes stored before they were recorded).
+        auc_low, auc_high: the AUC's bootstrap interval; advantage_low, advantage_high: the
+            advantage's (Clopper–Pearson on the TPR and FPR counts at its threshold, combined).
+            Each at ``interval_confidence``: the row's confidence split over the grid's repeats
+            (Bonferroni), so that the repeats' means of the ends bound the mean of the true
+            values jointly. ``None`` in outcomes stored before they were recorded.
     """
 
     auc: float
@@ -86,6 +94,11 @@ class MembershipMeasures(PlainSpec):
     num_samples: int
     num_members: int | None = spec_field(default=None, omit="none")
     num_non_members: int | None = spec_field(default=None, omit="none")
+    auc_low: float | None = spec_field(default=None, omit="none")
+    auc_high: float | None = spec_field(default=None, omit="none")
+    advantage_low: float | None = spec_field(default=None, omit="none")
+    advantage_high: float | None = spec_field(default=None, omit="none")
+    interval_confidence: float | None = spec_field(default=None, omit="none")
 
 
 def _stored_measures(measures: Mapping[str, MembershipMeasures | None]) -> dict[str, object]:
@@ -134,6 +147,13 @@ class EvasionOutcome(PlainSpec):
             rule (certified only).
         prediction_rule: that classifier, in words, as the certify summary names it
             (``None`` when not certified, and in outcomes stored before it was recorded).
+        attacked_prediction_rule: the classifier the evasion attacks ran against, in words
+            (:func:`~dpaudit.results.certify_summary.attacked_prediction_rule`): the one
+            ``robust_accuracy`` is about, for a noise layer or smoothing neither the record's own
+            rule nor the certificate's. ``None`` in outcomes stored before it was recorded.
+        attacked_clean_correct: that classifier's correct clean predictions (the fewest over the
+            attacks, :func:`~dpaudit.app.runs.certify_attacks.attacked_classifier`);
+        num_examples: out of the test examples attacked (and certified). ``None`` likewise.
     """
 
     # Stored in this order; the optional keys are absent when None, so stored outcomes keep their shape.
@@ -143,13 +163,18 @@ class EvasionOutcome(PlainSpec):
     prediction_rule: str | None = spec_field(default=None, omit="none")
     unsound: tuple[str, ...] = ()
     certified: bool = False
+    attacked_prediction_rule: str | None = spec_field(default=None, omit="none")
+    attacked_clean_correct: int | None = spec_field(default=None, omit="none")
+    num_examples: int | None = spec_field(default=None, omit="none")
 
 
 @dataclass(frozen=True, kw_only=True)
 class InversionOutcome(PlainSpec):
-    """Model inversion against one record: attack → top-1 accuracy of the evaluation classifier."""
+    """Model inversion against one record: attack → top-1 accuracy of the evaluation classifier, over ``num_classes``
+    inverted classes (``None`` in outcomes stored before it was recorded)."""
 
     inversion_top1: Mapping[str, float]
+    num_classes: int | None = spec_field(default=None, omit="none")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,10 +243,21 @@ def _fewest(counts: Sequence[int | None]) -> int | None:
     return min(known) if known and len(known) == len(counts) else None
 
 
+def _mean_end(ends: Sequence[float | None]) -> float | None:
+    """The mean of the repeats' interval ends (``None`` unless every repeat recorded its interval)."""
+    return mean_std([float(e) for e in ends if e is not None])[0] if ends and None not in ends else None
+
+
 def _pooled(runs: Sequence[MembershipMeasures]) -> PooledMeasures:
-    """One attack's measures over the repeats: means, the largest ε_LB, the smallest counts."""
+    """One attack's measures over the repeats: means, the largest ε_LB, the smallest counts, and the means of the
+    repeats' interval ends (each repeat's interval at its Bonferroni share of the confidence: they hold together, so
+    the means of their ends bound the mean of the true values)."""
     auc, auc_std = mean_std([r.auc for r in runs])
     return PooledMeasures(
+        auc_low=_mean_end([r.auc_low for r in runs]),
+        auc_high=_mean_end([r.auc_high for r in runs]),
+        advantage_low=_mean_end([r.advantage_low for r in runs]),
+        advantage_high=_mean_end([r.advantage_high for r in runs]),
         auc=auc,
         auc_std=auc_std,
         advantage=mean_std([r.advantage for r in runs])[0],
@@ -245,7 +281,14 @@ class _RowEvidence:
     # The certified classifier's own accuracy and name, one entry per certified repeat (None: not recorded).
     conventional: list[float | None] = field(default_factory=list)
     rules: list[str | None] = field(default_factory=list)
+    # The attacked classifier's name and clean accuracy, and the examples attacked, one entry per attacked repeat.
+    attacked_rules: list[str | None] = field(default_factory=list)
+    attacked_clean: list[float | None] = field(default_factory=list)
+    evaluated: list[int | None] = field(default_factory=list)
     inversion: float | None = None
+    # Every top-1 accuracy the row's best is the largest of, and the classes each was over (None: not recorded).
+    inversion_all: list[float] = field(default_factory=list)
+    inversion_classes: list[int | None] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
     unsound: bool = False
 
@@ -280,6 +323,11 @@ def _gather_evaluations(s: SettingOutcomes, ev: _RowEvidence) -> None:
         if e:
             for r, a in e.robust_accuracy.items():
                 ev.robust.setdefault(r, []).append(a)
+            if e.robust_accuracy:
+                ev.attacked_rules.append(e.attacked_prediction_rule)
+                n, correct = e.num_examples, e.attacked_clean_correct
+                ev.attacked_clean.append(correct / n if n and correct is not None else None)
+                ev.evaluated.append(n)
             for r, a in e.certified_accuracy.items():
                 ev.certified.setdefault(r, []).append(a)
             if e.certified_accuracy:
@@ -290,6 +338,8 @@ def _gather_evaluations(s: SettingOutcomes, ev: _RowEvidence) -> None:
                 ev.findings.extend(f"seed {rep.seed}: certificate unsound: {u}" for u in e.unsound)
         i = rep.inversion
         if i and i.inversion_top1:
+            ev.inversion_all.extend(i.inversion_top1.values())
+            ev.inversion_classes.extend([i.num_classes] * len(i.inversion_top1))
             best = max(i.inversion_top1.values())
             ev.inversion = best if ev.inversion is None else max(ev.inversion, best)
 
@@ -309,6 +359,24 @@ def _certified_classifier(ev: _RowEvidence) -> tuple[float | None, str | None]:
     return accuracy, rule
 
 
+def _attacked_classifier(ev: _RowEvidence) -> tuple[float | None, str | None]:
+    """The attacked classifier's clean accuracy (mean over the attacked repeats) and its name (``None`` unless every
+    attacked repeat recorded them, as for the certified classifier)."""
+    accuracy = None
+    if ev.attacked_clean and all(a is not None for a in ev.attacked_clean):
+        accuracy = mean_std([float(a) for a in ev.attacked_clean if a is not None])[0]
+    rule = None
+    if ev.attacked_rules and all(r is not None for r in ev.attacked_rules):
+        rule = "; ".join(dict.fromkeys(r for r in ev.attacked_rules if r is not None))
+    return accuracy, rule
+
+
+def _same(values: Sequence[int | None]) -> int | None:
+    """The one value every repeat recorded (a size), or ``None`` when one is missing or they differ."""
+    known = set(values)
+    return next(iter(known)) if len(known) == 1 and None not in known else None
+
+
 def _row(
     s: SettingOutcomes, *, baseline_accuracy: float, delta: float, membership_attacks: Sequence[str] | None
 ) -> ComparisonRow:
@@ -326,6 +394,7 @@ def _row(
         best_attack = None  # no attack showed anything: no attack "achieved" ε_LB = 0
     _gather_evaluations(s, ev)
     certified_conventional, certified_rule = _certified_classifier(ev)
+    attacked_clean, attacked_rule = _attacked_classifier(ev)
     violated = private and best_lb > min(eps_ub.values())
     if violated:
         ev.findings.insert(
@@ -357,6 +426,12 @@ def _row(
         certified_accuracy={r: mean_std(a)[0] for r, a in ev.certified.items()},
         certified_conventional_accuracy=certified_conventional,
         certified_prediction_rule=certified_rule,
+        test_examples=_same([t.test_examples for t in trained]),
+        attacked_prediction_rule=attacked_rule,
+        attacked_clean_accuracy=attacked_clean,
+        evaluated_examples=_same(ev.evaluated),
+        inversion_classes=_same(ev.inversion_classes),
+        inversion_candidates=len(ev.inversion_all) or None,
         verdict=verdict,
         findings=tuple(ev.findings),
         links=dict(s.links),

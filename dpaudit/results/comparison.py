@@ -29,6 +29,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from dpaudit import _validate as v
+from dpaudit.results.membership_rates import Estimate, proportion
+from dpaudit.results.record_accuracy import repeats_accuracy_estimate
 from dpaudit.specs import PlainSpec, spec_field
 from dpaudit.store import JsonObject, JsonValue, freeze, load_value, save_value, thaw
 
@@ -78,6 +80,9 @@ class PooledMeasures(PlainSpec):
         epsilon_lb: the largest ε lower bound over the repeats.
         num_samples: scored samples; num_members, num_non_members: the smallest counts over the
             repeats (each ``None`` when not recorded).
+        auc_low, auc_high, advantage_low, advantage_high: the AUC's and the advantage's intervals,
+            jointly at the comparison's 95 % over the repeats (the means of the repeats' ends, each
+            at its Bonferroni share); ``None`` when some repeat did not record them.
     """
 
     auc: float
@@ -88,6 +93,28 @@ class PooledMeasures(PlainSpec):
     num_samples: int | None = spec_field(default=None, omit="none")
     num_members: int | None = spec_field(default=None, omit="none")
     num_non_members: int | None = spec_field(default=None, omit="none")
+    auc_low: float | None = spec_field(default=None, omit="none")
+    auc_high: float | None = spec_field(default=None, omit="none")
+    advantage_low: float | None = spec_field(default=None, omit="none")
+    advantage_high: float | None = spec_field(default=None, omit="none")
+
+    def auc_estimate(self) -> Estimate | None:
+        """The AUC with its interval (``None`` when not recorded)."""
+        if self.auc_low is None or self.auc_high is None:
+            return None
+        return Estimate(value=self.auc, low=self.auc_low, high=self.auc_high, confidence=0.95, method="bootstrap")
+
+    def advantage_estimate(self) -> Estimate | None:
+        """The advantage with its interval (``None`` when not recorded)."""
+        if self.advantage_low is None or self.advantage_high is None:
+            return None
+        return Estimate(
+            value=self.advantage,
+            low=self.advantage_low,
+            high=self.advantage_high,
+            confidence=0.95,
+            method="clopper-pearson-combined",
+        )
 
     def __post_init__(self) -> None:
         if not isinstance(self.tpr_at_fpr, Mapping):
@@ -146,6 +173,20 @@ class ComparisonRow(PlainSpec):
             certify and in comparisons stored before it was recorded.
         certified_prediction_rule: that classifier, in words, as ``dpaudit certify`` names it
             (``None`` likewise).
+        test_examples: the test-set size ``test_accuracy`` rests on (``None`` when a repeat's
+            record did not keep it, and in comparisons stored before it was recorded).
+        attacked_prediction_rule: the classifier the evasion attacks ran against, in words: the
+            one ``robust_accuracy`` is read against (for a noise layer or smoothing another rule
+            than the record's own and the certificate's). ``None`` when not recorded.
+        attacked_clean_accuracy: that classifier's accuracy on the unperturbed examples attacked,
+            mean over the repeats (``None`` likewise).
+        inversion_classes: the classes each inversion attack inverted (its top-1 accuracy is a
+            share of them); inversion_candidates: how many top-1 accuracies (attacks × repeats)
+            ``inversion_top1`` is the largest of. ``None`` when not recorded
+            (:meth:`inversion_estimate`).
+        evaluated_examples: the test examples each repeat's evasion attacks and certificates ran
+            on (``None`` likewise); with ``test_examples``, what every accuracy's interval rests on
+            (:meth:`accuracy_estimate`).
         verdict: one of :data:`VERDICTS`.
         findings: what made the verdict (empty for ``no violation``).
         links: report name → path relative to the run's reports folder (drill-down).
@@ -175,6 +216,12 @@ class ComparisonRow(PlainSpec):
     # Stored last, and absent when not recorded, so that comparisons stored before them keep their bytes.
     certified_conventional_accuracy: float | None = spec_field(default=None, omit="none")
     certified_prediction_rule: str | None = spec_field(default=None, omit="none")
+    test_examples: int | None = spec_field(default=None, omit="none")
+    attacked_prediction_rule: str | None = spec_field(default=None, omit="none")
+    attacked_clean_accuracy: float | None = spec_field(default=None, omit="none")
+    evaluated_examples: int | None = spec_field(default=None, omit="none")
+    inversion_classes: int | None = spec_field(default=None, omit="none")
+    inversion_candidates: int | None = spec_field(default=None, omit="none")
 
     def __post_init__(self) -> None:
         for name in ("label", "defense", "family"):
@@ -193,21 +240,19 @@ class ComparisonRow(PlainSpec):
         v.choice("verdict", self.verdict, VERDICTS)
         if self.inversion_top1 is not None:
             object.__setattr__(self, "inversion_top1", v.real("inversion_top1", self.inversion_top1))
-        if self.certified_conventional_accuracy is not None:
-            accuracy = v.real("certified_conventional_accuracy", self.certified_conventional_accuracy)
-            if not 0.0 <= accuracy <= 1.0:
-                raise v.invalid(
-                    "certified_conventional_accuracy",
-                    f"certified_conventional_accuracy must lie in [0, 1], got {accuracy!r}",
-                )
-            object.__setattr__(self, "certified_conventional_accuracy", accuracy)
-        if self.certified_prediction_rule is not None and (
-            not isinstance(self.certified_prediction_rule, str) or not self.certified_prediction_rule
-        ):
-            raise v.invalid_type(
-                "certified_prediction_rule",
-                f"certified_prediction_rule must be a non-empty string, got {self.certified_prediction_rule!r}",
-            )
+        for name in ("certified_conventional_accuracy", "attacked_clean_accuracy"):
+            if getattr(self, name) is not None:
+                accuracy = v.real(name, getattr(self, name))
+                if not 0.0 <= accuracy <= 1.0:
+                    raise v.invalid(name, f"{name} must lie in [0, 1], got {accuracy!r}")
+                object.__setattr__(self, name, accuracy)
+        for name in ("certified_prediction_rule", "attacked_prediction_rule"):
+            rule = getattr(self, name)
+            if rule is not None and (not isinstance(rule, str) or not rule):
+                raise v.invalid_type(name, f"{name} must be a non-empty string, got {rule!r}")
+        for name in ("test_examples", "evaluated_examples", "inversion_classes", "inversion_candidates"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, v.integer(name, getattr(self, name), minimum=1))
         if self.epsilon_last_iterate is not None:
             object.__setattr__(
                 self, "epsilon_last_iterate", v.non_negative("epsilon_last_iterate", self.epsilon_last_iterate)
@@ -223,6 +268,38 @@ class ComparisonRow(PlainSpec):
         ):
             object.__setattr__(self, name, _mapping(name, getattr(self, name)))
         object.__setattr__(self, "findings", tuple(str(f) for f in self.findings))
+
+    def accuracy_estimate(self, accuracy: float | None, *, evaluated: bool) -> Estimate | None:
+        """One of the row's accuracies (mean over its repeats) with its interval, or ``None`` without its count.
+
+        Args:
+            accuracy: ``test_accuracy`` (``evaluated=False``: measured on the test set) or an
+                accuracy measured on the evasion subset (``evaluated=True``: robust, certified,
+                the attacked or certified classifier's clean accuracy).
+            evaluated: which of the two sizes it rests on.
+
+        One repeat gives a Clopper–Pearson interval on its count, several Hoeffding's
+        (:func:`~dpaudit.results.record_accuracy.repeats_accuracy_estimate`), at 95 %.
+        """
+        if accuracy is None:
+            return None
+        examples = self.evaluated_examples if evaluated else self.test_examples
+        return repeats_accuracy_estimate(accuracy, examples, repeats=max(1, len(self.model_ids)))
+
+    def inversion_estimate(self) -> Estimate | None:
+        """The best inversion top-1 accuracy with its count and a Clopper–Pearson interval at 95 % split over the
+        ``inversion_candidates`` accuracies it is the largest of (Bonferroni: the largest of several estimates is
+        selected, so its interval must hold for all of them); ``None`` when the counts were not recorded."""
+        top1, k, n = self.inversion_top1, self.inversion_classes, self.inversion_candidates
+        if top1 is None or k is None or n is None:
+            return None
+        correct = round(top1 * k)
+        if abs(top1 * k - correct) > 0.01:
+            return None
+        e = proportion(correct, k, confidence=1.0 - 0.05 / n)
+        return Estimate(
+            value=e.value, low=e.low, high=e.high, confidence=0.95, method=e.method, count=e.count, total=e.total
+        )
 
     @property
     def epsilon_ub_best(self) -> float:

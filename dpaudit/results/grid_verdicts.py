@@ -132,26 +132,51 @@ def _compare_row(r: Any) -> str:
     return f"{shown} vs ε_UB {fmt_upper_bound(r.epsilon_ub_best)}{acc}"
 
 
-def _compare_finding(r: Any) -> tuple[str, str] | None:
-    """A row's finding as (tone, sentence), or ``None`` when its evidence shows nothing.
+#: The kinds of a compare row's finding, most severe first: a stored violation or unsound certificate (alert), a
+#: certificate that certifies nothing at any radius of the grid, and membership leakage (both cautions).
+FINDING_KINDS = ("violation", "vacuous", "leak")
+
+
+def _vacuous_radii(r: ComparisonRow) -> bool:
+    """The row certifies and its certificate is 0 % at every positive radius of the grid."""
+    positive = [a for x, a in r.certified_accuracy.items() if float(x) > 0]
+    return bool(positive) and max(positive) == 0.0
+
+
+def _compare_finding(r: ComparisonRow) -> tuple[str, str] | None:
+    """A row's finding as (kind, sentence), kind one of :data:`FINDING_KINDS`, or ``None`` when its evidence shows
+    nothing.
 
     A stored violation (ε_LB > ε_UB, an unsound certificate) is an alert; a positive ε_LB within the
     claim, or against no claim at all (the non-private baseline), is membership leakage, a caution:
-    the membership page of the same row calls it "leaks membership".
+    the membership page of the same row calls it "leaks membership". So is a certificate of 0 % at
+    every radius the grid asked: "certified ≤ robust" then holds for any model, and the
+    certified page calls it "vacuous at these radii".
     """
     if r.verdict != "no violation":
         why = f" — {'; '.join(r.findings)}" if r.findings else ""
-        return "alert", f"{r.label}: {r.verdict} ({_compare_row(r)}){why}."
+        return "violation", f"{r.label}: {r.verdict} ({_compare_row(r)}){why}."
     if r.epsilon_lb > 0:
         by = f" by {r.best_attack}" if r.best_attack else ""
         if not r.epsilon_ub or not math.isfinite(r.epsilon_ub_best):
             return (
-                "warn",
+                "leak",
                 f"{r.label}: leaks membership, ε_LB {fmt_lower_bound(r.epsilon_lb)}{by} (no DP claim bounds it).",
             )
-        return "warn", (
+        return "leak", (
             f"{r.label}: leaks membership, ε_LB {fmt_lower_bound(r.epsilon_lb)}{by}, within its claim "
             f"ε_UB {fmt_upper_bound(r.epsilon_ub_best)}."
+        )
+    if _vacuous_radii(r):
+        radii = ", ".join(x for x in r.certified_accuracy if float(x) > 0)
+        unattacked = (
+            f", against {fmt_percent(r.certified_conventional_accuracy)} for that classifier unattacked"
+            if r.certified_conventional_accuracy is not None
+            else ""
+        )
+        return "vacuous", (
+            f"{r.label}: certificate vacuous at these radii: it certifies 0% at every radius asked "
+            f"({radii}){unattacked} — the grid's radii lie beyond what it can certify, so it says nothing there."
         )
     return None
 
@@ -196,38 +221,57 @@ def compare_verdict(result: ComparisonResult) -> Verdict:
     against none: "leaks membership", a caution). Rows without a finding follow, one line each.
     """
     found = [(r, f) for r in result.rows if (f := _compare_finding(r)) is not None]
-    alerts = [r for r, (tone, _) in found if tone == "alert"]
-    leaks = [r for r, (tone, _) in found if tone == "warn"]
+    # Every DP row without a finding states its power: the ε_LB its attacks could have shown at their size.
+    private = [r for r in result.rows if r.epsilon_ub and math.isfinite(r.epsilon_ub_best)]
+    powers = {r.label: row_power(r, delta=result.delta, confidence=result.confidence) for r in private}
+    quiet = [r for r in private if all(r is not x for x, _ in found)]
+    power_lines = tuple(f"Power: {_power_line(r, powers[r.label])}" for r in quiet)
+    of = {kind: [r for r, (k, _) in found if k == kind] for kind in FINDING_KINDS}
+    alerts, vacuous, leaks = of["violation"], of["vacuous"], of["leak"]
     lines = (
-        *(f"{text}" for _, (tone, text) in found if tone == "alert"),
-        *(f"{text}" for _, (tone, text) in found if tone == "warn"),
+        *(text for kind in FINDING_KINDS for _, (k, text) in found if k == kind),
         *(f"{r.label}: no finding ({_compare_row(r)})." for r in result.rows if all(r is not x for x, _ in found)),
     )
     leak_names = ", ".join(f"{r.label} (ε_LB {fmt_lower_bound(r.epsilon_lb)})" for r in leaks)
+    vacuous_names = ", ".join(r.label for r in vacuous)
+    cautions = " ".join(
+        (
+            *([f"Membership also leaks in {leak_names}."] if leaks else []),
+            *([f"Certificates vacuous at the grid's radii: {vacuous_names}."] if vacuous else []),
+        )
+    )
     if alerts:
         names = ", ".join(f"{r.label} ({r.verdict})" for r in alerts)
-        also = f" Membership also leaks in {leak_names}." if leaks else ""
         return Verdict(
             status="violation",
-            headline=f"{len(alerts)} of {len(result.rows)} settings contradict their claim: {names}.{also}",
-            lines=lines,
+            headline=f"{len(alerts)} of {len(result.rows)} settings contradict their claim: {names}."
+            + (f" {cautions}" if cautions else ""),
+            lines=(*lines, *power_lines),
             tone="alert",
         )
-    if leaks:
+    if leaks or vacuous:
+        parts = []
+        if leaks:
+            parts.append(
+                f"membership leaks in {len(leaks)} of {len(result.rows)} settings: {leak_names} — within its claim "
+                "or against no claim"
+            )
+        if vacuous:
+            many = len(vacuous) > 1
+            parts.append(
+                f"{len(vacuous)} certificate{'s' if many else ''} certif{'y' if many else 'ies'} nothing at any "
+                f"radius of the grid: {vacuous_names}"
+            )
         return Verdict(
-            status="leaks membership",
-            headline=f"No violation, but membership leaks in {len(leaks)} of {len(result.rows)} settings: "
-            f"{leak_names} — within its claim or against no claim.",
-            lines=lines,
+            status="leaks membership" if leaks else "vacuous at these radii",
+            headline="No violation, but " + "; and ".join(parts) + ".",
+            lines=(*lines, *power_lines),
             tone="warn",
         )
-    # "No violation" states its power: per DP row, the ε_LB its attacks could have shown at their size. Green only
-    # when every DP row could have shown a violation (its power above its ε_UB) and did not.
-    private = [r for r in result.rows if r.epsilon_ub and math.isfinite(r.epsilon_ub_best)]
-    powers = {r.label: row_power(r, delta=result.delta, confidence=result.confidence) for r in private}
+    # "No violation" is green only when every DP row could have shown a violation (its power above its ε_UB) and did
+    # not.
     weak = [r for r in private if (p := powers[r.label]) is not None and p.ceiling <= r.epsilon_ub_best]
     unknown = [r for r in private if powers[r.label] is None]
-    power_lines = tuple(f"Power: {_power_line(r, powers[r.label])}" for r in private)
     headline = (
         f"No violation: in all {len(result.rows)} settings no attack showed leakage (ε_LB = 0), and no "
         "certificate claims more than an attack leaves."

@@ -24,7 +24,13 @@ from collections.abc import Mapping
 from dpaudit import _validate as v
 from dpaudit.results.membership_rates import Estimate, proportion
 
-__all__ = ["NO_COUNT_REASON", "counted_test_accuracy", "mean_accuracy_estimate", "stored_test_examples"]
+__all__ = [
+    "NO_COUNT_REASON",
+    "counted_test_accuracy",
+    "mean_accuracy_estimate",
+    "repeats_accuracy_estimate",
+    "stored_test_examples",
+]
 
 #: What a page says in place of the interval of an accuracy whose count the record does not hold.
 NO_COUNT_REASON = "no interval: the record was stored before its test-set size was kept"
@@ -92,3 +98,34 @@ def mean_accuracy_estimate(mean: float, examples: int, *, confidence: float = 0.
         confidence=confidence,
         method="hoeffding",
     )
+
+
+def repeats_accuracy_estimate(
+    mean: float, examples: int | None, *, repeats: int, confidence: float = 0.95
+) -> Estimate | None:
+    """A setting's accuracy averaged over its ``repeats`` models, each scored on ``examples`` test examples.
+
+    One model: its count (``mean`` × ``examples``, rounded) with a Clopper–Pearson interval. Several:
+    Hoeffding's interval on ``examples`` (:func:`mean_accuracy_estimate`). That holds whether the
+    models were scored on the same examples (the test set) or each on its own draw of as many (a
+    comparison's evasion subsets, drawn per seed): with independent draws the mean rests on
+    ``repeats`` × ``examples`` independent outcomes, so the interval on ``examples`` alone is
+    conservative.
+
+    Returns:
+        The estimate, or ``None`` when ``mean`` is missing (nan) or ``examples`` was not stored, or
+        one model's ``mean`` is no multiple of 1/``examples`` (not a share of that many examples).
+
+    Raises:
+        ValueError: ``repeats`` < 1 or ``confidence`` outside (0, 1) (named).
+    """
+    repeats = v.integer("repeats", repeats, minimum=1)
+    share, n = _share(mean), _count(examples)
+    if share is None or not n:
+        return None
+    if repeats > 1:
+        return mean_accuracy_estimate(share, n, confidence=confidence)
+    correct = round(share * n)
+    if abs(share * n - correct) > 0.01:
+        return None
+    return proportion(correct, n, confidence=confidence)

@@ -123,9 +123,12 @@ def test_the_matrix_gives_the_certified_classifiers_accuracy_right_before_its_ce
         and next(r for r in parsed if r[0] == "pixeldp")[first - 1] == "87.0%"
     )
     # The captions say which classifier each accuracy is.
-    privacy, attacks = _matrix_tables(_result())[:2]
-    assert "own prediction rule" in privacy.caption and "certified classifier" in attacks.caption
-    assert attacks.columns[attacks.columns.index("certified @ 0.1") - 1] == CERTIFIED_ACCURACY_COLUMN
+    privacy, robust, certified = _matrix_tables(_result())[:3]
+    assert "own prediction rule" in privacy.caption and "certificate covers" in certified.caption
+    assert certified.columns[certified.columns.index("certified @ 0.1") - 1] == CERTIFIED_ACCURACY_COLUMN
+    # Each table holds the accuracies of the one classifier it names: no robust accuracy beside a certified one.
+    assert not any(c.startswith("certified") for c in robust.columns)
+    assert not any(c.startswith(("robust", "attacked")) for c in certified.columns)
 
 
 def test_a_comparison_stored_before_it_was_recorded_loads_and_saves_the_same_bytes(tmp_path) -> None:
@@ -189,3 +192,93 @@ def test_a_certified_accuracy_outside_the_unit_interval_is_refused_by_name(value
         ComparisonRow(
             label="x", defense="pixeldp", family="certified", test_accuracy=0.5, certified_conventional_accuracy=value
         )
+
+
+SMOOTHING_VOTE = "g by majority vote of 100 noise draws, never abstaining"
+
+
+def _attacked(clean: int, robust: dict[str, float], certified: dict[str, float] | None = None) -> EvasionOutcome:
+    return EvasionOutcome(
+        robust_accuracy=robust,
+        certified_accuracy=certified or {},
+        conventional_accuracy=0.82 if certified else None,
+        prediction_rule=smoothing_prediction_rule(100) if certified else None,
+        certified=bool(certified),
+        attacked_prediction_rule=SMOOTHING_VOTE,
+        attacked_clean_correct=clean,
+        num_examples=50,
+    )
+
+
+def test_robust_accuracy_sits_beside_the_clean_accuracy_of_the_classifier_attacked_with_intervals() -> None:
+    """The review's smoothing row: robust 94% beside "certified classifier: accuracy" 82% (another rule)."""
+    from reports.compare_matrix import ATTACKED_ACCURACY_COLUMN, ATTACKED_RULE_COLUMN, _matrix_tables
+
+    setting = _setting("smoothing", "smoothing", (0.93, _attacked(49, {"0.1": 0.94, "0.3": 0.4}, {"0.1": 0.4})))
+    setting = SettingOutcomes(
+        label=setting.label,
+        defense=setting.defense,
+        family=setting.family,
+        parameters={},
+        repeats=tuple(
+            SeedOutcomes(
+                seed=r.seed,
+                trained=TrainedOutcome(
+                    model_id=r.trained.model_id, test_accuracy=0.925, epsilon_ub={"none": math.inf}, test_examples=360
+                ),
+                evasion=r.evasion,
+            )
+            for r in setting.repeats
+        ),
+    )
+    result = condense(
+        [setting], name="g", dataset="digits", baseline="smoothing", delta=1e-5, confidence=0.95, radii=(0.1, 0.3)
+    )
+    row = result.row("smoothing")
+    assert row.attacked_prediction_rule == SMOOTHING_VOTE and row.attacked_clean_accuracy == pytest.approx(0.98)
+    assert (row.test_examples, row.evaluated_examples) == (360, 50)
+    assert ComparisonResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    robust = _matrix_tables(result)[1]
+    assert robust.columns[1:3] == [ATTACKED_RULE_COLUMN, ATTACKED_ACCURACY_COLUMN]
+    (cells,) = robust.rows
+    assert cells[1] == SMOOTHING_VOTE
+    # 49/50 clean, 47/50 at radius 0.1: each with its count and Clopper-Pearson interval, robust ≤ clean.
+    assert str(cells[2]).startswith("98.0% (49/50) [") and str(cells[3]).startswith("94.0% (47/50) [")
+    assert float(cells[3]) <= float(cells[2])
+    test_acc = _matrix_tables(result)[0].rows[0][1]
+    assert str(test_acc).startswith("92.5% (333/360) [")
+
+
+def test_the_accuracy_of_several_repeats_gets_hoeffdings_interval() -> None:
+    row = ComparisonRow(
+        label="x", defense="nonprivate", family="nonprivate", model_ids=("a", "b"), test_accuracy=0.9, test_examples=360
+    )
+    e = row.accuracy_estimate(0.9, evaluated=False)
+    assert e is not None and e.method == "hoeffding"
+    assert e.high - e.value == pytest.approx(math.sqrt(math.log(2 / 0.05) / (2 * 360)))
+    assert row.accuracy_estimate(0.9, evaluated=True) is None  # no evasion subset recorded: no interval invented
+
+
+def test_the_compare_verdict_lists_a_certificate_vacuous_at_every_radius_of_the_grid() -> None:
+    """The review's PixelDP row: 0% certified at 0.25, 0.5 and 1 against 93% unattacked, missing from the verdict."""
+    from dpaudit.results.grid_verdicts import compare_verdict
+
+    vacuous = _setting("pixeldp", "pixeldp", (0.91, _certified(0.93, {"0.1": 0.0, "0.3": 0.0}, PIXELDP_RULE)))
+    useful = _setting("smoothing", "smoothing", (0.9, _certified(0.8, {"0.1": 0.6, "0.3": 0.0}, PIXELDP_RULE)))
+    base = _setting("nonprivate", "nonprivate", (0.97, EvasionOutcome(robust_accuracy={"0.1": 0.9, "0.3": 0.5})))
+    result = condense(
+        [base, vacuous, useful],
+        name="g",
+        dataset="digits",
+        baseline="nonprivate",
+        delta=1e-5,
+        confidence=0.95,
+        radii=RADII,
+    )
+    verdict = compare_verdict(result)
+    assert verdict.tone == "warn" and verdict.status == "vacuous at these radii"
+    assert "pixeldp" in verdict.headline and "smoothing" not in verdict.headline
+    assert any(
+        line.startswith("pixeldp: certificate vacuous at these radii") and "93.0%" in line for line in verdict.lines
+    )
+    assert any(line.startswith("smoothing: no finding") for line in verdict.lines)

@@ -346,11 +346,15 @@ def _comparison_row(
         auc=0.5 + epsilon_lb / 10,
         auc_std=0.0,
         advantage=epsilon_lb / 10,
-        tpr_at_fpr={"0.001": None, "0.01": 0.02, "0.1": 0.1 + epsilon_lb / 10},
+        tpr_at_fpr={"0.001": None, "0.01": 0.02, "0.1": round(0.1 + epsilon_lb / 10, 2)},  # a count of 100
         epsilon_lb=epsilon_lb,
         num_samples=200,
         num_members=100,
         num_non_members=100,
+        auc_low=0.42 + epsilon_lb / 10,  # as a one-repeat comparison stores them: bootstrap AUC, combined advantage
+        auc_high=0.58 + epsilon_lb / 10,
+        advantage_low=epsilon_lb / 10 - 0.12,
+        advantage_high=epsilon_lb / 10 + 0.12,
     )
     vulnerable = PooledMeasures(
         auc=0.55 + epsilon_lb / 10,
@@ -361,6 +365,10 @@ def _comparison_row(
         num_samples=20,
         num_members=10,
         num_non_members=10,
+        auc_low=0.3 + epsilon_lb / 10,
+        auc_high=0.8 + epsilon_lb / 10,
+        advantage_low=epsilon_lb / 8 - 0.4,
+        advantage_high=epsilon_lb / 8 + 0.4,
     )
     return ComparisonRow(
         label=label,

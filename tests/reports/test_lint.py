@@ -225,10 +225,10 @@ def test_rates_as_fractions_beside_percentages_are_flagged():
     assert mixed_rate_forms(_page(tpr)) == [] and mixed_rate_forms(_page("<p>accuracy 95.0%</p>" + tpr))
 
 
-def _verdict(tone: str, status: str) -> str:
+def _verdict(tone: str, status: str, headline: str = "…") -> str:
     return _page(
         f'<section class="verdict verdict-{tone}" role="status" aria-label="verdict">'
-        f'<p class="verdict-status">{status}</p><p class="verdict-headline">…</p></section>'
+        f'<p class="verdict-status">{status}</p><p class="verdict-headline">{headline}</p></section>'
     )
 
 
@@ -252,7 +252,21 @@ def _verdict(tone: str, status: str) -> str:
     ],
 )
 def test_a_verdict_colour_must_agree_with_its_status(tone, status, bad):
-    assert bool(verdict_colour_problems(_verdict(tone, status))) is bad
+    headline = "a perfect attack could have shown ε_LB 3.97" if status.startswith("no ") else "…"
+    assert bool(verdict_colour_problems(_verdict(tone, status, headline))) is bad
+
+
+@pytest.mark.parametrize(
+    ("headline", "bad"),
+    [
+        ("No check found ε_LB above ε_UB.", True),  # the review's correct-function page: green, power 0
+        ("No violation: every check could have shown one at its design's ceiling.", False),
+        ("No evidence: a perfect attack on 359 / 359 reaches ε_LB 3.97 > ε_UB 1.", False),
+    ],
+)
+def test_a_green_absence_of_evidence_must_state_its_power(headline, bad):
+    assert bool(verdict_colour_problems(_verdict("ok", "no violation", headline))) is bad
+    assert not verdict_colour_problems(_verdict("warn", "no violation", "No check found ε_LB above ε_UB."))
 
 
 # -- every registered kind's sample run -------------------------------------------------------------------------------
@@ -427,3 +441,15 @@ def test_every_table_fits_the_page_at_1280_px(linted, browser, run):
     pages = linted(run).pages
     bad = {p.name: found for p in pages if (found := _overflowing_tables(browser, p))}
     assert not bad, f"{run}: " + "\n".join(f"{k}: {p}" for k, v in bad.items() for p in v)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # The review's compare page: two different rates, one as a fraction and one as a percentage.
+        "<table><tr><th>advantage</th><th>TPR @ 1%</th></tr><tr><td>0.198</td><td>7.0% (25/359)</td></tr></table>",
+        "<p>inversion top-1 0.9</p><p>robust accuracy 85.0%</p>",
+    ],
+)
+def test_two_different_rates_in_two_forms_are_flagged(body):
+    assert mixed_rate_forms(_page(body))

@@ -163,9 +163,12 @@ def test_score_histograms_one_panel_per_attack_told_apart_in_grey_scale():
         assert filled.get_fill() and filled.get_hatch() and not outline.get_fill()
         dashes = outline.get_linestyle()
         assert isinstance(dashes, tuple) and dashes[1]  # a dash pattern, not a solid line
-        # Each side as a share of its own count, as np.histogram counts them.
-        edges = np.histogram_bin_edges(r.scores, bins=30)
-        shares = np.histogram(r.scores[r.is_member], bins=edges)[0] / r.num_members
+        # Each side as a share of its own count, as np.histogram counts them over the 1st–99th percentiles (the
+        # scores beyond them in the end bins).
+        lo, hi = np.quantile(r.scores, [0.01, 0.99])
+        scores = np.clip(r.scores, lo, hi)
+        edges = np.histogram_bin_edges(scores, bins=30)
+        shares = np.histogram(scores[r.is_member], bins=edges)[0] / r.num_members
         heights = filled.get_xy()[:, 1]
         assert heights.max() == pytest.approx(shares.max())
 
@@ -258,3 +261,17 @@ def test_the_targets_compared_figure_draws_each_top1_with_its_exact_interval(mak
     bars = [c for c in left.collections if isinstance(c, LineCollection)]
     (segment,) = bars[0].get_segments()
     assert (segment[0][0], segment[1][0]) == pytest.approx(_exact(7, 10), abs=1e-9)
+
+
+def test_a_few_extreme_scores_do_not_squeeze_every_other_into_one_bin():
+    """The review's loss histograms: members and non-members near 0, a few losses of 10–30, one bar of ~100%."""
+    rng = np.random.default_rng(0)
+    member = np.arange(718) < 359
+    loss = np.where(member, rng.exponential(0.001, 718), rng.exponential(0.01, 718))
+    loss[[5, 700]] = (30.0, 12.0)
+    r = MembershipResult(attack="loss", model_id="m", sample_ids=np.arange(718), scores=-loss, is_member=member)
+    fig = plot_score_histograms([r])
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    heights = ax.patches[0].get_xy()[:, 1]
+    assert heights.max() < 0.9  # the members' mass spread over several bins, not one bar next to 0
+    assert ax.get_xlim()[0] > -1.0  # the axis spans the bulk of the scores, not the outliers

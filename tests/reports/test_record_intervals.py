@@ -195,7 +195,7 @@ def test_the_compare_matrix_writes_the_accuracy_loss_in_percentage_points(tmp_pa
     loss = {r[0]: r[columns.index("acc. loss")] for r in rows}
     assert str(loss["dpsgd-target_epsilon=1"]) == "5.0\u00a0pp" and float(loss["dpsgd-target_epsilon=1"]) == 0.05
     advantage = {r[0]: r[columns.index("advantage")] for r in rows}
-    assert str(advantage["dpsgd-target_epsilon=1"]) == "15.0%"  # a share, like every rate of the page
+    assert str(advantage["dpsgd-target_epsilon=1"]).startswith("15.0% [")  # a share, like every rate of the page
 
 
 def test_the_certified_comparison_draws_each_certified_accuracy_with_its_clopper_pearson_bar(tmp_path):
@@ -242,3 +242,28 @@ def test_accuracy_against_epsilon_is_a_figure_only_with_a_curve_and_draws_its_in
     (bars,) = fig.axes[0].containers
     ends = [e for s in bars.lines[2][0].get_segments() for e in (s[0][1], s[1][1])]
     assert ends == pytest.approx([*_cp(300, 360), *_cp(330, 360)])
+
+
+def test_the_dssgd_figure_names_each_bar_by_what_it_measured_when_no_baseline_was_trained(tmp_path):
+    """The review's DSSGD figure: without baselines, the local models' mean was drawn under "standalone (mean)"
+    (the tick labels listed every possible bar while only the measured ones were drawn)."""
+    from dpaudit.results import load_record
+    from reports.dssgd import accuracy_figure
+
+    run = build_dssgd_run(tmp_path / "run")
+    (path,) = run.record_dirs()
+    record = load_record(path)
+    metrics = {
+        k: x
+        for k, x in record.metrics.items()
+        if not k.startswith(("standalone_", "centralised_"))  # a run with baselines = false
+    }
+    fig = accuracy_figure(dataclasses.replace(record, metrics=metrics))
+    assert fig is not None
+    (ax,) = fig.axes
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["federation", "local models (mean)"]
+    widths = sorted(round(float(p.get_width()), 6) for p in ax.patches)
+    assert widths == sorted(
+        [round(float(metrics["test_accuracy"]), 6), round(float(metrics["local_test_accuracy_mean"]), 6)]
+    )

@@ -217,7 +217,11 @@ def test_compare_verdict(tmp_path, report_samples):
     result = load_comparison(run.compare_dirs()[0])
     bad = compare_verdict(result)
     assert bad.status == "violation" and "dpsgd-target_epsilon=1 (violation)" in bad.headline
-    assert len(bad.lines) == len(result.rows)  # every row, findings first (tests/reports/test_compare_findings.py)
+    # Every row, findings first (tests/reports/test_compare_findings.py), then the power of each DP row without one.
+    rows, power = bad.lines[: len(result.rows)], bad.lines[len(result.rows) :]
+    assert all(any(line.startswith(f"{r.label}:") for line in rows) for r in result.rows)
+    quiet = [r.label for r in result.rows if r.epsilon_ub and r.epsilon_lb == 0 and r.verdict == "no violation"]
+    assert [line.split(":")[1].strip() for line in power] == quiet
     fine = dataclasses.replace(
         result,
         rows=tuple(

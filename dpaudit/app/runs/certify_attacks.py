@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpaudit.results.certify_summary import SoundnessViolation
+from dpaudit.results.certify_summary import AttackedClassifier, SoundnessViolation
 
 if TYPE_CHECKING:
     from dpaudit.results.certification import CertificationResult
 
-__all__ = ["certify_subset", "robust_accuracies"]
+__all__ = ["attacked_classifier", "certify_subset", "robust_accuracies"]
 
 
 def _note(progress: bool, text: str) -> None:
@@ -141,6 +141,41 @@ def robust_accuracies(
             save_evasion_result(res, directory)
         robust[name] = _by_radius(radii, res.robust_accuracy)
     return robust
+
+
+def attacked_classifier(
+    directory: Path, *, model_id: str, attacks: Sequence[str], norm: str
+) -> AttackedClassifier | None:
+    """The classifier the evasion attacks stored in ``directory`` ran against, with its clean count.
+
+    Robust accuracy is only read against the clean accuracy of the same prediction rule: for a
+    noise layer or smoothing the attacked rule (a majority vote that never abstains) is another
+    classifier than the record's own or the certificate's. For a randomized model each attack
+    draws its own noise, so their clean counts can differ by a few; the fewest is given, the one
+    the strongest attack's robust accuracy (the least over attacks at each radius) cannot exceed.
+
+    Returns:
+        That classifier, or ``None`` when none of ``attacks`` has a stored result here.
+    """
+    from dpaudit.results import load_evasion_result
+    from dpaudit.results.certify_summary import attacked_prediction_rule
+
+    found = []
+    for name in attacks:
+        path = directory / f"evasion-{name}-{norm}.json"
+        if path.is_file():
+            res = load_evasion_result(path)
+            found.append((int(res.clean_correct.sum()), name, res))
+    if not found:
+        return None
+    correct, name, res = min(found, key=lambda f: f[0])
+    return AttackedClassifier(
+        model_id=model_id,
+        attack=name,
+        prediction_rule=attacked_prediction_rule(res.config),
+        clean_correct=correct,
+        num_examples=res.num_examples,
+    )
 
 
 def _violations(

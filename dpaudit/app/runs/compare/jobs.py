@@ -23,6 +23,7 @@ from dpaudit.app.runs.compare.grid import BASELINE_DEFENSE, EVALUATED_SECTIONS, 
 from dpaudit.app.runs.compare.sections import EvasionSection, InversionSection
 from dpaudit.results.audit import AuditResult
 from dpaudit.results.audit_details import WhiteBoxDetails
+from dpaudit.results.certify_summary import AttackedClassifier
 from dpaudit.results.compare_outcomes import (
     COMPARE_FPRS,
     AuditOutcome,
@@ -113,6 +114,7 @@ def train_job(*, grid: CompareGrid, setting: Setting, seed: int, run_dir: str, d
     record = outcome.record
     claim = record.claim
     from dpaudit.privacy.last_iterate import claim_last_iterate_epsilon
+    from dpaudit.results.record_accuracy import stored_test_examples
 
     if claim.is_private:
         epsilons = {k: float(e) for k, e in claim.epsilons(delta=grid.delta).items()}
@@ -127,6 +129,7 @@ def train_job(*, grid: CompareGrid, setting: Setting, seed: int, run_dir: str, d
         epsilon_last_iterate=claim_last_iterate_epsilon(claim, delta=grid.delta),
         num_members=len(record.membership.members),
         reused=outcome.reused,
+        test_examples=stored_test_examples(record.metrics),
     )
 
 
@@ -176,10 +179,17 @@ def _attack_configs(
     return configs
 
 
+#: The coverage of the intervals the comparison's tables give (jointly over a row's repeats).
+INTERVAL_CONFIDENCE = 0.95
+
+
 def _membership_measures(
-    result: Any, *, delta: float, confidence: float, where: np.ndarray | None = None
+    result: Any, *, delta: float, confidence: float, repeats: int, where: np.ndarray | None = None
 ) -> MembershipMeasures | None:
+    """One attack's measures on one record; its intervals at the 95 % of the page split over ``repeats`` (Bonferroni),
+    so that the matrix's means over repeats keep an interval that holds jointly."""
     from dpaudit.results import MembershipResult
+    from dpaudit.results.membership_rates import membership_rates
 
     if where is not None:
         result = MembershipResult(
@@ -192,7 +202,14 @@ def _membership_measures(
     if result.is_member.all() or not result.is_member.any():
         return None
     s = result.summary(fprs=COMPARE_FPRS, delta=delta, confidence=confidence)
+    level = 1.0 - (1.0 - INTERVAL_CONFIDENCE) / repeats
+    rates = membership_rates(result, fprs=(), confidence=level)
     return MembershipMeasures(
+        auc_low=rates.auc.low,
+        auc_high=rates.auc.high,
+        advantage_low=rates.advantage.low,
+        advantage_high=rates.advantage.high,
+        interval_confidence=level,
         auc=float(s["auc"]),
         advantage=float(2 * s["balanced_accuracy"] - 1),
         # None where the non-members cannot resolve the FPR (MembershipResult.summary says why).
@@ -234,7 +251,10 @@ def membership_job(
     out = run_membership(spec, RunDir(run_dir))
     # Each ε_LB is taken at the Bonferroni level of the row's best-of-all maximum.
     level = grid.bound_confidence()
-    measures = {a: _membership_measures(r, delta=grid.delta, confidence=level) for a, r in out.results.items()}
+    measures = {
+        a: _membership_measures(r, delta=grid.delta, confidence=level, repeats=len(grid.seeds))
+        for a, r in out.results.items()
+    }
     vulnerable: dict[str, MembershipMeasures] = {}
     vpath = out.result_dir / VULNERABILITY_FILE if out.result_dir is not None else None
     if vpath is not None and vpath.is_file():
@@ -243,7 +263,9 @@ def membership_job(
         order = np.argsort(-score, kind="stable")[: min(grid.vulnerable_top_k, int(np.isfinite(score).sum()))]
         top = set(arrays["sample_ids"][order].tolist())
         for a, r in out.results.items():
-            m = _membership_measures(r, delta=grid.delta, confidence=level, where=np.isin(r.sample_ids, list(top)))
+            m = _membership_measures(
+                r, delta=grid.delta, confidence=level, repeats=len(grid.seeds), where=np.isin(r.sample_ids, list(top))
+            )
             if m is not None:
                 vulnerable[a] = m
     return MembershipOutcome(membership=measures, vulnerable=vulnerable, result_dir=str(out.result_dir))
@@ -257,10 +279,23 @@ def _strongest_by_radius(robust: Mapping[str, Mapping[str, float]], radii: Seque
     return {f"{r:g}": float(min(accs[f"{r:g}"] for accs in robust.values())) for r in radii} if robust else {}
 
 
+def _with_attacked(outcome: EvasionOutcome, attacked: AttackedClassifier | None) -> EvasionOutcome:
+    """``outcome`` with the classifier the attacks ran against and its clean count (unchanged when none was stored)."""
+    if attacked is None:
+        return outcome
+    return dataclasses.replace(
+        outcome,
+        attacked_prediction_rule=attacked.prediction_rule,
+        attacked_clean_correct=attacked.clean_correct,
+        num_examples=attacked.num_examples,
+    )
+
+
 def _certified_evasion(
     eva: EvasionSection, *, trained: TrainedOutcome, grid: CompareGrid, seed: int, run: RunDir, data_root: str | None
 ) -> EvasionOutcome:
     from dpaudit.app.runs.certify import CertifySpec, run_certify
+    from dpaudit.app.runs.certify_attacks import attacked_classifier
 
     radii = eva.radii
     summary = run_certify(
@@ -280,7 +315,10 @@ def _certified_evasion(
         ),
         run,
     )
-    return EvasionOutcome(
+    attacked = attacked_classifier(
+        run.certify_dir(summary.model_id), model_id=summary.model_id, attacks=eva.attacks, norm=eva.norm
+    )
+    outcome = EvasionOutcome(
         robust_accuracy=_strongest_by_radius(summary.robust_accuracy, radii),
         certified_accuracy=dict(summary.certified_accuracy),
         conventional_accuracy=float(summary.conventional_accuracy),
@@ -295,6 +333,7 @@ def _certified_evasion(
         ),
         certified=True,
     )
+    return _with_attacked(outcome, attacked)
 
 
 def evasion_job(
@@ -303,7 +342,7 @@ def evasion_job(
     """Robust accuracy under the grid's evasion attacks; certified accuracy where the defense certifies."""
     from dpaudit.app.records import load_verified_record
     from dpaudit.app.runs.certify import certifiable_defenses
-    from dpaudit.app.runs.certify_attacks import certify_subset, robust_accuracies
+    from dpaudit.app.runs.certify_attacks import attacked_classifier, certify_subset, robust_accuracies
     from dpaudit.data import load_dataset
     from dpaudit.weights import load_model
 
@@ -318,6 +357,7 @@ def evasion_job(
     radii = eva.radii
     test = load_dataset(record.dataset, data_root=data_root).test
     pick = certify_subset(len(test), num_examples=eva.num_examples, seed=seed)
+    directory = run.subdir("attacks") / "evasion" / safe_stem(record.model_id, default="target")
     robust = robust_accuracies(
         load_model(trained.record_dir, device=grid.device),
         test.features[pick],
@@ -328,10 +368,11 @@ def evasion_job(
         num_eot_samples=eva.eot_samples,
         seed=seed,
         device=grid.device,
-        directory=run.subdir("attacks") / "evasion" / safe_stem(record.model_id, default="target"),
+        directory=directory,
         progress=False,
     )
-    return EvasionOutcome(robust_accuracy=_strongest_by_radius(robust, radii))
+    attacked = attacked_classifier(directory, model_id=record.model_id, attacks=eva.attacks, norm=eva.norm)
+    return _with_attacked(EvasionOutcome(robust_accuracy=_strongest_by_radius(robust, radii)), attacked)
 
 
 # ----------------------------------------------------------------------------- inversion
@@ -380,7 +421,15 @@ def inversion_job(
         ),
         RunDir(run_dir),
     )
-    return InversionOutcome(inversion_top1={a: float(r.attack_accuracy_top1) for a, r in out.results.items()})
+    return InversionOutcome(
+        inversion_top1={a: float(r.attack_accuracy_top1) for a, r in out.results.items()},
+        num_classes=_same_classes([r.num_classes for r in out.results.values()]),
+    )
+
+
+def _same_classes(counts: Sequence[int]) -> int | None:
+    """The classes every attack inverted (``None`` when they differ: no one count for the row's interval)."""
+    return counts[0] if counts and len(set(counts)) == 1 else None
 
 
 # ----------------------------------------------------------------------------- audit
