@@ -34,7 +34,7 @@ from matplotlib.patches import Rectangle
 
 from dpaudit import _validate as v
 from dpaudit.results import InversionResult, TrainedModel, load_inversion_result, load_record
-from dpaudit.results.inversion import evaluator_check
+from dpaudit.results.inversion import evaluator_check, stopping_text
 from dpaudit.results.membership import tpr_unresolved
 from dpaudit.results.membership_rates import MembershipRates, membership_rates, proportion
 from dpaudit.results.record_accuracy import NO_COUNT_REASON, counted_test_accuracy
@@ -552,7 +552,8 @@ def _config_line(result: InversionResult) -> str:
     parts = [f"{k}={format_number(v) if isinstance(v, float) else v}" for k, v in attack.items()]
     seconds = result.metadata.get("seconds")
     tail = f"; {float(seconds):.3g} s" if isinstance(seconds, (int, float)) else ""
-    return f"{result.attack}: " + (", ".join(parts) or "defaults") + tail
+    stop = stopping_text(result)
+    return f"{result.attack}: " + (", ".join(parts) or "defaults") + tail + (f". {stop}" if stop else "")
 
 
 def target_sections(target: InversionTarget, *, confidence: float = 0.95, prefix: str = "") -> list[Section]:

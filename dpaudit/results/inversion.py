@@ -53,6 +53,7 @@ __all__ = [
     "inversion_stem",
     "load_inversion_result",
     "save_inversion_result",
+    "stopping_text",
 ]
 
 _IMAGES = ("reconstructions", "class_means", "nearest_members", "nearest_non_members")
@@ -505,3 +506,43 @@ def evaluator_check(result: InversionResult, *, chance: float, confidence: float
         needed=needed,
         too_weak=(low if low is not None else float(acc)) <= needed,
     )
+
+
+def stopping_text(result: InversionResult) -> str | None:
+    """How the attack's searches ended, in words, from the diagnostics it stored (``None`` when it stored none).
+
+    An optimisation attack that stops at its cost threshold after a step or two returns little more
+    than its start image: top-1 and "class only" then describe the stopping rule as much as the
+    model, so the page says so (MI-Face, Fredrikson et al. 2015, Alg. 1: stop when the cost falls
+    below a threshold, or after a budget of iterations).
+    """
+    details = result.metadata.get("details")
+    if not isinstance(details, Mapping):
+        return None
+    raw, reasons, cap = details.get("iterations"), details.get("stop_reasons"), details.get("max_iterations")
+    try:
+        counts = np.asarray(raw, dtype=float).ravel()
+    except (TypeError, ValueError):
+        return None
+    if counts.size == 0 or not np.isfinite(counts).all():
+        return None
+    median = float(np.median(counts))
+    allowed = f" of the {int(cap)} allowed" if isinstance(cap, (int, float)) and not isinstance(cap, bool) else ""
+    text = (
+        f"{result.attack} stopped after {int(counts.min())}–{int(counts.max())} iterations per search "
+        f"(median {median:g}){allowed}"
+    )
+    flat = (
+        [str(x) for row in reasons for x in (row if isinstance(row, (list, tuple)) else [row])]
+        if isinstance(reasons, (list, tuple))
+        else []
+    )
+    if flat:
+        tally = {why: flat.count(why) for why in dict.fromkeys(flat)}
+        text += "; why: " + ", ".join(f"{why} ×{n}" for why, n in tally.items())
+    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and median <= max(2.0, 0.01 * float(cap)):
+        text += (
+            " — an early stop: the reconstructions are the start image after a few steps, so what this page says "
+            "of them describes that stopping rule as much as the model"
+        )
+    return text + "."

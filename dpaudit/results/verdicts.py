@@ -35,7 +35,7 @@ from dpaudit import _validate as v
 from dpaudit.results.audit import AuditResult
 from dpaudit.results.certified_numbers import counted_accuracy
 from dpaudit.results.certify_summary import AttackedClassifier, CertificateReach, SoundnessViolation
-from dpaudit.results.inversion import InversionResult, evaluator_check
+from dpaudit.results.inversion import InversionResult, evaluator_check, stopping_text
 from dpaudit.results.membership import MembershipResult, tpr_unresolved
 from dpaudit.results.membership_rates import (
     Estimate,
@@ -542,6 +542,7 @@ def inversion_verdict(
         # sentences.
         + (" — too few for the AUC to be evidence of membership." if lb == 0 and r.membership.auc() >= 0.6 else "."),
     ]
+    lines += [text for x in results if (text := stopping_text(x)) is not None]
     checks = [(x, c) for x in results if (c := evaluator_check(x, chance=chance, confidence=confidence)) is not None]
     for x, c in checks:
         interval = (

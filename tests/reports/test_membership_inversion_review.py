@@ -275,3 +275,24 @@ def test_a_few_extreme_scores_do_not_squeeze_every_other_into_one_bin():
     heights = ax.patches[0].get_xy()[:, 1]
     assert heights.max() < 0.9  # the members' mass spread over several bins, not one bar next to 0
     assert ax.get_xlim()[0] > -1.0  # the axis spans the bulk of the scores, not the outliers
+
+
+def test_an_inversion_that_stopped_after_a_few_steps_says_so_in_its_verdict_and_configuration():
+    """The review's MI-Face run: stopped at its cost threshold after 1–10 of 1,000 iterations, unstated."""
+    import dataclasses
+
+    from dpaudit.results.inversion import stopping_text
+    from dpaudit.results.verdicts import inversion_verdict
+    from tests.reports.conftest import inversion_result
+
+    base = inversion_result("m", "mi-face", k=4, top1=1.0)
+    details = {"iterations": [[4], [1], [1], [10]], "stop_reasons": [["threshold"]] * 4, "max_iterations": 1000}
+    early = dataclasses.replace(base, metadata={**base.metadata, "details": details})
+    text = stopping_text(early)
+    assert text is not None and "1–10 iterations" in text and "of the 1000 allowed" in text
+    assert "threshold ×4" in text and "early stop" in text
+    assert text in inversion_verdict([early]).lines
+    full = dict(details, iterations=[[900], [1000], [950], [1000]], stop_reasons=[["patience"]] * 4)
+    ran = dataclasses.replace(base, metadata={**base.metadata, "details": full})
+    assert "early stop" not in (stopping_text(ran) or "") and "patience ×4" in (stopping_text(ran) or "")
+    assert stopping_text(base) is None  # an attack that stored no diagnostics: nothing invented
