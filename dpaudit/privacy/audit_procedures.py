@@ -46,11 +46,11 @@ from dpaudit.privacy.audit_stats import (
     ThresholdBound,
     bound_from_scores,
     default_guess_counts,
-    epsilon_lb_from_counts,
     gdp_epsilon_lb_from_counts,
     one_run_bound_from_scores,
     one_run_correct_guesses,
     one_run_epsilon_lb,
+    perfect_attack_epsilon_lb,
     point_estimate,
 )
 from dpaudit.privacy.claims import PrivacyClaim
@@ -179,15 +179,8 @@ def audit_ceiling(
         return 0.0  # one side unobserved: no test can tell IN from OUT
     # A perfect attack: every IN observation guessed IN, no OUT observation guessed IN.
     if bound == "clopper-pearson":
-        return epsilon_lb_from_counts(
-            true_positives=n_in,
-            num_in=n_in,
-            false_positives=0,
-            num_out=n_out,
-            delta=delta,
-            confidence=confidence,
-            group_size=k,
-            num_tests=tests,
+        return perfect_attack_epsilon_lb(
+            num_in=n_in, num_out=n_out, delta=delta, confidence=confidence, group_size=k, num_tests=tests
         )
     return (
         gdp_epsilon_lb_from_counts(

@@ -48,6 +48,7 @@ __all__ = [
     "clopper_pearson_upper",
     "epsilon_from_rates",
     "epsilon_lb_from_counts",
+    "perfect_attack_epsilon_lb",
     "gdp_mu_lb_from_counts",
     "gdp_epsilon_lb_from_counts",
     "one_run_p_value",
@@ -144,6 +145,24 @@ def epsilon_lb_from_counts(
     tests = v.integer("num_tests", num_tests, minimum=1)
     fpr_hi, fnr_hi = _upper_rates(true_positives, num_in, false_positives, num_out, (1 - confidence) / tests)
     return epsilon_from_rates(tpr=1.0 - fnr_hi, fpr=fpr_hi, delta=delta) / k
+
+
+def perfect_attack_epsilon_lb(
+    *, num_in: int, num_out: int, delta: float, confidence: float = 0.95, num_tests: int = 1, group_size: int = 1
+) -> float:
+    """The Clopper–Pearson ε_LB of a perfect attack on ``num_in`` / ``num_out`` observations: every IN guessed IN, no
+    OUT guessed IN. No attack on as many observations reaches more (the bound is monotone in the errors), so this is
+    the power of an audit of that size: a membership audit's, and an IN/OUT canary audit's ceiling."""
+    return epsilon_lb_from_counts(
+        true_positives=num_in,
+        num_in=num_in,
+        false_positives=0,
+        num_out=num_out,
+        delta=delta,
+        confidence=confidence,
+        group_size=group_size,
+        num_tests=num_tests,
+    )
 
 
 def gdp_mu_lb_from_counts(

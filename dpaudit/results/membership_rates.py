@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpaudit import _validate as v
-from dpaudit.privacy.audit_stats import auc_interval, clopper_pearson_interval, epsilon_lb_from_counts
+from dpaudit.privacy.audit_stats import auc_interval, clopper_pearson_interval, perfect_attack_epsilon_lb
 from dpaudit.results.membership import MembershipResult, tpr_unresolved
 from dpaudit.results.numbers import fmt_percent, fmt_rate
 from dpaudit.specs import PlainSpec
@@ -341,13 +341,7 @@ def membership_power(
     """The power of a membership audit with these counts (see the module docstring)."""
     n_in = v.integer("num_members", num_members, minimum=1)
     n_out = v.integer("num_non_members", num_non_members, minimum=1)
-    ceiling = epsilon_lb_from_counts(
-        true_positives=n_in,
-        num_in=n_in,
-        false_positives=0,
-        num_out=n_out,
-        delta=delta,
-        confidence=confidence,
-        num_tests=num_thresholds,
+    ceiling = perfect_attack_epsilon_lb(
+        num_in=n_in, num_out=n_out, delta=delta, confidence=confidence, num_tests=num_thresholds
     )
     return MembershipPower(ceiling=ceiling, lowest_fpr=1.0 / n_out, num_members=n_in, num_non_members=n_out)
