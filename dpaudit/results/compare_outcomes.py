@@ -244,7 +244,7 @@ def _fewest(counts: Sequence[int | None]) -> int | None:
 
 
 def _mean_end(ends: Sequence[float | None]) -> float | None:
-    """The mean of the repeats' interval ends (``None`` unless every repeat recorded its interval)."""
+    """The mean over the repeats (an interval's end, an accuracy), ``None`` unless every repeat recorded it."""
     return mean_std([float(e) for e in ends if e is not None])[0] if ends and None not in ends else None
 
 
@@ -344,34 +344,17 @@ def _gather_evaluations(s: SettingOutcomes, ev: _RowEvidence) -> None:
             ev.inversion = best if ev.inversion is None else max(ev.inversion, best)
 
 
-def _certified_classifier(ev: _RowEvidence) -> tuple[float | None, str | None]:
-    """The certified classifier's accuracy (mean over the certified repeats) and its name.
+def _classifier(accuracies: Sequence[float | None], rules: Sequence[str | None]) -> tuple[float | None, str | None]:
+    """A classifier's accuracy (mean over the repeats that evaluated it) and its name, the repeats' rules each once.
 
-    ``None`` unless every certified repeat recorded it: a mean over only some repeats would not
-    be the accuracy of the classifier whose certified accuracy is averaged over all of them.
+    Each is ``None`` unless every such repeat recorded it: a mean over only some repeats would not
+    be the accuracy of the classifier whose other accuracies are averaged over all of them.
     """
-    accuracy = None
-    if ev.conventional and all(a is not None for a in ev.conventional):
-        accuracy = mean_std([float(a) for a in ev.conventional if a is not None])[0]
-    rule = None
-    if ev.rules and all(r is not None for r in ev.rules):
-        rule = "; ".join(dict.fromkeys(r for r in ev.rules if r is not None))  # the repeats' rules, each once
-    return accuracy, rule
+    rule = "; ".join(dict.fromkeys(r for r in rules if r is not None)) if rules and None not in rules else None
+    return _mean_end(accuracies), rule
 
 
-def _attacked_classifier(ev: _RowEvidence) -> tuple[float | None, str | None]:
-    """The attacked classifier's clean accuracy (mean over the attacked repeats) and its name (``None`` unless every
-    attacked repeat recorded them, as for the certified classifier)."""
-    accuracy = None
-    if ev.attacked_clean and all(a is not None for a in ev.attacked_clean):
-        accuracy = mean_std([float(a) for a in ev.attacked_clean if a is not None])[0]
-    rule = None
-    if ev.attacked_rules and all(r is not None for r in ev.attacked_rules):
-        rule = "; ".join(dict.fromkeys(r for r in ev.attacked_rules if r is not None))
-    return accuracy, rule
-
-
-def _same(values: Sequence[int | None]) -> int | None:
+def same_value(values: Sequence[int | None]) -> int | None:
     """The one value every repeat recorded (a size), or ``None`` when one is missing or they differ."""
     known = set(values)
     return next(iter(known)) if len(known) == 1 and None not in known else None
@@ -393,8 +376,8 @@ def _row(
     if best_lb <= 0.0:
         best_attack = None  # no attack showed anything: no attack "achieved" ε_LB = 0
     _gather_evaluations(s, ev)
-    certified_conventional, certified_rule = _certified_classifier(ev)
-    attacked_clean, attacked_rule = _attacked_classifier(ev)
+    certified_conventional, certified_rule = _classifier(ev.conventional, ev.rules)
+    attacked_clean, attacked_rule = _classifier(ev.attacked_clean, ev.attacked_rules)
     violated = private and best_lb > min(eps_ub.values())
     if violated:
         ev.findings.insert(
@@ -426,11 +409,11 @@ def _row(
         certified_accuracy={r: mean_std(a)[0] for r, a in ev.certified.items()},
         certified_conventional_accuracy=certified_conventional,
         certified_prediction_rule=certified_rule,
-        test_examples=_same([t.test_examples for t in trained]),
+        test_examples=same_value([t.test_examples for t in trained]),
         attacked_prediction_rule=attacked_rule,
         attacked_clean_accuracy=attacked_clean,
-        evaluated_examples=_same(ev.evaluated),
-        inversion_classes=_same(ev.inversion_classes),
+        evaluated_examples=same_value(ev.evaluated),
+        inversion_classes=same_value(ev.inversion_classes),
         inversion_candidates=len(ev.inversion_all) or None,
         verdict=verdict,
         findings=tuple(ev.findings),

@@ -32,6 +32,7 @@ from dpaudit.results.compare_outcomes import (
     MembershipMeasures,
     MembershipOutcome,
     TrainedOutcome,
+    same_value,
 )
 from dpaudit.results.numbers import fmt_lower_bound, fmt_upper_bound
 from dpaudit.specs import PlainSpec, spec_field
@@ -423,13 +424,8 @@ def inversion_job(
     )
     return InversionOutcome(
         inversion_top1={a: float(r.attack_accuracy_top1) for a, r in out.results.items()},
-        num_classes=_same_classes([r.num_classes for r in out.results.values()]),
+        num_classes=same_value([r.num_classes for r in out.results.values()]),
     )
-
-
-def _same_classes(counts: Sequence[int]) -> int | None:
-    """The classes every attack inverted (``None`` when they differ: no one count for the row's interval)."""
-    return counts[0] if counts and len(set(counts)) == 1 else None
 
 
 # ----------------------------------------------------------------------------- audit
