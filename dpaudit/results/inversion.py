@@ -49,6 +49,7 @@ __all__ = [
     "EvaluatorCheck",
     "InversionResult",
     "InversionSummary",
+    "SearchStops",
     "evaluator_check",
     "inversion_stem",
     "load_inversion_result",
@@ -508,6 +509,43 @@ def evaluator_check(result: InversionResult, *, chance: float, confidence: float
     )
 
 
+@dataclass(frozen=True)
+class SearchStops:
+    """How an optimisation attack's searches ended, typed from the diagnostics it stored.
+
+    Attributes:
+        iterations: iterations each search ran, all searches flattened (restarts included).
+        stop_reasons: why each search stopped, in the same order (empty when not stored).
+        max_iterations: the iteration budget of one search, when the attack stored it.
+    """
+
+    iterations: tuple[float, ...]
+    stop_reasons: tuple[str, ...]
+    max_iterations: int | None
+
+    @classmethod
+    def from_result(cls, result: InversionResult) -> SearchStops | None:
+        """The stored diagnostics as a value, or ``None`` when the attack stored no usable iteration counts."""
+        details = result.metadata.get("details")
+        if not isinstance(details, Mapping):
+            return None
+        try:
+            counts = np.asarray(details.get("iterations"), dtype=float).ravel()
+        except (TypeError, ValueError):
+            return None
+        if counts.size == 0 or not np.isfinite(counts).all():
+            return None
+        reasons = details.get("stop_reasons")
+        flat = (
+            tuple(str(x) for row in reasons for x in (row if isinstance(row, (list, tuple)) else [row]))
+            if isinstance(reasons, (list, tuple))
+            else ()
+        )
+        cap = details.get("max_iterations")
+        budget = int(cap) if isinstance(cap, (int, float)) and not isinstance(cap, bool) else None
+        return cls(iterations=tuple(float(c) for c in counts), stop_reasons=flat, max_iterations=budget)
+
+
 def stopping_text(result: InversionResult) -> str | None:
     """How the attack's searches ended, in words, from the diagnostics it stored (``None`` when it stored none).
 
@@ -516,31 +554,21 @@ def stopping_text(result: InversionResult) -> str | None:
     model, so the page says so (MI-Face, Fredrikson et al. 2015, Alg. 1: stop when the cost falls
     below a threshold, or after a budget of iterations).
     """
-    details = result.metadata.get("details")
-    if not isinstance(details, Mapping):
+    stops = SearchStops.from_result(result)
+    if stops is None:
         return None
-    raw, reasons, cap = details.get("iterations"), details.get("stop_reasons"), details.get("max_iterations")
-    try:
-        counts = np.asarray(raw, dtype=float).ravel()
-    except (TypeError, ValueError):
-        return None
-    if counts.size == 0 or not np.isfinite(counts).all():
-        return None
+    counts, cap = np.asarray(stops.iterations), stops.max_iterations
     median = float(np.median(counts))
-    allowed = f" of the {int(cap)} allowed" if isinstance(cap, (int, float)) and not isinstance(cap, bool) else ""
+    allowed = f" of the {cap} allowed" if cap is not None else ""
     text = (
         f"{result.attack} stopped after {int(counts.min())}–{int(counts.max())} iterations per search "
         f"(median {median:g}){allowed}"
     )
-    flat = (
-        [str(x) for row in reasons for x in (row if isinstance(row, (list, tuple)) else [row])]
-        if isinstance(reasons, (list, tuple))
-        else []
-    )
-    if flat:
+    if stops.stop_reasons:
+        flat = list(stops.stop_reasons)
         tally = {why: flat.count(why) for why in dict.fromkeys(flat)}
         text += "; why: " + ", ".join(f"{why} ×{n}" for why, n in tally.items())
-    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and median <= max(2.0, 0.01 * float(cap)):
+    if cap is not None and median <= max(2.0, 0.01 * float(cap)):
         text += (
             " — an early stop: the reconstructions are the start image after a few steps, so what this page says "
             "of them describes that stopping rule as much as the model"

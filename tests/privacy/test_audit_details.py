@@ -154,8 +154,9 @@ def test_check_details_keep_reason_and_error_first_and_the_evidence_after() -> N
     assert CheckOutcome.from_dict(json.loads(_strict(outcome.to_dict()))).to_dict() == outcome.to_dict()
 
 
-#: The details types and the modules that define them (and so may read their stored keys).
-_DEFINING = {"dpaudit/results/audit_details.py", "dpaudit/results/check.py"}
+#: The details types and the modules that define them (and so may read their stored keys);
+#: results/inversion.py types an inversion attack's stored diagnostics (``SearchStops``).
+_DEFINING = {"dpaudit/results/audit_details.py", "dpaudit/results/check.py", "dpaudit/results/inversion.py"}
 
 
 def _key_reads(tree: ast.AST) -> list[tuple[int, str]]:
