@@ -15,11 +15,22 @@ atomically after every command. A rerun skips the commands already finished with
 (``--force`` reruns them all); a command whose inputs (an earlier how-to's run directory) are
 gone from the work directory reruns what it needs first, untimed.
 
+The commands run with the project's default thread plan: the thread variables
+(``DPAUDIT_THREADS``, ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``) are removed from their
+environment, so the times are what a user who sets nothing gets.
+
 With ``--update-docs`` the script then sets each marked command's ``# <time> on 2 cores``
 comment, in every page that has one (:func:`howto_pages`), from the results.
 
+With ``--background-load N`` the script first starts N single-threaded CPU-bound processes
+(a busy loop each), keeps them running while it times, and stops them at the end: the machine
+a user shares with other work. Its results go to ``<out>/loaded/`` and its table sets each
+time beside the quiet machine's (``<out>/howtos.json``, the times the pages print) with their
+ratio; a how-to more than :data:`LOADED_RATIO` × its page's time is flagged (the pages' times
+are a promise on a shared machine too).
+
 Usage: ``python scripts/time_howtos.py [--only NAME ...] [--force] [--data-root DIR]
-[--workdir DIR] [--out DIR] [--limit-seconds 300] [--update-docs]``.
+[--workdir DIR] [--out DIR] [--limit-seconds 300] [--update-docs] [--background-load N]``.
 """
 
 from __future__ import annotations
@@ -35,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +59,13 @@ MARKER = "<!-- howto -->"
 AUDIT_FINDING = r"^\s*(epsilon_lb|ceiling|epsilon_ub)\s+[\d.]+\s|^\s*(no )?violation"
 #: The documentation's promise: every how-to finishes within this on 2 CPU cores.
 LIMIT_SECONDS = 300.0
+#: With a background load, a how-to may take at most this multiple of its page's (quiet) time.
+LOADED_RATIO = 1.5
+#: How-tos this short are not held to the ratio: their time is interpreter start-up and import,
+#: where a fraction of a second of scheduling noise is a large ratio (they are listed all the same).
+RATIO_FLOOR_SECONDS = 5.0
+#: The thread variables removed from the commands' environment (see the module docstring).
+THREAD_VARIABLES = ("DPAUDIT_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @dataclass(frozen=True)
@@ -365,8 +383,87 @@ def _environment(data_root: str | None) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if data_root:
         env["DPAUDIT_DATA_ROOT"] = data_root
-    env.setdefault("OMP_NUM_THREADS", "1")
+    for name in THREAD_VARIABLES:  # the default thread plan, as a user who sets nothing gets it
+        env.pop(name, None)
     return env
+
+
+#: One busy, single-threaded process: the "second CPU-bound process" of a shared machine.
+_SPIN = "while True: pass"
+
+
+def host_speed_seconds() -> float:
+    """Seconds one interpreter takes for 5 million additions, the best of three: the host's speed when timed.
+
+    A shared or virtual host's speed drifts (the same loop took 0.7 s and 3 s on this project's
+    2-core machine on different days), so each table says how fast the host was while it was measured.
+    """
+    best = float("inf")
+    for _ in range(3):
+        started, total = time.perf_counter(), 0
+        for i in range(5_000_000):
+            total += i
+        best = min(best, time.perf_counter() - started)
+    return round(best, 2)
+
+
+def start_background_load(count: int) -> list[subprocess.Popen[bytes]]:
+    """Starts ``count`` single-threaded CPU-bound processes; the caller stops them (:func:`stop_background_load`)."""
+    return [subprocess.Popen([sys.executable, "-c", _SPIN]) for _ in range(count)]
+
+
+def stop_background_load(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.kill()
+    for proc in procs:
+        proc.wait()
+
+
+def loaded_rows(loaded: Sequence[dict[str, object]], quiet: Sequence[dict[str, object]]) -> list[dict[str, object]]:
+    """Each loaded time beside the quiet machine's time of the same command, their ratio, and whether it holds.
+
+    A how-to whose quiet time is under :data:`RATIO_FLOOR_SECONDS` is shown but not held to
+    :data:`LOADED_RATIO`; one the quiet run did not time (or timed with another command) has no ratio.
+    """
+    by_name = {str(r["name"]): r for r in quiet}
+    rows = []
+    for r in loaded:
+        q = by_name.get(str(r["name"]))
+        base = float(q["seconds"]) if q is not None and q["command"] == r["command"] else None  # type: ignore[arg-type]
+        seconds = float(r["seconds"])  # type: ignore[arg-type]
+        ratio = None if base is None or base <= 0 else seconds / base
+        held = base is not None and base >= RATIO_FLOOR_SECONDS
+        ok = r["exit_status"] == 0 and (not held or (ratio is not None and ratio <= LOADED_RATIO))
+        rows.append({"name": r["name"], "quiet": base, "loaded": seconds, "ratio": ratio, "held": held, "ok": ok})
+    return rows
+
+
+def render_loaded_markdown(rows: Sequence[dict[str, object]], *, meta: dict[str, object]) -> str:
+    held = [r for r in rows if r["held"]]
+    within = sum(1 for r in held if r["ok"])
+    ratios = [float(r["ratio"]) for r in held if r["ratio"] is not None]  # type: ignore[arg-type]
+    worst = f"; the largest ratio is {max(ratios):.2f}×" if ratios else ""
+    lines = [
+        "# How-tos under a background load",
+        "",
+        f"Measured by `scripts/time_howtos.py --background-load {meta['background_load']}` on {meta['cpus']} CPU "
+        f"cores: {meta['background_load']} single-threaded busy process(es) ran beside every command, which ran "
+        f"with the default thread plan (no thread variable set). Load average at start {meta['load_at_start']}; "
+        f"host speed {meta.get('host_speed_seconds', '—')} s for 5 million interpreted additions (before the busy "
+        "processes started). "
+        f"The quiet time is the one the pages print (`howtos.json`). {within} of the {len(held)} how-tos that take "
+        f"{RATIO_FLOOR_SECONDS:g} s or more stayed within {LOADED_RATIO:g}× of it{worst}; shorter ones are listed "
+        "but not held to the ratio (their time is start-up).",
+        "",
+        f"| how-to | quiet (pages) | loaded | ratio | within {LOADED_RATIO:g}× |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        quiet = "—" if r["quiet"] is None else _fmt_seconds(float(r["quiet"]))  # type: ignore[arg-type]
+        ratio = "—" if r["ratio"] is None else f"{float(r['ratio']):.2f}×"  # type: ignore[arg-type]
+        verdict = ("yes" if r["ok"] else "**no**") if r["held"] else "not held (short)"
+        lines.append(f"| {r['name']} | {quiet} | {_fmt_seconds(float(r['loaded']))} | {ratio} | {verdict} |")  # type: ignore[arg-type]
+    return "\n".join(lines) + "\n"
 
 
 def find(h: HowTo, out: str, err: str = "") -> str:
@@ -414,7 +511,8 @@ def render_markdown(results: Sequence[dict[str, object]], *, meta: dict[str, obj
         "# How-tos, timed",
         "",
         f"Measured by `scripts/time_howtos.py` on {meta['cpus']} CPU cores "
-        f"({meta['note']}); load average at start {meta['load_at_start']}. "
+        f"({meta['note']}); load average at start {meta['load_at_start']}; "
+        f"host speed {meta.get('host_speed_seconds', '—')} s for 5 million interpreted additions. "
         "CPU time is the command's and its worker processes' user + system "
         "time: on a busy machine the wall time grows with the load "
         "and the CPU time hardly, so CPU time / cores estimates the wall time on a quiet machine.",
@@ -439,6 +537,40 @@ def _load(path: Path) -> tuple[dict[str, dict[str, object]], dict[str, object] |
         return {}, None
     data = json.loads(path.read_text())
     return {r["name"]: r for r in data.get("howtos", [])}, data.get("meta")
+
+
+def _time_chosen(
+    chosen: Sequence[HowTo],
+    done: dict[str, dict[str, object]],
+    args: argparse.Namespace,
+    env: dict[str, str],
+    meta: dict[str, object],
+    ensure_inputs: Callable[[HowTo], None],
+    out_json: Path,
+) -> bool:
+    """Times the chosen how-tos not finished before, writing the results after each; whether any ran."""
+    ran = False
+    for h in chosen:
+        prev = done.get(h.name)
+        if prev is not None and prev["exit_status"] == 0 and prev["command"] == h.command:
+            print(f"[howtos] {h.name}: finished before ({prev['seconds']} s), skipped", file=sys.stderr)
+            prev["finding"] = find(h, str(prev.get("stdout_tail", "")))  # the headline as the list now defines it
+            continue
+        ensure_inputs(h)
+        print(f"[howtos] {h.name}: {h.command}", file=sys.stderr)
+        result = run_one(h, args.workdir, env, timeout=args.timeout)
+        ran = True
+        result["over_limit"] = float(result["seconds"]) > args.limit_seconds  # type: ignore[arg-type]
+        done[h.name] = result
+        print(
+            f"[howtos] {h.name}: exit {result['exit_status']} in "
+            f"{_fmt_seconds(float(result['seconds']))}: {result['finding']}",
+            file=sys.stderr,
+        )  # type: ignore[arg-type]
+        ordered = [done[x.name] for x in HOWTOS if x.name in done]
+        _write_atomic(out_json, json.dumps({"meta": meta, "howtos": ordered}, indent=2) + "\n")
+        _write_atomic(args.out / "howtos.md", render_markdown(ordered, meta=meta))
+    return ran
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -474,8 +606,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="after the run, set each how-to's '# <time> on 2 cores' comment in README.md and docs/ from the results",
     )
+    p.add_argument(
+        "--background-load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N single-threaded busy processes beside every command; results go to <out>/loaded/ and are "
+        f"set against <out>/howtos.json (a how-to over {LOADED_RATIO:g}x its page's time is flagged)",
+    )
     args = p.parse_args(argv)
-
+    if args.background_load < 0:
+        p.error(f"--background-load: must be >= 0, got {args.background_load}")
+    if args.background_load and args.update_docs:
+        p.error("--update-docs: the pages print the quiet machine's times; not with --background-load")
+    quiet_json = args.out / "howtos.json"
+    if args.background_load:
+        args.out = args.out / "loaded"
     out_json = args.out / "howtos.json"
     done, stored_meta = _load(out_json)
     if args.force:
@@ -491,9 +637,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = {
         "cpus": os.cpu_count(),
         "load_at_start": round(os.getloadavg()[0], 1),
+        "host_speed_seconds": host_speed_seconds(),
         "note": args.note,
         "limit_seconds": args.limit_seconds,
         "data_root": args.data_root,
+        "threads": "the default plan (no thread variable set)",
+        "background_load": args.background_load,
     }
     ran = False  # a rerun that only skips keeps the caption of the run that measured
 
@@ -505,31 +654,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"[howtos] {h.name} needs {need}: running it first (untimed)", file=sys.stderr)
                 run_one(dep, args.workdir, env, timeout=args.timeout)
 
-    for h in chosen:
-        prev = done.get(h.name)
-        if prev is not None and prev["exit_status"] == 0 and prev["command"] == h.command:
-            print(f"[howtos] {h.name}: finished before ({prev['seconds']} s), skipped", file=sys.stderr)
-            prev["finding"] = find(h, str(prev.get("stdout_tail", "")))  # the headline as the list now defines it
-            continue
-        ensure_inputs(h)
-        print(f"[howtos] {h.name}: {h.command}", file=sys.stderr)
-        result = run_one(h, args.workdir, env, timeout=args.timeout)
-        ran = True
-        result["over_limit"] = float(result["seconds"]) > args.limit_seconds  # type: ignore[arg-type]
-        done[h.name] = result
-        print(
-            f"[howtos] {h.name}: exit {result['exit_status']} in "
-            f"{_fmt_seconds(float(result['seconds']))}: {result['finding']}",
-            file=sys.stderr,
-        )  # type: ignore[arg-type]
-        ordered = [done[x.name] for x in HOWTOS if x.name in done]
-        _write_atomic(out_json, json.dumps({"meta": meta, "howtos": ordered}, indent=2) + "\n")
-        _write_atomic(args.out / "howtos.md", render_markdown(ordered, meta=meta))
+    load = start_background_load(args.background_load)
+    try:
+        ran = _time_chosen(chosen, done, args, env, meta, ensure_inputs, out_json)
+    finally:
+        stop_background_load(load)
     ordered = [done[x.name] for x in HOWTOS if x.name in done]
     if not ran and stored_meta is not None:
         meta = stored_meta
     _write_atomic(out_json, json.dumps({"meta": meta, "howtos": ordered}, indent=2) + "\n")
     _write_atomic(args.out / "howtos.md", render_markdown(ordered, meta=meta))
+    if args.background_load:
+        quiet = json.loads(quiet_json.read_text())["howtos"] if quiet_json.is_file() else []
+        rows = loaded_rows(ordered, quiet)
+        _write_atomic(args.out / "comparison.json", json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+        _write_atomic(args.out / "comparison.md", render_loaded_markdown(rows, meta=meta))
+        slow = [str(r["name"]) for r in rows if not r["ok"]]
+        print(
+            f"[howtos] with {args.background_load} busy process(es): "
+            f"{sum(1 for r in rows if r['held'] and r['ok'])} of {sum(1 for r in rows if r['held'])} held how-tos "
+            f"within {LOADED_RATIO:g}x of the quiet times" + (f"; not: {', '.join(slow)}" if slow else ""),
+            file=sys.stderr,
+        )
+        return 1 if slow else 0
     if args.update_docs:
         for page in howto_pages():
             text = page.read_text()

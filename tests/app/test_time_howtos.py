@@ -105,6 +105,59 @@ def test_results_are_written_and_a_rerun_skips_finished_commands(
     assert not list((tmp_path / "out").glob(".*.tmp"))
 
 
+def test_a_background_load_is_timed_beside_the_quiet_times_and_the_ratio_judged(
+    howtos, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The quiet run writes <out>/howtos.json; the loaded run writes <out>/loaded/ and its
+    # comparison, and the busy processes it started are gone when it returns.
+    fake = (howtos.HowTo("nap", "sleeps", "sleep 0.2; echo done", r"done"),)
+    monkeypatch.setattr(howtos, "HOWTOS", fake)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    argv = ["--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "out"), "--data-root", str(tmp_path)]
+    assert howtos.main(argv) == 0
+    started = []
+    real_start = howtos.start_background_load
+    monkeypatch.setattr(howtos, "start_background_load", lambda n: started.extend(real_start(n)) or started)
+    assert howtos.main([*argv, "--background-load", "1", "--workdir", str(tmp_path / "work2")]) == 0
+    assert len(started) == 1 and started[0].poll() is not None  # stopped at the end
+    rows = json.loads((tmp_path / "out" / "loaded" / "comparison.json").read_text())["rows"]
+    assert [r["name"] for r in rows] == ["nap"] and rows[0]["quiet"] is not None and not rows[0]["held"]
+    assert "| nap |" in (tmp_path / "out" / "loaded" / "comparison.md").read_text()
+    assert json.loads((tmp_path / "out" / "howtos.json").read_text())["meta"]["background_load"] == 0
+    # The commands ran with the default thread plan: the user's thread variable was not passed on.
+    assert "OMP_NUM_THREADS" not in howtos._environment(None)
+
+
+def test_loaded_rows_hold_only_how_tos_long_enough_to_judge(howtos) -> None:
+    quiet = [
+        {"name": "a", "command": "x", "seconds": 10.0},
+        {"name": "b", "command": "y", "seconds": 10.0},
+        {"name": "c", "command": "z", "seconds": 1.0},
+        {"name": "d", "command": "old", "seconds": 10.0},
+    ]
+    loaded = [
+        {"name": "a", "command": "x", "seconds": 14.9, "exit_status": 0},
+        {"name": "b", "command": "y", "seconds": 15.1, "exit_status": 0},
+        {"name": "c", "command": "z", "seconds": 3.0, "exit_status": 0},
+        {"name": "d", "command": "new", "seconds": 10.0, "exit_status": 0},
+    ]
+    rows = {r["name"]: r for r in howtos.loaded_rows(loaded, quiet)}
+    assert rows["a"]["ok"] and not rows["b"]["ok"] and abs(rows["b"]["ratio"] - 1.51) < 1e-9
+    assert rows["c"]["ok"] and not rows["c"]["held"]  # 3x, but a 1 s command is start-up
+    assert rows["d"]["ratio"] is None and not rows["d"]["held"]  # another command: nothing to compare
+    text = howtos.render_loaded_markdown(
+        list(rows.values()), meta={"background_load": 1, "cpus": 2, "load_at_start": 1.0}
+    )
+    assert "1 of the 2 how-tos" in text and "1.51×" in text and "**no**" in text
+
+
+def test_the_pages_times_cannot_come_from_a_loaded_run(howtos, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        howtos.main(["--background-load", "1", "--update-docs", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        howtos.main(["--background-load", "-1", "--out", str(tmp_path)])
+
+
 def test_page_times_are_the_scripts_measurements(howtos) -> None:
     # Every "# <time> on 2 cores" of a how-to is what the last run of the script measured:
     # rewriting any page from the stored results changes nothing.
