@@ -37,6 +37,8 @@ from reports.figures import (
     new_axes,
     new_figure,
     plain_log_ticks,
+    resolved_roc,
+    roc_axes,
     style,
 )
 
@@ -107,25 +109,31 @@ def _roc(in_scores: np.ndarray, out_scores: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def roc_figure(in_scores: np.ndarray, out_scores: np.ndarray, *, ax: Axes | None = None) -> MplFigure:
-    """ROC of the threshold test on log–log axes, with the chance diagonal."""
+    """ROC of the threshold test on log–log axes, with the chance diagonal.
+
+    Drawn from FPR = 1/OUT observations, the lowest FPR the sample resolves (:func:`resolved_roc`,
+    the membership page's rule), with rates as percentages like the page's tables.
+    """
     fig, ax = _axes(ax)
-    fpr, tpr = _roc(np.asarray(in_scores, float), np.asarray(out_scores, float))
-    floor = 0.5 / max(min(in_scores.size, out_scores.size), 1)
+    s_in, s_out = np.asarray(in_scores, float), np.asarray(out_scores, float)
+    fpr, tpr = _roc(s_in, s_out)
+    x, y = resolved_roc(fpr, tpr, num_members=s_in.size, num_non_members=s_out.size)
     # The AUC is an estimate: shown with its 95 % bootstrap interval, the same one as the page's rates table.
-    auc = auc_score(in_scores, out_scores)
-    low, high = auc_interval(in_scores, out_scores, confidence=0.95)
+    auc = auc_score(s_in, s_out)
+    low, high = auc_interval(s_in, s_out, confidence=0.95)
     ax.plot(
-        np.maximum(fpr, floor),
-        np.maximum(tpr, floor),
+        x,
+        y,
         color=colour("epsilon_lb"),
+        drawstyle="steps-post",
         label=f"threshold test (AUC {auc:.3f}, 95% CI [{low:.3f}, {high:.3f}])",
     )
-    grid = np.logspace(math.log10(floor), 0, 50)
-    ax.plot(grid, grid, ls="--", color=colour("chance"), label="chance")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("false positive rate")
-    ax.set_ylabel("true positive rate")
+    roc_axes(
+        ax,
+        fpr_floor=float(x[0]),
+        tpr_floor=0.5 / max(s_in.size, 1),
+        fpr_label="false-positive rate (from 1/OUT observations)",
+    )
     legend_outside(ax)
     return fig
 

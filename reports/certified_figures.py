@@ -18,6 +18,7 @@ from matplotlib.colors import to_hex, to_rgba
 from matplotlib.container import ErrorbarContainer
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import PercentFormatter
 from matplotlib.transforms import ScaledTranslation
 
 from dpaudit.results import TrainedModel
@@ -205,6 +206,7 @@ def certified_figure(run: CertifiedRun, *, ax: Axes | None = None) -> MplFigure 
     ax.set_xlabel(f"perturbation radius ({run.summary.norm})" if run.summary.norm else "perturbation radius")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))  # as the page's tables write accuracies
     ax.set_title(run.label)
     ax.grid(alpha=0.3)
     legend_outside(ax)
@@ -238,6 +240,11 @@ def comparison_figure(
     looks = Looks()
     n = len(curves)
     for i, (run, name, cert) in enumerate(curves):
+        # The legend names a curve by its model's label, with the model id only where two models share
+        # a label, and the certificate only where the label does not already name it.
+        shared = sum(1 for run2, _, _ in curves if run2.label == run.label and run2 is not run) > 0
+        legend = run.label + (f" [{run.summary.model_id}]" if shared else "")
+        legend += "" if name.lower() in run.label.lower() else f": {name}"
         own = name != "smoothing" or run.summary.mechanism == "smoothing"
         st = looks.take(**{**models[run.summary.model_id], "linestyle": "-" if own else ":"})
         if not own:
@@ -257,7 +264,7 @@ def comparison_figure(
             **st,
             elinewidth=0.8,
             capsize=0,
-            label=f"{run.label} [{run.summary.model_id}]: {name}",
+            label=legend,
             gid=f"certified:{'own certificate' if own else 'randomized smoothing of a noise layer'}",
             **extra,
         )
@@ -269,6 +276,7 @@ def comparison_figure(
     ax.set_xlabel("perturbation radius")
     ax.set_ylabel("certified accuracy")
     ax.set_ylim(-0.02, 1.02)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))  # as the page's tables write accuracies
     ax.grid(alpha=0.3)
     legend_outside(ax)
     return fig
@@ -411,6 +419,7 @@ def accuracy_epsilon_figure(rows: Sequence[AccuracyEpsilonRow], *, ax: Axes | No
     ax.set_xscale("log")
     ax.set_xlabel("DP ε of the training data")
     ax.set_ylabel("conventional accuracy")
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
     ax.grid(alpha=0.3, which="both")
     legend_outside(ax)
     return fig

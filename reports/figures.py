@@ -77,6 +77,8 @@ __all__ = [
     "fit_page",
     "zero_and_log_axes",
     "plain_log_ticks",
+    "resolved_roc",
+    "roc_axes",
     "finish_axes",
     "legend_outside",
     "has_data",
@@ -428,10 +430,57 @@ def zero_and_log_axes(fig: Figure, *, zero_label: str = "0\nno evidence") -> tup
     return zero, main
 
 
-def plain_log_ticks(axis: Any, *, count: bool = False) -> None:
+def plain_log_ticks(axis: Any, *, count: bool = False, percent: bool = False) -> None:
     """Ticks of a log-scaled axis (``ax.xaxis`` or ``ax.yaxis``) at 1, 2 and 5 per decade, written
-    as plain numbers (:func:`eps_text`; whole numbers with thousands separators for a ``count``),
-    with no minor labels to collide with them."""
+    as plain numbers (:func:`eps_text`; whole numbers with thousands separators for a ``count``;
+    a rate as a percentage, as the pages' tables write rates, for ``percent``), with no minor
+    labels to collide with them."""
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:,.0f}" if count and x >= 1 else eps_text(x)))
+    if percent:
+        axis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x * 100:g}%"))
+    else:
+        axis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:,.0f}" if count and x >= 1 else eps_text(x)))
     axis.set_minor_formatter(NullFormatter())
+
+
+def roc_axes(ax: Axes, *, fpr_floor: float, tpr_floor: float, fpr_label: str) -> None:
+    """Log–log ROC axes from the floors a sample resolves to 1, with the chance diagonal and rates
+    as percentages (as the pages' tables write rates)."""
+    grid = np.logspace(np.log10(max(fpr_floor, tpr_floor)), 0, 50)
+    ax.plot(grid, grid, linestyle="--", color=colour("chance"), linewidth=0.8, label="chance")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(fpr_floor, 1.0)
+    ax.set_ylim(tpr_floor, 1.0)
+    for axis in (ax.xaxis, ax.yaxis):
+        plain_log_ticks(axis, percent=True)
+    ax.set_xlabel(fpr_label)
+    ax.set_ylabel("true-positive rate")
+
+
+def resolved_roc(
+    fpr: np.ndarray, tpr: np.ndarray, *, num_members: int, num_non_members: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """An empirical ROC cut to what its sample resolves, for log–log axes.
+
+    The curve starts at FPR = 1/non-members (one false positive), with the largest TPR of any
+    threshold at or below that FPR: below it the empirical ROC is a single step the sample cannot
+    resolve, so it is not drawn (the rule of the membership tables' "n/a"). A TPR of 0 sits on the
+    floor, half a member (0.5/members), so that a log axis can show it.
+
+    Args:
+        fpr: the ROC's false-positive rates, ascending.
+        tpr: its true-positive rates, in the same order.
+        num_members: the IN observations (members) the TPRs count.
+        num_non_members: the OUT observations (non-members) the FPRs count.
+
+    Returns:
+        ``(fpr, tpr)`` to draw with ``drawstyle="steps-post"``.
+    """
+    start = 1.0 / max(num_non_members, 1)
+    fpr, tpr = np.asarray(fpr, float), np.asarray(tpr, float)
+    at_start = tpr[fpr <= start]
+    keep = fpr > start
+    x = np.concatenate([[start], fpr[keep]])
+    y = np.concatenate([[at_start.max() if at_start.size else 0.0], tpr[keep]])
+    return x, np.maximum(y, 0.5 / max(num_members, 1))

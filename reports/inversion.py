@@ -318,6 +318,12 @@ def evaluator_text(target: InversionTarget, *, confidence: float = 0.95) -> Text
     )
 
 
+def _confidence_cell(confidence: np.ndarray) -> str:
+    """The target's probability of each class on its reconstruction: a mean is no rate estimate, so its spread."""
+    c = np.asarray(confidence, dtype=float)
+    return f"{fmt_percent(float(c.mean()))} ({fmt_percent(float(c.min()))}–{fmt_percent(float(c.max()))})"
+
+
 def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list[Table]:
     """The evaluator's verdict and the members-vs-class-average numbers, one row per attack each."""
     delta = target.delta
@@ -335,7 +341,7 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
                 _chance(target),
                 s.knn_distance,
                 s.psnr,
-                float(r.target_confidence.mean()),
+                _confidence_cell(r.target_confidence),
                 f"{r.num_classes}",
             ]
         )
@@ -380,7 +386,8 @@ def metrics_tables(target: InversionTarget, *, confidence: float = 0.95) -> list
             + chance_note
             + ". KNN distance: in the evaluator's feature space, to the nearest "
             "member of the class; PSNR against that member; "
-            "the target's softmax probability of the class on the reconstruction. All means over the classes inverted."
+            "the target's confidence: its softmax probability of the class on the reconstruction, as a percentage, "
+            "the mean with the least and most over the classes. All means over the classes inverted."
         ),
     )
     members = Table(

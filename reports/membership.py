@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentFormatter
+from matplotlib.ticker import PercentFormatter
 
 from dpaudit import _validate as v
 from dpaudit.results import DEFAULT_FPRS, MembershipResult, TrainedModel, load_membership_result, load_record
@@ -50,7 +50,17 @@ from dpaudit.results.verdicts import (
     rank_attacks,
 )
 from dpaudit.store import RunDir, safe_stem
-from reports.figures import FONT_PT, PAGE_WIDTH_IN, Looks, colour, fit_page, legend_outside, new_axes
+from reports.figures import (
+    FONT_PT,
+    PAGE_WIDTH_IN,
+    Looks,
+    colour,
+    fit_page,
+    legend_outside,
+    new_axes,
+    resolved_roc,
+    roc_axes,
+)
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import epsilon_lb_cell, fmt_number, fmt_percent, interval_cell
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, write_report_files
@@ -108,12 +118,9 @@ def plot_roc(
     looks = Looks()
     for i, r in enumerate(items):
         curve = r.roc()
-        start = 1.0 / r.num_non_members
-        # The TPR at FPR exactly 1/m (the best threshold with at most one false positive) opens the curve;
-        # the ROC's lower points at that same FPR would only draw a spike down to the floor.
-        keep = curve.fpr > start
-        fpr = np.concatenate([[start], curve.fpr[keep]])
-        tpr = np.maximum(np.concatenate([[r.tpr_at_fpr(start)], curve.tpr[keep]]), y_floor)
+        # Opened by the TPR at FPR 1/m (the best threshold with at most one false positive): the ROC's
+        # lower points at that same FPR would only draw a spike down to the floor.
+        fpr, tpr = resolved_roc(curve.fpr, curve.tpr, num_members=r.num_members, num_non_members=r.num_non_members)
         # Curves of attacks that rank alike lie on each other: earlier ones are drawn wider and
         # below, and markers sit at even distances along the (log-scaled) curve, so each stays visible.
         ax.plot(
@@ -131,19 +138,7 @@ def plot_roc(
         ax.axvspan(
             x_floor, x_common, color=colour("chance"), alpha=0.15, linewidth=0, label="FPR some attacks cannot resolve"
         )
-    grid = np.logspace(np.log10(max(x_floor, y_floor)), 0, 50)
-    ax.plot(grid, grid, linestyle="--", color=colour("chance"), linewidth=0.8, label="chance")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(x_floor, 1.0)
-    ax.set_ylim(y_floor, 1.0)
-    # Rates as percentages, as every table of the page writes them (1, 2 and 5 per decade, no minor labels).
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        axis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x * 100:g}%"))
-        axis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("false-positive rate (from 1/non-members)")
-    ax.set_ylabel("true-positive rate")
+    roc_axes(ax, fpr_floor=x_floor, tpr_floor=y_floor, fpr_label="false-positive rate (from 1/non-members)")
     targets = sorted({r.model_id for r in items})
     ax.set_title("membership inference: " + (targets[0] if len(targets) == 1 else f"{len(targets)} targets"))
     ax.grid(True, which="major", linewidth=0.3)

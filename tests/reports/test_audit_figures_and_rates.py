@@ -138,3 +138,25 @@ def test_the_roc_legend_gives_the_auc_with_its_interval():
         assert f"95% CI [{low:.3f}, {high:.3f}]" in " ".join(text.split())  # the legend may wrap it
     finally:
         plt.close(fig)
+
+
+@pytest.mark.extended  # draws a figure (about 1 s)
+def test_the_audit_roc_is_drawn_only_where_the_out_observations_resolve_the_fpr_in_percent():
+    # The first review: the audit ROC started at 0.5/IN = 4.1e-5, below 1/OUT = 8.1e-5, the lowest FPR
+    # the OUT observations resolve; its ticks were powers of ten beside a page of percentages.
+    rng = np.random.default_rng(5)
+    s_in, s_out = rng.normal(1, 1, 400), rng.normal(0, 1, 250)
+    fig = roc_figure(s_in, s_out)
+    try:
+        ax = fig.axes[0]
+        (curve,) = [line for line in ax.get_lines() if "AUC" in line.get_label()]
+        assert float(np.min(curve.get_xdata())) == pytest.approx(1 / 250)
+        assert ax.get_xlim()[0] == pytest.approx(1 / 250) and ax.get_ylim()[0] == pytest.approx(0.5 / 400)
+        # The first point is the best TPR of any threshold with at most one false positive.
+        best = float(np.mean(s_in > np.sort(s_out)[-2]))  # flagged: above the second-highest OUT score
+        assert float(curve.get_ydata()[0]) == pytest.approx(max(best, 0.5 / 400))
+        fig.canvas.draw()
+        labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        assert labels and all(text.endswith("%") for text in labels)
+    finally:
+        plt.close(fig)

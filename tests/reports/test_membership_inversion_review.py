@@ -296,3 +296,10 @@ def test_an_inversion_that_stopped_after_a_few_steps_says_so_in_its_verdict_and_
     ran = dataclasses.replace(base, metadata={**base.metadata, "details": full})
     assert "early stop" not in (stopping_text(ran) or "") and "patience ×4" in (stopping_text(ran) or "")
     assert stopping_text(base) is None  # an attack that stored no diagnostics: nothing invented
+
+
+def test_the_targets_confidence_is_a_percentage_with_its_spread_over_the_classes():
+    # The first review: "target's confidence 0.995", a fraction on a page of percentages, with no spread.
+    from reports.inversion import _confidence_cell
+
+    assert _confidence_cell(np.array([0.99, 1.0, 0.995])) == "99.5% (99.0%–100.0%)"
