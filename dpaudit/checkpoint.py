@@ -279,9 +279,16 @@ class Checkpointer:
         resumed = Resumed(
             step=int(meta["step"]), total=self.total, saved_at=float(meta["saved_at"]), state=blob["state"]
         )
+        # The thread count can change the last bits of a sum, and the default plan counts the cores
+        # other work keeps busy: the rest of the training runs with the threads its first part ran.
+        saved_threads = meta.get("threads")
+        same = ""
+        if isinstance(saved_threads, int) and saved_threads >= 1 and saved_threads != torch.get_num_threads():
+            torch.set_num_threads(saved_threads)
+            same = f", with its {saved_threads} intra-op thread{'s' if saved_threads != 1 else ''} as before"
         print(
             f"resumed {self.what} from step {resumed.step} of {resumed.total} "
-            f"(checkpoint of {_when(resumed.saved_at)})",
+            f"(checkpoint of {_when(resumed.saved_at)}{same})",
             file=sys.stderr,
             flush=True,
         )
@@ -302,6 +309,7 @@ class Checkpointer:
             "step": int(step),
             "total": self.total,
             "saved_at": time.time(),
+            "threads": torch.get_num_threads(),
         }
         torch.save({"meta": meta, "state": dict(state)}, buffer)
         atomic_write_bytes(self.path, buffer.getvalue())

@@ -10,8 +10,11 @@ cores``.
 
 The cores are what this process may use: its CPU affinity (``os.sched_getaffinity``), capped by
 a cgroup CPU quota where one is readable (a container given 2 CPUs of a 64-core host), else
-``os.cpu_count()``. The intra-op threads of every process (the command's own and each worker's)
-are ``cores // workers``, at least 1, unless one is given; what is given wins in this order:
+``os.cpu_count()``. Of those, the cores other work keeps busy are not free: the runnable tasks
+other than this process, the least of a few samples of ``/proc/loadavg`` over 40 ms (a CPU-bound
+neighbour is runnable in every sample, a passing one is not), counted once per command. The
+intra-op threads of every process (the command's own and each worker's) are
+``(cores - busy) // workers``, at least 1, unless one is given; what is given wins in this order:
 
 1. ``--threads N`` (the flag of the verbs that compute),
 2. ``DPAUDIT_THREADS``, then ``OMP_NUM_THREADS``, then ``MKL_NUM_THREADS`` (the usual variables,
@@ -42,6 +45,7 @@ __all__ = [
     "ENV_VARIABLES",
     "ThreadPlan",
     "available_cores",
+    "busy_cores",
     "plan_threads",
     "set_thread_flag",
     "thread_flag",
@@ -68,6 +72,10 @@ _FLAG: int | None = None
 _ANNOUNCED = False
 #: The plan to say when the command's first work starts (None: nothing to say).
 _PENDING: ThreadPlan | None = None
+#: The cores other work kept busy when this command first planned (None: not counted yet). Counted
+#: once: a later plan of the same command would count its own workers as other work.
+_BUSY: int | None = None
+_LOADAVG = "/proc/loadavg"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +89,7 @@ class ThreadPlan:
         inter_op: torch inter-op threads of each process.
         source: where ``intra_op`` comes from: ``--threads``, an environment variable's name, or
             ``the cores available``.
+        busy: the cores other work kept busy when the plan was made (0 where not counted).
     """
 
     cores: int
@@ -88,6 +97,7 @@ class ThreadPlan:
     intra_op: int
     inter_op: int
     source: str
+    busy: int = 0
 
     @property
     def busy_threads(self) -> int:
@@ -98,6 +108,8 @@ class ThreadPlan:
         """The one line said on stderr."""
         workers = f"{self.workers} worker{'s' if self.workers != 1 else ''}"
         core = f"{self.cores} core{'s' if self.cores != 1 else ''}"
+        if self.busy:
+            core += f", {self.busy} busy with other work"
         over = " — more busy threads than cores" if self.busy_threads > self.cores else ""
         return f"threads: {self.intra_op} intra-op × {workers} on {core} (from {self.source}){over}"
 
@@ -140,6 +152,39 @@ def available_cores() -> int:
     return max(1, min(cores, quota) if quota is not None else cores)
 
 
+def busy_cores(*, samples: int = 5, interval: float = 0.01, path: str = _LOADAVG) -> int:
+    """The tasks other than this process that are runnable now: the least of ``samples`` readings.
+
+    ``/proc/loadavg``'s fourth field is ``runnable/total`` and counts the reading process itself.
+    A busy neighbour (another training, a build) is runnable in every reading, a passing task
+    (a shell starting) in few, so the least reading counts the neighbours that hold a core. 0 where
+    the file cannot be read (not Linux).
+    """
+    import time
+
+    least: int | None = None
+    for i in range(max(1, samples)):
+        text = _read(path)
+        try:
+            runnable = int(text.split()[3].split("/")[0]) if text else None
+        except (IndexError, ValueError):
+            runnable = None
+        if runnable is None:
+            return 0
+        least = runnable if least is None else min(least, runnable)
+        if i + 1 < samples:
+            time.sleep(interval)
+    return max(0, (least or 1) - 1)
+
+
+def _command_busy() -> int:
+    """The busy cores of this command, counted on its first plan (:data:`_BUSY`)."""
+    global _BUSY
+    if _BUSY is None:
+        _BUSY = busy_cores()
+    return _BUSY
+
+
 def set_thread_flag(threads: int | None) -> None:
     """Records the command's ``--threads`` (None: not given), which every later plan obeys.
 
@@ -176,6 +221,7 @@ def plan_threads(
     flag: int | None = None,
     env: Mapping[str, str] | None = None,
     cores: int | None = None,
+    busy: int | None = None,
 ) -> ThreadPlan:
     """The thread plan of ``workers`` processes that run at once (see the module docstring).
 
@@ -184,19 +230,31 @@ def plan_threads(
         flag: ``--threads``; default: the command's (:func:`set_thread_flag`).
         env: the environment; default: the variables as they were when the command started.
         cores: the cores; default :func:`available_cores`.
+        busy: the cores other work keeps busy; default: counted once per command
+            (:func:`busy_cores`) when ``cores`` is this machine's, 0 when ``cores`` is given.
 
     Raises:
         ValueError: ``workers`` or ``flag`` < 1, or a variable that is not a whole number ≥ 1.
     """
     workers = v.integer("workers", workers, minimum=1)
+    machine = cores is None
     cores = available_cores() if cores is None else v.integer("cores", cores, minimum=1)
     flag = _FLAG if flag is None else v.integer("threads", flag, minimum=1)
     if flag is not None:
-        intra, source = flag, "--threads"
-    else:
-        given = _from_env(_USER_ENV if env is None else env)
-        intra, source = given if given is not None else (max(1, cores // workers), "the cores available")
-    return ThreadPlan(cores=cores, workers=workers, intra_op=intra, inter_op=1, source=source)
+        return ThreadPlan(cores=cores, workers=workers, intra_op=flag, inter_op=1, source="--threads")
+    given = _from_env(_USER_ENV if env is None else env)
+    if given is not None:
+        return ThreadPlan(cores=cores, workers=workers, intra_op=given[0], inter_op=1, source=given[1])
+    # Threads of one process meet after every operation: a thread parked for a busy neighbour
+    # holds up the others (a 2-thread training beside one busy process ran 2.9x its quiet time,
+    # measured by scripts/time_howtos.py --background-load 1), so only the free cores are planned.
+    if busy is None:
+        busy = _command_busy() if machine else 0
+    busy = min(v.integer("busy", busy, minimum=0), cores - 1)
+    source = "the cores free" if busy else "the cores available"
+    return ThreadPlan(
+        cores=cores, workers=workers, intra_op=max(1, (cores - busy) // workers), inter_op=1, source=source, busy=busy
+    )
 
 
 def apply_threads(plan: ThreadPlan) -> None:
@@ -226,10 +284,11 @@ def worker_threads(workers: int) -> int:
 
 def start_command(threads: int | None) -> None:
     """Starts a command's plan afresh: its ``--threads`` (None: not given), and nothing to say yet."""
-    global _ANNOUNCED, _PENDING
+    global _ANNOUNCED, _PENDING, _BUSY
     set_thread_flag(threads)
     _ANNOUNCED = False
     _PENDING = None
+    _BUSY = None
 
 
 def announce(plan: ThreadPlan, *, quiet: bool = False) -> bool:

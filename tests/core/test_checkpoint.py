@@ -172,3 +172,19 @@ def test_the_non_private_loop_resumes_to_the_uninterrupted_weights(tmp_path, mon
     for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
     assert not list((tmp_path / "cut").glob("*.ckpt.pt"))  # the phase ended: its checkpoint is gone
+
+
+def test_a_resumed_training_runs_with_the_threads_its_first_part_ran(tmp_path, capsys):
+    # The default thread plan counts the cores other work keeps busy, so a rerun may plan another
+    # count; the thread count can change a sum's last bits, so the checkpoint's count is kept.
+    before = torch.get_num_threads()
+    path = tmp_path / "ck.pt"
+    try:
+        torch.set_num_threads(1)
+        ck.Checkpointer(path, what="x", total=10, fingerprint="f", interval_s=0).save(3, {"w": torch.ones(1)})
+        torch.set_num_threads(2)
+        assert ck.Checkpointer(path, what="x", total=10, fingerprint="f", interval_s=0).resume() is not None
+        assert torch.get_num_threads() == 1
+        assert "with its 1 intra-op thread as before" in capsys.readouterr().err
+    finally:
+        torch.set_num_threads(before)

@@ -152,3 +152,55 @@ def test_the_cli_applies_the_flag_and_refuses_a_bad_one(tmp_path: Path, capsys: 
     finally:
         torch.set_num_threads(before)
         threads.start_command(None)
+
+
+@pytest.mark.parametrize(
+    "cores, workers, busy, intra",
+    [(2, 1, 1, 1), (2, 1, 0, 2), (8, 1, 3, 5), (8, 2, 3, 2), (2, 2, 1, 1), (4, 1, 9, 1)],
+)
+def test_cores_busy_with_other_work_are_not_planned(cores: int, workers: int, busy: int, intra: int) -> None:
+    # A 2-thread training beside one busy process ran 2.9x its quiet time (its threads wait for the
+    # one parked by the neighbour): the default plans the free cores only.
+    plan = threads.plan_threads(workers=workers, cores=cores, env={}, busy=busy)
+    assert plan.intra_op == intra and plan.busy == min(busy, cores - 1)
+    assert (plan.source == "the cores free") == (busy > 0)
+    assert ("busy with other work" in plan.line()) == (busy > 0)
+    # What the user gives still wins, busy or not.
+    assert threads.plan_threads(workers=workers, cores=cores, env={"OMP_NUM_THREADS": "3"}, busy=busy).intra_op == 3
+
+
+def test_busy_cores_are_the_least_runnable_count_less_this_process(tmp_path: Path) -> None:
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("0.52 0.41 0.30 3/211 4242\n")
+    assert threads.busy_cores(samples=2, interval=0.0, path=str(loadavg)) == 2
+    loadavg.write_text("0.52 0.41 0.30 1/211 4242\n")
+    assert threads.busy_cores(samples=1, path=str(loadavg)) == 0
+    assert threads.busy_cores(samples=1, path=str(tmp_path / "absent")) == 0
+    loadavg.write_text("garbled\n")
+    assert threads.busy_cores(samples=1, path=str(loadavg)) == 0
+
+
+def test_the_busy_count_is_taken_once_per_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A later plan of the same command (a pool started after another) must not count the command's
+    # own workers as other work.
+    counts = iter([1, 0, 0])
+    monkeypatch.setattr(threads, "busy_cores", lambda: next(counts))
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    monkeypatch.setattr(threads, "_USER_ENV", {})
+    threads.start_command(None)
+    assert threads.plan_threads().busy == 1 and threads.plan_threads(workers=2).busy == 1
+    threads.start_command(None)
+    assert threads.plan_threads().busy == 0
+
+
+@pytest.mark.skipif(not Path("/proc/loadavg").is_file(), reason="reads /proc/loadavg (Linux)")
+def test_a_busy_neighbour_process_is_counted() -> None:
+    import subprocess
+    import sys
+
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        assert threads.busy_cores() >= 1  # runnable in every sample, whatever else runs
+    finally:
+        spinner.kill()
+        spinner.wait()
