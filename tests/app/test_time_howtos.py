@@ -195,3 +195,15 @@ def test_the_command_line_guide_holds_every_timed_how_to(howtos) -> None:
         "docs/cli.md how-tos that scripts/time_howtos.py does not time"
     )
     assert len(in_guide) == len(set(in_guide)) == len(listed)
+
+
+def test_the_loaded_table_in_the_docs_is_the_scripts_last_comparison(howtos) -> None:
+    # docs/performance.md prints the --background-load table: it is the script's output, row for row,
+    # and every how-to long enough to judge stayed within the ratio the issue sets.
+    loaded = ROOT / "scripts" / "results" / "howtos" / "loaded"
+    table = [ln for ln in (loaded / "comparison.md").read_text().splitlines() if ln.startswith("|")]
+    page = (ROOT / "docs" / "performance.md").read_text()
+    assert table and all(line in page for line in table)
+    rows = json.loads((loaded / "comparison.json").read_text())["rows"]
+    assert {r["name"] for r in rows} == {h.name for h in howtos.HOWTOS}
+    assert all(r["ok"] for r in rows) and all(r["ratio"] <= howtos.LOADED_RATIO for r in rows if r["held"])
