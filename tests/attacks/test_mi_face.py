@@ -271,20 +271,23 @@ def test_config_rejects_unknown_descent() -> None:
 # ----------------------------------------------------------------------------- time budget and progress (issue 30, item
 # 5)
 def test_default_iterations_are_capped_to_the_time_budget() -> None:
-    from attacks.inversion.mi_face import DEFAULT_ITERATIONS, SECONDS_PER_CLASS, plan_iterations
+    from attacks.inversion.mi_face import DEFAULT_ITERATIONS, SEARCH_SECONDS, plan_iterations
 
     assert MIFaceConfig().max_iterations is None  # the default is "the paper's 10,000, if they fit"
     steps, note = plan_iterations(MIFaceConfig(), seconds_per_step=0.0005, num_classes=2)
     assert steps == DEFAULT_ITERATIONS and note is None  # 5 s: short, nothing to say
     steps, note = plan_iterations(MIFaceConfig(), seconds_per_step=0.5, num_classes=2)
-    assert steps == int(2 * SECONDS_PER_CLASS / 0.5) == 480
+    assert steps == int(SEARCH_SECONDS / 0.5) == 360
     assert (
         note == "mi-face: one step over 2 classes takes 500 ms here, so the default "
-        "10,000 steps are capped at 480 (at most 4.0 min, 2 min per class); "
+        "10,000 steps are capped at 360 (at most 3.0 min); "
         "pass --max-iterations to choose"
     )
+    # One step is a batched pass over all classes: more classes do not buy more time (a budget
+    # per class once let the 40 ORL faces run for up to 80 minutes).
+    assert plan_iterations(MIFaceConfig(), seconds_per_step=0.5, num_classes=40)[0] == 360
     steps, _ = plan_iterations(MIFaceConfig(restarts=4), seconds_per_step=0.5, num_classes=2)
-    assert steps == 120  # restarts share the budget
+    assert steps == 90  # restarts share the budget
     steps, note = plan_iterations(MIFaceConfig(max_iterations=10_000), seconds_per_step=0.5, num_classes=2)
     assert steps == 10_000 and note is not None and "83.3 min" in note  # explicit: kept, with its estimate
 
@@ -292,18 +295,18 @@ def test_default_iterations_are_capped_to_the_time_budget() -> None:
 def test_run_reports_progress_and_stores_the_cap(monkeypatch, capsys) -> None:
     from attacks.inversion import mi_face as mod
 
-    monkeypatch.setattr(mod, "_seconds_per_step", lambda *a, **k: 20.0)  # a slow model: 12 steps fit 2 classes x 2 min
+    monkeypatch.setattr(mod, "_seconds_per_step", lambda *a, **k: 20.0)  # a slow model: 9 steps fit 3 min
     seen: list[tuple[int, int]] = []
     cfg = MIFaceConfig(step_size=0.5, patience=1000, cost_threshold=0.0, restarts=2)
     out = mod.run_mi_face(
         _Flat(), classes=[0, 1], input_shape=(1, 4, 4), config=cfg, seed=0, progress=lambda d, t: seen.append((d, t))
     )
-    assert out.details["max_iterations"] == 6 and max(max(i) for i in out.details["iterations"]) == 6
+    assert out.details["max_iterations"] == 4 and max(max(i) for i in out.details["iterations"]) == 4
     # Progress counts classes stopped out of 2 classes x 2 restarts, reported at every step
-    # (6 a restart) and once as each restart ends.
-    assert len(seen) == 2 * (6 + 1) and all(t == 4 for _, t in seen)
-    assert [d for d, _ in seen] == [0] * 5 + [2, 2] + [2] * 5 + [4, 4]
-    assert "capped at 6" in capsys.readouterr().err
+    # (4 a restart) and once as each restart ends.
+    assert len(seen) == 2 * (4 + 1) and all(t == 4 for _, t in seen)
+    assert [d for d, _ in seen] == [0] * 3 + [2, 2] + [2] * 3 + [4, 4]
+    assert "capped at 4" in capsys.readouterr().err
 
 
 def _reference_stop(model: nn.Module, label: int, *, cfg: MIFaceConfig, dim: int) -> tuple[int, str]:
