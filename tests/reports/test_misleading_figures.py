@@ -171,12 +171,18 @@ def test_a_single_pate_student_is_a_sentence_and_published_is_named_only_when_dr
 
 
 def test_certified_comparison_tells_pixeldp_smoothing_from_the_smoothing_model(tmp_path):
-    fig = comparison_figure(load_certified_runs(build_certified_run(tmp_path / "run")))
-    # Each curve is an error-bar series (its certified count's interval): the label is the container's.
-    lines = {c.get_label(): c.lines[0] for c in fig.axes[0].containers}
-    pixeldp_smooth = next(v for k, v in lines.items() if k.startswith("pixeldp") and k.endswith(": smoothing"))
-    pixeldp_own = next(v for k, v in lines.items() if k.startswith("pixeldp") and k.endswith(": pixeldp"))
-    model_smooth = next(v for k, v in lines.items() if k.startswith("smoothing") and k.endswith(": smoothing"))
+    runs = load_certified_runs(build_certified_run(tmp_path / "run"))
+    fig = comparison_figure(runs)
+    # Each curve is an error-bar series (its certified count's interval), drawn model by model,
+    # certificate by certificate.
+    order = [(r.summary.defense, name) for r in runs for name in r.certificates]
+    lines = {key: c.lines[0] for key, c in zip(order, fig.axes[0].containers, strict=True)}
+    pixeldp_smooth, pixeldp_own = lines[("pixeldp", "smoothing")], lines[("pixeldp", "pixeldp")]
+    model_smooth = lines[("smoothing", "smoothing")]
+    # The legend names a model once: no model id where the labels differ, no certificate its label names.
+    labels = [c.get_label() for c in fig.axes[0].containers]
+    assert not any(r.summary.model_id in text for r in runs for text in labels)
+    assert len(set(labels)) == len(labels)
     assert (
         to_hex(pixeldp_smooth.get_color()) != to_hex(model_smooth.get_color())
         and pixeldp_smooth.get_marker() != model_smooth.get_marker()

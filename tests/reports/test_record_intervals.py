@@ -206,11 +206,10 @@ def test_the_certified_comparison_draws_each_certified_accuracy_with_its_clopper
     fig = comparison_figure(runs)
     containers = fig.axes[0].containers
     assert len(containers) == sum(len(r.certificates) for r in runs)
+    drawn = iter(containers)  # drawn model by model, certificate by certificate
     for run in runs:
-        for name, cert in run.certificates.items():
-            (bars,) = [
-                c for c in containers if run.summary.model_id in c.get_label() and c.get_label().endswith(f": {name}")
-            ]
+        for _name, cert in run.certificates.items():
+            bars = next(drawn)
             counts = cert.num_certified(run.curve_radii)
             for seg, k in zip(bars.lines[2][0].get_segments(), counts, strict=True):
                 lo, hi = _cp(int(k), cert.num_points)
