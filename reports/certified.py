@@ -388,7 +388,14 @@ def certified_sections(
                     figure=accuracy_epsilon_figure(eps_rows),
                     name="accuracy-vs-epsilon",
                     caption="Conventional accuracy against the training data's ε (at each record's δ)",
-                    empty="no record in this run has a finite DP ε",
+                    # The figure is left out for two reasons: say the one that holds (the table
+                    # below gives the ε of every record that has one).
+                    empty=(
+                        "one DP ε per defense in this run: a curve needs two of one defense, so the table below "
+                        "gives each record's accuracy at its ε"
+                        if eps_rows
+                        else "no record in this run has a finite DP ε"
+                    ),
                 ),
                 *([eps_table] if eps_rows else []),
             ],

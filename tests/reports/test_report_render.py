@@ -138,6 +138,10 @@ def test_csv_has_content_or_is_absent(make_run, tmp_path):
     assert "accuracy_vs_epsilon.csv" in names
     for p in with_eps.tables:
         assert len(p.read_text().splitlines()) >= 2, p.name
+    # A record with an ε and no curve to draw (one ε per defense): the page must not deny the ε its
+    # table gives (the second review's Secure-SGD page said "no record ... has a finite DP ε").
+    text = with_eps.certified[0].read_text()
+    assert "no record in this run has a finite DP ε" not in text and "one DP ε per defense" in text
     # Only an HGM record (no ε) and no attacks: no accuracy_vs_epsilon.csv, no robust_accuracy.csv.
     run = make_run(tmp_path / "b", audits=False, membership=False)
     (run.record_dir(DP_MODEL) / "record.json").unlink()
