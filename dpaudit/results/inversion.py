@@ -272,7 +272,11 @@ class InversionResult:
                 f"(membership ε_LB = 0 at {confidence:.0%} confidence)"
             )
         else:
-            verdict = "neither clearly a class average nor a member"
+            # Pixel distances alone: the page's verdict may still call the reconstructions the class
+            # when the evaluator recognises it, which this sentence must not deny.
+            verdict = (
+                "in pixel distance, nearer neither the class average than every member nor members than held-out images"
+            )
         return (
             f"{self.attack}: {verdict} — nearer the class mean than any member for {near_mean}/{k} classes, "
             f"nearer the nearest member than the nearest non-member for {near_member}/{k}, membership AUC {auc:.3f}"

@@ -616,9 +616,11 @@ def inversion_verdict(
     if top1.low > chance:
         return Verdict(
             status="class only",
-            headline=f"Class only: {top.attack} recovers what a class looks like (top-1 "
+            headline=f"Class only: {top.attack} recovers what a class looks like to the evaluator (top-1 "
             f"{fmt_percent(top1.value)} {_interval(top1)} against chance "
-            f"{fmt_percent(chance)}), not which images were members.",
+            f"{fmt_percent(chance)}), not which images were members; in pixel distance {near_mean} of "
+            f"{r.num_classes} are nearer the class mean than any member, so they are not the class average "
+            "either.",
             lines=tuple(lines),
             tone="info",
         )

@@ -241,3 +241,19 @@ def test_a_page_of_several_subjects_leads_with_the_most_severe():
     assert lead.status == "identifies members" and lead.headline == "b: Leaks." and "a: Fine." in lead.lines
     with pytest.raises(ValueError, match="tone"):
         Verdict(status="x", headline="y", tone="purple")
+
+
+def test_a_recognisable_class_that_is_no_class_average_is_called_class_only_on_both_lines(make_inversion_result):
+    # The second review: on four targets the verdict said "class only" (the evaluator recognised the
+    # classes) while the page's reading line said "neither clearly a class average nor a member".
+    chance_scores = _membership("inversion-mi-face", shift=0.0, n=40, seed=5)
+    result = dataclasses.replace(
+        make_inversion_result("m", "mi-face", top1=1.0), membership=chance_scores, distance_to_mean=np.full(4, 0.3)
+    )
+    near_mean = int(result.closer_to_mean().sum())
+    assert near_mean <= result.num_classes / 2  # not the class average in pixel distance
+    verdict = inversion_verdict([result], num_dataset_classes=10)
+    assert verdict.status == "class only"
+    assert f"{near_mean} of {result.num_classes} are nearer the class mean" in verdict.headline
+    reading = result.finding()
+    assert "neither clearly a class average" not in reading and "in pixel distance" in reading
