@@ -61,6 +61,7 @@ _SHOWN = (
     "standalone_test_accuracy_max",
     "centralised_test_accuracy",
     "local_test_accuracy_mean",
+    "local_test_examples",
     "chance_accuracy",
     "num_parameters",
     "uploads_per_turn",
@@ -78,19 +79,22 @@ def _estimates(record: TrainedModel) -> dict[str, Estimate | None]:
 
     The federation's and the centralised model's accuracies are counts of the whole test set
     (Clopper–Pearson); the standalone one is a mean over participants scored on that same test
-    set (Hoeffding, valid whatever their errors share); the local models' mean is over a subset
-    whose size the record does not hold.
+    set (Hoeffding, valid whatever their errors share); the local models' mean likewise, over the
+    first ``local_test_examples`` test examples (a record stored before that count was kept has none).
     """
     m = record.metrics
     n = stored_test_examples(m)
-    alone = m.get("standalone_test_accuracy")
+    alone, local = m.get("standalone_test_accuracy"), m.get("local_test_accuracy_mean")
+    n_local = m.get("local_test_examples")
     return {
         "test_accuracy": counted_test_accuracy(m),
         "centralised_test_accuracy": counted_test_accuracy(m, "centralised_test_accuracy"),
         "standalone_test_accuracy": mean_accuracy_estimate(float(alone), n)
         if n is not None and isinstance(alone, (int, float))
         else None,
-        "local_test_accuracy_mean": None,
+        "local_test_accuracy_mean": mean_accuracy_estimate(float(local), int(n_local))
+        if isinstance(local, (int, float)) and isinstance(n_local, int) and n_local > 0
+        else None,
     }
 
 
@@ -147,7 +151,12 @@ def accuracy_table(record: TrainedModel) -> Table:
             [
                 "participants' final local models",
                 _accuracy_cell(record, "local_test_accuracy_mean", est),
-                "mean; each downloaded the global parameters",
+                "mean; each downloaded the global parameters"
+                + (
+                    f"; scored on the first {m['local_test_examples']} test examples"
+                    if m.get("local_test_examples")
+                    else ""
+                ),
             ]
         )
     if m.get("chance_accuracy") is not None:
@@ -188,7 +197,11 @@ def accuracy_figure(record: TrainedModel) -> MplFigure | None:
     fig, ax = new_axes(size=(7.0, 0.5 + 0.45 * len(shown)))
     looks = Looks()
     est = _estimates(record)
-    keys = {"federation": "test_accuracy", "centralised": "centralised_test_accuracy"}
+    keys = {
+        "federation": "test_accuracy",
+        "centralised": "centralised_test_accuracy",
+        "local models (mean)": "local_test_accuracy_mean",
+    }
     lo, hi = m.get("standalone_test_accuracy_min"), m.get("standalone_test_accuracy_max")
     spread = (float(lo), float(hi)) if lo is not None and hi is not None else None
     for i, (label, x) in enumerate(shown):
@@ -197,7 +210,7 @@ def accuracy_figure(record: TrainedModel) -> MplFigure | None:
         e = est.get(keys.get(label, ""))
         end = x
         if e is not None:
-            # A count of the test set: its 95% Clopper–Pearson interval as a bar across the end.
+            # The accuracy's 95% interval (the table's) as a bar across the end.
             # A white halo keeps the bar visible over a dark bar (the centralised one is black).
             halo: list[patheffects.AbstractPathEffect] = [patheffects.withStroke(linewidth=3.2, foreground="white")]
             bar = ax.errorbar([x], [i], xerr=[[x - e.low], [e.high - x]], color="#222222", capsize=3, linewidth=1.2)
@@ -346,7 +359,7 @@ def dssgd_sections(record: TrainedModel, record_dir: Path) -> list[Section]:
     return [
         verdict_section(dssgd_verdict(record)),
         Section(
-            title="Federation against training alone and centralised",
+            title=_accuracy_title(record),
             blocks=[
                 *_figure(record),
                 accuracy_table(record),
@@ -364,15 +377,40 @@ def dssgd_sections(record: TrainedModel, record_dir: Path) -> list[Section]:
 
 
 def _figure(record: TrainedModel) -> list[Figure]:
+    """The accuracy figure, its caption naming only the bars the record measured (a run without
+    baselines draws no standalone or centralised bar, so the caption does not describe them)."""
     fig = accuracy_figure(record)
+    m = record.metrics
+    parts = ["the federation"]
+    if m.get("standalone_test_accuracy") is not None:
+        parts.append("each participant alone (bar: mean; black line: lowest to highest participant)")
+    if m.get("centralised_test_accuracy") is not None:
+        parts.append("centralised training on the pooled data")
+    if m.get("local_test_accuracy_mean") is not None:
+        parts.append("the participants' final local models (mean)")
+    listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
     caption = (
-        "Test accuracy after the last round: the federation against each "
-        "participant alone (bar: mean; black line: lowest to highest "
-        "participant), centralised training on the pooled data and the "
-        "participants' final local models; dotted: chance. Capped bars on the federation and centralised "
-        "bars: 95% Clopper–Pearson intervals of their test-set counts (where the record holds the count)."
+        f"Test accuracy after the last round: {listed}"
+        + ("; dotted: chance" if m.get("chance_accuracy") is not None else "")
+        + ". Capped bars: the 95% intervals of the table below (Clopper–Pearson for one model's test-set count, "
+        "Hoeffding's for a mean over models), where the record holds the count."
     )
     return [] if fig is None else [Figure(figure=fig, name="accuracy", caption=caption)]
+
+
+def _accuracy_title(record: TrainedModel) -> str:
+    """The accuracy section's title, naming what the run measured beside the federation."""
+    m = record.metrics
+    beside = [
+        name
+        for name, key in (
+            ("training alone", "standalone_test_accuracy"),
+            ("centralised", "centralised_test_accuracy"),
+            ("the local models", "local_test_accuracy_mean"),
+        )
+        if m.get(key) is not None
+    ]
+    return "Federation" + (f" against {' and '.join(beside)}" if beside else "")
 
 
 def load_federations(run: RunDir) -> list[tuple[TrainedModel, Path]]:

@@ -42,7 +42,7 @@ from torch import nn
 
 from defenses._common import build_record, expected_model_id
 from defenses.dssgd.config import DSSGDConfig
-from defenses.dssgd.participants import local_models
+from defenses.dssgd.participants import LOCAL_EVAL_EXAMPLES, local_models
 from defenses.dssgd.plan import DSSGDPlan, plan_dssgd
 from defenses.dssgd.protocol import (
     MECHANISM_FIELDS,
@@ -428,6 +428,9 @@ def train_dssgd(
     local_acc = local_models(outcome, setup, request, workspace=workspace, started=started)
     if local_acc:  # none under the DP upload: the local models stay with their participants
         extra["local_test_accuracy_mean"] = float(np.mean(local_acc))  # on the first LOCAL_EVAL_EXAMPLES test examples
+        # How many test examples each local model was scored on: a mean of accuracies is an
+        # estimate, and its interval needs the count.
+        extra["local_test_examples"] = min(LOCAL_EVAL_EXAMPLES, len(bundle.test))
     if config.baselines and private:
         # Plain SGD on the private data, un-noised: its accuracies would be statistics of the data
         # outside the claim in a record that claims DP. They do not depend on the DP settings, so

@@ -153,6 +153,7 @@ def test_training_leaves_owners_local_records_and_observed_uploads(digits, tmp_p
         "seconds_per_round",
     ):
         assert 0 <= record.metrics[key] <= (1 if "accuracy" in key else 1e3)
+    assert record.metrics["local_test_examples"] == min(1000, len(bundle.test))  # the mean's interval needs it
     from dpaudit.results.record import load_record
 
     local = load_record(participant_record_dir(ws.cache_dir, record.model_id, 1))

@@ -473,6 +473,7 @@ def build_dssgd_run(path) -> RunDir:
         "standalone_test_accuracy_max": 0.61,
         "centralised_test_accuracy": 302 / 360,  # a count of the 360 test examples, as a run stores it
         "local_test_accuracy_mean": 0.5,
+        "local_test_examples": 360,
         "chance_accuracy": 0.13,
         "near_chance": False,
     }
