@@ -454,6 +454,11 @@ def roc_axes(ax: Axes, *, fpr_floor: float, tpr_floor: float, fpr_label: str) ->
     ax.set_ylim(tpr_floor, 1.0)
     for axis in (ax.xaxis, ax.yaxis):
         plain_log_ticks(axis, percent=True)
+        # Percent labels are wide: 1-2-5 per decade collide along an axis of four or more decades
+        # ("0.01%0.02%0.05%", the second review), so such an axis keeps one tick a decade.
+        low, high = axis.get_view_interval()
+        if low > 0 and np.log10(high / low) >= 3:
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0,)))
     ax.set_xlabel(fpr_label)
     ax.set_ylabel("true-positive rate")
 

@@ -31,6 +31,7 @@ from matplotlib.figure import Figure as MplFigure
 from matplotlib.ticker import PercentFormatter
 
 from dpaudit import _validate as v
+from dpaudit.privacy.rate_intervals import auc_interval
 from dpaudit.results import DEFAULT_FPRS, MembershipResult, TrainedModel, load_membership_result, load_record
 from dpaudit.results.membership import tpr_unresolved
 from dpaudit.results.membership_rates import (
@@ -42,13 +43,7 @@ from dpaudit.results.membership_rates import (
     membership_rates,
 )
 from dpaudit.results.record_accuracy import NO_COUNT_REASON, counted_test_accuracy
-from dpaudit.results.verdicts import (
-    VERDICT_FPRS,
-    Verdict,
-    lowest_resolvable_fpr,
-    membership_verdict,
-    rank_attacks,
-)
+from dpaudit.results.verdicts import VERDICT_FPRS, Verdict, lowest_resolvable_fpr, membership_verdict, rank_attacks
 from dpaudit.store import RunDir, safe_stem
 from reports.figures import (
     FONT_PT,
@@ -89,6 +84,12 @@ def _as_list(results: Mapping[str, MembershipResult] | Sequence[MembershipResult
         if not isinstance(r, MembershipResult):
             raise v.invalid_type("results", f"results must hold MembershipResult values, got {type(r).__name__}")
     return items
+
+
+def _auc_ends(r: MembershipResult) -> str:
+    """The AUC's 95% bootstrap interval, the same (seeded) one as the attacks table's."""
+    low, high = auc_interval(r.scores[r.is_member], r.scores[~r.is_member], confidence=0.95)
+    return f"{low:.3f}, {high:.3f}"
 
 
 def plot_roc(
@@ -132,7 +133,7 @@ def plot_roc(
             linewidth=max(1.0, 3.2 - 0.6 * i),
             zorder=2 + i,
             drawstyle="steps-post",
-            label=f"{r.attack} (AUC {r.auc():.3f})",
+            label=f"{r.attack} (AUC {r.auc():.3f} [{_auc_ends(r)}])",
         )
     if x_common > x_floor:
         ax.axvspan(

@@ -160,3 +160,21 @@ def test_the_audit_roc_is_drawn_only_where_the_out_observations_resolve_the_fpr_
         assert labels and all(text.endswith("%") for text in labels)
     finally:
         plt.close(fig)
+
+
+@pytest.mark.extended  # draws a figure
+def test_roc_axes_of_four_decades_keep_one_percent_tick_a_decade_so_labels_do_not_collide():
+    # The second review: an audit ROC from FPR 8e-5 printed "0.01%0.02%0.05%..." as one run of text.
+    from reports.figures import new_axes, roc_axes
+
+    fig, ax = new_axes(None, size=(7.0, 4.5))
+    try:
+        roc_axes(ax, fpr_floor=8e-5, tpr_floor=4e-5, fpr_label="FPR")
+        fig.canvas.draw()
+        low, high = ax.get_xlim()
+        shown = [t for t in ax.xaxis.get_major_ticks() if low <= t.get_loc() <= high and t.label1.get_text()]
+        assert [t.label1.get_text() for t in shown] == ["0.01%", "0.1%", "1%", "10%", "100%"]
+        boxes = [t.label1.get_window_extent() for t in shown]
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:]))
+    finally:
+        plt.close(fig)
