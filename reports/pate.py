@@ -435,7 +435,7 @@ def pate_sections(
     table = Table(
         columns=[
             "student",
-            "teachers (mean acc.)",
+            "teachers (their mean acc.)",
             "answered / asked",
             "label acc.",
             "ε data-dep., realised, private (improved conv.)",
@@ -449,7 +449,7 @@ def pate_sections(
                 # Teachers' accuracy is private since records keep it under private/ (older ones show it).
                 f"{r.teachers}"
                 + (
-                    ""
+                    " (accuracy kept private)"
                     if r.teacher_accuracy_mean is None
                     else f" ({_shown(r.teacher_estimate(), r.teacher_accuracy_mean)})"
                 ),
@@ -482,7 +482,8 @@ def pate_sections(
             "correct. Accuracies with their 95% interval in brackets: Clopper–Pearson for the student's "
             "count of the test set and the answered labels, Hoeffding's for the teachers' mean (scored on "
             "the same test examples, their errors are not independent); none where the record was stored "
-            "before it kept its test-set size."
+            "before it kept its test-set size. The teachers' accuracy is a statistic of the private data: a record "
+            "keeps it under private/, and the table shows it only for records stored before that."
         ),
     )
     statements = [
