@@ -171,8 +171,8 @@ def accuracy_table(record: TrainedModel) -> Table:
         "Test accuracy after the last round"
         + ("; the baselines were not trained (--no-baselines). " if m.get("standalone_test_accuracy") is None else ". ")
         + "In brackets the 95% interval: Clopper–Pearson for one model's count of the test set, Hoeffding's for "
-        "the standalone mean over participants scored on the same test examples (their errors are not "
-        "independent, so no binomial interval holds for it)."
+        "a mean over models scored on the same test examples (the standalone participants, the local models: "
+        "their errors are not independent, so no binomial interval holds for it)."
     )
     return Table(columns=["model", "test accuracy [95% interval]", "what"], rows=rows, caption=caption)
 
