@@ -618,9 +618,8 @@ def inversion_verdict(
             status="class only",
             headline=f"Class only: {top.attack} recovers what a class looks like to the evaluator (top-1 "
             f"{fmt_percent(top1.value)} {_interval(top1)} against chance "
-            f"{fmt_percent(chance)}), not which images were members; in pixel distance {near_mean} of "
-            f"{r.num_classes} are nearer the class mean than any member, so they are not the class average "
-            "either.",
+            f"{fmt_percent(chance)}), not which images were members; in pixel distance only {near_mean} of "
+            f"{r.num_classes} are nearer the class mean than any member, too few to call them the class average.",
             lines=tuple(lines),
             tone="info",
         )
