@@ -31,6 +31,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import PercentFormatter
 
 from dpaudit import _validate as v
 from dpaudit.results import InversionResult, TrainedModel, load_inversion_result, load_record
@@ -531,13 +532,16 @@ def comparison_figure(targets: Sequence[InversionTarget], *, axes: Sequence[Axes
             )
     right.axvline(0.5, linestyle="--", color=colour("chance"), linewidth=0.9, label="chance AUC (0.5)")
     left.set_yticks(y, [t.label() for t in targets], fontsize=FONT_PT)
-    for ax, xlabel in ((left, "attack accuracy top-1 (evaluator)"), (right, "membership AUC (inversion score)")):
+    # The target names take most of the width: titles and labels on two short lines, so the two
+    # panels' texts do not run into each other (the second review saw them overprinted).
+    for ax, xlabel in ((left, "top-1 (evaluator)"), (right, "membership AUC\n(inversion score)")):
         ax.set_xlim(-0.04, 1.05)  # a point at 0 is drawn whole, not cut by the frame
         ax.set_ylim(-0.6, n - 0.4)
         ax.set_xlabel(xlabel, fontsize=FONT_PT)
         ax.grid(True, axis="x", linewidth=0.3)
-    left.set_title("attack accuracy per target", fontsize=FONT_PT)
-    right.set_title("does the reconstruction reveal members?", fontsize=FONT_PT)
+    left.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))  # as the tables write top-1
+    left.set_title("attack accuracy\nper target", fontsize=FONT_PT)
+    right.set_title("do reconstructions\nreveal members?", fontsize=FONT_PT)
     handles, labels = [], []
     for ax in (left, right):
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
