@@ -36,7 +36,7 @@ from reports.figures import Looks, finish_axes, new_axes
 from reports.kinds import REPORT_KINDS, Page, ReportKind
 from reports.numbers import Shown, fmt_count, fmt_number, fmt_percent, interval_cell, percent_cell
 from reports.render import Figure, Items, Section, Table, Text, accountant_table, write_report_files
-from reports.train import config_items, metrics_table, record_table
+from reports.train import config_items, metrics_table, record_counts, record_table
 from reports.verdict_box import verdict_section, with_status
 
 #: This kind's name: the report kind the DSSGD defense names for its federations.
@@ -371,7 +371,10 @@ def dssgd_sections(record: TrainedModel, record_dir: Path) -> list[Section]:
         ),
         Section(title="Uploads", blocks=[uploads_table(record), Items(items=_participants(record_dir, record))]),
         Section(title="DP claim of the uploads", blocks=[claim]),
-        Section(title="Record", blocks=[record_table(record), metrics_table(record.metrics, skip=_SHOWN)]),
+        Section(
+            title="Record",
+            blocks=[record_table(record), metrics_table(record.metrics, skip=_SHOWN, counts=record_counts(record))],
+        ),
         Section(title="Configuration", blocks=[config_items(record.config)]),
     ]
 

@@ -40,6 +40,7 @@ KIND_NAME = "models"
 
 __all__ = [
     "record_table",
+    "record_counts",
     "metrics_table",
     "config_items",
     "shown_elsewhere",
@@ -90,18 +91,36 @@ def _metric_cell(key: str, value: Any, metrics: Mapping[str, object] | None = No
     return Shown(float(value), fmt_number(float(value)))
 
 
-def metrics_table(metrics: Mapping[str, object], *, skip: tuple[str, ...] = ()) -> Table:
-    """Every scalar metric the training stored (accuracies as percentages)."""
+def record_counts(record: TrainedModel) -> dict[str, int]:
+    """The examples each of a record's accuracies counts: the members for the train accuracy, the
+    non-members for the non-member accuracy (the test accuracy's count is in its metrics)."""
+    return {
+        "train_accuracy": len(record.membership.members),
+        "non_member_accuracy": len(record.membership.non_members),
+    }
+
+
+def metrics_table(
+    metrics: Mapping[str, object], *, skip: tuple[str, ...] = (), counts: Mapping[str, int] | None = None
+) -> Table:
+    """Every scalar metric the training stored (accuracies as percentages); an accuracy whose
+    examples ``counts`` gives (:func:`record_counts`) with its count and Clopper–Pearson interval."""
     rows = []
     for key, value in sorted(metrics.items()):
         if key in skip or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        n = (counts or {}).get(key, 0)
+        share = float(value)
+        if n and 0.0 <= share <= 1.0 and abs(share * n - round(share * n)) <= 0.01:
+            rows.append([key.replace("_", " "), interval_cell(proportion(round(share * n), n))])
             continue
         rows.append([key.replace("_", " "), _metric_cell(key, value, metrics)])
     return Table(
         columns=["metric", "value"],
         rows=rows,
-        caption="As stored by dpaudit train in the record's metrics; the test accuracy with its count and 95% "
-        "Clopper–Pearson interval [low, high] where the record holds the test-set size.",
+        caption="As stored by dpaudit train in the record's metrics; an accuracy with its count and 95% "
+        "Clopper–Pearson interval [low, high] where the record holds how many examples it counts (the test "
+        "set's size, the members, the non-members).",
     )
 
 
@@ -292,7 +311,10 @@ def train_sections(record: TrainedModel, record_dir: Path | None = None) -> list
         Section(title="Record", blocks=[record_table(record)]),
         Section(title="Privacy claim", blocks=[_claim_block(record)]),
         *([h] if (h := _history_section(record)) is not None else []),
-        Section(title="Metrics", blocks=[metrics_table(record.metrics, skip=(HISTORY_KEY,))]),
+        Section(
+            title="Metrics",
+            blocks=[metrics_table(record.metrics, skip=(HISTORY_KEY,), counts=record_counts(record))],
+        ),
         Section(title="Configuration", blocks=[config_items(record.config)]),
     ]
     files = None if record_dir is None else artefacts_table(record, record_dir)

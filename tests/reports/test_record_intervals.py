@@ -291,3 +291,17 @@ def test_the_dssgd_local_models_mean_has_hoeffdings_interval_and_the_caption_nam
     # A record stored before the count was kept: the bare share, saying why.
     old = dataclasses.replace(record, metrics={k: x for k, x in metrics.items() if k != "local_test_examples"})
     assert "not stored" in str({r[0]: r for r in accuracy_table(old).rows}["participants' final local models"][1])
+
+
+def test_the_metrics_table_gives_train_and_non_member_accuracy_with_their_counts_and_intervals():
+    # The second review: both model pages' Metrics tables showed train and non-member accuracy bare.
+    from reports.train import metrics_table
+
+    metrics = {"train_accuracy": 0.75, "non_member_accuracy": 0.5, "train_loss": 0.3, "odd_accuracy": 0.123}
+    table = metrics_table(metrics, counts={"train_accuracy": 40, "non_member_accuracy": 10, "odd_accuracy": 7})
+    cells = {str(r[0]): str(r[1]) for r in table.rows}
+    lo, hi = _cp(30, 40)
+    assert cells["train accuracy"] == f"75.0% (30/40) [{100 * lo:.1f}%, {100 * hi:.1f}%]"
+    lo, hi = _cp(5, 10)
+    assert cells["non member accuracy"] == f"50.0% (5/10) [{100 * lo:.1f}%, {100 * hi:.1f}%]"
+    assert cells["odd accuracy"] == "12.3%"  # 0.123 x 7 is no count: no interval made up
