@@ -12,9 +12,15 @@ from dpaudit import threads
 from dpaudit.executors import LocalExecutor, SerialExecutor
 from dpaudit.executors.jobs import Job
 
+#: The real once-per-command count, for the tests of it (the others pin it at 0, below).
+_COMMAND_BUSY = threads._command_busy
+
 
 @pytest.fixture(autouse=True)
-def _no_flag():
+def _no_flag(monkeypatch: pytest.MonkeyPatch):
+    # The plans these tests check must not depend on what else runs on the machine (the suite
+    # itself, another job): no core counts as busy unless a test says so.
+    monkeypatch.setattr(threads, "_command_busy", lambda: 0)
     threads.set_thread_flag(None)
     yield
     threads.set_thread_flag(None)
@@ -184,6 +190,7 @@ def test_the_busy_count_is_taken_once_per_command(monkeypatch: pytest.MonkeyPatc
     # A later plan of the same command (a pool started after another) must not count the command's
     # own workers as other work.
     counts = iter([1, 0, 0])
+    monkeypatch.setattr(threads, "_command_busy", _COMMAND_BUSY)
     monkeypatch.setattr(threads, "busy_cores", lambda: next(counts))
     monkeypatch.setattr(threads, "available_cores", lambda: 2)
     monkeypatch.setattr(threads, "_USER_ENV", {})
