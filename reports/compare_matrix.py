@@ -303,7 +303,7 @@ def _accountant_table(result: ComparisonResult) -> Table | None:
         columns=["setting", *names, "data-dependent"],
         rows=rows,
         caption=f"ε_UB at δ = {result.delta:g} under every accountant that can analyse "
-        "the row's claim (the same noise, four analyses).",
+        f"the row's claim (the same noise, {len(names)} analyses).",
     )
 
 
@@ -508,7 +508,7 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
     col = {c: i for i, c in enumerate(columns)}
     privacy_cols = [
         "setting",
-        "test acc. (± sd)",
+        "test acc. [95%] (± sd over repeats)",
         "acc. loss",
         "ε_UB (tightest)",
         LAST_ITERATE_COLUMN,
