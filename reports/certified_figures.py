@@ -28,7 +28,7 @@ from dpaudit.results.certify_summary import (
 )
 from dpaudit.results.record_accuracy import counted_test_accuracy
 from reports.certified_runs import CertifiedRun
-from reports.figures import Looks, legend_outside, new_axes, setting_looks
+from reports.figures import Looks, legend_outside, new_axes, plain_log_ticks, setting_looks
 
 __all__ = [
     "AccuracyEpsilonRow",
@@ -417,6 +417,7 @@ def accuracy_epsilon_figure(rows: Sequence[AccuracyEpsilonRow], *, ax: Axes | No
             # No count for some accuracy (a record stored before counts were kept): no bar pretends to one.
             ax.plot(xs, ys, **st, label=defense)
     ax.set_xscale("log")
+    plain_log_ticks(ax.xaxis)  # ε as the tables write it (1, 2, 5, 10), not 10⁰ and 2×10⁰
     ax.set_xlabel("DP ε of the training data")
     ax.set_ylabel("conventional accuracy")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))

@@ -305,3 +305,20 @@ def test_the_metrics_table_gives_train_and_non_member_accuracy_with_their_counts
     lo, hi = _cp(5, 10)
     assert cells["non member accuracy"] == f"50.0% (5/10) [{100 * lo:.1f}%, {100 * hi:.1f}%]"
     assert cells["odd accuracy"] == "12.3%"  # 0.123 x 7 is no count: no interval made up
+
+
+@pytest.mark.extended  # draws a figure
+def test_accuracy_against_epsilon_writes_epsilon_ticks_as_plain_numbers():
+    # The second review: the compare run's certified page printed 10⁰ and 2×10⁰ on its ε axis.
+    from reports.certified_figures import AccuracyEpsilonRow, accuracy_epsilon_figure
+
+    rows = [
+        AccuracyEpsilonRow(
+            defense="dpsgd", model_id=f"m{e}", epsilon=e, delta=1e-5, conventional_accuracy=0.8, source="test set"
+        )
+        for e in (1.0, 8.0)
+    ]
+    fig = accuracy_epsilon_figure(rows)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_text()]
+    assert labels and not any("10^" in x or "\\times" in x or "$" in x for x in labels)
