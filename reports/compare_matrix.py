@@ -508,7 +508,7 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
     col = {c: i for i, c in enumerate(columns)}
     privacy_cols = [
         "setting",
-        "test acc. [95%] (± sd over repeats)",
+        "test acc. [95%] ± sd",
         "acc. loss",
         "ε_UB (tightest)",
         LAST_ITERATE_COLUMN,
@@ -560,7 +560,8 @@ def _matrix_tables(result: ComparisonResult) -> list[Any]:
             columns=privacy_cols,
             rows=privacy_rows,
             caption=(
-                f"Mean over {len(result.rows[0].model_ids)} repeat(s). Accuracy loss is "
+                f"Mean over {len(result.rows[0].model_ids)} repeat(s) (± their standard deviation where there "
+                "are several). Accuracy loss is "
                 f"against the non-private baseline ({result.baseline}). ε_LB is the best "
                 "over every attack "
                 f"and repeat, valid jointly at {result.confidence:.0%} (Bonferroni); "
