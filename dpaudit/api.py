@@ -190,6 +190,7 @@ if TYPE_CHECKING:
     from dpaudit.robustness.score_bounds import count_bounds
     from dpaudit.seeding import derive_seed, numpy_rng, torch_generator
     from dpaudit.store import RunDir, atomic_write_json, atomic_write_text, read_json, thaw, to_jsonable
+    from dpaudit.threads import ENV_VARIABLES as THREAD_ENV_VARIABLES
     from dpaudit.train_request import TrainRequest
     from dpaudit.training import evaluate, resolve_device
     from dpaudit.weights import load_model
@@ -233,6 +234,7 @@ __all__ = [
     "read_json",
     "thaw",
     "to_jsonable",
+    "THREAD_ENV_VARIABLES",
     "TrainedModel",
     "load_record",
     "resolve_record_dir",

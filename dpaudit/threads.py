@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TextIO
@@ -160,8 +161,6 @@ def busy_cores(*, samples: int = 5, interval: float = 0.01, path: str = _LOADAVG
     (a shell starting) in few, so the least reading counts the neighbours that hold a core. 0 where
     the file cannot be read (not Linux).
     """
-    import time
-
     least: int | None = None
     for i in range(max(1, samples)):
         text = _read(path)

@@ -26,9 +26,14 @@ from matplotlib.figure import Figure as MplFigure
 from dpaudit import _validate as v
 from dpaudit.parts import record_report_kind
 from dpaudit.privacy.pate.claim import settings_used
-from dpaudit.results.membership_rates import Estimate, proportion
+from dpaudit.results.membership_rates import Estimate
 from dpaudit.results.record import TrainedModel, load_record
-from dpaudit.results.record_accuracy import counted_test_accuracy, mean_accuracy_estimate, stored_test_examples
+from dpaudit.results.record_accuracy import (
+    counted_share,
+    counted_test_accuracy,
+    mean_accuracy_estimate,
+    stored_test_examples,
+)
 from dpaudit.results.verdicts import Verdict, record_delta
 from dpaudit.store import RunDir, load_npz, thaw
 from reports.figures import DASH_CYCLE, MARKER_CYCLE, SERIES_COLOURS, eps_ub_text, legend_outside, new_axes
@@ -182,12 +187,7 @@ class PateRow:
 
     def answer_estimate(self) -> Estimate | None:
         """The share of answered labels that are correct, with its Clopper–Pearson interval over the answers."""
-        if self.answer_accuracy is None or not self.answered:
-            return None
-        n, share = int(self.answered), float(self.answer_accuracy)
-        if abs(share * n - round(share * n)) > 0.01:
-            return None  # no share of the answers: no interval made up
-        return proportion(round(share * n), n)
+        return counted_share(self.answer_accuracy, self.answered)  # no share of the answers: no interval made up
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -536,13 +536,9 @@ def pate_sections(
 # ------------------------------------------------------------------------------------- verdict
 def _answers_text(m: Mapping[str, object]) -> str:
     """The share of correct answers with its count and interval where the number answered is stored."""
-    n = m.get("num_answered")
     value = m["answer_accuracy"]
-    share = float(value) if isinstance(value, (int, float)) else float("nan")
-    if isinstance(n, int) and not isinstance(n, bool) and n > 0 and 0.0 <= share <= 1.0:
-        if abs(share * n - round(share * n)) <= 0.01:  # a share of the answers, as training stores it
-            return proportion(round(share * n), n).text()
-    return fmt_percent(share)
+    est = counted_share(value, m.get("num_answered"))  # a share of the answers, as training stores it
+    return est.text() if est is not None else fmt_percent(float(value) if isinstance(value, (int, float)) else None)
 
 
 def pate_verdict(students: Sequence[TrainedModel]) -> Verdict:

@@ -25,8 +25,7 @@ from dpaudit.parts import defense_parts, record_report_kind
 from dpaudit.privacy.audit_stats import clopper_pearson_interval
 from dpaudit.results import TrainedModel, load_record
 from dpaudit.results.history import HISTORY_KEY, TrainingHistory, epsilon_by_epoch, training_history
-from dpaudit.results.membership_rates import proportion
-from dpaudit.results.record_accuracy import NO_COUNT_REASON, counted_test_accuracy
+from dpaudit.results.record_accuracy import NO_COUNT_REASON, counted_share, counted_test_accuracy
 from dpaudit.results.verdicts import Verdict, claim_text, record_delta
 from dpaudit.store import RunDir, safe_stem, thaw
 from reports.figures import colour, fit_page, new_figure, style
@@ -109,12 +108,10 @@ def metrics_table(
     for key, value in sorted(metrics.items()):
         if key in skip or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        n = (counts or {}).get(key, 0)
-        share = float(value)
-        if n and 0.0 <= share <= 1.0 and abs(share * n - round(share * n)) <= 0.01:
-            rows.append([key.replace("_", " "), interval_cell(proportion(round(share * n), n))])
-            continue
-        rows.append([key.replace("_", " "), _metric_cell(key, value, metrics)])
+        est = counted_share(value, (counts or {}).get(key))
+        rows.append(
+            [key.replace("_", " "), interval_cell(est) if est is not None else _metric_cell(key, value, metrics)]
+        )
     return Table(
         columns=["metric", "value"],
         rows=rows,
@@ -153,11 +150,9 @@ def _accuracy_text(record: TrainedModel, key: str) -> str:
     if key == "test_accuracy":
         est = counted_test_accuracy(m)
         return est.text() if est is not None else f"{fmt_percent(float(m[key]))} ({NO_COUNT_REASON})"
-    n = len(record.membership.members if key == "train_accuracy" else record.membership.non_members)
-    share = float(m[key])
-    if n and 0.0 <= share <= 1.0 and abs(share * n - round(share * n)) <= 0.01:
-        return proportion(round(share * n), n).text()
-    return fmt_percent(share)  # no count of these examples (a record of another evaluation): no interval made up
+    est = counted_share(m[key], record_counts(record)[key])
+    # No count of these examples (a record of another evaluation): no interval made up.
+    return est.text() if est is not None else fmt_percent(float(m[key]))
 
 
 def train_verdict(record: TrainedModel) -> Verdict:

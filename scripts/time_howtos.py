@@ -15,9 +15,9 @@ atomically after every command. A rerun skips the commands already finished with
 (``--force`` reruns them all); a command whose inputs (an earlier how-to's run directory) are
 gone from the work directory reruns what it needs first, untimed.
 
-The commands run with the project's default thread plan: the thread variables
-(``DPAUDIT_THREADS``, ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``) are removed from their
-environment, so the times are what a user who sets nothing gets.
+The commands run with the project's default thread plan: the variables the plan reads
+(``dpaudit.api.THREAD_ENV_VARIABLES``) are removed from their environment, so the times are what
+a user who sets nothing gets.
 
 With ``--update-docs`` the script then sets each marked command's ``# <time> on 2 cores``
 comment, in every page that has one (:func:`howto_pages`), from the results.
@@ -52,6 +52,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dpaudit.api import THREAD_ENV_VARIABLES
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "scripts" / "results" / "howtos"
 MARKER = "<!-- howto -->"
@@ -64,8 +66,6 @@ LOADED_RATIO = 1.5
 #: How-tos this short are not held to the ratio: their time is interpreter start-up and import,
 #: where a fraction of a second of scheduling noise is a large ratio (they are listed all the same).
 RATIO_FLOOR_SECONDS = 5.0
-#: The thread variables removed from the commands' environment (see the module docstring).
-THREAD_VARIABLES = ("DPAUDIT_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @dataclass(frozen=True)
@@ -383,7 +383,7 @@ def _environment(data_root: str | None) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if data_root:
         env["DPAUDIT_DATA_ROOT"] = data_root
-    for name in THREAD_VARIABLES:  # the default thread plan, as a user who sets nothing gets it
+    for name in THREAD_ENV_VARIABLES:  # the default thread plan, as a user who sets nothing gets it
         env.pop(name, None)
     return env
 

@@ -243,7 +243,7 @@ def _fewest(counts: Sequence[int | None]) -> int | None:
     return min(known) if known and len(known) == len(counts) else None
 
 
-def _mean_end(ends: Sequence[float | None]) -> float | None:
+def _mean_of_all(ends: Sequence[float | None]) -> float | None:
     """The mean over the repeats (an interval's end, an accuracy), ``None`` unless every repeat recorded it."""
     return mean_std([float(e) for e in ends if e is not None])[0] if ends and None not in ends else None
 
@@ -254,10 +254,10 @@ def _pooled(runs: Sequence[MembershipMeasures]) -> PooledMeasures:
     the means of their ends bound the mean of the true values)."""
     auc, auc_std = mean_std([r.auc for r in runs])
     return PooledMeasures(
-        auc_low=_mean_end([r.auc_low for r in runs]),
-        auc_high=_mean_end([r.auc_high for r in runs]),
-        advantage_low=_mean_end([r.advantage_low for r in runs]),
-        advantage_high=_mean_end([r.advantage_high for r in runs]),
+        auc_low=_mean_of_all([r.auc_low for r in runs]),
+        auc_high=_mean_of_all([r.auc_high for r in runs]),
+        advantage_low=_mean_of_all([r.advantage_low for r in runs]),
+        advantage_high=_mean_of_all([r.advantage_high for r in runs]),
         auc=auc,
         auc_std=auc_std,
         advantage=mean_std([r.advantage for r in runs])[0],
@@ -351,7 +351,7 @@ def _classifier(accuracies: Sequence[float | None], rules: Sequence[str | None])
     be the accuracy of the classifier whose other accuracies are averaged over all of them.
     """
     rule = "; ".join(dict.fromkeys(r for r in rules if r is not None)) if rules and None not in rules else None
-    return _mean_end(accuracies), rule
+    return _mean_of_all(accuracies), rule
 
 
 def same_value(values: Sequence[int | None]) -> int | None:

@@ -26,6 +26,7 @@ from dpaudit.results.membership_rates import Estimate, proportion
 
 __all__ = [
     "NO_COUNT_REASON",
+    "counted_share",
     "counted_test_accuracy",
     "mean_accuracy_estimate",
     "repeats_accuracy_estimate",
@@ -52,6 +53,24 @@ def stored_test_examples(metrics: Mapping[str, object]) -> int | None:
     return n if n else None
 
 
+def counted_share(share: object, examples: object, *, confidence: float = 0.95) -> Estimate | None:
+    """A share of ``examples`` outcomes (an accuracy over the members, the answered labels…) as its
+    count with a Clopper–Pearson interval: a mean of n zeros and ones is a multiple of 1/n.
+
+    Returns:
+        The estimate, or ``None`` when either is missing, or the share is no multiple of
+        1/``examples`` (not measured on that many examples; float32 rounding stays far below 0.01
+        of a count).
+    """
+    p, n = _share(share), _count(examples)
+    if p is None or not n:
+        return None
+    correct = round(p * n)
+    if abs(p * n - correct) > 0.01:
+        return None
+    return proportion(correct, n, confidence=confidence)
+
+
 def counted_test_accuracy(
     metrics: Mapping[str, object], key: str = "test_accuracy", *, confidence: float = 0.95
 ) -> Estimate | None:
@@ -70,9 +89,7 @@ def counted_test_accuracy(
         return None
     correct = _count(metrics.get("test_correct")) if key == "test_accuracy" else None
     if correct is None or correct > n or abs(correct / n - acc) > 0.5 / n:
-        correct = round(acc * n)
-        if abs(acc * n - correct) > 0.01:
-            return None  # not a share of these n examples (float32 rounding stays far below 0.01 of a count)
+        return counted_share(acc, n, confidence=confidence)
     return proportion(correct, n, confidence=confidence)
 
 
@@ -125,7 +142,4 @@ def repeats_accuracy_estimate(
         return None
     if repeats > 1:
         return mean_accuracy_estimate(share, n, confidence=confidence)
-    correct = round(share * n)
-    if abs(share * n - correct) > 0.01:
-        return None
-    return proportion(correct, n, confidence=confidence)
+    return counted_share(share, n, confidence=confidence)
